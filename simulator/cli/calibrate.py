@@ -1,0 +1,1 @@
+"""``llmsim calibrate``: registered by the calibration module."""

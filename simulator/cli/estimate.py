@@ -1,0 +1,101 @@
+"""``llmsim estimate step|request``: the cost model without a simulation."""
+from __future__ import annotations
+
+from typing import Optional
+
+import typer
+
+from ..costmodel import CostModel
+from ..errors import LlmsimError
+from ..estimate import request_estimate
+from ..profiles import load_hardware, load_model
+from .app import app, err_console
+from .output import console, kv_table, print_json
+
+estimate_app = typer.Typer(help="Back-of-envelope numbers from the calibrated cost model.", no_args_is_help=True)
+app.add_typer(estimate_app, name="estimate")
+
+GPU = typer.Option(..., "--gpu", help="GPU profile name or YAML path")
+MODEL = typer.Option(..., "--model", help="model profile name, YAML path or a config.json")
+TP = typer.Option(1, "--tp", help="tensor-parallel GPUs per replica")
+WD = typer.Option("bf16", "--weight-dtype", help="bf16, fp16, fp8, int8 or int4")
+KD = typer.Option("bf16", "--kv-dtype", help="bf16, fp16 or fp8")
+ROOF = typer.Option(False, "--roofline", help="pure physical limit: η = 1, no fixed costs")
+JSON = typer.Option(False, "--json", help="print one JSON object")
+
+
+def _cost_model(gpu: str, model: str, tp: int, weight_dtype: str, kv_dtype: str, roofline: bool) -> CostModel:
+    return CostModel(load_model(model), load_hardware(gpu), tp, weight_dtype, kv_dtype, roofline=roofline)
+
+
+def _nonneg(name: str, v: int) -> None:
+    if v < 0:
+        raise LlmsimError(f"{name} must be ≥ 0 (got {v})")
+
+
+@estimate_app.command("step")
+def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, weight_dtype: str = WD, kv_dtype: str = KD,
+         prefill_tokens: int = typer.Option(0, help="new prompt tokens in the step"),
+         prefill_context: int = typer.Option(0, help="tokens already cached before the chunk"),
+         decode_batch: int = typer.Option(0, help="sequences decoding one token each"),
+         decode_context: int = typer.Option(0, help="context length of each decoding sequence"),
+         roofline: bool = ROOF, json: bool = JSON) -> None:
+    """Time of one engine iteration, by component."""
+    for n, v in (("--prefill-tokens", prefill_tokens), ("--prefill-context", prefill_context),
+                 ("--decode-batch", decode_batch), ("--decode-context", decode_context)):
+        _nonneg(n, v)
+    if prefill_tokens == 0 and decode_batch == 0:
+        raise LlmsimError("an empty step: give --prefill-tokens and/or --decode-batch")
+    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline)
+    chunks = [(prefill_tokens, prefill_context)] if prefill_tokens else []
+    b = cm.step(chunks, decode_batch, float(decode_batch * decode_context))
+    out = {**cm.describe(), **b.as_ms()}
+    if json:
+        print_json(out)
+        return
+    console.print(kv_table(f"one iteration: {model} on {tp}× {gpu}", out.items()))
+    if not roofline and not cm.gpu.calibrated:
+        console.print(f"[yellow]note:[/] {cm.gpu.name} is {cm.gpu.calibration.status}, not calibrated on its own measurements")
+
+
+@estimate_app.command("request")
+def request(gpu: str = GPU, model: str = MODEL, tp: int = TP,
+            input: int = typer.Option(..., "--input", help="prompt tokens"),
+            output: int = typer.Option(..., "--output", help="generated tokens"),
+            mfu: Optional[float] = typer.Option(None, help="also give 2·params·I/(peak·tp·MFU)"),
+            weight_dtype: str = WD, kv_dtype: str = KD, roofline: bool = ROOF,
+            max_num_batched_tokens: int = typer.Option(8192, help="prefill chunk size"),
+            gpu_memory_utilization: float = typer.Option(0.9, help="as in vLLM"),
+            json: bool = JSON) -> None:
+    """No-load TTFT and TPOT of one request, and the replica's memory division."""
+    if input < 1 or output < 1:
+        raise LlmsimError("--input and --output must be ≥ 1")
+    if mfu is not None and not 0 < mfu <= 1:
+        raise LlmsimError(f"--mfu must be in (0, 1] (got {mfu})")
+    if not 0 < gpu_memory_utilization <= 1:
+        raise LlmsimError(f"--gpu-memory-utilization must be in (0, 1] (got {gpu_memory_utilization})")
+    if max_num_batched_tokens < 1:
+        raise LlmsimError("--max-num-batched-tokens must be ≥ 1")
+    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline)
+    mp = cm.model.max_position_embeddings
+    out = request_estimate(cm, input, output, mfu, max_num_batched_tokens, gpu_memory_utilization)
+    if input + output > mp:
+        # An estimate is arithmetic, not a run: say so, but still answer (the
+        # case studies quote generic "7B" numbers past Llama-2's 4K window).
+        note = f"input + output = {input + output} tokens exceeds {cm.model.name}'s context of {mp}"
+        out["warnings"] = [note]
+        err_console.print(f"[yellow]warning:[/] {note}")
+    if json:
+        print_json(out)
+        return
+    gb = lambda x: f"{x / 1e9:.2f} GB"  # noqa: E731
+    rows = [("mode", out["mode"]), ("TTFT (ms)", out["ttft_ms"]), ("TPOT (ms)", out["tpot_ms"]),
+            ("prefill tokens/s", out["prefill_tokens_per_s"]), ("decode tokens/s", out["decode_tokens_per_s"])]
+    if mfu is not None:
+        rows += [(f"prefill at {mfu:.0%} MFU (ms)", out["mfu_prefill_ms"]),
+                 (f"tokens/s at {mfu:.0%} MFU", out["mfu_prefill_tokens_per_s"])]
+    rows += [("KV per token", f"{out['kv_bytes_per_token'] / 1024:.0f} KiB"),
+             ("KV per request", gb(out["kv_bytes_per_request"])), ("weights", gb(out["weights_bytes"])),
+             ("reserve", gb(out["reserve_bytes"])), ("KV capacity", gb(out["kv_capacity_bytes"])),
+             ("concurrent requests that fit", out["max_concurrent_requests"])]
+    console.print(kv_table(f"{model} on {tp}× {gpu}: {input} in / {output} out", rows))

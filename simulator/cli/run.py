@@ -1,0 +1,1 @@
+"""``llmsim run``: placeholder until the engine lands (registered later)."""

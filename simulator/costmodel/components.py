@@ -1,0 +1,80 @@
+"""FLOPs, bytes and time of each op family for one replica shard.
+
+Every function here is per GPU of a tensor-parallel group and works on
+floats or numpy arrays, so the calibration fit can evaluate thousands of
+measured shapes in one call and the engine can evaluate one step cheaply.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from ..profiles.hardware import AllReduceParams, RooflineParams
+from .roofline import blend
+
+_US = 1e-6
+
+
+def gemm_flops_bytes(m, n, k, weight_bytes: float = 2.0, act_bytes: float = 2.0, out_bytes: float = 2.0):
+    """y[m,n] = x[m,k] @ W[k,n]: 2mnk FLOPs; reads x and W once, writes y."""
+    flops = 2.0 * m * n * k
+    nbytes = m * k * act_bytes + k * n * weight_bytes + m * n * out_bytes
+    return flops, nbytes
+
+
+def gemm_time(m, n, k, peak_flops: float, hbm_bw: float, p: RooflineParams,
+              weight_bytes: float = 2.0, act_bytes: float = 2.0):
+    flops, nbytes = gemm_flops_bytes(m, n, k, weight_bytes, act_bytes)
+    eta_c = p.eta_compute
+    if p.m_half > 0:
+        eta_c = eta_c * m / (m + p.m_half)
+    return blend(flops / (peak_flops * eta_c), nbytes / (hbm_bw * p.eta_memory), p.sharpness) + p.fixed_us * _US
+
+
+def prefill_attention_flops_bytes(new_tokens, cached_tokens, heads, kv_heads, head_dim, kv_bytes: float = 2.0):
+    """Causal attention of ``new_tokens`` queries over ``cached + new`` keys.
+
+    QKᵀ and AV are 2 FLOPs per multiply-add each: 4·heads·d per query-key
+    pair; the causal triangle over the new tokens has P(P+1)/2 pairs.
+    Bytes: Q and O in bf16, the whole K/V span read once, new K/V written.
+    """
+    pairs = new_tokens * cached_tokens + new_tokens * (new_tokens + 1) / 2.0
+    flops = 4.0 * heads * head_dim * pairs
+    nbytes = (2.0 * new_tokens * heads * head_dim * 2.0
+              + (cached_tokens + new_tokens) * 2.0 * kv_heads * head_dim * kv_bytes
+              + new_tokens * 2.0 * kv_heads * head_dim * kv_bytes)
+    return flops, nbytes
+
+
+def prefill_attention_time(new_tokens, cached_tokens, heads, kv_heads, head_dim, peak_flops, hbm_bw,
+                           p: RooflineParams, kv_bytes: float = 2.0):
+    flops, nbytes = prefill_attention_flops_bytes(new_tokens, cached_tokens, heads, kv_heads, head_dim, kv_bytes)
+    return blend(flops / (peak_flops * p.eta_compute), nbytes / (hbm_bw * p.eta_memory), p.sharpness) + p.fixed_us * _US
+
+
+def decode_attention_per_context(heads, kv_heads, head_dim, peak_flops, hbm_bw, p: RooflineParams,
+                                 kv_bytes: float = 2.0) -> float:
+    """Seconds per cached context token of one decode-attention layer.
+
+    Both roofs are proportional to the total context of the batch, and the
+    blend is homogeneous, so decode attention is exactly
+    ``rate · Σcontext + per_seq · batch + fixed`` — the affine form the fast
+    engine integrates in closed form.
+    """
+    flops = 4.0 * heads * head_dim
+    nbytes = 2.0 * kv_heads * head_dim * kv_bytes
+    return float(blend(flops / (peak_flops * p.eta_compute), nbytes / (hbm_bw * p.eta_memory), p.sharpness))
+
+
+def decode_attention_time(batch, total_context, heads, kv_heads, head_dim, peak_flops, hbm_bw,
+                          p: RooflineParams, kv_bytes: float = 2.0):
+    rate = decode_attention_per_context(heads, kv_heads, head_dim, peak_flops, hbm_bw, p, kv_bytes)
+    busy = np.asarray(batch) > 0 if isinstance(batch, np.ndarray) else batch > 0
+    return (rate * total_context + p.per_seq_us * _US * batch + p.fixed_us * _US) * busy
+
+
+def allreduce_time(message_bytes, num_gpus: int, link_bw: float, p: AllReduceParams):
+    """Ring all-reduce: each GPU sends and receives 2(n−1)/n of the message."""
+    if num_gpus <= 1:
+        return 0.0 * message_bytes
+    traffic = 2.0 * (num_gpus - 1) / num_gpus * message_bytes
+    return p.latency_us * _US + traffic / (link_bw * p.eta_bandwidth)

@@ -1,0 +1,232 @@
+"""Time of one engine iteration on one replica.
+
+An iteration runs every layer once over all tokens scheduled in it: decode
+tokens (one per running sequence) and prefill chunks (each with the context
+already cached before it). Its time is the sum of op families — linear
+layers, attention, tensor-parallel all-reduces, other elementwise work — plus
+a fixed per-iteration overhead. The engine calls :meth:`CostModel.step_time`
+once per scheduled iteration and :meth:`CostModel.decode_coefficients` to
+integrate runs of decode-only iterations in closed form, so both are cheap:
+everything that depends only on the token count is memoised.
+"""
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass
+from typing import Sequence
+
+from ..dtypes import BYTES, compute_dtype, normalize
+from ..errors import LlmsimError
+from ..profiles.hardware import Calibration, HardwareProfile
+from ..profiles.model import ModelProfile
+from . import components as C
+from .roofline import blend
+
+ROOFLINE = Calibration(status="roofline")
+_US = 1e-6
+
+# Elementwise bytes per token per layer (bf16), in units of hidden / ffn
+# elements: two RMSNorms (read+write), residual adds, rotary on q/k, and the
+# gated activation (read gate+up, write one).
+_OTHER_HIDDEN_RW = 10.0
+_OTHER_FFN_RW = 3.0
+
+
+@dataclass(frozen=True)
+class StepBreakdown:
+    """Seconds per component, plus the roofline's FLOPs and bytes."""
+
+    total_s: float
+    linear_s: float
+    attention_s: float
+    comm_s: float
+    other_s: float
+    overhead_s: float
+    flops: float
+    bytes: float
+    bound: str
+
+    def as_ms(self) -> dict:
+        d = asdict(self)
+        out = {k.replace("_s", "_ms"): v * 1e3 for k, v in d.items() if k.endswith("_s")}
+        out.update(flops=self.flops, bytes=self.bytes, bound=self.bound)
+        return out
+
+
+class CostModel:
+    """The iteration-time function for (model, GPU, TP, dtypes)."""
+
+    def __init__(self, model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
+                 kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None):
+        weight_dtype, kv_dtype = normalize(weight_dtype), normalize(kv_dtype)
+        if weight_dtype not in ("bf16", "fp16", "fp8", "int8", "int4"):
+            raise LlmsimError(f"unknown weight dtype {weight_dtype!r}; expected bf16, fp16, fp8, int8 or int4")
+        if kv_dtype not in ("bf16", "fp16", "fp8"):
+            raise LlmsimError(f"unknown KV dtype {kv_dtype!r}; expected bf16, fp16 or fp8")
+        if tp < 1 or model.num_attention_heads % tp:
+            raise LlmsimError(f"tp={tp} must divide the {model.num_attention_heads} attention heads of {model.name}")
+        if tp > gpu.interconnect.max_tp:
+            raise LlmsimError(f"tp={tp} exceeds the {gpu.interconnect.max_tp} GPUs {gpu.name} can join in one tensor-parallel group")
+        self.model, self.gpu, self.tp = model, gpu, tp
+        self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
+        self.roofline = roofline
+        self.cal = ROOFLINE if roofline else gpu.calibration
+        if iteration_overhead_ms is None:
+            iteration_overhead_ms = self.cal.iteration_overhead_ms
+        self.overhead_s = 0.0 if roofline else iteration_overhead_ms * 1e-3
+
+        m, L = model, model.num_hidden_layers
+        self.layers = L
+        self.heads = m.num_attention_heads // tp
+        # vLLM replicates KV heads when there are fewer than TP ranks.
+        self.kv_heads = max(1, m.kv_heads // tp)
+        self.head_dim = m.dim_head
+        self.w_bytes = BYTES[weight_dtype]
+        self.a_bytes = 1.0 if compute_dtype(weight_dtype) in ("fp8", "int8") and gpu.has_unit(compute_dtype(weight_dtype)) else 2.0
+        self.kv_bytes = BYTES[kv_dtype]
+        self.peak_linear = gpu.peak_flops(compute_dtype(weight_dtype))
+        self.peak_attn = gpu.peak_flops("bf16")
+        self.hbm_bw = gpu.hbm_bandwidth
+        self.link_bw = gpu.interconnect.bandwidth_gb_s * 1e9
+        h, ffn = m.hidden_size, m.intermediate_size
+        gate = 2 if m.is_gated else 1
+        # (n, k) of each per-layer GEMM on one TP shard.
+        self.layer_gemms = [
+            ((m.q_dim + 2 * m.kv_dim) // tp, h),   # fused QKV (column parallel)
+            (h, m.q_dim // tp),                     # output projection (row parallel)
+            (gate * ffn // tp, h),                  # fused gate+up
+            (h, ffn // tp),                         # down projection
+        ]
+        self.lm_head = (m.vocab_size // tp, h)
+        self.other_bytes_per_token = (_OTHER_HIDDEN_RW * h + _OTHER_FFN_RW * ffn / tp) * 2.0
+
+        self.decode_rate = L * C.decode_attention_per_context(
+            self.heads, self.kv_heads, self.head_dim, self.peak_attn, self.hbm_bw, self.cal.attention_decode, self.kv_bytes)
+        self.decode_per_seq = L * self.cal.attention_decode.per_seq_us * _US
+        self.decode_fixed = L * self.cal.attention_decode.fixed_us * _US
+        self._token_cache: dict[int, float] = {}
+        self._lm_cache: dict[int, float] = {}
+
+    # --- components that depend only on token counts (memoised) -----------
+    def _gemm(self, mtok: float, n: int, k: int, wbytes: float) -> float:
+        return float(C.gemm_time(mtok, n, k, self.peak_linear, self.hbm_bw, self.cal.gemm, wbytes, self.a_bytes))
+
+    def linear_time(self, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        return self.layers * sum(self._gemm(tokens, n, k, self.w_bytes) for n, k in self.layer_gemms)
+
+    def lm_head_time(self, seqs: int) -> float:
+        t = self._lm_cache.get(seqs)
+        if t is None:
+            n, k = self.lm_head
+            t = self._gemm(seqs, n, k, 2.0) if seqs > 0 else 0.0
+            self._lm_cache[seqs] = t
+        return t
+
+    def comm_time(self, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        msg = tokens * self.model.hidden_size * 2.0
+        return 2 * self.layers * float(C.allreduce_time(msg, self.tp, self.link_bw, self.cal.allreduce))
+
+    def other_time(self, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        p = self.cal.other
+        return self.layers * (tokens * self.other_bytes_per_token / (self.hbm_bw * p.eta_memory) + p.fixed_us * _US)
+
+    def token_time(self, tokens: int) -> float:
+        """Linear + comm + other for ``tokens`` scheduled tokens (memoised)."""
+        t = self._token_cache.get(tokens)
+        if t is None:
+            t = self.linear_time(tokens) + self.comm_time(tokens) + self.other_time(tokens)
+            self._token_cache[tokens] = t
+        return t
+
+    def prefill_attention_time(self, chunks: Sequence[tuple[int, int]]) -> float:
+        if not chunks:
+            return 0.0
+        p = self.cal.attention_prefill
+        flops = nbytes = 0.0
+        for new, cached in chunks:
+            f, b = C.prefill_attention_flops_bytes(new, cached, self.heads, self.kv_heads, self.head_dim, self.kv_bytes)
+            flops += f
+            nbytes += b
+        t = blend(flops / (self.peak_attn * p.eta_compute), nbytes / (self.hbm_bw * p.eta_memory), p.sharpness)
+        return self.layers * (t + p.fixed_us * _US)
+
+    def decode_attention_time(self, batch: int, total_context: float) -> float:
+        if batch <= 0:
+            return 0.0
+        return self.decode_rate * total_context + self.decode_per_seq * batch + self.decode_fixed
+
+    # --- the iteration ---------------------------------------------------
+    def step_time(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
+                  decode_context: float = 0.0, sampling_seqs: int | None = None) -> float:
+        """Seconds for one iteration. ``decode_context`` is the total number of
+        KV tokens the decode tokens attend to (Σ context over the batch)."""
+        tokens = decode_batch + sum(c[0] for c in prefill_chunks)
+        if tokens == 0:
+            return 0.0
+        if sampling_seqs is None:
+            sampling_seqs = decode_batch + len(prefill_chunks)
+        return (self.token_time(tokens) + self.lm_head_time(sampling_seqs)
+                + self.prefill_attention_time(prefill_chunks)
+                + self.decode_attention_time(decode_batch, decode_context) + self.overhead_s)
+
+    def decode_coefficients(self, batch: int) -> tuple[float, float]:
+        """(a, b) with step_time(decode only, batch, S) == a + b·S exactly."""
+        a = (self.token_time(batch) + self.lm_head_time(batch) + self.decode_per_seq * batch
+             + self.decode_fixed + self.overhead_s)
+        return a, self.decode_rate
+
+    def step(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
+             decode_context: float = 0.0, sampling_seqs: int | None = None) -> StepBreakdown:
+        """The same iteration as :meth:`step_time`, itemised, with FLOPs and bytes."""
+        tokens = decode_batch + sum(c[0] for c in prefill_chunks)
+        if sampling_seqs is None:
+            sampling_seqs = decode_batch + len(prefill_chunks)
+        L = self.layers
+        flops = nbytes = 0.0
+        t_compute = t_memory = 0.0
+        for n, k in self.layer_gemms:
+            f, b = C.gemm_flops_bytes(tokens, n, k, self.w_bytes, self.a_bytes)
+            flops += L * f
+            nbytes += L * b
+            t_compute += L * f / self.peak_linear
+            t_memory += L * b / self.hbm_bw
+        if sampling_seqs:
+            f, b = C.gemm_flops_bytes(sampling_seqs, *self.lm_head, 2.0, self.a_bytes)
+            flops += f
+            nbytes += b
+            t_compute += f / self.peak_linear
+            t_memory += b / self.hbm_bw
+        for new, cached in prefill_chunks:
+            f, b = C.prefill_attention_flops_bytes(new, cached, self.heads, self.kv_heads, self.head_dim, self.kv_bytes)
+            flops += L * f
+            nbytes += L * b
+            t_compute += L * f / self.peak_attn
+            t_memory += L * b / self.hbm_bw
+        if decode_batch:
+            f = L * 4.0 * self.heads * self.head_dim * decode_context
+            b = L * 2.0 * self.kv_heads * self.head_dim * self.kv_bytes * decode_context
+            flops += f
+            nbytes += b
+            t_compute += f / self.peak_attn
+            t_memory += b / self.hbm_bw
+        nbytes += L * tokens * self.other_bytes_per_token
+        t_memory += L * tokens * self.other_bytes_per_token / self.hbm_bw
+        linear = self.linear_time(tokens) + self.lm_head_time(sampling_seqs) if tokens else 0.0
+        attention = self.prefill_attention_time(prefill_chunks) + self.decode_attention_time(decode_batch, decode_context)
+        comm = self.comm_time(tokens)
+        other = self.other_time(tokens)
+        overhead = self.overhead_s if tokens else 0.0
+        total = linear + attention + comm + other + overhead
+        return StepBreakdown(total, linear, attention, comm, other, overhead, flops, nbytes,
+                             "compute" if t_compute >= t_memory else "memory")
+
+    def describe(self) -> dict:
+        return {"gpu": self.gpu.name, "model": self.model.name, "tp": self.tp,
+                "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype,
+                "mode": "roofline" if self.roofline else self.cal.status}
+

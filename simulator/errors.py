@@ -1,0 +1,71 @@
+"""User-facing errors.
+
+Bad input is the common case for a YAML-driven tool, so every problem a user
+can cause is raised as :class:`LlmsimError` carrying the file and key path.
+The CLI turns it into one line on stderr and exit code 2; nothing else is
+allowed to escape as a traceback.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Iterable
+
+__all__ = ["LlmsimError", "format_key_path", "from_validation_error"]
+
+
+class LlmsimError(Exception):
+    """An error caused by the user's input, reported without a traceback."""
+
+    exit_code = 2
+
+    def __init__(self, message: str, *, source: str | Path | None = None, key_path: str | None = None):
+        self.message = message
+        self.source = str(source) if source is not None else None
+        self.key_path = key_path
+        super().__init__(self.render())
+
+    def render(self) -> str:
+        where = []
+        if self.source:
+            where.append(self.source)
+        if self.key_path:
+            where.append(self.key_path)
+        prefix = ": ".join(where)
+        return f"{prefix}: {self.message}" if prefix else self.message
+
+
+def format_key_path(loc: Iterable[Any]) -> str:
+    """Render a pydantic location tuple as ``pools[0].engine.block_size``."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            # pydantic puts union/tagged-union member names in the location;
+            # they are not keys the user wrote.
+            text = str(part)
+            if text.startswith("function-") or text in {"tagged-union", "union"}:
+                continue
+            out += ("." if out else "") + text
+    return out or "(top level)"
+
+
+def from_validation_error(err: Any, source: str | Path | None) -> LlmsimError:
+    """Turn a pydantic ValidationError into one readable LlmsimError.
+
+    All problems are listed (a user fixing a scenario wants every typo at
+    once), each as ``key.path: what was expected``.
+    """
+    lines = []
+    for e in err.errors():
+        path = format_key_path(e.get("loc", ()))
+        msg = e.get("msg", "invalid value")
+        if e.get("type") == "extra_forbidden":
+            msg = "unknown key (check the spelling; see `llmsim schema`)"
+        elif "input" in e and e.get("type") not in ("missing",) and not isinstance(e["input"], (dict, list)):
+            msg = f"{msg} (got {e['input']!r})"
+        lines.append(f"{path}: {msg}")
+    if len(lines) == 1:
+        key, _, msg = lines[0].partition(": ")
+        return LlmsimError(msg, source=source, key_path=key)
+    return LlmsimError("invalid input:\n  " + "\n  ".join(lines), source=source)

@@ -1,0 +1,64 @@
+"""Back-of-envelope numbers the case studies start from, from the cost model.
+
+A no-load request: TTFT is its prefill (chunked as the engine would), TPOT
+the mean decode step of a batch of one over the request's growing context.
+With ``mfu`` the case studies' own arithmetic ``2·params·I/(peak·tp·MFU)``
+is reported beside it, so a reader can see both.
+"""
+from __future__ import annotations
+
+from .costmodel import CostModel
+from .dtypes import compute_dtype
+from .memory import plan_memory
+
+
+def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: float | None = None,
+                     max_num_batched_tokens: int = 8192, gpu_memory_utilization: float = 0.9,
+                     block_size: int = 16) -> dict:
+    prefill_s = 0.0
+    done = 0
+    while done < input_tokens:
+        chunk = min(max_num_batched_tokens, input_tokens - done)
+        last = done + chunk >= input_tokens
+        prefill_s += cm.step_time([(chunk, done)], 0, 0.0, sampling_seqs=1 if last else 0)
+        done += chunk
+    if output_tokens > 1:
+        # Decode step i reads input + i tokens; the step is affine in context,
+        # so the mean step is the step at the mean context.
+        mean_ctx = input_tokens + output_tokens / 2.0
+        a, b = cm.decode_coefficients(1)
+        tpot_s = a + b * mean_ctx
+    else:
+        tpot_s = 0.0
+    mem = plan_memory(cm.model, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype, gpu_memory_utilization,
+                      max_num_batched_tokens, block_size=block_size)
+    kv_tok = cm.model.kv_bytes_per_token(cm.kv_dtype)
+    out = {
+        "gpu": cm.gpu.name,
+        "model": cm.model.name,
+        "tp": cm.tp,
+        "weight_dtype": cm.weight_dtype,
+        "kv_dtype": cm.kv_dtype,
+        "mode": "roofline" if cm.roofline else cm.gpu.calibration.status,
+        "input_tokens": input_tokens,
+        "output_tokens": output_tokens,
+        "ttft_ms": prefill_s * 1e3,
+        "tpot_ms": tpot_s * 1e3,
+        "e2e_ms": (prefill_s + tpot_s * max(output_tokens - 1, 0)) * 1e3,
+        "prefill_tokens_per_s": input_tokens / prefill_s if prefill_s else float("inf"),
+        "decode_tokens_per_s": 1.0 / tpot_s if tpot_s else float("inf"),
+        "kv_bytes_per_token": kv_tok,
+        "kv_bytes_per_request": kv_tok * (input_tokens + output_tokens),
+        "weights_bytes": mem.weights_bytes,
+        "reserve_bytes": mem.reserve_bytes,
+        "kv_capacity_bytes": mem.kv_capacity_bytes,
+        "kv_capacity_tokens": mem.kv_capacity_tokens,
+        "max_concurrent_requests": mem.max_concurrent(input_tokens + output_tokens),
+        "total_memory_bytes": mem.total_bytes,
+    }
+    if mfu is not None:
+        peak = cm.gpu.peak_flops(compute_dtype(cm.weight_dtype)) * cm.tp
+        out["mfu"] = mfu
+        out["mfu_prefill_ms"] = 2.0 * cm.model.num_params * input_tokens / (peak * mfu) * 1e3
+        out["mfu_prefill_tokens_per_s"] = peak * mfu / (2.0 * cm.model.num_params)
+    return out

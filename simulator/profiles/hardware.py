@@ -1,0 +1,144 @@
+"""GPU profiles: datasheet peaks, prices, and the calibrated efficiencies.
+
+The datasheet numbers say what the silicon could do; the ``calibration``
+block says what vLLM's kernels actually get out of it, fitted by
+``llmsim calibrate`` against measured kernel times. A profile without
+measurements carries parameters transferred from a measured sibling and says
+so (``status: transferred``), and every report repeats that flag.
+"""
+from __future__ import annotations
+
+import math
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import LlmsimError, from_validation_error
+from .loader import read_structured, resolve
+
+GIB = 2**30
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RooflineParams(_Strict):
+    """One op family: time = softmax_s(F/(peak·η_c), B/(BW·η_m)) + fixed.
+
+    ``sharpness`` s blends the compute and memory roofs: s = ∞ is the hard
+    max of the textbook roofline; a finite s makes the knee gradual, as
+    measured kernels are near the ridge point.
+    """
+
+    eta_compute: float = Field(default=1.0, gt=0, le=1.5)
+    eta_memory: float = Field(default=1.0, gt=0, le=1.5)
+    sharpness: float = Field(default=math.inf, gt=0)
+    fixed_us: float = Field(default=0.0, ge=0)
+    # GEMMs only: compute efficiency ramps up with the token count m as
+    # η_c · m / (m + m_half) (small-m tiles leave tensor cores idle).
+    m_half: float = Field(default=0.0, ge=0)
+    # decode attention only: per-sequence cost (split-KV reduction, q load).
+    per_seq_us: float = Field(default=0.0, ge=0)
+
+
+class AllReduceParams(_Strict):
+    """t = latency + 2(n−1)/n · bytes / (link_bw · η) (ring all-reduce bus traffic)."""
+
+    eta_bandwidth: float = Field(default=1.0, gt=0, le=1.5)
+    latency_us: float = Field(default=0.0, ge=0)
+
+
+class FitError(_Strict):
+    median_ape: float
+    p90_ape: float
+    n: int
+
+
+class Calibration(_Strict):
+    status: Literal["calibrated", "transferred", "roofline"] = "roofline"
+    source: str = ""
+    fitted_on: str = ""
+    transferred_from: Optional[str] = None
+    rule: str = ""
+    gemm: RooflineParams = RooflineParams()
+    attention_prefill: RooflineParams = RooflineParams()
+    attention_decode: RooflineParams = RooflineParams()
+    allreduce: AllReduceParams = AllReduceParams()
+    # Norms, activations, rotary, residuals, sampling: memory-bound
+    # elementwise work the kernel data does not cover.
+    other: RooflineParams = RooflineParams()
+    # Scheduler, launch and sampling time per engine iteration that no kernel
+    # timing under CUDA graphs shows. An engine setting may override it.
+    iteration_overhead_ms: float = Field(default=0.0, ge=0)
+    error: dict[str, FitError] = {}
+
+
+class Interconnect(_Strict):
+    kind: Literal["nvlink", "pcie", "none"] = "nvlink"
+    bandwidth_gb_s: float = Field(gt=0, description="per GPU, per direction, GB/s (1e9)")
+    max_tp: int = Field(default=8, ge=1)
+
+
+class Price(_Strict):
+    usd_per_gpu_hour: float = Field(gt=0)
+    source: str = ""
+
+
+class HardwareProfile(_Strict):
+    name: str
+    display_name: str = ""
+    source: str = ""
+    hbm_gib: float = Field(gt=0, description="HBM capacity, GiB")
+    hbm_bandwidth_tb_s: float = Field(gt=0, description="TB/s (1e12)")
+    peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8"], float]
+    interconnect: Interconnect
+    host_link_gb_s: float = Field(gt=0, description="host-to-GPU bandwidth for weight loading, GB/s")
+    price: Price
+    calibration: Calibration = Calibration()
+
+    @property
+    def hbm_bytes(self) -> float:
+        return self.hbm_gib * GIB
+
+    @property
+    def hbm_bandwidth(self) -> float:
+        return self.hbm_bandwidth_tb_s * 1e12
+
+    def peak_flops(self, compute_dtype: str) -> float:
+        """Dense tensor-core FLOP/s; falls back to bf16 where the GPU lacks the unit."""
+        d = "bf16" if compute_dtype == "fp16" else compute_dtype
+        tf = self.peak_tflops.get(d) or self.peak_tflops.get("bf16") or self.peak_tflops["fp16"]
+        return tf * 1e12
+
+    def has_unit(self, compute_dtype: str) -> bool:
+        return compute_dtype in self.peak_tflops
+
+    @property
+    def calibrated(self) -> bool:
+        return self.calibration.status == "calibrated"
+
+    def summary(self) -> dict:
+        return {
+            "name": self.name,
+            "hbm_gib": self.hbm_gib,
+            "hbm_tb_s": self.hbm_bandwidth_tb_s,
+            "bf16_tflops": self.peak_tflops.get("bf16"),
+            "fp8_tflops": self.peak_tflops.get("fp8"),
+            "int8_tops": self.peak_tflops.get("int8"),
+            "link_gb_s": self.interconnect.bandwidth_gb_s,
+            "usd_per_gpu_hour": self.price.usd_per_gpu_hour,
+            "calibration": self.calibration.status,
+        }
+
+
+def load_hardware(name_or_path: str) -> HardwareProfile:
+    path = resolve("hardware_profiles", name_or_path)
+    data = read_structured(path)
+    if not isinstance(data, dict):
+        raise LlmsimError("expected a mapping of hardware keys", source=path)
+    data.setdefault("name", path.stem)
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as e:
+        raise from_validation_error(e, path) from None

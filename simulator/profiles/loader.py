@@ -1,0 +1,72 @@
+"""Finding and reading profile and scenario files.
+
+Built-in profiles live in the repository's ``hardware_profiles/`` and
+``model_profiles/`` folders and are shipped as ``simulator.data.*`` package
+data, so they resolve the same from a checkout, an editable install and a
+wheel installed anywhere.
+"""
+from __future__ import annotations
+
+import json
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from ..errors import LlmsimError
+
+_REPO_ROOT = Path(__file__).resolve().parents[2]
+
+
+def builtin_dir(kind: str) -> Path:
+    """Directory of built-in ``hardware_profiles``, ``model_profiles`` or ``scenarios``."""
+    checkout = _REPO_ROOT / kind
+    if checkout.is_dir() and any(checkout.glob("*.yaml")):
+        return checkout
+    try:
+        pkg = resources.files(f"simulator.data.{kind}")
+        return Path(str(pkg))
+    except (ModuleNotFoundError, TypeError):
+        return checkout
+
+
+def read_structured(path: Path) -> Any:
+    """Read YAML or JSON, turning every read/parse problem into an LlmsimError."""
+    try:
+        text = path.read_text()
+    except FileNotFoundError:
+        raise LlmsimError("file not found", source=path) from None
+    except OSError as e:
+        raise LlmsimError(f"cannot read file ({e.strerror})", source=path) from None
+    try:
+        if path.suffix == ".json":
+            return json.loads(text)
+        return yaml.safe_load(text)
+    except json.JSONDecodeError as e:
+        raise LlmsimError(f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}", source=path) from None
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
+        problem = getattr(e, "problem", None) or str(e)
+        raise LlmsimError(f"invalid YAML{where}: {problem}", source=path) from None
+
+
+def resolve(kind: str, name_or_path: str) -> Path:
+    """A built-in name (``h100-sxm``) or a path to the user's own file."""
+    p = Path(name_or_path).expanduser()
+    if p.suffix in (".yaml", ".yml", ".json") or p.exists():
+        if not p.exists():
+            raise LlmsimError("file not found", source=p)
+        return p
+    d = builtin_dir(kind)
+    cand = d / f"{name_or_path.lower()}.yaml"
+    if cand.exists():
+        return cand
+    valid = ", ".join(list_builtin(kind))
+    noun = {"hardware_profiles": "GPU", "model_profiles": "model", "scenarios": "scenario"}[kind]
+    raise LlmsimError(f"unknown {noun} {name_or_path!r}; valid names: {valid} (or a path to a YAML/JSON file)")
+
+
+def list_builtin(kind: str) -> list[str]:
+    return sorted(p.stem for p in builtin_dir(kind).glob("*.yaml"))

@@ -1,0 +1,1 @@
+"""Traffic: arrival processes, length distributions, sessions and trace readers."""
