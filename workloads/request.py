@@ -1,0 +1,74 @@
+"""The request record: what the workload creates and every stage stamps.
+
+A request carries no text. Its timestamps are written once by the stage that
+owns them (arrival by the workload, the rest by the engine), and every
+latency metric is derived from them, never re-estimated.
+"""
+from __future__ import annotations
+
+import math
+from enum import IntEnum
+
+NAN = math.nan
+
+
+class Status(IntEnum):
+    PENDING = 0
+    FINISHED = 1
+    REJECTED = 2
+    CANCELLED = 3
+
+
+class Request:
+    """One inference request (slotted: a million of them must stay small)."""
+
+    __slots__ = ("id", "arrival", "input_tokens", "output_tokens", "session", "klass", "priority",
+                 "admitted", "first_token", "finish", "status", "replica", "preemptions", "cached_tokens",
+                 "blocks")
+
+    def __init__(self, id: int, arrival: float, input_tokens: int, output_tokens: int,
+                 session: int = -1, klass: str = "default", priority: int = 0, blocks: tuple | None = None):
+        self.id = id
+        self.arrival = arrival
+        self.input_tokens = input_tokens
+        self.output_tokens = output_tokens
+        self.session = session
+        self.klass = klass
+        self.priority = priority
+        self.blocks = blocks
+        self.admitted = NAN
+        self.first_token = NAN
+        self.finish = NAN
+        self.status = Status.PENDING
+        self.replica = -1
+        self.preemptions = 0
+        self.cached_tokens = 0
+
+    @property
+    def ttft(self) -> float:
+        return self.first_token - self.arrival
+
+    @property
+    def e2e(self) -> float:
+        return self.finish - self.arrival
+
+    def __repr__(self) -> str:  # pragma: no cover - debugging aid
+        return (f"Request({self.id}, t={self.arrival:.4f}, in={self.input_tokens}, out={self.output_tokens}, "
+                f"status={self.status.name}, ttft={self.ttft:.4f}, e2e={self.e2e:.4f})")
+
+
+RECORD_COLUMNS = ["id", "arrival", "admitted", "first_token", "finish", "input_tokens", "output_tokens",
+                  "status", "replica", "preemptions", "cached_tokens", "session", "klass"]
+
+
+def to_columns(requests) -> dict:
+    """Column arrays of the per-request table (for pandas or metrics)."""
+    import numpy as np
+
+    cols = {c: [] for c in RECORD_COLUMNS}
+    for r in requests:
+        for c in RECORD_COLUMNS:
+            cols[c].append(getattr(r, c))
+    out = {c: np.asarray(v) for c, v in cols.items()}
+    out["status"] = np.asarray([Status(s).name.lower() for s in cols["status"]], dtype=object)
+    return out
