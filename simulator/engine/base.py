@@ -1,0 +1,151 @@
+"""What every replica engine shares: identity, admission checks, bookkeeping.
+
+Both engines implement the same scheduling semantics (see
+docs/ARCHITECTURE.md, "Scheduling semantics"); only how they advance time
+differs. Events: arrivals are scheduled URGENT, iteration boundaries NORMAL,
+so every arrival at time t is visible to a boundary at time t.
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Callable, Optional
+
+import simpy
+from simpy.events import NORMAL
+
+from ..costmodel import CostModel
+from ..metrics.gaps import GapLog
+from .blocks import ceil_div
+from .config import EngineConfig
+from .sequence import Seq
+from workloads.request import Request, Status
+
+
+class TimeAverage:
+    """Time-weighted mean and max of a piecewise-constant quantity."""
+
+    __slots__ = ("area", "last_t", "value", "max", "t0")
+
+    def __init__(self, t0: float = 0.0) -> None:
+        self.area = 0.0
+        self.last_t = t0
+        self.t0 = t0
+        self.value = 0.0
+        self.max = 0.0
+
+    def set(self, now: float, value: float) -> None:
+        self.area += (now - self.last_t) * self.value
+        self.last_t = now
+        self.value = value
+        if value > self.max:
+            self.max = value
+
+    def mean(self, now: float) -> float:
+        span = now - self.t0
+        return (self.area + (now - self.last_t) * self.value) / span if span > 0 else 0.0
+
+
+class ReplicaBase:
+    """One model replica: a queue, a running batch and a paged KV cache."""
+
+    def __init__(self, env: simpy.Environment, index: int, cm: CostModel, cfg: EngineConfig, num_blocks: int,
+                 gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None, max_model_len: int | None = None):
+        self.env = env
+        self.index = index
+        self.cm = cm
+        self.cfg = cfg
+        self.bs = cfg.block_size
+        self.num_blocks = num_blocks
+        self.max_model_len = max_model_len or cm.model.max_position_embeddings
+        self.gaps = gaps
+        self.on_done = on_done
+        self.waiting: deque[Seq] = deque()
+        self.busy = False
+        self.next_order = 0
+        self.outstanding = 0
+        self.outstanding_tokens = 0
+        self.preemptions = 0
+        self.busy_time = 0.0
+        self.iterations = 0
+        self.queue_len = TimeAverage()
+        self.batch_size = TimeAverage()
+        self.kv_used_area = 0.0
+        self.kv_used_max = 0
+        self.now_kv_used = 0
+
+    # --- arrivals ----------------------------------------------------------
+    def can_ever_serve(self, req: Request) -> bool:
+        """A request that could not complete even alone on this replica is
+        rejected on arrival rather than left to starve the queue."""
+        if req.input_tokens + req.output_tokens > self.max_model_len:
+            return False
+        need = req.input_tokens + req.output_tokens - 1
+        if self.cfg.scheduler == "static":
+            need = req.input_tokens + req.output_tokens
+        return ceil_div(max(need, 1), self.bs) <= self.num_blocks
+
+    def submit(self, req: Request) -> None:
+        now = self.env.now
+        req.replica = self.index
+        if not self.can_ever_serve(req):
+            req.status = Status.REJECTED
+            req.finish = now
+            if self.on_done:
+                self.on_done(req)
+            return
+        self.outstanding += 1
+        self.outstanding_tokens += req.input_tokens + req.output_tokens
+        self.waiting.append(Seq(req))
+        self.queue_len.set(now, len(self.waiting))
+        if not self.busy:
+            self.busy = True
+            self._schedule(0.0, self._boundary)
+        else:
+            self._on_arrival_while_busy(now)
+
+    def _on_arrival_while_busy(self, now: float) -> None:
+        """Hook for the fast engine to cut a skipped stretch short."""
+
+    def _schedule(self, delay: float, callback) -> simpy.Event:
+        ev = simpy.Event(self.env)
+        ev._ok = True
+        ev._value = None
+        ev.callbacks.append(callback)
+        self.env.schedule(ev, NORMAL, delay)
+        return ev
+
+    def _finish_request(self, seq: Seq, now: float) -> None:
+        from .sequence import finish
+        finish(seq, now)
+        self.outstanding -= 1
+        self.outstanding_tokens -= seq.req.input_tokens + seq.req.output_tokens
+        if self.on_done:
+            self.on_done(seq.req)
+
+    def _admit_stamp(self, seq: Seq, now: float) -> None:
+        if math.isnan(seq.req.admitted):
+            seq.req.admitted = now
+        seq.order = self.next_order
+        self.next_order += 1
+
+    def _account(self, duration: float, kv_start: int, kv_end: int, running: int) -> None:
+        self.busy_time += duration
+        self.kv_used_area += duration * (kv_start + kv_end) / 2.0
+        if kv_end > self.kv_used_max:
+            self.kv_used_max = kv_end
+        self.now_kv_used = kv_end
+
+    def stats(self, now: float) -> dict:
+        return {
+            "preemptions": self.preemptions,
+            "busy_time": self.busy_time,
+            "iterations": self.iterations,
+            "kv_used_area": self.kv_used_area,
+            "kv_used_max": self.kv_used_max,
+            "num_blocks": self.num_blocks,
+            "queue_mean": self.queue_len.mean(now),
+            "queue_max": self.queue_len.max,
+            "batch_mean": self.batch_size.mean(now),
+            "batch_max": self.batch_size.max,
+        }

@@ -1,0 +1,34 @@
+"""Engine settings of one replica, with vLLM's names and defaults."""
+from __future__ import annotations
+
+from typing import Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+
+class EngineConfig(BaseModel):
+    """How a replica schedules and stores KV (vLLM's flags where they exist)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    max_num_seqs: int = Field(default=256, ge=1, description="max sequences in a batch")
+    max_num_batched_tokens: int = Field(default=8192, ge=1, description="token budget of one iteration")
+    chunked_prefill: bool = Field(default=True, description="split prompts to fill the token budget beside decodes")
+    block_size: int = Field(default=16, ge=1, le=1024, description="tokens per KV block")
+    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    weight_dtype: Literal["bf16", "fp16", "fp8", "int8", "int4"] = "bf16"
+    kv_dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    scheduler: Literal["continuous", "static"] = Field(
+        default="continuous",
+        description="continuous: iteration-level batching (vLLM); static: a batch runs to completion (old TGI/FT)")
+    iteration_overhead_ms: Optional[float] = Field(
+        default=None, ge=0, description="per-iteration CPU/launch overhead; default from the GPU profile")
+    num_gpu_blocks_override: Optional[int] = Field(default=None, ge=1, description="force the KV capacity in blocks")
+
+    @model_validator(mode="after")
+    def _budget_holds_a_batch(self) -> "EngineConfig":
+        if self.max_num_batched_tokens < self.max_num_seqs and self.scheduler == "continuous":
+            raise ValueError(
+                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be ≥ max_num_seqs "
+                f"({self.max_num_seqs}): every running sequence needs one token per iteration")
+        return self

@@ -1,0 +1,160 @@
+"""The reference engine: one event per iteration, every request touched.
+
+Deliberately simple and slow. It is the oracle the fast engine is tested
+against (same per-request timestamps within float tolerance); when the two
+disagree, this one is right. Keep it free of cleverness.
+"""
+from __future__ import annotations
+
+import math
+
+from .base import ReplicaBase
+from .blocks import ceil_div
+from .sequence import DECODE, PREFILL, Seq
+
+
+class ReferenceReplica(ReplicaBase):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.running: list[Seq] = []      # admission order
+        self.free = self.num_blocks
+
+    # --- planning one iteration ----------------------------------------------
+    def _preempt_newest(self) -> Seq:
+        v = self.running.pop()
+        self.free += v.blocks
+        v.reset_for_recompute()
+        self.preemptions += 1
+        return v
+
+    def _allocate_decodes(self) -> tuple[list[Seq], list[Seq]]:
+        decodes, victims = [], []
+        for s in list(self.running):
+            if s not in self.running or s.state != DECODE:
+                continue
+            need = ceil_div(s.kv + 1, self.bs) - s.blocks
+            preempted_self = False
+            while need > self.free:
+                v = self._preempt_newest()
+                victims.append(v)
+                if v is s:
+                    preempted_self = True
+                    break
+            if preempted_self:
+                continue
+            self.free -= need
+            s.blocks += need
+            decodes.append(s)
+        for v in victims:
+            self.waiting.appendleft(v)
+        return decodes, victims
+
+    def _admit(self, s: Seq, blocks: int, now: float) -> None:
+        self.waiting.popleft()
+        self.free -= blocks
+        s.blocks = blocks
+        s.state = PREFILL
+        self._admit_stamp(s, now)
+        self.running.append(s)
+
+    def _plan(self, now: float):
+        cfg = self.cfg
+        budget = cfg.max_num_batched_tokens
+        chunks: list[tuple[Seq, int]] = []
+        decodes: list[Seq] = []
+        if cfg.scheduler == "static":
+            if not self.running:
+                while self.waiting and len(self.running) < cfg.max_num_seqs:
+                    s = self.waiting[0]
+                    blocks = ceil_div(s.prompt + s.req.output_tokens, self.bs)
+                    if (chunks and s.prompt > budget) or blocks > self.free:
+                        break
+                    self._admit(s, blocks, now)
+                    chunks.append((s, s.prompt))
+                    budget -= s.prompt
+            else:
+                # Blocks for the whole sequence were reserved at admission.
+                decodes = [s for s in self.running if s.state == DECODE]
+            return chunks, decodes
+        if not cfg.chunked_prefill:
+            # vLLM v0 without chunking: a prefill-only iteration whenever a
+            # waiting prompt can be admitted; decodes stall meanwhile.
+            while self.waiting and len(self.running) < cfg.max_num_seqs:
+                s = self.waiting[0]
+                blocks = ceil_div(s.prompt, self.bs)
+                if (chunks and s.prompt > budget) or blocks > self.free:
+                    break
+                self._admit(s, blocks, now)
+                chunks.append((s, s.prompt))
+                budget -= s.prompt
+            if chunks:
+                return chunks, []
+            decodes, _ = self._allocate_decodes()
+            return [], decodes
+        decodes, victims = self._allocate_decodes()
+        budget -= len(decodes)
+        for s in self.running:
+            if s.state == PREFILL and budget > 0:
+                c = min(s.prompt - s.done, budget)
+                chunks.append((s, c))
+                budget -= c
+        if not victims:
+            while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+                s = self.waiting[0]
+                blocks = ceil_div(s.prompt, self.bs)
+                if blocks > self.free:
+                    break
+                self._admit(s, blocks, now)
+                c = min(s.prompt, budget)
+                chunks.append((s, c))
+                budget -= c
+        return chunks, decodes
+
+    # --- the iteration loop ----------------------------------------------------
+    def _boundary(self, _ev=None) -> None:
+        now = self.env.now
+        chunks, decodes = self._plan(now)
+        self.queue_len.set(now, len(self.waiting))
+        if not chunks and not decodes:
+            self.busy = False
+            self.batch_size.set(now, len(self.running))
+            return
+        self.batch_size.set(now, len(self.running))
+        prefill = [(c, s.done) for s, c in chunks]
+        sampling = len(decodes) + sum(1 for s, c in chunks if s.done + c == s.prompt)
+        ctx = sum(s.kv + 1 for s in decodes)
+        dt = self.cm.step_time(prefill, len(decodes), ctx, sampling)
+        kv_start = self.num_blocks - self.free
+        self._schedule(dt, lambda ev: self._end(chunks, decodes, dt, kv_start))
+
+    def _end(self, chunks, decodes, dt: float, kv_start: int) -> None:
+        now = self.env.now
+        self.iterations += 1
+        for s in decodes:
+            self.gaps.add(now - s.last_token, now - s.last_token, 1)
+            s.last_token = now
+            s.kv += 1
+            s.generated += 1
+            if s.generated >= s.req.output_tokens:
+                self._retire(s, now)
+        for s, c in chunks:
+            s.done += c
+            if s.done == s.prompt:
+                s.generated += 1
+                if math.isnan(s.req.first_token):
+                    s.req.first_token = now
+                else:
+                    self.gaps.add(now - s.last_token, now - s.last_token, 1)
+                s.last_token = now
+                s.kv = s.prompt
+                s.state = DECODE
+                if s.generated >= s.req.output_tokens:
+                    self._retire(s, now)
+        self._account(dt, kv_start, self.num_blocks - self.free, len(self.running))
+        self._boundary()
+
+    def _retire(self, s: Seq, now: float) -> None:
+        self.running.remove(s)
+        self.free += s.blocks
+        s.blocks = 0
+        self._finish_request(s, now)

@@ -1,0 +1,342 @@
+"""The fast engine: O(log n) per request event, not per token.
+
+Between events a decoding batch is fixed, so iteration k of a decode-only
+stretch takes ``a + b·(C + B·(G0 + k))`` seconds (the cost model is affine
+in total context for a fixed batch, see CostModel.decode_coefficients) and
+the end of the stretch has a closed form. The engine jumps there in one
+event. It stops early at the next of:
+
+* a request finishing (heap of finish iterations),
+* the KV cache running out (first iteration whose block demand exceeds the
+  capacity, found by bisection over the residue histogram in BlockDemand),
+* an arrival that could be admitted (the stretch is cut at the iteration
+  in flight when the request arrives).
+
+Scheduling decisions are exactly the reference engine's
+(:mod:`simulator.engine.reference`); the property tests hold them equal.
+"""
+from __future__ import annotations
+
+import heapq
+import math
+
+from .base import ReplicaBase
+from .blocks import BlockDemand, ceil_div
+from .sequence import DECODE, DONE, PREFILL, Seq
+
+
+class FastReplica(ReplicaBase):
+    def __init__(self, *args, **kwargs) -> None:
+        super().__init__(*args, **kwargs)
+        self.running: dict[Seq, None] = {}   # admission order; newest last
+        self.prefilling: dict[Seq, None] = {}
+        self.fixed_blocks = 0                # held by sequences not decoding
+        self.demand = BlockDemand(self.bs)   # decoding sequences' blocks
+        self.G = 0                           # decode iterations so far
+        self.C = 0                           # Σ c_i over decoding sequences
+        self.heap: list[tuple[int, int, int, Seq]] = []
+        # Stall clock: total time of iterations in which decoders sat idle
+        # (prefill-only iterations without chunking); cohorts of decoders by
+        # the stall clock at their last token give their next gap.
+        self.Z = 0.0
+        self.z_last_decode = 0.0
+        self.t_last_decode = -math.inf
+        self.cohorts: dict[float, int] = {}
+        # The stretch in flight.
+        self.gen = 0
+        self.seg = None   # (t0, n, a, b, K, B) for a decode stretch, else None
+        self.seg_cuttable = False
+
+    # --- helpers -----------------------------------------------------------
+    @property
+    def B(self) -> int:
+        return self.demand.count
+
+    def used_blocks(self, g: int | None = None) -> int:
+        return self.fixed_blocks + self.demand.at(self.G if g is None else g)
+
+    def _join_decode(self, s: Seq) -> None:
+        s.state = DECODE
+        s.c = s.kv - self.G
+        s.gf = self.G + s.req.output_tokens - s.generated
+        s.z = self.Z
+        self.fixed_blocks -= s.blocks
+        self.demand.add(s.c)
+        self.C += s.c
+        self.cohorts[self.Z] = self.cohorts.get(self.Z, 0) + 1
+        heapq.heappush(self.heap, (s.gf, s.order, s.epoch, s))
+
+    def _leave_decode(self, s: Seq) -> None:
+        self.demand.remove(s.c)
+        self.C -= s.c
+        key = max(s.z, self.z_last_decode)
+        n = self.cohorts[key] - 1
+        if n:
+            self.cohorts[key] = n
+        else:
+            del self.cohorts[key]
+
+    def _preempt_newest(self) -> Seq:
+        v = next(reversed(self.running))
+        del self.running[v]
+        if v.state == DECODE:
+            v.generated = v.req.output_tokens - (v.gf - self.G)
+            v.last_token = max(v.last_token, self.t_last_decode)
+            self._leave_decode(v)
+        else:
+            del self.prefilling[v]
+            self.fixed_blocks -= v.blocks
+        v.reset_for_recompute()
+        self.preemptions += 1
+        return v
+
+    def _make_room_for_decodes(self) -> list[Seq]:
+        victims = []
+        while self.B and self.used_blocks(self.G + 1) > self.num_blocks:
+            victims.append(self._preempt_newest())
+        for v in victims:
+            self.waiting.appendleft(v)
+        return victims
+
+    def _admit(self, s: Seq, blocks: int, now: float) -> None:
+        self.waiting.popleft()
+        self.fixed_blocks += blocks
+        s.blocks = blocks
+        s.state = PREFILL
+        self._admit_stamp(s, now)
+        self.running[s] = None
+        self.prefilling[s] = None
+
+    def _free_blocks(self, decoding_next: bool) -> int:
+        return self.num_blocks - self.used_blocks(self.G + 1 if decoding_next else self.G)
+
+    # --- planning ----------------------------------------------------------
+    def _plan(self, now: float):
+        """Returns (chunks, decoding?) with the reference engine's decisions."""
+        cfg = self.cfg
+        budget = cfg.max_num_batched_tokens
+        chunks: list[tuple[Seq, int]] = []
+        if cfg.scheduler == "static":
+            if not self.running:
+                free = self._free_blocks(False)
+                while self.waiting and len(self.running) < cfg.max_num_seqs:
+                    s = self.waiting[0]
+                    blocks = ceil_div(s.prompt + s.req.output_tokens, self.bs)
+                    if (chunks and s.prompt > budget) or blocks > free:
+                        break
+                    self._admit(s, blocks, now)
+                    free -= blocks
+                    chunks.append((s, s.prompt))
+                    budget -= s.prompt
+                return chunks, False
+            return chunks, self.B > 0
+        if not cfg.chunked_prefill:
+            free = self._free_blocks(False)
+            while self.waiting and len(self.running) < cfg.max_num_seqs:
+                s = self.waiting[0]
+                blocks = ceil_div(s.prompt, self.bs)
+                if (chunks and s.prompt > budget) or blocks > free:
+                    break
+                self._admit(s, blocks, now)
+                free -= blocks
+                chunks.append((s, s.prompt))
+                budget -= s.prompt
+            if chunks:
+                return chunks, False
+            self._make_room_for_decodes()
+            return [], self.B > 0
+        victims = self._make_room_for_decodes()
+        budget -= self.B
+        for s in self.prefilling:
+            if budget <= 0:
+                break
+            c = min(s.prompt - s.done, budget)
+            chunks.append((s, c))
+            budget -= c
+        if not victims:
+            free = self._free_blocks(self.B > 0)
+            while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
+                s = self.waiting[0]
+                blocks = ceil_div(s.prompt, self.bs)
+                if blocks > free:
+                    break
+                self._admit(s, blocks, now)
+                free -= blocks
+                c = min(s.prompt, budget)
+                chunks.append((s, c))
+                budget -= c
+        self._victims = bool(victims)
+        return chunks, self.B > 0
+
+    # --- the loop ----------------------------------------------------------
+    def _boundary(self, _ev=None) -> None:
+        now = self.env.now
+        self._victims = False
+        chunks, decoding = self._plan(now)
+        self.queue_len.set(now, len(self.waiting))
+        self.batch_size.set(now, len(self.running))
+        if not chunks and not decoding:
+            self.busy = False
+            self.seg = None
+            return
+        B = self.B
+        kv_start = self.used_blocks()
+        if chunks:
+            prefill = [(c, s.done) for s, c in chunks]
+            sampling = (B if decoding else 0) + sum(1 for s, c in chunks if s.done + c == s.prompt)
+            ctx = (self.C + B * (self.G + 1)) if decoding else 0
+            dt = self.cm.step_time(prefill, B if decoding else 0, ctx, sampling)
+            self.seg = None
+            self.gen += 1
+            gen = self.gen
+            self._schedule(dt, lambda ev: gen == self.gen and self._end_mixed(chunks, decoding, dt, kv_start))
+            return
+        # A decode-only stretch: how many iterations until something changes?
+        a, b = self.cm.decode_coefficients(B)
+        G0 = self.G
+        n = self.heap_top() - G0
+        if self._victims:
+            n = 1
+        elif n > 1 and self.used_blocks(G0 + n) > self.num_blocks:
+            lo, hi = 1, n   # used(G0+lo) fits, used(G0+hi) does not
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if self.used_blocks(G0 + mid) > self.num_blocks:
+                    hi = mid
+                else:
+                    lo = mid
+            n = lo
+        K = a + b * (self.C + B * G0)
+        dt = self._elapsed(n, K, b, B)
+        self.gen += 1
+        gen = self.gen
+        self.seg = (now, n, K, b, B)
+        # An arrival can only change the plan if it could be admitted at a
+        # boundary: not when FCFS is already blocked behind a waiting head.
+        self.seg_cuttable = not self.waiting and self.cfg.scheduler != "static"
+        self._schedule(dt, lambda ev: gen == self.gen and self._end_decode(n, kv_start))
+
+    @staticmethod
+    def _elapsed(k: int, K: float, b: float, B: int) -> float:
+        """Time of the first k iterations: Σ_{j=1..k} (K + b·B·j)."""
+        return k * K + b * B * k * (k + 1) / 2.0
+
+    def heap_top(self) -> int:
+        h = self.heap
+        while h[0][3].state != DECODE or h[0][2] != h[0][3].epoch:
+            heapq.heappop(h)
+        return h[0][0]
+
+    def _on_arrival_while_busy(self, now: float) -> None:
+        if self.seg is None or not self.seg_cuttable:
+            return
+        t0, n, K, b, B = self.seg
+        if n <= 1:
+            return
+        # Admission needs a free sequence slot, token budget and blocks; the
+        # first two are constant and the last only shrinks over a stretch,
+        # so if any is missing now it stays missing until a finish.
+        cfg = self.cfg
+        prompt = self.waiting[-1].prompt
+        if (len(self.running) >= cfg.max_num_seqs
+                or (cfg.chunked_prefill and cfg.max_num_batched_tokens - B <= 0)
+                or ceil_div(prompt, self.bs) > self.num_blocks - self.used_blocks(self.G + 1)):
+            return
+        dt = now - t0
+        # smallest k ≥ 1 with elapsed(k) ≥ dt (the iteration in flight)
+        qa = b * B / 2.0
+        qb = K + qa
+        if qa > 0:
+            k = math.ceil((-qb + math.sqrt(qb * qb + 4 * qa * dt)) / (2 * qa))
+        else:
+            k = math.ceil(dt / qb) if qb > 0 else 1
+        k = max(1, min(k, n))
+        while k > 1 and self._elapsed(k - 1, K, b, B) >= dt:
+            k -= 1
+        while k < n and self._elapsed(k, K, b, B) < dt:
+            k += 1
+        if k >= n:
+            return
+        self.gen += 1
+        gen = self.gen
+        self.seg = (t0, k, K, b, B)
+        kv_start = self._seg_kv_start
+        delay = t0 + self._elapsed(k, K, b, B) - now
+        self._schedule(max(delay, 0.0), lambda ev: gen == self.gen and self._end_decode(k, kv_start))
+
+    @property
+    def _seg_kv_start(self) -> int:
+        return self.used_blocks()
+
+    # --- applying what an iteration or stretch did ---------------------------
+    def _decode_gaps(self, n: int, first_step: float, last_step: float, second_step: float) -> None:
+        """Log the gaps of n decode iterations for every decoding sequence."""
+        B = self.B
+        for z, cnt in self.cohorts.items():
+            extra = self.Z - z
+            self.gaps.add(first_step + extra, first_step + extra, cnt)
+        if n > 1:
+            self.gaps.add(second_step, last_step, B * (n - 1))
+        self.cohorts = {self.Z: B}
+        self.z_last_decode = self.Z
+
+    def _end_decode(self, n: int, kv_start: int) -> None:
+        now = self.env.now
+        t0, _, K, b, B = self.seg
+        self.iterations += n
+        self._decode_gaps(n, K + b * B, K + b * B * n, K + 2 * b * B)
+        self.G += n
+        self.t_last_decode = now
+        self._retire_finished(now)
+        self._account(now - t0, kv_start, self.used_blocks(), len(self.running))
+        self.seg = None
+        self._boundary()
+
+    def _end_mixed(self, chunks, decoding: bool, dt: float, kv_start: int) -> None:
+        now = self.env.now
+        self.iterations += 1
+        if decoding:
+            self._decode_gaps(1, dt, dt, dt)
+            self.G += 1
+            self.t_last_decode = now
+            self._retire_finished(now)
+        elif self.B:
+            self.Z += dt      # decoders idled through a prefill-only iteration
+        for s, c in chunks:
+            s.done += c
+            if s.done == s.prompt:
+                s.generated += 1
+                if math.isnan(s.req.first_token):
+                    s.req.first_token = now
+                else:
+                    self.gaps.add(now - s.last_token, now - s.last_token, 1)
+                s.last_token = now
+                s.kv = s.prompt
+                del self.prefilling[s]
+                if s.generated >= s.req.output_tokens:
+                    del self.running[s]
+                    self.fixed_blocks -= s.blocks
+                    s.blocks = 0
+                    self._finish_request(s, now)
+                else:
+                    self._join_decode(s)
+        self._account(dt, kv_start, self.used_blocks(), len(self.running))
+        self._boundary()
+
+    def _retire_finished(self, now: float) -> None:
+        h = self.heap
+        G = self.G
+        while h:
+            gf, _, epoch, s = h[0]
+            if s.state != DECODE or epoch != s.epoch:
+                heapq.heappop(h)
+                continue
+            if gf > G:
+                break
+            heapq.heappop(h)
+            s.generated = s.req.output_tokens
+            self._leave_decode(s)
+            del self.running[s]
+            s.blocks = 0
+            s.state = DONE
+            self._finish_request(s, now)

@@ -1,0 +1,50 @@
+"""A request's life inside one replica, shared by both engines."""
+from __future__ import annotations
+
+import math
+
+from workloads.request import Request, Status
+
+WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
+
+
+class Seq:
+    """Engine-side state of a request.
+
+    ``prompt`` is what must be prefilled at this admission: the input, plus
+    the tokens already generated when the sequence was preempted and must be
+    recomputed (vLLM's recompute preemption).
+    """
+
+    __slots__ = ("req", "order", "prompt", "done", "generated", "kv", "blocks", "state", "c", "gf", "z",
+                 "last_token", "epoch")
+
+    def __init__(self, req: Request) -> None:
+        self.req = req
+        self.order = -1          # admission order (newest = largest)
+        self.prompt = req.input_tokens
+        self.done = 0            # prompt tokens prefilled at this admission
+        self.generated = 0       # output tokens produced so far
+        self.kv = 0              # tokens whose KV is stored
+        self.blocks = 0
+        self.state = WAITING
+        self.c = 0               # fast engine: kv − decode counter while decoding
+        self.gf = 0              # fast engine: decode counter at which it finishes
+        self.z = 0.0             # fast engine: stall clock when it last emitted a token
+        self.last_token = math.nan
+        self.epoch = 0           # bumps on preemption, invalidating heap entries
+
+    def reset_for_recompute(self) -> None:
+        self.prompt = self.req.input_tokens + self.generated
+        self.done = 0
+        self.kv = 0
+        self.blocks = 0
+        self.state = WAITING
+        self.epoch += 1
+        self.req.preemptions += 1
+
+
+def finish(seq: Seq, now: float) -> None:
+    seq.state = DONE
+    seq.req.finish = now
+    seq.req.status = Status.FINISHED
