@@ -1,0 +1,41 @@
+"""The scenario file: what `llmsim run` replays, validated by pydantic.
+
+Every mapping forbids unknown keys, so a typo is an error naming its key
+path instead of a silently ignored setting. `llmsim schema` prints the JSON
+Schema generated from these models.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..engine.config import EngineConfig
+from workloads.spec import WorkloadSpec
+
+
+class PoolSpec(BaseModel):
+    """A set of identical replicas (model, GPU kind, TP, engine settings)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = "main"
+    model: str = Field(description="built-in model name, model YAML or config.json path")
+    gpu: str = Field(description="built-in GPU name or hardware YAML path")
+    tp: int = Field(default=1, ge=1, description="tensor-parallel GPUs per replica")
+    replicas: int = Field(default=1, ge=1)
+    router: str = Field(default="round_robin", description="round_robin, random, least_outstanding, least_outstanding_tokens")
+    usd_per_gpu_hour: Optional[float] = Field(default=None, gt=0, description="override the GPU profile's price")
+    engine: EngineConfig = EngineConfig()
+
+
+class Scenario(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    name: str
+    description: str = ""
+    seed: int = 0
+    workload: WorkloadSpec
+    pools: list[PoolSpec] = Field(min_length=1)
+    slo: Optional[dict[str, Any]] = Field(
+        default=None, description="percentile targets such as ttft_p99_ms, tpot_p99_ms, e2el_p95_ms (ms)")
