@@ -92,7 +92,7 @@ class FastReplica(ReplicaBase):
 
     def _make_room_for_decodes(self) -> list[Seq]:
         victims = []
-        while self.B and self.used_blocks(self.G + 1) > self.num_blocks:
+        while self.demand.count and self.used_blocks(self.G + 1) > self.num_blocks:
             victims.append(self._preempt_newest())
         for v in victims:
             self.waiting.appendleft(v)
@@ -277,7 +277,11 @@ class FastReplica(ReplicaBase):
             self.gaps.add(first_step + extra, first_step + extra, cnt)
         if n > 1:
             self.gaps.add(second_step, last_step, B * (n - 1))
-        self.cohorts = {self.Z: B}
+        c = self.cohorts
+        if len(c) == 1 and self.Z in c:
+            c[self.Z] = B
+        else:
+            self.cohorts = {self.Z: B}
         self.z_last_decode = self.Z
 
     def _end_decode(self, n: int, kv_start: int) -> None:

@@ -1,0 +1,395 @@
+"""Trace readers: every format, every error message, every option, and the real traces."""
+from __future__ import annotations
+
+import gzip
+import json
+import math
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import LlmsimError
+from workloads.request import Request
+from workloads.traces import (TRACE_FORMATS, TraceSpec, ideal_block_hit_rate, load_trace, parse_trace_spec,
+                              read_trace, trace_stats)
+
+DATA = Path(__file__).resolve().parents[1].parent / "shared" / "data"
+TRACES = DATA / "traces"
+needs_data = pytest.mark.skipif(not TRACES.is_dir(), reason=f"real traces not found at {TRACES} "
+                                                            "(the shared data folder sits beside the repository)")
+
+
+def write(tmp_path: Path, name: str, text: str) -> Path:
+    p = tmp_path / name
+    p.write_text(text)
+    return p
+
+
+def load(path: Path, rng=None, **opts) -> list[Request]:
+    return load_trace(TraceSpec(path=path.name, **opts), path.parent, rng)
+
+
+def error_of(path: Path, **opts) -> str:
+    with pytest.raises(LlmsimError) as info:
+        load(path, **opts)
+    return str(info.value)
+
+
+def jsonl(rows) -> str:
+    return "".join(json.dumps(r) + "\n" for r in rows)
+
+
+AZURE = ("TIMESTAMP,ContextTokens,GeneratedTokens\n"
+         "2023-11-16 18:17:03.9799600,4808,10\n"
+         "2023-11-16 18:17:04.0319600,3180,8\n"
+         "2023-11-16 18:17:05.5000000,110,27\n")
+MOONCAKE = [{"timestamp": 0, "input_length": 1000, "output_length": 5, "hash_ids": [0, 1]},
+            {"timestamp": 3000, "input_length": 1200, "output_length": 7, "hash_ids": [0, 1, 2]},
+            {"timestamp": 3000, "input_length": 300, "output_length": 9, "hash_ids": [3]}]
+SPLITWISE = "arrived_at,num_prefill_tokens,num_decode_tokens,pd_ratio\n0.5,100,10,10\n1.25,200,20,10\n"
+
+
+# ------------------------------------------------------------------ formats
+
+
+def test_azure_parses_datetimes_relative_to_first_row(tmp_path):
+    reqs = load(write(tmp_path, "a.csv", AZURE), format="azure")
+    assert [r.id for r in reqs] == [0, 1, 2]
+    assert [r.arrival for r in reqs] == pytest.approx([0.0, 0.052, 1.52004])
+    assert [(r.input_tokens, r.output_tokens) for r in reqs] == [(4808, 10), (3180, 8), (110, 27)]
+    assert all(r.blocks is None and r.session == -1 and r.klass == "default" for r in reqs)
+    assert isinstance(reqs[0].input_tokens, int)
+
+
+def test_azure_2024_timezone_suffix(tmp_path):
+    text = ("TIMESTAMP,ContextTokens,GeneratedTokens\n2024-05-10 00:00:00.009930+00:00,10,2\n"
+            "2024-05-10 00:00:01+00:00,20,3\n")
+    reqs = load(write(tmp_path, "a.csv", text))
+    assert [r.arrival for r in reqs] == pytest.approx([0.0, 0.99007])
+
+
+def test_mooncake_ms_and_block_ids(tmp_path):
+    tr = read_trace(TraceSpec(path="m.jsonl", format="mooncake"), write(tmp_path, "m.jsonl", jsonl(MOONCAKE)).parent)
+    assert tr.format == "mooncake" and tr.block_size == 512 and tr.rows == 3 and tr.span_s == 3.0
+    assert [r.arrival for r in tr.requests] == [0.0, 3.0, 3.0]
+    assert [r.blocks for r in tr.requests] == [(0, 1), (0, 1, 2), (3,)]
+    assert tr.requests[1].input_tokens == 1200
+
+
+def test_block_size_override(tmp_path):
+    tr = read_trace(TraceSpec(path="m.jsonl", block_size=256), write(tmp_path, "m.jsonl", jsonl(MOONCAKE)).parent)
+    assert tr.block_size == 256
+    # an override the ids cannot match is caught (2 ids of 1024 tokens > 1000 input tokens)
+    assert "at most 1" in error_of(tmp_path / "m.jsonl", block_size=1024)
+
+
+def test_splitwise_seconds_and_extra_columns(tmp_path):
+    reqs = load(write(tmp_path, "s.csv", SPLITWISE), format="splitwise")
+    assert [(r.arrival, r.input_tokens, r.output_tokens) for r in reqs] == [(0.0, 100, 10), (0.75, 200, 20)]
+
+
+def test_llmsim_csv_all_columns(tmp_path):
+    text = ("timestamp,input_tokens,output_tokens,session_id,block_ids,class\n"
+            "10.0,40,5,7,1 2 3,chat\n"
+            "10.5,20,6,,,\n"
+            "12.0,50,7,7,1 2 3 4,batch\n")
+    tr = read_trace(TraceSpec(path="t.csv", block_size=16), write(tmp_path, "t.csv", text).parent)
+    r = tr.requests
+    assert tr.format == "llmsim" and tr.block_size == 16
+    assert [x.arrival for x in r] == [0.0, 0.5, 2.0]
+    assert [x.session for x in r] == [7, -1, 7]
+    assert [x.blocks for x in r] == [(1, 2, 3), None, (1, 2, 3, 4)]
+    assert [x.klass for x in r] == ["chat", "default", "batch"]
+
+
+def test_llmsim_jsonl_string_sessions_and_gzip(tmp_path):
+    rows = [{"timestamp": 1.0, "input_tokens": 10, "output_tokens": 2, "session_id": "alice", "class": "free"},
+            {"timestamp": 1.5, "input_tokens": 11, "output_tokens": 3, "session_id": "bob"},
+            {"timestamp": 2.0, "input_tokens": 12, "output_tokens": 4, "session_id": "alice",
+             "block_ids": [5]}]
+    p = tmp_path / "t.jsonl.gz"
+    with gzip.open(p, "wt") as fh:
+        fh.write(jsonl(rows))
+    tr = read_trace(TraceSpec(path=p.name, block_size=16), tmp_path)
+    assert tr.format == "llmsim"
+    assert [x.session for x in tr.requests] == [0, 1, 0]
+    assert [x.klass for x in tr.requests] == ["free", "default", "default"]
+    assert [x.blocks for x in tr.requests] == [None, None, (5,)]
+    assert [x.arrival for x in tr.requests] == [0.0, 0.5, 1.0]
+
+
+@pytest.mark.parametrize("name,text,fmt", [
+    ("a.csv", AZURE, "azure"),
+    ("m.jsonl", jsonl(MOONCAKE), "mooncake"),
+    ("s.csv", SPLITWISE, "splitwise"),
+    ("l.csv", "timestamp,input_tokens,output_tokens\n0,1,1\n", "llmsim"),
+    ("l.jsonl", jsonl([{"timestamp": 0, "input_tokens": 1, "output_tokens": 1}]), "llmsim"),
+    ("noext", AZURE, "azure"),
+])
+def test_auto_detects_format_from_header(tmp_path, name, text, fmt):
+    assert read_trace(TraceSpec(path=name), write(tmp_path, name, text).parent).format == fmt
+
+
+def test_relative_path_resolves_against_base_dir(tmp_path):
+    (tmp_path / "traces").mkdir()
+    write(tmp_path / "traces", "s.csv", SPLITWISE)
+    assert len(load_trace(TraceSpec(path="traces/s.csv"), tmp_path)) == 2
+    assert len(load_trace(TraceSpec(path=str(tmp_path / "traces" / "s.csv")), "/nonexistent")) == 2
+
+
+# ------------------------------------------------------------------- errors
+
+
+@pytest.mark.parametrize("name,text,opts,line,needles", [
+    ("a.csv", "TIMESTAMP,ContextTokens,Generated\n2023-11-16 18:17:03,1,1\n", {"format": "azure"}, 1,
+     ["missing column 'GeneratedTokens'", "found: TIMESTAMP, ContextTokens, Generated"]),
+    ("a.csv", AZURE + "2023-11-16 18:17:06,abc,3\n", {}, 5, ["ContextTokens", "not a number", "'abc'"]),
+    ("a.csv", AZURE + "2023-11-16 18:17:06,12,-3\n", {}, 5, ["output length is negative"]),
+    ("a.csv", AZURE + "not a date,12,3\n", {}, 5, ["TIMESTAMP", "not a date-time"]),
+    ("a.csv", AZURE + "2023-11-16 18:17:05.0,12,3\n", {}, 5, ["goes backwards", "line 4", "sorted"]),
+    ("a.csv", AZURE + "2023-11-16 18:17:06,12\n", {}, 5, ["GeneratedTokens", "is empty"]),
+    ("a.csv", AZURE + "2023-11-16 18:17:06,12,3,4\n", {}, 5, ["expected 3 fields, found 4"]),
+    ("s.csv", SPLITWISE + "\n\n2.0,5,0,1\n", {}, 6, ["output length is 0"]),
+    ("s.csv", SPLITWISE + "2.0,5.5,1,1\n", {}, 4, ["whole number", "5.5"]),
+    ("s.csv", SPLITWISE + "inf,5,1,1\n", {}, 4, ["not finite"]),
+    ("m.jsonl", jsonl(MOONCAKE) + '{"timestamp": 4000, "input_length": 5\n', {}, 4, ["invalid JSON"]),
+    ("m.jsonl", jsonl(MOONCAKE) + "[1, 2]\n", {"format": "mooncake"}, 4, ["expected a JSON object"]),
+    ("m.jsonl", jsonl(MOONCAKE[:1]) + "\n" + jsonl([{"timestamp": 1, "input_length": 5}]), {}, 3,
+     ["missing key 'output_length'", "found: timestamp, input_length"]),
+    ("m.jsonl", jsonl(MOONCAKE + [{"timestamp": 4000, "input_length": -5, "output_length": 1, "hash_ids": []}]),
+     {}, 4, ["input length is negative"]),
+    ("m.jsonl", jsonl(MOONCAKE + [{"timestamp": 4000, "input_length": "5", "output_length": 1, "hash_ids": []}]),
+     {}, 4, ["'input_length' is not a number", "'5'"]),
+    ("m.jsonl", jsonl(MOONCAKE + [{"timestamp": 1000, "input_length": 5, "output_length": 1, "hash_ids": [9]}]),
+     {}, 4, ["goes backwards", "t=1 s is earlier than t=3 s on line 3"]),
+    ("m.jsonl", jsonl(MOONCAKE + [{"timestamp": 4000, "input_length": 5, "output_length": 1, "hash_ids": ["x"]}]),
+     {}, 4, ["'hash_ids' must be a list of integers"]),
+    ("m.jsonl", jsonl(MOONCAKE + [{"timestamp": 4000, "input_length": 513, "output_length": 1,
+                                   "hash_ids": [1, 2, 3]}]), {}, 4, ["3 block ids", "at most 2"]),
+    ("l.csv", "timestamp,input_tokens,output_tokens,block_ids\n0,10,1,1 x\n", {"block_size": 16}, 2,
+     ["block_ids", "space-separated integers"]),
+])
+def test_malformed_trace_names_file_and_line(tmp_path, name, text, opts, line, needles):
+    msg = error_of(write(tmp_path, name, text), **opts)
+    assert name in msg and f"line {line}:" in msg, msg
+    for n in needles:
+        assert n in msg, msg
+    assert "Traceback" not in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("name,text,needles", [
+    ("a.csv", "TIMESTAMP,ContextTokens,GeneratedTokens\n", ["no requests"]),
+    ("a.csv", "", ["empty"]),
+    ("m.jsonl", "\n\n", ["empty"]),
+    ("x.csv", "when,what\n1,2\n", ["cannot tell the trace format", "azure, mooncake, splitwise, llmsim"]),
+    ("x.jsonl", '{"t": 1}\n', ["cannot tell the trace format", "found: t"]),
+    ("l.jsonl", jsonl([{"timestamp": 0, "input_tokens": 9, "output_tokens": 1, "block_ids": [1]}]),
+     ["block_size"]),
+    ("b.bin", None, ["not a UTF-8 text file"]),
+])
+def test_unusable_files(tmp_path, name, text, needles):
+    p = tmp_path / name
+    if text is None:
+        p.write_bytes(b"\xff\xfe\x00\x81timestamp")
+    else:
+        p.write_text(text)
+    msg = error_of(p, **({"format": "azure"} if name == "b.bin" else {}))
+    assert name in msg, msg
+    for n in needles:
+        assert n in msg, msg
+
+
+def test_missing_file_and_directory(tmp_path):
+    msg = error_of(tmp_path / "nope.csv")
+    assert "nope.csv" in msg and "not found" in msg
+    with pytest.raises(LlmsimError, match="directory"):
+        load_trace(TraceSpec(path="."), tmp_path)
+
+
+def test_empty_window_says_what_the_trace_spans(tmp_path):
+    msg = error_of(write(tmp_path, "s.csv", SPLITWISE), start_s=100)
+    assert "s.csv" in msg and "no requests in the window" in msg and "0.75" in msg
+
+
+def test_unknown_format_lists_valid_ones():
+    with pytest.raises(LlmsimError) as info:
+        parse_trace_spec({"path": "x.csv", "format": "sharegpt"}, source="scen.yaml")
+    msg = str(info.value)
+    assert "scen.yaml" in msg and "format" in msg
+    for f in TRACE_FORMATS:
+        assert f in msg
+
+
+@pytest.mark.parametrize("bad", [{"path": "x", "speed": 2}, {"path": "x", "time_scale": 0},
+                                 {"path": "x", "start_s": 10, "end_s": 5}, {"path": "x", "rate_scale": -1},
+                                 {"path": "x", "jitter_s": float("nan")}, {"path": ""},
+                                 {"path": "x", "max_requests": 0}])
+def test_spec_rejects_bad_options(bad):
+    with pytest.raises(LlmsimError):
+        parse_trace_spec(bad)
+
+
+# ------------------------------------------------------------------ options
+
+def grid_trace(tmp_path, n=20, step=1.0, t0=100.0):
+    rows = "".join(f"{t0 + i * step},{10 + i},{1 + i}\n" for i in range(n))
+    return write(tmp_path, "g.csv", "arrived_at,num_prefill_tokens,num_decode_tokens\n" + rows)
+
+
+def test_time_scale_divides_times(tmp_path):
+    reqs = load(grid_trace(tmp_path), time_scale=2.0)
+    assert [r.arrival for r in reqs[:3]] == [0.0, 0.5, 1.0]
+    assert len(reqs) == 20
+
+
+def test_window_is_half_open_on_the_trace_clock(tmp_path):
+    reqs = load(grid_trace(tmp_path, step=2.0), start_s=3.0, end_s=10.0, time_scale=2.0)
+    # trace clock 4, 6, 8 kept (10 excluded); arrival = (t - start_s) / time_scale
+    assert [r.input_tokens for r in reqs] == [12, 13, 14]
+    assert [r.arrival for r in reqs] == [0.5, 1.5, 2.5]
+    assert [r.id for r in reqs] == [0, 1, 2]
+
+
+def test_max_requests_keeps_the_first_n(tmp_path):
+    reqs = load(grid_trace(tmp_path), start_s=5.0, max_requests=4)
+    assert [r.input_tokens for r in reqs] == [15, 16, 17, 18]
+    assert len(load(grid_trace(tmp_path), max_requests=1000)) == 20
+
+
+def test_jitter_is_seeded_sorted_and_bounded(tmp_path):
+    p = write(tmp_path, "m.jsonl", jsonl({"timestamp": 3000 * (i // 5), "input_length": 100 + i,
+                                          "output_length": 1, "hash_ids": [i]} for i in range(50)))
+    a = load(p, rng=np.random.default_rng(7), jitter_s=3.0)
+    b = load(p, rng=np.random.default_rng(7), jitter_s=3.0)
+    c = load(p, rng=np.random.default_rng(8), jitter_s=3.0)
+    key = [(r.arrival, r.input_tokens) for r in a]
+    assert key == [(r.arrival, r.input_tokens) for r in b]
+    assert key != [(r.arrival, r.input_tokens) for r in c]
+    t = [r.arrival for r in a]
+    assert t == sorted(t) and [r.id for r in a] == list(range(50))
+    for r in a:
+        slot = 3.0 * ((r.input_tokens - 100) // 5)
+        assert slot <= r.arrival < slot + 3.0
+    assert len(set(t)) == 50
+    assert load(p, rng=7, jitter_s=3.0)[0].arrival == load(p, rng=7, jitter_s=3.0)[0].arrival
+
+
+def test_rng_untouched_without_random_options(tmp_path):
+    rng = np.random.default_rng(1)
+    load(grid_trace(tmp_path), rng=rng, time_scale=3.0, max_requests=5)
+    assert rng.random() == np.random.default_rng(1).random()
+
+
+def test_rate_scale_thins_and_superposes(tmp_path):
+    p = grid_trace(tmp_path, n=2000, step=0.5)
+    half = load(p, rng=1, rate_scale=0.5)
+    assert 900 < len(half) < 1100
+    assert trace_stats(half).duration_s == pytest.approx(999.5, abs=5)
+    double = load(p, rng=1, rate_scale=2.0)
+    assert len(double) == 4000
+    assert [r.arrival for r in double[:4]] == [0.0, 0.0, 0.5, 0.5]
+    mixed = load(p, rng=1, rate_scale=1.5)
+    assert 2900 < len(mixed) < 3100
+
+
+def test_rate_scale_keeps_sessions_whole_and_copies_distinct(tmp_path):
+    rows = [{"timestamp": i, "input_tokens": 600, "output_tokens": 1, "session_id": i % 10,
+             "block_ids": [100, 1000 + i % 10]} for i in range(100)]
+    p = write(tmp_path, "s.jsonl", jsonl(rows))
+    thinned = load(p, rng=3, rate_scale=0.5, block_size=512)
+    per_session = {}
+    for r in thinned:
+        per_session[r.session] = per_session.get(r.session, 0) + 1
+    assert set(per_session.values()) == {10}  # whole conversations kept or dropped
+    tripled = load(p, rng=3, rate_scale=3.0, block_size=512)
+    assert len(tripled) == 300 and len({r.session for r in tripled}) == 30
+    firsts = [r for r in tripled if r.arrival == 0.0]
+    assert len({r.blocks for r in firsts}) == 3  # each copy its own ids, shared system block included
+    assert ideal_block_hit_rate(tripled) == pytest.approx(ideal_block_hit_rate(load(p, block_size=512)), abs=0.02)
+
+
+@settings(max_examples=40, deadline=None)
+@given(gaps=st.lists(st.floats(0, 5), min_size=1, max_size=40), scale=st.floats(0.1, 10),
+       jitter=st.sampled_from([0.0, 0.3, 4.0]), rate=st.sampled_from([0.5, 1.0, 2.5]),
+       cap=st.one_of(st.none(), st.integers(1, 30)), seed=st.integers(0, 2**32 - 1))
+def test_output_is_always_sorted_and_numbered(tmp_path_factory, gaps, scale, jitter, rate, cap, seed):
+    tmp = tmp_path_factory.mktemp("h")
+    t = np.cumsum(gaps)
+    text = "timestamp,input_tokens,output_tokens\n" + "".join(f"{float(x)!r},5,5\n" for x in t)
+    p = write(tmp, "h.csv", text)
+    try:
+        reqs = load(p, rng=seed, time_scale=scale, jitter_s=jitter, rate_scale=rate, max_requests=cap)
+    except LlmsimError as e:
+        assert "left no requests" in str(e)
+        return
+    arr = [r.arrival for r in reqs]
+    assert arr == sorted(arr) and [r.id for r in reqs] == list(range(len(reqs)))
+    assert arr[0] >= 0 and arr[-1] <= (t[-1] - t[0] + jitter) / scale + 1e-9
+    if cap is not None:
+        assert len(reqs) <= cap
+
+
+# -------------------------------------------------------------------- stats
+
+
+def test_trace_stats_on_a_known_trace(tmp_path):
+    s = trace_stats(load(grid_trace(tmp_path, n=11, step=2.0)))
+    assert s.count == 11 and s.duration_s == 20.0 and s.rate_per_s == pytest.approx(0.55)
+    assert s.interarrival_cv == pytest.approx(0.0)
+    assert s.input_mean == 15 and s.input_p50 == 15 and s.output_p99 == pytest.approx(10.9)
+    assert "11 requests" in str(s) and s.as_dict()["count"] == 11
+
+
+def test_ideal_block_hit_rate_counts_prefix_hits():
+    reqs = [Request(0, 0.0, 1, 1, blocks=(1, 2)), Request(1, 1.0, 1, 1, blocks=(1, 2, 3)),
+            Request(2, 2.0, 1, 1, blocks=(9, 2)), Request(3, 3.0, 1, 1)]
+    assert ideal_block_hit_rate(reqs) == pytest.approx(2 / 7)
+    assert ideal_block_hit_rate(reqs, prefix_only=False) == pytest.approx(3 / 7)
+    assert ideal_block_hit_rate(list(reversed(reqs))) == pytest.approx(2 / 7)  # arrival order, not list order
+    assert math.isnan(ideal_block_hit_rate([Request(0, 0.0, 1, 1)]))
+
+
+# -------------------------------------------------------------- real traces
+
+
+@needs_data
+@pytest.mark.shared_data
+@pytest.mark.parametrize("service,rows,minutes", [("code", 8819, 57), ("conv", 19366, 58)])
+def test_real_azure_traces(service, rows, minutes):
+    start = time.perf_counter()
+    tr = read_trace(TraceSpec(path=f"AzureLLMInferenceTrace_{service}.csv"), TRACES)
+    elapsed = time.perf_counter() - start
+    s = tr.stats()
+    print(f"\nazure {service}: {s} (read in {elapsed:.3f} s)")
+    assert tr.format == "azure" and s.count == rows and tr.block_size is None
+    assert round(s.duration_s / 60) == minutes
+    assert elapsed < 2.0
+    if service == "code":
+        assert 12 < s.interarrival_cv < 14.5 and s.output_p50 == 13
+    else:
+        assert s.input_mean == pytest.approx(1155, abs=1) and s.output_mean == pytest.approx(211, abs=1)
+
+
+@needs_data
+@pytest.mark.shared_data
+def test_real_mooncake_trace():
+    tr = read_trace(TraceSpec(path="mooncake_conversation_trace.jsonl"), TRACES)
+    reqs = tr.requests
+    s = tr.stats()
+    assert tr.format == "mooncake" and tr.block_size == 512 and s.count == 12031
+    assert 58 < s.duration_s / 60 < 60
+    # every request carries exactly one id per started 512-token block
+    assert all(len(r.blocks) == -(-r.input_tokens // 512) for r in reqs)
+    # timestamps sit on a 3 s grid (to within the ±3 ms the file shows)
+    off = np.array([r.arrival for r in reqs]) % 3.0
+    assert np.all(np.minimum(off, 3.0 - off) < 0.005)
+    hit = ideal_block_hit_rate(reqs)
+    print(f"\nmooncake: {s}; ideal prefix-block hit rate {hit:.4f}")
+    assert hit == pytest.approx(ideal_block_hit_rate(reqs, prefix_only=False))  # hash-chained ids
+    assert hit == pytest.approx(0.3664, abs=0.0005)
+    jittered = load_trace(TraceSpec(path="mooncake_conversation_trace.jsonl", jitter_s=3.0), TRACES, 0)
+    assert trace_stats(jittered).interarrival_cv < 1.2 < s.interarrival_cv
