@@ -32,10 +32,10 @@ class PoolSpec(BaseModel):
 class Scenario(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    name: str
+    name: str = Field(description="shown in reports")
     description: str = ""
-    seed: int = 0
-    workload: WorkloadSpec
-    pools: list[PoolSpec] = Field(min_length=1)
+    seed: int = Field(default=0, description="all randomness derives from it: same seed, same results")
+    workload: WorkloadSpec = Field(description="the traffic")
+    pools: list[PoolSpec] = Field(min_length=1, description="replica groups (one per scenario in this version)")
     slo: Optional[dict[str, Any]] = Field(
         default=None, description="percentile targets such as ttft_p99_ms, tpot_p99_ms, e2el_p95_ms (ms)")
