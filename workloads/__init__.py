@@ -1,1 +1,16 @@
 """Traffic: arrival processes, length distributions, sessions and trace readers."""
+from .arrivals import ArrivalSpec, ConcurrencyArrival, GammaArrival, OpenLoopArrival, PoissonArrival
+from .lengths import (EmpiricalLength, FixedLength, LengthDist, LognormalLength, NormalLength, ShareGPTLength,
+                      UniformLength, sharegpt_input, sharegpt_output)
+from .spec import SeedLike, Streams, WorkloadSpec, spawn_streams
+
+__all__ = [
+    "ArrivalSpec", "PoissonArrival", "GammaArrival", "ConcurrencyArrival", "OpenLoopArrival",
+    "LengthDist", "FixedLength", "UniformLength", "NormalLength", "LognormalLength", "EmpiricalLength",
+    "ShareGPTLength", "sharegpt_input", "sharegpt_output",
+    "WorkloadSpec", "Streams", "SeedLike", "spawn_streams",
+]
+from .trace_stats import TraceStats, ideal_block_hit_rate, trace_stats  # noqa: E402,F401
+from .traces import TRACE_FORMATS, Trace, TraceSpec, load_trace, parse_trace_spec, read_trace  # noqa: E402,F401
+__all__ += ["TraceSpec", "Trace", "TRACE_FORMATS", "load_trace", "read_trace", "parse_trace_spec",
+            "TraceStats", "trace_stats", "ideal_block_hit_rate"]

@@ -31,22 +31,12 @@ def _register() -> None:
 def main(argv: list[str] | None = None) -> None:
     _register()
     try:
-        rv = app(args=argv, standalone_mode=False)
-        if isinstance(rv, int) and rv:
-            sys.exit(rv)
+        # Standalone mode: typer/click handle their own usage errors (exit 2)
+        # and exit codes; only llmsim's input errors reach us here.
+        app(args=argv, prog_name="llmsim")
     except LlmsimError as e:
         err_console.print(f"[bold red]error:[/] {e.render()}", markup=True)
         sys.exit(e.exit_code)
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
-    except SystemExit:
-        raise
-    except Exception as e:  # click usage errors arrive here in non-standalone mode
-        import click
-        if isinstance(e, click.exceptions.ClickException):
-            e.show()
-            sys.exit(e.exit_code)
-        if isinstance(e, click.exceptions.Abort):
-            sys.exit(1)
-        raise
