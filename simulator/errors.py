@@ -34,6 +34,29 @@ class LlmsimError(Exception):
         return f"{prefix}: {self.message}" if prefix else self.message
 
 
+def _user_loc(loc: Iterable[Any], data: Any) -> list:
+    """Drop location parts the user did not write (discriminated-union tags
+    such as ``normal`` in ``input_tokens.normal.std``) by walking the data."""
+    out, node = [], data
+    for part in loc:
+        if isinstance(node, dict):
+            if part in node:
+                out.append(part)
+                node = node[part]
+            elif isinstance(part, str) and any(isinstance(v, str) and v == part for v in node.values()):
+                continue
+            else:
+                out.append(part)
+                node = None
+        elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
+            out.append(part)
+            node = node[part]
+        else:
+            out.append(part)
+            node = None
+    return out
+
+
 def format_key_path(loc: Iterable[Any]) -> str:
     """Render a pydantic location tuple as ``pools[0].engine.block_size``."""
     out = ""
@@ -50,7 +73,7 @@ def format_key_path(loc: Iterable[Any]) -> str:
     return out or "(top level)"
 
 
-def from_validation_error(err: Any, source: str | Path | None) -> LlmsimError:
+def from_validation_error(err: Any, source: str | Path | None, data: Any = None) -> LlmsimError:
     """Turn a pydantic ValidationError into one readable LlmsimError.
 
     All problems are listed (a user fixing a scenario wants every typo at
@@ -58,7 +81,8 @@ def from_validation_error(err: Any, source: str | Path | None) -> LlmsimError:
     """
     lines = []
     for e in err.errors():
-        path = format_key_path(e.get("loc", ()))
+        loc = e.get("loc", ())
+        path = format_key_path(_user_loc(loc, data) if data is not None else loc)
         msg = e.get("msg", "invalid value")
         if e.get("type") == "extra_forbidden":
             msg = "unknown key (check the spelling; see `llmsim schema`)"

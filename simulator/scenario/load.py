@@ -34,7 +34,7 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None) 
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as e:
-        raise from_validation_error(e, path) from None
+        raise from_validation_error(e, path, data) from None
     try:
         parse_slo(sc.slo)
     except LlmsimError as e:
