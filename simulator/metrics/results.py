@@ -1,0 +1,166 @@
+"""results.json: request records -> ``vllm bench serve``-compatible results.
+
+Every quantity vLLM also reports uses vLLM's key and vLLM's definition, so a
+simulated run can be diffed against a real benchmark of the same traffic
+with the same script. Choices where the simulator has to interpret vLLM:
+
+* ``duration``: vLLM measures wall time from benchmark start to the last
+  response. Here the benchmark starts at simulation time 0 and ends at the
+  latest stamp of any request (a finish, or the arrival of a request that was
+  rejected on the spot); the caller may pass the run's horizon instead.
+* ``completed`` are FINISHED requests; ``failed`` is every other request
+  (rejected, cancelled, or still in flight when the run stopped), so that
+  completed + failed = requests, as in vLLM. The breakdown is in
+  ``llmsim.request_status``.
+* token totals and all latency statistics cover completed requests only.
+* ITL is pooled over the engine's gap log (see ``percentiles.UniformMixture``).
+* a statistic over no values is null (vLLM would print 0).
+* ``request_goodput`` is null without per-request thresholds, as in vLLM.
+
+Key order follows vLLM's printout; the ``slo`` and ``llmsim`` blocks come
+last. Everything is plain ``int``/``float``/``bool``/``None``/``str``.
+"""
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Sequence
+
+import numpy as np
+
+from workloads.request import Request, Status
+
+from .derive import RequestArrays
+from .gaps import GapLog
+from .percentiles import DEFAULT_PERCENTILES, UniformMixture, sample_percentile, sample_stats
+from .slo import LATENCY_METRICS, SloSpec, parse_slo
+
+__all__ = ["compute_results", "jsonable", "write_results"]
+
+
+def _ratio(num: float, den: float | None) -> float | None:
+    return float(num) / float(den) if den else None
+
+
+def _fraction(mask: np.ndarray) -> float | None:
+    return float(np.count_nonzero(mask)) / mask.size if mask.size else None
+
+
+def _duration(arrays: RequestArrays, duration: float | None) -> float:
+    if duration is None:
+        return arrays.last_stamp()
+    d = float(duration)
+    if not math.isfinite(d) or d < 0:
+        raise ValueError(f"duration must be a finite, non-negative number of seconds, got {duration!r}")
+    return d
+
+
+def _slo_block(spec: SloSpec, samples: Mapping[str, np.ndarray], itl: UniformMixture,
+               good: np.ndarray | None, tpot_or_zero: np.ndarray) -> dict[str, Any]:
+    """Per-target attainment and pass/fail; a target that cannot be measured
+    (no samples) is not met: CI must not pass a run that proved nothing."""
+    targets: dict[str, Any] = {}
+    for key, metric, pct, target in spec.targets:
+        if metric == "itl":
+            measured = itl.percentiles([pct])[0]
+            attainment = itl.cdf(target)
+        else:
+            measured = sample_percentile(samples[metric], pct)
+            values = tpot_or_zero if metric == "tpot" else samples[metric]
+            attainment = _fraction(values <= target)
+        targets[key] = {"metric": metric, "percentile": pct, "target_ms": target, "measured_ms": measured,
+                        "attainment": attainment, "met": measured is not None and measured <= target}
+    block: dict[str, Any] = {"met": all(t["met"] for t in targets.values()), "targets": targets}
+    if good is not None:
+        block["goodput"] = {
+            "thresholds_ms": dict(spec.thresholds),
+            "attainment": {m: _fraction((tpot_or_zero if m == "tpot" else samples[m]) <= thr)
+                           for m, thr in spec.thresholds.items()},
+            "good_requests": int(np.count_nonzero(good)),
+            "good_fraction": _fraction(good),
+        }
+    return block
+
+
+def compute_results(requests: Iterable[Request], gaps: GapLog | None, *, slo: Mapping[str, Any] | None = None,
+                    llmsim: Mapping[str, Any] | None = None, duration: float | None = None,
+                    percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> dict[str, Any]:
+    """Summarise one run as vLLM would; see the module docstring for the
+    definitions. ``slo`` keys: ``<metric>_p<pct>_ms`` targets and/or
+    ``ttft_ms``/``tpot_ms``/``e2el_ms`` per-request thresholds. ``llmsim``
+    is the engine's own figures, merged into the ``llmsim`` block as given."""
+    spec = parse_slo(slo)
+    a = RequestArrays(requests)
+    dur = _duration(a, duration)
+    done = a.finished
+    completed = int(np.count_nonzero(done))
+    total_in = int(a.input_tokens[done].sum())
+    total_out = int(a.output_tokens[done].sum())
+
+    samples = {"ttft": a.ttft_ms[done], "e2el": a.e2el_ms[done]}
+    tpot_all = a.tpot_ms[done]
+    samples["tpot"] = tpot_all[np.isfinite(tpot_all)]
+    tpot_or_zero = a.tpot_or_zero_ms[done]
+    itl = UniformMixture.from_gaps(gaps, scale=1000.0) if gaps is not None else UniformMixture([], [], [])
+
+    good = None
+    if spec.thresholds:
+        good = np.ones(completed, dtype=bool)
+        for metric, thr in spec.thresholds.items():
+            good &= (tpot_or_zero if metric == "tpot" else samples[metric]) <= thr
+
+    res: dict[str, Any] = {
+        "completed": completed,
+        "failed": len(a) - completed,
+        "duration": dur,
+        "total_input_tokens": total_in,
+        "total_output_tokens": total_out,
+        "request_throughput": _ratio(completed, dur),
+        "request_goodput": _ratio(int(np.count_nonzero(good)), dur) if good is not None else None,
+        "output_throughput": _ratio(total_out, dur),
+        "total_token_throughput": _ratio(total_in + total_out, dur),
+    }
+    for metric in LATENCY_METRICS:
+        stats = itl.stats(percentiles) if metric == "itl" else sample_stats(samples[metric], percentiles)
+        for stat, value in stats.items():
+            res[f"{stat}_{metric}_ms"] = value
+    if spec:
+        res["slo"] = _slo_block(spec, samples, itl, good, tpot_or_zero)
+
+    status = {s.name.lower(): int(np.count_nonzero(a.status == int(s))) for s in Status}
+    block = dict(llmsim or {})
+    block.setdefault("request_status", status)
+    res["llmsim"] = block
+    return jsonable(res)
+
+
+def jsonable(obj: Any) -> Any:
+    """Plain-Python copy of ``obj`` that ``json.dumps(allow_nan=False)`` accepts:
+    numpy scalars and arrays unwrapped, NaN/±inf -> None, tuples -> lists."""
+    if isinstance(obj, dict):
+        return {str(k): jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [jsonable(v) for v in obj]
+    if isinstance(obj, np.ndarray):
+        return [jsonable(v) for v in obj.tolist()]
+    if isinstance(obj, np.generic):
+        obj = obj.item()
+    if isinstance(obj, float):
+        return obj if math.isfinite(obj) else None
+    if obj is None or isinstance(obj, bool):
+        return obj
+    if isinstance(obj, int):
+        return int(obj)  # IntEnum and friends become plain ints
+    if isinstance(obj, str):
+        return str(obj)
+    if isinstance(obj, Path):
+        return str(obj)
+    raise TypeError(f"cannot put {type(obj).__name__} into results.json")
+
+
+def write_results(results: Mapping[str, Any], path: str | Path) -> Path:
+    """Write results.json (strict JSON: no NaN)."""
+    p = Path(path)
+    p.write_text(json.dumps(jsonable(dict(results)), indent=2, allow_nan=False) + "\n")
+    return p

@@ -1,0 +1,91 @@
+"""The per-request table: every record with its derived latencies, on disk.
+
+Parquet keeps a million rows small and typed for pandas/duckdb; CSV is the
+fallback so that a base install without pyarrow still leaves the data
+behind. The derived columns come from ``derive.RequestArrays``, the same
+code results.json uses, so filtering the table to ``status == "finished"``
+reproduces every figure in results.json.
+"""
+from __future__ import annotations
+
+import csv
+import math
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+from workloads.request import Request, to_columns
+
+from .derive import RequestArrays
+
+__all__ = ["request_table", "write_requests"]
+
+DERIVED_COLUMNS = ("ttft_ms", "tpot_ms", "e2el_ms")
+_TEXT = ("status", "klass")
+# to_columns cannot infer dtypes from zero rows; keep an empty table typed.
+_INTEGER = ("id", "input_tokens", "output_tokens", "replica", "preemptions", "cached_tokens", "session")
+_SUFFIXES = (".parquet", ".csv")
+
+
+def request_table(requests: Iterable[Request]) -> dict[str, np.ndarray]:
+    """Columns of :func:`workloads.request.to_columns` plus ttft_ms, tpot_ms,
+    e2el_ms (NaN where undefined); ``pandas.DataFrame(request_table(r))``."""
+    reqs = requests if isinstance(requests, (list, tuple)) else list(requests)
+    cols = to_columns(reqs)
+    derived = RequestArrays(reqs)
+    for name in DERIVED_COLUMNS:
+        cols[name] = getattr(derived, name)
+    return cols
+
+
+def _arrow_table(cols: dict[str, np.ndarray]):
+    import pyarrow as pa
+
+    arrays = {}
+    for name, values in cols.items():
+        if name in _TEXT or values.dtype.kind in "OU":
+            arrays[name] = pa.array([str(v) for v in values.tolist()], type=pa.string())
+        elif values.size == 0 and name in _INTEGER:
+            arrays[name] = pa.array(values.astype(np.int64))
+        else:
+            arrays[name] = pa.array(values)
+    return pa.table(arrays)
+
+
+def _write_csv(cols: dict[str, np.ndarray], path: Path) -> None:
+    names = list(cols)
+    rows = zip(*(cols[n].tolist() for n in names))
+    with path.open("w", newline="") as f:
+        w = csv.writer(f)
+        w.writerow(names)
+        for row in rows:
+            w.writerow(["" if isinstance(v, float) and math.isnan(v) else v for v in row])
+
+
+def write_requests(requests: Iterable[Request], path_without_suffix: str | Path, *,
+                   fmt: str | None = None) -> Path:
+    """Write the per-request table; returns the path actually written
+    (``.parquet`` if pyarrow imports, else ``.csv``; ``fmt`` forces one).
+    A ``.parquet``/``.csv`` suffix already on the path is replaced, not doubled."""
+    base = Path(path_without_suffix)
+    if base.suffix in _SUFFIXES:
+        base = base.with_suffix("")
+    if fmt is None:
+        try:
+            import pyarrow.parquet  # noqa: F401
+            fmt = "parquet"
+        except ImportError:
+            fmt = "csv"
+    if fmt not in ("parquet", "csv"):
+        raise ValueError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
+    cols = request_table(requests)
+    path = Path(f"{base}.{fmt}")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if fmt == "parquet":
+        import pyarrow.parquet as pq
+
+        pq.write_table(_arrow_table(cols), path)
+    else:
+        _write_csv(cols, path)
+    return path
