@@ -143,8 +143,8 @@ class UniformMixture:
     def mean(self) -> float | None:
         if self.total <= 0:
             return None
-        # Averaging offsets from one segment keeps a single point mass (or a
-        # tight cluster) exact instead of drifting by rounding out of its span.
+        # Averaging offsets from the smallest segment mean keeps a single point
+        # mass (or a tight cluster) exact instead of drifting out of its span.
         mid = 0.5 * (self.lo + self.hi)
         ref = float(mid.min())
         m = ref + math.fsum(self.weight * (mid - ref)) / self.total
@@ -191,7 +191,8 @@ class UniformMixture:
         jump = np.concatenate([np.zeros(2 * dens.size), w[point]])
         order = np.argsort(pos, kind="stable")
         pos, dslope, dcount, jump = pos[order], dslope[order], dcount[order], jump[order]
-        xs, first = np.unique(pos, return_index=True)
+        first = np.flatnonzero(np.concatenate([[True], pos[1:] != pos[:-1]]))
+        xs = pos[first]
         slope = np.cumsum(np.add.reduceat(dslope, first))
         active = np.cumsum(np.add.reduceat(dcount, first))
         # Where no uniform segment is open the density is exactly zero; resetting
