@@ -1,1 +1,56 @@
-"""``llmsim calibrate``: registered by the calibration module."""
+"""``llmsim calibrate``: fit the cost model to measured kernel times.
+
+Fits the measured GPUs, transfers to the others, writes each profile's
+``calibration:`` block (unless ``--dry-run``) and prints the error table;
+the work itself lives in :mod:`simulator.calibration`.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..calibration import pipeline
+from ..calibration.data import default_data_dir
+from ..calibration.report import ceilings_rich, markdown_report, rich_table
+from ..errors import LlmsimError
+from .app import app
+from .output import console
+
+
+@app.command("calibrate")
+def calibrate(
+    data: Optional[Path] = typer.Option(None, "--data", help="shared data folder holding kernels/*.csv "
+                                        "(default: ../shared/data beside the repository)"),
+    gpu: Optional[List[str]] = typer.Option(None, "--gpu", help="profile to update (repeatable; default: all)"),
+    dry_run: bool = typer.Option(False, "--dry-run", help="fit and report, but write no profile"),
+    report_md: Optional[Path] = typer.Option(None, "--report-md", help="also write the error tables as markdown"),
+) -> None:
+    """Fit η's and fixed costs to measured kernel times and update the hardware profiles."""
+    data_dir = data if data is not None else default_data_dir()
+    result = pipeline.run(data_dir, gpu or None)
+    if len(result.errors):
+        console.print(rich_table(result.errors, "calibrated model vs measured kernels (APE = |model/measured − 1|)"))
+        console.print(rich_table(result.slices, "where the misses are"))
+        console.print(ceilings_rich(result.ceilings))
+    else:
+        console.print("no measured GPU selected: errors exist only for calibrated profiles")
+    for name, prof in result.profiles.items():
+        c = prof.calibration
+        src = f" from {c.transferred_from}" if c.transferred_from else ""
+        console.print(f"{name}: {c.status}{src}")
+    if dry_run:
+        console.print("dry run: no profile written")
+    else:
+        written = pipeline.write(result)
+        console.print(f"wrote {len(written)} profile(s)" + (": " + ", ".join(p.name for p in written) if written
+                                                           else " (all unchanged)"))
+    if report_md is not None:
+        cmd = "llmsim calibrate" + (f" --data {data}" if data is not None else "") + \
+            "".join(f" --gpu {g}" for g in gpu or [])
+        try:
+            report_md.write_text(markdown_report(result.errors, result.slices, result.ceilings, cmd))
+        except OSError as e:
+            raise LlmsimError(f"cannot write the report ({e.strerror})", source=report_md) from None
+        console.print(f"markdown report: {report_md}")

@@ -27,7 +27,14 @@ def gemm_time(m, n, k, peak_flops: float, hbm_bw: float, p: RooflineParams,
     eta_c = p.eta_compute
     if p.m_half > 0:
         eta_c = eta_c * m / (m + p.m_half)
-    return blend(flops / (peak_flops * eta_c), nbytes / (hbm_bw * p.eta_memory), p.sharpness) + p.fixed_us * _US
+    if p.n_half > 0:
+        eta_c = eta_c * n / (n + p.n_half)
+    if p.k_half > 0:
+        eta_c = eta_c * k / (k + p.k_half)
+    eta_m = p.eta_memory
+    if p.n_half_memory > 0:
+        eta_m = eta_m * n / (n + p.n_half_memory)
+    return blend(flops / (peak_flops * eta_c), nbytes / (hbm_bw * eta_m), p.sharpness) + p.fixed_us * _US
 
 
 def prefill_attention_flops_bytes(new_tokens, cached_tokens, heads, kv_heads, head_dim, kv_bytes: float = 2.0):
@@ -73,8 +80,28 @@ def decode_attention_time(batch, total_context, heads, kv_heads, head_dim, peak_
 
 
 def allreduce_time(message_bytes, num_gpus: int, link_bw: float, p: AllReduceParams):
-    """Ring all-reduce: each GPU sends and receives 2(n−1)/n of the message."""
+    """Ring all-reduce: each GPU sends and receives 2(n−1)/n of the message.
+
+    With ``p.custom_max_bytes`` set, messages below it take vLLM's custom
+    kernel instead: one-shot (each GPU reads the n−1 peer buffers) up to
+    ``oneshot_max_bytes``, two-shot (ring traffic) above, never less traffic
+    than the one-shot limit. From ``custom_max_bytes`` on NCCL runs, never
+    faster than the custom kernel at its limit — so the time is
+    nondecreasing in the message size, as the engine assumes.
+    """
     if num_gpus <= 1:
         return 0.0 * message_bytes
-    traffic = 2.0 * (num_gpus - 1) / num_gpus * message_bytes
-    return p.latency_us * _US + traffic / (link_bw * p.eta_bandwidth)
+    ring = 2.0 * (num_gpus - 1) / num_gpus
+    eta = p.eta_by_gpus.get(num_gpus, p.eta_bandwidth)
+    t_nccl = p.latency_us * _US + ring * message_bytes / (link_bw * eta)
+    if p.custom_max_bytes <= 0:
+        return t_nccl
+
+    def custom(msg):
+        one_shot = (num_gpus - 1) * np.minimum(msg, p.oneshot_max_bytes)
+        return p.custom_latency_us * _US + np.maximum(one_shot, ring * msg) / (link_bw * p.custom_eta_bandwidth)
+
+    small = message_bytes < p.custom_max_bytes
+    t = np.where(small, custom(np.minimum(message_bytes, p.custom_max_bytes)),
+                 np.maximum(t_nccl, custom(p.custom_max_bytes)))
+    return t if isinstance(message_bytes, np.ndarray) else float(t)

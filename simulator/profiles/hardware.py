@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from ..errors import LlmsimError, from_validation_error
 from .loader import read_structured, resolve
@@ -38,15 +38,48 @@ class RooflineParams(_Strict):
     # GEMMs only: compute efficiency ramps up with the token count m as
     # η_c · m / (m + m_half) (small-m tiles leave tensor cores idle).
     m_half: float = Field(default=0.0, ge=0)
+    # GEMMs only, optional (0 = no ramp): narrow tensor-parallel shards leave
+    # SMs idle too. Compute efficiency also ramps with the output width n
+    # (few output tiles) and the reduction length k (each tile's prologue and
+    # epilogue amortised over a short k loop): η_c · n/(n + n_half) ·
+    # k/(k + k_half); streaming the weights needs enough columns to occupy
+    # every SM: η_m · n/(n + n_half_memory). Each factor is ≤ 1, so a
+    # calibrated GEMM is never faster than the roofline.
+    n_half: float = Field(default=0.0, ge=0)
+    k_half: float = Field(default=0.0, ge=0)
+    n_half_memory: float = Field(default=0.0, ge=0)
     # decode attention only: per-sequence cost (split-KV reduction, q load).
     per_seq_us: float = Field(default=0.0, ge=0)
 
 
 class AllReduceParams(_Strict):
-    """t = latency + 2(n−1)/n · bytes / (link_bw · η) (ring all-reduce bus traffic)."""
+    """t = latency + 2(n−1)/n · bytes / (link_bw · η) (ring all-reduce bus traffic).
+
+    Optional fields (defaults keep the single ring regime above) describe
+    what vLLM actually runs: its custom all-reduce kernel below
+    ``custom_max_bytes`` — one-shot (every GPU reads all n−1 peers' buffers)
+    up to ``oneshot_max_bytes``, two-shot (ring traffic) above — and NCCL
+    from ``custom_max_bytes`` on, whose bus-bandwidth efficiency depends on
+    the group size (``eta_by_gpus``; NVLink SHARP on 8-GPU NVSwitch nodes).
+    """
 
     eta_bandwidth: float = Field(default=1.0, gt=0, le=1.5)
     latency_us: float = Field(default=0.0, ge=0)
+    # NCCL bus-bandwidth efficiency per group size; missing sizes use eta_bandwidth.
+    eta_by_gpus: dict[int, float] = Field(default_factory=dict)
+    # vLLM custom all-reduce regime (0 = not used).
+    custom_max_bytes: float = Field(default=0.0, ge=0)
+    custom_eta_bandwidth: float = Field(default=1.0, gt=0, le=1.5)
+    custom_latency_us: float = Field(default=0.0, ge=0)
+    oneshot_max_bytes: float = Field(default=0.0, ge=0)
+
+    @field_validator("eta_by_gpus")
+    @classmethod
+    def _etas_in_range(cls, v: dict[int, float]) -> dict[int, float]:
+        for n, eta in v.items():
+            if n < 2 or not 0 < eta <= 1.5:
+                raise ValueError(f"eta_by_gpus needs group sizes ≥ 2 and 0 < η ≤ 1.5 (got {n}: {eta})")
+        return v
 
 
 class FitError(_Strict):

@@ -1,0 +1,81 @@
+"""The cost model's prediction for each measured row.
+
+Every prediction goes through :mod:`simulator.costmodel.components` (and the
+same composition :class:`~simulator.costmodel.CostModel` uses), so the fitted
+numbers are exactly what the engine will run; nothing here re-derives a
+FLOP or byte count.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from ..costmodel import components as C
+from ..costmodel.roofline import blend
+from ..profiles.hardware import AllReduceParams, Calibration, HardwareProfile, RooflineParams
+
+# The kernel tables time bf16 GEMMs and attention with bf16 queries.
+_BF16 = 2.0
+
+
+def gemm(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:
+    return np.asarray(C.gemm_time(df["m"].to_numpy(), df["n"].to_numpy(), df["k"].to_numpy(),
+                                  gpu.peak_flops("bf16"), gpu.hbm_bandwidth, p, _BF16, _BF16))
+
+
+def attention_prefill(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:
+    """``batch`` sequences of ``context_len`` new tokens and no prefix, summed
+    into one blend as :meth:`CostModel.prefill_attention_time` does."""
+    b = df["batch_size"].to_numpy()
+    f, nbytes = C.prefill_attention_flops_bytes(df["context_len"].to_numpy(), 0.0, df["num_heads"].to_numpy(),
+                                                df["num_kv_heads"].to_numpy(), df["head_dim"].to_numpy(),
+                                                df["kv_bytes"].to_numpy())
+    t = blend(b * f / (gpu.peak_flops("bf16") * p.eta_compute), b * nbytes / (gpu.hbm_bandwidth * p.eta_memory),
+              p.sharpness)
+    return np.asarray(t) + p.fixed_us * 1e-6
+
+
+def decode_context(df: pd.DataFrame) -> np.ndarray:
+    """Σ context the batch attends to: ``context_len`` cached tokens plus the
+    new token's own K/V, per sequence (the engine's ``decode_context``)."""
+    return df["batch_size"].to_numpy() * (df["context_len"].to_numpy() + 1.0)
+
+
+def attention_decode(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:
+    """Affine in Σcontext for a fixed batch — the form the fast engine integrates."""
+    heads, kv_heads = df["num_heads"].to_numpy(), df["num_kv_heads"].to_numpy()
+    kvb, hd = df["kv_bytes"].to_numpy(), df["head_dim"].to_numpy()
+    # decode_attention_per_context returns a float per head shape; evaluate it
+    # per distinct shape so the fit uses the engine's own function.
+    rate = np.empty(len(df))
+    shapes = np.stack([heads, kv_heads, hd, kvb], axis=1)
+    uniq, inv = np.unique(shapes, axis=0, return_inverse=True)
+    for i, (h, kvh, d, kb) in enumerate(uniq):
+        rate[inv.ravel() == i] = C.decode_attention_per_context(h, kvh, d, gpu.peak_flops("bf16"),
+                                                                 gpu.hbm_bandwidth, p, kb)
+    b = df["batch_size"].to_numpy()
+    return rate * decode_context(df) + p.per_seq_us * 1e-6 * b + p.fixed_us * 1e-6
+
+
+def allreduce(df: pd.DataFrame, gpu: HardwareProfile, p: AllReduceParams) -> np.ndarray:
+    out = np.empty(len(df))
+    n = df["num_gpus"].to_numpy().astype(int)
+    msg = df["message_bytes"].to_numpy()
+    link = gpu.interconnect.bandwidth_gb_s * 1e9
+    for g in np.unique(n):
+        sel = n == g
+        out[sel] = C.allreduce_time(msg[sel], int(g), link, p)
+    return out
+
+
+PREDICT = {
+    "gemm": gemm,
+    "attention_prefill": attention_prefill,
+    "attention_decode": attention_decode,
+    "allreduce": allreduce,
+}
+
+
+def predict(family: str, df: pd.DataFrame, gpu: HardwareProfile, cal: Calibration) -> np.ndarray:
+    """Seconds per row under ``cal`` (a ``status: roofline`` Calibration gives the pure roofline)."""
+    return PREDICT[family](df, gpu, getattr(cal, family))

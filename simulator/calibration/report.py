@@ -1,0 +1,130 @@
+"""How far the model is from the measurements, calibrated and uncalibrated.
+
+The pure roofline column is there so a reader sees what calibration buys
+and how optimistic the physical limit is; both are the same component
+functions, evaluated with the fitted parameters and with the defaults.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+from rich.table import Table
+
+from ..profiles.hardware import Calibration, FitError, HardwareProfile
+from . import evaluate
+from .data import FAMILIES, KernelData
+from .fit import ape
+
+ROOFLINE = Calibration(status="roofline")
+
+COLUMNS = ["gpu", "family", "n", "median_ape", "p90_ape", "roofline_median_ape", "roofline_p90_ape"]
+
+
+def _row(gpu_name: str, label: str, df: pd.DataFrame, gpu: HardwareProfile, cal: Calibration, family: str) -> dict:
+    t = df["t_s"].to_numpy()
+    e = ape(evaluate.predict(family, df, gpu, cal), t)
+    r = ape(evaluate.predict(family, df, gpu, ROOFLINE), t)
+    return dict(gpu=gpu_name, family=label, n=len(df), median_ape=float(np.median(e)),
+                p90_ape=float(np.percentile(e, 90)), roofline_median_ape=float(np.median(r)),
+                roofline_p90_ape=float(np.percentile(r, 90)))
+
+
+def error_table(kd: KernelData, gpus: dict[str, HardwareProfile]) -> pd.DataFrame:
+    """Per measured GPU and op family, each evaluated with ``gpus[name].calibration``."""
+    rows = [_row(name, fam, kd.family(fam, name), gpu, gpu.calibration, fam)
+            for name, gpu in gpus.items() for fam in FAMILIES if len(kd.family(fam, name))]
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def slice_table(kd: KernelData, gpus: dict[str, HardwareProfile]) -> pd.DataFrame:
+    """The same errors split where one parameter set serves different
+    kernels: attention by KV dtype, all-reduce by implementation, GEMMs by
+    which roof binds — where the misses concentrate."""
+    rows = []
+    for name, gpu in gpus.items():
+        g = kd.family("gemm", name)
+        if len(g):
+            f = 2.0 * g["m"] * g["n"] * g["k"] / gpu.peak_flops("bf16")
+            b = 2.0 * (g["m"] * g["k"] + g["k"] * g["n"] + g["m"] * g["n"]) / gpu.hbm_bandwidth
+            for label, sel in (("gemm m ≤ 64 (memory-bound)", g["m"] <= 64),
+                               ("gemm m > 64, near the ridge", (g["m"] > 64) & (f / b < 4)),
+                               ("gemm m > 64, compute-bound", (g["m"] > 64) & (f / b >= 4))):
+                if sel.any():
+                    rows.append(_row(name, label, g[sel], gpu, gpu.calibration, "gemm"))
+        for fam in ("attention_prefill", "attention_decode"):
+            a = kd.family(fam, name)
+            for kvb, grp in a.groupby("kv_bytes"):
+                short = fam.replace("attention_", "")
+                rows.append(_row(name, f"{short}, {'fp8' if kvb == 1 else 'bf16'} KV", grp, gpu, gpu.calibration, fam))
+            if fam == "attention_decode" and len(a):
+                long = a[a["context_len"] >= 127]
+                rows.append(_row(name, "decode, context ≥ 127", long, gpu, gpu.calibration, fam))
+        ar = kd.family("allreduce", name)
+        for impl, grp in ar.groupby("impl"):
+            rows.append(_row(name, f"allreduce, {impl}", grp, gpu, gpu.calibration, "allreduce"))
+    return pd.DataFrame(rows, columns=COLUMNS)
+
+
+def fit_errors(table: pd.DataFrame, gpu_name: str) -> dict[str, FitError]:
+    """The ``error:`` block of a profile, from its rows of the error table."""
+    out = {}
+    for r in table[table["gpu"] == gpu_name].itertuples():
+        out[r.family] = FitError(median_ape=round(r.median_ape, 2), p90_ape=round(r.p90_ape, 2), n=int(r.n))
+    return out
+
+
+def rich_table(table: pd.DataFrame, title: str) -> Table:
+    t = Table(title=title, title_justify="left")
+    t.add_column("GPU", no_wrap=True)
+    t.add_column("op family", no_wrap=True)
+    for c in ("rows", "median APE", "p90 APE", "roofline median", "roofline p90"):
+        t.add_column(c, justify="right")
+    for r in table.itertuples():
+        t.add_row(r.gpu, r.family, str(r.n), f"{r.median_ape:.1f}%", f"{r.p90_ape:.1f}%",
+                  f"{r.roofline_median_ape:.1f}%", f"{r.roofline_p90_ape:.1f}%")
+    return t
+
+
+def markdown_table(table: pd.DataFrame) -> str:
+    lines = ["| GPU | op family | rows | calibrated median APE | calibrated p90 APE | "
+             "roofline median APE | roofline p90 APE |",
+             "|---|---|---:|---:|---:|---:|---:|"]
+    for r in table.itertuples():
+        lines.append(f"| {r.gpu} | {r.family} | {r.n} | {r.median_ape:.1f}% | {r.p90_ape:.1f}% | "
+                     f"{r.roofline_median_ape:.1f}% | {r.roofline_p90_ape:.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def ceilings_markdown(rows: dict[str, list[dict]]) -> str:
+    lines = ["| GPU | quantity | measured | calibrated model, same rows | fitted asymptote (η·peak) | datasheet peak |",
+             "|---|---|---:|---:|---:|---:|"]
+    for gpu, items in rows.items():
+        for c in items:
+            lines.append(f"| {gpu} | {c['quantity']} | {c['measured']:.3g} | {c['model']:.3g} | "
+                         f"{c['asymptote']:.3g} | {c['peak']:.4g} |")
+    return "\n".join(lines) + "\n"
+
+
+def ceilings_rich(rows: dict[str, list[dict]]) -> Table:
+    t = Table(title="measured ceilings vs the fit", title_justify="left")
+    t.add_column("GPU", no_wrap=True)
+    t.add_column("quantity")
+    for c in ("measured", "model, same rows", "asymptote η·peak", "peak"):
+        t.add_column(c, justify="right")
+    for gpu, items in rows.items():
+        for c in items:
+            t.add_row(gpu, c["quantity"], f"{c['measured']:.3g}", f"{c['model']:.3g}", f"{c['asymptote']:.3g}",
+                      f"{c['peak']:.4g}")
+    return t
+
+
+def markdown_report(errors: pd.DataFrame, slices: pd.DataFrame, ceilings: dict[str, list[dict]],
+                    command: str) -> str:
+    """The generated part of docs/calibration.md (the prose around it is hand-written)."""
+    return (f"Reproduce with `{command}`.\n\n"
+            "### Error per GPU and op family\n\n"
+            "APE = |model/measured − 1|; *calibrated* is the fitted profile, *roofline* the same "
+            "components with η = 1 and no fixed costs.\n\n"
+            + markdown_table(errors)
+            + "\n### Where the misses are\n\n" + markdown_table(slices)
+            + "\n### Measured ceilings vs the fit\n\n" + ceilings_markdown(ceilings))

@@ -1,0 +1,112 @@
+"""Parameters for GPUs without kernel measurements, from a measured sibling.
+
+An η is a property of the kernels *and* the silicon, so the best guess for
+an unmeasured GPU is its nearest measured relative: H100 PCIe, H200 and B200
+take H100 SXM's fit; A100 40GB and L40S take A100 80GB's. Copied as-is, an
+η would ignore what ``hardware_datasheets.csv`` does know about the target —
+its measured GEMM, GEMV and NCCL ceilings as fractions of its own peaks —
+so, where both GPUs have such a ceiling, the η is scaled by the ratio of
+the two fractions (B200's 8192³ GEMM reaches 66% of its peak, H100's 79%,
+so B200's compute η's are H100's × 0.84). Fixed costs are copied unchanged.
+
+All-reduce on PCIe parts is different in kind: vLLM's custom all-reduce
+needs NVLink (it is disabled on PCIe-only hosts), so those profiles get the
+NCCL regime only, with η per group size = measured PCIe-only NCCL bus
+bandwidth / link bandwidth (the target's own measurement, else that of the
+one PCIe-only host measured, L40S).
+"""
+from __future__ import annotations
+
+from ..profiles.hardware import AllReduceParams, Calibration, HardwareProfile, RooflineParams
+from .assumptions import ITERATION_OVERHEAD_NOTE, OTHER_NOTE
+from .fit import round_sig
+
+SOURCES = {
+    "h100-pcie": "h100-sxm",
+    "h200": "h100-sxm",
+    "b200": "h100-sxm",
+    "a100-sxm-40gb": "a100-sxm-80gb",
+    "l40s": "a100-sxm-80gb",
+}
+
+# The one PCIe-only host with a measured NCCL all-reduce in the datasheet table.
+PCIE_REFERENCE = "l40s"
+
+
+def _ratio(target: dict, source: dict, key: str) -> float | None:
+    if key in target and key in source:
+        return target[key] / source[key]
+    return None
+
+
+def _scaled(p: RooflineParams, compute: float | None, memory: float | None) -> RooflineParams:
+    upd = {}
+    if compute is not None:
+        upd["eta_compute"] = round_sig(min(1.0, p.eta_compute * compute))
+    if memory is not None:
+        upd["eta_memory"] = round_sig(min(1.0, p.eta_memory * memory))
+    return p.model_copy(update=upd)
+
+
+def _pcie_allreduce(src: AllReduceParams, gpu: HardwareProfile, ceil: dict,
+                    reference: HardwareProfile | None, ref_ceil: dict) -> tuple[AllReduceParams, str]:
+    if ceil.get("busbw_gb_s"):
+        who, busbw, link = gpu.name, ceil["busbw_gb_s"], gpu.interconnect.bandwidth_gb_s
+    elif reference is not None and ref_ceil.get("busbw_gb_s"):
+        who, busbw, link = reference.name, ref_ceil["busbw_gb_s"], reference.interconnect.bandwidth_gb_s
+    else:
+        return (AllReduceParams(eta_bandwidth=src.eta_bandwidth, latency_us=src.latency_us),
+                "all-reduce: NCCL regime only (PCIe: no vLLM custom all-reduce), η and latency copied")
+    etas = {n: round_sig(min(1.0, v / link)) for n, v in busbw.items()}
+    return (AllReduceParams(eta_bandwidth=min(etas.values()), latency_us=src.latency_us, eta_by_gpus=etas),
+            f"all-reduce: NCCL regime only (PCIe: no vLLM custom all-reduce), η per group size = measured "
+            f"NCCL busbw / link of {who} ({', '.join(f'{n} GPUs {v:g} GB/s' for n, v in busbw.items())}), "
+            "latency copied")
+
+
+def _nvlink_allreduce(src: AllReduceParams, src_gpu: HardwareProfile, gpu: HardwareProfile, src_ceil: dict,
+                      ceil: dict) -> tuple[AllReduceParams, str]:
+    have = ceil.get("busbw_gb_s", {})
+    had = src_ceil.get("busbw_gb_s", {})
+    ratios = {n: (have[n] / gpu.interconnect.bandwidth_gb_s) / (had[n] / src_gpu.interconnect.bandwidth_gb_s)
+              for n in src.eta_by_gpus if n in have and n in had}
+    if not ratios:
+        return src, "all-reduce copied"
+    etas = {n: round_sig(min(1.0, eta * ratios.get(n, 1.0))) for n, eta in src.eta_by_gpus.items()}
+    note = ", ".join(f"{n} GPUs × {r:.3f}" for n, r in ratios.items())
+    return (src.model_copy(update={"eta_by_gpus": etas, "eta_bandwidth": min(etas.values())}),
+            f"all-reduce: custom regime copied, NCCL η scaled by the busbw fraction ratio ({note})")
+
+
+def transfer(target: HardwareProfile, source: HardwareProfile, ceilings: dict[str, dict],
+             pcie_reference: HardwareProfile | None = None) -> Calibration:
+    """A ``status: transferred`` calibration for ``target`` from ``source``'s fitted one."""
+    cal = source.calibration
+    src_ceil, ceil = ceilings.get(source.name, {}), ceilings.get(target.name, {})
+    rc = _ratio(ceil, src_ceil, "gemm_fraction")
+    rm = _ratio(ceil, src_ceil, "gemv_fraction")
+    if target.interconnect.kind == "pcie":
+        ar, ar_note = _pcie_allreduce(cal.allreduce, target, ceil, pcie_reference,
+                                      ceilings.get(PCIE_REFERENCE, {}))
+    else:
+        ar, ar_note = _nvlink_allreduce(cal.allreduce, source, target, src_ceil, ceil)
+    if rc is None and rm is None:
+        etas = f"η's copied (hardware_datasheets.csv has no measured ceilings for {target.name})"
+    else:
+        scale = lambda r, what: f"{what} η copied" if r is None else f"{what} η × {r:.3f}"  # noqa: E731
+        etas = (f"{scale(rc, 'compute')}, {scale(rm, 'memory')} (ratio of measured-ceiling/peak fractions, "
+                "target over source, in hardware_datasheets.csv: 8192³ bf16 GEMM, large bf16 GEMV)")
+    rule = (f"transferred from {source.name}, the nearest measured sibling ({target.name} has no kernel "
+            f"measurements, so its errors are unknown): fixed costs copied; {etas}; {ar_note}. "
+            f"{OTHER_NOTE}; {ITERATION_OVERHEAD_NOTE}.")
+    return cal.model_copy(update=dict(
+        status="transferred",
+        transferred_from=source.name,
+        rule=rule,
+        gemm=_scaled(cal.gemm, rc, rm),
+        attention_prefill=_scaled(cal.attention_prefill, rc, rm),
+        attention_decode=_scaled(cal.attention_decode, rc, rm),
+        other=_scaled(cal.other, None, rm),
+        allreduce=ar,
+        error={},
+    ))

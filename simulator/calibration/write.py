@@ -1,0 +1,116 @@
+"""Writing a ``calibration:`` block into a hardware profile YAML in place.
+
+The profiles are hand-written, commented files; a YAML round trip would
+drop the comments and reorder keys. So the calibration is rendered as text
+and only its block is replaced: from our marker comment (or a bare
+top-level ``calibration:`` key) to the next top-level key or the end of the
+file. Everything else in the file stays byte for byte.
+"""
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+from pathlib import Path
+
+import yaml
+
+from ..errors import LlmsimError
+from ..profiles.hardware import AllReduceParams, Calibration, HardwareProfile, RooflineParams
+
+MARKER = "# --- calibration: written by `llmsim calibrate` (see docs/calibration.md); edits below are overwritten ---"
+
+_TOP_KEY = re.compile(r"^[A-Za-z_][\w-]*\s*:")
+_ALWAYS = ("eta_compute", "eta_memory")
+
+
+def _num(v: float | int) -> str:
+    if isinstance(v, int) and not isinstance(v, bool):
+        return str(v)
+    if math.isinf(v):
+        return ".inf"
+    if float(v).is_integer() and abs(v) < 1e15:
+        return str(int(v))
+    text = repr(float(v))
+    mantissa, e, exp = text.partition("e")
+    # YAML 1.1 (PyYAML) reads "1e-05" as a string; "1.0e-05" is a float.
+    return f"{mantissa}.0e{exp}" if e and "." not in mantissa else text
+
+
+def _flow(d: dict) -> str:
+    parts = []
+    for k, v in d.items():
+        parts.append(f"{k}: {_flow(v) if isinstance(v, dict) else _num(v)}")
+    return "{" + ", ".join(parts) + "}"
+
+
+def _params(p: RooflineParams | AllReduceParams) -> str:
+    """Non-default fields only (plus the two η's), so each line reads as what was fitted."""
+    data = p.model_dump(exclude_defaults=True)
+    if isinstance(p, RooflineParams):
+        data = {**{k: getattr(p, k) for k in _ALWAYS}, **data}
+    return _flow(data) if data else "{}"
+
+
+def _str(s: str) -> str:
+    return json.dumps(s, ensure_ascii=False)
+
+
+def render(cal: Calibration) -> str:
+    """The block as YAML text, starting with the marker line."""
+    lines = [MARKER, "calibration:", f"  status: {cal.status}"]
+    for key in ("source", "fitted_on", "transferred_from", "rule"):
+        v = getattr(cal, key)
+        if v:
+            lines.append(f"  {key}: {_str(v)}")
+    for fam in ("gemm", "attention_prefill", "attention_decode", "allreduce", "other"):
+        lines.append(f"  {fam}: {_params(getattr(cal, fam))}")
+    lines.append(f"  iteration_overhead_ms: {_num(cal.iteration_overhead_ms)}")
+    if cal.error:
+        lines.append("  error:")
+        for fam, e in cal.error.items():
+            lines.append(f"    {fam}: {_flow(e.model_dump())}")
+    else:
+        lines.append("  error: {}")
+    return "\n".join(lines) + "\n"
+
+
+def replace_block(text: str, block: str) -> str:
+    """``text`` with its calibration block (if any) replaced by ``block``."""
+    lines = text.splitlines(keepends=True)
+    start = next((i for i, ln in enumerate(lines) if ln.rstrip("\n") == MARKER), None)
+    if start is None:
+        start = next((i for i, ln in enumerate(lines) if ln.startswith("calibration:")), None)
+    if start is None:
+        body = text if text.endswith("\n") or not text else text + "\n"
+        return body + block
+    end = len(lines)
+    for j in range(start + 1, len(lines)):
+        ln = lines[j]
+        if _TOP_KEY.match(ln) and not ln.startswith("calibration:"):
+            end = j
+            break
+    # Keep blank lines and comments that precede the next key with that key.
+    while end > start + 1 and end < len(lines) and (not lines[end - 1].strip() or lines[end - 1].startswith("#")):
+        end -= 1
+    return "".join(lines[:start]) + block + "".join(lines[end:])
+
+
+def write_profile(path: Path, cal: Calibration) -> bool:
+    """Replace the block in ``path``; True if the file changed. The new text
+    is parsed back and must give exactly ``cal`` before it is written."""
+    old = path.read_text()
+    new = replace_block(old, render(cal))
+    data = yaml.safe_load(new)
+    data.setdefault("name", path.stem)
+    got = HardwareProfile.model_validate(data).calibration
+    if got != cal:
+        raise LlmsimError("internal error: the rendered calibration block does not read back identically",
+                          source=path)
+    if new == old:
+        return False
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(new)
+    os.replace(tmp, path)
+    return True
