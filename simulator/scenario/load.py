@@ -31,14 +31,16 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None) 
             apply_override(data, o)
         except LlmsimError as e:
             raise LlmsimError(e.message, source=f"{path} (--set {o})", key_path=e.key_path) from None
+    # A bad value may come from the command line rather than the file: say so.
+    source = f"{path} (with --set {' --set '.join(overrides)})" if overrides else path
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as e:
-        raise from_validation_error(e, path, data) from None
+        raise from_validation_error(e, source, data) from None
     try:
         parse_slo(sc.slo)
     except LlmsimError as e:
-        raise LlmsimError(e.message, source=path, key_path=e.key_path) from None
+        raise LlmsimError(e.message, source=source, key_path=e.key_path) from None
     return sc, path
 
 

@@ -34,7 +34,7 @@ class Scenario(BaseModel):
 
     name: str = Field(description="shown in reports")
     description: str = ""
-    seed: int = Field(default=0, description="all randomness derives from it: same seed, same results")
+    seed: int = Field(default=0, ge=0, description="all randomness derives from it: same seed, same results")
     workload: WorkloadSpec = Field(description="the traffic")
     pools: list[PoolSpec] = Field(min_length=1, description="replica groups (one per scenario in this version)")
     slo: Optional[dict[str, Any]] = Field(
