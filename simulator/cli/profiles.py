@@ -23,7 +23,12 @@ def list_profiles(json: bool = typer.Option(False, "--json")) -> None:
     for title, rows in (("GPUs", gpus), ("Models", models)):
         t = Table(title=title, title_justify="left")
         for k in rows[0]:
-            t.add_column(k, justify="left" if k == "name" else "right")
+            if k == "name":
+                # Never cut the name: it is what a user types next. The other
+                # columns fold rather than truncate on a narrow terminal.
+                t.add_column(k, justify="left", no_wrap=True, min_width=max(len(r["name"]) for r in rows))
+            else:
+                t.add_column(k, justify="right", overflow="fold")
         for r in rows:
             t.add_row(*(fmt(v) if v is not None else "—" for v in r.values()))
         console.print(t)

@@ -55,7 +55,13 @@ def read_structured(path: Path) -> Any:
 def resolve(kind: str, name_or_path: str) -> Path:
     """A built-in name (``h100-sxm``) or a path to the user's own file."""
     p = Path(name_or_path).expanduser()
-    if p.suffix in (".yaml", ".yml", ".json") or p.exists():
+    if p.is_dir():
+        # A model checkpoint folder as downloaded holds its config.json. Any
+        # other folder (one that merely shares a built-in's name, say) is not
+        # a profile: fall through to the built-in names.
+        if kind == "model_profiles" and (p / "config.json").is_file():
+            return p / "config.json"
+    elif p.suffix in (".yaml", ".yml", ".json") or p.exists():
         if not p.exists():
             raise LlmsimError("file not found", source=p)
         return p

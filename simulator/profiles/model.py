@@ -7,7 +7,6 @@ profile cannot contradict itself.
 """
 from __future__ import annotations
 
-from functools import cached_property
 from pathlib import Path
 from typing import Optional
 
@@ -74,22 +73,25 @@ class ModelProfile(BaseModel):
         return self.hidden_act not in _NON_GATED_ACTS or self.model_type in _GATED_GELU_FAMILIES
 
     # --- parameters ----------------------------------------------------
-    @cached_property
+    # Plain properties, not cached_property: pydantic's model_copy(update=...)
+    # copies the instance __dict__, cached values included, so a what-if copy
+    # with more layers would keep the original's parameter count.
+    @property
     def linear_params_per_layer(self) -> int:
         h = self.hidden_size
         attn = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
         mlp = (3 if self.is_gated else 2) * h * self.intermediate_size
         return attn + mlp
 
-    @cached_property
+    @property
     def embedding_params(self) -> int:
         return self.vocab_size * self.hidden_size
 
-    @cached_property
+    @property
     def lm_head_params(self) -> int:
         return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
 
-    @cached_property
+    @property
     def num_params(self) -> int:
         """All parameters, as a model card counts them (6.74B for Llama-2-7B)."""
         norms = (2 * self.num_hidden_layers + 1) * self.hidden_size
