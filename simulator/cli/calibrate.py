@@ -11,9 +11,6 @@ from typing import List, Optional
 
 import typer
 
-from ..calibration import pipeline
-from ..calibration.data import default_data_dir
-from ..calibration.report import ceilings_rich, markdown_report, rich_table
 from ..errors import LlmsimError
 from .app import app
 from .output import console
@@ -28,6 +25,12 @@ def calibrate(
     report_md: Optional[Path] = typer.Option(None, "--report-md", help="also write the error tables as markdown"),
 ) -> None:
     """Fit η's and fixed costs to measured kernel times and update the hardware profiles."""
+    # Imported here: the fit needs scipy.optimize and pandas, which every
+    # other command would otherwise pay for at start-up.
+    from ..calibration import pipeline
+    from ..calibration.data import default_data_dir
+    from ..calibration.report import ceilings_rich, markdown_report, rich_table
+
     data_dir = data if data is not None else default_data_dir()
     result = pipeline.run(data_dir, gpu or None)
     if len(result.errors):
