@@ -65,6 +65,9 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
     if engine not in ("fast", "reference"):
         raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
     sc, path = load_scenario(scenario, set_)
+    if output is not None and output.exists() and not output.is_dir():
+        raise LlmsimError("exists and is not a folder; -o names the folder results are written to",
+                          source=output)
     show = not json and sys.stderr.isatty()
     prog, update = _progress_display(show)
     if prog:

@@ -39,6 +39,8 @@ def read_structured(path: Path) -> Any:
         raise LlmsimError("file not found", source=path) from None
     except OSError as e:
         raise LlmsimError(f"cannot read file ({e.strerror})", source=path) from None
+    except UnicodeDecodeError as e:
+        raise LlmsimError(f"not a UTF-8 text file (byte {e.start}); expected YAML or JSON", source=path) from None
     try:
         if path.suffix == ".json":
             return json.loads(text)
