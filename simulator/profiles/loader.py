@@ -65,6 +65,11 @@ def resolve(kind: str, name_or_path: str) -> Path:
             return p / "config.json"
     elif p.suffix in (".yaml", ".yml", ".json") or p.exists():
         if not p.exists():
+            # `llmsim run scenarios/chatbot.yaml` outside a checkout still
+            # means the shipped scenario of that name.
+            shipped = builtin_dir(kind) / p.name
+            if p.parent.name == kind and shipped.exists():
+                return shipped
             raise LlmsimError("file not found", source=p)
         return p
     d = builtin_dir(kind)
