@@ -72,7 +72,6 @@ class ReplicaBase:
         self.batch_size = TimeAverage()
         self.kv_used_area = 0.0
         self.kv_used_max = 0
-        self.now_kv_used = 0
 
     # --- arrivals ----------------------------------------------------------
     def can_ever_serve(self, req: Request) -> bool:
@@ -129,12 +128,13 @@ class ReplicaBase:
         seq.order = self.next_order
         self.next_order += 1
 
-    def _account(self, duration: float, kv_start: int, kv_end: int, running: int) -> None:
+    def _account(self, duration: float, kv_area: float, kv_peak: int) -> None:
+        """Busy time and KV usage: ``kv_area`` is Σ blocks held during each
+        iteration × its duration, ``kv_peak`` the most held in any of them."""
         self.busy_time += duration
-        self.kv_used_area += duration * (kv_start + kv_end) / 2.0
-        if kv_end > self.kv_used_max:
-            self.kv_used_max = kv_end
-        self.now_kv_used = kv_end
+        self.kv_used_area += kv_area
+        if kv_peak > self.kv_used_max:
+            self.kv_used_max = kv_peak
 
     def stats(self, now: float) -> dict:
         return {

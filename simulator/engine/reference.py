@@ -124,10 +124,10 @@ class ReferenceReplica(ReplicaBase):
         sampling = len(decodes) + sum(1 for s, c in chunks if s.done + c == s.prompt)
         ctx = sum(s.kv + 1 for s in decodes)
         dt = self.cm.step_time(prefill, len(decodes), ctx, sampling)
-        kv_start = self.num_blocks - self.free
-        self._schedule(dt, lambda ev: self._end(chunks, decodes, dt, kv_start))
+        held = self.num_blocks - self.free
+        self._schedule(dt, lambda ev: self._end(chunks, decodes, dt, held))
 
-    def _end(self, chunks, decodes, dt: float, kv_start: int) -> None:
+    def _end(self, chunks, decodes, dt: float, held: int) -> None:
         now = self.env.now
         self.iterations += 1
         for s in decodes:
@@ -150,7 +150,7 @@ class ReferenceReplica(ReplicaBase):
                 s.state = DECODE
                 if s.generated >= s.req.output_tokens:
                     self._retire(s, now)
-        self._account(dt, kv_start, self.num_blocks - self.free, len(self.running))
+        self._account(dt, dt * held, held)
         self._boundary()
 
     def _retire(self, s: Seq, now: float) -> None:

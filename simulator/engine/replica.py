@@ -180,7 +180,6 @@ class FastReplica(ReplicaBase):
             self.seg = None
             return
         B = self.B
-        kv_start = self.used_blocks()
         if chunks:
             prefill = [(c, s.done) for s, c in chunks]
             sampling = (B if decoding else 0) + sum(1 for s, c in chunks if s.done + c == s.prompt)
@@ -189,7 +188,8 @@ class FastReplica(ReplicaBase):
             self.seg = None
             self.gen += 1
             gen = self.gen
-            self._schedule(dt, lambda ev: gen == self.gen and self._end_mixed(chunks, decoding, dt, kv_start))
+            held = self.used_blocks(self.G + 1 if decoding else self.G)
+            self._schedule(dt, lambda ev: gen == self.gen and self._end_mixed(chunks, decoding, dt, held))
             return
         # A decode-only stretch: how many iterations until something changes?
         a, b = self.cm.decode_coefficients(B)
@@ -214,7 +214,7 @@ class FastReplica(ReplicaBase):
         # An arrival can only change the plan if it could be admitted at a
         # boundary: not when FCFS is already blocked behind a waiting head.
         self.seg_cuttable = not self.waiting and self.cfg.scheduler != "static"
-        self._schedule(dt, lambda ev: gen == self.gen and self._end_decode(n, kv_start))
+        self._schedule(dt, lambda ev: gen == self.gen and self._end_decode(n))
 
     @staticmethod
     def _elapsed(k: int, K: float, b: float, B: int) -> float:
@@ -260,13 +260,42 @@ class FastReplica(ReplicaBase):
         self.gen += 1
         gen = self.gen
         self.seg = (t0, k, K, b, B)
-        kv_start = self._seg_kv_start
         delay = t0 + self._elapsed(k, K, b, B) - now
-        self._schedule(max(delay, 0.0), lambda ev: gen == self.gen and self._end_decode(k, kv_start))
+        self._schedule(max(delay, 0.0), lambda ev: gen == self.gen and self._end_decode(k))
 
-    @property
-    def _seg_kv_start(self) -> int:
-        return self.used_blocks()
+    def _stretch_kv_area(self, n: int, K: float, b: float, B: int) -> float:
+        """Σ_{k=1..n} step_k · used(G0+k) for a decode stretch, in O(bs).
+
+        used(m) = c0 + B·(m // bs) + S(m % bs) with S(h) = #{r ≥ bs − h}.
+        Writing m // bs = (m − m % bs)/bs splits it into a part linear in k
+        (summed in closed form against the linear step time) and a part that
+        depends only on m % bs (summed per residue class).
+        """
+        G0, bs, d = self.G, self.bs, self.demand
+        c0 = self.fixed_blocks + d.q_sum
+        if n <= bs:
+            return sum((K + b * B * k) * (c0 + d.at(G0 + k) - d.q_sum) for k in range(1, n + 1))
+        bB = b * B
+        a0 = c0 + B * G0 / bs
+        a1 = B / bs
+        s1 = n * (n + 1) / 2.0
+        s2 = n * (n + 1) * (2 * n + 1) / 6.0
+        total = K * a0 * n + (K * a1 + bB * a0) * s1 + bB * a1 * s2
+        hist = d.hist
+        suffix = 0
+        for h in range(bs):
+            if h:
+                suffix += hist[bs - h]
+            f = suffix - B * h / bs
+            if f == 0.0:
+                continue
+            k1 = (h - G0 - 1) % bs + 1
+            if k1 > n:
+                continue
+            cnt = (n - k1) // bs + 1
+            sk = cnt * k1 + bs * cnt * (cnt - 1) / 2.0
+            total += f * (K * cnt + bB * sk)
+        return total
 
     # --- applying what an iteration or stretch did ---------------------------
     def _decode_gaps(self, n: int, first_step: float, last_step: float, second_step: float) -> None:
@@ -284,19 +313,21 @@ class FastReplica(ReplicaBase):
             self.cohorts = {self.Z: B}
         self.z_last_decode = self.Z
 
-    def _end_decode(self, n: int, kv_start: int) -> None:
+    def _end_decode(self, n: int) -> None:
         now = self.env.now
         t0, _, K, b, B = self.seg
         self.iterations += n
+        kv_area = self._stretch_kv_area(n, K, b, B)
+        kv_peak = self.used_blocks(self.G + n)
         self._decode_gaps(n, K + b * B, K + b * B * n, K + 2 * b * B)
         self.G += n
         self.t_last_decode = now
         self._retire_finished(now)
-        self._account(now - t0, kv_start, self.used_blocks(), len(self.running))
+        self._account(now - t0, kv_area, kv_peak)
         self.seg = None
         self._boundary()
 
-    def _end_mixed(self, chunks, decoding: bool, dt: float, kv_start: int) -> None:
+    def _end_mixed(self, chunks, decoding: bool, dt: float, held: int) -> None:
         now = self.env.now
         self.iterations += 1
         if decoding:
@@ -324,7 +355,7 @@ class FastReplica(ReplicaBase):
                     self._finish_request(s, now)
                 else:
                     self._join_decode(s)
-        self._account(dt, kv_start, self.used_blocks(), len(self.running))
+        self._account(dt, dt * held, held)
         self._boundary()
 
     def _retire_finished(self, now: float) -> None:

@@ -1,0 +1,254 @@
+"""Shared helpers for the engine tests: drive a Pool directly with custom
+requests, and compare two runs request by request.
+
+Imported by tests/test_engine_*.py and tests/test_queueing.py as a plain
+module (``from helpers_engine import ...``): tests/ has no __init__.py, so
+pytest's default "prepend" import mode puts it on sys.path.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from functools import lru_cache
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+import simpy
+from hypothesis import strategies as st
+
+from simulator.costmodel import CostModel
+from simulator.engine.blocks import ceil_div
+from simulator.engine.config import EngineConfig
+from simulator.engine.fleet import ClosedLoop, Pool, drive_open_loop, length_table
+from simulator.engine.routing import make_router
+from simulator.metrics.gaps import GapLog
+from simulator.profiles import load_hardware, load_model
+from workloads.request import Request, Status
+
+# (model, gpu, tp, roofline): a few physically different cost models, so the
+# affine decode coefficients (and a zero iteration overhead) vary.
+COST_MODELS = [
+    ("llama-3-8b", "h100-sxm", 1, False),
+    ("llama-3.2-1b", "l40s", 1, False),
+    ("llama-2-13b", "a100-sxm-80gb", 2, True),
+]
+
+
+@lru_cache(maxsize=None)
+def cost_model(model: str = "llama-3-8b", gpu: str = "h100-sxm", tp: int = 1, roofline: bool = False) -> CostModel:
+    return CostModel(load_model(model), load_hardware(gpu), tp, roofline=roofline)
+
+
+@dataclass
+class Run:
+    requests: list[Request]
+    gaps: GapLog
+    pool: Pool
+    env: simpy.Environment
+    done_calls: dict[int, int] = field(default_factory=dict)
+
+    def stats(self) -> list[dict]:
+        return [r.stats(self.env.now) for r in self.pool.replicas]
+
+
+def make_requests(arrivals: Sequence[float], inputs: Sequence[int], outputs: Sequence[int]) -> list[Request]:
+    return [Request(i, float(a), int(x), int(y)) for i, (a, x, y) in enumerate(zip(arrivals, inputs, outputs))]
+
+
+def clone(requests: Sequence[Request]) -> list[Request]:
+    return [Request(r.id, r.arrival, r.input_tokens, r.output_tokens) for r in requests]
+
+
+def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_blocks: int, *, replicas: int = 1,
+             router: str = "round_robin", router_seed: int = 0, cm: Optional[CostModel] = None,
+             env: Optional[simpy.Environment] = None,
+             on_done: Optional[Callable[[Request], None]] = None) -> Run:
+    """Run fresh copies of ``requests`` (open loop) through a pool."""
+    reqs = clone(requests)
+    env = env or simpy.Environment()
+    gaps = GapLog()
+    calls: dict[int, int] = {}
+
+    def done(req: Request) -> None:
+        calls[req.id] = calls.get(req.id, 0) + 1
+        if on_done is not None:
+            on_done(req)
+
+    pool = Pool(env, cm or cost_model(), cfg, num_blocks, replicas,
+                make_router(router, np.random.default_rng(router_seed)), gaps, engine, done)
+    drive_open_loop(env, reqs, pool.submit)
+    env.run()
+    return Run(reqs, gaps, pool, env, calls)
+
+
+def run_closed(engine: str, concurrency: int, inputs: Sequence[int], outputs: Sequence[int], cfg: EngineConfig,
+               num_blocks: int, *, cm: Optional[CostModel] = None) -> Run:
+    """A closed loop of ``concurrency`` users on one replica."""
+    env = simpy.Environment()
+    gaps = GapLog()
+    calls: dict[int, int] = {}
+    holder: list[ClosedLoop] = []
+
+    def done(req: Request) -> None:
+        calls[req.id] = calls.get(req.id, 0) + 1
+        holder[0].on_done(req)
+
+    pool = Pool(env, cm or cost_model(), cfg, num_blocks, 1, make_router("round_robin", np.random.default_rng(0)),
+                gaps, engine, done)
+    loop = ClosedLoop(env, concurrency, len(inputs), length_table(np.asarray(inputs), np.asarray(outputs)),
+                      pool.submit)
+    holder.append(loop)
+    env.run()
+    return Run(loop.issued, gaps, pool, env, calls)
+
+
+def mean_itl(gaps: GapLog) -> float:
+    w = np.asarray(gaps.weight)
+    if w.sum() == 0:
+        return math.nan
+    return float((w * (np.asarray(gaps.lo) + np.asarray(gaps.hi)) / 2.0).sum() / w.sum())
+
+
+def close(x: float, y: float, rel: float = 1e-7, abs_: float = 1e-9) -> bool:
+    if math.isnan(x) or math.isnan(y):
+        return math.isnan(x) and math.isnan(y)
+    return math.isclose(x, y, rel_tol=rel, abs_tol=abs_)
+
+
+STAMPS = ("admitted", "first_token", "finish")
+
+
+def compare_runs(fast: Run, ref: Run) -> list[str]:
+    """Every disagreement between two runs of the same workload, as text
+    (empty when they agree); the first few per kind are enough to debug."""
+    problems: list[str] = []
+    if len(fast.requests) != len(ref.requests):
+        return [f"request count {len(fast.requests)} != {len(ref.requests)}"]
+    for a, b in zip(fast.requests, ref.requests):
+        if a.arrival != b.arrival and not close(a.arrival, b.arrival):
+            problems.append(f"req {a.id}: arrival {a.arrival!r} != {b.arrival!r}")
+        if a.status != b.status:
+            problems.append(f"req {a.id}: status {a.status.name} != {b.status.name}")
+        if a.replica != b.replica:
+            problems.append(f"req {a.id}: replica {a.replica} != {b.replica}")
+        if a.preemptions != b.preemptions:
+            problems.append(f"req {a.id}: preemptions {a.preemptions} != {b.preemptions}")
+        for f in STAMPS:
+            x, y = getattr(a, f), getattr(b, f)
+            if not close(x, y):
+                problems.append(f"req {a.id}: {f} fast={x!r} ref={y!r}")
+    for i, (sa, sb) in enumerate(zip(fast.stats(), ref.stats())):
+        if sa["preemptions"] != sb["preemptions"]:
+            problems.append(f"replica {i}: preemptions {sa['preemptions']} != {sb['preemptions']}")
+        if sa["iterations"] != sb["iterations"]:
+            problems.append(f"replica {i}: iterations {sa['iterations']} != {sb['iterations']}")
+        if not close(sa["busy_time"], sb["busy_time"]):
+            problems.append(f"replica {i}: busy_time {sa['busy_time']!r} != {sb['busy_time']!r}")
+        # Time averages of the waiting queue and the running batch (results.json's
+        # mean_queue_depth / mean_batch_size) and their maxima.
+        for k in ("queue_mean", "batch_mean"):
+            if not close(sa[k], sb[k], rel=1e-6):
+                problems.append(f"replica {i}: {k} {sa[k]!r} != {sb[k]!r}")
+        for k in ("queue_max", "batch_max"):
+            if sa[k] != sb[k]:
+                problems.append(f"replica {i}: {k} {sa[k]!r} != {sb[k]!r}")
+    wa, wb = sum(fast.gaps.weight), sum(ref.gaps.weight)
+    if wa != wb:
+        problems.append(f"ITL sample count {wa} != {wb}")
+    ma, mb = mean_itl(fast.gaps), mean_itl(ref.gaps)
+    if not close(ma, mb):
+        problems.append(f"mean ITL {ma!r} != {mb!r}")
+    if wa and wb:
+        # Each segment's gaps run from lo to hi, so the extremes are exact.
+        extremes = (("max", max(fast.gaps.hi), max(ref.gaps.hi)), ("min", min(fast.gaps.lo), min(ref.gaps.lo)))
+        for what, fa, fb in extremes:
+            if not close(fa, fb):
+                problems.append(f"{what} ITL {fa!r} != {fb!r}")
+    for run, name in ((fast, "fast"), (ref, "reference")):
+        for r in run.requests:
+            if run.done_calls.get(r.id, 0) != 1:
+                problems.append(f"{name}: on_done called {run.done_calls.get(r.id, 0)} times for req {r.id}")
+    return problems
+
+
+def finished(reqs: Sequence[Request]) -> list[Request]:
+    return [r for r in reqs if r.status == Status.FINISHED]
+
+
+def describe(requests: Sequence[Request], cfg: EngineConfig, num_blocks: int, **kw) -> str:
+    """A copy-pasteable reproduction of a failing case."""
+    rows = ", ".join(f"({r.arrival!r}, {r.input_tokens}, {r.output_tokens})" for r in requests)
+    return (f"cfg=EngineConfig(**{cfg.model_dump(exclude_defaults=True)!r}), num_blocks={num_blocks}, {kw}, "
+            f"requests=[(arrival, in, out)]=[{rows}]")
+
+
+# --- hypothesis strategies ------------------------------------------------------
+@st.composite
+def arrivals(draw, n: int) -> list[float]:
+    """Arrival times with ties (gap 0), bursts and idle stretches."""
+    # one_of picks a branch uniformly: mostly overlapping requests (a decode
+    # step is ~10 ms), sometimes an idle replica.
+    gap = st.one_of(
+        st.just(0.0),
+        st.just(0.0),
+        st.floats(0.0, 0.01, allow_nan=False),
+        st.floats(0.0, 0.01, allow_nan=False),
+        st.floats(0.0, 0.1, allow_nan=False),
+        st.floats(0.0, 0.1, allow_nan=False),
+        st.floats(0.0, 1.0, allow_nan=False),
+        st.floats(0.0, 5.0, allow_nan=False),
+    )
+    start = draw(st.one_of(st.just(0.0), st.floats(0.0, 5.0, allow_nan=False)))
+    t, out = start, []
+    for _ in range(n):
+        t += draw(gap)
+        out.append(t)
+    return out
+
+
+@st.composite
+def workloads(draw, min_n: int = 5, max_n: int = 60, max_in: int = 3000, max_out: int = 300):
+    n = draw(st.integers(min_n, max_n))
+    t = draw(arrivals(n))
+    # Mostly short prompts with some long ones, so several fit side by side.
+    inp = draw(st.lists(st.one_of(st.integers(1, 64), st.integers(1, max_in)), min_size=n, max_size=n))
+    out = draw(st.lists(st.one_of(st.integers(1, 8), st.integers(1, max_out), st.integers(max_out * 2 // 3, max_out)),
+                        min_size=n, max_size=n))
+    return make_requests(t, inp, out)
+
+
+@st.composite
+def engine_configs(draw, scheduler=None, chunked=None) -> EngineConfig:
+    scheduler = scheduler or draw(st.sampled_from(["continuous", "continuous", "static"]))
+    chunked = draw(st.booleans()) if chunked is None else chunked
+    seqs = draw(st.integers(1, 64))
+    budget = draw(st.one_of(st.integers(seqs, max(seqs, 64)), st.integers(max(seqs, 16), 512),
+                            st.just(8192)))
+    if scheduler == "static" and draw(st.booleans()):
+        budget = draw(st.integers(1, 512))   # static batching allows a budget below max_num_seqs
+    bs = draw(st.sampled_from([1, 4, 16, 32]))
+    return EngineConfig(scheduler=scheduler, chunked_prefill=chunked, max_num_seqs=seqs,
+                        max_num_batched_tokens=budget, block_size=bs)
+
+
+def one_request_need(req, cfg: EngineConfig) -> int:
+    """KV blocks one request needs to complete alone (as ``can_ever_serve``)."""
+    need = req.input_tokens + req.output_tokens - (0 if cfg.scheduler == "static" else 1)
+    return ceil_div(max(need, 1), cfg.block_size)
+
+
+@st.composite
+def capacities(draw, reqs, cfg: EngineConfig) -> int:
+    """KV blocks: from less than the largest request needs (it is rejected)
+    to plenty (no preemption), concentrated where preemption happens."""
+    needs = sorted(one_request_need(r, cfg) for r in reqs)
+    big = needs[-1]
+    total = sum(needs)
+    kind = draw(st.sampled_from(["below", "tight", "tight", "tight", "roomy", "huge"]))
+    if kind == "below":       # the biggest requests are rejected, the rest crowd in
+        return draw(st.integers(max(1, big // 4), big))
+    if kind == "tight":       # everything fits alone; together they preempt
+        return draw(st.integers(big, big + max(1, (total - big) // 4)))
+    if kind == "roomy":
+        return draw(st.integers(big, max(big, total)))
+    return 10 * total + 10

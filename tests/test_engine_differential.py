@@ -1,0 +1,194 @@
+"""The fast engine against the reference engine (the oracle).
+
+Hypothesis drives both with the same small random workloads and engine
+settings; every request must end with the same status, the same admitted /
+first-token / finish stamps (rel 1e-7, abs 1e-9), the same preemption count,
+on the same replica, and the runs must log the same number of inter-token
+gaps with the same mean, min and max ITL. Per replica, the iteration count,
+busy time and the time-averaged queue and batch sizes must agree too (both
+engines run exactly the same iterations).
+
+Settings are chosen to hit the engine's corners: tiny token budgets (every
+prompt chunked), no chunking (prefill-only iterations stalling decoders),
+static batching, block sizes 1..32, KV capacities around one request's need
+(preemption by recompute, rejection of requests that can never fit), ties
+and bursts of arrivals at one instant, closed loops whose follow-ups arrive
+exactly at an iteration boundary.
+
+Not generated on purpose: an open-loop arrival placed *exactly* on an
+iteration boundary instant that the engines compute by different float
+arithmetic (summed step times vs the fast engine's closed form). There the
+two clocks can differ in the last bit and put the arrival on different sides
+of the boundary (one iteration later). Shifting such arrivals by ±1 ns makes
+the engines agree again, so this is float resolution, not scheduling.
+"""
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis.control import currently_in_test_context
+from hypothesis import strategies as st
+
+from helpers_engine import (COST_MODELS, capacities, compare_runs, cost_model, describe, engine_configs,
+                            make_requests, one_request_need, run_closed, run_open, workloads)
+from simulator.engine.config import EngineConfig
+from workloads.request import Status
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+def check_equal(fast, ref, reqs, cfg, nb, **kw) -> None:
+    pre = sum(r.preemptions for r in ref.requests)
+    if currently_in_test_context():
+        _label(ref, pre)
+    problems = compare_runs(fast, ref)
+    assert not problems, ("fast and reference engines disagree:\n  " + "\n  ".join(problems[:12])
+                          + "\nreproduction: " + describe(reqs, cfg, nb, **kw))
+
+
+def _label(ref, pre: int) -> None:
+    """Hypothesis statistics (--hypothesis-show-statistics): how often the
+    interesting paths are hit."""
+    event("preemptions: " + ("none" if not pre else "1-9" if pre < 10 else "10+"))
+    event("rejected: " + ("yes" if any(r.status == Status.REJECTED for r in ref.requests) else "no"))
+    event("all rejected: " + str(all(r.status == Status.REJECTED for r in ref.requests)))
+
+
+# --- open loop ----------------------------------------------------------------
+@settings(max_examples=400, **SETTINGS)
+@given(data=st.data())
+def test_open_loop_matches_reference(data):
+    reqs = data.draw(workloads(), label="requests")
+    cfg = data.draw(engine_configs(), label="cfg")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    replicas = data.draw(st.integers(1, 3), label="replicas")
+    router = data.draw(st.sampled_from(["round_robin", "random", "least_outstanding", "least_outstanding_tokens"]),
+                       label="router")
+    cmk = data.draw(st.sampled_from(COST_MODELS), label="cost model")
+    cm = cost_model(*cmk)
+    kw = dict(replicas=replicas, router=router, router_seed=3, cm=cm)
+    fast = run_open("fast", reqs, cfg, nb, **kw)
+    ref = run_open("reference", reqs, cfg, nb, **kw)
+    check_equal(fast, ref, reqs, cfg, nb, replicas=replicas, router=router, cost_model=cmk)
+
+
+@settings(max_examples=200, **SETTINGS)
+@given(data=st.data())
+def test_kv_pressure_matches_reference(data):
+    """Continuous batching with chunking under KV pressure: long outputs,
+    capacity of one or two requests, many preemptions by recompute."""
+    reqs = data.draw(workloads(min_n=5, max_n=40, max_in=600, max_out=300), label="requests")
+    cfg = data.draw(engine_configs(scheduler="continuous"), label="cfg")
+    needs = [one_request_need(r, cfg) for r in reqs]
+    nb = data.draw(st.integers(max(needs), max(max(needs), 2 * max(needs))), label="num_blocks")
+    fast = run_open("fast", reqs, cfg, nb)
+    ref = run_open("reference", reqs, cfg, nb)
+    check_equal(fast, ref, reqs, cfg, nb)
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(data=st.data())
+def test_burst_at_one_instant_matches_reference(data):
+    """Every request arrives at the same instant (or in a few tied groups)."""
+    n = data.draw(st.integers(5, 60), label="n")
+    groups = data.draw(st.lists(st.sampled_from([0.0, 0.0, 0.25, 1.0, 3.0]), min_size=n, max_size=n), label="t")
+    inp = data.draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n), label="in")
+    out = data.draw(st.lists(st.integers(1, 300), min_size=n, max_size=n), label="out")
+    reqs = make_requests(sorted(groups), inp, out)
+    cfg = data.draw(engine_configs(), label="cfg")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    fast = run_open("fast", reqs, cfg, nb)
+    ref = run_open("reference", reqs, cfg, nb)
+    check_equal(fast, ref, reqs, cfg, nb)
+
+
+# --- closed loop --------------------------------------------------------------
+@settings(max_examples=150, **SETTINGS)
+@given(data=st.data())
+def test_closed_loop_matches_reference(data):
+    """Follow-ups arrive exactly at the finish instant of the request they
+    replace (URGENT, after the boundary has planned): an exact tie between an
+    arrival and an iteration boundary that both engines must resolve alike."""
+    n = data.draw(st.integers(5, 60), label="n")
+    conc = data.draw(st.integers(1, 16), label="concurrency")
+    inp = data.draw(st.lists(st.one_of(st.integers(1, 64), st.integers(1, 3000)), min_size=n, max_size=n), label="in")
+    out = data.draw(st.lists(st.one_of(st.integers(1, 8), st.integers(1, 300)), min_size=n, max_size=n), label="out")
+    cfg = data.draw(engine_configs(), label="cfg")
+    reqs = make_requests([0.0] * n, inp, out)
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    fast = run_closed("fast", conc, inp, out, cfg, nb)
+    ref = run_closed("reference", conc, inp, out, cfg, nb)
+    assert len(fast.requests) == len(ref.requests) == n
+    check_equal(fast, ref, reqs, cfg, nb, concurrency=conc, closed_loop=True)
+
+
+# --- fixed regression cases (found or worth pinning) --------------------------------
+def _case(arr, inp, out):
+    return make_requests(arr, inp, out)
+
+
+@pytest.mark.parametrize("cfg_kw, nb, reqs", [
+    # KV capacity exactly one request: every co-runner is preempted.
+    (dict(max_num_seqs=8, max_num_batched_tokens=64, block_size=4), 50,
+     _case([0, 0, 0, 0.01, 0.02], [100, 90, 80, 70, 60], [97, 100, 120, 130, 140])),
+    # Budget 1 token per iteration: one-token chunks of every prompt.
+    (dict(max_num_seqs=1, max_num_batched_tokens=1, block_size=1), 1000,
+     _case([0, 0, 0.001], [7, 3, 5], [4, 1, 6])),
+    # No chunking, a prompt larger than the budget goes alone.
+    (dict(max_num_seqs=4, max_num_batched_tokens=16, chunked_prefill=False, block_size=16), 400,
+     _case([0, 0, 0, 0.5], [2000, 10, 10, 3000], [50, 50, 1, 20])),
+    # Static batching: whole sequences reserved, a batch runs to completion.
+    (dict(max_num_seqs=3, max_num_batched_tokens=512, scheduler="static", block_size=32), 20,
+     _case([0, 0, 0, 0, 0.1], [100, 200, 300, 30, 1], [200, 100, 1, 300, 300])),
+    # A request that can never fit is rejected, the rest run.
+    (dict(max_num_seqs=4, max_num_batched_tokens=256, block_size=16), 10,
+     _case([0, 0.1, 0.2], [100, 1000, 20], [30, 30, 30])),
+])
+def test_pinned_cases_match_reference(cfg_kw, nb, reqs):
+    cfg = EngineConfig(**cfg_kw)
+    fast = run_open("fast", reqs, cfg, nb)
+    ref = run_open("reference", reqs, cfg, nb)
+    check_equal(fast, ref, reqs, cfg, nb)
+    assert all(r.status in (Status.FINISHED, Status.REJECTED) for r in fast.requests)
+
+
+def test_differential_exercises_preemption_and_rejection():
+    """Guard against the strategies going soft: a typical tight workload does
+    preempt and reject, and both engines agree on that too."""
+    reqs = make_requests([i * 0.01 for i in range(40)], [50 + 37 * i % 900 for i in range(40)],
+                         [20 + 53 * i % 280 for i in range(40)])
+    cfg = EngineConfig(max_num_seqs=32, max_num_batched_tokens=256, block_size=16)
+    nb = 60
+    fast = run_open("fast", reqs, cfg, nb)
+    ref = run_open("reference", reqs, cfg, nb)
+    check_equal(fast, ref, reqs, cfg, nb)
+    assert sum(r.preemptions for r in fast.requests) > 0
+    assert any(r.status == Status.REJECTED for r in fast.requests)
+    assert math.isfinite(fast.requests[0].finish)
+
+
+# --- KV-utilisation accounting (results.json: mean_/max_kv_utilization) ----------------
+KV_CASES = [
+    # Minimal: one request, 1-token prompt, 3 output tokens, 1-token blocks.
+    # Reference holds 1 → 2 blocks (peak 2); fast reports peak 1.
+    (dict(block_size=1), 100, [(0.0, 1, 3)]),
+    # One request whose KV grows from 1 to 3 blocks of 16.
+    (dict(block_size=16), 100, [(0.0, 16, 20)]),
+    # KV pressure with preemption.
+    (dict(max_num_seqs=32, max_num_batched_tokens=256, block_size=16), 60,
+     [(i * 0.01, 50 + 37 * i % 900, 20 + 53 * i % 280) for i in range(40)]),
+]
+
+
+@pytest.mark.parametrize("cfg_kw, nb, rows", KV_CASES, ids=["one-token-blocks", "one-request", "pressure"])
+def test_kv_utilization_matches_reference(cfg_kw, nb, rows):
+    reqs = make_requests(*zip(*rows))
+    cfg = EngineConfig(**cfg_kw)
+    fast = run_open("fast", reqs, cfg, nb)
+    ref = run_open("reference", reqs, cfg, nb)
+    check_equal(fast, ref, reqs, cfg, nb)   # the timestamps do agree
+    sf, sr = fast.stats()[0], ref.stats()[0]
+    assert sf["kv_used_max"] == sr["kv_used_max"]
+    assert sf["kv_used_area"] == pytest.approx(sr["kv_used_area"], rel=1e-7)

@@ -1,0 +1,394 @@
+"""Invariants of one simulated run, checked from inside the engines.
+
+Hypothesis drives the fast engine (and, with fewer examples, the reference)
+through random small workloads; instrumented subclasses of both replicas,
+registered in ``fleet.ENGINES`` for the test's duration, check the KV-block
+accounting at every iteration boundary, and an instrumented SimPy
+environment checks that time never runs backwards. Then: every request ends
+exactly once, its stamps are ordered, FCFS admission holds, a seed gives a
+byte-identical results.json, and Little's law holds over the run.
+"""
+from __future__ import annotations
+
+import json
+import math
+from contextlib import contextmanager
+from unittest import mock
+
+import numpy as np
+import pytest
+import simpy
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers_engine import capacities, engine_configs, make_requests, run_closed, run_open, workloads
+from simulator.engine import fleet
+from simulator.engine.blocks import ceil_div
+from simulator.engine.config import EngineConfig
+from simulator.engine.reference import ReferenceReplica
+from simulator.engine.replica import FastReplica
+from simulator.engine.sequence import DECODE, PREFILL
+from simulator.metrics.results import write_results
+from simulator.metrics.table import write_requests
+from simulator.runner import simulate
+from workloads.request import Status
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# --- instrumentation ------------------------------------------------------------
+class MonotoneEnv(simpy.Environment):
+    """Fails as soon as the clock moves backwards; counts the events."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.steps = 0
+        self.last = self.now
+
+    def step(self) -> None:
+        super().step()
+        assert self.now >= self.last, f"time ran backwards: {self.last!r} -> {self.now!r}"
+        self.last = self.now
+        self.steps += 1
+
+
+class CheckedFast(FastReplica):
+    """FastReplica that audits its block accounting by brute force."""
+
+    checks = 0
+
+    def _audit(self, where: str) -> None:
+        G, bs, nb = self.G, self.bs, self.num_blocks
+        decoding = [s for s in self.running if s.state == DECODE]
+        prefilling = [s for s in self.running if s.state == PREFILL]
+        assert list(self.prefilling) == prefilling, where
+        assert self.demand.count == len(decoding), where
+        assert self.C == sum(s.c for s in decoding), where
+        # The O(1) residue-histogram query against Σ ceil(kv/bs).
+        assert self.demand.at(G) == sum(ceil_div(s.c + G, bs) for s in decoding), where
+        assert self.fixed_blocks == sum(s.blocks for s in prefilling), where
+        for s in prefilling:
+            assert s.blocks >= ceil_div(s.prompt, bs), where
+        assert 0 <= self.used_blocks() <= nb, f"{where}: {self.used_blocks()} blocks used of {nb}"
+        assert len(self.running) <= self.cfg.max_num_seqs, where
+        type(self).checks += 1
+
+    def _plan(self, now):
+        chunks, decoding = super()._plan(now)
+        self._planned = (chunks, decoding)
+        return chunks, decoding
+
+    def _boundary(self, _ev=None) -> None:
+        super()._boundary(_ev)
+        self._audit("after _boundary")
+        chunks, decoding = self._planned
+        if not self.busy:
+            # Idle with requests waiting would strand them forever.
+            assert not self.waiting and not self.running, "replica went idle with work left"
+            return
+        if self.seg is not None:
+            n = self.seg[1]
+            assert self.used_blocks(self.G + n) <= self.num_blocks, "a decode stretch runs out of KV"
+        elif decoding:
+            assert self.used_blocks(self.G + 1) <= self.num_blocks, "a mixed iteration runs out of KV"
+        budget = sum(c for _, c in chunks) + (self.B if decoding else 0)
+        if self.cfg.chunked_prefill and self.cfg.scheduler == "continuous":
+            assert budget <= self.cfg.max_num_batched_tokens, "token budget exceeded"
+        for s, c in chunks:
+            assert 0 < c <= s.prompt - s.done
+
+    def _retire_finished(self, now: float) -> None:
+        # The finishing sequences still hold their last token's KV.
+        assert self.used_blocks() <= self.num_blocks, "KV over capacity at a stretch end"
+        super()._retire_finished(now)
+
+
+class CheckedReference(ReferenceReplica):
+    """ReferenceReplica that checks allocated + free = total at every boundary."""
+
+    checks = 0
+
+    def _plan(self, now):
+        chunks, decodes = super()._plan(now)
+        self._planned = (chunks, decodes)
+        return chunks, decodes
+
+    def _boundary(self, _ev=None) -> None:
+        super()._boundary(_ev)
+        nb, bs = self.num_blocks, self.bs
+        chunks, decodes = self._planned
+        for s in decodes:
+            # Blocks for the token this iteration writes are held.
+            assert s.blocks >= ceil_div(s.kv + 1, bs)
+        assert 0 <= self.free <= nb
+        assert nb - self.free == sum(s.blocks for s in self.running), "allocated + free != total"
+        assert len(self.running) <= self.cfg.max_num_seqs
+        for s in self.running:
+            if s.state == DECODE:
+                assert s.blocks >= ceil_div(s.kv, bs)
+            else:
+                assert s.blocks >= ceil_div(s.prompt, bs)
+        if not self.busy:
+            assert not self.waiting and not self.running, "replica went idle with work left"
+        type(self).checks += 1
+
+
+@contextmanager
+def checked_engines():
+    with mock.patch.dict(fleet.ENGINES, {"checked_fast": CheckedFast, "checked_reference": CheckedReference}):
+        yield
+
+
+def check_run(run, reqs_in=None) -> None:
+    """Invariants every run must satisfy once the clock has stopped."""
+    reqs = run.requests
+    assert [r.id for r in reqs] == list(range(len(reqs)))
+    for r in reqs:
+        # Ends exactly once.
+        assert r.status in (Status.FINISHED, Status.REJECTED, Status.CANCELLED), r
+        assert run.done_calls.get(r.id) == 1, f"on_done called {run.done_calls.get(r.id, 0)} times for {r}"
+        if r.status == Status.FINISHED:
+            assert r.arrival <= r.admitted <= r.first_token <= r.finish, r
+            assert math.isfinite(r.finish)
+            if r.output_tokens == 1:
+                assert r.first_token == r.finish
+        elif r.status == Status.REJECTED:
+            assert r.finish == r.arrival and math.isnan(r.admitted) and math.isnan(r.first_token)
+    # The replicas end empty and their block pools whole.
+    for rep in run.pool.replicas:
+        assert not rep.waiting and not rep.running and not rep.busy
+        assert rep.outstanding == 0 and rep.outstanding_tokens == 0
+        if isinstance(rep, FastReplica):
+            assert rep.used_blocks() == 0 and rep.B == 0 and rep.fixed_blocks == 0
+        else:
+            assert rep.free == rep.num_blocks
+    # FCFS: on one replica, first admissions follow submission order (a
+    # preempted sequence goes back to the head but keeps its first stamp).
+    by_rep: dict[int, list] = {}
+    for r in reqs:
+        if r.status == Status.FINISHED:
+            by_rep.setdefault(r.replica, []).append(r)
+    for rs in by_rep.values():
+        adm = [r.admitted for r in rs]
+        assert adm == sorted(adm), "admission out of FCFS order"
+    # Every token after the first leaves one inter-token gap.
+    expect = sum(r.output_tokens - 1 for r in reqs if r.status == Status.FINISHED)
+    assert sum(run.gaps.weight) == expect
+    assert all(lo >= 0 and hi >= lo for lo, hi in zip(run.gaps.lo, run.gaps.hi))
+    for st_ in run.stats():
+        assert st_["busy_time"] <= run.env.now * (1 + 1e-12)
+        assert st_["kv_used_max"] <= st_["num_blocks"]
+        assert st_["batch_max"] <= run.pool.replicas[0].cfg.max_num_seqs
+
+
+def _record_done(env, log):
+    def on_done(req):
+        log.append((env.now, req))
+    return on_done
+
+
+def _check_done_times(log) -> None:
+    """Each request's terminal stamp is the clock at its on_done call."""
+    times = [t for t, _ in log]
+    assert times == sorted(times)
+    for t, r in log:
+        assert r.finish == t
+
+
+# --- invariants under random workloads --------------------------------------------
+@settings(max_examples=250, **SETTINGS)
+@given(data=st.data())
+def test_fast_engine_invariants(data):
+    reqs = data.draw(workloads(), label="requests")
+    cfg = data.draw(engine_configs(), label="cfg")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    replicas = data.draw(st.integers(1, 3), label="replicas")
+    router = data.draw(st.sampled_from(["round_robin", "random"]), label="router")
+    env = MonotoneEnv()
+    log: list = []
+    with checked_engines():
+        run = run_open("checked_fast", reqs, cfg, nb, replicas=replicas, router=router, env=env,
+                       on_done=_record_done(env, log))
+    check_run(run)
+    _check_done_times(log)
+    assert len(log) == len(reqs)
+
+
+@settings(max_examples=40, **SETTINGS)
+@given(data=st.data())
+def test_reference_engine_invariants(data):
+    reqs = data.draw(workloads(max_n=40, max_out=200), label="requests")
+    cfg = data.draw(engine_configs(), label="cfg")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    env = MonotoneEnv()
+    log: list = []
+    with checked_engines():
+        run = run_open("checked_reference", reqs, cfg, nb, env=env, on_done=_record_done(env, log))
+    check_run(run)
+    _check_done_times(log)
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(data=st.data())
+def test_closed_loop_invariants(data):
+    n = data.draw(st.integers(5, 60), label="n")
+    conc = data.draw(st.integers(1, 16), label="concurrency")
+    inp = data.draw(st.lists(st.integers(1, 3000), min_size=n, max_size=n), label="in")
+    out = data.draw(st.lists(st.integers(1, 300), min_size=n, max_size=n), label="out")
+    cfg = data.draw(engine_configs(), label="cfg")
+    nb = data.draw(capacities(make_requests([0.0] * n, inp, out), cfg), label="num_blocks")
+    with checked_engines():
+        run = run_closed("checked_fast", conc, inp, out, cfg, nb)
+    assert len(run.requests) == n
+    check_run(run)
+    # Never more than `concurrency` requests in flight: each follow-up is
+    # issued at the end of the request it replaces.
+    events = sorted([(r.arrival, 1) for r in run.requests] + [(r.finish, -1) for r in run.requests],
+                    key=lambda e: (e[0], e[1]))
+    inflight = peak = 0
+    for _, d in events:
+        inflight += d
+        peak = max(peak, inflight)
+    assert peak <= conc
+
+
+def test_instrumentation_is_live():
+    """The audits above actually run (the subclasses are really used)."""
+    CheckedFast.checks = CheckedReference.checks = 0
+    reqs = make_requests([0.0, 0.0, 0.01, 0.5], [100, 2000, 30, 400], [50, 20, 200, 5])
+    cfg = EngineConfig(max_num_seqs=4, max_num_batched_tokens=256, block_size=4)
+    with checked_engines():
+        a = run_open("checked_fast", reqs, cfg, 530)
+        b = run_open("checked_reference", reqs, cfg, 530)
+    assert isinstance(a.pool.replicas[0], CheckedFast) and isinstance(b.pool.replicas[0], CheckedReference)
+    assert CheckedFast.checks > 3 and CheckedReference.checks > 100
+    assert sum(r.preemptions for r in a.requests) > 0
+    check_run(a)
+    check_run(b)
+
+
+# --- determinism ----------------------------------------------------------------------
+SCENARIO = """\
+name: props
+seed: {seed}
+workload:
+  num_requests: 400
+  arrival: {{type: poisson, rate_per_s: 20}}
+  input_tokens: {{dist: lognormal, mean: 800, std: 500, min: 16, max: 3000}}
+  output_tokens: {{dist: uniform, min: 1, max: 300}}
+pools:
+  - name: main
+    model: llama-3-8b
+    gpu: h100-sxm
+    replicas: 2
+    router: random
+    engine: {{max_num_seqs: 32, max_num_batched_tokens: 512, num_gpu_blocks_override: {blocks}}}
+slo: {{ttft_p99_ms: 2000, tpot_ms: 100}}
+"""
+
+VOLATILE = ("wall_time_s", "sim_requests_per_wall_s")
+
+
+def _scenario(tmp_path, seed=11, blocks=400):
+    p = tmp_path / f"s{seed}_{blocks}.yaml"
+    p.write_text(SCENARIO.format(seed=seed, blocks=blocks))
+    return p
+
+
+def test_same_seed_gives_byte_identical_results(tmp_path):
+    path = _scenario(tmp_path)
+    texts, tables = [], []
+    for k in range(2):
+        out = simulate(path)
+        assert out.results["llmsim"]["preemptions"] > 0   # a run with some of everything
+        f = write_results(out.results, tmp_path / f"results{k}.json")
+        texts.append(f.read_bytes())
+        tables.append(write_requests(out.requests, tmp_path / f"requests{k}", fmt="csv").read_bytes())
+    assert tables[0] == tables[1], "per-request table differs between two runs of one seed"
+    a, b = (json.loads(t) for t in texts)
+    for v in VOLATILE:
+        assert a["llmsim"].pop(v) is not None and b["llmsim"].pop(v) is not None
+    assert a == b
+
+    def strip(t: bytes) -> list[bytes]:
+        return [line for line in t.splitlines() if not any(v.encode() in line for v in VOLATILE)]
+
+    assert strip(texts[0]) == strip(texts[1])
+    # Different seeds give different runs (the seed is used at all).
+    other = simulate(_scenario(tmp_path, seed=12)).results
+    assert other["mean_ttft_ms"] != a["mean_ttft_ms"]
+
+
+# --- Little's law -------------------------------------------------------------------
+def _time_integral(changes: list[tuple[float, int]]) -> tuple[float, float, float]:
+    """∫N(t)dt from a list of (time, ±1), with the span it covers."""
+    changes = sorted(changes, key=lambda c: c[0])
+    area, n, last = 0.0, 0, changes[0][0]
+    for t, d in changes:
+        area += n * (t - last)
+        n += d
+        last = t
+        assert n >= 0
+    assert n == 0, "the system did not empty"
+    return area, changes[0][0], changes[-1][0]
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(data=st.data())
+def test_littles_law_on_instrumented_runs(data):
+    """L (time-average number in system, integrated from the clock at each
+    submit and each on_done) equals λ·W (λ = requests / span, W = mean stamp
+    E2E) over a run that empties at the end: an identity over the busy
+    period, so it checks that the stamps agree with when things happened."""
+    reqs = data.draw(workloads(min_n=5, max_n=60), label="requests")
+    cfg = data.draw(engine_configs(), label="cfg")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    env = simpy.Environment()
+    changes: list[tuple[float, int]] = []
+
+    def on_done(req):
+        changes.append((env.now, -1))
+
+    # Count arrivals at the moment the pool sees them.
+    orig = fleet.Pool.submit
+
+    def submit(self, req):
+        changes.append((env.now, +1))
+        orig(self, req)
+
+    with mock.patch.object(fleet.Pool, "submit", submit):
+        run = run_open("fast", reqs, cfg, nb, replicas=2, env=env, on_done=on_done)
+    area, t0, t1 = _time_integral(changes)
+    span = t1 - t0
+    e2e = [r.finish - r.arrival for r in run.requests]
+    if span <= 0:
+        assert all(w == 0 for w in e2e)
+        return
+    L = area / span
+    lam = len(run.requests) / span
+    W = float(np.mean(e2e))
+    assert L == pytest.approx(lam * W, rel=0.01, abs=1e-9)
+
+
+def test_littles_law_on_a_simulated_scenario(tmp_path):
+    """On a scenario run through ``simulate``: L from sweeping the stamps
+    equals λW for the whole system; the engine's own time averages obey it
+    too: mean_queue_depth = Σ(admitted − arrival)/T and mean_batch_size =
+    Σ(finish − admitted)/(T · replicas) when nothing is preempted."""
+    out = simulate(_scenario(tmp_path, seed=5, blocks=100000))
+    reqs = out.requests
+    assert all(r.status == Status.FINISHED for r in reqs)
+    assert out.results["llmsim"]["preemptions"] == 0
+    changes = [(r.arrival, 1) for r in reqs] + [(r.finish, -1) for r in reqs]
+    area, t0, t1 = _time_integral(changes)
+    lam = len(reqs) / (t1 - t0)
+    W = float(np.mean([r.finish - r.arrival for r in reqs]))
+    assert area / (t1 - t0) == pytest.approx(lam * W, rel=0.01)
+    # The engine's time averages run over [0, end of simulation].
+    blk = out.results["llmsim"]
+    T = blk["simulated_seconds"]
+    assert T == pytest.approx(max(r.finish for r in reqs))
+    wq = sum(r.admitted - r.arrival for r in reqs)
+    assert blk["mean_queue_depth"] == pytest.approx(wq / T, rel=0.01)
+    in_batch = sum(r.finish - r.admitted for r in reqs)
+    assert blk["mean_batch_size"] == pytest.approx(in_batch / (T * blk["replicas"]), rel=0.01)
