@@ -8,7 +8,6 @@ wheel installed anywhere.
 from __future__ import annotations
 
 import json
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -17,18 +16,19 @@ import yaml
 from ..errors import LlmsimError
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
+_PACKAGE_DATA = Path(__file__).resolve().parents[1] / "data"
 
 
 def builtin_dir(kind: str) -> Path:
-    """Directory of built-in ``hardware_profiles``, ``model_profiles`` or ``scenarios``."""
+    """Directory of built-in ``hardware_profiles``, ``model_profiles`` or ``scenarios``.
+
+    A checkout (or editable install) reads the repository folders; a wheel
+    reads the copies shipped as ``simulator/data/<kind>``.
+    """
     checkout = _REPO_ROOT / kind
     if checkout.is_dir() and any(checkout.glob("*.yaml")):
         return checkout
-    try:
-        pkg = resources.files(f"simulator.data.{kind}")
-        return Path(str(pkg))
-    except (ModuleNotFoundError, TypeError):
-        return checkout
+    return _PACKAGE_DATA / kind
 
 
 def read_structured(path: Path) -> Any:
