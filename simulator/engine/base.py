@@ -122,6 +122,22 @@ class ReplicaBase:
         if self.on_done:
             self.on_done(seq.req)
 
+    def _prefill_chunk_done(self, s: Seq, chunk: int, now: float) -> bool:
+        """Apply a prefill chunk; when it completes the prompt, emit the token
+        it samples (the first token, or after a recompute the next one, whose
+        gap spans the preemption). Returns whether the prompt is complete."""
+        s.done += chunk
+        if s.done != s.prompt:
+            return False
+        s.generated += 1
+        if math.isnan(s.req.first_token):
+            s.req.first_token = now
+        else:
+            self.gaps.add(now - s.last_token, now - s.last_token, 1)
+        s.last_token = now
+        s.kv = s.prompt
+        return True
+
     def _admit_stamp(self, seq: Seq, now: float) -> None:
         if math.isnan(seq.req.admitted):
             seq.req.admitted = now

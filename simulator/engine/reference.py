@@ -138,15 +138,7 @@ class ReferenceReplica(ReplicaBase):
             if s.generated >= s.req.output_tokens:
                 self._retire(s, now)
         for s, c in chunks:
-            s.done += c
-            if s.done == s.prompt:
-                s.generated += 1
-                if math.isnan(s.req.first_token):
-                    s.req.first_token = now
-                else:
-                    self.gaps.add(now - s.last_token, now - s.last_token, 1)
-                s.last_token = now
-                s.kv = s.prompt
+            if self._prefill_chunk_done(s, c, now):
                 s.state = DECODE
                 if s.generated >= s.req.output_tokens:
                     self._retire(s, now)

@@ -54,20 +54,20 @@ class Random:
         return int(self.rng.integers(len(replicas)))
 
 
+def _least(replicas, load) -> int:
+    """Index of the replica with the smallest load; ties to the lowest index."""
+    return min(range(len(replicas)), key=lambda i: load(replicas[i]))
+
+
 @register_router("least_outstanding")
 class LeastOutstanding:
-    """Fewest requests in flight (queued + running); ties to the lowest index."""
+    """Fewest requests in flight (queued + running)."""
 
     def __init__(self, rng=None) -> None:
         pass
 
     def choose(self, req, replicas) -> int:
-        best, best_v = 0, None
-        for i, r in enumerate(replicas):
-            v = r.outstanding
-            if best_v is None or v < best_v:
-                best, best_v = i, v
-        return best
+        return _least(replicas, lambda r: r.outstanding)
 
 
 @register_router("least_outstanding_tokens")
@@ -78,9 +78,4 @@ class LeastOutstandingTokens:
         pass
 
     def choose(self, req, replicas) -> int:
-        best, best_v = 0, None
-        for i, r in enumerate(replicas):
-            v = r.outstanding_tokens
-            if best_v is None or v < best_v:
-                best, best_v = i, v
-        return best
+        return _least(replicas, lambda r: r.outstanding_tokens)
