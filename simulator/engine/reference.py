@@ -6,8 +6,6 @@ disagree, this one is right. Keep it free of cleverness.
 """
 from __future__ import annotations
 
-import math
-
 from .base import ReplicaBase
 from .blocks import ceil_div
 from .sequence import DECODE, PREFILL, Seq
