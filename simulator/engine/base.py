@@ -122,6 +122,24 @@ class ReplicaBase:
         if self.on_done:
             self.on_done(seq.req)
 
+    def _admit_whole(self, now: float, free: int, reserve_output: bool) -> list:
+        """Admit waiting prompts whole, FCFS, while sequences, the token budget
+        (a single prompt may exceed it when alone) and ``free`` blocks allow.
+        Static batching reserves blocks for the output too. Each engine's
+        ``_admit`` does its own block bookkeeping."""
+        chunks: list = []
+        budget = self.cfg.max_num_batched_tokens
+        while self.waiting and len(self.running) < self.cfg.max_num_seqs:
+            s = self.waiting[0]
+            blocks = ceil_div(s.prompt + (s.req.output_tokens if reserve_output else 0), self.bs)
+            if (chunks and s.prompt > budget) or blocks > free:
+                break
+            self._admit(s, blocks, now)
+            free -= blocks
+            chunks.append((s, s.prompt))
+            budget -= s.prompt
+        return chunks
+
     def _prefill_chunk_done(self, s: Seq, chunk: int, now: float) -> bool:
         """Apply a prefill chunk; when it completes the prompt, emit the token
         it samples (the first token, or after a recompute the next one, whose

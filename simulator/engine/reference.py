@@ -62,14 +62,7 @@ class ReferenceReplica(ReplicaBase):
         decodes: list[Seq] = []
         if cfg.scheduler == "static":
             if not self.running:
-                while self.waiting and len(self.running) < cfg.max_num_seqs:
-                    s = self.waiting[0]
-                    blocks = ceil_div(s.prompt + s.req.output_tokens, self.bs)
-                    if (chunks and s.prompt > budget) or blocks > self.free:
-                        break
-                    self._admit(s, blocks, now)
-                    chunks.append((s, s.prompt))
-                    budget -= s.prompt
+                chunks = self._admit_whole(now, self.free, reserve_output=True)
             else:
                 # Blocks for the whole sequence were reserved at admission.
                 decodes = [s for s in self.running if s.state == DECODE]
@@ -77,14 +70,7 @@ class ReferenceReplica(ReplicaBase):
         if not cfg.chunked_prefill:
             # vLLM v0 without chunking: a prefill-only iteration whenever a
             # waiting prompt can be admitted; decodes stall meanwhile.
-            while self.waiting and len(self.running) < cfg.max_num_seqs:
-                s = self.waiting[0]
-                blocks = ceil_div(s.prompt, self.bs)
-                if (chunks and s.prompt > budget) or blocks > self.free:
-                    break
-                self._admit(s, blocks, now)
-                chunks.append((s, s.prompt))
-                budget -= s.prompt
+            chunks = self._admit_whole(now, self.free, reserve_output=False)
             if chunks:
                 return chunks, []
             decodes, _ = self._allocate_decodes()

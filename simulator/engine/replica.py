@@ -118,29 +118,10 @@ class FastReplica(ReplicaBase):
         chunks: list[tuple[Seq, int]] = []
         if cfg.scheduler == "static":
             if not self.running:
-                free = self._free_blocks(False)
-                while self.waiting and len(self.running) < cfg.max_num_seqs:
-                    s = self.waiting[0]
-                    blocks = ceil_div(s.prompt + s.req.output_tokens, self.bs)
-                    if (chunks and s.prompt > budget) or blocks > free:
-                        break
-                    self._admit(s, blocks, now)
-                    free -= blocks
-                    chunks.append((s, s.prompt))
-                    budget -= s.prompt
-                return chunks, False
+                return self._admit_whole(now, self._free_blocks(False), reserve_output=True), False
             return chunks, self.B > 0
         if not cfg.chunked_prefill:
-            free = self._free_blocks(False)
-            while self.waiting and len(self.running) < cfg.max_num_seqs:
-                s = self.waiting[0]
-                blocks = ceil_div(s.prompt, self.bs)
-                if (chunks and s.prompt > budget) or blocks > free:
-                    break
-                self._admit(s, blocks, now)
-                free -= blocks
-                chunks.append((s, s.prompt))
-                budget -= s.prompt
+            chunks = self._admit_whole(now, self._free_blocks(False), reserve_output=False)
             if chunks:
                 return chunks, False
             self._make_room_for_decodes()
