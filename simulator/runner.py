@@ -7,7 +7,7 @@ Notebooks call :func:`simulate`; the CLI calls it and writes the files.
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Optional
 
@@ -26,7 +26,6 @@ from .profiles import load_hardware, load_model
 from .scenario.load import _max_length, load_scenario
 from .scenario.schema import PoolSpec, Scenario
 from workloads.request import Request
-from workloads.spec import spawn_streams
 
 
 @dataclass
@@ -64,9 +63,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
                                            e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
                                            e.block_size))
     if e.num_gpu_blocks_override:
-        mem = MemoryPlan(mem.total_bytes, mem.usable_bytes, mem.weights_bytes, mem.activation_bytes,
-                         mem.non_torch_bytes, mem.kv_capacity_bytes, mem.kv_bytes_per_token, mem.block_size,
-                         e.num_gpu_blocks_override)
+        mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
     at("router", lambda: make_router(spec.router, np.random.default_rng(0)))
     return PoolSetup(spec, cm, mem)
 
@@ -93,7 +90,6 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     sc = scenario
     setups = check_scenario(sc, source)
     ps = setups[0]
-    streams = spawn_streams(sc.seed)
     env = simpy.Environment()
     gaps = GapLog()
     wl = sc.workload
@@ -111,7 +107,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     wall = time.perf_counter()
     if wl.closed_loop:
         n = wl.num_requests
-        inp, out = wl._lengths(streams, n)
+        inp, out = wl.lengths(sc.seed, n)
         loop = ClosedLoop(env, wl.arrival.concurrency, n, length_table(inp, out), pool.submit)
         requests = loop.issued
         total = n

@@ -74,9 +74,9 @@ class CheckedFast(FastReplica):
         type(self).checks += 1
 
     def _plan(self, now):
-        chunks, decoding = super()._plan(now)
+        chunks, decoding, preempted = super()._plan(now)
         self._planned = (chunks, decoding)
-        return chunks, decoding
+        return chunks, decoding, preempted
 
     def _boundary(self, _ev=None) -> None:
         super()._boundary(_ev)

@@ -18,7 +18,7 @@ from ..costmodel import CostModel
 from ..metrics.gaps import GapLog
 from .blocks import ceil_div
 from .config import EngineConfig
-from .sequence import Seq
+from .sequence import Seq, finish
 from workloads.request import Request, Status
 
 
@@ -115,7 +115,6 @@ class ReplicaBase:
         return ev
 
     def _finish_request(self, seq: Seq, now: float) -> None:
-        from .sequence import finish
         finish(seq, now)
         self.outstanding -= 1
         self.outstanding_tokens -= seq.req.input_tokens + seq.req.output_tokens

@@ -22,7 +22,7 @@ import math
 
 from .base import ReplicaBase
 from .blocks import BlockDemand, ceil_div
-from .sequence import DECODE, DONE, PREFILL, Seq
+from .sequence import DECODE, PREFILL, Seq
 
 
 class FastReplica(ReplicaBase):
@@ -44,7 +44,7 @@ class FastReplica(ReplicaBase):
         self.cohorts: dict[float, int] = {}
         # The stretch in flight.
         self.gen = 0
-        self.seg = None   # (t0, n, a, b, K, B) for a decode stretch, else None
+        self.seg = None   # (t0, n, K, b, B) for a decode stretch, else None
         self.seg_cuttable = False
 
     # --- helpers -----------------------------------------------------------
@@ -112,20 +112,20 @@ class FastReplica(ReplicaBase):
 
     # --- planning ----------------------------------------------------------
     def _plan(self, now: float):
-        """Returns (chunks, decoding?) with the reference engine's decisions."""
+        """Returns (chunks, decoding?, preempted?) with the reference engine's decisions."""
         cfg = self.cfg
         budget = cfg.max_num_batched_tokens
         chunks: list[tuple[Seq, int]] = []
         if cfg.scheduler == "static":
             if not self.running:
-                return self._admit_whole(now, self._free_blocks(False), reserve_output=True), False
-            return chunks, self.B > 0
+                return self._admit_whole(now, self._free_blocks(False), reserve_output=True), False, False
+            return chunks, self.B > 0, False
         if not cfg.chunked_prefill:
             chunks = self._admit_whole(now, self._free_blocks(False), reserve_output=False)
             if chunks:
-                return chunks, False
+                return chunks, False, False
             self._make_room_for_decodes()
-            return [], self.B > 0
+            return [], self.B > 0, False
         victims = self._make_room_for_decodes()
         budget -= self.B
         for s in self.prefilling:
@@ -146,14 +146,12 @@ class FastReplica(ReplicaBase):
                 c = min(s.prompt, budget)
                 chunks.append((s, c))
                 budget -= c
-        self._victims = bool(victims)
-        return chunks, self.B > 0
+        return chunks, self.B > 0, bool(victims)
 
     # --- the loop ----------------------------------------------------------
     def _boundary(self, _ev=None) -> None:
         now = self.env.now
-        self._victims = False
-        chunks, decoding = self._plan(now)
+        chunks, decoding, preempted = self._plan(now)
         self.queue_len.set(now, len(self.waiting))
         self.batch_size.set(now, len(self.running))
         if not chunks and not decoding:
@@ -175,8 +173,8 @@ class FastReplica(ReplicaBase):
         # A decode-only stretch: how many iterations until something changes?
         a, b = self.cm.decode_coefficients(B)
         G0 = self.G
-        n = self.heap_top() - G0
-        if self._victims:
+        n = self._next_finish() - G0
+        if preempted:
             n = 1
         elif n > 1 and self.used_blocks(G0 + n) > self.num_blocks:
             lo, hi = 1, n   # used(G0+lo) fits, used(G0+hi) does not
@@ -202,11 +200,13 @@ class FastReplica(ReplicaBase):
         """Time of the first k iterations: Σ_{j=1..k} (K + b·B·j)."""
         return k * K + b * B * k * (k + 1) / 2.0
 
-    def heap_top(self) -> int:
+    def _next_finish(self) -> int | None:
+        """Decode counter of the next finish, dropping stale heap entries
+        (sequences preempted since they were pushed)."""
         h = self.heap
-        while h[0][3].state != DECODE or h[0][2] != h[0][3].epoch:
+        while h and (h[0][3].state != DECODE or h[0][2] != h[0][3].epoch):
             heapq.heappop(h)
-        return h[0][0]
+        return h[0][0] if h else None
 
     def _on_arrival_while_busy(self, now: float) -> None:
         if self.seg is None or not self.seg_cuttable:
@@ -255,7 +255,7 @@ class FastReplica(ReplicaBase):
         G0, bs, d = self.G, self.bs, self.demand
         c0 = self.fixed_blocks + d.q_sum
         if n <= bs:
-            return sum((K + b * B * k) * (c0 + d.at(G0 + k) - d.q_sum) for k in range(1, n + 1))
+            return sum((K + b * B * k) * self.used_blocks(G0 + k) for k in range(1, n + 1))
         bB = b * B
         a0 = c0 + B * G0 / bs
         a1 = B / bs
@@ -332,19 +332,10 @@ class FastReplica(ReplicaBase):
         self._boundary()
 
     def _retire_finished(self, now: float) -> None:
-        h = self.heap
-        G = self.G
-        while h:
-            gf, _, epoch, s = h[0]
-            if s.state != DECODE or epoch != s.epoch:
-                heapq.heappop(h)
-                continue
-            if gf > G:
-                break
-            heapq.heappop(h)
+        while (gf := self._next_finish()) is not None and gf <= self.G:
+            s = heapq.heappop(self.heap)[3]
             s.generated = s.req.output_tokens
             self._leave_decode(s)
             del self.running[s]
             s.blocks = 0
-            s.state = DONE
             self._finish_request(s, now)
