@@ -15,6 +15,7 @@ from typing import Callable, Optional, Sequence
 import numpy as np
 import simpy
 from hypothesis import strategies as st
+from simpy.events import URGENT
 
 from simulator.costmodel import CostModel
 from simulator.engine.blocks import ceil_div
@@ -48,7 +49,7 @@ class Run:
     done_calls: dict[int, int] = field(default_factory=dict)
 
     def stats(self) -> list[dict]:
-        return [r.stats(self.env.now) for r in self.pool.replicas]
+        return [r.stats(self.pool.end_time()) for r in self.pool.replicas]
 
 
 def make_requests(arrivals: Sequence[float], inputs: Sequence[int], outputs: Sequence[int]) -> list[Request]:
@@ -56,14 +57,16 @@ def make_requests(arrivals: Sequence[float], inputs: Sequence[int], outputs: Seq
 
 
 def clone(requests: Sequence[Request]) -> list[Request]:
-    return [Request(r.id, r.arrival, r.input_tokens, r.output_tokens) for r in requests]
+    return [Request(r.id, r.arrival, r.input_tokens, r.output_tokens, blocks=r.blocks) for r in requests]
 
 
 def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_blocks: int, *, replicas: int = 1,
              router: str = "round_robin", router_seed: int = 0, cm: Optional[CostModel] = None,
              env: Optional[simpy.Environment] = None,
-             on_done: Optional[Callable[[Request], None]] = None) -> Run:
-    """Run fresh copies of ``requests`` (open loop) through a pool."""
+             on_done: Optional[Callable[[Request], None]] = None, id_block_tokens: Optional[int] = None,
+             cancels: Sequence[tuple[float, int]] = ()) -> Run:
+    """Run fresh copies of ``requests`` (open loop) through a pool; each
+    ``(t, id)`` in ``cancels`` cancels request ``id`` at time t (if it has arrived)."""
     reqs = clone(requests)
     env = env or simpy.Environment()
     gaps = GapLog()
@@ -75,8 +78,14 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
             on_done(req)
 
     pool = Pool(env, cm or cost_model(), cfg, num_blocks, replicas,
-                make_router(router, np.random.default_rng(router_seed)), gaps, engine, done)
+                make_router(router, np.random.default_rng(router_seed)), gaps, engine, done,
+                id_block_tokens=id_block_tokens)
     drive_open_loop(env, reqs, pool.submit)
+    for t, i in cancels:   # client events, URGENT like arrivals
+        ev = simpy.Event(env)
+        ev._ok, ev._value = True, None
+        ev.callbacks.append(lambda ev, req=reqs[i]: pool.cancel(req))
+        env.schedule(ev, URGENT, t)
     env.run()
     return Run(reqs, gaps, pool, env, calls)
 
@@ -133,6 +142,8 @@ def compare_runs(fast: Run, ref: Run) -> list[str]:
             problems.append(f"req {a.id}: replica {a.replica} != {b.replica}")
         if a.preemptions != b.preemptions:
             problems.append(f"req {a.id}: preemptions {a.preemptions} != {b.preemptions}")
+        if a.cached_tokens != b.cached_tokens:
+            problems.append(f"req {a.id}: cached_tokens {a.cached_tokens} != {b.cached_tokens}")
         for f in STAMPS:
             x, y = getattr(a, f), getattr(b, f)
             if not close(x, y):
@@ -149,6 +160,8 @@ def compare_runs(fast: Run, ref: Run) -> list[str]:
         for k in ("queue_mean", "batch_mean"):
             if not close(sa[k], sb[k], rel=1e-6):
                 problems.append(f"replica {i}: {k} {sa[k]!r} != {sb[k]!r}")
+        if sa["prefix_cache"] != sb["prefix_cache"]:
+            problems.append(f"replica {i}: prefix cache {sa['prefix_cache']} != {sb['prefix_cache']}")
         for k in ("queue_max", "batch_max"):
             if sa[k] != sb[k]:
                 problems.append(f"replica {i}: {k} {sa[k]!r} != {sb[k]!r}")

@@ -18,7 +18,8 @@ from ..costmodel import CostModel
 from ..metrics.gaps import GapLog
 from .blocks import ceil_div
 from .config import EngineConfig
-from .sequence import Seq, finish
+from .prefix_cache import Match, PrefixCache
+from .sequence import DONE, WAITING, Seq, finish
 from workloads.request import Request, Status
 
 
@@ -50,7 +51,8 @@ class ReplicaBase:
     """One model replica: a queue, a running batch and a paged KV cache."""
 
     def __init__(self, env: simpy.Environment, index: int, cm: CostModel, cfg: EngineConfig, num_blocks: int,
-                 gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None, max_model_len: int | None = None):
+                 gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None, max_model_len: int | None = None,
+                 id_block_tokens: int | None = None):
         self.env = env
         self.index = index
         self.cm = cm
@@ -72,6 +74,14 @@ class ReplicaBase:
         self.batch_size = TimeAverage()
         self.kv_used_area = 0.0
         self.kv_used_max = 0
+        self.t_end = 0.0                    # when its last request ended (stale timer events may follow)
+        self.seqs: dict[int, Seq] = {}      # live sequences by request id (for cancel)
+        self.cancelled: list[Seq] = []      # running ones leaving at the end of this iteration
+        self.cache: Optional[PrefixCache] = None
+        if cfg.prefix_cache and id_block_tokens:
+            cap = cfg.prefix_cache_capacity_tokens
+            self.cache = PrefixCache(id_block_tokens, self.bs, cap if isinstance(cap, int) else None,
+                                     cfg.cache_unbounded)
 
     # --- arrivals ----------------------------------------------------------
     def can_ever_serve(self, req: Request) -> bool:
@@ -90,12 +100,15 @@ class ReplicaBase:
         if not self.can_ever_serve(req):
             req.status = Status.REJECTED
             req.finish = now
+            self.t_end = max(self.t_end, now)
             if self.on_done:
                 self.on_done(req)
             return
         self.outstanding += 1
         self.outstanding_tokens += req.input_tokens + req.output_tokens
-        self.waiting.append(Seq(req))
+        seq = Seq(req)
+        self.seqs[req.id] = seq
+        self.waiting.append(seq)
         self.queue_len.set(now, len(self.waiting))
         if not self.busy:
             self.busy = True
@@ -106,6 +119,95 @@ class ReplicaBase:
     def _on_arrival_while_busy(self, now: float) -> None:
         """Hook for the fast engine to cut a skipped stretch short."""
 
+    def _cut(self, now: float) -> None:
+        """Hook: end the iteration in flight at its own end (the fast engine
+        may be skipping several); called when the plan may change then."""
+
+    def cancel(self, req: Request) -> None:
+        """The client gave up on ``req`` (e.g. a stale autocomplete). A
+        queued request leaves now; a running one at the end of the iteration
+        in flight, freeing its batch slot and KV then. Either way it ends
+        CANCELLED, once; a request already ended is left alone."""
+        s = self.seqs.get(req.id)
+        if s is None or s.state == DONE or s.cancel:
+            return
+        now = self.env.now
+        if s.state == WAITING:
+            self.waiting.remove(s)
+            self.queue_len.set(now, len(self.waiting))
+            self._end_request(s, now, Status.CANCELLED)
+        else:
+            s.cancel = True
+            self.cancelled.append(s)
+        self._cut(now)
+
+    def _drop_cancelled(self, now: float) -> None:
+        """End the running sequences cancelled during the iteration that just
+        ended (one that finished in it stays finished)."""
+        for s in self.cancelled:
+            if s.state != DONE:
+                self._remove_running(s)
+                self._release_cache(s)
+                self._end_request(s, now, Status.CANCELLED)
+        self.cancelled.clear()
+
+    def _remove_running(self, s: Seq) -> None:
+        """Engine-specific: take a running sequence out of the batch and free its own blocks."""
+        raise NotImplementedError
+
+    # --- prefix cache --------------------------------------------------------
+    def cached_prefix_tokens(self, req: Request) -> int:
+        """Prompt tokens of ``req`` this replica would serve from its cache now
+        (what a cache-aware router asks)."""
+        if self.cache is None or not req.blocks:
+            return 0
+        self._sync_cache(self.env.now)
+        return self.cache.cached_tokens(req.blocks, req.input_tokens)
+
+    def _sync_cache(self, now: float) -> None:
+        """Hook: apply evictions that the iterations already run would have made."""
+
+    def _trim_cache(self, free: int) -> None:
+        if self.cache is not None:
+            self.cache.trim(free)
+
+    def _admission(self, s: Seq, reserve_output: bool = False) -> tuple[int, int, Optional[Match]]:
+        """(blocks admitting ``s`` would take from free memory, blocks of its
+        KV, cache match): a hit on entries other sequences already pin is free."""
+        total = ceil_div(s.prompt + (s.req.output_tokens if reserve_output else 0), self.bs)
+        ids = s.req.blocks
+        if self.cache is None or not ids:
+            return total, total, None
+        m = self.cache.match(ids, s.prompt)
+        return total - m.pinned_blocks, total, m
+
+    def _attach(self, s: Seq, total: int, m: Optional[Match]) -> int:
+        """Give an admitted sequence its KV: the cached prefix (shared, its
+        prefill skipped) plus ``blocks`` of its own. Returns the blocks taken
+        from free memory. Call before stamping the admission."""
+        if m is None:
+            s.blocks = total
+            return total
+        c = self.cache
+        ids = s.req.blocks
+        cached = max(0, min(m.tokens, s.prompt - 1))
+        if math.isnan(s.req.admitted):
+            s.req.cached_tokens = cached
+            c.record(m, ids, s.prompt, cached)
+        s.done = cached
+        p0 = c.pinned
+        s.pin, s.pin_blocks = c.acquire(ids, m, s.req.input_tokens)
+        s.blocks = total - s.pin_blocks
+        return s.blocks + c.pinned - p0
+
+    def _release_cache(self, s: Seq, kv_tokens: int = 0) -> None:
+        """Unreference a sequence's cached entries (a finished one also enters
+        its output blocks)."""
+        if self.cache is not None and s.req.blocks:
+            self.cache.release(s.req.blocks, s.pin, kv_tokens)
+        s.pin = 0
+        s.pin_blocks = 0
+
     def _schedule(self, delay: float, callback) -> simpy.Event:
         ev = simpy.Event(self.env)
         ev._ok = True
@@ -115,7 +217,13 @@ class ReplicaBase:
         return ev
 
     def _finish_request(self, seq: Seq, now: float) -> None:
-        finish(seq, now)
+        self._release_cache(seq, seq.req.input_tokens + seq.req.output_tokens - 1)
+        self._end_request(seq, now, Status.FINISHED)
+
+    def _end_request(self, seq: Seq, now: float, status: Status) -> None:
+        finish(seq, now, status)
+        self.t_end = now
+        del self.seqs[seq.req.id]
         self.outstanding -= 1
         self.outstanding_tokens -= seq.req.input_tokens + seq.req.output_tokens
         if self.on_done:
@@ -130,14 +238,29 @@ class ReplicaBase:
         budget = self.cfg.max_num_batched_tokens
         while self.waiting and len(self.running) < self.cfg.max_num_seqs:
             s = self.waiting[0]
-            blocks = ceil_div(s.prompt + (s.req.output_tokens if reserve_output else 0), self.bs)
-            if (chunks and s.prompt > budget) or blocks > free:
+            need, total, m = self._admission(s, reserve_output)
+            new = s.prompt - (0 if m is None else max(0, min(m.tokens, s.prompt - 1)))
+            if (chunks and new > budget) or need > free:
                 break
-            self._admit(s, blocks, now)
-            free -= blocks
-            chunks.append((s, s.prompt))
-            budget -= s.prompt
+            free -= self._admit(s, total, m, now)
+            self._trim_cache(free)
+            chunks.append((s, s.prompt - s.done))
+            budget -= s.prompt - s.done
         return chunks
+
+    def _admit_chunked(self, now: float, free: int, budget: int, chunks: list) -> None:
+        """Admit waiting prompts FCFS while a sequence slot, token budget and
+        ``free`` blocks allow, each with a first chunk that fits the budget."""
+        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+            s = self.waiting[0]
+            need, total, m = self._admission(s)
+            if need > free:
+                break
+            free -= self._admit(s, total, m, now)
+            self._trim_cache(free)
+            c = min(s.prompt - s.done, budget)
+            chunks.append((s, c))
+            budget -= c
 
     def _prefill_chunk_done(self, s: Seq, chunk: int, now: float) -> bool:
         """Apply a prefill chunk; when it completes the prompt, emit the token
@@ -181,4 +304,5 @@ class ReplicaBase:
             "queue_max": self.queue_len.max,
             "batch_mean": self.batch_size.mean(now),
             "batch_max": self.batch_size.max,
+            "prefix_cache": None if self.cache is None else self.cache.stats(),
         }

@@ -1,7 +1,7 @@
 """Engine settings of one replica, with vLLM's names and defaults."""
 from __future__ import annotations
 
-from typing import Literal, Optional
+from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -24,6 +24,23 @@ class EngineConfig(BaseModel):
     iteration_overhead_ms: Optional[float] = Field(
         default=None, ge=0, description="per-iteration CPU/launch overhead; default from the GPU profile")
     num_gpu_blocks_override: Optional[int] = Field(default=None, ge=1, description="force the KV capacity in blocks")
+    prefix_cache: bool = Field(
+        default=True, description="reuse cached KV of a shared prompt prefix (vLLM v1's default); needs "
+                                  "requests with block ids (sessions, system prompts, Mooncake traces)")
+    prefix_cache_capacity_tokens: Union[int, Literal["unbounded"], None] = Field(
+        default=None, description="cap on cached tokens no running request uses; default: whatever KV memory "
+                                  "running requests leave free; 'unbounded': an idealised cache beyond GPU memory")
+
+    @property
+    def cache_unbounded(self) -> bool:
+        return self.prefix_cache_capacity_tokens == "unbounded"
+
+    @model_validator(mode="after")
+    def _capacity_positive(self) -> "EngineConfig":
+        c = self.prefix_cache_capacity_tokens
+        if isinstance(c, int) and c < 0:
+            raise ValueError(f"prefix_cache_capacity_tokens must be ≥ 0 or 'unbounded', got {c}")
+        return self
 
     @model_validator(mode="after")
     def _budget_holds_a_batch(self) -> "EngineConfig":

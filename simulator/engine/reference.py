@@ -15,12 +15,24 @@ class ReferenceReplica(ReplicaBase):
     def __init__(self, *args, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self.running: list[Seq] = []      # admission order
-        self.free = self.num_blocks
+        self.own = 0                      # blocks sequences hold privately
+
+    @property
+    def free(self) -> int:
+        """Blocks neither held by a sequence nor pinned in the cache for one
+        (unreferenced cache entries count as free: they are evicted on demand)."""
+        return self.num_blocks - self.own - (self.cache.pinned if self.cache is not None else 0)
 
     # --- planning one iteration ----------------------------------------------
+    def _remove_running(self, v: Seq) -> None:
+        self.running.remove(v)
+        self.own -= v.blocks
+        v.blocks = 0
+
     def _preempt_newest(self) -> Seq:
-        v = self.running.pop()
-        self.free += v.blocks
+        v = self.running[-1]
+        self._remove_running(v)
+        self._release_cache(v)
         v.reset_for_recompute()
         self.preemptions += 1
         return v
@@ -30,7 +42,7 @@ class ReferenceReplica(ReplicaBase):
         for s in list(self.running):
             if s not in self.running or s.state != DECODE:
                 continue
-            need = ceil_div(s.kv + 1, self.bs) - s.blocks
+            need = ceil_div(s.kv + 1 - s.pin_blocks * self.bs, self.bs) - s.blocks
             preempted_self = False
             while need > self.free:
                 v = self._preempt_newest()
@@ -40,20 +52,21 @@ class ReferenceReplica(ReplicaBase):
                     break
             if preempted_self:
                 continue
-            self.free -= need
+            self.own += need
             s.blocks += need
             decodes.append(s)
         for v in victims:
             self.waiting.appendleft(v)
         return decodes, victims
 
-    def _admit(self, s: Seq, blocks: int, now: float) -> None:
+    def _admit(self, s: Seq, total: int, m, now: float) -> int:
         self.waiting.popleft()
-        self.free -= blocks
-        s.blocks = blocks
+        taken = self._attach(s, total, m)
+        self.own += s.blocks
         s.state = PREFILL
         self._admit_stamp(s, now)
         self.running.append(s)
+        return taken
 
     def _plan(self, now: float):
         cfg = self.cfg
@@ -74,8 +87,10 @@ class ReferenceReplica(ReplicaBase):
             if chunks:
                 return chunks, []
             decodes, _ = self._allocate_decodes()
+            self._trim_cache(self.free)
             return [], decodes
         decodes, victims = self._allocate_decodes()
+        self._trim_cache(self.free)
         budget -= len(decodes)
         for s in self.running:
             if s.state == PREFILL and budget > 0:
@@ -83,15 +98,7 @@ class ReferenceReplica(ReplicaBase):
                 chunks.append((s, c))
                 budget -= c
         if not victims:
-            while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
-                s = self.waiting[0]
-                blocks = ceil_div(s.prompt, self.bs)
-                if blocks > self.free:
-                    break
-                self._admit(s, blocks, now)
-                c = min(s.prompt, budget)
-                chunks.append((s, c))
-                budget -= c
+            self._admit_chunked(now, self.free, budget, chunks)
         return chunks, decodes
 
     # --- the iteration loop ----------------------------------------------------
@@ -126,11 +133,10 @@ class ReferenceReplica(ReplicaBase):
                 s.state = DECODE
                 if s.generated >= s.req.output_tokens:
                     self._retire(s, now)
+        self._drop_cancelled(now)
         self._account(dt, dt * held, held)
         self._boundary()
 
     def _retire(self, s: Seq, now: float) -> None:
-        self.running.remove(s)
-        self.free += s.blocks
-        s.blocks = 0
+        self._remove_running(s)
         self._finish_request(s, now)

@@ -21,7 +21,7 @@ import heapq
 import math
 
 from .base import ReplicaBase
-from .blocks import BlockDemand, ceil_div
+from .blocks import BlockDemand
 from .sequence import DECODE, PREFILL, Seq
 
 
@@ -53,7 +53,9 @@ class FastReplica(ReplicaBase):
         return self.demand.count
 
     def used_blocks(self, g: int | None = None) -> int:
-        return self.fixed_blocks + self.demand.at(self.G if g is None else g)
+        """Blocks held at decode counter g: sequences' own plus cache entries they pin."""
+        used = self.fixed_blocks + self.demand.at(self.G if g is None else g)
+        return used if self.cache is None else used + self.cache.pinned
 
     def _join_decode(self, s: Seq) -> None:
         s.state = DECODE
@@ -61,13 +63,13 @@ class FastReplica(ReplicaBase):
         s.gf = self.G + s.req.output_tokens - s.generated
         s.z = self.Z
         self.fixed_blocks -= s.blocks
-        self.demand.add(s.c)
+        self.demand.add(s.c - s.pin_blocks * self.bs)
         self.C += s.c
         self.cohorts[self.Z] = self.cohorts.get(self.Z, 0) + 1
         heapq.heappush(self.heap, (s.gf, s.order, s.epoch, s))
 
     def _leave_decode(self, s: Seq) -> None:
-        self.demand.remove(s.c)
+        self.demand.remove(s.c - s.pin_blocks * self.bs)
         self.C -= s.c
         key = max(s.z, self.z_last_decode)
         n = self.cohorts[key] - 1
@@ -76,8 +78,7 @@ class FastReplica(ReplicaBase):
         else:
             del self.cohorts[key]
 
-    def _preempt_newest(self) -> Seq:
-        v = next(reversed(self.running))
+    def _remove_running(self, v: Seq) -> None:
         del self.running[v]
         if v.state == DECODE:
             v.generated = v.req.output_tokens - (v.gf - self.G)
@@ -86,6 +87,11 @@ class FastReplica(ReplicaBase):
         else:
             del self.prefilling[v]
             self.fixed_blocks -= v.blocks
+
+    def _preempt_newest(self) -> Seq:
+        v = next(reversed(self.running))
+        self._remove_running(v)
+        self._release_cache(v)
         v.reset_for_recompute()
         self.preemptions += 1
         return v
@@ -98,14 +104,15 @@ class FastReplica(ReplicaBase):
             self.waiting.appendleft(v)
         return victims
 
-    def _admit(self, s: Seq, blocks: int, now: float) -> None:
+    def _admit(self, s: Seq, total: int, m, now: float) -> int:
         self.waiting.popleft()
-        self.fixed_blocks += blocks
-        s.blocks = blocks
+        taken = self._attach(s, total, m)
+        self.fixed_blocks += s.blocks
         s.state = PREFILL
         self._admit_stamp(s, now)
         self.running[s] = None
         self.prefilling[s] = None
+        return taken
 
     def _free_blocks(self, decoding_next: bool) -> int:
         return self.num_blocks - self.used_blocks(self.G + 1 if decoding_next else self.G)
@@ -125,8 +132,11 @@ class FastReplica(ReplicaBase):
             if chunks:
                 return chunks, False, False
             self._make_room_for_decodes()
+            self._trim_cache(self._free_blocks(self.B > 0))
             return [], self.B > 0, False
         victims = self._make_room_for_decodes()
+        free = self._free_blocks(self.B > 0)
+        self._trim_cache(free)
         budget -= self.B
         for s in self.prefilling:
             if budget <= 0:
@@ -135,17 +145,7 @@ class FastReplica(ReplicaBase):
             chunks.append((s, c))
             budget -= c
         if not victims:
-            free = self._free_blocks(self.B > 0)
-            while self.waiting and budget > 0 and len(self.running) < cfg.max_num_seqs:
-                s = self.waiting[0]
-                blocks = ceil_div(s.prompt, self.bs)
-                if blocks > free:
-                    break
-                self._admit(s, blocks, now)
-                free -= blocks
-                c = min(s.prompt, budget)
-                chunks.append((s, c))
-                budget -= c
+            self._admit_chunked(now, free, budget, chunks)
         return chunks, self.B > 0, bool(victims)
 
     # --- the loop ----------------------------------------------------------
@@ -209,20 +209,24 @@ class FastReplica(ReplicaBase):
         return h[0][0] if h else None
 
     def _on_arrival_while_busy(self, now: float) -> None:
-        if self.seg is None or not self.seg_cuttable:
-            return
-        t0, n, K, b, B = self.seg
-        if n <= 1:
+        if self.seg is None or not self.seg_cuttable or self.seg[1] <= 1:
             return
         # Admission needs a free sequence slot, token budget and blocks; the
-        # first two are constant and the last only shrinks over a stretch,
-        # so if any is missing now it stays missing until a finish.
+        # first two are constant and the last only shrinks over a stretch
+        # (decodes grow, cache entries are only evicted), so if any is
+        # missing now it stays missing until a finish.
         cfg = self.cfg
-        prompt = self.waiting[-1].prompt
         if (len(self.running) >= cfg.max_num_seqs
-                or (cfg.chunked_prefill and cfg.max_num_batched_tokens - B <= 0)
-                or ceil_div(prompt, self.bs) > self.num_blocks - self.used_blocks(self.G + 1)):
+                or (cfg.chunked_prefill and cfg.max_num_batched_tokens - self.B <= 0)
+                or self._admission(self.waiting[-1])[0] > self.num_blocks - self.used_blocks(self.G + 1)):
             return
+        self._cut(now)
+
+    def _inflight(self, now: float) -> int:
+        """The iteration of the decode stretch in flight at ``now`` (1-based):
+        the smallest k with elapsed(k) ≥ now − t0, so an event exactly at a
+        boundary belongs to the iteration ending there."""
+        t0, n, K, b, B = self.seg
         dt = now - t0
         # smallest k ≥ 1 with elapsed(k) ≥ dt (the iteration in flight)
         qa = b * B / 2.0
@@ -236,6 +240,14 @@ class FastReplica(ReplicaBase):
             k -= 1
         while k < n and self._elapsed(k, K, b, B) < dt:
             k += 1
+        return k
+
+    def _cut(self, now: float) -> None:
+        """End the decode stretch in flight at the end of its current iteration."""
+        if self.seg is None or self.seg[1] <= 1:
+            return
+        k = self._inflight(now)
+        t0, n, K, b, B = self.seg
         if k >= n:
             return
         self.gen += 1
@@ -243,6 +255,10 @@ class FastReplica(ReplicaBase):
         self.seg = (t0, k, K, b, B)
         delay = t0 + self._elapsed(k, K, b, B) - now
         self._schedule(max(delay, 0.0), lambda ev: gen == self.gen and self._end_decode(k))
+
+    def _sync_cache(self, now: float) -> None:
+        if self.seg is not None and self.cfg.scheduler != "static":
+            self._trim_cache(self.num_blocks - self.used_blocks(self.G + self._inflight(now)))
 
     def _stretch_kv_area(self, n: int, K: float, b: float, B: int) -> float:
         """Σ_{k=1..n} step_k · used(G0+k) for a decode stretch, in O(bs).
@@ -303,7 +319,11 @@ class FastReplica(ReplicaBase):
         self._decode_gaps(n, K + b * B, K + b * B * n, K + 2 * b * B)
         self.G += n
         self.t_last_decode = now
+        if self.cfg.scheduler != "static":
+            self._trim_cache(self.num_blocks - kv_peak)   # the evictions its iterations made
         self._retire_finished(now)
+        if self.cancelled:
+            self._drop_cancelled(now)
         self._account(now - t0, kv_area, kv_peak)
         self.seg = None
         self._boundary()
@@ -328,6 +348,8 @@ class FastReplica(ReplicaBase):
                     self._finish_request(s, now)
                 else:
                     self._join_decode(s)
+        if self.cancelled:
+            self._drop_cancelled(now)
         self._account(dt, dt * held, held)
         self._boundary()
 

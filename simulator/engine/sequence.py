@@ -17,7 +17,8 @@ class Seq:
     """
 
     __slots__ = ("req", "order", "prompt", "done", "generated", "kv", "blocks", "state", "c", "gf", "z",
-                 "last_token", "epoch")
+                 "last_token", "epoch",
+                 "pin", "pin_blocks", "cancel")
 
     def __init__(self, req: Request) -> None:
         self.req = req
@@ -33,18 +34,23 @@ class Seq:
         self.z = 0.0             # fast engine: stall clock when it last emitted a token
         self.last_token = math.nan
         self.epoch = 0           # bumps on preemption, invalidating heap entries
+        self.pin = 0             # prefix-cache ids this sequence references
+        self.pin_blocks = 0      # KV blocks of those (shared; ``blocks`` counts only its own)
+        self.cancel = False      # cancelled while running: leaves at the end of the iteration
 
     def reset_for_recompute(self) -> None:
         self.prompt = self.req.input_tokens + self.generated
         self.done = 0
         self.kv = 0
         self.blocks = 0
+        self.pin = 0
+        self.pin_blocks = 0
         self.state = WAITING
         self.epoch += 1
         self.req.preemptions += 1
 
 
-def finish(seq: Seq, now: float) -> None:
+def finish(seq: Seq, now: float, status: Status = Status.FINISHED) -> None:
     seq.state = DONE
     seq.req.finish = now
-    seq.req.status = Status.FINISHED
+    seq.req.status = status

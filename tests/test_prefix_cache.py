@@ -1,0 +1,235 @@
+"""The prefix cache: unit behaviour, fast engine == reference with the cache
+and cancellations, and the invariants the issue names.
+
+Workloads here give requests chained block ids built from a few shared
+heads ("apps") and per-request tails, so hits, partial hits, evictions under
+KV pressure and recomputes after preemption all occur. Cancellations land
+on queued, prefilling and decoding requests.
+"""
+from __future__ import annotations
+
+import itertools
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, event, given, settings
+from hypothesis.control import currently_in_test_context
+from hypothesis import strategies as st
+
+from helpers_engine import (COST_MODELS, close, compare_runs, cost_model, describe, make_requests, run_open,
+                            workloads)
+from simulator.engine.config import EngineConfig
+from simulator.engine.prefix_cache import PrefixCache
+from simulator.engine.replica import FastReplica
+from simulator.engine.reference import ReferenceReplica
+from workloads.request import Request, Status
+
+SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+
+
+# --- unit --------------------------------------------------------------------
+def test_match_pin_release_and_lru_order():
+    c = PrefixCache(id_block_tokens=32, kv_block_size=16)
+    a = (1, 2, 3, 4)
+    m = c.match(a, 128)
+    assert m.ids == 0
+    n, blocks = c.acquire(a, m, 128)
+    assert (n, blocks) == (4, 8) and c.pinned == 8 and c.evictable == 0
+    # A second request sharing two blocks: hit, pinned already, no new memory.
+    b = (1, 2, 9)
+    m = c.match(b, 100)
+    assert (m.ids, m.tokens, m.blocks, m.pinned_blocks) == (2, 64, 4, 4)
+    assert c.cached_tokens(b, 100) == 64
+    c.release(a, 4)
+    assert c.pinned == 0 and c.evictable == 8
+    # Tail first: evicting one entry drops a's last block, not its head.
+    c.trim(6)
+    assert 4 not in c.ref and 1 in c.ref and c.evicted_blocks == 2
+    # A full hit leaves one token to compute.
+    assert c.cached_tokens((1, 2), 64) == 63
+
+
+def test_partial_last_block_and_output_blocks():
+    c = PrefixCache(id_block_tokens=32, kv_block_size=16)
+    ids = (7, 8)                      # a trace prompt of 40 tokens: one full block, one of 8 tokens
+    n, blocks = c.acquire(ids, c.match(ids, 40), 40)
+    assert (n, blocks) == (2, 3)      # 2 + ceil(8/16) KV blocks
+    c.release(ids, n)
+    assert c.match(ids, 40).tokens == 40
+    # Synthetic ids cover prompt ++ output: the output block enters at finish.
+    c2 = PrefixCache(id_block_tokens=16, kv_block_size=16)
+    seq = (1, 2, 3, 4)                # 40-token prompt + 30 output tokens: 4 full blocks
+    n, _ = c2.acquire(seq, c2.match(seq, 40), 40)
+    assert n == 2                     # only the prompt's full blocks at admission
+    c2.release(seq, n, kv_tokens=40 + 30 - 1)
+    assert c2.match(seq, 80).ids == 4
+
+
+def test_unbounded_never_evicts_and_capacity_caps():
+    c = PrefixCache(16, 16, unbounded=True)
+    c.release((1, 2, 3), 0, kv_tokens=48)
+    c.trim(0)
+    assert c.evictable == 3
+    c = PrefixCache(16, 16, capacity_tokens=32)
+    c.release((1, 2, 3), 0, kv_tokens=48)
+    c.trim(100)
+    assert c.evictable == 2 and 1 in c.ref and 3 not in c.ref
+
+
+def test_id_block_must_be_whole_kv_blocks():
+    with pytest.raises(ValueError, match="whole number"):
+        PrefixCache(24, 16)
+
+
+# --- workloads with shared prefixes ----------------------------------------------
+@st.composite
+def prefixed(draw, H: int, max_n: int = 40):
+    """Requests with chained ids: a head shared with other requests of the
+    same app, then ids of their own over prompt ++ output."""
+    reqs = draw(workloads(min_n=3, max_n=max_n, max_in=1500, max_out=120))
+    apps = draw(st.integers(1, 3))
+    fresh = itertools.count(10_000)
+    heads = [tuple(next(fresh) for _ in range(64)) for _ in range(apps)]
+    out = []
+    for r in reqs:
+        full = (r.input_tokens + r.output_tokens) // H
+        app = draw(st.integers(0, apps - 1))
+        shared = draw(st.integers(0, min(full, r.input_tokens // H)))
+        ids = heads[app][:shared] + tuple(next(fresh) for _ in range(full - min(shared, full)))
+        out.append(Request(r.id, r.arrival, r.input_tokens, r.output_tokens, blocks=ids[:full]))
+    return out
+
+
+@st.composite
+def cache_configs(draw):
+    chunked = draw(st.booleans())
+    seqs = draw(st.integers(1, 48))
+    budget = draw(st.one_of(st.integers(seqs, max(seqs, 64)), st.integers(max(seqs, 16), 512), st.just(8192)))
+    bs = draw(st.sampled_from([4, 16]))
+    cap = draw(st.sampled_from([None, None, "unbounded", 0, 64, 1024]))
+    sched = draw(st.sampled_from(["continuous", "continuous", "continuous", "static"]))
+    return EngineConfig(chunked_prefill=chunked, max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=bs,
+                        prefix_cache_capacity_tokens=cap, scheduler=sched)
+
+
+def _run_pair(data, with_cancels: bool):
+    cfg = data.draw(cache_configs(), label="cfg")
+    H = cfg.block_size * data.draw(st.sampled_from([1, 2]), label="ids per KV block")
+    reqs = data.draw(prefixed(H), label="requests")
+    biggest = max(-(-(r.input_tokens + r.output_tokens) // cfg.block_size) for r in reqs)
+    nb = data.draw(st.integers(max(1, biggest // 2), biggest * 3), label="num_blocks")
+    cancels = []
+    if with_cancels:
+        for r in reqs:
+            if data.draw(st.integers(0, 3)) == 0:
+                cancels.append((r.arrival + data.draw(st.floats(0.0, 0.3, allow_nan=False)), r.id))
+    replicas = data.draw(st.integers(1, 2), label="replicas")
+    cmk = data.draw(st.sampled_from(COST_MODELS), label="cost model")
+    kw = dict(replicas=replicas, router="least_outstanding", cm=cost_model(*cmk), id_block_tokens=H,
+              cancels=cancels)
+    fast = run_open("fast", reqs, cfg, nb, **kw)
+    ref = run_open("reference", reqs, cfg, nb, **kw)
+    problems = compare_runs(fast, ref)
+    assert not problems, ("fast and reference disagree:\n  " + "\n  ".join(problems[:12]) + "\nreproduction: "
+                          + describe(reqs, cfg, nb, H=H, cancels=cancels, replicas=replicas, cm=cmk))
+    if currently_in_test_context():   # --hypothesis-show-statistics: are the paths hit?
+        pc = [s["prefix_cache"] for s in ref.stats()]
+        event("hits: " + str(any(p and p["hit_tokens"] for p in pc)))
+        event("evictions: " + str(any(p and p["evicted_blocks"] for p in pc)))
+        event("preemptions: " + str(any(r.preemptions for r in ref.requests)))
+        event("cancelled running: " + str(any(r.status == Status.CANCELLED and r.admitted == r.admitted
+                                              for r in ref.requests)))
+    return fast, ref, cfg, reqs
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(data=st.data())
+def test_cache_matches_reference(data):
+    _run_pair(data, with_cancels=False)
+
+
+@settings(max_examples=300, **SETTINGS)
+@given(data=st.data())
+def test_cancellation_matches_reference_and_ends_once(data):
+    fast, ref, cfg, reqs = _run_pair(data, with_cancels=True)
+    for run in (fast, ref):
+        for r in run.requests:
+            assert run.done_calls.get(r.id) == 1           # exactly one ending
+            assert r.status in (Status.FINISHED, Status.REJECTED, Status.CANCELLED)
+            assert r.cached_tokens <= max(0, r.input_tokens - 1)
+
+
+def test_cache_off_equals_no_ids():
+    """With the cache off, ids change nothing: results equal a run without them."""
+    reqs = make_requests([i * 0.02 for i in range(40)], [200 + 97 * i % 1500 for i in range(40)],
+                         [5 + 31 * i % 90 for i in range(40)])
+    with_ids = [Request(r.id, r.arrival, r.input_tokens, r.output_tokens,
+                        blocks=tuple(range((r.input_tokens + r.output_tokens) // 16))) for r in reqs]
+    cfg_off = EngineConfig(prefix_cache=False, max_num_batched_tokens=512)
+    for engine in ("fast", "reference"):
+        a = run_open(engine, reqs, cfg_off, 200)
+        b = run_open(engine, with_ids, cfg_off, 200, id_block_tokens=16)
+        assert not compare_runs(a, b)
+        assert all(r.cached_tokens == 0 for r in b.requests)
+
+
+def test_shared_prefix_hits_and_cuts_prefill():
+    """Ten requests on one replica sharing a 1,024-token head, spaced so each
+    arrives after the last finished: every one after the first hits the head."""
+    H = 16
+    head = tuple(range(64))
+    reqs = [Request(i, i * 1.0, 1100, 10, blocks=head + tuple(1000 * (i + 1) + j for j in range(8)))
+            for i in range(10)]
+    cfg = EngineConfig()
+    hot = run_open("fast", reqs, cfg, 5000, id_block_tokens=H)
+    cold = run_open("fast", reqs, EngineConfig(prefix_cache=False), 5000, id_block_tokens=H)
+    assert [r.cached_tokens for r in hot.requests] == [0] + [1024] * 9
+    ttft_hot = [r.ttft for r in hot.requests[1:]]
+    ttft_cold = [r.ttft for r in cold.requests[1:]]
+    assert max(ttft_hot) < 0.5 * min(ttft_cold)
+    st_ = hot.stats()[0]["prefix_cache"]
+    assert st_["hit_tokens"] == 9 * 1024 and st_["hit_requests"] == 9 and st_["lookups"] == 10
+
+
+# --- invariants, checked at every iteration of the reference engine ------------------
+def _pins_held(replica) -> None:
+    c = replica.cache
+    for s in replica.running:
+        for i in s.req.blocks[:s.pin]:
+            assert c.ref.get(i, 0) > 0, "a running request's cached block was evicted"
+
+
+class CheckedReference(ReferenceReplica):
+    """Asserts after every plan: running sequences' entries are cached and
+    pinned; own + pinned + evictable (bounded cache) fit the KV memory."""
+
+    def _plan(self, now):
+        out = super()._plan(now)
+        c = self.cache
+        if c is not None:
+            _pins_held(self)
+            assert self.own + c.pinned <= self.num_blocks
+            if not c.unbounded:
+                assert self.own + c.pinned + c.evictable <= self.num_blocks
+            assert c.pinned == sum(c._blocks(i) for i, r in c.ref.items() if r > 0)
+            assert c.evictable == sum(c.lru.values())
+        return out
+
+
+class CheckedFast(FastReplica):
+    def _plan(self, now):
+        out = super()._plan(now)
+        c = self.cache
+        if c is not None:
+            _pins_held(self)
+            if not c.unbounded and self.cfg.scheduler != "static":
+                assert self.used_blocks(self.G + (1 if out[1] else 0)) + c.evictable <= self.num_blocks
+        return out
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(data=st.data())
+def test_cache_invariants(data):
+    from simulator.engine import fleet
+    with mock.patch.dict(fleet.ENGINES, {"fast": CheckedFast, "reference": CheckedReference}):
+        _run_pair(data, with_cancels=True)
