@@ -43,6 +43,9 @@ def _models_in(tp: Any) -> list[type[BaseModel]]:
         out.extend(_models_in(a))
     if isinstance(tp, type) and issubclass(tp, BaseModel):
         out.append(tp)
+        # A field validated through a registry (pools[].router) names its
+        # base model; the model lists the registered variants to document.
+        out.extend(getattr(tp, "doc_variants", list)())
     return out
 
 

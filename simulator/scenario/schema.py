@@ -11,6 +11,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field
 
 from ..engine.config import EngineConfig
+from ..engine.routing import RouterSpec
 from workloads.spec import WorkloadSpec
 
 
@@ -24,7 +25,10 @@ class PoolSpec(BaseModel):
     gpu: str = Field(description="built-in GPU name or hardware YAML path")
     tp: int = Field(default=1, ge=1, description="tensor-parallel GPUs per replica")
     replicas: int = Field(default=1, ge=1)
-    router: str = Field(default="round_robin", description="round_robin, random, least_outstanding, least_outstanding_tokens")
+    router: RouterSpec = Field(
+        default="round_robin", validate_default=True,
+        description="a router name (round_robin, random, least_outstanding, least_outstanding_tokens, "
+                    "session_affinity, prefix_aware) or a mapping {type: name, ...its settings below}")
     usd_per_gpu_hour: Optional[float] = Field(default=None, gt=0, description="override the GPU profile's price")
     engine: EngineConfig = EngineConfig()
 
