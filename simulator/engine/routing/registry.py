@@ -1,0 +1,148 @@
+"""Router policies, registered by name so scenarios and plugins can add more.
+
+A router sees the replicas' state at the moment it routes (the request has
+just arrived) and returns a position in the replica list it was given.
+
+Registering a policy::
+
+    class MyParams(RouterParams):
+        threshold: int = Field(default=4, ge=0, description="...")
+
+    @register_router("mine", params=MyParams)
+    class Mine:
+        def __init__(self, rng, params: MyParams): ...
+        def choose(self, req, replicas) -> int: ...
+
+A scenario picks it with ``router: mine`` (all defaults) or
+``router: {type: mine, threshold: 8}``. ``PoolSpec.router`` validates the
+value through this registry (:func:`router_params`), so a plugin's router
+and its settings are checked, with key paths, without editing the schema.
+A router registered without ``params`` takes no settings and is built as
+``factory(rng)``; one with ``params`` as ``factory(rng, params)``.
+
+Replica attributes a router may read: ``index`` (stable identity),
+``outstanding`` (requests queued + running), ``outstanding_tokens`` (their
+prompt + output tokens) and ``cached_prefix_tokens(req)`` (prompt tokens
+the replica's prefix cache would serve now; O(matched blocks) per call).
+"""
+from __future__ import annotations
+
+import math
+from bisect import bisect_left
+from dataclasses import dataclass
+from typing import Annotated, Any, Callable, Literal, Mapping, Protocol, Sequence
+
+import numpy as np
+from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, ValidationError
+from pydantic_core import InitErrorDetails, PydanticCustomError
+
+from ...errors import LlmsimError, from_validation_error
+
+__all__ = ["Router", "RouterParams", "RouterSpec", "ROUTERS", "register_router", "router_params", "make_router"]
+
+
+class Router(Protocol):
+    def choose(self, req, replicas: Sequence) -> int: ...
+
+
+class RouterParams(BaseModel):
+    """A router without settings (round_robin, random, least_outstanding, least_outstanding_tokens): only its name.
+
+    A router with settings subclasses this model (unknown keys stay errors).
+    """
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: str = Field(description="router name: round_robin, random, least_outstanding, least_outstanding_tokens, "
+                                  "session_affinity, prefix_aware, or one a plugin registered")
+
+    @classmethod
+    def doc_variants(cls) -> list[type[BaseModel]]:
+        """The built-in routers' settings models, for the scenario reference."""
+        out: list[type[BaseModel]] = []
+        for entry in ROUTERS.values():
+            if entry.params is not cls and entry.params.__module__.startswith(__package__) and entry.params not in out:
+                out.append(entry.params)
+        return out
+
+
+@dataclass(frozen=True)
+class RouterEntry:
+    factory: Callable[..., Router]
+    params: type[RouterParams]
+
+
+ROUTERS: dict[str, RouterEntry] = {}
+
+
+def register_router(name: str, params: type[RouterParams] = RouterParams):
+    """Class/factory decorator adding a router under ``name`` with its settings model."""
+    if not (isinstance(params, type) and issubclass(params, RouterParams)):
+        raise TypeError(f"router {name!r}: params must subclass RouterParams (got {params!r})")
+
+    def deco(factory):
+        ROUTERS[name] = RouterEntry(factory, params)
+        return factory
+    return deco
+
+
+def _unknown_router() -> PydanticCustomError:
+    return PydanticCustomError("unknown_router", "unknown router (valid: {valid})",
+                               {"valid": ", ".join(sorted(ROUTERS))})
+
+
+def router_params(spec: Any) -> RouterParams:
+    """Validate a router spec: a name, a mapping ``{type: name, ...settings}``,
+    or settings already validated. Raises pydantic errors, so inside a model
+    they carry the key path (``pools[0].router.load_weight``)."""
+    if isinstance(spec, RouterParams):
+        entry = ROUTERS.get(spec.type)
+        if entry is not None and isinstance(spec, entry.params):
+            return spec
+        spec = spec.model_dump()
+    if isinstance(spec, str):
+        if spec not in ROUTERS:
+            raise _unknown_router()
+        return ROUTERS[spec].params.model_validate({"type": spec})
+    if not isinstance(spec, Mapping):
+        raise PydanticCustomError("router_spec", "expected a router name or a mapping with a `type` key")
+    name = spec.get("type")
+    if isinstance(name, str) and name in ROUTERS:
+        return ROUTERS[name].params.model_validate(dict(spec))
+    if "type" not in spec:
+        err = InitErrorDetails(type="missing", loc=("type",), input=dict(spec))
+    else:
+        err = InitErrorDetails(type=_unknown_router(), loc=("type",), input=name)
+    raise ValidationError.from_exception_data("RouterParams", [err])
+
+
+class _RouterJsonSchema:
+    """JSON Schema of a router spec, built from the registry when asked (so
+    plugins registered by then are included): a name, or one router's settings."""
+
+    def __get_pydantic_json_schema__(self, core_schema, handler) -> dict:
+        names_of: dict[type[RouterParams], list[str]] = {}
+        for name in sorted(ROUTERS):
+            names_of.setdefault(ROUTERS[name].params, []).append(name)
+        variants: list[dict] = [{"type": "string", "enum": sorted(ROUTERS)}]
+        for params, names in names_of.items():
+            variants.append({"allOf": [handler(params.__pydantic_core_schema__)],
+                             "properties": {"type": {"enum": names}}, "required": ["type"]})
+        return {"anyOf": variants}
+
+
+# The annotation PoolSpec.router uses: any registered router's settings,
+# serialised with their own fields.
+RouterSpec = Annotated[SerializeAsAny[RouterParams], BeforeValidator(router_params), _RouterJsonSchema()]
+
+
+def make_router(spec: Any, rng: np.random.Generator) -> Router:
+    """Build a router from a name, a mapping, or validated settings."""
+    try:
+        params = router_params(spec)
+    except ValidationError as e:
+        raise from_validation_error(e, None, spec) from None
+    except PydanticCustomError as e:
+        raise LlmsimError(f"{e.message()} (got {spec!r})") from None
+    entry = ROUTERS[params.type]
+    return entry.factory(rng) if entry.params is RouterParams else entry.factory(rng, params)
