@@ -16,7 +16,7 @@ import simpy
 
 from . import __version__
 from .costmodel import CostModel
-from .engine.fleet import ClosedLoop, Pool, drive_open_loop, length_table
+from .engine.fleet import Pool
 from .engine.routing import make_router
 from .errors import LlmsimError
 from .memory import MemoryPlan, plan_memory
@@ -25,6 +25,7 @@ from .metrics.results import compute_results
 from .profiles import load_hardware, load_model
 from .scenario.load import _max_length, load_scenario
 from .scenario.schema import PoolSpec, Scenario
+from workloads.drivers import make_source
 from workloads.request import Request
 
 
@@ -95,36 +96,34 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     wl = sc.workload
     router_rng = np.random.default_rng(np.random.SeedSequence(sc.seed).spawn(8)[7])
     done = [0]
-    loop: Optional[ClosedLoop] = None
+    wall = time.perf_counter()
+    base_dir = Path(source).parent if isinstance(source, Path) else None
+    src = make_source(wl, sc.seed, base_dir)
 
     def on_done(req: Request) -> None:
         done[0] += 1
-        if loop is not None:
-            loop.on_done(req)
+        src.on_done(req)
 
+    bs = ps.spec.engine.block_size
+    if src.block_tokens and ps.spec.engine.prefix_cache and src.block_tokens % bs:
+        raise LlmsimError(f"the workload's prompt block ids stand for {src.block_tokens} tokens, not a whole number "
+                          f"of {bs}-token KV blocks: set a block_size dividing it, or prefix_cache: false",
+                          source=source, key_path="pools[0].engine.block_size")
     pool = Pool(env, ps.cm, ps.spec.engine, ps.memory.num_blocks, ps.spec.replicas,
-                make_router(ps.spec.router, router_rng), gaps, engine, on_done)
-    wall = time.perf_counter()
-    if wl.closed_loop:
-        n = wl.num_requests
-        inp, out = wl.lengths(sc.seed, n)
-        loop = ClosedLoop(env, wl.arrival.concurrency, n, length_table(inp, out), pool.submit)
-        requests = loop.issued
-        total = n
-    else:
-        requests = wl.generate(sc.seed)
-        total = len(requests)
-        drive_open_loop(env, requests, pool.submit)
+                make_router(ps.spec.router, router_rng), gaps, engine, on_done, id_block_tokens=src.block_tokens)
+    src.start(env, pool.submit, pool.cancel)
     if progress is None:
         env.run()
     else:
-        horizon = requests[-1].arrival if (requests and not wl.closed_loop) else 1.0
+        reqs = src.requests
+        horizon = wl.duration_s or (reqs[-1].arrival if reqs and src.expected_total == len(reqs) else 1.0)
         step = max(horizon / 50.0, 1e-3)
         while env.peek() != float("inf"):
             env.run(until=env.now + step)
-            progress(env.now, done[0], total)
+            progress(env.now, done[0], src.expected_total or len(src.requests))
     wall = time.perf_counter() - wall
-    llmsim = _llmsim_block(sc, ps, pool, env.now, wall, len(requests), engine)
+    requests = src.requests
+    llmsim = _llmsim_block(sc, ps, pool, pool.end_time(), wall, len(requests), engine)
     results = compute_results(requests, gaps, slo=sc.slo, llmsim=llmsim)
     return RunOutput(sc, requests, gaps, results, pool, setups)
 
@@ -156,7 +155,30 @@ def _llmsim_block(sc: Scenario, ps: PoolSetup, pool: Pool, now: float, wall: flo
         "max_batch_size": max(s["batch_max"] for s in stats),
         "gpu_busy_fraction": sum(s["busy_time"] for s in stats) / (span * len(reps)),
         "iterations": sum(s["iterations"] for s in stats),
+        "prefix_cache": _prefix_cache_block(ps, stats),
         "simulated_seconds": now,
         "wall_time_s": wall,
         "sim_requests_per_wall_s": n / wall if wall > 0 else None,
     }
+
+
+def _prefix_cache_block(ps: PoolSetup, stats: list[dict]) -> dict:
+    """Hit rates over first admissions, summed over replicas (vLLM's
+    prefix-cache hit rate is tokens; requests count one hit block or more)."""
+    e = ps.spec.engine
+    pcs = [s["prefix_cache"] for s in stats if s["prefix_cache"] is not None]
+    out: dict = {"enabled": bool(pcs), "capacity_tokens": e.prefix_cache_capacity_tokens}
+    if not pcs:
+        out["why_off"] = ("prefix_cache: false" if not e.prefix_cache
+                          else "no request carries block ids (add sessions, system prompts or a trace with ids)")
+        return out
+    tot = {k: sum(p[k] for p in pcs) for k in pcs[0]}
+
+    def rate(a: str, b: str):
+        return tot[a] / tot[b] if tot[b] else None
+
+    out.update(token_hit_rate=rate("hit_tokens", "prompt_tokens"), request_hit_rate=rate("hit_requests", "lookups"),
+               block_hit_rate=rate("hit_ids", "prompt_ids"), hit_tokens=tot["hit_tokens"],
+               prompt_tokens=tot["prompt_tokens"], evicted_blocks=tot["evicted_blocks"],
+               cached_blocks_at_end=tot["cached_blocks"])
+    return out

@@ -20,10 +20,11 @@ from simpy.events import URGENT
 from simulator.costmodel import CostModel
 from simulator.engine.blocks import ceil_div
 from simulator.engine.config import EngineConfig
-from simulator.engine.fleet import ClosedLoop, Pool, drive_open_loop, length_table
+from simulator.engine.fleet import Pool
 from simulator.engine.routing import make_router
 from simulator.metrics.gaps import GapLog
 from simulator.profiles import load_hardware, load_model
+from workloads.drivers import ClosedLoop, OpenLoop
 from workloads.request import Request, Status
 
 # (model, gpu, tp, roofline): a few physically different cost models, so the
@@ -80,7 +81,7 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
     pool = Pool(env, cm or cost_model(), cfg, num_blocks, replicas,
                 make_router(router, np.random.default_rng(router_seed)), gaps, engine, done,
                 id_block_tokens=id_block_tokens)
-    drive_open_loop(env, reqs, pool.submit)
+    OpenLoop(reqs).start(env, pool.submit, pool.cancel)
     for t, i in cancels:   # client events, URGENT like arrivals
         ev = simpy.Event(env)
         ev._ok, ev._value = True, None
@@ -104,11 +105,11 @@ def run_closed(engine: str, concurrency: int, inputs: Sequence[int], outputs: Se
 
     pool = Pool(env, cm or cost_model(), cfg, num_blocks, 1, make_router("round_robin", np.random.default_rng(0)),
                 gaps, engine, done)
-    loop = ClosedLoop(env, concurrency, len(inputs), length_table(np.asarray(inputs), np.asarray(outputs)),
-                      pool.submit)
+    loop = ClosedLoop(concurrency, len(inputs), lambda i, now: Request(i, now, int(inputs[i]), int(outputs[i])))
     holder.append(loop)
+    loop.start(env, pool.submit, pool.cancel)
     env.run()
-    return Run(loop.issued, gaps, pool, env, calls)
+    return Run(loop.requests, gaps, pool, env, calls)
 
 
 def mean_itl(gaps: GapLog) -> float:

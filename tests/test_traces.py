@@ -12,7 +12,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from simulator.errors import LlmsimError
+from pydantic import ValidationError
+
+from simulator.errors import LlmsimError, from_validation_error
+from workloads import WorkloadSpec, make_source
 from workloads.request import Request
 from workloads.traces import (TRACE_FORMATS, TraceSpec, ideal_block_hit_rate, load_trace, parse_trace_spec,
                               read_trace, trace_stats)
@@ -353,6 +356,76 @@ def test_ideal_block_hit_rate_counts_prefix_hits():
     assert math.isnan(ideal_block_hit_rate([Request(0, 0.0, 1, 1)]))
 
 
+# ------------------------------------------------------- trace as a workload
+
+
+def trace_workload(**kw) -> WorkloadSpec:
+    arrival = {"type": "trace", **kw.pop("arrival", {})}
+    return WorkloadSpec.model_validate({"arrival": arrival, **kw})
+
+
+def test_trace_arrival_validates_and_resolves_against_base_dir(tmp_path):
+    (tmp_path / "traces").mkdir()
+    write(tmp_path / "traces", "m.jsonl", jsonl(MOONCAKE))
+    spec = trace_workload(arrival={"path": "traces/m.jsonl"})
+    assert isinstance(spec.arrival, TraceSpec) and not spec.closed_loop
+    assert spec.id_block_tokens(tmp_path) == 512
+    source = make_source(spec, 0, tmp_path)
+    assert source.block_tokens == 512 and source.expected_total == 3
+    assert [r.blocks for r in source.requests] == [(0, 1), (0, 1, 2), (3,)]
+    with pytest.raises(LlmsimError, match="not found") as info:
+        make_source(spec, 0, tmp_path / "traces")
+    assert str(tmp_path / "traces" / "traces" / "m.jsonl") in str(info.value)
+
+
+def test_trace_workload_is_cut_by_num_requests_and_duration(tmp_path):
+    p = grid_trace(tmp_path)
+    assert len(make_source(trace_workload(arrival={"path": p.name}), 0, tmp_path).requests) == 20
+    assert len(make_source(trace_workload(arrival={"path": p.name}, num_requests=5), 0, tmp_path).requests) == 5
+    cut = make_source(trace_workload(arrival={"path": p.name, "time_scale": 2}, duration_s=3.0), 0, tmp_path)
+    assert [r.arrival for r in cut.requests] == [0.0, 0.5, 1.0, 1.5, 2.0, 2.5]
+    assert cut.block_tokens is None and trace_workload(arrival={"path": p.name}).id_block_tokens(tmp_path) is None
+
+
+def test_trace_rate_scale_draws_from_the_seed(tmp_path):
+    p = grid_trace(tmp_path, n=200)
+    spec = trace_workload(arrival={"path": p.name, "rate_scale": 0.5, "jitter_s": 1.0})
+
+    def arrivals(seed):
+        return [r.arrival for r in make_source(spec, seed, tmp_path).requests]
+
+    assert arrivals(1) == arrivals(1) and arrivals(1) != arrivals(2)
+
+
+def test_trace_block_size_without_reading_rows(tmp_path):
+    p = write(tmp_path, "l.csv", "timestamp,input_tokens,output_tokens\n0,1,1\n")
+    assert trace_workload(arrival={"path": p.name, "block_size": 64}).id_block_tokens(tmp_path) == 64
+    assert trace_workload(arrival={"path": p.name, "format": "mooncake", "block_size": 128}).id_block_tokens() == 128
+    assert trace_workload(arrival={"path": "missing.jsonl", "format": "mooncake"}).id_block_tokens() == 512
+    with pytest.raises(LlmsimError, match="not found"):
+        trace_workload(arrival={"path": "missing.jsonl"}).id_block_tokens(tmp_path)
+
+
+@pytest.mark.parametrize("extra, needle", [
+    ({"input_tokens": {"dist": "fixed", "value": 5}}, "remove input_tokens"),
+    ({"output_tokens": {"dist": "fixed", "value": 5}}, "remove output_tokens"),
+    ({"session": {"type": "chat", "turns": {"dist": "fixed", "value": 2},
+                  "think_time_s": {"dist": "fixed", "value": 1}}}, "remove session"),
+    ({"system_prompt": {"apps": 2, "tokens": {"dist": "fixed", "value": 5}}}, "remove system_prompt"),
+    ({"num_sessions": 3}, "remove num_sessions"),
+])
+def test_trace_workload_takes_its_lengths_from_the_file(extra, needle):
+    with pytest.raises(ValidationError, match=needle):
+        trace_workload(arrival={"path": "t.csv"}, **extra)
+
+
+def test_bad_trace_options_in_a_workload_name_the_key_path():
+    data = {"arrival": {"type": "trace", "path": "t.csv", "time_scale": 0}}
+    with pytest.raises(ValidationError) as err:
+        WorkloadSpec.model_validate(data)
+    assert from_validation_error(err.value, "s.yaml", data).render().startswith("s.yaml: arrival.time_scale:")
+
+
 # -------------------------------------------------------------- real traces
 
 
@@ -393,3 +466,12 @@ def test_real_mooncake_trace():
     assert hit == pytest.approx(0.3664, abs=0.0005)
     jittered = load_trace(TraceSpec(path="mooncake_conversation_trace.jsonl", jitter_s=3.0), TRACES, 0)
     assert trace_stats(jittered).interarrival_cv < 1.2 < s.interarrival_cv
+
+
+@pytest.mark.shared_data
+def test_real_mooncake_trace_as_a_scenario_workload(shared_data):
+    spec = trace_workload(arrival={"path": "traces/mooncake_conversation_trace.jsonl"}, num_requests=500)
+    assert spec.id_block_tokens(shared_data) == 512
+    source = make_source(spec, 0, shared_data)
+    assert len(source.requests) == 500 and source.block_tokens == 512
+    assert all(len(r.blocks) == -(-r.input_tokens // 512) for r in source.requests)

@@ -18,13 +18,15 @@ from pydantic import TypeAdapter, ValidationError
 from scipy import stats
 
 from simulator.errors import from_validation_error
-from workloads import (ConcurrencyArrival, EmpiricalLength, FixedLength, GammaArrival, LengthDist,
-                       LognormalLength, NormalLength, PoissonArrival, ShareGPTLength, UniformLength,
-                       WorkloadSpec, sharegpt_input, sharegpt_output, spawn_streams)
+from workloads import (ConcurrencyArrival, Duration, EmpiricalLength, ExponentialDuration, FixedDuration,
+                       FixedLength, GammaArrival, LengthDist, LognormalDuration, LognormalLength, NormalLength,
+                       PoissonArrival, ShareGPTLength, TraceSpec, UniformDuration, UniformLength, WorkloadSpec,
+                       sharegpt_input, sharegpt_output, spawn_streams)
 from workloads.arrivals import ArrivalSpec
 
 LENGTH = TypeAdapter(LengthDist)
 ARRIVAL = TypeAdapter(ArrivalSpec)
+DURATION = TypeAdapter(Duration)
 FAST = settings(derandomize=True, max_examples=30, deadline=None)
 
 
@@ -65,6 +67,13 @@ def workload(**kw) -> dict:
     (LENGTH, {"dist": "empirical", "values": [1, 2], "weights": [1.0, -1.0]}, "weights"),
     (LENGTH, {"dist": "empirical", "values": [1, 2], "weights": [0, 0]}, "weights"),
     (LENGTH, {"dist": "sharegpt", "part": "prompt"}, "part"),
+    (ARRIVAL, {"type": "trace"}, "path"),
+    (ARRIVAL, {"type": "trace", "path": "t.csv", "time_scale": -1}, "time_scale"),
+    (DURATION, {"dist": "exponential", "mean": 0}, "mean"),
+    (DURATION, {"dist": "fixed", "value": -1}, "value"),
+    (DURATION, {"dist": "uniform", "min": 3, "max": 1}, "min"),
+    (DURATION, {"dist": "lognormal", "mean": 2, "std": -1}, "std"),
+    (DURATION, {"dist": "normal", "mean": 2, "std": 1}, "normal"),
 ])
 def test_bad_values_raise_validation_error_naming_the_field(adapter, data, must_mention):
     with pytest.raises(ValidationError) as err:
@@ -81,6 +90,11 @@ def test_bad_values_raise_validation_error_naming_the_field(adapter, data, must_
     (dict(arrival={"type": "concurrency", "concurrency": 8}, duration_s=60.0), "duration_s"),
     (dict(requests=10), "requests"),
     (dict(input_tokens={"dist": "uniform", "min": 3, "max": 2}), "input_tokens"),
+    (dict(input_tokens=None), "input_tokens required"),
+    (dict(input_tokens=None, output_tokens=None), "input_tokens and output_tokens required"),
+    (dict(num_sessions=5), "num_sessions needs a session"),
+    (dict(block_tokens=0), "block_tokens"),
+    (dict(system_prompt={"apps": 2}), "system_prompt.tokens"),
 ])
 def test_workload_spec_validation(changes, must_mention):
     with pytest.raises(ValidationError) as err:
@@ -227,6 +241,32 @@ def test_sharegpt_output_mean_is_the_published_one(shared_data):
     assert sharegpt_output().mean() == pytest.approx(published, abs=0.5)
 
 
+# --- durations ---------------------------------------------------------------------
+
+@FAST
+@given(d=st.one_of(
+    st.builds(FixedDuration, value=st.floats(0, 100)),
+    st.builds(lambda m: ExponentialDuration(mean=m), st.floats(0.001, 100)),
+    st.builds(lambda m, cv: LognormalDuration(mean=m, std=m * cv), st.floats(0.001, 100), st.floats(0, 2)),
+    st.builds(lambda a, w: UniformDuration(min=a, max=a + w), st.floats(0, 100), st.floats(0, 100))),
+    seed=st.integers(0, 2**32 - 1))
+def test_durations_are_non_negative_floats_with_their_mean(d, seed):
+    n = 20_000
+    x = d.sample(rng(seed), n)
+    assert x.shape == (n,) and x.dtype == np.float64 and x.min() >= 0
+    std = d.mean() if isinstance(d, ExponentialDuration) else getattr(d, "std", None)
+    if std is None:
+        std = (d.max - d.min) / 2 if isinstance(d, UniformDuration) else 0.0
+    assert abs(x.mean() - d.mean()) <= 5 * std / math.sqrt(n) + 1e-9 * (1 + d.mean())
+
+
+def test_duration_keys_round_trip():
+    d = DURATION.validate_python({"dist": "lognormal", "mean": 20, "std": 15})
+    assert d.mean() == 20 and d.model_dump()["mean"] == 20
+    assert DURATION.validate_python(d.model_dump()) == d
+    assert LognormalDuration(mean=3, std=0).sample(rng(), 2).tolist() == [3.0, 3.0]
+
+
 # --- arrivals ----------------------------------------------------------------------
 
 def test_poisson_gaps_have_mean_one_over_rate_and_cv_one():
@@ -297,6 +337,8 @@ def test_concurrency_is_closed_loop():
     a = ARRIVAL.validate_python({"type": "concurrency", "concurrency": 64})
     assert isinstance(a, ConcurrencyArrival) and a.concurrency == 64 and a.closed_loop
     assert not PoissonArrival(rate_per_s=1).closed_loop
+    trace = ARRIVAL.validate_python({"type": "trace", "path": "t.jsonl", "format": "mooncake"})
+    assert isinstance(trace, TraceSpec) and not trace.closed_loop
 
 
 # --- the workload spec -------------------------------------------------------------
@@ -374,3 +416,17 @@ def test_seed_kinds():
     assert spawn_streams(g).arrivals.random() != spawn_streams(g).arrivals.random()
     ss = np.random.SeedSequence(9)
     assert spawn_streams(ss).arrivals.random() != spawn_streams(ss).arrivals.random()
+
+
+def test_system_prompt_counts_in_input_tokens_but_not_in_lengths():
+    plain = WorkloadSpec.model_validate(workload(input_tokens={"dist": "uniform", "min": 1, "max": 99}))
+    with_sys = WorkloadSpec.model_validate(workload(input_tokens={"dist": "uniform", "min": 1, "max": 99},
+                                                    system_prompt={"apps": 1, "tokens": {"dist": "fixed", "value": 40}}))
+    a, b = plain.generate(3), with_sys.generate(3)
+    assert [r.input_tokens + 40 for r in a] == [r.input_tokens for r in b]
+    assert [r.arrival for r in a] == [r.arrival for r in b] and all(r.blocks is None for r in a)
+    assert all(r.blocks[:2] == b[0].blocks[:2] for r in b)  # the one app's two full system-prompt blocks
+    assert with_sys.mean_tokens() == (90.0, 10.0) and plain.mean_tokens() == (50.0, 10.0)
+    assert plain.id_block_tokens() is None and with_sys.id_block_tokens() == 16
+    assert np.array_equal(plain.lengths(3, 50)[0], with_sys.lengths(3, 50)[0])
+

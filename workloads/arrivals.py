@@ -4,7 +4,8 @@ Open-loop processes (Poisson, gamma) fix arrival times in advance, whatever
 the fleet does: this is how a product's users behave and what exposes
 queueing. The closed-loop one (``concurrency``) has no arrival times of its
 own: a new request is sent when one finishes, so the engine drives it and
-this module only validates it.
+this module only validates it. A ``trace`` (:class:`workloads.traces.TraceSpec`)
+replays a file's timestamps and lengths instead.
 
 Open-loop times are generated the way vLLM's ``bench serve`` does (gamma
 gaps with shape = burstiness and scale = 1/(rate·burstiness); burstiness 1 is
@@ -17,9 +18,8 @@ Extension points: a process only has to turn *unit-rate* gaps into wall-clock
 times. Each open-loop class draws gaps of mean 1 (``_unit_gaps``), and
 ``_to_time``/``_horizon`` map between that operational time and seconds
 (÷ rate here). A time-varying rate λ(t) replaces the two maps with Λ⁻¹ and Λ
-(Λ = ∫λ), the standard time-change, without touching the gap sampling. A
-``trace`` type (replayed timestamps) overrides ``times`` directly. Both join
-``ArrivalSpec`` with their own ``type`` literal.
+(Λ = ∫λ), the standard time-change, without touching the gap sampling, and
+joins ``ArrivalSpec`` with its own ``type`` literal.
 """
 from __future__ import annotations
 
@@ -28,6 +28,8 @@ from typing import Annotated, ClassVar, Literal, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
+
+from .traces import TraceSpec
 
 __all__ = ["ArrivalSpec", "PoissonArrival", "GammaArrival", "ConcurrencyArrival", "OpenLoopArrival"]
 
@@ -133,10 +135,10 @@ class ConcurrencyArrival(_Arrival):
     closed_loop: ClassVar[bool] = True
 
 
-# New processes go here with their own ``type`` literal: a ``trace`` replay
-# (OpenLoopArrival overriding ``times``) and time-varying rates (overriding
-# ``_to_time``/``_horizon``).
+# New processes go here with their own ``type`` literal, e.g. time-varying
+# rates (overriding ``_to_time``/``_horizon``). A ``trace`` replays a file's
+# timestamps and lengths (:mod:`workloads.traces`).
 ArrivalSpec = Annotated[
-    Union[PoissonArrival, GammaArrival, ConcurrencyArrival],
+    Union[PoissonArrival, GammaArrival, ConcurrencyArrival, TraceSpec],
     Field(discriminator="type"),
 ]

@@ -37,7 +37,10 @@ _MEAN_TERMS = 1 << 16
 PositiveInt = Annotated[int, Field(ge=1, le=_HARD_MAX)]
 
 
-class _Length(BaseModel):
+class Distribution(BaseModel):
+    """What every ``dist:`` mapping of a scenario is (lengths here, durations in
+    :mod:`workloads.durations`): a tagged shape that draws values and knows its mean."""
+
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     dist: str  # each shape narrows it to its own literal (the union's tag)
@@ -49,7 +52,19 @@ class _Length(BaseModel):
         raise NotImplementedError
 
 
-class FixedLength(_Length):
+class Bounded(Distribution):
+    """A shape with ``min`` and ``max`` fields (``max`` may be None: open)."""
+
+    @model_validator(mode="after")
+    def _ordered(self) -> "Bounded":
+        if self.max is not None and self.min > self.max:
+            raise ValueError(f"min ({self.min}) must be ≤ max ({self.max})")
+        return self
+
+
+
+
+class FixedLength(Distribution):
     """Every request has the same length (vLLM's ``random`` with range 0)."""
 
     dist: Literal["fixed"] = "fixed"
@@ -62,18 +77,12 @@ class FixedLength(_Length):
         return float(self.value)
 
 
-class UniformLength(_Length):
+class UniformLength(Bounded):
     """Integers drawn uniformly from ``[min, max]``, both ends included."""
 
     dist: Literal["uniform"] = "uniform"
     min: PositiveInt
     max: PositiveInt
-
-    @model_validator(mode="after")
-    def _ordered(self) -> "UniformLength":
-        if self.min > self.max:
-            raise ValueError(f"min ({self.min}) must be ≤ max ({self.max})")
-        return self
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         return rng.integers(self.min, self.max, size=n, endpoint=True, dtype=np.int64)
@@ -82,7 +91,7 @@ class UniformLength(_Length):
         return (self.min + self.max) / 2.0
 
 
-class _Continuous(_Length):
+class _Continuous(Bounded):
     """A continuous shape, rounded to integers and clipped to [min, max]."""
 
     # ``mean`` is the YAML key; the attribute is ``mean_`` because ``mean()``
@@ -93,12 +102,6 @@ class _Continuous(_Length):
     max: Optional[PositiveInt] = None
 
     model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
-
-    @model_validator(mode="after")
-    def _ordered(self) -> "_Continuous":
-        if self.max is not None and self.min > self.max:
-            raise ValueError(f"min ({self.min}) must be ≤ max ({self.max})")
-        return self
 
     @property
     def _hi(self) -> int:
@@ -216,7 +219,7 @@ def _phi(z: float) -> float:
     return math.exp(-0.5 * z * z) / math.sqrt(2 * math.pi)
 
 
-class EmpiricalLength(_Length):
+class EmpiricalLength(Distribution):
     """Resample observed lengths (optionally weighted), e.g. a histogram from logs."""
 
     dist: Literal["empirical"] = "empirical"
@@ -288,7 +291,7 @@ def sharegpt_output() -> LognormalLength:
     return SHAREGPT_OUTPUT
 
 
-class ShareGPTLength(_Length):
+class ShareGPTLength(Distribution):
     """``{dist: sharegpt, part: input|output}``: the built-in ShareGPT-like preset.
 
     The part is explicit, not inferred from which side of the workload it is

@@ -1,40 +1,73 @@
 """The ``workload:`` block of a scenario: how many requests, when, how long.
 
-Randomness: one seed feeds three independent streams, spawned from a single
+Four kinds of traffic share the block:
+
+* open loop (``arrival`` poisson or gamma): independent requests;
+* closed loop (``arrival`` concurrency): N users, each sending again when served;
+* sessions (``session`` chat or autocomplete): the arrival process gives
+  session starts, and each session sends a sequence of related requests
+  (:mod:`workloads.chat`, :mod:`workloads.autocomplete`);
+* a trace (``arrival`` trace): times and lengths replayed from a file.
+
+``system_prompt`` puts an app's system prompt in front of every prompt
+(:mod:`workloads.system_prompts`); open- and closed-loop ``input_tokens``
+then count the tokens *after* it. Requests with such structure carry block
+ids (:mod:`workloads.block_ids`) of ``block_tokens`` tokens each.
+
+Randomness: one seed feeds independent streams, spawned from a single
 ``numpy.random.SeedSequence`` in a fixed order (arrivals, input lengths,
-output lengths). Changing one of the three specs therefore leaves the other
-two sample sequences untouched: switching Poisson to gamma keeps every
+output lengths, then the later ones). Changing one spec therefore leaves
+the other sample sequences untouched: switching Poisson to gamma keeps every
 request's lengths, and changing the output distribution keeps the prompts.
-Each stream is consumed in request order, so request i's values do not
-depend on how many requests follow (``num_requests`` 100 and 1000 agree on
-the first 100), and the closed-loop driver's ``lengths(seed, n)`` gives the
-same lengths as ``generate(seed)`` for the same int seed.
+Each stream is consumed in request (or session) order, so request i's values
+do not depend on how many requests follow (``num_requests`` 100 and 1000
+agree on the first 100), and the closed-loop driver's ``lengths(seed, n)``
+gives the same lengths as ``generate(seed)`` for the same int seed.
 """
 from __future__ import annotations
 
-from typing import NamedTuple, Optional, Union
+from pathlib import Path
+from typing import Annotated, NamedTuple, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .arrivals import ArrivalSpec, ConcurrencyArrival
+from .autocomplete import AutocompleteSessionSpec
+from .chat import ChatSessionSpec
 from .lengths import LengthDist
 from .request import Request
+from .system_prompts import Apps, SystemPromptSpec
+from .traces import TraceSpec, trace_block_tokens
 
-__all__ = ["WorkloadSpec", "Streams", "SeedLike", "spawn_streams"]
+__all__ = ["WorkloadSpec", "SessionSpec", "Streams", "SeedLike", "spawn_streams"]
 
 SeedLike = Union[int, np.random.SeedSequence, np.random.Generator]
 
+SessionSpec = Annotated[Union[ChatSessionSpec, AutocompleteSessionSpec], Field(discriminator="type")]
+
+
 class Streams(NamedTuple):
-    # Field order = spawn order. Append new streams (sessions, prefix ids, ...)
-    # at the end so the existing ones keep their samples.
-    arrivals: np.random.Generator
-    input_tokens: np.random.Generator
-    output_tokens: np.random.Generator
+    # Field order = spawn order. Append new streams at the end so the existing
+    # ones keep their samples.
+    arrivals: np.random.Generator        # arrival times, session starts; a trace's thinning and jitter
+    input_tokens: np.random.Generator    # prompt lengths, chat messages
+    output_tokens: np.random.Generator   # output lengths, responses, completions
+    apps: np.random.Generator            # system-prompt lengths, then each request's or session's app
+    sessions: np.random.Generator        # chat turns, autocomplete bursts per session
+    think: np.random.Generator           # chat think times, autocomplete pauses between bursts
+    files: np.random.Generator           # autocomplete file sizes and cursor positions
+    edits: np.random.Generator           # autocomplete keystrokes per burst and keystroke gaps
+
+
+# The first three streams are the seed sequence's children 0-2, as they always
+# were; every later one is a child of child 3, so appending streams never
+# reaches the children other components take (the runner's router uses 7).
+_FIRST = 3
 
 
 def spawn_streams(seed: SeedLike) -> Streams:
-    """Independent generators for arrivals, input and output lengths.
+    """Independent generators, one per :class:`Streams` field.
 
     An int always gives the same streams. A SeedSequence or Generator is
     spawned from with numpy's semantics: each call takes fresh children, so
@@ -49,7 +82,9 @@ def spawn_streams(seed: SeedLike) -> Streams:
         ss = seed
     else:
         ss = np.random.SeedSequence(seed)
-    return Streams(*(np.random.default_rng(c) for c in ss.spawn(len(Streams._fields))))
+    children = ss.spawn(_FIRST + 1)
+    later = children[_FIRST].spawn(len(Streams._fields) - _FIRST)
+    return Streams(*(np.random.default_rng(c) for c in children[:_FIRST] + later))
 
 
 class WorkloadSpec(BaseModel):
@@ -58,18 +93,50 @@ class WorkloadSpec(BaseModel):
     Open loop (poisson, gamma): give exactly one of ``num_requests`` (that many
     arrivals) or ``duration_s`` (every arrival before then). Closed loop
     (concurrency): ``num_requests`` is required, since nothing else ends the run.
+    Sessions: exactly one of ``num_sessions`` or ``duration_s`` (sessions that
+    start before it, each then runs to its end). Trace: both optional, they
+    cut the replay short.
     """
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    num_requests: Optional[int] = Field(default=None, ge=1)
-    duration_s: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False)
-    arrival: ArrivalSpec
-    input_tokens: LengthDist
-    output_tokens: LengthDist
+    num_requests: Optional[int] = Field(
+        default=None, ge=1, description="stop after this many requests (open or closed loop, trace)")
+    num_sessions: Optional[int] = Field(default=None, ge=1, description="sessions to start (session workloads)")
+    duration_s: Optional[float] = Field(
+        default=None, gt=0, allow_inf_nan=False,
+        description="keep arrivals before this many simulated seconds (for sessions: their starts; "
+                    "for a trace: its replayed times)")
+    arrival: ArrivalSpec = Field(description="when requests arrive (or sessions start)")
+    input_tokens: Optional[LengthDist] = Field(
+        default=None, description="prompt tokens after any system prompt; per turn the new user message for "
+                                  "chat; omitted for a trace and for autocomplete")
+    output_tokens: Optional[LengthDist] = Field(
+        default=None, description="output tokens per request (chat: per response); omitted for a trace")
+    block_tokens: int = Field(default=16, ge=1, description="tokens per prompt block id; vLLM's KV block size "
+                                                           "(synthetic ids; a trace's ids have the trace's size)")
+    system_prompt: Optional[SystemPromptSpec] = Field(
+        default=None, description="apps whose system prompt starts every prompt (and session) of the app")
+    session: Optional[SessionSpec] = Field(
+        default=None, description="requests come in sessions: the arrival process gives session starts")
 
     @model_validator(mode="after")
-    def _one_stop_rule(self) -> "WorkloadSpec":
+    def _consistent(self) -> "WorkloadSpec":
+        if isinstance(self.arrival, TraceSpec):
+            extra = [k for k in ("input_tokens", "output_tokens", "num_sessions", "system_prompt", "session")
+                     if getattr(self, k) is not None]
+            if extra:
+                raise ValueError(f"a trace arrival replays the file's requests (lengths and any block ids "
+                                 f"come from it): remove {', '.join(extra)}")
+            return self
+        if self.session is not None:
+            self._check_session()
+            return self
+        if self.num_sessions is not None:
+            raise ValueError("num_sessions needs a session (workload.session); use num_requests")
+        missing = [k for k in ("input_tokens", "output_tokens") if getattr(self, k) is None]
+        if missing:
+            raise ValueError(f"{' and '.join(missing)} required (only a trace arrival gives its own lengths)")
         if isinstance(self.arrival, ConcurrencyArrival):
             if self.num_requests is None or self.duration_s is not None:
                 raise ValueError("arrival type 'concurrency' needs num_requests "
@@ -78,15 +145,54 @@ class WorkloadSpec(BaseModel):
             raise ValueError("give exactly one of num_requests or duration_s")
         return self
 
+    def _check_session(self) -> None:
+        kind = self.session.type
+        if self.arrival.closed_loop:
+            raise ValueError(f"{kind} sessions need an open-loop arrival (poisson or gamma) for their starts, "
+                             f"not {self.arrival.type!r}")
+        if self.num_requests is not None:
+            raise ValueError("a session workload stops after num_sessions or duration_s (each session then "
+                             "runs to its end): num_requests is not allowed")
+        if (self.num_sessions is None) == (self.duration_s is None):
+            raise ValueError("give exactly one of num_sessions or duration_s")
+        if self.output_tokens is None:
+            raise ValueError(f"output_tokens required: the length of each {kind} response")
+        if kind == "chat" and self.input_tokens is None:
+            raise ValueError("input_tokens required for chat sessions: the length of each new user message")
+        if kind == "autocomplete" and self.input_tokens is not None:
+            raise ValueError("remove input_tokens: an autocomplete prompt is the file up to the cursor "
+                             "(see session.file_tokens)")
+
     @property
     def closed_loop(self) -> bool:
+        """True when the fleet decides when requests arrive (concurrency)."""
         return self.arrival.closed_loop
+
+    @property
+    def is_trace(self) -> bool:
+        return isinstance(self.arrival, TraceSpec)
+
+    def id_block_tokens(self, base_dir: str | Path | None = None) -> Optional[int]:
+        """Tokens per id in ``Request.blocks``, or None when no request will carry ids.
+
+        What the prefix cache needs to turn ids into KV blocks. Synthetic
+        requests carry ids when they have structure (a system prompt or a
+        session), in blocks of ``block_tokens``; a trace's come from its
+        format (Mooncake: 512), and ``base_dir`` (the scenario's folder)
+        finds a relative trace path when the format must be read from it.
+        """
+        if isinstance(self.arrival, TraceSpec):
+            return trace_block_tokens(self.arrival, base_dir)
+        if self.system_prompt is None and self.session is None:
+            return None
+        return self.block_tokens
 
     def lengths(self, rng: SeedLike, n: int) -> tuple[np.ndarray, np.ndarray]:
         """(input_tokens, output_tokens) for requests 0..n−1, int64 arrays.
 
         For the closed-loop driver, which makes its own arrival times; the
-        same seed gives the same lengths as ``generate``.
+        same seed gives the same lengths as ``generate``. Input lengths are
+        the tokens after any system prompt.
         """
         s = spawn_streams(rng)
         return self._lengths(s, n)
@@ -95,23 +201,54 @@ class WorkloadSpec(BaseModel):
         return self.input_tokens.sample(s.input_tokens, n), self.output_tokens.sample(s.output_tokens, n)
 
     def arrival_times(self, rng: SeedLike) -> np.ndarray:
-        """The open-loop arrival times alone (same stream as ``generate``)."""
+        """The open-loop arrival times alone (same stream as ``generate``);
+        session starts for a session workload."""
         return self._times(spawn_streams(rng))
 
     def _times(self, s: Streams) -> np.ndarray:
         if self.closed_loop:
             raise ValueError("a closed-loop (concurrency) workload has no arrival times of its own; "
                              "the engine creates requests as others finish (use lengths())")
-        return self.arrival.times(s.arrivals, n=self.num_requests, duration_s=self.duration_s)
+        if self.is_trace:
+            raise ValueError("a trace workload's times come from its file (use workloads.drivers.make_source)")
+        n = self.num_sessions if self.session is not None else self.num_requests
+        return self.arrival.times(s.arrivals, n=n, duration_s=self.duration_s)
+
+    def draw_apps(self, s: Streams) -> Optional[Apps]:
+        """The apps of ``system_prompt`` (drawn from the apps stream), or None."""
+        if self.system_prompt is None:
+            return None
+        return Apps(self.system_prompt, s.apps, self.block_tokens)
 
     def generate(self, rng: SeedLike) -> list[Request]:
-        """All requests of an open-loop workload, ids 0..n−1 in arrival order."""
-        s = spawn_streams(rng)
+        """All requests of an open-loop workload, ids 0..n−1 in arrival order.
+
+        Sessions, closed loops and traces depend on the simulation or on a
+        file: :func:`workloads.drivers.make_source` drives every kind.
+        """
+        if self.session is not None:
+            raise ValueError("a session workload's requests depend on the fleet (each turn waits for the "
+                             "last); use workloads.drivers.make_source")
+        return self._generate(spawn_streams(rng))
+
+    def _generate(self, s: Streams) -> list[Request]:
         t = self._times(s)
         inp, out = self._lengths(s, len(t))
-        rows = zip(t.tolist(), inp.tolist(), out.tolist())  # Python scalars, not numpy ones
-        return [Request(i, a, x, y) for i, (a, x, y) in enumerate(rows)]
+        apps = self.draw_apps(s)
+        if apps is None:
+            rows = zip(t.tolist(), inp.tolist(), out.tolist())  # Python scalars, not numpy ones
+            return [Request(i, a, x, y) for i, (a, x, y) in enumerate(rows)]
+        rows = zip(t.tolist(), inp.tolist(), out.tolist(), apps.choose(len(t)))
+        return [apps.request(i, a, x, y, app) for i, (a, x, y, app) in enumerate(rows)]
 
     def mean_tokens(self) -> tuple[float, float]:
-        """Expected (input, output) tokens per request, for back-of-envelope sizing."""
-        return self.input_tokens.mean(), self.output_tokens.mean()
+        """Expected (input, output) tokens per request, for back-of-envelope sizing.
+
+        Input includes the system prompt's expected length (app lengths are
+        drawn independently of their popularity, so it is the length law's
+        mean). Not defined for sessions and traces.
+        """
+        if self.session is not None or self.is_trace:
+            raise ValueError("mean tokens per request depend on the sessions or the trace; simulate instead")
+        head = self.system_prompt.tokens.mean() if self.system_prompt is not None else 0.0
+        return head + self.input_tokens.mean(), self.output_tokens.mean()

@@ -61,7 +61,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, ClassVar, Literal, Optional
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
@@ -69,11 +69,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from simulator.errors import LlmsimError, from_validation_error
 
 from .request import Request
-from .trace_formats import READERS, TRACE_FORMATS, RawTrace, detect_format, trace_error
+from .trace_formats import MOONCAKE_BLOCK_SIZE, READERS, TRACE_FORMATS, RawTrace, detect_format, trace_error
 from .trace_stats import TraceStats, ideal_block_hit_rate, trace_stats
 
 __all__ = ["TraceSpec", "Trace", "TRACE_FORMATS", "load_trace", "read_trace", "parse_trace_spec",
-           "resolve_trace_path", "TraceStats", "trace_stats", "ideal_block_hit_rate"]
+           "resolve_trace_path", "trace_block_tokens", "TraceStats", "trace_stats", "ideal_block_hit_rate"]
 
 
 class TraceSpec(BaseModel):
@@ -82,6 +82,8 @@ class TraceSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     type: Literal["trace"] = "trace"
+    # The file fixes the arrival times: the fleet does not drive them.
+    closed_loop: ClassVar[bool] = False
     path: str = Field(min_length=1, description="trace file; relative paths are relative to the scenario file")
     format: Literal["auto", "azure", "mooncake", "splitwise", "llmsim"] = Field(
         default="auto", description="file format; auto = tell from the header line")
@@ -139,6 +141,24 @@ def resolve_trace_path(spec: TraceSpec, base_dir: str | Path | None = None) -> P
     return p
 
 
+def trace_block_tokens(spec: TraceSpec, base_dir: str | Path | None = None) -> Optional[int]:
+    """Tokens per id in the trace's ``Request.blocks``, known before reading the rows.
+
+    None for formats without block ids. With ``format: auto`` the header line
+    is read to tell the format. A ``llmsim`` file is only known to carry ids
+    once read: this gives its ``block_size`` (None if unset, and reading a file
+    with ids then fails); :attr:`Trace.block_size` is the exact answer.
+    """
+    fmt = spec.format
+    if fmt == "auto":
+        fmt = detect_format(_existing_file(resolve_trace_path(spec, base_dir)))
+    if fmt == "mooncake":
+        return spec.block_size or MOONCAKE_BLOCK_SIZE
+    if fmt == "llmsim":
+        return spec.block_size
+    return None
+
+
 def load_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = None) -> list[Request]:
     """The trace's requests, sorted by arrival, ids 0..n-1 (see the module doc for the options)."""
     return read_trace(spec, base_dir, rng).requests
@@ -148,11 +168,7 @@ def read_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = N
     """Like :func:`load_trace`, also returning the block size and the file's extent."""
     if isinstance(spec, dict):
         spec = parse_trace_spec(spec)
-    path = resolve_trace_path(spec, base_dir)
-    if not path.exists():
-        raise LlmsimError("trace file not found", source=path)
-    if path.is_dir():
-        raise LlmsimError("trace path is a directory, not a file", source=path)
+    path = _existing_file(resolve_trace_path(spec, base_dir))
     fmt = detect_format(path) if spec.format == "auto" else spec.format
     reader = READERS.get(fmt)
     if reader is None:  # only reachable when the spec bypassed validation
@@ -192,6 +208,14 @@ def read_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = N
     requests = _build(raw, idx, copy, arrivals)
     return Trace(requests=requests, path=path, format=fmt, block_size=block_size if raw.blocks else None,
                  rows=len(raw.t), span_s=span)
+
+
+def _existing_file(path: Path) -> Path:
+    if not path.exists():
+        raise LlmsimError("trace file not found", source=path)
+    if path.is_dir():
+        raise LlmsimError("trace path is a directory, not a file", source=path)
+    return path
 
 
 def _as_rng(rng: Any) -> np.random.Generator:

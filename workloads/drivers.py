@@ -1,0 +1,311 @@
+"""Drivers: how each kind of workload meets the simulation clock.
+
+The runner sees one protocol, :class:`Source`, whatever the traffic: it
+calls ``start`` once with the fleet's ``submit`` and ``cancel``, and calls
+``on_done`` whenever a request ends. A source decides what to send and
+when; the fleet decides what happens to it.
+
+Events are cheap on purpose: a driver keeps at most one pending SimPy event
+per open-loop stream and per live session (never one per future request),
+scheduled as URGENT callbacks rather than generator processes. An arrival
+delivered as an URGENT event at time t is seen after the replica has planned
+the iteration starting at t: it joins at the next iteration boundary, like a
+real client whose request crossed the network.
+
+Request ids are given in creation order (open-loop and trace requests are
+all created up front in arrival order; closed-loop and session requests
+when they are sent), and ``requests`` lists them by id.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Callable, Iterable, Iterator, Optional, Protocol, TypeVar, Union
+
+import numpy as np
+import simpy
+from simpy.events import URGENT
+
+from .autocomplete import AutocompletePlan, AutocompleteSessionSpec, draw_autocomplete_plans
+from .block_ids import SESSION, Document, id_base
+from .chat import ChatPlan, ChatSessionSpec, draw_chat_plans
+from .plans import Plans
+from .request import Request, Status
+from .spec import Streams, WorkloadSpec, spawn_streams
+from .system_prompts import Apps
+from .traces import TraceSpec, read_trace
+
+__all__ = ["Source", "OpenLoop", "ClosedLoop", "ChatSessions", "AutocompleteSessions", "make_source"]
+
+Submit = Callable[[Request], None]
+T = TypeVar("T")
+
+
+class Source(Protocol):
+    """What the runner drives: a workload turned into requests on the simulation clock."""
+
+    requests: list[Request]        # every request created so far, ids 0.. in creation order (final after the run)
+    expected_total: Optional[int]  # for a progress bar; None if unknown
+    block_tokens: Optional[int]    # tokens per id in Request.blocks, None when no request has ids
+
+    def start(self, env: simpy.Environment, submit: Submit, cancel: Submit) -> None:
+        """Schedule the first arrivals; called once, before the simulation runs."""
+
+    def on_done(self, req: Request) -> None:
+        """The fleet calls this when ``req`` ends (FINISHED, REJECTED or CANCELLED)."""
+
+
+def _fire(env: simpy.Environment, delay: float, callback) -> None:
+    ev = simpy.Event(env)
+    ev._ok = True
+    ev._value = None
+    ev.callbacks.append(callback)
+    env.schedule(ev, URGENT, delay)
+
+
+def _at_times(env: simpy.Environment, items: Iterable[T], when: Callable[[T], float],
+              act: Callable[[T], None]) -> None:
+    """``act(item)`` at time ``when(item)`` for items in time order, keeping one event pending."""
+    it: Iterator[T] = iter(items)
+
+    def step(_ev=None, item: Optional[T] = None) -> None:
+        if item is not None:
+            act(item)
+        nxt = next(it, None)
+        if nxt is not None:
+            _fire(env, max(when(nxt) - env.now, 0.0), lambda ev: step(ev, nxt))
+
+    step()
+
+
+class OpenLoop:
+    """Requests fixed in advance (poisson, gamma, a trace): each submitted at its arrival time."""
+
+    def __init__(self, requests: list[Request], block_tokens: Optional[int] = None):
+        self.requests = requests
+        self.expected_total: Optional[int] = len(requests)
+        self.block_tokens = block_tokens
+
+    def start(self, env: simpy.Environment, submit: Submit, cancel: Submit) -> None:
+        _at_times(env, self.requests, lambda r: r.arrival, submit)
+
+    def on_done(self, req: Request) -> None:
+        pass
+
+
+class ClosedLoop:
+    """``concurrency`` users, each sending its next request when the last ends.
+
+    A follow-up is created at the finish time and delivered as an URGENT
+    event with delay 0, i.e. after the replica has planned the iteration
+    starting then: it joins at the next iteration boundary, like a real
+    client whose reply crossed the network.
+    """
+
+    def __init__(self, concurrency: int, total: int, make: Callable[[int, float], Request],
+                 block_tokens: Optional[int] = None):
+        """``make(i, now)`` builds request i sent at ``now``."""
+        self.concurrency = concurrency
+        self.total = total
+        self.make = make
+        self.requests: list[Request] = []
+        self.expected_total: Optional[int] = total
+        self.block_tokens = block_tokens
+
+    def start(self, env: simpy.Environment, submit: Submit, cancel: Submit) -> None:
+        self.env = env
+        self.submit = submit
+        for _ in range(min(self.concurrency, self.total)):
+            self._issue()
+
+    def _issue(self) -> None:
+        req = self.make(len(self.requests), self.env.now)
+        self.requests.append(req)
+        _fire(self.env, 0.0, lambda ev: self.submit(req))
+
+    def on_done(self, req: Request) -> None:
+        if len(self.requests) < self.total:
+            self._issue()
+
+
+class _Sessions:
+    """Session starts on the arrival process's clock; what a session does is its subclass's."""
+
+    def __init__(self, starts: np.ndarray, block_tokens: int, apps: Optional[Apps]):
+        self.requests: list[Request] = []
+        self.expected_total: Optional[int] = None  # sessions end early when a request fails
+        self.block_tokens: Optional[int] = block_tokens
+        self.starts: list[float] = starts.tolist()
+        self.apps = apps
+        self.live: dict = {}  # session id -> its state, while it may still send or has a request out
+
+    def start(self, env: simpy.Environment, submit: Submit, cancel: Submit) -> None:
+        self.env = env
+        self.submit = submit
+        self.cancel = cancel
+        _at_times(env, range(len(self.starts)), self.starts.__getitem__, self._begin)
+
+    def _document(self, sid: int, app: int) -> tuple[Document, int]:
+        """The session's token stream, starting with its app's system prompt; and that prompt's length."""
+        if app < 0:
+            return Document(id_base(SESSION, sid), self.block_tokens), 0
+        return Document(id_base(SESSION, sid), self.block_tokens, self.apps.block_ids[app]), self.apps.tokens[app]
+
+    def _send(self, sid: int, prompt: int, output: int, blocks: tuple[int, ...]) -> Request:
+        req = Request(len(self.requests), self.env.now, prompt, output, session=sid, blocks=blocks)
+        self.requests.append(req)
+        return req
+
+    def _begin(self, sid: int) -> None:
+        raise NotImplementedError
+
+
+class _Chat:
+    __slots__ = ("sid", "plan", "doc", "turn", "context")
+
+    def __init__(self, sid: int, plan: ChatPlan, doc: Document, context: int):
+        self.sid, self.plan, self.doc, self.turn, self.context = sid, plan, doc, 0, context
+
+
+class ChatSessions(_Sessions):
+    """Multi-turn chats (:mod:`workloads.chat`): each turn sent a think time after the
+    previous response finished; a rejected or cancelled turn ends the session."""
+
+    def __init__(self, spec: ChatSessionSpec, plans: Plans[ChatPlan], starts: np.ndarray, block_tokens: int,
+                 apps: Optional[Apps]):
+        super().__init__(starts, block_tokens, apps)
+        self.max_context = spec.max_context_tokens
+        self.plans = plans
+
+    def _begin(self, sid: int) -> None:
+        plan = self.plans(sid)
+        doc, head = self._document(sid, plan.app)
+        chat = _Chat(sid, plan, doc, head)
+        self.live[sid] = chat
+        self._turn(chat)
+
+    def _turn(self, chat: _Chat) -> None:
+        k = chat.turn
+        prompt = chat.context + chat.plan.messages[k]
+        output = chat.plan.responses[k]
+        if k and self.max_context is not None and prompt + output > self.max_context:
+            del self.live[chat.sid]
+            return
+        chat.context = prompt + output
+        req = self._send(chat.sid, prompt, output, chat.doc.blocks(chat.context // self.block_tokens))
+        self.submit(req)
+
+    def on_done(self, req: Request) -> None:
+        chat = self.live.get(req.session)
+        if chat is None:
+            return
+        chat.turn += 1
+        if req.status != Status.FINISHED or chat.turn >= len(chat.plan.messages):
+            del self.live[chat.sid]
+            return
+        _fire(self.env, chat.plan.thinks[chat.turn - 1], lambda ev: self._turn(chat))
+
+
+class _Editing:
+    __slots__ = ("sid", "plan", "doc", "head", "t0", "next", "inflight")
+
+    def __init__(self, sid: int, plan: AutocompletePlan, doc: Document, head: int, t0: float):
+        self.sid, self.plan, self.doc, self.head, self.t0 = sid, plan, doc, head, t0
+        self.next = 0
+        self.inflight: Optional[Request] = None
+
+
+class AutocompleteSessions(_Sessions):
+    """Editing sessions (:mod:`workloads.autocomplete`): a request at each typing pause,
+    cancelling the session's previous one if it is still in flight. A rejected
+    request does not end the session: the developer keeps typing."""
+
+    def __init__(self, plans: Plans[AutocompletePlan], starts: np.ndarray, block_tokens: int,
+                 apps: Optional[Apps]):
+        super().__init__(starts, block_tokens, apps)
+        self.plans = plans
+
+    def _begin(self, sid: int) -> None:
+        plan = self.plans(sid)  # never empty: every burst has a keystroke, the last one fires
+        doc, head = self._document(sid, plan.app)
+        ed = _Editing(sid, plan, doc, head, self.env.now)
+        self.live[sid] = ed
+        self._schedule(ed)
+
+    def _schedule(self, ed: _Editing) -> None:
+        _fire(self.env, max(ed.t0 + ed.plan.times[ed.next] - self.env.now, 0.0), lambda ev: self._request(ed))
+
+    def _request(self, ed: _Editing) -> None:
+        stale = ed.inflight
+        if stale is not None:
+            ed.inflight = None
+            self.cancel(stale)
+        i = ed.next
+        ed.next += 1
+        plan, B = ed.plan, self.block_tokens
+        prompt = ed.head + plan.cursors[i]
+        output = plan.outputs[i]
+        ed.doc.edit(ed.head + plan.edits[i])
+        blocks = ed.doc.blocks(prompt // B) + tuple(ed.doc.fresh((prompt + output) // B - prompt // B))
+        req = self._send(ed.sid, prompt, output, blocks)
+        ed.inflight = req
+        if ed.next < len(plan.times):
+            self._schedule(ed)
+        self.submit(req)
+
+    def on_done(self, req: Request) -> None:
+        ed = self.live.get(req.session)
+        if ed is None:
+            return
+        if ed.inflight is req:
+            ed.inflight = None
+        if ed.inflight is None and ed.next >= len(ed.plan.times):
+            del self.live[ed.sid]
+
+
+def make_source(workload: WorkloadSpec, seed: Union[int, np.random.SeedSequence, np.random.Generator],
+                base_dir: Optional[Union[str, Path]] = None) -> Source:
+    """The driver for ``workload``; ``base_dir`` (the scenario's folder) resolves a relative trace path.
+
+    Same seed, same requests: open-loop requests equal ``workload.generate(seed)``
+    and closed-loop lengths ``workload.lengths(seed, n)``.
+    """
+    s = spawn_streams(seed)
+    if isinstance(workload.arrival, TraceSpec):
+        return _trace_source(workload, s, base_dir)
+    B = workload.id_block_tokens(base_dir)
+    session = workload.session
+    if session is None:
+        return _closed_loop(workload, s, B) if workload.closed_loop else OpenLoop(workload._generate(s), B)
+    apps = workload.draw_apps(s)
+    starts = workload._times(s)
+    if isinstance(session, ChatSessionSpec):
+        inp, out = workload.input_tokens, workload.output_tokens
+        return ChatSessions(session, Plans(lambda n: draw_chat_plans(session, inp, out, s, apps, n)), starts, B, apps)
+    plans = Plans(lambda n: draw_autocomplete_plans(session, workload.output_tokens, s, apps, n))
+    return AutocompleteSessions(plans, starts, B, apps)
+
+
+def _closed_loop(workload: WorkloadSpec, s: Streams, block_tokens: Optional[int]) -> ClosedLoop:
+    n = workload.num_requests
+    inp, out = workload._lengths(s, n)
+    apps = workload.draw_apps(s)
+    if apps is None:
+        def make(i: int, now: float) -> Request:
+            return Request(i, now, int(inp[i]), int(out[i]))
+    else:
+        chosen = apps.choose(n)
+
+        def make(i: int, now: float) -> Request:
+            return apps.request(i, now, int(inp[i]), int(out[i]), chosen[i])
+    return ClosedLoop(workload.arrival.concurrency, n, make, block_tokens)
+
+
+def _trace_source(workload: WorkloadSpec, s: Streams, base_dir) -> OpenLoop:
+    """A trace replayed open loop, cut short by ``duration_s`` and ``num_requests`` when given."""
+    trace = read_trace(workload.arrival, base_dir, s.arrivals)
+    requests = trace.requests
+    if workload.duration_s is not None:
+        requests = [r for r in requests if r.arrival < workload.duration_s]
+    if workload.num_requests is not None:
+        requests = requests[: workload.num_requests]
+    return OpenLoop(requests, trace.block_size)

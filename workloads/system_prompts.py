@@ -1,0 +1,95 @@
+"""System prompts: the apps (tenants) whose fixed preamble every prompt starts with.
+
+A product rarely sends bare user text: each app behind the endpoint
+prepends its own system prompt, so requests of one app share a head that a
+prefix cache can keep. ``workload.system_prompt`` describes N apps, each
+with a system-prompt length drawn once, and how popular each app is; every
+open-loop request and every session picks its app once.
+
+Popularity is over app ranks 1..N: ``zipf`` gives app k weight 1/k^s (a few
+big tenants and a long tail, the usual shape of multi-tenant traffic),
+``uniform`` equal weights.
+"""
+from __future__ import annotations
+
+from typing import Annotated, Literal, Union
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
+
+from .block_ids import APP, REQUEST, id_base
+from .lengths import LengthDist
+from .request import Request
+
+__all__ = ["SystemPromptSpec", "ZipfPopularity", "UniformPopularity", "Popularity", "Apps"]
+
+
+class ZipfPopularity(BaseModel):
+    """App k (1-based rank) is chosen with probability ∝ 1/k^s."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["zipf"] = "zipf"
+    s: float = Field(default=1.1, gt=0, allow_inf_nan=False, description="exponent; larger = more skewed")
+
+    def weights(self, n: int) -> np.ndarray:
+        return np.arange(1, n + 1, dtype=np.float64) ** -self.s
+
+
+class UniformPopularity(BaseModel):
+    """Every app equally likely."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    type: Literal["uniform"] = "uniform"
+
+    def weights(self, n: int) -> np.ndarray:
+        return np.ones(n, dtype=np.float64)
+
+
+Popularity = Annotated[Union[ZipfPopularity, UniformPopularity], Field(discriminator="type")]
+
+
+class SystemPromptSpec(BaseModel):
+    """Apps with their own system prompt, prepended to every prompt of the app."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    apps: int = Field(ge=1, description="number of apps (tenants), each with its own system prompt")
+    tokens: LengthDist = Field(description="system-prompt length, drawn once per app")
+    popularity: Popularity = Field(default_factory=UniformPopularity,
+                                   description="how requests and sessions pick their app")
+
+
+class Apps:
+    """The drawn apps: system-prompt lengths and block ids, and the app chooser.
+
+    Ids of the blocks that lie wholly inside app a's system prompt are the
+    app's own (see :mod:`workloads.block_ids`), the same for every request
+    and session of the app; a block that straddles the system prompt and
+    what follows is not the app's, since its content differs per request.
+    """
+
+    def __init__(self, spec: SystemPromptSpec, rng: np.random.Generator, block_tokens: int):
+        self.rng = rng
+        self.block_tokens = block_tokens
+        self.tokens: list[int] = spec.tokens.sample(rng, spec.apps).tolist()
+        self.block_ids: list[tuple[int, ...]] = [
+            tuple(range(id_base(APP, a), id_base(APP, a) + t // block_tokens)) for a, t in enumerate(self.tokens)]
+        w = spec.popularity.weights(spec.apps)
+        self.p = w / w.sum()
+
+    def choose(self, n: int) -> list[int]:
+        """The apps of the next ``n`` requests or sessions (consumes the apps stream in order)."""
+        return self.rng.choice(len(self.p), size=n, p=self.p).tolist()
+
+    def request(self, id: int, arrival: float, user_tokens: int, output_tokens: int, app: int) -> Request:
+        """A lone request of ``app``: its system prompt, then ``user_tokens`` of its own.
+
+        Its full blocks after the app's are its own (ids in the request's range).
+        """
+        head = self.block_ids[app]
+        prompt = self.tokens[app] + user_tokens
+        own = (prompt + output_tokens) // self.block_tokens - len(head)
+        base = id_base(REQUEST, id)
+        return Request(id, arrival, prompt, output_tokens, blocks=head + tuple(range(base, base + own)))
