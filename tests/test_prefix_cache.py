@@ -28,23 +28,49 @@ SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, Heal
 
 
 # --- unit --------------------------------------------------------------------
+def cached(c: PrefixCache, ids) -> int:
+    """How many leading ids are cached."""
+    return c.match(ids, 10**9).ids
+
+
+def check(c: PrefixCache) -> None:
+    """Internal consistency: totals equal the tree's, a pinned node's parent is pinned."""
+    pinned = evictable = 0
+    for x in c.nodes():
+        if x.lock:
+            pinned += x.blocks
+            assert x.parent is c.root or x.parent.lock >= x.lock
+        else:
+            evictable += x.blocks
+        assert x.blocks == len(x.ids) * c.u - (c.u - -(-x.tail // c.bs) if x.tail else 0)
+    assert (pinned, evictable) == (c.pinned, c.evictable)
+
+
 def test_match_pin_release_and_lru_order():
     c = PrefixCache(id_block_tokens=32, kv_block_size=16)
     a = (1, 2, 3, 4)
     m = c.match(a, 128)
     assert m.ids == 0
-    n, blocks = c.acquire(a, m, 128)
+    node, n, blocks = c.acquire(a, m, 128)
     assert (n, blocks) == (4, 8) and c.pinned == 8 and c.evictable == 0
     # A second request sharing two blocks: hit, pinned already, no new memory.
     b = (1, 2, 9)
     m = c.match(b, 100)
     assert (m.ids, m.tokens, m.blocks, m.pinned_blocks) == (2, 64, 4, 4)
     assert c.cached_tokens(b, 100) == 64
-    c.release(a, 4)
-    assert c.pinned == 0 and c.evictable == 8
-    # Tail first: evicting one entry drops a's last block, not its head.
-    c.trim(6)
-    assert 4 not in c.ref and 1 in c.ref and c.evicted_blocks == 2
+    nb, _, _ = c.acquire(b, m, 100)       # splits a's run after two ids
+    check(c)
+    c.release(node, a, 4)
+    assert c.pinned == 6 and c.evictable == 4   # a's tail (3, 4) is free; the shared head is b's too
+    check(c)
+    # Tail first: evicting one entry drops a's last block, not the head.
+    c.trim(2)
+    assert cached(c, a) == 3 and c.evicted_blocks == 2
+    c.release(nb, b, 3)
+    c.trim(4)
+    # b was released later, so a's remaining tail (3) went first, then b's tail (9).
+    assert cached(c, a) == 2 and cached(c, b) == 2
+    check(c)
     # A full hit leaves one token to compute.
     assert c.cached_tokens((1, 2), 64) == 63
 
@@ -52,33 +78,62 @@ def test_match_pin_release_and_lru_order():
 def test_partial_last_block_and_output_blocks():
     c = PrefixCache(id_block_tokens=32, kv_block_size=16)
     ids = (7, 8)                      # a trace prompt of 40 tokens: one full block, one of 8 tokens
-    n, blocks = c.acquire(ids, c.match(ids, 40), 40)
+    node, n, blocks = c.acquire(ids, c.match(ids, 40), 40)
     assert (n, blocks) == (2, 3)      # 2 + ceil(8/16) KV blocks
-    c.release(ids, n)
+    c.release(node, ids, n)
     assert c.match(ids, 40).tokens == 40
+    check(c)
     # Synthetic ids cover prompt ++ output: the output block enters at finish.
     c2 = PrefixCache(id_block_tokens=16, kv_block_size=16)
     seq = (1, 2, 3, 4)                # 40-token prompt + 30 output tokens: 4 full blocks
-    n, _ = c2.acquire(seq, c2.match(seq, 40), 40)
+    node, n, _ = c2.acquire(seq, c2.match(seq, 40), 40)
     assert n == 2                     # only the prompt's full blocks at admission
-    c2.release(seq, n, kv_tokens=40 + 30 - 1)
-    assert c2.match(seq, 80).ids == 4
+    c2.release(node, seq, n, kv_tokens=40 + 30 - 1)
+    assert cached(c2, seq) == 4
+    check(c2)
 
 
 def test_unbounded_never_evicts_and_capacity_caps():
     c = PrefixCache(16, 16, unbounded=True)
-    c.release((1, 2, 3), 0, kv_tokens=48)
+    c.release(c.root, (1, 2, 3), 0, kv_tokens=48)
     c.trim(0)
     assert c.evictable == 3
     c = PrefixCache(16, 16, capacity_tokens=32)
-    c.release((1, 2, 3), 0, kv_tokens=48)
+    c.release(c.root, (1, 2, 3), 0, kv_tokens=48)
     c.trim(100)
-    assert c.evictable == 2 and 1 in c.ref and 3 not in c.ref
+    assert c.evictable == 2 and cached(c, (1, 2, 3)) == 2
 
 
 def test_id_block_must_be_whole_kv_blocks():
     with pytest.raises(ValueError, match="whole number"):
         PrefixCache(24, 16)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 12), st.integers(0, 12), st.booleans()),
+                min_size=1, max_size=40), st.integers(0, 40))
+def test_tree_matches_a_flat_model(ops, free):
+    """Random admissions/releases on a few families of chained ids: the
+    radix tree agrees with a plain set of cached ids on every lookup, its
+    totals stay consistent, and trimming never evicts a pinned entry."""
+    c = PrefixCache(16, 16)
+    held = []
+    for fam, shared, total, release in ops:
+        ids = tuple(range(fam * 1000, fam * 1000 + shared)) + tuple(range(10**6 + len(held) * 100,
+                                                                           10**6 + len(held) * 100 + total))
+        if release and held:
+            node, hid, n = held.pop(0)
+            c.release(node, hid, n, kv_tokens=len(hid) * 16)
+        else:
+            m = c.match(ids, len(ids) * 16 + 1)
+            node, n, _ = c.acquire(ids, m, len(ids) * 16 + 1)
+            assert n == len(ids) and cached(c, ids) == len(ids)
+            held.append((node, ids, n))
+        c.trim(free)
+        check(c)
+        for node, hid, n in held:
+            assert cached(c, hid) >= n, "a pinned entry was evicted"
+        assert c.evictable <= free
 
 
 # --- workloads with shared prefixes ----------------------------------------------
@@ -195,8 +250,9 @@ def test_shared_prefix_hits_and_cuts_prefill():
 def _pins_held(replica) -> None:
     c = replica.cache
     for s in replica.running:
-        for i in s.req.blocks[:s.pin]:
-            assert c.ref.get(i, 0) > 0, "a running request's cached block was evicted"
+        if s.pin is not None:
+            assert cached(c, s.req.blocks) >= s.pin_ids, "a running request's cached block was evicted"
+    check(c)
 
 
 class CheckedReference(ReferenceReplica):
@@ -211,8 +267,6 @@ class CheckedReference(ReferenceReplica):
             assert self.own + c.pinned <= self.num_blocks
             if not c.unbounded:
                 assert self.own + c.pinned + c.evictable <= self.num_blocks
-            assert c.pinned == sum(c._blocks(i) for i, r in c.ref.items() if r > 0)
-            assert c.evictable == sum(c.lru.values())
         return out
 
 

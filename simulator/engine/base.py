@@ -196,16 +196,17 @@ class ReplicaBase:
             c.record(m, ids, s.prompt, cached)
         s.done = cached
         p0 = c.pinned
-        s.pin, s.pin_blocks = c.acquire(ids, m, s.req.input_tokens)
+        s.pin, s.pin_ids, s.pin_blocks = c.acquire(ids, m, s.req.input_tokens)
         s.blocks = total - s.pin_blocks
         return s.blocks + c.pinned - p0
 
     def _release_cache(self, s: Seq, kv_tokens: int = 0) -> None:
         """Unreference a sequence's cached entries (a finished one also enters
         its output blocks)."""
-        if self.cache is not None and s.req.blocks:
-            self.cache.release(s.req.blocks, s.pin, kv_tokens)
-        s.pin = 0
+        if s.pin is not None:
+            self.cache.release(s.pin, s.req.blocks, s.pin_ids, kv_tokens)
+        s.pin = None
+        s.pin_ids = 0
         s.pin_blocks = 0
 
     def _schedule(self, delay: float, callback) -> simpy.Event:

@@ -2,35 +2,58 @@
 
 Prompts carry block ids (``Request.blocks``): id j names the first
 (j+1)·H tokens of the sequence (H = the workload's id block size), so two
-prompts share a cached prefix exactly where their ids agree. The cache maps
-ids to entries of H tokens (H/bs KV blocks; a trace's last, partial block
-holds fewer), reference-counted by the running sequences that use them.
+prompts share a cached prefix exactly where their ids agree. Each id is a
+cache entry of H tokens (H/bs KV blocks; a trace's last, partial block
+holds fewer).
 
 Memory follows vLLM's automatic prefix caching:
 
-* an entry referenced by a running sequence is *pinned*: it is part of that
-  sequence's KV and is shared, not copied, by every sequence that hits it;
-* an unreferenced entry is *evictable*: it stays while memory allows and is
+* an entry a running sequence uses is *pinned*: part of that sequence's KV,
+  shared (not copied) by every sequence that hits it;
+* an unused entry is *evictable*: it stays while memory allows and is
   evicted least recently used first when an allocation needs the room, so
-  the evictable total never exceeds the memory not held by running
-  sequences (or a configured cap, or nothing when ``unbounded``);
-* a sequence releases its entries tail first, so within one sequence the
-  end of a prompt is evicted before its start and the shared heads (system
-  prompts, earlier turns) survive longest.
+  the evictable total never exceeds the memory running sequences leave
+  free (or a configured cap, or nothing when ``unbounded``);
+* within what one sequence released, the end of its prompt goes before its
+  start, so shared heads (system prompts, earlier turns) outlive tails.
 
 What is cached when: a sequence's prompt blocks are entered at admission
 (they are allocated then and computed by its prefill); its full output
-blocks are entered when it finishes, so a chat turn's response is a hit for
-the next turn. A hit covers at most prompt − 1 tokens, since the last
-prompt token must be computed to sample from (as vLLM does).
+blocks when it finishes, so a chat turn's response is a hit for the next
+turn. A hit covers at most prompt − 1 tokens, since the last prompt token
+must be computed to sample from (as vLLM does).
+
+Structure: a radix tree over ids, as SGLang's RadixAttention keeps tokens.
+Chained ids make the cached set prefix-closed, so each node holds a run of
+ids with no branch inside, and a sequence pins its path by reference counts
+on the nodes (O(depth), not O(blocks)). A lookup compares runs as tuple
+slices (C speed) and only branches per node. Eviction takes the evictable
+leaf with the oldest release stamp and drops ids from its tail; a parent
+becomes a leaf, and evictable, only when its last child goes. So the cost
+per request is O(tree depth) Python steps plus O(prompt blocks) C work.
 
 Hit statistics count first admissions only; a recompute after preemption
 that finds its own prompt still cached is not a user-visible hit.
 """
 from __future__ import annotations
 
-from collections import OrderedDict
+import heapq
+from itertools import count
 from typing import NamedTuple, Optional, Sequence
+
+
+class Node:
+    __slots__ = ("ids", "parent", "children", "lock", "stamp", "tail", "blocks", "uid")
+
+    def __init__(self, ids: tuple, parent: Optional["Node"], blocks: int, uid: int, tail: Optional[int] = None):
+        self.ids = ids
+        self.parent = parent
+        self.children: dict[int, Node] = {}
+        self.lock = 0          # running sequences whose path includes this node
+        self.stamp = 0         # release clock when it was last unpinned
+        self.tail = tail       # tokens of the last id when it is a partial block
+        self.blocks = blocks   # KV blocks it occupies
+        self.uid = uid
 
 
 class Match(NamedTuple):
@@ -38,16 +61,11 @@ class Match(NamedTuple):
     tokens: int         # tokens they cover (uncapped)
     blocks: int         # KV blocks they occupy
     pinned_blocks: int  # of which already pinned by running sequences (no new memory)
-
-
-NO_MATCH = Match(0, 0, 0, 0)
+    node: Optional[Node] = None   # deepest node reached (None: none)
+    k: int = 0                    # ids matched inside it
 
 
 class PrefixCache:
-    __slots__ = ("H", "bs", "u", "unbounded", "cap", "ref", "partial", "lru", "pinned", "evictable",
-                 "lookups", "hit_requests", "hit_tokens", "prompt_tokens", "hit_ids", "prompt_ids",
-                 "evicted_blocks")
-
     def __init__(self, id_block_tokens: int, kv_block_size: int, capacity_tokens: Optional[int] = None,
                  unbounded: bool = False) -> None:
         if id_block_tokens % kv_block_size:
@@ -58,34 +76,55 @@ class PrefixCache:
         self.u = id_block_tokens // kv_block_size
         self.unbounded = unbounded
         self.cap = None if capacity_tokens is None else capacity_tokens // kv_block_size
-        self.ref: dict[int, int] = {}        # id -> sequences referencing it (0 = evictable)
-        self.partial: dict[int, int] = {}    # id -> tokens, for entries shorter than H
-        self.lru: OrderedDict[int, int] = OrderedDict()   # evictable id -> KV blocks, oldest first
-        self.pinned = 0       # KV blocks of referenced entries
-        self.evictable = 0    # KV blocks of unreferenced entries
+        self._uid = count()
+        self.root = Node((), None, 0, next(self._uid))
+        self.heap: list[tuple[int, int, int, Node]] = []   # (stamp, uid, push, node): evictable leaves, lazily invalidated
+        self._push = count()
+        self.clock = 0
+        self.pinned = 0       # KV blocks of entries running sequences use
+        self.evictable = 0    # KV blocks of the others
         self.lookups = self.hit_requests = self.hit_tokens = self.prompt_tokens = 0
         self.hit_ids = self.prompt_ids = self.evicted_blocks = 0
 
     # --- queries -----------------------------------------------------------
     def match(self, ids: Sequence[int], prompt: int) -> Match:
         """The longest cached prefix of a ``prompt``-token sequence with these ids."""
-        ref, partial, H, bs, u = self.ref, self.partial, self.H, self.bs, self.u
+        H, u = self.H, self.u
         limit = min(len(ids), -(-prompt // H))
-        n = tokens = blocks = pinned = 0
-        while n < limit:
-            r = ref.get(ids[n])
-            if r is None:
+        node = self.root
+        pos = blocks = pinned = 0
+        last, k = None, 0
+        while pos < limit:
+            child = node.children.get(ids[pos])
+            if child is None:
                 break
-            p = partial.get(ids[n])
-            b = u if p is None else -(-p // bs)
-            tokens += H if p is None else p
+            run = child.ids
+            L = len(run)
+            span = min(L, limit - pos)
+            if ids[pos:pos + span] == (run if span == L else run[:span]):
+                k = span
+            else:   # the runs diverge inside this node: bisect on slice equality
+                lo, hi = 1, span - 1   # ids[pos:pos+lo] agrees; find the largest such lo
+                while lo < hi:
+                    mid = (lo + hi + 1) // 2
+                    if ids[pos:pos + mid] == run[:mid]:
+                        lo = mid
+                    else:
+                        hi = mid - 1
+                k = lo
+            b = child.blocks if k == L else k * u
             blocks += b
-            if r:
+            if child.lock:
                 pinned += b
-            n += 1
-            if p is not None:
+            pos += k
+            last = child
+            if k < L:
                 break
-        return Match(n, tokens, blocks, pinned)
+            node = child
+        tokens = pos * H
+        if last is not None and k == len(last.ids) and last.tail is not None:
+            tokens += last.tail - H
+        return Match(pos, tokens, blocks, pinned, last, k)
 
     def cached_tokens(self, ids: Optional[Sequence[int]], prompt: int) -> int:
         """Prompt tokens a request would not have to prefill (≤ prompt − 1)."""
@@ -96,69 +135,92 @@ class PrefixCache:
     def entered_ids(self, ids: Sequence[int], input_tokens: int) -> int:
         """How many ids a sequence enters at admission: its full prompt
         blocks, plus a trailing partial one when the ids end there (traces)."""
-        full = input_tokens // self.H
         if len(ids) == -(-input_tokens // self.H) and input_tokens % self.H:
             return len(ids)
-        return min(full, len(ids))
+        return min(input_tokens // self.H, len(ids))
 
     # --- a sequence's life -------------------------------------------------
-    def acquire(self, ids: Sequence[int], m: Match, input_tokens: int) -> tuple[int, int]:
-        """Pin the matched entries and enter the rest of the prompt's ids.
+    def acquire(self, ids: Sequence[int], m: Match, input_tokens: int) -> tuple[Node, int, int]:
+        """Pin the matched path and enter the rest of the prompt's ids.
 
-        Returns (ids referenced, KV blocks they occupy): the sequence's KV
-        beyond those blocks is its own."""
-        ref, lru = self.ref, self.lru
-        n = max(m.ids, self.entered_ids(ids, input_tokens))
-        blocks = 0
-        for j in range(n):
-            i = ids[j]
-            b = self._blocks(i) if j < m.ids else self._enter(i, j, input_tokens)
-            r = ref.get(i, 0)
-            if r == 0 and i in lru:
-                del lru[i]
-                self.evictable -= b
-                self.pinned += b
-            elif r == 0:
-                self.pinned += b
-            ref[i] = r + 1
-            blocks += b
-        return n, blocks
+        Returns (deepest node, ids on its path, KV blocks they occupy): the
+        sequence's KV beyond those blocks is its own."""
+        node = self.root if m.node is None else m.node
+        if m.node is not None and m.k < len(node.ids):
+            node = self._split(node, m.k)
+        pos, blocks = m.ids, m.blocks
+        n = self.entered_ids(ids, input_tokens)
+        if n > pos:
+            run = tuple(ids[pos:n])
+            tail = input_tokens - (n - 1) * self.H if n * self.H > input_tokens else None
+            node = self._add(node, run, tail)
+            self.evictable += node.blocks   # moved to pinned by the walk below
+            blocks += node.blocks
+            pos = n
+        x = node
+        while x.parent is not None:
+            if not x.lock:
+                self.evictable -= x.blocks
+                self.pinned += x.blocks
+            x.lock += 1
+            x = x.parent
+        return node, pos, blocks
 
-    def release(self, ids: Sequence[int], n: int, kv_tokens: int = 0) -> None:
-        """Unreference a sequence's first ``n`` ids; with ``kv_tokens`` (a
-        finished sequence) also enter its further full blocks. Tail first."""
-        ref, lru = self.ref, self.lru
-        end = min(len(ids), kv_tokens // self.H) if kv_tokens else n
-        for j in range(max(end, n) - 1, -1, -1):
-            i = ids[j]
-            if j >= n:
-                if i in ref:
-                    continue
-                ref[i] = 0
-                lru[i] = self.u
-                self.evictable += self.u
-                continue
-            r = ref[i] - 1
-            ref[i] = r
-            if r == 0:
-                b = self._blocks(i)
-                self.pinned -= b
-                self.evictable += b
-                lru[i] = b
+    def release(self, node: Node, ids: Sequence[int], n: int, kv_tokens: int = 0) -> None:
+        """Unpin a sequence's path (``node`` at depth ``n`` ids); with
+        ``kv_tokens`` (a finished sequence) also enter its full output blocks."""
+        self.clock += 1
+        t = self.clock
+        if kv_tokens:
+            end = min(len(ids), kv_tokens // self.H)
+            if end > n and ids[n] not in node.children:
+                leaf = self._add(node, tuple(ids[n:end]), None)
+                self.evictable += leaf.blocks
+                leaf.stamp = t
+                heapq.heappush(self.heap, (t, leaf.uid, next(self._push), leaf))
+        x = node
+        while x.parent is not None:
+            x.lock -= 1
+            if not x.lock:
+                self.pinned -= x.blocks
+                self.evictable += x.blocks
+                x.stamp = t
+                if not x.children:
+                    heapq.heappush(self.heap, (t, x.uid, next(self._push), x))
+            x = x.parent
 
     def trim(self, free_blocks: int) -> None:
-        """Evict least recently used entries until the evictable ones fit in
-        ``free_blocks`` (the memory no running sequence holds) and the cap."""
+        """Evict least recently released entries until the evictable ones fit
+        in ``free_blocks`` (memory no running sequence holds) and the cap."""
         if self.unbounded:
             return
         limit = free_blocks if self.cap is None else min(free_blocks, self.cap)
-        lru = self.lru
+        heap, u = self.heap, self.u
         while self.evictable > limit:
-            i, b = lru.popitem(last=False)
-            del self.ref[i]
-            self.partial.pop(i, None)
-            self.evictable -= b
-            self.evicted_blocks += b
+            stamp, uid, _, x = heapq.heappop(heap)
+            if x.lock or x.children or x.parent is None or x.stamp != stamp:
+                continue   # stale: pinned again, grew children, or already gone
+            dropped = 0
+            L = len(x.ids)
+            if x.tail is not None:        # a partial last block goes first
+                dropped = -(-x.tail // self.bs)
+                x.tail = None
+                L -= 1
+            k = min(L, -(-(self.evictable - limit - dropped) // u)) if self.evictable - dropped > limit else 0
+            dropped += k * u
+            L -= k
+            self.evictable -= dropped
+            self.evicted_blocks += dropped
+            x.blocks -= dropped
+            if L:
+                x.ids = x.ids[:L]
+                heapq.heappush(heap, (stamp, uid, next(self._push), x))
+            else:
+                p = x.parent
+                del p.children[x.ids[0]]
+                x.parent = None
+                if p.parent is not None and not p.lock and not p.children:
+                    heapq.heappush(heap, (p.stamp, p.uid, next(self._push), p))
 
     def record(self, m: Match, ids: Sequence[int], prompt: int, cached: int) -> None:
         """Count a first admission in the hit statistics."""
@@ -170,20 +232,33 @@ class PrefixCache:
         self.prompt_ids += min(len(ids), -(-prompt // self.H))
 
     # --- internals ---------------------------------------------------------
-    def _blocks(self, i: int) -> int:
-        p = self.partial.get(i)
-        return self.u if p is None else -(-p // self.bs)
+    def _add(self, parent: Node, run: tuple, tail: Optional[int]) -> Node:
+        blocks = len(run) * self.u
+        if tail is not None:
+            blocks += -(-tail // self.bs) - self.u
+        x = Node(run, parent, blocks, next(self._uid), tail)
+        parent.children[run[0]] = x
+        return x
 
-    def _enter(self, i: int, j: int, input_tokens: int) -> int:
-        """Make sure id ``i`` (position j) has an entry; returns its KV blocks."""
-        if i in self.ref:
-            return self._blocks(i)
-        self.ref[i] = 0
-        rest = input_tokens - j * self.H
-        if rest < self.H:
-            self.partial[i] = rest
-            return -(-rest // self.bs)
-        return self.u
+    def _split(self, x: Node, k: int) -> Node:
+        """Cut node ``x`` after its first k ids; the new upper node is returned
+        and ``x`` keeps the rest (so sequences holding ``x`` still hold their end)."""
+        top = Node(x.ids[:k], x.parent, k * self.u, next(self._uid))
+        top.lock, top.stamp = x.lock, x.stamp
+        x.parent.children[x.ids[0]] = top
+        x.ids = x.ids[k:]
+        x.blocks -= top.blocks
+        x.parent = top
+        top.children[x.ids[0]] = x
+        return top
+
+    def nodes(self):
+        """Every node below the root (for checks and debugging)."""
+        stack = list(self.root.children.values())
+        while stack:
+            x = stack.pop()
+            yield x
+            stack.extend(x.children.values())
 
     def stats(self) -> dict:
         return {"lookups": self.lookups, "hit_requests": self.hit_requests, "hit_tokens": self.hit_tokens,

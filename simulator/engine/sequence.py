@@ -18,7 +18,7 @@ class Seq:
 
     __slots__ = ("req", "order", "prompt", "done", "generated", "kv", "blocks", "state", "c", "gf", "z",
                  "last_token", "epoch",
-                 "pin", "pin_blocks", "cancel")
+                 "pin", "pin_ids", "pin_blocks", "cancel")
 
     def __init__(self, req: Request) -> None:
         self.req = req
@@ -34,7 +34,8 @@ class Seq:
         self.z = 0.0             # fast engine: stall clock when it last emitted a token
         self.last_token = math.nan
         self.epoch = 0           # bumps on preemption, invalidating heap entries
-        self.pin = 0             # prefix-cache ids this sequence references
+        self.pin = None          # deepest prefix-cache node this sequence pins (its path is shared KV)
+        self.pin_ids = 0         # ids on that path
         self.pin_blocks = 0      # KV blocks of those (shared; ``blocks`` counts only its own)
         self.cancel = False      # cancelled while running: leaves at the end of the iteration
 
@@ -43,7 +44,8 @@ class Seq:
         self.done = 0
         self.kv = 0
         self.blocks = 0
-        self.pin = 0
+        self.pin = None
+        self.pin_ids = 0
         self.pin_blocks = 0
         self.state = WAITING
         self.epoch += 1
