@@ -287,3 +287,44 @@ def test_cache_invariants(data):
     from simulator.engine import fleet
     with mock.patch.dict(fleet.ENGINES, {"fast": CheckedFast, "reference": CheckedReference}):
         _run_pair(data, with_cancels=True)
+
+
+# --- the Mooncake check --------------------------------------------------------------
+@pytest.mark.shared_data
+def test_mooncake_unbounded_cache_reaches_the_ideal_hit_rate(shared_data):
+    """Replaying the Mooncake conversation trace on one replica with an
+    unbounded cache hits exactly the blocks an infinite, instant cache would:
+    the ideal is computed here straight from the file's hash_ids (a block
+    hits when every block before it in the prompt, and itself, was seen in an
+    earlier request in arrival order), independently of llmsim's code."""
+    import json
+
+    from simulator.runner import simulate
+    from simulator.scenario.schema import Scenario
+
+    path = shared_data / "traces" / "mooncake_conversation_trace.jsonl"
+    seen: set = set()
+    hits = total = 0
+    with open(path) as f:
+        for line in f:
+            ids = json.loads(line)["hash_ids"]
+            total += len(ids)
+            for b in ids:
+                if b not in seen:
+                    break
+                hits += 1
+            seen.update(ids)
+    ideal = hits / total
+    sc = Scenario.model_validate({
+        "name": "mooncake-ideal",
+        "workload": {"arrival": {"type": "trace", "path": str(path), "format": "mooncake"}},
+        "pools": [{"model": "llama-3.1-8b", "gpu": "h100-sxm",
+                   "engine": {"prefix_cache_capacity_tokens": "unbounded"}}],
+    })
+    out = simulate(sc)
+    status = out.results["llmsim"]["request_status"]
+    assert status["finished"] == len(out.requests) == 12031, status
+    pc = out.results["llmsim"]["prefix_cache"]
+    assert pc["evicted_blocks"] == 0
+    assert pc["block_hit_rate"] == pytest.approx(ideal, abs=1e-12), (pc, ideal)
+    assert 0.3 < ideal < 0.45     # the trace's own figure (0.366): a guard against reading the wrong file
