@@ -278,3 +278,11 @@ def test_output_path_that_is_a_file_is_one_clear_error(tmp_path, scenario, cli):
     assert r.code == 2 and "Traceback" not in r.err
     assert str(target) in r.err or "afile" in r.err
     assert target.read_text() == "keep me"
+
+
+def test_set_a_router_setting_on_a_router_given_by_name():
+    from simulator.scenario.overrides import apply_override
+
+    data = {"pools": [{"name": "main", "router": "prefix_aware"}]}
+    apply_override(data, "pools.main.router.load_weight=64")
+    assert data["pools"][0]["router"] == {"type": "prefix_aware", "load_weight": 64}

@@ -2,7 +2,9 @@
 
 List items are addressed by index (``pools.0.tp``) or by their ``name``
 (``pools.chat.tp``). Values are parsed as YAML, so ``true``, ``4`` and
-``{dist: fixed, value: 10}`` mean what they mean in the file.
+``{dist: fixed, value: 10}`` mean what they mean in the file. A setting of
+a policy given by name (``router: prefix_aware``) turns the name into
+``{type: prefix_aware}`` first, so ``pools.0.router.load_weight=64`` works.
 """
 from __future__ import annotations
 
@@ -38,6 +40,9 @@ def apply_override(data: dict, assignment: str) -> None:
             else:
                 if part not in node or node[part] is None:
                     node[part] = {}
+                elif isinstance(node[part], str):
+                    # A policy given by name (router: prefix_aware) is short for {type: name}.
+                    node[part] = {"type": node[part]}
                 node = node[part]
         else:
             raise LlmsimError(f"cannot set {key!r}: {'.'.join(parts[:i])} is not a mapping or list", key_path=where)
