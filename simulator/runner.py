@@ -20,6 +20,7 @@ from .engine.fleet import Pool
 from .engine.routing import make_router
 from .errors import LlmsimError
 from .memory import MemoryPlan, plan_memory
+from .metrics.cost import cost_block, pool_billing
 from .metrics.gaps import GapLog
 from .metrics.results import compute_results
 from .profiles import load_hardware, load_model
@@ -123,12 +124,14 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
             progress(env.now, done[0], src.expected_total or len(src.requests))
     wall = time.perf_counter() - wall
     requests = src.requests
-    llmsim = _llmsim_block(sc, ps, pool, pool.end_time(), wall, len(requests), engine)
+    llmsim = _llmsim_block(sc, ps, pool, pool.end_time(), wall, engine, requests)
     results = compute_results(requests, gaps, slo=sc.slo, llmsim=llmsim)
     return RunOutput(sc, requests, gaps, results, pool, setups)
 
 
-def _llmsim_block(sc: Scenario, ps: PoolSetup, pool: Pool, now: float, wall: float, n: int, engine: str) -> dict:
+def _llmsim_block(sc: Scenario, ps: PoolSetup, pool: Pool, now: float, wall: float, engine: str,
+                  requests: list[Request]) -> dict:
+    n = len(requests)
     reps = pool.replicas
     stats = [r.stats(now) for r in reps]
     span = max(now, 1e-12)
@@ -156,6 +159,8 @@ def _llmsim_block(sc: Scenario, ps: PoolSetup, pool: Pool, now: float, wall: flo
         "gpu_busy_fraction": sum(s["busy_time"] for s in stats) / (span * len(reps)),
         "iterations": sum(s["iterations"] for s in stats),
         "prefix_cache": _prefix_cache_block(ps, stats),
+        # a fixed pool: its replica-count timeline is one step at t = 0
+        "cost": cost_block([pool_billing(ps.spec, gpu, [(0.0, len(reps))], now)], requests, now),
         "simulated_seconds": now,
         "wall_time_s": wall,
         "sim_requests_per_wall_s": n / wall if wall > 0 else None,

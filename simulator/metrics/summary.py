@@ -5,6 +5,7 @@ results.json from an earlier run or a CI artefact just as well.
 """
 from __future__ import annotations
 
+import math
 import re
 from typing import Any, Mapping
 
@@ -40,10 +41,19 @@ def _counts(results: Mapping[str, Any]) -> Table:
     t = Table(title="Serving results", title_justify="left", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value", justify="right")
+    llmsim = results.get("llmsim") or {}
+    status = llmsim.get("request_status") or {}
     for key, label, kind in _COUNTS:
         if key not in results or (key == "request_goodput" and results[key] is None):
             continue
         t.add_row(label, _num(results[key], kind))
+        if key == "failed":   # why they failed: vLLM lumps these together, a capacity plan must not
+            for why in ("rejected", "cancelled", "pending"):
+                if status.get(why):
+                    t.add_row(f"  {why}", _num(status[why], "int"))
+    pc = llmsim.get("prefix_cache") or {}
+    if pc.get("enabled") and pc.get("token_hit_rate") is not None:
+        t.add_row("Prefix cache hit rate (tokens)", f"{100 * pc['token_hit_rate']:.1f}%")
     return t
 
 
@@ -82,13 +92,56 @@ def _slo(slo: Mapping[str, Any]) -> Table:
     return t
 
 
+def _money(v: Any) -> str:
+    """Dollars to four significant digits (cents and fractions of a cent
+    alike), without exponents."""
+    if v is None:
+        return "—"
+    v = float(v)
+    if v == 0 or abs(v) >= 100:
+        return f"{v:,.2f}"
+    return f"{v:,.{max(0, 3 - math.floor(math.log10(abs(v))))}f}"
+
+
+def _cost(cost: Mapping[str, Any]) -> Table:
+    """The money lines of ``llmsim.cost``, then how the month is extrapolated
+    and where each price comes from."""
+    t = Table(title="Cost", title_justify="left", show_header=False)
+    t.add_column("what", style="bold")
+    t.add_column("value", justify="right")
+    t.add_row("Monthly cost ($)", _num(cost.get("usd_per_month")))
+    t.add_row("Cost of the simulated window ($)", _money(cost.get("usd")))
+    t.add_row("Cost per 1M output tokens ($)", _money(cost.get("usd_per_million_output_tokens")))
+    t.add_row("Cost per 1M input tokens ($)", _money(cost.get("usd_per_million_input_tokens")))
+    t.add_row("Cost per request ($)", _money(cost.get("usd_per_request")))
+    sessions = cost.get("sessions")
+    if sessions:
+        t.add_row("Cost per session ($)", _money(cost.get("usd_per_session")))
+        t.add_row("Sessions per GPU (mean / peak)",
+                  f"{_num(sessions.get('mean_per_gpu'))} / {_num(sessions.get('peak_per_gpu'))}")
+    notes = [f"month: {cost.get('monthly_basis')}", f"tokens: {cost.get('token_split')}"]
+    notes += [f"{p['gpus']} × {p['gpu']} at ${p['usd_per_gpu_hour']:,.2f}/GPU-h from the {p['price_source']}"
+              + (" [yellow](an assumption: set pools[].usd_per_gpu_hour)[/]" if p["price_assumed"] else "")
+              for p in cost.get("pools", [])]
+    out = Table.grid()
+    out.add_column()
+    out.add_row(t)
+    for line in notes:
+        out.add_row(f"[dim]{line}[/]")
+    return out
+
+
 def summary_table(results: Mapping[str, Any]) -> Table:
-    """Counts and throughputs, a TTFT/TPOT/ITL/E2EL latency table, and the
-    SLO verdicts (✓/✗) when the results carry an ``slo`` block."""
+    """Counts and throughputs, a TTFT/TPOT/ITL/E2EL latency table, the cost
+    lines when the results carry ``llmsim.cost``, and the SLO verdicts (✓/✗)
+    when they carry an ``slo`` block."""
     outer = Table.grid(padding=(0, 0, 1, 0))
     outer.add_column()
     outer.add_row(_counts(results))
     outer.add_row(_latency(results))
+    cost = (results.get("llmsim") or {}).get("cost")
+    if cost:
+        outer.add_row(_cost(cost))
     if results.get("slo"):
         outer.add_row(_slo(results["slo"]))
     return outer

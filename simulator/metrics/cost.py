@@ -1,0 +1,227 @@
+"""What a run costs: GPU-hours billed, $ per month and per token, sessions per GPU.
+
+The ``cost`` block of results.json's ``llmsim`` section is built in two
+steps, so that several pools and autoscaling only change the inputs:
+
+1. :func:`pool_billing` prices one pool and bills it for the replica-seconds
+   of a **replica-count timeline** (:func:`replica_seconds`). A fixed pool's
+   timeline is ``[(0, replicas)]``, which bills replicas × simulated span; an
+   autoscaler will hand over its own timeline of (time, replicas) steps.
+2. :func:`cost_block` adds the pools up and divides by what they served.
+
+Definitions:
+
+* **price**: the pool's ``usd_per_gpu_hour`` when the scenario sets it
+  (``price_source: scenario``), else the GPU profile's ``price`` (``profile``);
+  a profile price whose ``source`` says it is an assumption (or gives no
+  source) is flagged ``price_assumed``.
+* **window**: simulation time 0 to the end of the last request
+  (``llmsim.simulated_seconds``), the span every pool is billed for.
+* **monthly cost**: the window's cost per hour × 730 h/month (the window is
+  taken as the steady state: the same load all month). A window of a day or
+  more is taken as a sample of whole days instead: its mean cost per day × 30.
+  ``monthly_basis`` says which.
+* **tokens** are those of finished requests (``total_input_tokens`` and
+  ``total_output_tokens``); the input count includes prefix-cache hits, as
+  the prompt was sent. Work spent on rejected, cancelled or unfinished
+  requests is paid for by the finished ones.
+* **input vs output split** (``token_split``): the API price-list convention.
+  An output token is priced at ``output_weight`` (default 4) × an input
+  token — the ratio of most price lists (GPT-4o, GPT-4.1: 4×; Claude: 5×),
+  and roughly a decode token's GPU time against a prefill token's on a busy
+  fleet — so that ``input_tokens × $/in + output_tokens × $/out = cost``
+  exactly. ``usd_per_million_tokens`` is the unweighted blend.
+* **sessions** (requests with ``session ≥ 0``): a session is active from its
+  first request's arrival to its last request's end (its finish stamp; a
+  request still in flight counts until the window's end), as a half-open
+  interval clipped to the window. ``mean_per_gpu`` is session-seconds over
+  GPU-seconds billed; ``peak_per_gpu`` the most sessions active at once over
+  the pools' configured GPUs (exact for fixed pools; an autoscaled pool will
+  want the GPU count at the peak instead).
+  ``usd_per_session`` divides the cost by the sessions with at least one
+  finished request.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Iterable, Optional, Sequence
+
+from workloads.request import Request, Status
+
+__all__ = ["HOURS_PER_MONTH", "DAYS_PER_MONTH", "DEFAULT_OUTPUT_WEIGHT", "PoolBilling", "SessionLoad",
+           "replica_seconds", "pool_price", "pool_billing", "session_load", "monthly_cost", "cost_block"]
+
+HOURS_PER_MONTH = 730.0          # 8,760 h / 12, as cloud price calculators use
+DAYS_PER_MONTH = 30
+DAY_S = 86_400.0
+DEFAULT_OUTPUT_WEIGHT = 4.0
+
+
+def replica_seconds(timeline: Sequence[tuple[float, int]], end: float) -> float:
+    """∫ replicas dt over [0, end] of a step function: ``timeline`` lists
+    (time, replicas from then on) in time order; before its first step there
+    are none. A fixed pool is ``[(0.0, replicas)]``."""
+    times = [t for t, _ in timeline]
+    if times != sorted(times):
+        raise ValueError(f"replica timeline must be in time order, got times {times}")
+    total = 0.0
+    for (t, n), t_next in zip(timeline, [*times[1:], end]):
+        lo, hi = max(t, 0.0), min(t_next, end)
+        if hi > lo:
+            total += n * (hi - lo)
+    return total
+
+
+@dataclass(frozen=True)
+class PoolBilling:
+    """One pool's price and the replica-seconds it is billed for."""
+
+    name: str
+    gpu: str
+    gpus_per_replica: int
+    replicas: int                       # configured (an autoscaled pool: its maximum)
+    usd_per_gpu_hour: float
+    price_source: str                   # "scenario" or "profile"
+    price_assumed: bool
+    price_note: str
+    replica_seconds: float
+
+    @property
+    def gpus(self) -> int:
+        return self.replicas * self.gpus_per_replica
+
+    @property
+    def gpu_seconds(self) -> float:
+        return self.replica_seconds * self.gpus_per_replica
+
+    @property
+    def usd(self) -> float:
+        return self.gpu_seconds / 3600.0 * self.usd_per_gpu_hour
+
+    def as_dict(self) -> dict[str, Any]:
+        return {"name": self.name, "gpu": self.gpu, "gpus_per_replica": self.gpus_per_replica,
+                "replicas": self.replicas, "gpus": self.gpus, "usd_per_gpu_hour": self.usd_per_gpu_hour,
+                "price_source": self.price_source, "price_assumed": self.price_assumed,
+                "price_note": self.price_note, "replica_seconds": self.replica_seconds,
+                "gpu_hours": self.gpu_seconds / 3600.0, "usd": self.usd}
+
+
+def _is_assumption(source: str) -> bool:
+    return not source.strip() or source.strip().lower().startswith("assum")
+
+
+def pool_price(spec, gpu) -> tuple[float, str, bool, str]:
+    """(usd_per_gpu_hour, source, assumed, note) of a ``PoolSpec`` on a
+    ``HardwareProfile``: the scenario's override wins over the profile."""
+    prof = gpu.price
+    if spec.usd_per_gpu_hour is not None:
+        note = f"scenario override (the {gpu.name} profile says {prof.usd_per_gpu_hour:g})"
+        return float(spec.usd_per_gpu_hour), "scenario", False, note
+    return float(prof.usd_per_gpu_hour), "profile", _is_assumption(prof.source), prof.source
+
+
+def pool_billing(spec, gpu, timeline: Sequence[tuple[float, int]], end: float) -> PoolBilling:
+    """Bill a pool (``PoolSpec`` on ``HardwareProfile`` ``gpu``) for its
+    replica-count ``timeline`` over the window [0, ``end``]."""
+    usd, source, assumed, note = pool_price(spec, gpu)
+    return PoolBilling(spec.name, gpu.name, spec.tp, spec.replicas, usd, source, assumed, note,
+                       replica_seconds(timeline, end))
+
+
+@dataclass(frozen=True)
+class SessionLoad:
+    sessions: int              # sessions that sent a request
+    served: int                # ... with at least one finished request
+    session_seconds: float     # Σ active time within the window
+    peak_active: int
+
+
+def session_load(requests: Iterable[Request], window_s: float) -> SessionLoad:
+    """Active-session intervals (see the module docstring) and their overlap."""
+    spans: dict[int, list[float]] = {}
+    served: set[int] = set()
+    for r in requests:
+        if r.session < 0:
+            continue
+        end = r.finish if math.isfinite(r.finish) else window_s
+        s = spans.get(r.session)
+        if s is None:
+            spans[r.session] = [r.arrival, end]
+        else:
+            s[0], s[1] = min(s[0], r.arrival), max(s[1], end)
+        if r.status == Status.FINISHED:
+            served.add(r.session)
+    events: list[tuple[float, int]] = []
+    total = 0.0
+    for lo, hi in spans.values():
+        lo, hi = max(lo, 0.0), min(hi, window_s)
+        if hi > lo:
+            total += hi - lo
+            events += [(lo, 1), (hi, -1)]
+    events.sort()                       # at equal times an end (-1) sorts before a start
+    active = peak = 0
+    for _, d in events:
+        active += d
+        peak = max(peak, active)
+    return SessionLoad(len(spans), len(served), total, peak)
+
+
+def monthly_cost(window_usd: float, window_s: float) -> tuple[Optional[float], str]:
+    """Extrapolate the window's cost to a month; returns (usd, basis)."""
+    if window_s <= 0:
+        return None, "no simulated time to extrapolate from"
+    if window_s >= DAY_S:
+        days = window_s / DAY_S
+        return (window_usd / days * DAYS_PER_MONTH,
+                f"mean day of the simulated {days:g}-day window × {DAYS_PER_MONTH} days/month")
+    return (window_usd / window_s * HOURS_PER_MONTH * 3600.0,
+            f"simulated {window_s:,.0f} s window extrapolated to {HOURS_PER_MONTH:g} h/month at the same load")
+
+
+def _per(num: float, den: float, scale: float = 1.0) -> Optional[float]:
+    return num / den * scale if den else None
+
+
+def cost_block(pools: Sequence[PoolBilling], requests: Sequence[Request], window_s: float,
+               output_weight: float = DEFAULT_OUTPUT_WEIGHT) -> dict[str, Any]:
+    """The ``llmsim.cost`` block: per-pool bills and the fleet's totals over
+    the window [0, ``window_s``] (definitions in the module docstring)."""
+    if output_weight <= 0:
+        raise ValueError(f"output_weight must be > 0, got {output_weight}")
+    usd = sum(p.usd for p in pools)
+    gpu_s = sum(p.gpu_seconds for p in pools)
+    gpus = sum(p.gpus for p in pools)
+    done = [r for r in requests if r.status == Status.FINISHED]
+    tin = sum(r.input_tokens for r in done)
+    tout = sum(r.output_tokens for r in done)
+    unit = _per(usd, tin + output_weight * tout, 1e6)
+    month, basis = monthly_cost(usd, window_s)
+    sl = session_load(requests, window_s)
+    sessions = None if not sl.sessions else {
+        "count": sl.sessions,
+        "served": sl.served,
+        "mean_active": _per(sl.session_seconds, window_s),
+        "peak_active": sl.peak_active,
+        "mean_per_gpu": _per(sl.session_seconds, gpu_s),
+        "peak_per_gpu": _per(sl.peak_active, gpus),
+    }
+    return {
+        "pools": [p.as_dict() for p in pools],
+        "price_assumed": any(p.price_assumed for p in pools),
+        "window_s": window_s,
+        "gpu_hours": gpu_s / 3600.0,
+        "usd": usd,
+        "usd_per_hour": _per(usd, window_s, 3600.0),
+        "usd_per_month": month,
+        "monthly_basis": basis,
+        "token_split": f"output token priced at {output_weight:g}× an input token (API price-list convention)",
+        "output_weight": output_weight,
+        "usd_per_million_input_tokens": unit,
+        "usd_per_million_output_tokens": None if unit is None else unit * output_weight,
+        "usd_per_million_tokens": _per(usd, tin + tout, 1e6),
+        "usd_per_request": _per(usd, len(done)),
+        "usd_per_session": _per(usd, sl.served) if sl.sessions else None,
+        "requests_per_gpu_second": _per(len(done), gpu_s),
+        "sessions": sessions,
+    }

@@ -1,0 +1,226 @@
+"""The ``llmsim.cost`` block: billing, prices, monthly extrapolation, per-token
+split, sessions per GPU, and the block as ``simulate`` writes it."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from rich.console import Console
+
+from simulator.metrics.cost import (DEFAULT_OUTPUT_WEIGHT, cost_block, monthly_cost, pool_billing, pool_price,
+                                    replica_seconds, session_load)
+from simulator.metrics.summary import summary_table
+from simulator.profiles import load_hardware
+from simulator.runner import simulate
+from simulator.scenario.schema import PoolSpec, Scenario
+from workloads.request import Request, Status
+
+H100 = load_hardware("h100-sxm")
+
+
+def pool(**kw) -> PoolSpec:
+    return PoolSpec(model="llama-3-8b", gpu="h100-sxm", **kw)
+
+
+def req(id, arrival, finish, inp=100, out=10, session=-1, status=Status.FINISHED) -> Request:
+    r = Request(id, arrival, inp, out, session=session)
+    r.finish, r.status = finish, status
+    return r
+
+
+def render(table) -> str:
+    console = Console(record=True, width=160, color_system=None)
+    console.print(table)
+    return console.export_text()
+
+
+# -- billing and prices -------------------------------------------------------
+
+def test_two_replicas_of_tp4_at_3_dollars_for_an_hour_cost_24():
+    b = pool_billing(pool(tp=4, replicas=2, usd_per_gpu_hour=3.0), H100, [(0.0, 2)], 3600.0)
+    assert b.gpus == 8 and b.replica_seconds == 7200.0
+    d = b.as_dict()
+    assert d["gpu_hours"] == pytest.approx(8.0) and d["usd"] == pytest.approx(24.0)
+    c = cost_block([b], [], 3600.0)
+    assert c["usd"] == pytest.approx(24.0) and c["gpu_hours"] == pytest.approx(8.0)
+    assert c["usd_per_hour"] == pytest.approx(24.0)
+    assert c["usd_per_month"] == pytest.approx(24.0 * 730)
+    # nothing served: every per-unit figure is null, not 0 or inf
+    for k in ("usd_per_million_input_tokens", "usd_per_million_output_tokens", "usd_per_million_tokens",
+              "usd_per_request", "usd_per_session", "sessions"):
+        assert c[k] is None, k
+    assert c["requests_per_gpu_second"] == 0.0
+
+
+def test_replica_timeline_is_integrated_over_the_window():
+    assert replica_seconds([(0.0, 3)], 100.0) == 300.0
+    assert replica_seconds([(0.0, 2), (50.0, 4)], 100.0) == 2 * 50 + 4 * 50
+    assert replica_seconds([(0.0, 2), (50.0, 4), (200.0, 9)], 100.0) == 300.0   # steps after the end: unbilled
+    assert replica_seconds([(10.0, 1)], 100.0) == 90.0                           # none before the first step
+    assert replica_seconds([(0.0, 2)], 0.0) == 0.0
+    with pytest.raises(ValueError, match="time order"):
+        replica_seconds([(50.0, 2), (0.0, 1)], 100.0)
+    # an autoscaled pool is billed for its timeline, not replicas × span
+    b = pool_billing(pool(replicas=4, usd_per_gpu_hour=2.0), H100, [(0.0, 1), (1800.0, 4)], 3600.0)
+    assert b.usd == pytest.approx(2.0 * (0.5 + 4 * 0.5))
+
+
+def test_scenario_price_overrides_the_profile():
+    usd, source, assumed, note = pool_price(pool(), H100)
+    assert (usd, source, assumed) == (H100.price.usd_per_gpu_hour, "profile", False)
+    assert note == H100.price.source and "assum" not in note.lower()
+    usd, source, assumed, note = pool_price(pool(usd_per_gpu_hour=1.25), H100)
+    assert (usd, source, assumed) == (1.25, "scenario", False)
+    assert f"{H100.price.usd_per_gpu_hour:g}" in note
+    # b200's profile price is an assumption; the override is not
+    b200 = load_hardware("b200")
+    assert b200.price.source.lower().startswith("assumption")
+    assert pool_price(pool(), b200)[1:3] == ("profile", True)
+    assert pool_price(pool(usd_per_gpu_hour=5.0), b200)[1:3] == ("scenario", False)
+    assumed = cost_block([pool_billing(pool(), b200, [(0.0, 1)], 60.0)], [], 60.0)
+    assert assumed["price_assumed"] and assumed["pools"][0]["price_assumed"]
+
+
+def test_pools_add_up():
+    a = pool_billing(pool(name="a", replicas=2, usd_per_gpu_hour=3.0), H100, [(0.0, 2)], 3600.0)
+    b = pool_billing(pool(name="b", tp=2, usd_per_gpu_hour=5.0), load_hardware("b200"), [(0.0, 1)], 3600.0)
+    c = cost_block([a, b], [], 3600.0)
+    assert [p["name"] for p in c["pools"]] == ["a", "b"]
+    assert c["usd"] == pytest.approx(6.0 + 10.0) and c["gpu_hours"] == pytest.approx(4.0)
+    assert not c["price_assumed"]
+
+
+# -- monthly extrapolation ------------------------------------------------------
+
+def test_monthly_basis_short_window_is_hours_long_window_is_days():
+    usd, basis = monthly_cost(1.0, 300.0)
+    assert usd == pytest.approx(1.0 * 12 * 730)
+    assert basis == "simulated 300 s window extrapolated to 730 h/month at the same load"
+    usd, basis = monthly_cost(50.0, 86_400.0)              # exactly a day: the day basis
+    assert usd == pytest.approx(50.0 * 30) and "× 30 days/month" in basis and "1-day" in basis
+    usd, basis = monthly_cost(100.0, 2 * 86_400.0)         # two days: their mean day × 30
+    assert usd == pytest.approx(50.0 * 30) and "2-day" in basis
+    usd, basis = monthly_cost(0.0, 0.0)
+    assert usd is None and basis
+    c = cost_block([pool_billing(pool(usd_per_gpu_hour=2.0), H100, [(0.0, 1)], 86_400.0)], [], 86_400.0)
+    assert c["usd_per_month"] == pytest.approx(2.0 * 24 * 30) and "days/month" in c["monthly_basis"]
+
+
+# -- per-token split --------------------------------------------------------------
+
+@pytest.mark.parametrize("weight", [DEFAULT_OUTPUT_WEIGHT, 1.0, 5.0])
+def test_per_token_costs_add_up_to_the_total(weight):
+    reqs = [req(0, 0.0, 1.0, inp=1000, out=200), req(1, 0.5, 2.0, inp=3000, out=50),
+            req(2, 1.0, 1.0, inp=999_999, out=999_999, status=Status.REJECTED)]   # not served: no tokens
+    b = pool_billing(pool(tp=4, replicas=2, usd_per_gpu_hour=3.0), H100, [(0.0, 2)], 3600.0)
+    c = cost_block([b], reqs, 3600.0, output_weight=weight)
+    tin, tout = 4000, 250
+    assert (c["usd_per_million_input_tokens"] * tin + c["usd_per_million_output_tokens"] * tout) / 1e6 \
+        == pytest.approx(24.0)
+    assert c["usd_per_million_output_tokens"] == pytest.approx(weight * c["usd_per_million_input_tokens"])
+    assert c["usd_per_million_input_tokens"] == pytest.approx(24.0 / (tin + weight * tout) * 1e6)
+    assert c["usd_per_million_tokens"] == pytest.approx(24.0 / (tin + tout) * 1e6)
+    assert c["usd_per_request"] == pytest.approx(12.0)
+    assert c["requests_per_gpu_second"] == pytest.approx(2 / (8 * 3600.0))
+    assert c["output_weight"] == weight and f"{weight:g}×" in c["token_split"]
+    with pytest.raises(ValueError):
+        cost_block([b], reqs, 3600.0, output_weight=0.0)
+
+
+# -- sessions ------------------------------------------------------------------------
+
+def hand_sessions() -> list[Request]:
+    """Window [0, 10). Active intervals: s0 [0, 5) over two turns, s1 [4, 8),
+    s5 [4.5, 4.8), s2 [5, 6) (starts as s0 ends: no overlap), s3 a turn
+    rejected on arrival at 9 (zero length), s4 still in flight at 9.5 (active
+    to the end). Three sessions at once in [4.5, 4.8); 10.8 session-seconds."""
+    return [
+        req(0, 0.0, 2.0, session=0), req(1, 3.0, 5.0, session=0),
+        req(2, 4.0, 8.0, session=1),
+        req(3, 4.5, 4.8, session=5),
+        req(4, 5.0, 6.0, session=2),
+        req(5, 9.0, 9.0, session=3, status=Status.REJECTED),
+        req(6, 9.5, math.nan, session=4, status=Status.PENDING),
+        req(7, 1.0, 9.9),                                   # no session: not counted
+    ]
+
+
+def test_session_load_of_hand_made_overlaps():
+    sl = session_load(hand_sessions(), 10.0)
+    assert (sl.sessions, sl.served, sl.peak_active) == (6, 4, 3)
+    assert sl.session_seconds == pytest.approx(5 + 4 + 0.3 + 1 + 0 + 0.5)
+
+
+def test_sessions_per_gpu_in_the_block():
+    b = pool_billing(pool(tp=2, usd_per_gpu_hour=3.6), H100, [(0.0, 1)], 10.0)   # 2 GPUs, $0.02 for 10 s
+    c = cost_block([b], hand_sessions(), 10.0)
+    s = c["sessions"]
+    assert (s["count"], s["served"], s["peak_active"]) == (6, 4, 3)
+    assert s["mean_active"] == pytest.approx(1.08)
+    assert s["mean_per_gpu"] == pytest.approx(10.8 / 20.0)
+    assert s["peak_per_gpu"] == pytest.approx(1.5)
+    assert c["usd"] == pytest.approx(0.02)
+    assert c["usd_per_session"] == pytest.approx(0.02 / 4)          # sessions with a finished request
+    assert c["usd_per_request"] == pytest.approx(0.02 / 6)          # finished requests, with or without session
+
+
+# -- end to end --------------------------------------------------------------------------
+
+def _scenario(**pool_kw) -> Scenario:
+    return Scenario.model_validate({
+        "name": "cost-e2e", "seed": 3,
+        "workload": {"num_sessions": 12, "arrival": {"type": "poisson", "rate_per_s": 4.0},
+                     "input_tokens": {"dist": "fixed", "value": 64},
+                     "output_tokens": {"dist": "fixed", "value": 16},
+                     "session": {"type": "chat", "turns": {"dist": "uniform", "min": 1, "max": 3},
+                                 "think_time_s": {"dist": "fixed", "value": 0.5}}},
+        "pools": [{"model": "llama-3-8b", "gpu": "h100-sxm", **pool_kw}],
+    })
+
+
+def test_simulate_writes_a_consistent_cost_block():
+    out = simulate(_scenario(tp=2, replicas=2))
+    res = out.results
+    ll, c = res["llmsim"], res["llmsim"]["cost"]
+    span = ll["simulated_seconds"]
+    assert c["window_s"] == span > 0
+    (p,) = c["pools"]
+    assert (p["name"], p["gpu"], p["gpus_per_replica"], p["replicas"], p["gpus"]) == ("main", "h100-sxm", 2, 2, 4)
+    assert p["gpus"] == ll["gpus"]
+    assert (p["price_source"], p["usd_per_gpu_hour"]) == ("profile", H100.price.usd_per_gpu_hour)
+    assert p["replica_seconds"] == pytest.approx(2 * span)
+    assert c["usd"] == pytest.approx(4 * span / 3600 * H100.price.usd_per_gpu_hour) == pytest.approx(p["usd"])
+    assert c["usd_per_month"] == pytest.approx(4 * 730 * H100.price.usd_per_gpu_hour)
+    assert f"{span:,.0f} s window" in c["monthly_basis"]
+    tin, tout = res["total_input_tokens"], res["total_output_tokens"]
+    assert (c["usd_per_million_input_tokens"] * tin + c["usd_per_million_output_tokens"] * tout) / 1e6 \
+        == pytest.approx(c["usd"])
+    assert c["usd_per_request"] == pytest.approx(c["usd"] / res["completed"])
+    assert c["requests_per_gpu_second"] == pytest.approx(res["completed"] / (4 * span))
+    s = c["sessions"]
+    assert s["count"] == 12 and 1 <= s["peak_active"] <= 12
+    assert s["mean_per_gpu"] == pytest.approx(s["mean_active"] / 4)
+    assert c["usd_per_session"] == pytest.approx(c["usd"] / s["served"])
+    text = render(summary_table(res))
+    for needle in ("Monthly cost ($)", "Cost per 1M output tokens", "Sessions per GPU", "730 h/month",
+                   "4 × h100-sxm at $2.99/GPU-h from the profile"):
+        assert needle in text, needle
+
+
+def test_simulate_with_a_scenario_price_and_no_sessions():
+    sc = Scenario.model_validate({
+        "name": "cost-plain", "workload": {"num_requests": 30, "arrival": {"type": "poisson", "rate_per_s": 10.0},
+                                           "input_tokens": {"dist": "fixed", "value": 32},
+                                           "output_tokens": {"dist": "fixed", "value": 8}},
+        "pools": [{"model": "llama-3-8b", "gpu": "b200", "usd_per_gpu_hour": 4.5}],
+    })
+    c = simulate(sc).results["llmsim"]["cost"]
+    assert c["pools"][0]["price_source"] == "scenario" and not c["price_assumed"]
+    assert c["usd"] == pytest.approx(c["window_s"] / 3600 * 4.5)
+    assert c["sessions"] is None and c["usd_per_session"] is None
+    text = render(summary_table({"llmsim": {"cost": c}}))
+    assert "Sessions per GPU" not in text and "from the scenario" in text and "assumption" not in text
+    # the b200 profile's own price is an assumption, and the summary says so
+    c = simulate(sc.model_copy(update={"pools": [sc.pools[0].model_copy(update={"usd_per_gpu_hour": None})]}))
+    assert c.results["llmsim"]["cost"]["price_assumed"]
+    assert "an assumption" in render(summary_table(c.results))
