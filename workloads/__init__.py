@@ -6,6 +6,7 @@ from .drivers import Source, make_source
 from .durations import Duration, ExponentialDuration, FixedDuration, LognormalDuration, UniformDuration
 from .lengths import (EmpiricalLength, FixedLength, LengthDist, LognormalLength, NormalLength, ShareGPTLength,
                       UniformLength, sharegpt_input, sharegpt_output)
+from .rate_profiles import HourlyProfile, RateProfile, RateSchedule, SinusoidProfile, Spike
 from .spec import SeedLike, SessionSpec, Streams, WorkloadSpec, spawn_streams
 from .system_prompts import SystemPromptSpec, UniformPopularity, ZipfPopularity
 
@@ -17,6 +18,7 @@ __all__ = [
     "WorkloadSpec", "Streams", "SeedLike", "spawn_streams",
     "SessionSpec", "ChatSessionSpec", "AutocompleteSessionSpec", "SystemPromptSpec", "ZipfPopularity",
     "UniformPopularity", "Source", "make_source",
+    "RateProfile", "HourlyProfile", "SinusoidProfile", "Spike", "RateSchedule",
 ]
 from .trace_stats import TraceStats, ideal_block_hit_rate, trace_stats  # noqa: E402,F401
 from .traces import TRACE_FORMATS, Trace, TraceSpec, load_trace, parse_trace_spec, read_trace  # noqa: E402,F401
