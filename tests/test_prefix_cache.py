@@ -118,9 +118,9 @@ def test_tree_matches_a_flat_model(ops, free):
     totals stay consistent, and trimming never evicts a pinned entry."""
     c = PrefixCache(16, 16)
     held = []
+    fresh = itertools.count(10**6)   # ids of each request's own blocks: never reused (the chain contract)
     for fam, shared, total, release in ops:
-        ids = tuple(range(fam * 1000, fam * 1000 + shared)) + tuple(range(10**6 + len(held) * 100,
-                                                                           10**6 + len(held) * 100 + total))
+        ids = tuple(range(fam * 1000, fam * 1000 + shared)) + tuple(next(fresh) for _ in range(total))
         if release and held:
             node, hid, n = held.pop(0)
             c.release(node, hid, n, kv_tokens=len(hid) * 16)
@@ -133,6 +133,9 @@ def test_tree_matches_a_flat_model(ops, free):
         check(c)
         for node, hid, n in held:
             assert cached(c, hid) >= n, "a pinned entry was evicted"
+        for probe in [ids, ids[:3], ids[:1] + (-1,)]:   # the routers' O(log) lookup agrees with the tree walk
+            for prompt in (len(probe) * 16 + 1, len(probe) * 16, 20):
+                assert c.cached_tokens(probe, prompt) == max(0, min(c.match(probe, prompt).tokens, prompt - 1))
         assert c.evictable <= free
 
 
@@ -178,9 +181,10 @@ def _run_pair(data, with_cancels: bool):
         for r in reqs:
             if data.draw(st.integers(0, 3)) == 0:
                 cancels.append((r.arrival + data.draw(st.floats(0.0, 0.3, allow_nan=False)), r.id))
-    replicas = data.draw(st.integers(1, 2), label="replicas")
+    replicas = data.draw(st.integers(1, 3), label="replicas")
     cmk = data.draw(st.sampled_from(COST_MODELS), label="cost model")
-    kw = dict(replicas=replicas, router="least_outstanding", cm=cost_model(*cmk), id_block_tokens=H,
+    router = data.draw(st.sampled_from(["least_outstanding", "prefix_aware", "session_affinity"]), label="router")
+    kw = dict(replicas=replicas, router=router, cm=cost_model(*cmk), id_block_tokens=H,
               cancels=cancels)
     fast = run_open("fast", reqs, cfg, nb, **kw)
     ref = run_open("reference", reqs, cfg, nb, **kw)

@@ -168,8 +168,9 @@ class ReplicaBase:
         """Hook: apply evictions that the iterations already run would have made."""
 
     def _trim_cache(self, free: int) -> None:
-        if self.cache is not None:
-            self.cache.trim(free)
+        c = self.cache
+        if c is not None and not c.unbounded and (c.evictable > free or (c.cap is not None and c.evictable > c.cap)):
+            c.trim(free)
 
     def _admission(self, s: Seq, reserve_output: bool = False) -> tuple[int, int, Optional[Match]]:
         """(blocks admitting ``s`` would take from free memory, blocks of its

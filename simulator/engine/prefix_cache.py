@@ -81,6 +81,8 @@ class PrefixCache:
         self.heap: list[tuple[int, int, int, Node]] = []   # (stamp, uid, push, node): evictable leaves, lazily invalidated
         self._push = count()
         self.clock = 0
+        self.present: set[int] = set()   # every cached id: the cache is prefix-closed, so presence
+        self.partial: dict[int, int] = {}  # of ids[j] means ids[0..j] are cached too; id -> tail tokens
         self.pinned = 0       # KV blocks of entries running sequences use
         self.evictable = 0    # KV blocks of the others
         self.lookups = self.hit_requests = self.hit_tokens = self.prompt_tokens = 0
@@ -127,10 +129,31 @@ class PrefixCache:
         return Match(pos, tokens, blocks, pinned, last, k)
 
     def cached_tokens(self, ids: Optional[Sequence[int]], prompt: int) -> int:
-        """Prompt tokens a request would not have to prefill (≤ prompt − 1)."""
+        """Prompt tokens a request would not have to prefill (≤ prompt − 1).
+
+        What routers ask of every replica, so O(log blocks): chained ids make
+        the cached set prefix-closed, and a bisection on presence finds the
+        matched length without walking the tree."""
         if not ids:
             return 0
-        return max(0, min(self.match(ids, prompt).tokens, prompt - 1))
+        present = self.present
+        hi = min(len(ids), -(-prompt // self.H))   # the answer n: ids[:n] cached, ids[n] not
+        if not hi or ids[0] not in present:
+            return 0
+        lo = 1
+        if ids[hi - 1] in present:
+            lo = hi
+        while lo < hi:
+            mid = (lo + hi) // 2   # invariant: ids[lo-1] present; ids[hi] absent or past the end
+            if ids[mid] in present:
+                lo = mid + 1
+            else:
+                hi = mid
+        tokens = lo * self.H
+        tail = self.partial.get(ids[lo - 1])
+        if tail is not None:
+            tokens += tail - self.H
+        return max(0, min(tokens, prompt - 1))
 
     def entered_ids(self, ids: Sequence[int], input_tokens: int) -> int:
         """How many ids a sequence enters at admission: its full prompt
@@ -212,6 +235,10 @@ class PrefixCache:
             self.evictable -= dropped
             self.evicted_blocks += dropped
             x.blocks -= dropped
+            gone = x.ids[L:]
+            self.present.difference_update(gone)
+            if len(gone) and gone[-1] in self.partial:
+                del self.partial[gone[-1]]
             if L:
                 x.ids = x.ids[:L]
                 heapq.heappush(heap, (stamp, uid, next(self._push), x))
@@ -238,6 +265,9 @@ class PrefixCache:
             blocks += -(-tail // self.bs) - self.u
         x = Node(run, parent, blocks, next(self._uid), tail)
         parent.children[run[0]] = x
+        self.present.update(run)
+        if tail is not None:
+            self.partial[run[-1]] = tail
         return x
 
     def _split(self, x: Node, k: int) -> Node:

@@ -46,6 +46,7 @@ class FastReplica(ReplicaBase):
         self.gen = 0
         self.seg = None   # (t0, n, K, b, B) for a decode stretch, else None
         self.seg_cuttable = False
+        self.seg_evicts = False
 
     # --- helpers -----------------------------------------------------------
     @property
@@ -193,6 +194,11 @@ class FastReplica(ReplicaBase):
         # An arrival can only change the plan if it could be admitted at a
         # boundary: not when FCFS is already blocked behind a waiting head.
         self.seg_cuttable = not self.waiting and self.cfg.scheduler != "static"
+        # Will decode growth evict cache entries before the stretch ends? If
+        # not, a router's mid-stretch lookup needs no catching up.
+        c = self.cache
+        self.seg_evicts = (c is not None and not c.unbounded and self.cfg.scheduler != "static"
+                           and c.evictable > self.num_blocks - self.used_blocks(G0 + n))
         self._schedule(dt, lambda ev: gen == self.gen and self._end_decode(n))
 
     @staticmethod
@@ -257,7 +263,7 @@ class FastReplica(ReplicaBase):
         self._schedule(max(delay, 0.0), lambda ev: gen == self.gen and self._end_decode(k))
 
     def _sync_cache(self, now: float) -> None:
-        if self.seg is not None and self.cfg.scheduler != "static":
+        if self.seg is not None and self.seg_evicts:
             self._trim_cache(self.num_blocks - self.used_blocks(self.G + self._inflight(now)))
 
     def _stretch_kv_area(self, n: int, K: float, b: float, B: int) -> float:
