@@ -81,7 +81,19 @@ def check_scenario(sc: Scenario, source: str | Path | None = None) -> list[PoolS
     if mi is not None and mo is not None and mi + mo > ctx:
         raise LlmsimError(f"input ({mi}) + output ({mo}) tokens can exceed {setups[0].cm.model.name}'s context "
                           f"of {ctx} tokens", source=source, key_path="workload.input_tokens")
+    ids = sc.workload.id_block_tokens(_base_dir(source))
+    for i, p in enumerate(sc.pools):
+        bs = p.engine.block_size
+        if ids and p.engine.prefix_cache and ids % bs:
+            raise LlmsimError(f"the workload's prompt block ids stand for {ids} tokens, not a whole number of "
+                              f"{bs}-token KV blocks: set a block_size dividing it, or prefix_cache: false",
+                              source=source, key_path=f"pools[{i}].engine.block_size")
     return setups
+
+
+def _base_dir(source: str | Path | None) -> Path | None:
+    """The scenario's folder, against which relative trace paths resolve."""
+    return Path(source).parent if isinstance(source, Path) else None
 
 
 def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str | Path | None = None,
@@ -98,18 +110,12 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     router_rng = np.random.default_rng(np.random.SeedSequence(sc.seed).spawn(8)[7])
     done = [0]
     wall = time.perf_counter()
-    base_dir = Path(source).parent if isinstance(source, Path) else None
-    src = make_source(wl, sc.seed, base_dir)
+    src = make_source(wl, sc.seed, _base_dir(source))
 
     def on_done(req: Request) -> None:
         done[0] += 1
         src.on_done(req)
 
-    bs = ps.spec.engine.block_size
-    if src.block_tokens and ps.spec.engine.prefix_cache and src.block_tokens % bs:
-        raise LlmsimError(f"the workload's prompt block ids stand for {src.block_tokens} tokens, not a whole number "
-                          f"of {bs}-token KV blocks: set a block_size dividing it, or prefix_cache: false",
-                          source=source, key_path="pools[0].engine.block_size")
     pool = Pool(env, ps.cm, ps.spec.engine, ps.memory.num_blocks, ps.spec.replicas,
                 make_router(ps.spec.router, router_rng), gaps, engine, on_done, id_block_tokens=src.block_tokens)
     src.start(env, pool.submit, pool.cancel)

@@ -286,3 +286,16 @@ def test_set_a_router_setting_on_a_router_given_by_name():
     data = {"pools": [{"name": "main", "router": "prefix_aware"}]}
     apply_override(data, "pools.main.router.load_weight=64")
     assert data["pools"][0]["router"] == {"type": "prefix_aware", "load_weight": 64}
+
+
+def test_trace_block_ids_must_be_whole_kv_blocks(tmp_path, cli):
+    """Mooncake ids stand for 512 tokens: a 24-token KV block cannot hold
+    them, and the run says so before simulating, naming the key."""
+    (tmp_path / "t.jsonl").write_text(
+        '{"timestamp": 0, "input_length": 600, "output_length": 5, "hash_ids": [1, 2]}\n')
+    p = write(tmp_path / "sc.yaml", "name: t\nworkload:\n  arrival: {type: trace, path: t.jsonl}\n"
+                                    "pools: [{model: llama-3-8b, gpu: h100-sxm, engine: {block_size: 24}}]\n")
+    r = cli("run", p)
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "pools[0].engine.block_size" in r.err and "512" in r.err
+    assert cli("run", p, "--set", "pools.0.engine.prefix_cache=false").code == 0

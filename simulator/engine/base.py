@@ -155,6 +155,15 @@ class ReplicaBase:
         """Engine-specific: take a running sequence out of the batch and free its own blocks."""
         raise NotImplementedError
 
+    def _preempt(self, v: Seq) -> Seq:
+        """Recompute preemption: ``v`` gives back its KV (its cached prefix
+        stays cached, evictable) and will re-prefill input + generated."""
+        self._remove_running(v)
+        self._release_cache(v)
+        v.reset_for_recompute()
+        self.preemptions += 1
+        return v
+
     # --- prefix cache --------------------------------------------------------
     def cached_prefix_tokens(self, req: Request) -> int:
         """Prompt tokens of ``req`` this replica would serve from its cache now
@@ -191,7 +200,7 @@ class ReplicaBase:
             return total
         c = self.cache
         ids = s.req.blocks
-        cached = max(0, min(m.tokens, s.prompt - 1))
+        cached = m.usable(s.prompt)
         if math.isnan(s.req.admitted):
             s.req.cached_tokens = cached
             c.record(m, ids, s.prompt, cached)
@@ -241,7 +250,7 @@ class ReplicaBase:
         while self.waiting and len(self.running) < self.cfg.max_num_seqs:
             s = self.waiting[0]
             need, total, m = self._admission(s, reserve_output)
-            new = s.prompt - (0 if m is None else max(0, min(m.tokens, s.prompt - 1)))
+            new = s.prompt - (0 if m is None else m.usable(s.prompt))
             if (chunks and new > budget) or need > free:
                 break
             free -= self._admit(s, total, m, now)

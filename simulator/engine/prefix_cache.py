@@ -56,6 +56,12 @@ class Node:
         self.uid = uid
 
 
+def usable(tokens: int, prompt: int) -> int:
+    """Cached tokens a ``prompt``-token sequence can skip: the last prompt
+    token is always computed, since the next token is sampled from it."""
+    return max(0, min(tokens, prompt - 1))
+
+
 class Match(NamedTuple):
     ids: int            # leading ids found in the cache
     tokens: int         # tokens they cover (uncapped)
@@ -63,6 +69,9 @@ class Match(NamedTuple):
     pinned_blocks: int  # of which already pinned by running sequences (no new memory)
     node: Optional[Node] = None   # deepest node reached (None: none)
     k: int = 0                    # ids matched inside it
+
+    def usable(self, prompt: int) -> int:
+        return usable(self.tokens, prompt)
 
 
 class PrefixCache:
@@ -153,7 +162,7 @@ class PrefixCache:
         tail = self.partial.get(ids[lo - 1])
         if tail is not None:
             tokens += tail - self.H
-        return max(0, min(tokens, prompt - 1))
+        return usable(tokens, prompt)
 
     def entered_ids(self, ids: Sequence[int], input_tokens: int) -> int:
         """How many ids a sequence enters at admission: its full prompt

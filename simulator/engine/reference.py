@@ -30,12 +30,7 @@ class ReferenceReplica(ReplicaBase):
         v.blocks = 0
 
     def _preempt_newest(self) -> Seq:
-        v = self.running[-1]
-        self._remove_running(v)
-        self._release_cache(v)
-        v.reset_for_recompute()
-        self.preemptions += 1
-        return v
+        return self._preempt(self.running[-1])
 
     def _allocate_decodes(self) -> tuple[list[Seq], list[Seq]]:
         decodes, victims = [], []

@@ -90,12 +90,7 @@ class FastReplica(ReplicaBase):
             self.fixed_blocks -= v.blocks
 
     def _preempt_newest(self) -> Seq:
-        v = next(reversed(self.running))
-        self._remove_running(v)
-        self._release_cache(v)
-        v.reset_for_recompute()
-        self.preemptions += 1
-        return v
+        return self._preempt(next(reversed(self.running)))
 
     def _make_room_for_decodes(self) -> list[Seq]:
         victims = []
