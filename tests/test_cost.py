@@ -42,9 +42,9 @@ def test_two_replicas_of_tp4_at_3_dollars_for_an_hour_cost_24():
     d = b.as_dict()
     assert d["gpu_hours"] == pytest.approx(8.0) and d["usd"] == pytest.approx(24.0)
     c = cost_block([b], [], 3600.0)
-    assert c["usd"] == pytest.approx(24.0) and c["gpu_hours"] == pytest.approx(8.0)
+    assert c["window_usd"] == pytest.approx(24.0) and c["gpu_hours"] == pytest.approx(8.0)
     assert c["usd_per_hour"] == pytest.approx(24.0)
-    assert c["usd_per_month"] == pytest.approx(24.0 * 730)
+    assert c["monthly_usd"] == pytest.approx(24.0 * 730)
     # nothing served: every per-unit figure is null, not 0 or inf
     for k in ("usd_per_million_input_tokens", "usd_per_million_output_tokens", "usd_per_million_tokens",
               "usd_per_request", "usd_per_session", "sessions"):
@@ -86,7 +86,7 @@ def test_pools_add_up():
     b = pool_billing(pool(name="b", tp=2, usd_per_gpu_hour=5.0), load_hardware("b200"), [(0.0, 1)], 3600.0)
     c = cost_block([a, b], [], 3600.0)
     assert [p["name"] for p in c["pools"]] == ["a", "b"]
-    assert c["usd"] == pytest.approx(6.0 + 10.0) and c["gpu_hours"] == pytest.approx(4.0)
+    assert c["window_usd"] == pytest.approx(6.0 + 10.0) and c["gpu_hours"] == pytest.approx(4.0)
     assert not c["price_assumed"]
 
 
@@ -103,7 +103,7 @@ def test_monthly_basis_short_window_is_hours_long_window_is_days():
     usd, basis = monthly_cost(0.0, 0.0)
     assert usd is None and basis
     c = cost_block([pool_billing(pool(usd_per_gpu_hour=2.0), H100, [(0.0, 1)], 86_400.0)], [], 86_400.0)
-    assert c["usd_per_month"] == pytest.approx(2.0 * 24 * 30) and "days/month" in c["monthly_basis"]
+    assert c["monthly_usd"] == pytest.approx(2.0 * 24 * 30) and "days/month" in c["monthly_basis"]
 
 
 # -- per-token split --------------------------------------------------------------
@@ -159,7 +159,7 @@ def test_sessions_per_gpu_in_the_block():
     assert s["mean_active"] == pytest.approx(1.08)
     assert s["mean_per_gpu"] == pytest.approx(10.8 / 20.0)
     assert s["peak_per_gpu"] == pytest.approx(1.5)
-    assert c["usd"] == pytest.approx(0.02)
+    assert c["window_usd"] == pytest.approx(0.02)
     assert c["usd_per_session"] == pytest.approx(0.02 / 4)          # sessions with a finished request
     assert c["usd_per_request"] == pytest.approx(0.02 / 6)          # finished requests, with or without session
 
@@ -189,18 +189,18 @@ def test_simulate_writes_a_consistent_cost_block():
     assert p["gpus"] == ll["gpus"]
     assert (p["price_source"], p["usd_per_gpu_hour"]) == ("profile", H100.price.usd_per_gpu_hour)
     assert p["replica_seconds"] == pytest.approx(2 * span)
-    assert c["usd"] == pytest.approx(4 * span / 3600 * H100.price.usd_per_gpu_hour) == pytest.approx(p["usd"])
-    assert c["usd_per_month"] == pytest.approx(4 * 730 * H100.price.usd_per_gpu_hour)
+    assert c["window_usd"] == pytest.approx(4 * span / 3600 * H100.price.usd_per_gpu_hour) == pytest.approx(p["usd"])
+    assert c["monthly_usd"] == pytest.approx(4 * 730 * H100.price.usd_per_gpu_hour)
     assert f"{span:,.0f} s window" in c["monthly_basis"]
     tin, tout = res["total_input_tokens"], res["total_output_tokens"]
     assert (c["usd_per_million_input_tokens"] * tin + c["usd_per_million_output_tokens"] * tout) / 1e6 \
-        == pytest.approx(c["usd"])
-    assert c["usd_per_request"] == pytest.approx(c["usd"] / res["completed"])
+        == pytest.approx(c["window_usd"])
+    assert c["usd_per_request"] == pytest.approx(c["window_usd"] / res["completed"])
     assert c["requests_per_gpu_second"] == pytest.approx(res["completed"] / (4 * span))
     s = c["sessions"]
     assert s["count"] == 12 and 1 <= s["peak_active"] <= 12
     assert s["mean_per_gpu"] == pytest.approx(s["mean_active"] / 4)
-    assert c["usd_per_session"] == pytest.approx(c["usd"] / s["served"])
+    assert c["usd_per_session"] == pytest.approx(c["window_usd"] / s["served"])
     text = render(summary_table(res))
     for needle in ("Monthly cost ($)", "Cost per 1M output tokens", "Sessions per GPU", "730 h/month",
                    "4 × h100-sxm at $2.99/GPU-h from the profile"):
@@ -216,7 +216,7 @@ def test_simulate_with_a_scenario_price_and_no_sessions():
     })
     c = simulate(sc).results["llmsim"]["cost"]
     assert c["pools"][0]["price_source"] == "scenario" and not c["price_assumed"]
-    assert c["usd"] == pytest.approx(c["window_s"] / 3600 * 4.5)
+    assert c["window_usd"] == pytest.approx(c["window_s"] / 3600 * 4.5)
     assert c["sessions"] is None and c["usd_per_session"] is None
     text = render(summary_table({"llmsim": {"cost": c}}))
     assert "Sessions per GPU" not in text and "from the scenario" in text and "assumption" not in text

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from helpers_engine import capacities, engine_configs, make_requests, run_closed, run_open, workloads
-from simulator.engine import fleet
+from simulator.fleet import pool as fleet
 from simulator.engine.blocks import ceil_div
 from simulator.engine.config import EngineConfig
 from simulator.engine.reference import ReferenceReplica

@@ -288,7 +288,7 @@ class CheckedFast(FastReplica):
 @settings(max_examples=150, **SETTINGS)
 @given(data=st.data())
 def test_cache_invariants(data):
-    from simulator.engine import fleet
+    from simulator.fleet import pool as fleet
     with mock.patch.dict(fleet.ENGINES, {"fast": CheckedFast, "reference": CheckedReference}):
         _run_pair(data, with_cancels=True)
 

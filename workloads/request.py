@@ -24,7 +24,8 @@ class Request:
 
     __slots__ = ("id", "arrival", "input_tokens", "output_tokens", "session", "klass", "priority",
                  "admitted", "first_token", "finish", "status", "replica", "preemptions", "cached_tokens",
-                 "blocks")
+                 "blocks", "pool", "queued", "net_in", "net_out", "prefill_done", "kv_transfer",
+                 "preloaded")
 
     def __init__(self, id: int, arrival: float, input_tokens: int, output_tokens: int,
                  session: int = -1, klass: str = "default", priority: int = 0, blocks: tuple | None = None):
@@ -43,6 +44,17 @@ class Request:
         self.replica = -1
         self.preemptions = 0
         self.cached_tokens = 0
+        # Set by the fleet: the pool that served it, when it reached a replica
+        # queue (after network ingress and tokenisation), the network's
+        # seconds each way, when its prompt finished prefilling (engine time)
+        # and the KV transfer of a disaggregated pool: TTFT's decomposition.
+        self.pool = ""
+        self.queued = arrival
+        self.net_in = 0.0
+        self.net_out = 0.0
+        self.prefill_done = NAN
+        self.kv_transfer = 0.0
+        self.preloaded = 0       # prompt tokens whose KV arrives with it (disaggregated decode)
 
     @property
     def ttft(self) -> float:
@@ -58,7 +70,8 @@ class Request:
 
 
 RECORD_COLUMNS = ["id", "arrival", "admitted", "first_token", "finish", "input_tokens", "output_tokens",
-                  "status", "replica", "preemptions", "cached_tokens", "session", "klass"]
+                  "status", "replica", "preemptions", "cached_tokens", "session", "klass", "pool", "queued",
+                  "net_in", "net_out", "prefill_done", "kv_transfer"]
 
 
 def to_columns(requests) -> dict:

@@ -8,7 +8,6 @@ so every arrival at time t is visible to a boundary at time t.
 from __future__ import annotations
 
 import math
-from collections import deque
 from typing import Callable, Optional
 
 import simpy
@@ -20,6 +19,7 @@ from .blocks import ceil_div
 from .config import EngineConfig
 from .prefix_cache import Match, PrefixCache
 from .sequence import DONE, WAITING, Seq, finish
+from .wait_queue import WaitQueue
 from workloads.request import Request, Status
 
 
@@ -52,7 +52,7 @@ class ReplicaBase:
 
     def __init__(self, env: simpy.Environment, index: int, cm: CostModel, cfg: EngineConfig, num_blocks: int,
                  gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None, max_model_len: int | None = None,
-                 id_block_tokens: int | None = None):
+                 id_block_tokens: int | None = None, kv_budgets: Optional[dict[str, int]] = None):
         self.env = env
         self.index = index
         self.cm = cm
@@ -62,7 +62,7 @@ class ReplicaBase:
         self.max_model_len = max_model_len or cm.model.max_position_embeddings
         self.gaps = gaps
         self.on_done = on_done
-        self.waiting: deque[Seq] = deque()
+        self.waiting = WaitQueue()
         self.busy = False
         self.next_order = 0
         self.outstanding = 0
@@ -70,14 +70,20 @@ class ReplicaBase:
         self.preemptions = 0
         self.busy_time = 0.0
         self.iterations = 0
-        self.queue_len = TimeAverage()
-        self.batch_size = TimeAverage()
+        self.queue_len = TimeAverage(env.now)     # a replica may start mid-run (autoscaling)
+        self.batch_size = TimeAverage(env.now)
+        self.t0 = env.now
         self.kv_used_area = 0.0
         self.kv_used_max = 0
         self.t_end = 0.0                    # when its last request ended (stale timer events may follow)
         self.seqs: dict[int, Seq] = {}      # live sequences by request id (for cancel)
         self.cancelled: list[Seq] = []      # running ones leaving at the end of this iteration
         self.cache: Optional[PrefixCache] = None
+        # Per-class caps on KV blocks (a class's running requests are charged
+        # their whole final footprint at admission, so a class can never
+        # outgrow its cap mid-decode); None = no class has a cap.
+        self.kv_budgets = kv_budgets or None
+        self.kv_charged: dict[str, int] = {}
         if cfg.prefix_cache and id_block_tokens:
             cap = cfg.prefix_cache_capacity_tokens
             self.cache = PrefixCache(id_block_tokens, self.bs, cap if isinstance(cap, int) else None,
@@ -92,6 +98,10 @@ class ReplicaBase:
         need = req.input_tokens + req.output_tokens - 1
         if self.cfg.scheduler == "static":
             need = req.input_tokens + req.output_tokens
+        if self.kv_budgets is not None:       # nor past its class's KV cap
+            cap = self.kv_budgets.get(req.klass)
+            if cap is not None and ceil_div(req.input_tokens + req.output_tokens, self.bs) > cap:
+                return False
         return ceil_div(max(need, 1), self.bs) <= self.num_blocks
 
     def submit(self, req: Request) -> None:
@@ -113,7 +123,9 @@ class ReplicaBase:
         if not self.busy:
             self.busy = True
             self._schedule(0.0, self._boundary)
-        else:
+        elif self.waiting[0] is seq:
+            # Only a new head of the queue can change the plan: behind a
+            # waiting head nothing is admitted before it.
             self._on_arrival_while_busy(now)
 
     def _on_arrival_while_busy(self, now: float) -> None:
@@ -150,6 +162,11 @@ class ReplicaBase:
                 self._release_cache(s)
                 self._end_request(s, now, Status.CANCELLED)
         self.cancelled.clear()
+
+    def kv_used_now(self, now: float) -> int:
+        """KV blocks held by running sequences at ``now`` (what an autoscaler
+        watching KV utilisation reads); unreferenced cache entries count as free."""
+        raise NotImplementedError
 
     def _remove_running(self, s: Seq) -> None:
         """Engine-specific: take a running sequence out of the batch and free its own blocks."""
@@ -195,8 +212,12 @@ class ReplicaBase:
         """Give an admitted sequence its KV: the cached prefix (shared, its
         prefill skipped) plus ``blocks`` of its own. Returns the blocks taken
         from free memory. Call before stamping the admission."""
+        if self.kv_budgets is not None:
+            k = s.req.klass
+            self.kv_charged[k] = self.kv_charged.get(k, 0) + self._footprint(s)
         if m is None:
             s.blocks = total
+            s.done = self._preloaded(s)
             return total
         c = self.cache
         ids = s.req.blocks
@@ -204,15 +225,39 @@ class ReplicaBase:
         if math.isnan(s.req.admitted):
             s.req.cached_tokens = cached
             c.record(m, ids, s.prompt, cached)
-        s.done = cached
+        s.done = max(cached, self._preloaded(s))
         p0 = c.pinned
         s.pin, s.pin_ids, s.pin_blocks = c.acquire(ids, m, s.req.input_tokens)
         s.blocks = total - s.pin_blocks
         return s.blocks + c.pinned - p0
 
+    @staticmethod
+    def _preloaded(s: Seq) -> int:
+        """Prompt tokens whose KV arrived with the request (a disaggregated
+        decode replica receives the prefill replica's KV): skipped like a
+        cache hit at the first admission; after a recompute preemption the
+        KV is gone and the whole prompt is prefilled here."""
+        return s.req.preloaded if s.req.preemptions == 0 else 0
+
+    def _footprint(self, s: Seq) -> int:
+        return ceil_div(s.req.input_tokens + s.req.output_tokens, self.bs)
+
+    def _over_budget(self, s: Seq) -> bool:
+        """Would admitting ``s`` take its class past its KV cap? The queue
+        then waits for the class's own requests to finish, as vLLM does for
+        a sequence that does not fit."""
+        b = self.kv_budgets
+        if b is None:
+            return False
+        cap = b.get(s.req.klass)
+        return cap is not None and self.kv_charged.get(s.req.klass, 0) + self._footprint(s) > cap
+
     def _release_cache(self, s: Seq, kv_tokens: int = 0) -> None:
         """Unreference a sequence's cached entries (a finished one also enters
-        its output blocks)."""
+        its output blocks), and give back its class's KV charge: every way a
+        running sequence stops (finish, cancel, preemption) passes here."""
+        if self.kv_budgets is not None:
+            self.kv_charged[s.req.klass] -= self._footprint(s)
         if s.pin is not None:
             self.cache.release(s.pin, s.req.blocks, s.pin_ids, kv_tokens)
         s.pin = None
@@ -249,8 +294,10 @@ class ReplicaBase:
         budget = self.cfg.max_num_batched_tokens
         while self.waiting and len(self.running) < self.cfg.max_num_seqs:
             s = self.waiting[0]
+            if self._over_budget(s):
+                break
             need, total, m = self._admission(s, reserve_output)
-            new = s.prompt - (0 if m is None else m.usable(s.prompt))
+            new = s.prompt - max(0 if m is None else m.usable(s.prompt), self._preloaded(s))
             if (chunks and new > budget) or need > free:
                 break
             free -= self._admit(s, total, m, now)
@@ -264,6 +311,8 @@ class ReplicaBase:
         ``free`` blocks allow, each with a first chunk that fits the budget."""
         while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
             s = self.waiting[0]
+            if self._over_budget(s):
+                break
             need, total, m = self._admission(s)
             if need > free:
                 break

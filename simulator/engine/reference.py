@@ -23,6 +23,9 @@ class ReferenceReplica(ReplicaBase):
         (unreferenced cache entries count as free: they are evicted on demand)."""
         return self.num_blocks - self.own - (self.cache.pinned if self.cache is not None else 0)
 
+    def kv_used_now(self, now: float) -> int:
+        return self.num_blocks - self.free
+
     # --- planning one iteration ----------------------------------------------
     def _remove_running(self, v: Seq) -> None:
         self.running.remove(v)

@@ -58,6 +58,9 @@ class FastReplica(ReplicaBase):
         used = self.fixed_blocks + self.demand.at(self.G if g is None else g)
         return used if self.cache is None else used + self.cache.pinned
 
+    def kv_used_now(self, now: float) -> int:
+        return self.used_blocks(self.G + self._inflight(now) if self.seg is not None else None)
+
     def _join_decode(self, s: Seq) -> None:
         s.state = DECODE
         s.c = s.kv - self.G
@@ -187,8 +190,8 @@ class FastReplica(ReplicaBase):
         gen = self.gen
         self.seg = (now, n, K, b, B)
         # An arrival can only change the plan if it could be admitted at a
-        # boundary: not when FCFS is already blocked behind a waiting head.
-        self.seg_cuttable = not self.waiting and self.cfg.scheduler != "static"
+        # boundary (the base calls the hook only for a new head of the queue).
+        self.seg_cuttable = self.cfg.scheduler != "static"
         # Will decode growth evict cache entries before the stretch ends? If
         # not, a router's mid-stretch lookup needs no catching up.
         c = self.cache
@@ -219,7 +222,8 @@ class FastReplica(ReplicaBase):
         cfg = self.cfg
         if (len(self.running) >= cfg.max_num_seqs
                 or (cfg.chunked_prefill and cfg.max_num_batched_tokens - self.B <= 0)
-                or self._admission(self.waiting[-1])[0] > self.num_blocks - self.used_blocks(self.G + 1)):
+                or self._over_budget(self.waiting[0])
+                or self._admission(self.waiting[0])[0] > self.num_blocks - self.used_blocks(self.G + 1)):
             return
         self._cut(now)
 

@@ -125,7 +125,8 @@ def pool_billing(spec, gpu, timeline: Sequence[tuple[float, int]], end: float) -
     """Bill a pool (``PoolSpec`` on ``HardwareProfile`` ``gpu``) for its
     replica-count ``timeline`` over the window [0, ``end``]."""
     usd, source, assumed, note = pool_price(spec, gpu)
-    return PoolBilling(spec.name, gpu.name, spec.tp, spec.replicas, usd, source, assumed, note,
+    peak = max((n for t, n in timeline if t <= end), default=spec.replicas)
+    return PoolBilling(spec.name, gpu.name, spec.tp, peak, usd, source, assumed, note,
                        replica_seconds(timeline, end))
 
 
@@ -135,10 +136,14 @@ class SessionLoad:
     served: int                # ... with at least one finished request
     session_seconds: float     # Σ active time within the window
     peak_active: int
+    peak_per_gpu: Optional[float] = None   # max over time of active sessions / GPUs billed then
 
 
-def session_load(requests: Iterable[Request], window_s: float) -> SessionLoad:
-    """Active-session intervals (see the module docstring) and their overlap."""
+def session_load(requests: Iterable[Request], window_s: float,
+                 gpu_timeline: Optional[Sequence[tuple[float, int]]] = None) -> SessionLoad:
+    """Active-session intervals (see the module docstring) and their overlap;
+    with a GPU-count timeline, ``peak_active`` is replaced by the peak of
+    active sessions per GPU × GPUs at that moment (returned as ``peak_per_gpu``)."""
     spans: dict[int, list[float]] = {}
     served: set[int] = set()
     for r in requests:
@@ -161,10 +166,18 @@ def session_load(requests: Iterable[Request], window_s: float) -> SessionLoad:
             events += [(lo, 1), (hi, -1)]
     events.sort()                       # at equal times an end (-1) sorts before a start
     active = peak = 0
-    for _, d in events:
+    per_gpu = 0.0
+    steps = list(gpu_timeline or [])
+    j, gpus = 0, 0
+    for t, d in events:
+        while j < len(steps) and steps[j][0] <= t:
+            gpus = steps[j][1]
+            j += 1
         active += d
         peak = max(peak, active)
-    return SessionLoad(len(spans), len(served), total, peak)
+        if gpus:
+            per_gpu = max(per_gpu, active / gpus)
+    return SessionLoad(len(spans), len(served), total, peak, per_gpu if steps else None)
 
 
 def monthly_cost(window_usd: float, window_s: float) -> tuple[Optional[float], str]:
@@ -184,7 +197,8 @@ def _per(num: float, den: float, scale: float = 1.0) -> Optional[float]:
 
 
 def cost_block(pools: Sequence[PoolBilling], requests: Sequence[Request], window_s: float,
-               output_weight: float = DEFAULT_OUTPUT_WEIGHT) -> dict[str, Any]:
+               output_weight: float = DEFAULT_OUTPUT_WEIGHT,
+               gpu_timeline: Optional[Sequence[tuple[float, int]]] = None) -> dict[str, Any]:
     """The ``llmsim.cost`` block: per-pool bills and the fleet's totals over
     the window [0, ``window_s``] (definitions in the module docstring)."""
     if output_weight <= 0:
@@ -197,23 +211,24 @@ def cost_block(pools: Sequence[PoolBilling], requests: Sequence[Request], window
     tout = sum(r.output_tokens for r in done)
     unit = _per(usd, tin + output_weight * tout, 1e6)
     month, basis = monthly_cost(usd, window_s)
-    sl = session_load(requests, window_s)
+    sl = session_load(requests, window_s, gpu_timeline)
+    peak_per_gpu = sl.peak_per_gpu if sl.peak_per_gpu is not None else _per(sl.peak_active, gpus)
     sessions = None if not sl.sessions else {
         "count": sl.sessions,
         "served": sl.served,
         "mean_active": _per(sl.session_seconds, window_s),
         "peak_active": sl.peak_active,
         "mean_per_gpu": _per(sl.session_seconds, gpu_s),
-        "peak_per_gpu": _per(sl.peak_active, gpus),
+        "peak_per_gpu": peak_per_gpu,
     }
     return {
         "pools": [p.as_dict() for p in pools],
         "price_assumed": any(p.price_assumed for p in pools),
         "window_s": window_s,
         "gpu_hours": gpu_s / 3600.0,
-        "usd": usd,
+        "window_usd": usd,
         "usd_per_hour": _per(usd, window_s, 3600.0),
-        "usd_per_month": month,
+        "monthly_usd": month,
         "monthly_basis": basis,
         "token_split": f"output token priced at {output_weight:g}× an input token (API price-list convention)",
         "output_weight": output_weight,
@@ -223,5 +238,8 @@ def cost_block(pools: Sequence[PoolBilling], requests: Sequence[Request], window
         "usd_per_request": _per(usd, len(done)),
         "usd_per_session": _per(usd, sl.served) if sl.sessions else None,
         "requests_per_gpu_second": _per(len(done), gpu_s),
+        "sessions_per_gpu_peak": sessions and sessions["peak_per_gpu"],
+        "sessions_per_gpu_mean": sessions and sessions["mean_per_gpu"],
         "sessions": sessions,
+        "gpu_timeline": [list(x) for x in gpu_timeline] if gpu_timeline is not None else None,
     }

@@ -11,6 +11,8 @@ from typing import Any, Mapping
 
 from rich.table import Table
 
+from .fleet_summary import classes_table, pools_table, ttft_budget_table
+
 __all__ = ["summary_table"]
 
 _COUNTS = (
@@ -26,15 +28,7 @@ _COUNTS = (
 )
 _LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
 _PCT = re.compile(r"^p(\d+(?:\.\d+)?)_ttft_ms$")
-OK, FAIL = "[green]✓[/]", "[red]✗[/]"
-
-
-def _num(v: Any, kind: str = "float") -> str:
-    if v is None:
-        return "—"
-    if kind == "int":
-        return f"{int(v):,}"
-    return f"{float(v):,.2f}"
+from .summary_format import FAIL, OK, num as _num
 
 
 def _counts(results: Mapping[str, Any]) -> Table:
@@ -109,8 +103,8 @@ def _cost(cost: Mapping[str, Any]) -> Table:
     t = Table(title="Cost", title_justify="left", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value", justify="right")
-    t.add_row("Monthly cost ($)", _num(cost.get("usd_per_month")))
-    t.add_row("Cost of the simulated window ($)", _money(cost.get("usd")))
+    t.add_row("Monthly cost ($)", _num(cost.get("monthly_usd")))
+    t.add_row("Cost of the simulated window ($)", _money(cost.get("window_usd")))
     t.add_row("Cost per 1M output tokens ($)", _money(cost.get("usd_per_million_output_tokens")))
     t.add_row("Cost per 1M input tokens ($)", _money(cost.get("usd_per_million_input_tokens")))
     t.add_row("Cost per request ($)", _money(cost.get("usd_per_request")))
@@ -139,7 +133,11 @@ def summary_table(results: Mapping[str, Any]) -> Table:
     outer.add_column()
     outer.add_row(_counts(results))
     outer.add_row(_latency(results))
-    cost = (results.get("llmsim") or {}).get("cost")
+    llmsim = results.get("llmsim") or {}
+    for table in (ttft_budget_table(llmsim), pools_table(llmsim), classes_table(llmsim)):
+        if table is not None:
+            outer.add_row(table)
+    cost = llmsim.get("cost")
     if cost:
         outer.add_row(_cost(cost))
     if results.get("slo"):

@@ -10,9 +10,15 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..costmodel.speculative import SpeculativeSpec
 from ..engine.config import EngineConfig
 from ..engine.routing import RouterSpec
+from ..fleet.autoscaler import AutoscalingSpec
+from ..fleet.classes import ClassSpec
+from ..fleet.disaggregation import DisaggregationSpec
 from workloads.spec import WorkloadSpec
+from .ci import CheckSpec
+from .variants import LadderMode, Variants
 
 
 class PoolSpec(BaseModel):
@@ -24,13 +30,17 @@ class PoolSpec(BaseModel):
     model: str = Field(description="built-in model name, model YAML or config.json path")
     gpu: str = Field(description="built-in GPU name or hardware YAML path")
     tp: int = Field(default=1, ge=1, description="tensor-parallel GPUs per replica")
-    replicas: int = Field(default=1, ge=1)
+    replicas: int = Field(default=1, ge=1, description="replicas serving at t = 0 (autoscaled pools then move)")
+    autoscaling: Optional[AutoscalingSpec] = Field(default=None, description="grow and shrink with the load")
+    disaggregation: Optional[DisaggregationSpec] = Field(
+        default=None, description="make this a prefill pool: its requests decode on another pool after a KV transfer")
     router: RouterSpec = Field(
         default="round_robin", validate_default=True,
         description="a router name (round_robin, random, least_outstanding, least_outstanding_tokens, "
                     "session_affinity, prefix_aware) or a mapping {type: name, ...its settings below}")
     usd_per_gpu_hour: Optional[float] = Field(default=None, gt=0, description="override the GPU profile's price")
     engine: EngineConfig = EngineConfig()
+    speculative: Optional[SpeculativeSpec] = Field(default=None, description="draft-model speculative decoding")
 
 
 class Scenario(BaseModel):
@@ -40,6 +50,16 @@ class Scenario(BaseModel):
     description: str = ""
     seed: int = Field(default=0, ge=0, description="all randomness derives from it: same seed, same results")
     workload: WorkloadSpec = Field(description="the traffic")
-    pools: list[PoolSpec] = Field(min_length=1, description="replica groups (one per scenario in this version)")
+    pools: list[PoolSpec] = Field(min_length=1, description="replica groups, each with its own model and GPU")
+    classes: list[ClassSpec] = Field(
+        default_factory=list, description="request classes (tiers): share of the traffic, pool, priority, "
+                                          "admission limits, KV budget, network, SLO; none = one class")
+    timeline_interval_s: float = Field(default=10.0, gt=0, allow_inf_nan=False,
+                                       description="sampling period of timeline.csv (simulated seconds)")
     slo: Optional[dict[str, Any]] = Field(
         default=None, description="percentile targets such as ttft_p99_ms, tpot_p99_ms, e2el_p95_ms (ms)")
+    variants: Variants = Field(default_factory=list,
+                               description="named what-if overlays: `--variant NAME` applies one, `--ladder` runs them")
+    ladder: LadderMode = Field(default="cumulative",
+                               description="cumulative: step i applies variants 0..i; independent: each alone")
+    check: Optional[CheckSpec] = Field(default=None, description="fast settings and tracked metrics for `llmsim check`")

@@ -1,0 +1,207 @@
+"""``llmsim check``: gate a build on the scenarios' SLOs and on their committed baselines.
+
+Each scenario runs at its fast settings (``check.set`` and ``--set``). It
+fails when an SLO it declares is missed, or when a tracked metric moves
+beyond its tolerance against ``DIR/<scenario name>.json`` (see
+``report.regression`` for what counts). Failing is exit code 1, a result
+rather than bad input (that stays exit 2), so CI can tell "the fleet got
+worse" from "the check is broken". Every file is read and every variant
+built before the first run, so a typo costs seconds, not a CI slot.
+
+Baselines hold only the tracked metrics, rounded, one per line: small, and
+a refresh diffs only where something moved.
+"""
+from __future__ import annotations
+
+import difflib
+import json as _json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, List, Optional
+
+import typer
+from rich.table import Table
+
+from ..errors import LlmsimError
+from ..report.diff import flatten, read_json_object
+from ..report.regression import Verdict, judge, rounded
+from ..scenario.ci import CheckSpec
+from ..scenario.load import load_scenario
+from ..scenario.overlays import load_with_overlays, load_with_variants
+from ..scenario.schema import Scenario
+from ..scenario.variants import ladder_steps
+from .app import app
+from .output import console, fmt
+from .progress import simulate_shown
+
+_STYLE = {"ok": "green", "improved": "green", "new": "yellow", "regressed": "bold red", "moved": "bold red",
+          "missing": "bold red"}
+
+
+@dataclass
+class _Job:
+    """One scenario to check, with everything known before it runs."""
+
+    path: Path
+    scenario: Scenario                  # at its fast settings
+    spec: CheckSpec
+    baseline_file: Optional[Path]
+    baseline: Optional[dict[str, Any]]
+    update: bool                        # writing new baselines: moves are shown, not failed
+    failures: list[str] = field(default_factory=list)
+
+
+def baseline_file_name(scenario_name: str) -> str:
+    return (re.sub(r"[^A-Za-z0-9_.-]+", "-", scenario_name).strip("-.") or "scenario") + ".json"
+
+
+def _read_baseline(path: Path) -> dict[str, Any]:
+    data = read_json_object(path, what="baseline")
+    for k, v in data.items():
+        if v is not None and not isinstance(v, (int, float)):
+            raise LlmsimError(f"expected a number or null, got {v!r}; baselines hold tracked metrics only "
+                              "(rewrite it with --update-baseline)", source=path, key_path=k)
+    return data
+
+
+def _prepare(name: str, baseline_dir: Optional[Path], sets: List[str], update: bool) -> _Job:
+    sc, path = load_scenario(name)
+    spec = sc.check or CheckSpec()
+    for step in ladder_steps(sc.variants, sc.ladder)[1:]:
+        load_with_variants(path, step.variants)          # a broken ladder fails CI too
+    fast = load_with_overlays(path, [("check.set", spec.set)], sets) if spec.set or sets else sc
+    bfile = baseline_dir / baseline_file_name(sc.name) if baseline_dir is not None else None
+    baseline = _read_baseline(bfile) if bfile is not None and bfile.is_file() else None
+    job = _Job(path, fast, spec, bfile, baseline, update)
+    if bfile is not None and baseline is None and not update:
+        job.failures.append(f"no baseline {bfile}: create it with --update-baseline and commit it")
+    return job
+
+
+def _tracked(job: _Job, results: dict[str, Any]) -> dict[str, Any]:
+    flat = flatten(results)
+    out = {}
+    for m in job.spec.metrics:
+        if m not in flat:
+            near = difflib.get_close_matches(m, list(flat), n=3)
+            hint = f"; did you mean {', '.join(near)}?" if near else " (see a results.json for the keys)"
+            raise LlmsimError(f"{m!r} is not a key of results.json{hint}", source=job.path, key_path="check.metrics")
+        v = flat[m]
+        if v is not None and not isinstance(v, (int, float)):
+            raise LlmsimError(f"{m!r} is {v!r}, not a number to hold against a baseline",
+                              source=job.path, key_path="check.metrics")
+        out[m] = v
+    return out
+
+
+def _val(v: Any) -> str:
+    return "—" if v is None else fmt(v)
+
+
+def _pct(rel: Optional[float]) -> str:
+    if rel is None:
+        return "—"
+    return f"{100 * rel:+.1f}%" if abs(rel) != float("inf") else "from 0"
+
+
+def _slo_blocks(job: _Job, results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
+    """(label, slo block): the scenario's over all traffic, then each class
+    that declares its own (a class without one is only held to the fleet's
+    targets over all traffic, as declared)."""
+    blocks = [("SLO", results.get("slo") or {})]
+    measured = (results.get("llmsim") or {}).get("classes") or {}
+    for c in getattr(job.scenario, "classes", None) or []:
+        if getattr(c, "slo", None) and c.name in measured:
+            blocks.append((f"SLO {c.name}", measured[c.name].get("slo") or {}))
+    return blocks
+
+
+def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
+    for label, block in _slo_blocks(job, results):
+        for key, target in (block.get("targets") or {}).items():
+            met = target["met"]
+            att = target.get("attainment")
+            t.add_row(f"{label} {key}", f"≤ {_val(target['target_ms'])}", _val(target.get("measured_ms")),
+                      "—" if att is None else f"{100 * att:.1f}% within", "met" if met else "VIOLATED",
+                      style=None if met else "bold red")
+            if not met:
+                job.failures.append(f"{label} {key}: measured {_val(target.get('measured_ms'))} ms, target "
+                                    f"≤ {_val(target['target_ms'])} ms")
+
+
+def _verdict_row(v: Verdict, t: Table, job: _Job) -> None:
+    text = {"regressed": f"regressed (> {100 * v.tolerance:g}%)", "moved": f"moved (> {100 * v.tolerance:g}%)",
+            "improved": "improved: refresh the baseline", "new": "new: not in the baseline"}.get(v.verdict, v.verdict)
+    t.add_row(v.metric, _val(v.baseline), _val(v.now), _pct(v.rel), text, style=_STYLE.get(v.verdict))
+    if v.failed and not job.update:
+        job.failures.append(f"{v.metric} {v.verdict} {_pct(v.rel)} (baseline {_val(v.baseline)}, now {_val(v.now)}, "
+                            f"tolerance {100 * v.tolerance:g}%)")
+
+
+def _report(job: _Job, results: dict[str, Any], tracked: dict[str, Any], tolerance: float) -> Table:
+    t = Table(title_justify="left")
+    for col, justify in (("metric", "left"), ("baseline", "right"), ("now", "right"), ("change", "right"),
+                         ("verdict", "left")):
+        t.add_column(col, justify=justify)
+    _slo_rows(results, t, job)
+    for m, now in tracked.items():
+        if job.baseline is None:
+            t.add_row(m, "—", _val(now), "—", "no baseline")
+            continue
+        _verdict_row(judge(m, job.baseline.get(m), now, job.spec.tolerance.get(m, tolerance),
+                           in_baseline=m in job.baseline), t, job)
+    verdict = "[bold red]FAIL[/]" if job.failures else "[green]PASS[/]"
+    t.title = f"{verdict} {job.scenario.name} ({job.path})"
+    return t
+
+
+def _write_baseline(path: Path, tracked: dict[str, Any]) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(_json.dumps({m: rounded(v) for m, v in tracked.items()}, indent=2, allow_nan=False) + "\n")
+
+
+@app.command("check")
+def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (e.g. scenarios/*.yaml)"),
+          baseline: Optional[Path] = typer.Option(
+              None, "--baseline", help="folder of committed baselines, one <scenario name>.json each"),
+          update_baseline: bool = typer.Option(False, "--update-baseline",
+                                               help="write the baselines from this run (SLOs still checked)"),
+          tolerance: float = typer.Option(0.05, "--tolerance", min=0.0,
+                                          help="relative move allowed where check.tolerance names none"),
+          set_: List[str] = typer.Option([], "--set", help="override a key in every scenario (repeatable)"),
+          engine: str = typer.Option("fast", "--engine", help="fast (default) or reference"),
+          ) -> None:
+    """Run scenarios at their fast settings; exit 1 if an SLO is missed or a tracked metric regressed."""
+    if engine not in ("fast", "reference"):
+        raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
+    if update_baseline and baseline is None:
+        raise LlmsimError("--update-baseline writes into the --baseline folder: give --baseline DIR")
+    if baseline is not None and baseline.exists() and not baseline.is_dir():
+        raise LlmsimError("exists and is not a folder; --baseline names the folder of baseline files",
+                          source=baseline)
+    jobs = [_prepare(s, baseline, set_, update_baseline) for s in scenarios]
+    names: dict[str, Path] = {}
+    for job in jobs:
+        fname = baseline_file_name(job.scenario.name)
+        if fname in names and baseline is not None:
+            raise LlmsimError(f"has the same name as {names[fname]} ({job.scenario.name!r}), so both would "
+                              f"share the baseline {fname}; rename one", source=job.path, key_path="name")
+        names[fname] = job.path
+    failed = []
+    for i, job in enumerate(jobs):
+        out = simulate_shown(job.scenario, engine, job.path, label=f"checking {i + 1}/{len(jobs)} {job.scenario.name}")
+        tracked = _tracked(job, out.results)
+        console.print(_report(job, out.results, tracked, tolerance))
+        if update_baseline:
+            _write_baseline(job.baseline_file, tracked)
+            console.print(f"[dim]wrote {job.baseline_file}[/]")
+        if job.failures:
+            failed.append(job)
+    if failed:
+        console.print(f"[bold red]check failed[/]: {len(failed)} of {len(jobs)} scenarios")
+        for job in failed:
+            for why in job.failures:
+                console.print(f"  {job.scenario.name}: {why}")
+        raise typer.Exit(1)
+    console.print(f"[green]check passed[/]: {len(jobs)} scenario{'s' if len(jobs) != 1 else ''}")

@@ -1,0 +1,66 @@
+"""``llmsim plan``: search for the cheapest fleet meeting the SLO, or the highest sustainable rate."""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+
+from ..errors import LlmsimError
+from ..planning.pareto import plot_pareto
+from ..planning.plan import infeasible_message, plan_fleet
+from ..planning.store import PointStore
+from ..planning.vary import parse_vary
+from .app import app
+from .output import console, fmt, to_json
+from .sweep import Address, ConnectTimeout, ExecutorName, Workers, open_executor, output_dir, rows_table, \
+    runs_progress
+
+
+@app.command("plan")
+def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in scenario name); needs an slo: block"),
+         vary: List[str] = typer.Option([], "--vary", help="key=LO..HI (the axis searched; exactly one) or "
+                                                           "key=a,b,c (choices, crossed); repeatable"),
+         max_rate: bool = typer.Option(False, "--max-rate", help=f"instead: the highest workload.arrival.rate_per_s "
+                                                                 f"the fleet sustains under the SLO"),
+         seeds: int = typer.Option(1, "--seeds", help="a value meets the SLO only if this many seeds all do"),
+         output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                               help="folder for plan.json and pareto.png "
+                                                    "(default: ./plan-<scenario name>)"),
+         engine: str = typer.Option("fast", "--engine", help="fast (default) or reference"),
+         executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
+         connect_timeout: ConnectTimeout = 10.0) -> None:
+    """Find, for each combination of choices, the smallest value of the range axis meeting every SLO, ranked by cost.
+
+    Exit code 2 when no combination meets the SLO (plan.json is still written)."""
+    if engine not in ("fast", "reference"):
+        raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
+    axes = [parse_vary(v) for v in vary]
+    out = output_dir(output, f"plan-{Path(scenario).stem}")
+    wall = time.perf_counter()
+    with open_executor(executor, workers, address, connect_timeout) as ex, runs_progress(None, "plan") as on_row:
+        result = plan_fleet(scenario, axes, ex, seeds=seeds, max_rate=max_rate, engine=engine,
+                            store=PointStore(out / "points"), on_row=on_row)
+    wall = time.perf_counter() - wall
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "plan.json").write_text(to_json(result.to_json()) + "\n")
+    written = [out / "plan.json"]
+    if not max_rate:
+        written.append(plot_pareto(result.probes, result.best, out / "pareto.png",
+                                   title=f"{Path(scenario).stem}: cost vs p99 TTFT of every fleet simulated"))
+    key = result.searched["key"]
+    keys = [k for k in dict.fromkeys(k for c in result.candidates for k in c["overrides"])
+            if not (max_rate and k == key)]  # the rate reached has its own column
+    shown = [dict(c["overrides"], **{k: v for k, v in c.items() if k != "overrides"}) for c in result.candidates]
+    figures = ["max_rate_per_s"] if max_rate else []
+    figures += ["monthly_usd", "gpus", "ttft_p99_ms", "tpot_p99_ms", "slo_met", "probes", "failed_slo"]
+    what = f"highest {key} meeting the SLO" if max_rate else f"smallest {key} meeting the SLO, cheapest first"
+    console.print(rows_table(f"plan {scenario}: {what}", shown, [*keys, *figures]))
+    runs = sum(c["probes"] for c in result.candidates) * len(result.seeds)
+    console.print(f"searched {key}; {runs} runs ({len(result.seeds)} seed(s) each) in {wall:.1f} s; "
+                  f"wrote {', '.join(map(str, written))}")
+    if result.best is None:
+        raise LlmsimError(infeasible_message(result))
+    best = ", ".join(f"{k}={v}" for k, v in result.best["overrides"].items())
+    console.print(f"[bold]best:[/] {best}  (monthly cost ${fmt(result.best['monthly_usd'])})")

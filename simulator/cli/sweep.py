@@ -1,0 +1,107 @@
+"""``llmsim sweep``, and the executor options and progress bar it shares with ``llmsim plan``."""
+from __future__ import annotations
+
+import sys
+import time
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Annotated, Any, Iterator, Optional, Sequence
+
+import typer
+from rich.table import Table
+
+from ..errors import LlmsimError
+from ..planning.executors import Executor, ExecutorOptions, make_executor
+from ..planning.sweep import override_keys, plan_sweep, run_sweep
+from .app import app, err_console
+from .output import console, fmt
+
+ExecutorName = Annotated[str, typer.Option("--executor", help="where runs go: local (a process pool) or dask")]
+Workers = Annotated[Optional[int], typer.Option("--workers", help="local processes (default: one per core)")]
+Address = Annotated[Optional[str], typer.Option("--address", help="Dask scheduler address, e.g. tcp://host:8786")]
+ConnectTimeout = Annotated[float, typer.Option("--connect-timeout", help="seconds to wait for the Dask scheduler")]
+
+
+def open_executor(name: str, workers: Optional[int], address: Optional[str], connect_timeout: float) -> Executor:
+    return make_executor(name, ExecutorOptions(workers=workers, address=address, connect_timeout_s=connect_timeout))
+
+
+def output_dir(given: Optional[Path], default: str) -> Path:
+    out = given if given is not None else Path(default)
+    if out.exists() and not out.is_dir():
+        raise LlmsimError("exists and is not a folder; -o names the folder results are written to", source=out)
+    return out
+
+
+@contextmanager
+def runs_progress(total: Optional[int], what: str) -> Iterator[Any]:
+    """A progress callback for :func:`~simulator.planning.batch.run_points`:
+    a bar with time left on a terminal's stderr, nothing otherwise (pipes
+    and CI logs stay clean). It counts the runs still to do, not the stored
+    ones. ``total`` None: a search, whose count is unknown."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    columns = [TextColumn(f"[bold]{what}"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
+               TimeElapsedColumn()]
+    if total is not None:
+        columns += [TextColumn("left"), TimeRemainingColumn()]
+    with Progress(*columns, console=err_console, transient=True) as prog:
+        task = prog.add_task(what, total=total)
+
+        def on_row(point, row, reused: bool) -> None:
+            # A stored point costs nothing: counting it would make the time left a guess from instant runs.
+            if reused and total is not None:
+                prog.update(task, total=prog.tasks[0].total - 1)
+            elif not reused:
+                prog.advance(task)
+
+        yield on_row
+
+
+def rows_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str], limit: int = 40,
+               width: int = 60) -> Table:
+    """Rows as a table: numbers right-aligned, long text cut to ``width``
+    (the files written beside it hold the full text). A column no row
+    has a value for is left out."""
+    columns = [k for k in columns if any(r.get(k) is not None for r in rows)]
+    t = Table(title=title, title_justify="left")
+    for k in columns:
+        numeric = all(isinstance(r.get(k), (int, float)) for r in rows if r.get(k) is not None)
+        t.add_column(k, justify="right" if numeric else "left", overflow="fold")
+    for r in rows[:limit]:
+        cells = ["—" if r.get(k) is None else fmt(r[k]) for k in columns]
+        t.add_row(*(c if len(c) <= width else c[: width - 1] + "…" for c in cells))
+    if len(rows) > limit:
+        t.caption = f"first {limit} of {len(rows)} rows"
+    return t
+
+
+_SHOWN = ("ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms", "slo_met", "monthly_usd", "wall_time_s", "error")
+
+
+@app.command("sweep")
+def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid and/or points"),
+          output: Optional[Path] = typer.Option(None, "-o", "--output",
+                                                help="results folder (default: ./sweep-<file name>)"),
+          executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
+          connect_timeout: ConnectTimeout = 10.0) -> None:
+    """Run every point of a sweep file into one table (resumable: finished points are skipped)."""
+    points = plan_sweep(sweep_file)
+    out = output_dir(output, f"sweep-{sweep_file.stem}")
+    wall = time.perf_counter()
+    with open_executor(executor, workers, address, connect_timeout) as ex, \
+            runs_progress(len(points), "sweep") as on_row:
+        run = run_sweep(points, out, ex, on_row)
+        where = f"{executor} ({ex.workers} worker{'s' if ex.workers != 1 else ''})"
+    wall = time.perf_counter() - wall
+    console.print(rows_table(f"sweep {sweep_file}", run.rows, [*override_keys(points), *_SHOWN]))
+    console.print(f"wrote {run.table}: {len(run.rows)} rows ({run.reused} reused from {out / 'points'}, "
+                  f"{len(run.rows) - run.reused} run on {where}) in {wall:.1f} s")
+    if run.errors:
+        first = run.errors[0]["error"]
+        raise LlmsimError(f"{len(run.errors)} of {run.total} points could not run (kept out of the store, rerun "
+                          f"after fixing them); first: {first}")

@@ -1,0 +1,227 @@
+"""Speculative decoding as a transformation of a pool's cost model.
+
+Why a cost-model transformation and not an engine change: both replica
+engines advance every decoding sequence by exactly one token per iteration,
+which keeps KV growth, block allocation and batch composition exact and
+keeps the fast engine's closed form (decode time affine in the batch's total
+context, :meth:`CostModel.decode_coefficients`). Speculation changes how
+long a token takes, not what the scheduler does, so it is folded into the
+time of an iteration: a decode-only iteration of batch ``b`` at total
+context ``S`` (Σ over the batch of cached tokens + 1) takes
+
+    (k · t_draft(b, S) + t_verify(b, S)) / E,    E = (1 − α^(k+1)) / (1 − α),
+
+the expected time per emitted token of one speculative step. A step runs the
+draft model ``k`` times (its own cost model: same GPU kind, TP and dtypes as
+the target; draft step ``j`` attends to ``j`` more tokens) and the target
+once over ``k + 1`` tokens per sequence (its linear layers, all-reduces and
+LM head on ``b·(k+1)`` tokens, and an "extend" attention of ``k + 1`` new
+tokens over each sequence's cached context, with the target's prefill
+calibration). Both parts are affine in ``S`` for a fixed batch, so the
+quotient is too: the fast and the reference engine stay exact against each
+other.
+
+What is approximate, and why:
+
+* **Expected value.** E counts the accepted draft tokens plus the target's
+  bonus token with every draft token accepted independently with
+  probability α. The simulator emits exactly one token per sequence per
+  (amortised) iteration, so per-request TPOT, throughput and KV are right in
+  expectation (renewal: N tokens take ≈ N / E steps); the burstiness of real
+  inter-token gaps (several tokens at once, then a pause) and the variance
+  of a request's latency are not modelled, and ITL percentiles are the
+  amortised gap.
+* **α per pool.** One acceptance rate for every request of the pool. A
+  per-class α cannot be expressed this way: the step time is one number for
+  the whole batch, while sequences with different α would advance by
+  different numbers of tokens per step, which the one-token-per-iteration
+  engines cannot represent. Use pools per class instead.
+* **Verification attention.** The extend attention is split into a part
+  proportional to the cached context and a per-sequence part (the k + 1
+  queries' causal triangle, Q/O and new K/V), each put through the roofline
+  blend separately. With the calibrated GPUs' ``sharpness: 1`` this equals
+  :meth:`CostModel.prefill_attention_time` over the ``(k+1, cached)`` chunks
+  exactly; with a sharper knee (``--roofline``, s = ∞) it is an upper
+  bound (the s-norm's triangle inequality) that stays affine, as the fast
+  engine needs.
+* **Mixed iterations** (prefill chunks beside decodes): the decode part is
+  replaced by its speculative cost — plain iteration time − plain
+  decode-only time + speculative decode time — and the draft also prefills
+  the chunks (it needs the prompt's KV to propose). Rejection sampling, the
+  draft's bonus-token catch-up, and the k lookahead KV slots a sequence
+  holds during verification are not charged.
+* **Load threshold.** Above ``disable_above_batch`` decoding sequences an
+  iteration costs exactly what the plain model says (vLLM v0's
+  ``speculative_disable_by_batch_size``, which then skips the draft
+  entirely, prefill included). A sequence that was prefilled above the
+  threshold speculates later when the load drops (vLLM v0 would not).
+* **Memory.** The draft's weights (in the pool's weight dtype) come off the
+  KV budget and each block holds target and draft KV (the pool's KV dtype),
+  as vLLM splits blocks between scorer and proposer; the draft's activation
+  peak is not added (it runs after the target's, which the reserve sizes).
+* **Overhead.** Every draft step pays the pool's per-iteration overhead, as
+  the target's iterations do (vLLM launches each draft step separately).
+"""
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Optional, Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ..errors import LlmsimError
+from ..memory import MemoryPlan
+from ..profiles.model import ModelProfile, load_model
+from . import components as C
+from .roofline import blend
+from .step import CostModel
+
+__all__ = ["SpeculativeSpec", "SpeculativeCostModel", "expected_tokens_per_step", "speculative_cost_model",
+           "speculative_memory", "speculative_setup"]
+
+_US = 1e-6
+
+
+class SpeculativeSpec(BaseModel):
+    """A pool's draft-model speculative decoding (``pools[].speculative``)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    draft_model: str = Field(description="draft model: built-in name, model YAML or config.json path; it must "
+                                         "share the target's vocabulary and runs on the pool's GPUs, TP and dtypes")
+    k: int = Field(ge=1, description="draft tokens proposed per step")
+    acceptance_rate: float = Field(gt=0, lt=1, allow_inf_nan=False,
+                                   description="α: probability that the target accepts a draft token")
+    disable_above_batch: Optional[int] = Field(
+        default=None, ge=1, description="plain decoding while more sequences than this decode (throughput at peak)")
+
+
+def expected_tokens_per_step(k: int, alpha: float) -> float:
+    """E = (1 − α^(k+1)) / (1 − α): accepted draft tokens plus the target's own."""
+    return (1.0 - alpha ** (k + 1)) / (1.0 - alpha)
+
+
+class SpeculativeCostModel:
+    """A target :class:`CostModel` whose decode tokens cost a speculative step / E.
+
+    It answers :meth:`step_time` and :meth:`decode_coefficients` as the
+    engines need them and carries the target's identity (model, GPU, TP,
+    dtypes). There is no ``step`` breakdown: a per-component breakdown of an
+    amortised step would mix two models and mean little.
+    """
+
+    def __init__(self, target: CostModel, draft: CostModel, spec: SpeculativeSpec):
+        self.target, self.draft, self.spec = target, draft, spec
+        self.model, self.gpu, self.tp = target.model, target.gpu, target.tp
+        self.weight_dtype, self.kv_dtype, self.roofline = target.weight_dtype, target.kv_dtype, target.roofline
+        self.cal, self.overhead_s = target.cal, target.overhead_s
+        self.k = spec.k
+        self.tokens_per_step = expected_tokens_per_step(spec.k, spec.acceptance_rate)
+        # Extend attention of k+1 queries: flops/bytes are affine in the cached
+        # context, so split them into a per-cached-token and a per-sequence part.
+        t, p, q = target, target.cal.attention_prefill, spec.k + 1
+        shape = (t.heads, t.kv_heads, t.head_dim, t.kv_bytes)
+        f0, b0 = C.prefill_attention_flops_bytes(q, 0, *shape)
+        f1, b1 = C.prefill_attention_flops_bytes(q, 1, *shape)
+
+        def roof(flops: float, nbytes: float) -> float:
+            return t.layers * blend(flops / (t.peak_attn * p.eta_compute), nbytes / (t.hbm_bw * p.eta_memory),
+                                    p.sharpness)
+
+        self._verify_rate = roof(f1 - f0, b1 - b0)
+        self._verify_per_seq = roof(f0, b0)
+        self._verify_fixed = t.layers * p.fixed_us * _US
+        self._coef: dict[int, tuple[float, float]] = {}
+
+    def speculates(self, batch: int) -> bool:
+        """Whether an iteration with ``batch`` decoding sequences uses the draft."""
+        limit = self.spec.disable_above_batch
+        return limit is None or batch <= limit
+
+    # --- the two halves of a step (seconds, for a whole step, not amortised) --
+    def draft_time(self, batch: int, context: float) -> float:
+        """k draft decode iterations; iteration j attends to j more tokens per sequence."""
+        a, r = self.draft.decode_coefficients(batch)
+        k = self.k
+        return k * a + r * (k * context + batch * k * (k - 1) / 2.0)
+
+    def verify_time(self, batch: int, context: float) -> float:
+        """The target's pass over k+1 tokens per sequence (``context`` counts
+        each sequence's cached tokens + 1, as for a plain decode)."""
+        t, n = self.target, batch * (self.k + 1)
+        attention = self._verify_rate * (context - batch) + self._verify_per_seq * batch + self._verify_fixed
+        return t.token_time(n) + t.lm_head_time(n) + attention + t.overhead_s
+
+    # --- what the engines call ---------------------------------------------------
+    def decode_coefficients(self, batch: int) -> tuple[float, float]:
+        """(a, r) with a decode-only iteration taking a + r·S, S the total context."""
+        if batch <= 0 or not self.speculates(batch):
+            return self.target.decode_coefficients(batch)
+        c = self._coef.get(batch)
+        if c is None:
+            # Both halves are affine in S: read the coefficients off S = 0 and 1.
+            a = self.draft_time(batch, 0.0) + self.verify_time(batch, 0.0)
+            r = self.draft_time(batch, 1.0) + self.verify_time(batch, 1.0) - a
+            c = self._coef[batch] = (a / self.tokens_per_step, r / self.tokens_per_step)
+        return c
+
+    def step_time(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
+                  decode_context: float = 0.0, sampling_seqs: int | None = None) -> float:
+        """Seconds for one iteration, decode tokens at their amortised speculative cost."""
+        t, b = self.target, decode_batch
+        if not self.speculates(b):
+            return t.step_time(prefill_chunks, b, decode_context, sampling_seqs)
+        if sampling_seqs is None:
+            sampling_seqs = b + len(prefill_chunks)
+        total = 0.0
+        if b > 0:
+            a, r = self.decode_coefficients(b)
+            total = a + r * decode_context
+        if prefill_chunks:
+            plain_decode = t.step_time((), b, decode_context, b) if b > 0 else 0.0
+            total += t.step_time(prefill_chunks, b, decode_context, sampling_seqs) - plain_decode
+            total += self.draft.step_time(prefill_chunks, 0, 0.0, sampling_seqs - b)
+        return total
+
+    def describe(self) -> dict:
+        s = self.spec
+        return {**self.target.describe(), "speculative": {
+            "draft_model": self.draft.model.name, "k": s.k, "acceptance_rate": s.acceptance_rate,
+            "tokens_per_step": self.tokens_per_step, "disable_above_batch": s.disable_above_batch}}
+
+
+def speculative_cost_model(cm: CostModel, spec: SpeculativeSpec, draft: ModelProfile | None = None
+                           ) -> SpeculativeCostModel:
+    """Wrap a pool's cost model; ``draft`` overrides loading ``spec.draft_model``.
+
+    The draft inherits the target's GPU, TP, dtypes, per-iteration overhead
+    and roofline mode, so quantising a pool quantises both models alike.
+    """
+    if draft is None:
+        draft = load_model(spec.draft_model)
+    if draft.vocab_size != cm.model.vocab_size:
+        raise LlmsimError(f"draft model {draft.name} has a {draft.vocab_size:,}-token vocabulary but the target "
+                          f"{cm.model.name} has {cm.model.vocab_size:,}: a draft must share the target's tokenizer")
+    draft_cm = CostModel(draft, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype, roofline=cm.roofline,
+                         iteration_overhead_ms=cm.overhead_s * 1e3)
+    return SpeculativeCostModel(cm, draft_cm, spec)
+
+
+def speculative_memory(mem: MemoryPlan, scm: SpeculativeCostModel) -> MemoryPlan:
+    """The target's memory plan with the draft's weights and KV added."""
+    draft = scm.draft.model
+    weights = draft.weight_bytes(scm.weight_dtype)
+    kv_cap = mem.kv_capacity_bytes - weights
+    per_token = mem.kv_bytes_per_token + draft.kv_bytes_per_token(scm.kv_dtype)
+    if kv_cap <= per_token * mem.block_size:
+        raise LlmsimError(f"the draft model {draft.name} ({weights / 1e9:.1f} GB of weights) leaves no KV memory "
+                          f"beside {scm.model.name} on {scm.tp}× {scm.gpu.name}")
+    return replace(mem, weights_bytes=mem.weights_bytes + weights, kv_capacity_bytes=kv_cap,
+                   kv_bytes_per_token=per_token, num_blocks=int(kv_cap // (per_token * mem.block_size)))
+
+
+def speculative_setup(cm: CostModel, mem: MemoryPlan, spec: SpeculativeSpec
+                      ) -> tuple[SpeculativeCostModel, MemoryPlan]:
+    """What a pool with ``speculative:`` runs on: the wrapped cost model and its memory."""
+    scm = speculative_cost_model(cm, spec)
+    return scm, speculative_memory(mem, scm)

@@ -1,0 +1,169 @@
+"""Autoscaling a pool toward a target, the way a Kubernetes HPA does it.
+
+Every ``interval_s`` the autoscaler reads one metric over the pool's ready
+replicas and asks for ``ceil(ready × metric / target)`` replicas (for
+``request_rate`` the target is per replica: ``ceil(rate / target)``),
+inside a ``tolerance`` band where it does nothing, clamped to
+``[min_replicas, max_replicas]`` and to a schedule's floor. Scale-up acts at
+once (then waits ``scale_up_cooldown_s``); scale-in takes the highest
+recommendation of the last ``scale_down_window_s`` (the HPA's stabilisation
+window) so a dip does not throw away replicas a ramp is about to need.
+
+A new replica is paid from the moment it is asked for but serves only after
+its cold start: weight bytes / ``weight_load_gb_per_s`` + ``boot_s``. A warm
+pool keeps standby replicas (paid, ready in ``warm_start_s``); each one used
+is refilled by a cold start in the background. Scale-in cancels replicas
+still starting first, then drains ready ones (no request is lost).
+
+The metrics are what operators scale on, including the misleading one:
+``gpu_busy`` is the fraction of wall time a replica was running an
+iteration, which a memory-bound decode fleet keeps near its batch-limited
+value while its KV is full and queues grow (see docs/fleet.md).
+"""
+from __future__ import annotations
+
+import math
+from collections import deque
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from .pool import Pool, State
+
+Metric = Literal["concurrency", "queue_depth", "kv_utilization", "gpu_busy", "request_rate"]
+
+
+class ScheduleStep(BaseModel):
+    """From ``at_s`` on, keep at least ``min_replicas`` (pre-warm ahead of a known ramp)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    at_s: float = Field(ge=0, allow_inf_nan=False, description="simulated seconds")
+    min_replicas: int = Field(ge=1)
+
+
+class AutoscalingSpec(BaseModel):
+    """How a pool grows and shrinks (``pools[].replicas`` is the count at t = 0)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    metric: Metric = Field(description="concurrency: requests in flight (running + waiting) per ready replica; "
+                                       "queue_depth: waiting requests per ready replica (zero on a healthy "
+                                       "fleet, so it scales in hard: give it a long scale_down_window_s); "
+                                       "kv_utilization: "
+                                       "fraction of KV blocks in use; gpu_busy: fraction of time iterating; "
+                                       "request_rate: arrivals per second per replica")
+    target: float = Field(gt=0, allow_inf_nan=False, description="the metric's value to steer toward")
+    min_replicas: int = Field(default=1, ge=1)
+    max_replicas: int = Field(ge=1)
+    interval_s: float = Field(default=15.0, gt=0, allow_inf_nan=False, description="evaluation period (HPA: 15 s)")
+    tolerance: float = Field(default=0.1, ge=0, allow_inf_nan=False,
+                             description="no change while |metric/target − 1| is within it (HPA: 0.1)")
+    scale_up_cooldown_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)
+    scale_down_window_s: float = Field(default=300.0, ge=0, allow_inf_nan=False,
+                                       description="scale in to the highest recommendation of this window")
+    boot_s: float = Field(default=60.0, ge=0, allow_inf_nan=False,
+                          description="container start, engine init and CUDA-graph capture, after weights load")
+    weight_load_gb_per_s: float = Field(default=2.0, gt=0, allow_inf_nan=False,
+                                        description="rate at which a replica loads its weights (GB/s)")
+    warm_pool: int = Field(default=0, ge=0, description="standby replicas kept paid and ready to serve")
+    warm_start_s: float = Field(default=5.0, ge=0, allow_inf_nan=False,
+                                description="a standby replica's time to take traffic")
+    schedule: list[ScheduleStep] = Field(default_factory=list, description="raise the floor at known times")
+
+    @model_validator(mode="after")
+    def _bounds(self) -> "AutoscalingSpec":
+        if self.min_replicas > self.max_replicas:
+            raise ValueError(f"min_replicas ({self.min_replicas}) > max_replicas ({self.max_replicas})")
+        for st in self.schedule:
+            if st.min_replicas > self.max_replicas:
+                raise ValueError(f"schedule at {st.at_s:g} s asks for {st.min_replicas} replicas, "
+                                 f"more than max_replicas ({self.max_replicas})")
+        return self
+
+    def cold_start_s(self, weight_bytes: float) -> float:
+        return weight_bytes / (self.weight_load_gb_per_s * 1e9) + self.boot_s
+
+    def floor(self, now: float) -> int:
+        f = self.min_replicas
+        for st in self.schedule:
+            if st.at_s <= now:
+                f = max(f, st.min_replicas)
+        return f
+
+
+class Autoscaler:
+    def __init__(self, pool: Pool, spec: AutoscalingSpec, cold_start_s: float) -> None:
+        self.pool = pool
+        self.spec = spec
+        self.cold_start_s = cold_start_s
+        self.last_up = -math.inf
+        self.recent: deque[tuple[float, int]] = deque()
+        self._busy = 0.0
+        self._arrivals = 0
+        self._t = pool.env.now
+        self.decisions: list[tuple[float, int, float]] = []   # (time, desired, metric)
+
+    def _metric(self) -> float:
+        p = self.pool
+        now = p.env.now
+        n = max(len(p.ready), 1)
+        dt = max(now - self._t, 1e-12)
+        busy, arrivals = p.busy_time(), p.arrivals
+        d_busy, d_arr = busy - self._busy, arrivals - self._arrivals
+        self._busy, self._arrivals, self._t = busy, arrivals, now
+        m = self.spec.metric
+        if m == "concurrency":
+            return sum(r.outstanding for r in p.ready) / n
+        if m == "queue_depth":
+            return p.queue_depth() / n
+        if m == "kv_utilization":
+            return p.kv_utilization()
+        if m == "gpu_busy":
+            return min(d_busy / (dt * n), 1.0)
+        return d_arr / dt
+
+    def desired(self) -> tuple[int, float]:
+        s = self.spec
+        p = self.pool
+        value = self._metric()
+        ready = len(p.ready)
+        committed = ready + p.count(State.STARTING)
+        if s.metric == "request_rate":
+            want = math.ceil(value / s.target - 1e-9)
+        elif abs(value / s.target - 1.0) <= s.tolerance:
+            want = committed
+        else:
+            want = math.ceil(ready * value / s.target - 1e-9)
+        return max(s.floor(p.env.now), min(s.max_replicas, want)), value
+
+    def tick(self) -> None:
+        p, s = self.pool, self.spec
+        now = p.env.now
+        want, value = self.desired()
+        self.decisions.append((now, want, value))
+        self.recent.append((now, want))
+        while self.recent and self.recent[0][0] < now - s.scale_down_window_s:
+            self.recent.popleft()
+        committed = len(p.ready) + p.count(State.STARTING)
+        if want > committed:
+            if now - self.last_up >= s.scale_up_cooldown_s:
+                self.last_up = now
+                for _ in range(want - committed):
+                    self._scale_up()
+            return
+        keep = max(w for _, w in self.recent)
+        for _ in range(committed - max(keep, want)):
+            if not p.cancel_start():
+                if len(p.ready) <= 1:
+                    break
+                p.drain()
+
+    def _scale_up(self) -> None:
+        p = self.pool
+        if p.warm:
+            p.start(self.spec.warm_start_s, warm=True)
+            p.start_warm(self.cold_start_s)
+        else:
+            p.start(self.cold_start_s)
+

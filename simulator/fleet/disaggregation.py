@@ -1,0 +1,160 @@
+"""Disaggregated prefill and decode (DistServe, Splitwise, vLLM's P/D connectors).
+
+A prefill pool computes each prompt's KV and hands it to a decode pool over
+a link; the decode replica receives the KV of all prompt tokens but the
+last, computes that one (its first iteration, which samples the first
+token the client sees) and decodes the rest. So
+
+* TTFT = queue + prefill on the prefill pool + KV transfer + the decode
+  replica's wait and first step (``ttft_budget`` shows each part);
+* TPOT is set by the decode pool alone: no prefill chunk ever shares its
+  iterations, which is the point of disaggregating;
+* the prefill pool's sampled token is discarded (vLLM runs the prefill leg
+  with ``max_tokens=1``).
+
+The transfer takes ``latency + KV bytes / (per-GPU bandwidth × TP)``: each
+tensor-parallel shard sends its slice of the KV over its own link. A
+decode replica preempted by recompute prefills the whole prompt locally
+(the transferred KV is gone). The link itself is not a queue: concurrent
+transfers do not slow each other (stated limitation).
+
+Presets (per GPU, effective, assumptions stated here):
+``nvlink`` 400 GB/s and 10 µs (H100 NVLink 4: 450 GB/s per direction, NCCL
+reaches ~90%); ``infiniband`` 45 GB/s and 20 µs (one NDR 400 Gb/s HCA per
+GPU as in DGX H100, at ~90%); ``ethernet`` 3 GB/s and 100 µs (a 200 GbE NIC
+shared by a node's 8 GPUs, RoCE at ~95%).
+"""
+from __future__ import annotations
+
+from typing import Callable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from workloads.request import Request, Status
+
+PRESETS = {"nvlink": (400.0, 0.010), "infiniband": (45.0, 0.020), "ethernet": (3.0, 0.100)}
+
+
+class KvLinkSpec(BaseModel):
+    """The prefill → decode link: a preset, or explicit numbers that override it."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    preset: Literal["nvlink", "infiniband", "ethernet"] = "infiniband"
+    bandwidth_gb_per_s: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False,
+                                                description="per GPU (each TP shard sends its slice)")
+    latency_ms: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False)
+
+    def numbers(self) -> tuple[float, float]:
+        """(bytes per second per GPU, latency seconds)."""
+        bw, lat = PRESETS[self.preset]
+        if self.bandwidth_gb_per_s is not None:
+            bw = self.bandwidth_gb_per_s
+        if self.latency_ms is not None:
+            lat = self.latency_ms
+        return bw * 1e9, lat / 1000.0
+
+
+class DisaggregationSpec(BaseModel):
+    """On a prefill pool: where its requests decode, and over what link."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    decode_pool: str = Field(description="name of the pool that decodes this pool's requests")
+    link: KvLinkSpec = KvLinkSpec()
+
+    @model_validator(mode="after")
+    def _named(self) -> "DisaggregationSpec":
+        if not self.decode_pool:
+            raise ValueError("decode_pool must name a pool")
+        return self
+
+
+class PrefillDecode:
+    """A prefill pool and a decode pool acting as one pool to the front end."""
+
+    def __init__(self, env, prefill, decode, kv_bytes_per_token: float, tp: int, link: KvLinkSpec) -> None:
+        self.env = env
+        self.prefill = prefill
+        self.decode = decode
+        self.bytes_per_token = kv_bytes_per_token
+        bw, self.latency = link.numbers()
+        self.bandwidth = bw * tp
+        self.on_done: Optional[Callable[[Request], None]] = None
+        self.legs: dict[int, tuple[Request, Request]] = {}     # id -> (client request, leg in flight)
+        self.on_link: set[int] = set()                          # ids whose KV is in transfer
+        self.decoding: set[int] = set()                         # ids on the decode pool
+        prefill.on_done = self._prefilled
+        decode_done = decode.on_done
+        decode.on_done = lambda r: self._decoded(r) if r.id in self.legs else decode_done(r)
+
+    def transfer_s(self, tokens: int) -> float:
+        return self.latency + tokens * self.bytes_per_token / self.bandwidth
+
+    def submit(self, req: Request) -> None:
+        leg = Request(req.id, req.arrival, req.input_tokens, 1, req.session, req.klass, req.priority, req.blocks)
+        leg.queued = req.queued
+        self.legs[req.id] = (req, leg)
+        self.prefill.submit(leg)
+
+    def cancel(self, req: Request) -> None:
+        pair = self.legs.get(req.id)
+        if pair is None:
+            return
+        req, leg = pair
+        if req.id in self.on_link:              # its KV is on the link: it ends now
+            self.on_link.discard(req.id)
+            self._end(req, leg, Status.CANCELLED, self.env.now)
+        else:
+            (self.decode if req.id in self.decoding else self.prefill).cancel(leg)
+
+    def _prefilled(self, leg: Request) -> None:
+        req, _ = self.legs[leg.id]
+        req.admitted, req.cached_tokens, req.replica = leg.admitted, leg.cached_tokens, leg.replica
+        req.preemptions += leg.preemptions
+        if leg.status is not Status.FINISHED:
+            self._end(req, leg, leg.status, leg.finish)
+            return
+        req.prefill_done = leg.first_token
+        if req.output_tokens == 1:              # nothing left to decode: the prefill's token is the answer
+            req.first_token = leg.first_token
+            self._end(req, leg, Status.FINISHED, leg.finish)
+            return
+        req.kv_transfer = self.transfer_s(req.input_tokens)
+        dec = Request(req.id, self.env.now, req.input_tokens, req.output_tokens, req.session, req.klass,
+                      req.priority)
+        dec.preloaded = req.input_tokens - 1
+        self.legs[req.id] = (req, dec)
+        self.on_link.add(req.id)
+        ev = self.env.timeout(req.kv_transfer)
+        ev.callbacks.append(lambda _ev: self._arrived(dec))
+
+    def _arrived(self, dec: Request) -> None:
+        if dec.id in self.on_link:
+            self.on_link.discard(dec.id)
+            dec.queued = self.env.now
+            self.decoding.add(dec.id)
+            self.decode.submit(dec)
+
+    def _decoded(self, dec: Request) -> None:
+        req, _ = self.legs[dec.id]
+        req.first_token = dec.first_token
+        req.preemptions += dec.preemptions
+        self._end(req, dec, dec.status, dec.finish)
+
+    def _end(self, req: Request, leg: Request, status: Status, t: float) -> None:
+        del self.legs[req.id]
+        self.decoding.discard(req.id)
+        leg.status = status
+        req.status = status
+        req.finish = t
+        if self.on_done:
+            self.on_done(req)
+
+    # the front end and reports read these from the pool a class routes to
+    @property
+    def name(self) -> str:
+        return self.prefill.name
+
+    def end_time(self) -> float:
+        return max(self.prefill.end_time(), self.decode.end_time())

@@ -1,0 +1,94 @@
+"""The fleet's front door: class, network, pool.
+
+A request leaves the client at ``arrival``, spends its class's network
+ingress and tokenisation time, and reaches the pool serving its class at
+``queued``. Its response travels back with the egress latency, which the
+client sees on every token: the first token and the finish are stamped
+client-side, so TTFT and E2EL include the network while TPOT and ITL (gaps
+between tokens) do not change. A session's next turn starts from the
+response the client received.
+"""
+from __future__ import annotations
+
+import math
+from typing import Callable, Mapping, Optional
+
+import simpy
+from simpy.events import URGENT
+
+from workloads.request import Request, Status
+from .classes import ClassTable
+
+
+def _at(env: simpy.Environment, delay: float, fn: Callable[[], None]) -> None:
+    ev = simpy.Event(env)
+    ev._ok, ev._value = True, None
+    ev.callbacks.append(lambda _ev: fn())
+    env.schedule(ev, URGENT, delay)
+
+
+class Fleet:
+    """Routes each request of the workload to the pool of its class."""
+
+    def __init__(self, env: simpy.Environment, pools: Mapping[str, object], classes: ClassTable,
+                 routes: Mapping[str, str], on_done: Optional[Callable[[Request], None]] = None) -> None:
+        self.env = env
+        self.pools = pools
+        self.classes = classes
+        self.routes = routes              # class name -> pool name
+        self.on_done = on_done
+        self._egress: dict[int, float] = {}
+        self._transit: set[int] = set()           # ids between the client and a pool
+
+    def submit(self, req: Request) -> None:
+        c = self.classes.assign(req)
+        req.pool = self.routes[c.name]
+        if not self.classes.network:
+            self._queue(req)
+            return
+        net, tok = self.classes.ingress(c, req)
+        req.net_in = net
+        self._egress[req.id] = self.classes.egress(c)
+        delay = net + tok
+        if delay > 0:
+            self._transit.add(req.id)
+            _at(self.env, delay, lambda: self._queue(req))
+        else:
+            self._queue(req)
+
+    def _queue(self, req: Request) -> None:
+        if req.status is not Status.PENDING:      # cancelled on its way in
+            return
+        self._transit.discard(req.id)
+        req.queued = self.env.now
+        self.pools[req.pool].submit(req)
+
+    def cancel(self, req: Request) -> None:
+        """The client gave up: a request still on its way in ends here,
+        one already queued is the pool's to end."""
+        if req.status is not Status.PENDING:
+            return
+        if req.id in self._transit:
+            self._transit.discard(req.id)
+            self._egress.pop(req.id, None)
+            req.status = Status.CANCELLED
+            req.finish = self.env.now
+            if self.on_done:
+                self.on_done(req)
+            return
+        self.pools[req.pool].cancel(req)
+
+    def done(self, req: Request) -> None:
+        """A pool ended ``req``: stamp what the client sees, then tell the workload."""
+        if math.isnan(req.prefill_done):
+            req.prefill_done = req.first_token
+        out = self._egress.pop(req.id, 0.0)
+        if out and req.status is Status.FINISHED:
+            req.net_out = out
+            req.first_token += out
+            req.finish += out
+            if self.on_done:
+                _at(self.env, out, lambda: self.on_done(req))
+            return
+        if self.on_done:
+            self.on_done(req)

@@ -1,0 +1,243 @@
+"""A pool of identical replicas behind a router, with a replica lifecycle.
+
+A replica is *starting* (paid for, loading weights, serving nothing),
+*ready* (routed to), *draining* (finishing what it holds, routed nothing
+new), *warm* (a paid standby that is ready within seconds) or *stopped*.
+The pool keeps a log of how many replicas it pays for over time, which the
+bill (:mod:`simulator.metrics.cost`) integrates; an autoscaler
+(:mod:`simulator.fleet.autoscaler`) moves replicas between the states.
+
+Workload drivers (through the front end) call ``submit`` and ``cancel``;
+replicas call back when a request ends.
+"""
+from __future__ import annotations
+
+from enum import Enum
+from typing import Callable, Optional
+
+import simpy
+
+from ..costmodel import CostModel
+from ..engine.config import EngineConfig
+from ..engine.reference import ReferenceReplica
+from ..engine.replica import FastReplica
+from ..engine.routing import Router
+from ..metrics.gaps import GapLog
+from workloads.request import Request, Status
+
+ENGINES = {"fast": FastReplica, "reference": ReferenceReplica}
+
+
+class State(str, Enum):
+    STARTING = "starting"
+    READY = "ready"
+    DRAINING = "draining"
+    WARM = "warm"
+    STOPPED = "stopped"
+
+
+BILLED = (State.STARTING, State.READY, State.DRAINING, State.WARM)
+
+
+class Admission:
+    """Per-class admission control: reject a request on arrival when the
+    replica it would join already has ``max_queue`` requests that would be
+    served before it, or when their prompts would keep it waiting longer
+    than ``max_wait_s`` at the replica's prefill rate. Because only requests
+    of equal or higher priority count, and limits may not shrink as
+    priority grows (checked with the scenario), a lower class is always shed
+    at a load where a higher one is still admitted."""
+
+    __slots__ = ("max_queue", "max_wait_s")
+
+    def __init__(self, max_queue: Optional[int], max_wait_s: Optional[float]) -> None:
+        self.max_queue = max_queue
+        self.max_wait_s = max_wait_s
+
+    def rejects(self, req: Request, replica, prefill_tokens_per_s: float) -> bool:
+        w = replica.waiting
+        if self.max_queue is not None and w.count_at_least(req.priority) >= self.max_queue:
+            return True
+        if self.max_wait_s is not None:
+            ahead = sum(s.prompt - s.done for s in w if s.req.priority >= req.priority)
+            if ahead / prefill_tokens_per_s > self.max_wait_s:
+                return True
+        return False
+
+
+def _step(log: list[tuple[float, int]], now: float, n: int) -> None:
+    """Append to a step-function log, merging same-time and no-change steps."""
+    if log and log[-1][0] == now:
+        log[-1] = (now, n)
+        if len(log) > 1 and log[-2][1] == n:
+            log.pop()
+    elif not log or log[-1][1] != n:
+        log.append((now, n))
+
+
+class Pool:
+    def __init__(self, env: simpy.Environment, cm: CostModel, cfg: EngineConfig, num_blocks: int, replicas: int,
+                 router: Router, gaps: GapLog, engine: str = "fast",
+                 on_done: Optional[Callable[[Request], None]] = None, max_model_len: int | None = None,
+                 id_block_tokens: int | None = None, *, name: str = "main",
+                 kv_budgets: Optional[dict[str, int]] = None,
+                 admission: Optional[dict[str, Admission]] = None, warm: int = 0) -> None:
+        self.env = env
+        self.name = name
+        self.router = router
+        self.cm = cm
+        self._make = lambda i: ENGINES[engine](env, i, cm, cfg, num_blocks, gaps, self._ended, max_model_len,
+                                               id_block_tokens, kv_budgets)
+        self.on_done = on_done
+        self.num_blocks = num_blocks
+        self.admission = admission or {}
+        self._prefill_rate: Optional[float] = None
+        self.cfg = cfg
+        self.replicas: list = []            # every replica ever created, by index
+        self.state: list[State] = []
+        self.ready: list = []               # routed to, in creation order
+        self.billing: list[tuple[float, int]] = []   # (time, replicas paid for from then on)
+        self.serving: list[tuple[float, int]] = []   # (time, ready replicas from then on)
+        self.t_rejected = 0.0
+        self.arrivals = 0                   # requests submitted (for rate metrics)
+        self.rejected = 0
+        self.warm: list[int] = []
+        self.on_ready: Optional[Callable[[], None]] = None
+        for _ in range(replicas):
+            self._new(State.READY)
+        for _ in range(warm):
+            self.warm.append(self._new(State.WARM).index)
+        self._bill()
+
+    # --- lifecycle -----------------------------------------------------------
+    def _new(self, state: State):
+        r = self._make(len(self.replicas))
+        self.replicas.append(r)
+        self.state.append(state)
+        if state is State.READY:
+            self.ready.append(r)
+        return r
+
+    def count(self, state: State) -> int:
+        return sum(1 for s in self.state if s is state)
+
+    @property
+    def billed(self) -> int:
+        return sum(1 for s in self.state if s in BILLED)
+
+    def _bill(self) -> None:
+        now = self.env.now
+        _step(self.billing, now, self.billed)
+        _step(self.serving, now, len(self.ready))
+
+    def start(self, delay: float, warm: bool = False) -> None:
+        """Start a replica that serves after ``delay`` seconds (a cold start,
+        or a warm standby's activation when ``warm``); it is paid from now."""
+        if warm and self.warm:
+            i = self.warm.pop()
+            self.state[i] = State.STARTING
+        else:
+            i = self._new(State.STARTING).index
+        self._bill()
+        ev = self.env.timeout(delay)
+        ev.callbacks.append(lambda _ev: self._become_ready(i))
+
+    def start_warm(self, delay: float) -> None:
+        """Refill the warm pool: a standby that is paid from now and usable
+        after its cold start."""
+        i = self._new(State.STARTING).index
+        self._bill()
+        ev = self.env.timeout(delay)
+        ev.callbacks.append(lambda _ev: self._become_warm(i))
+
+    def _become_warm(self, i: int) -> None:
+        if self.state[i] is State.STARTING:
+            self.state[i] = State.WARM
+            self.warm.append(i)
+            self._bill()
+
+    def _become_ready(self, i: int) -> None:
+        if self.state[i] is not State.STARTING:      # cancelled while starting
+            return
+        self.state[i] = State.READY
+        self.ready.append(self.replicas[i])
+        self._bill()
+        if self.on_ready is not None:
+            self.on_ready()
+
+    def cancel_start(self) -> bool:
+        """Stop the newest starting replica (a scale-in before it served)."""
+        for i in range(len(self.state) - 1, -1, -1):
+            if self.state[i] is State.STARTING:
+                self.state[i] = State.STOPPED
+                self._bill()
+                return True
+        return False
+
+    def drain(self) -> None:
+        """Take the ready replica with the least outstanding work out of
+        routing; it stops (and stops being paid for) once it is empty, so
+        scale-in never loses a request."""
+        r = min(reversed(self.ready), key=lambda r: r.outstanding)
+        self.ready.remove(r)
+        self.state[r.index] = State.DRAINING
+        self._stop_if_drained(r)
+        self._bill()
+
+    def _stop_if_drained(self, r) -> None:
+        if self.state[r.index] is State.DRAINING and r.outstanding == 0:
+            self.state[r.index] = State.STOPPED
+            self._bill()
+
+    # --- requests -------------------------------------------------------------
+    def submit(self, req: Request) -> None:
+        self.arrivals += 1
+        r = self.ready[self.router.choose(req, self.ready)]
+        adm = self.admission.get(req.klass)
+        if adm is not None and adm.rejects(req, r, self.prefill_tokens_per_s()):
+            self.reject(req)
+            return
+        r.submit(req)
+
+    def reject(self, req: Request) -> None:
+        """Shed ``req`` on arrival: it ends REJECTED, once, and is reported."""
+        self.rejected += 1
+        req.status = Status.REJECTED
+        req.finish = self.t_rejected = self.env.now
+        if self.on_done:
+            self.on_done(req)
+
+    def prefill_tokens_per_s(self) -> float:
+        """A replica's prefill rate with a full token budget (for predicted waits)."""
+        if self._prefill_rate is None:
+            n = self.cfg.max_num_batched_tokens
+            self._prefill_rate = n / self.cm.step_time(prefill_chunks=[(n, 0)])
+        return self._prefill_rate
+
+    def _ended(self, req: Request) -> None:
+        self._stop_if_drained(self.replicas[req.replica])
+        if self.on_done:
+            self.on_done(req)
+
+    def cancel(self, req: Request) -> None:
+        if req.replica >= 0 and req.status is Status.PENDING:
+            self.replicas[req.replica].cancel(req)
+
+    def end_time(self) -> float:
+        """When the last request ended: the end of the simulated span. The
+        clock may have run past it on a fast-engine timer made stale by a cut."""
+        return max(self.t_rejected, max(r.t_end for r in self.replicas))
+
+    # --- state for autoscalers and the timeline --------------------------------
+    def queue_depth(self) -> int:
+        return sum(len(r.waiting) for r in self.replicas if self.state[r.index] is not State.STOPPED)
+
+    def kv_utilization(self) -> float:
+        """Mean fraction of KV blocks in use over the ready replicas, now."""
+        if not self.ready:
+            return 0.0
+        now = self.env.now
+        return sum(r.kv_used_now(now) for r in self.ready) / (len(self.ready) * self.num_blocks)
+
+    def busy_time(self) -> float:
+        return sum(r.busy_time for r in self.replicas)

@@ -1,0 +1,51 @@
+"""One pool's building blocks from its spec: profiles, cost model, memory plan.
+
+Kept apart from the run so that checks, planners and notebooks can size a
+pool (KV blocks, cold-start bytes, step times) without simulating it.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+
+import numpy as np
+
+from ..costmodel import CostModel
+from ..costmodel.speculative import speculative_setup
+from ..engine.routing import make_router
+from ..errors import LlmsimError
+from ..memory import MemoryPlan, plan_memory
+from ..profiles import load_hardware, load_model
+from ..scenario.schema import PoolSpec
+
+
+@dataclass
+class PoolSetup:
+    spec: PoolSpec
+    cm: CostModel
+    memory: MemoryPlan
+
+
+def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> PoolSetup:
+    where = f"pools[{index}]"
+
+    def at(key: str, fn):
+        try:
+            return fn()
+        except LlmsimError as e:
+            raise LlmsimError(e.message, source=source, key_path=f"{where}.{key}") from None
+
+    model = at("model", lambda: load_model(spec.model))
+    gpu = at("gpu", lambda: load_hardware(spec.gpu))
+    e = spec.engine
+    cm = at("tp", lambda: CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
+                                    iteration_overhead_ms=e.iteration_overhead_ms))
+    mem = at("engine", lambda: plan_memory(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
+                                           e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
+                                           e.block_size))
+    if spec.speculative:  # the draft's share of each token's time and of the GPU memory
+        cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative))
+    if e.num_gpu_blocks_override:
+        mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
+    at("router", lambda: make_router(spec.router, np.random.default_rng(0)))
+    return PoolSetup(spec, cm, mem)

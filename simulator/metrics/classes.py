@@ -1,0 +1,48 @@
+"""Per-class results: the ``llmsim.classes.<class>`` block.
+
+Shedding is only visible per class: a fleet-wide p99 can look healthy while
+the free tier is rejected wholesale. Each class gets its outcome counts,
+its latency percentiles and its own SLO attainment (the class's ``slo``,
+else the scenario's). ITL has no per-class figure: the engine pools
+inter-token gaps per iteration, not per request, so an ITL target is
+judged fleet-wide only.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Sequence
+
+from workloads.request import Request, Status
+from .results import compute_results
+
+_KEYS = ("median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p95_tpot_ms", "p99_tpot_ms",
+         "p99_e2el_ms", "request_throughput")
+
+
+def class_block(requests: Sequence[Request], classes: Sequence, default_slo: Optional[Mapping[str, Any]],
+                duration: float) -> dict[str, Any]:
+    by: dict[str, list[Request]] = {c.name: [] for c in classes}
+    for r in requests:
+        by.setdefault(r.klass, []).append(r)
+    out: dict[str, Any] = {}
+    specs = {c.name: c for c in classes}
+    for name, reqs in by.items():
+        c = specs.get(name)
+        slo = (c.slo if c is not None and c.slo else default_slo) or None
+        if slo:
+            slo = {k: v for k, v in slo.items() if not k.startswith("itl_")}
+        res = compute_results(reqs, None, slo=slo, duration=duration)
+        n = {s: sum(1 for r in reqs if r.status == s) for s in Status}
+        block: dict[str, Any] = {
+            "pool": reqs[0].pool if reqs else (c.pool if c is not None else None),
+            "priority": c.priority if c is not None else 0,
+            "requests": len(reqs),
+            "completed": n[Status.FINISHED],
+            "rejected": n[Status.REJECTED],
+            "cancelled": n[Status.CANCELLED],
+            "rejected_fraction": n[Status.REJECTED] / len(reqs) if reqs else None,
+        }
+        block.update({k: res.get(k) for k in _KEYS})
+        if "slo" in res:
+            block["slo"] = res["slo"]
+        out[name] = block
+    return out

@@ -1,0 +1,174 @@
+"""The ``llmsim`` block of results.json for a fleet: per pool, per class, the bill.
+
+What the engines counted (busy time, KV area, queue lengths) is turned
+into fleet figures here, normalised by the replica-seconds each pool
+actually served (an autoscaled pool's replicas come and go).
+"""
+from __future__ import annotations
+
+from bisect import bisect_right
+
+from .. import __version__
+from ..fleet.pool import Pool
+from ..fleet.setup import PoolSetup
+from ..scenario.schema import Scenario
+from workloads.request import Request, Status
+from ..costmodel.speculative import expected_tokens_per_step
+from .classes import class_block
+from .cost import cost_block, pool_billing, replica_seconds
+from .slo import parse_slo
+from .ttft_budget import ttft_budget
+
+
+def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], now: float, wall: float,
+                  engine: str, requests: list[Request], scalers: dict) -> dict:
+    n = len(requests)
+    ttft_ms = parse_slo(sc.slo).thresholds.get("ttft")
+    blocks = {ps.spec.name: _pool_block(ps, pools[ps.spec.name], now, scalers.get(ps.spec.name),
+                                        [r for r in requests if r.pool == ps.spec.name], ttft_ms) for ps in setups}
+    bills = [pool_billing(ps.spec, ps.cm.gpu, pools[ps.spec.name].billing, now) for ps in setups]
+    for b in bills:
+        blocks[b.name]["gpu_hours"] = b.gpu_seconds / 3600.0
+        blocks[b.name]["usd"] = b.usd
+    first = blocks[setups[0].spec.name]
+    gpu = setups[0].cm.gpu
+    single = len(setups) == 1
+    out = {
+        "version": __version__,
+        "seed": sc.seed,
+        "scenario": sc.name,
+        "engine": engine,
+        "calibration": {"gpu": gpu.name, "status": gpu.calibration.status,
+                        "calibrated": gpu.calibration.status == "calibrated"},
+        "replicas": sum(b["replicas"] for b in blocks.values()),
+        "gpus": sum(b["gpus"] for b in blocks.values()),
+    }
+    if single:     # the one pool's figures at the top level, as before pools could be several
+        out.update({k: v for k, v in first.items() if k not in out and k not in ("usd", "gpu_hours")})
+    gpu_timeline = _merge_steps([([(t, k * ps.spec.tp) for t, k in pools[ps.spec.name].billing]) for ps in setups])
+    out.update({
+        "pools": blocks,
+        "classes": class_block(requests, sc.classes, sc.slo, now) if sc.classes else None,
+        "ttft_budget": ttft_budget(requests),
+        "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline),
+        "simulated_seconds": now,
+        "wall_time_s": wall,
+        "sim_requests_per_wall_s": n / wall if wall > 0 else None,
+    })
+    return out
+
+
+def _merge_steps(logs: list[list[tuple[float, int]]]) -> list[tuple[float, int]]:
+    """The sum of several step functions, as one (time, value) log."""
+    times = sorted({t for log in logs for t, _ in log})
+    out = []
+    for t in times:
+        total = 0
+        for log in logs:
+            v = 0
+            for tt, k in log:
+                if tt > t:
+                    break
+                v = k
+            total += v
+        out.append((t, total))
+    return out
+
+
+def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: list[Request],
+                ttft_ms: float | None) -> dict:
+    reps = pool.replicas
+    stats = [r.stats(now) for r in reps]
+    nb = ps.memory.num_blocks
+    serving = max(replica_seconds(pool.serving, now), 1e-12)
+    counts = [k for _, k in pool.serving] or [0]
+    mean_ready = serving / now if now > 0 else float(len(pool.ready))
+    block = {
+        "model": ps.cm.model.name,
+        "gpu": ps.cm.gpu.name,
+        "tp": ps.spec.tp,
+        "replicas": max(counts),
+        "replicas_min": min(counts),
+        "replicas_mean": mean_ready,
+        "replicas_max": max(counts),
+        "gpus": max(counts) * ps.spec.tp,
+        "replicas_created": len(reps),
+        "kv_blocks_per_replica": nb,
+        "kv_tokens_per_replica": nb * ps.memory.block_size,
+        "mean_kv_utilization": sum(s["kv_used_area"] for s in stats) / (serving * nb),
+        "max_kv_utilization": max(s["kv_used_max"] for s in stats) / nb,
+        "preemptions": sum(s["preemptions"] for s in stats),
+        "rejected_on_admission": pool.rejected,
+        "mean_queue_depth": sum(s["queue_mean"] * (now - r.t0) for s, r in zip(stats, reps)) / max(now, 1e-12),
+        "max_queue_depth_per_replica": max(s["queue_max"] for s in stats),
+        "mean_batch_size": sum(s["batch_mean"] * (now - r.t0) for s, r in zip(stats, reps)) / serving,
+        "max_batch_size": max(s["batch_max"] for s in stats),
+        "gpu_busy_fraction": sum(s["busy_time"] for s in stats) / serving,
+        "iterations": sum(s["iterations"] for s in stats),
+        "prefix_cache": _prefix_cache_block(ps, stats),
+    }
+    if scaler is not None:
+        block["autoscaling"] = _scaling_block(pool, scaler, now, requests, ttft_ms)
+    spec = ps.spec.speculative
+    if spec is not None:
+        block["speculative"] = {**spec.model_dump(), "tokens_per_step": expected_tokens_per_step(
+            spec.acceptance_rate, spec.k)}
+    return block
+
+
+def _scaling_block(pool: Pool, scaler, now: float, requests: list[Request], ttft_ms: float | None) -> dict:
+    """How the autoscaler did: time with fewer replicas serving than it
+    wanted (the ramps cold starts make the fleet wait through), and the
+    TTFT SLO attainment of the requests that arrived then against the rest."""
+    windows = []
+    ticks = scaler.decisions
+    for (t, want, _), nxt in zip(ticks, [*(d[0] for d in ticks[1:]), now]):
+        ready = 0
+        for tt, k in pool.serving:
+            if tt > t:
+                break
+            ready = k
+        if ready < want and min(nxt, now) > t:
+            windows.append((t, min(nxt, now)))
+    under = sum(b - a for a, b in windows)
+    out = {"metric": scaler.spec.metric, "target": scaler.spec.target, "cold_start_s": scaler.cold_start_s,
+           "evaluations": len(ticks), "under_provisioned_s": under,
+           "under_provisioned_fraction": under / now if now > 0 else None}
+    if ttft_ms is not None:
+        starts = [a for a, _ in windows]
+
+        def during(r: Request) -> bool:
+            i = bisect_right(starts, r.arrival) - 1
+            return i >= 0 and r.arrival < windows[i][1]
+
+        def met(rs: list[Request]):
+            return sum(1 for r in rs if r.status == Status.FINISHED and (r.first_token - r.arrival) * 1e3
+                       <= ttft_ms) / len(rs) if rs else None
+
+        ramp = [r for r in requests if during(r)]
+        rest = [r for r in requests if not during(r)]
+        out.update(ttft_slo_ms=ttft_ms, ttft_attainment_under_provisioned=met(ramp),
+                   ttft_attainment_otherwise=met(rest))
+    return out
+
+
+def _prefix_cache_block(ps: PoolSetup, stats: list[dict]) -> dict:
+    """Hit rates over first admissions, summed over replicas (vLLM's
+    prefix-cache hit rate is tokens; requests count one hit block or more)."""
+    e = ps.spec.engine
+    pcs = [s["prefix_cache"] for s in stats if s["prefix_cache"] is not None]
+    out: dict = {"enabled": bool(pcs), "capacity_tokens": e.prefix_cache_capacity_tokens}
+    if not pcs:
+        out["why_off"] = ("prefix_cache: false" if not e.prefix_cache
+                          else "no request carries block ids (add sessions, system prompts or a trace with ids)")
+        return out
+    tot = {k: sum(p[k] for p in pcs) for k in pcs[0]}
+
+    def rate(a: str, b: str):
+        return tot[a] / tot[b] if tot[b] else None
+
+    out.update(token_hit_rate=rate("hit_tokens", "prompt_tokens"), request_hit_rate=rate("hit_requests", "lookups"),
+               block_hit_rate=rate("hit_ids", "prompt_ids"), hit_tokens=tot["hit_tokens"],
+               prompt_tokens=tot["prompt_tokens"], evicted_blocks=tot["evicted_blocks"],
+               cached_blocks_at_end=tot["cached_blocks"])
+    return out

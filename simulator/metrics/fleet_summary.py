@@ -1,0 +1,70 @@
+"""Terminal tables for a fleet: pools over time, classes, and the TTFT budget.
+
+Read from results.json alone (like :mod:`simulator.metrics.summary`), and
+shown only when they say something: the pool table for several or
+autoscaled pools, the class table when classes are declared, the TTFT
+budget whenever requests finished.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from rich.table import Table
+
+from .summary_format import OK, FAIL, num
+
+
+def pools_table(llmsim: Mapping[str, Any]) -> Optional[Table]:
+    pools = llmsim.get("pools") or {}
+    if len(pools) < 2 and not any("autoscaling" in p for p in pools.values()):
+        return None
+    t = Table(title="Pools", title_justify="left",
+              caption="replicas min/mean/max; KV, busy: mean fractions; shed: rejected on admission; "
+                      "under: time with fewer replicas ready than the autoscaler asked for", caption_justify="left")
+    for col in ("pool", "model", "replicas", "GPU-h", "$", "KV", "busy", "shed", "under"):
+        t.add_column(col, justify="left" if col in ("pool", "model") else "right", no_wrap=True)
+    for name, p in pools.items():
+        a = p.get("autoscaling")
+        under = "—" if not a else f"{a['under_provisioned_s']:,.0f} s"
+        t.add_row(name, f"{p['model']}/tp{p['tp']}",
+                  f"{p['replicas_min']}/{p['replicas_mean']:.1f}/{p['replicas_max']}", num(p.get("gpu_hours")),
+                  num(p.get("usd")), f"{100 * p['mean_kv_utilization']:.0f}%",
+                  f"{100 * p['gpu_busy_fraction']:.0f}%", num(p.get("rejected_on_admission"), "int"), under)
+    return t
+
+
+def _ms(v, digits: int = 0) -> str:
+    return "—" if v is None else f"{v:,.{digits}f}"
+
+
+def classes_table(llmsim: Mapping[str, Any]) -> Optional[Table]:
+    classes = llmsim.get("classes")
+    if not classes:
+        return None
+    t = Table(title="Classes", title_justify="left", caption="TTFT, TPOT in ms", caption_justify="left")
+    for col in ("class", "pool", "prio", "done", "shed", "cancel", "TTFT50", "TTFT99", "TPOT99", "SLO"):
+        t.add_column(col, justify="left" if col in ("class", "pool") else "right", no_wrap=True)
+    for name, c in classes.items():
+        slo = c.get("slo")
+        verdict = "" if not slo else (OK if slo["met"] else FAIL)
+        t.add_row(name, str(c.get("pool")), str(c.get("priority")), num(c["completed"], "int"),
+                  num(c["rejected"], "int"), num(c["cancelled"], "int"), _ms(c.get("median_ttft_ms")),
+                  _ms(c.get("p99_ttft_ms")), _ms(c.get("p99_tpot_ms"), 1), verdict)
+    return t
+
+
+def ttft_budget_table(llmsim: Mapping[str, Any]) -> Optional[Table]:
+    b = llmsim.get("ttft_budget")
+    if not b:
+        return None
+    rows = [k for k in ("p50", "p95", "p99") if k in b]
+    shown = [p for p in b["parts"] if any(abs(b[r][p]) > 1e-9 for r in rows)]
+    t = Table(title="TTFT budget (ms)", title_justify="left",
+              caption="mean split of the requests at each TTFT percentile", caption_justify="left")
+    t.add_column("", style="bold")
+    for p in shown:
+        t.add_column(p.replace("_", " "), justify="right")
+    t.add_column("TTFT", justify="right", style="bold")
+    for r in rows:
+        t.add_row(r, *(num(b[r][p]) for p in shown), num(b[r]["ttft"]))
+    return t

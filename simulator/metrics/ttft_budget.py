@@ -1,0 +1,61 @@
+"""Where TTFT goes: network, tokenisation, queue, prefill, KV transfer, first decode.
+
+The TTFT program's budget table. Each finished request's TTFT splits
+exactly into
+
+* ``network``: ingress + egress (client ↔ server),
+* ``tokenize``: from reaching the server to joining a replica queue,
+* ``queue``: waiting for admission to a batch,
+* ``prefill``: admission to the prompt's last token computed (with chunked
+  prefill this includes the iterations shared with other requests),
+* ``kv_transfer``: prefill replica → decode replica (disaggregated pools),
+* ``first_decode``: the decode replica's wait and first step (disaggregated
+  pools; zero when the prefill emits the first token).
+
+At a percentile p the table shows the mean split of the requests whose TTFT
+lies at that percentile (the ±0.5 percentile band around it, at least one
+request), so its parts add up to the TTFT a p-th percentile user sees —
+unlike percentiles of each part, which do not add up to anything.
+"""
+from __future__ import annotations
+
+from typing import Any, Sequence
+
+import numpy as np
+
+from workloads.request import Request, Status
+
+PARTS = ("network", "tokenize", "queue", "prefill", "kv_transfer", "first_decode")
+
+
+def _parts(reqs: Sequence[Request]) -> tuple[np.ndarray, np.ndarray]:
+    rows = []
+    ttft = []
+    for r in reqs:
+        net = r.net_in + r.net_out
+        tok = r.queued - r.arrival - r.net_in
+        queue = r.admitted - r.queued
+        prefill = r.prefill_done - r.admitted
+        first = r.first_token - r.net_out - r.prefill_done - r.kv_transfer
+        rows.append((net, tok, queue, prefill, r.kv_transfer, first))
+        ttft.append(r.first_token - r.arrival)
+    return np.asarray(rows, dtype=np.float64).reshape(-1, len(PARTS)) * 1000.0, np.asarray(ttft) * 1000.0
+
+
+def ttft_budget(requests: Sequence[Request], percentiles: Sequence[float] = (50, 95, 99)) -> dict[str, Any] | None:
+    done = [r for r in requests if r.status == Status.FINISHED]
+    if not done:
+        return None
+    parts, ttft = _parts(done)
+    order = np.argsort(ttft, kind="stable")
+    n = len(done)
+    out: dict[str, Any] = {"parts": list(PARTS), "mean": dict(zip(PARTS, parts.mean(axis=0).tolist()))}
+    out["mean"]["ttft"] = float(ttft.mean())
+    for p in percentiles:
+        lo = int(np.floor((p - 0.5) / 100.0 * n))
+        hi = max(int(np.ceil((p + 0.5) / 100.0 * n)), lo + 1)
+        idx = order[max(0, min(lo, n - 1)):min(hi, n)]
+        row = dict(zip(PARTS, parts[idx].mean(axis=0).tolist()))
+        row["ttft"] = float(ttft[idx].mean())
+        out[f"p{p:g}"] = row
+    return out

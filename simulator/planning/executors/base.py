@@ -1,0 +1,76 @@
+"""The executor interface and its registry of names.
+
+Sweeps and searches only ever need "run this pure function over these
+items and hand me each result as soon as it is ready", so that is the
+whole interface: everything a backend does beyond it (scheduling, data
+movement, retries) stays the backend's business. Backends register by name,
+as routers do, so ``--executor NAME`` reaches a plugin's backend too::
+
+    @register_executor("mine")
+    class Mine(Executor):
+        def __init__(self, options: ExecutorOptions): ...
+        def map_unordered(self, fn, items): ...
+
+Functions passed to an executor must be module-level and their items
+picklable (they may cross a process or a network).
+"""
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+from dataclasses import dataclass
+from typing import Callable, Iterable, Iterator, Optional, TypeVar
+
+from ...errors import LlmsimError
+
+__all__ = ["Executor", "ExecutorOptions", "EXECUTORS", "register_executor", "make_executor"]
+
+T = TypeVar("T")
+R = TypeVar("R")
+
+
+@dataclass(frozen=True)
+class ExecutorOptions:
+    """Command-line settings; each backend rejects the ones that mean
+    nothing to it rather than silently ignoring them."""
+
+    workers: Optional[int] = None
+    address: Optional[str] = None
+    connect_timeout_s: float = 10.0
+
+
+class Executor(ABC):
+    @abstractmethod
+    def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[tuple[T, R]]:
+        """Yield ``(item, fn(item))`` in completion order. Closing the
+        iterator early (an error, Ctrl-C) cancels what has not started."""
+
+    @property
+    def workers(self) -> int:
+        """How many items run at once: callers size their batches by it."""
+        return 1
+
+    def close(self) -> None:
+        pass
+
+    def __enter__(self) -> "Executor":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+
+EXECUTORS: dict[str, Callable[[ExecutorOptions], Executor]] = {}
+
+
+def register_executor(name: str):
+    def deco(factory):
+        EXECUTORS[name] = factory
+        return factory
+    return deco
+
+
+def make_executor(name: str, options: ExecutorOptions = ExecutorOptions()) -> Executor:
+    if name not in EXECUTORS:
+        raise LlmsimError(f"unknown executor {name!r} (valid: {', '.join(sorted(EXECUTORS))})",
+                          key_path="--executor")
+    return EXECUTORS[name](options)

@@ -1,0 +1,88 @@
+"""The sweep file: a base scenario and the override sets to run on it.
+
+::
+
+    base: chatbot.yaml            # relative to this file (or a built-in name)
+    grid:                         # crossed: 2 x 3 = 6 runs
+      pools.free.gpu: [h100-sxm, a100-sxm-80gb]
+      pools.free.replicas: [4, 6, 8]
+    points:                       # explicit override sets
+      - {pools.free.tp: 1}
+      - {pools.free.tp: 2, pools.free.engine.max_num_seqs: 128}
+
+With both, every point is crossed with the grid (here 2 x 6 = 12 runs):
+``points`` carry settings that only make sense together, the grid the
+independent axes. Keys are ``--set`` key paths; values are YAML values.
+"""
+from __future__ import annotations
+
+import itertools
+from pathlib import Path
+from typing import Any, Optional
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from ..errors import LlmsimError, from_validation_error
+from ..profiles.loader import read_structured
+from ..scenario.load import resolve_scenario
+from .point import check_overrides
+
+__all__ = ["SweepFile", "Overrides", "load_sweep", "expand"]
+
+Overrides = dict[str, Any]
+
+
+class SweepFile(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    base: str = Field(description="scenario file, relative to the sweep file, or a built-in scenario name")
+    description: str = ""
+    grid: dict[str, list[Any]] = Field(default_factory=dict, description="key path -> values, crossed")
+    points: Optional[list[Overrides]] = Field(default=None, description="override mappings, each one run")
+    engine: str = Field(default="fast", pattern="^(fast|reference)$")
+
+
+def expand(sweep: SweepFile) -> list[Overrides]:
+    """Every run's overrides, in a stable order (points outer, grid inner)."""
+    keys = list(sweep.grid)
+    grid = [dict(zip(keys, combo)) for combo in itertools.product(*(sweep.grid[k] for k in keys))]
+    return [{**point, **g} for point in (sweep.points or [{}]) for g in grid]
+
+
+def load_sweep(path: str | Path) -> tuple[SweepFile, Path, list[Overrides]]:
+    """Read and check a sweep file: (the file, the base scenario's path,
+    every run's overrides). Each override is applied to the base scenario
+    and validated here, so a typo fails before the first run."""
+    path = Path(path)
+    data = read_structured(path)
+    if not isinstance(data, dict):
+        raise LlmsimError("expected a mapping with base and grid and/or points", source=path)
+    try:
+        sweep = SweepFile.model_validate(data)
+    except ValidationError as e:
+        raise from_validation_error(e, path, data) from None
+    _check_not_empty(sweep, path)
+    local = path.parent / sweep.base
+    base = resolve_scenario(str(local) if local.exists() else sweep.base).resolve()
+    for key, values in sweep.grid.items():
+        for v in values:
+            check_overrides(base, {key: v}, f"{path}: grid.{key} = {v!r}")
+    for i, point in enumerate(sweep.points or []):
+        check_overrides(base, point, f"{path}: points[{i}]")
+    return sweep, base, expand(sweep)
+
+
+def _check_not_empty(sweep: SweepFile, path: Path) -> None:
+    if not sweep.grid and sweep.points is None:
+        raise LlmsimError("nothing to run: give grid (key path -> list of values) and/or points "
+                          "(a list of override mappings)", source=path)
+    for key, values in sweep.grid.items():
+        if not values:
+            raise LlmsimError("empty list: the grid would have no points", source=path, key_path=f"grid.{key}")
+    if sweep.points is not None and not sweep.points:
+        raise LlmsimError("empty list: no points to run", source=path, key_path="points")
+    for i, point in enumerate(sweep.points or []):
+        both = sorted(set(point) & set(sweep.grid))
+        if both:
+            raise LlmsimError(f"{', '.join(both)} also in grid: a key is either swept by the grid or set "
+                              f"per point", source=path, key_path=f"points[{i}]")

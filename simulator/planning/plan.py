@@ -1,0 +1,171 @@
+"""``llmsim plan``: the cheapest fleet that meets the SLO, or a fleet's highest sustainable rate.
+
+For each combination of the ``--vary`` choices, one search runs on the
+searched key (see :mod:`.search` for the monotonicity it assumes): the
+smallest value of the range axis that meets every SLO target, or with
+``max_rate`` the largest arrival rate that does. A probe meets the SLO
+only if every seed does (``seeds`` > 1 bounds the noise of one traffic
+sample); its latency figures are the worst over those seeds. All
+combinations advance together, so each round's probes (x seeds) run side
+by side on the executor, and every run is stored (resumable, like sweeps).
+
+Minimum search: feasible candidates rank by monthly cost; max-rate search:
+by the rate reached (then cost). Infeasible ones come last and say which
+SLO target failed at the end of the range.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+from ..errors import LlmsimError
+from ..scenario.load import load_scenario
+from .batch import run_points
+from .executors import Executor
+from .point import LATENCY_COLUMNS, Point, scenario_digest
+from .search import drive_all, largest_passing, smallest_passing
+from .store import PointStore
+from .vary import Axis, check_axes, choices
+
+__all__ = ["Plan", "plan_fleet", "RATE_KEY", "infeasible_message"]
+
+#: The key ``--max-rate`` searches.
+RATE_KEY = "workload.arrival.rate_per_s"
+
+_FIGURES = ("monthly_usd", "gpus", "usd_per_request", "request_throughput",
+            *(c for c, _ in LATENCY_COLUMNS))
+
+
+@dataclass
+class Plan:
+    """The outcome; ``to_json()`` is plan.json. ``probes`` holds every
+    evaluated (combination, value) with its worst-over-seeds figures, for
+    the Pareto plot."""
+
+    scenario: str
+    mode: str
+    searched: dict[str, Any]
+    seeds: list[int]
+    candidates: list[dict[str, Any]]
+    probes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def best(self) -> Optional[dict[str, Any]]:
+        return self.candidates[0] if self.candidates and self.candidates[0]["slo_met"] else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {"scenario": self.scenario, "mode": self.mode, "searched": self.searched, "seeds": self.seeds,
+                "rank_by": "monthly_usd" if self.mode == "min" else "max_rate_per_s, then monthly_usd",
+                "best": self.best, "candidates": self.candidates}
+
+
+class _Prober:
+    """Judges probes: runs each (combination, value) at every seed and
+    remembers the rows, so candidates can be reported afterwards."""
+
+    def __init__(self, base: Point, seeds: list[dict[str, Any]], executor: Executor,
+                 store: Optional[PointStore], on_row: Optional[Callable] = None):
+        self.base, self.seeds, self.executor, self.store, self.on_row = base, seeds, executor, store, on_row
+        self.rows: dict[tuple[int, Any], list[dict[str, Any]]] = {}
+
+    def judge(self, combos: Sequence[dict[str, Any]], key: str) -> Callable[[dict[int, Any]], dict[int, bool]]:
+        def verdicts(probes: dict[int, Any]) -> dict[int, bool]:
+            wanted = {(i, v): [self.base.with_overrides({**combos[i], key: v, **s}) for s in self.seeds]
+                      for i, v in probes.items()}
+            got = dict((p.key, row) for p, row in run_points(
+                [p for ps in wanted.values() for p in ps], self.executor, self.store, self.on_row))
+            for (i, v), points in wanted.items():
+                self.rows[(i, v)] = [got[p.key] for p in points]
+                if any(r.get("slo_met") is None and not r.get("error") for r in self.rows[(i, v)]):
+                    # Asked of the results, not the file: SLOs may be declared in more than one place.
+                    raise LlmsimError("the scenario declares no SLO (slo: {ttft_p99_ms: ..., tpot_p99_ms: ...}), "
+                                      "so no fleet can be judged against it", source=self.base.scenario,
+                                      key_path="slo")
+            return {i: _met(self.rows[(i, v)]) for i, v in probes.items()}
+        return verdicts
+
+    def figures(self, i: int, value: Any) -> dict[str, Any]:
+        """Worst over seeds for latencies, the first seed's cost figures."""
+        rows = self.rows[(i, value)]
+        out = {k: rows[0].get(k) for k in _FIGURES}
+        for col, _ in LATENCY_COLUMNS:
+            vals = [r.get(col) for r in rows if r.get(col) is not None]
+            out[col] = max(vals) if vals else None
+        out["slo_met"] = _met(rows)
+        why = [f"seed {r.get('seed')}: {r['slo_failed']}" if len(rows) > 1 else r["slo_failed"]
+               for r in rows if r.get("slo_failed")]
+        why += [r["error"] for r in rows if r.get("error")]
+        out["failed_slo"] = "; ".join(why) or None
+        return out
+
+
+def _met(rows: Sequence[dict[str, Any]]) -> bool:
+    return all(r.get("slo_met") is True for r in rows)
+
+
+def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *, seeds: int = 1,
+               max_rate: bool = False, engine: str = "fast", store: Optional[PointStore] = None,
+               on_row: Optional[Callable] = None) -> Plan:
+    sc, path = load_scenario(scenario)
+    if seeds < 1:
+        raise LlmsimError(f"--seeds must be at least 1 (got {seeds})", key_path="--seeds")
+    ranges = [a for a in axes if a.is_range]
+    if max_rate:
+        if ranges:
+            raise LlmsimError(f"--max-rate searches {RATE_KEY} itself: give other --vary axes as lists of "
+                              f"choices, not ranges", key_path=f"--vary {ranges[0].key}")
+        if getattr(sc.workload.arrival, "rate_per_s", None) is None:
+            raise LlmsimError(f"--max-rate varies {RATE_KEY}, but this arrival ({sc.workload.arrival.type}) "
+                              f"has no rate", source=path, key_path="workload.arrival")
+        if any(a.key == RATE_KEY for a in axes):
+            raise LlmsimError("--max-rate searches this key; do not --vary it", key_path=f"--vary {RATE_KEY}")
+    elif len(ranges) != 1:
+        raise LlmsimError(f"give exactly one range axis to search (such as --vary pools.{sc.pools[0].name}."
+                          f"replicas=1..64), got {len(ranges)}", key_path="--vary")
+    path = path.resolve()
+    check_axes(path, axes)
+    combos = choices(axes)
+    seed_sets = [{}] + [{"seed": sc.seed + k} for k in range(1, seeds)]
+    prober = _Prober(Point(str(path), (), engine, scenario_digest(path)), seed_sets, executor, store, on_row)
+    if max_rate:
+        start = sc.workload.arrival.rate_per_s
+        key, searched = RATE_KEY, {"key": RATE_KEY, "start": start}
+        answers = drive_all({i: largest_passing(start) for i in range(len(combos))}, prober.judge(combos, key))
+    else:
+        (axis,) = ranges
+        key, searched = axis.key, {"key": axis.key, "range": list(axis.bounds)}
+        answers = drive_all({i: smallest_passing(*axis.bounds) for i in range(len(combos))},
+                            prober.judge(combos, key))
+    candidates = []
+    for i, combo in enumerate(combos):
+        tried = [v for (j, v) in prober.rows if j == i]
+        value = answers[i]
+        at = value if value is not None else (min(tried) if max_rate else max(tried))
+        cand = {"overrides": {**combo, key: at}, **prober.figures(i, at), "probes": len(tried)}
+        if max_rate:
+            cand["max_rate_per_s"] = value
+        candidates.append(cand)
+    probes = [{"overrides": {**combos[i], key: v}, **prober.figures(i, v)} for (i, v) in prober.rows]
+    return Plan(str(path), "max_rate" if max_rate else "min", searched, [sc.seed + k for k in range(seeds)],
+                _ranked(candidates, max_rate), probes)
+
+
+def _ranked(candidates: list[dict[str, Any]], max_rate: bool) -> list[dict[str, Any]]:
+    big = float("inf")
+
+    def order(c: dict[str, Any]):
+        cost = c["monthly_usd"] if c["monthly_usd"] is not None else big
+        return (not c["slo_met"], -(c.get("max_rate_per_s") or 0.0) if max_rate else 0.0, cost)
+    return sorted(candidates, key=order)
+
+
+def infeasible_message(plan: Plan) -> str:
+    """Why no combination met the SLO, one line per combination."""
+    end = "at the lowest rate tried" if plan.mode == "max_rate" else "at the largest value"
+    lines = [f"{_overrides_text(c['overrides'])}: {c['failed_slo']}" for c in plan.candidates]
+    return f"no combination meets the SLO ({end} of {plan.searched['key']}):\n  " + "\n  ".join(lines)
+
+
+def _overrides_text(overrides: dict[str, Any]) -> str:
+    return ", ".join(f"{k}={v}" for k, v in overrides.items())

@@ -1,0 +1,114 @@
+"""``llmsim sweep``: every point of a sweep file, into one tidy table.
+
+The table (``sweep.parquet``, or ``sweep.csv`` without pyarrow) has one row
+per run: one column per overridden key path, then the key results (see
+:func:`.point.summarize`). It is rewritten from the point store at the end
+of every run, complete or not, so an interrupted sweep still leaves a table
+of what finished and a rerun only runs what is missing.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Optional, Sequence
+
+import pandas as pd
+
+from .batch import run_points
+from .executors import Executor
+from .grid import load_sweep
+from .point import Point, scenario_digest
+from .store import PointStore
+
+__all__ = ["SweepRun", "plan_sweep", "run_sweep", "override_keys", "write_table"]
+
+OnRow = Callable[[Point, dict[str, Any], bool], None]
+
+
+@dataclass
+class SweepRun:
+    """What a sweep did; ``rows`` follow the sweep file's order."""
+
+    table: Path
+    total: int
+    reused: int = 0
+    rows: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def errors(self) -> list[dict[str, Any]]:
+        return [r for r in self.rows if r.get("error")]
+
+
+def plan_sweep(sweep_path: str | Path) -> list[Point]:
+    """The sweep's points, checked against the base scenario (no runs yet)."""
+    sweep, base, overrides = load_sweep(sweep_path)
+    digest = scenario_digest(base)
+    return [Point(str(base), tuple(o.items()), sweep.engine, digest) for o in overrides]
+
+
+def run_sweep(points: Sequence[Point], out_dir: str | Path, executor: Executor,
+              on_row: Optional[OnRow] = None) -> SweepRun:
+    out_dir = Path(out_dir)
+    done: dict[str, dict[str, Any]] = {}
+    reused = [0]
+
+    def seen(p: Point, row: dict[str, Any], was_stored: bool) -> None:
+        reused[0] += was_stored
+        if on_row:
+            on_row(p, row, was_stored)
+
+    try:
+        for p, row in run_points(points, executor, PointStore(out_dir / "points"), seen):
+            done[p.key] = row
+    finally:
+        # Also on an error or Ctrl-C: the table then holds what finished.
+        rows = [{**dict(p.overrides), **done[p.key]} for p in points if p.key in done]
+        table = write_table(rows, out_dir, override_keys(points))
+    return SweepRun(table, len(points), reused[0], rows)
+
+
+def override_keys(points: Sequence[Point]) -> list[str]:
+    """The key paths the points override, in order of first appearance: the table's leading columns."""
+    return list(dict.fromkeys(k for p in points for k, _ in p.overrides))
+
+
+def write_table(rows: list[dict[str, Any]], out_dir: Path, first: Sequence[str] = ()) -> Path:
+    """Parquet when pyarrow is there, else CSV; ``first`` columns lead
+    (the override key paths). Replaced atomically."""
+    df = pd.DataFrame(rows)
+    for key in first:
+        if key not in df:
+            df[key] = None
+        df[key] = _scalar_column(df[key])
+    df = df[list(first) + [c for c in df.columns if c not in first]]
+    try:
+        import pyarrow  # noqa: F401
+        name = "sweep.parquet"
+    except ImportError:
+        name = "sweep.csv"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=".sweep.", dir=out_dir)
+    os.close(fd)
+    try:
+        if name.endswith(".parquet"):
+            df.to_parquet(tmp, index=False)
+        else:
+            df.to_csv(tmp, index=False)
+        os.replace(tmp, out_dir / name)
+    finally:
+        Path(tmp).unlink(missing_ok=True)
+    return out_dir / name
+
+
+def _scalar_column(col: pd.Series) -> pd.Series:
+    """Override values as one column type: a mapping or list value becomes
+    its JSON text, and a column mixing kinds (other than ints with floats)
+    becomes text."""
+    col = col.map(lambda v: json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v)
+    kinds = {type(v) for v in col if v is not None and not (isinstance(v, float) and pd.isna(v))}
+    if len(kinds) > 1 and not kinds <= {int, float}:
+        col = col.map(lambda v: None if v is None else str(v))
+    return col

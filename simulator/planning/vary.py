@@ -1,0 +1,82 @@
+"""``--vary`` axes: what ``llmsim plan`` may change in the scenario.
+
+``key=1..256`` is an integer range (the axis a search bisects);
+``key=a,b,c`` (or one value) is a list of choices, crossed with the other
+lists. Values are YAML, as with ``--set``, so ``tp=2,4,8`` are numbers.
+"""
+from __future__ import annotations
+
+import itertools
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+import yaml
+
+from ..errors import LlmsimError
+from .point import check_overrides
+
+__all__ = ["Axis", "parse_vary", "choices", "check_axes"]
+
+_RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*$")
+
+
+@dataclass(frozen=True)
+class Axis:
+    key: str
+    values: tuple[Any, ...] = ()          # the choices, for a list axis
+    bounds: tuple[int, int] | None = None  # (lo, hi) inclusive, for a range axis
+
+    @property
+    def is_range(self) -> bool:
+        return self.bounds is not None
+
+    def text(self) -> str:
+        if self.bounds:
+            return f"{self.key}={self.bounds[0]}..{self.bounds[1]}"
+        return f"{self.key}={','.join(map(str, self.values))}"
+
+
+def _value(raw: str) -> Any:
+    try:
+        return yaml.safe_load(raw)
+    except yaml.YAMLError:
+        return raw
+
+
+def parse_vary(text: str) -> Axis:
+    key, sep, raw = text.partition("=")
+    key = key.strip()
+    if not sep or not key or not raw.strip():
+        raise LlmsimError(f"--vary expects key.path=LO..HI or key.path=a,b,c (got {text!r})", key_path="--vary")
+    m = _RANGE.match(raw)
+    if m:
+        lo, hi = int(m.group(1)), int(m.group(2))
+        if lo > hi:
+            raise LlmsimError(f"empty range {lo}..{hi}: the low end must not exceed the high end",
+                              key_path=f"--vary {key}")
+        return Axis(key, bounds=(lo, hi))
+    values = tuple(_value(v.strip()) for v in raw.split(","))
+    if any(v is None or v == "" for v in values):
+        raise LlmsimError(f"an empty choice in {raw!r}", key_path=f"--vary {key}")
+    return Axis(key, values=values)
+
+
+def choices(axes: Sequence[Axis]) -> list[dict[str, Any]]:
+    """Every combination of the list axes (one empty combination if none)."""
+    lists = [a for a in axes if not a.is_range]
+    return [dict(zip([a.key for a in lists], combo)) for combo in itertools.product(*(a.values for a in lists))]
+
+
+def check_axes(scenario: str | Path, axes: Sequence[Axis]) -> None:
+    """Each axis alone, at each choice (a range at both ends), must give a
+    valid scenario: an unknown key or an impossible value fails here, naming
+    its ``--vary``, before any simulation runs."""
+    seen: set[str] = set()
+    for a in axes:
+        if a.key in seen:
+            raise LlmsimError("given twice", key_path=f"--vary {a.key}")
+        seen.add(a.key)
+        for v in (a.bounds if a.is_range else a.values):
+            check_overrides(scenario, {a.key: v}, f"--vary {a.key}={v}")

@@ -1,0 +1,78 @@
+"""One row per ladder step: the figures a what-if story is told in.
+
+The row is read from the step's results plus one figure results.json does
+not carry: the decode speed a user watches stream, tokens/s per request,
+taken per request (1000 / its TPOT) and averaged, since 1000 / mean TPOT
+would let a few slow requests hide behind many fast ones. ladder.json keeps
+every row with its variants; ladder.csv the same flat, for a spreadsheet.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..metrics.derive import RequestArrays
+from ..metrics.results import jsonable
+
+__all__ = ["LADDER_COLUMNS", "ladder_row", "tokens_per_s_per_request", "write_ladder"]
+
+#: (row key, where it comes from in results.json) for the figures copied as they are.
+_FROM_RESULTS = (
+    ("ttft_p50_ms", ("median_ttft_ms",)),
+    ("ttft_p95_ms", ("p95_ttft_ms",)),
+    ("ttft_p99_ms", ("p99_ttft_ms",)),
+    ("tpot_p50_ms", ("median_tpot_ms",)),
+    ("tpot_p99_ms", ("p99_tpot_ms",)),
+    ("completed", ("completed",)),
+    ("rejected", ("llmsim", "request_status", "rejected")),
+    ("cancelled", ("llmsim", "request_status", "cancelled")),
+    ("gpus", ("llmsim", "gpus")),
+    ("usd_per_request", ("llmsim", "cost", "usd_per_request")),
+    ("monthly_usd", ("llmsim", "cost", "monthly_usd")),
+    ("slo_met", ("slo", "met")),
+)
+LADDER_COLUMNS = ("step", "variants", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
+                  "tokens_per_s_per_request", "completed", "rejected", "cancelled", "gpus", "usd_per_request",
+                  "monthly_usd", "slo_met")
+
+
+def _get(results: Mapping[str, Any], path: Sequence[str]) -> Any:
+    node: Any = results
+    for part in path:
+        if not isinstance(node, Mapping):
+            return None
+        node = node.get(part)
+    return node
+
+
+def tokens_per_s_per_request(requests: Iterable) -> Optional[float]:
+    """Mean over finished requests with more than one output token of 1000 / TPOT (ms)."""
+    tpot = RequestArrays(list(requests)).tpot_ms
+    tpot = tpot[np.isfinite(tpot) & (tpot > 0)]
+    return float(np.mean(1000.0 / tpot)) if tpot.size else None
+
+
+def ladder_row(step: str, variants: Sequence[str], results: Mapping[str, Any], requests: Iterable) -> dict[str, Any]:
+    row: dict[str, Any] = {"step": step, "variants": list(variants)}
+    row.update({key: _get(results, path) for key, path in _FROM_RESULTS})
+    row["tokens_per_s_per_request"] = tokens_per_s_per_request(requests)
+    return {c: row[c] for c in LADDER_COLUMNS}
+
+
+def write_ladder(rows: Sequence[Mapping[str, Any]], folder: Path, *, scenario: str, mode: str) -> list[Path]:
+    """ladder.json (the rows, with the scenario and ladder mode) and ladder.csv."""
+    folder = Path(folder)
+    js = folder / "ladder.json"
+    js.write_text(json.dumps(jsonable({"scenario": scenario, "ladder": mode, "steps": list(rows)}), indent=2,
+                             allow_nan=False) + "\n")
+    cs = folder / "ladder.csv"
+    with cs.open("w", newline="") as f:
+        w = csv.DictWriter(f, fieldnames=LADDER_COLUMNS)
+        w.writeheader()
+        for r in rows:
+            w.writerow({**r, "variants": "+".join(r["variants"])})
+    return [js, cs]

@@ -1,0 +1,65 @@
+"""Loading a scenario with overlays from its own file applied: variants, ``check.set``.
+
+An overlay is ``--set`` assignments written in the file, so it goes through
+``load_scenario`` exactly like the command line's. What this module adds is
+blame: a bad key names the overlay key the user wrote
+(``variants.int8.set.pools.nope.tp``), and a bad value names the overlays in
+play, not a ``--set`` the user never typed. (It lives apart from
+``variants``/``ci`` because the schema imports those and this imports the
+loader, which imports the schema.)
+"""
+from __future__ import annotations
+
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any, Iterator, Mapping, Sequence
+
+from ..errors import LlmsimError
+from ..profiles.loader import read_structured
+from .load import load_scenario
+from .overrides import apply_override
+from .schema import Scenario
+from .variants import Variant, overlay_assignments
+
+__all__ = ["load_with_overlays", "load_with_variants", "blamed_on", "variant_overlays"]
+
+
+@contextmanager
+def blamed_on(path: Path, overlays: Sequence[tuple[str, Mapping[str, Any]]], sets: Sequence[str] = ()) -> Iterator[None]:
+    """Re-raise a user error from inside (validation, or the runner's own
+    pre-run checks) naming the overlays in play beside the file."""
+    try:
+        yield
+    except LlmsimError as e:
+        applied = [w for w, _ in overlays] + [f"--set {s}" for s in sets]
+        if not applied:
+            raise
+        raise LlmsimError(e.message, source=f"{path} (with {', '.join(applied)})", key_path=e.key_path) from None
+
+
+def variant_overlays(variants: Sequence[Variant]) -> list[tuple[str, Mapping[str, Any]]]:
+    return [(f"variants.{v.name}.set", v.set) for v in variants]
+
+
+def load_with_overlays(path: Path, overlays: Sequence[tuple[str, Mapping[str, Any]]],
+                       sets: Sequence[str] = ()) -> Scenario:
+    """The scenario at ``path`` with each ``(where, overlay)`` applied in
+    order (``where`` is the overlay's key path in the file), then ``sets``
+    (the command line wins)."""
+    data = read_structured(path)
+    assignments: list[str] = []
+    for where, overlay in overlays:
+        for key, assignment in zip(overlay, overlay_assignments(overlay)):
+            try:
+                apply_override(data, assignment)
+            except LlmsimError as e:
+                at = f" (at {e.key_path})" if e.key_path and e.key_path != key else ""
+                raise LlmsimError(e.message + at, source=path, key_path=f"{where}.{key}") from None
+            assignments.append(assignment)
+    with blamed_on(path, overlays, sets):
+        sc, _ = load_scenario(path, [*assignments, *sets])
+    return sc
+
+
+def load_with_variants(path: Path, variants: Sequence[Variant], sets: Sequence[str] = ()) -> Scenario:
+    return load_with_overlays(path, variant_overlays(variants), sets)

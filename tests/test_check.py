@@ -1,0 +1,187 @@
+"""`llmsim check`: SLO and baseline gating for CI, and the verdict rules under it.
+
+Exit codes carry the meaning: 0 passed, 1 the fleet got worse (an SLO
+missed, a metric regressed, a baseline missing), 2 the input is broken.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from helpers_whatif import VARIANTS, with_ttft_target, write_scenario
+from simulator.report.regression import judge, rounded
+
+CHECK = """\
+check:
+  set: {workload.num_requests: 120}
+  metrics: [completed, p95_ttft_ms, p99_ttft_ms, median_tpot_ms, llmsim.cost.usd_per_request]
+"""
+
+
+@pytest.fixture
+def scenario(tmp_path):
+    return write_scenario(tmp_path / "scenarios", CHECK)
+
+
+def baseline_of(tmp_path, cli, scenario):
+    base = tmp_path / "baselines"
+    r = cli("check", scenario, "--baseline", base, "--update-baseline")
+    assert r.code == 0, r.out + r.err
+    return base
+
+
+# --- verdicts ---------------------------------------------------------------------
+
+@pytest.mark.parametrize("metric, base, now, tol, verdict, failed", [
+    ("p99_ttft_ms", 100.0, 104.0, 0.05, "ok", False),
+    ("p99_ttft_ms", 100.0, 106.0, 0.05, "regressed", True),
+    ("p99_ttft_ms", 100.0, 80.0, 0.05, "improved", False),
+    ("request_throughput", 10.0, 9.0, 0.05, "regressed", True),
+    ("request_throughput", 10.0, 11.0, 0.05, "improved", False),
+    ("total_input_tokens", 1000, 1100, 0.05, "moved", True),      # no direction: any move beyond tolerance
+    ("total_input_tokens", 1000, 900, 0.05, "moved", True),
+    ("failed", 0, 3, 0.05, "regressed", True),                     # from zero: an infinite relative move
+    ("failed", 0, 0, 0.0, "ok", False),
+    ("p99_ttft_ms", 100.0, None, 0.05, "missing", True),           # no samples any more
+    ("p99_ttft_ms", None, 50.0, 0.05, "new", False),
+])
+def test_verdicts(metric, base, now, tol, verdict, failed):
+    v = judge(metric, base, now, tol)
+    assert (v.verdict, v.failed) == (verdict, failed)
+
+
+def test_a_metric_the_baseline_lacks_is_new_not_failed():
+    v = judge("p50_ttft_ms", None, 3.0, 0.05, in_baseline=False)
+    assert v.verdict == "new" and not v.failed
+
+
+def test_baseline_values_are_rounded_the_same_way_they_are_compared():
+    assert rounded(0.1234567891) == 0.123457 and rounded(7) == 7 and rounded(None) is None
+    v = 0.1234567891
+    assert judge("p99_ttft_ms", rounded(v), v, 0.0).verdict == "ok"
+
+
+# --- the command ------------------------------------------------------------------
+
+def test_update_writes_small_baselines_of_tracked_metrics_at_fast_settings(tmp_path, cli, scenario):
+    base = baseline_of(tmp_path, cli, scenario)
+    saved = json.loads((base / "small.json").read_text())
+    assert list(saved) == ["completed", "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
+                           "llmsim.cost.usd_per_request"]
+    assert saved["completed"] == 120                  # check.set shrank the 300-request scenario
+    assert all(len(repr(v)) <= 12 for v in saved.values())
+    r = cli("check", scenario, "--baseline", base)
+    assert r.code == 0, r.out
+    assert "PASS" in r.out and "check passed" in r.out and "regressed" not in r.out
+
+
+def test_a_worse_fleet_fails_and_names_the_metric(tmp_path, cli, scenario):
+    base = baseline_of(tmp_path, cli, scenario)
+    r = cli("check", scenario, "--baseline", base, "--set", "pools.main.engine.max_num_batched_tokens=128")
+    assert r.code == 1, r.out
+    assert "FAIL" in r.out and "check failed" in r.out
+    failures = r.out.split("check failed")[1]
+    assert "small: p95_ttft_ms regressed" in failures and "tolerance 5%" in failures
+    # Within a loose enough tolerance the same run passes.
+    assert cli("check", scenario, "--baseline", base, "--set", "pools.main.engine.max_num_batched_tokens=128",
+               "--tolerance", "1000").code == 0
+
+
+def test_per_metric_tolerance_overrides_the_flag(tmp_path, cli):
+    loose = CHECK + "  tolerance: {p95_ttft_ms: 1000, p99_ttft_ms: 1000, median_tpot_ms: 1000, completed: 0}\n"
+    sc = write_scenario(tmp_path / "scenarios", loose)
+    base = baseline_of(tmp_path, cli, sc)
+    r = cli("check", sc, "--baseline", base, "--set", "pools.main.engine.max_num_batched_tokens=128")
+    assert r.code == 0, r.out
+
+
+def test_an_improvement_passes_and_asks_for_a_refresh(tmp_path, cli, scenario):
+    base = baseline_of(tmp_path, cli, scenario)
+    r = cli("check", scenario, "--baseline", base, "--set", "pools.main.replicas=2")
+    assert "improved" in r.out
+    # ... though a second replica doubles the cost per request: that is a regression.
+    assert r.code == 1 and "llmsim.cost.usd_per_request regressed" in r.out
+
+
+def test_a_missed_slo_fails_without_any_baseline(tmp_path, cli):
+    sc = write_scenario(tmp_path, CHECK, text=with_ttft_target(1))
+    r = cli("check", sc)
+    assert r.code == 1
+    assert "SLO ttft_p99_ms" in r.out and "VIOLATED" in r.out and "target ≤ 1" in r.out
+
+
+def test_a_class_that_misses_its_own_slo_fails(tmp_path, cli):
+    """The fleet meets its targets over all traffic; the paid class's own,
+    stricter target is missed, and that alone fails the check."""
+    classes = "classes: [{name: free, share: 3}, {name: paid, share: 1, slo: {ttft_p99_ms: 1}}]\n"
+    r = cli("check", write_scenario(tmp_path, CHECK + classes))
+    assert r.code == 1
+    failures = r.out.split("check failed")[1]
+    assert "SLO paid ttft_p99_ms" in failures and "SLO free" not in r.out
+    assert "SLO ttft_p99_ms" in r.out and "small: SLO ttft_p99_ms" not in failures
+
+
+def test_a_missed_slo_fails_even_when_updating(tmp_path, cli):
+    sc = write_scenario(tmp_path, CHECK, text=with_ttft_target(1))
+    r = cli("check", sc, "--baseline", tmp_path / "b", "--update-baseline")
+    assert r.code == 1 and (tmp_path / "b" / "small.json").is_file()
+
+
+def test_a_missing_baseline_fails(tmp_path, cli, scenario):
+    r = cli("check", scenario, "--baseline", tmp_path / "nothing-here")
+    assert r.code == 1 and "--update-baseline" in r.out
+
+
+def test_several_scenarios_one_failing(tmp_path, cli, scenario):
+    other = write_scenario(tmp_path / "scenarios", CHECK, name="other.yaml",
+                           text=with_ttft_target(1, name="other small"))
+    r = cli("check", scenario, other, "--baseline", tmp_path / "b", "--update-baseline")
+    assert r.code == 1 and "1 of 2 scenarios" in r.out
+    assert sorted(p.name for p in (tmp_path / "b").iterdir()) == ["other-small.json", "small.json"]
+
+
+# --- bad input is exit 2 ----------------------------------------------------------
+
+@pytest.mark.parametrize("extra, args, fragments", [
+    ("check: {metrics: [p95_ttfx_ms]}\n", [], ["check.metrics", "p95_ttfx_ms", "did you mean p95_ttft_ms"]),
+    ("check: {metrics: [llmsim.engine]}\n", [], ["check.metrics", "not a number"]),
+    ("check: {metrics: [p95_ttft_ms], tolerance: {p99_ttft_ms: 0.1}}\n", [], ["not tracked: p99_ttft_ms"]),
+    ("check: {tolerance: {p99_ttft_ms: -1}}\n", [], ["check.tolerance.p99_ttft_ms"]),
+    ("check: {set: {workload.nope.x: 1}}\n", [], ["(with check.set)", "workload.nope: unknown key"]),
+    ("check: {set: {workload.num_requests: many}}\n", [], ["check.set", "workload.num_requests"]),
+    (VARIANTS + "  - {name: broken, set: {pools.1.tp: 2}}\n", [], ["variants.broken.set.pools.1.tp"]),
+    ("", ["--update-baseline"], ["--baseline DIR"]),
+    ("", ["--engine", "turbo"], ["--engine"]),
+])
+def test_bad_input_is_exit_2(tmp_path, cli, extra, args, fragments):
+    sc = write_scenario(tmp_path, extra)
+    r = cli("check", sc, *args)
+    assert r.code == 2, r.out + r.err
+    assert "Traceback" not in r.err
+    for f in fragments:
+        assert f in r.err, (f, r.err)
+
+
+def test_a_corrupt_baseline_is_exit_2(tmp_path, cli, scenario):
+    base = tmp_path / "b"
+    base.mkdir()
+    (base / "small.json").write_text('{"completed": "lots"}')
+    r = cli("check", scenario, "--baseline", base)
+    assert r.code == 2 and "small.json" in r.err and "completed" in r.err
+
+
+def test_two_scenarios_sharing_a_name_cannot_share_a_baseline(tmp_path, cli, scenario):
+    twin = write_scenario(tmp_path / "elsewhere", CHECK)
+    r = cli("check", scenario, twin, "--baseline", tmp_path / "b")
+    assert r.code == 2 and "same name" in r.err
+
+
+def test_check_runs_no_scenario_before_all_are_valid(tmp_path, cli, monkeypatch, scenario):
+    import simulator.cli.progress as progress
+
+    ran = []
+    monkeypatch.setattr(progress, "simulate", lambda *a, **k: ran.append(1))
+    broken = write_scenario(tmp_path, "check: {set: {pools.9.tp: 2}}\n", name="broken.yaml")
+    assert cli("check", scenario, broken).code == 2
+    assert ran == []

@@ -1,0 +1,118 @@
+"""`llmsim compare A.json B.json` and the flattening and direction rules under it."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+
+from helpers_whatif import write_scenario
+from simulator.report.diff import diff, flatten, worse_direction
+
+RESULTS = {
+    "completed": 100, "failed": 0, "request_throughput": 10.0, "p99_ttft_ms": 200.0, "median_tpot_ms": 8.0,
+    "total_input_tokens": 5000,
+    "slo": {"met": True, "targets": {"ttft_p99_ms": {"metric": "ttft", "target_ms": 500.0, "measured_ms": 200.0,
+                                                      "attainment": 1.0, "met": True}},
+            "goodput": {"thresholds_ms": {"ttft": 500.0}, "attainment": {"ttft": 1.0}}},
+    "llmsim": {"gpus": 2, "wall_time_s": 0.5, "cost": {"monthly_usd": 4000.0, "window_s": 10.0,
+                                                       "pools": [{"name": "chat", "usd": 1.0}, {"name": "code", "usd": 2.0}]}},
+}
+
+
+def write(tmp_path, name, obj):
+    p = tmp_path / name
+    p.write_text(json.dumps(obj))
+    return p
+
+
+def test_flatten_keys_named_items_by_name_and_others_by_index():
+    flat = flatten({"a": {"b": 1}, "pools": [{"name": "x", "n": 2}], "xs": [3, 4], "empty": {}})
+    assert flat == {"a.b": 1, "pools.x.n": 2, "xs.0": 3, "xs.1": 4, "empty": {}}
+
+
+@pytest.mark.parametrize("key, direction", [
+    ("p99_ttft_ms", 1), ("slo.targets.ttft_p99_ms.measured_ms", 1), ("llmsim.cost.monthly_usd", 1),
+    ("llmsim.cost.pools.chat.usd", 1), ("failed", 1), ("llmsim.request_status.rejected", 1), ("llmsim.gpus", 1),
+    ("llmsim.mean_queue_depth", 1), ("completed", -1), ("request_throughput", -1), ("request_goodput", -1),
+    ("slo.met", -1), ("slo.goodput.attainment.ttft", -1), ("llmsim.prefix_cache.token_hit_rate", -1),
+    ("slo.targets.ttft_p99_ms.target_ms", 0), ("slo.goodput.thresholds_ms.ttft", 0), ("total_input_tokens", 0),
+    ("llmsim.cost.window_s", 0), ("llmsim.seed", 0), ("duration", 0),
+])
+def test_which_way_is_worse(key, direction):
+    assert worse_direction(key) == direction
+
+
+def test_diff_marks_bad_moves_and_hides_noise():
+    b = copy.deepcopy(RESULTS)
+    b["p99_ttft_ms"] = 300.0                          # worse
+    b["request_throughput"] = 12.0                    # better
+    b["total_input_tokens"] = 6000                    # no direction
+    b["slo"]["met"] = False                           # worse
+    b["llmsim"]["wall_time_s"] = 9.0                  # noise: hidden
+    b["llmsim"]["cost"]["monthly_usd"] = 4000.0 * (1 + 1e-13)   # float noise: not a change
+    b["llmsim"]["cost"]["pools"][1]["usd"] = 3.0      # worse
+    changes = {c.key: c for c in diff(RESULTS, b)}
+    assert set(changes) == {"p99_ttft_ms", "request_throughput", "total_input_tokens", "slo.met",
+                            "llmsim.cost.pools.code.usd"}
+    assert changes["p99_ttft_ms"].worse is True and changes["p99_ttft_ms"].rel == pytest.approx(0.5)
+    assert changes["p99_ttft_ms"].delta == pytest.approx(100.0)
+    assert changes["request_throughput"].worse is False
+    assert changes["total_input_tokens"].worse is None
+    assert changes["slo.met"].worse is True
+    every = {c.key for c in diff(RESULTS, b, include_unchanged=True)}
+    assert {"llmsim.wall_time_s", "completed", "llmsim.cost.monthly_usd"} <= every
+
+
+def test_a_vanished_measurement_is_worse():
+    b = dict(RESULTS, p99_ttft_ms=None)
+    [c] = diff(RESULTS, b)
+    assert c.key == "p99_ttft_ms" and c.worse is True and c.delta is None
+
+
+def test_compare_json_from_the_command_line(tmp_path, cli):
+    b = copy.deepcopy(RESULTS)
+    b["p99_ttft_ms"] = 250.0
+    b["llmsim"]["gpus"] = 1
+    out = cli("compare", write(tmp_path, "a.json", RESULTS), write(tmp_path, "b.json", b), "--json").json()
+    rows = {c["key"]: c for c in out["changes"]}
+    assert set(rows) == {"p99_ttft_ms", "llmsim.gpus"}
+    assert rows["p99_ttft_ms"] == {"key": "p99_ttft_ms", "a": 200.0, "b": 250.0, "delta": 50.0, "rel": 0.25,
+                                   "worse": True}
+    assert rows["llmsim.gpus"]["worse"] is False and rows["llmsim.gpus"]["rel"] == -0.5
+    every = cli("compare", tmp_path / "a.json", tmp_path / "b.json", "--json", "--all").json()
+    assert len(every["changes"]) == len(flatten(RESULTS))
+
+
+def test_compare_table_of_two_real_runs(tmp_path, cli, monkeypatch):
+    from simulator.cli.output import console
+
+    monkeypatch.setattr(console, "width", 160)     # wide enough that no key wraps
+    sc = write_scenario(tmp_path)
+    assert cli("run", sc, "-o", tmp_path / "one", "--no-plots").code == 0
+    assert cli("run", sc, "-o", tmp_path / "two", "--no-plots", "--set", "pools.main.replicas=2").code == 0
+    r = cli("compare", tmp_path / "one" / "results.json", tmp_path / "two" / "results.json")
+    assert r.code == 0, r.err
+    lines = {line.split("│")[1].strip(): line for line in r.out.splitlines() if line.count("│") > 4}
+    assert "worse" in lines["llmsim.cost.monthly_usd"] and "+100.0%" in lines["llmsim.cost.monthly_usd"]
+    assert "better" in lines["mean_ttft_ms"]
+    assert "llmsim.wall_time_s" not in lines
+    assert "keys differ" in r.out
+    same = cli("compare", tmp_path / "one" / "results.json", tmp_path / "one" / "results.json")
+    assert same.code == 0 and "no differences" in same.out
+
+
+@pytest.mark.parametrize("content, fragment", [
+    (None, "file not found"),
+    ("{not json", "invalid JSON at line 1"),
+    ("[1, 2]", "expected a JSON object"),
+])
+def test_bad_files_are_one_clear_error(tmp_path, cli, content, fragment):
+    good = write(tmp_path, "a.json", RESULTS)
+    bad = tmp_path / "b.json"
+    if content is not None:
+        bad.write_text(content)
+    for args in ((good, bad), (bad, good)):
+        r = cli("compare", *args)
+        assert r.code == 2 and "Traceback" not in r.err
+        assert fragment in r.err and str(bad) in r.err

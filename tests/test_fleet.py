@@ -1,0 +1,400 @@
+"""The fleet: priority queues, classes and shedding, autoscaling with cold
+starts, warm pools and draining, network latency and the TTFT budget, and
+the bad scenarios each of them can be given."""
+from __future__ import annotations
+
+import copy
+import math
+from collections import Counter
+
+import pytest
+import yaml
+from hypothesis import given, settings, strategies as st
+
+from simulator.cli.app import main
+from simulator.engine.wait_queue import WaitQueue
+from simulator.engine.sequence import Seq
+from simulator.fleet import pool as fleet_pool
+from simulator.runner import simulate
+from simulator.scenario.schema import Scenario
+from workloads.request import Request, Status
+
+SETTINGS = dict(deadline=None, derandomize=True)
+
+
+def scenario(**over) -> dict:
+    base = {
+        "name": "fleet-test",
+        "seed": 3,
+        "workload": {"num_requests": 400, "arrival": {"type": "poisson", "rate_per_s": 20},
+                     "input_tokens": {"dist": "uniform", "min": 200, "max": 1200},
+                     "output_tokens": {"dist": "uniform", "min": 20, "max": 120}},
+        "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm", "replicas": 1,
+                   "engine": {"max_num_seqs": 32}}],
+    }
+    base.update(over)
+    return base
+
+
+def run(data: dict, engine: str = "fast"):
+    return simulate(Scenario.model_validate(data), engine=engine)
+
+
+def outcomes(out) -> Counter:
+    return Counter((r.klass, Status(r.status).name) for r in out.requests)
+
+
+# -- the waiting queue ------------------------------------------------------------
+
+@settings(max_examples=200, **SETTINGS)
+@given(ops=st.lists(st.tuples(st.sampled_from(["append", "appendleft", "pop", "remove"]),
+                              st.integers(0, 2)), max_size=60))
+def test_wait_queue_serves_priority_then_fifo(ops):
+    """Against a list model: the head is the oldest of the highest priority,
+    except that a preempted sequence (appendleft) goes first in its level."""
+    q, model, n = WaitQueue(), [], 0
+    for op, p in ops:
+        if op in ("append", "appendleft"):
+            s = Seq(Request(n, 0.0, 10, 10, priority=p))
+            n += 1
+            (q.append if op == "append" else q.appendleft)(s)
+            if op == "append":
+                model.append(s)
+            else:
+                i = next((k for k, x in enumerate(model) if x.req.priority == p), len(model))
+                model.insert(i, s)
+            model.sort(key=lambda x: -x.req.priority)          # stable: FIFO within a level
+        elif op == "pop" and model:
+            assert q.popleft() is model.pop(0)
+        elif op == "remove" and model:
+            s = model.pop(len(model) // 2)
+            q.remove(s)
+        assert len(q) == len(model) and list(q) == model
+        if model:
+            assert q[0] is model[0]
+            assert q.count_at_least(1) == sum(1 for x in model if x.req.priority >= 1)
+
+
+# -- classes, priority and shedding ---------------------------------------------
+
+TIERS = [
+    {"name": "free", "share": 0.7, "priority": 0, "admission": {"max_queue_per_replica": 4},
+     "slo": {"ttft_p99_ms": 2000}},
+    {"name": "paid", "share": 0.3, "priority": 1, "admission": {"max_queue_per_replica": 64},
+     "slo": {"ttft_p99_ms": 2000}},
+]
+
+
+def overloaded(**over) -> dict:
+    d = scenario(classes=copy.deepcopy(TIERS), **over)
+    d["workload"]["arrival"]["rate_per_s"] = 40       # ~2x what one replica can serve
+    return d
+
+
+def test_under_overload_free_is_shed_and_paid_keeps_its_slo():
+    out = run(overloaded())
+    c = out.results["llmsim"]["classes"]
+    assert c["free"]["rejected"] > 0 and c["paid"]["rejected"] == 0
+    assert c["free"]["completed"] + c["free"]["rejected"] + c["free"]["cancelled"] == c["free"]["requests"]
+    assert c["paid"]["slo"]["met"] is True
+    assert c["paid"]["p99_ttft_ms"] < c["free"]["p99_ttft_ms"]
+    assert out.results["llmsim"]["pools"]["main"]["rejected_on_admission"] == c["free"]["rejected"]
+    # sessions keep their class and the split follows the shares
+    assert 0.6 < c["free"]["requests"] / 400 < 0.8
+
+
+def test_priority_alone_orders_the_queue():
+    """No admission limits: nothing is shed, and paid waits less than free."""
+    d = overloaded()
+    for c in d["classes"]:
+        c.pop("admission")
+    out = run(d)
+    c = out.results["llmsim"]["classes"]
+    assert c["free"]["rejected"] == c["paid"]["rejected"] == 0
+    assert c["paid"]["p95_ttft_ms"] < 0.5 * c["free"]["p95_ttft_ms"]
+
+
+def test_class_split_leaves_arrivals_and_lengths_unchanged():
+    a, b = run(scenario()), run(scenario(classes=copy.deepcopy(TIERS)))
+    key = [(r.arrival, r.input_tokens, r.output_tokens) for r in a.requests]
+    assert key == [(r.arrival, r.input_tokens, r.output_tokens) for r in b.requests]
+
+
+def test_kv_budget_caps_a_class_and_engines_agree():
+    d = scenario(classes=[{"name": "free", "share": 1, "kv_budget_fraction": 0.005}])
+    seen = []
+    orig = fleet_pool.Pool.submit
+
+    def spy(self, req):
+        orig(self, req)
+        for r in self.replicas:
+            if r.kv_budgets:
+                seen.append(r.kv_charged.get("free", 0) <= r.kv_budgets["free"])
+
+    fleet_pool.Pool.submit = spy
+    try:
+        fast, ref = run(d), run(d, "reference")
+    finally:
+        fleet_pool.Pool.submit = orig
+    assert seen and all(seen)
+    assert all(r.status == Status.FINISHED for r in fast.requests)
+    unc = run(scenario())
+    assert fast.results["mean_ttft_ms"] > 2 * unc.results["mean_ttft_ms"]   # the cap binds
+    stamps = lambda o: [t for r in o.requests for t in (r.first_token, r.finish)]  # noqa: E731
+    assert stamps(fast) == pytest.approx(stamps(ref), rel=1e-9)
+
+
+# -- several pools ------------------------------------------------------------------
+
+def test_classes_route_to_their_pools():
+    d = scenario(classes=[{"name": "free", "share": 1, "pool": "small"},
+                          {"name": "paid", "share": 1, "pool": "big"}])
+    d["pools"] = [{"name": "small", "model": "llama-3-8b", "gpu": "h100-sxm", "replicas": 1},
+                  {"name": "big", "model": "llama-3-70b", "gpu": "h100-sxm", "tp": 4, "replicas": 1}]
+    out = run(d)
+    assert all(r.pool == {"free": "small", "paid": "big"}[r.klass] for r in out.requests)
+    pools = out.results["llmsim"]["pools"]
+    assert pools["big"]["gpus"] == 4 and pools["small"]["gpus"] == 1
+    assert out.results["llmsim"]["gpus"] == 5
+    cost = out.results["llmsim"]["cost"]
+    assert cost["window_usd"] == pytest.approx(pools["big"]["usd"] + pools["small"]["usd"])
+    big = [r.ttft for r in out.requests if r.klass == "paid"]
+    small = [r.ttft for r in out.requests if r.klass == "free"]
+    assert sum(big) / len(big) > sum(small) / len(small)            # 70B prefills slower
+
+
+# -- autoscaling ------------------------------------------------------------------
+
+def ramp(**auto) -> dict:
+    """Load that steps from 5 to 60 req/s and back: a replica serves ~25."""
+    d = scenario()
+    d["workload"] = {"duration_s": 600, "arrival": {
+        "type": "poisson", "rate_per_s": 5,
+        "spikes": [{"start_s": 100, "duration_s": 200, "multiplier": 12}]},
+        "input_tokens": {"dist": "uniform", "min": 200, "max": 1200},
+        "output_tokens": {"dist": "uniform", "min": 20, "max": 120}}
+    spec = {"metric": "concurrency", "target": 12, "min_replicas": 1, "max_replicas": 8, "interval_s": 5,
+            "boot_s": 10, "weight_load_gb_per_s": 4, "scale_down_window_s": 30}
+    spec.update(auto)
+    d["pools"][0]["autoscaling"] = spec
+    return d
+
+
+@pytest.fixture(scope="module")
+def ramp_runs():
+    return run(ramp()), run(ramp(warm_pool=2, warm_start_s=1))
+
+
+def test_autoscaler_follows_the_ramp_and_bills_less_than_peak(ramp_runs):
+    out, _ = ramp_runs
+    p = out.results["llmsim"]["pools"]["main"]
+    assert p["replicas_max"] >= 3 and p["replicas_min"] == 1
+    assert p["replicas_mean"] < p["replicas_max"]
+    tl = out.timeline
+    assert set(tl.columns) >= {"time_s", "pool", "ready", "starting", "draining", "queue_depth",
+                               "kv_utilization", "arrival_rate_per_s"}
+    assert tl["starting"].max() >= 1 and tl["draining"].max() >= 0
+    static = out.results["llmsim"]["cost"]["gpu_hours"]
+    assert static < p["replicas_max"] * out.results["duration"] / 3600
+    a = p["autoscaling"]
+    assert a["cold_start_s"] == pytest.approx(16e9 / 4e9 + 10, rel=0.05)
+    assert 0 < a["under_provisioned_s"] < out.results["duration"]
+
+
+def test_warm_pool_cuts_the_time_under_provisioned(ramp_runs):
+    cold, warm = ramp_runs
+    a = cold.results["llmsim"]["pools"]["main"]["autoscaling"]
+    b = warm.results["llmsim"]["pools"]["main"]["autoscaling"]
+    assert b["under_provisioned_s"] <= a["under_provisioned_s"]
+    assert warm.results["p99_ttft_ms"] < 0.5 * cold.results["p99_ttft_ms"]
+    # the standbys are paid for
+    assert warm.timeline["warm"].max() >= 1
+
+
+def test_scale_in_drains_without_losing_requests(ramp_runs):
+    out, _ = ramp_runs
+    assert Counter(Status(r.status).name for r in out.requests) == {"FINISHED": len(out.requests)}
+    pool = out.pool
+    assert pool.count(fleet_pool.State.STOPPED) >= 1
+    # a replica stopped only after its last request ended, and got none after it began draining
+    for r in pool.replicas:
+        if pool.state[r.index] is fleet_pool.State.STOPPED and r.t_end > 0:
+            assert r.outstanding == 0
+
+
+@settings(max_examples=12, **SETTINGS)
+@given(seed=st.integers(0, 2**16), metric=st.sampled_from(["concurrency", "queue_depth", "kv_utilization",
+                                                            "gpu_busy", "request_rate"]),
+       warm=st.integers(0, 2), limit=st.integers(1, 8), engine=st.sampled_from(["fast", "reference"]))
+def test_every_request_ends_once_under_scaling_draining_and_shedding(seed, metric, warm, limit, engine):
+    target = {"concurrency": 12, "queue_depth": 2, "kv_utilization": 0.3, "gpu_busy": 0.7, "request_rate": 15}[metric]
+    d = ramp(metric=metric, target=target, warm_pool=warm)
+    d["seed"] = seed
+    d["workload"]["duration_s"] = 150
+    d["classes"] = copy.deepcopy(TIERS)
+    d["classes"][0]["admission"]["max_queue_per_replica"] = limit
+    d["classes"][1]["admission"]["max_queue_per_replica"] = limit * 4
+    calls = Counter()
+    orig = fleet_pool.Pool.submit
+    draining_got_work = []
+
+    def spy(self, req):
+        for r in self.replicas:
+            if self.state[r.index] is not fleet_pool.State.READY:
+                draining_got_work.append((r.index, r.outstanding))
+        orig(self, req)
+        if req.replica >= 0:
+            assert self.state[req.replica] is fleet_pool.State.READY
+
+    fleet_pool.Pool.submit = spy
+    try:
+        out = run(d, engine)
+    finally:
+        fleet_pool.Pool.submit = orig
+    for r in out.requests:
+        calls[r.id] += 1
+        assert r.status in (Status.FINISHED, Status.REJECTED, Status.CANCELLED)
+        if r.status == Status.REJECTED:
+            assert r.klass == "free" or r.replica < 0
+    assert len(calls) == len(out.requests)
+    llm = out.results["llmsim"]
+    busy_gpu_h = sum(r.busy_time for r in out.pool.replicas) / 3600
+    assert llm["cost"]["gpu_hours"] >= busy_gpu_h - 1e-9
+    # stamps never run backwards
+    for r in out.requests:
+        if r.status == Status.FINISHED:
+            assert r.arrival <= r.queued <= r.admitted <= r.first_token <= r.finish
+
+
+# -- network and the TTFT budget ---------------------------------------------------
+
+def test_fixed_network_latency_adds_to_ttft_not_to_tpot():
+    base = run(scenario())
+    d = scenario(classes=[{"name": "default", "network": {"ingress_ms": 20, "egress_ms": 15,
+                                                          "tokenize_ms_per_1k_tokens": 1}}])
+    net = run(d)
+    for a, b in zip(base.requests, net.requests):
+        tok = b.input_tokens / 1000 * 1e-3
+        # the replica sees the request 20 ms + tokenisation later: same work, shifted
+        assert b.queued == pytest.approx(a.arrival + 0.020 + tok, abs=1e-12)
+    bud = net.results["llmsim"]["ttft_budget"]
+    for p in ("p50", "p95", "p99", "mean"):
+        row = bud[p]
+        assert sum(row[k] for k in bud["parts"]) == pytest.approx(row["ttft"], rel=1e-9)
+        assert row["network"] == pytest.approx(35.0)
+    assert net.results["median_ttft_ms"] > base.results["median_ttft_ms"] + 30
+    assert net.results["median_tpot_ms"] == pytest.approx(base.results["median_tpot_ms"], rel=0.05)
+
+
+# -- bad input ----------------------------------------------------------------------
+
+def cli_error(tmp_path, data, capsys) -> str:
+    p = tmp_path / "s.yaml"
+    p.write_text(yaml.safe_dump(data))
+    with pytest.raises(SystemExit) as e:
+        main(["run", str(p)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert "Traceback" not in err
+    return err
+
+
+def test_class_routed_to_no_pool(tmp_path, capsys):
+    d = scenario(classes=[{"name": "free"}])
+    d["pools"].append({"name": "big", "model": "llama-3-8b", "gpu": "h100-sxm"})
+    err = cli_error(tmp_path, d, capsys)
+    assert "classes[0].pool" in err and "routed to no pool" in err
+
+
+def test_class_routed_to_a_missing_pool(tmp_path, capsys):
+    err = cli_error(tmp_path, scenario(classes=[{"name": "free", "pool": "nope"}]), capsys)
+    assert "classes[0].pool" in err and "nope" in err
+
+
+def test_min_above_max_replicas(tmp_path, capsys):
+    d = scenario()
+    d["pools"][0]["autoscaling"] = {"metric": "queue_depth", "target": 2, "min_replicas": 4, "max_replicas": 2}
+    err = cli_error(tmp_path, d, capsys)
+    assert "pools[0].autoscaling" in err and "min_replicas" in err
+
+
+def test_replicas_outside_the_autoscaling_range(tmp_path, capsys):
+    d = scenario()
+    d["pools"][0]["autoscaling"] = {"metric": "queue_depth", "target": 2, "min_replicas": 2, "max_replicas": 4}
+    err = cli_error(tmp_path, d, capsys)
+    assert "pools[0].replicas" in err
+
+
+def test_paid_shed_before_free_is_refused(tmp_path, capsys):
+    d = scenario(classes=copy.deepcopy(TIERS))
+    d["classes"][1]["admission"]["max_queue_per_replica"] = 2
+    err = cli_error(tmp_path, d, capsys)
+    assert "classes[1].admission" in err and "shed before" in err
+
+
+def test_hourly_profile_needs_24_values(tmp_path, capsys):
+    d = scenario()
+    d["workload"]["arrival"]["profile"] = {"type": "hourly", "values": [1.0] * 23}
+    err = cli_error(tmp_path, d, capsys)
+    assert "profile" in err and "24" in err
+
+
+# -- disaggregated prefill and decode ------------------------------------------------
+
+def long_prompts(disagg: bool, link: str = "infiniband") -> dict:
+    d = scenario()
+    d["pools"][0]["model"] = "llama-3.1-8b"
+    d["workload"]["num_requests"] = 300
+    d["workload"]["arrival"]["rate_per_s"] = 6
+    d["workload"]["input_tokens"] = {"dist": "uniform", "min": 4000, "max": 12000}
+    d["workload"]["output_tokens"] = {"dist": "uniform", "min": 100, "max": 300}
+    if disagg:
+        d["pools"] = [{"name": "prefill", "model": "llama-3.1-8b", "gpu": "h100-sxm", "replicas": 1,
+                       "disaggregation": {"decode_pool": "decode", "link": {"preset": link}}},
+                      {"name": "decode", "model": "llama-3.1-8b", "gpu": "h100-sxm", "replicas": 1}]
+        d["classes"] = [{"name": "chat", "pool": "prefill"}]
+    else:
+        d["pools"][0]["replicas"] = 2
+        d["pools"][0]["engine"] = {"max_num_batched_tokens": 2048}
+    return d
+
+
+@pytest.fixture(scope="module")
+def pd_runs():
+    return run(long_prompts(False)), run(long_prompts(True)), run(long_prompts(True, "ethernet"))
+
+
+def test_disaggregation_removes_prefill_stalls_from_tpot(pd_runs):
+    colo, pd, _ = pd_runs
+    assert pd.results["completed"] == colo.results["completed"] == 300
+    assert pd.results["p99_tpot_ms"] < 0.7 * colo.results["p99_tpot_ms"]
+    assert pd.results["llmsim"]["gpus"] == colo.results["llmsim"]["gpus"] == 2
+
+
+def test_disaggregated_ttft_includes_the_kv_transfer(pd_runs):
+    _, ib, eth = pd_runs
+    kv_per_token = 128 * 1024                      # llama-3-8b, bf16: 128 KiB
+    for out, (bw, lat) in ((ib, (45e9, 20e-6)), (eth, (3e9, 100e-6))):
+        for r in out.requests:
+            assert r.kv_transfer == pytest.approx(lat + r.input_tokens * kv_per_token / bw, rel=1e-9)
+            assert r.prefill_done + r.kv_transfer <= r.first_token
+        bud = out.results["llmsim"]["ttft_budget"]
+        assert bud["mean"]["kv_transfer"] > 0 and bud["mean"]["first_decode"] > 0
+        assert sum(bud["mean"][k] for k in bud["parts"]) == pytest.approx(bud["mean"]["ttft"], rel=1e-9)
+    assert eth.results["mean_ttft_ms"] > ib.results["mean_ttft_ms"] + 100    # 1 GB over 3 GB/s ≈ 0.3 s
+
+
+def test_disaggregated_engines_agree():
+    d = long_prompts(True)
+    d["workload"]["num_requests"] = 60
+    a, b = run(d), run(d, "reference")
+    stamps = lambda o: [t for r in o.requests for t in (r.first_token, r.finish)]  # noqa: E731
+    assert stamps(a) == pytest.approx(stamps(b), rel=1e-9)
+
+
+def test_decode_pool_must_serve_the_same_model(tmp_path, capsys):
+    d = long_prompts(True)
+    d["pools"][1]["model"] = "llama-3-70b"
+    d["pools"][1]["tp"] = 4
+    err = cli_error(tmp_path, d, capsys)
+    assert "pools[0].disaggregation.decode_pool" in err and "same model" in err

@@ -1,0 +1,166 @@
+"""What-if variants and ladders: `llmsim run S.yaml --ladder` and `--variant NAME`.
+
+A ladder step must be exactly the run the same overlays would give by hand,
+so the tests hold ladder rows against `--variant` runs and against numbers
+recomputed from the per-request table.
+"""
+from __future__ import annotations
+
+import csv
+import json
+
+import pytest
+
+from helpers_whatif import VARIANTS, write_scenario
+from simulator.scenario.variants import Variant, ladder_steps, overlay_assignments
+
+
+# --- the model --------------------------------------------------------------------
+
+def test_cumulative_steps_stack_and_independent_steps_stand_alone():
+    vs = [Variant(name=n) for n in ("a", "b", "c")]
+    cum = ladder_steps(vs, "cumulative")
+    ind = ladder_steps(vs, "independent")
+    assert [s.name for s in cum] == [s.name for s in ind] == ["baseline", "a", "b", "c"]
+    assert [[v.name for v in s.variants] for s in cum] == [[], ["a"], ["a", "b"], ["a", "b", "c"]]
+    assert [[v.name for v in s.variants] for s in ind] == [[], ["a"], ["b"], ["c"]]
+
+
+@pytest.mark.parametrize("value", [4, 0.5, 1e-05, -3, True, None, "prefix_aware", "a=b: c", "2024-01-01",
+                                   {"dist": "fixed", "value": 10}, [1, "x"], "multi\nline"])
+def test_overlay_values_reach_the_walker_unchanged(value):
+    from simulator.scenario.overrides import apply_override
+
+    data: dict = {"k": {}}
+    [assignment] = overlay_assignments({"k.v": value})
+    apply_override(data, assignment)
+    assert data["k"]["v"] == value and type(data["k"]["v"]) is type(value)
+
+
+# --- the ladder from the command line ---------------------------------------------
+
+def test_ladder_rows_are_the_runs_the_variants_give(tmp_path, cli):
+    sc = write_scenario(tmp_path, VARIANTS)
+    out = tmp_path / "out"
+    r = cli("run", sc, "--ladder", "-o", out, "--no-plots")
+    assert r.code == 0, r.err
+    for step in ("baseline", "two-replicas", "tp2"):
+        assert step in r.out
+    doc = json.loads((out / "ladder.json").read_text())
+    assert doc["ladder"] == "cumulative" and doc["scenario"] == "small"
+    rows = {s["step"]: s for s in doc["steps"]}
+    assert list(rows) == ["baseline", "two-replicas", "tp2"]
+    assert rows["tp2"]["variants"] == ["two-replicas", "tp2"]
+    # cumulative: 1 GPU, then 2 replicas x 1, then 2 replicas x TP 2
+    assert [rows[s]["gpus"] for s in rows] == [1, 2, 4]
+    by_hand = cli("run", sc, "--json", "--variant", "two-replicas", "--variant", "tp2").json()
+    step = json.loads((out / "tp2" / "results.json").read_text())
+    for k in ("completed", "p99_ttft_ms", "median_tpot_ms", "total_output_tokens"):
+        assert step[k] == by_hand[k], k
+    assert rows["tp2"]["ttft_p99_ms"] == by_hand["p99_ttft_ms"]
+    assert rows["tp2"]["usd_per_request"] == by_hand["llmsim"]["cost"]["usd_per_request"]
+    assert rows["tp2"]["monthly_usd"] == by_hand["llmsim"]["cost"]["monthly_usd"]
+    assert rows["baseline"]["slo_met"] is True
+    # More hardware on the same traffic: faster first tokens, dearer fleet.
+    assert rows["two-replicas"]["ttft_p95_ms"] < rows["baseline"]["ttft_p95_ms"]
+    assert rows["two-replicas"]["monthly_usd"] > rows["baseline"]["monthly_usd"]
+    with (out / "ladder.csv").open() as f:
+        table = list(csv.DictReader(f))
+    assert [t["step"] for t in table] == list(rows) and table[2]["variants"] == "two-replicas+tp2"
+    assert not list(out.glob("*.png")) and not list(out.glob("*/*.png"))
+
+
+def test_tokens_per_second_is_the_mean_over_requests(tmp_path, cli):
+    """Recomputed from the per-request table: 1000 / TPOT per request with
+    more than one output token, averaged (not 1000 / mean TPOT)."""
+    import pandas as pd
+
+    sc = write_scenario(tmp_path, VARIANTS)
+    out = tmp_path / "out"
+    assert cli("run", sc, "--ladder", "-o", out, "--no-plots").code == 0
+    [table] = list((out / "baseline").glob("requests.*"))
+    df = pd.read_parquet(table) if table.suffix == ".parquet" else pd.read_csv(table)
+    df = df[(df["status"] == "finished") & (df["output_tokens"] > 1)]
+    speed = (df["output_tokens"] - 1) / (df["finish"] - df["first_token"])
+    row = json.loads((out / "ladder.json").read_text())["steps"][0]
+    assert row["tokens_per_s_per_request"] == pytest.approx(float(speed.mean()), rel=1e-9)
+    assert row["tokens_per_s_per_request"] != pytest.approx(1000 / float((1000 / speed).mean()), rel=1e-6)
+
+
+def test_independent_ladder_applies_each_variant_alone(tmp_path, cli):
+    sc = write_scenario(tmp_path, VARIANTS + "ladder: independent\n")
+    doc = cli("run", sc, "--ladder", "--json").json()
+    assert [s["gpus"] for s in doc["steps"]] == [1, 2, 2]
+    assert doc["steps"][2]["variants"] == ["tp2"]
+
+
+def test_ladder_writes_plots_with_o(tmp_path, cli):
+    sc = write_scenario(tmp_path, VARIANTS)
+    out = tmp_path / "out"
+    assert cli("run", sc, "--ladder", "-o", out).code == 0
+    assert (out / "ladder.png").stat().st_size > 10_000
+    for step in ("baseline", "two-replicas", "tp2"):
+        assert (out / step / "latency_cdf.png").is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".llmsim-")] == []
+
+
+def test_command_line_set_wins_over_a_variant(tmp_path, cli):
+    sc = write_scenario(tmp_path, VARIANTS)
+    res = cli("run", sc, "--json", "--variant", "two-replicas", "--set", "pools.main.replicas=3").json()
+    assert res["llmsim"]["replicas"] == 3
+
+
+# --- bad input: one clear line, exit 2 --------------------------------------------
+
+@pytest.mark.parametrize("extra, args, fragments", [
+    (VARIANTS, ["--variant", "nope"], ["no variant named 'nope'", "two-replicas, tp2"]),
+    ("", ["--ladder"], ["declares no variants"]),
+    (VARIANTS, ["--ladder", "--variant", "tp2"], ["--ladder", "drop --variant"]),
+    ("variants: [{name: fast, set: {pools.nope.tp: 2}}]\n", ["--ladder"],
+     ["variants.fast.set.pools.nope.tp", "no item named 'nope'"]),
+    ("variants: [{name: fast, set: {pools.main.tp: lots}}]\n", ["--variant", "fast"],
+     ["variants.fast.set", "pools[0].tp"]),
+    ("variants: [{name: a}, {name: a}]\n", [], ["two variants are named 'a'"]),
+    ("variants: [{name: baseline}]\n", [], ["'baseline' names the ladder's first step"]),
+    ("variants: [{name: 'a/b'}]\n", [], ["variants[0].name"]),
+    ("variants: [{name: a, sett: {}}]\n", [], ["variants[0].sett", "unknown key"]),
+    ("ladder: sideways\n", [], ["ladder"]),
+    ("", ["--plots"], ["-o DIR"]),
+])
+def test_bad_variant_input_is_one_clear_error(tmp_path, cli, extra, args, fragments):
+    sc = write_scenario(tmp_path, extra)
+    r = cli("run", sc, *args)
+    assert r.code == 2, r.out
+    assert "Traceback" not in r.err and r.err.startswith("error:")
+    for f in fragments:
+        assert f in r.err, (f, r.err)
+    about_flags = "--plots" in args or ("--ladder" in args and "--variant" in args)
+    assert (str(sc) in r.err) != about_flags, r.err
+
+
+@pytest.mark.parametrize("args", [["--variant", "tiny-memory"], ["--ladder"]])
+def test_a_variant_the_runner_rejects_is_named(tmp_path, cli, args):
+    """Valid to the schema, refused by the runner's own checks (the model
+    no longer fits): the error still says which variant did it."""
+    sc = write_scenario(tmp_path, "variants: [{name: tiny-memory, set: {pools.main.engine.gpu_memory_utilization: 0.1}}]\n")
+    r = cli("run", sc, *args)
+    assert r.code == 2 and "Traceback" not in r.err
+    assert f"{sc} (with variants.tiny-memory.set): pools[0].engine" in r.err and "does not fit" in r.err
+
+
+def test_a_bad_last_variant_fails_before_any_step_runs(tmp_path, cli, monkeypatch):
+    import simulator.cli.progress as progress
+
+    ran = []
+    monkeypatch.setattr(progress, "simulate", lambda *a, **k: ran.append(1))
+    sc = write_scenario(tmp_path, VARIANTS + "  - name: broken\n    set: {workload.arrival.rate_per_s: -1}\n")
+    r = cli("run", sc, "--ladder", "-o", tmp_path / "out")
+    assert r.code == 2 and "variants.broken.set" in r.err
+    assert ran == [] and not (tmp_path / "out").exists()
+
+
+def test_variants_are_in_the_json_schema():
+    from simulator.scenario.schema import Scenario
+
+    props = Scenario.model_json_schema()["properties"]
+    assert {"variants", "ladder", "check"} <= set(props)

@@ -1,0 +1,190 @@
+"""``llmsim plan``: the searches, the plan it writes, and its errors."""
+from __future__ import annotations
+
+import json
+import math
+
+import pytest
+from hypothesis import given, strategies as st
+
+from simulator.planning.executors import make_executor
+from simulator.planning.pareto import pareto_front
+from simulator.planning.plan import RATE_KEY, plan_fleet
+from simulator.planning.point import Point, run_point
+from simulator.planning.search import drive_all, largest_passing, smallest_passing, solve
+from simulator.planning.vary import parse_vary
+from test_sweep import TINY, words, write_tiny_scenario
+
+
+@given(st.integers(-50, 50), st.integers(0, 300), st.integers(-60, 400))
+def test_smallest_passing_agrees_with_a_linear_scan(lo, width, threshold):
+    hi = lo + width
+    probes = []
+
+    def passes(x):
+        assert lo <= x <= hi
+        probes.append(x)
+        return x >= threshold
+
+    expected = next((x for x in range(lo, hi + 1) if x >= threshold), None)
+    assert solve(smallest_passing(lo, hi), passes) == expected
+    assert len(probes) == len(set(probes))  # never asks twice
+    assert len(probes) <= 2 * math.log2(width + 1) + 3
+
+
+@given(st.floats(1e-3, 1e6), st.floats(0.5, 500))
+def test_largest_passing_brackets_the_threshold(threshold, start):
+    tol = 0.02
+    bad = []
+
+    def passes(x):
+        if x > threshold:
+            bad.append(x)
+        return x <= threshold
+
+    got = solve(largest_passing(start, rel_tol=tol), passes)
+    if threshold < start / 2 ** 12 * (1 - 1e-3):
+        assert got is None or got <= threshold
+        return
+    if threshold >= start * 2 ** 12:
+        assert got is not None and got <= threshold
+        return
+    assert got is not None and got <= threshold
+    # a probe just above it failed: the answer is within the tolerance (and the 4-digit rounding)
+    assert min(bad) <= got * (1 + tol) * (1 + 1e-3)
+
+
+def test_searches_driven_together_answer_as_alone():
+    thresholds = {"a": 3, "b": 17, "c": 99, "d": 1000}
+    rounds = []
+
+    def judge(probes):
+        rounds.append(len(probes))
+        return {k: v >= thresholds[k] for k, v in probes.items()}
+
+    answers = drive_all({k: smallest_passing(1, 256) for k in thresholds}, judge)
+    assert answers == {k: solve(smallest_passing(1, 256), lambda x, t=t: x >= t) for k, t in thresholds.items()}
+    assert answers["d"] is None
+    assert rounds[0] == 4 and rounds == sorted(rounds, reverse=True)
+
+
+def test_pareto_front_keeps_the_undominated():
+    pts = [{"monthly_usd": c, "ttft_p99_ms": t} for c, t in [(1, 90), (2, 50), (2, 80), (3, 60), (4, 10), (5, None)]]
+    assert [(p["monthly_usd"], p["ttft_p99_ms"]) for p in pareto_front(pts)] == [(1, 90), (2, 50), (4, 10)]
+
+
+def test_vary_syntax():
+    assert parse_vary("pools.chat.replicas=1..256").bounds == (1, 256)
+    assert parse_vary("pools.chat.tp=2,4,8").values == (2, 4, 8)
+    assert parse_vary("pools.chat.gpu=h100-sxm").values == ("h100-sxm",)
+
+
+def test_plan_finds_the_cheapest_fleet(tmp_path, cli):
+    scenario = write_tiny_scenario(tmp_path)
+    out = tmp_path / "plan"
+    r = cli("plan", scenario, "-o", out, "--vary", "pools.chat.replicas=1..64",
+            "--vary", "pools.chat.gpu=h100-sxm,a100-sxm-80gb", "--workers", "2")
+    assert r.code == 0, r.err
+    assert "searched pools.chat.replicas" in words(r.out)
+    plan = json.loads((out / "plan.json").read_text())
+    best, cands = plan["best"], plan["candidates"]
+    assert len(cands) == 2 and best == cands[0]
+    for c in cands:
+        assert set(c) >= {"overrides", "monthly_usd", "slo_met", "ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms",
+                          "ttft_p50_ms", "probes"}
+    assert best["slo_met"] and best["monthly_usd"] <= cands[1]["monthly_usd"]
+    # it is the smallest: one replica fewer misses the SLO
+    n = best["overrides"]["pools.chat.replicas"]
+    assert n > 1
+    fewer = run_point(Point(str(scenario), tuple({**best["overrides"], "pools.chat.replicas": n - 1}.items())))
+    assert fewer["slo_met"] is False
+    assert (out / "pareto.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # every run is stored: a rerun simulates nothing new
+    stored = len(list((out / "points").glob("*.json")))
+    assert stored == sum(c["probes"] for c in cands)
+    again = cli("plan", scenario, "-o", out, "--vary", "pools.chat.replicas=1..64",
+                "--vary", "pools.chat.gpu=h100-sxm,a100-sxm-80gb")
+    assert json.loads((out / "plan.json").read_text())["best"] == best
+    assert len(list((out / "points").glob("*.json"))) == stored and again.code == 0
+
+
+def test_more_seeds_never_give_a_smaller_fleet(tmp_path):
+    scenario = write_tiny_scenario(tmp_path)
+    axes = [parse_vary("pools.chat.replicas=1..16")]
+    ex = make_executor("local")
+    one = plan_fleet(scenario, axes, ex, seeds=1)
+    three = plan_fleet(scenario, axes, ex, seeds=3)
+    assert three.seeds == [3, 4, 5]
+    assert three.best["overrides"]["pools.chat.replicas"] >= one.best["overrides"]["pools.chat.replicas"]
+    # worst over the seeds, so never better than the first seed alone at the same size
+    same = [p for p in three.probes if p["overrides"] == one.best["overrides"]]
+    if same:
+        assert same[0]["ttft_p99_ms"] >= one.best["ttft_p99_ms"]
+
+
+def test_no_feasible_point_says_which_slo_failed(tmp_path, cli):
+    scenario = write_tiny_scenario(tmp_path)
+    out = tmp_path / "plan"
+    r = cli("plan", scenario, "-o", out, "--vary", "pools.chat.replicas=1..2", "--workers", "1")
+    assert r.code == 2
+    assert "no combination meets the SLO (at the largest value of pools.chat.replicas)" in r.err
+    assert "pools.chat.replicas=2: " in r.err and "ms > " in r.err
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["best"] is None
+    (cand,) = plan["candidates"]
+    assert cand["slo_met"] is False and cand["overrides"]["pools.chat.replicas"] == 2
+    assert "_p99_ms" in cand["failed_slo"]
+
+
+def test_max_rate_finds_the_saturation_point(tmp_path, cli):
+    scenario = write_tiny_scenario(tmp_path)
+    out = tmp_path / "plan"
+    r = cli("plan", scenario, "--max-rate", "-o", out, "--vary", "pools.chat.replicas=2,4", "--workers", "2")
+    assert r.code == 0, r.err
+    assert f"searched {RATE_KEY}" in words(r.out)
+    plan = json.loads((out / "plan.json").read_text())
+    assert plan["mode"] == "max_rate" and plan["searched"]["key"] == RATE_KEY
+    by_n = {c["overrides"]["pools.chat.replicas"]: c for c in plan["candidates"]}
+    assert plan["best"]["overrides"]["pools.chat.replicas"] == 4
+    assert by_n[4]["max_rate_per_s"] > by_n[2]["max_rate_per_s"] > 0
+    for c in plan["candidates"]:
+        assert c["slo_met"] and c["overrides"][RATE_KEY] == c["max_rate_per_s"]
+
+
+def test_max_rate_bracket_is_tight(tmp_path):
+    scenario = write_tiny_scenario(tmp_path)
+    plan = plan_fleet(scenario, [], make_executor("local"), max_rate=True)
+    rate = plan.best["max_rate_per_s"]
+    failing = [p["overrides"][RATE_KEY] for p in plan.probes if not p["slo_met"]]
+    assert min(r for r in failing if r > rate) <= rate * 1.02 * 1.001
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--vary", "pools.chat.replicaz=1..4"], "pools[0].replicaz: unknown key"),
+    (["--vary", "pools.nope.replicas=1..4"], "no item named 'nope'"),
+    (["--vary", "nonsense=1..4"], "nonsense: unknown key"),
+    (["--vary", "pools.chat.replicas=1..4", "--vary", "pools.chat.tpp=1,2"], "--vary pools.chat.tpp=1"),
+    (["--vary", "pools.chat.replicas=4..1"], "empty range 4..1"),
+    (["--vary", "pools.chat.replicas=0..4"], "greater than or equal to 1"),
+    (["--vary", "pools.chat.gpu=h100-sxm"], "exactly one range axis"),
+    (["--vary", "pools.chat.replicas=1..4", "--vary", "pools.chat.tp=1..2"], "exactly one range axis"),
+    (["--vary", "pools.chat.replicas"], "--vary expects key.path=LO..HI"),
+    (["--max-rate", "--vary", "pools.chat.replicas=1..4"], "give other --vary axes as lists"),
+    (["--vary", "pools.chat.replicas=1..4", "--seeds", "0"], "--seeds must be at least 1"),
+])
+def test_bad_plans_are_one_clear_error(tmp_path, cli, args, message):
+    r = cli("plan", write_tiny_scenario(tmp_path), "-o", tmp_path / "plan", *args)
+    assert r.code == 2
+    assert message in r.err
+    assert not (tmp_path / "plan" / "plan.json").exists()
+
+
+def test_plan_needs_an_slo_and_max_rate_needs_a_rate(tmp_path, cli):
+    r = cli("plan", write_tiny_scenario(tmp_path, slo=None), "--vary", "pools.chat.replicas=1..4",
+            "-o", tmp_path / "p")
+    assert r.code == 2 and "declares no SLO" in r.err
+    closed = write_tiny_scenario(tmp_path, workload={**TINY["workload"], "arrival": {"type": "concurrency",
+                                                                                      "concurrency": 8}})
+    r = cli("plan", closed, "--max-rate", "-o", tmp_path / "p")
+    assert r.code == 2 and f"--max-rate varies {RATE_KEY}" in r.err and "concurrency" in r.err
+

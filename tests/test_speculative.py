@@ -1,0 +1,245 @@
+"""Speculative decoding (simulator/costmodel/speculative.py): the formula, the
+amortised step time against a hand computation, the engines' agreement with
+it, the low-load TPOT gain through ``simulate``, the load threshold, memory,
+quantisation, and bad input through the CLI.
+"""
+from __future__ import annotations
+
+import math
+from functools import lru_cache
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from helpers_engine import capacities, compare_runs, describe, engine_configs, run_open, workloads
+from simulator.costmodel import CostModel
+from simulator.costmodel.speculative import (SpeculativeSpec, expected_tokens_per_step, speculative_cost_model,
+                                             speculative_memory)
+from simulator.memory import plan_memory
+from simulator.profiles import load_hardware, load_model
+from simulator.runner import setup_pool, simulate
+from simulator.scenario.schema import PoolSpec, Scenario
+from workloads.request import Status
+
+TARGET, DRAFT = "llama-3.1-8b", "llama-3.2-1b"
+SPEC = SpeculativeSpec(draft_model=DRAFT, k=5, acceptance_rate=0.82)
+
+
+@lru_cache(maxsize=None)
+def _target(gpu: str = "h100-sxm", tp: int = 1, roofline: bool = False) -> CostModel:
+    return CostModel(load_model(TARGET), load_hardware(gpu), tp, roofline=roofline)
+
+
+def _spec_cm(spec: SpeculativeSpec = SPEC, **kw):
+    return speculative_cost_model(_target(**kw), spec)
+
+
+# --- the formula and the step time ------------------------------------------------------
+@pytest.mark.parametrize("k,alpha", [(1, 0.5), (5, 0.82), (8, 0.3), (3, 0.99)])
+def test_expected_tokens_is_the_truncated_geometric_sum(k, alpha):
+    """E = 1 + α + … + α^k: the target's own token plus draft token i kept
+    only if all i before it were accepted."""
+    assert expected_tokens_per_step(k, alpha) == pytest.approx(sum(alpha ** i for i in range(k + 1)), rel=1e-12)
+
+
+def test_expected_tokens_for_the_issue_case():
+    assert expected_tokens_per_step(5, 0.82) == pytest.approx((1 - 0.82 ** 6) / 0.18)
+    assert expected_tokens_per_step(5, 0.82) == pytest.approx(3.8666, abs=1e-4)
+
+
+@pytest.mark.parametrize("batch", [1, 7, 64])
+def test_decode_token_costs_k_drafts_plus_one_verification_over_e(batch):
+    """By hand: k draft decode iterations (iteration j attends to j more tokens
+    per sequence) plus one target pass with a (k+1)-token extend chunk per
+    sequence, all divided by E. On H100 (attention sharpness 1) the extend
+    attention is exactly the target's prefill attention over those chunks."""
+    scm = _spec_cm()
+    t, d, k = scm.target, scm.draft, SPEC.k
+    cached = [100 + 37 * i for i in range(batch)]
+    S = float(sum(c + 1 for c in cached))
+    drafts = sum(d.step_time((), batch, S + batch * j) for j in range(k))
+    n = batch * (k + 1)
+    verify = (t.token_time(n) + t.lm_head_time(n) + t.prefill_attention_time([(k + 1, c) for c in cached])
+              + t.overhead_s)
+    expected = (drafts + verify) / expected_tokens_per_step(k, SPEC.acceptance_rate)
+    assert scm.step_time((), batch, S) == pytest.approx(expected, rel=1e-12)
+    a, r = scm.decode_coefficients(batch)
+    for ctx in (S, 3 * S, 0.5 * S):   # the affine form the fast engine integrates
+        assert a + r * ctx == pytest.approx(scm.step_time((), batch, ctx), rel=1e-12)
+
+
+def test_mixed_iteration_speculates_only_the_decode_part():
+    """Prefill chunks cost what they add to a plain iteration, plus the draft's
+    prefill of the same chunks; the decodes cost their speculative share."""
+    scm = _spec_cm()
+    t, d = scm.target, scm.draft
+    chunks, b, S = [(512, 0), (300, 1000)], 8, 8 * 700.0
+    plain_extra = t.step_time(chunks, b, S, b + 1) - t.step_time((), b, S, b)
+    expected = scm.step_time((), b, S) + plain_extra + d.step_time(chunks, 0, 0.0, 1)
+    assert scm.step_time(chunks, b, S, b + 1) == pytest.approx(expected, rel=1e-12)
+    # A prefill-only iteration: the target's and the draft's prefill.
+    assert scm.step_time(chunks) == pytest.approx(t.step_time(chunks) + d.step_time(chunks), rel=1e-12)
+
+
+def test_above_the_threshold_it_is_the_plain_model():
+    scm = _spec_cm(SPEC.model_copy(update={"disable_above_batch": 16}))
+    t = scm.target
+    for b in (17, 64, 256):
+        S = b * 900.0
+        assert scm.decode_coefficients(b) == t.decode_coefficients(b)
+        assert scm.step_time((), b, S) == t.step_time((), b, S)
+        assert scm.step_time([(256, 0)], b, S, b + 1) == t.step_time([(256, 0)], b, S, b + 1)
+    # at and below the threshold it speculates (and is faster at small batches)
+    for b in (1, 16):
+        assert scm.step_time((), b, b * 900.0) < t.step_time((), b, b * 900.0)
+
+
+def test_high_batch_speculation_costs_more_per_token_than_plain():
+    """The caveat: verification of b·(k+1) tokens turns compute-bound while
+    only E of them are kept, so at a large batch a token costs more."""
+    scm = _spec_cm(gpu="a100-sxm-80gb")
+    t = scm.target
+    assert scm.step_time((), 1, 600.0) < t.step_time((), 1, 600.0)
+    assert scm.step_time((), 256, 256 * 600.0) > t.step_time((), 256, 256 * 600.0)
+
+
+# --- the engines ------------------------------------------------------------------------
+# (gpu, tp, roofline): a calibrated GPU, and TP 2 in roofline mode (s = ∞: the
+# extend attention's affine envelope, zero iteration overhead).
+SPEC_MODELS = [("h100-sxm", 1, False), ("a100-sxm-80gb", 2, True)]
+
+
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_fast_and_reference_engines_agree_with_speculation(data):
+    """The fast engine integrates decode stretches in closed form; with the
+    speculative cost (and the threshold switching it off and on as the batch
+    changes) it must still match the iteration-by-iteration oracle."""
+    reqs = data.draw(workloads(max_n=40), label="requests")
+    cfg = data.draw(engine_configs(), label="cfg")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    threshold = data.draw(st.sampled_from([None, 1, 2, 4, 16]), label="disable_above_batch")
+    gpu, tp, roofline = data.draw(st.sampled_from(SPEC_MODELS), label="cost model")
+    cm = _spec_cm(SPEC.model_copy(update={"disable_above_batch": threshold}), gpu=gpu, tp=tp, roofline=roofline)
+    fast = run_open("fast", reqs, cfg, nb, cm=cm)
+    ref = run_open("reference", reqs, cfg, nb, cm=cm)
+    problems = compare_runs(fast, ref)
+    assert not problems, ("fast and reference disagree with speculation:\n  " + "\n  ".join(problems[:12])
+                          + "\nreproduction: " + describe(reqs, cfg, nb, threshold=threshold, gpu=gpu))
+
+
+# --- end to end -------------------------------------------------------------------------
+def _scenario_data(speculative: dict | None = None, n: int = 24) -> dict:
+    """One user at a time (closed loop) on one H100; ``speculative`` is the pool's mapping."""
+    pool = {"model": TARGET, "gpu": "h100-sxm"}
+    if speculative is not None:
+        pool["speculative"] = speculative
+    return {"name": "spec", "seed": 5,
+            "workload": {"num_requests": n, "arrival": {"type": "concurrency", "concurrency": 1},
+                         "input_tokens": {"dist": "uniform", "min": 50, "max": 3000},
+                         "output_tokens": {"dist": "uniform", "min": 2, "max": 400}},
+            "pools": [pool]}
+
+
+def _scenario(speculative: dict | None = None) -> Scenario:
+    return Scenario.model_validate(_scenario_data(speculative))
+
+
+def _tpot(r) -> float:
+    return (r.finish - r.first_token) / (r.output_tokens - 1)
+
+
+def test_low_load_tpot_drops_by_the_predicted_factor():
+    """One user at a time (closed loop, concurrency 1): every decode iteration
+    has batch 1, and request i's j-th decode attends to P_i + j tokens, so its
+    TPOT is the affine step time at its mean context P_i + N_i/2 and the mean
+    TPOT over requests is the step time at the mean of those. The predicted
+    factor spec/plain at that context is therefore exact up to float
+    summation over a few thousand iterations: rel 1e-9."""
+    plain, fast = simulate(_scenario()), simulate(_scenario(SPEC.model_dump()))
+    for run in (plain, fast):
+        assert all(r.status == Status.FINISHED for r in run.requests)
+    reqs = [r for r in plain.requests if r.output_tokens >= 2]
+    ctx = sum(r.input_tokens + r.output_tokens / 2.0 for r in reqs) / len(reqs)
+    scm = fast.setups[0].cm
+    predicted = scm.step_time((), 1, ctx) / scm.target.step_time((), 1, ctx)
+    mean = {name: sum(_tpot(r) for r in run.requests if r.output_tokens >= 2) / len(reqs)
+            for name, run in (("plain", plain), ("spec", fast))}
+    assert mean["spec"] / mean["plain"] == pytest.approx(predicted, rel=1e-9)
+    assert 0.6 < predicted < 0.75   # ≈ 1 / 1.45 for an 8B target and 1B draft on H100
+    # TTFT grows only by the draft's prefill (a 1B model beside an 8B one)
+    ttft = {name: sum(r.ttft for r in run.requests) for name, run in (("plain", plain), ("spec", fast))}
+    assert 1.0 < ttft["spec"] / ttft["plain"] < 1.3
+
+
+def test_memory_holds_the_draft_weights_and_kv():
+    tm, dm = load_model(TARGET), load_model(DRAFT)
+    mem = plan_memory(tm, load_hardware("h100-sxm"))
+    spec_mem = speculative_memory(mem, _spec_cm())
+    per_block = (tm.kv_bytes_per_token() + dm.kv_bytes_per_token()) * mem.block_size
+    assert spec_mem.num_blocks == int((mem.kv_capacity_bytes - dm.weight_bytes()) // per_block)
+    assert spec_mem.num_blocks < 0.85 * mem.num_blocks   # 32 KiB of draft KV beside 128 KiB a token
+    assert spec_mem.weights_bytes == mem.weights_bytes + dm.weight_bytes()
+
+
+def test_quantisation_applies_to_both_models_and_override_still_wins():
+    def pool(**engine) -> PoolSpec:
+        return PoolSpec(model=TARGET, gpu="h100-sxm", engine=engine, speculative=SPEC)
+
+    bf16, fp8 = setup_pool(pool(), 0), setup_pool(pool(weight_dtype="fp8", kv_dtype="fp8"), 0)
+    assert (fp8.cm.draft.weight_dtype, fp8.cm.draft.kv_dtype) == ("fp8", "fp8")
+    assert fp8.cm.describe()["speculative"]["draft_model"] == DRAFT
+    assert fp8.cm.step_time((), 1, 2000.0) < bf16.cm.step_time((), 1, 2000.0)
+    assert fp8.memory.kv_bytes_per_token == bf16.memory.kv_bytes_per_token / 2
+    assert setup_pool(pool(num_gpu_blocks_override=123), 0).memory.num_blocks == 123
+
+
+# --- bad input --------------------------------------------------------------------------
+# (id, change to the pool's speculative mapping, fragments the message must contain)
+BAD = [
+    ("vocab-mismatch", {"draft_model": "llama-2-7b"},
+     ["pools[0].speculative.draft_model", "llama-2-7b", "32,000", "128,256", "vocabulary"]),
+    ("unknown-draft", {"draft_model": "llama-9-1b"}, ["pools[0].speculative.draft_model", "llama-9-1b"]),
+    ("k-zero", {"k": 0}, ["pools[0].speculative.k", "greater than or equal to 1"]),
+    ("alpha-one", {"acceptance_rate": 1.0}, ["pools[0].speculative.acceptance_rate", "less than 1"]),
+    ("alpha-zero", {"acceptance_rate": 0}, ["pools[0].speculative.acceptance_rate", "greater than 0"]),
+    ("threshold-zero", {"disable_above_batch": 0}, ["pools[0].speculative.disable_above_batch"]),
+    ("key-typo", {"draft_len": 5}, ["pools[0].speculative.draft_len", "unknown key"]),
+]
+
+
+def _scenario_file(tmp_path, change: dict | None = None):
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(_scenario_data({**SPEC.model_dump(exclude_none=True), **(change or {})})))
+    return path
+
+
+def _check_bad(r, path, fragments) -> None:
+    assert r.code == 2, f"exit {r.code}\nstdout:\n{r.out}\nstderr:\n{r.err}"
+    msg = r.err.strip()
+    assert "Traceback" not in msg and msg.startswith("error:") and str(path) in msg, msg
+    for frag in fragments:
+        assert frag in msg, f"{frag!r} missing from: {msg}"
+
+
+@pytest.mark.parametrize("case", BAD, ids=[c[0] for c in BAD])
+def test_bad_speculative_input_is_one_clear_error(case, tmp_path, cli):
+    name, change, fragments = case
+    path = _scenario_file(tmp_path, change)
+    _check_bad(cli("run", path, "-o", tmp_path / "out"), path, fragments)
+    assert not (tmp_path / "out").exists()
+
+
+def test_vocab_mismatch_in_a_real_process(tmp_path, cli_subprocess):
+    name, change, fragments = BAD[0]
+    path = _scenario_file(tmp_path, change)
+    r = cli_subprocess("run", path, "-o", tmp_path / "out")
+    _check_bad(r, path, fragments)
+    assert len(r.err.strip().splitlines()) == 1, r.err
+
+
+def test_a_good_speculative_scenario_runs_from_the_cli(tmp_path, cli):
+    res = cli("run", _scenario_file(tmp_path), "-o", tmp_path / "out", "--json").json()
+    assert res["completed"] == 24 and math.isfinite(res["mean_tpot_ms"])

@@ -1,0 +1,200 @@
+"""``llmsim sweep``: sweep files, the tidy table, resuming, and bad input.
+
+The tiny scenario here (a few hundred requests, llama-3-8b on h100-sxm)
+simulates in well under a second; test_plan and test_executors use it too.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+import pytest
+import yaml
+from hypothesis import given, strategies as st
+
+from simulator.errors import LlmsimError
+from simulator.planning.executors import Executor, ExecutorOptions, make_executor
+from simulator.planning.grid import SweepFile, expand
+from simulator.planning.point import Point, WALL_TIME
+from simulator.planning.sweep import plan_sweep, run_sweep, write_table
+
+TINY = {
+    "name": "tiny",
+    "seed": 3,
+    "workload": {
+        "num_requests": 200,
+        "arrival": {"type": "poisson", "rate_per_s": 60},
+        "input_tokens": {"dist": "lognormal", "mean": 1000, "std": 600, "min": 32, "max": 3000},
+        "output_tokens": {"dist": "lognormal", "mean": 200, "std": 120, "min": 8, "max": 600},
+    },
+    "pools": [{"name": "chat", "model": "llama-3-8b", "gpu": "h100-sxm", "replicas": 2,
+               "router": "least_outstanding"}],
+    "slo": {"ttft_p99_ms": 300, "tpot_p99_ms": 25},
+}
+
+
+def write_tiny_scenario(folder: Path, **top: object) -> Path:
+    """The tiny scenario as YAML in ``folder``; keyword arguments replace top-level keys."""
+    path = folder / "tiny.yaml"
+    path.write_text(yaml.safe_dump({**TINY, **top}, sort_keys=False))
+    return path
+
+
+def write_sweep(folder: Path, body: dict) -> Path:
+    write_tiny_scenario(folder)
+    path = folder / "sweep.yaml"
+    path.write_text(yaml.safe_dump({"base": "tiny.yaml", **body}, sort_keys=False))
+    return path
+
+
+def words(text: str) -> str:
+    """Terminal output with rich's line wrapping undone."""
+    return " ".join(text.split())
+
+
+GRID = {"grid": {"pools.chat.replicas": [1, 2], "seed": [1, 2]}}
+
+
+def test_sweep_writes_one_row_per_run_and_resumes(tmp_path, cli):
+    sweep = write_sweep(tmp_path, GRID)
+    out = tmp_path / "out"
+    r = cli("sweep", sweep, "-o", out, "--workers", "2")
+    assert r.code == 0, r.err
+    assert "(0 reused" in words(r.out)
+    df = pd.read_parquet(out / "sweep.parquet")
+    assert len(df) == 4
+    assert list(df.columns[:2]) == ["pools.chat.replicas", "seed"]
+    for col in ("ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms", "request_throughput",
+                "completed", "failed", "slo_met", "attainment_ttft_p99_ms", "attainment_tpot_p99_ms",
+                "monthly_usd", "gpus", "usd_per_request", WALL_TIME):
+        assert col in df.columns, col
+    assert list(df["pools.chat.replicas"]) == [1, 1, 2, 2]
+    assert (df["completed"] + df["failed"] == 200).all()
+    assert df["slo_met"].dtype == bool
+    # twice the GPUs, twice the money
+    cost = df.groupby("pools.chat.replicas")["monthly_usd"].first()
+    assert cost[2] == pytest.approx(2 * cost[1])
+    stored = sorted((out / "points").glob("*.json"))
+    assert len(stored) == 4
+    mtimes = [p.stat().st_mtime_ns for p in stored]
+
+    again = cli("sweep", sweep, "-o", out)
+    assert again.code == 0, again.err
+    assert "(4 reused" in words(again.out) and "0 run on local" in words(again.out)
+    assert [p.stat().st_mtime_ns for p in stored] == mtimes
+    pd.testing.assert_frame_equal(pd.read_parquet(out / "sweep.parquet"), df)
+
+
+class _Crashing(Executor):
+    """Hands back ``after`` results, then fails as a dying cluster would."""
+
+    def __init__(self, after: int):
+        self.after = after
+
+    def map_unordered(self, fn, items):
+        for i, item in enumerate(items):
+            if i == self.after:
+                raise RuntimeError("worker lost")
+            yield item, fn(item)
+
+
+def test_a_partial_sweep_keeps_what_finished(tmp_path):
+    points = plan_sweep(write_sweep(tmp_path, GRID))
+    out = tmp_path / "out"
+    with pytest.raises(RuntimeError, match="worker lost"):
+        run_sweep(points, out, _Crashing(after=3))
+    assert len(list((out / "points").glob("*.json"))) == 3
+    assert len(pd.read_parquet(out / "sweep.parquet")) == 3
+
+    seen = []
+    run = run_sweep(points, out, make_executor("local"), on_row=lambda p, row, reused: seen.append(reused))
+    assert sorted(seen) == [False, True, True, True]
+    assert run.reused == 3 and len(run.rows) == 4 and not run.errors
+
+
+def test_points_are_crossed_with_the_grid():
+    sweep = SweepFile(base="x.yaml", grid={"a": [1, 2]}, points=[{"b": 1}, {"b": 2, "c": 3}])
+    assert expand(sweep) == [{"b": 1, "a": 1}, {"b": 1, "a": 2}, {"b": 2, "c": 3, "a": 1}, {"b": 2, "c": 3, "a": 2}]
+    assert expand(SweepFile(base="x.yaml", points=[{"b": 1}])) == [{"b": 1}]
+
+
+def test_mapping_values_and_points_reach_the_scenario(tmp_path, cli):
+    sweep = write_sweep(tmp_path, {"points": [
+        {"workload.output_tokens": {"dist": "fixed", "value": 16}},
+        {"workload.output_tokens": {"dist": "fixed", "value": 64}, "pools.chat.replicas": 3}]})
+    r = cli("sweep", sweep, "-o", tmp_path / "out", "--workers", "1")
+    assert r.code == 0, r.err
+    df = pd.read_parquet(tmp_path / "out" / "sweep.parquet")
+    assert list(df["workload.output_tokens"]) == ['{"dist": "fixed", "value": 16}', '{"dist": "fixed", "value": 64}']
+    assert df["pools.chat.replicas"].isna().tolist() == [True, False]
+    assert list(df["gpus"]) == [2, 3]
+
+
+@given(st.dictionaries(st.sampled_from(["a.b", "c", "pools.x.tp", "seed"]), st.integers(0, 9), min_size=1))
+def test_a_points_key_ignores_override_order_but_not_the_scenario(overrides):
+    items = tuple(overrides.items())
+    p = Point("/s.yaml", items, digest="d1")
+    assert Point("/s.yaml", tuple(reversed(items)), digest="d1").key == p.key
+    assert Point("/s.yaml", items, digest="d2").key != p.key
+    assert Point("/s.yaml", items, engine="reference", digest="d1").key != p.key
+
+
+@pytest.mark.parametrize("body, message", [
+    ({"grid": {}}, "nothing to run"),
+    ({"grid": {"pools.chat.replicas": []}}, "grid.pools.chat.replicas: empty list"),
+    ({"points": []}, "points: empty list"),
+    ({"grid": {"pools.chat.replica": [1]}}, "pools[0].replica: unknown key"),
+    ({"grid": {"pools.nope.replicas": [1]}}, "no item named 'nope'"),
+    ({"grid": {"pools.chat.replicas": [0]}}, "greater than or equal to 1"),
+    ({"points": [{"pools.chat.tp": 1}, {"workload.nope": 1}]}, "points[1]"),
+    ({"grid": {"pools.chat.tp": [1]}, "points": [{"pools.chat.tp": 2}]}, "also in grid"),
+    ({"grd": {"pools.chat.replicas": [1]}}, "grd: unknown key"),
+    ({"grid": {"pools.chat.replicas": 4}}, "valid list"),
+])
+def test_bad_sweep_files_are_one_clear_error(tmp_path, cli, body, message):
+    r = cli("sweep", write_sweep(tmp_path, body), "-o", tmp_path / "out")
+    assert r.code == 2
+    assert message in r.err
+    assert not (tmp_path / "out").exists()  # refused before anything ran
+
+
+def test_points_that_cannot_run_are_reported_not_stored(tmp_path, cli):
+    sweep = write_sweep(tmp_path, {"grid": {"pools.chat.gpu": ["h100-sxm", "no-such-gpu"]}})
+    out = tmp_path / "out"
+    r = cli("sweep", sweep, "-o", out, "--workers", "1")
+    assert r.code == 2
+    assert "1 of 2 points could not run" in r.err and "unknown GPU 'no-such-gpu'" in r.err
+    df = pd.read_parquet(out / "sweep.parquet")
+    assert df["error"].isna().tolist() == [True, False]
+    assert len(list((out / "points").glob("*.json"))) == 1
+
+
+def test_a_missing_base_and_no_traceback(tmp_path, cli_subprocess):
+    sweep = tmp_path / "sweep.yaml"
+    sweep.write_text("base: nope.yaml\ngrid: {seed: [1]}\n")
+    r = cli_subprocess("sweep", sweep, "-o", tmp_path / "out")
+    assert r.code == 2
+    assert "nope.yaml: file not found" in r.err
+    assert "Traceback" not in r.err
+
+
+def test_the_table_falls_back_to_csv_without_pyarrow(tmp_path, monkeypatch):
+    import sys
+
+    monkeypatch.setitem(sys.modules, "pyarrow", None)
+    rows = [{"k": "a", "v": 1.5}, {"k": 2, "v": None}, {"v": 3.0}]
+    path = write_table(rows, tmp_path, ["k", "missing"])
+    assert path.name == "sweep.csv"
+    monkeypatch.undo()  # pandas reads text columns through pyarrow when it is there
+    df = pd.read_csv(path)
+    assert list(df.columns) == ["k", "missing", "v"]
+    assert df["k"].tolist()[:2] == ["a", "2"]  # mixed text and numbers become text
+
+
+def test_stored_rows_read_back_exactly(tmp_path):
+    points = plan_sweep(write_sweep(tmp_path, {"grid": {"seed": [5]}}))
+    fresh = run_sweep(points, tmp_path / "a", make_executor("local")).rows[0]
+    stored = json.loads(next((tmp_path / "a" / "points").glob("*.json")).read_text())
+    assert stored["overrides"] == {"seed": 5}
+    assert {**{"seed": 5}, **stored["row"]} == fresh
