@@ -224,10 +224,11 @@ def test_scale_in_drains_without_losing_requests(ramp_runs):
 
 @settings(max_examples=12, **SETTINGS)
 @given(seed=st.integers(0, 2**16), metric=st.sampled_from(["concurrency", "queue_depth", "kv_utilization",
-                                                            "gpu_busy", "request_rate"]),
+                                                            "gpu_busy", "compute_utilization",
+                                                            "request_rate"]),
        warm=st.integers(0, 2), limit=st.integers(1, 8), engine=st.sampled_from(["fast", "reference"]))
 def test_every_request_ends_once_under_scaling_draining_and_shedding(seed, metric, warm, limit, engine):
-    target = {"concurrency": 12, "queue_depth": 2, "kv_utilization": 0.3, "gpu_busy": 0.7, "request_rate": 15}[metric]
+    target = {"concurrency": 12, "compute_utilization": 0.3, "queue_depth": 2, "kv_utilization": 0.3, "gpu_busy": 0.7, "request_rate": 15}[metric]
     d = ramp(metric=metric, target=target, warm_pool=warm)
     d["seed"] = seed
     d["workload"]["duration_s"] = 150
@@ -260,10 +261,32 @@ def test_every_request_ends_once_under_scaling_draining_and_shedding(seed, metri
     llm = out.results["llmsim"]
     busy_gpu_h = sum(r.busy_time for r in out.pool.replicas) / 3600
     assert llm["cost"]["gpu_hours"] >= busy_gpu_h - 1e-9
+    pb = llm["pools"]["main"]
+    assert 0 <= pb["gpu_busy_fraction"] <= 1 + 1e-9 and 0 <= pb["compute_utilization"] <= pb["gpu_busy_fraction"]
+    assert 0 <= pb["mean_kv_utilization"] <= 1 + 1e-9
     # stamps never run backwards
     for r in out.requests:
         if r.status == Status.FINISHED:
             assert r.arrival <= r.queued <= r.admitted <= r.first_token <= r.finish
+
+
+def test_a_memory_bound_fleet_looks_idle_on_compute_while_its_kv_is_full():
+    """The case study's warning: long decodes fill KV and queue requests,
+    yet model FLOPs utilisation stays low, so an autoscaler steering to 50%
+    compute utilisation scales *in* a fleet that is breaching its TTFT."""
+    d = scenario()
+    d["workload"] = {"num_requests": 1500, "arrival": {"type": "poisson", "rate_per_s": 12},
+                     "input_tokens": {"dist": "uniform", "min": 1000, "max": 3000},
+                     "output_tokens": {"dist": "uniform", "min": 600, "max": 1000}}
+    d["pools"][0].update(replicas=2, engine={"gpu_memory_utilization": 0.35},
+                         autoscaling={"metric": "compute_utilization", "target": 0.5, "min_replicas": 1,
+                                      "max_replicas": 4, "interval_s": 10, "scale_down_window_s": 20})
+    out = run(d)
+    p = out.results["llmsim"]["pools"]["main"]
+    assert p["max_kv_utilization"] > 0.95 and p["compute_utilization"] < 0.25
+    assert p["gpu_busy_fraction"] > 0.9               # "busy" by the time-based measure
+    assert p["replicas_min"] == 1                     # and scaled in regardless
+    assert out.results["p99_ttft_ms"] > 5000
 
 
 # -- network and the TTFT budget ---------------------------------------------------

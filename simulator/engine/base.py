@@ -69,6 +69,7 @@ class ReplicaBase:
         self.outstanding_tokens = 0
         self.preemptions = 0
         self.busy_time = 0.0
+        self.tokens_processed = 0           # prompt + decode tokens run through the model (for MFU)
         self.iterations = 0
         self.queue_len = TimeAverage(env.now)     # a replica may start mid-run (autoscaling)
         self.batch_size = TimeAverage(env.now)
@@ -344,10 +345,12 @@ class ReplicaBase:
         seq.order = self.next_order
         self.next_order += 1
 
-    def _account(self, duration: float, kv_area: float, kv_peak: int) -> None:
-        """Busy time and KV usage: ``kv_area`` is Σ blocks held during each
-        iteration × its duration, ``kv_peak`` the most held in any of them."""
+    def _account(self, duration: float, kv_area: float, kv_peak: int, tokens: int) -> None:
+        """Busy time, tokens through the model and KV usage: ``kv_area`` is
+        Σ blocks held during each iteration × its duration, ``kv_peak`` the
+        most held in any of them."""
         self.busy_time += duration
+        self.tokens_processed += tokens
         self.kv_used_area += kv_area
         if kv_peak > self.kv_used_max:
             self.kv_used_max = kv_peak
@@ -356,6 +359,7 @@ class ReplicaBase:
         return {
             "preemptions": self.preemptions,
             "busy_time": self.busy_time,
+            "tokens_processed": self.tokens_processed,
             "iterations": self.iterations,
             "kv_used_area": self.kv_used_area,
             "kv_used_max": self.kv_used_max,

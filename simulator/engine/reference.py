@@ -132,7 +132,7 @@ class ReferenceReplica(ReplicaBase):
                 if s.generated >= s.req.output_tokens:
                     self._retire(s, now)
         self._drop_cancelled(now)
-        self._account(dt, dt * held, held)
+        self._account(dt, dt * held, held, len(decodes) + sum(c for _, c in chunks))
         self._boundary()
 
     def _retire(self, s: Seq, now: float) -> None:

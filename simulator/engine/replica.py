@@ -329,12 +329,13 @@ class FastReplica(ReplicaBase):
         self._retire_finished(now)
         if self.cancelled:
             self._drop_cancelled(now)
-        self._account(now - t0, kv_area, kv_peak)
+        self._account(now - t0, kv_area, kv_peak, n * B)
         self.seg = None
         self._boundary()
 
     def _end_mixed(self, chunks, decoding: bool, dt: float, held: int) -> None:
         now = self.env.now
+        tokens = sum(c for _, c in chunks) + (self.B if decoding else 0)
         self.iterations += 1
         if decoding:
             self._decode_gaps(1, dt, dt, dt)
@@ -355,7 +356,7 @@ class FastReplica(ReplicaBase):
                     self._join_decode(s)
         if self.cancelled:
             self._drop_cancelled(now)
-        self._account(dt, dt * held, held)
+        self._account(dt, dt * held, held, tokens)
         self._boundary()
 
     def _retire_finished(self, now: float) -> None:

@@ -30,7 +30,8 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .pool import Pool, State
 
-Metric = Literal["concurrency", "queue_depth", "kv_utilization", "gpu_busy", "request_rate"]
+Metric = Literal["concurrency", "queue_depth", "kv_utilization", "gpu_busy", "compute_utilization",
+                 "request_rate"]
 
 
 class ScheduleStep(BaseModel):
@@ -50,7 +51,9 @@ class AutoscalingSpec(BaseModel):
     metric: Metric = Field(description="concurrency: requests in flight (running + waiting) per ready replica; "
                                        "queue_depth: waiting requests per ready replica (zero on a healthy "
                                        "fleet, so it scales in hard: give it a long scale_down_window_s); "
-                                       "kv_utilization: "
+                                       "compute_utilization: model FLOPs / peak FLOPs (MFU; what a DCGM "
+                                       "SM-activity dashboard shows: low on a memory-bound decode fleet even "
+                                       "when its KV is full); kv_utilization: "
                                        "fraction of KV blocks in use; gpu_busy: fraction of time iterating; "
                                        "request_rate: arrivals per second per replica")
     target: float = Field(gt=0, allow_inf_nan=False, description="the metric's value to steer toward")
@@ -101,6 +104,7 @@ class Autoscaler:
         self.recent: deque[tuple[float, int]] = deque()
         self._busy = 0.0
         self._arrivals = 0
+        self._tokens = 0
         self._t = pool.env.now
         self.decisions: list[tuple[float, int, float]] = []   # (time, desired, metric)
 
@@ -109,9 +113,9 @@ class Autoscaler:
         now = p.env.now
         n = max(len(p.ready), 1)
         dt = max(now - self._t, 1e-12)
-        busy, arrivals = p.busy_time(), p.arrivals
-        d_busy, d_arr = busy - self._busy, arrivals - self._arrivals
-        self._busy, self._arrivals, self._t = busy, arrivals, now
+        busy, arrivals, tokens = p.busy_time(), p.arrivals, p.tokens_processed()
+        d_busy, d_arr, d_tok = busy - self._busy, arrivals - self._arrivals, tokens - self._tokens
+        self._busy, self._arrivals, self._tokens, self._t = busy, arrivals, tokens, now
         m = self.spec.metric
         if m == "concurrency":
             return sum(r.outstanding for r in p.ready) / n
@@ -121,6 +125,8 @@ class Autoscaler:
             return p.kv_utilization()
         if m == "gpu_busy":
             return min(d_busy / (dt * n), 1.0)
+        if m == "compute_utilization":
+            return min(d_tok * p.flops_per_token() / (p.peak_flops() * dt * n), 1.0)
         return d_arr / dt
 
     def desired(self) -> tuple[int, float]:

@@ -59,8 +59,9 @@ class Fleet:
     def _queue(self, req: Request) -> None:
         if req.status is not Status.PENDING:      # cancelled on its way in
             return
-        self._transit.discard(req.id)
-        req.queued = self.env.now
+        if req.id in self._transit:          # after ingress (otherwise queued = arrival, exactly)
+            self._transit.discard(req.id)
+            req.queued = self.env.now
         self.pools[req.pool].submit(req)
 
     def cancel(self, req: Request) -> None:

@@ -18,6 +18,7 @@ from typing import Callable, Optional
 import simpy
 
 from ..costmodel import CostModel
+from ..dtypes import compute_dtype
 from ..engine.config import EngineConfig
 from ..engine.reference import ReferenceReplica
 from ..engine.replica import FastReplica
@@ -98,6 +99,7 @@ class Pool:
         self.ready: list = []               # routed to, in creation order
         self.billing: list[tuple[float, int]] = []   # (time, replicas paid for from then on)
         self.serving: list[tuple[float, int]] = []   # (time, ready replicas from then on)
+        self.working: list[tuple[float, int]] = []   # (time, ready + draining: replicas that may iterate)
         self.t_rejected = 0.0
         self.arrivals = 0                   # requests submitted (for rate metrics)
         self.rejected = 0
@@ -129,6 +131,7 @@ class Pool:
         now = self.env.now
         _step(self.billing, now, self.billed)
         _step(self.serving, now, len(self.ready))
+        _step(self.working, now, len(self.ready) + self.count(State.DRAINING))
 
     def start(self, delay: float, warm: bool = False) -> None:
         """Start a replica that serves after ``delay`` seconds (a cold start,
@@ -241,3 +244,14 @@ class Pool:
 
     def busy_time(self) -> float:
         return sum(r.busy_time for r in self.replicas)
+
+    def tokens_processed(self) -> int:
+        return sum(r.tokens_processed for r in self.replicas)
+
+    def flops_per_token(self) -> float:
+        """Dense model FLOPs per token (2 × parameters): the numerator of MFU."""
+        return 2.0 * self.cm.model.num_params
+
+    def peak_flops(self) -> float:
+        """A replica's peak dense FLOP/s in its weight dtype (all TP GPUs)."""
+        return self.cm.gpu.peak_flops(compute_dtype(self.cfg.weight_dtype)) * self.cm.tp

@@ -81,6 +81,7 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: list[Re
     stats = [r.stats(now) for r in reps]
     nb = ps.memory.num_blocks
     serving = max(replica_seconds(pool.serving, now), 1e-12)
+    working = max(replica_seconds(pool.working, now), 1e-12)     # draining replicas still iterate
     counts = [k for _, k in pool.serving] or [0]
     mean_ready = serving / now if now > 0 else float(len(pool.ready))
     block = {
@@ -95,15 +96,18 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: list[Re
         "replicas_created": len(reps),
         "kv_blocks_per_replica": nb,
         "kv_tokens_per_replica": nb * ps.memory.block_size,
-        "mean_kv_utilization": sum(s["kv_used_area"] for s in stats) / (serving * nb),
+        "mean_kv_utilization": sum(s["kv_used_area"] for s in stats) / (working * nb),
         "max_kv_utilization": max(s["kv_used_max"] for s in stats) / nb,
         "preemptions": sum(s["preemptions"] for s in stats),
         "rejected_on_admission": pool.rejected,
         "mean_queue_depth": sum(s["queue_mean"] * (now - r.t0) for s, r in zip(stats, reps)) / max(now, 1e-12),
         "max_queue_depth_per_replica": max(s["queue_max"] for s in stats),
-        "mean_batch_size": sum(s["batch_mean"] * (now - r.t0) for s, r in zip(stats, reps)) / serving,
+        "mean_batch_size": sum(s["batch_mean"] * (now - r.t0) for s, r in zip(stats, reps)) / working,
         "max_batch_size": max(s["batch_max"] for s in stats),
-        "gpu_busy_fraction": sum(s["busy_time"] for s in stats) / serving,
+        "gpu_busy_fraction": sum(s["busy_time"] for s in stats) / working,
+        # model FLOPs utilisation: what an SM-activity dashboard would show
+        "compute_utilization": sum(s["tokens_processed"] for s in stats) * pool.flops_per_token()
+        / (pool.peak_flops() * working),
         "iterations": sum(s["iterations"] for s in stats),
         "prefix_cache": _prefix_cache_block(ps, stats),
     }
