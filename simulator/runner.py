@@ -49,9 +49,10 @@ class RunOutput:
         return next(iter(self.pools.values()))
 
 
-def _build_pool(env, ps: PoolSetup, sc: Scenario, gaps: GapLog, engine: str, rng, id_block_tokens) -> Pool:
+def _build_pool(env, ps: PoolSetup, sc: Scenario, routes: dict[str, str], gaps: GapLog, engine: str, rng,
+                id_block_tokens) -> Pool:
     spec = ps.spec
-    mine = [c for c in sc.classes if class_routes(sc).get(c.name) == spec.name]
+    mine = [c for c in sc.classes if routes[c.name] == spec.name]
     budgets = {c.name: max(1, int(c.kv_budget_fraction * ps.memory.num_blocks))
                for c in mine if c.kv_budget_fraction is not None}
     admission = {c.name: Admission(c.admission.max_queue_per_replica, c.admission.max_wait_s)
@@ -77,7 +78,9 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     done = [0]
     wall = time.perf_counter()
     src = make_source(wl, sc.seed, base_dir(source))
-    pools = {ps.spec.name: _build_pool(env, ps, sc, gaps, engine, router_rng, src.block_tokens) for ps in setups}
+    routes = class_routes(sc, source)
+    pools = {ps.spec.name: _build_pool(env, ps, sc, routes, gaps, engine, router_rng, src.block_tokens)
+             for ps in setups}
     classes = ClassTable(list(sc.classes), sc.seed, np.random.default_rng(seeds[6]))
 
     def on_done(req: Request) -> None:
@@ -85,7 +88,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         src.on_done(req)
 
     targets: dict = dict(pools)           # what a class routes to: a pool, or a prefill → decode pair
-    fleet = Fleet(env, targets, classes, class_routes(sc, source), on_done)
+    fleet = Fleet(env, targets, classes, routes, on_done)
     for p in pools.values():
         p.on_done = fleet.done
     for ps in setups:

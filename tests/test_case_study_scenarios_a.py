@@ -17,39 +17,18 @@ Runs are shared within the module (about 25 s of simulation in all).
 from __future__ import annotations
 
 import math
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pytest
 
+from helpers_case_studies import at_check_settings, load_every_step, path_of, run
 from simulator.runner import RunOutput, simulate
 from simulator.scenario.load import load_scenario
-from simulator.scenario.overlays import load_with_overlays, load_with_variants
-from simulator.scenario.schema import Scenario
+from simulator.scenario.overlays import load_with_variants
 from simulator.scenario.variants import ladder_steps
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+
 NAMES = ("autocomplete", "quickcode")
-
-
-def path_of(name: str) -> Path:
-    return SCENARIOS / f"{name}.yaml"
-
-
-def at_check_settings(name: str, *variants: str) -> Scenario:
-    """The scenario as `llmsim check` runs it (check.set over the file), then
-    the named variants' overlays on top."""
-    path = path_of(name)
-    sc, _ = load_scenario(path)
-    by_name = {v.name: v for v in sc.variants}
-    overlays = [("check.set", sc.check.set)] + [(f"variants.{v}.set", by_name[v].set) for v in variants]
-    return load_with_overlays(path, overlays)
-
-
-@lru_cache(maxsize=None)
-def run(name: str, *variants: str) -> RunOutput:
-    return simulate(at_check_settings(name, *variants), source=path_of(name))
 
 
 def ttft_all_ms(out: RunOutput) -> np.ndarray:
@@ -62,13 +41,8 @@ def ttft_all_ms(out: RunOutput) -> np.ndarray:
 
 @pytest.mark.parametrize("name", NAMES)
 def test_scenario_validates_with_every_ladder_step(name):
-    path = path_of(name)
-    sc, _ = load_scenario(path)
-    assert sc.name == name and sc.slo and sc.check is not None and sc.check.set
+    sc = load_every_step(name)
     assert len(sc.variants) >= 4
-    for step in ladder_steps(sc.variants, sc.ladder)[1:]:
-        load_with_variants(path, step.variants)
-    at_check_settings(name)
 
 
 @pytest.mark.parametrize("name", NAMES)

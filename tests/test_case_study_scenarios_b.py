@@ -16,20 +16,18 @@ Runs are shared within the module (about 20 s of simulation in all).
 from __future__ import annotations
 
 import math
-from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import pytest
 
-from simulator.runner import RunOutput, simulate
+from helpers_case_studies import at_check_settings, load_every_step, path_of, run
+from simulator.runner import simulate
 from simulator.scenario.load import load_scenario
-from simulator.scenario.overlays import load_with_overlays, load_with_variants
-from simulator.scenario.schema import Scenario
+from simulator.scenario.overlays import load_with_variants
 from simulator.scenario.variants import ladder_steps
+
 from workloads.request import Status
 
-SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
 NAMES = ("dau-10m", "ttft-program")
 
 #: dau-10m simulates 1/64 of the users on 1/64 of the nodes.
@@ -38,33 +36,12 @@ SHARD = 64
 CASE_STUDY_PER_NODE = 300
 
 
-def path_of(name: str) -> Path:
-    return SCENARIOS / f"{name}.yaml"
-
-
-def at_check_settings(name: str) -> Scenario:
-    """The scenario as `llmsim check` runs it: check.set over the file."""
-    path = path_of(name)
-    sc, _ = load_scenario(path)
-    return load_with_overlays(path, [("check.set", sc.check.set)])
-
-
-@lru_cache(maxsize=None)
-def run(name: str) -> RunOutput:
-    return simulate(at_check_settings(name), source=path_of(name))
-
-
 # --- every scenario ------------------------------------------------------------------
 
 @pytest.mark.parametrize("name", NAMES)
 def test_scenario_validates_with_every_ladder_step(name):
-    path = path_of(name)
-    sc, _ = load_scenario(path)
-    assert sc.name == name and sc.slo and sc.check is not None and sc.check.set
+    sc = load_every_step(name)
     assert sc.variants
-    for step in ladder_steps(sc.variants, sc.ladder)[1:]:
-        load_with_variants(path, step.variants)
-    at_check_settings(name)
 
 
 @pytest.mark.parametrize("name", NAMES)

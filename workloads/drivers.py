@@ -54,7 +54,9 @@ class Source(Protocol):
         """The fleet calls this when ``req`` ends (FINISHED, REJECTED or CANCELLED)."""
 
 
-def _fire(env: simpy.Environment, delay: float, callback) -> None:
+def fire(env: simpy.Environment, delay: float, callback) -> None:
+    """Run ``callback`` after ``delay`` as a client event (URGENT, like arrivals):
+    no timeout object, and it precedes an iteration boundary at the same time."""
     ev = simpy.Event(env)
     ev._ok = True
     ev._value = None
@@ -72,7 +74,7 @@ def _at_times(env: simpy.Environment, items: Iterable[T], when: Callable[[T], fl
             act(item)
         nxt = next(it, None)
         if nxt is not None:
-            _fire(env, max(when(nxt) - env.now, 0.0), lambda ev: step(ev, nxt))
+            fire(env, max(when(nxt) - env.now, 0.0), lambda ev: step(ev, nxt))
 
     step()
 
@@ -120,7 +122,7 @@ class ClosedLoop:
     def _issue(self) -> None:
         req = self.make(len(self.requests), self.env.now)
         self.requests.append(req)
-        _fire(self.env, 0.0, lambda ev: self.submit(req))
+        fire(self.env, 0.0, lambda ev: self.submit(req))
 
     def on_done(self, req: Request) -> None:
         if len(self.requests) < self.total:
@@ -202,7 +204,7 @@ class ChatSessions(_Sessions):
         if req.status != Status.FINISHED or chat.turn >= len(chat.plan.messages):
             del self.live[chat.sid]
             return
-        _fire(self.env, chat.plan.thinks[chat.turn - 1], lambda ev: self._turn(chat))
+        fire(self.env, chat.plan.thinks[chat.turn - 1], lambda ev: self._turn(chat))
 
 
 class _Editing:
@@ -232,7 +234,7 @@ class AutocompleteSessions(_Sessions):
         self._schedule(ed)
 
     def _schedule(self, ed: _Editing) -> None:
-        _fire(self.env, max(ed.t0 + ed.plan.times[ed.next] - self.env.now, 0.0), lambda ev: self._request(ed))
+        fire(self.env, max(ed.t0 + ed.plan.times[ed.next] - self.env.now, 0.0), lambda ev: self._request(ed))
 
     def _request(self, ed: _Editing) -> None:
         stale = ed.inflight

@@ -14,17 +14,10 @@ import math
 from typing import Callable, Mapping, Optional
 
 import simpy
-from simpy.events import URGENT
 
+from workloads.drivers import fire
 from workloads.request import Request, Status
 from .classes import ClassTable
-
-
-def _at(env: simpy.Environment, delay: float, fn: Callable[[], None]) -> None:
-    ev = simpy.Event(env)
-    ev._ok, ev._value = True, None
-    ev.callbacks.append(lambda _ev: fn())
-    env.schedule(ev, URGENT, delay)
 
 
 class Fleet:
@@ -52,7 +45,7 @@ class Fleet:
         delay = net + tok
         if delay > 0:
             self._transit.add(req.id)
-            _at(self.env, delay, lambda: self._queue(req))
+            fire(self.env, delay, lambda _ev: self._queue(req))
         else:
             self._queue(req)
 
@@ -89,7 +82,7 @@ class Fleet:
             req.first_token += out
             req.finish += out
             if self.on_done:
-                _at(self.env, out, lambda: self.on_done(req))
+                fire(self.env, out, lambda _ev: self.on_done(req))
             return
         if self.on_done:
             self.on_done(req)

@@ -1,0 +1,45 @@
+"""What the case-study scenario tests share: finding a scenario, building it
+as `llmsim check` does, running it once per module, and loading every ladder step."""
+from __future__ import annotations
+
+from functools import lru_cache
+from pathlib import Path
+
+from simulator.runner import RunOutput, simulate
+from simulator.scenario.load import load_scenario
+from simulator.scenario.overlays import load_with_overlays, load_with_variants
+from simulator.scenario.schema import Scenario
+from simulator.scenario.variants import ladder_steps
+
+SCENARIOS = Path(__file__).resolve().parents[1] / "scenarios"
+
+
+def path_of(name: str) -> Path:
+    return SCENARIOS / f"{name}.yaml"
+
+
+def at_check_settings(name: str, *variants: str) -> Scenario:
+    """The scenario as `llmsim check` runs it (check.set over the file), then
+    the named variants' overlays on top."""
+    path = path_of(name)
+    sc, _ = load_scenario(path)
+    by_name = {v.name: v for v in sc.variants}
+    overlays = [("check.set", sc.check.set)] + [(f"variants.{v}.set", by_name[v].set) for v in variants]
+    return load_with_overlays(path, overlays)
+
+
+@lru_cache(maxsize=None)
+def run(name: str, *variants: str) -> RunOutput:
+    return simulate(at_check_settings(name, *variants), source=path_of(name))
+
+
+def load_every_step(name: str) -> Scenario:
+    """Load the scenario, every ladder step and the check settings (each
+    raises on a bad key or value); returns the scenario as written."""
+    path = path_of(name)
+    sc, _ = load_scenario(path)
+    assert sc.name == name and sc.slo and sc.check is not None and sc.check.set
+    for step in ladder_steps(sc.variants, sc.ladder)[1:]:
+        load_with_variants(path, step.variants)
+    at_check_settings(name)
+    return sc
