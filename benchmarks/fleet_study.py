@@ -15,6 +15,7 @@ import sys
 import time
 from pathlib import Path
 
+import class_kv_cap  # noqa: E402  (benchmarks/ is on sys.path when run as a script)
 from simulator.runner import simulate
 from simulator.scenario.schema import Scenario
 
@@ -154,6 +155,7 @@ def main(argv=None) -> int:
     for k in ("p50", "p95", "p99"):
         lines.append(f"| {k} | " + " | ".join(f"{b[k][x]:.1f}" for x in b["parts"]) + f" | {b[k]['ttft']:.1f} |")
     lines.append("")
+    lines.append(class_kv_cap.markdown())
     text = "\n".join(lines)
     if a.markdown:
         a.markdown.write_text(text)

@@ -21,6 +21,7 @@ from .fleet.classes import ClassTable
 from .fleet.clock import Clock
 from .fleet.disaggregation import PrefillDecode
 from .fleet.frontend import Fleet
+from .fleet.regions import RegionTable
 from .fleet.pool import Admission, Pool
 from .fleet.setup import PoolSetup, setup_pool  # noqa: F401  (re-exported: notebooks size pools with it)
 from .fleet.timeline import Timeline
@@ -42,6 +43,7 @@ class RunOutput:
     pools: dict[str, Pool] = field(default_factory=dict)
     setups: list[PoolSetup] = field(default_factory=list)
     timeline: Optional[object] = None       # pandas DataFrame (timeline.csv)
+    scalers: dict = field(default_factory=dict)   # pool name -> its Autoscaler
 
     @property
     def pool(self) -> Pool:
@@ -64,8 +66,9 @@ def _build_pool(env, ps: PoolSetup, sc: Scenario, routes: dict[str, str], gaps: 
 
 
 def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str | Path | None = None,
-             progress: Optional[Callable[[float, int, int], None]] = None) -> RunOutput:
-    """Replay the scenario's workload through its fleet."""
+             progress: Optional[Callable[[float, int, int], None]] = None, subset=None) -> RunOutput:
+    """Replay the scenario's workload through its fleet; ``subset`` keeps one
+    shard's sessions (:mod:`simulator.sharding`)."""
     if not isinstance(scenario, Scenario):
         scenario, source = load_scenario(scenario)
     sc = scenario
@@ -77,7 +80,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     router_rng = np.random.default_rng(seeds[7])
     done = [0]
     wall = time.perf_counter()
-    src = make_source(wl, sc.seed, base_dir(source))
+    src = make_source(wl, sc.seed, base_dir(source), subset)
     routes = class_routes(sc, source)
     pools = {ps.spec.name: _build_pool(env, ps, sc, routes, gaps, engine, router_rng, src.block_tokens)
              for ps in setups}
@@ -88,7 +91,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         src.on_done(req)
 
     targets: dict = dict(pools)           # what a class routes to: a pool, or a prefill → decode pair
-    fleet = Fleet(env, targets, classes, routes, on_done)
+    fleet = Fleet(env, targets, classes, routes, on_done, RegionTable(sc.regions, sc.seed))
     for p in pools.values():
         p.on_done = fleet.done
     for ps in setups:
@@ -121,6 +124,6 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     end = max(p.end_time() for p in pools.values())
     llmsim = llmsim_block(sc, setups, pools, end, wall, engine, requests, scalers)
     results = compute_results(requests, gaps, slo=sc.slo, llmsim=llmsim)
-    return RunOutput(sc, requests, gaps, results, pools, setups, timeline.frame(end))
+    return RunOutput(sc, requests, gaps, results, pools, setups, timeline.frame(end), scalers)
 
 

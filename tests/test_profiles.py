@@ -16,7 +16,7 @@ KIB = 1024
 
 ALL_GPUS = ["a100-sxm-40gb", "a100-sxm-80gb", "b200", "h100-pcie", "h100-sxm", "h200", "l40s"]
 ALL_MODELS = ["llama-2-13b", "llama-2-70b", "llama-2-7b", "llama-3-70b", "llama-3-8b", "llama-3.1-70b",
-              "llama-3.1-8b", "llama-3.2-1b"]
+              "llama-3.1-8b", "llama-3.2-1b", "tinyllama-1.1b"]
 
 
 def test_builtin_lists():
@@ -46,7 +46,7 @@ def test_every_builtin_gpu_loads(name):
 @pytest.mark.parametrize("name, kib", [
     ("llama-3-8b", 128), ("llama-3.1-8b", 128),
     ("llama-2-70b", 320), ("llama-3-70b", 320), ("llama-3.1-70b", 320),
-    ("llama-2-7b", 512), ("llama-2-13b", 800), ("llama-3.2-1b", 32),
+    ("llama-2-7b", 512), ("llama-2-13b", 800), ("llama-3.2-1b", 32), ("tinyllama-1.1b", 22),
 ])
 def test_kv_bytes_per_token(name, kib):
     m = load_model(name)
@@ -111,6 +111,7 @@ def test_mha_model_defaults_kv_heads_to_heads():
 @pytest.mark.parametrize("name, billions", [
     ("llama-2-7b", 6.74), ("llama-3-8b", 8.03), ("llama-3.1-8b", 8.03), ("llama-2-13b", 13.0),
     ("llama-2-70b", 69.0), ("llama-3-70b", 70.6), ("llama-3.1-70b", 70.6), ("llama-3.2-1b", 1.24),
+    ("tinyllama-1.1b", 1.10),  # 1,100,048,384 on the model card
 ])
 def test_param_counts_match_model_cards(name, billions):
     assert load_model(name).num_params / 1e9 == pytest.approx(billions, rel=0.005)

@@ -290,6 +290,19 @@ def test_autocomplete_cancels_exactly_the_stale_in_flight_requests(wl, seed, ser
         assert turns[-1].status == Status.FINISHED
 
 
+@FAST
+@given(wl=autocomplete_cases, seed=st.integers(0, 2**31), service=st.floats(0.01, 0.5))
+def test_autocomplete_without_stale_cancellation_runs_every_request_to_completion(wl, seed, service):
+    wl["session"]["cancel_stale"] = False
+    source, fleet = drive(wl, seed, service)
+    assert not fleet.cancelled
+    assert source.requests and all(r.status == Status.FINISHED for r in source.requests)
+    wl["session"]["cancel_stale"] = True   # the same sessions send the same requests either way
+    again, _ = drive(wl, seed, service)
+    assert [(r.arrival, r.input_tokens, r.blocks) for r in again.requests] == \
+        [(r.arrival, r.input_tokens, r.blocks) for r in source.requests]
+
+
 def test_autocomplete_prompt_is_the_file_up_to_the_cursor():
     wl = autocomplete(n=30, file_tokens=uniform(4000, 8000), jump_probability=0.0, tokens_per_keystroke=1.0)
     source, fleet = drive(wl, seed=2, service=0.3)

@@ -243,3 +243,84 @@ def test_vocab_mismatch_in_a_real_process(tmp_path, cli_subprocess):
 def test_a_good_speculative_scenario_runs_from_the_cli(tmp_path, cli):
     res = cli("run", _scenario_file(tmp_path), "-o", tmp_path / "out", "--json").json()
     assert res["completed"] == 24 and math.isfinite(res["mean_tpot_ms"])
+
+
+# --- per-class acceptance rates -----------------------------------------------------------
+def _classed(classes: list[dict], concurrency: int = 1, n: int = 24) -> Scenario:
+    d = _scenario_data(SPEC.model_dump(), n)
+    d["workload"]["arrival"] = {"type": "concurrency", "concurrency": concurrency}
+    d["classes"] = classes
+    return Scenario.model_validate(d)
+
+
+def test_a_class_alpha_equal_to_the_pools_changes_nothing():
+    """The per-class path (per-sequence E counts, the mean over a batch) with
+    every class at the pool's α gives today's run bit for bit, under load."""
+    plain = simulate(_classed([{"name": "chat"}], concurrency=12, n=120))
+    same = simulate(_classed([{"name": "chat", "speculative_acceptance_rate": SPEC.acceptance_rate}],
+                             concurrency=12, n=120))
+    assert same.setups[0].cm.class_tokens_per_step == {"chat": expected_tokens_per_step(5, 0.82)}
+    assert max(r.finish for r in plain.requests) > 2.0    # a loaded run, batches of up to 12
+    stamps = lambda o: [(r.admitted, r.first_token, r.finish) for r in o.requests]  # noqa: E731
+    assert stamps(same) == stamps(plain)
+
+
+CODE_CHAT = [{"name": "code", "speculative_acceptance_rate": 0.9}, {"name": "chat"}]   # chat: the pool's 0.82
+
+
+def test_each_class_alone_decodes_at_its_own_tokens_per_step():
+    """One request at a time: a request of class c decodes at exactly the
+    step time over E(α_c), so TPOT = (a + r·(P + N/2)) / E_c per request."""
+    out = simulate(_classed(CODE_CHAT, concurrency=1, n=30))
+    scm = out.setups[0].cm
+    a, r = scm.step_coefficients(1)
+    E = {"code": expected_tokens_per_step(5, 0.9), "chat": expected_tokens_per_step(5, 0.82)}
+    seen = set()
+    for q in out.requests:
+        if q.output_tokens >= 2:
+            seen.add(q.klass)
+            assert _tpot(q) == pytest.approx((a + r * (q.input_tokens + q.output_tokens / 2.0)) / E[q.klass],
+                                             rel=1e-9)
+    assert seen == {"code", "chat"}
+    sp = out.results["llmsim"]["pools"]["main"]["speculative"]
+    assert sp["tokens_per_step"] == pytest.approx(E["chat"])
+    assert sp["classes"] == {"code": {"acceptance_rate": 0.9, "tokens_per_step": pytest.approx(E["code"])}}
+
+
+def test_a_higher_alpha_class_gets_a_lower_tpot_in_a_shared_batch():
+    """Under load the classes share batches, each stepping at the batch's mean
+    E, so the gap narrows (the approximation) but keeps its sign; both
+    engines agree."""
+    sc = _classed([{"name": "code", "speculative_acceptance_rate": 0.95},
+                   {"name": "chat", "speculative_acceptance_rate": 0.5}], concurrency=4, n=120)
+    fast, ref = simulate(sc), simulate(sc, engine="reference")
+    assert [r.finish for r in fast.requests] == pytest.approx([r.finish for r in ref.requests], rel=1e-9)
+    c = fast.results["llmsim"]["classes"]
+    assert c["code"]["median_tpot_ms"] < c["chat"]["median_tpot_ms"]
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_engines_agree_with_per_class_alpha(data):
+    reqs = data.draw(workloads(max_n=40), label="requests")
+    for r in reqs:
+        r.klass = data.draw(st.sampled_from(["a", "b", "c"]))
+    cfg = data.draw(engine_configs(), label="cfg")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    threshold = data.draw(st.sampled_from([None, 2, 16]), label="disable_above_batch")
+    rates = data.draw(st.sampled_from([{"a": 0.95}, {"a": 0.3, "b": 0.9}, {"a": 0.82, "b": 0.6, "c": 0.99}]))
+    cm = _spec_cm(SPEC.model_copy(update={"disable_above_batch": threshold})).with_class_rates(rates)
+    fast = run_open("fast", reqs, cfg, nb, cm=cm)
+    ref = run_open("reference", reqs, cfg, nb, cm=cm)
+    problems = compare_runs(fast, ref)
+    assert not problems, ("fast and reference disagree with per-class α:\n  " + "\n  ".join(problems[:12])
+                          + "\nreproduction: " + describe(reqs, cfg, nb, threshold=threshold, rates=rates))
+
+
+def test_a_class_alpha_without_a_draft_model_is_one_clear_error(tmp_path, cli):
+    d = _scenario_data(None)
+    d["classes"] = [{"name": "chat"}, {"name": "code", "speculative_acceptance_rate": 0.9}]
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(d))
+    _check_bad(cli("run", path, "-o", tmp_path / "out"), path,
+               ["classes[1].speculative_acceptance_rate", "'code'", "no speculative decoding"])

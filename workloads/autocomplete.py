@@ -27,7 +27,9 @@ The editing model, kept deliberately simple:
   output's blocks, which the next prompt does not contain.
 * A request that fires while the session's previous one is still in
   flight cancels it: its completion would be stale. The driver calls
-  ``cancel(previous)`` right before submitting the new one.
+  ``cancel(previous)`` right before submitting the new one. With
+  ``cancel_stale: false`` it does not, so the stale request keeps its batch
+  slot and KV until it finishes: the cost of a client that never cancels.
 
 Keystrokes do not wait for completions, so the whole timeline of a session
 is known at its start and only the cancellations depend on the fleet.
@@ -70,6 +72,10 @@ class AutocompleteSessionSpec(BaseModel):
     jump_probability: float = Field(default=0.2, ge=0, le=1,
                                     description="chance a burst starts at a new uniform cursor position "
                                                 "instead of where the last burst ended")
+    cancel_stale: bool = Field(default=True,
+                               description="a new request cancels the session's in-flight one (its completion "
+                                           "would be stale), as editors do; false lets every request run to "
+                                           "completion, the what-if of a client that never cancels")
 
 
 class AutocompletePlan(NamedTuple):

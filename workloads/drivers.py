@@ -37,6 +37,14 @@ from .traces import TraceSpec, read_trace
 __all__ = ["Source", "OpenLoop", "ClosedLoop", "ChatSessions", "AutocompleteSessions", "make_source"]
 
 Submit = Callable[[Request], None]
+
+
+class Subset(Protocol):
+    """A shard's part of the workload: masks over session ids and lone request ids."""
+
+    def sessions(self, sids: np.ndarray) -> np.ndarray: ...
+
+    def requests(self, ids: np.ndarray) -> np.ndarray: ...
 T = TypeVar("T")
 
 
@@ -137,6 +145,7 @@ class _Sessions:
         self.expected_total: Optional[int] = None  # sessions end early when a request fails
         self.block_tokens: Optional[int] = block_tokens
         self.starts: list[float] = starts.tolist()
+        self.sids: Iterable[int] = range(len(self.starts))   # the sessions to run (a shard's subset)
         self.apps = apps
         self.live: dict = {}  # session id -> its state, while it may still send or has a request out
 
@@ -144,7 +153,7 @@ class _Sessions:
         self.env = env
         self.submit = submit
         self.cancel = cancel
-        _at_times(env, range(len(self.starts)), self.starts.__getitem__, self._begin)
+        _at_times(env, self.sids, self.starts.__getitem__, self._begin)
 
     def _document(self, sid: int, app: int) -> tuple[Document, int]:
         """The session's token stream, starting with its app's system prompt; and that prompt's length."""
@@ -222,9 +231,10 @@ class AutocompleteSessions(_Sessions):
     request does not end the session: the developer keeps typing."""
 
     def __init__(self, plans: Plans[AutocompletePlan], starts: np.ndarray, block_tokens: int,
-                 apps: Optional[Apps]):
+                 apps: Optional[Apps], cancel_stale: bool = True):
         super().__init__(starts, block_tokens, apps)
         self.plans = plans
+        self.cancel_stale = cancel_stale
 
     def _begin(self, sid: int) -> None:
         plan = self.plans(sid)  # never empty: every burst has a keystroke, the last one fires
@@ -240,7 +250,8 @@ class AutocompleteSessions(_Sessions):
         stale = ed.inflight
         if stale is not None:
             ed.inflight = None
-            self.cancel(stale)
+            if self.cancel_stale:
+                self.cancel(stale)
         i = ed.next
         ed.next += 1
         plan, B = ed.plan, self.block_tokens
@@ -265,26 +276,35 @@ class AutocompleteSessions(_Sessions):
 
 
 def make_source(workload: WorkloadSpec, seed: Union[int, np.random.SeedSequence, np.random.Generator],
-                base_dir: Optional[Union[str, Path]] = None) -> Source:
+                base_dir: Optional[Union[str, Path]] = None, subset: Optional[Subset] = None) -> Source:
     """The driver for ``workload``; ``base_dir`` (the scenario's folder) resolves a relative trace path.
+    ``subset`` keeps a shard's sessions and lone requests (all are drawn, so
+    each keeps the values it has in the whole workload; not for a closed loop).
 
     Same seed, same requests: open-loop requests equal ``workload.generate(seed)``
     and closed-loop lengths ``workload.lengths(seed, n)``.
     """
     s = spawn_streams(seed)
     if isinstance(workload.arrival, TraceSpec):
-        return _trace_source(workload, s, base_dir)
+        return _trace_source(workload, s, base_dir, subset)
     B = workload.id_block_tokens(base_dir)
     session = workload.session
     if session is None:
-        return _closed_loop(workload, s, B) if workload.closed_loop else OpenLoop(workload._generate(s), B)
+        if workload.closed_loop:
+            return _closed_loop(workload, s, B)
+        return OpenLoop(workload._generate(s, subset and subset.requests), B)
     apps = workload.draw_apps(s)
     starts = workload._times(s)
     if isinstance(session, ChatSessionSpec):
         inp, out = workload.input_tokens, workload.output_tokens
-        return ChatSessions(session, Plans(lambda n: draw_chat_plans(session, inp, out, s, apps, n)), starts, B, apps)
-    plans = Plans(lambda n: draw_autocomplete_plans(session, workload.output_tokens, s, apps, n))
-    return AutocompleteSessions(plans, starts, B, apps)
+        src: _Sessions = ChatSessions(session, Plans(lambda n: draw_chat_plans(session, inp, out, s, apps, n)),
+                                      starts, B, apps)
+    else:
+        plans = Plans(lambda n: draw_autocomplete_plans(session, workload.output_tokens, s, apps, n))
+        src = AutocompleteSessions(plans, starts, B, apps, session.cancel_stale)
+    if subset is not None:
+        src.sids = np.flatnonzero(subset.sessions(np.arange(len(starts)))).tolist()
+    return src
 
 
 def _closed_loop(workload: WorkloadSpec, s: Streams, block_tokens: Optional[int]) -> ClosedLoop:
@@ -302,7 +322,7 @@ def _closed_loop(workload: WorkloadSpec, s: Streams, block_tokens: Optional[int]
     return ClosedLoop(workload.arrival.concurrency, n, make, block_tokens)
 
 
-def _trace_source(workload: WorkloadSpec, s: Streams, base_dir) -> OpenLoop:
+def _trace_source(workload: WorkloadSpec, s: Streams, base_dir, subset: Optional[Subset] = None) -> OpenLoop:
     """A trace replayed open loop, cut short by ``duration_s`` and ``num_requests`` when given."""
     trace = read_trace(workload.arrival, base_dir, s.arrivals)
     requests = trace.requests
@@ -310,4 +330,9 @@ def _trace_source(workload: WorkloadSpec, s: Streams, base_dir) -> OpenLoop:
         requests = [r for r in requests if r.arrival < workload.duration_s]
     if workload.num_requests is not None:
         requests = requests[: workload.num_requests]
+    if subset is not None and requests:
+        sid = np.fromiter((r.session for r in requests), dtype=np.int64, count=len(requests))
+        rid = np.fromiter((r.id for r in requests), dtype=np.int64, count=len(requests))
+        keep = np.where(sid >= 0, subset.sessions(np.maximum(sid, 0)), subset.requests(rid))
+        requests = [r for r, k in zip(requests, keep.tolist()) if k]
     return OpenLoop(requests, trace.block_size)

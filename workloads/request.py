@@ -25,7 +25,7 @@ class Request:
     __slots__ = ("id", "arrival", "input_tokens", "output_tokens", "session", "klass", "priority",
                  "admitted", "first_token", "finish", "status", "replica", "preemptions", "cached_tokens",
                  "blocks", "pool", "queued", "net_in", "net_out", "prefill_done", "kv_transfer",
-                 "preloaded")
+                 "preloaded", "region")
 
     def __init__(self, id: int, arrival: float, input_tokens: int, output_tokens: int,
                  session: int = -1, klass: str = "default", priority: int = 0, blocks: tuple | None = None):
@@ -55,6 +55,7 @@ class Request:
         self.prefill_done = NAN
         self.kv_transfer = 0.0
         self.preloaded = 0       # prompt tokens whose KV arrives with it (disaggregated decode)
+        self.region = ""         # the client's region (scenario regions), "" when none are declared
 
     @property
     def ttft(self) -> float:
@@ -71,7 +72,7 @@ class Request:
 
 RECORD_COLUMNS = ["id", "arrival", "admitted", "first_token", "finish", "input_tokens", "output_tokens",
                   "status", "replica", "preemptions", "cached_tokens", "session", "klass", "pool", "queued",
-                  "net_in", "net_out", "prefill_done", "kv_transfer"]
+                  "net_in", "net_out", "prefill_done", "kv_transfer", "region"]
 
 
 def to_columns(requests) -> dict:

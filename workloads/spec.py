@@ -27,7 +27,7 @@ gives the same lengths as ``generate(seed)`` for the same int seed.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated, NamedTuple, Optional, Union
+from typing import Annotated, Callable, NamedTuple, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -231,15 +231,22 @@ class WorkloadSpec(BaseModel):
                              "last); use workloads.drivers.make_source")
         return self._generate(spawn_streams(rng))
 
-    def _generate(self, s: Streams) -> list[Request]:
+    def _generate(self, s: Streams, keep: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> list[Request]:
+        """``keep`` (a mask of request ids, for a shard) drops requests before
+        any Python object is built for them; the others keep their ids."""
         t = self._times(s)
         inp, out = self._lengths(s, len(t))
         apps = self.draw_apps(s)
+        chosen = None if apps is None else np.asarray(apps.choose(len(t)), dtype=np.int64)
+        ids = np.arange(len(t))
+        if keep is not None:
+            ids = ids[keep(ids)]
+            t, inp, out, chosen = t[ids], inp[ids], out[ids], None if chosen is None else chosen[ids]
         if apps is None:
-            rows = zip(t.tolist(), inp.tolist(), out.tolist())  # Python scalars, not numpy ones
-            return [Request(i, a, x, y) for i, (a, x, y) in enumerate(rows)]
-        rows = zip(t.tolist(), inp.tolist(), out.tolist(), apps.choose(len(t)))
-        return [apps.request(i, a, x, y, app) for i, (a, x, y, app) in enumerate(rows)]
+            rows = zip(ids.tolist(), t.tolist(), inp.tolist(), out.tolist())  # Python scalars, not numpy ones
+            return [Request(i, a, x, y) for i, a, x, y in rows]
+        rows = zip(ids.tolist(), t.tolist(), inp.tolist(), out.tolist(), chosen.tolist())
+        return [apps.request(i, a, x, y, app) for i, a, x, y, app in rows]
 
     def mean_tokens(self) -> tuple[float, float]:
         """Expected (input, output) tokens per request, for back-of-envelope sizing.

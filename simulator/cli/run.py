@@ -18,6 +18,7 @@ from .ladder import run_ladder
 from .output import console, print_json
 from .progress import simulate_shown
 from .rundir import check_output_dir, write_run_dir
+from .sweep import Address, ConnectTimeout, ExecutorName, Workers, open_executor
 
 
 def _plots_wanted(plots: Optional[bool], output: Optional[Path]) -> bool:
@@ -40,10 +41,17 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
                                     help="run the baseline and each variant step; one row per step"),
         plots: Optional[bool] = typer.Option(None, "--plots/--no-plots",
                                              help="draw PNG plots into -o DIR (default: on with -o)"),
+        shards: Optional[int] = typer.Option(None, "--shards",
+                                             help="split the fleet into N independent shards (sessions hashed, "
+                                                  "replicas divided), run them in parallel and merge the records"),
+        executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
+        connect_timeout: ConnectTimeout = 10.0,
         ) -> None:
     """Replay a scenario's traffic through its fleet and report latency percentiles."""
     if engine not in ("fast", "reference"):
         raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
+    if shards is not None and ladder:
+        raise LlmsimError("--shards runs one fleet; drop --ladder (or drop --shards)")
     if ladder and variant:
         raise LlmsimError("--ladder runs every variant step by itself; drop --variant (or drop --ladder)")
     draw = _plots_wanted(plots, output)
@@ -56,18 +64,36 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
     if chosen:
         sc = load_with_variants(path, chosen, set_)
     with blamed_on(path, variant_overlays(chosen)):
-        out = simulate_shown(sc, engine, path, show=False if json else None)
+        if shards is None:
+            out = simulate_shown(sc, engine, path, show=False if json else None)
+        else:
+            from ..sharding import run_sharded
+
+            with open_executor(executor, workers, address, connect_timeout) as ex:
+                out = run_sharded(sc, shards, source=path, engine=engine, executor=ex)
     if output is not None:
         write_run_dir(output, out, plots=draw)
     if json:
         print_json(out.results)
         return
     console.print(summary_table(out.results))
+    if shards is not None:
+        _print_shards(out.results["llmsim"]["shards"])
     cal = out.results["llmsim"]["calibration"]
     if not cal["calibrated"]:
         console.print(f"[yellow]note:[/] {cal['gpu']} cost model is {cal['status']}, not fitted to its own measurements")
     if output is not None:
         console.print(f"wrote {output}/results.json, the per-request table{' and plots' if draw else ''}")
+
+
+def _print_shards(info: dict) -> None:
+    per = ", ".join(f"{pool} {'/'.join(map(str, n))}" for pool, n in info["replicas_per_shard"].items())
+    console.print(f"{info['count']} shard(s), replicas per shard: {per}; requests per shard: "
+                  f"{', '.join(f'{n:,}' for n in info['requests_per_shard'])}")
+    if not info["even"]:
+        console.print("[yellow]note:[/] replicas do not divide evenly: the first shards have one more replica "
+                      "and the same share of the sessions, so they are less loaded than the rest")
+    console.print(f"sharding is {info['exact']}")
 
 
 @app.command("schema")

@@ -31,11 +31,25 @@ What is approximate, and why:
   inter-token gaps (several tokens at once, then a pause) and the variance
   of a request's latency are not modelled, and ITL percentiles are the
   amortised gap.
-* **α per pool.** One acceptance rate for every request of the pool. A
-  per-class α cannot be expressed this way: the step time is one number for
-  the whole batch, while sequences with different α would advance by
-  different numbers of tokens per step, which the one-token-per-iteration
-  engines cannot represent. Use pools per class instead.
+* **α per class: the batch's mean E.** A class may set its own
+  ``speculative_acceptance_rate`` (code completions accept more draft tokens
+  than chat). In a real batch every sequence runs the same draft + verify
+  step and sequence i advances E_i tokens. The engines advance every
+  sequence one token per iteration (that is what keeps KV growth, block
+  demand and the fast engine's one ``a + b·S`` per decode stretch exact),
+  so a batch of mixed classes is charged the step over the *mean* E of its
+  decoding sequences, Ē = Σ E_i / B, recomputed whenever the decoding set
+  changes (every scheduling boundary; within a fast-engine stretch the set
+  is fixed). Tokens per second of the whole batch are then exact (B tokens
+  per step / Ē = Σ E_i per step), but inside a mixed batch every class gets
+  the same TPOT: a class with E_i streams at Ē / E_i of its true speed (α 0.9
+  beside 0.6 at k = 5, half each: E 4.69 and 2.38, Ē 3.54, so the first
+  streams 25 % too slow and the second 48 % too fast; section d of
+  docs/speculative.md measures −20 % / +40 %). A batch of one class, or a
+  sequence alone, is exact. A higher-α
+  class therefore gets a lower TPOT only in proportion to how much of its
+  batches it fills. The exact alternative (per-sequence token rates)
+  would need fractional KV growth per class in both engines; not done.
 * **Verification attention.** The extend attention is split into a part
   proportional to the cached context and a per-sequence part (the k + 1
   queries' causal triangle, Q/O and new K/V), each put through the roofline
@@ -64,6 +78,7 @@ What is approximate, and why:
 """
 from __future__ import annotations
 
+import copy
 from dataclasses import replace
 from typing import Optional, Sequence
 
@@ -117,6 +132,9 @@ class SpeculativeCostModel:
         self.cal, self.overhead_s = target.cal, target.overhead_s
         self.k = spec.k
         self.tokens_per_step = expected_tokens_per_step(spec.k, spec.acceptance_rate)
+        # Per-class α overrides (class -> α, and class -> E as the engines read it).
+        self.class_acceptance: dict[str, float] = {}
+        self.class_tokens_per_step: dict[str, float] = {}
         # Extend attention of k+1 queries: flops/bytes are affine in the cached
         # context, so split them into a per-cached-token and a per-sequence part.
         t, p, q = target, target.cal.attention_prefill, spec.k + 1
@@ -132,7 +150,15 @@ class SpeculativeCostModel:
         self._verify_per_seq = roof(f0, b0)
         self._verify_fixed = t.layers * p.fixed_us * _US
         self._coef: dict[int, tuple[float, float]] = {}
+        self._step_coef: dict[int, tuple[float, float]] = {}
 
+    def with_class_rates(self, acceptance: dict[str, float]) -> "SpeculativeCostModel":
+        """This model with per-class acceptance rates (class → α) overriding
+        the pool's for those classes' sequences (see "α per class" above)."""
+        out = copy.copy(self)
+        out.class_acceptance = dict(acceptance)
+        out.class_tokens_per_step = {c: expected_tokens_per_step(self.k, a) for c, a in acceptance.items()}
+        return out
     def speculates(self, batch: int) -> bool:
         """Whether an iteration with ``batch`` decoding sequences uses the draft."""
         limit = self.spec.disable_above_batch
@@ -153,21 +179,37 @@ class SpeculativeCostModel:
         return t.token_time(n) + t.lm_head_time(n) + attention + t.overhead_s
 
     # --- what the engines call ---------------------------------------------------
-    def decode_coefficients(self, batch: int) -> tuple[float, float]:
-        """(a, r) with a decode-only iteration taking a + r·S, S the total context."""
-        if batch <= 0 or not self.speculates(batch):
-            return self.target.decode_coefficients(batch)
-        c = self._coef.get(batch)
+    def step_coefficients(self, batch: int) -> tuple[float, float]:
+        """(a, r) with one whole speculative step (k drafts + verify, not
+        amortised) of ``batch`` sequences taking a + r·S."""
+        c = self._step_coef.get(batch)
         if c is None:
             # Both halves are affine in S: read the coefficients off S = 0 and 1.
             a = self.draft_time(batch, 0.0) + self.verify_time(batch, 0.0)
             r = self.draft_time(batch, 1.0) + self.verify_time(batch, 1.0) - a
+            c = self._step_coef[batch] = (a, r)
+        return c
+
+    def decode_coefficients(self, batch: int, tokens_per_step: float | None = None) -> tuple[float, float]:
+        """(a, r) with a decode-only iteration taking a + r·S, S the total
+        context: a step over E tokens per sequence (the pool's E, or the
+        batch's mean ``tokens_per_step`` with per-class α)."""
+        if batch <= 0 or not self.speculates(batch):
+            return self.target.decode_coefficients(batch)
+        if tokens_per_step is not None and tokens_per_step != self.tokens_per_step:
+            a, r = self.step_coefficients(batch)
+            return a / tokens_per_step, r / tokens_per_step
+        c = self._coef.get(batch)
+        if c is None:
+            a, r = self.step_coefficients(batch)
             c = self._coef[batch] = (a / self.tokens_per_step, r / self.tokens_per_step)
         return c
 
     def step_time(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
-                  decode_context: float = 0.0, sampling_seqs: int | None = None) -> float:
-        """Seconds for one iteration, decode tokens at their amortised speculative cost."""
+                  decode_context: float = 0.0, sampling_seqs: int | None = None,
+                  tokens_per_step: float | None = None) -> float:
+        """Seconds for one iteration, decode tokens at their amortised
+        speculative cost (``tokens_per_step``: as in :meth:`decode_coefficients`)."""
         t, b = self.target, decode_batch
         if not self.speculates(b):
             return t.step_time(prefill_chunks, b, decode_context, sampling_seqs)
@@ -175,7 +217,7 @@ class SpeculativeCostModel:
             sampling_seqs = b + len(prefill_chunks)
         total = 0.0
         if b > 0:
-            a, r = self.decode_coefficients(b)
+            a, r = self.decode_coefficients(b, tokens_per_step)
             total = a + r * decode_context
         if prefill_chunks:
             plain_decode = t.step_time((), b, decode_context, b) if b > 0 else 0.0
@@ -185,9 +227,16 @@ class SpeculativeCostModel:
 
     def describe(self) -> dict:
         s = self.spec
-        return {**self.target.describe(), "speculative": {
-            "draft_model": self.draft.model.name, "k": s.k, "acceptance_rate": s.acceptance_rate,
-            "tokens_per_step": self.tokens_per_step, "disable_above_batch": s.disable_above_batch}}
+        out = {"draft_model": self.draft.model.name, "k": s.k, "acceptance_rate": s.acceptance_rate,
+               "tokens_per_step": self.tokens_per_step, "disable_above_batch": s.disable_above_batch}
+        if self.class_acceptance:
+            out["classes"] = self.class_figures()
+        return {**self.target.describe(), "speculative": out}
+
+    def class_figures(self) -> dict[str, dict[str, float]]:
+        """Per-class α and E for the classes that set their own."""
+        return {c: {"acceptance_rate": a, "tokens_per_step": self.class_tokens_per_step[c]}
+                for c, a in self.class_acceptance.items()}
 
 
 def speculative_cost_model(cm: CostModel, spec: SpeculativeSpec, draft: ModelProfile | None = None

@@ -80,15 +80,22 @@ class ReplicaBase:
         self.seqs: dict[int, Seq] = {}      # live sequences by request id (for cancel)
         self.cancelled: list[Seq] = []      # running ones leaving at the end of this iteration
         self.cache: Optional[PrefixCache] = None
-        # Per-class caps on KV blocks (a class's running requests are charged
-        # their whole final footprint at admission, so a class can never
-        # outgrow its cap mid-decode); None = no class has a cap.
+        # Per-class caps on KV blocks; None = no class has a cap. A class
+        # holds its running requests (each charged its whole final footprint
+        # at admission, so a class can never outgrow its cap mid-decode) plus
+        # the unreferenced cache entries it created (PrefixCache owners).
         self.kv_budgets = kv_budgets or None
         self.kv_charged: dict[str, int] = {}
         if cfg.prefix_cache and id_block_tokens:
             cap = cfg.prefix_cache_capacity_tokens
             self.cache = PrefixCache(id_block_tokens, self.bs, cap if isinstance(cap, int) else None,
                                      cfg.cache_unbounded)
+            if self.kv_budgets is not None and not cfg.cache_unbounded:
+                self.cache.track_owners()   # an unbounded cache lives outside KV memory: nothing to charge
+        # Speculative decoding with per-class acceptance rates: class -> tokens
+        # per step (E) for the classes that override the pool's (see
+        # costmodel/speculative.py); None = one E for the whole pool.
+        self.class_tokens_per_step: Optional[dict[str, float]] = getattr(cm, "class_tokens_per_step", None) or None
 
     # --- arrivals ----------------------------------------------------------
     def can_ever_serve(self, req: Request) -> bool:
@@ -213,24 +220,44 @@ class ReplicaBase:
         """Give an admitted sequence its KV: the cached prefix (shared, its
         prefill skipped) plus ``blocks`` of its own. Returns the blocks taken
         from free memory. Call before stamping the admission."""
-        if self.kv_budgets is not None:
-            k = s.req.klass
-            self.kv_charged[k] = self.kv_charged.get(k, 0) + self._footprint(s)
         if m is None:
             s.blocks = total
             s.done = self._preloaded(s)
-            return total
+            taken = total
+        else:
+            c = self.cache
+            ids = s.req.blocks
+            cached = m.usable(s.prompt)
+            if math.isnan(s.req.admitted):
+                s.req.cached_tokens = cached
+                c.record(m, ids, s.prompt, cached)
+            s.done = max(cached, self._preloaded(s))
+            p0 = c.pinned
+            s.pin, s.pin_ids, s.pin_blocks = c.acquire(ids, m, s.req.input_tokens, s.req.klass)
+            s.blocks = total - s.pin_blocks
+            taken = s.blocks + c.pinned - p0
+        if self.kv_budgets is not None:
+            self._charge(s)
+        return taken
+
+    def _charge(self, s: Seq) -> None:
+        """Charge ``s`` to its class and, if the class is capped, evict the
+        class's own cached history (its least recently used unreferenced
+        entries first) until running + cached fit the cap again.
+        ``_over_budget`` already held that the running part alone fits, so
+        this always succeeds; other classes' entries are not touched."""
+        k = s.req.klass
+        charged = self.kv_charged[k] = self.kv_charged.get(k, 0) + self._footprint(s)
+        cap = self.kv_budgets.get(k)
         c = self.cache
-        ids = s.req.blocks
-        cached = m.usable(s.prompt)
-        if math.isnan(s.req.admitted):
-            s.req.cached_tokens = cached
-            c.record(m, ids, s.prompt, cached)
-        s.done = max(cached, self._preloaded(s))
-        p0 = c.pinned
-        s.pin, s.pin_ids, s.pin_blocks = c.acquire(ids, m, s.req.input_tokens)
-        s.blocks = total - s.pin_blocks
-        return s.blocks + c.pinned - p0
+        if cap is not None and c is not None and c.owned is not None and c.owned.get(k, 0) > cap - charged:
+            c.evict_owned(k, cap - charged)
+
+    def class_kv_held(self, klass: str) -> int:
+        """KV blocks a class holds for its cap: its running requests' charged
+        footprints plus the unreferenced cache entries it owns."""
+        owned = self.cache.owned if self.cache is not None else None
+        return self.kv_charged.get(klass, 0) + (owned.get(klass, 0) if owned is not None else 0)
 
     @staticmethod
     def _preloaded(s: Seq) -> int:
@@ -240,13 +267,29 @@ class ReplicaBase:
         KV is gone and the whole prompt is prefilled here."""
         return s.req.preloaded if s.req.preemptions == 0 else 0
 
+    def _tokens_per_step(self, s: Seq) -> float:
+        """Speculative tokens per step E of ``s``'s class (per-class α only)."""
+        return self.class_tokens_per_step.get(s.req.klass, self.cm.tokens_per_step)
+
+    @staticmethod
+    def _mean_tokens_per_step(counts: dict[float, int]) -> Optional[float]:
+        """The mean E over decoding sequences, from counts by E (summed in
+        sorted order, so both engines get the same float); one E is itself."""
+        if len(counts) == 1:
+            return next(iter(counts))
+        if not counts:
+            return None
+        return sum(e * n for e, n in sorted(counts.items())) / sum(counts.values())
+
     def _footprint(self, s: Seq) -> int:
         return ceil_div(s.req.input_tokens + s.req.output_tokens, self.bs)
 
     def _over_budget(self, s: Seq) -> bool:
-        """Would admitting ``s`` take its class past its KV cap? The queue
-        then waits for the class's own requests to finish, as vLLM does for
-        a sequence that does not fit."""
+        """Would admitting ``s`` take its class past its KV cap even after
+        evicting all of the class's cached history (its unreferenced
+        entries, which ``_charge`` evicts as needed)? The queue then waits
+        for the class's own requests to finish, as vLLM does for a sequence
+        that does not fit."""
         b = self.kv_budgets
         if b is None:
             return False
@@ -260,7 +303,7 @@ class ReplicaBase:
         if self.kv_budgets is not None:
             self.kv_charged[s.req.klass] -= self._footprint(s)
         if s.pin is not None:
-            self.cache.release(s.pin, s.req.blocks, s.pin_ids, kv_tokens)
+            self.cache.release(s.pin, s.req.blocks, s.pin_ids, kv_tokens, s.req.klass)
         s.pin = None
         s.pin_ids = 0
         s.pin_blocks = 0

@@ -34,6 +34,19 @@ per request is O(tree depth) Python steps plus O(prompt blocks) C work.
 
 Hit statistics count first admissions only; a recompute after preemption
 that finds its own prompt still cached is not a user-visible hit.
+
+Owners (only when a replica has per-class KV caps, :meth:`PrefixCache.track_owners`):
+each node belongs to the class whose request created it (prompt blocks at
+admission, output blocks at finish), and ``owned[c]`` counts the
+*evictable* blocks class c owns, so a cap can cover a class's cached
+history as well as its running requests. A node that another class's entry
+extends (a system prompt both tiers send) becomes *shared*: owner None,
+charged to no class, evicted only by the global LRU. So an owned node's
+whole subtree has its owner, and :meth:`evict_owned` can always free every
+evictable block of a class by taking its own leaves, least recently
+released first, without touching another class's entries. A per-owner
+heap mirrors the global one; with tracking off (the default) nodes carry
+no owner and nothing per owner is done.
 """
 from __future__ import annotations
 
@@ -43,7 +56,7 @@ from typing import NamedTuple, Optional, Sequence
 
 
 class Node:
-    __slots__ = ("ids", "parent", "children", "lock", "stamp", "tail", "blocks", "uid")
+    __slots__ = ("ids", "parent", "children", "lock", "stamp", "tail", "blocks", "uid", "owner")
 
     def __init__(self, ids: tuple, parent: Optional["Node"], blocks: int, uid: int, tail: Optional[int] = None):
         self.ids = ids
@@ -54,6 +67,7 @@ class Node:
         self.tail = tail       # tokens of the last id when it is a partial block
         self.blocks = blocks   # KV blocks it occupies
         self.uid = uid
+        self.owner: Optional[str] = None   # creating class when owners are tracked; None: shared / untracked
 
 
 def usable(tokens: int, prompt: int) -> int:
@@ -96,6 +110,14 @@ class PrefixCache:
         self.evictable = 0    # KV blocks of the others
         self.lookups = self.hit_requests = self.hit_tokens = self.prompt_tokens = 0
         self.hit_ids = self.prompt_ids = self.evicted_blocks = 0
+        self.owned: Optional[dict[str, int]] = None      # evictable blocks per owning class (when tracked)
+        self.by_owner: dict[str, list] = {}              # per-owner evictable leaves, like ``heap``
+        self.owner_evicted_blocks = 0
+
+    def track_owners(self) -> None:
+        """Attribute entries to the class that created them (see the module
+        docstring); call before the first entry is added."""
+        self.owned = {}
 
     # --- queries -----------------------------------------------------------
     def match(self, ids: Sequence[int], prompt: int) -> Match:
@@ -172,8 +194,10 @@ class PrefixCache:
         return min(input_tokens // self.H, len(ids))
 
     # --- a sequence's life -------------------------------------------------
-    def acquire(self, ids: Sequence[int], m: Match, input_tokens: int) -> tuple[Node, int, int]:
-        """Pin the matched path and enter the rest of the prompt's ids.
+    def acquire(self, ids: Sequence[int], m: Match, input_tokens: int, owner: Optional[str] = None
+                ) -> tuple[Node, int, int]:
+        """Pin the matched path and enter the rest of the prompt's ids
+        (created by class ``owner``).
 
         Returns (deepest node, ids on its path, KV blocks they occupy): the
         sequence's KV beyond those blocks is its own."""
@@ -185,7 +209,7 @@ class PrefixCache:
         if n > pos:
             run = tuple(ids[pos:n])
             tail = input_tokens - (n - 1) * self.H if n * self.H > input_tokens else None
-            node = self._add(node, run, tail)
+            node = self._add(node, run, tail, owner)
             self.evictable += node.blocks   # moved to pinned by the walk below
             blocks += node.blocks
             pos = n
@@ -194,22 +218,26 @@ class PrefixCache:
             if not x.lock:
                 self.evictable -= x.blocks
                 self.pinned += x.blocks
+                if x.owner is not None:
+                    self.owned[x.owner] -= x.blocks
             x.lock += 1
             x = x.parent
         return node, pos, blocks
 
-    def release(self, node: Node, ids: Sequence[int], n: int, kv_tokens: int = 0) -> None:
+    def release(self, node: Node, ids: Sequence[int], n: int, kv_tokens: int = 0,
+                owner: Optional[str] = None) -> None:
         """Unpin a sequence's path (``node`` at depth ``n`` ids); with
-        ``kv_tokens`` (a finished sequence) also enter its full output blocks."""
+        ``kv_tokens`` (a finished sequence) also enter its full output blocks
+        (created by class ``owner``)."""
         self.clock += 1
         t = self.clock
         if kv_tokens:
             end = min(len(ids), kv_tokens // self.H)
             if end > n and ids[n] not in node.children:
-                leaf = self._add(node, tuple(ids[n:end]), None)
+                leaf = self._add(node, tuple(ids[n:end]), None, owner)
                 self.evictable += leaf.blocks
                 leaf.stamp = t
-                heapq.heappush(self.heap, (t, leaf.uid, next(self._push), leaf))
+                self._push_leaf(leaf)
         x = node
         while x.parent is not None:
             x.lock -= 1
@@ -217,8 +245,10 @@ class PrefixCache:
                 self.pinned -= x.blocks
                 self.evictable += x.blocks
                 x.stamp = t
+                if x.owner is not None:
+                    self.owned[x.owner] += x.blocks
                 if not x.children:
-                    heapq.heappush(self.heap, (t, x.uid, next(self._push), x))
+                    self._push_leaf(x)
             x = x.parent
 
     def trim(self, free_blocks: int) -> None:
@@ -227,36 +257,60 @@ class PrefixCache:
         if self.unbounded:
             return
         limit = free_blocks if self.cap is None else min(free_blocks, self.cap)
-        heap, u = self.heap, self.u
+        heap = self.heap
         while self.evictable > limit:
             stamp, uid, _, x = heapq.heappop(heap)
             if x.lock or x.children or x.parent is None or x.stamp != stamp:
                 continue   # stale: pinned again, grew children, or already gone
-            dropped = 0
-            L = len(x.ids)
-            if x.tail is not None:        # a partial last block goes first
-                dropped = -(-x.tail // self.bs)
-                x.tail = None
-                L -= 1
-            k = min(L, -(-(self.evictable - limit - dropped) // u)) if self.evictable - dropped > limit else 0
-            dropped += k * u
-            L -= k
-            self.evictable -= dropped
-            self.evicted_blocks += dropped
-            x.blocks -= dropped
-            gone = x.ids[L:]
-            self.present.difference_update(gone)
-            if len(gone) and gone[-1] in self.partial:
-                del self.partial[gone[-1]]
-            if L:
-                x.ids = x.ids[:L]
-                heapq.heappush(heap, (stamp, uid, next(self._push), x))
-            else:
-                p = x.parent
-                del p.children[x.ids[0]]
-                x.parent = None
-                if p.parent is not None and not p.lock and not p.children:
-                    heapq.heappush(heap, (p.stamp, p.uid, next(self._push), p))
+            self._evict(x, self.evictable - limit, heap)
+
+    def evict_owned(self, owner: str, limit: int) -> None:
+        """Evict class ``owner``'s unreferenced entries, least recently
+        released first among its own, until it owns at most ``limit``
+        evictable blocks (a class KV cap, before another class's entry is touched)."""
+        owned = self.owned
+        heap = self.by_owner.get(owner)
+        evicted = self.evicted_blocks
+        while owned.get(owner, 0) > limit and heap:
+            stamp, uid, _, x = heapq.heappop(heap)
+            if x.lock or x.children or x.parent is None or x.stamp != stamp or x.owner != owner:
+                continue   # stale, as in trim, or shared since
+            self._evict(x, owned[owner] - limit, heap)
+        self.owner_evicted_blocks += self.evicted_blocks - evicted
+
+    def _evict(self, x: Node, excess: int, heap: list) -> None:
+        """Drop ids from the tail of evictable leaf ``x`` (a partial last
+        block first) until ``excess`` blocks are gone or ``x`` is; what is
+        left of it goes back on ``heap`` (its entry on the other heap stays
+        valid), and a parent left childless becomes an evictable leaf."""
+        u = self.u
+        dropped = 0
+        L = len(x.ids)
+        if x.tail is not None:        # a partial last block goes first
+            dropped = -(-x.tail // self.bs)
+            x.tail = None
+            L -= 1
+        k = min(L, -(-(excess - dropped) // u)) if excess > dropped else 0
+        dropped += k * u
+        L -= k
+        self.evictable -= dropped
+        self.evicted_blocks += dropped
+        if x.owner is not None:
+            self.owned[x.owner] -= dropped
+        x.blocks -= dropped
+        gone = x.ids[L:]
+        self.present.difference_update(gone)
+        if len(gone) and gone[-1] in self.partial:
+            del self.partial[gone[-1]]
+        if L:
+            x.ids = x.ids[:L]
+            heapq.heappush(heap, (x.stamp, x.uid, next(self._push), x))
+        else:
+            p = x.parent
+            del p.children[x.ids[0]]
+            x.parent = None
+            if p.parent is not None and not p.lock and not p.children:
+                self._push_leaf(p)
 
     def record(self, m: Match, ids: Sequence[int], prompt: int, cached: int) -> None:
         """Count a first admission in the hit statistics."""
@@ -268,22 +322,49 @@ class PrefixCache:
         self.prompt_ids += min(len(ids), -(-prompt // self.H))
 
     # --- internals ---------------------------------------------------------
-    def _add(self, parent: Node, run: tuple, tail: Optional[int]) -> Node:
+    def _push_leaf(self, x: Node) -> None:
+        """``x`` became an evictable leaf at its stamp: onto the LRU heap (and its owner's)."""
+        e = (x.stamp, x.uid, next(self._push), x)
+        heapq.heappush(self.heap, e)
+        if x.owner is not None:
+            h = self.by_owner.setdefault(x.owner, [])
+            heapq.heappush(h, e)
+            if len(h) > 1024 and len(h) > 4 * self.owned[x.owner]:   # mostly stale entries: compact
+                h[:] = [y for y in h if not (y[3].lock or y[3].children or y[3].parent is None
+                                             or y[3].stamp != y[0] or y[3].owner != x.owner)]
+                heapq.heapify(h)
+
+    def _add(self, parent: Node, run: tuple, tail: Optional[int], owner: Optional[str] = None) -> Node:
+        """A new node below ``parent``, counted evictable by the caller."""
         blocks = len(run) * self.u
         if tail is not None:
             blocks += -(-tail // self.bs) - self.u
         x = Node(run, parent, blocks, next(self._uid), tail)
+        if self.owned is not None:
+            x.owner = owner
+            self.owned[owner] = self.owned.get(owner, 0) + blocks
+            if parent.owner is not None and parent.owner != owner:
+                self._share(parent)
         parent.children[run[0]] = x
         self.present.update(run)
         if tail is not None:
             self.partial[run[-1]] = tail
         return x
 
+    def _share(self, x: Node) -> None:
+        """Another class's entry now hangs below ``x``: it and its owned
+        ancestors become shared (the ancestors of a shared node are shared)."""
+        while x.parent is not None and x.owner is not None:
+            if not x.lock:
+                self.owned[x.owner] -= x.blocks
+            x.owner = None
+            x = x.parent
+
     def _split(self, x: Node, k: int) -> Node:
         """Cut node ``x`` after its first k ids; the new upper node is returned
         and ``x`` keeps the rest (so sequences holding ``x`` still hold their end)."""
         top = Node(x.ids[:k], x.parent, k * self.u, next(self._uid))
-        top.lock, top.stamp = x.lock, x.stamp
+        top.lock, top.stamp, top.owner = x.lock, x.stamp, x.owner
         x.parent.children[x.ids[0]] = top
         x.ids = x.ids[k:]
         x.blocks -= top.blocks
@@ -300,6 +381,9 @@ class PrefixCache:
             stack.extend(x.children.values())
 
     def stats(self) -> dict:
-        return {"lookups": self.lookups, "hit_requests": self.hit_requests, "hit_tokens": self.hit_tokens,
-                "prompt_tokens": self.prompt_tokens, "hit_ids": self.hit_ids, "prompt_ids": self.prompt_ids,
-                "evicted_blocks": self.evicted_blocks, "cached_blocks": self.pinned + self.evictable}
+        out = {"lookups": self.lookups, "hit_requests": self.hit_requests, "hit_tokens": self.hit_tokens,
+               "prompt_tokens": self.prompt_tokens, "hit_ids": self.hit_ids, "prompt_ids": self.prompt_ids,
+               "evicted_blocks": self.evicted_blocks, "cached_blocks": self.pinned + self.evictable}
+        if self.owned is not None:
+            out["evicted_by_class_cap_blocks"] = self.owner_evicted_blocks
+        return out

@@ -6,6 +6,8 @@ disagree, this one is right. Keep it free of cleverness.
 """
 from __future__ import annotations
 
+from collections import Counter
+
 from .base import ReplicaBase
 from .blocks import ceil_div
 from .sequence import DECODE, PREFILL, Seq
@@ -112,7 +114,11 @@ class ReferenceReplica(ReplicaBase):
         prefill = [(c, s.done) for s, c in chunks]
         sampling = len(decodes) + sum(1 for s, c in chunks if s.done + c == s.prompt)
         ctx = sum(s.kv + 1 for s in decodes)
-        dt = self.cm.step_time(prefill, len(decodes), ctx, sampling)
+        if self.class_tokens_per_step is None:
+            dt = self.cm.step_time(prefill, len(decodes), ctx, sampling)
+        else:   # per-class α: the step over the decoding sequences' mean E
+            e = self._mean_tokens_per_step(Counter(map(self._tokens_per_step, decodes)))
+            dt = self.cm.step_time(prefill, len(decodes), ctx, sampling, tokens_per_step=e)
         held = self.num_blocks - self.free
         self._schedule(dt, lambda ev: self._end(chunks, decodes, dt, held))
 

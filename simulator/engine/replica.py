@@ -35,6 +35,7 @@ class FastReplica(ReplicaBase):
         self.G = 0                           # decode iterations so far
         self.C = 0                           # Σ c_i over decoding sequences
         self.heap: list[tuple[int, int, int, Seq]] = []
+        self.rates: dict[float, int] = {}    # decoding sequences by speculative E (per-class α only)
         # Stall clock: total time of iterations in which decoders sat idle
         # (prefill-only iterations without chunking); cohorts of decoders by
         # the stall clock at their last token give their next gap.
@@ -71,6 +72,9 @@ class FastReplica(ReplicaBase):
         self.C += s.c
         self.cohorts[self.Z] = self.cohorts.get(self.Z, 0) + 1
         heapq.heappush(self.heap, (s.gf, s.order, s.epoch, s))
+        if self.class_tokens_per_step is not None:
+            e = self._tokens_per_step(s)
+            self.rates[e] = self.rates.get(e, 0) + 1
 
     def _leave_decode(self, s: Seq) -> None:
         self.demand.remove(s.c - s.pin_blocks * self.bs)
@@ -81,6 +85,12 @@ class FastReplica(ReplicaBase):
             self.cohorts[key] = n
         else:
             del self.cohorts[key]
+        if self.class_tokens_per_step is not None:
+            e = self._tokens_per_step(s)
+            if self.rates[e] == 1:
+                del self.rates[e]
+            else:
+                self.rates[e] -= 1
 
     def _remove_running(self, v: Seq) -> None:
         del self.running[v]
@@ -162,7 +172,11 @@ class FastReplica(ReplicaBase):
             prefill = [(c, s.done) for s, c in chunks]
             sampling = (B if decoding else 0) + sum(1 for s, c in chunks if s.done + c == s.prompt)
             ctx = (self.C + B * (self.G + 1)) if decoding else 0
-            dt = self.cm.step_time(prefill, B if decoding else 0, ctx, sampling)
+            if self.class_tokens_per_step is None:
+                dt = self.cm.step_time(prefill, B if decoding else 0, ctx, sampling)
+            else:
+                dt = self.cm.step_time(prefill, B if decoding else 0, ctx, sampling,
+                                       tokens_per_step=self._mean_tokens_per_step(self.rates))
             self.seg = None
             self.gen += 1
             gen = self.gen
@@ -170,7 +184,10 @@ class FastReplica(ReplicaBase):
             self._schedule(dt, lambda ev: gen == self.gen and self._end_mixed(chunks, decoding, dt, held))
             return
         # A decode-only stretch: how many iterations until something changes?
-        a, b = self.cm.decode_coefficients(B)
+        if self.class_tokens_per_step is None:
+            a, b = self.cm.decode_coefficients(B)
+        else:   # one E for the stretch: its decoding set is fixed
+            a, b = self.cm.decode_coefficients(B, self._mean_tokens_per_step(self.rates))
         G0 = self.G
         n = self._next_finish() - G0
         if preempted:

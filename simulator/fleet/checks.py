@@ -10,10 +10,12 @@ from __future__ import annotations
 from pathlib import Path
 
 from ..errors import LlmsimError
+from ..metrics.monthly import check_monthly
 from ..metrics.slo import parse_slo
 from ..scenario.load import _max_length
 from ..scenario.schema import Scenario
-from .setup import PoolSetup, setup_pool
+from .regions import check_regions
+from .setup import PoolSetup, class_speculation, setup_pool
 
 
 def check_scenario(sc: Scenario, source: str | Path | None = None) -> list[PoolSetup]:
@@ -48,6 +50,9 @@ def check_scenario(sc: Scenario, source: str | Path | None = None) -> list[PoolS
                  f"({a.min_replicas}..{a.max_replicas})", f"pools[{i}].replicas")
     _check_disaggregation(sc, setups, source)
     _check_classes(sc, source)
+    setups = class_speculation(setups, sc.classes, routes, source)
+    check_regions(sc, source)
+    check_monthly(sc, source)
     return setups
 
 

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workloads.durations import Duration
 from workloads.request import Request
-from ..engine.routing.affinity import splitmix64
+from .split import ShareSplit
 
 Millis = Union[float, Duration]
 
@@ -41,9 +41,24 @@ class AdmissionSpec(BaseModel):
                 inf if self.max_wait_s is None else self.max_wait_s)
 
 
+class RegionLatency(BaseModel):
+    """A region's network latency for one class; an omitted side keeps the class's plain value."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    ingress_ms: Optional[Millis] = Field(default=None, description="client to server from this region")
+    egress_ms: Optional[Millis] = Field(default=None, description="server to client in this region")
+
+
+def _zero(v: Optional[Millis]) -> bool:
+    return v is None or (isinstance(v, (int, float)) and v == 0)
+
+
 class NetworkSpec(BaseModel):
     """Time outside the GPU, in milliseconds: a number, or a duration law
-    (``{dist: lognormal, mean: 20, std: 8}``) read in ms."""
+    (``{dist: lognormal, mean: 20, std: 8}``) read in ms. The plain
+    ``ingress_ms``/``egress_ms`` hold in every region; ``regions`` overrides
+    them for the regions (declared in the scenario's ``regions``) that differ."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -51,11 +66,22 @@ class NetworkSpec(BaseModel):
     egress_ms: Millis = Field(default=0.0, description="server to client, added to every token's arrival")
     tokenize_ms_per_1k_tokens: float = Field(default=0.0, ge=0, allow_inf_nan=False,
                                              description="tokenisation time per 1,000 prompt tokens (CPU)")
+    regions: dict[str, RegionLatency] = Field(
+        default_factory=dict, description="per-region latencies, by region name: {eu-west: {ingress_ms: 90}}")
 
     @property
     def active(self) -> bool:
-        return any(not (isinstance(v, (int, float)) and v == 0)
-                   for v in (self.ingress_ms, self.egress_ms, self.tokenize_ms_per_1k_tokens))
+        sides = [self.ingress_ms, self.egress_ms, self.tokenize_ms_per_1k_tokens]
+        sides += [v for r in self.regions.values() for v in (r.ingress_ms, r.egress_ms)]
+        return not all(_zero(v) for v in sides)
+
+    def latency(self, region: str) -> tuple[Millis, Millis]:
+        """(ingress, egress) for a client in ``region`` ("" = no regions)."""
+        r = self.regions.get(region)
+        if r is None:
+            return self.ingress_ms, self.egress_ms
+        return (self.ingress_ms if r.ingress_ms is None else r.ingress_ms,
+                self.egress_ms if r.egress_ms is None else r.egress_ms)
 
 
 class ClassSpec(BaseModel):
@@ -72,8 +98,13 @@ class ClassSpec(BaseModel):
     admission: Optional[AdmissionSpec] = None
     kv_budget_fraction: Optional[float] = Field(
         default=None, gt=0, le=1, allow_inf_nan=False,
-        description="cap on the KV blocks of a replica this class's running requests may hold (each is charged "
-                    "its input + output tokens at admission)")
+        description="cap on the KV blocks of a replica this class may hold: its running requests (each charged "
+                    "its input + output tokens at admission) plus the unreferenced prefix-cache entries it "
+                    "created, of which its least recently used are evicted first to admit its requests")
+    speculative_acceptance_rate: Optional[float] = Field(
+        default=None, gt=0, lt=1, allow_inf_nan=False,
+        description="α for this class's requests, overriding its pool's speculative.acceptance_rate (a mixed "
+                    "batch steps at its sequences' mean tokens per step)")
     network: NetworkSpec = NetworkSpec()
 
 
@@ -94,9 +125,7 @@ class ClassTable:
     def __init__(self, classes: list[ClassSpec], seed: int, rng: np.random.Generator) -> None:
         self.classes = classes or [DEFAULT]
         self.by_name = {c.name: c for c in self.classes}
-        w = np.array([c.share for c in self.classes], dtype=np.float64)
-        self.cum = (np.cumsum(w) / w.sum()).tolist()
-        self.salt = splitmix64(seed ^ _CLASS_SALT)
+        self.split = ShareSplit([c.share for c in self.classes], seed, _CLASS_SALT)
         self.rng = rng
         self.network = any(c.network.active for c in self.classes)
 
@@ -106,9 +135,7 @@ class ClassTable:
         elif req.klass in self.by_name:          # a trace that names its classes
             c = self.by_name[req.klass]
         else:
-            key = req.session if req.session >= 0 else (1 << 62) + req.id
-            u = splitmix64(key ^ self.salt) / 2.0 ** 64
-            c = self.classes[next(i for i, x in enumerate(self.cum) if u < x or i == len(self.cum) - 1)]
+            c = self.classes[self.split.pick(req)]
         req.klass = c.name
         req.priority = c.priority
         return c
@@ -116,7 +143,7 @@ class ClassTable:
     def ingress(self, c: ClassSpec, req: Request) -> tuple[float, float]:
         """(network ingress, tokenisation) seconds before ``req`` can queue."""
         n = c.network
-        return _ms(n.ingress_ms, self.rng), n.tokenize_ms_per_1k_tokens * req.input_tokens / 1e6
+        return _ms(n.latency(req.region)[0], self.rng), n.tokenize_ms_per_1k_tokens * req.input_tokens / 1e6
 
-    def egress(self, c: ClassSpec) -> float:
-        return _ms(c.network.egress_ms, self.rng)
+    def egress(self, c: ClassSpec, req: Request) -> float:
+        return _ms(c.network.latency(req.region)[1], self.rng)

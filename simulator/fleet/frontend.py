@@ -1,7 +1,8 @@
-"""The fleet's front door: class, network, pool.
+"""The fleet's front door: class, region, network, pool.
 
-A request leaves the client at ``arrival``, spends its class's network
-ingress and tokenisation time, and reaches the pool serving its class at
+A request leaves the client (in its region, when the scenario declares
+regions) at ``arrival``, spends its class's network ingress for that
+region and tokenisation time, and reaches the pool serving its class at
 ``queued``. Its response travels back with the egress latency, which the
 client sees on every token: the first token and the finish are stamped
 client-side, so TTFT and E2EL include the network while TPOT and ITL (gaps
@@ -18,16 +19,19 @@ import simpy
 from workloads.drivers import fire
 from workloads.request import Request, Status
 from .classes import ClassTable
+from .regions import RegionTable
 
 
 class Fleet:
     """Routes each request of the workload to the pool of its class."""
 
     def __init__(self, env: simpy.Environment, pools: Mapping[str, object], classes: ClassTable,
-                 routes: Mapping[str, str], on_done: Optional[Callable[[Request], None]] = None) -> None:
+                 routes: Mapping[str, str], on_done: Optional[Callable[[Request], None]] = None,
+                 regions: Optional[RegionTable] = None) -> None:
         self.env = env
         self.pools = pools
         self.classes = classes
+        self.regions = regions
         self.routes = routes              # class name -> pool name
         self.on_done = on_done
         self._egress: dict[int, float] = {}
@@ -35,13 +39,15 @@ class Fleet:
 
     def submit(self, req: Request) -> None:
         c = self.classes.assign(req)
+        if self.regions is not None:
+            self.regions.assign(req)
         req.pool = self.routes[c.name]
         if not self.classes.network:
             self._queue(req)
             return
         net, tok = self.classes.ingress(c, req)
         req.net_in = net
-        self._egress[req.id] = self.classes.egress(c)
+        self._egress[req.id] = self.classes.egress(c, req)
         delay = net + tok
         if delay > 0:
             self._transit.add(req.id)

@@ -17,10 +17,12 @@ Definitions:
   source) is flagged ``price_assumed``.
 * **window**: simulation time 0 to the end of the last request
   (``llmsim.simulated_seconds``), the span every pool is billed for.
-* **monthly cost**: the window's cost per hour × 730 h/month (the window is
-  taken as the steady state: the same load all month). A window of a day or
-  more is taken as a sample of whole days instead: its mean cost per day × 30.
-  ``monthly_basis`` says which.
+* **monthly cost**: as the scenario's ``cost.monthly`` says
+  (:mod:`simulator.metrics.monthly`): by default the window's cost per hour
+  × 730 h/month (the same load all month), or for a window of a day or more
+  its mean cost per day × 30; ``peak_window`` scales the window's fleet to
+  each hour of a daily profile. ``monthly_method`` names the method,
+  ``monthly_basis`` says it in words with its assumption.
 * **tokens** are those of finished requests (``total_input_tokens`` and
   ``total_output_tokens``); the input count includes prefix-cache hits, as
   the prompt was sent. Work spent on rejected, cancelled or unfinished
@@ -47,15 +49,24 @@ import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
-from workloads.request import Request, Status
+from pydantic import BaseModel, ConfigDict, Field
 
-__all__ = ["HOURS_PER_MONTH", "DAYS_PER_MONTH", "DEFAULT_OUTPUT_WEIGHT", "PoolBilling", "SessionLoad",
+from workloads.request import Request, Status
+from .monthly import DAYS_PER_MONTH, HOURS_PER_MONTH, MonthlySpec, MonthRule, monthly_cost
+
+__all__ = ["HOURS_PER_MONTH", "DAYS_PER_MONTH", "DEFAULT_OUTPUT_WEIGHT", "CostSpec", "PoolBilling", "SessionLoad",
            "replica_seconds", "pool_price", "pool_billing", "session_load", "monthly_cost", "cost_block"]
 
-HOURS_PER_MONTH = 730.0          # 8,760 h / 12, as cloud price calculators use
-DAYS_PER_MONTH = 30
-DAY_S = 86_400.0
 DEFAULT_OUTPUT_WEIGHT = 4.0
+
+
+class CostSpec(BaseModel):
+    """The scenario's ``cost`` block: how the bill is reported."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    monthly: MonthlySpec = Field(default_factory=MonthlySpec,
+                                 description="how the simulated window becomes a month (monthly_usd)")
 
 
 def replica_seconds(timeline: Sequence[tuple[float, int]], end: float) -> float:
@@ -86,6 +97,7 @@ class PoolBilling:
     price_assumed: bool
     price_note: str
     replica_seconds: float
+    floor: Optional[int] = None         # an autoscaled pool's fewest billed replicas (min + warm); None = fixed
 
     @property
     def gpus(self) -> int:
@@ -126,8 +138,9 @@ def pool_billing(spec, gpu, timeline: Sequence[tuple[float, int]], end: float) -
     replica-count ``timeline`` over the window [0, ``end``]."""
     usd, source, assumed, note = pool_price(spec, gpu)
     peak = max((n for t, n in timeline if t <= end), default=spec.replicas)
+    a = spec.autoscaling
     return PoolBilling(spec.name, gpu.name, spec.tp, peak, usd, source, assumed, note,
-                       replica_seconds(timeline, end))
+                       replica_seconds(timeline, end), None if a is None else a.min_replicas + a.warm_pool)
 
 
 @dataclass(frozen=True)
@@ -180,27 +193,17 @@ def session_load(requests: Iterable[Request], window_s: float,
     return SessionLoad(len(spans), len(served), total, peak, per_gpu if steps else None)
 
 
-def monthly_cost(window_usd: float, window_s: float) -> tuple[Optional[float], str]:
-    """Extrapolate the window's cost to a month; returns (usd, basis)."""
-    if window_s <= 0:
-        return None, "no simulated time to extrapolate from"
-    if window_s >= DAY_S:
-        days = window_s / DAY_S
-        return (window_usd / days * DAYS_PER_MONTH,
-                f"mean day of the simulated {days:g}-day window × {DAYS_PER_MONTH} days/month")
-    return (window_usd / window_s * HOURS_PER_MONTH * 3600.0,
-            f"simulated {window_s:,.0f} s window extrapolated to {HOURS_PER_MONTH:g} h/month at the same load")
-
-
 def _per(num: float, den: float, scale: float = 1.0) -> Optional[float]:
     return num / den * scale if den else None
 
 
 def cost_block(pools: Sequence[PoolBilling], requests: Sequence[Request], window_s: float,
                output_weight: float = DEFAULT_OUTPUT_WEIGHT,
-               gpu_timeline: Optional[Sequence[tuple[float, int]]] = None) -> dict[str, Any]:
+               gpu_timeline: Optional[Sequence[tuple[float, int]]] = None,
+               monthly: Optional[MonthRule] = None) -> dict[str, Any]:
     """The ``llmsim.cost`` block: per-pool bills and the fleet's totals over
-    the window [0, ``window_s``] (definitions in the module docstring)."""
+    the window [0, ``window_s``] (definitions in the module docstring);
+    ``monthly`` is the scenario's extrapolation (default: ``auto``)."""
     if output_weight <= 0:
         raise ValueError(f"output_weight must be > 0, got {output_weight}")
     usd = sum(p.usd for p in pools)
@@ -210,7 +213,7 @@ def cost_block(pools: Sequence[PoolBilling], requests: Sequence[Request], window
     tin = sum(r.input_tokens for r in done)
     tout = sum(r.output_tokens for r in done)
     unit = _per(usd, tin + output_weight * tout, 1e6)
-    month, basis = monthly_cost(usd, window_s)
+    month = (monthly or MonthRule()).apply(pools, usd, window_s)
     sl = session_load(requests, window_s, gpu_timeline)
     peak_per_gpu = sl.peak_per_gpu if sl.peak_per_gpu is not None else _per(sl.peak_active, gpus)
     sessions = None if not sl.sessions else {
@@ -228,8 +231,7 @@ def cost_block(pools: Sequence[PoolBilling], requests: Sequence[Request], window
         "gpu_hours": gpu_s / 3600.0,
         "window_usd": usd,
         "usd_per_hour": _per(usd, window_s, 3600.0),
-        "monthly_usd": month,
-        "monthly_basis": basis,
+        **month,
         "token_split": f"output token priced at {output_weight:g}× an input token (API price-list convention)",
         "output_weight": output_weight,
         "usd_per_million_input_tokens": unit,

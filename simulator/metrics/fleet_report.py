@@ -16,6 +16,8 @@ from workloads.request import Request, Status
 from ..costmodel.speculative import expected_tokens_per_step
 from .classes import class_block
 from .cost import cost_block, pool_billing, replica_seconds
+from .monthly import MonthRule
+from .regions import region_block
 from .slo import parse_slo
 from .ttft_budget import ttft_budget
 
@@ -49,8 +51,10 @@ def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], 
     out.update({
         "pools": blocks,
         "classes": class_block(requests, sc.classes, sc.slo, now) if sc.classes else None,
+        "regions": region_block(requests, sc.regions, now) if sc.regions else None,
         "ttft_budget": ttft_budget(requests),
-        "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline),
+        "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
+                           monthly=MonthRule(sc.cost.monthly, sc.workload)),
         "simulated_seconds": now,
         "wall_time_s": wall,
         "sim_requests_per_wall_s": n / wall if wall > 0 else None,
@@ -116,7 +120,9 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: list[Re
     spec = ps.spec.speculative
     if spec is not None:
         block["speculative"] = {**spec.model_dump(), "tokens_per_step": expected_tokens_per_step(
-            spec.acceptance_rate, spec.k)}
+            spec.k, spec.acceptance_rate)}
+        if getattr(ps.cm, "class_acceptance", None):   # classes with their own α: theirs and their E
+            block["speculative"]["classes"] = ps.cm.class_figures()
     return block
 
 

@@ -22,7 +22,7 @@ from .derive import RequestArrays
 __all__ = ["request_table", "write_requests"]
 
 DERIVED_COLUMNS = ("ttft_ms", "tpot_ms", "e2el_ms")
-_TEXT = ("status", "klass", "pool")
+_TEXT = ("status", "klass", "pool", "region")
 # to_columns cannot infer dtypes from zero rows; keep an empty table typed.
 _INTEGER = ("id", "input_tokens", "output_tokens", "replica", "preemptions", "cached_tokens", "session")
 _SUFFIXES = (".parquet", ".csv")

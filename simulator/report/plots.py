@@ -13,6 +13,7 @@ money goes (per pool), and for a ladder what each lever bought.
 """
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
@@ -226,7 +227,9 @@ def cost_figure(results: Mapping[str, Any], title: str = "") -> Optional[Figure]
     # The pool's shape under its name: tick labels get room that a note beside the bar would not.
     names = ["\n".join(x for x in (p["name"], _fleet_shape(p)) if x) for p in pools]
     values = [p["usd"] * k for p in pools]
-    fig = Figure(figsize=(10, 1.8 + 0.8 * len(pools)), dpi=DPI, layout="constrained")
+    # The extrapolation's basis is a sentence or three: wrapped to the figure, which grows to hold it.
+    basis = textwrap.wrap(cost["monthly_basis"], 95) if monthly and cost.get("monthly_basis") else []
+    fig = Figure(figsize=(10, 1.8 + 0.8 * len(pools) + 0.16 * len(basis)), dpi=DPI, layout="constrained")
     ax = fig.subplots()
     bars = ax.barh(names, values, color=[f"C{i % 10}" for i in range(len(pools))])
     ax.invert_yaxis()
@@ -240,8 +243,7 @@ def cost_figure(results: Mapping[str, Any], title: str = "") -> Optional[Figure]
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _money(x)))
     ax.grid(True, axis="x", alpha=0.3)
     head = f"Cost per pool: {_money(sum(values))}{'/month' if monthly else ''} in total"
-    ax.set_title(head + (f"\n{cost['monthly_basis']}" if monthly and cost.get("monthly_basis") else ""),
-                 loc="left", fontsize=10)
+    ax.set_title("\n".join([head] + basis), loc="left", fontsize=10)
     if title:
         fig.suptitle(title)
     return fig

@@ -16,6 +16,8 @@ from ..engine.routing import RouterSpec
 from ..fleet.autoscaler import AutoscalingSpec
 from ..fleet.classes import ClassSpec
 from ..fleet.disaggregation import DisaggregationSpec
+from ..fleet.regions import RegionSpec
+from ..metrics.cost import CostSpec
 from workloads.spec import WorkloadSpec
 from .ci import CheckSpec
 from .variants import LadderMode, Variants
@@ -54,6 +56,10 @@ class Scenario(BaseModel):
     classes: list[ClassSpec] = Field(
         default_factory=list, description="request classes (tiers): share of the traffic, pool, priority, "
                                           "admission limits, KV budget, network, SLO; none = one class")
+    regions: list[RegionSpec] = Field(
+        default_factory=list, description="client regions and their shares of the users, for per-region network "
+                                          "latency (classes[].network.regions) and per-region results")
+    cost: CostSpec = Field(default_factory=CostSpec, description="how the bill is extrapolated to a month")
     timeline_interval_s: float = Field(default=10.0, gt=0, allow_inf_nan=False,
                                        description="sampling period of timeline.csv (simulated seconds)")
     slo: Optional[dict[str, Any]] = Field(

@@ -1,0 +1,62 @@
+"""Client regions: where the users are, so network latency can depend on it.
+
+A scenario's ``regions`` split the traffic by ``share`` (relative weights,
+normalised to 1, as class shares are). A session keeps its region for all
+its turns; the split is a hash of the seed and the session or request id
+with its own salt, so it consumes no random stream, is independent of the
+class split, and declaring regions leaves every arrival and length as it
+was. A class's ``network.regions`` gives the latencies of the regions that
+differ from its plain ``ingress_ms``/``egress_ms`` (see
+:class:`simulator.fleet.classes.NetworkSpec`).
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from workloads.request import Request
+from ..errors import LlmsimError
+from .split import ShareSplit
+
+_REGION_SALT = 0x9E6C63D0676A9A99
+
+
+class RegionSpec(BaseModel):
+    """One client region."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    name: str = Field(description="what classes[].network.regions and results call it")
+    share: float = Field(gt=0, allow_inf_nan=False,
+                         description="relative weight of the region's users (normalised over the regions; "
+                                     "sessions keep their region)")
+
+
+class RegionTable:
+    """Gives each request its region (``Request.region``)."""
+
+    def __init__(self, regions: Sequence[RegionSpec], seed: int) -> None:
+        self.names = [r.name for r in regions]
+        self.split = ShareSplit([r.share for r in regions], seed, _REGION_SALT) if regions else None
+
+    def assign(self, req: Request) -> str:
+        if self.split is not None:
+            req.region = self.names[self.split.pick(req)]
+        return req.region
+
+
+def check_regions(sc, source: str | Path | None = None) -> None:
+    """Region names differ, and every region a class gives latencies for is declared."""
+    names = [r.name for r in sc.regions]
+    for i, n in enumerate(names):
+        if names.index(n) != i:
+            raise LlmsimError(f"two regions are named {n!r}", source=source, key_path=f"regions[{i}].name")
+    for i, c in enumerate(sc.classes):
+        for r in c.network.regions:
+            if r not in names:
+                declared = f"declared: {', '.join(names)}" if names else "the scenario declares no regions"
+                raise LlmsimError(f"class {c.name!r} gives network latencies for region {r!r}, which is not "
+                                  f"declared ({declared}: top-level regions: [{{name, share}}, ...])", source=source,
+                                  key_path=f"classes[{i}].network.regions.{r}")

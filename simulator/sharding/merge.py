@@ -1,0 +1,155 @@
+"""Merging shards into one run, exactly.
+
+Nothing is averaged across shards. The per-request records are
+concatenated and every figure of results.json — percentiles, throughput,
+goodput, SLO attainment, the per-class, per-pool and cost blocks — is
+computed from the merged records by the same functions a plain run calls
+(:func:`simulator.metrics.results.compute_results`,
+:func:`simulator.metrics.fleet_report.llmsim_block`). Those functions see a
+merged pool per pool: every shard's replicas (renumbered after the earlier
+shards'), the replica-count logs summed on the union of their step times,
+rejections summed. The run ends when the latest shard does, and each
+finished replica answers at that end as its live self would have, so
+time-weighted figures and the bill cover the same window as one run.
+Hence a sharded run with N = 1 is the plain run, bit for bit (wall times
+aside), and with N > 1 it is the run of the partitioned fleet (see
+:mod:`.split` for when that equals the unsharded fleet).
+"""
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Iterable, Optional
+
+import numpy as np
+
+from ..fleet.checks import check_scenario
+from ..metrics.fleet_report import _merge_steps, llmsim_block
+from ..metrics.gaps import GapLog
+from ..metrics.results import compute_results
+from ..planning.executors import Executor, make_executor
+from ..runner import RunOutput
+from ..scenario.schema import Scenario
+from .shard import PoolRecord, ShardJob, ShardOutcome, run_shard, to_requests
+from .split import ShardPlan, plan_shards
+
+__all__ = ["run_sharded", "merge_outcomes", "merge_columns"]
+
+
+def run_sharded(sc: Scenario, shards: int, *, source: Optional[Path] = None, engine: str = "fast",
+                executor: Optional[Executor] = None) -> RunOutput:
+    """Simulate ``sc`` as ``shards`` shards on ``executor`` (default: local
+    processes, one per core) and merge them into one :class:`RunOutput`."""
+    plan = plan_shards(sc, shards)
+    jobs = [ShardJob(s, str(source) if source is not None else None, engine, sub)
+            for s, sub in zip(plan.scenarios, plan.subsets)]
+    wall = time.perf_counter()
+    own = executor is None
+    ex = make_executor("local") if own else executor
+    try:
+        outcomes = [o for _, o in ex.map_unordered(run_shard, jobs)]
+    finally:
+        if own:
+            ex.close()
+    return merge_outcomes(plan, outcomes, source=source, engine=engine, started=wall)
+
+
+def merge_columns(plan: ShardPlan, outcomes: list[ShardOutcome]) -> dict[str, np.ndarray]:
+    """The shards' records as one table in the unsharded run's id order.
+
+    Lone requests keep their workload ids (the same in every shard);
+    session requests are numbered per shard in send order, so they are
+    renumbered by (send time, shard-local id, shard). Replica indices are
+    offset by the replicas the earlier shards created in the same pool."""
+    outcomes = sorted(outcomes, key=lambda o: o.index)
+    if len(outcomes) == 1:
+        return dict(outcomes[0].columns)
+    parts = []
+    offset: dict[str, int] = {}
+    for o in outcomes:
+        c = dict(o.columns)
+        base = np.array([offset.get(p, 0) for p in c["pool"].tolist()], dtype=np.int64)
+        c["replica"] = np.where(c["replica"] >= 0, c["replica"] + base, c["replica"])
+        c["_shard"] = np.full(c["id"].size, o.index, dtype=np.int64)
+        for name, pool in o.pools.items():
+            offset[name] = offset.get(name, 0) + len(pool.replicas)
+        parts.append(c)
+    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+    if plan.scenario.workload.session is not None:
+        order = np.lexsort((cols["_shard"], cols["id"], cols["arrival"]))
+        cols = {k: v[order] for k, v in cols.items()}
+        cols["id"] = np.arange(cols["id"].size, dtype=np.int64)
+    else:
+        order = np.argsort(cols["id"], kind="stable")
+        cols = {k: v[order] for k, v in cols.items()}
+    del cols["_shard"]
+    return cols
+
+
+def _merge_pool(name: str, records: list[PoolRecord]) -> PoolRecord:
+    if len(records) == 1:
+        return records[0]
+    first = records[0]
+    return PoolRecord(name, [r for p in records for r in p.replicas],
+                      _merge_steps([p.billing for p in records]), _merge_steps([p.serving for p in records]),
+                      _merge_steps([p.working for p in records]), sum(p.rejected for p in records),
+                      max(p.t_rejected for p in records), sum(p.arrivals for p in records),
+                      sum(p.ready_at_end for p in records), first.flops, first.peak)
+
+
+def _merge_gaps(outcomes: Iterable[ShardOutcome]) -> GapLog:
+    g = GapLog()
+    for o in outcomes:
+        lo, hi, w = o.gaps
+        g.lo.extend(lo.tolist())
+        g.hi.extend(hi.tolist())
+        g.weight.extend(w.tolist())
+    return g
+
+
+def _merge_timeline(frames: list, end: float):
+    """Per-pool timeline rows summed over shards at each sample time; a shard
+    that ended earlier holds its last state (queue and arrivals zero)."""
+    import pandas as pd
+
+    frames = [f for f in frames if f is not None]
+    if len(frames) <= 1:
+        return frames[0] if frames else None
+    grid = sorted({t for f in frames for t in f["time_s"].tolist() if t <= end + 1e-9})
+    out = []
+    for pool in frames[0]["pool"].unique().tolist():
+        filled = []
+        for f in frames:
+            g = f[f["pool"] == pool].set_index("time_s").reindex(grid)
+            idle = g["ready"].isna()
+            g = g.ffill()
+            g.loc[idle, ["queue_depth", "arrival_rate_per_s"]] = 0.0
+            filled.append(g)
+        total = sum(g.drop(columns=["pool"]) for g in filled)
+        ready = total["ready"].where(total["ready"] > 0)
+        total["kv_utilization"] = (sum(g["kv_utilization"] * g["ready"] for g in filled) / ready).fillna(0.0)
+        total.insert(0, "pool", pool)
+        out.append(total.reset_index().rename(columns={"index": "time_s"}))
+    merged = pd.concat(out).sort_values(["time_s", "pool"], kind="stable").reset_index(drop=True)
+    return merged[frames[0].columns].astype(frames[0].dtypes.to_dict())
+
+
+def merge_outcomes(plan: ShardPlan, outcomes: list[ShardOutcome], *, source: Optional[Path] = None,
+                   engine: str = "fast", started: Optional[float] = None) -> RunOutput:
+    """One run's output from the shards' (see the module docstring)."""
+    sc = plan.scenario
+    outcomes = sorted(outcomes, key=lambda o: o.index)
+    setups = check_scenario(sc, source)
+    end = max(o.end for o in outcomes)
+    pools = {ps.spec.name: _merge_pool(ps.spec.name, [o.pools[ps.spec.name] for o in outcomes]) for ps in setups}
+    scalers = outcomes[0].scalers if len(outcomes) == 1 else {}
+    requests = to_requests(merge_columns(plan, outcomes))
+    gaps = _merge_gaps(outcomes)
+    wall = time.perf_counter() - started if started is not None else sum(o.wall_s for o in outcomes)
+    llmsim = llmsim_block(sc, setups, pools, end, wall, engine, requests, scalers)
+    llmsim["shards"] = {**plan.describe(),
+                        "requests_per_shard": [o.requests for o in outcomes],
+                        "simulated_seconds_per_shard": [o.end for o in outcomes],
+                        "wall_time_s_per_shard": [o.wall_s for o in outcomes]}
+    results = compute_results(requests, gaps, slo=sc.slo, llmsim=llmsim)
+    return RunOutput(sc, requests, gaps, results, pools, setups, _merge_timeline([o.timeline for o in outcomes], end))

@@ -1,0 +1,176 @@
+"""One shard, simulated and reduced to what the merge needs.
+
+``run_shard`` is what an executor ships to a worker, so it is module-level
+and its job and outcome are picklable. The outcome carries no Request
+objects and no live engine: the per-request records become numpy columns,
+the gap log three float arrays, each replica the counters and time
+averages its ``stats`` reads, each pool its replica-count step logs. That
+keeps what crosses a process (or a network) small and lets the merge ask
+the same questions of a finished shard that the metrics ask of a live pool,
+at the run's end rather than the shard's.
+"""
+from __future__ import annotations
+
+import copy
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+
+from workloads.request import RECORD_COLUMNS, Request, Status
+from ..scenario.schema import Scenario
+from .split import ShardSubset
+
+__all__ = ["ShardJob", "ShardOutcome", "ReplicaRecord", "PoolRecord", "ScalerRecord", "run_shard",
+           "record_columns", "to_requests"]
+
+#: Request fields carried besides the per-request table's (metrics read them too).
+_EXTRA = ("priority", "preloaded")
+_TIME_AVERAGED = ("queue_mean", "queue_max", "batch_mean", "batch_max")
+
+
+@dataclass(frozen=True)
+class ShardJob:
+    scenario: Scenario
+    source: Optional[str]
+    engine: str
+    subset: Optional[ShardSubset]
+
+    @property
+    def index(self) -> int:
+        return 0 if self.subset is None else self.subset.index
+
+
+class ReplicaRecord:
+    """A finished replica as :func:`simulator.metrics.fleet_report.llmsim_block`
+    sees it: ``stats(now)`` for any ``now`` after its shard ended, as the
+    live replica would have answered (its queue and batch are empty then)."""
+
+    __slots__ = ("index", "t0", "counters", "queue_len", "batch_size")
+
+    def __init__(self, replica, now: float) -> None:
+        self.index = replica.index
+        self.t0 = replica.t0
+        self.counters = {k: v for k, v in replica.stats(now).items() if k not in _TIME_AVERAGED}
+        self.queue_len = copy.copy(replica.queue_len)
+        self.batch_size = copy.copy(replica.batch_size)
+
+    def stats(self, now: float) -> dict:
+        return {**self.counters, "queue_mean": self.queue_len.mean(now), "queue_max": self.queue_len.max,
+                "batch_mean": self.batch_size.mean(now), "batch_max": self.batch_size.max}
+
+
+@dataclass
+class PoolRecord:
+    """A finished pool: the fields and methods the fleet report reads."""
+
+    name: str
+    replicas: list[ReplicaRecord]
+    billing: list[tuple[float, int]]
+    serving: list[tuple[float, int]]
+    working: list[tuple[float, int]]
+    rejected: int
+    t_rejected: float
+    arrivals: int
+    ready_at_end: int
+    flops: float
+    peak: float
+
+    @property
+    def ready(self) -> list:
+        return [None] * self.ready_at_end
+
+    def flops_per_token(self) -> float:
+        return self.flops
+
+    def peak_flops(self) -> float:
+        return self.peak
+
+    @classmethod
+    def of(cls, pool, end: float) -> "PoolRecord":
+        return cls(pool.name, [ReplicaRecord(r, end) for r in pool.replicas], list(pool.billing),
+                   list(pool.serving), list(pool.working), pool.rejected, pool.t_rejected, pool.arrivals,
+                   len(pool.ready), pool.flops_per_token(), pool.peak_flops())
+
+
+@dataclass
+class ScalerRecord:
+    spec: Any
+    cold_start_s: float
+    decisions: list
+
+
+@dataclass
+class ShardOutcome:
+    index: int
+    columns: dict[str, np.ndarray]
+    gaps: tuple[np.ndarray, np.ndarray, np.ndarray]
+    pools: dict[str, PoolRecord]
+    scalers: dict[str, ScalerRecord]
+    end: float
+    wall_s: float
+    timeline: Any = None
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def requests(self) -> int:
+        return int(self.columns["id"].size)
+
+
+def record_columns(requests: list[Request]) -> dict[str, np.ndarray]:
+    """The records as typed numpy columns (status as its integer code)."""
+    out: dict[str, np.ndarray] = {}
+    for name in (*RECORD_COLUMNS, *_EXTRA):
+        values = [getattr(r, name) for r in requests]
+        if name == "status":
+            out[name] = np.asarray([int(v) for v in values], dtype=np.int8)
+        elif values and isinstance(values[0], str):
+            out[name] = np.asarray(values, dtype=str)
+        elif values and isinstance(values[0], float):
+            out[name] = np.asarray(values, dtype=np.float64)
+        else:
+            out[name] = np.asarray(values, dtype=np.int64)
+    return out
+
+
+def to_requests(columns: dict[str, np.ndarray]) -> list[Request]:
+    """Request records back from :func:`record_columns` (without block ids),
+    so every metric runs on the merged records with its usual code."""
+    names = [n for n in (*RECORD_COLUMNS, *_EXTRA) if n in columns]
+    rows = zip(*(columns[n].tolist() for n in names))
+    out = []
+    for row in rows:
+        r = Request.__new__(Request)
+        for n, v in zip(names, row):
+            setattr(r, n, v)
+        r.status = Status(r.status)
+        r.blocks = None
+        out.append(r)
+    return out
+
+
+def run_shard(job: ShardJob) -> ShardOutcome:
+    """Simulate one shard (its scenario and workload subset)."""
+    from ..runner import simulate  # heavy; imported in the worker
+
+    wall = time.perf_counter()
+    out = simulate(job.scenario, engine=job.engine, source=Path(job.source) if job.source else None,
+                   subset=job.subset)
+    end = max(p.end_time() for p in out.pools.values())
+    pools = {name: PoolRecord.of(p, end) for name, p in out.pools.items()}
+    scalers = {}
+    for name, block in out.results["llmsim"]["pools"].items():
+        if "autoscaling" in block:
+            scalers[name] = _scaler_record(out, name)
+    g = out.gaps
+    gaps = (np.frombuffer(g.lo, dtype=np.float64).copy(), np.frombuffer(g.hi, dtype=np.float64).copy(),
+            np.frombuffer(g.weight, dtype=np.float64).copy())
+    cols = record_columns(out.requests)
+    return ShardOutcome(job.index, cols, gaps, pools, scalers, end, time.perf_counter() - wall, out.timeline)
+
+
+def _scaler_record(out, name: str) -> ScalerRecord:
+    s = out.scalers[name]
+    return ScalerRecord(s.spec, s.cold_start_s, list(s.decisions))

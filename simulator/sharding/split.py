@@ -1,0 +1,160 @@
+"""Which sessions and replicas each shard gets, and when that split is exact.
+
+Sessions (a lone request counts as a session of its own) are hashed to
+shards exactly as request classes and regions are split
+(:class:`simulator.fleet.split.ShareSplit`: SplitMix64 of the session id,
+else 2^62 + the request id, with the seed and a salt of its own), with N
+equal shares. The split is therefore reproducible, consumes no random
+stream, and is independent of the class and region splits. Every pool's
+replicas are divided among the shards: shard k gets ``replicas // N``, plus
+one for the first ``replicas % N`` shards (said in ``llmsim.shards``).
+
+A sharded run is *exactly* the unsharded run of a fleet partitioned that
+way (each shard's router sees only its shard's replicas), because:
+
+* the traffic is the unsharded traffic: every shard draws the whole fleet's
+  arrivals, lengths and session plans from the scenario's seed and keeps
+  its own sessions, so the union of the shards' requests is the unsharded
+  workload, request for request;
+* nothing couples shards: no autoscaling (one controller per pool would
+  become N, so it is refused for N > 1), no closed loop (its request total
+  is shared by all users: refused), admission limits and KV budgets are per
+  replica, and class/region/network draws are hashes or per-request;
+* fleet figures are computed once, from the merged records and the summed
+  replica timelines, taken to the end of the latest shard (a static replica
+  is billed to the end of the run, as in one simulation).
+
+Routing keeps a session inside its shard by construction. The partitioned
+fleet equals the real (unpartitioned) fleet when its router would keep
+sessions apart anyway: with ``session_affinity`` or ``prefix_aware`` the
+only difference is that load balancing stops at the shard's edge; with
+load-only routers (``round_robin``, ``least_outstanding``) a shard is a
+smaller pool, whose queueing is worse than the whole fleet's.
+Two records differ from a single run of the partitioned fleet: the ids of
+session requests (given in send order within a shard, renumbered at the
+merge by send time, so equal unless two shards send at the same instant)
+and network delays drawn from a law (the class table's stream is consumed
+by each shard's requests only).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
+
+import numpy as np
+
+from ..errors import LlmsimError
+from ..fleet.split import ShareSplit
+from ..scenario.schema import Scenario
+
+__all__ = ["EXACTNESS", "ShardSubset", "ShardPlan", "plan_shards", "shard_index"]
+
+#: The conditions, as the CLI and results.json state them.
+EXACTNESS = ("exact for the fleet partitioned into the shards (each shard's router sees only its replicas): "
+             "sessions hashed to shards, every pool's replicas divided, no autoscaling, no closed loop; "
+             "equal to the unsharded fleet where its router keeps sessions apart (session_affinity, "
+             "prefix_aware), an approximation for load-only routers")
+
+_SHARD_SALT = 0x3C6EF372FE94F82B
+_LONE = np.uint64(1 << 62)          # a lone request's key offset, as ShareSplit uses
+_C = [np.uint64(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB133111EB)]
+
+
+def _splitmix64(x: np.ndarray) -> np.ndarray:
+    """Vectorised :func:`simulator.engine.routing.affinity.splitmix64`
+    (uint64 arithmetic wraps modulo 2^64, as the scalar version masks)."""
+    with np.errstate(over="ignore"):
+        x = x + _C[0]
+        x = (x ^ (x >> np.uint64(30))) * _C[1]
+        x = (x ^ (x >> np.uint64(27))) * _C[2]
+    return x ^ (x >> np.uint64(31))
+
+
+def shard_index(keys: np.ndarray, count: int, seed: int) -> np.ndarray:
+    """The shard of each hash key (a session id, or 2^62 + a lone request's
+    id), equal to ``ShareSplit([1] * count, seed, salt).pick`` request by request."""
+    split = ShareSplit([1.0] * count, seed, _SHARD_SALT)
+    h = _splitmix64(np.asarray(keys, dtype=np.uint64) ^ np.uint64(split.salt))
+    u = h.astype(np.float64) / 2.0 ** 64
+    return np.minimum(np.searchsorted(np.asarray(split.cum), u, side="right"), count - 1)
+
+
+@dataclass(frozen=True)
+class ShardSubset:
+    """Shard ``index`` of ``count``: what a workload keeps (see
+    :func:`workloads.drivers.make_source`'s ``subset``)."""
+
+    index: int
+    count: int
+    seed: int
+
+    def sessions(self, sids: np.ndarray) -> np.ndarray:
+        """Mask of the sessions (by session id) this shard keeps."""
+        return shard_index(np.asarray(sids, dtype=np.uint64), self.count, self.seed) == self.index
+
+    def requests(self, ids: np.ndarray) -> np.ndarray:
+        """Mask of the lone requests (by request id) this shard keeps."""
+        return shard_index(np.asarray(ids, dtype=np.uint64) + _LONE, self.count, self.seed) == self.index
+
+
+@dataclass(frozen=True)
+class ShardPlan:
+    """The shards of one scenario: each shard's scenario (its share of every
+    pool's replicas) and workload subset."""
+
+    scenario: Scenario
+    scenarios: tuple[Scenario, ...]
+    subsets: tuple[Optional[ShardSubset], ...]
+    replicas: dict[str, list[int]]           # pool -> replicas of each shard
+
+    @property
+    def count(self) -> int:
+        return len(self.scenarios)
+
+    @property
+    def even(self) -> bool:
+        return all(len(set(v)) == 1 for v in self.replicas.values())
+
+    def describe(self) -> dict:
+        """``llmsim.shards`` of results.json (the merge adds per-shard counts)."""
+        return {"count": self.count,
+                "split": "sessions (a lone request by its id) hashed with SplitMix64 on the seed "
+                         "(as classes and regions are split), equal shares; each pool's replicas divided",
+                "replicas_per_shard": self.replicas,
+                "even": self.even,
+                # bit for bit with one shard; with more, the run of the partitioned fleet
+                "equals_unsharded_run": self.count == 1,
+                "exact": EXACTNESS}
+
+
+def _divide(total: int, n: int) -> list[int]:
+    return [total // n + (1 if k < total % n else 0) for k in range(n)]
+
+
+def plan_shards(sc: Scenario, n: int) -> ShardPlan:
+    """Split ``sc`` into ``n`` shards, or say why it cannot be split (exit 2).
+
+    ``n == 1`` is the scenario itself with no subset: the plain run."""
+    if n < 1:
+        raise LlmsimError(f"--shards must be at least 1 (got {n})", key_path="--shards")
+    if n == 1:
+        return ShardPlan(sc, (sc,), (None,), {p.name: [p.replicas] for p in sc.pools})
+    if sc.workload.closed_loop:
+        raise LlmsimError(f"--shards {n}: a closed-loop workload (arrival concurrency) cannot be sharded: its "
+                          "users share one request total, so the shards would not be independent",
+                          key_path="workload.arrival")
+    for i, p in enumerate(sc.pools):
+        if p.autoscaling is not None:
+            raise LlmsimError(f"--shards {n}: pool {p.name!r} autoscales, and one autoscaler per shard is not "
+                              "the fleet's one controller; shard a fixed fleet (--set "
+                              f"pools.{p.name}.autoscaling=null --set pools.{p.name}.replicas=R)",
+                              key_path=f"pools[{i}].autoscaling")
+        if p.replicas < n:
+            raise LlmsimError(f"--shards {n}: pool {p.name!r} has {p.replicas} replica(s), fewer than the "
+                              f"shards; each shard needs at least one replica of every pool",
+                              key_path=f"pools[{i}].replicas")
+    replicas = {p.name: _divide(p.replicas, n) for p in sc.pools}
+    scenarios = tuple(
+        sc.model_copy(update={"pools": [p.model_copy(update={"replicas": replicas[p.name][k]}) for p in sc.pools]})
+        for k in range(n))
+    return ShardPlan(sc, scenarios, tuple(ShardSubset(k, n, sc.seed) for k in range(n)), replicas)

@@ -1,0 +1,161 @@
+"""``llmsim run --shards N``: the split, the exactness of the merge, bad input."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from simulator.errors import LlmsimError
+from simulator.fleet.split import ShareSplit
+from simulator.metrics.percentiles import sample_percentile
+from simulator.planning.executors import ExecutorOptions, make_executor
+from simulator.runner import simulate
+from simulator.scenario.load import load_scenario
+from simulator.sharding import plan_shards, run_sharded
+from simulator.sharding.merge import merge_columns, merge_outcomes
+from simulator.sharding.shard import ShardJob, run_shard
+from simulator.sharding.split import _SHARD_SALT, shard_index
+from workloads.request import Request
+
+WALL = {"wall_time_s", "sim_requests_per_wall_s", "shards"}
+#: a small static fleet with prefix-aware routing (open loop, no sessions)
+DAU = ["workload.duration_s=8", "pools.chat.replicas=4"]
+#: chat sessions on session_affinity, two pools, classes, no autoscaling
+CHAT = ["workload.duration_s=60", "pools.free.autoscaling=null", "pools.paid.autoscaling=null",
+        "pools.free.replicas=4", "pools.paid.replicas=2"]
+
+
+def _strip(d):
+    if isinstance(d, dict):
+        return {k: _strip(v) for k, v in d.items() if k not in WALL}
+    if isinstance(d, list):
+        return [_strip(v) for v in d]
+    return d
+
+
+def _in_process():
+    return make_executor("local", ExecutorOptions(workers=1))
+
+
+def _records(requests):
+    return [(r.id, r.arrival, r.admitted, r.first_token, r.finish, r.input_tokens, r.output_tokens, int(r.status),
+             r.replica, r.pool, r.klass, r.session, r.cached_tokens, r.preemptions) for r in requests]
+
+
+@pytest.mark.parametrize("name, sets", [("dau-10m", DAU), ("chatbot", ["workload.duration_s=60"])])
+def test_one_shard_is_the_plain_run_bit_for_bit(name, sets):
+    sc, path = load_scenario(name, sets)
+    plain = simulate(sc, source=path)
+    with _in_process() as ex:
+        sharded = run_sharded(sc, 1, source=path, executor=ex)
+    assert _strip(sharded.results) == _strip(plain.results)
+    assert _records(sharded.requests) == _records(plain.requests)
+    assert sharded.timeline.equals(plain.timeline)
+
+
+def _shard_runs(sc, path, n):
+    """Each shard simulated on its own, outside the sharding machinery: the
+    shard's scenario and its subset of the workload, straight through simulate()."""
+    plan = plan_shards(sc, n)
+    return [simulate(s, source=path, subset=sub) for s, sub in zip(plan.scenarios, plan.subsets)]
+
+
+@pytest.mark.parametrize("name, sets, n", [("dau-10m", DAU, 2), ("chatbot", CHAT, 2)])
+def test_sharded_run_is_the_union_of_its_shards(name, sets, n):
+    sc, path = load_scenario(name, sets)
+    with _in_process() as ex:
+        merged = run_sharded(sc, n, source=path, executor=ex)
+    alone = _shard_runs(sc, path, n)
+    # the same records, field for field (ids and replica indices as the merge numbers them)
+    key = lambda r: (r.arrival, r.session, r.input_tokens, r.output_tokens)  # noqa: E731
+    want = sorted((r for run in alone for r in run.requests), key=key)
+    got = sorted(merged.requests, key=key)
+    strip = lambda recs: [rec[1:8] + rec[9:] for rec in _records(recs)]  # noqa: E731 (without id and replica)
+    assert strip(got) == strip(want)
+    # the union of the shards is the whole workload: every lone request once,
+    # or every session of the unsharded run once
+    plain = simulate(sc, source=path)
+    if sc.workload.session is None:
+        assert sorted(r.id for r in merged.requests) == [r.id for r in plain.requests]
+    else:
+        assert {r.session for r in merged.requests} == {r.session for r in plain.requests}
+    # GPU-hours and cost add up; a static fleet is billed to the end of the latest shard
+    cost = merged.results["llmsim"]["cost"]
+    assert cost["gpu_hours"] == pytest.approx(plain.results["llmsim"]["cost"]["gpu_hours"]
+                                              * merged.results["llmsim"]["simulated_seconds"]
+                                              / plain.results["llmsim"]["simulated_seconds"])
+    assert merged.results.keys() == plain.results.keys()
+    assert set(merged.results["llmsim"]) == set(plain.results["llmsim"]) | {"shards"}
+
+
+def test_merged_percentiles_are_those_of_the_concatenated_tables():
+    sc, path = load_scenario("dau-10m", DAU)
+    plan = plan_shards(sc, 2)
+    outcomes = [run_shard(ShardJob(s, str(path), "fast", sub)) for s, sub in zip(plan.scenarios, plan.subsets)]
+    out = merge_outcomes(plan, outcomes, source=path)
+    finished = np.concatenate([o.columns["status"] == 1 for o in outcomes])
+    ttft = np.concatenate([(o.columns["first_token"] - o.columns["arrival"]) * 1000.0 for o in outcomes])[finished]
+    for p in (50, 95, 99):
+        assert out.results[f"{'median' if p == 50 else f'p{p}'}_ttft_ms"] == sample_percentile(ttft, p)
+    # and not the average of the shards' percentiles (which would be a different number)
+    per_shard = [sample_percentile(((o.columns["first_token"] - o.columns["arrival"]) * 1000.0)
+                                   [o.columns["status"] == 1], 99) for o in outcomes]
+    assert out.results["p99_ttft_ms"] != pytest.approx(np.mean(per_shard), rel=1e-9)
+    assert out.results["completed"] == int(finished.sum())
+    assert len(merge_columns(plan, outcomes)["id"]) == sum(o.requests for o in outcomes)
+
+
+def test_local_pool_and_in_process_shards_agree():
+    sc, path = load_scenario("dau-10m", DAU)
+    with _in_process() as one, make_executor("local", ExecutorOptions(workers=2)) as two:
+        a = run_sharded(sc, 2, source=path, executor=one)
+        b = run_sharded(sc, 2, source=path, executor=two)
+    assert _strip(a.results) == _strip(b.results)
+
+
+@given(keys=st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=50), n=st.integers(1, 9),
+       seed=st.integers(0, 2**32))
+@settings(max_examples=60, deadline=None)
+def test_vectorised_split_is_the_class_split_hash(keys, n, seed):
+    split = ShareSplit([1.0] * n, seed, _SHARD_SALT)
+    want = [split.pick(Request(0, 0.0, 1, 1, session=k)) for k in keys]
+    assert shard_index(np.array(keys, dtype=np.uint64), n, seed).tolist() == want
+
+
+@given(seed=st.integers(0, 1000), n=st.integers(2, 4))
+@settings(max_examples=8, deadline=None)
+def test_shards_partition_the_workload(seed, n):
+    sc, path = load_scenario("dau-10m", ["workload.duration_s=2", f"seed={seed}", "pools.chat.replicas=4"])
+    plan = plan_shards(sc, n)
+    from workloads.drivers import make_source
+
+    whole = make_source(sc.workload, sc.seed).requests
+    parts = [make_source(sc.workload, sc.seed, subset=sub).requests for sub in plan.subsets]
+    ids = sorted(r.id for p in parts for r in p)
+    assert ids == [r.id for r in whole]
+    by_id = {r.id: r for r in whole}
+    assert all((r.arrival, r.input_tokens, r.output_tokens, r.blocks) ==
+               (by_id[r.id].arrival, by_id[r.id].input_tokens, by_id[r.id].output_tokens, by_id[r.id].blocks)
+               for p in parts for r in p)
+
+
+def test_replicas_are_divided_and_an_uneven_split_is_said():
+    sc, _ = load_scenario("dau-10m", ["pools.chat.replicas=13"])
+    plan = plan_shards(sc, 4)
+    assert plan.replicas == {"chat": [4, 3, 3, 3]} and not plan.even
+    assert [s.pools[0].replicas for s in plan.scenarios] == [4, 3, 3, 3]
+    assert plan_shards(sc, 13).even
+
+
+@pytest.mark.parametrize("name, sets, n, where", [
+    ("dau-10m", [], 14, "pools[0].replicas"),
+    ("chatbot", [], 2, "pools[0].autoscaling"),
+    ("dau-10m", ["workload.duration_s=null", "workload.num_requests=10",
+                 "workload.arrival={type: concurrency, concurrency: 4}"], 2, "workload.arrival"),
+    ("dau-10m", [], 0, "--shards"),
+])
+def test_fleets_that_cannot_be_sharded_are_refused(name, sets, n, where):
+    sc, _ = load_scenario(name, sets)
+    with pytest.raises(LlmsimError) as e:
+        plan_shards(sc, n)
+    assert e.value.key_path == where
