@@ -40,7 +40,7 @@ def run_sharded(sc: Scenario, shards: int, *, source: Optional[Path] = None, eng
                 executor: Optional[Executor] = None) -> RunOutput:
     """Simulate ``sc`` as ``shards`` shards on ``executor`` (default: local
     processes, one per core) and merge them into one :class:`RunOutput`."""
-    plan = plan_shards(sc, shards)
+    plan = plan_shards(sc, shards, source)
     jobs = [ShardJob(s, str(source) if source is not None else None, engine, sub)
             for s, sub in zip(plan.scenarios, plan.subsets)]
     wall = time.perf_counter()

@@ -39,6 +39,7 @@ by each shard's requests only).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Optional
 
 import numpy as np
@@ -131,8 +132,8 @@ def _divide(total: int, n: int) -> list[int]:
     return [total // n + (1 if k < total % n else 0) for k in range(n)]
 
 
-def plan_shards(sc: Scenario, n: int) -> ShardPlan:
-    """Split ``sc`` into ``n`` shards, or say why it cannot be split (exit 2).
+def plan_shards(sc: Scenario, n: int, source: Optional[Path] = None) -> ShardPlan:
+    """Split ``sc`` (read from ``source``) into ``n`` shards, or say why it cannot be split (exit 2).
 
     ``n == 1`` is the scenario itself with no subset: the plain run."""
     if n < 1:
@@ -142,17 +143,17 @@ def plan_shards(sc: Scenario, n: int) -> ShardPlan:
     if sc.workload.closed_loop:
         raise LlmsimError(f"--shards {n}: a closed-loop workload (arrival concurrency) cannot be sharded: its "
                           "users share one request total, so the shards would not be independent",
-                          key_path="workload.arrival")
+                          key_path="workload.arrival", source=source)
     for i, p in enumerate(sc.pools):
         if p.autoscaling is not None:
             raise LlmsimError(f"--shards {n}: pool {p.name!r} autoscales, and one autoscaler per shard is not "
                               "the fleet's one controller; shard a fixed fleet (--set "
                               f"pools.{p.name}.autoscaling=null --set pools.{p.name}.replicas=R)",
-                              key_path=f"pools[{i}].autoscaling")
+                              key_path=f"pools[{i}].autoscaling", source=source)
         if p.replicas < n:
             raise LlmsimError(f"--shards {n}: pool {p.name!r} has {p.replicas} replica(s), fewer than the "
                               f"shards; each shard needs at least one replica of every pool",
-                              key_path=f"pools[{i}].replicas")
+                              key_path=f"pools[{i}].replicas", source=source)
     replicas = {p.name: _divide(p.replicas, n) for p in sc.pools}
     scenarios = tuple(
         sc.model_copy(update={"pools": [p.model_copy(update={"replicas": replicas[p.name][k]}) for p in sc.pools]})
