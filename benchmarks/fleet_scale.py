@@ -13,8 +13,8 @@ fidelity: ``workload.arrival.rate_per_s = 5000 x fraction`` on
 fraction; ``llmsim run --shards``: sessions hashed to shards, replicas
 divided, records merged exactly) on a local process pool with one worker
 per core. ``--day`` runs ``chatbot`` (a 1/2000 shard of the consumer
-chatbot, autoscaled) over a whole day of its diurnal profile, unsharded
-(its autoscalers cannot be sharded).
+chatbot, autoscaled) over a whole day of its diurnal profile as a plain
+run (its autoscalers cannot be sharded).
 
 Measured: wall time, simulated requests per wall-second, and peak memory
 (max RSS of this process and, separately, of the largest worker, from
@@ -54,16 +54,17 @@ def _run(args) -> tuple[dict, list[str]]:
     from simulator.scenario.load import load_scenario
     from simulator.sharding import run_sharded
 
-    if args.day:
-        sets = ["workload.duration_s=86400", "workload.arrival.profile.peak_at_s=50400"]
+    if args.day:   # autoscaled, so one shard: a plain run, which holds the records once
+        from simulator.runner import simulate
+
+        sets = ["workload.duration_s=86400", "workload.arrival.profile.peak_at_s=50400", "cost.monthly.method=day"]
         sc, path = load_scenario(str(ROOT / "scenarios" / "chatbot.yaml"), sets)
-        shards = 1
-    else:
-        nodes = round(NODES * args.fraction)
-        shards = max(1, nodes // SHARD_NODES)
-        sets = [f"workload.arrival.rate_per_s={RATE * args.fraction:g}", f"pools.chat.replicas={nodes}",
-                f"workload.duration_s={args.duration:g}"]
-        sc, path = load_scenario(str(ROOT / "scenarios" / "dau-10m.yaml"), sets)
+        return simulate(sc, source=path).results, sets
+    nodes = round(NODES * args.fraction)
+    shards = max(1, nodes // SHARD_NODES)
+    sets = [f"workload.arrival.rate_per_s={RATE * args.fraction:g}", f"pools.chat.replicas={nodes}",
+            f"workload.duration_s={args.duration:g}"]
+    sc, path = load_scenario(str(ROOT / "scenarios" / "dau-10m.yaml"), sets)
     with make_executor("local", ExecutorOptions(workers=args.workers)) as ex:
         out = run_sharded(sc, shards, source=path, executor=ex)
     return out.results, sets + [f"--shards {shards}"]

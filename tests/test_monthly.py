@@ -175,3 +175,11 @@ def test_peak_window_needs_a_profile(tmp_path, capsys):
     del d["workload"]["arrival"]["profile"]
     err = cli_error(tmp_path, d, capsys)
     assert "cost.monthly.daily_profile" in err and "daily_profile" in err and "workload.arrival.profile" in err
+
+
+def test_peak_window_refuses_a_day_or_more(tmp_path, capsys):
+    """Scaling a whole day by the day's own shape would double-count the floors."""
+    d = _raw(monthly={"method": "peak_window"})
+    d["workload"]["duration_s"] = 86400
+    err = cli_error(tmp_path, d, capsys)
+    assert "cost.monthly.method" in err and "use method day" in err

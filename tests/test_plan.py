@@ -188,3 +188,18 @@ def test_plan_needs_an_slo_and_max_rate_needs_a_rate(tmp_path, cli):
     r = cli("plan", closed, "--max-rate", "-o", tmp_path / "p")
     assert r.code == 2 and f"--max-rate varies {RATE_KEY}" in r.err and "concurrency" in r.err
 
+
+
+def test_set_changes_the_scenario_every_probe_starts_from(tmp_path, cli):
+    scenario = write_tiny_scenario(tmp_path)
+    plain = plan_fleet(scenario, [parse_vary("pools.chat.replicas=1..16")], make_executor("local"))
+    heavy = plan_fleet(scenario, [parse_vary("pools.chat.replicas=1..16")], make_executor("local"),
+                       sets={"workload.arrival.rate_per_s": 240})
+    n = lambda p: p.best["overrides"]["pools.chat.replicas"]   # noqa: E731
+    assert n(heavy) > n(plain)                              # 4x the load needs more replicas
+    r = cli("plan", scenario, "-o", tmp_path / "p", "--vary", "pools.chat.replicas=1..16",
+            "--set", "workload.arrival.rate_per_s=240", "--workers", "1")
+    assert r.code == 0, r.err
+    assert json.loads((tmp_path / "p" / "plan.json").read_text())["best"] == heavy.best
+    bad = cli("plan", scenario, "-o", tmp_path / "b", "--vary", "pools.chat.replicas=1..16", "--set", "pools.zz.tp=2")
+    assert bad.code == 2 and "no item named 'zz'" in words(bad.err)

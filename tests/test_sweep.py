@@ -198,3 +198,16 @@ def test_stored_rows_read_back_exactly(tmp_path):
     stored = json.loads(next((tmp_path / "a" / "points").glob("*.json")).read_text())
     assert stored["overrides"] == {"seed": 5}
     assert {**{"seed": 5}, **stored["row"]} == fresh
+
+
+def test_set_applies_to_every_point_under_its_own_overrides(tmp_path, cli):
+    sweep = write_sweep(tmp_path, {"points": [{"seed": 1}, {"seed": 2, "pools.chat.replicas": 3}]})
+    r = cli("sweep", sweep, "-o", tmp_path / "out", "--workers", "1", "--set", "pools.chat.replicas=4",
+            "--set", "pools.chat.gpu=a100-sxm-80gb")
+    assert r.code == 0, r.err
+    df = pd.read_parquet(tmp_path / "out" / "sweep.parquet")
+    assert list(df["gpus"]) == [4, 3]                    # --set, then the point's own key over it
+    points = plan_sweep(sweep, {"pools.chat.gpu": "a100-sxm-80gb"})
+    assert all(dict(p.overrides)["pools.chat.gpu"] == "a100-sxm-80gb" for p in points)
+    bad = cli("sweep", sweep, "-o", tmp_path / "bad", "--set", "pools.chat.nonsense=1")
+    assert bad.code == 2 and "--set" in words(bad.err) and "nonsense" in words(bad.err)

@@ -14,8 +14,8 @@ from ..planning.store import PointStore
 from ..planning.vary import parse_vary
 from .app import app
 from .output import console, fmt, to_json
-from .sweep import Address, ConnectTimeout, ExecutorName, Workers, open_executor, output_dir, rows_table, \
-    runs_progress
+from .sweep import Address, ConnectTimeout, ExecutorName, Sets, Workers, open_executor, output_dir, parse_sets, \
+    rows_table, runs_progress
 
 
 @app.command("plan")
@@ -30,7 +30,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
                                                     "(default: ./plan-<scenario name>)"),
          engine: str = typer.Option("fast", "--engine", help="fast (default) or reference"),
          executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
-         connect_timeout: ConnectTimeout = 10.0) -> None:
+         connect_timeout: ConnectTimeout = 10.0, set_: Sets = None) -> None:
     """Find, for each combination of choices, the smallest value of the range axis meeting every SLO, ranked by cost.
 
     Exit code 2 when no combination meets the SLO (plan.json is still written)."""
@@ -41,7 +41,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
     wall = time.perf_counter()
     with open_executor(executor, workers, address, connect_timeout) as ex, runs_progress(None, "plan") as on_row:
         result = plan_fleet(scenario, axes, ex, seeds=seeds, max_rate=max_rate, engine=engine,
-                            store=PointStore(out / "points"), on_row=on_row)
+                            store=PointStore(out / "points"), on_row=on_row, sets=parse_sets(set_))
     wall = time.perf_counter() - wall
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(to_json(result.to_json()) + "\n")

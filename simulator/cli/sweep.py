@@ -13,6 +13,7 @@ from rich.table import Table
 from ..errors import LlmsimError
 from ..planning.executors import Executor, ExecutorOptions, make_executor
 from ..planning.sweep import override_keys, plan_sweep, run_sweep
+from ..scenario.overrides import parse_assignment
 from .app import app, err_console
 from .output import console, fmt
 
@@ -20,6 +21,13 @@ ExecutorName = Annotated[str, typer.Option("--executor", help="where runs go: lo
 Workers = Annotated[Optional[int], typer.Option("--workers", help="local processes (default: one per core)")]
 Address = Annotated[Optional[str], typer.Option("--address", help="Dask scheduler address, e.g. tcp://host:8786")]
 ConnectTimeout = Annotated[float, typer.Option("--connect-timeout", help="seconds to wait for the Dask scheduler")]
+Sets = Annotated[Optional[list[str]], typer.Option("--set", help="override a key for every run: "
+                                                                  "pools.main.tp=4 (repeatable)")]
+
+
+def parse_sets(sets: Optional[Sequence[str]]) -> dict[str, Any]:
+    """``--set`` assignments as one overlay (a later key wins, as in ``llmsim run``)."""
+    return dict(parse_assignment(a) for a in sets or ())
 
 
 def open_executor(name: str, workers: Optional[int], address: Optional[str], connect_timeout: float) -> Executor:
@@ -88,9 +96,9 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
           output: Optional[Path] = typer.Option(None, "-o", "--output",
                                                 help="results folder (default: ./sweep-<file name>)"),
           executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
-          connect_timeout: ConnectTimeout = 10.0) -> None:
+          connect_timeout: ConnectTimeout = 10.0, set_: Sets = None) -> None:
     """Run every point of a sweep file into one table (resumable: finished points are skipped)."""
-    points = plan_sweep(sweep_file)
+    points = plan_sweep(sweep_file, parse_sets(set_))
     out = output_dir(output, f"sweep-{sweep_file.stem}")
     wall = time.perf_counter()
     with open_executor(executor, workers, address, connect_timeout) as ex, \

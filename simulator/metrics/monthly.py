@@ -193,6 +193,10 @@ def check_monthly(sc, source: str | Path | None = None) -> None:
         raise LlmsimError(f"method day takes the window as a sample of whole days, but workload.duration_s is "
                           f"{d:g} s (< {DAY_S:g}): use peak_window with a daily profile, or window",
                           source=source, key_path="cost.monthly.method")
+    if spec.method == "peak_window" and d is not None and d >= DAY_S:
+        raise LlmsimError(f"peak_window scales a slice of a day to the whole day, but workload.duration_s is "
+                          f"{d:g} s (a day or more): use method day (--set cost.monthly.method=day)",
+                          source=source, key_path="cost.monthly.method")
     if spec.method == "peak_window":
         try:
             _profile(spec, sc.workload)

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import itertools
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -49,10 +49,12 @@ def expand(sweep: SweepFile) -> list[Overrides]:
     return [{**point, **g} for point in (sweep.points or [{}]) for g in grid]
 
 
-def load_sweep(path: str | Path) -> tuple[SweepFile, Path, list[Overrides]]:
+def load_sweep(path: str | Path, sets: Mapping[str, Any] | None = None
+               ) -> tuple[SweepFile, Path, list[Overrides]]:
     """Read and check a sweep file: (the file, the base scenario's path,
     every run's overrides). Each override is applied to the base scenario
-    and validated here, so a typo fails before the first run."""
+    (with ``sets``, the command line's ``--set``, under it) and validated
+    here, so a typo fails before the first run."""
     path = Path(path)
     data = read_structured(path)
     if not isinstance(data, dict):
@@ -64,11 +66,14 @@ def load_sweep(path: str | Path) -> tuple[SweepFile, Path, list[Overrides]]:
     _check_not_empty(sweep, path)
     local = path.parent / sweep.base
     base = resolve_scenario(str(local) if local.exists() else sweep.base).resolve()
+    sets = dict(sets or {})
+    if sets:
+        check_overrides(base, sets, "--set")
     for key, values in sweep.grid.items():
         for v in values:
-            check_overrides(base, {key: v}, f"{path}: grid.{key} = {v!r}")
+            check_overrides(base, {**sets, key: v}, f"{path}: grid.{key} = {v!r}")
     for i, point in enumerate(sweep.points or []):
-        check_overrides(base, point, f"{path}: points[{i}]")
+        check_overrides(base, {**sets, **point}, f"{path}: points[{i}]")
     return sweep, base, expand(sweep)
 
 

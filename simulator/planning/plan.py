@@ -17,13 +17,14 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..errors import LlmsimError
 from ..scenario.load import load_scenario
+from ..scenario.variants import overlay_assignments
 from .batch import run_points
 from .executors import Executor
-from .point import LATENCY_COLUMNS, Point, scenario_digest
+from .point import LATENCY_COLUMNS, Point, check_overrides, scenario_digest
 from .search import drive_all, largest_passing, smallest_passing
 from .store import PointStore
 from .vary import Axis, check_axes, choices
@@ -106,8 +107,13 @@ def _met(rows: Sequence[dict[str, Any]]) -> bool:
 
 def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *, seeds: int = 1,
                max_rate: bool = False, engine: str = "fast", store: Optional[PointStore] = None,
-               on_row: Optional[Callable] = None) -> Plan:
-    sc, path = load_scenario(scenario)
+               on_row: Optional[Callable] = None, sets: Mapping[str, Any] | None = None) -> Plan:
+    """``sets`` (``--set``) change the scenario for every run; the axes vary it from there."""
+    sets = dict(sets or {})
+    if sets:
+        path = load_scenario(scenario)[1]
+        check_overrides(path, sets, "--set")
+    sc, path = load_scenario(scenario, overlay_assignments(sets))
     if seeds < 1:
         raise LlmsimError(f"--seeds must be at least 1 (got {seeds})", key_path="--seeds")
     ranges = [a for a in axes if a.is_range]
@@ -124,10 +130,11 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
         raise LlmsimError(f"give exactly one range axis to search (such as --vary pools.{sc.pools[0].name}."
                           f"replicas=1..64), got {len(ranges)}", key_path="--vary")
     path = path.resolve()
-    check_axes(path, axes)
+    check_axes(path, axes, sets)
     combos = choices(axes)
     seed_sets = [{}] + [{"seed": sc.seed + k} for k in range(1, seeds)]
-    prober = _Prober(Point(str(path), (), engine, scenario_digest(path)), seed_sets, executor, store, on_row)
+    prober = _Prober(Point(str(path), tuple(sets.items()), engine, scenario_digest(path)), seed_sets, executor,
+                     store, on_row)
     if max_rate:
         start = sc.workload.arrival.rate_per_s
         key, searched = RATE_KEY, {"key": RATE_KEY, "start": start}

@@ -13,7 +13,7 @@ import os
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import pandas as pd
 
@@ -42,11 +42,12 @@ class SweepRun:
         return [r for r in self.rows if r.get("error")]
 
 
-def plan_sweep(sweep_path: str | Path) -> list[Point]:
-    """The sweep's points, checked against the base scenario (no runs yet)."""
-    sweep, base, overrides = load_sweep(sweep_path)
+def plan_sweep(sweep_path: str | Path, sets: Mapping[str, Any] | None = None) -> list[Point]:
+    """The sweep's points, checked against the base scenario (no runs yet);
+    ``sets`` (``--set``) apply to every point, under the point's own overrides."""
+    sweep, base, overrides = load_sweep(sweep_path, sets)
     digest = scenario_digest(base)
-    return [Point(str(base), tuple(o.items()), sweep.engine, digest) for o in overrides]
+    return [Point(str(base), tuple({**(sets or {}), **o}.items()), sweep.engine, digest) for o in overrides]
 
 
 def run_sweep(points: Sequence[Point], out_dir: str | Path, executor: Executor,

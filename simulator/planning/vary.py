@@ -10,7 +10,7 @@ import itertools
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
 import yaml
 
@@ -69,14 +69,14 @@ def choices(axes: Sequence[Axis]) -> list[dict[str, Any]]:
     return [dict(zip([a.key for a in lists], combo)) for combo in itertools.product(*(a.values for a in lists))]
 
 
-def check_axes(scenario: str | Path, axes: Sequence[Axis]) -> None:
-    """Each axis alone, at each choice (a range at both ends), must give a
-    valid scenario: an unknown key or an impossible value fails here, naming
-    its ``--vary``, before any simulation runs."""
+def check_axes(scenario: str | Path, axes: Sequence[Axis], sets: Mapping[str, Any] | None = None) -> None:
+    """Each axis alone, at each choice (a range at both ends), on top of
+    ``sets``, must give a valid scenario: an unknown key or an impossible
+    value fails here, naming its ``--vary``, before any simulation runs."""
     seen: set[str] = set()
     for a in axes:
         if a.key in seen:
             raise LlmsimError("given twice", key_path=f"--vary {a.key}")
         seen.add(a.key)
         for v in (a.bounds if a.is_range else a.values):
-            check_overrides(scenario, {a.key: v}, f"--vary {a.key}={v}")
+            check_overrides(scenario, {**(sets or {}), a.key: v}, f"--vary {a.key}={v}")

@@ -15,14 +15,19 @@ import yaml
 from ..errors import LlmsimError
 
 
-def apply_override(data: dict, assignment: str) -> None:
+def parse_assignment(assignment: str) -> tuple[str, Any]:
+    """``key.path=value`` as (key, value), the value read as YAML."""
     key, sep, raw = assignment.partition("=")
     if not sep or not key:
         raise LlmsimError(f"--set expects key.path=value (got {assignment!r})")
     try:
-        value = yaml.safe_load(raw)
+        return key, yaml.safe_load(raw)
     except yaml.YAMLError:
-        value = raw
+        return key, raw
+
+
+def apply_override(data: dict, assignment: str) -> None:
+    key, value = parse_assignment(assignment)
     parts = key.split(".")
     node: Any = data
     for i, part in enumerate(parts):
