@@ -22,13 +22,13 @@ import numpy as np
 from .planning.executors import ExecutorOptions, make_executor
 from .planning.plan import Plan, plan_fleet
 from .planning.vary import parse_vary
-from .report.ladder import ladder_row
+from .report.ladder import ladder_runs
 from .report.plots import _log_ms_axis
 from .runner import RunOutput, simulate
 from .scenario.load import load_scenario
 from .scenario.overlays import blamed_on, load_with_variants, variant_overlays
 from .scenario.schema import Scenario
-from .scenario.variants import Variant, ladder_steps, overlay_assignments, select_variants
+from .scenario.variants import Variant, overlay_assignments, select_variants
 
 __all__ = ["LadderRun", "load", "run", "ladder", "plan", "log_ms_axis"]
 
@@ -79,18 +79,12 @@ def ladder(scenario: str | Path, overrides: Overrides = None, engine: str = "fas
     """Every step of the scenario's ladder (baseline first), as ``llmsim run
     SCENARIO --ladder`` runs them (cumulative or independent, as the file
     says); ``overrides`` apply to every step, as ``--set`` does."""
-    sc, path = load_scenario(scenario)
+    path = load_scenario(scenario)[1]
     sets = overlay_assignments(overrides or {})
-    steps = ladder_steps(sc.variants, sc.ladder)
-    # Built (and validated) before the first run, so a bad last step fails at once.
-    scenarios = [load_with_variants(path, s.variants, sets) for s in steps]
-    runs = []
-    for step, ssc in zip(steps, scenarios):
-        with blamed_on(path, variant_overlays(step.variants), sets):
-            out = simulate(ssc, engine=engine, source=path)
-        row = ladder_row(step.name, [v.name for v in step.variants], out.results, out.requests)
-        runs.append(LadderRun(step.name, step.description, row, out))
-    return runs
+    sc = load_with_variants(path, (), sets)
+    return [LadderRun(step.name, step.description, row, out)
+            for step, out, row in ladder_runs(sc, path, sets,
+                                              lambda i, step, ssc: simulate(ssc, engine=engine, source=path))]
 
 
 def plan(scenario: str | Path, vary: Sequence[str], *, seeds: int = 1, max_rate: bool = False,

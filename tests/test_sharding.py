@@ -93,13 +93,13 @@ def test_merged_percentiles_are_those_of_the_concatenated_tables():
     plan = plan_shards(sc, 2)
     outcomes = [run_shard(ShardJob(s, str(path), "fast", sub)) for s, sub in zip(plan.scenarios, plan.subsets)]
     out = merge_outcomes(plan, outcomes, source=path)
-    finished = np.concatenate([o.columns["status"] == 1 for o in outcomes])
+    finished = np.concatenate([o.columns["status"] == "finished" for o in outcomes])
     ttft = np.concatenate([(o.columns["first_token"] - o.columns["arrival"]) * 1000.0 for o in outcomes])[finished]
     for p in (50, 95, 99):
         assert out.results[f"{'median' if p == 50 else f'p{p}'}_ttft_ms"] == sample_percentile(ttft, p)
     # and not the average of the shards' percentiles (which would be a different number)
     per_shard = [sample_percentile(((o.columns["first_token"] - o.columns["arrival"]) * 1000.0)
-                                   [o.columns["status"] == 1], 99) for o in outcomes]
+                                   [o.columns["status"] == "finished"], 99) for o in outcomes]
     assert out.results["p99_ttft_ms"] != pytest.approx(np.mean(per_shard), rel=1e-9)
     assert out.results["completed"] == int(finished.sum())
     assert len(merge_columns(plan, outcomes)["id"]) == sum(o.requests for o in outcomes)

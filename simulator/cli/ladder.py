@@ -17,10 +17,9 @@ from rich.table import Table
 
 from ..errors import LlmsimError
 from ..metrics.summary import FAIL, OK, _money
-from ..report.ladder import ladder_row, write_ladder
-from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
+from ..report.ladder import ladder_runs, write_ladder
 from ..scenario.schema import Scenario
-from ..scenario.variants import ladder_steps
+from ..scenario.variants import Step, ladder_steps
 from .output import console, print_json
 from .progress import simulate_shown
 from .rundir import staged, write_run_dir
@@ -81,16 +80,17 @@ def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, outpu
         raise LlmsimError("the scenario declares no variants, so there is no ladder to run; add "
                           "`variants: [{name: ..., set: {key.path: value}}]`", source=path, key_path="variants")
     steps = ladder_steps(sc.variants, sc.ladder)
-    scenarios = [sc if not s.variants else load_with_variants(path, s.variants, sets) for s in steps]
     rows: list[dict[str, Any]] = []
+
+    def shown(i: int, step: Step, ssc: Scenario):
+        return simulate_shown(ssc, engine, path, show=False if json else None,
+                              label=f"step {i + 1}/{len(steps)} {step.name}")
+
     with (staged(output) if output is not None else nullcontext()) as tmp:
-        for i, (step, ssc) in enumerate(zip(steps, scenarios)):
-            with blamed_on(path, variant_overlays(step.variants)):
-                out = simulate_shown(ssc, engine, path, show=False if json else None,
-                                     label=f"step {i + 1}/{len(steps)} {step.name}")
+        for i, (step, out, row) in enumerate(ladder_runs(sc, path, sets, shown)):
             if i == 0:
                 baseline_slo = out.results.get("slo")     # the targets the ladder is drawn against
-            rows.append(ladder_row(step.name, [v.name for v in step.variants], out.results, out.requests))
+            rows.append(row)
             if tmp is not None:
                 write_run_dir(tmp / step.name, out, plots=plots)
         if tmp is not None:

@@ -23,8 +23,6 @@ __all__ = ["request_table", "write_requests"]
 
 DERIVED_COLUMNS = ("ttft_ms", "tpot_ms", "e2el_ms")
 _TEXT = ("status", "klass", "pool", "region")
-# to_columns cannot infer dtypes from zero rows; keep an empty table typed.
-_INTEGER = ("id", "input_tokens", "output_tokens", "replica", "preemptions", "cached_tokens", "session")
 _SUFFIXES = (".parquet", ".csv")
 
 
@@ -46,8 +44,6 @@ def _arrow_table(cols: dict[str, np.ndarray]):
     for name, values in cols.items():
         if name in _TEXT or values.dtype.kind in "OU":
             arrays[name] = pa.array([str(v) for v in values.tolist()], type=pa.string())
-        elif values.size == 0 and name in _INTEGER:
-            arrays[name] = pa.array(values.astype(np.int64))
         else:
             arrays[name] = pa.array(values)
     return pa.table(arrays)

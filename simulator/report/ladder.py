@@ -11,14 +11,38 @@ from __future__ import annotations
 import csv
 import json
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 import numpy as np
 
 from ..metrics.derive import RequestArrays
 from ..metrics.results import jsonable
+from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
+from ..scenario.schema import Scenario
+from ..scenario.variants import Step, ladder_steps
 
-__all__ = ["LADDER_COLUMNS", "ladder_row", "tokens_per_s_per_request", "write_ladder"]
+if TYPE_CHECKING:
+    from ..runner import RunOutput
+
+__all__ = ["LADDER_COLUMNS", "ladder_runs", "ladder_row", "tokens_per_s_per_request", "write_ladder"]
+
+
+def ladder_runs(sc: Scenario, path: Path, sets: Sequence[str],
+                simulate_step: Callable[[int, Step, Scenario], "RunOutput"]
+                ) -> Iterator[tuple[Step, "RunOutput", dict[str, Any]]]:
+    """Each step of ``sc``'s ladder (``sc`` as loaded from ``path`` with
+    ``sets``), run by ``simulate_step(i, step, scenario)``, with its row.
+
+    Every step is built, and so validated, before the first one runs, so a
+    bad last step costs seconds; a user error from a run names the step's
+    variants and the ``--set`` assignments beside the file. The CLI and the
+    notebooks differ only in how a step is simulated (shown or not)."""
+    steps = ladder_steps(sc.variants, sc.ladder)
+    scenarios = [sc if not s.variants else load_with_variants(path, s.variants, sets) for s in steps]
+    for i, (step, ssc) in enumerate(zip(steps, scenarios)):
+        with blamed_on(path, variant_overlays(step.variants), sets):
+            out = simulate_step(i, step, ssc)
+        yield step, out, ladder_row(step.name, [v.name for v in step.variants], out.results, out.requests)
 
 #: (row key, where it comes from in results.json) for the figures copied as they are.
 _FROM_RESULTS = (

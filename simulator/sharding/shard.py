@@ -13,13 +13,13 @@ from __future__ import annotations
 
 import copy
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Optional
 
 import numpy as np
 
-from workloads.request import RECORD_COLUMNS, Request, Status
+from workloads.request import RECORD_COLUMNS, Request, Status, to_columns
 from ..scenario.schema import Scenario
 from .split import ShardSubset
 
@@ -112,7 +112,6 @@ class ShardOutcome:
     end: float
     wall_s: float
     timeline: Any = None
-    extra: dict = field(default_factory=dict)
 
     @property
     def requests(self) -> int:
@@ -120,19 +119,8 @@ class ShardOutcome:
 
 
 def record_columns(requests: list[Request]) -> dict[str, np.ndarray]:
-    """The records as typed numpy columns (status as its integer code)."""
-    out: dict[str, np.ndarray] = {}
-    for name in (*RECORD_COLUMNS, *_EXTRA):
-        values = [getattr(r, name) for r in requests]
-        if name == "status":
-            out[name] = np.asarray([int(v) for v in values], dtype=np.int8)
-        elif values and isinstance(values[0], str):
-            out[name] = np.asarray(values, dtype=str)
-        elif values and isinstance(values[0], float):
-            out[name] = np.asarray(values, dtype=np.float64)
-        else:
-            out[name] = np.asarray(values, dtype=np.int64)
-    return out
+    """The records as typed numpy columns (the per-request table's, plus what metrics read)."""
+    return to_columns(requests, (*RECORD_COLUMNS, *_EXTRA))
 
 
 def to_requests(columns: dict[str, np.ndarray]) -> list[Request]:
@@ -145,7 +133,7 @@ def to_requests(columns: dict[str, np.ndarray]) -> list[Request]:
         r = Request.__new__(Request)
         for n, v in zip(names, row):
             setattr(r, n, v)
-        r.status = Status(r.status)
+        r.status = Status[r.status.upper()]
         r.blocks = None
         out.append(r)
     return out
