@@ -133,7 +133,7 @@ def test_tree_matches_a_flat_model(ops, free):
         check(c)
         for node, hid, n in held:
             assert cached(c, hid) >= n, "a pinned entry was evicted"
-        for probe in [ids, ids[:3], ids[:1] + (-1,)]:   # the routers' O(log) lookup agrees with the tree walk
+        for probe in [ids, ids[:3], ids[:1] + (-1,)]:   # what routers ask: the match, less the last prompt token
             for prompt in (len(probe) * 16 + 1, len(probe) * 16, 20):
                 assert c.cached_tokens(probe, prompt) == max(0, min(c.match(probe, prompt).tokens, prompt - 1))
         assert c.evictable <= free

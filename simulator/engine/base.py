@@ -198,6 +198,23 @@ class ReplicaBase:
         self._sync_cache(self.env.now)
         return self.cache.cached_tokens(req.blocks, req.input_tokens)
 
+    @property
+    def cache_block_tokens(self) -> Optional[int]:
+        """Tokens per prompt block id in the prefix cache (None: no cache)."""
+        return None if self.cache is None else self.cache.H
+
+    def cached_chains(self):
+        """Every id chain this replica holds or will hold once its requests
+        run: its cache's root-to-leaf paths and the ids of its queued and
+        running requests (their prompts and outputs are cached later).
+        What a router's bound on cached prefixes is rebuilt from."""
+        if self.cache is None:
+            return
+        yield from self.cache.chains()
+        for s in self.seqs.values():
+            if s.req.blocks:
+                yield s.req.blocks
+
     def _sync_cache(self, now: float) -> None:
         """Hook: apply evictions that the iterations already run would have made."""
 

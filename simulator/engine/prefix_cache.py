@@ -70,6 +70,22 @@ class Node:
         self.owner: Optional[str] = None   # creating class when owners are tracked; None: shared / untracked
 
 
+def agree(ids: Sequence[int], pos: int, run: tuple, span: int) -> int:
+    """How many of ``run[:span]`` equal ``ids[pos:]`` (``run[0]`` is known to
+    match): one C-speed slice comparison when they all do, a bisection on
+    slice equality when the two diverge inside the run."""
+    if ids[pos:pos + span] == (run if span == len(run) else run[:span]):
+        return span
+    lo, hi = 1, span - 1   # ids[pos:pos+lo] agrees; find the largest such lo
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ids[pos:pos + mid] == run[:mid]:
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
+
+
 def usable(tokens: int, prompt: int) -> int:
     """Cached tokens a ``prompt``-token sequence can skip: the last prompt
     token is always computed, since the next token is sampled from it."""
@@ -104,8 +120,6 @@ class PrefixCache:
         self.heap: list[tuple[int, int, int, Node]] = []   # (stamp, uid, push, node): evictable leaves, lazily invalidated
         self._push = count()
         self.clock = 0
-        self.present: set[int] = set()   # every cached id: the cache is prefix-closed, so presence
-        self.partial: dict[int, int] = {}  # of ids[j] means ids[0..j] are cached too; id -> tail tokens
         self.pinned = 0       # KV blocks of entries running sequences use
         self.evictable = 0    # KV blocks of the others
         self.lookups = self.hit_requests = self.hit_tokens = self.prompt_tokens = 0
@@ -133,18 +147,7 @@ class PrefixCache:
                 break
             run = child.ids
             L = len(run)
-            span = min(L, limit - pos)
-            if ids[pos:pos + span] == (run if span == L else run[:span]):
-                k = span
-            else:   # the runs diverge inside this node: bisect on slice equality
-                lo, hi = 1, span - 1   # ids[pos:pos+lo] agrees; find the largest such lo
-                while lo < hi:
-                    mid = (lo + hi + 1) // 2
-                    if ids[pos:pos + mid] == run[:mid]:
-                        lo = mid
-                    else:
-                        hi = mid - 1
-                k = lo
+            k = agree(ids, pos, run, min(L, limit - pos))
             b = child.blocks if k == L else k * u
             blocks += b
             if child.lock:
@@ -160,31 +163,9 @@ class PrefixCache:
         return Match(pos, tokens, blocks, pinned, last, k)
 
     def cached_tokens(self, ids: Optional[Sequence[int]], prompt: int) -> int:
-        """Prompt tokens a request would not have to prefill (≤ prompt − 1).
-
-        What routers ask of every replica, so O(log blocks): chained ids make
-        the cached set prefix-closed, and a bisection on presence finds the
-        matched length without walking the tree."""
-        if not ids:
-            return 0
-        present = self.present
-        hi = min(len(ids), -(-prompt // self.H))   # the answer n: ids[:n] cached, ids[n] not
-        if not hi or ids[0] not in present:
-            return 0
-        lo = 1
-        if ids[hi - 1] in present:
-            lo = hi
-        while lo < hi:
-            mid = (lo + hi) // 2   # invariant: ids[lo-1] present; ids[hi] absent or past the end
-            if ids[mid] in present:
-                lo = mid + 1
-            else:
-                hi = mid
-        tokens = lo * self.H
-        tail = self.partial.get(ids[lo - 1])
-        if tail is not None:
-            tokens += tail - self.H
-        return usable(tokens, prompt)
+        """Prompt tokens a request would not have to prefill (≤ prompt − 1):
+        what a cache-aware router asks of a replica."""
+        return self.match(ids, prompt).usable(prompt) if ids else 0
 
     def entered_ids(self, ids: Sequence[int], input_tokens: int) -> int:
         """How many ids a sequence enters at admission: its full prompt
@@ -298,10 +279,6 @@ class PrefixCache:
         if x.owner is not None:
             self.owned[x.owner] -= dropped
         x.blocks -= dropped
-        gone = x.ids[L:]
-        self.present.difference_update(gone)
-        if len(gone) and gone[-1] in self.partial:
-            del self.partial[gone[-1]]
         if L:
             x.ids = x.ids[:L]
             heapq.heappush(heap, (x.stamp, x.uid, next(self._push), x))
@@ -346,9 +323,6 @@ class PrefixCache:
             if parent.owner is not None and parent.owner != owner:
                 self._share(parent)
         parent.children[run[0]] = x
-        self.present.update(run)
-        if tail is not None:
-            self.partial[run[-1]] = tail
         return x
 
     def _share(self, x: Node) -> None:
@@ -379,6 +353,16 @@ class PrefixCache:
             x = stack.pop()
             yield x
             stack.extend(x.children.values())
+
+    def chains(self):
+        """The ids along every path from the root to a leaf: together, every cached id."""
+        for x in self.nodes():
+            if not x.children:
+                runs = []
+                while x.parent is not None:
+                    runs.append(x.ids)
+                    x = x.parent
+                yield tuple(i for run in reversed(runs) for i in run)
 
     def stats(self) -> dict:
         out = {"lookups": self.lookups, "hit_requests": self.hit_requests, "hit_tokens": self.hit_tokens,

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from .prefix_bound import PrefixBound
 from .registry import RouterParams, register_router
 
 
@@ -60,20 +61,24 @@ class PrefixAware:
 
     Cost: ``cached_prefix_tokens`` is called at most once per replica, in
     order of increasing load, stopping once no remaining replica could beat
-    the best score even with its whole prompt cached.
+    the best score even with the largest hit any replica could have
+    (:class:`~.prefix_bound.PrefixBound`; exact, so the choice is the one a
+    scan of every replica makes). With a shared system prompt every replica
+    caches, that is the first replica or two instead of all of them.
     """
 
     def __init__(self, rng, params: PrefixAwareParams) -> None:
         self.w = params.load_weight
         self.abs_thr = params.balance_abs_threshold
         self.rel_thr = params.balance_rel_threshold
+        self.bound = PrefixBound()
 
     def choose(self, req, replicas) -> int:
         order = sorted(range(len(replicas)), key=lambda i: (replicas[i].outstanding, i))
         least = order[0]
         if req.blocks is None:
             return least
-        w, bound = self.w, req.input_tokens
+        w, bound = self.w, self.bound.tokens(req.blocks, req.input_tokens, replicas)
         best, best_score = least, -math.inf
         for i in order:
             load = replicas[i].outstanding

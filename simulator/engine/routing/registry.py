@@ -22,8 +22,11 @@ A router registered without ``params`` takes no settings and is built as
 
 Replica attributes a router may read: ``index`` (stable identity),
 ``outstanding`` (requests queued + running), ``outstanding_tokens`` (their
-prompt + output tokens) and ``cached_prefix_tokens(req)`` (prompt tokens
-the replica's prefix cache would serve now; O(matched blocks) per call).
+prompt + output tokens), ``cached_prefix_tokens(req)`` (prompt tokens
+the replica's prefix cache would serve now; O(tree depth) per call), and
+``cache_block_tokens`` with ``cached_chains()`` (tokens per block id, and
+every id chain the replica holds or will hold: what
+:class:`~.prefix_bound.PrefixBound` is built from).
 """
 from __future__ import annotations
 

@@ -1,0 +1,109 @@
+"""prefix_aware's bound on cached prefixes (PrefixBound) is exact.
+
+The router stops asking replicas once none could beat the best score even
+with the largest hit any replica could have. That bound comes from a radix
+tree of everything routed, rebuilt from the replicas now and then; if it
+ever fell below a replica's real hit the router could skip the replica it
+should have chosen. So, on workloads with shared heads, chat-like chains
+(a request extends an earlier one's prompt and output), evictions under KV
+pressure, cancellations, and rebuilds forced every few requests:
+
+* at every routing decision the bound is ≥ every routable replica's hit;
+* every request ends exactly as when the router asks every replica.
+"""
+from __future__ import annotations
+
+import itertools
+from unittest import mock
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from helpers_engine import compare_runs, run_open, workloads
+from simulator.engine.prefix_cache import usable
+from simulator.engine.routing import prefix_bound
+from simulator.engine.routing.prefix_bound import PrefixBound
+from test_prefix_cache import SETTINGS, cache_configs
+from workloads.request import Request
+
+
+@st.composite
+def chained(draw, H: int):
+    """Requests whose ids are an app's head, or an earlier request's whole
+    chain (a next chat turn), followed by ids of their own."""
+    reqs = draw(workloads(min_n=3, max_n=40, max_in=1500, max_out=120))
+    fresh = itertools.count(10_000)
+    heads = [tuple(next(fresh) for _ in range(64)) for _ in range(draw(st.integers(1, 3)))]
+    out: list[Request] = []
+    for r in reqs:
+        full = (r.input_tokens + r.output_tokens) // H
+        if out and draw(st.booleans()):
+            prev = draw(st.sampled_from(out)).blocks
+            base = prev[:min(len(prev), r.input_tokens // H)]
+        else:
+            base = draw(st.sampled_from(heads))[:draw(st.integers(0, r.input_tokens // H))]
+        ids = base + tuple(next(fresh) for _ in range(max(0, full - len(base))))
+        out.append(Request(r.id, r.arrival, r.input_tokens, r.output_tokens, blocks=ids[:full]))
+    return out
+
+
+def _checked_tokens(real):
+    def tokens(self, blocks, prompt, replicas):
+        bound = real(self, blocks, prompt, replicas)
+        for r in replicas:
+            if r.cache is not None and blocks:
+                r._sync_cache(r.env.now)
+                assert r.cache.cached_tokens(blocks, prompt) <= bound, "the bound is below a replica's hit"
+        return bound
+    return tokens
+
+
+def _ask_everyone(self, blocks, prompt, replicas):
+    return usable(prompt, prompt) if blocks else 0
+
+
+@settings(max_examples=150, **SETTINGS)
+@given(data=st.data())
+def test_the_bound_covers_every_replica_and_changes_no_choice(data):
+    cfg = data.draw(cache_configs(), label="cfg")
+    H = cfg.block_size
+    reqs = data.draw(chained(H), label="requests")
+    biggest = max(-(-(r.input_tokens + r.output_tokens) // cfg.block_size) for r in reqs)
+    nb = data.draw(st.integers(max(1, biggest // 2), biggest * 3), label="num_blocks")
+    cancels = [(r.arrival + data.draw(st.floats(0.0, 0.3, allow_nan=False)), r.id)
+               for r in reqs if data.draw(st.integers(0, 4)) == 0]
+    kw = dict(replicas=data.draw(st.integers(2, 4), label="replicas"), router="prefix_aware",
+              id_block_tokens=H, cancels=cancels)
+    rebuild_at = data.draw(st.sampled_from([0, 8, 200]), label="MIN_REBUILD")
+    with mock.patch.object(prefix_bound, "MIN_REBUILD", rebuild_at), \
+            mock.patch.object(PrefixBound, "tokens", _checked_tokens(PrefixBound.tokens)):
+        bounded = run_open("fast", reqs, cfg, nb, **kw)
+    with mock.patch.object(PrefixBound, "tokens", _ask_everyone):
+        everyone = run_open("fast", reqs, cfg, nb, **kw)
+    problems = compare_runs(bounded, everyone)
+    assert not problems, "\n".join(problems[:12])
+
+
+def test_rebuilds_keep_the_tree_bounded_by_what_replicas_hold():
+    """Many one-off chains through a small cache: the tree is rebuilt and
+    stays near what the replicas hold, instead of growing with the run."""
+    from simulator.engine.config import EngineConfig
+
+    reqs = [Request(i, i * 0.01, 640, 16, blocks=(1, 2, 3) + tuple(range(1000 + 100 * i, 1000 + 100 * i + 38)))
+            for i in range(300)]
+    seen: list[PrefixBound] = []
+    real = PrefixBound.tokens
+
+    def spy(self, blocks, prompt, replicas):
+        seen.append(self)
+        return real(self, blocks, prompt, replicas)
+
+    with mock.patch.object(prefix_bound, "MIN_REBUILD", 500), mock.patch.object(PrefixBound, "tokens", spy):
+        run = run_open("fast", reqs, EngineConfig(prefix_cache_capacity_tokens=16 * 200), 2000, replicas=2,
+                       router="prefix_aware", id_block_tokens=16)
+    bound = seen[-1]
+    assert all(r.status.name == "FINISHED" for r in run.requests)
+    # Each replica caches at most 200 evictable ids, plus the chains of the
+    # requests it holds; without rebuilds the tree would hold all 300 x 38 + 3.
+    assert bound.limit > 500, "never rebuilt"
+    assert bound.size <= bound.limit + 41 and bound.limit < 300 * 38 / 4
