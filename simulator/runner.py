@@ -24,6 +24,7 @@ from .fleet.frontend import Fleet
 from .fleet.regions import RegionTable
 from .fleet.pool import Admission, Pool
 from .fleet.setup import PoolSetup, setup_pool  # noqa: F401  (re-exported: notebooks size pools with it)
+from .metrics.records import Records
 from .fleet.timeline import Timeline
 from .metrics.fleet_report import llmsim_block
 from .metrics.gaps import GapLog
@@ -37,7 +38,7 @@ from workloads.request import Request
 @dataclass
 class RunOutput:
     scenario: Scenario
-    requests: list[Request]
+    requests: "list[Request] | Records"   # Records (columns) for a sharded run: too many for objects
     gaps: GapLog
     results: dict
     pools: dict[str, Pool] = field(default_factory=dict)
@@ -122,8 +123,9 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     wall = time.perf_counter() - wall
     requests = src.requests
     end = max(p.end_time() for p in pools.values())
-    llmsim = llmsim_block(sc, setups, pools, end, wall, engine, requests, scalers)
-    results = compute_results(requests, gaps, slo=sc.slo, llmsim=llmsim)
+    records = Records.of(requests)
+    llmsim = llmsim_block(sc, setups, pools, end, wall, engine, records, scalers)
+    results = compute_results(records, gaps, slo=sc.slo, llmsim=llmsim)
     return RunOutput(sc, requests, gaps, results, pools, setups, timeline.frame(end), scalers)
 
 

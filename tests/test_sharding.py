@@ -12,10 +12,10 @@ from simulator.planning.executors import ExecutorOptions, make_executor
 from simulator.runner import simulate
 from simulator.scenario.load import load_scenario
 from simulator.sharding import plan_shards, run_sharded
-from simulator.sharding.merge import merge_columns, merge_outcomes
+from simulator.sharding.merge import merge_outcomes
 from simulator.sharding.shard import ShardJob, run_shard
 from simulator.sharding.split import _SHARD_SALT, shard_index
-from workloads.request import Request
+from workloads.request import Request, Status
 
 WALL = {"wall_time_s", "sim_requests_per_wall_s", "shards"}
 #: a small static fleet with prefix-aware routing (open loop, no sessions)
@@ -92,17 +92,19 @@ def test_merged_percentiles_are_those_of_the_concatenated_tables():
     sc, path = load_scenario("dau-10m", DAU)
     plan = plan_shards(sc, 2)
     outcomes = [run_shard(ShardJob(s, str(path), "fast", sub)) for s, sub in zip(plan.scenarios, plan.subsets)]
+    cols = [dict(o.columns) for o in outcomes]          # the merge consumes the outcomes' columns
+    sizes = [o.requests for o in outcomes]
     out = merge_outcomes(plan, outcomes, source=path)
-    finished = np.concatenate([o.columns["status"] == "finished" for o in outcomes])
-    ttft = np.concatenate([(o.columns["first_token"] - o.columns["arrival"]) * 1000.0 for o in outcomes])[finished]
+    assert not any(o.columns for o in outcomes), "the merge should move the columns, not copy them"
+    done = [c["status"] == int(Status.FINISHED) for c in cols]
+    ttft = np.concatenate([(c["first_token"] - c["arrival"]) * 1000.0 for c in cols])[np.concatenate(done)]
     for p in (50, 95, 99):
         assert out.results[f"{'median' if p == 50 else f'p{p}'}_ttft_ms"] == sample_percentile(ttft, p)
     # and not the average of the shards' percentiles (which would be a different number)
-    per_shard = [sample_percentile(((o.columns["first_token"] - o.columns["arrival"]) * 1000.0)
-                                   [o.columns["status"] == "finished"], 99) for o in outcomes]
+    per_shard = [sample_percentile(((c["first_token"] - c["arrival"]) * 1000.0)[d], 99) for c, d in zip(cols, done)]
     assert out.results["p99_ttft_ms"] != pytest.approx(np.mean(per_shard), rel=1e-9)
-    assert out.results["completed"] == int(finished.sum())
-    assert len(merge_columns(plan, outcomes)["id"]) == sum(o.requests for o in outcomes)
+    assert out.results["completed"] == int(sum(d.sum() for d in done))
+    assert len(out.requests) == sum(sizes) == out.results["llmsim"]["shards"]["requests_per_shard"][0] + sizes[1]
 
 
 def test_local_pool_and_in_process_shards_agree():

@@ -74,27 +74,3 @@ class Request:
 RECORD_COLUMNS = ["id", "arrival", "admitted", "first_token", "finish", "input_tokens", "output_tokens",
                   "status", "replica", "preemptions", "cached_tokens", "session", "klass", "pool", "queued",
                   "net_in", "net_out", "prefill_done", "kv_transfer", "region"]
-
-
-# Each column's type, stated rather than inferred, so that a table with no rows
-# (a run that finished nothing, an empty shard) keeps its types; the rest are integers.
-_TEXT_COLUMNS = frozenset({"klass", "pool", "region"})
-_TIME_COLUMNS = frozenset({"arrival", "admitted", "first_token", "finish", "queued", "net_in", "net_out",
-                           "prefill_done", "kv_transfer"})
-
-
-def to_columns(requests, columns: Sequence[str] = RECORD_COLUMNS) -> dict:
-    """Column arrays of the per-request table (for pandas or metrics), status
-    by name; ``columns`` picks other Request fields (integers unless listed above)."""
-    import numpy as np
-
-    requests = requests if isinstance(requests, (list, tuple)) else list(requests)
-    out = {}
-    for c in columns:
-        values = [getattr(r, c) for r in requests]
-        if c == "status":
-            out[c] = np.asarray([Status(s).name.lower() for s in values], dtype=object)
-        else:
-            out[c] = np.asarray(values, dtype=str if c in _TEXT_COLUMNS else
-                                np.float64 if c in _TIME_COLUMNS else np.int64)
-    return out

@@ -12,17 +12,16 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from workloads.request import Request, Status
+from .records import Records
 from .results import compute_results
 
 _KEYS = ("median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p95_tpot_ms", "p99_tpot_ms",
          "p99_e2el_ms", "request_throughput")
 
 
-def class_block(requests: Sequence[Request], classes: Sequence, default_slo: Optional[Mapping[str, Any]],
-                duration: float) -> dict[str, Any]:
-    by: dict[str, list[Request]] = {c.name: [] for c in classes}
-    for r in requests:
-        by.setdefault(r.klass, []).append(r)
+def class_block(requests: "Records | Sequence[Request]", classes: Sequence,
+                default_slo: Optional[Mapping[str, Any]], duration: float) -> dict[str, Any]:
+    by = Records.of(requests).groups("klass", [c.name for c in classes])
     out: dict[str, Any] = {}
     specs = {c.name: c for c in classes}
     for name, reqs in by.items():
@@ -31,15 +30,15 @@ def class_block(requests: Sequence[Request], classes: Sequence, default_slo: Opt
         if slo:
             slo = {k: v for k, v in slo.items() if not k.startswith("itl_")}
         res = compute_results(reqs, None, slo=slo, duration=duration)
-        n = {s: sum(1 for r in reqs if r.status == s) for s in Status}
+        n = {s: reqs.count(s) for s in Status}
         block: dict[str, Any] = {
-            "pool": reqs[0].pool if reqs else (c.pool if c is not None else None),
+            "pool": reqs.pool[0] if len(reqs) else (c.pool if c is not None else None),
             "priority": c.priority if c is not None else 0,
             "requests": len(reqs),
             "completed": n[Status.FINISHED],
             "rejected": n[Status.REJECTED],
             "cancelled": n[Status.CANCELLED],
-            "rejected_fraction": n[Status.REJECTED] / len(reqs) if reqs else None,
+            "rejected_fraction": n[Status.REJECTED] / len(reqs) if len(reqs) else None,
         }
         block.update({k: res.get(k) for k in _KEYS})
         if "slo" in res:

@@ -45,14 +45,15 @@ Definitions:
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from typing import Any, Iterable, Optional, Sequence
 
+import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from workloads.request import Request, Status
 from .monthly import DAYS_PER_MONTH, HOURS_PER_MONTH, MonthlySpec, MonthRule, monthly_cost
+from .records import Records
 
 __all__ = ["HOURS_PER_MONTH", "DAYS_PER_MONTH", "DEFAULT_OUTPUT_WEIGHT", "CostSpec", "PoolBilling", "SessionLoad",
            "replica_seconds", "pool_price", "pool_billing", "session_load", "monthly_cost", "cost_block"]
@@ -152,32 +153,29 @@ class SessionLoad:
     peak_per_gpu: Optional[float] = None   # max over time of active sessions / GPUs billed then
 
 
-def session_load(requests: Iterable[Request], window_s: float,
+def session_load(requests: "Records | Iterable[Request]", window_s: float,
                  gpu_timeline: Optional[Sequence[tuple[float, int]]] = None) -> SessionLoad:
     """Active-session intervals (see the module docstring) and their overlap;
     with a GPU-count timeline, ``peak_active`` is replaced by the peak of
     active sessions per GPU × GPUs at that moment (returned as ``peak_per_gpu``)."""
-    spans: dict[int, list[float]] = {}
-    served: set[int] = set()
-    for r in requests:
-        if r.session < 0:
-            continue
-        end = r.finish if math.isfinite(r.finish) else window_s
-        s = spans.get(r.session)
-        if s is None:
-            spans[r.session] = [r.arrival, end]
-        else:
-            s[0], s[1] = min(s[0], r.arrival), max(s[1], end)
-        if r.status == Status.FINISHED:
-            served.add(r.session)
-    events: list[tuple[float, int]] = []
+    rec = Records.of(requests)
+    mine = rec.session >= 0
+    sid, arrival, finish = rec.session[mine], rec.arrival[mine], rec.finish[mine]
+    end = np.where(np.isfinite(finish), finish, window_s)
+    sessions, first_seen, inverse = np.unique(sid, return_index=True, return_inverse=True)
+    lo = np.full(sessions.size, np.inf)
+    hi = np.full(sessions.size, -np.inf)
+    np.minimum.at(lo, inverse, arrival)
+    np.maximum.at(hi, inverse, end)
+    served = np.unique(sid[rec.status[mine] == int(Status.FINISHED)]).size
+    order = np.argsort(first_seen, kind="stable")   # sessions in order of first appearance, as summed before
+    lo, hi = np.maximum(lo[order], 0.0), np.minimum(hi[order], window_s)
+    live = hi > lo
     total = 0.0
-    for lo, hi in spans.values():
-        lo, hi = max(lo, 0.0), min(hi, window_s)
-        if hi > lo:
-            total += hi - lo
-            events += [(lo, 1), (hi, -1)]
-    events.sort()                       # at equal times an end (-1) sorts before a start
+    for a, b in zip(lo[live].tolist(), hi[live].tolist()):
+        total += b - a
+    events = sorted([(a, 1) for a in lo[live].tolist()] + [(b, -1) for b in hi[live].tolist()])
+    # at equal times an end (-1) sorts before a start
     active = peak = 0
     per_gpu = 0.0
     steps = list(gpu_timeline or [])
@@ -190,14 +188,14 @@ def session_load(requests: Iterable[Request], window_s: float,
         peak = max(peak, active)
         if gpus:
             per_gpu = max(per_gpu, active / gpus)
-    return SessionLoad(len(spans), len(served), total, peak, per_gpu if steps else None)
+    return SessionLoad(int(sessions.size), int(served), total, peak, per_gpu if steps else None)
 
 
 def _per(num: float, den: float, scale: float = 1.0) -> Optional[float]:
     return num / den * scale if den else None
 
 
-def cost_block(pools: Sequence[PoolBilling], requests: Sequence[Request], window_s: float,
+def cost_block(pools: Sequence[PoolBilling], requests: "Records | Sequence[Request]", window_s: float,
                output_weight: float = DEFAULT_OUTPUT_WEIGHT,
                gpu_timeline: Optional[Sequence[tuple[float, int]]] = None,
                monthly: Optional[MonthRule] = None) -> dict[str, Any]:
@@ -209,12 +207,13 @@ def cost_block(pools: Sequence[PoolBilling], requests: Sequence[Request], window
     usd = sum(p.usd for p in pools)
     gpu_s = sum(p.gpu_seconds for p in pools)
     gpus = sum(p.gpus for p in pools)
-    done = [r for r in requests if r.status == Status.FINISHED]
-    tin = sum(r.input_tokens for r in done)
-    tout = sum(r.output_tokens for r in done)
+    rec = Records.of(requests)
+    done = rec.finished
+    tin = int(rec.input_tokens[done].sum())
+    tout = int(rec.output_tokens[done].sum())
     unit = _per(usd, tin + output_weight * tout, 1e6)
     month = (monthly or MonthRule()).apply(pools, usd, window_s)
-    sl = session_load(requests, window_s, gpu_timeline)
+    sl = session_load(rec, window_s, gpu_timeline)
     peak_per_gpu = sl.peak_per_gpu if sl.peak_per_gpu is not None else _per(sl.peak_active, gpus)
     sessions = None if not sl.sessions else {
         "count": sl.sessions,
@@ -237,9 +236,9 @@ def cost_block(pools: Sequence[PoolBilling], requests: Sequence[Request], window
         "usd_per_million_input_tokens": unit,
         "usd_per_million_output_tokens": None if unit is None else unit * output_weight,
         "usd_per_million_tokens": _per(usd, tin + tout, 1e6),
-        "usd_per_request": _per(usd, len(done)),
+        "usd_per_request": _per(usd, int(np.count_nonzero(done))),
         "usd_per_session": _per(usd, sl.served) if sl.sessions else None,
-        "requests_per_gpu_second": _per(len(done), gpu_s),
+        "requests_per_gpu_second": _per(int(np.count_nonzero(done)), gpu_s),
         "sessions_per_gpu_peak": sessions and sessions["peak_per_gpu"],
         "sessions_per_gpu_mean": sessions and sessions["mean_per_gpu"],
         "sessions": sessions,

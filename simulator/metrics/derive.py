@@ -15,6 +15,7 @@ from typing import Iterable
 import numpy as np
 
 from workloads.request import Request, Status
+from .records import Records
 
 __all__ = ["RequestArrays"]
 
@@ -33,13 +34,12 @@ class RequestArrays:
 
     __slots__ = (*_FLOAT, *_INT, "finished", "ttft_ms", "e2el_ms", "tpot_ms", "tpot_or_zero_ms")
 
-    def __init__(self, requests: Iterable[Request]) -> None:
-        reqs = requests if isinstance(requests, (list, tuple)) else list(requests)
-        n = len(reqs)
+    def __init__(self, requests: "Records | Iterable[Request]") -> None:
+        rec = Records.of(requests)
         for name in _FLOAT:
-            setattr(self, name, np.fromiter((getattr(r, name) for r in reqs), dtype=np.float64, count=n))
+            setattr(self, name, rec.columns[name])
         for name in _INT:
-            setattr(self, name, np.fromiter((int(getattr(r, name)) for r in reqs), dtype=np.int64, count=n))
+            setattr(self, name, rec.columns[name])
         self.finished = self.status == int(Status.FINISHED)
         bad = self.finished & ~(np.isfinite(self.first_token) & np.isfinite(self.finish))
         if bad.any():

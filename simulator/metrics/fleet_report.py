@@ -6,28 +6,33 @@ actually served (an autoscaled pool's replicas come and go).
 """
 from __future__ import annotations
 
-from bisect import bisect_right
+from typing import Optional
+
+import numpy as np
 
 from .. import __version__
 from ..fleet.pool import Pool
 from ..fleet.setup import PoolSetup
 from ..scenario.schema import Scenario
-from workloads.request import Request, Status
+from workloads.request import Request
 from ..costmodel.speculative import expected_tokens_per_step
 from .classes import class_block
 from .cost import cost_block, pool_billing, replica_seconds
 from .monthly import MonthRule
+from .records import Records
 from .regions import region_block
 from .slo import parse_slo
 from .ttft_budget import ttft_budget
 
 
 def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], now: float, wall: float,
-                  engine: str, requests: list[Request], scalers: dict) -> dict:
+                  engine: str, requests: "Records | list[Request]", scalers: dict) -> dict:
+    requests = Records.of(requests)
     n = len(requests)
     ttft_ms = parse_slo(sc.slo).thresholds.get("ttft")
+    by_pool = requests.groups("pool", [ps.spec.name for ps in setups]) if scalers else {}
     blocks = {ps.spec.name: _pool_block(ps, pools[ps.spec.name], now, scalers.get(ps.spec.name),
-                                        [r for r in requests if r.pool == ps.spec.name], ttft_ms) for ps in setups}
+                                        by_pool.get(ps.spec.name), ttft_ms) for ps in setups}
     bills = [pool_billing(ps.spec, ps.cm.gpu, pools[ps.spec.name].billing, now) for ps in setups]
     for b in bills:
         blocks[b.name]["gpu_hours"] = b.gpu_seconds / 3600.0
@@ -79,7 +84,7 @@ def _merge_steps(logs: list[list[tuple[float, int]]]) -> list[tuple[float, int]]
     return out
 
 
-def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: list[Request],
+def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optional[Records],
                 ttft_ms: float | None) -> dict:
     reps = pool.replicas
     stats = [r.stats(now) for r in reps]
@@ -126,7 +131,7 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: list[Re
     return block
 
 
-def _scaling_block(pool: Pool, scaler, now: float, requests: list[Request], ttft_ms: float | None) -> dict:
+def _scaling_block(pool: Pool, scaler, now: float, requests: Records, ttft_ms: float | None) -> dict:
     """How the autoscaler did: time with fewer replicas serving than it
     wanted (the ramps cold starts make the fleet wait through), and the
     TTFT SLO attainment of the requests that arrived then against the rest."""
@@ -147,18 +152,16 @@ def _scaling_block(pool: Pool, scaler, now: float, requests: list[Request], ttft
     if ttft_ms is not None:
         starts = [a for a, _ in windows]
 
-        def during(r: Request) -> bool:
-            i = bisect_right(starts, r.arrival) - 1
-            return i >= 0 and r.arrival < windows[i][1]
+        ends = np.array([b for _, b in windows], dtype=np.float64)
+        i = np.searchsorted(np.array(starts, dtype=np.float64), requests.arrival, side="right") - 1
+        during = (i >= 0) & (requests.arrival < ends[np.maximum(i, 0)]) if windows else np.zeros(len(requests), bool)
+        ok = requests.finished & ((requests.first_token - requests.arrival) * 1e3 <= ttft_ms)
 
-        def met(rs: list[Request]):
-            return sum(1 for r in rs if r.status == Status.FINISHED and (r.first_token - r.arrival) * 1e3
-                       <= ttft_ms) / len(rs) if rs else None
+        def met(mask: np.ndarray):
+            return int(np.count_nonzero(ok & mask)) / int(np.count_nonzero(mask)) if mask.any() else None
 
-        ramp = [r for r in requests if during(r)]
-        rest = [r for r in requests if not during(r)]
-        out.update(ttft_slo_ms=ttft_ms, ttft_attainment_under_provisioned=met(ramp),
-                   ttft_attainment_otherwise=met(rest))
+        out.update(ttft_slo_ms=ttft_ms, ttft_attainment_under_provisioned=met(during),
+                   ttft_attainment_otherwise=met(~during))
     return out
 
 

@@ -13,31 +13,32 @@ from typing import Any, Sequence
 import numpy as np
 
 from workloads.request import Request, Status
+from .records import Records
 from .results import compute_results
 
 _KEYS = ("median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_e2el_ms", "p95_e2el_ms", "p99_e2el_ms")
 
 
-def region_block(requests: Sequence[Request], regions: Sequence, duration: float) -> dict[str, Any]:
-    by: dict[str, list[Request]] = {r.name: [] for r in regions}
-    for r in requests:
-        by.setdefault(r.region, []).append(r)
+def region_block(requests: "Records | Sequence[Request]", regions: Sequence, duration: float) -> dict[str, Any]:
+    requests = Records.of(requests)
+    by = requests.groups("region", [r.name for r in regions])
     total_share = sum(r.share for r in regions)
     declared = {r.name: r.share / total_share for r in regions}
     out: dict[str, Any] = {}
     for name, reqs in by.items():
         res = compute_results(reqs, None, duration=duration)
-        done = [r for r in reqs if r.status == Status.FINISHED]
+        done = reqs.finished
         block: dict[str, Any] = {
             "share": declared.get(name),
-            "request_fraction": len(reqs) / len(requests) if requests else None,
-            "sessions": len({r.session for r in reqs if r.session >= 0}),
+            "request_fraction": len(reqs) / len(requests) if len(requests) else None,
+            "sessions": int(np.unique(reqs.session[reqs.session >= 0]).size),
             "requests": len(reqs),
-            "completed": len(done),
-            "rejected": sum(1 for r in reqs if r.status == Status.REJECTED),
-            "cancelled": sum(1 for r in reqs if r.status == Status.CANCELLED),
+            "completed": int(np.count_nonzero(done)),
+            "rejected": reqs.count(Status.REJECTED),
+            "cancelled": reqs.count(Status.CANCELLED),
         }
         block.update({k: res.get(k) for k in _KEYS})
-        block["mean_network_ms"] = float(np.mean([r.net_in + r.net_out for r in done])) * 1e3 if done else None
+        block["mean_network_ms"] = (float(np.mean(reqs.net_in[done] + reqs.net_out[done])) * 1e3
+                                    if done.any() else None)
         out[name] = block
     return out

@@ -15,9 +15,10 @@ from typing import Iterable
 
 import numpy as np
 
-from workloads.request import Request, to_columns
+from workloads.request import RECORD_COLUMNS, Request, Status
 
 from .derive import RequestArrays
+from .records import Records
 
 __all__ = ["request_table", "write_requests"]
 
@@ -26,12 +27,13 @@ _TEXT = ("status", "klass", "pool", "region")
 _SUFFIXES = (".parquet", ".csv")
 
 
-def request_table(requests: Iterable[Request]) -> dict[str, np.ndarray]:
-    """Columns of :func:`workloads.request.to_columns` plus ttft_ms, tpot_ms,
-    e2el_ms (NaN where undefined); ``pandas.DataFrame(request_table(r))``."""
-    reqs = requests if isinstance(requests, (list, tuple)) else list(requests)
-    cols = to_columns(reqs)
-    derived = RequestArrays(reqs)
+def request_table(requests: "Records | Iterable[Request]") -> dict[str, np.ndarray]:
+    """The columns of ``RECORD_COLUMNS`` (status by name) plus ttft_ms,
+    tpot_ms, e2el_ms (NaN where undefined); ``pandas.DataFrame(request_table(r))``."""
+    rec = Records.of(requests)
+    names = np.array([s.name.lower() for s in sorted(Status)], dtype=object)
+    cols = {c: names[rec.status] if c == "status" else rec.columns[c] for c in RECORD_COLUMNS}
+    derived = RequestArrays(rec)
     for name in DERIVED_COLUMNS:
         cols[name] = getattr(derived, name)
     return cols
@@ -59,7 +61,7 @@ def _write_csv(cols: dict[str, np.ndarray], path: Path) -> None:
             w.writerow(["" if isinstance(v, float) and math.isnan(v) else v for v in row])
 
 
-def write_requests(requests: Iterable[Request], path_without_suffix: str | Path, *,
+def write_requests(requests: "Records | Iterable[Request]", path_without_suffix: str | Path, *,
                    fmt: str | None = None) -> Path:
     """Write the per-request table; returns the path actually written
     (``.parquet`` if pyarrow imports, else ``.csv``; ``fmt`` forces one).

@@ -23,28 +23,29 @@ from typing import Any, Sequence
 
 import numpy as np
 
-from workloads.request import Request, Status
+from workloads.request import Request
+from .records import Records
 
 PARTS = ("network", "tokenize", "queue", "prefill", "kv_transfer", "first_decode")
 
 
-def _parts(reqs: Sequence[Request]) -> tuple[np.ndarray, np.ndarray]:
-    rows = []
-    ttft = []
-    for r in reqs:
-        net = r.net_in + r.net_out
-        tok = r.queued - r.arrival - r.net_in
-        queue = r.admitted - r.queued
-        prefill = r.prefill_done - r.admitted
-        first = r.first_token - r.net_out - r.prefill_done - r.kv_transfer
-        rows.append((net, tok, queue, prefill, r.kv_transfer, first))
-        ttft.append(r.first_token - r.arrival)
-    return np.asarray(rows, dtype=np.float64).reshape(-1, len(PARTS)) * 1000.0, np.asarray(ttft) * 1000.0
+def _parts(r: Records) -> tuple[np.ndarray, np.ndarray]:
+    parts = np.empty((len(r), len(PARTS)), dtype=np.float64)
+    parts[:, 0] = r.net_in + r.net_out
+    parts[:, 1] = r.queued - r.arrival - r.net_in
+    parts[:, 2] = r.admitted - r.queued
+    parts[:, 3] = r.prefill_done - r.admitted
+    parts[:, 4] = r.kv_transfer
+    parts[:, 5] = r.first_token - r.net_out - r.prefill_done - r.kv_transfer
+    parts *= 1000.0
+    return parts, (r.first_token - r.arrival) * 1000.0
 
 
-def ttft_budget(requests: Sequence[Request], percentiles: Sequence[float] = (50, 95, 99)) -> dict[str, Any] | None:
-    done = [r for r in requests if r.status == Status.FINISHED]
-    if not done:
+def ttft_budget(requests: "Records | Sequence[Request]",
+                percentiles: Sequence[float] = (50, 95, 99)) -> dict[str, Any] | None:
+    records = Records.of(requests)
+    done = records.where(records.finished)
+    if not len(done):
         return None
     parts, ttft = _parts(done)
     order = np.argsort(ttft, kind="stable")

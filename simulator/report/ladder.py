@@ -75,7 +75,7 @@ def _get(results: Mapping[str, Any], path: Sequence[str]) -> Any:
 
 def tokens_per_s_per_request(requests: Iterable) -> Optional[float]:
     """Mean over finished requests with more than one output token of 1000 / TPOT (ms)."""
-    tpot = RequestArrays(list(requests)).tpot_ms
+    tpot = RequestArrays(requests).tpot_ms
     tpot = tpot[np.isfinite(tpot) & (tpot > 0)]
     return float(np.mean(1000.0 / tpot)) if tpot.size else None
 

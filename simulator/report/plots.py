@@ -88,7 +88,7 @@ def _cdf_panel(ax, values: np.ndarray, title: str, xlabel: str, slo: Sequence[tu
 def latency_cdf_figure(requests: Iterable, results: Mapping[str, Any], title: str = "") -> Figure:
     """TTFT and TPOT CDFs of finished requests, each SLO target drawn as a
     dashed line with a dot where the curve must pass (green met, red missed)."""
-    a = RequestArrays(list(requests))
+    a = RequestArrays(requests)
     fig = Figure(figsize=(12, 4.8), dpi=DPI, layout="constrained")
     ax1, ax2 = fig.subplots(1, 2)
     _cdf_panel(ax1, a.ttft_ms[a.finished], "Time to first token", "TTFT (ms)", _slo_lines(results, "ttft"))

@@ -26,11 +26,12 @@ import numpy as np
 from ..fleet.checks import check_scenario
 from ..metrics.fleet_report import _merge_steps, llmsim_block
 from ..metrics.gaps import GapLog
+from ..metrics.records import Records
 from ..metrics.results import compute_results
 from ..planning.executors import Executor, make_executor
 from ..runner import RunOutput
 from ..scenario.schema import Scenario
-from .shard import PoolRecord, ShardJob, ShardOutcome, run_shard, to_requests
+from .shard import PoolRecord, ShardJob, ShardOutcome, run_shard
 from .split import ShardPlan, plan_shards
 
 __all__ = ["run_sharded", "merge_outcomes", "merge_columns"]
@@ -60,28 +61,31 @@ def merge_columns(plan: ShardPlan, outcomes: list[ShardOutcome]) -> dict[str, np
     Lone requests keep their workload ids (the same in every shard);
     session requests are numbered per shard in send order, so they are
     renumbered by (send time, shard-local id, shard). Replica indices are
-    offset by the replicas the earlier shards created in the same pool."""
+    offset by the replicas the earlier shards created in the same pool.
+    The shards' columns are consumed (moved into the table, column by
+    column), so the records are held about once, never twice."""
     outcomes = sorted(outcomes, key=lambda o: o.index)
     if len(outcomes) == 1:
-        return dict(outcomes[0].columns)
+        return outcomes[0].columns
     parts = []
     offset: dict[str, int] = {}
     for o in outcomes:
-        c = dict(o.columns)
-        base = np.array([offset.get(p, 0) for p in c["pool"].tolist()], dtype=np.int64)
+        c = o.columns
+        pools, where = np.unique(c["pool"].astype(str), return_inverse=True)
+        base = np.array([offset.get(p, 0) for p in pools.tolist()], dtype=c["replica"].dtype)[where]
         c["replica"] = np.where(c["replica"] >= 0, c["replica"] + base, c["replica"])
-        c["_shard"] = np.full(c["id"].size, o.index, dtype=np.int64)
+        c["_shard"] = np.full(c["id"].size, o.index, dtype=np.int32)
         for name, pool in o.pools.items():
             offset[name] = offset.get(name, 0) + len(pool.replicas)
-        parts.append(c)
-    cols = {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+        parts.append(Records(c))
+        o.columns = {}
+    merged = Records.concat(parts)
+    cols = merged.columns
     if plan.scenario.workload.session is not None:
-        order = np.lexsort((cols["_shard"], cols["id"], cols["arrival"]))
-        cols = {k: v[order] for k, v in cols.items()}
+        merged.take(np.lexsort((cols["_shard"], cols["id"], cols["arrival"])))
         cols["id"] = np.arange(cols["id"].size, dtype=np.int64)
     else:
-        order = np.argsort(cols["id"], kind="stable")
-        cols = {k: v[order] for k, v in cols.items()}
+        merged.take(np.argsort(cols["id"], kind="stable"))
     del cols["_shard"]
     return cols
 
@@ -100,10 +104,9 @@ def _merge_pool(name: str, records: list[PoolRecord]) -> PoolRecord:
 def _merge_gaps(outcomes: Iterable[ShardOutcome]) -> GapLog:
     g = GapLog()
     for o in outcomes:
-        lo, hi, w = o.gaps
-        g.lo.extend(lo.tolist())
-        g.hi.extend(hi.tolist())
-        g.weight.extend(w.tolist())
+        for log, part in zip((g.lo, g.hi, g.weight), o.gaps):
+            log.frombytes(np.ascontiguousarray(part, dtype=np.float64).tobytes())
+        o.gaps = ()   # consumed, as the columns are
     return g
 
 
@@ -143,12 +146,13 @@ def merge_outcomes(plan: ShardPlan, outcomes: list[ShardOutcome], *, source: Opt
     end = max(o.end for o in outcomes)
     pools = {ps.spec.name: _merge_pool(ps.spec.name, [o.pools[ps.spec.name] for o in outcomes]) for ps in setups}
     scalers = outcomes[0].scalers if len(outcomes) == 1 else {}
-    requests = to_requests(merge_columns(plan, outcomes))
+    per_shard = [o.requests for o in outcomes]
+    requests = Records(merge_columns(plan, outcomes))
     gaps = _merge_gaps(outcomes)
     wall = time.perf_counter() - started if started is not None else sum(o.wall_s for o in outcomes)
     llmsim = llmsim_block(sc, setups, pools, end, wall, engine, requests, scalers)
     llmsim["shards"] = {**plan.describe(),
-                        "requests_per_shard": [o.requests for o in outcomes],
+                        "requests_per_shard": per_shard,
                         "simulated_seconds_per_shard": [o.end for o in outcomes],
                         "wall_time_s_per_shard": [o.wall_s for o in outcomes]}
     results = compute_results(requests, gaps, slo=sc.slo, llmsim=llmsim)

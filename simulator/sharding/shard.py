@@ -19,15 +19,14 @@ from typing import Any, Optional
 
 import numpy as np
 
-from workloads.request import RECORD_COLUMNS, Request, Status, to_columns
+from workloads.request import Request
+from ..metrics.records import Records
 from ..scenario.schema import Scenario
 from .split import ShardSubset
 
 __all__ = ["ShardJob", "ShardOutcome", "ReplicaRecord", "PoolRecord", "ScalerRecord", "run_shard",
-           "record_columns", "to_requests"]
+           "record_columns"]
 
-#: Request fields carried besides the per-request table's (metrics read them too).
-_EXTRA = ("priority", "preloaded")
 _TIME_AVERAGED = ("queue_mean", "queue_max", "batch_mean", "batch_max")
 
 
@@ -119,24 +118,8 @@ class ShardOutcome:
 
 
 def record_columns(requests: list[Request]) -> dict[str, np.ndarray]:
-    """The records as typed numpy columns (the per-request table's, plus what metrics read)."""
-    return to_columns(requests, (*RECORD_COLUMNS, *_EXTRA))
-
-
-def to_requests(columns: dict[str, np.ndarray]) -> list[Request]:
-    """Request records back from :func:`record_columns` (without block ids),
-    so every metric runs on the merged records with its usual code."""
-    names = [n for n in (*RECORD_COLUMNS, *_EXTRA) if n in columns]
-    rows = zip(*(columns[n].tolist() for n in names))
-    out = []
-    for row in rows:
-        r = Request.__new__(Request)
-        for n, v in zip(names, row):
-            setattr(r, n, v)
-        r.status = Status[r.status.upper()]
-        r.blocks = None
-        out.append(r)
-    return out
+    """The records as the typed numpy columns every metric reads (:class:`~..metrics.records.Records`)."""
+    return Records.of(requests).columns
 
 
 def run_shard(job: ShardJob) -> ShardOutcome:

@@ -1,0 +1,124 @@
+"""The per-request records as columns: what every metric reads.
+
+A plain run holds its requests as objects while it simulates, but the
+figures are computed from columns: one numpy array per field. A sharded run
+never has the objects in one process at all (the 10M-DAU peak hour is ~18M
+requests, ~2 KiB each as objects against ~140 B as columns), so the merge
+hands the metrics the shards' columns directly, and a plain run converts
+its objects once. Filtering is a boolean mask, grouping one pass of
+``np.unique``; no metric loops over requests in Python.
+
+Dtypes are compact but lossless: times stay float64 (every figure must equal
+the plain run's to the last bit), counts that fit are int32, the status is
+its int8 code, and text columns hold shared str objects.
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Iterator, Mapping, Sequence
+
+import numpy as np
+
+from workloads.request import RECORD_COLUMNS, Request, Status
+
+__all__ = ["Records", "COLUMNS"]
+
+#: Every column a metric or the per-request table reads.
+COLUMNS = (*RECORD_COLUMNS, "priority", "preloaded")
+_TIME = ("arrival", "admitted", "first_token", "finish", "queued", "net_in", "net_out", "prefill_done",
+         "kv_transfer")
+_TEXT = ("klass", "pool", "region")
+_WIDE = ("id", "session")       # may exceed 2^31 over a long trace; the other counts never do
+DTYPES: dict[str, Any] = {**{c: np.float64 for c in _TIME}, **{c: object for c in _TEXT},
+                          **{c: np.int64 for c in _WIDE}, "status": np.int8}
+
+
+def _dtype(column: str):
+    return DTYPES.get(column, np.int32)
+
+
+class Records:
+    """Columns of equal length, by field name (``records.arrival``)."""
+
+    __slots__ = ("columns",)
+
+    def __init__(self, columns: Mapping[str, np.ndarray]) -> None:
+        self.columns = dict(columns)
+
+    @classmethod
+    def of(cls, requests: "Records | Iterable[Request]") -> "Records":
+        """``requests`` as columns (Records pass through unchanged)."""
+        if isinstance(requests, Records):
+            return requests
+        reqs = requests if isinstance(requests, (list, tuple)) else list(requests)
+        cols = {}
+        for c in COLUMNS:
+            if c == "status":
+                cols[c] = np.fromiter((int(r.status) for r in reqs), dtype=np.int8, count=len(reqs))
+            elif c in _TEXT:
+                cols[c] = np.array([getattr(r, c) for r in reqs], dtype=object)
+            else:
+                cols[c] = np.fromiter((getattr(r, c) for r in reqs), dtype=_dtype(c), count=len(reqs))
+        return cls(cols)
+
+    @classmethod
+    def concat(cls, parts: Sequence["Records"]) -> "Records":
+        """One table from several, column by column, each part's column
+        released as soon as it is copied (peak: the result plus one column)."""
+        if len(parts) == 1:
+            return parts[0]
+        out = {}
+        for c in list(parts[0].columns):
+            out[c] = np.concatenate([p.columns[c] for p in parts])
+            for p in parts:
+                del p.columns[c]
+        return cls(out)
+
+    def __len__(self) -> int:
+        return int(self.columns["id"].size)
+
+    def __getattr__(self, name: str) -> np.ndarray:
+        try:
+            return self.columns[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+    def where(self, mask: np.ndarray) -> "Records":
+        return Records({k: v[mask] for k, v in self.columns.items()})
+
+    def take(self, order: np.ndarray) -> "Records":
+        """Rows in ``order``, reordered in place column by column."""
+        for k in list(self.columns):
+            self.columns[k] = self.columns[k][order]
+        return self
+
+    def groups(self, column: str, first: Iterable[str] = ()) -> dict[str, "Records"]:
+        """Rows by the value of a text column: the ``first`` names (present
+        or not) in their order, then the others in order of first appearance."""
+        values = self.columns[column]
+        out: dict[str, Records] = {name: self.where(values == name) for name in first}
+        if len(values):
+            names, firsts = np.unique(values.astype(str), return_index=True)
+            for name in names[np.argsort(firsts)].tolist():
+                if name not in out:
+                    out[name] = self.where(values == name)
+        return out
+
+    @property
+    def finished(self) -> np.ndarray:
+        return self.columns["status"] == int(Status.FINISHED)
+
+    def count(self, status: Status) -> int:
+        return int(np.count_nonzero(self.columns["status"] == int(status)))
+
+    def __iter__(self) -> Iterator[Request]:
+        """Rows as Request objects (without block ids), a slice at a time:
+        for code that wants objects; the metrics never ask."""
+        names = list(self.columns)
+        for lo in range(0, len(self), 1 << 16):
+            for row in zip(*(self.columns[n][lo:lo + (1 << 16)].tolist() for n in names)):
+                r = Request.__new__(Request)
+                for n, v in zip(names, row):
+                    setattr(r, n, v)
+                r.status = Status(r.status)
+                r.blocks = None
+                yield r
