@@ -203,14 +203,19 @@ class ReplicaBase:
         """Tokens per prompt block id in the prefix cache (None: no cache)."""
         return None if self.cache is None else self.cache.H
 
-    def cached_chains(self):
-        """Every id chain this replica holds or will hold once its requests
-        run: its cache's root-to-leaf paths and the ids of its queued and
-        running requests (their prompts and outputs are cached later).
-        What a router's bound on cached prefixes is rebuilt from."""
+    @property
+    def cache_tree(self):
+        """The root of the prefix cache's radix tree (None: no cache): nodes
+        with ``ids`` (a run of block ids) and ``children`` (by first id)."""
+        return None if self.cache is None else self.cache.root
+
+    def held_chains(self):
+        """The ids of the requests queued or running here, which the cache
+        will hold once they run (prompts at admission, outputs at finish).
+        With :attr:`cache_tree`, what a router's bound on cached prefixes is
+        rebuilt from."""
         if self.cache is None:
             return
-        yield from self.cache.chains()
         for s in self.seqs.values():
             if s.req.blocks:
                 yield s.req.blocks

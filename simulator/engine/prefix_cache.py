@@ -354,16 +354,6 @@ class PrefixCache:
             yield x
             stack.extend(x.children.values())
 
-    def chains(self):
-        """The ids along every path from the root to a leaf: together, every cached id."""
-        for x in self.nodes():
-            if not x.children:
-                runs = []
-                while x.parent is not None:
-                    runs.append(x.ids)
-                    x = x.parent
-                yield tuple(i for run in reversed(runs) for i in run)
-
     def stats(self) -> dict:
         out = {"lookups": self.lookups, "hit_requests": self.hit_requests, "hit_tokens": self.hit_tokens,
                "prompt_tokens": self.prompt_tokens, "hit_ids": self.hit_ids, "prompt_ids": self.prompt_ids,

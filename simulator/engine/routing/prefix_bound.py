@@ -16,7 +16,7 @@ what any replica holds, so the longest prefix of a prompt found in it bounds
 every replica's hit from above. It starts from what the replicas hold at
 the first request and, when it has grown to twice that, is rebuilt from the
 routable replicas' caches and the ids of the requests they have queued or
-running (``Replica.cached_chains``; replicas outside the routing list are
+running (``Replica.cache_tree`` and ``held_chains``; replicas outside the routing list are
 never chosen, and one that joins it later starts empty), so its
 size stays bounded by KV capacity, not by the number of requests. Cost per
 request: one walk of the tree (O(depth) Python steps, C-speed run
@@ -51,8 +51,8 @@ class PrefixBound:
         from its cache for a ``prompt``-token request with ids ``blocks``;
         then enter the ids, as the request is about to go to one of them.
 
-        Replicas that do not report their cache (``cache_block_tokens`` and
-        ``cached_chains``) get the bound every prompt has: all of it."""
+        Replicas that do not report their cache (``cache_block_tokens``,
+        ``cache_tree`` and ``held_chains``) get the bound every prompt has: all of it."""
         H = getattr(replicas[0], "cache_block_tokens", None)
         if H is None or not blocks:
             return usable(prompt, prompt) if blocks else 0
@@ -63,31 +63,45 @@ class PrefixBound:
 
     def enter(self, chain: Sequence[int]) -> int:
         """Add ``chain``; returns how many of its leading ids were already held."""
-        node, pos, n = self.root, 0, len(chain)
+        return self._enter(self.root, chain)[1]
+
+    def _enter(self, node: _Node, run: Sequence[int]) -> tuple[_Node, int]:
+        """Add ``run`` below ``node``: (the node it now ends at, ids of it already held)."""
+        pos, n = 0, len(run)
         while pos < n:
-            child = node.children.get(chain[pos])
+            child = node.children.get(run[pos])
             if child is None:
-                node.children[chain[pos]] = _Node(tuple(chain[pos:]))
+                new = node.children[run[pos]] = _Node(tuple(run[pos:]))
                 self.size += n - pos
-                return pos
-            run = child.ids
-            k = agree(chain, pos, run, min(len(run), n - pos))
-            if k < len(run):
-                if pos + k < n:   # diverges inside the run: split it and branch
-                    top = _Node(run[:k])
-                    child.ids = run[k:]
-                    top.children[run[k]] = child
-                    top.children[chain[pos + k]] = _Node(tuple(chain[pos + k:]))
-                    node.children[chain[pos]] = top
-                    self.size += n - pos - k
-                return pos + k
+                return new, pos
+            have = child.ids
+            k = agree(run, pos, have, min(len(have), n - pos))
+            if k < len(have):   # ends or diverges inside the node: split it there
+                top = node.children[run[pos]] = _Node(have[:k])
+                child.ids = have[k:]
+                top.children[have[k]] = child
+                pos += k
+                if pos == n:
+                    return top, pos
+                new = top.children[run[pos]] = _Node(tuple(run[pos:]))
+                self.size += n - pos
+                return new, pos
             pos += k
             node = child
-        return pos
+        return node, pos
 
     def _rebuild(self, replicas: Sequence) -> None:
+        """Copy the replicas' cache trees in (run by run, not path by path)
+        and the chains of the requests they hold."""
         self.root, self.size = _Node(()), 0
         for r in replicas:
-            for chain in r.cached_chains():
+            tree = r.cache_tree
+            if tree is not None:
+                stack = [(tree, self.root)]
+                while stack:
+                    x, at = stack.pop()
+                    for c in x.children.values():
+                        stack.append((c, self._enter(at, c.ids)[0]))
+            for chain in r.held_chains():
                 self.enter(chain)
         self.limit = max(MIN_REBUILD, 2 * self.size)

@@ -24,8 +24,8 @@ Replica attributes a router may read: ``index`` (stable identity),
 ``outstanding`` (requests queued + running), ``outstanding_tokens`` (their
 prompt + output tokens), ``cached_prefix_tokens(req)`` (prompt tokens
 the replica's prefix cache would serve now; O(tree depth) per call), and
-``cache_block_tokens`` with ``cached_chains()`` (tokens per block id, and
-every id chain the replica holds or will hold: what
+``cache_block_tokens``, ``cache_tree`` and ``held_chains()`` (tokens per
+block id, the cache's radix tree, and the ids of the requests it holds: what
 :class:`~.prefix_bound.PrefixBound` is built from).
 """
 from __future__ import annotations
