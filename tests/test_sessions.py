@@ -334,12 +334,16 @@ def test_open_loop_system_prompts_prefix_the_user_tokens():
     inp, out = spec.lengths(4, 200)
     apps = spec.draw_apps(spawn_streams(4))
     heads = {ids[0]: t for ids, t in zip(apps.block_ids, apps.tokens) if ids}
-    for r, x in zip(source.requests, inp.tolist()):
+    reqs = spec.generate(4)   # the driven requests, with the ids the driver attached at arrival
+    assert [(r.id, r.input_tokens, r.output_tokens) for r in reqs] == \
+        [(r.id, r.input_tokens, r.output_tokens) for r in source.requests]
+    assert all(r.blocks is None for r in source.requests), "ids are dropped when a request ends"
+    for r, x in zip(reqs, inp.tolist()):
         assert len(r.blocks) == (r.input_tokens + r.output_tokens) // 16
         assert r.input_tokens - x in apps.tokens
         if r.blocks and r.blocks[0] in heads:
             assert r.input_tokens - x == heads[r.blocks[0]]
-    assert_chained(source.requests)
+    assert_chained(reqs)
     assert [r.arrival for r in source.requests] == spec.arrival_times(4).tolist()
 
 

@@ -131,8 +131,14 @@ def test_shards_partition_the_workload(seed, n):
     plan = plan_shards(sc, n)
     from workloads.drivers import make_source
 
-    whole = make_source(sc.workload, sc.seed).requests
-    parts = [make_source(sc.workload, sc.seed, subset=sub).requests for sub in plan.subsets]
+    def requests(src):   # with their block ids, which an open loop attaches at arrival
+        for i, r in enumerate(src.requests):
+            src.attach(i, r)
+        return src.requests
+
+    whole = requests(make_source(sc.workload, sc.seed))
+    parts = [requests(make_source(sc.workload, sc.seed, subset=sub)) for sub in plan.subsets]
+    assert all(r.blocks for r in whole)
     ids = sorted(r.id for p in parts for r in p)
     assert ids == [r.id for r in whole]
     by_id = {r.id: r for r in whole}

@@ -234,6 +234,17 @@ class WorkloadSpec(BaseModel):
     def _generate(self, s: Streams, keep: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> list[Request]:
         """``keep`` (a mask of request ids, for a shard) drops requests before
         any Python object is built for them; the others keep their ids."""
+        reqs, attach = self._bare(s, keep)
+        if attach is not None:
+            for i, r in enumerate(reqs):
+                attach(i, r)
+        return reqs
+
+    def _bare(self, s: Streams, keep: Optional[Callable[[np.ndarray], np.ndarray]] = None
+              ) -> tuple[list[Request], Optional[Callable[[int, Request], None]]]:
+        """The requests without block ids, and ``attach(i, request)`` that
+        gives request i its ids (None when they have none): a driver can
+        attach them at arrival, since ids are most of a request's memory."""
         t = self._times(s)
         inp, out = self._lengths(s, len(t))
         apps = self.draw_apps(s)
@@ -244,9 +255,12 @@ class WorkloadSpec(BaseModel):
             t, inp, out, chosen = t[ids], inp[ids], out[ids], None if chosen is None else chosen[ids]
         if apps is None:
             rows = zip(ids.tolist(), t.tolist(), inp.tolist(), out.tolist())  # Python scalars, not numpy ones
-            return [Request(i, a, x, y) for i, a, x, y in rows]
+            return [Request(i, a, x, y) for i, a, x, y in rows], None
+        heads = apps.tokens
         rows = zip(ids.tolist(), t.tolist(), inp.tolist(), out.tolist(), chosen.tolist())
-        return [apps.request(i, a, x, y, app) for i, a, x, y, app in rows]
+        reqs = [Request(i, a, heads[app] + x, y) for i, a, x, y, app in rows]
+        chosen = chosen.astype(np.int32)
+        return reqs, lambda i, req: apps.attach(req, int(chosen[i]))
 
     def mean_tokens(self) -> tuple[float, float]:
         """Expected (input, output) tokens per request, for back-of-envelope sizing.

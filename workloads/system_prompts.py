@@ -84,12 +84,15 @@ class Apps:
         return self.rng.choice(len(self.p), size=n, p=self.p).tolist()
 
     def request(self, id: int, arrival: float, user_tokens: int, output_tokens: int, app: int) -> Request:
-        """A lone request of ``app``: its system prompt, then ``user_tokens`` of its own.
+        """A lone request of ``app``: its system prompt, then ``user_tokens`` of its own."""
+        req = Request(id, arrival, self.tokens[app] + user_tokens, output_tokens)
+        self.attach(req, app)
+        return req
 
-        Its full blocks after the app's are its own (ids in the request's range).
-        """
+    def attach(self, req: Request, app: int) -> None:
+        """Give a lone request of ``app`` its block ids: the app's, then its
+        own full blocks (ids in the request's range)."""
         head = self.block_ids[app]
-        prompt = self.tokens[app] + user_tokens
-        own = (prompt + output_tokens) // self.block_tokens - len(head)
-        base = id_base(REQUEST, id)
-        return Request(id, arrival, prompt, output_tokens, blocks=head + tuple(range(base, base + own)))
+        own = (req.input_tokens + req.output_tokens) // self.block_tokens - len(head)
+        base = id_base(REQUEST, req.id)
+        req.blocks = head + tuple(range(base, base + own))
