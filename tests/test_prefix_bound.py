@@ -1,14 +1,15 @@
-"""prefix_aware's bound on cached prefixes (PrefixBound) is exact.
+"""prefix_aware's bounds on cached prefixes (PrefixBound) are exact.
 
-The router stops asking replicas once none could beat the best score even
-with the largest hit any replica could have. That bound comes from a radix
-tree of everything routed, rebuilt from the replicas now and then; if it
-ever fell below a replica's real hit the router could skip the replica it
-should have chosen. So, on workloads with shared heads, chat-like chains
+The router skips a replica that could not beat the best score even with
+the largest hit it could have, and stops once no replica left could. Those
+bounds come from a radix tree of everything routed, marked with where it
+went and rebuilt from the replicas now and then; if one ever fell below a
+replica's real hit the router could skip the replica it should have chosen. So, on workloads with shared heads, chat-like chains
 (a request extends an earlier one's prompt and output), evictions under KV
 pressure, cancellations, and rebuilds forced every few requests:
 
-* at every routing decision the bound is ≥ every routable replica's hit;
+* at every routing decision each replica's bound is ≥ its hit, and the
+  overall bound ≥ each replica's bound;
 * every request ends exactly as when the router asks every replica.
 """
 from __future__ import annotations
@@ -20,7 +21,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers_engine import compare_runs, run_open, workloads
-from simulator.engine.prefix_cache import usable
 from simulator.engine.routing import prefix_bound
 from simulator.engine.routing.prefix_bound import PrefixBound
 from test_prefix_cache import SETTINGS, cache_configs
@@ -47,19 +47,20 @@ def chained(draw, H: int):
     return out
 
 
-def _checked_tokens(real):
-    def tokens(self, blocks, prompt, replicas):
-        bound = real(self, blocks, prompt, replicas)
+def _checked_bounds(real):
+    def bounds(self, blocks, prompt, replicas):
+        known = real(self, blocks, prompt, replicas)
         for r in replicas:
-            if r.cache is not None and blocks:
+            if r.cache is not None:
                 r._sync_cache(r.env.now)
-                assert r.cache.cached_tokens(blocks, prompt) <= bound, "the bound is below a replica's hit"
-        return bound
-    return tokens
+                hit = r.cache.cached_tokens(blocks, prompt)
+                assert hit <= known.of(r.index) <= known.best, "a bound is below a replica's hit"
+        return known
+    return bounds
 
 
 def _ask_everyone(self, blocks, prompt, replicas):
-    return usable(prompt, prompt) if blocks else 0
+    return None    # nothing known: the router asks every replica, as before the bounds
 
 
 @settings(max_examples=150, **SETTINGS)
@@ -76,9 +77,9 @@ def test_the_bound_covers_every_replica_and_changes_no_choice(data):
               id_block_tokens=H, cancels=cancels)
     rebuild_at = data.draw(st.sampled_from([0, 8, 200]), label="MIN_REBUILD")
     with mock.patch.object(prefix_bound, "MIN_REBUILD", rebuild_at), \
-            mock.patch.object(PrefixBound, "tokens", _checked_tokens(PrefixBound.tokens)):
+            mock.patch.object(PrefixBound, "bounds", _checked_bounds(PrefixBound.bounds)):
         bounded = run_open("fast", reqs, cfg, nb, **kw)
-    with mock.patch.object(PrefixBound, "tokens", _ask_everyone):
+    with mock.patch.object(PrefixBound, "bounds", _ask_everyone):
         everyone = run_open("fast", reqs, cfg, nb, **kw)
     problems = compare_runs(bounded, everyone)
     assert not problems, "\n".join(problems[:12])
@@ -92,13 +93,13 @@ def test_rebuilds_keep_the_tree_bounded_by_what_replicas_hold():
     reqs = [Request(i, i * 0.01, 640, 16, blocks=(1, 2, 3) + tuple(range(1000 + 100 * i, 1000 + 100 * i + 38)))
             for i in range(300)]
     seen: list[PrefixBound] = []
-    real = PrefixBound.tokens
+    real = PrefixBound.bounds
 
     def spy(self, blocks, prompt, replicas):
         seen.append(self)
         return real(self, blocks, prompt, replicas)
 
-    with mock.patch.object(prefix_bound, "MIN_REBUILD", 500), mock.patch.object(PrefixBound, "tokens", spy):
+    with mock.patch.object(prefix_bound, "MIN_REBUILD", 500), mock.patch.object(PrefixBound, "bounds", spy):
         run = run_open("fast", reqs, EngineConfig(prefix_cache_capacity_tokens=16 * 200), 2000, replicas=2,
                        router="prefix_aware", id_block_tokens=16)
     bound = seen[-1]

@@ -6,6 +6,7 @@ from typing import Literal
 
 from pydantic import Field
 
+from ..prefix_cache import usable
 from .prefix_bound import PrefixBound
 from .registry import RouterParams, register_router
 
@@ -60,11 +61,11 @@ class PrefixAware:
     prefix from piling its traffic onto one replica.
 
     Cost: ``cached_prefix_tokens`` is called at most once per replica, in
-    order of increasing load, stopping once no remaining replica could beat
-    the best score even with the largest hit any replica could have
-    (:class:`~.prefix_bound.PrefixBound`; exact, so the choice is the one a
-    scan of every replica makes). With a shared system prompt every replica
-    caches, that is the first replica or two instead of all of them.
+    order of increasing load, skipping a replica that could not beat the
+    best score even with the largest hit it could have, and stopping once
+    that holds for every replica left (:class:`~.prefix_bound.PrefixBound`;
+    the bounds are exact, so the choice is the one a scan of every replica
+    makes). In practice one or two replicas are asked per request.
     """
 
     def __init__(self, rng, params: PrefixAwareParams) -> None:
@@ -78,16 +79,21 @@ class PrefixAware:
         least = order[0]
         if req.blocks is None:
             return least
-        w, bound = self.w, self.bound.tokens(req.blocks, req.input_tokens, replicas)
+        w = self.w
+        known = self.bound.bounds(req.blocks, req.input_tokens, replicas)
+        bound = usable(req.input_tokens, req.input_tokens) if known is None else known.best
         best, best_score = least, -math.inf
         for i in order:
             load = replicas[i].outstanding
             if bound - w * load <= best_score:
                 break   # loads only grow from here: nobody left can beat (or tie ahead of) the best
+            if known is not None and known.of(replicas[i].index) - w * load <= best_score:
+                continue   # this one cannot, whatever it holds: no need to ask
             score = replicas[i].cached_prefix_tokens(req) - w * load
             if score > best_score:
                 best, best_score = i, score
         lb, lm = replicas[best].outstanding, replicas[least].outstanding
-        if lb - lm > self.abs_thr and lb > self.rel_thr * lm:
-            return least
-        return best
+        chosen = least if lb - lm > self.abs_thr and lb > self.rel_thr * lm else best
+        if known is not None:
+            self.bound.enter(req.blocks, replicas[chosen].index)
+        return chosen

@@ -1,26 +1,30 @@
-"""An upper bound on any replica's cached prefix, so a cache-aware router asks few replicas.
+"""Upper bounds on the replicas' cached prefixes, so a cache-aware router asks few replicas.
 
-A router that scores replicas by cached prefix minus load can stop asking
-once no replica left could beat the best score even with the largest hit
-still possible. With only the prompt length as that bound, a shared system
-prompt defeats the early exit: every replica caches the same ~1K tokens, the
-bound says ~3K, and the router asks all of them (26 % of a 10M-DAU shard's
-time, 54 % of the 32-replica benchmark's). sgl-router avoids asking by
-keeping its own radix tree of what it sent where, which is approximate (it
-forgets on a timer, not on eviction). This bound is exact instead, and so
-leaves every routing decision unchanged:
+A router that scores replicas by cached prefix minus load can skip a
+replica whose score could not beat the best so far even with the largest
+hit it could have, and stop once that holds for every replica left. With
+only the prompt length as that bound, a shared system prompt defeats it:
+every replica caches the same ~1K tokens, the bound says ~3K, and the router
+asks all of them (26 % of a 10M-DAU shard's time, 54 % of the 32-replica
+benchmark's). sgl-router avoids asking by keeping its own radix tree of
+what it sent where, which is approximate (it forgets on a timer, not on
+eviction). These bounds are exact instead, and so leave every routing
+decision unchanged:
 
 A radix tree of every id chain routed through this router (a request's
-prompt and output ids: all a replica can ever cache) holds a superset of
-what any replica holds, so the longest prefix of a prompt found in it bounds
-every replica's hit from above. It starts from what the replicas hold at
-the first request and, when it has grown to twice that, is rebuilt from the
-routable replicas' caches and the ids of the requests they have queued or
-running (``Replica.cache_tree`` and ``held_chains``; replicas outside the routing list are
-never chosen, and one that joins it later starts empty), so its
-size stays bounded by KV capacity, not by the number of requests. Cost per
-request: one walk of the tree (O(depth) Python steps, C-speed run
-comparisons) that also enters the request's chain; rebuilds amortised.
+prompt and output ids: all a replica can ever cache), each node marked with
+the replicas its chains were sent to (a bitmask of replica indices). A
+replica can hold an id only if a chain through that node went to it, so the
+deepest node on a prompt's path whose mask has replica r bounds r's hit,
+and the deepest node of all bounds everyone's. It starts from what the
+replicas hold at the first request and, when it has grown to twice that,
+is rebuilt from the routable replicas' caches and the ids of the requests
+they have queued or running (``cache_tree`` and ``held_chains``; replicas
+outside the routing list are never chosen, and one that joins it later
+starts empty), so its size stays bounded by KV capacity, not by the number
+of requests. Cost per request: one walk of the tree to bound and one to
+enter the chain (O(depth) Python steps, C-speed run comparisons); rebuilds
+amortised.
 """
 from __future__ import annotations
 
@@ -33,11 +37,30 @@ MIN_REBUILD = 1 << 16
 
 
 class _Node:
-    __slots__ = ("ids", "children")
+    __slots__ = ("ids", "children", "mask")
 
-    def __init__(self, ids: tuple) -> None:
+    def __init__(self, ids: tuple, mask: int = 0) -> None:
         self.ids = ids
         self.children: dict[int, _Node] = {}
+        self.mask = mask        # bit r: a chain through here went to replica index r
+
+
+class Bounds:
+    """A prompt's bounds: ``best`` for any replica, :meth:`of` for one."""
+
+    __slots__ = ("best", "path")
+
+    def __init__(self, best: int, path: list[tuple[int, int]]) -> None:
+        self.best = best
+        self.path = path       # (tokens, mask) per node on the prompt's path, deepest first
+
+    def of(self, index: int) -> int:
+        """Bound on the hit of the replica with this ``index``."""
+        bit = 1 << index
+        for tokens, mask in self.path:
+            if mask & bit:
+                return tokens
+        return 0
 
 
 class PrefixBound:
@@ -46,46 +69,59 @@ class PrefixBound:
         self.size = 0             # ids held
         self.limit = MIN_REBUILD
 
-    def tokens(self, blocks: Optional[Sequence[int]], prompt: int, replicas: Sequence) -> int:
-        """Upper bound on the prompt tokens any of ``replicas`` could serve
-        from its cache for a ``prompt``-token request with ids ``blocks``;
-        then enter the ids, as the request is about to go to one of them.
-
-        Replicas that do not report their cache (``cache_block_tokens``,
-        ``cache_tree`` and ``held_chains``) get the bound every prompt has: all of it."""
+    def bounds(self, blocks: Sequence[int], prompt: int, replicas: Sequence) -> Optional[Bounds]:
+        """Bounds on the prompt tokens each of ``replicas`` could serve from
+        its cache for a ``prompt``-token request with ids ``blocks``; None
+        when the replicas do not report their caches (``cache_block_tokens``,
+        ``cache_tree`` and ``held_chains``): then nothing is known."""
         H = getattr(replicas[0], "cache_block_tokens", None)
-        if H is None or not blocks:
-            return usable(prompt, prompt) if blocks else 0
+        if H is None:
+            return None
         if self.size > self.limit or self.root is None:
             self._rebuild(replicas)
-        found = min(self.enter(blocks), -(-prompt // H))
-        return usable(found * H, prompt)   # a partial last id only lowers a replica's hit
+        limit = min(len(blocks), -(-prompt // H))
+        path: list[tuple[int, int]] = []
+        node, pos = self.root, 0
+        while pos < limit:
+            child = node.children.get(blocks[pos])
+            if child is None:
+                break
+            k = agree(blocks, pos, child.ids, min(len(child.ids), limit - pos))
+            pos += k
+            path.append((usable(pos * H, prompt), child.mask))   # a partial last id only lowers a hit
+            if k < len(child.ids):
+                break
+            node = child
+        path.reverse()
+        return Bounds(path[0][0] if path else 0, path)
 
-    def enter(self, chain: Sequence[int]) -> int:
-        """Add ``chain``; returns how many of its leading ids were already held."""
-        return self._enter(self.root, chain)[1]
+    def enter(self, chain: Sequence[int], index: int) -> None:
+        """Record that ``chain`` went to the replica with this ``index``."""
+        self._enter(self.root, chain, 1 << index)
 
-    def _enter(self, node: _Node, run: Sequence[int]) -> tuple[_Node, int]:
-        """Add ``run`` below ``node``: (the node it now ends at, ids of it already held)."""
+    def _enter(self, node: _Node, run: Sequence[int], bit: int) -> tuple[_Node, int]:
+        """Add ``run`` below ``node``, marking its path with ``bit``: (the
+        node it now ends at, ids of it already held)."""
         pos, n = 0, len(run)
         while pos < n:
             child = node.children.get(run[pos])
             if child is None:
-                new = node.children[run[pos]] = _Node(tuple(run[pos:]))
+                new = node.children[run[pos]] = _Node(tuple(run[pos:]), bit)
                 self.size += n - pos
                 return new, pos
             have = child.ids
             k = agree(run, pos, have, min(len(have), n - pos))
             if k < len(have):   # ends or diverges inside the node: split it there
-                top = node.children[run[pos]] = _Node(have[:k])
+                top = node.children[run[pos]] = _Node(have[:k], child.mask | bit)
                 child.ids = have[k:]
                 top.children[have[k]] = child
                 pos += k
                 if pos == n:
                     return top, pos
-                new = top.children[run[pos]] = _Node(tuple(run[pos:]))
+                new = top.children[run[pos]] = _Node(tuple(run[pos:]), bit)
                 self.size += n - pos
                 return new, pos
+            child.mask |= bit
             pos += k
             node = child
         return node, pos
@@ -95,13 +131,14 @@ class PrefixBound:
         and the chains of the requests they hold."""
         self.root, self.size = _Node(()), 0
         for r in replicas:
+            bit = 1 << r.index
             tree = r.cache_tree
             if tree is not None:
                 stack = [(tree, self.root)]
                 while stack:
                     x, at = stack.pop()
                     for c in x.children.values():
-                        stack.append((c, self._enter(at, c.ids)[0]))
+                        stack.append((c, self._enter(at, c.ids, bit)[0]))
             for chain in r.held_chains():
-                self.enter(chain)
+                self._enter(self.root, chain, bit)
         self.limit = max(MIN_REBUILD, 2 * self.size)
