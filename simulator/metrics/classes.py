@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional, Sequence
 
 from workloads.request import Request, Status
-from .records import Records
+from .records import LATENCY, Records
 from .results import compute_results
 
 _KEYS = ("median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p95_tpot_ms", "p99_tpot_ms",
@@ -21,7 +21,7 @@ _KEYS = ("median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p95_
 
 def class_block(requests: "Records | Sequence[Request]", classes: Sequence,
                 default_slo: Optional[Mapping[str, Any]], duration: float) -> dict[str, Any]:
-    by = Records.of(requests).groups("klass", [c.name for c in classes])
+    by = Records.of(requests).select(*LATENCY, "klass", "pool").groups("klass", [c.name for c in classes])
     out: dict[str, Any] = {}
     specs = {c.name: c for c in classes}
     for name, reqs in by.items():

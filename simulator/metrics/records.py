@@ -20,7 +20,7 @@ import numpy as np
 
 from workloads.request import RECORD_COLUMNS, Request, Status
 
-__all__ = ["Records", "COLUMNS"]
+__all__ = ["Records", "COLUMNS", "LATENCY"]
 
 #: Every column a metric or the per-request table reads.
 COLUMNS = (*RECORD_COLUMNS, "priority", "preloaded")
@@ -30,6 +30,10 @@ _TEXT = ("klass", "pool", "region")
 _WIDE = ("id", "session")       # may exceed 2^31 over a long trace; the other counts never do
 DTYPES: dict[str, Any] = {**{c: np.float64 for c in _TIME}, **{c: object for c in _TEXT},
                           **{c: np.int64 for c in _WIDE}, "status": np.int8}
+
+
+#: What the latency figures of compute_results read (metrics.derive.RequestArrays).
+LATENCY = ("id", "arrival", "admitted", "first_token", "finish", "input_tokens", "output_tokens", "status")
 
 
 def _dtype(column: str):
@@ -74,13 +78,18 @@ class Records:
         return cls(out)
 
     def __len__(self) -> int:
-        return int(self.columns["id"].size)
+        return int(next(iter(self.columns.values())).size) if self.columns else 0
 
     def __getattr__(self, name: str) -> np.ndarray:
         try:
             return self.columns[name]
         except KeyError:
             raise AttributeError(name) from None
+
+    def select(self, *names: str) -> "Records":
+        """These columns only (the same arrays, not copies): filter a
+        selection, not the whole table, when only a few columns are read."""
+        return Records({k: self.columns[k] for k in names})
 
     def where(self, mask: np.ndarray) -> "Records":
         return Records({k: v[mask] for k, v in self.columns.items()})

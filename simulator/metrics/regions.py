@@ -13,14 +13,14 @@ from typing import Any, Sequence
 import numpy as np
 
 from workloads.request import Request, Status
-from .records import Records
+from .records import LATENCY, Records
 from .results import compute_results
 
 _KEYS = ("median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_e2el_ms", "p95_e2el_ms", "p99_e2el_ms")
 
 
 def region_block(requests: "Records | Sequence[Request]", regions: Sequence, duration: float) -> dict[str, Any]:
-    requests = Records.of(requests)
+    requests = Records.of(requests).select(*LATENCY, "region", "session", "net_in", "net_out")
     by = requests.groups("region", [r.name for r in regions])
     total_share = sum(r.share for r in regions)
     declared = {r.name: r.share / total_share for r in regions}

@@ -44,7 +44,8 @@ def _parts(r: Records) -> tuple[np.ndarray, np.ndarray]:
 def ttft_budget(requests: "Records | Sequence[Request]",
                 percentiles: Sequence[float] = (50, 95, 99)) -> dict[str, Any] | None:
     records = Records.of(requests)
-    done = records.where(records.finished)
+    done = records.select("arrival", "admitted", "first_token", "queued", "net_in", "net_out", "prefill_done",
+                          "kv_transfer").where(records.finished)
     if not len(done):
         return None
     parts, ttft = _parts(done)
