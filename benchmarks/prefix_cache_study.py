@@ -160,8 +160,12 @@ def run(scenario: dict) -> Run:
     key = repr(scenario)
     if key not in _RUNS:
         t = time.perf_counter()
-        out = simulate(Scenario.model_validate(scenario))
-        _RUNS[key] = Run(out, time.perf_counter() - t)
+        ids: dict[int, tuple] = {}   # the run drops each request's ids when it ends; the ideals need them
+        out = simulate(Scenario.model_validate(scenario), on_end=lambda r: ids.__setitem__(r.id, r.blocks))
+        wall = time.perf_counter() - t
+        for r in out.requests:
+            r.blocks = ids.get(r.id)
+        _RUNS[key] = Run(out, wall)
     return _RUNS[key]
 
 

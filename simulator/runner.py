@@ -67,9 +67,16 @@ def _build_pool(env, ps: PoolSetup, sc: Scenario, routes: dict[str, str], gaps: 
 
 
 def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str | Path | None = None,
-             progress: Optional[Callable[[float, int, int], None]] = None, subset=None) -> RunOutput:
+             progress: Optional[Callable[[float, int, int], None]] = None, subset=None,
+             on_end: Optional[Callable[[Request], None]] = None) -> RunOutput:
     """Replay the scenario's workload through its fleet; ``subset`` keeps one
-    shard's sessions (:mod:`simulator.sharding`)."""
+    shard's sessions (:mod:`simulator.sharding`).
+
+    A request's block ids are dropped when it ends: nothing reads them
+    after, and they are most of a finished request's memory (a chat turn's
+    history, ~3.5 KB; a 24 h chatbot day holds a million turns).
+    ``on_end(request)`` is called as each request ends, ids still attached,
+    for a caller that wants to keep or stream them."""
     if not isinstance(scenario, Scenario):
         scenario, source = load_scenario(scenario)
     sc = scenario
@@ -90,6 +97,9 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     def on_done(req: Request) -> None:
         done[0] += 1
         src.on_done(req)
+        if on_end is not None:
+            on_end(req)
+        req.blocks = None
 
     targets: dict = dict(pools)           # what a class routes to: a pool, or a prefill → decode pair
     fleet = Fleet(env, targets, classes, routes, on_done, RegionTable(sc.regions, sc.seed))

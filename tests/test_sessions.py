@@ -8,6 +8,7 @@ derandomized, as in test_workloads.py.
 from __future__ import annotations
 
 import itertools
+from types import SimpleNamespace
 import json
 from pathlib import Path
 
@@ -334,10 +335,9 @@ def test_open_loop_system_prompts_prefix_the_user_tokens():
     inp, out = spec.lengths(4, 200)
     apps = spec.draw_apps(spawn_streams(4))
     heads = {ids[0]: t for ids, t in zip(apps.block_ids, apps.tokens) if ids}
-    reqs = spec.generate(4)   # the driven requests, with the ids the driver attached at arrival
-    assert [(r.id, r.input_tokens, r.output_tokens) for r in reqs] == \
-        [(r.id, r.input_tokens, r.output_tokens) for r in source.requests]
-    assert all(r.blocks is None for r in source.requests), "ids are dropped when a request ends"
+    reqs = spec.generate(4)   # the same requests, ids attached up front
+    assert [(r.id, r.input_tokens, r.output_tokens, r.blocks) for r in reqs] == \
+        [(r.id, r.input_tokens, r.output_tokens, r.blocks) for r in source.requests]
     for r, x in zip(reqs, inp.tolist()):
         assert len(r.blocks) == (r.input_tokens + r.output_tokens) // 16
         assert r.input_tokens - x in apps.tokens
@@ -481,3 +481,20 @@ def test_yaml_example_from_the_docs(tmp_path):
                  "think_time_s": {"dist": "lognormal", "mean": 20, "std": 15}, "max_context_tokens": 8192}))
     source, _ = drive(json.loads(text), seed=7)
     assert max(r.input_tokens + r.output_tokens for r in source.requests) <= 8192
+
+
+def test_a_run_drops_ids_when_requests_end_and_on_end_sees_them_first():
+    """Block ids are most of a finished request's memory: simulate() drops
+    them as each request ends, after handing it to ``on_end``."""
+    from simulator.runner import simulate
+    from simulator.scenario.schema import Scenario
+
+    sc = Scenario.model_validate({"name": "t", "seed": 3, "workload": chat(n=8),
+                                  "pools": [{"model": "llama-3-8b", "gpu": "h100-sxm"}]})
+    seen: dict[int, tuple] = {}
+    out = simulate(sc, on_end=lambda r: seen.__setitem__(r.id, r.blocks))
+    assert len(out.requests) > 8 and all(r.blocks is None for r in out.requests)
+    assert sorted(seen) == [r.id for r in out.requests] and all(seen.values())
+    B = sc.workload.id_block_tokens()
+    assert all(len(seen[r.id]) == (r.input_tokens + r.output_tokens) // B for r in out.requests)
+    assert_chained([SimpleNamespace(id=r.id, blocks=seen[r.id]) for r in out.requests])

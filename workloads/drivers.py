@@ -91,8 +91,8 @@ class OpenLoop:
     """Requests fixed in advance (poisson, gamma, a trace): each submitted at its arrival time.
 
     With ``attach``, the requests come without block ids and ``attach(i,
-    request)`` gives request i its ids when it arrives; they are dropped
-    again when it ends. Ids are most of a request's memory (a 3K-token
+    request)`` gives request i its ids when it arrives (the runner drops
+    them when it ends). Ids are most of a request's memory (a 3K-token
     prompt has ~190, ~7 KB with their int objects), and only the requests in
     flight need them: a 13-node 10M-DAU shard's hour holds ~280,000
     requests, of which a few thousand are in flight at any time.
@@ -117,8 +117,7 @@ class OpenLoop:
         _at_times(env, range(len(reqs)), lambda i: reqs[i].arrival, arrive)
 
     def on_done(self, req: Request) -> None:
-        if self.attach is not None:
-            req.blocks = None
+        pass
 
 
 class ClosedLoop:
