@@ -39,11 +39,11 @@ less. For the M/M/1 it is the whole run, arrivals included, wall and CPU.
 Memory is measured in separate, untimed runs under tracemalloc (which slows
 Python down several-fold): the peak traced during ``simulate()``, minus the
 per-request table (the Request objects with everything they reference, plus
-the list holding them, and the block ids in ``Request.blocks`` where a
-request still has them: open-loop requests with a system prompt, as in (d)
-and (e), get theirs at arrival and drop them when they end, so there the
-peak includes the ids of the requests in flight), divided by the finished
-requests.
+the list holding them, and any block ids in ``Request.blocks``: none
+after the run, since the runner drops a request's ids when it ends, and
+open-loop requests with a system prompt, as in (d) and (e), get theirs only
+at arrival, so the peak includes the ids of the requests in flight),
+divided by the finished requests.
 """
 from __future__ import annotations
 
