@@ -15,13 +15,9 @@ from typing import Iterable
 import numpy as np
 
 from workloads.request import Request, Status
-from .records import Records
+from .records import LATENCY, Records
 
 __all__ = ["RequestArrays"]
-
-_FLOAT = ("arrival", "admitted", "first_token", "finish")
-_INT = ("id", "input_tokens", "output_tokens", "status")
-
 
 class RequestArrays:
     """Column arrays of the fields metrics need, plus derived latencies (ms).
@@ -32,13 +28,11 @@ class RequestArrays:
     not the produced, length. Missing values are NaN.
     """
 
-    __slots__ = (*_FLOAT, *_INT, "finished", "ttft_ms", "e2el_ms", "tpot_ms", "tpot_or_zero_ms")
+    __slots__ = (*LATENCY, "finished", "ttft_ms", "e2el_ms", "tpot_ms", "tpot_or_zero_ms")
 
     def __init__(self, requests: "Records | Iterable[Request]") -> None:
         rec = Records.of(requests)
-        for name in _FLOAT:
-            setattr(self, name, rec.columns[name])
-        for name in _INT:
+        for name in LATENCY:
             setattr(self, name, rec.columns[name])
         self.finished = self.status == int(Status.FINISHED)
         bad = self.finished & ~(np.isfinite(self.first_token) & np.isfinite(self.finish))

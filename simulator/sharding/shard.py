@@ -19,13 +19,11 @@ from typing import Any, Optional
 
 import numpy as np
 
-from workloads.request import Request
 from ..metrics.records import Records
 from ..scenario.schema import Scenario
 from .split import ShardSubset
 
-__all__ = ["ShardJob", "ShardOutcome", "ReplicaRecord", "PoolRecord", "ScalerRecord", "run_shard",
-           "record_columns"]
+__all__ = ["ShardJob", "ShardOutcome", "ReplicaRecord", "PoolRecord", "ScalerRecord", "run_shard"]
 
 _TIME_AVERAGED = ("queue_mean", "queue_max", "batch_mean", "batch_max")
 
@@ -117,11 +115,6 @@ class ShardOutcome:
         return int(self.columns["id"].size)
 
 
-def record_columns(requests: list[Request]) -> dict[str, np.ndarray]:
-    """The records as the typed numpy columns every metric reads (:class:`~..metrics.records.Records`)."""
-    return Records.of(requests).columns
-
-
 def run_shard(job: ShardJob) -> ShardOutcome:
     """Simulate one shard (its scenario and workload subset)."""
     from ..runner import simulate  # heavy; imported in the worker
@@ -138,7 +131,7 @@ def run_shard(job: ShardJob) -> ShardOutcome:
     g = out.gaps
     gaps = (np.frombuffer(g.lo, dtype=np.float64).copy(), np.frombuffer(g.hi, dtype=np.float64).copy(),
             np.frombuffer(g.weight, dtype=np.float64).copy())
-    cols = record_columns(out.requests)
+    cols = Records.of(out.requests).columns
     return ShardOutcome(job.index, cols, gaps, pools, scalers, end, time.perf_counter() - wall, out.timeline)
 
 
