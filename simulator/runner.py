@@ -27,7 +27,7 @@ from .fleet.setup import PoolSetup, setup_pool  # noqa: F401  (re-exported: note
 from .metrics.records import Records
 from .fleet.timeline import Timeline
 from .metrics.fleet_report import llmsim_block
-from .metrics.gaps import GapLog
+from .metrics.gaps import GapGrid, GapLog
 from .metrics.results import compute_results
 from .scenario.load import load_scenario
 from .scenario.schema import Scenario
@@ -39,7 +39,7 @@ from workloads.request import Request
 class RunOutput:
     scenario: Scenario
     requests: "list[Request] | Records"   # Records (columns) for a sharded run: too many for objects
-    gaps: GapLog
+    gaps: "GapLog | GapGrid"   # a sharded run has only the shards' merged grid
     results: dict
     pools: dict[str, Pool] = field(default_factory=dict)
     setups: list[PoolSetup] = field(default_factory=list)

@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from rich.console import Console
 
 from simulator.errors import LlmsimError
-from simulator.metrics import (GapLog, UniformMixture, compute_results, jsonable, percentile_key, request_table,
+from simulator.metrics import (GapGrid, GapLog, UniformMixture, compute_results, jsonable, percentile_key, request_table,
                                sample_stats, summary_table, write_requests, write_results)
 from workloads.request import RECORD_COLUMNS, Request, Status
 
@@ -373,6 +373,88 @@ def test_near_degenerate_segment_does_not_swamp_the_rest():
     p = mix.percentiles([0.05, 50, 99.99])
     assert 0.02 <= p[0] <= 0.04 and p[1] == approx(0.1) and p[2] == approx(0.1)
     assert mix.cdf(0.03) == approx(500 / 1001000)
+
+
+# -- the 1 µs gap grid -------------------------------------------------------------
+
+def _log(lo, hi, w) -> GapLog:
+    g = GapLog()
+    for a, b, k in zip(lo, hi, w):
+        g.add(float(a), float(b), float(k))
+    return g
+
+
+grid_segments = st.lists(
+    st.tuples(st.floats(0.005, 0.2), st.one_of(st.just(0.0), st.floats(0.0, 0.02)), st.integers(1, 500)),
+    min_size=1, max_size=40)
+
+
+@settings(max_examples=200, deadline=None)
+@given(grid_segments, qs)
+def test_grid_moves_every_figure_by_at_most_half_a_microsecond(segs, q):
+    """The grid snaps each segment's ends to the nearest µs: every percentile
+    of the mixture moves by at most that (each segment's CDF lies between its
+    own shifted by ±½ µs, so the mixture's quantiles do too); the std moves
+    by no more than twice that, and the mean, a sum, not at all."""
+    lo = np.array([s[0] for s in segs])
+    hi = lo + np.array([s[1] for s in segs])
+    w = np.array([s[2] for s in segs], dtype=float)
+    exact = UniformMixture(lo, hi, w, scale=1000.0)
+    grid = GapGrid.of(_log(lo, hi, w)).mixture()
+    half_us = 0.0005 + 1e-9   # in ms, with room for rounding
+    for a, b in zip(grid.percentiles(q), exact.percentiles(q)):
+        assert abs(a - b) <= half_us
+    assert grid.mean() == pytest.approx(exact.mean(), rel=1e-12)
+    assert abs(grid.std() - exact.std()) <= 2 * half_us
+    assert grid.total == exact.total
+
+
+@settings(max_examples=100, deadline=None)
+@given(st.lists(st.tuples(st.integers(5_000, 60_000), st.integers(1, 30)), min_size=1, max_size=40), qs)
+def test_grid_point_masses_on_the_grid_are_numpy_exactly(points, q):
+    """Gaps that already sit on whole microseconds are the expanded sample
+    itself: np.percentile of it, bit for bit, in milliseconds."""
+    us = np.array([p for p, _ in points])
+    k = np.array([c for _, c in points])
+    grid = GapGrid.of(_log(us / 1e6, us / 1e6, k)).mixture()
+    expanded = np.repeat(us / 1000.0, k)
+    assert grid.percentiles(q) == [float(v) for v in np.percentile(expanded, q)]
+    assert grid.mean() == pytest.approx(float(np.mean(expanded)), rel=1e-12)
+
+
+@settings(max_examples=100, deadline=None)
+@given(grid_segments, st.integers(1, 5))
+def test_grids_of_parts_merge_into_the_grid_of_the_whole(segs, parts):
+    """What the shard merge relies on: summing the grids of any split of a
+    log gives the grid of the log (to rounding in the summed densities)."""
+    lo = np.array([s[0] for s in segs])
+    hi = lo + np.array([s[1] for s in segs])
+    w = np.array([s[2] for s in segs], dtype=float)
+    cut = np.array_split(np.arange(len(segs)), parts)
+    merged = GapGrid.merge([GapGrid.of(_log(lo[i], hi[i], w[i])) for i in cut])
+    whole = GapGrid.of(_log(lo, hi, w))
+    assert merged.cells.tolist() == whole.cells.tolist()
+    assert merged.jump.tolist() == whole.jump.tolist() and merged.dcount.tolist() == whole.dcount.tolist()
+    assert merged.dslope == pytest.approx(whole.dslope, rel=1e-12, abs=1e-9)
+    a, b = merged.mixture(), whole.mixture()
+    assert a.percentiles([50, 99]) == pytest.approx(b.percentiles([50, 99]), rel=1e-12)
+
+
+def test_grid_holds_one_entry_per_distinct_microsecond_not_per_segment():
+    rng = np.random.default_rng(1)
+    n = 300_000
+    lo = rng.integers(10_000, 12_000, n) / 1e6          # 2,000 distinct step times
+    hi = lo + rng.integers(0, 3, n) / 1e6
+    g = GapGrid.of(_log(lo, hi, rng.integers(1, 64, n)))
+    assert len(g) <= 2_002 < n
+    assert GapGrid.merge([g, g]).total == 2 * g.total and len(GapGrid.merge([g, g])) == len(g)
+
+
+def test_grid_refuses_bad_segments_and_an_empty_log_has_no_figures():
+    with pytest.raises(ValueError):
+        GapGrid.of(_log([0.2], [0.1], [1]))
+    empty = GapGrid.of(None).mixture()
+    assert empty.mean() is None and empty.percentiles([99]) == [None] and empty.cdf(1.0) is None
 
 
 def test_mixture_rejects_bad_segments():

@@ -7,6 +7,7 @@ from hypothesis import given, settings, strategies as st
 
 from simulator.errors import LlmsimError
 from simulator.fleet.split import ShareSplit
+from simulator.metrics.column_files import ColumnFiles
 from simulator.metrics.percentiles import sample_percentile
 from simulator.planning.executors import ExecutorOptions, make_executor
 from simulator.runner import simulate
@@ -115,6 +116,30 @@ def test_local_pool_and_in_process_shards_agree():
     assert _strip(a.results) == _strip(b.results)
 
 
+@pytest.mark.parametrize("name, sets", [("dau-10m", DAU), ("chatbot", CHAT)])
+def test_records_spilled_to_disk_give_the_same_run_bit_for_bit(name, sets):
+    """A merge that spills every shard's columns (spill_rows=0) reads them
+    back column by column: the same figures and the same table as one that
+    holds them in memory, and the temporary files go with the run."""
+    sc, path = load_scenario(name, sets)
+    with _in_process() as ex:
+        held = run_sharded(sc, 2, source=path, executor=ex)
+        spilled = run_sharded(sc, 2, source=path, executor=ex, spill_rows=0)
+    cols = spilled.requests.columns
+    assert isinstance(cols, ColumnFiles) and len(spilled.requests) == len(held.requests)
+    assert _strip(spilled.results) == _strip(held.results)
+    assert _records(spilled.requests) == _records(held.requests)
+    for name_ in held.requests.columns:
+        a, b = held.requests.columns[name_], cols[name_]
+        assert a.dtype == b.dtype and a.tolist() == b.tolist(), name_
+    root = cols.root
+    assert root.is_dir()
+    del spilled, cols
+    import gc
+    gc.collect()
+    assert not root.exists()
+
+
 @given(keys=st.lists(st.integers(0, 2**63 - 1), min_size=1, max_size=50), n=st.integers(1, 9),
        seed=st.integers(0, 2**32))
 @settings(max_examples=60, deadline=None)
@@ -169,7 +194,7 @@ def test_fleets_that_cannot_be_sharded_are_refused(name, sets, n, where):
     assert e.value.key_path == where
 
 
-def test_a_sharded_run_writes_the_same_table_as_a_plain_one(tmp_path, cli):
+def test_a_sharded_run_writes_the_same_table_as_a_plain_one(tmp_path, cli, monkeypatch):
     """``llmsim run --shards 2 -o DIR`` writes the per-request table and the
     plots from the merged columns (no Request objects are rebuilt); one shard
     writes exactly the plain run's table."""
@@ -188,3 +213,8 @@ def test_a_sharded_run_writes_the_same_table_as_a_plain_one(tmp_path, cli):
     assert res["completed"] == len(done)
     assert res["p99_ttft_ms"] == sample_percentile(done["ttft_ms"].to_numpy(), 99)
     assert list((tmp_path / "two").glob("*.png")), "the plots are drawn from the merged columns too"
+    # a merge whose columns went to disk writes the same table and figures
+    monkeypatch.setattr("simulator.sharding.merge.SPILL_ROWS", 0)
+    assert cli("run", "dau-10m", *sets, "--shards", "2", "-o", tmp_path / "disk", "--workers", "1").code == 0
+    pd.testing.assert_frame_equal(pd.read_parquet(next((tmp_path / "disk").glob("requests.*"))), two)
+    assert _strip(__import__("json").loads((tmp_path / "disk" / "results.json").read_text())) == _strip(res)

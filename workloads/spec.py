@@ -87,6 +87,10 @@ def spawn_streams(seed: SeedLike) -> Streams:
     return Streams(*(np.random.default_rng(c) for c in children[:_FIRST] + later))
 
 
+#: Request ids per chunk when a shard picks its own out of the fleet's.
+_KEEP_CHUNK = 1 << 20
+
+
 class WorkloadSpec(BaseModel):
     """One traffic class: arrival process plus prompt and output length laws.
 
@@ -246,13 +250,22 @@ class WorkloadSpec(BaseModel):
         gives request i its ids (None when they have none): a driver can
         attach them at arrival, since ids are most of a request's memory."""
         t = self._times(s)
-        inp, out = self._lengths(s, len(t))
+        n = len(t)
+        if keep is None:
+            ids = np.arange(n)
+            kept = lambda a: a  # noqa: E731
+        else:
+            # A shard keeps ~1/N of the fleet's draws: each array is cut down
+            # as soon as it is drawn (and the mask built a chunk at a time), so
+            # the whole fleet's arrays are never held together.
+            ids = np.concatenate([lo + np.flatnonzero(keep(np.arange(lo, min(lo + _KEEP_CHUNK, n))))
+                                  for lo in range(0, n, _KEEP_CHUNK)] or [np.zeros(0, dtype=np.int64)])
+            kept = lambda a: a[ids]  # noqa: E731
+            t = kept(t)
+        inp = kept(self.input_tokens.sample(s.input_tokens, n))
+        out = kept(self.output_tokens.sample(s.output_tokens, n))
         apps = self.draw_apps(s)
-        chosen = None if apps is None else np.asarray(apps.choose(len(t)), dtype=np.int64)
-        ids = np.arange(len(t))
-        if keep is not None:
-            ids = ids[keep(ids)]
-            t, inp, out, chosen = t[ids], inp[ids], out[ids], None if chosen is None else chosen[ids]
+        chosen = None if apps is None else kept(np.asarray(apps.choose(n), dtype=np.int64))
         if apps is None:
             rows = zip(ids.tolist(), t.tolist(), inp.tolist(), out.tolist())  # Python scalars, not numpy ones
             return [Request(i, a, x, y) for i, a, x, y in rows], None

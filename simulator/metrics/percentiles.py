@@ -31,7 +31,8 @@ from typing import Iterable, Sequence
 
 import numpy as np
 
-__all__ = ["DEFAULT_PERCENTILES", "percentile_key", "sample_stats", "sample_percentile", "UniformMixture"]
+__all__ = ["DEFAULT_PERCENTILES", "percentile_key", "sample_stats", "sample_percentile", "UniformMixture",
+           "fold_events"]
 
 #: The percentiles every latency gets in results.json (vLLM's default is
 #: only p99; capacity planning wants the shape of the tail too).
@@ -92,18 +93,40 @@ def _lerp(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
     return np.where(t >= 0.5, b - diff * (1.0 - t), out)
 
 
+def fold_events(pos: np.ndarray, dslope: np.ndarray, dcount: np.ndarray, jump: np.ndarray
+                ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Breakpoint events summed per distinct position, in position order.
+
+    A uniform segment of weight w on [lo, hi] is two events, (lo, +w/(hi-lo),
+    +1, 0) and (hi, -w/(hi-lo), -1, 0); a point mass one, (x, 0, 0, w). Summed
+    events are again events, which is what lets gap grids merge."""
+    order = np.argsort(pos, kind="stable")
+    pos, dslope, dcount, jump = pos[order], dslope[order], dcount[order], jump[order]
+    if pos.size == 0:
+        return pos, dslope, dcount, jump
+    first = np.flatnonzero(np.concatenate([[True], pos[1:] != pos[:-1]]))
+    return (pos[first], np.add.reduceat(dslope, first), np.add.reduceat(dcount, first),
+            np.add.reduceat(jump, first))
+
+
 class UniformMixture:
     """A weighted mixture of uniform distributions on [lo, hi] (point masses
     where lo == hi), with the statistics vLLM reports for ITL.
 
-    Sums are exact (``math.fsum``), so mean, std and CDF are the same bit
-    for bit whatever order the engine (or merged shards) logged segments in;
+    Everything is answered from the mixture's *folded* form: its distinct
+    breakpoints with the point mass at each and the density right of it
+    (the CDF is piecewise linear between them). That form is all a run's
+    :class:`~simulator.metrics.gaps.GapGrid` keeps, so a run of any length
+    and any number of shards reaches the same code through
+    :meth:`from_events` in bounded memory; the constructor folds raw
+    segments exactly, for the mathematics and its tests.
+
+    Sums over breakpoints are exact (``math.fsum``), so mean, std and CDF
+    are the same bit for bit whatever order the segments were logged in;
     percentiles can differ in the last bits when segments share a breakpoint.
-    (A canonical sort of the log would remove that too, but costs seconds
-    per ten million segments.)
     """
 
-    __slots__ = ("lo", "hi", "weight", "total", "_xs", "_c_left", "_c_right", "_slope")
+    __slots__ = ("total", "_mean", "_xs", "_jump", "_slope", "_c_left", "_c_right")
 
     # A segment narrower than this fraction of the whole span is treated as a
     # point mass at its midpoint: its density would be so large that summing
@@ -126,39 +149,84 @@ class UniformMixture:
         keep = w > 0
         if not keep.all():
             lo, hi, w = lo[keep], hi[keep], w[keep]
-        self.lo, self.hi, self.weight = lo, hi, w
-        self.total = math.fsum(w) if w.size else 0.0
-        self._xs = None
-
-    @classmethod
-    def from_gaps(cls, gaps, scale: float = 1.0) -> "UniformMixture":
-        """Build from a :class:`~simulator.metrics.gaps.GapLog` (``scale=1000`` for ms)."""
-        return cls(np.frombuffer(gaps.lo, dtype=np.float64), np.frombuffer(gaps.hi, dtype=np.float64),
-                   np.frombuffer(gaps.weight, dtype=np.float64), scale=scale)
-
-    def __len__(self) -> int:
-        return int(self.weight.size)
-
-    # -- moments -----------------------------------------------------------
-    def mean(self) -> float | None:
-        if self.total <= 0:
-            return None
+        span = float(hi.max() - lo.min()) if lo.size else 0.0
+        width = hi - lo
+        point = width <= self._NARROW * span
+        wide = ~point
+        px = np.where(width == 0, lo, 0.5 * (lo + hi))[point]
+        dens = w[wide] / width[wide]
+        total = math.fsum(w) if w.size else 0.0
         # Averaging offsets from the smallest segment mean keeps a single point
         # mass (or a tight cluster) exact instead of drifting out of its span.
-        mid = 0.5 * (self.lo + self.hi)
-        ref = float(mid.min())
-        m = ref + math.fsum(self.weight * (mid - ref)) / self.total
-        return float(min(max(m, ref), float(mid.max())))
+        mid = 0.5 * (lo + hi)
+        self._mean = None
+        if total > 0:
+            ref = float(mid.min())
+            m = ref + math.fsum(w * (mid - ref)) / total
+            self._mean = float(min(max(m, ref), float(mid.max())))
+        self._fold(*fold_events(np.concatenate([lo[wide], hi[wide], px]),
+                                np.concatenate([dens, -dens, np.zeros(px.size)]),
+                                np.concatenate([np.ones(dens.size), -np.ones(dens.size), np.zeros(px.size)]),
+                                np.concatenate([np.zeros(2 * dens.size), w[point]])), total)
+
+    @classmethod
+    def from_events(cls, xs: np.ndarray, dslope: np.ndarray, dcount: np.ndarray, jump: np.ndarray,
+                    total: float, mean: float | None) -> "UniformMixture":
+        """The mixture whose distinct sorted breakpoints ``xs`` carry the given
+        change of density, change of open-segment count and point mass
+        (see :func:`fold_events`); ``total`` is the sum of the weights and
+        ``mean`` the mixture's mean, kept exactly by whoever folded it."""
+        self = cls.__new__(cls)
+        self._mean = mean if total > 0 else None
+        self._fold(np.asarray(xs, dtype=np.float64), np.asarray(dslope, dtype=np.float64),
+                   np.asarray(dcount, dtype=np.float64), np.asarray(jump, dtype=np.float64), float(total))
+        return self
+
+    def _fold(self, xs: np.ndarray, dslope: np.ndarray, dcount: np.ndarray, jump: np.ndarray,
+              total: float) -> None:
+        self.total = total if xs.size else 0.0
+        slope = np.cumsum(dslope)
+        active = np.cumsum(dcount)
+        # Where no uniform segment is open the density is exactly zero; resetting
+        # it there stops rounding residue of +d/-d from leaking into gaps.
+        slope[active <= 0.5] = 0.0
+        np.maximum(slope, 0.0, out=slope)
+        inc = jump.copy()
+        inc[1:] += slope[:-1] * np.diff(xs)
+        c_right = np.cumsum(inc)
+        self._xs, self._jump, self._slope = xs, jump, slope
+        self._c_right = c_right
+        self._c_left = c_right - jump
+
+    def __len__(self) -> int:
+        """Distinct breakpoints: what the mixture holds in memory."""
+        return int(self._xs.size)
+
+    # -- moments -----------------------------------------------------------
+    def _pieces(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """(mass, centre, width) of every atom and every uniform piece between
+        breakpoints."""
+        xs, slope = self._xs, self._slope
+        dx = np.diff(xs)
+        mass = np.concatenate([self._jump, slope[:-1] * dx])
+        centre = np.concatenate([xs, xs[:-1] + 0.5 * dx])
+        width = np.concatenate([np.zeros(xs.size), dx])
+        return mass, centre, width
+
+    def mean(self) -> float | None:
+        """Exact for the segments, not their folded form: carried from the
+        constructor or the grid (a mean is a sum, so it merges exactly)."""
+        return self._mean if self.total > 0 else None
 
     def std(self) -> float | None:
-        """Population std (np.std's ddof=0) of the mixture: within-segment
-        variance (hi−lo)²/12 plus the spread of the segment means."""
+        """Population std (np.std's ddof=0): within-piece variance width²/12
+        plus the spread of the piece centres (the density is constant on
+        each piece, so every piece is one uniform)."""
         m = self.mean()
         if m is None:
             return None
-        mid = 0.5 * (self.lo + self.hi)
-        width = self.hi - self.lo
-        var = math.fsum(self.weight * (width * width / 12.0 + (mid - m) ** 2)) / self.total
+        mass, centre, width = self._pieces()
+        var = math.fsum(mass * (width * width / 12.0 + (centre - m) ** 2)) / math.fsum(mass)
         return math.sqrt(max(var, 0.0))
 
     # -- distribution ------------------------------------------------------
@@ -166,51 +234,17 @@ class UniformMixture:
         """Fraction of the gaps that are <= x (point masses at x count as <= x)."""
         if self.total <= 0:
             return None
-        width = self.hi - self.lo
-        point = width == 0
-        frac = np.empty_like(self.lo)
-        frac[point] = (self.lo[point] <= x).astype(np.float64)
-        wide = ~point
-        frac[wide] = np.clip((x - self.lo[wide]) / width[wide], 0.0, 1.0)
-        return min(math.fsum(self.weight * frac) / self.total, 1.0)
-
-    def _breakpoints(self) -> None:
-        """Cumulative mass left and right of every distinct breakpoint, and the
-        density just right of it: the mixture CDF is piecewise linear between
-        breakpoints, with jumps at point masses."""
-        lo, hi, w = self.lo, self.hi, self.weight
-        span = float(hi.max() - lo.min()) if lo.size else 0.0
-        width = hi - lo
-        point = width <= self._NARROW * span
-        wide = ~point
-        px = np.where(width == 0, lo, 0.5 * (lo + hi))[point]
-        dens = w[wide] / width[wide]
-        pos = np.concatenate([lo[wide], hi[wide], px])
-        dslope = np.concatenate([dens, -dens, np.zeros(px.size)])
-        dcount = np.concatenate([np.ones(dens.size), -np.ones(dens.size), np.zeros(px.size)])
-        jump = np.concatenate([np.zeros(2 * dens.size), w[point]])
-        order = np.argsort(pos, kind="stable")
-        pos, dslope, dcount, jump = pos[order], dslope[order], dcount[order], jump[order]
-        first = np.flatnonzero(np.concatenate([[True], pos[1:] != pos[:-1]]))
-        xs = pos[first]
-        slope = np.cumsum(np.add.reduceat(dslope, first))
-        active = np.cumsum(np.add.reduceat(dcount, first))
-        # Where no uniform segment is open the density is exactly zero; resetting
-        # it there stops rounding residue of +d/−d from leaking into gaps.
-        slope[active <= 0.5] = 0.0
-        np.maximum(slope, 0.0, out=slope)
-        jumps = np.add.reduceat(jump, first)
-        inc = jumps.copy()
-        inc[1:] += slope[:-1] * np.diff(xs)
-        c_right = np.cumsum(inc)
-        self._xs, self._slope = xs, slope
-        self._c_right = c_right
-        self._c_left = c_right - jumps
+        xs = self._xs
+        k = int(np.searchsorted(xs, x, side="right")) - 1
+        if k < 0:
+            return 0.0
+        c = float(self._c_right[k])
+        if k + 1 < xs.size:
+            c = min(c + float(self._slope[k]) * (x - float(xs[k])), float(self._c_left[k + 1]))
+        return min(c / float(self._c_right[-1]), 1.0)
 
     def quantile_at_mass(self, mass: np.ndarray) -> np.ndarray:
         """Generalised inverse of the cumulative mass, inf{x : C(x) >= m}."""
-        if self._xs is None:
-            self._breakpoints()
         xs, cl, cr, slope = self._xs, self._c_left, self._c_right, self._slope
         # Rescale so that rounding in the cumulative sums cannot push a target
         # past the last breakpoint.

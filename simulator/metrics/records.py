@@ -20,6 +20,8 @@ import numpy as np
 
 from workloads.request import RECORD_COLUMNS, Request, Status
 
+from .column_files import ColumnFiles
+
 __all__ = ["Records", "COLUMNS", "LATENCY"]
 
 #: Every column a metric or the per-request table reads.
@@ -46,7 +48,8 @@ class Records:
     __slots__ = ("columns",)
 
     def __init__(self, columns: Mapping[str, np.ndarray]) -> None:
-        self.columns = dict(columns)
+        # Columns on disk stay there (every access reads one afresh); see column_files.py.
+        self.columns = columns if isinstance(columns, ColumnFiles) else dict(columns)
 
     @classmethod
     def of(cls, requests: "Records | Iterable[Request]") -> "Records":
@@ -78,6 +81,8 @@ class Records:
         return cls(out)
 
     def __len__(self) -> int:
+        if isinstance(self.columns, ColumnFiles):
+            return self.columns.rows or 0
         return int(next(iter(self.columns.values())).size) if self.columns else 0
 
     def __getattr__(self, name: str) -> np.ndarray:
@@ -123,8 +128,9 @@ class Records:
         """Rows as Request objects (without block ids), a slice at a time:
         for code that wants objects; the metrics never ask."""
         names = list(self.columns)
+        cols = [self.columns[n] for n in names]   # once: columns on disk are read per access
         for lo in range(0, len(self), 1 << 16):
-            for row in zip(*(self.columns[n][lo:lo + (1 << 16)].tolist() for n in names)):
+            for row in zip(*(c[lo:lo + (1 << 16)].tolist() for c in cols)):
                 r = Request.__new__(Request)
                 for n, v in zip(names, row):
                     setattr(r, n, v)

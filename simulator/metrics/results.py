@@ -13,7 +13,8 @@ with the same script. Choices where the simulator has to interpret vLLM:
   completed + failed = requests, as in vLLM. The breakdown is in
   ``llmsim.request_status``.
 * token totals and all latency statistics cover completed requests only.
-* ITL is pooled over the engine's gap log (see ``percentiles.UniformMixture``).
+* ITL is pooled over the engine's gap log, summarised on a 1 µs grid (see
+  ``gaps.GapGrid`` and ``percentiles.UniformMixture``).
 * a statistic over no values is null (vLLM would print 0).
 * ``request_goodput`` is null without per-request thresholds, as in vLLM.
 
@@ -32,7 +33,7 @@ import numpy as np
 from workloads.request import Request, Status
 
 from .derive import RequestArrays
-from .gaps import GapLog
+from .gaps import GapGrid, GapLog
 from .percentiles import DEFAULT_PERCENTILES, UniformMixture, sample_percentile, sample_stats
 from .slo import LATENCY_METRICS, SloSpec, parse_slo
 
@@ -83,7 +84,7 @@ def _slo_block(spec: SloSpec, samples: Mapping[str, np.ndarray], itl: UniformMix
     return block
 
 
-def compute_results(requests: Iterable[Request], gaps: GapLog | None, *, slo: Mapping[str, Any] | None = None,
+def compute_results(requests: Iterable[Request], gaps: GapLog | GapGrid | None, *, slo: Mapping[str, Any] | None = None,
                     llmsim: Mapping[str, Any] | None = None, duration: float | None = None,
                     percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> dict[str, Any]:
     """Summarise one run as vLLM would; see the module docstring for the
@@ -102,7 +103,7 @@ def compute_results(requests: Iterable[Request], gaps: GapLog | None, *, slo: Ma
     tpot_all = a.tpot_ms[done]
     samples["tpot"] = tpot_all[np.isfinite(tpot_all)]
     tpot_or_zero = a.tpot_or_zero_ms[done]
-    itl = UniformMixture.from_gaps(gaps, scale=1000.0) if gaps is not None else UniformMixture([], [], [])
+    itl = GapGrid.of(gaps).mixture()
 
     good = None
     if spec.thresholds:

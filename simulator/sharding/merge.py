@@ -19,13 +19,14 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import MutableMapping, Optional
 
 import numpy as np
 
 from ..fleet.checks import check_scenario
 from ..metrics.fleet_report import _merge_steps, llmsim_block
-from ..metrics.gaps import GapLog
+from ..metrics.column_files import ColumnFiles
+from ..metrics.gaps import GapGrid
 from ..metrics.records import Records
 from ..metrics.results import compute_results
 from ..planning.executors import Executor, make_executor
@@ -37,57 +38,88 @@ from .split import ShardPlan, plan_shards
 __all__ = ["run_sharded", "merge_outcomes", "merge_columns"]
 
 
+#: Requests the merge holds in memory before it spills every shard's
+#: columns to disk (~140 B each: 2M is ~280 MB); see ``column_files.py``.
+SPILL_ROWS = 2_000_000
+
+
 def run_sharded(sc: Scenario, shards: int, *, source: Optional[Path] = None, engine: str = "fast",
-                executor: Optional[Executor] = None) -> RunOutput:
+                executor: Optional[Executor] = None, spill_rows: Optional[int] = None) -> RunOutput:
     """Simulate ``sc`` as ``shards`` shards on ``executor`` (default: local
-    processes, one per core) and merge them into one :class:`RunOutput`."""
+    processes, one per core) and merge them into one :class:`RunOutput`.
+
+    Once the shards returned hold more than ``spill_rows`` (default
+    :data:`SPILL_ROWS`) requests, their
+    columns (and every later shard's) go to a temporary directory as they
+    arrive, and the merged table stays there: the figures are the same bit
+    for bit, memory is bounded by a few columns instead of the table."""
     plan = plan_shards(sc, shards, source)
     jobs = [ShardJob(s, str(source) if source is not None else None, engine, sub)
             for s, sub in zip(plan.scenarios, plan.subsets)]
     wall = time.perf_counter()
     own = executor is None
     ex = make_executor("local") if own else executor
+    outcomes: list[ShardOutcome] = []
+    held, spill_rows = 0, SPILL_ROWS if spill_rows is None else spill_rows
     try:
-        outcomes = [o for _, o in ex.map_unordered(run_shard, jobs)]
+        for _, o in ex.map_unordered(run_shard, jobs):
+            outcomes.append(o)
+            held += o.requests
+            if held > spill_rows:
+                for done in outcomes:
+                    if not isinstance(done.columns, ColumnFiles):
+                        done.columns = ColumnFiles.of(done.columns)
     finally:
         if own:
             ex.close()
     return merge_outcomes(plan, outcomes, source=source, engine=engine, started=wall)
 
 
-def merge_columns(plan: ShardPlan, outcomes: list[ShardOutcome]) -> dict[str, np.ndarray]:
+def merge_columns(plan: ShardPlan, outcomes: list[ShardOutcome]) -> "MutableMapping[str, np.ndarray]":
     """The shards' records as one table in the unsharded run's id order.
 
     Lone requests keep their workload ids (the same in every shard);
     session requests are numbered per shard in send order, so they are
     renumbered by (send time, shard-local id, shard). Replica indices are
     offset by the replicas the earlier shards created in the same pool.
-    The shards' columns are consumed (moved into the table, column by
-    column), so the records are held about once, never twice."""
+    The table is built a column at a time and each shard's column is
+    consumed as it is copied, so the records are held about once, never
+    twice; when any shard's columns were spilled to disk
+    (:class:`~simulator.metrics.column_files.ColumnFiles`), so is the table,
+    and memory holds two columns at most."""
     outcomes = sorted(outcomes, key=lambda o: o.index)
     if len(outcomes) == 1:
         return outcomes[0].columns
-    parts = []
     offset: dict[str, int] = {}
     for o in outcomes:
         c = o.columns
         pools, where = np.unique(c["pool"].astype(str), return_inverse=True)
-        base = np.array([offset.get(p, 0) for p in pools.tolist()], dtype=c["replica"].dtype)[where]
-        c["replica"] = np.where(c["replica"] >= 0, c["replica"] + base, c["replica"])
-        c["_shard"] = np.full(c["id"].size, o.index, dtype=np.int32)
+        replica = c["replica"]
+        base = np.array([offset.get(p, 0) for p in pools.tolist()], dtype=replica.dtype)[where]
+        c["replica"] = np.where(replica >= 0, replica + base, replica)
         for name, pool in o.pools.items():
             offset[name] = offset.get(name, 0) + len(pool.replicas)
-        parts.append(Records(c))
-        o.columns = {}
-    merged = Records.concat(parts)
-    cols = merged.columns
+    ids = np.concatenate([o.columns["id"] for o in outcomes])
     if plan.scenario.workload.session is not None:
-        merged.take(np.lexsort((cols["_shard"], cols["id"], cols["arrival"])))
-        cols["id"] = np.arange(cols["id"].size, dtype=np.int64)
+        shard = np.concatenate([np.full(len(Records(o.columns)), o.index, dtype=np.int32) for o in outcomes])
+        order = np.lexsort((shard, ids, np.concatenate([o.columns["arrival"] for o in outcomes])))
+        del shard
     else:
-        merged.take(np.argsort(cols["id"], kind="stable"))
-    del cols["_shard"]
-    return cols
+        order = np.argsort(ids, kind="stable")
+    del ids
+    spilled = [o.columns for o in outcomes if isinstance(o.columns, ColumnFiles)]
+    out: MutableMapping[str, np.ndarray] = ColumnFiles(spilled[0].root.parent) if spilled else {}
+    for name in list(outcomes[0].columns):
+        column = np.concatenate([o.columns[name] for o in outcomes])[order]
+        for o in outcomes:
+            del o.columns[name]
+        out[name] = np.arange(order.size, dtype=np.int64) if name == "id" and plan.scenario.workload.session \
+            is not None else column
+        del column
+    for o in outcomes:
+        if isinstance(o.columns, ColumnFiles):
+            o.columns.close()
+    return out
 
 
 def _merge_pool(name: str, records: list[PoolRecord]) -> PoolRecord:
@@ -99,15 +131,6 @@ def _merge_pool(name: str, records: list[PoolRecord]) -> PoolRecord:
                       _merge_steps([p.working for p in records]), sum(p.rejected for p in records),
                       max(p.t_rejected for p in records), sum(p.arrivals for p in records),
                       sum(p.ready_at_end for p in records), first.flops, first.peak)
-
-
-def _merge_gaps(outcomes: Iterable[ShardOutcome]) -> GapLog:
-    g = GapLog()
-    for o in outcomes:
-        for log, part in zip((g.lo, g.hi, g.weight), o.gaps):
-            log.frombytes(np.ascontiguousarray(part, dtype=np.float64).tobytes())
-        o.gaps = ()   # consumed, as the columns are
-    return g
 
 
 def _merge_timeline(frames: list, end: float):
@@ -148,7 +171,7 @@ def merge_outcomes(plan: ShardPlan, outcomes: list[ShardOutcome], *, source: Opt
     scalers = outcomes[0].scalers if len(outcomes) == 1 else {}
     per_shard = [o.requests for o in outcomes]
     requests = Records(merge_columns(plan, outcomes))
-    gaps = _merge_gaps(outcomes)
+    gaps = GapGrid.merge(o.gaps for o in outcomes)
     wall = time.perf_counter() - started if started is not None else sum(o.wall_s for o in outcomes)
     llmsim = llmsim_block(sc, setups, pools, end, wall, engine, requests, scalers)
     llmsim["shards"] = {**plan.describe(),

@@ -3,8 +3,9 @@
 ``run_shard`` is what an executor ships to a worker, so it is module-level
 and its job and outcome are picklable. The outcome carries no Request
 objects and no live engine: the per-request records become numpy columns,
-the gap log three float arrays, each replica the counters and time
-averages its ``stats`` reads, each pool its replica-count step logs. That
+the gap log its 1 µs grid (bounded by the distinct step times, not the
+steps), each replica the counters and time averages its ``stats`` reads,
+each pool its replica-count step logs. That
 keeps what crosses a process (or a network) small and lets the merge ask
 the same questions of a finished shard that the metrics ask of a live pool,
 at the run's end rather than the shard's.
@@ -19,6 +20,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..metrics.gaps import GapGrid
 from ..metrics.records import Records
 from ..scenario.schema import Scenario
 from .split import ShardSubset
@@ -103,7 +105,7 @@ class ScalerRecord:
 class ShardOutcome:
     index: int
     columns: dict[str, np.ndarray]
-    gaps: tuple[np.ndarray, np.ndarray, np.ndarray]
+    gaps: GapGrid
     pools: dict[str, PoolRecord]
     scalers: dict[str, ScalerRecord]
     end: float
@@ -112,7 +114,7 @@ class ShardOutcome:
 
     @property
     def requests(self) -> int:
-        return int(self.columns["id"].size)
+        return len(Records(self.columns))
 
 
 def run_shard(job: ShardJob) -> ShardOutcome:
@@ -128,9 +130,7 @@ def run_shard(job: ShardJob) -> ShardOutcome:
     for name, block in out.results["llmsim"]["pools"].items():
         if "autoscaling" in block:
             scalers[name] = _scaler_record(out, name)
-    g = out.gaps
-    gaps = (np.frombuffer(g.lo, dtype=np.float64).copy(), np.frombuffer(g.hi, dtype=np.float64).copy(),
-            np.frombuffer(g.weight, dtype=np.float64).copy())
+    gaps = GapGrid.of(out.gaps)
     cols = Records.of(out.requests).columns
     return ShardOutcome(job.index, cols, gaps, pools, scalers, end, time.perf_counter() - wall, out.timeline)
 
