@@ -63,6 +63,8 @@ class ColumnFiles(MutableMapping[str, np.ndarray]):
             codes, uniques = pd.factorize(values, use_na_sentinel=True)
             self._path(name, ".json").write_text(json.dumps(list(uniques)))
             values = codes.astype(np.int32 if len(uniques) >= 2**15 else np.int16)
+        else:
+            self._path(name, ".json").unlink(missing_ok=True)   # a text column replaced by numbers
         np.save(self._path(name), values, allow_pickle=False)
         if name not in self._names:
             self._names.append(name)
@@ -70,11 +72,19 @@ class ColumnFiles(MutableMapping[str, np.ndarray]):
     def __getitem__(self, name: str) -> np.ndarray:
         if name not in self._names:
             raise KeyError(name)
-        values = np.load(self._path(name), allow_pickle=False)
+        return self._decode(name, np.load(self._path(name), allow_pickle=False))
+
+    def rows_of(self, name: str, lo: int, hi: int) -> np.ndarray:
+        """Rows [lo, hi) of a column, reading only those (a mapped read,
+        copied out, so nothing stays mapped)."""
+        if name not in self._names:
+            raise KeyError(name)
+        return self._decode(name, np.array(np.load(self._path(name), mmap_mode="r", allow_pickle=False)[lo:hi]))
+
+    def _decode(self, name: str, values: np.ndarray) -> np.ndarray:
         text = self._path(name, ".json")
-        if text.exists():
-            names = np.array([*json.loads(text.read_text()), None], dtype=object)
-            values = names[values]     # code -1 (a missing value) is the None at the end
+        if text.exists():   # codes of a text column; -1 (a missing value) is the None at the end
+            values = np.array([*json.loads(text.read_text()), None], dtype=object)[values]
         return values
 
     def __delitem__(self, name: str) -> None:

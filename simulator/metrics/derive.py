@@ -15,51 +15,64 @@ from typing import Iterable
 import numpy as np
 
 from workloads.request import Request, Status
-from .records import LATENCY, Records
+from .records import Records
 
 __all__ = ["RequestArrays"]
 
 class RequestArrays:
-    """Column arrays of the fields metrics need, plus derived latencies (ms).
+    """The fields metrics need, plus derived latencies (ms).
 
     ``ttft_ms`` is given wherever a first token was stamped (a cancelled
     request may have one); ``e2el_ms`` and ``tpot_ms`` only for finished
     requests, because for a cancelled one ``output_tokens`` is the requested,
     not the produced, length. Missing values are NaN.
+
+    Timestamps are read one or two at a time and not kept: columns on disk
+    (a sharded run's 18M records) are read afresh per access, so the peak is
+    the derived arrays plus two timestamp columns, not all of them.
     """
 
-    __slots__ = (*LATENCY, "finished", "ttft_ms", "e2el_ms", "tpot_ms", "tpot_or_zero_ms")
+    __slots__ = ("status", "input_tokens", "output_tokens", "finished", "ttft_ms", "e2el_ms", "tpot_ms",
+                 "tpot_or_zero_ms", "_last")
 
     def __init__(self, requests: "Records | Iterable[Request]") -> None:
-        rec = Records.of(requests)
-        for name in LATENCY:
-            setattr(self, name, rec.columns[name])
-        self.finished = self.status == int(Status.FINISHED)
-        bad = self.finished & ~(np.isfinite(self.first_token) & np.isfinite(self.finish))
+        cols = Records.of(requests).columns
+        self.status, self.input_tokens, self.output_tokens = (cols[c] for c in ("status", "input_tokens",
+                                                                                  "output_tokens"))
+        finished = self.finished = self.status == int(Status.FINISHED)
+        arrival = cols["arrival"]
+        first = cols["first_token"]
+        bad = finished & ~np.isfinite(first)
+        ttft_s = first - arrival
+        last = max(_finite_max(arrival), _finite_max(first))
+        del first
+        finish = cols["finish"]
+        bad |= finished & ~np.isfinite(finish)
         if bad.any():
-            ids = self.id[bad][:5].tolist()
+            ids = cols["id"][bad][:5].tolist()
             raise ValueError(f"finished request(s) {ids} lack a first_token or finish stamp "
                              "(an engine bug: every finished request must carry both)")
-        ttft_s = self.first_token - self.arrival
-        e2el_s = np.where(self.finished, self.finish - self.arrival, np.nan)
-        multi = self.finished & (self.output_tokens > 1)
+        e2el_s = np.where(finished, finish - arrival, np.nan)
+        self._last = max(last, _finite_max(finish), _finite_max(cols["admitted"]))
+        del finish, arrival
+        multi = finished & (self.output_tokens > 1)
         with np.errstate(divide="ignore", invalid="ignore"):
             tpot_s = np.where(multi, (e2el_s - ttft_s) / (self.output_tokens - 1), np.nan)
-        self.ttft_ms = ttft_s * 1000.0
-        self.e2el_ms = e2el_s * 1000.0
-        self.tpot_ms = tpot_s * 1000.0
+        for a in (ttft_s, e2el_s, tpot_s):
+            a *= 1000.0      # the same rounding as a fresh product: seconds first, then ms
+        self.ttft_ms, self.e2el_ms, self.tpot_ms = ttft_s, e2el_s, tpot_s
         # vLLM's goodput counts a one-token answer's TPOT as 0 (it has no
         # inter-token time to violate).
-        self.tpot_or_zero_ms = np.where(self.finished & ~multi, 0.0, self.tpot_ms)
+        self.tpot_or_zero_ms = np.where(finished & ~multi, 0.0, self.tpot_ms)
 
     def __len__(self) -> int:
-        return int(self.id.size)
+        return int(self.status.size)
 
     def last_stamp(self) -> float:
         """The latest timestamp of any kind: a request rejected on arrival
         has no finish stamp but still ended at its arrival."""
-        if len(self) == 0:
-            return 0.0
-        stamps = np.concatenate([self.arrival, self.admitted, self.first_token, self.finish])
-        stamps = stamps[np.isfinite(stamps)]
-        return float(stamps.max()) if stamps.size else 0.0
+        return self._last if self._last > -np.inf else 0.0
+
+
+def _finite_max(a: np.ndarray) -> float:
+    return float(np.max(a, where=np.isfinite(a), initial=-np.inf))

@@ -30,8 +30,8 @@ def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], 
     requests = Records.of(requests)
     n = len(requests)
     ttft_ms = parse_slo(sc.slo).thresholds.get("ttft")
-    pools_of = requests.select("arrival", "first_token", "status", "pool")
-    by_pool = pools_of.groups("pool", [ps.spec.name for ps in setups]) if scalers else {}
+    by_pool = requests.select("arrival", "first_token", "status", "pool").groups(
+        "pool", [ps.spec.name for ps in setups]) if scalers else {}
     blocks = {ps.spec.name: _pool_block(ps, pools[ps.spec.name], now, scalers.get(ps.spec.name),
                                         by_pool.get(ps.spec.name), ttft_ms) for ps in setups}
     bills = [pool_billing(ps.spec, ps.cm.gpu, pools[ps.spec.name].billing, now) for ps in setups]

@@ -77,10 +77,12 @@ def sample_stats(values: Iterable[float] | np.ndarray,
     keys = ["mean", "median", "std", *(percentile_key(q) for q in qs)]
     if a.size == 0:
         return dict.fromkeys(keys, None)
-    out: dict[str, float | None] = {"mean": float(np.mean(a)), "median": float(np.median(a)),
-                                    "std": float(np.std(a))}
+    out: dict[str, float | None] = {"mean": float(np.mean(a)), "median": None, "std": float(np.std(a))}
+    # ``a`` is our own sorted copy: select order statistics in it rather
+    # than in yet another copy (the same values; only its order changes).
+    out["median"] = float(np.median(a, overwrite_input=True))
     if qs:
-        for q, v in zip(qs, np.percentile(a, qs)):
+        for q, v in zip(qs, np.percentile(a, qs, overwrite_input=True)):
             out[percentile_key(q)] = float(v)
     return out
 

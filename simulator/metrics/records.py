@@ -34,7 +34,7 @@ DTYPES: dict[str, Any] = {**{c: np.float64 for c in _TIME}, **{c: object for c i
                           **{c: np.int64 for c in _WIDE}, "status": np.int8}
 
 
-#: What the latency figures of compute_results read (metrics.derive.RequestArrays).
+#: What the latency figures read (metrics.derive.RequestArrays; the per-class and per-region blocks).
 LATENCY = ("id", "arrival", "admitted", "first_token", "finish", "input_tokens", "output_tokens", "status")
 
 
@@ -124,13 +124,24 @@ class Records:
     def count(self, status: Status) -> int:
         return int(np.count_nonzero(self.columns["status"] == int(status)))
 
+    def chunks(self, rows: int = 1 << 20) -> Iterator["Records"]:
+        """The table ``rows`` rows at a time (at least one, maybe empty,
+        chunk): columns on disk are read a slice at a time, so writing or
+        iterating a table never holds it whole."""
+        n, cols = len(self), self.columns
+        for lo in range(0, max(n, 1), rows):
+            hi = min(lo + rows, n)
+            if isinstance(cols, ColumnFiles):
+                yield Records({k: cols.rows_of(k, lo, hi) for k in cols})
+            else:
+                yield Records({k: v[lo:hi] for k, v in cols.items()})
+
     def __iter__(self) -> Iterator[Request]:
         """Rows as Request objects (without block ids), a slice at a time:
         for code that wants objects; the metrics never ask."""
         names = list(self.columns)
-        cols = [self.columns[n] for n in names]   # once: columns on disk are read per access
-        for lo in range(0, len(self), 1 << 16):
-            for row in zip(*(c[lo:lo + (1 << 16)].tolist() for c in cols)):
+        for part in self.chunks(1 << 16):
+            for row in zip(*(part.columns[n].tolist() for n in names)):
                 r = Request.__new__(Request)
                 for n, v in zip(names, row):
                     setattr(r, n, v)

@@ -96,13 +96,19 @@ def compute_results(requests: Iterable[Request], gaps: GapLog | GapGrid | None, 
     dur = _duration(a, duration)
     done = a.finished
     completed = int(np.count_nonzero(done))
-    total_in = int(a.input_tokens[done].sum())
-    total_out = int(a.output_tokens[done].sum())
+    total_in = int(a.input_tokens.sum(where=done))
+    total_out = int(a.output_tokens.sum(where=done))
 
-    samples = {"ttft": a.ttft_ms[done], "e2el": a.e2el_ms[done]}
-    tpot_all = a.tpot_ms[done]
+    every = completed == done.size   # then the arrays are the samples: no copies of 18M values
+
+    def of_done(x: np.ndarray) -> np.ndarray:
+        return x if every else x[done]
+
+    samples = {"ttft": of_done(a.ttft_ms), "e2el": of_done(a.e2el_ms)}
+    tpot_all = of_done(a.tpot_ms)
     samples["tpot"] = tpot_all[np.isfinite(tpot_all)]
-    tpot_or_zero = a.tpot_or_zero_ms[done]
+    del tpot_all
+    tpot_or_zero = of_done(a.tpot_or_zero_ms)
     itl = GapGrid.of(gaps).mixture()
 
     good = None

@@ -25,6 +25,7 @@ __all__ = ["request_table", "write_requests"]
 DERIVED_COLUMNS = ("ttft_ms", "tpot_ms", "e2el_ms")
 _TEXT = ("status", "klass", "pool", "region")
 _SUFFIXES = (".parquet", ".csv")
+_ROWS = 1 << 20
 
 
 def request_table(requests: "Records | Iterable[Request]") -> dict[str, np.ndarray]:
@@ -51,14 +52,12 @@ def _arrow_table(cols: dict[str, np.ndarray]):
     return pa.table(arrays)
 
 
-def _write_csv(cols: dict[str, np.ndarray], path: Path) -> None:
+def _write_csv(cols: dict[str, np.ndarray], w, header: bool) -> None:
     names = list(cols)
-    rows = zip(*(cols[n].tolist() for n in names))
-    with path.open("w", newline="") as f:
-        w = csv.writer(f)
+    if header:
         w.writerow(names)
-        for row in rows:
-            w.writerow(["" if isinstance(v, float) and math.isnan(v) else v for v in row])
+    for row in zip(*(cols[n].tolist() for n in names)):
+        w.writerow(["" if isinstance(v, float) and math.isnan(v) else v for v in row])
 
 
 def write_requests(requests: "Records | Iterable[Request]", path_without_suffix: str | Path, *,
@@ -77,13 +76,25 @@ def write_requests(requests: "Records | Iterable[Request]", path_without_suffix:
             fmt = "csv"
     if fmt not in ("parquet", "csv"):
         raise ValueError(f"fmt must be 'parquet' or 'csv', got {fmt!r}")
-    cols = request_table(requests)
     path = Path(f"{base}.{fmt}")
     path.parent.mkdir(parents=True, exist_ok=True)
+    # A million rows at a time: an 18M-request merge on disk is never whole in memory.
+    parts = (request_table(part) for part in Records.of(requests).chunks(_ROWS))
     if fmt == "parquet":
         import pyarrow.parquet as pq
 
-        pq.write_table(_arrow_table(cols), path)
+        writer = None
+        try:
+            for cols in parts:
+                table = _arrow_table(cols)
+                writer = writer or pq.ParquetWriter(path, table.schema)
+                writer.write_table(table)
+        finally:
+            if writer is not None:
+                writer.close()
     else:
-        _write_csv(cols, path)
+        with path.open("w", newline="") as f:
+            w = csv.writer(f)
+            for k, cols in enumerate(parts):
+                _write_csv(cols, w, header=k == 0)
     return path
