@@ -8,7 +8,7 @@ statistics treat each segment as a uniform distribution over [lo, hi]
 (exact for the mean; percentiles to within one step of the segment).
 
 A log still grows with the run: the 10M-DAU peak hour logs ~56M segments,
-and folding them exactly needs ~160 B each (``benchmarks/itl_memory.py``).
+and folding them exactly needs ~160 B each (``benchmarks/merge_memory.py``).
 So the figures are taken from a :class:`GapGrid`: every segment's ends
 snapped to the nearest microsecond and its events summed per grid point.
 A grid holds one entry per distinct microsecond that any segment starts or
