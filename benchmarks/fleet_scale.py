@@ -4,6 +4,7 @@
     python benchmarks/fleet_scale.py --duration 60         # the first simulated minute of it
     python benchmarks/fleet_scale.py --fraction 0.25       # a quarter of the fleet, full hour
     python benchmarks/fleet_scale.py --scenario chatbot --day   # a 24 h diurnal day of the chatbot shard
+    python benchmarks/fleet_scale.py --one-shard           # one of the 64 shards, in this process
 
 ``dau-10m`` (see its header) is a 1/64 shard of the fleet: 78.125 of the
 5,000 req/s on 13 of 832 TP-8 nodes. Here the whole fleet is run at full
@@ -65,6 +66,13 @@ def _run(args) -> tuple[dict, list[str]]:
     sets = [f"workload.arrival.rate_per_s={RATE * args.fraction:g}", f"pools.chat.replicas={nodes}",
             f"workload.duration_s={args.duration:g}"]
     sc, path = load_scenario(str(ROOT / "scenarios" / "dau-10m.yaml"), sets)
+    if args.one_shard:   # what one worker simulates per job (draw included), in this process
+        from simulator.runner import simulate
+        from simulator.sharding import plan_shards
+
+        plan = plan_shards(sc, shards, path)
+        return (simulate(plan.scenarios[0], source=path, subset=plan.subsets[0]).results,
+                sets + [f"shard 0 of {shards}"])
     with make_executor("local", ExecutorOptions(workers=args.workers)) as ex:
         out = run_sharded(sc, shards, source=path, executor=ex)
     return out.results, sets + [f"--shards {shards}"]
@@ -77,10 +85,14 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None, help="local processes (default: one per core)")
     ap.add_argument("--scenario", choices=["dau-10m", "chatbot"], default="dau-10m")
     ap.add_argument("--day", action="store_true", help="with --scenario chatbot: a 24 h diurnal day")
+    ap.add_argument("--one-shard", action="store_true",
+                    help="only the first shard, in this process: a worker's time and memory per job")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     args = ap.parse_args()
     if args.day != (args.scenario == "chatbot"):
         ap.error("--day goes with --scenario chatbot (and chatbot is only benchmarked as a day)")
+    if args.one_shard and args.day:
+        ap.error("--one-shard is a shard of the 10M-DAU hour; the chatbot day is one plain run")
     stop, tree = threading.Event(), [0.0]
     sampler = threading.Thread(target=_tree_rss_sampler, args=(stop, tree), daemon=True)
     sampler.start()
