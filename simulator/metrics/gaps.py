@@ -27,7 +27,7 @@ from typing import Iterable, Union
 
 import numpy as np
 
-from .percentiles import UniformMixture, fold_events
+from .percentiles import UniformMixture, fold_events, segment_events
 
 __all__ = ["GapLog", "GapGrid", "CELLS_PER_S"]
 
@@ -101,12 +101,8 @@ class GapGrid:
         b = np.rint(hi * CELLS_PER_S).astype(np.int64)
         point = a == b
         wide = ~point
-        dens = w[wide] * _CELLS_PER_MS / (b[wide] - a[wide])
-        n, m = int(dens.size), int(np.count_nonzero(point))
-        cells, dslope, dcount, jump = fold_events(
-            np.concatenate([a[wide], b[wide], a[point]]), np.concatenate([dens, -dens, np.zeros(m)]),
-            np.concatenate([np.ones(n), -np.ones(n), np.zeros(m)]), np.concatenate([np.zeros(2 * n), w[point]]))
-        return cls(cells, dslope, dcount, jump, math.fsum(w), math.fsum(w * (lo + hi) * 500.0))
+        events = segment_events(a[wide], b[wide], w[wide] * _CELLS_PER_MS / (b[wide] - a[wide]), a[point], w[point])
+        return cls(*fold_events(*events), math.fsum(w), math.fsum(w * (lo + hi) * 500.0))
 
     @classmethod
     def merge(cls, grids: Iterable["GapGrid"]) -> "GapGrid":
@@ -127,4 +123,3 @@ class GapGrid:
         """The gaps as a mixture in milliseconds (what results.json reports)."""
         return UniformMixture.from_events(self.cells / float(_CELLS_PER_MS), self.dslope, self.dcount, self.jump,
                                           self.total, self.moment / self.total if self.total > 0 else None)
-

@@ -32,7 +32,7 @@ from typing import Iterable, Sequence
 import numpy as np
 
 __all__ = ["DEFAULT_PERCENTILES", "percentile_key", "sample_stats", "sample_percentile", "UniformMixture",
-           "fold_events"]
+           "fold_events", "segment_events"]
 
 #: The percentiles every latency gets in results.json (vLLM's default is
 #: only p99; capacity planning wants the shape of the tail too).
@@ -93,6 +93,15 @@ def _lerp(a: np.ndarray, b: np.ndarray, t: np.ndarray) -> np.ndarray:
     diff = b - a
     out = a + diff * t
     return np.where(t >= 0.5, b - diff * (1.0 - t), out)
+
+
+def segment_events(lo: np.ndarray, hi: np.ndarray, density: np.ndarray, at: np.ndarray, mass: np.ndarray
+                   ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The breakpoint events (see :func:`fold_events`) of uniform segments
+    [lo, hi] with these densities and of point masses ``mass`` at ``at``."""
+    n, m = lo.size, at.size
+    return (np.concatenate([lo, hi, at]), np.concatenate([density, -density, np.zeros(m)]),
+            np.concatenate([np.ones(n), -np.ones(n), np.zeros(m)]), np.concatenate([np.zeros(2 * n), mass]))
 
 
 def fold_events(pos: np.ndarray, dslope: np.ndarray, dcount: np.ndarray, jump: np.ndarray
@@ -156,7 +165,6 @@ class UniformMixture:
         point = width <= self._NARROW * span
         wide = ~point
         px = np.where(width == 0, lo, 0.5 * (lo + hi))[point]
-        dens = w[wide] / width[wide]
         total = math.fsum(w) if w.size else 0.0
         # Averaging offsets from the smallest segment mean keeps a single point
         # mass (or a tight cluster) exact instead of drifting out of its span.
@@ -166,10 +174,7 @@ class UniformMixture:
             ref = float(mid.min())
             m = ref + math.fsum(w * (mid - ref)) / total
             self._mean = float(min(max(m, ref), float(mid.max())))
-        self._fold(*fold_events(np.concatenate([lo[wide], hi[wide], px]),
-                                np.concatenate([dens, -dens, np.zeros(px.size)]),
-                                np.concatenate([np.ones(dens.size), -np.ones(dens.size), np.zeros(px.size)]),
-                                np.concatenate([np.zeros(2 * dens.size), w[point]])), total)
+        self._fold(*fold_events(*segment_events(lo[wide], hi[wide], w[wide] / width[wide], px, w[point])), total)
 
     @classmethod
     def from_events(cls, xs: np.ndarray, dslope: np.ndarray, dcount: np.ndarray, jump: np.ndarray,
