@@ -15,7 +15,7 @@ from simulator.scenario.load import load_scenario
 from simulator.sharding import plan_shards, run_sharded
 from simulator.sharding.merge import merge_outcomes
 from simulator.sharding.shard import ShardJob, run_shard
-from simulator.sharding.split import _SHARD_SALT, shard_index
+from simulator.sharding.split import _SHARD_SALT, shard_index, shard_mask
 from workloads.request import Request, Status
 
 WALL = {"wall_time_s", "sim_requests_per_wall_s", "shards"}
@@ -147,6 +147,8 @@ def test_vectorised_split_is_the_class_split_hash(keys, n, seed):
     split = ShareSplit([1.0] * n, seed, _SHARD_SALT)
     want = [split.pick(Request(0, 0.0, 1, 1, session=k)) for k in keys]
     assert shard_index(np.array(keys, dtype=np.uint64), n, seed).tolist() == want
+    for i in range(n):
+        assert shard_mask(np.array(keys, dtype=np.uint64), n, seed, i).tolist() == [w == i for w in want]
 
 
 @given(seed=st.integers(0, 1000), n=st.integers(2, 4))

@@ -71,13 +71,28 @@ def _splitmix64(x: np.ndarray) -> np.ndarray:
     return x ^ (x >> np.uint64(31))
 
 
+def _unit(keys: np.ndarray, count: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Each key's hash as a fraction of 2^64, and the split's cumulative shares."""
+    split = ShareSplit([1.0] * count, seed, _SHARD_SALT)
+    h = _splitmix64(np.asarray(keys, dtype=np.uint64) ^ np.uint64(split.salt))
+    return h.astype(np.float64) / 2.0 ** 64, np.asarray(split.cum)
+
+
 def shard_index(keys: np.ndarray, count: int, seed: int) -> np.ndarray:
     """The shard of each hash key (a session id, or 2^62 + a lone request's
     id), equal to ``ShareSplit([1] * count, seed, salt).pick`` request by request."""
-    split = ShareSplit([1.0] * count, seed, _SHARD_SALT)
-    h = _splitmix64(np.asarray(keys, dtype=np.uint64) ^ np.uint64(split.salt))
-    u = h.astype(np.float64) / 2.0 ** 64
-    return np.minimum(np.searchsorted(np.asarray(split.cum), u, side="right"), count - 1)
+    u, cum = _unit(keys, count, seed)
+    return np.minimum(np.searchsorted(cum, u, side="right"), count - 1)
+
+
+def shard_mask(keys: np.ndarray, count: int, seed: int, index: int) -> np.ndarray:
+    """``shard_index(keys, count, seed) == index`` by two comparisons per key
+    instead of a search: a shard tests every key of the fleet's workload."""
+    u, cum = _unit(keys, count, seed)
+    keep = u >= cum[index - 1] if index > 0 else np.ones(u.shape, dtype=bool)
+    if index < count - 1:        # the last shard also takes what lies past the last share
+        keep &= u < cum[index]
+    return keep
 
 
 @dataclass(frozen=True)
@@ -91,11 +106,11 @@ class ShardSubset:
 
     def sessions(self, sids: np.ndarray) -> np.ndarray:
         """Mask of the sessions (by session id) this shard keeps."""
-        return shard_index(np.asarray(sids, dtype=np.uint64), self.count, self.seed) == self.index
+        return shard_mask(np.asarray(sids, dtype=np.uint64), self.count, self.seed, self.index)
 
     def requests(self, ids: np.ndarray) -> np.ndarray:
         """Mask of the lone requests (by request id) this shard keeps."""
-        return shard_index(np.asarray(ids, dtype=np.uint64) + _LONE, self.count, self.seed) == self.index
+        return shard_mask(np.asarray(ids, dtype=np.uint64) + _LONE, self.count, self.seed, self.index)
 
 
 @dataclass(frozen=True)
