@@ -14,7 +14,7 @@ its int8 code, and text columns hold shared str objects.
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Iterator, Mapping, Sequence
+from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
@@ -67,19 +67,6 @@ class Records:
                 cols[c] = np.fromiter((getattr(r, c) for r in reqs), dtype=_dtype(c), count=len(reqs))
         return cls(cols)
 
-    @classmethod
-    def concat(cls, parts: Sequence["Records"]) -> "Records":
-        """One table from several, column by column, each part's column
-        released as soon as it is copied (peak: the result plus one column)."""
-        if len(parts) == 1:
-            return parts[0]
-        out = {}
-        for c in list(parts[0].columns):
-            out[c] = np.concatenate([p.columns[c] for p in parts])
-            for p in parts:
-                del p.columns[c]
-        return cls(out)
-
     def __len__(self) -> int:
         if isinstance(self.columns, ColumnFiles):
             return self.columns.rows or 0
@@ -98,12 +85,6 @@ class Records:
 
     def where(self, mask: np.ndarray) -> "Records":
         return Records({k: v[mask] for k, v in self.columns.items()})
-
-    def take(self, order: np.ndarray) -> "Records":
-        """Rows in ``order``, reordered in place column by column."""
-        for k in list(self.columns):
-            self.columns[k] = self.columns[k][order]
-        return self
 
     def groups(self, column: str, first: Iterable[str] = ()) -> dict[str, "Records"]:
         """Rows by the value of a text column: the ``first`` names (present

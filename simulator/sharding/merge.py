@@ -101,7 +101,7 @@ def merge_columns(plan: ShardPlan, outcomes: list[ShardOutcome]) -> "MutableMapp
             offset[name] = offset.get(name, 0) + len(pool.replicas)
     ids = np.concatenate([o.columns["id"] for o in outcomes])
     if plan.scenario.workload.session is not None:
-        shard = np.concatenate([np.full(len(Records(o.columns)), o.index, dtype=np.int32) for o in outcomes])
+        shard = np.concatenate([np.full(o.requests, o.index, dtype=np.int32) for o in outcomes])
         order = np.lexsort((shard, ids, np.concatenate([o.columns["arrival"] for o in outcomes])))
         del shard
     else:
@@ -109,13 +109,14 @@ def merge_columns(plan: ShardPlan, outcomes: list[ShardOutcome]) -> "MutableMapp
     del ids
     spilled = [o.columns for o in outcomes if isinstance(o.columns, ColumnFiles)]
     out: MutableMapping[str, np.ndarray] = ColumnFiles(spilled[0].root.parent) if spilled else {}
+    renumber = plan.scenario.workload.session is not None
     for name in list(outcomes[0].columns):
-        column = np.concatenate([o.columns[name] for o in outcomes])[order]
+        if name == "id" and renumber:
+            out[name] = np.arange(order.size, dtype=np.int64)
+        else:
+            out[name] = np.concatenate([o.columns[name] for o in outcomes])[order]
         for o in outcomes:
             del o.columns[name]
-        out[name] = np.arange(order.size, dtype=np.int64) if name == "id" and plan.scenario.workload.session \
-            is not None else column
-        del column
     for o in outcomes:
         if isinstance(o.columns, ColumnFiles):
             o.columns.close()
