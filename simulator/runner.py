@@ -68,9 +68,14 @@ def _build_pool(env, ps: PoolSetup, sc: Scenario, routes: dict[str, str], gaps: 
 
 def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str | Path | None = None,
              progress: Optional[Callable[[float, int, int], None]] = None, subset=None,
-             on_end: Optional[Callable[[Request], None]] = None) -> RunOutput:
+             on_end: Optional[Callable[[Request], None]] = None, summarize: bool = True) -> RunOutput:
     """Replay the scenario's workload through its fleet; ``subset`` keeps one
     shard's sessions (:mod:`simulator.sharding`).
+
+    ``summarize=False`` leaves ``results`` empty: a shard's figures are
+    computed once, from the merged records, so a shard that summarised
+    itself (its records turned to columns, ITL folded, percentiles taken)
+    would do that work for nothing.
 
     A request's block ids are dropped when it ends: nothing reads them
     after, and they are most of a finished request's memory (a chat turn's
@@ -133,9 +138,12 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     wall = time.perf_counter() - wall
     requests = src.requests
     end = max(p.end_time() for p in pools.values())
+    tl = timeline.frame(end)
+    if not summarize:
+        return RunOutput(sc, requests, gaps, {}, pools, setups, tl, scalers)
     records = Records.of(requests)
     llmsim = llmsim_block(sc, setups, pools, end, wall, engine, records, scalers)
     results = compute_results(records, gaps, slo=sc.slo, llmsim=llmsim)
-    return RunOutput(sc, requests, gaps, results, pools, setups, timeline.frame(end), scalers)
+    return RunOutput(sc, requests, gaps, results, pools, setups, tl, scalers)
 
 

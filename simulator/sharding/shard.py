@@ -123,13 +123,10 @@ def run_shard(job: ShardJob) -> ShardOutcome:
 
     wall = time.perf_counter()
     out = simulate(job.scenario, engine=job.engine, source=Path(job.source) if job.source else None,
-                   subset=job.subset)
+                   subset=job.subset, summarize=False)
     end = max(p.end_time() for p in out.pools.values())
     pools = {name: PoolRecord.of(p, end) for name, p in out.pools.items()}
-    scalers = {}
-    for name, block in out.results["llmsim"]["pools"].items():
-        if "autoscaling" in block:
-            scalers[name] = _scaler_record(out, name)
+    scalers = {name: _scaler_record(out, name) for name in out.scalers}
     gaps = GapGrid.of(out.gaps)
     cols = Records.of(out.requests).columns
     return ShardOutcome(job.index, cols, gaps, pools, scalers, end, time.perf_counter() - wall, out.timeline)
