@@ -13,6 +13,7 @@ from simulator.planning.plan import RATE_KEY, plan_fleet
 from simulator.planning.point import Point, run_point
 from simulator.planning.search import drive_all, largest_passing, smallest_passing, solve
 from simulator.planning.vary import parse_vary
+from simulator.scenario.variants import overlay_assignments
 from test_sweep import TINY, words, write_tiny_scenario
 
 
@@ -203,3 +204,53 @@ def test_set_changes_the_scenario_every_probe_starts_from(tmp_path, cli):
     assert json.loads((tmp_path / "p" / "plan.json").read_text())["best"] == heavy.best
     bad = cli("plan", scenario, "-o", tmp_path / "b", "--vary", "pools.chat.replicas=1..16", "--set", "pools.zz.tp=2")
     assert bad.code == 2 and "no item named 'zz'" in words(bad.err)
+
+
+def test_a_variant_is_planned_as_its_overlay(tmp_path, cli):
+    """``--variant`` is the scenario's own ``--set``: planning it gives the
+    fleet that planning the same keys by hand gives, and plan.json says
+    which variant it was."""
+    scenario = write_tiny_scenario(tmp_path, variants=[
+        {"name": "heavy", "set": {"workload.arrival.rate_per_s": 240}},
+        {"name": "short", "set": {"workload.output_tokens": {"dist": "fixed", "value": 16}}},
+        {"name": "broken", "set": {"pools.zz.tp": 2}}])
+    axis = [parse_vary("pools.chat.replicas=1..16")]
+    by_hand = plan_fleet(scenario, axis, make_executor("local"), sets={"workload.arrival.rate_per_s": 240})
+    named = plan_fleet(scenario, axis, make_executor("local"), variants=["heavy"])
+    assert named.best is not None and named.best == by_hand.best
+    # the command line wins over the variant, as in ``llmsim run``
+    undone = plan_fleet(scenario, axis, make_executor("local"), variants=["heavy"],
+                        sets={"workload.arrival.rate_per_s": 60})
+    assert undone.best == plan_fleet(scenario, axis, make_executor("local")).best
+    r = cli("plan", scenario, "-o", tmp_path / "p", "--vary", "pools.chat.replicas=1..16", "--variant", "heavy",
+            "--workers", "1")
+    assert r.code == 0, r.err
+    written = json.loads((tmp_path / "p" / "plan.json").read_text())
+    assert written["best"] == by_hand.best and written["variants"] == ["heavy"] and written["set"] == {}
+    assert "--variant heavy" in words(r.out)
+    bad = cli("plan", scenario, "-o", tmp_path / "b", "--vary", "pools.chat.replicas=1..16", "--variant", "nope")
+    assert bad.code == 2 and "no variant named 'nope'; variants: heavy, short, broken" in words(bad.err)
+    assert not (tmp_path / "b" / "plan.json").exists()
+    bad = cli("plan", scenario, "-o", tmp_path / "b", "--vary", "pools.chat.replicas=1..16", "--variant", "broken")
+    assert bad.code == 2 and "variants.broken.set" in words(bad.err) and "no item named 'zz'" in words(bad.err)
+
+
+_KEYS = {"a": lambda v: {"b": {"d": v}, "c": v}, "a.b": lambda v: {"d": v}, "a.c": lambda v: v,
+         "a.b.d": lambda v: v, "e": lambda v: v}
+
+
+@given(st.lists(st.lists(st.tuples(st.sampled_from(sorted(_KEYS)), st.integers(0, 9)), max_size=4), max_size=4))
+def test_overlays_merged_in_order_apply_as_one_after_another(overlays):
+    from simulator.planning.plan import _in_order
+    from simulator.scenario.overrides import apply_override
+
+    overlays = [{k: _KEYS[k](v) for k, v in o} for o in overlays]
+    base = {"a": {"b": {"d": 0}, "c": 0}, "e": 0}
+    in_turn = json.loads(json.dumps(base))
+    for o in overlays:
+        for a in overlay_assignments(o):
+            apply_override(in_turn, a)
+    merged = json.loads(json.dumps(base))
+    for a in overlay_assignments(_in_order(overlays)):
+        apply_override(merged, a)
+    assert merged == in_turn

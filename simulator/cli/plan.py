@@ -25,6 +25,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
          max_rate: bool = typer.Option(False, "--max-rate", help=f"instead: the highest workload.arrival.rate_per_s "
                                                                  f"the fleet sustains under the SLO"),
          seeds: int = typer.Option(1, "--seeds", help="a value meets the SLO only if this many seeds all do"),
+         variant: List[str] = typer.Option([], "--variant", help="plan the scenario's variant of this name "
+                                                                 "(repeatable, applied in order before --set)"),
          output: Optional[Path] = typer.Option(None, "-o", "--output",
                                                help="folder for plan.json and pareto.png "
                                                     "(default: ./plan-<scenario name>)"),
@@ -41,7 +43,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
     wall = time.perf_counter()
     with open_executor(executor, workers, address, connect_timeout) as ex, runs_progress(None, "plan") as on_row:
         result = plan_fleet(scenario, axes, ex, seeds=seeds, max_rate=max_rate, engine=engine,
-                            store=PointStore(out / "points"), on_row=on_row, sets=parse_sets(set_))
+                            store=PointStore(out / "points"), on_row=on_row, sets=parse_sets(set_),
+                            variants=variant)
     wall = time.perf_counter() - wall
     out.mkdir(parents=True, exist_ok=True)
     (out / "plan.json").write_text(to_json(result.to_json()) + "\n")
@@ -56,7 +59,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
     figures = ["max_rate_per_s"] if max_rate else []
     figures += ["monthly_usd", "gpus", "ttft_p99_ms", "tpot_p99_ms", "slo_met", "probes", "failed_slo"]
     what = f"highest {key} meeting the SLO" if max_rate else f"smallest {key} meeting the SLO, cheapest first"
-    console.print(rows_table(f"plan {scenario}: {what}", shown, [*keys, *figures]))
+    planned = scenario + "".join(f" --variant {v}" for v in variant)
+    console.print(rows_table(f"plan {planned}: {what}", shown, [*keys, *figures]))
     runs = sum(c["probes"] for c in result.candidates) * len(result.seeds)
     console.print(f"searched {key}; {runs} runs ({len(result.seeds)} seed(s) each) in {wall:.1f} s; "
                   f"wrote {', '.join(map(str, written))}")

@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..errors import LlmsimError
 from ..scenario.load import load_scenario
-from ..scenario.variants import overlay_assignments
+from ..scenario.variants import overlay_assignments, select_variants
 from .batch import run_points
 from .executors import Executor
 from .point import LATENCY_COLUMNS, Point, check_overrides, scenario_digest
@@ -50,13 +50,16 @@ class Plan:
     seeds: list[int]
     candidates: list[dict[str, Any]]
     probes: list[dict[str, Any]] = field(default_factory=list)
+    variants: list[str] = field(default_factory=list)
+    sets: dict[str, Any] = field(default_factory=dict)
 
     @property
     def best(self) -> Optional[dict[str, Any]]:
         return self.candidates[0] if self.candidates and self.candidates[0]["slo_met"] else None
 
     def to_json(self) -> dict[str, Any]:
-        return {"scenario": self.scenario, "mode": self.mode, "searched": self.searched, "seeds": self.seeds,
+        return {"scenario": self.scenario, "variants": self.variants, "set": self.sets, "mode": self.mode,
+                "searched": self.searched, "seeds": self.seeds,
                 "rank_by": "monthly_usd" if self.mode == "min" else "max_rate_per_s, then monthly_usd",
                 "best": self.best, "candidates": self.candidates}
 
@@ -107,12 +110,22 @@ def _met(rows: Sequence[dict[str, Any]]) -> bool:
 
 def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *, seeds: int = 1,
                max_rate: bool = False, engine: str = "fast", store: Optional[PointStore] = None,
-               on_row: Optional[Callable] = None, sets: Mapping[str, Any] | None = None) -> Plan:
-    """``sets`` (``--set``) change the scenario for every run; the axes vary it from there."""
-    sets = dict(sets or {})
-    if sets:
-        path = load_scenario(scenario)[1]
-        check_overrides(path, sets, "--set")
+               on_row: Optional[Callable] = None, sets: Mapping[str, Any] | None = None,
+               variants: Sequence[str] = ()) -> Plan:
+    """``variants`` (the scenario's own what-ifs, by name, in order) and
+    then ``sets`` (``--set``) change the scenario for every run; the axes
+    vary it from there. So a variant is planned exactly as ``llmsim run
+    --variant`` runs it: the same overlays, the same order."""
+    cli = dict(sets or {})
+    overlays: list[Mapping[str, Any]] = []
+    if variants or cli:
+        base, path = load_scenario(scenario)
+        for v in select_variants(base.variants, variants, path):
+            check_overrides(path, v.set, f"variants.{v.name}.set")
+            overlays.append(v.set)
+        if cli:
+            check_overrides(path, cli, "--set")
+    sets = _in_order([*overlays, cli])
     sc, path = load_scenario(scenario, overlay_assignments(sets))
     if seeds < 1:
         raise LlmsimError(f"--seeds must be at least 1 (got {seeds})", key_path="--seeds")
@@ -155,7 +168,19 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
         candidates.append(cand)
     probes = [{"overrides": {**combos[i], key: v}, **prober.figures(i, v)} for (i, v) in prober.rows]
     return Plan(str(path), "max_rate" if max_rate else "min", searched, [sc.seed + k for k in range(seeds)],
-                _ranked(candidates, max_rate), probes)
+                _ranked(candidates, max_rate), probes, list(variants), cli)
+
+
+def _in_order(overlays: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
+    """Overlays applied one after the other, as one overlay: a key set again
+    moves to where it was last set, so applying the result in order leaves
+    the scenario as applying each overlay in turn would."""
+    out: dict[str, Any] = {}
+    for overlay in overlays:
+        for key, value in overlay.items():
+            out.pop(key, None)
+            out[key] = value
+    return out
 
 
 def _ranked(candidates: list[dict[str, Any]], max_rate: bool) -> list[dict[str, Any]]:
