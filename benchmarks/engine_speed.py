@@ -59,8 +59,11 @@ import tracemalloc
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-if str(ROOT) not in sys.path:
+try:   # the installed llmsim (compiled by `pip install .`), else the checkout's plain Python
+    import simulator
+except ImportError:
     sys.path.insert(0, str(ROOT))
+    import simulator
 
 import numpy as np  # noqa: E402
 import simpy  # noqa: E402
@@ -239,7 +242,11 @@ def main(argv: list[str] | None = None) -> int:
     n = 100_000 // scale
     n_sat = 20_000  # same load in --quick, so both modes measure the same thing
 
-    print(f"llmsim engine speed ({'quick' if args.quick else 'full'}), python {sys.version.split()[0]}, "
+    from simulator.engine import compiled
+
+    build = "compiled (mypyc)" if compiled() else "plain Python"
+    print(f"llmsim engine speed ({'quick' if args.quick else 'full'}), {build} engine from "
+          f"{Path(simulator.__file__).parent}, python {sys.version.split()[0]}, "
           f"simpy {simpy.__version__}, {os.cpu_count()} CPUs; {args.repeats} repeats, medians; "
           f"single process, single thread; load average at start {os.getloadavg()[0]:.2f}")
     print(f"model {MODEL} on {GPU}, TP1, engine {ENGINE}; lengths: (a)/(b) sharegpt presets, (d)/(e) "
@@ -347,7 +354,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         Path(args.json).write_text(json.dumps({"saturation": sat, "rate_per_replica": rate,
                                                "saturation_prefix": sat_p, "rate_per_replica_prefix": rate_p,
-                                               "cases": rows, "mm1": mm, "memory": mem, "quick": args.quick},
+                                               "cases": rows, "mm1": mm, "memory": mem, "quick": args.quick,
+                                               "compiled": compiled()},
                                               indent=2) + "\n")
     return 0
 

@@ -100,6 +100,8 @@ def main() -> None:
     results, sets = _run(args)
     wall = time.perf_counter() - wall
     stop.set()
+    from simulator.engine import compiled
+
     l = results["llmsim"]
     n = results["completed"] + results["failed"]
     fig = {
@@ -113,7 +115,10 @@ def main() -> None:
         "tree_peak_rss_mib": tree[0] or None,
         "p99_ttft_ms": results["p99_ttft_ms"], "p99_tpot_ms": results["p99_tpot_ms"],
         "gpus": l["gpus"], "monthly_usd": l["cost"]["monthly_usd"],
+        "engine_build": "compiled" if compiled() else "python",
     }
+    print(f"engine build: {fig['engine_build']} (pip install . compiles it; a checkout or editable install "
+          f"runs plain Python)")
     print("| scenario | requests | simulated s | wall s | CPU s | req/wall-s | parent RSS MiB | largest worker RSS MiB "
           "| tree peak MiB | p99 TTFT ms | p99 TPOT ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")

@@ -8,12 +8,14 @@ so every arrival at time t is visible to a boundary at time t.
 from __future__ import annotations
 
 import math
-from typing import Callable, Optional
+from typing import Callable, Iterator, Optional, Union
 
 import simpy
+from mypy_extensions import mypyc_attr
 from simpy.events import NORMAL
 
 from ..costmodel import CostModel
+from ..costmodel.speculative import SpeculativeCostModel
 from ..metrics.gaps import GapLog
 from .blocks import ceil_div
 from .config import EngineConfig
@@ -23,19 +25,25 @@ from .wait_queue import WaitQueue
 from workloads.request import Request, Status
 
 
+#: What a replica's iteration times come from (the speculative model wraps a plain one).
+StepCost = Union[CostModel, SpeculativeCostModel]
+#: A count or a float: kept as given (a compiled ``float`` would turn 3 into 3.0).
+Number = Union[int, float]
+
+
 class TimeAverage:
     """Time-weighted mean and max of a piecewise-constant quantity."""
 
     __slots__ = ("area", "last_t", "value", "max", "t0")
 
     def __init__(self, t0: float = 0.0) -> None:
-        self.area = 0.0
-        self.last_t = t0
-        self.t0 = t0
-        self.value = 0.0
-        self.max = 0.0
+        self.area: float = 0.0
+        self.last_t: float = t0
+        self.t0: float = t0
+        self.value: Number = 0.0
+        self.max: Number = 0.0
 
-    def set(self, now: float, value: float) -> None:
+    def set(self, now: float, value: Number) -> None:
         self.area += (now - self.last_t) * self.value
         self.last_t = now
         self.value = value
@@ -47,10 +55,11 @@ class TimeAverage:
         return (self.area + (now - self.last_t) * self.value) / span if span > 0 else 0.0
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)   # the reference engine and test probes subclass it
 class ReplicaBase:
     """One model replica: a queue, a running batch and a paged KV cache."""
 
-    def __init__(self, env: simpy.Environment, index: int, cm: CostModel, cfg: EngineConfig, num_blocks: int,
+    def __init__(self, env: simpy.Environment, index: int, cm: StepCost, cfg: EngineConfig, num_blocks: int,
                  gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None, max_model_len: int | None = None,
                  id_block_tokens: int | None = None, kv_budgets: Optional[dict[str, int]] = None):
         self.env = env
@@ -68,15 +77,15 @@ class ReplicaBase:
         self.outstanding = 0
         self.outstanding_tokens = 0
         self.preemptions = 0
-        self.busy_time = 0.0
+        self.busy_time: float = 0.0
         self.tokens_processed = 0           # prompt + decode tokens run through the model (for MFU)
         self.iterations = 0
         self.queue_len = TimeAverage(env.now)     # a replica may start mid-run (autoscaling)
         self.batch_size = TimeAverage(env.now)
         self.t0 = env.now
-        self.kv_used_area = 0.0
+        self.kv_used_area: float = 0.0
         self.kv_used_max = 0
-        self.t_end = 0.0                    # when its last request ended (stale timer events may follow)
+        self.t_end: float = 0.0                    # when its last request ended (stale timer events may follow)
         self.seqs: dict[int, Seq] = {}      # live sequences by request id (for cancel)
         self.cancelled: list[Seq] = []      # running ones leaving at the end of this iteration
         self.cache: Optional[PrefixCache] = None
@@ -138,6 +147,18 @@ class ReplicaBase:
 
     def _on_arrival_while_busy(self, now: float) -> None:
         """Hook for the fast engine to cut a skipped stretch short."""
+
+    def _boundary(self, _ev: object = None) -> None:
+        """Engine-specific: plan and start the next iteration (or stretch) at an iteration boundary."""
+        raise NotImplementedError
+
+    def _admit(self, s: Seq, total: int, m: Optional[Match], now: float) -> int:
+        """Engine-specific: move the head of the queue into the batch; returns the blocks taken."""
+        raise NotImplementedError
+
+    def _batch_len(self) -> int:
+        """Engine-specific: sequences in the running batch."""
+        raise NotImplementedError
 
     def _cut(self, now: float) -> None:
         """Hook: end the iteration in flight at its own end (the fast engine
@@ -204,12 +225,12 @@ class ReplicaBase:
         return None if self.cache is None else self.cache.H
 
     @property
-    def cache_tree(self):
+    def cache_tree(self) -> object:
         """The root of the prefix cache's radix tree (None: no cache): nodes
         with ``ids`` (a run of block ids) and ``children`` (by first id)."""
         return None if self.cache is None else self.cache.root
 
-    def held_chains(self):
+    def held_chains(self) -> Iterator[tuple[int, ...]]:
         """The ids of the requests queued or running here, which the cache
         will hold once they run (prompts at admission, outputs at finish).
         With :attr:`cache_tree`, what a router's bound on cached prefixes is
@@ -249,6 +270,7 @@ class ReplicaBase:
         else:
             c = self.cache
             ids = s.req.blocks
+            assert c is not None and ids is not None   # a match needs both
             cached = m.usable(s.prompt)
             if math.isnan(s.req.admitted):
                 s.req.cached_tokens = cached
@@ -269,16 +291,17 @@ class ReplicaBase:
         ``_over_budget`` already held that the running part alone fits, so
         this always succeeds; other classes' entries are not touched."""
         k = s.req.klass
+        assert self.kv_budgets is not None   # only called with per-class caps
         charged = self.kv_charged[k] = self.kv_charged.get(k, 0) + self._footprint(s)
         cap = self.kv_budgets.get(k)
         c = self.cache
-        if cap is not None and c is not None and c.owned is not None and c.owned.get(k, 0) > cap - charged:
+        if cap is not None and c is not None and c.tracks_owners and c.owned.get(k, 0) > cap - charged:
             c.evict_owned(k, cap - charged)
 
     def class_kv_held(self, klass: str) -> int:
         """KV blocks a class holds for its cap: its running requests' charged
         footprints plus the unreferenced cache entries it owns."""
-        owned = self.cache.owned if self.cache is not None else None
+        owned = self.cache.owned if self.cache is not None and self.cache.tracks_owners else None
         return self.kv_charged.get(klass, 0) + (owned.get(klass, 0) if owned is not None else 0)
 
     @staticmethod
@@ -291,6 +314,7 @@ class ReplicaBase:
 
     def _tokens_per_step(self, s: Seq) -> float:
         """Speculative tokens per step E of ``s``'s class (per-class α only)."""
+        assert self.class_tokens_per_step is not None and isinstance(self.cm, SpeculativeCostModel)
         return self.class_tokens_per_step.get(s.req.klass, self.cm.tokens_per_step)
 
     @staticmethod
@@ -325,6 +349,7 @@ class ReplicaBase:
         if self.kv_budgets is not None:
             self.kv_charged[s.req.klass] -= self._footprint(s)
         if s.pin is not None:
+            assert self.cache is not None and s.req.blocks is not None   # a pin came from both
             self.cache.release(s.pin, s.req.blocks, s.pin_ids, kv_tokens, s.req.klass)
         s.pin = None
         s.pin_ids = 0
@@ -358,7 +383,7 @@ class ReplicaBase:
         ``_admit`` does its own block bookkeeping."""
         chunks: list = []
         budget = self.cfg.max_num_batched_tokens
-        while self.waiting and len(self.running) < self.cfg.max_num_seqs:
+        while self.waiting and self._batch_len() < self.cfg.max_num_seqs:
             s = self.waiting[0]
             if self._over_budget(s):
                 break
@@ -375,7 +400,7 @@ class ReplicaBase:
     def _admit_chunked(self, now: float, free: int, budget: int, chunks: list) -> None:
         """Admit waiting prompts FCFS while a sequence slot, token budget and
         ``free`` blocks allow, each with a first chunk that fits the budget."""
-        while self.waiting and budget > 0 and len(self.running) < self.cfg.max_num_seqs:
+        while self.waiting and budget > 0 and self._batch_len() < self.cfg.max_num_seqs:
             s = self.waiting[0]
             if self._over_budget(s):
                 break

@@ -124,14 +124,15 @@ class PrefixCache:
         self.evictable = 0    # KV blocks of the others
         self.lookups = self.hit_requests = self.hit_tokens = self.prompt_tokens = 0
         self.hit_ids = self.prompt_ids = self.evicted_blocks = 0
-        self.owned: Optional[dict[str, int]] = None      # evictable blocks per owning class (when tracked)
+        self.tracks_owners = False
+        self.owned: dict[str, int] = {}                  # evictable blocks per owning class (when tracked)
         self.by_owner: dict[str, list] = {}              # per-owner evictable leaves, like ``heap``
         self.owner_evicted_blocks = 0
 
     def track_owners(self) -> None:
         """Attribute entries to the class that created them (see the module
         docstring); call before the first entry is added."""
-        self.owned = {}
+        self.tracks_owners = True
 
     # --- queries -----------------------------------------------------------
     def match(self, ids: Sequence[int], prompt: int) -> Match:
@@ -284,6 +285,7 @@ class PrefixCache:
             heapq.heappush(heap, (x.stamp, x.uid, next(self._push), x))
         else:
             p = x.parent
+            assert p is not None   # the root is never evicted
             del p.children[x.ids[0]]
             x.parent = None
             if p.parent is not None and not p.lock and not p.children:
@@ -317,7 +319,7 @@ class PrefixCache:
         if tail is not None:
             blocks += -(-tail // self.bs) - self.u
         x = Node(run, parent, blocks, next(self._uid), tail)
-        if self.owned is not None:
+        if self.tracks_owners and owner is not None:
             x.owner = owner
             self.owned[owner] = self.owned.get(owner, 0) + blocks
             if parent.owner is not None and parent.owner != owner:
@@ -337,9 +339,11 @@ class PrefixCache:
     def _split(self, x: Node, k: int) -> Node:
         """Cut node ``x`` after its first k ids; the new upper node is returned
         and ``x`` keeps the rest (so sequences holding ``x`` still hold their end)."""
-        top = Node(x.ids[:k], x.parent, k * self.u, next(self._uid))
+        p = x.parent
+        assert p is not None   # the root is never split
+        top = Node(x.ids[:k], p, k * self.u, next(self._uid))
         top.lock, top.stamp, top.owner = x.lock, x.stamp, x.owner
-        x.parent.children[x.ids[0]] = top
+        p.children[x.ids[0]] = top
         x.ids = x.ids[k:]
         x.blocks -= top.blocks
         x.parent = top
@@ -358,6 +362,6 @@ class PrefixCache:
         out = {"lookups": self.lookups, "hit_requests": self.hit_requests, "hit_tokens": self.hit_tokens,
                "prompt_tokens": self.prompt_tokens, "hit_ids": self.hit_ids, "prompt_ids": self.prompt_ids,
                "evicted_blocks": self.evicted_blocks, "cached_blocks": self.pinned + self.evictable}
-        if self.owned is not None:
+        if self.tracks_owners:
             out["evicted_by_class_cap_blocks"] = self.owner_evicted_blocks
         return out

@@ -28,6 +28,9 @@ class ReferenceReplica(ReplicaBase):
     def kv_used_now(self, now: float) -> int:
         return self.num_blocks - self.free
 
+    def _batch_len(self) -> int:
+        return len(self.running)
+
     # --- planning one iteration ----------------------------------------------
     def _remove_running(self, v: Seq) -> None:
         self.running.remove(v)

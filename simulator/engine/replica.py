@@ -19,15 +19,32 @@ from __future__ import annotations
 
 import heapq
 import math
+from typing import Callable, Optional
 
-from .base import ReplicaBase
+import simpy
+from mypy_extensions import mypyc_attr
+
+from ..costmodel.speculative import SpeculativeCostModel
+from ..metrics.gaps import GapLog
+from .base import ReplicaBase, StepCost
 from .blocks import BlockDemand
+from .config import EngineConfig
+from .prefix_cache import Match
 from .sequence import DECODE, PREFILL, Seq
+from workloads.request import Request
+
+#: A decode stretch in flight: (start, iterations, K, b, B), see ``_elapsed``.
+Stretch = tuple[float, int, float, float, int]
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)   # test probes subclass it
 class FastReplica(ReplicaBase):
-    def __init__(self, *args, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
+    def __init__(self, env: simpy.Environment, index: int, cm: StepCost, cfg: EngineConfig, num_blocks: int,
+                 gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None,
+                 max_model_len: Optional[int] = None, id_block_tokens: Optional[int] = None,
+                 kv_budgets: Optional[dict[str, int]] = None) -> None:
+        super().__init__(env, index, cm, cfg, num_blocks, gaps, on_done, max_model_len, id_block_tokens,
+                         kv_budgets)
         self.running: dict[Seq, None] = {}   # admission order; newest last
         self.prefilling: dict[Seq, None] = {}
         self.fixed_blocks = 0                # held by sequences not decoding
@@ -39,13 +56,13 @@ class FastReplica(ReplicaBase):
         # Stall clock: total time of iterations in which decoders sat idle
         # (prefill-only iterations without chunking); cohorts of decoders by
         # the stall clock at their last token give their next gap.
-        self.Z = 0.0
-        self.z_last_decode = 0.0
-        self.t_last_decode = -math.inf
+        self.Z: float = 0.0
+        self.z_last_decode: float = 0.0
+        self.t_last_decode: float = -math.inf
         self.cohorts: dict[float, int] = {}
         # The stretch in flight.
         self.gen = 0
-        self.seg = None   # (t0, n, K, b, B) for a decode stretch, else None
+        self.seg: Optional[Stretch] = None   # a decode stretch in flight, else None
         self.seg_cuttable = False
         self.seg_evicts = False
 
@@ -113,7 +130,10 @@ class FastReplica(ReplicaBase):
             self.waiting.appendleft(v)
         return victims
 
-    def _admit(self, s: Seq, total: int, m, now: float) -> int:
+    def _batch_len(self) -> int:
+        return len(self.running)
+
+    def _admit(self, s: Seq, total: int, m: Optional[Match], now: float) -> int:
         self.waiting.popleft()
         taken = self._attach(s, total, m)
         self.fixed_blocks += s.blocks
@@ -158,7 +178,7 @@ class FastReplica(ReplicaBase):
         return chunks, self.B > 0, bool(victims)
 
     # --- the loop ----------------------------------------------------------
-    def _boundary(self, _ev=None) -> None:
+    def _boundary(self, _ev: object = None) -> None:
         now = self.env.now
         chunks, decoding, preempted = self._plan(now)
         self.queue_len.set(now, len(self.waiting))
@@ -172,24 +192,34 @@ class FastReplica(ReplicaBase):
             prefill = [(c, s.done) for s, c in chunks]
             sampling = (B if decoding else 0) + sum(1 for s, c in chunks if s.done + c == s.prompt)
             ctx = (self.C + B * (self.G + 1)) if decoding else 0
+            cm = self.cm
             if self.class_tokens_per_step is None:
-                dt = self.cm.step_time(prefill, B if decoding else 0, ctx, sampling)
+                dt = cm.step_time(prefill, B if decoding else 0, ctx, sampling)
             else:
-                dt = self.cm.step_time(prefill, B if decoding else 0, ctx, sampling,
-                                       tokens_per_step=self._mean_tokens_per_step(self.rates))
+                assert isinstance(cm, SpeculativeCostModel)   # per-class α is speculative decoding's
+                dt = cm.step_time(prefill, B if decoding else 0, ctx, sampling,
+                                  tokens_per_step=self._mean_tokens_per_step(self.rates))
             self.seg = None
             self.gen += 1
             gen = self.gen
             held = self.used_blocks(self.G + 1 if decoding else self.G)
-            self._schedule(dt, lambda ev: gen == self.gen and self._end_mixed(chunks, decoding, dt, held))
+
+            def end_mixed(_ev: object) -> None:
+                if gen == self.gen:
+                    self._end_mixed(chunks, decoding, dt, held)
+            self._schedule(dt, end_mixed)
             return
         # A decode-only stretch: how many iterations until something changes?
+        cm = self.cm
         if self.class_tokens_per_step is None:
-            a, b = self.cm.decode_coefficients(B)
+            a, b = cm.decode_coefficients(B)
         else:   # one E for the stretch: its decoding set is fixed
-            a, b = self.cm.decode_coefficients(B, self._mean_tokens_per_step(self.rates))
+            assert isinstance(cm, SpeculativeCostModel)
+            a, b = cm.decode_coefficients(B, self._mean_tokens_per_step(self.rates))
         G0 = self.G
-        n = self._next_finish() - G0
+        gf = self._next_finish()
+        assert gf is not None   # decoding sequences are on the heap
+        n = gf - G0
         if preempted:
             n = 1
         elif n > 1 and self.used_blocks(G0 + n) > self.num_blocks:
@@ -214,7 +244,7 @@ class FastReplica(ReplicaBase):
         c = self.cache
         self.seg_evicts = (c is not None and not c.unbounded and self.cfg.scheduler != "static"
                            and c.evictable > self.num_blocks - self.used_blocks(G0 + n))
-        self._schedule(dt, lambda ev: gen == self.gen and self._end_decode(n))
+        self._schedule_decode_end(dt, gen, n)
 
     @staticmethod
     def _elapsed(k: int, K: float, b: float, B: int) -> float:
@@ -248,6 +278,7 @@ class FastReplica(ReplicaBase):
         """The iteration of the decode stretch in flight at ``now`` (1-based):
         the smallest k with elapsed(k) ≥ now − t0, so an event exactly at a
         boundary belongs to the iteration ending there."""
+        assert self.seg is not None
         t0, n, K, b, B = self.seg
         dt = now - t0
         # smallest k ≥ 1 with elapsed(k) ≥ dt (the iteration in flight)
@@ -276,7 +307,14 @@ class FastReplica(ReplicaBase):
         gen = self.gen
         self.seg = (t0, k, K, b, B)
         delay = t0 + self._elapsed(k, K, b, B) - now
-        self._schedule(max(delay, 0.0), lambda ev: gen == self.gen and self._end_decode(k))
+        self._schedule_decode_end(max(delay, 0.0), gen, k)
+
+    def _schedule_decode_end(self, delay: float, gen: int, n: int) -> None:
+        """End the stretch after its n-th iteration, unless a cut replaced it (``gen`` moved on)."""
+        def end_decode(_ev: object) -> None:
+            if gen == self.gen:
+                self._end_decode(n)
+        self._schedule(delay, end_decode)
 
     def _sync_cache(self, now: float) -> None:
         if self.seg is not None and self.seg_evicts:
@@ -334,6 +372,7 @@ class FastReplica(ReplicaBase):
 
     def _end_decode(self, n: int) -> None:
         now = self.env.now
+        assert self.seg is not None
         t0, _, K, b, B = self.seg
         self.iterations += n
         kv_area = self._stretch_kv_area(n, K, b, B)

@@ -2,8 +2,11 @@
 from __future__ import annotations
 
 import math
+from typing import Optional
 
 from workloads.request import Request, Status
+
+from .prefix_cache import Node
 
 WAITING, PREFILL, DECODE, DONE = 0, 1, 2, 3
 
@@ -31,10 +34,10 @@ class Seq:
         self.state = WAITING
         self.c = 0               # fast engine: kv − decode counter while decoding
         self.gf = 0              # fast engine: decode counter at which it finishes
-        self.z = 0.0             # fast engine: stall clock when it last emitted a token
-        self.last_token = math.nan
+        self.z: float = 0.0             # fast engine: stall clock when it last emitted a token
+        self.last_token: float = math.nan
         self.epoch = 0           # bumps on preemption, invalidating heap entries
-        self.pin = None          # deepest prefix-cache node this sequence pins (its path is shared KV)
+        self.pin: Optional[Node] = None          # deepest prefix-cache node this sequence pins (its path is shared KV)
         self.pin_ids = 0         # ids on that path
         self.pin_blocks = 0      # KV blocks of those (shared; ``blocks`` counts only its own)
         self.cancel = False      # cancelled while running: leaves at the end of the iteration

@@ -75,7 +75,7 @@ class PrefixAware:
         self.bound = PrefixBound()
 
     def choose(self, req, replicas) -> int:
-        order = sorted(range(len(replicas)), key=lambda i: (replicas[i].outstanding, i))
+        order = [i for _, i in sorted([(r.outstanding, i) for i, r in enumerate(replicas)])]
         least = order[0]
         if req.blocks is None:
             return least

@@ -82,6 +82,7 @@ class PrefixBound:
         limit = min(len(blocks), -(-prompt // H))
         path: list[tuple[int, int]] = []
         node, pos = self.root, 0
+        assert node is not None   # (re)built above
         while pos < limit:
             child = node.children.get(blocks[pos])
             if child is None:
@@ -97,6 +98,7 @@ class PrefixBound:
 
     def enter(self, chain: Sequence[int], index: int) -> None:
         """Record that ``chain`` went to the replica with this ``index``."""
+        assert self.root is not None, "enter() follows a bounds() call"
         self._enter(self.root, chain, 1 << index)
 
     def _enter(self, node: _Node, run: Sequence[int], bit: int) -> tuple[_Node, int]:

@@ -1,0 +1,90 @@
+"""The compiled build gives the plain Python build's results, bit for bit.
+
+``pip install .`` compiles the engine's hot modules with mypyc (setup.py);
+the tests import the checkout, which is plain Python. So the compiled
+modules are run here through the *installed* package, in a subprocess
+started outside the checkout, on runs that between them use every part of
+the compiled code (chunked and whole prefill, decode stretches cut by
+arrivals, the prefix cache with evictions and class caps, cancellations,
+preemption, speculative decoding, disaggregation, autoscaling, the
+prefix-aware router's bounds, the reference engine subclassing the compiled
+base, shards pickled across processes), and compared with the same runs
+in this process.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT
+
+# (scenario, variants, --set, engine, shards): small windows of the case studies and the engine's corner cases.
+RUNS = [
+    ("dau-10m", [], ["workload.duration_s=30"], "fast", None),
+    ("dau-10m", [], ["workload.duration_s=20"], "fast", 2),
+    ("autocomplete", [], ["workload.duration_s=60"], "fast", None),
+    ("chatbot", [], ["workload.duration_s=300"], "fast", None),
+    ("chatbot", [], ["workload.duration_s=120", "classes.free.kv_budget_fraction=0.05"], "fast", None),
+    ("ttft-program", [], ["workload.duration_s=300", "workload.arrival.rate_per_s=4",   # preempts
+                          "pools.chat.engine.prefix_cache=true", "pools.chat.router=prefix_aware",
+                          "pools.chat.engine.gpu_memory_utilization=0.45"], "fast", None),
+    ("ttft-program", ["prefix-cache", "chunked-prefill", "admission", "fp8-kv", "disaggregation"],
+     ["workload.duration_s=300"], "fast", None),
+    ("quickcode", ["speculative"], [], "fast", None),
+    ("quickcode", ["cancel-stale"], [], "fast", None),
+    ("dau-10m", [], ["workload.duration_s=5", "pools.chat.replicas=2", "workload.arrival.rate_per_s=15"],
+     "reference", None),
+]
+
+_RUN = """
+import json, sys
+from simulator.metrics.results import jsonable
+from simulator.runner import simulate
+from simulator.scenario.load import load_scenario
+from simulator.scenario.overlays import load_with_variants
+from simulator.scenario.variants import select_variants
+from simulator.sharding import run_sharded
+import simulator.engine.replica as replica
+
+def results(path, variants, sets, engine, shards):
+    sc, p = load_scenario(path, sets)
+    if variants:
+        sc = load_with_variants(p, select_variants(sc.variants, variants, p), sets)
+    out = simulate(sc, engine=engine, source=p) if shards is None else run_sharded(sc, shards, source=p, engine=engine)
+    r = jsonable(out.results)
+    for k in ("wall_time_s", "sim_requests_per_wall_s", "shards"):
+        r["llmsim"].pop(k, None)
+    return r
+
+runs = json.loads(sys.argv[1])
+print(json.dumps({"module": replica.__file__, "results": [results(*r) for r in runs]}))
+"""
+
+
+def _run(runs: list, cwd: Path, env: dict) -> dict:
+    p = subprocess.run([sys.executable, "-c", _RUN, json.dumps(runs)], cwd=cwd, env=env, capture_output=True,
+                       text=True, timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    return json.loads(p.stdout)
+
+
+def test_compiled_build_equals_plain_python(tmp_path):
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    probe = subprocess.run([sys.executable, "-c", "import simulator.engine.replica as r; print(r.__file__)"],
+                           cwd=tmp_path, env=env, capture_output=True, text=True)
+    installed = probe.stdout.strip()
+    if probe.returncode != 0 or not installed.endswith((".so", ".pyd")):
+        pytest.skip("the installed llmsim is not the compiled build (not installed, an editable install, "
+                    f"LLMSIM_COMPILE=0 or no C compiler): {installed or probe.stderr.strip()[-200:]}")
+    runs = [[str(REPO_ROOT / "scenarios" / f"{name}.yaml"), *rest] for name, *rest in RUNS]
+    compiled = _run(runs, tmp_path, env)
+    plain = _run(runs, REPO_ROOT, {**env, "PYTHONPATH": str(REPO_ROOT)})
+    assert plain["module"].endswith(".py") and Path(plain["module"]).is_relative_to(REPO_ROOT)
+    assert compiled["module"] == installed
+    for run, a, b in zip(RUNS, compiled["results"], plain["results"]):
+        assert a == b, f"{run}: the compiled build differs (if the checkout changed since: pip install . again)"
