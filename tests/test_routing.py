@@ -22,7 +22,9 @@ BLOCK = 16
 
 class FakeReplica:
     """The attributes a router may read. ``cached`` holds block ids; a
-    request's cached prefix is its longest run of leading blocks held here."""
+    request's cached prefix is its longest run of leading blocks held here,
+    at most the prompt less one token, as a real replica's (the last prompt
+    token is always computed; the router's bound relies on it)."""
 
     def __init__(self, index: int, outstanding: int = 0, cached=()):
         self.index = index
@@ -40,7 +42,7 @@ class FakeReplica:
             if b not in self.cached:
                 break
             n += 1
-        return min(n * BLOCK, req.input_tokens)
+        return min(n * BLOCK, req.input_tokens - 1)
 
 
 def req(i: int, session: int = -1, blocks=None, input_tokens: int | None = None) -> Request:
@@ -229,7 +231,8 @@ def test_prefix_aware_matches_a_brute_force_argmax(loads, w, held):
     r = router({"type": "prefix_aware", "load_weight": w, "balance_abs_threshold": 10**6})
     q = req(0, blocks=prefix)
     got = r.choose(q, reps)
-    best = max(range(len(reps)), key=lambda i: (min(held[i] * BLOCK, q.input_tokens) - w * loads[i], -loads[i], -i))
+    best = max(range(len(reps)),
+               key=lambda i: (min(held[i] * BLOCK, q.input_tokens - 1) - w * loads[i], -loads[i], -i))
     assert got == best
 
 
