@@ -1,13 +1,12 @@
 """Prefix-cache-aware routing: follow the cached prefix unless that replica is a hotspot."""
 from __future__ import annotations
 
-import math
 from typing import Literal
 
 from pydantic import Field
 
-from ..prefix_cache import usable
 from .prefix_bound import PrefixBound
+from .prefix_choice import choose_prefix_aware
 from .registry import RouterParams, register_router
 
 
@@ -75,25 +74,4 @@ class PrefixAware:
         self.bound = PrefixBound()
 
     def choose(self, req, replicas) -> int:
-        order = [i for _, i in sorted([(r.outstanding, i) for i, r in enumerate(replicas)])]
-        least = order[0]
-        if req.blocks is None:
-            return least
-        w = self.w
-        known = self.bound.bounds(req.blocks, req.input_tokens, replicas)
-        bound = usable(req.input_tokens, req.input_tokens) if known is None else known.best
-        best, best_score = least, -math.inf
-        for i in order:
-            load = replicas[i].outstanding
-            if bound - w * load <= best_score:
-                break   # loads only grow from here: nobody left can beat (or tie ahead of) the best
-            if known is not None and known.of(replicas[i].index) - w * load <= best_score:
-                continue   # this one cannot, whatever it holds: no need to ask
-            score = replicas[i].cached_prefix_tokens(req) - w * load
-            if score > best_score:
-                best, best_score = i, score
-        lb, lm = replicas[best].outstanding, replicas[least].outstanding
-        chosen = least if lb - lm > self.abs_thr and lb > self.rel_thr * lm else best
-        if known is not None:
-            self.bound.enter(req.blocks, replicas[chosen].index)
-        return chosen
+        return choose_prefix_aware(req, replicas, self.bound, self.w, self.abs_thr, self.rel_thr)
