@@ -2,7 +2,7 @@
 
 A capacity plan is hundreds of simulations and a 10M-DAU hour is 18M
 requests, so the replica engine, its prefix cache and the prefix-aware
-router's bounds are compiled to C with mypyc (the same code, type-checked;
+router's bounds and choice are compiled to C with mypyc (the same code, type-checked;
 about 2x the simulated requests per CPU-second, see docs/performance.md).
 The result is identical to the plain Python modules, bit for bit
 (tests/test_compiled.py holds the two equal).
@@ -27,6 +27,7 @@ COMPILED = [
     "simulator/engine/base.py",
     "simulator/engine/replica.py",
     "simulator/engine/routing/prefix_bound.py",
+    "simulator/engine/routing/prefix_choice.py",
 ]
 
 
