@@ -241,7 +241,7 @@ _KEYS = {"a": lambda v: {"b": {"d": v}, "c": v}, "a.b": lambda v: {"d": v}, "a.c
 
 @given(st.lists(st.lists(st.tuples(st.sampled_from(sorted(_KEYS)), st.integers(0, 9)), max_size=4), max_size=4))
 def test_overlays_merged_in_order_apply_as_one_after_another(overlays):
-    from simulator.planning.plan import _in_order
+    from simulator.scenario.variants import merge_overlays
     from simulator.scenario.overrides import apply_override
 
     overlays = [{k: _KEYS[k](v) for k, v in o} for o in overlays]
@@ -251,6 +251,20 @@ def test_overlays_merged_in_order_apply_as_one_after_another(overlays):
         for a in overlay_assignments(o):
             apply_override(in_turn, a)
     merged = json.loads(json.dumps(base))
-    for a in overlay_assignments(_in_order(overlays)):
+    for a in overlay_assignments(merge_overlays(overlays)):
         apply_override(merged, a)
     assert merged == in_turn
+
+
+def test_set_assignments_apply_in_order():
+    """``--set`` on plan and sweep is applied as ``llmsim run`` applies it:
+    in order, so a child key set again after its parent wins."""
+    from simulator.cli.sweep import parse_sets
+    from simulator.scenario.overrides import apply_override
+
+    sets = parse_sets(["pools.chat.engine.kv_dtype=fp8", "pools.chat.engine={max_num_seqs: 64}",
+                       "pools.chat.engine.kv_dtype=bf16"])
+    data = {"pools": [{"name": "chat", "engine": {}}]}
+    for a in overlay_assignments(sets):
+        apply_override(data, a)
+    assert data["pools"][0]["engine"] == {"max_num_seqs": 64, "kv_dtype": "bf16"}

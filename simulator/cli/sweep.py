@@ -14,6 +14,7 @@ from ..errors import LlmsimError
 from ..planning.executors import Executor, ExecutorOptions, make_executor
 from ..planning.sweep import override_keys, plan_sweep, run_sweep
 from ..scenario.overrides import parse_assignment
+from ..scenario.variants import merge_overlays
 from .app import app, err_console
 from .output import console, fmt
 
@@ -26,8 +27,8 @@ Sets = Annotated[Optional[list[str]], typer.Option("--set", help="override a key
 
 
 def parse_sets(sets: Optional[Sequence[str]]) -> dict[str, Any]:
-    """``--set`` assignments as one overlay (a later key wins, as in ``llmsim run``)."""
-    return dict(parse_assignment(a) for a in sets or ())
+    """``--set`` assignments as one overlay, applied in order as ``llmsim run`` applies them."""
+    return merge_overlays([dict([parse_assignment(a)]) for a in sets or ()])
 
 
 def open_executor(name: str, workers: Optional[int], address: Optional[str], connect_timeout: float) -> Executor:

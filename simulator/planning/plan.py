@@ -21,7 +21,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..errors import LlmsimError
 from ..scenario.load import load_scenario
-from ..scenario.variants import overlay_assignments, select_variants
+from ..scenario.variants import merge_overlays, overlay_assignments, select_variants
 from .batch import run_points
 from .executors import Executor
 from .point import LATENCY_COLUMNS, Point, check_overrides, scenario_digest
@@ -125,7 +125,7 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
             overlays.append(v.set)
         if cli:
             check_overrides(path, cli, "--set")
-    sets = _in_order([*overlays, cli])
+    sets = merge_overlays([*overlays, cli])
     sc, path = load_scenario(scenario, overlay_assignments(sets))
     if seeds < 1:
         raise LlmsimError(f"--seeds must be at least 1 (got {seeds})", key_path="--seeds")
@@ -170,17 +170,6 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
     return Plan(str(path), "max_rate" if max_rate else "min", searched, [sc.seed + k for k in range(seeds)],
                 _ranked(candidates, max_rate), probes, list(variants), cli)
 
-
-def _in_order(overlays: Sequence[Mapping[str, Any]]) -> dict[str, Any]:
-    """Overlays applied one after the other, as one overlay: a key set again
-    moves to where it was last set, so applying the result in order leaves
-    the scenario as applying each overlay in turn would."""
-    out: dict[str, Any] = {}
-    for overlay in overlays:
-        for key, value in overlay.items():
-            out.pop(key, None)
-            out[key] = value
-    return out
 
 
 def _ranked(candidates: list[dict[str, Any]], max_rate: bool) -> list[dict[str, Any]]:

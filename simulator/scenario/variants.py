@@ -22,7 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from ..errors import LlmsimError
 
 __all__ = ["BASELINE", "Variant", "Variants", "LadderMode", "Step", "ladder_steps", "select_variants",
-           "overlay_assignments"]
+           "overlay_assignments", "merge_overlays"]
 
 #: The name of the ladder's first step; no variant may take it.
 BASELINE = "baseline"
@@ -87,6 +87,20 @@ def select_variants(variants: Sequence[Variant], names: Sequence[str], source: A
             raise LlmsimError(f"no variant named {n!r}; variants: {known}", source=source, key_path="variants")
         out.append(by_name[n])
     return tuple(out)
+
+
+def merge_overlays(overlays: Sequence[Mapping[str, Any]]) -> Overlay:
+    """Overlays applied one after the other, as one overlay: a key set again
+    moves to where it was last set, so applying the result in order leaves
+    the scenario as applying each overlay in turn would (a plain dict
+    update would keep the key at its first place, before a parent key set
+    in between, which then undoes it)."""
+    out: Overlay = {}
+    for overlay in overlays:
+        for key, value in overlay.items():
+            out.pop(key, None)
+            out[key] = value
+    return out
 
 
 def overlay_assignments(overlay: Mapping[str, Any]) -> list[str]:
