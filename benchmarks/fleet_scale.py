@@ -66,7 +66,8 @@ def _run(args) -> tuple[dict, list[str]]:
     sets = [f"workload.arrival.rate_per_s={RATE * args.fraction:g}", f"pools.chat.replicas={nodes}",
             f"workload.duration_s={args.duration:g}"]
     sc, path = load_scenario(str(ROOT / "scenarios" / "dau-10m.yaml"), sets)
-    if args.one_shard:   # what one worker simulates per job (draw included), in this process
+    if args.one_shard:   # what one worker simulates per job (draw included), in this process, plus the
+        # shard's own results summary, which a worker skips (run_shard: the merge computes the figures)
         from simulator.runner import simulate
         from simulator.sharding import plan_shards
 
