@@ -26,6 +26,7 @@ from .fleet.pool import Admission, Pool
 from .fleet.setup import PoolSetup, setup_pool  # noqa: F401  (re-exported: notebooks size pools with it)
 from .metrics.records import Records
 from .fleet.timeline import Timeline
+from .gcpause import without_gc
 from .metrics.fleet_report import llmsim_block
 from .metrics.gaps import GapGrid, GapLog
 from .metrics.results import compute_results
@@ -66,6 +67,7 @@ def _build_pool(env, ps: PoolSetup, sc: Scenario, routes: dict[str, str], gaps: 
                 admission=admission, warm=warm)
 
 
+@without_gc
 def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str | Path | None = None,
              progress: Optional[Callable[[float, int, int], None]] = None, subset=None,
              on_end: Optional[Callable[[Request], None]] = None, summarize: bool = True) -> RunOutput:

@@ -137,7 +137,7 @@ def draw_autocomplete_plans(spec: AutocompleteSessionSpec, outputs: LengthDist, 
                             n: int) -> list[AutocompletePlan]:
     """Plans of the next ``n`` sessions (``streams``: :class:`workloads.spec.Streams`,
     ``apps``: :class:`workloads.system_prompts.Apps` or None)."""
-    app = apps.choose(n) if apps is not None else [-1] * n
+    app = apps.choose(n).tolist() if apps is not None else [-1] * n
     files = spec.file_tokens.sample(streams.files, n).tolist()
     bursts = spec.bursts.sample(streams.sessions, n)
     nb = int(bursts.sum())

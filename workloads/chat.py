@@ -53,7 +53,7 @@ def draw_chat_plans(spec: ChatSessionSpec, messages: LengthDist, responses: Leng
                     apps, n: int) -> list[ChatPlan]:
     """Plans of the next ``n`` sessions (``streams``: :class:`workloads.spec.Streams`,
     ``apps``: :class:`workloads.system_prompts.Apps` or None)."""
-    app = apps.choose(n) if apps is not None else [-1] * n
+    app = apps.choose(n).tolist() if apps is not None else [-1] * n
     turns = spec.turns.sample(streams.sessions, n)
     total = int(turns.sum())
     msg = split(messages.sample(streams.input_tokens, total), turns)

@@ -334,7 +334,7 @@ def _closed_loop(workload: WorkloadSpec, s: Streams, block_tokens: Optional[int]
         def make(i: int, now: float) -> Request:
             return Request(i, now, int(inp[i]), int(out[i]))
     else:
-        chosen = apps.choose(n)
+        chosen = apps.choose(n).tolist()
 
         def make(i: int, now: float) -> Request:
             return apps.request(i, now, int(inp[i]), int(out[i]), chosen[i])

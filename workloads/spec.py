@@ -265,7 +265,7 @@ class WorkloadSpec(BaseModel):
         inp = kept(self.input_tokens.sample(s.input_tokens, n))
         out = kept(self.output_tokens.sample(s.output_tokens, n))
         apps = self.draw_apps(s)
-        chosen = None if apps is None else kept(np.asarray(apps.choose(n), dtype=np.int64))
+        chosen = None if apps is None else kept(apps.choose(n))
         if apps is None:
             rows = zip(ids.tolist(), t.tolist(), inp.tolist(), out.tolist())  # Python scalars, not numpy ones
             return [Request(i, a, x, y) for i, a, x, y in rows], None

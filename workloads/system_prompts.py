@@ -79,9 +79,11 @@ class Apps:
         w = spec.popularity.weights(spec.apps)
         self.p = w / w.sum()
 
-    def choose(self, n: int) -> list[int]:
-        """The apps of the next ``n`` requests or sessions (consumes the apps stream in order)."""
-        return self.rng.choice(len(self.p), size=n, p=self.p).tolist()
+    def choose(self, n: int) -> np.ndarray:
+        """The apps of the next ``n`` requests or sessions (consumes the apps
+        stream in order). An array: a shard draws the whole fleet's apps and
+        keeps ~1/N of them, so no Python int is made for the others."""
+        return self.rng.choice(len(self.p), size=n, p=self.p)
 
     def request(self, id: int, arrival: float, user_tokens: int, output_tokens: int, app: int) -> Request:
         """A lone request of ``app``: its system prompt, then ``user_tokens`` of its own."""

@@ -20,6 +20,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from ..gcpause import without_gc
 from ..metrics.gaps import GapGrid
 from ..metrics.records import Records
 from ..scenario.schema import Scenario
@@ -117,6 +118,7 @@ class ShardOutcome:
         return len(Records(self.columns))
 
 
+@without_gc
 def run_shard(job: ShardJob) -> ShardOutcome:
     """Simulate one shard (its scenario and workload subset)."""
     from ..runner import simulate  # heavy; imported in the worker
