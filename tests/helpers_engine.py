@@ -59,7 +59,7 @@ def make_requests(arrivals: Sequence[float], inputs: Sequence[int], outputs: Seq
 
 def clone(requests: Sequence[Request]) -> list[Request]:
     return [Request(r.id, r.arrival, r.input_tokens, r.output_tokens, klass=r.klass, priority=r.priority,
-                    blocks=r.blocks) for r in requests]
+                    blocks=r.blocks, shared_ids=r.shared_ids) for r in requests]
 
 
 def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_blocks: int, *, replicas: int = 1,

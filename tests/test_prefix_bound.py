@@ -6,7 +6,8 @@ bounds come from a radix tree of everything routed, marked with where it
 went and rebuilt from the replicas now and then; if one ever fell below a
 replica's real hit the router could skip the replica it should have chosen. So, on workloads with shared heads, chat-like chains
 (a request extends an earlier one's prompt and output), evictions under KV
-pressure, cancellations, and rebuilds forced every few requests:
+pressure, cancellations, rebuilds forced every few requests, and lone
+requests whose own ids the tree leaves out (``Request.shared_ids``):
 
 * at every routing decision each replica's bound is ≥ its hit, and the
   overall bound ≥ each replica's bound;
@@ -35,15 +36,24 @@ def chained(draw, H: int):
     fresh = itertools.count(10_000)
     heads = [tuple(next(fresh) for _ in range(64)) for _ in range(draw(st.integers(1, 3)))]
     out: list[Request] = []
+    extended: set[int] = set()
+    own_from: list[int] = []
     for r in reqs:
         full = (r.input_tokens + r.output_tokens) // H
         if out and draw(st.booleans()):
-            prev = draw(st.sampled_from(out)).blocks
-            base = prev[:min(len(prev), r.input_tokens // H)]
+            prev = draw(st.sampled_from(out))
+            extended.add(prev.id)
+            base = prev.blocks[:min(len(prev.blocks), r.input_tokens // H)]
         else:
             base = draw(st.sampled_from(heads))[:draw(st.integers(0, r.input_tokens // H))]
         ids = base + tuple(next(fresh) for _ in range(max(0, full - len(base))))
         out.append(Request(r.id, r.arrival, r.input_tokens, r.output_tokens, blocks=ids[:full]))
+        own_from.append(len(base))
+    # A request no later one extends is a lone request: its ids past the
+    # head are its own (Request.shared_ids), which the tree leaves out.
+    for r, n in zip(out, own_from):
+        if r.id not in extended and draw(st.booleans()):
+            r.shared_ids = min(n, len(r.blocks))
     return out
 
 
@@ -108,3 +118,36 @@ def test_rebuilds_keep_the_tree_bounded_by_what_replicas_hold():
     # requests it holds; without rebuilds the tree would hold all 300 x 38 + 3.
     assert bound.limit > 500, "never rebuilt"
     assert bound.size <= bound.limit + 41 and bound.limit < 300 * 38 / 4
+
+
+def test_lone_requests_route_as_if_all_their_ids_were_shared():
+    """Leaving a lone request's own ids out of the tree changes no decision:
+    a 10M-DAU window (one shared system prompt, KV pressure) and one with
+    four Zipf-popular apps end request for request as when every id is
+    entered."""
+    from pathlib import Path
+
+    from simulator.runner import simulate
+    from simulator.scenario.load import load_scenario
+    from workloads.system_prompts import Apps
+
+    real = Apps.attach
+
+    def all_shared(self, req, app):
+        real(self, req, app)
+        req.shared_ids = None
+
+    dau = Path(__file__).resolve().parent.parent / "scenarios" / "dau-10m.yaml"
+    apps = ["workload.system_prompt.apps=4", "workload.system_prompt.popularity={type: zipf, s: 1.1}",
+            "workload.system_prompt.tokens={dist: uniform, min: 500, max: 3000}", "pools.chat.replicas=6"]
+    for sets in (["workload.duration_s=40"], ["workload.duration_s=40", *apps]):
+        sc, path = load_scenario(dau, sets)
+        own = simulate(sc, source=path)
+        with mock.patch.object(Apps, "attach", all_shared):
+            shared = simulate(sc, source=path)
+        assert len(own.requests) > 1000
+        assert [(r.replica, r.cached_tokens, r.first_token, r.finish) for r in own.requests] == \
+               [(r.replica, r.cached_tokens, r.first_token, r.finish) for r in shared.requests]
+        assert len({r.replica for r in own.requests}) > 1
+        # and it did leave them out: the tree holds the system prompts only
+        assert own.pool.router.bound.size < 500 < shared.pool.router.bound.size

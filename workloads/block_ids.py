@@ -7,6 +7,9 @@ prompts by id without any text. The contract the engine relies on:
 * chained: two requests carry the same id at position j if and only if their
   tokens [0, (j+1)·B) are identical. Hence an id is never reused for other
   content, and once two requests' ids differ at j they differ at every j' > j;
+* ids in a lone request's own range are carried by that request alone,
+  which it states as ``Request.shared_ids`` (the ids before them: its
+  app's); a session's or a document's ids are all shareable;
 * synthetic requests carry the ids of every *full* block of prompt ++ output,
   ⌊(input + output)/B⌋ of them, so the blocks a chat turn's response leaves in
   the cache are the ids the next turn's prompt starts with.

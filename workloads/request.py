@@ -26,10 +26,11 @@ class Request:
     __slots__ = ("id", "arrival", "input_tokens", "output_tokens", "session", "klass", "priority",
                  "admitted", "first_token", "finish", "status", "replica", "preemptions", "cached_tokens",
                  "blocks", "pool", "queued", "net_in", "net_out", "prefill_done", "kv_transfer",
-                 "preloaded", "region")
+                 "preloaded", "region", "shared_ids")
 
     def __init__(self, id: int, arrival: float, input_tokens: int, output_tokens: int,
-                 session: int = -1, klass: str = "default", priority: int = 0, blocks: tuple | None = None):
+                 session: int = -1, klass: str = "default", priority: int = 0, blocks: tuple | None = None,
+                 shared_ids: int | None = None):
         self.id = id
         self.arrival = arrival
         self.input_tokens = input_tokens
@@ -38,6 +39,11 @@ class Request:
         self.klass = klass
         self.priority = priority
         self.blocks = blocks
+        # How many leading ids of ``blocks`` another request may also carry;
+        # the rest are this request's alone (a lone request's own prompt and
+        # output). None: any may be shared. A cache-aware router need not
+        # remember ids nobody else will ask for (routing.prefix_bound).
+        self.shared_ids = shared_ids
         self.admitted = NAN
         self.first_token = NAN
         self.finish = NAN

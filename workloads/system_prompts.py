@@ -98,3 +98,4 @@ class Apps:
         own = (req.input_tokens + req.output_tokens) // self.block_tokens - len(head)
         base = id_base(REQUEST, req.id)
         req.blocks = head + tuple(range(base, base + own))
+        req.shared_ids = len(head)

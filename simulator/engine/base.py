@@ -238,8 +238,10 @@ class ReplicaBase:
         if self.cache is None:
             return
         for s in self.seqs.values():
-            if s.req.blocks:
-                yield s.req.blocks
+            b = s.req.blocks
+            if b:
+                n = s.req.shared_ids
+                yield b if n is None else b[:n]
 
     def _sync_cache(self, now: float) -> None:
         """Hook: apply evictions that the iterations already run would have made."""

@@ -42,7 +42,10 @@ class BlockDemand:
 
     def at(self, g: int) -> int:
         """Σ ceil((c_i + g)/bs): blocks the set holds when its kv is c_i + g."""
-        gq, h = divmod(g, self.bs)
-        if h:
-            return self.q_sum + self.count * gq + sum(self.hist[self.bs - h:])
-        return self.q_sum + self.count * gq
+        bs = self.bs
+        gq, h = divmod(g, bs)
+        total = self.q_sum + self.count * gq
+        hist = self.hist
+        for r in range(bs - h, bs):   # a loop, not sum() of a slice: compiled, it makes no list
+            total += hist[r]
+        return total

@@ -92,7 +92,8 @@ class PrefillDecode:
         return self.latency + tokens * self.bytes_per_token / self.bandwidth
 
     def submit(self, req: Request) -> None:
-        leg = Request(req.id, req.arrival, req.input_tokens, 1, req.session, req.klass, req.priority, req.blocks)
+        leg = Request(req.id, req.arrival, req.input_tokens, 1, req.session, req.klass, req.priority, req.blocks,
+                      req.shared_ids)
         leg.queued = req.queued
         self.legs[req.id] = (req, leg)
         self.prefill.submit(leg)

@@ -37,5 +37,5 @@ def choose_prefix_aware(req: Any, replicas: Sequence[Any], bound: PrefixBound, w
     lb, lm = replicas[best].outstanding, replicas[least].outstanding
     chosen = least if lb - lm > abs_thr and lb > rel_thr * lm else best
     if known is not None:
-        bound.enter(req.blocks, replicas[chosen].index)
+        bound.enter(req.blocks, replicas[chosen].index, req.shared_ids)
     return chosen
