@@ -301,3 +301,19 @@ def test_roofline_decode_batch1_is_weight_streaming():
 def test_bad_cost_model_arguments(kwargs, match):
     with pytest.raises(LlmsimError, match=match):
         CostModel(MODELS["llama-3-8b"], GPUS["h100-sxm"], **kwargs)
+
+
+@PROPS
+@given(p=allreduce_params(), msg=st.one_of(st.floats(0.0, 2e8), st.integers(0, 10**8).map(float)),
+       gpus=st.sampled_from([1, 2, 4, 8]), bw=st.floats(1e10, 1e12))
+def test_allreduce_on_a_float_is_the_array_formula_bit_for_bit(p, msg, gpus, bw):
+    """The engine calls it on floats, through a path without numpy; a
+    calibration fit calls it on arrays. Both must give the same time."""
+    from simulator.costmodel.components import allreduce_time
+    import numpy as np
+
+    one = allreduce_time(msg, gpus, bw, p)
+    many = allreduce_time(np.array([msg, p.custom_max_bytes, 0.0]), gpus, bw, p)
+    assert isinstance(one, float)
+    assert one == float(many[0])
+    assert allreduce_time(p.custom_max_bytes, gpus, bw, p) == float(many[1])

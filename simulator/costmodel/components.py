@@ -97,6 +97,14 @@ def allreduce_time(message_bytes, num_gpus: int, link_bw: float, p: AllReducePar
     if p.custom_max_bytes <= 0:
         return t_nccl
 
+    if not isinstance(message_bytes, np.ndarray):   # the engine's case: the same arithmetic on floats
+        def custom_f(msg: float) -> float:
+            one_shot = (num_gpus - 1) * min(msg, p.oneshot_max_bytes)
+            return p.custom_latency_us * _US + max(one_shot, ring * msg) / (link_bw * p.custom_eta_bandwidth)
+        if message_bytes < p.custom_max_bytes:
+            return custom_f(message_bytes)
+        return max(t_nccl, custom_f(p.custom_max_bytes))
+
     def custom(msg):
         one_shot = (num_gpus - 1) * np.minimum(msg, p.oneshot_max_bytes)
         return p.custom_latency_us * _US + np.maximum(one_shot, ring * msg) / (link_bw * p.custom_eta_bandwidth)
