@@ -120,15 +120,32 @@ def test_rebuilds_keep_the_tree_bounded_by_what_replicas_hold():
     assert bound.size <= bound.limit + 41 and bound.limit < 300 * 38 / 4
 
 
-def test_lone_requests_route_as_if_all_their_ids_were_shared():
-    """Leaving a lone request's own ids out of the tree changes no decision:
-    a 10M-DAU window (one shared system prompt, KV pressure) and one with
-    four Zipf-popular apps end request for request as when every id is
-    entered."""
+def _dau_windows():
+    """A 10M-DAU window (one shared system prompt) and one with four
+    Zipf-popular apps on 6 replicas whose caches are capped (evictions)."""
     from pathlib import Path
 
-    from simulator.runner import simulate
     from simulator.scenario.load import load_scenario
+
+    dau = Path(__file__).resolve().parent.parent / "scenarios" / "dau-10m.yaml"
+    apps = ["workload.system_prompt.apps=4", "workload.system_prompt.popularity={type: zipf, s: 1.1}",
+            "workload.system_prompt.tokens={dist: uniform, min: 500, max: 3000}", "pools.chat.replicas=6",
+            "pools.chat.engine.prefix_cache_capacity_tokens=60000"]
+    for sets in (["workload.duration_s=40"], ["workload.duration_s=40", *apps]):
+        yield load_scenario(dau, sets)
+
+
+def _same_requests(a, b):
+    assert len(a.requests) > 1000
+    assert [(r.replica, r.cached_tokens, r.first_token, r.finish) for r in a.requests] == \
+           [(r.replica, r.cached_tokens, r.first_token, r.finish) for r in b.requests]
+    assert len({r.replica for r in a.requests}) > 1
+
+
+def test_lone_requests_route_as_if_all_their_ids_were_shared():
+    """Leaving a lone request's own ids out of the tree changes no decision:
+    the DAU windows end request for request as when every id is entered."""
+    from simulator.runner import simulate
     from workloads.system_prompts import Apps
 
     real = Apps.attach
@@ -137,17 +154,30 @@ def test_lone_requests_route_as_if_all_their_ids_were_shared():
         real(self, req, app)
         req.shared_ids = None
 
-    dau = Path(__file__).resolve().parent.parent / "scenarios" / "dau-10m.yaml"
-    apps = ["workload.system_prompt.apps=4", "workload.system_prompt.popularity={type: zipf, s: 1.1}",
-            "workload.system_prompt.tokens={dist: uniform, min: 500, max: 3000}", "pools.chat.replicas=6"]
-    for sets in (["workload.duration_s=40"], ["workload.duration_s=40", *apps]):
-        sc, path = load_scenario(dau, sets)
+    for sc, path in _dau_windows():
         own = simulate(sc, source=path)
         with mock.patch.object(Apps, "attach", all_shared):
             shared = simulate(sc, source=path)
-        assert len(own.requests) > 1000
-        assert [(r.replica, r.cached_tokens, r.first_token, r.finish) for r in own.requests] == \
-               [(r.replica, r.cached_tokens, r.first_token, r.finish) for r in shared.requests]
-        assert len({r.replica for r in own.requests}) > 1
+        _same_requests(own, shared)
         # and it did leave them out: the tree holds the system prompts only
         assert own.pool.router.bound.size < 500 < shared.pool.router.bound.size
+
+
+def test_placeholder_ids_change_nothing():
+    """A lone request's own ids past the first are shared placeholders
+    (workloads.block_ids.own_ids); with a unique id for every block instead,
+    the DAU windows end request for request the same, with the same cache
+    statistics (hits, evictions)."""
+    from simulator.runner import simulate
+    from workloads import system_prompts
+
+    def unique(base, start, n):
+        return tuple(range(base, base + max(n, 0)))
+
+    for sc, path in _dau_windows():
+        held = simulate(sc, source=path)
+        with mock.patch.object(system_prompts, "own_ids", unique):
+            distinct = simulate(sc, source=path)
+        _same_requests(held, distinct)
+        assert held.results["llmsim"]["prefix_cache"] == distinct.results["llmsim"]["prefix_cache"]
+    assert held.results["llmsim"]["prefix_cache"]["evicted_blocks"] > 0   # the capped window evicts

@@ -125,14 +125,22 @@ def common_prefix(a: tuple, b: tuple) -> int:
 
 
 def assert_chained(requests: list[Request]) -> None:
-    """Any two requests' ids agree on a prefix and never again; an id names one position."""
+    """Any two requests' ids agree on a prefix and never again, except a
+    lone request's placeholders (negative, only after its own first id,
+    which no other request carries); an id names one position."""
     where: dict[int, int] = {}
     for r in requests:
+        own = getattr(r, "shared_ids", None)
         for j, b in enumerate(r.blocks):
             assert where.setdefault(b, j) == j, f"id {b} at positions {where[b]} and {j}"
+            assert b >= 0 or (own is not None and j > own), f"placeholder {b} at {j} in request {r.id}"
     for a, b in itertools.combinations(requests, 2):
         d = common_prefix(a.blocks, b.blocks)
-        assert not any(x == y for x, y in zip(a.blocks[d:], b.blocks[d:])), (a.id, b.id, d)
+        assert not any(x == y and x >= 0 for x, y in zip(a.blocks[d:], b.blocks[d:])), (a.id, b.id, d)
+        for r in (a, b):
+            own = getattr(r, "shared_ids", None)
+            if own is not None and own < len(r.blocks):
+                assert d <= own, f"request {r.id}'s own first id is shared"
 
 
 def sys_prompt(apps, tokens, popularity=None) -> dict:

@@ -93,7 +93,8 @@ class OpenLoop:
     With ``attach``, the requests come without block ids and ``attach(i,
     request)`` gives request i its ids when it arrives (the runner drops
     them when it ends). Ids are most of a request's memory (a 3K-token
-    prompt has ~190, ~7 KB with their int objects), and only the requests in
+    prompt has ~190, ~1.5 KB of tuple; its own ids past the first are shared
+    placeholders, :func:`workloads.block_ids.own_ids`), and only the requests in
     flight need them: a 13-node 10M-DAU shard's hour holds ~280,000
     requests, of which a few thousand are in flight at any time.
     """

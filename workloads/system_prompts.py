@@ -17,7 +17,7 @@ from typing import Annotated, Literal, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
-from .block_ids import APP, REQUEST, id_base
+from .block_ids import APP, REQUEST, id_base, own_ids
 from .lengths import LengthDist
 from .request import Request
 
@@ -93,9 +93,8 @@ class Apps:
 
     def attach(self, req: Request, app: int) -> None:
         """Give a lone request of ``app`` its block ids: the app's, then its
-        own full blocks (ids in the request's range)."""
+        own full blocks (:func:`workloads.block_ids.own_ids`)."""
         head = self.block_ids[app]
         own = (req.input_tokens + req.output_tokens) // self.block_tokens - len(head)
-        base = id_base(REQUEST, req.id)
-        req.blocks = head + tuple(range(base, base + own))
+        req.blocks = head + own_ids(id_base(REQUEST, req.id), len(head), own)
         req.shared_ids = len(head)

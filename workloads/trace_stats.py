@@ -79,6 +79,9 @@ def ideal_block_hit_rate(requests: Iterable[Request], *, prefix_only: bool = Tru
     does; without it, every previously seen id counts. On hash-chained ids
     (Mooncake) the two agree, since a block's id depends on its whole
     prefix. Requests without block ids are skipped; NaN if none have any.
+    Synthetic lone requests share placeholder ids past their own first id
+    (:func:`workloads.block_ids.own_ids`), which only ``prefix_only`` reads
+    right.
     """
     seen: set = set()
     hits = total = 0
