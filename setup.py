@@ -26,6 +26,7 @@ COMPILED = [
     "simulator/engine/prefix_cache.py",
     "simulator/engine/base.py",
     "simulator/engine/replica.py",
+    "simulator/engine/wake.py",
     "simulator/engine/routing/prefix_bound.py",
     "simulator/engine/routing/prefix_choice.py",
 ]

@@ -42,7 +42,7 @@ def check(c: PrefixCache) -> None:
             assert x.parent is c.root or x.parent.lock >= x.lock
         else:
             evictable += x.blocks
-        assert x.blocks == len(x.ids) * c.u - (c.u - -(-x.tail // c.bs) if x.tail else 0)
+        assert x.n <= len(x.ids) and x.blocks == x.n * c.u - (c.u - -(-x.tail // c.bs) if x.tail else 0)
     assert (pinned, evictable) == (c.pinned, c.evictable)
 
 

@@ -25,6 +25,8 @@ import numpy as np
 import simpy
 from simpy.events import URGENT
 
+from simulator.engine.wake import call_later
+
 from .autocomplete import AutocompletePlan, AutocompleteSessionSpec, draw_autocomplete_plans
 from .block_ids import SESSION, Document, id_base
 from .chat import ChatPlan, ChatSessionSpec, draw_chat_plans
@@ -65,11 +67,7 @@ class Source(Protocol):
 def fire(env: simpy.Environment, delay: float, callback) -> None:
     """Run ``callback`` after ``delay`` as a client event (URGENT, like arrivals):
     no timeout object, and it precedes an iteration boundary at the same time."""
-    ev = simpy.Event(env)
-    ev._ok = True
-    ev._value = None
-    ev.callbacks.append(callback)
-    env.schedule(ev, URGENT, delay)
+    call_later(env, delay, URGENT, callback)
 
 
 def _at_times(env: simpy.Environment, items: Iterable[T], when: Callable[[T], float],

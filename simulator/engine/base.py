@@ -22,6 +22,7 @@ from .config import EngineConfig
 from .prefix_cache import Match, PrefixCache
 from .sequence import DONE, WAITING, Seq, finish
 from .wait_queue import WaitQueue
+from .wake import call_later
 from workloads.request import Request, Status
 
 
@@ -227,7 +228,7 @@ class ReplicaBase:
     @property
     def cache_tree(self) -> object:
         """The root of the prefix cache's radix tree (None: no cache): nodes
-        with ``ids`` (a run of block ids) and ``children`` (by first id)."""
+        with ``ids[:n]`` (a run of block ids) and ``children`` (by first id)."""
         return None if self.cache is None else self.cache.root
 
     def held_chains(self) -> Iterator[tuple[int, ...]]:
@@ -357,13 +358,8 @@ class ReplicaBase:
         s.pin_ids = 0
         s.pin_blocks = 0
 
-    def _schedule(self, delay: float, callback) -> simpy.Event:
-        ev = simpy.Event(self.env)
-        ev._ok = True
-        ev._value = None
-        ev.callbacks.append(callback)
-        self.env.schedule(ev, NORMAL, delay)
-        return ev
+    def _schedule(self, delay: float, callback) -> None:
+        call_later(self.env, delay, NORMAL, callback)
 
     def _finish_request(self, seq: Seq, now: float) -> None:
         self._release_cache(seq, seq.req.input_tokens + seq.req.output_tokens - 1)

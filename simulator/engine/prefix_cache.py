@@ -25,7 +25,8 @@ must be computed to sample from (as vLLM does).
 
 Structure: a radix tree over ids, as SGLang's RadixAttention keeps tokens.
 Chained ids make the cached set prefix-closed, so each node holds a run of
-ids with no branch inside, and a sequence pins its path by reference counts
+ids with no branch inside (``ids[:n]``: evicting from its tail lowers
+``n`` instead of copying the tuple), and a sequence pins its path by reference counts
 on the nodes (O(depth), not O(blocks)). A lookup compares runs as tuple
 slices (C speed) and only branches per node. Eviction takes the evictable
 leaf with the oldest release stamp and drops ids from its tail; a parent
@@ -56,10 +57,11 @@ from typing import NamedTuple, Optional, Sequence
 
 
 class Node:
-    __slots__ = ("ids", "parent", "children", "lock", "stamp", "tail", "blocks", "uid", "owner")
+    __slots__ = ("ids", "n", "parent", "children", "lock", "stamp", "tail", "blocks", "uid", "owner")
 
     def __init__(self, ids: tuple, parent: Optional["Node"], blocks: int, uid: int, tail: Optional[int] = None):
         self.ids = ids
+        self.n = len(ids)      # the node's run is ids[:n]: eviction shortens n, not the tuple
         self.parent = parent
         self.children: dict[int, Node] = {}
         self.lock = 0          # running sequences whose path includes this node
@@ -147,7 +149,7 @@ class PrefixCache:
             if child is None:
                 break
             run = child.ids
-            L = len(run)
+            L = child.n
             k = agree(ids, pos, run, min(L, limit - pos))
             b = child.blocks if k == L else k * u
             blocks += b
@@ -159,7 +161,7 @@ class PrefixCache:
                 break
             node = child
         tokens = pos * H
-        if last is not None and k == len(last.ids) and last.tail is not None:
+        if last is not None and k == last.n and last.tail is not None:
             tokens += last.tail - H
         return Match(pos, tokens, blocks, pinned, last, k)
 
@@ -184,7 +186,7 @@ class PrefixCache:
         Returns (deepest node, ids on its path, KV blocks they occupy): the
         sequence's KV beyond those blocks is its own."""
         node = self.root if m.node is None else m.node
-        if m.node is not None and m.k < len(node.ids):
+        if m.node is not None and m.k < node.n:
             node = self._split(node, m.k)
         pos, blocks = m.ids, m.blocks
         n = self.entered_ids(ids, input_tokens)
@@ -267,7 +269,7 @@ class PrefixCache:
         valid), and a parent left childless becomes an evictable leaf."""
         u = self.u
         dropped = 0
-        L = len(x.ids)
+        L = x.n
         if x.tail is not None:        # a partial last block goes first
             dropped = -(-x.tail // self.bs)
             x.tail = None
@@ -281,7 +283,7 @@ class PrefixCache:
             self.owned[x.owner] -= dropped
         x.blocks -= dropped
         if L:
-            x.ids = x.ids[:L]
+            x.n = L        # no copy of the tuple: a leaf is often trimmed a few blocks at a time
             heapq.heappush(heap, (x.stamp, x.uid, next(self._push), x))
         else:
             p = x.parent
@@ -344,7 +346,8 @@ class PrefixCache:
         top = Node(x.ids[:k], p, k * self.u, next(self._uid))
         top.lock, top.stamp, top.owner = x.lock, x.stamp, x.owner
         p.children[x.ids[0]] = top
-        x.ids = x.ids[k:]
+        x.ids = x.ids[k:x.n]
+        x.n = len(x.ids)
         x.blocks -= top.blocks
         x.parent = top
         top.children[x.ids[0]] = x

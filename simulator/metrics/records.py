@@ -14,6 +14,7 @@ its int8 code, and text columns hold shared str objects.
 """
 from __future__ import annotations
 
+from operator import attrgetter
 from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
@@ -58,13 +59,14 @@ class Records:
             return requests
         reqs = requests if isinstance(requests, (list, tuple)) else list(requests)
         cols = {}
-        for c in COLUMNS:
+        for c in COLUMNS:   # map(attrgetter) runs in C: a shard's 280k requests, 20 columns
+            values = map(attrgetter(c), reqs)
             if c == "status":
-                cols[c] = np.fromiter((int(r.status) for r in reqs), dtype=np.int8, count=len(reqs))
+                cols[c] = np.fromiter(map(int, values), dtype=np.int8, count=len(reqs))
             elif c in _TEXT:
-                cols[c] = np.array([getattr(r, c) for r in reqs], dtype=object)
+                cols[c] = np.array(list(values), dtype=object)
             else:
-                cols[c] = np.fromiter((getattr(r, c) for r in reqs), dtype=_dtype(c), count=len(reqs))
+                cols[c] = np.fromiter(values, dtype=_dtype(c), count=len(reqs))
         return cls(cols)
 
     def __len__(self) -> int:

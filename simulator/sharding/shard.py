@@ -131,6 +131,10 @@ def run_shard(job: ShardJob) -> ShardOutcome:
     scalers = {name: _scaler_record(out, name) for name in out.scalers}
     gaps = GapGrid.of(out.gaps)
     cols = Records.of(out.requests).columns
+    # Free the requests by reference counting now. The run's structure is one
+    # cycle that the collector frees once it runs again after the pause, and
+    # it would walk every request held in it too (~0.5 s of an hour-shard).
+    out.requests.clear()
     return ShardOutcome(job.index, cols, gaps, pools, scalers, end, time.perf_counter() - wall, out.timeline)
 
 
