@@ -220,3 +220,35 @@ def test_a_sharded_run_writes_the_same_table_as_a_plain_one(tmp_path, cli, monke
     assert cli("run", "dau-10m", *sets, "--shards", "2", "-o", tmp_path / "disk", "--workers", "1").code == 0
     pd.testing.assert_frame_equal(pd.read_parquet(next((tmp_path / "disk").glob("requests.*"))), two)
     assert _strip(__import__("json").loads((tmp_path / "disk" / "results.json").read_text())) == _strip(res)
+
+
+@pytest.mark.parametrize("n", [3, 7])
+def test_dealt_rows_are_what_each_shard_would_draw_itself(n):
+    """run_sharded draws the fleet's lone requests once and deals them
+    (simulator.sharding.predraw); each shard's rows must equal its own draw
+    of the whole workload cut by its mask, row for row, with every request
+    dealt exactly once."""
+    from simulator.sharding.predraw import dealt_rows
+    from workloads.spec import spawn_streams
+
+    sc, path = load_scenario("dau-10m", ["workload.duration_s=20", "workload.system_prompt.apps=3",
+                                         "workload.system_prompt.tokens={dist: uniform, min: 100, max: 900}"])
+    plan = plan_shards(sc, n)
+    dealt = dealt_rows(sc, plan.subsets)
+    assert dealt is not None and len(dealt) == n
+    wl = sc.workload
+    for sub, rows in zip(plan.subsets, dealt):
+        s = spawn_streams(sc.seed)
+        own = wl.lone_rows(s, wl.draw_apps(s), sub.requests)
+        for name, mine, theirs in zip(rows._fields, rows, own):
+            assert np.array_equal(mine, theirs), name
+    ids = np.sort(np.concatenate([r.ids for r in dealt]))
+    assert np.array_equal(ids, np.arange(len(ids))) and len(ids) > 1000
+
+
+def test_session_workloads_are_not_dealt():
+    """A session's turns depend on the fleet: its shard draws its plans itself."""
+    from simulator.sharding.predraw import dealt_rows
+
+    sc, _ = load_scenario("chatbot", CHAT)
+    assert sc.workload.session is not None and dealt_rows(sc, (None, None)) is None

@@ -32,7 +32,7 @@ from .block_ids import SESSION, Document, id_base
 from .chat import ChatPlan, ChatSessionSpec, draw_chat_plans
 from .plans import Plans
 from .request import Request, Status
-from .spec import Streams, WorkloadSpec, spawn_streams
+from .spec import LoneRows, Streams, WorkloadSpec, spawn_streams
 from .system_prompts import Apps
 from .traces import TraceSpec, read_trace
 
@@ -42,11 +42,17 @@ Submit = Callable[[Request], None]
 
 
 class Subset(Protocol):
-    """A shard's part of the workload: masks over session ids and lone request ids."""
+    """A shard's part of the workload: masks over session ids and lone
+    request ids, and its lone requests' draws when they were made for it
+    (``rows``, None: draw the fleet's and keep those ``requests`` masks)."""
+
+    rows: Optional[LoneRows]
 
     def sessions(self, sids: np.ndarray) -> np.ndarray: ...
 
     def requests(self, ids: np.ndarray) -> np.ndarray: ...
+
+
 T = TypeVar("T")
 
 
@@ -309,7 +315,7 @@ def make_source(workload: WorkloadSpec, seed: Union[int, np.random.SeedSequence,
     if session is None:
         if workload.closed_loop:
             return _closed_loop(workload, s, B)
-        reqs, attach = workload._bare(s, subset and subset.requests)
+        reqs, attach = workload._bare(s, subset and subset.requests, subset and subset.rows)
         return OpenLoop(reqs, B, attach)
     apps = workload.draw_apps(s)
     starts = workload._times(s)

@@ -40,7 +40,7 @@ from .request import Request
 from .system_prompts import Apps, SystemPromptSpec
 from .traces import TraceSpec, trace_block_tokens
 
-__all__ = ["WorkloadSpec", "SessionSpec", "Streams", "SeedLike", "spawn_streams"]
+__all__ = ["WorkloadSpec", "SessionSpec", "Streams", "SeedLike", "spawn_streams", "LoneRows"]
 
 SeedLike = Union[int, np.random.SeedSequence, np.random.Generator]
 
@@ -89,6 +89,23 @@ def spawn_streams(seed: SeedLike) -> Streams:
 
 #: Request ids per chunk when a shard picks its own out of the fleet's.
 _KEEP_CHUNK = 1 << 20
+
+
+class LoneRows(NamedTuple):
+    """An open-loop workload's draws as columns, one row per request (a
+    shard's rows are a subset, ids ascending): what its requests are built from."""
+
+    ids: np.ndarray
+    arrival: np.ndarray
+    input_tokens: np.ndarray      # the user part, without the system prompt
+    output_tokens: np.ndarray
+    app: Optional[np.ndarray]     # None without system prompts
+
+    def take(self, rows: np.ndarray) -> "LoneRows":
+        """These rows, stored compactly (a shard's share travels to a worker)."""
+        return LoneRows(self.ids[rows], self.arrival[rows], self.input_tokens[rows].astype(np.int32),
+                        self.output_tokens[rows].astype(np.int32),
+                        None if self.app is None else self.app[rows].astype(np.int32))
 
 
 class WorkloadSpec(BaseModel):
@@ -244,11 +261,11 @@ class WorkloadSpec(BaseModel):
                 attach(i, r)
         return reqs
 
-    def _bare(self, s: Streams, keep: Optional[Callable[[np.ndarray], np.ndarray]] = None
-              ) -> tuple[list[Request], Optional[Callable[[int, Request], None]]]:
-        """The requests without block ids, and ``attach(i, request)`` that
-        gives request i its ids (None when they have none): a driver can
-        attach them at arrival, since ids are most of a request's memory."""
+    def lone_rows(self, s: Streams, apps: Optional[Apps] = None,
+                  keep: Optional[Callable[[np.ndarray], np.ndarray]] = None) -> "LoneRows":
+        """The draws of an open-loop workload's requests, as arrays: all of
+        them, or those whose id ``keep`` (a mask function) keeps. ``apps``:
+        :meth:`draw_apps` of the same streams, drawn by the caller first."""
         t = self._times(s)
         n = len(t)
         if keep is None:
@@ -264,15 +281,28 @@ class WorkloadSpec(BaseModel):
             t = kept(t)
         inp = kept(self.input_tokens.sample(s.input_tokens, n))
         out = kept(self.output_tokens.sample(s.output_tokens, n))
-        apps = self.draw_apps(s)
         chosen = None if apps is None else kept(apps.choose(n))
+        return LoneRows(ids, t, inp, out, chosen)
+
+    def _bare(self, s: Streams, keep: Optional[Callable[[np.ndarray], np.ndarray]] = None,
+              rows: Optional["LoneRows"] = None
+              ) -> tuple[list[Request], Optional[Callable[[int, Request], None]]]:
+        """The requests without block ids, and ``attach(i, request)`` that
+        gives request i its ids (None when they have none): a driver can
+        attach them at arrival, since ids are most of a request's memory.
+        ``rows``: the draws, already made (a shard's share of the fleet's,
+        drawn once for all shards by :func:`simulator.sharding.predraw`)."""
+        apps = self.draw_apps(s)
+        if rows is None:
+            rows = self.lone_rows(s, apps, keep)
+        cols = (rows.ids.tolist(), rows.arrival.tolist(), rows.input_tokens.tolist(),
+                rows.output_tokens.tolist())   # Python scalars, not numpy ones
         if apps is None:
-            rows = zip(ids.tolist(), t.tolist(), inp.tolist(), out.tolist())  # Python scalars, not numpy ones
-            return [Request(i, a, x, y) for i, a, x, y in rows], None
+            return [Request(i, a, x, y) for i, a, x, y in zip(*cols)], None
+        assert rows.app is not None
         heads = apps.tokens
-        rows = zip(ids.tolist(), t.tolist(), inp.tolist(), out.tolist(), chosen.tolist())
-        reqs = [Request(i, a, heads[app] + x, y) for i, a, x, y, app in rows]
-        chosen = chosen.astype(np.int32)
+        reqs = [Request(i, a, heads[app] + x, y) for i, a, x, y, app in zip(*cols, rows.app.tolist())]
+        chosen = rows.app.astype(np.int32)
         return reqs, lambda i, req: apps.attach(req, int(chosen[i]))
 
     def mean_tokens(self) -> tuple[float, float]:

@@ -18,6 +18,7 @@ aside), and with N > 1 it is the run of the partitioned fleet (see
 from __future__ import annotations
 
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import MutableMapping, Optional
 
@@ -33,6 +34,7 @@ from ..planning.executors import Executor, make_executor
 from ..runner import RunOutput
 from ..scenario.schema import Scenario
 from .shard import PoolRecord, ShardJob, ShardOutcome, run_shard
+from .predraw import dealt_rows
 from .split import ShardPlan, plan_shards
 
 __all__ = ["run_sharded", "merge_outcomes", "merge_columns"]
@@ -53,16 +55,22 @@ def run_sharded(sc: Scenario, shards: int, *, source: Optional[Path] = None, eng
     columns (and every later shard's) go to a temporary directory as they
     arrive, and the merged table stays there: the figures are the same bit
     for bit, memory is bounded by a few columns instead of the table."""
-    plan = plan_shards(sc, shards, source)
-    jobs = [ShardJob(s, str(source) if source is not None else None, engine, sub)
-            for s, sub in zip(plan.scenarios, plan.subsets)]
     wall = time.perf_counter()
+    plan = plan_shards(sc, shards, source)
+    rows = dealt_rows(sc, plan.subsets)
+
+    def jobs():   # each job takes its shard's rows along; none are kept here
+        for k, (s, sub) in enumerate(zip(plan.scenarios, plan.subsets)):
+            if rows is not None:
+                sub, rows[k] = replace(sub, rows=rows[k]), None
+            yield ShardJob(s, str(source) if source is not None else None, engine, sub)
+
     own = executor is None
     ex = make_executor("local") if own else executor
     outcomes: list[ShardOutcome] = []
     held, spill_rows = 0, SPILL_ROWS if spill_rows is None else spill_rows
     try:
-        for _, o in ex.map_unordered(run_shard, jobs):
+        for _, o in ex.map_unordered(run_shard, jobs()):
             outcomes.append(o)
             held += o.requests
             if held > spill_rows:

@@ -38,7 +38,7 @@ by each shard's requests only).
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Optional
 
@@ -47,8 +47,9 @@ import numpy as np
 from ..errors import LlmsimError
 from ..fleet.split import ShareSplit
 from ..scenario.schema import Scenario
+from workloads.spec import LoneRows
 
-__all__ = ["EXACTNESS", "ShardSubset", "ShardPlan", "plan_shards", "shard_index"]
+__all__ = ["EXACTNESS", "ShardSubset", "ShardPlan", "plan_shards", "shard_index", "lone_shard_index"]
 
 #: The conditions, as the CLI and results.json state them.
 EXACTNESS = ("exact for the fleet partitioned into the shards (each shard's router sees only its replicas): "
@@ -98,11 +99,14 @@ def shard_mask(keys: np.ndarray, count: int, seed: int, index: int) -> np.ndarra
 @dataclass(frozen=True)
 class ShardSubset:
     """Shard ``index`` of ``count``: what a workload keeps (see
-    :func:`workloads.drivers.make_source`'s ``subset``)."""
+    :func:`workloads.drivers.make_source`'s ``subset``). ``rows``: its lone
+    requests' draws, when the parent drew them once for every shard
+    (:mod:`.predraw`); else the shard draws the fleet's and keeps its own."""
 
     index: int
     count: int
     seed: int
+    rows: Optional[LoneRows] = field(default=None, compare=False, repr=False)
 
     def sessions(self, sids: np.ndarray) -> np.ndarray:
         """Mask of the sessions (by session id) this shard keeps."""
@@ -111,6 +115,11 @@ class ShardSubset:
     def requests(self, ids: np.ndarray) -> np.ndarray:
         """Mask of the lone requests (by request id) this shard keeps."""
         return shard_mask(np.asarray(ids, dtype=np.uint64) + _LONE, self.count, self.seed, self.index)
+
+
+def lone_shard_index(ids: np.ndarray, count: int, seed: int) -> np.ndarray:
+    """The shard of each lone request (by id): where :meth:`ShardSubset.requests` keeps it."""
+    return shard_index(np.asarray(ids, dtype=np.uint64) + _LONE, count, seed)
 
 
 @dataclass(frozen=True)

@@ -30,14 +30,19 @@ class LocalExecutor(Executor):
         return self._workers
 
     def map_unordered(self, fn: Callable[[T], R], items: Iterable[T]) -> Iterator[tuple[T, R]]:
+        # Each item is let go once its result is out: one can be large (a
+        # shard's dealt rows), and the caller may not need them all at once.
         items = list(items)
         if self._workers == 1 or len(items) <= 1:
-            for item in items:
+            items.reverse()
+            while items:
+                item = items.pop()
                 yield item, fn(item)
             return
         if self._pool is None:
             self._pool = ProcessPoolExecutor(max_workers=self._workers)
         pending: dict[Future, T] = {self._pool.submit(fn, item): item for item in items}
+        items.clear()
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
