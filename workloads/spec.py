@@ -101,12 +101,6 @@ class LoneRows(NamedTuple):
     output_tokens: np.ndarray
     app: Optional[np.ndarray]     # None without system prompts
 
-    def take(self, rows: np.ndarray) -> "LoneRows":
-        """These rows, stored compactly (a shard's share travels to a worker)."""
-        return LoneRows(self.ids[rows], self.arrival[rows], self.input_tokens[rows].astype(np.int32),
-                        self.output_tokens[rows].astype(np.int32),
-                        None if self.app is None else self.app[rows].astype(np.int32))
-
 
 class WorkloadSpec(BaseModel):
     """One traffic class: arrival process plus prompt and output length laws.
