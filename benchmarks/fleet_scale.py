@@ -17,6 +17,11 @@ per core. ``--day`` runs ``chatbot`` (a 1/2000 shard of the consumer
 chatbot, autoscaled) over a whole day of its diurnal profile as a plain
 run (its autoscalers cannot be sharded).
 
+This VM's speed drifts by ±25 % over minutes (steal time), so the
+benchmark also times engine_speed's bare SimPy M/M/1 (100,000 customers)
+just before and just after the run: its customers per CPU-second say how
+fast the machine was, and a wall time can be read against it.
+
 Measured: wall time, simulated requests per wall-second, and peak memory
 (max RSS of this process and, separately, of the largest worker, from
 ``resource.getrusage``; psutil's sum over the live process tree is sampled
@@ -28,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import sys
 import threading
 import time
 from pathlib import Path
@@ -94,13 +100,21 @@ def main() -> None:
         ap.error("--day goes with --scenario chatbot (and chatbot is only benchmarked as a day)")
     if args.one_shard and args.day:
         ap.error("--one-shard is a shard of the 10M-DAU hour; the chatbot day is one plain run")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from engine_speed import mm1
+
+    yard_before = mm1(100_000)["cpu"]
     stop, tree = threading.Event(), [0.0]
     sampler = threading.Thread(target=_tree_rss_sampler, args=(stop, tree), daemon=True)
     sampler.start()
+    cpu0 = sum(getattr(resource.getrusage(resource.RUSAGE_SELF), f) for f in ("ru_utime", "ru_stime"))
     wall = time.perf_counter()
     results, sets = _run(args)
     wall = time.perf_counter() - wall
     stop.set()
+    cpu_s = sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
+                for f in ("ru_utime", "ru_stime")) - cpu0
+    yard_after = mm1(100_000)["cpu"]
     from simulator.engine import compiled
 
     l = results["llmsim"]
@@ -109,8 +123,8 @@ def main() -> None:
         "scenario": args.scenario, "settings": sets, "requests": n, "completed": results["completed"],
         "simulated_s": l["simulated_seconds"], "wall_s": wall, "requests_per_wall_s": n / wall,
         # CPU seconds of this process and its workers: what a busy, shared machine does not inflate
-        "cpu_s": sum(getattr(resource.getrusage(w), f) for w in (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN)
-                     for f in ("ru_utime", "ru_stime")),
+        "cpu_s": cpu_s,
+        "mm1_customers_per_cpu_s": [yard_before, yard_after],
         "parent_max_rss_mib": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
         "largest_worker_max_rss_mib": resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024,
         "tree_peak_rss_mib": tree[0] or None,
@@ -120,6 +134,8 @@ def main() -> None:
     }
     print(f"engine build: {fig['engine_build']} (pip install . compiles it; a checkout or editable install "
           f"runs plain Python)")
+    print(f"machine speed: bare SimPy M/M/1 at {yard_before:,.0f} customers per CPU-second before the run, "
+          f"{yard_after:,.0f} after")
     print("| scenario | requests | simulated s | wall s | CPU s | req/wall-s | parent RSS MiB | largest worker RSS MiB "
           "| tree peak MiB | p99 TTFT ms | p99 TPOT ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
