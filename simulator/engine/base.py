@@ -232,7 +232,8 @@ class ReplicaBase:
         return None if self.cache is None else self.cache.root
 
     def held_chains(self) -> Iterator[tuple[int, ...]]:
-        """The ids of the requests queued or running here, which the cache
+        """The ids of the requests queued or running here (the part other
+        requests may share, ``Request.shared_ids``), which the cache
         will hold once they run (prompts at admission, outputs at finish).
         With :attr:`cache_tree`, what a router's bound on cached prefixes is
         rebuilt from."""

@@ -31,8 +31,8 @@ the system prompt, and its output) are left out. No other request carries
 them and the router routes each request once, so no later prompt's path
 can reach them and the bounds stay exact; entering them only made the tree
 grow by every request's ~200 ids and be rebuilt every few thousand
-requests (a fifth of a 10M-DAU shard's routing), where now it holds the
-system prompts and stops growing.
+requests (rebuilding and entering took 8.7 % of a 10M-DAU shard under
+py-spy), where now it holds the system prompts and stops growing.
 """
 from __future__ import annotations
 
