@@ -19,7 +19,6 @@ class Wake:
     def __init__(self, callback: Callable[[Any], object]) -> None:
         self.callbacks: Optional[list[Callable[[Any], object]]] = [callback]
         self._ok = True
-        self._value: object = None
 
 
 def call_later(env: Any, delay: float, priority: int, callback: Callable[[Any], object]) -> None:

@@ -114,12 +114,17 @@ class ShardSubset:
 
     def requests(self, ids: np.ndarray) -> np.ndarray:
         """Mask of the lone requests (by request id) this shard keeps."""
-        return shard_mask(np.asarray(ids, dtype=np.uint64) + _LONE, self.count, self.seed, self.index)
+        return shard_mask(_lone_keys(ids), self.count, self.seed, self.index)
 
 
 def lone_shard_index(ids: np.ndarray, count: int, seed: int) -> np.ndarray:
     """The shard of each lone request (by id): where :meth:`ShardSubset.requests` keeps it."""
-    return shard_index(np.asarray(ids, dtype=np.uint64) + _LONE, count, seed)
+    return shard_index(_lone_keys(ids), count, seed)
+
+
+def _lone_keys(ids: np.ndarray) -> np.ndarray:
+    """A lone request's hash key: 2^62 + its id, apart from session ids (as ShareSplit keys them)."""
+    return np.asarray(ids, dtype=np.uint64) + _LONE
 
 
 @dataclass(frozen=True)
