@@ -285,7 +285,7 @@ class WorkloadSpec(BaseModel):
         gives request i its ids (None when they have none): a driver can
         attach them at arrival, since ids are most of a request's memory.
         ``rows``: the draws, already made (a shard's share of the fleet's,
-        drawn once for all shards by :func:`simulator.sharding.predraw`)."""
+        drawn once for all shards by :mod:`simulator.sharding.predraw`)."""
         apps = self.draw_apps(s)
         if rows is None:
             rows = self.lone_rows(s, apps, keep)
