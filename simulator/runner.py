@@ -15,6 +15,7 @@ import numpy as np
 import simpy
 
 from .engine.routing import make_router
+from .engine.wake import run as run_events
 from .fleet.autoscaler import Autoscaler
 from .fleet.checks import base_dir, check_scenario, class_routes
 from .fleet.classes import ClassTable
@@ -136,7 +137,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         clock.every(max(horizon / 50.0, 1e-3),
                     lambda: progress(env.now, done[0], src.expected_total or len(src.requests)))
     src.start(env, fleet.submit, fleet.cancel)
-    env.run()
+    run_events(env)   # env.run(), compiled
     wall = time.perf_counter() - wall
     requests = src.requests
     end = max(p.end_time() for p in pools.values())

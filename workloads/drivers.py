@@ -19,13 +19,13 @@ when they are sent), and ``requests`` lists them by id.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Optional, Protocol, TypeVar, Union
+from typing import Callable, Iterable, Optional, Protocol, TypeVar, Union
 
 import numpy as np
 import simpy
 from simpy.events import URGENT
 
-from simulator.engine.wake import call_later
+from simulator.engine.wake import AtTimes, call_later
 
 from .autocomplete import AutocompletePlan, AutocompleteSessionSpec, draw_autocomplete_plans
 from .block_ids import SESSION, Document, id_base
@@ -78,17 +78,9 @@ def fire(env: simpy.Environment, delay: float, callback) -> None:
 
 def _at_times(env: simpy.Environment, items: Iterable[T], when: Callable[[T], float],
               act: Callable[[T], None]) -> None:
-    """``act(item)`` at time ``when(item)`` for items in time order, keeping one event pending."""
-    it: Iterator[T] = iter(items)
-
-    def step(_ev=None, item: Optional[T] = None) -> None:
-        if item is not None:
-            act(item)
-        nxt = next(it, None)
-        if nxt is not None:
-            fire(env, max(when(nxt) - env.now, 0.0), lambda ev: step(ev, nxt))
-
-    step()
+    """``act(item)`` at time ``when(item)`` for items in time order, keeping
+    one event pending (compiled with the engine: once per arrival)."""
+    AtTimes(env, items, when, act, URGENT).start()
 
 
 class OpenLoop:

@@ -121,6 +121,12 @@ class PrefixCache:
         self.root = Node((), None, 0, next(self._uid))
         self.heap: list[tuple[int, int, int, Node]] = []   # (stamp, uid, push, node): evictable leaves, lazily invalidated
         self._push = count()
+        # The leaf the last trim left partly evicted: the heap's least entry
+        # then, kept beside it rather than pushed back (trims nibble one leaf
+        # a few blocks at a time, each step of a decode stretch), and taken
+        # before the heap's top unless that is older. Stale like any entry.
+        self.held: Optional[Node] = None
+        self.held_stamp = 0
         self.clock = 0
         self.pinned = 0       # KV blocks of entries running sequences use
         self.evictable = 0    # KV blocks of the others
@@ -243,10 +249,15 @@ class PrefixCache:
         limit = free_blocks if self.cap is None else min(free_blocks, self.cap)
         heap = self.heap
         while self.evictable > limit:
-            stamp, uid, _, x = heapq.heappop(heap)
+            x = self.held
+            stamp = self.held_stamp
+            if x is not None and (not heap or stamp < heap[0][0] or (stamp == heap[0][0] and x.uid <= heap[0][1])):
+                self.held = None
+            else:
+                stamp, _, _, x = heapq.heappop(heap)
             if x.lock or x.children or x.parent is None or x.stamp != stamp:
                 continue   # stale: pinned again, grew children, or already gone
-            self._evict(x, self.evictable - limit, heap)
+            self._evict(x, self.evictable - limit, None)
 
     def evict_owned(self, owner: str, limit: int) -> None:
         """Evict class ``owner``'s unreferenced entries, least recently
@@ -262,11 +273,12 @@ class PrefixCache:
             self._evict(x, owned[owner] - limit, heap)
         self.owner_evicted_blocks += self.evicted_blocks - evicted
 
-    def _evict(self, x: Node, excess: int, heap: list) -> None:
+    def _evict(self, x: Node, excess: int, heap: Optional[list]) -> None:
         """Drop ids from the tail of evictable leaf ``x`` (a partial last
         block first) until ``excess`` blocks are gone or ``x`` is; what is
         left of it goes back on ``heap`` (its entry on the other heap stays
-        valid), and a parent left childless becomes an evictable leaf."""
+        valid), or is held beside the global heap when ``heap`` is None,
+        and a parent left childless becomes an evictable leaf."""
         u = self.u
         dropped = 0
         L = x.n
@@ -284,7 +296,13 @@ class PrefixCache:
         x.blocks -= dropped
         if L:
             x.n = L        # no copy of the tuple: a leaf is often trimmed a few blocks at a time
-            heapq.heappush(heap, (x.stamp, x.uid, next(self._push), x))
+            if heap is not None:
+                heapq.heappush(heap, (x.stamp, x.uid, next(self._push), x))
+                return
+            h = self.held
+            if h is not None and h is not x:   # two candidates left over: the heap takes the other back
+                heapq.heappush(self.heap, (self.held_stamp, h.uid, next(self._push), h))
+            self.held, self.held_stamp = x, x.stamp
         else:
             p = x.parent
             assert p is not None   # the root is never evicted
