@@ -29,6 +29,7 @@ COMPILED = [
     "simulator/engine/wake.py",
     "simulator/engine/routing/prefix_bound.py",
     "simulator/engine/routing/prefix_choice.py",
+    "simulator/costmodel/scalar.py",
 ]
 
 

@@ -8,6 +8,7 @@ on queued, prefilling and decoding requests.
 """
 from __future__ import annotations
 
+import heapq
 import itertools
 from unittest import mock
 
@@ -137,6 +138,60 @@ def test_tree_matches_a_flat_model(ops, free):
             for prompt in (len(probe) * 16 + 1, len(probe) * 16, 20):
                 assert c.cached_tokens(probe, prompt) == max(0, min(c.match(probe, prompt).tokens, prompt - 1))
         assert c.evictable <= free
+
+
+class OneHeapCache(PrefixCache):
+    """The LRU order as first written: every evictable leaf on one heap,
+    a partly evicted one pushed back. PrefixCache splits that heap three
+    ways (a FIFO of released leaves, a heap of parents, the held victim)
+    and must evict exactly what it evicts."""
+
+    def __init__(self, *a, **k):
+        super().__init__(*a, **k)
+        self.all = []
+
+    def _push_leaf(self, x, released):
+        heapq.heappush(self.all, (x.stamp, x.uid, next(self._push), x))
+
+    def trim(self, free_blocks):
+        limit = free_blocks if self.cap is None else min(free_blocks, self.cap)
+        while self.evictable > limit:
+            stamp, _, _, x = heapq.heappop(self.all)
+            if x.lock or x.children or x.parent is None or x.stamp != stamp:
+                continue
+            self._evict(x, self.evictable - limit, self.all)
+
+
+def _contents(c: PrefixCache):
+    return sorted((x.ids[:x.n], x.lock, x.stamp, x.tail) for x in c.nodes())
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 12), st.integers(0, 12), st.integers(0, 3),
+                          st.integers(0, 60)), min_size=1, max_size=60),
+       st.sampled_from([(16, 16), (16, 4), (32, 16)]))
+def test_eviction_order_is_one_lru_heaps(ops, sizes):
+    """Same ops on both (admissions, releases with and without output
+    blocks, partial last blocks, trims to random sizes): same entries
+    cached, pinned and stamped, the same blocks evicted, every step."""
+    H, bs = sizes
+    caches = [PrefixCache(H, bs), OneHeapCache(H, bs)]
+    held = [[], []]
+    fresh = itertools.count(10**6)
+    for fam, shared, total, action, free in ops:
+        ids = tuple(range(fam * 1000, fam * 1000 + shared)) + tuple(next(fresh) for _ in range(total))
+        prompt = max(1, len(ids) * H - (fam * 5) % H)   # sometimes a partial last block
+        for c, h in zip(caches, held):
+            if action and h:
+                node, hid, n = h.pop(0 if action == 1 else -1)
+                c.release(node, hid, n, kv_tokens=len(hid) * H if action < 3 else 0)
+            elif ids:
+                node, n, _ = c.acquire(ids, c.match(ids, prompt), prompt)
+                h.append((node, ids, n))
+            c.trim(free)
+        a, b = caches
+        assert (a.evicted_blocks, a.evictable, a.pinned) == (b.evicted_blocks, b.evictable, b.pinned)
+        assert _contents(a) == _contents(b)
 
 
 # --- workloads with shared prefixes ----------------------------------------------

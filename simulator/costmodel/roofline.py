@@ -13,6 +13,8 @@ import math
 
 import numpy as np
 
+from . import scalar
+
 
 def blend(c, m, sharpness: float):
     """s-norm of compute and memory times; works on floats and numpy arrays."""
@@ -24,7 +26,4 @@ def blend(c, m, sharpness: float):
         hi = np.maximum(c, m)
         safe = np.where(hi > 0, hi, 1.0)
         return np.where(hi > 0, hi * ((c / safe) ** sharpness + (m / safe) ** sharpness) ** (1.0 / sharpness), 0.0)
-    hi = c if c > m else m
-    if hi <= 0.0:
-        return 0.0
-    return hi * ((c / hi) ** sharpness + (m / hi) ** sharpness) ** (1.0 / sharpness)
+    return scalar.blend(c, m, sharpness)

@@ -19,7 +19,7 @@ from ..errors import LlmsimError
 from ..profiles.hardware import Calibration, HardwareProfile
 from ..profiles.model import ModelProfile
 from . import components as C
-from .roofline import blend
+from . import scalar
 
 ROOFLINE = Calibration(status="roofline")
 _US = 1e-6
@@ -147,12 +147,8 @@ class CostModel:
         if not chunks:
             return 0.0
         p = self.cal.attention_prefill
-        flops = nbytes = 0.0
-        for new, cached in chunks:
-            f, b = C.prefill_attention_flops_bytes(new, cached, self.heads, self.kv_heads, self.head_dim, self.kv_bytes)
-            flops += f
-            nbytes += b
-        t = blend(flops / (self.peak_attn * p.eta_compute), nbytes / (self.hbm_bw * p.eta_memory), p.sharpness)
+        t = scalar.prefill_attention(chunks, self.heads, self.kv_heads, self.head_dim, self.kv_bytes,
+                                     self.peak_attn * p.eta_compute, self.hbm_bw * p.eta_memory, p.sharpness)
         return self.layers * (t + p.fixed_us * _US)
 
     def decode_attention_time(self, batch: int, total_context: float) -> float:

@@ -17,6 +17,13 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def _divmod(a: int, b: int) -> tuple[int, int]:
+    """``divmod`` on ints: compiled, the builtin boxes both and builds a
+    tuple; this is two native operations (floor semantics, as divmod)."""
+    q = a // b
+    return q, a - q * b
+
+
 class BlockDemand:
     """Aggregate block demand of a set of decoding sequences."""
 
@@ -29,13 +36,13 @@ class BlockDemand:
         self.hist = [0] * block_size
 
     def add(self, c: int) -> None:
-        q, r = divmod(c + self.bs - 1, self.bs)
+        q, r = _divmod(c + self.bs - 1, self.bs)
         self.q_sum += q
         self.count += 1
         self.hist[r] += 1
 
     def remove(self, c: int) -> None:
-        q, r = divmod(c + self.bs - 1, self.bs)
+        q, r = _divmod(c + self.bs - 1, self.bs)
         self.q_sum -= q
         self.count -= 1
         self.hist[r] -= 1
@@ -43,7 +50,7 @@ class BlockDemand:
     def at(self, g: int) -> int:
         """Σ ceil((c_i + g)/bs): blocks the set holds when its kv is c_i + g."""
         bs = self.bs
-        gq, h = divmod(g, bs)
+        gq, h = _divmod(g, bs)
         total = self.q_sum + self.count * gq
         hist = self.hist
         for r in range(bs - h, bs):   # a loop, not sum() of a slice: compiled, it makes no list

@@ -52,6 +52,7 @@ no owner and nothing per owner is done.
 from __future__ import annotations
 
 import heapq
+from collections import deque
 from itertools import count
 from typing import NamedTuple, Optional, Sequence
 
@@ -119,12 +120,17 @@ class PrefixCache:
         self.cap = None if capacity_tokens is None else capacity_tokens // kv_block_size
         self._uid = count()
         self.root = Node((), None, 0, next(self._uid))
-        self.heap: list[tuple[int, int, int, Node]] = []   # (stamp, uid, push, node): evictable leaves, lazily invalidated
+        # Evictable leaves, LRU first, as (stamp, uid, push, node) entries,
+        # lazily invalidated, in three places whose least entry goes next
+        # (see _least): ``fifo``, the leaves a release made, whose stamps only
+        # grow (a deque is their heap, and touches only its ends: the heap
+        # of them was cold memory, a cache miss a level); ``heap``, the
+        # parents left childless by an eviction, whose stamps are older; and
+        # ``held``, the leaf the last trim left partly evicted (trims nibble
+        # one leaf a few blocks at a time, each step of a decode stretch).
+        self.fifo: deque[tuple[int, int, int, Node]] = deque()
+        self.heap: list[tuple[int, int, int, Node]] = []
         self._push = count()
-        # The leaf the last trim left partly evicted: the heap's least entry
-        # then, kept beside it rather than pushed back (trims nibble one leaf
-        # a few blocks at a time, each step of a decode stretch), and taken
-        # before the heap's top unless that is older. Stale like any entry.
         self.held: Optional[Node] = None
         self.held_stamp = 0
         self.clock = 0
@@ -227,7 +233,7 @@ class PrefixCache:
                 leaf = self._add(node, tuple(ids[n:end]), None, owner)
                 self.evictable += leaf.blocks
                 leaf.stamp = t
-                self._push_leaf(leaf)
+                self._push_leaf(leaf, True)
         x = node
         while x.parent is not None:
             x.lock -= 1
@@ -238,7 +244,7 @@ class PrefixCache:
                 if x.owner is not None:
                     self.owned[x.owner] += x.blocks
                 if not x.children:
-                    self._push_leaf(x)
+                    self._push_leaf(x, True)
             x = x.parent
 
     def trim(self, free_blocks: int) -> None:
@@ -247,17 +253,38 @@ class PrefixCache:
         if self.unbounded:
             return
         limit = free_blocks if self.cap is None else min(free_blocks, self.cap)
-        heap = self.heap
         while self.evictable > limit:
-            x = self.held
-            stamp = self.held_stamp
-            if x is not None and (not heap or stamp < heap[0][0] or (stamp == heap[0][0] and x.uid <= heap[0][1])):
-                self.held = None
-            else:
-                stamp, _, _, x = heapq.heappop(heap)
+            stamp, x = self._least()
             if x.lock or x.children or x.parent is None or x.stamp != stamp:
                 continue   # stale: pinned again, grew children, or already gone
             self._evict(x, self.evictable - limit, None)
+
+    def _least(self) -> tuple[int, Node]:
+        """Take the least (stamp, uid) entry of ``held``, ``fifo`` and
+        ``heap``: the one a single heap of them all would pop (entries with
+        equal (stamp, uid) are one node's, at one stamp, so either will do)."""
+        x = self.held
+        src = 0
+        stamp = uid = 0
+        if x is not None:
+            stamp, uid = self.held_stamp, x.uid
+        else:
+            src = -1
+        fifo, heap = self.fifo, self.heap
+        if fifo:
+            e = fifo[0]
+            if src < 0 or e[0] < stamp or (e[0] == stamp and e[1] < uid):
+                src, stamp, uid = 1, e[0], e[1]
+        if heap:
+            e = heap[0]
+            if src < 0 or e[0] < stamp or (e[0] == stamp and e[1] < uid):
+                src = 2
+        if src == 0:
+            assert x is not None
+            self.held = None
+            return stamp, x
+        e = fifo.popleft() if src == 1 else heapq.heappop(heap)
+        return e[0], e[3]
 
     def evict_owned(self, owner: str, limit: int) -> None:
         """Evict class ``owner``'s unreferenced entries, least recently
@@ -277,7 +304,7 @@ class PrefixCache:
         """Drop ids from the tail of evictable leaf ``x`` (a partial last
         block first) until ``excess`` blocks are gone or ``x`` is; what is
         left of it goes back on ``heap`` (its entry on the other heap stays
-        valid), or is held beside the global heap when ``heap`` is None,
+        valid), or is held (``held``) when ``heap`` is None,
         and a parent left childless becomes an evictable leaf."""
         u = self.u
         dropped = 0
@@ -309,7 +336,7 @@ class PrefixCache:
             del p.children[x.ids[0]]
             x.parent = None
             if p.parent is not None and not p.lock and not p.children:
-                self._push_leaf(p)
+                self._push_leaf(p, False)
 
     def record(self, m: Match, ids: Sequence[int], prompt: int, cached: int) -> None:
         """Count a first admission in the hit statistics."""
@@ -321,10 +348,15 @@ class PrefixCache:
         self.prompt_ids += min(len(ids), -(-prompt // self.H))
 
     # --- internals ---------------------------------------------------------
-    def _push_leaf(self, x: Node) -> None:
-        """``x`` became an evictable leaf at its stamp: onto the LRU heap (and its owner's)."""
+    def _push_leaf(self, x: Node, released: bool) -> None:
+        """``x`` became an evictable leaf at its stamp: onto the LRU order
+        (``fifo`` when a release made it, at the newest stamp; else ``heap``),
+        and its owner's heap."""
         e = (x.stamp, x.uid, next(self._push), x)
-        heapq.heappush(self.heap, e)
+        if released:
+            self.fifo.append(e)
+        else:
+            heapq.heappush(self.heap, e)
         if x.owner is not None:
             h = self.by_owner.setdefault(x.owner, [])
             heapq.heappush(h, e)
