@@ -43,7 +43,7 @@ def check(c: PrefixCache) -> None:
             assert x.parent is c.root or x.parent.lock >= x.lock
         else:
             evictable += x.blocks
-        assert x.n <= len(x.ids) and x.blocks == x.n * c.u - (c.u - -(-x.tail // c.bs) if x.tail else 0)
+        assert x.off + x.n <= len(x.ids) and x.blocks == x.n * c.u - (c.u - -(-x.tail // c.bs) if x.tail else 0)
     assert (pinned, evictable) == (c.pinned, c.evictable)
 
 
@@ -163,7 +163,7 @@ class OneHeapCache(PrefixCache):
 
 
 def _contents(c: PrefixCache):
-    return sorted((x.ids[:x.n], x.lock, x.stamp, x.tail) for x in c.nodes())
+    return sorted((x.ids[x.off:x.off + x.n], x.lock, x.stamp, x.tail) for x in c.nodes())
 
 
 @settings(max_examples=300, deadline=None)

@@ -25,8 +25,11 @@ must be computed to sample from (as vLLM does).
 
 Structure: a radix tree over ids, as SGLang's RadixAttention keeps tokens.
 Chained ids make the cached set prefix-closed, so each node holds a run of
-ids with no branch inside (``ids[:n]``: evicting from its tail lowers
-``n`` instead of copying the tuple), and a sequence pins its path by reference counts
+ids with no branch inside, ``ids[off:off+n]`` of the sequence's own tuple
+that entered it (no slice is copied when a sequence enters its blocks,
+when a split moves ``off``, or when an eviction lowers ``n``; only the
+upper half of a split, the head other sequences go on matching, gets a
+tuple of its own), and a sequence pins its path by reference counts
 on the nodes (O(depth), not O(blocks)). A lookup compares runs as tuple
 slices (C speed) and only branches per node. Eviction takes the evictable
 leaf with the oldest release stamp and drops ids from its tail; a parent
@@ -58,11 +61,16 @@ from typing import NamedTuple, Optional, Sequence
 
 
 class Node:
-    __slots__ = ("ids", "n", "parent", "children", "lock", "stamp", "tail", "blocks", "uid", "owner")
+    __slots__ = ("ids", "off", "n", "parent", "children", "lock", "stamp", "tail", "blocks", "uid", "owner")
 
-    def __init__(self, ids: tuple, parent: Optional["Node"], blocks: int, uid: int, tail: Optional[int] = None):
+    def __init__(self, ids: tuple, parent: Optional["Node"], blocks: int, uid: int, tail: Optional[int] = None,
+                 off: int = 0, n: int = -1):
+        # The node's run is ids[off:off+n]: a node made from a sequence's ids
+        # shares its tuple instead of copying a slice, a split moves ``off``,
+        # an eviction shortens ``n``.
         self.ids = ids
-        self.n = len(ids)      # the node's run is ids[:n]: eviction shortens n, not the tuple
+        self.off = off
+        self.n = len(ids) - off if n < 0 else n
         self.parent = parent
         self.children: dict[int, Node] = {}
         self.lock = 0          # running sequences whose path includes this node
@@ -73,16 +81,16 @@ class Node:
         self.owner: Optional[str] = None   # creating class when owners are tracked; None: shared / untracked
 
 
-def agree(ids: Sequence[int], pos: int, run: tuple, span: int) -> int:
-    """How many of ``run[:span]`` equal ``ids[pos:]`` (``run[0]`` is known to
-    match): one C-speed slice comparison when they all do, a bisection on
-    slice equality when the two diverge inside the run."""
-    if ids[pos:pos + span] == (run if span == len(run) else run[:span]):
+def agree(ids: Sequence[int], pos: int, run: tuple, span: int, off: int = 0) -> int:
+    """How many of ``run[off:off+span]`` equal ``ids[pos:]`` (``run[off]`` is
+    known to match): one C-speed slice comparison when they all do, a
+    bisection on slice equality when the two diverge inside the run."""
+    if ids[pos:pos + span] == (run if off == 0 and span == len(run) else run[off:off + span]):
         return span
     lo, hi = 1, span - 1   # ids[pos:pos+lo] agrees; find the largest such lo
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if ids[pos:pos + mid] == run[:mid]:
+        if ids[pos:pos + mid] == run[off:off + mid]:
             lo = mid
         else:
             hi = mid - 1
@@ -160,9 +168,8 @@ class PrefixCache:
             child = node.children.get(ids[pos])
             if child is None:
                 break
-            run = child.ids
             L = child.n
-            k = agree(ids, pos, run, min(L, limit - pos))
+            k = agree(ids, pos, child.ids, min(L, limit - pos), child.off)
             b = child.blocks if k == L else k * u
             blocks += b
             if child.lock:
@@ -203,9 +210,8 @@ class PrefixCache:
         pos, blocks = m.ids, m.blocks
         n = self.entered_ids(ids, input_tokens)
         if n > pos:
-            run = tuple(ids[pos:n])
             tail = input_tokens - (n - 1) * self.H if n * self.H > input_tokens else None
-            node = self._add(node, run, tail, owner)
+            node = self._add(node, ids, pos, n - pos, tail, owner)
             self.evictable += node.blocks   # moved to pinned by the walk below
             blocks += node.blocks
             pos = n
@@ -230,7 +236,7 @@ class PrefixCache:
         if kv_tokens:
             end = min(len(ids), kv_tokens // self.H)
             if end > n and ids[n] not in node.children:
-                leaf = self._add(node, tuple(ids[n:end]), None, owner)
+                leaf = self._add(node, ids, n, end - n, None, owner)
                 self.evictable += leaf.blocks
                 leaf.stamp = t
                 self._push_leaf(leaf, True)
@@ -333,7 +339,7 @@ class PrefixCache:
         else:
             p = x.parent
             assert p is not None   # the root is never evicted
-            del p.children[x.ids[0]]
+            del p.children[x.ids[x.off]]
             x.parent = None
             if p.parent is not None and not p.lock and not p.children:
                 self._push_leaf(p, False)
@@ -365,18 +371,21 @@ class PrefixCache:
                                              or y[3].stamp != y[0] or y[3].owner != x.owner)]
                 heapq.heapify(h)
 
-    def _add(self, parent: Node, run: tuple, tail: Optional[int], owner: Optional[str] = None) -> Node:
-        """A new node below ``parent``, counted evictable by the caller."""
-        blocks = len(run) * self.u
+    def _add(self, parent: Node, ids: Sequence[int], off: int, n: int, tail: Optional[int],
+             owner: Optional[str] = None) -> Node:
+        """A new node below ``parent`` for ``ids[off:off+n]`` (a tuple is
+        shared, not sliced), counted evictable by the caller."""
+        blocks = n * self.u
         if tail is not None:
             blocks += -(-tail // self.bs) - self.u
-        x = Node(run, parent, blocks, next(self._uid), tail)
+        run = ids if isinstance(ids, tuple) else tuple(ids)
+        x = Node(run, parent, blocks, next(self._uid), tail, off, n)
         if self.tracks_owners and owner is not None:
             x.owner = owner
             self.owned[owner] = self.owned.get(owner, 0) + blocks
             if parent.owner is not None and parent.owner != owner:
                 self._share(parent)
-        parent.children[run[0]] = x
+        parent.children[run[off]] = x
         return x
 
     def _share(self, x: Node) -> None:
@@ -393,14 +402,14 @@ class PrefixCache:
         and ``x`` keeps the rest (so sequences holding ``x`` still hold their end)."""
         p = x.parent
         assert p is not None   # the root is never split
-        top = Node(x.ids[:k], p, k * self.u, next(self._uid))
+        top = Node(x.ids[x.off:x.off + k], p, k * self.u, next(self._uid))   # a head others match: a tuple of its own
         top.lock, top.stamp, top.owner = x.lock, x.stamp, x.owner
-        p.children[x.ids[0]] = top
-        x.ids = x.ids[k:x.n]
-        x.n = len(x.ids)
+        p.children[x.ids[x.off]] = top
+        x.off += k
+        x.n -= k
         x.blocks -= top.blocks
         x.parent = top
-        top.children[x.ids[0]] = x
+        top.children[x.ids[x.off]] = x
         return top
 
     def nodes(self):

@@ -150,7 +150,7 @@ class PrefixBound:
                 while stack:
                     x, at = stack.pop()
                     for c in x.children.values():
-                        stack.append((c, self._enter(at, c.ids, bit, c.n)[0]))
+                        stack.append((c, self._enter(at, c.ids[c.off:c.off + c.n], bit, c.n)[0]))
             for chain in r.held_chains():
                 self._enter(self.root, chain, bit, len(chain))
         self.limit = max(MIN_REBUILD, 2 * self.size)
