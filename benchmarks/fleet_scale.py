@@ -140,8 +140,9 @@ def main() -> None:
           f"runs plain Python)")
     print(f"machine speed: bare SimPy M/M/1 at {yard_before:,.0f} customers per CPU-second before the run, "
           f"{yard_after:,.0f} after")
-    print(f"CPU: {parent_cpu_s:,.0f} s in this process (the draw, the deal, receiving and merging), "
-          f"{workers_cpu_s:,.0f} s in workers")
+    if workers_cpu_s:
+        print(f"CPU: {parent_cpu_s:,.0f} s in this process (the draw, the deal, receiving and merging), "
+              f"{workers_cpu_s:,.0f} s in workers")
     print("| scenario | requests | simulated s | wall s | CPU s | req/wall-s | parent RSS MiB | largest worker RSS MiB "
           "| tree peak MiB | p99 TTFT ms | p99 TPOT ms |")
     print("|---|---|---|---|---|---|---|---|---|---|---|")
