@@ -25,11 +25,11 @@ must be computed to sample from (as vLLM does).
 
 Structure: a radix tree over ids, as SGLang's RadixAttention keeps tokens.
 Chained ids make the cached set prefix-closed, so each node holds a run of
-ids with no branch inside, ``ids[off:off+n]`` of the sequence's own tuple
-that entered it (no slice is copied when a sequence enters its blocks,
-when a split moves ``off``, or when an eviction lowers ``n``; only the
-upper half of a split, the head other sequences go on matching, gets a
-tuple of its own), and a sequence pins its path by reference counts
+ids with no branch inside, ``ids[off:off+n]`` of the tuple of the
+sequence that entered it when the run is at least half of that tuple (no
+slice copied; else a copy of the run, see ``_run``); an eviction lowers
+``n``, a split moves ``off``, and only the upper half of a split, the head
+other sequences go on matching, gets a tuple of its own. A sequence pins its path by reference counts
 on the nodes (O(depth), not O(blocks)). A lookup compares runs as tuple
 slices (C speed) and only branches per node. Eviction takes the evictable
 leaf with the oldest release stamp and drops ids from its tail; a parent
@@ -95,6 +95,18 @@ def agree(ids: Sequence[int], pos: int, run: tuple, span: int, off: int = 0) -> 
         else:
             hi = mid - 1
     return lo
+
+
+def _run(ids: Sequence[int], off: int, n: int) -> tuple[tuple, int]:
+    """A node's (ids, off) for the run ``ids[off:off+n]``: the tuple itself
+    when the run is at least half of it (no copy, and what it keeps alive
+    beyond the run is at most the run again), else a copy of the run (a
+    short own part after a long shared head must not pin the head's ids:
+    a cached lone request would hold ~3 KB of a 6K-token prompt's ids
+    instead of a few hundred bytes)."""
+    if isinstance(ids, tuple) and 2 * n >= len(ids):
+        return ids, off
+    return tuple(ids[off:off + n]), 0
 
 
 def usable(tokens: int, prompt: int) -> int:
@@ -378,7 +390,7 @@ class PrefixCache:
         blocks = n * self.u
         if tail is not None:
             blocks += -(-tail // self.bs) - self.u
-        run = ids if isinstance(ids, tuple) else tuple(ids)
+        run, off = _run(ids, off, n)
         x = Node(run, parent, blocks, next(self._uid), tail, off, n)
         if self.tracks_owners and owner is not None:
             x.owner = owner
@@ -405,7 +417,7 @@ class PrefixCache:
         top = Node(x.ids[x.off:x.off + k], p, k * self.u, next(self._uid))   # a head others match: a tuple of its own
         top.lock, top.stamp, top.owner = x.lock, x.stamp, x.owner
         p.children[x.ids[x.off]] = top
-        x.off += k
+        x.ids, x.off = _run(x.ids, x.off + k, x.n - k)
         x.n -= k
         x.blocks -= top.blocks
         x.parent = top
