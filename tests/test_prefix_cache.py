@@ -170,7 +170,7 @@ def _contents(c: PrefixCache):
 @given(st.lists(st.tuples(st.integers(0, 3), st.integers(0, 12), st.integers(0, 12), st.integers(0, 3),
                           st.integers(0, 60)), min_size=1, max_size=60),
        st.sampled_from([(16, 16), (16, 4), (32, 16)]))
-def test_eviction_order_is_one_lru_heaps(ops, sizes):
+def test_eviction_order_is_that_of_one_lru_heap(ops, sizes):
     """Same ops on both (admissions, releases with and without output
     blocks, partial last blocks, trims to random sizes): same entries
     cached, pinned and stamped, the same blocks evicted, every step."""
