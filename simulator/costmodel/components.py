@@ -112,4 +112,4 @@ def allreduce_time(message_bytes, num_gpus: int, link_bw: float, p: AllReducePar
     small = message_bytes < p.custom_max_bytes
     t = np.where(small, custom(np.minimum(message_bytes, p.custom_max_bytes)),
                  np.maximum(t_nccl, custom(p.custom_max_bytes)))
-    return t if isinstance(message_bytes, np.ndarray) else float(t)
+    return t
