@@ -56,8 +56,9 @@ def validate(
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV cache of JSON results"),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", min=1,
                                                   help="replay only rows at or below this concurrency"),
-    client: str = typer.Option("spread", "--client", help="closed-loop start: spread (clients out of phase, "
-                               "warm-up left out) or burst (all at t = 0, every request counted)"),
+    client: str = typer.Option("burst", "--client", help="closed-loop start: burst (all C clients at t = 0, "
+                               "every request counted, as benchmark tools run) or spread (clients out of phase, "
+                               "one round of warm-up left out)"),
     fit: Optional[Path] = typer.Option(None, "--fit", help="fit the stack's overheads to the rows and write "
                                        "a backend profile here"),
     csv: Optional[Path] = typer.Option(None, "--csv", help="also write measured vs predicted per row"),

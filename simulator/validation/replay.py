@@ -1,17 +1,17 @@
 """Replaying a measured row through llmsim, as its benchmark client ran it.
 
-A closed-loop row (fixed concurrency C) is run the way its steady state is
-measured: C clients, each sending its next request when its last one ends;
-the clients start spread over one request's no-load duration, so they are
-out of phase as a long benchmark's clients end up; the first C requests are
-a warm-up left out, and the next ``counted`` are measured. Why spread: a
-closed loop of identical requests is stable both in lockstep (all C
-prefilled together, finishing together, forever) and out of phase; which
-one a benchmark lands in depends on its start, and measured TTFTs of real
-stacks at low concurrency are those of the out-of-phase state (a lone
-prefill), never the lockstep's (C prefills queued behind each other).
-``client: burst`` replays the lockstep start instead (all C at t = 0, every
-request counted), as ``vllm bench serve --max-concurrency`` does.
+A closed-loop row (fixed concurrency C) is replayed the way the benchmark
+tools run it (``vllm bench serve --max-concurrency``, SGLang's
+``bench_serving``, AIPerf's concurrency mode): all C clients start at
+t = 0, each sends its next request when its last one ends, and every
+request is counted (``client: burst``, the default). A closed loop of
+identical requests is stable both in lockstep (the C requests prefilled
+together, finishing together) and out of phase (each prefilled alone);
+from a burst start llmsim's engine stays in lockstep, as the measured
+SGLang and TensorRT-LLM rows do. ``client: spread`` replays the
+out-of-phase state instead: clients spread over one request's no-load
+duration, one round of warm-up left out (the state the measured vLLM rows
+show, where TTFT at low concurrency is that of a lone prefill).
 
 A Poisson row is replayed open loop at its rate.
 """
@@ -34,7 +34,7 @@ Client = Literal["spread", "burst"]
 class ReplaySettings:
     backend: Optional[str] = None           # None: the row's stack; else a backend name or profile file
     engine: Optional[Mapping[str, Any]] = None   # engine keys set on top (e.g. fitted overheads)
-    client: Client = "spread"
+    client: Client = "burst"
     counted_rounds: int = 4                 # counted requests = rounds × C (when the row gives no count)
     seed: int = 0
 
