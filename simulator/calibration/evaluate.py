@@ -20,7 +20,7 @@ _BF16 = 2.0
 
 def gemm(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:
     return np.asarray(C.gemm_time(df["m"].to_numpy(), df["n"].to_numpy(), df["k"].to_numpy(),
-                                  gpu.peak_flops("bf16"), gpu.hbm_bandwidth, p, _BF16, _BF16))
+                                  gpu.peak_flops("bf16"), gpu.hbm_bandwidth, p, _BF16, _BF16, gpu.num_sms))
 
 
 def attention_prefill(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 
 from ..errors import LlmsimError, from_validation_error
 from .loader import read_structured, resolve
@@ -48,6 +48,15 @@ class RooflineParams(_Strict):
     n_half: float = Field(default=0.0, ge=0)
     k_half: float = Field(default=0.0, ge=0)
     n_half_memory: float = Field(default=0.0, ge=0)
+    # GEMMs only, the wave form (``waves: true``, used instead of the η_c
+    # ramps above): output tiles run in waves over the GPU's SMs, each tile
+    # paying ``k_overhead`` extra k-steps (prologue/epilogue) and, for a
+    # Tm×Tn tile, a reuse penalty 1 + tile_edge·(1/Tm + 1/Tn); the library
+    # is assumed to pick the cheapest tile of a fixed candidate set
+    # (components.GEMM_TILES). Needs the profile's ``num_sms``.
+    waves: bool = False
+    k_overhead: float = Field(default=0.0, ge=0)
+    tile_edge: float = Field(default=0.0, ge=0)
     # decode attention only: per-sequence cost (split-KV reduction, q load).
     per_seq_us: float = Field(default=0.0, ge=0)
 
@@ -127,8 +136,16 @@ class HardwareProfile(_Strict):
     peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8"], float]
     interconnect: Interconnect
     host_link_gb_s: float = Field(gt=0, description="host-to-GPU bandwidth for weight loading, GB/s")
+    # Streaming multiprocessors: GEMM tiles run in waves over them (the wave form of the GEMM fit).
+    num_sms: Optional[int] = Field(default=None, ge=1)
     price: Price
     calibration: Calibration = Calibration()
+
+    @model_validator(mode="after")
+    def _waves_need_sms(self) -> "HardwareProfile":
+        if self.calibration.gemm.waves and not self.num_sms:
+            raise ValueError("calibration.gemm.waves needs num_sms (the GPU's streaming multiprocessor count)")
+        return self
 
     @property
     def hbm_bytes(self) -> float:
