@@ -76,19 +76,22 @@ def _roofline_space(names, start, lower, upper, **constants) -> Space:
 
 
 def _allreduce_space(group_sizes: list[int]) -> Space:
-    names = ("custom_eta_bandwidth", "custom_latency_us", "latency_us") + tuple(f"eta@{n}" for n in group_sizes)
-
-    def build(x: np.ndarray) -> AllReduceParams:
-        x = [round_sig(v) for v in x]
-        etas = dict(zip(group_sizes, x[3:]))
-        # Group sizes without a measurement (tp 3, 6) get the least efficient measured one.
-        return AllReduceParams(eta_bandwidth=min(etas.values()), latency_us=x[2], eta_by_gpus=etas,
-                               custom_max_bytes=float(CUSTOM_AR_MAX_BYTES), custom_eta_bandwidth=x[0],
-                               custom_latency_us=x[1], oneshot_max_bytes=float(ONESHOT_MAX_BYTES))
-
+    names = (("custom_eta_bandwidth", "custom_latency_us", "latency_us", "ll_latency_us", "ll_latency_per_peer_us",
+              "ll_eta_bandwidth") + tuple(f"eta@{n}" for n in group_sizes))
+    build = lambda x: _allreduce_params([round_sig(v) for v in x], group_sizes)  # noqa: E731
     k = len(group_sizes)
-    return Space(names, (0.7, 5.0, 10.0) + (0.7,) * k, (0.02, 0.0, 0.0) + (0.02,) * k,
-                 (1.0, 100.0, 200.0) + (1.0,) * k, build)
+    return Space(names, (0.7, 5.0, 20.0, 8.0, 2.0, 0.2) + (0.7,) * k, (0.02, 0.0, 0.0, 0.0, 0.0, 0.01) + (0.02,) * k,
+                 (1.0, 100.0, 200.0, 100.0, 50.0, 1.0) + (1.0,) * k, build)
+
+
+def _allreduce_params(x, group_sizes: list[int], construct: bool = False) -> AllReduceParams:
+    etas = dict(zip(group_sizes, map(float, x[6:])))
+    # Group sizes without a measurement (tp 3, 6) get the least efficient measured one.
+    fields = dict(eta_bandwidth=min(etas.values()), latency_us=float(x[2]), ll_latency_us=float(x[3]),
+                  ll_latency_per_peer_us=float(x[4]), ll_eta_bandwidth=float(x[5]),
+                  eta_by_gpus=etas, custom_max_bytes=float(CUSTOM_AR_MAX_BYTES), custom_eta_bandwidth=float(x[0]),
+                  custom_latency_us=float(x[1]), oneshot_max_bytes=float(ONESHOT_MAX_BYTES))
+    return AllReduceParams.model_construct(**fields) if construct else AllReduceParams(**fields)
 
 
 # GEMM forms. "waves" (shipped, components.gemm_wave_time): waves of output
@@ -177,11 +180,6 @@ def _pinned(sp: Space, start: Params, free: tuple[str, ...]) -> Space:
 
 def _unrounded(sp: Space, x: np.ndarray) -> Params:
     if sp.names[0] == "custom_eta_bandwidth":
-        sizes = [int(n.split("@")[1]) for n in sp.names[3:]]
-        etas = dict(zip(sizes, map(float, x[3:])))
-        return AllReduceParams.model_construct(
-            eta_bandwidth=min(etas.values()), latency_us=float(x[2]), eta_by_gpus=etas,
-            custom_max_bytes=float(CUSTOM_AR_MAX_BYTES), custom_eta_bandwidth=float(x[0]),
-            custom_latency_us=float(x[1]), oneshot_max_bytes=float(ONESHOT_MAX_BYTES))
+        return _allreduce_params(x, [int(n.split("@")[1]) for n in sp.names[6:]], construct=True)
     fields = {**RooflineParams().model_dump(), **dict(sp.constants), **dict(zip(sp.names, map(float, x)))}
     return RooflineParams.model_construct(**fields)

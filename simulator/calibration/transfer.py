@@ -60,10 +60,11 @@ def _pcie_allreduce(src: AllReduceParams, gpu: HardwareProfile, ceil: dict,
     elif reference is not None and ref_ceil.get("busbw_gb_s"):
         who, busbw, link = reference.name, ref_ceil["busbw_gb_s"], reference.interconnect.bandwidth_gb_s
     else:
-        return (AllReduceParams(eta_bandwidth=src.eta_bandwidth, latency_us=src.latency_us),
+        return (src.model_copy(update={"custom_max_bytes": 0.0}),
                 "all-reduce: NCCL regime only (PCIe: no vLLM custom all-reduce), η and latency copied")
     etas = {n: round_sig(min(1.0, v / link)) for n, v in busbw.items()}
-    return (AllReduceParams(eta_bandwidth=min(etas.values()), latency_us=src.latency_us, eta_by_gpus=etas),
+    return (src.model_copy(update={"custom_max_bytes": 0.0, "eta_by_gpus": etas, "eta_bandwidth": min(etas.values()),
+                                   "ll_eta_bandwidth": min(src.ll_eta_bandwidth, min(etas.values()))}),
             f"all-reduce: NCCL regime only (PCIe: no vLLM custom all-reduce), η per group size = measured "
             f"NCCL busbw / link of {who} ({', '.join(f'{n} GPUs {v:g} GB/s' for n, v in busbw.items())}), "
             "latency copied")

@@ -124,6 +124,24 @@ def decode_attention_time(batch, total_context, heads, kv_heads, head_dim, peak_
     return (rate * total_context + p.per_seq_us * _US * batch + p.fixed_us * _US) * busy
 
 
+# What a serving stack runs for a tensor-parallel all-reduce, as parameter
+# regimes of one fitted AllReduceParams. "custom": vLLM's (and SGLang's,
+# which ports it) CUDA-graph custom all-reduce below custom_max_bytes, NCCL
+# above; TensorRT-LLM's one-/two-shot kernels take the same regime. "nccl":
+# NCCL for every size (no NVLink peer access, e.g. PCIe hosts, or the custom
+# kernel disabled).
+ALLREDUCE_REGIMES = ("custom", "nccl")
+
+
+def allreduce_regime(p: AllReduceParams, regime: str) -> AllReduceParams:
+    """``p`` as the named regime runs it (see ALLREDUCE_REGIMES)."""
+    if regime == "custom":
+        return p
+    if regime == "nccl":
+        return p.model_copy(update={"custom_max_bytes": 0.0})
+    raise ValueError(f"unknown all-reduce regime {regime!r}; expected one of {ALLREDUCE_REGIMES}")
+
+
 def allreduce_time(message_bytes, num_gpus: int, link_bw: float, p: AllReduceParams):
     """Ring all-reduce: each GPU sends and receives 2(n−1)/n of the message.
 
@@ -139,6 +157,10 @@ def allreduce_time(message_bytes, num_gpus: int, link_bw: float, p: AllReducePar
     ring = 2.0 * (num_gpus - 1) / num_gpus
     eta = p.eta_by_gpus.get(num_gpus, p.eta_bandwidth)
     t_nccl = p.latency_us * _US + ring * message_bytes / (link_bw * eta)
+    if p.ll_eta_bandwidth > 0:   # NCCL's tuner takes the faster protocol: LL for small messages
+        t_ll = ((p.ll_latency_us + p.ll_latency_per_peer_us * (num_gpus - 1)) * _US
+                + ring * message_bytes / (link_bw * p.ll_eta_bandwidth))
+        t_nccl = np.minimum(t_nccl, t_ll) if isinstance(message_bytes, np.ndarray) else min(t_nccl, t_ll)
     if p.custom_max_bytes <= 0:
         return t_nccl
 

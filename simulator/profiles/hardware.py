@@ -74,6 +74,13 @@ class AllReduceParams(_Strict):
 
     eta_bandwidth: float = Field(default=1.0, gt=0, le=1.5)
     latency_us: float = Field(default=0.0, ge=0)
+    # NCCL's low-latency protocol (LL), which its tuner picks for small
+    # messages: ll_latency_us + ll_latency_per_peer_us·(n−1) + ring bytes at
+    # ll_eta_bandwidth; NCCL time = min(LL, the bandwidth regime above).
+    # ll_eta_bandwidth = 0 leaves it out.
+    ll_latency_us: float = Field(default=0.0, ge=0)
+    ll_latency_per_peer_us: float = Field(default=0.0, ge=0)
+    ll_eta_bandwidth: float = Field(default=0.0, ge=0, le=1.5)
     # NCCL bus-bandwidth efficiency per group size; missing sizes use eta_bandwidth.
     eta_by_gpus: dict[int, float] = Field(default_factory=dict)
     # vLLM custom all-reduce regime (0 = not used).
