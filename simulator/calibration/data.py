@@ -102,10 +102,12 @@ def _attention(df: pd.DataFrame, op: str) -> pd.DataFrame:
 
 
 def select_allreduce(df: pd.DataFrame) -> pd.DataFrame:
-    """The rows vLLM would run: custom AR (graph) below 8 MiB, NCCL from 8 MiB."""
+    """The custom AR (graph) rows below 8 MiB, where vLLM runs it, and every
+    NCCL row (the "nccl" regime, which stacks without the custom kernel run
+    at every size)."""
     small = (df["kernel_source"] == CUSTOM_AR_KERNEL) & (df["message_bytes"] < CUSTOM_AR_MAX_BYTES)
-    large = (df["kernel_source"] == NCCL_KERNEL) & (df["message_bytes"] >= CUSTOM_AR_MAX_BYTES)
-    df = df[small | large].copy()
+    nccl = df["kernel_source"] == NCCL_KERNEL
+    df = df[small | nccl].copy()
     df["impl"] = df["kernel_source"].map({CUSTOM_AR_KERNEL: "vllm-custom", NCCL_KERNEL: "nccl"})
     return (df[["profile", "num_gpus", "message_bytes", "impl", "t_s"]]
             .astype({"num_gpus": float, "message_bytes": float}).reset_index(drop=True))

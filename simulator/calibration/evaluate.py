@@ -20,7 +20,7 @@ _BF16 = 2.0
 
 def gemm(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:
     return np.asarray(C.gemm_time(df["m"].to_numpy(), df["n"].to_numpy(), df["k"].to_numpy(),
-                                  gpu.peak_flops("bf16"), gpu.hbm_bandwidth, p, _BF16, _BF16))
+                                  gpu.peak_flops("bf16"), gpu.hbm_bandwidth, p, _BF16, _BF16, gpu.num_sms))
 
 
 def attention_prefill(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:
@@ -58,13 +58,17 @@ def attention_decode(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) 
 
 
 def allreduce(df: pd.DataFrame, gpu: HardwareProfile, p: AllReduceParams) -> np.ndarray:
+    """Custom-kernel rows under the "custom" regime, NCCL rows under "nccl"."""
     out = np.empty(len(df))
     n = df["num_gpus"].to_numpy().astype(int)
     msg = df["message_bytes"].to_numpy()
+    nccl = (df["impl"] == "nccl").to_numpy() if "impl" in df else np.zeros(len(df), bool)
     link = gpu.interconnect.bandwidth_gb_s * 1e9
     for g in np.unique(n):
-        sel = n == g
-        out[sel] = C.allreduce_time(msg[sel], int(g), link, p)
+        for is_nccl, regime in ((False, "custom"), (True, "nccl")):
+            sel = (n == g) & (nccl == is_nccl)
+            if sel.any():
+                out[sel] = C.allreduce_time(msg[sel], int(g), link, C.allreduce_regime(p, regime))
     return out
 
 

@@ -47,6 +47,8 @@ class Space:
     lower: tuple[float, ...]
     upper: tuple[float, ...]
     build: Callable[[np.ndarray], Params]
+    # Non-fitted fields the family's form sets (the GEMM wave form's switch).
+    constants: tuple[tuple[str, object], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -67,34 +69,53 @@ def round_sig(x: float, digits: int = 4) -> float:
     return float(round(x, digits - 1 - int(math.floor(math.log10(abs(x))))))
 
 
-def _roofline_space(names, start, lower, upper) -> Space:
+def _roofline_space(names, start, lower, upper, **constants) -> Space:
     return Space(tuple(names), tuple(start), tuple(lower), tuple(upper),
-                 lambda x: RooflineParams(**{k: round_sig(v) for k, v in zip(names, x)}))
+                 lambda x: RooflineParams(**constants, **{k: round_sig(v) for k, v in zip(names, x)}),
+                 tuple(constants.items()))
 
 
 def _allreduce_space(group_sizes: list[int]) -> Space:
-    names = ("custom_eta_bandwidth", "custom_latency_us", "latency_us") + tuple(f"eta@{n}" for n in group_sizes)
-
-    def build(x: np.ndarray) -> AllReduceParams:
-        x = [round_sig(v) for v in x]
-        etas = dict(zip(group_sizes, x[3:]))
-        # Group sizes without a measurement (tp 3, 6) get the least efficient measured one.
-        return AllReduceParams(eta_bandwidth=min(etas.values()), latency_us=x[2], eta_by_gpus=etas,
-                               custom_max_bytes=float(CUSTOM_AR_MAX_BYTES), custom_eta_bandwidth=x[0],
-                               custom_latency_us=x[1], oneshot_max_bytes=float(ONESHOT_MAX_BYTES))
-
+    names = (("custom_eta_bandwidth", "custom_latency_us", "latency_us", "ll_latency_us", "ll_latency_per_peer_us",
+              "ll_eta_bandwidth") + tuple(f"eta@{n}" for n in group_sizes))
+    build = lambda x: _allreduce_params([round_sig(v) for v in x], group_sizes)  # noqa: E731
     k = len(group_sizes)
-    return Space(names, (0.7, 5.0, 10.0) + (0.7,) * k, (0.02, 0.0, 0.0) + (0.02,) * k,
-                 (1.0, 100.0, 200.0) + (1.0,) * k, build)
+    return Space(names, (0.7, 5.0, 20.0, 8.0, 2.0, 0.2) + (0.7,) * k, (0.02, 0.0, 0.0, 0.0, 0.0, 0.01) + (0.02,) * k,
+                 (1.0, 100.0, 200.0, 100.0, 50.0, 1.0) + (1.0,) * k, build)
 
 
-def space(family: str, df: pd.DataFrame) -> Space:
+def _allreduce_params(x, group_sizes: list[int], construct: bool = False) -> AllReduceParams:
+    etas = dict(zip(group_sizes, map(float, x[6:])))
+    # Group sizes without a measurement (tp 3, 6) get the least efficient measured one.
+    fields = dict(eta_bandwidth=min(etas.values()), latency_us=float(x[2]), ll_latency_us=float(x[3]),
+                  ll_latency_per_peer_us=float(x[4]), ll_eta_bandwidth=float(x[5]),
+                  eta_by_gpus=etas, custom_max_bytes=float(CUSTOM_AR_MAX_BYTES), custom_eta_bandwidth=float(x[0]),
+                  custom_latency_us=float(x[1]), oneshot_max_bytes=float(ONESHOT_MAX_BYTES))
+    return AllReduceParams.model_construct(**fields) if construct else AllReduceParams(**fields)
+
+
+# GEMM forms. "waves" (shipped, components.gemm_wave_time): waves of output
+# tiles over the SMs with a per-tile k overhead and a tile-reuse penalty,
+# plus the weight-streaming roof's width ramp. "ramps": the smooth η_c ramps
+# in m, n and k it replaced, kept so the two can be compared on held-out
+# shapes (calibration.holdout, benchmarks/gemm_holdout.py).
+GEMM_FORMS = {
+    "waves": _roofline_space(
+        ("eta_compute", "eta_memory", "sharpness", "fixed_us", "k_overhead", "tile_edge", "n_half_memory"),
+        (0.8, 0.8, 4.0, 3.0, 64.0, 10.0, 100.0),
+        (0.02, 0.02, 1.0, 0.0, 0.0, 0.0, 0.0),
+        (1.0, 1.0, 64.0, 100.0, 16384.0, 512.0, 16384.0), waves=True),
+    "ramps": _roofline_space(
+        ("eta_compute", "eta_memory", "sharpness", "fixed_us", "m_half", "n_half", "k_half", "n_half_memory"),
+        (0.8, 0.8, 4.0, 3.0, 10.0, 100.0, 100.0, 100.0),
+        (0.02, 0.02, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0),
+        (1.0, 1.0, 64.0, 100.0, 8192.0, 16384.0, 16384.0, 16384.0)),
+}
+
+
+def space(family: str, df: pd.DataFrame, gemm_form: str = "waves") -> Space:
     if family == "gemm":
-        return _roofline_space(
-            ("eta_compute", "eta_memory", "sharpness", "fixed_us", "m_half", "n_half", "k_half", "n_half_memory"),
-            (0.8, 0.8, 4.0, 3.0, 10.0, 100.0, 100.0, 100.0),
-            (0.02, 0.02, 1.0, 0.0, 0.0, 0.0, 0.0, 0.0),
-            (1.0, 1.0, 64.0, 100.0, 8192.0, 16384.0, 16384.0, 16384.0))
+        return GEMM_FORMS[gemm_form]
     if family == "attention_prefill":
         return _roofline_space(("eta_compute", "eta_memory", "sharpness", "fixed_us"),
                                (0.6, 0.6, 4.0, 8.0), (0.02, 0.02, 1.0, 0.0), (1.0, 1.0, 64.0, 200.0))
@@ -112,9 +133,16 @@ def ape(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
     return np.abs(np.asarray(pred) / np.asarray(measured) - 1.0) * 100.0
 
 
-def fit_family(family: str, df: pd.DataFrame, gpu: HardwareProfile) -> FamilyFit:
-    """Best parameters of one op family on one GPU's rows."""
-    sp = space(family, df)
+def fit_family(family: str, df: pd.DataFrame, gpu: HardwareProfile, gemm_form: str = "waves",
+               start: Params | None = None, free: tuple[str, ...] | None = None) -> FamilyFit:
+    """Best parameters of one op family on one GPU's rows.
+
+    ``free`` fits only those parameters and holds the rest at ``start``'s
+    values (how a form's shape parameters are tested for transfer to
+    another GPU: only its efficiencies and floor refitted)."""
+    sp = space(family, df, gemm_form)
+    if start is not None:
+        sp = _pinned(sp, start, free or sp.names)
     measured = df["t_s"].to_numpy()
     predict = evaluate.PREDICT[family]
     lo, hi = np.array(sp.lower), np.array(sp.upper)
@@ -140,13 +168,18 @@ def fit_family(family: str, df: pd.DataFrame, gpu: HardwareProfile) -> FamilyFit
     return best
 
 
+def _pinned(sp: Space, start: Params, free: tuple[str, ...]) -> Space:
+    """``sp`` restricted to the ``free`` names, the others fixed at ``start``."""
+    held = {n: getattr(start, n) for n in sp.names if n not in free}
+    idx = [i for i, n in enumerate(sp.names) if n in free]
+    names = tuple(sp.names[i] for i in idx)
+    x0 = tuple(min(max(getattr(start, n), sp.lower[i]), sp.upper[i]) for n, i in zip(names, idx))
+    return _roofline_space(names, x0, tuple(sp.lower[i] for i in idx), tuple(sp.upper[i] for i in idx),
+                           **dict(sp.constants), **held)
+
+
 def _unrounded(sp: Space, x: np.ndarray) -> Params:
     if sp.names[0] == "custom_eta_bandwidth":
-        sizes = [int(n.split("@")[1]) for n in sp.names[3:]]
-        etas = dict(zip(sizes, map(float, x[3:])))
-        return AllReduceParams.model_construct(
-            eta_bandwidth=min(etas.values()), latency_us=float(x[2]), eta_by_gpus=etas,
-            custom_max_bytes=float(CUSTOM_AR_MAX_BYTES), custom_eta_bandwidth=float(x[0]),
-            custom_latency_us=float(x[1]), oneshot_max_bytes=float(ONESHOT_MAX_BYTES))
-    fields = {**RooflineParams().model_dump(), **dict(zip(sp.names, map(float, x)))}
+        return _allreduce_params(x, [int(n.split("@")[1]) for n in sp.names[6:]], construct=True)
+    fields = {**RooflineParams().model_dump(), **dict(sp.constants), **dict(zip(sp.names, map(float, x)))}
     return RooflineParams.model_construct(**fields)

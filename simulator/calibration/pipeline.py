@@ -15,7 +15,7 @@ from ..errors import LlmsimError
 from ..profiles import list_builtin, load_hardware
 from ..profiles.hardware import Calibration, HardwareProfile
 from ..profiles.loader import builtin_dir
-from . import ceilings, data, report, transfer
+from . import ceilings, data, report, siblings, transfer
 from .assumptions import ITERATION_OVERHEAD_MS, ITERATION_OVERHEAD_NOTE, OTHER_NOTE, other_params
 from .fit import FamilyFit, ONESHOT_MAX_BYTES, fit_family
 
@@ -101,7 +101,9 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None) -> Re
             out[name] = fitted[name]
             continue
         target = load_hardware(name)
-        cal = transfer.transfer(target, fitted[transfer.SOURCES[name]], ds, pcie_ref)
+        src = fitted[transfer.SOURCES[name]]
+        measured = siblings.measure(kd.data_dir, src, target, transfer.datasheet_ratios(name, src.name, ds))
+        cal = transfer.transfer(target, src, ds, pcie_ref, measured)
         out[name] = target.model_copy(update={"calibration": Calibration.model_validate(cal.model_dump())})
 
     shown = {n: g for n, g in fitted.items() if n in wanted}

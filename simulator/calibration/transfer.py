@@ -7,7 +7,11 @@ take H100 SXM's fit; A100 40GB and L40S take A100 80GB's. Copied as-is, an
 its measured GEMM, GEMV and NCCL ceilings as fractions of its own peaks —
 so, where both GPUs have such a ceiling, the η is scaled by the ratio of
 the two fractions (B200's 8192³ GEMM reaches 66% of its peak, H100's 79%,
-so B200's compute η's are H100's × 0.84). Fixed costs are copied unchanged.
+so B200's compute η's are H100's × 0.84). Where the MoE/MLA tables time
+the same shapes on both GPUs (H200, B200 against H100), the ratio measured
+there replaces the datasheet one (:mod:`.siblings`): it is the speed-up of
+real kernels, per regime. Fixed costs are copied unchanged (the tiny
+memory-bound MLA BMMs, ~5 µs, run at the same time on all three GPUs).
 
 All-reduce on PCIe parts is different in kind: vLLM's custom all-reduce
 needs NVLink (it is disabled on PCIe-only hosts), so those profiles get the
@@ -20,6 +24,7 @@ from __future__ import annotations
 from ..profiles.hardware import AllReduceParams, Calibration, HardwareProfile, RooflineParams
 from .assumptions import ITERATION_OVERHEAD_NOTE, OTHER_NOTE
 from .fit import round_sig
+from .siblings import Regime
 
 SOURCES = {
     "h100-pcie": "h100-sxm",
@@ -55,10 +60,11 @@ def _pcie_allreduce(src: AllReduceParams, gpu: HardwareProfile, ceil: dict,
     elif reference is not None and ref_ceil.get("busbw_gb_s"):
         who, busbw, link = reference.name, ref_ceil["busbw_gb_s"], reference.interconnect.bandwidth_gb_s
     else:
-        return (AllReduceParams(eta_bandwidth=src.eta_bandwidth, latency_us=src.latency_us),
+        return (src.model_copy(update={"custom_max_bytes": 0.0}),
                 "all-reduce: NCCL regime only (PCIe: no vLLM custom all-reduce), η and latency copied")
     etas = {n: round_sig(min(1.0, v / link)) for n, v in busbw.items()}
-    return (AllReduceParams(eta_bandwidth=min(etas.values()), latency_us=src.latency_us, eta_by_gpus=etas),
+    return (src.model_copy(update={"custom_max_bytes": 0.0, "eta_by_gpus": etas, "eta_bandwidth": min(etas.values()),
+                                   "ll_eta_bandwidth": min(src.ll_eta_bandwidth, min(etas.values()))}),
             f"all-reduce: NCCL regime only (PCIe: no vLLM custom all-reduce), η per group size = measured "
             f"NCCL busbw / link of {who} ({', '.join(f'{n} GPUs {v:g} GB/s' for n, v in busbw.items())}), "
             "latency copied")
@@ -78,24 +84,46 @@ def _nvlink_allreduce(src: AllReduceParams, src_gpu: HardwareProfile, gpu: Hardw
             f"all-reduce: custom regime copied, NCCL η scaled by the busbw fraction ratio ({note})")
 
 
+def datasheet_ratios(target: str, source: str, ceilings: dict[str, dict]) -> dict[str, float | None]:
+    """η ratios (target over source) of the datasheet-ceiling rule: measured/peak fractions."""
+    src_ceil, ceil = ceilings.get(source, {}), ceilings.get(target, {})
+    return {"compute": _ratio(ceil, src_ceil, "gemm_fraction"), "memory": _ratio(ceil, src_ceil, "gemv_fraction")}
+
+
 def transfer(target: HardwareProfile, source: HardwareProfile, ceilings: dict[str, dict],
-             pcie_reference: HardwareProfile | None = None) -> Calibration:
-    """A ``status: transferred`` calibration for ``target`` from ``source``'s fitted one."""
+             pcie_reference: HardwareProfile | None = None,
+             measured: dict[str, Regime] | None = None) -> Calibration:
+    """A ``status: transferred`` calibration for ``target`` from ``source``'s fitted one.
+
+    ``measured`` (:func:`.siblings.measure`) holds η ratios measured on
+    kernels both GPUs ran; where it has a regime, it replaces the
+    datasheet-ceiling ratio."""
     cal = source.calibration
     src_ceil, ceil = ceilings.get(source.name, {}), ceilings.get(target.name, {})
-    rc = _ratio(ceil, src_ceil, "gemm_fraction")
-    rm = _ratio(ceil, src_ceil, "gemv_fraction")
+    ds = datasheet_ratios(target.name, source.name, ceilings)
+    measured = measured or {}
+    rc = measured["compute"].eta_ratio if "compute" in measured else ds["compute"]
+    rm = measured["memory"].eta_ratio if "memory" in measured else ds["memory"]
     if target.interconnect.kind == "pcie":
         ar, ar_note = _pcie_allreduce(cal.allreduce, target, ceil, pcie_reference,
                                       ceilings.get(PCIE_REFERENCE, {}))
     else:
         ar, ar_note = _nvlink_allreduce(cal.allreduce, source, target, src_ceil, ceil)
+    def scale(r: float | None, what: str) -> str:
+        if r is None:
+            return f"{what} η copied"
+        if what in measured:
+            m = measured[what]
+            return (f"{what} η × {r:.3f} (median speed-up over {source.name} ÷ roof ratio on {m.rows} rows of "
+                    f"the same shapes: {m.what}; transferred-time error there median "
+                    f"{m.error['measured'][0]:.1f}%, p90 {m.error['measured'][1]:.1f}%)")
+        return (f"{what} η × {r:.3f} (ratio of measured-ceiling/peak fractions in hardware_datasheets.csv, "
+                f"{'8192³ bf16 GEMM' if what == 'compute' else 'large bf16 GEMV'})")
+
     if rc is None and rm is None:
-        etas = f"η's copied (hardware_datasheets.csv has no measured ceilings for {target.name})"
+        etas = f"η's copied (no measured ratio or ceilings for {target.name})"
     else:
-        scale = lambda r, what: f"{what} η copied" if r is None else f"{what} η × {r:.3f}"  # noqa: E731
-        etas = (f"{scale(rc, 'compute')}, {scale(rm, 'memory')} (ratio of measured-ceiling/peak fractions, "
-                "target over source, in hardware_datasheets.csv: 8192³ bf16 GEMM, large bf16 GEMV)")
+        etas = f"{scale(rc, 'compute')}, {scale(rm, 'memory')}"
     rule = (f"transferred from {source.name}, the nearest measured sibling ({target.name} has no kernel "
             f"measurements, so its errors are unknown): fixed costs copied; {etas}; {ar_note}. "
             f"{OTHER_NOTE}; {ITERATION_OVERHEAD_NOTE}.")

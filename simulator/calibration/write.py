@@ -26,6 +26,8 @@ _ALWAYS = ("eta_compute", "eta_memory")
 
 
 def _num(v: float | int) -> str:
+    if isinstance(v, bool):
+        return "true" if v else "false"
     if isinstance(v, int) and not isinstance(v, bool):
         return str(v)
     if math.isinf(v):

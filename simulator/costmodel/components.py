@@ -21,20 +21,65 @@ def gemm_flops_bytes(m, n, k, weight_bytes: float = 2.0, act_bytes: float = 2.0,
     return flops, nbytes
 
 
+# Output tiles (Tm, Tn) the wave form lets a GEMM library choose from: the
+# CTA shapes cuBLAS and CUTLASS ship for Ampere and Hopper tensor cores.
+# Taking the cheapest per shape stands for the library's heuristic without
+# following any one library's choices.
+GEMM_TILES = ((64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
+# Split-K never makes a CTA's slice of k shorter than this many elements.
+SPLIT_K_MIN = 256.0
+
+
+def gemm_wave_time(m, n, k, peak_flops: float, num_sms: int, p: RooflineParams):
+    """Compute time of ``y[m,n] = x[m,k]·W[k,n]`` run as waves of output tiles.
+
+    A Tm×Tn tile takes one SM for 2·Tm·Tn·(k + k_overhead) FLOPs at
+    ``peak/num_sms·η_c``, slowed by ``1 + tile_edge·(1/Tm + 1/Tn)`` (smaller
+    tiles reuse each loaded operand less). ``ceil(m/Tm)·ceil(n/Tn)`` tiles
+    run in ``ceil(tiles/num_sms)`` waves; when one wave leaves SMs idle the
+    k loop is split over them (split-K, slices ≥ SPLIT_K_MIN). The time is
+    the cheapest candidate tile's, nondecreasing in m, n and k, and never
+    below 2mnk/peak.
+    """
+    sms = float(num_sms)
+    per_sm = peak_flops * p.eta_compute / sms
+    best = None
+    for tm, tn in GEMM_TILES:
+        tiles = np.ceil(m / tm) * np.ceil(n / tn)
+        waves = np.ceil(tiles / sms)
+        # One wave: k split over floor(sms/tiles) CTAs per tile, never below
+        # SPLIT_K_MIN a slice (a short k is not split). From two waves on
+        # floor(sms/tiles) = 0, so the slice is all of k.
+        k_slice = np.maximum(k / np.maximum(np.floor(sms / tiles), 1.0), np.minimum(k, SPLIT_K_MIN))
+        t = waves * (k_slice + p.k_overhead) * (2.0 * tm * tn * (1.0 + p.tile_edge * (1.0 / tm + 1.0 / tn))) / per_sm
+        best = t if best is None else np.minimum(best, t)
+    return best
+
+
 def gemm_time(m, n, k, peak_flops: float, hbm_bw: float, p: RooflineParams,
-              weight_bytes: float = 2.0, act_bytes: float = 2.0):
+              weight_bytes: float = 2.0, act_bytes: float = 2.0, num_sms: int | None = None):
+    """Blend of the compute roof (ramps on η_c, or waves of tiles with
+    ``p.waves``) and the memory roof (weights, activations and output once,
+    η_m ramped by the output width: too few columns cannot occupy every SM)."""
     flops, nbytes = gemm_flops_bytes(m, n, k, weight_bytes, act_bytes)
-    eta_c = p.eta_compute
-    if p.m_half > 0:
-        eta_c = eta_c * m / (m + p.m_half)
-    if p.n_half > 0:
-        eta_c = eta_c * n / (n + p.n_half)
-    if p.k_half > 0:
-        eta_c = eta_c * k / (k + p.k_half)
+    if p.waves:
+        if not num_sms:
+            raise ValueError("the wave form of gemm_time needs num_sms")
+        t_compute = gemm_wave_time(m, n, k, peak_flops, num_sms, p)
+    else:
+        eta_c = p.eta_compute
+        if p.m_half > 0:
+            eta_c = eta_c * m / (m + p.m_half)
+        if p.n_half > 0:
+            eta_c = eta_c * n / (n + p.n_half)
+        if p.k_half > 0:
+            eta_c = eta_c * k / (k + p.k_half)
+        t_compute = flops / (peak_flops * eta_c)
     eta_m = p.eta_memory
     if p.n_half_memory > 0:
         eta_m = eta_m * n / (n + p.n_half_memory)
-    return blend(flops / (peak_flops * eta_c), nbytes / (hbm_bw * eta_m), p.sharpness) + p.fixed_us * _US
+    t = blend(t_compute, nbytes / (hbm_bw * eta_m), p.sharpness) + p.fixed_us * _US
+    return t if isinstance(t, np.ndarray) else float(t)
 
 
 def prefill_attention_flops_bytes(new_tokens, cached_tokens, heads, kv_heads, head_dim, kv_bytes: float = 2.0):
@@ -79,6 +124,24 @@ def decode_attention_time(batch, total_context, heads, kv_heads, head_dim, peak_
     return (rate * total_context + p.per_seq_us * _US * batch + p.fixed_us * _US) * busy
 
 
+# What a serving stack runs for a tensor-parallel all-reduce, as parameter
+# regimes of one fitted AllReduceParams. "custom": vLLM's (and SGLang's,
+# which ports it) CUDA-graph custom all-reduce below custom_max_bytes, NCCL
+# above; TensorRT-LLM's one-/two-shot kernels take the same regime. "nccl":
+# NCCL for every size (no NVLink peer access, e.g. PCIe hosts, or the custom
+# kernel disabled).
+ALLREDUCE_REGIMES = ("custom", "nccl")
+
+
+def allreduce_regime(p: AllReduceParams, regime: str) -> AllReduceParams:
+    """``p`` as the named regime runs it (see ALLREDUCE_REGIMES)."""
+    if regime == "custom":
+        return p
+    if regime == "nccl":
+        return p.model_copy(update={"custom_max_bytes": 0.0})
+    raise ValueError(f"unknown all-reduce regime {regime!r}; expected one of {ALLREDUCE_REGIMES}")
+
+
 def allreduce_time(message_bytes, num_gpus: int, link_bw: float, p: AllReduceParams):
     """Ring all-reduce: each GPU sends and receives 2(n−1)/n of the message.
 
@@ -94,6 +157,10 @@ def allreduce_time(message_bytes, num_gpus: int, link_bw: float, p: AllReducePar
     ring = 2.0 * (num_gpus - 1) / num_gpus
     eta = p.eta_by_gpus.get(num_gpus, p.eta_bandwidth)
     t_nccl = p.latency_us * _US + ring * message_bytes / (link_bw * eta)
+    if p.ll_eta_bandwidth > 0:   # NCCL's tuner takes the faster protocol: LL for small messages
+        t_ll = ((p.ll_latency_us + p.ll_latency_per_peer_us * (num_gpus - 1)) * _US
+                + ring * message_bytes / (link_bw * p.ll_eta_bandwidth))
+        t_nccl = np.minimum(t_nccl, t_ll) if isinstance(message_bytes, np.ndarray) else min(t_nccl, t_ll)
     if p.custom_max_bytes <= 0:
         return t_nccl
 

@@ -111,7 +111,8 @@ class CostModel:
 
     # --- components that depend only on token counts (memoised) -----------
     def _gemm(self, mtok: float, n: int, k: int, wbytes: float) -> float:
-        return float(C.gemm_time(mtok, n, k, self.peak_linear, self.hbm_bw, self.cal.gemm, wbytes, self.a_bytes))
+        return float(C.gemm_time(mtok, n, k, self.peak_linear, self.hbm_bw, self.cal.gemm, wbytes, self.a_bytes,
+                                 self.gpu.num_sms))
 
     def linear_time(self, tokens: int) -> float:
         if tokens <= 0:

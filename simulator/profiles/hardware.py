@@ -11,7 +11,7 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from .loader import load_profile
 
@@ -47,6 +47,15 @@ class RooflineParams(_Strict):
     n_half: float = Field(default=0.0, ge=0)
     k_half: float = Field(default=0.0, ge=0)
     n_half_memory: float = Field(default=0.0, ge=0)
+    # GEMMs only, the wave form (``waves: true``, used instead of the η_c
+    # ramps above): output tiles run in waves over the GPU's SMs, each tile
+    # paying ``k_overhead`` extra k-steps (prologue/epilogue) and, for a
+    # Tm×Tn tile, a reuse penalty 1 + tile_edge·(1/Tm + 1/Tn); the library
+    # is assumed to pick the cheapest tile of a fixed candidate set
+    # (components.GEMM_TILES). Needs the profile's ``num_sms``.
+    waves: bool = False
+    k_overhead: float = Field(default=0.0, ge=0)
+    tile_edge: float = Field(default=0.0, ge=0)
     # decode attention only: per-sequence cost (split-KV reduction, q load).
     per_seq_us: float = Field(default=0.0, ge=0)
 
@@ -64,6 +73,13 @@ class AllReduceParams(_Strict):
 
     eta_bandwidth: float = Field(default=1.0, gt=0, le=1.5)
     latency_us: float = Field(default=0.0, ge=0)
+    # NCCL's low-latency protocol (LL), which its tuner picks for small
+    # messages: ll_latency_us + ll_latency_per_peer_us·(n−1) + ring bytes at
+    # ll_eta_bandwidth; NCCL time = min(LL, the bandwidth regime above).
+    # ll_eta_bandwidth = 0 leaves it out.
+    ll_latency_us: float = Field(default=0.0, ge=0)
+    ll_latency_per_peer_us: float = Field(default=0.0, ge=0)
+    ll_eta_bandwidth: float = Field(default=0.0, ge=0, le=1.5)
     # NCCL bus-bandwidth efficiency per group size; missing sizes use eta_bandwidth.
     eta_by_gpus: dict[int, float] = Field(default_factory=dict)
     # vLLM custom all-reduce regime (0 = not used).
@@ -126,8 +142,16 @@ class HardwareProfile(_Strict):
     peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8"], float]
     interconnect: Interconnect
     host_link_gb_s: float = Field(gt=0, description="host-to-GPU bandwidth for weight loading, GB/s")
+    # Streaming multiprocessors: GEMM tiles run in waves over them (the wave form of the GEMM fit).
+    num_sms: Optional[int] = Field(default=None, ge=1)
     price: Price
     calibration: Calibration = Calibration()
+
+    @model_validator(mode="after")
+    def _waves_need_sms(self) -> "HardwareProfile":
+        if self.calibration.gemm.waves and not self.num_sms:
+            raise ValueError("calibration.gemm.waves needs num_sms (the GPU's streaming multiprocessor count)")
+        return self
 
     @property
     def hbm_bytes(self) -> float:
