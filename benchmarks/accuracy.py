@@ -73,6 +73,9 @@ def closed_loop(workers: int, write_profiles: bool, log=print) -> dict:
         _load.cache_clear()
     log("replaying every row with the shipped backend profiles")
     shipped = error_table(rows, predict_all(rows, ReplaySettings(), workers))
+    log("replaying every row out of phase (--client spread)")
+    spread = error_table(rows, predict_all(rows, ReplaySettings(client="spread"), workers))
+    out["spread_summary"] = summary(spread)
     log("leave one group out")
     res = fit(rows, ReplaySettings(engine=_zero()), workers=workers, logo=True, progress=log)
     out.update(shipped=shipped, shipped_summary=summary(shipped),
@@ -95,6 +98,8 @@ def markdown(res: dict, wall: float, cmd: str) -> str:
              f"{MAX_CONCURRENCY}). Error = (llmsim − measured) / measured; |error| statistics per metric and stack.",
              "", "**As shipped** (each row with its stack's backend profile):", "",
              md(res["shipped_summary"]), "",
+             "**Out of phase** (the same profiles, `llmsim validate --client spread`: clients spread over one "
+             "request's no-load duration, one round of warm-up left out):", "", md(res["spread_summary"]), "",
              "**Leave one group out** (each model/GPU/stack group predicted with overheads fitted on the other "
              "three, pooled):", "", md(res["logo_summary"]), "", "Overheads of each fold:", "",
              "| held-out group | iteration ms | µs per seq | request ms | response ms |", "|---|---:|---:|---:|---:|"]
