@@ -127,7 +127,7 @@ class SpeculativeCostModel:
 
     def __init__(self, target: CostModel, draft: CostModel, spec: SpeculativeSpec):
         self.target, self.draft, self.spec = target, draft, spec
-        self.model, self.gpu, self.tp = target.model, target.gpu, target.tp
+        self.model, self.gpu, self.tp, self.gpus = target.model, target.gpu, target.tp, target.gpus
         self.weight_dtype, self.kv_dtype, self.roofline = target.weight_dtype, target.kv_dtype, target.roofline
         self.cal, self.overhead_s = target.cal, target.overhead_s
         self.k = spec.k

@@ -16,6 +16,7 @@ from typing import Sequence
 
 from ..dtypes import BYTES, compute_dtype, normalize
 from ..errors import LlmsimError
+from ..parallelism import Parallelism
 from ..profiles.hardware import Calibration, HardwareProfile
 from ..profiles.model import ModelProfile
 from . import components as C
@@ -56,17 +57,17 @@ class CostModel:
     """The iteration-time function for (model, GPU, TP, dtypes)."""
 
     def __init__(self, model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
-                 kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None):
+                 kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None,
+                 dp: int = 1, ep: int = 1):
         weight_dtype, kv_dtype = normalize(weight_dtype), normalize(kv_dtype)
         if weight_dtype not in ("bf16", "fp16", "fp8", "int8", "int4"):
             raise LlmsimError(f"unknown weight dtype {weight_dtype!r}; expected bf16, fp16, fp8, int8 or int4")
         if kv_dtype not in ("bf16", "fp16", "fp8"):
             raise LlmsimError(f"unknown KV dtype {kv_dtype!r}; expected bf16, fp16 or fp8")
-        if tp < 1 or model.num_attention_heads % tp:
-            raise LlmsimError(f"tp={tp} must divide the {model.num_attention_heads} attention heads of {model.name}")
-        if tp > gpu.interconnect.max_tp:
-            raise LlmsimError(f"tp={tp} exceeds the {gpu.interconnect.max_tp} GPUs {gpu.name} can join in one tensor-parallel group")
-        self.model, self.gpu, self.tp = model, gpu, tp
+        self.par = Parallelism(tp, dp, ep)
+        self.par.check(model, gpu)
+        self.model, self.gpu, self.tp, self.dp, self.ep = model, gpu, tp, dp, ep
+        self.gpus = self.par.gpus
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.roofline = roofline
         self.cal = ROOFLINE if roofline else gpu.calibration
@@ -222,7 +223,10 @@ class CostModel:
                              "compute" if t_compute >= t_memory else "memory")
 
     def describe(self) -> dict:
-        return {"gpu": self.gpu.name, "model": self.model.name, "tp": self.tp,
-                "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype,
-                "mode": "roofline" if self.roofline else self.cal.status}
+        out = {"gpu": self.gpu.name, "model": self.model.name, "tp": self.tp,
+               "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype,
+               "mode": "roofline" if self.roofline else self.cal.status}
+        if self.gpus != self.tp or self.ep > 1:
+            out.update(dp=self.dp, ep=self.ep)
+        return out
 

@@ -40,11 +40,12 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
     model = at("model", lambda: load_model(spec.model))
     gpu = at("gpu", lambda: load_hardware(spec.gpu))
     e = spec.engine
-    cm = at("tp", lambda: CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
-                                    iteration_overhead_ms=e.iteration_overhead_ms))
+    key = "tp" if spec.dp == spec.ep == 1 else "ep"
+    cm = at(key, lambda: CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
+                                   iteration_overhead_ms=e.iteration_overhead_ms, dp=spec.dp, ep=spec.ep))
     mem = at("engine", lambda: plan_memory(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
                                            e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
-                                           e.block_size))
+                                           e.block_size, dp=spec.dp, ep=spec.ep))
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative))
     if e.num_gpu_blocks_override:
