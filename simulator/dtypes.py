@@ -6,6 +6,7 @@ cost model and the memory model cannot disagree about them.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
 WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
@@ -28,3 +29,43 @@ def compute_dtype(weight_dtype: str) -> str:
     weight-only (AWQ/GPTQ style): it saves bytes but computes in bf16.
     """
     return {"fp8": "fp8", "int8": "int8"}.get(weight_dtype, "bf16")
+
+
+@dataclass(frozen=True)
+class QuantFormat:
+    """A quantised GEMM format (MoE experts, MLA projections).
+
+    ``weight_dtype`` is the llmsim name of the same nominal width (what the
+    memory model sizes by); ``weight_bytes`` adds the scales the format
+    carries; ``peak`` names the tensor-core peak its GEMMs run at.
+    """
+
+    weight_dtype: str
+    weight_bytes: float
+    act_bytes: float
+    peak: str
+
+
+# Bytes per weight include the scales: fp8_block one fp32 per 128×128 block;
+# int4 (GPTQ/AWQ, Marlin) one bf16 per group of 128; MXFP4 one E8M0 byte per
+# 32; NVFP4 one E4M3 byte per 16. Activations: bf16 unless the GEMM takes
+# quantised inputs (fp8 per tensor; fp8_block one fp32 per 1×128; MXFP8 one
+# byte per 32; NVFP4 one byte per 16). w4a16 formats compute in bf16.
+QUANT_FORMATS: dict[str, QuantFormat] = {
+    "bf16": QuantFormat("bf16", 2.0, 2.0, "bf16"),
+    "fp8": QuantFormat("fp8", 1.0, 1.0, "fp8"),
+    "fp8_block": QuantFormat("fp8", 1.0 + 4.0 / (128 * 128), 1.0 + 4.0 / 128, "fp8"),
+    "int4_wo": QuantFormat("int4", 0.5 + 2.0 / 128, 2.0, "bf16"),
+    "w4a16_mxfp4": QuantFormat("int4", 0.5 + 1.0 / 32, 2.0, "bf16"),
+    "nvfp4": QuantFormat("int4", 0.5 + 1.0 / 16, 0.5 + 1.0 / 16, "fp4"),
+    "w4a8": QuantFormat("int4", 0.5 + 1.0 / 32, 1.0 + 1.0 / 32, "fp8"),
+}
+
+# Names kernel tables and Hugging Face configs use for the same formats.
+QUANT_ALIASES = {"bfloat16": "bf16", "w4a16": "int4_wo", "mxfp4": "w4a16_mxfp4", "w4a8_mxfp4_mxfp8": "w4a8"}
+
+
+def quant_format_name(name: str) -> str | None:
+    """The canonical format name, or None if llmsim does not know it."""
+    key = QUANT_ALIASES.get(name, name)
+    return key if key in QUANT_FORMATS else None

@@ -13,6 +13,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
+from ..dtypes import QUANT_FORMATS, quant_format_name
 from ..errors import LlmsimError, from_validation_error
 from .loader import read_structured, resolve
 
@@ -50,6 +51,21 @@ class RooflineParams(_Strict):
     n_half_memory: float = Field(default=0.0, ge=0)
     # decode attention only: per-sequence cost (split-KV reduction, q load).
     per_seq_us: float = Field(default=0.0, ge=0)
+
+
+class MoeParams(RooflineParams):
+    """One MoE dtype's routed-expert kernels: two grouped GEMMs in the
+    :class:`RooflineParams` form (``m_half`` ramps on tokens per active
+    expert, ``fixed_us`` per grouped GEMM), plus what routing adds.
+
+    ``pair_ns`` is paid per routed (token, expert) pair of the whole batch,
+    remote experts' pairs included: top-k selection, sorting and permuting
+    the pairs and the weighted finalize scan every pair, whichever rank owns
+    the expert. ``layer_fixed_us`` is the routing kernels' floor per layer.
+    """
+
+    pair_ns: float = Field(default=0.0, ge=0)
+    layer_fixed_us: float = Field(default=0.0, ge=0)
 
 
 class AllReduceParams(_Strict):
@@ -104,7 +120,25 @@ class Calibration(_Strict):
     # Scheduler, launch and sampling time per engine iteration that no kernel
     # timing under CUDA graphs shows. An engine setting may override it.
     iteration_overhead_ms: float = Field(default=0.0, ge=0)
+    # Mixture-of-Experts routed experts, per quantisation format (keys as in
+    # simulator.dtypes.QUANT_FORMATS); a format without an entry is not
+    # calibrated on this GPU.
+    moe: dict[str, MoeParams] = {}
+    # DeepSeek MLA: the prefill and decode attention kernels, and the
+    # module's projection GEMMs per linear format.
+    mla_prefill: RooflineParams = RooflineParams()
+    mla_decode: RooflineParams = RooflineParams()
+    mla_projection: dict[str, RooflineParams] = {}
     error: dict[str, FitError] = {}
+
+    @field_validator("moe", "mla_projection")
+    @classmethod
+    def _known_formats(cls, v: dict) -> dict:
+        unknown = [k for k in v if quant_format_name(k) != k]
+        if unknown:
+            raise ValueError(f"unknown quantisation format(s) {', '.join(map(str, unknown))}; "
+                             f"expected one of {', '.join(QUANT_FORMATS)}")
+        return v
 
 
 class Interconnect(_Strict):
@@ -124,7 +158,8 @@ class HardwareProfile(_Strict):
     source: str = ""
     hbm_gib: float = Field(gt=0, description="HBM capacity, GiB")
     hbm_bandwidth_tb_s: float = Field(gt=0, description="TB/s (1e12)")
-    peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8"], float]
+    # fp4: dense FP4 tensor-core peak (Blackwell), used by NVFP4 MoE experts.
+    peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8", "fp4"], float]
     interconnect: Interconnect
     host_link_gb_s: float = Field(gt=0, description="host-to-GPU bandwidth for weight loading, GB/s")
     price: Price
