@@ -9,10 +9,16 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal
 
-WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
+WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"]
 KVDtype = Literal["bf16", "fp16", "fp8"]
+WEIGHT_DTYPES: tuple[str, ...] = WeightDtype.__args__
+# Four-bit float formats: llmsim runs them only where the GPU has FP4 tensor
+# cores (Blackwell); elsewhere a pool's weight_dtype of either is refused.
+FP4_DTYPES = ("nvfp4", "mxfp4")
 
-BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+# nvfp4 and mxfp4 carry their scales (QUANT_FORMATS below): 4.5 and 4.25 bits.
+BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
+                           "nvfp4": 0.5 + 1.0 / 16, "mxfp4": 0.5 + 1.0 / 32}
 
 ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8", "float8": "fp8"}
 
@@ -27,8 +33,10 @@ def compute_dtype(weight_dtype: str) -> str:
     fp8 and int8 are modelled as W8A8 (activations quantised too, as vLLM's
     fp8 and SmoothQuant int8 paths do), so they use the 8-bit peak. int4 is
     weight-only (AWQ/GPTQ style): it saves bytes but computes in bf16.
+    nvfp4 is W4A4 on FP4 tensor cores; mxfp4 is modelled as MXFP4 weights
+    with MXFP8 activations (W4A8, the Blackwell path vLLM takes for gpt-oss).
     """
-    return {"fp8": "fp8", "int8": "int8"}.get(weight_dtype, "bf16")
+    return {"fp8": "fp8", "int8": "int8", "nvfp4": "fp4", "mxfp4": "fp8"}.get(weight_dtype, "bf16")
 
 
 @dataclass(frozen=True)

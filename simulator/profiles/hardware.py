@@ -144,7 +144,11 @@ class Calibration(_Strict):
 class Interconnect(_Strict):
     kind: Literal["nvlink", "pcie", "none"] = "nvlink"
     bandwidth_gb_s: float = Field(gt=0, description="per GPU, per direction, GB/s (1e9)")
-    max_tp: int = Field(default=8, ge=1)
+    max_tp: int = Field(default=8, ge=1, description="GPUs in one NVLink domain (8 on HGX, 72 on GB200 NVL72)")
+    # Scale-out network between NVLink domains (one NIC per GPU): what expert
+    # parallelism's all-to-all crosses when a replica spans several domains.
+    scale_out_gb_s: Optional[float] = Field(default=None, gt=0, description="per GPU, per direction, GB/s")
+    scale_out_latency_us: float = Field(default=0.0, ge=0, description="one all-to-all's latency floor across it")
 
 
 class Price(_Strict):
