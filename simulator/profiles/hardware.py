@@ -198,7 +198,9 @@ class HardwareProfile(_Strict):
             "bf16_tflops": self.peak_tflops.get("bf16"),
             "fp8_tflops": self.peak_tflops.get("fp8"),
             "int8_tops": self.peak_tflops.get("int8"),
+            "fp4_tflops": self.peak_tflops.get("fp4"),
             "link_gb_s": self.interconnect.bandwidth_gb_s,
+            "nvlink_gpus": self.interconnect.max_tp if self.interconnect.kind == "nvlink" else None,
             "usd_per_gpu_hour": self.price.usd_per_gpu_hour,
             "calibration": self.calibration.status,
         }

@@ -232,6 +232,17 @@ class ModelProfile(BaseModel):
         one = self.attention_params_per_layer + mlp + 2 * h * h + 5 * h
         return self.num_nextn_predict_layers * one
 
+    def mtp_draft(self) -> "ModelProfile":
+        """The next-token-prediction module(s) as a draft model: the decoder
+        layer(s) of :attr:`mtp_params`, sharing this model's embedding and LM
+        head (the [embedding; hidden] projection is left out of its cost)."""
+        if not self.num_nextn_predict_layers:
+            raise LlmsimError(f"{self.name} has no next-token-prediction layers (num_nextn_predict_layers) "
+                              "for draft_model: mtp")
+        return self.model_copy(update={
+            "name": f"{self.name}-mtp", "num_hidden_layers": self.num_nextn_predict_layers,
+            "first_k_dense_replace": 0, "mlp_only_layers": (), "layer_types": None, "num_nextn_predict_layers": 0})
+
     def weight_bytes(self, weight_dtype: str = "bf16") -> float:
         """Bytes of all weights. Quantisation applies to the transformer's
         linear layers; embeddings, LM head and norms stay 16-bit, as in vLLM's
