@@ -174,9 +174,11 @@ class ModelProfile(BaseModel):
 
     @property
     def moe_layer_params(self) -> int:
-        """Routed experts, shared expert(s) and router of one MoE layer."""
-        return (self.num_experts or 0) * self.expert_params + self.mlp_params(self.shared_ffn) \
-            + self.hidden_size * (self.num_experts or 0)
+        """Routed experts, shared expert(s) and router of one MoE layer (a
+        single expert needs no router: every token goes to it)."""
+        experts = self.num_experts or 0
+        router = self.hidden_size * experts if experts > 1 else 0
+        return experts * self.expert_params + self.mlp_params(self.shared_ffn) + router
 
     @property
     def linear_params_per_layer(self) -> int:
