@@ -9,6 +9,7 @@ import json
 import math
 
 import pytest
+import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -306,29 +307,14 @@ def test_mtp_draft_speeds_up_low_batch_decode():
 
 # --- bad input through the CLI: one line, exit 2 --------------------------------------------------
 
-SCENARIO = """\
-name: moe
-workload:
-  num_requests: 50
-  arrival: {type: poisson, rate_per_s: 5}
-  input_tokens: {dist: uniform, min: 16, max: 500}
-  output_tokens: {dist: uniform, min: 1, max: 50}
-pools:
-  - name: main
-    model: MODEL
-    gpu: GPU
-    tp: TP
-    dp: DP
-    ep: EP
-    engine: {max_num_seqs: 32, max_num_batched_tokens: 1024WD}
-"""
-
-
-def _scenario(tmp_path, model="mixtral-8x7b", gpu="h100-sxm", tp=2, dp=1, ep=1, wd=""):
-    text = (SCENARIO.replace("MODEL", model).replace("GPU", gpu).replace("TP", str(tp)).replace("DP", str(dp))
-            .replace("EP", str(ep)).replace("WD", f", weight_dtype: {wd}" if wd else ""))
+def _scenario(tmp_path, model="mixtral-8x7b", gpu="h100-sxm", tp=2, dp=1, ep=1, wd="bf16"):
+    pool = {"name": "main", "model": model, "gpu": gpu, "tp": tp, "dp": dp, "ep": ep,
+            "engine": {"max_num_seqs": 32, "max_num_batched_tokens": 1024, "weight_dtype": wd}}
+    workload = {"num_requests": 50, "arrival": {"type": "poisson", "rate_per_s": 5},
+                "input_tokens": {"dist": "uniform", "min": 16, "max": 500},
+                "output_tokens": {"dist": "uniform", "min": 1, "max": 50}}
     p = tmp_path / "moe.yaml"
-    p.write_text(text)
+    p.write_text(yaml.safe_dump({"name": "moe", "workload": workload, "pools": [pool]}))
     return p
 
 
