@@ -45,14 +45,19 @@ IGNORED: frozenset[str] = frozenset({
     "dropout", "pretraining_tp", "rope_theta", "rope_scaling", "rope_parameters", "rope_interleave",
     "partial_rotary_factor", "rotary_dim", "no_rope_layers", "use_qk_norm", "qk_norm", "qk_layernorm",
     "swiglu_limit", "initial_context_length", "attn_logit_softcapping", "final_logit_softcapping",
-    "attn_temperature_tuning", "floor_scale", "attn_scale",
+    "attn_temperature_tuning", "floor_scale", "attn_scale", "query_pre_attn_scalar", "hidden_activation",
+    "cache_implementation",
     # training-only router losses and routing details (which experts, not how many)
     "router_aux_loss_coef", "router_jitter_noise", "aux_loss_alpha", "seq_aux", "norm_topk_prob",
     "routed_scaling_factor", "scoring_func", "topk_method", "n_group", "topk_group", "ep_size",
     "router_z_loss_coef", "moe_router_bias", "use_sliding_window",
-    # Qwen2-style sliding window switched off (use_sliding_window: false) leaves this inert
+    # Qwen2-style: inert while use_sliding_window is false, refused otherwise (below)
     "max_window_layers",
 })
+
+# Families whose sliding-window layers alternate with full ones: without
+# layer_types their config does not say which layers slide.
+_INTERLEAVED_WINDOWS = ("gemma2", "gemma3", "gemma3_text", "cohere2", "gpt_oss")
 
 # Architecture llmsim does not model, and why: refused with this reason.
 REFUSED: dict[str, str] = {
@@ -111,8 +116,14 @@ def normalize(data: dict[str, Any], path, fields: set[str], strict: bool) -> dic
             raise LlmsimError(f"unknown key {key!r} may change the architecture and llmsim does not model it "
                               "(it reads the keys listed in docs/scenarios.md, 'MoE and MLA models')",
                               source=path, key_path=key)
-    if data.get("use_sliding_window") is False:
+    if data.get("use_sliding_window") is False:   # Qwen2-style: the window is switched off
         out.pop("sliding_window", None)
+    elif data.get("max_window_layers") is not None and out.get("sliding_window"):
+        raise _refuse(path, "max_window_layers", "sliding windows on only some layers (max_window_layers)")
+    if out.get("sliding_window") and out.get("layer_types") is None \
+            and str(out.get("model_type", "")) in _INTERLEAVED_WINDOWS:
+        raise _refuse(path, "sliding_window", f"{out['model_type']} interleaves sliding-window and full layers "
+                                              "without layer_types saying which are which")
     for i, t in enumerate(out.get("layer_types") or []):
         if t not in LAYER_TYPES:
             raise _refuse(path, f"layer_types[{i}]", f"layer type {t!r} (llmsim models {', '.join(LAYER_TYPES)})")
