@@ -134,6 +134,17 @@ def test_an_architecture_key_llmsim_does_not_model_is_refused(tmp_path, key, val
     assert key in str(e.value) and str(p) in str(e.value)
 
 
+def test_sliding_windows_are_read_only_where_the_config_says_which_layers_slide(tmp_path):
+    dense = {"num_local_experts": None, "num_experts_per_tok": None, "model_type": "qwen2", "sliding_window": 4096,
+             "max_window_layers": 28}
+    assert load_model(str(_config(tmp_path, **dense, use_sliding_window=False))).num_sliding_layers == 0
+    for keys, named in (({**dense, "use_sliding_window": True}, "max_window_layers"),
+                        ({**dense, "model_type": "gemma2", "max_window_layers": None}, "sliding_window")):
+        with pytest.raises(LlmsimError, match="cannot model") as e:
+            load_model(str(_config(tmp_path, **keys)))
+        assert named in str(e.value)
+
+
 def test_two_spellings_must_agree(tmp_path):
     with pytest.raises(LlmsimError, match="contradicts"):
         load_model(str(_config(tmp_path, n_routed_experts=16)))
