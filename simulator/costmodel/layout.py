@@ -113,9 +113,12 @@ class LayoutOps:
             self.mla_proj = cal.mla_projection.get(self.fmt) or cal.gemm
             self.mla_prefill = _or_default(cal.mla_prefill, cal.attention_prefill)
             self.mla_decode = _or_default(cal.mla_decode, cal.attention_decode)
+            self.mla_rate_c = cm.peak_attn * self.mla_prefill.eta_compute
+            self.mla_rate_m = cm.hbm_bw * self.mla_prefill.eta_memory
         if par.ep > 1:   # fails here, not in the hot path, when the network is not described
             self.alltoall(1)
         self._decode_extra: dict[int, float] = {}
+        self._kv_up: dict[int, float] = {}
 
     def rank(self, count: int) -> int:
         """The busiest dp rank's share of ``count`` tokens or sequences."""
@@ -211,8 +214,11 @@ class LayoutOps:
             flops += f
             nbytes += b
             span += new + cached
-        kernel = blend(flops / (cm.peak_attn * p.eta_compute), nbytes / (cm.hbm_bw * p.eta_memory), p.sharpness)
-        kv_up = cm._gemm(span, s.num_heads * (s.qk_nope_head_dim + s.v_head_dim), s.kv_lora_rank, cm.w_bytes)
+        kernel = scalar.blend(flops / self.mla_rate_c, nbytes / self.mla_rate_m, p.sharpness)
+        kv_up = self._kv_up.get(span)
+        if kv_up is None:   # a GEMM at m = span: memoised per span like the token-count costs
+            kv_up = self._kv_up[span] = cm._gemm(span, s.num_heads * (s.qk_nope_head_dim + s.v_head_dim),
+                                                 s.kv_lora_rank, cm.w_bytes)
         return kernel + p.fixed_us * _US + kv_up
 
     def decode_parts(self) -> tuple[float, float, float]:
