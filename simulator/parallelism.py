@@ -42,21 +42,25 @@ class Parallelism:
         """One clear error for a combination the replica cannot run."""
         tp, dp, ep, domain = self.tp, self.dp, self.ep, gpu.interconnect.max_tp
         if min(tp, dp, ep) < 1:
-            raise LlmsimError(f"tp, dp and ep must be ≥ 1 (got tp={tp}, dp={dp}, ep={ep})")
+            raise LlmsimError(f"tp, dp and ep must be ≥ 1 (got tp={tp}, dp={dp}, ep={ep})", key_path="tp")
         if model.num_attention_heads % tp:
-            raise LlmsimError(f"tp={tp} must divide the {model.num_attention_heads} attention heads of {model.name}")
+            raise LlmsimError(f"tp={tp} must divide the {model.num_attention_heads} attention heads of {model.name}",
+                              key_path="tp")
         if tp > domain:
-            raise LlmsimError(f"tp={tp} exceeds the {domain} GPUs {gpu.name} can join in one tensor-parallel group")
+            raise LlmsimError(f"tp={tp} exceeds the {domain} GPUs {gpu.name} can join in one tensor-parallel group",
+                              key_path="tp")
         if ep > 1 and not model.is_moe:
-            raise LlmsimError(f"ep={ep} needs a mixture-of-experts model; {model.name} is dense")
+            raise LlmsimError(f"ep={ep} needs a mixture-of-experts model; {model.name} is dense", key_path="ep")
         if self.gpus % ep:
-            raise LlmsimError(f"ep={ep} must divide the replica's tp × dp = {tp} × {dp} = {self.gpus} GPUs")
+            raise LlmsimError(f"ep={ep} must divide the replica's tp × dp = {tp} × {dp} = {self.gpus} GPUs",
+                              key_path="ep")
         if model.is_moe and (ep > (model.num_experts or 0) or (model.num_experts or 0) % ep):
-            raise LlmsimError(f"ep={ep} must divide the {model.num_experts} experts of {model.name}")
+            raise LlmsimError(f"ep={ep} must divide the {model.num_experts} experts of {model.name}", key_path="ep")
         if self.moe_tp > domain:
             need = "set ep so that tp·dp/ep fits" if model.is_moe else "a dense model's replica must fit"
             raise LlmsimError(f"tp × dp = {self.gpus} GPUs exceed the {domain}-GPU NVLink domain of {gpu.name} "
-                              f"with moe_tp = {self.moe_tp} ({need} in one NVLink domain)")
+                              f"with moe_tp = {self.moe_tp} ({need} in one NVLink domain)",
+                              key_path="ep" if model.is_moe else "dp")
 
 
 def weight_bytes_per_gpu(model: ModelProfile, par: Parallelism, weight_dtype: str) -> tuple[float, float]:

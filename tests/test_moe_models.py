@@ -350,12 +350,12 @@ def test_ep_on_a_dense_model_is_one_error(tmp_path, cli):
 
 def test_replica_beyond_the_nvlink_domain_is_one_error(tmp_path, cli):
     p = _scenario(tmp_path, tp=8, dp=2, ep=1)
-    _one_error(cli("check", p), "NVLink domain")
+    _one_error(cli("check", p), "pools[0].ep", "NVLink domain")
 
 
 def test_fp4_on_a_gpu_without_it_is_one_error(tmp_path, cli):
     p = _scenario(tmp_path, wd="nvfp4")
-    _one_error(cli("check", p), "FP4 tensor cores", "h100-sxm")
+    _one_error(cli("check", p), "pools[0].engine.weight_dtype", "FP4 tensor cores", "h100-sxm")
     _one_error(cli("estimate", "request", "--gpu", "a100-sxm-80gb", "--model", "gpt-oss-120b", "--tp", "4",
                    "--weight-dtype", "mxfp4", "--input", "10", "--output", "10"), "FP4 tensor cores")
 

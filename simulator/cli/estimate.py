@@ -28,8 +28,12 @@ JSON = typer.Option(False, "--json", help="print one JSON object")
 
 def _cost_model(gpu: str, model: str, tp: int, weight_dtype: str, kv_dtype: str, roofline: bool,
                 dp: int = 1, ep: int = 1) -> CostModel:
-    return CostModel(load_model(model), load_hardware(gpu), tp, weight_dtype, kv_dtype, roofline=roofline,
-                     dp=dp, ep=ep)
+    m, g = load_model(model), load_hardware(gpu)
+    try:
+        return CostModel(m, g, tp, weight_dtype, kv_dtype, roofline=roofline, dp=dp, ep=ep)
+    except LlmsimError as e:   # name the flag, not the scenario key
+        flag = {"engine.weight_dtype": "--weight-dtype"}.get(e.key_path or "", f"--{e.key_path}")
+        raise LlmsimError(e.message, key_path=flag if e.key_path else None) from None
 
 
 def _replica(tp: int, dp: int, ep: int) -> str:

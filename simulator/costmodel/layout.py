@@ -294,4 +294,4 @@ def check_weight_dtype(weight_dtype: str, gpu) -> None:
     """FP4 weights need FP4 tensor cores."""
     if weight_dtype in FP4_DTYPES and not gpu.has_unit("fp4"):
         raise LlmsimError(f"weight_dtype {weight_dtype} needs FP4 tensor cores (Blackwell: b200, gb200-nvl72); "
-                          f"{gpu.name} has none")
+                          f"{gpu.name} has none", key_path="engine.weight_dtype")
