@@ -278,7 +278,7 @@ def test_sliding_window_layers_hold_at_most_the_window():
     cm = CostModel(m, B200, 1, "mxfp4")
     # Decode attention grows only with the 18 full layers' context.
     full = CostModel(m.model_copy(update={"layer_types": None, "sliding_window": None}), B200, 1, "mxfp4")
-    assert cm.decode_rate == pytest.approx(full.decode_rate * 18 / 36, rel=1e-12)
+    assert cm.decode_coefficients(8)[1] == pytest.approx(full.decode_coefficients(8)[1] * 18 / 36, rel=1e-12)
     assert cm.step_time([(4096, 60000)]) < full.step_time([(4096, 60000)])
 
 
@@ -287,12 +287,14 @@ def test_sliding_window_layers_hold_at_most_the_window():
 def test_dp_attention_splits_the_decode_batch():
     m = load_model("mixtral-8x7b")
     one, dp2 = CostModel(m, H100, 2, "bf16"), CostModel(m, H100, 2, "bf16", dp=2, ep=2)
-    assert dp2.decode_rate == pytest.approx(one.decode_rate / 2, rel=1e-12)
+    assert dp2.decode_coefficients(64)[1] == pytest.approx(one.decode_coefficients(64)[1] / 2, rel=1e-12)
+    # The busiest rank sets the step: 3 sequences on 2 ranks are 2 on one.
+    assert dp2.decode_attention_time(3, 3000.0) == pytest.approx(one.decode_attention_time(2, 2000.0), rel=1e-12)
     assert dp2.gpus == 4 and dp2.par.moe_tp == 2
     # MLA: every TP rank reads the whole latent, a DP rank only its own sequences'.
     ds = load_model("deepseek-v3")
     tp8, dp8 = CostModel(ds, B200, 8, "nvfp4"), CostModel(ds, B200, 1, "nvfp4", dp=8, ep=8)
-    assert dp8.decode_rate < tp8.decode_rate / 2
+    assert dp8.decode_coefficients(64)[1] < tp8.decode_coefficients(64)[1] / 2
 
 
 def test_expert_alltoall_crosses_the_scale_out_link_beyond_a_domain():

@@ -19,8 +19,9 @@ layer kind, with the same memoised-per-token-count structure:
   layer's reduction over ``moe_tp``; for ``ep > 1`` the all-to-all dispatch
   and combine (:mod:`.alltoall`);
 * **attention kernels**: each dp rank attends only its own sequences
-  (a decode batch of B sequences is B/dp per rank; prefill chunks are dealt
-  round-robin and the busiest rank sets the time); sliding-window layers
+  (the busiest rank sets the time: ⌈B/dp⌉ of a decode batch of B
+  sequences, with their share of its context; prefill chunks are dealt
+  round-robin); sliding-window layers
   attend at most ``sliding_window`` cached tokens (decode charges each
   sequence a full window, exact once its context exceeds it); MLA prefill
   up-projects the cached latent (:func:`.mla.mla_prefill_flops_bytes`),
@@ -119,6 +120,7 @@ class LayoutOps:
             self.alltoall(1)
         self._decode_extra: dict[int, float] = {}
         self._kv_up: dict[int, float] = {}
+        self.decode_rate, self.decode_per_seq, self.decode_fixed = self.decode_parts()
 
     def rank(self, count: int) -> int:
         """The busiest dp rank's share of ``count`` tokens or sequences."""
@@ -223,17 +225,29 @@ class LayoutOps:
 
     def decode_parts(self) -> tuple[float, float, float]:
         """(rate per Σcontext token, per sequence, fixed) of decode attention
-        over all layers; affine in Σcontext as the fast engine needs."""
+        over all layers, for a batch on one rank (see :meth:`decode_share`)."""
         cm, L = self.cm, self.layers
         if self.mla is not None:
             p = self.mla_decode
             rate = mla_decode_per_context(self.mla, cm.gpu, p, cm.kv_bytes)
-            return L * rate / self.dp, L * mla_decode_per_seq(p) / self.dp, L * mla_decode_fixed(p)
+            return L * rate, L * mla_decode_per_seq(p), L * mla_decode_fixed(p)
         p = cm.cal.attention_decode
         rate = C.decode_attention_per_context(cm.heads, cm.kv_heads, cm.head_dim, cm.peak_attn, cm.hbm_bw, p,
                                               cm.kv_bytes)
         per_seq = L * p.per_seq_us * _US + self.n_slide * rate * self.window
-        return self.n_full * rate / self.dp, per_seq / self.dp, L * p.fixed_us * _US
+        return self.n_full * rate, per_seq, L * p.fixed_us * _US
+
+    def decode_share(self, batch: int) -> float:
+        """The busiest dp rank's share of a decode batch: ⌈B/dp⌉ of its B
+        sequences (with their share of Σcontext). 1/dp when dp divides B; a
+        batch smaller than dp leaves one sequence per busy rank."""
+        return self.rank(batch) / batch if batch > 0 else 1.0 / self.dp
+
+    def decode_coefficients(self, batch: int) -> tuple[float, float]:
+        """(rest, rate): decode attention of ``batch`` sequences = rest + rate · Σcontext."""
+        s = self.decode_share(batch)
+        rate, per_seq, fixed = self.decode_rate, self.decode_per_seq, self.decode_fixed
+        return s * per_seq * batch + fixed + self.decode_extra(batch), s * rate
 
     def decode_extra(self, batch: int) -> float:
         """Per-step decode work that depends on the batch only: MLA's two

@@ -112,8 +112,6 @@ class CostModel:
         self._lm_cache: dict[int, float] = {}
         # MoE, MLA, sliding windows, dp or ep: priced layer kind by layer kind.
         self.ops = LayoutOps(self) if needs_layout(model, dp, ep) else None
-        if self.ops is not None:
-            self.decode_rate, self.decode_per_seq, self.decode_fixed = self.ops.decode_parts()
 
     # --- components that depend only on token counts (memoised) -----------
     def _gemm(self, mtok: float, n: int, k: int, wbytes: float) -> float:
@@ -172,8 +170,10 @@ class CostModel:
     def decode_attention_time(self, batch: int, total_context: float) -> float:
         if batch <= 0:
             return 0.0
-        t = self.decode_rate * total_context + self.decode_per_seq * batch + self.decode_fixed
-        return t if self.ops is None else t + self.ops.decode_extra(batch)
+        if self.ops is not None:
+            rest, rate = self.ops.decode_coefficients(batch)
+            return rest + rate * total_context
+        return self.decode_rate * total_context + self.decode_per_seq * batch + self.decode_fixed
 
     # --- the iteration ---------------------------------------------------
     def step_time(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
@@ -191,10 +191,11 @@ class CostModel:
 
     def decode_coefficients(self, batch: int) -> tuple[float, float]:
         """(a, b) with step_time(decode only, batch, S) == a + b·S exactly."""
+        if self.ops is not None:
+            rest, rate = self.ops.decode_coefficients(batch)
+            return self.token_time(batch) + self.lm_head_time(batch) + rest + self.overhead_s, rate
         a = (self.token_time(batch) + self.lm_head_time(batch) + self.decode_per_seq * batch
              + self.decode_fixed + self.overhead_s)
-        if self.ops is not None:
-            a += self.ops.decode_extra(batch)
         return a, self.decode_rate
 
     def step(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
