@@ -388,3 +388,22 @@ def test_estimate_shows_total_and_active_params(cli):
     assert out["params_b"] == pytest.approx(671.03, abs=0.01) and out["active_params_b"] == pytest.approx(37.55, abs=0.01)
     assert out["kv_bytes_per_token"] == 70272 and out["gpus"] == 8 and "MLA" in out["layout"]
     assert math.isfinite(out["tpot_ms"]) and out["tpot_ms"] > 0
+
+
+@PROPS
+@given(chunks=st.lists(st.tuples(st.integers(1, 8192), st.integers(0, 100_000)), min_size=1, max_size=4),
+       tp=st.sampled_from([1, 8]))
+def test_mla_prefill_prices_the_kernels_flops_and_bytes(chunks, tp):
+    """The step's MLA prefill reads mla_prefill_flops_bytes' coefficients once;
+    it must price any chunks as that function does."""
+    from simulator.costmodel.mla import mla_prefill_flops_bytes
+    from simulator.costmodel.roofline import blend
+    cm = CostModel(load_model("deepseek-v3"), B200, tp, "nvfp4")
+    ops, p = cm.ops, cm.ops.mla_prefill
+    f = sum(mla_prefill_flops_bytes(n, c, ops.mla, cm.kv_bytes)[0] for n, c in chunks)
+    b = sum(mla_prefill_flops_bytes(n, c, ops.mla, cm.kv_bytes)[1] for n, c in chunks)
+    span = sum(n + c for n, c in chunks)
+    heads = ops.mla.num_heads
+    kv_up = cm._gemm(span, heads * (ops.mla.qk_nope_head_dim + ops.mla.v_head_dim), ops.mla.kv_lora_rank, cm.w_bytes)
+    expected = blend(f / (cm.peak_attn * p.eta_compute), b / (cm.hbm_bw * p.eta_memory), p.sharpness)
+    assert ops._mla_prefill(chunks) == pytest.approx(expected + p.fixed_us * 1e-6 + kv_up, rel=1e-9)

@@ -116,6 +116,12 @@ class LayoutOps:
             self.mla_decode = _or_default(cal.mla_decode, cal.attention_decode)
             self.mla_rate_c = cm.peak_attn * self.mla_prefill.eta_compute
             self.mla_rate_m = cm.hbm_bw * self.mla_prefill.eta_memory
+            # mla_prefill_flops_bytes is FLOPs ∝ query-key pairs and bytes affine
+            # in new and cached tokens: read its coefficients once, so a step
+            # prices its chunks with three multiply-adds each.
+            f10, b10 = mla_prefill_flops_bytes(1, 0, self.mla, cm.kv_bytes)
+            _, b11 = mla_prefill_flops_bytes(1, 1, self.mla, cm.kv_bytes)
+            self.mla_flops_per_pair, self.mla_bytes_per_new, self.mla_bytes_per_cached = f10, b10, b11 - b10
         if par.ep > 1:   # fails here, not in the hot path, when the network is not described
             self.alltoall(1)
         self._decode_extra: dict[int, float] = {}
@@ -209,13 +215,14 @@ class LayoutOps:
         span of latents to keys and values."""
         cm, s, p = self.cm, self.mla, self.mla_prefill
         assert s is not None
-        flops = nbytes = 0.0
-        span = 0
+        pairs = new_sum = cached_sum = 0.0
         for new, cached in chunks:
-            f, b = mla_prefill_flops_bytes(new, cached, s, cm.kv_bytes)
-            flops += f
-            nbytes += b
-            span += new + cached
+            pairs += new * cached + new * (new + 1) / 2.0
+            new_sum += new
+            cached_sum += cached
+        span = int(new_sum + cached_sum)
+        flops = self.mla_flops_per_pair * pairs
+        nbytes = self.mla_bytes_per_new * new_sum + self.mla_bytes_per_cached * cached_sum
         kernel = scalar.blend(flops / self.mla_rate_c, nbytes / self.mla_rate_m, p.sharpness)
         kv_up = self._kv_up.get(span)
         if kv_up is None:   # a GEMM at m = span: memoised per span like the token-count costs
