@@ -6,12 +6,19 @@ cost model and the memory model cannot disagree about them.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Literal
 
-WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4"]
+WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"]
 KVDtype = Literal["bf16", "fp16", "fp8"]
+WEIGHT_DTYPES: tuple[str, ...] = WeightDtype.__args__
+# Four-bit float formats: llmsim runs them only where the GPU has FP4 tensor
+# cores (Blackwell); elsewhere a pool's weight_dtype of either is refused.
+FP4_DTYPES = ("nvfp4", "mxfp4")
 
-BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5}
+# nvfp4 and mxfp4 carry their scales (QUANT_FORMATS below): 4.5 and 4.25 bits.
+BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
+                           "nvfp4": 0.5 + 1.0 / 16, "mxfp4": 0.5 + 1.0 / 32}
 
 ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "fp8", "float8": "fp8"}
 
@@ -26,5 +33,47 @@ def compute_dtype(weight_dtype: str) -> str:
     fp8 and int8 are modelled as W8A8 (activations quantised too, as vLLM's
     fp8 and SmoothQuant int8 paths do), so they use the 8-bit peak. int4 is
     weight-only (AWQ/GPTQ style): it saves bytes but computes in bf16.
+    nvfp4 is W4A4 on FP4 tensor cores; mxfp4 is modelled as MXFP4 weights
+    with MXFP8 activations (W4A8, the Blackwell path vLLM takes for gpt-oss).
     """
-    return {"fp8": "fp8", "int8": "int8"}.get(weight_dtype, "bf16")
+    return {"fp8": "fp8", "int8": "int8", "nvfp4": "fp4", "mxfp4": "fp8"}.get(weight_dtype, "bf16")
+
+
+@dataclass(frozen=True)
+class QuantFormat:
+    """A quantised GEMM format (MoE experts, MLA projections).
+
+    ``weight_dtype`` is the llmsim name of the same nominal width (what the
+    memory model sizes by); ``weight_bytes`` adds the scales the format
+    carries; ``peak`` names the tensor-core peak its GEMMs run at.
+    """
+
+    weight_dtype: str
+    weight_bytes: float
+    act_bytes: float
+    peak: str
+
+
+# Bytes per weight include the scales: fp8_block one fp32 per 128×128 block;
+# int4 (GPTQ/AWQ, Marlin) one bf16 per group of 128; MXFP4 one E8M0 byte per
+# 32; NVFP4 one E4M3 byte per 16. Activations: bf16 unless the GEMM takes
+# quantised inputs (fp8 per tensor; fp8_block one fp32 per 1×128; MXFP8 one
+# byte per 32; NVFP4 one byte per 16). w4a16 formats compute in bf16.
+QUANT_FORMATS: dict[str, QuantFormat] = {
+    "bf16": QuantFormat("bf16", 2.0, 2.0, "bf16"),
+    "fp8": QuantFormat("fp8", 1.0, 1.0, "fp8"),
+    "fp8_block": QuantFormat("fp8", 1.0 + 4.0 / (128 * 128), 1.0 + 4.0 / 128, "fp8"),
+    "int4_wo": QuantFormat("int4", 0.5 + 2.0 / 128, 2.0, "bf16"),
+    "w4a16_mxfp4": QuantFormat("int4", 0.5 + 1.0 / 32, 2.0, "bf16"),
+    "nvfp4": QuantFormat("int4", 0.5 + 1.0 / 16, 0.5 + 1.0 / 16, "fp4"),
+    "w4a8": QuantFormat("int4", 0.5 + 1.0 / 32, 1.0 + 1.0 / 32, "fp8"),
+}
+
+# Names kernel tables and Hugging Face configs use for the same formats.
+QUANT_ALIASES = {"bfloat16": "bf16", "w4a16": "int4_wo", "mxfp4": "w4a16_mxfp4", "w4a8_mxfp4_mxfp8": "w4a8"}
+
+
+def quant_format_name(name: str) -> str | None:
+    """The canonical format name, or None if llmsim does not know it."""
+    key = QUANT_ALIASES.get(name, name)
+    return key if key in QUANT_FORMATS else None

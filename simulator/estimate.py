@@ -2,7 +2,8 @@
 
 A no-load request: TTFT is its prefill (chunked as the engine would), TPOT
 the mean decode step of a batch of one over the request's growing context.
-With ``mfu`` the case studies' own arithmetic ``2·params·I/(peak·tp·MFU)``
+With ``mfu`` the case studies' own arithmetic ``2·params·I/(peak·GPUs·MFU)``
+(params: those a token uses, all of a dense model's)
 is reported beside it, so a reader can see both.
 """
 from __future__ import annotations
@@ -31,12 +32,16 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
     else:
         tpot_s = 0.0
     mem = plan_memory(cm.model, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype, gpu_memory_utilization,
-                      max_num_batched_tokens, block_size=block_size)
+                      max_num_batched_tokens, block_size=block_size, dp=cm.dp, ep=cm.ep)
     kv_tok = cm.model.kv_bytes_per_token(cm.kv_dtype)
+    tokens = input_tokens + output_tokens
+    window = cm.model.kv_window_bytes(cm.kv_dtype) * min(1.0, tokens / (cm.model.sliding_window or tokens))
     out = {
         "gpu": cm.gpu.name,
         "model": cm.model.name,
         "tp": cm.tp,
+        **({"dp": cm.dp, "ep": cm.ep, "gpus": cm.gpus} if cm.gpus != cm.tp or cm.ep > 1 else {}),
+        **model_figures(cm),
         "weight_dtype": cm.weight_dtype,
         "kv_dtype": cm.kv_dtype,
         "mode": "roofline" if cm.roofline else cm.gpu.calibration.status,
@@ -48,7 +53,7 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "prefill_tokens_per_s": input_tokens / prefill_s if prefill_s else float("inf"),
         "decode_tokens_per_s": 1.0 / tpot_s if tpot_s else float("inf"),
         "kv_bytes_per_token": kv_tok,
-        "kv_bytes_per_request": kv_tok * (input_tokens + output_tokens),
+        "kv_bytes_per_request": kv_tok * tokens + window,
         "weights_bytes": mem.weights_bytes,
         "reserve_bytes": mem.reserve_bytes,
         "kv_capacity_bytes": mem.kv_capacity_bytes,
@@ -57,8 +62,15 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "total_memory_bytes": mem.total_bytes,
     }
     if mfu is not None:
-        peak = cm.gpu.peak_flops(compute_dtype(cm.weight_dtype)) * cm.tp
+        peak = cm.gpu.peak_flops(compute_dtype(cm.weight_dtype)) * cm.gpus
         out["mfu"] = mfu
-        out["mfu_prefill_ms"] = 2.0 * cm.model.num_params * input_tokens / (peak * mfu) * 1e3
-        out["mfu_prefill_tokens_per_s"] = peak * mfu / (2.0 * cm.model.num_params)
+        out["mfu_prefill_ms"] = 2.0 * cm.model.active_params * input_tokens / (peak * mfu) * 1e3
+        out["mfu_prefill_tokens_per_s"] = peak * mfu / (2.0 * cm.model.active_params)
     return out
+
+
+def model_figures(cm: CostModel) -> dict:
+    """What the model is: total and per-token parameters, its layout, its KV per token."""
+    m = cm.model
+    return {"params_b": round(m.num_params / 1e9, 3), "active_params_b": round(m.active_params / 1e9, 3),
+            "layout": m.summary()["layout"], "kv_bytes_per_token": m.kv_bytes_per_token(cm.kv_dtype)}

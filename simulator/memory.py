@@ -12,6 +12,7 @@ import math
 from dataclasses import dataclass
 
 from .errors import LlmsimError
+from .parallelism import Parallelism, replica_kv_bytes_per_token, replica_weight_bytes
 from .profiles.hardware import GIB, HardwareProfile
 from .profiles.model import ModelProfile
 
@@ -31,6 +32,8 @@ class MemoryPlan:
     kv_bytes_per_token: float
     block_size: int
     num_blocks: int
+    # Sliding-window layers' KV, set aside for max_num_seqs full windows.
+    kv_window_bytes: float = 0.0
 
     @property
     def reserve_bytes(self) -> float:
@@ -49,23 +52,46 @@ class MemoryPlan:
 
 def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
                 kv_dtype: str = "bf16", gpu_memory_utilization: float = 0.9,
-                max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16) -> MemoryPlan:
-    """Divide ``tp`` GPUs' memory; raise a clear error when the model cannot fit."""
-    total = gpu.hbm_bytes * tp
+                max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
+                dp: int = 1, ep: int = 1) -> MemoryPlan:
+    """Divide one replica's ``tp × dp`` GPUs' memory; raise a clear error when
+    the model cannot fit.
+
+    Each of the ``dp`` attention ranks holds the non-expert weights split
+    ``tp`` ways and its own sequences' KV; the routed experts are split over
+    all GPUs (:mod:`.parallelism`). The replica's KV capacity is the sum of
+    its ranks'. Sliding-window layers keep at most a window per sequence:
+    ``max_num_seqs`` windows are set aside, the rest is counted per token.
+    """
+    par = Parallelism(tp, dp, ep)
+    gpus = par.gpus
+    total = gpu.hbm_bytes * gpus
     usable = total * gpu_memory_utilization
-    weights = model.weight_bytes(weight_dtype)
-    h, ffn = model.hidden_size, model.intermediate_size
+    weights = replica_weight_bytes(model, par, weight_dtype)
+    h, ffn = model.hidden_size, _mlp_width(model)
     per_token = (2 * ffn / tp + 4 * h + (model.q_dim + 2 * model.kv_dim) / tp) * 2.0
     logits = max_num_seqs * model.vocab_size / tp * 4.0
-    activation = (max_num_batched_tokens * per_token + logits) * tp
-    non_torch = NON_TORCH_BYTES_PER_GPU * tp
-    kv_cap = usable - weights - activation - non_torch
-    kv_per_token = model.kv_bytes_per_token(kv_dtype)
+    activation = (max_num_batched_tokens * per_token + logits) * tp * dp
+    non_torch = NON_TORCH_BYTES_PER_GPU * gpus
+    window = max_num_seqs * model.kv_window_bytes(kv_dtype) * (tp if model.is_mla else 1)
+    kv_cap = usable - weights - activation - non_torch - window
+    kv_per_token = replica_kv_bytes_per_token(model, par, kv_dtype)
     if kv_cap <= kv_per_token * block_size:
+        shape = f"{tp}×" if dp == 1 else f"{gpus} (tp {tp} × dp {dp})"
         raise LlmsimError(
-            f"{model.name} does not fit on {tp}× {gpu.name}: weights {weights / 1e9:.1f} GB "
-            f"({weight_dtype}) + activations and runtime {(activation + non_torch) / 1e9:.1f} GB vs usable "
-            f"{usable / 1e9:.1f} GB ({tp} × {gpu.hbm_bytes / 1e9:.1f} GB × gpu_memory_utilization "
-            f"{gpu_memory_utilization}); use more GPUs (tp), a smaller weight dtype or a larger GPU")
+            f"{model.name} does not fit on {shape} {gpu.name}: weights {weights / 1e9:.1f} GB "
+            f"({weight_dtype}) + activations and runtime {(activation + non_torch + window) / 1e9:.1f} GB vs "
+            f"usable {usable / 1e9:.1f} GB ({gpus} × {gpu.hbm_bytes / 1e9:.1f} GB × gpu_memory_utilization "
+            f"{gpu_memory_utilization}); use more GPUs (tp, dp with ep), a smaller weight dtype or a larger GPU")
     num_blocks = int(kv_cap // (kv_per_token * block_size))
-    return MemoryPlan(total, usable, weights, activation, non_torch, kv_cap, kv_per_token, block_size, num_blocks)
+    return MemoryPlan(total, usable, weights, activation, non_torch, kv_cap, kv_per_token, block_size, num_blocks,
+                      window)
+
+
+def _mlp_width(model: ModelProfile) -> int:
+    """Widest MLP activation per token: a dense layer's FFN, or an MoE
+    layer's top-k experts plus its shared expert."""
+    if not model.is_moe:
+        return model.intermediate_size
+    moe = model.topk * model.expert_ffn + model.shared_ffn
+    return max(moe, model.dense_ffn) if model.num_dense_layers else moe

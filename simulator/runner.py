@@ -129,7 +129,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         if a is not None:
             sc_ = scalers[ps.spec.name] = Autoscaler(pools[ps.spec.name], a, a.cold_start_s(ps.memory.weights_bytes))
             clock.every(a.interval_s, sc_.tick)
-    timeline = Timeline(pools, {ps.spec.name: ps.spec.tp for ps in setups})
+    timeline = Timeline(pools, {ps.spec.name: ps.spec.gpus_per_replica for ps in setups})
     timeline.sample()
     clock.every(sc.timeline_interval_s, timeline.sample)
     if progress is not None:

@@ -198,7 +198,12 @@ def test_shipped_calibration_is_not_faster_than_roofline(gpu):
 def test_doubling_tp_never_increases_gemm_time(data, tok):
     model, gpu, _, wd, kd = data.draw(setups())
     tps = [tp for tp in valid_tps(model.name, gpu.name) if 2 * tp in valid_tps(model.name, gpu.name)]
-    if not tps:
+    if not tps or model.is_moe:
+        # Not a law for MoE layers: every GPU of the group still reads all
+        # routed tokens' activations while its slice of a narrow expert gets
+        # narrower (Qwen3-30B-A3B's 768-wide experts are 96 wide at tp 8),
+        # so more tensor parallelism can slow them; expert parallelism is
+        # the remedy (tests/test_moe_models.py).
         return
     tp = data.draw(st.sampled_from(tps))
     one, two = CostModel(model, gpu, tp, wd, kd), CostModel(model, gpu, 2 * tp, wd, kd)

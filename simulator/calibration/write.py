@@ -17,7 +17,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import LlmsimError
-from ..profiles.hardware import AllReduceParams, Calibration, HardwareProfile, RooflineParams
+from ..profiles.hardware import AllReduceParams, Calibration, HardwareProfile, MoeParams, RooflineParams
 
 MARKER = "# --- calibration: written by `llmsim calibrate` (see docs/calibration.md); edits below are overwritten ---"
 
@@ -47,7 +47,7 @@ def _flow(d: dict) -> str:
     return "{" + ", ".join(parts) + "}"
 
 
-def _params(p: RooflineParams | AllReduceParams) -> str:
+def _params(p: RooflineParams | MoeParams | AllReduceParams) -> str:
     """Non-default fields only (plus the two η's), so each line reads as what was fitted."""
     data = p.model_dump(exclude_defaults=True)
     if isinstance(p, RooflineParams):
@@ -69,6 +69,14 @@ def render(cal: Calibration) -> str:
     for fam in ("gemm", "attention_prefill", "attention_decode", "allreduce", "other"):
         lines.append(f"  {fam}: {_params(getattr(cal, fam))}")
     lines.append(f"  iteration_overhead_ms: {_num(cal.iteration_overhead_ms)}")
+    for fam in ("moe", "mla_projection"):
+        table = getattr(cal, fam)
+        if table:
+            lines.append(f"  {fam}:")
+            lines.extend(f"    {k}: {_params(p)}" for k, p in table.items())
+    for fam in ("mla_prefill", "mla_decode"):
+        if getattr(cal, fam) != RooflineParams():
+            lines.append(f"  {fam}: {_params(getattr(cal, fam))}")
     if cal.error:
         lines.append("  error:")
         for fam, e in cal.error.items():

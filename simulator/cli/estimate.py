@@ -7,7 +7,7 @@ import typer
 
 from ..costmodel import CostModel
 from ..errors import LlmsimError
-from ..estimate import request_estimate
+from ..estimate import model_figures, request_estimate
 from ..profiles import load_hardware, load_model
 from .app import app, err_console
 from .output import console, kv_table, print_json
@@ -17,15 +17,30 @@ app.add_typer(estimate_app, name="estimate")
 
 GPU = typer.Option(..., "--gpu", help="GPU profile name or YAML path")
 MODEL = typer.Option(..., "--model", help="model profile name, YAML path or a config.json")
-TP = typer.Option(1, "--tp", help="tensor-parallel GPUs per replica")
-WD = typer.Option("bf16", "--weight-dtype", help="bf16, fp16, fp8, int8 or int4")
+TP = typer.Option(1, "--tp", help="attention tensor-parallel GPUs (one data-parallel rank)")
+DP = typer.Option(1, "--dp", help="attention data-parallel ranks per replica (a replica spans tp × dp GPUs)")
+EP = typer.Option(1, "--ep", help="expert-parallel degree of the MoE layers (divides tp × dp)")
+WD = typer.Option("bf16", "--weight-dtype", help="bf16, fp16, fp8, int8, int4, or nvfp4 / mxfp4 (FP4 GPUs)")
 KD = typer.Option("bf16", "--kv-dtype", help="bf16, fp16 or fp8")
 ROOF = typer.Option(False, "--roofline", help="pure physical limit: η = 1, no fixed costs")
 JSON = typer.Option(False, "--json", help="print one JSON object")
 
 
-def _cost_model(gpu: str, model: str, tp: int, weight_dtype: str, kv_dtype: str, roofline: bool) -> CostModel:
-    return CostModel(load_model(model), load_hardware(gpu), tp, weight_dtype, kv_dtype, roofline=roofline)
+def _cost_model(gpu: str, model: str, tp: int, weight_dtype: str, kv_dtype: str, roofline: bool,
+                dp: int = 1, ep: int = 1) -> CostModel:
+    m, g = load_model(model), load_hardware(gpu)
+    try:
+        return CostModel(m, g, tp, weight_dtype, kv_dtype, roofline=roofline, dp=dp, ep=ep)
+    except LlmsimError as e:   # name the flag, not the scenario key
+        flag = {"engine.weight_dtype": "--weight-dtype"}.get(e.key_path or "", f"--{e.key_path}")
+        raise LlmsimError(e.message, key_path=flag if e.key_path else None) from None
+
+
+def _replica(tp: int, dp: int, ep: int) -> str:
+    """How a title names the replica: ``2×`` or ``16 (tp 1 × dp 16, ep 16)×``."""
+    if dp == 1 and ep == 1:
+        return f"{tp}×"
+    return f"{tp * dp} (tp {tp} × dp {dp}, ep {ep})×"
 
 
 def _nonneg(name: str, v: int) -> None:
@@ -34,7 +49,8 @@ def _nonneg(name: str, v: int) -> None:
 
 
 @estimate_app.command("step")
-def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, weight_dtype: str = WD, kv_dtype: str = KD,
+def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int = EP,
+         weight_dtype: str = WD, kv_dtype: str = KD,
          prefill_tokens: int = typer.Option(0, help="new prompt tokens in the step"),
          prefill_context: int = typer.Option(0, help="tokens already cached before the chunk"),
          decode_batch: int = typer.Option(0, help="sequences decoding one token each"),
@@ -46,20 +62,20 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, weight_dtype: str = W
         _nonneg(n, v)
     if prefill_tokens == 0 and decode_batch == 0:
         raise LlmsimError("an empty step: give --prefill-tokens and/or --decode-batch")
-    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline)
+    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep)
     chunks = [(prefill_tokens, prefill_context)] if prefill_tokens else []
     b = cm.step(chunks, decode_batch, float(decode_batch * decode_context))
-    out = {**cm.describe(), **b.as_ms()}
+    out = {**cm.describe(), **model_figures(cm), **b.as_ms()}
     if json:
         print_json(out)
         return
-    console.print(kv_table(f"one iteration: {model} on {tp}× {gpu}", out.items()))
+    console.print(kv_table(f"one iteration: {model} on {_replica(tp, dp, ep)} {gpu}", out.items()))
     if not roofline and not cm.gpu.calibrated:
         console.print(f"[yellow]note:[/] {cm.gpu.name} is {cm.gpu.calibration.status}, not calibrated on its own measurements")
 
 
 @estimate_app.command("request")
-def request(gpu: str = GPU, model: str = MODEL, tp: int = TP,
+def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int = EP,
             input: int = typer.Option(..., "--input", help="prompt tokens"),
             output: int = typer.Option(..., "--output", help="generated tokens"),
             mfu: Optional[float] = typer.Option(None, help="also give 2·params·I/(peak·tp·MFU)"),
@@ -76,7 +92,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP,
         raise LlmsimError(f"--gpu-memory-utilization must be in (0, 1] (got {gpu_memory_utilization})")
     if max_num_batched_tokens < 1:
         raise LlmsimError("--max-num-batched-tokens must be ≥ 1")
-    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline)
+    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep)
     mp = cm.model.max_position_embeddings
     out = request_estimate(cm, input, output, mfu, max_num_batched_tokens, gpu_memory_utilization)
     if input + output > mp:
@@ -89,7 +105,8 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP,
         print_json(out)
         return
     gb = lambda x: f"{x / 1e9:.2f} GB"  # noqa: E731
-    rows = [("mode", out["mode"]), ("TTFT (ms)", out["ttft_ms"]), ("TPOT (ms)", out["tpot_ms"]),
+    rows = [("mode", out["mode"]), ("parameters (B)", out["params_b"]), ("active per token (B)", out["active_params_b"]),
+            ("layout", out["layout"]), ("TTFT (ms)", out["ttft_ms"]), ("TPOT (ms)", out["tpot_ms"]),
             ("prefill tokens/s", out["prefill_tokens_per_s"]), ("decode tokens/s", out["decode_tokens_per_s"])]
     if mfu is not None:
         rows += [(f"prefill at {mfu:.0%} MFU (ms)", out["mfu_prefill_ms"]),
@@ -98,4 +115,4 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP,
              ("KV per request", gb(out["kv_bytes_per_request"])), ("weights", gb(out["weights_bytes"])),
              ("reserve", gb(out["reserve_bytes"])), ("KV capacity", gb(out["kv_capacity_bytes"])),
              ("concurrent requests that fit", out["max_concurrent_requests"])]
-    console.print(kv_table(f"{model} on {tp}× {gpu}: {input} in / {output} out", rows))
+    console.print(kv_table(f"{model} on {_replica(tp, dp, ep)} {gpu}: {input} in / {output} out", rows))

@@ -86,6 +86,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..errors import LlmsimError
 from ..memory import MemoryPlan
+from ..parallelism import replica_kv_bytes_per_token, replica_weight_bytes
 from ..profiles.model import ModelProfile, load_model
 from . import components as C
 from .roofline import blend
@@ -95,6 +96,7 @@ __all__ = ["SpeculativeSpec", "SpeculativeCostModel", "expected_tokens_per_step"
            "speculative_memory", "speculative_setup"]
 
 _US = 1e-6
+MTP = "mtp"   # draft_model naming the target's own next-token-prediction layers
 
 
 class SpeculativeSpec(BaseModel):
@@ -103,7 +105,9 @@ class SpeculativeSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     draft_model: str = Field(description="draft model: built-in name, model YAML or config.json path; it must "
-                                         "share the target's vocabulary and runs on the pool's GPUs, TP and dtypes")
+                                         "share the target's vocabulary and runs on the pool's GPUs, TP and dtypes; "
+                                         "or `mtp`: the target's own next-token-prediction layers (DeepSeek "
+                                         "num_nextn_predict_layers), as vLLM's MTP speculative method")
     k: int = Field(ge=1, description="draft tokens proposed per step")
     acceptance_rate: float = Field(gt=0, lt=1, allow_inf_nan=False,
                                    description="α: probability that the target accepts a draft token")
@@ -127,7 +131,7 @@ class SpeculativeCostModel:
 
     def __init__(self, target: CostModel, draft: CostModel, spec: SpeculativeSpec):
         self.target, self.draft, self.spec = target, draft, spec
-        self.model, self.gpu, self.tp = target.model, target.gpu, target.tp
+        self.model, self.gpu, self.tp, self.gpus = target.model, target.gpu, target.tp, target.gpus
         self.weight_dtype, self.kv_dtype, self.roofline = target.weight_dtype, target.kv_dtype, target.roofline
         self.cal, self.overhead_s, self.overhead_per_seq_s = target.cal, target.overhead_s, target.overhead_per_seq_s
         self.k = spec.k
@@ -138,17 +142,20 @@ class SpeculativeCostModel:
         # Extend attention of k+1 queries: flops/bytes are affine in the cached
         # context, so split them into a per-cached-token and a per-sequence part.
         t, p, q = target, target.cal.attention_prefill, spec.k + 1
-        shape = (t.heads, t.kv_heads, t.head_dim, t.kv_bytes)
-        f0, b0 = C.prefill_attention_flops_bytes(q, 0, *shape)
-        f1, b1 = C.prefill_attention_flops_bytes(q, 1, *shape)
+        if t.ops is not None:   # MoE/MLA/sliding-window/dp: the same split, layer kind by layer kind
+            self._verify_rate, self._verify_per_seq, self._verify_fixed = t.ops.extend_parts(q)
+        else:
+            shape = (t.heads, t.kv_heads, t.head_dim, t.kv_bytes)
+            f0, b0 = C.prefill_attention_flops_bytes(q, 0, *shape)
+            f1, b1 = C.prefill_attention_flops_bytes(q, 1, *shape)
 
-        def roof(flops: float, nbytes: float) -> float:
-            return t.layers * blend(flops / (t.peak_attn * p.eta_compute), nbytes / (t.hbm_bw * p.eta_memory),
-                                    p.sharpness)
+            def roof(flops: float, nbytes: float) -> float:
+                return t.layers * blend(flops / (t.peak_attn * p.eta_compute), nbytes / (t.hbm_bw * p.eta_memory),
+                                        p.sharpness)
 
-        self._verify_rate = roof(f1 - f0, b1 - b0)
-        self._verify_per_seq = roof(f0, b0)
-        self._verify_fixed = t.layers * p.fixed_us * _US
+            self._verify_rate = roof(f1 - f0, b1 - b0)
+            self._verify_per_seq = roof(f0, b0)
+            self._verify_fixed = t.layers * p.fixed_us * _US
         self._coef: dict[int, tuple[float, float]] = {}
         self._step_coef: dict[int, tuple[float, float]] = {}
 
@@ -247,21 +254,24 @@ def speculative_cost_model(cm: CostModel, spec: SpeculativeSpec, draft: ModelPro
     and roofline mode, so quantising a pool quantises both models alike.
     """
     if draft is None:
-        draft = load_model(spec.draft_model)
+        draft = cm.model.mtp_draft() if spec.draft_model == MTP else load_model(spec.draft_model)
     if draft.vocab_size != cm.model.vocab_size:
         raise LlmsimError(f"draft model {draft.name} has a {draft.vocab_size:,}-token vocabulary but the target "
                           f"{cm.model.name} has {cm.model.vocab_size:,}: a draft must share the target's tokenizer")
     draft_cm = CostModel(draft, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype, roofline=cm.roofline,
-                         iteration_overhead_ms=cm.overhead_s * 1e3, iteration_us_per_seq=cm.overhead_per_seq_s * 1e6)
+                         iteration_overhead_ms=cm.overhead_s * 1e3, iteration_us_per_seq=cm.overhead_per_seq_s * 1e6,
+                         dp=cm.dp, ep=cm.ep if draft.is_moe else 1)
     return SpeculativeCostModel(cm, draft_cm, spec)
 
 
 def speculative_memory(mem: MemoryPlan, scm: SpeculativeCostModel) -> MemoryPlan:
     """The target's memory plan with the draft's weights and KV added."""
-    draft = scm.draft.model
-    weights = draft.weight_bytes(scm.weight_dtype)
+    draft, par = scm.draft.model, scm.draft.par
+    weights = replica_weight_bytes(draft, par, scm.weight_dtype)
+    if scm.spec.draft_model == MTP:   # embedding and LM head are the target's own
+        weights -= par.dp * (draft.embedding_params + draft.lm_head_params) * 2.0
     kv_cap = mem.kv_capacity_bytes - weights
-    per_token = mem.kv_bytes_per_token + draft.kv_bytes_per_token(scm.kv_dtype)
+    per_token = mem.kv_bytes_per_token + replica_kv_bytes_per_token(draft, par, scm.kv_dtype)
     if kv_cap <= per_token * mem.block_size:
         raise LlmsimError(f"the draft model {draft.name} ({weights / 1e9:.1f} GB of weights) leaves no KV memory "
                           f"beside {scm.model.name} on {scm.tp}× {scm.gpu.name}")

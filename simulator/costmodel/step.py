@@ -14,12 +14,14 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from ..dtypes import BYTES, compute_dtype, normalize
+from ..dtypes import BYTES, QUANT_FORMATS, WEIGHT_DTYPES, compute_dtype, normalize
 from ..errors import LlmsimError
+from ..parallelism import Parallelism
 from ..profiles.hardware import Calibration, HardwareProfile
 from ..profiles.model import ModelProfile
 from . import components as C
 from . import scalar
+from .layout import LayoutOps, check_weight_dtype, needs_layout
 
 ROOFLINE = Calibration(status="roofline")
 _US = 1e-6
@@ -57,17 +59,17 @@ class CostModel:
 
     def __init__(self, model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
                  kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None,
-                 iteration_us_per_seq: float = 0.0):
+                 iteration_us_per_seq: float = 0.0, dp: int = 1, ep: int = 1):
         weight_dtype, kv_dtype = normalize(weight_dtype), normalize(kv_dtype)
-        if weight_dtype not in ("bf16", "fp16", "fp8", "int8", "int4"):
-            raise LlmsimError(f"unknown weight dtype {weight_dtype!r}; expected bf16, fp16, fp8, int8 or int4")
+        if weight_dtype not in WEIGHT_DTYPES:
+            raise LlmsimError(f"unknown weight dtype {weight_dtype!r}; expected {', '.join(WEIGHT_DTYPES)}")
+        check_weight_dtype(weight_dtype, gpu)
         if kv_dtype not in ("bf16", "fp16", "fp8"):
             raise LlmsimError(f"unknown KV dtype {kv_dtype!r}; expected bf16, fp16 or fp8")
-        if tp < 1 or model.num_attention_heads % tp:
-            raise LlmsimError(f"tp={tp} must divide the {model.num_attention_heads} attention heads of {model.name}")
-        if tp > gpu.interconnect.max_tp:
-            raise LlmsimError(f"tp={tp} exceeds the {gpu.interconnect.max_tp} GPUs {gpu.name} can join in one tensor-parallel group")
-        self.model, self.gpu, self.tp = model, gpu, tp
+        self.par = Parallelism(tp, dp, ep)
+        self.par.check(model, gpu)
+        self.model, self.gpu, self.tp, self.dp, self.ep = model, gpu, tp, dp, ep
+        self.gpus = self.par.gpus
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.roofline = roofline
         self.cal = ROOFLINE if roofline else gpu.calibration
@@ -85,6 +87,8 @@ class CostModel:
         self.head_dim = m.dim_head
         self.w_bytes = BYTES[weight_dtype]
         self.a_bytes = 1.0 if compute_dtype(weight_dtype) in ("fp8", "int8") and gpu.has_unit(compute_dtype(weight_dtype)) else 2.0
+        if weight_dtype == "nvfp4":   # W4A4: activations quantised to NVFP4 too
+            self.a_bytes = QUANT_FORMATS["nvfp4"].act_bytes
         self.kv_bytes = BYTES[kv_dtype]
         self.peak_linear = gpu.peak_flops(compute_dtype(weight_dtype))
         self.peak_attn = gpu.peak_flops("bf16")
@@ -108,6 +112,8 @@ class CostModel:
         self.decode_fixed = L * self.cal.attention_decode.fixed_us * _US
         self._token_cache: dict[int, float] = {}
         self._lm_cache: dict[int, float] = {}
+        # MoE, MLA, sliding windows, dp or ep: priced layer kind by layer kind.
+        self.ops = LayoutOps(self) if needs_layout(model, dp, ep) else None
 
     # --- components that depend only on token counts (memoised) -----------
     def _gemm(self, mtok: float, n: int, k: int, wbytes: float) -> float:
@@ -115,6 +121,8 @@ class CostModel:
                                  self.gpu.num_sms))
 
     def linear_time(self, tokens: int) -> float:
+        if self.ops is not None:
+            return self.ops.linear_time(tokens)
         if tokens <= 0:
             return 0.0
         return self.layers * sum(self._gemm(tokens, n, k, self.w_bytes) for n, k in self.layer_gemms)
@@ -123,17 +131,22 @@ class CostModel:
         t = self._lm_cache.get(seqs)
         if t is None:
             n, k = self.lm_head
-            t = self._gemm(seqs, n, k, 2.0) if seqs > 0 else 0.0
+            m = seqs if self.ops is None else self.ops.lm_head_seqs(seqs)
+            t = self._gemm(m, n, k, 2.0) if seqs > 0 else 0.0
             self._lm_cache[seqs] = t
         return t
 
     def comm_time(self, tokens: int) -> float:
+        if self.ops is not None:
+            return self.ops.comm_time(tokens)
         if tokens <= 0:
             return 0.0
         msg = tokens * self.model.hidden_size * 2.0
         return 2 * self.layers * float(C.allreduce_time(msg, self.tp, self.link_bw, self.cal.allreduce))
 
     def other_time(self, tokens: int) -> float:
+        if self.ops is not None:
+            return self.ops.other_time(tokens)
         if tokens <= 0:
             return 0.0
         p = self.cal.other
@@ -150,6 +163,8 @@ class CostModel:
     def prefill_attention_time(self, chunks: Sequence[tuple[int, int]]) -> float:
         if not chunks:
             return 0.0
+        if self.ops is not None:
+            return self.ops.prefill_attention_time(chunks)
         p = self.cal.attention_prefill
         t = scalar.prefill_attention(chunks, self.heads, self.kv_heads, self.head_dim, self.kv_bytes,
                                      self.peak_attn * p.eta_compute, self.hbm_bw * p.eta_memory, p.sharpness)
@@ -158,6 +173,9 @@ class CostModel:
     def decode_attention_time(self, batch: int, total_context: float) -> float:
         if batch <= 0:
             return 0.0
+        if self.ops is not None:
+            rest, rate = self.ops.decode_coefficients(batch)
+            return rest + rate * total_context
         return self.decode_rate * total_context + self.decode_per_seq * batch + self.decode_fixed
 
     # --- the iteration ---------------------------------------------------
@@ -177,6 +195,10 @@ class CostModel:
 
     def decode_coefficients(self, batch: int) -> tuple[float, float]:
         """(a, b) with step_time(decode only, batch, S) == a + b·S exactly."""
+        if self.ops is not None:
+            rest, rate = self.ops.decode_coefficients(batch)
+            return (self.token_time(batch) + self.lm_head_time(batch) + rest + self.overhead_s
+                    + self.overhead_per_seq_s * batch, rate)
         a = (self.token_time(batch) + self.lm_head_time(batch) + (self.decode_per_seq + self.overhead_per_seq_s) * batch
              + self.decode_fixed + self.overhead_s)
         return a, self.decode_rate
@@ -190,12 +212,15 @@ class CostModel:
         L = self.layers
         flops = nbytes = 0.0
         t_compute = t_memory = 0.0
-        for n, k in self.layer_gemms:
+        for n, k in (self.layer_gemms if self.ops is None else ()):
             f, b = C.gemm_flops_bytes(tokens, n, k, self.w_bytes, self.a_bytes)
             flops += L * f
             nbytes += L * b
             t_compute += L * f / self.peak_linear
             t_memory += L * b / self.hbm_bw
+        if self.ops is not None and tokens:   # MoE/MLA/dp: FLOPs and weight bytes of the linear layers
+            flops, nbytes = self.ops.flops_bytes(tokens)
+            t_compute, t_memory = flops / self.peak_linear, nbytes / self.hbm_bw
         if sampling_seqs:
             f, b = C.gemm_flops_bytes(sampling_seqs, *self.lm_head, 2.0, self.a_bytes)
             flops += f
@@ -227,7 +252,10 @@ class CostModel:
                              "compute" if t_compute >= t_memory else "memory")
 
     def describe(self) -> dict:
-        return {"gpu": self.gpu.name, "model": self.model.name, "tp": self.tp,
-                "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype,
-                "mode": "roofline" if self.roofline else self.cal.status}
+        out = {"gpu": self.gpu.name, "model": self.model.name, "tp": self.tp,
+               "weight_dtype": self.weight_dtype, "kv_dtype": self.kv_dtype,
+               "mode": "roofline" if self.roofline else self.cal.status}
+        if self.gpus != self.tp or self.ep > 1:
+            out.update(dp=self.dp, ep=self.ep)
+        return out
 

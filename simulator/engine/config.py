@@ -24,7 +24,7 @@ class EngineConfig(BaseModel):
                                   "prompts in flight)")
     block_size: int = Field(default=16, ge=1, le=1024, description="tokens per KV block")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
-    weight_dtype: Literal["bf16", "fp16", "fp8", "int8", "int4"] = "bf16"
+    weight_dtype: Literal["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"] = "bf16"
     kv_dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     scheduler: Literal["continuous", "static"] = Field(
         default="continuous",

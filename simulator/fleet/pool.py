@@ -268,9 +268,10 @@ class Pool:
         return sum(r.tokens_processed for r in self.replicas)
 
     def flops_per_token(self) -> float:
-        """Dense model FLOPs per token (2 × parameters): the numerator of MFU."""
-        return 2.0 * self.cm.model.num_params
+        """Model FLOPs per token (2 × the parameters a token uses; all of a
+        dense model's): the numerator of MFU."""
+        return 2.0 * self.cm.model.active_params
 
     def peak_flops(self) -> float:
-        """A replica's peak dense FLOP/s in its weight dtype (all TP GPUs)."""
-        return self.cm.gpu.peak_flops(compute_dtype(self.cfg.weight_dtype)) * self.cm.tp
+        """A replica's peak dense FLOP/s in its weight dtype (all tp × dp GPUs)."""
+        return self.cm.gpu.peak_flops(compute_dtype(self.cfg.weight_dtype)) * self.cm.gpus

@@ -140,7 +140,7 @@ def pool_billing(spec, gpu, timeline: Sequence[tuple[float, int]], end: float) -
     usd, source, assumed, note = pool_price(spec, gpu)
     peak = max((n for t, n in timeline if t <= end), default=spec.replicas)
     a = spec.autoscaling
-    return PoolBilling(spec.name, gpu.name, spec.tp, peak, usd, source, assumed, note,
+    return PoolBilling(spec.name, gpu.name, spec.gpus_per_replica, peak, usd, source, assumed, note,
                        replica_seconds(timeline, end), None if a is None else a.min_replicas + a.warm_pool)
 
 

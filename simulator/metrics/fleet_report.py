@@ -53,7 +53,7 @@ def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], 
     }
     if single:     # the one pool's figures at the top level, as before pools could be several
         out.update({k: v for k, v in first.items() if k not in out and k not in ("usd", "gpu_hours")})
-    gpu_timeline = _merge_steps([([(t, k * ps.spec.tp) for t, k in pools[ps.spec.name].billing]) for ps in setups])
+    gpu_timeline = _merge_steps([([(t, k * ps.spec.gpus_per_replica) for t, k in pools[ps.spec.name].billing]) for ps in setups])
     out.update({
         "pools": blocks,
         "classes": class_block(requests, sc.classes, sc.slo, now) if sc.classes else None,
@@ -98,11 +98,12 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "model": ps.cm.model.name,
         "gpu": ps.cm.gpu.name,
         "tp": ps.spec.tp,
+        **({"dp": ps.spec.dp, "ep": ps.spec.ep} if ps.spec.gpus_per_replica != ps.spec.tp or ps.spec.ep > 1 else {}),
         "replicas": max(counts),
         "replicas_min": min(counts),
         "replicas_mean": mean_ready,
         "replicas_max": max(counts),
-        "gpus": max(counts) * ps.spec.tp,
+        "gpus": max(counts) * ps.spec.gpus_per_replica,
         "replicas_created": len(reps),
         "kv_blocks_per_replica": nb,
         "kv_tokens_per_replica": nb * ps.memory.block_size,

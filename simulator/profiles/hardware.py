@@ -13,6 +13,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..dtypes import QUANT_FORMATS, quant_format_name
 from .loader import load_profile
 
 GIB = 2**30
@@ -58,6 +59,21 @@ class RooflineParams(_Strict):
     tile_edge: float = Field(default=0.0, ge=0)
     # decode attention only: per-sequence cost (split-KV reduction, q load).
     per_seq_us: float = Field(default=0.0, ge=0)
+
+
+class MoeParams(RooflineParams):
+    """One MoE dtype's routed-expert kernels: two grouped GEMMs in the
+    :class:`RooflineParams` form (``m_half`` ramps on tokens per active
+    expert, ``fixed_us`` per grouped GEMM), plus what routing adds.
+
+    ``pair_ns`` is paid per routed (token, expert) pair of the whole batch,
+    remote experts' pairs included: top-k selection, sorting and permuting
+    the pairs and the weighted finalize scan every pair, whichever rank owns
+    the expert. ``layer_fixed_us`` is the routing kernels' floor per layer.
+    """
+
+    pair_ns: float = Field(default=0.0, ge=0)
+    layer_fixed_us: float = Field(default=0.0, ge=0)
 
 
 class AllReduceParams(_Strict):
@@ -119,13 +135,35 @@ class Calibration(_Strict):
     # Scheduler, launch and sampling time per engine iteration that no kernel
     # timing under CUDA graphs shows. An engine setting may override it.
     iteration_overhead_ms: float = Field(default=0.0, ge=0)
+    # Mixture-of-Experts routed experts, per quantisation format (keys as in
+    # simulator.dtypes.QUANT_FORMATS); a format without an entry is not
+    # calibrated on this GPU.
+    moe: dict[str, MoeParams] = {}
+    # DeepSeek MLA: the prefill and decode attention kernels, and the
+    # module's projection GEMMs per linear format.
+    mla_prefill: RooflineParams = RooflineParams()
+    mla_decode: RooflineParams = RooflineParams()
+    mla_projection: dict[str, RooflineParams] = {}
     error: dict[str, FitError] = {}
+
+    @field_validator("moe", "mla_projection")
+    @classmethod
+    def _known_formats(cls, v: dict) -> dict:
+        unknown = [k for k in v if quant_format_name(k) != k]
+        if unknown:
+            raise ValueError(f"unknown quantisation format(s) {', '.join(map(str, unknown))}; "
+                             f"expected one of {', '.join(QUANT_FORMATS)}")
+        return v
 
 
 class Interconnect(_Strict):
     kind: Literal["nvlink", "pcie", "none"] = "nvlink"
     bandwidth_gb_s: float = Field(gt=0, description="per GPU, per direction, GB/s (1e9)")
-    max_tp: int = Field(default=8, ge=1)
+    max_tp: int = Field(default=8, ge=1, description="GPUs in one NVLink domain (8 on HGX, 72 on GB200 NVL72)")
+    # Scale-out network between NVLink domains (one NIC per GPU): what expert
+    # parallelism's all-to-all crosses when a replica spans several domains.
+    scale_out_gb_s: Optional[float] = Field(default=None, gt=0, description="per GPU, per direction, GB/s")
+    scale_out_latency_us: float = Field(default=0.0, ge=0, description="one all-to-all's latency floor across it")
 
 
 class Price(_Strict):
@@ -139,7 +177,8 @@ class HardwareProfile(_Strict):
     source: str = ""
     hbm_gib: float = Field(gt=0, description="HBM capacity, GiB")
     hbm_bandwidth_tb_s: float = Field(gt=0, description="TB/s (1e12)")
-    peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8"], float]
+    # fp4: dense FP4 tensor-core peak (Blackwell), used by NVFP4 MoE experts.
+    peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8", "fp4"], float]
     interconnect: Interconnect
     host_link_gb_s: float = Field(gt=0, description="host-to-GPU bandwidth for weight loading, GB/s")
     # Streaming multiprocessors: GEMM tiles run in waves over them (the wave form of the GEMM fit).
@@ -182,7 +221,9 @@ class HardwareProfile(_Strict):
             "bf16_tflops": self.peak_tflops.get("bf16"),
             "fp8_tflops": self.peak_tflops.get("fp8"),
             "int8_tops": self.peak_tflops.get("int8"),
+            "fp4_tflops": self.peak_tflops.get("fp4"),
             "link_gb_s": self.interconnect.bandwidth_gb_s,
+            "nvlink_gpus": self.interconnect.max_tp if self.interconnect.kind == "nvlink" else None,
             "usd_per_gpu_hour": self.price.usd_per_gpu_hour,
             "calibration": self.calibration.status,
         }

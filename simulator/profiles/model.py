@@ -8,12 +8,14 @@ profile cannot contradict itself.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Optional
+from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..dtypes import BYTES
 from ..errors import LlmsimError, from_validation_error
+from .hf_config import normalize
+from .layout import check_layout, is_moe_layer, layout_text, mla_params
 from .loader import read_structured, resolve
 
 _NON_GATED_ACTS = {"gelu", "gelu_new", "gelu_fast", "relu", "gelu_pytorch_tanh", "quick_gelu"}
@@ -21,7 +23,9 @@ _GATED_GELU_FAMILIES = {"gemma", "gemma2", "gemma3"}
 
 
 class ModelProfile(BaseModel):
-    """A dense decoder-only transformer (Llama family and look-alikes)."""
+    """A decoder-only transformer: dense (Llama family and look-alikes), with
+    mixture-of-experts MLPs, multi-head latent attention (MLA) and
+    sliding-window layers where its config declares them."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -39,14 +43,41 @@ class ModelProfile(BaseModel):
     tie_word_embeddings: bool = False
     max_position_embeddings: int = Field(default=4096, gt=0)
     hidden_act: str = "silu"
+    attention_bias: bool = False
     # llmsim key: whether the MLP has a gate projection (SwiGLU/GeGLU). Left
     # unset it follows hidden_act and model_type, as transformers does.
     gated_mlp: Optional[bool] = None
+    # --- mixture of experts (no num_experts: dense) ----------------------
+    num_experts: Optional[int] = Field(default=None, ge=0)
+    num_experts_per_tok: Optional[int] = Field(default=None, ge=1)
+    moe_intermediate_size: Optional[int] = Field(default=None, gt=0)
+    n_shared_experts: int = Field(default=0, ge=0)
+    shared_expert_intermediate_size: Optional[int] = Field(default=None, ge=0)
+    first_k_dense_replace: int = Field(default=0, ge=0)
+    moe_layer_freq: int = Field(default=1, ge=1)
+    decoder_sparse_step: int = Field(default=1, ge=1)
+    interleave_moe_layer_step: int = Field(default=1, ge=1)
+    mlp_only_layers: tuple[int, ...] = ()
+    intermediate_size_mlp: Optional[int] = Field(default=None, gt=0)
+    # --- multi-head latent attention (DeepSeek-V2/V3) --------------------
+    kv_lora_rank: Optional[int] = Field(default=None, gt=0)
+    q_lora_rank: Optional[int] = Field(default=None, gt=0)
+    qk_rope_head_dim: Optional[int] = Field(default=None, gt=0)
+    qk_nope_head_dim: Optional[int] = Field(default=None, gt=0)
+    v_head_dim: Optional[int] = Field(default=None, gt=0)
+    num_nextn_predict_layers: int = Field(default=0, ge=0)
+    # --- attention layout -------------------------------------------------
+    sliding_window: Optional[int] = Field(default=None, gt=0)
+    layer_types: Optional[tuple[Literal["full_attention", "sliding_attention"], ...]] = None
+    # The weight format the checkpoint declares (quantization_config); a
+    # pool's engine.weight_dtype says what it runs.
+    checkpoint_dtype: Optional[str] = None
 
     @model_validator(mode="after")
-    def _check_heads(self) -> "ModelProfile":
+    def _check_shape(self) -> "ModelProfile":
         if self.num_attention_heads % self.kv_heads != 0:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        check_layout(self)
         return self
 
     # --- derived shape -------------------------------------------------
@@ -72,16 +103,94 @@ class ModelProfile(BaseModel):
             return self.gated_mlp
         return self.hidden_act not in _NON_GATED_ACTS or self.model_type in _GATED_GELU_FAMILIES
 
+    @property
+    def is_moe(self) -> bool:
+        return bool(self.num_experts)
+
+    @property
+    def is_mla(self) -> bool:
+        return self.kv_lora_rank is not None
+
+    @property
+    def topk(self) -> int:
+        return self.num_experts_per_tok or 0
+
+    @property
+    def num_moe_layers(self) -> int:
+        return sum(is_moe_layer(self, i) for i in range(self.num_hidden_layers))
+
+    @property
+    def num_dense_layers(self) -> int:
+        return self.num_hidden_layers - self.num_moe_layers
+
+    @property
+    def expert_ffn(self) -> int:
+        """One routed expert's FFN width (HF: moe_intermediate_size, else
+        intermediate_size, as Mixtral and gpt-oss name it)."""
+        return self.moe_intermediate_size or self.intermediate_size
+
+    @property
+    def dense_ffn(self) -> int:
+        """The FFN width of a dense layer (Llama 4: intermediate_size_mlp)."""
+        return self.intermediate_size_mlp or self.intermediate_size
+
+    @property
+    def shared_ffn(self) -> int:
+        """Width of the MoE layers' always-on shared expert(s), 0 if none."""
+        if self.shared_expert_intermediate_size is not None:
+            return self.shared_expert_intermediate_size
+        return self.n_shared_experts * self.expert_ffn
+
+    @property
+    def num_sliding_layers(self) -> int:
+        if self.layer_types is not None:
+            return sum(t == "sliding_attention" for t in self.layer_types)
+        return self.num_hidden_layers if self.sliding_window else 0
+
+    @property
+    def num_full_attention_layers(self) -> int:
+        return self.num_hidden_layers - self.num_sliding_layers
+
     # --- parameters ----------------------------------------------------
     # Plain properties, not cached_property: pydantic's model_copy(update=...)
     # copies the instance __dict__, cached values included, so a what-if copy
     # with more layers would keep the original's parameter count.
     @property
-    def linear_params_per_layer(self) -> int:
+    def attention_params_per_layer(self) -> int:
         h = self.hidden_size
-        attn = h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h
-        mlp = (3 if self.is_gated else 2) * h * self.intermediate_size
-        return attn + mlp
+        if self.is_mla:
+            return mla_params(self)
+        bias = self.q_dim + 2 * self.kv_dim + h if self.attention_bias else 0
+        return h * self.q_dim + 2 * h * self.kv_dim + self.q_dim * h + bias
+
+    def mlp_params(self, ffn: int) -> int:
+        """One (gated) MLP of width ``ffn``."""
+        return (3 if self.is_gated else 2) * self.hidden_size * ffn
+
+    @property
+    def expert_params(self) -> int:
+        """One routed expert."""
+        return self.mlp_params(self.expert_ffn)
+
+    @property
+    def moe_layer_params(self) -> int:
+        """Routed experts, shared expert(s) and router of one MoE layer (a
+        single expert needs no router: every token goes to it)."""
+        experts = self.num_experts or 0
+        router = self.hidden_size * experts if experts > 1 else 0
+        return experts * self.expert_params + self.mlp_params(self.shared_ffn) + router
+
+    @property
+    def linear_params_per_layer(self) -> int:
+        """Attention plus a dense MLP: every layer of a dense model."""
+        return self.attention_params_per_layer + self.mlp_params(self.dense_ffn)
+
+    @property
+    def linear_params(self) -> int:
+        """All linear weights of the decoder layers (MoE layers with every expert)."""
+        return (self.num_hidden_layers * self.attention_params_per_layer
+                + self.num_dense_layers * self.mlp_params(self.dense_ffn)
+                + self.num_moe_layers * self.moe_layer_params)
 
     @property
     def embedding_params(self) -> int:
@@ -92,35 +201,97 @@ class ModelProfile(BaseModel):
         return 0 if self.tie_word_embeddings else self.vocab_size * self.hidden_size
 
     @property
+    def norm_params(self) -> int:
+        latent = (self.kv_lora_rank or 0) + (self.q_lora_rank or 0)
+        return (2 * self.num_hidden_layers + 1) * self.hidden_size + self.num_hidden_layers * latent
+
+    @property
     def num_params(self) -> int:
-        """All parameters, as a model card counts them (6.74B for Llama-2-7B)."""
-        norms = (2 * self.num_hidden_layers + 1) * self.hidden_size
-        return (self.num_hidden_layers * self.linear_params_per_layer + self.embedding_params
-                + self.lm_head_params + norms)
+        """All parameters, as a model card counts them (6.74B for Llama-2-7B,
+        671B for DeepSeek-V3: its next-token-prediction module is apart, see
+        :attr:`mtp_params`)."""
+        return self.linear_params + self.embedding_params + self.lm_head_params + self.norm_params
+
+    @property
+    def idle_expert_params(self) -> int:
+        """Routed-expert weights a token does not use: (experts − top-k) per MoE layer."""
+        return self.num_moe_layers * max(0, (self.num_experts or 0) - self.topk) * self.expert_params
+
+    @property
+    def active_params(self) -> int:
+        """Parameters one token uses: all of them but the routed experts it
+        is not sent to (embedding table included, as Mistral and DeepSeek
+        count; OpenAI's gpt-oss figures leave the embedding out)."""
+        return self.num_params - self.idle_expert_params
+
+    @property
+    def mtp_params(self) -> int:
+        """The next-token-prediction module(s) (DeepSeek ``num_nextn_predict_layers``):
+        one decoder layer each plus the projection of [embedding; hidden]
+        (2h × h) and three norms; embedding and LM head are shared."""
+        h = self.hidden_size
+        mlp = self.moe_layer_params if self.is_moe else self.mlp_params(self.dense_ffn)
+        one = self.attention_params_per_layer + mlp + 2 * h * h + 5 * h
+        return self.num_nextn_predict_layers * one
+
+    def mtp_draft(self) -> "ModelProfile":
+        """The next-token-prediction module(s) as a draft model: the decoder
+        layer(s) of :attr:`mtp_params`, sharing this model's embedding and LM
+        head (the [embedding; hidden] projection is left out of its cost)."""
+        if not self.num_nextn_predict_layers:
+            raise LlmsimError(f"{self.name} has no next-token-prediction layers (num_nextn_predict_layers) "
+                              "for draft_model: mtp")
+        return self.model_copy(update={
+            "name": f"{self.name}-mtp", "num_hidden_layers": self.num_nextn_predict_layers,
+            "first_k_dense_replace": 0, "mlp_only_layers": (), "layer_types": None, "num_nextn_predict_layers": 0})
 
     def weight_bytes(self, weight_dtype: str = "bf16") -> float:
         """Bytes of all weights. Quantisation applies to the transformer's
         linear layers; embeddings, LM head and norms stay 16-bit, as in vLLM's
         fp8/int8/AWQ checkpoints."""
-        quantized = self.num_hidden_layers * self.linear_params_per_layer
+        quantized = self.linear_params
         rest = self.num_params - quantized
         return quantized * BYTES[weight_dtype] + rest * 2.0
 
+    def expert_weight_bytes(self, weight_dtype: str = "bf16") -> float:
+        """Bytes of the routed experts (all MoE layers), the part expert parallelism splits."""
+        return self.num_moe_layers * (self.num_experts or 0) * self.expert_params * BYTES[weight_dtype]
+
+    @property
+    def kv_elements_per_layer(self) -> int:
+        """Elements one token caches in one attention layer: K and V of every KV
+        head, or MLA's compressed latent plus its shared rotary key."""
+        if self.is_mla:
+            return (self.kv_lora_rank or 0) + (self.qk_rope_head_dim or 0)
+        return 2 * self.kv_dim
+
     def kv_bytes_per_token(self, kv_dtype: str = "bf16") -> float:
-        """K and V for every layer: 2 · layers · kv_heads · head_dim · bytes."""
-        return 2.0 * self.num_hidden_layers * self.kv_dim * BYTES[kv_dtype]
+        """KV bytes each token of a sequence adds: its full-attention layers'
+        (2 · kv_heads · head_dim per layer; MLA: kv_lora_rank + qk_rope_head_dim).
+        Sliding-window layers hold at most the window: :meth:`kv_window_bytes`."""
+        return float(self.num_full_attention_layers * self.kv_elements_per_layer) * BYTES[kv_dtype]
+
+    def kv_window_bytes(self, kv_dtype: str = "bf16") -> float:
+        """The most KV one sequence holds in its sliding-window layers (a full window)."""
+        if not self.num_sliding_layers:
+            return 0.0
+        window = min(self.sliding_window or self.max_position_embeddings, self.max_position_embeddings)
+        return float(self.num_sliding_layers * self.kv_elements_per_layer * window) * BYTES[kv_dtype]
 
     def summary(self) -> dict:
-        return {
+        out = {
             "name": self.name,
             "params_b": round(self.num_params / 1e9, 3),
+            "active_params_b": round(self.active_params / 1e9, 3),
             "layers": self.num_hidden_layers,
             "hidden": self.hidden_size,
             "heads": self.num_attention_heads,
             "kv_heads": self.kv_heads,
             "kv_kib_per_token_bf16": self.kv_bytes_per_token("bf16") / 1024,
             "max_context": self.max_position_embeddings,
+            "layout": layout_text(self),
         }
+        return out
 
 
 def load_model(name_or_path: str) -> ModelProfile:
@@ -129,16 +300,20 @@ def load_model(name_or_path: str) -> ModelProfile:
     data = read_structured(path)
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping of model keys", source=path)
-    if path.suffix == ".json":
-        # A downloaded config.json carries many keys llmsim does not need
-        # (architectures, rope_scaling, torch_dtype, ...): keep only ours.
-        known = set(ModelProfile.model_fields)
-        data = {k: v for k, v in data.items() if k in known}
+    if "text_config" in data and isinstance(data["text_config"], dict):
+        # A multimodal checkpoint: the language model is its text_config.
+        data = {**data["text_config"], "name": data.get("name")} if data.get("name") else data["text_config"]
+    is_json = path.suffix == ".json"
+    # A downloaded config.json carries many keys llmsim does not need
+    # (rope_scaling, torch_dtype, ...); hf_config says which are dropped
+    # and refuses those that change the architecture.
+    data = normalize(data, path, set(ModelProfile.model_fields), strict=not is_json and "model" not in data)
+    if is_json:
         data.setdefault("name", path.parent.name or path.stem)
-        if data.get("model_type") is None:
-            data.pop("model_type", None)
     else:
         data.setdefault("name", path.stem)
+    if data.get("model_type") is None:
+        data.pop("model_type", None)
     try:
         return ModelProfile.model_validate(data)
     except ValidationError as e:

@@ -202,8 +202,9 @@ def _fleet_shape(p: Mapping[str, Any]) -> str:
     """``3 × h100-sxm at $2.99/GPU-h``; an autoscaled pool shows the range it ran (``1–3 × ...``)."""
     if p.get("gpus") is None:
         return ""
-    lo, hi, tp = p.get("replicas_min"), p.get("replicas_max"), p.get("tp") or 1
-    count = f"{lo * tp}–{hi * tp}" if lo is not None and hi is not None and lo != hi else f"{p['gpus']}"
+    # GPUs per replica: tp × dp (results give dp only where it is not 1)
+    lo, hi, per = p.get("replicas_min"), p.get("replicas_max"), (p.get("tp") or 1) * (p.get("dp") or 1)
+    count = f"{lo * per}–{hi * per}" if lo is not None and hi is not None and lo != hi else f"{p['gpus']}"
     kind = f" × {p['gpu']}" if p.get("gpu") else " GPUs"
     price = f" at {_money(p['usd_per_gpu_hour'])}/GPU-h" if p.get("usd_per_gpu_hour") is not None else ""
     return f"{count}{kind}{price}"

@@ -32,7 +32,11 @@ class PoolSpec(BaseModel):
     name: str = "main"
     model: str = Field(description="built-in model name, model YAML or config.json path")
     gpu: str = Field(description="built-in GPU name or hardware YAML path")
-    tp: int = Field(default=1, ge=1, description="tensor-parallel GPUs per replica")
+    tp: int = Field(default=1, ge=1, description="attention tensor-parallel GPUs (one data-parallel rank)")
+    dp: int = Field(default=1, ge=1, description="attention data-parallel ranks per replica (each tp GPUs; "
+                                                 "a replica spans tp × dp GPUs)")
+    ep: int = Field(default=1, ge=1, description="expert-parallel degree of the MoE layers (divides tp × dp; "
+                                                 "experts are split tp·dp/ep ways by width)")
     replicas: int = Field(default=1, ge=1, description="replicas serving at t = 0 (autoscaled pools then move)")
     autoscaling: Optional[AutoscalingSpec] = Field(default=None, description="grow and shrink with the load")
     disaggregation: Optional[DisaggregationSpec] = Field(
@@ -61,6 +65,11 @@ class PoolSpec(BaseModel):
         except LlmsimError as e:
             where = f" ({e.source})" if getattr(e, "source", None) else ""
             raise ValueError(f"engine.backend {engine['backend']!r}: {e.message}{where}") from None
+
+    @property
+    def gpus_per_replica(self) -> int:
+        """GPUs one replica occupies (and is billed for): tp × dp."""
+        return self.tp * self.dp
 
 
 class Scenario(BaseModel):

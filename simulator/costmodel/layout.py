@@ -1,0 +1,318 @@
+"""A step's ops for models beyond the plain dense transformer, on one replica.
+
+:class:`~.step.CostModel` prices a dense model with plain tensor
+parallelism itself. A model with mixture-of-experts layers, MLA attention
+or sliding-window layers, or a replica with attention data parallelism
+(``dp``) or expert parallelism (``ep``), is priced here, layer kind by
+layer kind, with the same memoised-per-token-count structure:
+
+* **attention projections** — GQA: the fused QKV and output GEMMs; MLA:
+  :func:`.mla.mla_projection_time` (down-projections, q up-projection,
+  output), on each dp rank's tokens, split ``tp`` ways;
+* **dense layers** (``first_k_dense_replace`` and the like) and **shared
+  experts**: dense MLP GEMMs on each rank's tokens, split ``tp`` ways;
+* **routed experts**: :func:`.moe.moe_layer_time` over the whole
+  replica's tokens (every GPU holds experts all ranks route to), experts
+  split ``ep`` ways and ``moe_tp`` ways by width; their gated activation is
+  elementwise work like a dense MLP's;
+* **communication**: the attention rank's all-reduces over ``tp``; an MoE
+  layer's reduction over ``moe_tp``; for ``ep > 1`` the all-to-all dispatch
+  and combine (:mod:`.alltoall`);
+* **attention kernels**: each dp rank attends only its own sequences
+  (the busiest rank sets the time: ⌈B/dp⌉ of a decode batch of B
+  sequences, with their share of its context; prefill chunks are dealt
+  round-robin); sliding-window layers
+  attend at most ``sliding_window`` cached tokens (decode charges each
+  sequence a full window, exact once its context exceeds it); MLA prefill
+  up-projects the cached latent (:func:`.mla.mla_prefill_flops_bytes`),
+  MLA decode attends the latent directly (:func:`.mla.mla_decode_per_context`)
+  after two absorbed batched GEMMs per step.
+
+dp ranks run in lock step (the MoE layers join them every layer), so a
+rank's share is rounded up: ⌈tokens/dp⌉.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Sequence
+
+from ..dtypes import FP4_DTYPES
+from ..errors import LlmsimError
+from ..profiles.hardware import RooflineParams
+from ..profiles.model import ModelProfile
+from . import components as C
+from . import scalar
+from .alltoall import alltoall_time
+from .mla import (MlaShape, mla_decode_fixed, mla_decode_per_context, mla_decode_per_seq, mla_decode_time,
+                  mla_module_decode_time, mla_prefill_flops_bytes, mla_projection_time)
+from .moe import MoeShape, expected_active_experts, moe_layer_time
+from .roofline import blend
+
+if TYPE_CHECKING:
+    from .step import CostModel
+
+_US = 1e-6
+_BF16 = 2.0
+_OTHER_HIDDEN_RW = 10.0   # as in step.py: norms, residuals, rotary, per token per layer
+_OTHER_FFN_RW = 3.0       # gated activation: read gate and up, write one
+
+# A pool's weight_dtype → the quantised GEMM format of MoE experts and MLA
+# projections (simulator.dtypes.QUANT_FORMATS). int8 (W8A8) is priced with the
+# fp8 kernels: the same bytes, and the same tensor-core peak on Hopper and Blackwell.
+_FORMATS = {"bf16": "bf16", "fp16": "bf16", "fp8": "fp8", "int8": "fp8", "int4": "int4_wo", "nvfp4": "nvfp4",
+            "mxfp4": "w4a8"}
+
+
+def needs_layout(model: ModelProfile, dp: int, ep: int) -> bool:
+    """Whether a model/replica is outside what the plain dense path prices."""
+    return model.is_moe or model.is_mla or model.num_sliding_layers > 0 or dp > 1 or ep > 1
+
+
+def gemm_format(weight_dtype: str) -> str:
+    fmt = _FORMATS.get(weight_dtype)
+    if fmt is None:
+        raise LlmsimError(f"weight_dtype {weight_dtype} is not modelled for MoE experts and MLA projections "
+                          f"(expected one of {', '.join(_FORMATS)})")
+    return fmt
+
+
+def _or_default(p: RooflineParams, fallback: RooflineParams) -> RooflineParams:
+    """A calibration entry, or ``fallback`` where it was never fitted (left at the roofline defaults)."""
+    return fallback if p == RooflineParams() else p
+
+
+class LayoutOps:
+    """Per-token-count and attention costs of one replica (see module docstring)."""
+
+    def __init__(self, cm: "CostModel"):
+        m, par, gpu, cal = cm.model, cm.par, cm.gpu, cm.cal
+        self.cm, self.model = cm, m
+        self.tp, self.dp, self.ep, self.gpus, self.moe_tp = par.tp, par.dp, par.ep, par.gpus, par.moe_tp
+        self.layers = L = m.num_hidden_layers
+        self.n_moe, self.n_dense = m.num_moe_layers, m.num_dense_layers
+        self.n_slide = m.num_sliding_layers
+        self.n_full = L - self.n_slide
+        self.window = m.sliding_window or 0
+        h, tp = m.hidden_size, par.tp
+        gate = 2 if m.is_gated else 1
+        self.fmt = gemm_format(cm.weight_dtype) if (m.is_moe or m.is_mla) else ""
+        self.attn_gemms = [] if m.is_mla else cm.layer_gemms[:2]
+        self.dense_gemms = [(gate * m.dense_ffn // tp, h), (h, m.dense_ffn // tp)] if self.n_dense else []
+        self.shared_gemms = [(gate * m.shared_ffn // tp, h), (h, m.shared_ffn // tp)] if m.shared_ffn else []
+        self.moe = (MoeShape(h, m.expert_ffn, m.num_experts or 1, m.topk, par.moe_tp, par.ep, m.is_gated)
+                    if m.is_moe else None)
+        self.moe_params = cal.moe.get(self.fmt) or cal.gemm
+        self.topk = m.topk
+        # Elementwise bytes per rank token (norms, residuals, dense and shared
+        # activations) and per routed pair landing on a GPU (expert activation).
+        ffn_sum = self.n_dense * m.dense_ffn + self.n_moe * m.shared_ffn
+        self.other_rank = (L * _OTHER_HIDDEN_RW * h + _OTHER_FFN_RW * ffn_sum / tp) * _BF16
+        self.other_pair = self.n_moe * _OTHER_FFN_RW * m.expert_ffn / par.moe_tp * _BF16 if m.is_moe else 0.0
+        self.mla = None
+        if m.is_mla:
+            self.mla = MlaShape(m.num_attention_heads // tp, m.kv_lora_rank or 0, m.qk_rope_head_dim or 0,
+                                m.qk_nope_head_dim or 0, m.v_head_dim or 0, m.q_lora_rank or 0, h)
+            self.mla_proj = cal.mla_projection.get(self.fmt) or cal.gemm
+            self.mla_prefill = _or_default(cal.mla_prefill, cal.attention_prefill)
+            self.mla_decode = _or_default(cal.mla_decode, cal.attention_decode)
+            self.mla_rate_c = cm.peak_attn * self.mla_prefill.eta_compute
+            self.mla_rate_m = cm.hbm_bw * self.mla_prefill.eta_memory
+            # mla_prefill_flops_bytes is FLOPs ∝ query-key pairs and bytes affine
+            # in new and cached tokens: read its coefficients once, so a step
+            # prices its chunks with three multiply-adds each.
+            f10, b10 = mla_prefill_flops_bytes(1, 0, self.mla, cm.kv_bytes)
+            _, b11 = mla_prefill_flops_bytes(1, 1, self.mla, cm.kv_bytes)
+            self.mla_flops_per_pair, self.mla_bytes_per_new, self.mla_bytes_per_cached = f10, b10, b11 - b10
+        if par.ep > 1:   # fails here, not in the hot path, when the network is not described
+            self.alltoall(1)
+        self._decode_extra: dict[int, float] = {}
+        self._kv_up: dict[int, float] = {}
+        self.decode_rate, self.decode_per_seq, self.decode_fixed = self.decode_parts()
+
+    def rank(self, count: int) -> int:
+        """The busiest dp rank's share of ``count`` tokens or sequences."""
+        return -(-count // self.dp)
+
+    # --- per token count (the CostModel memoises their sum) ------------------
+    def _gemms(self, m: int, shapes) -> float:
+        cm = self.cm
+        return sum(cm._gemm(m, n, k, cm.w_bytes) for n, k in shapes)
+
+    def routed_time(self, tokens: int) -> float:
+        """All MoE layers' routed experts for the replica's ``tokens``."""
+        if self.moe is None or tokens <= 0:
+            return 0.0
+        return self.n_moe * float(moe_layer_time(tokens, self.moe, self.fmt, self.cm.gpu, self.moe_params))
+
+    def linear_time(self, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        r = self.rank(tokens)
+        if self.mla is not None:
+            attn = float(mla_projection_time(r, self.mla, self.cm.gpu, self.mla_proj, self.fmt))
+        else:
+            attn = self._gemms(r, self.attn_gemms)
+        return (self.layers * attn + self.n_dense * self._gemms(r, self.dense_gemms)
+                + self.n_moe * self._gemms(r, self.shared_gemms) + self.routed_time(tokens))
+
+    def alltoall(self, tokens: int) -> float:
+        """Dispatch (activations in the GEMM input format) plus combine (bf16) of one MoE layer."""
+        cm = self.cm
+        p = cm.cal.allreduce
+        args = (tokens, self.gpus, self.ep, self.topk, self.model.hidden_size)
+        rest = (cm.gpu, p.custom_eta_bandwidth, p.custom_latency_us)
+        return alltoall_time(*args, cm.a_bytes, *rest) + alltoall_time(*args, _BF16, *rest)
+
+    def comm_time(self, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        cm, h = self.cm, self.model.hidden_size
+        r = self.rank(tokens)
+
+        def allreduce(n_tokens: float, group: int) -> float:
+            return float(C.allreduce_time(n_tokens * h * _BF16, group, cm.link_bw, cm.cal.allreduce))
+
+        t = (self.layers + self.n_dense) * allreduce(r, self.tp)
+        if self.n_moe:
+            # Without ep the MoE group spans every rank's tokens; with it, a
+            # GPU reduces only the pairs routed to it.
+            moe_tokens = tokens if self.ep == 1 else tokens * self.topk / self.ep
+            t += self.n_moe * (allreduce(moe_tokens, self.moe_tp) + self.alltoall(tokens))
+        return t
+
+    def other_time(self, tokens: int) -> float:
+        if tokens <= 0:
+            return 0.0
+        p = self.cm.cal.other
+        pairs = tokens * self.topk / self.ep
+        nbytes = self.rank(tokens) * self.other_rank + pairs * self.other_pair
+        return nbytes / (self.cm.hbm_bw * p.eta_memory) + self.layers * p.fixed_us * _US
+
+    def lm_head_seqs(self, seqs: int) -> int:
+        return self.rank(seqs)
+
+    # --- attention ---------------------------------------------------------------
+    def prefill_attention_time(self, chunks: Sequence[tuple[int, int]]) -> float:
+        if self.dp == 1 or len(chunks) == 1:
+            return self._prefill_rank(chunks)
+        return max(self._prefill_rank(chunks[i::self.dp]) for i in range(min(self.dp, len(chunks))))
+
+    def _prefill_rank(self, chunks: Sequence[tuple[int, int]]) -> float:
+        cm = self.cm
+        if self.mla is not None:
+            return self.layers * self._mla_prefill(chunks)
+        p = cm.cal.attention_prefill
+        rate_c, rate_m = cm.peak_attn * p.eta_compute, cm.hbm_bw * p.eta_memory
+        shape = (cm.heads, cm.kv_heads, cm.head_dim, cm.kv_bytes)
+        t = self.n_full * scalar.prefill_attention(chunks, *shape, rate_c, rate_m, p.sharpness) if self.n_full else 0.0
+        if self.n_slide:
+            capped = [(new, min(cached, self.window)) for new, cached in chunks]
+            t += self.n_slide * scalar.prefill_attention(capped, *shape, rate_c, rate_m, p.sharpness)
+        return t + self.layers * p.fixed_us * _US
+
+    def _mla_prefill(self, chunks: Sequence[tuple[int, int]]) -> float:
+        """One layer: the kernel over every chunk (FLOPs and bytes summed,
+        one blend, as for GQA) and the up-projection of each chunk's whole
+        span of latents to keys and values."""
+        cm, s, p = self.cm, self.mla, self.mla_prefill
+        assert s is not None
+        pairs = new_sum = cached_sum = 0.0
+        for new, cached in chunks:
+            pairs += new * cached + new * (new + 1) / 2.0
+            new_sum += new
+            cached_sum += cached
+        span = int(new_sum + cached_sum)
+        flops = self.mla_flops_per_pair * pairs
+        nbytes = self.mla_bytes_per_new * new_sum + self.mla_bytes_per_cached * cached_sum
+        kernel = scalar.blend(flops / self.mla_rate_c, nbytes / self.mla_rate_m, p.sharpness)
+        kv_up = self._kv_up.get(span)
+        if kv_up is None:   # a GEMM at m = span: memoised per span like the token-count costs
+            kv_up = self._kv_up[span] = cm._gemm(span, s.num_heads * (s.qk_nope_head_dim + s.v_head_dim),
+                                                 s.kv_lora_rank, cm.w_bytes)
+        return kernel + p.fixed_us * _US + kv_up
+
+    def decode_parts(self) -> tuple[float, float, float]:
+        """(rate per Σcontext token, per sequence, fixed) of decode attention
+        over all layers, for a batch on one rank (see :meth:`decode_share`)."""
+        cm, L = self.cm, self.layers
+        if self.mla is not None:
+            p = self.mla_decode
+            rate = mla_decode_per_context(self.mla, cm.gpu, p, cm.kv_bytes)
+            return L * rate, L * mla_decode_per_seq(p), L * mla_decode_fixed(p)
+        p = cm.cal.attention_decode
+        rate = C.decode_attention_per_context(cm.heads, cm.kv_heads, cm.head_dim, cm.peak_attn, cm.hbm_bw, p,
+                                              cm.kv_bytes)
+        per_seq = L * p.per_seq_us * _US + self.n_slide * rate * self.window
+        return self.n_full * rate, per_seq, L * p.fixed_us * _US
+
+    def decode_share(self, batch: int) -> float:
+        """The busiest dp rank's share of a decode batch: ⌈B/dp⌉ of its B
+        sequences (with their share of Σcontext). 1/dp when dp divides B; a
+        batch smaller than dp leaves one sequence per busy rank."""
+        return self.rank(batch) / batch if batch > 0 else 1.0 / self.dp
+
+    def decode_coefficients(self, batch: int) -> tuple[float, float]:
+        """(rest, rate): decode attention of ``batch`` sequences = rest + rate · Σcontext."""
+        s = self.decode_share(batch)
+        rate, per_seq, fixed = self.decode_rate, self.decode_per_seq, self.decode_fixed
+        return s * per_seq * batch + fixed + self.decode_extra(batch), s * rate
+
+    def decode_extra(self, batch: int) -> float:
+        """Per-step decode work that depends on the batch only: MLA's two
+        absorbed batched GEMMs per layer (memoised)."""
+        if self.mla is None or batch <= 0:
+            return 0.0
+        t = self._decode_extra.get(batch)
+        if t is None:
+            cm, s, b = self.cm, self.mla, self.rank(batch)
+            module = mla_module_decode_time(b, 0.0, s, cm.gpu, self.mla_decode, self.mla_proj, cm.kv_bytes, self.fmt)
+            parts = (mla_projection_time(b, s, cm.gpu, self.mla_proj, self.fmt)
+                     + mla_decode_time(b, 0.0, s, cm.gpu, self.mla_decode, cm.kv_bytes))
+            t = self._decode_extra[batch] = self.layers * float(module - parts)
+        return t
+
+    def extend_parts(self, queries: int) -> tuple[float, float, float]:
+        """Speculative verification: ``queries`` new tokens per sequence over
+        its cache, split as in :mod:`.speculative` into (per cached token,
+        per sequence, fixed) over all layers, each part blended on its own."""
+        cm = self.cm
+        if self.mla is not None:
+            p, s = self.mla_prefill, self.mla
+            f0, b0 = mla_prefill_flops_bytes(queries, 0, s, cm.kv_bytes)
+            f1, b1 = mla_prefill_flops_bytes(queries, 1, s, cm.kv_bytes)
+            full, slide = self.layers, 0
+        else:
+            p = cm.cal.attention_prefill
+            shape = (cm.heads, cm.kv_heads, cm.head_dim, cm.kv_bytes)
+            f0, b0 = C.prefill_attention_flops_bytes(queries, 0, *shape)
+            f1, b1 = C.prefill_attention_flops_bytes(queries, 1, *shape)
+            full, slide = self.n_full, self.n_slide
+
+        def roof(flops: float, nbytes: float) -> float:
+            return float(blend(flops / (cm.peak_attn * p.eta_compute), nbytes / (cm.hbm_bw * p.eta_memory),
+                               p.sharpness))
+
+        rate, base = roof(f1 - f0, b1 - b0), roof(f0, b0)
+        per_seq = (full + slide) * base + slide * rate * self.window
+        return full * rate / self.dp, per_seq / self.dp, self.layers * p.fixed_us * _US
+
+    # --- the roofline's FLOPs and bytes, for the itemised step ---------------------
+    def flops_bytes(self, tokens: int) -> tuple[float, float]:
+        """Linear-layer FLOPs and weight bytes one GPU handles for ``tokens``
+        (attention kernels apart): every non-expert weight of its rank once,
+        the routed experts the batch touches, 2 FLOPs per weight per token."""
+        m, cm = self.model, self.cm
+        experts = m.num_moe_layers * (m.num_experts or 0) * m.expert_params
+        rest = m.linear_params - experts
+        per_gpu_expert = m.expert_params / self.moe_tp
+        active = float(expected_active_experts(tokens, m.num_experts, m.topk)) / self.ep if m.is_moe else 0.0
+        flops = 2.0 * (self.rank(tokens) * rest / self.tp
+                       + tokens * m.topk / self.ep * per_gpu_expert * m.num_moe_layers)
+        nbytes = (rest / self.tp + self.n_moe * active * per_gpu_expert) * cm.w_bytes
+        return flops, nbytes
+
+
+def check_weight_dtype(weight_dtype: str, gpu) -> None:
+    """FP4 weights need FP4 tensor cores."""
+    if weight_dtype in FP4_DTYPES and not gpu.has_unit("fp4"):
+        raise LlmsimError(f"weight_dtype {weight_dtype} needs FP4 tensor cores (Blackwell: b200, gb200-nvl72); "
+                          f"{gpu.name} has none", key_path="engine.weight_dtype")

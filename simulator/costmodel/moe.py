@@ -1,0 +1,158 @@
+"""Routed experts of one Mixture-of-Experts layer on one GPU.
+
+A MoE layer is routing plus two *grouped* GEMMs (gate+up, then down) over
+the experts the batch touches, plus the weighted sum back into each token.
+What makes it unlike a dense MLP is that the work and the bytes scale
+differently with the batch: FLOPs grow with the routed pairs
+(tokens · top-k), but weights are read only for the distinct experts some
+token chose — few tokens read few experts, a large batch reads them all.
+That is why a MoE layer stays memory-bound far longer than a dense one.
+
+A grouped GEMM over ``a`` active experts with ``m_e`` tokens each is, in
+the roofline, ``a`` copies of :func:`.components.gemm_time` at ``m_e``
+launched as one kernel: the blend is homogeneous of degree one, so it is
+``a · (gemm_time(m_e, n, k) − fixed) + fixed``. With one expert and top-1
+it is exactly the dense GEMM, so a MoE layer and a dense MLP share one set
+of physics and differ only in the routing terms (:class:`MoeParams`).
+
+Everything works on floats and numpy arrays (the calibration evaluates
+thousands of measured rows at once; the engine calls it with ints and
+memoises per token count). No all-to-all here: dispatch/combine is
+communication, priced with the parallel layout.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ..dtypes import QUANT_FORMATS, QuantFormat, quant_format_name
+from ..errors import LlmsimError
+from ..profiles.hardware import HardwareProfile, MoeParams, RooflineParams
+from .components import gemm_time
+
+_US = 1e-6
+
+
+# One table for every quantised format: simulator/dtypes.py.
+DTYPES = QUANT_FORMATS
+
+
+def moe_dtype(name: str) -> str:
+    """The canonical MoE dtype name; anything else is refused."""
+    key = quant_format_name(name)
+    if key is None:
+        raise LlmsimError(f"unknown MoE dtype {name!r}; expected one of {', '.join(DTYPES)}")
+    return key
+
+
+def dtype_info(name: str) -> QuantFormat:
+    return DTYPES[moe_dtype(name)]
+
+
+def peak_flops(name: str, gpu: HardwareProfile) -> float:
+    """Tensor-core peak the expert GEMMs run at; an FP4 format needs an FP4 unit."""
+    d = dtype_info(name)
+    if d.peak == "fp4" and not gpu.has_unit("fp4"):
+        raise LlmsimError(f"MoE dtype {name} needs FP4 tensor cores, which {gpu.name} lacks "
+                          "(its peak_tflops has no fp4 key)")
+    return gpu.peak_flops(d.peak)
+
+
+@dataclass(frozen=True)
+class MoeShape:
+    """One rank's shard: ``num_experts / ep`` experts, each ``moe_intermediate_size / moe_tp`` wide."""
+
+    hidden_size: int
+    moe_intermediate_size: int
+    num_experts: int
+    topk: int
+    moe_tp: int = 1
+    ep: int = 1
+    gated: bool = True
+
+    def __post_init__(self) -> None:
+        if min(self.hidden_size, self.moe_intermediate_size, self.num_experts, self.topk,
+               self.moe_tp, self.ep) < 1:
+            raise LlmsimError(f"MoE shape needs positive sizes (got {self})")
+        if self.topk > self.num_experts:
+            raise LlmsimError(f"top-k {self.topk} exceeds the {self.num_experts} experts")
+        if self.num_experts % self.ep:
+            raise LlmsimError(f"ep={self.ep} must divide the {self.num_experts} experts")
+        if self.moe_intermediate_size % self.moe_tp:
+            raise LlmsimError(f"moe_tp={self.moe_tp} must divide moe_intermediate_size "
+                              f"{self.moe_intermediate_size}")
+
+    @property
+    def local_intermediate(self) -> int:
+        return self.moe_intermediate_size // self.moe_tp
+
+    @property
+    def local_experts(self) -> int:
+        return self.num_experts // self.ep
+
+    def expert_weights(self) -> int:
+        """Weights of one local expert shard (gate, up and down projections)."""
+        return (3 if self.gated else 2) * self.hidden_size * self.local_intermediate
+
+
+def expected_active_experts(tokens, num_experts: int, topk: int):
+    """Expected distinct experts a batch of ``tokens`` touches, uniform routing.
+
+    Each token picks ``topk`` distinct experts of ``num_experts``; a given
+    expert escapes one token with probability 1 − k/E, all of them with
+    (1 − k/E)^tokens. Monotone in tokens, saturating at E.
+    """
+    miss = 1.0 - topk / num_experts
+    t = np.maximum(tokens, 0) if isinstance(tokens, np.ndarray) else max(tokens, 0)
+    return num_experts * (1.0 - miss ** t)
+
+
+def _grouped_gemm_time(pairs, active, n: int, k: int, peak: float, bw: float, p: RooflineParams,
+                       wbytes: float, abytes: float):
+    """``active`` experts' GEMMs of ``pairs/active`` tokens each, as one kernel.
+
+    ``active · (gemm_time(m_e) − fixed) + fixed``: exact by homogeneity of the
+    blend, and every GEMM ramp of ``p`` (m_half on tokens per expert, n/k
+    ramps on the shard's width) applies per expert as in a dense GEMM.
+    """
+    safe = np.where(active > 0, active, 1.0) if isinstance(active, np.ndarray) else (active or 1.0)
+    m_e = pairs / safe
+    one = gemm_time(m_e, n, k, peak, bw, p, wbytes, abytes) - p.fixed_us * _US
+    return active * one + p.fixed_us * _US
+
+
+def moe_layer_time(tokens, shape: MoeShape, dtype: str, gpu: HardwareProfile, params: RooflineParams,
+                   active_experts=None):
+    """Seconds of one MoE layer's routed experts on one GPU of the group.
+
+    ``tokens``: tokens entering the layer on this rank (before routing).
+    Routed pairs landing on this rank's experts: tokens · k / ep in
+    expectation; distinct local experts touched: ``expected_active_experts``
+    / ep (or ``active_experts`` over the whole model, if the caller knows
+    better, e.g. a skewed router). Time = grouped gate+up GEMM + grouped down
+    GEMM + routing (``pair_ns`` per pair of the batch, ``layer_fixed_us``).
+    Zero tokens cost nothing.
+    """
+    d = dtype_info(dtype)
+    peak = peak_flops(dtype, gpu)
+    bw = gpu.hbm_bandwidth
+    t = np.asarray(tokens, dtype=float) if isinstance(tokens, np.ndarray) else float(tokens)
+    pairs_all = t * shape.topk
+    pairs = pairs_all / shape.ep
+    if active_experts is None:
+        active_experts = expected_active_experts(t, shape.num_experts, shape.topk)
+    active = active_experts / shape.ep
+    i_l, h = shape.local_intermediate, shape.hidden_size
+    n_up = (2 if shape.gated else 1) * i_l
+    gemms = (_grouped_gemm_time(pairs, active, n_up, h, peak, bw, params, d.weight_bytes, d.act_bytes)
+             + _grouped_gemm_time(pairs, active, h, i_l, peak, bw, params, d.weight_bytes, d.act_bytes))
+    pair_ns = getattr(params, "pair_ns", 0.0)
+    layer_fixed = getattr(params, "layer_fixed_us", 0.0)
+    total = gemms + pair_ns * 1e-9 * pairs_all + layer_fixed * _US
+    busy = t > 0
+    return total * busy if isinstance(busy, np.ndarray) else (float(total) if busy else 0.0)
+
+
+__all__ = ["DTYPES", "MoeParams", "MoeShape", "dtype_info", "expected_active_experts",
+           "moe_dtype", "moe_layer_time", "peak_flops"]

@@ -1,0 +1,176 @@
+"""Which Hugging Face config keys llmsim models, ignores or refuses.
+
+A model file is read with Hugging Face's key names. Every key falls in one of
+three sets, so nothing that shapes the network is dropped silently:
+
+* **modelled** — a :class:`~.model.ModelProfile` field, possibly under
+  another spelling (``num_local_experts``, ``n_routed_experts`` and
+  ``num_experts`` all name the routed experts of a layer);
+* **known-irrelevant** — numerics, tokenizer ids, training-only settings,
+  router details that do not change how many weights a token reads or how
+  much KV it stores (``rope_theta``, ``router_aux_loss_coef``, ``n_group``);
+* **refused** — architecture llmsim cannot model (sparse-attention
+  indexers, linear-attention layers, chunked attention, state-space
+  layers): loading stops with one line naming the key.
+
+A downloaded ``config.json`` may carry other keys; one whose name says it
+shapes the network (``expert``, ``layer``, ``head``, ``attention``...) is
+refused, the rest are metadata and dropped. A hand-written YAML profile is
+stricter: every key must be known, so a typo is an error.
+"""
+from __future__ import annotations
+
+import re
+from typing import Any
+
+from ..errors import LlmsimError
+
+# Other spellings of the profile's fields.
+ALIASES: dict[str, str] = {
+    "num_local_experts": "num_experts",
+    "n_routed_experts": "num_experts",
+    "experts_per_token": "num_experts_per_tok",
+}
+
+# Present in real configs, with no effect on parameter counts, weight or KV
+# bytes, or the FLOPs of a step.
+IGNORED: frozenset[str] = frozenset({
+    # provenance of the shared corpus and of config.json
+    "model", "source_repo", "source_path", "source_commit", "note", "architectures", "transformers_version",
+    "_name_or_path", "auto_map", "torch_dtype", "dtype",
+    # tokenizer and generation
+    "bos_token_id", "eos_token_id", "pad_token_id", "use_cache", "output_router_logits", "return_dict",
+    # numerics and initialisation
+    "rms_norm_eps", "layer_norm_eps", "norm_eps", "initializer_range", "attention_dropout", "hidden_dropout",
+    "dropout", "pretraining_tp", "rope_theta", "rope_scaling", "rope_parameters", "rope_interleave",
+    "partial_rotary_factor", "rotary_dim", "no_rope_layers", "use_qk_norm", "qk_norm", "qk_layernorm",
+    "swiglu_limit", "initial_context_length", "attn_logit_softcapping", "final_logit_softcapping",
+    "attn_temperature_tuning", "floor_scale", "attn_scale", "query_pre_attn_scalar", "hidden_activation",
+    "cache_implementation",
+    # training-only router losses and routing details (which experts, not how many)
+    "router_aux_loss_coef", "router_jitter_noise", "aux_loss_alpha", "seq_aux", "norm_topk_prob",
+    "routed_scaling_factor", "scoring_func", "topk_method", "n_group", "topk_group", "ep_size",
+    "router_z_loss_coef", "moe_router_bias", "use_sliding_window",
+    # Qwen2-style: inert while use_sliding_window is false, refused otherwise (below)
+    "max_window_layers",
+})
+
+# Families whose sliding-window layers alternate with full ones: without
+# layer_types their config does not say which layers slide.
+_INTERLEAVED_WINDOWS = ("gemma2", "gemma3", "gemma3_text", "cohere2", "gpt_oss")
+
+# Architecture llmsim does not model, and why: refused with this reason.
+REFUSED: dict[str, str] = {
+    "index_n_heads": "DeepSeek sparse attention (an indexer picks index_topk cached tokens per query)",
+    "index_head_dim": "DeepSeek sparse attention (an indexer picks index_topk cached tokens per query)",
+    "index_topk": "DeepSeek sparse attention (an indexer picks index_topk cached tokens per query)",
+    "linear_num_value_heads": "linear-attention layers (a recurrent state, not a KV cache)",
+    "linear_num_key_heads": "linear-attention layers (a recurrent state, not a KV cache)",
+    "linear_key_head_dim": "linear-attention layers (a recurrent state, not a KV cache)",
+    "linear_value_head_dim": "linear-attention layers (a recurrent state, not a KV cache)",
+    "linear_conv_kernel_dim": "linear-attention layers (a recurrent state, not a KV cache)",
+    "full_attention_interval": "hybrid linear/full attention layers",
+    "attention_chunk_size": "chunked local attention",
+    "attn_type_list": "per-layer attention kinds other than full and sliding-window attention",
+}
+
+# Words in a key's name that mean it likely shapes the network.
+_ARCHITECTURE_WORDS = re.compile(
+    r"expert|moe|lora|layer|head|window|sparse|linear|attention|attn|intermediate|rank|dense|shared|chunk|"
+    r"nextn|mtp|index|conv|ssm|mamba|state|router|topk|block|kv|mlp|ffn|hidden|vocab|embed", re.I)
+
+LAYER_TYPES = ("full_attention", "sliding_attention")
+
+
+def _refuse(path, key: str, why: str) -> LlmsimError:
+    return LlmsimError(f"{why}; llmsim cannot model this architecture", source=path, key_path=key)
+
+
+def normalize(data: dict[str, Any], path, fields: set[str], strict: bool) -> dict[str, Any]:
+    """HF keys → profile fields; refuse what cannot be modelled.
+
+    ``strict`` (hand-written YAML) leaves unknown keys to the profile's
+    validation, which names them; otherwise (config.json) unknown keys that
+    do not look architectural are dropped.
+    """
+    out: dict[str, Any] = {}
+    for key, value in data.items():
+        name = ALIASES.get(key, key)
+        if key in REFUSED:
+            raise _refuse(path, key, REFUSED[key])
+        if key.endswith("_note") or key in IGNORED and name not in fields:
+            continue
+        if key == "layer_types_counts":   # the shared corpus's summary of layer_types
+            name, value = "layer_types", _expand_counts(value, path)
+        if key == "quantization_config":
+            name = "checkpoint_dtype"
+            value = checkpoint_dtype(value, path)
+        if name in fields:
+            if name in out and out[name] != value:
+                raise LlmsimError(f"{key}: {value!r} contradicts another spelling of {name} ({out[name]!r})",
+                                  source=path, key_path=key)
+            out[name] = value
+        elif strict:
+            out[key] = value   # the profile's validation names the unknown key
+        elif _ARCHITECTURE_WORDS.search(key) and value not in (None, False, [], {}):
+            raise LlmsimError(f"unknown key {key!r} may change the architecture and llmsim does not model it "
+                              "(it reads the keys listed in docs/scenarios.md, 'MoE and MLA models')",
+                              source=path, key_path=key)
+    if data.get("use_sliding_window") is False:   # Qwen2-style: the window is switched off
+        out.pop("sliding_window", None)
+    elif data.get("max_window_layers") is not None and out.get("sliding_window"):
+        raise _refuse(path, "max_window_layers", "sliding windows on only some layers (max_window_layers)")
+    if out.get("sliding_window") and out.get("layer_types") is None \
+            and str(out.get("model_type", "")) in _INTERLEAVED_WINDOWS:
+        raise _refuse(path, "sliding_window", f"{out['model_type']} interleaves sliding-window and full layers "
+                                              "without layer_types saying which are which")
+    for i, t in enumerate(out.get("layer_types") or []):
+        if t not in LAYER_TYPES:
+            raise _refuse(path, f"layer_types[{i}]", f"layer type {t!r} (llmsim models {', '.join(LAYER_TYPES)})")
+    if str(out.get("model_type", "")).startswith("llama4") and "n_shared_experts" not in out \
+            and out.get("num_experts"):
+        # transformers' Llama4TextMoe always adds one shared expert of intermediate_size.
+        out["n_shared_experts"] = 1
+    return out
+
+
+def _expand_counts(counts: Any, path) -> list[str]:
+    if not isinstance(counts, dict):
+        raise LlmsimError("expected a mapping of layer type to count", source=path, key_path="layer_types_counts")
+    out: list[str] = []
+    for t, n in counts.items():
+        if t not in LAYER_TYPES:
+            raise _refuse(path, "layer_types_counts", f"layer type {t!r} (llmsim models {', '.join(LAYER_TYPES)})")
+        out += [t] * int(n)
+    return out
+
+
+# quant_method → the checkpoint's weight format, as llmsim names dtypes.
+_QUANT_METHODS = {"fp8": "fp8", "mxfp4": "mxfp4", "fbgemm_fp8": "fp8"}
+
+
+def checkpoint_dtype(q: Any, path) -> str | None:
+    """The weight format a ``quantization_config`` declares (informational:
+    a pool's ``engine.weight_dtype`` says what it runs)."""
+    if q is None:
+        return None
+    if isinstance(q, str):
+        return q
+    if not isinstance(q, dict):
+        raise LlmsimError("expected a mapping", source=path, key_path="quantization_config")
+    method = str(q.get("quant_method", "")).lower()
+    if method in _QUANT_METHODS:
+        return _QUANT_METHODS[method]
+    if method == "modelopt":
+        algo = str(q.get("quant_algo", "")).lower()
+        return {"nvfp4": "nvfp4", "fp8": "fp8"}.get(algo, f"modelopt {algo}")
+    if method in ("awq", "gptq"):
+        return f"int{q.get('bits', 4)}"
+    if method == "compressed-tensors":
+        for group in (q.get("config_groups") or {}).values():
+            w = (group or {}).get("weights") or {}
+            if w.get("num_bits"):
+                return f"{w.get('type', 'int')}{w['num_bits']}".replace("float8", "fp8").replace("float", "fp")
+        return "compressed-tensors"
+    raise LlmsimError(f"quant_method {method!r} is not a weight format llmsim knows (fp8, mxfp4, modelopt nvfp4, "
+                      "awq, gptq, compressed-tensors)", source=path, key_path="quantization_config.quant_method")
