@@ -127,12 +127,13 @@ def mla_decode_time(batch, total_context, shape: MlaShape, gpu: HardwareProfile,
 
 def _linear(m, n: int, k: int, gpu: HardwareProfile, p: RooflineParams, linear_dtype: str):
     d = moe.dtype_info(linear_dtype)
-    return gemm_time(m, n, k, moe.peak_flops(linear_dtype, gpu), gpu.hbm_bandwidth, p, d.weight_bytes, d.act_bytes)
+    return gemm_time(m, n, k, moe.peak_flops(linear_dtype, gpu), gpu.hbm_bandwidth, p, d.weight_bytes, d.act_bytes,
+                     gpu.num_sms)
 
 
 def _batched(m, n: int, k: int, batches: int, gpu: HardwareProfile, p: RooflineParams):
     """``batches`` bf16 GEMMs of one shape in one kernel (the absorbed BMMs)."""
-    one = gemm_time(m, n, k, gpu.peak_flops("bf16"), gpu.hbm_bandwidth, p, _BF16, _BF16) - p.fixed_us * _US
+    one = gemm_time(m, n, k, gpu.peak_flops("bf16"), gpu.hbm_bandwidth, p, _BF16, _BF16, gpu.num_sms) - p.fixed_us * _US
     return batches * one + p.fixed_us * _US
 
 
