@@ -165,12 +165,19 @@ ENGINES = {
 
 
 def engine_settings(engine: str, llmsim_defaults: bool = False) -> dict:
+    """The engine's scheduling of the time, plus the stack's fitted CPU
+    overheads (backend_profiles/<stack>.yaml: front end, iteration,
+    response; physical costs of the serving process that a kernel-only
+    model misses). TensorRT-LLM's batch-1 rows time the runtime without a
+    server, so they get neither."""
     if llmsim_defaults:
         return {}
+    from simulator.profiles.backend import load_backend
+
     e = str(engine).lower()
     for key, cfg in ENGINES.items():
         if e.startswith(key):
-            return dict(cfg)
+            return {**cfg, **load_backend(key).overheads.model_dump()}
     return {}
 
 

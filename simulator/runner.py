@@ -110,7 +110,8 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         req.blocks = None
 
     targets: dict = dict(pools)           # what a class routes to: a pool, or a prefill → decode pair
-    fleet = Fleet(env, targets, classes, routes, on_done, RegionTable(sc.regions, sc.seed))
+    fleet = Fleet(env, targets, classes, routes, on_done, RegionTable(sc.regions, sc.seed),
+                  {ps.spec.name: ps.spec.engine.response_ms * 1e-3 for ps in setups})
     for p in pools.values():
         p.on_done = fleet.done
     for ps in setups:
@@ -139,7 +140,9 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     src.start(env, fleet.submit, fleet.cancel)
     run_events(env)   # env.run(), compiled
     wall = time.perf_counter() - wall
-    requests = src.requests
+    # A closed loop's warm-up requests ran (they shaped the queue) but, as in
+    # a benchmark, are not counted.
+    requests = src.requests[getattr(src, "warmup", 0):]
     end = max(p.end_time() for p in pools.values())
     tl = timeline.frame(end)
     if not summarize:

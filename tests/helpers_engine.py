@@ -242,8 +242,10 @@ def engine_configs(draw, scheduler=None, chunked=None) -> EngineConfig:
     if scheduler == "static" and draw(st.booleans()):
         budget = draw(st.integers(1, 512))   # static batching allows a budget below max_num_seqs
     bs = draw(st.sampled_from([1, 4, 16, 32]))
+    # Without chunking, whole prompts either run alone (SGLang) or in flight with the decodes (TensorRT-LLM).
+    mixed = None if chunked else draw(st.sampled_from([None, False, True]))
     return EngineConfig(scheduler=scheduler, chunked_prefill=chunked, max_num_seqs=seqs,
-                        max_num_batched_tokens=budget, block_size=bs)
+                        max_num_batched_tokens=budget, block_size=bs, mixed_prefill=mixed)
 
 
 def one_request_need(req, cfg: EngineConfig) -> int:

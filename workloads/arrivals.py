@@ -185,7 +185,20 @@ class ConcurrencyArrival(_Arrival):
     with N workers, the way throughput benchmarks are run)."""
 
     type: Literal["concurrency"] = "concurrency"
-    concurrency: int = Field(ge=1, description="requests in flight at all times")
+    concurrency: int = Field(ge=1, le=1_000_000, description="requests in flight at all times")
+    ramp_up_s: float = Field(
+        default=0.0, ge=0, le=86400, allow_inf_nan=False,
+        description="clients start evenly over this many seconds (0: all at t = 0, as `vllm bench serve "
+                    "--max-concurrency` and AIPerf's concurrency mode start)")
+    warmup_requests: int = Field(
+        default=0, ge=0, le=10_000_000,
+        description="requests sent first and left out of the results, as a benchmark's warm-up "
+                    "(the loop runs on without a pause); num_requests are counted after them")
+    turnaround_ms: float = Field(
+        default=0.0, ge=0, le=60000, allow_inf_nan=False,
+        description="a client sends its next request this long after its last one finished, exponentially "
+                    "distributed with this mean: the benchmark client's own time to take in the response and "
+                    "post the next request (event loop, HTTP); 0: at once")
     closed_loop: ClassVar[bool] = True
 
 

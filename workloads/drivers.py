@@ -27,7 +27,7 @@ from simpy.events import URGENT
 
 from simulator.engine.wake import AtTimes, call_later
 
-from .autocomplete import AutocompletePlan, AutocompleteSessionSpec, draw_autocomplete_plans
+from .autocomplete import AutocompletePlan, draw_autocomplete_plans
 from .block_ids import SESSION, Document, id_base
 from .chat import ChatPlan, ChatSessionSpec, draw_chat_plans
 from .plans import Plans
@@ -127,29 +127,47 @@ class ClosedLoop:
     """
 
     def __init__(self, concurrency: int, total: int, make: Callable[[int, float], Request],
-                 block_tokens: Optional[int] = None):
-        """``make(i, now)`` builds request i sent at ``now``."""
+                 block_tokens: Optional[int] = None, ramp_up_s: float = 0.0, warmup: int = 0,
+                 turnaround: Optional[list[float]] = None):
+        """``make(i, now)`` builds request i sent at ``now``; client j starts
+        at ``j · ramp_up_s / concurrency``; the first ``warmup`` of the
+        ``total`` requests are a benchmark's warm-up (:attr:`warmup`);
+        ``turnaround[i]`` is how long after request i ends its client sends
+        the next one."""
         self.concurrency = concurrency
         self.total = total
         self.make = make
         self.requests: list[Request] = []
         self.expected_total: Optional[int] = total
         self.block_tokens = block_tokens
+        self.ramp_up_s = ramp_up_s
+        self.warmup = warmup
+        self.turnaround = turnaround
 
     def start(self, env: simpy.Environment, submit: Submit, cancel: Submit) -> None:
         self.env = env
         self.submit = submit
-        for _ in range(min(self.concurrency, self.total)):
-            self._issue()
+        n = min(self.concurrency, self.total)
+        if self.ramp_up_s <= 0:
+            for _ in range(n):
+                self._issue()
+            return
+        for j in range(n):
+            fire(env, j * self.ramp_up_s / self.concurrency, lambda ev: self._issue())
 
     def _issue(self) -> None:
+        if len(self.requests) >= self.total:    # a ramp's late client when early ones sent the rest
+            return
         req = self.make(len(self.requests), self.env.now)
         self.requests.append(req)
         fire(self.env, 0.0, lambda ev: self.submit(req))
 
     def on_done(self, req: Request) -> None:
         if len(self.requests) < self.total:
-            self._issue()
+            if self.turnaround is None:
+                self._issue()
+            else:
+                fire(self.env, self.turnaround[req.id], lambda ev: self._issue())
 
 
 class _Sessions:
@@ -324,7 +342,8 @@ def make_source(workload: WorkloadSpec, seed: Union[int, np.random.SeedSequence,
 
 
 def _closed_loop(workload: WorkloadSpec, s: Streams, block_tokens: Optional[int]) -> ClosedLoop:
-    n = workload.num_requests
+    arrival = workload.arrival
+    n = workload.closed_loop_total
     inp, out = workload._lengths(s, n)
     apps = workload.draw_apps(s)
     if apps is None:
@@ -335,7 +354,11 @@ def _closed_loop(workload: WorkloadSpec, s: Streams, block_tokens: Optional[int]
 
         def make(i: int, now: float) -> Request:
             return apps.request(i, now, int(inp[i]), int(out[i]), chosen[i])
-    return ClosedLoop(workload.arrival.concurrency, n, make, block_tokens)
+    turnaround = None
+    if arrival.turnaround_ms > 0:
+        turnaround = s.think.exponential(arrival.turnaround_ms * 1e-3, n).tolist()
+    return ClosedLoop(arrival.concurrency, n, make, block_tokens, arrival.ramp_up_s, arrival.warmup_requests,
+                      turnaround)
 
 
 def _trace_source(workload: WorkloadSpec, s: Streams, base_dir, subset: Optional[Subset] = None) -> OpenLoop:

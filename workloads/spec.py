@@ -184,6 +184,12 @@ class WorkloadSpec(BaseModel):
         return self.arrival.closed_loop
 
     @property
+    def closed_loop_total(self) -> int:
+        """Requests a closed loop sends: its warm-up, then ``num_requests``."""
+        assert isinstance(self.arrival, ConcurrencyArrival) and self.num_requests is not None
+        return self.arrival.warmup_requests + self.num_requests
+
+    @property
     def is_trace(self) -> bool:
         return isinstance(self.arrival, TraceSpec)
 

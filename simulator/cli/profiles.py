@@ -5,6 +5,7 @@ import typer
 from rich.table import Table
 
 from ..profiles import list_builtin, load_hardware, load_model
+from ..profiles.backend import load_backend
 from .app import app
 from .output import console, fmt, print_json
 
@@ -14,13 +15,14 @@ app.add_typer(profiles_app, name="profiles")
 
 @profiles_app.command("list")
 def list_profiles(json: bool = typer.Option(False, "--json")) -> None:
-    """List GPUs and models with their key numbers."""
+    """List GPUs, models and serving backends with their key numbers."""
     gpus = [load_hardware(n).summary() for n in list_builtin("hardware_profiles")]
     models = [load_model(n).summary() for n in list_builtin("model_profiles")]
+    backends = [load_backend(n).summary() for n in list_builtin("backend_profiles")]
     if json:
-        print_json({"gpus": gpus, "models": models})
+        print_json({"gpus": gpus, "models": models, "backends": backends})
         return
-    for title, rows in (("GPUs", gpus), ("Models", models)):
+    for title, rows in (("GPUs", gpus), ("Models", models), ("Serving backends (engine.backend)", backends)):
         t = Table(title=title, title_justify="left")
         for k in rows[0]:
             if k == "name":

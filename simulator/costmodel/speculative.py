@@ -129,7 +129,7 @@ class SpeculativeCostModel:
         self.target, self.draft, self.spec = target, draft, spec
         self.model, self.gpu, self.tp = target.model, target.gpu, target.tp
         self.weight_dtype, self.kv_dtype, self.roofline = target.weight_dtype, target.kv_dtype, target.roofline
-        self.cal, self.overhead_s = target.cal, target.overhead_s
+        self.cal, self.overhead_s, self.overhead_per_seq_s = target.cal, target.overhead_s, target.overhead_per_seq_s
         self.k = spec.k
         self.tokens_per_step = expected_tokens_per_step(spec.k, spec.acceptance_rate)
         # Per-class α overrides (class -> α, and class -> E as the engines read it).
@@ -176,7 +176,7 @@ class SpeculativeCostModel:
         each sequence's cached tokens + 1, as for a plain decode)."""
         t, n = self.target, batch * (self.k + 1)
         attention = self._verify_rate * (context - batch) + self._verify_per_seq * batch + self._verify_fixed
-        return t.token_time(n) + t.lm_head_time(n) + attention + t.overhead_s
+        return t.token_time(n) + t.lm_head_time(n) + attention + t.overhead_s + t.overhead_per_seq_s * batch
 
     # --- what the engines call ---------------------------------------------------
     def step_coefficients(self, batch: int) -> tuple[float, float]:
@@ -252,7 +252,7 @@ def speculative_cost_model(cm: CostModel, spec: SpeculativeSpec, draft: ModelPro
         raise LlmsimError(f"draft model {draft.name} has a {draft.vocab_size:,}-token vocabulary but the target "
                           f"{cm.model.name} has {cm.model.vocab_size:,}: a draft must share the target's tokenizer")
     draft_cm = CostModel(draft, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype, roofline=cm.roofline,
-                         iteration_overhead_ms=cm.overhead_s * 1e3)
+                         iteration_overhead_ms=cm.overhead_s * 1e3, iteration_us_per_seq=cm.overhead_per_seq_s * 1e6)
     return SpeculativeCostModel(cm, draft_cm, spec)
 
 

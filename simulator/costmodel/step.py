@@ -56,7 +56,8 @@ class CostModel:
     """The iteration-time function for (model, GPU, TP, dtypes)."""
 
     def __init__(self, model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
-                 kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None):
+                 kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None,
+                 iteration_us_per_seq: float = 0.0):
         weight_dtype, kv_dtype = normalize(weight_dtype), normalize(kv_dtype)
         if weight_dtype not in ("bf16", "fp16", "fp8", "int8", "int4"):
             raise LlmsimError(f"unknown weight dtype {weight_dtype!r}; expected bf16, fp16, fp8, int8 or int4")
@@ -73,6 +74,8 @@ class CostModel:
         if iteration_overhead_ms is None:
             iteration_overhead_ms = self.cal.iteration_overhead_ms
         self.overhead_s = 0.0 if roofline else iteration_overhead_ms * 1e-3
+        # The serving stack's scheduler/sampler time grows with the sequences it handles.
+        self.overhead_per_seq_s = 0.0 if roofline else iteration_us_per_seq * _US
 
         m, L = model, model.num_hidden_layers
         self.layers = L
@@ -169,11 +172,12 @@ class CostModel:
             sampling_seqs = decode_batch + len(prefill_chunks)
         return (self.token_time(tokens) + self.lm_head_time(sampling_seqs)
                 + self.prefill_attention_time(prefill_chunks)
-                + self.decode_attention_time(decode_batch, decode_context) + self.overhead_s)
+                + self.decode_attention_time(decode_batch, decode_context)
+                + self.overhead_s + self.overhead_per_seq_s * (decode_batch + len(prefill_chunks)))
 
     def decode_coefficients(self, batch: int) -> tuple[float, float]:
         """(a, b) with step_time(decode only, batch, S) == a + b·S exactly."""
-        a = (self.token_time(batch) + self.lm_head_time(batch) + self.decode_per_seq * batch
+        a = (self.token_time(batch) + self.lm_head_time(batch) + (self.decode_per_seq + self.overhead_per_seq_s) * batch
              + self.decode_fixed + self.overhead_s)
         return a, self.decode_rate
 
@@ -217,7 +221,7 @@ class CostModel:
         attention = self.prefill_attention_time(prefill_chunks) + self.decode_attention_time(decode_batch, decode_context)
         comm = self.comm_time(tokens)
         other = self.other_time(tokens)
-        overhead = self.overhead_s if tokens else 0.0
+        overhead = self.overhead_s + self.overhead_per_seq_s * (decode_batch + len(prefill_chunks)) if tokens else 0.0
         total = linear + attention + comm + other + overhead
         return StepBreakdown(total, linear, attention, comm, other, overhead, flops, nbytes,
                              "compute" if t_compute >= t_memory else "memory")

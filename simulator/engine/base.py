@@ -375,20 +375,22 @@ class ReplicaBase:
         if self.on_done:
             self.on_done(seq.req)
 
-    def _admit_whole(self, now: float, free: int, reserve_output: bool) -> list:
+    def _admit_whole(self, now: float, free: int, reserve_output: bool, decoding: int = 0) -> list:
         """Admit waiting prompts whole, FCFS, while sequences, the token budget
-        (a single prompt may exceed it when alone) and ``free`` blocks allow.
-        Static batching reserves blocks for the output too. Each engine's
-        ``_admit`` does its own block bookkeeping."""
+        (a single prompt may exceed it when alone in its iteration) and
+        ``free`` blocks allow. ``decoding`` sequences share the iteration and
+        its budget (whole prompts in flight with decodes, as TensorRT-LLM
+        schedules without chunking). Static batching reserves blocks for the
+        output too. Each engine's ``_admit`` does its own block bookkeeping."""
         chunks: list = []
-        budget = self.cfg.max_num_batched_tokens
+        budget = self.cfg.max_num_batched_tokens - decoding
         while self.waiting and self._batch_len() < self.cfg.max_num_seqs:
             s = self.waiting[0]
             if self._over_budget(s):
                 break
             need, total, m = self._admission(s, reserve_output)
             new = s.prompt - max(0 if m is None else m.usable(s.prompt), self._preloaded(s))
-            if (chunks and new > budget) or need > free:
+            if ((chunks or decoding) and new > budget) or need > free:
                 break
             free -= self._admit(s, total, m, now)
             self._trim_cache(free)

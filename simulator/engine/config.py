@@ -11,9 +11,17 @@ class EngineConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid")
 
+    backend: Optional[str] = Field(
+        default=None, description="serving stack whose defaults and overheads apply: vllm, sglang, trtllm or a "
+                                  "backend profile file (`llmsim validate --fit` writes one); keys set beside it "
+                                  "override its values; none: llmsim's generic engine")
     max_num_seqs: int = Field(default=256, ge=1, description="max sequences in a batch")
     max_num_batched_tokens: int = Field(default=8192, ge=1, description="token budget of one iteration")
     chunked_prefill: bool = Field(default=True, description="split prompts to fill the token budget beside decodes")
+    mixed_prefill: Optional[bool] = Field(
+        default=None, description="prefills share iterations with decodes; default: as chunked_prefill (vLLM "
+                                  "mixes chunks, SGLang runs prefill batches alone, TensorRT-LLM mixes whole "
+                                  "prompts in flight)")
     block_size: int = Field(default=16, ge=1, le=1024, description="tokens per KV block")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     weight_dtype: Literal["bf16", "fp16", "fp8", "int8", "int4"] = "bf16"
@@ -23,6 +31,14 @@ class EngineConfig(BaseModel):
         description="continuous: iteration-level batching (vLLM); static: a batch runs to completion (old TGI/FT)")
     iteration_overhead_ms: Optional[float] = Field(
         default=None, ge=0, description="per-iteration CPU/launch overhead; default from the GPU profile")
+    iteration_us_per_seq: float = Field(
+        default=0.0, ge=0, le=10000, description="scheduler/sampler CPU time per sequence per iteration")
+    request_ms: float = Field(
+        default=0.0, ge=0, le=10000, description="front-end time per request (HTTP, hand-off), one request at a time")
+    tokenize_us_per_token: float = Field(
+        default=0.0, ge=0, le=1000, description="front-end tokenisation per prompt token, one request at a time")
+    response_ms: float = Field(
+        default=0.0, ge=0, le=10000, description="engine to client per streamed token (detokenise, HTTP)")
     num_gpu_blocks_override: Optional[int] = Field(default=None, ge=1, description="force the KV capacity in blocks")
     prefix_cache: bool = Field(
         default=True, description="reuse cached KV of a shared prompt prefix (vLLM v1's default); needs "
@@ -30,6 +46,16 @@ class EngineConfig(BaseModel):
     prefix_cache_capacity_tokens: Union[int, Literal["unbounded"], None] = Field(
         default=None, description="cap on cached tokens no running request uses; default: whatever KV memory "
                                   "running requests leave free; 'unbounded': an idealised cache beyond GPU memory")
+
+    @property
+    def mixes_prefill(self) -> bool:
+        """Whether a prefill shares its iteration with the running decodes."""
+        return self.chunked_prefill if self.mixed_prefill is None else self.mixed_prefill
+
+    @property
+    def front_end_busy(self) -> bool:
+        """Whether requests pass through a serial front end before the scheduler."""
+        return self.request_ms > 0 or self.tokenize_us_per_token > 0
 
     @property
     def cache_unbounded(self) -> bool:
@@ -40,6 +66,13 @@ class EngineConfig(BaseModel):
         c = self.prefix_cache_capacity_tokens
         if isinstance(c, int) and c < 0:
             raise ValueError(f"prefix_cache_capacity_tokens must be ≥ 0 or 'unbounded', got {c}")
+        return self
+
+    @model_validator(mode="after")
+    def _prefill_mode_modelled(self) -> "EngineConfig":
+        if self.chunked_prefill and self.mixed_prefill is False:
+            raise ValueError("chunked_prefill: true with mixed_prefill: false (chunks in prefill-only "
+                             "iterations) is not modelled; set mixed_prefill: true or chunked_prefill: false")
         return self
 
     @model_validator(mode="after")

@@ -83,6 +83,13 @@ class ReferenceReplica(ReplicaBase):
                 # Blocks for the whole sequence were reserved at admission.
                 decodes = [s for s in self.running if s.state == DECODE]
             return chunks, decodes
+        if not cfg.chunked_prefill and cfg.mixes_prefill:
+            # Whole prompts in flight with the decodes (TensorRT-LLM without chunking).
+            decodes, victims = self._allocate_decodes()
+            self._trim_cache(self.free)
+            if not victims:
+                chunks = self._admit_whole(now, self.free, False, len(decodes))
+            return chunks, decodes
         if not cfg.chunked_prefill:
             # vLLM v0 without chunking: a prefill-only iteration whenever a
             # waiting prompt can be admitted; decodes stall meanwhile.

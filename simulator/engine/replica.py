@@ -156,6 +156,14 @@ class FastReplica(ReplicaBase):
             if not self.running:
                 return self._admit_whole(now, self._free_blocks(False), reserve_output=True), False, False
             return chunks, self.B > 0, False
+        if not cfg.chunked_prefill and cfg.mixes_prefill:
+            # Whole prompts in flight with the decodes (TensorRT-LLM without chunking).
+            victims = self._make_room_for_decodes()
+            free = self._free_blocks(self.B > 0)
+            self._trim_cache(free)
+            if not victims:
+                chunks = self._admit_whole(now, free, False, self.B)
+            return chunks, self.B > 0, bool(victims)
         if not cfg.chunked_prefill:
             chunks = self._admit_whole(now, self._free_blocks(False), reserve_output=False)
             if chunks:

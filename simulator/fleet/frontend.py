@@ -27,7 +27,7 @@ class Fleet:
 
     def __init__(self, env: simpy.Environment, pools: Mapping[str, object], classes: ClassTable,
                  routes: Mapping[str, str], on_done: Optional[Callable[[Request], None]] = None,
-                 regions: Optional[RegionTable] = None) -> None:
+                 regions: Optional[RegionTable] = None, response_s: Optional[Mapping[str, float]] = None) -> None:
         self.env = env
         self.pools = pools
         self.classes = classes
@@ -36,6 +36,9 @@ class Fleet:
         self.on_done = on_done
         self._egress: dict[int, float] = {}
         self._transit: set[int] = set()           # ids between the client and a pool
+        # pool name -> its serving stack's time from a token leaving the
+        # engine to the client (detokenise, stream): on every token, like egress.
+        self.response_s = {k: v for k, v in (response_s or {}).items() if v > 0}
 
     def submit(self, req: Request) -> None:
         c = self.classes.assign(req)
@@ -83,12 +86,13 @@ class Fleet:
         if math.isnan(req.prefill_done):
             req.prefill_done = req.first_token
         out = self._egress.pop(req.id, 0.0)
-        if out and req.status is Status.FINISHED:
+        late = out + self.response_s.get(req.pool, 0.0) if self.response_s else out
+        if late and req.status is Status.FINISHED:
             req.net_out = out
-            req.first_token += out
-            req.finish += out
+            req.first_token += late
+            req.finish += late
             if self.on_done:
-                fire(self.env, out, lambda _ev: self.on_done(req))
+                fire(self.env, late, lambda _ev: self.on_done(req))
             return
         if self.on_done:
             self.on_done(req)

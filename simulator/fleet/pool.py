@@ -24,6 +24,7 @@ from ..engine.reference import ReferenceReplica
 from ..engine.replica import FastReplica
 from ..engine.routing import Router
 from ..metrics.gaps import GapLog
+from .ingest import FrontEnd
 from workloads.request import Request, Status
 
 ENGINES = {"fast": FastReplica, "reference": ReferenceReplica}
@@ -105,6 +106,7 @@ class Pool:
         self.rejected = 0
         self.warm: list[int] = []
         self.on_ready: Optional[Callable[[], None]] = None
+        self.front_ends: dict[int, FrontEnd] = {}   # replica index -> its serial front end (serving backends)
         for _ in range(replicas):
             self._new(State.READY)
         for _ in range(warm):
@@ -200,6 +202,12 @@ class Pool:
         if adm is not None and adm.rejects(req, r, self.prefill_tokens_per_s()):
             self.reject(req)
             return
+        if self.cfg.front_end_busy:
+            fe = self.front_ends.get(r.index)
+            if fe is None:
+                fe = self.front_ends[r.index] = FrontEnd(self.env, self.cfg.request_ms, self.cfg.tokenize_us_per_token)
+            fe.enter(req, r.submit)
+            return
         r.submit(req)
 
     def reject(self, req: Request) -> None:
@@ -223,8 +231,19 @@ class Pool:
             self.on_done(req)
 
     def cancel(self, req: Request) -> None:
-        if req.replica >= 0 and req.status is Status.PENDING:
+        if req.status is not Status.PENDING:
+            return
+        if req.replica >= 0:
             self.replicas[req.replica].cancel(req)
+            return
+        for fe in self.front_ends.values():     # still in a front end: it ends here
+            if fe.holds(req):
+                fe.drop(req)
+                req.status = Status.CANCELLED
+                req.finish = self.env.now
+                if self.on_done:
+                    self.on_done(req)
+                return
 
     def end_time(self) -> float:
         """When the last request ended: the end of the simulated span. The

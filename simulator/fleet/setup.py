@@ -41,7 +41,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
     gpu = at("gpu", lambda: load_hardware(spec.gpu))
     e = spec.engine
     cm = at("tp", lambda: CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
-                                    iteration_overhead_ms=e.iteration_overhead_ms))
+                                    iteration_overhead_ms=e.iteration_overhead_ms,
+                                    iteration_us_per_seq=e.iteration_us_per_seq))
     mem = at("engine", lambda: plan_memory(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
                                            e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
                                            e.block_size))

@@ -11,10 +11,9 @@ from __future__ import annotations
 import math
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ..errors import LlmsimError, from_validation_error
-from .loader import read_structured, resolve
+from .loader import load_profile
 
 GIB = 2**30
 
@@ -190,12 +189,4 @@ class HardwareProfile(_Strict):
 
 
 def load_hardware(name_or_path: str) -> HardwareProfile:
-    path = resolve("hardware_profiles", name_or_path)
-    data = read_structured(path)
-    if not isinstance(data, dict):
-        raise LlmsimError("expected a mapping of hardware keys", source=path)
-    data.setdefault("name", path.stem)
-    try:
-        return HardwareProfile.model_validate(data)
-    except ValidationError as e:
-        raise from_validation_error(e, path) from None
+    return load_profile("hardware_profiles", name_or_path, HardwareProfile, "hardware")

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import yaml
+from pydantic import BaseModel, ValidationError
 
 from ..errors import LlmsimError
 
@@ -77,9 +78,29 @@ def resolve(kind: str, name_or_path: str) -> Path:
     if cand.exists():
         return cand
     valid = ", ".join(list_builtin(kind))
-    noun = {"hardware_profiles": "GPU", "model_profiles": "model", "scenarios": "scenario"}[kind]
+    noun = {"hardware_profiles": "GPU", "model_profiles": "model", "scenarios": "scenario",
+            "backend_profiles": "serving backend"}[kind]
     raise LlmsimError(f"unknown {noun} {name_or_path!r}; valid names: {valid} (or a path to a YAML/JSON file)")
 
 
 def list_builtin(kind: str) -> list[str]:
     return sorted(p.stem for p in builtin_dir(kind).glob("*.yaml"))
+
+
+P = TypeVar("P", bound=BaseModel)
+
+
+def load_profile(kind: str, name_or_path: str, cls: type[P], noun: str) -> P:
+    """A built-in profile or the user's file, validated as ``cls``; every
+    problem is one LlmsimError naming the file and the key."""
+    from ..errors import from_validation_error
+
+    path = resolve(kind, name_or_path)
+    data = read_structured(path)
+    if not isinstance(data, dict):
+        raise LlmsimError(f"expected a mapping of {noun} keys", source=path)
+    data.setdefault("name", path.stem)
+    try:
+        return cls.model_validate(data)
+    except ValidationError as e:
+        raise from_validation_error(e, path) from None

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..costmodel.speculative import SpeculativeSpec
 from ..engine.config import EngineConfig
 from ..engine.routing import RouterSpec
+from ..errors import LlmsimError
 from ..fleet.autoscaler import AutoscalingSpec
 from ..fleet.classes import ClassSpec
 from ..fleet.disaggregation import DisaggregationSpec
@@ -43,6 +44,23 @@ class PoolSpec(BaseModel):
     usd_per_gpu_hour: Optional[float] = Field(default=None, gt=0, description="override the GPU profile's price")
     engine: EngineConfig = EngineConfig()
     speculative: Optional[SpeculativeSpec] = Field(default=None, description="draft-model speculative decoding")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_defaults(cls, data: Any) -> Any:
+        """A named serving backend fills the engine keys the pool leaves unset;
+        its GPU-dependent defaults need the pool's GPU, hence here."""
+        if not isinstance(data, dict):
+            return data
+        engine = data.get("engine")
+        if not isinstance(engine, dict) or engine.get("backend") is None or not isinstance(data.get("gpu"), str):
+            return data
+        from ..profiles.backend import apply_backend
+        try:
+            return {**data, "engine": apply_backend(engine, data["gpu"])}
+        except LlmsimError as e:
+            where = f" ({e.source})" if getattr(e, "source", None) else ""
+            raise ValueError(f"engine.backend {engine['backend']!r}: {e.message}{where}") from None
 
 
 class Scenario(BaseModel):

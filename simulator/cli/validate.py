@@ -1,0 +1,172 @@
+"""``llmsim validate``: replay measured serving benchmarks, report the error, fit a stack's overheads.
+
+Takes a CSV in the shared data's serving-results layout, or ``vllm bench
+serve`` result JSON files with the configuration given on the command line;
+prints measured against predicted with signed errors and the median/p90 per
+metric and stack. ``--fit`` fits the stack's overheads to the rows and
+writes a backend profile the user can name in scenarios
+(``engine.backend: path/to/profile.yaml``); the work lives in
+:mod:`simulator.validation`.
+"""
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+import yaml
+
+from ..errors import LlmsimError
+from .app import app, err_console
+from .output import console, print_json
+
+
+def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str], gpu: Optional[str], tp: int,
+               weight_dtype: str, kv_dtype: str):
+    from ..validation.rows import rows_from_bench_json, rows_from_csv
+
+    csvs = [p for p in inputs if p.suffix.lower() in (".csv", ".gz")]
+    jsons = [p for p in inputs if p.suffix.lower() == ".json"]
+    other = [p for p in inputs if p not in csvs and p not in jsons]
+    if other:
+        raise LlmsimError("expected a .csv of serving results or `vllm bench serve` .json results", source=other[0])
+    rows = []
+    for p in csvs:
+        rows += rows_from_csv(p, model, gpu)
+    if jsons:
+        missing = [f for f, v in (("--backend", backend), ("--model", model), ("--gpu", gpu)) if v is None]
+        if missing:
+            raise LlmsimError(f"a `vllm bench serve` result does not record its configuration: give "
+                              f"{', '.join(missing)}", source=jsons[0])
+        rows += rows_from_bench_json(jsons, backend, model, gpu, tp, weight_dtype, kv_dtype)
+    return rows
+
+
+@app.command("validate")
+def validate(
+    inputs: List[Path] = typer.Argument(..., help="serving-results CSV, or `vllm bench serve` result JSON files"),
+    backend: Optional[str] = typer.Option(None, "--backend", help="stack of JSON results (vllm, sglang, "
+                                          "trtllm); for a CSV, a backend name or profile file replacing each "
+                                          "row's own stack"),
+    model: Optional[str] = typer.Option(None, "--model", help="model profile (JSON results; overrides a CSV's)"),
+    gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU profile (JSON results; overrides a CSV's)"),
+    tp: int = typer.Option(1, "--tp", min=1, max=72, help="tensor-parallel size of JSON results"),
+    weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="weights of JSON results"),
+    kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV cache of JSON results"),
+    max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", min=1,
+                                                  help="replay only rows at or below this concurrency"),
+    client: str = typer.Option("burst", "--client", help="closed-loop start: burst (all C clients at t = 0, "
+                               "every request counted, as benchmark tools run) or spread (clients out of phase, "
+                               "one round of warm-up left out)"),
+    fit: Optional[Path] = typer.Option(None, "--fit", help="fit the stack's overheads to the rows and write "
+                                       "a backend profile here"),
+    csv: Optional[Path] = typer.Option(None, "--csv", help="also write measured vs predicted per row"),
+    json: bool = typer.Option(False, "--json", help="print one JSON object instead of tables"),
+    workers: int = typer.Option(max(1, min(4, os.cpu_count() or 1)), "--workers", min=1, max=64,
+                                help="processes replaying rows"),
+) -> None:
+    """Replay measured benchmarks through llmsim: signed errors per row, median and p90 per metric and stack."""
+    from ..validation import fit as fitting
+    from ..validation.replay import ReplaySettings
+    from ..validation.report import error_table, predict_all, summary
+
+    if client not in ("spread", "burst"):
+        raise LlmsimError(f"unknown client {client!r}; expected spread or burst", key_path="--client")
+    if fit is not None and fit.suffix not in (".yaml", ".yml"):
+        raise LlmsimError("the fitted profile is written as YAML: give a .yaml path", key_path="--fit")
+    if fit is not None and not fit.parent.exists():
+        raise LlmsimError("folder does not exist", source=fit.parent, key_path="--fit")
+    rows = _load_rows(inputs, backend, model, gpu, tp, weight_dtype, kv_dtype)
+    if max_concurrency is not None:
+        rows = [r for r in rows if r.concurrency is None or r.concurrency <= max_concurrency]
+    usable = [r for r in rows if not r.skip]
+    if not usable:
+        why = sorted({r.skip for r in rows})
+        raise LlmsimError("no row can be replayed" + (f": {'; '.join(why)}" if why else ""), source=inputs[0])
+    stack_override = backend if any(p.suffix.lower() in (".csv", ".gz") for p in inputs) else None
+    if stack_override is not None:
+        from ..profiles.backend import load_backend
+        load_backend(stack_override)          # an unknown backend is one line, before any replay
+    settings = ReplaySettings(backend=stack_override, client=client)  # type: ignore[arg-type]
+    out: dict = {"rows": len(rows), "replayed": len(usable),
+                 "skipped": {r.id: r.skip for r in rows if r.skip}}
+    if fit is None:
+        preds = predict_all(usable, settings, workers)
+        errors = error_table(usable, preds)
+    else:
+        res = fitting.fit(usable, settings, workers=workers, progress=lambda s: err_console.print(s, style="dim"))
+        errors = error_table(usable, res.in_sample)
+        out["fitted"] = res.overheads.model_dump()
+        out["fit_summary"] = summary(errors).to_dict("records")
+        if res.held_out is not None:
+            held = error_table(usable, res.held_out)
+            out["leave_one_group_out"] = summary(held).to_dict("records")
+        _write_profile(fit, usable, res.overheads, stack_override)
+    out["summary"] = summary(errors).to_dict("records")
+    if csv is not None:
+        try:
+            errors.to_csv(csv, index=False)
+        except OSError as e:
+            raise LlmsimError(f"cannot write ({e.strerror})", source=csv, key_path="--csv") from None
+    if json:
+        out["errors"] = errors.to_dict("records")
+        print_json(out)
+        return
+    _print(errors, out)
+
+
+def _write_profile(path: Path, rows, overheads, stack_override: Optional[str]) -> None:
+    from ..profiles.backend import load_backend
+
+    stacks = sorted({r.stack for r in rows})
+    base = load_backend(stack_override or stacks[0])
+    if stack_override is None and len(stacks) > 1:
+        err_console.print(f"note: rows of several stacks ({', '.join(stacks)}); the profile takes "
+                      f"{base.name}'s scheduling defaults and the overheads fitted to them all")
+    doc = base.model_dump(exclude_defaults=False)
+    doc["name"] = path.stem
+    doc["overheads"] = overheads.model_dump()
+    doc["fitted_on"] = (f"llmsim validate --fit on {len(rows)} rows "
+                        f"({', '.join(sorted({r.group for r in rows}))})")
+    try:
+        path.write_text("# Written by `llmsim validate --fit`; name it in a scenario as engine.backend.\n"
+                        + yaml.safe_dump(doc, sort_keys=False))
+    except OSError as e:
+        raise LlmsimError(f"cannot write the profile ({e.strerror})", source=path, key_path="--fit") from None
+    err_console.print(f"wrote backend profile {path}")
+
+
+def _print(errors, out: dict) -> None:
+    from rich.table import Table
+
+    from ..validation.report import LABELS
+
+    t = Table(title="measured vs llmsim (error = llmsim/measured − 1)", title_justify="left")
+    for c in ("row", "stack", "tp", "isl/osl", "C or rate", "metric", "measured", "llmsim", "error"):
+        t.add_column(c, justify="left" if c in ("row", "stack", "metric") else "right")
+    for e in errors.to_dict("records"):
+        load = str(e["concurrency"]) if e["concurrency"] == e["concurrency"] and e["concurrency"] else f"{e['rate']}/s"
+        t.add_row(e["row"][-48:], e["stack"], str(e["tp"]), f"{e['isl']}/{e['osl']}", load,
+                  LABELS.get(e["metric"], e["metric"]), f"{e['measured']:,.1f}", f"{e['predicted']:,.1f}",
+                  f"{e['error_pct']:+.0f} %")
+    console.print(t)
+
+    def table(title: str, recs: list) -> None:
+        s = Table(title=title, title_justify="left")
+        for c in ("metric", "stack", "rows", "median |error|", "p90 |error|", "median signed"):
+            s.add_column(c, justify="left" if c in ("metric", "stack") else "right")
+        for r in recs:
+            s.add_row(LABELS.get(r["metric"], r["metric"]), r["stack"], str(r["rows"]),
+                      f"{r['median_abs_pct']:.1f} %", f"{r['p90_abs_pct']:.1f} %", f"{r['median_signed_pct']:+.1f} %")
+        console.print(s)
+
+    table("summary" + (" (in-sample, after the fit)" if "fitted" in out else ""), out["summary"])
+    if "leave_one_group_out" in out:
+        table("leave one group out (each model/GPU/stack predicted by the fit on the others)",
+              out["leave_one_group_out"])
+    if "fitted" in out:
+        console.print("fitted overheads: " + ", ".join(f"{k} = {v:g}" for k, v in out["fitted"].items()))
+    if out["skipped"]:
+        console.print(f"{len(out['skipped'])} row(s) not replayed: " +
+                      "; ".join(sorted(set(out["skipped"].values()))))

@@ -1,0 +1,56 @@
+"""A serving stack's front end: requests reach the scheduler one at a time.
+
+Every serving stack receives a request in a front-end process (vLLM's API
+server, SGLang's tokenizer manager, TensorRT-LLM's executor client) that
+parses the HTTP request, tokenises the prompt and hands it to the scheduler.
+That process handles one request at a time, so a burst of arrivals (a
+closed-loop benchmark's clients all replying to the same iteration's
+finishes, or its start) reaches the scheduler spread over the front end's
+time per request, and the scheduler, which picks up what has arrived at each
+iteration boundary, splits the burst across iterations. This is what breaks
+the lockstep a closed loop of identical requests would otherwise keep
+forever: nothing random, only a serial stage with a cost per request.
+
+One front end per replica, FIFO, deterministic: a request entering at ``t``
+reaches the replica at ``max(t, free) + request_ms + tokens · tokenize_us``.
+"""
+from __future__ import annotations
+
+from typing import Callable
+
+import simpy
+
+from workloads.drivers import fire
+from workloads.request import Request, Status
+
+
+class FrontEnd:
+    """The serial front end of one replica."""
+
+    __slots__ = ("env", "per_request_s", "per_token_s", "free_at", "inside")
+
+    def __init__(self, env: simpy.Environment, request_ms: float, tokenize_us_per_token: float) -> None:
+        self.env = env
+        self.per_request_s = request_ms * 1e-3
+        self.per_token_s = tokenize_us_per_token * 1e-6
+        self.free_at = 0.0
+        self.inside: set[int] = set()        # ids of requests still in the front end
+
+    def enter(self, req: Request, deliver: Callable[[Request], None]) -> None:
+        now = self.env.now
+        done = max(now, self.free_at) + self.per_request_s + req.input_tokens * self.per_token_s
+        self.free_at = done
+        self.inside.add(req.id)
+
+        def out(_ev: object) -> None:
+            self.inside.discard(req.id)
+            if req.status is Status.PENDING:     # not cancelled meanwhile
+                deliver(req)
+        fire(self.env, done - now, out)
+
+    def holds(self, req: Request) -> bool:
+        return req.id in self.inside
+
+    def drop(self, req: Request) -> None:
+        """The client gave up while the request was in the front end."""
+        self.inside.discard(req.id)

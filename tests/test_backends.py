@@ -1,0 +1,145 @@
+"""Serving-stack backends, the serial front end and benchmark-style closed loops."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from hypothesis import given, settings, strategies as st
+
+from simulator.engine.config import EngineConfig
+from simulator.profiles import list_builtin, load_hardware
+from simulator.profiles.backend import load_backend
+from simulator.runner import simulate
+from simulator.scenario.schema import PoolSpec, Scenario
+from workloads.request import Status
+
+BACKENDS = list_builtin("backend_profiles")
+GPUS = ["h100-sxm", "h200", "a100-sxm-80gb", "b200", "l40s"]
+# Engine keys a user may set beside a backend, with values to draw from.
+USER_KEYS = {
+    "max_num_seqs": st.integers(1, 256),
+    "max_num_batched_tokens": st.integers(4096, 65536),
+    "block_size": st.sampled_from([1, 16, 32]),
+    "gpu_memory_utilization": st.floats(0.5, 0.95),
+    "prefix_cache": st.booleans(),
+    "request_ms": st.floats(0, 50),
+    "iteration_us_per_seq": st.floats(0, 100),
+}
+
+
+def test_builtin_backends_are_the_three_stacks():
+    assert set(BACKENDS) == {"vllm", "sglang", "trtllm"}
+    for name in BACKENDS:
+        b = load_backend(name)
+        assert b.source and b.versions, f"{name}: a backend cites where its defaults come from"
+
+
+@settings(max_examples=25, deadline=None)
+@given(backend=st.sampled_from(BACKENDS), gpu=st.sampled_from(GPUS),
+       user=st.dictionaries(st.sampled_from(sorted(USER_KEYS)), st.none(), max_size=4).flatmap(
+           lambda d: st.fixed_dictionaries({k: USER_KEYS[k] for k in d})))
+def test_a_backend_only_sets_what_it_documents(backend, gpu, user):
+    """The resolved engine is the backend's documented defaults (for that GPU)
+    under the user's keys: every key the user set wins, every other key
+    is the profile's or llmsim's default; nothing else moves."""
+    pool = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": gpu, "engine": {"backend": backend, **user}})
+    documented = load_backend(backend).engine_defaults(load_hardware(gpu))
+    expected = EngineConfig.model_validate({**documented, **user, "backend": backend})
+    assert pool.engine == expected
+    for k, v in user.items():
+        assert getattr(pool.engine, k) == v
+    plain = EngineConfig()
+    for k in EngineConfig.model_fields:
+        if k not in documented and k not in user and k != "backend":
+            assert getattr(pool.engine, k) == getattr(plain, k), k
+
+
+def test_without_a_backend_the_engine_is_unchanged():
+    assert PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "h100-sxm"}).engine == EngineConfig()
+
+
+@pytest.mark.parametrize("gpu, budget, seqs", [("h100-sxm", 8192, 1024), ("h200", 8192, 1024),
+                                               ("a100-sxm-80gb", 2048, 256), ("l40s", 2048, 256)])
+def test_vllm_budget_follows_the_gpu(gpu, budget, seqs):
+    e = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": gpu, "engine": {"backend": "vllm"}}).engine
+    assert (e.max_num_batched_tokens, e.max_num_seqs, e.chunked_prefill) == (budget, seqs, True)
+
+
+@pytest.mark.parametrize("gpu, chunk", [("l40s", 8192), ("h100-sxm", 8192), ("h200", 8192), ("b200", 16384)])
+def test_sglang_chunk_follows_the_gpu(gpu, chunk):
+    e = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": gpu, "engine": {"backend": "sglang"}}).engine
+    assert e.max_num_batched_tokens == chunk and not e.mixes_prefill
+
+
+def test_trtllm_mixes_whole_prompts():
+    e = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "h100-sxm", "engine": {"backend": "trtllm"}}).engine
+    assert not e.chunked_prefill and e.mixes_prefill
+
+
+def _closed(c: int, n: int, isl: int, osl: int, engine: dict | None = None, **arrival) -> Scenario:
+    return Scenario.model_validate({
+        "name": "t", "workload": {"num_requests": n, "arrival": {"type": "concurrency", "concurrency": c, **arrival},
+                                  "input_tokens": {"dist": "fixed", "value": isl},
+                                  "output_tokens": {"dist": "fixed", "value": osl}},
+        "pools": [{"model": "llama-3.1-8b", "gpu": "h100-sxm", "engine": engine or {}}]})
+
+
+@settings(max_examples=15, deadline=None)
+@given(c=st.integers(1, 24), rounds=st.integers(2, 5), isl=st.integers(16, 3000), osl=st.integers(2, 200),
+       backend=st.sampled_from([None, *BACKENDS]))
+def test_a_closed_loop_keeps_exactly_c_requests_in_flight(c, rounds, isl, osl, backend):
+    """Each new request is sent as another ends (turnaround 0), so at every
+    send C requests are out until the last ones are sent."""
+    out = simulate(_closed(c, c * rounds, isl, osl, {"backend": backend} if backend else {}))
+    reqs = out.requests
+    assert all(r.status is Status.FINISHED for r in reqs)
+    arr = np.array([r.arrival for r in reqs])
+    fin = np.array([r.finish for r in reqs])
+    for t in arr:
+        assert ((arr <= t) & (fin > t)).sum() == c
+
+
+def test_warmup_requests_run_but_are_not_counted():
+    a = simulate(_closed(4, 12, 512, 32, warmup_requests=8))
+    assert len(a.requests) == 12 and a.results["completed"] == 12
+    assert min(r.id for r in a.requests) == 8
+
+
+def test_ramp_up_spreads_the_first_sends():
+    out = simulate(_closed(5, 5, 256, 2000, ramp_up_s=10.0))   # each lasts longer than the ramp
+    assert [round(r.arrival, 9) for r in out.requests] == [0.0, 2.0, 4.0, 6.0, 8.0]
+
+
+def test_the_front_end_hands_a_burst_over_one_request_at_a_time():
+    """Five requests sent together reach the scheduler request_ms apart, so
+    the first is admitted alone and the rest wait for its iteration to end."""
+    out = simulate(_closed(5, 5, 2048, 4, {"request_ms": 4.0}))
+    reqs = sorted(out.requests, key=lambda r: r.id)
+    assert reqs[0].admitted == pytest.approx(0.004)
+    assert all(r.admitted >= 0.004 * (i + 1) - 1e-12 for i, r in enumerate(reqs))
+    assert reqs[1].admitted > reqs[0].admitted
+
+
+def test_response_time_shifts_first_token_and_finish_not_tpot():
+    base = simulate(_closed(2, 6, 512, 32))
+    late = simulate(_closed(2, 6, 512, 32, {"response_ms": 7.0}))
+    assert late.results["mean_tpot_ms"] == pytest.approx(base.results["mean_tpot_ms"], rel=1e-9)
+    b0, l0 = base.requests[0], late.requests[0]
+    assert l0.first_token - b0.first_token == pytest.approx(0.007)
+    assert l0.finish - b0.finish == pytest.approx(0.007)
+
+
+def test_per_sequence_iteration_time_grows_with_the_batch():
+    from simulator.costmodel import CostModel
+    from simulator.profiles import load_model
+
+    m, g = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+    plain = CostModel(m, g, 1, iteration_overhead_ms=1.0)
+    busy = CostModel(m, g, 1, iteration_overhead_ms=1.0, iteration_us_per_seq=20.0)
+    for b in (1, 8, 64):
+        assert busy.decode_coefficients(b)[0] - plain.decode_coefficients(b)[0] == pytest.approx(20e-6 * b)
+        assert busy.step_time((), b, b * 1000.0) - plain.step_time((), b, b * 1000.0) == pytest.approx(20e-6 * b)
+
+
+def test_chunked_prefill_in_prefill_only_iterations_is_refused():
+    with pytest.raises(ValueError, match="not modelled"):
+        EngineConfig(chunked_prefill=True, mixed_prefill=False)

@@ -1,0 +1,97 @@
+"""``llmsim validate``: replay measured rows, report signed errors, fit a stack's overheads."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from simulator.validation.fit import fit
+from simulator.validation.replay import ReplaySettings, predict
+from simulator.validation.rows import Row
+
+# Small configurations: a 1B model on one H100, short prompts, so each replay takes milliseconds.
+CONFIGS = [("vllm", 1, 512, 64, 2), ("vllm", 1, 1024, 48, 32), ("sglang", 1, 512, 64, 4),
+           ("sglang", 1, 2048, 32, 24), ("trtllm", 1, 512, 48, 16), ("trtllm", 1, 1024, 64, 3)]
+
+
+def _rows(settings: ReplaySettings) -> list[Row]:
+    """Rows whose 'measurements' are llmsim's own predictions under ``settings``."""
+    rows = []
+    for i, (stack, tp, isl, osl, c) in enumerate(CONFIGS):
+        r = Row(f"r{i}", stack, "llama-3.2-1b", "h100-sxm", tp, "bf16", "bf16", isl, osl, concurrency=c,
+                measured={"ttft_mean_ms": 1.0, "tpot_mean_ms": 1.0, "throughput_output_tok_s": 1.0})
+        r.measured = predict(r, settings)
+        rows.append(r)
+    return rows
+
+
+def _csv(rows: list[Row], path) -> None:
+    pd.DataFrame([{"row_id": r.id, "engine": r.stack, "model": "meta-llama/Llama-3.2-1B", "gpu": "H100-SXM5-80GB",
+                   "tp": r.tp, "precision": "bf16", "isl_mean": r.isl, "osl_mean": r.osl, "isl_dist": "fixed",
+                   "osl_dist": "fixed", "concurrency": r.concurrency, **r.measured} for r in rows]).to_csv(path, index=False)
+
+
+def test_rows_llmsim_generated_validate_to_zero_error(tmp_path, cli):
+    rows = _rows(ReplaySettings())
+    _csv(rows, tmp_path / "own.csv")
+    res = cli("validate", tmp_path / "own.csv", "--model", "llama-3.2-1b", "--json", "--workers", "1")
+    assert res.code == 0, res.err
+    out = json.loads(res.out)
+    assert out["replayed"] == len(CONFIGS)
+    assert max(abs(e["error_pct"]) for e in out["errors"]) < 1e-6
+
+
+def test_fit_recovers_known_overheads():
+    """Rows made with known overheads; a fit from zero finds them again. A
+    closed loop's TTFT sees the front end and the response time only as a
+    sum, so that sum is what must come back, beside the two iteration costs."""
+    known = {"iteration_overhead_ms": 2.0, "iteration_us_per_seq": 40.0, "request_ms": 6.0, "response_ms": 3.0}
+    rows = _rows(ReplaySettings(engine=known))
+    res = fit(rows, ReplaySettings(), iterations=4, logo=False)
+    o = res.overheads
+    assert o.iteration_overhead_ms == pytest.approx(2.0, abs=0.3)
+    assert o.iteration_us_per_seq == pytest.approx(40.0, abs=12.0)
+    assert o.request_ms + o.response_ms == pytest.approx(9.0, abs=2.0)
+
+
+@pytest.mark.parametrize("text, expect", [
+    ("engine,model\nvllm,x\n", "missing column"),
+    ("engine,model,gpu,isl_mean,osl_mean\nvllm,x,h100,1,1\n", "no measured metric"),
+])
+def test_bad_csv_is_one_line(tmp_path, cli, text, expect):
+    p = tmp_path / "bad.csv"
+    p.write_text(text)
+    res = cli("validate", p)
+    assert res.code == 2 and expect in res.err and "Traceback" not in res.err
+    assert len(res.err.strip().splitlines()) == 1
+
+
+def test_a_json_that_is_not_a_bench_result_is_one_line(tmp_path, cli):
+    p = tmp_path / "x.json"
+    p.write_text(json.dumps({"hello": 1}))
+    res = cli("validate", p, "--backend", "vllm", "--model", "llama-3.1-8b", "--gpu", "h100-sxm")
+    assert res.code == 2 and "not a `vllm bench serve` result" in res.err and "Traceback" not in res.err
+
+
+def test_an_unknown_backend_is_one_line(tmp_path, cli):
+    rows = _rows(ReplaySettings())[:1]
+    _csv(rows, tmp_path / "own.csv")
+    res = cli("validate", tmp_path / "own.csv", "--model", "llama-3.2-1b", "--backend", "tgi")
+    assert res.code == 2 and "unknown serving backend 'tgi'" in res.err and "Traceback" not in res.err
+
+
+def test_bench_json_rows_replay(tmp_path, cli):
+    """A `vllm bench serve` result with its configuration on the command line."""
+    r = Row("b", "vllm", "llama-3.2-1b", "h100-sxm", 1, "bf16", "bf16", 512, 32, concurrency=4,
+            measured={"ttft_mean_ms": 1.0, "tpot_mean_ms": 1.0})
+    p = predict(r, ReplaySettings(client="burst"))
+    d = {"completed": 16, "total_input_tokens": 16 * 512, "total_output_tokens": 16 * 32, "max_concurrency": 4,
+         "request_rate": "inf", "mean_ttft_ms": p["ttft_mean_ms"], "mean_tpot_ms": p["tpot_mean_ms"]}
+    f = tmp_path / "run.json"
+    f.write_text(json.dumps(d))
+    res = cli("validate", f, "--backend", "vllm", "--model", "llama-3.2-1b", "--gpu", "h100-sxm",
+              "--client", "burst", "--json", "--workers", "1")
+    assert res.code == 0, res.err
+    errs = {e["metric"]: e["error_pct"] for e in json.loads(res.out)["errors"]}
+    assert abs(errs["ttft_mean_ms"]) < 1e-6 and abs(errs["tpot_mean_ms"]) < 1e-6
