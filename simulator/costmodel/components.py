@@ -6,6 +6,8 @@ measured shapes in one call and the engine can evaluate one step cheaply.
 """
 from __future__ import annotations
 
+import math
+
 import numpy as np
 
 from ..profiles.hardware import AllReduceParams, RooflineParams
@@ -22,10 +24,11 @@ def gemm_flops_bytes(m, n, k, weight_bytes: float = 2.0, act_bytes: float = 2.0,
 
 
 # Output tiles (Tm, Tn) the wave form lets a GEMM library choose from: the
-# CTA shapes cuBLAS and CUTLASS ship for Ampere and Hopper tensor cores.
-# Taking the cheapest per shape stands for the library's heuristic without
-# following any one library's choices.
-GEMM_TILES = ((64, 128), (128, 64), (128, 128), (128, 256), (256, 128))
+# CTA shapes CUTLASS's default bf16 tensor-op configurations use on Ampere
+# and Hopper. Taking the cheapest per shape stands for the library's
+# heuristic without following any one library's choices. (64×64 tiles made
+# the held-out A100 error worse: libraries do not run them at full speed.)
+GEMM_TILES = ((64, 128), (128, 64), (128, 128), (128, 256), (256, 128), (64, 256), (256, 64))
 # Split-K never makes a CTA's slice of k shorter than this many elements.
 SPLIT_K_MIN = 256.0
 
@@ -43,6 +46,8 @@ def gemm_wave_time(m, n, k, peak_flops: float, num_sms: int, p: RooflineParams):
     """
     sms = float(num_sms)
     per_sm = peak_flops * p.eta_compute / sms
+    if not isinstance(m, np.ndarray) and not isinstance(n, np.ndarray) and not isinstance(k, np.ndarray):
+        return _gemm_wave_time_float(float(m), float(n), float(k), sms, per_sm, p.k_overhead, p.tile_edge)
     best = None
     for tm, tn in GEMM_TILES:
         tiles = np.ceil(m / tm) * np.ceil(n / tn)
@@ -53,6 +58,21 @@ def gemm_wave_time(m, n, k, peak_flops: float, num_sms: int, p: RooflineParams):
         k_slice = np.maximum(k / np.maximum(np.floor(sms / tiles), 1.0), np.minimum(k, SPLIT_K_MIN))
         t = waves * (k_slice + p.k_overhead) * (2.0 * tm * tn * (1.0 + p.tile_edge * (1.0 / tm + 1.0 / tn))) / per_sm
         best = t if best is None else np.minimum(best, t)
+    return best
+
+
+def _gemm_wave_time_float(m: float, n: float, k: float, sms: float, per_sm: float, k_overhead: float,
+                          tile_edge: float) -> float:
+    """:func:`gemm_wave_time` on plain numbers (the engine's case), operation
+    for operation, without numpy's per-scalar overhead."""
+    best = math.inf
+    for tm, tn in GEMM_TILES:
+        tiles = math.ceil(m / tm) * math.ceil(n / tn)
+        waves = math.ceil(tiles / sms)
+        k_slice = max(k / max(math.floor(sms / tiles), 1.0), min(k, SPLIT_K_MIN))
+        t = waves * (k_slice + k_overhead) * (2.0 * tm * tn * (1.0 + tile_edge * (1.0 / tm + 1.0 / tn))) / per_sm
+        if t < best:
+            best = t
     return best
 
 
