@@ -39,7 +39,7 @@ def kernels(shared_data):
 @pytest.fixture(scope="module")
 def fresh(shared_data):
     """A dry calibration run of the measured GPUs (nothing written)."""
-    return pipeline.run(shared_data, MEASURED)
+    return pipeline.run(shared_data, MEASURED, moe_mla=False)
 
 
 @pytest.fixture(scope="module")

@@ -11,6 +11,7 @@ import numpy as np
 import pandas as pd
 
 from ..costmodel import components as C
+from ..costmodel import moe as M
 from ..costmodel.roofline import blend
 from ..profiles.hardware import AllReduceParams, Calibration, HardwareProfile, RooflineParams
 
@@ -68,11 +69,25 @@ def allreduce(df: pd.DataFrame, gpu: HardwareProfile, p: AllReduceParams) -> np.
     return out
 
 
+def moe(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:
+    """One MoE format's rows at the routing rank 0 really had (``local_pairs``,
+    ``local_active``: :mod:`.moe_routing`)."""
+    fmts = df["moe_dtype"].unique()
+    if len(fmts) != 1:
+        raise ValueError(f"MoE rows of one format expected, got {list(fmts)}")
+    name = str(fmts[0])
+    return np.asarray(M.rank_time(df["num_tokens"].to_numpy() * df["topk"].to_numpy(), df["local_pairs"].to_numpy(),
+                                  df["local_active"].to_numpy(), df["hidden_size"].to_numpy(),
+                                  df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy(),
+                                  M.dtype_info(name), M.peak_flops(name, gpu), gpu.hbm_bandwidth, p))
+
+
 PREDICT = {
     "gemm": gemm,
     "attention_prefill": attention_prefill,
     "attention_decode": attention_decode,
     "allreduce": allreduce,
+    "moe": moe,
 }
 
 

@@ -21,11 +21,11 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
-from ..profiles.hardware import AllReduceParams, HardwareProfile, RooflineParams
+from ..profiles.hardware import AllReduceParams, HardwareProfile, MoeParams, RooflineParams
 from . import evaluate
 from .data import CUSTOM_AR_MAX_BYTES
 
-Params = Union[RooflineParams, AllReduceParams]
+Params = Union[RooflineParams, MoeParams, AllReduceParams]
 
 # vLLM's custom all-reduce runs one-shot (every GPU reads its peers' whole
 # buffers) below 256 KiB on 8 GPUs; the measured 2- and 4-GPU rows follow
@@ -35,7 +35,7 @@ ONESHOT_MAX_BYTES = 256 * 1024
 # (loss, f_scale in log-time): soft-L1 is near least squares for errors
 # under ~5% and near L1 beyond; Cauchy then discounts outliers further.
 # The fit keeps whichever ends with the lower median error.
-_LOSSES = (("soft_l1", 0.05), ("cauchy", 0.02))
+LOSSES = (("soft_l1", 0.05), ("cauchy", 0.02))
 
 
 @dataclass(frozen=True)
@@ -67,9 +67,9 @@ def round_sig(x: float, digits: int = 4) -> float:
     return float(round(x, digits - 1 - int(math.floor(math.log10(abs(x))))))
 
 
-def _roofline_space(names, start, lower, upper) -> Space:
+def _roofline_space(names, start, lower, upper, cls: type[RooflineParams] = RooflineParams) -> Space:
     return Space(tuple(names), tuple(start), tuple(lower), tuple(upper),
-                 lambda x: RooflineParams(**{k: round_sig(v) for k, v in zip(names, x)}))
+                 lambda x: cls(**{k: round_sig(v) for k, v in zip(names, x)}))
 
 
 def _allreduce_space(group_sizes: list[int]) -> Space:
@@ -88,6 +88,15 @@ def _allreduce_space(group_sizes: list[int]) -> Space:
                  (1.0, 100.0, 200.0) + (1.0,) * k, build)
 
 
+MOE_NAMES = ("eta_compute", "eta_memory", "sharpness", "fixed_us", "m_half", "pair_ns", "pair_traffic",
+             "layer_fixed_us")
+_MOE_START = dict(eta_compute=0.6, eta_memory=0.8, sharpness=4.0, fixed_us=5.0, m_half=16.0, pair_ns=1.0,
+                  pair_traffic=0.5, layer_fixed_us=10.0)
+_MOE_LO = dict(eta_compute=0.02, eta_memory=0.02, sharpness=1.0)
+_MOE_HI = dict(eta_compute=1.0, eta_memory=1.0, sharpness=64.0, fixed_us=200.0, m_half=4096.0, pair_ns=1000.0,
+               pair_traffic=10.0, layer_fixed_us=500.0)
+
+
 def space(family: str, df: pd.DataFrame) -> Space:
     if family == "gemm":
         return _roofline_space(
@@ -104,6 +113,18 @@ def space(family: str, df: pd.DataFrame) -> Space:
                                (1.0, 1.0, 64.0, 50.0, 200.0))
     if family == "allreduce":
         return _allreduce_space(sorted(int(n) for n in df["num_gpus"].unique()))
+    if family == "moe":
+        return _roofline_space(
+            MOE_NAMES, tuple(_MOE_START[n] for n in MOE_NAMES), tuple(_MOE_LO.get(n, 0.0) for n in MOE_NAMES),
+            tuple(_MOE_HI[n] for n in MOE_NAMES), MoeParams)
+    if family == "mla_prefill":
+        return space("attention_prefill", df)
+    if family == "mla_decode":
+        return space("attention_decode", df)
+    if family == "mla_projection":
+        return _roofline_space(("eta_compute", "eta_memory", "sharpness", "fixed_us", "m_half"),
+                               (0.7, 0.8, 4.0, 5.0, 10.0), (0.02, 0.02, 1.0, 0.0, 0.0),
+                               (1.0, 1.0, 64.0, 100.0, 8192.0))
     raise ValueError(f"unknown op family {family!r}")
 
 
@@ -114,28 +135,37 @@ def ape(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
 
 def fit_family(family: str, df: pd.DataFrame, gpu: HardwareProfile) -> FamilyFit:
     """Best parameters of one op family on one GPU's rows."""
-    sp = space(family, df)
-    measured = df["t_s"].to_numpy()
     predict = evaluate.PREDICT[family]
+    return fit_params(family, space(family, df), lambda p: predict(df, gpu, p), df["t_s"].to_numpy())
+
+
+def fit_params(label: str, sp: Space, predict: Callable[[Params], np.ndarray], measured: np.ndarray,
+               starts: tuple[tuple[float, ...], ...] = (), good_enough: float = 0.0,
+               losses: tuple[tuple[str, float], ...] = LOSSES, max_nfev: int = 400) -> FamilyFit:
+    """Robust log-time least squares of ``predict`` over the space ``sp``
+    (from its start, then from each of ``starts`` while the best median
+    error is above ``good_enough`` %; the lowest median error wins)."""
     lo, hi = np.array(sp.lower), np.array(sp.upper)
 
     def residuals(x: np.ndarray) -> np.ndarray:
         # Unrounded during the search (rounding would flatten the gradient).
-        p = _unrounded(sp, x)
-        return np.log(predict(df, gpu, p) / measured)
+        return np.log(predict(_unrounded(sp, x)) / measured)
 
     best: FamilyFit | None = None
-    x = np.array(sp.start, dtype=float)
-    # Each loss starts where the previous one ended (soft-L1 then Cauchy).
-    for loss, scale in _LOSSES:
-        r = least_squares(residuals, np.clip(x, lo, hi), bounds=(lo, hi), loss=loss, f_scale=scale,
-                          x_scale="jac", max_nfev=400)
-        p = sp.build(r.x)
-        err = ape(predict(df, gpu, p), measured)
-        cand = FamilyFit(family, p, loss, float(np.median(err)), float(np.percentile(err, 90)), len(df))
-        if best is None or cand.median_ape < best.median_ape:
-            best = cand
-        x = r.x
+    for start in (sp.start,) + tuple(starts):
+        if best is not None and best.median_ape <= good_enough:
+            break
+        x = np.array(start, dtype=float)
+        # Each loss starts where the previous one ended (soft-L1 then Cauchy).
+        for loss, scale in losses:
+            r = least_squares(residuals, np.clip(x, lo, hi), bounds=(lo, hi), loss=loss, f_scale=scale,
+                              x_scale="jac", max_nfev=max_nfev)
+            p = sp.build(r.x)
+            err = ape(predict(p), measured)
+            cand = FamilyFit(label, p, loss, float(np.median(err)), float(np.percentile(err, 90)), len(measured))
+            if best is None or cand.median_ape < best.median_ape:
+                best = cand
+            x = r.x
     assert best is not None
     return best
 
@@ -148,5 +178,6 @@ def _unrounded(sp: Space, x: np.ndarray) -> Params:
             eta_bandwidth=min(etas.values()), latency_us=float(x[2]), eta_by_gpus=etas,
             custom_max_bytes=float(CUSTOM_AR_MAX_BYTES), custom_eta_bandwidth=float(x[0]),
             custom_latency_us=float(x[1]), oneshot_max_bytes=float(ONESHOT_MAX_BYTES))
-    fields = {**RooflineParams().model_dump(), **dict(zip(sp.names, map(float, x)))}
-    return RooflineParams.model_construct(**fields)
+    cls = MoeParams if "pair_ns" in sp.names else RooflineParams
+    fields = {**cls().model_dump(), **dict(zip(sp.names, map(float, x)))}
+    return cls.model_construct(**fields)

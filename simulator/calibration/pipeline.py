@@ -16,6 +16,7 @@ from ..profiles import list_builtin, load_hardware
 from ..profiles.hardware import Calibration, HardwareProfile
 from ..profiles.loader import builtin_dir
 from . import ceilings, data, report, transfer
+from . import moe_mla as moe_mla_fit
 from .assumptions import ITERATION_OVERHEAD_MS, ITERATION_OVERHEAD_NOTE, OTHER_NOTE, other_params
 from .fit import FamilyFit, ONESHOT_MAX_BYTES, fit_family
 
@@ -32,6 +33,8 @@ class Result:
     slices: pd.DataFrame
     ceilings: dict[str, list[dict]]
     data_dir: Path
+    # MoE and MLA kernel errors (in-sample), one row per GPU × format/table.
+    kernels: pd.DataFrame = field(default_factory=pd.DataFrame)
     written: list[Path] = field(default_factory=list)
 
 
@@ -58,11 +61,13 @@ def _calibrated(kd: data.KernelData, gpu: HardwareProfile) -> tuple[Calibration,
     return cal, fits
 
 
-def run(data_dir: str | Path | None = None, gpus: list[str] | None = None) -> Result:
+def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_mla: bool = True) -> Result:
     """Fit every measured GPU, transfer to every other built-in profile.
 
     ``gpus`` limits which profiles the result carries (a transferred one
-    still needs its source fitted, which is done regardless).
+    still needs its source fitted, which is done regardless). ``moe_mla``
+    also fits the MoE expert and MLA kernels of the GPUs that have rows in
+    ``kernels/moe.csv.gz`` / ``mla.csv.gz`` (the slow part: minutes).
     """
     known = list_builtin("hardware_profiles")
     wanted = list(dict.fromkeys(gpus)) if gpus else known
@@ -104,6 +109,22 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None) -> Re
         cal = transfer.transfer(target, fitted[transfer.SOURCES[name]], ds, pcie_ref)
         out[name] = target.model_copy(update={"calibration": Calibration.model_validate(cal.model_dump())})
 
+    kernel_rows: list[dict] = []
+    if moe_mla:
+        targets = {n: out[n] for n in out if n in moe_mla_fit.GPU_PROFILES.values()}
+        mm = moe_mla_fit.load(kd.data_dir, targets)
+        for name, gpu in targets.items():
+            if not len(mm.moe_rows(name)) and mm.mla is None:
+                continue
+            cal, rows = moe_mla_fit.calibrate(mm, name, gpu)
+            cal = cal.model_copy(update={"error": {**cal.error, **moe_mla_fit.fit_error_block(rows)}})
+            out[name] = gpu.model_copy(update={"calibration": Calibration.model_validate(cal.model_dump())})
+            kernel_rows += rows
+    else:
+        for name, gpu in out.items():
+            out[name] = gpu.model_copy(update={"calibration": moe_mla_fit.keep_current(gpu.calibration,
+                                                                                         load_hardware(name).calibration)})
+
     shown = {n: g for n, g in fitted.items() if n in wanted}
     return Result(
         profiles=out,
@@ -112,6 +133,7 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None) -> Re
         slices=report.slice_table(kd, shown),
         ceilings={n: ceilings.compare(kd, n, g, g.calibration) for n, g in shown.items()},
         data_dir=kd.data_dir,
+        kernels=pd.DataFrame(kernel_rows, columns=["gpu", "family", "n", "median_ape", "p90_ape"]),
     )
 
 

@@ -119,7 +119,7 @@ def ceilings_rich(rows: dict[str, list[dict]]) -> Table:
 
 
 def markdown_report(errors: pd.DataFrame, slices: pd.DataFrame, ceilings: dict[str, list[dict]],
-                    command: str) -> str:
+                    command: str, kernels: pd.DataFrame | None = None) -> str:
     """The generated part of docs/calibration.md (the prose around it is hand-written)."""
     return (f"Reproduce with `{command}`.\n\n"
             "### Error per GPU and op family\n\n"
@@ -127,4 +127,24 @@ def markdown_report(errors: pd.DataFrame, slices: pd.DataFrame, ceilings: dict[s
             "components with η = 1 and no fixed costs.\n\n"
             + markdown_table(errors)
             + "\n### Where the misses are\n\n" + markdown_table(slices)
-            + "\n### Measured ceilings vs the fit\n\n" + ceilings_markdown(ceilings))
+            + "\n### Measured ceilings vs the fit\n\n" + ceilings_markdown(ceilings)
+            + ("\n### MoE experts and MLA modules (in-sample)\n\n" + kernels_markdown(kernels)
+               if kernels is not None and len(kernels) else ""))
+
+
+def kernels_markdown(table: pd.DataFrame) -> str:
+    lines = ["| GPU | MoE format / MLA module | rows | median APE | p90 APE |", "|---|---|---:|---:|---:|"]
+    for r in table.itertuples():
+        lines.append(f"| {r.gpu} | {r.family} | {r.n} | {r.median_ape:.1f}% | {r.p90_ape:.1f}% |")
+    return "\n".join(lines) + "\n"
+
+
+def kernels_rich(table: pd.DataFrame) -> Table:
+    t = Table(title="MoE experts and MLA modules vs measured (in-sample)", title_justify="left")
+    for c in ("GPU", "format / module"):
+        t.add_column(c, no_wrap=True)
+    for c in ("rows", "median APE", "p90 APE"):
+        t.add_column(c, justify="right")
+    for r in table.itertuples():
+        t.add_row(r.gpu, r.family, str(r.n), f"{r.median_ape:.1f}%", f"{r.p90_ape:.1f}%")
+    return t

@@ -23,21 +23,25 @@ def calibrate(
     gpu: Optional[List[str]] = typer.Option(None, "--gpu", help="profile to update (repeatable; default: all)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="fit and report, but write no profile"),
     report_md: Optional[Path] = typer.Option(None, "--report-md", help="also write the error tables as markdown"),
+    no_moe_mla: bool = typer.Option(False, "--no-moe-mla", help="skip the MoE/MLA kernel fits (minutes) and keep "
+                                    "the profiles' current MoE/MLA parameters"),
 ) -> None:
     """Fit η's and fixed costs to measured kernel times and update the hardware profiles."""
     # Imported here: the fit needs scipy.optimize and pandas, which every
     # other command would otherwise pay for at start-up.
     from ..calibration import pipeline
     from ..calibration.data import default_data_dir
-    from ..calibration.report import ceilings_rich, markdown_report, rich_table
+    from ..calibration.report import ceilings_rich, kernels_rich, markdown_report, rich_table
 
     data_dir = data if data is not None else default_data_dir()
-    result = pipeline.run(data_dir, gpu or None)
+    result = pipeline.run(data_dir, gpu or None, moe_mla=not no_moe_mla)
     if len(result.errors):
         console.print(rich_table(result.errors, "calibrated model vs measured kernels (APE = |model/measured − 1|)"))
         console.print(rich_table(result.slices, "where the misses are"))
         console.print(ceilings_rich(result.ceilings))
-    else:
+    if len(result.kernels):
+        console.print(kernels_rich(result.kernels))
+    if not len(result.errors):
         console.print("no measured GPU selected: errors exist only for calibrated profiles")
     for name, prof in result.profiles.items():
         c = prof.calibration
@@ -51,9 +55,10 @@ def calibrate(
                                                            else " (all unchanged)"))
     if report_md is not None:
         cmd = "llmsim calibrate" + (f" --data {data}" if data is not None else "") + \
+            (" --no-moe-mla" if no_moe_mla else "") + \
             "".join(f" --gpu {g}" for g in gpu or [])
         try:
-            report_md.write_text(markdown_report(result.errors, result.slices, result.ceilings, cmd))
+            report_md.write_text(markdown_report(result.errors, result.slices, result.ceilings, cmd, result.kernels))
         except OSError as e:
             raise LlmsimError(f"cannot write the report ({e.strerror})", source=report_md) from None
         console.print(f"markdown report: {report_md}")

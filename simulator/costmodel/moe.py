@@ -108,7 +108,7 @@ def expected_active_experts(tokens, num_experts: int, topk: int):
     return num_experts * (1.0 - miss ** t)
 
 
-def _grouped_gemm_time(pairs, active, n: int, k: int, peak: float, bw: float, p: RooflineParams,
+def _grouped_gemm_time(pairs, active, n, k, peak: float, bw: float, p: RooflineParams,
                        wbytes: float, abytes: float):
     """``active`` experts' GEMMs of ``pairs/active`` tokens each, as one kernel.
 
@@ -122,6 +122,32 @@ def _grouped_gemm_time(pairs, active, n: int, k: int, peak: float, bw: float, p:
     return active * one + p.fixed_us * _US
 
 
+def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: QuantFormat, peak: float,
+              bw: float, params: RooflineParams, gated: bool = True):
+    """Seconds of one rank's routed experts given its routing statistics.
+
+    ``pairs_all``: routed (token, expert) pairs of the whole batch;
+    ``pairs_local`` of them land on this rank's ``active_local`` distinct
+    experts. Shapes may be arrays (the calibration evaluates every measured
+    row in one call). Grouped gate+up GEMM + grouped down GEMM + routing.
+    """
+    n_up = (2 if gated else 1) * inter_local
+    gemms = (_grouped_gemm_time(pairs_local, active_local, n_up, hidden, peak, bw, params, fmt.weight_bytes,
+                                fmt.act_bytes)
+             + _grouped_gemm_time(pairs_local, active_local, hidden, inter_local, peak, bw, params,
+                                  fmt.weight_bytes, fmt.act_bytes))
+    pair_ns = getattr(params, "pair_ns", 0.0)
+    layer_fixed = getattr(params, "layer_fixed_us", 0.0)
+    traffic = getattr(params, "pair_traffic", 0.0)
+    route = pair_ns * 1e-9 * pairs_all + layer_fixed * _US
+    if traffic:
+        # bf16 activations of one pair: the gathered input row, gate/up output,
+        # activated intermediate, down output row.
+        pair_bytes = 2.0 * (2 * hidden + n_up + inter_local)
+        route = route + traffic * pairs_all * pair_bytes / (bw * params.eta_memory)
+    return gemms + route
+
+
 def moe_layer_time(tokens, shape: MoeShape, dtype: str, gpu: HardwareProfile, params: RooflineParams,
                    active_experts=None):
     """Seconds of one MoE layer's routed experts on one GPU of the group.
@@ -130,29 +156,24 @@ def moe_layer_time(tokens, shape: MoeShape, dtype: str, gpu: HardwareProfile, pa
     Routed pairs landing on this rank's experts: tokens · k / ep in
     expectation; distinct local experts touched: ``expected_active_experts``
     / ep (or ``active_experts`` over the whole model, if the caller knows
-    better, e.g. a skewed router). Time = grouped gate+up GEMM + grouped down
-    GEMM + routing (``pair_ns`` per pair of the batch, ``layer_fixed_us``).
-    Zero tokens cost nothing.
+    better, e.g. a skewed router). Zero tokens cost nothing.
     """
-    d = dtype_info(dtype)
+    fmt = dtype_info(dtype)
     peak = peak_flops(dtype, gpu)
-    bw = gpu.hbm_bandwidth
     t = np.asarray(tokens, dtype=float) if isinstance(tokens, np.ndarray) else float(tokens)
+    if not isinstance(t, np.ndarray) and t <= 0:
+        return 0.0
     pairs_all = t * shape.topk
-    pairs = pairs_all / shape.ep
     if active_experts is None:
         active_experts = expected_active_experts(t, shape.num_experts, shape.topk)
-    active = active_experts / shape.ep
-    i_l, h = shape.local_intermediate, shape.hidden_size
-    n_up = (2 if shape.gated else 1) * i_l
-    gemms = (_grouped_gemm_time(pairs, active, n_up, h, peak, bw, params, d.weight_bytes, d.act_bytes)
-             + _grouped_gemm_time(pairs, active, h, i_l, peak, bw, params, d.weight_bytes, d.act_bytes))
-    pair_ns = getattr(params, "pair_ns", 0.0)
-    layer_fixed = getattr(params, "layer_fixed_us", 0.0)
-    total = gemms + pair_ns * 1e-9 * pairs_all + layer_fixed * _US
-    busy = t > 0
-    return total * busy if isinstance(busy, np.ndarray) else (float(total) if busy else 0.0)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        total = rank_time(pairs_all, pairs_all / shape.ep, active_experts / shape.ep, shape.hidden_size,
+                          shape.local_intermediate, fmt, peak, gpu.hbm_bandwidth, params, shape.gated)
+    if isinstance(t, np.ndarray):
+        with np.errstate(invalid="ignore", divide="ignore"):
+            return np.where(t > 0, total, 0.0)
+    return float(total) if t > 0 else 0.0
 
 
 __all__ = ["DTYPES", "MoeParams", "MoeShape", "dtype_info", "expected_active_experts",
-           "moe_dtype", "moe_layer_time", "peak_flops"]
+           "moe_dtype", "moe_layer_time", "peak_flops", "rank_time"]

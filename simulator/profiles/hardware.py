@@ -65,6 +65,7 @@ class MoeParams(RooflineParams):
     """
 
     pair_ns: float = Field(default=0.0, ge=0)
+    pair_traffic: float = Field(default=0.0, ge=0)
     layer_fixed_us: float = Field(default=0.0, ge=0)
 
 

@@ -1,0 +1,137 @@
+"""MoE routed-expert cost: routing statistics, monotonicity, the dense limit, dtypes, calibration."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.costmodel import moe as M
+from simulator.costmodel.components import gemm_time
+from simulator.dtypes import QUANT_FORMATS
+from simulator.errors import LlmsimError
+from simulator.profiles import load_hardware
+from simulator.profiles.hardware import Calibration, MoeParams
+
+GPUS = {n: load_hardware(n) for n in ("h100-sxm", "h200", "b200")}
+
+experts_topk = st.integers(1, 512).flatmap(lambda e: st.tuples(st.just(e), st.integers(1, min(e, 32))))
+params = st.builds(
+    MoeParams,
+    eta_compute=st.floats(0.05, 1.0), eta_memory=st.floats(0.05, 1.0), sharpness=st.floats(1.0, 64.0),
+    fixed_us=st.floats(0.0, 50.0), m_half=st.floats(0.0, 1000.0), pair_ns=st.floats(0.0, 20.0),
+    pair_traffic=st.floats(0.0, 3.0), layer_fixed_us=st.floats(0.0, 50.0))
+
+
+@given(experts_topk, st.integers(0, 100_000), st.integers(1, 100_000))
+def test_expected_active_experts_monotone_and_saturating(ek, t, dt):
+    e, k = ek
+    a, b = M.expected_active_experts(t, e, k), M.expected_active_experts(t + dt, e, k)
+    assert 0 <= a <= b <= e
+    assert M.expected_active_experts(0, e, k) == 0
+    assert M.expected_active_experts(1, e, k) == pytest.approx(k)   # one token touches exactly k
+    assert M.expected_active_experts(10**7, e, k) == pytest.approx(e)
+
+
+@given(experts_topk, st.sampled_from([1024, 4096, 7168]), st.sampled_from([256, 1536, 2048]),
+       st.sampled_from(["bf16", "fp8", "fp8_block", "int4_wo", "w4a16_mxfp4", "nvfp4", "w4a8"]),
+       st.sampled_from(list(GPUS)), params, st.sampled_from([1, 2, 4]), st.booleans())
+@settings(max_examples=150, deadline=None)
+def test_moe_time_monotone_in_tokens(ek, h, inter, dtype, gpu_name, p, tp, use_ep):
+    e, k = ek
+    ep = math.gcd(e, 8) if use_ep else 1
+    gpu = GPUS[gpu_name]
+    if dtype == "nvfp4" and not gpu.has_unit("fp4"):
+        return
+    shape = M.MoeShape(h, inter, e, k, moe_tp=tp, ep=ep)
+    tokens = np.array([0, 1, 2, 3, 5, 8, 16, 31, 64, 100, 256, 1000, 4096, 16384, 65536])
+    t = M.moe_layer_time(tokens, shape, dtype, gpu, p)
+    assert t[0] == 0.0
+    assert np.all(np.diff(t) >= -1e-15 * t[1:])
+    # scalar path = array path (the engine calls it with ints)
+    assert M.moe_layer_time(int(tokens[7]), shape, dtype, gpu, p) == pytest.approx(t[7], rel=1e-12)
+
+
+@given(st.integers(1, 20_000), st.sampled_from([1024, 4096, 5120]), st.sampled_from([1024, 8192, 14336]),
+       params, st.sampled_from(["bf16", "fp8"]), st.sampled_from(list(GPUS)))
+@settings(max_examples=100, deadline=None)
+def test_one_expert_top1_is_the_dense_gated_mlp(tokens, h, inter, p, dtype, gpu_name):
+    """E = 1, k = 1, moe_tp = ep = 1: the two grouped GEMMs are exactly the dense
+    gated MLP's fused gate+up GEMM (n = 2·inter, k = hidden) and down GEMM
+    (n = hidden, k = inter) under the same parameters; the MoE time exceeds
+    them by exactly the routing terms, pair_ns·tokens + layer_fixed_us +
+    pair_traffic·(activation bytes of the tokens)/(BW·η_m)."""
+    gpu = GPUS[gpu_name]
+    fmt = QUANT_FORMATS[dtype]
+    peak = gpu.peak_flops(fmt.peak)
+    dense = (gemm_time(tokens, 2 * inter, h, peak, gpu.hbm_bandwidth, p, fmt.weight_bytes, fmt.act_bytes)
+             + gemm_time(tokens, h, inter, peak, gpu.hbm_bandwidth, p, fmt.weight_bytes, fmt.act_bytes))
+    routing = (p.pair_ns * 1e-9 * tokens + p.layer_fixed_us * 1e-6
+               + p.pair_traffic * tokens * 2.0 * (2 * h + 3 * inter) / (gpu.hbm_bandwidth * p.eta_memory))
+    t = M.moe_layer_time(tokens, M.MoeShape(h, inter, 1, 1), dtype, gpu, p)
+    assert t == pytest.approx(dense + routing, rel=1e-12)
+    no_routing = p.model_copy(update=dict(pair_ns=0.0, layer_fixed_us=0.0, pair_traffic=0.0))
+    assert M.moe_layer_time(tokens, M.MoeShape(h, inter, 1, 1), dtype, gpu, no_routing) == pytest.approx(dense, rel=1e-12)
+
+
+def test_ep_splits_the_work_of_a_large_batch():
+    """With every expert busy, ep ranks each do ~1/ep of the expert GEMMs."""
+    gpu, p = GPUS["h100-sxm"], MoeParams(eta_compute=0.7, eta_memory=0.8)
+    one = M.moe_layer_time(16384, M.MoeShape(7168, 2048, 256, 8), "fp8_block", gpu, p)
+    eight = M.moe_layer_time(16384, M.MoeShape(7168, 2048, 256, 8, ep=8), "fp8_block", gpu, p)
+    assert eight == pytest.approx(one / 8, rel=1e-6)
+
+
+def test_unknown_dtype_refused_in_one_line():
+    with pytest.raises(LlmsimError) as e:
+        M.moe_layer_time(8, M.MoeShape(4096, 1024, 64, 4), "int3", GPUS["h100-sxm"], MoeParams())
+    assert "\n" not in str(e.value) and "int3" in str(e.value) and "nvfp4" in str(e.value)
+    with pytest.raises(LlmsimError, match="FP4"):
+        M.moe_layer_time(8, M.MoeShape(4096, 1024, 64, 4), "nvfp4", GPUS["h100-sxm"], MoeParams())
+    with pytest.raises(ValueError, match="unknown quantisation format"):
+        Calibration(moe={"int3": MoeParams()})
+
+
+def test_aliases_and_bytes():
+    assert M.moe_dtype("bfloat16") == "bf16" and M.moe_dtype("w4a8_mxfp4_mxfp8") == "w4a8"
+    assert QUANT_FORMATS["nvfp4"].weight_bytes == 0.5 + 1 / 16          # E2M1 + one E4M3 scale per 16
+    assert QUANT_FORMATS["w4a16_mxfp4"].weight_bytes == 0.5 + 1 / 32    # E2M1 + one E8M0 scale per 32
+    assert GPUS["b200"].peak_flops("fp4") == 9000e12
+
+
+def test_bad_shape_refused():
+    with pytest.raises(LlmsimError, match="ep=3"):
+        M.MoeShape(4096, 1024, 64, 4, ep=3)
+    with pytest.raises(LlmsimError, match="top-k"):
+        M.MoeShape(4096, 1024, 4, 8)
+
+
+# --- calibration on the measured rows (shared data) ---------------------------
+
+@pytest.fixture(scope="module")
+def h100_fp8_block(shared_data):
+    from simulator.calibration import moe_mla
+    data = moe_mla.load(shared_data, {"h100-sxm": GPUS["h100-sxm"]})
+    rows = data.moe_rows("h100-sxm")
+    return rows[rows["moe_dtype"] == "fp8_block"].reset_index(drop=True)
+
+
+@pytest.mark.shared_data
+def test_moe_fit_reaches_its_in_sample_target_and_matches_the_profile(h100_fp8_block):
+    """A fresh fit (as ``llmsim calibrate`` runs it) of H100 fp8_block MoE rows: median
+    APE ≤ 10% on all rows, and the shipped profile's parameters give the same
+    errors as its ``error:`` block says (stale profiles show up here)."""
+    from simulator.calibration import moe_mla
+    from simulator.calibration.fit import ape
+    rows, gpu = h100_fp8_block, GPUS["h100-sxm"]
+    fit = moe_mla.fit_moe(rows, gpu)
+    e = ape(moe_mla.predict_moe(rows, gpu, fit.params), rows["t_s"].to_numpy())
+    assert np.median(e) <= 10.0
+    shipped = gpu.calibration.moe["fp8_block"]
+    e_shipped = ape(moe_mla.predict_moe(rows, gpu, shipped), rows["t_s"].to_numpy())
+    assert np.median(e_shipped) == pytest.approx(gpu.calibration.error["moe fp8_block"].median_ape, abs=0.05)
+    # physically: never faster than the pure roofline on the same rows
+    roof = moe_mla.predict_moe(rows, gpu, MoeParams())
+    assert np.all(moe_mla.predict_moe(rows, gpu, shipped) >= roof * (1 - 1e-12))
