@@ -1,15 +1,16 @@
 """MoE expert and MLA module calibration: in-sample and leave-one-shape-out errors.
 
-    python benchmarks/moe_mla_calibration.py [--stride 2] [--jobs 2] [--gpu h100-sxm] [--format bf16]
+    python benchmarks/moe_mla_calibration.py [--jobs 2] [--gpu h100-sxm] [--format bf16]
 
 For each GPU × MoE format: fit the MoE parameters (the fit ``llmsim
 calibrate`` runs) on the rows, then for each model shape (hidden, expert
 width, experts, top-k) refit without it and predict it. Errors are APE =
 |model/measured − 1| over rows, split by router distribution (each
 leave-one-out refit starts from the all-rows fit with its loss and at most
-100 evaluations: the search is local, and this keeps the run in minutes). ``--stride
-N`` keeps every N-th measured token count (1 = all rows; 2 halves the fit
-time) for the fits; errors are always measured on every row. MLA: the
+100 evaluations: the search is local, and this keeps the run in minutes). Every fit
+sees at most 3000 seeded-random rows of its slice (``moe_mla.FIT_ROWS``,
+as ``llmsim calibrate``); errors are always measured on every row;
+``--stride N`` also keeps only every N-th token count for the fits. MLA: the
 module fit per GPU (in-sample, per table and linear format) and the
 kernel-only functions fitted to the kernel tables where they exist.
 Prints markdown tables (the ones in docs/calibration.md).
@@ -78,7 +79,7 @@ def mla_gpu(profile: str, data: X.MoeMlaData) -> list[str]:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--data", type=Path, default=default_data_dir())
-    ap.add_argument("--stride", type=int, default=2)
+    ap.add_argument("--stride", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--gpu", action="append", choices=PROFILES)
     ap.add_argument("--format", action="append", help="MoE formats (default all)")
@@ -90,10 +91,15 @@ def main() -> None:
     tasks = [(p, fmt, rows, a.stride) for p in profiles for fmt, rows in data.moe_rows(p).groupby("moe_dtype")
              if not a.format or fmt in a.format]
     tasks.sort(key=lambda t: -len(t[2]))
+    res = []
     with ProcessPoolExecutor(a.jobs) as pool:
-        res = list(pool.map(moe_slice, tasks))
+        for r in pool.map(moe_slice, tasks):   # progress on stderr as slices finish
+            res.append(r)
+            print(f"{r['gpu']} {r['fmt']}: in {_stats(r['e_in'])}, LOSO {_stats(r['e_out'])} ({r['seconds']:.0f} s)",
+                  file=sys.stderr, flush=True)
     res.sort(key=lambda r: (PROFILES.index(r["gpu"]), r["fmt"]))
-    print(f"MoE routed experts: APE median / p90 (fits on every {a.stride}. token count; errors on every row; "
+    print(f"MoE routed experts: APE median / p90 (fits on ≤ {X.FIT_ROWS} random rows, token-count stride {a.stride}; "
+          "errors on every row; "
           f"rows faster than the weight-read floor excluded: {data.excluded})\n")
     print("| GPU | format | rows | shapes | in-sample | leave-one-shape-out | LOSO balanced | LOSO power-law |")
     print("|---|---|---:|---:|---:|---:|---:|---:|")

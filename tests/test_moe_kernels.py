@@ -120,13 +120,13 @@ def h100_fp8_block(shared_data):
 
 @pytest.mark.shared_data
 def test_moe_fit_reaches_its_in_sample_target_and_matches_the_profile(h100_fp8_block):
-    """A fresh fit (every 3rd token count) of H100 fp8_block MoE rows: median
+    """A fresh fit (as ``llmsim calibrate`` runs it) of H100 fp8_block MoE rows: median
     APE ≤ 10% on all rows, and the shipped profile's parameters give the same
     errors as its ``error:`` block says (stale profiles show up here)."""
     from simulator.calibration import moe_mla
     from simulator.calibration.fit import ape
     rows, gpu = h100_fp8_block, GPUS["h100-sxm"]
-    fit = moe_mla.fit_moe(moe_mla.thin_tokens(rows, 3), gpu)
+    fit = moe_mla.fit_moe(rows, gpu)
     e = ape(moe_mla.predict_moe(rows, gpu, fit.params), rows["t_s"].to_numpy())
     assert np.median(e) <= 10.0
     shipped = gpu.calibration.moe["fp8_block"]

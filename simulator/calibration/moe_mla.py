@@ -47,6 +47,14 @@ DSV3 = dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_
 # A second start for the MoE search (slow, compute-poor kernels end far from the first).
 _MOE_STARTS = ((0.3, 0.8, 8.0, 8.0, 64.0, 2.0, 1.5, 15.0),)
 _REFIT_NFEV = 100
+# Rows a fit sees at most (a seeded random subset; errors are always
+# measured on every row): the fit's cost is linear in rows, and a few
+# thousand rows over the same shapes pin down eight parameters.
+FIT_ROWS = 3000
+
+
+def fit_subset(rows: pd.DataFrame, n: int = FIT_ROWS) -> pd.DataFrame:
+    return rows if len(rows) <= n else rows.sample(n, random_state=0).reset_index(drop=True)
 
 
 @dataclass(frozen=True)
@@ -191,6 +199,7 @@ def fit_moe(df: pd.DataFrame, gpu: HardwareProfile, near: FamilyFit | None = Non
     """The MoE parameters of one format's rows; ``near``: refit from that fit
     with its loss and a short search (a leave-one-out refit is close to the
     fit on all rows)."""
+    df = fit_subset(df)
     sp = space("moe", df)
     if near is not None:
         sp = replace(sp, start=tuple(float(np.clip(getattr(near.params, n), lo, hi))
@@ -216,6 +225,7 @@ def fit_mla_kernels(data: MoeMlaData, profile: str, gpu: HardwareProfile) -> tup
     ctx, gen = data.mla_rows(profile, "context_mla_perf"), data.mla_rows(profile, "generation_mla_perf")
     if not len(ctx) or not len(gen):
         return None
+    ctx, gen = fit_subset(ctx), fit_subset(gen)
     pre = fit_params("mla_prefill", space("mla_prefill", ctx), lambda p: predict_mla_prefill(ctx, gpu, p),
                      ctx["t_s"].to_numpy()).params
     dec = fit_params("mla_decode", space("mla_decode", gen), lambda p: predict_mla_decode(gen, gpu, p),
@@ -234,14 +244,15 @@ def fit_mla(data: MoeMlaData, profile: str, gpu: HardwareProfile) -> MlaFit | No
     if not len(mctx) or not len(mgen):
         return None
     dense = gpu.calibration.gemm
-    c = mctx[mctx["gemm_type"] == "bfloat16"]
-    g = mgen[mgen["gemm_type"] == "bfloat16"]
+    c = fit_subset(mctx[mctx["gemm_type"] == "bfloat16"])
+    g = fit_subset(mgen[mgen["gemm_type"] == "bfloat16"])
     pre = fit_params("mla_prefill", space("mla_prefill", c),
                      lambda p: predict_module(c, gpu, p, RooflineParams(), dense), c["t_s"].to_numpy()).params
     dec = fit_params("mla_decode", space("mla_decode", g),
                      lambda p: predict_module(g, gpu, RooflineParams(), p, dense), g["t_s"].to_numpy()).params
     proj = {}
     for gt, rows in pd.concat([mctx, mgen]).groupby("gemm_type"):
+        rows = fit_subset(rows)
         proj[M.moe_dtype(str(gt))] = fit_params(
             "mla_projection", space("mla_projection", rows), lambda p, r=rows: predict_module(r, gpu, pre, dec, p),
             rows["t_s"].to_numpy()).params

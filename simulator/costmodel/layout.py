@@ -103,10 +103,14 @@ class LayoutOps:
         self.moe_params = cal.moe.get(self.fmt) or cal.gemm
         self.topk = m.topk
         # Elementwise bytes per rank token (norms, residuals, dense and shared
-        # activations) and per routed pair landing on a GPU (expert activation).
+        # activations) and per routed pair landing on a GPU (expert
+        # activation; unless the MoE calibration prices the pairs' activation
+        # traffic itself, pair_traffic).
         ffn_sum = self.n_dense * m.dense_ffn + self.n_moe * m.shared_ffn
         self.other_rank = (L * _OTHER_HIDDEN_RW * h + _OTHER_FFN_RW * ffn_sum / tp) * _BF16
-        self.other_pair = self.n_moe * _OTHER_FFN_RW * m.expert_ffn / par.moe_tp * _BF16 if m.is_moe else 0.0
+        priced = getattr(self.moe_params, "pair_traffic", 0.0) > 0
+        self.other_pair = (self.n_moe * _OTHER_FFN_RW * m.expert_ffn / par.moe_tp * _BF16
+                           if m.is_moe and not priced else 0.0)
         self.mla = None
         if m.is_mla:
             self.mla = MlaShape(m.num_attention_heads // tp, m.kv_lora_rank or 0, m.qk_rope_head_dim or 0,
