@@ -76,8 +76,9 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
         raise LlmsimError(f"unknown GPU profile(s) {', '.join(unknown)}; valid names: {', '.join(known)}")
     kd = data.load(data_dir)
     measured = [p for p in kd.profiles if p in known]
+    wanted += [s for g, s in transfer.COPIES.items() if g in wanted and s not in wanted]
     for g in wanted:
-        if g in measured:
+        if g in measured or g in transfer.COPIES:
             continue
         if g not in transfer.SOURCES:
             raise LlmsimError(f"{g} has no kernel measurements and no transfer rule "
@@ -85,7 +86,7 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
         if transfer.SOURCES[g] not in measured:
             raise LlmsimError(f"{g} is transferred from {transfer.SOURCES[g]}, which has no rows in "
                               f"{kd.data_dir / 'kernels'}")
-    needed = sorted({g if g in measured else transfer.SOURCES[g] for g in wanted})
+    needed = sorted({g if g in measured else transfer.SOURCES[g] for g in wanted if g not in transfer.COPIES})
 
     fitted: dict[str, HardwareProfile] = {}
     fits: dict[str, dict[str, FamilyFit]] = {}
@@ -105,6 +106,8 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
         if name in fitted:
             out[name] = fitted[name]
             continue
+        if name in transfer.COPIES:
+            continue                      # after its sibling, below
         target = load_hardware(name)
         src = fitted[transfer.SOURCES[name]]
         measured = siblings.measure(kd.data_dir, src, target, transfer.datasheet_ratios(name, src.name, ds))
@@ -126,6 +129,12 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
         for name, gpu in out.items():
             out[name] = gpu.model_copy(update={"calibration": moe_mla_fit.keep_current(gpu.calibration,
                                                                                          load_hardware(name).calibration)})
+
+    for name, sib in transfer.COPIES.items():
+        if name in wanted:
+            target = load_hardware(name)
+            cal = transfer.copied(target, out[sib])
+            out[name] = target.model_copy(update={"calibration": Calibration.model_validate(cal.model_dump())})
 
     shown = {n: g for n, g in fitted.items() if n in wanted}
     return Result(

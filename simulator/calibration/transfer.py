@@ -34,6 +34,11 @@ SOURCES = {
     "l40s": "a100-sxm-80gb",
 }
 
+# Profiles of the same silicon as a sibling in another package (GB200 NVL72's
+# GPU is a B200 at higher clocks): the sibling's calibration is copied whole,
+# efficiencies being fractions of each profile's own peaks.
+COPIES = {"gb200-nvl72": "b200"}
+
 # The one PCIe-only host with a measured NCCL all-reduce in the datasheet table.
 PCIE_REFERENCE = "l40s"
 
@@ -138,3 +143,14 @@ def transfer(target: HardwareProfile, source: HardwareProfile, ceilings: dict[st
         allreduce=ar,
         error={},
     ))
+
+
+def copied(target: HardwareProfile, sibling: HardwareProfile) -> Calibration:
+    """``sibling``'s calibration for ``target`` (see :data:`COPIES`)."""
+    cal = sibling.calibration
+    return cal.model_copy(update={
+        "status": "transferred", "transferred_from": sibling.name, "error": {},
+        "rule": (f"copied from {sibling.name} (same GPU die and kernels; efficiencies are fractions of this "
+                 f"profile's own peaks), whose own calibration is {cal.status}"
+                 + (f" from {cal.transferred_from}" if cal.transferred_from else "") + f". {sibling.name}'s rule: "
+                 + cal.rule)})
