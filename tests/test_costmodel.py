@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 
 import pytest
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from simulator import CostModel, LlmsimError, load_hardware, load_model
@@ -215,7 +215,12 @@ def test_doubling_tp_never_increases_gemm_time(data, tok):
 @PROPS
 @given(setup=setups(gpus=FP8_GPUS, weight_dtypes=["bf16"]), it=iterations())
 def test_fp8_weights_never_slower_than_bf16(setup, it):
+    """Dense models: one GEMM calibration per GPU, fp8 halves the bytes and
+    doubles the peak. MoE experts run kernels measured per format, and the
+    data shows fp8 expert kernels slower than bf16 at a few tokens on B200,
+    so the property is not theirs to hold."""
     model, gpu, tp, _, kd = setup
+    assume(not model.is_moe)
     bf16 = CostModel(model, gpu, tp, "bf16", kd)
     fp8 = CostModel(model, gpu, tp, "fp8", kd)
     chunks, batch, ctx, sampling = it
