@@ -93,7 +93,7 @@ def test_fp8_and_bf16_corpus_twins_describe_the_same_network(shared_data):
     d = shared_data / "models" / "moe"
     for base in ("Qwen--Qwen3-30B-A3B", "Qwen--Qwen3-235B-A22B"):
         a, b = load_model(str(d / f"{base}.yaml")), load_model(str(d / f"{base}-FP8.yaml"))
-        assert a.num_params == b.num_params and b.checkpoint_dtype == "fp8" and a.checkpoint_dtype is None
+        assert a.num_params == b.num_params and b.checkpoint_dtype == "fp8_block" and a.checkpoint_dtype is None
 
 
 def test_builtins_match_their_corpus_configs(shared_data):
@@ -410,3 +410,21 @@ def test_mla_prefill_prices_the_kernels_flops_and_bytes(chunks, tp):
     kv_up = cm._gemm(span, heads * (ops.mla.qk_nope_head_dim + ops.mla.v_head_dim), ops.mla.kv_lora_rank, cm.w_bytes)
     expected = blend(f / (cm.peak_attn * p.eta_compute), b / (cm.hbm_bw * p.eta_memory), p.sharpness)
     assert ops._mla_prefill(chunks) == pytest.approx(expected + p.fixed_us * 1e-6 + kv_up, rel=1e-9)
+
+
+def test_fp8_of_a_block_fp8_checkpoint_runs_the_block_kernels(shared_data):
+    """DeepSeek-V3 and Qwen3-FP8 ship block-scaled fp8 (weight_block_size):
+    weight_dtype fp8 runs vLLM's block-fp8 expert kernels; the same pool on a
+    16-bit checkpoint quantises online, per tensor, a measured-slower kernel."""
+    from simulator.costmodel.layout import gemm_format
+
+    fp8 = load_model(str(shared_data / "models" / "moe" / "Qwen--Qwen3-235B-A22B-FP8.yaml"))
+    bf16 = load_model(str(shared_data / "models" / "moe" / "Qwen--Qwen3-235B-A22B.yaml"))
+    assert fp8.checkpoint_dtype == "fp8_block" and bf16.checkpoint_dtype is None
+    assert load_model("deepseek-v3").checkpoint_dtype == "fp8_block"
+    assert gemm_format("fp8", fp8.checkpoint_dtype) == "fp8_block" and gemm_format("fp8", None) == "fp8"
+    assert gemm_format("bf16", fp8.checkpoint_dtype) == "bf16"
+    block = CostModel(fp8, H100, 8, "fp8", ep=8)
+    tensor = CostModel(bf16, H100, 8, "fp8", ep=8)
+    assert block.ops.fmt == "fp8_block" and tensor.ops.fmt == "fp8"
+    assert block.step_time((), 64, 64 * 2000.0) != tensor.step_time((), 64, 64 * 2000.0)

@@ -67,11 +67,17 @@ def needs_layout(model: ModelProfile, dp: int, ep: int) -> bool:
     return model.is_moe or model.is_mla or model.num_sliding_layers > 0 or dp > 1 or ep > 1
 
 
-def gemm_format(weight_dtype: str) -> str:
+def gemm_format(weight_dtype: str, checkpoint_dtype: str | None = None) -> str:
+    """The kernel family a pool's experts and MLA projections run. fp8 weights
+    of a block-scaled fp8 checkpoint run the block-fp8 kernels (what vLLM
+    loads for DeepSeek and Qwen3-FP8); fp8 from a 16-bit checkpoint is vLLM's
+    online per-tensor fp8, a different and (measured) slower kernel."""
     fmt = _FORMATS.get(weight_dtype)
     if fmt is None:
         raise LlmsimError(f"weight_dtype {weight_dtype} is not modelled for MoE experts and MLA projections "
                           f"(expected one of {', '.join(_FORMATS)})")
+    if fmt == "fp8" and checkpoint_dtype == "fp8_block":
+        return "fp8_block"
     return fmt
 
 
@@ -94,7 +100,7 @@ class LayoutOps:
         self.window = m.sliding_window or 0
         h, tp = m.hidden_size, par.tp
         gate = 2 if m.is_gated else 1
-        self.fmt = gemm_format(cm.weight_dtype) if (m.is_moe or m.is_mla) else ""
+        self.fmt = gemm_format(cm.weight_dtype, m.checkpoint_dtype) if (m.is_moe or m.is_mla) else ""
         self.attn_gemms = [] if m.is_mla else cm.layer_gemms[:2]
         self.dense_gemms = [(gate * m.dense_ffn // tp, h), (h, m.dense_ffn // tp)] if self.n_dense else []
         self.shared_gemms = [(gate * m.shared_ffn // tp, h), (h, m.shared_ffn // tp)] if m.shared_ffn else []

@@ -159,6 +159,8 @@ def checkpoint_dtype(q: Any, path) -> str | None:
     if not isinstance(q, dict):
         raise LlmsimError("expected a mapping", source=path, key_path="quantization_config")
     method = str(q.get("quant_method", "")).lower()
+    if method == "fp8" and q.get("weight_block_size"):
+        return "fp8_block"      # DeepSeek / Qwen3-FP8 checkpoints: one scale per 128×128 block
     if method in _QUANT_METHODS:
         return _QUANT_METHODS[method]
     if method == "modelopt":
