@@ -59,8 +59,9 @@ def closed_loop(workers: int, write_profiles: bool, log=print) -> dict:
     from simulator.validation.report import error_table, predict_all, summary
     from simulator.validation.rows import rows_from_csv
 
-    rows = [r for r in rows_from_csv(CLOSED) if not r.skip and (r.concurrency or 0) <= MAX_CONCURRENCY]
-    skipped = [r for r in rows_from_csv(CLOSED) if r.skip]
+    every = rows_from_csv(CLOSED)
+    rows = [r for r in every if not r.skip and (r.concurrency or 0) <= MAX_CONCURRENCY]
+    skipped = [r for r in every if r.skip]
     out: dict = {"rows": len(rows), "skipped": skipped}
     if write_profiles:
         for stack in sorted({r.stack for r in rows}):
@@ -115,18 +116,6 @@ def markdown(res: dict, wall: float, cmd: str) -> str:
     return "\n".join(lines)
 
 
-def update_markdown(path: Path, section: str) -> None:
-    from e2e_validation import update_markdown as _update  # same marker logic, other markers
-
-    import e2e_validation
-    saved = e2e_validation.BEGIN, e2e_validation.END
-    e2e_validation.BEGIN, e2e_validation.END = BEGIN, END
-    try:
-        _update(path, section)
-    finally:
-        e2e_validation.BEGIN, e2e_validation.END = saved
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--markdown", metavar="PATH", help="rewrite the generated sections of this file")
@@ -145,9 +134,10 @@ def main(argv: list[str] | None = None) -> int:
     print(md(res["logo_summary"]))
     if args.markdown:
         flags = " --write-profiles" if args.write_profiles else ""
-        update_markdown(Path(args.markdown), markdown(res, wall, f"python benchmarks/accuracy.py{flags} "
-                                                                 f"--markdown {args.markdown}"))
         import e2e_validation
+        e2e_validation.update_markdown(Path(args.markdown), markdown(res, wall, f"python benchmarks/accuracy.py"
+                                                                                f"{flags} --markdown {args.markdown}"),
+                                       BEGIN, END)
         e2e_validation.main(["--markdown", args.markdown])
         print(f"wrote {args.markdown}")
     return 0

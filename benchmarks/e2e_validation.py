@@ -323,12 +323,13 @@ def text_table(rows: list[dict]) -> str:
     return "\n".join(out)
 
 
-def update_markdown(path: Path, section: str) -> None:
-    block = f"{BEGIN}\n{section}\n{END}"
+def update_markdown(path: Path, section: str, begin: str = BEGIN, end: str = END) -> None:
+    """Replace the block between ``begin`` and ``end`` in ``path`` (append it when absent)."""
+    block = f"{begin}\n{section}\n{end}"
     if path.exists():
         text = path.read_text()
-        if BEGIN in text and END in text:
-            a, b = text.index(BEGIN), text.index(END) + len(END)
+        if begin in text and end in text:
+            a, b = text.index(begin), text.index(end) + len(end)
             text = text[:a] + block + text[b:]
         else:
             text = text.rstrip("\n") + "\n\n## Results\n\n" + block + "\n"
