@@ -7,7 +7,9 @@ Two parts, each a generated section of docs/accuracy.md:
 
 * Closed loop (``../shared/data/e2e/closed_loop_silicon.csv``, rows at
   concurrency ≤ 128): every row replayed with its stack's backend profile
-  as shipped (what a user gets), and leave-one-group-out: each of the four
+  as shipped (what a user gets) on the deployment its provenance documents
+  (``simulator.validation.deployment``), again on every stack's default
+  flags, and leave-one-group-out: each of the four
   model/GPU/stack groups predicted with overheads fitted on the other three
   (pooled, since a held-out stack may have no other group). With
   ``--write-profiles`` each stack's overheads are first refitted on its own
@@ -74,6 +76,9 @@ def closed_loop(workers: int, write_profiles: bool, log=print) -> dict:
         _load.cache_clear()
     log("replaying every row with the shipped backend profiles")
     shipped = error_table(rows, predict_all(rows, ReplaySettings(), workers))
+    log("replaying every row on the stacks' default launch flags (--deployment defaults)")
+    defaults = error_table(rows, predict_all(rows, ReplaySettings(deployment="defaults"), workers))
+    out["defaults_summary"] = summary(defaults)
     log("replaying every row out of phase (--client spread)")
     spread = error_table(rows, predict_all(rows, ReplaySettings(client="spread"), workers))
     out["spread_summary"] = summary(spread)
@@ -99,6 +104,8 @@ def markdown(res: dict, wall: float, cmd: str) -> str:
              f"{MAX_CONCURRENCY}). Error = (llmsim − measured) / measured; |error| statistics per metric and stack.",
              "", "**As shipped** (each row with its stack's backend profile):", "",
              md(res["shipped_summary"]), "",
+             "**Every row on its stack's default launch flags** (`llmsim validate --deployment defaults`: what "
+             "the rows' documented deployment, where they have one, is worth):", "", md(res["defaults_summary"]), "",
              "**Out of phase** (the same profiles, `llmsim validate --client spread`: clients spread over one "
              "request's no-load duration, one round of warm-up left out):", "", md(res["spread_summary"]), "",
              "**Leave one group out** (each model/GPU/stack group predicted with overheads fitted on the other "

@@ -14,7 +14,8 @@ KVDtype = Literal["bf16", "fp16", "fp8"]
 WEIGHT_DTYPES: tuple[str, ...] = WeightDtype.__args__
 # Four-bit float formats: llmsim runs them only where the GPU has FP4 tensor
 # cores (Blackwell); elsewhere a pool's weight_dtype of either is refused.
-FP4_DTYPES = ("nvfp4", "mxfp4")
+#: Formats that only run on FP4 tensor cores (mxfp4 also runs weight-only on older GPUs).
+FP4_ONLY_DTYPES = ("nvfp4",)
 
 # nvfp4 and mxfp4 carry their scales (QUANT_FORMATS below): 4.5 and 4.25 bits.
 BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
@@ -27,15 +28,19 @@ def normalize(name: str) -> str:
     return ALIASES.get(name, name)
 
 
-def compute_dtype(weight_dtype: str) -> str:
+def compute_dtype(weight_dtype: str, fp4_units: bool = True) -> str:
     """Which tensor-core peak a linear layer with these weights runs at.
 
     fp8 and int8 are modelled as W8A8 (activations quantised too, as vLLM's
     fp8 and SmoothQuant int8 paths do), so they use the 8-bit peak. int4 is
     weight-only (AWQ/GPTQ style): it saves bytes but computes in bf16.
     nvfp4 is W4A4 on FP4 tensor cores; mxfp4 is modelled as MXFP4 weights
-    with MXFP8 activations (W4A8, the Blackwell path vLLM takes for gpt-oss).
+    with MXFP8 activations (W4A8, the Blackwell path vLLM takes for gpt-oss)
+    where the GPU has FP4 units, and as weight-only 4-bit computing in bf16
+    without them (W4A16, vLLM's Marlin/Triton MXFP4 path on Hopper).
     """
+    if weight_dtype == "mxfp4" and not fp4_units:
+        return "bf16"
     return {"fp8": "fp8", "int8": "int8", "nvfp4": "fp4", "mxfp4": "fp8"}.get(weight_dtype, "bf16")
 
 

@@ -362,7 +362,20 @@ def test_fp4_on_a_gpu_without_it_is_one_error(tmp_path, cli):
     p = _scenario(tmp_path, wd="nvfp4")
     _one_error(cli("check", p), "pools[0].engine.weight_dtype", "FP4 tensor cores", "h100-sxm")
     _one_error(cli("estimate", "request", "--gpu", "a100-sxm-80gb", "--model", "gpt-oss-120b", "--tp", "4",
-                   "--weight-dtype", "mxfp4", "--input", "10", "--output", "10"), "FP4 tensor cores")
+                   "--weight-dtype", "nvfp4", "--input", "10", "--output", "10"), "FP4 tensor cores")
+
+
+def test_mxfp4_without_fp4_units_runs_weight_only():
+    """gpt-oss's MXFP4 experts on Hopper run W4A16 (bf16 compute, the
+    measured Hopper kernels); on Blackwell W4A8 on the FP8 peak."""
+    from simulator.profiles import load_hardware
+
+    h100 = CostModel(load_model("gpt-oss-120b"), load_hardware("h100-sxm"), 1, "mxfp4")
+    assert h100.ops.fmt == "w4a16_mxfp4" and h100.peak_linear == load_hardware("h100-sxm").peak_flops("bf16")
+    b200 = CostModel(load_model("gpt-oss-120b"), B200, 1, "mxfp4")
+    assert b200.ops.fmt == "w4a8" and b200.peak_linear == B200.peak_flops("fp8")
+    bf16 = CostModel(load_model("gpt-oss-120b"), load_hardware("h100-sxm"), 2, "bf16")
+    assert h100.step_time([(1, 1000)]) < bf16.step_time([(1, 1000)]) * 2   # a quarter of the bytes on half the GPUs
 
 
 def test_unknown_moe_layout_key_is_one_error(tmp_path, cli):

@@ -5,6 +5,8 @@ import json
 
 import pandas as pd
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from simulator.validation.fit import fit
 from simulator.validation.replay import ReplaySettings, predict
@@ -95,3 +97,54 @@ def test_bench_json_rows_replay(tmp_path, cli):
     assert res.code == 0, res.err
     errs = {e["metric"]: e["error_pct"] for e in json.loads(res.out)["errors"]}
     assert abs(errs["ttft_mean_ms"]) < 1e-6 and abs(errs["tpot_mean_ms"]) < 1e-6
+
+
+def test_a_rows_provenance_names_its_deployment(tmp_path):
+    """AIConfigurator's pipeline rows (source and measurement record) replay
+    its generated deployment; any other row the stack's defaults."""
+    from simulator.validation.rows import rows_from_csv
+
+    base = {"engine": "vllm", "model": "meta-llama/Llama-3.1-8B", "gpu": "H100-SXM5-80GB", "tp": 1,
+            "isl_mean": 1024, "osl_mean": 128, "concurrency": 8, "ttft_mean_ms": 50.0}
+    aic = "NVIDIA AIConfigurator silicon measurements (vendor, raw e2e)"
+    pd.DataFrame([{**base, "row_id": "a", "source_kind": aic, "notes": "silicon_concurrency=8; measured=2025-10-29"},
+                  {**base, "row_id": "b", "source_kind": aic, "notes": "silicon_concurrency=8"},
+                  {**base, "row_id": "c", "source_kind": "vLLM blog", "notes": "measured=2025-01-01"}]
+                 ).to_csv(tmp_path / "p.csv", index=False)
+    assert [r.deployment for r in rows_from_csv(tmp_path / "p.csv")] == ["aiconfigurator", "defaults", "defaults"]
+
+
+def test_the_deployment_changes_ttft_and_replays_to_zero_under_itself(tmp_path, cli):
+    """A budget of one prompt (plus headroom) per iteration spreads a burst
+    of prefills; rows made under it validate to zero only when told so."""
+    rows = [Row("d", "vllm", "llama-3.2-1b", "h100-sxm", 1, "bf16", "bf16", 2048, 32, concurrency=16,
+                measured={"ttft_mean_ms": 1.0})]
+    rows[0].measured = predict(rows[0], ReplaySettings(deployment="aiconfigurator"))
+    own = predict(rows[0], ReplaySettings(deployment="defaults"))
+    assert own["ttft_mean_ms"] != pytest.approx(rows[0].measured["ttft_mean_ms"], rel=0.02)
+    _csv(rows, tmp_path / "own.csv")
+    for dep, zero in (("aiconfigurator", True), ("defaults", False)):
+        res = cli("validate", tmp_path / "own.csv", "--model", "llama-3.2-1b", "--deployment", dep, "--json",
+                  "--workers", "1")
+        assert res.code == 0, res.err
+        err = max(abs(e["error_pct"]) for e in json.loads(res.out)["errors"])
+        assert (err < 1e-6) == zero
+
+
+def test_an_unknown_deployment_is_one_line(tmp_path, cli):
+    rows = _rows(ReplaySettings())[:1]
+    _csv(rows, tmp_path / "own.csv")
+    res = cli("validate", tmp_path / "own.csv", "--model", "llama-3.2-1b", "--deployment", "k8s")
+    assert res.code == 2 and "unknown deployment 'k8s'" in res.err and "Traceback" not in res.err
+
+
+@given(st.sampled_from(["vllm", "sglang", "trtllm"]), st.integers(1, 1024), st.integers(1, 131072))
+@settings(max_examples=60, deadline=None)
+def test_generated_deployments_are_engines_llmsim_accepts(stack, c, isl):
+    """Every generated budget holds every running decode and one whole prompt."""
+    from simulator.engine.config import EngineConfig
+    from simulator.validation.deployment import engine_keys
+
+    keys = engine_keys("aiconfigurator", stack, c, isl)
+    cfg = EngineConfig(**keys)
+    assert cfg.max_num_seqs == c and cfg.max_num_batched_tokens >= c + isl

@@ -59,6 +59,10 @@ def validate(
     client: str = typer.Option("burst", "--client", help="closed-loop start: burst (all C clients at t = 0, "
                                "every request counted, as benchmark tools run) or spread (clients out of phase, "
                                "one round of warm-up left out)"),
+    deployment: str = typer.Option("auto", "--deployment", help="how the measured servers were launched and "
+                                   "benchmarked: auto (each row's provenance), defaults (the stack's own "
+                                   "defaults, every request counted) or aiconfigurator (AIConfigurator's "
+                                   "generated deployments and AIPerf runs); see docs/accuracy.md"),
     fit: Optional[Path] = typer.Option(None, "--fit", help="fit the stack's overheads to the rows and write "
                                        "a backend profile here"),
     csv: Optional[Path] = typer.Option(None, "--csv", help="also write measured vs predicted per row"),
@@ -73,6 +77,11 @@ def validate(
 
     if client not in ("spread", "burst"):
         raise LlmsimError(f"unknown client {client!r}; expected spread or burst", key_path="--client")
+    from ..validation.deployment import DEPLOYMENTS
+
+    if deployment != "auto" and deployment not in DEPLOYMENTS:
+        raise LlmsimError(f"unknown deployment {deployment!r}; expected auto, {', '.join(DEPLOYMENTS)}",
+                          key_path="--deployment")
     if fit is not None and fit.suffix not in (".yaml", ".yml"):
         raise LlmsimError("the fitted profile is written as YAML: give a .yaml path", key_path="--fit")
     if fit is not None and not fit.parent.exists():
@@ -88,7 +97,8 @@ def validate(
     if stack_override is not None:
         from ..profiles.backend import load_backend
         load_backend(stack_override)          # an unknown backend is one line, before any replay
-    settings = ReplaySettings(backend=stack_override, client=client)  # type: ignore[arg-type]
+    settings = ReplaySettings(backend=stack_override, client=client,  # type: ignore[arg-type]
+                              deployment=None if deployment == "auto" else deployment)
     out: dict = {"rows": len(rows), "replayed": len(usable),
                  "skipped": {r.id: r.skip for r in rows if r.skip}}
     if fit is None:

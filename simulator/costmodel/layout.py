@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from ..dtypes import FP4_DTYPES
+from ..dtypes import FP4_ONLY_DTYPES
 from ..errors import LlmsimError
 from ..profiles.hardware import RooflineParams
 from ..profiles.model import ModelProfile
@@ -67,11 +67,15 @@ def needs_layout(model: ModelProfile, dp: int, ep: int) -> bool:
     return model.is_moe or model.is_mla or model.num_sliding_layers > 0 or dp > 1 or ep > 1
 
 
-def gemm_format(weight_dtype: str, checkpoint_dtype: str | None = None) -> str:
+def gemm_format(weight_dtype: str, checkpoint_dtype: str | None = None, fp4_units: bool = True) -> str:
     """The kernel family a pool's experts and MLA projections run. fp8 weights
     of a block-scaled fp8 checkpoint run the block-fp8 kernels (what vLLM
     loads for DeepSeek and Qwen3-FP8); fp8 from a 16-bit checkpoint is vLLM's
-    online per-tensor fp8, a different and (measured) slower kernel."""
+    online per-tensor fp8, a different and (measured) slower kernel. MXFP4
+    without FP4 tensor cores runs weight-only (W4A16, the Hopper kernels of
+    the measured table)."""
+    if weight_dtype == "mxfp4" and not fp4_units:
+        return "w4a16_mxfp4"
     fmt = _FORMATS.get(weight_dtype)
     if fmt is None:
         raise LlmsimError(f"weight_dtype {weight_dtype} is not modelled for MoE experts and MLA projections "
@@ -100,7 +104,7 @@ class LayoutOps:
         self.window = m.sliding_window or 0
         h, tp = m.hidden_size, par.tp
         gate = 2 if m.is_gated else 1
-        self.fmt = gemm_format(cm.weight_dtype, m.checkpoint_dtype) if (m.is_moe or m.is_mla) else ""
+        self.fmt = gemm_format(cm.weight_dtype, m.checkpoint_dtype, cm.fp4_units) if (m.is_moe or m.is_mla) else ""
         self.attn_gemms = [] if m.is_mla else cm.layer_gemms[:2]
         self.dense_gemms = [(gate * m.dense_ffn // tp, h), (h, m.dense_ffn // tp)] if self.n_dense else []
         self.shared_gemms = [(gate * m.shared_ffn // tp, h), (h, m.shared_ffn // tp)] if m.shared_ffn else []
@@ -322,7 +326,7 @@ class LayoutOps:
 
 
 def check_weight_dtype(weight_dtype: str, gpu) -> None:
-    """FP4 weights need FP4 tensor cores."""
-    if weight_dtype in FP4_DTYPES and not gpu.has_unit("fp4"):
+    """NVFP4 weights need FP4 tensor cores (MXFP4 runs weight-only without them)."""
+    if weight_dtype in FP4_ONLY_DTYPES and not gpu.has_unit("fp4"):
         raise LlmsimError(f"weight_dtype {weight_dtype} needs FP4 tensor cores (Blackwell: b200, gb200-nvl72); "
                           f"{gpu.name} has none", key_path="engine.weight_dtype")

@@ -86,11 +86,13 @@ class CostModel:
         self.kv_heads = max(1, m.kv_heads // tp)
         self.head_dim = m.dim_head
         self.w_bytes = BYTES[weight_dtype]
-        self.a_bytes = 1.0 if compute_dtype(weight_dtype) in ("fp8", "int8") and gpu.has_unit(compute_dtype(weight_dtype)) else 2.0
+        self.fp4_units = gpu.has_unit("fp4")
+        cdt = compute_dtype(weight_dtype, self.fp4_units)
+        self.a_bytes = 1.0 if cdt in ("fp8", "int8") and gpu.has_unit(cdt) else 2.0
         if weight_dtype == "nvfp4":   # W4A4: activations quantised to NVFP4 too
             self.a_bytes = QUANT_FORMATS["nvfp4"].act_bytes
         self.kv_bytes = BYTES[kv_dtype]
-        self.peak_linear = gpu.peak_flops(compute_dtype(weight_dtype))
+        self.peak_linear = gpu.peak_flops(cdt)
         self.peak_attn = gpu.peak_flops("bf16")
         self.hbm_bw = gpu.hbm_bandwidth
         self.link_bw = gpu.interconnect.bandwidth_gb_s * 1e9

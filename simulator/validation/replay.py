@@ -1,17 +1,17 @@
-"""Replaying a measured row through llmsim, as its benchmark client ran it.
+"""Replaying a measured row through llmsim, as its server and client ran it.
 
 A closed-loop row (fixed concurrency C) is replayed the way the benchmark
 tools run it (``vllm bench serve --max-concurrency``, SGLang's
 ``bench_serving``, AIPerf's concurrency mode): all C clients start at
-t = 0, each sends its next request when its last one ends, and every
-request is counted (``client: burst``, the default). A closed loop of
-identical requests is stable both in lockstep (the C requests prefilled
-together, finishing together) and out of phase (each prefilled alone);
-from a burst start llmsim's engine stays in lockstep, as the measured
-SGLang and TensorRT-LLM rows do. ``client: spread`` replays the
-out-of-phase state instead: clients spread over one request's no-load
-duration, one round of warm-up left out (the state the measured vLLM rows
-show, where TTFT at low concurrency is that of a lone prefill).
+t = 0 and each sends its next request when its last one ends
+(``client: burst``, the default), on the server the row's deployment
+launched, with the warm-up and counted requests its client used
+(:mod:`.deployment`). A closed loop of identical requests keeps the phase
+its start gave it: prompts prefilled in one iteration finish, and come
+back, together. The token budget decides how many do, so the deployment's
+flags matter more to TTFT than any overhead. ``client: spread`` replays
+the out-of-phase state instead: clients spread over one request's no-load
+duration, one round of warm-up left out.
 
 A Poisson row is replayed open loop at its rate.
 """
@@ -25,6 +25,7 @@ from ..costmodel import CostModel
 from ..errors import LlmsimError
 from ..profiles import load_hardware, load_model
 from ..scenario.schema import Scenario
+from . import deployment
 from .rows import METRICS, Row
 
 Client = Literal["spread", "burst"]
@@ -35,13 +36,14 @@ class ReplaySettings:
     backend: Optional[str] = None           # None: the row's stack; else a backend name or profile file
     engine: Optional[Mapping[str, Any]] = None   # engine keys set on top (e.g. fitted overheads)
     client: Client = "burst"
-    counted_rounds: int = 4                 # counted requests = rounds × C (when the row gives no count)
+    deployment: Optional[str] = None        # None: the row's own (validation.deployment); else one for all rows
     seed: int = 0
 
 
 def _no_load_seconds(row: Row) -> float:
     """One request alone: its prefill plus its decode steps (for the client spread)."""
-    cm = CostModel(load_model(row.model), load_hardware(row.gpu), row.tp, row.weight_dtype, row.kv_dtype)
+    cm = CostModel(load_model(row.model), load_hardware(row.gpu), row.tp, row.weight_dtype, row.kv_dtype,
+                   dp=row.dp, ep=row.ep)
     t = cm.step_time([(row.isl, 0)])
     a, b = cm.decode_coefficients(1)
     return t + sum(a + b * (row.isl + j) for j in range(1, row.osl))
@@ -50,19 +52,25 @@ def _no_load_seconds(row: Row) -> float:
 def scenario_for(row: Row, s: ReplaySettings = ReplaySettings()) -> Scenario:
     if row.skip:
         raise LlmsimError(f"row {row.id} cannot be replayed: {row.skip}")
-    engine = {"backend": s.backend or row.stack, "weight_dtype": row.weight_dtype, "kv_dtype": row.kv_dtype,
-              **(s.engine or {})}
+    dep = s.deployment or row.deployment
+    engine = {"backend": s.backend or row.stack, "weight_dtype": row.weight_dtype, "kv_dtype": row.kv_dtype}
+    if row.concurrency is not None:
+        engine.update(deployment.engine_keys(dep, row.stack, row.concurrency, row.isl))
+    engine.update(s.engine or {})
     lengths = {"input_tokens": {"dist": "fixed", "value": row.isl},
                "output_tokens": {"dist": "fixed", "value": row.osl}}
     if row.concurrency is not None:
         c = row.concurrency
+        bench = deployment.client(dep)
         if s.client == "burst":
             arrival: dict = {"type": "concurrency", "concurrency": c}
-            n = row.num_requests or s.counted_rounds * c
+            if bench.warmup_rounds:
+                arrival["warmup_requests"] = bench.warmup_rounds * c
+            n = row.num_requests or bench.counted_rounds * c
         else:
             arrival = {"type": "concurrency", "concurrency": c, "warmup_requests": c,
                        "ramp_up_s": _no_load_seconds(row)}
-            n = s.counted_rounds * c
+            n = bench.counted_rounds * c
         workload = {"num_requests": n, "arrival": arrival, **lengths}
     else:
         assert row.rate is not None
@@ -70,7 +78,8 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings()) -> Scenario:
         workload = {"num_requests": n, "arrival": {"type": "poisson", "rate_per_s": row.rate}, **lengths}
     return Scenario.model_validate({
         "name": row.id, "seed": s.seed, "workload": workload,
-        "pools": [{"model": row.model, "gpu": row.gpu, "tp": row.tp, "replicas": 1, "engine": engine}]})
+        "pools": [{"model": row.model, "gpu": row.gpu, "tp": row.tp, "dp": row.dp, "ep": row.ep, "replicas": 1,
+                   "engine": engine}]})
 
 
 def predict(row: Row, s: ReplaySettings = ReplaySettings()) -> dict[str, float]:

@@ -19,6 +19,7 @@ from typing import Iterable, Optional
 import pandas as pd
 
 from ..errors import LlmsimError
+from .deployment import of_source
 
 #: Measured metrics llmsim predicts: column -> results.json key.
 METRICS = {
@@ -36,6 +37,12 @@ _REQUIRED = ("engine", "model", "gpu", "isl_mean", "osl_mean")
 
 # Hugging Face model ids and GPU names as benchmarks write them -> built-in profiles.
 _MODELS = [
+    (r"deepseek-(v3|r1)", "deepseek-v3"),
+    (r"qwen3-235b-a22b.*fp8", "qwen3-235b-a22b-fp8"),
+    (r"qwen3-235b-a22b", "qwen3-235b-a22b"),
+    (r"qwen3-30b-a3b", "qwen3-30b-a3b"),
+    (r"gpt-oss-120b", "gpt-oss-120b"),
+    (r"mixtral-8x7b", "mixtral-8x7b"),
     (r"qwen3-32b", "qwen3-32b"),
     (r"llama-3\.1-8b", "llama-3.1-8b"),
     (r"llama-3\.1-70b", "llama-3.1-70b"),
@@ -44,7 +51,11 @@ _MODELS = [
     (r"llama-2-7b", "llama-2-7b"),
     (r"llama-2-13b", "llama-2-13b"),
     (r"llama-2-70b", "llama-2-70b"),
+    (r"llama-3\.2-1b", "llama-3.2-1b"),
 ]
+# Block-scaled fp8 checkpoints published beside a 16-bit model: a row serving
+# the model "in fp8_block" ran that checkpoint.
+_FP8_BLOCK_TWIN = {"qwen3-235b-a22b": "qwen3-235b-a22b-fp8"}
 _GPUS = [(r"h200", "h200"), (r"h100.*pcie", "h100-pcie"), (r"h100", "h100-sxm"), (r"b200", "b200"),
          (r"a100.*40", "a100-sxm-40gb"), (r"a100", "a100-sxm-80gb"), (r"l40s", "l40s")]
 
@@ -62,6 +73,8 @@ class Row:
     kv_dtype: str
     isl: int
     osl: int
+    dp: int = 1                             # attention data-parallel ranks (MoE deployments)
+    ep: int = 1                             # expert-parallel degree
     concurrency: Optional[int] = None       # closed loop
     rate: Optional[float] = None            # Poisson requests/s
     num_requests: Optional[int] = None
@@ -71,6 +84,8 @@ class Row:
     # C·OSL / (TTFT + (OSL − 1)·TPOT) of the measured latencies, not tokens
     # over a run's duration: the prediction is then derived the same way.
     throughput_identity: bool = False
+    # How the server was launched and the client run (validation.deployment).
+    deployment: str = "defaults"
 
     @property
     def group(self) -> str:
@@ -104,13 +119,31 @@ def _stack(s: str) -> Optional[str]:
     return None
 
 
-def _dtypes(precision: str) -> tuple[str, str]:
+def _dtypes(precision: str, model: Optional[str]) -> tuple[str, str]:
+    """Weights and KV cache a row's precision names; an unstated precision
+    runs the checkpoint as published (gpt-oss's MXFP4 experts, DeepSeek's
+    block fp8), a 16-bit one in bf16."""
     p = str(precision).lower()
-    if p.startswith("fp8"):
-        return "fp8", ("fp8" if "fp8 kv" in p else "bf16")
+    kv = "fp8" if "fp8 kv" in p else "bf16"
+    for word, dtype in (("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("fp4", "nvfp4"), ("int4", "int4"),
+                        ("w4a16", "int4"), ("fp8", "fp8")):
+        if p.startswith(word):
+            return dtype, kv
     if p.startswith("fp16"):
         return "fp16", "fp16"
-    return "bf16", "bf16"
+    if p.startswith("bf16") or model is None:
+        return "bf16", kv
+    from ..profiles import load_model
+
+    native = load_model(model).checkpoint_dtype or "bf16"
+    return ("fp8" if native == "fp8_block" else native), kv
+
+
+def _parallel(r: dict, name: str, *aliases: str) -> int:
+    for k in (name, *aliases):
+        if (v := _num(r.get(k))) is not None:
+            return int(v)
+    return 1
 
 
 def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = None) -> list[Row]:
@@ -134,15 +167,19 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
         m = model or _match(_MODELS, str(r["model"]))
         g = gpu or _match(_GPUS, str(r["gpu"]))
         tp = _num(r.get("tp")) or 1
-        wd, kd = _dtypes(r.get("precision", ""))
+        if m in _FP8_BLOCK_TWIN and "fp8_block" in str(r.get("precision", "")).lower():
+            m = _FP8_BLOCK_TWIN[m]
+        wd, kd = _dtypes(r.get("precision", ""), m)
         isl, osl = _num(r["isl_mean"]), _num(r["osl_mean"])
         row = Row(rid, stack or str(r["engine"]), m or str(r["model"]), g or str(r["gpu"]), int(tp), wd, kd,
                   int(isl or 0), int(osl or 0),
+                  dp=_parallel(r, "dp", "attention_dp_size"), ep=_parallel(r, "ep", "moe_ep_size"),
                   concurrency=int(c) if (c := _num(r.get("concurrency"))) else None,
                   rate=_num(r.get("request_rate_qps")),
                   num_requests=int(n) if (n := _num(r.get("num_requests"))) else None,
                   measured={k: v for k in METRICS if (v := _num(r.get(k))) is not None},
-                  throughput_identity="C*OSL" in str(r.get("derived_fields", "")))
+                  throughput_identity="C*OSL" in str(r.get("derived_fields", "")),
+                  deployment=of_source(f"{r.get('source_kind', '')} {r.get('source_url', '')}", str(r.get("notes", ""))))
         row.skip = _why_not(row, r, stack, m, g)
         out.append(row)
     return out
