@@ -34,7 +34,7 @@ __all__ = ["Plan", "plan_fleet", "RATE_KEY", "infeasible_message"]
 #: The key ``--max-rate`` searches.
 RATE_KEY = "workload.arrival.rate_per_s"
 
-_FIGURES = ("monthly_usd", "gpus", "usd_per_request", "request_throughput",
+_FIGURES = ("monthly_usd", "gpus", "usd_per_request", "request_throughput", "output_throughput",
             *(c for c, _ in LATENCY_COLUMNS))
 
 

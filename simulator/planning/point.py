@@ -110,6 +110,7 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
         "completed": results.get("completed"),
         "failed": results.get("failed"),
         "request_throughput": results.get("request_throughput"),
+        "output_throughput": results.get("output_throughput"),
     }
     for column, key in LATENCY_COLUMNS:
         row[column] = results.get(key)
