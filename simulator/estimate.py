@@ -62,7 +62,7 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "total_memory_bytes": mem.total_bytes,
     }
     if mfu is not None:
-        peak = cm.gpu.peak_flops(compute_dtype(cm.weight_dtype, cm.fp4_units)) * cm.gpus
+        peak = cm.gpu.peak_flops(compute_dtype(cm.weight_dtype, cm.gpu.has_unit("fp4"))) * cm.gpus
         out["mfu"] = mfu
         out["mfu_prefill_ms"] = 2.0 * cm.model.active_params * input_tokens / (peak * mfu) * 1e3
         out["mfu_prefill_tokens_per_s"] = peak * mfu / (2.0 * cm.model.active_params)
