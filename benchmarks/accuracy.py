@@ -64,6 +64,7 @@ def closed_loop(workers: int, write_profiles: bool, log=print) -> dict:
     every = rows_from_csv(CLOSED)
     rows = [r for r in every if not r.skip and (r.concurrency or 0) <= MAX_CONCURRENCY]
     skipped = [r for r in every if r.skip]
+    beyond = [r for r in every if not r.skip and (r.concurrency or 0) > MAX_CONCURRENCY]
     out: dict = {"rows": len(rows), "skipped": skipped}
     if write_profiles:
         for stack in sorted({r.stack for r in rows}):
@@ -76,6 +77,9 @@ def closed_loop(workers: int, write_profiles: bool, log=print) -> dict:
         _load.cache_clear()
     log("replaying every row with the shipped backend profiles")
     shipped = error_table(rows, predict_all(rows, ReplaySettings(), workers))
+    log(f"replaying the {len(beyond)} rows above concurrency {MAX_CONCURRENCY} (no fit sees them)")
+    out["beyond_summary"] = summary(error_table(beyond, predict_all(beyond, ReplaySettings(), workers)))
+    out["beyond_rows"] = len(beyond)
     log("replaying every row on the stacks' default launch flags (--deployment defaults)")
     defaults = error_table(rows, predict_all(rows, ReplaySettings(deployment="defaults"), workers))
     out["defaults_summary"] = summary(defaults)
@@ -106,6 +110,9 @@ def markdown(res: dict, wall: float, cmd: str) -> str:
              md(res["shipped_summary"]), "",
              "**Every row on its stack's default launch flags** (`llmsim validate --deployment defaults`: what "
              "the rows' documented deployment, where they have one, is worth):", "", md(res["defaults_summary"]), "",
+             f"**Beyond the fitted range** (the {res['beyond_rows']} rows at concurrency above {MAX_CONCURRENCY}, "
+             "batches up to 512: no fit sees them, so they test how the per-sequence costs fitted on smaller "
+             "batches extrapolate):", "", md(res["beyond_summary"]), "",
              "**Out of phase** (the same profiles, `llmsim validate --client spread`: clients spread over one "
              "request's no-load duration, one round of warm-up left out):", "", md(res["spread_summary"]), "",
              "**Leave one group out** (each model/GPU/stack group predicted with overheads fitted on the other "
