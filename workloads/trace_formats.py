@@ -93,8 +93,8 @@ def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {
         raise trace_error(path, f"cannot parse the CSV ({text})") from None
     except UnicodeDecodeError:
         raise trace_error(path, "not a UTF-8 text file") from None
-    except OSError as e:
-        raise trace_error(path, f"cannot read the file ({e.strerror or e})") from None
+    except (OSError, EOFError) as e:   # EOFError: a .gz cut short
+        raise trace_error(path, f"cannot read the file ({getattr(e, 'strerror', None) or e})") from None
 
     found = {str(c).strip().lower(): c for c in df.columns}
     cols: dict[str, Any] = {}
