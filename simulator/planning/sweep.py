@@ -20,7 +20,7 @@ import pandas as pd
 from .batch import run_points
 from .executors import Executor
 from .grid import load_sweep
-from .point import Point, scenario_digest
+from .point import Point
 from .store import PointStore
 
 __all__ = ["SweepRun", "plan_sweep", "run_sweep", "override_keys", "write_table"]
@@ -46,8 +46,7 @@ def plan_sweep(sweep_path: str | Path, sets: Mapping[str, Any] | None = None) ->
     """The sweep's points, checked against the base scenario (no runs yet);
     ``sets`` (``--set``) apply to every point, under the point's own overrides."""
     sweep, base, overrides = load_sweep(sweep_path, sets)
-    digest = scenario_digest(base)
-    return [Point(str(base), tuple({**(sets or {}), **o}.items()), sweep.engine, digest) for o in overrides]
+    return [Point(str(base), tuple({**(sets or {}), **o}.items()), sweep.engine) for o in overrides]
 
 
 def run_sweep(points: Sequence[Point], out_dir: str | Path, executor: Executor,

@@ -15,6 +15,7 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..errors import LlmsimError
+from ..inputs import note_read
 from ..structured import parse_json, parse_yaml
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -35,6 +36,7 @@ def builtin_dir(kind: str) -> Path:
 
 def read_structured(path: Path) -> Any:
     """Read YAML or JSON, turning every read/parse problem into an LlmsimError."""
+    note_read(path)
     try:
         text = path.read_text()
     except FileNotFoundError:
