@@ -127,6 +127,9 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
             check_overrides(path, cli, "--set")
     sets = merge_overlays([*overlays, cli])
     sc, path = load_scenario(scenario, overlay_assignments(sets))
+    if sc.slo is None and not any(c.slo for c in sc.classes):
+        raise LlmsimError("the scenario declares no SLO (slo: {ttft_p99_ms: ..., tpot_p99_ms: ...}), so no fleet "
+                          "can be judged against it", source=path, key_path="slo")
     if seeds < 1:
         raise LlmsimError(f"--seeds must be at least 1 (got {seeds})", key_path="--seeds")
     ranges = [a for a in axes if a.is_range]

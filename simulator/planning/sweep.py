@@ -9,14 +9,13 @@ of what finished and a rerun only runs what is missing.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import pandas as pd
 
+from ..atomic_write import write_atomic
 from .batch import run_points
 from .executors import Executor
 from .grid import load_sweep
@@ -89,18 +88,9 @@ def write_table(rows: list[dict[str, Any]], out_dir: Path, first: Sequence[str] 
         name = "sweep.parquet"
     except ImportError:
         name = "sweep.csv"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".sweep.", dir=out_dir)
-    os.close(fd)
-    try:
-        if name.endswith(".parquet"):
-            df.to_parquet(tmp, index=False)
-        else:
-            df.to_csv(tmp, index=False)
-        os.replace(tmp, out_dir / name)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return out_dir / name
+    if name.endswith(".parquet"):
+        return write_atomic(out_dir / name, lambda tmp: df.to_parquet(tmp, index=False))
+    return write_atomic(out_dir / name, lambda tmp: df.to_csv(tmp, index=False))
 
 
 def _scalar_column(col: pd.Series) -> pd.Series:
