@@ -108,11 +108,12 @@ def load_profile(kind: str, name_or_path: str, cls: type[P], noun: str) -> P:
     if not isinstance(data, dict):
         raise LlmsimError(f"expected a mapping of {noun} keys", source=path)
     data.setdefault("name", path.stem)
-    from ..scenario.strict import refuse_coerced_bools
+    from ..scenario.strict import refuse_bools_behind, refuse_coerced_bools
 
     try:
         profile = cls.model_validate(data)
     except ValidationError as e:
+        refuse_bools_behind(data, cls, path)
         raise from_validation_error(e, path) from None
     refuse_coerced_bools(data, profile, path)
     return profile
