@@ -31,6 +31,7 @@ from .gcpause import without_gc
 from .metrics.fleet_report import llmsim_block, timing_block
 from .metrics.gaps import GapGrid, GapLog
 from .metrics.results import compute_results
+from .errors import LlmsimError
 from .runsize import check_arrivals, check_run_size
 from .scenario.load import load_scenario
 from .scenario.schema import Scenario
@@ -152,7 +153,10 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         clock.every(max(horizon / 50.0, 1e-3),
                     lambda: progress(env.now, done[0], src.expected_total or len(src.requests)), counted=False)
     src.start(env, fleet.submit, fleet.cancel)
-    run_events(env)   # env.run(), compiled
+    try:
+        run_events(env)   # env.run(), compiled
+    except LlmsimError as e:   # a limit met while running (the clock's ticks): name the scenario
+        raise LlmsimError(e.message, source=e.source or source, key_path=e.key_path) from None
     wall = time.perf_counter() - wall
     # A closed loop's warm-up requests ran (they shaped the queue) but, as in
     # a benchmark, are not counted.

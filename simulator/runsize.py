@@ -38,6 +38,7 @@ class RunSize:
 
     requests: Optional[float]
     span_s: Optional[float]
+    span_key: str = "workload.duration_s"   # the key most of the span comes from
 
     def text(self) -> str:
         parts = []
@@ -57,18 +58,27 @@ def estimate_run_size(sc) -> RunSize:
     if wl.closed_loop:
         return RunSize(float(wl.closed_loop_total), None)
     rate = arrival.mean_rate(wl.duration_s)
-    per_start = 1.0
+    per_start, length = 1.0, 0.0     # requests per start, and how long a session lasts on average
     if wl.session is not None:
         s = wl.session
-        per_start = s.turns.mean() if s.type == "chat" else s.bursts.mean() * s.keystrokes.mean()
+        if s.type == "chat":
+            per_start = s.turns.mean()
+            length = (per_start - 1) * s.think_time_s.mean()
+        else:
+            per_start = s.bursts.mean() * s.keystrokes.mean()
+            length = s.bursts.mean() * (s.burst_gap_s.mean() + s.keystrokes.mean() * s.keystroke_gap_s.mean())
         count = wl.num_sessions
     else:
         count = wl.num_requests
     if count is not None:
         starts, span = float(count), count / rate if rate > 0 else None
+        key = "workload.arrival.rate_per_s"
     else:
         starts, span = float(arrival.expected_count(wl.duration_s)), wl.duration_s
-    return RunSize(starts * per_start, span)
+        key = "workload.duration_s"
+    if span is None:
+        return RunSize(starts * per_start, None)
+    return RunSize(starts * per_start, span + length, "workload.session" if length > span else key)
 
 
 def _ticks_per_s(sc) -> float:
@@ -108,8 +118,9 @@ def check_run_size(sc, source: str | Path | None = None) -> RunSize:
                               source=source, key_path=f"pools[{i}].{key}")
     size = estimate_run_size(sc)
     wl = sc.workload
-    _check(sc, size, source, "workload.num_sessions" if wl.session is not None and wl.num_sessions
-           else "workload.num_requests" if wl.num_requests else "workload.duration_s", "workload.duration_s")
+    count_key = ("workload.num_sessions" if wl.session is not None and wl.num_sessions
+                 else "workload.num_requests" if wl.num_requests else "workload.duration_s")
+    _check(sc, size, source, count_key, size.span_key)
     return size
 
 

@@ -216,7 +216,8 @@ def test_fuzz_the_size_estimate_refuses_exactly_what_passes_a_limit(rate, durati
     with tempfile.TemporaryDirectory() as tmp:
         sc, path = load_scenario(write_yaml(Path(tmp) / "s.yaml", data))
     requests = rate * duration * (4 if sessions else 1)
-    over = requests > MAX_REQUESTS or duration > MAX_SPAN_S or duration / interval > MAX_CLOCK_TICKS
+    span = duration + (3 * 5 if sessions else 0)      # a session lasts its 3 think times after its start
+    over = requests > MAX_REQUESTS or span > MAX_SPAN_S or span / interval > MAX_CLOCK_TICKS
     if over:
         with pytest.raises(LlmsimError) as e:
             check_run_size(sc, path)
