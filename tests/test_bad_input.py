@@ -157,6 +157,40 @@ def test_fuzz_a_stored_point_is_not_reused_after_any_input_changed(edit, replica
         assert Point(scenario, ((f"pools.{POOL}.replicas", replicas),)).key != p.key
 
 
+def _every_variant(path: Path):
+    from simulator.scenario.overlays import load_with_variants
+
+    sc, _ = load_scenario(path)
+    yield sc
+    for v in sc.variants:
+        yield load_with_variants(path, [v])
+
+
+@pytest.mark.parametrize("name", ["chatbot", "quickcode", "autocomplete", "dau-10m", "ttft-program", "trace"])
+def test_the_key_covers_every_file_a_run_reads(tmp_path, repo_root, name):
+    """What a run reads (loading, the pre-run checks, drawing the workload) is inside what the store's key
+    hashes, for every built-in scenario and variant (speculative drafts, backends) and a trace scenario."""
+    from simulator.fleet.checks import base_dir, check_scenario
+    from simulator.inputs import recorded_reads
+    from simulator.planning.point import named_files
+    from workloads.drivers import make_source
+
+    if name == "trace":
+        _model_file(tmp_path)
+        path = _trace_scenario(tmp_path)
+    else:
+        path = repo_root / "scenarios" / f"{name}.yaml"
+    for sc in _every_variant(path):
+        with recorded_reads() as read:
+            check_scenario(sc, path)
+            if sc.workload.is_trace:
+                make_source(sc.workload, sc.seed, base_dir(path))
+        with recorded_reads() as keyed:
+            load_scenario(path)
+            keyed.update(named_files(sc, path))
+        assert read <= keyed, f"{sc.name}: read but not in the key: {sorted(map(str, read - keyed))}"
+
+
 def test_a_sweep_reruns_points_after_the_trace_changed(tmp_path, cli):
     _model_file(tmp_path)
     _trace_scenario(tmp_path)

@@ -24,7 +24,9 @@ from typing import Any, Mapping
 
 from ..errors import LlmsimError
 from ..inputs import code_digest, file_digest, recorded_reads
+from ..profiles.loader import resolve
 from ..scenario.load import load_scenario
+from ..scenario.schema import Scenario
 from ..scenario.variants import overlay_assignments
 from workloads.traces import resolve_trace_path
 
@@ -67,18 +69,14 @@ class Point:
 def inputs_key(scenario: str | Path, assignments: list[str], engine: str) -> str:
     """SHA-256 (16 hex digits) over llmsim's code, the engine, the scenario
     as resolved (file plus overrides, validated) and the bytes of every file
-    loading and checking it read: the scenario, its trace, model configs,
-    GPU and backend profiles. The same inputs give the same key in any
+    it names: the scenario, its trace, model configs, GPU and backend
+    profiles (built-in ones too). The same inputs give the same key in any
     process, on any day; changing any of them gives another, so a stored
     row is never reused for inputs it was not computed from."""
-    from ..fleet.checks import check_scenario
-
     with recorded_reads() as files:
         try:
-            sc, path = load_scenario(scenario, assignments)
-            check_scenario(sc, path)   # loads every profile the pools name
-            if sc.workload.is_trace:
-                files.add(resolve_trace_path(sc.workload.arrival, path.parent).resolve())
+            sc, path = load_scenario(scenario, assignments)   # reads the scenario and backend profiles
+            files.update(named_files(sc, path))
             resolved: Any = sc.model_dump(mode="json")
         except LlmsimError as e:       # such a point's row is an error, never stored
             resolved = {"error": e.render(), "assignments": sorted(assignments)}
@@ -86,6 +84,21 @@ def inputs_key(scenario: str | Path, assignments: list[str], engine: str) -> str
                        "files": sorted((str(f), file_digest(f)) for f in files)},
                       sort_keys=True, separators=(",", ":"), default=str)
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def named_files(sc: Scenario, path: Path) -> set[Path]:
+    """The profile and trace files a scenario names (resolved, without
+    loading them: a sweep asks this of every point). tests/test_bad_input.py
+    checks it covers every file a run of the scenario reads."""
+    out: set[Path] = set()
+    for p in sc.pools:
+        out.add(resolve("model_profiles", p.model).resolve())
+        out.add(resolve("hardware_profiles", p.gpu).resolve())
+        if p.speculative is not None:
+            out.add(resolve("model_profiles", p.speculative.draft_model).resolve())
+    if sc.workload.is_trace:
+        out.add(resolve_trace_path(sc.workload.arrival, path.parent).resolve())
+    return out
 
 
 def check_overrides(scenario: str | Path, overrides: Mapping[str, Any], what: str) -> None:

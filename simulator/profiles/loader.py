@@ -61,7 +61,14 @@ def read_structured(path: Path) -> Any:
 
 
 def resolve(kind: str, name_or_path: str) -> Path:
-    """A built-in name (``h100-sxm``) or a path to the user's own file."""
+    """A built-in name (``h100-sxm``) or a path to the user's own file
+    (noted as an input of the run, even where a cache then skips reading it)."""
+    path = _resolve(kind, name_or_path)
+    note_read(path)
+    return path
+
+
+def _resolve(kind: str, name_or_path: str) -> Path:
     p = Path(name_or_path).expanduser()
     noun = {"hardware_profiles": "GPU", "model_profiles": "model", "scenarios": "scenario",
             "backend_profiles": "serving backend"}[kind]

@@ -26,6 +26,7 @@ import numpy as np
 
 from ..fleet.checks import check_scenario
 from ..metrics.fleet_report import _merge_steps, llmsim_block, timing_block
+from ..runsize import check_run_size
 from ..metrics.column_files import ColumnFiles
 from ..metrics.gaps import GapGrid
 from ..metrics.records import Records
@@ -56,6 +57,7 @@ def run_sharded(sc: Scenario, shards: int, *, source: Optional[Path] = None, eng
     arrive, and the merged table stays there: the figures are the same bit
     for bit, memory is bounded by a few columns instead of the table."""
     wall = time.perf_counter()
+    check_run_size(sc, source)    # before the parent draws the fleet's lone requests
     plan = plan_shards(sc, shards, source)
     rows = dealt_rows(sc, plan.subsets)
 
