@@ -427,6 +427,27 @@ def test_a_full_disk_while_writing_is_one_line_and_leaves_nothing(tmp_path, cli,
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
 
 
+def test_a_full_disk_under_a_sweep_is_one_line(tmp_path, cli, monkeypatch):
+    import errno
+
+    import simulator.planning.store as store
+
+    def full(path, write):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(store, "write_atomic", full)
+    write_yaml(tmp_path / "s.yaml", SCENARIO)
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "grid": {"seed": [1]}})
+    one_line_error(cli("sweep", sweep, "-o", tmp_path / "out", "--workers", "1"), "No space left on device")
+
+
+def test_an_empty_output_folder_is_used(tmp_path, cli):
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    (tmp_path / "out").mkdir()
+    assert cli("run", path, "-o", tmp_path / "out", "--no-plots").code == 0
+    assert (tmp_path / "out" / "results.json").is_file()
+
+
 # --- (4) half-written and orphaned ------------------------------------------------------------------------
 @FUZZ
 @given(stage=st.sampled_from(["results", "requests", "timeline", "plots"]), overwrite=st.booleans(),
