@@ -67,10 +67,10 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
     chosen = select_variants(sc.variants, variant, path)
     if chosen:
         sc = load_with_variants(path, chosen, set_)
-    with blamed_on(path, variant_overlays(chosen)):
+    with blamed_on(path, variant_overlays(chosen), set_):
         check_run_size(sc, path)
     with output_folder(output, overwrite=overwrite, inputs=[path]) as stage:
-        with blamed_on(path, variant_overlays(chosen)):
+        with blamed_on(path, variant_overlays(chosen), set_):
             if shards is None:
                 out = simulate_shown(sc, engine, path, show=False if json else None)
             else:
