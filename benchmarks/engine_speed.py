@@ -29,7 +29,7 @@ Speed is simulated requests per second, the median over ``--repeats`` runs
 (default 3; the machine may be shared, so single timings are noisy). The cases
 are interleaved (a, b, d, e, c, a, b, d, e, c, ...) so that each repeat sees
 similar background load, and ratios to the M/M/1 are taken within a repeat. For llmsim
-three figures are printed: the runner's own ``llmsim.sim_requests_per_wall_s``
+three figures are printed: the runner's own ``sim_requests_per_wall_s`` (run.json)
 (wall clock of workload generation + event loop; it excludes profile loading,
 the setup checks and the results summary), the whole ``simulate()`` call timed
 here on the wall clock, and the same call in process CPU time
@@ -129,7 +129,7 @@ def run_llmsim(sc: Scenario) -> dict:
     ll = res["llmsim"]
     return {
         "requests": n, "completed": res["completed"],
-        "runner": ll["sim_requests_per_wall_s"], "wall": n / wall, "cpu": n / cpu,
+        "runner": out.timing["sim_requests_per_wall_s"], "wall": n / wall, "cpu": n / cpu,
         "sim_s": ll["simulated_seconds"], "iterations": ll["iterations"], "gpu_busy": ll["gpu_busy_fraction"],
         "mean_batch": ll["mean_batch_size"], "preemptions": ll["preemptions"],
         "ttft_p50": res["median_ttft_ms"], "ttft_p99": res["p99_ttft_ms"], "tpot_p50": res["median_tpot_ms"],

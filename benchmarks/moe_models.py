@@ -10,7 +10,7 @@ llmsim reads, or the one-line reason it refuses the config.
 ``speed`` simulates the same closed-loop ShareGPT-like workload (4 × 256
 users, so replicas stay saturated) on one replica of a dense and of several
 MoE/MLA models, and prints simulated requests per wall second
-(``llmsim.sim_requests_per_wall_s``), requests and engine iterations per
+(``sim_requests_per_wall_s`` of the run's timing, run.json), requests and engine iterations per
 CPU second of the whole ``simulate()`` call (``time.process_time``, which
 other processes on a shared machine inflate much less than the wall
 clock), the median over the repeats. The MoE models must
@@ -81,7 +81,7 @@ def speed(n: int, repeats: int) -> None:
             out = simulate(scenario(pool, n))
             cpu = time.process_time() - c
             ll = out.results["llmsim"]
-            rows[label].append((ll["sim_requests_per_wall_s"], n / cpu, ll["iterations"] / cpu, ll["iterations"],
+            rows[label].append((out.timing["sim_requests_per_wall_s"], n / cpu, ll["iterations"] / cpu, ll["iterations"],
                                 ll["mean_batch_size"]))
     for label, _ in CASES:
         med = [statistics.median(r[i] for r in rows[label]) for i in range(5)]

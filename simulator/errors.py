@@ -10,7 +10,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["LlmsimError", "format_key_path", "from_validation_error"]
+__all__ = ["LlmsimError", "format_key_path", "from_validation_error", "user_loc"]
 
 
 class LlmsimError(Exception):
@@ -34,7 +34,7 @@ class LlmsimError(Exception):
         return f"{prefix}: {self.message}" if prefix else self.message
 
 
-def _user_loc(loc: Iterable[Any], data: Any) -> list:
+def user_loc(loc: Iterable[Any], data: Any) -> list:
     """Drop location parts the user did not write (discriminated-union tags
     such as ``normal`` in ``input_tokens.normal.std``) by walking the data."""
     out, node = [], data
@@ -82,7 +82,7 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None)
     lines = []
     for e in err.errors():
         loc = e.get("loc", ())
-        path = format_key_path(_user_loc(loc, data) if data is not None else loc)
+        path = format_key_path(user_loc(loc, data) if data is not None else loc)
         msg = e.get("msg", "invalid value")
         if e.get("type") == "extra_forbidden":
             msg = "unknown key (check the spelling; see `llmsim schema`)"

@@ -28,9 +28,11 @@ from .fleet.setup import PoolSetup, setup_pool  # noqa: F401  (re-exported: note
 from .metrics.records import Records
 from .fleet.timeline import Timeline
 from .gcpause import without_gc
-from .metrics.fleet_report import llmsim_block
+from .metrics.fleet_report import llmsim_block, timing_block
 from .metrics.gaps import GapGrid, GapLog
 from .metrics.results import compute_results
+from .errors import LlmsimError
+from .runsize import check_arrivals, check_run_size
 from .scenario.load import load_scenario
 from .scenario.schema import Scenario
 from workloads.drivers import make_source
@@ -47,6 +49,7 @@ class RunOutput:
     setups: list[PoolSetup] = field(default_factory=list)
     timeline: Optional[object] = None       # pandas DataFrame (timeline.csv)
     scalers: dict = field(default_factory=dict)   # pool name -> its Autoscaler
+    timing: dict = field(default_factory=dict)    # run.json: wall-clock measurements (fleet_report.timing_block)
 
     @property
     def pool(self) -> Pool:
@@ -66,6 +69,16 @@ def _build_pool(env, ps: PoolSetup, sc: Scenario, routes: dict[str, str], gaps: 
     return Pool(env, ps.cm, spec.engine, ps.memory.num_blocks, spec.replicas, make_router(spec.router, rng), gaps,
                 engine, id_block_tokens=id_block_tokens, name=spec.name, kv_budgets=budgets or None,
                 admission=admission, warm=warm)
+
+
+def _check_drawn(sc: Scenario, src, source) -> None:
+    """The run-size limits on the arrivals as drawn: a trace's rows and times, sessions' starts."""
+    starts = getattr(src, "starts", None)
+    if starts is not None:
+        if starts:
+            check_arrivals(sc, len(starts), starts[-1], source)
+    elif not sc.workload.closed_loop and src.requests:
+        check_arrivals(sc, len(src.requests), src.requests[-1].arrival, source)
 
 
 @without_gc
@@ -89,6 +102,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         scenario, source = load_scenario(scenario)
     sc = scenario
     setups = check_scenario(sc, source)
+    check_run_size(sc, source)
     env = simpy.Environment()
     gaps = GapLog()
     wl = sc.workload
@@ -97,6 +111,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     done = [0]
     wall = time.perf_counter()
     src = make_source(wl, sc.seed, base_dir(source), subset)
+    _check_drawn(sc, src, source)
     routes = class_routes(sc, source)
     pools = {ps.spec.name: _build_pool(env, ps, sc, routes, gaps, engine, router_rng, src.block_tokens)
              for ps in setups}
@@ -136,9 +151,12 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         reqs = src.requests
         horizon = wl.duration_s or (reqs[-1].arrival if reqs and src.expected_total == len(reqs) else 1.0)
         clock.every(max(horizon / 50.0, 1e-3),
-                    lambda: progress(env.now, done[0], src.expected_total or len(src.requests)))
+                    lambda: progress(env.now, done[0], src.expected_total or len(src.requests)), counted=False)
     src.start(env, fleet.submit, fleet.cancel)
-    run_events(env)   # env.run(), compiled
+    try:
+        run_events(env)   # env.run(), compiled
+    except LlmsimError as e:   # a limit met while running (the clock's ticks): name the scenario
+        raise LlmsimError(e.message, source=e.source or source, key_path=e.key_path) from None
     wall = time.perf_counter() - wall
     # A closed loop's warm-up requests ran (they shaped the queue) but, as in
     # a benchmark, are not counted.
@@ -146,10 +164,10 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     end = max(p.end_time() for p in pools.values())
     tl = timeline.frame(end)
     if not summarize:
-        return RunOutput(sc, requests, gaps, {}, pools, setups, tl, scalers)
+        return RunOutput(sc, requests, gaps, {}, pools, setups, tl, scalers, timing_block(wall, len(requests)))
     records = Records.of(requests)
-    llmsim = llmsim_block(sc, setups, pools, end, wall, engine, records, scalers)
+    llmsim = llmsim_block(sc, setups, pools, end, engine, records, scalers)
     results = compute_results(records, gaps, slo=sc.slo, llmsim=llmsim)
-    return RunOutput(sc, requests, gaps, results, pools, setups, tl, scalers)
+    return RunOutput(sc, requests, gaps, results, pools, setups, tl, scalers, timing_block(wall, len(records)))
 
 

@@ -129,8 +129,14 @@ def test_a_missed_slo_fails_even_when_updating(tmp_path, cli):
 
 
 def test_a_missing_baseline_fails(tmp_path, cli, scenario):
-    r = cli("check", scenario, "--baseline", tmp_path / "nothing-here")
+    (tmp_path / "empty").mkdir()
+    r = cli("check", scenario, "--baseline", tmp_path / "empty")
     assert r.code == 1 and "--update-baseline" in r.out
+
+
+def test_a_missing_baseline_folder_is_exit_2(tmp_path, cli, scenario):
+    r = cli("check", scenario, "--baseline", tmp_path / "nothing-here")
+    assert r.code == 2 and "nothing-here: no such folder" in r.err and "--update-baseline" in r.err
 
 
 def test_several_scenarios_one_failing(tmp_path, cli, scenario):
@@ -173,6 +179,7 @@ def test_a_corrupt_baseline_is_exit_2(tmp_path, cli, scenario):
 
 def test_two_scenarios_sharing_a_name_cannot_share_a_baseline(tmp_path, cli, scenario):
     twin = write_scenario(tmp_path / "elsewhere", CHECK)
+    (tmp_path / "b").mkdir()
     r = cli("check", scenario, twin, "--baseline", tmp_path / "b")
     assert r.code == 2 and "same name" in r.err
 

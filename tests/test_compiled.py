@@ -57,8 +57,7 @@ def results(path, variants, sets, engine, shards):
         sc = load_with_variants(p, select_variants(sc.variants, variants, p), sets)
     out = simulate(sc, engine=engine, source=p) if shards is None else run_sharded(sc, shards, source=p, engine=engine)
     r = jsonable(out.results)
-    for k in ("wall_time_s", "sim_requests_per_wall_s", "shards"):
-        r["llmsim"].pop(k, None)
+    r["llmsim"].pop("shards", None)
     return r
 
 runs = json.loads(sys.argv[1])

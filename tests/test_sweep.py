@@ -6,12 +6,13 @@ simulates in well under a second; test_plan and test_executors use it too.
 from __future__ import annotations
 
 import json
+import tempfile
 from pathlib import Path
 
 import pandas as pd
 import pytest
 import yaml
-from hypothesis import given, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from simulator.errors import LlmsimError
 from simulator.planning.executors import Executor, ExecutorOptions, make_executor
@@ -131,13 +132,16 @@ def test_mapping_values_and_points_reach_the_scenario(tmp_path, cli):
     assert list(df["gpus"]) == [2, 3]
 
 
-@given(st.dictionaries(st.sampled_from(["a.b", "c", "pools.x.tp", "seed"]), st.integers(0, 9), min_size=1))
-def test_a_points_key_ignores_override_order_but_not_the_scenario(overrides):
-    items = tuple(overrides.items())
-    p = Point("/s.yaml", items, digest="d1")
-    assert Point("/s.yaml", tuple(reversed(items)), digest="d1").key == p.key
-    assert Point("/s.yaml", items, digest="d2").key != p.key
-    assert Point("/s.yaml", items, engine="reference", digest="d1").key != p.key
+@given(st.dictionaries(st.sampled_from(["pools.chat.tp", "pools.chat.replicas", "seed"]), st.integers(1, 2),
+                       min_size=1))
+@settings(deadline=None, max_examples=20)
+def test_a_points_key_ignores_override_order_but_not_the_engine(overrides):
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = str(write_tiny_scenario(Path(tmp)))
+        items = tuple(overrides.items())
+        p = Point(scenario, items)
+        assert Point(scenario, tuple(reversed(items))).key == p.key
+        assert Point(scenario, items, engine="reference").key != p.key
 
 
 @pytest.mark.parametrize("body, message", [

@@ -14,6 +14,7 @@ stay cheap for runs that use no trace.
 from __future__ import annotations
 
 import gzip
+import zlib
 import json
 import math
 import re
@@ -93,8 +94,8 @@ def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {
         raise trace_error(path, f"cannot parse the CSV ({text})") from None
     except UnicodeDecodeError:
         raise trace_error(path, "not a UTF-8 text file") from None
-    except OSError as e:
-        raise trace_error(path, f"cannot read the file ({e.strerror or e})") from None
+    except (OSError, EOFError, zlib.error) as e:   # EOFError, zlib.error: a .gz cut short or corrupt
+        raise trace_error(path, f"cannot read the file ({getattr(e, 'strerror', None) or e})") from None
 
     found = {str(c).strip().lower(): c for c in df.columns}
     cols: dict[str, Any] = {}
@@ -271,7 +272,7 @@ def _read_jsonl(path: Path, t_key: str, in_key: str, out_key: str, *, t_unit: fl
                     klass.append(None if k is None else str(k))
     except UnicodeDecodeError:
         raise trace_error(path, "not a UTF-8 text file") from None
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise trace_error(path, f"cannot read the file ({getattr(e, 'strerror', None) or e})") from None
     raw = RawTrace(t=np.asarray(t, dtype=np.float64) * t_unit,
                    input_tokens=np.asarray(inp, dtype=np.float64),
@@ -361,7 +362,7 @@ def _first_line(path: Path) -> str:
                     return text.strip()
     except UnicodeDecodeError:
         raise trace_error(path, "not a UTF-8 text file") from None
-    except (OSError, EOFError) as e:
+    except (OSError, EOFError, zlib.error) as e:
         raise trace_error(path, f"cannot read the file ({getattr(e, 'strerror', None) or e})") from None
     raise trace_error(path, "the file is empty (no requests)")
 

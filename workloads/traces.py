@@ -67,6 +67,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import LlmsimError, from_validation_error
+from simulator.inputs import note_read
 
 from .request import Request
 from .trace_formats import MOONCAKE_BLOCK_SIZE, READERS, TRACE_FORMATS, RawTrace, detect_format, trace_error
@@ -211,6 +212,7 @@ def read_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = N
 
 
 def _existing_file(path: Path) -> Path:
+    note_read(path)
     if not path.exists():
         raise LlmsimError("trace file not found", source=path)
     if path.is_dir():

@@ -6,6 +6,7 @@ code 2, so no command needs its own try/except.
 """
 from __future__ import annotations
 
+import signal
 import sys
 
 import typer
@@ -28,8 +29,31 @@ def _register() -> None:
     from . import calibrate, check, compare, estimate, plan, profiles, run, sweep, validate  # noqa: F401
 
 
+class Terminated(SystemExit):
+    """SIGTERM or SIGHUP, raised where the program is, so that every
+    ``finally`` runs: staging folders are removed and worker processes
+    stopped, as for Ctrl-C."""
+
+
+def _terminate(signum: int, _frame) -> None:
+    raise Terminated(128 + signum)
+
+
+def _handle_signals() -> dict:
+    """Install the handlers; returns the previous ones (restored on return,
+    so the in-process test runner keeps its own)."""
+    previous = {}
+    for sig in (signal.SIGTERM, signal.SIGHUP):
+        try:
+            previous[sig] = signal.signal(sig, _terminate)
+        except ValueError:    # not the main thread: leave signals alone
+            break
+    return previous
+
+
 def main(argv: list[str] | None = None) -> None:
     _register()
+    previous = _handle_signals()
     try:
         # Standalone mode: typer/click handle their own usage errors (exit 2)
         # and exit codes; only llmsim's input errors reach us here.
@@ -37,6 +61,18 @@ def main(argv: list[str] | None = None) -> None:
     except LlmsimError as e:
         err_console.print(f"[bold red]error:[/] {e.render()}", markup=True)
         sys.exit(e.exit_code)
+    except Terminated as e:
+        err_console.print(f"terminated (signal {int(e.code) - 128})")
+        raise
     except KeyboardInterrupt:
         err_console.print("interrupted")
         sys.exit(130)
+    except OSError as e:
+        # The last net for the machine's refusals (a full disk, a read-only
+        # filesystem) where no command caught them with a better message.
+        where = f"{e.filename}: " if e.filename else ""
+        err_console.print(f"[bold red]error:[/] {where}{e.strerror or e}", markup=True)
+        sys.exit(2)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

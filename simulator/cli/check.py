@@ -180,6 +180,9 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
     if baseline is not None and baseline.exists() and not baseline.is_dir():
         raise LlmsimError("exists and is not a folder; --baseline names the folder of baseline files",
                           source=baseline)
+    if baseline is not None and not baseline.exists() and not update_baseline:
+        raise LlmsimError("no such folder; --baseline names the folder of committed baselines (write them "
+                          "first with --update-baseline)", source=baseline)
     jobs = [_prepare(s, baseline, set_, update_baseline) for s in scenarios]
     names: dict[str, Path] = {}
     for job in jobs:

@@ -9,7 +9,6 @@ ladder.png, all moved into place together at the end.
 """
 from __future__ import annotations
 
-from contextlib import nullcontext
 from pathlib import Path
 from typing import Any, Callable, Mapping, Sequence
 
@@ -22,7 +21,7 @@ from ..scenario.schema import Scenario
 from ..scenario.variants import Step, ladder_steps
 from .output import console, print_json
 from .progress import simulate_shown
-from .rundir import staged, write_run_dir
+from .rundir import output_folder, write_run_files
 
 __all__ = ["run_ladder", "ladder_table"]
 
@@ -75,7 +74,7 @@ def ladder_table(title: str, rows: Sequence[Mapping[str, Any]]) -> Table:
 
 
 def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, output: Path | None, *,
-               plots: bool, json: bool) -> None:
+               plots: bool, json: bool, overwrite: bool = False) -> None:
     if not sc.variants:
         raise LlmsimError("the scenario declares no variants, so there is no ladder to run; add "
                           "`variants: [{name: ..., set: {key.path: value}}]`", source=path, key_path="variants")
@@ -86,13 +85,13 @@ def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, outpu
         return simulate_shown(ssc, engine, path, show=False if json else None,
                               label=f"step {i + 1}/{len(steps)} {step.name}")
 
-    with (staged(output) if output is not None else nullcontext()) as tmp:
+    with output_folder(output, overwrite=overwrite, inputs=[path]) as tmp:
         for i, (step, out, row) in enumerate(ladder_runs(sc, path, sets, shown)):
             if i == 0:
                 baseline_slo = out.results.get("slo")     # the targets the ladder is drawn against
             rows.append(row)
             if tmp is not None:
-                write_run_dir(tmp / step.name, out, plots=plots)
+                write_run_files(tmp / step.name, out, plots=plots)
         if tmp is not None:
             write_ladder(rows, tmp, scenario=sc.name, mode=sc.ladder)
             if plots:

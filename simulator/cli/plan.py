@@ -7,6 +7,7 @@ from typing import List, Optional
 
 import typer
 
+from ..atomic_write import write_atomic
 from ..errors import LlmsimError
 from ..planning.pareto import plot_pareto
 from ..planning.plan import infeasible_message, plan_fleet
@@ -27,7 +28,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
          seeds: int = typer.Option(1, "--seeds", help="a value meets the SLO only if this many seeds all do"),
          variant: List[str] = typer.Option([], "--variant", help="plan the scenario's variant of this name "
                                                                  "(repeatable, applied in order before --set)"),
-         output: Optional[Path] = typer.Option(None, "-o", "--output",
+         output: Optional[str] = typer.Option(None, "-o", "--output",
                                                help="folder for plan.json and pareto.png "
                                                     "(default: ./plan-<scenario name>)"),
          engine: str = typer.Option("fast", "--engine", help="fast (default) or reference"),
@@ -46,8 +47,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
                             store=PointStore(out / "points"), on_row=on_row, sets=parse_sets(set_),
                             variants=variant)
     wall = time.perf_counter() - wall
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "plan.json").write_text(to_json(result.to_json()) + "\n")
+    text = to_json(result.to_json()) + "\n"
+    write_atomic(out / "plan.json", lambda tmp: tmp.write_text(text))
     written = [out / "plan.json"]
     if not max_rate:
         written.append(plot_pareto(result.probes, result.best, out / "pareto.png",

@@ -9,6 +9,7 @@ import typer
 
 from ..errors import LlmsimError
 from ..metrics.summary import summary_table
+from ..runsize import check_run_size
 from ..scenario.load import load_scenario
 from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
 from ..scenario.schema import Scenario
@@ -17,7 +18,7 @@ from .app import app
 from .ladder import run_ladder
 from .output import console, print_json
 from .progress import simulate_shown
-from .rundir import check_output_dir, write_run_dir
+from .rundir import output_folder, output_path, write_run_files
 from .sweep import Address, ConnectTimeout, ExecutorName, Workers, open_executor
 
 
@@ -30,8 +31,11 @@ def _plots_wanted(plots: Optional[bool], output: Optional[Path]) -> bool:
 
 @app.command("run")
 def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in scenario name)"),
-        output: Optional[Path] = typer.Option(None, "-o", "--output",
-                                              help="write results.json, the per-request table and plots here"),
+        output_: Optional[str] = typer.Option(None, "-o", "--output",
+                                              help="write results.json, the per-request table and plots into "
+                                                   "this folder (new or empty, or see --overwrite)"),
+        overwrite: bool = typer.Option(False, "--overwrite",
+                                       help="replace the contents of a -o folder that holds an earlier run"),
         json: bool = typer.Option(False, "--json", help="print results.json to stdout instead of tables"),
         set_: List[str] = typer.Option([], "--set", help="override a key: pools.main.replicas=4 (repeatable)"),
         engine: str = typer.Option("fast", "--engine", help="fast (default) or reference (per-iteration oracle, slow)"),
@@ -54,25 +58,28 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
         raise LlmsimError("--shards runs one fleet; drop --ladder (or drop --shards)")
     if ladder and variant:
         raise LlmsimError("--ladder runs every variant step by itself; drop --variant (or drop --ladder)")
+    output = output_path(output_)
     draw = _plots_wanted(plots, output)
     sc, path = load_scenario(scenario, set_)
-    check_output_dir(output)
     if ladder:
-        run_ladder(sc, path, set_, engine, output, plots=draw, json=json)
+        run_ladder(sc, path, set_, engine, output, plots=draw, json=json, overwrite=overwrite)
         return
     chosen = select_variants(sc.variants, variant, path)
     if chosen:
         sc = load_with_variants(path, chosen, set_)
-    with blamed_on(path, variant_overlays(chosen)):
-        if shards is None:
-            out = simulate_shown(sc, engine, path, show=False if json else None)
-        else:
-            from ..sharding import run_sharded
+    with blamed_on(path, variant_overlays(chosen), set_):
+        check_run_size(sc, path)
+    with output_folder(output, overwrite=overwrite, inputs=[path]) as stage:
+        with blamed_on(path, variant_overlays(chosen), set_):
+            if shards is None:
+                out = simulate_shown(sc, engine, path, show=False if json else None)
+            else:
+                from ..sharding import run_sharded
 
-            with open_executor(executor, workers, address, connect_timeout) as ex:
-                out = run_sharded(sc, shards, source=path, engine=engine, executor=ex)
-    if output is not None:
-        write_run_dir(output, out, plots=draw)
+                with open_executor(executor, workers, address, connect_timeout) as ex:
+                    out = run_sharded(sc, shards, source=path, engine=engine, executor=ex)
+        if stage is not None:
+            write_run_files(stage, out, plots=draw)
     if json:
         print_json(out.results)
         return
@@ -83,7 +90,7 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
     if not cal["calibrated"]:
         console.print(f"[yellow]note:[/] {cal['gpu']} cost model is {cal['status']}, not fitted to its own measurements")
     if output is not None:
-        console.print(f"wrote {output}/results.json, the per-request table{' and plots' if draw else ''}")
+        console.print(f"wrote {output}/results.json, run.json, the per-request table{' and plots' if draw else ''}")
 
 
 def _print_shards(info: dict) -> None:

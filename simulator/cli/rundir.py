@@ -1,59 +1,154 @@
-"""A run's result folder: results.json, the per-request table, timeline.csv and plots.
+"""A run's result folder: results.json, run.json, the per-request table, timeline.csv and plots.
 
-Everything is written into a temporary sibling folder and moved into place
-at the end, so a failure (a full disk, a plotting error) never leaves a
-half-written result folder that looks complete.
+The folder is made, and a hidden staging folder inside it, before the
+simulation starts: an unwritable, read-only or misnamed ``-o`` fails in
+a second, not after an hour of simulating, and staging inside the
+destination keeps every final rename on one filesystem (a staging folder
+beside a mount point would meet EXDEV at the end). Files are written into
+the staging folder and moved into place at the end, ``results.json``
+last, so a folder holding a results.json is complete. A folder that
+already holds files is refused unless ``--overwrite``, which replaces its
+contents whole: new results are never mixed with an earlier run's plots.
+Whatever stops the run (an error, Ctrl-C, SIGTERM: see ``app.main``), the
+staging folder is removed, and so is the output folder if this run made it.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Iterator, Optional, Sequence
 
 from ..errors import LlmsimError
 from ..metrics.results import write_results
 from ..metrics.table import write_requests
 from ..runner import RunOutput
 
-__all__ = ["check_output_dir", "staged", "write_run_dir"]
+__all__ = ["output_path", "output_folder", "os_error", "write_run_files", "STAGING_PREFIX"]
+
+#: Name prefix of the staging folder inside an output folder.
+STAGING_PREFIX = ".llmsim-staging-"
 
 
-def check_output_dir(output: Path | None) -> None:
-    if output is not None and output.exists() and not output.is_dir():
-        raise LlmsimError("exists and is not a folder; -o names the folder results are written to", source=output)
+def output_path(value: Optional[str]) -> Optional[Path]:
+    """``-o`` as a path; an empty name is refused (it would mean the current folder)."""
+    if value is None:
+        return None
+    if not value.strip():
+        raise LlmsimError("-o needs a folder name (an empty name would write into the current folder)",
+                          key_path="-o")
+    return Path(value).expanduser()
+
+
+def os_error(e: OSError, output: Path, doing: str) -> LlmsimError:
+    why = {errno.ENOSPC: "no space left on the device", errno.EROFS: "the filesystem is read-only",
+           errno.EACCES: "permission denied", errno.ENOTDIR: "a part of the path is a file, not a folder",
+           errno.ENAMETOOLONG: "the name is too long for the filesystem"}.get(e.errno, e.strerror or str(e))
+    return LlmsimError(f"cannot {doing} ({why})", source=f"-o {output}")
+
+
+def _contents(folder: Path) -> list[Path]:
+    """What the folder holds, leaving out staging folders of runs that were killed outright."""
+    return sorted(p for p in folder.iterdir() if not p.name.startswith(STAGING_PREFIX))
+
+
+def _refuse_overwriting_inputs(output: Path, inputs: Sequence[Path]) -> None:
+    here = output.resolve()
+    cwd = Path.cwd().resolve()
+    if here == cwd or here in cwd.parents:
+        raise LlmsimError("--overwrite would delete the current folder's contents; name a results folder "
+                          "of its own", source=f"-o {output}")
+    for p in inputs:
+        if here in Path(p).resolve().parents:
+            raise LlmsimError(f"--overwrite would delete {p}, an input of this run; name a results folder "
+                              f"of its own", source=f"-o {output}")
 
 
 @contextmanager
-def staged(out_dir: Path) -> Iterator[Path]:
-    """Yield an empty temporary folder; on success its files replace those
-    of the same names in ``out_dir`` (others there are left alone)."""
-    out_dir = Path(out_dir).resolve()
-    out_dir.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=".llmsim-", dir=out_dir.parent))
+def output_folder(output: Optional[Path], *, overwrite: bool = False,
+                  inputs: Sequence[Path] = ()) -> Iterator[Optional[Path]]:
+    """Check ``output`` and yield an empty staging folder inside it (None
+    without ``-o``); on success the staged files become the folder's
+    contents. ``inputs`` (the scenario) may not lie inside a folder
+    ``--overwrite`` would empty."""
+    if output is None:
+        yield None
+        return
     try:
-        yield tmp
-        out_dir.mkdir(exist_ok=True)
-        for f in tmp.iterdir():
-            dest = out_dir / f.name
-            if dest.is_dir() and f.is_dir():
-                shutil.rmtree(dest)
-            os.replace(f, dest)
+        made, top = _check_destination(output, overwrite, inputs)
+    except OSError as e:     # a name too long, a path through a file
+        raise os_error(e, output, "use the results folder") from None
+    try:     # before simulating: an unwritable destination fails now, not after the run
+        output.mkdir(parents=True, exist_ok=True)
+        stage = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=output))
+    except OSError as e:
+        if made:
+            shutil.rmtree(top, ignore_errors=True)
+        raise os_error(e, output, "write into the results folder") from None
+    done = False
+    try:
+        yield stage
+        try:
+            _commit(stage, output, overwrite)
+        except OSError as e:
+            raise os_error(e, output, "write the results") from None
+        done = True
+    except OSError as e:      # writing into the stage: a full disk, a file removed under us
+        raise os_error(e, output, "write the results") from None
     finally:
-        shutil.rmtree(tmp, ignore_errors=True)
+        shutil.rmtree(stage, ignore_errors=True)
+        if made and not done:
+            shutil.rmtree(top, ignore_errors=True)
 
 
-def write_run_dir(out_dir: Path, out: RunOutput, *, plots: bool) -> None:
+def _check_destination(output: Path, overwrite: bool, inputs: Sequence[Path]) -> tuple[bool, Path]:
+    """Whether this run makes the folder, and the outermost folder it makes."""
+    if output.exists() and not output.is_dir():
+        raise LlmsimError("exists and is not a folder; -o names the folder results are written to",
+                          source=f"-o {output}")
+    made = not output.exists()
+    top = output   # the outermost folder this run creates, removed again if the run fails
+    while made and not top.parent.exists() and top.parent != top:
+        top = top.parent
+    if not made:
+        old = _contents(output)
+        if old and not overwrite:
+            shown = ", ".join(p.name for p in old[:4]) + (", ..." if len(old) > 4 else "")
+            raise LlmsimError(f"the folder already holds {len(old)} file(s) ({shown}); give --overwrite to "
+                              f"replace its contents with this run's, or name another folder", source=f"-o {output}")
+        if overwrite:
+            _refuse_overwriting_inputs(output, inputs)
+    return made, top
+
+
+def _commit(stage: Path, output: Path, overwrite: bool) -> None:
+    if overwrite:
+        for old in output.iterdir():
+            if old == stage:
+                continue
+            if old.is_dir() and not old.is_symlink():
+                shutil.rmtree(old)
+            else:
+                old.unlink()
+    for f in sorted(stage.iterdir(), key=lambda f: f.name == "results.json"):
+        os.replace(f, output / f.name)
+
+
+def write_run_files(folder: Path, out: RunOutput, *, plots: bool) -> None:
+    """The run's files, written straight into ``folder`` (a staging folder)."""
     # The fleet runner exposes a timeline; an older RunOutput has none.
     timeline = getattr(out, "timeline", None)
-    with staged(out_dir) as tmp:
-        write_results(out.results, tmp / "results.json")
-        write_requests(out.requests, tmp / "requests")
-        if timeline is not None:
-            timeline.to_csv(tmp / "timeline.csv", index=False)
-        if plots:
-            from ..report.plots import write_run_plots  # matplotlib only when drawing
+    folder.mkdir(parents=True, exist_ok=True)
+    write_results(out.results, folder / "results.json")
+    if out.timing:
+        write_results(out.timing, folder / "run.json")
+    write_requests(out.requests, folder / "requests")
+    if timeline is not None:
+        timeline.to_csv(folder / "timeline.csv", index=False)
+    if plots:
+        from ..report.plots import write_run_plots  # matplotlib only when drawing
 
-            write_run_plots(tmp, out.results, out.requests, timeline)
+        write_run_plots(folder, out.results, out.requests, timeline)

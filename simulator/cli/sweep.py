@@ -1,6 +1,8 @@
 """``llmsim sweep``, and the executor options and progress bar it shares with ``llmsim plan``."""
 from __future__ import annotations
 
+import errno
+import os
 import sys
 import time
 from contextlib import contextmanager
@@ -17,6 +19,7 @@ from ..scenario.overrides import parse_assignment
 from ..scenario.variants import merge_overlays
 from .app import app, err_console
 from .output import console, fmt
+from .rundir import os_error, output_path
 
 ExecutorName = Annotated[str, typer.Option("--executor", help="where runs go: local (a process pool) or dask")]
 Workers = Annotated[Optional[int], typer.Option("--workers", help="local processes (default: one per core)")]
@@ -35,10 +38,26 @@ def open_executor(name: str, workers: Optional[int], address: Optional[str], con
     return make_executor(name, ExecutorOptions(workers=workers, address=address, connect_timeout_s=connect_timeout))
 
 
-def output_dir(given: Optional[Path], default: str) -> Path:
-    out = given if given is not None else Path(default)
-    if out.exists() and not out.is_dir():
-        raise LlmsimError("exists and is not a folder; -o names the folder results are written to", source=out)
+def output_dir(given: Optional[str], default: str) -> Path:
+    """The results folder of a sweep or plan, checked writable before any
+    run but not made until the first point lands (resumable: an earlier
+    sweep's points in it are reused)."""
+    out = output_path(given) or Path(default)
+    try:
+        if out.exists() and not out.is_dir():
+            raise LlmsimError("exists and is not a folder; -o names the folder results are written to",
+                              source=f"-o {out}")
+        there = out
+        while not there.exists() and there.parent != there:
+            there = there.parent
+        if not there.is_dir():
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        if os.statvfs(there).f_flag & os.ST_RDONLY:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        if not os.access(there, os.W_OK | os.X_OK):
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+    except OSError as e:
+        raise os_error(e, out, "write into the results folder") from None
     return out
 
 
@@ -94,8 +113,8 @@ _SHOWN = ("ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms", "slo_met", "monthly_usd",
 
 @app.command("sweep")
 def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid and/or points"),
-          output: Optional[Path] = typer.Option(None, "-o", "--output",
-                                                help="results folder (default: ./sweep-<file name>)"),
+          output: Optional[str] = typer.Option(None, "-o", "--output",
+                                               help="results folder (default: ./sweep-<file name>)"),
           executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
           connect_timeout: ConnectTimeout = 10.0, set_: Sets = None) -> None:
     """Run every point of a sweep file into one table (resumable: finished points are skipped)."""

@@ -12,16 +12,23 @@ from typing import Callable
 
 import simpy
 
+from ..errors import LlmsimError
+from ..runsize import MAX_CLOCK_TICKS
+
 
 class Clock:
-    def __init__(self, env: simpy.Environment) -> None:
+    def __init__(self, env: simpy.Environment, max_ticks: int = MAX_CLOCK_TICKS) -> None:
         self.env = env
-        self.tasks: list[list] = []      # [next due, interval, fn]
+        self.tasks: list[list] = []      # [next due, interval, fn, counted]
         self.armed = False
+        self.ticks = 0
+        self.max_ticks = max_ticks
 
-    def every(self, interval: float, fn: Callable[[], None]) -> None:
-        """Call ``fn`` at ``interval``, 2·``interval``, … while the run lasts."""
-        self.tasks.append([self.env.now + interval, interval, fn])
+    def every(self, interval: float, fn: Callable[[], None], counted: bool = True) -> None:
+        """Call ``fn`` at ``interval``, 2·``interval``, … while the run lasts.
+        ``counted`` False: a display task (progress), not part of the run's
+        work, left out of the tick limit."""
+        self.tasks.append([self.env.now + interval, interval, fn, counted])
         if not self.armed:
             self._arm()
 
@@ -36,6 +43,13 @@ class Clock:
             if task[0] <= now + 1e-12:
                 task[2]()
                 task[0] += task[1]
+                self.ticks += task[3]
+        if self.ticks > self.max_ticks:
+            # The last bound on a run whose span was not known in advance (a closed loop).
+            raise LlmsimError(f"this run cannot finish: its periodic tasks (timeline samples, autoscaler "
+                              f"evaluations) passed {self.max_ticks:,} ticks at {now:,.6g} simulated seconds; "
+                              f"raise timeline_interval_s (or the autoscaler's interval_s)",
+                              key_path="timeline_interval_s")
         self.armed = False
         if self.env._queue:          # something can still happen
             self._arm()

@@ -35,7 +35,12 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
         try:
             return fn()
         except LlmsimError as e:
-            raise LlmsimError(e.message, source=source, key_path=f"{where}.{key}") from None
+            if e.source and e.key_path:
+                # The fault is inside the profile file: name it and its key, then who named the profile.
+                raise LlmsimError(f"{e.message} (the {key} of {where} in {source or 'the scenario'})",
+                                  source=e.source, key_path=e.key_path) from None
+            msg = f"{e.source}: {e.message}" if e.source and e.source != str(source) else e.message
+            raise LlmsimError(msg, source=source, key_path=f"{where}.{key}") from None
 
     model = at("model", lambda: load_model(spec.model))
     gpu = at("gpu", lambda: load_hardware(spec.gpu))

@@ -25,7 +25,13 @@ from .slo import parse_slo
 from .ttft_budget import ttft_budget
 
 
-def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], now: float, wall: float,
+def timing_block(wall: float, requests: int) -> dict:
+    """run.json: what was measured, not simulated, kept out of results.json so
+    that a seed's results are byte-identical from run to run."""
+    return {"wall_time_s": wall, "sim_requests_per_wall_s": requests / wall if wall > 0 else None}
+
+
+def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], now: float,
                   engine: str, requests: "Records | list[Request]", scalers: dict) -> dict:
     requests = Records.of(requests)
     n = len(requests)
@@ -62,8 +68,6 @@ def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], 
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
                            monthly=MonthRule(sc.cost.monthly, sc.workload)),
         "simulated_seconds": now,
-        "wall_time_s": wall,
-        "sim_requests_per_wall_s": n / wall if wall > 0 else None,
     })
     return out
 

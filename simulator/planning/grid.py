@@ -65,7 +65,11 @@ def load_sweep(path: str | Path, sets: Mapping[str, Any] | None = None
         raise from_validation_error(e, path, data) from None
     _check_not_empty(sweep, path)
     local = path.parent / sweep.base
-    base = resolve_scenario(str(local) if local.exists() else sweep.base).resolve()
+    try:
+        base = resolve_scenario(str(local) if local.exists() else sweep.base).resolve()
+    except LlmsimError as e:
+        raise LlmsimError(f"{e.render()} (the base scenario, relative to this file's folder or a built-in name)",
+                          source=path, key_path="base") from None
     sets = dict(sets or {})
     if sets:
         check_overrides(base, sets, "--set")

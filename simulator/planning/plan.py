@@ -24,7 +24,7 @@ from ..scenario.load import load_scenario
 from ..scenario.variants import merge_overlays, overlay_assignments, select_variants
 from .batch import run_points
 from .executors import Executor
-from .point import LATENCY_COLUMNS, Point, check_overrides, scenario_digest
+from .point import LATENCY_COLUMNS, Point, check_overrides
 from .search import drive_all, largest_passing, smallest_passing
 from .store import PointStore
 from .vary import Axis, check_axes, choices
@@ -127,6 +127,9 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
             check_overrides(path, cli, "--set")
     sets = merge_overlays([*overlays, cli])
     sc, path = load_scenario(scenario, overlay_assignments(sets))
+    if sc.slo is None and not any(c.slo for c in sc.classes):
+        raise LlmsimError("the scenario declares no SLO (slo: {ttft_p99_ms: ..., tpot_p99_ms: ...}), so no fleet "
+                          "can be judged against it", source=path, key_path="slo")
     if seeds < 1:
         raise LlmsimError(f"--seeds must be at least 1 (got {seeds})", key_path="--seeds")
     ranges = [a for a in axes if a.is_range]
@@ -146,7 +149,7 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
     check_axes(path, axes, sets)
     combos = choices(axes)
     seed_sets = [{}] + [{"seed": sc.seed + k} for k in range(1, seeds)]
-    prober = _Prober(Point(str(path), tuple(sets.items()), engine, scenario_digest(path)), seed_sets, executor,
+    prober = _Prober(Point(str(path), tuple(sets.items()), engine), seed_sets, executor,
                      store, on_row)
     if max_rate:
         start = sc.workload.arrival.rate_per_s

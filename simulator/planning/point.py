@@ -5,8 +5,9 @@ function of the :class:`Point` (scenario path, overrides, engine; the seed
 is the scenario's or an override of ``seed``): it rereads the file, applies
 the overrides exactly as ``--set`` does, simulates, and returns plain
 numbers. That is what makes a Dask worker's row equal a local process's
-bit for bit, and what makes a stored row safe to reuse on a rerun. The
-only measured (non-deterministic) figure is ``wall_time_s``.
+bit for bit, and, with a key over every input (:func:`inputs_key`), what
+makes a stored row safe to reuse on a rerun. The only measured
+(non-deterministic) figure is ``wall_time_s``.
 
 Rows read only ``results.json`` keys, never runner internals, so runner
 changes that add keys do not disturb them.
@@ -17,14 +18,19 @@ import hashlib
 import json
 import time
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import LlmsimError
+from ..inputs import code_digest, file_digest, recorded_reads
+from ..profiles.loader import resolve
 from ..scenario.load import load_scenario
+from ..scenario.schema import Scenario
 from ..scenario.variants import overlay_assignments
+from workloads.traces import resolve_trace_path
 
-__all__ = ["Point", "run_point", "summarize", "check_overrides", "scenario_digest", "LATENCY_COLUMNS",
+__all__ = ["Point", "run_point", "summarize", "check_overrides", "inputs_key", "LATENCY_COLUMNS",
            "WALL_TIME"]
 
 #: (column, results.json key) of the latency figures every row carries.
@@ -39,22 +45,17 @@ WALL_TIME = "wall_time_s"
 
 @dataclass(frozen=True)
 class Point:
-    """A run to do. ``digest`` fingerprints the scenario file's bytes so a
-    stored row is not reused after the file changed."""
+    """A run to do: the scenario file, the overrides on it, the engine."""
 
     scenario: str
     overrides: tuple[tuple[str, Any], ...] = ()
     engine: str = "fast"
-    digest: str = ""
 
-    @property
+    @cached_property
     def key(self) -> str:
-        """Stable name of the point: the same file, overrides and engine give
-        the same key in any process, on any day (the sweep's resume key)."""
-        blob = json.dumps({"scenario": self.digest, "engine": self.engine,
-                           "overrides": sorted([k, v] for k, v in self.overrides)},
-                          sort_keys=True, separators=(",", ":"), default=str)
-        return hashlib.sha256(blob.encode()).hexdigest()[:16]
+        """Fingerprint of everything the point's result depends on (see
+        :func:`inputs_key`): the sweep's resume key and the store's file name."""
+        return inputs_key(self.scenario, self.assignments(), self.engine)
 
     def assignments(self) -> list[str]:
         return overlay_assignments(dict(self.overrides))
@@ -62,11 +63,42 @@ class Point:
     def with_overrides(self, extra: Mapping[str, Any]) -> "Point":
         merged = dict(self.overrides)
         merged.update(extra)
-        return Point(self.scenario, tuple(merged.items()), self.engine, self.digest)
+        return Point(self.scenario, tuple(merged.items()), self.engine)
 
 
-def scenario_digest(path: str | Path) -> str:
-    return hashlib.sha256(Path(path).read_bytes()).hexdigest()
+def inputs_key(scenario: str | Path, assignments: list[str], engine: str) -> str:
+    """SHA-256 (16 hex digits) over llmsim's code, the engine, the scenario
+    as resolved (file plus overrides, validated) and the bytes of every file
+    it names: the scenario, its trace, model configs, GPU and backend
+    profiles (built-in ones too). The same inputs give the same key in any
+    process, on any day; changing any of them gives another, so a stored
+    row is never reused for inputs it was not computed from."""
+    with recorded_reads() as files:
+        try:
+            sc, path = load_scenario(scenario, assignments)   # reads the scenario and backend profiles
+            files.update(named_files(sc, path))
+            resolved: Any = sc.model_dump(mode="json")
+        except LlmsimError as e:       # such a point's row is an error, never stored
+            resolved = {"error": e.render(), "assignments": sorted(assignments)}
+    blob = json.dumps({"code": code_digest(), "engine": engine, "scenario": resolved,
+                       "files": sorted((str(f), file_digest(f)) for f in files)},
+                      sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def named_files(sc: Scenario, path: Path) -> set[Path]:
+    """The profile and trace files a scenario names (resolved, without
+    loading them: a sweep asks this of every point). tests/test_bad_input.py
+    checks it covers every file a run of the scenario reads."""
+    out: set[Path] = set()
+    for p in sc.pools:
+        out.add(resolve("model_profiles", p.model).resolve())
+        out.add(resolve("hardware_profiles", p.gpu).resolve())
+        if p.speculative is not None:
+            out.add(resolve("model_profiles", p.speculative.draft_model).resolve())
+    if sc.workload.is_trace:
+        out.add(resolve_trace_path(sc.workload.arrival, path.parent).resolve())
+    return out
 
 
 def check_overrides(scenario: str | Path, overrides: Mapping[str, Any], what: str) -> None:

@@ -7,11 +7,10 @@ to a temporary name, then rename) or absent, whatever killed the run.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from ..atomic_write import write_atomic
 from ..metrics.results import jsonable
 
 __all__ = ["PointStore"]
@@ -32,13 +31,5 @@ class PointStore:
             return None
 
     def put(self, key: str, overrides: Mapping[str, Any], row: Mapping[str, Any]) -> None:
-        self.folder.mkdir(parents=True, exist_ok=True)
         text = json.dumps(jsonable({"key": key, "overrides": dict(overrides), "row": dict(row)}), indent=1)
-        fd, tmp = tempfile.mkstemp(prefix=f".{key}.", dir=self.folder)
-        try:
-            with os.fdopen(fd, "w") as f:
-                f.write(text)
-            os.replace(tmp, self._path(key))
-        except BaseException:
-            Path(tmp).unlink(missing_ok=True)
-            raise
+        write_atomic(self._path(key), lambda tmp: tmp.write_text(text))

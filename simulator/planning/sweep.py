@@ -9,18 +9,17 @@ of what finished and a rerun only runs what is missing.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import pandas as pd
 
+from ..atomic_write import write_atomic
 from .batch import run_points
 from .executors import Executor
 from .grid import load_sweep
-from .point import Point, scenario_digest
+from .point import Point
 from .store import PointStore
 
 __all__ = ["SweepRun", "plan_sweep", "run_sweep", "override_keys", "write_table"]
@@ -46,8 +45,7 @@ def plan_sweep(sweep_path: str | Path, sets: Mapping[str, Any] | None = None) ->
     """The sweep's points, checked against the base scenario (no runs yet);
     ``sets`` (``--set``) apply to every point, under the point's own overrides."""
     sweep, base, overrides = load_sweep(sweep_path, sets)
-    digest = scenario_digest(base)
-    return [Point(str(base), tuple({**(sets or {}), **o}.items()), sweep.engine, digest) for o in overrides]
+    return [Point(str(base), tuple({**(sets or {}), **o}.items()), sweep.engine) for o in overrides]
 
 
 def run_sweep(points: Sequence[Point], out_dir: str | Path, executor: Executor,
@@ -90,18 +88,9 @@ def write_table(rows: list[dict[str, Any]], out_dir: Path, first: Sequence[str] 
         name = "sweep.parquet"
     except ImportError:
         name = "sweep.csv"
-    out_dir.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=".sweep.", dir=out_dir)
-    os.close(fd)
-    try:
-        if name.endswith(".parquet"):
-            df.to_parquet(tmp, index=False)
-        else:
-            df.to_csv(tmp, index=False)
-        os.replace(tmp, out_dir / name)
-    finally:
-        Path(tmp).unlink(missing_ok=True)
-    return out_dir / name
+    if name.endswith(".parquet"):
+        return write_atomic(out_dir / name, lambda tmp: df.to_parquet(tmp, index=False))
+    return write_atomic(out_dir / name, lambda tmp: df.to_csv(tmp, index=False))
 
 
 def _scalar_column(col: pd.Series) -> pd.Series:

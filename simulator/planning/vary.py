@@ -15,6 +15,7 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from ..errors import LlmsimError
+from ..structured import parse_yaml
 from .point import check_overrides
 
 __all__ = ["Axis", "parse_vary", "choices", "check_axes"]
@@ -40,9 +41,11 @@ class Axis:
 
 def _value(raw: str) -> Any:
     try:
-        return yaml.safe_load(raw)
+        return parse_yaml(raw)
     except yaml.YAMLError:
         return raw
+    except ValueError as e:
+        raise LlmsimError(f"--vary value {raw!r}: {e}", key_path="--vary") from None
 
 
 def parse_vary(text: str) -> Axis:

@@ -15,6 +15,8 @@ import yaml
 from pydantic import BaseModel, ValidationError
 
 from ..errors import LlmsimError
+from ..inputs import note_read
+from ..structured import parse_json, parse_yaml
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
 _PACKAGE_DATA = Path(__file__).resolve().parents[1] / "data"
@@ -34,6 +36,7 @@ def builtin_dir(kind: str) -> Path:
 
 def read_structured(path: Path) -> Any:
     """Read YAML or JSON, turning every read/parse problem into an LlmsimError."""
+    note_read(path)
     try:
         text = path.read_text()
     except FileNotFoundError:
@@ -44,8 +47,8 @@ def read_structured(path: Path) -> Any:
         raise LlmsimError(f"not a UTF-8 text file (byte {e.start}); expected YAML or JSON", source=path) from None
     try:
         if path.suffix == ".json":
-            return json.loads(text)
-        return yaml.safe_load(text)
+            return parse_json(text)
+        return parse_yaml(text)
     except json.JSONDecodeError as e:
         raise LlmsimError(f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}", source=path) from None
     except yaml.YAMLError as e:
@@ -53,17 +56,31 @@ def read_structured(path: Path) -> Any:
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark else ""
         problem = getattr(e, "problem", None) or str(e)
         raise LlmsimError(f"invalid YAML{where}: {problem}", source=path) from None
+    except ValueError as e:
+        raise LlmsimError(f"invalid {'JSON' if path.suffix == '.json' else 'YAML'}: {e}", source=path) from None
 
 
 def resolve(kind: str, name_or_path: str) -> Path:
-    """A built-in name (``h100-sxm``) or a path to the user's own file."""
+    """A built-in name (``h100-sxm``) or a path to the user's own file
+    (noted as an input of the run, even where a cache then skips reading it)."""
+    path = _resolve(kind, name_or_path)
+    note_read(path)
+    return path
+
+
+def _resolve(kind: str, name_or_path: str) -> Path:
     p = Path(name_or_path).expanduser()
+    noun = {"hardware_profiles": "GPU", "model_profiles": "model", "scenarios": "scenario",
+            "backend_profiles": "serving backend"}[kind]
     if p.is_dir():
         # A model checkpoint folder as downloaded holds its config.json. Any
-        # other folder (one that merely shares a built-in's name, say) is not
-        # a profile: fall through to the built-in names.
+        # other folder is not a profile, unless it merely shares a built-in's
+        # name (a folder "chatbot" beside `llmsim run chatbot`).
         if kind == "model_profiles" and (p / "config.json").is_file():
             return p / "config.json"
+        if not (builtin_dir(kind) / f"{name_or_path.lower()}.yaml").exists():
+            inside = " (a model folder needs its config.json)" if kind == "model_profiles" else ""
+            raise LlmsimError(f"is a folder, not a {noun} file (YAML or JSON){inside}", source=p)
     elif p.suffix in (".yaml", ".yml", ".json") or p.exists():
         if not p.exists():
             # `llmsim run scenarios/chatbot.yaml` outside a checkout still
@@ -78,8 +95,6 @@ def resolve(kind: str, name_or_path: str) -> Path:
     if cand.exists():
         return cand
     valid = ", ".join(list_builtin(kind))
-    noun = {"hardware_profiles": "GPU", "model_profiles": "model", "scenarios": "scenario",
-            "backend_profiles": "serving backend"}[kind]
     raise LlmsimError(f"unknown {noun} {name_or_path!r}; valid names: {valid} (or a path to a YAML/JSON file)")
 
 
@@ -100,7 +115,12 @@ def load_profile(kind: str, name_or_path: str, cls: type[P], noun: str) -> P:
     if not isinstance(data, dict):
         raise LlmsimError(f"expected a mapping of {noun} keys", source=path)
     data.setdefault("name", path.stem)
+    from ..scenario.strict import refuse_bools_behind, refuse_coerced_bools
+
     try:
-        return cls.model_validate(data)
+        profile = cls.model_validate(data)
     except ValidationError as e:
+        refuse_bools_behind(data, cls, path)
         raise from_validation_error(e, path) from None
+    refuse_coerced_bools(data, profile, path)
+    return profile

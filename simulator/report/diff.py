@@ -27,7 +27,8 @@ __all__ = ["flatten", "worse_direction", "Change", "diff", "read_json_object", "
 _SAME = 1e-9
 
 #: Keys that differ between two runs of the same scenario on the same code
-#: (they measure the machine, not the fleet); hidden unless asked for.
+#: (they measure the machine, not the fleet); hidden unless asked for. Only
+#: results.json files of older llmsim versions hold them (they are in run.json now).
 NOISE_KEYS = frozenset({"llmsim.wall_time_s", "llmsim.sim_requests_per_wall_s"})
 
 _WORSE_UP = re.compile(r"(^|_)(usd|cost|failed|rejected|cancelled|pending|preemptions|gpus|gpu_hours|"

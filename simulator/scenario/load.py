@@ -15,6 +15,7 @@ from ..metrics.slo import parse_slo
 from ..profiles.loader import read_structured, resolve
 from .overrides import apply_override
 from .schema import Scenario
+from .strict import refuse_bools_behind, refuse_coerced_bools
 
 
 def resolve_scenario(name_or_path: str) -> Path:
@@ -36,7 +37,9 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None) 
     try:
         sc = Scenario.model_validate(data)
     except ValidationError as e:
+        refuse_bools_behind(data, Scenario, source)
         raise from_validation_error(e, source, data) from None
+    refuse_coerced_bools(data, sc, source)
     try:
         parse_slo(sc.slo)
     except LlmsimError as e:

@@ -32,8 +32,8 @@ def blamed_on(path: Path, overlays: Sequence[tuple[str, Mapping[str, Any]]], set
         yield
     except LlmsimError as e:
         applied = [w for w, _ in overlays] + [f"--set {s}" for s in sets]
-        if not applied:
-            raise
+        if not applied or (e.source is not None and not e.source.startswith(str(path))):
+            raise     # nothing to add, or the fault is in another file (a profile), which it names
         raise LlmsimError(e.message, source=f"{path} (with {', '.join(applied)})", key_path=e.key_path) from None
 
 

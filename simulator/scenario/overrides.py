@@ -13,6 +13,7 @@ from typing import Any
 import yaml
 
 from ..errors import LlmsimError
+from ..structured import parse_yaml
 
 
 def parse_assignment(assignment: str) -> tuple[str, Any]:
@@ -21,9 +22,11 @@ def parse_assignment(assignment: str) -> tuple[str, Any]:
     if not sep or not key:
         raise LlmsimError(f"--set expects key.path=value (got {assignment!r})")
     try:
-        return key, yaml.safe_load(raw)
+        return key, parse_yaml(raw)
     except yaml.YAMLError:
         return key, raw
+    except ValueError as e:
+        raise LlmsimError(f"--set {key}: {e}") from None
 
 
 def apply_override(data: dict, assignment: str) -> None:
@@ -54,9 +57,13 @@ def apply_override(data: dict, assignment: str) -> None:
 
 
 def _list_index(node: list, part: str, where: str) -> int:
-    if part.lstrip("-").isdigit():
+    if part.startswith("-") and part[1:].isdigit():
+        # Python's "from the end" would edit an item the user did not name.
+        raise LlmsimError(f"negative index {part}: address a list item by its position from 0 "
+                          f"(0..{len(node) - 1}) or by its name", key_path=where)
+    if part.isdigit():
         idx = int(part)
-        if not -len(node) <= idx < len(node):
+        if not idx < len(node):
             raise LlmsimError(f"index {idx} out of range (the list has {len(node)} items)", key_path=where)
         return idx
     for j, item in enumerate(node):

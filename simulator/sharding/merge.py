@@ -11,8 +11,8 @@ shards'), the replica-count logs summed on the union of their step times,
 rejections summed. The run ends when the latest shard does, and each
 finished replica answers at that end as its live self would have, so
 time-weighted figures and the bill cover the same window as one run.
-Hence a sharded run with N = 1 is the plain run, bit for bit (wall times
-aside), and with N > 1 it is the run of the partitioned fleet (see
+Hence a sharded run with N = 1 is the plain run, bit for bit (its wall
+times are in ``timing``, run.json), and with N > 1 it is the run of the partitioned fleet (see
 :mod:`.split` for when that equals the unsharded fleet).
 """
 from __future__ import annotations
@@ -25,7 +25,8 @@ from typing import MutableMapping, Optional
 import numpy as np
 
 from ..fleet.checks import check_scenario
-from ..metrics.fleet_report import _merge_steps, llmsim_block
+from ..metrics.fleet_report import _merge_steps, llmsim_block, timing_block
+from ..runsize import check_run_size
 from ..metrics.column_files import ColumnFiles
 from ..metrics.gaps import GapGrid
 from ..metrics.records import Records
@@ -56,6 +57,7 @@ def run_sharded(sc: Scenario, shards: int, *, source: Optional[Path] = None, eng
     arrive, and the merged table stays there: the figures are the same bit
     for bit, memory is bounded by a few columns instead of the table."""
     wall = time.perf_counter()
+    check_run_size(sc, source)    # before the parent draws the fleet's lone requests
     plan = plan_shards(sc, shards, source)
     rows = dealt_rows(sc, plan.subsets)
 
@@ -182,10 +184,11 @@ def merge_outcomes(plan: ShardPlan, outcomes: list[ShardOutcome], *, source: Opt
     requests = Records(merge_columns(plan, outcomes))
     gaps = GapGrid.merge(o.gaps for o in outcomes)
     wall = time.perf_counter() - started if started is not None else sum(o.wall_s for o in outcomes)
-    llmsim = llmsim_block(sc, setups, pools, end, wall, engine, requests, scalers)
+    llmsim = llmsim_block(sc, setups, pools, end, engine, requests, scalers)
     llmsim["shards"] = {**plan.describe(),
                         "requests_per_shard": per_shard,
-                        "simulated_seconds_per_shard": [o.end for o in outcomes],
-                        "wall_time_s_per_shard": [o.wall_s for o in outcomes]}
+                        "simulated_seconds_per_shard": [o.end for o in outcomes]}
     results = compute_results(requests, gaps, slo=sc.slo, llmsim=llmsim)
-    return RunOutput(sc, requests, gaps, results, pools, setups, _merge_timeline([o.timeline for o in outcomes], end))
+    timing = {**timing_block(wall, len(requests)), "wall_time_s_per_shard": [o.wall_s for o in outcomes]}
+    return RunOutput(sc, requests, gaps, results, pools, setups, _merge_timeline([o.timeline for o in outcomes], end),
+                     timing=timing)

@@ -52,11 +52,18 @@ class Executor(ABC):
     def close(self) -> None:
         pass
 
+    def terminate(self) -> None:
+        """Stop at once, abandoning runs in flight (the default: as ``close``)."""
+        self.close()
+
     def __enter__(self) -> "Executor":
         return self
 
-    def __exit__(self, *exc) -> None:
-        self.close()
+    def __exit__(self, exc_type, *exc) -> None:
+        if exc_type is None:
+            self.close()
+        else:
+            self.terminate()
 
 
 EXECUTORS: dict[str, Callable[[ExecutorOptions], Executor]] = {}

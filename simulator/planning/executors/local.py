@@ -8,6 +8,8 @@ keeps tracebacks and profilers simple).
 from __future__ import annotations
 
 import os
+import signal
+import sys
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Callable, Iterable, Iterator
 
@@ -40,7 +42,7 @@ class LocalExecutor(Executor):
                 yield item, fn(item)
             return
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self._workers)
+            self._pool = ProcessPoolExecutor(max_workers=self._workers, initializer=_die_with_parent)
         pending: dict[Future, T] = {self._pool.submit(fn, item): item for item in items}
         items.clear()
         try:
@@ -56,3 +58,32 @@ class LocalExecutor(Executor):
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+    def terminate(self) -> None:
+        """Stop the workers now, runs in flight included (an error, Ctrl-C,
+        SIGTERM in the parent): waiting for them could take the length of a run."""
+        if self._pool is not None:
+            # ProcessPoolExecutor has no public way to stop running work.
+            for proc in list(getattr(self._pool, "_processes", {}).values()):
+                proc.terminate()
+            self._pool.shutdown(wait=True, cancel_futures=True)
+            self._pool = None
+
+
+def _die_with_parent() -> None:
+    """In each worker: end with the parent, however it ends. A SIGTERM
+    handler inherited from the CLI would turn the signal into an exception
+    the pool reports as a result, so the default action is restored; on
+    Linux the kernel also sends SIGTERM when the parent dies outright."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    if sys.platform.startswith("linux"):
+        try:
+            import ctypes
+
+            libc = ctypes.CDLL(None, use_errno=True)
+            libc.prctl(1, signal.SIGTERM)       # PR_SET_PDEATHSIG
+            if os.getppid() == 1:                # the parent died before prctl took hold
+                os._exit(1)
+        except (OSError, AttributeError):
+            pass

@@ -1,0 +1,635 @@
+"""Bad input and faults, by class: each class has its cases and a fuzz test
+(hypothesis over mutated scenarios, traces, files and flags), so that the
+next instance of a class is caught without being listed.
+
+The classes: (1) a wrong answer without a word (a stale stored point, a
+value silently reinterpreted); (2) a run that cannot finish; (3) a
+traceback instead of one line; (4) a half-written or orphaned result;
+(5) a message that does not name the file and key; (6) results that
+differ between two runs of one seed.
+"""
+from __future__ import annotations
+
+import gzip
+import json
+import os
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+from hypothesis import HealthCheck, given, settings, strategies as st
+
+from simulator.errors import LlmsimError
+from simulator.planning.point import Point
+from simulator.runsize import MAX_CLOCK_TICKS, MAX_REPLICAS, MAX_REQUESTS, MAX_SPAN_S, check_run_size
+from simulator.scenario.load import load_scenario
+from simulator.scenario.strict import leaves
+from tests.test_sweep import TINY
+
+#: test_sweep's tiny scenario cut to 40 requests: a run takes a fraction of a second
+SCENARIO = {**TINY, "workload": {**TINY["workload"], "num_requests": 40}}
+POOL = TINY["pools"][0]["name"]
+
+
+#: Examples per fuzz test; LLMSIM_FUZZ_EXAMPLES=500 digs deeper than the suite's default.
+FUZZ = settings(max_examples=int(os.environ.get("LLMSIM_FUZZ_EXAMPLES", 25)), deadline=None,
+                suppress_health_check=[HealthCheck.function_scoped_fixture])
+
+
+def write_yaml(path: Path, data) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    return path
+
+
+def one_line_error(r, *fragments: str) -> None:
+    """Exit 2, one ``error:`` line on stderr (a few for a list of problems), no traceback."""
+    assert r.code == 2, f"exit {r.code}\nstdout:\n{r.out}\nstderr:\n{r.err}"
+    assert "Traceback" not in r.err, r.err
+    assert r.err.strip().startswith("error:"), r.err
+    for frag in fragments:
+        assert frag in r.err, f"{frag!r} not in {r.err!r}"
+
+
+def _set_path(path: tuple) -> str:
+    """A key path as --set writes it (pools by name)."""
+    parts = []
+    for i, p in enumerate(path):
+        if isinstance(p, int) and path[i - 1] == "pools":
+            parts.append(SCENARIO["pools"][p]["name"])
+        else:
+            parts.append(str(p))
+    return ".".join(parts)
+
+
+NUMERIC = [(p, v) for p, v in leaves(SCENARIO) if isinstance(v, (int, float)) and not isinstance(v, bool)]
+
+
+# --- (1) wrong answers without a word ---------------------------------------------------------------------
+def test_a_key_given_twice_is_refused(tmp_path, cli):
+    path = tmp_path / "dup.yaml"
+    text = yaml.safe_dump(SCENARIO, sort_keys=False)
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("replicas: "))
+    indent = line[: len(line) - len(line.lstrip())]
+    path.write_text(text.replace(line, f"{line}\n{indent}replicas: 8"))
+    one_line_error(cli("run", path), "dup.yaml", "'replicas' given twice")
+
+
+def test_true_for_a_number_and_a_negative_index_are_refused(tmp_path, cli):
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    one_line_error(cli("run", path, "--set", f"pools.{POOL}.replicas=true"), "pools[0].replicas", "got True")
+    one_line_error(cli("run", path, "--set", "pools.-1.tp=2"), "negative index -1")
+
+
+@FUZZ
+@given(leaf=st.sampled_from(NUMERIC), flag=st.booleans())
+def test_fuzz_a_true_or_false_where_a_number_goes_is_refused(leaf, flag):
+    """Any numeric key of the scenario, set to true/false by --set, is refused (never read as 1 or 0)."""
+    path, _ = leaf
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = write_yaml(Path(tmp) / "s.yaml", SCENARIO)
+        with pytest.raises(LlmsimError) as e:
+            load_scenario(scenario, [f"{_set_path(path)}={str(flag).lower()}"])
+        assert f"got {flag}" in e.value.message
+
+
+@FUZZ
+@given(data=st.data())
+def test_fuzz_a_key_duplicated_anywhere_is_refused(data):
+    """Repeat any mapping key of the scenario file (with another value): refused, naming the key's line."""
+    text = yaml.safe_dump(SCENARIO, sort_keys=False, default_flow_style=False)
+    lines = text.splitlines()
+    # "key: scalar" lines (a nested block's header would need its block repeated too)
+    keyed = [i for i, line in enumerate(lines)
+             if ": " in line and not line.lstrip().startswith("- ") and not line.rstrip().endswith(":")]
+    i = data.draw(st.sampled_from(keyed))
+    key = lines[i].split(":")[0]
+    lines.insert(i + data.draw(st.integers(0, 1)), f"{key}: 7")
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "d.yaml"
+        p.write_text("\n".join(lines) + "\n")
+        with pytest.raises(LlmsimError) as e:
+            load_scenario(p)
+        assert "given twice" in e.value.message
+
+
+def _trace_scenario(folder: Path, rows: int = 30, tokens: int = 200) -> Path:
+    (folder / "t.csv").write_text("timestamp,input_tokens,output_tokens\n"
+                                  + "".join(f"{i * 0.1},{tokens},{20}\n" for i in range(rows)))
+    return write_yaml(folder / "s.yaml", {"name": "t", "workload": {"arrival": {"type": "trace", "path": "t.csv"}},
+                                          "pools": [{"name": POOL, "model": str(folder / "m.yaml"),
+                                                     "gpu": "h100-sxm"}],
+                                          "slo": {"ttft_p99_ms": 500}})
+
+
+def _model_file(folder: Path, layers: int = 32) -> None:
+    from tests.conftest import _LLAMA3_8B_CONFIG
+
+    (folder / "m.yaml").write_text(yaml.safe_dump({**_LLAMA3_8B_CONFIG, "num_hidden_layers": layers,
+                                                    "name": "m"}))
+
+
+EDITS = {
+    "trace token counts": lambda d: (d / "t.csv").write_text((d / "t.csv").read_text().replace(",200,", ",400,")),
+    "model layers": lambda d: _model_file(d, 64),
+    "scenario bytes": lambda d: (d / "s.yaml").write_text((d / "s.yaml").read_text() + "# a comment\n"),
+}
+
+
+@FUZZ
+@given(edit=st.sampled_from(sorted(EDITS)), replicas=st.integers(1, 3))
+def test_fuzz_a_stored_point_is_not_reused_after_any_input_changed(edit, replicas):
+    """The store's key moves when any file the result depends on changes (the trace, a model config the
+    pool names, the scenario itself), and stays put when nothing did."""
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        _model_file(d)
+        scenario = str(_trace_scenario(d))
+        p = Point(scenario, ((f"pools.{POOL}.replicas", replicas),))
+        assert Point(scenario, ((f"pools.{POOL}.replicas", replicas),)).key == p.key
+        time.sleep(0.01)     # a new mtime even on a coarse clock
+        EDITS[edit](d)
+        assert Point(scenario, ((f"pools.{POOL}.replicas", replicas),)).key != p.key
+
+
+def _every_variant(path: Path):
+    from simulator.scenario.overlays import load_with_variants
+
+    sc, _ = load_scenario(path)
+    yield sc
+    for v in sc.variants:
+        yield load_with_variants(path, [v])
+
+
+@pytest.mark.parametrize("name", ["chatbot", "quickcode", "autocomplete", "dau-10m", "ttft-program", "trace"])
+def test_the_key_covers_every_file_a_run_reads(tmp_path, repo_root, name):
+    """What a run reads (loading, the pre-run checks, drawing the workload) is inside what the store's key
+    hashes, for every built-in scenario and variant (speculative drafts, backends) and a trace scenario."""
+    from simulator.fleet.checks import base_dir, check_scenario
+    from simulator.inputs import recorded_reads
+    from simulator.planning.point import named_files
+    from workloads.drivers import make_source
+
+    if name == "trace":
+        _model_file(tmp_path)
+        path = _trace_scenario(tmp_path)
+    else:
+        path = repo_root / "scenarios" / f"{name}.yaml"
+    for sc in _every_variant(path):
+        with recorded_reads() as read:
+            check_scenario(sc, path)
+            if sc.workload.is_trace:
+                make_source(sc.workload, sc.seed, base_dir(path))
+        with recorded_reads() as keyed:
+            load_scenario(path)
+            keyed.update(named_files(sc, path))
+        assert read <= keyed, f"{sc.name}: read but not in the key: {sorted(map(str, read - keyed))}"
+
+
+def test_a_sweep_reruns_points_after_the_trace_changed(tmp_path, cli):
+    _model_file(tmp_path)
+    _trace_scenario(tmp_path)
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "grid": {f"pools.{POOL}.replicas": [1, 2]}})
+    out = tmp_path / "out"
+    assert cli("sweep", sweep, "-o", out, "--workers", "1").code == 0
+    again = cli("sweep", sweep, "-o", out, "--workers", "1")
+    assert "(2 reused" in " ".join(again.out.split())
+    (tmp_path / "t.csv").write_text((tmp_path / "t.csv").read_text().replace(",200,", ",400,"))
+    edited = cli("sweep", sweep, "-o", out, "--workers", "1")
+    assert "(0 reused" in " ".join(edited.out.split())
+
+
+# --- (2) runs that cannot finish --------------------------------------------------------------------------
+HUGE = {
+    "workload.num_requests": MAX_REQUESTS * 10,
+    "timeline_interval_s": 1e-9,
+    f"pools.{POOL}.replicas": MAX_REPLICAS + 1,
+}
+
+
+@pytest.mark.parametrize("key", sorted(HUGE))
+def test_a_run_past_a_limit_is_refused_with_its_estimate(tmp_path, cli, key):
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    t = time.perf_counter()
+    r = cli("run", path, "--set", f"{key}={HUGE[key]}", "-o", tmp_path / "out")
+    assert time.perf_counter() - t < 5
+    one_line_error(r, "s.yaml")
+    assert "cannot finish" in r.err or "at most" in r.err
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_trace_row_far_in_the_future_is_refused(tmp_path, cli):
+    (tmp_path / "t.csv").write_text("timestamp,input_tokens,output_tokens\n0,100,20\n1e300,100,20\n")
+    path = write_yaml(tmp_path / "s.yaml", {"name": "t", "workload": {"arrival": {"type": "trace", "path": "t.csv"}},
+                                            "pools": [{"model": "llama-3-8b", "gpu": "h100-sxm"}]})
+    t = time.perf_counter()
+    r = cli("run", path)
+    assert time.perf_counter() - t < 5
+    one_line_error(r, "s.yaml", "cannot finish", "1e+300")
+
+
+@FUZZ
+@given(rate=st.floats(1e-6, 1e6), duration=st.floats(1.0, 1e12), interval=st.floats(1e-12, 1e6),
+       sessions=st.booleans())
+def test_fuzz_the_size_estimate_refuses_exactly_what_passes_a_limit(rate, duration, interval, sessions):
+    """Over random rates, spans and sampling periods: a run is refused iff its expected requests, span
+    or clock ticks pass a limit, and a refusal quotes the estimate."""
+    data = json.loads(json.dumps(SCENARIO))
+    wl = data["workload"]
+    del wl["num_requests"]
+    wl.update(duration_s=duration, arrival={"type": "poisson", "rate_per_s": rate})
+    if sessions:
+        wl["session"] = {"type": "chat", "turns": {"dist": "fixed", "value": 4},
+                         "think_time_s": {"dist": "fixed", "value": 5}}
+    data["timeline_interval_s"] = interval
+    with tempfile.TemporaryDirectory() as tmp:
+        sc, path = load_scenario(write_yaml(Path(tmp) / "s.yaml", data))
+    requests = rate * duration * (4 if sessions else 1)
+    span = duration + (3 * 5 if sessions else 0)      # a session lasts its 3 think times after its start
+    over = requests > MAX_REQUESTS or span > MAX_SPAN_S or span / interval > MAX_CLOCK_TICKS
+    if over:
+        with pytest.raises(LlmsimError) as e:
+            check_run_size(sc, path)
+        assert "cannot finish" in e.value.message and "simulated seconds" in e.value.message
+    else:
+        size = check_run_size(sc, path)
+        assert size.requests == pytest.approx(requests)
+
+
+def test_the_clock_stops_a_run_whose_span_was_unknown():
+    """A closed loop's span is known only as it runs: the clock's tick count is the last bound."""
+    import simpy
+
+    from simulator.fleet.clock import Clock
+
+    env = simpy.Environment()
+    clock = Clock(env, max_ticks=1000)
+    clock.every(1e-6, lambda: None)
+    env.timeout(1.0)      # something pending for a whole second: a million ticks
+    with pytest.raises(LlmsimError, match="passed 1,000 ticks"):
+        env.run()
+
+
+# --- (3) tracebacks instead of one line -------------------------------------------------------------------
+@FUZZ
+@given(data=st.data())
+def test_fuzz_a_mangled_scenario_file_is_one_error_or_a_scenario(data):
+    """Cut, splice or corrupt the scenario text anywhere: loading and checking it either gives a scenario
+    or one LlmsimError, never another exception."""
+    from simulator.fleet.checks import check_scenario
+
+    text = yaml.safe_dump(SCENARIO, sort_keys=False).encode()
+    how = data.draw(st.sampled_from(["truncate", "delete", "insert", "nest"]))
+    i = data.draw(st.integers(0, len(text)))
+    if how == "truncate":
+        text = text[:i]
+    elif how == "delete":
+        text = text[:i] + text[i + data.draw(st.integers(1, 20)):]
+    elif how == "insert":
+        text = text[:i] + data.draw(st.binary(min_size=1, max_size=8)) + text[i:]
+    else:
+        text = b"a: " + b"[" * data.draw(st.integers(60, 5000)) + text
+    with tempfile.TemporaryDirectory() as tmp:
+        p = Path(tmp) / "m.yaml"
+        p.write_bytes(text)
+        try:
+            sc, path = load_scenario(p)
+            check_scenario(sc, path)
+            check_run_size(sc, path)
+        except LlmsimError:
+            pass
+
+
+KEY_PATHS = sorted({_set_path(p) for p, _ in leaves(SCENARIO)} | {
+    "pools.0.tp", "pools.-1.tp", f"pools.{POOL}.router", f"pools.{POOL}.engine.block_size", "timeline_interval_s",
+    "workload.duration_s", "workload.arrival", "pools", "nope.deeper", f"pools.{POOL}.autoscaling.max_replicas"})
+VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floats(allow_nan=True),
+                   st.text(max_size=12), st.lists(st.integers(), max_size=3),
+                   st.dictionaries(st.sampled_from(["dist", "value", "type", "x"]), st.integers(), max_size=2))
+
+
+@FUZZ
+@given(key=st.sampled_from(KEY_PATHS), value=VALUES)
+def test_fuzz_any_set_flag_is_a_scenario_or_one_error(key, value):
+    """--set KEY=VALUE with any key path and any YAML value: a scenario (checked and sized) or one
+    LlmsimError, never another exception."""
+    from simulator.fleet.checks import check_scenario
+
+    text = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
+    with tempfile.TemporaryDirectory() as tmp:
+        scenario = write_yaml(Path(tmp) / "s.yaml", SCENARIO)
+        try:
+            sc, path = load_scenario(scenario, [f"{key}={text}"])
+            check_scenario(sc, path)
+            check_run_size(sc, path)
+        except LlmsimError:
+            pass
+
+
+def _trace_bytes(fmt: str) -> tuple[str, bytes]:
+    if fmt == "jsonl":
+        return "t.jsonl", "".join(json.dumps({"timestamp": i * 100, "input_length": 300, "output_length": 9,
+                                              "hash_ids": [i, i + 1]}) + "\n" for i in range(40)).encode()
+    body = ("timestamp,input_tokens,output_tokens\n" + "".join(f"{i * 0.1},{100 + i},{10}\n" for i in range(40)))
+    if fmt == "csv.gz":
+        return "t.csv.gz", gzip.compress(body.encode())
+    return "t.csv", body.encode()
+
+
+@FUZZ
+@given(fmt=st.sampled_from(["csv", "csv.gz", "jsonl"]), data=st.data())
+def test_fuzz_a_mangled_trace_is_one_error_or_a_trace(fmt, data):
+    """Truncate or corrupt a trace file (plain, gzip, JSONL): reading it gives requests or one LlmsimError."""
+    from workloads.traces import parse_trace_spec, read_trace
+
+    name, raw = _trace_bytes(fmt)
+    i = data.draw(st.integers(0, len(raw)))
+    if data.draw(st.booleans()):
+        raw = raw[:i]
+    else:
+        raw = raw[:i] + data.draw(st.binary(min_size=1, max_size=6)) + raw[i + 1:]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / name).write_bytes(raw)
+        try:
+            read_trace(parse_trace_spec({"type": "trace", "path": name}), tmp)
+        except LlmsimError:
+            pass
+
+
+def test_a_truncated_gzip_trace_is_one_line(tmp_path, cli):
+    _, raw = _trace_bytes("csv.gz")
+    (tmp_path / "t.csv.gz").write_bytes(raw[: len(raw) // 2])
+    path = write_yaml(tmp_path / "s.yaml", {"name": "t", "workload": {"arrival": {"type": "trace",
+                                                                                   "path": "t.csv.gz"}},
+                                            "pools": [{"model": "llama-3-8b", "gpu": "h100-sxm"}]})
+    one_line_error(cli("run", path), "t.csv.gz", "cannot read")
+
+
+BAD_OUTPUTS = {
+    "empty name": lambda d: "",
+    "through a file": lambda d: str(d / "afile.txt" / "sub"),
+    "a file": lambda d: str(d / "afile.txt"),
+    "name too long": lambda d: str(d / ("x" * 300)),
+    "holds an earlier run": lambda d: str(d / "full"),
+}
+
+
+@FUZZ
+@given(case=st.sampled_from(sorted(BAD_OUTPUTS)), command=st.sampled_from(["run", "sweep"]))
+def test_fuzz_a_bad_output_folder_is_one_line_and_leaves_nothing(case, command, cli):
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        (d / "afile.txt").write_text("keep")
+        (d / "full").mkdir()
+        (d / "full" / "results.json").write_text("{}")
+        scenario = write_yaml(d / "s.yaml", SCENARIO)
+        sweep = write_yaml(d / "sw.yaml", {"base": "s.yaml", "grid": {"seed": [1]}})
+        before = sorted(p.relative_to(d) for p in d.rglob("*"))
+        if command == "sweep" and case == "holds an earlier run":
+            return     # a sweep's folder is resumable: an earlier sweep's points are reused, not refused
+        r = cli(command, sweep if command == "sweep" else scenario, "-o", BAD_OUTPUTS[case](d))
+        one_line_error(r, "-o")
+        assert sorted(p.relative_to(d) for p in d.rglob("*")) == before
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into read-only folders")
+@pytest.mark.parametrize("command", ["run", "sweep"])
+def test_a_read_only_output_folder_is_one_line(tmp_path, cli, command):
+    scenario = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "grid": {"seed": [1]}})
+    ro = tmp_path / "ro"
+    ro.mkdir()
+    ro.chmod(0o555)
+    try:
+        for out in (ro, ro / "sub"):
+            r = cli(command, sweep if command == "sweep" else scenario, "-o", out)
+            one_line_error(r, "permission denied")
+    finally:
+        ro.chmod(0o755)
+
+
+def test_a_full_disk_while_writing_is_one_line_and_leaves_nothing(tmp_path, cli, monkeypatch):
+    import errno
+
+    import simulator.cli.rundir as rundir
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(rundir, "write_requests", full)
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    one_line_error(cli("run", path, "-o", tmp_path / "out"), "no space left")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_a_full_disk_under_a_sweep_is_one_line(tmp_path, cli, monkeypatch):
+    import errno
+
+    import simulator.planning.store as store
+
+    def full(path, write):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(store, "write_atomic", full)
+    write_yaml(tmp_path / "s.yaml", SCENARIO)
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "grid": {"seed": [1]}})
+    one_line_error(cli("sweep", sweep, "-o", tmp_path / "out", "--workers", "1"), "No space left on device")
+
+
+def test_an_empty_output_folder_is_used(tmp_path, cli):
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    (tmp_path / "out").mkdir()
+    assert cli("run", path, "-o", tmp_path / "out", "--no-plots").code == 0
+    assert (tmp_path / "out" / "results.json").is_file()
+
+
+# --- (4) half-written and orphaned ------------------------------------------------------------------------
+@FUZZ
+@given(stage=st.sampled_from(["results", "requests", "timeline", "plots"]), overwrite=st.booleans(),
+       why=st.sampled_from([KeyboardInterrupt, OSError]))
+def test_fuzz_a_run_stopped_while_writing_leaves_the_folder_as_it_was(stage, overwrite, why, cli, monkeypatch):
+    """Stop the final write at any file (an interrupt, an I/O error): no staging folder is left, a new
+    folder is not made, an earlier run's folder keeps its files."""
+    import simulator.cli.rundir as rundir
+
+    names = {"results": "write_results", "requests": "write_requests"}
+    with tempfile.TemporaryDirectory() as tmp, monkeypatch.context() as m:
+        d = Path(tmp)
+        scenario = write_yaml(d / "s.yaml", SCENARIO)
+        out = d / "out"
+        if overwrite:
+            out.mkdir()
+            (out / "results.json").write_text("old")
+
+        def boom(*a, **k):
+            raise why("stopped")
+
+        if stage in names:
+            m.setattr(rundir, names[stage], boom)
+        elif stage == "timeline":
+            m.setattr("pandas.DataFrame.to_csv", boom)
+        else:
+            m.setattr("simulator.report.plots.write_run_plots", boom)
+        try:
+            cli("run", scenario, "-o", out, *(["--overwrite"] if overwrite else []))
+        except KeyboardInterrupt:
+            pass
+        if overwrite:
+            assert [p.name for p in out.iterdir()] == ["results.json"]
+            assert (out / "results.json").read_text() == "old"
+        else:
+            assert not out.exists()
+        assert sorted(p.name for p in d.iterdir()) == (["out", "s.yaml"] if overwrite else ["s.yaml"])
+
+
+def test_overwrite_replaces_the_folder_whole(tmp_path, cli):
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "old-plot.png").write_text("old")
+    one_line_error(cli("run", path, "-o", out), "already holds 1 file", "--overwrite")
+    assert cli("run", path, "-o", out, "--overwrite", "--no-plots").code == 0
+    assert sorted(p.name for p in out.iterdir()) == ["requests.parquet", "results.json", "run.json",
+                                                     "timeline.csv"]
+    for f in out.iterdir():
+        assert f.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def test_overwrite_never_empties_the_current_folder(tmp_path, cli, monkeypatch):
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    monkeypatch.chdir(tmp_path)
+    one_line_error(cli("run", path, "-o", ".", "--overwrite"), "current folder")
+    assert path.exists()
+
+
+def _umask() -> int:
+    m = os.umask(0)
+    os.umask(m)
+    return m
+
+
+def test_sweep_files_get_the_usual_mode(tmp_path, cli):
+    write_yaml(tmp_path / "s.yaml", SCENARIO)
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "grid": {"seed": [1]}})
+    assert cli("sweep", sweep, "-o", tmp_path / "out", "--workers", "1").code == 0
+    files = [tmp_path / "out" / "sweep.parquet", *(tmp_path / "out" / "points").iterdir()]
+    for f in files:
+        assert f.stat().st_mode & 0o777 == 0o666 & ~_umask(), f
+
+
+def _wait_for(cond, timeout: float) -> bool:
+    end = time.time() + timeout
+    while time.time() < end:
+        if cond():
+            return True
+        time.sleep(0.1)
+    return False
+
+
+LONG = ["--set", "workload.num_requests=200000", "--set", "workload.arrival.rate_per_s=400",
+        "--set", f"pools.{POOL}.replicas=8"]
+
+
+def _llmsim(*args, cwd: Path) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-c", "from simulator.cli.app import main; main()", *map(str, args)],
+                            cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+
+
+def test_sigterm_mid_run_leaves_nothing_behind(tmp_path):
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    out = tmp_path / "out"
+    p = _llmsim("run", path, "-o", out, *LONG, cwd=tmp_path)
+    try:
+        assert _wait_for(lambda: out.exists() and any(out.iterdir()), 30), "the run never staged"
+        p.send_signal(signal.SIGTERM)
+        _, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 128 + signal.SIGTERM and "Traceback" not in err
+    assert sorted(x.name for x in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def _children(pid: int) -> list[int]:
+    path = Path(f"/proc/{pid}/task/{pid}/children")
+    return [int(c) for c in path.read_text().split()] if path.exists() else []
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split()[2] == "Z")
+
+
+@pytest.mark.skipif(not sys.platform.startswith("linux"), reason="reads /proc")
+@pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGKILL])
+def test_sweep_workers_die_with_their_parent(tmp_path, sig):
+    write_yaml(tmp_path / "s.yaml", SCENARIO)
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "grid": {"seed": [1, 2, 3]}})
+    p = _llmsim("sweep", sweep, "-o", tmp_path / "out", "--workers", "2", *LONG, cwd=tmp_path)
+    try:
+        assert _wait_for(lambda: len(_children(p.pid)) >= 2, 60), "no workers started"
+        workers = _children(p.pid)
+        time.sleep(1.0)
+        p.send_signal(sig)
+        p.wait(timeout=30)
+        assert _wait_for(lambda: not any(_alive(w) for w in workers), 10), "workers outlived the sweep"
+    finally:
+        p.kill()
+
+
+# --- (5) unclear messages ---------------------------------------------------------------------------------
+GPU_KEYS = ["hbm_gib", "hbm_bandwidth_tb_s", "num_sms", "host_link_gb_s"]
+
+
+@FUZZ
+@given(key=st.sampled_from(GPU_KEYS), value=st.sampled_from([-5, 0, "lots", True]))
+def test_fuzz_a_bad_profile_value_names_the_profile_file_and_key(key, value, cli):
+    from simulator.profiles.loader import builtin_dir
+
+    gpu = yaml.safe_load((builtin_dir("hardware_profiles") / "h100-sxm.yaml").read_text())
+    gpu[key] = value
+    gpu["name"] = "badgpu"
+    with tempfile.TemporaryDirectory() as tmp:
+        write_yaml(Path(tmp) / "badgpu.yaml", gpu)
+        scenario = write_yaml(Path(tmp) / "s.yaml", SCENARIO)
+        r = cli("run", scenario, "--set", f"pools.{POOL}.gpu={Path(tmp) / 'badgpu.yaml'}")
+        one_line_error(r, "badgpu.yaml", key, "pools[0]")
+
+
+def test_a_folder_as_the_scenario_says_so(tmp_path, cli):
+    one_line_error(cli("run", tmp_path), str(tmp_path), "is a folder")
+
+
+def test_plan_without_an_slo_refuses_before_any_run(tmp_path, cli):
+    data = {k: v for k, v in SCENARIO.items() if k != "slo"}
+    path = write_yaml(tmp_path / "s.yaml", data)
+    r = cli("plan", path, "--vary", f"pools.{POOL}.replicas=1..4", "-o", tmp_path / "plan")
+    one_line_error(r, "s.yaml", "slo", "declares no SLO")
+    assert not (tmp_path / "plan").exists()
+
+
+def test_a_sweeps_missing_base_names_the_sweep_file(tmp_path, cli):
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "nosuch.yaml", "grid": {"seed": [1]}})
+    one_line_error(cli("sweep", sweep), "sw.yaml: base", "nosuch.yaml")
+
+
+# --- (6) determinism --------------------------------------------------------------------------------------
+@settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(seed=st.integers(0, 2**31))
+def test_fuzz_results_json_is_byte_identical_for_a_seed(seed, cli):
+    with tempfile.TemporaryDirectory() as tmp:
+        d = Path(tmp)
+        path = write_yaml(d / "s.yaml", {**SCENARIO, "seed": seed})
+        for k in (1, 2):
+            assert cli("run", path, "-o", d / f"o{k}", "--no-plots").code == 0
+        assert (d / "o1" / "results.json").read_bytes() == (d / "o2" / "results.json").read_bytes()
+        timing = json.loads((d / "o1" / "run.json").read_text())
+        assert timing["wall_time_s"] > 0
