@@ -12,7 +12,8 @@ folder that looks like a checkout (``scenarios/``, ``baselines/``,
 ``../shared``), so a command may read what an earlier one wrote.
 
 Smoke size: every workload is cut to at most a few seconds of arrivals
-(``SMOKE_*``) where the workload is built, so a sharded, planned or swept
+(``SMOKE_*``) where the workload is built, and a measured table that
+``llmsim validate`` replays to its first few rows, so a sharded, planned or swept
 run is cut too; what is checked is that the command is accepted and ends
 with exit code 0, not its numbers. ``python benchmarks/X.py ARGS`` lines
 are checked for the script and each flag they pass (``--help``), since a
@@ -37,6 +38,7 @@ PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 SMOKE_SECONDS = 4.0
 SMOKE_REQUESTS = 60
 SMOKE_SESSIONS = 6
+SMOKE_ROWS = 4
 
 #: Files a page's commands take from the user (their own benchmark result): written here, small.
 USER_FILES = {
@@ -151,6 +153,16 @@ def smoke(monkeypatch):
         return real(wl.model_copy(update=update), seed, base, subset)
 
     monkeypatch.setattr(runner, "make_source", small)
+
+    import simulator.validation.rows as rows
+
+    real_rows = rows.rows_from_csv
+
+    def few_rows(*args, **kwargs):      # a measured table replays row by row: a few (small) rows of it
+        replayable = [r for r in real_rows(*args, **kwargs) if not r.skip]
+        return sorted(replayable, key=lambda r: r.concurrency or 0)[:SMOKE_ROWS]
+
+    monkeypatch.setattr(rows, "rows_from_csv", few_rows)
 
 
 def accepted(subcommand: str, r) -> bool:
