@@ -40,19 +40,17 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-SCENARIO = """\
-name: user-wait
-seed: 1
-workload:
-  num_requests: {n}
-  arrival: {{type: poisson, rate_per_s: 40}}
-  input_tokens: {{dist: uniform, min: 16, max: 1000}}
-  output_tokens: {{dist: uniform, min: 8, max: 200}}
-pools:
-  - name: main
-    model: llama-3-8b
-    gpu: h100-sxm
-"""
+
+
+def scenario(n: int) -> dict:
+    """The benchmark's scenario (see the module docstring) for ``n`` requests."""
+    def uniform(lo: int, hi: int) -> dict:
+        return {"dist": "uniform", "min": lo, "max": hi}
+
+    return {"name": "user-wait", "seed": 1,
+            "workload": {"num_requests": n, "arrival": {"type": "poisson", "rate_per_s": 40},
+                         "input_tokens": uniform(16, 1000), "output_tokens": uniform(8, 200)},
+            "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm"}]}
 
 
 def _clock():
@@ -112,8 +110,8 @@ def main() -> None:
 
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        path = Path(tmp) / "user-wait.yaml"
-        path.write_text(SCENARIO.format(n=n))
+        path = Path(tmp) / "user-wait.json"
+        path.write_text(json.dumps(scenario(n)))
         for r in range(repeats):
             cmd = command(path, Path(tmp) / f"cmd{r}")
             steps = in_process(path, Path(tmp) / f"steps{r}")
