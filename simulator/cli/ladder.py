@@ -48,7 +48,7 @@ _COLUMNS = (
     ("tpot_p99_ms", "TPOT p99\n(ms)", _ms2),
     ("tokens_per_s_per_request", "tok/s per\nrequest", _whole),
     ("completed", "completed", _count),
-    ("gpus", "GPUs", _count),
+    ("gpus", "GPUs\n(peak)", _count),
     ("usd_per_request", "$ per 1k\ncompleted\nrequests", _per_1k),
     ("monthly_usd", "$ per\nmonth", _whole),
 )
@@ -58,11 +58,21 @@ def _cell(value: Any, fmt: Callable[[Any], str]) -> str:
     return "—" if value is None else fmt(value)
 
 
+#: Shown first when the scenario is a slice of a product (``product.slices`` > 1).
+_PRODUCT = (
+    ("product_gpus", "product\nGPUs", _count),
+    ("product_monthly_usd", "product\n$ per month", _whole),
+)
+
+
 def ladder_table(title: str, rows: Sequence[Mapping[str, Any]]) -> Table:
-    """One row per step; on a narrow terminal headers wrap, values never shrink."""
-    cells = [[r["step"], *(_cell(r[k], fmt) for k, _, fmt in _COLUMNS),
+    """One row per step; on a narrow terminal headers wrap, values never shrink.
+    A slice of a product leads with the product's GPUs and monthly cost."""
+    sliced = any(r.get("product_gpus") not in (None, r.get("gpus")) for r in rows)
+    columns = (_PRODUCT if sliced else ()) + _COLUMNS
+    cells = [[r["step"], *(_cell(r.get(k), fmt) for k, _, fmt in columns),
               f"{_cell(r['rejected'], _count)} / {_cell(r['cancelled'], _count)}"] for r in rows]
-    headers = ["step", *(h for _, h, _ in _COLUMNS), "rejected /\ncancelled"]   # one column: usually both 0
+    headers = ["step", *(h for _, h, _ in columns), "rejected /\ncancelled"]   # one column: usually both 0
     t = Table(title=title, title_justify="left")
     for i, header in enumerate(headers):
         t.add_column(header, justify="left" if i == 0 else "right", style="bold" if i == 0 else None,
