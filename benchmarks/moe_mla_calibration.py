@@ -78,7 +78,7 @@ def mla_gpu(profile: str, data: X.MoeMlaData) -> list[str]:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--data", type=Path, default=default_data_dir())
+    ap.add_argument("--data", type=Path, default=None, help="shared data folder (default: found as llmsim calibrate finds it)")
     ap.add_argument("--stride", type=int, default=1)
     ap.add_argument("--jobs", type=int, default=2)
     ap.add_argument("--gpu", action="append", choices=PROFILES)
@@ -87,7 +87,7 @@ def main() -> None:
     a = ap.parse_args()
     t0 = time.time()
     profiles = a.gpu or list(PROFILES)
-    data = X.load(a.data, {p: load_hardware(p) for p in profiles})
+    data = X.load(a.data or default_data_dir(), {p: load_hardware(p) for p in profiles})
     tasks = [(p, fmt, rows, a.stride) for p in profiles for fmt, rows in data.moe_rows(p).groupby("moe_dtype")
              if not a.format or fmt in a.format]
     tasks.sort(key=lambda t: -len(t[2]))

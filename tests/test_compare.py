@@ -95,9 +95,17 @@ def test_compare_table_of_two_real_runs(tmp_path, cli, monkeypatch):
     assert r.code == 0, r.err
     lines = {line.split("│")[1].strip(): line for line in r.out.splitlines() if line.count("│") > 4}
     assert "worse" in lines["llmsim.cost.monthly_usd"] and "+100.0%" in lines["llmsim.cost.monthly_usd"]
-    assert "better" in lines["mean_ttft_ms"]
+    assert "better" in lines["median_ttft_ms"]
+    # the headline first, the rest counted; --all lists them
+    keys = list(lines)
+    assert keys.index("llmsim.cost.monthly_usd") < keys.index("llmsim.gpus") < keys.index("median_ttft_ms")
+    assert "mean_ttft_ms" not in lines and "--all lists them" in r.out
     assert "llmsim.wall_time_s" not in lines
     assert "keys differ" in r.out
+    every = cli("compare", tmp_path / "one" / "results.json", tmp_path / "two" / "results.json", "--all")
+    rows = {line.split("│")[1].strip(): line for line in every.out.splitlines() if line.count("│") > 4}
+    assert "better" in rows["mean_ttft_ms"]
+    assert not [k for k in rows if k.startswith("llmsim.cost.gpu_timeline.")]   # one row for the series
     same = cli("compare", tmp_path / "one" / "results.json", tmp_path / "one" / "results.json")
     assert same.code == 0 and "no differences" in same.out
 

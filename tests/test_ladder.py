@@ -164,3 +164,26 @@ def test_variants_are_in_the_json_schema():
 
     props = Scenario.model_json_schema()["properties"]
     assert {"variants", "ladder", "check"} <= set(props)
+
+
+def test_a_ladder_wider_than_the_terminal_is_stacked_not_cut():
+    from rich.console import Console
+
+    from simulator.cli.ladder import _min_width, ladder_table, ladder_tables
+
+    row = {"step": "baseline", "variants": [], "ttft_p50_ms": 15.9, "ttft_p95_ms": 39.5, "ttft_p99_ms": 53.3,
+           "tpot_p50_ms": 8.03, "tpot_p99_ms": 16.96, "tokens_per_s_per_request": 117, "completed": 618,
+           "rejected": 0, "cancelled": 0, "gpus": 10, "usd_per_request": 0.005883, "monthly_usd": 19392,
+           "slo_met": True, "product_gpus": 20000, "product_monthly_usd": 38783177}
+    whole = ladder_table("t", [row])
+    assert len(ladder_tables("t", [row], 10_000)) == 1
+    stacked = ladder_tables("t", [row], 100)
+    assert len(stacked) == 2 and all(_min_width(t) <= 100 for t in stacked)
+    headers = [c.header for c in whole.columns]
+    assert sorted(h for t in stacked for h in (c.header for c in t.columns) if h not in ("step", "SLO")) == \
+        sorted(h for h in headers if h not in ("step", "SLO"))
+    console = Console(record=True, width=100, color_system=None)
+    for t in stacked:
+        console.print(t)
+    text = console.export_text()
+    assert "38,783,177" in text and "16.96" in text and "…" not in text

@@ -65,7 +65,8 @@ VLLM_KEYS = ["completed", "failed", "duration", "total_input_tokens", "total_out
 
 def test_keys_in_vllm_order():
     reqs, gaps = hand_case()
-    assert list(compute_results(reqs, gaps)) == VLLM_KEYS + ["llmsim"]
+    keys = list(compute_results(reqs, gaps))
+    assert keys == VLLM_KEYS[:2] + ["cancelled"] + VLLM_KEYS[2:] + ["llmsim"]   # llmsim's key beside vLLM's failed
     assert list(compute_results(reqs, gaps, slo={"ttft_p99_ms": 1}))[-2:] == ["slo", "llmsim"]
 
 
@@ -73,7 +74,7 @@ def test_counts_duration_and_throughputs():
     reqs, gaps = hand_case()
     r = compute_results(reqs, gaps)
     assert r["completed"] == 3
-    assert r["failed"] == 2  # rejected + cancelled
+    assert r["failed"] == 1 and r["cancelled"] == 1  # a client's cancel is not a failure
     assert r["duration"] == 3.5
     assert r["total_input_tokens"] == 350  # D and E are not counted
     assert r["total_output_tokens"] == 15
@@ -142,7 +143,7 @@ def test_pending_requests_fail_and_duration_override():
     reqs, gaps = hand_case()
     reqs.append(req(5, 3.0, 3.25, out=4, status=Status.PENDING))
     r = compute_results(reqs, gaps, duration=10.0)
-    assert r["failed"] == 3 and r["completed"] == 3
+    assert r["failed"] == 2 and r["completed"] == 3 and r["cancelled"] == 1   # rejected + pending fail
     assert r["llmsim"]["request_status"]["pending"] == 1
     assert r["duration"] == 10.0 and r["request_throughput"] == approx(0.3)
     for bad in (-1.0, math.nan, math.inf):

@@ -270,3 +270,14 @@ def test_set_assignments_apply_in_order():
     for a in overlay_assignments(sets):
         apply_override(data, a)
     assert data["pools"][0]["engine"] == {"max_num_seqs": 64, "kv_dtype": "bf16"}
+
+
+def test_an_autoscaled_pools_initial_count_is_not_a_plan_axis(tmp_path, cli, repo_root):
+    chatbot = repo_root / "scenarios" / "chatbot.yaml"
+    r = cli("plan", chatbot, "--vary", "pools.free.replicas=1..4")
+    assert r.code == 2 and "pools.free.autoscaling.max_replicas" in r.err and "t = 0" in r.err
+    sweep = tmp_path / "s.yaml"
+    sweep.write_text(f"base: {chatbot}\ngrid: {{pools.paid.replicas: [1, 2]}}\n")
+    r = cli("sweep", sweep, "-o", tmp_path / "out")
+    assert r.code == 2 and "pools.paid.autoscaling.max_replicas" in r.err
+    assert not (tmp_path / "out").exists()

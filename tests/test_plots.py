@@ -95,17 +95,17 @@ def test_pool_costs_prefer_per_pool_blocks():
     got = pool_costs(fleet)
     assert [(p["name"], p["usd"], p["usd_per_gpu_hour"]) for p in got] == [("chat", 1.0, 1.0), ("code", 2.0, 4.0)]
     single = {"llmsim": {"scenario": "s", "gpus": 4, "cost": {"window_usd": 5.0, "gpu_hours": 2.0}}}
-    assert pool_costs(single) == [{"name": "s", "gpu_hours": 2.0, "usd": 5.0, "gpus": 4, "gpu": None,
-                                   "usd_per_gpu_hour": None, "tp": None, "replicas_min": None, "replicas_max": None}]
+    assert pool_costs(single) == [{"name": "s", "gpu_hours": 2.0, "usd": 5.0, "gpus": 4, "gpus_mean": None, "gpu": None,
+                                   "usd_per_gpu_hour": None}]
     assert pool_costs({"llmsim": {}}) == [] and cost_figure({"llmsim": {}}) is None
     # Monthly bars, split as the window's cost is.
     ax = cost_figure(fleet).axes[0]
     assert [b.get_width() for b in ax.patches] == pytest.approx([100.0, 200.0])
     # Two bare $ in one string would turn the text between them into mathtext.
     texts = [t.get_text() for t in ax.texts + ax.get_yticklabels()] + [ax.get_title(loc="left"), ax.get_xlabel()]
-    assert "code\n1 × a100-80gb at \\$4.00/GPU-h" in texts
+    assert "code\npeak 1 × a100-80gb at \\$4.00/GPU-h" in texts
     assert not [t for t in texts if re.search(r"(?<!\\)\$", t)]
-    assert "chat\n2–6 × h100-sxm at \\$1.00/GPU-h" in texts       # autoscaled: the range it ran
+    assert "chat\npeak 2 × h100-sxm at \\$1.00/GPU-h" in texts   # the billed peak, as results.json counts it
 
 
 def test_ladder_bars_are_the_rows():

@@ -21,7 +21,6 @@ from typing import Annotated, Callable, Literal, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
-from scipy.special import ndtr
 
 __all__ = [
     "LengthDist", "FixedLength", "UniformLength", "NormalLength", "LognormalLength",
@@ -162,16 +161,16 @@ class NormalLength(_Continuous):
 
     def _sf(self, x: np.ndarray) -> np.ndarray:
         with np.errstate(over="ignore"):  # a tiny std: z = ±inf is fine for ndtr
-            return ndtr((self.mean_ - x) / self.std)
+            return _ndtr((self.mean_ - x) / self.std)
 
     def _clipped_mean(self, a: float, b: float) -> float:
         mu, s = self.mean_, self.std
         za = (a - mu) / s
-        out = a * ndtr(za) + s * _phi(za)
+        out = a * _ndtr(za) + s * _phi(za)
         if math.isinf(b):
-            return float(out + mu * ndtr(-za))
+            return float(out + mu * _ndtr(-za))
         zb = (b - mu) / s
-        return float(out + mu * (ndtr(zb) - ndtr(za)) - s * _phi(zb) + b * ndtr(-zb))
+        return float(out + mu * (_ndtr(zb) - _ndtr(za)) - s * _phi(zb) + b * _ndtr(-zb))
 
 
 class LognormalLength(_Continuous):
@@ -200,19 +199,28 @@ class LognormalLength(_Continuous):
     def _sf(self, x: np.ndarray) -> np.ndarray:
         mu, sigma = self.log_params
         with np.errstate(over="ignore"):
-            return ndtr((mu - np.log(x)) / sigma)
+            return _ndtr((mu - np.log(x)) / sigma)
 
     def _clipped_mean(self, a: float, b: float) -> float:
         mu, s = self.log_params
         za = (math.log(a) - mu) / s
-        below = a * ndtr(za)
-        body_lo = ndtr(za - s)
+        below = a * _ndtr(za)
+        body_lo = _ndtr(za - s)
         if math.isinf(b):
             body, above = 1.0 - body_lo, 0.0
         else:
             zb = (math.log(b) - mu) / s
-            body, above = ndtr(zb - s) - body_lo, b * ndtr(-zb)
+            body, above = _ndtr(zb - s) - body_lo, b * _ndtr(-zb)
         return float(below + self.mean_ * body + above)
+
+
+def _ndtr(x):
+    """The standard normal CDF (scipy's ``ndtr``), imported on first use:
+    scipy.special costs every command's start-up, and only the means of
+    clipped distributions need it."""
+    from scipy.special import ndtr
+
+    return ndtr(x)
 
 
 def _phi(z: float) -> float:

@@ -43,9 +43,37 @@ _NEEDED = {
 _KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
 
 
-def default_data_dir() -> Path:
-    """``../shared/data`` next to the repository root, where the project keeps it."""
-    return Path(__file__).resolve().parents[2].parent / "shared" / "data"
+#: What the data is and where it comes from, for the message when it cannot be found.
+DATA_ORIGIN = ("the measured kernel tables (kernels/gemm.csv, attention.csv, allreduce.csv: AIConfigurator's "
+               "vLLM kernel measurements, described in shared/data/README.md) are not part of llmsim's package; "
+               "the project keeps them in shared/data beside the repository")
+
+
+def data_dir_candidates(cwd: Path | None = None) -> list[Path]:
+    """Where ``shared/data`` may be, in order: beside the repository this
+    module runs from (a checkout or an editable install), then beside the
+    working directory and each of its parents (an installed llmsim run from
+    inside, or next to, the project)."""
+    here = Path(__file__).resolve().parents[2].parent / "shared" / "data"
+    start = (cwd or Path.cwd()).resolve()
+    out = [here]
+    for d in (start, *start.parents):
+        for c in (d / "shared" / "data", d / "data") if d.name == "shared" else (d / "shared" / "data",):
+            if c not in out:
+                out.append(c)
+    return out
+
+
+def default_data_dir(cwd: Path | None = None) -> Path:
+    """The first candidate (:func:`data_dir_candidates`) holding ``kernels/``;
+    an LlmsimError naming every place looked when none does."""
+    candidates = data_dir_candidates(cwd)
+    for c in candidates:
+        if (c / "kernels").is_dir():
+            return c
+    looked = ", ".join(str(c) for c in candidates[:4]) + (", ..." if len(candidates) > 4 else "")
+    raise LlmsimError(f"no shared data folder found (looked in {looked}); {DATA_ORIGIN}: give --data DIR, "
+                      "the folder that holds kernels/")
 
 
 @dataclass(frozen=True)
@@ -119,8 +147,8 @@ def load(data_dir: str | Path | None = None) -> KernelData:
     if d.exists() and not d.is_dir():
         raise LlmsimError("--data must be a directory (the shared data folder holding kernels/)", source=d)
     if not d.is_dir():
-        raise LlmsimError(f"data directory {d} does not exist; pass --data DIR pointing at the shared data "
-                          "(the folder with kernels/gemm.csv, kernels/attention.csv, kernels/allreduce.csv)")
+        raise LlmsimError(f"data directory {d} does not exist; {DATA_ORIGIN}: pass --data DIR, the folder "
+                          "that holds kernels/")
     gemm, attn, ar = _read(d, "gemm"), _read(d, "attention"), _read(d, "allreduce")
     versions = {}
     for prof, grp in pd.concat([gemm, attn])[lambda d: d["framework"] == "vllm"].groupby("profile"):

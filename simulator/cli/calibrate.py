@@ -19,7 +19,7 @@ from .output import console
 @app.command("calibrate")
 def calibrate(
     data: Optional[Path] = typer.Option(None, "--data", help="shared data folder holding kernels/*.csv "
-                                        "(default: ../shared/data beside the repository)"),
+                                        "(default: shared/data beside the repository, the working directory or one of its parents)"),
     gpu: Optional[List[str]] = typer.Option(None, "--gpu", help="profile to update (repeatable; default: all)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="fit and report, but write no profile"),
     report_md: Optional[Path] = typer.Option(None, "--report-md", help="also write the error tables as markdown"),

@@ -1,7 +1,8 @@
 """``llmsim check``: gate a build on the scenarios' SLOs and on their committed baselines.
 
 Each scenario runs at its fast settings (``check.set`` and ``--set``). It
-fails when an SLO it declares is missed, or when a tracked metric moves
+fails when the fleet is overloaded (``llmsim.load``: its queue grew through
+the run, SLO or not), when an SLO it declares is missed, or when a tracked metric moves
 beyond its tolerance against ``DIR/<scenario name>.json`` (see
 ``report.regression`` for what counts). Failing is exit code 1, a result
 rather than bad input (that stays exit 2), so CI can tell "the fleet got
@@ -130,6 +131,19 @@ def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
                                     f"≤ {_val(target['target_ms'])} ms")
 
 
+def _load_row(results: dict[str, Any], t: Table, job: _Job) -> None:
+    """An overloaded fleet fails whether or not the scenario declares an SLO:
+    its percentiles measure a backlog that grew all run, not the fleet."""
+    load = (results.get("llmsim") or {}).get("load")
+    if not load:
+        return
+    over = load["overloaded"]
+    t.add_row("load", "keeps up", f"completed {_val(load.get('completed_rps'))} of {_val(load.get('offered_rps'))} req/s",
+              "—", "OVERLOADED" if over else "keeps up", style="bold red" if over else None)
+    if over:
+        job.failures.append(load["verdict"])
+
+
 def _verdict_row(v: Verdict, t: Table, job: _Job) -> None:
     text = {"regressed": f"regressed (> {100 * v.tolerance:g}%)", "moved": f"moved (> {100 * v.tolerance:g}%)",
             "improved": "improved: refresh the baseline", "new": "new: not in the baseline"}.get(v.verdict, v.verdict)
@@ -144,6 +158,7 @@ def _report(job: _Job, results: dict[str, Any], tracked: dict[str, Any], toleran
     for col, justify in (("metric", "left"), ("baseline", "right"), ("now", "right"), ("change", "right"),
                          ("verdict", "left")):
         t.add_column(col, justify=justify)
+    _load_row(results, t, job)
     _slo_rows(results, t, job)
     for m, now in tracked.items():
         if job.baseline is None:

@@ -2,8 +2,12 @@
 
 Read as "from A to B": deltas are B − A, and a move in the bad direction
 (a latency or cost up, a throughput or attainment down) is red, a good one
-green. Keys that measure the machine rather than the fleet (wall time) are
-left out unless ``--all``, which also shows the keys that did not move.
+green. The headline figures come first, moved or not (the product's and
+the simulated fleet's cost and GPUs, whether it keeps up, TTFT/TPOT/E2EL
+percentiles, throughput, request counts, SLO verdicts); the other keys
+that moved are counted, and listed with ``--all``, which also shows the
+keys that did not move and the machine's wall time. Time series
+(``gpu_timeline``, ``monthly_hourly``) are one line each, not a key per point.
 """
 from __future__ import annotations
 
@@ -43,8 +47,40 @@ def _rel(c: Change) -> str:
     return f"{100 * c.rel:+.1f}%"
 
 
-def compare_table(a: Path, b: Path, changes: list[Change]) -> Table:
-    t = Table(title=f"A = {a}\nB = {b}", title_justify="left")
+#: The answer two runs are compared for, in this order (keys absent from both are left out).
+HEADLINE = (
+    "llmsim.product.monthly_usd", "llmsim.product.gpus", "llmsim.cost.monthly_usd", "llmsim.gpus",
+    "llmsim.gpus_mean", "llmsim.load.overloaded", "llmsim.load.completed_rps", "llmsim.load.offered_rps",
+    "median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "p99_e2el_ms",
+    "request_throughput", "output_throughput", "completed", "failed", "cancelled", "llmsim.cost.usd_per_request",
+    "slo.met",
+)
+#: Lists of points whose every index would be a key.
+SERIES = ("llmsim.cost.gpu_timeline", "llmsim.cost.monthly_hourly")
+
+
+def _headline_keys(changes: list[Change]) -> list[str]:
+    keys = {c.key for c in changes}
+    verdicts = [k for k in keys if k.startswith("slo.targets.") and k.endswith(".met")
+                or k.startswith("llmsim.classes.") and k.endswith(".slo.met")]
+    return [k for k in HEADLINE if k in keys] + sorted(verdicts)
+
+
+def _series(changes: list[Change]) -> list[Change]:
+    """One change per time series: moved or not, and how many points it has."""
+    out = []
+    for s in SERIES:
+        mine = [c for c in changes if c.key == s or c.key.startswith(s + ".")]
+        if mine:
+            moved = any(c.changed for c in mine)
+            out.append(Change(s, f"{len([c for c in mine if c.a is not None])} values",
+                              f"{len([c for c in mine if c.b is not None])} values", None, None, None)
+                       if moved else Change(s, "same", "same", None, None, None))
+    return out
+
+
+def compare_table(a: Path, b: Path, changes: list[Change], title: str = "") -> Table:
+    t = Table(title=title or f"A = {a}\nB = {b}", title_justify="left")
     t.add_column("key", style="bold", overflow="fold")
     for name in ("A", "B"):     # text values (a monthly basis, a note) are cut, numbers never are this long
         t.add_column(name, justify="right", max_width=_TEXT_WIDTH, no_wrap=True, overflow="ellipsis")
@@ -66,16 +102,24 @@ def compare(a: Path = typer.Argument(..., help="results.json of the first run (A
             ) -> None:
     """Show how two results.json files differ: A, B, B − A and % change per key."""
     ra, rb = read_json_object(a), read_json_object(b)
-    changes = diff(ra, rb, include_unchanged=all_)
+    every = diff(ra, rb, include_unchanged=True)
+    head = _headline_keys(every)
     if json:
-        print_json({"a": str(a), "b": str(b), "changes": [c.as_dict() for c in changes]})
+        changes = diff(ra, rb, include_unchanged=all_)
+        print_json({"a": str(a), "b": str(b), "headline": head, "changes": [c.as_dict() for c in changes]})
         return
-    if not changes:
+    changes = [c for c in diff(ra, rb, include_unchanged=all_) if not c.key.startswith(SERIES)]
+    if not changes and not any(c.changed for c in _series(every)):
         console.print(f"no differences between {a} and {b}" + ("" if all_ else " (besides wall times; see --all)"))
         return
-    console.print(compare_table(a, b, changes))
+    by_key = {c.key: c for c in every}
+    console.print(compare_table(a, b, [by_key[k] for k in head], title=f"A = {a}\nB = {b}\nheadline"))
+    rest = [c for c in changes if c.key not in set(head)] + _series(every)
     moved = [c for c in changes if c.changed]
     worse = sum(1 for c in moved if c.worse)
     better = sum(1 for c in moved if c.worse is False)
+    if all_:
+        console.print(compare_table(a, b, rest, title="every other key"))
     console.print(f"{len(moved)} keys differ: [red]{worse} worse[/], [green]{better} better[/], "
-                  f"{len(moved) - worse - better} without a direction")
+                  f"{len(moved) - worse - better} without a direction"
+                  + ("" if all_ else f"; {len([c for c in rest if c.changed])} beyond the headline: --all lists them"))

@@ -23,7 +23,7 @@ from .output import console, print_json
 from .progress import simulate_shown
 from .rundir import output_folder, write_run_files
 
-__all__ = ["run_ladder", "ladder_table"]
+__all__ = ["run_ladder", "ladder_table", "ladder_tables"]
 
 _ms2, _count, _whole = "{:,.2f}".format, "{:,}".format, "{:,.0f}".format
 
@@ -47,7 +47,7 @@ _COLUMNS = (
     ("tpot_p99_ms", "TPOT p99\n(ms)", _ms2),
     ("tokens_per_s_per_request", "tok/s per\nrequest", _whole),
     ("completed", "completed", _count),
-    ("gpus", "GPUs", _count),
+    ("gpus", "GPUs\n(peak)", _count),
     ("usd_per_request", "$ per 1k\ncompleted\nrequests", _per_1k),
     ("monthly_usd", "$ per\nmonth", _whole),
 )
@@ -57,11 +57,48 @@ def _cell(value: Any, fmt: Callable[[Any], str]) -> str:
     return "—" if value is None else fmt(value)
 
 
-def ladder_table(title: str, rows: Sequence[Mapping[str, Any]]) -> Table:
-    """One row per step; on a narrow terminal headers wrap, values never shrink."""
-    cells = [[r["step"], *(_cell(r[k], fmt) for k, _, fmt in _COLUMNS),
-              f"{_cell(r['rejected'], _count)} / {_cell(r['cancelled'], _count)}"] for r in rows]
-    headers = ["step", *(h for _, h, _ in _COLUMNS), "rejected /\ncancelled"]   # one column: usually both 0
+#: Shown first when the scenario is a slice of a product (``product.slices`` > 1).
+_PRODUCT = (
+    ("product_gpus", "product\nGPUs", _count),
+    ("product_monthly_usd", "product\n$ per month", _whole),
+)
+
+
+def _columns(rows: Sequence[Mapping[str, Any]]) -> tuple:
+    """A slice of a product leads with the product's GPUs and monthly cost."""
+    sliced = any(r.get("product_gpus") not in (None, r.get("gpus")) for r in rows)
+    return (_PRODUCT if sliced else ()) + _COLUMNS
+
+
+def ladder_tables(title: str, rows: Sequence[Mapping[str, Any]], width: int) -> list[Table]:
+    """The ladder as one table, or stacked as two (GPUs and money, then
+    latencies, each with the step and its verdict) when one would be wider
+    than ``width``: a terminal would cut its right edge."""
+    whole = ladder_table(title, rows)
+    if _min_width(whole) <= width:
+        return [whole]
+    cols = _columns(rows)
+    money = [c for c in cols if not c[0].endswith("_ms") and c[0] != "tokens_per_s_per_request"]
+    speed = [c for c in cols if c not in money]
+    return [ladder_table(title + " — GPUs and cost", rows, tuple(money)),
+            ladder_table(title + " — latency", rows, tuple(speed), counts=False)]
+
+
+def _min_width(t: Table) -> int:
+    from rich.console import Console
+    from rich.measure import Measurement
+
+    probe = Console(width=100_000)
+    return Measurement.get(probe, probe.options, t).minimum
+
+
+def ladder_table(title: str, rows: Sequence[Mapping[str, Any]], columns: tuple = (), *,
+                 counts: bool = True) -> Table:
+    """One row per step; headers wrap, values never shrink."""
+    columns = columns or _columns(rows)
+    cells = [[r["step"], *(_cell(r.get(k), fmt) for k, _, fmt in columns)]
+             + ([f"{_cell(r['rejected'], _count)} / {_cell(r['cancelled'], _count)}"] if counts else []) for r in rows]
+    headers = ["step", *(h for _, h, _ in columns)] + (["rejected /\ncancelled"] if counts else [])   # usually 0 / 0
     t = Table(title=title, title_justify="left")
     for i, header in enumerate(headers):
         t.add_column(header, justify="left" if i == 0 else "right", style="bold" if i == 0 else None,
@@ -101,7 +138,8 @@ def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, outpu
     if json:
         print_json({"scenario": sc.name, "ladder": sc.ladder, "steps": rows})
         return
-    console.print(ladder_table(f"{sc.name}: {sc.ladder} ladder ({len(steps)} steps)", rows))
+    for table in ladder_tables(f"{sc.name}: {sc.ladder} ladder ({len(steps)} steps)", rows, console.width):
+        console.print(table)
     for step in steps[1:]:
         applied = " + ".join(v.name for v in step.variants)
         console.print(f"[dim]{step.name}: {step.description or '(no description)'} — baseline + {applied}[/]")

@@ -5,10 +5,32 @@ import json
 import math
 from typing import Any, Iterable
 
-from rich.console import Console
+from rich.console import Console, ConsoleDimensions
 from rich.table import Table
 
-console = Console(highlight=False)
+#: Width outside a terminal: wider than any table llmsim prints, so nothing is cut.
+UNBOUNDED = 10_000
+
+
+class _Console(Console):
+    """Outside a terminal (a file, a pipe, a CI log) there is no screen to
+    fit: rich would lay tables out for 80 columns and cut numbers with "…",
+    so there every table gets its natural width and lines run as long as
+    they are. At a terminal, its width as usual."""
+
+    @property
+    def size(self) -> ConsoleDimensions:
+        size = Console.size.fget(self)  # type: ignore[attr-defined]
+        if self.is_terminal or self._width is not None:
+            return size
+        return ConsoleDimensions(UNBOUNDED, size.height)
+
+    @size.setter
+    def size(self, new_size) -> None:
+        Console.size.fset(self, new_size)  # type: ignore[attr-defined]
+
+
+console = _Console(highlight=False)
 
 
 def _clean(o: Any) -> Any:

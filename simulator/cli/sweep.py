@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import sys
 import time
 from contextlib import contextmanager
@@ -90,6 +91,19 @@ def runs_progress(total: Optional[int], what: str) -> Iterator[Any]:
         yield on_row
 
 
+def _header(key: str, width: int = 12) -> tuple[str, int]:
+    """A key path broken into lines after its dots and underscores (never
+    inside a word), and the width those lines need."""
+    parts = re.findall(r"[^._]+[._]?", key) or [key]
+    width = max(width, *(len(p) for p in parts))
+    lines = [""]
+    for p in parts:
+        if lines[-1] and len(lines[-1]) + len(p) > width:
+            lines.append("")
+        lines[-1] += p
+    return "\n".join(lines), max(len(line) for line in lines)
+
+
 def rows_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str], limit: int = 40,
                width: int = 60) -> Table:
     """Rows as a table: numbers right-aligned, long text cut to ``width``
@@ -99,7 +113,8 @@ def rows_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str
     t = Table(title=title, title_justify="left")
     for k in columns:
         numeric = all(isinstance(r.get(k), (int, float)) for r in rows if r.get(k) is not None)
-        t.add_column(k, justify="right" if numeric else "left", overflow="fold")
+        header, need = _header(k)
+        t.add_column(header, justify="right" if numeric else "left", overflow="fold", min_width=need)
     for r in rows[:limit]:
         cells = ["—" if r.get(k) is None else fmt(r[k]) for k in columns]
         t.add_row(*(c if len(c) <= width else c[: width - 1] + "…" for c in cells))

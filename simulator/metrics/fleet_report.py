@@ -17,6 +17,9 @@ from ..scenario.schema import Scenario
 from workloads.request import Request
 from ..costmodel.speculative import expected_tokens_per_step
 from .classes import class_block
+from .gpu_counts import gpu_count
+from .load import load_block
+from .product import product_block
 from .cost import cost_block, pool_billing, replica_seconds
 from .monthly import MonthRule
 from .records import Records
@@ -41,9 +44,13 @@ def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], 
     blocks = {ps.spec.name: _pool_block(ps, pools[ps.spec.name], now, scalers.get(ps.spec.name),
                                         by_pool.get(ps.spec.name), ttft_ms) for ps in setups}
     bills = [pool_billing(ps.spec, ps.cm.gpu, pools[ps.spec.name].billing, now) for ps in setups]
+    gpu_logs = {ps.spec.name: [(t, k * ps.spec.gpus_per_replica) for t, k in pools[ps.spec.name].billing]
+                for ps in setups}
     for b in bills:
-        blocks[b.name]["gpu_hours"] = b.gpu_seconds / 3600.0
+        blocks[b.name].update(gpu_count(gpu_logs[b.name], now).as_dict())
         blocks[b.name]["usd"] = b.usd
+    gpu_timeline = _merge_steps(list(gpu_logs.values()))
+    fleet = gpu_count(gpu_timeline, now)
     first = blocks[setups[0].spec.name]
     gpu = setups[0].cm.gpu
     single = len(setups) == 1
@@ -55,11 +62,10 @@ def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], 
         "calibration": {"gpu": gpu.name, "status": gpu.calibration.status,
                         "calibrated": gpu.calibration.status == "calibrated"},
         "replicas": sum(b["replicas"] for b in blocks.values()),
-        "gpus": sum(b["gpus"] for b in blocks.values()),
+        **fleet.as_dict(),
     }
     if single:     # the one pool's figures at the top level, as before pools could be several
         out.update({k: v for k, v in first.items() if k not in out and k not in ("usd", "gpu_hours")})
-    gpu_timeline = _merge_steps([([(t, k * ps.spec.gpus_per_replica) for t, k in pools[ps.spec.name].billing]) for ps in setups])
     out.update({
         "pools": blocks,
         "classes": class_block(requests, sc.classes, sc.slo, now) if sc.classes else None,
@@ -67,9 +73,12 @@ def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], 
         "ttft_budget": ttft_budget(requests),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
                            monthly=MonthRule(sc.cost.monthly, sc.workload)),
+        "load": load_block(requests, sc.workload.duration_s),
         "simulated_seconds": now,
     })
-    return out
+    # The answer first: the product's fleet and bill, then whether it keeps up.
+    product = product_block(sc.product.slices if sc.product else 1, out)
+    return {"product": product, "load": out.pop("load"), **out}
 
 
 def _merge_steps(logs: list[list[tuple[float, int]]]) -> list[tuple[float, int]]:
@@ -107,7 +116,6 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "replicas_min": min(counts),
         "replicas_mean": mean_ready,
         "replicas_max": max(counts),
-        "gpus": max(counts) * ps.spec.gpus_per_replica,
         "replicas_created": len(reps),
         "kv_blocks_per_replica": nb,
         "kv_tokens_per_replica": nb * ps.memory.block_size,

@@ -10,8 +10,41 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from rich.table import Table
+from rich.text import Text
 
 from .summary_format import OK, FAIL, num
+
+
+def _whole(v: Any) -> str:
+    return "—" if v is None else f"{v:,.0f}"
+
+
+def pool_gpus(pools: Mapping[str, Any], scale: int = 1) -> str:
+    """``free 4 × h100-sxm, paid 8 × h100-sxm``: each pool's peak GPUs by name."""
+    return ", ".join(f"{name} {scale * p['gpus']:,} × {p.get('gpu')}" for name, p in pools.items())
+
+
+def headline(llmsim: Mapping[str, Any]) -> Optional[Text]:
+    """The answer in its first lines: the product's GPUs (peak, per pool) and
+    monthly cost, the slice it was scaled from, and whether the fleet keeps up."""
+    prod = llmsim.get("product")
+    if not prod:
+        return None
+    n = prod["slices"]
+    pools = llmsim.get("pools") or {}
+    what = "Product" if n > 1 else "Fleet"
+    lines = [f"[bold]{what}: {prod['gpus']:,} GPUs at peak ({pool_gpus(pools, n)}; mean {prod['gpus_mean']:,.1f}), "
+             f"${_whole(prod['monthly_usd'])}/month[/]"]
+    if n > 1:
+        s = prod["slice"]
+        lines.append(f"  simulated slice, 1/{n:,} of the traffic: {s['gpus']:,} GPUs at peak ({pool_gpus(pools)}), "
+                     f"${_whole(s['monthly_usd'])}/month")
+        lines.append(f"[dim]  scaling: {prod['scaling']}[/]")
+    load = llmsim.get("load")
+    if load:
+        style = "bold red" if load["overloaded"] else "green"
+        lines.append(f"[{style}]Load: {load['verdict']}[/]")
+    return Text.from_markup("\n".join(lines))
 
 
 def pools_table(llmsim: Mapping[str, Any]) -> Optional[Table]:

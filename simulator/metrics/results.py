@@ -8,10 +8,13 @@ with the same script. Choices where the simulator has to interpret vLLM:
   response. Here the benchmark starts at simulation time 0 and ends at the
   latest stamp of any request (a finish, or the arrival of a request that was
   rejected on the spot); the caller may pass the run's horizon instead.
-* ``completed`` are FINISHED requests; ``failed`` is every other request
-  (rejected, cancelled, or still in flight when the run stopped), so that
-  completed + failed = requests, as in vLLM. The breakdown is in
-  ``llmsim.request_status``.
+* ``completed`` are FINISHED requests; ``failed`` those the fleet did not
+  serve: rejected (shed on admission, or too long to ever fit; vLLM's bench
+  counts a refused request as failed) or still in flight when the run
+  stopped. ``cancelled`` (llmsim's key: vLLM's bench never cancels) are
+  those the client withdrew, as the workload says it does (autocomplete's
+  next keystroke), which are neither served nor a failure; completed +
+  failed + cancelled = requests. The breakdown is in ``llmsim.request_status``.
 * token totals and all latency statistics cover completed requests only.
 * ITL is pooled over the engine's gap log, summarised on a 1 µs grid (see
   ``gaps.GapGrid`` and ``percentiles.UniformMixture``).
@@ -119,7 +122,8 @@ def compute_results(requests: Iterable[Request], gaps: GapLog | GapGrid | None, 
 
     res: dict[str, Any] = {
         "completed": completed,
-        "failed": len(a) - completed,
+        "failed": int(np.count_nonzero((a.status == int(Status.REJECTED)) | (a.status == int(Status.PENDING)))),
+        "cancelled": int(np.count_nonzero(a.status == int(Status.CANCELLED))),
         "duration": dur,
         "total_input_tokens": total_in,
         "total_output_tokens": total_out,

@@ -9,14 +9,17 @@ import math
 import re
 from typing import Any, Mapping
 
+from rich.console import Group
 from rich.table import Table
+from rich.text import Text
 
-from .fleet_summary import classes_table, pools_table, ttft_budget_table
+from .fleet_summary import classes_table, headline, pools_table, ttft_budget_table
 
 __all__ = ["summary_table"]
 
 _COUNTS = (
     ("completed", "Successful requests", "int"),
+    ("cancelled", "Cancelled by the client", "int"),
     ("failed", "Failed requests", "int"),
     ("duration", "Benchmark duration (s)", "float"),
     ("total_input_tokens", "Total input tokens", "int"),
@@ -38,13 +41,13 @@ def _counts(results: Mapping[str, Any]) -> Table:
     llmsim = results.get("llmsim") or {}
     status = llmsim.get("request_status") or {}
     for key, label, kind in _COUNTS:
-        if key not in results or (key == "request_goodput" and results[key] is None):
+        if key not in results or (key in ("request_goodput", "cancelled") and not results[key]):
             continue
         t.add_row(label, _num(results[key], kind))
         if key == "failed":   # why they failed: vLLM lumps these together, a capacity plan must not
-            for why in ("rejected", "cancelled", "pending"):
+            for why, label in (("rejected", "rejected (shed or never fits)"), ("pending", "unfinished at the end")):
                 if status.get(why):
-                    t.add_row(f"  {why}", _num(status[why], "int"))
+                    t.add_row(f"  {label}", _num(status[why], "int"))
     pc = llmsim.get("prefix_cache") or {}
     if pc.get("enabled") and pc.get("token_hit_rate") is not None:
         t.add_row("Prefix cache hit rate (tokens)", f"{100 * pc['token_hit_rate']:.1f}%")
@@ -97,14 +100,18 @@ def _money(v: Any) -> str:
     return f"{v:,.{max(0, 3 - math.floor(math.log10(abs(v))))}f}"
 
 
-def _cost(cost: Mapping[str, Any]) -> Table:
+def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[str, Any]) -> Group:
     """The money lines of ``llmsim.cost``, then how the month is extrapolated
     and where each price comes from."""
     t = Table(title="Cost", title_justify="left", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value", justify="right")
     method = cost.get("monthly_method")
-    t.add_row(f"Monthly cost ($), {method}" if method else "Monthly cost ($)", _num(cost.get("monthly_usd")))
+    n = product.get("slices") or 1
+    if n > 1:
+        t.add_row(f"Monthly cost, the product ($), {n:,} × the slice", _num(product.get("monthly_usd")))
+    label = "Monthly cost ($)" if n == 1 else "Monthly cost, the simulated slice ($)"
+    t.add_row(f"{label}, {method}" if method else label, _num(cost.get("monthly_usd")))
     t.add_row("Cost of the simulated window ($)", _money(cost.get("window_usd")))
     t.add_row("Cost per 1M output tokens ($)", _money(cost.get("usd_per_million_output_tokens")))
     t.add_row("Cost per 1M input tokens ($)", _money(cost.get("usd_per_million_input_tokens")))
@@ -115,32 +122,27 @@ def _cost(cost: Mapping[str, Any]) -> Table:
         t.add_row("Sessions per GPU (mean / peak)",
                   f"{_num(sessions.get('mean_per_gpu'))} / {_num(sessions.get('peak_per_gpu'))}")
     notes = [f"month: {cost.get('monthly_basis')}", f"tokens: {cost.get('token_split')}"]
-    notes += [f"{p['gpus']} × {p['gpu']} at ${p['usd_per_gpu_hour']:,.2f}/GPU-h from the {p['price_source']}"
+    notes += [f"pool {p['name']}: peak {p['gpus']:,} × {p['gpu']}"
+              + (f", mean {pools[p['name']]['gpus_mean']:,.2f}" if "gpus_mean" in pools.get(p["name"], {}) else "")
+              + f", {p['gpu_hours']:,.3g} GPU-h at ${p['usd_per_gpu_hour']:,.2f}/GPU-h from the {p['price_source']}"
               + (" [yellow](an assumption: set pools[].usd_per_gpu_hour)[/]" if p["price_assumed"] else "")
               for p in cost.get("pools", [])]
-    out = Table.grid()
-    out.add_column()
-    out.add_row(t)
-    for line in notes:
-        out.add_row(f"[dim]{line}[/]")
-    return out
+    return Group(t, *(Text.from_markup(f"[dim]{line}[/]") for line in notes))
 
 
-def summary_table(results: Mapping[str, Any]) -> Table:
-    """Counts and throughputs, a TTFT/TPOT/ITL/E2EL latency table, the cost
+def summary_table(results: Mapping[str, Any]) -> Group:
+    """The headline (the product's fleet and bill, whether it keeps up),
+    counts and throughputs, a TTFT/TPOT/ITL/E2EL latency table, the cost
     lines when the results carry ``llmsim.cost``, and the SLO verdicts (✓/✗)
     when they carry an ``slo`` block."""
-    outer = Table.grid(padding=(0, 0, 1, 0))
-    outer.add_column()
-    outer.add_row(_counts(results))
-    outer.add_row(_latency(results))
     llmsim = results.get("llmsim") or {}
-    for table in (ttft_budget_table(llmsim), pools_table(llmsim), classes_table(llmsim)):
-        if table is not None:
-            outer.add_row(table)
     cost = llmsim.get("cost")
-    if cost:
-        outer.add_row(_cost(cost))
-    if results.get("slo"):
-        outer.add_row(_slo(results["slo"]))
-    return outer
+    parts = [headline(llmsim), _counts(results), _latency(results), ttft_budget_table(llmsim), pools_table(llmsim),
+             classes_table(llmsim), _cost(cost, llmsim.get("pools") or {}, llmsim.get("product") or {}) if cost else None,
+             _slo(results["slo"]) if results.get("slo") else None]
+    # A group, not a grid: each part at its own width (a grid pads every line to the widest).
+    shown: list = []
+    for part in parts:
+        if part is not None:
+            shown += [part, Text("")]
+    return Group(*shown[:-1])

@@ -75,9 +75,9 @@ def load_sweep(path: str | Path, sets: Mapping[str, Any] | None = None
         check_overrides(base, sets, "--set")
     for key, values in sweep.grid.items():
         for v in values:
-            check_overrides(base, {**sets, key: v}, f"{path}: grid.{key} = {v!r}")
+            check_overrides(base, {**sets, key: v}, f"{path}: grid.{key} = {v!r}", varied=[key])
     for i, point in enumerate(sweep.points or []):
-        check_overrides(base, {**sets, **point}, f"{path}: points[{i}]")
+        check_overrides(base, {**sets, **point}, f"{path}: points[{i}]", varied=list(point))
     return sweep, base, expand(sweep)
 
 

@@ -16,11 +16,12 @@ from __future__ import annotations
 
 import hashlib
 import json
+import re
 import time
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 from ..errors import LlmsimError
 from ..inputs import code_digest, file_digest, recorded_reads
@@ -101,14 +102,36 @@ def named_files(sc: Scenario, path: Path) -> set[Path]:
     return out
 
 
-def check_overrides(scenario: str | Path, overrides: Mapping[str, Any], what: str) -> None:
+def check_overrides(scenario: str | Path, overrides: Mapping[str, Any], what: str, varied: Sequence[str] = ()) -> None:
     """Apply and validate, so a misspelt key fails before any run starts:
     the schema forbids unknown keys, and list items must exist by name.
-    ``what`` says where the overrides came from (``--vary``, ``points[2]``)."""
+    ``what`` says where the overrides came from (``--vary``, ``points[2]``);
+    ``varied`` are the keys a plan or sweep varies (see :func:`_refuse_initial_replicas`)."""
     try:
-        load_scenario(scenario, overlay_assignments(dict(overrides)))
+        sc, _ = load_scenario(scenario, overlay_assignments(dict(overrides)))
     except LlmsimError as e:
         raise LlmsimError(e.message, source=f"{scenario} ({what})", key_path=e.key_path) from None
+    _refuse_initial_replicas(sc, varied, f"{scenario} ({what})")
+
+
+def _refuse_initial_replicas(sc, varied: Sequence[str], source: str) -> None:
+    """An autoscaled pool's ``replicas`` is only its count at t = 0: the
+    autoscaler moves it from the first tick, so a plan over it would answer
+    "1" whatever the load. Varying it is refused, naming the keys that do
+    size such a pool."""
+    autoscaled = {p.name for p in sc.pools if p.autoscaling is not None}
+    for key in varied:
+        m = _REPLICAS_KEY.fullmatch(key)
+        if m and m.group(1) in autoscaled:
+            name = m.group(1)
+            raise LlmsimError(
+                f"pool {name!r} is autoscaled, so {key} only sets its count at t = 0 and the autoscaler moves it "
+                f"from there: vary pools.{name}.autoscaling.max_replicas (the most it may run) or "
+                f"pools.{name}.autoscaling.target (how busy it keeps a replica), or set pools.{name}.autoscaling: "
+                f"null (--set) to size a fixed pool", source=source, key_path=key)
+
+
+_REPLICAS_KEY = re.compile(r"pools\.([^.]+)\.replicas")
 
 
 def run_point(point: Point) -> dict[str, Any]:

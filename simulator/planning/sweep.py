@@ -11,9 +11,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Optional, Sequence
 
-import pandas as pd
+
+if TYPE_CHECKING:
+    import pandas as pd
 
 from ..atomic_write import write_atomic
 from .batch import run_points
@@ -77,6 +79,8 @@ def override_keys(points: Sequence[Point]) -> list[str]:
 def write_table(rows: list[dict[str, Any]], out_dir: Path, first: Sequence[str] = ()) -> Path:
     """Parquet when pyarrow is there, else CSV; ``first`` columns lead
     (the override key paths). Replaced atomically."""
+    import pandas as pd   # here: every command imports this module, few write a table
+
     df = pd.DataFrame(rows)
     for key in first:
         if key not in df:
@@ -93,12 +97,12 @@ def write_table(rows: list[dict[str, Any]], out_dir: Path, first: Sequence[str] 
     return write_atomic(out_dir / name, lambda tmp: df.to_csv(tmp, index=False))
 
 
-def _scalar_column(col: pd.Series) -> pd.Series:
+def _scalar_column(col: "pd.Series") -> "pd.Series":
     """Override values as one column type: a mapping or list value becomes
     its JSON text, and a column mixing kinds (other than ints with floats)
     becomes text."""
     col = col.map(lambda v: json.dumps(v, sort_keys=True) if isinstance(v, (dict, list)) else v)
-    kinds = {type(v) for v in col if v is not None and not (isinstance(v, float) and pd.isna(v))}
+    kinds = {type(v) for v in col if v is not None and not (isinstance(v, float) and v != v)}   # v != v: NaN
     if len(kinds) > 1 and not kinds <= {int, float}:
         col = col.map(lambda v: None if v is None else str(v))
     return col

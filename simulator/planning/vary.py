@@ -82,4 +82,4 @@ def check_axes(scenario: str | Path, axes: Sequence[Axis], sets: Mapping[str, An
             raise LlmsimError("given twice", key_path=f"--vary {a.key}")
         seen.add(a.key)
         for v in (a.bounds if a.is_range else a.values):
-            check_overrides(scenario, {**(sets or {}), a.key: v}, f"--vary {a.key}={v}")
+            check_overrides(scenario, {**(sets or {}), a.key: v}, f"--vary {a.key}={v}", varied=[a.key])

@@ -83,10 +83,11 @@ def _resolve(kind: str, name_or_path: str) -> Path:
             raise LlmsimError(f"is a folder, not a {noun} file (YAML or JSON){inside}", source=p)
     elif p.suffix in (".yaml", ".yml", ".json") or p.exists():
         if not p.exists():
-            # `llmsim run scenarios/chatbot.yaml` outside a checkout still
-            # means the shipped scenario of that name.
+            # `llmsim run scenarios/chatbot.yaml` outside a checkout, or a
+            # bare `chatbot.yaml` (a sweep file's base), still means the
+            # shipped file of that name.
             shipped = builtin_dir(kind) / p.name
-            if p.parent.name == kind and shipped.exists():
+            if (p.parent.name == kind or p.parent == Path(".")) and shipped.exists():
                 return shipped
             raise LlmsimError("file not found", source=p)
         return p

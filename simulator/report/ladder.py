@@ -58,10 +58,12 @@ _FROM_RESULTS = (
     ("usd_per_request", ("llmsim", "cost", "usd_per_request")),
     ("monthly_usd", ("llmsim", "cost", "monthly_usd")),
     ("slo_met", ("slo", "met")),
+    ("product_gpus", ("llmsim", "product", "gpus")),
+    ("product_monthly_usd", ("llmsim", "product", "monthly_usd")),
 )
 LADDER_COLUMNS = ("step", "variants", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
                   "tokens_per_s_per_request", "completed", "rejected", "cancelled", "gpus", "usd_per_request",
-                  "monthly_usd", "slo_met")
+                  "monthly_usd", "slo_met", "product_gpus", "product_monthly_usd")
 
 
 def _get(results: Mapping[str, Any], path: Sequence[str]) -> Any:

@@ -170,7 +170,7 @@ def timeline_figure(timeline, title: str = "") -> Figure:
 
 # --- cost ----------------------------------------------------------------------------
 
-_POOL_KEYS = ("gpu_hours", "usd", "gpus", "gpu", "usd_per_gpu_hour", "tp", "replicas_min", "replicas_max")
+_POOL_KEYS = ("gpu_hours", "usd", "gpus", "gpus_mean", "gpu", "usd_per_gpu_hour")
 
 
 def pool_costs(results: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -198,16 +198,16 @@ def _money(v: float) -> str:
     return rf"\${v:,.0f}" if abs(v) >= 100 else rf"\${v:,.2f}" if abs(v) >= 1 else rf"\${v:.3g}"
 
 
-def _fleet_shape(p: Mapping[str, Any]) -> str:
-    """``3 × h100-sxm at $2.99/GPU-h``; an autoscaled pool shows the range it ran (``1–3 × ...``)."""
+def _fleet_shape(p: Mapping[str, Any], n: int = 1) -> str:
+    """``peak 4 × h100-sxm, mean 3.2 at $2.99/GPU-h``: the pool's billed GPUs
+    as results.json counts them (:mod:`simulator.metrics.gpu_counts`), × the
+    product's ``n`` slices."""
     if p.get("gpus") is None:
         return ""
-    # GPUs per replica: tp × dp (results give dp only where it is not 1)
-    lo, hi, per = p.get("replicas_min"), p.get("replicas_max"), (p.get("tp") or 1) * (p.get("dp") or 1)
-    count = f"{lo * per}–{hi * per}" if lo is not None and hi is not None and lo != hi else f"{p['gpus']}"
     kind = f" × {p['gpu']}" if p.get("gpu") else " GPUs"
+    mean = f", mean {n * p['gpus_mean']:,.1f}" if p.get("gpus_mean") is not None else ""
     price = f" at {_money(p['usd_per_gpu_hour'])}/GPU-h" if p.get("usd_per_gpu_hour") is not None else ""
-    return f"{count}{kind}{price}"
+    return f"peak {n * p['gpus']:,}{kind}{mean}{price}"
 
 
 def _gpu_hours(gh: Optional[float]) -> str:
@@ -215,19 +215,22 @@ def _gpu_hours(gh: Optional[float]) -> str:
 
 
 def cost_figure(results: Mapping[str, Any], title: str = "") -> Optional[Figure]:
-    """Monthly cost per pool (the window's cost scaled as results.json's
-    monthly figure is), labelled with GPU-hours billed in the window; None
-    when the results carry no cost."""
+    """The product's monthly cost per pool (the window's cost scaled as
+    results.json's monthly figure is, × the product's slices), labelled with
+    the simulated slice's cost and GPU-hours; None when the results carry no cost."""
     pools = pool_costs(results)
     if not pools:
         return None
-    cost = (results.get("llmsim") or {}).get("cost") or {}
+    llmsim = results.get("llmsim") or {}
+    cost = llmsim.get("cost") or {}
+    product = llmsim.get("product") or {}
+    n = int(product.get("slices") or 1)
     total_usd, month = cost.get("window_usd"), cost.get("monthly_usd")
     monthly = bool(total_usd and month)
     k = month / total_usd if monthly else 1.0
     # The pool's shape under its name: tick labels get room that a note beside the bar would not.
-    names = ["\n".join(x for x in (p["name"], _fleet_shape(p)) if x) for p in pools]
-    values = [p["usd"] * k for p in pools]
+    names = ["\n".join(x for x in (p["name"], _fleet_shape(p, n)) if x) for p in pools]
+    values = [n * p["usd"] * k for p in pools]
     # The extrapolation's basis is a sentence or three: wrapped to the figure, which grows to hold it.
     basis = textwrap.wrap(cost["monthly_basis"], 95) if monthly and cost.get("monthly_basis") else []
     fig = Figure(figsize=(10, 1.8 + 0.8 * len(pools) + 0.16 * len(basis)), dpi=DPI, layout="constrained")
@@ -235,7 +238,8 @@ def cost_figure(results: Mapping[str, Any], title: str = "") -> Optional[Figure]
     bars = ax.barh(names, values, color=[f"C{i % 10}" for i in range(len(pools))])
     ax.invert_yaxis()
     for bar, p, v in zip(bars, pools, values):
-        note = "  ·  ".join(x for x in (_money(v), _gpu_hours(p.get("gpu_hours"))) if x)
+        slice_note = f"slice {_money(v / n)}" if n > 1 else ""
+        note = "  ·  ".join(x for x in (_money(v), slice_note, _gpu_hours(p.get("gpu_hours"))) if x)
         ax.annotate(note, (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(4, 0),
                     textcoords="offset points", va="center", fontsize=9)
     ax.set_xlim(0, max(values) * 1.7 if max(values) > 0 else 1)
@@ -243,8 +247,15 @@ def cost_figure(results: Mapping[str, Any], title: str = "") -> Optional[Figure]
     ax.set_xlabel(r"\$ per month" if monthly else r"\$ in the simulated window")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _money(x)))
     ax.grid(True, axis="x", alpha=0.3)
-    head = f"Cost per pool: {_money(sum(values))}{'/month' if monthly else ''} in total"
-    ax.set_title("\n".join([head] + basis), loc="left", fontsize=10)
+    per = "/month" if monthly else ""
+    gpus = product.get("gpus", llmsim.get("gpus"))
+    head = (f"{'Product' if n > 1 else 'Fleet'}: {_money(sum(values))}{per}"
+            + (f", {gpus:,} GPUs at peak" if gpus is not None else ""))
+    if n > 1:
+        sl = product.get("slice") or {}
+        head += (f"  (the simulated 1/{n:,} slice × {n:,}: {_money(sum(values) / n)}{per}, "
+                 f"{sl.get('gpus', 0):,} GPUs; scaling assumes {n:,} independent copies of the slice)")
+    ax.set_title("\n".join(textwrap.wrap(head, 95) + basis), loc="left", fontsize=10)
     if title:
         fig.suptitle(title)
     return fig

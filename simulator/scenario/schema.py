@@ -19,6 +19,7 @@ from ..fleet.classes import ClassSpec
 from ..fleet.disaggregation import DisaggregationSpec
 from ..fleet.regions import RegionSpec
 from ..metrics.cost import CostSpec
+from ..metrics.product import ProductSpec
 from workloads.spec import WorkloadSpec
 from .ci import CheckSpec
 from .variants import LadderMode, Variants
@@ -87,6 +88,9 @@ class Scenario(BaseModel):
         default_factory=list, description="client regions and their shares of the users, for per-region network "
                                           "latency (classes[].network.regions) and per-region results")
     cost: CostSpec = Field(default_factory=CostSpec, description="how the bill is extrapolated to a month")
+    product: Optional[ProductSpec] = Field(
+        default=None, description="what fraction of the product the scenario simulates ({slices: 64}: 1/64 of its "
+                                  "users on 1/64 of its fleet); the report leads with the product's fleet and bill")
     timeline_interval_s: float = Field(default=10.0, gt=0, allow_inf_nan=False,
                                        description="sampling period of timeline.csv (simulated seconds)")
     slo: Optional[dict[str, Any]] = Field(

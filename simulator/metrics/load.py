@@ -1,0 +1,96 @@
+"""Does the fleet keep up? ``llmsim.load``: offered against served, and the queue's trend.
+
+Percentiles alone cannot say it: a fleet offered twice what it serves still
+prints a latency table, its TTFT the time requests spent queueing behind a
+backlog that grew all run. Over the arrival window [0, T] (``workload.duration_s``,
+else the last arrival):
+
+* ``offered_rps``: requests that arrived by T, per second of T;
+* ``completed_rps``: requests finished by T, per second of T;
+* ``queued_at_mid`` / ``queued_at_end``: requests that had arrived but were
+  not yet scheduled (admitted) nor ended at T/2 and at T;
+* ``running_at_end``: admitted, not yet ended at T;
+* ``queue_growth_rps``: (queued at T − queued at T/2) / (T/2);
+* ``unfinished``: requests that never ended (still pending when the run stopped);
+* ``drain_s``: from T to the last request's end.
+
+``overloaded`` when the queue grew over the window's second half by more
+than 5 % of the requests that arrived in it (a fleet that keeps up holds
+its queue level: arrivals beyond what it serves are what accumulate) and by
+more than three standard deviations of a queue of that size's noise
+(3·√(queued at T/2 + 1)), or when requests never ended. Shed requests
+(rejected on admission) do not queue, so a fleet that sheds load is not
+called overloaded: ``shed_fraction`` says how much it turned away.
+"""
+from __future__ import annotations
+
+import math
+from typing import Any, Optional
+
+import numpy as np
+
+from workloads.request import Status
+from .records import Records
+
+__all__ = ["GROWTH_FRACTION", "load_block"]
+
+GROWTH_FRACTION = 0.05
+
+
+def _queued(rec: Records, end: np.ndarray, t: float) -> int:
+    waiting = (rec.arrival <= t) & ~(rec.admitted <= t) & ~(end <= t)
+    return int(np.count_nonzero(waiting))
+
+
+def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
+    """The ``llmsim.load`` verdict (definitions in the module docstring)."""
+    rec = Records.of(rec)
+    arrival = rec.arrival
+    if not len(rec):
+        return {"overloaded": False, "window_s": 0.0, "verdict": "no requests"}
+    t = float(window_s) if window_s else float(np.max(arrival))
+    status = rec.status
+    end = np.where(np.isfinite(rec.finish), rec.finish, np.inf)
+    arrived = arrival <= t
+    finished = (status == int(Status.FINISHED)) & (end <= t)
+    offered = int(np.count_nonzero(arrived))
+    mid = t / 2.0
+    q_mid, q_end = _queued(rec, end, mid), _queued(rec, end, t)
+    running = int(np.count_nonzero(arrived & (rec.admitted <= t) & ~(end <= t)))
+    second_half = int(np.count_nonzero(arrived & (arrival > mid)))
+    growth = q_end - q_mid
+    unfinished = int(np.count_nonzero(status == int(Status.PENDING)))
+    rejected = int(np.count_nonzero(status == int(Status.REJECTED)))
+    growing = growth > max(GROWTH_FRACTION * second_half, 3.0 * math.sqrt(q_mid + 1.0))
+    overloaded = bool(growing or unfinished)
+    per_s = (lambda n: n / t) if t > 0 else (lambda n: None)
+    ended = end[np.isfinite(end)]
+    out = {
+        "overloaded": overloaded,
+        "window_s": t,
+        "offered_rps": per_s(offered),
+        "completed_rps": per_s(int(np.count_nonzero(finished))),
+        "served_fraction": int(np.count_nonzero(finished)) / offered if offered else None,
+        "queued_at_mid": q_mid,
+        "queued_at_end": q_end,
+        "running_at_end": running,
+        "queue_growth_rps": growth / mid if mid > 0 else None,
+        "unfinished": unfinished,
+        "shed_fraction": rejected / len(rec),
+        "drain_s": max(0.0, float(ended.max()) - t) if ended.size else None,
+    }
+    out["verdict"] = _verdict(out)
+    return out
+
+
+def _verdict(b: dict[str, Any]) -> str:
+    rates = (f"offered {b['offered_rps']:,.2f} req/s, completed {b['completed_rps']:,.2f} req/s over the "
+             f"{b['window_s']:,.0f} s arrival window" if b["offered_rps"] is not None else "no arrival window")
+    queue = (f"queue {b['queued_at_mid']:,} at its middle, {b['queued_at_end']:,} at its end "
+             f"({b['running_at_end']:,} running)")
+    if not b["overloaded"]:
+        return f"keeps up: {rates}; {queue}"
+    why = [f"the queue grew by {b['queue_growth_rps']:,.2f} req/s"] if b["queued_at_end"] > b["queued_at_mid"] else []
+    if b["unfinished"]:
+        why.append(f"{b['unfinished']:,} requests never finished")
+    return f"OVERLOADED: {'; '.join(why)}; {rates}; {queue}; the backlog took {b['drain_s'] or 0:,.0f} s to drain"

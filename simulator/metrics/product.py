@@ -1,0 +1,61 @@
+"""The product behind a simulated slice: ``product.slices`` in a scenario.
+
+A capacity answer is for the whole product, but a product's fleet is often
+too big to simulate, so a scenario simulates a slice of it: 1/N of the users
+on 1/N of the fleet. ``product: {slices: N}`` says so, and results.json's
+``llmsim.product`` (what the report and the plots lead with) scales the
+slice's counts and bill by N beside the slice's own.
+
+The scaling is the one a sharded run (``--shards``) relies on: the product
+is N copies of the slice. It holds when the slices' users are independent
+(a session stays in its slice, every shared prefix is held by every
+replica) and the fleet divides into N equal parts; it leaves out whatever
+one big fleet gains over N small ones (batching across more users, routing
+over more replicas), so the product's figure errs high, if at all.
+Latencies, utilisations and costs per request or token are the slice's.
+"""
+from __future__ import annotations
+
+from typing import Any, Mapping
+
+from pydantic import BaseModel, ConfigDict, Field
+
+__all__ = ["ProductSpec", "product_block"]
+
+
+class ProductSpec(BaseModel):
+    """What fraction of the product the scenario simulates."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    slices: int = Field(
+        ge=1, description="the scenario simulates 1/slices of the product: 1/slices of its users (traffic) on "
+                          "1/slices of its fleet; the report leads with the product's GPUs and monthly cost, "
+                          "the slice's × slices")
+
+
+def _scaling(n: int) -> str:
+    if n == 1:
+        return "the simulated fleet is the whole product (the scenario sets no product.slices)"
+    return (f"the simulated slice × {n:,} (it carries 1/{n:,} of the product's traffic): GPU counts and cost × "
+            f"{n:,}, latencies and cost per request as simulated; assumes the product is {n:,} copies of the "
+            f"slice (users independent across slices, the fleet divisible into {n:,} equal parts), so what one "
+            f"big fleet gains over {n:,} small ones is not counted")
+
+
+def product_block(n: int, llmsim: Mapping[str, Any]) -> dict[str, Any]:
+    """``llmsim.product``: the fleet's counts and bill × ``n``, and the slice's as simulated."""
+    cost = llmsim.get("cost") or {}
+    monthly = cost.get("monthly_usd")
+    pools = {name: {"gpu": p.get("gpu"), "gpus": n * p["gpus"], "gpus_mean": n * p["gpus_mean"]}
+             for name, p in (llmsim.get("pools") or {}).items()}
+    return {
+        "slices": n,
+        "traffic_fraction": 1.0 / n,
+        "gpus": n * llmsim["gpus"],
+        "gpus_mean": n * llmsim["gpus_mean"],
+        "monthly_usd": None if monthly is None else n * monthly,
+        "pools": pools,
+        "scaling": _scaling(n),
+        "slice": {"gpus": llmsim["gpus"], "gpus_mean": llmsim["gpus_mean"], "monthly_usd": monthly},
+    }

@@ -1,0 +1,228 @@
+"""Every command README.md and docs/*.md show runs as written (at smoke size).
+
+Commands are taken from the pages themselves: each line of a fenced block
+that starts with ``llmsim`` (or ``$ llmsim``, continuation lines joined),
+and each inline code span ``llmsim SUBCOMMAND ARGS...`` that has arguments.
+A synopsis (``SCENARIO``, ``[-o DIR]``, ``...``) is a form, not a command,
+and is left out; so is a name or an option named in a sentence
+(```llmsim run```, ```llmsim run --shards 64```: no positional argument). A fenced YAML block
+whose first line is ``# NAME.yaml`` is a file the page's commands use: it is
+written before they run. Commands of a page run in the page's order, in one
+folder that looks like a checkout (``scenarios/``, ``baselines/``,
+``../shared``), so a command may read what an earlier one wrote.
+
+Smoke size: every workload is cut to at most a few seconds of arrivals
+(``SMOKE_*``) where the workload is built, and a measured table that
+``llmsim validate`` replays to its first few rows, so a sharded, planned or swept
+run is cut too; what is checked is that the command is accepted and ends
+with exit code 0, not its numbers. ``python benchmarks/X.py ARGS`` lines
+are checked for the script and each flag they pass (``--help``), since a
+benchmark runs for minutes.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import re
+import shlex
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+SMOKE_SECONDS = 4.0
+SMOKE_REQUESTS = 60
+SMOKE_SESSIONS = 6
+SMOKE_ROWS = 4
+
+#: Files a page's commands take from the user (their own benchmark result): written here, small.
+USER_FILES = {
+    "run.json": {"completed": 16, "total_input_tokens": 16 * 512, "total_output_tokens": 16 * 32,
+                 "max_concurrency": 4, "request_rate": "inf", "mean_ttft_ms": 30.0, "mean_tpot_ms": 6.0},
+}
+
+#: Commands that cannot run in the suite, and why (each must still parse: see the test).
+NOT_RUN = {
+    "--executor dask": "needs a running Dask scheduler at the address given",
+    "llmsim calibrate": "refits every GPU profile (30+ min) and rewrites the profiles",
+}
+
+_FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
+_INLINE = re.compile(r"(?<!`)`(llmsim [^`]+)`(?!`)")
+_PLACEHOLDER = re.compile(r"\[|\.\.\.|<|\b[A-Z][A-Z_]{1,}\b")
+_SUBCOMMANDS = {"run", "schema", "check", "compare", "plan", "sweep", "calibrate", "validate", "estimate",
+                "profiles"}
+
+
+@dataclass(frozen=True)
+class Command:
+    page: str
+    text: str
+
+    def __str__(self) -> str:
+        return f"{self.page}: {self.text}"
+
+
+def _strip_comment(line: str) -> str:
+    return re.sub(r"\s+#\s.*$", "", line).strip()
+
+
+def page_items(page: Path) -> list[tuple[str, str]]:
+    """("file", "name\\nbody") and ("cmd", text) items in page order."""
+    text = page.read_text()
+    items: list[tuple[int, str, str]] = []
+    fenced = []
+    for m in _FENCE.finditer(text):
+        fenced.append((m.start(), m.end()))
+        lang, body = m.group(1), m.group(2)
+        first = body.split("\n", 1)[0].strip()
+        fm = re.fullmatch(r"#\s*([\w.-]+\.ya?ml)\b.*", first)
+        if lang in ("yaml", "yml") and fm:
+            items.append((m.start(), "file", f"{fm.group(1)}\n{body}"))
+            continue
+        lines = body.split("\n")
+        i = 0
+        while i < len(lines):
+            line = lines[i].strip()
+            if line.startswith("$ "):
+                line = line[2:]
+            if line.startswith("llmsim ") or line.startswith("python benchmarks/"):
+                cmd = line
+                while cmd.endswith("\\") and i + 1 < len(lines):
+                    i += 1
+                    cmd = cmd[:-1].rstrip() + " " + lines[i].strip()
+                items.append((m.start() + i, "cmd", _strip_comment(cmd)))
+            i += 1
+    for m in _INLINE.finditer(text):
+        if any(a <= m.start() < b for a, b in fenced):
+            continue
+        if _is_command(m.group(1).split()):
+            items.append((m.start(), "cmd", m.group(1).strip()))
+    return [(kind, body) for _, kind, body in sorted(items, key=lambda x: x[0])]
+
+
+def _is_command(words: list[str]) -> bool:
+    """An inline span is a command, not a name or an option in a sentence:
+    ``llmsim schema`` and ``llmsim profiles list`` as they are, ``llmsim
+    estimate KIND`` with its flags, any other with a positional argument."""
+    if words[1:] in (["schema"], ["profiles", "list"]):
+        return True
+    if words[1] == "estimate":
+        return len(words) > 3
+    args = words[2:]
+    return any(not a.startswith("-") and not (i and args[i - 1].startswith("-") and "=" not in args[i - 1])
+               for i, a in enumerate(args))
+
+
+def runnable(text: str) -> bool:
+    return not _PLACEHOLDER.search(text)
+
+
+def _all_commands() -> list[Command]:
+    return [Command(p.name, body) for p in PAGES for kind, body in page_items(p) if kind == "cmd"]
+
+
+def test_the_pages_show_commands():
+    cmds = _all_commands()
+    assert len([c for c in cmds if runnable(c.text)]) >= 30
+    # the forms left out are forms: each has a placeholder
+    assert all(_PLACEHOLDER.search(c.text) for c in cmds if not runnable(c.text))
+
+
+@pytest.fixture
+def smoke(monkeypatch):
+    """Every workload cut to smoke size where it is built (plan and sweep
+    workers are forked, so they inherit it)."""
+    import simulator.runner as runner
+
+    real = runner.make_source
+
+    def small(wl, seed, base, subset=None):
+        update = {}
+        if wl.duration_s is not None:
+            update["duration_s"] = min(wl.duration_s, SMOKE_SECONDS)
+        if wl.num_requests is not None:
+            update["num_requests"] = min(wl.num_requests, SMOKE_REQUESTS)
+        if getattr(wl, "num_sessions", None) is not None:
+            update["num_sessions"] = min(wl.num_sessions, SMOKE_SESSIONS)
+        return real(wl.model_copy(update=update), seed, base, subset)
+
+    monkeypatch.setattr(runner, "make_source", small)
+
+    import simulator.validation.rows as rows
+
+    real_rows = rows.rows_from_csv
+
+    def few_rows(*args, **kwargs):      # a measured table replays row by row: a few (small) rows of it
+        replayable = [r for r in real_rows(*args, **kwargs) if not r.skip]
+        return sorted(replayable, key=lambda r: r.concurrency or 0)[:SMOKE_ROWS]
+
+    monkeypatch.setattr(rows, "rows_from_csv", few_rows)
+
+
+def accepted(subcommand: str, r) -> bool:
+    """Exit 0, or a verdict on smoke-sized traffic rather than refused input:
+    check's exit 1 (a missed SLO), plan's "no combination meets the SLO"."""
+    return (r.code == 0 or (r.code == 1 and subcommand == "check")
+            or (r.code == 2 and "no combination meets the SLO" in r.err))
+
+
+def _checkout(tmp_path: Path) -> Path:
+    """A folder that looks like a checkout beside ../shared, for relative paths in the pages."""
+    work = tmp_path / "llmsim"
+    work.mkdir()
+    for name in ("scenarios", "benchmarks", "workloads", "docs"):
+        (work / name).symlink_to(ROOT / name)
+    shutil.copytree(ROOT / "baselines", work / "baselines")
+    shared = ROOT.parent / "shared"
+    if shared.exists():
+        (tmp_path / "shared").symlink_to(shared)
+    return work
+
+
+def _benchmark_flags_exist(text: str, cwd: Path) -> None:
+    args = shlex.split(text)
+    script = cwd / args[1]
+    assert script.is_file(), f"{text}: no {args[1]}"
+    out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=cwd,
+                         timeout=120)
+    assert out.returncode == 0, f"{text}: --help failed: {out.stderr[-500:]}"
+    for flag in (a.split("=")[0] for a in args[2:] if a.startswith("--")):
+        assert flag in out.stdout, f"{text}: {args[1]} has no {flag}"
+
+
+@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+def test_every_command_on_the_page_runs(page, tmp_path, monkeypatch, cli, smoke):
+    if not (ROOT.parent / "shared").exists() and "../shared" in page.read_text():
+        pytest.skip("the page's commands read ../shared/data, which is absent")
+    work = _checkout(tmp_path)
+    monkeypatch.chdir(work)
+    ran = 0
+    seen: set[str] = set()
+    for kind, body in page_items(page):
+        if kind == "file":
+            name, content = body.split("\n", 1)
+            (work / name).write_text(content)
+            continue
+        body = " ".join(body.split())
+        if not runnable(body) or any(k in body for k in NOT_RUN) or body in seen:
+            continue
+        seen.add(body)
+        if body.startswith("python "):
+            _benchmark_flags_exist(body, work)
+            continue
+        words = shlex.split(body)
+        argv = [w for a in words[1:] for w in (sorted(glob.glob(a)) if "*" in a else [a])]
+        for name, content in USER_FILES.items():
+            if name in argv and not (work / name).exists():
+                (work / name).write_text(json.dumps(content))
+        r = cli(*argv)
+        assert accepted(argv[0], r), f"{page.name}: `{body}` exited {r.code}: {r.err[-800:]}"
+        ran += 1
+    if ran == 0:
+        pytest.skip(f"{page.name} shows no llmsim command to run")
