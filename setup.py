@@ -3,7 +3,7 @@
 A capacity plan is hundreds of simulations and a 10M-DAU hour is 18M
 requests, so the replica engine, its prefix cache and the prefix-aware
 router's bounds and choice are compiled to C with mypyc (the same code, type-checked;
-1.4-2x the simulated requests per CPU-second, see docs/performance.md).
+1.6-2.3x the simulated requests per CPU-second, see docs/performance.md).
 The result is identical to the plain Python modules, bit for bit
 (tests/test_compiled.py holds the two equal).
 
