@@ -3,7 +3,7 @@
 A capacity plan is hundreds of simulations and a 10M-DAU hour is 18M
 requests, so the replica engine, its prefix cache and the prefix-aware
 router's bounds and choice are compiled to C with mypyc (the same code, type-checked;
-1.4-2x the simulated requests per CPU-second, see docs/performance.md).
+1.6-2.3x the simulated requests per CPU-second, see docs/performance.md).
 The result is identical to the plain Python modules, bit for bit
 (tests/test_compiled.py holds the two equal).
 
@@ -17,7 +17,7 @@ from __future__ import annotations
 import os
 import sys
 
-from setuptools import setup
+from setuptools import find_packages, setup
 
 COMPILED = [
     "simulator/engine/blocks.py",
@@ -50,4 +50,16 @@ def _ext_modules() -> list:
     return exts
 
 
-setup(ext_modules=_ext_modules())
+# The built-in YAML folders sit at the repository root (easy to find and edit
+# in a checkout) and ship inside the package as simulator.data.<folder>, so
+# that an installed `llmsim` finds them from any directory
+# (simulator/profiles/loader.py: builtin_dir).
+DATA_FOLDERS = ("backend_profiles", "hardware_profiles", "model_profiles", "scenarios")
+DATA_PACKAGES = {f"simulator.data.{folder}": folder for folder in DATA_FOLDERS}
+
+setup(
+    packages=find_packages(include=["simulator", "simulator.*", "workloads", "workloads.*"]) + list(DATA_PACKAGES),
+    package_dir=DATA_PACKAGES,
+    package_data={package: ["*.yaml"] for package in DATA_PACKAGES},
+    ext_modules=_ext_modules(),
+)

@@ -1,4 +1,4 @@
-"""Fleet-level checks of issue #5, measured: a diurnal day autoscaled vs static
+"""Fleet-level checks, measured: a diurnal day autoscaled vs static
 peak provisioning, free/paid shedding under a spike beyond the warm pool,
 and disaggregated prefill/decode under long prompts.
 

@@ -34,12 +34,22 @@ def run(name: str, *variants: str) -> RunOutput:
 
 
 def load_every_step(name: str) -> Scenario:
-    """Load the scenario, every ladder step and the check settings (each
-    raises on a bad key or value); returns the scenario as written."""
+    """Load the scenario, every ladder step and the check settings, each of
+    which raises on a bad key or value, and require each to change what it
+    is laid over: a step differs from the step without its own variant, and
+    the check settings from the scenario as written (an overlay that sets a
+    key to the value it already has, or that is lost on the way, would make
+    a ladder rung or a CI run that silently repeats another). Returns the
+    scenario as written."""
     path = path_of(name)
     sc, _ = load_scenario(path)
     assert sc.name == name and sc.slo and sc.check is not None and sc.check.set
+    assert sc.variants, f"{name}: no variants, so no ladder"
+    as_written = sc.model_dump(mode="json")
     for step in ladder_steps(sc.variants, sc.ladder)[1:]:
-        load_with_variants(path, step.variants)
-    at_check_settings(name)
+        under = load_with_variants(path, step.variants[:-1]).model_dump(mode="json") if step.variants[:-1] \
+            else as_written
+        assert load_with_variants(path, step.variants).model_dump(mode="json") != under, \
+            f"{name}: ladder step {step.name!r} changes nothing"
+    assert at_check_settings(name).model_dump(mode="json") != as_written, f"{name}: check.set changes nothing"
     return sc

@@ -12,6 +12,7 @@ import re
 
 import pytest
 
+from simulator.cli.output import fmt
 from simulator.profiles import list_builtin
 
 REQUEST_KEYS = {"ttft_ms", "tpot_ms", "prefill_tokens_per_s", "kv_bytes_per_token", "kv_bytes_per_request",
@@ -25,6 +26,16 @@ def request(cli, *args):
 
 def step(cli, *args):
     return cli("estimate", "step", "--json", *args).json()
+
+
+def table_rows(text: str) -> dict[str, str]:
+    """A two-column table as printed: {label: value}."""
+    rows = {}
+    for line in text.splitlines():
+        cells = [c.strip() for c in line.strip().strip("│").split("│")]
+        if len(cells) == 2 and cells[0]:
+            rows[cells[0]] = cells[1]
+    return rows
 
 
 # --- estimate request ----------------------------------------------------------
@@ -124,11 +135,18 @@ def test_roofline_request_is_no_slower(cli):
     assert roof["tpot_ms"] <= cal["tpot_ms"] * (1 + 1e-12)
 
 
-def test_request_table_output(cli):
-    r = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3-8b", "--input", "6000",
-            "--output", "25", "--mfu", "0.4")
+def test_request_table_shows_the_json_figures(cli):
+    args = ("--gpu", "h100-sxm", "--model", "llama-3-8b", "--input", "6000", "--output", "25", "--mfu", "0.4")
+    out = request(cli, *args)
+    r = cli("estimate", "request", *args)
     assert r.code == 0, r.err
-    assert "TTFT" in r.out and "KV per token" in r.out and "128 KiB" in r.out
+    rows = table_rows(r.out)
+    for label, key in [("TTFT (ms)", "ttft_ms"), ("TPOT (ms)", "tpot_ms"), ("prefill tokens/s", "prefill_tokens_per_s"),
+                       ("prefill at 40% MFU (ms)", "mfu_prefill_ms"), ("concurrent requests that fit",
+                                                                      "max_concurrent_requests")]:
+        assert rows[label] == fmt(out[key]), label
+    assert rows["KV per token"] == "128 KiB"
+    assert rows["KV capacity"] == f"{out['kv_capacity_bytes'] / 1e9:.2f} GB"
 
 
 # --- estimate step -----------------------------------------------------------------
@@ -171,10 +189,17 @@ def test_step_roofline_is_no_slower(cli, args):
     assert roof["flops"] == cal["flops"] and roof["bytes"] == cal["bytes"]
 
 
-def test_step_table_output(cli):
-    r = cli("estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-8b", "--decode-batch", "8")
+@pytest.mark.parametrize("gpu", ["h100-sxm", "h200"])
+def test_step_table_shows_the_json_figures(cli, gpu):
+    """The table is the --json object row by row; a GPU whose calibration is
+    not its own (h200: transferred) is flagged under it."""
+    args = ("--gpu", gpu, "--model", "llama-3-70b", "--tp", "4", "--prefill-tokens", "512",
+            "--decode-batch", "8", "--decode-context", "2000")
+    out = step(cli, *args)
+    r = cli("estimate", "step", *args)
     assert r.code == 0, r.err
-    assert "total_ms" in r.out
+    assert table_rows(r.out) == {k: fmt(v) for k, v in out.items()}
+    assert ("not calibrated on its own measurements" in r.out) == (out["mode"] != "calibrated")
 
 
 # --- bad input ----------------------------------------------------------------------

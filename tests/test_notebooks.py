@@ -12,6 +12,7 @@ of numbers.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -27,10 +28,23 @@ CELL_TIMEOUT_S = 300       # smoke cells take seconds; this only stops a hung ke
 WIDGET_STATE = "application/vnd.jupyter.widget-state+json"
 
 
-def test_the_five_case_study_notebooks_are_there():
-    assert {p.name for p in PATHS} >= {"cache-hit-cliff.ipynb", "sessions-per-gpu-and-bill.ipynb",
-                                       "ttft-budget-waterfall.ipynb", "quickcode-ladder.ipynb",
-                                       "dau-10m-capacity-plan.ipynb"}
+def _scenario_of(path: Path) -> str:
+    """The scenario a notebook simulates: its ``SCENARIO = "name"`` (or
+    ``SCENARIO, POOL = "name", ...``) assignment."""
+    nb = nbformat.read(path, as_version=4)
+    code = "\n".join(c.source for c in nb.cells if c.cell_type == "code")
+    m = re.search(r'^SCENARIO(?:, \w+)* = "([^"]+)"', code, re.M)
+    assert m, f"{path.name}: no SCENARIO = \"name\" assignment"
+    return m.group(1)
+
+
+def test_every_shipped_scenario_has_a_notebook():
+    """README: one what-if notebook per case study, each simulating a
+    shipped scenario (a renamed or added scenario needs its notebook)."""
+    shipped = {p.stem for p in (NOTEBOOKS.parent / "scenarios").glob("*.yaml")}
+    simulated = [_scenario_of(p) for p in PATHS]
+    assert len(simulated) == len(set(simulated)), simulated
+    assert set(simulated) == shipped
 
 
 @pytest.mark.parametrize("path", PATHS, ids=lambda p: p.stem)

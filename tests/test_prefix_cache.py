@@ -1,5 +1,5 @@
 """The prefix cache: unit behaviour, fast engine == reference with the cache
-and cancellations, and the invariants the issue names.
+and cancellations, and the cache's invariants (pinned blocks stay cached, the cache fits the KV memory).
 
 Workloads here give requests chained block ids built from a few shared
 heads ("apps") and per-request tails, so hits, partial hits, evictions under

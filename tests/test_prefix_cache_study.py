@@ -9,6 +9,7 @@ stays flat across turns with the cache and grows with history without it.
 from __future__ import annotations
 
 import importlib.util
+import re
 import sys
 from pathlib import Path
 
@@ -129,7 +130,17 @@ def test_markdown_has_the_tables_and_command(routers, chat):
     assert sum(line.startswith("|---") for line in text.splitlines()) == 4
 
 
-def test_doc_is_generated_by_the_study():
+def test_doc_is_generated_by_the_study(cli):
+    """The doc's cost-model figures are the study's with today's cost model
+    (its simulated tables take a minute to redo: the command it names), and
+    the `llmsim estimate request` it quotes gives the cold prefill it states."""
     doc = (ROOT / "docs" / "prefix-cache.md").read_text()
     assert S.DOC_COMMAND in doc
     assert doc.startswith(S.HEADER.split("\n", 1)[0])
+    table = S.table_cold_warm(S.cold_warm())
+    start = doc.splitlines().index(table[0])
+    assert doc.splitlines()[start:start + len(table)] == table, f"stale: {S.DOC_COMMAND}"
+    m = re.search(r"`llmsim estimate (request [^`]+)` gives the same ([\d.]+) ms TTFT", doc)
+    assert m, "the doc no longer quotes its llmsim estimate command"
+    quoted = cli("estimate", *m.group(1).split(), "--json").json()
+    assert f"{quoted['ttft_ms']:.1f}" == m.group(2)

@@ -210,8 +210,15 @@ def test_no_profile_is_byte_identical_to_the_constant_rate():
     gaps = rng(6).standard_exponential(1000)
     np.testing.assert_array_equal(a.times(rng(6), n=1000), np.cumsum(gaps) / 7.0)
     assert a == PoissonArrival(rate_per_s=7.0, profile=None, spikes=[])
-    dumped = poisson(7.0, profile=hourly(), spikes=[{"start_s": 1, "duration_s": 2, "multiplier": 3}]).model_dump()
-    assert ARRIVAL.validate_python(dumped) == ARRIVAL.validate_python(dumped) and dumped["profile"]["start_hour"] == 0
+    # A shaped arrival survives a dump and reload (how a plan's points and shards carry it) unchanged:
+    # equal settings (defaults filled in) and the same draws, which differ from the constant rate's.
+    shaped = poisson(7.0, profile=hourly(), spikes=[{"start_s": 1, "duration_s": 2, "multiplier": 3}])
+    dumped = shaped.model_dump()
+    assert dumped["profile"]["start_hour"] == 0
+    again = ARRIVAL.validate_python(dumped)
+    assert again == shaped and again != a
+    np.testing.assert_array_equal(again.times(rng(8), n=500), shaped.times(rng(8), n=500))
+    assert not np.array_equal(shaped.times(rng(8), n=500), a.times(rng(8), n=500))
 
 
 # --- session starts ------------------------------------------------------------------------

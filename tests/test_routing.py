@@ -373,6 +373,16 @@ def test_json_schema_accepts_names_and_settings_and_rejects_typos():
         assert not v.is_valid(scenario_with(bad)), bad
 
 
-def test_router_params_passes_validated_settings_through():
-    p = PrefixAwareParams(load_weight=5)
+def test_router_params_keeps_validated_settings_and_revalidates_others():
+    """Settings already validated as their router's model pass through (a
+    scenario rebuilt from another's pools keeps them as set); settings of
+    another model are validated again as the named router's: a bare
+    ``RouterParams`` gets that router's defaults, and one naming no
+    registered router is refused."""
+    p = PrefixAwareParams(type="prefix_aware", load_weight=5)
     assert router_params(p) is p
+    assert Scenario.model_validate(scenario_with(p)).pools[0].router is p
+    bare = router_params(RouterParams(type="prefix_aware"))
+    assert type(bare) is PrefixAwareParams and bare == router_params("prefix_aware")
+    with pytest.raises(ValidationError, match="unknown router"):
+        router_params(RouterParams(type="fastest"))

@@ -27,7 +27,7 @@ words (``llmsim.cost.monthly_basis``) beside the figure:
   Hour h costs Σ replicas × TP × $/GPU-hour; the month is the day × 30
   days, as ``day`` makes it. A flat profile thus gives the window's cost
   per hour × 720 h for a fixed fleet: 30 days, not the 730 h (30.4 days)
-  of ``window``, the two conventions the issue names.
+  of ``window``: the two conventions in use for a month.
 * ``auto`` (the default): ``window`` for a window under a day, else ``day``.
 
 ``peak_window`` assumes capacity ∝ load: it ignores that a small fleet

@@ -176,7 +176,7 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     for k, t in targets.items():
         row[f"attainment_{k}"] = t.get("attainment")
     cost = _dig(results, "llmsim", "cost") or {}
-    # "usd_per_month" is the key's name before the fleet issue renamed it
+    # "usd_per_month": the key's name in results stored by older versions
     row["monthly_usd"] = cost.get("monthly_usd", cost.get("usd_per_month"))
     row["gpus"] = _dig(results, "llmsim", "gpus")
     row["usd_per_request"] = cost.get("usd_per_request")
