@@ -34,7 +34,7 @@ from hypothesis import strategies as st
 from helpers_engine import (COST_MODELS, capacities, compare_runs, cost_model, describe, engine_configs,
                             make_requests, one_request_need, run_closed, run_open, workloads)
 from simulator.engine.config import EngineConfig
-from workloads.request import Status
+from workloads.request import Request, Status
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -190,5 +190,22 @@ def test_kv_utilization_matches_reference(cfg_kw, nb, rows):
     ref = run_open("reference", reqs, cfg, nb)
     check_equal(fast, ref, reqs, cfg, nb)   # the timestamps do agree
     sf, sr = fast.stats()[0], ref.stats()[0]
+    assert sf["kv_used_max"] == sr["kv_used_max"]
+    assert sf["kv_used_area"] == pytest.approx(sr["kv_used_area"], rel=1e-7)
+
+
+def test_kv_utilization_with_pinned_prefix_matches_reference():
+    """Cache entries a running sequence pins are held through a long decode
+    stretch (more iterations than a block holds tokens): they count in the
+    KV area as the reference engine counts them."""
+    head = tuple(range(40))
+    reqs = [Request(i, i * 0.05, 1100, 200, blocks=head + tuple(1000 * (i + 1) + j for j in range(8)))
+            for i in range(20)]
+    cfg = EngineConfig(block_size=16)
+    fast = run_open("fast", reqs, cfg, 5000, id_block_tokens=16)
+    ref = run_open("reference", reqs, cfg, 5000, id_block_tokens=16)
+    check_equal(fast, ref, reqs, cfg, 5000)
+    sf, sr = fast.stats()[0], ref.stats()[0]
+    assert sf["prefix_cache"]["hit_tokens"] > 0
     assert sf["kv_used_max"] == sr["kv_used_max"]
     assert sf["kv_used_area"] == pytest.approx(sr["kv_used_area"], rel=1e-7)

@@ -328,18 +328,20 @@ class FastReplica(ReplicaBase):
         if self.seg is not None and self.seg_evicts:
             self._trim_cache(self.num_blocks - self.used_blocks(self.G + self._inflight(now)))
 
-    def _stretch_kv_area(self, n: int, K: float, b: float, B: int) -> float:
-        """Σ_{k=1..n} step_k · used(G0+k) for a decode stretch, in O(bs).
+    def _stretch_kv_area(self, n: int, K: float, b: float, B: int, fixed: int) -> float:
+        """Σ_{k=1..n} step_k · (fixed + demand(G0+k)) for a decode stretch, in
+        O(bs): ``fixed`` blocks are held throughout (sequences not decoding,
+        cache entries they pin), the decoders' grow.
 
-        used(m) = c0 + B·(m // bs) + S(m % bs) with S(h) = #{r ≥ bs − h}.
+        demand(m) = q + B·(m // bs) + S(m % bs) with S(h) = #{r ≥ bs − h}.
         Writing m // bs = (m − m % bs)/bs splits it into a part linear in k
         (summed in closed form against the linear step time) and a part that
         depends only on m % bs (summed per residue class).
         """
         G0, bs, d = self.G, self.bs, self.demand
-        c0 = self.fixed_blocks + d.q_sum
+        c0 = fixed + d.q_sum
         if n <= bs:
-            return sum((K + b * B * k) * self.used_blocks(G0 + k) for k in range(1, n + 1))
+            return sum((K + b * B * k) * (fixed + d.at(G0 + k)) for k in range(1, n + 1))
         bB = b * B
         a0 = c0 + B * G0 / bs
         a1 = B / bs
@@ -383,7 +385,8 @@ class FastReplica(ReplicaBase):
         assert self.seg is not None
         t0, _, K, b, B = self.seg
         self.iterations += n
-        kv_area = self._stretch_kv_area(n, K, b, B)
+        pinned = 0 if self.cache is None else self.cache.pinned
+        kv_area = self._stretch_kv_area(n, K, b, B, self.fixed_blocks + pinned)
         kv_peak = self.used_blocks(self.G + n)
         self._decode_gaps(n, K + b * B, K + b * B * n, K + 2 * b * B)
         self.G += n
