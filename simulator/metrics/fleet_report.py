@@ -122,6 +122,8 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "iterations": sum(s["iterations"] for s in stats),
         "prefix_cache": _prefix_cache_block(ps, stats),
     }
+    if ps.spec.engine.contiguous:
+        block["kv_allocation"] = _contiguous_block(ps, stats, working)
     if scaler is not None:
         block["autoscaling"] = _scaling_block(pool, scaler, now, requests, ttft_ms)
     spec = ps.spec.speculative
@@ -131,6 +133,26 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         if getattr(ps.cm, "class_acceptance", None):   # classes with their own α: theirs and their E
             block["speculative"]["classes"] = ps.cm.class_figures()
     return block
+
+
+def _contiguous_block(ps: PoolSetup, stats: list[dict], working: float) -> dict:
+    """Contiguous KV: what the reservations held against what the tokens
+    filled (what paging would have held), and the concurrency the
+    reservations allow (with max_model_len reserved, a fixed count)."""
+    nb = ps.memory.num_blocks
+    cfg = ps.spec.engine
+    reserved = sum(s["kv_used_area"] for s in stats)
+    filled = sum(s["kv_filled_area"] for s in stats)
+    per_request = None if cfg.max_new_tokens is not None else ps.cm.model.max_position_embeddings
+    return {
+        "mode": "contiguous",
+        "reserved_tokens_per_request": per_request if per_request is not None else f"prompt + {cfg.max_new_tokens}",
+        "max_sequences_per_replica": None if per_request is None else nb // -(-per_request // cfg.block_size),
+        "mean_reserved_utilization": reserved / (working * nb),
+        "mean_filled_utilization": filled / (working * nb),
+        "max_filled_utilization": max(s["kv_filled_max"] for s in stats) / nb,
+        "filled_fraction_of_reserved": filled / reserved if reserved > 0 else None,
+    }
 
 
 def _scaling_block(pool: Pool, scaler, now: float, requests: Records, ttft_ms: float | None) -> dict:
