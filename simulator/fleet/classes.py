@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workloads.durations import Duration
 from workloads.request import Request
+from .ratelimit import RateLimitSpec
 from .split import ShareSplit
 
 Millis = Union[float, Duration]
@@ -106,6 +107,9 @@ class ClassSpec(BaseModel):
         description="α for this class's requests, overriding its pool's speculative.acceptance_rate (a mixed "
                     "batch steps at its sequences' mean tokens per step)")
     network: NetworkSpec = NetworkSpec()
+    rate_limit: Optional[RateLimitSpec] = Field(
+        default=None, description="the gateway's token and request rate limits for this class; a request over "
+                                  "them is answered 429 (rate_limited) and never reaches a GPU")
 
 
 DEFAULT = ClassSpec(name="default")
