@@ -112,6 +112,12 @@ def _check_classes(sc: Scenario, source) -> None:
             parse_slo(c.slo)
         except LlmsimError as e:
             raise LlmsimError(e.message, source=source, key_path=f"classes[{i}].{e.key_path}") from None
+    for label, slo in (sc.input_length_buckets.slo if sc.input_length_buckets else {}).items():
+        try:
+            parse_slo(slo)
+        except LlmsimError as e:
+            raise LlmsimError(e.message, source=source,
+                              key_path=f"input_length_buckets.slo.{label}.{(e.key_path or '').removeprefix('slo.')}") from None
     for i, c in enumerate(sc.classes):
         for j, d in enumerate(sc.classes):
             if routes[d.name] != routes[c.name] or d.priority <= c.priority:

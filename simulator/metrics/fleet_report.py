@@ -16,6 +16,7 @@ from ..fleet.setup import PoolSetup
 from ..scenario.schema import Scenario
 from workloads.request import Request
 from ..costmodel.speculative import expected_tokens_per_step
+from .by_input_length import input_length_block
 from .classes import class_block
 from .metering import gateway_block
 from .cost import cost_block, pool_billing, replica_seconds
@@ -54,6 +55,8 @@ def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], 
     }
     if single:     # the one pool's figures at the top level, as before pools could be several
         out.update({k: v for k, v in first.items() if k not in out and k not in ("usd", "gpu_hours")})
+    if sc.input_length_buckets is not None:
+        out["by_input_length"] = input_length_block(requests, sc.input_length_buckets, now)
     if any(c.rate_limit is not None for c in sc.classes):
         out["gateway"] = gateway_block(requests, sc.classes, {b.name: b.usd for b in bills})
     gpu_timeline = _merge_steps([([(t, k * ps.spec.gpus_per_replica) for t, k in pools[ps.spec.name].billing]) for ps in setups])

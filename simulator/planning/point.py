@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Mapping
 
 from ..errors import LlmsimError
+from ..metrics.by_input_length import bucket_slo_blocks
 from ..scenario.load import load_scenario
 from ..scenario.variants import overlay_assignments
 
@@ -116,7 +117,12 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     slo = results.get("slo")
     targets = (slo or {}).get("targets", {})
     row["slo_met"] = slo.get("met") if slo else None
-    row["slo_failed"] = "; ".join(_miss(k, t) for k, t in targets.items() if not t.get("met")) or None
+    misses = [_miss(k, t) for k, t in targets.items() if not t.get("met")]
+    for label, block in bucket_slo_blocks(results):   # prompt-length buckets' own targets must hold too
+        row["slo_met"] = bool(block.get("met")) and row["slo_met"] is not False
+        misses += [f"{label.removeprefix('SLO ')} {_miss(k, t)}" for k, t in block.get("targets", {}).items()
+                   if not t.get("met")]
+    row["slo_failed"] = "; ".join(misses) or None
     for k, t in targets.items():
         row[f"attainment_{k}"] = t.get("attainment")
     cost = _dig(results, "llmsim", "cost") or {}
