@@ -47,12 +47,15 @@ class Fleet:
         self.response_s = {k: v for k, v in (response_s or {}).items() if v > 0}
         self.limits = {c.name: RateLimiter(c.rate_limit, env.now) for c in classes.classes
                        if c.rate_limit is not None}
+        # class -> [(below_tokens or None, pool)]: routing by prompt length
+        self.by_length = {c.name: [(s.below_tokens, s.pool) for s in c.pool_by_input_length]
+                          for c in classes.classes if c.pool_by_input_length is not None}
 
     def submit(self, req: Request) -> None:
         c = self.classes.assign(req)
         if self.regions is not None:
             self.regions.assign(req)
-        req.pool = self.routes[c.name]
+        req.pool = self.routes[c.name] if c.name not in self.by_length else self._by_length(c.name, req)
         if not self.classes.network:
             self._queue(req)
             return
@@ -65,6 +68,15 @@ class Fleet:
             fire(self.env, delay, lambda _ev: self._queue(req))
         else:
             self._queue(req)
+
+    def _by_length(self, klass: str, req: Request) -> str:
+        """The first pool whose step the prompt is below and that can hold
+        it (prompt + output within its context and KV), else the last."""
+        steps = self.by_length[klass]
+        for below, pool in steps:
+            if (below is None or req.input_tokens < below) and self.pools[pool].can_hold(req):
+                return pool
+        return steps[-1][1]
 
     def _queue(self, req: Request) -> None:
         if req.status is not Status.PENDING:      # cancelled on its way in
