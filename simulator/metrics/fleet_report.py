@@ -16,11 +16,12 @@ from ..fleet.setup import PoolSetup
 from ..scenario.schema import Scenario
 from workloads.request import Request
 from ..costmodel.speculative import expected_tokens_per_step
+from .api_pricing import api_block
 from .by_input_length import input_length_block
 from .classes import class_block
 from .metering import gateway_block
 from .cost import cost_block, pool_billing, replica_seconds
-from .monthly import MonthRule
+from .monthly import MonthRule, usage_factor
 from .records import Records
 from .regions import region_block
 from .slo import parse_slo
@@ -71,6 +72,10 @@ def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], 
         "wall_time_s": wall,
         "sim_requests_per_wall_s": n / wall if wall > 0 else None,
     })
+    if sc.cost.api is not None:
+        c = out["cost"]
+        c["api"] = api_block(sc.cost.api, requests, usage_factor(MonthRule(sc.cost.monthly, sc.workload), now),
+                             c.get("monthly_usd"), c["window_usd"])
     return out
 
 
