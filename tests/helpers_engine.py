@@ -167,6 +167,13 @@ def compare_runs(fast: Run, ref: Run) -> list[str]:
         for k in ("queue_max", "batch_max"):
             if sa[k] != sb[k]:
                 problems.append(f"replica {i}: {k} {sa[k]!r} != {sb[k]!r}")
+        if "kv_filled_area" in sa or "kv_filled_area" in sb:
+            # Contiguous KV: blocks reserved (kv_used_*) and filled by tokens.
+            for k in ("kv_used", "kv_filled"):
+                if sa.get(k + "_max") != sb.get(k + "_max"):
+                    problems.append(f"replica {i}: {k}_max {sa.get(k + '_max')!r} != {sb.get(k + '_max')!r}")
+                if not close(sa.get(k + "_area", math.nan), sb.get(k + "_area", math.nan), rel=1e-6):
+                    problems.append(f"replica {i}: {k}_area {sa.get(k + '_area')!r} != {sb.get(k + '_area')!r}")
     wa, wb = sum(fast.gaps.weight), sum(ref.gaps.weight)
     if wa != wb:
         problems.append(f"ITL sample count {wa} != {wb}")
@@ -233,7 +240,7 @@ def workloads(draw, min_n: int = 5, max_n: int = 60, max_in: int = 3000, max_out
 
 
 @st.composite
-def engine_configs(draw, scheduler=None, chunked=None) -> EngineConfig:
+def engine_configs(draw, scheduler=None, chunked=None, kv=None) -> EngineConfig:
     scheduler = scheduler or draw(st.sampled_from(["continuous", "continuous", "static"]))
     chunked = draw(st.booleans()) if chunked is None else chunked
     seqs = draw(st.integers(1, 64))
@@ -244,12 +251,20 @@ def engine_configs(draw, scheduler=None, chunked=None) -> EngineConfig:
     bs = draw(st.sampled_from([1, 4, 16, 32]))
     # Without chunking, whole prompts either run alone (SGLang) or in flight with the decodes (TensorRT-LLM).
     mixed = None if chunked else draw(st.sampled_from([None, False, True]))
+    # Contiguous KV (one draw in four) reserves prompt + max_new_tokens; a
+    # request asking for more output is rejected.
+    contiguous = draw(st.sampled_from([False, False, False, True])) if kv is None else kv == "contiguous"
+    extra = dict(kv_allocation="contiguous", prefix_cache=False,
+                 max_new_tokens=draw(st.sampled_from([8, 64, 300, 600]))) if contiguous else {}
     return EngineConfig(scheduler=scheduler, chunked_prefill=chunked, max_num_seqs=seqs,
-                        max_num_batched_tokens=budget, block_size=bs, mixed_prefill=mixed)
+                        max_num_batched_tokens=budget, block_size=bs, mixed_prefill=mixed, **extra)
 
 
 def one_request_need(req, cfg: EngineConfig) -> int:
-    """KV blocks one request needs to complete alone (as ``can_ever_serve``)."""
+    """KV blocks one request needs to complete alone (as ``can_ever_serve``;
+    contiguous KV with ``max_new_tokens``: the reservation)."""
+    if cfg.max_new_tokens is not None:
+        return ceil_div(req.input_tokens + cfg.max_new_tokens, cfg.block_size)
     need = req.input_tokens + req.output_tokens - (0 if cfg.scheduler == "static" else 1)
     return ceil_div(max(need, 1), cfg.block_size)
 

@@ -92,7 +92,7 @@ def test_ttft_check_runs_the_ladders_final_step():
     sc, _ = load_scenario(path)
     assert sc.ladder == "cumulative"
     assert [v.name for v in sc.variants] == ["prefix-cache", "chunked-prefill", "admission", "fp8-kv",
-                                             "disaggregation"]
+                                             "mixed-fleet", "disaggregation"]
     final = ladder_steps(sc.variants, sc.ladder)[-1]
     duration = sc.check.set["workload.duration_s"]
     assert load_with_variants(path, final.variants, [f"workload.duration_s={duration}"]) == at_check_settings(

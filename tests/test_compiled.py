@@ -6,7 +6,7 @@ modules are run here through the *installed* package, in a subprocess
 started outside the checkout, on runs that between them use every part of
 the compiled code (chunked and whole prefill, decode stretches cut by
 arrivals, the prefix cache with evictions and class caps, cancellations,
-preemption, speculative decoding, disaggregation, autoscaling, the
+preemption, contiguous KV, speculative decoding, disaggregation, autoscaling, the
 prefix-aware router's bounds, the reference engine subclassing the compiled
 base, shards pickled across processes), and compared with the same runs
 in this process.
@@ -37,6 +37,7 @@ RUNS = [
      ["workload.duration_s=300"], "fast", None),
     ("quickcode", ["speculative"], [], "fast", None),
     ("quickcode", ["cancel-stale"], [], "fast", None),
+    ("quickcode", ["int8", "speculative", "tgi"], ["workload.duration_s=40"], "fast", None),   # contiguous KV
     ("dau-10m", [], ["workload.duration_s=5", "pools.chat.replicas=2", "workload.arrival.rate_per_s=15"],
      "reference", None),
 ]

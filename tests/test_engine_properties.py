@@ -66,7 +66,13 @@ class CheckedFast(FastReplica):
         assert self.C == sum(s.c for s in decoding), where
         # The O(1) residue-histogram query against Σ ceil(kv/bs).
         assert self.demand.at(G) == sum(ceil_div(s.c + G, bs) for s in decoding), where
-        assert self.fixed_blocks == sum(s.blocks for s in prefilling), where
+        if self.contiguous:   # every running sequence holds its reservation; prompts fill their blocks
+            assert self.fixed_blocks == sum(s.blocks for s in self.running), where
+            assert all(s.blocks == self._reserved_blocks(s.req) for s in self.running), where
+            assert self.fixed_filled == sum(ceil_div(s.prompt, bs) for s in prefilling), where
+            assert self.fixed_filled + self.demand.at(G) <= self.fixed_blocks, where
+        else:
+            assert self.fixed_blocks == sum(s.blocks for s in prefilling), where
         for s in prefilling:
             assert s.blocks >= ceil_div(s.prompt, bs), where
         assert 0 <= self.used_blocks() <= nb, f"{where}: {self.used_blocks()} blocks used of {nb}"

@@ -506,3 +506,59 @@ def test_a_run_drops_ids_when_requests_end_and_on_end_sees_them_first():
     B = sc.workload.id_block_tokens()
     assert all(len(seen[r.id]) == (r.input_tokens + r.output_tokens) // B for r in out.requests)
     assert_chained([SimpleNamespace(id=r.id, blocks=seen[r.id]) for r in out.requests])
+
+
+# ------------------------------------------------------------------- dynamic content in the system prompt
+@FAST
+@given(at=st.integers(0, 120), per=st.sampled_from(["request", "session"]), seed=st.integers(0, 2**31),
+       chat_wl=st.booleans())
+def test_dynamic_content_cuts_the_shared_prefix_where_it_sits(at, per, seed, chat_wl):
+    """Content that changes per request (or session) at token ``at`` of a
+    100-token system prompt: requests of one app share exactly the blocks
+    wholly before it; within a session, per-session content keeps the
+    history shared and per-request content breaks it at the same point.
+    Lengths do not change, and ids stay chained."""
+    sp = {**sys_prompt(1, fixed(100)), "dynamic": {"at_token": at, "per": per}}
+    wl = chat(n=5, turns=uniform(2, 4), system_prompt=sp) if chat_wl else autocomplete(n=4, system_prompt=sp)
+    plain = chat(n=5, turns=uniform(2, 4), system_prompt=sys_prompt(1, fixed(100))) if chat_wl else \
+        autocomplete(n=4, system_prompt=sys_prompt(1, fixed(100)))
+    source, _ = drive(wl, seed)
+    base, _ = drive(plain, seed)
+    assert [(r.input_tokens, r.output_tokens) for r in source.requests] == \
+        [(r.input_tokens, r.output_tokens) for r in base.requests]
+    B = source.block_tokens
+    shared = min(at, 100) // B
+    assert_chained(source.requests)
+    sessions = by_session(source.requests)
+    for a, b in itertools.combinations(source.requests, 2):
+        d = common_prefix(a.blocks, b.blocks)
+        if a.session != b.session:
+            assert d == min(shared, len(a.blocks), len(b.blocks)), (a.id, b.id)
+    for turns in sessions.values():
+        for a, b in zip(turns, turns[1:]):
+            d = common_prefix(a.blocks, b.blocks)
+            if per == "request":
+                assert d == min(shared, len(a.blocks), len(b.blocks))
+            elif chat_wl:   # the session's own stream past the dynamic content is kept: all of turn k
+                assert b.blocks[:len(a.blocks)] == a.blocks
+            else:
+                assert d >= min(shared, len(a.blocks), len(b.blocks))
+
+
+def test_dau_prefix_breakage_rung_crashes_the_hit_rate():
+    """The dau-10m rung: its token hit rate falls by more than 5x (the case
+    study: 80 % -> 10 %) and TTFT p99 rises, on the same 13 nodes."""
+    from helpers_case_studies import path_of
+    from simulator.runner import simulate
+    from simulator.scenario.load import load_scenario
+    from simulator.scenario.overlays import load_with_variants
+
+    path = path_of("dau-10m")
+    sets = ["workload.duration_s=30"]
+    sc, _ = load_scenario(path, sets)
+    before = simulate(sc, source=path).results
+    breakage = [v for v in sc.variants if v.name == "prefix-breakage"]
+    after = simulate(load_with_variants(path, breakage, sets), source=path).results
+    hb, ha = (r["llmsim"]["prefix_cache"]["token_hit_rate"] for r in (before, after))
+    assert ha > 0 and hb > 5 * ha
+    assert after["p99_ttft_ms"] > before["p99_ttft_ms"]

@@ -235,6 +235,9 @@ class ChatSessions(_Sessions):
             del self.live[chat.sid]
             return
         chat.context = prompt + output
+        cut = None if self.apps is None else self.apps.changes_at(chat.plan.app)
+        if k and cut is not None:
+            chat.doc.edit(cut)   # this turn's dynamic content differs from the last one's
         req = self._send(chat.sid, prompt, output, chat.doc.blocks(chat.context // self.block_tokens))
         self.submit(req)
 
@@ -290,7 +293,11 @@ class AutocompleteSessions(_Sessions):
         plan, B = ed.plan, self.block_tokens
         prompt = ed.head + plan.cursors[i]
         output = plan.outputs[i]
-        ed.doc.edit(ed.head + plan.edits[i])
+        edit = ed.head + plan.edits[i]
+        cut = None if self.apps is None else self.apps.changes_at(plan.app)
+        if cut is not None:
+            edit = min(edit, cut)   # the system prompt itself changed per request
+        ed.doc.edit(edit)
         blocks = ed.doc.blocks(prompt // B) + tuple(ed.doc.fresh((prompt + output) // B - prompt // B))
         req = self._send(ed.sid, prompt, output, blocks)
         ed.inflight = req

@@ -18,6 +18,7 @@ class Status(IntEnum):
     FINISHED = 1
     REJECTED = 2
     CANCELLED = 3
+    RATE_LIMITED = 4    # answered 429 by the gateway: never reached a pool
 
 
 class Request:

@@ -25,6 +25,7 @@ import typer
 from rich.table import Table
 
 from ..errors import LlmsimError
+from ..metrics.by_input_length import bucket_slo_blocks
 from ..report.diff import flatten, read_json_object
 from ..report.regression import Verdict, judge, rounded
 from ..scenario.ci import CheckSpec
@@ -109,13 +110,14 @@ def _pct(rel: Optional[float]) -> str:
 def _slo_blocks(job: _Job, results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """(label, slo block): the scenario's over all traffic, then each class
     that declares its own (a class without one is only held to the fleet's
-    targets over all traffic, as declared)."""
+    targets over all traffic, as declared), then each prompt-length bucket
+    that declares its own."""
     blocks = [("SLO", results.get("slo") or {})]
     measured = (results.get("llmsim") or {}).get("classes") or {}
     for c in getattr(job.scenario, "classes", None) or []:
         if getattr(c, "slo", None) and c.name in measured:
             blocks.append((f"SLO {c.name}", measured[c.name].get("slo") or {}))
-    return blocks
+    return blocks + list(bucket_slo_blocks(results))
 
 
 def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:

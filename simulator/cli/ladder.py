@@ -46,6 +46,7 @@ _COLUMNS = (
     ("tpot_p50_ms", "TPOT p50\n(ms)", _ms2),
     ("tpot_p99_ms", "TPOT p99\n(ms)", _ms2),
     ("tokens_per_s_per_request", "tok/s per\nrequest", _whole),
+    ("max_batch_size", "max\nbatch", _count),
     ("completed", "completed", _count),
     ("gpus", "GPUs\n(peak)", _count),
     ("usd_per_request", "$ per 1k\ncompleted\nrequests", _per_1k),

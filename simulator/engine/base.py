@@ -86,6 +86,11 @@ class ReplicaBase:
         self.t0 = env.now
         self.kv_used_area: float = 0.0
         self.kv_used_max = 0
+        # Contiguous KV: blocks are reserved at admission (kv_used_*); what
+        # the sequences' tokens fill of them (what paging would hold) apart.
+        self.contiguous = cfg.contiguous
+        self.kv_filled_area: float = 0.0
+        self.kv_filled_max = 0
         self.t_end: float = 0.0                    # when its last request ended (stale timer events may follow)
         self.seqs: dict[int, Seq] = {}      # live sequences by request id (for cancel)
         self.cancelled: list[Seq] = []      # running ones leaving at the end of this iteration
@@ -113,14 +118,28 @@ class ReplicaBase:
         rejected on arrival rather than left to starve the queue."""
         if req.input_tokens + req.output_tokens > self.max_model_len:
             return False
-        need = req.input_tokens + req.output_tokens - 1
-        if self.cfg.scheduler == "static":
-            need = req.input_tokens + req.output_tokens
+        if self.contiguous:
+            limit = self.cfg.max_new_tokens
+            if limit is not None and req.output_tokens > limit:
+                return False       # asks for more than the server reserves (TGI answers 422)
+            blocks = self._reserved_blocks(req)
+        else:
+            need = req.input_tokens + req.output_tokens - 1
+            if self.cfg.scheduler == "static":
+                need = req.input_tokens + req.output_tokens
+            blocks = ceil_div(max(need, 1), self.bs)
         if self.kv_budgets is not None:       # nor past its class's KV cap
             cap = self.kv_budgets.get(req.klass)
-            if cap is not None and ceil_div(req.input_tokens + req.output_tokens, self.bs) > cap:
+            if cap is not None and self._footprint(req) > cap:
                 return False
-        return ceil_div(max(need, 1), self.bs) <= self.num_blocks
+        return blocks <= self.num_blocks
+
+    def _reserved_blocks(self, req: Request) -> int:
+        """Contiguous KV: the blocks ``req`` holds from admission to its end,
+        for its prompt and the most it may generate."""
+        limit = self.cfg.max_new_tokens
+        tokens = self.max_model_len if limit is None else min(self.max_model_len, req.input_tokens + limit)
+        return ceil_div(tokens, self.bs)
 
     def submit(self, req: Request) -> None:
         now = self.env.now
@@ -256,6 +275,9 @@ class ReplicaBase:
     def _admission(self, s: Seq, reserve_output: bool = False) -> tuple[int, int, Optional[Match]]:
         """(blocks admitting ``s`` would take from free memory, blocks of its
         KV, cache match): a hit on entries other sequences already pin is free."""
+        if self.contiguous:     # no prefix cache: paging is what lets requests share KV
+            r = self._reserved_blocks(s.req)
+            return r, r, None
         total = ceil_div(s.prompt + (s.req.output_tokens if reserve_output else 0), self.bs)
         ids = s.req.blocks
         if self.cache is None or not ids:
@@ -296,7 +318,7 @@ class ReplicaBase:
         this always succeeds; other classes' entries are not touched."""
         k = s.req.klass
         assert self.kv_budgets is not None   # only called with per-class caps
-        charged = self.kv_charged[k] = self.kv_charged.get(k, 0) + self._footprint(s)
+        charged = self.kv_charged[k] = self.kv_charged.get(k, 0) + self._footprint(s.req)
         cap = self.kv_budgets.get(k)
         c = self.cache
         if cap is not None and c is not None and c.tracks_owners and c.owned.get(k, 0) > cap - charged:
@@ -331,8 +353,12 @@ class ReplicaBase:
             return None
         return sum(e * n for e, n in sorted(counts.items())) / sum(counts.values())
 
-    def _footprint(self, s: Seq) -> int:
-        return ceil_div(s.req.input_tokens + s.req.output_tokens, self.bs)
+    def _footprint(self, req: Request) -> int:
+        """Blocks a request's class is charged while it runs: its final KV, or
+        what a contiguous allocation reserves for it."""
+        if self.contiguous:
+            return self._reserved_blocks(req)
+        return ceil_div(req.input_tokens + req.output_tokens, self.bs)
 
     def _over_budget(self, s: Seq) -> bool:
         """Would admitting ``s`` take its class past its KV cap even after
@@ -344,14 +370,14 @@ class ReplicaBase:
         if b is None:
             return False
         cap = b.get(s.req.klass)
-        return cap is not None and self.kv_charged.get(s.req.klass, 0) + self._footprint(s) > cap
+        return cap is not None and self.kv_charged.get(s.req.klass, 0) + self._footprint(s.req) > cap
 
     def _release_cache(self, s: Seq, kv_tokens: int = 0) -> None:
         """Unreference a sequence's cached entries (a finished one also enters
         its output blocks), and give back its class's KV charge: every way a
         running sequence stops (finish, cancel, preemption) passes here."""
         if self.kv_budgets is not None:
-            self.kv_charged[s.req.klass] -= self._footprint(s)
+            self.kv_charged[s.req.klass] -= self._footprint(s.req)
         if s.pin is not None:
             assert self.cache is not None and s.req.blocks is not None   # a pin came from both
             self.cache.release(s.pin, s.req.blocks, s.pin_ids, kv_tokens, s.req.klass)
@@ -446,8 +472,15 @@ class ReplicaBase:
         if kv_peak > self.kv_used_max:
             self.kv_used_max = kv_peak
 
+    def _account_filled(self, area: float, peak: int) -> None:
+        """Contiguous KV: Σ blocks the tokens fill × duration, and the most
+        filled in any iteration (paging would have held exactly these)."""
+        self.kv_filled_area += area
+        if peak > self.kv_filled_max:
+            self.kv_filled_max = peak
+
     def stats(self, now: float) -> dict:
-        return {
+        out = {
             "preemptions": self.preemptions,
             "busy_time": self.busy_time,
             "tokens_processed": self.tokens_processed,
@@ -461,3 +494,7 @@ class ReplicaBase:
             "batch_max": self.batch_size.max,
             "prefix_cache": None if self.cache is None else self.cache.stats(),
         }
+        if self.contiguous:
+            out["kv_filled_area"] = self.kv_filled_area
+            out["kv_filled_max"] = self.kv_filled_max
+        return out

@@ -29,6 +29,15 @@ class EngineConfig(BaseModel):
     scheduler: Literal["continuous", "static"] = Field(
         default="continuous",
         description="continuous: iteration-level batching (vLLM); static: a batch runs to completion (old TGI/FT)")
+    kv_allocation: Literal["paged", "contiguous"] = Field(
+        default="paged",
+        description="paged: KV blocks allocated as a sequence grows (vLLM's PagedAttention); contiguous: each "
+                    "admitted request reserves its maximum length (prompt + max_new_tokens, else max_model_len) "
+                    "until it ends, as servers before paging did (TGI, FasterTransformer)")
+    max_new_tokens: Optional[int] = Field(
+        default=None, ge=1, description="contiguous KV: output tokens reserved beyond each prompt (TGI's "
+                                        "max_new_tokens); a request asking for more is rejected; default: "
+                                        "reserve max_model_len")
     iteration_overhead_ms: Optional[float] = Field(
         default=None, ge=0, description="per-iteration CPU/launch overhead; default from the GPU profile")
     iteration_us_per_seq: float = Field(
@@ -66,6 +75,21 @@ class EngineConfig(BaseModel):
         c = self.prefix_cache_capacity_tokens
         if isinstance(c, int) and c < 0:
             raise ValueError(f"prefix_cache_capacity_tokens must be ≥ 0 or 'unbounded', got {c}")
+        return self
+
+    @property
+    def contiguous(self) -> bool:
+        """Whether each request reserves its maximum KV at admission."""
+        return self.kv_allocation == "contiguous"
+
+    @model_validator(mode="after")
+    def _contiguous_modelled(self) -> "EngineConfig":
+        if self.max_new_tokens is not None and not self.contiguous:
+            raise ValueError("max_new_tokens sets the KV a contiguous allocation reserves; it needs "
+                             "kv_allocation: contiguous (paged KV grows with each request's own output)")
+        if self.contiguous and self.prefix_cache:
+            raise ValueError("kv_allocation: contiguous cannot share KV between requests (prefix caching needs "
+                             "paged blocks); set prefix_cache: false")
         return self
 
     @model_validator(mode="after")

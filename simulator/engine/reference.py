@@ -45,7 +45,8 @@ class ReferenceReplica(ReplicaBase):
         for s in list(self.running):
             if s not in self.running or s.state != DECODE:
                 continue
-            need = ceil_div(s.kv + 1 - s.pin_blocks * self.bs, self.bs) - s.blocks
+            # (none when a contiguous reservation already holds the token)
+            need = max(0, ceil_div(s.kv + 1 - s.pin_blocks * self.bs, self.bs) - s.blocks)
             preempted_self = False
             while need > self.free:
                 v = self._preempt_newest()
@@ -130,9 +131,19 @@ class ReferenceReplica(ReplicaBase):
             e = self._mean_tokens_per_step(Counter(map(self._tokens_per_step, decodes)))
             dt = self.cm.step_time(prefill, len(decodes), ctx, sampling, tokens_per_step=e)
         held = self.num_blocks - self.free
-        self._schedule(dt, lambda ev: self._end(chunks, decodes, dt, held))
+        filled = self._filled(decodes) if self.contiguous else 0
+        self._schedule(dt, lambda ev: self._end(chunks, decodes, dt, held, filled))
 
-    def _end(self, chunks, decodes, dt: float, held: int) -> None:
+    def _filled(self, decodes: list[Seq]) -> int:
+        """Blocks the running sequences' tokens fill during the iteration
+        (what paging would hold): a decoder's next token included, a prompt
+        whole from admission."""
+        bs = self.bs
+        stepping = set(map(id, decodes))
+        return sum(ceil_div(s.kv + (id(s) in stepping), bs) if s.state == DECODE else ceil_div(s.prompt, bs)
+                   for s in self.running)
+
+    def _end(self, chunks, decodes, dt: float, held: int, filled: int) -> None:
         now = self.env.now
         self.iterations += 1
         for s in decodes:
@@ -149,6 +160,8 @@ class ReferenceReplica(ReplicaBase):
                     self._retire(s, now)
         self._drop_cancelled(now)
         self._account(dt, dt * held, held, len(decodes) + sum(c for _, c in chunks))
+        if self.contiguous:
+            self._account_filled(dt * filled, filled)
         self._boundary()
 
     def _retire(self, s: Seq, now: float) -> None:

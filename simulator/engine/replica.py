@@ -27,7 +27,7 @@ from mypy_extensions import mypyc_attr
 from ..costmodel.speculative import SpeculativeCostModel
 from ..metrics.gaps import GapLog
 from .base import ReplicaBase, StepCost
-from .blocks import BlockDemand
+from .blocks import BlockDemand, ceil_div
 from .config import EngineConfig
 from .prefix_cache import Match
 from .sequence import DECODE, PREFILL, Seq
@@ -47,7 +47,8 @@ class FastReplica(ReplicaBase):
                          kv_budgets)
         self.running: dict[Seq, None] = {}   # admission order; newest last
         self.prefilling: dict[Seq, None] = {}
-        self.fixed_blocks = 0                # held by sequences not decoding
+        self.fixed_blocks = 0                # held by sequences not decoding (contiguous KV: by all)
+        self.fixed_filled = 0                # contiguous KV: blocks prefilling sequences' prompts fill
         self.demand = BlockDemand(self.bs)   # decoding sequences' blocks
         self.G = 0                           # decode iterations so far
         self.C = 0                           # Σ c_i over decoding sequences
@@ -72,7 +73,10 @@ class FastReplica(ReplicaBase):
         return self.demand.count
 
     def used_blocks(self, g: int | None = None) -> int:
-        """Blocks held at decode counter g: sequences' own plus cache entries they pin."""
+        """Blocks held at decode counter g: sequences' own plus cache entries
+        they pin (contiguous KV: the reservations, whatever g)."""
+        if self.contiguous:
+            return self.fixed_blocks
         used = self.fixed_blocks + self.demand.at(self.G if g is None else g)
         return used if self.cache is None else used + self.cache.pinned
 
@@ -84,7 +88,10 @@ class FastReplica(ReplicaBase):
         s.c = s.kv - self.G
         s.gf = self.G + s.req.output_tokens - s.generated
         s.z = self.Z
-        self.fixed_blocks -= s.blocks
+        if self.contiguous:      # the reservation stays put; its tokens now grow with the decoders'
+            self.fixed_filled -= ceil_div(s.prompt, self.bs)
+        else:
+            self.fixed_blocks -= s.blocks
         self.demand.add(s.c - s.pin_blocks * self.bs)
         self.C += s.c
         self.cohorts[self.Z] = self.cohorts.get(self.Z, 0) + 1
@@ -95,6 +102,8 @@ class FastReplica(ReplicaBase):
 
     def _leave_decode(self, s: Seq) -> None:
         self.demand.remove(s.c - s.pin_blocks * self.bs)
+        if self.contiguous:
+            self.fixed_blocks -= s.blocks
         self.C -= s.c
         key = max(s.z, self.z_last_decode)
         n = self.cohorts[key] - 1
@@ -117,7 +126,13 @@ class FastReplica(ReplicaBase):
             self._leave_decode(v)
         else:
             del self.prefilling[v]
-            self.fixed_blocks -= v.blocks
+            self._drop_prefilling(v)
+
+    def _drop_prefilling(self, s: Seq) -> None:
+        """A sequence that has not decoded gives back its blocks."""
+        self.fixed_blocks -= s.blocks
+        if self.contiguous:
+            self.fixed_filled -= ceil_div(s.prompt, self.bs)
 
     def _preempt_newest(self) -> Seq:
         return self._preempt(next(reversed(self.running)))
@@ -137,6 +152,8 @@ class FastReplica(ReplicaBase):
         self.waiting.popleft()
         taken = self._attach(s, total, m)
         self.fixed_blocks += s.blocks
+        if self.contiguous:
+            self.fixed_filled += ceil_div(s.prompt, self.bs)
         s.state = PREFILL
         self._admit_stamp(s, now)
         self.running[s] = None
@@ -210,11 +227,13 @@ class FastReplica(ReplicaBase):
             self.seg = None
             self.gen += 1
             gen = self.gen
-            held = self.used_blocks(self.G + 1 if decoding else self.G)
+            g = self.G + 1 if decoding else self.G
+            held = self.used_blocks(g)
+            filled = self.fixed_filled + self.demand.at(g) if self.contiguous else 0
 
             def end_mixed(_ev: object) -> None:
                 if gen == self.gen:
-                    self._end_mixed(chunks, decoding, dt, held)
+                    self._end_mixed(chunks, decoding, dt, held, filled)
             self._schedule(dt, end_mixed)
             return
         # A decode-only stretch: how many iterations until something changes?
@@ -328,18 +347,20 @@ class FastReplica(ReplicaBase):
         if self.seg is not None and self.seg_evicts:
             self._trim_cache(self.num_blocks - self.used_blocks(self.G + self._inflight(now)))
 
-    def _stretch_kv_area(self, n: int, K: float, b: float, B: int) -> float:
-        """Σ_{k=1..n} step_k · used(G0+k) for a decode stretch, in O(bs).
+    def _stretch_kv_area(self, n: int, K: float, b: float, B: int, fixed: int) -> float:
+        """Σ_{k=1..n} step_k · (fixed + demand(G0+k)) for a decode stretch, in
+        O(bs): ``fixed`` blocks are held throughout (sequences not decoding,
+        cache entries they pin), the decoders' grow.
 
-        used(m) = c0 + B·(m // bs) + S(m % bs) with S(h) = #{r ≥ bs − h}.
+        demand(m) = q + B·(m // bs) + S(m % bs) with S(h) = #{r ≥ bs − h}.
         Writing m // bs = (m − m % bs)/bs splits it into a part linear in k
         (summed in closed form against the linear step time) and a part that
         depends only on m % bs (summed per residue class).
         """
         G0, bs, d = self.G, self.bs, self.demand
-        c0 = self.fixed_blocks + d.q_sum
+        c0 = fixed + d.q_sum
         if n <= bs:
-            return sum((K + b * B * k) * self.used_blocks(G0 + k) for k in range(1, n + 1))
+            return sum((K + b * B * k) * (fixed + d.at(G0 + k)) for k in range(1, n + 1))
         bB = b * B
         a0 = c0 + B * G0 / bs
         a1 = B / bs
@@ -383,7 +404,13 @@ class FastReplica(ReplicaBase):
         assert self.seg is not None
         t0, _, K, b, B = self.seg
         self.iterations += n
-        kv_area = self._stretch_kv_area(n, K, b, B)
+        if self.contiguous:    # reservations are fixed through the stretch; their tokens grow
+            kv_area = self.fixed_blocks * (now - t0)
+            self._account_filled(self._stretch_kv_area(n, K, b, B, self.fixed_filled),
+                                 self.fixed_filled + self.demand.at(self.G + n))
+        else:
+            pinned = 0 if self.cache is None else self.cache.pinned
+            kv_area = self._stretch_kv_area(n, K, b, B, self.fixed_blocks + pinned)
         kv_peak = self.used_blocks(self.G + n)
         self._decode_gaps(n, K + b * B, K + b * B * n, K + 2 * b * B)
         self.G += n
@@ -397,7 +424,7 @@ class FastReplica(ReplicaBase):
         self.seg = None
         self._boundary()
 
-    def _end_mixed(self, chunks, decoding: bool, dt: float, held: int) -> None:
+    def _end_mixed(self, chunks, decoding: bool, dt: float, held: int, filled: int) -> None:
         now = self.env.now
         tokens = sum(c for _, c in chunks) + (self.B if decoding else 0)
         self.iterations += 1
@@ -413,7 +440,7 @@ class FastReplica(ReplicaBase):
                 del self.prefilling[s]
                 if s.generated >= s.req.output_tokens:
                     del self.running[s]
-                    self.fixed_blocks -= s.blocks
+                    self._drop_prefilling(s)
                     s.blocks = 0
                     self._finish_request(s, now)
                 else:
@@ -421,6 +448,8 @@ class FastReplica(ReplicaBase):
         if self.cancelled:
             self._drop_cancelled(now)
         self._account(dt, dt * held, held, tokens)
+        if self.contiguous:
+            self._account_filled(dt * filled, filled)
         self._boundary()
 
     def _retire_finished(self, now: float) -> None:

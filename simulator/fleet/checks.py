@@ -78,6 +78,35 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
                               f"and kv_dtype", source=source, key_path=key)
 
 
+def _length_routes(sc: Scenario, i: int, c, source) -> str:
+    """Check a class's routing by prompt length; returns its last pool (the
+    one that takes every prompt the others do not, and whose admission
+    would apply)."""
+    key = f"classes[{i}].pool_by_input_length"
+    pools = {p.name: p for p in sc.pools}
+    steps = c.pool_by_input_length
+    if c.pool is not None:
+        raise LlmsimError(f"class {c.name!r} sets both pool and pool_by_input_length; keep one", source=source,
+                          key_path=f"classes[{i}].pool")
+    for what in ("admission", "kv_budget_fraction", "speculative_acceptance_rate"):
+        if getattr(c, what) is not None:
+            raise LlmsimError(f"class {c.name!r} is routed by prompt length over several pools; its {what} "
+                              "would hold on one of them only, which is not modelled", source=source,
+                              key_path=f"classes[{i}].{what}")
+    bounds = [s.below_tokens for s in steps]
+    if bounds[-1] is not None or None in bounds[:-1] or any(b <= a for a, b in zip(bounds[:-2], bounds[1:-1])):
+        raise LlmsimError("every step but the last needs below_tokens, increasing; the last takes the rest and "
+                          f"has none (got {bounds})", source=source, key_path=key)
+    for j, st in enumerate(steps):
+        if st.pool not in pools:
+            raise LlmsimError(f"pool {st.pool!r} does not exist (pools: {', '.join(pools)})", source=source,
+                              key_path=f"{key}[{j}].pool")
+        if pools[st.pool].disaggregation is not None:
+            raise LlmsimError(f"pool {st.pool!r} prefills for another pool; routing by prompt length to a "
+                              "disaggregated pair is not modelled", source=source, key_path=f"{key}[{j}].pool")
+    return steps[-1].pool
+
+
 def class_routes(sc: Scenario, source: str | Path | None = None) -> dict[str, str]:
     """Class name → pool name; every class must reach exactly one pool."""
     names = [p.name for p in sc.pools]
@@ -90,6 +119,9 @@ def class_routes(sc: Scenario, source: str | Path | None = None) -> dict[str, st
     for i, c in enumerate(sc.classes):
         if c.name in routes:
             raise LlmsimError(f"two classes are named {c.name!r}", source=source, key_path=f"classes[{i}].name")
+        if c.pool_by_input_length is not None:
+            routes[c.name] = _length_routes(sc, i, c, source)
+            continue
         if c.pool is None:
             if len(names) > 1:
                 raise LlmsimError(f"class {c.name!r} is routed to no pool: set its pool to one of "
@@ -112,6 +144,12 @@ def _check_classes(sc: Scenario, source) -> None:
             parse_slo(c.slo)
         except LlmsimError as e:
             raise LlmsimError(e.message, source=source, key_path=f"classes[{i}].{e.key_path}") from None
+    for label, slo in (sc.input_length_buckets.slo if sc.input_length_buckets else {}).items():
+        try:
+            parse_slo(slo)
+        except LlmsimError as e:
+            raise LlmsimError(e.message, source=source,
+                              key_path=f"input_length_buckets.slo.{label}.{(e.key_path or '').removeprefix('slo.')}") from None
     for i, c in enumerate(sc.classes):
         for j, d in enumerate(sc.classes):
             if routes[d.name] != routes[c.name] or d.priority <= c.priority:

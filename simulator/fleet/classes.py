@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workloads.durations import Duration
 from workloads.request import Request
+from .ratelimit import RateLimitSpec
 from .split import ShareSplit
 
 Millis = Union[float, Duration]
@@ -84,6 +85,17 @@ class NetworkSpec(BaseModel):
                 self.egress_ms if r.egress_ms is None else r.egress_ms)
 
 
+class LengthRoute(BaseModel):
+    """One step of routing by prompt length: prompts shorter than ``below_tokens`` go to ``pool``."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    pool: str
+    below_tokens: Optional[int] = Field(default=None, ge=1,
+                                        description="prompts of fewer tokens go here; none on the last step "
+                                                    "(it takes the rest)")
+
+
 class ClassSpec(BaseModel):
     """One request class."""
 
@@ -94,6 +106,11 @@ class ClassSpec(BaseModel):
                          description="relative weight of the class in the workload (sessions keep their class)")
     priority: int = Field(default=0, description="larger is served first in replica queues")
     pool: Optional[str] = Field(default=None, description="the pool that serves it (optional with one pool)")
+    pool_by_input_length: Optional[list[LengthRoute]] = Field(
+        default=None, min_length=2,
+        description="instead of pool: pools by prompt length, shortest first ([{pool: h100, below_tokens: 16000}, "
+                    "{pool: b200}]); a prompt goes to the first step it is below, or a later one if that pool "
+                    "cannot hold it")
     slo: Optional[dict[str, Any]] = Field(default=None, description="the class's own targets, as the scenario's slo")
     admission: Optional[AdmissionSpec] = None
     kv_budget_fraction: Optional[float] = Field(
@@ -106,6 +123,9 @@ class ClassSpec(BaseModel):
         description="α for this class's requests, overriding its pool's speculative.acceptance_rate (a mixed "
                     "batch steps at its sequences' mean tokens per step)")
     network: NetworkSpec = NetworkSpec()
+    rate_limit: Optional[RateLimitSpec] = Field(
+        default=None, description="the gateway's token and request rate limits for this class; a request over "
+                                  "them is answered 429 (rate_limited) and never reaches a GPU")
 
 
 DEFAULT = ClassSpec(name="default")

@@ -8,6 +8,11 @@ client sees on every token: the first token and the finish are stamped
 client-side, so TTFT and E2EL include the network while TPOT and ITL (gaps
 between tokens) do not change. A session's next turn starts from the
 response the client received.
+
+A class with a ``rate_limit`` passes the gateway's token buckets
+(:mod:`simulator.fleet.ratelimit`) when it reaches the server, after the
+ingress: over the limit, it ends ``RATE_LIMITED`` there and the client hears
+so after the egress, as any response.
 """
 from __future__ import annotations
 
@@ -19,6 +24,7 @@ import simpy
 from workloads.drivers import fire
 from workloads.request import Request, Status
 from .classes import ClassTable
+from .ratelimit import RateLimiter
 from .regions import RegionTable
 
 
@@ -39,12 +45,17 @@ class Fleet:
         # pool name -> its serving stack's time from a token leaving the
         # engine to the client (detokenise, stream): on every token, like egress.
         self.response_s = {k: v for k, v in (response_s or {}).items() if v > 0}
+        self.limits = {c.name: RateLimiter(c.rate_limit, env.now) for c in classes.classes
+                       if c.rate_limit is not None}
+        # class -> [(below_tokens or None, pool)]: routing by prompt length
+        self.by_length = {c.name: [(s.below_tokens, s.pool) for s in c.pool_by_input_length]
+                          for c in classes.classes if c.pool_by_input_length is not None}
 
     def submit(self, req: Request) -> None:
         c = self.classes.assign(req)
         if self.regions is not None:
             self.regions.assign(req)
-        req.pool = self.routes[c.name]
+        req.pool = self.routes[c.name] if c.name not in self.by_length else self._by_length(c.name, req)
         if not self.classes.network:
             self._queue(req)
             return
@@ -58,12 +69,28 @@ class Fleet:
         else:
             self._queue(req)
 
+    def _by_length(self, klass: str, req: Request) -> str:
+        """The first pool whose step the prompt is below and that can hold
+        it (prompt + output within its context and KV), else the last."""
+        steps = self.by_length[klass]
+        for below, pool in steps:
+            if (below is None or req.input_tokens < below) and self.pools[pool].can_hold(req):
+                return pool
+        return steps[-1][1]
+
     def _queue(self, req: Request) -> None:
         if req.status is not Status.PENDING:      # cancelled on its way in
             return
         if req.id in self._transit:          # after ingress (otherwise queued = arrival, exactly)
             self._transit.discard(req.id)
             req.queued = self.env.now
+        if self.limits:
+            limit = self.limits.get(req.klass)
+            if limit is not None and not limit.admit(self.env.now, req.input_tokens + req.output_tokens):
+                req.status = Status.RATE_LIMITED
+                req.finish = self.env.now
+                self.done(req)
+                return
         self.pools[req.pool].submit(req)
 
     def cancel(self, req: Request) -> None:

@@ -210,6 +210,11 @@ class Pool:
             return
         r.submit(req)
 
+    def can_hold(self, req: Request) -> bool:
+        """Whether a replica of this pool could serve ``req`` at all (its
+        context and KV capacity, its class's KV cap), asked by a router choosing among pools."""
+        return not self.replicas or self.replicas[0].can_ever_serve(req)
+
     def reject(self, req: Request) -> None:
         """Shed ``req`` on arrival: it ends REJECTED, once, and is reported."""
         self.rejected += 1

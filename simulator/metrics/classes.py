@@ -40,6 +40,8 @@ def class_block(requests: "Records | Sequence[Request]", classes: Sequence,
             "cancelled": n[Status.CANCELLED],
             "rejected_fraction": n[Status.REJECTED] / len(reqs) if len(reqs) else None,
         }
+        if c is not None and c.rate_limit is not None:
+            block["rate_limited"] = n[Status.RATE_LIMITED]
         block.update({k: res.get(k) for k in _KEYS})
         if "slo" in res:
             block["slo"] = res["slo"]

@@ -52,6 +52,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from workloads.request import Request, Status
+from .api_pricing import ApiPricingSpec
 from .monthly import DAYS_PER_MONTH, HOURS_PER_MONTH, MonthlySpec, MonthRule, monthly_cost
 from .records import Records
 
@@ -68,6 +69,9 @@ class CostSpec(BaseModel):
 
     monthly: MonthlySpec = Field(default_factory=MonthlySpec,
                                  description="how the simulated window becomes a month (monthly_usd)")
+    api: Optional[ApiPricingSpec] = Field(
+        default=None, description="a provider's per-token prices: llmsim.cost.api prices the completed requests "
+                                  "with and without prompt caching beside the self-hosted bill")
 
 
 def replica_seconds(timeline: Sequence[tuple[float, int]], end: float) -> float:

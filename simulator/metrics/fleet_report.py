@@ -16,12 +16,15 @@ from ..fleet.setup import PoolSetup
 from ..scenario.schema import Scenario
 from workloads.request import Request
 from ..costmodel.speculative import expected_tokens_per_step
+from .api_pricing import api_block
+from .by_input_length import input_length_block
 from .classes import class_block
 from .gpu_counts import gpu_count
 from .load import load_block
+from .metering import gateway_block
 from .product import product_block
 from .cost import cost_block, pool_billing, replica_seconds
-from .monthly import MonthRule
+from .monthly import MonthRule, usage_factor
 from .records import Records
 from .regions import region_block
 from .slo import parse_slo
@@ -66,6 +69,10 @@ def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], 
     }
     if single:     # the one pool's figures at the top level, as before pools could be several
         out.update({k: v for k, v in first.items() if k not in out and k not in ("usd", "gpu_hours")})
+    if sc.input_length_buckets is not None:
+        out["by_input_length"] = input_length_block(requests, sc.input_length_buckets, now)
+    if any(c.rate_limit is not None for c in sc.classes):
+        out["gateway"] = gateway_block(requests, sc.classes, {b.name: b.usd for b in bills})
     out.update({
         "pools": blocks,
         "classes": class_block(requests, sc.classes, sc.slo, now) if sc.classes else None,
@@ -76,6 +83,10 @@ def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], 
         "load": load_block(requests, sc.workload.duration_s),
         "simulated_seconds": now,
     })
+    if sc.cost.api is not None:
+        c = out["cost"]
+        c["api"] = api_block(sc.cost.api, requests, usage_factor(MonthRule(sc.cost.monthly, sc.workload), now),
+                             c.get("monthly_usd"), c["window_usd"])
     # The answer first: the product's fleet and bill, then whether it keeps up.
     product = product_block(sc.product.slices if sc.product else 1, out)
     return {"product": product, "load": out.pop("load"), **out}
@@ -134,6 +145,8 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "iterations": sum(s["iterations"] for s in stats),
         "prefix_cache": _prefix_cache_block(ps, stats),
     }
+    if ps.spec.engine.contiguous:
+        block["kv_allocation"] = _contiguous_block(ps, stats, working)
     if scaler is not None:
         block["autoscaling"] = _scaling_block(pool, scaler, now, requests, ttft_ms)
     spec = ps.spec.speculative
@@ -143,6 +156,26 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         if getattr(ps.cm, "class_acceptance", None):   # classes with their own α: theirs and their E
             block["speculative"]["classes"] = ps.cm.class_figures()
     return block
+
+
+def _contiguous_block(ps: PoolSetup, stats: list[dict], working: float) -> dict:
+    """Contiguous KV: what the reservations held against what the tokens
+    filled (what paging would have held), and the concurrency the
+    reservations allow (with max_model_len reserved, a fixed count)."""
+    nb = ps.memory.num_blocks
+    cfg = ps.spec.engine
+    reserved = sum(s["kv_used_area"] for s in stats)
+    filled = sum(s["kv_filled_area"] for s in stats)
+    per_request = None if cfg.max_new_tokens is not None else ps.cm.model.max_position_embeddings
+    return {
+        "mode": "contiguous",
+        "reserved_tokens_per_request": per_request if per_request is not None else f"prompt + {cfg.max_new_tokens}",
+        "max_sequences_per_replica": None if per_request is None else nb // -(-per_request // cfg.block_size),
+        "mean_reserved_utilization": reserved / (working * nb),
+        "mean_filled_utilization": filled / (working * nb),
+        "max_filled_utilization": max(s["kv_filled_max"] for s in stats) / nb,
+        "filled_fraction_of_reserved": filled / reserved if reserved > 0 else None,
+    }
 
 
 def _scaling_block(pool: Pool, scaler, now: float, requests: Records, ttft_ms: float | None) -> dict:

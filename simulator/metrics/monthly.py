@@ -49,7 +49,7 @@ from workloads.rate_profiles import HourlyProfile, RateProfile, RateSchedule, Si
 from ..errors import LlmsimError
 
 __all__ = ["HOURS_PER_MONTH", "DAYS_PER_MONTH", "MonthlySpec", "DailyLoad", "MonthRule", "daily_load",
-           "monthly_cost", "peak_window_month", "check_monthly"]
+           "monthly_cost", "peak_window_month", "check_monthly", "usage_factor"]
 
 HOURS_PER_MONTH = 730.0          # 8,760 h / 12, as cloud price calculators use
 DAYS_PER_MONTH = 30
@@ -183,6 +183,20 @@ class MonthRule:
         if busier:
             basis += f" ({busier} h busier than the window: extrapolated beyond what was simulated)"
         return {"monthly_usd": usd, "monthly_method": "peak_window", "monthly_basis": basis, "monthly_hourly": hourly}
+
+
+def usage_factor(rule: "MonthRule", window_s: float) -> Optional[float]:
+    """The month's usage (tokens, requests) over the window's, by the same
+    rule as the bill: per hour × 730, per day × 30, or (peak_window) each
+    hour of the day at its load relative to the window's, × 30 days."""
+    if window_s <= 0:
+        return None
+    if rule.spec.method != "peak_window":
+        return monthly_cost(1.0, window_s, rule.spec.method)[0]
+    profile, spikes, source = _profile(rule.spec, rule.workload)
+    arrivals_s = min(getattr(rule.workload, "duration_s", None) or window_s, window_s)
+    daily = daily_load(profile, spikes, arrivals_s, source)
+    return sum(daily.multipliers) * HOUR_S * DAYS_PER_MONTH / window_s
 
 
 def check_monthly(sc, source: str | Path | None = None) -> None:

@@ -140,6 +140,8 @@ def compute_results(requests: Iterable[Request], gaps: GapLog | GapGrid | None, 
         res["slo"] = _slo_block(spec, samples, itl, good, tpot_or_zero)
 
     status = {s.name.lower(): int(np.count_nonzero(a.status == int(s))) for s in Status}
+    if not status["rate_limited"]:     # only a gateway with rate limits answers 429
+        del status["rate_limited"]
     block = dict(llmsim or {})
     block.setdefault("request_status", status)
     res["llmsim"] = block

@@ -25,6 +25,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import LlmsimError
 from ..inputs import code_digest, file_digest, recorded_reads
+from ..metrics.by_input_length import bucket_slo_blocks
 from ..profiles.loader import resolve
 from ..scenario.load import load_scenario
 from ..scenario.schema import Scenario
@@ -172,7 +173,12 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     slo = results.get("slo")
     targets = (slo or {}).get("targets", {})
     row["slo_met"] = slo.get("met") if slo else None
-    row["slo_failed"] = "; ".join(_miss(k, t) for k, t in targets.items() if not t.get("met")) or None
+    misses = [_miss(k, t) for k, t in targets.items() if not t.get("met")]
+    for label, block in bucket_slo_blocks(results):   # prompt-length buckets' own targets must hold too
+        row["slo_met"] = bool(block.get("met")) and row["slo_met"] is not False
+        misses += [f"{label.removeprefix('SLO ')} {_miss(k, t)}" for k, t in block.get("targets", {}).items()
+                   if not t.get("met")]
+    row["slo_failed"] = "; ".join(misses) or None
     for k, t in targets.items():
         row[f"attainment_{k}"] = t.get("attainment")
     cost = _dig(results, "llmsim", "cost") or {}

@@ -62,8 +62,8 @@ _FROM_RESULTS = (
     ("product_monthly_usd", ("llmsim", "product", "monthly_usd")),
 )
 LADDER_COLUMNS = ("step", "variants", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
-                  "tokens_per_s_per_request", "completed", "rejected", "cancelled", "gpus", "usd_per_request",
-                  "monthly_usd", "slo_met", "product_gpus", "product_monthly_usd")
+                  "tokens_per_s_per_request", "max_batch_size", "completed", "rejected", "cancelled", "gpus",
+                  "usd_per_request", "monthly_usd", "slo_met", "product_gpus", "product_monthly_usd")
 
 
 def _get(results: Mapping[str, Any], path: Sequence[str]) -> Any:
@@ -86,6 +86,8 @@ def ladder_row(step: str, variants: Sequence[str], results: Mapping[str, Any], r
     row: dict[str, Any] = {"step": step, "variants": list(variants)}
     row.update({key: _get(results, path) for key, path in _FROM_RESULTS})
     row["tokens_per_s_per_request"] = tokens_per_s_per_request(requests)
+    batches = [p.get("max_batch_size") for p in (_get(results, ("llmsim", "pools")) or {}).values()]
+    row["max_batch_size"] = max((b for b in batches if b is not None), default=None)
     return {c: row[c] for c in LADDER_COLUMNS}
 
 

@@ -18,6 +18,7 @@ from ..fleet.autoscaler import AutoscalingSpec
 from ..fleet.classes import ClassSpec
 from ..fleet.disaggregation import DisaggregationSpec
 from ..fleet.regions import RegionSpec
+from ..metrics.by_input_length import InputLengthBuckets
 from ..metrics.cost import CostSpec
 from ..metrics.product import ProductSpec
 from workloads.spec import WorkloadSpec
@@ -95,6 +96,8 @@ class Scenario(BaseModel):
                                        description="sampling period of timeline.csv (simulated seconds)")
     slo: Optional[dict[str, Any]] = Field(
         default=None, description="percentile targets such as ttft_p99_ms, tpot_p99_ms, e2el_p95_ms (ms)")
+    input_length_buckets: Optional[InputLengthBuckets] = Field(
+        default=None, description="percentiles (llmsim.by_input_length) and SLOs per prompt-length bucket")
     variants: Variants = Field(default_factory=list,
                                description="named what-if overlays: `--variant NAME` applies one, `--ladder` runs them")
     ladder: LadderMode = Field(default="cumulative",

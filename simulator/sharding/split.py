@@ -173,6 +173,11 @@ def plan_shards(sc: Scenario, n: int, source: Optional[Path] = None) -> ShardPla
         raise LlmsimError(f"--shards {n}: a closed-loop workload (arrival concurrency) cannot be sharded: its "
                           "users share one request total, so the shards would not be independent",
                           key_path="workload.arrival", source=source)
+    for i, c in enumerate(sc.classes):
+        if c.rate_limit is not None:
+            raise LlmsimError(f"--shards {n}: class {c.name!r} has a gateway rate limit, one bucket for all its "
+                              "requests, which shards would split; run it unsharded",
+                              key_path=f"classes[{i}].rate_limit", source=source)
     for i, p in enumerate(sc.pools):
         if p.autoscaling is not None:
             raise LlmsimError(f"--shards {n}: pool {p.name!r} autoscales, and one autoscaler per shard is not "

@@ -1,0 +1,94 @@
+"""The gateway: per-class token and request rate limits (token buckets)
+and usage metering (``llmsim.gateway``)."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.errors import LlmsimError
+from simulator.fleet.ratelimit import RateLimiter, RateLimitSpec
+from simulator.runner import simulate
+from simulator.scenario.schema import Scenario
+from simulator.sharding.split import plan_shards
+from workloads.request import Status
+
+
+@settings(max_examples=200, deadline=None)
+@given(tpm=st.floats(100, 1e6), rpm=st.none() | st.floats(1, 600), burst=st.floats(0.1, 120),
+       reqs=st.lists(st.tuples(st.floats(0, 5), st.integers(1, 20000)), min_size=1, max_size=80))
+def test_buckets_never_pass_more_than_their_rate_over_any_window(tpm, rpm, burst, reqs):
+    """Whatever arrives, what passes in any window [t_i, t_j] is at most a
+    bucket's depth plus its rate times the window, for tokens and requests;
+    and a request is refused only when a bucket lacked its cost."""
+    spec = RateLimitSpec(tokens_per_min=tpm, requests_per_min=rpm, burst_s=burst)
+    lim = RateLimiter(spec)
+    t, passed = 0.0, []
+    for gap, cost in reqs:
+        t += gap
+        if lim.admit(t, cost):
+            passed.append((t, cost))
+    assert lim.limited == len(reqs) - len(passed)
+    for i in range(len(passed)):
+        tokens = n = 0
+        for j in range(i, len(passed)):
+            tokens += passed[j][1]
+            n += 1
+            w = passed[j][0] - passed[i][0]
+            assert tokens <= tpm / 60 * (burst + w) * (1 + 1e-9)
+            if rpm is not None:
+                assert n <= rpm / 60 * (burst + w) * (1 + 1e-9) + 1e-9
+
+
+def test_a_full_bucket_passes_its_burst_then_refuses():
+    lim = RateLimiter(RateLimitSpec(tokens_per_min=6000, burst_s=10))   # 100 tokens/s, 1,000 deep
+    assert [lim.admit(0.0, 400) for _ in range(3)] == [True, True, False]
+    assert lim.admit(2.0, 400)          # 200 left + 2 s x 100
+    assert not lim.admit(2.0, 1001)     # deeper than the bucket: never
+    with pytest.raises(ValueError, match="needs tokens_per_min"):
+        RateLimitSpec(burst_s=5)
+
+
+def scenario(limit: dict | None) -> Scenario:
+    return Scenario.model_validate({
+        "name": "gw", "seed": 3,
+        "workload": {"duration_s": 60, "arrival": {"type": "poisson", "rate_per_s": 6},
+                     "input_tokens": {"dist": "uniform", "min": 200, "max": 2000},
+                     "output_tokens": {"dist": "uniform", "min": 20, "max": 200}},
+        "classes": [{"name": "app", "share": 2}, {"name": "batch", "share": 1, "rate_limit": limit}],
+        "pools": [{"name": "p", "model": "llama-3-8b", "gpu": "h100-sxm", "replicas": 1}],
+    })
+
+
+def test_rate_limited_requests_are_counted_and_never_reach_a_gpu():
+    limited = simulate(scenario({"tokens_per_min": 60000, "burst_s": 5}))
+    free = simulate(scenario(None))
+    gw = limited.results["llmsim"]["gateway"]["classes"]
+    n429 = gw["batch"]["rate_limited"]
+    assert n429 > 0 and gw["app"]["rate_limited"] == 0
+    assert limited.results["llmsim"]["request_status"]["rate_limited"] == n429
+    assert "rate_limited" not in free.results["llmsim"]["request_status"]
+    assert "gateway" not in free.results["llmsim"]
+    assert limited.results["llmsim"]["classes"]["batch"]["rate_limited"] == n429
+    out = [r for r in limited.requests if r.status == Status.RATE_LIMITED]
+    assert len(out) == n429
+    assert all(r.klass == "batch" and r.replica == -1 and math.isnan(r.admitted) for r in out)
+    # the same arrivals; the GPU ran only what passed
+    assert len(limited.requests) == len(free.requests)
+    assert limited.results["llmsim"]["gpu_busy_fraction"] < \
+        free.results["llmsim"]["gpu_busy_fraction"]
+    # what passed stays within the bucket over the run: 60,000 tokens/min, 5,000 deep
+    passed = sum(r.input_tokens + r.output_tokens for r in limited.requests
+                 if r.klass == "batch" and r.status != Status.RATE_LIMITED)
+    assert passed <= 5000 + 1000 * 60
+    # metering: the hours add up, and the classes' dollars are the pool's bill for completed work
+    for c in gw.values():
+        assert sum(h["requests"] for h in c["hours"]) == c["requests"]
+    assert sum(c["usd"] for c in gw.values()) == pytest.approx(limited.results["llmsim"]["pools"]["p"]["usd"])
+
+
+def test_a_rate_limited_class_is_not_sharded():
+    with pytest.raises(LlmsimError, match="rate limit"):
+        plan_shards(scenario({"requests_per_min": 10}), 2)
