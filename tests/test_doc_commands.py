@@ -73,7 +73,8 @@ def _strip_comment(line: str) -> str:
 
 
 def page_items(page: Path) -> list[tuple[str, str]]:
-    """("file", "name\\nbody") and ("cmd", text) items in page order."""
+    """("file", "name\\nbody"), ("cmd", text) and ("refused", "text\\nerror: ...") items in page
+    order: a fenced command followed by the ``error:`` line it prints shows a refusal."""
     text = page.read_text()
     items: list[tuple[int, str, str]] = []
     fenced = []
@@ -96,7 +97,11 @@ def page_items(page: Path) -> list[tuple[str, str]]:
                 while cmd.endswith("\\") and i + 1 < len(lines):
                     i += 1
                     cmd = cmd[:-1].rstrip() + " " + lines[i].strip()
-                items.append((m.start() + i, "cmd", _strip_comment(cmd)))
+                after = lines[i + 1].strip() if i + 1 < len(lines) else ""
+                if after.startswith("error: "):
+                    items.append((m.start() + i, "refused", f"{_strip_comment(cmd)}\n{after}"))
+                else:
+                    items.append((m.start() + i, "cmd", _strip_comment(cmd)))
             i += 1
     for m in _INLINE.finditer(text):
         if any(a <= m.start() < b for a, b in fenced):
@@ -209,6 +214,9 @@ def test_every_command_on_the_page_runs(page, tmp_path, monkeypatch, cli, smoke)
             name, content = body.split("\n", 1)
             (work / name).write_text(content)
             continue
+        shown_error = None
+        if kind == "refused":
+            body, shown_error = body.split("\n", 1)
         body = " ".join(body.split())
         if not runnable(body) or any(k in body for k in NOT_RUN) or body in seen:
             continue
@@ -222,6 +230,11 @@ def test_every_command_on_the_page_runs(page, tmp_path, monkeypatch, cli, smoke)
             if name in argv and not (work / name).exists():
                 (work / name).write_text(json.dumps(content))
         r = cli(*argv)
+        if shown_error is not None:     # a refusal the page shows: one line, exit 2, the words it shows
+            assert r.code == 2 and r.err.strip() == shown_error, \
+                f"{page.name}: `{body}` should print `{shown_error}`, got exit {r.code}: {r.err[-800:]}"
+            ran += 1
+            continue
         assert accepted(argv[0], r), f"{page.name}: `{body}` exited {r.code}: {r.err[-800:]}"
         ran += 1
     if ran == 0:

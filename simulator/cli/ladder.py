@@ -73,16 +73,17 @@ def _columns(rows: Sequence[Mapping[str, Any]]) -> tuple:
 
 def ladder_tables(title: str, rows: Sequence[Mapping[str, Any]], width: int) -> list[Table]:
     """The ladder as one table, or stacked as two (GPUs and money, then
-    latencies, each with the step and its verdict) when one would be wider
-    than ``width``: a terminal would cut its right edge."""
+    latencies and batching, each with the step and its verdict) when one
+    would be wider than ``width``: a terminal would cut its right edge."""
     whole = ladder_table(title, rows)
     if _min_width(whole) <= width:
         return [whole]
     cols = _columns(rows)
-    money = [c for c in cols if not c[0].endswith("_ms") and c[0] != "tokens_per_s_per_request"]
+    money = [c for c in cols if not c[0].endswith("_ms") and c[0] not in ("tokens_per_s_per_request",
+                                                                           "max_batch_size")]
     speed = [c for c in cols if c not in money]
     return [ladder_table(title + " — GPUs and cost", rows, tuple(money)),
-            ladder_table(title + " — latency", rows, tuple(speed), counts=False)]
+            ladder_table(title + " — latency and batching", rows, tuple(speed), counts=False)]
 
 
 def _min_width(t: Table) -> int:
