@@ -12,9 +12,9 @@ from typing import Literal
 WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"]
 KVDtype = Literal["bf16", "fp16", "fp8"]
 WEIGHT_DTYPES: tuple[str, ...] = WeightDtype.__args__
-# Four-bit float formats: llmsim runs them only where the GPU has FP4 tensor
-# cores (Blackwell); elsewhere a pool's weight_dtype of either is refused.
-#: Formats that only run on FP4 tensor cores (mxfp4 also runs weight-only on older GPUs).
+# Four-bit float formats that run only on FP4 tensor cores (Blackwell);
+# elsewhere a pool naming one is refused. mxfp4 is not among them: without
+# FP4 units it runs weight-only (see compute_dtype).
 FP4_ONLY_DTYPES = ("nvfp4",)
 
 # nvfp4 and mxfp4 carry their scales (QUANT_FORMATS below): 4.5 and 4.25 bits.

@@ -72,13 +72,12 @@ def validate(
 ) -> None:
     """Replay measured benchmarks through llmsim: signed errors per row, median and p90 per metric and stack."""
     from ..validation import fit as fitting
+    from ..validation.deployment import DEPLOYMENTS
     from ..validation.replay import ReplaySettings
     from ..validation.report import error_table, predict_all, summary
 
     if client not in ("spread", "burst"):
         raise LlmsimError(f"unknown client {client!r}; expected spread or burst", key_path="--client")
-    from ..validation.deployment import DEPLOYMENTS
-
     if deployment != "auto" and deployment not in DEPLOYMENTS:
         raise LlmsimError(f"unknown deployment {deployment!r}; expected auto, {', '.join(DEPLOYMENTS)}",
                           key_path="--deployment")

@@ -104,7 +104,7 @@ class LayoutOps:
         self.window = m.sliding_window or 0
         h, tp = m.hidden_size, par.tp
         gate = 2 if m.is_gated else 1
-        self.fmt = gemm_format(cm.weight_dtype, m.checkpoint_dtype, cm.fp4_units) if (m.is_moe or m.is_mla) else ""
+        self.fmt = gemm_format(cm.weight_dtype, m.checkpoint_dtype, gpu.has_unit("fp4")) if (m.is_moe or m.is_mla) else ""
         self.attn_gemms = [] if m.is_mla else cm.layer_gemms[:2]
         self.dense_gemms = [(gate * m.dense_ffn // tp, h), (h, m.dense_ffn // tp)] if self.n_dense else []
         self.shared_gemms = [(gate * m.shared_ffn // tp, h), (h, m.shared_ffn // tp)] if m.shared_ffn else []

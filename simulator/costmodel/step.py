@@ -86,8 +86,7 @@ class CostModel:
         self.kv_heads = max(1, m.kv_heads // tp)
         self.head_dim = m.dim_head
         self.w_bytes = BYTES[weight_dtype]
-        self.fp4_units = gpu.has_unit("fp4")
-        cdt = compute_dtype(weight_dtype, self.fp4_units)
+        cdt = compute_dtype(weight_dtype, gpu.has_unit("fp4"))
         self.a_bytes = 1.0 if cdt in ("fp8", "int8") and gpu.has_unit(cdt) else 2.0
         if weight_dtype == "nvfp4":   # W4A4: activations quantised to NVFP4 too
             self.a_bytes = QUANT_FORMATS["nvfp4"].act_bytes

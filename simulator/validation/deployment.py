@@ -36,7 +36,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 Deployment = Literal["defaults", "aiconfigurator"]
-DEPLOYMENTS: tuple[str, ...] = ("defaults", "aiconfigurator")
+DEPLOYMENTS: tuple[str, ...] = Deployment.__args__
 
 # AIConfigurator's generator rules: the prompt headroom it adds to the token budget.
 _AIC_HEADROOM = 1500

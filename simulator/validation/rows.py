@@ -14,7 +14,7 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Callable, Iterable, Optional
 
 import pandas as pd
 
@@ -119,10 +119,10 @@ def _stack(s: str) -> Optional[str]:
     return None
 
 
-def _dtypes(precision: str, model: Optional[str]) -> tuple[str, str]:
+def _dtypes(precision: str, checkpoint: Callable[[], Optional[str]]) -> tuple[str, str]:
     """Weights and KV cache a row's precision names; an unstated precision
     runs the checkpoint as published (gpt-oss's MXFP4 experts, DeepSeek's
-    block fp8), a 16-bit one in bf16."""
+    block fp8; ``checkpoint()`` gives its format), a 16-bit one in bf16."""
     p = str(precision).lower()
     kv = "fp8" if "fp8 kv" in p else "bf16"
     for word, dtype in (("nvfp4", "nvfp4"), ("mxfp4", "mxfp4"), ("fp4", "nvfp4"), ("int4", "int4"),
@@ -131,12 +131,19 @@ def _dtypes(precision: str, model: Optional[str]) -> tuple[str, str]:
             return dtype, kv
     if p.startswith("fp16"):
         return "fp16", "fp16"
-    if p.startswith("bf16") or model is None:
-        return "bf16", kv
-    from ..profiles import load_model
+    native = None if p.startswith("bf16") else checkpoint()
+    return ("fp8" if native == "fp8_block" else native or "bf16"), kv
 
-    native = load_model(model).checkpoint_dtype or "bf16"
-    return ("fp8" if native == "fp8_block" else native), kv
+
+def _checkpoint(model: Optional[str], formats: dict[str, Optional[str]]) -> Optional[str]:
+    """The weight format ``model``'s checkpoint is published in (None: 16-bit or unknown model)."""
+    if model is None:
+        return None
+    if model not in formats:
+        from ..profiles import load_model
+
+        formats[model] = load_model(model).checkpoint_dtype
+    return formats[model]
 
 
 def _parallel(r: dict, name: str, *aliases: str) -> int:
@@ -161,6 +168,7 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
     if not any(c in df.columns for c in METRICS):
         raise LlmsimError(f"no measured metric column; expected one of {', '.join(METRICS)}", source=path)
     out = []
+    formats: dict[str, Optional[str]] = {}      # model -> its checkpoint's format, each read once
     for i, r in enumerate(df.to_dict("records")):
         rid = str(r.get("row_id") or f"row{i + 1}")
         stack = _stack(r["engine"])
@@ -169,7 +177,7 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
         tp = _num(r.get("tp")) or 1
         if m in _FP8_BLOCK_TWIN and "fp8_block" in str(r.get("precision", "")).lower():
             m = _FP8_BLOCK_TWIN[m]
-        wd, kd = _dtypes(r.get("precision", ""), m)
+        wd, kd = _dtypes(r.get("precision", ""), lambda m=m: _checkpoint(m, formats))
         isl, osl = _num(r["isl_mean"]), _num(r["osl_mean"])
         row = Row(rid, stack or str(r["engine"]), m or str(r["model"]), g or str(r["gpu"]), int(tp), wd, kd,
                   int(isl or 0), int(osl or 0),
