@@ -104,6 +104,29 @@ def test_warmup_requests_run_but_are_not_counted():
     assert min(r.id for r in a.requests) == 8
 
 
+@settings(max_examples=10, deadline=None)
+@given(c=st.integers(1, 12), warm=st.integers(1, 30), n=st.integers(1, 30), isl=st.integers(16, 2000),
+       osl=st.integers(2, 50), backend=st.sampled_from([None, *BACKENDS]))
+def test_a_drained_warmup_ends_before_the_counted_burst(c, warm, n, isl, osl, backend):
+    """AIPerf's phases: the counted requests start together when the last
+    warm-up request has ended (the end of a run of the warm-up alone), and
+    from then on C are in flight while C remain."""
+    engine = {"backend": backend} if backend else {}
+    warmup_end = max(r.finish for r in simulate(_closed(c, warm, isl, osl, engine)).requests)
+    reqs = simulate(_closed(c, n, isl, osl, engine, warmup_requests=warm, warmup_drain=True)).requests
+    arr = np.array(sorted(r.arrival for r in reqs))
+    fin = np.array([r.finish for r in reqs])
+    assert len(reqs) == n and arr.min() == pytest.approx(warmup_end, abs=1e-9)
+    assert (arr[:min(c, n)] == arr[0]).all()
+    for t in arr:
+        assert ((arr <= t) & (fin > t)).sum() == min(c, n - (fin <= t).sum())
+
+
+def test_drain_without_warmup_is_refused():
+    with pytest.raises(ValueError, match="warmup_drain: true needs warmup_requests > 0"):
+        _closed(2, 4, 64, 8, warmup_drain=True)
+
+
 def test_ramp_up_spreads_the_first_sends():
     out = simulate(_closed(5, 5, 256, 2000, ramp_up_s=10.0))   # each lasts longer than the ramp
     assert [round(r.arrival, 9) for r in out.requests] == [0.0, 2.0, 4.0, 6.0, 8.0]

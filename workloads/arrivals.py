@@ -45,7 +45,7 @@ from functools import cached_property
 from typing import Annotated, ClassVar, Literal, Optional, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .rate_profiles import RateProfile, RateSchedule, Spike
 from .traces import TraceSpec
@@ -192,14 +192,25 @@ class ConcurrencyArrival(_Arrival):
                     "--max-concurrency` and AIPerf's concurrency mode start)")
     warmup_requests: int = Field(
         default=0, ge=0, le=10_000_000,
-        description="requests sent first and left out of the results, as a benchmark's warm-up "
-                    "(the loop runs on without a pause); num_requests are counted after them")
+        description="requests sent first and left out of the results, as a benchmark's warm-up; "
+                    "num_requests are counted after them")
+    warmup_drain: bool = Field(
+        default=False,
+        description="false: the loop runs on from warm-up into the counted requests without a pause; true: "
+                    "the warm-up requests all finish before the counted ones start, as one fresh burst of "
+                    "`concurrency` (AIPerf's warm-up phase)")
     turnaround_ms: float = Field(
         default=0.0, ge=0, le=60000, allow_inf_nan=False,
         description="a client sends its next request this long after its last one finished, exponentially "
                     "distributed with this mean: the benchmark client's own time to take in the response and "
                     "post the next request (event loop, HTTP); 0: at once")
     closed_loop: ClassVar[bool] = True
+
+    @model_validator(mode="after")
+    def _drain_needs_warmup(self) -> "ConcurrencyArrival":
+        if self.warmup_drain and self.warmup_requests == 0:
+            raise ValueError("warmup_drain: true needs warmup_requests > 0 (there is no warm-up to drain)")
+        return self
 
 
 # New processes go here with their own ``type`` literal. A ``trace`` replays

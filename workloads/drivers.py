@@ -128,12 +128,15 @@ class ClosedLoop:
 
     def __init__(self, concurrency: int, total: int, make: Callable[[int, float], Request],
                  block_tokens: Optional[int] = None, ramp_up_s: float = 0.0, warmup: int = 0,
-                 turnaround: Optional[list[float]] = None):
+                 turnaround: Optional[list[float]] = None, drain: bool = False):
         """``make(i, now)`` builds request i sent at ``now``; client j starts
         at ``j · ramp_up_s / concurrency``; the first ``warmup`` of the
         ``total`` requests are a benchmark's warm-up (:attr:`warmup`);
         ``turnaround[i]`` is how long after request i ends its client sends
-        the next one."""
+        the next one. With ``drain`` the warm-up is a phase of its own: its
+        clients idle once all warm-up requests are sent, and when the last
+        one ends the counted requests start as one burst, so the counted
+        phase begins from an empty server, in phase, as AIPerf runs it."""
         self.concurrency = concurrency
         self.total = total
         self.make = make
@@ -143,11 +146,14 @@ class ClosedLoop:
         self.ramp_up_s = ramp_up_s
         self.warmup = warmup
         self.turnaround = turnaround
+        # Requests the current phase may send: the warm-up alone while it drains.
+        self._phase_end = warmup if drain and warmup > 0 else total
+        self._finished = 0
 
     def start(self, env: simpy.Environment, submit: Submit, cancel: Submit) -> None:
         self.env = env
         self.submit = submit
-        n = min(self.concurrency, self.total)
+        n = min(self.concurrency, self._phase_end)
         if self.ramp_up_s <= 0:
             for _ in range(n):
                 self._issue()
@@ -156,14 +162,20 @@ class ClosedLoop:
             fire(env, j * self.ramp_up_s / self.concurrency, lambda ev: self._issue())
 
     def _issue(self) -> None:
-        if len(self.requests) >= self.total:    # a ramp's late client when early ones sent the rest
+        if len(self.requests) >= self._phase_end:   # a ramp's late client when early ones sent the rest
             return
         req = self.make(len(self.requests), self.env.now)
         self.requests.append(req)
         fire(self.env, 0.0, lambda ev: self.submit(req))
 
     def on_done(self, req: Request) -> None:
-        if len(self.requests) < self.total:
+        self._finished += 1
+        if self._finished == self._phase_end < self.total:     # the warm-up has drained
+            self._phase_end = self.total
+            for _ in range(min(self.concurrency, self.total - len(self.requests))):
+                self._issue()
+            return
+        if len(self.requests) < self._phase_end:
             if self.turnaround is None:
                 self._issue()
             else:
@@ -365,7 +377,7 @@ def _closed_loop(workload: WorkloadSpec, s: Streams, block_tokens: Optional[int]
     if arrival.turnaround_ms > 0:
         turnaround = s.think.exponential(arrival.turnaround_ms * 1e-3, n).tolist()
     return ClosedLoop(arrival.concurrency, n, make, block_tokens, arrival.ramp_up_s, arrival.warmup_requests,
-                      turnaround)
+                      turnaround, arrival.warmup_drain)
 
 
 def _trace_source(workload: WorkloadSpec, s: Streams, base_dir, subset: Optional[Subset] = None) -> OpenLoop:

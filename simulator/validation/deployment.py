@@ -49,10 +49,14 @@ class Client:
 
     warmup_rounds: int          # warm-up requests = rounds × C, not counted
     counted_rounds: int         # counted requests = rounds × C (when the row gives no count)
+    drain: bool = False         # the warm-up finishes before the counted requests start, as a new burst
 
 
 DEFAULT_CLIENT = Client(warmup_rounds=0, counted_rounds=4)
-AIPERF_CLIENT = Client(warmup_rounds=2, counted_rounds=50)
+# AIPerf runs warm-up and profiling as phases: the next phase starts when
+# every credit of the last has returned (aiperf/timing/credit_issuing_strategy.py,
+# ``_execute_phases``), and its concurrency semaphore then lets C go at once.
+AIPERF_CLIENT = Client(warmup_rounds=2, counted_rounds=50, drain=True)
 
 
 def engine_keys(deployment: str, stack: str, concurrency: int, isl: int) -> dict[str, Any]:

@@ -35,6 +35,7 @@ Client = Literal["spread", "burst"]
 class ReplaySettings:
     backend: Optional[str] = None           # None: the row's stack; else a backend name or profile file
     engine: Optional[Mapping[str, Any]] = None   # engine keys set on top (e.g. fitted overheads)
+    arrival: Optional[Mapping[str, Any]] = None  # closed-loop arrival keys set on top (e.g. turnaround_ms)
     client: Client = "burst"
     deployment: Optional[str] = None        # None: the row's own (validation.deployment); else one for all rows
     seed: int = 0
@@ -66,11 +67,13 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings()) -> Scenario:
             arrival: dict = {"type": "concurrency", "concurrency": c}
             if bench.warmup_rounds:
                 arrival["warmup_requests"] = bench.warmup_rounds * c
+                arrival["warmup_drain"] = bench.drain
             n = row.num_requests or bench.counted_rounds * c
         else:
             arrival = {"type": "concurrency", "concurrency": c, "warmup_requests": c,
                        "ramp_up_s": _no_load_seconds(row)}
             n = bench.counted_rounds * c
+        arrival.update(s.arrival or {})
         workload = {"num_requests": n, "arrival": arrival, **lengths}
     else:
         assert row.rate is not None
