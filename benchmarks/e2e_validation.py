@@ -33,7 +33,11 @@ row llmsim can express, with one fixed mapping and no per-row tuning:
     matters; llmsim defaults.
   ``--llmsim-defaults`` runs every row with llmsim's EngineConfig defaults
   instead (chunked prefill on, 8,192 budget), to show the sensitivity.
-  vLLM 0.6's multi-step scheduling (--num-scheduler-steps 10) and other
+  vLLM 0.6's multi-step scheduling (``--num-scheduler-steps 10`` in the
+  rows' version field) is ``num_scheduler_steps: 10``: prompts join only
+  between blocks of ten decode iterations. Its streaming (tokens reach the
+  client a block at a time, so the measured ITL is a block long) is not
+  modelled: llmsim's ITL is the time between generated tokens. Other
   engine differences are not modelled; docs/accuracy.md discusses them.
 * Seed 0 for every row.
 
@@ -164,12 +168,13 @@ ENGINES = {
 }
 
 
-def engine_settings(engine: str, llmsim_defaults: bool = False) -> dict:
+def engine_settings(engine: str, llmsim_defaults: bool = False, version: str = "") -> dict:
     """The engine's scheduling of the time, plus the stack's fitted CPU
     overheads (backend_profiles/<stack>.yaml: front end, iteration,
     response; physical costs of the serving process that a kernel-only
-    model misses). TensorRT-LLM's batch-1 rows time the runtime without a
-    server, so they get neither."""
+    model misses), plus the scheduling flags the row's version names
+    (vLLM's ``--num-scheduler-steps``). TensorRT-LLM's batch-1 rows time
+    the runtime without a server, so they get neither."""
     if llmsim_defaults:
         return {}
     from simulator.profiles.backend import load_backend
@@ -177,7 +182,9 @@ def engine_settings(engine: str, llmsim_defaults: bool = False) -> dict:
     e = str(engine).lower()
     for key, cfg in ENGINES.items():
         if e.startswith(key):
-            return {**cfg, **load_backend(key).overheads.model_dump()}
+            steps = re.search(r"--num[-_]scheduler[-_]steps[ =](\d+)", str(version))
+            flags = {"num_scheduler_steps": int(steps.group(1))} if steps else {}
+            return {**cfg, **load_backend(key).overheads.model_dump(), **flags}
     return {}
 
 
@@ -189,7 +196,7 @@ def simulate_row(row, m: Mapped, llmsim_defaults: bool = False) -> dict:
         "name": str(row.row_id), "seed": SEED, "workload": m.workload,
         "pools": [{"model": m.model, "gpu": m.gpu, "tp": m.tp, "replicas": 1,
                    "engine": {"weight_dtype": m.weight_dtype, "kv_dtype": m.kv_dtype,
-                              **engine_settings(row.engine, llmsim_defaults)}}],
+                              **engine_settings(row.engine, llmsim_defaults, row.engine_version)}}],
     })
     t = time.perf_counter()
     out = simulate(sc)

@@ -256,6 +256,9 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None) -> EngineConfig:
     contiguous = draw(st.sampled_from([False, False, False, True])) if kv is None else kv == "contiguous"
     extra = dict(kv_allocation="contiguous", prefix_cache=False,
                  max_new_tokens=draw(st.sampled_from([8, 64, 300, 600]))) if contiguous else {}
+    # vLLM 0.6's multi-step scheduling: prefill-only steps between decode blocks.
+    if scheduler == "continuous" and not chunked and not mixed and draw(st.booleans()):
+        extra["num_scheduler_steps"] = draw(st.sampled_from([2, 3, 8]))
     return EngineConfig(scheduler=scheduler, chunked_prefill=chunked, max_num_seqs=seqs,
                         max_num_batched_tokens=budget, block_size=bs, mixed_prefill=mixed, **extra)
 

@@ -22,6 +22,10 @@ class EngineConfig(BaseModel):
         default=None, description="prefills share iterations with decodes; default: as chunked_prefill (vLLM "
                                   "mixes chunks, SGLang runs prefill batches alone, TensorRT-LLM mixes whole "
                                   "prompts in flight)")
+    num_scheduler_steps: int = Field(
+        default=1, ge=1, le=64,
+        description="vLLM 0.5.5–0.6's multi-step scheduling: decodes run in blocks of this many iterations and "
+                    "the scheduler admits waiting prompts only between blocks (1: every iteration)")
     block_size: int = Field(default=16, ge=1, le=1024, description="tokens per KV block")
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     weight_dtype: Literal["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"] = "bf16"
@@ -97,6 +101,14 @@ class EngineConfig(BaseModel):
         if self.chunked_prefill and self.mixed_prefill is False:
             raise ValueError("chunked_prefill: true with mixed_prefill: false (chunks in prefill-only "
                              "iterations) is not modelled; set mixed_prefill: true or chunked_prefill: false")
+        return self
+
+    @model_validator(mode="after")
+    def _multi_step_modelled(self) -> "EngineConfig":
+        if self.num_scheduler_steps > 1 and (self.scheduler != "continuous" or self.mixes_prefill):
+            raise ValueError("num_scheduler_steps > 1 is modelled as vLLM 0.6.0 ran it: continuous scheduling "
+                             "with prefill-only steps between decode blocks; set chunked_prefill: false (and "
+                             "mixed_prefill unset or false)")
         return self
 
     @model_validator(mode="after")

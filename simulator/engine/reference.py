@@ -18,6 +18,7 @@ class ReferenceReplica(ReplicaBase):
         super().__init__(*args, **kwargs)
         self.running: list[Seq] = []      # admission order
         self.own = 0                      # blocks sequences hold privately
+        self.block_left = 0               # multi-step: decode iterations left in the current block
 
     @property
     def free(self) -> int:
@@ -93,12 +94,17 @@ class ReferenceReplica(ReplicaBase):
             return chunks, decodes
         if not cfg.chunked_prefill:
             # vLLM v0 without chunking: a prefill-only iteration whenever a
-            # waiting prompt can be admitted; decodes stall meanwhile.
-            chunks = self._admit_whole(now, self.free, reserve_output=False)
-            if chunks:
-                return chunks, []
+            # waiting prompt can be admitted; decodes stall meanwhile. With
+            # multi-step scheduling only between blocks of decode iterations.
+            if self.block_left == 0 or not any(s.state == DECODE for s in self.running):
+                self.block_left = 0
+                chunks = self._admit_whole(now, self.free, reserve_output=False)
+                if chunks:
+                    return chunks, []
             decodes, _ = self._allocate_decodes()
             self._trim_cache(self.free)
+            if decodes:
+                self.block_left = (self.block_left or cfg.num_scheduler_steps) - 1
             return [], decodes
         decodes, victims = self._allocate_decodes()
         self._trim_cache(self.free)

@@ -51,6 +51,9 @@ class FastReplica(ReplicaBase):
         self.fixed_filled = 0                # contiguous KV: blocks prefilling sequences' prompts fill
         self.demand = BlockDemand(self.bs)   # decoding sequences' blocks
         self.G = 0                           # decode iterations so far
+        # Multi-step scheduling: decisions only at G ≡ anchor (mod steps);
+        # the anchor moves when the decoding batch empties.
+        self.block_anchor = 0
         self.C = 0                           # Σ c_i over decoding sequences
         self.heap: list[tuple[int, int, int, Seq]] = []
         self.rates: dict[float, int] = {}    # decoding sequences by speculative E (per-class α only)
@@ -182,9 +185,12 @@ class FastReplica(ReplicaBase):
                 chunks = self._admit_whole(now, free, False, self.B)
             return chunks, self.B > 0, bool(victims)
         if not cfg.chunked_prefill:
-            chunks = self._admit_whole(now, self._free_blocks(False), reserve_output=False)
-            if chunks:
-                return chunks, False, False
+            if self.B == 0:
+                self.block_anchor = self.G
+            if (self.G - self.block_anchor) % cfg.num_scheduler_steps == 0:
+                chunks = self._admit_whole(now, self._free_blocks(False), reserve_output=False)
+                if chunks:
+                    return chunks, False, False
             self._make_room_for_decodes()
             self._trim_cache(self._free_blocks(self.B > 0))
             return [], self.B > 0, False
@@ -249,7 +255,9 @@ class FastReplica(ReplicaBase):
         n = gf - G0
         if preempted:
             n = 1
-        elif n > 1 and self.used_blocks(G0 + n) > self.num_blocks:
+        elif n > 1 and self.cfg.num_scheduler_steps > 1 and self.waiting and self._head_admissible():
+            n = min(n, self._block_boundary(G0 + 1) - G0)    # the head joins at the next decision
+        if n > 1 and self.used_blocks(G0 + n) > self.num_blocks:
             lo, hi = 1, n   # used(G0+lo) fits, used(G0+hi) does not
             while hi - lo > 1:
                 mid = (lo + hi) // 2
@@ -286,20 +294,31 @@ class FastReplica(ReplicaBase):
             heapq.heappop(h)
         return h[0][0] if h else None
 
-    def _on_arrival_while_busy(self, now: float) -> None:
-        if self.seg is None or not self.seg_cuttable or self.seg[1] <= 1:
-            return
-        # Admission needs a free sequence slot, token budget and blocks; the
-        # first two are constant and the last only shrinks over a stretch
-        # (decodes grow, cache entries are only evicted), so if any is
-        # missing now it stays missing until a finish.
+    def _head_admissible(self) -> bool:
+        """Whether the head of the queue could join at the next boundary.
+
+        Admission needs a free sequence slot, token budget and blocks; the
+        first two are constant and the last only shrinks over a stretch
+        (decodes grow, cache entries are only evicted), so if any is
+        missing now it stays missing until a finish."""
         cfg = self.cfg
-        if (len(self.running) >= cfg.max_num_seqs
-                or (cfg.chunked_prefill and cfg.max_num_batched_tokens - self.B <= 0)
-                or self._over_budget(self.waiting[0])
-                or self._admission(self.waiting[0])[0] > self.num_blocks - self.used_blocks(self.G + 1)):
+        return not (len(self.running) >= cfg.max_num_seqs
+                    or (cfg.chunked_prefill and cfg.max_num_batched_tokens - self.B <= 0)
+                    or self._over_budget(self.waiting[0])
+                    or self._admission(self.waiting[0])[0] > self.num_blocks - self.used_blocks(self.G + 1))
+
+    def _block_boundary(self, g: int) -> int:
+        """The first decode counter ≥ g at which the scheduler decides (every
+        one without multi-step scheduling)."""
+        return g + (self.block_anchor - g) % self.cfg.num_scheduler_steps
+
+    def _on_arrival_while_busy(self, now: float) -> None:
+        if self.seg is None or not self.seg_cuttable or self.seg[1] <= 1 or not self._head_admissible():
             return
-        self._cut(now)
+        if self.cfg.num_scheduler_steps > 1:
+            self._end_stretch_after(self._block_boundary(self.G + self._inflight(now)) - self.G, now)
+        else:
+            self._cut(now)
 
     def _inflight(self, now: float) -> int:
         """The iteration of the decode stretch in flight at ``now`` (1-based):
@@ -326,7 +345,11 @@ class FastReplica(ReplicaBase):
         """End the decode stretch in flight at the end of its current iteration."""
         if self.seg is None or self.seg[1] <= 1:
             return
-        k = self._inflight(now)
+        self._end_stretch_after(self._inflight(now), now)
+
+    def _end_stretch_after(self, k: int, now: float) -> None:
+        """End the decode stretch in flight after its k-th iteration (if sooner than planned)."""
+        assert self.seg is not None
         t0, n, K, b, B = self.seg
         if k >= n:
             return
