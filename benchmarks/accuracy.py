@@ -86,6 +86,8 @@ def closed_loop(workers: int, write_profiles: bool, log=print) -> dict:
     log("replaying every row out of phase (--client spread)")
     spread = error_table(rows, predict_all(rows, ReplaySettings(client="spread"), workers))
     out["spread_summary"] = summary(spread)
+    log("replaying every round in the phase its start gives it (--client burst)")
+    out["burst_summary"] = summary(error_table(rows, predict_all(rows, ReplaySettings(client="burst"), workers)))
     log("leave one group out")
     res = fit(rows, ReplaySettings(engine=_zero()), workers=workers, logo=True, progress=log)
     out.update(shipped=shipped, shipped_summary=summary(shipped),
@@ -115,6 +117,8 @@ def markdown(res: dict, wall: float, cmd: str) -> str:
              "batches extrapolate):", "", md(res["beyond_summary"]), "",
              "**Out of phase** (the same profiles, `llmsim validate --client spread`: clients spread over one "
              "request's no-load duration, one round of warm-up left out):", "", md(res["spread_summary"]), "",
+             "**In lockstep** (the same profiles, `llmsim validate --client burst`: every round in the phase "
+             "the start of the loop gives it, also for the AIPerf rows):", "", md(res["burst_summary"]), "",
              "**Leave one group out** (each model/GPU/stack group predicted with overheads fitted on the other "
              "three, pooled):", "", md(res["logo_summary"]), "", "Overheads of each fold:", "",
              "| held-out group | iteration ms | µs per seq | request ms | response ms |", "|---|---:|---:|---:|---:|"]

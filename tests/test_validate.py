@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 
 import pandas as pd
 import pytest
@@ -100,8 +101,9 @@ def test_bench_json_rows_replay(tmp_path, cli):
 
 
 def test_a_rows_provenance_names_its_deployment(tmp_path):
-    """AIConfigurator's pipeline rows (source and measurement record) replay
-    its generated deployment; any other row the stack's defaults."""
+    """AIConfigurator's rows (source and measurement record) replay its
+    evaluation runs before its generator emitted benchmarks, and the
+    generated deployment after; any other row the stack's defaults."""
     from simulator.validation.rows import rows_from_csv
 
     base = {"engine": "vllm", "model": "meta-llama/Llama-3.1-8B", "gpu": "H100-SXM5-80GB", "tp": 1,
@@ -109,9 +111,11 @@ def test_a_rows_provenance_names_its_deployment(tmp_path):
     aic = "NVIDIA AIConfigurator silicon measurements (vendor, raw e2e)"
     pd.DataFrame([{**base, "row_id": "a", "source_kind": aic, "notes": "silicon_concurrency=8; measured=2025-10-29"},
                   {**base, "row_id": "b", "source_kind": aic, "notes": "silicon_concurrency=8"},
-                  {**base, "row_id": "c", "source_kind": "vLLM blog", "notes": "measured=2025-01-01"}]
+                  {**base, "row_id": "c", "source_kind": "vLLM blog", "notes": "measured=2025-01-01"},
+                  {**base, "row_id": "d", "source_kind": aic, "notes": "measured=2026-04-21T00:00:00.000Z"}]
                  ).to_csv(tmp_path / "p.csv", index=False)
-    assert [r.deployment for r in rows_from_csv(tmp_path / "p.csv")] == ["aiconfigurator", "defaults", "defaults"]
+    assert ([r.deployment for r in rows_from_csv(tmp_path / "p.csv")]
+            == ["aic-eval", "defaults", "defaults", "aiconfigurator"])
 
 
 def test_the_deployment_changes_ttft_and_replays_to_zero_under_itself(tmp_path, cli):
@@ -148,3 +152,34 @@ def test_generated_deployments_are_engines_llmsim_accepts(stack, c, isl):
     keys = engine_keys("aiconfigurator", stack, c, isl)
     cfg = EngineConfig(**keys)
     assert cfg.max_num_seqs == c and cfg.max_num_batched_tokens >= c + isl
+
+
+def test_phases_replay_one_burst_round_then_the_rest_out_of_phase():
+    """AIPerf's counted phase: the first C requests are a burst on an empty
+    server, the other rounds out of phase; means are over both runs'
+    requests, so the burst round weighs 1 of the counted rounds."""
+    from simulator.runner import simulate
+    from simulator.validation.deployment import AIPERF_EVAL_CLIENT
+    from simulator.validation.replay import client_mode, scenario_for
+
+    row = Row("p", "vllm", "llama-3.2-1b", "h100-sxm", 1, "bf16", "bf16", 1024, 64, concurrency=8,
+              measured={"ttft_mean_ms": 1.0, "tpot_mean_ms": 1.0}, deployment="aic-eval")
+    assert client_mode(row, ReplaySettings()) == "phases"
+    assert client_mode(replace(row, deployment="defaults"), ReplaySettings()) == "burst"
+    first = simulate(scenario_for(row, ReplaySettings(), "first-round"))
+    rest = simulate(scenario_for(row, ReplaySettings(), "rest"))
+    assert len(first.requests) == 8 and {r.arrival for r in first.requests} == {0.0}
+    assert len(rest.requests) == (AIPERF_EVAL_CLIENT.counted_rounds - 1) * 8
+    r = AIPERF_EVAL_CLIENT.counted_rounds
+    want = (first.results["mean_ttft_ms"] + (r - 1) * rest.results["mean_ttft_ms"]) / r
+    got = predict(row, ReplaySettings())
+    assert got["ttft_mean_ms"] == pytest.approx(want, rel=1e-9)
+    assert first.results["mean_ttft_ms"] > rest.results["mean_ttft_ms"]    # the burst queues
+    assert predict(row, ReplaySettings(client="burst"))["ttft_mean_ms"] != pytest.approx(want, rel=1e-3)
+
+
+def test_an_unknown_client_is_one_line(tmp_path, cli):
+    rows = _rows(ReplaySettings())[:1]
+    _csv(rows, tmp_path / "own.csv")
+    res = cli("validate", tmp_path / "own.csv", "--model", "llama-3.2-1b", "--client", "lockstep")
+    assert res.code == 2 and "unknown client 'lockstep'" in res.err and "Traceback" not in res.err

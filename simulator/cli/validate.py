@@ -56,13 +56,15 @@ def validate(
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV cache of JSON results"),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", min=1,
                                                   help="replay only rows at or below this concurrency"),
-    client: str = typer.Option("burst", "--client", help="closed-loop start: burst (all C clients at t = 0, "
-                               "every request counted, as benchmark tools run) or spread (clients out of phase, "
-                               "one round of warm-up left out)"),
+    client: str = typer.Option("auto", "--client", help="how the closed loop's rounds fall into phase: burst "
+                               "(all C clients at t = 0, every round in that phase), spread (every round out of "
+                               "phase), phases (AIPerf: one burst round on an empty server, the rest out of "
+                               "phase) or auto (phases for AIPerf deployments, else burst)"),
     deployment: str = typer.Option("auto", "--deployment", help="how the measured servers were launched and "
                                    "benchmarked: auto (each row's provenance), defaults (the stack's own "
-                                   "defaults, every request counted) or aiconfigurator (AIConfigurator's "
-                                   "generated deployments and AIPerf runs); see docs/accuracy.md"),
+                                   "defaults, every request counted), aiconfigurator (AIConfigurator's "
+                                   "generated deployments and AIPerf runs) or aic-eval (AIConfigurator's 2025 "
+                                   "evaluation runs: stack defaults, AIPerf); see docs/accuracy.md"),
     fit: Optional[Path] = typer.Option(None, "--fit", help="fit the stack's overheads to the rows and write "
                                        "a backend profile here"),
     csv: Optional[Path] = typer.Option(None, "--csv", help="also write measured vs predicted per row"),
@@ -73,11 +75,11 @@ def validate(
     """Replay measured benchmarks through llmsim: signed errors per row, median and p90 per metric and stack."""
     from ..validation import fit as fitting
     from ..validation.deployment import DEPLOYMENTS
-    from ..validation.replay import ReplaySettings
+    from ..validation.replay import CLIENT_MODES, ReplaySettings
     from ..validation.report import error_table, predict_all, summary
 
-    if client not in ("spread", "burst"):
-        raise LlmsimError(f"unknown client {client!r}; expected spread or burst", key_path="--client")
+    if client not in CLIENT_MODES:
+        raise LlmsimError(f"unknown client {client!r}; expected {', '.join(CLIENT_MODES)}", key_path="--client")
     if deployment != "auto" and deployment not in DEPLOYMENTS:
         raise LlmsimError(f"unknown deployment {deployment!r}; expected auto, {', '.join(DEPLOYMENTS)}",
                           key_path="--deployment")

@@ -1,10 +1,11 @@
 """How a measured row's server was launched and its benchmark client run.
 
 A closed loop's TTFT is set less by the kernels than by how many prompts
-one iteration may hold: that decides whether the C clients' requests are
-prefilled together (and then finish, and come back, together) or one after
-another. A row can only be replayed faithfully with the launch flags and
-client its measurement used, so each row carries a deployment:
+wait behind each other's prefills, and that depends on the launch flags
+(how many prompts one iteration may hold) and on the client (how it starts
+the loop and which requests it counts). A row can only be replayed
+faithfully with the deployment its measurement used, so each row carries
+one:
 
 ``defaults``
     The stack as ``serve``/``launch_server``/``trtllm-serve`` start it
@@ -14,9 +15,9 @@ client its measurement used, so each row carries a deployment:
 
 ``aiconfigurator``
     Deployments generated and benchmarked by NVIDIA AIConfigurator's
-    pipeline (github.com/ai-dynamo/aiconfigurator,
+    generator (github.com/ai-dynamo/aiconfigurator,
     ``src/aiconfigurator/generator/rule_plugin/benchmark/*.rule`` and
-    ``config/backend_templates/benchmark/bench_run.sh.j2``):
+    ``config/backend_templates/benchmark/bench_run.sh.j2``, from 2026-02):
 
     - vLLM and TensorRT-LLM: ``max_num_tokens = max_batch_size + ISL +
       1500`` (TensorRT-LLM rounds up to its 32-token blocks) and a batch
@@ -24,23 +25,47 @@ client its measurement used, so each row carries a deployment:
       a chunk of the next rather than eight;
     - SGLang: ``max_prefill_tokens = ISL + 1500`` with mixed chunks on;
     - AIPerf at concurrency C with ``ignore_eos``, ``2·C`` warm-up
-      requests and ``50·C`` counted ones.
+      requests and ``20·C`` counted ones (``BENCH_MULTI_ROUND``; the
+      template counted ``50·C`` before 2026-04-29).
 
-    A row is taken to come from that pipeline when its source names
-    AIConfigurator and its provenance carries the pipeline's measurement
-    record (``measured=`` in ``notes``); every other row is ``defaults``.
+``aic-eval``
+    Rows measured by AIConfigurator's evaluation pipeline before its
+    generator emitted benchmark commands (``src/aiconfigurator/eval``,
+    2025-08 to 2026-03, ``benchmarks/genai_perf_runner.py``): AIPerf with
+    ``--warmup-request-count 2·C``, ``--request-count 10·C``,
+    ``--num-dataset-entries 12·C`` (every prompt distinct, so no prefix
+    cache hits) and a fixed output length (``min_tokens = max_tokens``,
+    ``ignore_eos``), against the stack's default launch flags (that
+    pipeline generated launch flags for TensorRT-LLM only).
+
+A row is taken to come from AIConfigurator when its source names it and
+its provenance carries a measurement record (``measured=<date>`` in
+``notes``): measured before 2026-02-11, when the generator began to emit
+benchmark commands, it is ``aic-eval``; from then on ``aiconfigurator``.
+Every other row is ``defaults``.
+
+AIPerf runs warm-up and counted requests as phases (the next starts when
+every request of the last has returned, then as one burst of C:
+``aiperf/timing/credit_issuing_strategy.py``, ``_execute_phases``, in
+github.com/ai-dynamo/aiperf), so its counted requests begin with one round
+queued behind each other's prefills on an empty server. The replay
+(:mod:`.replay`) keeps that round and runs the other rounds out of phase.
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-Deployment = Literal["defaults", "aiconfigurator"]
+Deployment = Literal["defaults", "aiconfigurator", "aic-eval"]
 DEPLOYMENTS: tuple[str, ...] = Deployment.__args__
 
 # AIConfigurator's generator rules: the prompt headroom it adds to the token budget.
 _AIC_HEADROOM = 1500
 _TRT_BLOCK = 32
+# The day AIConfigurator's generator began to emit benchmark commands
+# (commit f90534bc2, "generator will generate benchmark command").
+_GENERATOR_BENCH_SINCE = "2026-02-11"
 
 
 @dataclass(frozen=True)
@@ -53,15 +78,13 @@ class Client:
 
 
 DEFAULT_CLIENT = Client(warmup_rounds=0, counted_rounds=4)
-# AIPerf runs warm-up and profiling as phases: the next phase starts when
-# every credit of the last has returned (aiperf/timing/credit_issuing_strategy.py,
-# ``_execute_phases``), and its concurrency semaphore then lets C go at once.
-AIPERF_CLIENT = Client(warmup_rounds=2, counted_rounds=50, drain=True)
+AIPERF_GENERATOR_CLIENT = Client(warmup_rounds=2, counted_rounds=20, drain=True)
+AIPERF_EVAL_CLIENT = Client(warmup_rounds=2, counted_rounds=10, drain=True)
 
 
 def engine_keys(deployment: str, stack: str, concurrency: int, isl: int) -> dict[str, Any]:
     """Engine keys the deployment sets on top of the stack's defaults."""
-    if deployment == "defaults":
+    if deployment in ("defaults", "aic-eval"):
         return {}
     if deployment != "aiconfigurator":
         raise ValueError(f"unknown deployment {deployment!r}")
@@ -77,11 +100,12 @@ def engine_keys(deployment: str, stack: str, concurrency: int, isl: int) -> dict
 
 
 def client(deployment: str) -> Client:
-    return AIPERF_CLIENT if deployment == "aiconfigurator" else DEFAULT_CLIENT
+    return {"aiconfigurator": AIPERF_GENERATOR_CLIENT, "aic-eval": AIPERF_EVAL_CLIENT}.get(deployment, DEFAULT_CLIENT)
 
 
 def of_source(source: str, notes: str) -> Deployment:
     """The deployment a CSV row's provenance documents."""
-    if "aiconfigurator" in source.lower() and "measured=" in notes:
-        return "aiconfigurator"
-    return "defaults"
+    measured = re.search(r"measured=(\d{4}-\d{2}-\d{2})", notes)
+    if "aiconfigurator" not in source.lower() or measured is None:
+        return "defaults"
+    return "aic-eval" if measured.group(1) < _GENERATOR_BENCH_SINCE else "aiconfigurator"
