@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from simulator.metrics.column_files import ColumnFiles  # noqa: E402
-from simulator.metrics.fleet_report import llmsim_block  # noqa: E402
+from simulator.report.fleet_report import llmsim_block  # noqa: E402
 from simulator.metrics.gaps import GapGrid, GapLog  # noqa: E402
 from simulator.metrics.percentiles import UniformMixture  # noqa: E402
 from simulator.metrics.records import Records  # noqa: E402

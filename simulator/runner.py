@@ -27,7 +27,7 @@ from .fleet.setup import PoolSetup, setup_pool  # noqa: F401  (re-exported: note
 from .metrics.records import Records
 from .fleet.timeline import Timeline
 from .gcpause import without_gc
-from .metrics.fleet_report import llmsim_block, timing_block
+from .report.fleet_report import llmsim_block, timing_block
 from .scenario.compile import FleetPlan, PoolPlan, compile_scenario
 from .metrics.gaps import GapGrid, GapLog
 from .metrics.results import compute_results

@@ -23,7 +23,7 @@ from typing import Callable, Optional, Sequence
 
 import numpy as np
 
-from ..engine.routing import Router, make_router
+from ..fleet.routing import Router, make_router
 from ..errors import LlmsimError
 from ..fleet.classes import ClassSpec
 from ..fleet.disaggregation import KvLinkSpec

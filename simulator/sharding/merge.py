@@ -5,7 +5,7 @@ concatenated and every figure of results.json — percentiles, throughput,
 goodput, SLO attainment, the per-class, per-pool and cost blocks — is
 computed from the merged records by the same functions a plain run calls
 (:func:`simulator.metrics.results.compute_results`,
-:func:`simulator.metrics.fleet_report.llmsim_block`). Those functions see a
+:func:`simulator.report.fleet_report.llmsim_block`). Those functions see a
 merged pool per pool: every shard's replicas (renumbered after the earlier
 shards'), the replica-count logs summed on the union of their step times,
 rejections summed. The run ends when the latest shard does, and each
@@ -24,7 +24,7 @@ from typing import MutableMapping, Optional
 
 import numpy as np
 
-from ..metrics.fleet_report import _merge_steps, llmsim_block, timing_block
+from ..report.fleet_report import _merge_steps, llmsim_block, timing_block
 from ..runsize import check_run_size
 from ..metrics.column_files import ColumnFiles
 from ..metrics.gaps import GapGrid

@@ -16,18 +16,18 @@ from ..fleet.setup import PoolSetup
 from ..scenario.compile import FleetPlan
 from workloads.request import Request
 from ..costmodel.speculative import expected_tokens_per_step
-from .api_pricing import api_block
-from .by_input_length import input_length_block
-from .classes import class_block
-from .gpu_counts import gpu_count
-from .load import load_block
-from .metering import gateway_block
-from .product import product_block
-from .cost import cost_block, pool_billing, replica_seconds
-from .monthly import usage_factor
-from .records import Records
-from .regions import region_block
-from .ttft_budget import ttft_budget
+from ..metrics.api_pricing import api_block
+from ..metrics.by_input_length import input_length_block
+from ..metrics.classes import class_block
+from ..metrics.gpu_counts import gpu_count
+from ..metrics.load import load_block
+from ..metrics.metering import gateway_block
+from ..metrics.product import product_block
+from ..metrics.cost import cost_block, pool_billing, replica_seconds
+from ..metrics.monthly import usage_factor
+from ..metrics.records import Records
+from ..metrics.regions import region_block
+from ..metrics.ttft_budget import ttft_budget
 
 
 def timing_block(wall: float, requests: int) -> dict:
