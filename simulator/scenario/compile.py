@@ -296,7 +296,7 @@ def _check_regions(sc: Scenario, source) -> None:
 
 
 def _class_speculation(setups: list[PoolSetup], classes: Sequence[ClassSpec], routes: dict[str, str],
-                      source: str | Path | None = None) -> list[PoolSetup]:
+                       source: str | Path | None = None) -> list[PoolSetup]:
     """The setups with each class's own speculative acceptance rate given to
     the pool that decodes it (its pool, or that pool's decode pool when it
     only prefills); a class setting one where no draft model runs is an error."""
