@@ -27,8 +27,8 @@ COMPILED = [
     "simulator/engine/base.py",
     "simulator/engine/replica.py",
     "simulator/engine/wake.py",
-    "simulator/engine/routing/prefix_bound.py",
-    "simulator/engine/routing/prefix_choice.py",
+    "simulator/fleet/routing/prefix_bound.py",
+    "simulator/fleet/routing/prefix_choice.py",
     "simulator/costmodel/scalar.py",
 ]
 

@@ -32,7 +32,7 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from simulator.metrics.column_files import ColumnFiles  # noqa: E402
-from simulator.metrics.fleet_report import llmsim_block  # noqa: E402
+from simulator.report.fleet_report import llmsim_block  # noqa: E402
 from simulator.metrics.gaps import GapGrid, GapLog  # noqa: E402
 from simulator.metrics.percentiles import UniformMixture  # noqa: E402
 from simulator.metrics.records import Records  # noqa: E402
@@ -81,7 +81,7 @@ def request_figures(tile: int) -> None:
     for on_disk in (False, True):
         rec = table(on_disk)
         res = _peak(lambda: compute_results(rec, None, slo=sc.slo))
-        block = _peak(lambda: llmsim_block(sc, out.setups, out.pools, 120.0, "fast", rec, out.scalers))
+        block = _peak(lambda: llmsim_block(out.plan, out.pools, 120.0, "fast", rec, out.scalers))
         where = "on disk" if on_disk else "in memory"
         print(f"{n:,} requests, columns {where}: compute_results peak {res / n:.0f} B per request, "
               f"llmsim block {block / n:.0f} B per request")

@@ -24,7 +24,7 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 
 import engine_speed as es  # noqa: E402
 from simulator.engine.base import ReplicaBase  # noqa: E402
-from simulator.engine.routing.prefix_bound import PrefixBound  # noqa: E402
+from simulator.fleet.routing.prefix_bound import PrefixBound  # noqa: E402
 from simulator.runner import simulate  # noqa: E402
 from simulator.scenario.load import load_scenario  # noqa: E402
 

@@ -78,7 +78,7 @@ def in_process(path: Path, out: Path) -> dict[str, tuple[float, float]]:
     from rich.console import Console
 
     from simulator.cli.rundir import write_run_dir
-    from simulator.metrics.summary import summary_table
+    from simulator.report.summary import summary_table
     from simulator.runner import simulate
 
     t = _clock()

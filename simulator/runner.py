@@ -1,8 +1,10 @@
 """Build a fleet from a scenario, replay its workload, and collect results.
 
-This is the one place that knows how the pieces fit: profiles → cost model
-and memory plan → replicas behind a router → workload driver → metrics.
-Notebooks call :func:`simulate`; the CLI calls it and writes the files.
+The scenario arrives compiled (:func:`simulator.scenario.compile.compile_scenario`:
+every check passed, every pool's cost model, memory plan and router factory
+resolved); this module only wires SimPy to that plan: replicas behind
+routers → front end → workload driver → metrics. Notebooks call
+:func:`simulate`; the CLI calls it and writes the files.
 """
 from __future__ import annotations
 
@@ -14,21 +16,19 @@ from typing import Callable, Optional
 import numpy as np
 import simpy
 
-from .engine.routing import make_router
 from .engine.wake import run as run_events
 from .fleet.autoscaler import Autoscaler
-from .fleet.checks import base_dir, check_scenario, class_routes
 from .fleet.classes import ClassTable
 from .fleet.clock import Clock
 from .fleet.disaggregation import PrefillDecode
 from .fleet.frontend import Fleet
-from .fleet.regions import RegionTable
 from .fleet.pool import Admission, Pool
 from .fleet.setup import PoolSetup, setup_pool  # noqa: F401  (re-exported: notebooks size pools with it)
 from .metrics.records import Records
 from .fleet.timeline import Timeline
 from .gcpause import without_gc
-from .metrics.fleet_report import llmsim_block, timing_block
+from .report.fleet_report import llmsim_block, timing_block
+from .scenario.compile import FleetPlan, PoolPlan, compile_scenario
 from .metrics.gaps import GapGrid, GapLog
 from .metrics.results import compute_results
 from .errors import LlmsimError
@@ -50,6 +50,7 @@ class RunOutput:
     timeline: Optional[object] = None       # pandas DataFrame (timeline.csv)
     scalers: dict = field(default_factory=dict)   # pool name -> its Autoscaler
     timing: dict = field(default_factory=dict)    # run.json: wall-clock measurements (fleet_report.timing_block)
+    plan: Optional[FleetPlan] = None              # the compiled scenario the run was wired from
 
     @property
     def pool(self) -> Pool:
@@ -57,18 +58,11 @@ class RunOutput:
         return next(iter(self.pools.values()))
 
 
-def _build_pool(env, ps: PoolSetup, sc: Scenario, routes: dict[str, str], gaps: GapLog, engine: str, rng,
-                id_block_tokens) -> Pool:
-    spec = ps.spec
-    mine = [c for c in sc.classes if routes[c.name] == spec.name]
-    budgets = {c.name: max(1, int(c.kv_budget_fraction * ps.memory.num_blocks))
-               for c in mine if c.kv_budget_fraction is not None}
-    admission = {c.name: Admission(c.admission.max_queue_per_replica, c.admission.max_wait_s)
-                 for c in mine if c.admission is not None}
-    warm = spec.autoscaling.warm_pool if spec.autoscaling else 0
-    return Pool(env, ps.cm, spec.engine, ps.memory.num_blocks, spec.replicas, make_router(spec.router, rng), gaps,
-                engine, id_block_tokens=id_block_tokens, name=spec.name, kv_budgets=budgets or None,
-                admission=admission, warm=warm)
+def _build_pool(env, p: PoolPlan, gaps: GapLog, engine: str, rng, id_block_tokens) -> Pool:
+    spec = p.spec
+    return Pool(env, p.setup.cm, spec.engine, p.setup.memory.num_blocks, spec.replicas, p.router(rng), gaps,
+                engine, id_block_tokens=id_block_tokens, name=spec.name, kv_budgets=p.kv_budgets or None,
+                admission=p.admission, warm=p.warm)
 
 
 def _check_drawn(sc: Scenario, src, source) -> None:
@@ -101,7 +95,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     if not isinstance(scenario, Scenario):
         scenario, source = load_scenario(scenario)
     sc = scenario
-    setups = check_scenario(sc, source)
+    plan = compile_scenario(sc, source)
     check_run_size(sc, source)
     env = simpy.Environment()
     gaps = GapLog()
@@ -110,11 +104,9 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     router_rng = np.random.default_rng(seeds[7])
     done = [0]
     wall = time.perf_counter()
-    src = make_source(wl, sc.seed, base_dir(source), subset)
+    src = make_source(wl, sc.seed, plan.folder, subset)
     _check_drawn(sc, src, source)
-    routes = class_routes(sc, source)
-    pools = {ps.spec.name: _build_pool(env, ps, sc, routes, gaps, engine, router_rng, src.block_tokens)
-             for ps in setups}
+    pools = {p.name: _build_pool(env, p, gaps, engine, router_rng, src.block_tokens) for p in plan.pools}
     classes = ClassTable(list(sc.classes), sc.seed, np.random.default_rng(seeds[6]))
 
     def on_done(req: Request) -> None:
@@ -125,26 +117,22 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         req.blocks = None
 
     targets: dict = dict(pools)           # what a class routes to: a pool, or a prefill → decode pair
-    fleet = Fleet(env, targets, classes, routes, on_done, RegionTable(sc.regions, sc.seed),
-                  {ps.spec.name: ps.spec.engine.response_ms * 1e-3 for ps in setups})
-    for p in pools.values():
-        p.on_done = fleet.done
-    for ps in setups:
-        d = ps.spec.disaggregation
-        if d is not None:
-            e = ps.spec.engine
-            pair = PrefillDecode(env, pools[ps.spec.name], pools[d.decode_pool],
-                                 ps.cm.model.kv_bytes_per_token(e.kv_dtype), ps.spec.tp, d.link)
-            pair.on_done = fleet.done
-            targets[ps.spec.name] = pair
+    fleet = Fleet(env, targets, classes, plan.routes, on_done, plan.regions,
+                  {p.name: p.spec.engine.response_ms * 1e-3 for p in plan.pools})
+    for pool in pools.values():
+        pool.on_done = fleet.done
+    for pair in plan.pairs:
+        pd = PrefillDecode(env, pools[pair.prefill], pools[pair.decode], pair.kv_bytes_per_token, pair.tp, pair.link)
+        pd.on_done = fleet.done
+        targets[pair.prefill] = pd
     clock = Clock(env)
     scalers = {}
-    for ps in setups:
-        a = ps.spec.autoscaling
+    for p in plan.pools:
+        a = p.spec.autoscaling
         if a is not None:
-            sc_ = scalers[ps.spec.name] = Autoscaler(pools[ps.spec.name], a, a.cold_start_s(ps.memory.weights_bytes))
-            clock.every(a.interval_s, sc_.tick)
-    timeline = Timeline(pools, {ps.spec.name: ps.spec.gpus_per_replica for ps in setups})
+            scaler = scalers[p.name] = Autoscaler(pools[p.name], a, p.cold_start_s)
+            clock.every(a.interval_s, scaler.tick)
+    timeline = Timeline(pools, {p.name: p.spec.gpus_per_replica for p in plan.pools})
     timeline.sample()
     clock.every(sc.timeline_interval_s, timeline.sample)
     if progress is not None:
@@ -164,10 +152,12 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     end = max(p.end_time() for p in pools.values())
     tl = timeline.frame(end)
     if not summarize:
-        return RunOutput(sc, requests, gaps, {}, pools, setups, tl, scalers, timing_block(wall, len(requests)))
+        return RunOutput(sc, requests, gaps, {}, pools, plan.setups, tl, scalers,
+                         timing_block(wall, len(requests)), plan)
     records = Records.of(requests)
-    llmsim = llmsim_block(sc, setups, pools, end, engine, records, scalers)
+    llmsim = llmsim_block(plan, pools, end, engine, records, scalers)
     results = compute_results(records, gaps, slo=sc.slo, llmsim=llmsim)
-    return RunOutput(sc, requests, gaps, results, pools, setups, tl, scalers, timing_block(wall, len(records)))
+    return RunOutput(sc, requests, gaps, results, pools, plan.setups, tl, scalers,
+                     timing_block(wall, len(records)), plan)
 
 

@@ -21,7 +21,7 @@ from simulator.costmodel import CostModel
 from simulator.engine.blocks import ceil_div
 from simulator.engine.config import EngineConfig
 from simulator.fleet.pool import Pool
-from simulator.engine.routing import make_router
+from simulator.fleet.routing import make_router
 from simulator.metrics.gaps import GapLog
 from simulator.profiles import load_hardware, load_model
 from workloads.drivers import ClosedLoop, OpenLoop

@@ -170,7 +170,7 @@ def _every_variant(path: Path):
 def test_the_key_covers_every_file_a_run_reads(tmp_path, repo_root, name):
     """What a run reads (loading, the pre-run checks, drawing the workload) is inside what the store's key
     hashes, for every built-in scenario and variant (speculative drafts, backends) and a trace scenario."""
-    from simulator.fleet.checks import base_dir, check_scenario
+    from simulator.scenario.compile import base_dir, compile_scenario
     from simulator.inputs import recorded_reads
     from simulator.planning.point import named_files
     from workloads.drivers import make_source
@@ -182,7 +182,7 @@ def test_the_key_covers_every_file_a_run_reads(tmp_path, repo_root, name):
         path = repo_root / "scenarios" / f"{name}.yaml"
     for sc in _every_variant(path):
         with recorded_reads() as read:
-            check_scenario(sc, path)
+            compile_scenario(sc, path)
             if sc.workload.is_trace:
                 make_source(sc.workload, sc.seed, base_dir(path))
         with recorded_reads() as keyed:
@@ -281,7 +281,7 @@ def test_the_clock_stops_a_run_whose_span_was_unknown():
 def test_fuzz_a_mangled_scenario_file_is_one_error_or_a_scenario(data):
     """Cut, splice or corrupt the scenario text anywhere: loading and checking it either gives a scenario
     or one LlmsimError, never another exception."""
-    from simulator.fleet.checks import check_scenario
+    from simulator.scenario.compile import compile_scenario
 
     text = yaml.safe_dump(SCENARIO, sort_keys=False).encode()
     how = data.draw(st.sampled_from(["truncate", "delete", "insert", "nest"]))
@@ -299,7 +299,7 @@ def test_fuzz_a_mangled_scenario_file_is_one_error_or_a_scenario(data):
         p.write_bytes(text)
         try:
             sc, path = load_scenario(p)
-            check_scenario(sc, path)
+            compile_scenario(sc, path)
             check_run_size(sc, path)
         except LlmsimError:
             pass
@@ -318,14 +318,14 @@ VALUES = st.one_of(st.none(), st.booleans(), st.integers(-2**70, 2**70), st.floa
 def test_fuzz_any_set_flag_is_a_scenario_or_one_error(key, value):
     """--set KEY=VALUE with any key path and any YAML value: a scenario (checked and sized) or one
     LlmsimError, never another exception."""
-    from simulator.fleet.checks import check_scenario
+    from simulator.scenario.compile import compile_scenario
 
     text = yaml.safe_dump(value, default_flow_style=True).strip().removesuffix("...").strip()
     with tempfile.TemporaryDirectory() as tmp:
         scenario = write_yaml(Path(tmp) / "s.yaml", SCENARIO)
         try:
             sc, path = load_scenario(scenario, [f"{key}={text}"])
-            check_scenario(sc, path)
+            compile_scenario(sc, path)
             check_run_size(sc, path)
         except LlmsimError:
             pass

@@ -9,7 +9,7 @@ from rich.console import Console
 
 from simulator.metrics.cost import (DEFAULT_OUTPUT_WEIGHT, cost_block, monthly_cost, pool_billing, pool_price,
                                     replica_seconds, session_load)
-from simulator.metrics.summary import summary_table
+from simulator.report.summary import summary_table
 from simulator.profiles import load_hardware
 from simulator.runner import simulate
 from simulator.scenario.schema import PoolSpec, Scenario

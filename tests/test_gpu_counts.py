@@ -12,7 +12,7 @@ from hypothesis import given, strategies as st
 from rich.console import Console
 
 from simulator.metrics.gpu_counts import gpu_count
-from simulator.metrics.summary import summary_table
+from simulator.report.summary import summary_table
 from simulator.report.ladder import ladder_row
 from simulator.report.plots import cost_figure
 from simulator.runner import simulate

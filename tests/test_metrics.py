@@ -20,7 +20,8 @@ from rich.console import Console
 
 from simulator.errors import LlmsimError
 from simulator.metrics import (GapGrid, GapLog, UniformMixture, compute_results, jsonable, percentile_key, request_table,
-                               sample_stats, summary_table, write_requests, write_results)
+                               sample_stats, write_requests, write_results)
+from simulator.report.summary import summary_table
 from workloads.request import RECORD_COLUMNS, Request, Status
 
 approx = lambda x: pytest.approx(x, rel=1e-12, abs=1e-12)  # noqa: E731

@@ -8,7 +8,7 @@ from rich.console import Console
 
 from simulator.metrics.cost import PoolBilling, cost_block
 from simulator.metrics.monthly import MonthlySpec, MonthRule, daily_load, peak_window_month
-from simulator.metrics.summary import summary_table
+from simulator.report.summary import summary_table
 from simulator.runner import simulate
 from simulator.scenario.schema import Scenario
 from test_fleet import cli_error

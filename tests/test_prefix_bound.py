@@ -22,8 +22,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from helpers_engine import compare_runs, run_open, workloads
-from simulator.engine.routing import prefix_bound
-from simulator.engine.routing.prefix_bound import PrefixBound
+from simulator.fleet.routing import prefix_bound
+from simulator.fleet.routing.prefix_bound import PrefixBound
 from test_prefix_cache import SETTINGS, cache_configs
 from workloads.request import Request
 

@@ -11,7 +11,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from pydantic import Field, ValidationError
 
-from simulator.engine.routing import (ROUTERS, PrefixAwareParams, RouterParams, SessionAffinityParams, make_router,
+from simulator.fleet.routing import (ROUTERS, PrefixAwareParams, RouterParams, SessionAffinityParams, make_router,
                                       register_router, router_params, splitmix64)
 from simulator.errors import LlmsimError, from_validation_error
 from simulator.scenario.schema import PoolSpec, Scenario

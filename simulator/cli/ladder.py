@@ -15,7 +15,7 @@ from typing import Any, Callable, Mapping, Sequence
 from rich.table import Table
 
 from ..errors import LlmsimError
-from ..metrics.summary import FAIL, OK, _money
+from ..report.summary import FAIL, OK, _money
 from ..report.ladder import ladder_runs, write_ladder
 from ..scenario.schema import Scenario
 from ..scenario.variants import Step, ladder_steps

@@ -8,7 +8,7 @@ from typing import List, Optional
 import typer
 
 from ..errors import LlmsimError
-from ..metrics.summary import summary_table
+from ..report.summary import summary_table
 from ..runsize import check_run_size
 from ..scenario.load import load_scenario
 from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays

@@ -22,7 +22,7 @@ from ..dtypes import compute_dtype
 from ..engine.config import EngineConfig
 from ..engine.reference import ReferenceReplica
 from ..engine.replica import FastReplica
-from ..engine.routing import Router
+from .routing import Router
 from ..metrics.gaps import GapLog
 from .ingest import FrontEnd
 from workloads.request import Request, Status

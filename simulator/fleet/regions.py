@@ -11,13 +11,11 @@ differ from its plain ``ingress_ms``/``egress_ms`` (see
 """
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from workloads.request import Request
-from ..errors import LlmsimError
 from .split import ShareSplit
 
 _REGION_SALT = 0x9E6C63D0676A9A99
@@ -45,18 +43,3 @@ class RegionTable:
         if self.split is not None:
             req.region = self.names[self.split.pick(req)]
         return req.region
-
-
-def check_regions(sc, source: str | Path | None = None) -> None:
-    """Region names differ, and every region a class gives latencies for is declared."""
-    names = [r.name for r in sc.regions]
-    for i, n in enumerate(names):
-        if names.index(n) != i:
-            raise LlmsimError(f"two regions are named {n!r}", source=source, key_path=f"regions[{i}].name")
-    for i, c in enumerate(sc.classes):
-        for r in c.network.regions:
-            if r not in names:
-                declared = f"declared: {', '.join(names)}" if names else "the scenario declares no regions"
-                raise LlmsimError(f"class {c.name!r} gives network latencies for region {r!r}, which is not "
-                                  f"declared ({declared}: top-level regions: [{{name, share}}, ...])", source=source,
-                                  key_path=f"classes[{i}].network.regions.{r}")

@@ -7,18 +7,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
-
-import numpy as np
 
 from ..costmodel import CostModel
 from ..costmodel.speculative import speculative_setup
-from ..engine.routing import make_router
 from ..errors import LlmsimError
 from ..memory import MemoryPlan, plan_memory
 from ..profiles import load_hardware, load_model
 from ..scenario.schema import PoolSpec
-from .classes import ClassSpec
 
 
 @dataclass
@@ -58,28 +53,4 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative))
     if e.num_gpu_blocks_override:
         mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
-    at("router", lambda: make_router(spec.router, np.random.default_rng(0)))
     return PoolSetup(spec, cm, mem)
-
-
-def class_speculation(setups: list[PoolSetup], classes: Sequence[ClassSpec], routes: dict[str, str],
-                      source: str | Path | None = None) -> list[PoolSetup]:
-    """The setups with each class's own speculative acceptance rate given to
-    the pool that decodes it (its pool, or that pool's decode pool when it
-    only prefills); a class setting one where no draft model runs is an error."""
-    index = {ps.spec.name: i for i, ps in enumerate(setups)}
-    rates: dict[int, dict[str, float]] = {}
-    for j, c in enumerate(classes):
-        if c.speculative_acceptance_rate is None:
-            continue
-        i = index[routes[c.name]]
-        d = setups[i].spec.disaggregation
-        if d is not None:
-            i = index[d.decode_pool]
-        if setups[i].spec.speculative is None:
-            raise LlmsimError(f"class {c.name!r} sets speculative_acceptance_rate but pool "
-                              f"{setups[i].spec.name!r}, which decodes it, has no speculative decoding (set "
-                              f"pools[{i}].speculative)", source=source,
-                              key_path=f"classes[{j}].speculative_acceptance_rate")
-        rates.setdefault(i, {})[c.name] = c.speculative_acceptance_rate
-    return [replace(ps, cm=ps.cm.with_class_rates(rates[i])) if i in rates else ps for i, ps in enumerate(setups)]

@@ -13,7 +13,7 @@ from typing import Sequence
 import numpy as np
 
 from workloads.request import Request
-from ..engine.routing.affinity import splitmix64
+from .routing.affinity import splitmix64
 
 
 class ShareSplit:

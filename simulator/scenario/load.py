@@ -45,14 +45,3 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None) 
     except LlmsimError as e:
         raise LlmsimError(e.message, source=source, key_path=e.key_path) from None
     return sc, path
-
-
-def _max_length(dist) -> int | None:
-    """The largest length a distribution can produce, when it is bounded."""
-    for attr in ("value",):
-        if hasattr(dist, attr) and isinstance(getattr(dist, attr), int):
-            return getattr(dist, attr)
-    if getattr(dist, "dist", None) == "empirical":
-        return int(max(dist.values))
-    mx = getattr(dist, "max", None)
-    return int(mx) if isinstance(mx, (int, float)) else None

@@ -12,7 +12,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..costmodel.speculative import SpeculativeSpec
 from ..engine.config import EngineConfig
-from ..engine.routing import RouterSpec
+from ..fleet.routing import RouterSpec
 from ..errors import LlmsimError
 from ..fleet.autoscaler import AutoscalingSpec
 from ..fleet.classes import ClassSpec

@@ -5,7 +5,7 @@ concatenated and every figure of results.json — percentiles, throughput,
 goodput, SLO attainment, the per-class, per-pool and cost blocks — is
 computed from the merged records by the same functions a plain run calls
 (:func:`simulator.metrics.results.compute_results`,
-:func:`simulator.metrics.fleet_report.llmsim_block`). Those functions see a
+:func:`simulator.report.fleet_report.llmsim_block`). Those functions see a
 merged pool per pool: every shard's replicas (renumbered after the earlier
 shards'), the replica-count logs summed on the union of their step times,
 rejections summed. The run ends when the latest shard does, and each
@@ -24,8 +24,7 @@ from typing import MutableMapping, Optional
 
 import numpy as np
 
-from ..fleet.checks import check_scenario
-from ..metrics.fleet_report import _merge_steps, llmsim_block, timing_block
+from ..report.fleet_report import _merge_steps, llmsim_block, timing_block
 from ..runsize import check_run_size
 from ..metrics.column_files import ColumnFiles
 from ..metrics.gaps import GapGrid
@@ -33,6 +32,7 @@ from ..metrics.records import Records
 from ..metrics.results import compute_results
 from ..planning.executors import Executor, make_executor
 from ..runner import RunOutput
+from ..scenario.compile import compile_scenario
 from ..scenario.schema import Scenario
 from .shard import PoolRecord, ShardJob, ShardOutcome, run_shard
 from .predraw import dealt_rows
@@ -176,19 +176,19 @@ def merge_outcomes(plan: ShardPlan, outcomes: list[ShardOutcome], *, source: Opt
     """One run's output from the shards' (see the module docstring)."""
     sc = plan.scenario
     outcomes = sorted(outcomes, key=lambda o: o.index)
-    setups = check_scenario(sc, source)
+    compiled = compile_scenario(sc, source)
     end = max(o.end for o in outcomes)
-    pools = {ps.spec.name: _merge_pool(ps.spec.name, [o.pools[ps.spec.name] for o in outcomes]) for ps in setups}
+    pools = {p.name: _merge_pool(p.name, [o.pools[p.name] for o in outcomes]) for p in compiled.pools}
     scalers = outcomes[0].scalers if len(outcomes) == 1 else {}
     per_shard = [o.requests for o in outcomes]
     requests = Records(merge_columns(plan, outcomes))
     gaps = GapGrid.merge(o.gaps for o in outcomes)
     wall = time.perf_counter() - started if started is not None else sum(o.wall_s for o in outcomes)
-    llmsim = llmsim_block(sc, setups, pools, end, engine, requests, scalers)
+    llmsim = llmsim_block(compiled, pools, end, engine, requests, scalers)
     llmsim["shards"] = {**plan.describe(),
                         "requests_per_shard": per_shard,
                         "simulated_seconds_per_shard": [o.end for o in outcomes]}
     results = compute_results(requests, gaps, slo=sc.slo, llmsim=llmsim)
     timing = {**timing_block(wall, len(requests)), "wall_time_s_per_shard": [o.wall_s for o in outcomes]}
-    return RunOutput(sc, requests, gaps, results, pools, setups, _merge_timeline([o.timeline for o in outcomes], end),
-                     timing=timing)
+    return RunOutput(sc, requests, gaps, results, pools, compiled.setups, _merge_timeline([o.timeline for o in outcomes], end),
+                     timing=timing, plan=compiled)

@@ -44,7 +44,7 @@ class ShardJob:
 
 
 class ReplicaRecord:
-    """A finished replica as :func:`simulator.metrics.fleet_report.llmsim_block`
+    """A finished replica as :func:`simulator.report.fleet_report.llmsim_block`
     sees it: ``stats(now)`` for any ``now`` after its shard ended, as the
     live replica would have answered (its queue and batch are empty then)."""
 

@@ -63,7 +63,7 @@ _C = [np.uint64(c) for c in (0x9E3779B97F4A7C15, 0xBF58476D1CE4E5B9, 0x94D049BB1
 
 
 def _splitmix64(x: np.ndarray) -> np.ndarray:
-    """Vectorised :func:`simulator.engine.routing.affinity.splitmix64`
+    """Vectorised :func:`simulator.fleet.routing.affinity.splitmix64`
     (uint64 arithmetic wraps modulo 2^64, as the scalar version masks)."""
     with np.errstate(over="ignore"):
         x = x + _C[0]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any, Sequence
 
-from ..prefix_cache import usable
+from ...engine.prefix_cache import usable
 from .prefix_bound import PrefixBound
 
 

@@ -38,7 +38,7 @@ from __future__ import annotations
 
 from typing import Optional, Sequence
 
-from ..prefix_cache import agree, usable
+from ...engine.prefix_cache import agree, usable
 
 # Below this many ids a rebuild is not worth its cost.
 MIN_REBUILD = 1 << 16

@@ -13,22 +13,21 @@ import numpy as np
 from .. import __version__
 from ..fleet.pool import Pool
 from ..fleet.setup import PoolSetup
-from ..scenario.schema import Scenario
+from ..scenario.compile import FleetPlan
 from workloads.request import Request
 from ..costmodel.speculative import expected_tokens_per_step
-from .api_pricing import api_block
-from .by_input_length import input_length_block
-from .classes import class_block
-from .gpu_counts import gpu_count
-from .load import load_block
-from .metering import gateway_block
-from .product import product_block
-from .cost import cost_block, pool_billing, replica_seconds
-from .monthly import MonthRule, usage_factor
-from .records import Records
-from .regions import region_block
-from .slo import parse_slo
-from .ttft_budget import ttft_budget
+from ..metrics.api_pricing import api_block
+from ..metrics.by_input_length import input_length_block
+from ..metrics.classes import class_block
+from ..metrics.gpu_counts import gpu_count
+from ..metrics.load import load_block
+from ..metrics.metering import gateway_block
+from ..metrics.product import product_block
+from ..metrics.cost import cost_block, pool_billing, replica_seconds
+from ..metrics.monthly import usage_factor
+from ..metrics.records import Records
+from ..metrics.regions import region_block
+from ..metrics.ttft_budget import ttft_budget
 
 
 def timing_block(wall: float, requests: int) -> dict:
@@ -37,11 +36,12 @@ def timing_block(wall: float, requests: int) -> dict:
     return {"wall_time_s": wall, "sim_requests_per_wall_s": requests / wall if wall > 0 else None}
 
 
-def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], now: float,
-                  engine: str, requests: "Records | list[Request]", scalers: dict) -> dict:
+def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
+                 engine: str, requests: "Records | list[Request]", scalers: dict) -> dict:
+    sc, setups = plan.scenario, plan.setups
     requests = Records.of(requests)
     n = len(requests)
-    ttft_ms = parse_slo(sc.slo).thresholds.get("ttft")
+    ttft_ms = plan.slo.thresholds.get("ttft")
     by_pool = requests.select("arrival", "first_token", "status", "pool").groups(
         "pool", [ps.spec.name for ps in setups]) if scalers else {}
     blocks = {ps.spec.name: _pool_block(ps, pools[ps.spec.name], now, scalers.get(ps.spec.name),
@@ -79,13 +79,13 @@ def llmsim_block(sc: Scenario, setups: list[PoolSetup], pools: dict[str, Pool], 
         "regions": region_block(requests, sc.regions, now) if sc.regions else None,
         "ttft_budget": ttft_budget(requests),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
-                           monthly=MonthRule(sc.cost.monthly, sc.workload)),
+                           monthly=plan.month),
         "load": load_block(requests, sc.workload.duration_s),
         "simulated_seconds": now,
     })
     if sc.cost.api is not None:
         c = out["cost"]
-        c["api"] = api_block(sc.cost.api, requests, usage_factor(MonthRule(sc.cost.monthly, sc.workload), now),
+        c["api"] = api_block(sc.cost.api, requests, usage_factor(plan.month, now),
                              c.get("monthly_usd"), c["window_usd"])
     # The answer first: the product's fleet and bill, then whether it keeps up.
     product = product_block(sc.product.slices if sc.product else 1, out)

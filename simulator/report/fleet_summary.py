@@ -1,6 +1,6 @@
 """Terminal tables for a fleet: pools over time, classes, and the TTFT budget.
 
-Read from results.json alone (like :mod:`simulator.metrics.summary`), and
+Read from results.json alone (like :mod:`simulator.report.summary`), and
 shown only when they say something: the pool table for several or
 autoscaled pools, the class table when classes are declared, the TTFT
 budget whenever requests finished.

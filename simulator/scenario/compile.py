@@ -1,0 +1,323 @@
+"""A validated scenario compiled into the fleet plan a run wires together.
+
+Schema errors come from pydantic (:mod:`.load`); everything else that can
+be known wrong before simulating is found here, once: the checks that need
+the profiles (the model must fit, lengths must fit the context) and those
+that look across sections (classes route to pools that exist, admission
+never sheds a higher class first, disaggregation pairs share a model and
+KV dtype, regions are declared, SLO and cost blocks parse). Each ends in
+one LlmsimError naming the file and key path.
+
+What the checks resolve is kept rather than recomputed: each pool's cost
+model and memory plan, its router factory, the per-class KV budgets and
+admission limits it enforces, the class → pool routes, the region table,
+the parsed SLOs and the monthly cost rule. :func:`simulator.runner.simulate`
+only wires SimPy objects to this plan and the fleet report reads it, so a
+scenario flows one way: scenario → plan → fleet → engine → records → report.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable, Optional, Sequence
+
+import numpy as np
+
+from ..fleet.routing import Router, make_router
+from ..errors import LlmsimError
+from ..fleet.classes import ClassSpec
+from ..fleet.disaggregation import KvLinkSpec
+from ..fleet.pool import Admission
+from ..fleet.regions import RegionTable
+from ..fleet.setup import PoolSetup, setup_pool
+from ..metrics.monthly import MonthRule, check_monthly
+from ..metrics.slo import SloSpec, parse_slo
+from .schema import PoolSpec, Scenario
+
+__all__ = ["FleetPlan", "PoolPlan", "PairPlan", "compile_scenario", "class_routes", "base_dir"]
+
+
+@dataclass(frozen=True)
+class PoolPlan:
+    """One pool, resolved: its building blocks and what it enforces per class."""
+
+    setup: PoolSetup
+    router: Callable[[np.random.Generator], Router]   # a fresh router drawing from the given stream
+    kv_budgets: dict[str, int]          # class → KV blocks its sequences may hold on one replica
+    admission: dict[str, Admission]     # class → its admission limits
+    warm: int                           # replicas kept warm beyond the autoscaler's count
+    cold_start_s: Optional[float]       # an autoscaled replica's start-up; None for a fixed pool
+
+    @property
+    def spec(self) -> PoolSpec:
+        return self.setup.spec
+
+    @property
+    def name(self) -> str:
+        return self.setup.spec.name
+
+
+@dataclass(frozen=True)
+class PairPlan:
+    """A prefill pool handing its requests' KV to a decode pool."""
+
+    prefill: str
+    decode: str
+    kv_bytes_per_token: float
+    tp: int
+    link: KvLinkSpec
+
+
+@dataclass(frozen=True)
+class FleetPlan:
+    """A scenario with every cross-section check passed and every derived table built."""
+
+    scenario: Scenario
+    source: str | Path | None
+    pools: list[PoolPlan]               # in the scenario's order
+    routes: dict[str, str]              # class name → the pool it enters
+    pairs: list[PairPlan]
+    regions: RegionTable
+    slo: SloSpec                        # the scenario's SLO, parsed
+    class_slos: dict[str, SloSpec]      # each class's own SLO, parsed
+    month: MonthRule                    # the cost basis: how the window's bill extends to a month
+
+    @property
+    def setups(self) -> list[PoolSetup]:
+        return [p.setup for p in self.pools]
+
+    @property
+    def folder(self) -> Path | None:
+        """The scenario's folder (relative trace paths resolve against it)."""
+        return base_dir(self.source)
+
+
+def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPlan:
+    """Check ``sc`` against its profiles and across its sections, and resolve it into a plan."""
+    def fail(msg: str, key: str):
+        raise LlmsimError(msg, source=source, key_path=key)
+
+    names = [p.name for p in sc.pools]
+    for i, n in enumerate(names):
+        if names.index(n) != i:
+            fail(f"two pools are named {n!r}; pool names must differ (classes route to them by name)",
+                 f"pools[{i}].name")
+    setups = [setup_pool(p, i, source) for i, p in enumerate(sc.pools)]
+    routes = class_routes(sc, source)
+    served = {names.index(p) for p in routes.values()}
+    mi, mo = _max_length(sc.workload.input_tokens), _max_length(sc.workload.output_tokens)
+    for i in sorted(served):
+        ctx = setups[i].cm.model.max_position_embeddings
+        if mi is not None and mo is not None and mi + mo > ctx:
+            fail(f"input ({mi}) + output ({mo}) tokens can exceed {setups[i].cm.model.name}'s context "
+                 f"of {ctx} tokens (pool {names[i]!r})", "workload.input_tokens")
+    ids = sc.workload.id_block_tokens(base_dir(source))
+    for i, p in enumerate(sc.pools):
+        bs = p.engine.block_size
+        if ids and p.engine.prefix_cache and ids % bs:
+            fail(f"the workload's prompt block ids stand for {ids} tokens, not a whole number of "
+                 f"{bs}-token KV blocks: set a block_size dividing it, or prefix_cache: false",
+                 f"pools[{i}].engine.block_size")
+        a = p.autoscaling
+        if a is not None and not a.min_replicas <= p.replicas <= a.max_replicas:
+            fail(f"replicas ({p.replicas}) must lie within autoscaling's min_replicas..max_replicas "
+                 f"({a.min_replicas}..{a.max_replicas})", f"pools[{i}].replicas")
+    _check_disaggregation(sc, setups, source)
+    class_slos = _check_classes(sc, routes, source)
+    setups = _class_speculation(setups, sc.classes, routes, source)
+    _check_regions(sc, source)
+    check_monthly(sc, source)
+    pools = [_pool_plan(ps, i, source, [c for c in sc.classes if routes[c.name] == ps.spec.name])
+             for i, ps in enumerate(setups)]
+    return FleetPlan(sc, source, pools, routes, _pairs(setups), RegionTable(sc.regions, sc.seed),
+                     parse_slo(sc.slo), class_slos, MonthRule(sc.cost.monthly, sc.workload))
+
+
+def _router_factory(spec: PoolSpec, index: int, source) -> Callable[[np.random.Generator], Router]:
+    """The pool's router, built by each run from that run's stream (its
+    settings were validated with the schema); a router whose own factory
+    refuses them is reported against the pool."""
+    def build(rng: np.random.Generator) -> Router:
+        try:
+            return make_router(spec.router, rng)
+        except LlmsimError as e:
+            raise LlmsimError(e.message, source=source, key_path=f"pools[{index}].router") from None
+    return build
+
+
+def _pool_plan(ps: PoolSetup, index: int, source, mine: list[ClassSpec]) -> PoolPlan:
+    budgets = {c.name: max(1, int(c.kv_budget_fraction * ps.memory.num_blocks))
+               for c in mine if c.kv_budget_fraction is not None}
+    admission = {c.name: Admission(c.admission.max_queue_per_replica, c.admission.max_wait_s)
+                 for c in mine if c.admission is not None}
+    a = ps.spec.autoscaling
+    return PoolPlan(ps, _router_factory(ps.spec, index, source), budgets, admission, a.warm_pool if a else 0,
+                    a.cold_start_s(ps.memory.weights_bytes) if a else None)
+
+
+def _pairs(setups: list[PoolSetup]) -> list[PairPlan]:
+    return [PairPlan(ps.spec.name, d.decode_pool, ps.cm.model.kv_bytes_per_token(ps.spec.engine.kv_dtype),
+                     ps.spec.tp, d.link)
+            for ps in setups if (d := ps.spec.disaggregation) is not None]
+
+
+def _max_length(dist) -> int | None:
+    """The largest length a distribution can produce, when it is bounded."""
+    for attr in ("value",):
+        if hasattr(dist, attr) and isinstance(getattr(dist, attr), int):
+            return getattr(dist, attr)
+    if getattr(dist, "dist", None) == "empirical":
+        return int(max(dist.values))
+    mx = getattr(dist, "max", None)
+    return int(mx) if isinstance(mx, (int, float)) else None
+
+
+def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None:
+    names = [p.name for p in sc.pools]
+    for i, p in enumerate(sc.pools):
+        d = p.disaggregation
+        if d is None:
+            continue
+        key = f"pools[{i}].disaggregation.decode_pool"
+        if d.decode_pool not in names or d.decode_pool == p.name:
+            raise LlmsimError(f"decode_pool must name another pool (pools: {', '.join(names)})",
+                              source=source, key_path=key)
+        j = names.index(d.decode_pool)
+        q = sc.pools[j]
+        if q.disaggregation is not None:
+            raise LlmsimError(f"pool {q.name!r} prefills for another pool itself; a decode pool must decode",
+                              source=source, key_path=key)
+        a, b = setups[i].cm, setups[j].cm
+        if a.model.name != b.model.name or p.engine.kv_dtype != q.engine.kv_dtype:
+            raise LlmsimError(f"the KV of {a.model.name} ({p.engine.kv_dtype}) cannot be decoded by pool "
+                              f"{q.name!r} ({b.model.name}, {q.engine.kv_dtype}): both pools need the same model "
+                              f"and kv_dtype", source=source, key_path=key)
+
+
+def _length_routes(sc: Scenario, i: int, c, source) -> str:
+    """Check a class's routing by prompt length; returns its last pool (the
+    one that takes every prompt the others do not, and whose admission
+    would apply)."""
+    key = f"classes[{i}].pool_by_input_length"
+    pools = {p.name: p for p in sc.pools}
+    steps = c.pool_by_input_length
+    if c.pool is not None:
+        raise LlmsimError(f"class {c.name!r} sets both pool and pool_by_input_length; keep one", source=source,
+                          key_path=f"classes[{i}].pool")
+    for what in ("admission", "kv_budget_fraction", "speculative_acceptance_rate"):
+        if getattr(c, what) is not None:
+            raise LlmsimError(f"class {c.name!r} is routed by prompt length over several pools; its {what} "
+                              "would hold on one of them only, which is not modelled", source=source,
+                              key_path=f"classes[{i}].{what}")
+    bounds = [s.below_tokens for s in steps]
+    if bounds[-1] is not None or None in bounds[:-1] or any(b <= a for a, b in zip(bounds[:-2], bounds[1:-1])):
+        raise LlmsimError("every step but the last needs below_tokens, increasing; the last takes the rest and "
+                          f"has none (got {bounds})", source=source, key_path=key)
+    for j, st in enumerate(steps):
+        if st.pool not in pools:
+            raise LlmsimError(f"pool {st.pool!r} does not exist (pools: {', '.join(pools)})", source=source,
+                              key_path=f"{key}[{j}].pool")
+        if pools[st.pool].disaggregation is not None:
+            raise LlmsimError(f"pool {st.pool!r} prefills for another pool; routing by prompt length to a "
+                              "disaggregated pair is not modelled", source=source, key_path=f"{key}[{j}].pool")
+    return steps[-1].pool
+
+
+def class_routes(sc: Scenario, source: str | Path | None = None) -> dict[str, str]:
+    """Class name → pool name; every class must reach exactly one pool."""
+    names = [p.name for p in sc.pools]
+    if not sc.classes:
+        if len(names) > 1:
+            raise LlmsimError(f"{len(names)} pools but no classes: declare classes and route each to a pool "
+                              f"(classes: [{{name: ..., pool: {names[0]}}}, ...])", source=source, key_path="classes")
+        return {"default": names[0]}
+    routes = {}
+    for i, c in enumerate(sc.classes):
+        if c.name in routes:
+            raise LlmsimError(f"two classes are named {c.name!r}", source=source, key_path=f"classes[{i}].name")
+        if c.pool_by_input_length is not None:
+            routes[c.name] = _length_routes(sc, i, c, source)
+            continue
+        if c.pool is None:
+            if len(names) > 1:
+                raise LlmsimError(f"class {c.name!r} is routed to no pool: set its pool to one of "
+                                  f"{', '.join(names)}", source=source, key_path=f"classes[{i}].pool")
+            routes[c.name] = names[0]
+        elif c.pool not in names:
+            raise LlmsimError(f"class {c.name!r} is routed to pool {c.pool!r}, which does not exist "
+                              f"(pools: {', '.join(names)})", source=source, key_path=f"classes[{i}].pool")
+        else:
+            routes[c.name] = c.pool
+    return routes
+
+
+def _check_classes(sc: Scenario, routes: dict[str, str], source) -> dict[str, SloSpec]:
+    """Class SLOs parse, and admission never sheds a higher class before a
+    lower one sharing its pool: limits may not shrink as priority grows.
+    Returns each class's SLO, parsed."""
+    slos = {}
+    for i, c in enumerate(sc.classes):
+        try:
+            slos[c.name] = parse_slo(c.slo)
+        except LlmsimError as e:
+            raise LlmsimError(e.message, source=source, key_path=f"classes[{i}].{e.key_path}") from None
+    for label, slo in (sc.input_length_buckets.slo if sc.input_length_buckets else {}).items():
+        try:
+            parse_slo(slo)
+        except LlmsimError as e:
+            raise LlmsimError(e.message, source=source,
+                              key_path=f"input_length_buckets.slo.{label}.{(e.key_path or '').removeprefix('slo.')}") from None
+    for i, c in enumerate(sc.classes):
+        for j, d in enumerate(sc.classes):
+            if routes[d.name] != routes[c.name] or d.priority <= c.priority:
+                continue
+            lc = c.admission.limits() if c.admission else (float("inf"),) * 2
+            ld = d.admission.limits() if d.admission else (float("inf"),) * 2
+            if any(x < y for x, y in zip(ld, lc)):
+                raise LlmsimError(f"class {d.name!r} (priority {d.priority}) would be shed before {c.name!r} "
+                                  f"(priority {c.priority}): a higher class's admission limits must be at least "
+                                  f"the lower one's", source=source, key_path=f"classes[{j}].admission")
+    return slos
+
+
+def _check_regions(sc: Scenario, source) -> None:
+    """Region names differ, and every region a class gives latencies for is declared."""
+    names = [r.name for r in sc.regions]
+    for i, n in enumerate(names):
+        if names.index(n) != i:
+            raise LlmsimError(f"two regions are named {n!r}", source=source, key_path=f"regions[{i}].name")
+    for i, c in enumerate(sc.classes):
+        for r in c.network.regions:
+            if r not in names:
+                declared = f"declared: {', '.join(names)}" if names else "the scenario declares no regions"
+                raise LlmsimError(f"class {c.name!r} gives network latencies for region {r!r}, which is not "
+                                  f"declared ({declared}: top-level regions: [{{name, share}}, ...])", source=source,
+                                  key_path=f"classes[{i}].network.regions.{r}")
+
+
+def _class_speculation(setups: list[PoolSetup], classes: Sequence[ClassSpec], routes: dict[str, str],
+                       source: str | Path | None = None) -> list[PoolSetup]:
+    """The setups with each class's own speculative acceptance rate given to
+    the pool that decodes it (its pool, or that pool's decode pool when it
+    only prefills); a class setting one where no draft model runs is an error."""
+    index = {ps.spec.name: i for i, ps in enumerate(setups)}
+    rates: dict[int, dict[str, float]] = {}
+    for j, c in enumerate(classes):
+        if c.speculative_acceptance_rate is None:
+            continue
+        i = index[routes[c.name]]
+        d = setups[i].spec.disaggregation
+        if d is not None:
+            i = index[d.decode_pool]
+        if setups[i].spec.speculative is None:
+            raise LlmsimError(f"class {c.name!r} sets speculative_acceptance_rate but pool "
+                              f"{setups[i].spec.name!r}, which decodes it, has no speculative decoding (set "
+                              f"pools[{i}].speculative)", source=source,
+                              key_path=f"classes[{j}].speculative_acceptance_rate")
+        rates.setdefault(i, {})[c.name] = c.speculative_acceptance_rate
+    return [replace(ps, cm=ps.cm.with_class_rates(rates[i])) if i in rates else ps for i, ps in enumerate(setups)]
+
+
+def base_dir(source: str | Path | None) -> Path | None:
+    """The scenario's folder, against which relative trace paths resolve."""
+    return Path(source).parent if isinstance(source, Path) else None
