@@ -68,7 +68,7 @@ def _build_pool(env, ps: PoolSetup, sc: Scenario, routes: dict[str, str], gaps: 
     warm = spec.autoscaling.warm_pool if spec.autoscaling else 0
     return Pool(env, ps.cm, spec.engine, ps.memory.num_blocks, spec.replicas, make_router(spec.router, rng), gaps,
                 engine, id_block_tokens=id_block_tokens, name=spec.name, kv_budgets=budgets or None,
-                admission=admission, warm=warm)
+                admission=admission, warm=warm, offload=ps.offload)
 
 
 def _check_drawn(sc: Scenario, src, source) -> None:

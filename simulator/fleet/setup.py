@@ -7,18 +7,20 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 
 from ..costmodel import CostModel
 from ..costmodel.speculative import speculative_setup
+from ..engine.kv_tiers import OffloadPlan
 from ..engine.routing import make_router
 from ..errors import LlmsimError
 from ..memory import MemoryPlan, plan_memory
 from ..profiles import load_hardware, load_model
 from ..scenario.schema import PoolSpec
 from .classes import ClassSpec
+from .offload import plan_offload
 
 
 @dataclass
@@ -26,6 +28,7 @@ class PoolSetup:
     spec: PoolSpec
     cm: CostModel
     memory: MemoryPlan
+    offload: Optional[OffloadPlan] = None   # KV offload tiers per replica (engine.kv_offload)
 
 
 def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> PoolSetup:
@@ -59,7 +62,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
     if e.num_gpu_blocks_override:
         mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
     at("router", lambda: make_router(spec.router, np.random.default_rng(0)))
-    return PoolSetup(spec, cm, mem)
+    return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source))
 
 
 def class_speculation(setups: list[PoolSetup], classes: Sequence[ClassSpec], routes: dict[str, str],
