@@ -68,7 +68,7 @@ def test_evicted_goes_down_the_tiers_and_a_hit_comes_back_with_its_reload_time()
     check_tiers(c)
     m = c.match(a, 81)
     assert (m.ids, m.lower.ids, m.lower.blocks) == (0, 5, (3, 2)) and m.usable(81) == 80
-    assert c.cached_tokens(a, 81) == 0          # routers see the GPU only
+    assert c.cached_tokens(a, 81) == 80         # routers count tier hits too
     s = c.tiers.reload(m.lower, 0, True)
     assert s == pytest.approx(3 * 1000 / 1e6 + 2 * 1000 / 1e5)
     c.acquire(a, m, 81)

@@ -248,8 +248,10 @@ class ReplicaBase:
 
     @property
     def cache_block_tokens(self) -> Optional[int]:
-        """Tokens per prompt block id in the prefix cache (None: no cache)."""
-        return None if self.cache is None else self.cache.H
+        """Tokens per prompt block id in the prefix cache (None: no cache, or
+        one with offload tiers: their flat maps of ids give a router's bound
+        on cached prefixes no chains to rebuild from, so it asks every replica)."""
+        return None if self.cache is None or self.cache.tiers is not None else self.cache.H
 
     @property
     def cache_tree(self) -> object:

@@ -7,8 +7,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
 class KvOffload(BaseModel):
-    """Host-memory and NVMe tiers below the GPU prefix cache (LMCache, vLLM's
-    CPU offloading): what HBM evicts moves there and is copied back on a hit."""
+    """Host-DRAM and NVMe KV tiers below the GPU prefix cache (as LMCache keeps them)."""
 
     model_config = ConfigDict(extra="forbid")
 

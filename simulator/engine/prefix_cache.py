@@ -176,9 +176,9 @@ class PrefixCache:
         self.tracks_owners = True
 
     # --- queries -----------------------------------------------------------
-    def match(self, ids: Sequence[int], prompt: int, lower: bool = True) -> Match:
+    def match(self, ids: Sequence[int], prompt: int) -> Match:
         """The longest cached prefix of a ``prompt``-token sequence with these
-        ids: in GPU memory, then (``lower``) continued in the offload tiers."""
+        ids: in GPU memory, then continued in the offload tiers."""
         H, u = self.H, self.u
         limit = min(len(ids), -(-prompt // H))
         node = self.root
@@ -203,15 +203,16 @@ class PrefixCache:
         if last is not None and k == last.n and last.tail is not None:
             tokens += last.tail - H
         t = self.tiers
-        if lower and t is not None and pos < limit:
+        if t is not None and pos < limit:
             return Match(pos, tokens, blocks, pinned, last, k, t.lookup(ids, pos, limit))
         return Match(pos, tokens, blocks, pinned, last, k)
 
     def cached_tokens(self, ids: Optional[Sequence[int]], prompt: int) -> int:
-        """Prompt tokens a request would find in GPU memory (≤ prompt − 1):
-        what a cache-aware router asks of a replica (routers see the GPU
-        cache only, as its bound on cached prefixes does)."""
-        return self.match(ids, prompt, False).usable(prompt) if ids else 0
+        """Prompt tokens a request would not have to prefill (≤ prompt − 1),
+        found in GPU memory or the offload tiers: what a cache-aware router
+        asks of a replica (a reload takes milliseconds, the prefill it
+        saves far more, so a tier hit counts like a GPU one)."""
+        return self.match(ids, prompt).usable(prompt) if ids else 0
 
     def entered_ids(self, ids: Sequence[int], input_tokens: int) -> int:
         """How many ids a sequence enters at admission: its full prompt
