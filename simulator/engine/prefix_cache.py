@@ -455,7 +455,7 @@ class PrefixCache:
             stack.extend(x.children.values())
 
     def stats(self) -> dict:
-        out = {"lookups": self.lookups, "hit_requests": self.hit_requests, "hit_tokens": self.hit_tokens,
+        out: dict = {"lookups": self.lookups, "hit_requests": self.hit_requests, "hit_tokens": self.hit_tokens,
                "prompt_tokens": self.prompt_tokens, "hit_ids": self.hit_ids, "prompt_ids": self.prompt_ids,
                "evicted_blocks": self.evicted_blocks, "cached_blocks": self.pinned + self.evictable}
         if self.tracks_owners:
