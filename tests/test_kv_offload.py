@@ -167,10 +167,14 @@ def test_fast_engine_equals_reference_with_tiers(data):
     if currently_in_test_context():   # --hypothesis-show-statistics: are reloads exercised?
         event("reloads: " + str(any(p and any(t["reloaded_blocks"] for t in p["offload"].values())
                                     for p in (s["prefix_cache"] for s in ref.stats()))))
+    rates = {name: rate for name, _, rate in plan.tiers}
     for a, b in zip(fast.stats(), ref.stats()):
         if a["prefix_cache"] is not None:
             for name, tier in a["prefix_cache"]["offload"].items():
                 assert tier == pytest.approx(b["prefix_cache"]["offload"][name], rel=1e-9)
+                # every reload took its bytes over the tier's bandwidth
+                assert tier["reloaded_bytes"] == tier["reloaded_blocks"] * plan.block_bytes
+                assert tier["reload_s"] == pytest.approx(tier["reloaded_bytes"] / rates[name], rel=1e-9)
 
 
 class _CheckTiers:
