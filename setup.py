@@ -24,6 +24,7 @@ COMPILED = [
     "simulator/engine/sequence.py",
     "simulator/engine/wait_queue.py",
     "simulator/engine/prefix_cache.py",
+    "simulator/engine/kv_tiers.py",
     "simulator/engine/base.py",
     "simulator/engine/replica.py",
     "simulator/engine/wake.py",

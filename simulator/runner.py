@@ -62,7 +62,7 @@ def _build_pool(env, p: PoolPlan, gaps: GapLog, engine: str, rng, id_block_token
     spec = p.spec
     return Pool(env, p.setup.cm, spec.engine, p.setup.memory.num_blocks, spec.replicas, p.router(rng), gaps,
                 engine, id_block_tokens=id_block_tokens, name=spec.name, kv_budgets=p.kv_budgets or None,
-                admission=p.admission, warm=p.warm)
+                admission=p.admission, warm=p.warm, offload=p.setup.offload)
 
 
 def _check_drawn(sc: Scenario, src, source) -> None:

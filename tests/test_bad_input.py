@@ -633,3 +633,25 @@ def test_fuzz_results_json_is_byte_identical_for_a_seed(seed, cli):
         assert (d / "o1" / "results.json").read_bytes() == (d / "o2" / "results.json").read_bytes()
         timing = json.loads((d / "o1" / "run.json").read_text())
         assert timing["wall_time_s"] > 0
+
+
+# --- KV offload tiers a replica cannot have -----------------------------------------------------------------
+@pytest.mark.parametrize("sets, fragments", [
+    ([f"pools.{POOL}.engine.prefix_cache=false", f"pools.{POOL}.engine.kv_offload={{host_gb: 10}}"],
+     ["pools[0].engine", "needs prefix_cache: true"]),
+    ([f"pools.{POOL}.engine.prefix_cache_capacity_tokens=unbounded", f"pools.{POOL}.engine.kv_offload={{}}"],
+     ["pools[0].engine", "bounded prefix cache"]),
+    ([f"pools.{POOL}.engine.kv_offload={{host_gb: 0}}"], ["no tier to offload to"]),
+    ([f"pools.{POOL}.engine.kv_offload={{host: 10}}"], ["pools[0].engine.kv_offload.host"]),
+    ([f"pools.{POOL}.engine.kv_offload={{host_gb: -1}}"], ["pools[0].engine.kv_offload.host_gb"]),
+    ([f"pools.{POOL}.engine.kv_offload={{host_gb: 100000}}"],
+     ["pools[0].engine.kv_offload.host_gb", "exceeds the 275 GB of host memory"]),
+    ([f"pools.{POOL}.engine.kv_offload={{disk_gb: 1.0e6}}"], ["pools[0].engine.kv_offload.disk_gb", "exceeds"]),
+    ([f"pools.{POOL}.gpu=l40s", f"pools.{POOL}.engine.kv_offload={{}}"],
+     ["pools[0].engine.kv_offload.host_gb", "l40s states no host_memory_gb_per_gpu"]),
+])
+def test_kv_offload_that_cannot_be_modelled_is_one_line(tmp_path, cli, sets, fragments):
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    args = [a for s in sets for a in ("--set", s)]
+    one_line_error(cli("run", path, *args, "-o", tmp_path / "out"), "s.yaml", *fragments)
+    assert not (tmp_path / "out").exists()

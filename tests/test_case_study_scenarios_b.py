@@ -91,7 +91,7 @@ def test_ttft_check_runs_the_ladders_final_step():
     path = path_of("ttft-program")
     sc, _ = load_scenario(path)
     assert sc.ladder == "cumulative"
-    assert [v.name for v in sc.variants] == ["prefix-cache", "chunked-prefill", "admission", "fp8-kv",
+    assert [v.name for v in sc.variants] == ["prefix-cache", "chunked-prefill", "admission", "fp8-kv", "host-tier",
                                              "mixed-fleet", "disaggregation"]
     final = ladder_steps(sc.variants, sc.ladder)[-1]
     duration = sc.check.set["workload.duration_s"]

@@ -5,7 +5,7 @@ the tests import the checkout, which is plain Python. So the compiled
 modules are run here through the *installed* package, in a subprocess
 started outside the checkout, on runs that between them use every part of
 the compiled code (chunked and whole prefill, decode stretches cut by
-arrivals, the prefix cache with evictions and class caps, cancellations,
+arrivals, the prefix cache with evictions, class caps and offload tiers, cancellations,
 preemption, contiguous KV, speculative decoding, disaggregation, autoscaling, the
 prefix-aware router's bounds, the reference engine subclassing the compiled
 base, shards pickled across processes), and compared with the same runs
@@ -35,6 +35,9 @@ RUNS = [
                           "pools.chat.engine.gpu_memory_utilization=0.45"], "fast", None),
     ("ttft-program", ["prefix-cache", "chunked-prefill", "admission", "fp8-kv", "disaggregation"],
      ["workload.duration_s=300"], "fast", None),
+    ("ttft-program", ["prefix-cache", "chunked-prefill", "admission", "host-tier"],   # KV offload tiers
+     ["workload.duration_s=300", "pools.chat.engine.gpu_memory_utilization=0.6", "pools.chat.engine.prefix_cache=true",
+      "pools.chat.engine.kv_offload.host_gb=20", "pools.chat.engine.kv_offload.disk_gb=100"], "fast", None),
     ("quickcode", ["speculative"], [], "fast", None),
     ("quickcode", ["cancel-stale"], [], "fast", None),
     ("quickcode", ["int8", "speculative", "tgi"], ["workload.duration_s=40"], "fast", None),   # contiguous KV

@@ -225,7 +225,7 @@ def cache_configs(draw):
                         prefix_cache_capacity_tokens=cap, scheduler=sched)
 
 
-def _run_pair(data, with_cancels: bool):
+def _run_pair(data, with_cancels: bool, offload=None):
     cfg = data.draw(cache_configs(), label="cfg")
     H = cfg.block_size * data.draw(st.sampled_from([1, 2]), label="ids per KV block")
     reqs = data.draw(prefixed(H), label="requests")
@@ -240,7 +240,7 @@ def _run_pair(data, with_cancels: bool):
     cmk = data.draw(st.sampled_from(COST_MODELS), label="cost model")
     router = data.draw(st.sampled_from(["least_outstanding", "prefix_aware", "session_affinity"]), label="router")
     kw = dict(replicas=replicas, router=router, cm=cost_model(*cmk), id_block_tokens=H,
-              cancels=cancels)
+              cancels=cancels, offload=offload)
     fast = run_open("fast", reqs, cfg, nb, **kw)
     ref = run_open("reference", reqs, cfg, nb, **kw)
     problems = compare_runs(fast, ref)

@@ -19,6 +19,7 @@ from ..costmodel.speculative import SpeculativeCostModel
 from ..metrics.gaps import GapLog
 from .blocks import ceil_div
 from .config import EngineConfig
+from .kv_tiers import OffloadPlan
 from .prefix_cache import Match, PrefixCache
 from .sequence import DONE, WAITING, Seq, finish
 from .wait_queue import WaitQueue
@@ -62,7 +63,8 @@ class ReplicaBase:
 
     def __init__(self, env: simpy.Environment, index: int, cm: StepCost, cfg: EngineConfig, num_blocks: int,
                  gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None, max_model_len: int | None = None,
-                 id_block_tokens: int | None = None, kv_budgets: Optional[dict[str, int]] = None):
+                 id_block_tokens: int | None = None, kv_budgets: Optional[dict[str, int]] = None,
+                 offload: Optional[OffloadPlan] = None):
         self.env = env
         self.index = index
         self.cm = cm
@@ -107,6 +109,11 @@ class ReplicaBase:
                                      cfg.cache_unbounded)
             if self.kv_budgets is not None and not cfg.cache_unbounded:
                 self.cache.track_owners()   # an unbounded cache lives outside KV memory: nothing to charge
+            if offload is not None:
+                self.cache.tiers = offload.make(id_block_tokens, self.bs)
+        # Seconds of KV reloads from the offload tiers that the next iteration
+        # waits for (admissions add them, the iteration they start takes them).
+        self.reload_s: float = 0.0
         # Speculative decoding with per-class acceptance rates: class -> tokens
         # per step (E) for the classes that override the pool's (see
         # costmodel/speculative.py); None = one E for the whole pool.
@@ -241,8 +248,10 @@ class ReplicaBase:
 
     @property
     def cache_block_tokens(self) -> Optional[int]:
-        """Tokens per prompt block id in the prefix cache (None: no cache)."""
-        return None if self.cache is None else self.cache.H
+        """Tokens per prompt block id in the prefix cache (None: no cache, or
+        one with offload tiers: their flat maps of ids give a router's bound
+        on cached prefixes no chains to rebuild from, so it asks every replica)."""
+        return None if self.cache is None or self.cache.tiers is not None else self.cache.H
 
     @property
     def cache_tree(self) -> object:
@@ -298,9 +307,13 @@ class ReplicaBase:
             ids = s.req.blocks
             assert c is not None and ids is not None   # a match needs both
             cached = m.usable(s.prompt)
-            if math.isnan(s.req.admitted):
+            first = math.isnan(s.req.admitted)
+            if first:
                 s.req.cached_tokens = cached
                 c.record(m, ids, s.prompt, cached)
+            if m.lower is not None:   # copied back from the offload tiers before its first chunk runs
+                assert c.tiers is not None   # a lower hit came from them
+                self.reload_s += c.tiers.reload(m.lower, m.tokens + m.lower.total - cached, first)
             s.done = max(cached, self._preloaded(s))
             p0 = c.pinned
             s.pin, s.pin_ids, s.pin_blocks = c.acquire(ids, m, s.req.input_tokens, s.req.klass)
@@ -309,6 +322,13 @@ class ReplicaBase:
         if self.kv_budgets is not None:
             self._charge(s)
         return taken
+
+    def _take_reload(self) -> float:
+        """The offload reloads the iteration being planned waits for (see
+        :mod:`.kv_tiers`: copied before its forward pass, not overlapped)."""
+        r = self.reload_s
+        self.reload_s = 0.0
+        return r
 
     def _charge(self, s: Seq) -> None:
         """Charge ``s`` to its class and, if the class is capped, evict the

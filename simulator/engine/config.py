@@ -6,6 +6,33 @@ from typing import Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 
+class KvOffload(BaseModel):
+    """Host-DRAM and NVMe KV tiers below the GPU prefix cache (as LMCache keeps them)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    host_gb: Optional[float] = Field(
+        default=None, ge=0, description="KV capacity in host DRAM per replica, GB (1e9); default: the GPU profile's "
+                                        "host_memory_gb_per_gpu × the replica's GPUs (a whole DGX share: set less "
+                                        "to leave the OS its part); 0: no host tier")
+    disk_gb: float = Field(
+        default=0.0, ge=0, description="KV capacity on local NVMe per replica, GB; 0 (default): no disk tier; at "
+                                       "most the GPU profile's nvme_gb_per_gpu × the replica's GPUs")
+    host_gb_per_s: Optional[float] = Field(
+        default=None, gt=0, description="host-to-GPU copy bandwidth of each GPU's link, GB/s; default: the GPU "
+                                        "profile's host_link_gb_s (PCIe)")
+    disk_gb_per_s: Optional[float] = Field(
+        default=None, gt=0, description="NVMe read bandwidth per GPU, GB/s; default: the GPU profile's "
+                                        "nvme_read_gb_s_per_gpu")
+
+    @model_validator(mode="after")
+    def _some_tier(self) -> "KvOffload":
+        if self.host_gb == 0 and self.disk_gb == 0:
+            raise ValueError("kv_offload with host_gb: 0 and disk_gb: 0 has no tier to offload to; remove "
+                             "kv_offload or give one a capacity")
+        return self
+
+
 class EngineConfig(BaseModel):
     """How a replica schedules and stores KV (vLLM's flags where they exist)."""
 
@@ -59,6 +86,10 @@ class EngineConfig(BaseModel):
     prefix_cache_capacity_tokens: Union[int, Literal["unbounded"], None] = Field(
         default=None, description="cap on cached tokens no running request uses; default: whatever KV memory "
                                   "running requests leave free; 'unbounded': an idealised cache beyond GPU memory")
+    kv_offload: Optional[KvOffload] = Field(
+        default=None, description="offload tiers below the prefix cache (host DRAM, NVMe): evicted entries move "
+                                  "there and a hit reloads them (bytes / bandwidth before the first prefill "
+                                  "chunk); default: none, evicted KV is gone")
 
     @property
     def mixes_prefill(self) -> bool:
@@ -79,6 +110,17 @@ class EngineConfig(BaseModel):
         c = self.prefix_cache_capacity_tokens
         if isinstance(c, int) and c < 0:
             raise ValueError(f"prefix_cache_capacity_tokens must be ≥ 0 or 'unbounded', got {c}")
+        return self
+
+    @model_validator(mode="after")
+    def _offload_modelled(self) -> "EngineConfig":
+        if self.kv_offload is None:
+            return self
+        if not self.prefix_cache:
+            raise ValueError("kv_offload keeps what the prefix cache evicts; it needs prefix_cache: true")
+        if self.cache_unbounded:
+            raise ValueError("kv_offload needs a bounded prefix cache (prefix_cache_capacity_tokens: unbounded "
+                             "never evicts, so nothing would reach the tiers)")
         return self
 
     @property

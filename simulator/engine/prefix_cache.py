@@ -59,6 +59,8 @@ from collections import deque
 from itertools import count
 from typing import NamedTuple, Optional, Sequence
 
+from .kv_tiers import KvTiers, Lower
+
 
 class Node:
     __slots__ = ("ids", "off", "n", "parent", "children", "lock", "stamp", "tail", "blocks", "uid", "owner")
@@ -122,9 +124,13 @@ class Match(NamedTuple):
     pinned_blocks: int  # of which already pinned by running sequences (no new memory)
     node: Optional[Node] = None   # deepest node reached (None: none)
     k: int = 0                    # ids matched inside it
+    lower: Optional[Lower] = None   # the ids after those found in the offload tiers (None: none)
 
     def usable(self, prompt: int) -> int:
-        return usable(self.tokens, prompt)
+        """Prompt tokens the sequence skips: its GPU hit and what it reloads."""
+        if self.lower is None:
+            return usable(self.tokens, prompt)
+        return usable(self.tokens + self.lower.total, prompt)
 
 
 class PrefixCache:
@@ -162,6 +168,7 @@ class PrefixCache:
         self.owned: dict[str, int] = {}                  # evictable blocks per owning class (when tracked)
         self.by_owner: dict[str, list] = {}              # per-owner evictable leaves, like ``heap``
         self.owner_evicted_blocks = 0
+        self.tiers: Optional[KvTiers] = None             # offload tiers below the GPU (None: evicted is gone)
 
     def track_owners(self) -> None:
         """Attribute entries to the class that created them (see the module
@@ -170,7 +177,8 @@ class PrefixCache:
 
     # --- queries -----------------------------------------------------------
     def match(self, ids: Sequence[int], prompt: int) -> Match:
-        """The longest cached prefix of a ``prompt``-token sequence with these ids."""
+        """The longest cached prefix of a ``prompt``-token sequence with these
+        ids: in GPU memory, then continued in the offload tiers."""
         H, u = self.H, self.u
         limit = min(len(ids), -(-prompt // H))
         node = self.root
@@ -194,11 +202,16 @@ class PrefixCache:
         tokens = pos * H
         if last is not None and k == last.n and last.tail is not None:
             tokens += last.tail - H
+        t = self.tiers
+        if t is not None and pos < limit:
+            return Match(pos, tokens, blocks, pinned, last, k, t.lookup(ids, pos, limit))
         return Match(pos, tokens, blocks, pinned, last, k)
 
     def cached_tokens(self, ids: Optional[Sequence[int]], prompt: int) -> int:
-        """Prompt tokens a request would not have to prefill (≤ prompt − 1):
-        what a cache-aware router asks of a replica."""
+        """Prompt tokens a request would not have to prefill (≤ prompt − 1),
+        found in GPU memory or the offload tiers: what a cache-aware router
+        asks of a replica (a reload takes milliseconds, the prefill it
+        saves far more, so a tier hit counts like a GPU one)."""
         return self.match(ids, prompt).usable(prompt) if ids else 0
 
     def entered_ids(self, ids: Sequence[int], input_tokens: int) -> int:
@@ -221,6 +234,9 @@ class PrefixCache:
             node = self._split(node, m.k)
         pos, blocks = m.ids, m.blocks
         n = self.entered_ids(ids, input_tokens)
+        t = self.tiers
+        if t is not None:   # reloaded and newly computed ids are in GPU memory now
+            t.take(ids, pos, max(n, pos + (0 if m.lower is None else m.lower.ids)))
         if n > pos:
             tail = input_tokens - (n - 1) * self.H if n * self.H > input_tokens else None
             node = self._add(node, ids, pos, n - pos, tail, owner)
@@ -248,6 +264,8 @@ class PrefixCache:
         if kv_tokens:
             end = min(len(ids), kv_tokens // self.H)
             if end > n and ids[n] not in node.children:
+                if self.tiers is not None:
+                    self.tiers.take(ids, n, end)
                 leaf = self._add(node, ids, n, end - n, None, owner)
                 self.evictable += leaf.blocks
                 leaf.stamp = t
@@ -327,12 +345,16 @@ class PrefixCache:
         u = self.u
         dropped = 0
         L = x.n
+        tail = 0
         if x.tail is not None:        # a partial last block goes first
+            tail = x.tail
             dropped = -(-x.tail // self.bs)
             x.tail = None
             L -= 1
         k = min(L, -(-(excess - dropped) // u)) if excess > dropped else 0
         dropped += k * u
+        if self.tiers is not None:
+            self.tiers.offload(x.ids, x.off + L - k, x.off + x.n, tail)
         L -= k
         self.evictable -= dropped
         self.evicted_blocks += dropped
@@ -362,7 +384,7 @@ class PrefixCache:
         self.prompt_tokens += prompt
         self.hit_tokens += cached
         self.hit_requests += cached > 0
-        self.hit_ids += m.ids
+        self.hit_ids += m.ids if m.lower is None else m.ids + m.lower.ids
         self.prompt_ids += min(len(ids), -(-prompt // self.H))
 
     # --- internals ---------------------------------------------------------
@@ -433,9 +455,11 @@ class PrefixCache:
             stack.extend(x.children.values())
 
     def stats(self) -> dict:
-        out = {"lookups": self.lookups, "hit_requests": self.hit_requests, "hit_tokens": self.hit_tokens,
+        out: dict = {"lookups": self.lookups, "hit_requests": self.hit_requests, "hit_tokens": self.hit_tokens,
                "prompt_tokens": self.prompt_tokens, "hit_ids": self.hit_ids, "prompt_ids": self.prompt_ids,
                "evicted_blocks": self.evicted_blocks, "cached_blocks": self.pinned + self.evictable}
         if self.tracks_owners:
             out["evicted_by_class_cap_blocks"] = self.owner_evicted_blocks
+        if self.tiers is not None:
+            out["offload"] = self.tiers.stats()
         return out

@@ -136,6 +136,7 @@ class ReferenceReplica(ReplicaBase):
         else:   # per-class α: the step over the decoding sequences' mean E
             e = self._mean_tokens_per_step(Counter(map(self._tokens_per_step, decodes)))
             dt = self.cm.step_time(prefill, len(decodes), ctx, sampling, tokens_per_step=e)
+        dt += self._take_reload()
         held = self.num_blocks - self.free
         filled = self._filled(decodes) if self.contiguous else 0
         self._schedule(dt, lambda ev: self._end(chunks, decodes, dt, held, filled))

@@ -29,6 +29,7 @@ from ..metrics.gaps import GapLog
 from .base import ReplicaBase, StepCost
 from .blocks import BlockDemand, ceil_div
 from .config import EngineConfig
+from .kv_tiers import OffloadPlan
 from .prefix_cache import Match
 from .sequence import DECODE, PREFILL, Seq
 from workloads.request import Request
@@ -42,9 +43,9 @@ class FastReplica(ReplicaBase):
     def __init__(self, env: simpy.Environment, index: int, cm: StepCost, cfg: EngineConfig, num_blocks: int,
                  gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None,
                  max_model_len: Optional[int] = None, id_block_tokens: Optional[int] = None,
-                 kv_budgets: Optional[dict[str, int]] = None) -> None:
+                 kv_budgets: Optional[dict[str, int]] = None, offload: Optional[OffloadPlan] = None) -> None:
         super().__init__(env, index, cm, cfg, num_blocks, gaps, on_done, max_model_len, id_block_tokens,
-                         kv_budgets)
+                         kv_budgets, offload)
         self.running: dict[Seq, None] = {}   # admission order; newest last
         self.prefilling: dict[Seq, None] = {}
         self.fixed_blocks = 0                # held by sequences not decoding (contiguous KV: by all)
@@ -230,6 +231,8 @@ class FastReplica(ReplicaBase):
                 assert isinstance(cm, SpeculativeCostModel)   # per-class α is speculative decoding's
                 dt = cm.step_time(prefill, B if decoding else 0, ctx, sampling,
                                   tokens_per_step=self._mean_tokens_per_step(self.rates))
+            if self.reload_s:
+                dt += self._take_reload()
             self.seg = None
             self.gen += 1
             gen = self.gen

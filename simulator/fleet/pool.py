@@ -20,6 +20,7 @@ import simpy
 from ..costmodel import CostModel
 from ..dtypes import compute_dtype
 from ..engine.config import EngineConfig
+from ..engine.kv_tiers import OffloadPlan
 from ..engine.reference import ReferenceReplica
 from ..engine.replica import FastReplica
 from .routing import Router
@@ -83,13 +84,14 @@ class Pool:
                  on_done: Optional[Callable[[Request], None]] = None, max_model_len: int | None = None,
                  id_block_tokens: int | None = None, *, name: str = "main",
                  kv_budgets: Optional[dict[str, int]] = None,
-                 admission: Optional[dict[str, Admission]] = None, warm: int = 0) -> None:
+                 admission: Optional[dict[str, Admission]] = None, warm: int = 0,
+                 offload: Optional[OffloadPlan] = None) -> None:
         self.env = env
         self.name = name
         self.router = router
         self.cm = cm
         self._make = lambda i: ENGINES[engine](env, i, cm, cfg, num_blocks, gaps, self._ended, max_model_len,
-                                               id_block_tokens, kv_budgets)
+                                               id_block_tokens, kv_budgets, offload)
         self.on_done = on_done
         self.num_blocks = num_blocks
         self.admission = admission or {}

@@ -7,13 +7,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Optional
 
 from ..costmodel import CostModel
 from ..costmodel.speculative import speculative_setup
+from ..engine.kv_tiers import OffloadPlan
 from ..errors import LlmsimError
 from ..memory import MemoryPlan, plan_memory
 from ..profiles import load_hardware, load_model
 from ..scenario.schema import PoolSpec
+from .offload import plan_offload
 
 
 @dataclass
@@ -21,6 +24,7 @@ class PoolSetup:
     spec: PoolSpec
     cm: CostModel
     memory: MemoryPlan
+    offload: Optional[OffloadPlan] = None   # KV offload tiers per replica (engine.kv_offload)
 
 
 def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> PoolSetup:
@@ -53,4 +57,4 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative))
     if e.num_gpu_blocks_override:
         mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
-    return PoolSetup(spec, cm, mem)
+    return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source))

@@ -181,7 +181,14 @@ class HardwareProfile(_Strict):
     # fp4: dense FP4 tensor-core peak (Blackwell), used by NVFP4 MoE experts.
     peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8", "fp4"], float]
     interconnect: Interconnect
-    host_link_gb_s: float = Field(gt=0, description="host-to-GPU bandwidth for weight loading, GB/s")
+    host_link_gb_s: float = Field(gt=0, description="host-to-GPU bandwidth per GPU and direction (weight "
+                                                     "loading, KV offload reloads), GB/s")
+    # The reference server's host side, per GPU (a DGX's totals / 8): what
+    # engine.kv_offload's host and disk tiers default to and are held to.
+    host_memory_gb_per_gpu: Optional[float] = Field(default=None, gt=0, description="host DRAM per GPU, GB")
+    nvme_gb_per_gpu: Optional[float] = Field(default=None, gt=0, description="local NVMe capacity per GPU, GB")
+    nvme_read_gb_s_per_gpu: Optional[float] = Field(default=None, gt=0,
+                                                    description="local NVMe sequential read per GPU, GB/s")
     # Streaming multiprocessors: GEMM tiles run in waves over them (the wave form of the GEMM fit).
     num_sms: Optional[int] = Field(default=None, ge=1)
     price: Price

@@ -222,7 +222,7 @@ def _prefix_cache_block(ps: PoolSetup, stats: list[dict]) -> dict:
         out["why_off"] = ("prefix_cache: false" if not e.prefix_cache
                           else "no request carries block ids (add sessions, system prompts or a trace with ids)")
         return out
-    tot = {k: sum(p[k] for p in pcs) for k in pcs[0]}
+    tot = {k: sum(p[k] for p in pcs) for k in pcs[0] if k != "offload"}
 
     def rate(a: str, b: str):
         return tot[a] / tot[b] if tot[b] else None
@@ -231,4 +231,19 @@ def _prefix_cache_block(ps: PoolSetup, stats: list[dict]) -> dict:
                block_hit_rate=rate("hit_ids", "prompt_ids"), hit_tokens=tot["hit_tokens"],
                prompt_tokens=tot["prompt_tokens"], evicted_blocks=tot["evicted_blocks"],
                cached_blocks_at_end=tot["cached_blocks"])
+    if "offload" in pcs[0]:
+        out["offload"] = _offload_block([p["offload"] for p in pcs], tot["prompt_tokens"])
+    return out
+
+
+def _offload_block(per_replica: list[dict], prompt_tokens: int) -> dict:
+    """Per offload tier, summed over replicas: what entered, what came back
+    and the reload time it cost (capacity is one replica's)."""
+    out = {}
+    for name, first in per_replica[0].items():
+        t = {k: sum(r[name][k] for r in per_replica) for k in first if k != "capacity_blocks"}
+        t["capacity_blocks_per_replica"] = first["capacity_blocks"]
+        t["token_hit_rate"] = t["hit_tokens"] / prompt_tokens if prompt_tokens else None
+        t["mean_reload_ms"] = 1e3 * t["reload_s"] / t["hit_requests"] if t["hit_requests"] else None
+        out[name] = t
     return out

@@ -51,6 +51,9 @@ def _counts(results: Mapping[str, Any]) -> Table:
     pc = llmsim.get("prefix_cache") or {}
     if pc.get("enabled") and pc.get("token_hit_rate") is not None:
         t.add_row("Prefix cache hit rate (tokens)", f"{100 * pc['token_hit_rate']:.1f}%")
+        for name, tier in (pc.get("offload") or {}).items():
+            if tier.get("token_hit_rate") is not None:
+                t.add_row(f"  of which reloaded from {name}", f"{100 * tier['token_hit_rate']:.1f}%")
     return t
 
 
