@@ -231,8 +231,7 @@ class FastReplica(ReplicaBase):
                 assert isinstance(cm, SpeculativeCostModel)   # per-class α is speculative decoding's
                 dt = cm.step_time(prefill, B if decoding else 0, ctx, sampling,
                                   tokens_per_step=self._mean_tokens_per_step(self.rates))
-            if self.reload_s:
-                dt += self._take_reload()
+            dt += self._take_reload()   # (a base-class float read here crashes mypyc 1.13's codegen)
             self.seg = None
             self.gen += 1
             gen = self.gen
