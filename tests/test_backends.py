@@ -142,6 +142,18 @@ def test_the_front_end_hands_a_burst_over_one_request_at_a_time():
     assert reqs[1].admitted > reqs[0].admitted
 
 
+@settings(max_examples=10, deadline=None)
+@given(k=st.integers(2, 6), per=st.integers(1, 8), router=st.sampled_from(["least_outstanding", "prefix_aware"]))
+def test_a_burst_behind_the_front_ends_is_routed_by_load(k, per, router):
+    """A request in a replica's front end is already that replica's load: a
+    closed loop's first k x per sends, all at t = 0, spread over k replicas
+    routed by load, instead of all going to the one that looked idle."""
+    raw = _closed(k * per, k * per, 512, 4, {"backend": "vllm"}).model_dump(exclude_unset=True)
+    raw["pools"][0].update(replicas=k, router=router)
+    counts = np.bincount([r.replica for r in simulate(Scenario.model_validate(raw)).requests], minlength=k)
+    assert counts.max() - counts.min() <= 1, counts
+
+
 def test_response_time_shifts_first_token_and_finish_not_tpot():
     base = simulate(_closed(2, 6, 512, 32))
     late = simulate(_closed(2, 6, 512, 32, {"response_ms": 7.0}))

@@ -183,7 +183,7 @@ def test_replicas_are_divided_and_an_uneven_split_is_said():
 
 
 @pytest.mark.parametrize("name, sets, n, where", [
-    ("dau-10m", [], 14, "pools[0].replicas"),
+    ("dau-10m", ["pools.chat.replicas=13"], 14, "pools[0].replicas"),
     ("chatbot", [], 2, "pools[0].autoscaling"),
     ("dau-10m", ["workload.duration_s=null", "workload.num_requests=10",
                  "workload.arrival={type: concurrency, concurrency: 4}"], 2, "workload.arrival"),

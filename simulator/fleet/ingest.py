@@ -13,10 +13,15 @@ forever: nothing random, only a serial stage with a cost per request.
 
 One front end per replica, FIFO, deterministic: a request entering at ``t``
 reaches the replica at ``max(t, free) + request_ms + tokens · tokenize_us``.
+A request in the front end is already the replica's: it counts in the
+replica's outstanding requests and tokens, the load routers and autoscalers
+read, or a burst routed by load (every client of a closed loop at its
+start) would all go to the replica that looked idlest before the first of
+them reached its scheduler.
 """
 from __future__ import annotations
 
-from typing import Callable
+from typing import Any, Callable
 
 import simpy
 
@@ -27,10 +32,11 @@ from workloads.request import Request, Status
 class FrontEnd:
     """The serial front end of one replica."""
 
-    __slots__ = ("env", "per_request_s", "per_token_s", "free_at", "inside")
+    __slots__ = ("env", "replica", "per_request_s", "per_token_s", "free_at", "inside")
 
-    def __init__(self, env: simpy.Environment, request_ms: float, tokenize_us_per_token: float) -> None:
+    def __init__(self, env: simpy.Environment, replica: Any, request_ms: float, tokenize_us_per_token: float) -> None:
         self.env = env
+        self.replica = replica
         self.per_request_s = request_ms * 1e-3
         self.per_token_s = tokenize_us_per_token * 1e-6
         self.free_at = 0.0
@@ -41,10 +47,14 @@ class FrontEnd:
         done = max(now, self.free_at) + self.per_request_s + req.input_tokens * self.per_token_s
         self.free_at = done
         self.inside.add(req.id)
+        self._count(req, 1)
 
         def out(_ev: object) -> None:
+            if req.id not in self.inside:        # dropped meanwhile (cancelled)
+                return
             self.inside.discard(req.id)
-            if req.status is Status.PENDING:     # not cancelled meanwhile
+            self._count(req, -1)
+            if req.status is Status.PENDING:
                 deliver(req)
         fire(self.env, done - now, out)
 
@@ -53,4 +63,11 @@ class FrontEnd:
 
     def drop(self, req: Request) -> None:
         """The client gave up while the request was in the front end."""
-        self.inside.discard(req.id)
+        if req.id in self.inside:
+            self.inside.discard(req.id)
+            self._count(req, -1)
+
+    def _count(self, req: Request, n: int) -> None:
+        r = self.replica
+        r.outstanding += n
+        r.outstanding_tokens += n * (req.input_tokens + req.output_tokens)

@@ -207,7 +207,8 @@ class Pool:
         if self.cfg.front_end_busy:
             fe = self.front_ends.get(r.index)
             if fe is None:
-                fe = self.front_ends[r.index] = FrontEnd(self.env, self.cfg.request_ms, self.cfg.tokenize_us_per_token)
+                fe = self.front_ends[r.index] = FrontEnd(self.env, r, self.cfg.request_ms,
+                                                         self.cfg.tokenize_us_per_token)
             fe.enter(req, r.submit)
             return
         r.submit(req)
@@ -246,6 +247,7 @@ class Pool:
         for fe in self.front_ends.values():     # still in a front end: it ends here
             if fe.holds(req):
                 fe.drop(req)
+                self._stop_if_drained(fe.replica)
                 req.status = Status.CANCELLED
                 req.finish = self.env.now
                 if self.on_done:
