@@ -22,7 +22,8 @@ params = st.builds(
     MoeParams,
     eta_compute=st.floats(0.05, 1.0), eta_memory=st.floats(0.05, 1.0), sharpness=st.floats(1.0, 64.0),
     fixed_us=st.floats(0.0, 50.0), m_half=st.floats(0.0, 1000.0), pair_ns=st.floats(0.0, 20.0),
-    pair_traffic=st.floats(0.0, 3.0), layer_fixed_us=st.floats(0.0, 50.0))
+    pair_traffic=st.floats(0.0, 3.0), layer_fixed_us=st.floats(0.0, 50.0), tile_us=st.floats(0.0, 2.0),
+    expert_us=st.floats(0.0, 20.0), token_traffic=st.floats(0.0, 10.0))
 
 
 @given(experts_topk, st.integers(0, 100_000), st.integers(1, 100_000))
@@ -62,17 +63,23 @@ def test_one_expert_top1_is_the_dense_gated_mlp(tokens, h, inter, p, dtype, gpu_
     gated MLP's fused gate+up GEMM (n = 2·inter, k = hidden) and down GEMM
     (n = hidden, k = inter) under the same parameters; the MoE time exceeds
     them by exactly the routing terms, pair_ns·tokens + layer_fixed_us +
-    pair_traffic·(activation bytes of the tokens)/(BW·η_m)."""
+    pair_traffic·(activation bytes of the tokens)/(BW·η_m), and the two
+    floors: tile_us per launched 64×64 tile over the SMs, expert_us for the one expert,
+    and token_traffic (the same bytes as pair_traffic's input and output rows)."""
     gpu = GPUS[gpu_name]
     fmt = QUANT_FORMATS[dtype]
     peak = gpu.peak_flops(fmt.peak)
     dense = (gemm_time(tokens, 2 * inter, h, peak, gpu.hbm_bandwidth, p, fmt.weight_bytes, fmt.act_bytes)
              + gemm_time(tokens, h, inter, peak, gpu.hbm_bandwidth, p, fmt.weight_bytes, fmt.act_bytes))
     routing = (p.pair_ns * 1e-9 * tokens + p.layer_fixed_us * 1e-6
-               + p.pair_traffic * tokens * 2.0 * (2 * h + 3 * inter) / (gpu.hbm_bandwidth * p.eta_memory))
+               + p.pair_traffic * tokens * 2.0 * (2 * h + 3 * inter) / (gpu.hbm_bandwidth * p.eta_memory)
+               + p.tile_us * 1e-6 * min(tokens, tokens / 64 + 1) * (math.ceil(2 * inter / 64) + math.ceil(h / 64))
+               / gpu.num_sms + p.expert_us * 1e-6
+               + p.token_traffic * tokens * 2.0 * 2 * h / (gpu.hbm_bandwidth * p.eta_memory))
     t = M.moe_layer_time(tokens, M.MoeShape(h, inter, 1, 1), dtype, gpu, p)
     assert t == pytest.approx(dense + routing, rel=1e-12)
-    no_routing = p.model_copy(update=dict(pair_ns=0.0, layer_fixed_us=0.0, pair_traffic=0.0))
+    no_routing = p.model_copy(update=dict(pair_ns=0.0, layer_fixed_us=0.0, pair_traffic=0.0, tile_us=0.0,
+                                          expert_us=0.0, token_traffic=0.0))
     assert M.moe_layer_time(tokens, M.MoeShape(h, inter, 1, 1), dtype, gpu, no_routing) == pytest.approx(dense, rel=1e-12)
 
 
@@ -82,6 +89,30 @@ def test_ep_splits_the_work_of_a_large_batch():
     one = M.moe_layer_time(16384, M.MoeShape(7168, 2048, 256, 8), "fp8_block", gpu, p)
     eight = M.moe_layer_time(16384, M.MoeShape(7168, 2048, 256, 8, ep=8), "fp8_block", gpu, p)
     assert eight == pytest.approx(one / 8, rel=1e-6)
+
+
+def test_tile_grid_spans_every_pair_and_expert():
+    """The launched grid: a row of tiles per 64 pairs of the whole batch plus a
+    padded row per expert (never more rows than pairs), in whole 64-column
+    tiles — a 22-wide shard costs a full tile, and ep does not shrink it."""
+    assert M.grid_tiles(8.0, 128, 44, 2816) == 8 * (1 + 44)             # few pairs: one row each
+    assert M.grid_tiles(8192.0, 128, 44, 2816) == (128 + 128) * (1 + 44)
+    gpu, p = GPUS["h100-sxm"], MoeParams(eta_compute=0.7, eta_memory=0.8, tile_us=1.0)
+    grid = 1e-6 * M.grid_tiles(1024.0, 128, 16384, 5120) / gpu.num_sms
+    for ep in (1, 128):
+        shape = M.MoeShape(5120, 8192, 128, 1, ep=ep)
+        extra = (M.moe_layer_time(1024, shape, "bf16", gpu, p)
+                 - M.moe_layer_time(1024, shape, "bf16", gpu, p.model_copy(update=dict(tile_us=0.0))))
+        assert extra == pytest.approx(grid, rel=1e-12)
+
+
+def test_tile_floor_needs_the_sm_count():
+    data = GPUS["h100-sxm"].model_dump()
+    data["num_sms"] = None
+    data["calibration"]["gemm"]["waves"] = False
+    data["calibration"]["moe"]["bf16"]["tile_us"] = 0.1
+    with pytest.raises(ValueError, match="moe.bf16.tile_us needs num_sms"):
+        type(GPUS["h100-sxm"]).model_validate(data)
 
 
 def test_unknown_dtype_refused_in_one_line():

@@ -83,7 +83,9 @@ def moe(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray
     return np.asarray(M.rank_time(df["num_tokens"].to_numpy() * df["topk"].to_numpy(), df["local_pairs"].to_numpy(),
                                   df["local_active"].to_numpy(), df["hidden_size"].to_numpy(),
                                   df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy(),
-                                  M.dtype_info(name), M.peak_flops(name, gpu), gpu.hbm_bandwidth, p))
+                                  M.dtype_info(name), M.peak_flops(name, gpu), gpu.hbm_bandwidth, p,
+                                  num_sms=gpu.num_sms, num_experts=df["num_experts"].to_numpy(),
+                                  tokens=df["num_tokens"].to_numpy()))
 
 
 PREDICT = {

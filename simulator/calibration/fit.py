@@ -114,12 +114,13 @@ GEMM_FORMS = {
 
 
 MOE_NAMES = ("eta_compute", "eta_memory", "sharpness", "fixed_us", "m_half", "pair_ns", "pair_traffic",
-             "layer_fixed_us")
+             "layer_fixed_us", "tile_us", "expert_us", "token_traffic")
 _MOE_START = dict(eta_compute=0.6, eta_memory=0.8, sharpness=4.0, fixed_us=5.0, m_half=16.0, pair_ns=1.0,
-                  pair_traffic=0.5, layer_fixed_us=10.0)
+                  pair_traffic=0.5, layer_fixed_us=10.0, tile_us=0.5, expert_us=1.0, token_traffic=0.5)
 _MOE_LO = dict(eta_compute=0.02, eta_memory=0.02, sharpness=1.0)
 _MOE_HI = dict(eta_compute=1.0, eta_memory=1.0, sharpness=64.0, fixed_us=200.0, m_half=4096.0, pair_ns=1000.0,
-               pair_traffic=10.0, layer_fixed_us=500.0)
+               pair_traffic=10.0, layer_fixed_us=500.0, tile_us=100.0, expert_us=100.0,
+               token_traffic=20.0)
 
 
 def space(family: str, df: pd.DataFrame, gemm_form: str = "waves") -> Space:

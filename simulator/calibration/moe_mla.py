@@ -45,7 +45,7 @@ _KV = {"bfloat16": 2.0, "fp8": 1.0}
 DSV3 = dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, q_lora_rank=1536,
             hidden_size=7168)
 # A second start for the MoE search (slow, compute-poor kernels end far from the first).
-_MOE_STARTS = ((0.3, 0.8, 8.0, 8.0, 64.0, 2.0, 1.5, 15.0),)
+_MOE_STARTS = ((0.3, 0.8, 8.0, 8.0, 64.0, 2.0, 1.5, 15.0, 0.5, 1.0, 0.5),)
 _REFIT_NFEV = 100
 # Rows a fit sees at most (a seeded random subset; errors are always
 # measured on every row): the fit's cost is linear in rows, and a few

@@ -114,11 +114,11 @@ class LayoutOps:
         self.topk = m.topk
         # Elementwise bytes per rank token (norms, residuals, dense and shared
         # activations) and per routed pair landing on a GPU (expert
-        # activation; unless the MoE calibration prices the pairs' activation
-        # traffic itself, pair_traffic).
+        # activation; unless a MoE calibration of this format prices it: its
+        # rows time the fused kernels, activation included).
         ffn_sum = self.n_dense * m.dense_ffn + self.n_moe * m.shared_ffn
         self.other_rank = (L * _OTHER_HIDDEN_RW * h + _OTHER_FFN_RW * ffn_sum / tp) * _BF16
-        priced = getattr(self.moe_params, "pair_traffic", 0.0) > 0
+        priced = self.fmt in cal.moe
         self.other_pair = (self.n_moe * _OTHER_FFN_RW * m.expert_ffn / par.moe_tp * _BF16
                            if m.is_moe and not priced else 0.0)
         self.mla = None

@@ -32,6 +32,10 @@ from ..profiles.hardware import HardwareProfile, MoeParams, RooflineParams
 from .components import gemm_time
 
 _US = 1e-6
+# Nominal output tile of a grouped expert GEMM (rows × columns): the
+# default block of vLLM's Triton fused-MoE kernel, and CUTLASS's smallest
+# common one.
+TILE_M, TILE_N = 64.0, 64.0
 
 
 # One table for every quantised format: simulator/dtypes.py.
@@ -122,14 +126,35 @@ def _grouped_gemm_time(pairs, active, n, k, peak: float, bw: float, p: RooflineP
     return active * one + p.fixed_us * _US
 
 
+def grid_tiles(pairs_all, num_experts, n_up, hidden):
+    """Output tiles the two grouped GEMMs launch for a batch's routed pairs.
+
+    The pairs are sorted by expert and each expert's run is padded to a
+    whole TILE_M rows, so the row-tile grid is sized for every pair of the
+    batch plus one partial tile per expert — never more than a tile per
+    pair — and each row tile spans the layer's output width in TILE_N
+    columns: ``ceil(n_up/TILE_N)`` for gate+up, ``ceil(hidden/TILE_N)``
+    for down. A shard narrower than a tile still costs a whole tile; rows
+    of experts held by other ranks are launched and leave at once.
+    """
+    rows = np.minimum(pairs_all, pairs_all / TILE_M + num_experts)
+    return rows * (np.ceil(n_up / TILE_N) + np.ceil(hidden / TILE_N))
+
+
 def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: QuantFormat, peak: float,
-              bw: float, params: RooflineParams, gated: bool = True, num_sms: int | None = None):
+              bw: float, params: RooflineParams, gated: bool = True, num_sms: int | None = None,
+              num_experts=None, tokens=None):
     """Seconds of one rank's routed experts given its routing statistics.
 
     ``pairs_all``: routed (token, expert) pairs of the whole batch;
     ``pairs_local`` of them land on this rank's ``active_local`` distinct
     experts. Shapes may be arrays (the calibration evaluates every measured
-    row in one call). Grouped gate+up GEMM + grouped down GEMM + routing.
+    row in one call). Grouped gate+up GEMM + grouped down GEMM + routing,
+    plus two floors the roofline cannot see: the launched tile grid
+    (:func:`grid_tiles`, ``tile_us`` per tile and SM; ``num_experts`` is
+    the model's, not this rank's) and ``expert_us`` per distinct local expert;
+    and ``token_traffic`` per token of the batch (``tokens``), whichever
+    experts it chose.
     """
     n_up = (2 if gated else 1) * inter_local
     gemms = (_grouped_gemm_time(pairs_local, active_local, n_up, hidden, peak, bw, params, fmt.weight_bytes,
@@ -145,6 +170,21 @@ def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: Qu
         # activated intermediate, down output row.
         pair_bytes = 2.0 * (2 * hidden + n_up + inter_local)
         route = route + traffic * pairs_all * pair_bytes / (bw * params.eta_memory)
+    tile_us = getattr(params, "tile_us", 0.0)
+    if tile_us:
+        if not num_sms or num_experts is None:
+            raise ValueError("the MoE tile term needs num_sms and num_experts")
+        route = route + tile_us * _US * grid_tiles(pairs_all, num_experts, n_up, hidden) / num_sms
+    # Each expert a grouped GEMM visits is its own problem: its tile
+    # schedule, operand descriptors and pipeline fill cost a floor however
+    # few tokens it holds.
+    route = route + getattr(params, "expert_us", 0.0) * _US * active_local
+    token_traffic = getattr(params, "token_traffic", 0.0)
+    if token_traffic:
+        if tokens is None:
+            raise ValueError("the MoE token-traffic term needs the token count")
+        # bf16 row of one token: its hidden state in, its combined output out.
+        route = route + token_traffic * tokens * 2.0 * 2 * hidden / (bw * params.eta_memory)
     return gemms + route
 
 
@@ -168,7 +208,8 @@ def moe_layer_time(tokens, shape: MoeShape, dtype: str, gpu: HardwareProfile, pa
         active_experts = expected_active_experts(t, shape.num_experts, shape.topk)
     with np.errstate(invalid="ignore", divide="ignore"):
         total = rank_time(pairs_all, pairs_all / shape.ep, active_experts / shape.ep, shape.hidden_size,
-                          shape.local_intermediate, fmt, peak, gpu.hbm_bandwidth, params, shape.gated, gpu.num_sms)
+                          shape.local_intermediate, fmt, peak, gpu.hbm_bandwidth, params, shape.gated, gpu.num_sms,
+                          shape.num_experts, t)
     if isinstance(t, np.ndarray):
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(t > 0, total, 0.0)

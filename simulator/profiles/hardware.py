@@ -70,11 +70,21 @@ class MoeParams(RooflineParams):
     remote experts' pairs included: top-k selection, sorting and permuting
     the pairs and the weighted finalize scan every pair, whichever rank owns
     the expert. ``layer_fixed_us`` is the routing kernels' floor per layer.
+    ``tile_us``: each output tile the grouped GEMMs launch (a grid sized for
+    every pair of the batch plus a padded tile per expert, in whole tiles of
+    the shard's width: :func:`simulator.costmodel.moe.grid_tiles`), spread
+    over the SMs; ``expert_us``: each distinct expert on this rank (the
+    per-problem setup of a grouped GEMM); ``token_traffic``: multiples of
+    one token's bf16 hidden row read and written, per token of the batch
+    (gating, quantising the input, combining the k outputs). 0 = off.
     """
 
     pair_ns: float = Field(default=0.0, ge=0)
     pair_traffic: float = Field(default=0.0, ge=0)
     layer_fixed_us: float = Field(default=0.0, ge=0)
+    tile_us: float = Field(default=0.0, ge=0)
+    expert_us: float = Field(default=0.0, ge=0)
+    token_traffic: float = Field(default=0.0, ge=0)
 
 
 class AllReduceParams(_Strict):
@@ -198,6 +208,9 @@ class HardwareProfile(_Strict):
     def _waves_need_sms(self) -> "HardwareProfile":
         if self.calibration.gemm.waves and not self.num_sms:
             raise ValueError("calibration.gemm.waves needs num_sms (the GPU's streaming multiprocessor count)")
+        tiled = sorted(f for f, m in self.calibration.moe.items() if m.tile_us > 0)
+        if tiled and not self.num_sms:
+            raise ValueError(f"calibration.moe.{tiled[0]}.tile_us needs num_sms (the tile grid spreads over the SMs)")
         return self
 
     @property
