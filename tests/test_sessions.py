@@ -547,14 +547,16 @@ def test_dynamic_content_cuts_the_shared_prefix_where_it_sits(at, per, seed, cha
 
 def test_dau_prefix_breakage_rung_crashes_the_hit_rate():
     """The dau-10m rung: its token hit rate falls by more than 5x (the case
-    study: 80 % -> 10 %) and TTFT p99 rises, on the same 13 nodes."""
+    study: 80 % -> 10 %) and TTFT p99 rises, on the same nodes. A minute
+    of traffic: over the first half minute the fleet is still filling and
+    the cached run's prefix-affine routing can read the higher p99."""
     from helpers_case_studies import path_of
     from simulator.runner import simulate
     from simulator.scenario.load import load_scenario
     from simulator.scenario.overlays import load_with_variants
 
     path = path_of("dau-10m")
-    sets = ["workload.duration_s=30"]
+    sets = ["workload.duration_s=60"]
     sc, _ = load_scenario(path, sets)
     before = simulate(sc, source=path).results
     breakage = [v for v in sc.variants if v.name == "prefix-breakage"]
