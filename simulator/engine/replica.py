@@ -317,10 +317,9 @@ class FastReplica(ReplicaBase):
     def _on_arrival_while_busy(self, now: float) -> None:
         if self.seg is None or not self.seg_cuttable or self.seg[1] <= 1 or not self._head_admissible():
             return
-        if self.cfg.num_scheduler_steps > 1:
-            self._end_stretch_after(self._block_boundary(self.G + self._inflight(now)) - self.G, now)
-        else:
-            self._cut(now)
+        # The head joins at the first decision after the iteration in flight
+        # (that iteration's end without multi-step scheduling).
+        self._end_stretch_after(self._block_boundary(self.G + self._inflight(now)) - self.G, now)
 
     def _inflight(self, now: float) -> int:
         """The iteration of the decode stretch in flight at ``now`` (1-based):

@@ -69,6 +69,12 @@ def _no_load_seconds(row: Row) -> float:
     return t + sum(a + b * (row.isl + j) for j in range(1, row.osl))
 
 
+def _counted(row: Row, s: ReplaySettings) -> int:
+    """Closed-loop requests the benchmark counted: the row's, else its client's rounds × C."""
+    assert row.concurrency is not None
+    return row.num_requests or deployment.client(s.deployment or row.deployment).counted_rounds * row.concurrency
+
+
 def client_mode(row: Row, s: ReplaySettings) -> str:
     """How the row's closed loop is replayed (see the module docstring)."""
     if s.client != "auto":
@@ -92,7 +98,7 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
         c = row.concurrency
         bench = deployment.client(dep)
         mode = mode or client_mode(row, s)
-        total = row.num_requests or bench.counted_rounds * c
+        total = _counted(row, s)
         if mode == "burst":
             arrival: dict = {"type": "concurrency", "concurrency": c}
             if bench.warmup_rounds:
@@ -130,8 +136,7 @@ def _results(row: Row, s: ReplaySettings) -> dict[str, Any]:
     if row.concurrency is None or client_mode(row, s) != "phases":
         return dict(simulate(scenario_for(row, s)).results)
     first = simulate(scenario_for(row, s, "first-round"))
-    total = row.num_requests or deployment.client(s.deployment or row.deployment).counted_rounds * row.concurrency
-    if total <= row.concurrency:
+    if _counted(row, s) <= row.concurrency:
         return dict(first.results)
     rest = simulate(scenario_for(row, s, "rest"))
     union = RequestArrays(list(first.requests) + list(rest.requests))
