@@ -201,6 +201,12 @@ class HardwareProfile(_Strict):
                                                     description="local NVMe sequential read per GPU, GB/s")
     # Streaming multiprocessors: GEMM tiles run in waves over them (the wave form of the GEMM fit).
     num_sms: Optional[int] = Field(default=None, ge=1)
+    # Dense fp8 GEMMs run at this fraction of the compute efficiency the bf16
+    # GEMM fit measures: the datasheet doubles the peak, but at twice the math
+    # rate the GPU runs into its power cap (lower clocks), and a per-tensor fp8
+    # linear layer first quantises its activations. Fitted on end-to-end fp8
+    # rows (benchmarks/fp8_efficiency.py); 1 where nothing measured it.
+    fp8_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
     price: Price
     calibration: Calibration = Calibration()
 
