@@ -183,3 +183,31 @@ def test_an_unknown_client_is_one_line(tmp_path, cli):
     _csv(rows, tmp_path / "own.csv")
     res = cli("validate", tmp_path / "own.csv", "--model", "llama-3.2-1b", "--client", "lockstep")
     assert res.code == 2 and "unknown client 'lockstep'" in res.err and "Traceback" not in res.err
+
+
+@given(st.sampled_from(["vllm", "sglang", "trtllm"]), st.integers(1, 1024), st.integers(1, 131072))
+@settings(max_examples=40, deadline=None)
+def test_aic_eval_generated_engine_configs_for_tensorrt_llm_only(stack, c, isl):
+    """AIConfigurator's 2025 evaluation runs launched vLLM and SGLang on their
+    defaults and TensorRT-LLM on the generator's config: one whole prompt
+    beside a batch of C, block reuse off."""
+    from simulator.validation.deployment import engine_keys
+
+    keys = engine_keys("aic-eval", stack, c, isl)
+    if stack != "trtllm":
+        assert keys == {}
+    else:
+        assert keys["max_num_seqs"] == c and keys["max_num_batched_tokens"] >= c + isl
+        assert keys["max_num_batched_tokens"] % 32 == 0 and keys["prefix_cache"] is False
+
+
+def test_an_8k_prompt_on_tensorrt_llm_is_not_starved_under_the_generated_budget():
+    """On TensorRT-LLM's default 8,192-token budget without chunked context an
+    8,192-token prompt waits for the running batch to drain; the evaluation
+    runs' generated budget admits it beside the decodes."""
+    row = Row("t", "trtllm", "llama-3.2-1b", "h100-sxm", 1, "bf16", "bf16", 8192, 64, concurrency=8,
+              measured={"ttft_mean_ms": 1.0}, deployment="aic-eval")
+    generated = predict(row, ReplaySettings())["ttft_mean_ms"]
+    stock = predict(row, ReplaySettings(engine={"max_num_batched_tokens": 8192, "max_num_seqs": 2048,
+                                                "prefix_cache": True}))["ttft_mean_ms"]
+    assert generated < 0.5 * stock

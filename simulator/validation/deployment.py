@@ -35,8 +35,18 @@ one:
     ``--warmup-request-count 2·C``, ``--request-count 10·C``,
     ``--num-dataset-entries 12·C`` (every prompt distinct, so no prefix
     cache hits) and a fixed output length (``min_tokens = max_tokens``,
-    ``ignore_eos``), against the stack's default launch flags (that
-    pipeline generated launch flags for TensorRT-LLM only).
+    ``ignore_eos``). vLLM and SGLang ran on their default launch flags;
+    TensorRT-LLM, the one stack the generator then wrote engine configs for
+    (``generator/backends/trtllm.py`` and
+    ``templates/trtllm/extra_engine_args.*.yaml.j2`` as of 2025-10), on
+    ``max_num_tokens = max_batch_size + ISL + 1500`` with a batch of the
+    sweep's largest concurrency and block reuse off. The sweep's
+    concurrencies are fractions of that batch, so the replay takes the
+    row's own C, which changes the budget by less than a prompt's worth
+    and the batch cap not at all in a closed loop of C. Without it an
+    8,192-token prompt never fits TensorRT-LLM's default 8,192-token
+    budget beside running decodes (no chunked context) and waits for the
+    batch to drain.
 
 A row is taken to come from AIConfigurator when its source names it and
 its provenance carries a measurement record (``measured=<date>`` in
@@ -84,15 +94,22 @@ AIPERF_EVAL_CLIENT = Client(warmup_rounds=2, counted_rounds=10, drain=True)
 
 def engine_keys(deployment: str, stack: str, concurrency: int, isl: int) -> dict[str, Any]:
     """Engine keys the deployment sets on top of the stack's defaults."""
-    if deployment in ("defaults", "aic-eval"):
-        return {}
-    if deployment != "aiconfigurator":
+    if deployment not in DEPLOYMENTS:
         raise ValueError(f"unknown deployment {deployment!r}")
+    if deployment == "defaults" or (deployment == "aic-eval" and stack != "trtllm"):
+        return {}
+    if deployment == "aic-eval":
+        return {**_generated_budget(stack, concurrency, isl), "prefix_cache": False}
     if stack == "sglang":
         # max_prefill_tokens caps the prompt tokens of a batch; decodes ride
         # beside them (mixed chunk), one token each.
         return {"max_num_seqs": concurrency, "chunked_prefill": True, "mixed_prefill": True,
                 "max_num_batched_tokens": concurrency + isl + _AIC_HEADROOM}
+    return _generated_budget(stack, concurrency, isl)
+
+
+def _generated_budget(stack: str, concurrency: int, isl: int) -> dict[str, Any]:
+    """The generator's batch and token budget: a batch of C and room for one prompt beside it."""
     budget = concurrency + isl + _AIC_HEADROOM
     if stack == "trtllm":
         budget = -(-budget // _TRT_BLOCK) * _TRT_BLOCK
