@@ -46,6 +46,9 @@ from accuracy import CLOSED, DATA, MAX_CONCURRENCY, ROOT  # noqa: E402  (also pu
 
 PUBLISHED = DATA / "e2e" / "published_serving_results.csv"
 HOPPER = ("h100-sxm", "h200", "h100-pcie")   # one GH100 die: the value fitted here is written into each
+# Blackwell doubles its fp8 peak under a power cap too, and no fp8 row measures it: by the transfer
+# rule its calibration follows (b200 <- h100-sxm, gb200-nvl72 <- b200) it takes Hopper's value.
+TRANSFERRED = ("b200", "gb200-nvl72")
 GRID = np.round(np.arange(0.50, 1.0001, 0.05), 2)
 # Batch-1 prompts shorter than this are launch- and latency-bound, not set by the GEMMs' math rate.
 MIN_PROMPT = 1024
@@ -113,9 +116,9 @@ def best(table: dict[float, dict[str, np.ndarray]], use: list[str]) -> float:
     return min(table, key=lambda e: sum(float(np.median(table[e][g])) ** 2 for g in use))
 
 
-def write(eff: float, note: str) -> None:
-    """Set ``fp8_gemm_efficiency`` (and its provenance comment) in the Hopper profiles."""
-    for gpu in HOPPER:
+def write(eff: float, gpus: tuple[str, ...], note: str) -> None:
+    """Set ``fp8_gemm_efficiency`` (and its provenance comment) in these GPU profiles."""
+    for gpu in gpus:
         path = ROOT / "hardware_profiles" / f"{gpu}.yaml"
         text = path.read_text()
         line = f"fp8_gemm_efficiency: {eff:g}  # {note}\n"
@@ -154,7 +157,8 @@ def check_gemm(parquet: Path, eff: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--write", action="store_true", help="write the fitted value into the Hopper GPU profiles")
+    ap.add_argument("--write", action="store_true",
+                    help="write the fitted value into the Hopper GPU profiles (and, transferred, Blackwell's)")
     ap.add_argument("--workers", type=int, default=2)
     ap.add_argument("--check-gemm", type=Path, metavar="PARQUET",
                     help="fp8/bf16 GEMM timings (m, n, k, gemm_dtype, latency in ms) to check the frozen value on")
@@ -182,8 +186,10 @@ def main(argv: list[str] | None = None) -> int:
         print(f"| {g} | {len(err)} | {e:g} | {np.median(np.abs(err)):.1f} % | {np.median(err):+.1f} % | "
               f"{np.median(np.abs(err1)):.1f} % ({np.median(err1):+.1f} %) |")
     if args.write:
-        write(fitted, f"fitted by `python benchmarks/fp8_efficiency.py --write` on the shared data's fp8 "
-                      f"end-to-end rows (docs/calibration.md)")
+        write(fitted, HOPPER, "fitted by `python benchmarks/fp8_efficiency.py --write` on the shared data's fp8 "
+                              "end-to-end rows (docs/calibration.md)")
+        write(fitted, TRANSFERRED, "transferred from h100-sxm by `python benchmarks/fp8_efficiency.py --write` "
+                                   "(no fp8 row measures it; docs/calibration.md)")
     if args.check_gemm:
         check_gemm(args.check_gemm, fitted)
     return 0
