@@ -98,3 +98,28 @@ def test_validate_replays_the_layout(tmp_path, cli):
 def test_a_missing_model_configs_folder_is_one_line(tmp_path, cli):
     res = cli("validate", _write(tmp_path, {}), "--model-configs", tmp_path / "nope")
     assert res.code == 2 and "not a folder" in res.err and "Traceback" not in res.err
+
+
+def test_the_holdout_benchmark_leaves_out_the_fitted_rows(tmp_path, shared_data):
+    """A row of closed_loop_silicon.csv (the rows the overheads are fitted on) is never replayed
+    as held out; a repeated measurement counts once; the section lands between its markers."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("holdout_silicon", Path(__file__).resolve().parents[1]
+                                                  / "benchmarks" / "holdout_silicon.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("holdout_silicon", bench)
+    spec.loader.exec_module(bench)
+    fitted_id = sorted(bench.fitted_ids())[0]
+    small = {"isl": 256, "osl": 16, "silicon_data_source": "silicon_concurrency=2", "batch_size": 2}
+    path = _write(tmp_path, {**small, "id": fitted_id}, {**small, "id": "held"}, {**small, "id": "held-again"})
+    res = bench.run(path, 128, 1, None, log=lambda s: None)
+    assert (res["fitted"], res["replayed"]) == (1, 1)
+    assert list(res["errors"].row.unique()) == ["held"]
+    page = tmp_path / "accuracy.md"
+    page.write_text(f"# A\n\n{bench.BEGIN}\nstale table\n{bench.END}\n\n## B\n")
+    assert bench.main([str(path), "--jobs", "1", "--markdown", str(page)]) == 0
+    text = page.read_text()
+    assert "stale table" not in text and "1 rows replayed" in text and text.endswith("## B\n")
