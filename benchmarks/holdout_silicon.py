@@ -139,6 +139,31 @@ def signed_pivot(errors, by: str):
     return out.reset_index().sort_values("rows", ascending=False)
 
 
+def low_load(errors, most: int = 4):
+    """TTFT where no queue forms (C ≤ ``most``): median measured and predicted ms, and their gap."""
+    e = errors[(errors.metric == "ttft_mean_ms") & (errors.concurrency <= most)]
+    g = e.assign(gap=e.measured - e.predicted).groupby(["group", "deployment"])
+    out = g.agg(rows=("row", "size"), measured_ms=("measured", "median"), llmsim_ms=("predicted", "median"),
+                gap_ms=("gap", "median"), signed_pct=("error_pct", "median"))
+    return out.reset_index().sort_values("rows", ascending=False)
+
+
+def before_after(errors):
+    """Configurations measured both before and after 2026-02-11 (AIConfigurator's evaluation runs,
+    then its generated deployments): how the measurement moved, and llmsim's error on each."""
+    import pandas as pd
+
+    key = ["group", "metric", "tp", "isl", "osl", "concurrency"]
+    e = errors[errors.metric.isin(METRICS[:2])]
+    m = e[e.deployment == "aic-eval"].merge(e[e.deployment == "aiconfigurator"], on=key, suffixes=("_a", "_b"))
+    if m.empty:
+        return pd.DataFrame(columns=["group", "metric", "pairs"])
+    m = m.assign(ratio=m.measured_b / m.measured_a)
+    return m.groupby(["group", "metric"]).agg(
+        pairs=("ratio", "size"), later_over_earlier=("ratio", "median"), signed_pct_earlier=("error_pct_a", "median"),
+        signed_pct_later=("error_pct_b", "median")).reset_index()
+
+
 def markdown(res: dict, cmd: str) -> str:
     import pandas as pd
 
@@ -160,7 +185,10 @@ def markdown(res: dict, cmd: str) -> str:
              "`aiconfigurator`: measured from then on, AIConfigurator's generated deployment; `defaults`: no "
              "measurement date):", "", md(signed_pivot(errors, ["stack", "deployment"])), "",
              "By concurrency and by input length:", "",
-             md(signed_pivot(errors, ["stack", "c_band"])), "", md(signed_pivot(errors, ["stack", "isl_band"])), ""]
+             md(signed_pivot(errors, ["stack", "c_band"])), "", md(signed_pivot(errors, ["stack", "isl_band"])), "",
+             "TTFT at low load (C ≤ 4, no queue to speak of; median ms):", "", md(low_load(errors)), "",
+             "The same configuration measured before and after 2026-02-11 (median ratio of the measurements, "
+             "llmsim's median signed error on each):", "", md(before_after(errors), floatfmt="{:.2f}"), ""]
     for m in ("ttft_mean_ms", "tpot_mean_ms"):
         e = errors[errors.metric == m]
         worst = e.reindex(e.error_pct.abs().sort_values(ascending=False).index).head(10)
