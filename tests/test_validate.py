@@ -61,6 +61,8 @@ def test_fit_recovers_known_overheads():
 @pytest.mark.parametrize("text, expect", [
     ("engine,model\nvllm,x\n", "missing column"),
     ("engine,model,gpu,isl_mean,osl_mean\nvllm,x,h100,1,1\n", "no measured metric"),
+    ("\x00\x01\x02", "missing column(s) engine"),
+    ("id,silicon_ttft_ms\nx,1\n", "missing column(s) silicon_data_source"),   # AIConfigurator's layout, cut
 ])
 def test_bad_csv_is_one_line(tmp_path, cli, text, expect):
     p = tmp_path / "bad.csv"

@@ -1,6 +1,7 @@
 """``llmsim validate``: replay measured serving benchmarks, report the error, fit a stack's overheads.
 
-Takes a CSV in the shared data's serving-results layout, or ``vllm bench
+Takes a CSV in the shared data's serving-results layout or AIConfigurator's
+silicon_sample.csv layout, or ``vllm bench
 serve`` result JSON files with the configuration given on the command line;
 prints measured against predicted with signed errors and the median/p90 per
 metric and stack. ``--fit`` fits the stack's overheads to the rows and
@@ -23,7 +24,7 @@ from .output import console, print_json
 
 
 def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str], gpu: Optional[str], tp: int,
-               weight_dtype: str, kv_dtype: str):
+               weight_dtype: str, kv_dtype: str, model_configs: Optional[Path] = None):
     from ..validation.rows import rows_from_bench_json, rows_from_csv
 
     csvs = [p for p in inputs if p.suffix.lower() in (".csv", ".gz")]
@@ -33,7 +34,7 @@ def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str],
         raise LlmsimError("expected a .csv of serving results or `vllm bench serve` .json results", source=other[0])
     rows = []
     for p in csvs:
-        rows += rows_from_csv(p, model, gpu)
+        rows += rows_from_csv(p, model, gpu, model_configs)
     if jsons:
         missing = [f for f, v in (("--backend", backend), ("--model", model), ("--gpu", gpu)) if v is None]
         if missing:
@@ -51,6 +52,9 @@ def validate(
                                           "row's own stack"),
     model: Optional[str] = typer.Option(None, "--model", help="model profile (JSON results; overrides a CSV's)"),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU profile (JSON results; overrides a CSV's)"),
+    model_configs: Optional[Path] = typer.Option(None, "--model-configs", help="folder of <org>--<name>.yaml "
+                                                 "model configs for an AIConfigurator silicon_sample.csv's "
+                                                 "models without a built-in profile"),
     tp: int = typer.Option(1, "--tp", min=1, max=72, help="tensor-parallel size of JSON results"),
     weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="weights of JSON results"),
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV cache of JSON results"),
@@ -87,7 +91,9 @@ def validate(
         raise LlmsimError("the fitted profile is written as YAML: give a .yaml path", key_path="--fit")
     if fit is not None and not fit.parent.exists():
         raise LlmsimError("folder does not exist", source=fit.parent, key_path="--fit")
-    rows = _load_rows(inputs, backend, model, gpu, tp, weight_dtype, kv_dtype)
+    if model_configs is not None and not model_configs.is_dir():
+        raise LlmsimError("not a folder", source=model_configs, key_path="--model-configs")
+    rows = _load_rows(inputs, backend, model, gpu, tp, weight_dtype, kv_dtype, model_configs)
     if max_concurrency is not None:
         rows = [r for r in rows if r.concurrency is None or r.concurrency <= max_concurrency]
     usable = [r for r in rows if not r.skip]

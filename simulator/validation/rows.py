@@ -1,9 +1,11 @@
 """Measured serving benchmarks as rows llmsim can replay.
 
-Three inputs give the same table: a CSV with the columns of the shared
-data's ``closed_loop_silicon.csv`` / ``published_serving_results.csv``, or
-``vllm bench serve`` result JSON files (``--save-result``) with the
-configuration they do not record (model, GPU, TP, stack) given by the user.
+Four inputs give the same table: a CSV with the columns of the shared
+data's ``closed_loop_silicon.csv`` / ``published_serving_results.csv``,
+NVIDIA AIConfigurator's ``silicon_sample.csv`` (its end-to-end closed-loop
+measurements, :func:`rows_from_silicon_sample`), or ``vllm bench serve`` result JSON
+files (``--save-result``) with the configuration they do not record (model,
+GPU, TP, stack) given by the user.
 Each row names what llmsim needs to build its scenario; a row llmsim cannot
 express is kept with the reason, never approximated.
 """
@@ -18,6 +20,7 @@ from typing import Callable, Iterable, Optional
 
 import pandas as pd
 
+from ..dtypes import WEIGHT_DTYPES
 from ..errors import LlmsimError
 from .deployment import of_source
 
@@ -56,7 +59,7 @@ _MODELS = [
 # Block-scaled fp8 checkpoints published beside a 16-bit model: a row serving
 # the model "in fp8_block" ran that checkpoint.
 _FP8_BLOCK_TWIN = {"qwen3-235b-a22b": "qwen3-235b-a22b-fp8"}
-_GPUS = [(r"h200", "h200"), (r"h100.*pcie", "h100-pcie"), (r"h100", "h100-sxm"), (r"b200", "b200"),
+_GPUS = [(r"gb200", "gb200-nvl72"), (r"h200", "h200"), (r"h100.*pcie", "h100-pcie"), (r"h100", "h100-sxm"), (r"b200", "b200"),
          (r"a100.*40", "a100-sxm-40gb"), (r"a100", "a100-sxm-80gb"), (r"l40s", "l40s")]
 
 
@@ -90,7 +93,8 @@ class Row:
     @property
     def group(self) -> str:
         """The model/GPU/stack combination the row belongs to (for leave-one-group-out)."""
-        return f"{self.model}/{self.gpu}/{self.stack}"
+        model = Path(self.model).stem if self.model.endswith((".yaml", ".json")) else self.model
+        return f"{model}/{self.gpu}/{self.stack}"
 
 
 def _match(table: list[tuple[str, str]], s: str) -> Optional[str]:
@@ -153,14 +157,29 @@ def _parallel(r: dict, name: str, *aliases: str) -> int:
     return 1
 
 
-def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = None) -> list[Row]:
-    """Rows of a CSV in the shared data's serving-results layout."""
+def read_table(path: Path) -> pd.DataFrame:
+    """A CSV file, every read/parse problem one LlmsimError."""
     try:
-        df = pd.read_csv(path)
+        return pd.read_csv(path)
     except FileNotFoundError:
         raise LlmsimError("file not found", source=path) from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as e:
         raise LlmsimError(f"not a readable CSV ({str(e).splitlines()[0]})", source=path) from None
+
+
+def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = None,
+                  model_configs: Optional[Path] = None) -> list[Row]:
+    """Rows of a CSV in the shared data's serving-results layout, or of
+    AIConfigurator's silicon_sample.csv (told apart by its columns; there
+    ``model_configs`` is a folder of ``<org>--<name>.yaml`` model configs for
+    models without a built-in profile)."""
+    df = read_table(path)
+    if "silicon_ttft_ms" in df.columns:
+        missing = [c for c in _SILICON_SAMPLE if c not in df.columns]
+        if missing:
+            raise LlmsimError(f"missing column(s) {', '.join(missing)} of AIConfigurator's silicon_sample.csv "
+                              "layout", source=path)
+        return rows_from_silicon_sample(df, model, gpu, model_configs)
     missing = [c for c in _REQUIRED if c not in df.columns]
     if missing:
         raise LlmsimError(f"missing column(s) {', '.join(missing)}; expected the columns of "
@@ -214,6 +233,160 @@ def _why_not(row: Row, raw: dict, stack, model, gpu) -> str:
         return "input and output lengths must be positive"
     if not row.measured:
         return "no measured metric"
+    return ""
+
+
+# NVIDIA AIConfigurator's end-to-end measurements (github.com/ai-dynamo/aiconfigurator,
+# aic-core/src/aiconfigurator_core/systems/silicon_sample.csv): one row per
+# closed-loop run, its configuration in AIConfigurator's own terms.
+_SILICON_SAMPLE = ("id", "silicon_data_source", "backend", "model_path", "system", "mode", "isl", "osl",
+                   "silicon_ttft_ms", "silicon_tpot_ms")
+# Quantisation modes (gemm_quant_mode / moe_quant_mode) -> the weight dtype
+# llmsim prices. fp8 and fp8_block are one dtype: which fp8 kernels run
+# follows the checkpoint (costmodel.layout.gemm_format), as on the stacks.
+_QUANT_MODES = {"bf16": "bf16", "float16": "fp16", "fp16": "fp16", "fp8": "fp8", "fp8_block": "fp8",
+                "nvfp4": "nvfp4", "int4_wo": "int4", "w4a16_mxfp4": "mxfp4", "w4a8_mxfp4_mxfp8": "mxfp4"}
+
+
+@dataclass
+class _Profiles:
+    """Model and GPU profiles the rows name, each loaded once (or its refusal)."""
+
+    configs: Optional[Path]
+    models: dict[str, object] = field(default_factory=dict)
+    gpus: dict[str, object] = field(default_factory=dict)
+
+    def model(self, model_path: str, override: Optional[str]) -> tuple[Optional[str], object]:
+        """The profile name (or config path) for a Hugging Face id, and its profile or refusal message."""
+        from ..profiles import load_model
+
+        name = override or _match(_MODELS, model_path)
+        if name is None and self.configs is not None:
+            f = self.configs / f"{model_path.replace('/', '--')}.yaml"
+            name = str(f) if f.is_file() else None
+        if name is None:
+            return None, f"model {model_path!r} has no built-in profile (give --model)"
+        if name not in self.models:
+            try:
+                self.models[name] = load_model(name)
+            except LlmsimError as e:
+                self.models[name] = f"model {model_path!r}: {e}"
+        return name, self.models[name]
+
+    def gpu(self, name: str) -> object:
+        from ..profiles import load_hardware
+
+        if name not in self.gpus:
+            self.gpus[name] = load_hardware(name)
+        return self.gpus[name]
+
+
+def _text(r: dict, key: str) -> Optional[str]:
+    """A text cell, None where it is empty."""
+    v = r.get(key)
+    return None if v is None or (isinstance(v, float) and math.isnan(v)) or str(v).strip() == "" else str(v)
+
+
+def _silicon_dtype(gemm: Optional[str], moe: Optional[str], profile) -> tuple[str, str]:
+    """(weight dtype, why not) of a row's quantisation modes. Unstated modes
+    run the checkpoint as published; a 4-bit float mode on a checkpoint
+    published in MXFP4 (gpt-oss) ran that checkpoint, the only one its
+    model id names."""
+    modes = [m for m in (gemm, moe if profile.is_moe else None) if m]
+    if not modes:
+        wd, _ = _dtypes("", lambda: profile.checkpoint_dtype)
+        why = "" if wd in WEIGHT_DTYPES else f"checkpoint format {wd!r} is not a weight dtype llmsim models"
+        return wd, why
+    unknown = [m for m in modes if m not in _QUANT_MODES]
+    if unknown:
+        return "", f"quant mode {unknown[0]!r} is not one llmsim models ({', '.join(_QUANT_MODES)})"
+    dtypes = {_QUANT_MODES[m] for m in modes}
+    if len(dtypes) > 1:
+        return "", f"GEMMs in {gemm} with experts in {moe}: llmsim runs one weight format per pool"
+    wd = dtypes.pop()
+    if wd == "nvfp4" and profile.checkpoint_dtype == "mxfp4":
+        wd = "mxfp4"
+    return wd, ""
+
+
+def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu: Optional[str] = None,
+                             model_configs: Optional[Path] = None) -> list[Row]:
+    """Rows of AIConfigurator's silicon_sample.csv.
+
+    Concurrency is the client's (``silicon_concurrency=C`` in
+    ``silicon_data_source``; else ``batch_size`` per attention-DP rank
+    times the ranks); dp and ep are ``attention_dp_size`` and
+    ``moe_ep_size``; the KV cache is bf16 (the file does not say, and the
+    stacks' default keeps the model's 16-bit type). The measured output
+    throughput is the closed-loop identity of the measured latencies.
+    Deployment provenance follows :func:`.deployment.of_source` with
+    ``silicon_data_source`` as the notes (``measured=<date>``).
+    """
+    from ..costmodel.layout import check_weight_dtype
+    from ..parallelism import Parallelism
+
+    profiles = _Profiles(model_configs)
+    out = []
+    for i, r in enumerate(df.to_dict("records")):
+        notes = str(r.get("silicon_data_source", ""))
+        stack = _stack(r["backend"])
+        m, prof = profiles.model(str(r["model_path"]), model)
+        g = gpu or _match(_GPUS, str(r["system"]))
+        tp = int(_num(r.get("tp_size")) or 1)
+        dp = int(_num(r.get("attention_dp_size")) or 1)
+        ep = int(_num(r.get("moe_ep_size")) or 1)
+        known = prof is not None and not isinstance(prof, str)
+        moe = known and prof.is_moe
+        wd, why_dtype = _silicon_dtype(_text(r, "gemm_quant_mode"), _text(r, "moe_quant_mode"), prof) \
+            if known else ("bf16", "")
+        c = re.search(r"silicon_concurrency=(\d+)", notes)
+        conc = int(c.group(1)) if c else (int(b) * dp if (b := _num(r.get("batch_size"))) else None)
+        ttft, tpot = _num(r.get("silicon_ttft_ms")), _num(r.get("silicon_tpot_ms"))
+        isl, osl = int(_num(r.get("isl")) or 0), int(_num(r.get("osl")) or 0)
+        measured = {k: v for k, v in (("ttft_mean_ms", ttft), ("tpot_mean_ms", tpot)) if v is not None and v > 0}
+        if conc and len(measured) == 2 and osl > 0:
+            measured["throughput_output_tok_s"] = conc * osl / ((ttft + (osl - 1) * tpot) * 1e-3)
+        row = Row(_text(r, "id") or f"row{i + 1}", stack or str(r["backend"]),
+                  m or str(r["model_path"]), g or str(r["system"]), tp, wd or "bf16", "bf16", isl, osl,
+                  dp=dp if moe else 1, ep=ep if moe else 1, concurrency=conc, measured=measured,
+                  throughput_identity=True, deployment=of_source(_SILICON_SOURCE, notes))
+        row.skip = _silicon_why_not(row, r, stack, prof, g, why_dtype, profiles, moe)
+        if not row.skip:
+            try:
+                Parallelism(row.tp, row.dp, row.ep).check(prof, profiles.gpu(row.gpu))
+                check_weight_dtype(row.weight_dtype, profiles.gpu(row.gpu))
+            except LlmsimError as e:
+                row.skip = str(e)
+        out.append(row)
+    return out
+
+
+_SILICON_SOURCE = "NVIDIA aiconfigurator silicon_sample.csv"
+
+
+def _silicon_why_not(row: Row, raw: dict, stack, prof, gpu, why_dtype: str, profiles: _Profiles, moe: bool) -> str:
+    if str(raw.get("mode", "")).lower() != "agg":
+        return "disaggregated prefill/decode rows are not replayed"
+    if stack is None:
+        return f"stack {raw['backend']!r} is not one of {', '.join(STACKS)}"
+    if prof is None or isinstance(prof, str):
+        return prof or f"model {raw['model_path']!r} has no built-in profile (give --model)"
+    if gpu is None:
+        return f"GPU {raw['system']!r} has no built-in profile (give --gpu)"
+    if _num(raw.get("pp_size")) not in (None, 1.0):
+        return "pipeline parallelism is not modelled"
+    if why_dtype:
+        return why_dtype
+    moe_tp = _num(raw.get("moe_tp_size"))
+    if moe and moe_tp and int(moe_tp) * row.ep != row.tp * row.dp:
+        return (f"moe_tp_size × moe_ep_size = {int(moe_tp)} × {row.ep} is not tp_size × attention_dp_size = "
+                f"{row.tp} × {row.dp}: the row's parallel layout is ambiguous")
+    if not row.concurrency:
+        return "no concurrency (silicon_concurrency or batch_size)"
+    if row.isl <= 0 or row.osl <= 0:
+        return "input and output lengths must be positive"
+    if len(row.measured) < 2:
+        return "no measured TTFT and TPOT"
     return ""
 
 

@@ -1,0 +1,125 @@
+"""AIConfigurator's silicon_sample.csv read as replayable rows."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+from simulator.validation.rows import rows_from_csv
+
+COLUMNS = ["id", "silicon_data_source", "backend", "backend_version", "model_path", "system", "precision", "mode",
+           "isl", "osl", "gemm_quant_mode", "moe_quant_mode", "batch_size", "tp_size", "pp_size",
+           "attention_dp_size", "moe_tp_size", "moe_ep_size", "silicon_ttft_ms", "silicon_tpot_ms"]
+BASE = {"id": "x", "silicon_data_source": "silicon_concurrency=8", "backend": "vllm", "backend_version": "0.11.0",
+        "model_path": "meta-llama/Llama-3.1-8B-Instruct", "system": "h100_sxm", "precision": None, "mode": "agg",
+        "isl": 1024, "osl": 128, "gemm_quant_mode": None, "moe_quant_mode": None, "batch_size": 8, "tp_size": 1,
+        "pp_size": 1, "attention_dp_size": 1, "moe_tp_size": 1, "moe_ep_size": 1,
+        "silicon_ttft_ms": 100.0, "silicon_tpot_ms": 10.0}
+DSR1 = {"model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "backend": "trtllm", "precision": "fp4",
+        "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"}
+
+
+def _write(tmp_path, *rows: dict):
+    path = tmp_path / "silicon_sample.csv"
+    pd.DataFrame([{**BASE, **r} for r in rows], columns=COLUMNS).to_csv(path, index=False)
+    return path
+
+
+def test_rows_carry_the_configuration_in_llmsims_terms(tmp_path):
+    path = _write(
+        tmp_path,
+        {"id": "dense", "silicon_data_source": "db-dump; silicon_concurrency=16; measured=2026-03-02T00:00:00Z",
+         "batch_size": 16, "tp_size": 2},
+        # No silicon_concurrency: batch_size is per attention-DP rank.
+        {"id": "moe", "silicon_data_source": "source_file=a.csv; measured=2025-11-04", **DSR1, "tp_size": 1,
+         "attention_dp_size": 8, "moe_tp_size": 1, "moe_ep_size": 8, "batch_size": 32},
+        {"id": "oss", "model_path": "openai/gpt-oss-120b", "system": "h200_sxm", "backend": "tensorrt_llm",
+         "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"},
+        {"id": "fp8block", "model_path": "Qwen/Qwen3-235B-A22B-FP8", "gemm_quant_mode": "fp8",
+         "moe_quant_mode": "fp8_block", "tp_size": 4, "moe_tp_size": 1, "moe_ep_size": 4},
+        {"id": "gb", "system": "gb200"})
+    rows = {r.id: r for r in rows_from_csv(path)}
+    d = rows["dense"]
+    assert (d.skip, d.stack, d.model, d.gpu, d.tp, d.dp, d.ep) == ("", "vllm", "llama-3.1-8b", "h100-sxm", 2, 1, 1)
+    assert (d.weight_dtype, d.kv_dtype, d.isl, d.osl, d.concurrency) == ("bf16", "bf16", 1024, 128, 16)
+    assert d.deployment == "aiconfigurator" and d.throughput_identity
+    assert d.measured["ttft_mean_ms"] == 100.0 and d.measured["tpot_mean_ms"] == 10.0
+    assert d.measured["throughput_output_tok_s"] == pytest.approx(16 * 128 / ((100.0 + 127 * 10.0) * 1e-3))
+    m = rows["moe"]
+    assert (m.skip, m.stack, m.model, m.gpu, m.weight_dtype) == ("", "trtllm", "deepseek-v3", "b200", "nvfp4")
+    assert (m.tp, m.dp, m.ep, m.concurrency, m.deployment) == (1, 8, 8, 256, "aic-eval")
+    # gpt-oss is published in MXFP4 only: its 4-bit rows ran that checkpoint (weight-only on Hopper).
+    assert (rows["oss"].skip, rows["oss"].stack, rows["oss"].weight_dtype) == ("", "trtllm", "mxfp4")
+    assert (rows["fp8block"].model, rows["fp8block"].weight_dtype, rows["fp8block"].ep) == \
+        ("qwen3-235b-a22b-fp8", "fp8", 4)
+    assert rows["gb"].gpu == "gb200-nvl72" and rows["gb"].deployment == "defaults"
+
+
+@pytest.mark.parametrize("row, why", [
+    ({"mode": "disagg"}, "disaggregated"),
+    ({"system": "b300_sxm"}, "GPU 'b300_sxm' has no built-in profile"),
+    ({"model_path": "zhipuai/GLM-5"}, "model 'zhipuai/GLM-5' has no built-in profile"),
+    ({"pp_size": 2}, "pipeline parallelism"),
+    ({"gemm_quant_mode": "int8_sq"}, "quant mode 'int8_sq' is not one llmsim models"),
+    ({**DSR1, "gemm_quant_mode": "fp8"}, "one weight format per pool"),
+    ({**DSR1, "tp_size": 1, "moe_tp_size": 2, "moe_ep_size": 1}, "parallel layout is ambiguous"),
+    ({**DSR1, "tp_size": 16, "moe_tp_size": 4, "moe_ep_size": 4}, "tp=16 exceeds the 8 GPUs"),
+    ({**DSR1, "system": "h200_sxm"}, "needs FP4 tensor cores"),
+    ({"silicon_data_source": "x", "batch_size": None}, "no concurrency"),
+    ({"silicon_tpot_ms": None}, "no measured TTFT and TPOT"),
+])
+def test_a_row_llmsim_cannot_model_is_kept_with_its_reason(tmp_path, row, why):
+    (r,) = rows_from_csv(_write(tmp_path, row))
+    assert why in r.skip
+
+
+def test_model_configs_name_models_without_a_builtin_profile(tmp_path, shared_data):
+    moe = shared_data / "models" / "moe"
+    path = _write(tmp_path, {"model_path": "MiniMaxAI/MiniMax-M2.5", "gemm_quant_mode": "fp8",
+                             "moe_quant_mode": "fp8", "tp_size": 2, "moe_tp_size": 2},
+                  {"id": "q35", "model_path": "Qwen/Qwen3.5-397B-A17B"})
+    mm, q35 = rows_from_csv(path, model_configs=moe)
+    assert mm.skip == "" and mm.model.endswith("MiniMaxAI--MiniMax-M2.5.yaml") and mm.weight_dtype == "fp8"
+    assert mm.group == "MiniMaxAI--MiniMax-M2.5/h100-sxm/vllm"
+    assert "cannot model this architecture" in q35.skip
+
+
+def test_validate_replays_the_layout(tmp_path, cli):
+    path = _write(tmp_path, {"id": "ok", "isl": 256, "osl": 16, "silicon_data_source": "silicon_concurrency=2",
+                             "batch_size": 2}, {"id": "dis", "mode": "disagg"})
+    res = cli("validate", path, "--json", "--workers", "1")
+    assert res.code == 0, res.err
+    out = json.loads(res.out)
+    assert out["replayed"] == 1 and "disaggregated" in out["skipped"]["dis"]
+    assert {e["metric"] for e in out["errors"]} == {"ttft_mean_ms", "tpot_mean_ms", "throughput_output_tok_s"}
+
+
+def test_a_missing_model_configs_folder_is_one_line(tmp_path, cli):
+    res = cli("validate", _write(tmp_path, {}), "--model-configs", tmp_path / "nope")
+    assert res.code == 2 and "not a folder" in res.err and "Traceback" not in res.err
+
+
+def test_the_holdout_benchmark_leaves_out_the_fitted_rows(tmp_path, shared_data):
+    """A row of closed_loop_silicon.csv (the rows the overheads are fitted on) is never replayed
+    as held out; a repeated measurement counts once; the section lands between its markers."""
+    import importlib.util
+    import sys
+    from pathlib import Path
+
+    spec = importlib.util.spec_from_file_location("holdout_silicon", Path(__file__).resolve().parents[1]
+                                                  / "benchmarks" / "holdout_silicon.py")
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("holdout_silicon", bench)
+    spec.loader.exec_module(bench)
+    fitted_id = sorted(bench.fitted_ids())[0]
+    small = {"isl": 256, "osl": 16, "silicon_data_source": "silicon_concurrency=2", "batch_size": 2}
+    path = _write(tmp_path, {**small, "id": fitted_id}, {**small, "id": "held"}, {**small, "id": "held-again"})
+    res = bench.run(path, 128, 1, None, log=lambda s: None)
+    assert (res["fitted"], res["replayed"]) == (1, 1)
+    assert list(res["errors"].row.unique()) == ["held"]
+    page = tmp_path / "accuracy.md"
+    page.write_text(f"# A\n\n{bench.BEGIN}\nstale table\n{bench.END}\n\n## B\n")
+    assert bench.main([str(path), "--jobs", "1", "--markdown", str(page)]) == 0
+    text = page.read_text()
+    assert "stale table" not in text and "1 rows replayed" in text and text.endswith("## B\n")
