@@ -223,3 +223,28 @@ def test_moe_fit_reaches_its_in_sample_target_and_matches_the_profile(h100_fp8_b
     # physically: never faster than the pure roofline on the same rows
     roof = moe_mla.predict_moe(rows, gpu, MoeParams())
     assert np.all(moe_mla.predict_moe(rows, gpu, shipped) >= roof * (1 - 1e-12))
+
+
+@pytest.mark.shared_data
+def test_shipped_bf16_prices_unaligned_shards_of_the_triton_kernel(shared_data):
+    """H100 bf16 rows whose shard width is not a multiple of 16 (2816/704 and
+    2688/1856 at moe_tp ≥ 8, 2048/768 at moe_tp 32) ran 1.6–2.4× slower than
+    the form without the narrow-load term: the shipped parameters bring their
+    median error near the aligned rows', and switching the term off brings
+    the miss back."""
+    from simulator.calibration import moe_mla
+    from simulator.calibration.fit import ape
+    gpu = GPUS["h100-sxm"]
+    rows = moe_mla.load(shared_data, {"h100-sxm": gpu}).moe_rows("h100-sxm")
+    rows = rows[rows["moe_dtype"] == "bf16"].reset_index(drop=True)
+    mis = (rows["moe_intermediate_size"] // rows["moe_tp"]).to_numpy() % M.K_ALIGN != 0
+    assert mis.sum() > 500
+    shipped = gpu.calibration.moe["bf16"]
+    assert shipped.unaligned_compute > 0 and shipped.unaligned_memory > 0
+    t = rows["t_s"].to_numpy()
+    e = ape(moe_mla.predict_moe(rows, gpu, shipped), t)
+    assert np.median(e[mis]) <= 15.0
+    off = shipped.model_copy(update=dict(unaligned_compute=0.0, unaligned_memory=0.0))
+    e_off = ape(moe_mla.predict_moe(rows, gpu, off), t)
+    assert np.median(e_off[mis]) >= 35.0
+    assert np.array_equal(e_off[~mis], e[~mis])
