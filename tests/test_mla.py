@@ -15,7 +15,8 @@ GPUS = {n: load_hardware(n) for n in ("h100-sxm", "h200", "b200")}
 
 params = st.builds(RooflineParams, eta_compute=st.floats(0.05, 1.0), eta_memory=st.floats(0.05, 1.0),
                    sharpness=st.floats(1.0, 64.0), fixed_us=st.floats(0.0, 100.0),
-                   per_seq_us=st.floats(0.0, 5.0), m_half=st.floats(0.0, 100.0))
+                   per_seq_us=st.floats(0.0, 5.0), m_half=st.floats(0.0, 100.0),
+                   token_traffic=st.floats(0.0, 5.0))
 shapes = st.builds(A.MlaShape, num_heads=st.sampled_from([1, 8, 16, 32, 64, 128]),
                    kv_lora_rank=st.sampled_from([256, 512]), qk_rope_head_dim=st.sampled_from([32, 64]),
                    q_lora_rank=st.sampled_from([0, 1536]))
@@ -55,6 +56,27 @@ def test_prefill_monotone_in_new_and_cached_tokens(shape, p, gpu_name):
     assert np.all(t_cached >= t)
     mod = A.mla_module_prefill_time(new, 0.0, shape, gpu, p, p)
     assert np.all(np.diff(mod) >= 0) and np.all(mod > t)
+
+
+@given(st.sampled_from([1, 8, 128]), params, params, st.sampled_from(list(GPUS)), st.integers(1, 16384),
+       st.integers(1, 8), st.sampled_from(["bf16", "fp8_block"]))
+@settings(max_examples=80, deadline=None)
+def test_token_traffic_is_per_token_and_head_independent(heads, attn, proj, gpu_name, new, seqs, lin):
+    """``token_traffic`` adds exactly its hidden rows per new token at η_m —
+    on the prefill kernel's parameters to prefill only, on a format's
+    projection parameters to both phases — the same for 1 or 128 heads per
+    GPU; 0 prices as before."""
+    gpu, shape = GPUS[gpu_name], A.MlaShape(num_heads=heads)
+    row = 2.0 * 2.0 * shape.hidden_size / gpu.hbm_bandwidth
+    no_a, no_p = (q.model_copy(update=dict(token_traffic=0.0)) for q in (attn, proj))
+    m = seqs * new
+    extra = (A.mla_module_prefill_time(new, 0.0, shape, gpu, attn, proj, 2.0, lin, sequences=seqs)
+             - A.mla_module_prefill_time(new, 0.0, shape, gpu, no_a, no_p, 2.0, lin, sequences=seqs))
+    want = m * row * (attn.token_traffic / attn.eta_memory + proj.token_traffic / proj.eta_memory)
+    assert extra == pytest.approx(want, rel=1e-9, abs=1e-15)
+    dec = (A.mla_module_decode_time(seqs, seqs * 1000.0, shape, gpu, attn, proj, 2.0, lin)
+           - A.mla_module_decode_time(seqs, seqs * 1000.0, shape, gpu, attn, no_p, 2.0, lin))
+    assert dec == pytest.approx(seqs * row * proj.token_traffic / proj.eta_memory, rel=1e-9, abs=1e-15)
 
 
 def test_decode_reads_the_latent_once_for_all_heads():

@@ -23,7 +23,8 @@ params = st.builds(
     eta_compute=st.floats(0.05, 1.0), eta_memory=st.floats(0.05, 1.0), sharpness=st.floats(1.0, 64.0),
     fixed_us=st.floats(0.0, 50.0), m_half=st.floats(0.0, 1000.0), pair_ns=st.floats(0.0, 20.0),
     pair_traffic=st.floats(0.0, 3.0), layer_fixed_us=st.floats(0.0, 50.0), tile_us=st.floats(0.0, 2.0),
-    expert_us=st.floats(0.0, 20.0), token_traffic=st.floats(0.0, 10.0))
+    expert_us=st.floats(0.0, 20.0), token_traffic=st.floats(0.0, 10.0), unaligned_compute=st.floats(0.0, 10.0),
+    unaligned_memory=st.floats(0.0, 10.0))
 
 
 @given(experts_topk, st.integers(0, 100_000), st.integers(1, 100_000))
@@ -59,7 +60,8 @@ def test_moe_time_monotone_in_tokens(ek, h, inter, dtype, gpu_name, p, tp, use_e
        params, st.sampled_from(["bf16", "fp8"]), st.sampled_from(list(GPUS)))
 @settings(max_examples=100, deadline=None)
 def test_one_expert_top1_is_the_dense_gated_mlp(tokens, h, inter, p, dtype, gpu_name):
-    """E = 1, k = 1, moe_tp = ep = 1: the two grouped GEMMs are exactly the dense
+    """E = 1, k = 1, moe_tp = ep = 1 (widths multiples of 16, so the unaligned
+    slowdowns, drawn non-zero, must not apply): the two grouped GEMMs are exactly the dense
     gated MLP's fused gate+up GEMM (n = 2·inter, k = hidden) and down GEMM
     (n = hidden, k = inter) under the same parameters; the MoE time exceeds
     them by exactly the routing terms, pair_ns·tokens + layer_fixed_us +
@@ -81,6 +83,61 @@ def test_one_expert_top1_is_the_dense_gated_mlp(tokens, h, inter, p, dtype, gpu_
     no_routing = p.model_copy(update=dict(pair_ns=0.0, layer_fixed_us=0.0, pair_traffic=0.0, tile_us=0.0,
                                           expert_us=0.0, token_traffic=0.0))
     assert M.moe_layer_time(tokens, M.MoeShape(h, inter, 1, 1), dtype, gpu, no_routing) == pytest.approx(dense, rel=1e-12)
+
+
+@given(st.integers(1, 20_000), st.integers(1, 64).map(lambda x: 64 * x), st.integers(16, 4096),
+       st.sampled_from([1, 2, 4, 8, 32]), params, st.sampled_from(list(GPUS)))
+@settings(max_examples=100, deadline=None)
+def test_unaligned_slowdown_prices_only_unaligned_shards(tokens, h, inter_local, tp, p, gpu_name):
+    """The narrow-load term changes a layer only when its shard's expert width
+    is not a multiple of 16; there it never makes the layer cheaper, costs
+    more as soon as a slowdown is on, and 0 (off) prices as before."""
+    gpu = GPUS[gpu_name]
+    shape = M.MoeShape(h, inter_local * tp, 128, 8, moe_tp=tp)
+    off = p.model_copy(update=dict(unaligned_compute=0.0, unaligned_memory=0.0))
+    t_on, t_off = (M.moe_layer_time(tokens, shape, "bf16", gpu, q) for q in (p, off))
+    if inter_local % M.K_ALIGN == 0:
+        assert t_on == t_off
+        return
+    assert t_on >= t_off * (1 - 1e-12)
+    if p.unaligned_compute > 1e-3 and p.unaligned_memory > 1e-3:
+        assert t_on > t_off
+    assert M.moe_layer_time(tokens, shape, "bf16", gpu, off) == t_off
+
+
+def test_unaligned_down_gemm_reads_whole_k_steps():
+    """A 22-wide down shard on the narrow-load path costs its GEMM over 64
+    columns of K at η/(1 + s); the aligned 16- and 32-wide shards around it
+    are priced as they are."""
+    gpu = GPUS["h100-sxm"]
+    p = MoeParams(eta_compute=0.7, eta_memory=0.9, sharpness=4.0, unaligned_compute=3.0, unaligned_memory=1.0)
+    slow = M.unaligned_params(p)
+    assert slow.eta_compute == pytest.approx(0.7 / 4.0) and slow.eta_memory == pytest.approx(0.9 / 2.0)
+    assert M.unaligned_params(MoeParams(eta_compute=0.7)) is None
+    peak, bw = gpu.peak_flops("bf16"), gpu.hbm_bandwidth
+    pairs, active = 512.0, 64.0
+    t = M._grouped_gemm_time(pairs, active, 2816, 22, peak, bw, p, 2.0, 2.0)
+    assert t == pytest.approx(active * gemm_time(pairs / active, 2816, 64, peak, bw, slow), rel=1e-12)
+    for k in (16, 32):
+        assert (M._grouped_gemm_time(pairs, active, 2816, k, peak, bw, p, 2.0, 2.0)
+                == pytest.approx(active * gemm_time(pairs / active, 2816, k, peak, bw, p), rel=1e-12))
+
+
+def test_unaligned_term_fitted_only_from_triton_rows():
+    """The slowdown is a property of vLLM's Triton fused-MoE kernel: rows of
+    other kernels, or aligned rows, leave it out of the fit (held at 0)."""
+    import pandas as pd
+
+    from simulator.calibration.fit import MOE_UNALIGNED, moe_unaligned_rows, space
+    rows = pd.DataFrame(dict(hidden_size=[2816, 2816, 4096], moe_intermediate_size=[704, 704, 1536],
+                             moe_tp=[8, 4, 8], kernel_source=["vllm_unquantizedfusedmoe_triton_tritonexperts"] * 3))
+    assert list(moe_unaligned_rows(rows)) == [True, False, False]
+    assert set(MOE_UNALIGNED) <= set(space("moe", rows).names)
+    cutlass = rows.assign(kernel_source="vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts")
+    assert not moe_unaligned_rows(cutlass).any()
+    assert not set(MOE_UNALIGNED) & set(space("moe", cutlass).names)
+    built = space("moe", cutlass).build(np.array(space("moe", cutlass).start))
+    assert built.unaligned_compute == built.unaligned_memory == 0.0
 
 
 def test_ep_splits_the_work_of_a_large_batch():
@@ -166,3 +223,28 @@ def test_moe_fit_reaches_its_in_sample_target_and_matches_the_profile(h100_fp8_b
     # physically: never faster than the pure roofline on the same rows
     roof = moe_mla.predict_moe(rows, gpu, MoeParams())
     assert np.all(moe_mla.predict_moe(rows, gpu, shipped) >= roof * (1 - 1e-12))
+
+
+@pytest.mark.shared_data
+def test_shipped_bf16_prices_unaligned_shards_of_the_triton_kernel(shared_data):
+    """H100 bf16 rows whose shard width is not a multiple of 16 (2816/704 and
+    2688/1856 at moe_tp ≥ 8, 2048/768 at moe_tp 32) ran 1.6–2.4× slower than
+    the form without the narrow-load term: the shipped parameters bring their
+    median error near the aligned rows', and switching the term off brings
+    the miss back."""
+    from simulator.calibration import moe_mla
+    from simulator.calibration.fit import ape
+    gpu = GPUS["h100-sxm"]
+    rows = moe_mla.load(shared_data, {"h100-sxm": gpu}).moe_rows("h100-sxm")
+    rows = rows[rows["moe_dtype"] == "bf16"].reset_index(drop=True)
+    mis = (rows["moe_intermediate_size"] // rows["moe_tp"]).to_numpy() % M.K_ALIGN != 0
+    assert mis.sum() > 500
+    shipped = gpu.calibration.moe["bf16"]
+    assert shipped.unaligned_compute > 0 and shipped.unaligned_memory > 0
+    t = rows["t_s"].to_numpy()
+    e = ape(moe_mla.predict_moe(rows, gpu, shipped), t)
+    assert np.median(e[mis]) <= 15.0
+    off = shipped.model_copy(update=dict(unaligned_compute=0.0, unaligned_memory=0.0))
+    e_off = ape(moe_mla.predict_moe(rows, gpu, off), t)
+    assert np.median(e_off[mis]) >= 35.0
+    assert np.array_equal(e_off[~mis], e[~mis])

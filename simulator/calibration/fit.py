@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 from scipy.optimize import least_squares
 
+from ..costmodel.moe import K_ALIGN
 from ..profiles.hardware import AllReduceParams, HardwareProfile, MoeParams, RooflineParams
 from . import evaluate
 from .data import CUSTOM_AR_MAX_BYTES
@@ -114,13 +115,33 @@ GEMM_FORMS = {
 
 
 MOE_NAMES = ("eta_compute", "eta_memory", "sharpness", "fixed_us", "m_half", "pair_ns", "pair_traffic",
-             "layer_fixed_us", "tile_us", "expert_us", "token_traffic")
+             "layer_fixed_us", "tile_us", "expert_us", "token_traffic", "unaligned_compute", "unaligned_memory")
+# Identified only by rows whose GEMMs have an unaligned reduction width; held at 0 (off) without them.
+MOE_UNALIGNED = ("unaligned_compute", "unaligned_memory")
+# The collector's kernel_source suffix of vLLM's Triton fused-MoE experts.
+TRITON_MOE_KERNEL = "_triton_tritonexperts"
 _MOE_START = dict(eta_compute=0.6, eta_memory=0.8, sharpness=4.0, fixed_us=5.0, m_half=16.0, pair_ns=1.0,
-                  pair_traffic=0.5, layer_fixed_us=10.0, tile_us=0.5, expert_us=1.0, token_traffic=0.5)
+                  pair_traffic=0.5, layer_fixed_us=10.0, tile_us=0.5, expert_us=1.0, token_traffic=0.5,
+                  unaligned_compute=0.5, unaligned_memory=0.5)
 _MOE_LO = dict(eta_compute=0.02, eta_memory=0.02, sharpness=1.0)
 _MOE_HI = dict(eta_compute=1.0, eta_memory=1.0, sharpness=64.0, fixed_us=200.0, m_half=4096.0, pair_ns=1000.0,
                pair_traffic=10.0, layer_fixed_us=500.0, tile_us=100.0, expert_us=100.0,
-               token_traffic=20.0)
+               token_traffic=20.0, unaligned_compute=20.0, unaligned_memory=20.0)
+
+
+def moe_unaligned_rows(df: pd.DataFrame) -> np.ndarray:
+    """MoE rows that identify the unaligned-load slowdown: run by vLLM's Triton
+    fused-MoE kernel (the kernel whose load path the alignment decides; other
+    kernels' rows leave the term at 0) with a grouped GEMM whose reduction
+    width (hidden for gate+up, the shard's expert width for down) is not a
+    multiple of :data:`~simulator.costmodel.moe.K_ALIGN`."""
+    if not len(df):
+        return np.zeros(0, dtype=bool)
+    inter = df["moe_intermediate_size"].to_numpy() // df["moe_tp"].to_numpy()
+    mis = (df["hidden_size"].to_numpy() % K_ALIGN != 0) | (inter % K_ALIGN != 0)
+    if "kernel_source" in df:
+        mis &= df["kernel_source"].astype(str).str.endswith(TRITON_MOE_KERNEL).to_numpy()
+    return mis
 
 
 def space(family: str, df: pd.DataFrame, gemm_form: str = "waves") -> Space:
@@ -136,17 +157,19 @@ def space(family: str, df: pd.DataFrame, gemm_form: str = "waves") -> Space:
     if family == "allreduce":
         return _allreduce_space(sorted(int(n) for n in df["num_gpus"].unique()))
     if family == "moe":
+        names = MOE_NAMES if moe_unaligned_rows(df).any() else tuple(n for n in MOE_NAMES if n not in MOE_UNALIGNED)
         return _roofline_space(
-            MOE_NAMES, tuple(_MOE_START[n] for n in MOE_NAMES), tuple(_MOE_LO.get(n, 0.0) for n in MOE_NAMES),
-            tuple(_MOE_HI[n] for n in MOE_NAMES), MoeParams)
-    if family == "mla_prefill":
-        return space("attention_prefill", df)
+            names, tuple(_MOE_START[n] for n in names), tuple(_MOE_LO.get(n, 0.0) for n in names),
+            tuple(_MOE_HI[n] for n in names), MoeParams)
+    if family == "mla_prefill":   # the module rows: the attention kernel plus per-token work
+        return _roofline_space(("eta_compute", "eta_memory", "sharpness", "fixed_us", "token_traffic"),
+                               (0.6, 0.6, 4.0, 8.0, 1.0), (0.02, 0.02, 1.0, 0.0, 0.0), (1.0, 1.0, 64.0, 200.0, 50.0))
     if family == "mla_decode":
         return space("attention_decode", df)
     if family == "mla_projection":
-        return _roofline_space(("eta_compute", "eta_memory", "sharpness", "fixed_us", "m_half"),
-                               (0.7, 0.8, 4.0, 5.0, 10.0), (0.02, 0.02, 1.0, 0.0, 0.0),
-                               (1.0, 1.0, 64.0, 100.0, 8192.0))
+        return _roofline_space(("eta_compute", "eta_memory", "sharpness", "fixed_us", "m_half", "token_traffic"),
+                               (0.7, 0.8, 4.0, 5.0, 10.0, 0.5), (0.02, 0.02, 1.0, 0.0, 0.0, 0.0),
+                               (1.0, 1.0, 64.0, 100.0, 8192.0, 50.0))
     raise ValueError(f"unknown op family {family!r}")
 
 

@@ -45,7 +45,9 @@ _KV = {"bfloat16": 2.0, "fp8": 1.0}
 DSV3 = dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, q_lora_rank=1536,
             hidden_size=7168)
 # A second start for the MoE search (slow, compute-poor kernels end far from the first).
-_MOE_STARTS = ((0.3, 0.8, 8.0, 8.0, 64.0, 2.0, 1.5, 15.0, 0.5, 1.0, 0.5),)
+_MOE_STARTS = (dict(eta_compute=0.3, eta_memory=0.8, sharpness=8.0, fixed_us=8.0, m_half=64.0, pair_ns=2.0,
+                    pair_traffic=1.5, layer_fixed_us=15.0, tile_us=0.5, expert_us=1.0, token_traffic=0.5,
+                    unaligned_compute=1.0, unaligned_memory=1.0),)
 _REFIT_NFEV = 100
 # Rows a fit sees at most (a seeded random subset; errors are always
 # measured on every row): the fit's cost is linear in rows, and a few
@@ -207,7 +209,8 @@ def fit_moe(df: pd.DataFrame, gpu: HardwareProfile, near: FamilyFit | None = Non
         loss = next(x for x in LOSSES if x[0] == near.loss)
         return fit_params("moe", sp, lambda p: predict_moe(df, gpu, p), df["t_s"].to_numpy(), losses=(loss,),
                           max_nfev=_REFIT_NFEV)
-    return fit_params("moe", sp, lambda p: predict_moe(df, gpu, p), df["t_s"].to_numpy(), _MOE_STARTS,
+    starts = tuple(tuple(s[n] for n in sp.names) for s in _MOE_STARTS)
+    return fit_params("moe", sp, lambda p: predict_moe(df, gpu, p), df["t_s"].to_numpy(), starts,
                       good_enough=8.0)
 
 
@@ -226,7 +229,7 @@ def fit_mla_kernels(data: MoeMlaData, profile: str, gpu: HardwareProfile) -> tup
     if not len(ctx) or not len(gen):
         return None
     ctx, gen = fit_subset(ctx), fit_subset(gen)
-    pre = fit_params("mla_prefill", space("mla_prefill", ctx), lambda p: predict_mla_prefill(ctx, gpu, p),
+    pre = fit_params("mla_prefill", space("attention_prefill", ctx), lambda p: predict_mla_prefill(ctx, gpu, p),
                      ctx["t_s"].to_numpy()).params
     dec = fit_params("mla_decode", space("mla_decode", gen), lambda p: predict_mla_decode(gen, gpu, p),
                      gen["t_s"].to_numpy()).params

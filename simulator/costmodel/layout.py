@@ -43,7 +43,7 @@ from . import components as C
 from . import scalar
 from .alltoall import alltoall_time
 from .mla import (MlaShape, mla_decode_fixed, mla_decode_per_context, mla_decode_per_seq, mla_decode_time,
-                  mla_module_decode_time, mla_prefill_flops_bytes, mla_projection_time)
+                  mla_module_decode_time, mla_prefill_flops_bytes, mla_token_time, mla_projection_time)
 from .moe import MoeShape, expected_active_experts, moe_layer_time
 from .roofline import blend
 
@@ -242,7 +242,7 @@ class LayoutOps:
         if kv_up is None:   # a GEMM at m = span: memoised per span like the token-count costs
             kv_up = self._kv_up[span] = cm._gemm(span, s.num_heads * (s.qk_nope_head_dim + s.v_head_dim),
                                                  s.kv_lora_rank, cm.w_bytes)
-        return kernel + p.fixed_us * _US + kv_up
+        return kernel + p.fixed_us * _US + kv_up + float(mla_token_time(new_sum, s, cm.gpu, p))
 
     def decode_parts(self) -> tuple[float, float, float]:
         """(rate per Σcontext token, per sequence, fixed) of decode attention

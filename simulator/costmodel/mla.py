@@ -147,7 +147,17 @@ def mla_projection_time(tokens, shape: MlaShape, gpu: HardwareProfile, p: Roofli
     else:
         t = (_linear(tokens, shape.latent_dim, shape.hidden_size, gpu, p, linear_dtype)
              + _linear(tokens, h * shape.qk_head_dim, shape.hidden_size, gpu, p, linear_dtype))
-    return t + _linear(tokens, shape.hidden_size, h * shape.v_head_dim, gpu, p, linear_dtype)
+    return (t + _linear(tokens, shape.hidden_size, h * shape.v_head_dim, gpu, p, linear_dtype)
+            + mla_token_time(tokens, shape, gpu, p))
+
+
+def mla_token_time(tokens, shape: MlaShape, gpu: HardwareProfile, p: RooflineParams):
+    """Per-token work whatever the heads per GPU: ``p.token_traffic`` bf16
+    hidden rows read and written per token (0 = off). With the prefill
+    kernel's parameters: norms, rotary embedding, the latent's cache write;
+    with a linear format's projection parameters: quantising each
+    projection's input, in both phases."""
+    return p.token_traffic * tokens * 2.0 * _BF16 * shape.hidden_size / (gpu.hbm_bandwidth * p.eta_memory)
 
 
 def mla_module_prefill_time(new_tokens, cached_tokens, shape: MlaShape, gpu: HardwareProfile,
@@ -165,7 +175,8 @@ def mla_module_prefill_time(new_tokens, cached_tokens, shape: MlaShape, gpu: Har
     f, b = mla_prefill_flops_bytes(new_tokens, cached_tokens, shape, kv_bytes)
     kernel = (blend(sequences * f / (gpu.peak_flops("bf16") * attn.eta_compute),
                     sequences * b / (gpu.hbm_bandwidth * attn.eta_memory), attn.sharpness) + attn.fixed_us * _US)
-    return mla_projection_time(m, shape, gpu, proj, linear_dtype) + kv_up + kernel
+    return (mla_projection_time(m, shape, gpu, proj, linear_dtype) + kv_up + kernel
+            + mla_token_time(m, shape, gpu, attn))
 
 
 def mla_module_decode_time(batch, total_context, shape: MlaShape, gpu: HardwareProfile, attn: RooflineParams,
@@ -182,4 +193,4 @@ def mla_module_decode_time(batch, total_context, shape: MlaShape, gpu: HardwareP
 
 __all__ = ["MlaShape", "latent_kv_bytes_per_token", "mla_decode_fixed", "mla_decode_per_context",
            "mla_decode_per_seq", "mla_decode_time", "mla_module_decode_time", "mla_module_prefill_time",
-           "mla_prefill_flops_bytes", "mla_prefill_time", "mla_projection_time"]
+           "mla_prefill_flops_bytes", "mla_prefill_time", "mla_token_time", "mla_projection_time"]

@@ -36,6 +36,16 @@ _US = 1e-6
 # default block of vLLM's Triton fused-MoE kernel, and CUTLASS's smallest
 # common one.
 TILE_M, TILE_N = 64.0, 64.0
+# vLLM's Triton fused-MoE kernel takes the reduction width K and the row
+# strides of A and B (both K) as plain integer arguments, which Triton
+# specialises on divisibility by 16: only then can it prove every row starts
+# 16 elements aligned and issue wide (vectorised, pipelined) loads. A
+# grouped GEMM whose K is not a multiple of this falls back to narrow loads
+# and, its K loop stepping in whole BLOCK_SIZE_K tiles (64 in vLLM's default
+# configuration for batches up to E tokens, the one a width without a tuned
+# configuration file gets), moves the masked remainder of its last step too.
+K_ALIGN = 16
+UNALIGNED_K_STEP = 64.0
 
 
 # One table for every quantised format: simulator/dtypes.py.
@@ -118,12 +128,34 @@ def _grouped_gemm_time(pairs, active, n, k, peak: float, bw: float, p: RooflineP
 
     ``active · (gemm_time(m_e) − fixed) + fixed``: exact by homogeneity of the
     blend, and every GEMM ramp of ``p`` (m_half on tokens per expert, n/k
-    ramps on the shard's width) applies per expert as in a dense GEMM.
+    ramps on the shard's width) applies per expert as in a dense GEMM. A
+    reduction width ``k`` that is not a multiple of :data:`K_ALIGN` runs at
+    η_c / (1 + ``unaligned_compute``) and η_m / (1 + ``unaligned_memory``)
+    (:func:`unaligned_params`) over ``k`` rounded up to whole
+    :data:`UNALIGNED_K_STEP` steps.
     """
     safe = np.where(active > 0, active, 1.0) if isinstance(active, np.ndarray) else (active or 1.0)
     m_e = pairs / safe
     one = gemm_time(m_e, n, k, peak, bw, p, wbytes, abytes, num_sms) - p.fixed_us * _US
+    slow = unaligned_params(p)
+    if slow is not None:
+        mis = np.mod(k, K_ALIGN) != 0
+        if np.any(mis):
+            k_pad = np.ceil(k / UNALIGNED_K_STEP) * UNALIGNED_K_STEP
+            one_slow = gemm_time(m_e, n, k_pad, peak, bw, slow, wbytes, abytes, num_sms) - p.fixed_us * _US
+            one = np.where(mis, one_slow, one) if isinstance(mis, np.ndarray) else one_slow
     return active * one + p.fixed_us * _US
+
+
+def unaligned_params(p: RooflineParams) -> RooflineParams | None:
+    """The GEMM parameters of a grouped GEMM on the narrow-load path (reduction
+    width not a multiple of :data:`K_ALIGN`), or None when ``p`` prices it as
+    an aligned one (both slowdowns 0)."""
+    s_c, s_m = getattr(p, "unaligned_compute", 0.0), getattr(p, "unaligned_memory", 0.0)
+    if not (s_c or s_m):
+        return None
+    return p.model_copy(update=dict(eta_compute=p.eta_compute / (1.0 + s_c),
+                                    eta_memory=p.eta_memory / (1.0 + s_m)))
 
 
 def grid_tiles(pairs_all, num_experts, n_up, hidden):

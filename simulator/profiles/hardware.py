@@ -59,6 +59,12 @@ class RooflineParams(_Strict):
     tile_edge: float = Field(default=0.0, ge=0)
     # decode attention only: per-sequence cost (split-KV reduction, q load).
     per_seq_us: float = Field(default=0.0, ge=0)
+    # MoE layers and MLA prefill: work per token that no GEMM or attention
+    # roof counts and that does not scale with experts or heads (gating,
+    # quantising the input, norms, rotary embedding, the latent's cache
+    # write, combining outputs), as multiples of one token's bf16 hidden row
+    # read and written at η_m.
+    token_traffic: float = Field(default=0.0, ge=0)
 
 
 class MoeParams(RooflineParams):
@@ -76,7 +82,13 @@ class MoeParams(RooflineParams):
     over the SMs; ``expert_us``: each distinct expert on this rank (the
     per-problem setup of a grouped GEMM); ``token_traffic``: multiples of
     one token's bf16 hidden row read and written, per token of the batch
-    (gating, quantising the input, combining the k outputs). 0 = off.
+    (gating, quantising the input, combining the k outputs).
+    ``unaligned_compute``, ``unaligned_memory``: how much slower a grouped
+    GEMM whose reduction width (hidden for gate+up, the shard's expert
+    width for down) is not a multiple of 16 elements computes and streams,
+    η_c / (1 + s) and η_m / (1 + s) (vLLM's Triton kernel then cannot prove
+    aligned rows and issues narrow loads:
+    :data:`simulator.costmodel.moe.K_ALIGN`). 0 = off.
     """
 
     pair_ns: float = Field(default=0.0, ge=0)
@@ -84,7 +96,8 @@ class MoeParams(RooflineParams):
     layer_fixed_us: float = Field(default=0.0, ge=0)
     tile_us: float = Field(default=0.0, ge=0)
     expert_us: float = Field(default=0.0, ge=0)
-    token_traffic: float = Field(default=0.0, ge=0)
+    unaligned_compute: float = Field(default=0.0, ge=0)
+    unaligned_memory: float = Field(default=0.0, ge=0)
 
 
 class AllReduceParams(_Strict):
