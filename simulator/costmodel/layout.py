@@ -44,7 +44,7 @@ from . import scalar
 from .alltoall import alltoall_time
 from .mla import (MlaShape, mla_decode_fixed, mla_decode_per_context, mla_decode_per_seq, mla_decode_time,
                   mla_module_decode_time, mla_prefill_flops_bytes, mla_token_time, mla_projection_time)
-from .moe import MoeShape, expected_active_experts, moe_layer_time
+from .moe import MoeShape, dtype_info, expected_active_experts, moe_layer_time
 from .roofline import blend
 
 if TYPE_CHECKING:
@@ -110,7 +110,7 @@ class LayoutOps:
         self.shared_gemms = [(gate * m.shared_ffn // tp, h), (h, m.shared_ffn // tp)] if m.shared_ffn else []
         self.moe = (MoeShape(h, m.expert_ffn, m.num_experts or 1, m.topk, par.moe_tp, par.ep, m.is_gated)
                     if m.is_moe else None)
-        self.moe_params = cal.moe.get(self.fmt) or cal.gemm
+        self.moe_params = cal.moe.get(self.fmt) or _dense_gemm_for(self.fmt, cal.gemm, gpu.fp8_gemm_efficiency)
         self.topk = m.topk
         # Elementwise bytes per rank token (norms, residuals, dense and shared
         # activations) and per routed pair landing on a GPU (expert
@@ -125,7 +125,7 @@ class LayoutOps:
         if m.is_mla:
             self.mla = MlaShape(m.num_attention_heads // tp, m.kv_lora_rank or 0, m.qk_rope_head_dim or 0,
                                 m.qk_nope_head_dim or 0, m.v_head_dim or 0, m.q_lora_rank or 0, h)
-            self.mla_proj = cal.mla_projection.get(self.fmt) or cal.gemm
+            self.mla_proj = cal.mla_projection.get(self.fmt) or _dense_gemm_for(self.fmt, cal.gemm, gpu.fp8_gemm_efficiency)
             self.mla_prefill = _or_default(cal.mla_prefill, cal.attention_prefill)
             self.mla_decode = _or_default(cal.mla_decode, cal.attention_decode)
             self.mla_rate_c = cm.peak_attn * self.mla_prefill.eta_compute
@@ -330,3 +330,11 @@ def check_weight_dtype(weight_dtype: str, gpu) -> None:
     if weight_dtype in FP4_ONLY_DTYPES and not gpu.has_unit("fp4"):
         raise LlmsimError(f"weight_dtype {weight_dtype} needs FP4 tensor cores (Blackwell: b200, gb200-nvl72); "
                           f"{gpu.name} has none", key_path="engine.weight_dtype")
+
+
+def _dense_gemm_for(fmt: str, gemm: RooflineParams, fp8_efficiency: float) -> RooflineParams:
+    """The dense GEMM fit standing in for a format without a kernel fit of its own: an
+    fp8-rate format reaches the GPU's fp8 GEMM efficiency, as the dense fp8 layers do."""
+    if fmt and dtype_info(fmt).peak == "fp8" and fp8_efficiency != 1.0:
+        return gemm.model_copy(update={"eta_compute": gemm.eta_compute * fp8_efficiency})
+    return gemm
