@@ -141,17 +141,16 @@ def check_gemm(parquet: Path, eff: float) -> None:
     d = pd.read_parquet(parquet)
     p = d.pivot_table(index=["m", "n", "k"], columns="gemm_dtype", values="latency").dropna(subset=["fp8"])
     p = p.reset_index()
+    big = (2 * p.m * p.n * p.k).to_numpy() > 1e12      # compute-bound: above 1 TFLOP
     for label, e in (("datasheet peak (efficiency 1)", 1.0), (f"fitted efficiency {eff:g}", eff)):
         pred = np.array([C.gemm_time(r.m, r.n, r.k, g.peak_flops("fp8") * e, g.hbm_bandwidth, g.calibration.gemm,
                                      1.0, 1.0, g.num_sms) * 1e3 for r in p.itertuples()])
         err = pred / p["fp8"].to_numpy() - 1
-        big = (2 * p.m * p.n * p.k).to_numpy() > 1e12
         print(f"fp8 GEMMs, {label}: median |error| {np.median(np.abs(err)) * 100:.1f} % (signed "
               f"{np.median(err) * 100:+.1f} %) over {len(p)} shapes; above 1 TFLOP {np.median(np.abs(err[big])) * 100:.1f} % "
               f"(signed {np.median(err[big]) * 100:+.1f} %, {int(big.sum())} shapes)")
     if "bfloat16" in p:
         r = (p["bfloat16"] / p["fp8"]).to_numpy()
-        big = (2 * p.m * p.n * p.k).to_numpy() > 1e12
         print(f"measured fp8 speed-up over bf16 on the same shapes above 1 TFLOP: median {np.median(r[big]):.2f}x")
 
 
