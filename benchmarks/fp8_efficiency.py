@@ -116,14 +116,14 @@ def best(table: dict[float, dict[str, np.ndarray]], use: list[str]) -> float:
     return min(table, key=lambda e: sum(float(np.median(table[e][g])) ** 2 for g in use))
 
 
-def write(eff: float, gpus: tuple[str, ...], note: str) -> None:
-    """Set ``fp8_gemm_efficiency`` (and its provenance comment) in these GPU profiles."""
+def write(eff: float, gpus: tuple[str, ...], note: str, key: str = "fp8_gemm_efficiency") -> None:
+    """Set ``key`` (and its provenance comment) in these GPU profiles."""
     for gpu in gpus:
         path = ROOT / "hardware_profiles" / f"{gpu}.yaml"
         text = path.read_text()
-        line = f"fp8_gemm_efficiency: {eff:g}  # {note}\n"
-        if re.search(r"^fp8_gemm_efficiency:.*\n", text, flags=re.M):
-            text = re.sub(r"^fp8_gemm_efficiency:.*\n", line, text, flags=re.M)
+        line = f"{key}: {eff:g}  # {note}\n"
+        if re.search(rf"^{key}:.*\n", text, flags=re.M):
+            text = re.sub(rf"^{key}:.*\n", line, text, flags=re.M)
         else:
             text = re.sub(r"^(price:)", line + r"\1", text, count=1, flags=re.M)
         path.write_text(text)

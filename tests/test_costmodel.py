@@ -344,30 +344,53 @@ def test_allreduce_on_a_float_is_the_array_formula_bit_for_bit(p, msg, gpus, bw)
     assert allreduce_time(p.custom_max_bytes, gpus, bw, p) == float(many[1])
 
 
+# (weight dtype, efficiency field, GPUs with that tensor-core unit)
+LOW_PRECISION = [("fp8", "fp8_gemm_efficiency", FP8_GPUS),
+                 ("nvfp4", "fp4_gemm_efficiency", sorted(n for n, g in GPUS.items() if g.has_unit("fp4")))]
+
+
 @PROPS
-@given(model=st.sampled_from(sorted(MODELS)), gpu=st.sampled_from(FP8_GPUS), eff=st.floats(0.3, 1.0),
-       tokens=st.integers(1, 16384))
-def test_fp8_gemm_efficiency_slows_only_fp8_linear_layers(model, gpu, eff, tokens):
-    """A lower fp8 efficiency never speeds anything up, leaves bf16 and KV-only
-    costs alone, and prices fp8 linear layers no faster than eff=1 does."""
-    g1 = GPUS[gpu].model_copy(update={"fp8_gemm_efficiency": 1.0})
-    ge = GPUS[gpu].model_copy(update={"fp8_gemm_efficiency": eff})
+@given(case=st.sampled_from(LOW_PRECISION), data=st.data(), model=st.sampled_from(sorted(MODELS)),
+       eff=st.floats(0.3, 1.0), tokens=st.integers(1, 16384))
+def test_low_precision_gemm_efficiency_slows_only_its_linear_layers(case, data, model, eff, tokens):
+    """A lower fp8 (fp4) efficiency never speeds anything up, leaves bf16 and
+    KV-only costs alone, and prices fp8 (NVFP4) linear layers no faster than
+    eff=1 does."""
+    dtype, field, gpus = case
+    gpu = data.draw(st.sampled_from(gpus))
+    g1 = GPUS[gpu].model_copy(update={field: 1.0})
+    ge = GPUS[gpu].model_copy(update={field: eff})
     m = MODELS[model]
     tp = valid_tps(model, gpu)[0]
     try:
-        fp8_1, fp8_e = CostModel(m, g1, tp, "fp8"), CostModel(m, ge, tp, "fp8")
+        q1, qe = CostModel(m, g1, tp, dtype), CostModel(m, ge, tp, dtype)
     except LlmsimError:
         assume(False)
-    assert fp8_e.token_time(tokens) >= fp8_1.token_time(tokens) * (1 - REL)
-    assert fp8_e.step_time([(tokens, 0)]) >= fp8_1.step_time([(tokens, 0)]) * (1 - REL)
+    assert qe.token_time(tokens) >= q1.token_time(tokens) * (1 - REL)
+    assert qe.step_time([(tokens, 0)]) >= q1.step_time([(tokens, 0)]) * (1 - REL)
     assert CostModel(m, ge, tp, "bf16").step_time([(tokens, 0)]) == CostModel(m, g1, tp, "bf16").step_time([(tokens, 0)])
-    assert fp8_e.decode_coefficients(8)[1] == fp8_1.decode_coefficients(8)[1]   # attention over the KV: unchanged
+    assert qe.decode_coefficients(8)[1] == q1.decode_coefficients(8)[1]   # attention over the KV: unchanged
 
 
-def test_fp8_gemm_efficiency_scales_the_compute_bound_regime():
-    """Far into the compute-bound regime an fp8 GEMM takes 1/eff as long."""
-    g = GPUS["h100-sxm"]
+@pytest.mark.parametrize("dtype, field, gpu", [("fp8", "fp8_gemm_efficiency", "h100-sxm"),
+                                               ("nvfp4", "fp4_gemm_efficiency", "b200")])
+def test_low_precision_gemm_efficiency_scales_the_compute_bound_regime(dtype, field, gpu):
+    """Far into the compute-bound regime an fp8 (NVFP4) GEMM takes 1/eff as long."""
+    g = GPUS[gpu]
     m = MODELS["llama-3.1-70b"]
-    t1 = CostModel(m, g.model_copy(update={"fp8_gemm_efficiency": 1.0}), 4, "fp8").linear_time(32768)
-    th = CostModel(m, g.model_copy(update={"fp8_gemm_efficiency": 0.5}), 4, "fp8").linear_time(32768)
+    t1 = CostModel(m, g.model_copy(update={field: 1.0}), 4, dtype).linear_time(32768)
+    th = CostModel(m, g.model_copy(update={field: 0.5}), 4, dtype).linear_time(32768)
     assert 1.9 < th / t1 <= 2.0 + 1e-9
+
+
+@pytest.mark.parametrize("name", ["b200", "gb200-nvl72"])
+def test_nvfp4_dense_layers_run_at_the_fp4_efficiency_the_mla_fits_measure(name):
+    """The FP4 datasheet peak is 4× bf16; the profile's efficiency (read off
+    its NVFP4 and bf16 MLA-projection fits) brings a compute-bound NVFP4
+    prefill's linear layers to about 4 × eff of bf16's speed, well under 4×."""
+    gpu = GPUS[name]
+    fits = gpu.calibration.mla_projection
+    assert gpu.fp4_gemm_efficiency == pytest.approx(fits["nvfp4"].eta_compute / fits["bf16"].eta_compute, abs=0.01)
+    m = MODELS["llama-3.1-70b"]
+    ratio = CostModel(m, gpu, 4, "bf16").linear_time(32768) / CostModel(m, gpu, 4, "nvfp4").linear_time(32768)
+    assert 0.9 * 4 * gpu.fp4_gemm_efficiency < ratio < 1.05 * 4 * gpu.fp4_gemm_efficiency < 2.0, ratio

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Sequence
 
 from ..dtypes import FP4_ONLY_DTYPES
 from ..errors import LlmsimError
-from ..profiles.hardware import RooflineParams
+from ..profiles.hardware import HardwareProfile, RooflineParams
 from ..profiles.model import ModelProfile
 from . import components as C
 from . import scalar
@@ -110,7 +110,7 @@ class LayoutOps:
         self.shared_gemms = [(gate * m.shared_ffn // tp, h), (h, m.shared_ffn // tp)] if m.shared_ffn else []
         self.moe = (MoeShape(h, m.expert_ffn, m.num_experts or 1, m.topk, par.moe_tp, par.ep, m.is_gated)
                     if m.is_moe else None)
-        self.moe_params = cal.moe.get(self.fmt) or _dense_gemm_for(self.fmt, cal.gemm, gpu.fp8_gemm_efficiency)
+        self.moe_params = cal.moe.get(self.fmt) or _dense_gemm_for(self.fmt, cal.gemm, gpu)
         self.topk = m.topk
         # Elementwise bytes per rank token (norms, residuals, dense and shared
         # activations) and per routed pair landing on a GPU (expert
@@ -125,7 +125,7 @@ class LayoutOps:
         if m.is_mla:
             self.mla = MlaShape(m.num_attention_heads // tp, m.kv_lora_rank or 0, m.qk_rope_head_dim or 0,
                                 m.qk_nope_head_dim or 0, m.v_head_dim or 0, m.q_lora_rank or 0, h)
-            self.mla_proj = cal.mla_projection.get(self.fmt) or _dense_gemm_for(self.fmt, cal.gemm, gpu.fp8_gemm_efficiency)
+            self.mla_proj = cal.mla_projection.get(self.fmt) or _dense_gemm_for(self.fmt, cal.gemm, gpu)
             self.mla_prefill = _or_default(cal.mla_prefill, cal.attention_prefill)
             self.mla_decode = _or_default(cal.mla_decode, cal.attention_decode)
             self.mla_rate_c = cm.peak_attn * self.mla_prefill.eta_compute
@@ -332,9 +332,11 @@ def check_weight_dtype(weight_dtype: str, gpu) -> None:
                           f"{gpu.name} has none", key_path="engine.weight_dtype")
 
 
-def _dense_gemm_for(fmt: str, gemm: RooflineParams, fp8_efficiency: float) -> RooflineParams:
+def _dense_gemm_for(fmt: str, gemm: RooflineParams, gpu: HardwareProfile) -> RooflineParams:
     """The dense GEMM fit standing in for a format without a kernel fit of its own: an
-    fp8-rate format reaches the GPU's fp8 GEMM efficiency, as the dense fp8 layers do."""
-    if fmt and dtype_info(fmt).peak == "fp8" and fp8_efficiency != 1.0:
-        return gemm.model_copy(update={"eta_compute": gemm.eta_compute * fp8_efficiency})
+    fp8- or fp4-rate format reaches the GPU's GEMM efficiency at that rate, as the
+    dense layers of that dtype do."""
+    eff = gpu.linear_efficiency(dtype_info(fmt).peak) if fmt else 1.0
+    if eff != 1.0:
+        return gemm.model_copy(update={"eta_compute": gemm.eta_compute * eff})
     return gemm

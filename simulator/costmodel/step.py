@@ -91,7 +91,7 @@ class CostModel:
         if weight_dtype == "nvfp4":   # W4A4: activations quantised to NVFP4 too
             self.a_bytes = QUANT_FORMATS["nvfp4"].act_bytes
         self.kv_bytes = BYTES[kv_dtype]
-        self.peak_linear = gpu.peak_flops(cdt) * (gpu.fp8_gemm_efficiency if cdt == "fp8" else 1.0)
+        self.peak_linear = gpu.peak_flops(cdt) * gpu.linear_efficiency(cdt)
         self.peak_attn = gpu.peak_flops("bf16")
         self.hbm_bw = gpu.hbm_bandwidth
         self.link_bw = gpu.interconnect.bandwidth_gb_s * 1e9

@@ -220,6 +220,11 @@ class HardwareProfile(_Strict):
     # linear layer first quantises its activations. Fitted on end-to-end fp8
     # rows (benchmarks/fp8_efficiency.py); 1 where nothing measured it.
     fp8_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
+    # The same for dense FP4 (NVFP4, W4A4) GEMMs against the bf16 fit: the
+    # datasheet quadruples the peak, but the FP4 GEMMs a stack runs (and the
+    # activation quantisation in front of each) reach far less. Derived from
+    # the GPU's own MLA-projection kernel fits (benchmarks/low_precision_gemm.py).
+    fp4_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
     price: Price
     calibration: Calibration = Calibration()
 
@@ -245,6 +250,12 @@ class HardwareProfile(_Strict):
         d = "bf16" if compute_dtype == "fp16" else compute_dtype
         tf = self.peak_tflops.get(d) or self.peak_tflops.get("bf16") or self.peak_tflops["fp16"]
         return tf * 1e12
+
+    def linear_efficiency(self, compute_dtype: str) -> float:
+        """The fraction of the bf16 GEMM fit's compute efficiency a dense linear
+        layer reaches at this compute dtype: one rule for every place that
+        prices a GEMM at an fp8 or fp4 peak without a kernel fit of its own."""
+        return {"fp8": self.fp8_gemm_efficiency, "fp4": self.fp4_gemm_efficiency}.get(compute_dtype, 1.0)
 
     def has_unit(self, compute_dtype: str) -> bool:
         return compute_dtype in self.peak_tflops
