@@ -115,8 +115,8 @@ def markdown(res: dict, wall: float, cmd: str) -> str:
              f"**Beyond the fitted range** (the {res['beyond_rows']} rows at concurrency above {MAX_CONCURRENCY}, "
              "batches up to 512: no fit sees them, so they test how the per-sequence costs fitted on smaller "
              "batches extrapolate):", "", md(res["beyond_summary"]), "",
-             "**Out of phase** (the same profiles, `llmsim validate --client spread`: clients spread over one "
-             "request's no-load duration, one round of warm-up left out):", "", md(res["spread_summary"]), "",
+             "**Out of phase** (the same profiles, `llmsim validate --client spread`: clients' phases spread evenly "
+             "over the loop's cycle, one round of warm-up left out):", "", md(res["spread_summary"]), "",
              "**In lockstep** (the same profiles, `llmsim validate --client burst`: every round in the phase "
              "the start of the loop gives it, also for the AIPerf rows):", "", md(res["burst_summary"]), "",
              "**Leave one group out** (each model/GPU/stack group predicted with overheads fitted on the other "

@@ -213,3 +213,32 @@ def test_an_8k_prompt_on_tensorrt_llm_is_not_starved_under_the_generated_budget(
     stock = predict(row, ReplaySettings(engine={"max_num_batched_tokens": 8192, "max_num_seqs": 2048,
                                                 "prefix_cache": True}))["ttft_mean_ms"]
     assert generated < 0.5 * stock
+
+
+@settings(max_examples=25, deadline=None)
+@given(c=st.integers(1, 128), isl=st.integers(16, 8192), osl=st.integers(2, 2048))
+def test_the_out_of_phase_cycle_is_never_shorter_than_a_request_alone_and_grows_with_c(c, isl, osl):
+    """Out of phase, clients spread over the loop's cycle: at least one request
+    alone, and no shorter with more clients sharing the GPU."""
+    from simulator.validation.replay import _cycle_seconds
+
+    row = Row("c", "vllm", "llama-3.2-1b", "h100-sxm", 1, "bf16", "bf16", isl, osl, concurrency=c,
+              measured={"ttft_mean_ms": 1.0})
+    alone = _cycle_seconds(replace(row, concurrency=1))
+    assert _cycle_seconds(row) >= alone * (1 - 1e-12)
+    assert _cycle_seconds(replace(row, concurrency=c + 1)) >= _cycle_seconds(row) * (1 - 1e-12)
+
+
+def test_clients_squeezed_into_a_request_alone_queue_behind_each_other():
+    """Long prompts at high concurrency: a round's GPU time is several times
+    one request's, and clients spread over only the latter meet each other's
+    prefills every round; spread over the cycle, they wait less."""
+    from simulator.validation.replay import _cycle_seconds
+
+    row = Row("q", "vllm", "llama-3.2-1b", "h100-sxm", 1, "bf16", "bf16", 8192, 128, concurrency=48,
+              measured={"ttft_mean_ms": 1.0})
+    alone, cycle = _cycle_seconds(replace(row, concurrency=1)), _cycle_seconds(row)
+    assert cycle > 2 * alone
+    spread = predict(row, ReplaySettings(client="spread"))["ttft_mean_ms"]
+    squeezed = predict(row, ReplaySettings(client="spread", arrival={"ramp_up_s": alone}))["ttft_mean_ms"]
+    assert spread < squeezed

@@ -12,8 +12,9 @@ of its TTFT, so the client is replayed in one of three ways:
     of ``vllm bench serve --max-concurrency`` and SGLang's
     ``bench_serving``, whose rows it replays best.
 ``spread``
-    The out-of-phase state: clients spread over one request's no-load
-    duration, one round of warm-up left out.
+    The out-of-phase state: clients' phases spread evenly over the loop's
+    cycle (the GPU time one round takes, prefills and decode steps), one
+    round of warm-up left out.
 ``phases``
     AIPerf's counted phase (its warm-up drained first): one round of C
     requests sent at once to an empty server, which queue behind each
@@ -60,13 +61,23 @@ class ReplaySettings:
     seed: int = 0
 
 
-def _no_load_seconds(row: Row) -> float:
-    """One request alone: its prefill plus its decode steps (for the client spread)."""
+def _cycle_seconds(row: Row) -> float:
+    """How long one client's round lasts once all C run: the GPU time a round
+    of the loop takes (C prompts prefilled, OSL decode steps of the whole
+    batch), and never less than one request alone. The out-of-phase state is
+    the clients' phases spread evenly over this cycle; spread over a request's
+    no-load duration instead, C prompts arrive in a fraction of the cycle and
+    queue behind each other every round, a lockstep of their own."""
+    assert row.concurrency is not None
     cm = CostModel(load_model(row.model), load_hardware(row.gpu), row.tp, row.weight_dtype, row.kv_dtype,
                    dp=row.dp, ep=row.ep)
-    t = cm.step_time([(row.isl, 0)])
-    a, b = cm.decode_coefficients(1)
-    return t + sum(a + b * (row.isl + j) for j in range(1, row.osl))
+    prefill = cm.step_time([(row.isl, 0)])
+    a1, b1 = cm.decode_coefficients(1)
+    alone = prefill + sum(a1 + b1 * (row.isl + j) for j in range(1, row.osl))
+    c = row.concurrency
+    a, b = cm.decode_coefficients(c)
+    loaded = c * prefill + (row.osl - 1) * (a + b * c * (row.isl + row.osl / 2))
+    return max(alone, loaded)
 
 
 def _counted(row: Row, s: ReplaySettings) -> int:
@@ -109,7 +120,7 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
             arrival, n = {"type": "concurrency", "concurrency": c}, min(c, total)
         else:   # spread, or the rounds of ``phases`` after the first
             arrival = {"type": "concurrency", "concurrency": c, "warmup_requests": c,
-                       "ramp_up_s": _no_load_seconds(row)}
+                       "ramp_up_s": _cycle_seconds(row)}
             n = total if mode == "spread" else max(total - c, 1)
         arrival.update(s.arrival or {})
         workload = {"num_requests": n, "arrival": arrival, **lengths}
