@@ -242,3 +242,34 @@ def test_clients_squeezed_into_a_request_alone_queue_behind_each_other():
     spread = predict(row, ReplaySettings(client="spread"))["ttft_mean_ms"]
     squeezed = predict(row, ReplaySettings(client="spread", arrival={"ramp_up_s": alone}))["ttft_mean_ms"]
     assert spread < squeezed
+
+
+AIC = "NVIDIA AIConfigurator silicon measurements github.com/ai-dynamo/aiconfigurator"
+
+
+@pytest.mark.parametrize("stack, version, notes, want", [
+    ("sglang", "0.5.1.post1", "silicon_concurrency=16", "defaults"),       # released 2025-08, genai-perf era
+    ("sglang", "0.5.6.post2", "silicon_concurrency=16", "aic-eval"),       # released 2025-12, AIPerf
+    ("vllm", "0.17.0", "silicon_concurrency=8", "aiconfigurator"),         # released after 2026-02-11
+    ("sglang", "nightly-dev-20260216-d3bae71e", "", "aiconfigurator"),     # a nightly's tag carries its date
+    ("sglang", "nightly-dev", "", "defaults"),                             # unknown: no inference
+    ("trtllm", "1.0.0rc3", "measured=2026-03-01T00:00:00Z", "aiconfigurator"),   # a measurement record wins
+    ("vllm", "0.12.0", "measured=2025-10-29T00:00:00Z", "aic-eval"),
+])
+def test_an_undated_aiconfigurator_row_is_dated_no_earlier_than_its_stack_version(stack, version, notes, want):
+    from simulator.validation.deployment import of_source
+
+    assert of_source(AIC, notes, stack, version) == want
+    assert of_source("a blog post", notes, stack, version) == "defaults"   # only AIConfigurator's pipeline is known
+
+
+@given(stack=st.sampled_from(["vllm", "sglang", "trtllm"]), version=st.text(max_size=20), notes=st.text(max_size=40))
+def test_a_version_never_moves_a_row_before_its_release(stack, version, notes):
+    """Whatever the version says, a row is never given a pipeline older than
+    its own measurement record, and a row of no known date keeps the defaults."""
+    from simulator.validation.deployment import of_source, released
+
+    got = of_source(AIC, notes, stack, version)
+    if "measured=" not in notes and released(stack, version) is None:
+        assert got == "defaults"
+    assert got in ("defaults", "aic-eval", "aiconfigurator")

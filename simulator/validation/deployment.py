@@ -48,11 +48,20 @@ one:
     budget beside running decodes (no chunked context) and waits for the
     batch to drain.
 
-A row is taken to come from AIConfigurator when its source names it and
-its provenance carries a measurement record (``measured=<date>`` in
-``notes``): measured before 2026-02-11, when the generator began to emit
-benchmark commands, it is ``aic-eval``; from then on ``aiconfigurator``.
-Every other row is ``defaults``.
+A row is taken to come from AIConfigurator when its source names it. With
+a measurement record (``measured=<date>`` in ``notes``), measured before
+2026-02-11, when the generator began to emit benchmark commands, it is
+``aic-eval``; from then on ``aiconfigurator``. Without one, the release
+of the stack version it ran bounds its date from below (a run cannot
+predate its version): a version released after the evaluation pipeline
+moved from genai-perf to AIPerf (2025-10-14, commit 4361371a6 "feat: add
+aiperf for eval") ran AIPerf, so ``aic-eval``, and one released after
+2026-02-11 ``aiconfigurator``; an older or unknown version keeps
+``defaults`` (genai-perf, like the stacks' own clients, keeps sending
+through its warm-up without a new burst). Release dates are the PyPI
+upload dates of the versions AIConfigurator's files name
+(pypi.org/pypi/{sglang,vllm,tensorrt-llm}/json), or the date a nightly
+tag carries. Every other row is ``defaults``.
 
 AIPerf runs warm-up and counted requests as phases (the next starts when
 every request of the last has returned, then as one burst of C:
@@ -76,6 +85,22 @@ _TRT_BLOCK = 32
 # The day AIConfigurator's generator began to emit benchmark commands
 # (commit f90534bc2, "generator will generate benchmark command").
 _GENERATOR_BENCH_SINCE = "2026-02-11"
+# The day its evaluation pipeline replaced genai-perf by AIPerf (commit 4361371a6).
+_AIPERF_SINCE = "2025-10-14"
+# First upload of each stack version AIConfigurator's silicon files name, from PyPI.
+_RELEASED = {
+    ("sglang", "0.5.1.post1"): "2025-08-24", ("sglang", "0.5.5.post2"): "2025-11-12",
+    ("sglang", "0.5.6"): "2025-12-03", ("sglang", "0.5.6.post2"): "2025-12-11",
+    ("sglang", "0.5.8"): "2026-01-23", ("sglang", "0.5.8.post1"): "2026-02-05",
+    ("sglang", "0.5.9"): "2026-02-23", ("sglang", "0.5.10.post1"): "2026-04-08",
+    ("trtllm", "1.0.0rc3"): "2025-07-16", ("trtllm", "1.2.0rc2"): "2025-11-07",
+    ("trtllm", "1.2.0rc6.post1"): "2026-01-11", ("trtllm", "1.2.0rc6.post2"): "2026-01-22",
+    ("trtllm", "1.3.0rc1"): "2026-01-27", ("trtllm", "1.2.0rc2.post2"): "2026-02-05",
+    ("trtllm", "1.2.0rc6.post3"): "2026-02-05", ("trtllm", "1.3.0rc5"): "2026-02-24",
+    ("vllm", "0.11.2"): "2025-11-20", ("vllm", "0.12.0"): "2025-12-03", ("vllm", "0.15.1"): "2026-02-05",
+    ("vllm", "0.16.0"): "2026-02-26", ("vllm", "0.17.0"): "2026-03-07", ("vllm", "0.18.0"): "2026-03-20",
+    ("vllm", "0.19.0"): "2026-04-03",
+}
 
 
 @dataclass(frozen=True)
@@ -120,9 +145,22 @@ def client(deployment: str) -> Client:
     return {"aiconfigurator": AIPERF_GENERATOR_CLIENT, "aic-eval": AIPERF_EVAL_CLIENT}.get(deployment, DEFAULT_CLIENT)
 
 
-def of_source(source: str, notes: str) -> Deployment:
+def released(stack: str, version: str) -> str | None:
+    """The day a stack version was released (ISO date), where known."""
+    nightly = re.search(r"(20\d{2})(\d{2})(\d{2})", version)
+    if nightly:
+        return "-".join(nightly.groups())
+    return _RELEASED.get((stack, version.strip()))
+
+
+def of_source(source: str, notes: str, stack: str = "", version: str = "") -> Deployment:
     """The deployment a CSV row's provenance documents."""
-    measured = re.search(r"measured=(\d{4}-\d{2}-\d{2})", notes)
-    if "aiconfigurator" not in source.lower() or measured is None:
+    if "aiconfigurator" not in source.lower():
         return "defaults"
-    return "aic-eval" if measured.group(1) < _GENERATOR_BENCH_SINCE else "aiconfigurator"
+    measured = re.search(r"measured=(\d{4}-\d{2}-\d{2})", notes)
+    if measured is not None:
+        return "aic-eval" if measured.group(1) < _GENERATOR_BENCH_SINCE else "aiconfigurator"
+    since = released(stack, version)
+    if since is None or since < _AIPERF_SINCE:
+        return "defaults"
+    return "aic-eval" if since < _GENERATOR_BENCH_SINCE else "aiconfigurator"

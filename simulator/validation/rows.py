@@ -206,7 +206,8 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
                   num_requests=int(n) if (n := _num(r.get("num_requests"))) else None,
                   measured={k: v for k in METRICS if (v := _num(r.get(k))) is not None},
                   throughput_identity="C*OSL" in str(r.get("derived_fields", "")),
-                  deployment=of_source(f"{r.get('source_kind', '')} {r.get('source_url', '')}", str(r.get("notes", ""))))
+                  deployment=of_source(f"{r.get('source_kind', '')} {r.get('source_url', '')}", str(r.get("notes", "")),
+                                       stack or "", _text(r, "engine_version") or ""))
         row.skip = _why_not(row, r, stack, m, g)
         out.append(row)
     return out
@@ -349,7 +350,8 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
         row = Row(_text(r, "id") or f"row{i + 1}", stack or str(r["backend"]),
                   m or str(r["model_path"]), g or str(r["system"]), tp, wd or "bf16", "bf16", isl, osl,
                   dp=dp if moe else 1, ep=ep if moe else 1, concurrency=conc, measured=measured,
-                  throughput_identity=True, deployment=of_source(_SILICON_SOURCE, notes))
+                  throughput_identity=True,
+                  deployment=of_source(_SILICON_SOURCE, notes, stack or "", _text(r, "backend_version") or ""))
         row.skip = _silicon_why_not(row, r, stack, prof, g, why_dtype, profiles, moe)
         if not row.skip:
             try:
