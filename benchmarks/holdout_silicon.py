@@ -51,11 +51,12 @@ def fitted_ids(path: Path = FITTED) -> set[str]:
 
 
 def _predict(row) -> Union[dict, str]:
-    """A row's prediction, or the error it raised (a refusal or crash is a finding, not a stop)."""
-    from simulator.validation.replay import predict
+    """A row's prediction (with its prefill share), or the error it raised (a refusal or crash is a
+    finding, not a stop)."""
+    from simulator.validation.replay import predict, prefill_share
 
     try:
-        return predict(row)
+        return {**predict(row), "prefill_share": prefill_share(row)}
     except Exception as e:          # noqa: BLE001 - every failure is reported per row
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
@@ -107,10 +108,12 @@ def run(path: Path, max_concurrency: int, jobs: int, per_group: Optional[int], l
     wall = time.perf_counter() - t
     failed = [(r, p) for r, p in zip(rows, preds) if isinstance(p, str)]
     ok = [(r, p) for r, p in zip(rows, preds) if not isinstance(p, str)]
-    errors = error_table([r for r, _ in ok], [p for _, p in ok])
+    errors = error_table([r for r, _ in ok], [{k: v for k, v in p.items() if k != "prefill_share"} for _, p in ok])
     deployment = {r.id: r.deployment for r in rows}
+    share = {r.id: p["prefill_share"] for r, p in ok}
     if not errors.empty:
         errors["deployment"] = errors.row.map(deployment)
+        errors["prefill_share"] = errors.row.map(share)
     return {"total": len(every), "fitted": len(every) - len(held), "held": len(held), "replayed": len(ok),
             "failed": failed, "not_replayed": not_replayed, "capped": capped, "errors": errors, "wall": wall}
 
@@ -146,6 +149,17 @@ def low_load(errors, most: int = 4):
     out = g.agg(rows=("row", "size"), measured_ms=("measured", "median"), llmsim_ms=("predicted", "median"),
                 gap_ms=("gap", "median"), signed_pct=("error_pct", "median"))
     return out.reset_index().sort_values("rows", ascending=False)
+
+
+def work_check(errors):
+    """Per group, how much of the measured round C distinct prompts' prefills would fill
+    (:func:`simulator.validation.replay.prefill_share`); above 1 the measurement cannot
+    have prefilled them all, whatever the scheduling."""
+    e = errors[errors.metric == "ttft_mean_ms"]
+    g = e.groupby(["group", "deployment"]).prefill_share
+    out = g.agg(rows="size", median_share="median", max_share="max")
+    out["rows_above_1"] = g.apply(lambda s: int((s > 1).sum()))
+    return out.reset_index().sort_values("max_share", ascending=False).head(8)
 
 
 def before_after(errors):
@@ -187,6 +201,11 @@ def markdown(res: dict, cmd: str) -> str:
              "By concurrency and by input length:", "",
              md(signed_pivot(errors, ["stack", "c_band"])), "", md(signed_pivot(errors, ["stack", "isl_band"])), "",
              "TTFT at low load (C ≤ 4, no queue to speak of; median ms):", "", md(low_load(errors)), "",
+             "Prefill work against the measured round (C distinct prompts prefilled one at a time at llmsim's "
+             "kernel speeds, over TTFT + (OSL − 1)·TPOT measured; the eight groups of highest share). Above 1 "
+             "the run cannot have prefilled C distinct prompts per round: its prompts were reused (prefix-cache "
+             "hits), which a replay of distinct prompts does not reproduce:", "",
+             md(work_check(errors), floatfmt="{:.2f}"), "",
              "The same configuration measured before and after 2026-02-11 (median ratio of the measurements, "
              "llmsim's median signed error on each):", "", md(before_after(errors), floatfmt="{:.2f}"), ""]
     for m in ("ttft_mean_ms", "tpot_mean_ms"):

@@ -273,3 +273,18 @@ def test_a_version_never_moves_a_row_before_its_release(stack, version, notes):
     if "measured=" not in notes and released(stack, version) is None:
         assert got == "defaults"
     assert got in ("defaults", "aic-eval", "aiconfigurator")
+
+
+@settings(max_examples=8, deadline=None)
+@given(stack=st.sampled_from(["vllm", "sglang", "trtllm"]), isl=st.integers(2048, 6144), osl=st.integers(8, 64),
+       c=st.integers(2, 24))
+def test_llmsims_own_loop_leaves_room_for_its_prefills(stack, isl, osl, c):
+    """A loop of distinct compute-bound prompts cannot run a round in less time
+    than its C prefills take: on rows llmsim measured itself the prefill
+    share stays at or below 1."""
+    from simulator.validation.replay import prefill_share
+
+    row = Row("w", stack, "llama-3.2-1b", "h100-sxm", 1, "bf16", "bf16", isl, osl, concurrency=c,
+              measured={"ttft_mean_ms": 1.0, "tpot_mean_ms": 1.0})
+    row.measured = predict(row, ReplaySettings(client="burst"))
+    assert prefill_share(row) <= 1.0 + 1e-6

@@ -61,6 +61,23 @@ class ReplaySettings:
     seed: int = 0
 
 
+def _cost_model(row: Row) -> CostModel:
+    return CostModel(load_model(row.model), load_hardware(row.gpu), row.tp, row.weight_dtype, row.kv_dtype,
+                     dp=row.dp, ep=row.ep)
+
+
+def prefill_share(row: Row) -> float:
+    """The GPU time C distinct prompts take to prefill (one at a time, at
+    llmsim's kernel speeds), over the measured round (TTFT + (OSL − 1)·TPOT):
+    above 1, the measured loop prefilled less than C distinct prompts per
+    round -- its prompts were reused (prefix-cache hits) -- or its prefills
+    ran faster than the kernel calibration allows."""
+    assert row.concurrency is not None
+    ttft, tpot = row.measured["ttft_mean_ms"], row.measured["tpot_mean_ms"]
+    round_s = (ttft + (row.osl - 1) * tpot) * 1e-3
+    return row.concurrency * _cost_model(row).step_time([(row.isl, 0)]) / round_s
+
+
 def _cycle_seconds(row: Row) -> float:
     """How long one client's round lasts once all C run: the GPU time a round
     of the loop takes (C prompts prefilled, OSL decode steps of the whole
@@ -69,8 +86,7 @@ def _cycle_seconds(row: Row) -> float:
     no-load duration instead, C prompts arrive in a fraction of the cycle and
     queue behind each other every round, a lockstep of their own."""
     assert row.concurrency is not None
-    cm = CostModel(load_model(row.model), load_hardware(row.gpu), row.tp, row.weight_dtype, row.kv_dtype,
-                   dp=row.dp, ep=row.ep)
+    cm = _cost_model(row)
     prefill = cm.step_time([(row.isl, 0)])
     a1, b1 = cm.decode_coefficients(1)
     alone = prefill + sum(a1 + b1 * (row.isl + j) for j in range(1, row.osl))
