@@ -67,8 +67,9 @@ class EngineConfig(BaseModel):
                     "until it ends, as servers before paging did (TGI, FasterTransformer)")
     kv_admission: Literal["on_demand", "reserve_output"] = Field(
         default="on_demand",
-        description="paged KV when memory runs short. on_demand (vLLM V1, SGLang without its reservation, "
-                    "TensorRT-LLM's MAX_UTILIZATION): a request is admitted on its prompt's blocks and decodes "
+        description="paged KV when memory runs short. on_demand (vLLM V1; TensorRT-LLM's MAX_UTILIZATION; "
+                    "SGLang, whose estimate of running outputs is not modelled): a request is admitted on its "
+                    "prompt's blocks and decodes "
                     "allocate as they grow; when the next tokens do not fit, the newest running request is "
                     "preempted (its KV freed, recomputed later). reserve_output (TensorRT-LLM's default "
                     "GUARANTEED_NO_EVICT): a request is admitted only if its prompt and whole output fit beside "
