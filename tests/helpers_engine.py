@@ -257,6 +257,10 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None) -> EngineConfig:
     contiguous = draw(st.sampled_from([False, False, False, True])) if kv is None else kv == "contiguous"
     extra = dict(kv_allocation="contiguous", prefix_cache=False,
                  max_new_tokens=draw(st.sampled_from([8, 64, 300, 600]))) if contiguous else {}
+    # TensorRT-LLM's GUARANTEED_NO_EVICT: admission reserves each request's whole output (paged,
+    # continuous batching only).
+    if scheduler == "continuous" and not contiguous and draw(st.sampled_from([False, False, True])):
+        extra["kv_admission"] = "reserve_output"
     # vLLM 0.6's multi-step scheduling: prefill-only steps between decode blocks.
     if scheduler == "continuous" and not chunked and not mixed and draw(st.booleans()):
         extra["num_scheduler_steps"] = draw(st.sampled_from([2, 3, 8]))
@@ -264,12 +268,26 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None) -> EngineConfig:
                         max_num_batched_tokens=budget, block_size=bs, mixed_prefill=mixed, **extra)
 
 
+def check_reservation(rep, where: str) -> None:
+    """Reserving outputs: the running sequences' final KV (their own blocks
+    plus the cache entries they pin) fits the capacity, so nothing is ever
+    preempted."""
+    if not rep.reserve_output:
+        assert rep.reserved == 0, where
+        return
+    own_final = sum(ceil_div(s.req.input_tokens + s.req.output_tokens, rep.bs) - s.pin_blocks for s in rep.running)
+    assert rep.reserved == own_final, where
+    pinned = rep.cache.pinned if rep.cache is not None else 0
+    assert pinned + rep.reserved <= rep.num_blocks, f"{where}: reservations exceed the KV capacity"
+    assert rep.preemptions == 0, f"{where}: a sequence was preempted though outputs are reserved"
+
+
 def one_request_need(req, cfg: EngineConfig) -> int:
     """KV blocks one request needs to complete alone (as ``can_ever_serve``;
     contiguous KV with ``max_new_tokens``: the reservation)."""
     if cfg.max_new_tokens is not None:
         return ceil_div(req.input_tokens + cfg.max_new_tokens, cfg.block_size)
-    need = req.input_tokens + req.output_tokens - (0 if cfg.scheduler == "static" else 1)
+    need = req.input_tokens + req.output_tokens - (0 if cfg.scheduler == "static" or cfg.reserves_output else 1)
     return ceil_div(max(need, 1), cfg.block_size)
 
 

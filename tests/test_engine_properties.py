@@ -21,7 +21,8 @@ import simpy
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers_engine import capacities, engine_configs, make_requests, run_closed, run_open, workloads
+from helpers_engine import (capacities, check_reservation, engine_configs, make_requests, run_closed, run_open,
+                            workloads)
 from simulator.fleet import pool as fleet
 from simulator.engine.blocks import ceil_div
 from simulator.engine.config import EngineConfig
@@ -77,6 +78,7 @@ class CheckedFast(FastReplica):
             assert s.blocks >= ceil_div(s.prompt, bs), where
         assert 0 <= self.used_blocks() <= nb, f"{where}: {self.used_blocks()} blocks used of {nb}"
         assert len(self.running) <= self.cfg.max_num_seqs, where
+        check_reservation(self, where)
         type(self).checks += 1
 
     def _plan(self, now):
@@ -136,6 +138,7 @@ class CheckedReference(ReferenceReplica):
                 assert s.blocks >= ceil_div(s.prompt, bs)
         if not self.busy:
             assert not self.waiting and not self.running, "replica went idle with work left"
+        check_reservation(self, "after _boundary")
         type(self).checks += 1
 
 

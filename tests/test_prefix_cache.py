@@ -17,8 +17,8 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
 
-from helpers_engine import (COST_MODELS, close, compare_runs, cost_model, describe, make_requests, run_open,
-                            workloads)
+from helpers_engine import (COST_MODELS, check_reservation, close, compare_runs, cost_model, describe, make_requests,
+                            run_open, workloads)
 from simulator.engine.config import EngineConfig
 from simulator.engine.prefix_cache import PrefixCache
 from simulator.engine.replica import FastReplica
@@ -221,8 +221,10 @@ def cache_configs(draw):
     bs = draw(st.sampled_from([4, 16]))
     cap = draw(st.sampled_from([None, None, "unbounded", 0, 64, 1024]))
     sched = draw(st.sampled_from(["continuous", "continuous", "continuous", "static"]))
+    admission = draw(st.sampled_from(["on_demand", "on_demand", "reserve_output"])) if sched == "continuous" \
+        else "on_demand"
     return EngineConfig(chunked_prefill=chunked, max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=bs,
-                        prefix_cache_capacity_tokens=cap, scheduler=sched)
+                        prefix_cache_capacity_tokens=cap, scheduler=sched, kv_admission=admission)
 
 
 def _run_pair(data, with_cancels: bool, offload=None):
@@ -326,6 +328,7 @@ class CheckedReference(ReferenceReplica):
             assert self.own + c.pinned <= self.num_blocks
             if not c.unbounded:
                 assert self.own + c.pinned + c.evictable <= self.num_blocks
+        check_reservation(self, "after a plan")
         return out
 
 
@@ -337,6 +340,7 @@ class CheckedFast(FastReplica):
             _pins_held(self)
             if not c.unbounded and self.cfg.scheduler != "static":
                 assert self.used_blocks(self.G + (1 if out[1] else 0)) + c.evictable <= self.num_blocks
+        check_reservation(self, "after a plan")
         return out
 
 

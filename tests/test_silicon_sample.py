@@ -49,11 +49,26 @@ def test_rows_carry_the_configuration_in_llmsims_terms(tmp_path):
     m = rows["moe"]
     assert (m.skip, m.stack, m.model, m.gpu, m.weight_dtype) == ("", "trtllm", "deepseek-v3", "b200", "nvfp4")
     assert (m.tp, m.dp, m.ep, m.concurrency, m.deployment) == (1, 8, 8, 256, "aic-eval")
+    assert m.kv_dtype == "fp8"     # AIConfigurator's nvfp4 profile keeps KV in fp8, passed to TensorRT-LLM
     # gpt-oss is published in MXFP4 only: its 4-bit rows ran that checkpoint (weight-only on Hopper).
     assert (rows["oss"].skip, rows["oss"].stack, rows["oss"].weight_dtype) == ("", "trtllm", "mxfp4")
     assert (rows["fp8block"].model, rows["fp8block"].weight_dtype, rows["fp8block"].ep) == \
         ("qwen3-235b-a22b-fp8", "fp8", 4)
     assert rows["gb"].gpu == "gb200-nvl72" and rows["gb"].deployment == "defaults"
+
+
+@pytest.mark.parametrize("backend, measured, precision, kv", [
+    ("vllm", "2026-03-02", "fp8", "fp8"),        # the generator passes --kv-cache-dtype fp8
+    ("sglang", "2026-03-02", "fp4", "fp8"),
+    ("vllm", "2026-03-02", "bf16", "bf16"),
+    ("vllm", "2026-03-02", "int4", "bf16"),      # outside AIConfigurator's profiles: the stack's default
+    ("trtllm", "2025-10-29", "fp8", "fp8"),      # evaluation runs: TensorRT-LLM's engine config had the KV dtype
+    ("vllm", "2025-10-29", "fp8", "bf16"),       # ... vLLM ran its default flags
+])
+def test_kv_dtype_follows_the_deployments_quantisation_profile(tmp_path, backend, measured, precision, kv):
+    path = _write(tmp_path, {"silicon_data_source": f"silicon_concurrency=8; measured={measured}", "backend": backend,
+                             "precision": precision})
+    assert rows_from_csv(path)[0].kv_dtype == kv
 
 
 @pytest.mark.parametrize("row, why", [

@@ -103,6 +103,12 @@ class ReplicaBase:
         # the unreferenced cache entries it created (PrefixCache owners).
         self.kv_budgets = kv_budgets or None
         self.kv_charged: dict[str, int] = {}
+        # Admission that reserves each request's whole output (TensorRT-LLM's
+        # GUARANTEED_NO_EVICT): the blocks running sequences will hold of their
+        # own when they finish. With the blocks they pin in the prefix cache it
+        # never exceeds num_blocks, so decode growth always fits.
+        self.reserve_output = cfg.reserves_output
+        self.reserved = 0
         if cfg.prefix_cache and id_block_tokens:
             cap = cfg.prefix_cache_capacity_tokens
             self.cache = PrefixCache(id_block_tokens, self.bs, cap if isinstance(cap, int) else None,
@@ -132,7 +138,7 @@ class ReplicaBase:
             blocks = self._reserved_blocks(req)
         else:
             need = req.input_tokens + req.output_tokens - 1
-            if self.cfg.scheduler == "static":
+            if self.cfg.scheduler == "static" or self.reserve_output:
                 need = req.input_tokens + req.output_tokens
             blocks = ceil_div(max(need, 1), self.bs)
         if self.kv_budgets is not None:       # nor past its class's KV cap
@@ -321,7 +327,19 @@ class ReplicaBase:
             taken = s.blocks + c.pinned - p0
         if self.kv_budgets is not None:
             self._charge(s)
+        if self.reserve_output:
+            self.reserved += self._footprint(s.req) - s.pin_blocks
         return taken
+
+    def _no_room(self, s: Seq, need: int, total: int, free: int) -> bool:
+        """Whether the waiting ``s`` cannot be admitted now: its ``need``
+        blocks (of ``total`` for its prompt, see ``_admission``) exceed the
+        ``free`` ones, or, reserving outputs, its whole final KV does not fit
+        beside what the running sequences will hold when they finish."""
+        if not self.reserve_output:
+            return need > free
+        pinned = self.cache.pinned if self.cache is not None else 0
+        return need + self._footprint(s.req) - total > self.num_blocks - pinned - self.reserved
 
     def _take_reload(self) -> float:
         """The offload reloads the iteration being planned waits for (see
@@ -398,6 +416,8 @@ class ReplicaBase:
         running sequence stops (finish, cancel, preemption) passes here."""
         if self.kv_budgets is not None:
             self.kv_charged[s.req.klass] -= self._footprint(s.req)
+        if self.reserve_output:
+            self.reserved -= self._footprint(s.req) - s.pin_blocks
         if s.pin is not None:
             assert self.cache is not None and s.req.blocks is not None   # a pin came from both
             self.cache.release(s.pin, s.req.blocks, s.pin_ids, kv_tokens, s.req.klass)
@@ -436,7 +456,7 @@ class ReplicaBase:
                 break
             need, total, m = self._admission(s, reserve_output)
             new = s.prompt - max(0 if m is None else m.usable(s.prompt), self._preloaded(s))
-            if ((chunks or decoding) and new > budget) or need > free:
+            if ((chunks or decoding) and new > budget) or self._no_room(s, need, total, free):
                 break
             free -= self._admit(s, total, m, now)
             self._trim_cache(free)
@@ -452,7 +472,7 @@ class ReplicaBase:
             if self._over_budget(s):
                 break
             need, total, m = self._admission(s)
-            if need > free:
+            if self._no_room(s, need, total, free):
                 break
             free -= self._admit(s, total, m, now)
             self._trim_cache(free)

@@ -65,6 +65,15 @@ class EngineConfig(BaseModel):
         description="paged: KV blocks allocated as a sequence grows (vLLM's PagedAttention); contiguous: each "
                     "admitted request reserves its maximum length (prompt + max_new_tokens, else max_model_len) "
                     "until it ends, as servers before paging did (TGI, FasterTransformer)")
+    kv_admission: Literal["on_demand", "reserve_output"] = Field(
+        default="on_demand",
+        description="paged KV when memory runs short. on_demand (vLLM V1; TensorRT-LLM's MAX_UTILIZATION; "
+                    "SGLang, whose estimate of running outputs is not modelled): a request is admitted on its "
+                    "prompt's blocks and decodes "
+                    "allocate as they grow; when the next tokens do not fit, the newest running request is "
+                    "preempted (its KV freed, recomputed later). reserve_output (TensorRT-LLM's default "
+                    "GUARANTEED_NO_EVICT): a request is admitted only if its prompt and whole output fit beside "
+                    "the remaining output of every running request, so nothing is ever preempted; the rest wait")
     max_new_tokens: Optional[int] = Field(
         default=None, ge=1, description="contiguous KV: output tokens reserved beyond each prompt (TGI's "
                                         "max_new_tokens); a request asking for more is rejected; default: "
@@ -136,6 +145,19 @@ class EngineConfig(BaseModel):
         if self.contiguous and self.prefix_cache:
             raise ValueError("kv_allocation: contiguous cannot share KV between requests (prefix caching needs "
                              "paged blocks); set prefix_cache: false")
+        return self
+
+    @property
+    def reserves_output(self) -> bool:
+        """Whether admission reserves each request's whole output (no preemption)."""
+        return self.kv_admission == "reserve_output"
+
+    @model_validator(mode="after")
+    def _admission_modelled(self) -> "EngineConfig":
+        if self.reserves_output and (self.contiguous or self.scheduler == "static"):
+            raise ValueError("kv_admission: reserve_output applies to paged KV with continuous batching; "
+                             "kv_allocation: contiguous and scheduler: static already reserve each request's "
+                             "maximum at admission (leave kv_admission unset)")
         return self
 
     @model_validator(mode="after")

@@ -301,13 +301,17 @@ class FastReplica(ReplicaBase):
 
         Admission needs a free sequence slot, token budget and blocks; the
         first two are constant and the last only shrinks over a stretch
-        (decodes grow, cache entries are only evicted), so if any is
-        missing now it stays missing until a finish."""
+        (decodes grow, cache entries are only evicted; blocks reserved for
+        running outputs change only at admissions and finishes), so if any
+        is missing now it stays missing until a finish."""
         cfg = self.cfg
-        return not (len(self.running) >= cfg.max_num_seqs
-                    or (cfg.chunked_prefill and cfg.max_num_batched_tokens - self.B <= 0)
-                    or self._over_budget(self.waiting[0])
-                    or self._admission(self.waiting[0])[0] > self.num_blocks - self.used_blocks(self.G + 1))
+        head = self.waiting[0]
+        if (len(self.running) >= cfg.max_num_seqs
+                or (cfg.chunked_prefill and cfg.max_num_batched_tokens - self.B <= 0)
+                or self._over_budget(head)):
+            return False
+        need, total, _ = self._admission(head)
+        return not self._no_room(head, need, total, self.num_blocks - self.used_blocks(self.G + 1))
 
     def _block_boundary(self, g: int) -> int:
         """The first decode counter ≥ g at which the scheduler decides (every

@@ -141,6 +141,28 @@ def _generated_budget(stack: str, concurrency: int, isl: int) -> dict[str, Any]:
     return {"max_num_seqs": concurrency, "max_num_batched_tokens": budget}
 
 
+# AIConfigurator's quantisation profiles: the KV cache each precision runs
+# (src/aiconfigurator/sdk/task_v1_compat.py _PROFILE_TO_QUANT; in 2025-10
+# sdk/task.py _get_quant_mode and the fp8_default / nvfp4_default profiles):
+# fp8 and nvfp4 keep KV in fp8, bfloat16 in bf16.
+_AIC_KV = {"fp8": "fp8", "fp4": "fp8", "nvfp4": "fp8", "bf16": "bf16", "bfloat16": "bf16"}
+
+
+def kv_dtype(deployment: str, stack: str, precision: str) -> str:
+    """The KV cache a row of AIConfigurator's ``silicon_sample.csv`` ran
+    (the file does not say): the generator passes its profile's KV dtype to
+    the engine (``generator/module_bridge.py`` sets ``kv_cache_dtype`` from
+    ``kvcache_quant_mode``; ``config/backend_config_mapping.yaml`` maps it to
+    vLLM's and SGLang's ``--kv-cache-dtype`` and TensorRT-LLM's
+    ``kv_cache_config.dtype``); the evaluation runs did so for TensorRT-LLM
+    only (``generator/backends/trtllm.py`` ``_apply_kv_cache_mode``, as of
+    2025-10), vLLM and SGLang ran their default (the model's 16-bit type), as
+    does a precision outside the profiles (int4)."""
+    if deployment == "aiconfigurator" or (deployment == "aic-eval" and stack == "trtllm"):
+        return _AIC_KV.get(precision.lower(), "bf16")
+    return "bf16"
+
+
 def client(deployment: str) -> Client:
     return {"aiconfigurator": AIPERF_GENERATOR_CLIENT, "aic-eval": AIPERF_EVAL_CLIENT}.get(deployment, DEFAULT_CLIENT)
 

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..dtypes import WEIGHT_DTYPES
 from ..errors import LlmsimError
-from .deployment import of_source
+from .deployment import kv_dtype, of_source
 
 #: Measured metrics llmsim predicts: column -> results.json key.
 METRICS = {
@@ -317,8 +317,9 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
     Concurrency is the client's (``silicon_concurrency=C`` in
     ``silicon_data_source``; else ``batch_size`` per attention-DP rank
     times the ranks); dp and ep are ``attention_dp_size`` and
-    ``moe_ep_size``; the KV cache is bf16 (the file does not say, and the
-    stacks' default keeps the model's 16-bit type). The measured output
+    ``moe_ep_size``; the KV cache is the one AIConfigurator's deployment
+    set for the row's precision (:func:`.deployment.kv_dtype`; the file does
+    not say). The measured output
     throughput is the closed-loop identity of the measured latencies.
     Deployment provenance follows :func:`.deployment.of_source` with
     ``silicon_data_source`` as the notes (``measured=<date>``).
@@ -347,11 +348,12 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
         measured = {k: v for k, v in (("ttft_mean_ms", ttft), ("tpot_mean_ms", tpot)) if v is not None and v > 0}
         if conc and len(measured) == 2 and osl > 0:
             measured["throughput_output_tok_s"] = conc * osl / ((ttft + (osl - 1) * tpot) * 1e-3)
+        dep = of_source(_SILICON_SOURCE, notes, stack or "", _text(r, "backend_version") or "")
+        kv = kv_dtype(dep, stack or "", _text(r, "precision") or "")
         row = Row(_text(r, "id") or f"row{i + 1}", stack or str(r["backend"]),
-                  m or str(r["model_path"]), g or str(r["system"]), tp, wd or "bf16", "bf16", isl, osl,
+                  m or str(r["model_path"]), g or str(r["system"]), tp, wd or "bf16", kv, isl, osl,
                   dp=dp if moe else 1, ep=ep if moe else 1, concurrency=conc, measured=measured,
-                  throughput_identity=True,
-                  deployment=of_source(_SILICON_SOURCE, notes, stack or "", _text(r, "backend_version") or ""))
+                  throughput_identity=True, deployment=dep)
         row.skip = _silicon_why_not(row, r, stack, prof, g, why_dtype, profiles, moe)
         if not row.skip:
             try:
