@@ -75,9 +75,10 @@ def gemm_format(weight_dtype: str, checkpoint_dtype: str | None = None, fp4_unit
     online per-tensor fp8, a different and (measured) slower kernel. MXFP4
     without FP4 tensor cores runs weight-only (W4A16, the Hopper kernels of
     the measured table); with them, the stack's choice of activation
-    (``mxfp4_activation``): bf16 is W4A16 again (vLLM's default on Blackwell,
-    ``get_mxfp4_backend`` in vllm/model_executor/layers/quantization/mxfp4.py),
-    mxfp8 (the default) W4A8 (TensorRT-LLM's Blackwell path)."""
+    (``mxfp4_activation``): bf16 is W4A16 again (vLLM without
+    VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8, ``get_mxfp4_backend`` in
+    vllm/model_executor/layers/quantization/mxfp4.py), mxfp8 (the default)
+    W4A8 (TensorRT-LLM's Blackwell path, and vLLM's gpt-oss recipe)."""
     if weight_dtype == "mxfp4" and (not fp4_units or mxfp4_activation == "bf16"):
         return "w4a16_mxfp4"
     fmt = _FORMATS.get(weight_dtype)
