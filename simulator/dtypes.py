@@ -17,6 +17,13 @@ WEIGHT_DTYPES: tuple[str, ...] = WeightDtype.__args__
 # FP4 units it runs weight-only (see compute_dtype).
 FP4_ONLY_DTYPES = ("nvfp4",)
 
+# Formats that quantise only the routed experts of a MoE model: the stacks
+# implement MXFP4 for fused-MoE layers alone (vLLM's Mxfp4Config gives every
+# other linear layer UnquantizedLinearMethod, vllm/model_executor/layers/
+# quantization/mxfp4.py), and gpt-oss's checkpoint keeps attention, router,
+# embeddings and LM head in bf16 (its config.json modules_to_not_convert).
+EXPERT_ONLY_DTYPES = ("mxfp4",)
+
 # nvfp4 and mxfp4 carry their scales (QUANT_FORMATS below): 4.5 and 4.25 bits.
 BYTES: dict[str, float] = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "int4": 0.5,
                            "nvfp4": 0.5 + 1.0 / 16, "mxfp4": 0.5 + 1.0 / 32}
@@ -26,6 +33,11 @@ ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "f
 
 def normalize(name: str) -> str:
     return ALIASES.get(name, name)
+
+
+def linear_dtype(weight_dtype: str) -> str:
+    """The weights of a pool's linear layers other than the routed experts."""
+    return "bf16" if weight_dtype in EXPERT_ONLY_DTYPES else weight_dtype
 
 
 def compute_dtype(weight_dtype: str, fp4_units: bool = True) -> str:

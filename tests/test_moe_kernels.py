@@ -248,3 +248,38 @@ def test_shipped_bf16_prices_unaligned_shards_of_the_triton_kernel(shared_data):
     e_off = ape(moe_mla.predict_moe(rows, gpu, off), t)
     assert np.median(e_off[mis]) >= 35.0
     assert np.array_equal(e_off[~mis], e[~mis])
+
+
+def test_mxfp4_rows_are_the_kernel_its_checkpoint_runs():
+    """w4a16_mxfp4 keeps only vLLM's gpt-oss MXFP4 method (the checkpoint
+    llmsim reads as mxfp4); Marlin rows of a compressed-tensors MXFP4
+    checkpoint go, and no other format loses a row."""
+    import pandas as pd
+
+    from simulator.calibration.moe_mla import checkpoint_kernel
+    rows = pd.DataFrame(dict(
+        moe_dtype=["w4a16_mxfp4", "w4a16_mxfp4", "w4a16_mxfp4", "int4_wo", "bf16"],
+        kernel_source=["vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
+                       "vllm_gptossmxfp4moe_flashinfer_trtllm_mxfp4_bf16_trtllmmxfp4expertsmonolithic",
+                       "vllm_compressedtensorsw4a4mxfp4moe_marlin_marlinexperts_situ_as_silu",
+                       "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts",
+                       "vllm_unquantizedfusedmoe_triton_tritonexperts"]))
+    assert list(checkpoint_kernel(rows)) == [True, True, False, True, True]
+
+
+@pytest.mark.shared_data
+@pytest.mark.parametrize("gpu_name", ["h100-sxm", "h200"])
+def test_shipped_mxfp4_prices_the_gpt_oss_kernel(shared_data, gpu_name):
+    """The shipped w4a16_mxfp4 parameters are those of gpt-oss's own kernel:
+    they reproduce the profile's error block on exactly its rows (no Marlin
+    row among them), with a median within 15%."""
+    from simulator.calibration import moe_mla
+    from simulator.calibration.fit import ape
+    gpu = GPUS[gpu_name]
+    rows = moe_mla.load(shared_data, {gpu_name: gpu}).moe_rows(gpu_name)
+    rows = rows[rows["moe_dtype"] == "w4a16_mxfp4"].reset_index(drop=True)
+    assert rows["kernel_source"].str.startswith("vllm_gptossmxfp4moe_").all()
+    assert set(rows["hidden_size"]) == {2880}
+    e = ape(moe_mla.predict_moe(rows, gpu, gpu.calibration.moe["w4a16_mxfp4"]), rows["t_s"].to_numpy())
+    assert np.median(e) <= 15.0
+    assert np.median(e) == pytest.approx(gpu.calibration.error["moe w4a16_mxfp4"].median_ape, abs=0.05)

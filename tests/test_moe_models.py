@@ -367,15 +367,46 @@ def test_fp4_on_a_gpu_without_it_is_one_error(tmp_path, cli):
 
 def test_mxfp4_without_fp4_units_runs_weight_only():
     """gpt-oss's MXFP4 experts on Hopper run W4A16 (bf16 compute, the
-    measured Hopper kernels); on Blackwell W4A8 on the FP8 peak."""
+    measured Hopper kernels); on Blackwell W4A8 unless the stack keeps bf16
+    activations (vLLM's default). Its other linear layers stay bf16."""
     from simulator.profiles import load_hardware
 
     h100 = CostModel(load_model("gpt-oss-120b"), load_hardware("h100-sxm"), 1, "mxfp4")
     assert h100.ops.fmt == "w4a16_mxfp4" and h100.peak_linear == load_hardware("h100-sxm").peak_flops("bf16")
     b200 = CostModel(load_model("gpt-oss-120b"), B200, 1, "mxfp4")
-    assert b200.ops.fmt == "w4a8" and b200.peak_linear == B200.peak_flops("fp8") * B200.fp8_gemm_efficiency
+    assert b200.ops.fmt == "w4a8" and b200.peak_linear == B200.peak_flops("bf16")
+    assert CostModel(load_model("gpt-oss-120b"), B200, 1, "mxfp4", mxfp4_activation="bf16").ops.fmt == "w4a16_mxfp4"
     bf16 = CostModel(load_model("gpt-oss-120b"), load_hardware("h100-sxm"), 2, "bf16")
     assert h100.step_time([(1, 1000)]) < bf16.step_time([(1, 1000)]) * 2   # a quarter of the bytes on half the GPUs
+
+
+@settings(max_examples=40, deadline=None)
+@given(st.integers(1, 20000), st.sampled_from(["h100-sxm", "b200"]), st.sampled_from([1, 2, 4, 8]))
+def test_mxfp4_pool_differs_from_bf16_only_in_its_experts(tokens, gpu_name, tp):
+    """For any token count, GPU and TP, an mxfp4 pool's linear layers other
+    than the routed experts cost exactly what a bf16 pool's do."""
+    from simulator.profiles import load_hardware
+
+    m, gpu = load_model("gpt-oss-120b"), load_hardware(gpu_name)
+    four, sixteen = CostModel(m, gpu, tp, "mxfp4"), CostModel(m, gpu, tp, "bf16")
+    rest = [cm.linear_time(tokens) - cm.ops.routed_time(tokens) for cm in (four, sixteen)]
+    assert rest[0] == pytest.approx(rest[1], rel=1e-12)
+    assert four.lm_head_time(tokens) == sixteen.lm_head_time(tokens)
+    assert four.ops.routed_time(tokens) < sixteen.ops.routed_time(tokens)
+
+
+def test_mxfp4_quantises_the_experts_only():
+    """MXFP4 is a fused-MoE format: attention projections, embeddings and LM
+    head keep 16-bit weights, so they cost what they cost in a bf16 pool,
+    and only the routed experts' bytes shrink."""
+    m = load_model("gpt-oss-120b")
+    four, sixteen = CostModel(m, B200, 1, "mxfp4"), CostModel(m, B200, 1, "bf16")
+    assert four.w_bytes == sixteen.w_bytes == 2.0 and four.a_bytes == sixteen.a_bytes
+    assert four.ops._gemms(64, four.ops.attn_gemms) == sixteen.ops._gemms(64, sixteen.ops.attn_gemms)
+    experts = m.num_moe_layers * m.num_experts * m.expert_params
+    assert m.weight_bytes("bf16") - m.weight_bytes("mxfp4") == pytest.approx(experts * (2.0 - 0.5 - 1 / 32))
+    with pytest.raises(LlmsimError, match="experts"):
+        CostModel(load_model("llama-3.1-8b"), B200, 1, "mxfp4")
 
 
 def test_unknown_moe_layout_key_is_one_error(tmp_path, cli):

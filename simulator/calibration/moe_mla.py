@@ -14,6 +14,13 @@ Row selection (modelling decisions, stated once here):
   what the row claims to measure and are left out of fit and error (their
   count is reported): they concentrate in a few shapes whose kernels
   evidently did less work than the shape says.
+* MoE, per format: only the kernel vLLM runs for the checkpoint llmsim
+  reads as that format (:data:`CHECKPOINT_KERNELS`). The tables time
+  MXFP4 experts with two kernels: gpt-oss's own MXFP4 MoE method (the
+  checkpoint ``quant_method: mxfp4``, the one llmsim reads as ``mxfp4``)
+  and Marlin for a compressed-tensors MXFP4 checkpoint, which llmsim
+  reads as another format; one parameter set fitted over both prices
+  neither.
 * MLA: the module rows, vLLM 0.24.0 (CUDA graphs, as the engine runs), vLLM 0.24.0, the fastest attention backend
   per configuration (what a tuned deployment selects). The kernel-only
   tables (vLLM 0.14.0, H100/H200) check the kernel functions' form
@@ -41,6 +48,13 @@ MOE_VERSION = "0.24.0"
 MLA_KERNEL_VERSION = "0.14.0"
 MLA_MODULE_VERSION = "0.24.0"
 _KV = {"bfloat16": 2.0, "fp8": 1.0}
+# Format → the ``kernel_source`` prefix of the kernel vLLM runs for the
+# checkpoint llmsim reads as that format (profiles/hf_config.py). MXFP4:
+# ``quant_method: mxfp4`` checkpoints (gpt-oss) run vLLM's gpt-oss MXFP4 MoE
+# method (OpenAI's Triton ``matmul_ogs`` kernels on Hopper, FlashInfer's
+# TRT-LLM kernels on Blackwell: vllm/model_executor/layers/quantization/mxfp4.py);
+# the table's compressed-tensors MXFP4 rows run Marlin.
+CHECKPOINT_KERNELS = {"w4a16_mxfp4": "vllm_gptossmxfp4moe_"}
 # DeepSeek-V3 attention (the only MLA model in the tables): heads per GPU vary.
 DSV3 = dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_dim=128, q_lora_rank=1536,
             hidden_size=7168)
@@ -88,6 +102,15 @@ def weight_floor_s(df: pd.DataFrame, gpus: dict[str, HardwareProfile]) -> np.nda
     return df["local_active"].to_numpy() * w * wb / bw
 
 
+def checkpoint_kernel(df: pd.DataFrame) -> np.ndarray:
+    """Rows whose kernel is the one the format's checkpoint runs (:data:`CHECKPOINT_KERNELS`)."""
+    keep = np.ones(len(df), dtype=bool)
+    for fmt, prefix in CHECKPOINT_KERNELS.items():
+        of_fmt = (df["moe_dtype"] == fmt).to_numpy()
+        keep &= ~of_fmt | df["kernel_source"].astype(str).str.startswith(prefix).to_numpy()
+    return keep
+
+
 def load(data_dir: Path, gpus: dict[str, HardwareProfile]) -> MoeMlaData:
     """Both tables, filtered and annotated; a missing file leaves its part None."""
     moe_path, mla_path = data_dir / "kernels" / "moe.csv.gz", data_dir / "kernels" / "mla.csv.gz"
@@ -97,6 +120,7 @@ def load(data_dir: Path, gpus: dict[str, HardwareProfile]) -> MoeMlaData:
         df = _read(moe_path)
         df = df[(df["framework_version"].astype(str) == MOE_VERSION) & df["profile"].isin(gpus)].copy()
         df["moe_dtype"] = df["moe_dtype"].map(M.moe_dtype)
+        df = df[checkpoint_kernel(df)]
         df = moe_routing.annotate(df)
         df["shape"] = shape_label(df)
         ok = df["t_s"].to_numpy() >= weight_floor_s(df, gpus)

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from ..dtypes import FP4_ONLY_DTYPES
+from ..dtypes import BYTES, FP4_ONLY_DTYPES, linear_dtype
 from ..errors import LlmsimError
 from ..profiles.hardware import HardwareProfile, RooflineParams
 from ..profiles.model import ModelProfile
@@ -67,14 +67,19 @@ def needs_layout(model: ModelProfile, dp: int, ep: int) -> bool:
     return model.is_moe or model.is_mla or model.num_sliding_layers > 0 or dp > 1 or ep > 1
 
 
-def gemm_format(weight_dtype: str, checkpoint_dtype: str | None = None, fp4_units: bool = True) -> str:
+def gemm_format(weight_dtype: str, checkpoint_dtype: str | None = None, fp4_units: bool = True,
+                mxfp4_activation: str | None = None) -> str:
     """The kernel family a pool's experts and MLA projections run. fp8 weights
     of a block-scaled fp8 checkpoint run the block-fp8 kernels (what vLLM
     loads for DeepSeek and Qwen3-FP8); fp8 from a 16-bit checkpoint is vLLM's
     online per-tensor fp8, a different and (measured) slower kernel. MXFP4
     without FP4 tensor cores runs weight-only (W4A16, the Hopper kernels of
-    the measured table)."""
-    if weight_dtype == "mxfp4" and not fp4_units:
+    the measured table); with them, the stack's choice of activation
+    (``mxfp4_activation``): bf16 is W4A16 again (vLLM without
+    VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8, ``get_mxfp4_backend`` in
+    vllm/model_executor/layers/quantization/mxfp4.py), mxfp8 (the default)
+    W4A8 (TensorRT-LLM's Blackwell path, and vLLM's gpt-oss recipe)."""
+    if weight_dtype == "mxfp4" and (not fp4_units or mxfp4_activation == "bf16"):
         return "w4a16_mxfp4"
     fmt = _FORMATS.get(weight_dtype)
     if fmt is None:
@@ -104,7 +109,11 @@ class LayoutOps:
         self.window = m.sliding_window or 0
         h, tp = m.hidden_size, par.tp
         gate = 2 if m.is_gated else 1
-        self.fmt = gemm_format(cm.weight_dtype, m.checkpoint_dtype, gpu.has_unit("fp4")) if (m.is_moe or m.is_mla) else ""
+        fp4 = gpu.has_unit("fp4")
+        # Routed experts run the pool's format; MLA projections that of its other linear layers.
+        self.fmt = (gemm_format(cm.weight_dtype, m.checkpoint_dtype, fp4, cm.mxfp4_activation)
+                    if (m.is_moe or m.is_mla) else "")
+        self.proj_fmt = gemm_format(linear_dtype(cm.weight_dtype), m.checkpoint_dtype, fp4) if m.is_mla else ""
         self.attn_gemms = [] if m.is_mla else cm.layer_gemms[:2]
         self.dense_gemms = [(gate * m.dense_ffn // tp, h), (h, m.dense_ffn // tp)] if self.n_dense else []
         self.shared_gemms = [(gate * m.shared_ffn // tp, h), (h, m.shared_ffn // tp)] if m.shared_ffn else []
@@ -125,7 +134,7 @@ class LayoutOps:
         if m.is_mla:
             self.mla = MlaShape(m.num_attention_heads // tp, m.kv_lora_rank or 0, m.qk_rope_head_dim or 0,
                                 m.qk_nope_head_dim or 0, m.v_head_dim or 0, m.q_lora_rank or 0, h)
-            self.mla_proj = cal.mla_projection.get(self.fmt) or _dense_gemm_for(self.fmt, cal.gemm, gpu)
+            self.mla_proj = cal.mla_projection.get(self.proj_fmt) or _dense_gemm_for(self.proj_fmt, cal.gemm, gpu)
             self.mla_prefill = _or_default(cal.mla_prefill, cal.attention_prefill)
             self.mla_decode = _or_default(cal.mla_decode, cal.attention_decode)
             self.mla_rate_c = cm.peak_attn * self.mla_prefill.eta_compute
@@ -162,7 +171,7 @@ class LayoutOps:
             return 0.0
         r = self.rank(tokens)
         if self.mla is not None:
-            attn = float(mla_projection_time(r, self.mla, self.cm.gpu, self.mla_proj, self.fmt))
+            attn = float(mla_projection_time(r, self.mla, self.cm.gpu, self.mla_proj, self.proj_fmt))
         else:
             attn = self._gemms(r, self.attn_gemms)
         return (self.layers * attn + self.n_dense * self._gemms(r, self.dense_gemms)
@@ -174,7 +183,7 @@ class LayoutOps:
         p = cm.cal.allreduce
         args = (tokens, self.gpus, self.ep, self.topk, self.model.hidden_size)
         rest = (cm.gpu, p.custom_eta_bandwidth, p.custom_latency_us)
-        return alltoall_time(*args, cm.a_bytes, *rest) + alltoall_time(*args, _BF16, *rest)
+        return alltoall_time(*args, dtype_info(self.fmt).act_bytes, *rest) + alltoall_time(*args, _BF16, *rest)
 
     def comm_time(self, tokens: int) -> float:
         if tokens <= 0:
@@ -278,8 +287,9 @@ class LayoutOps:
         t = self._decode_extra.get(batch)
         if t is None:
             cm, s, b = self.cm, self.mla, self.rank(batch)
-            module = mla_module_decode_time(b, 0.0, s, cm.gpu, self.mla_decode, self.mla_proj, cm.kv_bytes, self.fmt)
-            parts = (mla_projection_time(b, s, cm.gpu, self.mla_proj, self.fmt)
+            module = mla_module_decode_time(b, 0.0, s, cm.gpu, self.mla_decode, self.mla_proj, cm.kv_bytes,
+                                            self.proj_fmt)
+            parts = (mla_projection_time(b, s, cm.gpu, self.mla_proj, self.proj_fmt)
                      + mla_decode_time(b, 0.0, s, cm.gpu, self.mla_decode, cm.kv_bytes))
             t = self._decode_extra[batch] = self.layers * float(module - parts)
         return t
@@ -321,7 +331,7 @@ class LayoutOps:
         active = float(expected_active_experts(tokens, m.num_experts, m.topk)) / self.ep if m.is_moe else 0.0
         flops = 2.0 * (self.rank(tokens) * rest / self.tp
                        + tokens * m.topk / self.ep * per_gpu_expert * m.num_moe_layers)
-        nbytes = (rest / self.tp + self.n_moe * active * per_gpu_expert) * cm.w_bytes
+        nbytes = rest / self.tp * cm.w_bytes + self.n_moe * active * per_gpu_expert * BYTES[cm.weight_dtype]
         return flops, nbytes
 
 

@@ -84,6 +84,7 @@ from typing import Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ..dtypes import linear_dtype
 from ..errors import LlmsimError
 from ..memory import MemoryPlan
 from ..parallelism import replica_kv_bytes_per_token, replica_weight_bytes
@@ -258,9 +259,11 @@ def speculative_cost_model(cm: CostModel, spec: SpeculativeSpec, draft: ModelPro
     if draft.vocab_size != cm.model.vocab_size:
         raise LlmsimError(f"draft model {draft.name} has a {draft.vocab_size:,}-token vocabulary but the target "
                           f"{cm.model.name} has {cm.model.vocab_size:,}: a draft must share the target's tokenizer")
-    draft_cm = CostModel(draft, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype, roofline=cm.roofline,
+    # A dense draft of a target in an experts-only format (MXFP4) keeps its linear layers' format.
+    wd = cm.weight_dtype if draft.is_moe else linear_dtype(cm.weight_dtype)
+    draft_cm = CostModel(draft, cm.gpu, cm.tp, wd, cm.kv_dtype, roofline=cm.roofline,
                          iteration_overhead_ms=cm.overhead_s * 1e3, iteration_us_per_seq=cm.overhead_per_seq_s * 1e6,
-                         dp=cm.dp, ep=cm.ep if draft.is_moe else 1)
+                         dp=cm.dp, ep=cm.ep if draft.is_moe else 1, mxfp4_activation=cm.mxfp4_activation)
     return SpeculativeCostModel(cm, draft_cm, spec)
 
 

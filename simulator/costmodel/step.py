@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass
 from typing import Sequence
 
-from ..dtypes import BYTES, QUANT_FORMATS, WEIGHT_DTYPES, compute_dtype, normalize
+from ..dtypes import BYTES, EXPERT_ONLY_DTYPES, QUANT_FORMATS, WEIGHT_DTYPES, compute_dtype, linear_dtype, normalize
 from ..errors import LlmsimError
 from ..parallelism import Parallelism
 from ..profiles.hardware import Calibration, HardwareProfile
@@ -59,11 +59,15 @@ class CostModel:
 
     def __init__(self, model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
                  kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None,
-                 iteration_us_per_seq: float = 0.0, dp: int = 1, ep: int = 1):
+                 iteration_us_per_seq: float = 0.0, dp: int = 1, ep: int = 1, mxfp4_activation: str | None = None):
         weight_dtype, kv_dtype = normalize(weight_dtype), normalize(kv_dtype)
         if weight_dtype not in WEIGHT_DTYPES:
             raise LlmsimError(f"unknown weight dtype {weight_dtype!r}; expected {', '.join(WEIGHT_DTYPES)}")
         check_weight_dtype(weight_dtype, gpu)
+        if weight_dtype in EXPERT_ONLY_DTYPES and not model.is_moe:
+            raise LlmsimError(f"weight_dtype {weight_dtype} quantises the routed experts of a MoE model only (the "
+                              f"stacks run every other linear layer unquantised); {model.name} has no experts",
+                              key_path="engine.weight_dtype")
         if kv_dtype not in ("bf16", "fp16", "fp8"):
             raise LlmsimError(f"unknown KV dtype {kv_dtype!r}; expected bf16, fp16 or fp8")
         self.par = Parallelism(tp, dp, ep)
@@ -71,6 +75,7 @@ class CostModel:
         self.model, self.gpu, self.tp, self.dp, self.ep = model, gpu, tp, dp, ep
         self.gpus = self.par.gpus
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
+        self.mxfp4_activation = mxfp4_activation
         self.roofline = roofline
         self.cal = ROOFLINE if roofline else gpu.calibration
         if iteration_overhead_ms is None:
@@ -85,10 +90,13 @@ class CostModel:
         # vLLM replicates KV heads when there are fewer than TP ranks.
         self.kv_heads = max(1, m.kv_heads // tp)
         self.head_dim = m.dim_head
-        self.w_bytes = BYTES[weight_dtype]
-        cdt = compute_dtype(weight_dtype, gpu.has_unit("fp4"))
+        # Linear layers other than the routed experts (those follow
+        # LayoutOps.fmt): all of them, unless the format quantises experts only.
+        lin = linear_dtype(weight_dtype)
+        self.w_bytes = BYTES[lin]
+        cdt = compute_dtype(lin, gpu.has_unit("fp4"))
         self.a_bytes = 1.0 if cdt in ("fp8", "int8") and gpu.has_unit(cdt) else 2.0
-        if weight_dtype == "nvfp4":   # W4A4: activations quantised to NVFP4 too
+        if lin == "nvfp4":   # W4A4: activations quantised to NVFP4 too
             self.a_bytes = QUANT_FORMATS["nvfp4"].act_bytes
         self.kv_bytes = BYTES[kv_dtype]
         self.peak_linear = gpu.peak_flops(cdt) * gpu.linear_efficiency(cdt)

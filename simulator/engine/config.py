@@ -57,6 +57,11 @@ class EngineConfig(BaseModel):
     gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
     weight_dtype: Literal["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"] = "bf16"
     kv_dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
+    mxfp4_activation: Optional[Literal["bf16", "mxfp8"]] = Field(
+        default=None, description="activations of MXFP4 experts on GPUs with FP4 tensor cores: bf16 (W4A16, "
+                                  "vLLM's FlashInfer MXFP4×BF16 kernels without VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8) or "
+                                  "mxfp8 (W4A8, TensorRT-LLM's and vLLM's gpt-oss recipe); "
+                                  "default: mxfp8. Without FP4 units MXFP4 experts always compute in bf16")
     scheduler: Literal["continuous", "static"] = Field(
         default="continuous",
         description="continuous: iteration-level batching (vLLM); static: a batch runs to completion (old TGI/FT)")

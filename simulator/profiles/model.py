@@ -12,7 +12,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
-from ..dtypes import BYTES
+from ..dtypes import BYTES, EXPERT_ONLY_DTYPES
 from ..errors import LlmsimError, from_validation_error
 from .hf_config import normalize
 from .layout import check_layout, is_moe_layer, layout_text, mla_params
@@ -248,7 +248,11 @@ class ModelProfile(BaseModel):
     def weight_bytes(self, weight_dtype: str = "bf16") -> float:
         """Bytes of all weights. Quantisation applies to the transformer's
         linear layers; embeddings, LM head and norms stay 16-bit, as in vLLM's
-        fp8/int8/AWQ checkpoints."""
+        fp8/int8/AWQ checkpoints. An experts-only format (MXFP4) quantises the
+        routed experts alone."""
+        if weight_dtype in EXPERT_ONLY_DTYPES:
+            experts = self.num_moe_layers * (self.num_experts or 0) * self.expert_params
+            return experts * BYTES[weight_dtype] + (self.num_params - experts) * 2.0
         quantized = self.linear_params
         rest = self.num_params - quantized
         return quantized * BYTES[weight_dtype] + rest * 2.0
