@@ -80,6 +80,8 @@ def test_kv_dtype_follows_the_deployments_quantisation_profile(tmp_path, backend
     ({**DSR1, "gemm_quant_mode": "fp8"}, "one weight format per pool"),
     ({**DSR1, "tp_size": 1, "moe_tp_size": 2, "moe_ep_size": 1}, "parallel layout is ambiguous"),
     ({**DSR1, "tp_size": 16, "moe_tp_size": 4, "moe_ep_size": 4}, "tp=16 exceeds the 8 GPUs"),
+    ({**DSR1, "id": "dsr1_b200_agg_tp4_ep4_1", "tp_size": 4, "attention_dp_size": 2, "moe_tp_size": 1,
+      "moe_ep_size": 8}, "stated inconsistently"),     # the id says 4 GPUs, the columns 8
     ({**DSR1, "system": "h200_sxm"}, "needs FP4 tensor cores"),
     ({"silicon_data_source": "x", "batch_size": None}, "no concurrency"),
     ({"silicon_tpot_ms": None}, "no measured TTFT and TPOT"),
