@@ -50,18 +50,18 @@ def fitted_ids(path: Path = FITTED) -> set[str]:
     return set(ids.dropna())
 
 
-def _predict(row) -> Union[dict, str]:
-    """A row's prediction (with its prefill share), or the error it raised (a refusal or crash is a
+def _predict(row) -> Union[tuple[dict, float], str]:
+    """A row's prediction and its prefill share, or the error it raised (a refusal or crash is a
     finding, not a stop)."""
     from simulator.validation.replay import predict, prefill_share
 
     try:
-        return {**predict(row), "prefill_share": prefill_share(row)}
+        return predict(row), prefill_share(row)
     except Exception as e:          # noqa: BLE001 - every failure is reported per row
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
-def replay(rows: list, jobs: int) -> list[Union[dict, str]]:
+def replay(rows: list, jobs: int) -> list[Union[tuple[dict, float], str]]:
     if jobs <= 1:
         return [_predict(r) for r in rows]
     with ProcessPoolExecutor(jobs) as ex:
@@ -108,9 +108,9 @@ def run(path: Path, max_concurrency: int, jobs: int, per_group: Optional[int], l
     wall = time.perf_counter() - t
     failed = [(r, p) for r, p in zip(rows, preds) if isinstance(p, str)]
     ok = [(r, p) for r, p in zip(rows, preds) if not isinstance(p, str)]
-    errors = error_table([r for r, _ in ok], [{k: v for k, v in p.items() if k != "prefill_share"} for _, p in ok])
+    errors = error_table([r for r, _ in ok], [p for _, (p, _) in ok])
     deployment = {r.id: r.deployment for r in rows}
-    share = {r.id: p["prefill_share"] for r, p in ok}
+    share = {r.id: sh for r, (_, sh) in ok}
     if not errors.empty:
         errors["deployment"] = errors.row.map(deployment)
         errors["prefill_share"] = errors.row.map(share)

@@ -272,7 +272,7 @@ def check_reservation(rep, where: str) -> None:
     """Reserving outputs: the running sequences' final KV (their own blocks
     plus the cache entries they pin) fits the capacity, so nothing is ever
     preempted."""
-    if not rep.reserve_output:
+    if not rep.no_evict:
         assert rep.reserved == 0, where
         return
     own_final = sum(ceil_div(s.req.input_tokens + s.req.output_tokens, rep.bs) - s.pin_blocks for s in rep.running)

@@ -107,7 +107,7 @@ class ReplicaBase:
         # GUARANTEED_NO_EVICT): the blocks running sequences will hold of their
         # own when they finish. With the blocks they pin in the prefix cache it
         # never exceeds num_blocks, so decode growth always fits.
-        self.reserve_output = cfg.reserves_output
+        self.no_evict = cfg.reserves_output
         self.reserved = 0
         if cfg.prefix_cache and id_block_tokens:
             cap = cfg.prefix_cache_capacity_tokens
@@ -138,7 +138,7 @@ class ReplicaBase:
             blocks = self._reserved_blocks(req)
         else:
             need = req.input_tokens + req.output_tokens - 1
-            if self.cfg.scheduler == "static" or self.reserve_output:
+            if self.cfg.scheduler == "static" or self.no_evict:
                 need = req.input_tokens + req.output_tokens
             blocks = ceil_div(max(need, 1), self.bs)
         if self.kv_budgets is not None:       # nor past its class's KV cap
@@ -327,7 +327,7 @@ class ReplicaBase:
             taken = s.blocks + c.pinned - p0
         if self.kv_budgets is not None:
             self._charge(s)
-        if self.reserve_output:
+        if self.no_evict:
             self.reserved += self._footprint(s.req) - s.pin_blocks
         return taken
 
@@ -336,7 +336,7 @@ class ReplicaBase:
         blocks (of ``total`` for its prompt, see ``_admission``) exceed the
         ``free`` ones, or, reserving outputs, its whole final KV does not fit
         beside what the running sequences will hold when they finish."""
-        if not self.reserve_output:
+        if not self.no_evict:
             return need > free
         pinned = self.cache.pinned if self.cache is not None else 0
         return need + self._footprint(s.req) - total > self.num_blocks - pinned - self.reserved
@@ -416,7 +416,7 @@ class ReplicaBase:
         running sequence stops (finish, cancel, preemption) passes here."""
         if self.kv_budgets is not None:
             self.kv_charged[s.req.klass] -= self._footprint(s.req)
-        if self.reserve_output:
+        if self.no_evict:
             self.reserved -= self._footprint(s.req) - s.pin_blocks
         if s.pin is not None:
             assert self.cache is not None and s.req.blocks is not None   # a pin came from both

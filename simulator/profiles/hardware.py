@@ -223,7 +223,7 @@ class HardwareProfile(_Strict):
     # The same for dense FP4 (NVFP4, W4A4) GEMMs against the bf16 fit: the
     # datasheet quadruples the peak, but the FP4 GEMMs a stack runs (and the
     # activation quantisation in front of each) reach far less. Derived from
-    # the GPU's own MLA-projection kernel fits (benchmarks/low_precision_gemm.py).
+    # the GPU's own MLA-projection kernel fits (benchmarks/fp4_efficiency.py).
     fp4_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
     price: Price
     calibration: Calibration = Calibration()
