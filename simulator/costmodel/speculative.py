@@ -184,7 +184,10 @@ class SpeculativeCostModel:
         each sequence's cached tokens + 1, as for a plain decode)."""
         t, n = self.target, batch * (self.k + 1)
         attention = self._verify_rate * (context - batch) + self._verify_per_seq * batch + self._verify_fixed
-        return t.token_time(n) + t.lm_head_time(n) + attention + t.overhead_s + t.overhead_per_seq_s * batch
+        if not t.async_scheduling:
+            return t.token_time(n) + t.lm_head_time(n) + attention + t.overhead_s + t.overhead_per_seq_s * batch
+        fixed = t.token_time(n) + t.lm_head_time(n) + self._verify_per_seq * batch + self._verify_fixed
+        return fixed + self._verify_rate * (context - batch) + t.exposed_cpu(fixed, batch)
 
     # --- what the engines call ---------------------------------------------------
     def step_coefficients(self, batch: int) -> tuple[float, float]:
@@ -263,7 +266,8 @@ def speculative_cost_model(cm: CostModel, spec: SpeculativeSpec, draft: ModelPro
     wd = cm.weight_dtype if draft.is_moe else linear_dtype(cm.weight_dtype)
     draft_cm = CostModel(draft, cm.gpu, cm.tp, wd, cm.kv_dtype, roofline=cm.roofline,
                          iteration_overhead_ms=cm.overhead_s * 1e3, iteration_us_per_seq=cm.overhead_per_seq_s * 1e6,
-                         dp=cm.dp, ep=cm.ep if draft.is_moe else 1, mxfp4_activation=cm.mxfp4_activation)
+                         dp=cm.dp, ep=cm.ep if draft.is_moe else 1, mxfp4_activation=cm.mxfp4_activation,
+                         async_scheduling=cm.async_scheduling)
     return SpeculativeCostModel(cm, draft_cm, spec)
 
 

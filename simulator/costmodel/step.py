@@ -59,7 +59,8 @@ class CostModel:
 
     def __init__(self, model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
                  kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None,
-                 iteration_us_per_seq: float = 0.0, dp: int = 1, ep: int = 1, mxfp4_activation: str | None = None):
+                 iteration_us_per_seq: float = 0.0, dp: int = 1, ep: int = 1, mxfp4_activation: str | None = None,
+                 async_scheduling: bool = False):
         weight_dtype, kv_dtype = normalize(weight_dtype), normalize(kv_dtype)
         if weight_dtype not in WEIGHT_DTYPES:
             raise LlmsimError(f"unknown weight dtype {weight_dtype!r}; expected {', '.join(WEIGHT_DTYPES)}")
@@ -83,6 +84,7 @@ class CostModel:
         self.overhead_s = 0.0 if roofline else iteration_overhead_ms * 1e-3
         # The serving stack's scheduler/sampler time grows with the sequences it handles.
         self.overhead_per_seq_s = 0.0 if roofline else iteration_us_per_seq * _US
+        self.async_scheduling = async_scheduling
 
         m, L = model, model.num_hidden_layers
         self.layers = L
@@ -188,6 +190,27 @@ class CostModel:
         return self.decode_rate * total_context + self.decode_per_seq * batch + self.decode_fixed
 
     # --- the iteration ---------------------------------------------------
+    def exposed_cpu(self, gpu_s: float, seqs: int) -> float:
+        """The part of an iteration's CPU time (scheduling, input preparation,
+        sampling and output handling for ``seqs`` sequences) the GPU waits for.
+
+        Scheduled in turn, all of it: the GPU idles while the CPU prepares
+        the next iteration. With async scheduling (vLLM's default from 0.14)
+        the CPU prepares iteration N+1 while the GPU runs N, so only what
+        exceeds the GPU's ``gpu_s`` shows. Callers pass the GPU time without
+        the part that grows with the decode context, so an iteration stays
+        affine in the context (``decode_coefficients``); that overstates
+        the exposed CPU time only where the CPU outlasts the GPU anyway."""
+        cpu = self.overhead_s + self.overhead_per_seq_s * seqs
+        return max(0.0, cpu - gpu_s) if self.async_scheduling else cpu
+
+    def _decode_context_time(self, batch: int, context: float) -> float:
+        """The part of decode attention that grows with the attended context."""
+        if batch <= 0:
+            return 0.0
+        rate = self.ops.decode_coefficients(batch)[1] if self.ops is not None else self.decode_rate
+        return rate * context
+
     def step_time(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
                   decode_context: float = 0.0, sampling_seqs: int | None = None) -> float:
         """Seconds for one iteration. ``decode_context`` is the total number of
@@ -197,20 +220,28 @@ class CostModel:
             return 0.0
         if sampling_seqs is None:
             sampling_seqs = decode_batch + len(prefill_chunks)
-        return (self.token_time(tokens) + self.lm_head_time(sampling_seqs)
-                + self.prefill_attention_time(prefill_chunks)
-                + self.decode_attention_time(decode_batch, decode_context)
-                + self.overhead_s + self.overhead_per_seq_s * (decode_batch + len(prefill_chunks)))
+        seqs = decode_batch + len(prefill_chunks)
+        gpu = (self.token_time(tokens) + self.lm_head_time(sampling_seqs)
+               + self.prefill_attention_time(prefill_chunks)
+               + self.decode_attention_time(decode_batch, decode_context))
+        if not self.async_scheduling:
+            return gpu + self.overhead_s + self.overhead_per_seq_s * seqs
+        return gpu + self.exposed_cpu(gpu - self._decode_context_time(decode_batch, decode_context), seqs)
 
     def decode_coefficients(self, batch: int) -> tuple[float, float]:
         """(a, b) with step_time(decode only, batch, S) == a + b·S exactly."""
         if self.ops is not None:
             rest, rate = self.ops.decode_coefficients(batch)
-            return (self.token_time(batch) + self.lm_head_time(batch) + rest + self.overhead_s
-                    + self.overhead_per_seq_s * batch, rate)
-        a = (self.token_time(batch) + self.lm_head_time(batch) + (self.decode_per_seq + self.overhead_per_seq_s) * batch
-             + self.decode_fixed + self.overhead_s)
-        return a, self.decode_rate
+            gpu = self.token_time(batch) + self.lm_head_time(batch) + rest
+            if not self.async_scheduling:
+                return gpu + self.overhead_s + self.overhead_per_seq_s * batch, rate
+            return gpu + self.exposed_cpu(gpu, batch), rate
+        if not self.async_scheduling:
+            return (self.token_time(batch) + self.lm_head_time(batch)
+                    + (self.decode_per_seq + self.overhead_per_seq_s) * batch + self.decode_fixed + self.overhead_s,
+                    self.decode_rate)
+        gpu = self.token_time(batch) + self.lm_head_time(batch) + self.decode_per_seq * batch + self.decode_fixed
+        return gpu + self.exposed_cpu(gpu, batch), self.decode_rate
 
     def step(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
              decode_context: float = 0.0, sampling_seqs: int | None = None) -> StepBreakdown:
@@ -255,8 +286,10 @@ class CostModel:
         attention = self.prefill_attention_time(prefill_chunks) + self.decode_attention_time(decode_batch, decode_context)
         comm = self.comm_time(tokens)
         other = self.other_time(tokens)
-        overhead = self.overhead_s + self.overhead_per_seq_s * (decode_batch + len(prefill_chunks)) if tokens else 0.0
-        total = linear + attention + comm + other + overhead
+        gpu = linear + attention + comm + other
+        fixed = gpu - self._decode_context_time(decode_batch, decode_context)
+        overhead = self.exposed_cpu(fixed, decode_batch + len(prefill_chunks)) if tokens else 0.0
+        total = gpu + overhead
         return StepBreakdown(total, linear, attention, comm, other, overhead, flops, nbytes,
                              "compute" if t_compute >= t_memory else "memory")
 

@@ -87,6 +87,11 @@ class EngineConfig(BaseModel):
         default=None, ge=0, description="per-iteration CPU/launch overhead; default from the GPU profile")
     iteration_us_per_seq: float = Field(
         default=0.0, ge=0, le=10000, description="scheduler/sampler CPU time per sequence per iteration")
+    async_scheduling: bool = Field(
+        default=False,
+        description="the CPU prepares the next iteration while the GPU runs this one (vLLM's --async-scheduling, "
+                    "its default from 0.14): the per-iteration and per-sequence CPU time shows only where it "
+                    "outlasts the GPU's; false: it adds to every iteration (vLLM before 0.14)")
     request_ms: float = Field(
         default=0.0, ge=0, le=10000, description="front-end time per request (HTTP, hand-off), one request at a time")
     tokenize_us_per_token: float = Field(

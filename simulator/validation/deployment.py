@@ -87,6 +87,9 @@ _TRT_BLOCK = 32
 _GENERATOR_BENCH_SINCE = "2026-02-11"
 # The day its evaluation pipeline replaced genai-perf by AIPerf (commit 4361371a6).
 _AIPERF_SINCE = "2025-10-14"
+# vLLM's first release with async scheduling on by default (PR #27614,
+# "[Core] Enable async scheduling by default"): 0.14.0, uploaded 2026-01-20.
+_VLLM_ASYNC_SINCE = "2026-01-20"
 # First upload of each stack version AIConfigurator's silicon files name, from PyPI.
 _RELEASED = {
     ("sglang", "0.5.1.post1"): "2025-08-24", ("sglang", "0.5.5.post2"): "2025-11-12",
@@ -97,7 +100,8 @@ _RELEASED = {
     ("trtllm", "1.2.0rc6.post1"): "2026-01-11", ("trtllm", "1.2.0rc6.post2"): "2026-01-22",
     ("trtllm", "1.3.0rc1"): "2026-01-27", ("trtllm", "1.2.0rc2.post2"): "2026-02-05",
     ("trtllm", "1.2.0rc6.post3"): "2026-02-05", ("trtllm", "1.3.0rc5"): "2026-02-24",
-    ("vllm", "0.11.2"): "2025-11-20", ("vllm", "0.12.0"): "2025-12-03", ("vllm", "0.15.1"): "2026-02-05",
+    ("vllm", "0.11.2"): "2025-11-20", ("vllm", "0.12.0"): "2025-12-03", ("vllm", "0.13.0"): "2025-12-19",
+    ("vllm", "0.14.0"): "2026-01-20", ("vllm", "0.14.1"): "2026-01-24", ("vllm", "0.15.1"): "2026-02-05",
     ("vllm", "0.16.0"): "2026-02-26", ("vllm", "0.17.0"): "2026-03-07", ("vllm", "0.18.0"): "2026-03-20",
     ("vllm", "0.19.0"): "2026-04-03",
 }
@@ -173,6 +177,14 @@ def released(stack: str, version: str) -> str | None:
     if nightly:
         return "-".join(nightly.groups())
     return _RELEASED.get((stack, version.strip()))
+
+
+def async_scheduling(stack: str, version: str) -> bool:
+    """Whether the row's stack overlapped scheduling with the GPU by default:
+    vLLM from 0.14.0. A version of unknown release keeps the backend
+    profile's setting (a measurement date bounds the version only from above)."""
+    since = released(stack, version) if stack == "vllm" else None
+    return since is not None and since >= _VLLM_ASYNC_SINCE
 
 
 def of_source(source: str, notes: str, stack: str = "", version: str = "") -> Deployment:

@@ -22,7 +22,7 @@ import pandas as pd
 
 from ..dtypes import WEIGHT_DTYPES
 from ..errors import LlmsimError
-from .deployment import kv_dtype, of_source
+from .deployment import async_scheduling, kv_dtype, of_source
 
 #: Measured metrics llmsim predicts: column -> results.json key.
 METRICS = {
@@ -89,6 +89,9 @@ class Row:
     throughput_identity: bool = False
     # How the server was launched and the client run (validation.deployment).
     deployment: str = "defaults"
+    # The stack version scheduled the next iteration while the GPU ran this one
+    # (deployment.async_scheduling: vLLM from 0.14.0).
+    async_scheduling: bool = False
 
     @property
     def group(self) -> str:
@@ -207,7 +210,8 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
                   measured={k: v for k in METRICS if (v := _num(r.get(k))) is not None},
                   throughput_identity="C*OSL" in str(r.get("derived_fields", "")),
                   deployment=of_source(f"{r.get('source_kind', '')} {r.get('source_url', '')}", str(r.get("notes", "")),
-                                       stack or "", _text(r, "engine_version") or ""))
+                                       stack or "", _text(r, "engine_version") or ""),
+                  async_scheduling=async_scheduling(stack or "", _text(r, "engine_version") or ""))
         row.skip = _why_not(row, r, stack, m, g)
         out.append(row)
     return out
@@ -353,7 +357,8 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
         row = Row(_text(r, "id") or f"row{i + 1}", stack or str(r["backend"]),
                   m or str(r["model_path"]), g or str(r["system"]), tp, wd or "bf16", kv, isl, osl,
                   dp=dp if moe else 1, ep=ep if moe else 1, concurrency=conc, measured=measured,
-                  throughput_identity=True, deployment=dep)
+                  throughput_identity=True, deployment=dep,
+                  async_scheduling=async_scheduling(stack or "", _text(r, "backend_version") or ""))
         row.skip = _silicon_why_not(row, r, stack, prof, g, why_dtype, profiles, moe)
         if not row.skip:
             try:

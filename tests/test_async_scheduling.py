@@ -1,0 +1,95 @@
+"""Async scheduling: the CPU prepares iteration N+1 while the GPU runs N.
+
+Scheduled in turn, an iteration takes its GPU time plus the stack's CPU
+time (scheduler, input preparation, sampler, output handling); overlapped,
+the CPU time shows only where it outlasts the GPU's. vLLM runs that way by
+default from 0.14.0, so a replayed row of such a version overlaps.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.costmodel import CostModel
+from simulator.profiles import load_hardware, load_model
+from simulator.runner import simulate
+from simulator.validation.deployment import async_scheduling
+from tests.test_backends import _closed
+from tests.test_bad_input import SCENARIO, one_line_error, write_yaml
+
+MODELS = ["llama-3.1-8b", "llama-3.1-70b", "qwen3-30b-a3b", "deepseek-v3"]
+
+
+def _pair(model: str, tp: int, ms: float, us: float) -> tuple[CostModel, CostModel]:
+    m, g = load_model(model), load_hardware("h100-sxm" if model != "deepseek-v3" else "h200")
+    tp = 8 if model == "deepseek-v3" else tp
+    wd = "fp8" if model == "deepseek-v3" else "bf16"
+    kw = dict(iteration_overhead_ms=ms, iteration_us_per_seq=us)
+    return CostModel(m, g, tp, wd, **kw), CostModel(m, g, tp, wd, async_scheduling=True, **kw)
+
+
+@settings(max_examples=40, deadline=None)
+@given(model=st.sampled_from(MODELS), tp=st.sampled_from([1, 2, 4]), ms=st.floats(0.0, 20.0),
+       us=st.floats(0.0, 200.0), batch=st.integers(1, 512), per_seq_context=st.floats(0.0, 8000.0))
+def test_overlap_hides_the_cpu_time_up_to_the_gpu_time(model, tp, ms, us, batch, per_seq_context):
+    sync, over = _pair(model, tp, ms, us)
+    cpu = (ms * 1e-3 + us * 1e-6 * batch)
+    S = batch * per_seq_context
+    t_sync, t_over = sync.step_time((), batch, S), over.step_time((), batch, S)
+    gpu = t_sync - cpu
+    assert t_over <= t_sync + 1e-12
+    assert t_over >= max(gpu, cpu) - 1e-12          # never faster than either side alone
+    a, _ = over.decode_coefficients(batch)
+    gpu_fixed = sync.decode_coefficients(batch)[0] - cpu
+    assert a == pytest.approx(max(gpu_fixed, cpu), rel=1e-12, abs=1e-15)
+    if S == 0.0:
+        assert t_over == pytest.approx(max(gpu, cpu), rel=1e-12, abs=1e-15)
+
+
+@settings(max_examples=30, deadline=None)
+@given(model=st.sampled_from(MODELS), ms=st.floats(0.0, 20.0), us=st.floats(0.0, 200.0),
+       batch=st.integers(1, 256), S=st.floats(0.0, 2e6))
+def test_an_overlapped_decode_step_stays_affine_in_the_context(model, ms, us, batch, S):
+    """The engines advance decodes through (a, b) with step = a + b·S."""
+    _, over = _pair(model, 1, ms, us)
+    a, b = over.decode_coefficients(batch)
+    assert over.step_time((), batch, S) == pytest.approx(a + b * S, rel=1e-9)
+
+
+def test_without_cpu_time_overlap_changes_nothing():
+    sync, over = _pair("llama-3.1-8b", 1, 0.0, 0.0)
+    for chunks, b, S in [((), 8, 8000.0), (((512, 0),), 4, 4000.0), (((2048, 1024),), 0, 0.0)]:
+        assert over.step_time(chunks, b, S) == sync.step_time(chunks, b, S)
+    assert over.step(((512, 0),), 4, 4000.0).overhead_s == 0.0
+
+
+def test_the_breakdown_shows_only_the_exposed_cpu_time():
+    sync, over = _pair("llama-3.1-8b", 1, 2.0, 20.0)
+    s, o = sync.step((), 16, 16 * 1000.0), over.step((), 16, 16 * 1000.0)
+    assert s.overhead_s == pytest.approx(2e-3 + 16 * 20e-6)
+    assert o.total_s - o.overhead_s == pytest.approx(s.total_s - s.overhead_s)   # the same GPU work
+    assert 0.0 <= o.overhead_s < s.overhead_s
+    assert o.total_s == pytest.approx(over.step_time((), 16, 16 * 1000.0))
+
+
+def test_a_closed_loop_decodes_faster_when_the_cpu_overlaps():
+    """A small model whose GPU step is a few ms: vLLM's fitted 1.7 ms of
+    CPU time per iteration is most of the difference in TPOT."""
+    sync = simulate(_closed(8, 32, 512, 64, {"backend": "vllm"})).results["mean_tpot_ms"]
+    over = simulate(_closed(8, 32, 512, 64, {"backend": "vllm", "async_scheduling": True})).results["mean_tpot_ms"]
+    assert sync - 2.0 < over < sync - 1.0
+
+
+@pytest.mark.parametrize("stack, version, expected", [
+    ("vllm", "0.12.0", False), ("vllm", "0.13.0", False), ("vllm", "0.14.0", True), ("vllm", "0.19.0", True),
+    ("vllm", "", False), ("vllm", "nightly-5b8c30d62b754b57", False), ("vllm", "nightly-20260301", True),
+    ("sglang", "0.5.9", False), ("trtllm", "1.3.0rc5", False)])
+def test_rows_overlap_from_the_vllm_release_that_made_it_the_default(stack, version, expected):
+    assert async_scheduling(stack, version) is expected
+
+
+def test_a_non_boolean_async_scheduling_is_one_line(tmp_path, cli):
+    bad = {**SCENARIO, "pools": [{**SCENARIO["pools"][0], "engine": {"async_scheduling": "sometimes"}}]}
+    one_line_error(cli("run", write_yaml(tmp_path / "s.yaml", bad), "--output", tmp_path / "out"),
+                   "pools[0].engine.async_scheduling")
