@@ -91,6 +91,7 @@ class BackendProfile(_Strict):
         return {"name": self.name, "stack": self.stack, "versions": self.versions,
                 "chunked_prefill": self.engine.get("chunked_prefill"),
                 "mixed_prefill": self.engine.get("mixed_prefill"),
+                "async_scheduling": bool(self.engine.get("async_scheduling", False)),
                 "iteration_ms": o.iteration_overhead_ms, "iteration_us_per_seq": o.iteration_us_per_seq,
                 "request_ms": o.request_ms, "response_ms": o.response_ms}
 
