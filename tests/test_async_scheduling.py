@@ -84,6 +84,8 @@ def test_a_closed_loop_decodes_faster_when_the_cpu_overlaps():
 @pytest.mark.parametrize("stack, version, expected", [
     ("vllm", "0.12.0", False), ("vllm", "0.13.0", False), ("vllm", "0.14.0", True), ("vllm", "0.19.0", True),
     ("vllm", "", False), ("vllm", "nightly-5b8c30d62b754b57", False), ("vllm", "nightly-20260301", True),
+    ("vllm", "0.20.1", True), ("vllm", "v0.14.1", True), ("vllm", "0.6.0 (--num-scheduler-steps 10)", False),
+    ("vllm", "1.0.0", True),
     ("sglang", "0.5.9", False), ("trtllm", "1.3.0rc5", False)])
 def test_rows_overlap_from_the_vllm_release_that_made_it_the_default(stack, version, expected):
     assert async_scheduling(stack, version) is expected

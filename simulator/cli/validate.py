@@ -24,7 +24,7 @@ from .output import console, print_json
 
 
 def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str], gpu: Optional[str], tp: int,
-               weight_dtype: str, kv_dtype: str, model_configs: Optional[Path] = None):
+               weight_dtype: str, kv_dtype: str, model_configs: Optional[Path] = None, version: str = ""):
     from ..validation.rows import rows_from_bench_json, rows_from_csv
 
     csvs = [p for p in inputs if p.suffix.lower() in (".csv", ".gz")]
@@ -40,7 +40,7 @@ def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str],
         if missing:
             raise LlmsimError(f"a `vllm bench serve` result does not record its configuration: give "
                               f"{', '.join(missing)}", source=jsons[0])
-        rows += rows_from_bench_json(jsons, backend, model, gpu, tp, weight_dtype, kv_dtype)
+        rows += rows_from_bench_json(jsons, backend, model, gpu, tp, weight_dtype, kv_dtype, version)
     return rows
 
 
@@ -58,6 +58,10 @@ def validate(
     tp: int = typer.Option(1, "--tp", min=1, max=72, help="tensor-parallel size of JSON results"),
     weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="weights of JSON results"),
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV cache of JSON results"),
+    stack_version: str = typer.Option("", "--stack-version", help="version of the stack that served the JSON "
+                                      "results (e.g. 0.19.0): the replay takes that version's defaults where "
+                                      "they differ from the backend profile's (vLLM from 0.14 schedules "
+                                      "asynchronously)"),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", min=1,
                                                   help="replay only rows at or below this concurrency"),
     client: str = typer.Option("auto", "--client", help="how the closed loop's rounds fall into phase: burst "
@@ -93,7 +97,7 @@ def validate(
         raise LlmsimError("folder does not exist", source=fit.parent, key_path="--fit")
     if model_configs is not None and not model_configs.is_dir():
         raise LlmsimError("not a folder", source=model_configs, key_path="--model-configs")
-    rows = _load_rows(inputs, backend, model, gpu, tp, weight_dtype, kv_dtype, model_configs)
+    rows = _load_rows(inputs, backend, model, gpu, tp, weight_dtype, kv_dtype, model_configs, stack_version)
     if max_concurrency is not None:
         rows = [r for r in rows if r.concurrency is None or r.concurrency <= max_concurrency]
     usable = [r for r in rows if not r.skip]

@@ -89,7 +89,7 @@ _GENERATOR_BENCH_SINCE = "2026-02-11"
 _AIPERF_SINCE = "2025-10-14"
 # vLLM's first release with async scheduling on by default (PR #27614,
 # "[Core] Enable async scheduling by default"): 0.14.0, uploaded 2026-01-20.
-_VLLM_ASYNC_SINCE = "2026-01-20"
+_VLLM_ASYNC_VERSION, _VLLM_ASYNC_SINCE = (0, 14), "2026-01-20"
 # First upload of each stack version AIConfigurator's silicon files name, from PyPI.
 _RELEASED = {
     ("sglang", "0.5.1.post1"): "2025-08-24", ("sglang", "0.5.5.post2"): "2025-11-12",
@@ -181,9 +181,15 @@ def released(stack: str, version: str) -> str | None:
 
 def async_scheduling(stack: str, version: str) -> bool:
     """Whether the row's stack overlapped scheduling with the GPU by default:
-    vLLM from 0.14.0. A version of unknown release keeps the backend
-    profile's setting (a measurement date bounds the version only from above)."""
-    since = released(stack, version) if stack == "vllm" else None
+    vLLM from 0.14.0 (by its number, or a nightly by its date). An unknown
+    version keeps the backend profile's setting (a measurement date bounds
+    the version only from above)."""
+    if stack != "vllm":
+        return False
+    number = re.match(r"\s*v?(\d+)\.(\d+)", version)
+    if number is not None:
+        return (int(number.group(1)), int(number.group(2))) >= _VLLM_ASYNC_VERSION
+    since = released(stack, version)
     return since is not None and since >= _VLLM_ASYNC_SINCE
 
 

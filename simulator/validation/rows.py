@@ -405,8 +405,9 @@ def _silicon_why_not(row: Row, raw: dict, stack, prof, gpu, why_dtype: str, prof
 
 
 def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str, tp: int,
-                         weight_dtype: str = "bf16", kv_dtype: str = "bf16") -> list[Row]:
-    """Rows of ``vllm bench serve --save-result`` files (one run each)."""
+                         weight_dtype: str = "bf16", kv_dtype: str = "bf16", version: str = "") -> list[Row]:
+    """Rows of ``vllm bench serve --save-result`` files (one run each);
+    ``version`` is the serving stack's, whose defaults the replay then takes."""
     if stack not in STACKS:
         raise LlmsimError(f"unknown backend {stack!r}; expected one of {', '.join(STACKS)}", key_path="--backend")
     out = []
@@ -429,7 +430,8 @@ def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str
         row = Row(Path(p).stem, stack, model, gpu, tp, weight_dtype, kv_dtype,
                   round(d["total_input_tokens"] / n), round(d["total_output_tokens"] / n),
                   concurrency=int(conc) if conc else None, rate=rate, num_requests=n,
-                  measured={k: float(d[v]) for k, v in METRICS.items() if d.get(v) is not None})
+                  measured={k: float(d[v]) for k, v in METRICS.items() if d.get(v) is not None},
+                  async_scheduling=async_scheduling(stack, version))
         if row.concurrency is None and row.rate is None:
             row.concurrency = n          # rate inf without a cap: everything at t = 0
         out.append(row)
