@@ -94,11 +94,30 @@ def shape_label(df: pd.DataFrame) -> pd.Series:
             + df["num_experts"].astype(str) + "/" + df["topk"].astype(str))
 
 
+# Model shapes (hidden, expert width, experts, top-k) whose rows the
+# collector timed with a non-gated expert activation. It builds each row's
+# FusedMoE from the model's own HF config (AIConfigurator
+# collector/vllm/collect_moe.py, ``_resolve_moe_runtime_config``: model_type
+# ``nemotron_h`` runs ``mlp_hidden_act`` as ``relu2_no_mul``), so these
+# shapes' experts have one up projection, not gate+up, as llmsim prices a
+# non-gated model (ModelConfig.is_gated). The shapes are the Nemotron-3
+# cases of collector/cases/models/NemotronHForCausalLM_cases.yaml: Nano
+# (2688/1856/128/6) and, through vLLM's moe_latent_size, Super
+# (1024/2688/512/22) and Ultra (2048/5120/512/22).
+NON_GATED_SHAPES = frozenset({(2688, 1856, 128, 6), (1024, 2688, 512, 22), (2048, 5120, 512, 22)})
+
+
+def collector_gated(df: pd.DataFrame) -> np.ndarray:
+    """Per row: did the measured experts run a gated activation (:data:`NON_GATED_SHAPES`)?"""
+    keys = zip(df["hidden_size"], df["moe_intermediate_size"], df["num_experts"], df["topk"])
+    return np.array([tuple(int(v) for v in k) not in NON_GATED_SHAPES for k in keys], dtype=bool)
+
+
 def weight_floor_s(df: pd.DataFrame, gpus: dict[str, HardwareProfile]) -> np.ndarray:
     """Seconds to read rank 0's touched expert weights once at datasheet bandwidth."""
     wb = df["moe_dtype"].map(lambda d: M.dtype_info(d).weight_bytes).to_numpy()
     bw = df["profile"].map(lambda p: gpus[p].hbm_bandwidth).to_numpy()
-    w = 3.0 * df["hidden_size"].to_numpy() * df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy()
+    w = np.where(df["gated"].to_numpy(), 3.0, 2.0) * df["hidden_size"].to_numpy() * df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy()
     return df["local_active"].to_numpy() * w * wb / bw
 
 
@@ -122,6 +141,7 @@ def load(data_dir: Path, gpus: dict[str, HardwareProfile]) -> MoeMlaData:
         df["moe_dtype"] = df["moe_dtype"].map(M.moe_dtype)
         df = df[checkpoint_kernel(df)]
         df = moe_routing.annotate(df)
+        df["gated"] = collector_gated(df)
         df["shape"] = shape_label(df)
         ok = df["t_s"].to_numpy() >= weight_floor_s(df, gpus)
         for prof, n in df[~ok].groupby("profile").size().items():
