@@ -107,6 +107,26 @@ def shape_label(df: pd.DataFrame) -> pd.Series:
 NON_GATED_SHAPES = frozenset({(2688, 1856, 128, 6), (1024, 2688, 512, 22), (2048, 5120, 512, 22)})
 
 
+# Kernel families of the table's ``kernel_source`` (the experts class vLLM's
+# FusedMoE selected for the row). One format can run several: on Blackwell
+# vLLM's FlashInfer TRT-LLM kernels accept only some routers and
+# activations and the rest run FlashInfer's CUTLASS kernel; on Hopper
+# block-FP8 runs Triton without expert parallelism and FlashInfer's CUTLASS
+# kernel with it. Each family is its own tile schedule and pipeline.
+KERNEL_FAMILIES = ("flashinfer_trtllm", "flashinfer_cutlass", "triton", "marlin")
+
+
+def kernel_family(df: pd.DataFrame) -> np.ndarray:
+    """Per row: the kernel family (:data:`KERNEL_FAMILIES`) its ``kernel_source`` names."""
+    src = df["kernel_source"].astype(str)
+    out = np.full(len(df), "", dtype=object)
+    for fam in reversed(KERNEL_FAMILIES):   # the first family named in the source wins
+        out[src.str.contains(fam, regex=False).to_numpy()] = fam
+    if (out == "").any():
+        raise LlmsimError(f"MoE rows of unknown kernel families: {sorted(set(src[out == '']))}")
+    return out
+
+
 def collector_gated(df: pd.DataFrame) -> np.ndarray:
     """Per row: did the measured experts run a gated activation (:data:`NON_GATED_SHAPES`)?"""
     keys = zip(df["hidden_size"], df["moe_intermediate_size"], df["num_experts"], df["topk"])
@@ -142,6 +162,7 @@ def load(data_dir: Path, gpus: dict[str, HardwareProfile]) -> MoeMlaData:
         df = df[checkpoint_kernel(df)]
         df = moe_routing.annotate(df)
         df["gated"] = collector_gated(df)
+        df["kernel"] = kernel_family(df)
         df["shape"] = shape_label(df)
         ok = df["t_s"].to_numpy() >= weight_floor_s(df, gpus)
         for prof, n in df[~ok].groupby("profile").size().items():
@@ -370,6 +391,31 @@ def thin_tokens(rows: pd.DataFrame, stride: int) -> pd.DataFrame:
     """Every ``stride``-th measured token count (a faster fit over the same shapes)."""
     counts = np.sort(rows["num_tokens"].unique())
     return rows[rows["num_tokens"].isin(counts[::stride])].reset_index(drop=True)
+
+
+def leave_one_shape_out_per_kernel(rows: pd.DataFrame, gpu: HardwareProfile, stride: int = 1
+                                   ) -> tuple[np.ndarray, np.ndarray, dict[str, FamilyFit]]:
+    """One format's rows, each kernel family (column ``kernel``) fitted on its
+    own: (in-sample APE, leave-one-shape-out APE, the fit per family). A
+    family measured on a single shape has no other shape of its own to learn
+    from: held out, it is predicted by the fit over the format's other rows
+    (the other kernel families), as a model without any measured shape of its
+    kernel would be."""
+    rows = rows.reset_index(drop=True)
+    e_in, e_out = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+    fits: dict[str, FamilyFit] = {}
+    kern, t = rows["kernel"].to_numpy(), rows["t_s"].to_numpy()
+    for fam in np.unique(kern):
+        sel = kern == fam
+        part = rows[sel].reset_index(drop=True)
+        fits[str(fam)] = fit = fit_moe(thin_tokens(part, stride), gpu)
+        e_in[sel] = ape(predict_moe(part, gpu, fit.params), t[sel])
+        if part["shape"].nunique() > 1:
+            e_out[sel] = leave_one_shape_out(part, gpu, fit, stride)
+        elif (~sel).any():
+            other = fit_moe(thin_tokens(rows[~sel], stride), gpu).params
+            e_out[sel] = ape(predict_moe(part, gpu, other), t[sel])
+    return e_in, e_out, fits
 
 
 def leave_one_shape_out(rows: pd.DataFrame, gpu: HardwareProfile, near: FamilyFit | None = None,
