@@ -190,6 +190,9 @@ def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: Qu
     (SwiGLU) has a gate and an up projection, a non-gated one (ReLU², as
     Nemotron-H's experts) only the up projection.
     """
+    align = getattr(params, "width_align", 1)
+    if align > 1:   # the kernel's whole blocks of expert width (MoeParams.width_align)
+        inter_local = np.ceil(np.asarray(inter_local, dtype=float) / align) * align
     n_up = (np.where(gated, 2, 1) if isinstance(gated, np.ndarray) else (2 if gated else 1)) * inter_local
     gemms = (_grouped_gemm_time(pairs_local, active_local, n_up, hidden, peak, bw, params, fmt.weight_bytes,
                                 fmt.act_bytes, num_sms)
