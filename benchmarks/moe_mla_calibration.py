@@ -56,7 +56,7 @@ def moe_slice(args: tuple) -> dict:
     shapes = rows["shape"].to_numpy()
     bal = (rows["distribution"] == "balanced").to_numpy()
     return dict(gpu=profile, fmt=fmt, rows=len(rows), shapes=len(np.unique(shapes)), e_in=e_in, e_out=e_out,
-                bal=bal, kernel=rows["kernel"].to_numpy(), shape=shapes,
+                bal=bal, kernel=rows["kernel"].to_numpy(), shape=shapes, one=(rows["num_tokens"] == 1).to_numpy(),
                 params={k: f.params for k, f in fits.items()}, seconds=time.time() - t0)
 
 
@@ -108,11 +108,22 @@ def main() -> None:
     print(f"MoE routed experts: APE median / p90 (fits on ≤ {X.FIT_ROWS} random rows, token-count stride {a.stride}; "
           "errors on every row; "
           f"rows faster than the weight-read floor excluded: {data.excluded})\n")
-    print("| GPU | format | rows | shapes | in-sample | leave-one-shape-out | LOSO balanced | LOSO power-law |")
-    print("|---|---|---:|---:|---:|---:|---:|---:|")
+    print("| GPU | format | rows | shapes | in-sample | leave-one-shape-out | LOSO balanced | LOSO power-law "
+          "| LOSO 1 token | LOSO ≥ 2 tokens |")
+    print("|---|---|---:|---:|---:|---:|---:|---:|---:|---:|")
     for r in res:
         print(f"| {r['gpu']} | {r['fmt']} | {r['rows']} | {r['shapes']} | {_stats(r['e_in'])} | {_stats(r['e_out'])} | "
-              f"{_stats(r['e_out'][r['bal']])} | {_stats(r['e_out'][~r['bal']])} |")
+              f"{_stats(r['e_out'][r['bal']])} | {_stats(r['e_out'][~r['bal']])} | {_stats(r['e_out'][r['one']])} | "
+              f"{_stats(r['e_out'][~r['one']])} |")
+    print("\nShapes holding most of each slice's held-out tail (rows above its LOSO p90):\n")
+    for r in res:
+        e = r["e_out"]
+        if np.isnan(e).all():
+            continue
+        tail = e > np.nanpercentile(e, 90)
+        worst = sorted(((int(tail[r["shape"] == s].sum()), s) for s in np.unique(r["shape"])), reverse=True)[:3]
+        print(f"- {r['gpu']} {r['fmt']}: " + ", ".join(
+            f"{s} {n} of {int((r['shape'] == s).sum())} rows" for n, s in worst))
     split = [r for r in res if len(np.unique(r["kernel"])) > 1]
     if split and not a.pool_kernels:
         print("\nFormats run by more than one kernel family, per family (held out, a family measured on one "

@@ -85,7 +85,8 @@ def moe(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray
                                   df["local_active"].to_numpy(), df["hidden_size"].to_numpy(),
                                   df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy(),
                                   M.dtype_info(name), M.peak_flops(name, gpu), gpu.hbm_bandwidth, p,
-                                  gated=df["gated"].to_numpy() if "gated" in df else True, num_sms=gpu.num_sms, num_experts=df["num_experts"].to_numpy(),
+                                  gated=df["gated"].to_numpy() if "gated" in df else True,
+                                  num_sms=gpu.num_sms, num_experts=df["num_experts"].to_numpy(),
                                   tokens=df["num_tokens"].to_numpy()))
 
 

@@ -21,6 +21,11 @@ Row selection (modelling decisions, stated once here):
   and Marlin for a compressed-tensors MXFP4 checkpoint, which llmsim
   reads as another format; one parameter set fitted over both prices
   neither.
+* MoE, per row: the experts' activation the collector ran (gated, or
+  Nemotron-H's non-gated ReLU²: :data:`NON_GATED_SHAPES`) and the kernel
+  family vLLM chose (:func:`kernel_family`). ``llmsim calibrate`` fits one
+  parameter set per format over all its rows; the benchmark also fits one
+  per kernel family (:func:`leave_one_shape_out_per_kernel`).
 * MLA: the module rows, vLLM 0.24.0 (CUDA graphs, as the engine runs), vLLM 0.24.0, the fastest attention backend
   per configuration (what a tuned deployment selects). The kernel-only
   tables (vLLM 0.14.0, H100/H200) check the kernel functions' form
@@ -137,7 +142,8 @@ def weight_floor_s(df: pd.DataFrame, gpus: dict[str, HardwareProfile]) -> np.nda
     """Seconds to read rank 0's touched expert weights once at datasheet bandwidth."""
     wb = df["moe_dtype"].map(lambda d: M.dtype_info(d).weight_bytes).to_numpy()
     bw = df["profile"].map(lambda p: gpus[p].hbm_bandwidth).to_numpy()
-    w = np.where(df["gated"].to_numpy(), 3.0, 2.0) * df["hidden_size"].to_numpy() * df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy()
+    mats = np.where(df["gated"].to_numpy(), 3.0, 2.0)   # gate, up, down (no gate when non-gated)
+    w = mats * df["hidden_size"].to_numpy() * df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy()
     return df["local_active"].to_numpy() * w * wb / bw
 
 
