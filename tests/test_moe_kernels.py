@@ -283,3 +283,80 @@ def test_shipped_mxfp4_prices_the_gpt_oss_kernel(shared_data, gpu_name):
     e = ape(moe_mla.predict_moe(rows, gpu, gpu.calibration.moe["w4a16_mxfp4"]), rows["t_s"].to_numpy())
     assert np.median(e) <= 15.0
     assert np.median(e) == pytest.approx(gpu.calibration.error["moe w4a16_mxfp4"].median_ape, abs=0.05)
+
+
+# --- activation and kernel family of the measured rows -------------------------
+
+@given(st.integers(1, 8192), st.sampled_from([1024, 2688, 4096]), st.sampled_from([232, 464, 1856]), params,
+       st.sampled_from(list(GPUS)))
+@settings(max_examples=60, deadline=None)
+def test_non_gated_rows_price_one_up_projection(tokens, h, inter_local, p, gpu_name):
+    """A per-row ``gated`` array prices each row as the scalar call would, and
+    a non-gated layer (one up projection) never costs more than a gated one."""
+    gpu = GPUS[gpu_name]
+    fmt = QUANT_FORMATS["bf16"]
+    args = (float(tokens * 8), float(tokens * 8), float(min(tokens * 8, 128)), h, float(inter_local), fmt,
+            gpu.peak_flops("bf16"), gpu.hbm_bandwidth, p)
+    kw = dict(num_sms=gpu.num_sms, num_experts=128, tokens=float(tokens))
+    both = M.rank_time(*(np.full(2, a) if isinstance(a, float) else a for a in args), gated=np.array([True, False]),
+                       **{**kw, "tokens": np.full(2, float(tokens))})
+    gated, plain = M.rank_time(*args, gated=True, **kw), M.rank_time(*args, gated=False, **kw)
+    assert both[0] == pytest.approx(gated, rel=1e-12) and both[1] == pytest.approx(plain, rel=1e-12)
+    assert plain <= gated * (1 + 1e-12)
+
+
+@given(st.integers(1, 8192), st.integers(1, 40).map(lambda x: 16 * x), params, st.sampled_from(list(GPUS)))
+@settings(max_examples=60, deadline=None)
+def test_width_align_prices_the_shard_in_whole_blocks(tokens, inter_local, p, gpu_name):
+    """With ``width_align`` the shard costs what the next multiple of it costs
+    without: unchanged when it is a multiple, never cheaper otherwise."""
+    gpu = GPUS[gpu_name]
+    aligned = p.model_copy(update=dict(width_align=128))
+    padded = math.ceil(inter_local / 128) * 128
+    shape, wide = (M.MoeShape(4096, w, 128, 8) for w in (inter_local, padded))
+    t = M.moe_layer_time(tokens, shape, "bf16", gpu, aligned)
+    assert t == pytest.approx(M.moe_layer_time(tokens, wide, "bf16", gpu, p), rel=1e-12)
+    assert t >= M.moe_layer_time(tokens, shape, "bf16", gpu, p) * (1 - 1e-12)
+
+
+def test_rows_carry_their_kernel_family_and_activation():
+    """Kernel families come from ``kernel_source`` (an unknown one is refused);
+    only rows that all ran FlashInfer's TRT-LLM kernels fit with its 128-wide
+    blocks; Nemotron-H shapes are the non-gated ones."""
+    import pandas as pd
+
+    from simulator.calibration.fit import moe_kernel_constants, space
+    from simulator.calibration.moe_mla import collector_gated, kernel_family
+    src = ["vllm_unquantizedfusedmoe_flashinfer_trtllm_trtllmbf16experts",
+           "vllm_unquantizedfusedmoe_flashinfer_cutlass_flashinferexperts",
+           "vllm_fp8moe_triton_tritonexperts", "vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic",
+           "vllm_compressedtensorswna16marlinmoe_marlin_marlinexperts"]
+    rows = pd.DataFrame(dict(kernel_source=src, hidden_size=[2688, 1024, 2048, 2880, 2688],
+                             moe_intermediate_size=[1856, 2688, 5120, 2880, 1856], num_experts=[128, 512, 512, 32, 64],
+                             topk=[6, 22, 22, 4, 6], moe_tp=[8, 1, 1, 1, 1]))
+    assert list(kernel_family(rows)) == ["flashinfer_trtllm", "flashinfer_cutlass", "triton", "triton", "marlin"]
+    with pytest.raises(LlmsimError, match="unknown kernel families"):
+        kernel_family(rows.assign(kernel_source="vllm_somethingelse"))
+    assert list(collector_gated(rows)) == [False, False, False, True, True]
+    assert moe_kernel_constants(rows.iloc[:1]) == {"width_align": 128}
+    assert moe_kernel_constants(rows) == {} and moe_kernel_constants(rows.iloc[:0]) == {}
+    sp = space("moe", rows.iloc[:1])
+    assert sp.build(np.array(sp.start)).width_align == 128
+    assert space("moe", rows.iloc[1:2]).build(np.array(space("moe", rows.iloc[1:2]).start)).width_align == 1
+
+
+@pytest.mark.shared_data
+def test_measured_kernel_choices(shared_data):
+    """What the table says vLLM chose: on B200 the FlashInfer CUTLASS fallback
+    in bf16 only for the two models its TRT-LLM kernels refuse (Gemma-4's GELU,
+    MiniMax-M3's biased sigmoid router with a routed scale); on Hopper
+    block-FP8, Triton exactly without expert parallelism."""
+    from simulator.calibration import moe_mla
+    data = moe_mla.load(shared_data, {n: GPUS[n] for n in ("b200", "h100-sxm")})
+    b = data.moe_rows("b200")
+    b = b[b["moe_dtype"] == "bf16"]
+    assert set(b.loc[b["kernel"] == "flashinfer_cutlass", "shape"]) == {"2816/704/128/8", "6144/3072/128/4"}
+    assert set(b["kernel"]) == {"flashinfer_cutlass", "flashinfer_trtllm"}
+    h = data.moe_rows("h100-sxm")
+    h = h[h["moe_dtype"] == "fp8_block"]
+    assert ((h["kernel"] == "triton") == (h["moe_ep"] == 1)).all()

@@ -129,6 +129,24 @@ _MOE_HI = dict(eta_compute=1.0, eta_memory=1.0, sharpness=64.0, fixed_us=200.0, 
                token_traffic=20.0, unaligned_compute=20.0, unaligned_memory=20.0)
 
 
+# The collector's kernel_source part of FlashInfer's TRT-LLM MoE kernels.
+TRTLLM_MOE_KERNEL = "_flashinfer_trtllm_"
+# Their BlockMajorK weight layout holds the expert width in blocks of 128
+# (vLLM pads each shard to it: align_moe_weights_for_fi(min_alignment=128)
+# in vllm/model_executor/layers/fused_moe/oracle/unquantized.py).
+TRTLLM_WIDTH_ALIGN = 128
+
+
+def moe_kernel_constants(df: pd.DataFrame) -> dict[str, int]:
+    """The kernel's fixed properties (MoeParams fields not fitted) when every
+    row ran one kernel that has them: ``width_align`` of FlashInfer's TRT-LLM
+    kernels."""
+    if len(df) and "kernel_source" in df and df["kernel_source"].astype(str).str.contains(
+            TRTLLM_MOE_KERNEL, regex=False).all():
+        return dict(width_align=TRTLLM_WIDTH_ALIGN)
+    return {}
+
+
 def moe_unaligned_rows(df: pd.DataFrame) -> np.ndarray:
     """MoE rows that identify the unaligned-load slowdown: run by vLLM's Triton
     fused-MoE kernel (the kernel whose load path the alignment decides; other
@@ -160,7 +178,7 @@ def space(family: str, df: pd.DataFrame, gemm_form: str = "waves") -> Space:
         names = MOE_NAMES if moe_unaligned_rows(df).any() else tuple(n for n in MOE_NAMES if n not in MOE_UNALIGNED)
         return _roofline_space(
             names, tuple(_MOE_START[n] for n in names), tuple(_MOE_LO.get(n, 0.0) for n in names),
-            tuple(_MOE_HI[n] for n in names), MoeParams)
+            tuple(_MOE_HI[n] for n in names), MoeParams, **moe_kernel_constants(df))
     if family == "mla_prefill":   # the module rows: the attention kernel plus per-token work
         return _roofline_space(("eta_compute", "eta_memory", "sharpness", "fixed_us", "token_traffic"),
                                (0.6, 0.6, 4.0, 8.0, 1.0), (0.02, 0.02, 1.0, 0.0, 0.0), (1.0, 1.0, 64.0, 200.0, 50.0))

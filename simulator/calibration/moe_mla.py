@@ -21,6 +21,11 @@ Row selection (modelling decisions, stated once here):
   and Marlin for a compressed-tensors MXFP4 checkpoint, which llmsim
   reads as another format; one parameter set fitted over both prices
   neither.
+* MoE, per row: the experts' activation the collector ran (gated, or
+  Nemotron-H's non-gated ReLU²: :data:`NON_GATED_SHAPES`) and the kernel
+  family vLLM chose (:func:`kernel_family`). ``llmsim calibrate`` fits one
+  parameter set per format over all its rows; the benchmark also fits one
+  per kernel family (:func:`leave_one_shape_out_per_kernel`).
 * MLA: the module rows, vLLM 0.24.0 (CUDA graphs, as the engine runs), vLLM 0.24.0, the fastest attention backend
   per configuration (what a tuned deployment selects). The kernel-only
   tables (vLLM 0.14.0, H100/H200) check the kernel functions' form
@@ -94,11 +99,51 @@ def shape_label(df: pd.DataFrame) -> pd.Series:
             + df["num_experts"].astype(str) + "/" + df["topk"].astype(str))
 
 
+# Model shapes (hidden, expert width, experts, top-k) whose rows the
+# collector timed with a non-gated expert activation. It builds each row's
+# FusedMoE from the model's own HF config (AIConfigurator
+# collector/vllm/collect_moe.py, ``_resolve_moe_runtime_config``: model_type
+# ``nemotron_h`` runs ``mlp_hidden_act`` as ``relu2_no_mul``), so these
+# shapes' experts have one up projection, not gate+up, as llmsim prices a
+# non-gated model (ModelConfig.is_gated). The shapes are the Nemotron-3
+# cases of collector/cases/models/NemotronHForCausalLM_cases.yaml: Nano
+# (2688/1856/128/6) and, through vLLM's moe_latent_size, Super
+# (1024/2688/512/22) and Ultra (2048/5120/512/22).
+NON_GATED_SHAPES = frozenset({(2688, 1856, 128, 6), (1024, 2688, 512, 22), (2048, 5120, 512, 22)})
+
+
+# Kernel families of the table's ``kernel_source`` (the experts class vLLM's
+# FusedMoE selected for the row). One format can run several: on Blackwell
+# vLLM's FlashInfer TRT-LLM kernels accept only some routers and
+# activations and the rest run FlashInfer's CUTLASS kernel; on Hopper
+# block-FP8 runs Triton without expert parallelism and FlashInfer's CUTLASS
+# kernel with it. Each family is its own tile schedule and pipeline.
+KERNEL_FAMILIES = ("flashinfer_trtllm", "flashinfer_cutlass", "triton", "marlin")
+
+
+def kernel_family(df: pd.DataFrame) -> np.ndarray:
+    """Per row: the kernel family (:data:`KERNEL_FAMILIES`) its ``kernel_source`` names."""
+    src = df["kernel_source"].astype(str)
+    out = np.full(len(df), "", dtype=object)
+    for fam in reversed(KERNEL_FAMILIES):   # the first family named in the source wins
+        out[src.str.contains(fam, regex=False).to_numpy()] = fam
+    if (out == "").any():
+        raise LlmsimError(f"MoE rows of unknown kernel families: {sorted(set(src[out == '']))}")
+    return out
+
+
+def collector_gated(df: pd.DataFrame) -> np.ndarray:
+    """Per row: did the measured experts run a gated activation (:data:`NON_GATED_SHAPES`)?"""
+    keys = zip(df["hidden_size"], df["moe_intermediate_size"], df["num_experts"], df["topk"])
+    return np.array([tuple(int(v) for v in k) not in NON_GATED_SHAPES for k in keys], dtype=bool)
+
+
 def weight_floor_s(df: pd.DataFrame, gpus: dict[str, HardwareProfile]) -> np.ndarray:
     """Seconds to read rank 0's touched expert weights once at datasheet bandwidth."""
     wb = df["moe_dtype"].map(lambda d: M.dtype_info(d).weight_bytes).to_numpy()
     bw = df["profile"].map(lambda p: gpus[p].hbm_bandwidth).to_numpy()
-    w = 3.0 * df["hidden_size"].to_numpy() * df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy()
+    mats = np.where(df["gated"].to_numpy(), 3.0, 2.0)   # gate, up, down (no gate when non-gated)
+    w = mats * df["hidden_size"].to_numpy() * df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy()
     return df["local_active"].to_numpy() * w * wb / bw
 
 
@@ -122,6 +167,8 @@ def load(data_dir: Path, gpus: dict[str, HardwareProfile]) -> MoeMlaData:
         df["moe_dtype"] = df["moe_dtype"].map(M.moe_dtype)
         df = df[checkpoint_kernel(df)]
         df = moe_routing.annotate(df)
+        df["gated"] = collector_gated(df)
+        df["kernel"] = kernel_family(df)
         df["shape"] = shape_label(df)
         ok = df["t_s"].to_numpy() >= weight_floor_s(df, gpus)
         for prof, n in df[~ok].groupby("profile").size().items():
@@ -350,6 +397,31 @@ def thin_tokens(rows: pd.DataFrame, stride: int) -> pd.DataFrame:
     """Every ``stride``-th measured token count (a faster fit over the same shapes)."""
     counts = np.sort(rows["num_tokens"].unique())
     return rows[rows["num_tokens"].isin(counts[::stride])].reset_index(drop=True)
+
+
+def leave_one_shape_out_per_kernel(rows: pd.DataFrame, gpu: HardwareProfile, stride: int = 1
+                                   ) -> tuple[np.ndarray, np.ndarray, dict[str, FamilyFit]]:
+    """One format's rows, each kernel family (column ``kernel``) fitted on its
+    own: (in-sample APE, leave-one-shape-out APE, the fit per family). A
+    family measured on a single shape has no other shape of its own to learn
+    from: held out, it is predicted by the fit over the format's other rows
+    (the other kernel families), as a model without any measured shape of its
+    kernel would be."""
+    rows = rows.reset_index(drop=True)
+    e_in, e_out = np.full(len(rows), np.nan), np.full(len(rows), np.nan)
+    fits: dict[str, FamilyFit] = {}
+    kern, t = rows["kernel"].to_numpy(), rows["t_s"].to_numpy()
+    for fam in np.unique(kern):
+        sel = kern == fam
+        part = rows[sel].reset_index(drop=True)
+        fits[str(fam)] = fit = fit_moe(thin_tokens(part, stride), gpu)
+        e_in[sel] = ape(predict_moe(part, gpu, fit.params), t[sel])
+        if part["shape"].nunique() > 1:
+            e_out[sel] = leave_one_shape_out(part, gpu, fit, stride)
+        elif (~sel).any():
+            other = fit_moe(thin_tokens(rows[~sel], stride), gpu).params
+            e_out[sel] = ape(predict_moe(part, gpu, other), t[sel])
+    return e_in, e_out, fits
 
 
 def leave_one_shape_out(rows: pd.DataFrame, gpu: HardwareProfile, near: FamilyFit | None = None,

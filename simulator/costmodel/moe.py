@@ -174,7 +174,7 @@ def grid_tiles(pairs_all, num_experts, n_up, hidden):
 
 
 def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: QuantFormat, peak: float,
-              bw: float, params: RooflineParams, gated: bool = True, num_sms: int | None = None,
+              bw: float, params: RooflineParams, gated=True, num_sms: int | None = None,
               num_experts=None, tokens=None):
     """Seconds of one rank's routed experts given its routing statistics.
 
@@ -186,9 +186,14 @@ def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: Qu
     (:func:`grid_tiles`, ``tile_us`` per tile and SM; ``num_experts`` is
     the model's, not this rank's) and ``expert_us`` per distinct local expert;
     and ``token_traffic`` per token of the batch (``tokens``), whichever
-    experts it chose.
+    experts it chose. ``gated`` may be a per-row array: a gated activation
+    (SwiGLU) has a gate and an up projection, a non-gated one (ReLU², as
+    Nemotron-H's experts) only the up projection.
     """
-    n_up = (2 if gated else 1) * inter_local
+    align = getattr(params, "width_align", 1)
+    if align > 1:   # the kernel's whole blocks of expert width (MoeParams.width_align)
+        inter_local = np.ceil(np.asarray(inter_local, dtype=float) / align) * align
+    n_up = (np.where(gated, 2, 1) if isinstance(gated, np.ndarray) else (2 if gated else 1)) * inter_local
     gemms = (_grouped_gemm_time(pairs_local, active_local, n_up, hidden, peak, bw, params, fmt.weight_bytes,
                                 fmt.act_bytes, num_sms)
              + _grouped_gemm_time(pairs_local, active_local, hidden, inter_local, peak, bw, params,

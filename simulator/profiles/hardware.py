@@ -89,6 +89,11 @@ class MoeParams(RooflineParams):
     η_c / (1 + s) and η_m / (1 + s) (vLLM's Triton kernel then cannot prove
     aligned rows and issues narrow loads:
     :data:`simulator.costmodel.moe.K_ALIGN`). 0 = off.
+    ``width_align``: the kernel computes each expert's shard in whole blocks
+    of this many columns of the expert width, so a shard that is not a
+    multiple costs as the next multiple (FlashInfer's TRT-LLM MoE kernels:
+    128, their BlockMajorK weight layout; vLLM pads the weights to it). A
+    property of the kernel, set by the calibration, not fitted. 1 = none.
     """
 
     pair_ns: float = Field(default=0.0, ge=0)
@@ -98,6 +103,7 @@ class MoeParams(RooflineParams):
     expert_us: float = Field(default=0.0, ge=0)
     unaligned_compute: float = Field(default=0.0, ge=0)
     unaligned_memory: float = Field(default=0.0, ge=0)
+    width_align: int = Field(default=1, ge=1)
 
 
 class AllReduceParams(_Strict):
