@@ -174,7 +174,7 @@ def grid_tiles(pairs_all, num_experts, n_up, hidden):
 
 
 def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: QuantFormat, peak: float,
-              bw: float, params: RooflineParams, gated=True, num_sms: int | None = None,
+              bw: float, params: RooflineParams, gated: "bool | np.ndarray" = True, num_sms: int | None = None,
               num_experts=None, tokens=None):
     """Seconds of one rank's routed experts given its routing statistics.
 
