@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
-from hypothesis import given, settings, strategies as st
+from hypothesis import example, given, settings, strategies as st
 
 from simulator.engine.config import EngineConfig
 from simulator.profiles import list_builtin, load_hardware
@@ -86,16 +86,18 @@ def _closed(c: int, n: int, isl: int, osl: int, engine: dict | None = None, **ar
 @settings(max_examples=15, deadline=None)
 @given(c=st.integers(1, 24), rounds=st.integers(2, 5), isl=st.integers(16, 3000), osl=st.integers(2, 200),
        backend=st.sampled_from([None, *BACKENDS]))
+@example(c=5, rounds=2, isl=16, osl=2, backend="sglang")   # two end together as the last request is sent
 def test_a_closed_loop_keeps_exactly_c_requests_in_flight(c, rounds, isl, osl, backend):
     """Each new request is sent as another ends (turnaround 0), so at every
-    send C requests are out until the last ones are sent."""
+    send C requests are out, or all that are left once fewer than C remain
+    (two requests ending in one iteration as the last is sent leave C − 1)."""
     out = simulate(_closed(c, c * rounds, isl, osl, {"backend": backend} if backend else {}))
     reqs = out.requests
     assert all(r.status is Status.FINISHED for r in reqs)
     arr = np.array([r.arrival for r in reqs])
     fin = np.array([r.finish for r in reqs])
     for t in arr:
-        assert ((arr <= t) & (fin > t)).sum() == c
+        assert ((arr <= t) & (fin > t)).sum() == min(c, len(reqs) - (fin <= t).sum())
 
 
 def test_warmup_requests_run_but_are_not_counted():
