@@ -224,6 +224,9 @@ class CostModel:
         gpu = (self.token_time(tokens) + self.lm_head_time(sampling_seqs)
                + self.prefill_attention_time(prefill_chunks)
                + self.decode_attention_time(decode_batch, decode_context))
+        # In turn, the CPU time is added term by term as before the overlap
+        # existed: folded through exposed_cpu the sums round differently in
+        # the last bit and the stored reference results (bit for bit) move.
         if not self.async_scheduling:
             return gpu + self.overhead_s + self.overhead_per_seq_s * seqs
         return gpu + self.exposed_cpu(gpu - self._decode_context_time(decode_batch, decode_context), seqs)
