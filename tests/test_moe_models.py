@@ -380,6 +380,17 @@ def test_mxfp4_without_fp4_units_runs_weight_only():
     assert h100.step_time([(1, 1000)]) < bf16.step_time([(1, 1000)]) * 2   # a quarter of the bytes on half the GPUs
 
 
+def test_each_backend_runs_the_mxfp4_kernel_its_stack_picks_on_blackwell():
+    """vLLM keeps BF16 activations for MXFP4 experts on SM100 unless an
+    environment variable asks for MXFP8 (get_mxfp4_backend); TensorRT-LLM
+    runs W4A8. A key set beside the backend still wins."""
+    from simulator.profiles.backend import apply_backend
+
+    assert apply_backend({"backend": "vllm"}, "b200")["mxfp4_activation"] == "bf16"
+    assert apply_backend({"backend": "trtllm"}, "b200")["mxfp4_activation"] == "mxfp8"
+    assert apply_backend({"backend": "vllm", "mxfp4_activation": "mxfp8"}, "b200")["mxfp4_activation"] == "mxfp8"
+
+
 @settings(max_examples=40, deadline=None)
 @given(st.integers(1, 20000), st.sampled_from(["h100-sxm", "b200"]), st.sampled_from([1, 2, 4, 8]))
 def test_mxfp4_pool_differs_from_bf16_only_in_its_experts(tokens, gpu_name, tp):

@@ -60,8 +60,8 @@ class EngineConfig(BaseModel):
     mxfp4_activation: Optional[Literal["bf16", "mxfp8"]] = Field(
         default=None, description="activations of MXFP4 experts on GPUs with FP4 tensor cores: bf16 (W4A16, "
                                   "vLLM's FlashInfer MXFP4×BF16 kernels without VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8) or "
-                                  "mxfp8 (W4A8, TensorRT-LLM's and vLLM's gpt-oss recipe); "
-                                  "default: mxfp8. Without FP4 units MXFP4 experts always compute in bf16")
+                                  "mxfp8 (W4A8, TensorRT-LLM's, and vLLM's with that variable as its gpt-oss recipe sets it); "
+                                  "default: mxfp8, the vllm backend bf16. Without FP4 units MXFP4 experts always compute in bf16")
     scheduler: Literal["continuous", "static"] = Field(
         default="continuous",
         description="continuous: iteration-level batching (vLLM); static: a batch runs to completion (old TGI/FT)")
