@@ -268,6 +268,33 @@ def predict_module(df: pd.DataFrame, gpu: HardwareProfile, attn_prefill: Rooflin
 
 # ---- fitting ----
 
+def _common_family(fam: np.ndarray, shapes: pd.Series) -> str:
+    """The kernel family most of the measured model shapes ran."""
+    pairs = pd.DataFrame({"shape": shapes.to_numpy(), "family": fam}).drop_duplicates()
+    return str(pairs["family"].value_counts().idxmax())
+
+
+def engine_kernels(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray | None]:
+    """Which of one format's rows price the kernel a replica runs without
+    expert parallelism (``calibration.moe``) and which the one it runs with
+    it (``calibration.moe_ep``, None when that is the same kernel).
+
+    The stack picks its kernel by layout (vLLM on Hopper: block-FP8 in
+    Triton at ep = 1, FlashInfer's CUTLASS kernel at ep > 1) and, on
+    Blackwell, by router and activation (FlashInfer's CUTLASS kernel for the
+    few its TRT-LLM kernels refuse). A replica is priced by layout only, so
+    each side takes the family most model shapes ran there, fitted on all of
+    that family's rows; a shape that ran another kernel is priced by it
+    anyway, and the error rows count it."""
+    fam, shapes = kernel_family(rows), shape_label(rows)
+    ep1 = (rows["moe_ep"] == 1).to_numpy()
+    base = _common_family(fam[ep1], shapes[ep1]) if ep1.any() else _common_family(fam, shapes)
+    if ep1.all():
+        return fam == base, None
+    spread = _common_family(fam[~ep1], shapes[~ep1])
+    return fam == base, (None if spread == base else fam == spread)
+
+
 def fit_moe(df: pd.DataFrame, gpu: HardwareProfile, near: FamilyFit | None = None) -> FamilyFit:
     """The MoE parameters of one format's rows; ``near``: refit from that fit
     with its loss and a short search (a leave-one-out refit is close to the
@@ -338,9 +365,13 @@ def calibrate(data: MoeMlaData, profile: str, gpu: HardwareProfile) -> tuple[Cal
     update: dict = {}
     moe_rows = data.moe_rows(profile)
     moe_params: dict[str, MoeParams] = {}
+    moe_ep: dict[str, MoeParams] = {}
     for fmt, rows in moe_rows.groupby("moe_dtype"):
-        moe_params[str(fmt)] = fit_moe(rows.reset_index(drop=True), gpu).params   # type: ignore[assignment]
-    update["moe"] = moe_params
+        base, with_ep = engine_kernels(rows)
+        moe_params[str(fmt)] = fit_moe(rows[base].reset_index(drop=True), gpu).params   # type: ignore[assignment]
+        if with_ep is not None:
+            moe_ep[str(fmt)] = fit_moe(rows[with_ep].reset_index(drop=True), gpu).params   # type: ignore[assignment]
+    update["moe"], update["moe_ep"] = moe_params, moe_ep
     mla = fit_mla(data, profile, gpu)
     if mla is not None:
         update.update(mla_prefill=mla.prefill, mla_decode=mla.decode, mla_projection=mla.projection)
@@ -363,6 +394,9 @@ def error_rows(data: MoeMlaData, profile: str, gpu: HardwareProfile) -> list[dic
         if str(fmt) not in cal.moe:
             continue
         pred = predict_moe(d, gpu, cal.moe[str(fmt)])
+        if str(fmt) in cal.moe_ep:   # the layouts a replica prices with its expert-parallel kernel
+            spread = (d["moe_ep"] > 1).to_numpy()
+            pred = np.where(spread, predict_moe(d, gpu, cal.moe_ep[str(fmt)]), pred)
         rows.append(_err(profile, f"moe {fmt}", pred, d["t_s"].to_numpy()))
     for table in ("mla_context_module_perf", "mla_generation_module_perf"):
         d = data.mla_rows(profile, table)
@@ -374,7 +408,7 @@ def error_rows(data: MoeMlaData, profile: str, gpu: HardwareProfile) -> list[dic
     return rows
 
 
-MOE_MLA_FIELDS = ("moe", "mla_prefill", "mla_decode", "mla_projection")
+MOE_MLA_FIELDS = ("moe", "moe_ep", "mla_prefill", "mla_decode", "mla_projection")
 
 
 def is_moe_mla_error(key: str) -> bool:

@@ -69,7 +69,7 @@ def render(cal: Calibration) -> str:
     for fam in ("gemm", "attention_prefill", "attention_decode", "allreduce", "other"):
         lines.append(f"  {fam}: {_params(getattr(cal, fam))}")
     lines.append(f"  iteration_overhead_ms: {_num(cal.iteration_overhead_ms)}")
-    for fam in ("moe", "mla_projection"):
+    for fam in ("moe", "moe_ep", "mla_projection"):
         table = getattr(cal, fam)
         if table:
             lines.append(f"  {fam}:")

@@ -119,7 +119,10 @@ class LayoutOps:
         self.shared_gemms = [(gate * m.shared_ffn // tp, h), (h, m.shared_ffn // tp)] if m.shared_ffn else []
         self.moe = (MoeShape(h, m.expert_ffn, m.num_experts or 1, m.topk, par.moe_tp, par.ep, m.is_gated)
                     if m.is_moe else None)
-        self.moe_params = cal.moe.get(self.fmt) or _dense_gemm_for(self.fmt, cal.gemm, gpu)
+        # With its experts split across GPUs a stack may run another kernel
+        # (calibration.moe_ep), as vLLM does for block-FP8 on Hopper.
+        self.moe_params = ((cal.moe_ep.get(self.fmt) if par.ep > 1 else None) or cal.moe.get(self.fmt)
+                           or _dense_gemm_for(self.fmt, cal.gemm, gpu))
         self.topk = m.topk
         # Elementwise bytes per rank token (norms, residuals, dense and shared
         # activations) and per routed pair landing on a GPU (expert

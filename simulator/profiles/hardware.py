@@ -169,6 +169,11 @@ class Calibration(_Strict):
     # simulator.dtypes.QUANT_FORMATS); a format without an entry is not
     # calibrated on this GPU.
     moe: dict[str, MoeParams] = {}
+    # The kernel a format runs once its experts are split across GPUs (ep >
+    # 1), where the stack then picks another one (Hopper block-FP8: Triton
+    # without expert parallelism, FlashInfer's CUTLASS kernel with it, in
+    # every measured row); absent, ``moe`` prices every layout.
+    moe_ep: dict[str, MoeParams] = {}
     # DeepSeek MLA: the prefill and decode attention kernels, and the
     # module's projection GEMMs per linear format.
     mla_prefill: RooflineParams = RooflineParams()
@@ -176,7 +181,7 @@ class Calibration(_Strict):
     mla_projection: dict[str, RooflineParams] = {}
     error: dict[str, FitError] = {}
 
-    @field_validator("moe", "mla_projection")
+    @field_validator("moe", "moe_ep", "mla_projection")
     @classmethod
     def _known_formats(cls, v: dict) -> dict:
         unknown = [k for k in v if quant_format_name(k) != k]
@@ -238,7 +243,8 @@ class HardwareProfile(_Strict):
     def _waves_need_sms(self) -> "HardwareProfile":
         if self.calibration.gemm.waves and not self.num_sms:
             raise ValueError("calibration.gemm.waves needs num_sms (the GPU's streaming multiprocessor count)")
-        tiled = sorted(f for f, m in self.calibration.moe.items() if m.tile_us > 0)
+        cal = self.calibration
+        tiled = sorted(f for f, m in [*cal.moe.items(), *cal.moe_ep.items()] if m.tile_us > 0)
         if tiled and not self.num_sms:
             raise ValueError(f"calibration.moe.{tiled[0]}.tile_us needs num_sms (the tile grid spreads over the SMs)")
         return self
