@@ -112,6 +112,23 @@ def shape_label(df: pd.DataFrame) -> pd.Series:
 NON_GATED_SHAPES = frozenset({(2688, 1856, 128, 6), (1024, 2688, 512, 22), (2048, 5120, 512, 22)})
 
 
+# Model shapes whose rows the collector routed group-limited, as vLLM runs
+# the model: (n_group, topk_group). The collector builds each row's router
+# from the model's HF config (collector/vllm/collect_moe.py,
+# ``_resolve_moe_runtime_config``: model_type ``deepseek_v3`` takes grouped
+# top-k with the config's groups and a zero correction bias); of the tables'
+# models only DeepSeek-V3/R1 (n_group 8, topk_group 4) route in more than one
+# group. :func:`.moe_routing._grouped_topk` says what that does to rank 0.
+GROUPED_TOPK_SHAPES = {(7168, 2048, 256, 8): (8, 4)}
+
+
+def router_groups(df: pd.DataFrame) -> pd.DataFrame:
+    """``n_group`` and ``topk_group`` per row (1, 1 for an ungrouped router)."""
+    keys = zip(df["hidden_size"], df["moe_intermediate_size"], df["num_experts"], df["topk"])
+    groups = [GROUPED_TOPK_SHAPES.get(tuple(int(v) for v in k), (1, 1)) for k in keys]
+    return df.assign(n_group=[g[0] for g in groups], topk_group=[g[1] for g in groups])
+
+
 # Kernel families of the table's ``kernel_source`` (the experts class vLLM's
 # FusedMoE selected for the row). One format can run several: on Blackwell
 # vLLM's FlashInfer TRT-LLM kernels accept only some routers and
@@ -166,7 +183,7 @@ def load(data_dir: Path, gpus: dict[str, HardwareProfile]) -> MoeMlaData:
         df = df[(df["framework_version"].astype(str) == MOE_VERSION) & df["profile"].isin(gpus)].copy()
         df["moe_dtype"] = df["moe_dtype"].map(M.moe_dtype)
         df = df[checkpoint_kernel(df)]
-        df = moe_routing.annotate(df)
+        df = moe_routing.annotate(router_groups(df))
         df["gated"] = collector_gated(df)
         df["kernel"] = kernel_family(df)
         df["shape"] = shape_label(df)

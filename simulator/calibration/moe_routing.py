@@ -7,17 +7,24 @@ The kernel table times one rank's experts under a *synthetic* router
   evenly when tokens < ⌈E/k⌉) — every expert is hit once tokens·k ≥ E,
   more distinct experts than a random router touches;
 * ``power_law_α``: expert loads drawn from a power law (xmin 1, xmax
-  0.8·tokens, rescaled to tokens·k pairs), the most loaded EP group swapped
-  to rank 0, tokens given experts in order of load; timed as the mean of 5
-  draws.
+  0.8·tokens; xmin 0.01, xmax 2 when tokens·k ≤ E), rescaled to tokens·k
+  pairs and rounded, each expert capped at one pair per token; what the
+  cap and the rounding leave over is handed out rank by rank in turn, one
+  pair to each rank's least loaded expert (or taken from its most loaded
+  one), so a short batch spreads over the ranks as the balanced router
+  does (one token of a top-22 layer at ep 8 puts 3 pairs on rank 0, not
+  22); the most loaded EP group is swapped to rank 0; timed as the mean of
+  5 draws.
+
+Either router's choice is then routed again by the model's own router, as
+vLLM runs it: for a group-limited one (DeepSeek-V3) that re-selection
+decides rank 0's load (:func:`_grouped_topk`).
 
 To fit kernel efficiencies rather than router statistics, the calibration
 evaluates each row at the pairs and distinct experts rank 0 really had:
 computed exactly for ``balanced``, averaged over seeded draws of the same
-sampler for the power law. Ties in the collector's top-k (a token handed
-the same hot expert twice) are resolved towards the lowest expert ids, as
-``torch.topk`` does for equal logits on the tested builds — an assumption,
-it moves a few pairs on rank 0.
+sampler for the power law (rank 0's pairs and distinct experts depend only
+on its experts' counts, not on which token took which).
 """
 from __future__ import annotations
 
@@ -41,8 +48,57 @@ def _balanced_ids(tokens: int, num_experts: int, topk: int) -> np.ndarray:
     return ids.astype(np.int64)
 
 
-def _power_law_ids(tokens: int, num_experts: int, topk: int, ep: int, alpha: float,
-                   rng: np.random.Generator) -> np.ndarray:
+def _water_fill(c: np.ndarray, q: int, ub: int) -> np.ndarray:
+    """``c`` after ``q`` single increments, each to its lowest entry below ``ub``,
+    the first such entry on ties (``torch.argmin``)."""
+    s = np.sort(c)
+    lo, hi = int(s[0]), ub
+    while lo < hi:   # the highest level the q units reach everywhere
+        mid = (lo + hi + 1) // 2
+        if int(np.clip(mid - s, 0, None).sum()) <= q:
+            lo = mid
+        else:
+            hi = mid - 1
+    out = np.maximum(c, lo)
+    left = q - int((out - c).sum())
+    at = np.nonzero((out == lo) & (out < ub))[0][:left]
+    out[at] += 1
+    return out
+
+
+def _round_robin(counts: np.ndarray, remaining: int, step: int, ub: int) -> np.ndarray:
+    """The collector's per-rank round robin (``_round_robin_adjust_per_rank``):
+    rank after rank, one unit each, added to the rank's least loaded expert
+    still below ``ub`` (``step`` +1) or taken from its most loaded one
+    (``step`` −1), the first such expert on ties, until ``remaining`` units
+    are placed. Rows of ``counts`` are ranks."""
+    c = counts.copy()
+    while remaining > 0:
+        valid = (c < ub) if step > 0 else (c > 0)
+        ranks = np.nonzero(valid.any(axis=1))[0]
+        if not len(ranks):
+            break
+        full = remaining // len(ranks)
+        if step > 0 and full:
+            # `full` whole rounds: each rank water-fills its own experts.
+            for r in ranks:
+                before = int(c[r].sum())
+                c[r] = _water_fill(c[r], full, ub)
+                remaining -= int(c[r].sum()) - before
+            continue
+        for r in ranks[:remaining] if step > 0 else ranks:
+            if remaining == 0:
+                break
+            row = np.where(valid[r], c[r], np.iinfo(np.int64).max if step > 0 else -1)
+            c[r, int(np.argmin(row) if step > 0 else np.argmax(row))] += step
+            remaining -= 1
+    return c
+
+
+def _power_law_counts(tokens: int, num_experts: int, topk: int, ep: int, alpha: float,
+                      rng: np.random.Generator) -> np.ndarray:
+    """Pairs per expert of one power-law draw (``_generate_power_law_distribution``),
+    the busiest rank's experts first."""
     if tokens * topk > num_experts:
         xmin, xmax = 1.0, tokens * 0.8
     else:
@@ -52,39 +108,50 @@ def _power_law_ids(tokens: int, num_experts: int, topk: int, ep: int, alpha: flo
     load = ((xmax ** a1 - xmin ** a1) * u + xmin ** a1) ** (1.0 / a1)
     target = tokens * topk
     counts = np.round(load / load.sum() * target).astype(np.int64)
+    # A token takes an expert at most once: no expert holds more than `tokens`.
+    overflow = int(np.clip(counts - tokens, 0, None).sum())
+    counts = np.minimum(counts, tokens).reshape(ep, num_experts // ep)
+    if overflow:
+        counts = _round_robin(counts, overflow, +1, tokens)
     delta = target - int(counts.sum())
-    order = np.argsort(-counts, kind="stable")
-    if delta > 0:
-        np.add.at(counts, order[np.arange(delta) % num_experts], 1)
-    for step in range(-delta):
-        idx = order[-(step % num_experts) - 1]
-        if counts[idx] > 0:
-            counts[idx] -= 1
-        else:
-            counts[np.argmax(counts)] -= 1
-    group = num_experts // ep
-    sums = counts.reshape(ep, group).sum(axis=1)
-    top = int(np.argmax(sums))
-    if top:
-        c = counts.reshape(ep, group).copy()
-        c[[0, top]] = c[[top, 0]]
-        counts = c.reshape(-1)
-    order = np.argsort(-counts, kind="stable")
-    assignments = np.repeat(order, counts[order])
-    return assignments.reshape(topk, tokens).T
+    if delta:
+        counts = _round_robin(counts, abs(delta), 1 if delta > 0 else -1, tokens)
+    top = int(np.argmax(counts.sum(axis=1)))
+    counts[[0, top]] = counts[[top, 0]]
+    return counts.reshape(-1)
 
 
-def _dedupe(ids: np.ndarray, num_experts: int) -> np.ndarray:
-    """Rows with a repeated expert take the lowest unused ids instead (top-k ties)."""
-    s = np.sort(ids, axis=1)
-    bad = np.nonzero((s[:, 1:] == s[:, :-1]).any(axis=1))[0] if ids.shape[1] > 1 else []
-    for r in bad:
-        row = list(dict.fromkeys(ids[r].tolist()))
-        spare = (e for e in range(num_experts) if e not in set(row))
-        while len(row) < ids.shape[1]:
-            row.append(next(spare))
-        ids[r] = row
-    return ids
+def _assign(counts: np.ndarray, tokens: int, topk: int) -> np.ndarray:
+    """Experts of each token (``_assign_experts_from_counts``): experts by
+    descending load, each repeated by its count, filled column by column; the
+    order of equally loaded experts is the sort's (stable here), which moves
+    no pair between ranks unless a grouped router re-selects (below)."""
+    order = np.argsort(-counts, kind="stable")
+    return np.repeat(order, counts[order]).reshape(topk, tokens).T
+
+
+def _grouped_topk(ids: np.ndarray, num_experts: int, topk: int, groups: tuple[int, int]) -> np.ndarray:
+    """The experts vLLM's group-limited router picks from the collector's logits.
+
+    The collector hands each token's chosen experts one equal logit above an
+    equal rest (``softmax(one_hot)``); a model with grouped routing
+    (DeepSeek-V3: ``n_group`` 8, ``topk_group`` 4, zero correction bias)
+    then ranks groups by the sum of their two best scores, keeps
+    ``topk_group`` of them and takes the top-k experts inside those. When the
+    chosen experts span more groups than are kept, or fewer than k of them
+    fall in the kept groups, the rest are ties, broken towards the lowest
+    index — which piles pairs on the lowest experts, rank 0's (an assumption
+    about the kernels' tie order, borne out by the rows: the balanced
+    DeepSeek rows at ep 64 run 14× what an even split predicts)."""
+    n_group, topk_group = groups
+    tokens, per = ids.shape[0], num_experts // n_group
+    chosen = np.zeros((tokens, num_experts), dtype=bool)
+    np.put_along_axis(chosen, ids, True, axis=1)
+    best_two = np.minimum(chosen.reshape(tokens, n_group, per).sum(axis=2), 2)
+    kept = np.zeros((tokens, n_group), dtype=bool)
+    np.put_along_axis(kept, np.argsort(-best_two, axis=1, kind="stable")[:, :topk_group], True, axis=1)
+    score = np.where(np.repeat(kept, per, axis=1), np.where(chosen, 2, 1), 0)
+    return np.argsort(-score, axis=1, kind="stable")[:, :topk]
 
 
 def _rank0(ids: np.ndarray, num_experts: int, ep: int) -> tuple[float, float]:
@@ -92,24 +159,40 @@ def _rank0(ids: np.ndarray, num_experts: int, ep: int) -> tuple[float, float]:
     return float(local.size), float(np.unique(local).size)
 
 
-def rank0_routing(tokens: int, num_experts: int, topk: int, ep: int, distribution: str) -> tuple[float, float]:
-    """(pairs, distinct experts) on rank 0 for one measured row's router."""
+def rank0_routing(tokens: int, num_experts: int, topk: int, ep: int, distribution: str,
+                  groups: tuple[int, int] | None = None) -> tuple[float, float]:
+    """(pairs, distinct experts) on rank 0 for one measured row's router;
+    ``groups`` (``n_group``, ``topk_group``): the model routes group-limited
+    (:func:`_grouped_topk`)."""
     if distribution == "balanced":
-        return _rank0(_balanced_ids(tokens, num_experts, topk), num_experts, ep)
+        ids = _balanced_ids(tokens, num_experts, topk)
+        return _rank0(_grouped_topk(ids, num_experts, topk, groups) if groups else ids, num_experts, ep)
     if not distribution.startswith("power_law_"):
         raise ValueError(f"unknown router distribution {distribution!r}")
     alpha = float(distribution.removeprefix("power_law_"))
     seed = zlib.crc32(repr((tokens, num_experts, topk, ep, distribution)).encode())
     rng = np.random.default_rng(np.random.SeedSequence(seed))
-    draws = [_rank0(_dedupe(_power_law_ids(tokens, num_experts, topk, ep, alpha, rng), num_experts),
-                    num_experts, ep) for _ in range(_DRAWS)]
+    draws = []
+    for _ in range(_DRAWS):
+        counts = _power_law_counts(tokens, num_experts, topk, ep, alpha, rng)
+        if groups:
+            ids = _grouped_topk(_assign(counts, tokens, topk), num_experts, topk, groups)
+            draws.append(_rank0(ids, num_experts, ep))
+        else:
+            local = counts[:num_experts // ep]
+            draws.append((float(local.sum()), float(np.count_nonzero(local))))
     return float(np.mean([d[0] for d in draws])), float(np.mean([d[1] for d in draws]))
 
 
 def annotate(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ``local_pairs`` and ``local_active`` (rank 0's) to MoE rows."""
-    keys = ["num_tokens", "num_experts", "topk", "moe_ep", "distribution"]
+    """Add ``local_pairs`` and ``local_active`` (rank 0's) to MoE rows; columns
+    ``n_group`` and ``topk_group``, where present and above 1, mark rows of a
+    group-limited router."""
+    df = df.assign(n_group=df["n_group"] if "n_group" in df else 1,
+                   topk_group=df["topk_group"] if "topk_group" in df else 1)
+    keys = ["num_tokens", "num_experts", "topk", "moe_ep", "distribution", "n_group", "topk_group"]
     uniq = df[keys].drop_duplicates()
-    stats = [rank0_routing(int(t), int(e), int(k), int(ep), str(dist)) for t, e, k, ep, dist in uniq.itertuples(index=False)]
+    stats = [rank0_routing(int(t), int(e), int(k), int(ep), str(dist), (int(g), int(tg)) if g > 1 else None)
+             for t, e, k, ep, dist, g, tg in uniq.itertuples(index=False)]
     uniq = uniq.assign(local_pairs=[s[0] for s in stats], local_active=[s[1] for s in stats])
     return df.merge(uniq, on=keys, how="left")
