@@ -108,7 +108,8 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
                           "median |err| %": g.err.abs().median(), "p90 |err| %": g.err.abs().quantile(0.9),
                           "signed, balanced %": med.get("balanced", math.nan),
                           "signed, power-law %": med.get("power-law", math.nan)})
-    return rows.groupby(["model", "gpu", "format"]).apply(stats, include_groups=False).reset_index()
+    out = rows.groupby(["model", "gpu", "format"]).apply(stats, include_groups=False).reset_index()
+    return out.astype({"rows": int, "layouts": int})
 
 
 def markdown(table: pd.DataFrame, wall: float) -> str:
