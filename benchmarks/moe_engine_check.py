@@ -37,6 +37,10 @@ from simulator.costmodel import CostModel  # noqa: E402
 from simulator.costmodel.layout import gemm_format  # noqa: E402
 from simulator.errors import LlmsimError  # noqa: E402
 from simulator.profiles import load_hardware, load_model  # noqa: E402
+from simulator.validation import report  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import e2e_validation  # noqa: E402  (its generated-block writer)
 
 DATA = ROOT.parent / "shared" / "data"
 # Each measured format (llmsim's names), as a pool asks for it: (weight_dtype, mxfp4_activation).
@@ -116,20 +120,7 @@ def markdown(table: pd.DataFrame, wall: float) -> str:
     head = (f"Generated {time.strftime('%Y-%m-%d')} by `python benchmarks/moe_engine_check.py --markdown "
             f"docs/calibration.md` ({wall:.0f} s wall). Error = (engine − measured) / measured, over every "
             f"measured row of the model's expert shape, format and a layout a replica can run.\n\n")
-    cols = list(table.columns)
-    lines = ["| " + " | ".join(cols) + " |", "|" + "|".join("---:" if table[c].dtype.kind in "fi" else "---"
-                                                          for c in cols) + "|"]
-    for _, r in table.iterrows():
-        lines.append("| " + " | ".join(f"{v:.1f}" if isinstance(v, float) else str(v) for v in r) + " |")
-    return head + "\n".join(lines) + "\n"
-
-
-def _write(path: Path, text: str) -> None:
-    doc = path.read_text()
-    if BEGIN not in doc or END not in doc:
-        raise SystemExit(f"{path}: no {BEGIN} … {END} block to replace")
-    pre, rest = doc.split(BEGIN, 1)
-    path.write_text(pre + BEGIN + "\n" + text + END + rest.split(END, 1)[1])
+    return head + report.markdown(table)
 
 
 def main() -> None:
@@ -144,7 +135,7 @@ def main() -> None:
     text = markdown(table, time.time() - t0)
     print(text)
     if args.markdown:
-        _write(args.markdown, text)
+        e2e_validation.update_markdown(args.markdown, text, BEGIN, END)
 
 
 if __name__ == "__main__":

@@ -91,10 +91,8 @@ def test_shipped_hopper_block_fp8_prices_each_layout_by_its_kernel(hopper_rows, 
     gpu = load_hardware(gpu_name)
     rows = hopper_rows[gpu_name]
     rows = rows[rows["moe_dtype"] == "fp8_block"].reset_index(drop=True)
-    cal, spread = gpu.calibration, (rows["moe_ep"] > 1).to_numpy()
-    assert "fp8_block" in cal.moe_ep
-    pred = np.where(spread, moe_mla.predict_moe(rows, gpu, cal.moe_ep["fp8_block"]),
-                    moe_mla.predict_moe(rows, gpu, cal.moe["fp8_block"]))
-    err = ape(pred, rows["t_s"].to_numpy())
+    spread = (rows["moe_ep"] > 1).to_numpy()
+    assert "fp8_block" in gpu.calibration.moe_ep
+    err = ape(moe_mla.predict_priced(rows, gpu), rows["t_s"].to_numpy())
     assert np.median(err[~spread]) <= 6.0
     assert np.median(err[spread]) <= 8.0

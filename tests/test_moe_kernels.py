@@ -218,11 +218,9 @@ def test_moe_fit_reaches_its_in_sample_target_and_matches_the_profile(h100_fp8_b
     e = ape(moe_mla.predict_moe(rows, gpu, fit.params), rows["t_s"].to_numpy())
     assert np.median(e) <= 10.0
     # as a replica prices them: the ep = 1 rows by `moe`, the expert-parallel ones by `moe_ep`
-    cal, spread = gpu.calibration, (rows["moe_ep"] > 1).to_numpy()
-    shipped = np.where(spread, moe_mla.predict_moe(rows, gpu, cal.moe_ep.get("fp8_block", cal.moe["fp8_block"])),
-                       moe_mla.predict_moe(rows, gpu, cal.moe["fp8_block"]))
+    shipped = moe_mla.predict_priced(rows, gpu)
     e_shipped = ape(shipped, rows["t_s"].to_numpy())
-    assert np.median(e_shipped) == pytest.approx(cal.error["moe fp8_block"].median_ape, abs=0.05)
+    assert np.median(e_shipped) == pytest.approx(gpu.calibration.error["moe fp8_block"].median_ape, abs=0.05)
     # physically: never faster than the pure roofline on the same rows
     roof = moe_mla.predict_moe(rows, gpu, MoeParams())
     assert np.all(shipped >= roof * (1 - 1e-12))

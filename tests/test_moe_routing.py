@@ -148,8 +148,8 @@ def test_deepseek_rows_are_priced_at_the_grouped_routers_load(h100_rows):
     rows = rows[(rows["moe_dtype"] == "fp8_block") & (rows["shape"] == "7168/2048/256/8")
                 & (rows["moe_ep"] >= 32)].reset_index(drop=True)
     assert len(rows) > 100 and (rows["n_group"] == 8).all()
-    cal = gpu.calibration   # these are expert-parallel rows: priced by the ep > 1 kernel's set
-    p, t = cal.moe_ep.get("fp8_block", cal.moe["fp8_block"]), rows["t_s"].to_numpy()
+    # these are expert-parallel rows: priced by the ep > 1 kernel's set
+    p, t = gpu.calibration.moe_for("fp8_block", 32), rows["t_s"].to_numpy()
     assert np.median(ape(moe_mla.predict_moe(rows, gpu, p), t)) <= 10.0
     even = [R.rank0_routing(int(n), 256, 8, int(ep), str(d))
             for n, ep, d in zip(rows["num_tokens"], rows["moe_ep"], rows["distribution"])]

@@ -240,6 +240,19 @@ def _per_heads(df: pd.DataFrame, fn: Callable[[pd.DataFrame, A.MlaShape], np.nda
     return out
 
 
+def predict_priced(df: pd.DataFrame, gpu: HardwareProfile) -> np.ndarray:
+    """One format's rows as a replica prices them: each layout by the
+    parameter set of ``gpu``'s calibration it would run
+    (:meth:`Calibration.moe_for`)."""
+    fmt, out = str(df["moe_dtype"].iloc[0]), np.empty(len(df))
+    for ep, idx in df.groupby("moe_ep").indices.items():
+        p = gpu.calibration.moe_for(fmt, int(ep))
+        if p is None:
+            raise LlmsimError(f"{gpu.name} has no MoE calibration for {fmt}")
+        out[idx] = predict_moe(df.iloc[idx], gpu, p)
+    return out
+
+
 def predict_mla_prefill(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:
     """``batch`` prompts of ``isl`` tokens, no prefix: FLOPs and bytes summed, one blend."""
     def one(d: pd.DataFrame, s: A.MlaShape) -> np.ndarray:
@@ -410,11 +423,7 @@ def error_rows(data: MoeMlaData, profile: str, gpu: HardwareProfile) -> list[dic
     for fmt, d in m.groupby("moe_dtype"):
         if str(fmt) not in cal.moe:
             continue
-        pred = predict_moe(d, gpu, cal.moe[str(fmt)])
-        if str(fmt) in cal.moe_ep:   # the layouts a replica prices with its expert-parallel kernel
-            spread = (d["moe_ep"] > 1).to_numpy()
-            pred = np.where(spread, predict_moe(d, gpu, cal.moe_ep[str(fmt)]), pred)
-        rows.append(_err(profile, f"moe {fmt}", pred, d["t_s"].to_numpy()))
+        rows.append(_err(profile, f"moe {fmt}", predict_priced(d, gpu), d["t_s"].to_numpy()))
     for table in ("mla_context_module_perf", "mla_generation_module_perf"):
         d = data.mla_rows(profile, table)
         for gt, dd in d.groupby("gemm_type"):

@@ -121,8 +121,7 @@ class LayoutOps:
                     if m.is_moe else None)
         # With its experts split across GPUs a stack may run another kernel
         # (calibration.moe_ep), as vLLM does for block-FP8 on Hopper.
-        self.moe_params = ((cal.moe_ep.get(self.fmt) if par.ep > 1 else None) or cal.moe.get(self.fmt)
-                           or _dense_gemm_for(self.fmt, cal.gemm, gpu))
+        self.moe_params = cal.moe_for(self.fmt, par.ep) or _dense_gemm_for(self.fmt, cal.gemm, gpu)
         self.topk = m.topk
         # Elementwise bytes per rank token (norms, residuals, dense and shared
         # activations) and per routed pair landing on a GPU (expert

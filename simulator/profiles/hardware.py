@@ -190,6 +190,12 @@ class Calibration(_Strict):
                              f"expected one of {', '.join(QUANT_FORMATS)}")
         return v
 
+    def moe_for(self, fmt: str, ep: int) -> Optional[MoeParams]:
+        """The parameter set a replica whose experts are split ``ep`` ways
+        prices format ``fmt`` with (``moe_ep`` with expert parallelism where
+        it has one, else ``moe``); None when ``fmt`` is not calibrated."""
+        return (self.moe_ep.get(fmt) if ep > 1 else None) or self.moe.get(fmt)
+
 
 class Interconnect(_Strict):
     kind: Literal["nvlink", "pcie", "none"] = "nvlink"
