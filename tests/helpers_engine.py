@@ -264,6 +264,9 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None) -> EngineConfig:
     # vLLM 0.6's multi-step scheduling: prefill-only steps between decode blocks.
     if scheduler == "continuous" and not chunked and not mixed and draw(st.booleans()):
         extra["num_scheduler_steps"] = draw(st.sampled_from([2, 3, 8]))
+    # SGLang's overlap scheduler before 0.5.4: outputs wait for the next launch.
+    if draw(st.sampled_from([False, False, False, True])):
+        extra["output_after_next_launch"] = True
     return EngineConfig(scheduler=scheduler, chunked_prefill=chunked, max_num_seqs=seqs,
                         max_num_batched_tokens=budget, block_size=bs, mixed_prefill=mixed, **extra)
 

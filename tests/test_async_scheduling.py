@@ -14,7 +14,7 @@ from hypothesis import strategies as st
 from simulator.costmodel import CostModel
 from simulator.profiles import load_hardware, load_model
 from simulator.runner import simulate
-from simulator.validation.deployment import async_scheduling
+from simulator.validation.deployment import version_keys
 from tests.test_backends import _closed
 from tests.test_bad_input import SCENARIO, one_line_error, write_yaml
 
@@ -88,7 +88,7 @@ def test_a_closed_loop_decodes_faster_when_the_cpu_overlaps():
     ("vllm", "1.0.0", True),
     ("sglang", "0.5.9", False), ("trtllm", "1.3.0rc5", False)])
 def test_rows_overlap_from_the_vllm_release_that_made_it_the_default(stack, version, expected):
-    assert async_scheduling(stack, version) is expected
+    assert version_keys(stack, version).get("async_scheduling", False) is expected
 
 
 def test_a_non_boolean_async_scheduling_is_one_line(tmp_path, cli):

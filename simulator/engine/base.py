@@ -124,6 +124,10 @@ class ReplicaBase:
         # per step (E) for the classes that override the pool's (see
         # costmodel/speculative.py); None = one E for the whole pool.
         self.class_tokens_per_step: Optional[dict[str, float]] = getattr(cm, "class_tokens_per_step", None) or None
+        # Outputs the client has not seen yet (output_after_next_launch): a
+        # first token (False) or a request's end (True), released when the
+        # next iteration has been launched.
+        self.unsent: list[tuple[Request, bool]] = []
 
     # --- arrivals ----------------------------------------------------------
     def can_ever_serve(self, req: Request) -> bool:
@@ -438,8 +442,33 @@ class ReplicaBase:
         del self.seqs[seq.req.id]
         self.outstanding -= 1
         self.outstanding_tokens -= seq.req.input_tokens + seq.req.output_tokens
-        if self.on_done:
+        if status is Status.FINISHED and self.cfg.output_after_next_launch:
+            self.unsent.append((seq.req, True))
+        elif self.on_done:
             self.on_done(seq.req)
+
+    def _release_outputs(self, launch: float) -> None:
+        """Hand the held outputs to the client once the iteration starting
+        now has been launched, ``launch`` seconds from now (its whole run for
+        an eager prefill iteration, nothing for a CUDA-graph decode or when
+        the replica goes idle)."""
+        if not self.unsent:
+            return
+        unsent, self.unsent = self.unsent, []
+        if launch <= 0.0:
+            self._deliver(unsent)
+        else:
+            self._schedule(launch, lambda _ev: self._deliver(unsent))
+
+    def _deliver(self, unsent: list[tuple[Request, bool]]) -> None:
+        now = self.env.now
+        for req, ended in unsent:
+            if not ended:
+                req.first_token = now
+                continue
+            req.finish = now
+            if self.on_done:
+                self.on_done(req)
 
     def _admit_whole(self, now: float, free: int, reserve_output: bool, decoding: int = 0) -> list:
         """Admit waiting prompts whole, FCFS, while sequences, the token budget
@@ -490,6 +519,8 @@ class ReplicaBase:
         s.generated += 1
         if math.isnan(s.req.first_token):
             s.req.first_token = now
+            if self.cfg.output_after_next_launch:
+                self.unsent.append((s.req, False))
         else:
             self.gaps.add(now - s.last_token, now - s.last_token, 1)
         s.last_token = now

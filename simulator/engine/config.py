@@ -92,6 +92,14 @@ class EngineConfig(BaseModel):
         description="the CPU prepares the next iteration while the GPU runs this one (vLLM's --async-scheduling, "
                     "its default from 0.14): the per-iteration and per-sequence CPU time shows only where it "
                     "outlasts the GPU's; false: it adds to every iteration (vLLM before 0.14)")
+    output_after_next_launch: bool = Field(
+        default=False,
+        description="an iteration's sampled tokens reach the client only once the next iteration is launched, "
+                    "and an iteration holding prompt tokens runs eagerly (no CUDA graph), so its launch lasts "
+                    "until it has run: a prompt prefilled just before another prefill iteration gets its first "
+                    "token after that one too, and a request ending just before it ends after it (SGLang's "
+                    "overlap scheduler before 0.5.4, sgl-project/sglang#10514 and #11856); decode iterations "
+                    "launch as one graph and delay nothing")
     request_ms: float = Field(
         default=0.0, ge=0, le=10000, description="front-end time per request (HTTP, hand-off), one request at a time")
     tokenize_us_per_token: float = Field(

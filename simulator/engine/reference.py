@@ -126,6 +126,7 @@ class ReferenceReplica(ReplicaBase):
         if not chunks and not decodes:
             self.busy = False
             self.batch_size.set(now, len(self.running))
+            self._release_outputs(0.0)
             return
         self.batch_size.set(now, len(self.running))
         prefill = [(c, s.done) for s, c in chunks]
@@ -137,6 +138,7 @@ class ReferenceReplica(ReplicaBase):
             e = self._mean_tokens_per_step(Counter(map(self._tokens_per_step, decodes)))
             dt = self.cm.step_time(prefill, len(decodes), ctx, sampling, tokens_per_step=e)
         dt += self._take_reload()
+        self._release_outputs(dt if chunks else 0.0)
         held = self.num_blocks - self.free
         filled = self._filled(decodes) if self.contiguous else 0
         self._schedule(dt, lambda ev: self._end(chunks, decodes, dt, held, filled))

@@ -218,6 +218,7 @@ class FastReplica(ReplicaBase):
         if not chunks and not decoding:
             self.busy = False
             self.seg = None
+            self._release_outputs(0.0)
             return
         B = self.B
         if chunks:
@@ -232,6 +233,7 @@ class FastReplica(ReplicaBase):
                 dt = cm.step_time(prefill, B if decoding else 0, ctx, sampling,
                                   tokens_per_step=self._mean_tokens_per_step(self.rates))
             dt += self._take_reload()   # (a base-class float read here crashes mypyc 1.13's codegen)
+            self._release_outputs(dt)
             self.seg = None
             self.gen += 1
             gen = self.gen
@@ -270,6 +272,7 @@ class FastReplica(ReplicaBase):
             n = lo
         K = a + b * (self.C + B * G0)
         dt = self._elapsed(n, K, b, B)
+        self._release_outputs(0.0)
         self.gen += 1
         gen = self.gen
         self.seg = (now, n, K, b, B)

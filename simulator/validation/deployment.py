@@ -74,7 +74,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, Optional
 
 Deployment = Literal["defaults", "aiconfigurator", "aic-eval"]
 DEPLOYMENTS: tuple[str, ...] = Deployment.__args__
@@ -87,9 +87,20 @@ _TRT_BLOCK = 32
 _GENERATOR_BENCH_SINCE = "2026-02-11"
 # The day its evaluation pipeline replaced genai-perf by AIPerf (commit 4361371a6).
 _AIPERF_SINCE = "2025-10-14"
-# vLLM's first release with async scheduling on by default (PR #27614,
-# "[Core] Enable async scheduling by default"): 0.14.0, uploaded 2026-01-20.
-_VLLM_ASYNC_VERSION, _VLLM_ASYNC_SINCE = (0, 14), "2026-01-20"
+# Engine keys a range of stack versions ran by default where the backend
+# profile (which describes current releases) does not: (stack, first version,
+# its upload day, first version without, its upload day, keys). Versions by
+# number, nightlies by date (PyPI upload days).
+_VERSION_KEYS: tuple[tuple[str, tuple[int, ...], str, Optional[tuple[int, ...]], Optional[str], dict[str, Any]], ...] = (
+    # vLLM schedules asynchronously by default from 0.14.0 (PR #27614,
+    # "[Core] Enable async scheduling by default").
+    ("vllm", (0, 14), "2026-01-20", None, None, {"async_scheduling": True}),
+    # SGLang's overlap scheduler, on by default from 0.3.6 (PR #2067), handed
+    # a batch's outputs to the client only after launching the next batch
+    # until 0.5.4 (PR #11856 processes a prefill batch's outputs before
+    # launching the next prefill; sglang#10514 measured the wait).
+    ("sglang", (0, 3, 6), "2024-11-22", (0, 5, 4), "2025-10-24", {"output_after_next_launch": True}),
+)
 # First upload of each stack version AIConfigurator's silicon files name, from PyPI.
 _RELEASED = {
     ("sglang", "0.5.1.post1"): "2025-08-24", ("sglang", "0.5.5.post2"): "2025-11-12",
@@ -178,18 +189,25 @@ def released(stack: str, version: str) -> str | None:
     return _RELEASED.get((stack, version.strip()))
 
 
-def async_scheduling(stack: str, version: str) -> bool:
-    """Whether the row's stack overlapped scheduling with the GPU by default:
-    vLLM from 0.14.0 (by its number, or a nightly by its date). An unknown
-    version keeps the backend profile's setting (a measurement date bounds
-    the version only from above)."""
-    if stack != "vllm":
-        return False
-    number = re.match(r"\s*v?(\d+)\.(\d+)", version)
-    if number is not None:
-        return (int(number.group(1)), int(number.group(2))) >= _VLLM_ASYNC_VERSION
-    since = released(stack, version)
-    return since is not None and since >= _VLLM_ASYNC_SINCE
+def version_keys(stack: str, version: str) -> dict[str, Any]:
+    """Engine keys the row's stack version ran by default where the backend
+    profile differs (``_VERSION_KEYS``). An unknown version keeps the
+    profile's settings (a measurement date bounds the version only from
+    above)."""
+    number = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
+    since = None if number is not None else released(stack, version)
+    keys: dict[str, Any] = {}
+    for name, first, first_day, last, last_day, set_keys in _VERSION_KEYS:
+        if name != stack:
+            continue
+        if number is not None:
+            v = tuple(int(g or 0) for g in number.groups())
+            inside = v >= first + (0,) * (3 - len(first)) and (last is None or v < last + (0,) * (3 - len(last)))
+        else:
+            inside = since is not None and since >= first_day and (last_day is None or since < last_day)
+        if inside:
+            keys.update(set_keys)
+    return keys
 
 
 def of_source(source: str, notes: str, stack: str = "", version: str = "") -> Deployment:

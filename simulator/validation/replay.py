@@ -118,8 +118,7 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
     engine = {"backend": s.backend or row.stack, "weight_dtype": row.weight_dtype, "kv_dtype": row.kv_dtype}
     if row.concurrency is not None:
         engine.update(deployment.engine_keys(dep, row.stack, row.concurrency, row.isl))
-    if row.async_scheduling:
-        engine["async_scheduling"] = True
+    engine.update(row.version_keys)
     engine.update(s.engine or {})
     lengths = {"input_tokens": {"dist": "fixed", "value": row.isl},
                "output_tokens": {"dist": "fixed", "value": row.osl}}

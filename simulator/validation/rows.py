@@ -16,13 +16,13 @@ import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Iterable, Optional
+from typing import Any, Callable, Iterable, Optional
 
 import pandas as pd
 
 from ..dtypes import WEIGHT_DTYPES
 from ..errors import LlmsimError
-from .deployment import async_scheduling, kv_dtype, of_source
+from .deployment import kv_dtype, of_source, version_keys
 
 #: Measured metrics llmsim predicts: column -> results.json key.
 METRICS = {
@@ -89,9 +89,9 @@ class Row:
     throughput_identity: bool = False
     # How the server was launched and the client run (validation.deployment).
     deployment: str = "defaults"
-    # The stack version scheduled the next iteration while the GPU ran this one
-    # (deployment.async_scheduling: vLLM from 0.14.0).
-    async_scheduling: bool = False
+    # Engine keys the stack version ran by default where the backend profile
+    # differs (deployment.version_keys: vLLM's async scheduling from 0.14.0).
+    version_keys: dict[str, Any] = field(default_factory=dict)
 
     @property
     def group(self) -> str:
@@ -211,7 +211,7 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
                   throughput_identity="C*OSL" in str(r.get("derived_fields", "")),
                   deployment=of_source(f"{r.get('source_kind', '')} {r.get('source_url', '')}", str(r.get("notes", "")),
                                        stack or "", _text(r, "engine_version") or ""),
-                  async_scheduling=async_scheduling(stack or "", _text(r, "engine_version") or ""))
+                  version_keys=version_keys(stack or "", _text(r, "engine_version") or ""))
         row.skip = _why_not(row, r, stack, m, g)
         out.append(row)
     return out
@@ -358,7 +358,7 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
                   m or str(r["model_path"]), g or str(r["system"]), tp, wd or "bf16", kv, isl, osl,
                   dp=dp if moe else 1, ep=ep if moe else 1, concurrency=conc, measured=measured,
                   throughput_identity=True, deployment=dep,
-                  async_scheduling=async_scheduling(stack or "", _text(r, "backend_version") or ""))
+                  version_keys=version_keys(stack or "", _text(r, "backend_version") or ""))
         row.skip = _silicon_why_not(row, r, stack, prof, g, why_dtype, profiles, moe)
         if not row.skip:
             try:
@@ -431,7 +431,7 @@ def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str
                   round(d["total_input_tokens"] / n), round(d["total_output_tokens"] / n),
                   concurrency=int(conc) if conc else None, rate=rate, num_requests=n,
                   measured={k: float(d[v]) for k, v in METRICS.items() if d.get(v) is not None},
-                  async_scheduling=async_scheduling(stack, version))
+                  version_keys=version_keys(stack, version))
         if row.concurrency is None and row.rate is None:
             row.concurrency = n          # rate inf without a cap: everything at t = 0
         out.append(row)
