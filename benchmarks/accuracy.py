@@ -2,6 +2,7 @@
 
     python benchmarks/accuracy.py --markdown docs/accuracy.md                    # regenerate the page's tables
     python benchmarks/accuracy.py --write-profiles --markdown docs/accuracy.md   # also refit the backends' overheads
+    python benchmarks/accuracy.py --write-profiles --stack sglang --markdown docs/accuracy.md   # only SGLang's
 
 Two parts, each a generated section of docs/accuracy.md:
 
@@ -55,7 +56,7 @@ def write_overheads(stack: str, overheads, rows: int, groups: list[str]) -> Path
     return path
 
 
-def closed_loop(workers: int, write_profiles: bool, log=print) -> dict:
+def closed_loop(workers: int, write_profiles: bool, log=print, stacks: tuple[str, ...] = ()) -> dict:
     from simulator.validation.fit import fit
     from simulator.validation.replay import ReplaySettings
     from simulator.validation.report import error_table, predict_all, summary
@@ -67,7 +68,7 @@ def closed_loop(workers: int, write_profiles: bool, log=print) -> dict:
     beyond = [r for r in every if not r.skip and (r.concurrency or 0) > MAX_CONCURRENCY]
     out: dict = {"rows": len(rows), "skipped": skipped}
     if write_profiles:
-        for stack in sorted({r.stack for r in rows}):
+        for stack in sorted({r.stack for r in rows} & set(stacks or {r.stack for r in rows})):
             mine = [r for r in rows if r.stack == stack]
             log(f"fitting {stack} on {len(mine)} rows")
             res = fit(mine, ReplaySettings(engine=_zero()), workers=workers, logo=False, progress=log)
@@ -138,6 +139,8 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--markdown", metavar="PATH", help="rewrite the generated sections of this file")
     ap.add_argument("--write-profiles", action="store_true", help="refit each stack's overheads first")
+    ap.add_argument("--stack", action="append", default=[], metavar="NAME",
+                    help="with --write-profiles, refit only this stack (repeatable; default: every stack)")
     ap.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)))
     args = ap.parse_args(argv)
     if not CLOSED.exists():
@@ -145,13 +148,13 @@ def main(argv: list[str] | None = None) -> int:
               "../shared/data next to the repository).")
         return 0
     t = time.perf_counter()
-    res = closed_loop(args.workers, args.write_profiles)
+    res = closed_loop(args.workers, args.write_profiles, stacks=tuple(args.stack))
     wall = time.perf_counter() - t
     from simulator.validation.report import markdown as md
     print(md(res["shipped_summary"]))
     print(md(res["logo_summary"]))
     if args.markdown:
-        flags = " --write-profiles" if args.write_profiles else ""
+        flags = (" --write-profiles" + "".join(f" --stack {n}" for n in args.stack)) if args.write_profiles else ""
         import e2e_validation
         e2e_validation.update_markdown(Path(args.markdown), markdown(res, wall, f"python benchmarks/accuracy.py"
                                                                                 f"{flags} --markdown {args.markdown}"),

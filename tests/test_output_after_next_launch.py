@@ -1,4 +1,4 @@
-"""Outputs that wait for the next launch (SGLang's overlap scheduler before 0.5.4).
+"""Outputs that wait for the next launch (SGLang's overlap scheduler).
 
 The scheduler hands a batch's sampled tokens to the client only after it
 has launched the next batch, and a prefill batch runs eagerly, so its launch
@@ -67,8 +67,13 @@ def test_the_lag_moves_only_what_the_client_sees(reqs, chunked, budget, engine):
 
 
 @pytest.mark.parametrize("version, lagged", [
-    ("0.3.5.post2", False), ("0.3.6", True), ("0.4.0", True), ("0.5.1.post1", True), ("0.5.3.post3", True),
-    ("0.5.4", False), ("0.5.6.post2", False), ("", False)])
-def test_sglang_rows_lag_from_the_overlap_default_until_the_fix(version, lagged):
-    assert version_keys("sglang", version).get("output_after_next_launch", False) is lagged
+    ("0.3.0", False), ("0.3.5.post2", False), ("0.3.6", True), ("0.4.0", True), ("0.5.1.post1", True),
+    ("0.5.4", True), ("0.5.6.post2", True), ("0.5.13", True), ("", True)])
+def test_sglang_rows_lag_from_the_release_that_made_overlap_the_default(version, lagged):
+    """The sglang backend lags (current releases); rows of a version before
+    0.3.6 replay without it, rows of an unknown version as the profile."""
+    from simulator.profiles.backend import load_backend
+
+    engine = {**load_backend("sglang").engine, **version_keys("sglang", version)}
+    assert engine.get("output_after_next_launch", False) is lagged
     assert "output_after_next_launch" not in version_keys("vllm", version)

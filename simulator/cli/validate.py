@@ -61,8 +61,8 @@ def validate(
     stack_version: str = typer.Option("", "--stack-version", help="version of the stack that served the JSON "
                                       "results (e.g. 0.19.0): the replay takes that version's defaults where "
                                       "they differ from the backend profile's (vLLM from 0.14 schedules "
-                                      "asynchronously; SGLang 0.3.6 to 0.5.3 sends a prefill's first "
-                                      "tokens after the next batch is launched)"),
+                                      "asynchronously; SGLang before 0.3.6 sends a prefill's first "
+                                      "tokens without waiting for the next batch's launch)"),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", min=1,
                                                   help="replay only rows at or below this concurrency"),
     client: str = typer.Option("auto", "--client", help="how the closed loop's rounds fall into phase: burst "

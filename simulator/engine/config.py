@@ -98,7 +98,8 @@ class EngineConfig(BaseModel):
                     "and an iteration holding prompt tokens runs eagerly (no CUDA graph), so its launch lasts "
                     "until it has run: a prompt prefilled just before another prefill iteration gets its first "
                     "token after that one too, and a request ending just before it ends after it (SGLang's "
-                    "overlap scheduler before 0.5.4, sgl-project/sglang#10514 and #11856); decode iterations "
+                    "overlap scheduler from 0.3.6 without SGLANG_DISABLE_CONSECUTIVE_PREFILL_OVERLAP, "
+                    "github.com/sgl-project/sglang/issues/10514; the sglang backend's default); decode iterations "
                     "launch as one graph and delay nothing")
     request_ms: float = Field(
         default=0.0, ge=0, le=10000, description="front-end time per request (HTTP, hand-off), one request at a time")

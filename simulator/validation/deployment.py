@@ -95,11 +95,11 @@ _VERSION_KEYS: tuple[tuple[str, tuple[int, ...], str, Optional[tuple[int, ...]],
     # vLLM schedules asynchronously by default from 0.14.0 (PR #27614,
     # "[Core] Enable async scheduling by default").
     ("vllm", (0, 14), "2026-01-20", None, None, {"async_scheduling": True}),
-    # SGLang's overlap scheduler, on by default from 0.3.6 (PR #2067), handed
-    # a batch's outputs to the client only after launching the next batch
-    # until 0.5.4 (PR #11856 processes a prefill batch's outputs before
-    # launching the next prefill; sglang#10514 measured the wait).
-    ("sglang", (0, 3, 6), "2024-11-22", (0, 5, 4), "2025-10-24", {"output_after_next_launch": True}),
+    # SGLang hands a batch's outputs to the client only after launching the
+    # next batch since its overlap scheduler became the default in 0.3.6
+    # (PR #2067); the backend profile describes that, the versions before
+    # did not overlap.
+    ("sglang", (0, 0), "2000-01-01", (0, 3, 6), "2024-11-22", {"output_after_next_launch": False}),
 )
 # First upload of each stack version AIConfigurator's silicon files name, from PyPI.
 _RELEASED = {
