@@ -137,13 +137,26 @@ TRTLLM_MOE_KERNEL = "_flashinfer_trtllm_"
 TRTLLM_WIDTH_ALIGN = 128
 
 
-def moe_kernel_constants(df: pd.DataFrame) -> dict[str, int]:
+# The collector's kernel_source part of OpenAI's Triton matmul_ogs MXFP4
+# experts (vLLM's gpt-oss MXFP4 method on Hopper), which pad each expert's
+# rows to their row block (MoeParams.row_padding).
+OGS_MOE_KERNEL = "_oaitritonmxfp4experts"
+# vLLM pads the expert width per GPU to a multiple of 64 for them on Hopper
+# (Mxfp4MoEMethod.create_weights in vllm/model_executor/layers/quantization/mxfp4.py).
+OGS_WIDTH_ALIGN = 64
+
+
+def moe_kernel_constants(df: pd.DataFrame) -> dict[str, int | bool]:
     """The kernel's fixed properties (MoeParams fields not fitted) when every
     row ran one kernel that has them: ``width_align`` of FlashInfer's TRT-LLM
-    kernels."""
-    if len(df) and "kernel_source" in df and df["kernel_source"].astype(str).str.contains(
-            TRTLLM_MOE_KERNEL, regex=False).all():
+    kernels, ``row_padding`` of OpenAI's Triton ``matmul_ogs`` kernels."""
+    if not len(df) or "kernel_source" not in df:
+        return {}
+    src = df["kernel_source"].astype(str)
+    if src.str.contains(TRTLLM_MOE_KERNEL, regex=False).all():
         return dict(width_align=TRTLLM_WIDTH_ALIGN)
+    if src.str.contains(OGS_MOE_KERNEL, regex=False).all():
+        return dict(row_padding=True, width_align=OGS_WIDTH_ALIGN)
     return {}
 
 

@@ -94,6 +94,12 @@ class MoeParams(RooflineParams):
     multiple costs as the next multiple (FlashInfer's TRT-LLM MoE kernels:
     128, their BlockMajorK weight layout; vLLM pads the weights to it). A
     property of the kernel, set by the calibration, not fitted. 1 = none.
+    ``row_padding``: the kernel computes each expert's rows in whole blocks
+    whose height it picks from the tokens per expert it expects, so the
+    grouped GEMMs run on the padded rows, not the routed pairs (OpenAI's
+    Triton ``matmul_ogs`` kernels, vLLM's gpt-oss MXFP4 method on Hopper:
+    :func:`simulator.costmodel.moe.row_block`). Set by the calibration, not
+    fitted.
     """
 
     pair_ns: float = Field(default=0.0, ge=0)
@@ -104,6 +110,7 @@ class MoeParams(RooflineParams):
     unaligned_compute: float = Field(default=0.0, ge=0)
     unaligned_memory: float = Field(default=0.0, ge=0)
     width_align: int = Field(default=1, ge=1)
+    row_padding: bool = False
 
 
 class AllReduceParams(_Strict):
