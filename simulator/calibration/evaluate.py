@@ -91,7 +91,7 @@ def moe(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray
                                   num_sms=gpu.num_sms, num_experts=df["num_experts"].to_numpy(),
                                   tokens=df["num_tokens"].to_numpy(),
                                   rows_local=df["local_padded_rows"].to_numpy() if "local_padded_rows" in df else None,
-                                  row_blocks=block))
+                                  row_blocks=block, ep=df["moe_ep"].to_numpy()))
 
 
 PREDICT = {

@@ -239,7 +239,7 @@ def grid_tiles(pairs_all, num_experts, n_up, hidden):
 
 def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: QuantFormat, peak: float,
               bw: float, params: RooflineParams, gated: "bool | np.ndarray" = True, num_sms: int | None = None,
-              num_experts=None, tokens=None, rows_local=None, row_blocks=None):
+              num_experts=None, tokens=None, rows_local=None, row_blocks=None, ep=1):
     """Seconds of one rank's routed experts given its routing statistics.
 
     ``pairs_all``: routed (token, expert) pairs of the whole batch;
@@ -256,7 +256,8 @@ def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: Qu
     the grouped GEMMs compute once each expert's pairs are padded to the
     kernel's row block ``row_blocks`` (:func:`row_block`,
     :func:`padded_rows`); used, and required, when ``params.row_padding``
-    is set (:func:`_row_block_gemm_time` then prices the GEMMs).
+    is set (:func:`_row_block_gemm_time` then prices the GEMMs). ``ep``:
+    the layout's expert parallelism (``params.ep_routing_us`` at ep > 1).
     """
     align = getattr(params, "width_align", 1)
     if align > 1:   # the kernel's whole blocks of expert width (MoeParams.width_align)
@@ -291,6 +292,11 @@ def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: Qu
     # schedule, operand descriptors and pipeline fill cost a floor however
     # few tokens it holds.
     route = route + getattr(params, "expert_us", 0.0) * _US * active_local
+    # A kernel whose expert-parallel path routes through extra kernels
+    # (MoeParams.ep_routing_us) pays them once per layer at ep > 1.
+    ep_routing = getattr(params, "ep_routing_us", 0.0)
+    if ep_routing:
+        route = route + ep_routing * _US * (np.asarray(ep) > 1 if isinstance(ep, np.ndarray) else float(ep > 1))
     token_traffic = getattr(params, "token_traffic", 0.0)
     if token_traffic:
         if tokens is None:
@@ -327,7 +333,7 @@ def moe_layer_time(tokens, shape: MoeShape, dtype: str, gpu: HardwareProfile, pa
     with np.errstate(invalid="ignore", divide="ignore"):
         total = rank_time(pairs_all, pairs_all / shape.ep, active_experts / shape.ep, shape.hidden_size,
                           shape.local_intermediate, fmt, peak, gpu.hbm_bandwidth, params, shape.gated, gpu.num_sms,
-                          shape.num_experts, t, rows, block)
+                          shape.num_experts, t, rows, block, shape.ep)
     if isinstance(t, np.ndarray):
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(t > 0, total, 0.0)

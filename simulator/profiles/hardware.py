@@ -99,7 +99,11 @@ class MoeParams(RooflineParams):
     grouped GEMMs run on the padded rows, not the routed pairs (OpenAI's
     Triton ``matmul_ogs`` kernels, vLLM's gpt-oss MXFP4 method on Hopper:
     :func:`simulator.costmodel.moe.row_block`). Set by the calibration, not
-    fitted.
+    fitted. ``ep_routing_us``: per layer at ep > 1, the kernels a family's
+    expert-parallel path adds to routing (vLLM's OAITritonExperts maps
+    global expert ids to local ones and builds its routing data from a
+    packed bitmatrix, where ep = 1 runs one fused routing kernel); fitted
+    only for that family, 0 elsewhere.
     """
 
     pair_ns: float = Field(default=0.0, ge=0)
@@ -111,6 +115,7 @@ class MoeParams(RooflineParams):
     unaligned_memory: float = Field(default=0.0, ge=0)
     width_align: int = Field(default=1, ge=1)
     row_padding: bool = False
+    ep_routing_us: float = Field(default=0.0, ge=0)
 
 
 class AllReduceParams(_Strict):
