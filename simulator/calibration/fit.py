@@ -119,16 +119,16 @@ MOE_NAMES = ("eta_compute", "eta_memory", "sharpness", "fixed_us", "m_half", "pa
 # Identified only by rows whose GEMMs have an unaligned reduction width; held at 0 (off) without them.
 MOE_UNALIGNED = ("unaligned_compute", "unaligned_memory")
 # Fitted only for OpenAI's Triton matmul_ogs experts with expert-parallel rows (MoeParams.ep_routing_us).
-MOE_OGS = ("ep_routing_us",)
+MOE_OGS = ("ep_routing_us", "local_pair_traffic")
 # The collector's kernel_source suffix of vLLM's Triton fused-MoE experts.
 TRITON_MOE_KERNEL = "_triton_tritonexperts"
 _MOE_START = dict(eta_compute=0.6, eta_memory=0.8, sharpness=4.0, fixed_us=5.0, m_half=16.0, pair_ns=1.0,
                   pair_traffic=0.5, layer_fixed_us=10.0, tile_us=0.5, expert_us=1.0, token_traffic=0.5,
-                  unaligned_compute=0.5, unaligned_memory=0.5, ep_routing_us=10.0)
+                  unaligned_compute=0.5, unaligned_memory=0.5, ep_routing_us=10.0, local_pair_traffic=0.5)
 _MOE_LO = dict(eta_compute=0.02, eta_memory=0.02, sharpness=1.0)
 _MOE_HI = dict(eta_compute=1.0, eta_memory=1.0, sharpness=64.0, fixed_us=200.0, m_half=4096.0, pair_ns=1000.0,
                pair_traffic=10.0, layer_fixed_us=500.0, tile_us=100.0, expert_us=100.0,
-               token_traffic=20.0, unaligned_compute=20.0, unaligned_memory=20.0, ep_routing_us=500.0)
+               token_traffic=20.0, unaligned_compute=20.0, unaligned_memory=20.0, ep_routing_us=500.0, local_pair_traffic=10.0)
 
 
 # The collector's kernel_source part of FlashInfer's TRT-LLM MoE kernels.

@@ -25,6 +25,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import gammaln
 
 from ..dtypes import QUANT_FORMATS, QuantFormat, quant_format_name
 from ..errors import LlmsimError
@@ -153,17 +154,20 @@ def padded_rows(counts, block):
 def expected_padded_rows(tokens, num_experts: int, topk: int, ep: int, block):
     """:func:`padded_rows` of one rank's experts in expectation under a
     uniform router: each of its ``num_experts / ep`` experts gets
-    Binomial(tokens, k/E) pairs, and E[ceil(X/b)] = Σ_j P(X > j·b)."""
-    from scipy.stats import binom
+    X ~ Binomial(tokens, k/E) pairs, summed over X within 12 standard
+    deviations of its mean (the rest weighs under 1e-30)."""
     t = np.atleast_1d(np.asarray(tokens, dtype=float))
     b = np.broadcast_to(np.asarray(block, dtype=float), t.shape)
     q = topk / num_experts
-    out = np.empty(t.shape)
+    out = np.zeros(t.shape)
     for i, (n, bb) in enumerate(zip(t, b)):
-        mean, sd = n * q, np.sqrt(n * q * (1.0 - q))
-        lo = int(max(0.0, np.floor((mean - 10.0 * sd) / bb)))   # P(X > j·b) is 1 to double precision below
-        j = np.arange(lo, int(np.ceil((mean + 10.0 * sd) / bb)) + 1)
-        out[i] = (lo + binom.sf(j * bb, n, q).sum()) * bb * (num_experts // ep)
+        if n <= 0:
+            continue
+        sd = np.sqrt(n * q * (1.0 - q))
+        x = np.arange(max(0.0, np.floor(n * q - 12.0 * sd)), min(n, np.ceil(n * q + 12.0 * sd)) + 1.0)
+        log_pmf = (gammaln(n + 1.0) - gammaln(x + 1.0) - gammaln(n - x + 1.0) + x * np.log(q)
+                   + (n - x) * np.log1p(-q)) if q < 1.0 else np.where(x == n, 0.0, -np.inf)
+        out[i] = float(np.dot(np.exp(log_pmf), np.ceil(x / bb))) * bb * (num_experts // ep)
     return out if isinstance(tokens, np.ndarray) else float(out[0])
 
 
@@ -278,11 +282,12 @@ def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: Qu
     layer_fixed = getattr(params, "layer_fixed_us", 0.0)
     traffic = getattr(params, "pair_traffic", 0.0)
     route = pair_ns * 1e-9 * pairs_all + layer_fixed * _US
-    if traffic:
+    local_traffic = getattr(params, "local_pair_traffic", 0.0)
+    if traffic or local_traffic:
         # bf16 activations of one pair: the gathered input row, gate/up output,
         # activated intermediate, down output row.
         pair_bytes = 2.0 * (2 * hidden + n_up + inter_local)
-        route = route + traffic * pairs_all * pair_bytes / (bw * params.eta_memory)
+        route = route + (traffic * pairs_all + local_traffic * pairs_local) * pair_bytes / (bw * params.eta_memory)
     tile_us = getattr(params, "tile_us", 0.0)
     if tile_us:
         if not num_sms or num_experts is None:

@@ -116,6 +116,7 @@ class MoeParams(RooflineParams):
     width_align: int = Field(default=1, ge=1)
     row_padding: bool = False
     ep_routing_us: float = Field(default=0.0, ge=0)
+    local_pair_traffic: float = Field(default=0.0, ge=0)
 
 
 class AllReduceParams(_Strict):
