@@ -83,7 +83,7 @@ def moe(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray
     name = str(fmts[0])
     pairs_all = df["num_tokens"].to_numpy() * df["topk"].to_numpy()
     block = M.row_block(pairs_all, df["num_experts"].to_numpy() / df["moe_ep"].to_numpy())
-    return np.asarray(M.rank_time(df["num_tokens"].to_numpy() * df["topk"].to_numpy(), df["local_pairs"].to_numpy(),
+    return np.asarray(M.rank_time(pairs_all, df["local_pairs"].to_numpy(),
                                   df["local_active"].to_numpy(), df["hidden_size"].to_numpy(),
                                   df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy(),
                                   M.dtype_info(name), M.peak_flops(name, gpu), gpu.hbm_bandwidth, p,

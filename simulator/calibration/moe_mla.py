@@ -173,8 +173,10 @@ def checkpoint_kernel(df: pd.DataFrame) -> np.ndarray:
     return keep
 
 
-def load(data_dir: Path, gpus: dict[str, HardwareProfile]) -> MoeMlaData:
-    """Both tables, filtered and annotated; a missing file leaves its part None."""
+def load(data_dir: Path, gpus: dict[str, HardwareProfile], moe_formats: tuple[str, ...] | None = None) -> MoeMlaData:
+    """Both tables, filtered and annotated; a missing file leaves its part
+    None. ``moe_formats``: keep only these MoE formats (annotating every
+    row's routing takes most of a minute)."""
     moe_path, mla_path = data_dir / "kernels" / "moe.csv.gz", data_dir / "kernels" / "mla.csv.gz"
     moe = mla = None
     excluded: dict[str, int] = {}
@@ -182,6 +184,8 @@ def load(data_dir: Path, gpus: dict[str, HardwareProfile]) -> MoeMlaData:
         df = _read(moe_path)
         df = df[(df["framework_version"].astype(str) == MOE_VERSION) & df["profile"].isin(gpus)].copy()
         df["moe_dtype"] = df["moe_dtype"].map(M.moe_dtype)
+        if moe_formats is not None:
+            df = df[df["moe_dtype"].isin(moe_formats)]
         df = df[checkpoint_kernel(df)]
         df = moe_routing.annotate(router_groups(df))
         df["gated"] = collector_gated(df)

@@ -102,8 +102,13 @@ class MoeParams(RooflineParams):
     fitted. ``ep_routing_us``: per layer at ep > 1, the kernels a family's
     expert-parallel path adds to routing (vLLM's OAITritonExperts maps
     global expert ids to local ones and builds its routing data from a
-    packed bitmatrix, where ep = 1 runs one fused routing kernel); fitted
-    only for that family, 0 elsewhere.
+    packed bitmatrix, where ep = 1 runs one fused routing kernel);
+    ``local_pair_traffic``: multiples of one pair's bf16 activation bytes
+    per pair of *this rank* (that family gathers and scatters a pair's rows
+    inside its GEMMs, so remote pairs cost it nothing there). Both fitted
+    only for that family (with expert-parallel rows), 0 elsewhere. With
+    ``row_padding`` the GEMMs' ``m_half`` counts rows per output tile, not
+    per expert (:func:`simulator.costmodel.moe.rank_time`).
     """
 
     pair_ns: float = Field(default=0.0, ge=0)
