@@ -140,9 +140,12 @@ def test_shipped_mxfp4_fit_prices_the_kernel(ogs_rows, gpu_name):
 @pytest.mark.parametrize("gpu_name", HOPPER)
 def test_each_gpt_oss_shape_predicted_from_the_other(ogs_rows, gpu_name):
     """Leave-one-shape-out on the two gpt-oss shapes (every other token
-    count in the fits): median ≤ 8 %, p90 ≤ 20 % for each shape held out.
-    Without the row blocks the form reads 17 % / 53 %, without the
-    expert-parallel terms 8 % / 30 % (H100)."""
+    count in the fits): median ≤ 8 %, p90 ≤ 20 % for each shape held out,
+    and ≤ 8 % median for the wide expert-parallel layouts (ep ≥ 16) from
+    2048 tokens on. On H100, without the row blocks the form reads
+    19 % / 52 %, without the expert-parallel routing kernels 9 % / 30 %,
+    and with the pairs' traffic counted over the whole batch instead of the
+    rank's pairs those wide layouts read 14 % median (3.8 % with it)."""
     gpu = load_hardware(gpu_name)
     rows = ogs_rows[gpu_name]
     err = moe_mla.leave_one_shape_out(rows, gpu, stride=2)
@@ -151,3 +154,5 @@ def test_each_gpt_oss_shape_predicted_from_the_other(ogs_rows, gpu_name):
         e = err[(rows["shape"] == shape).to_numpy()]
         assert np.median(e) <= 8.0, shape
         assert np.percentile(e, 90) <= 20.0, shape
+    wide = ((rows["moe_ep"] >= 16) & (rows["num_tokens"] >= 2048)).to_numpy()
+    assert np.median(err[wide]) <= 8.0

@@ -155,7 +155,7 @@ def expected_padded_rows(tokens, num_experts: int, topk: int, ep: int, block):
     """:func:`padded_rows` of one rank's experts in expectation under a
     uniform router: each of its ``num_experts / ep`` experts gets
     X ~ Binomial(tokens, k/E) pairs, summed over X within 12 standard
-    deviations of its mean (the rest weighs under 1e-30)."""
+    deviations and 12 pairs of its mean (the rest weighs under 1e-12)."""
     t = np.atleast_1d(np.asarray(tokens, dtype=float))
     b = np.broadcast_to(np.asarray(block, dtype=float), t.shape)
     q = topk / num_experts
@@ -164,7 +164,7 @@ def expected_padded_rows(tokens, num_experts: int, topk: int, ep: int, block):
         if n <= 0:
             continue
         sd = np.sqrt(n * q * (1.0 - q))
-        x = np.arange(max(0.0, np.floor(n * q - 12.0 * sd)), min(n, np.ceil(n * q + 12.0 * sd)) + 1.0)
+        x = np.arange(max(0.0, np.floor(n * q - 12.0 * sd - 12.0)), min(n, np.ceil(n * q + 12.0 * sd + 12.0)) + 1.0)
         log_pmf = (gammaln(n + 1.0) - gammaln(x + 1.0) - gammaln(n - x + 1.0) + x * np.log(q)
                    + (n - x) * np.log1p(-q)) if q < 1.0 else np.where(x == n, 0.0, -np.inf)
         out[i] = float(np.dot(np.exp(log_pmf), np.ceil(x / bb))) * bb * (num_experts // ep)
