@@ -75,19 +75,23 @@ def allreduce(df: pd.DataFrame, gpu: HardwareProfile, p: AllReduceParams) -> np.
 
 def moe(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:
     """One MoE format's rows at the routing rank 0 really had (``local_pairs``,
-    ``local_active``: :mod:`.moe_routing`), with the activation they ran
+    ``local_active``, ``local_padded_rows``: :mod:`.moe_routing`), with the activation they ran
     (column ``gated``; gated when absent)."""
     fmts = df["moe_dtype"].unique()
     if len(fmts) != 1:
         raise ValueError(f"MoE rows of one format expected, got {list(fmts)}")
     name = str(fmts[0])
-    return np.asarray(M.rank_time(df["num_tokens"].to_numpy() * df["topk"].to_numpy(), df["local_pairs"].to_numpy(),
+    pairs_all = df["num_tokens"].to_numpy() * df["topk"].to_numpy()
+    block = M.row_block(pairs_all, df["num_experts"].to_numpy() / df["moe_ep"].to_numpy())
+    return np.asarray(M.rank_time(pairs_all, df["local_pairs"].to_numpy(),
                                   df["local_active"].to_numpy(), df["hidden_size"].to_numpy(),
                                   df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy(),
                                   M.dtype_info(name), M.peak_flops(name, gpu), gpu.hbm_bandwidth, p,
                                   gated=df["gated"].to_numpy() if "gated" in df else True,
                                   num_sms=gpu.num_sms, num_experts=df["num_experts"].to_numpy(),
-                                  tokens=df["num_tokens"].to_numpy()))
+                                  tokens=df["num_tokens"].to_numpy(),
+                                  rows_local=df["local_padded_rows"].to_numpy() if "local_padded_rows" in df else None,
+                                  row_blocks=block, ep=df["moe_ep"].to_numpy()))
 
 
 PREDICT = {

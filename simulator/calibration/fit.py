@@ -118,15 +118,17 @@ MOE_NAMES = ("eta_compute", "eta_memory", "sharpness", "fixed_us", "m_half", "pa
              "layer_fixed_us", "tile_us", "expert_us", "token_traffic", "unaligned_compute", "unaligned_memory")
 # Identified only by rows whose GEMMs have an unaligned reduction width; held at 0 (off) without them.
 MOE_UNALIGNED = ("unaligned_compute", "unaligned_memory")
+# Fitted only for OpenAI's Triton matmul_ogs experts with expert-parallel rows (MoeParams.ep_routing_us).
+MOE_OGS = ("ep_routing_us", "local_pair_traffic")
 # The collector's kernel_source suffix of vLLM's Triton fused-MoE experts.
 TRITON_MOE_KERNEL = "_triton_tritonexperts"
 _MOE_START = dict(eta_compute=0.6, eta_memory=0.8, sharpness=4.0, fixed_us=5.0, m_half=16.0, pair_ns=1.0,
                   pair_traffic=0.5, layer_fixed_us=10.0, tile_us=0.5, expert_us=1.0, token_traffic=0.5,
-                  unaligned_compute=0.5, unaligned_memory=0.5)
+                  unaligned_compute=0.5, unaligned_memory=0.5, ep_routing_us=10.0, local_pair_traffic=0.5)
 _MOE_LO = dict(eta_compute=0.02, eta_memory=0.02, sharpness=1.0)
 _MOE_HI = dict(eta_compute=1.0, eta_memory=1.0, sharpness=64.0, fixed_us=200.0, m_half=4096.0, pair_ns=1000.0,
                pair_traffic=10.0, layer_fixed_us=500.0, tile_us=100.0, expert_us=100.0,
-               token_traffic=20.0, unaligned_compute=20.0, unaligned_memory=20.0)
+               token_traffic=20.0, unaligned_compute=20.0, unaligned_memory=20.0, ep_routing_us=500.0, local_pair_traffic=10.0)
 
 
 # The collector's kernel_source part of FlashInfer's TRT-LLM MoE kernels.
@@ -137,13 +139,26 @@ TRTLLM_MOE_KERNEL = "_flashinfer_trtllm_"
 TRTLLM_WIDTH_ALIGN = 128
 
 
-def moe_kernel_constants(df: pd.DataFrame) -> dict[str, int]:
+# The collector's kernel_source part of OpenAI's Triton matmul_ogs MXFP4
+# experts (vLLM's gpt-oss MXFP4 method on Hopper), which pad each expert's
+# rows to their row block (MoeParams.row_padding).
+OGS_MOE_KERNEL = "_oaitritonmxfp4experts"
+# vLLM pads the expert width per GPU to a multiple of 64 for them on Hopper
+# (Mxfp4MoEMethod.create_weights in vllm/model_executor/layers/quantization/mxfp4.py).
+OGS_WIDTH_ALIGN = 64
+
+
+def moe_kernel_constants(df: pd.DataFrame) -> dict[str, int | bool]:
     """The kernel's fixed properties (MoeParams fields not fitted) when every
     row ran one kernel that has them: ``width_align`` of FlashInfer's TRT-LLM
-    kernels."""
-    if len(df) and "kernel_source" in df and df["kernel_source"].astype(str).str.contains(
-            TRTLLM_MOE_KERNEL, regex=False).all():
+    kernels, ``row_padding`` of OpenAI's Triton ``matmul_ogs`` kernels."""
+    if not len(df) or "kernel_source" not in df:
+        return {}
+    src = df["kernel_source"].astype(str)
+    if src.str.contains(TRTLLM_MOE_KERNEL, regex=False).all():
         return dict(width_align=TRTLLM_WIDTH_ALIGN)
+    if src.str.contains(OGS_MOE_KERNEL, regex=False).all():
+        return dict(row_padding=True, width_align=OGS_WIDTH_ALIGN)
     return {}
 
 
@@ -176,9 +191,12 @@ def space(family: str, df: pd.DataFrame, gemm_form: str = "waves") -> Space:
         return _allreduce_space(sorted(int(n) for n in df["num_gpus"].unique()))
     if family == "moe":
         names = MOE_NAMES if moe_unaligned_rows(df).any() else tuple(n for n in MOE_NAMES if n not in MOE_UNALIGNED)
+        constants = moe_kernel_constants(df)
+        if constants.get("row_padding") and (df["moe_ep"] > 1).any():
+            names = names + MOE_OGS
         return _roofline_space(
             names, tuple(_MOE_START[n] for n in names), tuple(_MOE_LO.get(n, 0.0) for n in names),
-            tuple(_MOE_HI[n] for n in names), MoeParams, **moe_kernel_constants(df))
+            tuple(_MOE_HI[n] for n in names), MoeParams, **constants)
     if family == "mla_prefill":   # the module rows: the attention kernel plus per-token work
         return _roofline_space(("eta_compute", "eta_memory", "sharpness", "fixed_us", "token_traffic"),
                                (0.6, 0.6, 4.0, 8.0, 1.0), (0.02, 0.02, 1.0, 0.0, 0.0), (1.0, 1.0, 64.0, 200.0, 50.0))

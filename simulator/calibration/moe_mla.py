@@ -66,7 +66,7 @@ DSV3 = dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_
 # A second start for the MoE search (slow, compute-poor kernels end far from the first).
 _MOE_STARTS = (dict(eta_compute=0.3, eta_memory=0.8, sharpness=8.0, fixed_us=8.0, m_half=64.0, pair_ns=2.0,
                     pair_traffic=1.5, layer_fixed_us=15.0, tile_us=0.5, expert_us=1.0, token_traffic=0.5,
-                    unaligned_compute=1.0, unaligned_memory=1.0),)
+                    unaligned_compute=1.0, unaligned_memory=1.0, ep_routing_us=20.0, local_pair_traffic=1.0),)
 _REFIT_NFEV = 100
 # Rows a fit sees at most (a seeded random subset; errors are always
 # measured on every row): the fit's cost is linear in rows, and a few
@@ -173,8 +173,10 @@ def checkpoint_kernel(df: pd.DataFrame) -> np.ndarray:
     return keep
 
 
-def load(data_dir: Path, gpus: dict[str, HardwareProfile]) -> MoeMlaData:
-    """Both tables, filtered and annotated; a missing file leaves its part None."""
+def load(data_dir: Path, gpus: dict[str, HardwareProfile], moe_formats: tuple[str, ...] | None = None) -> MoeMlaData:
+    """Both tables, filtered and annotated; a missing file leaves its part
+    None. ``moe_formats``: keep only these MoE formats (annotating every
+    row's routing takes most of a minute)."""
     moe_path, mla_path = data_dir / "kernels" / "moe.csv.gz", data_dir / "kernels" / "mla.csv.gz"
     moe = mla = None
     excluded: dict[str, int] = {}
@@ -182,6 +184,8 @@ def load(data_dir: Path, gpus: dict[str, HardwareProfile]) -> MoeMlaData:
         df = _read(moe_path)
         df = df[(df["framework_version"].astype(str) == MOE_VERSION) & df["profile"].isin(gpus)].copy()
         df["moe_dtype"] = df["moe_dtype"].map(M.moe_dtype)
+        if moe_formats is not None:
+            df = df[df["moe_dtype"].isin(moe_formats)]
         df = df[checkpoint_kernel(df)]
         df = moe_routing.annotate(router_groups(df))
         df["gated"] = collector_gated(df)

@@ -34,6 +34,8 @@ import zlib
 import numpy as np
 import pandas as pd
 
+from ..costmodel.moe import padded_rows, row_block
+
 _DRAWS = 5
 
 
@@ -154,19 +156,20 @@ def _grouped_topk(ids: np.ndarray, num_experts: int, topk: int, groups: tuple[in
     return np.argsort(-score, axis=1, kind="stable")[:, :topk]
 
 
-def _rank0(ids: np.ndarray, num_experts: int, ep: int) -> tuple[float, float]:
-    local = ids[ids < num_experts // ep]
-    return float(local.size), float(np.unique(local).size)
+def _local_counts(ids: np.ndarray, num_experts: int, ep: int) -> np.ndarray:
+    local = num_experts // ep
+    return np.bincount(ids[ids < local], minlength=local)
 
 
-def rank0_routing(tokens: int, num_experts: int, topk: int, ep: int, distribution: str,
-                  groups: tuple[int, int] | None = None) -> tuple[float, float]:
-    """(pairs, distinct experts) on rank 0 for one measured row's router;
-    ``groups`` (``n_group``, ``topk_group``): the model routes group-limited
-    (:func:`_grouped_topk`)."""
+def rank0_counts(tokens: int, num_experts: int, topk: int, ep: int, distribution: str,
+                 groups: tuple[int, int] | None = None) -> list[np.ndarray]:
+    """Pairs per expert of rank 0, one array per draw of one measured row's
+    router (one for ``balanced``, :data:`_DRAWS` seeded ones for a power
+    law); ``groups`` (``n_group``, ``topk_group``): the model routes
+    group-limited (:func:`_grouped_topk`)."""
     if distribution == "balanced":
         ids = _balanced_ids(tokens, num_experts, topk)
-        return _rank0(_grouped_topk(ids, num_experts, topk, groups) if groups else ids, num_experts, ep)
+        return [_local_counts(_grouped_topk(ids, num_experts, topk, groups) if groups else ids, num_experts, ep)]
     if not distribution.startswith("power_law_"):
         raise ValueError(f"unknown router distribution {distribution!r}")
     alpha = float(distribution.removeprefix("power_law_"))
@@ -176,23 +179,47 @@ def rank0_routing(tokens: int, num_experts: int, topk: int, ep: int, distributio
     for _ in range(_DRAWS):
         counts = _power_law_counts(tokens, num_experts, topk, ep, alpha, rng)
         if groups:
-            ids = _grouped_topk(_assign(counts, tokens, topk), num_experts, topk, groups)
-            draws.append(_rank0(ids, num_experts, ep))
+            draws.append(_local_counts(_grouped_topk(_assign(counts, tokens, topk), num_experts, topk, groups),
+                                       num_experts, ep))
         else:
-            local = counts[:num_experts // ep]
-            draws.append((float(local.sum()), float(np.count_nonzero(local))))
-    return float(np.mean([d[0] for d in draws])), float(np.mean([d[1] for d in draws]))
+            draws.append(counts[:num_experts // ep])
+    return draws
+
+
+def _summary(draws: list[np.ndarray], block: float) -> tuple[float, float, float]:
+    return (float(np.mean([c.sum() for c in draws])), float(np.mean([np.count_nonzero(c) for c in draws])),
+            float(np.mean([padded_rows(c, block) for c in draws])))
+
+
+def rank0_routing(tokens: int, num_experts: int, topk: int, ep: int, distribution: str,
+                  groups: tuple[int, int] | None = None) -> tuple[float, float]:
+    """(pairs, distinct experts) on rank 0 for one measured row's router,
+    averaged over :func:`rank0_counts`' draws."""
+    return rank0_stats(tokens, num_experts, topk, ep, distribution, groups)[:2]
+
+
+def rank0_stats(tokens: int, num_experts: int, topk: int, ep: int, distribution: str,
+                groups: tuple[int, int] | None = None) -> tuple[float, float, float]:
+    """:func:`rank0_routing` and the rows rank 0's grouped GEMMs compute in a
+    kernel that pads each expert's pairs to the row block ``matmul_ogs``
+    picks for the batch (:func:`simulator.costmodel.moe.row_block`),
+    averaged over the draws."""
+    draws = rank0_counts(tokens, num_experts, topk, ep, distribution, groups)
+    return _summary(draws, float(row_block(tokens * topk, num_experts // ep)))
 
 
 def annotate(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ``local_pairs`` and ``local_active`` (rank 0's) to MoE rows; columns
+    """Add ``local_pairs``, ``local_active`` and ``local_padded_rows`` (rank
+    0's, :func:`rank0_stats`) to MoE rows; columns
     ``n_group`` and ``topk_group``, where present and above 1, mark rows of a
     group-limited router."""
     df = df.assign(n_group=df["n_group"] if "n_group" in df else 1,
                    topk_group=df["topk_group"] if "topk_group" in df else 1)
     keys = ["num_tokens", "num_experts", "topk", "moe_ep", "distribution", "n_group", "topk_group"]
     uniq = df[keys].drop_duplicates()
-    stats = [rank0_routing(int(t), int(e), int(k), int(ep), str(dist), (int(g), int(tg)) if g > 1 else None)
-             for t, e, k, ep, dist, g, tg in uniq.itertuples(index=False)]
-    uniq = uniq.assign(local_pairs=[s[0] for s in stats], local_active=[s[1] for s in stats])
+    args = [(int(t), int(e), int(k), int(ep), str(dist), (int(g), int(tg)) if g > 1 else None)
+            for t, e, k, ep, dist, g, tg in uniq.itertuples(index=False)]
+    stats = [rank0_stats(*a) for a in args]
+    uniq = uniq.assign(local_pairs=[s[0] for s in stats], local_active=[s[1] for s in stats],
+                       local_padded_rows=[s[2] for s in stats])
     return df.merge(uniq, on=keys, how="left")

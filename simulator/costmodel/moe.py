@@ -14,6 +14,10 @@ launched as one kernel: the blend is homogeneous of degree one, so it is
 ``a · (gemm_time(m_e, n, k) − fixed) + fixed``. With one expert and top-1
 it is exactly the dense GEMM, so a MoE layer and a dense MLP share one set
 of physics and differ only in the routing terms (:class:`MoeParams`).
+One kernel family does not fit that mould and is priced by its own tile
+rule: OpenAI's Triton ``matmul_ogs`` (gpt-oss's MXFP4 experts on Hopper)
+pads every expert's rows to one row block per launch, chosen from the
+tokens per expert it expects (:func:`row_block`, :func:`_row_block_gemm_time`).
 
 Everything works on floats and numpy arrays (the calibration evaluates
 thousands of measured rows at once; the engine calls it with ints and
@@ -25,11 +29,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import numpy as np
+from scipy.special import gammaln
 
 from ..dtypes import QUANT_FORMATS, QuantFormat, quant_format_name
 from ..errors import LlmsimError
 from ..profiles.hardware import HardwareProfile, MoeParams, RooflineParams
-from .components import gemm_time
+from .components import gemm_flops_bytes, gemm_time
+from .roofline import blend
 
 _US = 1e-6
 # Nominal output tile of a grouped expert GEMM (rows × columns): the
@@ -46,6 +52,16 @@ TILE_M, TILE_N = 64.0, 64.0
 # configuration file gets), moves the masked remainder of its last step too.
 K_ALIGN = 16
 UNALIGNED_K_STEP = 64.0
+# OpenAI's Triton ``matmul_ogs`` kernels (vLLM's gpt-oss MXFP4 MoE method
+# on Hopper) compute each expert's rows in whole blocks of BLOCK_M rows, one
+# BLOCK_M for the whole launch: the next power of two of the tokens per
+# expert it expects, within these bounds (make_default_opt_flags_nvidia in
+# triton_kernels/matmul_ogs_details/opt_flags.py).
+ROW_BLOCK_MIN, ROW_BLOCK_MAX = 16.0, 128.0
+# Their output tile's width (columns of the expert's output): 256 for every
+# width above 128 with the weight-scale layout vLLM swizzles MXFP4 weights
+# into on Hopper (8 warps; compute_block_n in opt_flags_nvidia.py).
+ROW_KERNEL_BLOCK_N = 256.0
 
 
 # One table for every quantised format: simulator/dtypes.py.
@@ -122,6 +138,43 @@ def expected_active_experts(tokens, num_experts: int, topk: int):
     return num_experts * (1.0 - miss ** t)
 
 
+def row_block(pairs_all, local_experts):
+    """The BLOCK_M ``matmul_ogs`` launches with: the next power of two of the
+    tokens per expert it expects, within [:data:`ROW_BLOCK_MIN`,
+    :data:`ROW_BLOCK_MAX`]. It expects every routed pair of the batch (the
+    gather's rows: remote experts' pairs are masked, not dropped, under
+    expert parallelism) spread over the rank's experts, so at ep > 1 it
+    picks a block ep times too tall for the rows an expert really gets."""
+    tpe = np.maximum(np.floor(np.asarray(pairs_all, dtype=float) / local_experts), 1.0)
+    return np.clip(2.0 ** np.ceil(np.log2(tpe)), ROW_BLOCK_MIN, ROW_BLOCK_MAX)
+
+
+def padded_rows(counts, block):
+    """Rows a kernel computes for experts holding ``counts`` pairs each (last
+    axis), every expert's run padded to whole blocks of ``block`` rows."""
+    return np.sum(np.ceil(np.asarray(counts, dtype=float) / block), axis=-1) * block
+
+
+def expected_padded_rows(tokens, num_experts: int, topk: int, ep: int, block):
+    """:func:`padded_rows` of one rank's experts in expectation under a
+    uniform router: each of its ``num_experts / ep`` experts gets
+    X ~ Binomial(tokens, k/E) pairs, summed over X within 12 standard
+    deviations and 12 pairs of its mean (the rest weighs under 1e-12)."""
+    t = np.atleast_1d(np.asarray(tokens, dtype=float))
+    b = np.broadcast_to(np.asarray(block, dtype=float), t.shape)
+    q = topk / num_experts
+    out = np.zeros(t.shape)
+    for i, (n, bb) in enumerate(zip(t, b)):
+        if n <= 0:
+            continue
+        sd = np.sqrt(n * q * (1.0 - q))
+        x = np.arange(max(0.0, np.floor(n * q - 12.0 * sd - 12.0)), min(n, np.ceil(n * q + 12.0 * sd + 12.0)) + 1.0)
+        log_pmf = (gammaln(n + 1.0) - gammaln(x + 1.0) - gammaln(n - x + 1.0) + x * np.log(q)
+                   + (n - x) * np.log1p(-q)) if q < 1.0 else np.where(x == n, 0.0, -np.inf)
+        out[i] = float(np.dot(np.exp(log_pmf), np.ceil(x / bb))) * bb * (num_experts // ep)
+    return out if isinstance(tokens, np.ndarray) else float(out[0])
+
+
 def _grouped_gemm_time(pairs, active, n, k, peak: float, bw: float, p: RooflineParams,
                        wbytes: float, abytes: float, num_sms: int | None = None):
     """``active`` experts' GEMMs of ``pairs/active`` tokens each, as one kernel.
@@ -145,6 +198,25 @@ def _grouped_gemm_time(pairs, active, n, k, peak: float, bw: float, p: RooflineP
             one_slow = gemm_time(m_e, n, k_pad, peak, bw, slow, wbytes, abytes, num_sms) - p.fixed_us * _US
             one = np.where(mis, one_slow, one) if isinstance(mis, np.ndarray) else one_slow
     return active * one + p.fixed_us * _US
+
+
+def _row_block_gemm_time(pairs, rows, active, block, n, k, peak: float, bw: float, p: RooflineParams,
+                         wbytes: float, abytes: float, num_sms: int):
+    """A grouped GEMM that computes each expert's pairs in whole blocks of
+    ``block`` rows (``matmul_ogs``): ``rows`` padded rows in
+    ``rows/block · ceil(n/ROW_KERNEL_BLOCK_N)`` output tiles, run in waves
+    over the SMs (never less than one). A tile's time grows with its rows
+    plus ``m_half``: on Hopper the MXFP4 weights have no tensor-core path
+    and each tile upconverts its whole weight slice to bf16 before its
+    MMAs, a cost independent of its rows, so a short block pays it for few
+    rows. Memory: the touched experts' weights once, the real pairs' rows."""
+    bn = ROW_KERNEL_BLOCK_N
+    tiles = rows / block * np.ceil(n / bn)
+    waves = np.maximum(np.ceil(tiles / num_sms), 1.0)
+    t_c = waves * 2.0 * (block + p.m_half) * bn * k / (peak * p.eta_compute / num_sms)
+    safe = np.where(active > 0, active, 1.0) if isinstance(active, np.ndarray) else (active or 1.0)
+    _, nbytes = gemm_flops_bytes(pairs / safe, n, k, wbytes, abytes)
+    return blend(t_c, active * nbytes / (bw * p.eta_memory), p.sharpness) + p.fixed_us * _US
 
 
 def unaligned_params(p: RooflineParams) -> RooflineParams | None:
@@ -175,7 +247,7 @@ def grid_tiles(pairs_all, num_experts, n_up, hidden):
 
 def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: QuantFormat, peak: float,
               bw: float, params: RooflineParams, gated: "bool | np.ndarray" = True, num_sms: int | None = None,
-              num_experts=None, tokens=None):
+              num_experts=None, tokens=None, rows_local=None, row_blocks=None, ep=1):
     """Seconds of one rank's routed experts given its routing statistics.
 
     ``pairs_all``: routed (token, expert) pairs of the whole batch;
@@ -188,25 +260,38 @@ def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: Qu
     and ``token_traffic`` per token of the batch (``tokens``), whichever
     experts it chose. ``gated`` may be a per-row array: a gated activation
     (SwiGLU) has a gate and an up projection, a non-gated one (ReLU², as
-    Nemotron-H's experts) only the up projection.
+    Nemotron-H's experts) only the up projection. ``rows_local``: the rows
+    the grouped GEMMs compute once each expert's pairs are padded to the
+    kernel's row block ``row_blocks`` (:func:`row_block`,
+    :func:`padded_rows`); used, and required, when ``params.row_padding``
+    is set (:func:`_row_block_gemm_time` then prices the GEMMs). ``ep``:
+    the layout's expert parallelism (``params.ep_routing_us`` at ep > 1).
     """
     align = getattr(params, "width_align", 1)
     if align > 1:   # the kernel's whole blocks of expert width (MoeParams.width_align)
         inter_local = np.ceil(np.asarray(inter_local, dtype=float) / align) * align
     n_up = (np.where(gated, 2, 1) if isinstance(gated, np.ndarray) else (2 if gated else 1)) * inter_local
-    gemms = (_grouped_gemm_time(pairs_local, active_local, n_up, hidden, peak, bw, params, fmt.weight_bytes,
-                                fmt.act_bytes, num_sms)
-             + _grouped_gemm_time(pairs_local, active_local, hidden, inter_local, peak, bw, params,
-                                  fmt.weight_bytes, fmt.act_bytes, num_sms))
+    if getattr(params, "row_padding", False):
+        if rows_local is None or row_blocks is None or not num_sms:
+            raise ValueError("the MoE row-padding form needs the padded rows, their block and num_sms")
+        gemms = sum(_row_block_gemm_time(pairs_local, rows_local, active_local, row_blocks, n, k, peak, bw, params,
+                                         fmt.weight_bytes, fmt.act_bytes, num_sms)
+                    for n, k in ((n_up, hidden), (hidden, inter_local)))
+    else:
+        gemms = (_grouped_gemm_time(pairs_local, active_local, n_up, hidden, peak, bw, params, fmt.weight_bytes,
+                                    fmt.act_bytes, num_sms)
+                 + _grouped_gemm_time(pairs_local, active_local, hidden, inter_local, peak, bw, params,
+                                      fmt.weight_bytes, fmt.act_bytes, num_sms))
     pair_ns = getattr(params, "pair_ns", 0.0)
     layer_fixed = getattr(params, "layer_fixed_us", 0.0)
     traffic = getattr(params, "pair_traffic", 0.0)
     route = pair_ns * 1e-9 * pairs_all + layer_fixed * _US
-    if traffic:
+    local_traffic = getattr(params, "local_pair_traffic", 0.0)
+    if traffic or local_traffic:
         # bf16 activations of one pair: the gathered input row, gate/up output,
         # activated intermediate, down output row.
         pair_bytes = 2.0 * (2 * hidden + n_up + inter_local)
-        route = route + traffic * pairs_all * pair_bytes / (bw * params.eta_memory)
+        route = route + (traffic * pairs_all + local_traffic * pairs_local) * pair_bytes / (bw * params.eta_memory)
     tile_us = getattr(params, "tile_us", 0.0)
     if tile_us:
         if not num_sms or num_experts is None:
@@ -216,6 +301,11 @@ def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: Qu
     # schedule, operand descriptors and pipeline fill cost a floor however
     # few tokens it holds.
     route = route + getattr(params, "expert_us", 0.0) * _US * active_local
+    # A kernel whose expert-parallel path routes through extra kernels
+    # (MoeParams.ep_routing_us) pays them once per layer at ep > 1.
+    ep_routing = getattr(params, "ep_routing_us", 0.0)
+    if ep_routing:
+        route = route + ep_routing * _US * (np.asarray(ep) > 1 if isinstance(ep, np.ndarray) else float(ep > 1))
     token_traffic = getattr(params, "token_traffic", 0.0)
     if token_traffic:
         if tokens is None:
@@ -233,7 +323,9 @@ def moe_layer_time(tokens, shape: MoeShape, dtype: str, gpu: HardwareProfile, pa
     Routed pairs landing on this rank's experts: tokens · k / ep in
     expectation; distinct local experts touched: ``expected_active_experts``
     / ep (or ``active_experts`` over the whole model, if the caller knows
-    better, e.g. a skewed router). Zero tokens cost nothing.
+    better, e.g. a skewed router; a kernel that pads each expert's rows,
+    ``params.row_padding``, is priced at the padding a uniform router
+    leaves). Zero tokens cost nothing.
     """
     fmt = dtype_info(dtype)
     peak = peak_flops(dtype, gpu)
@@ -243,15 +335,19 @@ def moe_layer_time(tokens, shape: MoeShape, dtype: str, gpu: HardwareProfile, pa
     pairs_all = t * shape.topk
     if active_experts is None:
         active_experts = expected_active_experts(t, shape.num_experts, shape.topk)
+    rows = block = None
+    if getattr(params, "row_padding", False):
+        block = row_block(pairs_all, shape.local_experts)
+        rows = expected_padded_rows(t, shape.num_experts, shape.topk, shape.ep, block)
     with np.errstate(invalid="ignore", divide="ignore"):
         total = rank_time(pairs_all, pairs_all / shape.ep, active_experts / shape.ep, shape.hidden_size,
                           shape.local_intermediate, fmt, peak, gpu.hbm_bandwidth, params, shape.gated, gpu.num_sms,
-                          shape.num_experts, t)
+                          shape.num_experts, t, rows, block, shape.ep)
     if isinstance(t, np.ndarray):
         with np.errstate(invalid="ignore", divide="ignore"):
             return np.where(t > 0, total, 0.0)
     return float(total) if t > 0 else 0.0
 
 
-__all__ = ["DTYPES", "MoeParams", "MoeShape", "dtype_info", "expected_active_experts",
-           "moe_dtype", "moe_layer_time", "peak_flops", "rank_time"]
+__all__ = ["DTYPES", "MoeParams", "MoeShape", "dtype_info", "expected_active_experts", "expected_padded_rows",
+           "moe_dtype", "moe_layer_time", "padded_rows", "peak_flops", "rank_time", "row_block"]

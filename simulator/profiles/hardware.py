@@ -94,6 +94,21 @@ class MoeParams(RooflineParams):
     multiple costs as the next multiple (FlashInfer's TRT-LLM MoE kernels:
     128, their BlockMajorK weight layout; vLLM pads the weights to it). A
     property of the kernel, set by the calibration, not fitted. 1 = none.
+    ``row_padding``: the kernel computes each expert's rows in whole blocks
+    whose height it picks from the tokens per expert it expects, so the
+    grouped GEMMs run on the padded rows, not the routed pairs (OpenAI's
+    Triton ``matmul_ogs`` kernels, vLLM's gpt-oss MXFP4 method on Hopper:
+    :func:`simulator.costmodel.moe.row_block`). Set by the calibration, not
+    fitted. ``ep_routing_us``: per layer at ep > 1, the kernels a family's
+    expert-parallel path adds to routing (vLLM's OAITritonExperts maps
+    global expert ids to local ones and builds its routing data from a
+    packed bitmatrix, where ep = 1 runs one fused routing kernel);
+    ``local_pair_traffic``: multiples of one pair's bf16 activation bytes
+    per pair of *this rank* (that family gathers and scatters a pair's rows
+    inside its GEMMs, so remote pairs cost it nothing there). Both fitted
+    only for that family (with expert-parallel rows), 0 elsewhere. With
+    ``row_padding`` the GEMMs' ``m_half`` counts rows per output tile, not
+    per expert (:func:`simulator.costmodel.moe.rank_time`).
     """
 
     pair_ns: float = Field(default=0.0, ge=0)
@@ -104,6 +119,9 @@ class MoeParams(RooflineParams):
     unaligned_compute: float = Field(default=0.0, ge=0)
     unaligned_memory: float = Field(default=0.0, ge=0)
     width_align: int = Field(default=1, ge=1)
+    row_padding: bool = False
+    ep_routing_us: float = Field(default=0.0, ge=0)
+    local_pair_traffic: float = Field(default=0.0, ge=0)
 
 
 class AllReduceParams(_Strict):
