@@ -68,7 +68,8 @@ def closed_loop(workers: int, write_profiles: bool, log=print, stacks: tuple[str
     beyond = [r for r in every if not r.skip and (r.concurrency or 0) > MAX_CONCURRENCY]
     out: dict = {"rows": len(rows), "skipped": skipped}
     if write_profiles:
-        for stack in sorted({r.stack for r in rows} & set(stacks or {r.stack for r in rows})):
+        present = {r.stack for r in rows}
+        for stack in sorted(present & set(stacks) if stacks else present):
             mine = [r for r in rows if r.stack == stack]
             log(f"fitting {stack} on {len(mine)} rows")
             res = fit(mine, ReplaySettings(engine=_zero()), workers=workers, logo=False, progress=log)
@@ -139,10 +140,13 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--markdown", metavar="PATH", help="rewrite the generated sections of this file")
     ap.add_argument("--write-profiles", action="store_true", help="refit each stack's overheads first")
-    ap.add_argument("--stack", action="append", default=[], metavar="NAME",
+    from simulator.profiles import list_builtin
+    ap.add_argument("--stack", action="append", default=[], choices=list_builtin("backend_profiles"),
                     help="with --write-profiles, refit only this stack (repeatable; default: every stack)")
     ap.add_argument("--workers", type=int, default=max(1, min(4, os.cpu_count() or 1)))
     args = ap.parse_args(argv)
+    if args.stack and not args.write_profiles:
+        ap.error("--stack names the stacks --write-profiles refits; without it nothing is refitted")
     if not CLOSED.exists():
         print(f"accuracy: skipped: {CLOSED} not found (the shared data directory is absent; it is expected at "
               "../shared/data next to the repository).")
