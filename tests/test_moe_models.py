@@ -321,6 +321,42 @@ def test_mtp_draft_speeds_up_low_batch_decode():
                           h200, 2), SpeculativeSpec(draft_model="mtp", k=1, acceptance_rate=0.8))
 
 
+_DSV3_H200 = None
+
+
+def _dsv3_h200():
+    """DeepSeek-V3 fp8 on 8 H200 with MTP (k = 1, α = 0.85), built once."""
+    global _DSV3_H200
+    if _DSV3_H200 is None:
+        from simulator.costmodel.speculative import SpeculativeSpec, speculative_cost_model
+        cm = CostModel(load_model("deepseek-v3"), load_hardware("h200"), 8, "fp8")
+        _DSV3_H200 = cm, speculative_cost_model(cm, SpeculativeSpec(draft_model="mtp", k=1, acceptance_rate=0.85))
+    return _DSV3_H200
+
+
+def test_mla_verification_of_one_query_is_a_decode():
+    """Verification runs on the absorbed decode kernel: one query per sequence
+    prices exactly as a decode's attention (the latent read once per sequence)."""
+    cm, _ = _dsv3_h200()
+    assert cm.ops.extend_parts(1) == pytest.approx(cm.ops.decode_parts(), rel=1e-12)
+    rate2, per_seq2, fixed2 = cm.ops.extend_parts(2)
+    rate = cm.ops.decode_parts()[0]     # two queries: twice the FLOPs, the same bytes
+    assert rate <= rate2 <= 2.0 * rate and (per_seq2, fixed2) == pytest.approx(cm.ops.decode_parts()[1:])
+
+
+@settings(max_examples=25, deadline=None)
+@given(batch=st.integers(1, 512), context=st.integers(16, 32_768))
+def test_mtp_verification_costs_less_than_two_decode_steps(batch, context):
+    """k + 1 = 2 tokens per sequence in one pass cost less than two plain decode
+    steps (the weights and the latent cache are read once), so at DeepSeek's
+    published α ≈ 0.85 a token costs less than without MTP at every load."""
+    cm, scm = _dsv3_h200()
+    s = float(batch * context)
+    plain = cm.step_time((), batch, s)
+    assert scm.verify_time(batch, s) < 2.0 * plain
+    assert scm.step_time((), batch, s) < plain
+
+
 # --- bad input through the CLI: one line, exit 2 --------------------------------------------------
 
 def _scenario(tmp_path, model="mixtral-8x7b", gpu="h100-sxm", tp=2, dp=1, ep=1, wd="bf16"):

@@ -302,16 +302,16 @@ class LayoutOps:
         per sequence, fixed) over all layers, each part blended on its own."""
         cm = self.cm
         if self.mla is not None:
-            p, s = self.mla_prefill, self.mla
-            f0, b0 = mla_prefill_flops_bytes(queries, 0, s, cm.kv_bytes)
-            f1, b1 = mla_prefill_flops_bytes(queries, 1, s, cm.kv_bytes)
-            full, slide = self.layers, 0
-        else:
-            p = cm.cal.attention_prefill
-            shape = (cm.heads, cm.kv_heads, cm.head_dim, cm.kv_bytes)
-            f0, b0 = C.prefill_attention_flops_bytes(queries, 0, *shape)
-            f1, b1 = C.prefill_attention_flops_bytes(queries, 1, *shape)
-            full, slide = self.n_full, self.n_slide
+            # The absorbed decode kernel with ``queries`` tokens per sequence:
+            # the latent cache is read once, not up-projected per head.
+            p, L = self.mla_decode, self.layers
+            rate = mla_decode_per_context(self.mla, cm.gpu, p, cm.kv_bytes, queries)
+            return L * rate / self.dp, L * mla_decode_per_seq(p) / self.dp, L * mla_decode_fixed(p)
+        p = cm.cal.attention_prefill
+        shape = (cm.heads, cm.kv_heads, cm.head_dim, cm.kv_bytes)
+        f0, b0 = C.prefill_attention_flops_bytes(queries, 0, *shape)
+        f1, b1 = C.prefill_attention_flops_bytes(queries, 1, *shape)
+        full, slide = self.n_full, self.n_slide
 
         def roof(flops: float, nbytes: float) -> float:
             return float(blend(flops / (cm.peak_attn * p.eta_compute), nbytes / (cm.hbm_bw * p.eta_memory),

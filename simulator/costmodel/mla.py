@@ -94,14 +94,18 @@ def mla_prefill_time(new_tokens, cached_tokens, shape: MlaShape, gpu: HardwarePr
 
 
 def mla_decode_per_context(shape: MlaShape, gpu: HardwareProfile, params: RooflineParams,
-                           kv_bytes: float = 2.0) -> float:
+                           kv_bytes: float = 2.0, queries: int = 1) -> float:
     """Seconds per cached token of one decode layer (absorbed form).
 
     Per cached token: every head dots its (kv_lora + rope)-wide query with the
-    latent and accumulates kv_lora values, 2·heads·(2·kv_lora + rope) FLOPs;
-    the latent itself is read once for all heads, latent_dim·kv_bytes.
+    latent and accumulates kv_lora values, 2·heads·(2·kv_lora + rope) FLOPs
+    per query; the latent itself is read once for all heads and all
+    ``queries``, latent_dim·kv_bytes. ``queries`` > 1 is speculative
+    verification, which the serving stacks run on this kernel with several
+    query tokens per sequence (FlashMLA's and TensorRT-LLM's generation MLA
+    take q_len > 1), not on the prefill path that up-projects the cache.
     """
-    flops = 2.0 * shape.num_heads * (2 * shape.kv_lora_rank + shape.qk_rope_head_dim)
+    flops = 2.0 * queries * shape.num_heads * (2 * shape.kv_lora_rank + shape.qk_rope_head_dim)
     nbytes = latent_kv_bytes_per_token(shape, kv_bytes)
     return float(blend(flops / (gpu.peak_flops("bf16") * params.eta_compute),
                        nbytes / (gpu.hbm_bandwidth * params.eta_memory), params.sharpness))

@@ -17,9 +17,9 @@ the target; draft step ``j`` attends to ``j`` more tokens) and the target
 once over ``k + 1`` tokens per sequence (its linear layers, all-reduces and
 LM head on ``b·(k+1)`` tokens, and an "extend" attention of ``k + 1`` new
 tokens over each sequence's cached context, with the target's prefill
-calibration). Both parts are affine in ``S`` for a fixed batch, so the
-quotient is too: the fast and the reference engine stay exact against each
-other.
+calibration; MLA's absorbed decode kernel for an MLA target). Both parts
+are affine in ``S`` for a fixed batch, so the quotient is too: the fast and
+the reference engine stay exact against each other.
 
 What is approximate, and why:
 
@@ -57,7 +57,11 @@ What is approximate, and why:
   :meth:`CostModel.prefill_attention_time` over the ``(k+1, cached)`` chunks
   exactly; with a sharper knee (``--roofline``, s = ∞) it is an upper
   bound (the s-norm's triangle inequality) that stays affine, as the fast
-  engine needs.
+  engine needs. An MLA target verifies on its absorbed decode kernel
+  instead (k + 1 queries per sequence over the latent cache, read once, and
+  the absorbed batched GEMMs per query token), as the stacks run MTP
+  verification: the prefill path would up-project every cached token per
+  head, and priced that way verification cost several plain decode steps.
 * **Mixed iterations** (prefill chunks beside decodes): the decode part is
   replaced by its speculative cost — plain iteration time − plain
   decode-only time + speculative decode time — and the draft also prefills
@@ -184,9 +188,11 @@ class SpeculativeCostModel:
         each sequence's cached tokens + 1, as for a plain decode)."""
         t, n = self.target, batch * (self.k + 1)
         attention = self._verify_rate * (context - batch) + self._verify_per_seq * batch + self._verify_fixed
+        # MLA's absorbed batched GEMMs run per query token, as in a decode of n tokens.
+        tokens = t.token_time(n) + t.lm_head_time(n) + (t.ops.decode_extra(n) if t.ops is not None else 0.0)
         if not t.async_scheduling:
-            return t.token_time(n) + t.lm_head_time(n) + attention + t.overhead_s + t.overhead_per_seq_s * batch
-        fixed = t.token_time(n) + t.lm_head_time(n) + self._verify_per_seq * batch + self._verify_fixed
+            return tokens + attention + t.overhead_s + t.overhead_per_seq_s * batch
+        fixed = tokens + self._verify_per_seq * batch + self._verify_fixed
         return fixed + self._verify_rate * (context - batch) + t.exposed_cpu(fixed, batch)
 
     # --- what the engines call ---------------------------------------------------
