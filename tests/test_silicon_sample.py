@@ -71,6 +71,23 @@ def test_kv_dtype_follows_the_deployments_quantisation_profile(tmp_path, backend
     assert rows_from_csv(path)[0].kv_dtype == kv
 
 
+@pytest.mark.parametrize("model, measured, mtp", [
+    ("deepseek-ai/DeepSeek-R1", "2026-03-25", True),    # a generated deployment of a model with an MTP layer
+    ("deepseek-ai/DeepSeek-R1", "2025-11-02", False),   # the evaluation runs' stacks ran without it
+    ("Qwen/Qwen3-235B-A22B-FP8", "2026-03-25", False),  # no MTP layer to draft with
+])
+def test_generated_deepseek_deployments_decode_with_one_mtp_draft_token(tmp_path, model, measured, mtp):
+    from simulator.validation.replay import scenario_for
+    path = _write(tmp_path, {"silicon_data_source": f"silicon_concurrency=8; measured={measured}", "backend": "sglang",
+                             "model_path": model, "system": "h200_sxm", "precision": "fp8", "gemm_quant_mode": "fp8",
+                             "moe_quant_mode": "fp8_block", "tp_size": 8, "moe_tp_size": 8, "moe_ep_size": 1})
+    (row,) = rows_from_csv(path)
+    spec = scenario_for(row).pools[0].speculative
+    assert (spec is not None) == mtp
+    if mtp:
+        assert (spec.draft_model, spec.k, spec.acceptance_rate) == ("mtp", 1, 0.85)
+
+
 @pytest.mark.parametrize("row, why", [
     ({"mode": "disagg"}, "disaggregated"),
     ({"system": "b300_sxm"}, "GPU 'b300_sxm' has no built-in profile"),

@@ -24,6 +24,8 @@ one:
       of the benchmarked concurrency, so an iteration holds one prompt and
       a chunk of the next rather than eight;
     - SGLang: ``max_prefill_tokens = ISL + 1500`` with mixed chunks on;
+    - a model with DeepSeek's next-token-prediction (MTP) layers decodes
+      speculatively with one draft token (:func:`speculative`);
     - AIPerf at concurrency C with ``ignore_eos``, ``2·C`` warm-up
       requests and ``20·C`` counted ones (``BENCH_MULTI_ROUND``; the
       template counted ``50·C`` before 2026-04-29).
@@ -175,6 +177,23 @@ def kv_dtype(deployment: str, stack: str, precision: str) -> str:
     if deployment == "aiconfigurator" or (deployment == "aic-eval" and stack == "trtllm"):
         return _AIC_KV.get(precision.lower(), "bf16")
     return "bf16"
+
+
+# AIConfigurator's generated deployments decode DeepSeek-family models with
+# their MTP layer: sdk/task.py sets ``nextn = 1`` (and assumes an acceptance of
+# 0.85) for the DEEPSEEK family, and the benchmark rule plugins turn it into
+# SGLang's NEXTN, TensorRT-LLM's MTP and vLLM's ``mtp`` speculative method
+# (generator/rule_plugin/benchmark/{sglang,trtllm,vllm}.rule). 0.85 is also
+# the low end of the second-token acceptance DeepSeek-V3's technical report
+# measured (85-90 %).
+_AIC_MTP = {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.85}
+
+
+def speculative(deployment: str, mtp_layers: int) -> Optional[dict[str, Any]]:
+    """The pool's ``speculative`` block a row's deployment ran, if any: the
+    generated deployments decode a model that has MTP layers with one MTP
+    draft token; the stacks' defaults and the evaluation runs do not."""
+    return dict(_AIC_MTP) if deployment == "aiconfigurator" and mtp_layers > 0 else None
 
 
 def client(deployment: str) -> Client:

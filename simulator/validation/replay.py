@@ -145,10 +145,12 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
         assert row.rate is not None
         n = row.num_requests or max(200, math.ceil(row.rate * 120))
         workload = {"num_requests": n, "arrival": {"type": "poisson", "rate_per_s": row.rate}, **lengths}
-    return Scenario.model_validate({
-        "name": row.id, "seed": s.seed, "workload": workload,
-        "pools": [{"model": row.model, "gpu": row.gpu, "tp": row.tp, "dp": row.dp, "ep": row.ep, "replicas": 1,
-                   "engine": engine}]})
+    pool = {"model": row.model, "gpu": row.gpu, "tp": row.tp, "dp": row.dp, "ep": row.ep, "replicas": 1,
+            "engine": engine}
+    spec = deployment.speculative(dep, load_model(row.model).num_nextn_predict_layers)
+    if spec is not None:
+        pool["speculative"] = spec
+    return Scenario.model_validate({"name": row.id, "seed": s.seed, "workload": workload, "pools": [pool]})
 
 
 # Latencies a phases replay takes over the union of its two runs' requests.
