@@ -196,6 +196,18 @@ def speculative(deployment: str, mtp_layers: int) -> Optional[dict[str, Any]]:
     return dict(_AIC_MTP) if deployment == "aiconfigurator" and mtp_layers > 0 else None
 
 
+def speculative_engine_keys(stack: str) -> dict[str, Any]:
+    """Engine keys a stack changes when it decodes speculatively. SGLang turns
+    its overlap scheduler and mixed chunks off for EAGLE-style drafts, NEXTN
+    (MTP) included (server_args.py ``_handle_speculative_decoding``, 0.4-0.5:
+    "Overlap scheduler is disabled because of using eagle speculative
+    decoding", "Mixed chunked prefill is disabled ..."), so its prefill
+    batches run alone again and hand out their tokens at once."""
+    if stack == "sglang":
+        return {"output_after_next_launch": False, "chunked_prefill": False, "mixed_prefill": None}
+    return {}
+
+
 def client(deployment: str) -> Client:
     return {"aiconfigurator": AIPERF_GENERATOR_CLIENT, "aic-eval": AIPERF_EVAL_CLIENT}.get(deployment, DEFAULT_CLIENT)
 

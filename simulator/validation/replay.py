@@ -119,6 +119,9 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
     if row.concurrency is not None:
         engine.update(deployment.engine_keys(dep, row.stack, row.concurrency, row.isl))
     engine.update(row.version_keys)
+    spec = deployment.speculative(dep, load_model(row.model).num_nextn_predict_layers)
+    if spec is not None:
+        engine.update(deployment.speculative_engine_keys(row.stack))
     engine.update(s.engine or {})
     lengths = {"input_tokens": {"dist": "fixed", "value": row.isl},
                "output_tokens": {"dist": "fixed", "value": row.osl}}
@@ -147,7 +150,6 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
         workload = {"num_requests": n, "arrival": {"type": "poisson", "rate_per_s": row.rate}, **lengths}
     pool = {"model": row.model, "gpu": row.gpu, "tp": row.tp, "dp": row.dp, "ep": row.ep, "replicas": 1,
             "engine": engine}
-    spec = deployment.speculative(dep, load_model(row.model).num_nextn_predict_layers)
     if spec is not None:
         pool["speculative"] = spec
     return Scenario.model_validate({"name": row.id, "seed": s.seed, "workload": workload, "pools": [pool]})
