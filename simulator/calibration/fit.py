@@ -118,7 +118,10 @@ MOE_NAMES = ("eta_compute", "eta_memory", "sharpness", "fixed_us", "m_half", "pa
              "layer_fixed_us", "tile_us", "expert_us", "token_traffic", "unaligned_compute", "unaligned_memory")
 # Identified only by rows whose GEMMs have an unaligned reduction width; held at 0 (off) without them.
 MOE_UNALIGNED = ("unaligned_compute", "unaligned_memory")
-# Fitted only for OpenAI's Triton matmul_ogs experts with expert-parallel rows (MoeParams.ep_routing_us).
+# Fitted only for row-padding kernels with expert-parallel rows: both for
+# OpenAI's Triton matmul_ogs experts (MoeParams.ep_routing_us), the rank's
+# pair traffic also for FlashInfer's TRT-LLM-gen ones, which gather and
+# scatter the rank's pairs inside their GEMMs too.
 MOE_OGS = ("ep_routing_us", "local_pair_traffic")
 # The collector's kernel_source suffix of vLLM's Triton fused-MoE experts.
 TRITON_MOE_KERNEL = "_triton_tritonexperts"
@@ -137,6 +140,16 @@ TRTLLM_MOE_KERNEL = "_flashinfer_trtllm_"
 # (vLLM pads each shard to it: align_moe_weights_for_fi(min_alignment=128)
 # in vllm/model_executor/layers/fused_moe/oracle/unquantized.py).
 TRTLLM_WIDTH_ALIGN = 128
+# Their launchers' token tiles per format (the rows of an expert one CTA
+# computes; MoeParams.token_tiles): 8..128 for bf16, per-tensor and block
+# FP8; FP4 weights add 192 and 256 with FP4 or MXFP8 activations and stop
+# at 64 with bf16 ones (getSupportedTileNums of each launcher in
+# csrc/trtllm_fused_moe_kernel_launcher.cu).
+TRTLLM_TOKEN_TILES = {
+    "bf16": (8, 16, 32, 64, 128), "fp8": (8, 16, 32, 64, 128), "fp8_block": (8, 16, 32, 64, 128),
+    "nvfp4": (8, 16, 32, 64, 128, 192, 256), "w4a8": (8, 16, 32, 64, 128, 192, 256),
+    "w4a16_mxfp4": (8, 16, 32, 64),
+}
 
 
 # The collector's kernel_source part of OpenAI's Triton matmul_ogs MXFP4
@@ -156,6 +169,10 @@ def moe_kernel_constants(df: pd.DataFrame) -> dict[str, int | bool]:
         return {}
     src = df["kernel_source"].astype(str)
     if src.str.contains(TRTLLM_MOE_KERNEL, regex=False).all():
+        fmts = df["moe_dtype"].unique() if "moe_dtype" in df else ()
+        if len(fmts) == 1 and str(fmts[0]) in TRTLLM_TOKEN_TILES:
+            return dict(width_align=TRTLLM_WIDTH_ALIGN, row_padding=True,
+                        token_tiles=TRTLLM_TOKEN_TILES[str(fmts[0])])
         return dict(width_align=TRTLLM_WIDTH_ALIGN)
     if src.str.contains(OGS_MOE_KERNEL, regex=False).all():
         return dict(row_padding=True, width_align=OGS_WIDTH_ALIGN)
@@ -193,7 +210,8 @@ def space(family: str, df: pd.DataFrame, gemm_form: str = "waves") -> Space:
         names = MOE_NAMES if moe_unaligned_rows(df).any() else tuple(n for n in MOE_NAMES if n not in MOE_UNALIGNED)
         constants = moe_kernel_constants(df)
         if constants.get("row_padding") and (df["moe_ep"] > 1).any():
-            names = names + MOE_OGS
+            # TRT-LLM-gen routes every layout in one kernel: no extra kernels at ep > 1.
+            names = names + (MOE_OGS[1:] if constants.get("token_tiles") else MOE_OGS)
         return _roofline_space(
             names, tuple(_MOE_START[n] for n in names), tuple(_MOE_LO.get(n, 0.0) for n in names),
             tuple(_MOE_HI[n] for n in names), MoeParams, **constants)

@@ -109,6 +109,11 @@ class MoeParams(RooflineParams):
     only for that family (with expert-parallel rows), 0 elsewhere. With
     ``row_padding`` the GEMMs' ``m_half`` counts rows per output tile, not
     per expert (:func:`simulator.costmodel.moe.rank_time`).
+    ``token_tiles``: with ``row_padding``, the kernel's ladder of token
+    tiles, ascending (FlashInfer's TRT-LLM-gen kernels: the block is the
+    tile their launcher runs by default for the pairs per expert it
+    expects, :func:`simulator.costmodel.moe.row_block`); empty for
+    ``matmul_ogs``'s own rule. Set by the calibration, not fitted.
     """
 
     pair_ns: float = Field(default=0.0, ge=0)
@@ -120,6 +125,7 @@ class MoeParams(RooflineParams):
     unaligned_memory: float = Field(default=0.0, ge=0)
     width_align: int = Field(default=1, ge=1)
     row_padding: bool = False
+    token_tiles: tuple[int, ...] = ()
     ep_routing_us: float = Field(default=0.0, ge=0)
     local_pair_traffic: float = Field(default=0.0, ge=0)
 
