@@ -145,6 +145,8 @@ TRTLLM_WIDTH_ALIGN = 128
 # FP8; FP4 weights add 192 and 256 with FP4 or MXFP8 activations and stop
 # at 64 with bf16 ones (getSupportedTileNums of each launcher in
 # csrc/trtllm_fused_moe_kernel_launcher.cu).
+# Their tile's other side: 128 rows of an expert's weights (swapped operands).
+TRTLLM_TILE_N = 128
 TRTLLM_TOKEN_TILES = {
     "bf16": (8, 16, 32, 64, 128), "fp8": (8, 16, 32, 64, 128), "fp8_block": (8, 16, 32, 64, 128),
     "nvfp4": (8, 16, 32, 64, 128, 192, 256), "w4a8": (8, 16, 32, 64, 128, 192, 256),
@@ -161,18 +163,44 @@ OGS_MOE_KERNEL = "_oaitritonmxfp4experts"
 OGS_WIDTH_ALIGN = 64
 
 
-def moe_kernel_constants(df: pd.DataFrame) -> dict[str, int | bool]:
+# The collector's kernel_source part of FlashInfer's CUTLASS MoE kernels.
+CUTLASS_MOE_KERNEL = "_flashinfer_cutlass_"
+# Without a tuned tactic they run their first candidate configuration
+# (setRunnerProfiles in flashinfer_cutlass_fused_moe_binding.cu:
+# mAllProfiles.front()): a tile of 128 of an expert's rows (tokens, operand A)
+# by a width that depends on the architecture — 16 on Hopper
+# (get_candidate_tiles_sm90, grouped GEMMs: CtaShape128x16x128B; block FP8
+# is pinned to the same tile), on Blackwell 64 for FP4 weights and 128
+# otherwise (get_candidate_configs_sm100_dynamic_cluster_shape) — in
+# cutlass_kernels/cutlass_heuristic.cpp.
+CUTLASS_TOKEN_TILE = 128
+CUTLASS_TILE_N = {90: {"": 16}, 100: {"nvfp4": 64, "": 128}}
+# The compute capability of each measured GPU (the CUTLASS tile depends on it).
+SM_VERSION = {"h100-sxm": 90, "h200": 90, "b200": 100}
+
+
+def _one(df: pd.DataFrame, column: str) -> str | None:
+    vals = df[column].unique() if column in df else ()
+    return str(vals[0]) if len(vals) == 1 else None
+
+
+def moe_kernel_constants(df: pd.DataFrame) -> dict[str, int | bool | tuple[int, ...]]:
     """The kernel's fixed properties (MoeParams fields not fitted) when every
-    row ran one kernel that has them: ``width_align`` of FlashInfer's TRT-LLM
-    kernels, ``row_padding`` of OpenAI's Triton ``matmul_ogs`` kernels."""
+    row ran one kernel that has them: ``width_align`` and the token tiles of
+    FlashInfer's TRT-LLM kernels (for one format), the 128-row tiles of its
+    CUTLASS kernels (for one format on one measured GPU), ``row_padding`` of
+    OpenAI's Triton ``matmul_ogs`` kernels."""
     if not len(df) or "kernel_source" not in df:
         return {}
     src = df["kernel_source"].astype(str)
+    fmt, profile = _one(df, "moe_dtype"), _one(df, "profile")
+    if src.str.contains(CUTLASS_MOE_KERNEL, regex=False).all() and fmt and profile in SM_VERSION:
+        widths = CUTLASS_TILE_N[SM_VERSION[profile]]
+        return dict(row_padding=True, token_tiles=(CUTLASS_TOKEN_TILE,), tile_n=widths.get(fmt, widths[""]))
     if src.str.contains(TRTLLM_MOE_KERNEL, regex=False).all():
-        fmts = df["moe_dtype"].unique() if "moe_dtype" in df else ()
-        if len(fmts) == 1 and str(fmts[0]) in TRTLLM_TOKEN_TILES:
-            return dict(width_align=TRTLLM_WIDTH_ALIGN, row_padding=True,
-                        token_tiles=TRTLLM_TOKEN_TILES[str(fmts[0])])
+        if fmt in TRTLLM_TOKEN_TILES:
+            return dict(width_align=TRTLLM_WIDTH_ALIGN, row_padding=True, token_tiles=TRTLLM_TOKEN_TILES[fmt],
+                        tile_n=TRTLLM_TILE_N)
         return dict(width_align=TRTLLM_WIDTH_ALIGN)
     if src.str.contains(OGS_MOE_KERNEL, regex=False).all():
         return dict(row_padding=True, width_align=OGS_WIDTH_ALIGN)
@@ -211,7 +239,7 @@ def space(family: str, df: pd.DataFrame, gemm_form: str = "waves") -> Space:
         constants = moe_kernel_constants(df)
         if constants.get("row_padding") and (df["moe_ep"] > 1).any():
             # TRT-LLM-gen routes every layout in one kernel: no extra kernels at ep > 1.
-            names = names + (MOE_OGS[1:] if constants.get("token_tiles") else MOE_OGS)
+            names = names + tuple(n for n in MOE_OGS if not (constants.get("token_tiles") and n == "ep_routing_us"))
         return _roofline_space(
             names, tuple(_MOE_START[n] for n in names), tuple(_MOE_LO.get(n, 0.0) for n in names),
             tuple(_MOE_HI[n] for n in names), MoeParams, **constants)

@@ -58,21 +58,19 @@ UNALIGNED_K_STEP = 64.0
 # expert it expects, within these bounds (make_default_opt_flags_nvidia in
 # triton_kernels/matmul_ogs_details/opt_flags.py).
 ROW_BLOCK_MIN, ROW_BLOCK_MAX = 16.0, 128.0
-# Their output tile's width (columns of the expert's output): 256 for every
-# width above 128 with the weight-scale layout vLLM swizzles MXFP4 weights
-# into on Hopper (8 warps; compute_block_n in opt_flags_nvidia.py).
-ROW_KERNEL_BLOCK_N = 256.0
+# Their output tile's width (columns of the expert's output, MoeParams.tile_n):
+# 256 for every width above 128 with the weight-scale layout vLLM swizzles
+# MXFP4 weights into on Hopper (8 warps; compute_block_n in opt_flags_nvidia.py).
 # FlashInfer's TRT-LLM-gen MoE kernels (vLLM's FlashInfer TRT-LLM experts on
 # Blackwell) compute in swapped-AB form: a CTA tile is 128 rows of an
-# expert's weights (the output width) by a *token tile* of the expert's
-# pairs. The launcher's token tiles are a per-kernel ladder
+# expert's weights (the output width, MoeParams.tile_n) by a *token tile* of
+# the expert's pairs. The launcher's token tiles are a per-kernel ladder
 # (MoeParams.token_tiles); it centres on the next power of two of the pairs
 # per local expert it expects (every pair of the batch over the rank's
 # experts), clamped to the ladder, and, without an autotuned tactic, runs
 # the smallest candidate — the tile below the centre
 # (computeSelectedTileN / selectDefaultTileN in
 # csrc/trtllm_fused_moe_kernel_launcher.cu).
-TOKEN_TILE_KERNEL_N = 128.0
 
 
 # One table for every quantised format: simulator/dtypes.py.
@@ -227,7 +225,7 @@ def _grouped_gemm_time(pairs, active, n, k, peak: float, bw: float, p: RooflineP
 
 
 def _row_block_gemm_time(pairs, rows, active, block, n, k, peak: float, bw: float, p: RooflineParams,
-                         wbytes: float, abytes: float, num_sms: int, bn: float = ROW_KERNEL_BLOCK_N):
+                         wbytes: float, abytes: float, num_sms: int, bn: float):
     """A grouped GEMM that computes each expert's pairs in whole blocks of
     ``block`` rows (``matmul_ogs``, TRT-LLM-gen): ``rows`` padded rows in
     ``rows/block · ceil(n/bn)`` output tiles (``bn`` the tile's width of
@@ -302,9 +300,8 @@ def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: Qu
     if getattr(params, "row_padding", False):
         if rows_local is None or row_blocks is None or not num_sms:
             raise ValueError("the MoE row-padding form needs the padded rows, their block and num_sms")
-        bn = TOKEN_TILE_KERNEL_N if len(getattr(params, "token_tiles", ())) else ROW_KERNEL_BLOCK_N
         gemms = sum(_row_block_gemm_time(pairs_local, rows_local, active_local, row_blocks, n, k, peak, bw, params,
-                                         fmt.weight_bytes, fmt.act_bytes, num_sms, bn)
+                                         fmt.weight_bytes, fmt.act_bytes, num_sms, float(params.tile_n))
                     for n, k in ((n_up, hidden), (hidden, inter_local)))
     else:
         gemms = (_grouped_gemm_time(pairs_local, active_local, n_up, hidden, peak, bw, params, fmt.weight_bytes,

@@ -112,8 +112,13 @@ class MoeParams(RooflineParams):
     ``token_tiles``: with ``row_padding``, the kernel's ladder of token
     tiles, ascending (FlashInfer's TRT-LLM-gen kernels: the block is the
     tile their launcher runs by default for the pairs per expert it
-    expects, :func:`simulator.costmodel.moe.row_block`); empty for
-    ``matmul_ogs``'s own rule. Set by the calibration, not fitted.
+    expects, :func:`simulator.costmodel.moe.row_block`; a single entry is a
+    fixed tile, FlashInfer's CUTLASS kernels' 128 rows); empty for
+    ``matmul_ogs``'s own rule. ``tile_n``: with ``row_padding``, the
+    output columns of one tile (``matmul_ogs`` on Hopper's MXFP4 layout:
+    256; TRT-LLM-gen: 128 weight rows, their operands swapped; FlashInfer's
+    CUTLASS kernels: 16 on Hopper, 64 or 128 on Blackwell). Set by the
+    calibration, not fitted.
     """
 
     pair_ns: float = Field(default=0.0, ge=0)
@@ -126,6 +131,7 @@ class MoeParams(RooflineParams):
     width_align: int = Field(default=1, ge=1)
     row_padding: bool = False
     token_tiles: tuple[int, ...] = ()
+    tile_n: int = Field(default=256, ge=1)
     ep_routing_us: float = Field(default=0.0, ge=0)
     local_pair_traffic: float = Field(default=0.0, ge=0)
 
