@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.calibration import moe_mla
-from simulator.calibration.fit import TRTLLM_TOKEN_TILES, moe_kernel_constants, space
+from simulator.calibration.fit import MXFP4_FORMATS, TRTLLM_TOKEN_TILES, moe_kernel_constants, space
 from simulator.calibration.write import _params
 from simulator.costmodel import moe as M
 from simulator.profiles import load_hardware
@@ -75,6 +75,20 @@ def test_trtllm_rows_fit_with_their_format_ladder():
     assert "token_tiles: [8, 16, 32, 64, 128, 192, 256]" in _params(p)
 
 
+@pytest.mark.parametrize("profile,fmt,width", [("h100-sxm", "fp8", 16), ("h200", "fp8_block", 16),
+                                               ("b200", "bf16", 128), ("b200", "nvfp4", 64)])
+def test_cutlass_rows_fit_with_its_default_tile(profile, fmt, width):
+    """FlashInfer's CUTLASS MoE kernels run their first candidate tile: 128
+    rows of an expert's tokens, 16 columns on Hopper, 64 (FP4) or 128 on
+    Blackwell; without a known GPU or a single format, no tile is assumed."""
+    rows = pd.DataFrame({"kernel_source": ["vllm_modeloptfp8moe_flashinfer_cutlass_flashinferexperts"] * 2,
+                         "moe_dtype": [fmt] * 2, "profile": [profile] * 2, "moe_ep": [1, 8]})
+    assert moe_kernel_constants(rows) == dict(row_padding=True, token_tiles=(128,), tile_n=width)
+    assert M.row_block(np.array([1.0, 10.0**6]), 16, (128,)).tolist() == [128.0, 128.0]
+    assert moe_kernel_constants(rows.assign(profile="mi300x")) == {}
+    assert moe_kernel_constants(rows.drop(columns="moe_dtype")) == {}
+
+
 @pytest.fixture(scope="module")
 def nvfp4_rows(shared_data):
     data = moe_mla.load(shared_data, {"b200": load_hardware("b200")}, moe_formats=("nvfp4",))
@@ -87,7 +101,9 @@ def test_shipped_b200_blocks_carry_the_token_tiles():
     gpu = load_hardware("b200")
     for fmt, ladder in TRTLLM_TOKEN_TILES.items():
         p = gpu.calibration.moe[fmt]
-        assert p.row_padding and p.token_tiles == ladder and p.tile_n == 128 and p.width_align == 128, fmt
+        align = 256 if fmt in MXFP4_FORMATS else 1
+        assert p.row_padding and p.token_tiles == ladder and p.tile_n == 128, fmt
+        assert p.width_align == max(align, 128) and p.hidden_align == align, fmt
 
 
 @pytest.mark.shared_data
@@ -100,3 +116,21 @@ def test_nvfp4_trtllm_shapes_predicted_held_out(nvfp4_rows):
     assert not np.isnan(err).any()
     assert np.median(err) <= 6.5
     assert np.percentile(err, 90) <= 22.5
+
+
+@settings(max_examples=30, deadline=None)
+@given(tokens=st.integers(1, 4096), hidden=st.integers(2000, 3100), inter=st.sampled_from([90, 360, 2880]),
+       ep=st.sampled_from([1, 4, 32]))
+def test_hidden_align_prices_the_padded_hidden(tokens, hidden, inter, ep):
+    """vLLM pads MXFP4 experts on Blackwell to whole 256-element blocks of
+    hidden (and of expert width): priced as the padded shape, never below
+    the unpadded one."""
+    gpu = load_hardware("b200")
+    p = MoeParams(eta_compute=0.8, eta_memory=0.9, sharpness=4.0, fixed_us=3.0, m_half=80.0, token_traffic=1.0,
+                  pair_traffic=0.1, row_padding=True, token_tiles=W4A16, tile_n=128, width_align=256)
+    padded = -(-hidden // 256) * 256
+    shape = M.MoeShape(hidden, inter, 32, 4, ep=ep)
+    t = M.moe_layer_time(tokens, shape, "w4a16_mxfp4", gpu, p.model_copy(update=dict(hidden_align=256)))
+    assert t == pytest.approx(M.moe_layer_time(tokens, M.MoeShape(padded, inter, 32, 4, ep=ep), "w4a16_mxfp4", gpu, p),
+                              rel=1e-12)
+    assert t >= M.moe_layer_time(tokens, shape, "w4a16_mxfp4", gpu, p) * (1 - 1e-12)

@@ -145,6 +145,12 @@ TRTLLM_WIDTH_ALIGN = 128
 # FP8; FP4 weights add 192 and 256 with FP4 or MXFP8 activations and stop
 # at 64 with bf16 ones (getSupportedTileNums of each launcher in
 # csrc/trtllm_fused_moe_kernel_launcher.cu).
+# MXFP4 experts (vLLM's Mxfp4MoEMethod) on them pad both the expert width per
+# GPU and the hidden size to 256 (create_weights in
+# vllm/model_executor/layers/quantization/mxfp4.py, maybe_roundup_hidden_size
+# in fused_moe/layer.py, for the SM100 FlashInfer MXFP4 backends).
+MXFP4_FORMATS = ("w4a16_mxfp4", "w4a8")
+MXFP4_ALIGN = 256
 # Their tile's other side: 128 rows of an expert's weights (swapped operands).
 TRTLLM_TILE_N = 128
 TRTLLM_TOKEN_TILES = {
@@ -199,8 +205,9 @@ def moe_kernel_constants(df: pd.DataFrame) -> dict[str, int | bool | tuple[int, 
         return dict(row_padding=True, token_tiles=(CUTLASS_TOKEN_TILE,), tile_n=widths.get(fmt, widths[""]))
     if src.str.contains(TRTLLM_MOE_KERNEL, regex=False).all():
         if fmt in TRTLLM_TOKEN_TILES:
-            return dict(width_align=TRTLLM_WIDTH_ALIGN, row_padding=True, token_tiles=TRTLLM_TOKEN_TILES[fmt],
-                        tile_n=TRTLLM_TILE_N)
+            pad = dict(width_align=MXFP4_ALIGN, hidden_align=MXFP4_ALIGN) if fmt in MXFP4_FORMATS \
+                else dict(width_align=TRTLLM_WIDTH_ALIGN)
+            return dict(**pad, row_padding=True, token_tiles=TRTLLM_TOKEN_TILES[fmt], tile_n=TRTLLM_TILE_N)
         return dict(width_align=TRTLLM_WIDTH_ALIGN)
     if src.str.contains(OGS_MOE_KERNEL, regex=False).all():
         return dict(row_padding=True, width_align=OGS_WIDTH_ALIGN)

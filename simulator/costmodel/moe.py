@@ -296,6 +296,9 @@ def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: Qu
     align = getattr(params, "width_align", 1)
     if align > 1:   # the kernel's whole blocks of expert width (MoeParams.width_align)
         inter_local = np.ceil(np.asarray(inter_local, dtype=float) / align) * align
+    h_align = getattr(params, "hidden_align", 1)
+    if h_align > 1:   # the weights and activations padded to whole blocks of hidden (MoeParams.hidden_align)
+        hidden = np.ceil(np.asarray(hidden, dtype=float) / h_align) * h_align
     n_up = (np.where(gated, 2, 1) if isinstance(gated, np.ndarray) else (2 if gated else 1)) * inter_local
     if getattr(params, "row_padding", False):
         if rows_local is None or row_blocks is None or not num_sms:

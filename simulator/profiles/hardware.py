@@ -94,6 +94,9 @@ class MoeParams(RooflineParams):
     multiple costs as the next multiple (FlashInfer's TRT-LLM MoE kernels:
     128, their BlockMajorK weight layout; vLLM pads the weights to it). A
     property of the kernel, set by the calibration, not fitted. 1 = none.
+    ``hidden_align``: the same for the hidden size, weights and activations
+    alike (vLLM pads MXFP4 experts on Blackwell's FlashInfer TRT-LLM
+    kernels to 256). 1 = none.
     ``row_padding``: the kernel computes each expert's rows in whole blocks
     whose height it picks from the tokens per expert it expects, so the
     grouped GEMMs run on the padded rows, not the routed pairs (OpenAI's
@@ -129,6 +132,7 @@ class MoeParams(RooflineParams):
     unaligned_compute: float = Field(default=0.0, ge=0)
     unaligned_memory: float = Field(default=0.0, ge=0)
     width_align: int = Field(default=1, ge=1)
+    hidden_align: int = Field(default=1, ge=1)
     row_padding: bool = False
     token_tiles: tuple[int, ...] = ()
     tile_n: int = Field(default=256, ge=1)
