@@ -2,6 +2,7 @@
 
     python benchmarks/moe_terms.py --kernel matmul_ogs [--gpu h100-sxm] [--stride 1]
     python benchmarks/moe_terms.py --kernel trtllm_gen [--format nvfp4] [--stride 1]
+    python benchmarks/moe_terms.py --kernel cutlass [--gpu h100-sxm] [--stride 1]
 
 ``matmul_ogs``: OpenAI's Triton experts (vLLM's gpt-oss MXFP4 method on
 Hopper), priced with the kernel's row blocks (``MoeParams.row_padding``),
@@ -12,7 +13,10 @@ H100 and H200; the last column is the wide expert-parallel layouts (ep ≥ 16,
 ``trtllm_gen``: FlashInfer's TRT-LLM-gen experts (vLLM on B200), priced
 with the launcher's default token tile (``token_tiles``) and the rank's
 pair traffic (``local_pair_traffic``), on each format's rows of that kernel
-family; the last column is the 1-token rows.
+family; ``cutlass``: FlashInfer's CUTLASS experts (per-tensor FP8 and, at
+ep > 1, block FP8 on Hopper; B200's fallback shapes), priced with their
+default 128-row token tile and its width (``tile_n``); the last column is
+the 1-token rows for both.
 
 Each variant is fitted as ``benchmarks/moe_mla_calibration.py`` fits a
 kernel family (in-sample on every row, and leave-one-shape-out); prints APE
@@ -46,29 +50,38 @@ def _centre_tile(pairs_all, local_experts, token_tiles=()):
 
 
 _ROW_BLOCK = M.row_block
+_TILES = ("row_padding", "token_tiles", "tile_n")
+_ONE_TOKEN = ("LOSO 1 token", lambda r: r["num_tokens"] == 1)
 # Kernel → (GPUs, formats, kernel family, variants, the last column's rows).
-# A variant: (kernel constants dropped, expert-parallel terms kept, row-block rule).
+# A variant: (kernel constants dropped, expert-parallel terms kept, row-block rule, constants overridden).
 KERNELS = {
     "matmul_ogs": (("h100-sxm", "h200"), ("w4a16_mxfp4",), "triton", {
-        "full form": ((), F.MOE_OGS, _ROW_BLOCK),
-        "without row blocks (grouped roofline)": (("row_padding",), (), _ROW_BLOCK),
-        "without ep_routing_us": ((), tuple(n for n in F.MOE_OGS if n != "ep_routing_us"), _ROW_BLOCK),
+        "full form": ((), F.MOE_OGS, _ROW_BLOCK, {}),
+        "without row blocks (grouped roofline)": (("row_padding",), (), _ROW_BLOCK, {}),
+        "without ep_routing_us": ((), tuple(n for n in F.MOE_OGS if n != "ep_routing_us"), _ROW_BLOCK, {}),
         "pair traffic over the whole batch (no local_pair_traffic)": (
-            (), tuple(n for n in F.MOE_OGS if n != "local_pair_traffic"), _ROW_BLOCK),
-        "without both expert-parallel terms": ((), (), _ROW_BLOCK),
-        "without width_align 64": (("width_align",), F.MOE_OGS, _ROW_BLOCK),
+            (), tuple(n for n in F.MOE_OGS if n != "local_pair_traffic"), _ROW_BLOCK, {}),
+        "without both expert-parallel terms": ((), (), _ROW_BLOCK, {}),
+        "without width_align 64": (("width_align",), F.MOE_OGS, _ROW_BLOCK, {}),
     }, ("LOSO ep ≥ 16, ≥ 2048 tokens", lambda r: (r["moe_ep"] >= 16) & (r["num_tokens"] >= 2048))),
     "trtllm_gen": (("b200",), ("nvfp4", "fp8", "bf16", "fp8_block", "w4a8", "w4a16_mxfp4"), "flashinfer_trtllm", {
-        "full form": ((), F.MOE_OGS, _ROW_BLOCK),
-        "without token tiles (grouped roofline)": (("row_padding", "token_tiles"), (), _ROW_BLOCK),
-        "tile at the launcher's centre, not below it": ((), F.MOE_OGS, _centre_tile),
-        "pair traffic over the whole batch (no local_pair_traffic)": ((), (), _ROW_BLOCK),
-    }, ("LOSO 1 token", lambda r: r["num_tokens"] == 1)),
+        "full form": ((), F.MOE_OGS, _ROW_BLOCK, {}),
+        "without token tiles (grouped roofline)": (_TILES, (), _ROW_BLOCK, {}),
+        "tile at the launcher's centre, not below it": ((), F.MOE_OGS, _centre_tile, {}),
+        "pair traffic over the whole batch (no local_pair_traffic)": ((), (), _ROW_BLOCK, {}),
+        "without MXFP4's hidden padding to 256": (("hidden_align",), F.MOE_OGS, _ROW_BLOCK, {}),
+    }, _ONE_TOKEN),
+    "cutlass": (("h100-sxm", "h200", "b200"), ("fp8", "fp8_block", "bf16", "nvfp4"), "flashinfer_cutlass", {
+        "full form": ((), F.MOE_OGS, _ROW_BLOCK, {}),
+        "without the 128-row tile (grouped roofline)": (_TILES, (), _ROW_BLOCK, {}),
+        "tile 128 columns wide": ((), F.MOE_OGS, _ROW_BLOCK, {"tile_n": 128}),
+    }, _ONE_TOKEN),
 }
 
 
 def _stats(e: np.ndarray) -> str:
-    return f"{np.median(e):.1f}% / {np.percentile(e, 90):.1f}%"
+    e = e[~np.isnan(e)]
+    return f"{np.median(e):.1f}% / {np.percentile(e, 90):.1f}%" if len(e) else "n/a"
 
 
 def main() -> None:
@@ -96,8 +109,11 @@ def main() -> None:
             if not len(rows):
                 continue
             sel = last_rows(rows).to_numpy()
-            for label, (dropped, ep_terms, rule) in variants.items():
-                F.moe_kernel_constants = lambda df, d=dropped: {k: v for k, v in constants(df).items() if k not in d}
+            for label, (dropped, ep_terms, rule, override) in variants.items():
+                if dropped and not set(dropped) & set(constants(rows)):
+                    continue   # the slice's kernel has no such property: the full form again
+                F.moe_kernel_constants = lambda df, d=dropped, o=override: {
+                    **{k: v for k, v in constants(df).items() if k not in d}, **(o if constants(df) else {})}
                 F.MOE_OGS, M.row_block = ep_terms, rule
                 try:
                     fit = X.fit_moe(X.thin_tokens(rows, a.stride), gpu)

@@ -109,13 +109,16 @@ def test_shipped_b200_blocks_carry_the_token_tiles():
 @pytest.mark.shared_data
 def test_nvfp4_trtllm_shapes_predicted_held_out(nvfp4_rows):
     """Leave-one-shape-out over the 16 shapes B200's TRT-LLM-gen NVFP4
-    kernels ran (every other token count in the fits): median ≤ 6.5 %, p90
-    ≤ 22.5 % (the grouped form without token tiles: 8.5 % / 28.7 %)."""
+    kernels ran (every other token count in the fits, each refit started
+    from the fit on all of them, as the benchmark does): median ≤ 6.5 %,
+    p90 ≤ 21.5 % (measured 6.0 % / 20.4 %; the grouped form without token
+    tiles reads 8.6 % / 26.1 %: benchmarks/moe_terms.py)."""
     gpu = load_hardware("b200")
-    err = moe_mla.leave_one_shape_out(nvfp4_rows, gpu, stride=2)
+    fit = moe_mla.fit_moe(moe_mla.thin_tokens(nvfp4_rows, 2), gpu)
+    err = moe_mla.leave_one_shape_out(nvfp4_rows, gpu, fit, stride=2)
     assert not np.isnan(err).any()
     assert np.median(err) <= 6.5
-    assert np.percentile(err, 90) <= 22.5
+    assert np.percentile(err, 90) <= 21.5
 
 
 @settings(max_examples=30, deadline=None)
