@@ -14,10 +14,12 @@ launched as one kernel: the blend is homogeneous of degree one, so it is
 ``a · (gemm_time(m_e, n, k) − fixed) + fixed``. With one expert and top-1
 it is exactly the dense GEMM, so a MoE layer and a dense MLP share one set
 of physics and differ only in the routing terms (:class:`MoeParams`).
-One kernel family does not fit that mould and is priced by its own tile
-rule: OpenAI's Triton ``matmul_ogs`` (gpt-oss's MXFP4 experts on Hopper)
-pads every expert's rows to one row block per launch, chosen from the
-tokens per expert it expects (:func:`row_block`, :func:`_row_block_gemm_time`).
+Kernels that pad every expert's rows to whole tiles do not fit that
+mould and are priced by their tile rule (``MoeParams.row_padding``:
+:func:`row_block`, :func:`_row_block_gemm_time`): OpenAI's Triton
+``matmul_ogs`` (gpt-oss's MXFP4 experts on Hopper) and FlashInfer's
+TRT-LLM-gen kernels pick one row block per launch from the tokens per
+expert they expect; FlashInfer's CUTLASS kernels run a fixed 128-row tile.
 
 Everything works on floats and numpy arrays (the calibration evaluates
 thousands of measured rows at once; the engine calls it with ints and
