@@ -13,6 +13,7 @@ from scipy.stats import binom
 
 from simulator.calibration import moe_mla
 from simulator.calibration.fit import ape, moe_kernel_constants, space
+from simulator.calibration.moe_routing import padded_column
 from simulator.costmodel import moe as M
 from simulator.profiles import load_hardware
 from simulator.profiles.hardware import MoeParams
@@ -116,7 +117,8 @@ def test_balanced_rows_step_with_the_row_block(ogs_rows, gpu_name):
     rows = ogs_rows[gpu_name]
     sel = rows[(rows["num_experts"] == 128) & (rows["moe_ep"] == 1) & (rows["moe_tp"] == 1)
                & (rows["distribution"] == "balanced")].set_index("num_tokens")
-    assert sel.loc[[4096, 6144, 8192], "local_padded_rows"].tolist() == [128 * 128, 128 * 256, 128 * 256]
+    assert (M.row_block(np.array([4096, 6144, 8192]) * 4, 128) == 128).all()
+    assert sel.loc[[4096, 6144, 8192], padded_column(128)].tolist() == [128 * 128, 128 * 256, 128 * 256]
     t = sel["t_s"]
     assert t[6144] / t[4096] > 1.7
     assert t[8192] / t[6144] < 1.1

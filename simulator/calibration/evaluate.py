@@ -14,6 +14,7 @@ from ..costmodel import components as C
 from ..costmodel import moe as M
 from ..costmodel.roofline import blend
 from ..profiles.hardware import AllReduceParams, Calibration, HardwareProfile, RooflineParams
+from . import moe_routing
 
 # The kernel tables time bf16 GEMMs and attention with bf16 queries.
 _BF16 = 2.0
@@ -75,14 +76,17 @@ def allreduce(df: pd.DataFrame, gpu: HardwareProfile, p: AllReduceParams) -> np.
 
 def moe(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:
     """One MoE format's rows at the routing rank 0 really had (``local_pairs``,
-    ``local_active``, ``local_padded_rows``: :mod:`.moe_routing`), with the activation they ran
+    ``local_active``, the padded rows at each block: :mod:`.moe_routing`), with the activation they ran
     (column ``gated``; gated when absent)."""
     fmts = df["moe_dtype"].unique()
     if len(fmts) != 1:
         raise ValueError(f"MoE rows of one format expected, got {list(fmts)}")
     name = str(fmts[0])
     pairs_all = df["num_tokens"].to_numpy() * df["topk"].to_numpy()
-    block = M.row_block(pairs_all, df["num_experts"].to_numpy() / df["moe_ep"].to_numpy())
+    rows = block = None
+    if getattr(p, "row_padding", False):
+        block = M.row_block(pairs_all, df["num_experts"].to_numpy() / df["moe_ep"].to_numpy(), p.token_tiles)
+        rows = moe_routing.padded_rows_at(df, block)
     return np.asarray(M.rank_time(pairs_all, df["local_pairs"].to_numpy(),
                                   df["local_active"].to_numpy(), df["hidden_size"].to_numpy(),
                                   df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy(),
@@ -90,8 +94,7 @@ def moe(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray
                                   gated=df["gated"].to_numpy() if "gated" in df else True,
                                   num_sms=gpu.num_sms, num_experts=df["num_experts"].to_numpy(),
                                   tokens=df["num_tokens"].to_numpy(),
-                                  rows_local=df["local_padded_rows"].to_numpy() if "local_padded_rows" in df else None,
-                                  row_blocks=block, ep=df["moe_ep"].to_numpy()))
+                                  rows_local=rows, row_blocks=block, ep=df["moe_ep"].to_numpy()))
 
 
 PREDICT = {

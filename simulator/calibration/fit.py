@@ -118,7 +118,10 @@ MOE_NAMES = ("eta_compute", "eta_memory", "sharpness", "fixed_us", "m_half", "pa
              "layer_fixed_us", "tile_us", "expert_us", "token_traffic", "unaligned_compute", "unaligned_memory")
 # Identified only by rows whose GEMMs have an unaligned reduction width; held at 0 (off) without them.
 MOE_UNALIGNED = ("unaligned_compute", "unaligned_memory")
-# Fitted only for OpenAI's Triton matmul_ogs experts with expert-parallel rows (MoeParams.ep_routing_us).
+# Fitted only for row-padding kernels with expert-parallel rows: both for
+# OpenAI's Triton matmul_ogs experts (MoeParams.ep_routing_us), the rank's
+# pair traffic also for FlashInfer's TRT-LLM-gen ones, which gather and
+# scatter the rank's pairs inside their GEMMs too.
 MOE_OGS = ("ep_routing_us", "local_pair_traffic")
 # The collector's kernel_source suffix of vLLM's Triton fused-MoE experts.
 TRITON_MOE_KERNEL = "_triton_tritonexperts"
@@ -137,6 +140,24 @@ TRTLLM_MOE_KERNEL = "_flashinfer_trtllm_"
 # (vLLM pads each shard to it: align_moe_weights_for_fi(min_alignment=128)
 # in vllm/model_executor/layers/fused_moe/oracle/unquantized.py).
 TRTLLM_WIDTH_ALIGN = 128
+# Their launchers' token tiles per format (the rows of an expert one CTA
+# computes; MoeParams.token_tiles): 8..128 for bf16, per-tensor and block
+# FP8; FP4 weights add 192 and 256 with FP4 or MXFP8 activations and stop
+# at 64 with bf16 ones (getSupportedTileNums of each launcher in
+# csrc/trtllm_fused_moe_kernel_launcher.cu).
+# MXFP4 experts (vLLM's Mxfp4MoEMethod) on them pad both the expert width per
+# GPU and the hidden size to 256 (create_weights in
+# vllm/model_executor/layers/quantization/mxfp4.py, maybe_roundup_hidden_size
+# in fused_moe/layer.py, for the SM100 FlashInfer MXFP4 backends).
+MXFP4_FORMATS = ("w4a16_mxfp4", "w4a8")
+MXFP4_ALIGN = 256
+# Their tile's other side: 128 rows of an expert's weights (swapped operands).
+TRTLLM_TILE_N = 128
+TRTLLM_TOKEN_TILES = {
+    "bf16": (8, 16, 32, 64, 128), "fp8": (8, 16, 32, 64, 128), "fp8_block": (8, 16, 32, 64, 128),
+    "nvfp4": (8, 16, 32, 64, 128, 192, 256), "w4a8": (8, 16, 32, 64, 128, 192, 256),
+    "w4a16_mxfp4": (8, 16, 32, 64),
+}
 
 
 # The collector's kernel_source part of OpenAI's Triton matmul_ogs MXFP4
@@ -148,14 +169,45 @@ OGS_MOE_KERNEL = "_oaitritonmxfp4experts"
 OGS_WIDTH_ALIGN = 64
 
 
-def moe_kernel_constants(df: pd.DataFrame) -> dict[str, int | bool]:
+# The collector's kernel_source part of FlashInfer's CUTLASS MoE kernels.
+CUTLASS_MOE_KERNEL = "_flashinfer_cutlass_"
+# Without a tuned tactic they run their first candidate configuration
+# (setRunnerProfiles in flashinfer_cutlass_fused_moe_binding.cu:
+# mAllProfiles.front()): a tile of 128 of an expert's rows (tokens, operand A)
+# by a width that depends on the architecture — 16 on Hopper
+# (get_candidate_tiles_sm90, grouped GEMMs: CtaShape128x16x128B; block FP8
+# is pinned to the same tile), on Blackwell 64 for FP4 weights and 128
+# otherwise (get_candidate_configs_sm100_dynamic_cluster_shape) — in
+# cutlass_kernels/cutlass_heuristic.cpp.
+CUTLASS_TOKEN_TILE = 128
+CUTLASS_TILE_N = {90: {"": 16}, 100: {"nvfp4": 64, "": 128}}
+# The compute capability of each measured GPU (the CUTLASS tile depends on it).
+SM_VERSION = {"h100-sxm": 90, "h200": 90, "b200": 100}
+
+
+def _one(df: pd.DataFrame, column: str) -> str | None:
+    vals = df[column].unique() if column in df else ()
+    return str(vals[0]) if len(vals) == 1 else None
+
+
+def moe_kernel_constants(df: pd.DataFrame) -> dict[str, int | bool | tuple[int, ...]]:
     """The kernel's fixed properties (MoeParams fields not fitted) when every
-    row ran one kernel that has them: ``width_align`` of FlashInfer's TRT-LLM
-    kernels, ``row_padding`` of OpenAI's Triton ``matmul_ogs`` kernels."""
+    row ran one kernel that has them: ``width_align`` and the token tiles of
+    FlashInfer's TRT-LLM kernels (for one format), the 128-row tiles of its
+    CUTLASS kernels (for one format on one measured GPU), ``row_padding`` of
+    OpenAI's Triton ``matmul_ogs`` kernels."""
     if not len(df) or "kernel_source" not in df:
         return {}
     src = df["kernel_source"].astype(str)
+    fmt, profile = _one(df, "moe_dtype"), _one(df, "profile")
+    if src.str.contains(CUTLASS_MOE_KERNEL, regex=False).all() and fmt and profile in SM_VERSION:
+        widths = CUTLASS_TILE_N[SM_VERSION[profile]]
+        return dict(row_padding=True, token_tiles=(CUTLASS_TOKEN_TILE,), tile_n=widths.get(fmt, widths[""]))
     if src.str.contains(TRTLLM_MOE_KERNEL, regex=False).all():
+        if fmt in TRTLLM_TOKEN_TILES:
+            pad = dict(width_align=MXFP4_ALIGN, hidden_align=MXFP4_ALIGN) if fmt in MXFP4_FORMATS \
+                else dict(width_align=TRTLLM_WIDTH_ALIGN)
+            return dict(**pad, row_padding=True, token_tiles=TRTLLM_TOKEN_TILES[fmt], tile_n=TRTLLM_TILE_N)
         return dict(width_align=TRTLLM_WIDTH_ALIGN)
     if src.str.contains(OGS_MOE_KERNEL, regex=False).all():
         return dict(row_padding=True, width_align=OGS_WIDTH_ALIGN)
@@ -193,7 +245,8 @@ def space(family: str, df: pd.DataFrame, gemm_form: str = "waves") -> Space:
         names = MOE_NAMES if moe_unaligned_rows(df).any() else tuple(n for n in MOE_NAMES if n not in MOE_UNALIGNED)
         constants = moe_kernel_constants(df)
         if constants.get("row_padding") and (df["moe_ep"] > 1).any():
-            names = names + MOE_OGS
+            # TRT-LLM-gen routes every layout in one kernel: no extra kernels at ep > 1.
+            names = names + tuple(n for n in MOE_OGS if not (constants.get("token_tiles") and n == "ep_routing_us"))
         return _roofline_space(
             names, tuple(_MOE_START[n] for n in names), tuple(_MOE_LO.get(n, 0.0) for n in names),
             tuple(_MOE_HI[n] for n in names), MoeParams, **constants)

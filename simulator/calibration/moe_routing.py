@@ -34,7 +34,7 @@ import zlib
 import numpy as np
 import pandas as pd
 
-from ..costmodel.moe import padded_rows, row_block
+from ..costmodel.moe import padded_rows
 
 _DRAWS = 5
 
@@ -186,31 +186,53 @@ def rank0_counts(tokens: int, num_experts: int, topk: int, ep: int, distribution
     return draws
 
 
-def _summary(draws: list[np.ndarray], block: float) -> tuple[float, float, float]:
+# Every row block a row-padding kernel runs (matmul_ogs: powers of two
+# 16..128; TRT-LLM-gen's token tiles: 8..256 and 192): rank 0's padded rows
+# are annotated at each, the form picks the block per row.
+PADDED_BLOCKS = (8, 16, 32, 64, 128, 192, 256)
+
+
+def padded_column(block: int) -> str:
+    return f"local_padded_rows_{block}"
+
+
+def _summary(draws: list[np.ndarray]) -> tuple[float, ...]:
     return (float(np.mean([c.sum() for c in draws])), float(np.mean([np.count_nonzero(c) for c in draws])),
-            float(np.mean([padded_rows(c, block) for c in draws])))
+            *(float(np.mean([padded_rows(c, b) for c in draws])) for b in PADDED_BLOCKS))
 
 
 def rank0_routing(tokens: int, num_experts: int, topk: int, ep: int, distribution: str,
                   groups: tuple[int, int] | None = None) -> tuple[float, float]:
     """(pairs, distinct experts) on rank 0 for one measured row's router,
     averaged over :func:`rank0_counts`' draws."""
-    return rank0_stats(tokens, num_experts, topk, ep, distribution, groups)[:2]
+    s = rank0_stats(tokens, num_experts, topk, ep, distribution, groups)
+    return s[0], s[1]
 
 
 def rank0_stats(tokens: int, num_experts: int, topk: int, ep: int, distribution: str,
-                groups: tuple[int, int] | None = None) -> tuple[float, float, float]:
-    """:func:`rank0_routing` and the rows rank 0's grouped GEMMs compute in a
-    kernel that pads each expert's pairs to the row block ``matmul_ogs``
-    picks for the batch (:func:`simulator.costmodel.moe.row_block`),
-    averaged over the draws."""
-    draws = rank0_counts(tokens, num_experts, topk, ep, distribution, groups)
-    return _summary(draws, float(row_block(tokens * topk, num_experts // ep)))
+                groups: tuple[int, int] | None = None) -> tuple[float, ...]:
+    """:func:`rank0_routing`, then the rows rank 0's grouped GEMMs compute in
+    a kernel that pads each expert's pairs to a row block, one per
+    :data:`PADDED_BLOCKS`, averaged over the draws."""
+    return _summary(rank0_counts(tokens, num_experts, topk, ep, distribution, groups))
+
+
+def padded_rows_at(df: pd.DataFrame, block) -> np.ndarray:
+    """Per row: rank 0's padded rows at that row's block (one of :data:`PADDED_BLOCKS`)."""
+    b = np.broadcast_to(np.asarray(block, dtype=float), (len(df),))
+    out = np.full(len(df), np.nan)
+    for blk in PADDED_BLOCKS:
+        sel = b == blk
+        if sel.any():
+            out[sel] = df[padded_column(blk)].to_numpy()[sel]
+    if np.isnan(out).any():
+        raise ValueError(f"row blocks outside {PADDED_BLOCKS}: {sorted(set(b[np.isnan(out)]))}")
+    return out
 
 
 def annotate(df: pd.DataFrame) -> pd.DataFrame:
-    """Add ``local_pairs``, ``local_active`` and ``local_padded_rows`` (rank
-    0's, :func:`rank0_stats`) to MoE rows; columns
+    """Add ``local_pairs``, ``local_active`` and the padded rows at each
+    block (:func:`padded_column`; rank 0's, :func:`rank0_stats`) to MoE rows; columns
     ``n_group`` and ``topk_group``, where present and above 1, mark rows of a
     group-limited router."""
     df = df.assign(n_group=df["n_group"] if "n_group" in df else 1,
@@ -221,5 +243,5 @@ def annotate(df: pd.DataFrame) -> pd.DataFrame:
             for t, e, k, ep, dist, g, tg in uniq.itertuples(index=False)]
     stats = [rank0_stats(*a) for a in args]
     uniq = uniq.assign(local_pairs=[s[0] for s in stats], local_active=[s[1] for s in stats],
-                       local_padded_rows=[s[2] for s in stats])
+                       **{padded_column(b): [s[2 + i] for s in stats] for i, b in enumerate(PADDED_BLOCKS)})
     return df.merge(uniq, on=keys, how="left")

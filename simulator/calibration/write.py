@@ -43,7 +43,10 @@ def _num(v: float | int) -> str:
 def _flow(d: dict) -> str:
     parts = []
     for k, v in d.items():
-        parts.append(f"{k}: {_flow(v) if isinstance(v, dict) else _num(v)}")
+        if isinstance(v, (list, tuple)):
+            parts.append(f"{k}: [{', '.join(_num(x) for x in v)}]")
+        else:
+            parts.append(f"{k}: {_flow(v) if isinstance(v, dict) else _num(v)}")
     return "{" + ", ".join(parts) + "}"
 
 

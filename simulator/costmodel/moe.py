@@ -14,10 +14,12 @@ launched as one kernel: the blend is homogeneous of degree one, so it is
 ``a · (gemm_time(m_e, n, k) − fixed) + fixed``. With one expert and top-1
 it is exactly the dense GEMM, so a MoE layer and a dense MLP share one set
 of physics and differ only in the routing terms (:class:`MoeParams`).
-One kernel family does not fit that mould and is priced by its own tile
-rule: OpenAI's Triton ``matmul_ogs`` (gpt-oss's MXFP4 experts on Hopper)
-pads every expert's rows to one row block per launch, chosen from the
-tokens per expert it expects (:func:`row_block`, :func:`_row_block_gemm_time`).
+Kernels that pad every expert's rows to whole tiles do not fit that
+mould and are priced by their tile rule (``MoeParams.row_padding``:
+:func:`row_block`, :func:`_row_block_gemm_time`): OpenAI's Triton
+``matmul_ogs`` (gpt-oss's MXFP4 experts on Hopper) and FlashInfer's
+TRT-LLM-gen kernels pick one row block per launch from the tokens per
+expert they expect; FlashInfer's CUTLASS kernels run a fixed 128-row tile.
 
 Everything works on floats and numpy arrays (the calibration evaluates
 thousands of measured rows at once; the engine calls it with ints and
@@ -58,10 +60,19 @@ UNALIGNED_K_STEP = 64.0
 # expert it expects, within these bounds (make_default_opt_flags_nvidia in
 # triton_kernels/matmul_ogs_details/opt_flags.py).
 ROW_BLOCK_MIN, ROW_BLOCK_MAX = 16.0, 128.0
-# Their output tile's width (columns of the expert's output): 256 for every
-# width above 128 with the weight-scale layout vLLM swizzles MXFP4 weights
-# into on Hopper (8 warps; compute_block_n in opt_flags_nvidia.py).
-ROW_KERNEL_BLOCK_N = 256.0
+# Their output tile's width (columns of the expert's output, MoeParams.tile_n):
+# 256 for every width above 128 with the weight-scale layout vLLM swizzles
+# MXFP4 weights into on Hopper (8 warps; compute_block_n in opt_flags_nvidia.py).
+# FlashInfer's TRT-LLM-gen MoE kernels (vLLM's FlashInfer TRT-LLM experts on
+# Blackwell) compute in swapped-AB form: a CTA tile is 128 rows of an
+# expert's weights (the output width, MoeParams.tile_n) by a *token tile* of
+# the expert's pairs. The launcher's token tiles are a per-kernel ladder
+# (MoeParams.token_tiles); it centres on the next power of two of the pairs
+# per local expert it expects (every pair of the batch over the rank's
+# experts), clamped to the ladder, and, without an autotuned tactic, runs
+# the smallest candidate — the tile below the centre
+# (computeSelectedTileN / selectDefaultTileN in
+# csrc/trtllm_fused_moe_kernel_launcher.cu).
 
 
 # One table for every quantised format: simulator/dtypes.py.
@@ -138,14 +149,29 @@ def expected_active_experts(tokens, num_experts: int, topk: int):
     return num_experts * (1.0 - miss ** t)
 
 
-def row_block(pairs_all, local_experts):
-    """The BLOCK_M ``matmul_ogs`` launches with: the next power of two of the
-    tokens per expert it expects, within [:data:`ROW_BLOCK_MIN`,
+def row_block(pairs_all, local_experts, token_tiles=()):
+    """The rows per expert a row-padding kernel computes in one block.
+
+    ``matmul_ogs`` (``token_tiles`` empty): its BLOCK_M, the next power of
+    two of the tokens per expert it expects, within [:data:`ROW_BLOCK_MIN`,
     :data:`ROW_BLOCK_MAX`]. It expects every routed pair of the batch (the
     gather's rows: remote experts' pairs are masked, not dropped, under
     expert parallelism) spread over the rank's experts, so at ep > 1 it
-    picks a block ep times too tall for the rows an expert really gets."""
-    tpe = np.maximum(np.floor(np.asarray(pairs_all, dtype=float) / local_experts), 1.0)
+    picks a block ep times too tall for the rows an expert really gets.
+    FlashInfer's TRT-LLM-gen kernels (``token_tiles``, their ladder of token
+    tiles, ascending): the centre is the next power of two of the same
+    expected pairs per expert (unfloored) clamped to the ladder, and the
+    tile run is the ladder's entry below it (the smallest candidate, what
+    the launcher runs without a tuned tactic; the ladder's first at its
+    bottom)."""
+    pairs = np.asarray(pairs_all, dtype=float)
+    if len(token_tiles):
+        ladder = np.asarray(token_tiles, dtype=float)
+        avg = np.maximum(np.ceil(pairs / local_experts), 1.0)
+        centre = np.clip(2.0 ** np.ceil(np.log2(avg)), ladder[0], ladder[-1])
+        idx = np.searchsorted(ladder, centre)
+        return ladder[np.maximum(idx - 1, 0)]
+    tpe = np.maximum(np.floor(pairs / local_experts), 1.0)
     return np.clip(2.0 ** np.ceil(np.log2(tpe)), ROW_BLOCK_MIN, ROW_BLOCK_MAX)
 
 
@@ -201,16 +227,18 @@ def _grouped_gemm_time(pairs, active, n, k, peak: float, bw: float, p: RooflineP
 
 
 def _row_block_gemm_time(pairs, rows, active, block, n, k, peak: float, bw: float, p: RooflineParams,
-                         wbytes: float, abytes: float, num_sms: int):
+                         wbytes: float, abytes: float, num_sms: int, bn: float):
     """A grouped GEMM that computes each expert's pairs in whole blocks of
-    ``block`` rows (``matmul_ogs``): ``rows`` padded rows in
-    ``rows/block · ceil(n/ROW_KERNEL_BLOCK_N)`` output tiles, run in waves
-    over the SMs (never less than one). A tile's time grows with its rows
-    plus ``m_half``: on Hopper the MXFP4 weights have no tensor-core path
-    and each tile upconverts its whole weight slice to bf16 before its
-    MMAs, a cost independent of its rows, so a short block pays it for few
-    rows. Memory: the touched experts' weights once, the real pairs' rows."""
-    bn = ROW_KERNEL_BLOCK_N
+    ``block`` rows (``matmul_ogs``, TRT-LLM-gen): ``rows`` padded rows in
+    ``rows/block · ceil(n/bn)`` output tiles (``bn`` the tile's width of
+    the output), run in waves over the SMs (never less than one). A tile's
+    time grows with its rows plus ``m_half``, a cost per tile whatever its
+    rows: on Hopper the MXFP4 weights have no tensor-core path and each
+    ``matmul_ogs`` tile upconverts its whole weight slice to bf16 before its
+    MMAs; a TRT-LLM-gen tile streams its 128-row weight slice and its scale
+    factors through the pipeline however few tokens it holds. So a short
+    block pays it for few rows. Memory: the touched experts' weights once,
+    the real pairs' rows."""
     tiles = rows / block * np.ceil(n / bn)
     waves = np.maximum(np.ceil(tiles / num_sms), 1.0)
     t_c = waves * 2.0 * (block + p.m_half) * bn * k / (peak * p.eta_compute / num_sms)
@@ -270,12 +298,15 @@ def rank_time(pairs_all, pairs_local, active_local, hidden, inter_local, fmt: Qu
     align = getattr(params, "width_align", 1)
     if align > 1:   # the kernel's whole blocks of expert width (MoeParams.width_align)
         inter_local = np.ceil(np.asarray(inter_local, dtype=float) / align) * align
+    h_align = getattr(params, "hidden_align", 1)
+    if h_align > 1:   # the weights and activations padded to whole blocks of hidden (MoeParams.hidden_align)
+        hidden = np.ceil(np.asarray(hidden, dtype=float) / h_align) * h_align
     n_up = (np.where(gated, 2, 1) if isinstance(gated, np.ndarray) else (2 if gated else 1)) * inter_local
     if getattr(params, "row_padding", False):
         if rows_local is None or row_blocks is None or not num_sms:
             raise ValueError("the MoE row-padding form needs the padded rows, their block and num_sms")
         gemms = sum(_row_block_gemm_time(pairs_local, rows_local, active_local, row_blocks, n, k, peak, bw, params,
-                                         fmt.weight_bytes, fmt.act_bytes, num_sms)
+                                         fmt.weight_bytes, fmt.act_bytes, num_sms, float(params.tile_n))
                     for n, k in ((n_up, hidden), (hidden, inter_local)))
     else:
         gemms = (_grouped_gemm_time(pairs_local, active_local, n_up, hidden, peak, bw, params, fmt.weight_bytes,
@@ -337,7 +368,7 @@ def moe_layer_time(tokens, shape: MoeShape, dtype: str, gpu: HardwareProfile, pa
         active_experts = expected_active_experts(t, shape.num_experts, shape.topk)
     rows = block = None
     if getattr(params, "row_padding", False):
-        block = row_block(pairs_all, shape.local_experts)
+        block = row_block(pairs_all, shape.local_experts, params.token_tiles)
         rows = expected_padded_rows(t, shape.num_experts, shape.topk, shape.ep, block)
     with np.errstate(invalid="ignore", divide="ignore"):
         total = rank_time(pairs_all, pairs_all / shape.ep, active_experts / shape.ep, shape.hidden_size,

@@ -94,6 +94,9 @@ class MoeParams(RooflineParams):
     multiple costs as the next multiple (FlashInfer's TRT-LLM MoE kernels:
     128, their BlockMajorK weight layout; vLLM pads the weights to it). A
     property of the kernel, set by the calibration, not fitted. 1 = none.
+    ``hidden_align``: the same for the hidden size, weights and activations
+    alike (vLLM pads MXFP4 experts on Blackwell's FlashInfer TRT-LLM
+    kernels to 256). 1 = none.
     ``row_padding``: the kernel computes each expert's rows in whole blocks
     whose height it picks from the tokens per expert it expects, so the
     grouped GEMMs run on the padded rows, not the routed pairs (OpenAI's
@@ -109,6 +112,16 @@ class MoeParams(RooflineParams):
     only for that family (with expert-parallel rows), 0 elsewhere. With
     ``row_padding`` the GEMMs' ``m_half`` counts rows per output tile, not
     per expert (:func:`simulator.costmodel.moe.rank_time`).
+    ``token_tiles``: with ``row_padding``, the kernel's ladder of token
+    tiles, ascending (FlashInfer's TRT-LLM-gen kernels: the block is the
+    tile their launcher runs by default for the pairs per expert it
+    expects, :func:`simulator.costmodel.moe.row_block`; a single entry is a
+    fixed tile, FlashInfer's CUTLASS kernels' 128 rows); empty for
+    ``matmul_ogs``'s own rule. ``tile_n``: with ``row_padding``, the
+    output columns of one tile (``matmul_ogs`` on Hopper's MXFP4 layout:
+    256; TRT-LLM-gen: 128 weight rows, their operands swapped; FlashInfer's
+    CUTLASS kernels: 16 on Hopper, 64 or 128 on Blackwell). Set by the
+    calibration, not fitted.
     """
 
     pair_ns: float = Field(default=0.0, ge=0)
@@ -119,7 +132,10 @@ class MoeParams(RooflineParams):
     unaligned_compute: float = Field(default=0.0, ge=0)
     unaligned_memory: float = Field(default=0.0, ge=0)
     width_align: int = Field(default=1, ge=1)
+    hidden_align: int = Field(default=1, ge=1)
     row_padding: bool = False
+    token_tiles: tuple[int, ...] = ()
+    tile_n: int = Field(default=256, ge=1)
     ep_routing_us: float = Field(default=0.0, ge=0)
     local_pair_traffic: float = Field(default=0.0, ge=0)
 
