@@ -24,12 +24,10 @@ beside it to show that the two engines did the same work.
 from __future__ import annotations
 
 import argparse
-import gc
 import json
 import os
 import statistics
 import sys
-import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -40,6 +38,9 @@ except ImportError:
 
 from simulator.runner import simulate  # noqa: E402
 from simulator.scenario.schema import Scenario  # noqa: E402
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from engine_speed import run_llmsim  # noqa: E402  (one timed simulate(), wall and CPU)
 
 CONCURRENCY = 128
 ENGINE = {"max_num_seqs": 256, "max_num_batched_tokens": 8192, "chunked_prefill": True, "block_size": 16,
@@ -66,17 +67,6 @@ def scenario(model: str, dtype: str, gpu: str, tp: int, ep: int, n: int) -> Scen
     })
 
 
-def timed(sc: Scenario) -> dict:
-    """One simulate() call: simulated requests per CPU-second, and the work it did."""
-    gc.collect()
-    c = time.process_time()
-    out = simulate(sc)
-    cpu = time.process_time() - c
-    ll = out.results["llmsim"]
-    n = len(out.requests)
-    return {"cpu_rate": n / cpu, "mean_batch": ll["mean_batch_size"], "iterations_per_request": ll["iterations"] / n}
-
-
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--quick", action="store_true", help="5x fewer requests")
@@ -90,8 +80,8 @@ def main(argv: list[str] | None = None) -> int:
         simulate(scenario(dense, ddt, gpu, tp, 1, 50))
     for _ in range(args.repeats):
         for moe, mdt, dense, ddt, gpu, tp, ep in PAIRS:
-            m = timed(scenario(moe, mdt, gpu, tp, ep, n))
-            d = timed(scenario(dense, ddt, gpu, tp, 1, n))
+            m = run_llmsim(scenario(moe, mdt, gpu, tp, ep, n))
+            d = run_llmsim(scenario(dense, ddt, gpu, tp, 1, n))
             runs[moe].append((m, d))
     print(f"closed loop at concurrency {CONCURRENCY}, {n:,} ShareGPT-like requests, "
           f"median of {args.repeats} interleaved repeats (load average at the end {os.getloadavg()[0]:.1f})")
@@ -100,17 +90,17 @@ def main(argv: list[str] | None = None) -> int:
     rows = []
     for moe, mdt, dense, ddt, gpu, tp, ep in PAIRS:
         pairs = runs[moe]
-        ratio = statistics.median(m["cpu_rate"] / d["cpu_rate"] for m, d in pairs)
-        m_rate = statistics.median(m["cpu_rate"] for m, _ in pairs)
-        d_rate = statistics.median(d["cpu_rate"] for _, d in pairs)
+        ratio = statistics.median(m["cpu"] / d["cpu"] for m, d in pairs)
+        m_rate = statistics.median(m["cpu"] for m, _ in pairs)
+        d_rate = statistics.median(d["cpu"] for _, d in pairs)
         m0, d0 = pairs[0]
+        per_request = [m0["iterations"] / m0["requests"], d0["iterations"] / d0["requests"]]
         row = {"moe": moe, "dense": dense, "gpu": gpu, "tp": tp, "ep": ep, "moe_rate": m_rate, "dense_rate": d_rate,
-               "ratio": ratio, "mean_batch": [m0["mean_batch"], d0["mean_batch"]],
-               "iterations_per_request": [m0["iterations_per_request"], d0["iterations_per_request"]]}
+               "ratio": ratio, "mean_batch": [m0["mean_batch"], d0["mean_batch"]], "iterations_per_request": per_request}
         rows.append(row)
         print(f"{moe:<22}{dense:<16}{f'{gpu} tp{tp} ep{ep}':<16}{m_rate:>14,.0f}{d_rate:>16,.0f}{ratio:>7.2f}"
               f"{m0['mean_batch']:>9.1f} / {d0['mean_batch']:<6.1f}"
-              f"{m0['iterations_per_request']:>11.2f} / {d0['iterations_per_request']:<7.2f}")
+              f"{per_request[0]:>11.2f} / {per_request[1]:<7.2f}")
     if args.json:
         print(json.dumps(rows, indent=2))
     return 0

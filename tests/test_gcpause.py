@@ -47,12 +47,13 @@ def test_a_run_leaves_no_cyclic_garbage(case):
     gc.collect()
     with gc_paused():     # else the first allocation after the run collects them
         out = simulate(sc, source=path)
-        gc.set_debug(gc.DEBUG_SAVEALL)
+        flags = gc.get_debug()
+        gc.set_debug(flags | gc.DEBUG_SAVEALL)
         try:
             found = gc.collect()
             kinds = Counter(type(o).__name__ for o in gc.garbage).most_common(8)
         finally:
-            gc.set_debug(0)
+            gc.set_debug(flags)
             gc.garbage.clear()
     n = len(out.requests)
     assert n > 800
