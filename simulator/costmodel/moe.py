@@ -29,6 +29,7 @@ communication, priced with the parallel layout.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from functools import lru_cache
 
 import numpy as np
 from scipy.special import gammaln
@@ -247,10 +248,13 @@ def _row_block_gemm_time(pairs, rows, active, block, n, k, peak: float, bw: floa
     return blend(t_c, active * nbytes / (bw * p.eta_memory), p.sharpness) + p.fixed_us * _US
 
 
+@lru_cache(maxsize=256)
 def unaligned_params(p: RooflineParams) -> RooflineParams | None:
     """The GEMM parameters of a grouped GEMM on the narrow-load path (reduction
     width not a multiple of :data:`K_ALIGN`), or None when ``p`` prices it as
-    an aligned one (both slowdowns 0)."""
+    an aligned one (both slowdowns 0). Cached: the parameters are frozen, and
+    every grouped GEMM the engine prices asks for them, where building the
+    copy cost about a tenth of a cold cost-model fill."""
     s_c, s_m = getattr(p, "unaligned_compute", 0.0), getattr(p, "unaligned_memory", 0.0)
     if not (s_c or s_m):
         return None
