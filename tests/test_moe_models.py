@@ -10,10 +10,10 @@ import math
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 
-from simulator.costmodel import CostModel
+from simulator.costmodel import CostModel, moe
 from simulator.errors import LlmsimError
 from simulator.memory import plan_memory
 from simulator.parallelism import Parallelism, replica_weight_bytes, weight_bytes_per_gpu
@@ -199,15 +199,32 @@ def test_one_expert_top1_is_the_dense_model(name, tp, step, wd):
 
 # --- routed experts: weights read per step -------------------------------------------------
 
+def _same_row_block(p, shape, lo: int, hi: int) -> bool:
+    """Whether a row-padding kernel runs ``lo`` and ``hi`` tokens in one row block (always, without row padding)."""
+    if not getattr(p, "row_padding", False):
+        return True
+    blocks = [float(moe.row_block(t * shape.topk, shape.local_experts, p.token_tiles)) for t in (lo, hi)]
+    return blocks[0] == blocks[1]
+
+
 @PROPS
 @given(name=st.sampled_from(MOE), t1=st.integers(1, 20000), t2=st.integers(1, 20000))
+@example(name="deepseek-v3", t1=315, t2=513)   # B200's token tile switches from 8 to 16 rows between them
+@example(name="deepseek-v3", t1=520, t2=700)   # one tile: time must grow
 def test_expert_weights_read_grow_with_tokens_and_saturate(name, t1, t2):
     m = load_model(name)
     tp = 8 if name in ("deepseek-v3", "qwen3-235b-a22b") else 2
     ops = CostModel(m, B200, tp, "fp8").ops
     lo, hi = sorted((t1, t2))
     assert ops.flops_bytes(lo)[1] <= ops.flops_bytes(hi)[1] * (1 + 1e-12)
-    assert ops.routed_time(lo) <= ops.routed_time(hi) * (1 + 1e-12)
+    # Time grows with tokens while the kernel runs the same row block. A
+    # kernel that picks a taller token tile for more tokens (FlashInfer's
+    # TRT-LLM-gen on B200) may get faster across the switch, as the measured
+    # kernels do (moe.csv.gz: B200 DeepSeek-V3 layer, moe_tp 1, 2.08 ms at
+    # 512 tokens, 1.93 ms at 768), so across blocks only the bytes must grow.
+    p, shape = ops.moe_params, ops.moe
+    if _same_row_block(p, shape, lo, hi):
+        assert ops.routed_time(lo) <= ops.routed_time(hi) * (1 + 1e-12)
     experts = m.expert_weight_bytes("fp8") / tp
     rest = (m.linear_params * 1.0 - m.expert_weight_bytes("bf16") / 2) / tp
     saturated = ops.flops_bytes(10**7)[1]
