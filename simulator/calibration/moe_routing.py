@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import math
 import zlib
+from functools import lru_cache
 
 import numpy as np
 import pandas as pd
@@ -209,11 +210,16 @@ def rank0_routing(tokens: int, num_experts: int, topk: int, ep: int, distributio
     return s[0], s[1]
 
 
+@lru_cache(maxsize=None)
 def rank0_stats(tokens: int, num_experts: int, topk: int, ep: int, distribution: str,
                 groups: tuple[int, int] | None = None) -> tuple[float, ...]:
     """:func:`rank0_routing`, then the rows rank 0's grouped GEMMs compute in
     a kernel that pads each expert's pairs to a row block, one per
-    :data:`PADDED_BLOCKS`, averaged over the draws."""
+    :data:`PADDED_BLOCKS`, averaged over the draws. Cached: the draws are
+    seeded by the row's own keys, so a row's statistics never change, and a
+    process that loads the tables again (the calibration per GPU, the test
+    suite per module) would otherwise redraw every router for tens of
+    seconds."""
     return _summary(rank0_counts(tokens, num_experts, topk, ep, distribution, groups))
 
 
