@@ -141,11 +141,12 @@ def test_unaligned_term_fitted_only_from_triton_rows():
 
 
 def test_ep_splits_the_work_of_a_large_batch():
-    """With every expert busy, ep ranks each do ~1/ep of the expert GEMMs."""
+    """With every expert busy, ep ranks each do ~1/ep of the expert GEMMs:
+    the busiest rank's share of 131,072 pairs exceeds the mean by about 1 %."""
     gpu, p = GPUS["h100-sxm"], MoeParams(eta_compute=0.7, eta_memory=0.8)
     one = M.moe_layer_time(16384, M.MoeShape(7168, 2048, 256, 8), "fp8_block", gpu, p)
     eight = M.moe_layer_time(16384, M.MoeShape(7168, 2048, 256, 8, ep=8), "fp8_block", gpu, p)
-    assert eight == pytest.approx(one / 8, rel=1e-6)
+    assert one / 8 < eight < one / 8 * 1.02
 
 
 def test_tile_grid_spans_every_pair_and_expert():

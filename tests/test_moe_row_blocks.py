@@ -15,6 +15,7 @@ from simulator.calibration import moe_mla
 from simulator.calibration.fit import ape, moe_kernel_constants, space
 from simulator.calibration.moe_routing import padded_column
 from simulator.costmodel import moe as M
+from simulator.costmodel.busiest_rank import busiest_rank_load
 from simulator.profiles import load_hardware
 from simulator.profiles.hardware import MoeParams
 
@@ -77,8 +78,9 @@ def test_the_kernels_properties_are_set_not_fitted():
 
 def test_engine_prices_the_padding_a_uniform_router_leaves():
     """moe_layer_time with ``row_padding`` is rank_time at the expected
-    padded rows and the kernel's row block; without padding set, the form
-    is the grouped roofline it was."""
+    padded rows and the kernel's row block (at ep > 1 the busiest rank's:
+    its pairs and experts, the mean rank's padded rows scaled by its load);
+    without padding set, the form is the grouped roofline it was."""
     gpu = load_hardware("h100-sxm")
     p = MoeParams(eta_compute=0.9, eta_memory=0.9, sharpness=2.0, fixed_us=5.0, m_half=50.0, layer_fixed_us=10.0,
                   width_align=64, row_padding=True, ep_routing_us=15.0, local_pair_traffic=1.0)
@@ -88,8 +90,9 @@ def test_engine_prices_the_padding_a_uniform_router_leaves():
         for tokens in (1, 100, 6144):
             pairs = tokens * 4.0
             block = M.row_block(pairs, 128 // ep)
-            rows = M.expected_padded_rows(tokens, 128, 4, ep, block)
-            want = M.rank_time(pairs, pairs / ep, float(M.expected_active_experts(tokens, 128, 4)) / ep, 2880, 2880,
+            busy_pairs, busy_experts = busiest_rank_load(tokens, 128, 4, ep)
+            rows = M.expected_padded_rows(tokens, 128, 4, ep, block) * busy_pairs / (pairs / ep)
+            want = M.rank_time(pairs, busy_pairs, busy_experts, 2880, 2880,
                                fmt, M.peak_flops("w4a16_mxfp4", gpu), gpu.hbm_bandwidth, p, True, gpu.num_sms, 128,
                                tokens, rows, block, ep)
             assert M.moe_layer_time(tokens, shape, "w4a16_mxfp4", gpu, p) == pytest.approx(float(want), rel=1e-12)

@@ -37,6 +37,7 @@ from scipy.special import gammaln
 from ..dtypes import QUANT_FORMATS, QuantFormat, quant_format_name
 from ..errors import LlmsimError
 from ..profiles.hardware import HardwareProfile, MoeParams, RooflineParams
+from .busiest_rank import busiest_rank_load
 from .components import gemm_flops_bytes, gemm_time
 from .roofline import blend
 
@@ -355,12 +356,16 @@ def moe_layer_time(tokens, shape: MoeShape, dtype: str, gpu: HardwareProfile, pa
     """Seconds of one MoE layer's routed experts on one GPU of the group.
 
     ``tokens``: tokens entering the layer on this rank (before routing).
-    Routed pairs landing on this rank's experts: tokens · k / ep in
-    expectation; distinct local experts touched: ``expected_active_experts``
-    / ep (or ``active_experts`` over the whole model, if the caller knows
-    better, e.g. a skewed router; a kernel that pads each expert's rows,
-    ``params.row_padding``, is priced at the padding a uniform router
-    leaves). Zero tokens cost nothing.
+    Without expert parallelism the rank holds every expert's shard: routed
+    pairs tokens · k, distinct experts ``expected_active_experts``. With
+    ``ep > 1`` the layer waits for its busiest rank: the pairs and distinct
+    experts the busiest of the ``ep`` ranks draws from a uniform router
+    (:func:`.busiest_rank.busiest_rank_load`), and a row-padding kernel
+    (``params.row_padding``) pads that rank's rows as it pads the mean
+    rank's, scaled by its load. ``active_experts`` (over the whole model):
+    a caller that knows its router better (a skewed one) gives the distinct
+    experts, and each rank is then priced at its mean share. Zero tokens
+    cost nothing.
     """
     fmt = dtype_info(dtype)
     peak = peak_flops(dtype, gpu)
@@ -368,14 +373,21 @@ def moe_layer_time(tokens, shape: MoeShape, dtype: str, gpu: HardwareProfile, pa
     if not isinstance(t, np.ndarray) and t <= 0:
         return 0.0
     pairs_all = t * shape.topk
-    if active_experts is None:
-        active_experts = expected_active_experts(t, shape.num_experts, shape.topk)
+    if active_experts is None and shape.ep > 1:
+        load = [busiest_rank_load(float(x), shape.num_experts, shape.topk, shape.ep) for x in np.atleast_1d(t)]
+        pairs_rank, active_rank = (np.array(v) if isinstance(t, np.ndarray) else v[0] for v in zip(*load))
+    else:
+        if active_experts is None:
+            active_experts = expected_active_experts(t, shape.num_experts, shape.topk)
+        pairs_rank, active_rank = pairs_all / shape.ep, active_experts / shape.ep
     rows = block = None
     if getattr(params, "row_padding", False):
         block = row_block(pairs_all, shape.local_experts, params.token_tiles)
-        rows = expected_padded_rows(t, shape.num_experts, shape.topk, shape.ep, block)
+        with np.errstate(invalid="ignore", divide="ignore"):
+            rows = (expected_padded_rows(t, shape.num_experts, shape.topk, shape.ep, block)
+                    * np.where(pairs_all > 0, pairs_rank / (pairs_all / shape.ep), 1.0))
     with np.errstate(invalid="ignore", divide="ignore"):
-        total = rank_time(pairs_all, pairs_all / shape.ep, active_experts / shape.ep, shape.hidden_size,
+        total = rank_time(pairs_all, pairs_rank, active_rank, shape.hidden_size,
                           shape.local_intermediate, fmt, peak, gpu.hbm_bandwidth, params, shape.gated, gpu.num_sms,
                           shape.num_experts, t, rows, block, shape.ep)
     if isinstance(t, np.ndarray):
