@@ -237,11 +237,19 @@ def _row_block_gemm_time(pairs, rows, active, block, n, k, peak: float, bw: floa
     ``matmul_ogs`` tile upconverts its whole weight slice to bf16 before its
     MMAs; a TRT-LLM-gen tile streams its 128-row weight slice and its scale
     factors through the pipeline however few tokens it holds. So a short
-    block pays it for few rows. Memory: the touched experts' weights once,
-    the real pairs' rows."""
+    block pays it for few rows. ``pad_row_cost``: each padding row of a
+    tile (``rows`` beyond ``pairs``, spread over the tiles) adds that many
+    rows of MMA time to the tile (FlashInfer's CUTLASS kernels on Hopper: an
+    expert's last, part-filled tile takes longer the emptier it is).
+    Memory: the touched experts' weights once, the real pairs' rows."""
     tiles = rows / block * np.ceil(n / bn)
     waves = np.maximum(np.ceil(tiles / num_sms), 1.0)
-    t_c = waves * 2.0 * (block + p.m_half) * bn * k / (peak * p.eta_compute / num_sms)
+    tile_rows = block + p.m_half
+    pad_cost = getattr(p, "pad_row_cost", 0.0)
+    if pad_cost:
+        safe_rows = np.where(rows > 0, rows, 1.0) if isinstance(rows, np.ndarray) else (rows or 1.0)
+        tile_rows = tile_rows + pad_cost * block * np.maximum(rows - pairs, 0.0) / safe_rows
+    t_c = waves * 2.0 * tile_rows * bn * k / (peak * p.eta_compute / num_sms)
     safe = np.where(active > 0, active, 1.0) if isinstance(active, np.ndarray) else (active or 1.0)
     _, nbytes = gemm_flops_bytes(pairs / safe, n, k, wbytes, abytes)
     return blend(t_c, active * nbytes / (bw * p.eta_memory), p.sharpness) + p.fixed_us * _US
