@@ -44,7 +44,7 @@ from . import scalar
 from .alltoall import alltoall_time
 from .mla import (MlaShape, mla_decode_fixed, mla_decode_per_context, mla_decode_per_seq, mla_decode_time,
                   mla_module_decode_time, mla_prefill_flops_bytes, mla_token_time, mla_projection_time)
-from .moe import MoeShape, RunningMaxLayerTime, dtype_info, expected_active_experts, moe_layer_time
+from .moe import MoeShape, dtype_info, expected_active_experts, moe_layer_time, running_max_layer_time
 from .roofline import blend
 
 if TYPE_CHECKING:
@@ -122,7 +122,7 @@ class LayoutOps:
         # With its experts split across GPUs a stack may run another kernel
         # (calibration.moe_ep), as vLLM does for block-FP8 on Hopper.
         self.moe_params = cal.moe_for(self.fmt, par.ep) or _dense_gemm_for(self.fmt, cal.gemm, gpu)
-        self._routed_max = (RunningMaxLayerTime(self.moe, self.fmt, gpu, self.moe_params)
+        self._routed_max = (running_max_layer_time(self.moe, self.fmt, gpu, self.moe_params)
                             if self.moe is not None and getattr(self.moe_params, "pad_row_cost", 0.0) else None)
         self.topk = m.topk
         # Elementwise bytes per rank token (norms, residuals, dense and shared

@@ -417,5 +417,21 @@ class RunningMaxLayerTime:
         return float(self._env[tokens - 1])
 
 
-__all__ = ["DTYPES", "MoeParams", "MoeShape", "RunningMaxLayerTime", "dtype_info", "expected_active_experts", "expected_padded_rows",
-           "moe_dtype", "moe_layer_time", "padded_rows", "peak_flops", "rank_time", "row_block"]
+_RUNNING_MAX: dict[tuple, RunningMaxLayerTime] = {}
+
+
+def running_max_layer_time(shape: MoeShape, dtype: str, gpu: HardwareProfile,
+                           params: RooflineParams) -> RunningMaxLayerTime:
+    """The :class:`RunningMaxLayerTime` of this layer, shared by every cost
+    model that prices it (a capacity search builds many; the envelope of a
+    long prefill takes a second or two to build)."""
+    key = (shape, moe_dtype(dtype), gpu.model_dump_json(), params.model_dump_json())
+    env = _RUNNING_MAX.get(key)
+    if env is None:
+        env = _RUNNING_MAX[key] = RunningMaxLayerTime(shape, dtype, gpu, params)
+    return env
+
+
+__all__ = ["DTYPES", "MoeParams", "MoeShape", "RunningMaxLayerTime", "dtype_info", "expected_active_experts",
+           "expected_padded_rows", "moe_dtype", "moe_layer_time", "padded_rows", "peak_flops", "rank_time",
+           "row_block", "running_max_layer_time"]
