@@ -127,11 +127,13 @@ MOE_OGS = ("ep_routing_us", "local_pair_traffic")
 TRITON_MOE_KERNEL = "_triton_tritonexperts"
 _MOE_START = dict(eta_compute=0.6, eta_memory=0.8, sharpness=4.0, fixed_us=5.0, m_half=16.0, pair_ns=1.0,
                   pair_traffic=0.5, layer_fixed_us=10.0, tile_us=0.5, expert_us=1.0, token_traffic=0.5,
-                  unaligned_compute=0.5, unaligned_memory=0.5, ep_routing_us=10.0, local_pair_traffic=0.5)
+                  unaligned_compute=0.5, unaligned_memory=0.5, ep_routing_us=10.0, local_pair_traffic=0.5,
+                  pad_row_cost=1.0)
 _MOE_LO = dict(eta_compute=0.02, eta_memory=0.02, sharpness=1.0)
 _MOE_HI = dict(eta_compute=1.0, eta_memory=1.0, sharpness=64.0, fixed_us=200.0, m_half=4096.0, pair_ns=1000.0,
                pair_traffic=10.0, layer_fixed_us=500.0, tile_us=100.0, expert_us=100.0,
-               token_traffic=20.0, unaligned_compute=20.0, unaligned_memory=20.0, ep_routing_us=500.0, local_pair_traffic=10.0)
+               token_traffic=20.0, unaligned_compute=20.0, unaligned_memory=20.0, ep_routing_us=500.0, local_pair_traffic=10.0,
+               pad_row_cost=50.0)
 
 
 # The collector's kernel_source part of FlashInfer's TRT-LLM MoE kernels.
@@ -180,6 +182,15 @@ CUTLASS_MOE_KERNEL = "_flashinfer_cutlass_"
 # otherwise (get_candidate_configs_sm100_dynamic_cluster_shape) — in
 # cutlass_kernels/cutlass_heuristic.cpp.
 CUTLASS_TOKEN_TILE = 128
+# Fitted for the grouped GEMM of FlashInfer's CUTLASS kernels on Hopper
+# (TMA warp-specialised, 128x16 tile): an expert's last, part-filled tile
+# takes longer the emptier it is (MoeParams.pad_row_cost); held at 0
+# elsewhere. Block FP8 is not that GEMM: its DeepSeek block-scale runner
+# (CutlassFp8BlockScaleGemmRunner in cutlass_fused_moe_kernels.cuh) replaces
+# it for both GEMMs.
+MOE_PAD = ("pad_row_cost",)
+CUTLASS_PAD_TILE_N = (16,)
+CUTLASS_BLOCKSCALE_FORMATS = ("fp8_block",)
 CUTLASS_TILE_N = {90: {"": 16}, 100: {"nvfp4": 64, "": 128}}
 # The compute capability of each measured GPU (the CUTLASS tile depends on it).
 SM_VERSION = {"h100-sxm": 90, "h200": 90, "b200": 100}
@@ -247,6 +258,9 @@ def space(family: str, df: pd.DataFrame, gemm_form: str = "waves") -> Space:
         if constants.get("row_padding") and (df["moe_ep"] > 1).any():
             # TRT-LLM-gen routes every layout in one kernel: no extra kernels at ep > 1.
             names = names + tuple(n for n in MOE_OGS if not (constants.get("token_tiles") and n == "ep_routing_us"))
+        if (constants.get("token_tiles") == (CUTLASS_TOKEN_TILE,) and constants.get("tile_n") in CUTLASS_PAD_TILE_N
+                and _one(df, "moe_dtype") not in CUTLASS_BLOCKSCALE_FORMATS):
+            names = names + MOE_PAD
         return _roofline_space(
             names, tuple(_MOE_START[n] for n in names), tuple(_MOE_LO.get(n, 0.0) for n in names),
             tuple(_MOE_HI[n] for n in names), MoeParams, **constants)

@@ -66,7 +66,8 @@ DSV3 = dict(kv_lora_rank=512, qk_rope_head_dim=64, qk_nope_head_dim=128, v_head_
 # A second start for the MoE search (slow, compute-poor kernels end far from the first).
 _MOE_STARTS = (dict(eta_compute=0.3, eta_memory=0.8, sharpness=8.0, fixed_us=8.0, m_half=64.0, pair_ns=2.0,
                     pair_traffic=1.5, layer_fixed_us=15.0, tile_us=0.5, expert_us=1.0, token_traffic=0.5,
-                    unaligned_compute=1.0, unaligned_memory=1.0, ep_routing_us=20.0, local_pair_traffic=1.0),)
+                    unaligned_compute=1.0, unaligned_memory=1.0, ep_routing_us=20.0, local_pair_traffic=1.0,
+                    pad_row_cost=1.0),)
 _REFIT_NFEV = 100
 # Rows a fit sees at most (a seeded random subset; errors are always
 # measured on every row): the fit's cost is linear in rows, and a few

@@ -44,7 +44,7 @@ from . import scalar
 from .alltoall import alltoall_time
 from .mla import (MlaShape, mla_decode_fixed, mla_decode_per_context, mla_decode_per_seq, mla_decode_time,
                   mla_module_decode_time, mla_prefill_flops_bytes, mla_token_time, mla_projection_time)
-from .moe import MoeShape, dtype_info, expected_active_experts, moe_layer_time
+from .moe import MoeShape, dtype_info, expected_active_experts, moe_layer_time, running_max_layer_time
 from .roofline import blend
 
 if TYPE_CHECKING:
@@ -122,6 +122,8 @@ class LayoutOps:
         # With its experts split across GPUs a stack may run another kernel
         # (calibration.moe_ep), as vLLM does for block-FP8 on Hopper.
         self.moe_params = cal.moe_for(self.fmt, par.ep) or _dense_gemm_for(self.fmt, cal.gemm, gpu)
+        self._routed_max = (running_max_layer_time(self.moe, self.fmt, gpu, self.moe_params)
+                            if self.moe is not None and getattr(self.moe_params, "pad_row_cost", 0.0) else None)
         self.topk = m.topk
         # Elementwise bytes per rank token (norms, residuals, dense and shared
         # activations) and per routed pair landing on a GPU (expert
@@ -166,6 +168,8 @@ class LayoutOps:
         """All MoE layers' routed experts for the replica's ``tokens``."""
         if self.moe is None or tokens <= 0:
             return 0.0
+        if self._routed_max is not None:
+            return self.n_moe * self._routed_max(tokens)
         return self.n_moe * float(moe_layer_time(tokens, self.moe, self.fmt, self.cm.gpu, self.moe_params))
 
     def linear_time(self, tokens: int) -> float:

@@ -121,7 +121,12 @@ class MoeParams(RooflineParams):
     output columns of one tile (``matmul_ogs`` on Hopper's MXFP4 layout:
     256; TRT-LLM-gen: 128 weight rows, their operands swapped; FlashInfer's
     CUTLASS kernels: 16 on Hopper, 64 or 128 on Blackwell). Set by the
-    calibration, not fitted.
+    calibration, not fitted. ``pad_row_cost``: with ``row_padding``, rows
+    of MMA time each padding row (an expert's tile rows beyond its pairs)
+    adds to its tile: FlashInfer's CUTLASS grouped GEMM on Hopper runs an
+    expert's last, part-filled tile longer the emptier it is (a tile of
+    one real row takes about twice a full one). Fitted for that kernel
+    only, 0 elsewhere.
     """
 
     pair_ns: float = Field(default=0.0, ge=0)
@@ -138,6 +143,7 @@ class MoeParams(RooflineParams):
     tile_n: int = Field(default=256, ge=1)
     ep_routing_us: float = Field(default=0.0, ge=0)
     local_pair_traffic: float = Field(default=0.0, ge=0)
+    pad_row_cost: float = Field(default=0.0, ge=0)
 
 
 class AllReduceParams(_Strict):
