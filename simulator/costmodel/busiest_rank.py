@@ -69,6 +69,7 @@ def expected_max_binomial(n: float, p: float, ranks: int) -> float:
     return min(float(n), float(lo + np.sum(1.0 - cdf ** ranks)))
 
 
+@lru_cache(maxsize=1 << 16)
 def busiest_rank_load(tokens: float, num_experts: int, topk: int, ep: int) -> tuple[float, float]:
     """(routed pairs, distinct local experts) of the busiest of ``ep`` ranks.
 
@@ -76,6 +77,8 @@ def busiest_rank_load(tokens: float, num_experts: int, topk: int, ep: int) -> tu
     with probability 1/ep. Experts: each of a rank's ``E/ep`` experts is
     touched with probability 1 − (1 − k/E)^tokens (as
     :func:`.moe.expected_active_experts`). At ``ep = 1`` both are the means.
+    Cached: every cost model of a capacity search with this layer asks for
+    the same token counts.
     """
     pairs = tokens * topk
     local = num_experts // ep
