@@ -201,8 +201,9 @@ def markdown(res: dict, cmd: str) -> str:
              "By concurrency and by input length:", "",
              md(signed_pivot(errors, ["stack", "c_band"])), "", md(signed_pivot(errors, ["stack", "isl_band"])), "",
              "TTFT at low load (C ≤ 4, no queue to speak of; median ms):", "", md(low_load(errors)), "",
-             "Prefill work against the measured round (C distinct prompts prefilled one at a time at llmsim's "
-             "kernel speeds, over TTFT + (OSL − 1)·TPOT measured; the eight groups of highest share). Above 1 "
+             "Prefill work against the measured round (C distinct prompts prefilled at llmsim's kernel speeds in "
+             "as few iterations as the row's token budget allows, over TTFT + (OSL − 1)·TPOT measured; the "
+             "eight groups of highest share). Above 1 "
              "the run cannot have prefilled C distinct prompts per round: its prompts were reused (prefix-cache "
              "hits), which a replay of distinct prompts does not reproduce:", "",
              md(work_check(errors), floatfmt="{:.2f}"), "",

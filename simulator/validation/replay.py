@@ -67,15 +67,42 @@ def _cost_model(row: Row) -> CostModel:
 
 
 def prefill_share(row: Row) -> float:
-    """The GPU time C distinct prompts take to prefill (one at a time, at
-    llmsim's kernel speeds), over the measured round (TTFT + (OSL − 1)·TPOT):
-    above 1, the measured loop prefilled less than C distinct prompts per
-    round -- its prompts were reused (prefix-cache hits) -- or its prefills
-    ran faster than the kernel calibration allows."""
+    """The GPU time C distinct prompts take to prefill (packed into as few
+    iterations as the row's token budget allows, at llmsim's kernel speeds),
+    over the measured round (TTFT + (OSL − 1)·TPOT): above 1, the measured
+    loop prefilled less than C distinct prompts per round -- its prompts were
+    reused (prefix-cache hits) -- or its prefills ran faster than the kernel
+    calibration allows. Packed, not one at a time: a loop that batches
+    several prompts into one iteration reads the weights once for all of
+    them (Llama-3.2-1B, 2,048-token prompts on H100: 4 in one iteration take
+    16 % less than 4 alone)."""
     assert row.concurrency is not None
     ttft, tpot = row.measured["ttft_mean_ms"], row.measured["tpot_mean_ms"]
     round_s = (ttft + (row.osl - 1) * tpot) * 1e-3
-    return row.concurrency * _cost_model(row).step_time([(row.isl, 0)]) / round_s
+    engine = scenario_for(row).pools[0].engine
+    return packed_prefill_seconds(_cost_model(row), row.isl, row.concurrency, engine.max_num_batched_tokens,
+                                  engine.chunked_prefill) / round_s
+
+
+def packed_prefill_seconds(cm: CostModel, isl: int, prompts: int, budget: int, split: bool) -> float:
+    """``prompts`` distinct prompts of ``isl`` tokens in iterations of at most
+    ``budget`` tokens: split across iterations to fill each one
+    (``split``, chunked prefill), else whole prompts, at least one per
+    iteration."""
+    if not split:
+        per = max(1, budget // isl)
+        full, rest = divmod(prompts, per)
+        return full * cm.step_time([(isl, 0)] * per) + (cm.step_time([(isl, 0)] * rest) if rest else 0.0)
+    total, chunks, room = 0.0, [], budget
+    for _ in range(prompts):
+        done = 0
+        while done < isl:
+            take = min(isl - done, room)
+            chunks.append((take, done))
+            done, room = done + take, room - take
+            if room == 0:
+                total, chunks, room = total + cm.step_time(chunks), [], budget
+    return total + (cm.step_time(chunks) if chunks else 0.0)
 
 
 def _cycle_seconds(row: Row) -> float:
