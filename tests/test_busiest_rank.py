@@ -8,7 +8,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.costmodel import moe as M
-from simulator.costmodel.busiest_rank import busiest_rank_load, expected_max_binomial
+from simulator.costmodel.busiest_rank import expected_max_binomial
+from simulator.costmodel.moe import busiest_rank_load
 from simulator.profiles import load_hardware
 
 H200 = load_hardware("h200")

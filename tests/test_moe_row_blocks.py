@@ -15,7 +15,6 @@ from simulator.calibration import moe_mla
 from simulator.calibration.fit import ape, moe_kernel_constants, space
 from simulator.calibration.moe_routing import padded_column
 from simulator.costmodel import moe as M
-from simulator.costmodel.busiest_rank import busiest_rank_load
 from simulator.profiles import load_hardware
 from simulator.profiles.hardware import MoeParams
 
@@ -90,7 +89,7 @@ def test_engine_prices_the_padding_a_uniform_router_leaves():
         for tokens in (1, 100, 6144):
             pairs = tokens * 4.0
             block = M.row_block(pairs, 128 // ep)
-            busy_pairs, busy_experts = busiest_rank_load(tokens, 128, 4, ep)
+            busy_pairs, busy_experts = M.busiest_rank_load(tokens, 128, 4, ep)
             rows = M.expected_padded_rows(tokens, 128, 4, ep, block) * busy_pairs / (pairs / ep)
             want = M.rank_time(pairs, busy_pairs, busy_experts, 2880, 2880,
                                fmt, M.peak_flops("w4a16_mxfp4", gpu), gpu.hbm_bandwidth, p, True, gpu.num_sms, 128,

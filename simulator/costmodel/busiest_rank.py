@@ -11,7 +11,8 @@ holds 2.4 of them against a mean of one; with 2,048 pairs it holds 3 % more
 than the mean. Nothing here is fitted: it is the expected maximum of
 ``ep`` binomial counts, for the routed pairs (the GEMMs' rows) and for the
 distinct local experts (the weights read), each rank's count taken as
-independent of the others'. Against sampled batches of a uniform top-8
+independent of the others' (:func:`.moe.busiest_rank_load` applies it to a
+layer's routing). Against sampled batches of a uniform top-8
 router over 256 experts on 8 ranks, the busiest rank's distinct experts
 come out within 1 % and its pairs within 5 % (low for a handful of pairs:
 the ranks' loads are dependent; tests/test_busiest_rank.py).
@@ -69,23 +70,4 @@ def expected_max_binomial(n: float, p: float, ranks: int) -> float:
     return min(float(n), float(lo + np.sum(1.0 - cdf ** ranks)))
 
 
-@lru_cache(maxsize=1 << 16)
-def busiest_rank_load(tokens: float, num_experts: int, topk: int, ep: int) -> tuple[float, float]:
-    """(routed pairs, distinct local experts) of the busiest of ``ep`` ranks.
-
-    Pairs: each of the batch's ``tokens·topk`` pairs lands on a given rank
-    with probability 1/ep. Experts: each of a rank's ``E/ep`` experts is
-    touched with probability 1 − (1 − k/E)^tokens (as
-    :func:`.moe.expected_active_experts`). At ``ep = 1`` both are the means.
-    Cached: every cost model of a capacity search with this layer asks for
-    the same token counts.
-    """
-    pairs = tokens * topk
-    local = num_experts // ep
-    touched = 1.0 - (1.0 - topk / num_experts) ** max(tokens, 0.0)
-    if ep <= 1:
-        return pairs, local * touched
-    return expected_max_binomial(pairs, 1.0 / ep, ep), expected_max_binomial(local, touched, ep)
-
-
-__all__ = ["busiest_rank_load", "expected_max_binomial"]
+__all__ = ["expected_max_binomial"]

@@ -37,7 +37,7 @@ from scipy.special import gammaln
 from ..dtypes import QUANT_FORMATS, QuantFormat, quant_format_name
 from ..errors import LlmsimError
 from ..profiles.hardware import HardwareProfile, MoeParams, RooflineParams
-from .busiest_rank import busiest_rank_load
+from .busiest_rank import expected_max_binomial
 from .components import gemm_flops_bytes, gemm_time
 from .roofline import blend
 
@@ -149,6 +149,26 @@ def expected_active_experts(tokens, num_experts: int, topk: int):
     miss = 1.0 - topk / num_experts
     t = np.maximum(tokens, 0) if isinstance(tokens, np.ndarray) else max(tokens, 0)
     return num_experts * (1.0 - miss ** t)
+
+
+@lru_cache(maxsize=1 << 16)
+def busiest_rank_load(tokens: float, num_experts: int, topk: int, ep: int) -> tuple[float, float]:
+    """(routed pairs, distinct local experts) of the busiest of ``ep`` ranks.
+
+    Pairs: each of the batch's ``tokens·topk`` pairs lands on a given rank
+    with probability 1/ep. Experts: each of a rank's ``E/ep`` experts is
+    touched with the probability :func:`expected_active_experts` gives any
+    expert. The expected maximum over the ranks of each
+    (:func:`.busiest_rank.expected_max_binomial`); at ``ep = 1`` both are
+    the means. Cached: every cost model of a capacity search with this
+    layer asks for the same token counts.
+    """
+    pairs = tokens * topk
+    touched = expected_active_experts(tokens, num_experts, topk) / num_experts
+    local = num_experts // ep
+    if ep <= 1:
+        return pairs, local * touched
+    return expected_max_binomial(pairs, 1.0 / ep, ep), expected_max_binomial(local, touched, ep)
 
 
 def row_block(pairs_all, local_experts, token_tiles=()):
@@ -368,7 +388,7 @@ def moe_layer_time(tokens, shape: MoeShape, dtype: str, gpu: HardwareProfile, pa
     pairs tokens · k, distinct experts ``expected_active_experts``. With
     ``ep > 1`` the layer waits for its busiest rank: the pairs and distinct
     experts the busiest of the ``ep`` ranks draws from a uniform router
-    (:func:`.busiest_rank.busiest_rank_load`), and a row-padding kernel
+    (:func:`busiest_rank_load`), and a row-padding kernel
     (``params.row_padding``) pads that rank's rows as it pads the mean
     rank's, scaled by its load. ``active_experts`` (over the whole model):
     a caller that knows its router better (a skewed one) gives the distinct
@@ -448,6 +468,6 @@ def running_max_layer_time(shape: MoeShape, dtype: str, gpu: HardwareProfile,
     return env
 
 
-__all__ = ["DTYPES", "MoeParams", "MoeShape", "RunningMaxLayerTime", "dtype_info", "expected_active_experts",
-           "expected_padded_rows", "moe_dtype", "moe_layer_time", "padded_rows", "peak_flops", "rank_time",
-           "row_block", "running_max_layer_time"]
+__all__ = ["DTYPES", "MoeParams", "MoeShape", "RunningMaxLayerTime", "busiest_rank_load", "dtype_info",
+           "expected_active_experts", "expected_padded_rows", "moe_dtype", "moe_layer_time", "padded_rows",
+           "peak_flops", "rank_time", "row_block", "running_max_layer_time"]
