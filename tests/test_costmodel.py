@@ -196,10 +196,9 @@ def test_shipped_calibration_is_not_faster_than_roofline(gpu):
 
 def _memory_bound(cm: CostModel, n: int, k: int, tokens: int) -> bool:
     """Whether the GEMM (``tokens`` × k · k × n) reads longer than it computes under ``cm``'s calibration."""
-    p = cm.cal.gemm
-    flops, nbytes = C.gemm_flops_bytes(tokens, n, k, cm.w_bytes, cm.a_bytes)
-    eta_m = p.eta_memory * (n / (n + p.n_half_memory) if p.n_half_memory > 0 else 1.0)
-    return nbytes / (cm.hbm_bw * eta_m) > flops / (cm.peak_linear * p.eta_compute)
+    compute, memory = C.gemm_roofs(tokens, n, k, cm.peak_linear, cm.hbm_bw, cm.cal.gemm, cm.w_bytes, cm.a_bytes,
+                                   cm.gpu.num_sms)
+    return memory > compute
 
 
 @PROPS

@@ -76,11 +76,12 @@ def _gemm_wave_time_float(m: float, n: float, k: float, sms: float, per_sm: floa
     return best
 
 
-def gemm_time(m, n, k, peak_flops: float, hbm_bw: float, p: RooflineParams,
-              weight_bytes: float = 2.0, act_bytes: float = 2.0, num_sms: int | None = None):
-    """Blend of the compute roof (ramps on η_c, or waves of tiles with
-    ``p.waves``) and the memory roof (weights, activations and output once,
-    η_m ramped by the output width: too few columns cannot occupy every SM)."""
+def gemm_roofs(m, n, k, peak_flops: float, hbm_bw: float, p: RooflineParams,
+               weight_bytes: float = 2.0, act_bytes: float = 2.0, num_sms: int | None = None):
+    """(compute, memory) seconds of a GEMM before the blend: the compute roof
+    (ramps on η_c, or waves of tiles with ``p.waves``) and the memory roof
+    (weights, activations and output once, η_m ramped by the output width:
+    too few columns cannot occupy every SM)."""
     flops, nbytes = gemm_flops_bytes(m, n, k, weight_bytes, act_bytes)
     if p.waves:
         if not num_sms:
@@ -98,7 +99,14 @@ def gemm_time(m, n, k, peak_flops: float, hbm_bw: float, p: RooflineParams,
     eta_m = p.eta_memory
     if p.n_half_memory > 0:
         eta_m = eta_m * n / (n + p.n_half_memory)
-    t = blend(t_compute, nbytes / (hbm_bw * eta_m), p.sharpness) + p.fixed_us * _US
+    return t_compute, nbytes / (hbm_bw * eta_m)
+
+
+def gemm_time(m, n, k, peak_flops: float, hbm_bw: float, p: RooflineParams,
+              weight_bytes: float = 2.0, act_bytes: float = 2.0, num_sms: int | None = None):
+    """Blend of the two roofs of :func:`gemm_roofs`, plus the fixed cost."""
+    t = blend(*gemm_roofs(m, n, k, peak_flops, hbm_bw, p, weight_bytes, act_bytes, num_sms), p.sharpness) \
+        + p.fixed_us * _US
     return t if isinstance(t, np.ndarray) else float(t)
 
 
