@@ -118,5 +118,8 @@ def apply_backend(engine: dict[str, Any], gpu_name: str) -> dict[str, Any]:
         return engine
     prof = load_backend(name)
     merged = prof.engine_defaults(load_hardware(gpu_name))
-    merged.update(engine)
+    for key, value in engine.items():
+        # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
+        base = merged.get(key)
+        merged[key] = {**base, **value} if isinstance(base, dict) and isinstance(value, dict) else value
     return merged
