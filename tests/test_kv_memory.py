@@ -128,6 +128,30 @@ def test_deepseek_r1_on_four_b200s():
                        kv_memory=KvMemory(rule="sglang", fraction=0.93)).kv_capacity_tokens > 200_000
 
 
+@pytest.mark.parametrize("backend", ["sglang", "trtllm"])
+def test_a_draft_shares_the_pool_as_its_stack_sizes_it(backend):
+    """SGLang sizes the target's pool before it loads the MTP draft (whose
+    weights and pool come out of its reserve, 2 GiB larger for a draft):
+    the target keeps its tokens. TensorRT-LLM loads the draft first: its
+    weights and per-token KV come out of the pool."""
+    from simulator.fleet.setup import setup_pool
+
+    pool = {"model": "deepseek-v3", "gpu": "h200", "tp": 8,
+            "engine": {"backend": backend, "weight_dtype": "fp8", "kv_dtype": "fp8"}}
+    alone = setup_pool(PoolSpec.model_validate(pool), 0).memory
+    drafted = setup_pool(PoolSpec.model_validate(
+        {**pool, "speculative": {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.85}}), 0).memory
+    assert drafted.weights_bytes > alone.weights_bytes
+    if backend == "sglang":
+        plain = plan_memory(load_model("deepseek-v3"), load_hardware("h200"), 8, "fp8", "fp8", block_size=1,
+                            max_num_batched_tokens=8192, max_num_seqs=1024, kv_memory=KvMemory(rule="sglang"),
+                            speculative=True)
+        assert drafted.kv_capacity_tokens == plain.kv_capacity_tokens
+        assert drafted.fraction < alone.fraction          # the reserve grew by 2 GiB
+    else:
+        assert drafted.kv_capacity_tokens < alone.kv_capacity_tokens
+
+
 def test_max_tokens_caps_each_rank():
     capped = _plan(("deepseek-v3", "fp8", 1, 8, 8), "h200", "trtllm", 0.9)
     m, g = load_model("deepseek-v3"), load_hardware("h200")
