@@ -44,6 +44,11 @@ class EngineConfig(BaseModel):
         default=None, description="serving stack whose defaults and overheads apply: vllm, sglang, trtllm or a "
                                   "backend profile file (`llmsim validate --fit` writes one); keys set beside it "
                                   "override its values; none: llmsim's generic engine")
+    backend_version: Optional[str] = Field(
+        default=None, description="the serving stack's release (such as 0.19.0, or a nightly dated YYYYMMDD): its "
+                                  "defaults that changed between releases apply (the backend profile's by_version "
+                                  "rules: vLLM schedules asynchronously from 0.14); none: the profile's own "
+                                  "versions")
     max_num_seqs: int = Field(default=256, ge=1, description="max sequences in a batch")
     max_num_batched_tokens: int = Field(default=8192, ge=1, description="token budget of one iteration")
     chunked_prefill: bool = Field(default=True, description="split prompts to fill the token budget beside decodes")
@@ -99,6 +104,13 @@ class EngineConfig(BaseModel):
         description="the CPU prepares the next iteration while the GPU runs this one (vLLM's --async-scheduling, "
                     "its default from 0.14): the per-iteration and per-sequence CPU time shows only where it "
                     "outlasts the GPU's; false: it adds to every iteration (vLLM before 0.14)")
+    schedule_ahead: Optional[bool] = Field(
+        default=None,
+        description="the scheduler plans iteration N+1 while the GPU runs N and only then takes in new requests, "
+                    "so a request arriving during N first runs in N+2 (vLLM's batch queue under async scheduling, "
+                    "vllm/v1/engine/core.py step_with_batch_queue; SGLang's overlap event loop, scheduler.py "
+                    "event_loop_overlap; TensorRT-LLM's overlap scheduler, py_executor.py "
+                    "_executor_loop_overlap); an idle server starts it at once. Default: as async_scheduling")
     output_after_next_launch: bool = Field(
         default=False,
         description="an iteration's sampled tokens reach the client only once the next iteration is launched, "
@@ -130,6 +142,11 @@ class EngineConfig(BaseModel):
     def mixes_prefill(self) -> bool:
         """Whether a prefill shares its iteration with the running decodes."""
         return self.chunked_prefill if self.mixed_prefill is None else self.mixed_prefill
+
+    @property
+    def plans_ahead(self) -> bool:
+        """Whether new requests join the iteration after next (see ``schedule_ahead``)."""
+        return self.async_scheduling if self.schedule_ahead is None else self.schedule_ahead
 
     @property
     def front_end_busy(self) -> bool:

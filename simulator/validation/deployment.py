@@ -80,7 +80,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
+
+if TYPE_CHECKING:
+    from ..profiles.backend import BackendProfile
 
 Deployment = Literal["defaults", "aiconfigurator", "aic-eval"]
 DEPLOYMENTS: tuple[str, ...] = Deployment.__args__
@@ -97,36 +100,6 @@ _TRT_BLOCK = 32
 _GENERATOR_BENCH_SINCE = "2026-02-11"
 # The day its evaluation pipeline replaced genai-perf by AIPerf (commit 4361371a6).
 _AIPERF_SINCE = "2025-10-14"
-# Engine keys a range of stack versions ran by default where the backend
-# profile (which describes current releases) does not: (stack, first version,
-# its upload day, first version without, its upload day, keys). Versions by
-# number, nightlies by date (PyPI upload days).
-_VERSION_KEYS: tuple[tuple[str, tuple[int, ...], str, Optional[tuple[int, ...]], Optional[str], dict[str, Any]], ...] = (
-    # vLLM schedules asynchronously by default from 0.14.0 (PR #27614,
-    # "[Core] Enable async scheduling by default").
-    ("vllm", (0, 14), "2026-01-20", None, None, {"async_scheduling": True}),
-    # SGLang hands a batch's outputs to the client only after launching the
-    # next batch since its overlap scheduler became the default in 0.3.6
-    # (PR #2067); the backend profile describes that, the versions before
-    # did not overlap.
-    ("sglang", (0, 0), "2000-01-01", (0, 3, 6), "2024-11-22", {"output_after_next_launch": False}),
-)
-# First upload of each stack version AIConfigurator's silicon files name, from PyPI.
-_RELEASED = {
-    ("sglang", "0.5.1.post1"): "2025-08-24", ("sglang", "0.5.5.post2"): "2025-11-12",
-    ("sglang", "0.5.6"): "2025-12-03", ("sglang", "0.5.6.post2"): "2025-12-11",
-    ("sglang", "0.5.8"): "2026-01-23", ("sglang", "0.5.8.post1"): "2026-02-05",
-    ("sglang", "0.5.9"): "2026-02-23", ("sglang", "0.5.10.post1"): "2026-04-08",
-    ("trtllm", "1.0.0rc3"): "2025-07-16", ("trtllm", "1.2.0rc2"): "2025-11-07",
-    ("trtllm", "1.2.0rc6.post1"): "2026-01-11", ("trtllm", "1.2.0rc6.post2"): "2026-01-22",
-    ("trtllm", "1.3.0rc1"): "2026-01-27", ("trtllm", "1.2.0rc2.post2"): "2026-02-05",
-    ("trtllm", "1.2.0rc6.post3"): "2026-02-05", ("trtllm", "1.3.0rc5"): "2026-02-24",
-    ("vllm", "0.11.2"): "2025-11-20", ("vllm", "0.12.0"): "2025-12-03", ("vllm", "0.15.1"): "2026-02-05",
-    ("vllm", "0.16.0"): "2026-02-26", ("vllm", "0.17.0"): "2026-03-07", ("vllm", "0.18.0"): "2026-03-20",
-    ("vllm", "0.19.0"): "2026-04-03",
-}
-
-
 @dataclass(frozen=True)
 class Client:
     """How the benchmark client ran the closed loop."""
@@ -214,7 +187,8 @@ def speculative_engine_keys(stack: str) -> dict[str, Any]:
     decoding", "Mixed chunked prefill is disabled ..."), so its prefill
     batches run alone again and hand out their tokens at once."""
     if stack == "sglang":
-        return {"output_after_next_launch": False, "chunked_prefill": False, "mixed_prefill": None}
+        return {"output_after_next_launch": False, "schedule_ahead": False, "chunked_prefill": False,
+                "mixed_prefill": None}
     return {}
 
 
@@ -223,32 +197,30 @@ def client(deployment: str) -> Client:
 
 
 def released(stack: str, version: str) -> str | None:
-    """The day a stack version was released (ISO date), where known."""
-    nightly = re.search(r"(20\d{2})(\d{2})(\d{2})", version)
-    if nightly:
-        return "-".join(nightly.groups())
-    return _RELEASED.get((stack, version.strip()))
+    """The day a stack version was released (ISO date), where its backend
+    profile knows it (``releases``), or the date a nightly carries."""
+    prof = _profile(stack)
+    return None if prof is None else prof.released(version)
 
 
 def version_keys(stack: str, version: str) -> dict[str, Any]:
     """Engine keys the row's stack version ran by default where the backend
-    profile differs (``_VERSION_KEYS``). An unknown version keeps the
+    profile differs (its ``by_version`` rules). An unknown version keeps the
     profile's settings (a measurement date bounds the version only from
     above)."""
-    number = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
-    since = None if number is not None else released(stack, version)
-    keys: dict[str, Any] = {}
-    for name, first, first_day, last, last_day, set_keys in _VERSION_KEYS:
-        if name != stack:
-            continue
-        if number is not None:
-            v = tuple(int(g or 0) for g in number.groups())
-            inside = v >= first + (0,) * (3 - len(first)) and (last is None or v < last + (0,) * (3 - len(last)))
-        else:
-            inside = since is not None and since >= first_day and (last_day is None or since < last_day)
-        if inside:
-            keys.update(set_keys)
-    return keys
+    prof = _profile(stack)
+    return {} if prof is None else prof.version_keys(version) or {}
+
+
+def _profile(stack: str) -> Optional["BackendProfile"]:
+    """The built-in backend profile of a row's stack (None: the row names no stack llmsim has)."""
+    from ..errors import LlmsimError
+    from ..profiles.backend import load_backend
+
+    try:
+        return load_backend(stack) if stack else None
+    except LlmsimError:
+        return None
 
 
 def of_source(source: str, notes: str, stack: str = "", version: str = "") -> Deployment:
