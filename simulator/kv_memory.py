@@ -85,13 +85,18 @@ class GpuShare:
 
     hbm: float              # bytes nvidia-smi reports as total
     weights: float          # this GPU's weights
-    activation: float       # peak activation of the stack's profiling run on this GPU
+    activation: float       # activations of the profiling run's tokens on this GPU, logits apart
     gpus: int               # GPUs of the serving process (SGLang's tp_size: tp × dp)
     dp: int                 # attention data-parallel ranks
     budget: int             # token budget of one iteration (SGLang's chunked_prefill_size)
     max_seqs: int
     speculative: bool = False   # a draft model or MTP module decodes beside the model
     runtime: float = RUNTIME_BYTES_PER_GPU
+    logits_row: float = 0.0     # fp32 logits of one sequence on this GPU
+
+    def peak(self, sequences: int) -> float:
+        """The profiling run's activation peak when it samples ``sequences`` at once."""
+        return self.activation + sequences * self.logits_row
 
 
 @dataclass(frozen=True)
@@ -104,13 +109,17 @@ class KvBudget:
     reserve: float          # bytes set aside beyond weights within ``usable`` (activations, runtime, graphs)
     knob: str               # the stack's name for ``fraction``
     why: str = ""           # how a default fraction was chosen
+    activation: float = 0.0  # the activation peak the stack measures before sizing the pool
 
 
 def _vllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
+    # The profiling run samples min(max_num_seqs, max_num_batched_tokens) sequences at once
+    # (v1/worker/gpu_model_runner.py profile_run -> _dummy_sampler_run).
     frac = spec.fraction if spec.fraction is not None else utilization
     usable = frac * g.hbm
-    reserve = g.activation + g.runtime + spec.cuda_graph_gib * GIB
-    return KvBudget(usable - g.weights - reserve, frac, usable, reserve, "gpu_memory_utilization")
+    act = g.peak(min(g.max_seqs, g.budget))
+    reserve = act + g.runtime + spec.cuda_graph_gib * GIB
+    return KvBudget(usable - g.weights - reserve, frac, usable, reserve, "gpu_memory_utilization", activation=act)
 
 
 def sglang_graph_max_bs(hbm_mib: float, gpus: int) -> int:
@@ -166,11 +175,14 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
 
 
 def _trtllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
+    # The profiling run is max_num_tokens of dummy prompts of max_seq_len - 1 tokens that
+    # each return one token: one sequence's logits (_util.py _create_dummy_context_requests).
     frac = spec.fraction if spec.fraction is not None else 0.9
-    reserve = g.activation + g.runtime + spec.cuda_graph_gib * GIB
+    act = g.peak(1)
+    reserve = act + g.runtime + spec.cuda_graph_gib * GIB
     free = g.hbm - g.weights - reserve
     kv = frac * free
-    return KvBudget(kv, frac, g.weights + kv, 0.0, "free_gpu_memory_fraction")
+    return KvBudget(kv, frac, g.weights + kv, 0.0, "free_gpu_memory_fraction", activation=act)
 
 
 RULES: dict[str, Callable[[GpuShare, KvMemory, float], KvBudget]] = {

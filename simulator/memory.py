@@ -91,9 +91,9 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     rest, experts = weight_bytes_per_gpu(model, par, weight_dtype)
     h, ffn = model.hidden_size, _mlp_width(model)
     per_token = (2 * ffn / tp + 4 * h + (model.q_dim + 2 * model.kv_dim) / tp) * 2.0
-    logits = max_num_seqs * model.vocab_size / tp * 4.0
-    share = GpuShare(gpu.hbm_bytes, rest + experts, max_num_batched_tokens * per_token + logits, gpus, dp,
-                     max_num_batched_tokens, max_num_seqs, speculative)
+    logits = model.vocab_size / tp * 4.0
+    share = GpuShare(gpu.hbm_bytes, rest + experts, max_num_batched_tokens * per_token, gpus, dp,
+                     max_num_batched_tokens, max_num_seqs, speculative, logits_row=logits)
     budget = kv_budget(share, kv_memory, gpu_memory_utilization)
     copies = kv_copies(model, tp)
     window = max_num_seqs * model.kv_window_bytes(kv_dtype) * copies / tp
@@ -104,7 +104,7 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     if kv_cap <= kv_per_token * block_size:
         raise LlmsimError(_no_room(model, gpu, par, weight_dtype, share, budget, window))
     num_blocks = int(kv_cap // (kv_per_token * block_size))
-    return MemoryPlan(gpu.hbm_bytes * gpus, budget.usable * gpus, share.weights * gpus, share.activation * gpus,
+    return MemoryPlan(gpu.hbm_bytes * gpus, budget.usable * gpus, share.weights * gpus, budget.activation * gpus,
                       share.runtime * gpus, kv_cap, kv_per_token, block_size, num_blocks, window * gpus,
                       kv_memory.rule if kv_memory else "vllm", budget.fraction, budget.knob, dp)
 
@@ -126,8 +126,8 @@ def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight
                 f"mem_fraction_static {b.fraction} of the {(g.hbm - g.runtime) * n / 1e9:.1f} GB free at start"
                 + (f" ({b.why})" if b.why else ""))
     else:
-        left = (g.hbm - g.weights - g.activation - g.runtime) * n
-        what = (f"{weights} + activations and runtime {(g.activation + g.runtime) * n / 1e9:.1f} GB leave "
+        left = (g.hbm - g.weights - b.activation - g.runtime) * n
+        what = (f"{weights} + activations and runtime {(b.activation + g.runtime) * n / 1e9:.1f} GB leave "
                 f"{left / 1e9:.1f} GB of {n} × {gpu.hbm_bytes / 1e9:.1f} GB, of which free_gpu_memory_fraction "
                 f"{b.fraction} goes to the KV cache")
     knob = "gpu_memory_utilization" if b.knob == "gpu_memory_utilization" else f"kv_memory.fraction ({b.knob})"
