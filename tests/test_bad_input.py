@@ -495,7 +495,7 @@ def test_overwrite_replaces_the_folder_whole(tmp_path, cli):
     one_line_error(cli("run", path, "-o", out), "already holds 1 file", "--overwrite")
     assert cli("run", path, "-o", out, "--overwrite", "--no-plots").code == 0
     assert sorted(p.name for p in out.iterdir()) == ["requests.parquet", "results.json", "run.json",
-                                                     "timeline.csv"]
+                                                     "scenario.yaml", "timeline.csv"]
     for f in out.iterdir():
         assert f.stat().st_mode & 0o777 == 0o666 & ~_umask()
 

@@ -26,7 +26,7 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def _register() -> None:
     # Imported for their side effect of adding commands to ``app``.
-    from . import calibrate, check, compare, estimate, plan, profiles, run, sweep, validate  # noqa: F401
+    from . import calibrate, check, compare, estimate, plan, profiles, report, run, sweep, validate  # noqa: F401
 
 
 class Terminated(SystemExit):

@@ -25,7 +25,7 @@ import typer
 from rich.table import Table
 
 from ..errors import LlmsimError
-from ..metrics.by_input_length import bucket_slo_blocks
+from ..metrics.verdict import EXIT_MISSED, slo_blocks
 from ..report.diff import flatten, read_json_object
 from ..report.regression import Verdict, judge, rounded
 from ..scenario.ci import CheckSpec
@@ -108,16 +108,8 @@ def _pct(rel: Optional[float]) -> str:
 
 
 def _slo_blocks(job: _Job, results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(label, slo block): the scenario's over all traffic, then each class
-    that declares its own (a class without one is only held to the fleet's
-    targets over all traffic, as declared), then each prompt-length bucket
-    that declares its own."""
-    blocks = [("SLO", results.get("slo") or {})]
-    measured = (results.get("llmsim") or {}).get("classes") or {}
-    for c in getattr(job.scenario, "classes", None) or []:
-        if getattr(c, "slo", None) and c.name in measured:
-            blocks.append((f"SLO {c.name}", measured[c.name].get("slo") or {}))
-    return blocks + list(bucket_slo_blocks(results))
+    """The blocks :func:`~simulator.metrics.verdict.slo_blocks` judges, as ``llmsim run`` does."""
+    return slo_blocks(results, [c.name for c in getattr(job.scenario, "classes", None) or [] if c.slo])
 
 
 def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
@@ -223,5 +215,5 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
         for job in failed:
             for why in job.failures:
                 console.print(f"  {job.scenario.name}: {why}")
-        raise typer.Exit(1)
+        raise typer.Exit(EXIT_MISSED)
     console.print(f"[green]check passed[/]: {len(jobs)} scenario{'s' if len(jobs) != 1 else ''}")

@@ -136,7 +136,10 @@ def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, outpu
             if plots:
                 from ..report.plots import write_ladder_plot
 
+                from ..report.page import write_report
+
                 write_ladder_plot(tmp, rows, baseline_slo, title=f"{sc.name}: what-if ladder", mode=sc.ladder)
+                write_report(tmp)
     if json:
         print_json({"scenario": sc.name, "ladder": sc.ladder, "steps": rows})
         return
@@ -146,5 +149,5 @@ def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, outpu
         applied = " + ".join(v.name for v in step.variants)
         console.print(f"[dim]{step.name}: {step.description or '(no description)'} — baseline + {applied}[/]")
     if output is not None:
-        console.print(f"wrote {output}/ladder.json, ladder.csv{', ladder.png' if plots else ''} "
+        console.print(f"wrote {output}/ladder.json, ladder.csv{', ladder.png, report.html' if plots else ''} "
                       f"and each step's results in {output}/<step>/")

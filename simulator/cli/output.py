@@ -72,3 +72,23 @@ def kv_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
     for k, v in rows:
         t.add_row(k, fmt(v))
     return t
+
+
+def product_columns(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The product's GPUs and monthly cost, first, when any row is a slice of a
+    product (its product figures differ from the slice's): one answer in every
+    command, the one ``llmsim run`` leads with."""
+    sliced = any(r.get("product_gpus") not in (None, r.get("gpus")) for r in rows)
+    return ["product_monthly_usd", "product_gpus"] if sliced else []
+
+
+def fleet_answer(row: dict[str, Any]) -> str:
+    """``the product: 7,168 GPUs, $15.7M/month; the simulated slice: 96 GPUs, $210,240/month``, or the fleet's alone."""
+    def part(gpus: Any, usd: Any) -> str:
+        g = "—" if gpus is None else f"{gpus:,}"
+        m = "—" if usd is None else f"${usd:,.0f}"
+        return f"{g} GPUs, {m}/month"
+    whole = part(row.get("gpus"), row.get("monthly_usd"))
+    if row.get("product_gpus") in (None, row.get("gpus")):
+        return f"the fleet: {whole}"
+    return f"the product: {part(row['product_gpus'], row.get('product_monthly_usd'))}; the simulated slice: {whole}"

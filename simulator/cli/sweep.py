@@ -19,7 +19,7 @@ from ..planning.sweep import override_keys, plan_sweep, run_sweep
 from ..scenario.overrides import parse_assignment
 from ..scenario.variants import merge_overlays
 from .app import app, err_console
-from .output import console, fmt
+from .output import console, fmt, product_columns
 from .rundir import os_error, output_path
 
 ExecutorName = Annotated[str, typer.Option("--executor", help="where runs go: local (a process pool) or dask")]
@@ -141,8 +141,13 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
         run = run_sweep(points, out, ex, on_row)
         where = f"{executor} ({ex.workers} worker{'s' if ex.workers != 1 else ''})"
     wall = time.perf_counter() - wall
-    console.print(rows_table(f"sweep {sweep_file}", run.rows, [*override_keys(points), *_SHOWN]))
-    console.print(f"wrote {run.table}: {len(run.rows)} rows ({run.reused} reused from {out / 'points'}, "
+    console.print(rows_table(f"sweep {sweep_file}", run.rows, [*override_keys(points), *product_columns(run.rows),
+                                                                 *_SHOWN]))
+    if run.rows:
+        from ..report.page import write_report
+
+        write_report(out)
+    console.print(f"wrote {run.table} and {out / 'report.html'}: {len(run.rows)} rows ({run.reused} reused from {out / 'points'}, "
                   f"{len(run.rows) - run.reused} run on {where}) in {wall:.1f} s")
     if run.errors:
         first = run.errors[0]["error"]
