@@ -150,16 +150,16 @@ def test_run_with_o_writes_plots_unless_told_not_to(tmp_path, cli):
 
 
 def test_a_runner_timeline_becomes_timeline_csv_and_png(tmp_path, cli, monkeypatch):
-    import simulator.cli.progress as progress
+    import simulator.runner as runner
 
-    real = progress.simulate
+    real = runner.simulate
 
     def with_timeline(*a, **k):
         out = real(*a, **k)
         out.timeline = timeline(("main",))
         return out
 
-    monkeypatch.setattr(progress, "simulate", with_timeline)
+    monkeypatch.setattr(runner, "simulate", with_timeline)
     out = tmp_path / "out"
     assert cli("run", write_scenario(tmp_path), "-o", out).code == 0
     back = pd.read_csv(out / "timeline.csv")

@@ -10,10 +10,6 @@ from rich.text import Text
 
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError
-from ..planning.pareto import plot_pareto
-from ..planning.plan import infeasible_message, plan_fleet
-from ..planning.store import PointStore
-from ..planning.vary import parse_vary
 from .app import app
 from .output import console, fleet_answer, product_columns, to_json
 from .sweep import Address, ConnectTimeout, ExecutorName, Sets, Workers, open_executor, output_dir, parse_sets, \
@@ -38,6 +34,11 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
     """Find, for each combination of choices, the smallest value of the range axis meeting every SLO, ranked by cost.
 
     Exit code 2 when no combination meets the SLO (plan.json is still written)."""
+    from ..planning.pareto import plot_pareto    # planning on first use: `llmsim --help` imports this module
+    from ..planning.plan import infeasible_message, plan_fleet
+    from ..planning.store import PointStore
+    from ..planning.vary import parse_vary
+
     if engine not in ("fast", "reference"):
         raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
     axes = [parse_vary(v) for v in vary]
@@ -66,10 +67,10 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
                 "probes", "failed_slo"]
     what = f"highest {key} meeting the SLO" if max_rate else f"smallest {key} meeting the SLO, cheapest first"
     planned = scenario + "".join(f" --variant {v}" for v in variant)
-    console.print(rows_table(f"plan {planned}: {what}", shown, [*keys, *figures]))
+    console.print(rows_table(f"plan {planned}: {what}", shown, [*keys, *figures], keep=len(keys)))
     runs = sum(c["probes"] for c in result.candidates) * len(result.seeds)
     console.print(f"searched {key}; {runs} runs ({len(result.seeds)} seed(s) each) in {wall:.1f} s; "
-                  f"wrote {', '.join(map(str, written))}")
+                  f"wrote {', '.join(map(str, written))}", markup=False)
     if result.best is None:
         raise LlmsimError(infeasible_message(result))
     best = ", ".join(f"{k}={v}" for k, v in result.best["overrides"].items())

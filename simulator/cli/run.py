@@ -3,24 +3,21 @@ from __future__ import annotations
 
 import json as _json
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
+from rich.markup import escape
 
 from ..errors import LlmsimError
-from ..metrics.verdict import EXIT_MISSED, failures
-from ..report.summary import summary_table
-from ..runsize import check_run_size
-from ..scenario.load import load_scenario
-from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
-from ..scenario.schema import Scenario
-from ..scenario.variants import select_variants
 from .app import app, err_console
 from .ladder import run_ladder
 from .output import console, print_json
 from .progress import simulate_shown
 from .rundir import output_folder, output_path, write_run_files
 from .sweep import Address, ConnectTimeout, ExecutorName, Workers, open_executor
+
+if TYPE_CHECKING:   # scenarios and the runner on first use: `llmsim --help` imports this module
+    from ..scenario.schema import Scenario
 
 
 def _plots_wanted(plots: Optional[bool], output: Optional[Path]) -> bool:
@@ -58,6 +55,12 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
 
     Exit code 1 when an SLO the scenario declares is missed or the fleet is
     overloaded (the rule of llmsim check; --exit-zero turns it off), 2 for bad input."""
+    from ..report.summary import summary_table
+    from ..runsize import check_run_size
+    from ..scenario.load import load_scenario
+    from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
+    from ..scenario.variants import select_variants
+
     if engine not in ("fast", "reference"):
         raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
     if shards is not None and ladder:
@@ -95,15 +98,18 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
         _print_shards(out.results["llmsim"]["shards"])
     cal = out.results["llmsim"]["calibration"]
     if not cal["calibrated"]:
-        console.print(f"[yellow]note:[/] {cal['gpu']} cost model is {cal['status']}, not fitted to its own measurements")
+        console.print(f"[yellow]note:[/] {escape(cal['gpu'])} cost model is {cal['status']}, not fitted to its own "
+                      f"measurements")
     if output is not None:
         console.print(f"wrote {output}/results.json, run.json, scenario.yaml, the per-request table"
-                      f"{', report.html and plots' if draw else ''}")
+                      f"{', report.html and plots' if draw else ''}", markup=False)
     _exit_on_verdict(out.results, sc, exit_zero)
 
 
 def _exit_on_verdict(results: dict, sc: Scenario, exit_zero: bool) -> None:
     """A missed SLO or an overloaded fleet ends in exit code 1, as in ``llmsim check``."""
+    from ..metrics.verdict import EXIT_MISSED, failures
+
     why = failures(results, [c.name for c in sc.classes if c.slo])
     if why and not exit_zero:
         err_console.print("exit 1: " + "; ".join(why), markup=False)
@@ -123,4 +129,6 @@ def _print_shards(info: dict) -> None:
 @app.command("schema")
 def schema() -> None:
     """Print the JSON Schema of scenario files."""
+    from ..scenario.schema import Scenario
+
     print(_json.dumps(Scenario.model_json_schema(), indent=2))

@@ -21,13 +21,13 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 from ..errors import LlmsimError
-from ..metrics.results import write_results
-from ..metrics.table import write_requests
-from ..runner import RunOutput
-from ..scenario.schema import Scenario
+
+if TYPE_CHECKING:
+    from ..runner import RunOutput
+    from ..scenario.schema import Scenario
 
 __all__ = ["output_path", "output_folder", "os_error", "write_run_files", "STAGING_PREFIX"]
 
@@ -141,6 +141,9 @@ def _commit(stage: Path, output: Path, overwrite: bool) -> None:
 
 def write_run_files(folder: Path, out: RunOutput, *, plots: bool) -> None:
     """The run's files, written straight into ``folder`` (a staging folder)."""
+    from ..metrics.results import write_results
+    from ..metrics.table import write_requests
+
     # The fleet runner exposes a timeline; an older RunOutput has none.
     timeline = getattr(out, "timeline", None)
     folder.mkdir(parents=True, exist_ok=True)
