@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ..errors import LlmsimError
+from ..planning.pareto import point_label
 from . import page_charts as charts
 from .page_parts import classes_table, cost_table, esc, figure, latency_table, money, pools_table, run_answer, \
     table, whole
@@ -215,7 +216,7 @@ def _sweep_body(folder: Path, df: Any) -> tuple[str, str]:
     if cheapest is not None:
         m = cheapest.get("product_monthly_usd") or cheapest.get("monthly_usd")
         parts.append(figure("cheapest_meeting_slo.monthly_usd", m, money(m),
-                            "per month, the cheapest point meeting the SLO: " + esc(charts.point_label(
+                            "per month, the cheapest point meeting the SLO: " + esc(point_label(
                                 cheapest["overrides"]))))
     body = ['<section id="answer"><div class="figures">', *parts, "</div></section>", "<h2>Points</h2>",
             _fleet_rows(rows, first, (("error", "error"),)),

@@ -13,7 +13,9 @@ from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
-__all__ = ["latency_cdfs", "timeseries", "cost_breakdown", "ladder_charts", "pareto_chart", "point_label"]
+from ..planning.pareto import pareto_front, point_label
+
+__all__ = ["latency_cdfs", "timeseries", "cost_breakdown", "ladder_charts", "pareto_chart"]
 
 Figure = dict[str, Any]
 
@@ -153,12 +155,6 @@ def cost_breakdown(llmsim: Mapping[str, Any]) -> list[tuple[str, Figure]]:
         yaxis={"title": {"text": "USD"}, "automargin": True})})]
 
 
-def point_label(overrides: Mapping[str, Any]) -> str:
-    """A planned or swept fleet, as short as still tells it apart: the
-    values of its overrides, each under the last part of its key."""
-    return ", ".join(f"{str(k).rsplit('.', 1)[-1]}={v}" for k, v in overrides.items())
-
-
 def _money_axis(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
     """(row key, axis title): the product's monthly cost when the rows carry it."""
     if any(r.get("product_monthly_usd") is not None for r in rows):
@@ -215,8 +211,6 @@ def pareto_chart(points: Sequence[Mapping[str, Any]], best: Optional[Mapping[str
     """Every fleet simulated as a point of monthly cost against p99 TTFT,
     each labelled with what it varied; met and missed apart, the frontier
     of the ones meeting the SLO, and the chosen one starred."""
-    from ..planning.pareto import pareto_front
-
     money, money_title = _money_axis(points)
     usable = [p for p in points if p.get(money) is not None and p.get("ttft_p99_ms") is not None]
     if not usable:
