@@ -56,6 +56,8 @@ def print_json(obj: Any) -> None:
 
 
 def fmt(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 1000:
+        return f"{v:,}"
     if isinstance(v, float):
         if not math.isfinite(v):
             return "—"
@@ -124,8 +126,9 @@ def fitted_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any
                 and all(isinstance(r[i], (str, Text)) or r[i] is None for r in rows)]
 
     def need(i: int) -> int:
+        # a header of up to 11 characters (ttft_p99_ms) keeps one line; a longer one wraps between words
         longest_word = max((len(w) for w in re.split(r"[ ._]", headers[i]) if w), default=1)
-        return max([longest_word, *(len(str(c[i])) for c in cells)])
+        return max([longest_word, min(len(headers[i]), 11), *(len(str(c[i])) for c in cells)])
 
     shown = list(range(len(headers)))
     while len(shown) > keep and sum(need(i) + 3 for i in shown) + 1 > width:
