@@ -94,3 +94,10 @@ def test_fitting_more_overheads_than_rows_says_so(tmp_path, cli):
             "--fit", tmp_path / "mine.yaml")
     assert r.code == 0, r.err
     assert "warning: 1 row(s) to fit 4 overheads" in r.err and "fewer rows than parameters" in r.err
+
+
+def test_report_names_a_folder_it_cannot_draw(tmp_path, cli):
+    r = cli("report", tmp_path / "nope")
+    assert r.code == 2 and "no such folder" in r.err and r.err.count("\n") == 1
+    r = cli("report", tmp_path)
+    assert r.code == 2 and "holds no results.json, ladder.json, plan.json or sweep table" in r.err
