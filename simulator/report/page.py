@@ -137,11 +137,9 @@ def _ladder_body(folder: Path) -> tuple[str, str]:
              figure("steps.0.product_monthly_usd", first.get("product_monthly_usd"),
                     money(first.get("product_monthly_usd")), "per month, the baseline's product")]
     met = [r["step"] for r in rows if r.get("slo_met")]
-    rows_html = [[r["step"], "—" if r.get("slo_met") is None else "✓" if r["slo_met"] else "✗",
-                  *(fmt(r.get(k)) for k, _, fmt in cols),
-                  *([f'<a href="{esc(r["step"])}/report.html">page</a>'] if (folder / r["step"] / "report.html")
-                    .is_file() else [])] for r in rows]
-    tab = table(["step", "SLO", *(h for _, h, _ in cols)], [r[:2 + len(cols)] for r in rows_html])
+    tab = table(["step", "SLO", *(h for _, h, _ in cols)],
+                [[r["step"], "—" if r.get("slo_met") is None else "✓" if r["slo_met"] else "✗",
+                  *(fmt(r.get(k)) for k, _, fmt in cols)] for r in rows])
     links = "".join(f'<li><a href="{esc(r["step"])}/report.html">{esc(r["step"])}</a>: its own page</li>'
                     for r in rows if (folder / r["step"] / "report.html").is_file())
     body = ['<section id="answer"><div class="figures">', *parts, "</div>",
