@@ -194,3 +194,16 @@ def test_intervals_are_shown_beside_the_slo_when_results_carry_them():
     html = run_answer(results)
     assert "<td>[140, 165]</td>" in html            # in the SLO table's row
     assert "<td>monthly_usd</td><td>[90, 110]</td>" in html
+
+
+def test_a_big_request_table_is_sampled_not_read_whole(scenario, tmp_path, cli, monkeypatch):
+    import simulator.report.page as page
+
+    out = tmp_path / "run"
+    assert cli("run", scenario, "-o", out, "--no-plots", "--exit-zero").code == 0
+    full, k = page._requests(out)
+    assert k == 1
+    monkeypatch.setattr(page, "SAMPLE_ROWS", len(full) // 4)
+    part, k = page._requests(out)
+    assert k in (4, 5) and len(part) <= len(full) // 4 + k
+    assert "charts drawn from every" in page.report_html(out)
