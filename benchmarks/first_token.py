@@ -27,7 +27,11 @@ and GPU to GPU (about 0.4 to 5 ms per MoE layer and prompt at low load):
 the MoE prefill kernels those stack versions ran are not the ones the
 kernel data measured, a cost-model gap, not a front-end one. Fitted on
 them, the two terms would carry it into every dense deployment. The MoE
-rows are predicted with the dense fit and reported apart.
+rows are predicted with the dense fit and reported apart. And rows at
+concurrency up to ``FIT_MAX_CONCURRENCY``: beyond it the API server's work
+for the tokens it streams competes with new requests (vLLM's dense rows at
+C = 64-128 read 40-115 ms more than at C <= 32), a contention the serial
+front end carries only in part; those rows are predicted, not fitted.
 
 Leave one group out: each model family, each GPU and each stack is
 predicted by a fit made without it (a stack from the other two stacks'
@@ -57,6 +61,12 @@ BOUNDS = {"response_ms": (0.0, 60.0), "tokenize_us_per_token": (0.0, 3.0)}
 _GRID = (np.arange(0.0, BOUNDS["response_ms"][1] + 1e-9, 0.25),
          np.arange(0.0, BOUNDS["tokenize_us_per_token"][1] + 1e-9, 0.05))
 ZERO = {"response_ms": 0.0, "tokenize_us_per_token": 0.0, "request_ms": 0.0}
+FIT_MAX_CONCURRENCY = 32
+
+
+def _fit_rows(frame):
+    """The rows a fit sees: C <= FIT_MAX_CONCURRENCY (of the dense rows it is given)."""
+    return frame[frame.concurrency <= FIT_MAX_CONCURRENCY]
 
 
 def family(model: str) -> str:
@@ -73,51 +83,46 @@ def fit_pair(base: np.ndarray, isl: np.ndarray, measured: np.ndarray) -> tuple[f
     return float(a[i]), float(b[j])
 
 
-def table(frame) -> dict:
-    """Per stack: the pooled fit, the in-sample error and the error of every leave-one-group-out split
-    (of the dense rows of ``frame``; its mixture-of-experts rows are left out of every fit)."""
-    import pandas as pd
-
-    if "moe" in frame:
-        frame = frame[~frame["moe"].astype(bool)]
-    out: dict = {"fits": {}, "rows": []}
-    for stack, g in frame.groupby("stack"):
-        out["fits"][stack] = fit_pair(g.base.values, g.isl.values, g.measured.values)
+def folds(frame):
+    """Every leave-one-group-out fold of the dense rows of ``frame``: (split, held-out group, stack,
+    its rows, and the pair fitted without them: the other stacks' rows when a stack is held out)."""
+    frame = frame[~frame["moe"].astype(bool)]
     for split in ("family", "gpu", "stack"):
         for held, g in frame.groupby(split):
-            rest = frame[frame[split] != held]
+            rest = _fit_rows(frame[frame[split] != held])
             for stack, h in g.groupby("stack"):
                 pool = rest[rest["stack"] == stack] if split != "stack" else rest
-                if pool.empty:
-                    continue
-                a, b = fit_pair(pool.base.values, pool.isl.values, pool.measured.values)
-                logo = (h.base + a + b * h.isl * 1e-3) / h.measured - 1
-                ia, ib = out["fits"][stack]
-                ins = (h.base + ia + ib * h.isl * 1e-3) / h.measured - 1
-                out["rows"].append({"split": split, "held_out": held, "stack": stack, "rows": len(h),
-                                    "response_ms": a, "tokenize_us": b,
-                                    "logo_median_abs_pct": 100 * logo.abs().median(),
-                                    "logo_signed_pct": 100 * logo.median(),
-                                    "in_sample_median_abs_pct": 100 * ins.abs().median(),
-                                    "unfitted_median_abs_pct": 100 * (h.base / h.measured - 1).abs().median()})
-    out["rows"] = pd.DataFrame(out["rows"])
-    return out
+                if not pool.empty:
+                    yield split, held, stack, h, fit_pair(pool.base.values, pool.isl.values, pool.measured.values)
+
+
+def _shifted(h, a: float, b: float):
+    """Relative TTFT error of rows ``h`` with the pair (a, b) added to their replay at zero."""
+    return (h.base + a + b * h.isl * 1e-3) / h.measured - 1
+
+
+def table(frame) -> dict:
+    """Per stack: the fit on every dense row, and per leave-one-group-out fold the held-out group's
+    error with the fold's fit, with the full fit (in sample) and with both terms at zero."""
+    import pandas as pd
+
+    dense = frame[~frame["moe"].astype(bool)]
+    fits = {stack: fit_pair(g.base.values, g.isl.values, g.measured.values)
+            for stack, g in _fit_rows(dense).groupby("stack")}
+    rows = [{"split": split, "held_out": held, "stack": stack, "rows": len(h), "response_ms": a, "tokenize_us": b,
+             "logo_median_abs_pct": 100 * _shifted(h, a, b).abs().median(),
+             "logo_signed_pct": 100 * _shifted(h, a, b).median(),
+             "in_sample_median_abs_pct": 100 * _shifted(h, *fits[stack]).abs().median(),
+             "unfitted_median_abs_pct": 100 * _shifted(h, 0.0, 0.0).abs().median()}
+            for split, held, stack, h, (a, b) in folds(frame)]
+    return {"fits": fits, "rows": pd.DataFrame(rows)}
 
 
 def per_row_errors(frame) -> "object":
     """Each dense row's leave-one-group-out TTFT error under each split (the fit without its group)."""
     import pandas as pd
 
-    frame = frame[~frame["moe"].astype(bool)]
-    parts = []
-    for split in ("family", "gpu", "stack"):
-        for held, g in frame.groupby(split):
-            rest = frame[frame[split] != held]
-            for stack, h in g.groupby("stack"):
-                pool = rest[rest["stack"] == stack] if split != "stack" else rest
-                a, b = fit_pair(pool.base.values, pool.isl.values, pool.measured.values)
-                parts.append(h.assign(split=split, err=(h.base + a + b * h.isl * 1e-3) / h.measured - 1))
-    return pd.concat(parts)
+    return pd.concat([h.assign(split=split, err=_shifted(h, a, b)) for split, _, _, h, (a, b) in folds(frame)])
 
 
 def markdown(frame, res: dict, cmd: str, wall: float) -> str:
@@ -136,8 +141,7 @@ def markdown(frame, res: dict, cmd: str, wall: float) -> str:
     unf = dense.assign(a=(dense.base / dense.measured - 1).abs() * 100).groupby("stack").a.median()
     summ["without_the_terms_pct"] = summ["stack"].map(unf)
     moe = frame[frame["moe"].astype(bool)]
-    moe = moe.assign(err=[(b + res["fits"][s][0] + res["fits"][s][1] * i * 1e-3) / m - 1
-                          for s, b, i, m in zip(moe["stack"], moe.base, moe.isl, moe.measured)])
+    moe = pd.concat([h.assign(err=_shifted(h, *res["fits"][st])) for st, h in moe.groupby("stack")])
     moe_tab = (moe.assign(a=moe.err.abs() * 100, s=moe.err * 100, z=(moe.base / moe.measured - 1) * 100)
                .groupby(["stack", "group"]).agg(rows=("a", "size"), median_abs_pct=("a", "median"),
                                                  median_signed_pct=("s", "median"),
@@ -146,7 +150,8 @@ def markdown(frame, res: dict, cmd: str, wall: float) -> str:
     took = f" ({wall / 60:.0f} min wall)" if wall else ""
     lines = [f"Generated {time.strftime('%Y-%m-%d')} by `{cmd}`{took}, "
              f"{len(frame)} closed-loop rows of AIConfigurator's silicon sample (C ≤ 128).", "",
-             "The two terms per stack, fitted on every dense row (what the backend profiles ship):", "",
+             f"The two terms per stack, fitted on every dense row at C ≤ {FIT_MAX_CONCURRENCY} (what the backend "
+             "profiles ship):", "",
              md(fits, floatfmt="{:.2f}"), "",
              "Mean TTFT, each row predicted by the fit made without its model family, its GPU or its stack "
              "(median and p90 of |error|, median signed error; `without_the_terms_pct`: both terms at zero):", "",
@@ -164,7 +169,7 @@ def write_profiles(fits: dict[str, tuple[float, float]], rows: int) -> None:
     """Set the two terms (and a zero request_ms: the serial front end is the tokenizer's) in each stack's profile."""
     import yaml
 
-    for stack, (a, b) in fits.items():
+    for stack, (a, b) in sorted(fits.items()):
         path = ROOT / "backend_profiles" / f"{stack}.yaml"
         text = path.read_text()
         for key, value in (("response_ms", a), ("tokenize_us_per_token", b), ("request_ms", 0.0)):
