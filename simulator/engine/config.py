@@ -5,6 +5,8 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..kv_memory import KvMemory
+
 
 class KvOffload(BaseModel):
     """Host-DRAM and NVMe KV tiers below the GPU prefix cache (as LMCache keeps them)."""
@@ -59,7 +61,12 @@ class EngineConfig(BaseModel):
         description="vLLM 0.5.5–0.6's multi-step scheduling: decodes run in blocks of this many iterations and "
                     "the scheduler admits waiting prompts only between blocks (1: every iteration)")
     block_size: int = Field(default=16, ge=1, le=1024, description="tokens per KV block")
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="vLLM's: the share of each GPU's whole memory weights, activations "
+                                             "and KV cache may take (kv_memory rule vllm, the default)")
+    kv_memory: Optional[KvMemory] = Field(
+        default=None, description="whose accounting sizes the KV pool (rule vllm, sglang or trtllm) and its "
+                                  "fraction; the backend sets it; none: vLLM's, with gpu_memory_utilization")
     weight_dtype: Literal["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"] = "bf16"
     kv_dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     mxfp4_activation: Optional[Literal["bf16", "mxfp8"]] = Field(
@@ -149,6 +156,15 @@ class EngineConfig(BaseModel):
     @property
     def cache_unbounded(self) -> bool:
         return self.prefix_cache_capacity_tokens == "unbounded"
+
+    @model_validator(mode="after")
+    def _one_memory_knob(self) -> "EngineConfig":
+        rule = self.kv_memory.rule if self.kv_memory else "vllm"
+        if rule != "vllm" and "gpu_memory_utilization" in self.model_fields_set:
+            raise ValueError(f"gpu_memory_utilization is vLLM's; this engine sizes its KV cache as {rule} does "
+                             "(kv_memory.rule): set kv_memory.fraction instead (SGLang's mem_fraction_static, "
+                             "TensorRT-LLM's free_gpu_memory_fraction)")
+        return self
 
     @model_validator(mode="after")
     def _capacity_positive(self) -> "EngineConfig":

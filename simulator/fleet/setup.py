@@ -53,7 +53,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
     mem = at("engine", lambda: plan_memory(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
                                            e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
-                                           e.block_size, dp=spec.dp, ep=spec.ep))
+                                           e.block_size, dp=spec.dp, ep=spec.ep, kv_memory=e.kv_memory,
+                                           speculative=spec.speculative is not None))
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative))
     if e.num_gpu_blocks_override:

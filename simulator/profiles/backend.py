@@ -192,5 +192,8 @@ def apply_backend(engine: dict[str, Any], gpu_name: str) -> dict[str, Any]:
             raise LlmsimError(f"backend_version {version!r} is not a {prof.name} release number (such as "
                               f"0.14.1) nor a nightly dated YYYYMMDD")
         merged.update(keys)
-    merged.update(engine)
+    for key, value in engine.items():
+        # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
+        base = merged.get(key)
+        merged[key] = {**base, **value} if isinstance(base, dict) and isinstance(value, dict) else value
     return merged
