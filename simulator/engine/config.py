@@ -62,6 +62,10 @@ class EngineConfig(BaseModel):
                                   "vLLM's FlashInfer MXFP4×BF16 kernels without VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8) or "
                                   "mxfp8 (W4A8, TensorRT-LLM's, and vLLM's with that variable as its gpt-oss recipe sets it); "
                                   "default: mxfp8, the vllm backend bf16. Without FP4 units MXFP4 experts always compute in bf16")
+    kernels: Optional[str] = Field(
+        default=None, description="whose kernels the GPU runs: a stack name (vllm, sglang, trtllm) selecting the "
+                                  "hardware profile's per-stack overrides (calibration.stacks) where it has them; "
+                                  "none or a stack without overrides: the profile's own (vLLM's) kernels")
     scheduler: Literal["continuous", "static"] = Field(
         default="continuous",
         description="continuous: iteration-level batching (vLLM); static: a batch runs to completion (old TGI/FT)")
