@@ -305,3 +305,13 @@ def test_kernel_tables_are_cached_by_content(tmp_path, monkeypatch):
     assert tables.read_columns(src, ["a", "c"])["a"].tolist() == [7]
     with pytest.raises(LlmsimError, match="missing columns d"):
         tables.read_columns(src, ["a", "d"])
+
+
+def test_prefill_attention_holds_on_unseen_head_configurations(kernels, committed):
+    """Leave one head configuration out (docs/calibration.md's held-out table): H200 prefill stays
+    within the in-sample bound on shards the fit never saw."""
+    from simulator.calibration import holdout
+
+    s = holdout.family_leave_one_group_out("attention_prefill", kernels.family("attention_prefill", "h200"),
+                                           committed["h200"])
+    assert s.groups >= 8 and s.median_ape < MEDIAN_BOUND["attention_prefill"]

@@ -1,11 +1,17 @@
 """Reading the measured kernel tables and choosing the rows the engine models.
 
-The CSVs (AIConfigurator's vLLM rows, see ``../shared/data/README.md``) are
-read in place, never copied into the repository. Each op family becomes one
-frame with the shape columns the cost-model components need, the measured
-time in seconds (``t_s``) and the hardware profile it belongs to. Row
-*selection* lives here too, because which rows count as "what vLLM runs" is a
-modelling decision the fit and the report must share.
+The CSVs (AIConfigurator's kernel timings, see ``../shared/data/README.md``)
+are read in place, never copied into the repository. Each op family becomes
+one frame with the shape columns the cost-model components need, the
+measured time in seconds (``t_s``) and the hardware profile it belongs to.
+Row *selection* lives here too, because which rows count as "what vLLM
+runs" is a modelling decision the fit and the report must share.
+
+The newer tables (H200, B200, GB200; every stack) measure ten times the
+shapes of the first ones (H100, A100). A GPU is fitted on the shapes the
+first tables hold (the *fit grid*), so its errors compare row for row with
+H100's and the fit stays as fast; the other shapes are kept apart and scored
+as held out.
 """
 from __future__ import annotations
 
@@ -51,7 +57,7 @@ _KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1
 # (H100 with SGLang and TensorRT-LLM), their rows named by ``system``.
 STACK_FILES = {"gemm": "gemm_h200_b200.csv.gz", "attention": "attention_h200_b200.csv.gz",
                "allreduce": "allreduce_h200_b200.csv.gz"}
-_STACK_NEEDED = {
+STACK_COLUMNS = {
     "gemm": ["system", "framework", "framework_version", "dtype", "m", "n", "k", "measured_time_ms"],
     "attention": ["system", "framework", "framework_version", "op", "kernel_source", "dtype", "kv_dtype",
                   "head_dim", "num_heads", "num_kv_heads", "window_size", "batch_size", "context_len",
@@ -179,7 +185,7 @@ def system_profiles() -> dict[str, str]:
 
 
 def _read_stack_table(data_dir: Path, kind: str, systems: dict[str, str]) -> pd.DataFrame:
-    df = read_columns(data_dir / "kernels" / STACK_FILES[kind], _STACK_NEEDED[kind])
+    df = read_columns(data_dir / "kernels" / STACK_FILES[kind], STACK_COLUMNS[kind])
     df = df[df["system"].isin(systems)]
     df = df.assign(profile=df["system"].map(systems), t_s=df["measured_time_ms"].astype(float) * 1e-3)
     return df[df["t_s"] > 0]
@@ -207,17 +213,20 @@ def _attention(df: pd.DataFrame, op: str, framework: str = "vllm") -> pd.DataFra
 
 
 def _stack_attention(df: pd.DataFrame, op: str, framework: str) -> pd.DataFrame:
-    """Full-attention, bf16-compute rows of the kernel the collector timed over
-    the whole grid for this stack, GPU and phase (the most rows): the stack's
-    default; the others (FA4 on a few H200 shapes, Triton's fp8-KV fallback)
-    cover a corner each."""
-    df = df[(df["framework"] == framework) & (df["op"] == op) & (df["window_size"] == 0)
-            & (df["dtype"] == "bfloat16")]
+    """Full-attention rows of the kernel the collector timed over the whole
+    grid for this stack, GPU and phase (the most rows): the stack's default;
+    the others (FA4 on a few H200 shapes, Triton's fp8-KV fallback) cover a
+    corner each. Per KV dtype, bf16 compute where the stack has it measured,
+    else the compute it pairs with that cache (SGLang runs FP8 context
+    attention over an fp8 KV cache)."""
+    df = df[(df["framework"] == framework) & (df["op"] == op) & (df["window_size"] == 0)]
     if df.empty:
         return _attention(df, op, framework)
     main = df.groupby("profile")["kernel_source"].agg(lambda s: s.value_counts().index[0])
     df = df[df["kernel_source"] == df["profile"].map(main)]
-    return _attention(df, op, framework)
+    bf16 = df["dtype"] == "bfloat16"
+    has_bf16 = bf16.groupby([df["profile"], df["kv_dtype"]]).transform("any")
+    return _attention(df[bf16 | ~has_bf16], op, framework)
 
 
 def select_allreduce(df: pd.DataFrame, custom_kernel: str = CUSTOM_AR_KERNEL, column: str = "kernel_source",

@@ -43,6 +43,8 @@ class Result:
     fp8: dict[str, "fp8.Fp8Fit"] = field(default_factory=dict)
     # every other stack against the default one, per GPU and op family
     stacks: list["stacks.Comparison"] = field(default_factory=list)
+    # the overrides' errors on their stack's rows, against the default parameters'
+    stack_errors: pd.DataFrame = field(default_factory=pd.DataFrame)
 
 
 def _calibrated(kd: data.KernelData, gpu: HardwareProfile,
@@ -95,7 +97,7 @@ def _read_plan(data_dir: Path | None) -> list[str]:
     d = Path(data_dir).expanduser() if data_dir is not None else None
     plan = ["read"]
     for kind, fname in data.STACK_FILES.items():
-        cached = d is not None and tables.is_cached(d / "kernels" / fname, data._STACK_NEEDED[kind])
+        cached = d is not None and tables.is_cached(d / "kernels" / fname, data.STACK_COLUMNS[kind])
         plan.append("read" if cached else "read-first")
     return plan
 
@@ -229,6 +231,7 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
         kernels=pd.DataFrame(kernel_rows, columns=["gpu", "family", "n", "median_ape", "p90_ape"]),
         fp8={n: f for n, f in fp8_fits.items() if n in wanted},
         stacks=[c for c in comparisons if c.gpu in wanted],
+        stack_errors=pd.DataFrame([r for n, g in shown.items() for r in stacks.error_rows(kd, g)]),
     )
     prog.finish()
     return result

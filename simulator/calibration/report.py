@@ -124,7 +124,8 @@ def ceilings_rich(rows: dict[str, list[dict]]) -> Table:
 
 def markdown_report(errors: pd.DataFrame, slices: pd.DataFrame, ceilings: dict[str, list[dict]],
                     command: str, kernels: pd.DataFrame | None = None, fp8: pd.DataFrame | None = None,
-                    stacks: list | None = None, material: float = 0.1) -> str:
+                    stacks: list | None = None, material: float = 0.1,
+                    stack_errors: pd.DataFrame | None = None) -> str:
     """The generated part of docs/calibration.md (the prose around it is hand-written)."""
     return (f"Reproduce with `{command}`.\n\n"
             "### Error per GPU and op family\n\n"
@@ -135,6 +136,8 @@ def markdown_report(errors: pd.DataFrame, slices: pd.DataFrame, ceilings: dict[s
             + "\n### Measured ceilings vs the fit\n\n" + ceilings_markdown(ceilings)
             + ("\n### fp8 GEMMs\n\n" + fp8_markdown(fp8) if fp8 is not None and len(fp8) else "")
             + ("\n### Per-stack kernels\n\n" + stacks_markdown(stacks, material) if stacks else "")
+            + ("\n### Per-stack overrides on their stack's rows\n\n" + stack_errors_markdown(stack_errors)
+               if stack_errors is not None and len(stack_errors) else "")
             + ("\n### MoE experts and MLA modules (in-sample)\n\n" + kernels_markdown(kernels)
                if kernels is not None and len(kernels) else ""))
 
@@ -184,6 +187,15 @@ def stacks_markdown(comparisons: list, material: float) -> str:
     if agree:
         lines.append(f"\nWhere no override is written the stacks agree within {max(agree):.1%} at the median "
                      f"(threshold {material:.0%}).")
+    return "\n".join(lines) + "\n"
+
+
+def stack_errors_markdown(table: pd.DataFrame) -> str:
+    lines = ["| GPU | stack | op family | rows | vLLM's parameters: median APE (signed) | own parameters: "
+             "median / p90 APE |", "|---|---|---|---:|---:|---:|"]
+    for r in table.itertuples():
+        lines.append(f"| {r.gpu} | {r.stack} | {r.family} | {r.n} | {r.default_median:.1f}% ({r.default_signed:+.1f}%) | "
+                     f"{r.own_median:.1f}% / {r.own_p90:.1f}% |")
     return "\n".join(lines) + "\n"
 
 

@@ -135,3 +135,32 @@ def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison
                     + (" (fp8: the efficiency only, compute-bound rows)" if "fp8_gemm_efficiency" in fields else ""))
             out[stack] = StackKernels(rule=rule, error=errors, **fields)
     return out
+
+
+def error_rows(kd: KernelData, gpu: HardwareProfile) -> list[dict]:
+    """Per stack override of ``gpu``: the error on the stack's rows of the
+    profile's own (vLLM's) parameters and of the stack's own."""
+    cal, out = gpu.calibration, []
+    for stack, over in cal.stacks.items():
+        for family in ("gemm", "attention_prefill", "attention_decode", "allreduce"):
+            own = getattr(over, family)
+            if own is None:
+                continue
+            rows = _rows(kd, stack, family, gpu.name)
+            t = rows["t_s"].to_numpy()
+            base = evaluate.PREDICT[family](rows, gpu, getattr(cal, family))
+            e0, e1 = ape(base, t), ape(evaluate.PREDICT[family](rows, gpu, own), t)
+            out.append(dict(gpu=gpu.name, stack=stack, family=family, n=len(t),
+                            default_median=float(np.median(e0)), default_signed=float(np.median(base / t - 1) * 100),
+                            own_median=float(np.median(e1)), own_p90=float(np.percentile(e1, 90))))
+        if over.fp8_gemm_efficiency is not None:
+            rows = kd.stack(stack, FP8_GEMM, gpu.name)
+            rows = rows[fp8.compute_bound(rows)]
+            t = rows["t_s"].to_numpy()
+            base = fp8.predict(rows, gpu, cal.gemm, gpu.fp8_gemm_efficiency)
+            e1 = ape(fp8.predict(rows, gpu, cal.gemm, over.fp8_gemm_efficiency), t)
+            out.append(dict(gpu=gpu.name, stack=stack, family=f"{FP8_GEMM} (compute-bound)", n=len(t),
+                            default_median=float(np.median(ape(base, t))),
+                            default_signed=float(np.median(base / t - 1) * 100),
+                            own_median=float(np.median(e1)), own_p90=float(np.percentile(e1, 90))))
+    return out

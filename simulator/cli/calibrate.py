@@ -70,7 +70,7 @@ def calibrate(
         try:
             report_md.write_text(markdown_report(result.errors, result.slices, result.ceilings, cmd, result.kernels,
                                                  fp8_table(result.fp8) if result.fp8 else None, result.stacks,
-                                                 MATERIAL))
+                                                 MATERIAL, result.stack_errors))
         except OSError as e:
             raise LlmsimError(f"cannot write the report ({e.strerror})", source=report_md) from None
         console.print(f"markdown report: {report_md}")
