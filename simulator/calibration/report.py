@@ -168,35 +168,38 @@ def fp8_table(fits: dict) -> pd.DataFrame:
                          for g, f in fits.items()])
 
 
-def fp8_markdown(table: pd.DataFrame) -> str:
-    lines = ["| GPU | fp8_gemm_efficiency | rows | median APE | p90 APE | compute-bound rows (> 1 TFLOP) | "
-             "median APE | p90 APE |", "|---|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in table.itertuples():
-        lines.append(f"| {r.gpu} | {r.efficiency:g} | {r.n} | {r.median_ape:.1f}% | {r.p90_ape:.1f}% | "
-                     f"{r.n_compute} | {r.compute_median_ape:.1f}% | {r.compute_p90_ape:.1f}% |")
+def _markdown(header: list[str], right: list[bool], rows: list[list[str]]) -> str:
+    """A markdown table, right-aligned where ``right`` says (numbers)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if r else "---" for r in right) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
     return "\n".join(lines) + "\n"
+
+
+def fp8_markdown(table: pd.DataFrame) -> str:
+    return _markdown(["GPU", "fp8_gemm_efficiency", "rows", "median APE", "p90 APE", "compute-bound rows (> 1 TFLOP)",
+                      "median APE", "p90 APE"], [False] + [True] * 7,
+                     [[r.gpu, f"{r.efficiency:g}", str(r.n), f"{r.median_ape:.1f}%", f"{r.p90_ape:.1f}%",
+                       str(r.n_compute), f"{r.compute_median_ape:.1f}%", f"{r.compute_p90_ape:.1f}%"]
+                      for r in table.itertuples()])
 
 
 def stacks_markdown(comparisons: list, material: float) -> str:
-    lines = ["| GPU | stack | op family | shapes both ran | median time ratio to vLLM | p10–p90 | own parameters |",
-             "|---|---|---|---:|---:|---|---|"]
-    for c in comparisons:
-        lines.append(f"| {c.gpu} | {c.stack} | {c.family} | {c.n} | {c.median_ratio:.3f} | "
-                     f"{c.p10_ratio:.2f}–{c.p90_ratio:.2f} | {'yes' if c.material else 'no'} |")
+    text = _markdown(["GPU", "stack", "op family", "shapes both ran", "median time ratio to vLLM", "p10–p90",
+                      "own parameters"], [False, False, False, True, True, False, False],
+                     [[c.gpu, c.stack, c.family, str(c.n), f"{c.median_ratio:.3f}",
+                       f"{c.p10_ratio:.2f}–{c.p90_ratio:.2f}", "yes" if c.material else "no"] for c in comparisons])
     agree = [abs(c.median_ratio - 1) for c in comparisons if not c.material]
     if agree:
-        lines.append(f"\nWhere no override is written the stacks agree within {max(agree):.1%} at the median "
-                     f"(threshold {material:.0%}).")
-    return "\n".join(lines) + "\n"
+        text += (f"\nWhere no override is written the stacks agree within {max(agree):.1%} at the median "
+                 f"(threshold {material:.0%}).\n")
+    return text
 
 
 def stack_errors_markdown(table: pd.DataFrame) -> str:
-    lines = ["| GPU | stack | op family | rows | vLLM's parameters: median APE (signed) | own parameters: "
-             "median / p90 APE |", "|---|---|---|---:|---:|---:|"]
-    for r in table.itertuples():
-        lines.append(f"| {r.gpu} | {r.stack} | {r.family} | {r.n} | {r.default_median:.1f}% ({r.default_signed:+.1f}%) | "
-                     f"{r.own_median:.1f}% / {r.own_p90:.1f}% |")
-    return "\n".join(lines) + "\n"
+    return _markdown(["GPU", "stack", "op family", "rows", "vLLM's parameters: median APE (signed)",
+                      "own parameters: median / p90 APE"], [False, False, False, True, True, True],
+                     [[r.gpu, r.stack, r.family, str(r.n), f"{r.default_median:.1f}% ({r.default_signed:+.1f}%)",
+                       f"{r.own_median:.1f}% / {r.own_p90:.1f}%"] for r in table.itertuples()])
 
 
 def stacks_rich(comparisons: list) -> Table:
