@@ -243,6 +243,12 @@ def test_a_backend_selects_its_stack_kernels(committed):
         assert cm.gpu.calibration.allreduce == over.allreduce
         assert cm.comm_time(64) < base.comm_time(64)
         assert cm.prefill_attention_time([(4096, 0)]) != base.prefill_attention_time([(4096, 0)])
+    # A name no backend profile has is refused, not priced as vLLM.
+    from pydantic import ValidationError
+
+    from simulator.engine.config import EngineConfig
+    with pytest.raises(ValidationError, match="names no serving stack"):
+        EngineConfig(kernels="sglnag")
     # A stack with no overrides (or none named) prices the profile's own kernels.
     assert CostModel(model, h200, 2, kernels="vllm").comm_time(64) == base.comm_time(64)
     assert CostModel(model, committed["a100-sxm-80gb"], 2, kernels="trtllm").comm_time(64) == \

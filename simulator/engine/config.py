@@ -145,6 +145,19 @@ class EngineConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _kernels_known(self) -> "EngineConfig":
+        if self.kernels is None:
+            return self
+        from ..profiles.backend import load_backend
+        from ..profiles.loader import list_builtin
+
+        stacks = sorted({load_backend(n).stack for n in list_builtin("backend_profiles")})
+        if self.kernels not in stacks:
+            raise ValueError(f"kernels: {self.kernels!r} names no serving stack; expected one of {', '.join(stacks)} "
+                             "(the stack of a built-in backend profile)")
+        return self
+
+    @model_validator(mode="after")
     def _offload_modelled(self) -> "EngineConfig":
         if self.kv_offload is None:
             return self
