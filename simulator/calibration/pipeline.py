@@ -211,7 +211,9 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
         if name not in moe_targets:
             # A measured copy (GB200 of B200) takes its sibling's MoE/MLA fit, as it took all of it before.
             sib = transfer.COPIES.get(name)
-            keep = out[sib].calibration if sib in moe_targets else load_hardware(name).calibration
+            # (without the sibling's MoE/MLA errors: those were measured on the sibling)
+            keep = out[sib].calibration.model_copy(update={"error": {}}) if sib in moe_targets \
+                else load_hardware(name).calibration
             out[name] = gpu.model_copy(update={"calibration": moe_mla_fit.keep_current(gpu.calibration, keep)})
 
     for name, sib in copies.items():
