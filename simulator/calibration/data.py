@@ -222,10 +222,10 @@ def _stack_attention(df: pd.DataFrame, op: str, framework: str) -> pd.DataFrame:
     df = df[(df["framework"] == framework) & (df["op"] == op) & (df["window_size"] == 0)]
     if df.empty:
         return _attention(df, op, framework)
-    main = df.groupby("profile")["kernel_source"].agg(lambda s: s.value_counts().index[0])
-    df = df[df["kernel_source"] == df["profile"].map(main)]
+    main = df.groupby("profile", observed=True)["kernel_source"].agg(lambda s: s.value_counts().index[0])
+    df = df[(df["kernel_source"].astype(str) == df["profile"].map(main).astype(str)).to_numpy()]
     bf16 = df["dtype"] == "bfloat16"
-    has_bf16 = bf16.groupby([df["profile"], df["kv_dtype"]]).transform("any")
+    has_bf16 = bf16.groupby([df["profile"], df["kv_dtype"]], observed=True).transform("any")
     return _attention(df[bf16 | ~has_bf16], op, framework)
 
 
@@ -257,8 +257,8 @@ def _split_grid(df: pd.DataFrame, grid: pd.DataFrame, keys: list[str]) -> tuple[
 
 def _versions(df: pd.DataFrame, label: str = "vLLM") -> dict[str, str]:
     out = {}
-    for prof, grp in df.groupby("profile"):
-        vs = sorted(set(grp.get("framework_version", pd.Series(dtype=str)).dropna().astype(str)))
+    for prof, grp in df.groupby("profile", observed=True):
+        vs = sorted({str(v) for v in grp.get("framework_version", pd.Series(dtype=str)).dropna().unique()})
         out[prof] = f"{label} " + "/".join(vs) if vs else label
     return out
 

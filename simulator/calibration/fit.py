@@ -294,8 +294,7 @@ def fit_family(family: str, df: pd.DataFrame, gpu: HardwareProfile, gemm_form: s
     sp = space(family, df, gemm_form)
     if start is not None:
         sp = _pinned(sp, start, free or sp.names)
-    predict = evaluate.PREDICT[family]
-    return fit_params(family, sp, lambda p: predict(df, gpu, p), df["t_s"].to_numpy())
+    return fit_params(family, sp, evaluate.evaluator(family, df, gpu), df["t_s"].to_numpy())
 
 
 def fit_params(label: str, sp: Space, predict: Callable[[Params], np.ndarray], measured: np.ndarray,
