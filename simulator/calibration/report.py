@@ -17,6 +17,9 @@ from .fit import ape
 
 ROOFLINE = Calibration(status="roofline")
 
+# n and k of the GEMMs a dense model's TP shard runs (and the fit grid spans).
+SHARD_WIDTHS = (512, 16384)
+
 COLUMNS = ["gpu", "family", "n", "median_ape", "p90_ape", "roofline_median_ape", "roofline_p90_ape"]
 
 
@@ -66,6 +69,12 @@ def slice_table(kd: KernelData, gpus: dict[str, HardwareProfile]) -> pd.DataFram
             h = held[held["profile"] == name]
             if len(h):
                 rows.append(_row(name, f"{fam}, other shapes (held out)", h, gpu, gpu.calibration, fam))
+            if fam == "gemm" and len(h):
+                # the widths serving models' TP shards have (the grid's n and k range)
+                lo, hi = SHARD_WIDTHS
+                shard = h[h["n"].between(lo, hi) & h["k"].between(lo, hi)]
+                rows.append(_row(name, f"gemm, other shapes with {lo} ≤ n, k ≤ {hi:,} (held out)", shard, gpu,
+                                 gpu.calibration, "gemm"))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
