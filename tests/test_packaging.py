@@ -87,7 +87,8 @@ def test_the_installed_package_finds_its_builtins_from_any_directory(wheel, tmp_
         assert names == sorted(q.stem for q in (REPO_ROOT / folder).glob("*.yaml")), folder
     # A shipped scenario by its checkout path, sharded (the sharding package once missed the wheel).
     p = subprocess.run([sys.executable, "-c", "from simulator.cli.app import main; main()", "run",
-                        "scenarios/dau-10m.yaml", "--set", "workload.duration_s=5", "--shards", "2", "--json"],
+                        "scenarios/dau-10m.yaml", "--set", "workload.duration_s=5", "--shards", "2", "--json",
+                        "--exit-zero"],   # the verdict at 5 s is not this test's business
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads(p.stdout)["completed"] > 0

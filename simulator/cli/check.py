@@ -19,23 +19,21 @@ import json as _json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 from rich.table import Table
 
 from ..errors import LlmsimError
-from ..metrics.by_input_length import bucket_slo_blocks
 from ..report.diff import flatten, read_json_object
 from ..report.regression import Verdict, judge, rounded
-from ..scenario.ci import CheckSpec
-from ..scenario.load import load_scenario
-from ..scenario.overlays import load_with_overlays, load_with_variants
-from ..scenario.schema import Scenario
-from ..scenario.variants import ladder_steps
 from .app import app
 from .output import console, fmt
 from .progress import simulate_shown
+
+if TYPE_CHECKING:   # scenarios on first use: `llmsim --help` imports this module
+    from ..scenario.ci import CheckSpec
+    from ..scenario.schema import Scenario
 
 _STYLE = {"ok": "green", "improved": "green", "new": "yellow", "regressed": "bold red", "moved": "bold red",
           "missing": "bold red"}
@@ -68,6 +66,11 @@ def _read_baseline(path: Path) -> dict[str, Any]:
 
 
 def _prepare(name: str, baseline_dir: Optional[Path], sets: List[str], update: bool) -> _Job:
+    from ..scenario.ci import CheckSpec
+    from ..scenario.load import load_scenario
+    from ..scenario.overlays import load_with_overlays, load_with_variants
+    from ..scenario.variants import ladder_steps
+
     sc, path = load_scenario(name)
     spec = sc.check or CheckSpec()
     for step in ladder_steps(sc.variants, sc.ladder)[1:]:
@@ -108,16 +111,10 @@ def _pct(rel: Optional[float]) -> str:
 
 
 def _slo_blocks(job: _Job, results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(label, slo block): the scenario's over all traffic, then each class
-    that declares its own (a class without one is only held to the fleet's
-    targets over all traffic, as declared), then each prompt-length bucket
-    that declares its own."""
-    blocks = [("SLO", results.get("slo") or {})]
-    measured = (results.get("llmsim") or {}).get("classes") or {}
-    for c in getattr(job.scenario, "classes", None) or []:
-        if getattr(c, "slo", None) and c.name in measured:
-            blocks.append((f"SLO {c.name}", measured[c.name].get("slo") or {}))
-    return blocks + list(bucket_slo_blocks(results))
+    """The blocks :func:`~simulator.metrics.verdict.slo_blocks` judges, as ``llmsim run`` does."""
+    from ..metrics.verdict import slo_blocks
+
+    return slo_blocks(results, [c.name for c in getattr(job.scenario, "classes", None) or [] if c.slo])
 
 
 def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
@@ -222,6 +219,8 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
         console.print(f"[bold red]check failed[/]: {len(failed)} of {len(jobs)} scenarios")
         for job in failed:
             for why in job.failures:
-                console.print(f"  {job.scenario.name}: {why}")
-        raise typer.Exit(1)
+                console.print(f"  {job.scenario.name}: {why}", markup=False)
+        from ..metrics.verdict import EXIT_MISSED
+
+        raise typer.Exit(EXIT_MISSED)
     console.print(f"[green]check passed[/]: {len(jobs)} scenario{'s' if len(jobs) != 1 else ''}")

@@ -6,15 +6,12 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.text import Text
 
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError
-from ..planning.pareto import plot_pareto
-from ..planning.plan import infeasible_message, plan_fleet
-from ..planning.store import PointStore
-from ..planning.vary import parse_vary
 from .app import app
-from .output import console, fmt, to_json
+from .output import console, fleet_answer, product_columns, to_json
 from .sweep import Address, ConnectTimeout, ExecutorName, Sets, Workers, open_executor, output_dir, parse_sets, \
     rows_table, runs_progress
 
@@ -37,6 +34,11 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
     """Find, for each combination of choices, the smallest value of the range axis meeting every SLO, ranked by cost.
 
     Exit code 2 when no combination meets the SLO (plan.json is still written)."""
+    from ..planning.pareto import plot_pareto    # planning on first use: `llmsim --help` imports this module
+    from ..planning.plan import infeasible_message, plan_fleet
+    from ..planning.store import PointStore
+    from ..planning.vary import parse_vary
+
     if engine not in ("fast", "reference"):
         raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
     axes = [parse_vary(v) for v in vary]
@@ -53,19 +55,23 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
     if not max_rate:
         written.append(plot_pareto(result.probes, result.best, out / "pareto.png",
                                    title=f"{Path(scenario).stem}: cost vs p99 TTFT of every fleet simulated"))
+    from ..report.page import write_report   # plotly's JavaScript only when a page is written
+
+    written.append(write_report(out))
     key = result.searched["key"]
     keys = [k for k in dict.fromkeys(k for c in result.candidates for k in c["overrides"])
             if not (max_rate and k == key)]  # the rate reached has its own column
     shown = [dict(c["overrides"], **{k: v for k, v in c.items() if k != "overrides"}) for c in result.candidates]
     figures = ["max_rate_per_s"] if max_rate else []
-    figures += ["monthly_usd", "gpus", "ttft_p99_ms", "tpot_p99_ms", "slo_met", "probes", "failed_slo"]
+    figures += [*product_columns(result.candidates), "monthly_usd", "gpus", "ttft_p99_ms", "tpot_p99_ms", "slo_met",
+                "probes", "failed_slo"]
     what = f"highest {key} meeting the SLO" if max_rate else f"smallest {key} meeting the SLO, cheapest first"
     planned = scenario + "".join(f" --variant {v}" for v in variant)
-    console.print(rows_table(f"plan {planned}: {what}", shown, [*keys, *figures]))
+    console.print(rows_table(f"plan {planned}: {what}", shown, [*keys, *figures], keep=len(keys)))
     runs = sum(c["probes"] for c in result.candidates) * len(result.seeds)
     console.print(f"searched {key}; {runs} runs ({len(result.seeds)} seed(s) each) in {wall:.1f} s; "
-                  f"wrote {', '.join(map(str, written))}")
+                  f"wrote {', '.join(map(str, written))}", markup=False)
     if result.best is None:
         raise LlmsimError(infeasible_message(result))
     best = ", ".join(f"{k}={v}" for k, v in result.best["overrides"].items())
-    console.print(f"[bold]best:[/] {best}  (monthly cost ${fmt(result.best['monthly_usd'])})")
+    console.print(Text.assemble(("best: ", "bold"), f"{best}  ({fleet_answer(result.best)})"))

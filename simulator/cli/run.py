@@ -3,23 +3,21 @@ from __future__ import annotations
 
 import json as _json
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
+from rich.markup import escape
 
 from ..errors import LlmsimError
-from ..report.summary import summary_table
-from ..runsize import check_run_size
-from ..scenario.load import load_scenario
-from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
-from ..scenario.schema import Scenario
-from ..scenario.variants import select_variants
-from .app import app
+from .app import app, err_console
 from .ladder import run_ladder
 from .output import console, print_json
 from .progress import simulate_shown
 from .rundir import output_folder, output_path, write_run_files
 from .sweep import Address, ConnectTimeout, ExecutorName, Workers, open_executor
+
+if TYPE_CHECKING:   # scenarios and the runner on first use: `llmsim --help` imports this module
+    from ..scenario.schema import Scenario
 
 
 def _plots_wanted(plots: Optional[bool], output: Optional[Path]) -> bool:
@@ -44,14 +42,25 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
         ladder: bool = typer.Option(False, "--ladder",
                                     help="run the baseline and each variant step; one row per step"),
         plots: Optional[bool] = typer.Option(None, "--plots/--no-plots",
-                                             help="draw PNG plots into -o DIR (default: on with -o)"),
+                                             help="draw report.html and PNG plots into -o DIR (default: on with -o)"),
         shards: Optional[int] = typer.Option(None, "--shards",
                                              help="split the fleet into N independent shards (sessions hashed, "
                                                   "replicas divided), run them in parallel and merge the records"),
         executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
         connect_timeout: ConnectTimeout = 10.0,
+        exit_zero: bool = typer.Option(False, "--exit-zero",
+                                       help="exit 0 even when the SLO is missed or the fleet is overloaded"),
         ) -> None:
-    """Replay a scenario's traffic through its fleet and report latency percentiles."""
+    """Replay a scenario's traffic through its fleet and report latency percentiles.
+
+    Exit code 1 when an SLO the scenario declares is missed or the fleet is
+    overloaded (the rule of llmsim check; --exit-zero turns it off), 2 for bad input."""
+    from ..report.summary import summary_table
+    from ..runsize import check_run_size
+    from ..scenario.load import load_scenario
+    from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
+    from ..scenario.variants import select_variants
+
     if engine not in ("fast", "reference"):
         raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
     if shards is not None and ladder:
@@ -82,15 +91,29 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
             write_run_files(stage, out, plots=draw)
     if json:
         print_json(out.results)
+        _exit_on_verdict(out.results, sc, exit_zero)
         return
     console.print(summary_table(out.results))
     if shards is not None:
         _print_shards(out.results["llmsim"]["shards"])
     cal = out.results["llmsim"]["calibration"]
     if not cal["calibrated"]:
-        console.print(f"[yellow]note:[/] {cal['gpu']} cost model is {cal['status']}, not fitted to its own measurements")
+        console.print(f"[yellow]note:[/] {escape(cal['gpu'])} cost model is {cal['status']}, not fitted to its own "
+                      f"measurements")
     if output is not None:
-        console.print(f"wrote {output}/results.json, run.json, the per-request table{' and plots' if draw else ''}")
+        console.print(f"wrote {output}/results.json, run.json, scenario.yaml, the per-request table"
+                      f"{', report.html and plots' if draw else ''}", markup=False)
+    _exit_on_verdict(out.results, sc, exit_zero)
+
+
+def _exit_on_verdict(results: dict, sc: Scenario, exit_zero: bool) -> None:
+    """A missed SLO or an overloaded fleet ends in exit code 1, as in ``llmsim check``."""
+    from ..metrics.verdict import EXIT_MISSED, failures
+
+    why = failures(results, [c.name for c in sc.classes if c.slo])
+    if why and not exit_zero:
+        err_console.print("exit 1: " + "; ".join(why), markup=False)
+        raise typer.Exit(EXIT_MISSED)
 
 
 def _print_shards(info: dict) -> None:
@@ -106,4 +129,6 @@ def _print_shards(info: dict) -> None:
 @app.command("schema")
 def schema() -> None:
     """Print the JSON Schema of scenario files."""
+    from ..scenario.schema import Scenario
+
     print(_json.dumps(Scenario.model_json_schema(), indent=2))

@@ -34,7 +34,7 @@ __all__ = ["Plan", "plan_fleet", "RATE_KEY", "infeasible_message"]
 #: The key ``--max-rate`` searches.
 RATE_KEY = "workload.arrival.rate_per_s"
 
-_FIGURES = ("monthly_usd", "gpus", "usd_per_request", "request_throughput", "output_throughput",
+_FIGURES = ("product_monthly_usd", "product_gpus", "monthly_usd", "gpus", "usd_per_request", "request_throughput", "output_throughput",
             *(c for c, _ in LATENCY_COLUMNS))
 
 
@@ -61,7 +61,7 @@ class Plan:
         return {"scenario": self.scenario, "variants": self.variants, "set": self.sets, "mode": self.mode,
                 "searched": self.searched, "seeds": self.seeds,
                 "rank_by": "monthly_usd" if self.mode == "min" else "max_rate_per_s, then monthly_usd",
-                "best": self.best, "candidates": self.candidates}
+                "best": self.best, "candidates": self.candidates, "probes": self.probes}
 
 
 class _Prober:

@@ -185,6 +185,9 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     # "usd_per_month": the key's name in results stored by older versions
     row["monthly_usd"] = cost.get("monthly_usd", cost.get("usd_per_month"))
     row["gpus"] = _dig(results, "llmsim", "gpus")
+    # The product's figures beside the slice's: a plan answers for the product (llmsim.product).
+    row["product_gpus"] = _dig(results, "llmsim", "product", "gpus")
+    row["product_monthly_usd"] = _dig(results, "llmsim", "product", "monthly_usd")
     row["usd_per_request"] = cost.get("usd_per_request")
     row["error"] = None
     return row

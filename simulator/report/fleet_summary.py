@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -39,11 +40,13 @@ def headline(llmsim: Mapping[str, Any]) -> Optional[Text]:
         s = prod["slice"]
         lines.append(f"  simulated slice, 1/{n:,} of the traffic: {s['gpus']:,} GPUs at peak ({pool_gpus(pools)}), "
                      f"${_whole(s['monthly_usd'])}/month")
-        lines.append(f"[dim]  scaling: {prod['scaling']}[/]")
+        if prod.get("pooled"):
+            lines.append(f"  per-slice figures: {escape(prod['pooled'])}")
+        lines.append(f"[dim]  scaling: {escape(prod['scaling'])}[/]")
     load = llmsim.get("load")
     if load:
         style = "bold red" if load["overloaded"] else "green"
-        lines.append(f"[{style}]Load: {load['verdict']}[/]")
+        lines.append(f"[{style}]Load: {escape(load['verdict'])}[/]")
     return Text.from_markup("\n".join(lines))
 
 
