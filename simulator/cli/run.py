@@ -8,6 +8,12 @@ from typing import List, Optional
 import typer
 
 from ..errors import LlmsimError
+from ..metrics.intervals import annotate, check_confidence
+from ..replicates import check_replicates, run_replicates
+from ..report.intervals import intervals_table, widened_notes
+from ..metrics.records import Records
+from ..runner import RunOutput
+from ..validation.error_model import ErrorModel, load_error_model
 from ..report.summary import summary_table
 from ..runsize import check_run_size
 from ..scenario.load import load_scenario
@@ -48,12 +54,22 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
         shards: Optional[int] = typer.Option(None, "--shards",
                                              help="split the fleet into N independent shards (sessions hashed, "
                                                   "replicas divided), run them in parallel and merge the records"),
+        replicates: int = typer.Option(1, "--replicates",
+                                       help="run N seeds (seed, seed+1, ...) on the executor and report each "
+                                            "figure's spread; files and plots are the first seed's"),
+        confidence: float = typer.Option(0.9, "--confidence",
+                                         help="confidence of the intervals in results.json (llmsim.intervals)"),
         executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
         connect_timeout: ConnectTimeout = 10.0,
         ) -> None:
     """Replay a scenario's traffic through its fleet and report latency percentiles."""
     if engine not in ("fast", "reference"):
         raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
+    check_replicates(replicates)
+    check_confidence(confidence)
+    if replicates > 1 and (shards is not None or ladder):
+        raise LlmsimError(f"--replicates runs one fleet at several seeds; drop {'--shards' if shards else '--ladder'} "
+                          "(or drop --replicates)")
     if shards is not None and ladder:
         raise LlmsimError("--shards runs one fleet; drop --ladder (or drop --shards)")
     if ladder and variant:
@@ -71,19 +87,25 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
         check_run_size(sc, path)
     with output_folder(output, overwrite=overwrite, inputs=[path]) as stage:
         with blamed_on(path, variant_overlays(chosen), set_):
-            if shards is None:
+            if replicates > 1:
+                with open_executor(executor, workers, address, connect_timeout) as ex:
+                    out, reps = _replicated(sc, replicates, ex, path, engine)
+            elif shards is None:
                 out = simulate_shown(sc, engine, path, show=False if json else None)
             else:
                 from ..sharding import run_sharded
 
                 with open_executor(executor, workers, address, connect_timeout) as ex:
                     out = run_sharded(sc, shards, source=path, engine=engine, executor=ex)
+        model, model_note = _error_model()
+        annotate(out.results, sc, reps if replicates > 1 else [out.results], confidence, model)
         if stage is not None:
             write_run_files(stage, out, plots=draw)
     if json:
         print_json(out.results)
         return
     console.print(summary_table(out.results))
+    _print_intervals(out.results, model_note)
     if shards is not None:
         _print_shards(out.results["llmsim"]["shards"])
     cal = out.results["llmsim"]["calibration"]
@@ -91,6 +113,31 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
         console.print(f"[yellow]note:[/] {cal['gpu']} cost model is {cal['status']}, not fitted to its own measurements")
     if output is not None:
         console.print(f"wrote {output}/results.json, run.json, the per-request table{' and plots' if draw else ''}")
+
+
+def _replicated(sc, n: int, ex, path: Path, engine: str) -> tuple[RunOutput, list[dict]]:
+    """The first seed's run (its files) and every seed's results."""
+    outs = run_replicates(sc, n, ex, source=path, engine=engine)
+    first = outs[0]
+    return (RunOutput(sc, Records(first.columns), None, first.results, timeline=first.timeline, timing=first.timing),
+            [o.results for o in outs])
+
+
+def _error_model() -> tuple[Optional[ErrorModel], Optional[str]]:
+    """The shipped error model, or None and why (intervals are then the replicates' spread alone)."""
+    try:
+        return load_error_model(), None
+    except LlmsimError as e:
+        return None, e.render()
+
+
+def _print_intervals(results: dict, model_note: Optional[str]) -> None:
+    table = intervals_table(results)
+    if table is not None:
+        console.print(table)
+    for line in ([f"no error model, so intervals are the replicates' spread alone: {model_note}"] if model_note
+                 else widened_notes(results)):
+        console.print(f"[yellow]note:[/] {line}")
 
 
 def _print_shards(info: dict) -> None:

@@ -151,4 +151,7 @@ def write_run_files(folder: Path, out: RunOutput, *, plots: bool) -> None:
     if plots:
         from ..report.plots import write_run_plots  # matplotlib only when drawing
 
+        from ..report.intervals import write_intervals_plot
+
         write_run_plots(folder, out.results, out.requests, timeline)
+        write_intervals_plot(folder, out.results)
