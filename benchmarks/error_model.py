@@ -49,7 +49,7 @@ def residuals(path: Path | None, jobs: int, log=print):
     return res["errors"], f"holdout_silicon.py on {SILICON.name}, concurrency <= {MAX_CONCURRENCY}"
 
 
-def coverage(errors, confidence: float = 0.9, min_count: int = 30, min_groups: int = 2):
+def coverage(errors, confidence: float = 0.9, min_count: int = 30, min_groups: int = 6):
     """Per held-out row and metric: its interval from a model built without its group, and whether
     the measured value is inside."""
     import numpy as np
@@ -91,11 +91,15 @@ def per_group(cov):
     return piv.join(n).reset_index().sort_values("rows", ascending=False)
 
 
+def _took(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
+
+
 def markdown(cov, model, source: str, cmd: str, wall: float) -> str:
     from simulator.validation.report import markdown as md
 
     cells = {m: len(c) for m, c in model.cells.items()}
-    lines = [f"Generated {_dt.date.today().isoformat()} by `{cmd}` ({wall / 60:.0f} min wall). Residuals: {source}; "
+    lines = [f"Generated {_dt.date.today().isoformat()} by `{cmd}` ({_took(wall)} wall). Residuals: {source}; "
              f"{cov.group.nunique()} model/GPU/stack groups. Each group's intervals come from an error model built "
              f"without that group's residuals (cells of at least {model.min_count} residuals from at least "
              f"{model.min_groups} groups). 90 % intervals; `width_over_error` = median half-width / median "
@@ -119,7 +123,7 @@ def write_model(model, source: str, cmd: str, rows: int) -> Path:
     path = default_path()
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text("# Derived by benchmarks/error_model.py from the shared data's held-out residuals; do not edit.\n"
-                    + yaml.safe_dump(model.to_dict(), sort_keys=False, width=140))
+                    + yaml.safe_dump(model.to_dict(), sort_keys=False, width=140, default_flow_style=None))
     return path
 
 
@@ -131,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--markdown", metavar="PATH", help="rewrite this file's error-model-coverage section")
     ap.add_argument("--confidence", type=float, default=0.9)
     ap.add_argument("--min-count", type=int, default=30, help="residuals a regime cell needs")
-    ap.add_argument("--min-groups", type=int, default=2, help="model/GPU/stack groups a regime cell needs")
+    ap.add_argument("--min-groups", type=int, default=6, help="model/GPU/stack groups a regime cell needs")
     ap.add_argument("--jobs", type=int, default=2, help="processes replaying rows")
     args = ap.parse_args(argv)
     if args.residuals is None and not SILICON.exists():
@@ -154,7 +158,7 @@ def main(argv: list[str] | None = None) -> int:
     cov = coverage(errors, args.confidence, args.min_count, args.min_groups)
     wall = time.perf_counter() - t
     flags = "".join(f" {k} {v}" for k, v in (("--min-count", args.min_count), ("--min-groups", args.min_groups))
-                    if v != {"--min-count": 30, "--min-groups": 2}[k])
+                    if v != {"--min-count": 30, "--min-groups": 6}[k])
     cmd = f"python benchmarks/error_model.py{' --residuals FILE' if args.residuals else ''}{flags}" \
           f"{' --write' if args.write else ''}{f' --markdown {args.markdown}' if args.markdown else ''}"
     from simulator.validation.report import markdown as md

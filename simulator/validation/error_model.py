@@ -210,9 +210,8 @@ def with_e2el(residuals: "Any") -> "Any":
 
     e = residuals
     key = ["row"]
-    t = e[e.metric == "ttft_mean_ms"].set_index(key)
-    p = e[e.metric == "tpot_mean_ms"].set_index(key)[["measured", "predicted"]]
-    both = t.join(p, rsuffix="_tpot", how="inner")
+    p = e[e.metric == "tpot_mean_ms"][[*key, "measured", "predicted"]]
+    both = e[e.metric == "ttft_mean_ms"].merge(p, on=key, suffixes=("", "_tpot")).set_index(key)
     if both.empty:
         return e
     steps = (both.osl - 1).clip(lower=0)
@@ -241,7 +240,7 @@ def regimes(residuals: "Any") -> "Any":
                     r=np.log(e.measured.to_numpy(float) / e.predicted.to_numpy(float)))
 
 
-def build(residuals: "Any", min_count: int = 30, min_groups: int = 2, meta: Optional[dict] = None) -> ErrorModel:
+def build(residuals: "Any", min_count: int = 30, min_groups: int = 6, meta: Optional[dict] = None) -> ErrorModel:
     """The error model of a residual table (columns of ``benchmarks/holdout_silicon.py --csv``:
     row, group, stack, model, gpu, isl, osl, concurrency, metric, measured, predicted)."""
     if min_count < 1 or min_groups < 1:
@@ -258,8 +257,12 @@ def build(residuals: "Any", min_count: int = 30, min_groups: int = 2, meta: Opti
                     continue
                 key = _key(dims, [str(v) for v in vals]) if dims else "all"
                 out[key] = Cell(key, len(g), int(g.group.nunique()),
-                                tuple(float(q) for q in np.quantile(g.r.to_numpy(), LEVELS)))
+                                tuple(float(q) for q in _quantiles(g)))
     return ErrorModel(min_count, min_groups, cells, dict(meta or {}))
+
+
+def _quantiles(cell: "Any") -> np.ndarray:
+    return np.quantile(cell.r.to_numpy(float), LEVELS)
 
 
 def default_path() -> Path:
