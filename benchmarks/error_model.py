@@ -3,11 +3,20 @@
     python benchmarks/error_model.py --write --markdown docs/accuracy.md
     python benchmarks/error_model.py --residuals holdout.csv --write --markdown docs/accuracy.md
 
-Residuals are llmsim's held-out errors on the AIConfigurator silicon
-samples (``benchmarks/holdout_silicon.py``, the rows the backend overheads
-are fitted on left out): the command replays them (a few minutes on two
-cores) unless ``--residuals`` names a CSV that ``holdout_silicon.py --csv``
-wrote. ``--write`` stores the model built from all of them
+Residuals are llmsim's out-of-sample errors on the shared measurements:
+
+* the AIConfigurator silicon samples llmsim was never fitted on
+  (``benchmarks/holdout_silicon.py``, the rows the backend overheads are
+  fitted on left out), and
+* the closed-loop rows the overheads are fitted on
+  (``closed_loop_silicon.csv``), each model/GPU/stack group predicted with
+  overheads fitted on the other groups (``benchmarks/accuracy.py``'s
+  leave-one-group-out fit), so none is in sample.
+
+The command replays both (the fit is the slow part: tens of minutes on two
+cores; ``--no-closed-loop`` leaves it out) unless ``--residuals`` names CSVs
+written earlier (``holdout_silicon.py --csv``, or this script's
+``--save-residuals``). ``--write`` stores the model built from all of them
 (``backend_profiles/error_model/quantiles.yaml``). Rerun it after any
 change to the simulator's predictions: the intervals are only as right as
 the residuals are current.
@@ -37,16 +46,36 @@ END = "<!-- END error-model-coverage -->"
 MAX_CONCURRENCY = 128
 
 
-def residuals(path: Path | None, jobs: int, log=print):
-    """The held-out residual table: read from ``path``, or replayed now."""
+def closed_loop_residuals(jobs: int, log=print):
+    """The closed-loop rows, each group predicted with overheads fitted on the others (as
+    benchmarks/accuracy.py's leave-one-group-out table)."""
+    from accuracy import CLOSED, _zero
+
+    from simulator.validation.fit import fit
+    from simulator.validation.replay import ReplaySettings
+    from simulator.validation.report import error_table
+    from simulator.validation.rows import rows_from_csv
+
+    rows = [r for r in rows_from_csv(CLOSED) if not r.skip and (r.concurrency or 0) <= MAX_CONCURRENCY]
+    res = fit(rows, ReplaySettings(engine=_zero()), workers=jobs, logo=True, progress=log)
+    return error_table(rows, res.held_out)
+
+
+def residuals(paths: list[Path], jobs: int, closed_loop: bool, log=print):
+    """The residual table and where it came from: read from ``paths``, or replayed now."""
     import pandas as pd
 
-    if path is not None:
-        return pd.read_csv(path), f"{path.name} (written by benchmarks/holdout_silicon.py --csv)"
+    if paths:
+        return (pd.concat([pd.read_csv(p) for p in paths], ignore_index=True),
+                ", ".join(p.name for p in paths) + " (residual CSVs written earlier)")
     import holdout_silicon
 
-    res = holdout_silicon.run(SILICON, MAX_CONCURRENCY, jobs, None, log=log)
-    return res["errors"], f"holdout_silicon.py on {SILICON.name}, concurrency <= {MAX_CONCURRENCY}"
+    parts = [holdout_silicon.run(SILICON, MAX_CONCURRENCY, jobs, None, log=log)["errors"]]
+    source = f"holdout_silicon.py on {SILICON.name}, concurrency <= {MAX_CONCURRENCY}"
+    if closed_loop:
+        parts.append(closed_loop_residuals(jobs, log))
+        source += f"; closed_loop_silicon.csv leave-one-group-out, concurrency <= {MAX_CONCURRENCY}"
+    return pd.concat(parts, ignore_index=True), source
 
 
 def coverage(errors, confidence: float = 0.9, min_count: int = 30, min_groups: int = 6):
@@ -129,8 +158,12 @@ def write_model(model, source: str, cmd: str, rows: int) -> Path:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--residuals", metavar="CSV", type=Path, help="benchmarks/holdout_silicon.py --csv output "
-                                                                   "(default: replay the rows now)")
+    ap.add_argument("--residuals", metavar="CSV", type=Path, action="append", default=[],
+                    help="residuals written earlier (holdout_silicon.py --csv, or --save-residuals); repeatable "
+                         "(default: replay the rows now)")
+    ap.add_argument("--no-closed-loop", action="store_true",
+                    help="leave out the closed-loop rows' leave-one-group-out fit (the slow part)")
+    ap.add_argument("--save-residuals", metavar="CSV", type=Path, help="write the residual table used")
     ap.add_argument("--write", action="store_true", help="store the model built from every residual")
     ap.add_argument("--markdown", metavar="PATH", help="rewrite this file's error-model-coverage section")
     ap.add_argument("--confidence", type=float, default=0.9)
@@ -138,12 +171,13 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--min-groups", type=int, default=6, help="model/GPU/stack groups a regime cell needs")
     ap.add_argument("--jobs", type=int, default=2, help="processes replaying rows")
     args = ap.parse_args(argv)
-    if args.residuals is None and not SILICON.exists():
+    if not args.residuals and not SILICON.exists():
         print(f"error_model: skipped: {SILICON} not found (the shared data directory is expected at "
               "../shared/data next to the repository)")
         return 0
-    if args.residuals is not None and not args.residuals.is_file():
-        print(f"error_model: {args.residuals}: no such file (write it with python benchmarks/holdout_silicon.py "
+    missing = [p for p in args.residuals if not p.is_file()]
+    if missing:
+        print(f"error_model: {missing[0]}: no such file (write it with python benchmarks/holdout_silicon.py "
               f"../shared/data/e2e/aic_silicon_sample.csv.gz --max-concurrency {MAX_CONCURRENCY} --csv FILE)",
               file=sys.stderr)
         return 2
@@ -153,13 +187,16 @@ def main(argv: list[str] | None = None) -> int:
     from simulator.validation.error_model import build
 
     t = time.perf_counter()
-    errors, source = residuals(args.residuals, args.jobs)
+    errors, source = residuals(args.residuals, args.jobs, not args.no_closed_loop)
+    if args.save_residuals:
+        errors.to_csv(args.save_residuals, index=False)
     model = build(errors, args.min_count, args.min_groups)
     cov = coverage(errors, args.confidence, args.min_count, args.min_groups)
     wall = time.perf_counter() - t
     flags = "".join(f" {k} {v}" for k, v in (("--min-count", args.min_count), ("--min-groups", args.min_groups))
                     if v != {"--min-count": 30, "--min-groups": 6}[k])
-    cmd = f"python benchmarks/error_model.py{' --residuals FILE' if args.residuals else ''}{flags}" \
+    given = " --residuals FILE" * len(args.residuals) or (" --no-closed-loop" if args.no_closed_loop else "")
+    cmd = f"python benchmarks/error_model.py{given}{flags}" \
           f"{' --write' if args.write else ''}{f' --markdown {args.markdown}' if args.markdown else ''}"
     from simulator.validation.report import markdown as md
 

@@ -14,7 +14,7 @@ from simulator.planning.executors import make_executor
 from simulator.planning.plan import plan_fleet
 from simulator.planning.vary import parse_vary
 from simulator.validation.error_model import ErrorModel, Regime, build, default_path, load_error_model
-from test_sweep import write_tiny_scenario
+from test_sweep import words, write_tiny_scenario
 
 
 def residual_table(shifts: dict[tuple[str, str], float], rows_per_group: int = 40, seed: int = 0,
@@ -157,3 +157,48 @@ def test_the_shipped_model_has_a_cell_for_every_metric_of_every_stack():
     for stack in ("vllm", "sglang", "trtllm"):
         for metric in ("ttft", "tpot", "e2el", "throughput"):
             assert model.lookup(metric, Regime(stack, "hopper", "dense", "9-32", "1k-4k")) is not None
+
+
+def test_the_coverage_benchmark_leaves_each_group_out(tmp_path, repo_root):
+    """Six groups share one bias and a seventh is far off: built without it, its intervals miss it."""
+    import subprocess
+    import sys
+
+    shifts = {("vllm", gpu): 0.0 for gpu in ("h100-sxm", "h200", "b200")}
+    table = residual_table(shifts, rows_per_group=20, spread=0.05)
+    odd = residual_table({("vllm", "h100-sxm"): 1.0}, rows_per_group=20, spread=0.05)
+    odd = odd[odd.group == "m0/h100-sxm/vllm"].assign(group="odd/h100-sxm/vllm", row=lambda d: "odd" + d.row)
+    csv = tmp_path / "res.csv"
+    pd.concat([table, odd]).to_csv(csv, index=False)
+    md = tmp_path / "acc.md"
+    p = subprocess.run([sys.executable, str(repo_root / "benchmarks" / "error_model.py"), "--residuals", str(csv),
+                        "--min-groups", "2", "--markdown", str(md)], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    text = md.read_text()
+    assert "--residuals FILE --min-groups 2 --markdown" in text
+    row = next(line for line in text.splitlines() if line.startswith("| odd/h100-sxm/vllm"))
+    assert row.split("|")[4].strip() == "0"             # TTFT: none of the odd group's rows inside
+    usual = next(line for line in text.splitlines() if line.startswith("| m0/h200/vllm"))
+    assert float(usual.split("|")[4]) >= 80             # the agreeing groups' rows are
+
+
+def test_replicates_on_dask_give_the_local_results_json(tmp_path, cli):
+    from test_executors import local_cluster
+
+    scenario = write_tiny_scenario(tmp_path)
+    args = ["run", scenario, "--replicates", "2", "--no-plots", "-o"]
+    assert cli(*args, tmp_path / "local", "--workers", "2").code == 0
+    with local_cluster() as address:
+        r = cli(*args, tmp_path / "dask", "--executor", "dask", "--address", address)
+    assert r.code == 0, r.err
+    assert (tmp_path / "local" / "results.json").read_bytes() == (tmp_path / "dask" / "results.json").read_bytes()
+
+
+def test_check_holds_the_slo_to_its_bound_at_a_confidence(tmp_path, cli):
+    scenario = write_tiny_scenario(tmp_path, slo={"ttft_p99_ms": 5000, "tpot_p99_ms": 1000})
+    plain = cli("check", scenario)
+    sure = cli("check", scenario, "--confidence", "0.9")
+    assert plain.code == 0 and sure.code == 0, sure.out
+    assert "at 90%" in words(sure.out) and "at 90%" not in words(plain.out)
+    r = cli("check", scenario, "--confidence", "0.9", "--set", "slo.tpot_p99_ms=0.001")
+    assert r.code == 1 and "at 90%" in words(r.out)

@@ -36,7 +36,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
@@ -290,7 +290,9 @@ def load_error_model(path: Optional[str | Path] = None) -> ErrorModel:
     if not p.is_file():
         raise LlmsimError("no error model here: write it with python benchmarks/error_model.py --write",
                           source=p)
-    return _load(str(p), p.stat().st_mtime)
+    model = _load(str(p), p.stat().st_mtime)
+    # The same text in every checkout, so that results.json does not name where llmsim is installed.
+    return replace(model, source="backend_profiles/error_model/quantiles.yaml") if path is None else model
 
 
 def _agreed(values: Iterable[Optional[str]]) -> Optional[str]:
