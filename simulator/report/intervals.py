@@ -56,15 +56,20 @@ def intervals_table(results: Mapping[str, Any]) -> Optional[Table]:
 
 
 def widened_notes(results: Mapping[str, Any]) -> list[str]:
-    """One line per metric whose regime had too few residuals and was widened."""
+    """One line per error-model cell that judged metrics whose own regime had too few residuals."""
     em = (results.get("llmsim") or {}).get("error_model") or {}
+    by_cell: dict[str, list[str]] = {}
     out = []
     for metric, used in (em.get("metrics") or {}).items():
         if used is None:
             out.append(f"{metric}: no error model cell; its interval is the replicates' spread alone")
         elif used.get("widened"):
-            out.append(f"{metric}: too few held-out residuals in this regime; judged by the wider cell "
-                       f"{used['cell']} ({used['residuals']} residuals from {used['groups']} groups)")
+            by_cell.setdefault(used["cell"], []).append(metric)
+    for cell, metrics in by_cell.items():
+        used = em["metrics"][metrics[0]]
+        out.append(f"{', '.join(metrics)}: too few held-out residuals in this regime ({', '.join(used['widened'])} "
+                   f"dropped); judged by the wider cell {cell} ({used['residuals']} residuals from "
+                   f"{used['groups']} groups)")
     return out
 
 

@@ -156,10 +156,6 @@ class Lookup:
     cell: Cell
     widened: tuple[str, ...]
 
-    def describe(self) -> str:
-        note = f" (widened over {', '.join(self.widened)}: too few residuals)" if self.widened else ""
-        return f"{self.metric}: {self.cell.key}, {self.cell.n} residuals from {self.cell.groups} group(s){note}"
-
     def as_dict(self) -> dict[str, Any]:
         return {"cell": self.cell.key, "residuals": self.cell.n, "groups": self.cell.groups,
                 "widened": list(self.widened)}
