@@ -8,9 +8,9 @@ from typing import List, Optional
 import typer
 
 from ..errors import LlmsimError
-from ..metrics.intervals import annotate, check_confidence
+from ..metrics.intervals import check_confidence
 from ..replicates import check_replicates, run_replicates
-from ..report.intervals import intervals_table, widened_notes
+from ..report.intervals import annotate, intervals_table, widened_notes
 from ..metrics.records import Records
 from ..runner import RunOutput
 from ..validation.error_model import ErrorModel, load_error_model

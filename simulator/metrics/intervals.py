@@ -30,7 +30,7 @@ from ..errors import LlmsimError
 from ..validation.error_model import ErrorModel, Lookup, Regime, residual_metric
 
 __all__ = ["check_confidence", "mixture", "interval", "upper_bound", "interval_keys", "intervals_block",
-           "slo_key", "targets_at_confidence", "spread_block", "annotate"]
+           "slo_key", "targets_at_confidence", "spread_block"]
 
 #: Probabilities at which a cell's residual distribution is sampled (midpoints: no 0 or 1).
 _GRID = (np.arange(400) + 0.5) / 400
@@ -154,18 +154,3 @@ def spread_block(replicates: Sequence[Mapping[str, Any]], seeds: Sequence[int]) 
         out["slo_targets_met"] = {k: sum(1 for s in slos if s["targets"].get(k, {}).get("met"))
                                   for k in slos[0].get("targets", {})}
     return out
-
-
-def annotate(results: dict[str, Any], scenario: Any, replicates: Sequence[Mapping[str, Any]],
-             confidence: float, model: Optional[ErrorModel]) -> dict[str, Any]:
-    """Add ``llmsim.intervals``, ``llmsim.error_model`` and (for several replicates)
-    ``llmsim.replicates`` to ``results`` (replicate 0's), in place; returns it."""
-    from ..validation.error_model import regime_of_run
-
-    regime = regime_of_run(scenario, results)
-    block = results.setdefault("llmsim", {})
-    block["intervals"], block["error_model"] = intervals_block(replicates, regime, model, confidence)
-    if len(replicates) > 1:
-        seeds = [(r.get("llmsim") or {}).get("seed") for r in replicates]
-        block["replicates"] = spread_block(replicates, seeds)
-    return results

@@ -1,19 +1,35 @@
-"""The intervals of a run's SLO metrics, as a terminal table and as a plot of bands.
+"""A run's intervals: added to its results.json, and shown as a terminal table and a plot of bands.
 
-Both read only results.json (``llmsim.intervals``, ``llmsim.error_model``,
-``llmsim.replicates``), so an earlier run's file renders the same way.
+:func:`annotate` judges the run's regime from its scenario and results and
+adds the blocks; the table and the plot read only results.json
+(``llmsim.intervals``, ``llmsim.error_model``, ``llmsim.replicates``), so an
+earlier run's file renders the same way.
 """
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from rich.table import Table
 
-from ..metrics.intervals import slo_key
+from ..metrics.intervals import intervals_block, slo_key, spread_block
+from ..validation.error_model import ErrorModel, regime_of_run
 from .summary_format import FAIL, OK, num
 
-__all__ = ["intervals_table", "widened_notes", "intervals_figure", "write_intervals_plot"]
+__all__ = ["annotate", "intervals_table", "widened_notes", "intervals_figure", "write_intervals_plot"]
+
+
+def annotate(results: dict[str, Any], scenario: Any, replicates: Sequence[Mapping[str, Any]],
+             confidence: float, model: Optional[ErrorModel]) -> dict[str, Any]:
+    """Add ``llmsim.intervals``, ``llmsim.error_model`` and (for several replicates)
+    ``llmsim.replicates`` to ``results`` (replicate 0's), in place; returns it."""
+    regime = regime_of_run(scenario, results)
+    block = results.setdefault("llmsim", {})
+    block["intervals"], block["error_model"] = intervals_block(replicates, regime, model, confidence)
+    if len(replicates) > 1:
+        seeds = [(r.get("llmsim") or {}).get("seed") for r in replicates]
+        block["replicates"] = spread_block(replicates, seeds)
+    return results
 
 
 def _rows(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
