@@ -136,16 +136,17 @@ def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
             met = target["met"]
             att = target.get("attainment")
             measured = _val(target.get("measured_ms"))
+            bound = ""
             if (label, key) in judged:
                 j = judged[(label, key)]
                 met = j["met"]
-                measured = f"{measured} (≤ {_val(j['bound_ms'])} at {100 * job.confidence:g}%)"
-            t.add_row(f"{label} {key}", f"≤ {_val(target['target_ms'])}", measured,
+                bound = f" (≤ {_val(j['bound_ms'])} at {100 * job.confidence:g}%)"
+            t.add_row(f"{label} {key}", f"≤ {_val(target['target_ms'])}", measured + bound,
                       "—" if att is None else f"{100 * att:.1f}% within", "met" if met else "VIOLATED",
                       style=None if met else "bold red")
             if not met:
-                job.failures.append(f"{label} {key}: measured {measured} ms, target "
-                                    f"≤ {_val(target['target_ms'])} ms")
+                job.failures.append(f"{label} {key}: measured {measured} ms{bound.replace(' at', ' ms at')}, "
+                                    f"target ≤ {_val(target['target_ms'])} ms")
 
 
 def _load_row(results: dict[str, Any], t: Table, job: _Job) -> None:
