@@ -114,14 +114,15 @@ def _pct(rel: Optional[float]) -> str:
 
 def _slo_blocks(job: _Job, results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
     """The blocks :func:`~simulator.metrics.verdict.slo_blocks` judges, as ``llmsim run`` does."""
-    from ..metrics.intervals import targets_at_confidence
     from ..metrics.verdict import slo_blocks
-    from ..validation.error_model import regime_of_run
 
     return slo_blocks(results, [c.name for c in getattr(job.scenario, "classes", None) or [] if c.slo])
 
 
 def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
+    from ..metrics.intervals import targets_at_confidence
+    from ..validation.error_model import regime_of_run
+
     blocks = _slo_blocks(job, results)
     judged = {}
     if job.confidence is not None:      # each target's one-sided bound under llmsim's error model
