@@ -42,17 +42,27 @@ MAX_CONCURRENCY = 128
 MARK = "# --- overheads: fitted by `python benchmarks/accuracy.py --write-profiles`; edits below are overwritten ---"
 
 
+#: The overheads this fit sets: the per-iteration CPU time. The first-token terms
+#: (front end and response path) are benchmarks/first_token.py's, kept as the profile has them.
+ITERATION = ("iteration_overhead_ms", "iteration_us_per_seq")
+
+
 def write_overheads(stack: str, overheads, rows: int, groups: list[str]) -> Path:
-    """Replace the overheads block of backend_profiles/<stack>.yaml."""
+    """Replace the iteration terms and ``fitted_on`` in the overheads block of
+    backend_profiles/<stack>.yaml, keeping its other terms and what follows."""
     import yaml
 
     path = ROOT / "backend_profiles" / f"{stack}.yaml"
     text = path.read_text()
-    text = text[: text.index(MARK)].rstrip("\n") if MARK in text else text.rstrip("\n")
-    block = yaml.safe_dump({"overheads": overheads.model_dump(),
+    head, tail = (text[: text.index(MARK)].rstrip("\n"), text[text.index(MARK):]) if MARK in text else (text, "")
+    old = yaml.safe_load(tail) or {} if tail else {}
+    keep = {k: v for k, v in old.items() if k not in ("overheads", "fitted_on")}
+    merged = {**old.get("overheads", {}), **{k: getattr(overheads, k) for k in ITERATION}}
+    block = yaml.safe_dump({"overheads": merged,
                             "fitted_on": f"closed_loop_silicon.csv (shared data), {rows} rows at concurrency <= "
                                          f"{MAX_CONCURRENCY}: {', '.join(groups)}"}, sort_keys=False)
-    path.write_text(f"{text}\n{MARK}\n{block}")
+    rest = yaml.safe_dump(keep, sort_keys=False, width=120) if keep else ""
+    path.write_text(f"{head}\n{MARK}\n{block}{rest}")
     return path
 
 
@@ -72,7 +82,8 @@ def closed_loop(workers: int, write_profiles: bool, log=print, stacks: tuple[str
         for stack in sorted(present & set(stacks) if stacks else present):
             mine = [r for r in rows if r.stack == stack]
             log(f"fitting {stack} on {len(mine)} rows")
-            res = fit(mine, ReplaySettings(engine=_zero()), workers=workers, logo=False, progress=log)
+            res = fit(mine, ReplaySettings(engine=_zero()), workers=workers, logo=False, progress=log,
+                      names=ITERATION)
             out.setdefault("fitted", {})[stack] = res.overheads
             write_overheads(stack, res.overheads, len(mine), sorted({r.group for r in mine}))
         from simulator.profiles.backend import _load
@@ -91,7 +102,7 @@ def closed_loop(workers: int, write_profiles: bool, log=print, stacks: tuple[str
     log("replaying every round in the phase its start gives it (--client burst)")
     out["burst_summary"] = summary(error_table(rows, predict_all(rows, ReplaySettings(client="burst"), workers)))
     log("leave one group out")
-    res = fit(rows, ReplaySettings(engine=_zero()), workers=workers, logo=True, progress=log)
+    res = fit(rows, ReplaySettings(engine=_zero()), workers=workers, logo=True, progress=log, names=ITERATION)
     out.update(shipped=shipped, shipped_summary=summary(shipped),
                logo=error_table(rows, res.held_out), logo_summary=summary(error_table(rows, res.held_out)),
                folds=res.fold_overheads, pooled=res.overheads)
@@ -99,9 +110,8 @@ def closed_loop(workers: int, write_profiles: bool, log=print, stacks: tuple[str
 
 
 def _zero() -> dict:
-    """Fit from the stack's scheduling defaults with no overheads of its own."""
-    from simulator.validation.fit import PARAMS
-    return {k: 0.0 for k in PARAMS}
+    """Fit from the stack's scheduling defaults with no iteration overheads of its own."""
+    return {k: 0.0 for k in ITERATION}
 
 
 def markdown(res: dict, wall: float, cmd: str) -> str:

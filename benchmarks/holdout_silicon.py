@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import functools
 import re
 import sys
 import time
@@ -50,32 +51,32 @@ def fitted_ids(path: Path = FITTED) -> set[str]:
     return set(ids.dropna())
 
 
-def _predict(row) -> Union[tuple[dict, float], str]:
+def _predict(row, settings=None) -> Union[tuple[dict, float], str]:
     """A row's prediction and its prefill share, or the error it raised (a refusal or crash is a
     finding, not a stop)."""
-    from simulator.validation.replay import predict, prefill_share
+    from simulator.validation.replay import ReplaySettings, predict, prefill_share
 
     try:
-        return predict(row), prefill_share(row)
+        return predict(row, settings or ReplaySettings()), prefill_share(row)
     except Exception as e:          # noqa: BLE001 - every failure is reported per row
         return f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}"
 
 
-def replay(rows: list, jobs: int) -> list[Union[tuple[dict, float], str]]:
+def replay(rows: list, jobs: int, settings=None) -> list[Union[tuple[dict, float], str]]:
+    predict = functools.partial(_predict, settings=settings)
     if jobs <= 1:
-        return [_predict(r) for r in rows]
+        return [predict(r) for r in rows]
     with ProcessPoolExecutor(jobs) as ex:
-        return list(ex.map(_predict, rows, chunksize=8))
+        return list(ex.map(predict, rows, chunksize=8))
 
 
-def run(path: Path, max_concurrency: int, jobs: int, per_group: Optional[int], log=print) -> dict:
-    from simulator.validation.report import error_table
-
+def select(path: Path, max_concurrency: int, per_group: Optional[int], leave_out: frozenset = frozenset()):
+    """The rows llmsim can replay (each measurement once), those left out by reason, how many
+    ``per_group`` capped, and how many the file holds."""
     from simulator.validation.rows import rows_from_csv
 
     every = rows_from_csv(path, model_configs=MODEL_CONFIGS if MODEL_CONFIGS.is_dir() else None)
-    fitted = fitted_ids()
-    held = [r for r in every if r.id not in fitted]
+    held = [r for r in every if r.id not in leave_out]
     not_replayed: dict[str, int] = {}
     for r in held:
         why = r.skip or (f"concurrency above {max_concurrency}" if (r.concurrency or 0) > max_concurrency else "")
@@ -101,6 +102,13 @@ def run(path: Path, max_concurrency: int, jobs: int, per_group: Optional[int], l
         kept = [r for g in by.values()
                 for r in (g if len(g) <= per_group else [g[i * len(g) // per_group] for i in range(per_group)])]
         capped, rows = len(rows) - len(kept), kept
+    return rows, not_replayed, capped, every, held
+
+
+def run(path: Path, max_concurrency: int, jobs: int, per_group: Optional[int], log=print) -> dict:
+    from simulator.validation.report import error_table
+
+    rows, not_replayed, capped, every, held = select(path, max_concurrency, per_group, frozenset(fitted_ids()))
     log(f"{len(every)} rows; {len(every) - len(held)} fitted on (left out); replaying {len(rows)} with "
         f"{jobs} job(s)")
     t = time.perf_counter()
@@ -189,8 +197,9 @@ def markdown(res: dict, cmd: str) -> str:
     lines = [f"Generated {today} by `{cmd}` ({res['wall'] / 60:.0f} min wall). Source: "
              f"[silicon_sample.csv]({URL}) ({res['total']} rows; the {res['fitted']} rows the backend "
              f"overheads are fitted on are left out). {res['replayed']} rows replayed with the shipped profiles "
-             "on each row's documented deployment; error = (llmsim − measured) / measured. **llmsim was never "
-             "fitted on these rows; nothing is tuned on them.**", "",
+             "on each row's documented deployment; error = (llmsim − measured) / measured. Nothing here is tuned on "
+             "these rows but the two first-token terms of each stack, which benchmarks/first_token.py fits on "
+             "the file's dense rows (their leave-one-group-out error is in its own section).", "",
              "Per stack (median and p90 of |error|, and the median signed error):", "",
              md(summary(errors[errors.metric.isin(METRICS)])), "",
              "Per model/GPU/stack group (median signed error per metric, median |error| of TTFT and TPOT):", "",

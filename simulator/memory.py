@@ -1,24 +1,29 @@
 """How one replica's GPU memory divides: weights, reserve, KV cache.
 
-vLLM sizes its KV cache as ``total · gpu_memory_utilization − weights −
-peak activations − non-torch memory``; llmsim follows the same recipe so a
-scenario's ``gpu_memory_utilization`` means what it means in vLLM. The
-activation peak and the non-torch allowance are estimates (stated below),
-not measurements.
+Each serving stack sizes its KV cache by its own accounting
+(:mod:`.kv_memory`): vLLM's ``gpu_memory_utilization`` of the whole GPU,
+SGLang's ``mem_fraction_static`` of the memory free at start-up,
+TensorRT-LLM's ``free_gpu_memory_fraction`` of what weights and activations
+leave. A pool's ``engine.kv_memory`` names the rule (its backend sets it);
+without one llmsim sizes the pool as vLLM does, so a scenario's
+``gpu_memory_utilization`` means what it means in vLLM. The activation
+peak and the runtime allowance are estimates (stated below), not
+measurements.
 """
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Optional
 
 from .errors import LlmsimError
-from .parallelism import Parallelism, replica_kv_bytes_per_token, replica_weight_bytes
-from .profiles.hardware import GIB, HardwareProfile
+from .kv_memory import RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, kv_budget
+from .parallelism import Parallelism, kv_copies, replica_kv_bytes_per_token, weight_bytes_per_gpu
+from .profiles.hardware import HardwareProfile
 from .profiles.model import ModelProfile
 
-# CUDA context, NCCL buffers and CUDA-graph pools per GPU (vLLM's
-# "non-torch memory" plus graph capture), an estimate.
-NON_TORCH_BYTES_PER_GPU = 2.0 * GIB
+# The runtime (CUDA context, NCCL, CUDA-graph pools) per GPU: kv_memory's estimate.
+NON_TORCH_BYTES_PER_GPU = RUNTIME_BYTES_PER_GPU
 
 
 @dataclass(frozen=True)
@@ -34,6 +39,11 @@ class MemoryPlan:
     num_blocks: int
     # Sliding-window layers' KV, set aside for max_num_seqs full windows.
     kv_window_bytes: float = 0.0
+    # Whose accounting sized the KV pool, and the fraction it applied (kv_memory.KvBudget).
+    rule: str = "vllm"
+    fraction: float = 0.9
+    knob: str = "gpu_memory_utilization"
+    dp: int = 1
 
     @property
     def reserve_bytes(self) -> float:
@@ -49,43 +59,80 @@ class MemoryPlan:
         blocks = math.ceil(tokens_per_request / self.block_size)
         return self.num_blocks // blocks if blocks else 0
 
+    def describe(self) -> dict:
+        """How the pool was sized, as results.json states it beside ``kv_tokens_per_replica``:
+        whose rule, the fraction it applied, tokens per attention rank, GB per replica."""
+        return {"rule": self.rule, self.knob: self.fraction, "kv_tokens_per_rank": self.kv_capacity_tokens // self.dp,
+                "kv_bytes_per_token": self.kv_bytes_per_token, "weights_gb": self.weights_bytes / 1e9,
+                "kv_gb": self.kv_capacity_bytes / 1e9, "total_gb": self.total_bytes / 1e9}
+
 
 def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
                 kv_dtype: str = "bf16", gpu_memory_utilization: float = 0.9,
                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
-                dp: int = 1, ep: int = 1) -> MemoryPlan:
-    """Divide one replica's ``tp × dp`` GPUs' memory; raise a clear error when
-    the model cannot fit.
+                dp: int = 1, ep: int = 1, kv_memory: Optional[KvMemory] = None,
+                speculative: bool = False) -> MemoryPlan:
+    """Divide one replica's ``tp × dp`` GPUs' memory as its stack does
+    (``kv_memory``; vLLM's accounting without one); raise a clear error when
+    the model cannot fit. ``speculative``: a draft decodes beside the
+    model (SGLang reserves for it; its weights and KV are taken later, by
+    :func:`simulator.costmodel.speculative.speculative_memory`).
 
     Each of the ``dp`` attention ranks holds the non-expert weights split
     ``tp`` ways and its own sequences' KV; the routed experts are split over
-    all GPUs (:mod:`.parallelism`). The replica's KV capacity is the sum of
-    its ranks'. Sliding-window layers keep at most a window per sequence:
-    ``max_num_seqs`` windows are set aside, the rest is counted per token.
+    all GPUs (:mod:`.parallelism`). Every GPU gets the same KV budget from
+    the stack's rule; the replica's KV capacity is the sum of its GPUs'.
+    Sliding-window layers keep at most a window per sequence:
+    ``max_num_seqs`` windows per rank are set aside, the rest is counted per
+    token.
     """
     par = Parallelism(tp, dp, ep)
     gpus = par.gpus
-    total = gpu.hbm_bytes * gpus
-    usable = total * gpu_memory_utilization
-    weights = replica_weight_bytes(model, par, weight_dtype)
+    rest, experts = weight_bytes_per_gpu(model, par, weight_dtype)
     h, ffn = model.hidden_size, _mlp_width(model)
     per_token = (2 * ffn / tp + 4 * h + (model.q_dim + 2 * model.kv_dim) / tp) * 2.0
-    logits = max_num_seqs * model.vocab_size / tp * 4.0
-    activation = (max_num_batched_tokens * per_token + logits) * tp * dp
-    non_torch = NON_TORCH_BYTES_PER_GPU * gpus
-    window = max_num_seqs * model.kv_window_bytes(kv_dtype) * (tp if model.is_mla else 1)
-    kv_cap = usable - weights - activation - non_torch - window
+    logits = model.vocab_size / tp * 4.0
+    share = GpuShare(gpu.hbm_bytes, rest + experts, max_num_batched_tokens * per_token, gpus, dp,
+                     max_num_batched_tokens, max_num_seqs, speculative, logits_row=logits)
+    budget = kv_budget(share, kv_memory, gpu_memory_utilization)
+    copies = kv_copies(model, tp)
+    window = max_num_seqs * model.kv_window_bytes(kv_dtype) * copies / tp
     kv_per_token = replica_kv_bytes_per_token(model, par, kv_dtype)
+    kv_cap = (budget.kv_bytes - window) * gpus
+    if kv_memory is not None and kv_memory.max_tokens is not None:
+        kv_cap = min(kv_cap, kv_memory.max_tokens * dp * kv_per_token)
     if kv_cap <= kv_per_token * block_size:
-        shape = f"{tp}×" if dp == 1 else f"{gpus} (tp {tp} × dp {dp})"
-        raise LlmsimError(
-            f"{model.name} does not fit on {shape} {gpu.name}: weights {weights / 1e9:.1f} GB "
-            f"({weight_dtype}) + activations and runtime {(activation + non_torch + window) / 1e9:.1f} GB vs "
-            f"usable {usable / 1e9:.1f} GB ({gpus} × {gpu.hbm_bytes / 1e9:.1f} GB × gpu_memory_utilization "
-            f"{gpu_memory_utilization}); use more GPUs (tp, dp with ep), a smaller weight dtype or a larger GPU")
+        raise LlmsimError(_no_room(model, gpu, par, weight_dtype, share, budget, window))
     num_blocks = int(kv_cap // (kv_per_token * block_size))
-    return MemoryPlan(total, usable, weights, activation, non_torch, kv_cap, kv_per_token, block_size, num_blocks,
-                      window)
+    return MemoryPlan(gpu.hbm_bytes * gpus, budget.usable * gpus, share.weights * gpus, budget.activation * gpus,
+                      share.runtime * gpus, kv_cap, kv_per_token, block_size, num_blocks, window * gpus,
+                      kv_memory.rule if kv_memory else "vllm", budget.fraction, budget.knob, dp)
+
+
+def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight_dtype: str, g: GpuShare,
+             b: KvBudget, window: float) -> str:
+    """Why no KV block fits, in the stack's own terms, per replica."""
+    n, tp, dp = par.gpus, par.tp, par.dp
+    shape = f"{tp}×" if dp == 1 else f"{n} (tp {tp} × dp {dp})"
+    rule = {"gpu_memory_utilization": "vLLM", "mem_fraction_static": "SGLang",
+            "free_gpu_memory_fraction": "TensorRT-LLM"}[b.knob]
+    weights = f"weights {g.weights * n / 1e9:.1f} GB ({weight_dtype})"
+    if b.knob == "gpu_memory_utilization":
+        what = (f"{weights} + activations and runtime {(b.reserve + window) * n / 1e9:.1f} GB vs usable "
+                f"{b.usable * n / 1e9:.1f} GB ({n} × {gpu.hbm_bytes / 1e9:.1f} GB × gpu_memory_utilization "
+                f"{b.fraction})")
+    elif b.knob == "mem_fraction_static":
+        what = (f"{weights} vs usable {b.usable * n / 1e9:.1f} GB for weights and KV under "
+                f"mem_fraction_static {b.fraction} of the {(g.hbm - g.runtime) * n / 1e9:.1f} GB free at start"
+                + (f" ({b.why})" if b.why else ""))
+    else:
+        left = (g.hbm - g.weights - b.activation - g.runtime) * n
+        what = (f"{weights} + activations and runtime {(b.activation + g.runtime) * n / 1e9:.1f} GB leave "
+                f"{left / 1e9:.1f} GB of {n} × {gpu.hbm_bytes / 1e9:.1f} GB, of which free_gpu_memory_fraction "
+                f"{b.fraction} goes to the KV cache")
+    knob = "gpu_memory_utilization" if b.knob == "gpu_memory_utilization" else f"kv_memory.fraction ({b.knob})"
+    return (f"{model.name} does not fit on {shape} {gpu.name} as {rule} sizes its KV cache: {what}; use more "
+            f"GPUs (tp, dp with ep), a smaller weight dtype, a larger GPU or a larger engine.{knob}")
 
 
 def _mlp_width(model: ModelProfile) -> int:

@@ -83,9 +83,22 @@ def replica_weight_bytes(model: ModelProfile, par: Parallelism, weight_dtype: st
     return (rest + experts) * par.gpus
 
 
+def kv_copies(model: ModelProfile, tp: int) -> float:
+    """How many times one attention rank stores each token's KV, against
+    one copy of all its heads. MLA's latent has no heads to split: every
+    GPU of the rank keeps the whole of it (tp copies; vLLM, SGLang and
+    TensorRT-LLM alike). GQA heads are split over the tp GPUs, and a GPU
+    holds at least one: with fewer KV heads than GPUs each head is
+    replicated (vLLM's ``max(1, num_kv_heads // tp)`` per GPU; SGLang's
+    ``get_num_kv_heads(tp)``), so Qwen3-235B's 4 KV heads at tp 8 take
+    twice their share."""
+    if model.is_mla:
+        return float(tp)
+    heads = model.kv_heads
+    return max(1, -(-heads // tp)) * tp / heads
+
+
 def replica_kv_bytes_per_token(model: ModelProfile, par: Parallelism, kv_dtype: str) -> float:
-    """KV bytes a token takes on its replica. A sequence lives on one dp
-    rank; GQA heads are split over the rank's tp GPUs, but MLA's latent has
-    no heads to split and every tp GPU keeps the whole of it."""
-    per_token = model.kv_bytes_per_token(kv_dtype)
-    return per_token * par.tp if model.is_mla else per_token
+    """KV bytes a token takes on its replica: a sequence lives on one dp
+    rank, whose tp GPUs hold :func:`kv_copies` copies of its KV."""
+    return model.kv_bytes_per_token(kv_dtype) * kv_copies(model, par.tp)

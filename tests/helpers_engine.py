@@ -267,6 +267,9 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None) -> EngineConfig:
     # SGLang's overlap scheduler before 0.5.4: outputs wait for the next launch.
     if draw(st.sampled_from([False, False, False, True])):
         extra["output_after_next_launch"] = True
+    # Overlap schedulers (vLLM async scheduling, SGLang, TensorRT-LLM): new requests join the iteration after next.
+    if scheduler == "continuous" and draw(st.sampled_from([False, False, True])):
+        extra["schedule_ahead"] = True
     return EngineConfig(scheduler=scheduler, chunked_prefill=chunked, max_num_seqs=seqs,
                         max_num_batched_tokens=budget, block_size=bs, mixed_prefill=mixed, **extra)
 

@@ -95,3 +95,23 @@ def test_a_non_boolean_async_scheduling_is_one_line(tmp_path, cli):
     bad = {**SCENARIO, "pools": [{**SCENARIO["pools"][0], "engine": {"async_scheduling": "sometimes"}}]}
     one_line_error(cli("run", write_yaml(tmp_path / "s.yaml", bad), "--output", tmp_path / "out"),
                    "pools[0].engine.async_scheduling")
+
+
+@pytest.mark.parametrize("version,overlaps", [("0.19.0", True), ("0.14.0", True), ("0.12.0", False),
+                                              ("nightly-20260301", True), ("nightly-20251201", False)])
+def test_a_pool_names_its_vllm_release_and_gets_its_defaults(version, overlaps):
+    """``engine.backend_version`` applies the profile's by_version rules; a key
+    set beside it still wins."""
+    from simulator.scenario.schema import Scenario
+
+    pool = {**SCENARIO["pools"][0], "engine": {"backend": "vllm", "backend_version": version}}
+    engine = Scenario.model_validate({**SCENARIO, "pools": [pool]}).pools[0].engine
+    assert engine.async_scheduling is overlaps and engine.plans_ahead is overlaps
+    pool["engine"]["async_scheduling"] = not overlaps
+    assert Scenario.model_validate({**SCENARIO, "pools": [pool]}).pools[0].engine.async_scheduling is not overlaps
+
+
+def test_a_release_that_is_no_version_is_one_line(tmp_path, cli):
+    bad = {**SCENARIO, "pools": [{**SCENARIO["pools"][0], "engine": {"backend": "vllm", "backend_version": "latest"}}]}
+    one_line_error(cli("run", write_yaml(tmp_path / "s.yaml", bad), "--output", tmp_path / "out"),
+                   "backend_version 'latest'")

@@ -41,6 +41,8 @@ def test_a_backend_only_sets_what_it_documents(backend, gpu, user):
     """The resolved engine is the backend's documented defaults (for that GPU)
     under the user's keys: every key the user set wins, every other key
     is the profile's or llmsim's default; nothing else moves."""
+    if load_backend(backend).engine.get("kv_memory", {}).get("rule", "vllm") != "vllm":
+        user.pop("gpu_memory_utilization", None)     # vLLM's knob; the others have kv_memory.fraction
     pool = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": gpu, "engine": {"backend": backend, **user}})
     documented = load_backend(backend).engine_defaults(load_hardware(gpu))
     expected = EngineConfig.model_validate({**documented, **user, "backend": backend})

@@ -59,8 +59,11 @@ def test_the_wheel_holds_every_module_and_builtin_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {n for n in names if n.endswith(".py")} == _checkout_modules()
     for folder in DATA_FOLDERS:
-        shipped = {n.rsplit("/", 1)[1] for n in names if n.startswith(f"simulator/data/{folder}/")}
-        assert shipped == {p.name for p in (REPO_ROOT / folder).glob("*.yaml")}, folder
+        shipped = {n.removeprefix(f"simulator/data/{folder}/") for n in names
+                   if n.startswith(f"simulator/data/{folder}/")}
+        assert shipped == {p.relative_to(REPO_ROOT / folder).as_posix()
+                           for p in (*(REPO_ROOT / folder).glob("*.yaml"), *(REPO_ROOT / folder).glob("*/*.yaml"))}, \
+            folder
 
 
 def test_the_wheel_carries_the_package_version(wheel):

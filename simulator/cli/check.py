@@ -50,6 +50,8 @@ class _Job:
     baseline: Optional[dict[str, Any]]
     update: bool                        # writing new baselines: moves are shown, not failed
     failures: list[str] = field(default_factory=list)
+    confidence: Optional[float] = None  # SLOs judged at this confidence under the error model
+    error_model: Any = None
 
 
 def baseline_file_name(scenario_name: str) -> str:
@@ -118,16 +120,31 @@ def _slo_blocks(job: _Job, results: dict[str, Any]) -> list[tuple[str, dict[str,
 
 
 def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
-    for label, block in _slo_blocks(job, results):
+    from ..metrics.intervals import targets_at_confidence
+    from ..validation.error_model import regime_of_run
+
+    blocks = _slo_blocks(job, results)
+    judged = {}
+    if job.confidence is not None:      # each target's one-sided bound under llmsim's error model
+        regime = regime_of_run(job.scenario, results)
+        judged = {(j["label"], j["key"]): j
+                  for j in targets_at_confidence([blocks], regime, job.error_model, job.confidence)}
+    for label, block in blocks:
         for key, target in (block.get("targets") or {}).items():
             met = target["met"]
             att = target.get("attainment")
-            t.add_row(f"{label} {key}", f"≤ {_val(target['target_ms'])}", _val(target.get("measured_ms")),
+            measured = _val(target.get("measured_ms"))
+            bound = ""
+            if (label, key) in judged:
+                j = judged[(label, key)]
+                met = j["met"]
+                bound = f" (≤ {_val(j['bound_ms'])} at {100 * job.confidence:g}%)"
+            t.add_row(f"{label} {key}", f"≤ {_val(target['target_ms'])}", measured + bound,
                       "—" if att is None else f"{100 * att:.1f}% within", "met" if met else "VIOLATED",
                       style=None if met else "bold red")
             if not met:
-                job.failures.append(f"{label} {key}: measured {_val(target.get('measured_ms'))} ms, target "
-                                    f"≤ {_val(target['target_ms'])} ms")
+                job.failures.append(f"{label} {key}: measured {measured} ms{bound.replace(' at', ' ms at')}, "
+                                    f"target ≤ {_val(target['target_ms'])} ms")
 
 
 def _load_row(results: dict[str, Any], t: Table, job: _Job) -> None:
@@ -185,6 +202,9 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
                                           help="relative move allowed where check.tolerance names none"),
           set_: List[str] = typer.Option([], "--set", help="override a key in every scenario (repeatable)"),
           engine: str = typer.Option("fast", "--engine", help="fast (default) or reference"),
+          confidence: Optional[float] = typer.Option(
+              None, "--confidence", help="an SLO passes only if it holds with this probability under llmsim's "
+                                         "error model (e.g. 0.9)"),
           ) -> None:
     """Run scenarios at their fast settings; exit 1 if an SLO is missed or a tracked metric regressed."""
     if engine not in ("fast", "reference"):
@@ -197,7 +217,16 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
     if baseline is not None and not baseline.exists() and not update_baseline:
         raise LlmsimError("no such folder; --baseline names the folder of committed baselines (write them "
                           "first with --update-baseline)", source=baseline)
+    model = None
+    if confidence is not None:
+        from ..metrics.intervals import check_confidence
+        from ..validation.error_model import load_error_model
+
+        check_confidence(confidence)
+        model = load_error_model()
     jobs = [_prepare(s, baseline, set_, update_baseline) for s in scenarios]
+    for job in jobs:
+        job.confidence, job.error_model = confidence, model
     names: dict[str, Path] = {}
     for job in jobs:
         fname = baseline_file_name(job.scenario.name)

@@ -29,27 +29,44 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
                                                help="folder for plan.json and pareto.png "
                                                     "(default: ./plan-<scenario name>)"),
          engine: str = typer.Option("fast", "--engine", help="fast (default) or reference"),
+         confidence: Optional[float] = typer.Option(
+             None, "--confidence", help="plan for an SLO that holds with this probability under llmsim's error "
+                                        "model (and the --seeds' spread); the answer at 0.5 is given beside it"),
          executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
          connect_timeout: ConnectTimeout = 10.0, set_: Sets = None) -> None:
     """Find, for each combination of choices, the smallest value of the range axis meeting every SLO, ranked by cost.
 
     Exit code 2 when no combination meets the SLO (plan.json is still written)."""
+    from ..metrics.intervals import check_confidence
+    from ..planning.confidence import by_confidence, confidence_text
     from ..planning.pareto import plot_pareto    # planning on first use: `llmsim --help` imports this module
+    from ..validation.error_model import load_error_model
     from ..planning.plan import infeasible_message, plan_fleet
     from ..planning.store import PointStore
     from ..planning.vary import parse_vary
 
     if engine not in ("fast", "reference"):
         raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
+    model = None
+    if confidence is not None:
+        check_confidence(confidence)
+        model = load_error_model()
     axes = [parse_vary(v) for v in vary]
     out = output_dir(output, f"plan-{Path(scenario).stem}")
     wall = time.perf_counter()
+    levels = sorted({0.5, confidence}) if confidence is not None else [None]
+    plans = {}
     with open_executor(executor, workers, address, connect_timeout) as ex, runs_progress(None, "plan") as on_row:
-        result = plan_fleet(scenario, axes, ex, seeds=seeds, max_rate=max_rate, engine=engine,
-                            store=PointStore(out / "points"), on_row=on_row, sets=parse_sets(set_),
-                            variants=variant)
+        for c in levels:      # the runs are stored: the second level reuses every probe the first made
+            plans[c] = plan_fleet(scenario, axes, ex, seeds=seeds, max_rate=max_rate, engine=engine,
+                                  store=PointStore(out / "points"), on_row=on_row, sets=parse_sets(set_),
+                                  variants=variant, confidence=c, model=model)
+    result = plans[confidence]
     wall = time.perf_counter() - wall
-    text = to_json(result.to_json()) + "\n"
+    doc = result.to_json()
+    if confidence is not None:
+        doc["by_confidence"] = by_confidence(plans)
+    text = to_json(doc) + "\n"
     write_atomic(out / "plan.json", lambda tmp: tmp.write_text(text))
     written = [out / "plan.json"]
     if not max_rate:
@@ -71,6 +88,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
     runs = sum(c["probes"] for c in result.candidates) * len(result.seeds)
     console.print(f"searched {key}; {runs} runs ({len(result.seeds)} seed(s) each) in {wall:.1f} s; "
                   f"wrote {', '.join(map(str, written))}", markup=False)
+    if confidence is not None:
+        console.print(confidence_text(doc["by_confidence"]))
     if result.best is None:
         raise LlmsimError(infeasible_message(result))
     best = ", ".join(f"{k}={v}" for k, v in result.best["overrides"].items())

@@ -158,7 +158,10 @@ def write_run_files(folder: Path, out: RunOutput, *, plots: bool) -> None:
         from ..report.page import write_report    # the page and matplotlib only when drawing
         from ..report.plots import write_run_plots
 
+        from ..report.intervals import write_intervals_plot
+
         write_run_plots(folder, out.results, out.requests, timeline)
+        write_intervals_plot(folder, out.results)
         write_report(folder)
 
 

@@ -128,6 +128,12 @@ class ReplicaBase:
         # first token (False) or a request's end (True), released when the
         # next iteration has been launched.
         self.unsent: list[tuple[Request, bool]] = []
+        # Arrivals the scheduler has not taken in yet: with schedule_ahead the
+        # iteration after the one in flight is already planned when they
+        # arrive, so they wait for the next plan (see ``_take_in``).
+        self.plans_ahead = cfg.plans_ahead
+        self.held: list[Seq] = []
+        self.in_flight = False      # an iteration (or decode stretch) is running
 
     # --- arrivals ----------------------------------------------------------
     def can_ever_serve(self, req: Request) -> bool:
@@ -172,8 +178,14 @@ class ReplicaBase:
         self.outstanding_tokens += req.input_tokens + req.output_tokens
         seq = Seq(req)
         self.seqs[req.id] = seq
+        if self.in_flight and self.plans_ahead:
+            self.held.append(seq)
+            self.queue_len.set(now, self.queued())
+            if len(self.held) == 1:
+                self._cut(now)      # the scheduler takes it in at the end of the iteration in flight
+            return
         self.waiting.append(seq)
-        self.queue_len.set(now, len(self.waiting))
+        self.queue_len.set(now, self.queued())
         if not self.busy:
             self.busy = True
             self._schedule(0.0, self._boundary)
@@ -184,6 +196,23 @@ class ReplicaBase:
 
     def _on_arrival_while_busy(self, now: float) -> None:
         """Hook for the fast engine to cut a skipped stretch short."""
+
+    def queued(self) -> int:
+        """Requests waiting for a batch slot, those not yet taken in included."""
+        return len(self.waiting) + len(self.held)
+
+    def _take_in(self, now: float) -> None:
+        """Move the requests held while an iteration was in flight into the
+        queue, once the next iteration has been planned without them (or
+        when there is nothing to plan: an idle scheduler takes them at once).
+        A new head of the queue may join at the end of the iteration just
+        launched, so the fast engine may have to cut its stretch there."""
+        head = self.waiting[0] if self.waiting else None
+        held, self.held = self.held, []
+        for s in held:
+            self.waiting.append(s)
+        if self.waiting[0] is not head:
+            self._on_arrival_while_busy(now)
 
     def _boundary(self, _ev: object = None) -> None:
         """Engine-specific: plan and start the next iteration (or stretch) at an iteration boundary."""
@@ -211,8 +240,11 @@ class ReplicaBase:
             return
         now = self.env.now
         if s.state == WAITING:
-            self.waiting.remove(s)
-            self.queue_len.set(now, len(self.waiting))
+            if s in self.held:
+                self.held.remove(s)
+            else:
+                self.waiting.remove(s)
+            self.queue_len.set(now, self.queued())
             self._end_request(s, now, Status.CANCELLED)
         else:
             s.cancel = True

@@ -5,6 +5,8 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..kv_memory import KvMemory
+
 
 class KvOffload(BaseModel):
     """Host-DRAM and NVMe KV tiers below the GPU prefix cache (as LMCache keeps them)."""
@@ -42,6 +44,11 @@ class EngineConfig(BaseModel):
         default=None, description="serving stack whose defaults and overheads apply: vllm, sglang, trtllm or a "
                                   "backend profile file (`llmsim validate --fit` writes one); keys set beside it "
                                   "override its values; none: llmsim's generic engine")
+    backend_version: Optional[str] = Field(
+        default=None, description="the serving stack's release (such as 0.19.0, or a nightly dated YYYYMMDD): its "
+                                  "defaults that changed between releases apply (the backend profile's by_version "
+                                  "rules: vLLM schedules asynchronously from 0.14); none: the profile's own "
+                                  "versions")
     max_num_seqs: int = Field(default=256, ge=1, description="max sequences in a batch")
     max_num_batched_tokens: int = Field(default=8192, ge=1, description="token budget of one iteration")
     chunked_prefill: bool = Field(default=True, description="split prompts to fill the token budget beside decodes")
@@ -54,7 +61,12 @@ class EngineConfig(BaseModel):
         description="vLLM 0.5.5–0.6's multi-step scheduling: decodes run in blocks of this many iterations and "
                     "the scheduler admits waiting prompts only between blocks (1: every iteration)")
     block_size: int = Field(default=16, ge=1, le=1024, description="tokens per KV block")
-    gpu_memory_utilization: float = Field(default=0.9, gt=0, le=1)
+    gpu_memory_utilization: float = Field(
+        default=0.9, gt=0, le=1, description="vLLM's: the share of each GPU's whole memory weights, activations "
+                                             "and KV cache may take (kv_memory rule vllm, the default)")
+    kv_memory: Optional[KvMemory] = Field(
+        default=None, description="whose accounting sizes the KV pool (rule vllm, sglang or trtllm) and its "
+                                  "fraction; the backend sets it; none: vLLM's, with gpu_memory_utilization")
     weight_dtype: Literal["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"] = "bf16"
     kv_dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     mxfp4_activation: Optional[Literal["bf16", "mxfp8"]] = Field(
@@ -62,6 +74,10 @@ class EngineConfig(BaseModel):
                                   "vLLM's FlashInfer MXFP4×BF16 kernels without VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8) or "
                                   "mxfp8 (W4A8, TensorRT-LLM's, and vLLM's with that variable as its gpt-oss recipe sets it); "
                                   "default: mxfp8, the vllm backend bf16. Without FP4 units MXFP4 experts always compute in bf16")
+    kernels: Optional[str] = Field(
+        default=None, description="whose kernels the GPU runs: a stack name (vllm, sglang, trtllm) selecting the "
+                                  "hardware profile's per-stack overrides (calibration.stacks) where it has them; "
+                                  "none or a stack without overrides: the profile's own (vLLM's) kernels")
     scheduler: Literal["continuous", "static"] = Field(
         default="continuous",
         description="continuous: iteration-level batching (vLLM); static: a batch runs to completion (old TGI/FT)")
@@ -92,6 +108,13 @@ class EngineConfig(BaseModel):
         description="the CPU prepares the next iteration while the GPU runs this one (vLLM's --async-scheduling, "
                     "its default from 0.14): the per-iteration and per-sequence CPU time shows only where it "
                     "outlasts the GPU's; false: it adds to every iteration (vLLM before 0.14)")
+    schedule_ahead: Optional[bool] = Field(
+        default=None,
+        description="the scheduler plans iteration N+1 while the GPU runs N and only then takes in new requests, "
+                    "so a request arriving during N first runs in N+2 (vLLM's batch queue under async scheduling, "
+                    "vllm/v1/engine/core.py step_with_batch_queue; SGLang's overlap event loop, scheduler.py "
+                    "event_loop_overlap; TensorRT-LLM's overlap scheduler, py_executor.py "
+                    "_executor_loop_overlap); an idle server starts it at once. Default: as async_scheduling")
     output_after_next_launch: bool = Field(
         default=False,
         description="an iteration's sampled tokens reach the client only once the next iteration is launched, "
@@ -125,6 +148,11 @@ class EngineConfig(BaseModel):
         return self.chunked_prefill if self.mixed_prefill is None else self.mixed_prefill
 
     @property
+    def plans_ahead(self) -> bool:
+        """Whether new requests join the iteration after next (see ``schedule_ahead``)."""
+        return self.async_scheduling if self.schedule_ahead is None else self.schedule_ahead
+
+    @property
     def front_end_busy(self) -> bool:
         """Whether requests pass through a serial front end before the scheduler."""
         return self.request_ms > 0 or self.tokenize_us_per_token > 0
@@ -134,10 +162,32 @@ class EngineConfig(BaseModel):
         return self.prefix_cache_capacity_tokens == "unbounded"
 
     @model_validator(mode="after")
+    def _one_memory_knob(self) -> "EngineConfig":
+        rule = self.kv_memory.rule if self.kv_memory else "vllm"
+        if rule != "vllm" and "gpu_memory_utilization" in self.model_fields_set:
+            raise ValueError(f"gpu_memory_utilization is vLLM's; this engine sizes its KV cache as {rule} does "
+                             "(kv_memory.rule): set kv_memory.fraction instead (SGLang's mem_fraction_static, "
+                             "TensorRT-LLM's free_gpu_memory_fraction)")
+        return self
+
+    @model_validator(mode="after")
     def _capacity_positive(self) -> "EngineConfig":
         c = self.prefix_cache_capacity_tokens
         if isinstance(c, int) and c < 0:
             raise ValueError(f"prefix_cache_capacity_tokens must be ≥ 0 or 'unbounded', got {c}")
+        return self
+
+    @model_validator(mode="after")
+    def _kernels_known(self) -> "EngineConfig":
+        if self.kernels is None:
+            return self
+        from ..profiles.backend import load_backend
+        from ..profiles.loader import list_builtin
+
+        stacks = sorted({load_backend(n).stack for n in list_builtin("backend_profiles")})
+        if self.kernels not in stacks:
+            raise ValueError(f"kernels: {self.kernels!r} names no serving stack; expected one of {', '.join(stacks)} "
+                             "(the stack of a built-in backend profile)")
         return self
 
     @model_validator(mode="after")

@@ -122,7 +122,11 @@ class ReferenceReplica(ReplicaBase):
     def _boundary(self, _ev=None) -> None:
         now = self.env.now
         chunks, decodes = self._plan(now)
-        self.queue_len.set(now, len(self.waiting))
+        if not chunks and not decodes and self.held:
+            self._take_in(now)      # nothing in flight to plan ahead of
+            chunks, decodes = self._plan(now)
+        self.queue_len.set(now, self.queued())
+        self.in_flight = bool(chunks or decodes)
         if not chunks and not decodes:
             self.busy = False
             self.batch_size.set(now, len(self.running))
@@ -142,6 +146,8 @@ class ReferenceReplica(ReplicaBase):
         held = self.num_blocks - self.free
         filled = self._filled(decodes) if self.contiguous else 0
         self._schedule(dt, lambda ev: self._end(chunks, decodes, dt, held, filled))
+        if self.held:
+            self._take_in(now)
 
     def _filled(self, decodes: list[Seq]) -> int:
         """Blocks the running sequences' tokens fill during the iteration

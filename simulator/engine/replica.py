@@ -213,8 +213,12 @@ class FastReplica(ReplicaBase):
     def _boundary(self, _ev: object = None) -> None:
         now = self.env.now
         chunks, decoding, preempted = self._plan(now)
-        self.queue_len.set(now, len(self.waiting))
+        if not chunks and not decoding and self.held:
+            self._take_in(now)      # nothing in flight to plan ahead of
+            chunks, decoding, preempted = self._plan(now)
+        self.queue_len.set(now, self.queued())
         self.batch_size.set(now, len(self.running))
+        self.in_flight = bool(chunks) or decoding
         if not chunks and not decoding:
             self.busy = False
             self.seg = None
@@ -245,6 +249,8 @@ class FastReplica(ReplicaBase):
                 if gen == self.gen:
                     self._end_mixed(chunks, decoding, dt, held, filled)
             self._schedule(dt, end_mixed)
+            if self.held:
+                self._take_in(now)
             return
         # A decode-only stretch: how many iterations until something changes?
         cm = self.cm
@@ -285,6 +291,8 @@ class FastReplica(ReplicaBase):
         self.seg_evicts = (c is not None and not c.unbounded and self.cfg.scheduler != "static"
                            and c.evictable > self.num_blocks - self.used_blocks(G0 + n))
         self._schedule_decode_end(dt, gen, n)
+        if self.held:
+            self._take_in(now)
 
     @staticmethod
     def _elapsed(k: int, K: float, b: float, B: int) -> float:

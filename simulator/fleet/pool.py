@@ -261,7 +261,7 @@ class Pool:
 
     # --- state for autoscalers and the timeline --------------------------------
     def queue_depth(self) -> int:
-        return sum(len(r.waiting) for r in self.replicas if self.state[r.index] is not State.STOPPED)
+        return sum(r.queued() for r in self.replicas if self.state[r.index] is not State.STOPPED)
 
     def kv_utilization(self) -> float:
         """Mean fraction of KV blocks in use over the ready replicas, now."""

@@ -47,13 +47,15 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
     try:
         cm = CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype, iteration_overhead_ms=e.iteration_overhead_ms,
                        iteration_us_per_seq=e.iteration_us_per_seq, dp=spec.dp, ep=spec.ep,
-                       mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling)
+                       mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
+                       kernels=e.kernels)
     except LlmsimError as err:   # the pool key the rule concerns (tp, dp, ep, engine.weight_dtype), else tp
         key = err.key_path if err.key_path in ("tp", "dp", "ep", "engine.weight_dtype") else "tp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
     mem = at("engine", lambda: plan_memory(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
                                            e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
-                                           e.block_size, dp=spec.dp, ep=spec.ep))
+                                           e.block_size, dp=spec.dp, ep=spec.ep, kv_memory=e.kv_memory,
+                                           speculative=spec.speculative is not None))
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative))
     if e.num_gpu_blocks_override:

@@ -10,16 +10,22 @@ means "as ``vllm serve`` runs with default flags"; any engine key set beside
 ``backend`` overrides the profile's value.
 
 Defaults that depend on the GPU (vLLM's token budget follows the GPU's
-memory) are ordered rules, first match wins.
+memory) are ordered rules, first match wins. Defaults that changed between
+releases (vLLM schedules asynchronously from 0.14) are version rules:
+``engine.backend_version`` names the release a pool runs, and every rule
+whose range holds it applies; without it the profile's own keys (its
+``versions``) apply.
 """
 from __future__ import annotations
 
+import re
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..errors import LlmsimError
 from .hardware import HardwareProfile
 from .loader import load_profile, resolve
 
@@ -46,6 +52,33 @@ class Overheads(_Strict):
     request_ms: float = Field(default=0.0, ge=0, le=10000)
     tokenize_us_per_token: float = Field(default=0.0, ge=0, le=1000)
     response_ms: float = Field(default=0.0, ge=0, le=10000)
+
+
+class VersionRule(_Strict):
+    """Engine keys a range of releases ran by default where the profile's own
+    keys differ: from ``since`` (the first release with them) up to, not
+    including, ``until``."""
+
+    since: str
+    until: Optional[str] = None
+    set: dict[str, Any]
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _numbers(self) -> "VersionRule":
+        for v in (self.since, self.until):
+            if v is not None and version_number(v) is None:
+                raise ValueError(f"{v!r} is not a release number such as 0.14.0")
+        return self
+
+
+def version_number(version: str) -> Optional[tuple[int, int, int]]:
+    """(major, minor, patch) of a release name such as ``0.14.1``, ``v0.5.6.post2``
+    or ``1.2.0rc6``; None for a nightly or anything else."""
+    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
+    if m is None or re.search(r"20\d{6}", version):
+        return None
+    return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
 
 class GpuCondition(_Strict):
@@ -75,6 +108,40 @@ class BackendProfile(_Strict):
     engine_by_gpu: list[GpuRule] = Field(default_factory=list)
     overheads: Overheads = Overheads()
     fitted_on: str = ""
+    first_token_fitted_on: str = Field(default="", description="where response_ms and tokenize_us_per_token "
+                                                                "come from (benchmarks/first_token.py)")
+    by_version: list[VersionRule] = Field(default_factory=list)
+    releases: dict[str, str] = Field(
+        default_factory=dict, description="release -> first upload day (ISO), to place nightlies by date")
+
+    def released(self, version: str) -> Optional[str]:
+        """The day a release came out (ISO date) where known; a nightly's own date."""
+        nightly = re.search(r"(20\d{2})(\d{2})(\d{2})", version)
+        if nightly:
+            return "-".join(nightly.groups())
+        return self.releases.get(version.strip())
+
+    def version_keys(self, version: str) -> Optional[dict[str, Any]]:
+        """Engine keys ``version`` ran by default where the profile differs;
+        None when the version is neither a release number nor a release or
+        nightly whose day is known (a measurement date bounds the version
+        only from above, so nothing can be inferred)."""
+        number = version_number(version)
+        day = None if number is not None else self.released(version)
+        if number is None and day is None:
+            return None
+        keys: dict[str, Any] = {}
+        for rule in self.by_version:
+            if number is not None:
+                since, until = version_number(rule.since), version_number(rule.until) if rule.until else None
+                assert since is not None and (rule.until is None or until is not None)  # checked on load
+                inside = number >= since and (until is None or number < until)
+            else:
+                first, last = self.releases.get(rule.since), self.releases.get(rule.until) if rule.until else None
+                inside = (first is not None and day >= first) and (last is None or day < last)
+            if inside:
+                keys.update(rule.set)
+        return keys
 
     def engine_defaults(self, gpu: HardwareProfile) -> dict[str, Any]:
         """The engine keys this stack sets on ``gpu``, overheads included."""
@@ -118,5 +185,15 @@ def apply_backend(engine: dict[str, Any], gpu_name: str) -> dict[str, Any]:
         return engine
     prof = load_backend(name)
     merged = prof.engine_defaults(load_hardware(gpu_name))
-    merged.update(engine)
+    version = engine.get("backend_version")
+    if version is not None:
+        keys = prof.version_keys(str(version))
+        if keys is None:
+            raise LlmsimError(f"backend_version {version!r} is not a {prof.name} release number (such as "
+                              f"0.14.1) nor a nightly dated YYYYMMDD")
+        merged.update(keys)
+    for key, value in engine.items():
+        # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
+        base = merged.get(key)
+        merged[key] = {**base, **value} if isinstance(base, dict) and isinstance(value, dict) else value
     return merged

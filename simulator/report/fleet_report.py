@@ -130,6 +130,7 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "replicas_created": len(reps),
         "kv_blocks_per_replica": nb,
         "kv_tokens_per_replica": nb * ps.memory.block_size,
+        "kv_memory": ps.memory.describe(),
         "mean_kv_utilization": sum(s["kv_used_area"] for s in stats) / (working * nb),
         "max_kv_utilization": max(s["kv_used_max"] for s in stats) / nb,
         "preemptions": sum(s["preemptions"] for s in stats),

@@ -57,15 +57,17 @@ def pools_table(llmsim: Mapping[str, Any]) -> Optional[Table]:
     if len(pools) < 2 and not any("autoscaling" in p for p in pools.values()):
         return None
     t = Table(title="Pools", title_justify="left",
-              caption="replicas min/mean/max; KV, busy: mean fractions; shed: rejected on admission; "
+              caption="replicas min/mean/max; KV tok: KV tokens per replica (its stack's memory accounting); "
+                      "KV, busy: mean fractions; shed: rejected on admission; "
                       "under: time with fewer replicas ready than the autoscaler asked for", caption_justify="left")
-    for col in ("pool", "model", "replicas", "GPU-h", "$", "KV", "busy", "shed", "under"):
+    for col in ("pool", "model", "replicas", "KV tok", "GPU-h", "$", "KV", "busy", "shed", "under"):
         t.add_column(col, justify="left" if col in ("pool", "model") else "right", no_wrap=True)
     for name, p in pools.items():
         a = p.get("autoscaling")
         under = "—" if not a else f"{a['under_provisioned_s']:,.0f} s"
         t.add_row(name, f"{p['model']}/tp{p['tp']}",
-                  f"{p['replicas_min']}/{p['replicas_mean']:.1f}/{p['replicas_max']}", num(p.get("gpu_hours")),
+                  f"{p['replicas_min']}/{p['replicas_mean']:.1f}/{p['replicas_max']}",
+                  _whole(p.get("kv_tokens_per_replica")), num(p.get("gpu_hours")),
                   num(p.get("usd")), f"{100 * p['mean_kv_utilization']:.0f}%",
                   f"{100 * p['gpu_busy_fraction']:.0f}%", num(p.get("rejected_on_admission"), "int"), under)
     return t

@@ -23,7 +23,10 @@ one:
       1500`` (TensorRT-LLM rounds up to its 32-token blocks) and a batch
       of the benchmarked concurrency, so an iteration holds one prompt and
       a chunk of the next rather than eight;
-    - SGLang: ``max_prefill_tokens = ISL + 1500`` with mixed chunks on;
+    - SGLang: ``max_prefill_tokens = ISL + 1500`` with mixed chunks on,
+      CUDA graphs for batches 1..C;
+    - TensorRT-LLM keeps 80 % of the free memory for its KV cache (the
+      templates' ``free_gpu_memory_fraction`` default, not the stack's 0.9);
     - a model with DeepSeek's next-token-prediction (MTP) layers decodes
       speculatively with one draft token (:func:`speculative`);
     - AIPerf at concurrency C with ``ignore_eos``, ``2·C`` warm-up
@@ -42,7 +45,8 @@ one:
     (``generator/backends/trtllm.py`` and
     ``templates/trtllm/extra_engine_args.*.yaml.j2`` as of 2025-10), on
     ``max_num_tokens = max_batch_size + ISL + 1500`` with a batch of the
-    sweep's largest concurrency and block reuse off. The sweep's
+    sweep's largest concurrency, block reuse off and 80 % of the free
+    memory for the KV cache. The sweep's
     concurrencies are fractions of that batch, so the replay takes the
     row's own C, which changes the budget by less than a prompt's worth
     and the batch cap not at all in a closed loop of C. Without it an
@@ -76,49 +80,26 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Optional
+
+if TYPE_CHECKING:
+    from ..profiles.backend import BackendProfile
 
 Deployment = Literal["defaults", "aiconfigurator", "aic-eval"]
 DEPLOYMENTS: tuple[str, ...] = Deployment.__args__
 
 # AIConfigurator's generator rules: the prompt headroom it adds to the token budget.
 _AIC_HEADROOM = 1500
+# Its TensorRT-LLM engine configs keep kv_cache_config.free_gpu_memory_fraction
+# at the template's default(0.80) (templates/trtllm/extra_engine_args.*.yaml.j2,
+# 2025-10 and 2026), not TensorRT-LLM's 0.9.
+_AIC_TRT_KV = {"kv_memory": {"fraction": 0.8}}
 _TRT_BLOCK = 32
 # The day AIConfigurator's generator began to emit benchmark commands
 # (commit f90534bc2, "generator will generate benchmark command").
 _GENERATOR_BENCH_SINCE = "2026-02-11"
 # The day its evaluation pipeline replaced genai-perf by AIPerf (commit 4361371a6).
 _AIPERF_SINCE = "2025-10-14"
-# Engine keys a range of stack versions ran by default where the backend
-# profile (which describes current releases) does not: (stack, first version,
-# its upload day, first version without, its upload day, keys). Versions by
-# number, nightlies by date (PyPI upload days).
-_VERSION_KEYS: tuple[tuple[str, tuple[int, ...], str, Optional[tuple[int, ...]], Optional[str], dict[str, Any]], ...] = (
-    # vLLM schedules asynchronously by default from 0.14.0 (PR #27614,
-    # "[Core] Enable async scheduling by default").
-    ("vllm", (0, 14), "2026-01-20", None, None, {"async_scheduling": True}),
-    # SGLang hands a batch's outputs to the client only after launching the
-    # next batch since its overlap scheduler became the default in 0.3.6
-    # (PR #2067); the backend profile describes that, the versions before
-    # did not overlap.
-    ("sglang", (0, 0), "2000-01-01", (0, 3, 6), "2024-11-22", {"output_after_next_launch": False}),
-)
-# First upload of each stack version AIConfigurator's silicon files name, from PyPI.
-_RELEASED = {
-    ("sglang", "0.5.1.post1"): "2025-08-24", ("sglang", "0.5.5.post2"): "2025-11-12",
-    ("sglang", "0.5.6"): "2025-12-03", ("sglang", "0.5.6.post2"): "2025-12-11",
-    ("sglang", "0.5.8"): "2026-01-23", ("sglang", "0.5.8.post1"): "2026-02-05",
-    ("sglang", "0.5.9"): "2026-02-23", ("sglang", "0.5.10.post1"): "2026-04-08",
-    ("trtllm", "1.0.0rc3"): "2025-07-16", ("trtllm", "1.2.0rc2"): "2025-11-07",
-    ("trtllm", "1.2.0rc6.post1"): "2026-01-11", ("trtllm", "1.2.0rc6.post2"): "2026-01-22",
-    ("trtllm", "1.3.0rc1"): "2026-01-27", ("trtllm", "1.2.0rc2.post2"): "2026-02-05",
-    ("trtllm", "1.2.0rc6.post3"): "2026-02-05", ("trtllm", "1.3.0rc5"): "2026-02-24",
-    ("vllm", "0.11.2"): "2025-11-20", ("vllm", "0.12.0"): "2025-12-03", ("vllm", "0.15.1"): "2026-02-05",
-    ("vllm", "0.16.0"): "2026-02-26", ("vllm", "0.17.0"): "2026-03-07", ("vllm", "0.18.0"): "2026-03-20",
-    ("vllm", "0.19.0"): "2026-04-03",
-}
-
-
 @dataclass(frozen=True)
 class Client:
     """How the benchmark client ran the closed loop."""
@@ -140,13 +121,15 @@ def engine_keys(deployment: str, stack: str, concurrency: int, isl: int) -> dict
     if deployment == "defaults" or (deployment == "aic-eval" and stack != "trtllm"):
         return {}
     if deployment == "aic-eval":
-        return {**_generated_budget(stack, concurrency, isl), "prefix_cache": False}
+        return {**_generated_budget(stack, concurrency, isl), "prefix_cache": False, **_AIC_TRT_KV}
     if stack == "sglang":
         # max_prefill_tokens caps the prompt tokens of a batch; decodes ride
-        # beside them (mixed chunk), one token each.
+        # beside them (mixed chunk), one token each. CUDA graphs are captured
+        # for batches 1..C (--cuda-graph-bs), which SGLang's memory reserve follows.
         return {"max_num_seqs": concurrency, "chunked_prefill": True, "mixed_prefill": True,
-                "max_num_batched_tokens": concurrency + isl + _AIC_HEADROOM}
-    return _generated_budget(stack, concurrency, isl)
+                "max_num_batched_tokens": concurrency + isl + _AIC_HEADROOM,
+                "kv_memory": {"cuda_graph_max_bs": concurrency}}
+    return {**_generated_budget(stack, concurrency, isl), **(_AIC_TRT_KV if stack == "trtllm" else {})}
 
 
 def _generated_budget(stack: str, concurrency: int, isl: int) -> dict[str, Any]:
@@ -204,7 +187,8 @@ def speculative_engine_keys(stack: str) -> dict[str, Any]:
     decoding", "Mixed chunked prefill is disabled ..."), so its prefill
     batches run alone again and hand out their tokens at once."""
     if stack == "sglang":
-        return {"output_after_next_launch": False, "chunked_prefill": False, "mixed_prefill": None}
+        return {"output_after_next_launch": False, "schedule_ahead": False, "chunked_prefill": False,
+                "mixed_prefill": None}
     return {}
 
 
@@ -213,32 +197,30 @@ def client(deployment: str) -> Client:
 
 
 def released(stack: str, version: str) -> str | None:
-    """The day a stack version was released (ISO date), where known."""
-    nightly = re.search(r"(20\d{2})(\d{2})(\d{2})", version)
-    if nightly:
-        return "-".join(nightly.groups())
-    return _RELEASED.get((stack, version.strip()))
+    """The day a stack version was released (ISO date), where its backend
+    profile knows it (``releases``), or the date a nightly carries."""
+    prof = _profile(stack)
+    return None if prof is None else prof.released(version)
 
 
 def version_keys(stack: str, version: str) -> dict[str, Any]:
     """Engine keys the row's stack version ran by default where the backend
-    profile differs (``_VERSION_KEYS``). An unknown version keeps the
+    profile differs (its ``by_version`` rules). An unknown version keeps the
     profile's settings (a measurement date bounds the version only from
     above)."""
-    number = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
-    since = None if number is not None else released(stack, version)
-    keys: dict[str, Any] = {}
-    for name, first, first_day, last, last_day, set_keys in _VERSION_KEYS:
-        if name != stack:
-            continue
-        if number is not None:
-            v = tuple(int(g or 0) for g in number.groups())
-            inside = v >= first + (0,) * (3 - len(first)) and (last is None or v < last + (0,) * (3 - len(last)))
-        else:
-            inside = since is not None and since >= first_day and (last_day is None or since < last_day)
-        if inside:
-            keys.update(set_keys)
-    return keys
+    prof = _profile(stack)
+    return {} if prof is None else prof.version_keys(version) or {}
+
+
+def _profile(stack: str) -> Optional["BackendProfile"]:
+    """The built-in backend profile of a row's stack (None: the row names no stack llmsim has)."""
+    from ..errors import LlmsimError
+    from ..profiles.backend import load_backend
+
+    try:
+        return load_backend(stack) if stack else None
+    except LlmsimError:
+        return None
 
 
 def of_source(source: str, notes: str, stack: str = "", version: str = "") -> Deployment:

@@ -54,16 +54,17 @@ class Linearisation:
     jac: np.ndarray                      # d log(pred) / d theta
 
 
-def _settings(base: ReplaySettings, theta: np.ndarray) -> ReplaySettings:
+def _settings(base: ReplaySettings, theta: np.ndarray, names: Sequence[str] = tuple(PARAMS)) -> ReplaySettings:
     eng = dict(base.engine or {})
-    eng.update({k: float(v) for k, v in zip(PARAMS, theta)})
+    eng.update({k: float(v) for k, v in zip(names, theta)})
     return replace(base, engine=eng)
 
 
-def linearise(rows: Sequence[Row], theta: np.ndarray, base: ReplaySettings, workers: int = 1) -> Linearisation:
-    steps = [s for s, _ in PARAMS.values()]
+def linearise(rows: Sequence[Row], theta: np.ndarray, base: ReplaySettings, workers: int = 1,
+              names: Sequence[str] = tuple(PARAMS)) -> Linearisation:
+    steps = [PARAMS[k][0] for k in names]
     thetas = [theta] + [theta + np.eye(len(theta))[i] * steps[i] for i in range(len(theta))]
-    settings = [_settings(base, t) for t in thetas for _ in rows]
+    settings = [_settings(base, t, names) for t in thetas for _ in rows]
     preds = predict_all(list(rows) * len(thetas), settings, workers)
     n = len(rows)
     keys = [(i, m) for i, r in enumerate(rows) for m in FIT_METRICS if m in r.measured]
@@ -72,14 +73,15 @@ def linearise(rows: Sequence[Row], theta: np.ndarray, base: ReplaySettings, work
     return Linearisation(theta.copy(), keys, logp[0], jac)
 
 
-def solve(lin: Linearisation, rows: Sequence[Row], keep: Optional[np.ndarray] = None) -> np.ndarray:
+def solve(lin: Linearisation, rows: Sequence[Row], keep: Optional[np.ndarray] = None,
+          names: Sequence[str] = tuple(PARAMS)) -> np.ndarray:
     """The overheads minimising the linearised robust log error over the kept rows.
 
     Bounded linear least squares, reweighted (soft-L1: a row off by far more
     than 10 % weighs less) so one anomalous group cannot drag the overheads."""
     meas = np.array([np.log(rows[i].measured[m]) for i, m in lin.keys])
     mask = np.ones(len(lin.keys), bool) if keep is None else np.array([keep[i] for i, _ in lin.keys])
-    ub = np.array([u for _, u in PARAMS.values()])
+    ub = np.array([PARAMS[k][1] for k in names])
     A = lin.jac[mask]
     b = (meas - lin.log_pred + lin.jac @ lin.theta)[mask]
     w = np.ones(len(b))
@@ -100,24 +102,27 @@ class FitResult:
 
 
 def fit(rows: Sequence[Row], base: ReplaySettings = ReplaySettings(), iterations: int = 3, workers: int = 1,
-        logo: bool = True, progress: Callable[[str], None] = lambda s: None) -> FitResult:
-    """Fit the overheads to ``rows``; with ``logo``, also predict each group from the others."""
+        logo: bool = True, progress: Callable[[str], None] = lambda s: None,
+        names: Sequence[str] = tuple(PARAMS)) -> FitResult:
+    """Fit the overheads ``names`` (default: all four) to ``rows``, the others as ``base`` sets them;
+    with ``logo``, also predict each group from the others."""
     rows = [r for r in rows if not r.skip]
-    theta = np.array([float(getattr(Overheads(), k)) for k in PARAMS])
+    theta = np.array([float(getattr(Overheads(), k)) for k in names])
     groups = sorted({r.group for r in rows})
     fold_theta = {g: theta for g in groups}
     lin = None
     for it in range(iterations):
-        progress(f"linearising ({it + 1}/{iterations}) at " + ", ".join(f"{k}={v:.3g}" for k, v in zip(PARAMS, theta)))
-        lin = linearise(rows, theta, base, workers)
-        theta = solve(lin, rows)
+        progress(f"linearising ({it + 1}/{iterations}) at " + ", ".join(f"{k}={v:.3g}" for k, v in zip(names, theta)))
+        lin = linearise(rows, theta, base, workers, names)
+        theta = solve(lin, rows, names=names)
         if logo and len(groups) > 1:
             for g in groups:
-                fold_theta[g] = solve(lin, rows, np.array([r.group != g for r in rows]))
-    in_sample = predict_all(rows, _settings(base, theta), workers)
+                fold_theta[g] = solve(lin, rows, np.array([r.group != g for r in rows]), names)
+    in_sample = predict_all(rows, _settings(base, theta, names), workers)
     held_out = None
     if logo and len(groups) > 1:
         progress("replaying each group with the fit made without it")
-        held_out = predict_all(rows, [_settings(base, fold_theta[r.group]) for r in rows], workers)
-    as_oh = lambda th: Overheads(**{k: round(float(v), 4) for k, v in zip(PARAMS, th)})  # noqa: E731
+        held_out = predict_all(rows, [_settings(base, fold_theta[r.group], names) for r in rows], workers)
+    fixed = {k: float(v) for k, v in (base.engine or {}).items() if k in Overheads.model_fields}
+    as_oh = lambda th: Overheads(**{**fixed, **{k: round(float(v), 4) for k, v in zip(names, th)}})  # noqa: E731
     return FitResult(as_oh(theta), in_sample, held_out, {g: as_oh(t) for g, t in fold_theta.items()})

@@ -1,0 +1,195 @@
+"""How each serving stack sizes its KV pool from a GPU's memory.
+
+The three stacks read "how much memory may the KV cache take" differently,
+and on a model that nearly fills its GPUs (DeepSeek-R1 on four B200s) the
+difference is the whole pool:
+
+``vllm``
+    ``gpu_memory_utilization`` of the whole GPU, minus the weights, the peak
+    activation of the profiling run and the memory allocated outside torch
+    (vllm/v1/worker/gpu_worker.py ``Worker.determine_available_memory``:
+    ``requested_memory = total × gpu_memory_utilization``, the KV cache gets
+    ``requested_memory − non_kv_cache_memory``). CUDA graphs are captured
+    after the KV cache is allocated and live in the unrequested share up to
+    0.20; from 0.21 the profiler estimates them first
+    (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, on by default) -- set
+    ``cuda_graph_gib`` for those versions.
+``sglang``
+    ``mem_fraction_static`` is the share of the memory free at start-up that
+    weights and KV cache may hold together (model_executor/model_runner.py
+    ``ModelRunner.profile_max_num_token``: ``rest_memory =
+    available_after_weights − free_at_start × (1 − mem_fraction_static)``);
+    activations and CUDA graphs live in the rest. Its default is SGLang's
+    own reserve for the GPU, the parallel size and the token budget
+    (server_args.py ``ServerArgs._handle_gpu_memory_settings``).
+``trtllm``
+    ``KvCacheConfig.free_gpu_memory_fraction`` (0.9) of the memory still free
+    after the weights and a profiling run of ``max_num_tokens``
+    (_torch/pyexecutor/_util.py ``KvCacheCreator.configure_kv_cache_capacity``
+    and ``_cal_max_memory``: ``(total − peak) × fraction``, peak counting
+    torch and non-torch memory, NCCL and CUDA graphs), capped by
+    ``KvCacheConfig.max_tokens`` when set.
+
+Each rule gives one GPU's KV bytes; every GPU of an attention rank holds the
+same share of its sequences (:func:`simulator.parallelism.kv_copies`).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable, Literal, Optional
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from .profiles.hardware import GIB
+
+MIB = 2**20
+# CUDA context, NCCL communicators and buffers, CUDA-graph pools: what a
+# stack's process holds outside torch. SGLang logs it once torch.distributed
+# is up ("Init torch distributed ends. mem usage=1.77-2.01 GB" on 8×H200,
+# github.com/sgl-project/sglang/pull/11716); llmsim takes 2 GiB per GPU for
+# every stack, an estimate.
+RUNTIME_BYTES_PER_GPU = 2.0 * GIB
+
+Rule = Literal["vllm", "sglang", "trtllm"]
+
+
+class KvMemory(BaseModel):
+    """``engine.kv_memory``: the stack whose accounting sizes the KV pool, and its knobs."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    rule: Rule = Field(
+        default="vllm", description="whose accounting: vllm (gpu_memory_utilization of the whole GPU), sglang "
+                                    "(mem_fraction_static of the memory free at start), trtllm "
+                                    "(free_gpu_memory_fraction of what weights and activations leave)")
+    fraction: Optional[float] = Field(
+        default=None, gt=0, le=1,
+        description="the stack's own knob: vLLM's gpu_memory_utilization, SGLang's mem_fraction_static, "
+                    "TensorRT-LLM's free_gpu_memory_fraction; default: engine.gpu_memory_utilization (vllm), "
+                    "SGLang's default for the GPU (sglang), 0.9 (trtllm)")
+    max_tokens: Optional[int] = Field(
+        default=None, ge=1, description="cap on the KV tokens of one attention rank (TensorRT-LLM's "
+                                        "KvCacheConfig.max_tokens, SGLang's --max-total-tokens); default: none")
+    cuda_graph_max_bs: Optional[int] = Field(
+        default=None, ge=1, description="SGLang's --cuda-graph-max-bs, which its default reserve grows with; "
+                                        "default: SGLang's for the GPU (up to 512)")
+    cuda_graph_gib: float = Field(
+        default=0.0, ge=0, description="CUDA-graph memory per GPU the stack budgets before the KV cache (vLLM "
+                                       "0.21 and later estimate it; its log says 'Estimated CUDA graph memory'); "
+                                       "default 0: graphs live in the unbudgeted share")
+
+
+@dataclass(frozen=True)
+class GpuShare:
+    """One GPU of a replica, as its stack sizes the KV pool."""
+
+    hbm: float              # bytes nvidia-smi reports as total
+    weights: float          # this GPU's weights
+    activation: float       # activations of the profiling run's tokens on this GPU, logits apart
+    gpus: int               # GPUs of the serving process (SGLang's tp_size: tp × dp)
+    dp: int                 # attention data-parallel ranks
+    budget: int             # token budget of one iteration (SGLang's chunked_prefill_size)
+    max_seqs: int
+    speculative: bool = False   # a draft model or MTP module decodes beside the model
+    runtime: float = RUNTIME_BYTES_PER_GPU
+    logits_row: float = 0.0     # fp32 logits of one sequence on this GPU
+
+    def peak(self, sequences: int) -> float:
+        """The profiling run's activation peak when it samples ``sequences`` at once."""
+        return self.activation + sequences * self.logits_row
+
+
+@dataclass(frozen=True)
+class KvBudget:
+    """What a rule grants one GPU: KV bytes, and the terms that explain them."""
+
+    kv_bytes: float
+    fraction: float
+    usable: float           # bytes the fraction puts within weights' and KV's reach
+    reserve: float          # bytes set aside beyond weights within ``usable`` (activations, runtime, graphs)
+    knob: str               # the stack's name for ``fraction``
+    why: str = ""           # how a default fraction was chosen
+    activation: float = 0.0  # the activation peak the stack measures before sizing the pool
+
+
+def _vllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
+    # The profiling run samples min(max_num_seqs, max_num_batched_tokens) sequences at once
+    # (v1/worker/gpu_model_runner.py profile_run -> _dummy_sampler_run).
+    frac = spec.fraction if spec.fraction is not None else utilization
+    usable = frac * g.hbm
+    act = g.peak(min(g.max_seqs, g.budget))
+    reserve = act + g.runtime + spec.cuda_graph_gib * GIB
+    return KvBudget(usable - g.weights - reserve, frac, usable, reserve, "gpu_memory_utilization", activation=act)
+
+
+def sglang_graph_max_bs(hbm_mib: float, gpus: int) -> int:
+    """SGLang's default ``cuda_graph_max_bs`` for the GPU and its tp_size
+    (server_args.py ``_handle_gpu_memory_settings``, 0.5.x)."""
+    small = gpus < 4
+    if hbm_mib < 20 * 1024:
+        return 8
+    if hbm_mib < 35 * 1024:
+        return 24 if small else 80
+    if hbm_mib < 60 * 1024:
+        return 32 if small else 160
+    if hbm_mib < 160 * 1024:
+        return 256 if small else 512
+    return 512
+
+
+def sglang_mem_fraction_static(hbm_mib: float, gpus: int, dp: int, chunked_prefill_size: int,
+                               graph_max_bs: int, speculative: bool = False) -> tuple[float, float]:
+    """SGLang's default ``mem_fraction_static`` and the reserve (MiB) it
+    leaves: 512 MiB of metadata, 1.5 MiB per token of the prefill chunk
+    (at least 2,048), 2 MiB per CUDA-graph batch slot, 1 GiB per 8 GPUs,
+    with DP attention 3 MiB (and 1.5 more above 300 slots) per slot and
+    rank, at least 10 GiB on GPUs above 60 GiB, and 2 GiB more for an
+    EAGLE or NEXTN (MTP) draft (server_args.py
+    ``ServerArgs._handle_gpu_memory_settings``, 0.5.x)."""
+    reserved = 512 + max(chunked_prefill_size, 2048) * 1.5 + graph_max_bs * 2 + gpus / 8 * 1024
+    if dp > 1:
+        reserved += graph_max_bs * dp * 3
+        if graph_max_bs > 300:
+            reserved += graph_max_bs * dp * 1.5
+    if hbm_mib > 60 * 1024:
+        reserved = max(reserved, 10 * 1024)
+    if speculative:
+        reserved += 2 * 1024
+    return round((hbm_mib - reserved) / hbm_mib, 3), reserved
+
+
+def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
+    why = ""
+    if spec.fraction is not None:
+        frac = spec.fraction
+    else:
+        mib = g.hbm / MIB
+        bs = spec.cuda_graph_max_bs or sglang_graph_max_bs(mib, g.gpus)
+        frac, reserved = sglang_mem_fraction_static(mib, g.gpus, g.dp, g.budget, bs, g.speculative)
+        why = (f"SGLang's default for a {g.hbm / GIB:.0f} GiB GPU: {reserved / 1024:.1f} GiB reserved for a "
+               f"{g.budget:,}-token prefill chunk, CUDA graphs up to batch {bs}, {g.gpus} GPUs"
+               + (" and a draft" if g.speculative else ""))
+    # free_at_start × fraction holds weights and KV; the runtime is taken before start-up is measured.
+    usable = frac * (g.hbm - g.runtime)
+    return KvBudget(usable - g.weights, frac, usable, 0.0, "mem_fraction_static", why)
+
+
+def _trtllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
+    # The profiling run is max_num_tokens of dummy prompts of max_seq_len - 1 tokens that
+    # each return one token: one sequence's logits (_util.py _create_dummy_context_requests).
+    frac = spec.fraction if spec.fraction is not None else 0.9
+    act = g.peak(1)
+    reserve = act + g.runtime + spec.cuda_graph_gib * GIB
+    free = g.hbm - g.weights - reserve
+    kv = frac * free
+    return KvBudget(kv, frac, g.weights + kv, 0.0, "free_gpu_memory_fraction", activation=act)
+
+
+RULES: dict[str, Callable[[GpuShare, KvMemory, float], KvBudget]] = {
+    "vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}
+
+
+def kv_budget(g: GpuShare, spec: Optional[KvMemory], gpu_memory_utilization: float = 0.9) -> KvBudget:
+    """One GPU's KV bytes under ``spec``'s stack (vLLM's accounting without one)."""
+    spec = spec or KvMemory()
+    return RULES[spec.rule](g, spec, gpu_memory_utilization)

@@ -1,0 +1,70 @@
+"""The first-token terms a stack adds beyond the simulated engine, and their fit.
+
+``response_ms`` (each request, in parallel) and ``tokenize_us_per_token``
+(the front end, one request at a time) shift a request's first token; the
+benchmark that fits them (benchmarks/first_token.py) must find known values
+again and judge each model family, GPU and stack by a fit made without it.
+"""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.runner import simulate
+from tests.test_backends import _closed
+
+
+def _bench():
+    spec = importlib.util.spec_from_file_location(
+        "first_token", Path(__file__).resolve().parents[1] / "benchmarks" / "first_token.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules.setdefault("first_token", mod)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@settings(max_examples=25, deadline=None)
+@given(a=st.floats(0.0, 50.0), b=st.floats(0.0, 2.5), seed=st.integers(0, 10_000))
+def test_the_fit_finds_known_terms_within_its_grid(a, b, seed):
+    rng = np.random.default_rng(seed)
+    isl = rng.choice([1024, 2048, 4096, 8192], 60).astype(float)
+    base = rng.uniform(20, 900, 60)
+    measured = base + a + b * isl * 1e-3
+    fa, fb = _bench().fit_pair(base, isl, measured)
+    assert fa == pytest.approx(a, abs=0.5) and fb == pytest.approx(b, abs=0.1)
+
+
+def test_each_group_is_judged_by_a_fit_made_without_it():
+    """Two families with different offsets: held out, each is predicted with the other's offset."""
+    bench = _bench()
+    rows = [{"stack": "vllm", "family": fam, "gpu": "h200", "isl": 1024.0, "base": 100.0, "measured": 100.0 + off,
+             "moe": False, "concurrency": 4}
+            for fam, off in (("llama", 10.0), ("qwen3", 30.0)) for _ in range(5)]
+    res = bench.table(pd.DataFrame(rows))
+    fam = res["rows"][res["rows"]["split"] == "family"].set_index("held_out")
+    assert fam.loc["llama", "response_ms"] == pytest.approx(30.0, abs=0.5)
+    assert fam.loc["qwen3", "response_ms"] == pytest.approx(10.0, abs=0.5)
+    assert fam.loc["llama", "in_sample_median_abs_pct"] < fam.loc["llama", "logo_median_abs_pct"]
+
+
+def test_response_time_shifts_first_token_and_end_alike_and_never_tpot():
+    """Per request and in parallel: five requests sent together see it once each, not queued."""
+    plain = simulate(_closed(5, 5, 2048, 16, {})).results
+    late = simulate(_closed(5, 5, 2048, 16, {"response_ms": 12.0})).results
+    assert late["mean_ttft_ms"] - plain["mean_ttft_ms"] == pytest.approx(12.0, rel=0.1)
+    assert late["mean_tpot_ms"] == pytest.approx(plain["mean_tpot_ms"], rel=1e-6)
+
+
+def test_tokenizing_is_serial_so_a_burst_queues_in_the_front_end():
+    """Five 2,048-token prompts sent together at 2 us a token: the front end takes 4.1 ms each, one
+    after another, so the mean wait before the scheduler is about twice one prompt's."""
+    plain = simulate(_closed(5, 5, 2048, 4, {})).results["mean_ttft_ms"]
+    tok = simulate(_closed(5, 5, 2048, 4, {"tokenize_us_per_token": 2.0})).results["mean_ttft_ms"]
+    assert tok - plain > 2048 * 2e-3 * 1.5

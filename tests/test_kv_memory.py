@@ -1,0 +1,202 @@
+"""Each stack's KV memory accounting (simulator/kv_memory.py) and what it sizes."""
+from __future__ import annotations
+
+import importlib.util
+import sys
+from pathlib import Path
+
+import pytest
+from hypothesis import given, settings, strategies as st
+from pydantic import ValidationError
+
+from simulator.errors import LlmsimError
+from simulator.kv_memory import GpuShare, KvMemory, kv_budget, sglang_graph_max_bs, sglang_mem_fraction_static
+from simulator.memory import plan_memory
+from simulator.parallelism import Parallelism, replica_kv_bytes_per_token
+from simulator.profiles import load_hardware, load_model
+from simulator.profiles.hardware import GIB
+from simulator.runner import simulate
+from simulator.scenario.schema import PoolSpec, Scenario
+
+RULES = ["vllm", "sglang", "trtllm"]
+# (model, weights, tp, dp, ep) that fit on at least some GPUs at some fractions.
+LAYOUTS = [("llama-3.1-8b", "bf16", 1, 1, 1), ("llama-3.1-70b", "fp8", 4, 1, 1), ("qwen3-235b-a22b-fp8", "fp8", 8, 1, 1),
+           ("deepseek-v3", "fp8", 8, 1, 1), ("deepseek-v3", "fp8", 1, 8, 8), ("gpt-oss-120b", "mxfp4", 2, 1, 1)]
+GPUS = ["h100-sxm", "h200", "b200"]
+
+
+def _plan(layout, gpu, rule, fraction, kv_dtype="bf16", **kw):
+    model, wd, tp, dp, ep = layout
+    return plan_memory(load_model(model), load_hardware(gpu), tp, wd, kv_dtype, max_num_batched_tokens=8192,
+                       max_num_seqs=256, block_size=16, dp=dp, ep=ep,
+                       kv_memory=KvMemory(rule=rule, fraction=fraction), **kw)
+
+
+def _tokens(*args, **kw) -> int:
+    try:
+        return _plan(*args, **kw).kv_capacity_tokens
+    except LlmsimError:
+        return 0
+
+
+@settings(max_examples=40, deadline=None)
+@given(layout=st.sampled_from(LAYOUTS), gpu=st.sampled_from(GPUS), rule=st.sampled_from(RULES),
+       a=st.floats(0.3, 1.0), b=st.floats(0.3, 1.0))
+def test_more_memory_fraction_never_shrinks_the_pool(layout, gpu, rule, a, b):
+    """Every stack's KV tokens grow (or stay) with its memory fraction; a
+    deployment is refused only where a larger fraction could still fit it,
+    and a pool is never negative: it holds at least one block or is refused."""
+    lo, hi = sorted((a, b))
+    small, large = _tokens(layout, gpu, rule, lo), _tokens(layout, gpu, rule, hi)
+    assert 0 <= small <= large
+    assert small == 0 or small >= 16
+
+
+@pytest.mark.parametrize("gpu", ["h200", "b200"])
+@pytest.mark.parametrize("rule", RULES)
+def test_mla_latent_is_kept_per_attention_rank(gpu, rule, dp=8):
+    """MLA's latent has no heads: every GPU of an attention rank holds the
+    whole of it for the rank's tokens, so a token costs kv_lora_rank +
+    qk_rope_head_dim per layer on each GPU, and the replica holds dp ranks'
+    worth (one GPU's tokens × dp at tp 1)."""
+    m = load_model("deepseek-v3")
+    latent = m.num_hidden_layers * (m.kv_lora_rank + m.qk_rope_head_dim) * 2
+    assert replica_kv_bytes_per_token(m, Parallelism(8, 1, 1), "bf16") == 8 * latent
+    assert replica_kv_bytes_per_token(m, Parallelism(1, dp, dp), "bf16") == latent
+    mem = _tokens(("deepseek-v3", "fp8", 1, dp, dp), gpu, rule, 0.9)
+    one_rank = _plan(("deepseek-v3", "fp8", 1, dp, dp), gpu, rule, 0.9)
+    per_gpu = one_rank.kv_capacity_bytes / dp
+    assert mem == pytest.approx(dp * per_gpu / latent, abs=dp * 16)
+    assert one_rank.describe()["kv_tokens_per_rank"] == mem // dp
+
+
+def test_fewer_kv_heads_than_gpus_are_replicated():
+    """Qwen3-235B has 4 KV heads: at tp 8 each GPU still holds one head, so a
+    token takes twice the bytes of an even split (vLLM's max(1, heads // tp))."""
+    m = load_model("qwen3-235b-a22b-fp8")
+    assert m.kv_heads == 4
+    even = replica_kv_bytes_per_token(m, Parallelism(4), "bf16")
+    assert even == m.kv_bytes_per_token("bf16")
+    assert replica_kv_bytes_per_token(m, Parallelism(8), "bf16") == 2 * even
+
+
+@pytest.mark.parametrize("rule", RULES)
+def test_fp8_kv_holds_twice_the_tokens(rule):
+    layout = ("deepseek-v3", "fp8", 8, 1, 1)
+    bf16, fp8 = _plan(layout, "h200", rule, 0.9), _plan(layout, "h200", rule, 0.9, kv_dtype="fp8")
+    assert fp8.kv_capacity_tokens == pytest.approx(2 * bf16.kv_capacity_tokens, abs=16)
+
+
+def test_sglang_default_fraction_follows_its_reserve():
+    """server_args.py _handle_gpu_memory_settings: the reserve for an H100
+    at tp 1 (8k chunk, graphs to 256) is 512 + 12,288 + 512 + 128 MiB; on a
+    B200 at tp 4, 512 + 24,576 + 1,024 + 512; with DP attention it grows per
+    rank, with a draft by 2 GiB, and it never drops under 10 GiB."""
+    h100, b200 = 81559, 183359          # MiB, as nvidia-smi reports them
+    assert sglang_graph_max_bs(h100, 1) == 256 and sglang_graph_max_bs(b200, 4) == 512
+    assert sglang_mem_fraction_static(h100, 1, 1, 8192, 256) == (round((h100 - 13440) / h100, 3), 13440)
+    assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512) == (0.855, 26624)
+    with_dp = sglang_mem_fraction_static(b200, 8, 8, 16384, 512)[1]
+    assert with_dp == 512 + 24576 + 1024 + 1024 + 512 * 8 * 3 + 512 * 8 * 1.5
+    assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative=True)[1] == 26624 + 2048
+    assert sglang_mem_fraction_static(h100, 1, 1, 1, 1)[1] == 10 * 1024
+
+
+def test_trtllm_takes_its_fraction_of_what_weights_and_activations_leave():
+    g = GpuShare(hbm=80 * GIB, weights=40 * GIB, activation=3 * GIB, gpus=1, dp=1, budget=8192, max_seqs=256,
+                 runtime=2 * GIB)
+    assert kv_budget(g, KvMemory(rule="trtllm")).kv_bytes == pytest.approx(0.9 * 35 * GIB)
+    assert kv_budget(g, KvMemory(rule="vllm"), 0.9).kv_bytes == pytest.approx(0.9 * 80 * GIB - 45 * GIB)
+    assert kv_budget(g, KvMemory(rule="sglang", fraction=0.9)).kv_bytes == pytest.approx(0.9 * 78 * GIB - 40 * GIB)
+
+
+def test_deepseek_r1_on_four_b200s():
+    """672.9 GB of fp8 weights on 4×B200: TensorRT-LLM keeps 90 % of what is
+    left (about 17 GiB a GPU, 500k fp8 tokens); SGLang's default reserve for
+    a 16k prefill chunk does not leave room and the refusal says so in its
+    terms; at mem_fraction_static 0.93 about 8 GiB a GPU is left (244k fp8 tokens)."""
+    layout, b200 = ("deepseek-v3", "fp8", 4, 1, 1), "b200"
+    trt = _plan(layout, b200, "trtllm", 0.9, kv_dtype="fp8")
+    assert 15 * GIB < trt.kv_capacity_bytes / 4 < 20 * GIB
+    assert trt.kv_capacity_tokens > 400_000
+    m, g = load_model("deepseek-v3"), load_hardware(b200)
+    with pytest.raises(LlmsimError, match=r"as SGLang sizes its KV cache.*mem_fraction_static 0\.855.*"
+                                          r"16,384-token prefill chunk.*kv_memory\.fraction"):
+        plan_memory(m, g, 4, "fp8", "fp8", max_num_batched_tokens=16384, max_num_seqs=1024, block_size=1,
+                    kv_memory=KvMemory(rule="sglang"))
+    assert plan_memory(m, g, 4, "fp8", "fp8", max_num_batched_tokens=16384, block_size=1,
+                       kv_memory=KvMemory(rule="sglang", fraction=0.93)).kv_capacity_tokens > 200_000
+
+
+@pytest.mark.parametrize("backend", ["sglang", "trtllm"])
+def test_a_draft_shares_the_pool_as_its_stack_sizes_it(backend):
+    """SGLang sizes the target's pool before it loads the MTP draft (whose
+    weights and pool come out of its reserve, 2 GiB larger for a draft):
+    the target keeps its tokens. TensorRT-LLM loads the draft first: its
+    weights and per-token KV come out of the pool."""
+    from simulator.fleet.setup import setup_pool
+
+    pool = {"model": "deepseek-v3", "gpu": "h200", "tp": 8,
+            "engine": {"backend": backend, "weight_dtype": "fp8", "kv_dtype": "fp8"}}
+    alone = setup_pool(PoolSpec.model_validate(pool), 0).memory
+    drafted = setup_pool(PoolSpec.model_validate(
+        {**pool, "speculative": {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.85}}), 0).memory
+    assert drafted.weights_bytes > alone.weights_bytes
+    if backend == "sglang":
+        plain = plan_memory(load_model("deepseek-v3"), load_hardware("h200"), 8, "fp8", "fp8", block_size=1,
+                            max_num_batched_tokens=8192, max_num_seqs=1024, kv_memory=KvMemory(rule="sglang"),
+                            speculative=True)
+        assert drafted.kv_capacity_tokens == plain.kv_capacity_tokens
+        assert drafted.fraction < alone.fraction          # the reserve grew by 2 GiB
+    else:
+        assert drafted.kv_capacity_tokens < alone.kv_capacity_tokens
+
+
+def test_max_tokens_caps_each_rank():
+    capped = _plan(("deepseek-v3", "fp8", 1, 8, 8), "h200", "trtllm", 0.9)
+    m, g = load_model("deepseek-v3"), load_hardware("h200")
+    mem = plan_memory(m, g, 1, "fp8", "bf16", block_size=32, dp=8, ep=8,
+                      kv_memory=KvMemory(rule="trtllm", max_tokens=10_000))
+    assert capped.kv_capacity_tokens > 80_000
+    assert 8 * (10_000 - 32) <= mem.kv_capacity_tokens <= 8 * 10_000
+
+
+def test_backend_sets_the_rule_and_a_user_key_refines_it():
+    pool = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "h100-sxm",
+                                    "engine": {"backend": "trtllm", "kv_memory": {"fraction": 0.8}}})
+    assert pool.engine.kv_memory == KvMemory(rule="trtllm", fraction=0.8)
+    assert PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "h100-sxm",
+                                    "engine": {"backend": "sglang"}}).engine.kv_memory.rule == "sglang"
+    assert PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "h100-sxm"}).engine.kv_memory is None
+    with pytest.raises(ValidationError, match="gpu_memory_utilization is vLLM's.*kv_memory.fraction"):
+        PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "h100-sxm",
+                                 "engine": {"backend": "sglang", "gpu_memory_utilization": 0.8}})
+
+
+def test_results_state_the_kv_pool_the_run_used():
+    sc = Scenario.model_validate({
+        "name": "kv", "seed": 1,
+        "workload": {"num_requests": 20, "arrival": {"type": "poisson", "rate_per_s": 5},
+                     "input_tokens": {"dist": "fixed", "value": 256}, "output_tokens": {"dist": "fixed", "value": 16}},
+        "pools": [{"model": "llama-3.1-8b", "gpu": "h100-sxm", "engine": {"backend": "trtllm"}}]})
+    out = simulate(sc)
+    pool = next(iter(out.results["llmsim"]["pools"].values()))
+    mem = out.plan.setups[0].memory
+    assert pool["kv_tokens_per_replica"] == mem.kv_capacity_tokens
+    assert pool["kv_memory"]["rule"] == "trtllm" and pool["kv_memory"]["free_gpu_memory_fraction"] == 0.9
+    assert pool["kv_memory"]["kv_tokens_per_rank"] == mem.kv_capacity_tokens
+
+
+def _logs():
+    spec = importlib.util.spec_from_file_location(
+        "kv_capacity", Path(__file__).resolve().parents[1] / "benchmarks" / "kv_capacity.py")
+    mod = sys.modules.setdefault("kv_capacity", importlib.util.module_from_spec(spec))
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.parametrize("case", _logs().CASES, ids=lambda c: c.name)
+def test_kv_capacity_against_public_start_up_logs(case):
+    """Within 6 % of what each stack logged for the same deployment
+    (benchmarks/kv_capacity.py prints the table with its sources)."""
+    assert _logs().llmsim_value(case) == pytest.approx(case.logged, rel=0.06)
