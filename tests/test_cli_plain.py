@@ -71,6 +71,7 @@ def test_at_80_columns_the_profiles_table_fits_and_names_what_it_left_out():
     assert all(len(line) <= 80 for line in p.stdout.splitlines())
     assert "…" not in p.stdout and "left out at 80 columns" in p.stdout
     assert "gb200-nvl72" in p.stdout and "2,250.0" in p.stdout     # names whole, numbers whole (B200 bf16 TFLOPs)
+    assert "gpu_hour" in p.stdout.split("left out")[0]     # the price is kept before the rest
 
 
 def test_the_command_line_starts_without_the_simulator():

@@ -178,3 +178,32 @@ def test_every_case_studys_page_opens_with_its_headline(tmp_path, tmp_path_facto
             results = json.loads((folder / "results.json").read_text())
             figures = check_page(page, errors, folder / "report.html", results, shots / f"{path.stem}.png")
             assert figures
+
+
+def test_intervals_are_shown_beside_the_slo_when_results_carry_them():
+    """``llmsim.intervals`` (replicated runs) however an interval is stored: beside its SLO target and listed."""
+    from simulator.report.page_parts import interval_text, run_answer
+
+    assert interval_text({"low": 140.0, "high": 160.5, "level": 0.95}) == "[140, 160.5] (95 %)"
+    assert interval_text([1.0, 2.0]) == "[1, 2]" and interval_text({"mean": 3}) is None
+    target = {"metric": "ttft", "percentile": 99.0, "target_ms": 2000.0, "measured_ms": 151.2, "attainment": 1.0,
+              "met": True}
+    results = {"slo": {"met": True, "targets": {"ttft_p99_ms": target}},
+               "llmsim": {"product": {"slices": 1, "gpus": 4, "gpus_mean": 4.0, "monthly_usd": 100.0},
+                          "intervals": {"p99_ttft_ms": {"lo": 140.0, "hi": 165.0}, "monthly_usd": [90.0, 110.0]}}}
+    html = run_answer(results)
+    assert "<td>[140, 165]</td>" in html            # in the SLO table's row
+    assert "<td>monthly_usd</td><td>[90, 110]</td>" in html
+
+
+def test_a_big_request_table_is_sampled_not_read_whole(scenario, tmp_path, cli, monkeypatch):
+    import simulator.report.page as page
+
+    out = tmp_path / "run"
+    assert cli("run", scenario, "-o", out, "--no-plots", "--exit-zero").code == 0
+    full, k = page._requests(out)
+    assert k == 1
+    monkeypatch.setattr(page, "SAMPLE_ROWS", len(full) // 4)
+    part, k = page._requests(out)
+    assert k in (4, 5) and len(part) <= len(full) // 4 + k
+    assert "charts drawn from every" in page.report_html(out)

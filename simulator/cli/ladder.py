@@ -103,7 +103,7 @@ def ladder_table(title: str, rows: Sequence[Mapping[str, Any]], columns: tuple =
               *(_cell(r.get(k), fmt) for k, _, fmt in columns)]
              + ([f"{_cell(r['rejected'], _count)} / {_cell(r['cancelled'], _count)}"] if counts else []) for r in rows]
     headers = ["step", "SLO", *(h for _, h, _ in columns)] + (["rejected / cancelled"] if counts else [])
-    return fitted_table(title, headers, cells, width, keep=2, left=[0])
+    return fitted_table(title, headers, cells, width, keep=2, left=[0], header=0)   # headers are words: they wrap
 
 
 def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, output: Path | None, *,

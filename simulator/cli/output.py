@@ -111,7 +111,8 @@ def _header_lines(header: str, width: int) -> str:
 
 
 def fitted_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]], width: Optional[int] = None, *,
-                 keep: int = 1, caption: Optional[str] = None, left: Optional[Sequence[int]] = None) -> Table:
+                 keep: int = 1, caption: Optional[str] = None, left: Optional[Sequence[int]] = None,
+                 header: int = 11) -> Table:
     """A table whose cells are never cut: each column is as wide as its
     widest cell (headers wrap between words instead), and when the table
     would not fit ``width`` (a terminal's; outside one, nothing is left out)
@@ -126,9 +127,9 @@ def fitted_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any
                 and all(isinstance(r[i], (str, Text)) or r[i] is None for r in rows)]
 
     def need(i: int) -> int:
-        # a header of up to 11 characters (ttft_p99_ms) keeps one line; a longer one wraps between words
+        # a header of up to ``header`` characters (ttft_p99_ms) keeps one line; a longer one wraps between words
         longest_word = max((len(w) for w in re.split(r"[ ._]", headers[i]) if w), default=1)
-        return max([longest_word, min(len(headers[i]), 11), *(len(str(c[i])) for c in cells)])
+        return max([longest_word, min(len(headers[i]), header), *(len(str(c[i])) for c in cells)])
 
     shown = list(range(len(headers)))
     while len(shown) > keep and sum(need(i) + 3 for i in shown) + 1 > width:

@@ -10,6 +10,11 @@ profiles_app = typer.Typer(help="Built-in hardware and model profiles.", no_args
 app.add_typer(profiles_app, name="profiles")
 
 
+#: Shown first, and so kept on a narrow terminal: what a capacity plan is priced and sized by.
+_FIRST = ("name", "hbm_gib", "hbm_tb_s", "bf16_tflops", "fp8_tflops", "usd_per_gpu_hour", "params_b",
+          "active_params_b", "kv_kib_per_token_bf16", "max_context", "stack", "versions")
+
+
 @profiles_app.command("list")
 def list_profiles(json: bool = typer.Option(False, "--json")) -> None:
     """List GPUs, models and serving backends with their key numbers."""
@@ -24,4 +29,5 @@ def list_profiles(json: bool = typer.Option(False, "--json")) -> None:
         return
     for title, rows in (("GPUs", gpus), ("Models", models), ("Serving backends (engine.backend)", backends)):
         # The name is what a user types next: always shown; the rest as the width allows, never cut.
-        console.print(fitted_table(title, list(rows[0]), [list(r.values()) for r in rows]))
+        keys = sorted(rows[0], key=lambda k: k not in _FIRST)     # the rest in the profile's order
+        console.print(fitted_table(title, keys, [[r[k] for k in keys] for r in rows]))

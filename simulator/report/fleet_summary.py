@@ -34,8 +34,10 @@ def headline(llmsim: Mapping[str, Any]) -> Optional[Text]:
     n = prod["slices"]
     pools = llmsim.get("pools") or {}
     what = "Product" if n > 1 else "Fleet"
-    lines = [f"[bold]{what}: {prod['gpus']:,} GPUs at peak ({pool_gpus(pools, n)}; mean {prod['gpus_mean']:,.1f}), "
-             f"${_whole(prod['monthly_usd'])}/month[/]"]
+    standby = (f"; {prod['standby_gpus']:,} of them warm standby, {prod['pooled_gpus']:,} as one pooled fleet"
+               if n > 1 and prod.get("standby_gpus") else "")
+    lines = [f"[bold]{what}: {prod['gpus']:,} GPUs at peak ({escape(pool_gpus(pools, n))}; mean "
+             f"{prod['gpus_mean']:,.1f}{standby}), ${_whole(prod['monthly_usd'])}/month[/]"]
     if n > 1:
         s = prod["slice"]
         lines.append(f"  simulated slice, 1/{n:,} of the traffic: {s['gpus']:,} GPUs at peak ({pool_gpus(pools)}), "

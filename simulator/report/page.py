@@ -73,17 +73,26 @@ def _charts(specs: list[tuple[str, Mapping[str, Any]]]) -> str:
     return "".join(_chart(n, s) for n, s in specs)
 
 
-def _requests(folder: Path) -> Optional[Any]:
+#: Requests read for the charts at most: a bigger run's table is read a row group at a time, every k-th row.
+SAMPLE_ROWS = 1_000_000
+
+
+def _requests(folder: Path) -> tuple[Optional[Any], int]:
+    """The per-request columns the charts need, and the stride they were
+    sampled at (1: every request). A hundred-million-request table is never
+    read whole: every k-th row of each row group, k keeping ≤ SAMPLE_ROWS."""
     p = folder / "requests.parquet"
     if not p.is_file():
-        return None
+        return None, 1
     import pandas as pd
-
-    cols = ["status", "pool", "klass", "admitted", "finish", "ttft_ms", "tpot_ms", "e2el_ms"]
     import pyarrow.parquet as pq
 
-    have = set(pq.read_schema(p).names)
-    return pd.read_parquet(p, columns=[c for c in cols if c in have])
+    f = pq.ParquetFile(p)
+    cols = [c for c in ("status", "pool", "klass", "admitted", "finish", "ttft_ms", "tpot_ms", "e2el_ms")
+            if c in f.schema_arrow.names]
+    k = max(1, -(-f.metadata.num_rows // SAMPLE_ROWS))
+    parts = [f.read_row_group(i, columns=cols).to_pandas().iloc[::k] for i in range(f.num_row_groups)]
+    return (pd.concat(parts, ignore_index=True) if parts else None), k
 
 
 def _timeline(folder: Path) -> Optional[Any]:
@@ -106,14 +115,15 @@ def _scenario_section(folder: Path, heading: str = "The scenario") -> str:
 def _run_body(folder: Path) -> tuple[str, str]:
     results = _read_json(folder / "results.json")
     llmsim = results.get("llmsim") or {}
-    requests = _requests(folder)
+    requests, stride = _requests(folder)
     title = f"llmsim run: {llmsim.get('scenario', folder.name)}"
     body = [run_answer(results), "<h2>Pools</h2>", pools_table(llmsim), classes_table(llmsim),
             "<h2>Latency</h2>", latency_table(results), _charts(charts.latency_cdfs(requests, results.get("slo"))),
-            "<h2>Over the run</h2>", _charts(charts.timeseries(_timeline(folder), requests)),
+            "<h2>Over the run</h2>", _charts(charts.timeseries(_timeline(folder), requests, stride)),
             "<h2>Cost</h2>", cost_table(llmsim), _charts(charts.cost_breakdown(llmsim)), _scenario_section(folder)]
     sub = (f"llmsim {llmsim.get('version', '')}, seed {llmsim.get('seed')}, engine {llmsim.get('engine')}, "
-           f"{llmsim.get('simulated_seconds', 0):,.0f} simulated seconds")
+           f"{llmsim.get('simulated_seconds', 0):,.0f} simulated seconds"
+           + (f"; charts drawn from every {stride:,}th request" if stride > 1 else ""))
     return title, f'<p class="sub">{esc(sub)}</p>' + "".join(body)
 
 
@@ -137,11 +147,9 @@ def _ladder_body(folder: Path) -> tuple[str, str]:
              figure("steps.0.product_monthly_usd", first.get("product_monthly_usd"),
                     money(first.get("product_monthly_usd")), "per month, the baseline's product")]
     met = [r["step"] for r in rows if r.get("slo_met")]
-    rows_html = [[r["step"], "—" if r.get("slo_met") is None else "✓" if r["slo_met"] else "✗",
-                  *(fmt(r.get(k)) for k, _, fmt in cols),
-                  *([f'<a href="{esc(r["step"])}/report.html">page</a>'] if (folder / r["step"] / "report.html")
-                    .is_file() else [])] for r in rows]
-    tab = table(["step", "SLO", *(h for _, h, _ in cols)], [r[:2 + len(cols)] for r in rows_html])
+    tab = table(["step", "SLO", *(h for _, h, _ in cols)],
+                [[r["step"], "—" if r.get("slo_met") is None else "✓" if r["slo_met"] else "✗",
+                  *(fmt(r.get(k)) for k, _, fmt in cols)] for r in rows])
     links = "".join(f'<li><a href="{esc(r["step"])}/report.html">{esc(r["step"])}</a>: its own page</li>'
                     for r in rows if (folder / r["step"] / "report.html").is_file())
     body = ['<section id="answer"><div class="figures">', *parts, "</div>",

@@ -91,9 +91,10 @@ def _running(requests: Any, pool: str, times: np.ndarray) -> np.ndarray:
     return np.searchsorted(np.sort(adm), times, "right") - np.searchsorted(np.sort(end), times, "right")
 
 
-def timeseries(timeline: Optional[Any], requests: Optional[Any]) -> list[tuple[str, Figure]]:
+def timeseries(timeline: Optional[Any], requests: Optional[Any], stride: int = 1) -> list[tuple[str, Figure]]:
     """Queue, running batch, KV use and replicas over the run, one line per
-    pool, in four rows on one time axis."""
+    pool, in four rows on one time axis (running counts × ``stride`` when
+    the requests are every stride-th one)."""
     if timeline is None or not len(timeline):
         return []
     rows = [("waiting requests (queue)", "queue_depth", 1.0), ("running requests (batch)", None, 1.0),
@@ -116,7 +117,7 @@ def timeseries(timeline: Optional[Any], requests: Optional[Any]) -> list[tuple[s
             if col is None:
                 if requests is None:
                     continue
-                y = _running(requests, pool, t).tolist()
+                y = (stride * _running(requests, pool, t)).tolist()
             else:
                 y = (d[col].to_numpy(float) * scale).round(4).tolist()
             traces.append({"type": "scatter", "mode": "lines", "name": str(pool), "legendgroup": str(pool),
