@@ -25,8 +25,6 @@ one:
       a chunk of the next rather than eight;
     - SGLang: ``max_prefill_tokens = ISL + 1500`` with mixed chunks on,
       CUDA graphs for batches 1..C;
-    - TensorRT-LLM keeps 80 % of the free memory for its KV cache (the
-      templates' ``free_gpu_memory_fraction`` default, not the stack's 0.9);
     - a model with DeepSeek's next-token-prediction (MTP) layers decodes
       speculatively with one draft token (:func:`speculative`);
     - AIPerf at concurrency C with ``ignore_eos``, ``2·C`` warm-up
@@ -45,8 +43,7 @@ one:
     (``generator/backends/trtllm.py`` and
     ``templates/trtllm/extra_engine_args.*.yaml.j2`` as of 2025-10), on
     ``max_num_tokens = max_batch_size + ISL + 1500`` with a batch of the
-    sweep's largest concurrency, block reuse off and 80 % of the free
-    memory for the KV cache. The sweep's
+    sweep's largest concurrency and block reuse off. The sweep's
     concurrencies are fractions of that batch, so the replay takes the
     row's own C, which changes the budget by less than a prompt's worth
     and the batch cap not at all in a closed loop of C. Without it an
@@ -90,10 +87,12 @@ DEPLOYMENTS: tuple[str, ...] = Deployment.__args__
 
 # AIConfigurator's generator rules: the prompt headroom it adds to the token budget.
 _AIC_HEADROOM = 1500
-# Its TensorRT-LLM engine configs keep kv_cache_config.free_gpu_memory_fraction
-# at the template's default(0.80) (templates/trtllm/extra_engine_args.*.yaml.j2,
-# 2025-10 and 2026), not TensorRT-LLM's 0.9.
-_AIC_TRT_KV = {"kv_memory": {"fraction": 0.8}}
+# Its TensorRT-LLM templates write kv_cache_config.free_gpu_memory_fraction
+# default(0.80) (templates/trtllm/extra_engine_args.*.yaml.j2, 2025-10 and 2026),
+# yet at 0.8 the measured Llama-3.1-70B fp8 loops (B200 tp 1 at C = 64, H200 tp 2
+# at C = 128, 1K/8K tokens) could not have admitted every request under
+# GUARANTEED_NO_EVICT, and they ran unqueued (347 and 656 ms TTFT); the replay keeps
+# TensorRT-LLM's own 0.9.
 _TRT_BLOCK = 32
 # The day AIConfigurator's generator began to emit benchmark commands
 # (commit f90534bc2, "generator will generate benchmark command").
@@ -121,7 +120,7 @@ def engine_keys(deployment: str, stack: str, concurrency: int, isl: int) -> dict
     if deployment == "defaults" or (deployment == "aic-eval" and stack != "trtllm"):
         return {}
     if deployment == "aic-eval":
-        return {**_generated_budget(stack, concurrency, isl), "prefix_cache": False, **_AIC_TRT_KV}
+        return {**_generated_budget(stack, concurrency, isl), "prefix_cache": False}
     if stack == "sglang":
         # max_prefill_tokens caps the prompt tokens of a batch; decodes ride
         # beside them (mixed chunk), one token each. CUDA graphs are captured
@@ -129,7 +128,7 @@ def engine_keys(deployment: str, stack: str, concurrency: int, isl: int) -> dict
         return {"max_num_seqs": concurrency, "chunked_prefill": True, "mixed_prefill": True,
                 "max_num_batched_tokens": concurrency + isl + _AIC_HEADROOM,
                 "kv_memory": {"cuda_graph_max_bs": concurrency}}
-    return {**_generated_budget(stack, concurrency, isl), **(_AIC_TRT_KV if stack == "trtllm" else {})}
+    return _generated_budget(stack, concurrency, isl)
 
 
 def _generated_budget(stack: str, concurrency: int, isl: int) -> dict[str, Any]:
