@@ -52,7 +52,7 @@ USER_FILES = {
 #: Commands that cannot run in the suite, and why (each must still parse: see the test).
 NOT_RUN = {
     "--executor dask": "needs a running Dask scheduler at the address given",
-    "llmsim calibrate": "refits every GPU profile (30+ min) and rewrites the profiles",
+    "llmsim calibrate": "refits every GPU profile's dense kernels (about a minute) and rewrites the profiles",
 }
 
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
