@@ -61,6 +61,8 @@ DATA_PACKAGES = {f"simulator.data.{folder}": folder for folder in DATA_FOLDERS}
 setup(
     packages=find_packages(include=["simulator", "simulator.*", "workloads", "workloads.*"]) + list(DATA_PACKAGES),
     package_dir=DATA_PACKAGES,
-    package_data={package: ["*.yaml"] for package in DATA_PACKAGES},
+    # backend_profiles/error_model/ holds the error model behind llmsim's intervals (one folder down, so that
+    # it is not listed as a serving backend).
+    package_data={package: ["*.yaml", "*/*.yaml"] for package in DATA_PACKAGES},
     ext_modules=_ext_modules(),
 )

@@ -197,8 +197,9 @@ def markdown(res: dict, cmd: str) -> str:
     lines = [f"Generated {today} by `{cmd}` ({res['wall'] / 60:.0f} min wall). Source: "
              f"[silicon_sample.csv]({URL}) ({res['total']} rows; the {res['fitted']} rows the backend "
              f"overheads are fitted on are left out). {res['replayed']} rows replayed with the shipped profiles "
-             "on each row's documented deployment; error = (llmsim − measured) / measured. **llmsim was never "
-             "fitted on these rows; nothing is tuned on them.**", "",
+             "on each row's documented deployment; error = (llmsim − measured) / measured. Nothing here is tuned on "
+             "these rows but the two first-token terms of each stack, which benchmarks/first_token.py fits on "
+             "the file's dense rows (their leave-one-group-out error is in its own section).", "",
              "Per stack (median and p90 of |error|, and the median signed error):", "",
              md(summary(errors[errors.metric.isin(METRICS)])), "",
              "Per model/GPU/stack group (median signed error per metric, median |error| of TTFT and TPOT):", "",

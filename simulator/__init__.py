@@ -4,22 +4,23 @@ Notebook entry points are re-exported here (``from simulator import ...``).
 """
 import importlib
 
-from .costmodel import CostModel, StepBreakdown
 from .errors import LlmsimError
-from .memory import MemoryPlan, plan_memory
-from .profiles import HardwareProfile, ModelProfile, load_hardware, load_model
 
 __version__ = "0.1.0"
 
-# The notebook entry points (simulator.notebook) load the scenario schema and the
-# runner: imported on first use, so that `import simulator` (every CLI command) stays light.
-_NOTEBOOK = ("run", "ladder", "plan", "LadderRun")
+# Every name below is imported on first use, so that `import simulator` (every CLI
+# command, `llmsim --help` included) stays light: the cost model pulls in scipy.
+_LAZY = {"CostModel": "costmodel", "StepBreakdown": "costmodel", "MemoryPlan": "memory", "plan_memory": "memory",
+         "HardwareProfile": "profiles", "ModelProfile": "profiles", "load_hardware": "profiles",
+         "load_model": "profiles", "run": "notebook", "ladder": "notebook", "plan": "notebook",
+         "LadderRun": "notebook"}
 
 
 def __getattr__(name: str):
-    if name == "notebook" or name in _NOTEBOOK:
-        notebook = importlib.import_module(f"{__name__}.notebook")
-        return notebook if name == "notebook" else getattr(notebook, name)
+    if name == "notebook":
+        return importlib.import_module(f"{__name__}.notebook")
+    if name in _LAZY:
+        return getattr(importlib.import_module(f"{__name__}.{_LAZY[name]}"), name)
     raise AttributeError(f"module 'simulator' has no attribute {name!r}")
 
 

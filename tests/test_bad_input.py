@@ -416,12 +416,12 @@ def test_a_read_only_output_folder_is_one_line(tmp_path, cli, command):
 def test_a_full_disk_while_writing_is_one_line_and_leaves_nothing(tmp_path, cli, monkeypatch):
     import errno
 
-    import simulator.cli.rundir as rundir
+    import simulator.metrics.table as table
 
     def full(*a, **k):
         raise OSError(errno.ENOSPC, "No space left on device")
 
-    monkeypatch.setattr(rundir, "write_requests", full)
+    monkeypatch.setattr(table, "write_requests", full)
     path = write_yaml(tmp_path / "s.yaml", SCENARIO)
     one_line_error(cli("run", path, "-o", tmp_path / "out"), "no space left")
     assert sorted(p.name for p in tmp_path.iterdir()) == ["s.yaml"]
@@ -455,9 +455,7 @@ def test_an_empty_output_folder_is_used(tmp_path, cli):
 def test_fuzz_a_run_stopped_while_writing_leaves_the_folder_as_it_was(stage, overwrite, why, cli, monkeypatch):
     """Stop the final write at any file (an interrupt, an I/O error): no staging folder is left, a new
     folder is not made, an earlier run's folder keeps its files."""
-    import simulator.cli.rundir as rundir
-
-    names = {"results": "write_results", "requests": "write_requests"}
+    names = {"results": "simulator.metrics.results.write_results", "requests": "simulator.metrics.table.write_requests"}
     with tempfile.TemporaryDirectory() as tmp, monkeypatch.context() as m:
         d = Path(tmp)
         scenario = write_yaml(d / "s.yaml", SCENARIO)
@@ -470,7 +468,7 @@ def test_fuzz_a_run_stopped_while_writing_leaves_the_folder_as_it_was(stage, ove
             raise why("stopped")
 
         if stage in names:
-            m.setattr(rundir, names[stage], boom)
+            m.setattr(names[stage], boom)
         elif stage == "timeline":
             m.setattr("pandas.DataFrame.to_csv", boom)
         else:
@@ -495,7 +493,7 @@ def test_overwrite_replaces_the_folder_whole(tmp_path, cli):
     one_line_error(cli("run", path, "-o", out), "already holds 1 file", "--overwrite")
     assert cli("run", path, "-o", out, "--overwrite", "--no-plots").code == 0
     assert sorted(p.name for p in out.iterdir()) == ["requests.parquet", "results.json", "run.json",
-                                                     "timeline.csv"]
+                                                     "scenario.yaml", "timeline.csv"]
     for f in out.iterdir():
         assert f.stat().st_mode & 0o777 == 0o666 & ~_umask()
 

@@ -20,14 +20,16 @@ from simulator.costmodel import components as C
 from simulator.profiles import list_builtin, load_hardware
 from simulator.profiles.hardware import AllReduceParams, Calibration, RooflineParams
 
-MEASURED = ["a100-sxm-80gb", "h100-sxm"]
+MEASURED = ["a100-sxm-80gb", "b200", "gb200-nvl72", "h100-sxm", "h200"]
+# The fresh fit the module shares: one GPU of each kernel table (~15 s).
+FRESH = ["a100-sxm-80gb", "h100-sxm", "h200"]
 ROOFLINE = Calibration(status="roofline")
 
 # The bounds docs/calibration.md states for the median APE of each family on
-# both measured GPUs (the < 5% aim is met for gemm on H100 and for
-# all-reduce; the other families are limited by the engine's functional
+# the measured GPUs (the < 5% aim is met for all-reduce and for gemm on
+# H100 and H200; the other families are limited by the engine's functional
 # forms, see the doc's "Where the model misses").
-MEDIAN_BOUND = {"gemm": 6.0, "attention_prefill": 10.5, "attention_decode": 10.5, "allreduce": 5.0}
+MEDIAN_BOUND = {"gemm": 6.5, "attention_prefill": 13.0, "attention_decode": 11.5, "allreduce": 5.0}
 DOC_TOLERANCE_PP = 0.5
 
 
@@ -39,7 +41,7 @@ def kernels(shared_data):
 @pytest.fixture(scope="module")
 def fresh(shared_data):
     """A dry calibration run of the measured GPUs (nothing written)."""
-    return pipeline.run(shared_data, MEASURED, moe_mla=False)
+    return pipeline.run(shared_data, FRESH, moe_mla=False)
 
 
 @pytest.fixture(scope="module")
@@ -64,8 +66,8 @@ def test_fit_reaches_the_documented_bounds(fresh):
         assert r.median_ape < MEDIAN_BOUND[r.family], f"{r.gpu} {r.family}: median {r.median_ape:.2f}%"
         # Calibration must be a large improvement over the pure roofline.
         assert r.median_ape < 0.5 * r.roofline_median_ape
-    assert set(fresh.errors["gpu"]) == set(MEASURED)
-    assert len(fresh.errors) == len(MEASURED) * len(cdata.FAMILIES)
+    assert set(fresh.errors["gpu"]) == set(FRESH)
+    assert len(fresh.errors) == len(FRESH) * len(cdata.FAMILIES)
 
 
 def test_fitted_efficiencies_are_physical(fresh):
@@ -81,8 +83,7 @@ def test_fitted_efficiencies_are_physical(fresh):
 
 def _measured_sibling(gpus: dict, name: str) -> str:
     """The measured profile whose fit a profile's parameters come from,
-    through a transferred intermediary (gb200-nvl72 copies b200's, which are
-    transferred from h100-sxm)."""
+    through a transferred intermediary if there is one."""
     seen = set()
     while name not in MEASURED and name not in seen:
         seen.add(name)
@@ -130,7 +131,7 @@ def test_committed_profiles_reproduce_their_error_blocks_and_the_docs(committed,
 
 def test_committed_profiles_are_what_a_fresh_fit_gives(committed, fresh):
     """Stale profiles (data or code changed, calibrate not re-run) show up here."""
-    for name in MEASURED:
+    for name in FRESH:
         for fam, err in fresh.profiles[name].calibration.error.items():
             assert committed[name].calibration.error[fam].median_ape == pytest.approx(err.median_ape, abs=0.5)
 
@@ -208,3 +209,115 @@ def test_data_dir_without_kernel_tables(cli, tmp_path):
     (tmp_path / "kernels").mkdir()
     r = cli("calibrate", "--data", tmp_path, "--dry-run")
     assert r.code == 2 and "gemm.csv" in r.err
+
+
+# --- per-stack kernels, fp8, progress --------------------------------------
+
+def test_stacks_differ_where_the_data_says_and_agree_on_gemms(fresh):
+    """bf16 GEMMs of SGLang and TensorRT-LLM run within 10 % of vLLM's at the
+    median; their custom all-reduce runs ~30 % faster (measured ratio < 0.8),
+    so each gets its own all-reduce block and the GEMM keeps vLLM's."""
+    got = {(c.gpu, c.stack, c.family): c for c in fresh.stacks}
+    for gpu in ("h100-sxm", "h200"):
+        for stack in ("sglang", "trtllm"):
+            assert not got[(gpu, stack, "gemm")].material
+            assert got[(gpu, stack, "allreduce")].median_ratio < 0.8
+            over = fresh.profiles[gpu].calibration.stacks[stack]
+            assert over.gemm is None and over.allreduce is not None
+            assert over.allreduce.custom_latency_us < fresh.profiles[gpu].calibration.allreduce.custom_latency_us
+    assert not fresh.profiles["a100-sxm-80gb"].calibration.stacks      # no other stack measured there
+
+
+def test_a_backend_selects_its_stack_kernels(committed):
+    from simulator.costmodel import CostModel
+    from simulator.profiles import load_model
+    from simulator.profiles.backend import load_backend
+
+    h200 = committed["h200"]
+    model = load_model("llama-3.1-8b")
+    base = CostModel(model, h200, 2)
+    for stack in ("sglang", "trtllm"):
+        assert load_backend(stack).engine["kernels"] == stack
+        over = h200.calibration.stacks[stack]
+        cm = CostModel(model, h200, 2, kernels=stack)
+        assert cm.gpu.calibration.allreduce == over.allreduce
+        assert cm.comm_time(64) < base.comm_time(64)
+        assert cm.prefill_attention_time([(4096, 0)]) != base.prefill_attention_time([(4096, 0)])
+    # A name no backend profile has is refused, not priced as vLLM.
+    from pydantic import ValidationError
+
+    from simulator.engine.config import EngineConfig
+    with pytest.raises(ValidationError, match="names no serving stack"):
+        EngineConfig(kernels="sglnag")
+    # A stack with no overrides (or none named) prices the profile's own kernels.
+    assert CostModel(model, h200, 2, kernels="vllm").comm_time(64) == base.comm_time(64)
+    assert CostModel(model, committed["a100-sxm-80gb"], 2, kernels="trtllm").comm_time(64) == \
+        CostModel(model, committed["a100-sxm-80gb"], 2).comm_time(64)
+
+
+def test_fp8_efficiency_is_fitted_on_measured_fp8_gemms(fresh, committed):
+    f = fresh.fp8["h200"]
+    assert 0.3 < f.efficiency <= 1.0 and f.compute_bound.n > 100
+    assert f.compute_bound.median_ape < 10.0
+    assert committed["h200"].fp8_gemm_efficiency == pytest.approx(f.efficiency)
+
+
+def test_held_out_shapes_are_scored(fresh):
+    held = fresh.slices[fresh.slices["family"].str.endswith("(held out)")]
+    assert set(held["gpu"]) == {"h200"} and (held["n"] > 10_000).all()
+    assert (held["median_ape"] < 20.0).all()
+
+
+def test_progress_lines_count_steps_and_estimate_what_is_left():
+    import io
+
+    from simulator.calibration.progress import Progress
+
+    t = iter([0.0, 0.0, 2.0, 4.0, 6.0, 6.0])
+    out = io.StringIO()
+    p = Progress(["read", "fit", "fit", "fit"], out, clock=lambda: next(t))
+    for what in ("a", "b", "c", "d"):
+        p.step(what)
+    p.finish()
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("calibrate: [1/4] a; 0 s elapsed, about 7 s left")
+    # 2 s spent on a step expected to take 1 s: the rest (3 fits of 2 s) is scaled by 2.
+    assert lines[1] == "calibrate: [2/4] b; 2 s elapsed, about 12 s left"
+    assert lines[-1] == "calibrate: done in 6 s"
+
+
+def test_calibrate_reports_progress_on_stderr(cli, shared_data):
+    r = cli("calibrate", "--data", shared_data, "--dry-run", "--gpu", "a100-sxm-80gb")
+    assert r.code == 0, r.err
+    lines = [ln for ln in r.err.splitlines() if ln.startswith("calibrate: [")]
+    assert lines and all("elapsed, about" in ln for ln in lines)
+    n = int(lines[-1].split("[")[1].split("/")[1].split("]")[0])
+    assert len(lines) == n                                  # every planned step announced once
+    assert "dry run" in r.out
+
+
+def test_kernel_tables_are_cached_by_content(tmp_path, monkeypatch):
+    from simulator.calibration import tables
+    from simulator.errors import LlmsimError
+
+    monkeypatch.setenv("LLMSIM_CACHE_DIR", str(tmp_path / "cache"))
+    src = tmp_path / "t.csv"
+    src.write_text("a,b,c\n1,2,3\n4,5,6\n")
+    assert not tables.is_cached(src, ["a", "c"])
+    first = tables.read_columns(src, ["a", "c"])
+    assert tables.is_cached(src, ["a", "c"]) and list(first.columns) == ["a", "c"]
+    assert tables.read_columns(src, ["a", "c"]).equals(first)
+    src.write_text("a,b,c\n7,8,9\n")                        # a changed file is parsed again
+    assert tables.read_columns(src, ["a", "c"])["a"].tolist() == [7]
+    with pytest.raises(LlmsimError, match="missing columns d"):
+        tables.read_columns(src, ["a", "d"])
+
+
+def test_prefill_attention_holds_on_unseen_head_configurations(kernels, committed):
+    """Leave one head configuration out (docs/calibration.md's held-out table): H200 prefill stays
+    within the in-sample bound on shards the fit never saw."""
+    from simulator.calibration import holdout
+
+    s = holdout.family_leave_one_group_out("attention_prefill", kernels.family("attention_prefill", "h200"),
+                                           committed["h200"])
+    assert s.groups >= 8 and s.median_ape < MEDIAN_BOUND["attention_prefill"]

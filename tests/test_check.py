@@ -185,10 +185,10 @@ def test_two_scenarios_sharing_a_name_cannot_share_a_baseline(tmp_path, cli, sce
 
 
 def test_check_runs_no_scenario_before_all_are_valid(tmp_path, cli, monkeypatch, scenario):
-    import simulator.cli.progress as progress
+    import simulator.runner as runner
 
     ran = []
-    monkeypatch.setattr(progress, "simulate", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(runner, "simulate", lambda *a, **k: ran.append(1))
     broken = write_scenario(tmp_path, "check: {set: {pools.9.tp: 2}}\n", name="broken.yaml")
     assert cli("check", scenario, broken).code == 2
     assert ran == []

@@ -44,7 +44,8 @@ def test_the_fit_finds_known_terms_within_its_grid(a, b, seed):
 def test_each_group_is_judged_by_a_fit_made_without_it():
     """Two families with different offsets: held out, each is predicted with the other's offset."""
     bench = _bench()
-    rows = [{"stack": "vllm", "family": fam, "gpu": "h200", "isl": 1024.0, "base": 100.0, "measured": 100.0 + off}
+    rows = [{"stack": "vllm", "family": fam, "gpu": "h200", "isl": 1024.0, "base": 100.0, "measured": 100.0 + off,
+             "moe": False, "concurrency": 4}
             for fam, off in (("llama", 10.0), ("qwen3", 30.0)) for _ in range(5)]
     res = bench.table(pd.DataFrame(rows))
     fam = res["rows"][res["rows"]["split"] == "family"].set_index("held_out")

@@ -149,10 +149,10 @@ def test_a_variant_the_runner_rejects_is_named(tmp_path, cli, args):
 
 
 def test_a_bad_last_variant_fails_before_any_step_runs(tmp_path, cli, monkeypatch):
-    import simulator.cli.progress as progress
+    import simulator.runner as runner
 
     ran = []
-    monkeypatch.setattr(progress, "simulate", lambda *a, **k: ran.append(1))
+    monkeypatch.setattr(runner, "simulate", lambda *a, **k: ran.append(1))
     sc = write_scenario(tmp_path, VARIANTS + "  - name: broken\n    set: {workload.arrival.rate_per_s: -1}\n")
     r = cli("run", sc, "--ladder", "-o", tmp_path / "out")
     assert r.code == 2 and "variants.broken.set" in r.err

@@ -1,6 +1,7 @@
 """The overload verdict: a fleet offered more than it serves says so, and `llmsim check` fails it."""
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
@@ -23,13 +24,23 @@ pools:
     model: llama-3-8b
     gpu: h100-sxm
     engine: {{max_num_seqs: 32, max_num_batched_tokens: 1024}}
-"""
+{extra}"""
 
 
-def _scenario(tmp_path: Path, name: str, rate: float) -> Path:
+def _scenario(tmp_path: Path, name: str, rate: float, extra: str = "") -> Path:
     p = tmp_path / f"{name}.yaml"
-    p.write_text(SCENARIO.format(name=name, rate=rate))
+    p.write_text(SCENARIO.format(name=name, rate=rate, extra=extra))
     return p
+
+
+def test_run_exits_1_on_a_missed_slo_or_overload_unless_told_not_to(tmp_path, cli):
+    assert cli("run", _scenario(tmp_path, "fine", 4, "slo: {ttft_p99_ms: 5000}\n")).code == 0
+    missed = cli("run", _scenario(tmp_path, "tight", 4, "slo: {ttft_p99_ms: 1}\n"), "--json")
+    assert missed.code == 1 and json.loads(missed.out)["slo"]["met"] is False     # the JSON still printed
+    assert missed.err.startswith("exit 1: SLO ttft_p99_ms missed")
+    over = cli("run", _scenario(tmp_path, "over", 20))
+    assert over.code == 1 and "load OVERLOADED" in over.err
+    assert cli("run", _scenario(tmp_path, "over", 20), "--exit-zero").code == 0
 
 
 def test_an_overloaded_fleet_says_so_and_check_fails_it_without_an_slo(tmp_path, cli):
@@ -70,3 +81,23 @@ def test_a_steady_queue_is_not_overload_and_a_growing_one_is():
     # requests that never end are overload too, whatever the queue did
     pending = _records(t, t + 0.5, np.where(t < 99, t + 1.0, np.nan), np.where(t < 99, fin, int(Status.PENDING)))
     assert load_block(pending, 100.0)["overloaded"]
+
+
+def test_the_verdict_counts_what_was_not_served_and_shedding_is_overload():
+    t = np.arange(0, 100, 0.1)          # 1,000 requests at 10 req/s, each served in 1 s
+    fin, nan = int(Status.FINISHED), np.nan
+    kinds = np.array([fin] * t.size)
+    kinds[::10] = int(Status.CANCELLED)          # 10 % given up on by their clients
+    kinds[1::25] = int(Status.RATE_LIMITED)      # 4 % answered 429
+    served = kinds == fin     # the rest end when they arrive (a 429, a rejection, a superseded completion)
+    b = load_block(_records(t, np.where(served, t, nan), np.where(served, t + 1.0, t), kinds), 100.0)
+    assert not b["overloaded"] and b["cancelled"] == 100 and b["rate_limited"] == 40 and b["shed"] == 0
+    assert b["verdict"].startswith("keeps up") and "100 requests (10.0 %) cancelled by their clients" in b["verdict"]
+    assert "40 requests (4.0 %) rate-limited (429) by the gateway" in b["verdict"]
+    # shedding 6 % of the requests: not keeping up, however short the queue
+    kinds[2::16] = int(Status.REJECTED)
+    served = kinds == fin
+    b = load_block(_records(t, np.where(served, t, nan), np.where(served, t + 1.0, t), kinds), 100.0)
+    assert b["shed"] == int(np.count_nonzero(kinds == int(Status.REJECTED))) > 0.05 * t.size
+    assert b["overloaded"] and b["verdict"].startswith("OVERLOADED: it shed 6.")
+    assert "shed by the fleet" in b["verdict"]

@@ -59,8 +59,11 @@ def test_the_wheel_holds_every_module_and_builtin_file(wheel):
     names = set(zipfile.ZipFile(wheel).namelist())
     assert {n for n in names if n.endswith(".py")} == _checkout_modules()
     for folder in DATA_FOLDERS:
-        shipped = {n.rsplit("/", 1)[1] for n in names if n.startswith(f"simulator/data/{folder}/")}
-        assert shipped == {p.name for p in (REPO_ROOT / folder).glob("*.yaml")}, folder
+        shipped = {n.removeprefix(f"simulator/data/{folder}/") for n in names
+                   if n.startswith(f"simulator/data/{folder}/")}
+        assert shipped == {p.relative_to(REPO_ROOT / folder).as_posix()
+                           for p in (*(REPO_ROOT / folder).glob("*.yaml"), *(REPO_ROOT / folder).glob("*/*.yaml"))}, \
+            folder
 
 
 def test_the_wheel_carries_the_package_version(wheel):
@@ -87,7 +90,8 @@ def test_the_installed_package_finds_its_builtins_from_any_directory(wheel, tmp_
         assert names == sorted(q.stem for q in (REPO_ROOT / folder).glob("*.yaml")), folder
     # A shipped scenario by its checkout path, sharded (the sharding package once missed the wheel).
     p = subprocess.run([sys.executable, "-c", "from simulator.cli.app import main; main()", "run",
-                        "scenarios/dau-10m.yaml", "--set", "workload.duration_s=5", "--shards", "2", "--json"],
+                        "scenarios/dau-10m.yaml", "--set", "workload.duration_s=5", "--shards", "2", "--json",
+                        "--exit-zero"],   # the verdict at 5 s is not this test's business
                        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300)
     assert p.returncode == 0, p.stderr[-2000:]
     assert json.loads(p.stdout)["completed"] > 0

@@ -281,3 +281,14 @@ def test_an_autoscaled_pools_initial_count_is_not_a_plan_axis(tmp_path, cli, rep
     r = cli("sweep", sweep, "-o", tmp_path / "out")
     assert r.code == 2 and "pools.paid.autoscaling.max_replicas" in r.err
     assert not (tmp_path / "out").exists()
+
+
+def test_the_pareto_plot_names_every_fleet():
+    from simulator.planning.pareto import pareto_figure
+
+    probes = [{"overrides": {"pools.chat.gpu": g, "pools.chat.replicas": n}, "monthly_usd": 1000.0 * n * (1 + k),
+               "ttft_p99_ms": 900.0 / n, "slo_met": n >= 3} for k, g in enumerate(("h100-sxm", "h200"))
+              for n in (1, 3, 5)]
+    ax = pareto_figure(probes, probes[1]).axes[0]
+    labels = sorted(t.get_text() for t in ax.texts)
+    assert labels == sorted(f"gpu={g}, replicas={n}" for g in ("h100-sxm", "h200") for n in (1, 3, 5))

@@ -2,6 +2,7 @@
 when `llmsim run` writes them."""
 from __future__ import annotations
 
+import json
 import re
 
 import numpy as np
@@ -102,10 +103,43 @@ def test_pool_costs_prefer_per_pool_blocks():
     ax = cost_figure(fleet).axes[0]
     assert [b.get_width() for b in ax.patches] == pytest.approx([100.0, 200.0])
     # Two bare $ in one string would turn the text between them into mathtext.
-    texts = [t.get_text() for t in ax.texts + ax.get_yticklabels()] + [ax.get_title(loc="left"), ax.get_xlabel()]
-    assert "code\npeak 1 × a100-80gb at \\$4.00/GPU-h" in texts
+    fig = ax.figure
+    texts = [t.get_text() for t in ax.texts + ax.get_yticklabels()] + [fig._suptitle.get_text(), ax.get_xlabel()]
+    assert [t.get_text() for t in ax.get_yticklabels()] == ["chat", "code"]
+    assert any(t.endswith("\npeak 1 × a100-80gb at \\$4.00/GPU-h") for t in texts)
     assert not [t for t in texts if re.search(r"(?<!\\)\$", t)]
-    assert "chat\npeak 2 × h100-sxm at \\$1.00/GPU-h" in texts   # the billed peak, as results.json counts it
+    assert any(t.endswith("\npeak 2 × h100-sxm at \\$1.00/GPU-h") for t in texts)   # the billed peak
+    _all_text_fits(fig)
+
+
+def _all_text_fits(fig) -> None:
+    """Every piece of text inside the figure, and no two tick labels of an axis over each other."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    canvas = FigureCanvasAgg(fig)     # a Figure made without pyplot has no renderer of its own
+    canvas.draw()
+    r = canvas.get_renderer()
+    box = fig.bbox
+    drawn = [t for ax in fig.axes for axis in (ax.xaxis, ax.yaxis) for tick in axis._update_ticks()
+             for t in (tick.label1,) if t.get_visible() and t.get_text()]
+    texts = [*drawn, *fig.texts, *([fig._suptitle] if fig._suptitle else []),
+             *(t for ax in fig.axes for t in (*ax.texts, ax.title, ax._left_title, ax.xaxis.label, ax.yaxis.label))]
+    for t in texts:
+        if not t.get_text():
+            continue
+        e = t.get_window_extent(r)
+        assert box.x0 - 1 <= e.x0 and e.x1 <= box.x1 + 1 and box.y0 - 1 <= e.y0 and e.y1 <= box.y1 + 1, t.get_text()
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            shown = [t.label1.get_window_extent(r) for t in axis._update_ticks() if t.label1.get_text()]
+            assert not any(a.overlaps(b) for i, a in enumerate(shown) for b in shown[i + 1:])
+
+
+def test_a_sliced_products_cost_figure_fits(run):
+    results = json.loads(json.dumps(run.results))
+    results["llmsim"]["product"] = {**results["llmsim"]["product"], "slices": 2000,
+                                    "gpus": 2000 * results["llmsim"]["gpus"]}
+    _all_text_fits(cost_figure(results, title="a long scenario name"))
 
 
 def test_ladder_bars_are_the_rows():
@@ -150,16 +184,16 @@ def test_run_with_o_writes_plots_unless_told_not_to(tmp_path, cli):
 
 
 def test_a_runner_timeline_becomes_timeline_csv_and_png(tmp_path, cli, monkeypatch):
-    import simulator.cli.progress as progress
+    import simulator.runner as runner
 
-    real = progress.simulate
+    real = runner.simulate
 
     def with_timeline(*a, **k):
         out = real(*a, **k)
         out.timeline = timeline(("main",))
         return out
 
-    monkeypatch.setattr(progress, "simulate", with_timeline)
+    monkeypatch.setattr(runner, "simulate", with_timeline)
     out = tmp_path / "out"
     assert cli("run", write_scenario(tmp_path), "-o", out).code == 0
     back = pd.read_csv(out / "timeline.csv")

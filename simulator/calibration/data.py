@@ -1,24 +1,34 @@
 """Reading the measured kernel tables and choosing the rows the engine models.
 
-The CSVs (AIConfigurator's vLLM rows, see ``../shared/data/README.md``) are
-read in place, never copied into the repository. Each op family becomes one
-frame with the shape columns the cost-model components need, the measured
-time in seconds (``t_s``) and the hardware profile it belongs to. Row
-*selection* lives here too, because which rows count as "what vLLM runs" is a
-modelling decision the fit and the report must share.
+The CSVs (AIConfigurator's kernel timings, see ``../shared/data/README.md``)
+are read in place, never copied into the repository. Each op family becomes
+one frame with the shape columns the cost-model components need, the
+measured time in seconds (``t_s``) and the hardware profile it belongs to.
+Row *selection* lives here too, because which rows count as "what vLLM
+runs" is a modelling decision the fit and the report must share.
+
+The newer tables (H200, B200, GB200; every stack) measure ten times the
+shapes of the first ones (H100, A100). A GPU is fitted on the shapes the
+first tables hold (the *fit grid*), so its errors compare row for row with
+H100's and the fit stays as fast; the other shapes are kept apart and scored
+as held out.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
 
 from ..errors import LlmsimError
+from ..profiles import list_builtin, load_hardware
+from .tables import read_columns
 
 FAMILIES = ("gemm", "attention_prefill", "attention_decode", "allreduce")
 
-# The measured GPUs, by the ``gpu`` string in the CSVs.
+# The GPUs of the first tables (gemm.csv, attention.csv, allreduce.csv), by
+# their ``gpu`` string. GPUs of the newer tables (below) are named by each
+# profile's ``kernel_data_name`` instead.
 GPU_PROFILES = {
     "H100-SXM5-80GB": "h100-sxm",
     "A100-SXM4-80GB": "a100-sxm-80gb",
@@ -42,6 +52,31 @@ _NEEDED = {
 }
 _KV_BYTES = {"bfloat16": 2.0, "float16": 2.0, "fp16": 2.0, "bf16": 2.0, "fp8": 1.0}
 
+
+# The newer tables: H200, B200 and GB200 with vLLM, SGLang and TensorRT-LLM
+# (H100 with SGLang and TensorRT-LLM), their rows named by ``system``.
+STACK_FILES = {"gemm": "gemm_h200_b200.csv.gz", "attention": "attention_h200_b200.csv.gz",
+               "allreduce": "allreduce_h200_b200.csv.gz"}
+STACK_COLUMNS = {
+    "gemm": ["system", "framework", "framework_version", "dtype", "m", "n", "k", "measured_time_ms"],
+    "attention": ["system", "framework", "framework_version", "op", "kernel_source", "dtype", "kv_dtype",
+                  "head_dim", "num_heads", "num_kv_heads", "window_size", "batch_size", "context_len",
+                  "measured_time_ms"],
+    "allreduce": ["system", "framework", "framework_version", "op", "implementation", "dtype", "num_gpus",
+                  "message_bytes", "measured_time_ms"],
+}
+# The stack whose kernels a profile's own parameters describe (the backend
+# profiles' default); the others get per-stack overrides where they differ.
+DEFAULT_STACK = "vllm"
+STACKS = ("vllm", "sglang", "trtllm")
+# Each stack's CUDA-graph custom all-reduce in the ``implementation`` column
+# (TensorRT-LLM's AllReduce op with strategy AUTO runs captured as well).
+CUSTOM_AR_IMPL = {"vllm": "vllm_graph", "sglang": "sglang_graph", "trtllm": "trtllm"}
+NCCL_TESTS = "nccl-tests"
+# Per-tensor fp8 GEMM rows (the fit-grid shapes), the family fp8_gemm_efficiency is fitted on.
+FP8_GEMM = "gemm_fp8"
+# The shape columns that identify an attention row of one op.
+ATTENTION_SHAPE = ["batch_size", "context_len", "num_heads", "num_kv_heads", "head_dim", "kv_bytes"]
 
 #: What the data is and where it comes from, for the message when it cannot be found.
 DATA_ORIGIN = ("the measured kernel tables (kernels/gemm.csv, attention.csv, allreduce.csv: AIConfigurator's "
@@ -78,7 +113,13 @@ def default_data_dir(cwd: Path | None = None) -> Path:
 
 @dataclass(frozen=True)
 class KernelData:
-    """One frame per op family, rows already filtered to what the fit uses."""
+    """One frame per op family, rows already filtered to what the fit uses.
+
+    ``frames`` hold each GPU's default-stack (vLLM) rows on the *fit grid*:
+    the shapes the first tables measure (H100, A100). ``held_out`` holds the
+    newer tables' other shapes of the same kernels, never fitted, to score
+    the fit on; ``stacks`` the other stacks' rows (fit grid and beyond) by
+    (stack, family)."""
 
     frames: dict[str, pd.DataFrame]
     data_dir: Path
@@ -86,9 +127,28 @@ class KernelData:
     # ``source`` field of the profiles and the docs' attribution.
     versions: dict[str, str]
     commit: str
+    held_out: dict[str, pd.DataFrame] = field(default_factory=dict)
+    stacks: dict[tuple[str, str], pd.DataFrame] = field(default_factory=dict)
+    # profile -> the file names its rows come from
+    files: dict[str, str] = field(default_factory=dict)
+    # per-tensor fp8 GEMM rows of the default stack (for fp8_gemm_efficiency)
+    fp8: pd.DataFrame = field(default_factory=pd.DataFrame)
 
     def family(self, family: str, profile: str | None = None) -> pd.DataFrame:
         df = self.frames[family]
+        return df if profile is None else df[df["profile"] == profile]
+
+    def stack(self, stack: str, family: str, profile: str | None = None) -> pd.DataFrame:
+        """``stack``'s rows of ``family`` (the fit grid and the held-out shapes, column ``on_grid``)."""
+        if stack == DEFAULT_STACK and family == FP8_GEMM:
+            df = self.fp8.assign(on_grid=True) if len(self.fp8) else pd.DataFrame(columns=["profile"])
+        elif stack == DEFAULT_STACK:
+            parts = [self.family(family).assign(on_grid=True)]
+            if family in self.held_out:
+                parts.append(self.held_out[family].assign(on_grid=False))
+            df = pd.concat(parts, ignore_index=True)
+        else:
+            df = self.stacks.get((stack, family), pd.DataFrame(columns=["profile"]))
         return df if profile is None else df[df["profile"] == profile]
 
     @property
@@ -114,46 +174,109 @@ def _read(data_dir: Path, kind: str) -> pd.DataFrame:
     return df[df["t_s"] > 0]
 
 
-def _gemm(df: pd.DataFrame) -> pd.DataFrame:
-    df = df[(df["framework"] == "vllm") & (df["op"] == "gemm") & (df["dtype"] == "bfloat16")]
+def system_profiles() -> dict[str, str]:
+    """Data ``system`` name -> built-in profile, from each profile's ``kernel_data_name``."""
+    out = {}
+    for name in list_builtin("hardware_profiles"):
+        sys_name = load_hardware(name).kernel_data_name
+        if sys_name:
+            out[sys_name] = name
+    return out
+
+
+def _read_stack_table(data_dir: Path, kind: str, systems: dict[str, str]) -> pd.DataFrame:
+    df = read_columns(data_dir / "kernels" / STACK_FILES[kind], STACK_COLUMNS[kind])
+    df = df[df["system"].isin(systems)]
+    df = df.assign(profile=df["system"].map(systems), t_s=df["measured_time_ms"].astype(float) * 1e-3)
+    return df[df["t_s"] > 0]
+
+
+def _gemm(df: pd.DataFrame, dtype: str = "bfloat16", framework: str = "vllm") -> pd.DataFrame:
+    if "op" in df:
+        df = df[df["op"] == "gemm"]
+    df = df[(df["framework"] == framework) & (df["dtype"] == dtype)]
     return df[["profile", "m", "n", "k", "t_s"]].astype({"m": float, "n": float, "k": float}).reset_index(drop=True)
 
 
-def _attention(df: pd.DataFrame, op: str) -> pd.DataFrame:
-    df = df[(df["framework"] == "vllm") & (df["op"] == op)].copy()
-    df["kv_bytes"] = df["kv_dtype"].map(_KV_BYTES)
+def _kv_bytes(df: pd.DataFrame) -> pd.DataFrame:
+    df = df.assign(kv_bytes=df["kv_dtype"].map(_KV_BYTES))
     if df["kv_bytes"].isna().any():
         bad = sorted(set(df.loc[df["kv_bytes"].isna(), "kv_dtype"].astype(str)))
         raise LlmsimError(f"attention rows with unknown kv_dtype {bad}")
-    cols = ["profile", "batch_size", "context_len", "num_heads", "num_kv_heads", "head_dim", "kv_bytes", "t_s"]
+    return df
+
+
+def _attention(df: pd.DataFrame, op: str, framework: str = "vllm") -> pd.DataFrame:
+    df = _kv_bytes(df[(df["framework"] == framework) & (df["op"] == op)])
+    cols = ["profile", *ATTENTION_SHAPE, "t_s"]
     return df[cols].astype({c: float for c in cols[1:]}).reset_index(drop=True)
 
 
-def select_allreduce(df: pd.DataFrame) -> pd.DataFrame:
+def _stack_attention(df: pd.DataFrame, op: str, framework: str) -> pd.DataFrame:
+    """Full-attention rows of the kernel the collector timed over the whole
+    grid for this stack, GPU and phase (the most rows): the stack's default;
+    the others (FA4 on a few H200 shapes, Triton's fp8-KV fallback) cover a
+    corner each. Per KV dtype, bf16 compute where the stack has it measured,
+    else the compute it pairs with that cache (SGLang runs FP8 context
+    attention over an fp8 KV cache)."""
+    df = df[(df["framework"] == framework) & (df["op"] == op) & (df["window_size"] == 0)]
+    if df.empty:
+        return _attention(df, op, framework)
+    main = df.groupby("profile", observed=True)["kernel_source"].agg(lambda s: s.value_counts().index[0])
+    df = df[(df["kernel_source"].astype(str) == df["profile"].map(main).astype(str)).to_numpy()]
+    bf16 = df["dtype"] == "bfloat16"
+    has_bf16 = bf16.groupby([df["profile"], df["kv_dtype"]], observed=True).transform("any")
+    return _attention(df[bf16 | ~has_bf16], op, framework)
+
+
+def select_allreduce(df: pd.DataFrame, custom_kernel: str = CUSTOM_AR_KERNEL, column: str = "kernel_source",
+                     nccl: str = NCCL_KERNEL, impl: str = "vllm-custom") -> pd.DataFrame:
     """The custom AR (graph) rows below 8 MiB, where vLLM runs it, and every
     NCCL row (the "nccl" regime, which stacks without the custom kernel run
     at every size)."""
-    small = (df["kernel_source"] == CUSTOM_AR_KERNEL) & (df["message_bytes"] < CUSTOM_AR_MAX_BYTES)
-    nccl = df["kernel_source"] == NCCL_KERNEL
-    df = df[small | nccl].copy()
-    df["impl"] = df["kernel_source"].map({CUSTOM_AR_KERNEL: "vllm-custom", NCCL_KERNEL: "nccl"})
+    small = (df[column] == custom_kernel) & (df["message_bytes"] < CUSTOM_AR_MAX_BYTES)
+    is_nccl = df[column] == nccl
+    df = df[small | is_nccl].copy()
+    df["impl"] = df[column].map({custom_kernel: impl, nccl: "nccl"})
     return (df[["profile", "num_gpus", "message_bytes", "impl", "t_s"]]
             .astype({"num_gpus": float, "message_bytes": float}).reset_index(drop=True))
 
 
-def load(data_dir: str | Path | None = None) -> KernelData:
-    """Read and filter the three kernel tables; every problem is an LlmsimError."""
+def _stack_allreduce(df: pd.DataFrame, stack: str) -> pd.DataFrame:
+    keep = (df["implementation"] == CUSTOM_AR_IMPL[stack]) | (
+        (df["framework"] == NCCL_TESTS) & (df["op"] == "all_reduce") & (df["dtype"] == "fp16"))
+    return select_allreduce(df[keep], CUSTOM_AR_IMPL[stack], "implementation", NCCL_TESTS, f"{stack}-custom")
+
+
+def _split_grid(df: pd.DataFrame, grid: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """(rows whose ``keys`` appear in ``grid``, the others)."""
+    on = df[keys].merge(grid[keys].drop_duplicates(), how="left", on=keys, indicator=True)["_merge"].eq("both")
+    on = on.to_numpy()
+    return df[on].reset_index(drop=True), df[~on].reset_index(drop=True)
+
+
+def _versions(df: pd.DataFrame, label: str = "vLLM") -> dict[str, str]:
+    out = {}
+    for prof, grp in df.groupby("profile", observed=True):
+        vs = sorted({str(v) for v in grp.get("framework_version", pd.Series(dtype=str)).dropna().unique()})
+        out[prof] = f"{label} " + "/".join(vs) if vs else label
+    return out
+
+
+def load(data_dir: str | Path | None = None, progress=None) -> KernelData:
+    """Read and filter the kernel tables; every problem is an LlmsimError.
+
+    ``progress(message)`` (optional) is told which table is being read."""
+    say = progress or (lambda _msg: None)
     d = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     if d.exists() and not d.is_dir():
         raise LlmsimError("--data must be a directory (the shared data folder holding kernels/)", source=d)
     if not d.is_dir():
         raise LlmsimError(f"data directory {d} does not exist; {DATA_ORIGIN}: pass --data DIR, the folder "
                           "that holds kernels/")
+    say("reading kernels/gemm.csv, attention.csv, allreduce.csv")
     gemm, attn, ar = _read(d, "gemm"), _read(d, "attention"), _read(d, "allreduce")
-    versions = {}
-    for prof, grp in pd.concat([gemm, attn])[lambda d: d["framework"] == "vllm"].groupby("profile"):
-        vs = sorted(set(grp.get("framework_version", pd.Series(dtype=str)).dropna().astype(str)))
-        versions[prof] = "vLLM " + "/".join(vs) if vs else "vLLM"
+    versions = _versions(pd.concat([gemm, attn])[lambda d: d["framework"] == "vllm"])
     commits = sorted(set(pd.concat([gemm, attn, ar]).get("source_commit", pd.Series(dtype=str)).dropna().astype(str)))
     frames = {
         "gemm": _gemm(gemm),
@@ -161,7 +284,46 @@ def load(data_dir: str | Path | None = None) -> KernelData:
         "attention_decode": _attention(attn, "attention_decode"),
         "allreduce": select_allreduce(ar),
     }
+    files = {p: ", ".join(_FILES.values()) for p in set().union(*(set(f["profile"]) for f in frames.values()))}
+    held_out: dict[str, pd.DataFrame] = {}
+    stacks: dict[tuple[str, str], pd.DataFrame] = {}
+    fp8 = pd.DataFrame()
+    systems = system_profiles()
+    if systems and all((d / "kernels" / f).is_file() for f in STACK_FILES.values()):
+        tables = {}
+        for kind, fname in STACK_FILES.items():
+            say(f"reading kernels/{fname}")
+            tables[kind] = _read_stack_table(d, kind, systems)
+        grids = {"gemm": (frames["gemm"], ["m", "n", "k"]),
+                 "attention_prefill": (frames["attention_prefill"], ATTENTION_SHAPE),
+                 "attention_decode": (frames["attention_decode"], ATTENTION_SHAPE)}
+        for stack in STACKS:
+            new = {"gemm": _gemm(tables["gemm"], framework=stack),
+                   "attention_prefill": _stack_attention(tables["attention"], "attention_prefill", stack),
+                   "attention_decode": _stack_attention(tables["attention"], "attention_decode", stack),
+                   "allreduce": _stack_allreduce(tables["allreduce"], stack)}
+            for fam, df in new.items():
+                if fam in grids:
+                    on, off = _split_grid(df, *grids[fam])
+                else:
+                    on, off = df, df.iloc[:0]
+                if stack == DEFAULT_STACK:
+                    frames[fam] = pd.concat([frames[fam], on], ignore_index=True)
+                    held_out[fam] = off
+                else:
+                    stacks[(stack, fam)] = pd.concat([on.assign(on_grid=True), off.assign(on_grid=False)],
+                                                     ignore_index=True)
+            on_fp8 = _split_grid(_gemm(tables["gemm"], "fp8", stack), frames["gemm"], ["m", "n", "k"])[0]
+            if stack == DEFAULT_STACK:
+                fp8 = on_fp8
+            else:
+                stacks[(stack, FP8_GEMM)] = on_fp8.assign(on_grid=True)
+        mine = tables["gemm"][tables["gemm"]["framework"] == DEFAULT_STACK]
+        versions.update(_versions(mine))
+        for p in set(mine["profile"]):
+            files[p] = ", ".join(STACK_FILES.values())
     empty = [k for k, v in frames.items() if v.empty]
     if empty:
         raise LlmsimError(f"no usable rows for {', '.join(empty)} in {d / 'kernels'}")
-    return KernelData(frames, d, versions, ",".join(c[:8] for c in commits) or "unknown")
+    return KernelData(frames, d, versions, ",".join(c[:8] for c in commits) or "unknown", held_out, stacks,
+                      files, fp8)

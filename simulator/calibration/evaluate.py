@@ -7,6 +7,8 @@ FLOP or byte count.
 """
 from __future__ import annotations
 
+from typing import Callable
+
 import numpy as np
 import pandas as pd
 
@@ -45,18 +47,26 @@ def decode_context(df: pd.DataFrame) -> np.ndarray:
 
 def attention_decode(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:
     """Affine in Σcontext for a fixed batch — the form the fast engine integrates."""
-    heads, kv_heads = df["num_heads"].to_numpy(), df["num_kv_heads"].to_numpy()
-    kvb, hd = df["kv_bytes"].to_numpy(), df["head_dim"].to_numpy()
-    # decode_attention_per_context returns a float per head shape; evaluate it
-    # per distinct shape so the fit uses the engine's own function.
-    rate = np.empty(len(df))
-    shapes = np.stack([heads, kv_heads, hd, kvb], axis=1)
+    return decode_evaluator(df, gpu)(p)
+
+
+def decode_evaluator(df: pd.DataFrame, gpu: HardwareProfile) -> Callable[[RooflineParams], np.ndarray]:
+    """:func:`attention_decode` of ``df`` as a function of the parameters,
+    the rows' distinct head shapes found once (a fit evaluates it thousands
+    of times)."""
+    shapes = df[["num_heads", "num_kv_heads", "head_dim", "kv_bytes"]].to_numpy()
     uniq, inv = np.unique(shapes, axis=0, return_inverse=True)
-    for i, (h, kvh, d, kb) in enumerate(uniq):
-        rate[inv.ravel() == i] = C.decode_attention_per_context(h, kvh, d, gpu.peak_flops("bf16"),
-                                                                 gpu.hbm_bandwidth, p, kb)
-    b = df["batch_size"].to_numpy()
-    return rate * decode_context(df) + p.per_seq_us * 1e-6 * b + p.fixed_us * 1e-6
+    inv = inv.ravel()
+    context, b = decode_context(df), df["batch_size"].to_numpy()
+    peak, bw = gpu.peak_flops("bf16"), gpu.hbm_bandwidth
+
+    def times(p: RooflineParams) -> np.ndarray:
+        # decode_attention_per_context returns a float per head shape; evaluated
+        # per distinct shape so the fit uses the engine's own function.
+        rates = np.array([C.decode_attention_per_context(h, kvh, d, peak, bw, p, kb) for h, kvh, d, kb in uniq])
+        return rates[inv] * context + p.per_seq_us * 1e-6 * b + p.fixed_us * 1e-6
+
+    return times
 
 
 def allreduce(df: pd.DataFrame, gpu: HardwareProfile, p: AllReduceParams) -> np.ndarray:
@@ -104,6 +114,14 @@ PREDICT = {
     "allreduce": allreduce,
     "moe": moe,
 }
+
+
+def evaluator(family: str, df: pd.DataFrame, gpu: HardwareProfile) -> Callable[[object], np.ndarray]:
+    """Seconds per row of ``df`` as a function of the family's parameters (what a fit calls)."""
+    if family == "attention_decode":
+        return decode_evaluator(df, gpu)
+    fn = PREDICT[family]
+    return lambda p: fn(df, gpu, p)
 
 
 def predict(family: str, df: pd.DataFrame, gpu: HardwareProfile, cal: Calibration) -> np.ndarray:

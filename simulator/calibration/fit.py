@@ -50,6 +50,9 @@ class Space:
     build: Callable[[np.ndarray], Params]
     # Non-fitted fields the family's form sets (the GEMM wave form's switch).
     constants: tuple[tuple[str, object], ...] = ()
+    # Unrounded parameters during the search, when not the family's default
+    # construction (a space over a few fields of a fixed parameter set).
+    raw: Callable[[np.ndarray], Params] | None = None
 
 
 @dataclass(frozen=True)
@@ -291,8 +294,7 @@ def fit_family(family: str, df: pd.DataFrame, gpu: HardwareProfile, gemm_form: s
     sp = space(family, df, gemm_form)
     if start is not None:
         sp = _pinned(sp, start, free or sp.names)
-    predict = evaluate.PREDICT[family]
-    return fit_params(family, sp, lambda p: predict(df, gpu, p), df["t_s"].to_numpy())
+    return fit_params(family, sp, evaluate.evaluator(family, df, gpu), df["t_s"].to_numpy())
 
 
 def fit_params(label: str, sp: Space, predict: Callable[[Params], np.ndarray], measured: np.ndarray,
@@ -326,6 +328,14 @@ def fit_params(label: str, sp: Space, predict: Callable[[Params], np.ndarray], m
     return best
 
 
+def fields_space(base: Params, names: tuple[str, ...], lower: tuple[float, ...], upper: tuple[float, ...]) -> Space:
+    """A space over ``names`` only, every other field held at ``base``'s value."""
+    start = tuple(min(max(float(getattr(base, n)), lo), hi) for n, lo, hi in zip(names, lower, upper))
+    return Space(names, start, lower, upper,
+                 lambda x: base.model_copy(update={n: round_sig(v) for n, v in zip(names, x)}),
+                 raw=lambda x: base.model_copy(update={n: float(v) for n, v in zip(names, x)}))
+
+
 def _pinned(sp: Space, start: Params, free: tuple[str, ...]) -> Space:
     """``sp`` restricted to the ``free`` names, the others fixed at ``start``."""
     held = {n: getattr(start, n) for n in sp.names if n not in free}
@@ -337,6 +347,8 @@ def _pinned(sp: Space, start: Params, free: tuple[str, ...]) -> Space:
 
 
 def _unrounded(sp: Space, x: np.ndarray) -> Params:
+    if sp.raw is not None:
+        return sp.raw(x)
     if sp.names[0] == "custom_eta_bandwidth":
         return _allreduce_params(x, [int(n.split("@")[1]) for n in sp.names[6:]], construct=True)
     cls = MoeParams if "pair_ns" in sp.names else RooflineParams

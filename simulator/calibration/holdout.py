@@ -106,3 +106,27 @@ def cross_gpu(source_df: pd.DataFrame, source: HardwareProfile, target_df: pd.Da
     fit = fit_family("gemm", target_df, target, gemm_form, start=src.params, free=TRANSFER_FREE)
     return _score(f"{source.name}→{target.name}", 1,
                   ape(evaluate.gemm(target_df, target, fit.params), target_df["t_s"].to_numpy()))
+
+
+# Every op family's leave-one-group-out grouping: an unseen reduction length
+# for GEMMs, an unseen head configuration (query and KV heads per GPU: a
+# model's shard the fit never saw) for attention, an unseen message size
+# for the all-reduce.
+FAMILY_GROUPS = {"gemm": ["k"], "attention_prefill": ["num_heads", "num_kv_heads"],
+                 "attention_decode": ["num_heads", "num_kv_heads"], "allreduce": ["message_bytes"]}
+
+
+def family_leave_one_group_out(family: str, df: pd.DataFrame, gpu: HardwareProfile) -> HoldoutScore:
+    """Pooled errors on each group's rows (:data:`FAMILY_GROUPS`) of the
+    family's fit to all other rows of ``df``."""
+    keys = FAMILY_GROUPS[family]
+    errs = []
+    groups_ = df.groupby(keys).groups
+    for idx in groups_.values():
+        train = df.drop(idx)
+        if family == "allreduce" and set(train["num_gpus"]) != set(df["num_gpus"]):
+            continue                      # one η per group size: a size left without rows has nothing to fit
+        fit = fit_family(family, train, gpu)
+        test = df.loc[idx]
+        errs.append(ape(evaluate.PREDICT[family](test, gpu, fit.params), test["t_s"].to_numpy()))
+    return _score("+".join(keys), len(groups_), np.concatenate(errs))

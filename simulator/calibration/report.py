@@ -17,6 +17,9 @@ from .fit import ape
 
 ROOFLINE = Calibration(status="roofline")
 
+# n and k of the GEMMs a dense model's TP shard runs (and the fit grid spans).
+SHARD_WIDTHS = (512, 16384)
+
 COLUMNS = ["gpu", "family", "n", "median_ape", "p90_ape", "roofline_median_ape", "roofline_p90_ape"]
 
 
@@ -62,6 +65,16 @@ def slice_table(kd: KernelData, gpus: dict[str, HardwareProfile]) -> pd.DataFram
         ar = kd.family("allreduce", name)
         for impl, grp in ar.groupby("impl"):
             rows.append(_row(name, f"allreduce, {impl}", grp, gpu, gpu.calibration, "allreduce"))
+        for fam, held in kd.held_out.items():
+            h = held[held["profile"] == name]
+            if len(h):
+                rows.append(_row(name, f"{fam}, other shapes (held out)", h, gpu, gpu.calibration, fam))
+            if fam == "gemm" and len(h):
+                # the widths serving models' TP shards have (the grid's n and k range)
+                lo, hi = SHARD_WIDTHS
+                shard = h[h["n"].between(lo, hi) & h["k"].between(lo, hi)]
+                rows.append(_row(name, f"gemm, other shapes with {lo} ≤ n, k ≤ {hi:,} (held out)", shard, gpu,
+                                 gpu.calibration, "gemm"))
     return pd.DataFrame(rows, columns=COLUMNS)
 
 
@@ -119,7 +132,9 @@ def ceilings_rich(rows: dict[str, list[dict]]) -> Table:
 
 
 def markdown_report(errors: pd.DataFrame, slices: pd.DataFrame, ceilings: dict[str, list[dict]],
-                    command: str, kernels: pd.DataFrame | None = None) -> str:
+                    command: str, kernels: pd.DataFrame | None = None, fp8: pd.DataFrame | None = None,
+                    stacks: list | None = None, material: float = 0.1,
+                    stack_errors: pd.DataFrame | None = None) -> str:
     """The generated part of docs/calibration.md (the prose around it is hand-written)."""
     return (f"Reproduce with `{command}`.\n\n"
             "### Error per GPU and op family\n\n"
@@ -128,6 +143,10 @@ def markdown_report(errors: pd.DataFrame, slices: pd.DataFrame, ceilings: dict[s
             + markdown_table(errors)
             + "\n### Where the misses are\n\n" + markdown_table(slices)
             + "\n### Measured ceilings vs the fit\n\n" + ceilings_markdown(ceilings)
+            + ("\n### fp8 GEMMs\n\n" + fp8_markdown(fp8) if fp8 is not None and len(fp8) else "")
+            + ("\n### Per-stack kernels\n\n" + stacks_markdown(stacks, material) if stacks else "")
+            + ("\n### Per-stack overrides on their stack's rows\n\n" + stack_errors_markdown(stack_errors)
+               if stack_errors is not None and len(stack_errors) else "")
             + ("\n### MoE experts and MLA modules (in-sample)\n\n" + kernels_markdown(kernels)
                if kernels is not None and len(kernels) else ""))
 
@@ -147,4 +166,69 @@ def kernels_rich(table: pd.DataFrame) -> Table:
         t.add_column(c, justify="right")
     for r in table.itertuples():
         t.add_row(r.gpu, r.family, str(r.n), f"{r.median_ape:.1f}%", f"{r.p90_ape:.1f}%")
+    return t
+
+
+def fp8_table(fits: dict) -> pd.DataFrame:
+    """fp8_gemm_efficiency per GPU and its errors (all fit-grid rows, compute-bound ones)."""
+    return pd.DataFrame([dict(gpu=g, efficiency=f.efficiency, n=f.all_rows.n, median_ape=f.all_rows.median_ape,
+                              p90_ape=f.all_rows.p90_ape, n_compute=f.compute_bound.n,
+                              compute_median_ape=f.compute_bound.median_ape, compute_p90_ape=f.compute_bound.p90_ape)
+                         for g, f in fits.items()])
+
+
+def _markdown(header: list[str], right: list[bool], rows: list[list[str]]) -> str:
+    """A markdown table, right-aligned where ``right`` says (numbers)."""
+    lines = ["| " + " | ".join(header) + " |", "|" + "|".join("---:" if r else "---" for r in right) + "|"]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def fp8_markdown(table: pd.DataFrame) -> str:
+    return _markdown(["GPU", "fp8_gemm_efficiency", "rows", "median APE", "p90 APE", "compute-bound rows (> 1 TFLOP)",
+                      "median APE", "p90 APE"], [False] + [True] * 7,
+                     [[r.gpu, f"{r.efficiency:g}", str(r.n), f"{r.median_ape:.1f}%", f"{r.p90_ape:.1f}%",
+                       str(r.n_compute), f"{r.compute_median_ape:.1f}%", f"{r.compute_p90_ape:.1f}%"]
+                      for r in table.itertuples()])
+
+
+def stacks_markdown(comparisons: list, material: float) -> str:
+    text = _markdown(["GPU", "stack", "op family", "shapes both ran", "median time ratio to vLLM", "p10–p90",
+                      "own parameters"], [False, False, False, True, True, False, False],
+                     [[c.gpu, c.stack, c.family, str(c.n), f"{c.median_ratio:.3f}",
+                       f"{c.p10_ratio:.2f}–{c.p90_ratio:.2f}", "yes" if c.material else "no"] for c in comparisons])
+    agree = [abs(c.median_ratio - 1) for c in comparisons if not c.material]
+    if agree:
+        text += (f"\nWhere no override is written the stacks agree within {max(agree):.1%} at the median "
+                 f"(threshold {material:.0%}).\n")
+    return text
+
+
+def stack_errors_markdown(table: pd.DataFrame) -> str:
+    return _markdown(["GPU", "stack", "op family", "rows", "vLLM's parameters: median APE (signed)",
+                      "own parameters: median / p90 APE"], [False, False, False, True, True, True],
+                     [[r.gpu, r.stack, r.family, str(r.n), f"{r.default_median:.1f}% ({r.default_signed:+.1f}%)",
+                       f"{r.own_median:.1f}% / {r.own_p90:.1f}%"] for r in table.itertuples()])
+
+
+def stacks_rich(comparisons: list) -> Table:
+    t = Table(title="other stacks' kernels against vLLM's, same shapes (time ratio)", title_justify="left")
+    for c in ("GPU", "stack", "op family"):
+        t.add_column(c, no_wrap=True)
+    for c in ("shapes", "median", "p10–p90", "own params"):
+        t.add_column(c, justify="right")
+    for c in comparisons:
+        t.add_row(c.gpu, c.stack, c.family, str(c.n), f"{c.median_ratio:.3f}",
+                  f"{c.p10_ratio:.2f}–{c.p90_ratio:.2f}", "yes" if c.material else "no")
+    return t
+
+
+def fp8_rich(table: pd.DataFrame) -> Table:
+    t = Table(title="fp8 GEMMs: fitted fp8_gemm_efficiency and errors", title_justify="left")
+    t.add_column("GPU", no_wrap=True)
+    for c in ("efficiency", "rows", "median APE", "compute-bound rows", "median APE"):
+        t.add_column(c, justify="right")
+    for r in table.itertuples():
+        t.add_row(r.gpu, f"{r.efficiency:g}", str(r.n), f"{r.median_ape:.1f}%", str(r.n_compute),
+                  f"{r.compute_median_ape:.1f}%")
     return t

@@ -142,6 +142,8 @@ def transfer(target: HardwareProfile, source: HardwareProfile, ceilings: dict[st
         other=_scaled(cal.other, None, rm),
         allreduce=ar,
         error={},
+        # Per-stack kernels are measured differences on the source; they say nothing of the target's links.
+        stacks={},
     ))
 
 

@@ -80,6 +80,21 @@ def render(cal: Calibration) -> str:
     for fam in ("mla_prefill", "mla_decode"):
         if getattr(cal, fam) != RooflineParams():
             lines.append(f"  {fam}: {_params(getattr(cal, fam))}")
+    if cal.stacks:
+        lines.append("  stacks:")
+        for stack, over in cal.stacks.items():
+            lines.append(f"    {stack}:")
+            if over.rule:
+                lines.append(f"      rule: {_str(over.rule)}")
+            for fam in ("gemm", "attention_prefill", "attention_decode", "allreduce"):
+                p = getattr(over, fam)
+                if p is not None:
+                    lines.append(f"      {fam}: {_params(p)}")
+            if over.fp8_gemm_efficiency is not None:
+                lines.append(f"      fp8_gemm_efficiency: {_num(over.fp8_gemm_efficiency)}")
+            if over.error:
+                lines.append("      error:")
+                lines.extend(f"        {fam}: {_flow(e.model_dump())}" for fam, e in over.error.items())
     if cal.error:
         lines.append("  error:")
         for fam, e in cal.error.items():
@@ -110,14 +125,32 @@ def replace_block(text: str, block: str) -> str:
     return "".join(lines[:start]) + block + "".join(lines[end:])
 
 
-def write_profile(path: Path, cal: Calibration) -> bool:
-    """Replace the block in ``path``; True if the file changed. The new text
-    is parsed back and must give exactly ``cal`` before it is written."""
+FP8_KEY = "fp8_gemm_efficiency"
+
+
+def replace_fp8(text: str, efficiency: float, note: str) -> str:
+    """``text`` with its top-level fp8_gemm_efficiency line set (added before
+    ``price:`` when absent); the rest byte for byte."""
+    line = f"{FP8_KEY}: {_num(efficiency)}  # {note}\n"
+    if re.search(rf"^{FP8_KEY}:.*\n", text, flags=re.M):
+        return re.sub(rf"^{FP8_KEY}:.*\n", lambda _m: line, text, count=1, flags=re.M)
+    return re.sub(r"^(price:)", lambda m: line + m.group(1), text, count=1, flags=re.M)
+
+
+def write_profile(path: Path, cal: Calibration, fp8: tuple[float, str] | None = None) -> bool:
+    """Replace the block in ``path`` (and, given ``fp8`` = (efficiency, note),
+    its fp8_gemm_efficiency line); True if the file changed. The new text is
+    parsed back and must give exactly ``cal`` before it is written."""
     old = path.read_text()
     new = replace_block(old, render(cal))
+    if fp8 is not None:
+        new = replace_fp8(new, *fp8)
     data = yaml.safe_load(new)
     data.setdefault("name", path.stem)
-    got = HardwareProfile.model_validate(data).calibration
+    prof = HardwareProfile.model_validate(data)
+    got = prof.calibration
+    if fp8 is not None and prof.fp8_gemm_efficiency != fp8[0]:
+        raise LlmsimError("internal error: the fp8_gemm_efficiency line does not read back", source=path)
     if got != cal:
         raise LlmsimError("internal error: the rendered calibration block does not read back identically",
                           source=path)

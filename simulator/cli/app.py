@@ -11,6 +11,7 @@ import sys
 
 import typer
 from rich.console import Console
+from rich.text import Text
 
 from ..errors import LlmsimError
 
@@ -26,7 +27,7 @@ err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 def _register() -> None:
     # Imported for their side effect of adding commands to ``app``.
-    from . import calibrate, check, compare, estimate, plan, profiles, run, sweep, validate  # noqa: F401
+    from . import calibrate, check, compare, estimate, plan, profiles, report, run, sweep, validate  # noqa: F401
 
 
 class Terminated(SystemExit):
@@ -59,7 +60,7 @@ def main(argv: list[str] | None = None) -> None:
         # and exit codes; only llmsim's input errors reach us here.
         app(args=argv, prog_name="llmsim")
     except LlmsimError as e:
-        err_console.print(f"[bold red]error:[/] {e.render()}", markup=True)
+        err_console.print(Text.assemble(("error:", "bold red"), " ", e.render()))   # the message as written
         sys.exit(e.exit_code)
     except Terminated as e:
         err_console.print(f"terminated (signal {int(e.code) - 128})")
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> None:
         # The last net for the machine's refusals (a full disk, a read-only
         # filesystem) where no command caught them with a better message.
         where = f"{e.filename}: " if e.filename else ""
-        err_console.print(f"[bold red]error:[/] {where}{e.strerror or e}", markup=True)
+        err_console.print(Text.assemble(("error:", "bold red"), f" {where}{e.strerror or e}"))
         sys.exit(2)
     finally:
         for sig, handler in previous.items():

@@ -23,22 +23,33 @@ def calibrate(
     gpu: Optional[List[str]] = typer.Option(None, "--gpu", help="profile to update (repeatable; default: all)"),
     dry_run: bool = typer.Option(False, "--dry-run", help="fit and report, but write no profile"),
     report_md: Optional[Path] = typer.Option(None, "--report-md", help="also write the error tables as markdown"),
-    no_moe_mla: bool = typer.Option(False, "--no-moe-mla", help="skip the MoE/MLA kernel fits (minutes) and keep "
-                                    "the profiles' current MoE/MLA parameters"),
+    moe_mla: bool = typer.Option(False, "--moe-mla/--no-moe-mla",
+                                 help="also refit the MoE expert and MLA kernels of every GPU with rows in kernels/moe.csv.gz, mla.csv.gz "
+                                      "(about 25 minutes on two cores; the estimate is printed as it runs); "
+                                      "default: keep the profiles' current MoE/MLA parameters"),
+    quiet: bool = typer.Option(False, "--quiet", help="no progress lines on stderr"),
 ) -> None:
-    """Fit η's and fixed costs to measured kernel times and update the hardware profiles."""
+    """Fit η's and fixed costs to measured kernel times and update the hardware profiles (under a minute
+    on two cores, each step announced on stderr; --moe-mla adds the slow MoE/MLA refit)."""
     # Imported here: the fit needs scipy.optimize and pandas, which every
     # other command would otherwise pay for at start-up.
     from ..calibration import pipeline
     from ..calibration.data import default_data_dir
-    from ..calibration.report import ceilings_rich, kernels_rich, markdown_report, rich_table
+    from ..calibration.progress import Progress, Silent
+    from ..calibration.report import (ceilings_rich, fp8_rich, fp8_table, kernels_rich, markdown_report, rich_table,
+                                      stacks_rich)
+    from ..calibration.stacks import MATERIAL
 
     data_dir = data if data is not None else default_data_dir()
-    result = pipeline.run(data_dir, gpu or None, moe_mla=not no_moe_mla)
+    result = pipeline.run(data_dir, gpu or None, moe_mla=moe_mla, progress=Silent() if quiet else Progress([]))
     if len(result.errors):
         console.print(rich_table(result.errors, "calibrated model vs measured kernels (APE = |model/measured − 1|)"))
         console.print(rich_table(result.slices, "where the misses are"))
         console.print(ceilings_rich(result.ceilings))
+    if result.fp8:
+        console.print(fp8_rich(fp8_table(result.fp8)))
+    if result.stacks:
+        console.print(stacks_rich(result.stacks))
     if len(result.kernels):
         console.print(kernels_rich(result.kernels))
     if not len(result.errors):
@@ -55,10 +66,12 @@ def calibrate(
                                                            else " (all unchanged)"))
     if report_md is not None:
         cmd = "llmsim calibrate" + (f" --data {data}" if data is not None else "") + \
-            (" --no-moe-mla" if no_moe_mla else "") + \
+            (" --moe-mla" if moe_mla else "") + \
             "".join(f" --gpu {g}" for g in gpu or [])
         try:
-            report_md.write_text(markdown_report(result.errors, result.slices, result.ceilings, cmd, result.kernels))
+            report_md.write_text(markdown_report(result.errors, result.slices, result.ceilings, cmd, result.kernels,
+                                                 fp8_table(result.fp8) if result.fp8 else None, result.stacks,
+                                                 MATERIAL, result.stack_errors))
         except OSError as e:
             raise LlmsimError(f"cannot write the report ({e.strerror})", source=report_md) from None
         console.print(f"markdown report: {report_md}")

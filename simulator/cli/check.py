@@ -19,23 +19,21 @@ import json as _json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional
 
 import typer
 from rich.table import Table
 
 from ..errors import LlmsimError
-from ..metrics.by_input_length import bucket_slo_blocks
 from ..report.diff import flatten, read_json_object
 from ..report.regression import Verdict, judge, rounded
-from ..scenario.ci import CheckSpec
-from ..scenario.load import load_scenario
-from ..scenario.overlays import load_with_overlays, load_with_variants
-from ..scenario.schema import Scenario
-from ..scenario.variants import ladder_steps
 from .app import app
 from .output import console, fmt
 from .progress import simulate_shown
+
+if TYPE_CHECKING:   # scenarios on first use: `llmsim --help` imports this module
+    from ..scenario.ci import CheckSpec
+    from ..scenario.schema import Scenario
 
 _STYLE = {"ok": "green", "improved": "green", "new": "yellow", "regressed": "bold red", "moved": "bold red",
           "missing": "bold red"}
@@ -52,6 +50,8 @@ class _Job:
     baseline: Optional[dict[str, Any]]
     update: bool                        # writing new baselines: moves are shown, not failed
     failures: list[str] = field(default_factory=list)
+    confidence: Optional[float] = None  # SLOs judged at this confidence under the error model
+    error_model: Any = None
 
 
 def baseline_file_name(scenario_name: str) -> str:
@@ -68,6 +68,11 @@ def _read_baseline(path: Path) -> dict[str, Any]:
 
 
 def _prepare(name: str, baseline_dir: Optional[Path], sets: List[str], update: bool) -> _Job:
+    from ..scenario.ci import CheckSpec
+    from ..scenario.load import load_scenario
+    from ..scenario.overlays import load_with_overlays, load_with_variants
+    from ..scenario.variants import ladder_steps
+
     sc, path = load_scenario(name)
     spec = sc.check or CheckSpec()
     for step in ladder_steps(sc.variants, sc.ladder)[1:]:
@@ -108,29 +113,38 @@ def _pct(rel: Optional[float]) -> str:
 
 
 def _slo_blocks(job: _Job, results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """(label, slo block): the scenario's over all traffic, then each class
-    that declares its own (a class without one is only held to the fleet's
-    targets over all traffic, as declared), then each prompt-length bucket
-    that declares its own."""
-    blocks = [("SLO", results.get("slo") or {})]
-    measured = (results.get("llmsim") or {}).get("classes") or {}
-    for c in getattr(job.scenario, "classes", None) or []:
-        if getattr(c, "slo", None) and c.name in measured:
-            blocks.append((f"SLO {c.name}", measured[c.name].get("slo") or {}))
-    return blocks + list(bucket_slo_blocks(results))
+    """The blocks :func:`~simulator.metrics.verdict.slo_blocks` judges, as ``llmsim run`` does."""
+    from ..metrics.verdict import slo_blocks
+
+    return slo_blocks(results, [c.name for c in getattr(job.scenario, "classes", None) or [] if c.slo])
 
 
 def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
-    for label, block in _slo_blocks(job, results):
+    from ..metrics.intervals import targets_at_confidence
+    from ..validation.error_model import regime_of_run
+
+    blocks = _slo_blocks(job, results)
+    judged = {}
+    if job.confidence is not None:      # each target's one-sided bound under llmsim's error model
+        regime = regime_of_run(job.scenario, results)
+        judged = {(j["label"], j["key"]): j
+                  for j in targets_at_confidence([blocks], regime, job.error_model, job.confidence)}
+    for label, block in blocks:
         for key, target in (block.get("targets") or {}).items():
             met = target["met"]
             att = target.get("attainment")
-            t.add_row(f"{label} {key}", f"≤ {_val(target['target_ms'])}", _val(target.get("measured_ms")),
+            measured = _val(target.get("measured_ms"))
+            bound = ""
+            if (label, key) in judged:
+                j = judged[(label, key)]
+                met = j["met"]
+                bound = f" (≤ {_val(j['bound_ms'])} at {100 * job.confidence:g}%)"
+            t.add_row(f"{label} {key}", f"≤ {_val(target['target_ms'])}", measured + bound,
                       "—" if att is None else f"{100 * att:.1f}% within", "met" if met else "VIOLATED",
                       style=None if met else "bold red")
             if not met:
-                job.failures.append(f"{label} {key}: measured {_val(target.get('measured_ms'))} ms, target "
-                                    f"≤ {_val(target['target_ms'])} ms")
+                job.failures.append(f"{label} {key}: measured {measured} ms{bound.replace(' at', ' ms at')}, "
+                                    f"target ≤ {_val(target['target_ms'])} ms")
 
 
 def _load_row(results: dict[str, Any], t: Table, job: _Job) -> None:
@@ -188,6 +202,9 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
                                           help="relative move allowed where check.tolerance names none"),
           set_: List[str] = typer.Option([], "--set", help="override a key in every scenario (repeatable)"),
           engine: str = typer.Option("fast", "--engine", help="fast (default) or reference"),
+          confidence: Optional[float] = typer.Option(
+              None, "--confidence", help="an SLO passes only if it holds with this probability under llmsim's "
+                                         "error model (e.g. 0.9)"),
           ) -> None:
     """Run scenarios at their fast settings; exit 1 if an SLO is missed or a tracked metric regressed."""
     if engine not in ("fast", "reference"):
@@ -200,7 +217,16 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
     if baseline is not None and not baseline.exists() and not update_baseline:
         raise LlmsimError("no such folder; --baseline names the folder of committed baselines (write them "
                           "first with --update-baseline)", source=baseline)
+    model = None
+    if confidence is not None:
+        from ..metrics.intervals import check_confidence
+        from ..validation.error_model import load_error_model
+
+        check_confidence(confidence)
+        model = load_error_model()
     jobs = [_prepare(s, baseline, set_, update_baseline) for s in scenarios]
+    for job in jobs:
+        job.confidence, job.error_model = confidence, model
     names: dict[str, Path] = {}
     for job in jobs:
         fname = baseline_file_name(job.scenario.name)
@@ -222,6 +248,8 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
         console.print(f"[bold red]check failed[/]: {len(failed)} of {len(jobs)} scenarios")
         for job in failed:
             for why in job.failures:
-                console.print(f"  {job.scenario.name}: {why}")
-        raise typer.Exit(1)
+                console.print(f"  {job.scenario.name}: {why}", markup=False)
+        from ..metrics.verdict import EXIT_MISSED
+
+        raise typer.Exit(EXIT_MISSED)
     console.print(f"[green]check passed[/]: {len(jobs)} scenario{'s' if len(jobs) != 1 else ''}")

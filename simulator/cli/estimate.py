@@ -1,16 +1,17 @@
 """``llmsim estimate step|request``: the cost model without a simulation."""
 from __future__ import annotations
 
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 import typer
+from rich.text import Text
 
-from ..costmodel import CostModel
 from ..errors import LlmsimError
-from ..estimate import model_figures, request_estimate
-from ..profiles import load_hardware, load_model
 from .app import app, err_console
 from .output import console, kv_table, print_json
+
+if TYPE_CHECKING:   # the cost model on first use: `llmsim --help` imports this module
+    from ..costmodel import CostModel
 
 estimate_app = typer.Typer(help="Back-of-envelope numbers from the calibrated cost model.", no_args_is_help=True)
 app.add_typer(estimate_app, name="estimate")
@@ -28,6 +29,9 @@ JSON = typer.Option(False, "--json", help="print one JSON object")
 
 def _cost_model(gpu: str, model: str, tp: int, weight_dtype: str, kv_dtype: str, roofline: bool,
                 dp: int = 1, ep: int = 1) -> CostModel:
+    from ..costmodel import CostModel
+    from ..profiles import load_hardware, load_model
+
     m, g = load_model(model), load_hardware(gpu)
     try:
         return CostModel(m, g, tp, weight_dtype, kv_dtype, roofline=roofline, dp=dp, ep=ep)
@@ -65,6 +69,8 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
     cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep)
     chunks = [(prefill_tokens, prefill_context)] if prefill_tokens else []
     b = cm.step(chunks, decode_batch, float(decode_batch * decode_context))
+    from ..estimate import model_figures
+
     out = {**cm.describe(), **model_figures(cm), **b.as_ms()}
     if json:
         print_json(out)
@@ -93,6 +99,8 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     if max_num_batched_tokens < 1:
         raise LlmsimError("--max-num-batched-tokens must be ≥ 1")
     cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep)
+    from ..estimate import request_estimate
+
     mp = cm.model.max_position_embeddings
     out = request_estimate(cm, input, output, mfu, max_num_batched_tokens, gpu_memory_utilization)
     if input + output > mp:
@@ -100,7 +108,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
         # case studies quote generic "7B" numbers past Llama-2's 4K window).
         note = f"input + output = {input + output} tokens exceeds {cm.model.name}'s context of {mp}"
         out["warnings"] = [note]
-        err_console.print(f"[yellow]warning:[/] {note}")
+        err_console.print(Text.assemble(("warning:", "yellow"), f" {note}"))
     if json:
         print_json(out)
         return

@@ -10,18 +10,20 @@ ladder.png, all moved into place together at the end.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import LlmsimError
-from ..report.summary import FAIL, OK, _money
-from ..report.ladder import ladder_runs, write_ladder
-from ..scenario.schema import Scenario
-from ..scenario.variants import Step, ladder_steps
-from .output import console, print_json
+from ..report.summary import _money
+from .output import UNBOUNDED, console, fitted_table, print_json
 from .progress import simulate_shown
 from .rundir import output_folder, write_run_files
+
+if TYPE_CHECKING:   # scenarios and the runner on first use: `llmsim --help` imports this module
+    from ..scenario.schema import Scenario
+    from ..scenario.variants import Step
 
 __all__ = ["run_ladder", "ladder_table", "ladder_tables"]
 
@@ -38,19 +40,26 @@ def _per_1k(usd: float) -> str:
     return _money(usd * 1000)
 
 
-# (row key, header, format) of the printed table.
-_COLUMNS = (
-    ("ttft_p50_ms", "TTFT p50\n(ms)", _ms),
-    ("ttft_p95_ms", "TTFT p95\n(ms)", _ms),
-    ("ttft_p99_ms", "TTFT p99\n(ms)", _ms),
-    ("tpot_p50_ms", "TPOT p50\n(ms)", _ms2),
-    ("tpot_p99_ms", "TPOT p99\n(ms)", _ms2),
-    ("tokens_per_s_per_request", "tok/s per\nrequest", _whole),
-    ("max_batch_size", "max\nbatch", _count),
+# (row key, header, format) of the printed table, most important first.
+_MONEY = (
+    ("gpus", "GPUs (peak)", _count),
+    ("monthly_usd", "$ per month", _whole),
+    ("usd_per_request", "$ per 1k completed requests", _per_1k),
     ("completed", "completed", _count),
-    ("gpus", "GPUs\n(peak)", _count),
-    ("usd_per_request", "$ per 1k\ncompleted\nrequests", _per_1k),
-    ("monthly_usd", "$ per\nmonth", _whole),
+)
+_SPEED = (
+    ("ttft_p99_ms", "TTFT p99 (ms)", _ms),
+    ("tpot_p99_ms", "TPOT p99 (ms)", _ms2),
+    ("ttft_p50_ms", "TTFT p50 (ms)", _ms),
+    ("ttft_p95_ms", "TTFT p95 (ms)", _ms),
+    ("tpot_p50_ms", "TPOT p50 (ms)", _ms2),
+    ("tokens_per_s_per_request", "tok/s per request", _whole),
+    ("max_batch_size", "max batch", _count),
+)
+#: Shown first when the scenario is a slice of a product (``product.slices`` > 1).
+_PRODUCT = (
+    ("product_gpus", "product GPUs", _count),
+    ("product_monthly_usd", "product $ per month", _whole),
 )
 
 
@@ -58,32 +67,24 @@ def _cell(value: Any, fmt: Callable[[Any], str]) -> str:
     return "—" if value is None else fmt(value)
 
 
-#: Shown first when the scenario is a slice of a product (``product.slices`` > 1).
-_PRODUCT = (
-    ("product_gpus", "product\nGPUs", _count),
-    ("product_monthly_usd", "product\n$ per month", _whole),
-)
-
-
 def _columns(rows: Sequence[Mapping[str, Any]]) -> tuple:
     """A slice of a product leads with the product's GPUs and monthly cost."""
     sliced = any(r.get("product_gpus") not in (None, r.get("gpus")) for r in rows)
-    return (_PRODUCT if sliced else ()) + _COLUMNS
+    return (_PRODUCT if sliced else ()) + _MONEY + _SPEED
 
 
 def ladder_tables(title: str, rows: Sequence[Mapping[str, Any]], width: int) -> list[Table]:
     """The ladder as one table, or stacked as two (GPUs and money, then
     latencies and batching, each with the step and its verdict) when one
-    would be wider than ``width``: a terminal would cut its right edge."""
-    whole = ladder_table(title, rows)
+    would be wider than ``width``; a table still too wide leaves out its
+    least important columns, never cuts a number."""
+    whole = ladder_table(title, rows, width=UNBOUNDED)
     if _min_width(whole) <= width:
         return [whole]
-    cols = _columns(rows)
-    money = [c for c in cols if not c[0].endswith("_ms") and c[0] not in ("tokens_per_s_per_request",
-                                                                           "max_batch_size")]
-    speed = [c for c in cols if c not in money]
-    return [ladder_table(title + " — GPUs and cost", rows, tuple(money)),
-            ladder_table(title + " — latency and batching", rows, tuple(speed), counts=False)]
+    speed = _SPEED
+    money = tuple(c for c in _columns(rows) if c not in speed)
+    return [ladder_table(title + " — GPUs and cost", rows, money, width=width),
+            ladder_table(title + " — latency and batching", rows, speed, counts=False, width=width)]
 
 
 def _min_width(t: Table) -> int:
@@ -95,21 +96,14 @@ def _min_width(t: Table) -> int:
 
 
 def ladder_table(title: str, rows: Sequence[Mapping[str, Any]], columns: tuple = (), *,
-                 counts: bool = True) -> Table:
-    """One row per step; headers wrap, values never shrink."""
+                 counts: bool = True, width: int = UNBOUNDED) -> Table:
+    """One row per step, its verdict beside its name; headers wrap, values never shrink."""
     columns = columns or _columns(rows)
-    cells = [[r["step"], *(_cell(r.get(k), fmt) for k, _, fmt in columns)]
+    cells = [[r["step"], "—" if r["slo_met"] is None else "✓" if r["slo_met"] else "✗",
+              *(_cell(r.get(k), fmt) for k, _, fmt in columns)]
              + ([f"{_cell(r['rejected'], _count)} / {_cell(r['cancelled'], _count)}"] if counts else []) for r in rows]
-    headers = ["step", *(h for _, h, _ in columns)] + (["rejected /\ncancelled"] if counts else [])   # usually 0 / 0
-    t = Table(title=title, title_justify="left")
-    for i, header in enumerate(headers):
-        t.add_column(header, justify="left" if i == 0 else "right", style="bold" if i == 0 else None,
-                     min_width=max(len(c[i]) for c in cells))
-        if i == 0:   # the verdict beside the name: a narrow terminal crops the right edge
-            t.add_column("SLO", justify="center")
-    for r, (step, *rest) in zip(rows, cells):
-        t.add_row(step, "—" if r["slo_met"] is None else OK if r["slo_met"] else FAIL, *rest)
-    return t
+    headers = ["step", "SLO", *(h for _, h, _ in columns)] + (["rejected / cancelled"] if counts else [])
+    return fitted_table(title, headers, cells, width, keep=2, left=[0], header=0)   # headers are words: they wrap
 
 
 def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, output: Path | None, *,
@@ -117,6 +111,9 @@ def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, outpu
     if not sc.variants:
         raise LlmsimError("the scenario declares no variants, so there is no ladder to run; add "
                           "`variants: [{name: ..., set: {key.path: value}}]`", source=path, key_path="variants")
+    from ..report.ladder import ladder_runs, write_ladder
+    from ..scenario.variants import ladder_steps
+
     steps = ladder_steps(sc.variants, sc.ladder)
     rows: list[dict[str, Any]] = []
 
@@ -136,7 +133,10 @@ def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, outpu
             if plots:
                 from ..report.plots import write_ladder_plot
 
+                from ..report.page import write_report
+
                 write_ladder_plot(tmp, rows, baseline_slo, title=f"{sc.name}: what-if ladder", mode=sc.ladder)
+                write_report(tmp)
     if json:
         print_json({"scenario": sc.name, "ladder": sc.ladder, "steps": rows})
         return
@@ -144,7 +144,7 @@ def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, outpu
         console.print(table)
     for step in steps[1:]:
         applied = " + ".join(v.name for v in step.variants)
-        console.print(f"[dim]{step.name}: {step.description or '(no description)'} — baseline + {applied}[/]")
+        console.print(Text(f"{step.name}: {step.description or '(no description)'} — baseline + {applied}", "dim"))
     if output is not None:
-        console.print(f"wrote {output}/ladder.json, ladder.csv{', ladder.png' if plots else ''} "
-                      f"and each step's results in {output}/<step>/")
+        console.print(f"wrote {output}/ladder.json, ladder.csv{', ladder.png, report.html' if plots else ''} "
+                      f"and each step's results in {output}/<step>/", markup=False)

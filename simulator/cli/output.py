@@ -3,10 +3,12 @@ from __future__ import annotations
 
 import json
 import math
-from typing import Any, Iterable
+import re
+from typing import Any, Iterable, Optional, Sequence
 
 from rich.console import Console, ConsoleDimensions
 from rich.table import Table
+from rich.text import Text
 
 #: Width outside a terminal: wider than any table llmsim prints, so nothing is cut.
 UNBOUNDED = 10_000
@@ -54,6 +56,8 @@ def print_json(obj: Any) -> None:
 
 
 def fmt(v: Any) -> str:
+    if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 1000:
+        return f"{v:,}"
     if isinstance(v, float):
         if not math.isfinite(v):
             return "—"
@@ -71,4 +75,73 @@ def kv_table(title: str, rows: Iterable[tuple[str, Any]]) -> Table:
     t.add_column("value", justify="right")
     for k, v in rows:
         t.add_row(k, fmt(v))
+    return t
+
+
+def product_columns(rows: Iterable[dict[str, Any]]) -> list[str]:
+    """The product's GPUs and monthly cost, first, when any row is a slice of a
+    product (its product figures differ from the slice's): one answer in every
+    command, the one ``llmsim run`` leads with."""
+    sliced = any(r.get("product_gpus") not in (None, r.get("gpus")) for r in rows)
+    return ["product_monthly_usd", "product_gpus"] if sliced else []
+
+
+def fleet_answer(row: dict[str, Any]) -> str:
+    """``the product: 7,168 GPUs, $15.7M/month; the simulated slice: 96 GPUs, $210,240/month``, or the fleet's alone."""
+    def part(gpus: Any, usd: Any) -> str:
+        g = "—" if gpus is None else f"{gpus:,}"
+        m = "—" if usd is None else f"${usd:,.0f}"
+        return f"{g} GPUs, {m}/month"
+    whole = part(row.get("gpus"), row.get("monthly_usd"))
+    if row.get("product_gpus") in (None, row.get("gpus")):
+        return f"the fleet: {whole}"
+    return f"the product: {part(row['product_gpus'], row.get('product_monthly_usd'))}; the simulated slice: {whole}"
+
+
+def _header_lines(header: str, width: int) -> str:
+    """A header broken after spaces, dots and underscores into lines of at most
+    ``width`` (a word longer than that stays whole)."""
+    parts = re.findall(r"[^ ._]+[ ._]?", header) or [header]
+    lines = [""]
+    for p in parts:
+        if lines[-1] and len(lines[-1]) + len(p.rstrip()) > width:
+            lines.append("")
+        lines[-1] += p
+    return "\n".join(line.rstrip() for line in lines)
+
+
+def fitted_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]], width: Optional[int] = None, *,
+                 keep: int = 1, caption: Optional[str] = None, left: Optional[Sequence[int]] = None,
+                 header: int = 11) -> Table:
+    """A table whose cells are never cut: each column is as wide as its
+    widest cell (headers wrap between words instead), and when the table
+    would not fit ``width`` (a terminal's; outside one, nothing is left out)
+    the rightmost columns go, never the first ``keep``, and the caption
+    names them. Columns are listed most important first; cells are plain
+    text, never markup; text columns are set left, numbers right (or the
+    columns ``left`` names, when cells are numbers already formatted)."""
+    width = console.width if width is None else width
+    cells = [["—" if v is None else fmt(v) if not isinstance(v, Text) else v for v in r] for r in rows]
+    if left is None:    # text columns left, numbers right
+        left = [i for i in range(len(headers)) if any(isinstance(r[i], (str, Text)) for r in rows)
+                and all(isinstance(r[i], (str, Text)) or r[i] is None for r in rows)]
+
+    def need(i: int) -> int:
+        # a header of up to ``header`` characters (ttft_p99_ms) keeps one line; a longer one wraps between words
+        longest_word = max((len(w) for w in re.split(r"[ ._]", headers[i]) if w), default=1)
+        return max([longest_word, min(len(headers[i]), header), *(len(str(c[i])) for c in cells)])
+
+    shown = list(range(len(headers)))
+    while len(shown) > keep and sum(need(i) + 3 for i in shown) + 1 > width:
+        shown.pop()
+    dropped = [headers[i].replace("\n", " ") for i in range(len(headers)) if i not in shown]
+    notes = [caption] if caption else []
+    if dropped:
+        notes.append(f"left out at {width} columns: {', '.join(dropped)} (a wider terminal, or --json, shows them)")
+    t = Table(title=title, title_justify="left", caption="; ".join(notes) or None, caption_justify="left")
+    for i in shown:
+        t.add_column(_header_lines(headers[i], need(i)), justify="left" if i in left else "right", no_wrap=True,
+                     min_width=need(i))
+    for c in cells:
+        t.add_row(*(c[i] if isinstance(c[i], Text) else Text(str(c[i])) for i in shown))
     return t

@@ -6,15 +6,12 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.text import Text
 
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError
-from ..planning.pareto import plot_pareto
-from ..planning.plan import infeasible_message, plan_fleet
-from ..planning.store import PointStore
-from ..planning.vary import parse_vary
 from .app import app
-from .output import console, fmt, to_json
+from .output import console, fleet_answer, product_columns, to_json
 from .sweep import Address, ConnectTimeout, ExecutorName, Sets, Workers, open_executor, output_dir, parse_sets, \
     rows_table, runs_progress
 
@@ -32,40 +29,68 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
                                                help="folder for plan.json and pareto.png "
                                                     "(default: ./plan-<scenario name>)"),
          engine: str = typer.Option("fast", "--engine", help="fast (default) or reference"),
+         confidence: Optional[float] = typer.Option(
+             None, "--confidence", help="plan for an SLO that holds with this probability under llmsim's error "
+                                        "model (and the --seeds' spread); the answer at 0.5 is given beside it"),
          executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
          connect_timeout: ConnectTimeout = 10.0, set_: Sets = None) -> None:
     """Find, for each combination of choices, the smallest value of the range axis meeting every SLO, ranked by cost.
 
     Exit code 2 when no combination meets the SLO (plan.json is still written)."""
+    from ..metrics.intervals import check_confidence
+    from ..planning.confidence import by_confidence, confidence_text
+    from ..planning.pareto import plot_pareto    # planning on first use: `llmsim --help` imports this module
+    from ..validation.error_model import load_error_model
+    from ..planning.plan import infeasible_message, plan_fleet
+    from ..planning.store import PointStore
+    from ..planning.vary import parse_vary
+
     if engine not in ("fast", "reference"):
         raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
+    model = None
+    if confidence is not None:
+        check_confidence(confidence)
+        model = load_error_model()
     axes = [parse_vary(v) for v in vary]
     out = output_dir(output, f"plan-{Path(scenario).stem}")
     wall = time.perf_counter()
+    levels = sorted({0.5, confidence}) if confidence is not None else [None]
+    plans = {}
     with open_executor(executor, workers, address, connect_timeout) as ex, runs_progress(None, "plan") as on_row:
-        result = plan_fleet(scenario, axes, ex, seeds=seeds, max_rate=max_rate, engine=engine,
-                            store=PointStore(out / "points"), on_row=on_row, sets=parse_sets(set_),
-                            variants=variant)
+        for c in levels:      # the runs are stored: the second level reuses every probe the first made
+            plans[c] = plan_fleet(scenario, axes, ex, seeds=seeds, max_rate=max_rate, engine=engine,
+                                  store=PointStore(out / "points"), on_row=on_row, sets=parse_sets(set_),
+                                  variants=variant, confidence=c, model=model)
+    result = plans[confidence]
     wall = time.perf_counter() - wall
-    text = to_json(result.to_json()) + "\n"
+    doc = result.to_json()
+    if confidence is not None:
+        doc["by_confidence"] = by_confidence(plans)
+    text = to_json(doc) + "\n"
     write_atomic(out / "plan.json", lambda tmp: tmp.write_text(text))
     written = [out / "plan.json"]
     if not max_rate:
         written.append(plot_pareto(result.probes, result.best, out / "pareto.png",
                                    title=f"{Path(scenario).stem}: cost vs p99 TTFT of every fleet simulated"))
+    from ..report.page import write_report   # plotly's JavaScript only when a page is written
+
+    written.append(write_report(out))
     key = result.searched["key"]
     keys = [k for k in dict.fromkeys(k for c in result.candidates for k in c["overrides"])
             if not (max_rate and k == key)]  # the rate reached has its own column
     shown = [dict(c["overrides"], **{k: v for k, v in c.items() if k != "overrides"}) for c in result.candidates]
     figures = ["max_rate_per_s"] if max_rate else []
-    figures += ["monthly_usd", "gpus", "ttft_p99_ms", "tpot_p99_ms", "slo_met", "probes", "failed_slo"]
+    figures += [*product_columns(result.candidates), "monthly_usd", "gpus", "ttft_p99_ms", "tpot_p99_ms", "slo_met",
+                "probes", "failed_slo"]
     what = f"highest {key} meeting the SLO" if max_rate else f"smallest {key} meeting the SLO, cheapest first"
     planned = scenario + "".join(f" --variant {v}" for v in variant)
-    console.print(rows_table(f"plan {planned}: {what}", shown, [*keys, *figures]))
+    console.print(rows_table(f"plan {planned}: {what}", shown, [*keys, *figures], keep=len(keys)))
     runs = sum(c["probes"] for c in result.candidates) * len(result.seeds)
     console.print(f"searched {key}; {runs} runs ({len(result.seeds)} seed(s) each) in {wall:.1f} s; "
-                  f"wrote {', '.join(map(str, written))}")
+                  f"wrote {', '.join(map(str, written))}", markup=False)
+    if confidence is not None:
+        console.print(confidence_text(doc["by_confidence"]))
     if result.best is None:
         raise LlmsimError(infeasible_message(result))
     best = ", ".join(f"{k}={v}" for k, v in result.best["overrides"].items())
-    console.print(f"[bold]best:[/] {best}  (monthly cost ${fmt(result.best['monthly_usd'])})")
+    console.print(Text.assemble(("best: ", "bold"), f"{best}  ({fleet_answer(result.best)})"))

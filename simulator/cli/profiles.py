@@ -2,20 +2,25 @@
 from __future__ import annotations
 
 import typer
-from rich.table import Table
 
-from ..profiles import list_builtin, load_hardware, load_model
-from ..profiles.backend import load_backend
 from .app import app
-from .output import console, fmt, print_json
+from .output import console, fitted_table, print_json
 
 profiles_app = typer.Typer(help="Built-in hardware and model profiles.", no_args_is_help=True)
 app.add_typer(profiles_app, name="profiles")
 
 
+#: Shown first, and so kept on a narrow terminal: what a capacity plan is priced and sized by.
+_FIRST = ("name", "hbm_gib", "hbm_tb_s", "bf16_tflops", "fp8_tflops", "usd_per_gpu_hour", "params_b",
+          "active_params_b", "kv_kib_per_token_bf16", "max_context", "stack", "versions")
+
+
 @profiles_app.command("list")
 def list_profiles(json: bool = typer.Option(False, "--json")) -> None:
     """List GPUs, models and serving backends with their key numbers."""
+    from ..profiles import list_builtin, load_hardware, load_model    # on first use: `llmsim --help` imports this
+    from ..profiles.backend import load_backend
+
     gpus = [load_hardware(n).summary() for n in list_builtin("hardware_profiles")]
     models = [load_model(n).summary() for n in list_builtin("model_profiles")]
     backends = [load_backend(n).summary() for n in list_builtin("backend_profiles")]
@@ -23,14 +28,6 @@ def list_profiles(json: bool = typer.Option(False, "--json")) -> None:
         print_json({"gpus": gpus, "models": models, "backends": backends})
         return
     for title, rows in (("GPUs", gpus), ("Models", models), ("Serving backends (engine.backend)", backends)):
-        t = Table(title=title, title_justify="left")
-        for k in rows[0]:
-            if k == "name":
-                # Never cut the name: it is what a user types next. The other
-                # columns fold rather than truncate on a narrow terminal.
-                t.add_column(k, justify="left", no_wrap=True, min_width=max(len(r["name"]) for r in rows))
-            else:
-                t.add_column(k, justify="right", overflow="fold")
-        for r in rows:
-            t.add_row(*(fmt(v) if v is not None else "—" for v in r.values()))
-        console.print(t)
+        # The name is what a user types next: always shown; the rest as the width allows, never cut.
+        keys = sorted(rows[0], key=lambda k: k not in _FIRST)     # the rest in the profile's order
+        console.print(fitted_table(title, keys, [[r[k] for k in keys] for r in rows]))

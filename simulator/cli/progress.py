@@ -7,10 +7,13 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from ..runner import RunOutput, simulate
-from ..scenario.schema import Scenario
 from .app import err_console
+
+if TYPE_CHECKING:   # the runner on first use: every command imports this module, `--help` included
+    from ..runner import RunOutput
+    from ..scenario.schema import Scenario
 
 __all__ = ["simulate_shown"]
 
@@ -18,6 +21,8 @@ __all__ = ["simulate_shown"]
 def simulate_shown(sc: Scenario, engine: str, source: Path | None, *, show: bool | None = None,
                    label: str = "simulating") -> RunOutput:
     """:func:`simulate`, with a bar when ``show`` (default: stderr is a terminal)."""
+    from ..runner import simulate
+
     if show is None:
         show = sys.stderr.isatty()
     if not show:

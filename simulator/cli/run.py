@@ -3,23 +3,23 @@ from __future__ import annotations
 
 import json as _json
 from pathlib import Path
-from typing import List, Optional
+from typing import TYPE_CHECKING, List, Optional
 
 import typer
+from rich.markup import escape
 
 from ..errors import LlmsimError
-from ..report.summary import summary_table
-from ..runsize import check_run_size
-from ..scenario.load import load_scenario
-from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
-from ..scenario.schema import Scenario
-from ..scenario.variants import select_variants
-from .app import app
+from .app import app, err_console
 from .ladder import run_ladder
 from .output import console, print_json
 from .progress import simulate_shown
 from .rundir import output_folder, output_path, write_run_files
 from .sweep import Address, ConnectTimeout, ExecutorName, Workers, open_executor
+
+if TYPE_CHECKING:   # scenarios and the runner on first use: `llmsim --help` imports this module
+    from ..runner import RunOutput
+    from ..scenario.schema import Scenario
+    from ..validation.error_model import ErrorModel
 
 
 def _plots_wanted(plots: Optional[bool], output: Optional[Path]) -> bool:
@@ -44,16 +44,40 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
         ladder: bool = typer.Option(False, "--ladder",
                                     help="run the baseline and each variant step; one row per step"),
         plots: Optional[bool] = typer.Option(None, "--plots/--no-plots",
-                                             help="draw PNG plots into -o DIR (default: on with -o)"),
+                                             help="draw report.html and PNG plots into -o DIR (default: on with -o)"),
         shards: Optional[int] = typer.Option(None, "--shards",
                                              help="split the fleet into N independent shards (sessions hashed, "
                                                   "replicas divided), run them in parallel and merge the records"),
+        replicates: int = typer.Option(1, "--replicates",
+                                       help="run N seeds (seed, seed+1, ...) on the executor and report each "
+                                            "figure's spread; files and plots are the first seed's"),
+        confidence: float = typer.Option(0.9, "--confidence",
+                                         help="confidence of the intervals in results.json (llmsim.intervals)"),
         executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
         connect_timeout: ConnectTimeout = 10.0,
+        exit_zero: bool = typer.Option(False, "--exit-zero",
+                                       help="exit 0 even when the SLO is missed or the fleet is overloaded"),
         ) -> None:
-    """Replay a scenario's traffic through its fleet and report latency percentiles."""
+    """Replay a scenario's traffic through its fleet and report latency percentiles.
+
+    Exit code 1 when an SLO the scenario declares is missed or the fleet is
+    overloaded (the rule of llmsim check; --exit-zero turns it off), 2 for bad input."""
+    from ..metrics.intervals import check_confidence
+    from ..replicates import check_replicates
+    from ..report.intervals import annotate
+    from ..report.summary import summary_table
+    from ..runsize import check_run_size
+    from ..scenario.load import load_scenario
+    from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
+    from ..scenario.variants import select_variants
+
     if engine not in ("fast", "reference"):
         raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
+    check_replicates(replicates)
+    check_confidence(confidence)
+    if replicates > 1 and (shards is not None or ladder):
+        raise LlmsimError(f"--replicates runs one fleet at several seeds; drop {'--shards' if shards else '--ladder'} "
+                          "(or drop --replicates)")
     if shards is not None and ladder:
         raise LlmsimError("--shards runs one fleet; drop --ladder (or drop --shards)")
     if ladder and variant:
@@ -71,26 +95,79 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
         check_run_size(sc, path)
     with output_folder(output, overwrite=overwrite, inputs=[path]) as stage:
         with blamed_on(path, variant_overlays(chosen), set_):
-            if shards is None:
+            if replicates > 1:
+                with open_executor(executor, workers, address, connect_timeout) as ex:
+                    out, reps = _replicated(sc, replicates, ex, path, engine)
+            elif shards is None:
                 out = simulate_shown(sc, engine, path, show=False if json else None)
             else:
                 from ..sharding import run_sharded
 
                 with open_executor(executor, workers, address, connect_timeout) as ex:
                     out = run_sharded(sc, shards, source=path, engine=engine, executor=ex)
+        model, model_note = _error_model()
+        annotate(out.results, sc, reps if replicates > 1 else [out.results], confidence, model)
         if stage is not None:
             write_run_files(stage, out, plots=draw)
     if json:
         print_json(out.results)
+        _exit_on_verdict(out.results, sc, exit_zero)
         return
     console.print(summary_table(out.results))
+    _print_intervals(out.results, model_note)
     if shards is not None:
         _print_shards(out.results["llmsim"]["shards"])
     cal = out.results["llmsim"]["calibration"]
     if not cal["calibrated"]:
-        console.print(f"[yellow]note:[/] {cal['gpu']} cost model is {cal['status']}, not fitted to its own measurements")
+        console.print(f"[yellow]note:[/] {escape(cal['gpu'])} cost model is {cal['status']}, not fitted to its own "
+                      f"measurements")
     if output is not None:
-        console.print(f"wrote {output}/results.json, run.json, the per-request table{' and plots' if draw else ''}")
+        console.print(f"wrote {output}/results.json, run.json, scenario.yaml, the per-request table"
+                      f"{', report.html and plots' if draw else ''}", markup=False)
+    _exit_on_verdict(out.results, sc, exit_zero)
+
+
+def _exit_on_verdict(results: dict, sc: Scenario, exit_zero: bool) -> None:
+    """A missed SLO or an overloaded fleet ends in exit code 1, as in ``llmsim check``."""
+    from ..metrics.verdict import EXIT_MISSED, failures
+
+    why = failures(results, [c.name for c in sc.classes if c.slo])
+    if why and not exit_zero:
+        err_console.print("exit 1: " + "; ".join(why), markup=False)
+        raise typer.Exit(EXIT_MISSED)
+
+
+def _replicated(sc, n: int, ex, path: Path, engine: str) -> tuple[RunOutput, list[dict]]:
+    """The first seed's run (its files) and every seed's results."""
+    from ..metrics.records import Records
+    from ..replicates import run_replicates
+    from ..runner import RunOutput
+
+    outs = run_replicates(sc, n, ex, source=path, engine=engine)
+    first = outs[0]
+    return (RunOutput(sc, Records(first.columns), None, first.results, timeline=first.timeline, timing=first.timing),
+            [o.results for o in outs])
+
+
+def _error_model() -> tuple[Optional[ErrorModel], Optional[str]]:
+    """The shipped error model, or None and why (intervals are then the replicates' spread alone)."""
+    from ..validation.error_model import load_error_model
+
+    try:
+        return load_error_model(), None
+    except LlmsimError as e:
+        return None, e.render()
+
+
+def _print_intervals(results: dict, model_note: Optional[str]) -> None:
+    from ..report.intervals import intervals_table, widened_notes
+
+    table = intervals_table(results)
+    if table is not None:
+        console.print(table)
+    for line in ([f"no error model, so intervals are the replicates' spread alone: {model_note}"] if model_note
+                 else widened_notes(results)):
+        console.print(f"[yellow]note:[/] {line}")
 
 
 def _print_shards(info: dict) -> None:
@@ -106,4 +183,6 @@ def _print_shards(info: dict) -> None:
 @app.command("schema")
 def schema() -> None:
     """Print the JSON Schema of scenario files."""
+    from ..scenario.schema import Scenario
+
     print(_json.dumps(Scenario.model_json_schema(), indent=2))

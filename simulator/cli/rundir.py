@@ -1,4 +1,5 @@
-"""A run's result folder: results.json, run.json, the per-request table, timeline.csv and plots.
+"""A run's result folder: results.json, run.json, scenario.yaml, the per-request table, timeline.csv,
+report.html and plots.
 
 The folder is made, and a hidden staging folder inside it, before the
 simulation starts: an unwritable, read-only or misnamed ``-o`` fails in
@@ -20,12 +21,13 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
 from ..errors import LlmsimError
-from ..metrics.results import write_results
-from ..metrics.table import write_requests
-from ..runner import RunOutput
+
+if TYPE_CHECKING:
+    from ..runner import RunOutput
+    from ..scenario.schema import Scenario
 
 __all__ = ["output_path", "output_folder", "os_error", "write_run_files", "STAGING_PREFIX"]
 
@@ -139,6 +141,9 @@ def _commit(stage: Path, output: Path, overwrite: bool) -> None:
 
 def write_run_files(folder: Path, out: RunOutput, *, plots: bool) -> None:
     """The run's files, written straight into ``folder`` (a staging folder)."""
+    from ..metrics.results import write_results
+    from ..metrics.table import write_requests
+
     # The fleet runner exposes a timeline; an older RunOutput has none.
     timeline = getattr(out, "timeline", None)
     folder.mkdir(parents=True, exist_ok=True)
@@ -148,7 +153,24 @@ def write_run_files(folder: Path, out: RunOutput, *, plots: bool) -> None:
     write_requests(out.requests, folder / "requests")
     if timeline is not None:
         timeline.to_csv(folder / "timeline.csv", index=False)
+    write_scenario(out.scenario, folder / "scenario.yaml")
     if plots:
-        from ..report.plots import write_run_plots  # matplotlib only when drawing
+        from ..report.page import write_report    # the page and matplotlib only when drawing
+        from ..report.plots import write_run_plots
+
+        from ..report.intervals import write_intervals_plot
 
         write_run_plots(folder, out.results, out.requests, timeline)
+        write_intervals_plot(folder, out.results)
+        write_report(folder)
+
+
+def write_scenario(sc: Scenario, path: Path) -> None:
+    """The scenario as run (variants and --set applied), in the file's own
+    terms: what was set, without the defaults llmsim filled in. It loads
+    back to the same scenario (paths inside it are relative to the original
+    file's folder)."""
+    import yaml
+
+    text = yaml.safe_dump(sc.model_dump(mode="json", exclude_unset=True), sort_keys=False, allow_unicode=True)
+    path.write_text(f"# the scenario as run: {sc.name}\n" + text)

@@ -3,24 +3,22 @@ from __future__ import annotations
 
 import errno
 import os
-import re
 import sys
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Annotated, Any, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Annotated, Any, Iterator, Optional, Sequence
 
 import typer
 from rich.table import Table
 
 from ..errors import LlmsimError
-from ..planning.executors import Executor, ExecutorOptions, make_executor
-from ..planning.sweep import override_keys, plan_sweep, run_sweep
-from ..scenario.overrides import parse_assignment
-from ..scenario.variants import merge_overlays
 from .app import app, err_console
-from .output import console, fmt
+from .output import console, fitted_table, product_columns
 from .rundir import os_error, output_path
+
+if TYPE_CHECKING:   # planning and scenarios on first use: every command imports this module, `--help` included
+    from ..planning.executors import Executor
 
 ExecutorName = Annotated[str, typer.Option("--executor", help="where runs go: local (a process pool) or dask")]
 Workers = Annotated[Optional[int], typer.Option("--workers", help="local processes (default: one per core)")]
@@ -32,10 +30,15 @@ Sets = Annotated[Optional[list[str]], typer.Option("--set", help="override a key
 
 def parse_sets(sets: Optional[Sequence[str]]) -> dict[str, Any]:
     """``--set`` assignments as one overlay, applied in order as ``llmsim run`` applies them."""
+    from ..scenario.overrides import parse_assignment
+    from ..scenario.variants import merge_overlays
+
     return merge_overlays([dict([parse_assignment(a)]) for a in sets or ()])
 
 
 def open_executor(name: str, workers: Optional[int], address: Optional[str], connect_timeout: float) -> Executor:
+    from ..planning.executors import ExecutorOptions, make_executor
+
     return make_executor(name, ExecutorOptions(workers=workers, address=address, connect_timeout_s=connect_timeout))
 
 
@@ -91,36 +94,17 @@ def runs_progress(total: Optional[int], what: str) -> Iterator[Any]:
         yield on_row
 
 
-def _header(key: str, width: int = 12) -> tuple[str, int]:
-    """A key path broken into lines after its dots and underscores (never
-    inside a word), and the width those lines need."""
-    parts = re.findall(r"[^._]+[._]?", key) or [key]
-    width = max(width, *(len(p) for p in parts))
-    lines = [""]
-    for p in parts:
-        if lines[-1] and len(lines[-1]) + len(p) > width:
-            lines.append("")
-        lines[-1] += p
-    return "\n".join(lines), max(len(line) for line in lines)
-
-
 def rows_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str], limit: int = 40,
-               width: int = 60) -> Table:
-    """Rows as a table: numbers right-aligned, long text cut to ``width``
-    (the files written beside it hold the full text). A column no row
-    has a value for is left out."""
-    columns = [k for k in columns if any(r.get(k) is not None for r in rows)]
-    t = Table(title=title, title_justify="left")
-    for k in columns:
-        numeric = all(isinstance(r.get(k), (int, float)) for r in rows if r.get(k) is not None)
-        header, need = _header(k)
-        t.add_column(header, justify="right" if numeric else "left", overflow="fold", min_width=need)
-    for r in rows[:limit]:
-        cells = ["—" if r.get(k) is None else fmt(r[k]) for k in columns]
-        t.add_row(*(c if len(c) <= width else c[: width - 1] + "…" for c in cells))
-    if len(rows) > limit:
-        t.caption = f"first {limit} of {len(rows)} rows"
-    return t
+               width: int = 60, keep: int = 1) -> Table:
+    """Rows as a table (:func:`~simulator.cli.output.fitted_table`: numbers
+    never cut, the rightmost columns left out where a terminal is too narrow,
+    never the first ``keep``); long text cut to ``width`` (the files written
+    beside it hold the full text). A column no row has a value for is left out."""
+    shown = [k for k in columns if any(r.get(k) is not None for r in rows)]
+    cells = [[(v if len(v) <= width else v[: width - 1] + "…") if isinstance(v := r.get(k), str) else v
+              for k in shown] for r in rows[:limit]]
+    return fitted_table(title, shown, cells, keep=max(1, min(keep, len(shown))),
+                        caption=f"first {limit} of {len(rows)} rows" if len(rows) > limit else None)
 
 
 _SHOWN = ("ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms", "slo_met", "monthly_usd", "wall_time_s", "error")
@@ -133,6 +117,8 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
           executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
           connect_timeout: ConnectTimeout = 10.0, set_: Sets = None) -> None:
     """Run every point of a sweep file into one table (resumable: finished points are skipped)."""
+    from ..planning.sweep import override_keys, plan_sweep, run_sweep
+
     points = plan_sweep(sweep_file, parse_sets(set_))
     out = output_dir(output, f"sweep-{sweep_file.stem}")
     wall = time.perf_counter()
@@ -141,9 +127,15 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
         run = run_sweep(points, out, ex, on_row)
         where = f"{executor} ({ex.workers} worker{'s' if ex.workers != 1 else ''})"
     wall = time.perf_counter() - wall
-    console.print(rows_table(f"sweep {sweep_file}", run.rows, [*override_keys(points), *_SHOWN]))
-    console.print(f"wrote {run.table}: {len(run.rows)} rows ({run.reused} reused from {out / 'points'}, "
-                  f"{len(run.rows) - run.reused} run on {where}) in {wall:.1f} s")
+    keys = override_keys(points)
+    console.print(rows_table(f"sweep {sweep_file}", run.rows, [*keys, *product_columns(run.rows), *_SHOWN],
+                             keep=len(keys)))
+    if run.rows:
+        from ..report.page import write_report
+
+        write_report(out)
+    console.print(f"wrote {run.table} and {out / 'report.html'}: {len(run.rows)} rows ({run.reused} reused from "
+                  f"{out / 'points'}, {len(run.rows) - run.reused} run on {where}) in {wall:.1f} s", markup=False)
     if run.errors:
         first = run.errors[0]["error"]
         raise LlmsimError(f"{len(run.errors)} of {run.total} points could not run (kept out of the store, rerun "

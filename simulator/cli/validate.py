@@ -117,6 +117,11 @@ def validate(
         preds = predict_all(usable, settings, workers)
         errors = error_table(usable, preds)
     else:
+        if len(usable) < len(fitting.PARAMS):
+            err_console.print(f"warning: {len(usable)} row(s) to fit {len(fitting.PARAMS)} overheads "
+                              f"({', '.join(fitting.PARAMS)}): fewer rows than parameters, so the fit cannot tell "
+                              f"them apart and its values only reproduce these rows; give --fit more rows (several "
+                              f"concurrencies and lengths) before trusting them", markup=False, style="yellow")
         res = fitting.fit(usable, settings, workers=workers, progress=lambda s: err_console.print(s, style="dim"))
         errors = error_table(usable, res.in_sample)
         out["fitted"] = res.overheads.model_dump()
@@ -163,16 +168,21 @@ def _print(errors, out: dict) -> None:
     from rich.table import Table
 
     from ..validation.report import LABELS
+    from .output import fitted_table
 
-    t = Table(title="measured vs llmsim (error = llmsim/measured − 1)", title_justify="left")
-    for c in ("row", "stack", "tp", "isl/osl", "C or rate", "metric", "measured", "llmsim", "error"):
-        t.add_column(c, justify="left" if c in ("row", "stack", "metric") else "right")
+    groups: dict[tuple, list] = {}
     for e in errors.to_dict("records"):
         load = str(e["concurrency"]) if e["concurrency"] == e["concurrency"] and e["concurrency"] else f"{e['rate']}/s"
-        t.add_row(e["row"][-48:], e["stack"], str(e["tp"]), f"{e['isl']}/{e['osl']}", load,
-                  LABELS.get(e["metric"], e["metric"]), f"{e['measured']:,.1f}", f"{e['predicted']:,.1f}",
-                  f"{e['error_pct']:+.0f} %")
-    console.print(t)
+        groups.setdefault((e["model"], e["gpu"], e["stack"], e["tp"]), []).append(
+            [f"{e['isl']}/{e['osl']}", load, LABELS.get(e["metric"], e["metric"]), f"{e['measured']:,.1f}",
+             f"{e['predicted']:,.1f}", f"{e['error_pct']:+.0f} %", e["row"]])
+    # One table per model, GPU and stack, named in its title: the rows fit 80 columns whole (the row id,
+    # last, goes first on a narrow terminal).
+    console.print("measured vs llmsim (error = llmsim/measured − 1)", markup=False)
+    for (model, gpu, stack, tp), rows in groups.items():
+        console.print(fitted_table(f"{model} on {gpu}, {stack}, TP {tp}",
+                                   ["isl/osl", "C or rate", "metric", "measured", "llmsim", "error", "row"], rows,
+                                   keep=6, left=[2, 6]))
 
     def table(title: str, recs: list) -> None:
         s = Table(title=title, title_justify="left")

@@ -23,9 +23,6 @@ import math
 from functools import lru_cache
 
 import numpy as np
-from scipy import integrate
-from scipy.special import gammaln
-from scipy.stats import norm
 
 # The sum runs over the counts within this many standard deviations (plus
 # as many counts) of the mean; P(max > x) is 1 to double precision below
@@ -41,6 +38,9 @@ _NORMAL_SD = 30.0
 @lru_cache(maxsize=None)
 def _normal_max(ranks: int) -> float:
     """E[max of ``ranks`` independent standard normals]."""
+    from scipy import integrate        # scipy on first use: it costs every command's start-up 1.5 s
+    from scipy.stats import norm
+
     value, _ = integrate.quad(lambda z: z * ranks * norm.pdf(z) * norm.cdf(z) ** (ranks - 1), -12.0, 12.0)
     return value
 
@@ -63,6 +63,8 @@ def expected_max_binomial(n: float, p: float, ranks: int) -> float:
         return min(float(n), n * p + sd * _normal_max(ranks))
     lo = max(0, int(math.floor(n * p - _WINDOW_SD * sd - _WINDOW_SD)))
     hi = min(n, int(math.ceil(n * p + _WINDOW_SD * sd + _WINDOW_SD)))
+    from scipy.special import gammaln
+
     x = np.arange(lo, hi + 1, dtype=float)
     log_pmf = (gammaln(n + 1.0) - gammaln(x + 1.0) - gammaln(n - x + 1.0)
                + x * math.log(p) + (n - x) * math.log1p(-p))

@@ -32,7 +32,6 @@ from dataclasses import dataclass
 from functools import lru_cache
 
 import numpy as np
-from scipy.special import gammaln
 
 from ..dtypes import QUANT_FORMATS, QuantFormat, quant_format_name
 from ..errors import LlmsimError
@@ -208,6 +207,8 @@ def expected_padded_rows(tokens, num_experts: int, topk: int, ep: int, block):
     uniform router: each of its ``num_experts / ep`` experts gets
     X ~ Binomial(tokens, k/E) pairs, summed over X within 12 standard
     deviations and 12 pairs of its mean (the rest weighs under 1e-12)."""
+    from scipy.special import gammaln     # on first use: scipy.special costs every command's start-up
+
     t = np.atleast_1d(np.asarray(tokens, dtype=float))
     b = np.broadcast_to(np.asarray(block, dtype=float), t.shape)
     q = topk / num_experts

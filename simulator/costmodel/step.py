@@ -60,7 +60,9 @@ class CostModel:
     def __init__(self, model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
                  kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None,
                  iteration_us_per_seq: float = 0.0, dp: int = 1, ep: int = 1, mxfp4_activation: str | None = None,
-                 async_scheduling: bool = False):
+                 async_scheduling: bool = False, kernels: str | None = None):
+        # A stack's own kernels where the GPU profile measured them apart.
+        gpu = gpu.for_kernels(kernels)
         weight_dtype, kv_dtype = normalize(weight_dtype), normalize(kv_dtype)
         if weight_dtype not in WEIGHT_DTYPES:
             raise LlmsimError(f"unknown weight dtype {weight_dtype!r}; expected {', '.join(WEIGHT_DTYPES)}")

@@ -74,6 +74,10 @@ class EngineConfig(BaseModel):
                                   "vLLM's FlashInfer MXFP4×BF16 kernels without VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8) or "
                                   "mxfp8 (W4A8, TensorRT-LLM's, and vLLM's with that variable as its gpt-oss recipe sets it); "
                                   "default: mxfp8, the vllm backend bf16. Without FP4 units MXFP4 experts always compute in bf16")
+    kernels: Optional[str] = Field(
+        default=None, description="whose kernels the GPU runs: a stack name (vllm, sglang, trtllm) selecting the "
+                                  "hardware profile's per-stack overrides (calibration.stacks) where it has them; "
+                                  "none or a stack without overrides: the profile's own (vLLM's) kernels")
     scheduler: Literal["continuous", "static"] = Field(
         default="continuous",
         description="continuous: iteration-level batching (vLLM); static: a batch runs to completion (old TGI/FT)")
@@ -171,6 +175,19 @@ class EngineConfig(BaseModel):
         c = self.prefix_cache_capacity_tokens
         if isinstance(c, int) and c < 0:
             raise ValueError(f"prefix_cache_capacity_tokens must be ≥ 0 or 'unbounded', got {c}")
+        return self
+
+    @model_validator(mode="after")
+    def _kernels_known(self) -> "EngineConfig":
+        if self.kernels is None:
+            return self
+        from ..profiles.backend import load_backend
+        from ..profiles.loader import list_builtin
+
+        stacks = sorted({load_backend(n).stack for n in list_builtin("backend_profiles")})
+        if self.kernels not in stacks:
+            raise ValueError(f"kernels: {self.kernels!r} names no serving stack; expected one of {', '.join(stacks)} "
+                             "(the stack of a built-in backend profile)")
         return self
 
     @model_validator(mode="after")

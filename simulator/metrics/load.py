@@ -12,15 +12,23 @@ else the last arrival):
 * ``running_at_end``: admitted, not yet ended at T;
 * ``queue_growth_rps``: (queued at T − queued at T/2) / (T/2);
 * ``unfinished``: requests that never ended (still pending when the run stopped);
-* ``drain_s``: from T to the last request's end.
+* ``drain_s``: from T to the last request's end;
+* ``shed`` / ``rate_limited`` / ``cancelled``: requests the fleet turned
+  away (rejected on admission, or never fitting), the gateway answered
+  429, and their clients gave up on, counted over the whole run; each
+  with its fraction of all requests (``shed_fraction``...).
 
 ``overloaded`` when the queue grew over the window's second half by more
 than 5 % of the requests that arrived in it (a fleet that keeps up holds
 its queue level: arrivals beyond what it serves are what accumulate) and by
 more than three standard deviations of a queue of that size's noise
-(3·√(queued at T/2 + 1)), or when requests never ended. Shed requests
-(rejected on admission) do not queue, so a fleet that sheds load is not
-called overloaded: ``shed_fraction`` says how much it turned away.
+(3·√(queued at T/2 + 1)), when requests never ended, or when the fleet shed
+more than 5 % of its requests: a fleet that turns load away does not keep
+up with it, however short its queue. Rate-limited requests are the
+gateway's quota, a product decision rather than a shortfall of GPUs, and
+cancelled ones are the clients' (an editor superseding a completion):
+neither makes a fleet overloaded, but the verdict counts both, so that
+"keeps up" is never read beside a large share of offered load unserved.
 """
 from __future__ import annotations
 
@@ -61,8 +69,11 @@ def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
     growth = q_end - q_mid
     unfinished = int(np.count_nonzero(status == int(Status.PENDING)))
     rejected = int(np.count_nonzero(status == int(Status.REJECTED)))
+    limited = int(np.count_nonzero(status == int(Status.RATE_LIMITED)))
+    cancelled = int(np.count_nonzero(status == int(Status.CANCELLED)))
     growing = growth > max(GROWTH_FRACTION * second_half, 3.0 * math.sqrt(q_mid + 1.0))
-    overloaded = bool(growing or unfinished)
+    shedding = rejected > GROWTH_FRACTION * len(rec)
+    overloaded = bool(growing or unfinished or shedding)
     per_s = (lambda n: n / t) if t > 0 else (lambda n: None)
     ended = end[np.isfinite(end)]
     out = {
@@ -76,7 +87,12 @@ def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
         "running_at_end": running,
         "queue_growth_rps": growth / mid if mid > 0 else None,
         "unfinished": unfinished,
+        "shed": rejected,
         "shed_fraction": rejected / len(rec),
+        "rate_limited": limited,
+        "rate_limited_fraction": limited / len(rec),
+        "cancelled": cancelled,
+        "cancelled_fraction": cancelled / len(rec),
         "drain_s": max(0.0, float(ended.max()) - t) if ended.size else None,
     }
     out["verdict"] = _verdict(out)
@@ -88,9 +104,23 @@ def _verdict(b: dict[str, Any]) -> str:
              f"{b['window_s']:,.0f} s arrival window" if b["offered_rps"] is not None else "no arrival window")
     queue = (f"queue {b['queued_at_mid']:,} at its middle, {b['queued_at_end']:,} at its end "
              f"({b['running_at_end']:,} running)")
+    unserved = _unserved(b)
+    if unserved:
+        rates += f" ({unserved})"
     if not b["overloaded"]:
         return f"keeps up: {rates}; {queue}"
     why = [f"the queue grew by {b['queue_growth_rps']:,.2f} req/s"] if b["queued_at_end"] > b["queued_at_mid"] else []
     if b["unfinished"]:
         why.append(f"{b['unfinished']:,} requests never finished")
-    return f"OVERLOADED: {'; '.join(why)}; {rates}; {queue}; the backlog took {b['drain_s'] or 0:,.0f} s to drain"
+    if b["shed_fraction"] > GROWTH_FRACTION:
+        why.append(f"it shed {100 * b['shed_fraction']:.1f} % of the requests")
+    tail = f"; the backlog took {b['drain_s']:,.0f} s to drain" if b["drain_s"] else ""
+    return f"OVERLOADED: {'; '.join(why)}; {rates}; {queue}{tail}"
+
+
+def _unserved(b: dict[str, Any]) -> str:
+    """The requests that ended without an answer, each with its cause and share."""
+    parts = [(b["shed"], b["shed_fraction"], "shed by the fleet"),
+             (b["rate_limited"], b["rate_limited_fraction"], "rate-limited (429) by the gateway"),
+             (b["cancelled"], b["cancelled_fraction"], "cancelled by their clients")]
+    return ", ".join(f"{n:,} requests ({100 * f:.1f} %) {what}" for n, f, what in parts if n)

@@ -43,12 +43,29 @@ def _scaling(n: int) -> str:
             f"big fleet gains over {n:,} small ones is not counted")
 
 
+def _pooled(n: int, llmsim: Mapping[str, Any], standby: int) -> str:
+    """What the per-slice figures hold that one pooled fleet would not."""
+    if n == 1:
+        return ""
+    out = []
+    if standby:
+        out.append(f"{n * standby:,} of the product's GPUs at peak are warm standby, {standby:,} per slice; one "
+                   f"pooled fleet with a single standby set would peak at {n * (llmsim['gpus'] - standby) + standby:,}")
+    floored = [f"{name} ({p['floor_replicas']:,} per slice)" for name, p in (llmsim.get("pools") or {}).items()
+               if p.get("floor_replicas") and p.get("replicas_max") == p["floor_replicas"]]
+    if floored:
+        out.append(f"pools held at their min_replicas floor all run: {', '.join(floored)}; their product count is "
+                   f"the floor × {n:,}, not a measured need")
+    return "; ".join(out)
+
+
 def product_block(n: int, llmsim: Mapping[str, Any]) -> dict[str, Any]:
     """``llmsim.product``: the fleet's counts and bill × ``n``, and the slice's as simulated."""
     cost = llmsim.get("cost") or {}
     monthly = cost.get("monthly_usd")
     pools = {name: {"gpu": p.get("gpu"), "gpus": n * p["gpus"], "gpus_mean": n * p["gpus_mean"]}
              for name, p in (llmsim.get("pools") or {}).items()}
+    standby = sum(p.get("standby_gpus", 0) for p in (llmsim.get("pools") or {}).values())
     return {
         "slices": n,
         "traffic_fraction": 1.0 / n,
@@ -56,6 +73,9 @@ def product_block(n: int, llmsim: Mapping[str, Any]) -> dict[str, Any]:
         "gpus_mean": n * llmsim["gpus_mean"],
         "monthly_usd": None if monthly is None else n * monthly,
         "pools": pools,
+        "standby_gpus": n * standby,
+        "pooled_gpus": n * (llmsim["gpus"] - standby) + standby,
+        "pooled": _pooled(n, llmsim, standby),
         "scaling": _scaling(n),
         "slice": {"gpus": llmsim["gpus"], "gpus_mean": llmsim["gpus_mean"], "monthly_usd": monthly},
     }

@@ -8,9 +8,9 @@ each extra dollar buys in latency headroom.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any, Mapping, Sequence
 
-__all__ = ["pareto_front", "plot_pareto"]
+__all__ = ["pareto_front", "pareto_figure", "plot_pareto", "point_label"]
 
 X, Y = "monthly_usd", "ttft_p99_ms"
 
@@ -27,20 +27,35 @@ def pareto_front(points: Sequence[dict[str, Any]], x: str = X, y: str = Y) -> li
     return front
 
 
-def plot_pareto(probes: Sequence[dict[str, Any]], best: dict[str, Any] | None, path: str | Path,
-                title: str = "") -> Path:
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
+def point_label(overrides: Mapping[str, Any]) -> str:
+    """A planned or swept fleet, as short as still tells it apart: the
+    values of its overrides, each under the last part of its key
+    (``gpu=h200, replicas=13``)."""
+    return ", ".join(f"{str(k).rsplit('.', 1)[-1]}={v}" for k, v in overrides.items())
+
+
+def pareto_figure(probes: Sequence[dict[str, Any]], best: dict[str, Any] | None, title: str = ""):
+    """Monthly cost against p99 TTFT of every fleet simulated, each named by
+    what it varied; met and missed apart, the frontier and the choice."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import FuncFormatter
 
     met = [p for p in probes if p.get("slo_met")]
     missed = [p for p in probes if not p.get("slo_met")]
-    fig, ax = plt.subplots(figsize=(7, 4.5), dpi=120)
+    fig = Figure(figsize=(8, 5), dpi=120, layout="constrained")
+    ax = fig.subplots()
     for group, style, label in ((missed, dict(marker="x", color="tab:red", alpha=0.6), "SLO missed"),
                                 (met, dict(marker="o", color="tab:blue", alpha=0.6), "SLO met")):
         pts = [p for p in group if p.get(X) is not None and p.get(Y) is not None]
         if pts:
             ax.scatter([p[X] for p in pts], [p[Y] for p in pts], label=label, linestyle="none", **style)
+    xs = [p[X] for p in probes if p.get(X) is not None]
+    middle = (min(xs) + max(xs)) / 2 if xs else 0.0
+    for p in probes:    # each fleet named where it sits (which GPU, how many), inward so it stays in the axes
+        if p.get(X) is not None and p.get(Y) is not None and p.get("overrides"):
+            right = p[X] > middle
+            ax.annotate(point_label(p["overrides"]), (p[X], p[Y]), xytext=(-4 if right else 4, 3),
+                        textcoords="offset points", ha="right" if right else "left", fontsize=7, alpha=0.85)
     front = pareto_front(met)
     if front:
         ax.step([p[X] for p in front], [p[Y] for p in front], where="post", color="tab:blue", lw=1,
@@ -49,14 +64,18 @@ def plot_pareto(probes: Sequence[dict[str, Any]], best: dict[str, Any] | None, p
         ax.scatter([best[X]], [best[Y]], marker="*", s=250, color="gold", edgecolor="black", zorder=5,
                    label="cheapest meeting the SLO")
     ax.set_xlabel("monthly cost (USD)")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${v / 1e6:,.3g}M" if v >= 1e6 else f"${v:,.0f}"))
     ax.set_ylabel("p99 TTFT (ms)")
     ax.set_yscale("log")
     ax.set_title(title or "cost vs p99 TTFT of every fleet simulated")
     ax.grid(True, alpha=0.3)
     if ax.get_legend_handles_labels()[0]:
         ax.legend(fontsize=8)
-    fig.tight_layout()
+    return fig
+
+
+def plot_pareto(probes: Sequence[dict[str, Any]], best: dict[str, Any] | None, path: str | Path,
+                title: str = "") -> Path:
     path = Path(path)
-    fig.savefig(path)
-    plt.close(fig)
+    pareto_figure(probes, best, title).savefig(path)
     return path

@@ -22,7 +22,9 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..errors import LlmsimError
 from ..scenario.load import load_scenario
 from ..scenario.variants import merge_overlays, overlay_assignments, select_variants
+from ..validation.error_model import ErrorModel
 from .batch import run_points
+from .confidence import judge_at_confidence
 from .executors import Executor
 from .point import LATENCY_COLUMNS, Point, check_overrides
 from .search import drive_all, largest_passing, smallest_passing
@@ -34,7 +36,7 @@ __all__ = ["Plan", "plan_fleet", "RATE_KEY", "infeasible_message"]
 #: The key ``--max-rate`` searches.
 RATE_KEY = "workload.arrival.rate_per_s"
 
-_FIGURES = ("monthly_usd", "gpus", "usd_per_request", "request_throughput", "output_throughput",
+_FIGURES = ("product_monthly_usd", "product_gpus", "monthly_usd", "gpus", "usd_per_request", "request_throughput", "output_throughput",
             *(c for c, _ in LATENCY_COLUMNS))
 
 
@@ -52,6 +54,7 @@ class Plan:
     probes: list[dict[str, Any]] = field(default_factory=list)
     variants: list[str] = field(default_factory=list)
     sets: dict[str, Any] = field(default_factory=dict)
+    confidence: Optional[float] = None
 
     @property
     def best(self) -> Optional[dict[str, Any]]:
@@ -61,7 +64,7 @@ class Plan:
         return {"scenario": self.scenario, "variants": self.variants, "set": self.sets, "mode": self.mode,
                 "searched": self.searched, "seeds": self.seeds,
                 "rank_by": "monthly_usd" if self.mode == "min" else "max_rate_per_s, then monthly_usd",
-                "best": self.best, "candidates": self.candidates}
+                "confidence": self.confidence, "best": self.best, "candidates": self.candidates, "probes": self.probes}
 
 
 class _Prober:
@@ -69,9 +72,16 @@ class _Prober:
     remembers the rows, so candidates can be reported afterwards."""
 
     def __init__(self, base: Point, seeds: list[dict[str, Any]], executor: Executor,
-                 store: Optional[PointStore], on_row: Optional[Callable] = None):
+                 store: Optional[PointStore], on_row: Optional[Callable] = None,
+                 confidence: Optional[float] = None, model: Optional[ErrorModel] = None):
         self.base, self.seeds, self.executor, self.store, self.on_row = base, seeds, executor, store, on_row
+        self.confidence, self.model = confidence, model
         self.rows: dict[tuple[int, Any], list[dict[str, Any]]] = {}
+
+    def met(self, rows: Sequence[dict[str, Any]]) -> bool:
+        if self.confidence is None:
+            return _met(rows)
+        return judge_at_confidence(rows, self.confidence, self.model)[0]
 
     def judge(self, combos: Sequence[dict[str, Any]], key: str) -> Callable[[dict[int, Any]], dict[int, bool]]:
         def verdicts(probes: dict[int, Any]) -> dict[int, bool]:
@@ -86,7 +96,7 @@ class _Prober:
                     raise LlmsimError("the scenario declares no SLO (slo: {ttft_p99_ms: ..., tpot_p99_ms: ...}), "
                                       "so no fleet can be judged against it", source=self.base.scenario,
                                       key_path="slo")
-            return {i: _met(self.rows[(i, v)]) for i, v in probes.items()}
+            return {i: self.met(self.rows[(i, v)]) for i, v in probes.items()}
         return verdicts
 
     def figures(self, i: int, value: Any) -> dict[str, Any]:
@@ -96,7 +106,10 @@ class _Prober:
         for col, _ in LATENCY_COLUMNS:
             vals = [r.get(col) for r in rows if r.get(col) is not None]
             out[col] = max(vals) if vals else None
-        out["slo_met"] = _met(rows)
+        out["slo_met"] = self.met(rows)
+        if self.confidence is not None:      # the verdict at the confidence, and each target's bound
+            _, out["failed_slo"], out["slo_bounds_ms"] = judge_at_confidence(rows, self.confidence, self.model)
+            return out
         why = [f"seed {r.get('seed')}: {r['slo_failed']}" if len(rows) > 1 else r["slo_failed"]
                for r in rows if r.get("slo_failed")]
         why += [r["error"] for r in rows if r.get("error")]
@@ -111,11 +124,16 @@ def _met(rows: Sequence[dict[str, Any]]) -> bool:
 def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *, seeds: int = 1,
                max_rate: bool = False, engine: str = "fast", store: Optional[PointStore] = None,
                on_row: Optional[Callable] = None, sets: Mapping[str, Any] | None = None,
-               variants: Sequence[str] = ()) -> Plan:
+               variants: Sequence[str] = (), confidence: Optional[float] = None,
+               model: Optional[ErrorModel] = None) -> Plan:
     """``variants`` (the scenario's own what-ifs, by name, in order) and
     then ``sets`` (``--set``) change the scenario for every run; the axes
     vary it from there. So a variant is planned exactly as ``llmsim run
-    --variant`` runs it: the same overlays, the same order."""
+    --variant`` runs it: the same overlays, the same order.
+
+    ``confidence``: a probe meets the SLO when every target holds at that
+    confidence under the error model ``model`` over its seeds
+    (:mod:`.confidence`), not when the simulated values do."""
     cli = dict(sets or {})
     overlays: list[Mapping[str, Any]] = []
     if variants or cli:
@@ -150,7 +168,7 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
     combos = choices(axes)
     seed_sets = [{}] + [{"seed": sc.seed + k} for k in range(1, seeds)]
     prober = _Prober(Point(str(path), tuple(sets.items()), engine), seed_sets, executor,
-                     store, on_row)
+                     store, on_row, confidence, model)
     if max_rate:
         start = sc.workload.arrival.rate_per_s
         key, searched = RATE_KEY, {"key": RATE_KEY, "start": start}
@@ -171,7 +189,7 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
         candidates.append(cand)
     probes = [{"overrides": {**combos[i], key: v}, **prober.figures(i, v)} for (i, v) in prober.rows]
     return Plan(str(path), "max_rate" if max_rate else "min", searched, [sc.seed + k for k in range(seeds)],
-                _ranked(candidates, max_rate), probes, list(variants), cli)
+                _ranked(candidates, max_rate), probes, list(variants), cli, confidence)
 
 
 

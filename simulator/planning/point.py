@@ -26,7 +26,9 @@ from typing import Any, Mapping, Sequence
 from ..errors import LlmsimError
 from ..inputs import code_digest, file_digest, recorded_reads
 from ..metrics.by_input_length import bucket_slo_blocks
+from .confidence import slo_targets_text
 from ..profiles.loader import resolve
+from ..validation.error_model import regime_of_run
 from ..scenario.load import load_scenario
 from ..scenario.schema import Scenario
 from ..scenario.variants import overlay_assignments
@@ -145,6 +147,7 @@ def run_point(point: Point) -> dict[str, Any]:
         sc, path = load_scenario(point.scenario, point.assignments())
         results = simulate(sc, engine=point.engine, source=path).results
         row = summarize(results)
+        row["regime"] = regime_of_run(sc, results).text()   # where llmsim's error model judges it
     except LlmsimError as e:
         row = {"error": e.render()}
     row[WALL_TIME] = time.perf_counter() - wall
@@ -181,10 +184,14 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     row["slo_failed"] = "; ".join(misses) or None
     for k, t in targets.items():
         row[f"attainment_{k}"] = t.get("attainment")
+    row["slo_targets"] = slo_targets_text(results)     # for judging at a confidence (planning.confidence)
     cost = _dig(results, "llmsim", "cost") or {}
     # "usd_per_month": the key's name in results stored by older versions
     row["monthly_usd"] = cost.get("monthly_usd", cost.get("usd_per_month"))
     row["gpus"] = _dig(results, "llmsim", "gpus")
+    # The product's figures beside the slice's: a plan answers for the product (llmsim.product).
+    row["product_gpus"] = _dig(results, "llmsim", "product", "gpus")
+    row["product_monthly_usd"] = _dig(results, "llmsim", "product", "monthly_usd")
     row["usd_per_request"] = cost.get("usd_per_request")
     row["error"] = None
     return row

@@ -108,6 +108,8 @@ class BackendProfile(_Strict):
     engine_by_gpu: list[GpuRule] = Field(default_factory=list)
     overheads: Overheads = Overheads()
     fitted_on: str = ""
+    first_token_fitted_on: str = Field(default="", description="where response_ms and tokenize_us_per_token "
+                                                                "come from (benchmarks/first_token.py)")
     by_version: list[VersionRule] = Field(default_factory=list)
     releases: dict[str, str] = Field(
         default_factory=dict, description="release -> first upload day (ISO), to place nightlies by date")

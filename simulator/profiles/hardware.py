@@ -189,6 +189,21 @@ class FitError(_Strict):
     n: int
 
 
+class StackKernels(_Strict):
+    """One serving stack's kernels on this GPU where they differ from the
+    profile's own (vLLM's) by more than the calibration's materiality rule:
+    each field set replaces the profile's parameters for a backend whose
+    ``engine.kernels`` names this stack; a field left out keeps them."""
+
+    rule: str = ""
+    gemm: Optional[RooflineParams] = None
+    attention_prefill: Optional[RooflineParams] = None
+    attention_decode: Optional[RooflineParams] = None
+    allreduce: Optional[AllReduceParams] = None
+    fp8_gemm_efficiency: Optional[float] = Field(default=None, gt=0, le=1)
+    error: dict[str, FitError] = {}
+
+
 class Calibration(_Strict):
     status: Literal["calibrated", "transferred", "roofline"] = "roofline"
     source: str = ""
@@ -220,6 +235,9 @@ class Calibration(_Strict):
     mla_decode: RooflineParams = RooflineParams()
     mla_projection: dict[str, RooflineParams] = {}
     error: dict[str, FitError] = {}
+    # Per-stack kernel overrides (keys: the stack names backend profiles give
+    # as ``engine.kernels``); absent, every stack runs the parameters above.
+    stacks: dict[str, StackKernels] = {}
 
     @field_validator("moe", "moe_ep", "mla_projection")
     @classmethod
@@ -283,6 +301,9 @@ class HardwareProfile(_Strict):
     # the GPU's own MLA-projection kernel fits (benchmarks/fp4_efficiency.py).
     fp4_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
     price: Price
+    # The ``system`` name of this GPU's rows in the shared kernel tables
+    # (kernels/*_h200_b200.csv.gz), which `llmsim calibrate` fits it on.
+    kernel_data_name: Optional[str] = None
     calibration: Calibration = Calibration()
 
     @model_validator(mode="after")
@@ -294,6 +315,19 @@ class HardwareProfile(_Strict):
         if tiled and not self.num_sms:
             raise ValueError(f"calibration.moe.{tiled[0]}.tile_us needs num_sms (the tile grid spreads over the SMs)")
         return self
+
+    def for_kernels(self, stack: Optional[str]) -> "HardwareProfile":
+        """This GPU as ``stack``'s kernels run on it: its per-stack overrides
+        applied (``calibration.stacks``), itself when it has none for ``stack``."""
+        over = self.calibration.stacks.get(stack) if stack else None
+        if over is None:
+            return self
+        fields = {f: getattr(over, f) for f in ("gemm", "attention_prefill", "attention_decode", "allreduce")
+                  if getattr(over, f) is not None}
+        update: dict = {"calibration": self.calibration.model_copy(update=fields)}
+        if over.fp8_gemm_efficiency is not None:
+            update["fp8_gemm_efficiency"] = over.fp8_gemm_efficiency
+        return self.model_copy(update=update)
 
     @property
     def hbm_bytes(self) -> float:

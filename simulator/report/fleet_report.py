@@ -150,6 +150,10 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         block["kv_allocation"] = _contiguous_block(ps, stats, working)
     if scaler is not None:
         block["autoscaling"] = _scaling_block(pool, scaler, now, requests, ttft_ms)
+    a = ps.spec.autoscaling
+    if a is not None:   # what the pool holds whatever the load: the floor, and its paid standby
+        block["floor_replicas"] = a.min_replicas
+        block["standby_gpus"] = a.warm_pool * ps.spec.gpus_per_replica
     spec = ps.spec.speculative
     if spec is not None:
         block["speculative"] = {**spec.model_dump(), "tokens_per_step": expected_tokens_per_step(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -33,17 +34,21 @@ def headline(llmsim: Mapping[str, Any]) -> Optional[Text]:
     n = prod["slices"]
     pools = llmsim.get("pools") or {}
     what = "Product" if n > 1 else "Fleet"
-    lines = [f"[bold]{what}: {prod['gpus']:,} GPUs at peak ({pool_gpus(pools, n)}; mean {prod['gpus_mean']:,.1f}), "
-             f"${_whole(prod['monthly_usd'])}/month[/]"]
+    standby = (f"; {prod['standby_gpus']:,} of them warm standby, {prod['pooled_gpus']:,} as one pooled fleet"
+               if n > 1 and prod.get("standby_gpus") else "")
+    lines = [f"[bold]{what}: {prod['gpus']:,} GPUs at peak ({escape(pool_gpus(pools, n))}; mean "
+             f"{prod['gpus_mean']:,.1f}{standby}), ${_whole(prod['monthly_usd'])}/month[/]"]
     if n > 1:
         s = prod["slice"]
         lines.append(f"  simulated slice, 1/{n:,} of the traffic: {s['gpus']:,} GPUs at peak ({pool_gpus(pools)}), "
                      f"${_whole(s['monthly_usd'])}/month")
-        lines.append(f"[dim]  scaling: {prod['scaling']}[/]")
+        if prod.get("pooled"):
+            lines.append(f"  per-slice figures: {escape(prod['pooled'])}")
+        lines.append(f"[dim]  scaling: {escape(prod['scaling'])}[/]")
     load = llmsim.get("load")
     if load:
         style = "bold red" if load["overloaded"] else "green"
-        lines.append(f"[{style}]Load: {load['verdict']}[/]")
+        lines.append(f"[{style}]Load: {escape(load['verdict'])}[/]")
     return Text.from_markup("\n".join(lines))
 
 

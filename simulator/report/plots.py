@@ -214,10 +214,21 @@ def _gpu_hours(gh: Optional[float]) -> str:
     return "" if gh is None else f"{gh:,.3g} GPU-h in the window"
 
 
+def _short_money(v: float) -> str:
+    """An axis tick: $12M, $350k, $40 (a full figure per tick would run into the next)."""
+    for size, unit in ((1e9, "B"), (1e6, "M"), (1e3, "k")):
+        if abs(v) >= size:
+            return rf"\${v / size:,.3g}{unit}"
+    return rf"\${v:,.3g}"
+
+
 def cost_figure(results: Mapping[str, Any], title: str = "") -> Optional[Figure]:
     """The product's monthly cost per pool (the window's cost scaled as
-    results.json's monthly figure is, × the product's slices), labelled with
-    the simulated slice's cost and GPU-hours; None when the results carry no cost."""
+    results.json's monthly figure is, × the product's slices), each bar
+    labelled with the figure, the simulated slice's cost and GPU-hours, and
+    the pool's GPUs; None when the results carry no cost. Long text (the
+    headline, how the month is extrapolated) is wrapped across the whole
+    figure above the axes, not beside them, so nothing runs off its edge."""
     pools = pool_costs(results)
     if not pools:
         return None
@@ -228,36 +239,35 @@ def cost_figure(results: Mapping[str, Any], title: str = "") -> Optional[Figure]
     total_usd, month = cost.get("window_usd"), cost.get("monthly_usd")
     monthly = bool(total_usd and month)
     k = month / total_usd if monthly else 1.0
-    # The pool's shape under its name: tick labels get room that a note beside the bar would not.
-    names = ["\n".join(x for x in (p["name"], _fleet_shape(p, n)) if x) for p in pools]
     values = [n * p["usd"] * k for p in pools]
-    # The extrapolation's basis is a sentence or three: wrapped to the figure, which grows to hold it.
-    basis = textwrap.wrap(cost["monthly_basis"], 95) if monthly and cost.get("monthly_basis") else []
-    fig = Figure(figsize=(10, 1.8 + 0.8 * len(pools) + 0.16 * len(basis)), dpi=DPI, layout="constrained")
-    ax = fig.subplots()
-    bars = ax.barh(names, values, color=[f"C{i % 10}" for i in range(len(pools))])
-    ax.invert_yaxis()
-    for bar, p, v in zip(bars, pools, values):
-        slice_note = f"slice {_money(v / n)}" if n > 1 else ""
-        note = "  ·  ".join(x for x in (_money(v), slice_note, _gpu_hours(p.get("gpu_hours"))) if x)
-        ax.annotate(note, (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(4, 0),
-                    textcoords="offset points", va="center", fontsize=9)
-    ax.set_xlim(0, max(values) * 1.7 if max(values) > 0 else 1)
-    ax.set_axisbelow(True)
-    ax.set_xlabel(r"\$ per month" if monthly else r"\$ in the simulated window")
-    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _money(x)))
-    ax.grid(True, axis="x", alpha=0.3)
     per = "/month" if monthly else ""
     gpus = product.get("gpus", llmsim.get("gpus"))
     head = (f"{'Product' if n > 1 else 'Fleet'}: {_money(sum(values))}{per}"
             + (f", {gpus:,} GPUs at peak" if gpus is not None else ""))
     if n > 1:
         sl = product.get("slice") or {}
-        head += (f"  (the simulated 1/{n:,} slice × {n:,}: {_money(sum(values) / n)}{per}, "
+        head += (f" (the simulated 1/{n:,} slice × {n:,}: {_money(sum(values) / n)}{per}, "
                  f"{sl.get('gpus', 0):,} GPUs; scaling assumes {n:,} independent copies of the slice)")
-    ax.set_title("\n".join(textwrap.wrap(head, 95) + basis), loc="left", fontsize=10)
-    if title:
-        fig.suptitle(title)
+    lines = textwrap.wrap(head, 110)
+    if monthly and cost.get("monthly_basis"):
+        lines += textwrap.wrap("Month: " + cost["monthly_basis"], 120)
+    fig = Figure(figsize=(10, 1.6 + 0.9 * len(pools) + 0.2 * len(lines)), dpi=DPI, layout="constrained")
+    fig.suptitle(("\n".join([title] if title else []) + ("\n" if title else "")) + "\n".join(lines), x=0.01,
+                 ha="left", fontsize=9)
+    ax = fig.subplots()
+    bars = ax.barh([p["name"] for p in pools], values, color=[f"C{i % 10}" for i in range(len(pools))])
+    ax.invert_yaxis()
+    for bar, p, v in zip(bars, pools, values):
+        slice_note = f"slice {_money(v / n)}" if n > 1 else ""
+        figures = "  ·  ".join(x for x in (_money(v), slice_note, _gpu_hours(p.get("gpu_hours"))) if x)
+        note = "\n".join(x for x in (figures, _fleet_shape(p, n)) if x)
+        ax.annotate(note, (bar.get_width(), bar.get_y() + bar.get_height() / 2), xytext=(4, 0),
+                    textcoords="offset points", va="center", fontsize=8.5)
+    ax.set_xlim(0, max(values) * 2.2 if max(values) > 0 else 1)
+    ax.set_axisbelow(True)
+    ax.set_xlabel(r"\$ per month" if monthly else r"\$ in the simulated window")
+    ax.xaxis.set_major_formatter(FuncFormatter(lambda x, _: _short_money(x)))
+    ax.grid(True, axis="x", alpha=0.3)
     return fig
 
 

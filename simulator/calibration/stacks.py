@@ -1,0 +1,166 @@
+"""Per-stack kernels: where SGLang or TensorRT-LLM run the op differently from vLLM.
+
+A hardware profile's own parameters describe vLLM's kernels (the backend
+profiles' default). The newer kernel tables time SGLang's and
+TensorRT-LLM's kernels on the same shapes, so whether a stack needs its own
+parameters is a measured question: on the fit-grid shapes both stacks ran,
+the median ratio of the stack's time to the default stack's. Beyond
+:data:`MATERIAL` the family is refitted on the stack's rows and written as
+``calibration.stacks.<stack>.<family>`` (a backend profile selects it with
+``engine.kernels``); within it, the stacks are said to agree and share the
+profile's parameters. The all-reduce override refits only the custom
+kernel's bandwidth and latency (the NCCL regime is the same library), and
+the fp8 GEMM override only ``fp8_gemm_efficiency``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pandas as pd
+
+from ..profiles.hardware import AllReduceParams, FitError, HardwareProfile, StackKernels
+from . import evaluate, fp8
+from .data import ATTENTION_SHAPE, DEFAULT_STACK, FP8_GEMM, STACKS, KernelData
+from .fit import ape, fields_space, fit_family, fit_params
+
+# A stack's kernels get their own parameters when its median time on the
+# shared shapes differs from the default stack's by more than this.
+MATERIAL = 0.10
+
+FAMILIES = ("gemm", FP8_GEMM, "attention_prefill", "attention_decode", "allreduce")
+_KEYS = {"gemm": ["m", "n", "k"], FP8_GEMM: ["m", "n", "k"], "attention_prefill": ATTENTION_SHAPE,
+         "attention_decode": ATTENTION_SHAPE, "allreduce": ["num_gpus", "message_bytes"]}
+_CUSTOM_AR = ("custom_eta_bandwidth", "custom_latency_us")
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One stack against the default on one GPU and family."""
+
+    gpu: str
+    stack: str
+    family: str
+    n: int                  # shapes both ran (fit grid; compute-bound only for fp8 GEMMs)
+    median_ratio: float     # stack time / default-stack time
+    p10_ratio: float
+    p90_ratio: float
+
+    @property
+    def material(self) -> bool:
+        return abs(self.median_ratio - 1.0) > MATERIAL
+
+
+def _rows(kd: KernelData, stack: str, family: str, profile: str) -> pd.DataFrame:
+    df = kd.stack(stack, family, profile)
+    if "on_grid" in df:
+        df = df[df["on_grid"]]
+    if family == "allreduce" and len(df):
+        df = df[df["impl"] != "nccl"]
+    if family == FP8_GEMM and len(df):
+        df = df[fp8.compute_bound(df)]
+    return df
+
+
+def compare(kd: KernelData, profile: str) -> list[Comparison]:
+    """Every other stack against the default on ``profile``'s shared shapes."""
+    out = []
+    for family in FAMILIES:
+        base = _rows(kd, DEFAULT_STACK, family, profile)
+        if not len(base):
+            continue
+        keys = _KEYS[family]
+        base = base.groupby(keys)["t_s"].mean().rename("base")
+        for stack in STACKS:
+            if stack == DEFAULT_STACK:
+                continue
+            other = _rows(kd, stack, family, profile)
+            if not len(other):
+                continue
+            j = pd.concat([other.groupby(keys)["t_s"].mean().rename("other"), base], axis=1, join="inner")
+            if not len(j):
+                continue
+            r = (j["other"] / j["base"]).to_numpy()
+            out.append(Comparison(profile, stack, family, len(r), float(np.median(r)),
+                                  float(np.percentile(r, 10)), float(np.percentile(r, 90))))
+    return out
+
+
+def _error(pred: np.ndarray, t: np.ndarray) -> FitError:
+    e = ape(pred, t)
+    return FitError(median_ape=round(float(np.median(e)), 2), p90_ape=round(float(np.percentile(e, 90)), 2), n=len(e))
+
+
+def _fit_allreduce(rows: pd.DataFrame, gpu: HardwareProfile, base: AllReduceParams) -> AllReduceParams:
+    sp = fields_space(base, _CUSTOM_AR, (0.02, 0.0), (1.0, 100.0))
+    fit = fit_params("allreduce", sp, lambda p: evaluate.allreduce(rows, gpu, p), rows["t_s"].to_numpy())
+    return AllReduceParams.model_validate(fit.params.model_dump())
+
+
+def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison]) -> dict[str, StackKernels]:
+    """The ``calibration.stacks`` block of ``gpu`` (already calibrated on the
+    default stack): one entry per stack with at least one material family."""
+    cal = gpu.calibration
+    out: dict[str, StackKernels] = {}
+    for stack in STACKS:
+        material = [c for c in comparisons if c.stack == stack and c.material]
+        if not material:
+            continue
+        fields: dict = {}
+        errors: dict[str, FitError] = {}
+        notes = []
+        for c in material:
+            rows = _rows(kd, stack, c.family, gpu.name)
+            t = rows["t_s"].to_numpy()
+            if c.family == FP8_GEMM:
+                all_rows = kd.stack(stack, FP8_GEMM, gpu.name)
+                f = fp8.fit(all_rows, gpu, cal.gemm)
+                if f is None:
+                    continue
+                fields["fp8_gemm_efficiency"] = f.efficiency
+                errors[FP8_GEMM] = f.all_rows
+                errors[f"{FP8_GEMM} compute-bound"] = f.compute_bound
+            elif c.family == "allreduce":
+                fields["allreduce"] = _fit_allreduce(rows, gpu, cal.allreduce)
+                errors["allreduce custom"] = _error(evaluate.allreduce(rows, gpu, fields["allreduce"]), t)
+            else:
+                fields[c.family] = fit_family(c.family, rows, gpu).params
+                errors[c.family] = _error(evaluate.PREDICT[c.family](rows, gpu, fields[c.family]), t)
+            notes.append(f"{c.family} × {c.median_ratio:.3f}")
+        if fields:
+            rule = (f"{stack}'s own kernels where its measured time on the shapes both stacks ran differs from "
+                    f"{DEFAULT_STACK}'s by more than {MATERIAL:.0%} at the median ({', '.join(notes)}); refitted "
+                    f"on its fit-grid rows" + (" (all-reduce: custom-kernel bandwidth and latency only)"
+                                                if "allreduce" in fields else "")
+                    + (" (fp8: the efficiency only, compute-bound rows)" if "fp8_gemm_efficiency" in fields else ""))
+            out[stack] = StackKernels(rule=rule, error=errors, **fields)
+    return out
+
+
+def error_rows(kd: KernelData, gpu: HardwareProfile) -> list[dict]:
+    """Per stack override of ``gpu``: the error on the stack's rows of the
+    profile's own (vLLM's) parameters and of the stack's own."""
+    cal, out = gpu.calibration, []
+    for stack, over in cal.stacks.items():
+        for family in ("gemm", "attention_prefill", "attention_decode", "allreduce"):
+            own = getattr(over, family)
+            if own is None:
+                continue
+            rows = _rows(kd, stack, family, gpu.name)
+            t = rows["t_s"].to_numpy()
+            base = evaluate.PREDICT[family](rows, gpu, getattr(cal, family))
+            e0, e1 = ape(base, t), ape(evaluate.PREDICT[family](rows, gpu, own), t)
+            out.append(dict(gpu=gpu.name, stack=stack, family=family, n=len(t),
+                            default_median=float(np.median(e0)), default_signed=float(np.median(base / t - 1) * 100),
+                            own_median=float(np.median(e1)), own_p90=float(np.percentile(e1, 90))))
+        if over.fp8_gemm_efficiency is not None:
+            rows = kd.stack(stack, FP8_GEMM, gpu.name)
+            rows = rows[fp8.compute_bound(rows)]
+            t = rows["t_s"].to_numpy()
+            base = fp8.predict(rows, gpu, cal.gemm, gpu.fp8_gemm_efficiency)
+            e1 = ape(fp8.predict(rows, gpu, cal.gemm, over.fp8_gemm_efficiency), t)
+            out.append(dict(gpu=gpu.name, stack=stack, family=f"{FP8_GEMM} (compute-bound)", n=len(t),
+                            default_median=float(np.median(ape(base, t))),
+                            default_signed=float(np.median(base / t - 1) * 100),
+                            own_median=float(np.median(e1)), own_p90=float(np.percentile(e1, 90))))
+    return out

@@ -1,0 +1,26 @@
+"""``llmsim report DIR``: (re)draw report.html from the results in a folder."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import typer
+
+from ..errors import LlmsimError
+from .app import app
+from .output import console
+from .rundir import os_error
+
+
+@app.command("report")
+def report(folder: Path = typer.Argument(..., help="a folder llmsim run -o, run --ladder -o, plan or sweep wrote")
+           ) -> None:
+    """Write DIR/report.html: the answer, per-pool tables and interactive charts in one self-contained page."""
+    if not folder.is_dir():
+        raise LlmsimError("no such folder; name the folder llmsim run -o, plan or sweep wrote", source=folder)
+    from ..report.page import write_report
+
+    try:
+        path = write_report(folder)
+    except OSError as e:
+        raise os_error(e, folder, "write report.html") from None
+    console.print(f"wrote {path}", markup=False)

@@ -1,0 +1,156 @@
+"""Intervals on a run's figures: the replicates' spread and llmsim's own error, combined.
+
+A figure of one run is uncertain twice over. The run is one draw of the
+traffic (arrivals, lengths, routing): ``--replicates N`` draws N. And
+llmsim itself misses measured stacks by a signed, regime-dependent factor
+(:mod:`simulator.validation.error_model`). The measured value a fleet
+would show is modelled as one replicate's value times ``exp(r)``, ``r``
+from the error model's cell for the metric and the run's regime; the
+interval at confidence ``c`` is the central ``c`` of that mixture (every
+replicate equally likely, ``r`` taken on a fixed grid of probabilities,
+so the same inputs give the same interval). Without a cell for a metric
+the interval is the replicates' spread alone, and says so (``model``
+null).
+
+An SLO *holds at confidence c* when the target's one-sided bound does: the
+``c``-quantile of the mixture for a latency (a throughput floor: its
+``1 − c``-quantile) meets the target. At 0.5 that is the bias-corrected
+median; it is the pessimistic end of the two-sided interval of
+confidence ``2c − 1``.
+"""
+from __future__ import annotations
+
+import math
+import re
+from typing import Any, Mapping, Optional, Sequence
+
+import numpy as np
+
+from ..errors import LlmsimError
+from ..validation.error_model import ErrorModel, Lookup, Regime, residual_metric
+
+__all__ = ["check_confidence", "mixture", "interval", "upper_bound", "interval_keys", "intervals_block",
+           "slo_key", "targets_at_confidence", "spread_block"]
+
+#: Probabilities at which a cell's residual distribution is sampled (midpoints: no 0 or 1).
+_GRID = (np.arange(400) + 0.5) / 400
+_KEY = re.compile(r"(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms")
+_RATES = ("request_throughput", "output_throughput", "total_token_throughput")
+
+
+def check_confidence(c: float, option: str = "--confidence") -> float:
+    if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or not 0.0 < c < 1.0:
+        raise LlmsimError(f"must be a probability strictly between 0 and 1, such as 0.9 (got {c!r})",
+                          key_path=option)
+    return float(c)
+
+
+def mixture(values: Sequence[float], lookup: Optional[Lookup]) -> np.ndarray:
+    """Every replicate's value times every grid draw of exp(r): the measured value's distribution."""
+    v = np.asarray([x for x in values if x is not None and math.isfinite(x)], dtype=float)
+    if lookup is None or v.size == 0:
+        return v
+    return (v[:, None] * np.exp(lookup.cell.log_ratio(_GRID))[None, :]).ravel()
+
+
+def interval(values: Sequence[float], lookup: Optional[Lookup], confidence: float) -> Optional[tuple[float, float]]:
+    s = mixture(values, lookup)
+    if s.size == 0:
+        return None
+    lo, hi = np.quantile(s, [(1 - confidence) / 2, (1 + confidence) / 2])
+    return float(lo), float(hi)
+
+
+def upper_bound(values: Sequence[float], lookup: Optional[Lookup], confidence: float,
+                higher_is_worse: bool = True) -> Optional[float]:
+    """The value the metric stays on the good side of with probability ``confidence``."""
+    s = mixture(values, lookup)
+    if s.size == 0:
+        return None
+    return float(np.quantile(s, confidence if higher_is_worse else 1 - confidence))
+
+
+def slo_key(metric: str, percentile: float) -> str:
+    """The results.json key of an SLO target's statistic (``ttft``, 99 -> ``p99_ttft_ms``)."""
+    return f"median_{metric}_ms" if percentile == 50 else f"p{percentile:g}_{metric}_ms"
+
+
+def interval_keys(results: Mapping[str, Any]) -> list[str]:
+    """vLLM-keyed latency statistics and rates the run reports, and every SLO target's statistic."""
+    keys = [k for k in results if _KEY.fullmatch(k) or k in _RATES]
+    for t in ((results.get("slo") or {}).get("targets") or {}).values():
+        k = slo_key(t["metric"], t["percentile"])
+        if k not in keys:
+            keys.append(k)
+    return keys
+
+
+def _values(replicates: Sequence[Mapping[str, Any]], key: str) -> list[float]:
+    out = []
+    for r in replicates:
+        v = r.get(key)
+        if v is None:     # an SLO percentile vLLM's keys do not list: the target block has it
+            m = _KEY.fullmatch(key)
+            for t in ((r.get("slo") or {}).get("targets") or {}).values():
+                if m and slo_key(t["metric"], t["percentile"]) == key:
+                    v = t.get("measured_ms")
+        if v is not None:
+            out.append(float(v))
+    return out
+
+
+def intervals_block(replicates: Sequence[Mapping[str, Any]], regime: Regime, model: Optional[ErrorModel],
+                    confidence: float) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``llmsim.intervals`` (key -> lo, hi, confidence) and ``llmsim.error_model`` (which cell judged
+    each metric, and what was widened to find one) for the replicates' results."""
+    lookups: dict[str, Optional[Lookup]] = {}
+    out: dict[str, Any] = {}
+    for key in interval_keys(replicates[0]):
+        metric = residual_metric(key)
+        if metric is not None and metric not in lookups:
+            lookups[metric] = model.lookup(metric, regime) if model is not None else None
+        lk = lookups.get(metric) if metric else None
+        iv = interval(_values(replicates, key), lk, confidence)
+        if iv is not None:
+            out[key] = {"lo": iv[0], "hi": iv[1], "confidence": confidence,
+                        "model": lk.metric if lk is not None else None}
+    used = {"regime": {d: getattr(regime, d) for d in ("stack", "family", "moe", "load", "isl")},
+            "source": model.source if model is not None else None,
+            "metrics": {m: (lk.as_dict() if lk is not None else None) for m, lk in lookups.items()},
+            "replicates": len(replicates)}
+    return out, used
+
+
+def targets_at_confidence(blocks: Sequence[Sequence[tuple[str, Mapping[str, Any]]]], regime: Regime,
+                          model: Optional[ErrorModel], confidence: float) -> list[dict[str, Any]]:
+    """Each SLO target judged at ``confidence`` over the replicates: ``blocks[i]`` is replicate i's
+    (label, slo block) list, in the same order for every replicate. A target holds when its one-sided
+    bound meets it; a target some replicate could not measure does not hold."""
+    out = []
+    for j, (label, block) in enumerate(blocks[0]):
+        for key, t in (block.get("targets") or {}).items():
+            vals = [b[j][1]["targets"][key].get("measured_ms") for b in blocks]
+            metric = residual_metric(slo_key(t["metric"], t["percentile"]))
+            lk = model.lookup(metric, regime) if model is not None and metric else None
+            bound = None if any(v is None for v in vals) else upper_bound(vals, lk, confidence)
+            out.append({"label": label, "key": key, "target_ms": t["target_ms"], "bound_ms": bound,
+                        "met": bound is not None and bound <= t["target_ms"],
+                        "replicates_met": sum(1 for b in blocks if b[j][1]["targets"][key].get("met"))})
+    return out
+
+
+def spread_block(replicates: Sequence[Mapping[str, Any]], seeds: Sequence[int]) -> dict[str, Any]:
+    """``llmsim.replicates``: each figure's spread over the seeds."""
+    spread = {}
+    for key in interval_keys(replicates[0]):
+        v = np.asarray(_values(replicates, key), dtype=float)
+        if v.size:
+            spread[key] = {"mean": float(v.mean()), "std": float(v.std(ddof=1)) if v.size > 1 else 0.0,
+                           "min": float(v.min()), "max": float(v.max())}
+    out: dict[str, Any] = {"count": len(replicates), "seeds": list(seeds), "spread": spread}
+    slos = [r.get("slo") for r in replicates]
+    if all(s is not None for s in slos):
+        out["slo_met"] = sum(1 for s in slos if s.get("met"))
+        out["slo_targets_met"] = {k: sum(1 for s in slos if s["targets"].get(k, {}).get("met"))
+                                  for k in slos[0].get("targets", {})}
+    return out

@@ -1,0 +1,44 @@
+"""Pass or fail for a run, as a script needs it: the rule ``llmsim check`` and ``llmsim run`` share.
+
+A run fails when its fleet is overloaded (``llmsim.load``: its percentiles
+then measure a backlog, not the fleet) or when an SLO the scenario
+declares is missed: the scenario's over all traffic, each class that
+declares its own, each prompt-length bucket that declares its own. A class
+without targets of its own is held to the scenario's only over all
+traffic, as declared (its ``slo`` block in results.json is informative).
+"""
+from __future__ import annotations
+
+from typing import Any, Iterable, Mapping
+
+from .by_input_length import bucket_slo_blocks
+
+__all__ = ["EXIT_MISSED", "slo_blocks", "failures"]
+
+#: Exit code of ``llmsim run`` and ``llmsim check`` for a result that fails
+#: (bad input stays 2): CI can tell "the fleet got worse" from "the check is broken".
+EXIT_MISSED = 1
+
+
+def slo_blocks(results: Mapping[str, Any], own_slo_classes: Iterable[str] = ()
+               ) -> list[tuple[str, Mapping[str, Any]]]:
+    """(label, slo block) of every declared SLO the run is judged on."""
+    blocks: list[tuple[str, Mapping[str, Any]]] = [("SLO", results.get("slo") or {})]
+    measured = (results.get("llmsim") or {}).get("classes") or {}
+    blocks += [(f"SLO {name}", measured[name].get("slo") or {}) for name in own_slo_classes if name in measured]
+    return blocks + list(bucket_slo_blocks(results))
+
+
+def failures(results: Mapping[str, Any], own_slo_classes: Iterable[str] = ()) -> list[str]:
+    """Why the run fails, one line per reason; empty when it passes."""
+    out = []
+    load = (results.get("llmsim") or {}).get("load") or {}
+    if load.get("overloaded"):
+        out.append(f"load {load['verdict']}")
+    for label, block in slo_blocks(results, own_slo_classes):
+        for key, target in (block.get("targets") or {}).items():
+            if not target.get("met"):
+                measured = target.get("measured_ms")
+                got = "no samples" if measured is None else f"{measured:,.1f} ms"
+                out.append(f"{label} {key} missed: measured {got}, target ≤ {target['target_ms']:,g} ms")
+    return out

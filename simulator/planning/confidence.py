@@ -1,0 +1,80 @@
+"""Judging a fleet's SLO at a confidence, from the rows of its runs (one per seed).
+
+A row (:func:`simulator.planning.point.summarize`) carries each SLO
+target's simulated value (``slo_targets``) and the run's regime
+(``regime``); the seeds of one probe are its replicates. A target holds at
+confidence ``c`` when the ``c``-quantile of the measured value's
+distribution (the seeds' values times llmsim's error in that regime,
+:mod:`simulator.metrics.intervals`) meets it. At 0.5 this is the
+bias-corrected median, which is not the plain simulated value: a stack
+llmsim under-predicts needs a larger fleet at 0.5 already.
+"""
+from __future__ import annotations
+
+import json
+from typing import Any, Mapping, Optional, Sequence
+
+from ..metrics.by_input_length import bucket_slo_blocks
+from ..metrics.intervals import targets_at_confidence
+from ..validation.error_model import ErrorModel, Regime
+
+__all__ = ["slo_targets_text", "judge_at_confidence"]
+
+
+def slo_targets_text(results: Mapping[str, Any]) -> Optional[str]:
+    """The run's SLO blocks (the fleet's, then each prompt-length bucket's) as a JSON text column."""
+    blocks = [("SLO", results["slo"])] if results.get("slo") else []
+    blocks += list(bucket_slo_blocks(results))
+    if not blocks:
+        return None
+    return json.dumps([[label, {"targets": {k: {f: t.get(f) for f in ("metric", "percentile", "target_ms",
+                                                                       "measured_ms", "met")}
+                                            for k, t in (b.get("targets") or {}).items()}}]
+                       for label, b in blocks], sort_keys=True)
+
+
+def judge_at_confidence(rows: Sequence[Mapping[str, Any]], confidence: float,
+                        model: Optional[ErrorModel]) -> tuple[bool, Optional[str], dict[str, Optional[float]]]:
+    """Whether every SLO target holds at ``confidence`` over the rows (seeds); why not; each target's bound."""
+    errors = [r["error"] for r in rows if r.get("error")]
+    if errors:
+        return False, "; ".join(errors), {}
+    if any(r.get("slo_targets") is None for r in rows):
+        return False, "no SLO targets in the run's results", {}
+    blocks = [json.loads(r["slo_targets"]) for r in rows]
+    judged = targets_at_confidence(blocks, Regime.parse(rows[0].get("regime")), model, confidence)
+    bounds = {(t["key"] if t["label"] == "SLO" else f"{t['label']} {t['key']}"): t["bound_ms"] for t in judged}
+    misses = [f"{'' if t['label'] == 'SLO' else t['label'].removeprefix('SLO ') + ' '}{t['key']} "
+              f"{'unmeasured' if t['bound_ms'] is None else format(t['bound_ms'], '.1f') + ' ms'} at "
+              f"{100 * confidence:g} % > {t['target_ms']:g} ms" for t in judged if not t["met"]]
+    return not misses, "; ".join(misses) or None, bounds
+
+
+def by_confidence(plans: Mapping[float, Any]) -> dict[str, Any]:
+    """plan.json's ``by_confidence``: the best fleet and bill at each confidence planned (0.5 and the
+    asked one), and what the higher confidence costs a month over 0.5."""
+    levels = {}
+    for c, plan in sorted(plans.items()):
+        b = plan.best
+        levels[f"{c:g}"] = {"confidence": c, "met": b is not None,
+                            "overrides": b["overrides"] if b else None, "gpus": b["gpus"] if b else None,
+                            "monthly_usd": b["monthly_usd"] if b else None,
+                            "slo_bounds_ms": b.get("slo_bounds_ms") if b else None}
+    lo, hi = levels[f"{min(plans):g}"], levels[f"{max(plans):g}"]
+    diff = (hi["monthly_usd"] - lo["monthly_usd"]
+            if hi["monthly_usd"] is not None and lo["monthly_usd"] is not None else None)
+    return {"levels": levels, "monthly_difference_usd": diff}
+
+
+def confidence_text(block: Mapping[str, Any]) -> str:
+    """The printed answer: each confidence's fleet and bill, and the difference."""
+    def one(level: Mapping[str, Any]) -> str:
+        if not level["met"]:
+            return f"at {100 * level['confidence']:g} %: no fleet in the range meets the SLO"
+        fleet = ", ".join(f"{k}={v}" for k, v in level["overrides"].items())
+        return (f"at {100 * level['confidence']:g} %: {fleet}, {level['gpus']} GPUs, "
+                f"${level['monthly_usd']:,.0f}/month")
+    lines = [one(level) for level in block["levels"].values()]
+    if block["monthly_difference_usd"] is not None and len(block["levels"]) > 1:
+        lines.append(f"the higher confidence costs ${block['monthly_difference_usd']:,.0f}/month more")
+    return "\n".join(lines)

@@ -1,0 +1,125 @@
+"""A run's intervals: added to its results.json, and shown as a terminal table and a plot of bands.
+
+:func:`annotate` judges the run's regime from its scenario and results and
+adds the blocks; the table and the plot read only results.json
+(``llmsim.intervals``, ``llmsim.error_model``, ``llmsim.replicates``), so an
+earlier run's file renders the same way.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Mapping, Optional, Sequence
+
+from rich.table import Table
+
+from ..metrics.intervals import intervals_block, slo_key, spread_block
+from ..validation.error_model import ErrorModel, regime_of_run
+from .summary_format import FAIL, OK, num
+
+__all__ = ["annotate", "intervals_table", "widened_notes", "intervals_figure", "write_intervals_plot"]
+
+
+def annotate(results: dict[str, Any], scenario: Any, replicates: Sequence[Mapping[str, Any]],
+             confidence: float, model: Optional[ErrorModel]) -> dict[str, Any]:
+    """Add ``llmsim.intervals``, ``llmsim.error_model`` and (for several replicates)
+    ``llmsim.replicates`` to ``results`` (replicate 0's), in place; returns it."""
+    regime = regime_of_run(scenario, results)
+    block = results.setdefault("llmsim", {})
+    block["intervals"], block["error_model"] = intervals_block(replicates, regime, model, confidence)
+    if len(replicates) > 1:
+        seeds = [(r.get("llmsim") or {}).get("seed") for r in replicates]
+        block["replicates"] = spread_block(replicates, seeds)
+    return results
+
+
+def _rows(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
+    """(SLO key, its target, its interval) for each SLO target with an interval."""
+    iv = (results.get("llmsim") or {}).get("intervals") or {}
+    out = []
+    for key, t in ((results.get("slo") or {}).get("targets") or {}).items():
+        k = slo_key(t["metric"], t["percentile"])
+        if k in iv:
+            out.append((key, t, iv[k]))
+    return out
+
+
+def intervals_table(results: Mapping[str, Any]) -> Optional[Table]:
+    """Each SLO target's interval, and with replicates how many met it."""
+    rows = _rows(results)
+    if not rows:
+        return None
+    conf = rows[0][2]["confidence"]
+    reps = (results.get("llmsim") or {}).get("replicates") or {}
+    n = reps.get("count")
+    title = f"SLO metrics, {100 * conf:g} % interval"
+    if n:
+        title += f" over {n} replicates and llmsim's error (met by {reps.get('slo_met')} of {n})"
+    else:
+        title += " from llmsim's error (one replicate: --replicates N adds the run-to-run spread)"
+    t = Table(title=title, title_justify="left")
+    for name, justify in (("", "center"), ("target", "left"), ("limit", "right"), ("simulated", "right"),
+                          ("interval", "right")) + ((("replicates met", "right"),) if n else ()):
+        t.add_column(name, justify=justify)
+    met = reps.get("slo_targets_met") or {}
+    for key, target, i in rows:
+        inside = i["hi"] <= target["target_ms"]
+        cells = [OK if inside else FAIL, key, f"≤ {num(target['target_ms'])} ms", num(target.get("measured_ms")),
+                 f"{num(i['lo'])} – {num(i['hi'])}"]
+        if n:
+            cells.append(f"{met.get(key, 0)} of {n}")
+        t.add_row(*cells)
+    return t
+
+
+def widened_notes(results: Mapping[str, Any]) -> list[str]:
+    """One line per error-model cell that judged metrics whose own regime had too few residuals."""
+    em = (results.get("llmsim") or {}).get("error_model") or {}
+    by_cell: dict[str, list[str]] = {}
+    out = []
+    for metric, used in (em.get("metrics") or {}).items():
+        if used is None:
+            out.append(f"{metric}: no error model cell; its interval is the replicates' spread alone")
+        elif used.get("widened"):
+            by_cell.setdefault(used["cell"], []).append(metric)
+    for cell, metrics in by_cell.items():
+        used = em["metrics"][metrics[0]]
+        out.append(f"{', '.join(metrics)}: too few held-out residuals in this regime ({', '.join(used['widened'])} "
+                   f"dropped); judged by the wider cell {cell} ({used['residuals']} residuals from "
+                   f"{used['groups']} groups)")
+    return out
+
+
+def intervals_figure(results: Mapping[str, Any], title: str = ""):
+    """Each SLO metric's simulated value with its interval as a band, against its target."""
+    rows = _rows(results)
+    if not rows:
+        return None
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(6.4, 0.7 + 0.6 * len(rows)), layout="constrained")
+    ax = fig.add_subplot()
+    for y, (key, target, i) in enumerate(rows):
+        ax.barh(y, i["hi"] - i["lo"], left=i["lo"], height=0.5, color="tab:blue", alpha=0.3,
+                label=f"{100 * i['confidence']:g} % interval" if y == 0 else None)
+        if target.get("measured_ms") is not None:
+            ax.plot([target["measured_ms"]], [y], "o", color="tab:blue", label="simulated" if y == 0 else None)
+        ax.plot([target["target_ms"]] * 2, [y - 0.35, y + 0.35], color="tab:red", lw=2,
+                label="target" if y == 0 else None)
+    ax.set_yticks(range(len(rows)), [k for k, _, _ in rows])
+    ax.set_xscale("log")
+    ax.set_xlabel("ms")
+    ax.legend(loc="best", fontsize="small")
+    ax.set_title(title or "SLO metrics with their intervals")
+    return fig
+
+
+def write_intervals_plot(folder: Path, results: Mapping[str, Any]) -> list[Path]:
+    fig = intervals_figure(results, (results.get("llmsim") or {}).get("scenario") or "")
+    if fig is None:
+        return []
+    path = Path(folder) / "intervals.png"
+    fig.savefig(path)
+    return [path]

@@ -1,0 +1,268 @@
+"""report.html: one page a capacity plan travels as, written beside results.json.
+
+The page is a single file that opens with no network: the charting
+library (Plotly.js, from the ``plotly`` package) is inlined once, and each
+chart's data sits in the page as JSON. It is drawn from the files in the
+folder alone (results.json, requests.parquet, timeline.csv, scenario.yaml;
+ladder.json, plan.json or the sweep table), so ``llmsim report DIR``
+redraws it from a finished run, a ladder, a plan or a sweep.
+
+Order: the answer first (the product's GPUs and monthly cost, the SLO and
+load verdicts), then tables per pool, the charts, and the scenario the
+figures came from.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Mapping, Optional
+
+from ..errors import LlmsimError
+from ..planning.pareto import point_label
+from . import page_charts as charts
+from .page_parts import classes_table, cost_table, esc, figure, latency_table, money, pools_table, run_answer, \
+    table, whole
+
+__all__ = ["write_report", "report_html", "REPORT"]
+
+REPORT = "report.html"
+
+_STYLE = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:0 auto;max-width:1200px;padding:0 16px 48px;
+color:#222;line-height:1.4}
+h1{font-size:1.5em;margin:.8em 0 .2em}h2{border-bottom:1px solid #ddd;padding-bottom:.2em;margin-top:1.6em}
+.sub{color:#666;margin:0 0 1em}
+.figures{display:flex;flex-wrap:wrap;gap:12px;margin:12px 0}
+.figure{border:1px solid #ddd;border-radius:8px;padding:10px 16px;min-width:150px;background:#fafafa}
+.figure .big{font-size:1.9em;font-weight:600}.figure .label{color:#555;font-size:.85em;max-width:260px}
+.figure.ok .big{color:#1e7b34}.figure.bad .big{color:#b3261e}
+table{border-collapse:collapse;margin:8px 0 16px;font-size:.9em}
+th,td{border-bottom:1px solid #e3e3e3;padding:4px 10px;text-align:left;vertical-align:top}
+td.n{text-align:right;font-variant-numeric:tabular-nums}thead th{background:#f3f3f3}
+table.kv th{font-weight:500;color:#444}caption{caption-side:bottom;text-align:left;color:#666;font-size:.85em}
+.chart{width:100%;min-height:380px;margin:8px 0 24px}
+pre{background:#f6f6f6;padding:12px;overflow:auto;font-size:.85em;max-height:600px}
+footer{color:#888;font-size:.8em;margin-top:40px}
+"""
+
+_DRAW = """
+(function(){
+  var config={responsive:true,displaylogo:false};
+  document.querySelectorAll('div.chart').forEach(function(el){
+    var spec=JSON.parse(document.getElementById(el.id+'-spec').textContent);
+    Plotly.newPlot(el,spec.data,spec.layout,config).then(function(){el.setAttribute('data-drawn','1');});
+  });
+})();
+"""
+
+
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError) as e:
+        raise LlmsimError(f"cannot read it as JSON ({e})", source=path) from None
+
+
+def _chart(name: str, spec: Mapping[str, Any]) -> str:
+    data = json.dumps(spec, allow_nan=False, separators=(",", ":")).replace("</", "<\\/")
+    return (f'<div class="chart" id="chart-{esc(name)}" data-chart="{esc(name)}"></div>'
+            f'<script type="application/json" id="chart-{esc(name)}-spec">{data}</script>')
+
+
+def _charts(specs: list[tuple[str, Mapping[str, Any]]]) -> str:
+    return "".join(_chart(n, s) for n, s in specs)
+
+
+#: Requests read for the charts at most: a bigger run's table is read a row group at a time, every k-th row.
+SAMPLE_ROWS = 1_000_000
+
+
+def _requests(folder: Path) -> tuple[Optional[Any], int]:
+    """The per-request columns the charts need, and the stride they were
+    sampled at (1: every request). A hundred-million-request table is never
+    read whole: every k-th row of each row group, k keeping ≤ SAMPLE_ROWS."""
+    p = folder / "requests.parquet"
+    if not p.is_file():
+        return None, 1
+    import pandas as pd
+    import pyarrow.parquet as pq
+
+    f = pq.ParquetFile(p)
+    cols = [c for c in ("status", "pool", "klass", "admitted", "finish", "ttft_ms", "tpot_ms", "e2el_ms")
+            if c in f.schema_arrow.names]
+    k = max(1, -(-f.metadata.num_rows // SAMPLE_ROWS))
+    parts = [f.read_row_group(i, columns=cols).to_pandas().iloc[::k] for i in range(f.num_row_groups)]
+    return (pd.concat(parts, ignore_index=True) if parts else None), k
+
+
+def _timeline(folder: Path) -> Optional[Any]:
+    p = folder / "timeline.csv"
+    if not p.is_file():
+        return None
+    import pandas as pd
+
+    return pd.read_csv(p)
+
+
+def _scenario_section(folder: Path, heading: str = "The scenario") -> str:
+    p = folder / "scenario.yaml"
+    if not p.is_file():
+        return ""
+    return (f"<h2>{esc(heading)}</h2><p>As run: the file with its variants and <code>--set</code> overrides applied "
+            "(scenario.yaml beside this page).</p><pre>" + esc(p.read_text()) + "</pre>")
+
+
+def _run_body(folder: Path) -> tuple[str, str]:
+    results = _read_json(folder / "results.json")
+    llmsim = results.get("llmsim") or {}
+    requests, stride = _requests(folder)
+    title = f"llmsim run: {llmsim.get('scenario', folder.name)}"
+    body = [run_answer(results), "<h2>Pools</h2>", pools_table(llmsim), classes_table(llmsim),
+            "<h2>Latency</h2>", latency_table(results), _charts(charts.latency_cdfs(requests, results.get("slo"))),
+            "<h2>Over the run</h2>", _charts(charts.timeseries(_timeline(folder), requests, stride)),
+            "<h2>Cost</h2>", cost_table(llmsim), _charts(charts.cost_breakdown(llmsim)), _scenario_section(folder)]
+    sub = (f"llmsim {llmsim.get('version', '')}, seed {llmsim.get('seed')}, engine {llmsim.get('engine')}, "
+           f"{llmsim.get('simulated_seconds', 0):,.0f} simulated seconds"
+           + (f"; charts drawn from every {stride:,}th request" if stride > 1 else ""))
+    return title, f'<p class="sub">{esc(sub)}</p>' + "".join(body)
+
+
+_LADDER_COLS = (("product_gpus", "product GPUs", whole), ("product_monthly_usd", "product $/month", money),
+                ("gpus", "GPUs (peak)", whole), ("monthly_usd", "$/month", money),
+                ("ttft_p50_ms", "TTFT p50 (ms)", whole), ("ttft_p99_ms", "TTFT p99 (ms)", whole),
+                ("tpot_p99_ms", "TPOT p99 (ms)", lambda v: "—" if v is None else f"{v:,.2f}"),
+                ("completed", "completed", whole), ("rejected", "shed", whole), ("cancelled", "cancelled", whole))
+
+
+def _ladder_body(folder: Path) -> tuple[str, str]:
+    lad = _read_json(folder / "ladder.json")
+    rows = lad.get("steps") or []
+    base = _read_json(folder / rows[0]["step"] / "results.json") if rows and (
+        folder / rows[0]["step"] / "results.json").is_file() else {}
+    first = rows[0] if rows else {}
+    sliced = any(r.get("product_gpus") not in (None, r.get("gpus")) for r in rows)
+    cols = [c for c in _LADDER_COLS if sliced or not c[0].startswith("product_")]
+    parts = [figure("steps.0.product_gpus", first.get("product_gpus"), whole(first.get("product_gpus")),
+                    "GPUs at peak, the baseline's product"),
+             figure("steps.0.product_monthly_usd", first.get("product_monthly_usd"),
+                    money(first.get("product_monthly_usd")), "per month, the baseline's product")]
+    met = [r["step"] for r in rows if r.get("slo_met")]
+    tab = table(["step", "SLO", *(h for _, h, _ in cols)],
+                [[r["step"], "—" if r.get("slo_met") is None else "✓" if r["slo_met"] else "✗",
+                  *(fmt(r.get(k)) for k, _, fmt in cols)] for r in rows])
+    links = "".join(f'<li><a href="{esc(r["step"])}/report.html">{esc(r["step"])}</a>: its own page</li>'
+                    for r in rows if (folder / r["step"] / "report.html").is_file())
+    body = ['<section id="answer"><div class="figures">', *parts, "</div>",
+            f"<p>{len(rows)} steps ({esc(lad.get('ladder'))} ladder); the SLO is met by: "
+            f"{esc(', '.join(met) or 'none')}.</p></section>", "<h2>Steps</h2>", tab,
+            _charts(charts.ladder_charts(rows, base.get("slo"))), f"<ul>{links}</ul>" if links else "",
+            _scenario_section(folder / rows[0]["step"], "The baseline's scenario") if rows else ""]
+    return f"llmsim ladder: {lad.get('scenario')}", "".join(body)
+
+
+_PLAN_COLS = (("product_gpus", "product GPUs", whole), ("product_monthly_usd", "product $/month", money),
+              ("gpus", "GPUs", whole), ("monthly_usd", "$/month", money), ("ttft_p99_ms", "TTFT p99 (ms)", whole),
+              ("tpot_p99_ms", "TPOT p99 (ms)", lambda v: "—" if v is None else f"{v:,.2f}"))
+
+
+def _fleet_rows(rows: list[Mapping[str, Any]], keys: list[str], extra: tuple = ()) -> str:
+    cols = [c for c in _PLAN_COLS if any(r.get(c[0]) is not None for r in rows)]
+    shown = [[*(r.get("overrides", r).get(k) for k in keys), "✓" if r.get("slo_met") else "✗",
+              *(fmt(r.get(k)) for k, _, fmt in cols), *(r.get(k) or "" for k, _ in extra)] for r in rows]
+    return table([*keys, "SLO", *(h for _, h, _ in cols), *(h for _, h in extra)], shown)
+
+
+def _plan_body(folder: Path) -> tuple[str, str]:
+    plan = _read_json(folder / "plan.json")
+    best = plan.get("best")
+    cands = plan.get("candidates") or []
+    keys = list(dict.fromkeys(k for c in cands for k in c.get("overrides", {})))
+    name = Path(str(plan.get("scenario"))).stem
+    if best:
+        parts = [figure("best.product_gpus", best.get("product_gpus", best.get("gpus")),
+                        whole(best.get("product_gpus", best.get("gpus"))), "GPUs at peak, the product"),
+                 figure("best.product_monthly_usd", best.get("product_monthly_usd", best.get("monthly_usd")),
+                        money(best.get("product_monthly_usd", best.get("monthly_usd"))), "per month, the product"),
+                 figure("best.slo_met", True, "SLO met", "by the cheapest fleet found", "ok")]
+        what = "Cheapest fleet meeting the SLO: " + ", ".join(f"{k}={v}" for k, v in best["overrides"].items())
+        if best.get("product_gpus") not in (None, best.get("gpus")):
+            what += (f" (the simulated slice: {whole(best.get('gpus'))} GPUs, {money(best.get('monthly_usd'))}"
+                     f"/month)")
+    else:
+        parts = [figure("best", None, "no fleet", "of those searched meets the SLO", "bad")]
+        what = "No combination meets the SLO in the range searched."
+    points = plan.get("probes") or cands
+    body = ['<section id="answer"><div class="figures">', *parts, f"</div><p>{esc(what)}</p></section>",
+            "<h2>Candidates</h2>", _fleet_rows(cands, keys, (("probes", "runs"), ("failed_slo", "missed"))),
+            _charts(charts.pareto_chart(points, best, f"{name}: cost against p99 TTFT of every fleet simulated")),
+            "<h2>The search</h2><pre>" + esc(json.dumps({k: plan.get(k) for k in ("scenario", "variants", "set",
+                                                                                  "mode", "searched", "seeds",
+                                                                                  "rank_by")}, indent=2)) + "</pre>"]
+    return f"llmsim plan: {name}", "".join(body)
+
+
+def _sweep_table(folder: Path) -> Optional[Any]:
+    import pandas as pd
+
+    for name in ("sweep.parquet", "sweep.csv"):
+        if (folder / name).is_file():
+            return pd.read_parquet(folder / name) if name.endswith(".parquet") else pd.read_csv(folder / name)
+    return None
+
+
+def _sweep_body(folder: Path, df: Any) -> tuple[str, str]:
+    first = [c for c in df.columns if "." in c]
+    rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
+            for r in df.to_dict("records")]
+    for r in rows:
+        r["overrides"] = {k: r[k] for k in first}
+    met = [r for r in rows if r.get("slo_met")]
+    cheapest = min(met, key=lambda r: r.get("product_monthly_usd") or r.get("monthly_usd") or float("inf"),
+                   default=None)
+    parts = [figure("points", len(rows), f"{len(rows):,}", "points swept"),
+             figure("slo_met", len(met), f"{len(met):,}", "meet the SLO", "ok" if met else "bad")]
+    if cheapest is not None:
+        m = cheapest.get("product_monthly_usd") or cheapest.get("monthly_usd")
+        parts.append(figure("cheapest_meeting_slo.monthly_usd", m, money(m),
+                            "per month, the cheapest point meeting the SLO: " + esc(point_label(
+                                cheapest["overrides"]))))
+    body = ['<section id="answer"><div class="figures">', *parts, "</div></section>", "<h2>Points</h2>",
+            _fleet_rows(rows, first, (("error", "error"),)),
+            _charts(charts.pareto_chart(rows, None, "Cost against p99 TTFT of every point"))]
+    return f"llmsim sweep: {folder.name}", "".join(body)
+
+
+def _body(folder: Path) -> tuple[str, str]:
+    if (folder / "ladder.json").is_file():
+        return _ladder_body(folder)
+    if (folder / "plan.json").is_file():
+        return _plan_body(folder)
+    if (folder / "results.json").is_file():
+        return _run_body(folder)
+    df = _sweep_table(folder)
+    if df is not None:
+        return _sweep_body(folder, df)
+    raise LlmsimError("holds no results.json, ladder.json, plan.json or sweep table; name the folder "
+                      "llmsim run -o, plan or sweep wrote", source=folder)
+
+
+def report_html(folder: Path) -> str:
+    """The page for the results in ``folder``."""
+    from plotly.offline import get_plotlyjs    # 4.8 MB of JavaScript: read only when a page is written
+
+    from .. import __version__
+
+    title, body = _body(Path(folder))
+    return ("<!doctype html>\n<html lang=\"en\"><head><meta charset=\"utf-8\">"
+            f"<meta name=\"viewport\" content=\"width=device-width,initial-scale=1\"><title>{esc(title)}</title>"
+            f"<style>{_STYLE}</style><script>{get_plotlyjs()}</script></head><body>"
+            f"<h1>{esc(title)}</h1>{body}<footer>written by llmsim {esc(__version__)}; redraw with "
+            f"<code>llmsim report DIR</code>, DIR being this page's folder</footer><script>{_DRAW}</script></body></html>\n")
+
+
+def write_report(folder: Path) -> Path:
+    """Write ``folder/report.html`` and return its path."""
+    folder = Path(folder)
+    path = folder / REPORT
+    path.write_text(report_html(folder), encoding="utf-8")
+    return path

@@ -1,0 +1,206 @@
+"""HTML pieces of the report page: the answer at a glance and plain tables.
+
+Every headline figure is an element with ``data-key`` (its dotted path in
+the file it came from) and ``data-value`` (the number as stored), beside
+the text a reader sees, so a test, or a script scraping the page, reads
+the same figure the reader does.
+"""
+from __future__ import annotations
+
+import html
+import json
+from typing import Any, Iterable, Mapping, Optional, Sequence
+
+__all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
+           "slo_table", "cost_table", "money", "whole", "interval_text"]
+
+
+def esc(v: Any) -> str:
+    return html.escape(str(v), quote=True)
+
+
+def whole(v: Any) -> str:
+    return "—" if v is None else f"{v:,.0f}"
+
+
+def money(v: Any) -> str:
+    """Dollars: whole above $100, four significant digits below."""
+    if v is None:
+        return "—"
+    v = float(v)
+    return f"${v:,.0f}" if abs(v) >= 100 else f"${v:,.4g}"
+
+
+def _ms(v: Any) -> str:
+    return "—" if v is None else f"{v:,.1f}" if abs(v) < 1000 else f"{v:,.0f}"
+
+
+def figure(key: str, value: Any, text: str, label: str, cls: str = "") -> str:
+    """One headline figure: big text, a caption, and the stored value for machines."""
+    return (f'<div class="figure {cls}" data-key="{esc(key)}" data-value="{esc(json.dumps(value))}">'
+            f'<div class="big">{esc(text)}</div><div class="label">{label}</div></div>')
+
+
+def table(headers: Sequence[str], rows: Iterable[Sequence[Any]], cls: str = "", caption: str = "") -> str:
+    """A plain table; cells are escaped, numbers right-aligned by the stylesheet (class ``n``)."""
+    def cell(v: Any, tag: str) -> str:
+        numeric = isinstance(v, (int, float)) and not isinstance(v, bool)
+        shown = f"{v:,}" if numeric and isinstance(v, int) else v
+        return f'<{tag}{" class=n" if numeric else ""}>{esc(shown)}</{tag}>'
+    head = "".join(f"<th>{esc(h)}</th>" for h in headers)
+    body = "".join("<tr>" + "".join(cell(v, "td") for v in r) + "</tr>" for r in rows)
+    cap = f"<caption>{esc(caption)}</caption>" if caption else ""
+    return f'<table class="{cls}">{cap}<thead><tr>{head}</tr></thead><tbody>{body}</tbody></table>'
+
+
+def kv_rows(pairs: Iterable[tuple[str, Any]]) -> str:
+    return ('<table class="kv"><tbody>' + "".join(f"<tr><th>{esc(k)}</th><td>{esc(v)}</td></tr>" for k, v in pairs)
+            + "</tbody></table>")
+
+
+def interval_text(v: Any) -> Optional[str]:
+    """An interval however it is stored: ``{low, high}`` (or lo/hi,
+    lower/upper, with an optional level), or a two-number list."""
+    if isinstance(v, Mapping):
+        for lo, hi in (("low", "high"), ("lo", "hi"), ("lower", "upper")):
+            if isinstance(v.get(lo), (int, float)) and isinstance(v.get(hi), (int, float)):
+                level = v.get("level", v.get("confidence"))
+                tail = f" ({100 * level:g} %)" if isinstance(level, (int, float)) and level <= 1 else ""
+                return f"[{v[lo]:,.4g}, {v[hi]:,.4g}]{tail}"
+    if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v):
+        return f"[{v[0]:,.4g}, {v[1]:,.4g}]"
+    return None
+
+
+def _intervals(llmsim: Mapping[str, Any]) -> Mapping[str, Any]:
+    iv = llmsim.get("intervals")
+    return iv if isinstance(iv, Mapping) else {}
+
+
+def _slo_interval(intervals: Mapping[str, Any], key: str, target: Mapping[str, Any]) -> Optional[str]:
+    pct = target.get("percentile")
+    stat = "median" if pct == 50 else f"p{pct:g}" if isinstance(pct, (int, float)) else None
+    for k in (key, f"{stat}_{target.get('metric')}_ms", f"slo.targets.{key}"):
+        if k in intervals:
+            got = interval_text(intervals[k])
+            if got:
+                return got
+    return None
+
+
+def slo_table(slo: Mapping[str, Any], llmsim: Mapping[str, Any]) -> str:
+    intervals = _intervals(llmsim)
+    rows = []
+    for key, t in (slo.get("targets") or {}).items():
+        att = t.get("attainment")
+        rows.append(["✓ met" if t.get("met") else "✗ missed", f"{t['metric'].upper()} p{t['percentile']:g}",
+                     f"≤ {t['target_ms']:,g} ms", _ms(t.get("measured_ms")),
+                     _slo_interval(intervals, key, t) or "—", "—" if att is None else f"{100 * att:.1f} %"])
+    return table(["verdict", "target", "limit", "measured (ms)", "interval (ms)", "within the limit"], rows,
+                 cls="slo")
+
+
+def run_answer(results: Mapping[str, Any]) -> str:
+    """The answer at a glance: the product's GPUs and bill, the SLO and load verdicts."""
+    llmsim = results.get("llmsim") or {}
+    prod = llmsim.get("product") or {}
+    load = llmsim.get("load") or {}
+    slo = results.get("slo")
+    n = prod.get("slices", 1)
+    whose = "the product" if n > 1 else "the fleet"
+    parts = [figure("llmsim.product.gpus", prod.get("gpus"), whole(prod.get("gpus")), f"GPUs at peak, {whose}"),
+             figure("llmsim.product.monthly_usd", prod.get("monthly_usd"), money(prod.get("monthly_usd")),
+                    f"per month, {whose}")]
+    if prod.get("standby_gpus"):
+        parts.append(figure("llmsim.product.standby_gpus", prod["standby_gpus"], whole(prod["standby_gpus"]),
+                            "of the peak GPUs are warm standby" + (f" ({whole(prod['standby_gpus'] // n)} per "
+                                                                   f"slice)" if n > 1 else "")))
+    if prod.get("pooled_gpus") is not None and prod.get("pooled_gpus") != prod.get("gpus"):
+        parts.append(figure("llmsim.product.pooled_gpus", prod["pooled_gpus"], whole(prod["pooled_gpus"]),
+                            "GPUs at peak as one pooled fleet (one standby set, not one per slice)"))
+    if slo:
+        parts.append(figure("slo.met", slo.get("met"), "SLO met" if slo.get("met") else "SLO missed",
+                            "every target of the scenario's slo", "ok" if slo.get("met") else "bad"))
+    if load:
+        over = load.get("overloaded")
+        parts.append(figure("llmsim.load.overloaded", over, "OVERLOADED" if over else "keeps up",
+                            "load: offered against served", "bad" if over else "ok"))
+    lines = []
+    pools = llmsim.get("pools") or {}
+    per_pool = ", ".join(f"{name} {n * p['gpus']:,} × {p.get('gpu')}" for name, p in pools.items())
+    lines.append(f"Peak GPUs by pool: {per_pool}; mean {prod.get('gpus_mean', 0):,.1f}.")
+    if n > 1:
+        s = prod.get("slice") or {}
+        lines.append(f"Simulated slice, 1/{n:,} of the traffic: {whole(s.get('gpus'))} GPUs at peak, "
+                     f"{money(s.get('monthly_usd'))}/month. Scaling: {prod.get('scaling', '')}.")
+    if prod.get("pooled"):
+        lines.append(prod["pooled"])
+    if load:
+        lines.append(f"Load: {load.get('verdict')}")
+    return ('<section id="answer"><div class="figures">' + "".join(parts) + "</div>"
+            + "".join(f"<p>{esc(line)}</p>" for line in lines)
+            + (slo_table(slo, llmsim) if slo else "") + _intervals_table(llmsim) + "</section>")
+
+
+def _intervals_table(llmsim: Mapping[str, Any]) -> str:
+    shown = [(k, interval_text(v)) for k, v in _intervals(llmsim).items()]
+    shown = [(k, t) for k, t in shown if t]
+    if not shown:
+        return ""
+    return "<h3>Intervals</h3>" + table(["figure", "interval"], shown, cls="intervals")
+
+
+def pools_table(llmsim: Mapping[str, Any]) -> str:
+    pools = llmsim.get("pools") or {}
+    n = (llmsim.get("product") or {}).get("slices", 1)
+    rows = [[name, p.get("model"), p.get("gpu"), p.get("tp"),
+             f"{p['replicas_min']}/{p['replicas_mean']:.1f}/{p['replicas_max']}", p.get("gpus"),
+             n * p["gpus"] if n > 1 else "—", round(p.get("gpu_hours") or 0, 3), money(p.get("usd")),
+             f"{100 * p['mean_kv_utilization']:.0f} %", f"{100 * p['gpu_busy_fraction']:.0f} %",
+             f"{p['mean_batch_size']:,.1f} / {p['max_batch_size']:,}", p.get("rejected_on_admission", 0)]
+            for name, p in pools.items()]
+    return table(["pool", "model", "GPU", "TP", "replicas min/mean/max", "GPUs at peak (slice)",
+                  "GPUs at peak (product)", "GPU-h", "window $", "KV used", "busy", "batch mean / max", "shed"],
+                 rows, caption="KV used and busy: mean fractions over the replicas' time; shed: rejected on admission")
+
+
+def classes_table(llmsim: Mapping[str, Any]) -> str:
+    classes = llmsim.get("classes")
+    if not classes:
+        return ""
+    rows = [[name, c.get("pool"), c.get("priority"), c.get("completed"), c.get("rejected"), c.get("cancelled"),
+             _ms(c.get("median_ttft_ms")), _ms(c.get("p99_ttft_ms")), _ms(c.get("p99_tpot_ms")),
+             "" if not c.get("slo") else ("✓" if c["slo"].get("met") else "✗")] for name, c in classes.items()]
+    return "<h3>Classes</h3>" + table(["class", "pool", "priority", "completed", "shed", "cancelled", "TTFT p50 (ms)",
+                                       "TTFT p99 (ms)", "TPOT p99 (ms)", "SLO"], rows)
+
+
+def latency_table(results: Mapping[str, Any]) -> str:
+    stats = ["mean", "median"] + sorted({k.split("_")[0] for k in results if k.startswith("p") and
+                                         k.endswith("_ttft_ms")}, key=lambda s: float(s[1:]))
+    rows = [[name] + [_ms(results.get(f"{s}_{key}_ms")) for s in stats]
+            for key, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
+            if f"mean_{key}_ms" in results]
+    counts = [("completed", results.get("completed")), ("failed", results.get("failed")),
+              ("cancelled", results.get("cancelled")), ("request throughput (req/s)",
+                                                        round(results.get("request_throughput") or 0, 2)),
+              ("output throughput (tok/s)", round(results.get("output_throughput") or 0, 1))]
+    return (table(["ms", *stats], rows, caption="latency percentiles over finished requests")
+            + kv_rows((k, f"{v:,}" if isinstance(v, (int, float)) else "—") for k, v in counts))
+
+
+def cost_table(llmsim: Mapping[str, Any]) -> str:
+    cost = llmsim.get("cost") or {}
+    prod = llmsim.get("product") or {}
+    pairs = []
+    if (prod.get("slices") or 1) > 1:
+        pairs.append((f"monthly, the product ({prod['slices']:,} × the slice)", money(prod.get("monthly_usd"))))
+    pairs += [("monthly, as simulated", money(cost.get("monthly_usd"))),
+              ("the simulated window", money(cost.get("window_usd"))),
+              ("per 1M output tokens", money(cost.get("usd_per_million_output_tokens"))),
+              ("per request", money(cost.get("usd_per_request"))),
+              ("how the month is extrapolated", cost.get("monthly_basis") or "—")]
+    pairs += [(f"price of pool {p['name']}", f"${p['usd_per_gpu_hour']:,.2f}/GPU-h × {p['gpu']}, from the "
+               f"{p['price_source']}" + (" (an assumption: set pools[].usd_per_gpu_hour)" if p.get("price_assumed")
+                                         else "")) for p in cost.get("pools", [])]
+    return kv_rows(pairs)

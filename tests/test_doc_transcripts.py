@@ -1,0 +1,40 @@
+"""Every output block in README.md and docs/*.md is what its command prints now (see doc_transcripts.py).
+
+A block that differs fails with the difference and the command that
+rewrites it: ``python tests/doc_transcripts.py --write PAGE``.
+"""
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+import doc_transcripts as dt  # noqa: E402
+
+SHOWN = [p for p in dt.PAGES if any(b.runnable for b in dt.transcripts(p.read_text())[0])]
+
+
+def test_the_pages_show_outputs():
+    assert {p.name for p in SHOWN} >= {"planning.md", "scenarios.md"}
+
+
+@pytest.mark.parametrize("page", SHOWN, ids=[p.name for p in SHOWN])
+def test_every_output_block_is_what_its_command_prints(page):
+    if "../shared" in page.read_text() and not (dt.ROOT.parent / "shared").exists():
+        pytest.skip("the page's commands read ../shared/data, which is absent")
+    diffs = dt.check_page(page)
+    assert not diffs, ("\n\n".join(map(str, diffs))
+                       + f"\n\nrewrite the blocks with: python tests/doc_transcripts.py --write docs/{page.name}")
+
+
+def test_loose_only_where_it_says():
+    shown = ["$ plan", "searched x; 12 runs in 16.2 s", "┃ a ┃ wall_time_s ┃", "│ 1 │ 2.5 │", "..."]
+    printed = ["$ plan", "searched x; 12 runs in 3.0 s", "┃ a ┃ wall_time_s ┃", "│ 1 │ 10.25 │", "x", "y"]
+    assert dt.matches(shown[1:], printed[1:])
+    assert not dt.matches(["searched x; 13 runs in 16.2 s"], ["searched x; 12 runs in 16.2 s"])
+    assert not dt.matches(["│ 1 │ 2.5 │"], ["│ 2 │ 2.5 │"])              # a simulated figure is exact
+    assert dt.matches(["a", "...", "z"], ["a", "b", "c", "z"]) and not dt.matches(["a", "...", "z"], ["a", "b"])
+    assert dt.rewritten(["head", "...", "tail"], ["h", "1", "2", "t"]) == ["h", "...", "t"]
