@@ -102,27 +102,24 @@ def _shifted(h, a: float, b: float):
 
 
 def table(frame) -> dict:
-    """Per stack: the fit on every dense row, and per leave-one-group-out fold the held-out group's
-    error with the fold's fit, with the full fit (in sample) and with both terms at zero."""
+    """Per stack: the fit on every dense row; per leave-one-group-out fold the held-out group's
+    error with the fold's fit, with the full fit (in sample) and with both terms at zero; and each
+    dense row's error under each split."""
     import pandas as pd
 
     dense = frame[~frame["moe"].astype(bool)]
     fits = {stack: fit_pair(g.base.values, g.isl.values, g.measured.values)
             for stack, g in _fit_rows(dense).groupby("stack")}
-    rows = [{"split": split, "held_out": held, "stack": stack, "rows": len(h), "response_ms": a, "tokenize_us": b,
-             "logo_median_abs_pct": 100 * _shifted(h, a, b).abs().median(),
-             "logo_signed_pct": 100 * _shifted(h, a, b).median(),
-             "in_sample_median_abs_pct": 100 * _shifted(h, *fits[stack]).abs().median(),
-             "unfitted_median_abs_pct": 100 * _shifted(h, 0.0, 0.0).abs().median()}
-            for split, held, stack, h, (a, b) in folds(frame)]
-    return {"fits": fits, "rows": pd.DataFrame(rows)}
-
-
-def per_row_errors(frame) -> "object":
-    """Each dense row's leave-one-group-out TTFT error under each split (the fit without its group)."""
-    import pandas as pd
-
-    return pd.concat([h.assign(split=split, err=_shifted(h, a, b)) for split, _, _, h, (a, b) in folds(frame)])
+    rows, per_row = [], []
+    for split, held, stack, h, (a, b) in folds(frame):
+        logo = _shifted(h, a, b)
+        per_row.append(h.assign(split=split, err=logo))
+        rows.append({"split": split, "held_out": held, "stack": stack, "rows": len(h), "response_ms": a,
+                     "tokenize_us": b, "logo_median_abs_pct": 100 * logo.abs().median(),
+                     "logo_signed_pct": 100 * logo.median(),
+                     "in_sample_median_abs_pct": 100 * _shifted(h, *fits[stack]).abs().median(),
+                     "unfitted_median_abs_pct": 100 * _shifted(h, 0.0, 0.0).abs().median()})
+    return {"fits": fits, "rows": pd.DataFrame(rows), "per_row": pd.concat(per_row) if per_row else None}
 
 
 def markdown(frame, res: dict, cmd: str, wall: float) -> str:
@@ -132,7 +129,7 @@ def markdown(frame, res: dict, cmd: str, wall: float) -> str:
 
     fits = pd.DataFrame([{"stack": s, "response_ms": a, "tokenize_us_per_token": b}
                          for s, (a, b) in res["fits"].items()])
-    per_row = per_row_errors(frame)
+    per_row = res["per_row"]
     summ = (per_row.assign(a=per_row.err.abs() * 100, s=per_row.err * 100)
             .groupby(["stack", "split"]).agg(rows=("a", "size"), median_abs_pct=("a", "median"),
                                              p90_abs_pct=("a", lambda x: x.quantile(0.9)),

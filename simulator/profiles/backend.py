@@ -72,11 +72,15 @@ class VersionRule(_Strict):
         return self
 
 
+#: The date a nightly build's name carries (``nightly-20260301``).
+_NIGHTLY = re.compile(r"(20\d{2})(\d{2})(\d{2})")
+
+
 def version_number(version: str) -> Optional[tuple[int, int, int]]:
     """(major, minor, patch) of a release name such as ``0.14.1``, ``v0.5.6.post2``
     or ``1.2.0rc6``; None for a nightly or anything else."""
     m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
-    if m is None or re.search(r"20\d{6}", version):
+    if m is None or _NIGHTLY.search(version):
         return None
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
 
@@ -116,7 +120,7 @@ class BackendProfile(_Strict):
 
     def released(self, version: str) -> Optional[str]:
         """The day a release came out (ISO date) where known; a nightly's own date."""
-        nightly = re.search(r"(20\d{2})(\d{2})(\d{2})", version)
+        nightly = _NIGHTLY.search(version)
         if nightly:
             return "-".join(nightly.groups())
         return self.releases.get(version.strip())
