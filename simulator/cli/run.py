@@ -118,9 +118,11 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
     if shards is not None:
         _print_shards(out.results["llmsim"]["shards"])
     cal = out.results["llmsim"]["calibration"]
-    if not cal["calibrated"]:
-        console.print(f"[yellow]note:[/] {escape(cal['gpu'])} cost model is {cal['status']}, not fitted to its own "
-                      f"measurements")
+    for gpu, c in {cal["gpu"]: cal, **cal.get("other_gpus", {})}.items():
+        if not c["calibrated"]:
+            src = f" from {c['transferred_from']}" if c.get("transferred_from") else ""
+            console.print(f"[yellow]note:[/] {escape(gpu)} cost model is {c['status']}{src}, not fitted to its own "
+                          f"measurements")
     if output is not None:
         console.print(f"wrote {output}/results.json, run.json, scenario.yaml, the per-request table"
                       f"{', report.html and plots' if draw else ''}", markup=False)
