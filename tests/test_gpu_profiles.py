@@ -167,3 +167,15 @@ def test_no_simulator_module_names_a_gpu(repo_root):
                     hits.append(f"{path.relative_to(repo_root)}:{node.lineno}: {node.value[:60]!r}")
     allowed = ("fleet/classes.py", "planning/grid.py")     # schema examples of pool names
     assert [h for h in hits if not h.startswith(tuple(f"simulator/{a}" for a in allowed))] == []
+
+
+def test_a_plan_says_which_gpus_it_ran_on_transferred_calibrations(cli, tmp_path):
+    path = _scenario(tmp_path, "b200")
+    path.write_text(path.read_text() + "slo: {ttft_p99_ms: 2000, tpot_p99_ms: 200}\n")
+    r = cli("plan", path, "--vary", "pools.main.replicas=1..2", "--vary", "pools.main.gpu=b200,mi355x",
+            "--workers", "1", "-o", tmp_path / "plan")
+    assert r.code == 0, r.err
+    assert "note: mi355x cost model is transferred from b200" in r.out and "note: b200" not in r.out
+    cal = json.loads((tmp_path / "plan" / "plan.json").read_text())["calibration"]
+    assert cal == {"b200": {"status": "calibrated", "calibrated": True},
+                   "mi355x": {"status": "transferred", "calibrated": False, "transferred_from": "b200"}}

@@ -418,6 +418,15 @@ class HardwareProfile(_Strict):
     def calibrated(self) -> bool:
         return self.calibration.status == "calibrated"
 
+    def provenance(self) -> dict:
+        """Where this GPU's cost model comes from, as results and plans report it:
+        its calibration status and, when transferred, the measured sibling."""
+        c = self.calibration
+        out: dict = {"status": c.status, "calibrated": self.calibrated}
+        if c.transferred_from:
+            out["transferred_from"] = c.transferred_from
+        return out
+
     def summary(self) -> dict:
         return {
             "name": self.name,

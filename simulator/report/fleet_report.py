@@ -34,15 +34,8 @@ def calibration_block(gpus: list) -> dict:
     """Where the cost model of the fleet's GPUs comes from: the first pool's
     GPU at the top level, each other GPU under ``other_gpus``; a transferred
     calibration names the measured sibling it came from."""
-    def one(gpu) -> dict:
-        c = gpu.calibration
-        out = {"status": c.status, "calibrated": c.status == "calibrated"}
-        if c.transferred_from:
-            out["transferred_from"] = c.transferred_from
-        return out
-
-    first, block = gpus[0], {"gpu": gpus[0].name, **one(gpus[0])}
-    others = {g.name: one(g) for g in gpus[1:] if g.name != first.name}
+    first, block = gpus[0], {"gpu": gpus[0].name, **gpus[0].provenance()}
+    others = {g.name: g.provenance() for g in gpus[1:] if g.name != first.name}
     if others:
         block["other_gpus"] = others
     return block
