@@ -436,6 +436,7 @@ class HardwareProfile(_Strict):
             "fp8_tflops": self.peak_tflops.get("fp8"),
             "int8_tops": self.peak_tflops.get("int8"),
             "fp4_tflops": self.peak_tflops.get("fp4"),
+            "link": self.interconnect.kind,
             "link_gb_s": self.interconnect.bandwidth_gb_s,
             "nvlink_gpus": self.interconnect.max_tp if self.interconnect.kind in ("nvlink", "xgmi") else None,
             "usd_per_gpu_hour": self.price.usd_per_gpu_hour,
