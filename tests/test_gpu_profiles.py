@@ -179,3 +179,17 @@ def test_a_plan_says_which_gpus_it_ran_on_transferred_calibrations(cli, tmp_path
     cal = json.loads((tmp_path / "plan" / "plan.json").read_text())["calibration"]
     assert cal == {"b200": {"status": "calibrated", "calibrated": True},
                    "mi355x": {"status": "transferred", "calibrated": False, "transferred_from": "b200"}}
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-70b", "qwen3-30b-a3b"])
+def test_a_tp2_all_reduce_on_the_mesh_is_priced_on_one_link(model):
+    """The same GPU as a switch would be faster at TP 2 and the same at TP 8."""
+    from simulator.costmodel import CostModel
+    from simulator.profiles import load_model
+
+    mesh = load_hardware("mi300x")
+    switch = mesh.model_copy(update={"interconnect": mesh.interconnect.model_copy(update={"peer_links": None})})
+    m = load_model(model)
+    for tp, slower in ((2, True), (8, False)):
+        t_mesh, t_switch = (CostModel(m, g, tp=tp).comm_time(4096) for g in (mesh, switch))
+        assert (t_mesh > t_switch) if slower else (t_mesh == pytest.approx(t_switch))
