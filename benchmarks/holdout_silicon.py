@@ -204,9 +204,10 @@ def markdown(res: dict, cmd: str) -> str:
              md(summary(errors[errors.metric.isin(METRICS)])), "",
              "Per model/GPU/stack group (median signed error per metric, median |error| of TTFT and TPOT):", "",
              md(signed_pivot(errors, "group")), "",
-             "By provenance (`aic-eval`: measured before 2026-02-11 with the stacks' default flags; "
+             "By provenance (`aic-genai-perf`: AIConfigurator's evaluation runs with genai-perf, on a stack "
+             "released before 2025-10-14; `aic-eval`: the same runs with AIPerf, measured before 2026-02-11; "
              "`aiconfigurator`: measured from then on, AIConfigurator's generated deployment; `defaults`: no "
-             "measurement date):", "", md(signed_pivot(errors, ["stack", "deployment"])), "",
+             "date known):", "", md(signed_pivot(errors, ["stack", "deployment"])), "",
              "By concurrency and by input length:", "",
              md(signed_pivot(errors, ["stack", "c_band"])), "", md(signed_pivot(errors, ["stack", "isl_band"])), "",
              "TTFT at low load (C ≤ 4, no queue to speak of; median ms):", "", md(low_load(errors)), "",

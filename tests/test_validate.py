@@ -267,7 +267,8 @@ AIC = "NVIDIA AIConfigurator silicon measurements github.com/ai-dynamo/aiconfigu
 
 
 @pytest.mark.parametrize("stack, version, notes, want", [
-    ("sglang", "0.5.1.post1", "silicon_concurrency=16", "defaults"),       # released 2025-08, genai-perf era
+    ("sglang", "0.5.1.post1", "silicon_concurrency=16", "aic-genai-perf"),  # released 2025-08, genai-perf era
+    ("trtllm", "1.0.0rc3", "silicon_concurrency=16", "aic-genai-perf"),    # released 2025-07
     ("sglang", "0.5.6.post2", "silicon_concurrency=16", "aic-eval"),       # released 2025-12, AIPerf
     ("vllm", "0.17.0", "silicon_concurrency=8", "aiconfigurator"),         # released after 2026-02-11
     ("sglang", "nightly-dev-20260216-d3bae71e", "", "aiconfigurator"),     # a nightly's tag carries its date
@@ -291,7 +292,7 @@ def test_a_version_never_moves_a_row_before_its_release(stack, version, notes):
     got = of_source(AIC, notes, stack, version)
     if "measured=" not in notes and released(stack, version) is None:
         assert got == "defaults"
-    assert got in ("defaults", "aic-eval", "aiconfigurator")
+    assert got in ("defaults", "aic-genai-perf", "aic-eval", "aiconfigurator")
 
 
 @settings(max_examples=8, deadline=None)

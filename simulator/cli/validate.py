@@ -72,8 +72,9 @@ def validate(
     deployment: str = typer.Option("auto", "--deployment", help="how the measured servers were launched and "
                                    "benchmarked: auto (each row's provenance), defaults (the stack's own "
                                    "defaults, every request counted), aiconfigurator (AIConfigurator's "
-                                   "generated deployments and AIPerf runs) or aic-eval (AIConfigurator's 2025 "
-                                   "evaluation runs: stack defaults, AIPerf); see docs/accuracy.md"),
+                                   "generated deployments and AIPerf runs), aic-eval (AIConfigurator's 2025 "
+                                   "evaluation runs: stack defaults, AIPerf) or aic-genai-perf (the same "
+                                   "runs before 2025-10-14, with genai-perf); see docs/accuracy.md"),
     fit: Optional[Path] = typer.Option(None, "--fit", help="fit the stack's overheads to the rows and write "
                                        "a backend profile here"),
     csv: Optional[Path] = typer.Option(None, "--csv", help="also write measured vs predicted per row"),

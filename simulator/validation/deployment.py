@@ -51,6 +51,16 @@ one:
     budget beside running decodes (no chunked context) and waits for the
     batch to drain.
 
+``aic-genai-perf``
+    The same evaluation pipeline before it moved to AIPerf (2025-10-14):
+    TensorRT-LLM on the generator's engine configs, the other stacks on
+    their defaults, and genai-perf's client. Its perf_analyzer sends each
+    client's next request from the worker thread the last one ended on, so
+    the loop keeps the phases its server gives it, and it ends the warm-up
+    by joining those threads (``LoadManager::WaitForWarmupAndCleanup``):
+    the 2·C warm-up requests drain and the 10·C counted ones start as a
+    burst on an empty server.
+
 A row is taken to come from AIConfigurator when its source names it. With
 a measurement record (``measured=<date>`` in ``notes``), measured before
 2026-02-11, when the generator began to emit benchmark commands, it is
@@ -58,10 +68,9 @@ a measurement record (``measured=<date>`` in ``notes``), measured before
 of the stack version it ran bounds its date from below (a run cannot
 predate its version): a version released after the evaluation pipeline
 moved from genai-perf to AIPerf (2025-10-14, commit 4361371a6 "feat: add
-aiperf for eval") ran AIPerf, so ``aic-eval``, and one released after
-2026-02-11 ``aiconfigurator``; an older or unknown version keeps
-``defaults`` (genai-perf, like the stacks' own clients, keeps sending
-through its warm-up without a new burst). Release dates are the PyPI
+aiperf for eval") ran AIPerf, so ``aic-eval``, one released after
+2026-02-11 ``aiconfigurator``, and an older one ``aic-genai-perf``; an
+unknown version keeps ``defaults``. Release dates are the PyPI
 upload dates of the versions AIConfigurator's files name
 (pypi.org/pypi/{sglang,vllm,tensorrt-llm}/json), or the date a nightly
 tag carries. Every other row is ``defaults``.
@@ -82,7 +91,7 @@ from typing import TYPE_CHECKING, Any, Literal, Optional
 if TYPE_CHECKING:
     from ..profiles.backend import BackendProfile
 
-Deployment = Literal["defaults", "aiconfigurator", "aic-eval"]
+Deployment = Literal["defaults", "aiconfigurator", "aic-eval", "aic-genai-perf"]
 DEPLOYMENTS: tuple[str, ...] = Deployment.__args__
 
 # AIConfigurator's generator rules: the prompt headroom it adds to the token budget.
@@ -99,6 +108,8 @@ _TRT_BLOCK = 32
 _GENERATOR_BENCH_SINCE = "2026-02-11"
 # The day its evaluation pipeline replaced genai-perf by AIPerf (commit 4361371a6).
 _AIPERF_SINCE = "2025-10-14"
+# The evaluation pipeline's deployments, before and after it moved to AIPerf.
+_EVAL = ("aic-eval", "aic-genai-perf")
 @dataclass(frozen=True)
 class Client:
     """How the benchmark client ran the closed loop."""
@@ -106,20 +117,29 @@ class Client:
     warmup_rounds: int          # warm-up requests = rounds × C, not counted
     counted_rounds: int         # counted requests = rounds × C (when the row gives no count)
     drain: bool = False         # the warm-up finishes before the counted requests start, as a new burst
+    # Each client sends its next request the moment its last one ends, so the
+    # loop keeps the phases the server gives it (threads of one process);
+    # False: a hand-off between processes stands between them (AIPerf).
+    lockstep: bool = True
 
 
 DEFAULT_CLIENT = Client(warmup_rounds=0, counted_rounds=4)
-AIPERF_GENERATOR_CLIENT = Client(warmup_rounds=2, counted_rounds=20, drain=True)
-AIPERF_EVAL_CLIENT = Client(warmup_rounds=2, counted_rounds=10, drain=True)
+AIPERF_GENERATOR_CLIENT = Client(warmup_rounds=2, counted_rounds=20, drain=True, lockstep=False)
+AIPERF_EVAL_CLIENT = Client(warmup_rounds=2, counted_rounds=10, drain=True, lockstep=False)
+# The evaluation pipeline's counts under genai-perf: perf_analyzer's worker
+# threads send each next request at once, and its warm-up ends by joining
+# them (LoadManager::WaitForWarmupAndCleanup), so the counted requests start
+# as a new burst on an empty server.
+GENAI_PERF_EVAL_CLIENT = Client(warmup_rounds=2, counted_rounds=10, drain=True)
 
 
 def engine_keys(deployment: str, stack: str, concurrency: int, isl: int) -> dict[str, Any]:
     """Engine keys the deployment sets on top of the stack's defaults."""
     if deployment not in DEPLOYMENTS:
         raise ValueError(f"unknown deployment {deployment!r}")
-    if deployment == "defaults" or (deployment == "aic-eval" and stack != "trtllm"):
+    if deployment == "defaults" or (deployment in _EVAL and stack != "trtllm"):
         return {}
-    if deployment == "aic-eval":
+    if deployment in _EVAL:
         return {**_generated_budget(stack, concurrency, isl), "prefix_cache": False}
     if stack == "sglang":
         # max_prefill_tokens caps the prompt tokens of a batch; decodes ride
@@ -156,7 +176,7 @@ def kv_dtype(deployment: str, stack: str, precision: str) -> str:
     only (``generator/backends/trtllm.py`` ``_apply_kv_cache_mode``, as of
     2025-10), vLLM and SGLang ran their default (the model's 16-bit type), as
     does a precision outside the profiles (int4)."""
-    if deployment == "aiconfigurator" or (deployment == "aic-eval" and stack == "trtllm"):
+    if deployment == "aiconfigurator" or (deployment in _EVAL and stack == "trtllm"):
         return _AIC_KV.get(precision.lower(), "bf16")
     return "bf16"
 
@@ -192,7 +212,8 @@ def speculative_engine_keys(stack: str) -> dict[str, Any]:
 
 
 def client(deployment: str) -> Client:
-    return {"aiconfigurator": AIPERF_GENERATOR_CLIENT, "aic-eval": AIPERF_EVAL_CLIENT}.get(deployment, DEFAULT_CLIENT)
+    return {"aiconfigurator": AIPERF_GENERATOR_CLIENT, "aic-eval": AIPERF_EVAL_CLIENT,
+            "aic-genai-perf": GENAI_PERF_EVAL_CLIENT}.get(deployment, DEFAULT_CLIENT)
 
 
 def released(stack: str, version: str) -> str | None:
@@ -230,6 +251,8 @@ def of_source(source: str, notes: str, stack: str = "", version: str = "") -> De
     if measured is not None:
         return "aic-eval" if measured.group(1) < _GENERATOR_BENCH_SINCE else "aiconfigurator"
     since = released(stack, version)
-    if since is None or since < _AIPERF_SINCE:
+    if since is None:
         return "defaults"
+    if since < _AIPERF_SINCE:
+        return "aic-genai-perf"
     return "aic-eval" if since < _GENERATOR_BENCH_SINCE else "aiconfigurator"

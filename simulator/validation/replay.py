@@ -27,8 +27,10 @@ of its TTFT, so the client is replayed in one of three ways:
     both runs' requests (one round, then the rest); rates come from the
     out-of-phase run.
 
-``auto`` (the default) takes ``phases`` for a deployment whose client
-drains its warm-up (AIPerf), else ``burst``.
+``auto`` (the default) takes ``phases`` for AIPerf, whose clients hand
+each next request over between processes, and ``burst`` for clients that
+send it from the thread the last one ended on (genai-perf's perf_analyzer,
+``vllm bench serve``, SGLang's ``bench_serving``).
 
 A Poisson row is replayed open loop at its rate.
 """
@@ -133,7 +135,7 @@ def client_mode(row: Row, s: ReplaySettings) -> str:
     """How the row's closed loop is replayed (see the module docstring)."""
     if s.client != "auto":
         return s.client
-    return "phases" if deployment.client(s.deployment or row.deployment).drain else "burst"
+    return "burst" if deployment.client(s.deployment or row.deployment).lockstep else "phases"
 
 
 def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[str] = None) -> Scenario:
