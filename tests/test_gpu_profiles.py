@@ -194,3 +194,15 @@ def test_a_tp2_all_reduce_on_the_mesh_is_priced_on_one_link(model):
     for tp, slower in ((2, True), (8, False)):
         t_mesh, t_switch = (CostModel(m, g, tp=tp).comm_time(4096) for g in (mesh, switch))
         assert (t_mesh > t_switch) if slower else (t_mesh == pytest.approx(t_switch))
+
+
+def test_a_json_gpu_file_is_calibrated_dry_but_not_written(cli, tmp_path, shared_data):
+    import yaml
+
+    path = tmp_path / "acme.json"
+    path.write_text(json.dumps(yaml.safe_load(GPU)))
+    r = cli("calibrate", "--data", shared_data, "--gpu", path, "--dry-run", "--quiet")
+    assert r.code == 0 and "acme-x1: transferred from h100-sxm" in r.out
+    r = cli("calibrate", "--data", shared_data, "--gpu", path, "--quiet")
+    assert r.code == 2 and "YAML" in r.err and "Traceback" not in r.err
+    assert json.loads(path.read_text()) == yaml.safe_load(GPU)

@@ -292,6 +292,10 @@ def write(result: Result) -> list[Path]:
     from .write import write_profile
 
     d = builtin_dir("hardware_profiles")
+    for path in result.paths.values():      # before any file is written
+        if path.suffix == ".json":
+            raise LlmsimError("llmsim calibrate writes its calibration: block into a YAML profile, and this one "
+                              "is JSON: give the profile as YAML, or add --dry-run", source=path)
     changed = []
     for name, gpu in result.profiles.items():
         path = result.paths.get(name) or d / f"{name}.yaml"
