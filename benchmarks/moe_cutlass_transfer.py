@@ -45,7 +45,7 @@ SOURCES = ("b200", "hopper_fp8", "hopper_fp8+b200", "hopper_fp8_block", "hopper_
 
 
 def _tile_n(profile: str, fmt: str) -> int:
-    widths = F.CUTLASS_TILE_N[F.SM_VERSION[profile]]
+    widths = F.CUTLASS_TILE_N[load_hardware(profile).sm_version]
     return widths.get(fmt, widths[""])
 
 

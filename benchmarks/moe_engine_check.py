@@ -32,11 +32,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from simulator.calibration import moe_mla  # noqa: E402
-from simulator.calibration.moe_mla import GPU_PROFILES  # noqa: E402
 from simulator.costmodel import CostModel  # noqa: E402
 from simulator.costmodel.layout import gemm_format  # noqa: E402
 from simulator.errors import LlmsimError  # noqa: E402
 from simulator.profiles import load_hardware, load_model  # noqa: E402
+from simulator.profiles.hardware import builtin_hardware  # noqa: E402
 from simulator.validation import report  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -63,7 +63,7 @@ def compare(data: Path, only: set[str] | None = None) -> pd.DataFrame:
     (``only``: the corpus configs of these names). The rows are the kernel
     fit's (``moe_mla.load``): the checkpoint's own kernel only, and none
     faster than reading the touched weights once."""
-    gpus = {name: load_hardware(name) for name in GPU_PROFILES.values()}
+    gpus = {name: load_hardware(name) for name in moe_mla.measured(data, builtin_hardware())}
     table = moe_mla.load(data, gpus)
     models = []
     for path in sorted((data / "models" / "moe").glob("*.yaml")):

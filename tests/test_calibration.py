@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 from simulator.calibration import data as cdata
-from simulator.calibration import evaluate, pipeline, report, transfer
+from simulator.calibration import evaluate, pipeline, report
 from simulator.calibration.write import MARKER, render, replace_block, write_profile
 from simulator.costmodel import components as C
 from simulator.profiles import list_builtin, load_hardware
@@ -87,7 +87,7 @@ def _measured_sibling(gpus: dict, name: str) -> str:
     seen = set()
     while name not in MEASURED and name not in seen:
         seen.add(name)
-        name = transfer.SOURCES.get(name) or gpus[name].calibration.transferred_from
+        name = gpus[name].transfer.sibling if gpus[name].transfer else gpus[name].calibration.transferred_from
     return name
 
 

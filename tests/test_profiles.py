@@ -344,6 +344,12 @@ DATASHEET_ROWS = {
 }
 
 
+def test_profiles_name_their_datasheet_rows():
+    from simulator.profiles.hardware import data_name_map
+
+    assert {p: row for row, p in data_name_map("datasheet").items()} == DATASHEET_ROWS
+
+
 @pytest.mark.shared_data
 @pytest.mark.parametrize("name", sorted(DATASHEET_ROWS))
 def test_gpu_peaks_match_datasheet_table(shared_data, name):

@@ -94,7 +94,7 @@ def test_generated_deepseek_deployments_decode_with_one_mtp_draft_token(tmp_path
 
 @pytest.mark.parametrize("row, why", [
     ({"mode": "disagg"}, "disaggregated"),
-    ({"system": "b300_sxm"}, "GPU 'b300_sxm' has no built-in profile"),
+    ({"system": "rtx_pro_6000"}, "GPU 'rtx_pro_6000' has no built-in profile"),
     ({"model_path": "zhipuai/GLM-5"}, "model 'zhipuai/GLM-5' has no built-in profile"),
     ({"pp_size": 2}, "pipeline parallelism"),
     ({"gemm_quant_mode": "int8_sq"}, "quant mode 'int8_sq' is not one llmsim models"),

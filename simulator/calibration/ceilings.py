@@ -5,7 +5,7 @@ bandwidth on the large-weight rows, its GEMM throughput asymptote and its
 NCCL bus bandwidth should sit next to what the measurements show (e.g. bf16
 GEMV ≈ 2.8 TB/s on H100 SXM, not the 3.35 TB/s datasheet figure). (2) The
 transfer rule: ``hardware_datasheets.csv`` lists measured ceilings for some
-GPUs we have no kernel table for (H200, B200, L40S), which says how much
+GPUs we have no kernel table for (L40S), which says how much
 of its datasheet peak each reaches relative to its measured sibling.
 """
 from __future__ import annotations
@@ -17,20 +17,9 @@ import numpy as np
 import pandas as pd
 
 from ..errors import LlmsimError
-from ..profiles.hardware import Calibration, HardwareProfile
+from ..profiles.hardware import Calibration, HardwareProfile, data_name_map
 from . import evaluate
 from .data import KernelData
-
-# hardware_datasheets.csv ``gpu`` column for each built-in profile.
-DATASHEET_ROWS = {
-    "h100-sxm": "H100 SXM5 80GB",
-    "h100-pcie": "H100 PCIe 80GB",
-    "a100-sxm-40gb": "A100 SXM4 40GB",
-    "a100-sxm-80gb": "A100 SXM4 80GB",
-    "h200": "H200 SXM 141GB",
-    "b200": "B200 (HGX B200)",
-    "l40s": "L40S 48GB",
-}
 
 # Large GEMVs: few tokens, weights far beyond L2, so HBM streaming dominates.
 GEMV_MAX_M = 8
@@ -95,16 +84,18 @@ def _number_before(text: str, marker: str) -> float | None:
     return float(m.group(1)) if m else None
 
 
-def datasheet(data_dir: Path) -> dict[str, dict]:
-    """Measured ceilings per profile from hardware_datasheets.csv, as
-    fractions of the same row's datasheet peaks (one methodology for all
-    GPUs: TensorRT-LLM 8192³ bf16 GEMM, median large bf16 GEMV, NCCL busbw)."""
+def datasheet(data_dir: Path, gpus: dict[str, HardwareProfile] | None = None) -> dict[str, dict]:
+    """Measured ceilings per profile from hardware_datasheets.csv (the row each
+    profile's ``data_names.datasheet`` names; ``gpus``: default the built-in
+    profiles), as fractions of the same row's datasheet peaks (one
+    methodology for all GPUs: TensorRT-LLM 8192³ bf16 GEMM, median large bf16
+    GEMV, NCCL busbw)."""
     path = Path(data_dir) / "hardware_datasheets.csv"
     if not path.is_file():
         raise LlmsimError("hardware datasheet table not found (needed for the transfer rule)", source=path)
     df = pd.read_csv(path).set_index("gpu")
     out: dict[str, dict] = {}
-    for profile, row_name in DATASHEET_ROWS.items():
+    for row_name, profile in data_name_map("datasheet", gpus).items():
         if row_name not in df.index:
             continue
         r = df.loc[row_name]

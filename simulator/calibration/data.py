@@ -21,18 +21,10 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import LlmsimError
-from ..profiles import list_builtin, load_hardware
+from ..profiles.hardware import HardwareProfile, builtin_hardware, data_name_map
 from .tables import read_columns
 
 FAMILIES = ("gemm", "attention_prefill", "attention_decode", "allreduce")
-
-# The GPUs of the first tables (gemm.csv, attention.csv, allreduce.csv), by
-# their ``gpu`` string. GPUs of the newer tables (below) are named by each
-# profile's ``kernel_data_name`` instead.
-GPU_PROFILES = {
-    "H100-SXM5-80GB": "h100-sxm",
-    "A100-SXM4-80GB": "a100-sxm-80gb",
-}
 
 # vLLM's CustomAllreduce handles messages below its registered buffer size
 # (``max_size`` = 8 MiB by default) and hands larger ones to NCCL. Under CUDA
@@ -156,7 +148,13 @@ class KernelData:
         return sorted(set().union(*(set(df["profile"]) for df in self.frames.values())))
 
 
-def _read(data_dir: Path, kind: str) -> pd.DataFrame:
+def first_table_profiles(gpus: dict[str, HardwareProfile] | None = None) -> dict[str, str]:
+    """The first tables' (gemm.csv, attention.csv, allreduce.csv) ``gpu`` string
+    -> profile, from each profile's ``data_names.kernels``."""
+    return data_name_map("kernels", gpus)
+
+
+def _read(data_dir: Path, kind: str, names: dict[str, str]) -> pd.DataFrame:
     path = data_dir / "kernels" / _FILES[kind]
     if not path.is_file():
         raise LlmsimError(f"measured kernel table not found; expected {path} "
@@ -168,20 +166,15 @@ def _read(data_dir: Path, kind: str) -> pd.DataFrame:
     missing = [c for c in _NEEDED[kind] if c not in df.columns]
     if missing:
         raise LlmsimError(f"missing columns {', '.join(missing)}", source=path)
-    df = df[df["gpu"].isin(GPU_PROFILES)].copy()
-    df["profile"] = df["gpu"].map(GPU_PROFILES)
+    df = df[df["gpu"].isin(names)].copy()
+    df["profile"] = df["gpu"].map(names)
     df["t_s"] = df["measured_time_ms"].astype(float) * 1e-3
     return df[df["t_s"] > 0]
 
 
-def system_profiles() -> dict[str, str]:
-    """Data ``system`` name -> built-in profile, from each profile's ``kernel_data_name``."""
-    out = {}
-    for name in list_builtin("hardware_profiles"):
-        sys_name = load_hardware(name).kernel_data_name
-        if sys_name:
-            out[sys_name] = name
-    return out
+def system_profiles(gpus: dict[str, HardwareProfile] | None = None) -> dict[str, str]:
+    """Data ``system`` name -> profile, from each profile's ``data_names.system``."""
+    return data_name_map("system", gpus)
 
 
 def _read_stack_table(data_dir: Path, kind: str, systems: dict[str, str]) -> pd.DataFrame:
@@ -263,10 +256,13 @@ def _versions(df: pd.DataFrame, label: str = "vLLM") -> dict[str, str]:
     return out
 
 
-def load(data_dir: str | Path | None = None, progress=None) -> KernelData:
+def load(data_dir: str | Path | None = None, progress=None,
+         gpus: dict[str, HardwareProfile] | None = None) -> KernelData:
     """Read and filter the kernel tables; every problem is an LlmsimError.
 
-    ``progress(message)`` (optional) is told which table is being read."""
+    ``progress(message)`` (optional) is told which table is being read;
+    ``gpus`` are the profiles whose rows are kept (default: the built-in ones)."""
+    gpus = builtin_hardware() if gpus is None else gpus
     say = progress or (lambda _msg: None)
     d = Path(data_dir).expanduser() if data_dir is not None else default_data_dir()
     if d.exists() and not d.is_dir():
@@ -275,7 +271,8 @@ def load(data_dir: str | Path | None = None, progress=None) -> KernelData:
         raise LlmsimError(f"data directory {d} does not exist; {DATA_ORIGIN}: pass --data DIR, the folder "
                           "that holds kernels/")
     say("reading kernels/gemm.csv, attention.csv, allreduce.csv")
-    gemm, attn, ar = _read(d, "gemm"), _read(d, "attention"), _read(d, "allreduce")
+    first = first_table_profiles(gpus)
+    gemm, attn, ar = _read(d, "gemm", first), _read(d, "attention", first), _read(d, "allreduce", first)
     versions = _versions(pd.concat([gemm, attn])[lambda d: d["framework"] == "vllm"])
     commits = sorted(set(pd.concat([gemm, attn, ar]).get("source_commit", pd.Series(dtype=str)).dropna().astype(str)))
     frames = {
@@ -288,7 +285,7 @@ def load(data_dir: str | Path | None = None, progress=None) -> KernelData:
     held_out: dict[str, pd.DataFrame] = {}
     stacks: dict[tuple[str, str], pd.DataFrame] = {}
     fp8 = pd.DataFrame()
-    systems = system_profiles()
+    systems = system_profiles(gpus)
     if systems and all((d / "kernels" / f).is_file() for f in STACK_FILES.values()):
         tables = {}
         for kind, fname in STACK_FILES.items():

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from functools import lru_cache
 from typing import Callable, Union
 
 import numpy as np
@@ -194,14 +195,22 @@ CUTLASS_TOKEN_TILE = 128
 MOE_PAD = ("pad_row_cost",)
 CUTLASS_PAD_TILE_N = (16,)
 CUTLASS_BLOCKSCALE_FORMATS = ("fp8_block",)
+# By compute capability (the profile's ``sm_version``).
 CUTLASS_TILE_N = {90: {"": 16}, 100: {"nvfp4": 64, "": 128}}
-# The compute capability of each measured GPU (the CUTLASS tile depends on it).
-SM_VERSION = {"h100-sxm": 90, "h200": 90, "b200": 100}
 
 
 def _one(df: pd.DataFrame, column: str) -> str | None:
     vals = df[column].unique() if column in df else ()
     return str(vals[0]) if len(vals) == 1 else None
+
+
+@lru_cache(maxsize=None)
+def _sm_version(profile: str) -> int | None:
+    """A built-in GPU's compute capability (its profile's ``sm_version``); None for any other name."""
+    from ..profiles.hardware import builtin_hardware
+
+    gpu = builtin_hardware().get(profile)
+    return gpu.sm_version if gpu is not None else None
 
 
 def moe_kernel_constants(df: pd.DataFrame) -> dict[str, int | bool | tuple[int, ...]]:
@@ -214,8 +223,8 @@ def moe_kernel_constants(df: pd.DataFrame) -> dict[str, int | bool | tuple[int, 
         return {}
     src = df["kernel_source"].astype(str)
     fmt, profile = _one(df, "moe_dtype"), _one(df, "profile")
-    if src.str.contains(CUTLASS_MOE_KERNEL, regex=False).all() and fmt and profile in SM_VERSION:
-        widths = CUTLASS_TILE_N[SM_VERSION[profile]]
+    widths = CUTLASS_TILE_N.get(_sm_version(profile)) if profile else None
+    if src.str.contains(CUTLASS_MOE_KERNEL, regex=False).all() and fmt and widths is not None:
         return dict(row_padding=True, token_tiles=(CUTLASS_TOKEN_TILE,), tile_n=widths.get(fmt, widths[""]))
     if src.str.contains(TRTLLM_MOE_KERNEL, regex=False).all():
         if fmt in TRTLLM_TOKEN_TILES:

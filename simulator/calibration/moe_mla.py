@@ -44,11 +44,10 @@ from ..costmodel import mla as A
 from ..costmodel import moe as M
 from ..costmodel.roofline import blend
 from ..errors import LlmsimError
-from ..profiles.hardware import Calibration, FitError, HardwareProfile, MoeParams, RooflineParams
+from ..profiles.hardware import Calibration, FitError, HardwareProfile, MoeParams, RooflineParams, data_name_map
 from . import evaluate, moe_routing
 from .fit import LOSSES, FamilyFit, ape, fit_params, space
 
-GPU_PROFILES = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 MOE_VERSION = "0.24.0"
 MLA_KERNEL_VERSION = "0.14.0"
 MLA_MODULE_VERSION = "0.24.0"
@@ -181,8 +180,9 @@ def load(data_dir: Path, gpus: dict[str, HardwareProfile], moe_formats: tuple[st
     moe_path, mla_path = data_dir / "kernels" / "moe.csv.gz", data_dir / "kernels" / "mla.csv.gz"
     moe = mla = None
     excluded: dict[str, int] = {}
+    names = data_name_map("system", gpus)
     if moe_path.is_file():
-        df = _read(moe_path)
+        df = _read(moe_path, names)
         df = df[(df["framework_version"].astype(str) == MOE_VERSION) & df["profile"].isin(gpus)].copy()
         df["moe_dtype"] = df["moe_dtype"].map(M.moe_dtype)
         if moe_formats is not None:
@@ -197,7 +197,7 @@ def load(data_dir: Path, gpus: dict[str, HardwareProfile], moe_formats: tuple[st
             excluded[f"moe {prof}"] = int(n)
         moe = df[ok].reset_index(drop=True)
     if mla_path.is_file():
-        df = _read(mla_path)
+        df = _read(mla_path, names)
         df = df[df["profile"].isin(gpus)].copy()
         kern = df[df["table"].isin(["context_mla_perf", "generation_mla_perf"])
                   & (df["framework_version"].astype(str) == MLA_KERNEL_VERSION)]
@@ -213,15 +213,30 @@ def load(data_dir: Path, gpus: dict[str, HardwareProfile], moe_formats: tuple[st
     return MoeMlaData(moe, mla, excluded)
 
 
-def _read(path: Path) -> pd.DataFrame:
+def measured(data_dir: Path, gpus: dict[str, HardwareProfile]) -> list[str]:
+    """The profiles of ``gpus`` with rows in kernels/moe.csv.gz or mla.csv.gz
+    (found by their ``data_names.system``), sorted."""
+    names = data_name_map("system", gpus)
+    seen: set[str] = set()
+    for f in ("moe.csv.gz", "mla.csv.gz"):
+        path = data_dir / "kernels" / f
+        if path.is_file():
+            try:
+                seen |= set(pd.read_csv(path, usecols=["gpu"])["gpu"].astype(str).unique())
+            except (OSError, ValueError) as e:
+                raise LlmsimError(f"cannot read kernel table: {e}", source=path) from None
+    return sorted(p for n, p in names.items() if n in seen)
+
+
+def _read(path: Path, names: dict[str, str]) -> pd.DataFrame:
     try:
         df = pd.read_csv(path, low_memory=False)
     except (OSError, ValueError) as e:
         raise LlmsimError(f"cannot read kernel table: {e}", source=path) from None
     if "gpu" not in df.columns or "latency_ms" not in df.columns:
         raise LlmsimError("missing columns gpu/latency_ms", source=path)
-    df = df[df["gpu"].isin(GPU_PROFILES)].copy()
-    df["profile"] = df["gpu"].map(GPU_PROFILES)
+    df = df[df["gpu"].isin(names)].copy()
+    df["profile"] = df["gpu"].map(names)
     df["t_s"] = df["latency_ms"].astype(float) * 1e-3
     return df[df["t_s"] > 0]
 

@@ -10,11 +10,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import pandas as pd
+from pydantic import ValidationError
 
-from ..errors import LlmsimError
-from ..profiles import list_builtin, load_hardware
-from ..profiles.hardware import Calibration, HardwareProfile
-from ..profiles.loader import builtin_dir
+from ..errors import LlmsimError, from_validation_error
+from ..profiles import load_hardware
+from ..profiles.hardware import Calibration, HardwareProfile, builtin_hardware
+from ..profiles.loader import builtin_dir, resolve
 from . import ceilings, data, fp8, report, siblings, stacks, tables, transfer
 from . import moe_mla as moe_mla_fit
 from .assumptions import ITERATION_OVERHEAD_MS, ITERATION_OVERHEAD_NOTE, OTHER_NOTE, other_params
@@ -39,6 +40,8 @@ class Result:
     # MoE and MLA kernel errors (in-sample), one row per GPU × format/table.
     kernels: pd.DataFrame = field(default_factory=pd.DataFrame)
     written: list[Path] = field(default_factory=list)
+    # where each profile given as a file (not a built-in) is, to write it back
+    paths: dict[str, Path] = field(default_factory=dict)
     # fp8_gemm_efficiency fitted on measured fp8 GEMMs, per GPU that has them
     fp8: dict[str, "fp8.Fp8Fit"] = field(default_factory=dict)
     # every other stack against the default one, per GPU and op family
@@ -102,49 +105,92 @@ def _read_plan(data_dir: Path | None) -> list[str]:
     return plan
 
 
+def _profiles(gpus: list[str] | None) -> tuple[dict[str, HardwareProfile], list[str], dict[str, Path]]:
+    """Every built-in profile plus the user's files among ``gpus`` (paths),
+    the names the run is for, and where each user file is."""
+    profiles = builtin_hardware()
+    paths: dict[str, Path] = {}
+    wanted: list[str] = []
+    for g in gpus or []:
+        if g in profiles:
+            wanted.append(g)
+            continue
+        if not (g.endswith((".yaml", ".yml", ".json")) or Path(g).expanduser().exists()):
+            raise LlmsimError(f"unknown GPU profile(s) {g}; valid names: {', '.join(profiles)} "
+                              "(or a path to a GPU profile YAML)")
+        gpu, path = load_hardware(g), resolve("hardware_profiles", g)
+        if gpu.name in profiles and path.resolve() == (builtin_dir("hardware_profiles") / f"{gpu.name}.yaml").resolve():
+            wanted.append(gpu.name)
+            continue
+        if gpu.name in profiles and gpu.name not in paths:
+            raise LlmsimError(f"{g} is named {gpu.name!r}, a built-in profile's name; give it a name of its own",
+                              key_path="name")
+        profiles[gpu.name], paths[gpu.name] = gpu, path
+        wanted.append(gpu.name)
+    return profiles, list(dict.fromkeys(wanted)) or sorted(profiles), paths
+
+
+def _sibling(name: str, gpu: HardwareProfile, profiles: dict[str, HardwareProfile], measured: list[str],
+             where: Path) -> str:
+    """The measured profile ``gpu``'s calibration comes from (its ``transfer.sibling``)."""
+    if gpu.transfer is None:
+        raise LlmsimError(f"{name} has no kernel measurements and no transfer rule: give its profile "
+                          "`transfer: {sibling: <a measured GPU>, rule: scaled | copy}` (measured: "
+                          f"{', '.join(measured)})", key_path="transfer")
+    sib = gpu.transfer.sibling
+    if sib not in profiles:
+        raise LlmsimError(f"{name} is transferred from {sib}, which is no GPU profile (valid names: "
+                          f"{', '.join(sorted(profiles))})", key_path="transfer.sibling")
+    if sib not in measured:
+        raise LlmsimError(f"{name} is transferred from {sib}, which has no rows in {where}",
+                          key_path="transfer.sibling")
+    return sib
+
+
+def _with_calibration(gpu: HardwareProfile, cal: Calibration, path: Path | None) -> HardwareProfile:
+    """``gpu`` with a transferred calibration, checked as a whole profile (a
+    sibling's GEMM fit in waves needs this GPU's ``num_sms``)."""
+    data = {**gpu.model_dump(), "calibration": cal.model_dump()}
+    try:
+        return HardwareProfile.model_validate(data)
+    except ValidationError as e:
+        raise from_validation_error(e, path or builtin_dir("hardware_profiles") / f"{gpu.name}.yaml") from None
+
+
 def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_mla: bool = False,
         progress: Progress | None = None) -> Result:
     """Fit every measured GPU, transfer to every other built-in profile.
 
-    ``gpus`` limits which profiles the result carries (a transferred one
-    still needs its source fitted, which is done regardless). ``moe_mla``
-    also fits the MoE expert and MLA kernels of the GPUs that have rows in
+    ``gpus`` limits which profiles the result carries (names of built-in
+    profiles, or paths of the user's own GPU files); a transferred one still
+    needs its sibling fitted, which is done regardless. ``moe_mla`` also
+    fits the MoE expert and MLA kernels of the GPUs that have rows in
     ``kernels/moe.csv.gz`` / ``mla.csv.gz`` (the slow part: minutes per
     GPU); without it the profiles keep their current MoE/MLA parameters.
     ``progress`` is told each step (:class:`.progress.Progress`).
     """
     prog = progress or Silent()
-    known = list_builtin("hardware_profiles")
-    wanted = list(dict.fromkeys(gpus)) if gpus else known
-    unknown = [g for g in wanted if g not in known]
-    if unknown:
-        raise LlmsimError(f"unknown GPU profile(s) {', '.join(unknown)}; valid names: {', '.join(known)}")
+    profiles, wanted, paths = _profiles(gpus)
     if data_dir is None:
         data_dir = data.default_data_dir()
-    systems = data.system_profiles()
-    guess = sorted((set(data.GPU_PROFILES.values()) | set(systems.values())) & set(known))
+    first, systems = data.first_table_profiles(profiles), data.system_profiles(profiles)
+    guess = sorted(set(first.values()) | set(systems.values()))
+    moe_measured = moe_mla_fit.measured(Path(data_dir).expanduser(), profiles) if moe_mla else []
     prog.replan(_read_plan(Path(data_dir)) + _plan(guess, sorted(systems.values()),
-                                                    sorted(set(systems.values()) - set(data.GPU_PROFILES.values())),
-                                                    sum(1 for g in wanted if g in transfer.SOURCES and g not in guess),
-                                                    [n for n in wanted if n in moe_mla_fit.GPU_PROFILES.values()]
-                                                    if moe_mla else []))
-    kd = data.load(data_dir, progress=prog.step)
-    measured = [p for p in kd.profiles if p in known]
-    copies = {g: s for g, s in transfer.COPIES.items() if g not in measured}
-    wanted += [s for g, s in copies.items() if g in wanted and s not in wanted]
-    for g in wanted:
-        if g in measured or g in copies:
-            continue
-        if g not in transfer.SOURCES:
-            raise LlmsimError(f"{g} has no kernel measurements and no transfer rule "
-                              f"(rules exist for {', '.join(sorted(transfer.SOURCES))})")
-        if transfer.SOURCES[g] not in measured:
-            raise LlmsimError(f"{g} is transferred from {transfer.SOURCES[g]}, which has no rows in "
-                              f"{kd.data_dir / 'kernels'}")
-    needed = sorted({g if g in measured else transfer.SOURCES[g] for g in wanted if g not in copies})
+                                                    sorted(set(systems.values()) - set(first.values())),
+                                                    sum(1 for g in wanted if g not in guess),
+                                                    [n for n in wanted if n in moe_measured]))
+    kd = data.load(data_dir, progress=prog.step, gpus=profiles)
+    measured = [p for p in kd.profiles if p in profiles]
+    copies = {g: _sibling(g, profiles[g], profiles, measured, kd.data_dir / "kernels") for g in wanted
+              if g not in measured and profiles[g].transfer is not None and profiles[g].transfer.rule == "copy"}
+    wanted += [s for s in copies.values() if s not in wanted]
+    sources = {g: _sibling(g, profiles[g], profiles, measured, kd.data_dir / "kernels") for g in wanted
+               if g not in measured and g not in copies}
+    needed = sorted({g if g in measured else sources[g] for g in wanted if g not in copies})
     stack_profiles = sorted({p for (_s, _f), df in kd.stacks.items() for p in set(df["profile"])})
     fp8_profiles = sorted(set(kd.fp8["profile"])) if len(kd.fp8) else []
-    moe_targets = [n for n in wanted if n in moe_mla_fit.GPU_PROFILES.values()] if moe_mla else []
+    moe_targets = [n for n in wanted if n in moe_measured]
     prog.replan(_plan(needed, stack_profiles, fp8_profiles,
                       sum(1 for g in wanted if g not in needed and g not in copies), moe_targets))
 
@@ -153,7 +199,7 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
     fp8_fits: dict[str, fp8.Fp8Fit] = {}
     comparisons: list[stacks.Comparison] = []
     for name in needed:
-        gpu = load_hardware(name)
+        gpu = profiles[name]
         cal, fits[name] = _calibrated(kd, gpu, prog)
         if name in fp8_profiles:
             prog.step(f"fitting {name} fp8_gemm_efficiency")
@@ -178,8 +224,8 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
         cal = gpu.calibration.model_copy(update={"error": {**report.fit_errors(errors, name), **gpu.calibration.error}})
         fitted[name] = gpu.model_copy(update={"calibration": Calibration.model_validate(cal.model_dump())})
 
-    ds = ceilings.datasheet(kd.data_dir)
-    pcie_ref = load_hardware(transfer.PCIE_REFERENCE) if transfer.PCIE_REFERENCE in known else None
+    ds = ceilings.datasheet(kd.data_dir, profiles)
+    pcie_ref = transfer.pcie_reference(profiles, ds)
     out: dict[str, HardwareProfile] = {}
     for name in wanted:
         if name in fitted:
@@ -187,12 +233,12 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
             continue
         if name in copies:
             continue                      # after its sibling, below
-        prog.step(f"transferring {transfer.SOURCES[name]}'s fit to {name}")
-        target = load_hardware(name)
-        src = fitted[transfer.SOURCES[name]]
+        prog.step(f"transferring {sources[name]}'s fit to {name}")
+        target = profiles[name]
+        src = fitted[sources[name]]
         measured_ratio = siblings.measure(kd.data_dir, src, target, transfer.datasheet_ratios(name, src.name, ds))
         cal = transfer.transfer(target, src, ds, pcie_ref, measured_ratio)
-        out[name] = target.model_copy(update={"calibration": Calibration.model_validate(cal.model_dump())})
+        out[name] = _with_calibration(target, cal, paths.get(name))
 
     kernel_rows: list[dict] = []
     if moe_targets:
@@ -210,21 +256,23 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
     for name, gpu in out.items():
         if name not in moe_targets:
             # A measured copy (GB200 of B200) takes its sibling's MoE/MLA fit, as it took all of it before.
-            sib = transfer.COPIES.get(name)
+            tr = profiles[name].transfer
+            sib = tr.sibling if tr is not None and tr.rule == "copy" else None
             # (without the sibling's MoE/MLA errors: those were measured on the sibling)
             keep = out[sib].calibration.model_copy(update={"error": {}}) if sib in moe_targets \
-                else load_hardware(name).calibration
+                else profiles[name].calibration
             out[name] = gpu.model_copy(update={"calibration": moe_mla_fit.keep_current(gpu.calibration, keep)})
 
     for name, sib in copies.items():
         if name in wanted:
-            target = load_hardware(name)
+            target = profiles[name]
             cal = transfer.copied(target, out[sib])
-            out[name] = target.model_copy(update={"calibration": Calibration.model_validate(cal.model_dump())})
+            out[name] = _with_calibration(target, cal, paths.get(name))
 
     shown = {n: g for n, g in fitted.items() if n in wanted}
     result = Result(
         profiles=out,
+        paths=paths,
         fits={n: f for n, f in fits.items() if n in wanted},
         errors=errors[errors["gpu"].isin(wanted)].reset_index(drop=True),
         slices=report.slice_table(kd, shown),
@@ -244,9 +292,13 @@ def write(result: Result) -> list[Path]:
     from .write import write_profile
 
     d = builtin_dir("hardware_profiles")
+    for path in result.paths.values():      # before any file is written
+        if path.suffix == ".json":
+            raise LlmsimError("llmsim calibrate writes its calibration: block into a YAML profile, and this one "
+                              "is JSON: give the profile as YAML, or add --dry-run", source=path)
     changed = []
     for name, gpu in result.profiles.items():
-        path = d / f"{name}.yaml"
+        path = result.paths.get(name) or d / f"{name}.yaml"
         f = result.fp8.get(name)
         fp8_line = None if f is None else (f.efficiency, FP8_NOTE.format(n=f.compute_bound.n))
         if write_profile(path, gpu.calibration, fp8_line):

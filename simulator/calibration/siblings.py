@@ -1,20 +1,22 @@
-"""How much faster H200 and B200 run the same kernels as H100, measured.
+"""How much faster a GPU runs the same kernels as its measured sibling, measured.
 
-No dense GEMM or attention timings exist for H200 and B200, but the MoE and
-MLA tables (``kernels/moe.csv.gz``, ``kernels/mla.csv.gz``) time the *same*
-shapes with the same vLLM version on H100, H200 and B200. Their speed
-ratios, split by regime, say what an η transferred from H100 should be:
+A GPU without dense GEMM or attention timings may still have rows in the MoE
+and MLA tables (``kernels/moe.csv.gz``, ``kernels/mla.csv.gz``), which time
+the *same* shapes with the same vLLM version on several GPUs (H100, H200 and
+B200). Their speed ratios, split by regime, say what an η transferred from
+the sibling should be:
 
 * memory-bound rows: bf16 MoE layers that stream their expert weights at
-  ≥ 60% of H100's HBM peak and take ≥ 100 µs there (no fixed-cost floor).
-  η_m(target) / η_m(H100) = median speed-up / HBM bandwidth ratio.
-* compute-bound rows: bf16 MoE layers at ≥ 50% of H100's bf16 peak, ≥ 100 µs;
-  where a target has none (B200 shares no such bf16 MoE shape with H100),
-  the MLA context module (projections + attention) with ≥ 4096 tokens.
-  η_c(target) / η_c(H100) = median speed-up / bf16 peak ratio.
+  ≥ 60% of the sibling's HBM peak and take ≥ 100 µs there (no fixed-cost
+  floor). η_m(target) / η_m(sibling) = median speed-up / HBM bandwidth ratio.
+* compute-bound rows: bf16 MoE layers at ≥ 50% of the sibling's bf16 peak,
+  ≥ 100 µs; where a target has none (B200 shares no such bf16 MoE shape with
+  H100), the MLA context module (projections + attention) with ≥ 4096 tokens.
+  η_c(target) / η_c(sibling) = median speed-up / bf16 peak ratio.
 
-``error`` scores the rule on those rows: the target's time predicted as
-H100's time / (roof ratio × η ratio), against the measured one — for the
+Both GPUs are found in the tables by their profiles' ``data_names.system``.
+``error`` scores the rule on those rows: the target's time predicted as the
+sibling's time / (roof ratio × η ratio), against the measured one — for the
 ratio measured here and for the datasheet-ceiling ratio it replaces.
 """
 from __future__ import annotations
@@ -27,9 +29,6 @@ import pandas as pd
 
 from ..profiles.hardware import HardwareProfile
 
-SOURCE = "h100-sxm"
-# GPU strings of the MoE/MLA tables.
-TABLE_GPU = {"h100_sxm": "h100-sxm", "h200_sxm": "h200", "b200_sxm": "b200"}
 MIN_TIME_MS = 0.1
 MEMORY_FRACTION = 0.6
 COMPUTE_FRACTION = 0.5
@@ -41,7 +40,7 @@ _MLA_KEYS = ["framework_version", "table", "gemm_type", "kv_cache_dtype", "num_h
 
 @dataclass(frozen=True)
 class Regime:
-    """One regime's measured η ratio (target over H100) and the rows behind it."""
+    """One regime's measured η ratio (target over sibling) and the rows behind it."""
 
     eta_ratio: float
     rows: int
@@ -50,11 +49,11 @@ class Regime:
     error: dict[str, tuple[float, float]] = field(default_factory=dict)
 
 
-def _pairs(df: pd.DataFrame, keys: list[str], target: str) -> pd.DataFrame:
+def _pairs(df: pd.DataFrame, keys: list[str], source: str, target: str) -> pd.DataFrame:
     g = {k: v.groupby(keys, dropna=False)["latency_ms"].mean() for k, v in df.groupby("gpu")}
-    if "h100_sxm" not in g or target not in g:
+    if source not in g or target not in g:
         return pd.DataFrame()
-    return pd.concat([g["h100_sxm"].rename("src"), g[target].rename("dst")], axis=1, join="inner").reset_index()
+    return pd.concat([g[source].rename("src"), g[target].rename("dst")], axis=1, join="inner").reset_index()
 
 
 def _moe(data_dir: Path, target: str, src: HardwareProfile) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -62,7 +61,8 @@ def _moe(data_dir: Path, target: str, src: HardwareProfile) -> tuple[pd.DataFram
     if not path.is_file():
         return pd.DataFrame(), pd.DataFrame()
     df = pd.read_csv(path)
-    j = _pairs(df[(df["framework"] == "vllm") & (df["moe_dtype"] == "bfloat16")], _MOE_KEYS, target)
+    j = _pairs(df[(df["framework"] == "vllm") & (df["moe_dtype"] == "bfloat16")], _MOE_KEYS,
+               str(src.data_names.system), target)
     if j.empty:
         return j, j
     inter = j["moe_intermediate_size"] / j["moe_tp"]
@@ -78,14 +78,14 @@ def _moe(data_dir: Path, target: str, src: HardwareProfile) -> tuple[pd.DataFram
     return mem, comp
 
 
-def _mla_compute(data_dir: Path, target: str) -> pd.DataFrame:
+def _mla_compute(data_dir: Path, source: str, target: str) -> pd.DataFrame:
     path = data_dir / "kernels" / "mla.csv.gz"
     if not path.is_file():
         return pd.DataFrame()
     df = pd.read_csv(path, low_memory=False)
     df = df[(df["table"] == "mla_context_module_perf") & (df["gemm_type"] == "bfloat16")
             & (df["batch_size"] * df["isl"] >= MLA_MIN_TOKENS)]
-    return _pairs(df, _MLA_KEYS, target)
+    return _pairs(df, _MLA_KEYS, source, target)
 
 
 def _regime(rows: pd.DataFrame, roof: float, what: str, compare: dict[str, float]) -> Regime:
@@ -104,8 +104,8 @@ def measure(data_dir: Path, src: HardwareProfile, target: HardwareProfile,
 
     ``datasheet`` holds the ratios of the datasheet-ceiling rule
     (``{"compute": r, "memory": r}``) to score alongside."""
-    table = {v: k for k, v in TABLE_GPU.items()}.get(target.name)
-    if table is None or table == "h100_sxm":
+    table, src_table = target.data_names.system, src.data_names.system
+    if table is None or src_table is None or table == src_table:
         return {}
     datasheet = {k: (1.0 if v is None else v) for k, v in (datasheet or {}).items()}
     mem, comp = _moe(data_dir, table, src)
@@ -113,11 +113,11 @@ def measure(data_dir: Path, src: HardwareProfile, target: HardwareProfile,
     bw = target.hbm_bandwidth / src.hbm_bandwidth
     pk = target.peak_flops("bf16") / src.peak_flops("bf16")
     if len(mem):
-        out["memory"] = _regime(mem, bw, "bf16 MoE layers streaming weights at ≥ 60% of H100 HBM, ≥ 100 µs",
+        out["memory"] = _regime(mem, bw, f"bf16 MoE layers streaming weights at ≥ 60% of {src.name} HBM, ≥ 100 µs",
                                 {"datasheet": datasheet["memory"]} if "memory" in datasheet else {})
-    what = "bf16 MoE layers at ≥ 50% of H100 bf16 peak, ≥ 100 µs"
+    what = f"bf16 MoE layers at ≥ 50% of {src.name} bf16 peak, ≥ 100 µs"
     if not len(comp):
-        comp, what = _mla_compute(data_dir, table), f"bf16 MLA context modules, ≥ {MLA_MIN_TOKENS} tokens"
+        comp, what = _mla_compute(data_dir, src_table, table), f"bf16 MLA context modules, ≥ {MLA_MIN_TOKENS} tokens"
     if len(comp):
         out["compute"] = _regime(comp, pk, what, {"datasheet": datasheet["compute"]} if "compute" in datasheet else {})
     return out

@@ -1,8 +1,9 @@
 """Parameters for GPUs without kernel measurements, from a measured sibling.
 
 An η is a property of the kernels *and* the silicon, so the best guess for
-an unmeasured GPU is its nearest measured relative: H100 PCIe, H200 and B200
-take H100 SXM's fit; A100 40GB and L40S take A100 80GB's. Copied as-is, an
+an unmeasured GPU is its nearest measured relative, which its profile names
+(``transfer: {sibling: ..., rule: scaled | copy}``): H100 PCIe takes H100
+SXM's fit; A100 40GB and L40S take A100 80GB's. Copied as-is, an
 η would ignore what ``hardware_datasheets.csv`` does know about the target —
 its measured GEMM, GEMV and NCCL ceilings as fractions of its own peaks —
 so, where both GPUs have such a ceiling, the η is scaled by the ratio of
@@ -16,8 +17,13 @@ memory-bound MLA BMMs, ~5 µs, run at the same time on all three GPUs).
 All-reduce on PCIe parts is different in kind: vLLM's custom all-reduce
 needs NVLink (it is disabled on PCIe-only hosts), so those profiles get the
 NCCL regime only, with η per group size = measured PCIe-only NCCL bus
-bandwidth / link bandwidth (the target's own measurement, else that of the
-one PCIe-only host measured, L40S).
+bandwidth / link bandwidth (the target's own measurement, else that of a
+PCIe-only host the datasheet table measured: :func:`pcie_reference`).
+
+The ``copy`` rule is for the same kernels on a die of the same architecture
+in another package (GB200 NVL72's GPU is a B200 at higher clocks): the
+sibling's calibration whole, efficiencies being fractions of each profile's
+own peaks.
 """
 from __future__ import annotations
 
@@ -26,21 +32,15 @@ from .assumptions import ITERATION_OVERHEAD_NOTE, OTHER_NOTE
 from .fit import round_sig
 from .siblings import Regime
 
-SOURCES = {
-    "h100-pcie": "h100-sxm",
-    "h200": "h100-sxm",
-    "b200": "h100-sxm",
-    "a100-sxm-40gb": "a100-sxm-80gb",
-    "l40s": "a100-sxm-80gb",
-}
 
-# Profiles of the same silicon as a sibling in another package (GB200 NVL72's
-# GPU is a B200 at higher clocks): the sibling's calibration is copied whole,
-# efficiencies being fractions of each profile's own peaks.
-COPIES = {"gb200-nvl72": "b200"}
-
-# The one PCIe-only host with a measured NCCL all-reduce in the datasheet table.
-PCIE_REFERENCE = "l40s"
+def pcie_reference(gpus: dict[str, HardwareProfile], ceilings: dict[str, dict]) -> HardwareProfile | None:
+    """A PCIe-only GPU whose NCCL all-reduce the datasheet table measured (the
+    first by name), whose bus bandwidth stands in for PCIe hosts without
+    their own measurement; None if there is none."""
+    for name in sorted(gpus):
+        if gpus[name].interconnect.kind == "pcie" and ceilings.get(name, {}).get("busbw_gb_s"):
+            return gpus[name]
+    return None
 
 
 def _ratio(target: dict, source: dict, key: str) -> float | None:
@@ -96,7 +96,7 @@ def datasheet_ratios(target: str, source: str, ceilings: dict[str, dict]) -> dic
 
 
 def transfer(target: HardwareProfile, source: HardwareProfile, ceilings: dict[str, dict],
-             pcie_reference: HardwareProfile | None = None,
+             pcie_ref: HardwareProfile | None = None,
              measured: dict[str, Regime] | None = None) -> Calibration:
     """A ``status: transferred`` calibration for ``target`` from ``source``'s fitted one.
 
@@ -110,10 +110,14 @@ def transfer(target: HardwareProfile, source: HardwareProfile, ceilings: dict[st
     rc = measured["compute"].eta_ratio if "compute" in measured else ds["compute"]
     rm = measured["memory"].eta_ratio if "memory" in measured else ds["memory"]
     if target.interconnect.kind == "pcie":
-        ar, ar_note = _pcie_allreduce(cal.allreduce, target, ceil, pcie_reference,
-                                      ceilings.get(PCIE_REFERENCE, {}))
+        ar, ar_note = _pcie_allreduce(cal.allreduce, target, ceil, pcie_ref,
+                                      ceilings.get(pcie_ref.name, {}) if pcie_ref is not None else {})
     else:
         ar, ar_note = _nvlink_allreduce(cal.allreduce, source, target, src_ceil, ceil)
+        if target.interconnect.peer_links and not source.interconnect.peer_links:
+            ar_note += (f" (η's of a switched fabric: on {target.name}'s mesh of {target.interconnect.peer_links} "
+                        "peer links a group of n GPUs has n − 1 of them, which the cost model applies to the "
+                        "link bandwidth)")
     def scale(r: float | None, what: str) -> str:
         if r is None:
             return f"{what} η copied"
@@ -148,11 +152,11 @@ def transfer(target: HardwareProfile, source: HardwareProfile, ceilings: dict[st
 
 
 def copied(target: HardwareProfile, sibling: HardwareProfile) -> Calibration:
-    """``sibling``'s calibration for ``target`` (see :data:`COPIES`)."""
+    """``sibling``'s calibration for ``target`` (the ``copy`` rule)."""
     cal = sibling.calibration
     return cal.model_copy(update={
         "status": "transferred", "transferred_from": sibling.name, "error": {},
-        "rule": (f"copied from {sibling.name} (same GPU die and kernels; efficiencies are fractions of this "
+        "rule": (f"copied from {sibling.name} (same architecture and kernels; efficiencies are fractions of this "
                  f"profile's own peaks), whose own calibration is {cal.status}"
                  + (f" from {cal.transferred_from}" if cal.transferred_from else "") + f". {sibling.name}'s rule: "
                  + cal.rule)})

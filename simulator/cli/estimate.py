@@ -4,11 +4,12 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Optional
 
 import typer
+from rich.markup import escape
 from rich.text import Text
 
 from ..errors import LlmsimError
 from .app import app, err_console
-from .output import console, kv_table, print_json
+from .output import console, kv_table, print_json, provenance_notes
 
 if TYPE_CHECKING:   # the cost model on first use: `llmsim --help` imports this module
     from ..costmodel import CostModel
@@ -76,8 +77,9 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
         print_json(out)
         return
     console.print(kv_table(f"one iteration: {model} on {_replica(tp, dp, ep)} {gpu}", out.items()))
-    if not roofline and not cm.gpu.calibrated:
-        console.print(f"[yellow]note:[/] {cm.gpu.name} is {cm.gpu.calibration.status}, not calibrated on its own measurements")
+    if not roofline:
+        for note in provenance_notes({cm.gpu.name: cm.gpu.provenance()}):
+            console.print(f"[yellow]note:[/] {escape(note)}")
 
 
 @estimate_app.command("request")

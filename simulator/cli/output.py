@@ -145,3 +145,14 @@ def fitted_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any
     for c in cells:
         t.add_row(*(c[i] if isinstance(c[i], Text) else Text(str(c[i])) for i in shown))
     return t
+
+
+def provenance_notes(gpus: dict[str, dict]) -> list[str]:
+    """One note per GPU whose cost model was not fitted to its own measurements
+    (``HardwareProfile.provenance`` blocks by GPU name)."""
+    notes = []
+    for gpu, c in gpus.items():
+        if not c["calibrated"]:
+            src = f" from {c['transferred_from']}" if c.get("transferred_from") else ""
+            notes.append(f"{gpu} cost model is {c['status']}{src}, not fitted to its own measurements")
+    return notes

@@ -11,7 +11,7 @@ from rich.text import Text
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError
 from .app import app
-from .output import console, fleet_answer, product_columns, to_json
+from .output import console, fleet_answer, product_columns, provenance_notes, to_json
 from .sweep import Address, ConnectTimeout, ExecutorName, Sets, Workers, open_executor, output_dir, parse_sets, \
     rows_table, runs_progress
 
@@ -88,6 +88,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
     runs = sum(c["probes"] for c in result.candidates) * len(result.seeds)
     console.print(f"searched {key}; {runs} runs ({len(result.seeds)} seed(s) each) in {wall:.1f} s; "
                   f"wrote {', '.join(map(str, written))}", markup=False)
+    for note in provenance_notes(result.calibration):
+        console.print(f"note: {note}", markup=False)
     if confidence is not None:
         console.print(confidence_text(doc["by_confidence"]))
     if result.best is None:

@@ -11,7 +11,7 @@ from rich.markup import escape
 from ..errors import LlmsimError
 from .app import app, err_console
 from .ladder import run_ladder
-from .output import console, print_json
+from .output import console, print_json, provenance_notes
 from .progress import simulate_shown
 from .rundir import output_folder, output_path, write_run_files
 from .sweep import Address, ConnectTimeout, ExecutorName, Workers, open_executor
@@ -118,9 +118,8 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
     if shards is not None:
         _print_shards(out.results["llmsim"]["shards"])
     cal = out.results["llmsim"]["calibration"]
-    if not cal["calibrated"]:
-        console.print(f"[yellow]note:[/] {escape(cal['gpu'])} cost model is {cal['status']}, not fitted to its own "
-                      f"measurements")
+    for note in provenance_notes({cal["gpu"]: cal, **cal.get("other_gpus", {})}):
+        console.print(f"[yellow]note:[/] {escape(note)}")
     if output is not None:
         console.print(f"wrote {output}/results.json, run.json, scenario.yaml, the per-request table"
                       f"{', report.html and plots' if draw else ''}", markup=False)

@@ -32,7 +32,7 @@ def alltoall_time(tokens: float, gpus: int, ep: int, topk: int, hidden: int, byt
     per_domain = ep * min(ic.max_tp, gpus) // gpus                # ep ranks sharing one NVLink domain
     near = sent * (per_domain - 1) / ep
     far = sent * (ep - per_domain) / ep
-    t = near / (ic.bandwidth_gb_s * 1e9 * nvlink_eta)
+    t = near / (gpu.group_bandwidth_gb_s(per_domain) * 1e9 * nvlink_eta)
     latency = nvlink_latency_us
     if far > 0:
         if ic.scale_out_gb_s is None:

@@ -198,7 +198,7 @@ class LayoutOps:
         r = self.rank(tokens)
 
         def allreduce(n_tokens: float, group: int) -> float:
-            return float(C.allreduce_time(n_tokens * h * _BF16, group, cm.link_bw, cm.cal.allreduce))
+            return float(C.allreduce_time(n_tokens * h * _BF16, group, cm.group_bw(group), cm.cal.allreduce))
 
         t = (self.layers + self.n_dense) * allreduce(r, self.tp)
         if self.n_moe:
@@ -342,10 +342,14 @@ class LayoutOps:
 
 
 def check_weight_dtype(weight_dtype: str, gpu) -> None:
-    """NVFP4 weights need FP4 tensor cores (MXFP4 runs weight-only without them)."""
-    if weight_dtype in FP4_ONLY_DTYPES and not gpu.has_unit("fp4"):
-        raise LlmsimError(f"weight_dtype {weight_dtype} needs FP4 tensor cores (Blackwell: b200, gb200-nvl72); "
-                          f"{gpu.name} has none", key_path="engine.weight_dtype")
+    """NVFP4 weights need FP4 units that take NVFP4's scales (MXFP4 runs weight-only without FP4 units)."""
+    if weight_dtype in FP4_ONLY_DTYPES and not (gpu.has_unit("fp4") and weight_dtype in gpu.fp4_formats):
+        from ..profiles.hardware import builtin_hardware
+
+        able = [n for n, g in builtin_hardware().items() if g.has_unit("fp4") and weight_dtype in g.fp4_formats]
+        what = "none" if not gpu.has_unit("fp4") else f"FP4 units for {', '.join(gpu.fp4_formats)} only"
+        raise LlmsimError(f"weight_dtype {weight_dtype} needs FP4 tensor cores that run it ({', '.join(able)}); "
+                          f"{gpu.name} has {what}", key_path="engine.weight_dtype")
 
 
 def _dense_gemm_for(fmt: str, gemm: RooflineParams, gpu: HardwareProfile) -> RooflineParams:

@@ -61,6 +61,10 @@ class CostModel:
                  kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None,
                  iteration_us_per_seq: float = 0.0, dp: int = 1, ep: int = 1, mxfp4_activation: str | None = None,
                  async_scheduling: bool = False, kernels: str | None = None):
+        if kernels is not None and kernels not in gpu.serving_stacks:
+            raise LlmsimError(f"the {kernels} serving stack does not run on {gpu.name} (its profile's "
+                              f"serving_stacks: {', '.join(gpu.serving_stacks)}); llmsim cannot model it there",
+                              key_path="engine.backend")
         # A stack's own kernels where the GPU profile measured them apart.
         gpu = gpu.for_kernels(kernels)
         weight_dtype, kv_dtype = normalize(weight_dtype), normalize(kv_dtype)
@@ -149,13 +153,18 @@ class CostModel:
             self._lm_cache[seqs] = t
         return t
 
+    def group_bw(self, gpus: int) -> float:
+        """Bytes/s per GPU and direction a collective over ``gpus`` GPUs has (all
+        of the link through a switch, n − 1 peer links of a mesh)."""
+        return self.gpu.group_bandwidth_gb_s(gpus) * 1e9
+
     def comm_time(self, tokens: int) -> float:
         if self.ops is not None:
             return self.ops.comm_time(tokens)
         if tokens <= 0:
             return 0.0
         msg = tokens * self.model.hidden_size * 2.0
-        return 2 * self.layers * float(C.allreduce_time(msg, self.tp, self.link_bw, self.cal.allreduce))
+        return 2 * self.layers * float(C.allreduce_time(msg, self.tp, self.group_bw(self.tp), self.cal.allreduce))
 
     def other_time(self, tokens: int) -> float:
         if self.ops is not None:

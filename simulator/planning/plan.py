@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..errors import LlmsimError
+from ..profiles.hardware import load_hardware
 from ..scenario.load import load_scenario
 from ..scenario.variants import merge_overlays, overlay_assignments, select_variants
 from ..validation.error_model import ErrorModel
@@ -55,6 +56,8 @@ class Plan:
     variants: list[str] = field(default_factory=list)
     sets: dict[str, Any] = field(default_factory=dict)
     confidence: Optional[float] = None
+    # every GPU the plan ran, by name: where its cost model comes from (HardwareProfile.provenance)
+    calibration: dict[str, dict[str, Any]] = field(default_factory=dict)
 
     @property
     def best(self) -> Optional[dict[str, Any]]:
@@ -64,7 +67,8 @@ class Plan:
         return {"scenario": self.scenario, "variants": self.variants, "set": self.sets, "mode": self.mode,
                 "searched": self.searched, "seeds": self.seeds,
                 "rank_by": "monthly_usd" if self.mode == "min" else "max_rate_per_s, then monthly_usd",
-                "confidence": self.confidence, "best": self.best, "candidates": self.candidates, "probes": self.probes}
+                "confidence": self.confidence, "calibration": self.calibration, "best": self.best,
+                "candidates": self.candidates, "probes": self.probes}
 
 
 class _Prober:
@@ -188,8 +192,12 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
             cand["max_rate_per_s"] = value
         candidates.append(cand)
     probes = [{"overrides": {**combos[i], key: v}, **prober.figures(i, v)} for (i, v) in prober.rows]
+    varied = {k.split(".")[1]: k for k in combos[0] if k.startswith("pools.") and k.endswith(".gpu")}
+    gpus = {p.gpu for i, p in enumerate(sc.pools) if p.name not in varied and str(i) not in varied}
+    gpus |= {str(combo[k]) for combo in combos for k in varied.values()}
     return Plan(str(path), "max_rate" if max_rate else "min", searched, [sc.seed + k for k in range(seeds)],
-                _ranked(candidates, max_rate), probes, list(variants), cli, confidence)
+                _ranked(candidates, max_rate), probes, list(variants), cli, confidence,
+                {g: load_hardware(g).provenance() for g in sorted(gpus)})
 
 
 

@@ -9,6 +9,7 @@ so (``status: transferred``), and every report repeats that flag.
 from __future__ import annotations
 
 import math
+import re
 from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -256,9 +257,14 @@ class Calibration(_Strict):
 
 
 class Interconnect(_Strict):
-    kind: Literal["nvlink", "pcie", "none"] = "nvlink"
+    # nvlink: a switched scale-up domain (NVSwitch); xgmi: AMD Infinity
+    # Fabric, a point-to-point mesh of the node's GPUs (``peer_links``).
+    kind: Literal["nvlink", "xgmi", "pcie", "none"] = "nvlink"
     bandwidth_gb_s: float = Field(gt=0, description="per GPU, per direction, GB/s (1e9)")
-    max_tp: int = Field(default=8, ge=1, description="GPUs in one NVLink domain (8 on HGX, 72 on GB200 NVL72)")
+    max_tp: int = Field(default=8, ge=1, description="GPUs in one scale-up domain (8 in an HGX or xGMI node, 72 in an NVL72 rack)")
+    # A mesh has no switch: each GPU reaches each peer over its own link of
+    # bandwidth_gb_s / peer_links, so a group of n GPUs has n − 1 of them.
+    peer_links: Optional[int] = Field(default=None, ge=1, description="point-to-point links per GPU (a mesh)")
     # Scale-out network between NVLink domains (one NIC per GPU): what expert
     # parallelism's all-to-all crosses when a replica spans several domains.
     scale_out_gb_s: Optional[float] = Field(default=None, gt=0, description="per GPU, per direction, GB/s")
@@ -270,14 +276,50 @@ class Price(_Strict):
     source: str = ""
 
 
+class DataNames(_Strict):
+    """How the shared data's tables name this GPU (``shared/data/README.md``):
+    the rows ``llmsim calibrate`` fits it on and the benchmark rows
+    ``llmsim validate`` replays on it. A GPU the data does not know leaves
+    them out."""
+
+    # ``gpu`` of kernels/gemm.csv, attention.csv, allreduce.csv.
+    kernels: Optional[str] = None
+    # ``system`` of kernels/*_h200_b200.csv.gz and e2e/aic_silicon_sample.csv.gz;
+    # ``gpu`` of kernels/moe.csv.gz and mla.csv.gz.
+    system: Optional[str] = None
+    # ``gpu`` of hardware_datasheets.csv (its measured ceilings feed the transfer rule).
+    datasheet: Optional[str] = None
+    # A regular expression (case-insensitive) for the ``gpu`` text of the
+    # end-to-end tables; where several profiles' patterns match, the longest
+    # match wins (``gb200`` over ``b200``).
+    benchmarks: Optional[str] = None
+
+
+class Transfer(_Strict):
+    """Where ``llmsim calibrate`` takes this GPU's calibration from when the
+    kernel tables have no rows of its own: a measured sibling, by a rule.
+
+    ``scaled``: the sibling's dense-kernel η's, each scaled by the ratio of
+    the two GPUs' measured-ceiling fractions of their peaks where both are
+    known (else copied: the same fraction of this GPU's own peaks), fixed
+    costs copied, no per-stack or MoE/MLA parameters. ``copy``: the
+    sibling's whole calibration (same kernels on a die of the same
+    architecture), MoE, MLA and per-stack parameters included."""
+
+    sibling: str
+    rule: Literal["scaled", "copy"] = "scaled"
+    why: str = Field(default="", description="why this sibling is the nearest measured one")
+
 class HardwareProfile(_Strict):
     name: str
     display_name: str = ""
     source: str = ""
     hbm_gib: float = Field(gt=0, description="HBM capacity, GiB")
     hbm_bandwidth_tb_s: float = Field(gt=0, description="TB/s (1e12)")
-    # fp4: dense FP4 tensor-core peak (Blackwell), used by NVFP4 MoE experts.
-    peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8", "fp4"], float]
+    # fp4: dense FP4 tensor-core peak (Blackwell, CDNA 4), used by NVFP4 MoE
+    # experts; fp6: dense FP6 peak (CDNA 4 runs MXFP6 at its FP4 rate), stated
+    # for the record: no weight format of llmsim computes in it yet.
+    peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8", "fp6", "fp4"], float]
     interconnect: Interconnect
     host_link_gb_s: float = Field(gt=0, description="host-to-GPU bandwidth per GPU and direction (weight "
                                                      "loading, KV offload reloads), GB/s")
@@ -301,9 +343,20 @@ class HardwareProfile(_Strict):
     # the GPU's own MLA-projection kernel fits (benchmarks/fp4_efficiency.py).
     fp4_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
     price: Price
-    # The ``system`` name of this GPU's rows in the shared kernel tables
-    # (kernels/*_h200_b200.csv.gz), which `llmsim calibrate` fits it on.
-    kernel_data_name: Optional[str] = None
+    # Architecture generation (hopper, blackwell, cdna3, ...): the error
+    # model's ``family`` dimension.
+    architecture: Optional[str] = None
+    # CUDA compute capability (90, 100): which tiles FlashInfer's CUTLASS MoE
+    # kernels pick (calibration.fit.CUTLASS_TILE_N). None off CUDA.
+    sm_version: Optional[int] = Field(default=None, ge=10)
+    # The serving stacks whose builds run on this GPU (backend profiles'
+    # ``engine.kernels``); a pool naming another is refused.
+    serving_stacks: tuple[str, ...] = ("vllm", "sglang", "trtllm")
+    # FP4 formats the FP4 units take natively (NVFP4: E4M3 scales per 16
+    # values, NVIDIA only; MXFP4: E8M0 per 32, the OCP format AMD runs).
+    fp4_formats: tuple[Literal["nvfp4", "mxfp4"], ...] = ("nvfp4", "mxfp4")
+    data_names: DataNames = DataNames()
+    transfer: Optional[Transfer] = None
     calibration: Calibration = Calibration()
 
     @model_validator(mode="after")
@@ -328,6 +381,15 @@ class HardwareProfile(_Strict):
         if over.fp8_gemm_efficiency is not None:
             update["fp8_gemm_efficiency"] = over.fp8_gemm_efficiency
         return self.model_copy(update=update)
+
+    def group_bandwidth_gb_s(self, gpus: int) -> float:
+        """Per-GPU, per-direction link bandwidth a collective over ``gpus`` of
+        this node's GPUs can use: all of it through a switch, n − 1 peer links
+        of a mesh."""
+        ic = self.interconnect
+        if ic.peer_links is None or gpus < 2:
+            return ic.bandwidth_gb_s
+        return ic.bandwidth_gb_s * min(gpus - 1, ic.peer_links) / ic.peer_links
 
     @property
     def hbm_bytes(self) -> float:
@@ -356,6 +418,15 @@ class HardwareProfile(_Strict):
     def calibrated(self) -> bool:
         return self.calibration.status == "calibrated"
 
+    def provenance(self) -> dict:
+        """Where this GPU's cost model comes from, as results and plans report it:
+        its calibration status and, when transferred, the measured sibling."""
+        c = self.calibration
+        out: dict = {"status": c.status, "calibrated": self.calibrated}
+        if c.transferred_from:
+            out["transferred_from"] = c.transferred_from
+        return out
+
     def summary(self) -> dict:
         return {
             "name": self.name,
@@ -365,12 +436,46 @@ class HardwareProfile(_Strict):
             "fp8_tflops": self.peak_tflops.get("fp8"),
             "int8_tops": self.peak_tflops.get("int8"),
             "fp4_tflops": self.peak_tflops.get("fp4"),
+            "link": self.interconnect.kind,
             "link_gb_s": self.interconnect.bandwidth_gb_s,
-            "nvlink_gpus": self.interconnect.max_tp if self.interconnect.kind == "nvlink" else None,
+            "nvlink_gpus": self.interconnect.max_tp if self.interconnect.kind in ("nvlink", "xgmi") else None,
             "usd_per_gpu_hour": self.price.usd_per_gpu_hour,
             "calibration": self.calibration.status,
+            "transferred_from": self.calibration.transferred_from,
         }
 
 
 def load_hardware(name_or_path: str) -> HardwareProfile:
     return load_profile("hardware_profiles", name_or_path, HardwareProfile, "hardware")
+
+
+def builtin_hardware() -> dict[str, HardwareProfile]:
+    """Every built-in GPU profile by name."""
+    from .loader import list_builtin
+
+    return {n: load_hardware(n) for n in list_builtin("hardware_profiles")}
+
+
+def data_name_map(field: str, gpus: Optional[dict[str, HardwareProfile]] = None) -> dict[str, str]:
+    """The shared data's name for each GPU -> its profile name, for one
+    :class:`DataNames` field (``kernels``, ``system``, ``datasheet``), over
+    ``gpus`` (default: the built-in profiles)."""
+    gpus = builtin_hardware() if gpus is None else gpus
+    return {getattr(g.data_names, field): n for n, g in gpus.items() if getattr(g.data_names, field)}
+
+
+def match_benchmark_gpu(text: str, gpus: Optional[dict[str, HardwareProfile]] = None) -> Optional[str]:
+    """The profile a benchmark table's GPU text names: its ``system`` name
+    exactly, else the profile whose ``data_names.benchmarks`` pattern matches
+    the longest stretch of it (``gb200`` before ``b200``); None if none does."""
+    gpus = builtin_hardware() if gpus is None else gpus
+    exact = data_name_map("system", gpus).get(text)
+    if exact:
+        return exact
+    best: tuple[int, str] | None = None
+    for name in sorted(gpus):
+        pat = gpus[name].data_names.benchmarks
+        m = re.search(pat, text, re.IGNORECASE) if pat else None
+        if m and (best is None or len(m.group(0)) > best[0]):
+            best = (len(m.group(0)), name)
+    return best[1] if best else None

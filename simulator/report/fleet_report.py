@@ -30,6 +30,17 @@ from ..metrics.regions import region_block
 from ..metrics.ttft_budget import ttft_budget
 
 
+def calibration_block(gpus: list) -> dict:
+    """Where the cost model of the fleet's GPUs comes from: the first pool's
+    GPU at the top level, each other GPU under ``other_gpus``; a transferred
+    calibration names the measured sibling it came from."""
+    first, block = gpus[0], {"gpu": gpus[0].name, **gpus[0].provenance()}
+    others = {g.name: g.provenance() for g in gpus[1:] if g.name != first.name}
+    if others:
+        block["other_gpus"] = others
+    return block
+
+
 def timing_block(wall: float, requests: int) -> dict:
     """run.json: what was measured, not simulated, kept out of results.json so
     that a seed's results are byte-identical from run to run."""
@@ -62,8 +73,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         "seed": sc.seed,
         "scenario": sc.name,
         "engine": engine,
-        "calibration": {"gpu": gpu.name, "status": gpu.calibration.status,
-                        "calibrated": gpu.calibration.status == "calibrated"},
+        "calibration": calibration_block([ps.cm.gpu for ps in setups]),
         "replicas": sum(b["replicas"] for b in blocks.values()),
         **fleet.as_dict(),
     }

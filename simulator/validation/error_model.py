@@ -63,13 +63,18 @@ _COLUMNS = {"ttft_mean_ms": "ttft", "tpot_mean_ms": "tpot", "e2el_mean_ms": "e2e
 _LOAD = ((8, "1-8"), (32, "9-32"), (128, "33-128"), (math.inf, ">128"))
 _ISL = ((1024, "<=1k"), (4096, "1k-4k"), (math.inf, ">4k"))
 _STACKS = ("vllm", "sglang", "trtllm")
-_FAMILIES = ((r"^(gb|b)[23]00", "blackwell"), (r"^h[12]00", "hopper"), (r"^a100", "ampere"), (r"^l40", "ada"))
 
 
+@lru_cache(maxsize=None)
 def gpu_family(gpu: str) -> Optional[str]:
-    """The GPU's architecture generation from its profile name; None for a name llmsim does not know."""
-    name = Path(str(gpu)).stem.lower()
-    return next((fam for pat, fam in _FAMILIES if re.search(pat, name)), None)
+    """The GPU's architecture generation (its profile's ``architecture``); None
+    for a name or file llmsim cannot read as a GPU profile."""
+    from ..profiles.hardware import load_hardware
+
+    try:
+        return load_hardware(str(gpu)).architecture
+    except LlmsimError:
+        return None
 
 
 def _band(x: Optional[float], bands) -> Optional[str]:

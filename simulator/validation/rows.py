@@ -22,6 +22,7 @@ import pandas as pd
 
 from ..dtypes import WEIGHT_DTYPES
 from ..errors import LlmsimError
+from ..profiles.hardware import builtin_hardware, match_benchmark_gpu
 from .deployment import kv_dtype, of_source, version_keys
 
 #: Measured metrics llmsim predicts: column -> results.json key.
@@ -59,8 +60,6 @@ _MODELS = [
 # Block-scaled fp8 checkpoints published beside a 16-bit model: a row serving
 # the model "in fp8_block" ran that checkpoint.
 _FP8_BLOCK_TWIN = {"qwen3-235b-a22b": "qwen3-235b-a22b-fp8"}
-_GPUS = [(r"gb200", "gb200-nvl72"), (r"h200", "h200"), (r"h100.*pcie", "h100-pcie"), (r"h100", "h100-sxm"), (r"b200", "b200"),
-         (r"a100.*40", "a100-sxm-40gb"), (r"a100", "a100-sxm-80gb"), (r"l40s", "l40s")]
 
 
 @dataclass
@@ -191,11 +190,12 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
         raise LlmsimError(f"no measured metric column; expected one of {', '.join(METRICS)}", source=path)
     out = []
     formats: dict[str, Optional[str]] = {}      # model -> its checkpoint's format, each read once
+    gpus = builtin_hardware()
     for i, r in enumerate(df.to_dict("records")):
         rid = str(r.get("row_id") or f"row{i + 1}")
         stack = _stack(r["engine"])
         m = model or _match(_MODELS, str(r["model"]))
-        g = gpu or _match(_GPUS, str(r["gpu"]))
+        g = gpu or match_benchmark_gpu(str(r["gpu"]), gpus)
         tp = _num(r.get("tp")) or 1
         if m in _FP8_BLOCK_TWIN and "fp8_block" in str(r.get("precision", "")).lower():
             m = _FP8_BLOCK_TWIN[m]
@@ -333,11 +333,12 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
 
     profiles = _Profiles(model_configs)
     out = []
+    gpus = builtin_hardware()
     for i, r in enumerate(df.to_dict("records")):
         notes = str(r.get("silicon_data_source", ""))
         stack = _stack(r["backend"])
         m, prof = profiles.model(str(r["model_path"]), model)
-        g = gpu or _match(_GPUS, str(r["system"]))
+        g = gpu or match_benchmark_gpu(str(r["system"]), gpus)
         tp = int(_num(r.get("tp_size")) or 1)
         dp = int(_num(r.get("attention_dp_size")) or 1)
         ep = int(_num(r.get("moe_ep_size")) or 1)

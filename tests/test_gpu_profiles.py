@@ -1,0 +1,208 @@
+"""A GPU is one file: its profile says everything llmsim knows about it.
+
+A made-up GPU in a folder of its own runs a scenario and is calibrated by
+the transfer rule it names, without any module knowing its name; the
+shipped AMD and Blackwell Ultra profiles run, say where their calibration
+came from, and refuse what llmsim cannot model on them.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from simulator.profiles import list_builtin, load_hardware
+from simulator.profiles.hardware import builtin_hardware, match_benchmark_gpu
+from simulator.validation.error_model import gpu_family
+
+GPU = """\
+name: acme-x1
+display_name: a made-up GPU
+hbm_gib: 96
+hbm_bandwidth_tb_s: 4.0
+peak_tflops: {bf16: 1200, fp8: 2400}
+interconnect: {kind: nvlink, bandwidth_gb_s: 600, max_tp: 8}
+host_link_gb_s: 64
+num_sms: 120
+price: {usd_per_gpu_hour: 3.5, source: "made up"}
+architecture: acme1
+transfer: {sibling: h100-sxm, rule: scaled, why: "the nearest measured part"}
+"""
+
+SCENARIO = """\
+name: tiny
+seed: 1
+workload:
+  num_requests: 40
+  arrival: {{type: poisson, rate_per_s: 4}}
+  input_tokens: {{dist: uniform, min: 16, max: 400}}
+  output_tokens: {{dist: uniform, min: 1, max: 40}}
+pools:
+  - {{name: main, model: llama-3-8b, gpu: {gpu}, replicas: 1{engine}}}
+"""
+
+NEW = ["b300", "gb300-nvl72", "mi300x", "mi325x", "mi355x"]
+
+
+def _scenario(tmp_path: Path, gpu: str, engine: str = "") -> Path:
+    p = tmp_path / f"tiny-{Path(gpu).stem}.yaml"
+    p.write_text(SCENARIO.format(gpu=gpu, engine=f", engine: {{{engine}}}" if engine else ""))
+    return p
+
+
+@pytest.fixture
+def acme(tmp_path) -> Path:
+    (tmp_path / "gpus").mkdir()
+    path = tmp_path / "gpus" / "acme.yaml"
+    path.write_text(GPU)
+    return path
+
+
+def test_a_new_gpu_is_one_file_it_runs_and_is_calibrated_by_its_rule(cli, acme, tmp_path, shared_data):
+    r = cli("run", _scenario(tmp_path, str(acme)), "--json")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["llmsim"]["calibration"] == {"gpu": "acme-x1", "status": "roofline",
+                                                          "calibrated": False}
+    before = acme.read_text()
+    r = cli("calibrate", "--data", shared_data, "--gpu", acme, "--dry-run", "--quiet")
+    assert r.code == 0, r.err
+    assert "acme-x1: transferred from h100-sxm" in r.out and "no profile written" in r.out
+    assert acme.read_text() == before
+    assert cli("calibrate", "--data", shared_data, "--gpu", acme, "--quiet").code == 0
+    gpu = load_hardware(str(acme))
+    assert gpu.calibration.status == "transferred" and gpu.calibration.transferred_from == "h100-sxm"
+    # fractions of its own peaks: the sibling's η's (no measured ceilings name this GPU)
+    assert gpu.calibration.gemm.eta_memory == load_hardware("h100-sxm").calibration.gemm.eta_memory
+    r = cli("run", _scenario(tmp_path, str(acme)), "--json")
+    assert json.loads(r.out)["llmsim"]["calibration"]["transferred_from"] == "h100-sxm"
+    assert gpu_family(str(acme)) == "acme1"
+    assert "acme" not in list_builtin("hardware_profiles")
+
+
+def test_a_gpu_without_a_rule_or_with_an_unmeasured_sibling_is_refused(cli, acme, shared_data):
+    acme.write_text(GPU.replace("sibling: h100-sxm", "sibling: h100-pcie"))
+    r = cli("calibrate", "--data", shared_data, "--gpu", acme, "--dry-run", "--quiet")
+    assert r.code == 2 and "h100-pcie" in r.err and "transfer.sibling" in r.err and "Traceback" not in r.err
+    acme.write_text(GPU.replace("num_sms: 120\n", ""))
+    r = cli("calibrate", "--data", shared_data, "--gpu", acme, "--dry-run", "--quiet")
+    assert r.code == 2 and "num_sms" in r.err and str(acme) in r.err
+    acme.write_text(GPU.replace("transfer:", "# transfer:"))
+    r = cli("calibrate", "--data", shared_data, "--gpu", acme, "--dry-run", "--quiet")
+    assert r.code == 2 and "no transfer rule" in r.err
+
+
+@pytest.mark.parametrize("name", NEW)
+def test_new_profiles_run_and_say_they_are_transferred(cli, tmp_path, name):
+    gpu = load_hardware(name)
+    cal = gpu.calibration
+    assert cal.status == "transferred" and cal.transferred_from == gpu.transfer.sibling and gpu.transfer.why
+    assert gpu.price.source and gpu.source
+    r = cli("run", _scenario(tmp_path, name), "--json")
+    assert r.code == 0, r.err
+    block = json.loads(r.out)["llmsim"]["calibration"]
+    assert block["status"] == "transferred" and block["transferred_from"] == gpu.transfer.sibling
+    r = cli("run", _scenario(tmp_path, name))
+    assert f"transferred from {gpu.transfer.sibling}" in " ".join(r.out.split())
+
+
+def test_profiles_list_shows_the_new_gpus_with_their_provenance(cli):
+    r = cli("profiles", "list", "--json")
+    gpus = {g["name"]: g for g in json.loads(r.out)["gpus"]}
+    for name in NEW:
+        assert gpus[name]["calibration"] == "transferred" and gpus[name]["transferred_from"]
+
+
+@pytest.mark.parametrize("name", ["mi300x", "mi325x", "mi355x"])
+def test_what_llmsim_cannot_model_on_amd_is_refused_in_one_line(cli_subprocess, tmp_path, name):
+    r = cli_subprocess("run", _scenario(tmp_path, name, "backend: trtllm"))
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "trtllm" in r.err and name in r.err and len(r.err.strip().splitlines()) == 1
+    for backend in ("vllm", "sglang"):
+        assert cli_subprocess("run", _scenario(tmp_path, name, f"backend: {backend}"), "--json").code == 0
+
+
+def test_nvfp4_needs_units_that_take_its_scales(cli, tmp_path):
+    from simulator.costmodel.layout import check_weight_dtype
+    from simulator.errors import LlmsimError
+
+    check_weight_dtype("nvfp4", load_hardware("b300"))
+    with pytest.raises(LlmsimError, match="mi355x has FP4 units for mxfp4 only"):
+        check_weight_dtype("nvfp4", load_hardware("mi355x"))
+    assert load_hardware("mi355x").has_unit("fp6")
+
+
+def test_an_xgmi_mesh_gives_a_group_its_peer_links_only():
+    mi, h = load_hardware("mi300x"), load_hardware("h200")
+    links = mi.interconnect.peer_links
+    assert mi.group_bandwidth_gb_s(8) == mi.interconnect.bandwidth_gb_s
+    assert mi.group_bandwidth_gb_s(2) == pytest.approx(mi.interconnect.bandwidth_gb_s / links)
+    assert h.group_bandwidth_gb_s(2) == h.group_bandwidth_gb_s(8) == h.interconnect.bandwidth_gb_s
+
+
+def test_benchmark_gpu_names_find_their_profile_by_the_longest_match():
+    gpus = builtin_hardware()
+    expect = {"gb200": "gb200-nvl72", "b200_sxm": "b200", "b300_sxm": "b300", "gb300": "gb300-nvl72",
+              "H100-SXM5-80GB": "h100-sxm", "H100 PCIe 80GB": "h100-pcie", "A100-SXM4-40GB": "a100-sxm-40gb",
+              "A100-SXM4-80GB (README: '1 x A100 80G')": "a100-sxm-80gb", "AMD Instinct MI355X": "mi355x",
+              "tpu-v5p": None}
+    assert {t: match_benchmark_gpu(t, gpus) for t in expect} == expect
+
+
+def test_no_simulator_module_names_a_gpu(repo_root):
+    """GPU facts live in the profiles; names appear in docstrings, comments and examples only."""
+    import ast
+    import re
+
+    names = re.compile(r"\b(h100|a100|l40s|h200|b200|gb200|b300|gb300|mi3\d\dx)\b", re.IGNORECASE)
+    hits = []
+    for path in sorted((repo_root / "simulator").rglob("*.py")):
+        tree = ast.parse(path.read_text())
+        docs = {id(n.body[0].value) for n in ast.walk(tree)
+                if isinstance(n, (ast.Module, ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)) and n.body
+                and isinstance(n.body[0], ast.Expr) and isinstance(n.body[0].value, ast.Constant)}
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Constant) and isinstance(node.value, str) and id(node) not in docs:
+                if names.search(node.value.replace("_h200_b200", "")) and "description" not in path.name:
+                    hits.append(f"{path.relative_to(repo_root)}:{node.lineno}: {node.value[:60]!r}")
+    allowed = ("fleet/classes.py", "planning/grid.py")     # schema examples of pool names
+    assert [h for h in hits if not h.startswith(tuple(f"simulator/{a}" for a in allowed))] == []
+
+
+def test_a_plan_says_which_gpus_it_ran_on_transferred_calibrations(cli, tmp_path):
+    path = _scenario(tmp_path, "b200")
+    path.write_text(path.read_text() + "slo: {ttft_p99_ms: 2000, tpot_p99_ms: 200}\n")
+    r = cli("plan", path, "--vary", "pools.main.replicas=1..2", "--vary", "pools.main.gpu=b200,mi355x",
+            "--workers", "1", "-o", tmp_path / "plan")
+    assert r.code == 0, r.err
+    text = " ".join(r.out.split())      # notes wrap at the terminal's width
+    assert "note: mi355x cost model is transferred from b200" in text and "note: b200" not in text
+    cal = json.loads((tmp_path / "plan" / "plan.json").read_text())["calibration"]
+    assert cal == {"b200": {"status": "calibrated", "calibrated": True},
+                   "mi355x": {"status": "transferred", "calibrated": False, "transferred_from": "b200"}}
+
+
+@pytest.mark.parametrize("model", ["llama-3.1-70b", "qwen3-30b-a3b"])
+def test_a_tp2_all_reduce_on_the_mesh_is_priced_on_one_link(model):
+    """The same GPU as a switch would be faster at TP 2 and the same at TP 8."""
+    from simulator.costmodel import CostModel
+    from simulator.profiles import load_model
+
+    mesh = load_hardware("mi300x")
+    switch = mesh.model_copy(update={"interconnect": mesh.interconnect.model_copy(update={"peer_links": None})})
+    m = load_model(model)
+    for tp, slower in ((2, True), (8, False)):
+        t_mesh, t_switch = (CostModel(m, g, tp=tp).comm_time(4096) for g in (mesh, switch))
+        assert (t_mesh > t_switch) if slower else (t_mesh == pytest.approx(t_switch))
+
+
+def test_a_json_gpu_file_is_calibrated_dry_but_not_written(cli, tmp_path, shared_data):
+    import yaml
+
+    path = tmp_path / "acme.json"
+    path.write_text(json.dumps(yaml.safe_load(GPU)))
+    r = cli("calibrate", "--data", shared_data, "--gpu", path, "--dry-run", "--quiet")
+    assert r.code == 0 and "acme-x1: transferred from h100-sxm" in r.out
+    r = cli("calibrate", "--data", shared_data, "--gpu", path, "--quiet")
+    assert r.code == 2 and "YAML" in r.err and "Traceback" not in r.err
+    assert json.loads(path.read_text()) == yaml.safe_load(GPU)
