@@ -5,9 +5,10 @@ and ``<!-- END NAME -->``; its rows name the commands that produced them.
 Every command runs once per invocation, one at a time, and what its
 results.json (or each ladder step's) holds is what the table shows.
 
-    python benchmarks/case_studies.py --write               # rerun every command, rewrite every block (~25 min)
+    python benchmarks/case_studies.py --write               # rerun every command, rewrite every block (~30 min)
     python benchmarks/case_studies.py                       # the same, but only say which blocks differ (exit 1)
     python benchmarks/case_studies.py --only quickcode-ladder --write
+    python benchmarks/case_studies.py --write --keep DIR    # keep the runs in DIR; a second call reuses them
 
 tests/test_case_study_tables.py renders every block at smoke size (each
 workload cut to seconds) and holds the pages' blocks to the same rows,
@@ -19,7 +20,6 @@ import argparse
 import contextlib
 import io
 import json
-import re
 import shlex
 import sys
 import tempfile
@@ -126,7 +126,7 @@ def hit_rate(res: dict) -> str:
     return f"{pc['token_hit_rate']:.3f}" if pc.get("enabled") else "—"
 
 
-def table(head: list[str], rows: list[list[str]], right: set[int] = frozenset()) -> str:
+def table(head: list[str], rows: list[list[str]], right: frozenset[int] | set[int] = frozenset()) -> str:
     align = ["---:" if i in right else "---" for i in range(len(head))]
     lines = ["| " + " | ".join(head) + " |", "|" + "|".join(align) + "|"]
     lines += ["| " + " | ".join(r) + " |" for r in rows]
@@ -256,7 +256,8 @@ def quickcode_ladder(r: Runner) -> str:
     for step, res in r.ladder(cmd):
         st = res["llmsim"]["request_status"]
         rows.append([step, ms(res["median_ttft_ms"]), ms(res["p95_ttft_ms"]), tpot(res["median_tpot_ms"]),
-                     f"{float(res['ladder']['tokens_per_s_per_request']):.0f}", f"{count(st['finished'])} / {count(st['cancelled'])}",
+                     f"{float(res['ladder']['tokens_per_s_per_request']):.0f}",
+                     f"{count(st['finished'])} / {count(st['cancelled'])}",
                      f"{1000 * res['llmsim']['cost']['usd_per_request']:.3f}", verdict(res)])
     head = ["step", "TTFT p50 (ms)", "TTFT p95 (ms)", "TPOT p50 (ms)", "tok/s per request (mean)",
             "finished / cancelled", "$ per 1,000", "SLO"]
