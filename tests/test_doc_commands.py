@@ -142,6 +142,18 @@ def test_the_pages_show_commands():
     assert all(_PLACEHOLDER.search(c.text) for c in cmds if not runnable(c.text))
 
 
+def smoke_sized(wl):
+    """A workload cut to at most a few seconds of arrivals (or a few requests or sessions)."""
+    update = {}
+    if wl.duration_s is not None:
+        update["duration_s"] = min(wl.duration_s, SMOKE_SECONDS)
+    if wl.num_requests is not None:
+        update["num_requests"] = min(wl.num_requests, SMOKE_REQUESTS)
+    if getattr(wl, "num_sessions", None) is not None:
+        update["num_sessions"] = min(wl.num_sessions, SMOKE_SESSIONS)
+    return wl.model_copy(update=update)
+
+
 @pytest.fixture
 def smoke(monkeypatch):
     """Every workload cut to smoke size where it is built (plan and sweep
@@ -151,14 +163,7 @@ def smoke(monkeypatch):
     real = runner.make_source
 
     def small(wl, seed, base, subset=None):
-        update = {}
-        if wl.duration_s is not None:
-            update["duration_s"] = min(wl.duration_s, SMOKE_SECONDS)
-        if wl.num_requests is not None:
-            update["num_requests"] = min(wl.num_requests, SMOKE_REQUESTS)
-        if getattr(wl, "num_sessions", None) is not None:
-            update["num_sessions"] = min(wl.num_sessions, SMOKE_SESSIONS)
-        return real(wl.model_copy(update=update), seed, base, subset)
+        return real(smoke_sized(wl), seed, base, subset)
 
     monkeypatch.setattr(runner, "make_source", small)
 

@@ -84,7 +84,9 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
         raise LlmsimError("--ladder runs every variant step by itself; drop --variant (or drop --ladder)")
     output = output_path(output_)
     draw = _plots_wanted(plots, output)
-    sc, path = load_scenario(scenario, set_)
+    # With --variant, the --set overrides go on after the variants (a variant may add the pool a --set
+    # addresses), so the file is read here without them.
+    sc, path = load_scenario(scenario, [] if variant else set_)
     if ladder:
         run_ladder(sc, path, set_, engine, output, plots=draw, json=json, overwrite=overwrite)
         return
