@@ -51,6 +51,8 @@ def user_loc(loc: Iterable[Any], data: Any) -> list:
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             out.append(part)
             node = node[part]
+        elif node is not None and not isinstance(node, (dict, list)) and isinstance(part, str):
+            continue    # a scalar has no keys: the part names a union member tried on it
         else:
             out.append(part)
             node = None
@@ -79,7 +81,8 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None)
     All problems are listed (a user fixing a scenario wants every typo at
     once), each as ``key.path: what was expected``.
     """
-    lines = []
+    by_path: dict[str, list[str]] = {}
+    got: dict[str, str] = {}
     for e in err.errors():
         loc = e.get("loc", ())
         path = format_key_path(user_loc(loc, data) if data is not None else loc)
@@ -87,8 +90,11 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None)
         if e.get("type") == "extra_forbidden":
             msg = "unknown key (check the spelling; see `llmsim schema`)"
         elif "input" in e and e.get("type") not in ("missing",) and not isinstance(e["input"], (dict, list)):
-            msg = f"{msg} (got {e['input']!r})"
-        lines.append(f"{path}: {msg}")
+            got[path] = f" (got {e['input']!r})"
+        if msg not in by_path.setdefault(path, []):
+            by_path[path].append(msg)
+    # the members of a union each refuse the value: one line per key, "A, or B"
+    lines = [f"{path}: {', or '.join([msgs[0], *(m[:1].lower() + m[1:] for m in msgs[1:])])}{got.get(path, '')}" for path, msgs in by_path.items()]
     if len(lines) == 1:
         key, _, msg = lines[0].partition(": ")
         return LlmsimError(msg, source=source, key_path=key)

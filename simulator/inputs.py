@@ -6,16 +6,33 @@ file it names (trace, model configs, GPU and backend profiles, built-in or
 the user's own) and the simulator's code. The readers note each file
 they open (:func:`note_read`); a caller that wants to know what a load
 touched wraps it in :func:`recorded_reads`.
+
+Every reader also asks :func:`input_file` first: a path that is not a
+regular file (``/dev/zero``, a FIFO, a folder) or is larger than its kind
+of input can be is refused before a byte is read, so no input can make
+llmsim read without end or fill the memory.
 """
 from __future__ import annotations
 
 import hashlib
 import os
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Iterator
 
-__all__ = ["note_read", "recorded_reads", "file_digest", "code_digest"]
+from .errors import LlmsimError
+
+__all__ = ["note_read", "recorded_reads", "file_digest", "code_digest", "input_file", "MAX_TEXT_BYTES",
+           "MAX_TABLE_BYTES", "MAX_TRACE_BYTES"]
+
+#: YAML and JSON files (scenarios, profiles, sweep files, results.json; the
+#: largest shipped one is 10 KB, a results.json a few MB).
+MAX_TEXT_BYTES = 64 * 2**20
+#: Measured-benchmark CSVs (``llmsim validate``; the shared data's are under 1 MB).
+MAX_TABLE_BYTES = 256 * 2**20
+#: Request traces, decompressed (tens of millions of rows, beyond what one run holds in memory).
+MAX_TRACE_BYTES = 2**30
 
 _recorders: list[set[Path]] = []
 _digests: dict[tuple[str, int, int], str] = {}
@@ -28,6 +45,34 @@ def note_read(path: str | Path) -> None:
         p = Path(path).resolve()
         for r in _recorders:
             r.add(p)
+
+
+def _size_text(n: float) -> str:
+    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB"):
+        if n < 1024 or unit == "TiB":
+            return f"{n:,.0f} {unit}" if unit == "bytes" else f"{n:,.1f} {unit}"
+        n /= 1024
+    return ""
+
+
+def input_file(path: str | Path, max_bytes: int, what: str = "file") -> int:
+    """Check that ``path`` is a regular file of at most ``max_bytes`` before
+    it is read (noting it as read); returns its size."""
+    note_read(path)
+    try:
+        st = os.stat(path)
+    except FileNotFoundError:
+        raise LlmsimError("file not found", source=path) from None
+    except OSError as e:
+        raise LlmsimError(f"cannot read file ({e.strerror or e})", source=path) from None
+    if stat.S_ISDIR(st.st_mode):
+        raise LlmsimError(f"is a folder, not a {what}", source=path)
+    if not stat.S_ISREG(st.st_mode):
+        raise LlmsimError(f"not a regular file (a device, pipe or socket); expected a {what}", source=path)
+    if st.st_size > max_bytes:
+        raise LlmsimError(f"{_size_text(st.st_size)}, larger than any {what} llmsim reads "
+                          f"(at most {_size_text(max_bytes)})", source=path)
+    return st.st_size
 
 
 @contextmanager

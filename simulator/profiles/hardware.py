@@ -9,7 +9,7 @@ so (``status: transferred``), and every report repeats that flag.
 from __future__ import annotations
 
 import math
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -277,7 +277,7 @@ class HardwareProfile(_Strict):
     hbm_gib: float = Field(gt=0, description="HBM capacity, GiB")
     hbm_bandwidth_tb_s: float = Field(gt=0, description="TB/s (1e12)")
     # fp4: dense FP4 tensor-core peak (Blackwell), used by NVFP4 MoE experts.
-    peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8", "fp4"], float]
+    peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8", "fp4"], Annotated[float, Field(gt=0, allow_inf_nan=False)]]
     interconnect: Interconnect
     host_link_gb_s: float = Field(gt=0, description="host-to-GPU bandwidth per GPU and direction (weight "
                                                      "loading, KV offload reloads), GB/s")
@@ -305,6 +305,15 @@ class HardwareProfile(_Strict):
     # (kernels/*_h200_b200.csv.gz), which `llmsim calibrate` fits it on.
     kernel_data_name: Optional[str] = None
     calibration: Calibration = Calibration()
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _bf16_peak(cls, v: dict[str, float]) -> dict[str, float]:
+        # every dtype without a unit of its own is priced at the bf16 peak
+        if "bf16" not in v:
+            raise ValueError("needs a bf16 entry (the dense bf16 tensor-core peak, TFLOP/s): every compute dtype "
+                             "without a peak of its own runs at it")
+        return v
 
     @model_validator(mode="after")
     def _waves_need_sms(self) -> "HardwareProfile":

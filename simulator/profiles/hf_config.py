@@ -137,11 +137,16 @@ def normalize(data: dict[str, Any], path, fields: set[str], strict: bool) -> dic
 def _expand_counts(counts: Any, path) -> list[str]:
     if not isinstance(counts, dict):
         raise LlmsimError("expected a mapping of layer type to count", source=path, key_path="layer_types_counts")
+    from .model import MAX_LAYERS
+
     out: list[str] = []
     for t, n in counts.items():
         if t not in LAYER_TYPES:
             raise _refuse(path, "layer_types_counts", f"layer type {t!r} (llmsim models {', '.join(LAYER_TYPES)})")
-        out += [t] * int(n)
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_LAYERS:
+            raise LlmsimError(f"expected a count of layers from 0 to {MAX_LAYERS}, got {n!r}", source=path,
+                              key_path=f"layer_types_counts.{t}")
+        out += [t] * n
     return out
 
 

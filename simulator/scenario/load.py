@@ -8,23 +8,25 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from ..errors import LlmsimError, from_validation_error
+from ..errors import LlmsimError
 from ..metrics.slo import parse_slo
 from ..profiles.loader import read_structured, resolve
 from .overrides import apply_override
 from .schema import Scenario
-from .strict import refuse_bools_behind, refuse_coerced_bools
+from .strict import validate_strict
 
 
 def resolve_scenario(name_or_path: str) -> Path:
     return resolve("scenarios", name_or_path)
 
 
-def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None) -> tuple[Scenario, Path]:
+def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
+                  variants_checked: bool = False) -> tuple[Scenario, Path]:
+    """The scenario, validated with ``overrides`` (``--set``) applied, and
+    its path; each of its variants' ladder steps is validated too unless
+    ``variants_checked`` (a load that applies variants itself)."""
     path = resolve_scenario(str(name_or_path))
-    data = read_structured(path)
+    data = read_structured(path, what="scenario file")
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping with name, workload and pools", source=path)
     for o in overrides or []:
@@ -34,14 +36,13 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None) 
             raise LlmsimError(e.message, source=f"{path} (--set {o})", key_path=e.key_path) from None
     # A bad value may come from the command line rather than the file: say so.
     source = f"{path} (with --set {' --set '.join(overrides)})" if overrides else path
-    try:
-        sc = Scenario.model_validate(data)
-    except ValidationError as e:
-        refuse_bools_behind(data, Scenario, source)
-        raise from_validation_error(e, source, data) from None
-    refuse_coerced_bools(data, sc, source)
+    sc = validate_strict(Scenario, data, source)
     try:
         parse_slo(sc.slo)
     except LlmsimError as e:
         raise LlmsimError(e.message, source=source, key_path=e.key_path) from None
+    if sc.variants and not variants_checked:
+        from .overlays import check_variants     # overlays loads scenarios through this module
+
+        check_variants(data, sc, path, overrides or ())
     return sc, path

@@ -11,14 +11,14 @@ express is kept with the reason, never approximated.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Annotated, Any, Callable, Iterable, Literal, Optional, Union
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from ..dtypes import WEIGHT_DTYPES
 from ..errors import LlmsimError
@@ -404,6 +404,55 @@ def _silicon_why_not(row: Row, raw: dict, stack, prof, gpu, why_dtype: str, prof
     return ""
 
 
+class BenchResult(BaseModel):
+    """The keys of a ``vllm bench serve --save-result`` file llmsim reads,
+    strictly typed (a count written as text is refused, not converted);
+    the file's other keys (per-request lists, the run's arguments) are left alone."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    completed: int = Field(gt=0, description="requests the run completed")
+    total_input_tokens: int = Field(ge=0)
+    total_output_tokens: int = Field(ge=0)
+    max_concurrency: Optional[int] = Field(default=None, ge=1)
+    request_rate: Union[Annotated[float, Field(gt=0)], Literal["inf"], None] = None
+    mean_ttft_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    # every other metric llmsim predicts, where the file has it
+    median_ttft_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    mean_tpot_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    median_tpot_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    median_itl_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    median_e2el_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    output_throughput: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    request_throughput: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+
+    @model_validator(mode="after")
+    def _lengths(self) -> "BenchResult":
+        for key in ("total_input_tokens", "total_output_tokens"):
+            if getattr(self, key) < self.completed:
+                raise ValueError(f"{key} ({getattr(self, key)}) is less than one token for each of the "
+                                 f"{self.completed} completed requests")
+        return self
+
+
+def read_bench_result(path: Path) -> BenchResult:
+    """One ``vllm bench serve`` result file, validated; every problem one
+    LlmsimError naming the file and key."""
+    from ..errors import from_validation_error
+    from ..profiles.loader import read_structured
+
+    if path.suffix.lower() != ".json":
+        raise LlmsimError("expected a `vllm bench serve` result (.json)", source=path)
+    d = read_structured(path, what="`vllm bench serve` result file")
+    need = ("completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms")
+    if not isinstance(d, dict) or any(k not in d for k in need):
+        raise LlmsimError(f"not a `vllm bench serve` result (expected keys {', '.join(need)})", source=path)
+    try:
+        return BenchResult.model_validate(d)
+    except ValidationError as e:
+        raise from_validation_error(e, path, d) from None
+
+
 def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str, tp: int,
                          weight_dtype: str = "bf16", kv_dtype: str = "bf16", version: str = "") -> list[Row]:
     """Rows of ``vllm bench serve --save-result`` files (one run each);
@@ -412,25 +461,13 @@ def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str
         raise LlmsimError(f"unknown backend {stack!r}; expected one of {', '.join(STACKS)}", key_path="--backend")
     out = []
     for p in paths:
-        try:
-            d = json.loads(Path(p).read_text())
-        except FileNotFoundError:
-            raise LlmsimError("file not found", source=p) from None
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
-            raise LlmsimError(f"not a JSON file ({e})", source=p) from None
-        need = ("completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms")
-        if not isinstance(d, dict) or any(k not in d for k in need):
-            raise LlmsimError(f"not a `vllm bench serve` result (expected keys {', '.join(need)})", source=p)
-        n = int(d["completed"])
-        if n <= 0:
-            raise LlmsimError("the run completed no request", source=p)
-        conc = d.get("max_concurrency")
-        rate = d.get("request_rate")
-        rate = None if rate in (None, "inf", float("inf")) else float(rate)
+        d = read_bench_result(Path(p))
+        n = d.completed
+        rate = None if d.request_rate in (None, "inf") or d.request_rate == float("inf") else float(d.request_rate)
         row = Row(Path(p).stem, stack, model, gpu, tp, weight_dtype, kv_dtype,
-                  round(d["total_input_tokens"] / n), round(d["total_output_tokens"] / n),
-                  concurrency=int(conc) if conc else None, rate=rate, num_requests=n,
-                  measured={k: float(d[v]) for k, v in METRICS.items() if d.get(v) is not None},
+                  round(d.total_input_tokens / n), round(d.total_output_tokens / n),
+                  concurrency=d.max_concurrency, rate=rate, num_requests=n,
+                  measured={k: float(v) for k, f in METRICS.items() if (v := getattr(d, f)) is not None},
                   version_keys=version_keys(stack, version))
         if row.concurrency is None and row.rate is None:
             row.concurrency = n          # rate inf without a cap: everything at t = 0
