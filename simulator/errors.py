@@ -7,10 +7,12 @@ allowed to escape as a traceback.
 """
 from __future__ import annotations
 
+import errno
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["LlmsimError", "format_key_path", "from_validation_error", "user_loc"]
+__all__ = ["LlmsimError", "format_key_path", "from_validation_error", "user_loc", "os_reason"]
 
 
 class LlmsimError(Exception):
@@ -27,11 +29,41 @@ class LlmsimError(Exception):
     def render(self) -> str:
         where = []
         if self.source:
-            where.append(self.source)
+            where.append(_printable(self.source, 300))
         if self.key_path:
-            where.append(self.key_path)
+            where.append(_printable(self.key_path, 300))
         prefix = ": ".join(where)
-        return f"{prefix}: {self.message}" if prefix else self.message
+        message = "\n".join(_printable(line, 600) for line in self.message.split("\n"))
+        return f"{prefix}: {message}" if prefix else message
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+
+
+def _printable(text: str, limit: int) -> str:
+    """A part of a message as one readable line: control characters (a NUL
+    from a binary file, an escape sequence) shown escaped, runs of them
+    counted, and text past ``limit`` characters (a 10,000-character name)
+    cut in the middle."""
+    def escape(m: re.Match) -> str:
+        run = m.group(0)
+        shown = run[:1].encode("unicode_escape").decode()
+        return shown if len(run) == 1 else f"{shown}×{len(run)}" if len(set(run)) == 1 else \
+            run[:8].encode("unicode_escape").decode() + ("…" if len(run) > 8 else "")
+    text = _CONTROL.sub(escape, text)
+    if len(text) > limit:
+        keep = limit // 2
+        text = f"{text[:keep]}…({len(text) - 2 * keep:,} characters)…{text[-keep:]}"
+    return text
+
+
+def os_reason(e: OSError) -> str:
+    """Why the machine refused a read or write, in words a user acts on."""
+    return {errno.ENOSPC: "no space left on the device", errno.EROFS: "the filesystem is read-only",
+            errno.EACCES: "permission denied", errno.ENOTDIR: "a part of the path is a file, not a folder",
+            errno.EEXIST: "a part of the path is a file, not a folder",
+            errno.ENAMETOOLONG: "the name is too long for the filesystem",
+            errno.EISDIR: "is a folder, not a file"}.get(e.errno, e.strerror or str(e))
 
 
 def user_loc(loc: Iterable[Any], data: Any) -> list:

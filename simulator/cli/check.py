@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import typer
 from rich.table import Table
 
+from ..atomic_write import write_atomic
 from ..errors import LlmsimError
 from ..report.diff import flatten, read_json_object
 from ..report.regression import Verdict, judge, rounded
@@ -188,8 +189,8 @@ def _report(job: _Job, results: dict[str, Any], tracked: dict[str, Any], toleran
 
 
 def _write_baseline(path: Path, tracked: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_json.dumps({m: rounded(v) for m, v in tracked.items()}, indent=2, allow_nan=False) + "\n")
+    text = _json.dumps({m: rounded(v) for m, v in tracked.items()}, indent=2, allow_nan=False) + "\n"
+    write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
 @app.command("check")

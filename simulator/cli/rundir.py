@@ -15,7 +15,6 @@ staging folder is removed, and so is the output folder if this run made it.
 """
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import tempfile
@@ -23,7 +22,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
-from ..errors import LlmsimError
+from ..errors import LlmsimError, os_reason
 
 if TYPE_CHECKING:
     from ..runner import RunOutput
@@ -46,10 +45,7 @@ def output_path(value: Optional[str]) -> Optional[Path]:
 
 
 def os_error(e: OSError, output: Path, doing: str) -> LlmsimError:
-    why = {errno.ENOSPC: "no space left on the device", errno.EROFS: "the filesystem is read-only",
-           errno.EACCES: "permission denied", errno.ENOTDIR: "a part of the path is a file, not a folder",
-           errno.ENAMETOOLONG: "the name is too long for the filesystem"}.get(e.errno, e.strerror or str(e))
-    return LlmsimError(f"cannot {doing} ({why})", source=f"-o {output}")
+    return LlmsimError(f"cannot {doing} ({os_reason(e)})", source=f"-o {output}")
 
 
 def _contents(folder: Path) -> list[Path]:
@@ -99,11 +95,20 @@ def output_folder(output: Optional[Path], *, overwrite: bool = False,
             raise os_error(e, output, "write the results") from None
         done = True
     except OSError as e:      # writing into the stage: a full disk, a file removed under us
+        if e.filename is not None and not _within(e.filename, output):
+            raise                 # about another file (an input): not the results folder's fault
         raise os_error(e, output, "write the results") from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
         if made and not done:
             shutil.rmtree(top, ignore_errors=True)
+
+
+def _within(name: object, folder: Path) -> bool:
+    try:
+        return Path(os.fsdecode(name)).resolve().is_relative_to(folder.resolve())
+    except (OSError, TypeError, ValueError):
+        return True
 
 
 def _check_destination(output: Path, overwrite: bool, inputs: Sequence[Path]) -> tuple[bool, Path]:

@@ -43,10 +43,12 @@ class SweepRun:
         return [r for r in self.rows if r.get("error")]
 
 
-def plan_sweep(sweep_path: str | Path, sets: Mapping[str, Any] | None = None) -> list[Point]:
+def plan_sweep(sweep_path: str | Path, sets: Mapping[str, Any] | None = None,
+               max_runs: Optional[int] = None) -> list[Point]:
     """The sweep's points, checked against the base scenario (no runs yet);
-    ``sets`` (``--set``) apply to every point, under the point's own overrides."""
-    sweep, base, overrides = load_sweep(sweep_path, sets)
+    ``sets`` (``--set``) apply to every point, under the point's own overrides.
+    More than ``max_runs`` (default :data:`~simulator.runsize.MAX_RUNS`) is refused."""
+    sweep, base, overrides = load_sweep(sweep_path, sets, max_runs)
     return [Point(str(base), tuple({**(sets or {}), **o}.items()), sweep.engine) for o in overrides]
 
 

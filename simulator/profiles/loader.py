@@ -66,7 +66,10 @@ def read_structured(path: Path, what: str = "YAML or JSON file") -> Any:
 def resolve(kind: str, name_or_path: str) -> Path:
     """A built-in name (``h100-sxm``) or a path to the user's own file
     (noted as an input of the run, even where a cache then skips reading it)."""
-    path = _resolve(kind, name_or_path)
+    try:
+        path = _resolve(kind, name_or_path)
+    except OSError as e:      # a name too long for the filesystem, a path through a file
+        raise LlmsimError(f"cannot be read as a file ({e.strerror or e})", source=name_or_path) from None
     note_read(path)
     return path
 

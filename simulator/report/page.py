@@ -17,6 +17,7 @@ import json
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
+from ..atomic_write import write_atomic
 from ..errors import LlmsimError
 from ..planning.pareto import point_label
 from . import page_charts as charts
@@ -264,5 +265,5 @@ def write_report(folder: Path) -> Path:
     """Write ``folder/report.html`` and return its path."""
     folder = Path(folder)
     path = folder / REPORT
-    path.write_text(report_html(folder), encoding="utf-8")
-    return path
+    html = report_html(folder)
+    return write_atomic(path, lambda tmp: tmp.write_text(html, encoding="utf-8"))
