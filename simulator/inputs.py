@@ -14,17 +14,19 @@ llmsim read without end or fill the memory.
 """
 from __future__ import annotations
 
+import gzip
 import hashlib
+import io
 import os
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import IO, Iterator
 
 from .errors import LlmsimError
 
 __all__ = ["note_read", "recorded_reads", "file_digest", "code_digest", "input_file", "MAX_TEXT_BYTES",
-           "MAX_TABLE_BYTES", "MAX_TRACE_BYTES"]
+           "MAX_TABLE_BYTES", "MAX_TRACE_BYTES", "open_text"]
 
 #: YAML and JSON files (scenarios, profiles, sweep files, results.json; the
 #: largest shipped one is 10 KB, a results.json a few MB).
@@ -66,13 +68,45 @@ def input_file(path: str | Path, max_bytes: int, what: str = "file") -> int:
     except OSError as e:
         raise LlmsimError(f"cannot read file ({e.strerror or e})", source=path) from None
     if stat.S_ISDIR(st.st_mode):
-        raise LlmsimError(f"is a folder, not a {what}", source=path)
+        raise LlmsimError(f"is a directory, not a {what}", source=path)
     if not stat.S_ISREG(st.st_mode):
         raise LlmsimError(f"not a regular file (a device, pipe or socket); expected a {what}", source=path)
     if st.st_size > max_bytes:
-        raise LlmsimError(f"{_size_text(st.st_size)}, larger than any {what} llmsim reads "
+        raise LlmsimError(f"is {_size_text(st.st_size)}, larger than any {what} llmsim reads "
                           f"(at most {_size_text(max_bytes)})", source=path)
     return st.st_size
+
+
+class _Bounded(io.RawIOBase):
+    """A decompressed stream that stops at ``limit`` bytes: a small .gz can
+    stand for terabytes, and the file's own size says nothing of that."""
+
+    def __init__(self, raw: IO[bytes], limit: int, path: Path, what: str):
+        self._raw, self._limit, self._path, self._what, self._seen = raw, limit, path, what, 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b) -> int:
+        n = self._raw.readinto(b)
+        self._seen += n
+        if self._seen > self._limit:
+            raise LlmsimError(f"decompresses to more than {_size_text(self._limit)}, more than any {self._what} "
+                              "llmsim reads", source=self._path)
+        return n
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+def open_text(path: Path, max_bytes: int, what: str) -> IO[str]:
+    """A checked input file's text (UTF-8, a BOM dropped); a ``.gz`` is
+    decompressed through a bound of ``max_bytes`` on what it expands to."""
+    if Path(path).suffix.lower() == ".gz":
+        raw = _Bounded(gzip.open(path, "rb"), max_bytes, Path(path), what)
+        return io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8-sig")
+    return open(path, encoding="utf-8-sig")
 
 
 @contextmanager

@@ -67,7 +67,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import LlmsimError, from_validation_error
-from simulator.inputs import note_read
+from simulator.inputs import MAX_TRACE_BYTES, input_file
 
 from .request import Request
 from .trace_formats import MOONCAKE_BLOCK_SIZE, READERS, TRACE_FORMATS, RawTrace, detect_format, trace_error
@@ -212,11 +212,8 @@ def read_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = N
 
 
 def _existing_file(path: Path) -> Path:
-    note_read(path)
-    if not path.exists():
-        raise LlmsimError("trace file not found", source=path)
-    if path.is_dir():
-        raise LlmsimError("trace path is a directory, not a file", source=path)
+    """The trace file, checked before a byte is read: a regular file no larger than any trace llmsim reads."""
+    input_file(path, MAX_TRACE_BYTES, "trace file")
     return path
 
 

@@ -11,7 +11,9 @@ last, so a folder holding a results.json is complete. A folder that
 already holds files is refused unless ``--overwrite``, which replaces its
 contents whole: new results are never mixed with an earlier run's plots.
 Whatever stops the run (an error, Ctrl-C, SIGTERM: see ``app.main``), the
-staging folder is removed, and so is the output folder if this run made it.
+staging folder is removed, and so is the output folder if this run made it;
+one left by a run killed outright (its process gone) is removed by the
+next run into that folder.
 """
 from __future__ import annotations
 
@@ -81,7 +83,8 @@ def output_folder(output: Optional[Path], *, overwrite: bool = False,
         raise os_error(e, output, "use the results folder") from None
     try:     # before simulating: an unwritable destination fails now, not after the run
         output.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=output))
+        _remove_stale_stages(output)
+        stage = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=output))
     except OSError as e:
         if made:
             shutil.rmtree(top, ignore_errors=True)
@@ -102,6 +105,26 @@ def output_folder(output: Optional[Path], *, overwrite: bool = False,
         shutil.rmtree(stage, ignore_errors=True)
         if made and not done:
             shutil.rmtree(top, ignore_errors=True)
+
+
+def _remove_stale_stages(output: Path) -> None:
+    """Staging folders that runs killed outright (SIGKILL, a power cut) left
+    behind: their process is gone, so nothing will finish or remove them."""
+    for p in output.glob(f"{STAGING_PREFIX}*"):
+        pid = p.name[len(STAGING_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and _alive(int(pid)):
+            continue          # another run writing into this folder right now
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
 
 
 def _within(name: object, folder: Path) -> bool:

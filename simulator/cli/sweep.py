@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from ..errors import LlmsimError
-from .app import app, err_console
+from .app import app, err_console, kept_if_stopped
 from .output import console, fitted_table, product_columns
 from .rundir import os_error, output_path
 
@@ -124,7 +124,12 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
     points = plan_sweep(sweep_file, parse_sets(set_), max_runs)
     out = output_dir(output, f"sweep-{sweep_file.stem}")
     wall = time.perf_counter()
-    with open_executor(executor, workers, address, connect_timeout) as ex, \
+    def kept() -> str:
+        done = sum((out / "points" / f"{p.key}.json").exists() for p in points)
+        return (f"{done} of {len(points)} points finished and kept in {out / 'points'} (the table "
+                f"{out / 'sweep.parquet'} lists them); rerun the same command to run the rest")
+
+    with kept_if_stopped(kept), open_executor(executor, workers, address, connect_timeout) as ex, \
             runs_progress(len(points), "sweep") as on_row:
         run = run_sweep(points, out, ex, on_row)
         used = min(ex.workers, max(1, len(run.rows) - run.reused))    # never more workers than runs

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import math
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Any, Callable, Iterable, Literal, Optional, Union
@@ -161,12 +162,16 @@ def _parallel(r: dict, name: str, *aliases: str) -> int:
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    """A CSV file, every read/parse problem one LlmsimError."""
+    """A CSV file (or .csv.gz), checked before it is read; every read/parse problem one LlmsimError."""
+    from ..inputs import MAX_TABLE_BYTES, input_file, open_text
+
+    input_file(path, MAX_TABLE_BYTES, "benchmark CSV")
     try:
-        return pd.read_csv(path)
+        with open_text(path, MAX_TABLE_BYTES, "benchmark CSV") as fh:
+            return pd.read_csv(fh)
     except FileNotFoundError:
         raise LlmsimError("file not found", source=path) from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as e:
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, EOFError, zlib.error) as e:
         raise LlmsimError(f"not a readable CSV ({str(e).splitlines()[0]})", source=path) from None
 
 

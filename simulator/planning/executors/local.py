@@ -81,9 +81,13 @@ def _die_with_parent() -> None:
     """In each worker: end with the parent, however it ends. A SIGTERM
     handler inherited from the CLI would turn the signal into an exception
     the pool reports as a result, so the default action is restored; on
-    Linux the kernel also sends SIGTERM when the parent dies outright."""
+    Linux the kernel also sends SIGTERM when the parent dies outright.
+    Ctrl-C is the parent's to handle."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    # Ctrl-C reaches the whole process group: the parent stops the workers,
+    # which would otherwise each print a traceback ("Process ForkProcess-N:")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         try:
             import ctypes
