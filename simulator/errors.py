@@ -118,7 +118,8 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None)
     for e in err.errors():
         loc = e.get("loc", ())
         path = format_key_path(user_loc(loc, data) if data is not None else loc)
-        msg = e.get("msg", "invalid value")
+        # a value the user wrote may hold a newline: kept on the problem's one line, escaped
+        msg = _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode(), e.get("msg", "invalid value"))
         if e.get("type") == "extra_forbidden":
             msg = "unknown key (check the spelling; see `llmsim schema`)"
         elif "input" in e and e.get("type") not in ("missing",) and not isinstance(e["input"], (dict, list)):

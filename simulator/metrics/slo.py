@@ -44,7 +44,8 @@ class SloSpec:
 
 def _number(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise LlmsimError(f"expected a number of milliseconds, got {value!r}", key_path=f"slo.{key}")
+        text = "the text " if isinstance(value, str) else ""
+        raise LlmsimError(f"expected a number of milliseconds, got {text}{value!r}", key_path=f"slo.{key}")
     v = float(value)
     if not math.isfinite(v) or v < 0:
         raise LlmsimError(f"expected a finite, non-negative number of milliseconds, got {value!r}",

@@ -14,7 +14,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel
 
-from ..errors import LlmsimError
+from ..errors import LlmsimError, os_reason
 from ..inputs import MAX_TEXT_BYTES, input_file, note_read
 from ..structured import parse_json, parse_yaml
 
@@ -69,7 +69,7 @@ def resolve(kind: str, name_or_path: str) -> Path:
     try:
         path = _resolve(kind, name_or_path)
     except OSError as e:      # a name too long for the filesystem, a path through a file
-        raise LlmsimError(f"cannot be read as a file ({e.strerror or e})", source=name_or_path) from None
+        raise LlmsimError(f"cannot be read as a file ({os_reason(e)})", source=name_or_path) from None
     note_read(path)
     return path
 

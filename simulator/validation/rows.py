@@ -222,7 +222,31 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
     return out
 
 
+#: Columns that hold counts: a positive whole number where given.
+_COUNTS = ("tp", "dp", "ep", "pp", "attention_dp_size", "moe_ep_size", "concurrency", "num_requests")
+
+
+def _bad_number(raw: dict) -> str:
+    """Why a numeric cell cannot be read as what it measures ("" if none):
+    text where a number goes, a count that is not a positive whole number,
+    a negative rate, length or measurement."""
+    for key in (*_COUNTS, "request_rate_qps", "isl_mean", "osl_mean", *METRICS):
+        cell = raw.get(key)
+        if cell is None or (isinstance(cell, float) and math.isnan(cell)) or str(cell).strip() == "":
+            continue
+        v = _num(cell)
+        if v is None or not math.isfinite(v):
+            return f"{key} {cell!r} is not a number"
+        if key in _COUNTS and (v < 1 or v != int(v)):
+            return f"{key} {cell!r} is not a positive whole number"
+        if v < 0 or (key == "request_rate_qps" and v == 0):
+            return f"{key} {cell!r} is not a positive number"
+    return ""
+
+
 def _why_not(row: Row, raw: dict, stack, model, gpu) -> str:
+    if bad := _bad_number(raw):
+        return bad
     scen = str(raw.get("scenario", "")).lower()
     if "disaggregated" in scen:
         return "disaggregated prefill/decode rows are not replayed"
