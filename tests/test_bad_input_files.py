@@ -265,6 +265,29 @@ for _cid, _a, _frag in [("not-results", json.dumps({"a": 1}), "not a results fil
 CASES.append(("results-yaml", {"a.yaml": "completed: 3\n", "b.json": json.dumps(RESULTS)},
               ["compare", "a.yaml", "b.json"], ["a.yaml", ".json"]))
 
+# a results folder `llmsim report` redraws
+for _cid, _name, _bad, _frag in [("bad-parquet", "requests.parquet", "garbage", "cannot read it as a table"),
+                                 ("bad-timeline", "timeline.csv", 'a,b\n1,"\n', "cannot read it as a table"),
+                                 ("not-results", "results.json", json.dumps({"x": 1}), "not a results file"),
+                                 ("results-bomb", "results.json", "[" * 70 + "]" * 70, "64 levels"),
+                                 ("timeline-fifo", "timeline.csv", lambda p: os.mkfifo(p), "not a regular file")]:
+    CASES.append((f"report-{_cid}", {"rp/results.json": json.dumps(RESULTS), f"rp/{_name}": _bad},
+                  ["report", "rp"], [f"rp/{_name}", _frag]))
+
+# `llmsim estimate`: token counts against physical bounds, profiles through the same loaders
+ESTIMATE = ["estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3-8b"]
+for _cid, _args, _frag in [("input-past-any-context", ["--input", "1000000000", "--output", "10"], "--input"),
+                           ("output-past-any-context", ["--input", "10", "--output", "1000000000"], "--output"),
+                           ("too-many-chunks", ["--input", "100000000", "--output", "1",
+                                                "--max-num-batched-tokens", "1"], "prefill steps")]:
+    CASES.append((f"estimate-{_cid}", {}, [*ESTIMATE, *_args], [_frag]))
+CASES.append(("estimate-model-layers", {"m.yaml": {**MODEL, "num_hidden_layers": 10**9}},
+              ["estimate", "request", "--gpu", "h100-sxm", "--model", "m.yaml", "--input", "10", "--output", "10"],
+              ["m.yaml", "num_hidden_layers"]))
+CASES.append(("estimate-gpu-no-bf16", {"g.yaml": _set(GPU, ("peak_tflops", "bf16"), _DELETE)},
+              ["estimate", "step", "--gpu", "g.yaml", "--model", "llama-3-8b", "--decode-batch", "8"],
+              ["g.yaml", "peak_tflops"]))
+
 # sweep files and plans: the run-count limit and the sweep file's own keys
 SWEEP = ["sweep", "sw.yaml", "-o", "out", "--workers", "1"]
 for _cid, _sweep, _frag in [("too-many-runs", {"base": "s.yaml", "grid": {"seed": list(range(1001))}},
@@ -303,6 +326,7 @@ CASES.append(("output-run-through-a-file", {"s.yaml": SCENARIO, "afile.txt": "ke
 def _write(folder: Path, files: dict[str, Any]) -> None:
     for name, content in files.items():
         p = folder / name
+        p.parent.mkdir(parents=True, exist_ok=True)
         if callable(content):
             content(p)
         elif isinstance(content, bytes):
@@ -315,8 +339,8 @@ def _write(folder: Path, files: dict[str, Any]) -> None:
 
 def test_the_suite_covers_every_class_with_enough_cases():
     kinds = {cid.split("-")[0] for cid, *_ in CASES}
-    assert {"scenario", "gpu", "model", "hf", "backend", "bench", "trace", "results", "sweep", "plan",
-            "output"} <= kinds
+    assert {"scenario", "gpu", "model", "hf", "backend", "bench", "trace", "results", "report", "estimate",
+            "sweep", "plan", "output"} <= kinds
     assert len(CASES) >= 150 and len({cid for cid, *_ in CASES}) == len(CASES)
 
 

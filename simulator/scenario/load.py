@@ -6,6 +6,7 @@ in one LlmsimError naming the file and key path.
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
 from ..errors import LlmsimError
@@ -29,6 +30,7 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
     data = read_structured(path, what="scenario file")
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping with name, workload and pools", source=path)
+    as_written = copy.deepcopy(data) if not variants_checked else None
     for o in overrides or []:
         try:
             apply_override(data, o)
@@ -41,8 +43,27 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
         parse_slo(sc.slo)
     except LlmsimError as e:
         raise LlmsimError(e.message, source=source, key_path=e.key_path) from None
-    if sc.variants and not variants_checked:
-        from .overlays import check_variants     # overlays loads scenarios through this module
-
-        check_variants(data, sc, path, overrides or ())
+    if as_written is not None and as_written.get("variants"):
+        _check_variants_once(as_written, path)
     return sc, path
+
+
+#: Files whose variants were checked, by (path, size, mtime): a plan loads one scenario per probe.
+_checked: set[tuple[str, int, int]] = set()
+
+
+def _check_variants_once(data: dict, path: Path) -> None:
+    """The file's own ladder steps validate (the file as written: a ``--set``
+    that suits one variant need not suit every other step)."""
+    from .overlays import check_variants     # overlays loads scenarios through this module
+
+    st = path.stat()
+    memo = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if memo in _checked:
+        return
+    try:
+        as_written = validate_strict(Scenario, copy.deepcopy(data), path)
+    except LlmsimError:
+        return    # complete only with its --set: the variants are checked as they are applied
+    check_variants(data, as_written, path)
+    _checked.add(memo)

@@ -69,15 +69,15 @@ def load_with_overlays(path: Path, overlays: Sequence[tuple[str, Mapping[str, An
     return sc
 
 
-def check_variants(data: dict, sc: Scenario, path: Path, sets: Sequence[str] = ()) -> None:
+def check_variants(data: dict, sc: Scenario, path: Path) -> None:
     """Every step of the scenario's ladder validates, so a misspelt key in a
     variant is an error when the file is loaded, not when (or if) that
-    variant is first selected. ``data`` is the file as read, ``--set`` applied."""
+    variant is first selected. ``data`` is the file as read, ``sc`` it validated."""
     for step in ladder_steps(sc.variants, sc.ladder)[1:]:
         overlays = variant_overlays(step.variants)
         probe = copy.deepcopy(data)
         _apply(probe, path, overlays)
-        with blamed_on(path, overlays, sets):
+        with blamed_on(path, overlays):
             validate_strict(Scenario, probe, path)
 
 
