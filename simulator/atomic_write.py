@@ -55,6 +55,7 @@ def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
         made = made.parent          # the outermost folder this write creates
     created = not made.exists()
     tmp = None
+    done = False
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
@@ -63,12 +64,13 @@ def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
         write(tmp)
         os.chmod(tmp, default_file_mode())
         os.replace(tmp, path)
-        tmp = None
+        done = True
     except OSError as e:
         raise LlmsimError(f"cannot write ({os_reason(e)})", source=path) from None
     finally:
-        if tmp is not None:
-            tmp.unlink(missing_ok=True)
+        if not done:
+            if tmp is not None:
+                tmp.unlink(missing_ok=True)
             if created:
                 _remove_empty(path.parent, made)
     return path

@@ -597,3 +597,27 @@ def test_ctrl_c_says_what_was_kept_in_one_line(tmp_path):
     assert p.returncode == 130, err
     assert err.strip().splitlines() == ["interrupted: nothing was written (an -o folder is left as it was)"]
     assert sorted(x.name for x in tmp_path.iterdir()) == ["s.yaml"]
+
+
+def test_an_interrupted_sweep_says_how_many_points_it_kept(tmp_path, cli, monkeypatch):
+    from simulator.planning.store import PointStore
+
+    put = PointStore.put
+    calls = []
+
+    def stop_at_second(self, *a, **k):
+        calls.append(1)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+        put(self, *a, **k)
+
+    monkeypatch.setattr(PointStore, "put", stop_at_second)
+    monkeypatch.chdir(tmp_path)
+    write_yaml(tmp_path / "s.yaml", SCENARIO)
+    write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "grid": {"seed": [1, 2, 3]}})
+    r = cli("sweep", "sw.yaml", "-o", "out", "--workers", "1")
+    assert r.code == 130 and "Traceback" not in r.err
+    assert r.err.strip().splitlines() == [
+        "interrupted: 1 of 3 points finished and kept in out/points (the table out/sweep.parquet lists them); "
+        "rerun the same command to run the rest"]
+    assert len(list((tmp_path / "out" / "points").glob("*.json"))) == 1

@@ -99,6 +99,10 @@ def main(argv: list[str] | None = None) -> None:
     except KeyboardInterrupt:
         err_console.print(_stopped("interrupted"), markup=False, highlight=False)
         sys.exit(130)
+    except SystemExit as e:
+        if e.code == 130:     # typer's silent answer to a KeyboardInterrupt raised inside a command
+            err_console.print(_stopped("interrupted"), markup=False, highlight=False)
+        raise
     except OSError as e:
         # The last net for the machine's refusals (a full disk, a read-only
         # filesystem) where no command caught them with a better message.
