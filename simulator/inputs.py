@@ -122,11 +122,15 @@ def recorded_reads() -> Iterator[set[Path]]:
 
 def file_digest(path: Path) -> str:
     """SHA-256 of the file's bytes, remembered per (path, size, mtime) so a
-    plan's many probes of one trace hash it once; "missing" if unreadable."""
+    plan's many probes of one trace hash it once; "missing" if unreadable,
+    "not a file" for a device or pipe (``/dev/zero`` would be read for ever;
+    the reader refuses it when the run loads it)."""
     try:
         st = path.stat()
     except OSError:
         return "missing"
+    if not stat.S_ISREG(st.st_mode):
+        return "not a file"
     memo = (str(path), st.st_size, st.st_mtime_ns)
     if memo not in _digests:
         h = hashlib.sha256()

@@ -195,6 +195,11 @@ profile_case("model-yaml", "experts-past-bound", "m.yaml",
              {**MODEL, "num_experts": 10**6, "num_experts_per_tok": 2}, "num_experts", key="model")
 profile_case("hf-config", "sparse-attention", "config.json", json.dumps({**_LLAMA3_8B_CONFIG, "index_topk": 2048}),
              "index_topk", "cannot model", key="model")
+profile_case("hf-config", "text-config-not-a-mapping", "config.json", json.dumps({"text_config": "llama"}),
+             "text_config", "expected a mapping", key="model")
+profile_case("hf-config", "awq-bits-text", "config.json",
+             json.dumps({**_LLAMA3_8B_CONFIG, "quantization_config": {"quant_method": "awq", "bits": "x"}}),
+             "quantization_config.bits", key="model")
 profile_case("hf-config", "truncated", "config.json", json.dumps(_LLAMA3_8B_CONFIG)[:-20], "invalid JSON",
              key="model")
 profile_case("hf-config", "duplicate", "config.json", json.dumps(_LLAMA3_8B_CONFIG)[:-1] + ', "vocab_size": 5}',
@@ -621,3 +626,16 @@ def test_an_interrupted_sweep_says_how_many_points_it_kept(tmp_path, cli, monkey
         "interrupted: 1 of 3 points finished and kept in out/points (the table out/sweep.parquet lists them); "
         "rerun the same command to run the rest"]
     assert len(list((tmp_path / "out" / "points").glob("*.json"))) == 1
+
+
+def test_a_sweep_over_a_device_as_its_trace_ends_at_once(tmp_path, cli, monkeypatch):
+    """The store's key hashes every file a point reads: a device is never read for it (/dev/zero would be
+    read for ever), and each point fails with the reader's one line."""
+    monkeypatch.chdir(tmp_path)
+    write_yaml(tmp_path / "s.yaml", _set(TRACE_SCENARIO, ("workload", "arrival", "path"), "/dev/zero"))
+    write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "grid": {"seed": [1, 2]}})
+    t = time.perf_counter()
+    r = cli("sweep", "sw.yaml", "-o", "out", "--workers", "1")
+    assert time.perf_counter() - t < 20
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "2 of 2 points could not run" in r.err and "/dev/zero: not a regular file" in r.err

@@ -172,7 +172,11 @@ def checkpoint_dtype(q: Any, path) -> str | None:
         algo = str(q.get("quant_algo", "")).lower()
         return {"nvfp4": "nvfp4", "fp8": "fp8"}.get(algo, f"modelopt {algo}")
     if method in ("awq", "gptq"):
-        return f"int{q.get('bits', 4)}"
+        bits = q.get("bits", 4)
+        if isinstance(bits, bool) or bits not in (2, 3, 4, 8):
+            raise LlmsimError(f"expected 2, 3, 4 or 8 bits, got {bits!r}", source=path,
+                              key_path="quantization_config.bits")
+        return f"int{bits}"
     if method == "compressed-tensors":
         for group in (q.get("config_groups") or {}).values():
             w = (group or {}).get("weights") or {}

@@ -320,7 +320,10 @@ def load_model(name_or_path: str) -> ModelProfile:
     data = read_structured(path)
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping of model keys", source=path)
-    if "text_config" in data and isinstance(data["text_config"], dict):
+    if "text_config" in data and not isinstance(data["text_config"], dict):
+        raise LlmsimError("expected a mapping (a multimodal checkpoint's language model)", source=path,
+                          key_path="text_config")
+    if "text_config" in data:
         # A multimodal checkpoint: the language model is its text_config.
         data = {**data["text_config"], "name": data.get("name")} if data.get("name") else data["text_config"]
     is_json = path.suffix == ".json"
