@@ -132,7 +132,8 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
     with kept_if_stopped(kept), open_executor(executor, workers, address, connect_timeout) as ex, \
             runs_progress(len(points), "sweep") as on_row:
         run = run_sweep(points, out, ex, on_row)
-        used = min(ex.workers, max(1, len(run.rows) - run.reused))    # never more workers than runs
+        ran = len(run.rows) - run.reused
+        used = min(ex.workers, ran) if ran else ex.workers      # never more workers than runs
         where = f"{executor} ({used} worker{'s' if used != 1 else ''})"
     wall = time.perf_counter() - wall
     keys = override_keys(points)
