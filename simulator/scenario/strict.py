@@ -74,6 +74,8 @@ def _suspect(v: Any) -> bool:
 
 def refuse_coerced_behind(data: Any, cls: type[BaseModel], source: Any = None) -> None:
     """After ``cls`` refused ``data``: raise for a true/false or a text given where a number goes, if any."""
+    if cls.model_config.get("strict"):
+        return      # a strict model converts nothing: its own errors say what is wrong
     suspects = [(path, v) for path, v in leaves(data) if _suspect(v)]
     for path, v in suspects[:50]:     # each probe validates the whole document again
         probe = copy.deepcopy(data)

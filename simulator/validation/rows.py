@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Iterable, Literal, Optional, Union
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..dtypes import WEIGHT_DTYPES
 from ..errors import LlmsimError
@@ -467,8 +467,8 @@ class BenchResult(BaseModel):
 def read_bench_result(path: Path) -> BenchResult:
     """One ``vllm bench serve`` result file, validated; every problem one
     LlmsimError naming the file and key."""
-    from ..errors import from_validation_error
     from ..profiles.loader import read_structured
+    from ..scenario.strict import validate_strict
 
     if path.suffix.lower() != ".json":
         raise LlmsimError("expected a `vllm bench serve` result (.json)", source=path)
@@ -476,10 +476,7 @@ def read_bench_result(path: Path) -> BenchResult:
     need = ("completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms")
     if not isinstance(d, dict) or any(k not in d for k in need):
         raise LlmsimError(f"not a `vllm bench serve` result (expected keys {', '.join(need)})", source=path)
-    try:
-        return BenchResult.model_validate(d)
-    except ValidationError as e:
-        raise from_validation_error(e, path, d) from None
+    return validate_strict(BenchResult, d, path)
 
 
 def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str, tp: int,
