@@ -252,7 +252,9 @@ for _cid, _trace, _frag in [
         ("fifo", lambda p: os.mkfifo(p), "not a regular file"),
         ("directory", lambda p: p.mkdir(), "is a directory"),
         ("text-tokens", "timestamp,input_tokens,output_tokens\n0,abc,5\n", "not a number"),
-        ("negative-tokens", "timestamp,input_tokens,output_tokens\n0,-5,5\n", "line 2")]:
+        ("negative-tokens", "timestamp,input_tokens,output_tokens\n0,-5,5\n", "line 2"),
+        ("tokens-past-any-context", "timestamp,input_tokens,output_tokens\n0,100,1000000000000\n",
+         "past any model's context")]:
     CASES.append((f"trace-{_cid}", {"s.yaml": TRACE_SCENARIO, "t.csv": _trace}, RUN, ["t.csv", _frag]))
 CASES.append(("trace-gz-bomb", {"s.yaml": _set(TRACE_SCENARIO, ("workload", "arrival", "path"), "t.csv.gz"),
                                 "t.csv.gz": lambda p: p.write_bytes(gzip.compress(b"0" * 2**22))}, RUN,

@@ -233,12 +233,16 @@ def _validate(raw: RawTrace, path: Path, block_size: Optional[int]) -> None:
     if bad.any():
         i = int(np.argmax(bad))
         raise trace_error(path, f"timestamp is not finite (got {raw.t[i]})", raw.lines[i])
+    from simulator.profiles.model import MAX_CONTEXT
+
     for name, v in (("input length", raw.input_tokens), ("output length", raw.output_tokens)):
-        bad = ~np.isfinite(v) | (v < 1) | (v != np.floor(v))
+        bad = ~np.isfinite(v) | (v < 1) | (v != np.floor(v)) | (v > MAX_CONTEXT)
         if bad.any():
             i = int(np.argmax(bad))
             x = v[i]
-            if x < 0:
+            if x > MAX_CONTEXT:
+                why = f"{name} {x:g} tokens is past any model's context (llmsim takes at most {MAX_CONTEXT:,})"
+            elif x < 0:
                 why = f"{name} is negative ({x:g})"
             elif x == 0:
                 why = f"{name} is 0; every request needs at least 1 token"
