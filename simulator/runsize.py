@@ -135,12 +135,14 @@ def check_arrivals(sc, count: int, last_arrival_s: float, source: str | Path | N
 
 
 def check_run_count(runs: int, what: str, limit: Optional[int] = None, source: str | Path | None = None,
-                    key_path: Optional[str] = None) -> None:
-    """Refuse a sweep or plan of more than ``limit`` runs (``--max-runs``,
-    default :data:`MAX_RUNS`); ``what`` says how the count arises."""
+                    key_path: Optional[str] = None, raisable: bool = True) -> None:
+    """Refuse a sweep, plan or ladder of more than ``limit`` runs (``--max-runs``
+    where ``raisable``, default :data:`MAX_RUNS`); ``what`` says how the count arises."""
     limit = MAX_RUNS if limit is None else limit
     if limit < 1:
         raise LlmsimError(f"must be at least 1 (got {limit})", key_path="--max-runs")
     if runs > limit:
         raise LlmsimError(f"{what}: {runs:,} runs, more than the {limit:,} allowed without --max-runs; narrow "
-                          f"it, or give --max-runs {runs}", source=source, key_path=key_path)
+                          f"it, or give --max-runs {runs}" if raisable else
+                          f"{what}: {runs:,} runs, more than the {limit:,} one command makes",
+                          source=source, key_path=key_path)

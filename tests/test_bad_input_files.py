@@ -308,6 +308,8 @@ for _cid, _sweep, _frag in [("too-many-runs", {"base": "s.yaml", "grid": {"seed"
                             ("empty-grid", {"base": "s.yaml", "grid": {"seed": []}}, "grid.seed"),
                             ("alias-bomb", BOMB + "base: s.yaml\ngrid: {seed: [1]}\n", "aliases")]:
     CASES.append((f"sweep-{_cid}", {"s.yaml": SCENARIO, "sw.yaml": _sweep}, SWEEP, ["sw.yaml", _frag]))
+CASES.append(("run-replicates-past-limit", {"s.yaml": SCENARIO}, [*RUN, "--replicates", "1000000"],
+              ["--replicates", "more than the 1,000"]))
 CASES.append(("sweep-max-runs-zero", {"s.yaml": SCENARIO, "sw.yaml": {"base": "s.yaml", "grid": {"seed": [1]}}},
               [*SWEEP, "--max-runs", "0"], ["--max-runs", "at least 1"]))
 PLAN = ["plan", "s.yaml", "-o", "out", "--workers", "1"]

@@ -72,13 +72,21 @@ def load_with_overlays(path: Path, overlays: Sequence[tuple[str, Mapping[str, An
 def check_variants(data: dict, sc: Scenario, path: Path) -> None:
     """Every step of the scenario's ladder validates, so a misspelt key in a
     variant is an error when the file is loaded, not when (or if) that
-    variant is first selected. ``data`` is the file as read, ``sc`` it validated."""
+    variant is first selected. ``data`` is the file as read, ``sc`` it validated.
+    A cumulative ladder's steps are built one on the other (each variant
+    applied once), an independent one's each on the file."""
+    from ..runsize import check_run_count
+
+    check_run_count(len(sc.variants) + 1, f"a ladder of the baseline and {len(sc.variants):,} variant(s)",
+                    source=path, key_path="variants", raisable=False)
+    running = copy.deepcopy(data)
     for step in ladder_steps(sc.variants, sc.ladder)[1:]:
         overlays = variant_overlays(step.variants)
-        probe = copy.deepcopy(data)
-        _apply(probe, path, overlays)
+        if sc.ladder != "cumulative":
+            running = copy.deepcopy(data)
+        _apply(running, path, overlays[-1:])
         with blamed_on(path, overlays):
-            validate_strict(Scenario, probe, path)
+            validate_strict(Scenario, copy.deepcopy(running), path)
 
 
 def load_with_variants(path: Path, variants: Sequence[Variant], sets: Sequence[str] = ()) -> Scenario:
