@@ -40,17 +40,19 @@ class LlmsimError(Exception):
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
 
 
+def _escaped(m: re.Match) -> str:
+    """A run of control characters as escapes: ``\\x00×117`` for one repeated, the first eight otherwise."""
+    run = m.group(0)
+    if len(run) > 1 and len(set(run)) == 1:
+        return f"{run[0].encode('unicode_escape').decode()}×{len(run)}"
+    return run[:8].encode("unicode_escape").decode() + ("…" if len(run) > 8 else "")
+
+
 def _printable(text: str, limit: int) -> str:
     """A part of a message as one readable line: control characters (a NUL
-    from a binary file, an escape sequence) shown escaped, runs of them
-    counted, and text past ``limit`` characters (a 10,000-character name)
-    cut in the middle."""
-    def escape(m: re.Match) -> str:
-        run = m.group(0)
-        shown = run[:1].encode("unicode_escape").decode()
-        return shown if len(run) == 1 else f"{shown}×{len(run)}" if len(set(run)) == 1 else \
-            run[:8].encode("unicode_escape").decode() + ("…" if len(run) > 8 else "")
-    text = _CONTROL.sub(escape, text)
+    from a binary file, an escape sequence) shown escaped, and text past
+    ``limit`` characters (a 10,000-character name) cut in the middle."""
+    text = _CONTROL.sub(_escaped, text)
     if len(text) > limit:
         keep = limit // 2
         text = f"{text[:keep]}…({len(text) - 2 * keep:,} characters)…{text[-keep:]}"
@@ -119,15 +121,18 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None)
         loc = e.get("loc", ())
         path = format_key_path(user_loc(loc, data) if data is not None else loc)
         # a value the user wrote may hold a newline: kept on the problem's one line, escaped
-        msg = _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode(), e.get("msg", "invalid value"))
+        msg = _CONTROL.sub(_escaped, e.get("msg", "invalid value"))
         if e.get("type") == "extra_forbidden":
             msg = "unknown key (check the spelling; see `llmsim schema`)"
         elif "input" in e and e.get("type") not in ("missing",) and not isinstance(e["input"], (dict, list)):
             got[path] = f" (got {e['input']!r})"
         if msg not in by_path.setdefault(path, []):
             by_path[path].append(msg)
-    # the members of a union each refuse the value: one line per key, "A, or B"
-    lines = [f"{path}: {', or '.join([msgs[0], *(m[:1].lower() + m[1:] for m in msgs[1:])])}{got.get(path, '')}" for path, msgs in by_path.items()]
+    # the members of a union each refuse the value: one line per key, "A, or b"
+    lines = []
+    for path, msgs in by_path.items():
+        either = ", or ".join([msgs[0], *(m[:1].lower() + m[1:] for m in msgs[1:])])
+        lines.append(f"{path}: {either}{got.get(path, '')}")
     if len(lines) == 1:
         key, _, msg = lines[0].partition(": ")
         return LlmsimError(msg, source=source, key_path=key)

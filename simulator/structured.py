@@ -35,10 +35,6 @@ class _StrictLoader(yaml.SafeLoader):
     document deeper than MAX_DEPTH or larger than MAX_NODES once its
     aliases are expanded (checked node by node as it is composed)."""
 
-    # YAML 1.1 (PyYAML) reads 1e-9 and 2E6 as text (its floats need a dot);
-    # YAML 1.2 and every other reader take them as the numbers they look like.
-    # Text is refused where a number goes, so they are read as numbers here.
-
     def __init__(self, stream: str):
         super().__init__(stream)
         self._level = 0
@@ -82,6 +78,9 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.1 (PyYAML) reads 1e-9 and 2E6 as text (its floats need a dot); YAML
+# 1.2 and every other reader take them as the numbers they look like. Text is
+# refused where a number goes, so they are read as numbers here.
 _StrictLoader.add_implicit_resolver(
     "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
     list("-+0123456789"))
