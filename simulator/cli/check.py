@@ -28,7 +28,7 @@ from ..atomic_write import write_atomic
 from ..errors import LlmsimError
 from ..report.diff import flatten, read_json_object
 from ..report.regression import Verdict, judge, rounded
-from .app import app
+from .app import app, kept_if_stopped
 from .output import console, fmt
 from .progress import simulate_shown
 
@@ -236,15 +236,24 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
                               f"share the baseline {fname}; rename one", source=job.path, key_path="name")
         names[fname] = job.path
     failed = []
-    for i, job in enumerate(jobs):
-        out = simulate_shown(job.scenario, engine, job.path, label=f"checking {i + 1}/{len(jobs)} {job.scenario.name}")
-        tracked = _tracked(job, out.results)
-        console.print(_report(job, out.results, tracked, tolerance))
-        if update_baseline:
-            _write_baseline(job.baseline_file, tracked)
-            console.print(f"[dim]wrote {job.baseline_file}[/]")
-        if job.failures:
-            failed.append(job)
+    written: list[Path] = []
+
+    def kept() -> str:
+        return (f"{len(written)} of {len(jobs)} baselines rewritten ({', '.join(map(str, written))}), the others "
+                "as they were" if written else "nothing was written")
+
+    with kept_if_stopped(kept):
+        for i, job in enumerate(jobs):
+            out = simulate_shown(job.scenario, engine, job.path,
+                                 label=f"checking {i + 1}/{len(jobs)} {job.scenario.name}")
+            tracked = _tracked(job, out.results)
+            console.print(_report(job, out.results, tracked, tolerance))
+            if update_baseline:
+                _write_baseline(job.baseline_file, tracked)
+                written.append(job.baseline_file)
+                console.print(f"[dim]wrote {job.baseline_file}[/]")
+            if job.failures:
+                failed.append(job)
     if failed:
         console.print(f"[bold red]check failed[/]: {len(failed)} of {len(jobs)} scenarios")
         for job in failed:
