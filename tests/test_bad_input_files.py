@@ -103,6 +103,7 @@ for _p, _v in _NUMERIC:
     scenario_case(f"text-{_key(_p)}", _set(SCENARIO, _p, str(_v)), _key(_p), "got the text")
     scenario_case(f"bool-{_key(_p)}", _set(SCENARIO, _p, True), _key(_p), "got True")
     scenario_case(f"negative-{_key(_p)}", _set(SCENARIO, _p, -_v - 1), _key(_p))
+scenario_case("text-tp", _set(SCENARIO, ("pools", 0, "tp"), "2"), "pools[0].tp", "got the text '2'")
 # misspelt keys at every level, and in a variant that is not selected
 for _p in [("nmae",), ("workload", "num_request"), ("workload", "arrival", "rate_per_sec"),
            ("workload", "input_tokens", "mena"), ("pools", 0, "replica")]:
@@ -170,6 +171,8 @@ profile_case("gpu", "unknown-dtype", "g.yaml", _set(GPU, ("peak_tflops", "fp6"),
 profile_case("gpu", "alias-bomb", "g.yaml", BOMB + yaml.safe_dump(GPU), "aliases")
 profile_case("gpu", "not-a-mapping", "g.yaml", "[1, 2]\n", "expected a mapping")
 profile_case("gpu", "fifo", "g.yaml", lambda p: os.mkfifo(p), "not a regular file")
+CASES.append(("model-name-too-long", {"s.yaml": SCENARIO}, [*RUN, "--set", f"pools.{POOL}.model={'m' * 10000}"],
+              ["pools[0].model", "name is too long", "characters)…"]))
 CASES.append(("gpu-name-too-long", {"s.yaml": SCENARIO}, [*RUN, "--set", f"pools.{POOL}.gpu={'x' * 5000}.yaml"],
               ["pools[0].gpu", "name is too long", "characters)…"]))
 
@@ -643,3 +646,64 @@ def test_a_sweep_over_a_device_as_its_trace_ends_at_once(tmp_path, cli, monkeypa
     assert time.perf_counter() - t < 20
     assert r.code == 2 and "Traceback" not in r.err
     assert "2 of 2 points could not run" in r.err and "/dev/zero: not a regular file" in r.err
+
+
+@pytest.mark.parametrize("command", ["sweep", "plan"])
+def test_a_full_disk_under_a_sweep_or_plan_names_the_file_and_leaves_nothing(tmp_path, cli, monkeypatch, command):
+    import simulator.atomic_write as atomic
+
+    def full(*a, **k):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(atomic.tempfile, "mkstemp", full)
+    monkeypatch.chdir(tmp_path)
+    write_yaml(tmp_path / "s.yaml", SCENARIO)
+    write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "grid": {"seed": [1]}})
+    before = _listing(tmp_path)
+    args = SWEEP if command == "sweep" else [*PLAN, "--vary", f"pools.{POOL}.replicas=1..2"]
+    line = refused(cli(*args), "out/", "cannot write (no space left on the device)")
+    assert (".json" in line or ".parquet" in line) and _listing(tmp_path) == before
+
+
+def test_a_full_disk_under_validate_fit_leaves_no_profile(tmp_path, monkeypatch):
+    from types import SimpleNamespace
+
+    from simulator.cli.validate import _write_profile
+    from simulator.profiles.backend import load_backend
+
+    def full(self, *a, **k):
+        with open(self, "w") as f:
+            f.write("name: half")
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(Path, "write_text", full)
+    rows = [SimpleNamespace(stack="vllm", group="llama-3-8b/h100-sxm/vllm")]
+    with pytest.raises(LlmsimError) as e:
+        _write_profile(tmp_path / "fitted.yaml", rows, load_backend("vllm").overheads, None)
+    assert e.value.key_path == "--fit" and "no space left" in e.value.render()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_ctrl_c_under_a_sweep_is_one_line_from_the_parent_alone(tmp_path):
+    """Ctrl-C reaches the workers too (one process group): they leave it to the parent, which stops them
+    and prints the one line (no 'Process ForkProcess-N:' tracebacks)."""
+    write_yaml(tmp_path / "s.yaml", SCENARIO)
+    write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "grid": {"seed": [1, 2, 3, 4]}})
+    p = subprocess.Popen([sys.executable, "-c", "from simulator.cli.app import main; main()", "sweep", "sw.yaml",
+                          "-o", "out", "--workers", "2", "--set", "workload.num_requests=200000", "--set",
+                          "workload.arrival.rate_per_s=400", "--set", f"pools.{POOL}.replicas=8"],
+                         cwd=tmp_path, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                         start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    try:
+        children = Path(f"/proc/{p.pid}/task/{p.pid}/children")
+        end = time.time() + 30
+        while time.time() < end and len(children.read_text().split() if children.exists() else []) < 2:
+            time.sleep(0.1)
+        time.sleep(0.5)
+        os.killpg(p.pid, signal.SIGINT)          # as a terminal's Ctrl-C: the whole group
+        _, err = p.communicate(timeout=30)
+    finally:
+        p.kill()
+    assert p.returncode == 130, err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("interrupted: 0 of 4 points finished and kept in out/points"), err
