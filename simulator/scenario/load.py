@@ -30,7 +30,7 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
     data = read_structured(path, what="scenario file")
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping with name, workload and pools", source=path)
-    as_written = copy.deepcopy(data) if not variants_checked else None
+    as_written = copy.deepcopy(data) if data.get("variants") and not variants_checked else None
     for o in overrides or []:
         try:
             apply_override(data, o)
@@ -43,7 +43,7 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
         parse_slo(sc.slo)
     except LlmsimError as e:
         raise LlmsimError(e.message, source=source, key_path=e.key_path) from None
-    if as_written is not None and as_written.get("variants"):
+    if as_written is not None:
         _check_variants_once(as_written, path)
     return sc, path
 
