@@ -196,6 +196,9 @@ profile_case("model-yaml", "layer-counts-text", "m.yaml",
              "layer_types_counts.full_attention", key="model")
 profile_case("model-yaml", "experts-past-bound", "m.yaml",
              {**MODEL, "num_experts": 10**6, "num_experts_per_tok": 2}, "num_experts", key="model")
+profile_case("hf-config", "alias-spelling-text", "config.json",
+             json.dumps({**_LLAMA3_8B_CONFIG, "num_local_experts": "8", "num_experts_per_tok": 2}),
+             "num_local_experts", "got the text", key="model")
 profile_case("hf-config", "sparse-attention", "config.json", json.dumps({**_LLAMA3_8B_CONFIG, "index_topk": 2048}),
              "index_topk", "cannot model", key="model")
 profile_case("hf-config", "text-config-not-a-mapping", "config.json", json.dumps({"text_config": "llama"}),

@@ -14,7 +14,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..dtypes import BYTES, EXPERT_ONLY_DTYPES
 from ..errors import LlmsimError
-from .hf_config import normalize
+from .hf_config import ALIASES, normalize
 from .layout import check_layout, is_moe_layer, layout_text, mla_params
 from .loader import read_structured, resolve
 
@@ -327,6 +327,7 @@ def load_model(name_or_path: str) -> ModelProfile:
         # A multimodal checkpoint: the language model is its text_config.
         data = {**data["text_config"], "name": data.get("name")} if data.get("name") else data["text_config"]
     is_json = path.suffix == ".json"
+    spelled = {ALIASES[k]: k for k in data if k in ALIASES}     # profile field -> the key the file wrote
     # A downloaded config.json carries many keys llmsim does not need
     # (rope_scaling, torch_dtype, ...); hf_config says which are dropped
     # and refuses those that change the architecture.
@@ -339,7 +340,13 @@ def load_model(name_or_path: str) -> ModelProfile:
         data.pop("model_type", None)
     from ..scenario.strict import validate_strict
 
-    return validate_strict(ModelProfile, data, path)
+    try:
+        return validate_strict(ModelProfile, data, path)
+    except LlmsimError as e:
+        field, dot, rest = (e.key_path or "").partition(".")
+        if field not in spelled:
+            raise
+        raise LlmsimError(e.message, source=path, key_path=spelled[field] + dot + rest) from None
 
 
 def model_path_for(name_or_path: str) -> Path:
