@@ -7,10 +7,12 @@ allowed to escape as a traceback.
 """
 from __future__ import annotations
 
+import errno
+import re
 from pathlib import Path
 from typing import Any, Iterable
 
-__all__ = ["LlmsimError", "format_key_path", "from_validation_error", "user_loc"]
+__all__ = ["LlmsimError", "format_key_path", "from_validation_error", "user_loc", "os_reason"]
 
 
 class LlmsimError(Exception):
@@ -27,11 +29,43 @@ class LlmsimError(Exception):
     def render(self) -> str:
         where = []
         if self.source:
-            where.append(self.source)
+            where.append(_printable(self.source, 300))
         if self.key_path:
-            where.append(self.key_path)
+            where.append(_printable(self.key_path, 300))
         prefix = ": ".join(where)
-        return f"{prefix}: {self.message}" if prefix else self.message
+        message = "\n".join(_printable(line, 600) for line in self.message.split("\n"))
+        return f"{prefix}: {message}" if prefix else message
+
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
+
+
+def _escaped(m: re.Match) -> str:
+    """A run of control characters as escapes: ``\\x00×117`` for one repeated, the first eight otherwise."""
+    run = m.group(0)
+    if len(run) > 1 and len(set(run)) == 1:
+        return f"{run[0].encode('unicode_escape').decode()}×{len(run)}"
+    return run[:8].encode("unicode_escape").decode() + ("…" if len(run) > 8 else "")
+
+
+def _printable(text: str, limit: int) -> str:
+    """A part of a message as one readable line: control characters (a NUL
+    from a binary file, an escape sequence) shown escaped, and text past
+    ``limit`` characters (a 10,000-character name) cut in the middle."""
+    text = _CONTROL.sub(_escaped, text)
+    if len(text) > limit:
+        keep = limit // 2
+        text = f"{text[:keep]}…({len(text) - 2 * keep:,} characters)…{text[-keep:]}"
+    return text
+
+
+def os_reason(e: OSError) -> str:
+    """Why the machine refused a read or write, in words a user acts on."""
+    return {errno.ENOSPC: "no space left on the device", errno.EROFS: "the filesystem is read-only",
+            errno.EACCES: "permission denied", errno.ENOTDIR: "a part of the path is a file, not a folder",
+            errno.EEXIST: "a part of the path is a file, not a folder",
+            errno.ENAMETOOLONG: "the name is too long for the filesystem",
+            errno.EISDIR: "is a folder, not a file"}.get(e.errno, e.strerror or str(e))
 
 
 def user_loc(loc: Iterable[Any], data: Any) -> list:
@@ -51,6 +85,8 @@ def user_loc(loc: Iterable[Any], data: Any) -> list:
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             out.append(part)
             node = node[part]
+        elif node is not None and not isinstance(node, (dict, list)) and isinstance(part, str):
+            continue    # a scalar has no keys: the part names a union member tried on it
         else:
             out.append(part)
             node = None
@@ -79,16 +115,24 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None)
     All problems are listed (a user fixing a scenario wants every typo at
     once), each as ``key.path: what was expected``.
     """
-    lines = []
+    by_path: dict[str, list[str]] = {}
+    got: dict[str, str] = {}
     for e in err.errors():
         loc = e.get("loc", ())
         path = format_key_path(user_loc(loc, data) if data is not None else loc)
-        msg = e.get("msg", "invalid value")
+        # a value the user wrote may hold a newline: kept on the problem's one line, escaped
+        msg = _CONTROL.sub(_escaped, e.get("msg", "invalid value"))
         if e.get("type") == "extra_forbidden":
             msg = "unknown key (check the spelling; see `llmsim schema`)"
         elif "input" in e and e.get("type") not in ("missing",) and not isinstance(e["input"], (dict, list)):
-            msg = f"{msg} (got {e['input']!r})"
-        lines.append(f"{path}: {msg}")
+            got[path] = f" (got {e['input']!r})"
+        if msg not in by_path.setdefault(path, []):
+            by_path[path].append(msg)
+    # the members of a union each refuse the value: one line per key, "A, or b"
+    lines = []
+    for path, msgs in by_path.items():
+        either = ", or ".join([msgs[0], *(m[:1].lower() + m[1:] for m in msgs[1:])])
+        lines.append(f"{path}: {either}{got.get(path, '')}")
     if len(lines) == 1:
         key, _, msg = lines[0].partition(": ")
         return LlmsimError(msg, source=source, key_path=key)

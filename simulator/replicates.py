@@ -41,8 +41,11 @@ class ReplicateOutcome:
 
 
 def check_replicates(n: int) -> int:
+    from .runsize import check_run_count
+
     if isinstance(n, bool) or not isinstance(n, int) or n < 1:
         raise LlmsimError(f"must be a whole number of runs, at least 1 (got {n!r})", key_path="--replicates")
+    check_run_count(n, "the replicates", key_path="--replicates", raisable=False)   # as a sweep's or plan's runs
     return n
 
 

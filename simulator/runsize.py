@@ -19,8 +19,8 @@ from typing import Optional
 
 from .errors import LlmsimError
 
-__all__ = ["MAX_REQUESTS", "MAX_SPAN_S", "MAX_CLOCK_TICKS", "MAX_REPLICAS", "RunSize", "estimate_run_size",
-           "check_run_size", "check_arrivals"]
+__all__ = ["MAX_REQUESTS", "MAX_SPAN_S", "MAX_CLOCK_TICKS", "MAX_REPLICAS", "MAX_RUNS", "RunSize",
+           "estimate_run_size", "check_run_size", "check_arrivals", "check_run_count"]
 
 #: Requests in one run (a sharded run included): ~1 KB of memory each while it runs.
 MAX_REQUESTS = 100_000_000
@@ -30,6 +30,10 @@ MAX_SPAN_S = 1e8
 MAX_CLOCK_TICKS = 2_000_000
 #: Replicas of one pool (at start, or an autoscaler's max_replicas).
 MAX_REPLICAS = 100_000
+#: Runs one sweep or plan makes unless ``--max-runs`` allows more: a grid
+#: typo (a list of 10,000 values, an axis 1..1000000 crossed with others)
+#: would otherwise queue hours of work.
+MAX_RUNS = 1_000
 
 
 @dataclass(frozen=True)
@@ -128,3 +132,17 @@ def check_arrivals(sc, count: int, last_arrival_s: float, source: str | Path | N
     """The same limits on the arrivals as drawn (a trace's rows and times, sessions' starts)."""
     what = "workload.arrival" if sc.workload.is_trace else "workload"
     _check(sc, RunSize(float(count), float(last_arrival_s)), source, what, what)
+
+
+def check_run_count(runs: int, what: str, limit: Optional[int] = None, source: str | Path | None = None,
+                    key_path: Optional[str] = None, raisable: bool = True) -> None:
+    """Refuse a sweep, plan or ladder of more than ``limit`` runs (``--max-runs``
+    where ``raisable``, default :data:`MAX_RUNS`); ``what`` says how the count arises."""
+    limit = MAX_RUNS if limit is None else limit
+    if limit < 1:
+        raise LlmsimError(f"must be at least 1 (got {limit})", key_path="--max-runs")
+    if runs > limit:
+        raise LlmsimError(f"{what}: {runs:,} runs, more than the {limit:,} allowed without --max-runs; narrow "
+                          f"it, or give --max-runs {runs}" if raisable else
+                          f"{what}: {runs:,} runs, more than the {limit:,} one command makes",
+                          source=source, key_path=key_path)

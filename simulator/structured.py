@@ -4,25 +4,63 @@ PyYAML and ``json`` keep the last of two equal keys, so ``replicas: 2``
 followed further down by ``replicas: 8`` would silently run with 8; both
 parsers here refuse a duplicate key instead, naming its line. A document
 nested deeper than any scenario needs is refused before the parsers
-recurse into it (50,000 ``[`` would otherwise end in a RecursionError).
-Every problem is a ``ValueError`` with a readable message; callers add
-the file name.
+recurse into it (50,000 ``[`` would otherwise end in a RecursionError),
+and so is block-style (indented) nesting as YAML is composed. YAML
+aliases are counted as what they expand to: nine levels of ten aliases
+fit in a few hundred bytes and stand for 10⁹ values, which every later
+walk over the data (strict types, validation, copies) would visit; a
+document past :data:`MAX_NODES` expanded values is refused while it is
+composed, before anything walks it. Every problem is a ``ValueError``
+with a readable message; callers add the file name.
 """
 from __future__ import annotations
 
 import json
+import re
 from typing import Any
 
 import yaml
 
-__all__ = ["parse_yaml", "parse_json", "MAX_DEPTH"]
+__all__ = ["parse_yaml", "parse_json", "MAX_DEPTH", "MAX_NODES"]
 
 #: Deepest nesting accepted (the deepest scenario key path is under 10).
 MAX_DEPTH = 64
+#: Most values (mappings, lists and scalars, each alias counted as what it
+#: stands for) in one YAML document: the largest shipped file has about 1,000.
+MAX_NODES = 100_000
 
 
 class _StrictLoader(yaml.SafeLoader):
-    """SafeLoader that refuses a key given twice in one mapping."""
+    """SafeLoader that refuses a key given twice in one mapping, and a
+    document deeper than MAX_DEPTH or larger than MAX_NODES once its
+    aliases are expanded (checked node by node as it is composed)."""
+
+    def __init__(self, stream: str):
+        super().__init__(stream)
+        self._level = 0
+        self._nodes = 0
+        self._expanded: dict[int, tuple[int, int]] = {}   # id(node) -> (values, depth) it stands for
+
+    def compose_node(self, parent: Any, index: Any) -> Any:
+        alias = self.check_event(yaml.AliasEvent)
+        self._level += 1
+        try:
+            if self._level > MAX_DEPTH:
+                raise ValueError(f"nested more than {MAX_DEPTH} levels deep")
+            node = super().compose_node(parent, index)
+        finally:
+            self._level -= 1
+        if alias:
+            count, depth = _expanded_size(node, self._expanded)
+            if self._level + depth > MAX_DEPTH:
+                raise ValueError(f"nested more than {MAX_DEPTH} levels deep once its aliases are expanded")
+        else:
+            count = 1
+        self._nodes += count
+        if self._nodes > MAX_NODES:
+            raise ValueError(f"more than {MAX_NODES:,} values once its aliases (*name) are expanded"
+                             if alias else f"more than {MAX_NODES:,} values")
+        return node
 
     def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict:
         seen: dict[Any, int] = {}
@@ -38,6 +76,34 @@ class _StrictLoader(yaml.SafeLoader):
                                 f"a later value would silently replace the first", key_node.start_mark)
             seen[key] = key_node.start_mark.line
         return super().construct_mapping(node, deep=deep)
+
+
+# YAML 1.1 (PyYAML) reads 1e-9 and 2E6 as text (its floats need a dot); YAML
+# 1.2 and every other reader take them as the numbers they look like. Text is
+# refused where a number goes, so they are read as numbers here.
+_StrictLoader.add_implicit_resolver(
+    "tag:yaml.org,2002:float", re.compile(r"^[-+]?[0-9][0-9_]*(?:\.[0-9_]*)?[eE][-+]?[0-9]+$"),
+    list("-+0123456789"))
+
+
+def _expanded_size(node: yaml.Node, memo: dict[int, tuple[int, int]]) -> tuple[int, int]:
+    """(values, depth) a composed node stands for with every alias expanded;
+    each distinct node is visited once, so a bomb is measured in microseconds."""
+    key = id(node)
+    if key not in memo:
+        memo[key] = (1, 1)          # a node that (through a recursive alias) contains itself
+        if isinstance(node, yaml.MappingNode):
+            children = [n for pair in node.value for n in pair]
+        elif isinstance(node, yaml.SequenceNode):
+            children = node.value
+        else:
+            children = []
+        count, depth = 1, 0
+        for child in children:
+            c, d = _expanded_size(child, memo)
+            count, depth = min(count + c, MAX_NODES + 1), max(depth, d)
+        memo[key] = (count, depth + 1)
+    return memo[key]
 
 
 def _depth(text: str, opening: str, closing: str) -> int:
@@ -60,11 +126,14 @@ def _check_depth(text: str) -> None:
 def parse_yaml(text: str) -> Any:
     """Parse YAML; raises ``yaml.YAMLError`` (with a mark) or ``ValueError``."""
     _check_depth(text)
+    loader = _StrictLoader(text)
     try:
-        return yaml.load(text, Loader=_StrictLoader)
+        return loader.get_single_data()
     except RecursionError:
         # block-style nesting (indentation) deep enough to exhaust the stack
         raise ValueError(f"nested more than {MAX_DEPTH} levels deep") from None
+    finally:
+        loader.dispose()
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:

@@ -627,7 +627,7 @@ def test_fuzz_results_json_is_byte_identical_for_a_seed(seed, cli):
         d = Path(tmp)
         path = write_yaml(d / "s.yaml", {**SCENARIO, "seed": seed})
         for k in (1, 2):
-            assert cli("run", path, "-o", d / f"o{k}", "--no-plots").code == 0
+            assert cli("run", path, "-o", d / f"o{k}", "--no-plots", "--exit-zero").code == 0   # an overloaded seed exits 1
         assert (d / "o1" / "results.json").read_bytes() == (d / "o2" / "results.json").read_bytes()
         timing = json.loads((d / "o1" / "run.json").read_text())
         assert timing["wall_time_s"] > 0

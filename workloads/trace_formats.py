@@ -13,7 +13,6 @@ stay cheap for runs that use no trace.
 """
 from __future__ import annotations
 
-import gzip
 import zlib
 import json
 import math
@@ -64,9 +63,10 @@ def _strip_gz(path: Path) -> str:
 
 
 def _open_text(path: Path) -> IO[str]:
-    if path.suffix.lower() == ".gz":
-        return gzip.open(path, "rt", encoding="utf-8-sig")
-    return open(path, encoding="utf-8-sig")
+    """The trace's text (the file's own size was checked before: ``inputs.input_file``)."""
+    from simulator.inputs import MAX_TRACE_BYTES, open_text
+
+    return open_text(path, MAX_TRACE_BYTES, "trace")
 
 
 # --------------------------------------------------------------------------- CSV
@@ -83,7 +83,8 @@ def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {
     import pandas as pd
 
     try:
-        df = pd.read_csv(path, skip_blank_lines=False, skipinitialspace=True, encoding="utf-8-sig")
+        with _open_text(path) as fh:
+            df = pd.read_csv(fh, skip_blank_lines=False, skipinitialspace=True)
     except pd.errors.EmptyDataError:
         raise trace_error(path, "the file is empty (expected a CSV header line)") from None
     except pd.errors.ParserError as e:

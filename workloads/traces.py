@@ -67,7 +67,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import LlmsimError, from_validation_error
-from simulator.inputs import note_read
+from simulator.inputs import MAX_TRACE_BYTES, input_file
 
 from .request import Request
 from .trace_formats import MOONCAKE_BLOCK_SIZE, READERS, TRACE_FORMATS, RawTrace, detect_format, trace_error
@@ -212,11 +212,8 @@ def read_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = N
 
 
 def _existing_file(path: Path) -> Path:
-    note_read(path)
-    if not path.exists():
-        raise LlmsimError("trace file not found", source=path)
-    if path.is_dir():
-        raise LlmsimError("trace path is a directory, not a file", source=path)
+    """The trace file, checked before a byte is read: a regular file no larger than any trace llmsim reads."""
+    input_file(path, MAX_TRACE_BYTES, "trace file")
     return path
 
 
@@ -236,12 +233,16 @@ def _validate(raw: RawTrace, path: Path, block_size: Optional[int]) -> None:
     if bad.any():
         i = int(np.argmax(bad))
         raise trace_error(path, f"timestamp is not finite (got {raw.t[i]})", raw.lines[i])
+    from simulator.profiles.model import MAX_CONTEXT
+
     for name, v in (("input length", raw.input_tokens), ("output length", raw.output_tokens)):
-        bad = ~np.isfinite(v) | (v < 1) | (v != np.floor(v))
+        bad = ~np.isfinite(v) | (v < 1) | (v != np.floor(v)) | (v > MAX_CONTEXT)
         if bad.any():
             i = int(np.argmax(bad))
             x = v[i]
-            if x < 0:
+            if x > MAX_CONTEXT:
+                why = f"{name} {x:g} tokens is past any model's context (llmsim takes at most {MAX_CONTEXT:,})"
+            elif x < 0:
                 why = f"{name} is negative ({x:g})"
             elif x == 0:
                 why = f"{name} is 0; every request needs at least 1 token"

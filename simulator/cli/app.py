@@ -8,6 +8,8 @@ from __future__ import annotations
 
 import signal
 import sys
+from contextlib import contextmanager
+from typing import Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -31,9 +33,10 @@ def _register() -> None:
 
 
 class Terminated(SystemExit):
-    """SIGTERM or SIGHUP, raised where the program is, so that every
+    """Ctrl-C, SIGTERM or SIGHUP, raised where the program is, so that every
     ``finally`` runs: staging folders are removed and worker processes
-    stopped, as for Ctrl-C."""
+    stopped. (A SystemExit, not a KeyboardInterrupt: typer turns the latter
+    into a silent exit 130 before ``main`` could say what was kept.)"""
 
 
 def _terminate(signum: int, _frame) -> None:
@@ -44,12 +47,38 @@ def _handle_signals() -> dict:
     """Install the handlers; returns the previous ones (restored on return,
     so the in-process test runner keeps its own)."""
     previous = {}
-    for sig in (signal.SIGTERM, signal.SIGHUP):
+    for sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
         try:
+            if signal.getsignal(sig) is signal.SIG_IGN:
+                continue          # started with the signal ignored (nohup, a background job): keep it so
             previous[sig] = signal.signal(sig, _terminate)
         except ValueError:    # not the main thread: leave signals alone
             break
     return previous
+
+
+_kept: list[str] = []
+
+
+@contextmanager
+def kept_if_stopped(describe: Callable[[], str]) -> Iterator[None]:
+    """Around work that keeps something when stopped midway (a sweep's
+    finished points): if an interrupt or termination ends it, ``describe()``
+    is the line ``main`` prints about what was kept."""
+    try:
+        yield
+    except (Terminated, KeyboardInterrupt):
+        try:
+            _kept.append(describe())
+        except Exception:      # describing must not hide the interrupt
+            pass
+        raise
+
+
+def _stopped(how: str) -> str:
+    kept: Optional[str] = _kept.pop() if _kept else None
+    _kept.clear()
+    return f"{how}: {kept or 'nothing was written (an -o folder is left as it was)'}"
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -63,11 +92,17 @@ def main(argv: list[str] | None = None) -> None:
         err_console.print(Text.assemble(("error:", "bold red"), " ", e.render()))   # the message as written
         sys.exit(e.exit_code)
     except Terminated as e:
-        err_console.print(f"terminated (signal {int(e.code) - 128})")
+        signum = int(e.code) - 128
+        err_console.print(_stopped("interrupted" if signum == signal.SIGINT else f"terminated (signal {signum})"),
+                          markup=False, highlight=False)
         raise
     except KeyboardInterrupt:
-        err_console.print("interrupted")
+        err_console.print(_stopped("interrupted"), markup=False, highlight=False)
         sys.exit(130)
+    except SystemExit as e:
+        if e.code == 130:     # typer's silent answer to a KeyboardInterrupt raised inside a command
+            err_console.print(_stopped("interrupted"), markup=False, highlight=False)
+        raise
     except OSError as e:
         # The last net for the machine's refusals (a full disk, a read-only
         # filesystem) where no command caught them with a better message.

@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import typer
 
-from ..errors import LlmsimError
+from ..atomic_write import write_atomic
 from .app import app
 from .output import console
 
@@ -68,10 +68,8 @@ def calibrate(
         cmd = "llmsim calibrate" + (f" --data {data}" if data is not None else "") + \
             (" --moe-mla" if moe_mla else "") + \
             "".join(f" --gpu {g}" for g in gpu or [])
-        try:
-            report_md.write_text(markdown_report(result.errors, result.slices, result.ceilings, cmd, result.kernels,
-                                                 fp8_table(result.fp8) if result.fp8 else None, result.stacks,
-                                                 MATERIAL, result.stack_errors))
-        except OSError as e:
-            raise LlmsimError(f"cannot write the report ({e.strerror})", source=report_md) from None
+        text = markdown_report(result.errors, result.slices, result.ceilings, cmd, result.kernels,
+                               fp8_table(result.fp8) if result.fp8 else None, result.stacks, MATERIAL,
+                               result.stack_errors)
+        write_atomic(report_md, lambda tmp: tmp.write_text(text))
         console.print(f"markdown report: {report_md}")

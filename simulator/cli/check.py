@@ -24,10 +24,11 @@ from typing import TYPE_CHECKING, Any, List, Optional
 import typer
 from rich.table import Table
 
+from ..atomic_write import write_atomic
 from ..errors import LlmsimError
 from ..report.diff import flatten, read_json_object
 from ..report.regression import Verdict, judge, rounded
-from .app import app
+from .app import app, kept_if_stopped
 from .output import console, fmt
 from .progress import simulate_shown
 
@@ -188,8 +189,8 @@ def _report(job: _Job, results: dict[str, Any], tracked: dict[str, Any], toleran
 
 
 def _write_baseline(path: Path, tracked: dict[str, Any]) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(_json.dumps({m: rounded(v) for m, v in tracked.items()}, indent=2, allow_nan=False) + "\n")
+    text = _json.dumps({m: rounded(v) for m, v in tracked.items()}, indent=2, allow_nan=False) + "\n"
+    write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
 @app.command("check")
@@ -235,15 +236,24 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
                               f"share the baseline {fname}; rename one", source=job.path, key_path="name")
         names[fname] = job.path
     failed = []
-    for i, job in enumerate(jobs):
-        out = simulate_shown(job.scenario, engine, job.path, label=f"checking {i + 1}/{len(jobs)} {job.scenario.name}")
-        tracked = _tracked(job, out.results)
-        console.print(_report(job, out.results, tracked, tolerance))
-        if update_baseline:
-            _write_baseline(job.baseline_file, tracked)
-            console.print(f"[dim]wrote {job.baseline_file}[/]")
-        if job.failures:
-            failed.append(job)
+    written: list[Path] = []
+
+    def kept() -> str:
+        return (f"{len(written)} of {len(jobs)} baselines rewritten ({', '.join(map(str, written))}), the others "
+                "as they were" if written else "nothing was written")
+
+    with kept_if_stopped(kept):
+        for i, job in enumerate(jobs):
+            out = simulate_shown(job.scenario, engine, job.path,
+                                 label=f"checking {i + 1}/{len(jobs)} {job.scenario.name}")
+            tracked = _tracked(job, out.results)
+            console.print(_report(job, out.results, tracked, tolerance))
+            if update_baseline:
+                _write_baseline(job.baseline_file, tracked)
+                written.append(job.baseline_file)
+                console.print(f"[dim]wrote {job.baseline_file}[/]")
+            if job.failures:
+                failed.append(job)
     if failed:
         console.print(f"[bold red]check failed[/]: {len(failed)} of {len(jobs)} scenarios")
         for job in failed:

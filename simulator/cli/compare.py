@@ -18,7 +18,7 @@ from typing import Any
 import typer
 from rich.table import Table
 
-from ..report.diff import Change, diff, read_json_object
+from ..report.diff import Change, diff, read_results
 from .app import app
 from .output import console, fmt, print_json
 
@@ -101,7 +101,7 @@ def compare(a: Path = typer.Argument(..., help="results.json of the first run (A
             json: bool = typer.Option(False, "--json", help="print the differences as JSON"),
             ) -> None:
     """Show how two results.json files differ: A, B, B − A and % change per key."""
-    ra, rb = read_json_object(a), read_json_object(b)
+    ra, rb = read_results(a), read_results(b)
     every = diff(ra, rb, include_unchanged=True)
     head = _headline_keys(every)
     if json:

@@ -48,6 +48,10 @@ def _replica(tp: int, dp: int, ep: int) -> str:
     return f"{tp * dp} (tp {tp} × dp {dp}, ep {ep})×"
 
 
+#: Prefill chunks one estimate prices (a 1M-token prompt in chunks of 16 is 65,536).
+_MAX_CHUNKS = 100_000
+
+
 def _nonneg(name: str, v: int) -> None:
     if v < 0:
         raise LlmsimError(f"{name} must be ≥ 0 (got {v})")
@@ -100,6 +104,15 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
         raise LlmsimError(f"--gpu-memory-utilization must be in (0, 1] (got {gpu_memory_utilization})")
     if max_num_batched_tokens < 1:
         raise LlmsimError("--max-num-batched-tokens must be ≥ 1")
+    from ..profiles.model import MAX_CONTEXT
+
+    for flag, tokens in (("--input", input), ("--output", output)):
+        if tokens > MAX_CONTEXT:     # the prefill is priced chunk by chunk: a typo would loop for hours
+            raise LlmsimError(f"{tokens:,} tokens, past any model's context (llmsim takes at most "
+                              f"{MAX_CONTEXT:,})", key_path=flag)
+    if input / max_num_batched_tokens > _MAX_CHUNKS:
+        raise LlmsimError(f"a {input:,}-token prompt in chunks of {max_num_batched_tokens:,} is more than "
+                          f"{_MAX_CHUNKS:,} prefill steps; raise --max-num-batched-tokens", key_path="--input")
     cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep)
     from ..estimate import request_estimate
 

@@ -112,9 +112,12 @@ def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, outpu
         raise LlmsimError("the scenario declares no variants, so there is no ladder to run; add "
                           "`variants: [{name: ..., set: {key.path: value}}]`", source=path, key_path="variants")
     from ..report.ladder import ladder_runs, write_ladder
+    from ..runsize import check_run_count
     from ..scenario.variants import ladder_steps
 
     steps = ladder_steps(sc.variants, sc.ladder)
+    check_run_count(len(steps), f"this ladder runs the baseline and {len(sc.variants):,} variant(s)", source=path,
+                    key_path="variants", raisable=False)
     rows: list[dict[str, Any]] = []
 
     def shown(i: int, step: Step, ssc: Scenario):

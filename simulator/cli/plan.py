@@ -10,10 +10,10 @@ from rich.text import Text
 
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError
-from .app import app
+from .app import app, kept_if_stopped
 from .output import console, fleet_answer, product_columns, provenance_notes, to_json
-from .sweep import Address, ConnectTimeout, ExecutorName, Sets, Workers, open_executor, output_dir, parse_sets, \
-    rows_table, runs_progress
+from .sweep import Address, ConnectTimeout, ExecutorName, MaxRuns, Sets, Workers, open_executor, output_dir, \
+    parse_sets, rows_table, runs_progress
 
 
 @app.command("plan")
@@ -33,7 +33,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
              None, "--confidence", help="plan for an SLO that holds with this probability under llmsim's error "
                                         "model (and the --seeds' spread); the answer at 0.5 is given beside it"),
          executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
-         connect_timeout: ConnectTimeout = 10.0, set_: Sets = None) -> None:
+         connect_timeout: ConnectTimeout = 10.0, set_: Sets = None, max_runs: MaxRuns = None) -> None:
     """Find, for each combination of choices, the smallest value of the range axis meeting every SLO, ranked by cost.
 
     Exit code 2 when no combination meets the SLO (plan.json is still written)."""
@@ -56,11 +56,17 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
     wall = time.perf_counter()
     levels = sorted({0.5, confidence}) if confidence is not None else [None]
     plans = {}
-    with open_executor(executor, workers, address, connect_timeout) as ex, runs_progress(None, "plan") as on_row:
+    def kept() -> str:
+        runs = len(list((out / "points").glob("*.json"))) if (out / "points").is_dir() else 0
+        return (f"no plan.json; {runs} finished run(s) kept in {out / 'points'}, which the same command reuses"
+                if runs else "nothing was written")
+
+    with kept_if_stopped(kept), open_executor(executor, workers, address, connect_timeout) as ex, \
+            runs_progress(None, "plan") as on_row:
         for c in levels:      # the runs are stored: the second level reuses every probe the first made
             plans[c] = plan_fleet(scenario, axes, ex, seeds=seeds, max_rate=max_rate, engine=engine,
                                   store=PointStore(out / "points"), on_row=on_row, sets=parse_sets(set_),
-                                  variants=variant, confidence=c, model=model)
+                                  variants=variant, confidence=c, model=model, max_runs=max_runs)
     result = plans[confidence]
     wall = time.perf_counter() - wall
     doc = result.to_json()

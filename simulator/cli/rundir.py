@@ -11,11 +11,12 @@ last, so a folder holding a results.json is complete. A folder that
 already holds files is refused unless ``--overwrite``, which replaces its
 contents whole: new results are never mixed with an earlier run's plots.
 Whatever stops the run (an error, Ctrl-C, SIGTERM: see ``app.main``), the
-staging folder is removed, and so is the output folder if this run made it.
+staging folder is removed, and so is the output folder if this run made it;
+one left by a run killed outright (its process gone) is removed by the
+next run into that folder.
 """
 from __future__ import annotations
 
-import errno
 import os
 import shutil
 import tempfile
@@ -23,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterator, Optional, Sequence
 
-from ..errors import LlmsimError
+from ..errors import LlmsimError, os_reason
 
 if TYPE_CHECKING:
     from ..runner import RunOutput
@@ -46,10 +47,7 @@ def output_path(value: Optional[str]) -> Optional[Path]:
 
 
 def os_error(e: OSError, output: Path, doing: str) -> LlmsimError:
-    why = {errno.ENOSPC: "no space left on the device", errno.EROFS: "the filesystem is read-only",
-           errno.EACCES: "permission denied", errno.ENOTDIR: "a part of the path is a file, not a folder",
-           errno.ENAMETOOLONG: "the name is too long for the filesystem"}.get(e.errno, e.strerror or str(e))
-    return LlmsimError(f"cannot {doing} ({why})", source=f"-o {output}")
+    return LlmsimError(f"cannot {doing} ({os_reason(e)})", source=f"-o {output}")
 
 
 def _contents(folder: Path) -> list[Path]:
@@ -85,7 +83,8 @@ def output_folder(output: Optional[Path], *, overwrite: bool = False,
         raise os_error(e, output, "use the results folder") from None
     try:     # before simulating: an unwritable destination fails now, not after the run
         output.mkdir(parents=True, exist_ok=True)
-        stage = Path(tempfile.mkdtemp(prefix=STAGING_PREFIX, dir=output))
+        _remove_stale_stages(output)
+        stage = Path(tempfile.mkdtemp(prefix=f"{STAGING_PREFIX}{os.getpid()}-", dir=output))
     except OSError as e:
         if made:
             shutil.rmtree(top, ignore_errors=True)
@@ -99,11 +98,40 @@ def output_folder(output: Optional[Path], *, overwrite: bool = False,
             raise os_error(e, output, "write the results") from None
         done = True
     except OSError as e:      # writing into the stage: a full disk, a file removed under us
+        if e.filename is not None and not _within(e.filename, output):
+            raise                 # about another file (an input): not the results folder's fault
         raise os_error(e, output, "write the results") from None
     finally:
         shutil.rmtree(stage, ignore_errors=True)
         if made and not done:
             shutil.rmtree(top, ignore_errors=True)
+
+
+def _remove_stale_stages(output: Path) -> None:
+    """Staging folders that runs killed outright (SIGKILL, a power cut) left
+    behind: their process is gone, so nothing will finish or remove them."""
+    for p in output.glob(f"{STAGING_PREFIX}*"):
+        pid = p.name[len(STAGING_PREFIX):].split("-", 1)[0]
+        if pid.isdigit() and _alive(int(pid)):
+            continue          # another run writing into this folder right now
+        shutil.rmtree(p, ignore_errors=True)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _within(name: object, folder: Path) -> bool:
+    try:
+        return Path(os.fsdecode(name)).resolve().is_relative_to(folder.resolve())
+    except (OSError, TypeError, ValueError):
+        return True
 
 
 def _check_destination(output: Path, overwrite: bool, inputs: Sequence[Path]) -> tuple[bool, Path]:

@@ -13,7 +13,7 @@ import typer
 from rich.table import Table
 
 from ..errors import LlmsimError
-from .app import app, err_console
+from .app import app, err_console, kept_if_stopped
 from .output import console, fitted_table, product_columns
 from .rundir import os_error, output_path
 
@@ -24,6 +24,8 @@ ExecutorName = Annotated[str, typer.Option("--executor", help="where runs go: lo
 Workers = Annotated[Optional[int], typer.Option("--workers", help="local processes (default: one per core)")]
 Address = Annotated[Optional[str], typer.Option("--address", help="Dask scheduler address, e.g. tcp://host:8786")]
 ConnectTimeout = Annotated[float, typer.Option("--connect-timeout", help="seconds to wait for the Dask scheduler")]
+MaxRuns = Annotated[Optional[int], typer.Option("--max-runs", help="allow this many runs (default 1,000: "
+                                                                   "a larger sweep or plan is refused)")]
 Sets = Annotated[Optional[list[str]], typer.Option("--set", help="override a key for every run: "
                                                                   "pools.main.tp=4 (repeatable)")]
 
@@ -115,17 +117,24 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
           output: Optional[str] = typer.Option(None, "-o", "--output",
                                                help="results folder (default: ./sweep-<file name>)"),
           executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
-          connect_timeout: ConnectTimeout = 10.0, set_: Sets = None) -> None:
+          connect_timeout: ConnectTimeout = 10.0, set_: Sets = None, max_runs: MaxRuns = None) -> None:
     """Run every point of a sweep file into one table (resumable: finished points are skipped)."""
     from ..planning.sweep import override_keys, plan_sweep, run_sweep
 
-    points = plan_sweep(sweep_file, parse_sets(set_))
+    points = plan_sweep(sweep_file, parse_sets(set_), max_runs)
     out = output_dir(output, f"sweep-{sweep_file.stem}")
     wall = time.perf_counter()
-    with open_executor(executor, workers, address, connect_timeout) as ex, \
+    def kept() -> str:
+        done = sum((out / "points" / f"{p.key}.json").exists() for p in points)
+        return (f"{done} of {len(points)} points finished and kept in {out / 'points'} (the table "
+                f"{out / 'sweep.parquet'} lists them); rerun the same command to run the rest")
+
+    with kept_if_stopped(kept), open_executor(executor, workers, address, connect_timeout) as ex, \
             runs_progress(len(points), "sweep") as on_row:
         run = run_sweep(points, out, ex, on_row)
-        where = f"{executor} ({ex.workers} worker{'s' if ex.workers != 1 else ''})"
+        ran = len(run.rows) - run.reused
+        used = min(ex.workers, ran) if ran else ex.workers      # never more workers than runs
+        where = f"{executor} ({used} worker{'s' if used != 1 else ''})"
     wall = time.perf_counter() - wall
     keys = override_keys(points)
     console.print(rows_table(f"sweep {sweep_file}", run.rows, [*keys, *product_columns(run.rows), *_SHOWN],

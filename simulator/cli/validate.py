@@ -18,6 +18,7 @@ from typing import List, Optional
 import typer
 import yaml
 
+from ..atomic_write import check_writable, write_atomic
 from ..errors import LlmsimError
 from .app import app, err_console
 from .output import console, print_json
@@ -97,6 +98,12 @@ def validate(
         raise LlmsimError("the fitted profile is written as YAML: give a .yaml path", key_path="--fit")
     if fit is not None and not fit.parent.exists():
         raise LlmsimError("folder does not exist", source=fit.parent, key_path="--fit")
+    for flag, target in (("--fit", fit), ("--csv", csv)):
+        if target is not None:
+            try:
+                check_writable(target)        # before the replay, which can take minutes
+            except LlmsimError as e:
+                raise LlmsimError(e.message, source=target, key_path=flag) from None
     if model_configs is not None and not model_configs.is_dir():
         raise LlmsimError("not a folder", source=model_configs, key_path="--model-configs")
     rows = _load_rows(inputs, backend, model, gpu, tp, weight_dtype, kv_dtype, model_configs, stack_version)
@@ -134,9 +141,9 @@ def validate(
     out["summary"] = summary(errors).to_dict("records")
     if csv is not None:
         try:
-            errors.to_csv(csv, index=False)
-        except OSError as e:
-            raise LlmsimError(f"cannot write ({e.strerror})", source=csv, key_path="--csv") from None
+            write_atomic(csv, lambda tmp: errors.to_csv(tmp, index=False))
+        except LlmsimError as e:
+            raise LlmsimError(e.message, source=csv, key_path="--csv") from None
     if json:
         out["errors"] = errors.to_dict("records")
         print_json(out)
@@ -157,11 +164,12 @@ def _write_profile(path: Path, rows, overheads, stack_override: Optional[str]) -
     doc["overheads"] = overheads.model_dump()
     doc["fitted_on"] = (f"llmsim validate --fit on {len(rows)} rows "
                         f"({', '.join(sorted({r.group for r in rows}))})")
+    text = ("# Written by `llmsim validate --fit`; name it in a scenario as engine.backend.\n"
+            + yaml.safe_dump(doc, sort_keys=False))
     try:
-        path.write_text("# Written by `llmsim validate --fit`; name it in a scenario as engine.backend.\n"
-                        + yaml.safe_dump(doc, sort_keys=False))
-    except OSError as e:
-        raise LlmsimError(f"cannot write the profile ({e.strerror})", source=path, key_path="--fit") from None
+        write_atomic(path, lambda tmp: tmp.write_text(text))
+    except LlmsimError as e:
+        raise LlmsimError(e.message, source=path, key_path="--fit") from None
     err_console.print(f"wrote backend profile {path}")
 
 

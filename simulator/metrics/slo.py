@@ -44,7 +44,8 @@ class SloSpec:
 
 def _number(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise LlmsimError(f"expected a number of milliseconds, got {value!r}", key_path=f"slo.{key}")
+        text = "the text " if isinstance(value, str) else ""
+        raise LlmsimError(f"expected a number of milliseconds, got {text}{value!r}", key_path=f"slo.{key}")
     v = float(value)
     if not math.isfinite(v) or v < 0:
         raise LlmsimError(f"expected a finite, non-negative number of milliseconds, got {value!r}",
@@ -78,9 +79,22 @@ def parse_slo(slo: Mapping[str, Any] | None) -> SloSpec:
         raise LlmsimError("unknown SLO key; expected <metric>_p<percentile>_ms (metric one of "
                           "ttft, tpot, itl, e2el; e.g. ttft_p99_ms) or a per-request threshold "
                           "ttft_ms / tpot_ms / e2el_ms", key_path=f"slo.{key}")
+    _refuse_inverted(spec.targets)
     for metric in PER_REQUEST_METRICS:
         if metric in plain:
             spec.thresholds[metric] = plain[metric]
         elif metric in from_targets:
             spec.thresholds[metric] = from_targets[metric][1]
     return spec
+
+
+def _refuse_inverted(targets: list[tuple[str, str, float, float]]) -> None:
+    """A higher percentile of one metric is never below a lower one, so a
+    target that asks it to be (``ttft_p50_ms: 1000`` with ``ttft_p99_ms: 100``)
+    is a typo: the lower target could never bind, and the SLO would be
+    judged on something the user did not mean."""
+    for key, metric, pct, ms in targets:
+        for key2, metric2, pct2, ms2 in targets:
+            if metric2 == metric and pct2 > pct and ms2 < ms:
+                raise LlmsimError(f"{ms:g} ms is above the {key2} target of {ms2:g} ms: a p{pct:g} can never "
+                                  f"exceed the p{pct2:g}, so one of the two is a typo", key_path=f"slo.{key}")

@@ -17,14 +17,17 @@ independent axes. Keys are ``--set`` key paths; values are YAML values.
 from __future__ import annotations
 
 import itertools
+import math
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field
 
-from ..errors import LlmsimError, from_validation_error
+from ..errors import LlmsimError
 from ..profiles.loader import read_structured
+from ..runsize import check_run_count
 from ..scenario.load import resolve_scenario
+from ..scenario.strict import validate_strict
 from .point import check_overrides
 
 __all__ = ["SweepFile", "Overrides", "load_sweep", "expand"]
@@ -49,21 +52,23 @@ def expand(sweep: SweepFile) -> list[Overrides]:
     return [{**point, **g} for point in (sweep.points or [{}]) for g in grid]
 
 
-def load_sweep(path: str | Path, sets: Mapping[str, Any] | None = None
+def load_sweep(path: str | Path, sets: Mapping[str, Any] | None = None, max_runs: Optional[int] = None
                ) -> tuple[SweepFile, Path, list[Overrides]]:
     """Read and check a sweep file: (the file, the base scenario's path,
     every run's overrides). Each override is applied to the base scenario
     (with ``sets``, the command line's ``--set``, under it) and validated
     here, so a typo fails before the first run."""
     path = Path(path)
-    data = read_structured(path)
+    data = read_structured(path, what="sweep file")
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping with base and grid and/or points", source=path)
-    try:
-        sweep = SweepFile.model_validate(data)
-    except ValidationError as e:
-        raise from_validation_error(e, path, data) from None
+    sweep = validate_strict(SweepFile, data, path)
     _check_not_empty(sweep, path)
+    runs = len(sweep.points or [{}]) * math.prod(len(v) for v in sweep.grid.values())
+    sizes = " × ".join([*([f"{len(sweep.points):,} points"] if sweep.points else []),
+                        *(f"{len(v):,} values of {k}" for k, v in sweep.grid.items())])
+    check_run_count(runs, f"this sweep crosses {sizes}", max_runs, source=path,
+                    key_path="grid" if sweep.grid else "points")
     local = path.parent / sweep.base
     try:
         base = resolve_scenario(str(local) if local.exists() else sweep.base).resolve()

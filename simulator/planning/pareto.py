@@ -10,6 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
+from ..atomic_write import write_atomic
+
 __all__ = ["pareto_front", "pareto_figure", "plot_pareto", "point_label"]
 
 X, Y = "monthly_usd", "ttft_p99_ms"
@@ -76,6 +78,5 @@ def pareto_figure(probes: Sequence[dict[str, Any]], best: dict[str, Any] | None,
 
 def plot_pareto(probes: Sequence[dict[str, Any]], best: dict[str, Any] | None, path: str | Path,
                 title: str = "") -> Path:
-    path = Path(path)
-    pareto_figure(probes, best, title).savefig(path)
-    return path
+    fig = pareto_figure(probes, best, title)
+    return write_atomic(path, lambda tmp: fig.savefig(tmp, format=Path(path).suffix.lstrip(".") or "png"))

@@ -15,12 +15,14 @@ SLO target failed at the end of the range.
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..errors import LlmsimError
 from ..profiles.hardware import load_hardware
+from ..runsize import check_run_count
 from ..scenario.load import load_scenario
 from ..scenario.variants import merge_overlays, overlay_assignments, select_variants
 from ..validation.error_model import ErrorModel
@@ -28,7 +30,7 @@ from .batch import run_points
 from .confidence import judge_at_confidence
 from .executors import Executor
 from .point import LATENCY_COLUMNS, Point, check_overrides
-from .search import drive_all, largest_passing, smallest_passing
+from .search import drive_all, largest_passing, most_probes_largest, most_probes_smallest, smallest_passing
 from .store import PointStore
 from .vary import Axis, check_axes, choices
 
@@ -129,7 +131,7 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
                max_rate: bool = False, engine: str = "fast", store: Optional[PointStore] = None,
                on_row: Optional[Callable] = None, sets: Mapping[str, Any] | None = None,
                variants: Sequence[str] = (), confidence: Optional[float] = None,
-               model: Optional[ErrorModel] = None) -> Plan:
+               model: Optional[ErrorModel] = None, max_runs: Optional[int] = None) -> Plan:
     """``variants`` (the scenario's own what-ifs, by name, in order) and
     then ``sets`` (``--set``) change the scenario for every run; the axes
     vary it from there. So a variant is planned exactly as ``llmsim run
@@ -137,7 +139,10 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
 
     ``confidence``: a probe meets the SLO when every target holds at that
     confidence under the error model ``model`` over its seeds
-    (:mod:`.confidence`), not when the simulated values do."""
+    (:mod:`.confidence`), not when the simulated values do.
+
+    ``max_runs``: the most runs the search may make (default
+    :data:`~simulator.runsize.MAX_RUNS`), checked on its worst case before any run."""
     cli = dict(sets or {})
     overlays: list[Mapping[str, Any]] = []
     if variants or cli:
@@ -168,6 +173,11 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
         raise LlmsimError(f"give exactly one range axis to search (such as --vary pools.{sc.pools[0].name}."
                           f"replicas=1..64), got {len(ranges)}", key_path="--vary")
     path = path.resolve()
+    combinations = math.prod(len(a.values) for a in axes if not a.is_range)
+    probes = most_probes_largest() if max_rate else most_probes_smallest(*ranges[0].bounds)
+    check_run_count(combinations * probes * seeds,
+                    f"this plan searches {combinations:,} combination(s) of choices, each with up to {probes} "
+                    f"probe(s) of {seeds} seed(s)", max_runs, key_path="--vary")
     check_axes(path, axes, sets)
     combos = choices(axes)
     seed_sets = [{}] + [{"seed": sc.seed + k} for k in range(1, seeds)]

@@ -59,6 +59,19 @@ def smallest_passing(lo: int, hi: int) -> Search[int, Optional[int]]:
     return ok
 
 
+def most_probes_smallest(lo: int, hi: int) -> int:
+    """The most probes :func:`smallest_passing` makes over [lo, hi]: a
+    gallop to hi, then a bisection of the last step."""
+    steps = math.ceil(math.log2(hi - lo + 1)) if hi > lo else 0
+    return 2 * steps + 1
+
+
+def most_probes_largest(rel_tol: float = 0.02, max_doublings: int = 12) -> int:
+    """The most probes :func:`largest_passing` makes: the start, the
+    doublings, then a geometric bisection of one doubling to ``rel_tol``."""
+    return 1 + max_doublings + math.ceil(math.log2(math.log(2) / math.log(1 + rel_tol))) + 1
+
+
 def largest_passing(start: float, rel_tol: float = 0.02, max_doublings: int = 12,
                     digits: int = 4) -> Search[float, Optional[float]]:
     """The largest positive value that passes, to within ``rel_tol``; None

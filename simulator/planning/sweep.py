@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 from ..atomic_write import write_atomic
+from ..errors import LlmsimError
 from .batch import run_points
 from .executors import Executor
 from .grid import load_sweep
@@ -43,10 +44,12 @@ class SweepRun:
         return [r for r in self.rows if r.get("error")]
 
 
-def plan_sweep(sweep_path: str | Path, sets: Mapping[str, Any] | None = None) -> list[Point]:
+def plan_sweep(sweep_path: str | Path, sets: Mapping[str, Any] | None = None,
+               max_runs: Optional[int] = None) -> list[Point]:
     """The sweep's points, checked against the base scenario (no runs yet);
-    ``sets`` (``--set``) apply to every point, under the point's own overrides."""
-    sweep, base, overrides = load_sweep(sweep_path, sets)
+    ``sets`` (``--set``) apply to every point, under the point's own overrides.
+    More than ``max_runs`` (default :data:`~simulator.runsize.MAX_RUNS`) is refused."""
+    sweep, base, overrides = load_sweep(sweep_path, sets, max_runs)
     return [Point(str(base), tuple({**(sets or {}), **o}.items()), sweep.engine) for o in overrides]
 
 
@@ -61,14 +64,23 @@ def run_sweep(points: Sequence[Point], out_dir: str | Path, executor: Executor,
         if on_row:
             on_row(p, row, was_stored)
 
+    def table() -> tuple[Path, list[dict[str, Any]]]:
+        rows = [{**dict(p.overrides), **done[p.key]} for p in points if p.key in done]
+        return write_table(rows, out_dir, override_keys(points)), rows
+
     try:
         for p, row in run_points(points, executor, PointStore(out_dir / "points"), seen):
             done[p.key] = row
-    finally:
-        # Also on an error or Ctrl-C: the table then holds what finished.
-        rows = [{**dict(p.overrides), **done[p.key]} for p in points if p.key in done]
-        table = write_table(rows, out_dir, override_keys(points))
-    return SweepRun(table, len(points), reused[0], rows)
+    except BaseException:
+        # Also on an error or Ctrl-C: the table then holds what finished,
+        # unless it cannot be written either (the first error says why).
+        try:
+            table()
+        except LlmsimError:
+            pass
+        raise
+    path, rows = table()
+    return SweepRun(path, len(points), reused[0], rows)
 
 
 def override_keys(points: Sequence[Point]) -> list[str]:

@@ -54,6 +54,10 @@ def parse_vary(text: str) -> Axis:
     if not sep or not key or not raw.strip():
         raise LlmsimError(f"--vary expects key.path=LO..HI or key.path=a,b,c (got {text!r})", key_path="--vary")
     m = _RANGE.match(raw)
+    if not m and ".." in raw and "," not in raw:
+        lo, _, hi = raw.partition("..")
+        raise LlmsimError(f"{raw.strip()!r} is not a range of whole numbers: expected LO..HI such as 1..64 "
+                          f"({lo.strip()!r} and {hi.strip()!r} must be integers)", key_path=f"--vary {key}")
     if m:
         lo, hi = int(m.group(1)), int(m.group(2))
         if lo > hi:

@@ -169,7 +169,28 @@ class BackendProfile(_Strict):
 
 @lru_cache(maxsize=64)
 def _load(path: Path, mtime: float) -> BackendProfile:
-    return load_profile("backend_profiles", str(path), BackendProfile, "backend")
+    prof = load_profile("backend_profiles", str(path), BackendProfile, "backend")
+    _check_engine_keys(prof, path)
+    return prof
+
+
+def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
+    """Each engine mapping the profile sets is valid engine settings, so a
+    typo or a number written as text is this file's error, named here,
+    not a pool's that never wrote the key."""
+    from ..engine.config import EngineConfig
+    from ..scenario.strict import validate_strict
+
+    mappings = [("engine", prof.engine), *((f"engine_by_gpu[{i}].set", r.set) for i, r in enumerate(prof.engine_by_gpu)),
+                *((f"by_version[{i}].set", r.set) for i, r in enumerate(prof.by_version))]
+    for where, mapping in mappings:
+        # `kernels` is checked against the built-in profiles' stacks, which would load this one again
+        settings = {k: v for k, v in mapping.items() if k != "kernels"}
+        try:
+            validate_strict(EngineConfig, settings, path)
+        except LlmsimError as e:
+            key = e.key_path if e.key_path and e.key_path != "(top level)" else ""
+            raise LlmsimError(e.message, source=path, key_path=f"{where}.{key}" if key else where) from None
 
 
 def load_backend(name_or_path: str) -> BackendProfile:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Literal, Optional
+from typing import Annotated, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -319,7 +319,8 @@ class HardwareProfile(_Strict):
     # fp4: dense FP4 tensor-core peak (Blackwell, CDNA 4), used by NVFP4 MoE
     # experts; fp6: dense FP6 peak (CDNA 4 runs MXFP6 at its FP4 rate), stated
     # for the record: no weight format of llmsim computes in it yet.
-    peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8", "fp6", "fp4"], float]
+    peak_tflops: dict[Literal["bf16", "fp16", "fp8", "int8", "fp6", "fp4"],
+                      Annotated[float, Field(gt=0, allow_inf_nan=False)]]
     interconnect: Interconnect
     host_link_gb_s: float = Field(gt=0, description="host-to-GPU bandwidth per GPU and direction (weight "
                                                      "loading, KV offload reloads), GB/s")
@@ -358,6 +359,15 @@ class HardwareProfile(_Strict):
     data_names: DataNames = DataNames()
     transfer: Optional[Transfer] = None
     calibration: Calibration = Calibration()
+
+    @field_validator("peak_tflops")
+    @classmethod
+    def _bf16_peak(cls, v: dict[str, float]) -> dict[str, float]:
+        # every dtype without a unit of its own is priced at the bf16 peak
+        if "bf16" not in v:
+            raise ValueError("needs a bf16 entry (the dense bf16 tensor-core peak, TFLOP/s): every compute dtype "
+                             "without a peak of its own runs at it")
+        return v
 
     @model_validator(mode="after")
     def _waves_need_sms(self) -> "HardwareProfile":

@@ -137,11 +137,16 @@ def normalize(data: dict[str, Any], path, fields: set[str], strict: bool) -> dic
 def _expand_counts(counts: Any, path) -> list[str]:
     if not isinstance(counts, dict):
         raise LlmsimError("expected a mapping of layer type to count", source=path, key_path="layer_types_counts")
+    from .model import MAX_LAYERS
+
     out: list[str] = []
     for t, n in counts.items():
         if t not in LAYER_TYPES:
             raise _refuse(path, "layer_types_counts", f"layer type {t!r} (llmsim models {', '.join(LAYER_TYPES)})")
-        out += [t] * int(n)
+        if isinstance(n, bool) or not isinstance(n, int) or not 0 <= n <= MAX_LAYERS:
+            raise LlmsimError(f"expected a count of layers from 0 to {MAX_LAYERS}, got {n!r}", source=path,
+                              key_path=f"layer_types_counts.{t}")
+        out += [t] * n
     return out
 
 
@@ -167,7 +172,11 @@ def checkpoint_dtype(q: Any, path) -> str | None:
         algo = str(q.get("quant_algo", "")).lower()
         return {"nvfp4": "nvfp4", "fp8": "fp8"}.get(algo, f"modelopt {algo}")
     if method in ("awq", "gptq"):
-        return f"int{q.get('bits', 4)}"
+        bits = q.get("bits", 4)
+        if isinstance(bits, bool) or bits not in (2, 3, 4, 8):
+            raise LlmsimError(f"expected 2, 3, 4 or 8 bits, got {bits!r}", source=path,
+                              key_path="quantization_config.bits")
+        return f"int{bits}"
     if method == "compressed-tensors":
         for group in (q.get("config_groups") or {}).values():
             w = (group or {}).get("weights") or {}

@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
-from pydantic import BaseModel, ValidationError
+from pydantic import BaseModel
 
-from ..errors import LlmsimError
-from ..inputs import note_read
+from ..errors import LlmsimError, os_reason
+from ..inputs import MAX_TEXT_BYTES, input_file, note_read
 from ..structured import parse_json, parse_yaml
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -34,19 +34,22 @@ def builtin_dir(kind: str) -> Path:
     return _PACKAGE_DATA / kind
 
 
-def read_structured(path: Path) -> Any:
-    """Read YAML or JSON, turning every read/parse problem into an LlmsimError."""
-    note_read(path)
+def read_structured(path: Path, what: str = "YAML or JSON file") -> Any:
+    """Read YAML or JSON (by the suffix: ``.json`` is JSON), turning every
+    read/parse problem into an LlmsimError; the file's kind and size are
+    checked before it is read (``inputs.input_file``)."""
+    input_file(path, MAX_TEXT_BYTES, what)
     try:
-        text = path.read_text()
+        text = Path(path).read_text()
     except FileNotFoundError:
         raise LlmsimError("file not found", source=path) from None
     except OSError as e:
         raise LlmsimError(f"cannot read file ({e.strerror})", source=path) from None
     except UnicodeDecodeError as e:
         raise LlmsimError(f"not a UTF-8 text file (byte {e.start}); expected YAML or JSON", source=path) from None
+    path = Path(path)
     try:
-        if path.suffix == ".json":
+        if path.suffix.lower() == ".json":
             return parse_json(text)
         return parse_yaml(text)
     except json.JSONDecodeError as e:
@@ -63,7 +66,10 @@ def read_structured(path: Path) -> Any:
 def resolve(kind: str, name_or_path: str) -> Path:
     """A built-in name (``h100-sxm``) or a path to the user's own file
     (noted as an input of the run, even where a cache then skips reading it)."""
-    path = _resolve(kind, name_or_path)
+    try:
+        path = _resolve(kind, name_or_path)
+    except OSError as e:      # a name too long for the filesystem, a path through a file
+        raise LlmsimError(f"cannot be read as a file ({os_reason(e)})", source=name_or_path) from None
     note_read(path)
     return path
 
@@ -109,19 +115,11 @@ P = TypeVar("P", bound=BaseModel)
 def load_profile(kind: str, name_or_path: str, cls: type[P], noun: str) -> P:
     """A built-in profile or the user's file, validated as ``cls``; every
     problem is one LlmsimError naming the file and the key."""
-    from ..errors import from_validation_error
+    from ..scenario.strict import validate_strict
 
     path = resolve(kind, name_or_path)
     data = read_structured(path)
     if not isinstance(data, dict):
         raise LlmsimError(f"expected a mapping of {noun} keys", source=path)
     data.setdefault("name", path.stem)
-    from ..scenario.strict import refuse_bools_behind, refuse_coerced_bools
-
-    try:
-        profile = cls.model_validate(data)
-    except ValidationError as e:
-        refuse_bools_behind(data, cls, path)
-        raise from_validation_error(e, path) from None
-    refuse_coerced_bools(data, profile, path)
-    return profile
+    return validate_strict(cls, data, path)

@@ -10,13 +10,25 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..dtypes import BYTES, EXPERT_ONLY_DTYPES
-from ..errors import LlmsimError, from_validation_error
-from .hf_config import normalize
+from ..errors import LlmsimError
+from .hf_config import ALIASES, normalize
 from .layout import check_layout, is_moe_layer, layout_text, mla_params
 from .loader import read_structured, resolve
+
+#: Physical bounds on a decoder's shape, each far beyond any published model
+#: (the deepest has ~130 layers, the widest a hidden size of ~25,000, the
+#: largest vocabulary ~260,000 tokens, the most experts ~500, the longest
+#: context 10M tokens). A typo past them (``num_hidden_layers: 1000000000``)
+#: would otherwise make every per-layer sum loop for minutes.
+MAX_LAYERS = 1024
+MAX_WIDTH = 1 << 18          # hidden, FFN, head and latent widths
+MAX_HEADS = 4096
+MAX_VOCAB = 1 << 24
+MAX_CONTEXT = 1 << 27        # tokens
+MAX_EXPERTS = 4096
 
 _NON_GATED_ACTS = {"gelu", "gelu_new", "gelu_fast", "relu", "gelu_pytorch_tanh", "quick_gelu"}
 _GATED_GELU_FAMILIES = {"gemma", "gemma2", "gemma3"}
@@ -33,42 +45,43 @@ class ModelProfile(BaseModel):
     description: str = ""
     source: str = ""
     model_type: str = "llama"
-    num_hidden_layers: int = Field(gt=0)
-    hidden_size: int = Field(gt=0)
-    num_attention_heads: int = Field(gt=0)
-    num_key_value_heads: Optional[int] = Field(default=None, gt=0)
-    head_dim: Optional[int] = Field(default=None, gt=0)
-    intermediate_size: int = Field(gt=0)
-    vocab_size: int = Field(gt=0)
+    num_hidden_layers: int = Field(gt=0, le=MAX_LAYERS)
+    hidden_size: int = Field(gt=0, le=MAX_WIDTH)
+    num_attention_heads: int = Field(gt=0, le=MAX_HEADS)
+    num_key_value_heads: Optional[int] = Field(default=None, gt=0, le=MAX_HEADS)
+    head_dim: Optional[int] = Field(default=None, gt=0, le=MAX_WIDTH)
+    intermediate_size: int = Field(gt=0, le=MAX_WIDTH)
+    vocab_size: int = Field(gt=0, le=MAX_VOCAB)
     tie_word_embeddings: bool = False
-    max_position_embeddings: int = Field(default=4096, gt=0)
+    max_position_embeddings: int = Field(default=4096, gt=0, le=MAX_CONTEXT)
     hidden_act: str = "silu"
     attention_bias: bool = False
     # llmsim key: whether the MLP has a gate projection (SwiGLU/GeGLU). Left
     # unset it follows hidden_act and model_type, as transformers does.
     gated_mlp: Optional[bool] = None
     # --- mixture of experts (no num_experts: dense) ----------------------
-    num_experts: Optional[int] = Field(default=None, ge=0)
-    num_experts_per_tok: Optional[int] = Field(default=None, ge=1)
-    moe_intermediate_size: Optional[int] = Field(default=None, gt=0)
-    n_shared_experts: int = Field(default=0, ge=0)
-    shared_expert_intermediate_size: Optional[int] = Field(default=None, ge=0)
-    first_k_dense_replace: int = Field(default=0, ge=0)
-    moe_layer_freq: int = Field(default=1, ge=1)
-    decoder_sparse_step: int = Field(default=1, ge=1)
-    interleave_moe_layer_step: int = Field(default=1, ge=1)
-    mlp_only_layers: tuple[int, ...] = ()
-    intermediate_size_mlp: Optional[int] = Field(default=None, gt=0)
+    num_experts: Optional[int] = Field(default=None, ge=0, le=MAX_EXPERTS)
+    num_experts_per_tok: Optional[int] = Field(default=None, ge=1, le=MAX_EXPERTS)
+    moe_intermediate_size: Optional[int] = Field(default=None, gt=0, le=MAX_WIDTH)
+    n_shared_experts: int = Field(default=0, ge=0, le=MAX_EXPERTS)
+    shared_expert_intermediate_size: Optional[int] = Field(default=None, ge=0, le=MAX_WIDTH)
+    first_k_dense_replace: int = Field(default=0, ge=0, le=MAX_LAYERS)
+    moe_layer_freq: int = Field(default=1, ge=1, le=MAX_LAYERS)
+    decoder_sparse_step: int = Field(default=1, ge=1, le=MAX_LAYERS)
+    interleave_moe_layer_step: int = Field(default=1, ge=1, le=MAX_LAYERS)
+    mlp_only_layers: tuple[int, ...] = Field(default=(), max_length=MAX_LAYERS)
+    intermediate_size_mlp: Optional[int] = Field(default=None, gt=0, le=MAX_WIDTH)
     # --- multi-head latent attention (DeepSeek-V2/V3) --------------------
-    kv_lora_rank: Optional[int] = Field(default=None, gt=0)
-    q_lora_rank: Optional[int] = Field(default=None, gt=0)
-    qk_rope_head_dim: Optional[int] = Field(default=None, gt=0)
-    qk_nope_head_dim: Optional[int] = Field(default=None, gt=0)
-    v_head_dim: Optional[int] = Field(default=None, gt=0)
-    num_nextn_predict_layers: int = Field(default=0, ge=0)
+    kv_lora_rank: Optional[int] = Field(default=None, gt=0, le=MAX_WIDTH)
+    q_lora_rank: Optional[int] = Field(default=None, gt=0, le=MAX_WIDTH)
+    qk_rope_head_dim: Optional[int] = Field(default=None, gt=0, le=MAX_WIDTH)
+    qk_nope_head_dim: Optional[int] = Field(default=None, gt=0, le=MAX_WIDTH)
+    v_head_dim: Optional[int] = Field(default=None, gt=0, le=MAX_WIDTH)
+    num_nextn_predict_layers: int = Field(default=0, ge=0, le=MAX_LAYERS)
     # --- attention layout -------------------------------------------------
-    sliding_window: Optional[int] = Field(default=None, gt=0)
-    layer_types: Optional[tuple[Literal["full_attention", "sliding_attention"], ...]] = None
+    sliding_window: Optional[int] = Field(default=None, gt=0, le=MAX_CONTEXT)
+    layer_types: Optional[tuple[Literal["full_attention", "sliding_attention"], ...]] = Field(
+        default=None, max_length=MAX_LAYERS)
     # The weight format the checkpoint declares (quantization_config); a
     # pool's engine.weight_dtype says what it runs.
     checkpoint_dtype: Optional[str] = None
@@ -77,6 +90,9 @@ class ModelProfile(BaseModel):
     def _check_shape(self) -> "ModelProfile":
         if self.num_attention_heads % self.kv_heads != 0:
             raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+        if self.head_dim is None and not self.is_mla and self.hidden_size % self.num_attention_heads != 0:
+            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
+                             f"{self.num_attention_heads}: give head_dim (each head's width)")
         check_layout(self)
         return self
 
@@ -304,10 +320,14 @@ def load_model(name_or_path: str) -> ModelProfile:
     data = read_structured(path)
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping of model keys", source=path)
-    if "text_config" in data and isinstance(data["text_config"], dict):
+    if "text_config" in data and not isinstance(data["text_config"], dict):
+        raise LlmsimError("expected a mapping (a multimodal checkpoint's language model)", source=path,
+                          key_path="text_config")
+    if "text_config" in data:
         # A multimodal checkpoint: the language model is its text_config.
         data = {**data["text_config"], "name": data.get("name")} if data.get("name") else data["text_config"]
     is_json = path.suffix == ".json"
+    spelled = {ALIASES[k]: k for k in data if k in ALIASES}     # profile field -> the key the file wrote
     # A downloaded config.json carries many keys llmsim does not need
     # (rope_scaling, torch_dtype, ...); hf_config says which are dropped
     # and refuses those that change the architecture.
@@ -318,10 +338,15 @@ def load_model(name_or_path: str) -> ModelProfile:
         data.setdefault("name", path.stem)
     if data.get("model_type") is None:
         data.pop("model_type", None)
+    from ..scenario.strict import validate_strict
+
     try:
-        return ModelProfile.model_validate(data)
-    except ValidationError as e:
-        raise from_validation_error(e, path) from None
+        return validate_strict(ModelProfile, data, path)
+    except LlmsimError as e:
+        field, dot, rest = (e.key_path or "").partition(".")
+        if field not in spelled:
+            raise
+        raise LlmsimError(e.message, source=path, key_path=spelled[field] + dot + rest) from None
 
 
 def model_path_for(name_or_path: str) -> Path:

@@ -12,7 +12,6 @@ down; anything else (counts of tokens, settings, seeds) has no direction.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
 from dataclasses import asdict, dataclass
@@ -21,7 +20,7 @@ from typing import Any, Mapping, Optional
 
 from ..errors import LlmsimError
 
-__all__ = ["flatten", "worse_direction", "Change", "diff", "read_json_object", "NOISE_KEYS"]
+__all__ = ["flatten", "worse_direction", "Change", "diff", "read_json_object", "read_results", "NOISE_KEYS"]
 
 #: Relative differences below this are float noise (a sum taken in another order), not changes.
 _SAME = 1e-9
@@ -142,18 +141,25 @@ def diff(a: Mapping[str, Any], b: Mapping[str, Any], *, include_unchanged: bool 
 
 def read_json_object(path: Path, what: str = "results.json") -> dict[str, Any]:
     """A JSON object from ``path``; every way it can fail is one LlmsimError."""
-    try:
-        text = Path(path).read_text()
-    except FileNotFoundError:
-        raise LlmsimError("file not found", source=path) from None
-    except IsADirectoryError:
-        raise LlmsimError(f"is a folder; expected a {what} file", source=path) from None
-    except (OSError, UnicodeDecodeError) as e:
-        raise LlmsimError(f"cannot read file ({getattr(e, 'strerror', None) or e})", source=path) from None
-    try:
-        data = json.loads(text)
-    except json.JSONDecodeError as e:
-        raise LlmsimError(f"invalid JSON at line {e.lineno}, column {e.colno}: {e.msg}", source=path) from None
+    from ..profiles.loader import read_structured
+
+    if Path(path).suffix.lower() != ".json":
+        raise LlmsimError(f"expected a {what} file (.json)", source=path)
+    data = read_structured(Path(path), what=f"{what} file")
     if not isinstance(data, dict):
         raise LlmsimError(f"expected a JSON object (a {what}), got {type(data).__name__}", source=path)
+    return data
+
+
+def read_results(path: Path) -> dict[str, Any]:
+    """A results file: llmsim's results.json or a ``vllm bench serve`` result
+    (both count their ``completed`` requests); any other JSON object is
+    refused, since comparing it would print differences of keys that mean nothing."""
+    data = read_json_object(path)
+    completed = data.get("completed")
+    if "completed" not in data:
+        raise LlmsimError("not a results file: no 'completed' key (expected the results.json `llmsim run -o DIR` "
+                          "writes, or a `vllm bench serve --save-result` file)", source=path)
+    if isinstance(completed, bool) or not isinstance(completed, int) or completed < 0:
+        raise LlmsimError(f"expected a count of requests, got {completed!r}", source=path, key_path="completed")
     return data

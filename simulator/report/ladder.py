@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, Callable, Iterable, Iterator, Mapping, Op
 
 import numpy as np
 
+from ..atomic_write import write_atomic
 from ..metrics.derive import RequestArrays
 from ..metrics.results import jsonable
 from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
@@ -94,13 +95,15 @@ def ladder_row(step: str, variants: Sequence[str], results: Mapping[str, Any], r
 def write_ladder(rows: Sequence[Mapping[str, Any]], folder: Path, *, scenario: str, mode: str) -> list[Path]:
     """ladder.json (the rows, with the scenario and ladder mode) and ladder.csv."""
     folder = Path(folder)
-    js = folder / "ladder.json"
-    js.write_text(json.dumps(jsonable({"scenario": scenario, "ladder": mode, "steps": list(rows)}), indent=2,
-                             allow_nan=False) + "\n")
-    cs = folder / "ladder.csv"
-    with cs.open("w", newline="") as f:
-        w = csv.DictWriter(f, fieldnames=LADDER_COLUMNS)
-        w.writeheader()
-        for r in rows:
-            w.writerow({**r, "variants": "+".join(r["variants"])})
-    return [js, cs]
+    text = json.dumps(jsonable({"scenario": scenario, "ladder": mode, "steps": list(rows)}), indent=2,
+                      allow_nan=False) + "\n"
+    js = write_atomic(folder / "ladder.json", lambda tmp: tmp.write_text(text))
+
+    def table(tmp: Path) -> None:
+        with tmp.open("w", newline="") as f:
+            w = csv.DictWriter(f, fieldnames=LADDER_COLUMNS)
+            w.writeheader()
+            for r in rows:
+                w.writerow({**r, "variants": "+".join(r["variants"])})
+
+    return [js, write_atomic(folder / "ladder.csv", table)]

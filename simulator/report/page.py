@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional
 
+from ..atomic_write import write_atomic
 from ..errors import LlmsimError
 from ..planning.pareto import point_label
 from . import page_charts as charts
@@ -57,10 +58,33 @@ _DRAW = """
 
 
 def _read_json(path: Path) -> Any:
+    from ..report.diff import read_json_object
+
+    return read_json_object(path, what=path.name)
+
+
+def _read_frame(path: Path, read: Callable[[Path], Any]) -> Any:
+    """A table of the folder (timeline, sweep table, per-request columns),
+    every way it can fail one LlmsimError naming it."""
+    from ..inputs import MAX_TABLE_BYTES, input_file
+
+    # a parquet table is read a row group at a time, sampled: any size
+    input_file(path, MAX_TABLE_BYTES if path.suffix != ".parquet" else 1 << 62, "table")
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError) as e:
-        raise LlmsimError(f"cannot read it as JSON ({e})", source=path) from None
+        return read(path)
+    except (OSError, ValueError, EOFError) as e:   # pandas' and pyarrow's parse errors are ValueErrors
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise LlmsimError(f"cannot read it as a table ({first})", source=path) from None
+
+
+def _read_text(path: Path) -> str:
+    from ..inputs import MAX_TEXT_BYTES, input_file
+
+    input_file(path, MAX_TEXT_BYTES, "scenario file")
+    try:
+        return path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise LlmsimError(f"cannot read it as text ({e})", source=path) from None
 
 
 def _chart(name: str, spec: Mapping[str, Any]) -> str:
@@ -82,38 +106,43 @@ def _requests(folder: Path) -> tuple[Optional[Any], int]:
     sampled at (1: every request). A hundred-million-request table is never
     read whole: every k-th row of each row group, k keeping ≤ SAMPLE_ROWS."""
     p = folder / "requests.parquet"
-    if not p.is_file():
+    if not p.exists():
         return None, 1
     import pandas as pd
     import pyarrow.parquet as pq
 
-    f = pq.ParquetFile(p)
-    cols = [c for c in ("status", "pool", "klass", "admitted", "finish", "ttft_ms", "tpot_ms", "e2el_ms")
-            if c in f.schema_arrow.names]
-    k = max(1, -(-f.metadata.num_rows // SAMPLE_ROWS))
-    parts = [f.read_row_group(i, columns=cols).to_pandas().iloc[::k] for i in range(f.num_row_groups)]
-    return (pd.concat(parts, ignore_index=True) if parts else None), k
+    def read(path: Path) -> tuple[Optional[Any], int]:
+        f = pq.ParquetFile(path)
+        cols = [c for c in ("status", "pool", "klass", "admitted", "finish", "ttft_ms", "tpot_ms", "e2el_ms")
+                if c in f.schema_arrow.names]
+        k = max(1, -(-f.metadata.num_rows // SAMPLE_ROWS))
+        parts = [f.read_row_group(i, columns=cols).to_pandas().iloc[::k] for i in range(f.num_row_groups)]
+        return (pd.concat(parts, ignore_index=True) if parts else None), k
+
+    return _read_frame(p, read)
 
 
 def _timeline(folder: Path) -> Optional[Any]:
     p = folder / "timeline.csv"
-    if not p.is_file():
+    if not p.exists():
         return None
     import pandas as pd
 
-    return pd.read_csv(p)
+    return _read_frame(p, pd.read_csv)
 
 
 def _scenario_section(folder: Path, heading: str = "The scenario") -> str:
     p = folder / "scenario.yaml"
-    if not p.is_file():
+    if not p.exists():
         return ""
     return (f"<h2>{esc(heading)}</h2><p>As run: the file with its variants and <code>--set</code> overrides applied "
-            "(scenario.yaml beside this page).</p><pre>" + esc(p.read_text()) + "</pre>")
+            "(scenario.yaml beside this page).</p><pre>" + esc(_read_text(p)) + "</pre>")
 
 
 def _run_body(folder: Path) -> tuple[str, str]:
-    results = _read_json(folder / "results.json")
+    from ..report.diff import read_results
+
+    results = read_results(folder / "results.json")
     llmsim = results.get("llmsim") or {}
     requests, stride = _requests(folder)
     title = f"llmsim run: {llmsim.get('scenario', folder.name)}"
@@ -205,8 +234,8 @@ def _sweep_table(folder: Path) -> Optional[Any]:
     import pandas as pd
 
     for name in ("sweep.parquet", "sweep.csv"):
-        if (folder / name).is_file():
-            return pd.read_parquet(folder / name) if name.endswith(".parquet") else pd.read_csv(folder / name)
+        if (folder / name).exists():
+            return _read_frame(folder / name, pd.read_parquet if name.endswith(".parquet") else pd.read_csv)
     return None
 
 
@@ -264,5 +293,5 @@ def write_report(folder: Path) -> Path:
     """Write ``folder/report.html`` and return its path."""
     folder = Path(folder)
     path = folder / REPORT
-    path.write_text(report_html(folder), encoding="utf-8")
-    return path
+    html = report_html(folder)
+    return write_atomic(path, lambda tmp: tmp.write_text(html, encoding="utf-8"))

@@ -6,27 +6,31 @@ in one LlmsimError naming the file and key path.
 """
 from __future__ import annotations
 
+import copy
 from pathlib import Path
 
-from pydantic import ValidationError
-
-from ..errors import LlmsimError, from_validation_error
+from ..errors import LlmsimError
 from ..metrics.slo import parse_slo
 from ..profiles.loader import read_structured, resolve
 from .overrides import apply_override
 from .schema import Scenario
-from .strict import refuse_bools_behind, refuse_coerced_bools
+from .strict import validate_strict
 
 
 def resolve_scenario(name_or_path: str) -> Path:
     return resolve("scenarios", name_or_path)
 
 
-def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None) -> tuple[Scenario, Path]:
+def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
+                  variants_checked: bool = False) -> tuple[Scenario, Path]:
+    """The scenario, validated with ``overrides`` (``--set``) applied, and
+    its path; each of its variants' ladder steps is validated too unless
+    ``variants_checked`` (a load that applies variants itself)."""
     path = resolve_scenario(str(name_or_path))
-    data = read_structured(path)
+    data = read_structured(path, what="scenario file")
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping with name, workload and pools", source=path)
+    as_written = copy.deepcopy(data) if data.get("variants") and not variants_checked else None
     for o in overrides or []:
         try:
             apply_override(data, o)
@@ -34,14 +38,32 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None) 
             raise LlmsimError(e.message, source=f"{path} (--set {o})", key_path=e.key_path) from None
     # A bad value may come from the command line rather than the file: say so.
     source = f"{path} (with --set {' --set '.join(overrides)})" if overrides else path
-    try:
-        sc = Scenario.model_validate(data)
-    except ValidationError as e:
-        refuse_bools_behind(data, Scenario, source)
-        raise from_validation_error(e, source, data) from None
-    refuse_coerced_bools(data, sc, source)
+    sc = validate_strict(Scenario, data, source)
     try:
         parse_slo(sc.slo)
     except LlmsimError as e:
         raise LlmsimError(e.message, source=source, key_path=e.key_path) from None
+    if as_written is not None:
+        _check_variants_once(as_written, path)
     return sc, path
+
+
+#: Files whose variants were checked, by (path, size, mtime): a plan loads one scenario per probe.
+_checked: set[tuple[str, int, int]] = set()
+
+
+def _check_variants_once(data: dict, path: Path) -> None:
+    """The file's own ladder steps validate (the file as written: a ``--set``
+    that suits one variant need not suit every other step)."""
+    from .overlays import check_variants     # overlays loads scenarios through this module
+
+    st = path.stat()
+    memo = (str(path.resolve()), st.st_size, st.st_mtime_ns)
+    if memo in _checked:
+        return
+    try:
+        as_written = validate_strict(Scenario, copy.deepcopy(data), path)
+    except LlmsimError:
+        return    # complete only with its --set: the variants are checked as they are applied
+    check_variants(data, as_written, path)
+    _checked.add(memo)

@@ -10,6 +10,7 @@ loader, which imports the schema.)
 """
 from __future__ import annotations
 
+import copy
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
@@ -19,9 +20,10 @@ from ..profiles.loader import read_structured
 from .load import load_scenario
 from .overrides import apply_override
 from .schema import Scenario
-from .variants import Variant, overlay_assignments
+from .strict import validate_strict
+from .variants import Variant, ladder_steps, overlay_assignments
 
-__all__ = ["load_with_overlays", "load_with_variants", "blamed_on", "variant_overlays"]
+__all__ = ["load_with_overlays", "load_with_variants", "blamed_on", "variant_overlays", "check_variants"]
 
 
 @contextmanager
@@ -41,12 +43,9 @@ def variant_overlays(variants: Sequence[Variant]) -> list[tuple[str, Mapping[str
     return [(f"variants.{v.name}.set", v.set) for v in variants]
 
 
-def load_with_overlays(path: Path, overlays: Sequence[tuple[str, Mapping[str, Any]]],
-                       sets: Sequence[str] = ()) -> Scenario:
-    """The scenario at ``path`` with each ``(where, overlay)`` applied in
-    order (``where`` is the overlay's key path in the file), then ``sets``
-    (the command line wins)."""
-    data = read_structured(path)
+def _apply(data: dict, path: Path, overlays: Sequence[tuple[str, Mapping[str, Any]]]) -> list[str]:
+    """Apply each overlay's assignments to ``data`` in order; returns them.
+    A key path that addresses nothing names the overlay key the user wrote."""
     assignments: list[str] = []
     for where, overlay in overlays:
         for key, assignment in zip(overlay, overlay_assignments(overlay)):
@@ -56,9 +55,38 @@ def load_with_overlays(path: Path, overlays: Sequence[tuple[str, Mapping[str, An
                 at = f" (at {e.key_path})" if e.key_path and e.key_path != key else ""
                 raise LlmsimError(e.message + at, source=path, key_path=f"{where}.{key}") from None
             assignments.append(assignment)
+    return assignments
+
+
+def load_with_overlays(path: Path, overlays: Sequence[tuple[str, Mapping[str, Any]]],
+                       sets: Sequence[str] = ()) -> Scenario:
+    """The scenario at ``path`` with each ``(where, overlay)`` applied in
+    order (``where`` is the overlay's key path in the file), then ``sets``
+    (the command line wins)."""
+    assignments = _apply(read_structured(path), path, overlays)
     with blamed_on(path, overlays, sets):
-        sc, _ = load_scenario(path, [*assignments, *sets])
+        sc, _ = load_scenario(path, [*assignments, *sets], variants_checked=True)
     return sc
+
+
+def check_variants(data: dict, sc: Scenario, path: Path) -> None:
+    """Every step of the scenario's ladder validates, so a misspelt key in a
+    variant is an error when the file is loaded, not when (or if) that
+    variant is first selected. ``data`` is the file as read, ``sc`` it validated.
+    A cumulative ladder's steps are built one on the other (each variant
+    applied once), an independent one's each on the file."""
+    from ..runsize import check_run_count
+
+    check_run_count(len(sc.variants) + 1, f"a ladder of the baseline and {len(sc.variants):,} variant(s)",
+                    source=path, key_path="variants", raisable=False)
+    running = copy.deepcopy(data)
+    for step in ladder_steps(sc.variants, sc.ladder)[1:]:
+        overlays = variant_overlays(step.variants)
+        if sc.ladder != "cumulative":
+            running = copy.deepcopy(data)
+        _apply(running, path, overlays[-1:])
+        with blamed_on(path, overlays):
+            validate_strict(Scenario, copy.deepcopy(running), path)
 
 
 def load_with_variants(path: Path, variants: Sequence[Variant], sets: Sequence[str] = ()) -> Scenario:

@@ -65,8 +65,8 @@ class PoolSpec(BaseModel):
         try:
             return {**data, "engine": apply_backend(engine, data["gpu"])}
         except LlmsimError as e:
-            where = f" ({e.source})" if getattr(e, "source", None) else ""
-            raise ValueError(f"engine.backend {engine['backend']!r}: {e.message}{where}") from None
+            where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
+            raise ValueError(f"engine.backend {engine['backend']!r}: {where + ': ' if where else ''}{e.message}") from None
 
     @property
     def gpus_per_replica(self) -> int:

@@ -1,47 +1,83 @@
 """Refusing what pydantic's lax mode would quietly convert.
 
-Pydantic accepts ``true`` for a number field and stores 1, so
-``--set pools.main.replicas=true`` (or ``replicas: yes`` in a file) would
-run one replica without a word. The schema keeps lax mode (it lets
-``2`` stand for ``2.0`` and a string name pick an enum member); this walk
+Pydantic accepts ``true`` for a number field and stores 1, and ``"2"``
+and stores 2, so ``--set pools.main.replicas=true`` (or ``replicas: yes``
+in a file) would run one replica without a word, and ``tp: "2"`` a number
+the user quoted as text (a template's unfilled slot, a spreadsheet's
+export) would pass as if typed. The schemas keep lax mode (it lets ``2``
+stand for ``2.0`` and a string name pick an enum member); this walk
 compares the validated model with the data it came from and refuses a
-true/false the model holds as a number. When validation fails, a
-true/false read as a number may be behind the failure ("min (16) must be
-≤ max (1)" for ``max: true``), so each true/false is probed first: put a
-word in its place, and if the schema then wants a number there, that is
-the error to report.
+true/false or a text the model holds as a number. When validation fails,
+such a value may be behind the failure ("min (16) must be ≤ max (1)" for
+``max: true``), so each is probed first: put a word in its place, and if
+the schema then wants a number there, that is the error to report.
+:func:`validate_strict` is the one way every file kind (scenario, GPU,
+model, backend profile) is validated.
 """
 from __future__ import annotations
 
 import copy
-from typing import Any, Iterator
+from typing import Any, Iterator, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from ..errors import LlmsimError, user_loc, format_key_path
 
-__all__ = ["refuse_coerced_bools", "refuse_bools_behind", "leaves"]
+__all__ = ["validate_strict", "refuse_coerced", "refuse_coerced_behind", "leaves"]
+
+M = TypeVar("M", bound=BaseModel)
 
 
-def refuse_coerced_bools(data: Any, model: BaseModel, source: Any = None) -> None:
-    """Raise LlmsimError at the first key whose true/false became a number."""
+def validate_strict(cls: type[M], data: Any, source: Any = None) -> M:
+    """``cls`` validated from ``data``; every problem one LlmsimError naming
+    ``source`` and the key path, a true/false or text read as a number included."""
+    from ..errors import from_validation_error
+
+    try:
+        model = cls.model_validate(data)
+    except ValidationError as e:
+        refuse_coerced_behind(data, cls, source)
+        raise from_validation_error(e, source, data) from None
+    refuse_coerced(data, model, source)
+    return model
+
+
+def _refusal(got: Any) -> str:
+    if isinstance(got, bool):
+        return f"expected a number, got {got!r} (true/false is not a count or a quantity)"
+    return f"expected a number, got the text {got!r} (write the number without quotes)"
+
+
+def refuse_coerced(data: Any, model: BaseModel, source: Any = None) -> None:
+    """Raise LlmsimError at the first key whose true/false or text became a number."""
     where = _first_coerced(data, model, ())
     if where is not None:
         path, got = where
-        raise LlmsimError(f"expected a number, got {got!r} (true/false is not a count or a quantity)",
-                          source=source, key_path=format_key_path(path))
+        raise LlmsimError(_refusal(got), source=source, key_path=format_key_path(path))
 
 
 _NUMBER_ERRORS = frozenset({"int_parsing", "float_parsing", "int_type", "float_type", "decimal_parsing"})
 
 
-def refuse_bools_behind(data: Any, cls: type[BaseModel], source: Any = None) -> None:
-    """After ``cls`` refused ``data``: raise for a true/false given where a number goes, if any."""
-    if not any(isinstance(v, bool) for _, v in leaves(data)):
-        return
-    for path, v in leaves(data):
-        if not isinstance(v, bool):
-            continue
+def _suspect(v: Any) -> bool:
+    """A true/false, or a text that reads as a number."""
+    if isinstance(v, bool):
+        return True
+    if isinstance(v, str):
+        try:
+            float(v)
+        except ValueError:
+            return False
+        return True
+    return False
+
+
+def refuse_coerced_behind(data: Any, cls: type[BaseModel], source: Any = None) -> None:
+    """After ``cls`` refused ``data``: raise for a true/false or a text given where a number goes, if any."""
+    if cls.model_config.get("strict"):
+        return      # a strict model converts nothing: its own errors say what is wrong
+    suspects = [(path, v) for path, v in leaves(data) if _suspect(v)]
+    for path, v in suspects[:50]:     # each probe validates the whole document again
         probe = copy.deepcopy(data)
         node = probe
         for part in path[:-1]:
@@ -52,8 +88,7 @@ def refuse_bools_behind(data: Any, cls: type[BaseModel], source: Any = None) -> 
         except ValidationError as e:
             for problem in e.errors():
                 if problem.get("type") in _NUMBER_ERRORS and tuple(user_loc(problem["loc"], probe)) == path:
-                    raise LlmsimError(f"expected a number, got {v!r} (true/false is not a count or a quantity)",
-                                      source=source, key_path=format_key_path(path)) from None
+                    raise LlmsimError(_refusal(v), source=source, key_path=format_key_path(path)) from None
 
 
 def leaves(data: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
@@ -69,7 +104,7 @@ def leaves(data: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
 
 
 def _first_coerced(data: Any, value: Any, path: tuple) -> tuple[tuple, Any] | None:
-    if isinstance(data, bool):
+    if isinstance(data, (bool, str)):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return path, data
         return None

@@ -274,12 +274,9 @@ def default_path() -> Path:
 
 @lru_cache(maxsize=4)
 def _load(path: str, mtime: float) -> ErrorModel:
-    import yaml
+    from ..profiles.loader import read_structured
 
-    try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError) as e:
-        raise LlmsimError(f"cannot read the error model ({e})", source=path) from None
+    data = read_structured(Path(path), what="error model")
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping (an error model written by benchmarks/error_model.py)", source=path)
     return ErrorModel.from_dict(data, source=path)

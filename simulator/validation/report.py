@@ -34,7 +34,7 @@ def predict_all(rows: Sequence[Row], settings: ReplaySettings | Sequence[ReplayS
     jobs = list(zip(rows, per_row))
     if workers <= 1 or len(jobs) < 4:
         return [_predict_one(j) for j in jobs]
-    with ProcessPoolExecutor(workers) as ex:
+    with ProcessPoolExecutor(min(workers, len(jobs))) as ex:      # never more processes than replays
         return list(ex.map(_predict_one, jobs, chunksize=max(1, len(jobs) // (8 * workers))))
 
 

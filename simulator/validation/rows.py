@@ -11,14 +11,15 @@ express is kept with the reason, never approximated.
 """
 from __future__ import annotations
 
-import json
 import math
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional
+from typing import Annotated, Any, Callable, Iterable, Literal, Optional, Union
 
 import pandas as pd
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..dtypes import WEIGHT_DTYPES
 from ..errors import LlmsimError
@@ -160,12 +161,16 @@ def _parallel(r: dict, name: str, *aliases: str) -> int:
 
 
 def read_table(path: Path) -> pd.DataFrame:
-    """A CSV file, every read/parse problem one LlmsimError."""
+    """A CSV file (or .csv.gz), checked before it is read; every read/parse problem one LlmsimError."""
+    from ..inputs import MAX_TABLE_BYTES, input_file, open_text
+
+    input_file(path, MAX_TABLE_BYTES, "benchmark CSV")
     try:
-        return pd.read_csv(path)
+        with open_text(path, MAX_TABLE_BYTES, "benchmark CSV") as fh:
+            return pd.read_csv(fh)
     except FileNotFoundError:
         raise LlmsimError("file not found", source=path) from None
-    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError) as e:
+    except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, EOFError, zlib.error) as e:
         raise LlmsimError(f"not a readable CSV ({str(e).splitlines()[0]})", source=path) from None
 
 
@@ -217,7 +222,31 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
     return out
 
 
+#: Columns that hold counts: a positive whole number where given.
+_COUNTS = ("tp", "dp", "ep", "pp", "attention_dp_size", "moe_ep_size", "concurrency", "num_requests")
+
+
+def _bad_number(raw: dict) -> str:
+    """Why a numeric cell cannot be read as what it measures ("" if none):
+    text where a number goes, a count that is not a positive whole number,
+    a negative rate, length or measurement."""
+    for key in (*_COUNTS, "request_rate_qps", "isl_mean", "osl_mean", *METRICS):
+        cell = raw.get(key)
+        if cell is None or (isinstance(cell, float) and math.isnan(cell)) or str(cell).strip() == "":
+            continue
+        v = _num(cell)
+        if v is None or not math.isfinite(v):
+            return f"{key} {cell!r} is not a number"
+        if key in _COUNTS and (v < 1 or v != int(v)):
+            return f"{key} {cell!r} is not a positive whole number"
+        if v < 0 or (key == "request_rate_qps" and v == 0):
+            return f"{key} {cell!r} is not a positive number"
+    return ""
+
+
 def _why_not(row: Row, raw: dict, stack, model, gpu) -> str:
+    if bad := _bad_number(raw):
+        return bad
     scen = str(raw.get("scenario", "")).lower()
     if "disaggregated" in scen:
         return "disaggregated prefill/decode rows are not replayed"
@@ -405,6 +434,52 @@ def _silicon_why_not(row: Row, raw: dict, stack, prof, gpu, why_dtype: str, prof
     return ""
 
 
+class BenchResult(BaseModel):
+    """The keys of a ``vllm bench serve --save-result`` file llmsim reads,
+    strictly typed (a count written as text is refused, not converted);
+    the file's other keys (per-request lists, the run's arguments) are left alone."""
+
+    model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
+
+    completed: int = Field(gt=0, description="requests the run completed")
+    total_input_tokens: int = Field(ge=0)
+    total_output_tokens: int = Field(ge=0)
+    max_concurrency: Optional[int] = Field(default=None, ge=1)
+    request_rate: Union[Annotated[float, Field(gt=0)], Literal["inf"], None] = None
+    mean_ttft_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    # every other metric llmsim predicts, where the file has it
+    median_ttft_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    mean_tpot_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    median_tpot_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    median_itl_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    median_e2el_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    output_throughput: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    request_throughput: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+
+    @model_validator(mode="after")
+    def _lengths(self) -> "BenchResult":
+        for key in ("total_input_tokens", "total_output_tokens"):
+            if getattr(self, key) < self.completed:
+                raise ValueError(f"{key} ({getattr(self, key)}) is less than one token for each of the "
+                                 f"{self.completed} completed requests")
+        return self
+
+
+def read_bench_result(path: Path) -> BenchResult:
+    """One ``vllm bench serve`` result file, validated; every problem one
+    LlmsimError naming the file and key."""
+    from ..profiles.loader import read_structured
+    from ..scenario.strict import validate_strict
+
+    if path.suffix.lower() != ".json":
+        raise LlmsimError("expected a `vllm bench serve` result (.json)", source=path)
+    d = read_structured(path, what="`vllm bench serve` result file")
+    need = ("completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms")
+    if not isinstance(d, dict) or any(k not in d for k in need):
+        raise LlmsimError(f"not a `vllm bench serve` result (expected keys {', '.join(need)})", source=path)
+    return validate_strict(BenchResult, d, path)
+
+
 def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str, tp: int,
                          weight_dtype: str = "bf16", kv_dtype: str = "bf16", version: str = "") -> list[Row]:
     """Rows of ``vllm bench serve --save-result`` files (one run each);
@@ -413,25 +488,13 @@ def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str
         raise LlmsimError(f"unknown backend {stack!r}; expected one of {', '.join(STACKS)}", key_path="--backend")
     out = []
     for p in paths:
-        try:
-            d = json.loads(Path(p).read_text())
-        except FileNotFoundError:
-            raise LlmsimError("file not found", source=p) from None
-        except (json.JSONDecodeError, UnicodeDecodeError, OSError) as e:
-            raise LlmsimError(f"not a JSON file ({e})", source=p) from None
-        need = ("completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms")
-        if not isinstance(d, dict) or any(k not in d for k in need):
-            raise LlmsimError(f"not a `vllm bench serve` result (expected keys {', '.join(need)})", source=p)
-        n = int(d["completed"])
-        if n <= 0:
-            raise LlmsimError("the run completed no request", source=p)
-        conc = d.get("max_concurrency")
-        rate = d.get("request_rate")
-        rate = None if rate in (None, "inf", float("inf")) else float(rate)
+        d = read_bench_result(Path(p))
+        n = d.completed
+        rate = None if d.request_rate in (None, "inf") or d.request_rate == float("inf") else float(d.request_rate)
         row = Row(Path(p).stem, stack, model, gpu, tp, weight_dtype, kv_dtype,
-                  round(d["total_input_tokens"] / n), round(d["total_output_tokens"] / n),
-                  concurrency=int(conc) if conc else None, rate=rate, num_requests=n,
-                  measured={k: float(d[v]) for k, v in METRICS.items() if d.get(v) is not None},
+                  round(d.total_input_tokens / n), round(d.total_output_tokens / n),
+                  concurrency=d.max_concurrency, rate=rate, num_requests=n,
+                  measured={k: float(v) for k, f in METRICS.items() if (v := getattr(d, f)) is not None},
                   version_keys=version_keys(stack, version))
         if row.concurrency is None and row.rate is None:
             row.concurrency = n          # rate inf without a cap: everything at t = 0

@@ -26,6 +26,7 @@ class LocalExecutor(Executor):
             raise LlmsimError(f"--workers must be at least 1 (got {options.workers})", key_path="--workers")
         self._workers = options.workers or os.cpu_count() or 1
         self._pool: ProcessPoolExecutor | None = None
+        self._size = 0
 
     @property
     def workers(self) -> int:
@@ -41,8 +42,14 @@ class LocalExecutor(Executor):
                 item = items.pop()
                 yield item, fn(item)
             return
+        # never more processes than there is work: --workers 32 for two points starts two
+        size = min(self._workers, len(items))
+        if self._pool is not None and self._size < size:
+            self._pool.shutdown(wait=True)
+            self._pool = None
         if self._pool is None:
-            self._pool = ProcessPoolExecutor(max_workers=self._workers, initializer=_die_with_parent)
+            self._pool = ProcessPoolExecutor(max_workers=size, initializer=_die_with_parent)
+            self._size = size
         pending: dict[Future, T] = {self._pool.submit(fn, item): item for item in items}
         items.clear()
         try:
@@ -74,9 +81,13 @@ def _die_with_parent() -> None:
     """In each worker: end with the parent, however it ends. A SIGTERM
     handler inherited from the CLI would turn the signal into an exception
     the pool reports as a result, so the default action is restored; on
-    Linux the kernel also sends SIGTERM when the parent dies outright."""
+    Linux the kernel also sends SIGTERM when the parent dies outright.
+    Ctrl-C is the parent's to handle."""
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
     signal.signal(signal.SIGHUP, signal.SIG_DFL)
+    # Ctrl-C reaches the whole process group: the parent stops the workers,
+    # which would otherwise each print a traceback ("Process ForkProcess-N:")
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         try:
             import ctypes
