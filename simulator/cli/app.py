@@ -27,6 +27,15 @@ app = typer.Typer(
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def checked_engine(engine: str) -> str:
+    """An ``--engine`` value, refused in one line unless it names one of the fleet's engines."""
+    from ..fleet.pool import ENGINES
+
+    if engine not in ENGINES:
+        raise LlmsimError(f"--engine must be {' or '.join(ENGINES)} (got {engine!r})")
+    return engine
+
+
 def _register() -> None:
     # Imported for their side effect of adding commands to ``app``.
     from . import calibrate, check, compare, estimate, plan, profiles, report, run, sweep, validate  # noqa: F401

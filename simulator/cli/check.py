@@ -28,7 +28,7 @@ from ..atomic_write import write_atomic
 from ..errors import LlmsimError
 from ..report.diff import flatten, read_json_object
 from ..report.regression import Verdict, judge, rounded
-from .app import app, kept_if_stopped
+from .app import app, checked_engine, kept_if_stopped
 from .output import console, fmt
 from .progress import simulate_shown
 
@@ -208,8 +208,7 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
                                          "error model (e.g. 0.9)"),
           ) -> None:
     """Run scenarios at their fast settings; exit 1 if an SLO is missed or a tracked metric regressed."""
-    if engine not in ("fast", "reference"):
-        raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
+    checked_engine(engine)
     if update_baseline and baseline is None:
         raise LlmsimError("--update-baseline writes into the --baseline folder: give --baseline DIR")
     if baseline is not None and baseline.exists() and not baseline.is_dir():

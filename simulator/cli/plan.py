@@ -10,7 +10,7 @@ from rich.text import Text
 
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError
-from .app import app, kept_if_stopped
+from .app import app, checked_engine, kept_if_stopped
 from .output import console, fleet_answer, product_columns, provenance_notes, to_json
 from .sweep import Address, ConnectTimeout, ExecutorName, MaxRuns, Sets, Workers, open_executor, output_dir, \
     parse_sets, rows_table, runs_progress
@@ -20,8 +20,8 @@ from .sweep import Address, ConnectTimeout, ExecutorName, MaxRuns, Sets, Workers
 def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in scenario name); needs an slo: block"),
          vary: List[str] = typer.Option([], "--vary", help="key=LO..HI (the axis searched; exactly one) or "
                                                            "key=a,b,c (choices, crossed); repeatable"),
-         max_rate: bool = typer.Option(False, "--max-rate", help=f"instead: the highest workload.arrival.rate_per_s "
-                                                                 f"the fleet sustains under the SLO"),
+         max_rate: bool = typer.Option(False, "--max-rate", help="instead: the highest workload.arrival.rate_per_s "
+                                                                 "the fleet sustains under the SLO"),
          seeds: int = typer.Option(1, "--seeds", help="a value meets the SLO only if this many seeds all do"),
          variant: List[str] = typer.Option([], "--variant", help="plan the scenario's variant of this name "
                                                                  "(repeatable, applied in order before --set)"),
@@ -45,8 +45,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
     from ..planning.store import PointStore
     from ..planning.vary import parse_vary
 
-    if engine not in ("fast", "reference"):
-        raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
+    checked_engine(engine)
     model = None
     if confidence is not None:
         check_confidence(confidence)

@@ -9,7 +9,7 @@ import typer
 from rich.markup import escape
 
 from ..errors import LlmsimError
-from .app import app, err_console
+from .app import app, checked_engine, err_console
 from .ladder import run_ladder
 from .output import console, print_json, provenance_notes
 from .progress import simulate_shown
@@ -71,8 +71,7 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
     from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
     from ..scenario.variants import select_variants
 
-    if engine not in ("fast", "reference"):
-        raise LlmsimError(f"--engine must be fast or reference (got {engine!r})")
+    checked_engine(engine)
     check_replicates(replicates)
     check_confidence(confidence)
     if replicates > 1 and (shards is not None or ladder):
