@@ -8,6 +8,7 @@ wheel installed anywhere.
 from __future__ import annotations
 
 import json
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -114,10 +115,27 @@ P = TypeVar("P", bound=BaseModel)
 
 def load_profile(kind: str, name_or_path: str, cls: type[P], noun: str) -> P:
     """A built-in profile or the user's file, validated as ``cls``; every
-    problem is one LlmsimError naming the file and the key."""
+    problem is one LlmsimError naming the file and the key.
+
+    Profiles are frozen models, so one run's many readers of a GPU (the
+    fleet, the backend's defaults, the error model's regime) share one
+    parse, kept while the file's modification time and size stay the same."""
+    path = resolve(kind, name_or_path)
+    try:
+        st = path.stat()
+    except OSError:       # read_structured says why, in one line
+        return _parse_profile(path, cls, noun)
+    return _parsed_profile(path, st.st_mtime_ns, st.st_size, cls, noun)
+
+
+@lru_cache(maxsize=256)
+def _parsed_profile(path: Path, _mtime_ns: int, _size: int, cls: type[P], noun: str) -> P:
+    return _parse_profile(path, cls, noun)
+
+
+def _parse_profile(path: Path, cls: type[P], noun: str) -> P:
     from ..scenario.strict import validate_strict
 
-    path = resolve(kind, name_or_path)
     data = read_structured(path)
     if not isinstance(data, dict):
         raise LlmsimError(f"expected a mapping of {noun} keys", source=path)
