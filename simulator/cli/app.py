@@ -27,13 +27,12 @@ app = typer.Typer(
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def checked_engine(engine: str) -> str:
-    """An ``--engine`` value, refused in one line unless it names one of the fleet's engines."""
+def checked_engine(engine: str) -> None:
+    """Refuse, in one line, an ``--engine`` value that names none of the fleet's engines."""
     from ..fleet.pool import ENGINES
 
     if engine not in ENGINES:
         raise LlmsimError(f"--engine must be {' or '.join(ENGINES)} (got {engine!r})")
-    return engine
 
 
 def _register() -> None:

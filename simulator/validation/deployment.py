@@ -110,6 +110,8 @@ _GENERATOR_BENCH_SINCE = "2026-02-11"
 _AIPERF_SINCE = "2025-10-14"
 # The evaluation pipeline's deployments, before and after it moved to AIPerf.
 _EVAL = ("aic-eval", "aic-genai-perf")
+
+
 @dataclass(frozen=True)
 class Client:
     """How the benchmark client ran the closed loop."""
