@@ -451,6 +451,68 @@ def chatbot_monthly(r: Runner) -> str:
     return table(["extrapolation", "command", "monthly $"], rows, {2})
 
 
+CODING_AGENT = "llmsim run scenarios/coding-agent.yaml"
+CODING_AGENT_RUNGS = ["cache-aware", "host-tier", "disaggregation"]
+
+
+def _agent_hits(res: dict) -> str:
+    """Prompt tokens served from cache on the serving (prefill) pool, and of them from the host tier."""
+    pc = res["llmsim"]["pools"]["agents"]["prefix_cache"]
+    host = (pc.get("offload") or {}).get("host")
+    def share(x: float | None) -> str:    # None: no prompt tokens looked up (a smoke-sized run)
+        return "—" if x is None else pct(x)
+    return share(pc["token_hit_rate"]) + (f" ({share(host['token_hit_rate'])})" if host else "")
+
+
+def _p99_split(res: dict) -> str:
+    """The p99 TTFT's queue / prefill / (KV transfer +) first decode, "—" when the run has too few requests."""
+    b = (res["llmsim"].get("ttft_budget") or {}).get("p99")
+    if b is None:
+        return "—"
+    kv = f"{b['kv_transfer']:.0f} + " if b["kv_transfer"] > 0 else ""
+    return f"{b['queue']:,.0f} / {b['prefill']:,.0f} / {kv}{b['first_decode']:,.0f}"
+
+
+def coding_agent_ladder(r: Runner) -> str:
+    cmd = CODING_AGENT + " --ladder"
+    rows = []
+    for step, res in r.ladder(cmd):
+        pools = res["llmsim"]["pools"]
+        rows.append([step, " + ".join(str(p["gpus"]) for p in pools.values()),
+                     f"{ms(res['median_ttft_ms'])} / {ms(res['p95_ttft_ms'])} / {ms(res['p99_ttft_ms'])}",
+                     f"{tpot(res['median_tpot_ms'])} / {tpot(res['p99_tpot_ms'])}", _agent_hits(res),
+                     count(sum(p["preemptions"] for p in pools.values())), _p99_split(res), verdict(res)])
+    head = ["step", "GPUs", "TTFT p50 / p95 / p99 (ms)", "TPOT p50 / p99 (ms)", "token hit (host tier)",
+            "preemptions", "p99 split: queue / prefill / (KV transfer +) first decode (ms)", "SLO"]
+    return f"`{cmd}`:\n\n" + table(head, rows, {1, 5})
+
+
+#: (configuration, the --variant and --set of each size tried)
+CODING_AGENT_SIZES = [
+    ("least_outstanding routing", ["", " --set pools.agents.replicas=12", " --set pools.agents.replicas=16"]),
+    ("prefix_aware, SGLang's thresholds", [" --set pools.agents.router=prefix_aware"]),
+    ("cache-aware", [" --variant cache-aware --set pools.agents.replicas=6", " --variant cache-aware --set pools.agents.replicas=7"]),
+    ("cache-aware + host tier", [" --variant cache-aware --variant host-tier --set pools.agents.replicas=5",
+                                 " --variant cache-aware --variant host-tier --set pools.agents.replicas=6"]),
+    ("cache-aware + host tier, P/D", [" " + " ".join(f"--variant {v}" for v in CODING_AGENT_RUNGS),
+                                      " " + " ".join(f"--variant {v}" for v in CODING_AGENT_RUNGS)
+                                      + " --set pools.agents.replicas=2"]),
+]
+
+
+def coding_agent_sizing(r: Runner) -> str:
+    rows = []
+    for what, sets in CODING_AGENT_SIZES:
+        for s in sets:
+            res = r.results(CODING_AGENT + s)
+            gpus = " + ".join(str(p["gpus"]) for p in res["llmsim"]["pools"].values())
+            rows.append([what, gpus, ms(res["p99_ttft_ms"]), tpot(res["p99_tpot_ms"]), _agent_hits(res),
+                         verdict(res), f"`{s.strip()}`" if s else "(the default run)"])
+    head = ["configuration", "GPUs", "TTFT p99 (ms)", "TPOT p99 (ms)", "token hit (host tier)", "SLO",
+            f"`{CODING_AGENT}` with"]
+    return table(head, rows, {1, 2, 3})
+
+
 @dataclass(frozen=True)
 class Block:
     name: str
@@ -465,6 +527,8 @@ BLOCKS = [
     Block("autocomplete-shards", CASE_STUDIES, autocomplete_shards),
     Block("quickcode-ladder", CASE_STUDIES, quickcode_ladder),
     Block("ttft-program-ladder", CASE_STUDIES, ttft_ladder),
+    Block("coding-agent-ladder", CASE_STUDIES, coding_agent_ladder),
+    Block("coding-agent-sizing", CASE_STUDIES, coding_agent_sizing),
     Block("dau-prefix-breakage", SCENARIOS, dau_prefix_breakage),
     Block("ttft-program-buckets", SCENARIOS, ttft_buckets),
     Block("quickcode-kv", SCENARIOS, quickcode_kv),
