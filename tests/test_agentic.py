@@ -255,3 +255,21 @@ def test_a_bad_agentic_value_is_one_line_exit_2(tmp_path, cli, path, value, frag
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     refused(cli("run", tmp_path / "s.yaml", "-o", tmp_path / "out"), "s.yaml", fragment)
     assert not (tmp_path / "out").exists()
+
+
+def test_per_request_dynamic_system_prompt_content_breaks_the_shared_prefix_at_its_token():
+    """A timestamp at token 64 of the system prompt: each call (a sub-agent's first included) shares only the
+    blocks before it with the call before; everything after gets fresh ids."""
+    sp = {"apps": 1, "tokens": fixed(200), "dynamic": {"at_token": 64, "per": "request"}}
+    source, _ = drive(agentic(n=3, turns=fixed(4), subagents=fan(1.0, count=fixed(2)), system_prompt=sp), seed=7)
+    assert_chained(source.requests)
+    per = calls(source)
+    cut = 64 // B
+    for reqs in per.values():
+        for a, b in zip(reqs, reqs[1:]):
+            assert b.blocks[:cut] == a.blocks[:cut] and b.blocks[cut] != a.blocks[cut]
+    for (kind, owner), reqs in per.items():
+        if kind == SUBAGENT:
+            parent = per[(SESSION, reqs[0].session)]
+            assert all(reqs[0].blocks[cut] not in p.blocks for p in parent)
+            assert reqs[0].blocks[:cut] == parent[0].blocks[:cut]

@@ -332,12 +332,13 @@ class AutocompleteSessions(_Sessions):
 class _Agent:
     """A main agent or one of its sub-agents: the calls it has left, and what it waits for."""
 
-    __slots__ = ("sid", "doc", "head", "context", "turn", "outputs", "tools", "pauses", "parent", "children",
-                 "waiting")
+    __slots__ = ("sid", "app", "doc", "head", "context", "turn", "outputs", "tools", "pauses", "parent",
+                 "children", "waiting")
 
-    def __init__(self, sid: int, doc: Document, head: int, context: int, outputs: list[int], tools: list[int],
-                 pauses: list[float], parent: Optional["_Agent"], children: Optional[list[list[SubagentPlan]]]):
-        self.sid, self.doc, self.head, self.context = sid, doc, head, context
+    def __init__(self, sid: int, app: int, doc: Document, head: int, context: int, outputs: list[int],
+                 tools: list[int], pauses: list[float], parent: Optional["_Agent"],
+                 children: Optional[list[list[SubagentPlan]]]):
+        self.sid, self.app, self.doc, self.head, self.context = sid, app, doc, head, context
         self.outputs, self.tools, self.pauses = outputs, tools, pauses
         self.parent, self.children = parent, children
         self.turn = 0
@@ -360,7 +361,8 @@ class AgenticSessions(_Sessions):
     def _begin(self, sid: int) -> None:
         plan = self.plans(sid)
         doc, head = self._document(sid, plan.app)
-        main = _Agent(sid, doc, head, head + plan.task, plan.outputs, plan.tools, plan.pauses, None, plan.children)
+        main = _Agent(sid, plan.app, doc, head, head + plan.task, plan.outputs, plan.tools, plan.pauses, None,
+                      plan.children)
         self.live[sid] = main
         self._call(main)
 
@@ -370,6 +372,9 @@ class AgenticSessions(_Sessions):
             self._end(a)
             return
         a.context = prompt + output
+        cut = self._changes_at(a.app)
+        if a.turn and cut is not None:
+            a.doc.edit(cut)   # this call's system prompt differs from the last one's
         req = self._send(a.sid, prompt, output, a.doc.blocks(a.context // self.block_tokens))
         self.calls[req.id] = a
         self.submit(req)
@@ -395,10 +400,17 @@ class AgenticSessions(_Sessions):
     def _spawn(self, parent: _Agent, kids: list[SubagentPlan], fork: int) -> None:
         """Start ``kids``, each on the parent's first ``fork`` tokens (or its system prompt alone)."""
         shared = fork if self.fork else parent.head
-        head = parent.doc.blocks(shared // self.block_tokens)
+        cut = self._changes_at(parent.app)
+        head = parent.doc.blocks((shared if cut is None else min(shared, cut)) // self.block_tokens)
         for c in kids:
             doc = Document(id_base(SUBAGENT, c.owner), self.block_tokens, head)
-            self._call(_Agent(parent.sid, doc, shared, shared + c.task, c.outputs, c.tools, c.pauses, parent, None))
+            self._call(_Agent(parent.sid, parent.app, doc, shared, shared + c.task, c.outputs, c.tools, c.pauses,
+                              parent, None))
+
+    def _changes_at(self, app: int) -> Optional[int]:
+        """Where each request of ``app`` starts to differ from the last (per-request dynamic system-prompt
+        content), else None."""
+        return None if self.apps is None else self.apps.changes_at(app)
 
     def _end(self, a: _Agent) -> None:
         p = a.parent
