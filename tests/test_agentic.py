@@ -273,3 +273,40 @@ def test_per_request_dynamic_system_prompt_content_breaks_the_shared_prefix_at_i
             parent = per[(SESSION, reqs[0].session)]
             assert all(reqs[0].blocks[cut] not in p.blocks for p in parent)
             assert reqs[0].blocks[:cut] == parent[0].blocks[:cut]
+
+
+def test_a_subagent_finds_its_parents_context_in_the_replicas_cache(tmp_path, monkeypatch):
+    """End to end: routed by session, a sub-agent's first call lands on its parent's replica, and the
+    prefix cache serves the parent's context it forked from (every full block of it, on a lightly loaded
+    fleet that evicts nothing)."""
+    from simulator.notebook import run
+    from workloads.drivers import AgenticSessions
+
+    sent, owners = AgenticSessions._send, {}
+
+    def noting(self, *args):    # the runner drops a request's ids when it ends: note whose they were
+        req = sent(self, *args)
+        owners[req.id] = agent_of(req)
+        return req
+    monkeypatch.setattr(AgenticSessions, "_send", noting)
+
+    data = {**SCENARIO, "workload": agentic(n=4, turns=fixed(3), tool=uniform(100, 400), task=uniform(300, 600),
+                                             out=uniform(20, 60), subagents=fan(1.0, count=fixed(2))),
+            "pools": [{"name": "p", "model": "qwen3-30b-a3b", "gpu": "h100-sxm", "replicas": 2,
+                       "router": {"type": "session_affinity", "load_factor": 16}}]}   # a plain session hash
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(data, sort_keys=False))
+    reqs = run(path).requests
+    per: dict = {}
+    for r in sorted(reqs, key=lambda r: r.id):
+        per.setdefault(owners[r.id], []).append(r)
+    firsts = [rs[0] for (kind, _), rs in per.items() if kind == SUBAGENT]
+    assert len(firsts) == 4 * 2 * 2
+    for first in firsts:
+        parent = per[(SESSION, first.session)]
+        call = max((p for p in parent if p.finish <= first.arrival), key=lambda p: p.finish)
+        fork = call.input_tokens + call.output_tokens
+        assert first.replica == call.replica
+        # every full block of the fork but, at most, the last: when the parent's output only completes its
+        # prompt's last partial block, the cache takes that block as a partial one (PrefixCache.entered_ids)
+        assert first.cached_tokens >= (fork // B - 1) * B

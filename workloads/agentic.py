@@ -35,8 +35,9 @@ human in it:
   sub-agent, and the parent goes on when the others are done.
 
 Every request of a session, its sub-agents' included, carries the session's
-id, so ``session_affinity`` keeps a session's tree on one replica and a
-sharded run keeps it in one shard. As in :mod:`workloads.chat`, every random
+id, so ``session_affinity`` hashes a session's whole tree to one replica
+(its bounded loads may still send a call elsewhere) and a sharded run keeps
+it in one shard. As in :mod:`workloads.chat`, every random
 choice is drawn when the session starts (:mod:`workloads.plans`): main-agent
 draws from the streams chat uses, every sub-agent draw from a stream of its
 own (``Streams.agents``), so turning sub-agents on or off keeps the main
