@@ -20,6 +20,7 @@ from ..fleet.disaggregation import DisaggregationSpec
 from ..fleet.regions import RegionSpec
 from ..metrics.by_input_length import InputLengthBuckets
 from ..metrics.cost import CostSpec
+from ..metrics.energy import EnergySpec
 from ..metrics.product import ProductSpec
 from workloads.spec import WorkloadSpec
 from .ci import CheckSpec
@@ -89,6 +90,8 @@ class Scenario(BaseModel):
         default_factory=list, description="client regions and their shares of the users, for per-region network "
                                           "latency (classes[].network.regions) and per-region results")
     cost: CostSpec = Field(default_factory=CostSpec, description="how the bill is extrapolated to a month")
+    energy: EnergySpec = Field(default_factory=EnergySpec,
+                               description="PUE, node overhead, grid carbon intensity and $/kWh of llmsim.energy")
     product: Optional[ProductSpec] = Field(
         default=None, description="what fraction of the product the scenario simulates ({slices: 64}: 1/64 of its "
                                   "users on 1/64 of its fleet); the report leads with the product's fleet and bill")
