@@ -92,6 +92,26 @@ def test_the_month_follows_peak_window_as_the_bill_does():
     assert e["kwh_per_month"] / e["window_kwh"] == pytest.approx(c["monthly_usd"] / c["window_usd"])
 
 
+def test_an_autoscaled_product_slice_scales_its_month_to_the_product():
+    """chatbot (the case study not run elsewhere at check size): two autoscaled
+    pools, a warm standby, peak_window, 1/2000 of the product."""
+    import sys
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from helpers_case_studies import path_of
+    from simulator.scenario.load import load_scenario
+
+    sc, path = load_scenario(path_of("chatbot"), ["workload.duration_s=60"])
+    ll = simulate(sc, source=path).results["llmsim"]
+    e = ll["energy"]
+    assert e["kwh_per_month"] > 0 and e["co2e_kg_per_month"] > 0 and e["joules_per_output_token"] > 0
+    assert ll["product"]["kwh_per_month"] == pytest.approx(2000 * e["kwh_per_month"])
+    for name, p in e["pools"].items():     # a warm standby and a starting replica draw idle power
+        assert H100.power.idle_w <= p["mean_w_per_gpu"] <= p["busy_w_per_gpu"] <= H100.power.tdp_w, name
+    assert sum(p["gpu_kwh"] for p in e["pools"].values()) == pytest.approx(e["gpu_kwh"])
+
+
 @pytest.mark.parametrize("energy, fragment", [
     ({"pue": 0.9}, "at least 1"), ({"pue": -1.2}, "at least 1"), ({"grid": "mars"}, "unknown grid 'mars'"),
     ({"node_overhead": -0.1}, "node_overhead"), ({"grid": "us", "grid_g_per_kwh": 300}, "not both"),

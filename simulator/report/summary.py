@@ -128,8 +128,8 @@ def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[st
     month = product if n > 1 else (energy or {})
     if month.get("kwh_per_month") is not None:
         t.add_row("Energy a month, the product" if n > 1 else "Energy a month",
-                  f"{month['kwh_per_month'] / 1e3:,.4g} MWh, {month['co2e_kg_per_month'] / 1e3:,.4g} t CO2e, "
-                  f"{(energy or {}).get('joules_per_output_token') or 0:.3g} J/output token")
+                  f"{_num(month['kwh_per_month'] / 1e3)} MWh, {_num(month['co2e_kg_per_month'] / 1e3)} t CO2e, "
+                  f"{_num((energy or {}).get('joules_per_output_token'))} J/output token")
     sessions = cost.get("sessions")
     if sessions:
         t.add_row("Cost per session ($)", _money(cost.get("usd_per_session")))
