@@ -98,7 +98,8 @@ def refusal(spec, model: ModelProfile) -> Optional[tuple[str, str]]:
             "disaggregation": spec.disaggregation is not None, "engine.kv_offload": e.kv_offload is not None}
     for key, on in what.items():
         if on:
-            return key, f"{key} with pp={pp} is not modelled (pipeline stages of tp GPUs only); remove one of them"
+            return key, (f"{key} with pp={pp} is not modelled: llmsim prices pipeline stages of plain tensor "
+                         f"parallelism; remove {key} or set pp: 1")
     if model.is_moe or model.is_mla or model.num_sliding_layers:
         kind = "mixture-of-experts" if model.is_moe else "MLA" if model.is_mla else "sliding-window"
         return "pp", (f"pp={pp} with {model.name}'s {kind} layers is not modelled (stages are priced for uniform "

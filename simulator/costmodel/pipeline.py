@@ -109,14 +109,24 @@ class PipelineCostModel(CostModel):
         pieces = decode_batch + sum(-(-c // b) for c, _ in prefill_chunks)
         return max(1, min(self.pp, pieces))
 
-    def _stretch(self, m: int) -> float:
-        """Layer time of a round against one walk: the busiest stage runs its
-        share of ``m`` micro-batches back to back."""
-        return max(1.0, m * self.pipe.imbalance / self.pp)
+    def _slowest(self, prefill_chunks: Sequence[tuple[int, int]], tokens: int, m: int) -> int:
+        """Tokens of the round's largest micro-batch: an even share, but never
+        less than its largest piece (a prompt chunk runs in one micro-batch)."""
+        b = self.micro_batch_tokens
+        piece = max((-(-c // -(-c // b)) for c, _ in prefill_chunks), default=1)
+        return max(-(-tokens // m), piece)
+
+    def _stretch(self, tokens: int, n: int) -> float:
+        """Layer time of a round against the walk of its largest micro-batch
+        (``n`` of ``tokens``): the busiest stage runs its share of every
+        micro-batch back to back, which outlasts one walk only where the
+        layers split unevenly."""
+        return max(1.0, self.pipe.imbalance * tokens / (self.pp * n))
 
     def step_time(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
                   decode_context: float = 0.0, sampling_seqs: int | None = None) -> float:
-        """Seconds of one round: the walk of one of its ``m`` micro-batches."""
+        """Seconds of one round: the walk of its largest micro-batch, which
+        carries ``n/tokens`` of the round's attention work."""
         tokens = decode_batch + sum(c[0] for c in prefill_chunks)
         if tokens == 0:
             return 0.0
@@ -124,22 +134,23 @@ class PipelineCostModel(CostModel):
         if sampling_seqs is None:
             sampling_seqs = seqs
         m = self.micro_batches(prefill_chunks, decode_batch)
-        n = -(-tokens // m)
-        layers = self.token_time(n) + self.prefill_attention_time(prefill_chunks) / m
+        n = self._slowest(prefill_chunks, tokens, m)
+        share = n / tokens
+        layers = self.token_time(n) + self.prefill_attention_time(prefill_chunks) * share
         if decode_batch:
-            layers += self.decode_rate * (decode_context / m) + self.decode_per_seq * -(-decode_batch // m) \
-                + self.decode_fixed
-        gpu = self._stretch(m) * layers + self.lm_head_time(-(-sampling_seqs // m)) + self.transfer_time(n)
+            layers += (self.decode_rate * (decode_context * share)
+                       + self.decode_per_seq * -(-(decode_batch * n) // tokens) + self.decode_fixed)
+        gpu = self._stretch(tokens, n) * layers + self.lm_head_time(-(-sampling_seqs // m)) + self.transfer_time(n)
         return gpu + self.overhead_s + self.overhead_per_seq_s * seqs / m
 
     def decode_coefficients(self, batch: int) -> tuple[float, float]:
         """(a, b) with step_time(decode only, batch, S) == a + b·S."""
         m = max(1, min(self.pp, batch))
         n = -(-batch // m)
-        f = self._stretch(m)
+        f = self._stretch(batch, n)
         a = (f * (self.token_time(n) + self.decode_per_seq * n + self.decode_fixed) + self.lm_head_time(n)
              + self.transfer_time(n) + self.overhead_s + self.overhead_per_seq_s * batch / m)
-        return a, f * self.decode_rate / m
+        return a, f * self.decode_rate * (n / batch)
 
     def step(self, *args, **kwargs):
         raise LlmsimError("no per-component breakdown for a pipeline-parallel round (a round mixes micro-batches "
