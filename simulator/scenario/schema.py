@@ -40,8 +40,8 @@ class PoolSpec(BaseModel):
     ep: int = Field(default=1, ge=1, description="expert-parallel degree of the MoE layers (divides tp × dp; "
                                                  "experts are split tp·dp/ep ways by width)")
     pp: int = Field(default=1, ge=1, description="pipeline-parallel stages per replica, each tp GPUs holding its "
-                                                 "share of the layers and their KV (a replica spans tp × dp × pp "
-                                                 "GPUs); dense models on vLLM or SGLang")
+                                                 "share of the layers and their KV (a replica spans tp × pp GPUs); "
+                                                 "dense models on vLLM or SGLang, with dp and ep 1")
     replicas: int = Field(default=1, ge=1, description="replicas serving at t = 0 (autoscaled pools then move)")
     autoscaling: Optional[AutoscalingSpec] = Field(default=None, description="grow and shrink with the load")
     disaggregation: Optional[DisaggregationSpec] = Field(
