@@ -105,12 +105,19 @@ def refusal(spec, model: ModelProfile) -> Optional[tuple[str, str]]:
         return "pp", (f"pp={pp} with {model.name}'s {kind} layers is not modelled (stages are priced for uniform "
                       "dense layers); use pp: 1")
     stack = e.backend or ""
-    if e.kernels == "trtllm" or stack.startswith("trtllm") or (e.kv_memory is not None and e.kv_memory.rule == "trtllm"):
+    trtllm = e.kv_memory is not None and e.kv_memory.rule == "trtllm"
+    if e.kernels == "trtllm" or stack.startswith("trtllm") or trtllm:
         return "engine.backend", (f"pp={pp} with TensorRT-LLM is not modelled (llmsim follows vLLM V1's and "
                                   "SGLang's micro-batch scheduling); use backend vllm or sglang, or pp: 1")
-    if e.scheduler != "continuous" or not e.chunked_prefill or e.num_scheduler_steps > 1 or e.contiguous:
+    whole_in_flight = e.mixes_prefill and not e.chunked_prefill      # TensorRT-LLM's whole prompts beside decodes
+    if e.scheduler != "continuous" or e.num_scheduler_steps > 1 or e.contiguous or whole_in_flight:
         return "pp", (f"pp={pp} needs continuous batching with chunked prefill on paged KV, as vLLM V1 and SGLang "
                       "schedule micro-batches; this pool's engine schedules otherwise")
+    if not e.chunked_prefill:
+        return "engine.chunked_prefill", (
+            f"pp={pp} with prefill batches that run alone (SGLang's default) is not modelled: SGLang's PP loop runs a "
+            "prefill micro-batch beside decoding ones, which llmsim's rounds do not; set engine.chunked_prefill: true "
+            "(SGLang's --enable-mixed-chunk) or pp: 1")
     return None
 
 

@@ -84,6 +84,23 @@ def test_closed_loop_at_load_pp2_serves_more_tokens_per_second_at_lower_tpot():
     assert tpot2 < tpot1
 
 
+def test_a_prompt_chunk_runs_in_one_micro_batch():
+    """A round holding one prompt and one decode fills two micro-batches, but
+    the prompt cannot be halved: the round is at least the prompt's own walk.
+    A prompt longer than the per-micro-batch budget is chunked over several."""
+    cm = _setup(2, max_num_batched_tokens=2048).cm
+    alone = cm.step_time([(1700, 0)])
+    assert cm.step_time([(1700, 0)], 1, 500.0) >= alone
+    assert cm.micro_batches([(1700, 0)], 1) == 2 and cm.micro_batches([(4096, 0)], 0) == 2
+    assert cm.step_time([(4096, 0)]) < 2 * alone        # two 2,048-token chunks walk side by side
+
+
+def test_sglang_with_mixed_chunks_runs_pp():
+    ps = _setup(2, backend="sglang", chunked_prefill=True)
+    assert ps.engine_config.max_num_batched_tokens == 2 * ps.spec.engine.max_num_batched_tokens
+    assert not ps.engine_config.plans_ahead and not ps.engine_config.output_after_next_launch
+
+
 def test_a_stage_boundary_between_nodes_crosses_the_scale_out_network():
     h100 = load_hardware("h100-sxm")
     m = load_model("llama-3.1-405b")
@@ -173,6 +190,8 @@ BAD = [
     ({"pp": 2, "engine": {"backend": "trtllm"}}, "TensorRT-LLM"),
     ({"pp": 2, "engine": {"scheduler": "static"}}, "continuous batching with chunked prefill"),
     ({"pp": 2, "engine": {"kv_offload": {"host_gb": 10}}}, "pools[0].engine.kv_offload"),
+    ({"pp": 2, "engine": {"backend": "sglang"}}, "pools[0].engine.chunked_prefill"),
+    ({"pp": 2, "engine": {"num_scheduler_steps": 4, "chunked_prefill": False}}, "pools[0].pp"),
 ]
 
 

@@ -86,8 +86,8 @@ def _pipeline_setup(spec: PoolSpec, model, gpu, where: str, source) -> PoolSetup
                                   "async_scheduling": False, "schedule_ahead": False,
                                   "output_after_next_launch": False})
     try:
-        stage = CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype, iteration_overhead_ms=e.iteration_overhead_ms,
-                          iteration_us_per_seq=e.iteration_us_per_seq, kernels=e.kernels)
+        stage = CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype, kernels=e.kernels,
+                          iteration_overhead_ms=e.iteration_overhead_ms, iteration_us_per_seq=e.iteration_us_per_seq)
         cm = PipelineCostModel(stage, Pipeline.of(model, gpu, spec.tp, spec.pp), e.max_num_batched_tokens)
         mem = plan_pipeline_memory(model, gpu, spec.tp, spec.pp, e.weight_dtype, e.kv_dtype, e.gpu_memory_utilization,
                                    e.max_num_batched_tokens, e.max_num_seqs, e.block_size, e.kv_memory)

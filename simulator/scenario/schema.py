@@ -41,7 +41,7 @@ class PoolSpec(BaseModel):
                                                  "experts are split tp·dp/ep ways by width)")
     pp: int = Field(default=1, ge=1, description="pipeline-parallel stages per replica, each tp GPUs holding its "
                                                  "share of the layers and their KV (a replica spans tp × pp GPUs); "
-                                                 "dense models on vLLM or SGLang, with dp and ep 1")
+                                                 "dense models, vLLM (or SGLang with chunked_prefill), dp and ep 1")
     replicas: int = Field(default=1, ge=1, description="replicas serving at t = 0 (autoscaled pools then move)")
     autoscaling: Optional[AutoscalingSpec] = Field(default=None, description="grow and shrink with the load")
     disaggregation: Optional[DisaggregationSpec] = Field(
