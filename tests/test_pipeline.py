@@ -113,6 +113,13 @@ def test_a_stage_boundary_between_nodes_crosses_the_scale_out_network():
     assert far.transfer_time(4096) > near.transfer_time(4096) / 2
 
 
+def test_stages_across_nodes_without_a_scale_out_network_are_refused():
+    with pytest.raises(LlmsimError, match="scale_out_gb_s") as e:
+        _setup(2, tp=8, gpu="l40s")          # PCIe boxes of 8: the second stage is another box
+    assert e.value.key_path == "pools[0].pp"
+    assert _setup(2, tp=4, gpu="l40s").cm.pipe.crossings() == 0
+
+
 # --- layers, memory and GPUs --------------------------------------------------------------------
 @given(layers=st.integers(1, 200), pp=st.integers(1, 16))
 def test_stage_layers_partition_as_vllm(layers, pp):
