@@ -34,7 +34,8 @@ non-chunked or static schedulers of older stacks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Sequence
 
 from .errors import LlmsimError
 from .kv_memory import GpuShare, KvMemory, kv_budget
@@ -42,6 +43,9 @@ from .memory import MemoryPlan, _mlp_width
 from .parallelism import Parallelism, replica_kv_bytes_per_token
 from .profiles.hardware import HardwareProfile
 from .profiles.model import ModelProfile
+
+if TYPE_CHECKING:
+    from .scenario.schema import PoolSpec
 
 #: Tensors a stage hands the next per token: the hidden state and the
 #: residual stream (vLLM's models build their IntermediateTensors from
@@ -72,10 +76,6 @@ class Pipeline:
     def of(cls, model: ModelProfile, gpu: HardwareProfile, tp: int, pp: int) -> "Pipeline":
         return cls(pp, tp, tuple(stage_layers(model.num_hidden_layers, pp)), gpu.interconnect.max_tp)
 
-    @property
-    def gpus(self) -> int:
-        return self.tp * self.pp
-
     def crossings(self) -> int:
         """Stage boundaries that cross the scale-out network (the rest stay in a domain)."""
         per_domain = max(1, self.domain // self.tp)
@@ -88,9 +88,9 @@ class Pipeline:
         return max(self.layers) * self.pp / sum(self.layers)
 
 
-def refusal(spec, model: ModelProfile) -> Optional[tuple[str, str]]:
+def refusal(spec: "PoolSpec", model: ModelProfile) -> Optional[tuple[str, str]]:
     """(key under the pool, message) for a pool with ``pp > 1`` that llmsim
-    cannot model, else None. ``spec`` is a PoolSpec."""
+    cannot model, else None."""
     pp, e = spec.pp, spec.engine
     if pp > model.num_hidden_layers:
         return "pp", f"pp={pp} exceeds the {model.num_hidden_layers} decoder layers of {model.name}: a stage needs one"
@@ -121,7 +121,7 @@ def refusal(spec, model: ModelProfile) -> Optional[tuple[str, str]]:
     return None
 
 
-def check_pp_pairs(pools: list, source) -> None:
+def check_pp_pairs(pools: Sequence["PoolSpec"], source: str | Path | None) -> None:
     """A decode pool fed by a prefill pool cannot run ``pp > 1`` (disaggregation is not modelled with it)."""
     names = {p.name: i for i, p in enumerate(pools)}
     for p in pools:

@@ -18,6 +18,8 @@ from ..errors import LlmsimError
 from ..memory import MemoryPlan, plan_memory
 from ..pipeline import Pipeline, plan_pipeline_memory, refusal
 from ..profiles import load_hardware, load_model
+from ..profiles.hardware import HardwareProfile
+from ..profiles.model import ModelProfile
 from ..scenario.schema import PoolSpec
 from .offload import plan_offload
 
@@ -73,7 +75,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
     return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source))
 
 
-def _pipeline_setup(spec: PoolSpec, model, gpu, where: str, source) -> PoolSetup:
+def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, where: str,
+                    source: str | Path | None) -> PoolSetup:
     """A pool of ``pp``-stage replicas (:mod:`simulator.pipeline`). Its
     replicas run one round of ``pp`` micro-batches per iteration, each with
     the stack's token budget, without overlap scheduling (as the stacks'
