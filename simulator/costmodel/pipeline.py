@@ -25,7 +25,9 @@ spends ``τ_j`` on each stage; with balanced micro-batches the first stage is
 busy ``m·τ`` per round while one micro-batch's walk through all stages takes
 ``pp·τ + (pp − 1)·δ`` (δ: handing its activations to the next stage), and
 a sequence's next token needs its previous one, so the round lasts one
-walk: the whole model's time on ``1/m`` of the round's tokens, plus the
+walk: the whole model's time on ``1/m`` of the round's tokens (never less
+than the largest piece: a prompt chunk is not halved; that micro-batch
+carries its share of the attention in proportion to its tokens), plus the
 transfers, plus the CPU time to schedule that micro-batch. That is the
 bubble: with fewer micro-batches than stages (one request at low load)
 stages idle ``(pp − m)/pp`` of the round and a token pays every stage in
