@@ -166,7 +166,9 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "model": ps.cm.model.name,
         "gpu": ps.cm.gpu.name,
         "tp": ps.spec.tp,
-        **({"dp": ps.spec.dp, "ep": ps.spec.ep} if ps.spec.gpus_per_replica != ps.spec.tp or ps.spec.ep > 1 else {}),
+        **({"dp": ps.spec.dp, "ep": ps.spec.ep} if ps.spec.dp > 1 or ps.spec.ep > 1 else {}),
+        **({"pp": ps.spec.pp, "stage_layers": list(ps.cm.pipe.layers), "gpus_per_replica": ps.spec.gpus_per_replica}
+           if ps.spec.pp > 1 else {}),
         "replicas": max(counts),
         "replicas_min": min(counts),
         "replicas_mean": mean_ready,

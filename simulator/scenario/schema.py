@@ -40,6 +40,9 @@ class PoolSpec(BaseModel):
                                                  "a replica spans tp × dp GPUs)")
     ep: int = Field(default=1, ge=1, description="expert-parallel degree of the MoE layers (divides tp × dp; "
                                                  "experts are split tp·dp/ep ways by width)")
+    pp: int = Field(default=1, ge=1, description="pipeline-parallel stages per replica, each tp GPUs holding its "
+                                                 "share of the layers and their KV (a replica spans tp × pp GPUs); "
+                                                 "dense models, vLLM (or SGLang with chunked_prefill), dp and ep 1")
     replicas: int = Field(default=1, ge=1, description="replicas serving at t = 0 (autoscaled pools then move)")
     autoscaling: Optional[AutoscalingSpec] = Field(default=None, description="grow and shrink with the load")
     disaggregation: Optional[DisaggregationSpec] = Field(
@@ -71,8 +74,8 @@ class PoolSpec(BaseModel):
 
     @property
     def gpus_per_replica(self) -> int:
-        """GPUs one replica occupies (and is billed for): tp × dp."""
-        return self.tp * self.dp
+        """GPUs one replica occupies (and is billed for): tp × dp × pp."""
+        return self.tp * self.dp * self.pp
 
 
 class Scenario(BaseModel):
