@@ -513,6 +513,30 @@ def coding_agent_sizing(r: Runner) -> str:
     return table(head, rows, {1, 2, 3})
 
 
+CHATBOT_ENERGY = "llmsim run scenarios/chatbot.yaml"
+
+
+def chatbot_energy(r: Runner) -> str:
+    """The product's month of energy and carbon under three facility and grid settings, and each pool's draw."""
+    settings = [("defaults: PUE 1.56, world grid", ""),
+                ("PUE 1.1, US grid", " --set energy.pue=1.1 --set energy.grid=us"),
+                ("PUE 1.1, French grid", " --set energy.pue=1.1 --set energy.grid=france")]
+    rows = []
+    for label, extra in settings:
+        ll = r.results(CHATBOT_ENERGY + extra)["llmsim"]
+        e, p = ll["energy"], ll["product"]
+        rows.append([label, f"`{CHATBOT_ENERGY}{extra}`", f"{p['kwh_per_month'] / 1e3:,.0f}",
+                     f"{p['co2e_kg_per_month'] / 1e3:,.0f}", f"{e['joules_per_output_token']:.2f}"])
+    pools = r.results(CHATBOT_ENERGY)["llmsim"]["energy"]["pools"]
+    draw = "; ".join(f"{name}: {x['busy_w_per_gpu']:.0f} W per GPU while iterating (activity {x['activity']:.2f}: "
+                     f"compute {x['compute_activity']:.2f} + memory {x['memory_activity']:.2f}), "
+                     f"{x['mean_w_per_gpu']:.0f} W on average ({100 * x['busy_fraction']:.0f} % busy)"
+                     for name, x in pools.items())
+    return (table(["setting", "command", "MWh a month (product)", "t CO2e a month", "J per output token"], rows,
+                  {2, 3, 4})
+            + f"\n\nPer H100 ({draw}).")
+
+
 @dataclass(frozen=True)
 class Block:
     name: str
@@ -537,6 +561,7 @@ BLOCKS = [
     Block("dau-gateway", SCENARIOS, dau_gateway),
     Block("chatbot-regions", SCENARIOS, chatbot_regions),
     Block("chatbot-monthly", SCENARIOS, chatbot_monthly),
+    Block("chatbot-energy", SCENARIOS, chatbot_energy),
 ]
 
 

@@ -60,7 +60,7 @@ class RunOutput:
 
 def _build_pool(env, p: PoolPlan, gaps: GapLog, engine: str, rng, id_block_tokens) -> Pool:
     spec = p.spec
-    return Pool(env, p.setup.cm, spec.engine, p.setup.memory.num_blocks, spec.replicas, p.router(rng), gaps,
+    return Pool(env, p.setup.cm, p.setup.engine_config, p.setup.memory.num_blocks, spec.replicas, p.router(rng), gaps,
                 engine, id_block_tokens=id_block_tokens, name=spec.name, kv_budgets=p.kv_budgets or None,
                 admission=p.admission, warm=p.warm, offload=p.setup.offload)
 

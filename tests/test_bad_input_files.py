@@ -130,6 +130,10 @@ scenario_case("slo-negative", _set(SCENARIO, ("slo", "ttft_p99_ms"), -300), "slo
 scenario_case("class-slo-inverted", {**SCENARIO, "classes": [
     {"name": "all", "share": 1.0, "slo": {"e2el_p50_ms": 900, "e2el_p95_ms": 800}}]}, "classes[0].slo.e2el_p50_ms")
 scenario_case("min-above-max", _set(SCENARIO, ("workload", "input_tokens", "min"), 5000), "input_tokens")
+# energy: PUE below 1 or negative, a grid llmsim has no figure for
+scenario_case("energy-pue-below-1", {**SCENARIO, "energy": {"pue": 0.9}}, "energy.pue", "at least 1")
+scenario_case("energy-pue-negative", {**SCENARIO, "energy": {"pue": -1.5}}, "energy.pue", "at least 1")
+scenario_case("energy-unknown-grid", {**SCENARIO, "energy": {"grid": "mars"}}, "energy.grid", "unknown grid 'mars'")
 # structure and resource bombs
 scenario_case("alias-bomb", BOMB + yaml.safe_dump(SCENARIO), "aliases")
 scenario_case("deep-block", DEEP_BLOCK, "64 levels")
@@ -166,6 +170,7 @@ for _p in [("hbm_gib",), ("hbm_bandwidth_tb_s",), ("num_sms",), ("host_link_gb_s
     profile_case("gpu", f"negative-{_key(_p)}", "g.yaml", _set(GPU, _p, -_v), _key(_p))
     profile_case("gpu", f"bool-{_key(_p)}", "g.yaml", _set(GPU, _p, True), _key(_p))
 profile_case("gpu", "no-bf16", "g.yaml", _set(GPU, ("peak_tflops", "bf16"), _DELETE), "peak_tflops", "bf16 entry")
+profile_case("gpu", "idle-above-tdp", "g.yaml", _set(GPU, ("power", "idle_w"), 800), "power", "below tdp_w")
 profile_case("gpu", "typo", "g.yaml", _set(GPU, ("hbm_gb",), 80), "hbm_gb", "unknown key")
 profile_case("gpu", "unknown-dtype", "g.yaml", _set(GPU, ("peak_tflops", "fp3"), 100), "peak_tflops.fp3")
 profile_case("gpu", "alias-bomb", "g.yaml", BOMB + yaml.safe_dump(GPU), "aliases")

@@ -55,6 +55,8 @@ def test_check_settings_meet_the_slo(name):
     assert res["slo"]["met"], res["slo"]
     assert res["completed"] > 1000
     assert res["llmsim"]["request_status"]["rejected"] == 0
+    energy = res["llmsim"]["energy"]    # every case study reports its month's energy and carbon
+    assert energy["kwh_per_month"] > 0 and energy["co2e_kg_per_month"] > 0 and energy["joules_per_output_token"] > 0
 
 
 # --- 1. autocomplete -------------------------------------------------------------------

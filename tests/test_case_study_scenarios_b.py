@@ -51,6 +51,8 @@ def test_check_settings_meet_the_slo(name):
     # ttft-program's admission control sheds a few turns; nothing else may fail
     status = res["llmsim"]["request_status"]
     assert status["rejected"] <= 0.01 * res["completed"] and status["pending"] == 0
+    energy = res["llmsim"]["energy"]    # every case study reports its month's energy and carbon
+    assert energy["kwh_per_month"] > 0 and energy["co2e_kg_per_month"] > 0 and energy["joules_per_output_token"] > 0
 
 
 # --- 3. dau-10m ------------------------------------------------------------------------

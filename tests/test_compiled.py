@@ -47,6 +47,7 @@ RUNS = [
     ("quickcode", ["int8", "speculative", "tgi"], ["workload.duration_s=40"], "fast", None),   # contiguous KV
     ("dau-10m", [], ["workload.duration_s=5", "pools.chat.replicas=2", "workload.arrival.rate_per_s=15"],
      "reference", None),
+    ("llama-405b-pp", [], ["workload.duration_s=60"], "fast", None),   # pipeline rounds (a CostModel subclass)
 ]
 
 _RUN = """

@@ -18,7 +18,7 @@ KIB = 1024
 # expert; tests/test_moe_models.py checks their active counts).
 CARD_BILLIONS = {
     "llama-2-7b": 6.74, "llama-2-13b": 13.0, "llama-2-70b": 69.0, "llama-3-8b": 8.03, "llama-3.1-8b": 8.03,
-    "llama-3-70b": 70.6, "llama-3.1-70b": 70.6, "llama-3.2-1b": 1.24,
+    "llama-3-70b": 70.6, "llama-3.1-70b": 70.6, "llama-3.2-1b": 1.24, "llama-3.1-405b": 405.0,
     "tinyllama-1.1b": 1.10,  # 1,100,048,384 on the model card
     "qwen3-32b": 32.8, "mixtral-8x7b": 46.7, "qwen3-30b-a3b": 30.5, "qwen3-235b-a22b": 235.0,
     "qwen3-235b-a22b-fp8": 235.0, "deepseek-v3": 671.0, "gpt-oss-120b": 116.83,
@@ -50,7 +50,7 @@ def test_every_builtin_gpu_loads(name):
 
 @pytest.mark.parametrize("name, kib", [
     ("llama-3-8b", 128), ("llama-3.1-8b", 128),
-    ("llama-2-70b", 320), ("llama-3-70b", 320), ("llama-3.1-70b", 320),
+    ("llama-2-70b", 320), ("llama-3-70b", 320), ("llama-3.1-70b", 320), ("llama-3.1-405b", 504),
     ("llama-2-7b", 512), ("llama-2-13b", 800), ("llama-3.2-1b", 32), ("tinyllama-1.1b", 22),
 ])
 def test_kv_bytes_per_token(name, kib):

@@ -27,6 +27,25 @@ def _columns(case):
     return Records.of(out.requests).columns
 
 
+def test_the_installed_simpy_has_the_internals_the_loop_drives():
+    """wake.run and wake.call_later read and write SimPy's private queue,
+    clock and event counter (pyproject pins simpy below 5 for that reason).
+    A SimPy that renames or retypes them makes llmsim fall back to its own
+    slower loop silently; this test makes that loud instead."""
+    env = simpy.Environment()
+    missing = [a for a in ("_queue", "_now", "_eid") if not hasattr(env, a)]
+    assert not missing, f"simpy {simpy.__version__} lacks {missing}: update simulator/engine/wake.py"
+    assert isinstance(env._queue, list) and isinstance(next(env._eid), int)
+    event = env.event().succeed()
+    assert {"callbacks", "_ok", "_value"} <= set(dir(event)) | set(vars(event)), \
+        f"simpy {simpy.__version__} changed Event's fields: update simulator/engine/wake.py"
+    seen = []
+    wake.call_later(env, 2.5, 1, lambda w: seen.append(env.now))
+    wake.run(env)
+    assert seen == [2.5] and env.now == 2.5
+    assert wake.NATIVE
+
+
 @pytest.mark.parametrize("case", list(CASES))
 def test_the_compiled_loop_runs_simpys_order(case, monkeypatch):
     assert wake.NATIVE   # this SimPy has the internals; else the comparison below is of one loop with itself

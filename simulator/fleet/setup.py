@@ -10,11 +10,16 @@ from pathlib import Path
 from typing import Optional
 
 from ..costmodel import CostModel
+from ..costmodel.pipeline import PipelineCostModel
 from ..costmodel.speculative import speculative_setup
+from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
 from ..errors import LlmsimError
 from ..memory import MemoryPlan, plan_memory
+from ..pipeline import Pipeline, plan_pipeline_memory, refusal
 from ..profiles import load_hardware, load_model
+from ..profiles.hardware import HardwareProfile
+from ..profiles.model import ModelProfile
 from ..scenario.schema import PoolSpec
 from .offload import plan_offload
 
@@ -25,6 +30,11 @@ class PoolSetup:
     cm: CostModel
     memory: MemoryPlan
     offload: Optional[OffloadPlan] = None   # KV offload tiers per replica (engine.kv_offload)
+    engine: Optional[EngineConfig] = None   # what the replicas run, where it differs from spec.engine (pp)
+
+    @property
+    def engine_config(self) -> EngineConfig:
+        return self.engine or self.spec.engine
 
 
 def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> PoolSetup:
@@ -44,6 +54,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
     model = at("model", lambda: load_model(spec.model))
     gpu = at("gpu", lambda: load_hardware(spec.gpu))
     e = spec.engine
+    if spec.pp > 1:
+        return _pipeline_setup(spec, model, gpu, where, source)
     try:
         cm = CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype, iteration_overhead_ms=e.iteration_overhead_ms,
                        iteration_us_per_seq=e.iteration_us_per_seq, dp=spec.dp, ep=spec.ep,
@@ -61,3 +73,30 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
     if e.num_gpu_blocks_override:
         mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
     return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source))
+
+
+def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, where: str,
+                    source: str | Path | None) -> PoolSetup:
+    """A pool of ``pp``-stage replicas (:mod:`simulator.pipeline`). Its
+    replicas run one round of ``pp`` micro-batches per iteration, each with
+    the stack's token budget, without overlap scheduling (as the stacks'
+    pipeline loops run; see :mod:`simulator.costmodel.pipeline`)."""
+    bad = refusal(spec, model)
+    if bad is not None:
+        raise LlmsimError(bad[1], source=source, key_path=f"{where}.{bad[0]}")
+    e = spec.engine
+    rounds = e.model_copy(update={"max_num_batched_tokens": e.max_num_batched_tokens * spec.pp,
+                                  "async_scheduling": False, "schedule_ahead": False,
+                                  "output_after_next_launch": False})
+    try:
+        stage = CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype, kernels=e.kernels,
+                          iteration_overhead_ms=e.iteration_overhead_ms, iteration_us_per_seq=e.iteration_us_per_seq)
+        cm = PipelineCostModel(stage, Pipeline.of(model, gpu, spec.tp, spec.pp), e.max_num_batched_tokens)
+        mem = plan_pipeline_memory(model, gpu, spec.tp, spec.pp, e.weight_dtype, e.kv_dtype, e.gpu_memory_utilization,
+                                   e.max_num_batched_tokens, e.max_num_seqs, e.block_size, e.kv_memory)
+    except LlmsimError as err:
+        key = err.key_path if err.key_path in ("tp", "pp", "engine.weight_dtype", "engine.backend") else "pp"
+        raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
+    if e.num_gpu_blocks_override:
+        mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
+    return PoolSetup(spec, cm, mem, None, rounds)

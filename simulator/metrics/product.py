@@ -66,12 +66,19 @@ def product_block(n: int, llmsim: Mapping[str, Any]) -> dict[str, Any]:
     pools = {name: {"gpu": p.get("gpu"), "gpus": n * p["gpus"], "gpus_mean": n * p["gpus_mean"]}
              for name, p in (llmsim.get("pools") or {}).items()}
     standby = sum(p.get("standby_gpus", 0) for p in (llmsim.get("pools") or {}).values())
+    energy = llmsim.get("energy") or {}
+
+    def times_n(v: Any) -> Any:
+        return None if v is None else n * v
+
     return {
         "slices": n,
         "traffic_fraction": 1.0 / n,
         "gpus": n * llmsim["gpus"],
         "gpus_mean": n * llmsim["gpus_mean"],
         "monthly_usd": None if monthly is None else n * monthly,
+        "kwh_per_month": times_n(energy.get("kwh_per_month")),
+        "co2e_kg_per_month": times_n(energy.get("co2e_kg_per_month")),
         "pools": pools,
         "standby_gpus": n * standby,
         "pooled_gpus": n * (llmsim["gpus"] - standby) + standby,

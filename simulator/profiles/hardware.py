@@ -276,6 +276,26 @@ class Price(_Strict):
     source: str = ""
 
 
+class Power(_Strict):
+    """What one GPU draws (board power, watts): ``idle_w`` provisioned and
+    holding its weights with nothing to run, ``tdp_w`` at full activity
+    (the board's power limit). Between the two, power follows the activity
+    of the busy time (:mod:`simulator.metrics.energy`). ``source`` cites
+    the TDP, ``idle_source`` says where the idle figure comes from (an
+    assumption unless measured)."""
+
+    tdp_w: float = Field(gt=0, allow_inf_nan=False, description="board power limit (TDP / TBP), W")
+    idle_w: float = Field(ge=0, allow_inf_nan=False, description="idle with the model loaded, W")
+    source: str = ""
+    idle_source: str = ""
+
+    @model_validator(mode="after")
+    def _idle_below_tdp(self) -> "Power":
+        if self.idle_w >= self.tdp_w:
+            raise ValueError(f"idle_w ({self.idle_w:g} W) must be below tdp_w ({self.tdp_w:g} W)")
+        return self
+
+
 class DataNames(_Strict):
     """How the shared data's tables name this GPU (``shared/data/README.md``):
     the rows ``llmsim calibrate`` fits it on and the benchmark rows
@@ -344,6 +364,8 @@ class HardwareProfile(_Strict):
     # the GPU's own MLA-projection kernel fits (benchmarks/fp4_efficiency.py).
     fp4_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
     price: Price
+    # Board power, idle to TDP: the energy block's GPU power (none: no energy figures).
+    power: Optional[Power] = None
     # Architecture generation (hopper, blackwell, cdna3, ...): the error
     # model's ``family`` dimension.
     architecture: Optional[str] = None

@@ -24,6 +24,7 @@ from ..metrics.load import load_block
 from ..metrics.metering import gateway_block
 from ..metrics.product import product_block
 from ..metrics.cost import cost_block, pool_billing, replica_seconds
+from ..metrics.energy import PoolPower, activity, energy_block, monthly_kwh, power_cost
 from ..metrics.monthly import usage_factor
 from ..metrics.records import Records
 from ..metrics.regions import region_block
@@ -93,6 +94,10 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         "load": load_block(requests, sc.workload.duration_s),
         "simulated_seconds": now,
     })
+    out["energy"] = _energy(plan, pools, bills, now, requests)
+    power = power_cost(sc.energy, out["energy"], out["cost"]) if "why_none" not in out["energy"] else None
+    if power is not None:
+        out["cost"]["power"] = power
     if sc.cost.api is not None:
         c = out["cost"]
         c["api"] = api_block(sc.cost.api, requests, usage_factor(plan.month, now),
@@ -100,6 +105,35 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     # The answer first: the product's fleet and bill, then whether it keeps up.
     product = product_block(sc.product.slices if sc.product else 1, out)
     return {"product": product, "load": out.pop("load"), **out}
+
+
+def _energy(plan: FleetPlan, pools: dict[str, Pool], bills: list, now: float, requests: Records) -> dict:
+    """The ``llmsim.energy`` block from each pool's counted busy time, tokens,
+    iterations and KV held (:mod:`simulator.metrics.energy`)."""
+    missing = sorted({ps.cm.gpu.name for ps in plan.setups if ps.cm.gpu.power is None})
+    if missing:
+        return {"why_none": f"no power block (idle_w, tdp_w) in the GPU profile of {', '.join(missing)}"}
+    powers = [_pool_power(ps, pools[ps.spec.name], b.gpu_seconds, now) for ps, b in zip(plan.setups, bills)]
+    done = requests.finished
+    out_tok, in_tok = int(requests.output_tokens[done].sum()), int(requests.input_tokens[done].sum())
+    spec = plan.scenario.energy
+    return energy_block(powers, spec, now, out_tok, in_tok, monthly_kwh(powers, bills, spec, now, plan.month))
+
+
+def _pool_power(ps: PoolSetup, pool: Pool, gpu_seconds: float, now: float) -> PoolPower:
+    """A pool's activity while iterating: FLOPs = tokens × 2 × active
+    parameters; HBM bytes = iterations × (the weights + the KV blocks held,
+    averaged over the busy time)."""
+    stats = [r.stats(now) for r in pool.replicas]
+    busy = sum(s["busy_time"] for s in stats)
+    held = sum(s["kv_used_area"] for s in stats) / busy if busy > 0 else 0.0
+    mem, gpu = ps.memory, ps.cm.gpu
+    flops = sum(s["tokens_processed"] for s in stats) * pool.flops_per_token()
+    hbm = sum(s["iterations"] for s in stats) * (mem.weights_bytes + held * mem.block_size * mem.kv_bytes_per_token)
+    n, g = ps.spec.gpus_per_replica, gpu.calibration.gemm
+    uc, um, _ = activity(flops, hbm, busy, pool.peak_flops() * g.eta_compute, gpu.hbm_bandwidth * n * g.eta_memory)
+    assert gpu.power is not None
+    return PoolPower(ps.spec.name, gpu.name, gpu.power.idle_w, gpu.power.tdp_w, gpu_seconds, busy * n, uc, um)
 
 
 def _merge_steps(logs: list[list[tuple[float, int]]]) -> list[tuple[float, int]]:
@@ -132,7 +166,9 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "model": ps.cm.model.name,
         "gpu": ps.cm.gpu.name,
         "tp": ps.spec.tp,
-        **({"dp": ps.spec.dp, "ep": ps.spec.ep} if ps.spec.gpus_per_replica != ps.spec.tp or ps.spec.ep > 1 else {}),
+        **({"dp": ps.spec.dp, "ep": ps.spec.ep} if ps.spec.dp > 1 or ps.spec.ep > 1 else {}),
+        **({"pp": ps.spec.pp, "stage_layers": list(ps.cm.pipe.layers), "gpus_per_replica": ps.spec.gpus_per_replica}
+           if ps.spec.pp > 1 else {}),
         "replicas": max(counts),
         "replicas_min": min(counts),
         "replicas_mean": mean_ready,

@@ -200,6 +200,16 @@ def cost_table(llmsim: Mapping[str, Any]) -> str:
               ("per 1M output tokens", money(cost.get("usd_per_million_output_tokens"))),
               ("per request", money(cost.get("usd_per_request"))),
               ("how the month is extrapolated", cost.get("monthly_basis") or "—")]
+    energy = llmsim.get("energy") or {}
+    month = prod if (prod.get("slices") or 1) > 1 else energy
+    if month.get("kwh_per_month") is not None:
+        jpt = energy.get("joules_per_output_token")
+        pairs.append(("energy a month" + (", the product" if month is prod else ""),
+                      f"{month['kwh_per_month'] / 1e3:,.2f} MWh, {month['co2e_kg_per_month'] / 1e3:,.2f} t CO2e "
+                      f"({'—' if jpt is None else f'{jpt:,.2f}'} J per output token; PUE {energy['pue']:g}, "
+                      f"{energy['grid_g_co2e_per_kwh']:g} g CO2e/kWh)"))
+    if cost.get("power"):
+        pairs.append(("power a month, as simulated", money(cost["power"].get("monthly_usd"))))
     pairs += [(f"price of pool {p['name']}", f"${p['usd_per_gpu_hour']:,.2f}/GPU-h × {p['gpu']}, from the "
                f"{p['price_source']}" + (" (an assumption: set pools[].usd_per_gpu_hour)" if p.get("price_assumed")
                                          else "")) for p in cost.get("pools", [])]

@@ -103,9 +103,10 @@ def _money(v: Any) -> str:
     return f"{v:,.{max(0, 3 - math.floor(math.log10(abs(v))))}f}"
 
 
-def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[str, Any]) -> Group:
-    """The money lines of ``llmsim.cost``, then how the month is extrapolated
-    and where each price comes from."""
+def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[str, Any],
+          energy: Mapping[str, Any] | None = None) -> Group:
+    """The money lines of ``llmsim.cost`` and one energy line, then how the
+    month is extrapolated and where each price comes from."""
     t = Table(title="Cost", title_justify="left", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value", justify="right")
@@ -119,6 +120,16 @@ def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[st
     t.add_row("Cost per 1M output tokens ($)", _money(cost.get("usd_per_million_output_tokens")))
     t.add_row("Cost per 1M input tokens ($)", _money(cost.get("usd_per_million_input_tokens")))
     t.add_row("Cost per request ($)", _money(cost.get("usd_per_request")))
+    power = cost.get("power")
+    if power:
+        slice_ = ", the slice" if n > 1 else ""
+        t.add_row(f"Power a month{slice_} at ${power['usd_per_kwh']:g}/kWh ($), beside the GPU-hours",
+                  _num(power.get("monthly_usd")))
+    month = product if n > 1 else (energy or {})
+    if month.get("kwh_per_month") is not None:
+        t.add_row("Energy a month, the product" if n > 1 else "Energy a month",
+                  f"{_num(month['kwh_per_month'] / 1e3)} MWh, {_num(month['co2e_kg_per_month'] / 1e3)} t CO2e, "
+                  f"{_num((energy or {}).get('joules_per_output_token'))} J/output token")
     sessions = cost.get("sessions")
     if sessions:
         t.add_row("Cost per session ($)", _money(cost.get("usd_per_session")))
@@ -141,7 +152,8 @@ def summary_table(results: Mapping[str, Any]) -> Group:
     llmsim = results.get("llmsim") or {}
     cost = llmsim.get("cost")
     parts = [headline(llmsim), _counts(results), _latency(results), ttft_budget_table(llmsim), pools_table(llmsim),
-             classes_table(llmsim), _cost(cost, llmsim.get("pools") or {}, llmsim.get("product") or {}) if cost else None,
+             classes_table(llmsim), _cost(cost, llmsim.get("pools") or {}, llmsim.get("product") or {},
+                                   llmsim.get("energy")) if cost else None,
              _slo(results["slo"]) if results.get("slo") else None]
     # A group, not a grid: each part at its own width (a grid pads every line to the widest).
     shown: list = []

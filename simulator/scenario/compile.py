@@ -32,6 +32,7 @@ from ..fleet.regions import RegionTable
 from ..fleet.setup import PoolSetup, setup_pool
 from ..metrics.monthly import MonthRule, check_monthly
 from ..metrics.slo import SloSpec, parse_slo
+from ..pipeline import check_pp_pairs
 from .schema import PoolSpec, Scenario
 
 __all__ = ["FleetPlan", "PoolPlan", "PairPlan", "compile_scenario", "class_routes", "base_dir"]
@@ -123,6 +124,7 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
             fail(f"replicas ({p.replicas}) must lie within autoscaling's min_replicas..max_replicas "
                  f"({a.min_replicas}..{a.max_replicas})", f"pools[{i}].replicas")
     _check_disaggregation(sc, setups, source)
+    check_pp_pairs(sc.pools, source)
     class_slos = _check_classes(sc, routes, source)
     setups = _class_speculation(setups, sc.classes, routes, source)
     _check_regions(sc, source)

@@ -20,6 +20,7 @@ from ..fleet.disaggregation import DisaggregationSpec
 from ..fleet.regions import RegionSpec
 from ..metrics.by_input_length import InputLengthBuckets
 from ..metrics.cost import CostSpec
+from ..metrics.energy import EnergySpec
 from ..metrics.product import ProductSpec
 from workloads.spec import WorkloadSpec
 from .ci import CheckSpec
@@ -39,6 +40,9 @@ class PoolSpec(BaseModel):
                                                  "a replica spans tp × dp GPUs)")
     ep: int = Field(default=1, ge=1, description="expert-parallel degree of the MoE layers (divides tp × dp; "
                                                  "experts are split tp·dp/ep ways by width)")
+    pp: int = Field(default=1, ge=1, description="pipeline-parallel stages per replica, each tp GPUs holding its "
+                                                 "share of the layers and their KV (a replica spans tp × pp GPUs); "
+                                                 "dense models, vLLM (or SGLang with chunked_prefill), dp and ep 1")
     replicas: int = Field(default=1, ge=1, description="replicas serving at t = 0 (autoscaled pools then move)")
     autoscaling: Optional[AutoscalingSpec] = Field(default=None, description="grow and shrink with the load")
     disaggregation: Optional[DisaggregationSpec] = Field(
@@ -70,8 +74,8 @@ class PoolSpec(BaseModel):
 
     @property
     def gpus_per_replica(self) -> int:
-        """GPUs one replica occupies (and is billed for): tp × dp."""
-        return self.tp * self.dp
+        """GPUs one replica occupies (and is billed for): tp × dp × pp."""
+        return self.tp * self.dp * self.pp
 
 
 class Scenario(BaseModel):
@@ -89,6 +93,8 @@ class Scenario(BaseModel):
         default_factory=list, description="client regions and their shares of the users, for per-region network "
                                           "latency (classes[].network.regions) and per-region results")
     cost: CostSpec = Field(default_factory=CostSpec, description="how the bill is extrapolated to a month")
+    energy: EnergySpec = Field(default_factory=EnergySpec,
+                               description="PUE, node overhead, grid carbon intensity and $/kWh of llmsim.energy")
     product: Optional[ProductSpec] = Field(
         default=None, description="what fraction of the product the scenario simulates ({slices: 64}: 1/64 of its "
                                   "users on 1/64 of its fleet); the report leads with the product's fleet and bill")

@@ -1,0 +1,181 @@
+"""Pipeline parallelism: a replica's layers split over ``pp`` stages of ``tp`` GPUs.
+
+Each stage holds a contiguous run of decoder layers, their weights and
+their KV, split ``tp`` ways inside the stage; the first stage also holds
+the embedding, the last the final norm and the LM head (and the embedding
+again when the two are tied). Layers are partitioned as vLLM's
+``get_pp_indices`` does (vllm/distributed/utils.py; SGLang's ``make_layers``
+calls a copy of it): ``L // pp`` each, the remainder added one layer at a
+time to the stages before the last, from the second-to-last backwards (the
+last stage already runs the LM head). Neither stack needs ``pp`` to divide
+the layer count; a stage needs at least one layer.
+
+A replica spans ``tp × pp`` GPUs, laid out stage after stage: a scale-up
+domain (``interconnect.max_tp`` GPUs, an HGX node) holds ``max_tp // tp``
+whole stages, so activations cross the scale-out network exactly at the
+stage boundaries that are also domain boundaries (TP 8 × PP 2 on two 8-GPU
+nodes: the one boundary crosses; TP 4 × PP 2: none does).
+
+The KV pool: each stage sizes its KV from its own free memory, and vLLM
+gives every worker the smallest block count of all (``get_kv_cache_configs``
+makes the workers' ``num_blocks`` equal); a token's KV is split over the
+stages, not copied, so the replica holds that many blocks of whole-model KV.
+Splitting the weights over more stages frees memory on every GPU, so the
+replica's KV tokens grow with ``pp`` (the property tests/test_pipeline.py
+holds).
+
+What llmsim does not model with ``pp > 1`` it refuses (:func:`refusal`):
+data or expert parallelism inside the stages, MoE, MLA and sliding-window
+layers (their per-stage weights and KV depend on which layers land where),
+speculative decoding, disaggregated prefill/decode, KV offload tiers,
+TensorRT-LLM (its PyExecutor's PP loop is not what llmsim read), and the
+non-chunked or static schedulers of older stacks.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Optional, Sequence
+
+from .errors import LlmsimError
+from .kv_memory import GpuShare, KvMemory, kv_budget
+from .memory import MemoryPlan, _mlp_width
+from .parallelism import Parallelism, replica_kv_bytes_per_token
+from .profiles.hardware import HardwareProfile
+from .profiles.model import ModelProfile
+
+if TYPE_CHECKING:
+    from .scenario.schema import PoolSpec
+
+#: Tensors a stage hands the next per token: the hidden state and the
+#: residual stream (vLLM's models build their IntermediateTensors from
+#: ``make_empty_intermediate_tensors_factory(["hidden_states", "residual"])``;
+#: SGLang's PPProxyTensors carry the same two), in the activation dtype.
+STAGE_TENSORS = 2
+ACTIVATION_BYTES = 2.0
+
+
+def stage_layers(layers: int, pp: int) -> list[int]:
+    """Decoder layers of each stage, as vLLM's ``get_pp_indices`` partitions them."""
+    parts = [layers // pp] * pp
+    for i in range(2, layers % pp + 2):
+        parts[-i] += 1
+    return parts
+
+
+@dataclass(frozen=True)
+class Pipeline:
+    """The stages of one replica and where their boundaries cross the network."""
+
+    pp: int
+    tp: int
+    layers: tuple[int, ...]          # decoder layers per stage
+    domain: int                      # GPUs of one scale-up domain
+
+    @classmethod
+    def of(cls, model: ModelProfile, gpu: HardwareProfile, tp: int, pp: int) -> "Pipeline":
+        return cls(pp, tp, tuple(stage_layers(model.num_hidden_layers, pp)), gpu.interconnect.max_tp)
+
+    def crossings(self) -> int:
+        """Stage boundaries that cross the scale-out network (the rest stay in a domain)."""
+        per_domain = max(1, self.domain // self.tp)
+        return sum(1 for k in range(1, self.pp) if k % per_domain == 0)
+
+    @property
+    def imbalance(self) -> float:
+        """The busiest stage's share of the layers against an even split
+        (1.0 when ``pp`` divides the layer count)."""
+        return max(self.layers) * self.pp / sum(self.layers)
+
+
+def refusal(spec: "PoolSpec", model: ModelProfile) -> Optional[tuple[str, str]]:
+    """(key under the pool, message) for a pool with ``pp > 1`` that llmsim
+    cannot model, else None."""
+    pp, e = spec.pp, spec.engine
+    if pp > model.num_hidden_layers:
+        return "pp", f"pp={pp} exceeds the {model.num_hidden_layers} decoder layers of {model.name}: a stage needs one"
+    what = {"dp": spec.dp > 1, "ep": spec.ep > 1, "speculative": spec.speculative is not None,
+            "disaggregation": spec.disaggregation is not None, "engine.kv_offload": e.kv_offload is not None}
+    for key, on in what.items():
+        if on:
+            return key, (f"{key} with pp={pp} is not modelled: llmsim prices pipeline stages of plain tensor "
+                         f"parallelism; remove {key} or set pp: 1")
+    if model.is_moe or model.is_mla or model.num_sliding_layers:
+        kind = "mixture-of-experts" if model.is_moe else "MLA" if model.is_mla else "sliding-window"
+        return "pp", (f"pp={pp} with {model.name}'s {kind} layers is not modelled (stages are priced for uniform "
+                      "dense layers); use pp: 1")
+    stack = e.backend or ""
+    trtllm = e.kv_memory is not None and e.kv_memory.rule == "trtllm"
+    if e.kernels == "trtllm" or stack.startswith("trtllm") or trtllm:
+        return "engine.backend", (f"pp={pp} with TensorRT-LLM is not modelled (llmsim follows vLLM V1's and "
+                                  "SGLang's micro-batch scheduling); use backend vllm or sglang, or pp: 1")
+    whole_in_flight = e.mixes_prefill and not e.chunked_prefill      # TensorRT-LLM's whole prompts beside decodes
+    if e.scheduler != "continuous" or e.num_scheduler_steps > 1 or e.contiguous or whole_in_flight:
+        return "pp", (f"pp={pp} needs continuous batching with chunked prefill on paged KV, as vLLM V1 and SGLang "
+                      "schedule micro-batches; this pool's engine schedules otherwise")
+    if not e.chunked_prefill:
+        return "engine.chunked_prefill", (
+            f"pp={pp} with prefill batches that run alone (SGLang's default) is not modelled: SGLang's PP loop runs a "
+            "prefill micro-batch beside decoding ones, which llmsim's rounds do not; set engine.chunked_prefill: true "
+            "(SGLang's --enable-mixed-chunk) or pp: 1")
+    return None
+
+
+def check_pp_pairs(pools: Sequence["PoolSpec"], source: str | Path | None) -> None:
+    """A decode pool fed by a prefill pool cannot run ``pp > 1`` (disaggregation is not modelled with it)."""
+    names = {p.name: i for i, p in enumerate(pools)}
+    for p in pools:
+        d = p.disaggregation
+        if d is not None and d.decode_pool in names and pools[names[d.decode_pool]].pp > 1:
+            j = names[d.decode_pool]
+            raise LlmsimError(f"pool {d.decode_pool!r} decodes for a disaggregated prefill pool; pp={pools[j].pp} "
+                              "with disaggregation is not modelled", source=source, key_path=f"pools[{j}].pp")
+
+
+def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp: int, weight_dtype: str = "bf16",
+                         kv_dtype: str = "bf16", gpu_memory_utilization: float = 0.9,
+                         max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
+                         kv_memory: Optional[KvMemory] = None) -> MemoryPlan:
+    """One replica's memory over its ``pp`` stages: each stage's GPUs hold
+    their layers' weights (plus embedding or LM head) and size their KV by
+    the stack's rule; the replica gets the smallest stage's block count.
+    The profiling run's activations are per token and layer-independent,
+    so every stage reserves the same; only the last samples (logits)."""
+    pipe = Pipeline.of(model, gpu, tp, pp)
+    L = model.num_hidden_layers
+    embed = model.embedding_params * 2.0
+    head = model.vocab_size * model.hidden_size * 2.0      # the LM head (a tied one is the embedding, copied)
+    body = model.weight_bytes(weight_dtype) - embed - model.lm_head_params * 2.0
+    h, ffn = model.hidden_size, _mlp_width(model)
+    per_token = (2 * ffn / tp + 4 * h + (model.q_dim + 2 * model.kv_dim) / tp) * 2.0
+    kv_token = replica_kv_bytes_per_token(model, Parallelism(tp), kv_dtype)    # whole model, one tp group
+    blocks, shares = None, []
+    for s, n in enumerate(pipe.layers):
+        last = s == pp - 1
+        weights = (body * n / L + (embed if s == 0 else 0.0) + (head if last else 0.0)) / tp
+        share = GpuShare(gpu.hbm_bytes, weights, max_num_batched_tokens * per_token, tp, 1, max_num_batched_tokens,
+                         max_num_seqs, logits_row=model.vocab_size / tp * 4.0 if last else 0.0)
+        budget = kv_budget(share, kv_memory, gpu_memory_utilization)
+        stage_token = kv_token * n / L                  # this stage's layers of one token, over its tp GPUs
+        cap = budget.kv_bytes * tp
+        if kv_memory is not None and kv_memory.max_tokens is not None:
+            cap = min(cap, kv_memory.max_tokens * stage_token)
+        nb = int(cap // (stage_token * block_size)) if cap > 0 else 0
+        shares.append((share, budget))
+        blocks = nb if blocks is None else min(blocks, nb)
+    if not blocks:
+        worst = min(range(pp), key=lambda s: shares[s][1].kv_bytes)
+        g, b = shares[worst]
+        raise LlmsimError(
+            f"{model.name} does not fit on tp {tp} × pp {pp} {gpu.name}: stage {worst} holds {pipe.layers[worst]} "
+            f"layers, {g.weights / 1e9:.1f} GB of weights ({weight_dtype}) per GPU and has no room for a KV block "
+            f"under {b.knob} {b.fraction} of {gpu.hbm_bytes / 1e9:.1f} GB; use more stages, a smaller weight dtype "
+            f"or a larger GPU")
+    gpus = tp * pp
+    first = shares[0][1]
+    weights = sum(s.weights for s, _ in shares) * tp
+    return MemoryPlan(gpu.hbm_bytes * gpus, sum(b.usable for _, b in shares) * tp, weights,
+                      sum(b.activation for _, b in shares) * tp, sum(s.runtime for s, _ in shares) * tp,
+                      blocks * block_size * kv_token, kv_token, block_size, blocks, 0.0,
+                      kv_memory.rule if kv_memory else "vllm", first.fraction, first.knob, 1)
+
