@@ -12,10 +12,12 @@ from typing import Optional
 from ..costmodel import CostModel
 from ..costmodel.speculative import speculative_setup
 from ..engine.kv_tiers import OffloadPlan
+from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
 from ..memory import MemoryPlan, plan_memory
 from ..profiles import load_hardware, load_model
 from ..scenario.schema import PoolSpec
+from .lora import lora_setup
 from .offload import plan_offload
 
 
@@ -25,6 +27,7 @@ class PoolSetup:
     cm: CostModel
     memory: MemoryPlan
     offload: Optional[OffloadPlan] = None   # KV offload tiers per replica (engine.kv_offload)
+    lora: Optional[LoraPlan] = None         # LoRA adapter slots and caches per replica (pools[].lora)
 
 
 def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> PoolSetup:
@@ -58,6 +61,9 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
                                            speculative=spec.speculative is not None))
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative))
+    lora = None
+    if spec.lora:   # the adapters' GPU slots come out of the KV cache
+        lora, mem = lora_setup(spec, cm, mem, gpu, where, source)
     if e.num_gpu_blocks_override:
         mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
-    return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source))
+    return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source), lora)
