@@ -24,10 +24,10 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import replace
-from typing import Literal, Optional, Union
+from typing import Any, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..costmodel import CostModel
 from ..costmodel.lora import RANKS, LoraCost, adapter_bytes, adapter_shard_bytes
@@ -37,15 +37,32 @@ from ..memory import MemoryPlan
 from ..profiles.hardware import HardwareProfile
 from workloads.request import Request
 
-__all__ = ["LoraSpec", "Zipf", "LoraPool", "lora_setup"]
+__all__ = ["LoraSpec", "Popularity", "LoraPool", "lora_setup", "lora_block"]
 
 
-class Zipf(BaseModel):
-    """Adapter k (0-based) asked for with probability ∝ 1 / (k + 1)^s."""
+class Popularity(BaseModel):
+    """How often each adapter is asked for: ``uniform``, or ``{zipf: s}``:
+    adapter k (0-based) with probability ∝ 1 / (k + 1)^s."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    zipf: float = Field(gt=0, le=10, allow_inf_nan=False, description="the exponent s (1: classic Zipf)")
+    zipf: Optional[float] = Field(default=None, gt=0, le=10, allow_inf_nan=False,
+                                  description="the Zipf exponent s (1: classic Zipf); none: uniform")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _named(cls, data: Any) -> Any:
+        if isinstance(data, str):
+            if data != "uniform":
+                raise ValueError(f"expected uniform or {{zipf: s}}, got {data!r}")
+            return {}
+        return data
+
+    def weights(self, n: int) -> np.ndarray:
+        return np.ones(n) if self.zipf is None else 1.0 / np.arange(1, n + 1) ** self.zipf
+
+    def describe(self) -> Any:
+        return "uniform" if self.zipf is None else {"zipf": self.zipf}
 
 
 class LoraSpec(BaseModel):
@@ -62,8 +79,8 @@ class LoraSpec(BaseModel):
     adapters: int = Field(ge=1, le=1_000_000, description="distinct adapters the pool's traffic asks for")
     rank: Optional[int] = Field(default=None, ge=1, description="the adapters' own rank (≤ max_lora_rank), which "
                                                                "sizes a load; default: max_lora_rank")
-    popularity: Union[Literal["uniform"], Zipf] = Field(
-        default="uniform", description="how often each adapter is asked for: uniform, or {zipf: s}")
+    popularity: Popularity = Field(default_factory=Popularity,
+                                   description="how often each adapter is asked for: uniform, or {zipf: s}")
     host_gb_per_s: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False,
                                            description="host-to-GPU copy bandwidth per GPU, GB/s; default: the "
                                                        "GPU profile's host_link_gb_s")
@@ -71,11 +88,15 @@ class LoraSpec(BaseModel):
                                            description="adapter read bandwidth from local storage per GPU, GB/s; "
                                                        "default: the GPU profile's nvme_read_gb_s_per_gpu")
 
+    @field_validator("max_lora_rank")
+    @classmethod
+    def _vllm_rank(cls, v: int) -> int:
+        if v not in RANKS:
+            raise ValueError(f"max_lora_rank {v} is not a rank vLLM accepts ({', '.join(map(str, RANKS))})")
+        return v
+
     @model_validator(mode="after")
     def _vllm_limits(self) -> "LoraSpec":
-        if self.max_lora_rank not in RANKS:
-            raise ValueError(f"max_lora_rank {self.max_lora_rank} is not a rank vLLM accepts "
-                             f"({', '.join(map(str, RANKS))})")
         if self.max_cpu_loras is not None and self.max_cpu_loras < self.max_loras:
             raise ValueError(f"max_cpu_loras ({self.max_cpu_loras}) must be >= max_loras ({self.max_loras}), "
                              f"as vLLM requires: the host cache holds every adapter in a GPU slot")
@@ -90,9 +111,7 @@ class LoraSpec(BaseModel):
 
     def cdf(self) -> np.ndarray:
         """Cumulative probability of adapters 0..adapters−1."""
-        n = self.adapters
-        w = np.ones(n) if self.popularity == "uniform" else 1.0 / np.arange(1, n + 1) ** self.popularity.zipf
-        c = np.cumsum(w)
+        c = np.cumsum(self.popularity.weights(self.adapters))
         return c / c[-1]
 
 
@@ -184,3 +203,15 @@ def lora_setup(spec, cm: CostModel, mem: MemoryPlan, gpu: HardwareProfile, where
     mem = replace(mem, weights_bytes=mem.weights_bytes + slots, kv_capacity_bytes=kv_cap,
                   num_blocks=int(kv_cap // (mem.kv_bytes_per_token * mem.block_size)))
     return plan, mem
+
+
+def lora_block(spec: LoraSpec, stats: list[dict]) -> dict:
+    """results.json's ``llmsim.pools.<pool>.lora``: the settings, and how
+    admissions found their adapter (in a GPU slot, in host memory, on disk)."""
+    totals = {k: sum(s["lora"][k] for s in stats) for k in ("hits", "host_loads", "disk_loads", "load_s")}
+    admitted = totals["hits"] + totals["host_loads"] + totals["disk_loads"]
+    return {**spec.model_dump(exclude_none=True), "popularity": spec.popularity.describe(),
+            "max_cpu_loras": spec.cpu_loras, "admissions": admitted,
+            "gpu_slot_hit_rate": totals["hits"] / admitted if admitted else None,
+            "host_loads": totals["host_loads"], "disk_loads": totals["disk_loads"],
+            "load_s": totals["load_s"]}
