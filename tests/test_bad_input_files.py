@@ -137,7 +137,7 @@ for _cid, _lora, _pool, _frags in [
         ("rank-not-vllms", {**_LORA, "max_lora_rank": 12}, {}, ["pools[0].lora.max_lora_rank", "max_lora_rank 12"]),
         ("cpu-below-gpu", {**_LORA, "max_cpu_loras": 1}, {}, ["pools[0].lora", "max_cpu_loras (1)"]),
         ("rank-above-max", {**_LORA, "rank": 32}, {}, ["pools[0].lora", "rank 32 exceeds"]),
-        ("popularity-typo", {**_LORA, "popularity": {"zipff": 1}}, {}, ["pools[0].lora.popularity"]),
+        ("popularity-typo", {**_LORA, "popularity": {"type": "zipf", "ss": 1}}, {}, ["pools[0].lora.popularity"]),
         ("sglang", _LORA, {"engine": {"backend": "sglang"}}, ["pools[0].lora", "sglang's LoRA"]),
         ("static", _LORA, {"engine": {"scheduler": "static"}}, ["pools[0].lora", "static batching"]),
         ("speculative", _LORA, {"speculative": {"draft_model": "llama-3.2-1b", "k": 3, "acceptance_rate": 0.7}},

@@ -253,12 +253,12 @@ def test_a_session_keeps_its_adapter_and_zipf_favours_the_first():
         "session": {"type": "chat", "turns": {"dist": "fixed", "value": 3},
                     "think_time_s": {"dist": "fixed", "value": 1.0}}})
     draws = AdapterDraws(chat, 0)
-    pool = LoraPool(LoraSpec(adapters=50, popularity={"zipf": 1.2}), draws)
+    pool = LoraPool(LoraSpec(adapters=50, popularity={"type": "zipf", "s": 1.2}), draws)
     turns = [Request(i, 0.0, 1, 1, session=i // 3) for i in range(30)]
     for r in turns:
         pool.assign(r)
     assert all(len({r.adapter for r in turns[s * 3:s * 3 + 3]}) == 1 for s in range(10))
-    lone = LoraPool(LoraSpec(adapters=50, popularity={"zipf": 1.2}), AdapterDraws(WL, 0))
+    lone = LoraPool(LoraSpec(adapters=50, popularity={"type": "zipf", "s": 1.2}), AdapterDraws(WL, 0))
     reqs = [Request(i, 0.0, 1, 1) for i in range(5000)]
     for r in reqs:
         lone.assign(r)

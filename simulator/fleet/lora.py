@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from dataclasses import replace
-from typing import Any, Optional
+from typing import Optional
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
@@ -36,33 +36,9 @@ from ..errors import LlmsimError
 from ..memory import MemoryPlan
 from ..profiles.hardware import HardwareProfile
 from workloads.request import Request
+from workloads.system_prompts import Popularity, UniformPopularity
 
-__all__ = ["LoraSpec", "Popularity", "LoraPool", "lora_setup", "lora_block"]
-
-
-class Popularity(BaseModel):
-    """How often each adapter is asked for: ``uniform``, or ``{zipf: s}``:
-    adapter k (0-based) with probability ∝ 1 / (k + 1)^s."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
-
-    zipf: Optional[float] = Field(default=None, gt=0, le=10, allow_inf_nan=False,
-                                  description="the Zipf exponent s (1: classic Zipf); none: uniform")
-
-    @model_validator(mode="before")
-    @classmethod
-    def _named(cls, data: Any) -> Any:
-        if isinstance(data, str):
-            if data != "uniform":
-                raise ValueError(f"expected uniform or {{zipf: s}}, got {data!r}")
-            return {}
-        return data
-
-    def weights(self, n: int) -> np.ndarray:
-        return np.ones(n) if self.zipf is None else 1.0 / np.arange(1, n + 1) ** self.zipf
-
-    def describe(self) -> Any:
-        return "uniform" if self.zipf is None else {"zipf": self.zipf}
+__all__ = ["LoraSpec", "LoraPool", "lora_setup", "lora_block"]
 
 
 class LoraSpec(BaseModel):
@@ -79,8 +55,10 @@ class LoraSpec(BaseModel):
     adapters: int = Field(ge=1, le=1_000_000, description="distinct adapters the pool's traffic asks for")
     rank: Optional[int] = Field(default=None, ge=1, description="the adapters' own rank (≤ max_lora_rank), which "
                                                                "sizes a load; default: max_lora_rank")
-    popularity: Popularity = Field(default_factory=Popularity,
-                                   description="how often each adapter is asked for: uniform, or {zipf: s}")
+    popularity: Popularity = Field(default_factory=UniformPopularity,
+                                   description="how often each adapter is asked for ({type: zipf, s: 1.0}: "
+                                               "adapter k by rank with weight 1/k^s; {type: uniform}), as "
+                                               "workload.system_prompt.popularity")
     host_gb_per_s: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False,
                                            description="host-to-GPU copy bandwidth per GPU, GB/s; default: the "
                                                        "GPU profile's host_link_gb_s")
@@ -210,8 +188,7 @@ def lora_block(spec: LoraSpec, stats: list[dict]) -> dict:
     admissions found their adapter (in a GPU slot, in host memory, on disk)."""
     totals = {k: sum(s["lora"][k] for s in stats) for k in ("hits", "host_loads", "disk_loads", "load_s")}
     admitted = totals["hits"] + totals["host_loads"] + totals["disk_loads"]
-    return {**spec.model_dump(exclude_none=True), "popularity": spec.popularity.describe(),
-            "max_cpu_loras": spec.cpu_loras, "admissions": admitted,
+    return {**spec.model_dump(exclude_none=True), "max_cpu_loras": spec.cpu_loras, "admissions": admitted,
             "gpu_slot_hit_rate": totals["hits"] / admitted if admitted else None,
             "host_loads": totals["host_loads"], "disk_loads": totals["disk_loads"],
             "load_s": totals["load_s"]}
