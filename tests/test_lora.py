@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from helpers_engine import compare_runs, describe, engine_configs, run_open, workloads
+from test_prefix_cache import cache_configs, prefixed
 from simulator.costmodel import CostModel
 from simulator.costmodel.lora import LoraCost, adapter_bytes, adapter_shard_bytes
 from simulator.engine.lora import AdapterSlots, LoraPlan
@@ -24,7 +25,7 @@ from simulator.profiles import load_hardware, load_model
 from simulator.scenario.schema import PoolSpec
 from workloads.adapters import AdapterDraws
 from workloads.request import Request
-from workloads.spec import WorkloadSpec
+from workloads.spec import WorkloadSpec, spawn_streams
 
 SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
@@ -96,6 +97,31 @@ def test_engines_agree_and_no_batch_holds_more_than_max_loras(data):
     stats = [(r.stats(0)["lora"]) for r in fast.pool.replicas], [r.stats(0)["lora"] for r in ref.pool.replicas]
     assert [{k: v for k, v in s.items() if k != "load_s"} for s in stats[0]] == \
            [{k: v for k, v in s.items() if k != "load_s"} for s in stats[1]]
+
+
+@settings(max_examples=80, **SETTINGS)
+@given(data=st.data())
+def test_engines_agree_with_a_prefix_cache_cancels_and_per_adapter_ids(data):
+    cfg = data.draw(cache_configs(), label="cfg")
+    cfg = cfg.model_copy(update={"scheduler": "continuous", "kv_admission": "on_demand"})
+    reqs = data.draw(prefixed(cfg.block_size), label="requests")
+    n = data.draw(st.integers(1, 6), label="adapters")
+    u = data.draw(st.lists(st.floats(0.0, 0.999), min_size=len(reqs), max_size=len(reqs)), label="draws")
+    assign = LoraPool(LoraSpec(adapters=n), lambda r: u[r.id])
+    for r in reqs:
+        assign.assign(r)
+    cancels = [(r.arrival + data.draw(st.floats(0.0, 0.3)), r.id) for r in reqs if data.draw(st.integers(0, 4)) == 0]
+    biggest = max(-(-(r.input_tokens + r.output_tokens) // cfg.block_size) for r in reqs)
+    nb = data.draw(st.integers(max(1, biggest // 2), biggest * 3), label="num_blocks")
+    kw = dict(replicas=data.draw(st.integers(1, 2)), router="prefix_aware", id_block_tokens=cfg.block_size,
+              cm=lora_cost_model("llama-3-8b", "h100-sxm", 16), lora=data.draw(lora_plans(), label="lora"),
+              cancels=cancels)
+    from simulator.fleet import pool as fleet
+    with mock.patch.dict(fleet.ENGINES, {"fast": CheckedFast, "reference": CheckedReference}):
+        fast = run_open("fast", reqs, cfg, nb, **kw)
+        ref = run_open("reference", reqs, cfg, nb, **kw)
+    problems = compare_runs(fast, ref)
+    assert not problems, "\n".join(problems[:12]) + "\n" + describe(reqs, cfg, nb, adapters=[r.adapter for r in reqs])
 
 
 def test_a_request_whose_adapter_does_not_fit_is_skipped_not_blocking():
@@ -242,6 +268,9 @@ def test_draws_do_not_depend_on_the_order_requests_come_in():
     fwd = [a(Request(i, 0.0, 1, 1)) for i in ids]
     back = [b(Request(i, 0.0, 1, 1)) for i in reversed(ids)]
     assert fwd == back[::-1]
+    assert fwd == spawn_streams(7).adapters.random(9000)[ids].tolist()   # key k: the stream's k-th draw
+    assert 0.0 <= a(Request(10**12, 0.0, 1, 1)) < 1.0                    # a far key costs one chunk
+    assert len(a.chunks) == len({i // 256 for i in ids}) + 1
     other = AdapterDraws(WL, 8)
     assert [other(Request(i, 0.0, 1, 1)) for i in ids] != fwd     # another seed, other draws
 

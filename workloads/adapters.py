@@ -22,22 +22,30 @@ from .spec import SeedLike, WorkloadSpec, spawn_streams
 
 __all__ = ["AdapterDraws"]
 
-_CHUNK = 4096
+_CHUNK = 256
 
 
 class AdapterDraws:
-    """``draws(request)``: the request's uniform draw in [0, 1) for its adapter."""
+    """``draws(request)``: the request's uniform draw in [0, 1) for its adapter.
+
+    Key k's draw is the k-th value of the stream: its chunk is drawn after
+    jumping the generator ahead (PCG64 ``advance``; one 64-bit output per
+    double), so keys far apart (a sub-session's id) cost one chunk each,
+    not every draw between them."""
 
     def __init__(self, workload: WorkloadSpec, seed: SeedLike):
-        self.rng = spawn_streams(seed).adapters
+        self.state = spawn_streams(seed).adapters.bit_generator.state
         # Sessions are the synthetic session workloads'; a trace's session column only groups its rows.
         self.per_session = workload.session is not None
-        self.u = np.empty(0)
+        self.chunks: dict[int, list[float]] = {}
 
     def __call__(self, req: Request) -> float:
         key = req.session if self.per_session else req.id
-        if key >= len(self.u):
-            more = max(_CHUNK, key + 1 - len(self.u))
-            more = -(-more // _CHUNK) * _CHUNK          # whole chunks: the same values whatever the key order
-            self.u = np.concatenate([self.u, self.rng.random(more)])
-        return float(self.u[key])
+        c, i = divmod(key, _CHUNK)
+        chunk = self.chunks.get(c)
+        if chunk is None:
+            bg = np.random.PCG64()
+            bg.state = self.state
+            bg.advance(c * _CHUNK)
+            chunk = self.chunks[c] = np.random.Generator(bg).random(_CHUNK).tolist()
+        return chunk[i]
