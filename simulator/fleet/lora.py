@@ -34,6 +34,7 @@ from ..costmodel.lora import RANKS, LoraCost, adapter_bytes, adapter_shard_bytes
 from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
 from ..memory import MemoryPlan
+from ..profiles.backend import load_backend
 from ..profiles.hardware import HardwareProfile
 from workloads.request import Request
 from workloads.system_prompts import Popularity, UniformPopularity
@@ -130,17 +131,16 @@ def _check_modelled(spec, cm: CostModel, where: str, source) -> None:
     """What the LoRA model does not cover is refused, not approximated."""
     e = spec.engine
     if e.backend is not None:
-        from ..profiles.backend import load_backend
         stack = load_backend(e.backend).stack
         if stack != "vllm":
             raise _refuse(f"LoRA serving is modelled as vLLM schedules and caches adapters; {stack}'s LoRA "
                           f"(its own batch limit and adapter cache) is not modelled: use engine.backend: vllm",
                           where, source)
+    rule = "vllm" if e.kv_memory is None else e.kv_memory.rule
     rules = [(e.scheduler == "static", "static batching"),
              (e.contiguous, "kv_allocation: contiguous"),
              (e.reserves_output, "kv_admission: reserve_output (TensorRT-LLM's)"),
-             (e.kv_memory is not None and e.kv_memory.rule != "vllm", f"the {e.kv_memory and e.kv_memory.rule} "
-                                                                         f"KV memory rule"),
+             (rule != "vllm", f"the {rule} KV memory rule"),
              (spec.speculative is not None, "speculative decoding"),
              (spec.disaggregation is not None, "disaggregation")]
     for bad, what in rules:
