@@ -58,6 +58,7 @@ class Streams(NamedTuple):
     think: np.random.Generator           # chat think times, autocomplete pauses between bursts
     files: np.random.Generator           # autocomplete file sizes and cursor positions
     edits: np.random.Generator           # autocomplete keystrokes per burst and keystroke gaps
+    adapters: np.random.Generator        # each session's or lone request's LoRA adapter (workloads.adapters)
 
 
 # The first three streams are the seed sequence's children 0-2, as they always
