@@ -441,6 +441,28 @@ CHATBOT_DAY = (" --set workload.duration_s=86400 --set workload.arrival.profile.
                " --set cost.monthly.method=day")
 
 
+MULTI_LORA = "llmsim run scenarios/multi-lora.yaml --ladder"
+
+
+def multi_lora_ladder(r: Runner) -> str:
+    rows = []
+    steps = r.ladder(MULTI_LORA)
+    base = dict(steps)["base-model"]["output_throughput"]
+    for step, res in steps:
+        pool = res["llmsim"]["pools"]["lora-8b"]
+        lo = pool.get("lora")
+        rows.append([step, count(lo["adapters"]) if lo else "—",
+                     f"{lo['max_loras']} / {lo['max_cpu_loras']}" if lo else "—",
+                     count(res["output_throughput"]), f"{res['output_throughput'] / base:.2f}",
+                     f"{pool['mean_batch_size']:.1f}",
+                     f"{lo['gpu_slot_hit_rate']:.2f}" if lo else "—",
+                     f"{count(lo['host_loads'])} / {count(lo['disk_loads'])}" if lo else "—",
+                     ms(res["median_ttft_ms"]), tpot(res["median_tpot_ms"])])
+    head = ["step", "adapters", "GPU slots / host cache", "output tok/s", "vs base model", "mean batch",
+            "GPU-slot hits", "host / disk loads", "TTFT p50 (ms)", "TPOT p50 (ms)"]
+    return f"`{MULTI_LORA}`:\n\n" + table(head, rows, set(range(1, 10)))
+
+
 def chatbot_monthly(r: Runner) -> str:
     base = "llmsim run scenarios/chatbot.yaml"
     rows = [["window × 730 h", f"`{base} --set cost.monthly.method=window`"],
@@ -488,15 +510,18 @@ def coding_agent_ladder(r: Runner) -> str:
 
 
 #: (configuration, the --variant and --set of each size tried)
+_CA, _TIER = " --variant cache-aware", " --variant cache-aware --variant host-tier"
+_PD = " " + " ".join(f"--variant {v}" for v in CODING_AGENT_RUNGS)
 CODING_AGENT_SIZES = [
     ("least_outstanding routing", ["", " --set pools.agents.replicas=12", " --set pools.agents.replicas=16"]),
     ("prefix_aware, SGLang's thresholds", [" --set pools.agents.router=prefix_aware"]),
-    ("cache-aware", [" --variant cache-aware --set pools.agents.replicas=6", " --variant cache-aware --set pools.agents.replicas=7"]),
-    ("cache-aware + host tier", [" --variant cache-aware --variant host-tier --set pools.agents.replicas=5",
-                                 " --variant cache-aware --variant host-tier --set pools.agents.replicas=6"]),
-    ("cache-aware + host tier, P/D", [" " + " ".join(f"--variant {v}" for v in CODING_AGENT_RUNGS),
-                                      " " + " ".join(f"--variant {v}" for v in CODING_AGENT_RUNGS)
-                                      + " --set pools.agents.replicas=2"]),
+    ("cache-aware", [_CA + " --set pools.agents.replicas=6", _CA + " --set pools.agents.replicas=6 --set seed=12",
+                     _CA + " --set pools.agents.replicas=6 --set seed=13", _CA + " --set pools.agents.replicas=7"]),
+    ("cache-aware + host tier", [_TIER + " --set pools.agents.replicas=6",
+                                 _TIER + " --set pools.agents.replicas=6 --set seed=12",
+                                 _TIER + " --set pools.agents.replicas=6 --set seed=13",
+                                 _TIER + " --set pools.agents.replicas=7"]),
+    ("cache-aware + host tier, P/D", [_PD, _PD + " --set pools.agents.replicas=2", _PD + " --set pools.decode.replicas=8"]),
 ]
 
 
@@ -562,6 +587,7 @@ BLOCKS = [
     Block("chatbot-regions", SCENARIOS, chatbot_regions),
     Block("chatbot-monthly", SCENARIOS, chatbot_monthly),
     Block("chatbot-energy", SCENARIOS, chatbot_energy),
+    Block("multi-lora-ladder", CASE_STUDIES, multi_lora_ladder),
 ]
 
 

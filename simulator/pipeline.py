@@ -95,7 +95,8 @@ def refusal(spec: "PoolSpec", model: ModelProfile) -> Optional[tuple[str, str]]:
     if pp > model.num_hidden_layers:
         return "pp", f"pp={pp} exceeds the {model.num_hidden_layers} decoder layers of {model.name}: a stage needs one"
     what = {"dp": spec.dp > 1, "ep": spec.ep > 1, "speculative": spec.speculative is not None,
-            "disaggregation": spec.disaggregation is not None, "engine.kv_offload": e.kv_offload is not None}
+            "disaggregation": spec.disaggregation is not None, "engine.kv_offload": e.kv_offload is not None,
+            "lora": spec.lora is not None}
     for key, on in what.items():
         if on:
             return key, (f"{key} with pp={pp} is not modelled: llmsim prices pipeline stages of plain tensor "

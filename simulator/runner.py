@@ -22,6 +22,7 @@ from .fleet.classes import ClassTable
 from .fleet.clock import Clock
 from .fleet.disaggregation import PrefillDecode
 from .fleet.frontend import Fleet
+from .fleet.lora import LoraPool
 from .fleet.pool import Admission, Pool
 from .fleet.setup import PoolSetup, setup_pool  # noqa: F401  (re-exported: notebooks size pools with it)
 from .metrics.records import Records
@@ -35,6 +36,7 @@ from .errors import LlmsimError
 from .runsize import check_arrivals, check_run_size
 from .scenario.load import load_scenario
 from .scenario.schema import Scenario
+from workloads.adapters import AdapterDraws
 from workloads.drivers import make_source
 from workloads.request import Request
 
@@ -58,11 +60,12 @@ class RunOutput:
         return next(iter(self.pools.values()))
 
 
-def _build_pool(env, p: PoolPlan, gaps: GapLog, engine: str, rng, id_block_tokens) -> Pool:
+def _build_pool(env, p: PoolPlan, gaps: GapLog, engine: str, rng, id_block_tokens, draws) -> Pool:
     spec = p.spec
     return Pool(env, p.setup.cm, p.setup.engine_config, p.setup.memory.num_blocks, spec.replicas, p.router(rng), gaps,
                 engine, id_block_tokens=id_block_tokens, name=spec.name, kv_budgets=p.kv_budgets or None,
-                admission=p.admission, warm=p.warm, offload=p.setup.offload)
+                admission=p.admission, warm=p.warm, offload=p.setup.offload, lora=p.setup.lora,
+                adapters=None if spec.lora is None else LoraPool(spec.lora, draws).assign)
 
 
 def _check_drawn(sc: Scenario, src, source) -> None:
@@ -106,7 +109,8 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     wall = time.perf_counter()
     src = make_source(wl, sc.seed, plan.folder, subset)
     _check_drawn(sc, src, source)
-    pools = {p.name: _build_pool(env, p, gaps, engine, router_rng, src.block_tokens) for p in plan.pools}
+    draws = AdapterDraws(wl, sc.seed) if any(p.spec.lora for p in plan.pools) else None
+    pools = {p.name: _build_pool(env, p, gaps, engine, router_rng, src.block_tokens, draws) for p in plan.pools}
     classes = ClassTable(list(sc.classes), sc.seed, np.random.default_rng(seeds[6]))
 
     def on_done(req: Request) -> None:

@@ -58,8 +58,11 @@ def make_requests(arrivals: Sequence[float], inputs: Sequence[int], outputs: Seq
 
 
 def clone(requests: Sequence[Request]) -> list[Request]:
-    return [Request(r.id, r.arrival, r.input_tokens, r.output_tokens, klass=r.klass, priority=r.priority,
-                    blocks=r.blocks, shared_ids=r.shared_ids) for r in requests]
+    out = [Request(r.id, r.arrival, r.input_tokens, r.output_tokens, klass=r.klass, priority=r.priority,
+                   blocks=r.blocks, shared_ids=r.shared_ids) for r in requests]
+    for c, r in zip(out, requests):
+        c.adapter = r.adapter
+    return out
 
 
 def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_blocks: int, *, replicas: int = 1,
@@ -67,7 +70,7 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
              env: Optional[simpy.Environment] = None,
              on_done: Optional[Callable[[Request], None]] = None, id_block_tokens: Optional[int] = None,
              cancels: Sequence[tuple[float, int]] = (), kv_budgets: Optional[dict[str, int]] = None,
-             offload=None) -> Run:
+             offload=None, lora=None) -> Run:
     """Run fresh copies of ``requests`` (open loop) through a pool; each
     ``(t, id)`` in ``cancels`` cancels request ``id`` at time t (if it has arrived)."""
     reqs = clone(requests)
@@ -82,7 +85,7 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
 
     pool = Pool(env, cm or cost_model(), cfg, num_blocks, replicas,
                 make_router(router, np.random.default_rng(router_seed)), gaps, engine, done,
-                id_block_tokens=id_block_tokens, kv_budgets=kv_budgets, offload=offload)
+                id_block_tokens=id_block_tokens, kv_budgets=kv_budgets, offload=offload, lora=lora)
     OpenLoop(reqs).start(env, pool.submit, pool.cancel)
     for t, i in cancels:   # client events, URGENT like arrivals
         ev = simpy.Event(env)

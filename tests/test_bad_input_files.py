@@ -134,6 +134,24 @@ scenario_case("min-above-max", _set(SCENARIO, ("workload", "input_tokens", "min"
 scenario_case("energy-pue-below-1", {**SCENARIO, "energy": {"pue": 0.9}}, "energy.pue", "at least 1")
 scenario_case("energy-pue-negative", {**SCENARIO, "energy": {"pue": -1.5}}, "energy.pue", "at least 1")
 scenario_case("energy-unknown-grid", {**SCENARIO, "energy": {"grid": "mars"}}, "energy.grid", "unknown grid 'mars'")
+# LoRA serving: vLLM's limits, and what llmsim's LoRA model does not cover (refused, not approximated)
+_LORA = {"max_loras": 2, "adapters": 10}
+for _cid, _lora, _pool, _frags in [
+        ("max-loras-zero", {**_LORA, "max_loras": 0}, {}, ["pools[0].lora.max_loras"]),
+        ("rank-not-vllms", {**_LORA, "max_lora_rank": 12}, {}, ["pools[0].lora.max_lora_rank", "max_lora_rank 12"]),
+        ("cpu-below-gpu", {**_LORA, "max_cpu_loras": 1}, {}, ["pools[0].lora", "max_cpu_loras (1)"]),
+        ("rank-above-max", {**_LORA, "rank": 32}, {}, ["pools[0].lora", "rank 32 exceeds"]),
+        ("popularity-typo", {**_LORA, "popularity": {"type": "zipf", "ss": 1}}, {}, ["pools[0].lora.popularity"]),
+        ("sglang", _LORA, {"engine": {"backend": "sglang"}}, ["pools[0].lora", "sglang's LoRA"]),
+        ("static", _LORA, {"engine": {"scheduler": "static"}}, ["pools[0].lora", "static batching"]),
+        ("speculative", _LORA, {"speculative": {"draft_model": "llama-3.2-1b", "k": 3, "acceptance_rate": 0.7}},
+         ["pools[0].lora", "speculative decoding"]),
+        ("moe", _LORA, {"model": "qwen3-30b-a3b"}, ["pools[0].lora", "dense transformers"])]:
+    scenario_case(f"lora-{_cid}", _set(_set(SCENARIO, ("pools", 0, "lora"), _lora), ("pools", 0),
+                                       {**SCENARIO["pools"][0], "lora": _lora, **_pool}), *_frags)
+scenario_case("lora-disaggregated", {**SCENARIO, "classes": [{"name": "all", "share": 1.0, "pool": "chat"}], "pools": [
+    {**SCENARIO["pools"][0], "disaggregation": {"decode_pool": "dec"}},
+    {**SCENARIO["pools"][0], "name": "dec", "lora": _LORA}]}, "pools[0].disaggregation.decode_pool", "LoRA")
 # structure and resource bombs
 scenario_case("alias-bomb", BOMB + yaml.safe_dump(SCENARIO), "aliases")
 scenario_case("deep-block", DEEP_BLOCK, "64 levels")

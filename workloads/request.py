@@ -27,7 +27,7 @@ class Request:
     __slots__ = ("id", "arrival", "input_tokens", "output_tokens", "session", "klass", "priority",
                  "admitted", "first_token", "finish", "status", "replica", "preemptions", "cached_tokens",
                  "blocks", "pool", "queued", "net_in", "net_out", "prefill_done", "kv_transfer",
-                 "preloaded", "region", "shared_ids")
+                 "preloaded", "region", "shared_ids", "adapter")
 
     def __init__(self, id: int, arrival: float, input_tokens: int, output_tokens: int,
                  session: int = -1, klass: str = "default", priority: int = 0, blocks: tuple | None = None,
@@ -64,6 +64,7 @@ class Request:
         self.kv_transfer = 0.0
         self.preloaded = 0       # prompt tokens whose KV arrives with it (disaggregated decode)
         self.region = ""         # the client's region (scenario regions), "" when none are declared
+        self.adapter = -1        # the LoRA adapter it asks for (a LoRA pool draws it), -1 = the base model
 
     @property
     def ttft(self) -> float:

@@ -60,6 +60,7 @@ class Streams(NamedTuple):
     think: np.random.Generator           # chat think times, autocomplete pauses between bursts
     files: np.random.Generator           # autocomplete file sizes and cursor positions
     edits: np.random.Generator           # autocomplete keystrokes per burst and keystroke gaps
+    adapters: np.random.Generator        # each session's or lone request's LoRA adapter (workloads.adapters)
     agents: np.random.Generator          # agentic sessions' fan-out: which calls spawn sub-agents, and their draws
 
 

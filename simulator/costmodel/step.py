@@ -12,7 +12,7 @@ everything that depends only on the token count is memoised.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
-from typing import Sequence
+from typing import Optional, Sequence
 
 from ..dtypes import BYTES, EXPERT_ONLY_DTYPES, QUANT_FORMATS, WEIGHT_DTYPES, compute_dtype, linear_dtype, normalize
 from ..errors import LlmsimError
@@ -22,6 +22,7 @@ from ..profiles.model import ModelProfile
 from . import components as C
 from . import scalar
 from .layout import LayoutOps, check_weight_dtype, needs_layout
+from .lora import LoraCost
 
 ROOFLINE = Calibration(status="roofline")
 _US = 1e-6
@@ -131,6 +132,8 @@ class CostModel:
         self._lm_cache: dict[int, float] = {}
         # MoE, MLA, sliding windows, dp or ep: priced layer kind by layer kind.
         self.ops = LayoutOps(self) if needs_layout(model, dp, ep) else None
+        # LoRA adapters' kernels (costmodel/lora.py), set by a pool that serves them.
+        self.lora: Optional[LoraCost] = None
 
     # --- components that depend only on token counts (memoised) -----------
     def _gemm(self, mtok: float, n: int, k: int, wbytes: float) -> float:
@@ -222,10 +225,15 @@ class CostModel:
         rate = self.ops.decode_coefficients(batch)[1] if self.ops is not None else self.decode_rate
         return rate * context
 
+    def lora_time(self, tokens: int, adapters: int) -> float:
+        """The LoRA kernels' seconds over ``tokens`` tokens of ``adapters`` distinct adapters (0 without LoRA)."""
+        return 0.0 if self.lora is None else self.lora.time(tokens, adapters)
+
     def step_time(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
-                  decode_context: float = 0.0, sampling_seqs: int | None = None) -> float:
+                  decode_context: float = 0.0, sampling_seqs: int | None = None, adapters: int = 0) -> float:
         """Seconds for one iteration. ``decode_context`` is the total number of
-        KV tokens the decode tokens attend to (Σ context over the batch)."""
+        KV tokens the decode tokens attend to (Σ context over the batch);
+        ``adapters``: distinct LoRA adapters of the batch."""
         tokens = decode_batch + sum(c[0] for c in prefill_chunks)
         if tokens == 0:
             return 0.0
@@ -235,6 +243,8 @@ class CostModel:
         gpu = (self.token_time(tokens) + self.lm_head_time(sampling_seqs)
                + self.prefill_attention_time(prefill_chunks)
                + self.decode_attention_time(decode_batch, decode_context))
+        if adapters:
+            gpu += self.lora_time(tokens, adapters)
         # In turn, the CPU time is added term by term as before the overlap
         # existed: folded through exposed_cpu the sums round differently in
         # the last bit and the stored reference results (bit for bit) move.
@@ -242,8 +252,13 @@ class CostModel:
             return gpu + self.overhead_s + self.overhead_per_seq_s * seqs
         return gpu + self.exposed_cpu(gpu - self._decode_context_time(decode_batch, decode_context), seqs)
 
-    def decode_coefficients(self, batch: int) -> tuple[float, float]:
+    def decode_coefficients(self, batch: int, adapters: int = 0) -> tuple[float, float]:
         """(a, b) with step_time(decode only, batch, S) == a + b·S exactly."""
+        if adapters:   # (LoRA pools are plain dense transformers: no layout ops)
+            gpu = (self.token_time(batch) + self.lora_time(batch, adapters) + self.lm_head_time(batch)
+                   + self.decode_per_seq * batch + self.decode_fixed)
+            return gpu + (self.exposed_cpu(gpu, batch) if self.async_scheduling
+                          else self.overhead_s + self.overhead_per_seq_s * batch), self.decode_rate
         if self.ops is not None:
             rest, rate = self.ops.decode_coefficients(batch)
             gpu = self.token_time(batch) + self.lm_head_time(batch) + rest

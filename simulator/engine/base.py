@@ -20,6 +20,7 @@ from ..metrics.gaps import GapLog
 from .blocks import ceil_div
 from .config import EngineConfig
 from .kv_tiers import OffloadPlan
+from .lora import AdapterSlots, LoraPlan
 from .prefix_cache import Match, PrefixCache
 from .sequence import DONE, WAITING, Seq, finish
 from .wait_queue import WaitQueue
@@ -64,7 +65,7 @@ class ReplicaBase:
     def __init__(self, env: simpy.Environment, index: int, cm: StepCost, cfg: EngineConfig, num_blocks: int,
                  gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None, max_model_len: int | None = None,
                  id_block_tokens: int | None = None, kv_budgets: Optional[dict[str, int]] = None,
-                 offload: Optional[OffloadPlan] = None):
+                 offload: Optional[OffloadPlan] = None, lora: Optional[LoraPlan] = None):
         self.env = env
         self.index = index
         self.cm = cm
@@ -134,6 +135,8 @@ class ReplicaBase:
         self.plans_ahead = cfg.plans_ahead
         self.held: list[Seq] = []
         self.in_flight = False      # an iteration (or decode stretch) is running
+        # LoRA adapters (engine/lora.py): the batch's, and the GPU and host caches.
+        self.lora: Optional[AdapterSlots] = None if lora is None else AdapterSlots(lora)
 
     # --- arrivals ----------------------------------------------------------
     def can_ever_serve(self, req: Request) -> bool:
@@ -189,13 +192,51 @@ class ReplicaBase:
         if not self.busy:
             self.busy = True
             self._schedule(0.0, self._boundary)
-        elif self.waiting[0] is seq:
+        elif self.waiting[0] is seq or self._unblocked(seq):
             # Only a new head of the queue can change the plan: behind a
-            # waiting head nothing is admitted before it.
+            # waiting head nothing is admitted before it (unless the head
+            # waits for its LoRA adapter, which the scheduler skips).
             self._on_arrival_while_busy(now)
 
     def _on_arrival_while_busy(self, now: float) -> None:
         """Hook for the fast engine to cut a skipped stretch short."""
+
+    # --- LoRA adapters (engine/lora.py) -----------------------------------------
+    def _unblocked(self, s: Seq) -> bool:
+        """A LoRA request whose adapter the batch has room for (False without LoRA)."""
+        return self.lora is not None and not self.lora.blocked(s.req.adapter)
+
+    def _next_waiting(self, skipped: list[Seq]) -> Optional[Seq]:
+        """The waiting sequence the scheduler tries next. vLLM skips one whose
+        LoRA adapter would take the batch past ``max_loras``: it is moved to
+        ``skipped`` and put back in its place by :meth:`_unskip`."""
+        w, lora = self.waiting, self.lora
+        while w:
+            s = w[0]
+            if lora is None or not lora.blocked(s.req.adapter):
+                return s
+            skipped.append(w.popleft())
+        return None
+
+    def _unskip(self, skipped: list[Seq]) -> None:
+        for s in reversed(skipped):
+            self.waiting.appendleft(s)
+
+    def _first_candidate(self) -> Optional[Seq]:
+        """The waiting sequence the next plan would try first (None: every one is skipped)."""
+        if self.lora is None:
+            return self.waiting[0]
+        for s in self.waiting:
+            if not self.lora.blocked(s.req.adapter):
+                return s
+        return None
+
+    def _lora_step_time(self, prefill: list[tuple[int, int]], decode_batch: int, context: float,
+                        sampling: int) -> float:
+        """An iteration's time with the LoRA kernels over the batch's adapters."""
+        cm = self.cm
+        assert isinstance(cm, CostModel) and self.lora is not None   # LoRA pools do not speculate
+        return cm.step_time(prefill, decode_batch, context, sampling, adapters=self.lora.distinct)
 
     def queued(self) -> int:
         """Requests waiting for a batch slot, those not yet taken in included."""
@@ -211,7 +252,7 @@ class ReplicaBase:
         held, self.held = self.held, []
         for s in held:
             self.waiting.append(s)
-        if self.waiting[0] is not head:
+        if self.waiting[0] is not head or any(map(self._unblocked, held)):
             self._on_arrival_while_busy(now)
 
     def _boundary(self, _ev: object = None) -> None:
@@ -361,6 +402,8 @@ class ReplicaBase:
             s.pin, s.pin_ids, s.pin_blocks = c.acquire(ids, m, s.req.input_tokens, s.req.klass)
             s.blocks = total - s.pin_blocks
             taken = s.blocks + c.pinned - p0
+        if self.lora is not None:   # a cold adapter's load delays the iteration it joins
+            self.reload_s += self.lora.enter(s.req.adapter)
         if self.kv_budgets is not None:
             self._charge(s)
         if self.no_evict:
@@ -450,6 +493,8 @@ class ReplicaBase:
         """Unreference a sequence's cached entries (a finished one also enters
         its output blocks), and give back its class's KV charge: every way a
         running sequence stops (finish, cancel, preemption) passes here."""
+        if self.lora is not None:
+            self.lora.leave(s.req.adapter, self.iterations)
         if self.kv_budgets is not None:
             self.kv_charged[s.req.klass] -= self._footprint(s.req)
         if self.no_evict:
@@ -511,9 +556,10 @@ class ReplicaBase:
         output too. Each engine's ``_admit`` does its own block bookkeeping."""
         chunks: list = []
         budget = self.cfg.max_num_batched_tokens - decoding
-        while self.waiting and self._batch_len() < self.cfg.max_num_seqs:
-            s = self.waiting[0]
-            if self._over_budget(s):
+        skipped: list[Seq] = []
+        while self._batch_len() < self.cfg.max_num_seqs:
+            s = self._next_waiting(skipped)
+            if s is None or self._over_budget(s):
                 break
             need, total, m = self._admission(s, reserve_output)
             new = s.prompt - max(0 if m is None else m.usable(s.prompt), self._preloaded(s))
@@ -523,14 +569,16 @@ class ReplicaBase:
             self._trim_cache(free)
             chunks.append((s, s.prompt - s.done))
             budget -= s.prompt - s.done
+        self._unskip(skipped)
         return chunks
 
     def _admit_chunked(self, now: float, free: int, budget: int, chunks: list) -> None:
         """Admit waiting prompts FCFS while a sequence slot, token budget and
         ``free`` blocks allow, each with a first chunk that fits the budget."""
-        while self.waiting and budget > 0 and self._batch_len() < self.cfg.max_num_seqs:
-            s = self.waiting[0]
-            if self._over_budget(s):
+        skipped: list[Seq] = []
+        while budget > 0 and self._batch_len() < self.cfg.max_num_seqs:
+            s = self._next_waiting(skipped)
+            if s is None or self._over_budget(s):
                 break
             need, total, m = self._admission(s)
             if self._no_room(s, need, total, free):
@@ -540,6 +588,7 @@ class ReplicaBase:
             c = min(s.prompt - s.done, budget)
             chunks.append((s, c))
             budget -= c
+        self._unskip(skipped)
 
     def _prefill_chunk_done(self, s: Seq, chunk: int, now: float) -> bool:
         """Apply a prefill chunk; when it completes the prompt, emit the token
@@ -597,6 +646,8 @@ class ReplicaBase:
             "batch_max": self.batch_size.max,
             "prefix_cache": None if self.cache is None else self.cache.stats(),
         }
+        if self.lora is not None:
+            out["lora"] = self.lora.stats()
         if self.contiguous:
             out["kv_filled_area"] = self.kv_filled_area
             out["kv_filled_max"] = self.kv_filled_max

@@ -136,7 +136,9 @@ class ReferenceReplica(ReplicaBase):
         prefill = [(c, s.done) for s, c in chunks]
         sampling = len(decodes) + sum(1 for s, c in chunks if s.done + c == s.prompt)
         ctx = sum(s.kv + 1 for s in decodes)
-        if self.class_tokens_per_step is None:
+        if self.lora is not None:
+            dt = self._lora_step_time(prefill, len(decodes), ctx, sampling)
+        elif self.class_tokens_per_step is None:
             dt = self.cm.step_time(prefill, len(decodes), ctx, sampling)
         else:   # per-class α: the step over the decoding sequences' mean E
             e = self._mean_tokens_per_step(Counter(map(self._tokens_per_step, decodes)))

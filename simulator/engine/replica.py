@@ -24,12 +24,14 @@ from typing import Callable, Optional
 import simpy
 from mypy_extensions import mypyc_attr
 
+from ..costmodel import CostModel
 from ..costmodel.speculative import SpeculativeCostModel
 from ..metrics.gaps import GapLog
 from .base import ReplicaBase, StepCost
 from .blocks import BlockDemand, ceil_div
 from .config import EngineConfig
 from .kv_tiers import OffloadPlan
+from .lora import LoraPlan
 from .prefix_cache import Match
 from .sequence import DECODE, PREFILL, Seq
 from workloads.request import Request
@@ -43,9 +45,10 @@ class FastReplica(ReplicaBase):
     def __init__(self, env: simpy.Environment, index: int, cm: StepCost, cfg: EngineConfig, num_blocks: int,
                  gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None,
                  max_model_len: Optional[int] = None, id_block_tokens: Optional[int] = None,
-                 kv_budgets: Optional[dict[str, int]] = None, offload: Optional[OffloadPlan] = None) -> None:
+                 kv_budgets: Optional[dict[str, int]] = None, offload: Optional[OffloadPlan] = None,
+                 lora: Optional[LoraPlan] = None) -> None:
         super().__init__(env, index, cm, cfg, num_blocks, gaps, on_done, max_model_len, id_block_tokens,
-                         kv_budgets, offload)
+                         kv_budgets, offload, lora)
         self.running: dict[Seq, None] = {}   # admission order; newest last
         self.prefilling: dict[Seq, None] = {}
         self.fixed_blocks = 0                # held by sequences not decoding (contiguous KV: by all)
@@ -230,7 +233,9 @@ class FastReplica(ReplicaBase):
             sampling = (B if decoding else 0) + sum(1 for s, c in chunks if s.done + c == s.prompt)
             ctx = (self.C + B * (self.G + 1)) if decoding else 0
             cm = self.cm
-            if self.class_tokens_per_step is None:
+            if self.lora is not None:
+                dt = self._lora_step_time(prefill, B if decoding else 0, ctx, sampling)
+            elif self.class_tokens_per_step is None:
                 dt = cm.step_time(prefill, B if decoding else 0, ctx, sampling)
             else:
                 assert isinstance(cm, SpeculativeCostModel)   # per-class α is speculative decoding's
@@ -254,7 +259,10 @@ class FastReplica(ReplicaBase):
             return
         # A decode-only stretch: how many iterations until something changes?
         cm = self.cm
-        if self.class_tokens_per_step is None:
+        if self.lora is not None:   # the LoRA kernels over the batch's adapters (fixed through the stretch)
+            assert isinstance(cm, CostModel)
+            a, b = cm.decode_coefficients(B, self.lora.distinct)
+        elif self.class_tokens_per_step is None:
             a, b = cm.decode_coefficients(B)
         else:   # one E for the stretch: its decoding set is fixed
             assert isinstance(cm, SpeculativeCostModel)
@@ -316,8 +324,8 @@ class FastReplica(ReplicaBase):
         running outputs change only at admissions and finishes), so if any
         is missing now it stays missing until a finish."""
         cfg = self.cfg
-        head = self.waiting[0]
-        if (len(self.running) >= cfg.max_num_seqs
+        head = self._first_candidate()   # (a waiting LoRA request may be skipped for its adapter)
+        if (head is None or len(self.running) >= cfg.max_num_seqs
                 or (cfg.chunked_prefill and cfg.max_num_batched_tokens - self.B <= 0)
                 or self._over_budget(head)):
             return False

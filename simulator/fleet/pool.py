@@ -21,6 +21,7 @@ from ..costmodel import CostModel
 from ..dtypes import compute_dtype
 from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
+from ..engine.lora import LoraPlan
 from ..engine.reference import ReferenceReplica
 from ..engine.replica import FastReplica
 from .routing import Router
@@ -85,13 +86,15 @@ class Pool:
                  id_block_tokens: int | None = None, *, name: str = "main",
                  kv_budgets: Optional[dict[str, int]] = None,
                  admission: Optional[dict[str, Admission]] = None, warm: int = 0,
-                 offload: Optional[OffloadPlan] = None) -> None:
+                 offload: Optional[OffloadPlan] = None, lora: Optional[LoraPlan] = None,
+                 adapters: Optional[Callable[[Request], None]] = None) -> None:
         self.env = env
         self.name = name
         self.router = router
         self.cm = cm
         self._make = lambda i: ENGINES[engine](env, i, cm, cfg, num_blocks, gaps, self._ended, max_model_len,
-                                               id_block_tokens, kv_budgets, offload)
+                                               id_block_tokens, kv_budgets, offload, lora)
+        self.adapters = adapters     # gives a request its LoRA adapter (fleet/lora.py LoraPool.assign)
         self.on_done = on_done
         self.num_blocks = num_blocks
         self.admission = admission or {}
@@ -199,6 +202,8 @@ class Pool:
     # --- requests -------------------------------------------------------------
     def submit(self, req: Request) -> None:
         self.arrivals += 1
+        if self.adapters is not None:
+            self.adapters(req)
         r = self.ready[self.router.choose(req, self.ready)]
         adm = self.admission.get(req.klass)
         if adm is not None and adm.rejects(req, r, self.prefill_tokens_per_s()):

@@ -14,6 +14,7 @@ from ..costmodel.pipeline import PipelineCostModel
 from ..costmodel.speculative import speculative_setup
 from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
+from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
 from ..memory import MemoryPlan, plan_memory
 from ..pipeline import Pipeline, plan_pipeline_memory, refusal
@@ -21,6 +22,7 @@ from ..profiles import load_hardware, load_model
 from ..profiles.hardware import HardwareProfile
 from ..profiles.model import ModelProfile
 from ..scenario.schema import PoolSpec
+from .lora import lora_setup
 from .offload import plan_offload
 
 
@@ -31,6 +33,7 @@ class PoolSetup:
     memory: MemoryPlan
     offload: Optional[OffloadPlan] = None   # KV offload tiers per replica (engine.kv_offload)
     engine: Optional[EngineConfig] = None   # what the replicas run, where it differs from spec.engine (pp)
+    lora: Optional[LoraPlan] = None         # LoRA adapter slots and caches per replica (pools[].lora)
 
     @property
     def engine_config(self) -> EngineConfig:
@@ -70,9 +73,12 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
                                            speculative=spec.speculative is not None))
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative))
+    lora = None
+    if spec.lora:   # the adapters' GPU slots come out of the KV cache
+        lora, mem = lora_setup(spec, cm, mem, gpu, where, source)
     if e.num_gpu_blocks_override:
         mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
-    return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source))
+    return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source), lora=lora)
 
 
 def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, where: str,
@@ -99,4 +105,4 @@ def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, w
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
     if e.num_gpu_blocks_override:
         mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
-    return PoolSetup(spec, cm, mem, None, rounds)
+    return PoolSetup(spec, cm, mem, None, engine=rounds)

@@ -11,6 +11,7 @@ from typing import Optional
 import numpy as np
 
 from .. import __version__
+from ..fleet.lora import lora_block
 from ..fleet.pool import Pool
 from ..fleet.setup import PoolSetup
 from ..scenario.compile import FleetPlan
@@ -206,6 +207,8 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
             spec.k, spec.acceptance_rate)}
         if getattr(ps.cm, "class_acceptance", None):   # classes with their own α: theirs and their E
             block["speculative"]["classes"] = ps.cm.class_figures()
+    if ps.spec.lora is not None:
+        block["lora"] = lora_block(ps.spec.lora, stats)
     return block
 
 

@@ -186,6 +186,9 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
                               source=source, key_path=key)
         j = names.index(d.decode_pool)
         q = sc.pools[j]
+        if q.lora is not None:
+            raise LlmsimError(f"pool {q.name!r} serves LoRA adapters; LoRA beside disaggregation is not modelled",
+                              source=source, key_path=key)
         if q.disaggregation is not None:
             raise LlmsimError(f"pool {q.name!r} prefills for another pool itself; a decode pool must decode",
                               source=source, key_path=key)

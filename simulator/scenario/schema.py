@@ -17,6 +17,7 @@ from ..errors import LlmsimError
 from ..fleet.autoscaler import AutoscalingSpec
 from ..fleet.classes import ClassSpec
 from ..fleet.disaggregation import DisaggregationSpec
+from ..fleet.lora import LoraSpec
 from ..fleet.regions import RegionSpec
 from ..metrics.by_input_length import InputLengthBuckets
 from ..metrics.cost import CostSpec
@@ -54,6 +55,7 @@ class PoolSpec(BaseModel):
     usd_per_gpu_hour: Optional[float] = Field(default=None, gt=0, description="override the GPU profile's price")
     engine: EngineConfig = EngineConfig()
     speculative: Optional[SpeculativeSpec] = Field(default=None, description="draft-model speculative decoding")
+    lora: Optional[LoraSpec] = Field(default=None, description="serve LoRA adapters on the model, as vLLM's --enable-lora")
 
     @model_validator(mode="before")
     @classmethod
