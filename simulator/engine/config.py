@@ -182,12 +182,12 @@ class EngineConfig(BaseModel):
         if self.kernels is None:
             return self
         from ..profiles.backend import load_backend
-        from ..profiles.loader import list_builtin
+        from ..profiles.loader import list_profiles
 
-        stacks = sorted({load_backend(n).stack for n in list_builtin("backend_profiles")})
+        stacks = sorted({load_backend(n).stack for n in list_profiles("backend_profiles")})
         if self.kernels not in stacks:
             raise ValueError(f"kernels: {self.kernels!r} names no serving stack; expected one of {', '.join(stacks)} "
-                             "(the stack of a built-in backend profile)")
+                             "(the stack of a built-in or installed backend profile)")
         return self
 
     @model_validator(mode="after")
