@@ -33,7 +33,7 @@ from .scenario.compile import FleetPlan, PoolPlan, compile_scenario
 from .metrics.gaps import GapGrid, GapLog
 from .metrics.results import compute_results
 from .errors import LlmsimError
-from .runsize import check_arrivals, check_run_size
+from .runsize import check_arrivals
 from .scenario.load import load_scenario
 from .scenario.schema import Scenario
 from workloads.adapters import AdapterDraws
@@ -98,8 +98,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     if not isinstance(scenario, Scenario):
         scenario, source = load_scenario(scenario)
     sc = scenario
-    plan = compile_scenario(sc, source)
-    check_run_size(sc, source)
+    plan = compile_scenario(sc, source)     # the run's size checked too
     env = simpy.Environment()
     gaps = GapLog()
     wl = sc.workload

@@ -33,6 +33,7 @@ from ..fleet.setup import PoolSetup, setup_pool
 from ..metrics.monthly import MonthRule, check_monthly
 from ..metrics.slo import SloSpec, parse_slo
 from ..pipeline import check_pp_pairs
+from ..runsize import check_run_size
 from .schema import PoolSpec, Scenario
 
 __all__ = ["FleetPlan", "PoolPlan", "PairPlan", "compile_scenario", "class_routes", "base_dir"]
@@ -94,7 +95,13 @@ class FleetPlan:
 
 
 def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPlan:
-    """Check ``sc`` against its profiles and across its sections, and resolve it into a plan."""
+    """Check ``sc`` against its profiles and across its sections, and resolve it into a plan.
+
+    The run's size is checked here, first (:mod:`simulator.runsize`): every
+    run compiles its scenario once, so each is held to the limits once, before
+    anything is built or drawn."""
+    check_run_size(sc, source)
+
     def fail(msg: str, key: str):
         raise LlmsimError(msg, source=source, key_path=key)
 
