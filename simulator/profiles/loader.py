@@ -18,7 +18,7 @@ import yaml
 from pydantic import BaseModel
 
 from ..errors import LlmsimError, os_reason
-from ..inputs import MAX_TEXT_BYTES, input_file, note_read
+from ..reads import MAX_TEXT_BYTES, input_file, note_read
 from ..plugins import profile_files
 from ..structured import parse_json, parse_yaml
 
@@ -41,7 +41,7 @@ def builtin_dir(kind: str) -> Path:
 def read_structured(path: Path, what: str = "YAML or JSON file") -> Any:
     """Read YAML or JSON (by the suffix: ``.json`` is JSON), turning every
     read/parse problem into an LlmsimError; the file's kind and size are
-    checked before it is read (``inputs.input_file``)."""
+    checked before it is read (``reads.input_file``)."""
     input_file(path, MAX_TEXT_BYTES, what)
     try:
         text = Path(path).read_text()
