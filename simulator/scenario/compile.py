@@ -32,7 +32,7 @@ from ..fleet.regions import RegionTable
 from ..fleet.setup import PoolSetup, setup_pool
 from ..metrics.monthly import MonthRule, check_monthly
 from ..metrics.slo import SloSpec, parse_slo
-from ..pipeline import check_pp_pairs
+from ..fleet.pp_refusals import check_pp_pairs
 from ..runsize import check_run_size
 from .schema import PoolSpec, Scenario
 
