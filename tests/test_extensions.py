@@ -147,3 +147,28 @@ def test_a_broken_plugin_is_named_in_one_line(tmp_path):
     res = _llmsim(site, "run", "sc.yaml", "-o", "out", "--no-plots", cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "last_replica" in res.stderr and "needs torch" in res.stderr
+
+
+def test_what_a_stack_models_is_its_profiles_word(tmp_path, cli):
+    """LoRA and pipeline parallelism are refused or run by what the backend
+    profile says, not by the stack's name: vLLM's profile with LoRA marked
+    unmodelled refuses a LoRA pool, and with pipeline parallelism unmodelled a pp = 2 pool."""
+    vllm = yaml.safe_load((REPO_ROOT / "backend_profiles" / "vllm.yaml").read_text())
+    (tmp_path / "no-lora.yaml").write_text(yaml.safe_dump({**vllm, "lora_modelled": False}))
+    base = ("name: s\nworkload: {num_requests: 20, arrival: {type: concurrency, concurrency: 4}, "
+            "input_tokens: {dist: fixed, value: 64}, output_tokens: {dist: fixed, value: 8}}\n")
+    lora = "    lora: {max_loras: 2, max_lora_rank: 16, adapters: 4}\n"
+    for backend, code in (("vllm", 0), (str(tmp_path / "no-lora.yaml"), 2)):
+        p = tmp_path / "lora.yaml"
+        p.write_text(base + f"pools:\n  - model: llama-3-8b\n    gpu: h100-sxm\n    engine: {{backend: {backend}}}\n"
+                     + lora)
+        r = cli("run", p, "--json")
+        assert r.code == code, r.err
+    assert "LoRA serving is modelled as vLLM schedules" in r.err and "pools[0].lora" in r.err
+    (tmp_path / "no-pp.yaml").write_text(yaml.safe_dump({**vllm, "pp_modelled": False}))
+    for backend, code in (("vllm", 0), (str(tmp_path / "no-pp.yaml"), 2)):
+        p = tmp_path / "pp.yaml"
+        p.write_text(base + f"pools:\n  - {{model: llama-3-8b, gpu: h100-sxm, pp: 2, engine: {{backend: {backend}}}}}\n")
+        r = cli("run", p, "--json")
+        assert r.code == code, r.err
+    assert "is not modelled" in r.err and "engine.backend" in r.err

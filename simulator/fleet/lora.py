@@ -131,8 +131,9 @@ def _check_modelled(spec, cm: CostModel, where: str, source) -> None:
     """What the LoRA model does not cover is refused, not approximated."""
     e = spec.engine
     if e.backend is not None:
-        stack = load_backend(e.backend).stack
-        if stack != "vllm":
+        prof = load_backend(e.backend)
+        if not prof.lora_modelled:
+            stack = prof.stack
             raise _refuse(f"LoRA serving is modelled as vLLM schedules and caches adapters; {stack}'s LoRA "
                           f"(its own batch limit and adapter cache) is not modelled: use engine.backend: vllm",
                           where, source)

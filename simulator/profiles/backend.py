@@ -135,6 +135,10 @@ class BackendProfile(_Strict):
     by_version: list[VersionRule] = Field(default_factory=list)
     releases: dict[str, str] = Field(
         default_factory=dict, description="release -> first upload day (ISO), to place nightlies by date")
+    lora_modelled: bool = Field(default=False, description="llmsim models this stack's LoRA serving (vLLM's "
+                                                            "adapter batch limit and cache); else pools[].lora is refused")
+    pp_modelled: bool = Field(default=True, description="llmsim models this stack's pipeline-parallel loop (vLLM V1's "
+                                                        "and SGLang's micro-batches); else pp > 1 is refused")
     speculative_engine: dict[str, Any] = Field(
         default_factory=dict, description="engine keys the stack changes when it decodes speculatively")
     aiconfigurator: GeneratedLaunch = GeneratedLaunch()
