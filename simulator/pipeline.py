@@ -129,5 +129,5 @@ def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp:
     return MemoryPlan(gpu.hbm_bytes * gpus, sum(b.usable for _, b in shares) * tp, weights,
                       sum(b.activation for _, b in shares) * tp, sum(s.runtime for s, _ in shares) * tp,
                       blocks * block_size * kv_token, kv_token, block_size, blocks, 0.0,
-                      kv_memory.rule if kv_memory else "vllm", first.fraction, first.knob, 1)
+                      (kv_memory or KvMemory()).rule, first.fraction, first.knob, 1)
 

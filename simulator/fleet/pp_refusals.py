@@ -32,9 +32,9 @@ def refusal(spec: "PoolSpec", model: ModelProfile) -> Optional[tuple[str, str]]:
         kind = "mixture-of-experts" if model.is_moe else "MLA" if model.is_mla else "sliding-window"
         return "pp", (f"pp={pp} with {model.name}'s {kind} layers is not modelled (stages are priced for uniform "
                       "dense layers); use pp: 1")
-    unmodelled = e.backend is not None and not load_backend(e.backend).pp_modelled
-    trtllm = e.kv_memory is not None and e.kv_memory.rule == "trtllm"
-    if e.kernels == "trtllm" or unmodelled or trtllm:
+    # the stacks the engine runs as: its backend's profile, and the stacks its kernels and KV rule name
+    stacks = [n for n in (e.backend, e.kernels, e.kv_memory.rule if e.kv_memory else None) if n is not None]
+    if any(not load_backend(n).pp_modelled for n in stacks):
         return "engine.backend", (f"pp={pp} with TensorRT-LLM is not modelled (llmsim follows vLLM V1's and "
                                   "SGLang's micro-batch scheduling); use backend vllm or sglang, or pp: 1")
     whole_in_flight = e.mixes_prefill and not e.chunked_prefill      # TensorRT-LLM's whole prompts beside decodes
