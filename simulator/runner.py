@@ -159,7 +159,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
                          timing_block(wall, len(requests)), plan)
     records = Records.of(requests)
     llmsim = llmsim_block(plan, pools, end, engine, records, scalers)
-    results = compute_results(records, gaps, slo=sc.slo, llmsim=llmsim)
+    results = compute_results(records, gaps, slo=plan.slo, llmsim=llmsim)
     return RunOutput(sc, requests, gaps, results, pools, plan.setups, tl, scalers,
                      timing_block(wall, len(records)), plan)
 

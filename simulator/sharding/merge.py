@@ -189,7 +189,7 @@ def merge_outcomes(plan: ShardPlan, outcomes: list[ShardOutcome], *, source: Opt
     llmsim["shards"] = {**plan.describe(),
                         "requests_per_shard": per_shard,
                         "simulated_seconds_per_shard": [o.end for o in outcomes]}
-    results = compute_results(requests, gaps, slo=sc.slo, llmsim=llmsim)
+    results = compute_results(requests, gaps, slo=compiled.slo, llmsim=llmsim)
     timing = {**timing_block(wall, len(requests)), "wall_time_s_per_shard": [o.wall_s for o in outcomes]}
     return RunOutput(sc, requests, gaps, results, pools, compiled.setups, _merge_timeline([o.timeline for o in outcomes], end),
                      timing=timing, plan=compiled)
