@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 import pyarrow.parquet as pq
+import pytest
 import yaml
 
 from conftest import REPO_ROOT
@@ -172,3 +173,35 @@ def test_what_a_stack_models_is_its_profiles_word(tmp_path, cli):
         r = cli("run", p, "--json")
         assert r.code == code, r.err
     assert "is not modelled" in r.err and "engine.backend" in r.err
+
+
+def test_a_profile_entry_point_may_name_a_path_or_a_function(tmp_path, monkeypatch):
+    """Besides a package holding NAME.yaml, an entry point may name a path or a
+    function returning one; anything else, or a path to nothing, is one clear error."""
+    from importlib.metadata import EntryPoint
+
+    import simulator.plugins as plugins
+    from simulator.errors import LlmsimError
+    from simulator.profiles.hardware import load_hardware
+
+    gpu = tmp_path / "elsewhere.yaml"
+    gpu.write_text((REPO_ROOT / "hardware_profiles" / "l40s.yaml").read_text().replace("name: l40s", "name: x"))
+    (tmp_path / "paths_ext.py").write_text(f"PATH = {str(gpu)!r}\ndef find():\n    return PATH\nNUMBER = 3\n"
+                                           "MISSING = 'no/such.yaml'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def installed(*eps):
+        monkeypatch.setattr(plugins, "entry_points",
+                            lambda group: [EntryPoint(n, v, group) for n, v in eps if group == "llmsim.gpus"])
+        plugins.forget()
+
+    try:
+        installed(("by-path", "paths_ext:PATH"), ("by-function", "paths_ext:find"))
+        assert load_hardware("by-path").hbm_gib == load_hardware("by-function").hbm_gib == load_hardware("l40s").hbm_gib
+        for value, words in (("paths_ext:NUMBER", "is int; expected a package holding bad.yaml"),
+                             ("paths_ext:MISSING", "which is not a file"), ("paths_ext", "no bad.yaml in")):
+            installed(("bad", value))
+            with pytest.raises(LlmsimError, match=words):
+                load_hardware("bad")
+    finally:
+        plugins.forget()

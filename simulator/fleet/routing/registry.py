@@ -135,6 +135,7 @@ class _RouterJsonSchema:
     plugins registered by then are included): a name, or one router's settings."""
 
     def __get_pydantic_json_schema__(self, core_schema, handler) -> dict:
+        load_code("llmsim.routers")      # `llmsim schema` lists the installed packages' routers too
         names_of: dict[type[RouterParams], list[str]] = {}
         for name in sorted(ROUTERS):
             names_of.setdefault(ROUTERS[name].params, []).append(name)
