@@ -37,6 +37,7 @@ from simulator.metrics.gaps import GapGrid, GapLog  # noqa: E402
 from simulator.metrics.percentiles import UniformMixture  # noqa: E402
 from simulator.metrics.records import Records  # noqa: E402
 from simulator.metrics.results import compute_results  # noqa: E402
+from simulator.scenario.slo import parse_slo  # noqa: E402
 
 
 def _peak(fn) -> float:
@@ -80,7 +81,7 @@ def request_figures(tile: int) -> None:
 
     for on_disk in (False, True):
         rec = table(on_disk)
-        res = _peak(lambda: compute_results(rec, None, slo=sc.slo))
+        res = _peak(lambda: compute_results(rec, None, slo=parse_slo(sc.slo)))
         block = _peak(lambda: llmsim_block(out.plan, out.pools, 120.0, "fast", rec, out.scalers))
         where = "on disk" if on_disk else "in memory"
         print(f"{n:,} requests, columns {where}: compute_results peak {res / n:.0f} B per request, "

@@ -185,11 +185,29 @@ def _trtllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     return KvBudget(kv, frac, g.weights + kv, 0.0, "free_gpu_memory_fraction", activation=act)
 
 
-RULES: dict[str, Callable[[GpuShare, KvMemory, float], KvBudget]] = {
-    "vllm": _vllm, "sglang": _sglang, "trtllm": _trtllm}
+@dataclass(frozen=True)
+class KvRule:
+    """One stack's accounting, and what the other models ask of it."""
+
+    budget: Callable[[GpuShare, KvMemory, float], KvBudget]
+    # The engine key that is its fraction, if the rule reads one beside kv_memory.fraction
+    # (vLLM's gpu_memory_utilization); a rule without one refuses the key.
+    engine_knob: Optional[str] = None
+    # A speculative draft's weights and KV come out of the stack's reserve, not the KV pool:
+    # SGLang sizes the target's pool before it loads the draft (model_runner.py
+    # init_memory_pool: the draft worker takes draft_runner_cache_size, the target's token
+    # count; its reserve grows by 2 GiB for a draft: sglang_mem_fraction_static).
+    draft_in_reserve: bool = False
+
+
+# Each KV memory rule by the name engine.kv_memory.rule takes (the Rule type lists them).
+RULES: dict[str, KvRule] = {
+    "vllm": KvRule(_vllm, engine_knob="gpu_memory_utilization"),
+    "sglang": KvRule(_sglang, draft_in_reserve=True),
+    "trtllm": KvRule(_trtllm)}
 
 
 def kv_budget(g: GpuShare, spec: Optional[KvMemory], gpu_memory_utilization: float = 0.9) -> KvBudget:
     """One GPU's KV bytes under ``spec``'s stack (vLLM's accounting without one)."""
     spec = spec or KvMemory()
-    return RULES[spec.rule](g, spec, gpu_memory_utilization)
+    return RULES[spec.rule].budget(g, spec, gpu_memory_utilization)

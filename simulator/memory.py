@@ -106,7 +106,7 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     num_blocks = int(kv_cap // (kv_per_token * block_size))
     return MemoryPlan(gpu.hbm_bytes * gpus, budget.usable * gpus, share.weights * gpus, budget.activation * gpus,
                       share.runtime * gpus, kv_cap, kv_per_token, block_size, num_blocks, window * gpus,
-                      kv_memory.rule if kv_memory else "vllm", budget.fraction, budget.knob, dp)
+                      (kv_memory or KvMemory()).rule, budget.fraction, budget.knob, dp)
 
 
 def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight_dtype: str, g: GpuShare,

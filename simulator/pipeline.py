@@ -34,8 +34,7 @@ non-chunked or static schedulers of older stacks.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
-from typing import TYPE_CHECKING, Optional, Sequence
+from typing import Optional
 
 from .errors import LlmsimError
 from .kv_memory import GpuShare, KvMemory, kv_budget
@@ -43,9 +42,6 @@ from .memory import MemoryPlan, _mlp_width
 from .parallelism import Parallelism, replica_kv_bytes_per_token
 from .profiles.hardware import HardwareProfile
 from .profiles.model import ModelProfile
-
-if TYPE_CHECKING:
-    from .scenario.schema import PoolSpec
 
 #: Tensors a stage hands the next per token: the hidden state and the
 #: residual stream (vLLM's models build their IntermediateTensors from
@@ -86,51 +82,6 @@ class Pipeline:
         """The busiest stage's share of the layers against an even split
         (1.0 when ``pp`` divides the layer count)."""
         return max(self.layers) * self.pp / sum(self.layers)
-
-
-def refusal(spec: "PoolSpec", model: ModelProfile) -> Optional[tuple[str, str]]:
-    """(key under the pool, message) for a pool with ``pp > 1`` that llmsim
-    cannot model, else None."""
-    pp, e = spec.pp, spec.engine
-    if pp > model.num_hidden_layers:
-        return "pp", f"pp={pp} exceeds the {model.num_hidden_layers} decoder layers of {model.name}: a stage needs one"
-    what = {"dp": spec.dp > 1, "ep": spec.ep > 1, "speculative": spec.speculative is not None,
-            "disaggregation": spec.disaggregation is not None, "engine.kv_offload": e.kv_offload is not None,
-            "lora": spec.lora is not None}
-    for key, on in what.items():
-        if on:
-            return key, (f"{key} with pp={pp} is not modelled: llmsim prices pipeline stages of plain tensor "
-                         f"parallelism; remove {key} or set pp: 1")
-    if model.is_moe or model.is_mla or model.num_sliding_layers:
-        kind = "mixture-of-experts" if model.is_moe else "MLA" if model.is_mla else "sliding-window"
-        return "pp", (f"pp={pp} with {model.name}'s {kind} layers is not modelled (stages are priced for uniform "
-                      "dense layers); use pp: 1")
-    stack = e.backend or ""
-    trtllm = e.kv_memory is not None and e.kv_memory.rule == "trtllm"
-    if e.kernels == "trtllm" or stack.startswith("trtllm") or trtllm:
-        return "engine.backend", (f"pp={pp} with TensorRT-LLM is not modelled (llmsim follows vLLM V1's and "
-                                  "SGLang's micro-batch scheduling); use backend vllm or sglang, or pp: 1")
-    whole_in_flight = e.mixes_prefill and not e.chunked_prefill      # TensorRT-LLM's whole prompts beside decodes
-    if e.scheduler != "continuous" or e.num_scheduler_steps > 1 or e.contiguous or whole_in_flight:
-        return "pp", (f"pp={pp} needs continuous batching with chunked prefill on paged KV, as vLLM V1 and SGLang "
-                      "schedule micro-batches; this pool's engine schedules otherwise")
-    if not e.chunked_prefill:
-        return "engine.chunked_prefill", (
-            f"pp={pp} with prefill batches that run alone (SGLang's default) is not modelled: SGLang's PP loop runs a "
-            "prefill micro-batch beside decoding ones, which llmsim's rounds do not; set engine.chunked_prefill: true "
-            "(SGLang's --enable-mixed-chunk) or pp: 1")
-    return None
-
-
-def check_pp_pairs(pools: Sequence["PoolSpec"], source: str | Path | None) -> None:
-    """A decode pool fed by a prefill pool cannot run ``pp > 1`` (disaggregation is not modelled with it)."""
-    names = {p.name: i for i, p in enumerate(pools)}
-    for p in pools:
-        d = p.disaggregation
-        if d is not None and d.decode_pool in names and pools[names[d.decode_pool]].pp > 1:
-            j = names[d.decode_pool]
-            raise LlmsimError(f"pool {d.decode_pool!r} decodes for a disaggregated prefill pool; pp={pools[j].pp} "
-                              "with disaggregation is not modelled", source=source, key_path=f"pools[{j}].pp")
 
 
 def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp: int, weight_dtype: str = "bf16",
@@ -178,5 +129,5 @@ def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp:
     return MemoryPlan(gpu.hbm_bytes * gpus, sum(b.usable for _, b in shares) * tp, weights,
                       sum(b.activation for _, b in shares) * tp, sum(s.runtime for s, _ in shares) * tp,
                       blocks * block_size * kv_token, kv_token, block_size, blocks, 0.0,
-                      kv_memory.rule if kv_memory else "vllm", first.fraction, first.knob, 1)
+                      (kv_memory or KvMemory()).rule, first.fraction, first.knob, 1)
 

@@ -33,7 +33,7 @@ from .scenario.compile import FleetPlan, PoolPlan, compile_scenario
 from .metrics.gaps import GapGrid, GapLog
 from .metrics.results import compute_results
 from .errors import LlmsimError
-from .runsize import check_arrivals, check_run_size
+from .runsize import check_arrivals
 from .scenario.load import load_scenario
 from .scenario.schema import Scenario
 from workloads.adapters import AdapterDraws
@@ -98,8 +98,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     if not isinstance(scenario, Scenario):
         scenario, source = load_scenario(scenario)
     sc = scenario
-    plan = compile_scenario(sc, source)
-    check_run_size(sc, source)
+    plan = compile_scenario(sc, source)     # the run's size checked too
     env = simpy.Environment()
     gaps = GapLog()
     wl = sc.workload
@@ -160,7 +159,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
                          timing_block(wall, len(requests)), plan)
     records = Records.of(requests)
     llmsim = llmsim_block(plan, pools, end, engine, records, scalers)
-    results = compute_results(records, gaps, slo=sc.slo, llmsim=llmsim)
+    results = compute_results(records, gaps, slo=plan.slo, llmsim=llmsim)
     return RunOutput(sc, requests, gaps, results, pools, plan.setups, tl, scalers,
                      timing_block(wall, len(records)), plan)
 

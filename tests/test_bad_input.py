@@ -171,7 +171,7 @@ def test_the_key_covers_every_file_a_run_reads(tmp_path, repo_root, name):
     """What a run reads (loading, the pre-run checks, drawing the workload) is inside what the store's key
     hashes, for every built-in scenario and variant (speculative drafts, backends) and a trace scenario."""
     from simulator.scenario.compile import base_dir, compile_scenario
-    from simulator.inputs import recorded_reads
+    from simulator.reads import recorded_reads
     from simulator.planning.point import named_files
     from workloads.drivers import make_source
 

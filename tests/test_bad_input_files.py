@@ -385,12 +385,12 @@ def test_the_suite_covers_every_class_with_enough_cases():
 @pytest.mark.parametrize("files, argv, fragments", [c[1:] for c in CASES], ids=[c[0] for c in CASES])
 def test_a_bad_input_is_one_line_naming_file_and_key_and_leaves_nothing(tmp_path, cli, monkeypatch,
                                                                         files, argv, fragments):
-    import simulator.inputs as inputs
+    import simulator.reads as reads
     import workloads.traces as traces
 
     # the compressed-bomb cases stay small: a 4 MiB limit stands for the real ones
-    monkeypatch.setattr(inputs, "MAX_TRACE_BYTES", 2**20)
-    monkeypatch.setattr(inputs, "MAX_TABLE_BYTES", 2**20)
+    monkeypatch.setattr(reads, "MAX_TRACE_BYTES", 2**20)
+    monkeypatch.setattr(reads, "MAX_TABLE_BYTES", 2**20)
     monkeypatch.setattr(traces, "MAX_TRACE_BYTES", 2**30)
     monkeypatch.chdir(tmp_path)
     _write(tmp_path, files)

@@ -22,6 +22,7 @@ from simulator.errors import LlmsimError
 from simulator.metrics import (GapGrid, GapLog, UniformMixture, compute_results, jsonable, percentile_key, request_table,
                                sample_stats, write_requests, write_results)
 from simulator.report.summary import summary_table
+from simulator.scenario.slo import parse_slo
 from workloads.request import RECORD_COLUMNS, Request, Status
 
 approx = lambda x: pytest.approx(x, rel=1e-12, abs=1e-12)  # noqa: E731
@@ -68,7 +69,7 @@ def test_keys_in_vllm_order():
     reqs, gaps = hand_case()
     keys = list(compute_results(reqs, gaps))
     assert keys == VLLM_KEYS[:2] + ["cancelled"] + VLLM_KEYS[2:] + ["llmsim"]   # llmsim's key beside vLLM's failed
-    assert list(compute_results(reqs, gaps, slo={"ttft_p99_ms": 1}))[-2:] == ["slo", "llmsim"]
+    assert list(compute_results(reqs, gaps, slo=parse_slo({"ttft_p99_ms": 1})))[-2:] == ["slo", "llmsim"]
 
 
 def test_counts_duration_and_throughputs():
@@ -166,7 +167,7 @@ def test_finished_without_stamps_is_an_engine_bug():
 
 def test_percentile_targets_goodput_and_attainment():
     reqs, gaps = hand_case()
-    r = compute_results(reqs, gaps, slo={"ttft_p99_ms": 400, "tpot_p99_ms": 250, "e2el_p99_ms": 2000})
+    r = compute_results(reqs, gaps, slo=parse_slo({"ttft_p99_ms": 400, "tpot_p99_ms": 250, "e2el_p99_ms": 2000}))
     # good: A (250/250/1250 — TPOT equal to the limit passes) and C; B's TTFT 500 > 400
     assert r["request_goodput"] == approx(2 / 3.5)
     slo = r["slo"]
@@ -184,7 +185,7 @@ def test_percentile_targets_goodput_and_attainment():
 
 def test_all_targets_met():
     reqs, gaps = hand_case()
-    r = compute_results(reqs, gaps, slo={"ttft_p99_ms": 500, "itl_p50_ms": 125})
+    r = compute_results(reqs, gaps, slo=parse_slo({"ttft_p99_ms": 500, "itl_p50_ms": 125}))
     assert r["slo"]["met"] is True
     itl = r["slo"]["targets"]["itl_p50_ms"]
     assert itl["measured_ms"] == approx(125) and itl["attainment"] == approx(8 / 12)
@@ -194,26 +195,26 @@ def test_all_targets_met():
 
 def test_plain_thresholds_are_vllm_goodput():
     reqs, gaps = hand_case()
-    r = compute_results(reqs, gaps, slo={"ttft_ms": 600, "tpot_ms": 200})
+    r = compute_results(reqs, gaps, slo=parse_slo({"ttft_ms": 600, "tpot_ms": 200}))
     # A fails TPOT (250 > 200); B passes (one token -> TPOT 0); C passes
     assert r["request_goodput"] == approx(2 / 3.5)
     assert r["slo"]["targets"] == {} and r["slo"]["met"] is True
     # a plain threshold overrides the target's for goodput; the highest percentile wins otherwise
-    r = compute_results(reqs, gaps, slo={"ttft_p99_ms": 400, "ttft_ms": 600})
+    r = compute_results(reqs, gaps, slo=parse_slo({"ttft_p99_ms": 400, "ttft_ms": 600}))
     assert r["slo"]["goodput"]["thresholds_ms"] == {"ttft": 600.0}
-    r = compute_results(reqs, gaps, slo={"ttft_p99_ms": 600, "ttft_p50_ms": 100})
+    r = compute_results(reqs, gaps, slo=parse_slo({"ttft_p99_ms": 600, "ttft_p50_ms": 100}))
     assert r["slo"]["goodput"]["thresholds_ms"] == {"ttft": 600.0}
 
 
 def test_itl_only_slo_has_no_goodput():
     reqs, gaps = hand_case()
-    r = compute_results(reqs, gaps, slo={"itl_p99_ms": 100})
+    r = compute_results(reqs, gaps, slo=parse_slo({"itl_p99_ms": 100}))
     assert r["request_goodput"] is None and "goodput" not in r["slo"]
     assert r["slo"]["met"] is False
 
 
 def test_unmeasurable_target_is_not_met():
-    r = compute_results([req(0, 0.0, 0.5, 0.5)], GapLog(), slo={"tpot_p99_ms": 50})
+    r = compute_results([req(0, 0.0, 0.5, 0.5)], GapLog(), slo=parse_slo({"tpot_p99_ms": 50}))
     assert r["slo"]["targets"]["tpot_p99_ms"]["measured_ms"] is None
     assert r["slo"]["met"] is False
 
@@ -221,9 +222,8 @@ def test_unmeasurable_target_is_not_met():
 @pytest.mark.parametrize("slo", [{"ttft_p99": 5}, {"itl_ms": 5}, {"ttft_p99_ms": -1}, {"ttft_p99_ms": True},
                                  {"ttft_p99_ms": "fast"}, {"ttft_p0_ms": 5}, {"ttft_p101_ms": 5}])
 def test_bad_slo_is_a_user_error(slo):
-    reqs, gaps = hand_case()
     with pytest.raises(LlmsimError) as e:
-        compute_results(reqs, gaps, slo=slo)
+        parse_slo(slo)
     assert e.value.key_path == f"slo.{next(iter(slo))}"
 
 
@@ -233,7 +233,7 @@ def test_llmsim_block_is_merged_and_made_json_safe(tmp_path):
     reqs, gaps = hand_case()
     engine = {"seed": np.int64(7), "version": "0.1.0", "kv_utilisation": np.float32(0.5),
               "preemptions": 3, "idle": math.nan, "fleet": np.array([1, 2]), "status": Status.FINISHED}
-    r = compute_results(reqs, gaps, llmsim=engine, slo={"ttft_p99_ms": 400})
+    r = compute_results(reqs, gaps, llmsim=engine, slo=parse_slo({"ttft_p99_ms": 400}))
     b = r["llmsim"]
     assert b["seed"] == 7 and type(b["seed"]) is int
     assert b["kv_utilisation"] == 0.5 and type(b["kv_utilisation"]) is float
@@ -259,7 +259,7 @@ def test_all_values_are_plain_python():
         else:
             assert o is None or type(o) in (int, float, bool, str), (o, type(o))
 
-    walk(compute_results(reqs, gaps, slo={"ttft_p99_ms": 400, "tpot_ms": 10, "itl_p90_ms": 3}))
+    walk(compute_results(reqs, gaps, slo=parse_slo({"ttft_p99_ms": 400, "tpot_ms": 10, "itl_p90_ms": 3})))
 
 
 def _random_run(seed, n=60):
@@ -280,8 +280,8 @@ def _random_run(seed, n=60):
 def test_deterministic_and_independent_of_record_order():
     slo = {"ttft_p99_ms": 1500, "tpot_p99_ms": 40, "itl_p95_ms": 45}
     reqs, gaps = _random_run(1)
-    first = json.dumps(compute_results(reqs, gaps, slo=slo))
-    assert json.dumps(compute_results(reqs, gaps, slo=slo)) == first
+    first = json.dumps(compute_results(reqs, gaps, slo=parse_slo(slo)))
+    assert json.dumps(compute_results(reqs, gaps, slo=parse_slo(slo))) == first
     # shards or replicas may hand over records and gap segments in any order
     rng = random.Random(2)
     rng.shuffle(reqs)
@@ -290,7 +290,7 @@ def test_deterministic_and_independent_of_record_order():
     shuffled = GapLog()
     for s in seg:
         shuffled.add(*s)
-    again, first = compute_results(reqs, shuffled, slo=slo), json.loads(first)
+    again, first = compute_results(reqs, shuffled, slo=parse_slo(slo)), json.loads(first)
     # exact sums make everything bit-identical, except that ITL percentiles may
     # move in the last bits where segments share a breakpoint
     itl_pct = [k for k in first if k.startswith("p") and k.endswith("_itl_ms")]
@@ -531,7 +531,7 @@ def _render(table) -> str:
 
 def test_summary_table_shows_counts_latencies_and_slo():
     reqs, gaps = hand_case()
-    text = _render(summary_table(compute_results(reqs, gaps, slo={"ttft_p99_ms": 400, "tpot_p99_ms": 250})))
+    text = _render(summary_table(compute_results(reqs, gaps, slo=parse_slo({"ttft_p99_ms": 400, "tpot_p99_ms": 250}))))
     for needle in ("Successful requests", "Request goodput", "Total token throughput", "TTFT", "TPOT", "ITL",
                    "E2EL", "median", "p95", "p99", "495.00", "248.75", "✓", "✗", "goodput"):
         assert needle in text, needle

@@ -63,8 +63,8 @@ def _strip_gz(path: Path) -> str:
 
 
 def _open_text(path: Path) -> IO[str]:
-    """The trace's text (the file's own size was checked before: ``inputs.input_file``)."""
-    from simulator.inputs import MAX_TRACE_BYTES, open_text
+    """The trace's text (the file's own size was checked before: ``reads.input_file``)."""
+    from simulator.reads import MAX_TRACE_BYTES, open_text
 
     return open_text(path, MAX_TRACE_BYTES, "trace")
 

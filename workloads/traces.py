@@ -67,7 +67,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import LlmsimError, from_validation_error
-from simulator.inputs import MAX_TRACE_BYTES, input_file
+from simulator.reads import MAX_TRACE_BYTES, input_file
 
 from .request import Request
 from .trace_formats import MOONCAKE_BLOCK_SIZE, READERS, TRACE_FORMATS, RawTrace, detect_format, trace_error

@@ -18,12 +18,13 @@ _FIRST = ("name", "hbm_gib", "hbm_tb_s", "bf16_tflops", "fp8_tflops", "usd_per_g
 @profiles_app.command("list")
 def list_profiles(json: bool = typer.Option(False, "--json")) -> None:
     """List GPUs, models and serving backends with their key numbers."""
-    from ..profiles import list_builtin, load_hardware, load_model    # on first use: `llmsim --help` imports this
+    from ..profiles import load_hardware, load_model    # on first use: `llmsim --help` imports this
     from ..profiles.backend import load_backend
+    from ..profiles.loader import list_profiles as names     # built-in and installed plug-ins'
 
-    gpus = [load_hardware(n).summary() for n in list_builtin("hardware_profiles")]
-    models = [load_model(n).summary() for n in list_builtin("model_profiles")]
-    backends = [load_backend(n).summary() for n in list_builtin("backend_profiles")]
+    gpus = [load_hardware(n).summary() for n in names("hardware_profiles")]
+    models = [load_model(n).summary() for n in names("model_profiles")]
+    backends = [load_backend(n).summary() for n in names("backend_profiles")]
     if json:
         print_json({"gpus": gpus, "models": models, "backends": backends})
         return

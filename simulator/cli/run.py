@@ -66,7 +66,6 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
     from ..replicates import check_replicates
     from ..report.intervals import annotate
     from ..report.summary import summary_table
-    from ..runsize import check_run_size
     from ..scenario.load import load_scenario
     from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
     from ..scenario.variants import select_variants
@@ -92,8 +91,6 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
     chosen = select_variants(sc.variants, variant, path)
     if chosen:
         sc = load_with_variants(path, chosen, set_)
-    with blamed_on(path, variant_overlays(chosen), set_):
-        check_run_size(sc, path)
     with output_folder(output, overwrite=overwrite, inputs=[path]) as stage:
         with blamed_on(path, variant_overlays(chosen), set_):
             if replicates > 1:

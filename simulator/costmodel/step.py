@@ -62,7 +62,7 @@ class CostModel:
                  kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None,
                  iteration_us_per_seq: float = 0.0, dp: int = 1, ep: int = 1, mxfp4_activation: str | None = None,
                  async_scheduling: bool = False, kernels: str | None = None):
-        if kernels is not None and kernels not in gpu.serving_stacks:
+        if kernels is not None and gpu.serving_stacks is not None and kernels not in gpu.serving_stacks:
             raise LlmsimError(f"the {kernels} serving stack does not run on {gpu.name} (its profile's "
                               f"serving_stacks: {', '.join(gpu.serving_stacks)}); llmsim cannot model it there",
                               key_path="engine.backend")

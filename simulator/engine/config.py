@@ -5,7 +5,7 @@ from typing import Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..kv_memory import KvMemory
+from ..kv_memory import RULES, KvMemory
 
 
 class KvOffload(BaseModel):
@@ -163,8 +163,8 @@ class EngineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _one_memory_knob(self) -> "EngineConfig":
-        rule = self.kv_memory.rule if self.kv_memory else "vllm"
-        if rule != "vllm" and "gpu_memory_utilization" in self.model_fields_set:
+        rule = self.kv_memory.rule if self.kv_memory else KvMemory().rule
+        if RULES[rule].engine_knob != "gpu_memory_utilization" and "gpu_memory_utilization" in self.model_fields_set:
             raise ValueError(f"gpu_memory_utilization is vLLM's; this engine sizes its KV cache as {rule} does "
                              "(kv_memory.rule): set kv_memory.fraction instead (SGLang's mem_fraction_static, "
                              "TensorRT-LLM's free_gpu_memory_fraction)")
@@ -182,12 +182,12 @@ class EngineConfig(BaseModel):
         if self.kernels is None:
             return self
         from ..profiles.backend import load_backend
-        from ..profiles.loader import list_builtin
+        from ..profiles.loader import list_profiles
 
-        stacks = sorted({load_backend(n).stack for n in list_builtin("backend_profiles")})
+        stacks = sorted({load_backend(n).stack for n in list_profiles("backend_profiles")})
         if self.kernels not in stacks:
             raise ValueError(f"kernels: {self.kernels!r} names no serving stack; expected one of {', '.join(stacks)} "
-                             "(the stack of a built-in backend profile)")
+                             "(the stack of a built-in or installed backend profile)")
         return self
 
     @model_validator(mode="after")

@@ -24,14 +24,47 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from typing import Literal
+from dataclasses import dataclass
+from typing import Callable, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from .pool import Pool, State
 
-Metric = Literal["concurrency", "queue_depth", "kv_utilization", "gpu_busy", "compute_utilization",
-                 "request_rate"]
+
+@dataclass(frozen=True)
+class Window:
+    """What one evaluation reads: the pool, its ready replicas (at least 1)
+    and what changed since the last evaluation ``dt`` seconds ago."""
+
+    pool: Pool
+    n: int
+    dt: float
+    busy_s: float
+    arrivals: int
+    tokens: int
+
+
+@dataclass(frozen=True)
+class ScalingMetric:
+    read: Callable[[Window], float]
+    # The metric is a fleet total and the target a per-replica share of it:
+    # ask for ceil(total / target) replicas, with no tolerance band.
+    per_replica_target: bool = False
+
+
+# The metrics a pool may scale on, by the name autoscaling.metric takes; adding
+# one here adds it to the schema (Metric).
+METRICS: dict[str, ScalingMetric] = {
+    "concurrency": ScalingMetric(lambda w: sum(r.outstanding for r in w.pool.ready) / w.n),
+    "queue_depth": ScalingMetric(lambda w: w.pool.queue_depth() / w.n),
+    "kv_utilization": ScalingMetric(lambda w: w.pool.kv_utilization()),
+    "gpu_busy": ScalingMetric(lambda w: min(w.busy_s / (w.dt * w.n), 1.0)),
+    "compute_utilization": ScalingMetric(
+        lambda w: min(w.tokens * w.pool.flops_per_token() / (w.pool.peak_flops() * w.dt * w.n), 1.0)),
+    "request_rate": ScalingMetric(lambda w: w.arrivals / w.dt, per_replica_target=True),
+}
+Metric = Literal[tuple(METRICS)]  # type: ignore[valid-type]
 
 
 class ScheduleStep(BaseModel):
@@ -116,18 +149,7 @@ class Autoscaler:
         busy, arrivals, tokens = p.busy_time(), p.arrivals, p.tokens_processed()
         d_busy, d_arr, d_tok = busy - self._busy, arrivals - self._arrivals, tokens - self._tokens
         self._busy, self._arrivals, self._tokens, self._t = busy, arrivals, tokens, now
-        m = self.spec.metric
-        if m == "concurrency":
-            return sum(r.outstanding for r in p.ready) / n
-        if m == "queue_depth":
-            return p.queue_depth() / n
-        if m == "kv_utilization":
-            return p.kv_utilization()
-        if m == "gpu_busy":
-            return min(d_busy / (dt * n), 1.0)
-        if m == "compute_utilization":
-            return min(d_tok * p.flops_per_token() / (p.peak_flops() * dt * n), 1.0)
-        return d_arr / dt
+        return METRICS[self.spec.metric].read(Window(p, n, dt, d_busy, d_arr, d_tok))
 
     def desired(self) -> tuple[int, float]:
         s = self.spec
@@ -135,7 +157,7 @@ class Autoscaler:
         value = self._metric()
         ready = len(p.ready)
         committed = ready + p.count(State.STARTING)
-        if s.metric == "request_rate":
+        if METRICS[s.metric].per_replica_target:
             want = math.ceil(value / s.target - 1e-9)
         elif abs(value / s.target - 1.0) <= s.tolerance:
             want = committed

@@ -33,6 +33,7 @@ from ..costmodel import CostModel
 from ..costmodel.lora import RANKS, LoraCost, adapter_bytes, adapter_shard_bytes
 from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
+from ..kv_memory import KvMemory
 from ..memory import MemoryPlan
 from ..profiles.backend import load_backend
 from ..profiles.hardware import HardwareProfile
@@ -131,16 +132,17 @@ def _check_modelled(spec, cm: CostModel, where: str, source) -> None:
     """What the LoRA model does not cover is refused, not approximated."""
     e = spec.engine
     if e.backend is not None:
-        stack = load_backend(e.backend).stack
-        if stack != "vllm":
+        prof = load_backend(e.backend)
+        if not prof.lora_modelled:
+            stack = prof.stack
             raise _refuse(f"LoRA serving is modelled as vLLM schedules and caches adapters; {stack}'s LoRA "
                           f"(its own batch limit and adapter cache) is not modelled: use engine.backend: vllm",
                           where, source)
-    rule = "vllm" if e.kv_memory is None else e.kv_memory.rule
+    rule = KvMemory().rule if e.kv_memory is None else e.kv_memory.rule
     rules = [(e.scheduler == "static", "static batching"),
              (e.contiguous, "kv_allocation: contiguous"),
              (e.reserves_output, "kv_admission: reserve_output (TensorRT-LLM's)"),
-             (rule != "vllm", f"the {rule} KV memory rule"),
+             (not load_backend(rule).lora_modelled, f"the {rule} KV memory rule"),
              (spec.speculative is not None, "speculative decoding"),
              (spec.disaggregation is not None, "disaggregation")]
     for bad, what in rules:

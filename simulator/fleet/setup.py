@@ -17,7 +17,8 @@ from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
 from ..memory import MemoryPlan, plan_memory
-from ..pipeline import Pipeline, plan_pipeline_memory, refusal
+from ..pipeline import Pipeline, plan_pipeline_memory
+from .pp_refusals import refusal
 from ..profiles import load_hardware, load_model
 from ..profiles.hardware import HardwareProfile
 from ..profiles.model import ModelProfile

@@ -19,6 +19,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from workloads.request import Status
 from .records import LATENCY, Records
 from .results import compute_results
+from .slo import SloSpec
 
 __all__ = ["InputLengthBuckets", "input_length_block", "bucket_slo_blocks"]
 
@@ -58,15 +59,16 @@ class InputLengthBuckets(BaseModel):
         return self
 
 
-def input_length_block(requests: Records, spec: InputLengthBuckets, duration: float) -> dict[str, Any]:
+def input_length_block(requests: Records, spec: InputLengthBuckets, duration: float,
+                       slos: Mapping[str, SloSpec] | None = None) -> dict[str, Any]:
+    """Each bucket's figures, judged by its SLO (``slos``: the buckets' ``slo`` parsed by the scenario layer)."""
     r = Records.of(requests).select(*LATENCY)
     which = np.searchsorted(np.asarray(spec.edges), r.input_tokens, side="right")
     buckets: dict[str, Any] = {}
     lows = [0, *spec.edges]
     for i, label in enumerate(spec.labels):
         mine = r.where(which == i)
-        slo = spec.slo.get(label)
-        res = compute_results(mine, None, slo=slo, duration=duration)
+        res = compute_results(mine, None, slo=(slos or {}).get(label), duration=duration)
         block: dict[str, Any] = {"input_tokens": [lows[i], spec.edges[i] if i < len(spec.edges) else None],
                                  "requests": len(mine), "completed": mine.count(Status.FINISHED)}
         block.update({k: res.get(k) for k in _KEYS})

@@ -9,26 +9,27 @@ judged fleet-wide only.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Sequence
 
 from workloads.request import Request, Status
 from .records import LATENCY, Records
 from .results import compute_results
+from .slo import SloSpec
 
 _KEYS = ("median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p95_tpot_ms", "p99_tpot_ms",
          "p99_e2el_ms", "request_throughput")
 
 
-def class_block(requests: "Records | Sequence[Request]", classes: Sequence,
-                default_slo: Optional[Mapping[str, Any]], duration: float) -> dict[str, Any]:
+def class_block(requests: "Records | Sequence[Request]", classes: Sequence, class_slos: Mapping[str, SloSpec],
+                default_slo: SloSpec, duration: float) -> dict[str, Any]:
+    """Each class's figures, judged by its own SLO (``class_slos``, parsed) or else the scenario's."""
     by = Records.of(requests).select(*LATENCY, "klass", "pool").groups("klass", [c.name for c in classes])
     out: dict[str, Any] = {}
     specs = {c.name: c for c in classes}
     for name, reqs in by.items():
         c = specs.get(name)
-        slo = (c.slo if c is not None and c.slo else default_slo) or None
-        if slo:
-            slo = {k: v for k, v in slo.items() if not k.startswith("itl_")}
+        own = class_slos.get(name) if c is not None else None
+        slo = (own if own else default_slo).without("itl")
         res = compute_results(reqs, None, slo=slo, duration=duration)
         n = {s: reqs.count(s) for s in Status}
         block: dict[str, Any] = {

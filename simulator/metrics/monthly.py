@@ -39,17 +39,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal, Optional, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workloads.rate_profiles import HourlyProfile, RateProfile, RateSchedule, SinusoidProfile
-from ..errors import LlmsimError
 
 __all__ = ["HOURS_PER_MONTH", "DAYS_PER_MONTH", "MonthlySpec", "DailyLoad", "MonthRule", "daily_load",
-           "monthly_cost", "peak_window_month", "check_monthly", "usage_factor"]
+           "monthly_cost", "peak_window_month", "day_shape", "usage_factor"]
 
 HOURS_PER_MONTH = 730.0          # 8,760 h / 12, as cloud price calculators use
 DAYS_PER_MONTH = 30
@@ -94,7 +92,7 @@ class DailyLoad:
     source: str                 # where the profile comes from, in words
 
 
-def _profile(spec: MonthlySpec, workload) -> tuple[Any, Sequence, str]:
+def day_shape(spec: MonthlySpec, workload) -> tuple[Any, Sequence, str]:
     """(profile, spikes, description) the day's shape comes from; ValueError if none."""
     if spec.daily_profile is not None:
         return spec.daily_profile, (), f"the stated {spec.daily_profile.type} daily profile"
@@ -170,7 +168,7 @@ class MonthRule:
             usd, basis = monthly_cost(window_usd, window_s, method)
             resolved = method if method != "auto" else ("day" if window_s >= DAY_S else "window")
             return {"monthly_usd": usd, "monthly_method": resolved, "monthly_basis": basis}
-        profile, spikes, source = _profile(self.spec, self.workload)
+        profile, spikes, source = day_shape(self.spec, self.workload)
         arrivals_s = min(getattr(self.workload, "duration_s", None) or window_s, window_s)
         daily = daily_load(profile, spikes, arrivals_s, source)
         usd, hourly = peak_window_month(pools, daily, window_s)
@@ -193,26 +191,7 @@ def usage_factor(rule: "MonthRule", window_s: float) -> Optional[float]:
         return None
     if rule.spec.method != "peak_window":
         return monthly_cost(1.0, window_s, rule.spec.method)[0]
-    profile, spikes, source = _profile(rule.spec, rule.workload)
+    profile, spikes, source = day_shape(rule.spec, rule.workload)
     arrivals_s = min(getattr(rule.workload, "duration_s", None) or window_s, window_s)
     daily = daily_load(profile, spikes, arrivals_s, source)
     return sum(daily.multipliers) * HOUR_S * DAYS_PER_MONTH / window_s
-
-
-def check_monthly(sc, source: str | Path | None = None) -> None:
-    """What can be known wrong with ``cost.monthly`` before simulating."""
-    spec = sc.cost.monthly
-    d = sc.workload.duration_s
-    if spec.method == "day" and d is not None and d < DAY_S:
-        raise LlmsimError(f"method day takes the window as a sample of whole days, but workload.duration_s is "
-                          f"{d:g} s (< {DAY_S:g}): use peak_window with a daily profile, or window",
-                          source=source, key_path="cost.monthly.method")
-    if spec.method == "peak_window" and d is not None and d >= DAY_S:
-        raise LlmsimError(f"peak_window scales a slice of a day to the whole day, but workload.duration_s is "
-                          f"{d:g} s (a day or more): use method day (--set cost.monthly.method=day)",
-                          source=source, key_path="cost.monthly.method")
-    if spec.method == "peak_window":
-        try:
-            _profile(spec, sc.workload)
-        except ValueError as e:
-            raise LlmsimError(str(e), source=source, key_path="cost.monthly.daily_profile") from None

@@ -38,7 +38,7 @@ from workloads.request import Request, Status
 from .derive import RequestArrays
 from .gaps import GapGrid, GapLog
 from .percentiles import DEFAULT_PERCENTILES, UniformMixture, sample_percentile, sample_stats
-from .slo import LATENCY_METRICS, SloSpec, parse_slo
+from .slo import LATENCY_METRICS, SloSpec
 
 __all__ = ["compute_results", "jsonable", "write_results"]
 
@@ -87,14 +87,14 @@ def _slo_block(spec: SloSpec, samples: Mapping[str, np.ndarray], itl: UniformMix
     return block
 
 
-def compute_results(requests: Iterable[Request], gaps: GapLog | GapGrid | None, *, slo: Mapping[str, Any] | None = None,
+def compute_results(requests: Iterable[Request], gaps: GapLog | GapGrid | None, *, slo: SloSpec | None = None,
                     llmsim: Mapping[str, Any] | None = None, duration: float | None = None,
                     percentiles: Sequence[float] = DEFAULT_PERCENTILES) -> dict[str, Any]:
     """Summarise one run as vLLM would; see the module docstring for the
-    definitions. ``slo`` keys: ``<metric>_p<pct>_ms`` targets and/or
-    ``ttft_ms``/``tpot_ms``/``e2el_ms`` per-request thresholds. ``llmsim``
+    definitions. ``slo``: the percentile targets and per-request thresholds,
+    parsed by the scenario layer (:func:`simulator.scenario.slo.parse_slo`). ``llmsim``
     is the engine's own figures, merged into the ``llmsim`` block as given."""
-    spec = parse_slo(slo)
+    spec = slo if slo is not None else SloSpec()
     a = RequestArrays(requests)
     dur = _duration(a, duration)
     done = a.finished

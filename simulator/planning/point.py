@@ -24,7 +24,8 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import LlmsimError
-from ..inputs import code_digest, file_digest, recorded_reads
+from ..inputs import code_digest, file_digest
+from ..reads import recorded_reads
 from ..metrics.by_input_length import bucket_slo_blocks
 from .confidence import slo_targets_text
 from ..profiles.loader import resolve

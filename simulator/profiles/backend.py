@@ -103,6 +103,24 @@ class GpuRule(_Strict):
     set: dict[str, Any]
 
 
+class GeneratedLaunch(_Strict):
+    """How NVIDIA AIConfigurator's generator launches this stack for a
+    benchmark at concurrency C and prompt length ISL (``llmsim validate``
+    replays its rows so: :mod:`simulator.validation.deployment`). Every stack
+    gets a batch of C and a token budget of C + ISL + 1,500 (one prompt beside
+    the running decodes); these are the ways a stack's launch differs."""
+
+    engine: dict[str, Any] = Field(default_factory=dict, description="engine keys its rule sets besides the "
+                                                                     "batch and budget (SGLang: mixed chunks)")
+    budget_block: int = Field(default=1, ge=1, description="the budget is rounded up to a multiple of this "
+                                                           "(TensorRT-LLM's 32-token blocks)")
+    graphs_to_concurrency: bool = Field(default=False, description="CUDA graphs captured for batches 1..C "
+                                                                   "(kv_memory.cuda_graph_max_bs = C)")
+    in_evaluation: bool = Field(default=False, description="the 2025 evaluation pipeline (aic-eval, "
+                                                           "aic-genai-perf) wrote this stack's engine config "
+                                                           "too, block reuse off; else it ran the defaults")
+
+
 class BackendProfile(_Strict):
     name: str
     stack: str = Field(description="vllm, sglang or trtllm")
@@ -117,6 +135,13 @@ class BackendProfile(_Strict):
     by_version: list[VersionRule] = Field(default_factory=list)
     releases: dict[str, str] = Field(
         default_factory=dict, description="release -> first upload day (ISO), to place nightlies by date")
+    lora_modelled: bool = Field(default=False, description="llmsim models this stack's LoRA serving (vLLM's "
+                                                            "adapter batch limit and cache); else pools[].lora is refused")
+    pp_modelled: bool = Field(default=True, description="llmsim models this stack's pipeline-parallel loop (vLLM V1's "
+                                                        "and SGLang's micro-batches); else pp > 1 is refused")
+    speculative_engine: dict[str, Any] = Field(
+        default_factory=dict, description="engine keys the stack changes when it decodes speculatively")
+    aiconfigurator: GeneratedLaunch = GeneratedLaunch()
 
     def released(self, version: str) -> Optional[str]:
         """The day a release came out (ISO date) where known; a nightly's own date."""
@@ -182,7 +207,8 @@ def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
     from ..scenario.strict import validate_strict
 
     mappings = [("engine", prof.engine), *((f"engine_by_gpu[{i}].set", r.set) for i, r in enumerate(prof.engine_by_gpu)),
-                *((f"by_version[{i}].set", r.set) for i, r in enumerate(prof.by_version))]
+                *((f"by_version[{i}].set", r.set) for i, r in enumerate(prof.by_version)),
+                ("speculative_engine", prof.speculative_engine), ("aiconfigurator.engine", prof.aiconfigurator.engine)]
     for where, mapping in mappings:
         # `kernels` is checked against the built-in profiles' stacks, which would load this one again
         settings = {k: v for k, v in mapping.items() if k != "kernels"}

@@ -373,8 +373,8 @@ class HardwareProfile(_Strict):
     # kernels pick (calibration.fit.CUTLASS_TILE_N). None off CUDA.
     sm_version: Optional[int] = Field(default=None, ge=10)
     # The serving stacks whose builds run on this GPU (backend profiles'
-    # ``engine.kernels``); a pool naming another is refused.
-    serving_stacks: tuple[str, ...] = ("vllm", "sglang", "trtllm")
+    # ``engine.kernels``); a pool naming another is refused. None: every stack.
+    serving_stacks: Optional[tuple[str, ...]] = None
     # FP4 formats the FP4 units take natively (NVFP4: E4M3 scales per 16
     # values, NVIDIA only; MXFP4: E8M0 per 32, the OCP format AMD runs).
     fp4_formats: tuple[Literal["nvfp4", "mxfp4"], ...] = ("nvfp4", "mxfp4")

@@ -3,7 +3,9 @@
 Built-in profiles live in the repository's ``hardware_profiles/`` and
 ``model_profiles/`` folders and are shipped as ``simulator.data.*`` package
 data, so they resolve the same from a checkout, an editable install and a
-wheel installed anywhere.
+wheel installed anywhere. A name no built-in has may be an installed
+package's profile (``llmsim.gpus``, ``llmsim.models``, ``llmsim.stacks``
+entry points: :mod:`simulator.plugins`).
 """
 from __future__ import annotations
 
@@ -16,7 +18,8 @@ import yaml
 from pydantic import BaseModel
 
 from ..errors import LlmsimError, os_reason
-from ..inputs import MAX_TEXT_BYTES, input_file, note_read
+from ..reads import MAX_TEXT_BYTES, input_file, note_read
+from ..plugins import profile_files
 from ..structured import parse_json, parse_yaml
 
 _REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -38,7 +41,7 @@ def builtin_dir(kind: str) -> Path:
 def read_structured(path: Path, what: str = "YAML or JSON file") -> Any:
     """Read YAML or JSON (by the suffix: ``.json`` is JSON), turning every
     read/parse problem into an LlmsimError; the file's kind and size are
-    checked before it is read (``inputs.input_file``)."""
+    checked before it is read (``reads.input_file``)."""
     input_file(path, MAX_TEXT_BYTES, what)
     try:
         text = Path(path).read_text()
@@ -102,12 +105,20 @@ def _resolve(kind: str, name_or_path: str) -> Path:
     cand = d / f"{name_or_path.lower()}.yaml"
     if cand.exists():
         return cand
-    valid = ", ".join(list_builtin(kind))
+    plugged = profile_files(kind).get(name_or_path.lower())
+    if plugged is not None:
+        return plugged
+    valid = ", ".join(list_profiles(kind))
     raise LlmsimError(f"unknown {noun} {name_or_path!r}; valid names: {valid} (or a path to a YAML/JSON file)")
 
 
 def list_builtin(kind: str) -> list[str]:
     return sorted(p.stem for p in builtin_dir(kind).glob("*.yaml"))
+
+
+def list_profiles(kind: str) -> list[str]:
+    """Every name a scenario may use: the built-ins and the installed plug-ins' (:mod:`simulator.plugins`)."""
+    return sorted(set(list_builtin(kind)) | set(profile_files(kind)))
 
 
 P = TypeVar("P", bound=BaseModel)

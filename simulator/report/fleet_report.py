@@ -82,12 +82,12 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     if single:     # the one pool's figures at the top level, as before pools could be several
         out.update({k: v for k, v in first.items() if k not in out and k not in ("usd", "gpu_hours")})
     if sc.input_length_buckets is not None:
-        out["by_input_length"] = input_length_block(requests, sc.input_length_buckets, now)
+        out["by_input_length"] = input_length_block(requests, sc.input_length_buckets, now, plan.bucket_slos)
     if any(c.rate_limit is not None for c in sc.classes):
         out["gateway"] = gateway_block(requests, sc.classes, {b.name: b.usd for b in bills})
     out.update({
         "pools": blocks,
-        "classes": class_block(requests, sc.classes, sc.slo, now) if sc.classes else None,
+        "classes": class_block(requests, sc.classes, plan.class_slos, plan.slo, now) if sc.classes else None,
         "regions": region_block(requests, sc.regions, now) if sc.regions else None,
         "ttft_budget": ttft_budget(requests),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,

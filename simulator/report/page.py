@@ -66,7 +66,7 @@ def _read_json(path: Path) -> Any:
 def _read_frame(path: Path, read: Callable[[Path], Any]) -> Any:
     """A table of the folder (timeline, sweep table, per-request columns),
     every way it can fail one LlmsimError naming it."""
-    from ..inputs import MAX_TABLE_BYTES, input_file
+    from ..reads import MAX_TABLE_BYTES, input_file
 
     # a parquet table is read a row group at a time, sampled: any size
     input_file(path, MAX_TABLE_BYTES if path.suffix != ".parquet" else 1 << 62, "table")
@@ -78,7 +78,7 @@ def _read_frame(path: Path, read: Callable[[Path], Any]) -> Any:
 
 
 def _read_text(path: Path) -> str:
-    from ..inputs import MAX_TEXT_BYTES, input_file
+    from ..reads import MAX_TEXT_BYTES, input_file
 
     input_file(path, MAX_TEXT_BYTES, "scenario file")
     try:

@@ -30,10 +30,13 @@ from ..fleet.disaggregation import KvLinkSpec
 from ..fleet.pool import Admission
 from ..fleet.regions import RegionTable
 from ..fleet.setup import PoolSetup, setup_pool
-from ..metrics.monthly import MonthRule, check_monthly
-from ..metrics.slo import SloSpec, parse_slo
-from ..pipeline import check_pp_pairs
+from ..metrics.monthly import MonthRule
+from ..metrics.slo import SloSpec
+from ..fleet.pp_refusals import check_pp_pairs
+from ..runsize import check_run_size
 from .schema import PoolSpec, Scenario
+from .cost import month_rule
+from .slo import parse_slo
 
 __all__ = ["FleetPlan", "PoolPlan", "PairPlan", "compile_scenario", "class_routes", "base_dir"]
 
@@ -81,6 +84,7 @@ class FleetPlan:
     regions: RegionTable
     slo: SloSpec                        # the scenario's SLO, parsed
     class_slos: dict[str, SloSpec]      # each class's own SLO, parsed
+    bucket_slos: dict[str, SloSpec]     # each input-length bucket's SLO, parsed
     month: MonthRule                    # the cost basis: how the window's bill extends to a month
 
     @property
@@ -94,7 +98,13 @@ class FleetPlan:
 
 
 def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPlan:
-    """Check ``sc`` against its profiles and across its sections, and resolve it into a plan."""
+    """Check ``sc`` against its profiles and across its sections, and resolve it into a plan.
+
+    The run's size is checked here, first (:mod:`simulator.runsize`): every
+    run compiles its scenario once, so each is held to the limits once, before
+    anything is built or drawn."""
+    check_run_size(sc, source)
+
     def fail(msg: str, key: str):
         raise LlmsimError(msg, source=source, key_path=key)
 
@@ -125,14 +135,14 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
                  f"({a.min_replicas}..{a.max_replicas})", f"pools[{i}].replicas")
     _check_disaggregation(sc, setups, source)
     check_pp_pairs(sc.pools, source)
-    class_slos = _check_classes(sc, routes, source)
+    class_slos, bucket_slos = _check_classes(sc, routes, source)
     setups = _class_speculation(setups, sc.classes, routes, source)
     _check_regions(sc, source)
-    check_monthly(sc, source)
+    month = month_rule(sc, source)
     pools = [_pool_plan(ps, i, source, [c for c in sc.classes if routes[c.name] == ps.spec.name])
              for i, ps in enumerate(setups)]
     return FleetPlan(sc, source, pools, routes, _pairs(setups), RegionTable(sc.regions, sc.seed),
-                     parse_slo(sc.slo), class_slos, MonthRule(sc.cost.monthly, sc.workload))
+                     parse_slo(sc.slo), class_slos, bucket_slos, month)
 
 
 def _router_factory(spec: PoolSpec, index: int, source) -> Callable[[np.random.Generator], Router]:
@@ -256,11 +266,11 @@ def class_routes(sc: Scenario, source: str | Path | None = None) -> dict[str, st
     return routes
 
 
-def _check_classes(sc: Scenario, routes: dict[str, str], source) -> dict[str, SloSpec]:
-    """Class SLOs parse, and admission never sheds a higher class before a
-    lower one sharing its pool: limits may not shrink as priority grows.
-    Returns each class's SLO, parsed."""
-    slos = {}
+def _check_classes(sc: Scenario, routes: dict[str, str], source) -> tuple[dict[str, SloSpec], dict[str, SloSpec]]:
+    """Class and input-length bucket SLOs parse, and admission never sheds a
+    higher class before a lower one sharing its pool: limits may not shrink
+    as priority grows. Returns each class's and each bucket's SLO, parsed."""
+    slos, buckets = {}, {}
     for i, c in enumerate(sc.classes):
         try:
             slos[c.name] = parse_slo(c.slo)
@@ -268,7 +278,7 @@ def _check_classes(sc: Scenario, routes: dict[str, str], source) -> dict[str, Sl
             raise LlmsimError(e.message, source=source, key_path=f"classes[{i}].{e.key_path}") from None
     for label, slo in (sc.input_length_buckets.slo if sc.input_length_buckets else {}).items():
         try:
-            parse_slo(slo)
+            buckets[label] = parse_slo(slo)
         except LlmsimError as e:
             raise LlmsimError(e.message, source=source,
                               key_path=f"input_length_buckets.slo.{label}.{(e.key_path or '').removeprefix('slo.')}") from None
@@ -282,7 +292,7 @@ def _check_classes(sc: Scenario, routes: dict[str, str], source) -> dict[str, Sl
                 raise LlmsimError(f"class {d.name!r} (priority {d.priority}) would be shed before {c.name!r} "
                                   f"(priority {c.priority}): a higher class's admission limits must be at least "
                                   f"the lower one's", source=source, key_path=f"classes[{j}].admission")
-    return slos
+    return slos, buckets
 
 
 def _check_regions(sc: Scenario, source) -> None:

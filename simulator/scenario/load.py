@@ -10,7 +10,7 @@ import copy
 from pathlib import Path
 
 from ..errors import LlmsimError
-from ..metrics.slo import parse_slo
+from .slo import parse_slo
 from ..profiles.loader import read_structured, resolve
 from .overrides import apply_override
 from .schema import Scenario

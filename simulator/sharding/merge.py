@@ -25,14 +25,13 @@ from typing import MutableMapping, Optional
 import numpy as np
 
 from ..report.fleet_report import _merge_steps, llmsim_block, timing_block
-from ..runsize import check_run_size
 from ..metrics.column_files import ColumnFiles
 from ..metrics.gaps import GapGrid
 from ..metrics.records import Records
 from ..metrics.results import compute_results
 from ..planning.executors import Executor, make_executor
 from ..runner import RunOutput
-from ..scenario.compile import compile_scenario
+from ..scenario.compile import FleetPlan, compile_scenario
 from ..scenario.schema import Scenario
 from .shard import PoolRecord, ShardJob, ShardOutcome, run_shard
 from .predraw import dealt_rows
@@ -57,7 +56,7 @@ def run_sharded(sc: Scenario, shards: int, *, source: Optional[Path] = None, eng
     arrive, and the merged table stays there: the figures are the same bit
     for bit, memory is bounded by a few columns instead of the table."""
     wall = time.perf_counter()
-    check_run_size(sc, source)    # before the parent draws the fleet's lone requests
+    compiled = compile_scenario(sc, source)    # the run's size checked before the lone requests are drawn
     plan = plan_shards(sc, shards, source)
     rows = dealt_rows(sc, plan.subsets)
 
@@ -82,7 +81,7 @@ def run_sharded(sc: Scenario, shards: int, *, source: Optional[Path] = None, eng
     finally:
         if own:
             ex.close()
-    return merge_outcomes(plan, outcomes, source=source, engine=engine, started=wall)
+    return merge_outcomes(plan, outcomes, source=source, engine=engine, started=wall, compiled=compiled)
 
 
 def merge_columns(plan: ShardPlan, outcomes: list[ShardOutcome]) -> "MutableMapping[str, np.ndarray]":
@@ -172,11 +171,13 @@ def _merge_timeline(frames: list, end: float):
 
 
 def merge_outcomes(plan: ShardPlan, outcomes: list[ShardOutcome], *, source: Optional[Path] = None,
-                   engine: str = "fast", started: Optional[float] = None) -> RunOutput:
-    """One run's output from the shards' (see the module docstring)."""
+                   engine: str = "fast", started: Optional[float] = None,
+                   compiled: Optional[FleetPlan] = None) -> RunOutput:
+    """One run's output from the shards' (see the module docstring);
+    ``compiled``: the whole scenario's plan, when the caller has it."""
     sc = plan.scenario
     outcomes = sorted(outcomes, key=lambda o: o.index)
-    compiled = compile_scenario(sc, source)
+    compiled = compile_scenario(sc, source) if compiled is None else compiled
     end = max(o.end for o in outcomes)
     pools = {p.name: _merge_pool(p.name, [o.pools[p.name] for o in outcomes]) for p in compiled.pools}
     scalers = outcomes[0].scalers if len(outcomes) == 1 else {}
@@ -188,7 +189,7 @@ def merge_outcomes(plan: ShardPlan, outcomes: list[ShardOutcome], *, source: Opt
     llmsim["shards"] = {**plan.describe(),
                         "requests_per_shard": per_shard,
                         "simulated_seconds_per_shard": [o.end for o in outcomes]}
-    results = compute_results(requests, gaps, slo=sc.slo, llmsim=llmsim)
+    results = compute_results(requests, gaps, slo=compiled.slo, llmsim=llmsim)
     timing = {**timing_block(wall, len(requests)), "wall_time_s_per_shard": [o.wall_s for o in outcomes]}
     return RunOutput(sc, requests, gaps, results, pools, compiled.setups, _merge_timeline([o.timeline for o in outcomes], end),
                      timing=timing, plan=compiled)

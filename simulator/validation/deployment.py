@@ -89,7 +89,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Literal, Optional
 
 if TYPE_CHECKING:
-    from ..profiles.backend import BackendProfile
+    from ..profiles.backend import BackendProfile, GeneratedLaunch
 
 Deployment = Literal["defaults", "aiconfigurator", "aic-eval", "aic-genai-perf"]
 DEPLOYMENTS: tuple[str, ...] = Deployment.__args__
@@ -102,7 +102,6 @@ _AIC_HEADROOM = 1500
 # at C = 128, 1K/8K tokens) could not have admitted every request under
 # GUARANTEED_NO_EVICT, and they ran unqueued (347 and 656 ms TTFT); the replay keeps
 # TensorRT-LLM's own 0.9.
-_TRT_BLOCK = 32
 # The day AIConfigurator's generator began to emit benchmark commands
 # (commit f90534bc2, "generator will generate benchmark command").
 _GENERATOR_BENCH_SINCE = "2026-02-11"
@@ -136,29 +135,29 @@ GENAI_PERF_EVAL_CLIENT = Client(warmup_rounds=2, counted_rounds=10, drain=True)
 
 
 def engine_keys(deployment: str, stack: str, concurrency: int, isl: int) -> dict[str, Any]:
-    """Engine keys the deployment sets on top of the stack's defaults."""
+    """Engine keys the deployment sets on top of the stack's defaults; how the
+    generator launches each stack is its backend profile's ``aiconfigurator``."""
     if deployment not in DEPLOYMENTS:
         raise ValueError(f"unknown deployment {deployment!r}")
-    if deployment == "defaults" or (deployment in _EVAL and stack != "trtllm"):
+    launch = _launch(stack)
+    if deployment == "defaults" or (deployment in _EVAL and not launch.in_evaluation):
         return {}
-    if deployment in _EVAL:
-        return {**_generated_budget(stack, concurrency, isl), "prefix_cache": False}
-    if stack == "sglang":
-        # max_prefill_tokens caps the prompt tokens of a batch; decodes ride
-        # beside them (mixed chunk), one token each. CUDA graphs are captured
-        # for batches 1..C (--cuda-graph-bs), which SGLang's memory reserve follows.
-        return {"max_num_seqs": concurrency, "chunked_prefill": True, "mixed_prefill": True,
-                "max_num_batched_tokens": concurrency + isl + _AIC_HEADROOM,
-                "kv_memory": {"cuda_graph_max_bs": concurrency}}
-    return _generated_budget(stack, concurrency, isl)
-
-
-def _generated_budget(stack: str, concurrency: int, isl: int) -> dict[str, Any]:
-    """The generator's batch and token budget: a batch of C and room for one prompt beside it."""
     budget = concurrency + isl + _AIC_HEADROOM
-    if stack == "trtllm":
-        budget = -(-budget // _TRT_BLOCK) * _TRT_BLOCK
-    return {"max_num_seqs": concurrency, "max_num_batched_tokens": budget}
+    keys: dict[str, Any] = {"max_num_seqs": concurrency,
+                            "max_num_batched_tokens": -(-budget // launch.budget_block) * launch.budget_block}
+    if deployment in _EVAL:
+        return {**keys, "prefix_cache": False}
+    keys.update(launch.engine)
+    if launch.graphs_to_concurrency:
+        keys["kv_memory"] = {"cuda_graph_max_bs": concurrency}
+    return keys
+
+
+def _launch(stack: str) -> "GeneratedLaunch":
+    from ..profiles.backend import GeneratedLaunch
+
+    prof = _profile(stack)
+    return GeneratedLaunch() if prof is None else prof.aiconfigurator
 
 
 # AIConfigurator's quantisation profiles: the KV cache each precision runs
@@ -207,16 +206,10 @@ def speculative(deployment: str, mtp_layers: int) -> Optional[dict[str, Any]]:
 
 
 def speculative_engine_keys(stack: str) -> dict[str, Any]:
-    """Engine keys a stack changes when it decodes speculatively. SGLang turns
-    its overlap scheduler and mixed chunks off for EAGLE-style drafts, NEXTN
-    (MTP) included (server_args.py ``_handle_speculative_decoding``, 0.4-0.5:
-    "Overlap scheduler is disabled because of using eagle speculative
-    decoding", "Mixed chunked prefill is disabled ..."), so its prefill
-    batches run alone again and hand out their tokens at once."""
-    if stack == "sglang":
-        return {"output_after_next_launch": False, "schedule_ahead": False, "chunked_prefill": False,
-                "mixed_prefill": None}
-    return {}
+    """Engine keys a stack changes when it decodes speculatively (its backend
+    profile's ``speculative_engine``: SGLang turns its overlap scheduler off)."""
+    prof = _profile(stack)
+    return {} if prof is None else dict(prof.speculative_engine)
 
 
 def client(deployment: str) -> Client:

@@ -162,7 +162,7 @@ def _parallel(r: dict, name: str, *aliases: str) -> int:
 
 def read_table(path: Path) -> pd.DataFrame:
     """A CSV file (or .csv.gz), checked before it is read; every read/parse problem one LlmsimError."""
-    from ..inputs import MAX_TABLE_BYTES, input_file, open_text
+    from ..reads import MAX_TABLE_BYTES, input_file, open_text
 
     input_file(path, MAX_TABLE_BYTES, "benchmark CSV")
     try:

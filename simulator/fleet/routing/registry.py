@@ -17,6 +17,8 @@ A scenario picks it with ``router: mine`` (all defaults) or
 ``router: {type: mine, threshold: 8}``. ``PoolSpec.router`` validates the
 value through this registry (:func:`router_params`), so a plugin's router
 and its settings are checked, with key paths, without editing the schema.
+An installed package's routers (``llmsim.routers`` entry points,
+:mod:`simulator.plugins`) are imported the first time a name is not found.
 A router registered without ``params`` takes no settings and is built as
 ``factory(rng)``; one with ``params`` as ``factory(rng, params)``.
 
@@ -40,6 +42,7 @@ from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsA
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from ...errors import LlmsimError, from_validation_error
+from ...plugins import load_code
 
 __all__ = ["Router", "RouterParams", "RouterSpec", "ROUTERS", "register_router", "router_params", "make_router"]
 
@@ -89,7 +92,15 @@ def register_router(name: str, params: type[RouterParams] = RouterParams):
     return deco
 
 
+def _known(name: object) -> bool:
+    """Whether ``name`` is registered, once the installed plug-ins' routers are loaded if it is not."""
+    if isinstance(name, str) and name not in ROUTERS:
+        load_code("llmsim.routers")
+    return isinstance(name, str) and name in ROUTERS
+
+
 def _unknown_router() -> PydanticCustomError:
+    load_code("llmsim.routers")
     return PydanticCustomError("unknown_router", "unknown router (valid: {valid})",
                                {"valid": ", ".join(sorted(ROUTERS))})
 
@@ -104,13 +115,13 @@ def router_params(spec: Any) -> RouterParams:
             return spec
         spec = spec.model_dump()
     if isinstance(spec, str):
-        if spec not in ROUTERS:
+        if not _known(spec):
             raise _unknown_router()
         return ROUTERS[spec].params.model_validate({"type": spec})
     if not isinstance(spec, Mapping):
         raise PydanticCustomError("router_spec", "expected a router name or a mapping with a `type` key")
     name = spec.get("type")
-    if isinstance(name, str) and name in ROUTERS:
+    if _known(name):
         return ROUTERS[name].params.model_validate(dict(spec))
     if "type" not in spec:
         err = InitErrorDetails(type="missing", loc=("type",), input=dict(spec))
@@ -124,6 +135,7 @@ class _RouterJsonSchema:
     plugins registered by then are included): a name, or one router's settings."""
 
     def __get_pydantic_json_schema__(self, core_schema, handler) -> dict:
+        load_code("llmsim.routers")      # `llmsim schema` lists the installed packages' routers too
         names_of: dict[type[RouterParams], list[str]] = {}
         for name in sorted(ROUTERS):
             names_of.setdefault(ROUTERS[name].params, []).append(name)

@@ -11,6 +11,9 @@ as routers do, so ``--executor NAME`` reaches a plugin's backend too::
         def __init__(self, options: ExecutorOptions): ...
         def map_unordered(self, fn, items): ...
 
+An installed package's executors load through ``llmsim.executors`` entry
+points (:mod:`simulator.plugins`).
+
 Functions passed to an executor must be module-level and their items
 picklable (they may cross a process or a network).
 """
@@ -21,6 +24,7 @@ from dataclasses import dataclass
 from typing import Callable, Iterable, Iterator, Optional, TypeVar
 
 from ...errors import LlmsimError
+from ...plugins import load_code
 
 __all__ = ["Executor", "ExecutorOptions", "EXECUTORS", "register_executor", "make_executor"]
 
@@ -77,6 +81,8 @@ def register_executor(name: str):
 
 
 def make_executor(name: str, options: ExecutorOptions = ExecutorOptions()) -> Executor:
+    if name not in EXECUTORS:
+        load_code("llmsim.executors")      # an installed package's executors
     if name not in EXECUTORS:
         raise LlmsimError(f"unknown executor {name!r} (valid: {', '.join(sorted(EXECUTORS))})",
                           key_path="--executor")

@@ -1,0 +1,207 @@
+"""Extending llmsim from outside it: a GPU, a model, a serving stack and a router are
+each one file plus one registration (an entry point of an installed
+package), and a run of the CLI uses all four.
+
+The package is laid out in a temporary folder as ``pip install`` leaves it:
+the files and a ``*.dist-info`` folder whose ``entry_points.txt`` holds the
+registrations (:mod:`simulator.plugins`). Nothing in the repository names it.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+import yaml
+
+from conftest import REPO_ROOT
+
+ROUTER = '''\
+from pydantic import Field
+
+from simulator.fleet.routing import RouterParams, register_router
+
+
+class LastParams(RouterParams):
+    skip: int = Field(default=0, ge=0, description="replicas to leave out from the end")
+
+
+@register_router("last_replica", params=LastParams)
+class LastReplica:
+    """Every request to one replica: a run that used it shows it."""
+
+    def __init__(self, rng, params: LastParams):
+        self.skip = params.skip
+
+    def choose(self, req, replicas) -> int:
+        return len(replicas) - 1 - self.skip
+'''
+
+ENTRY_POINTS = """\
+[llmsim.gpus]
+demo-gpu = demo_ext
+
+[llmsim.models]
+demo-model = demo_ext
+
+[llmsim.stacks]
+demo-serve = demo_ext
+
+[llmsim.routers]
+last_replica = demo_ext.last_replica
+"""
+
+SCENARIO = """\
+name: extended
+seed: 3
+workload:
+  num_requests: 120
+  arrival: {type: poisson, rate_per_s: 10}
+  input_tokens: {dist: uniform, min: 16, max: 800}
+  output_tokens: {dist: uniform, min: 1, max: 64}
+pools:
+  - name: main
+    model: demo-model
+    gpu: demo-gpu
+    replicas: 3
+    router: {type: last_replica, skip: 1}
+    engine: {backend: demo-serve}
+"""
+
+
+def _package(root: Path) -> Path:
+    """The extension as installed: three files and their registrations."""
+    ext = root / "demo_ext"
+    ext.mkdir(parents=True)
+    (ext / "__init__.py").write_text("")
+    # A GPU: the H100 SXM's profile under a new name, at a price of its own.
+    gpu = yaml.safe_load((REPO_ROOT / "hardware_profiles" / "h100-sxm.yaml").read_text())
+    gpu.update(name="demo-gpu", display_name="Demo GPU", data_names={})
+    gpu["price"] = {"usd_per_gpu_hour": 7.77, "source": "test"}
+    (ext / "demo-gpu.yaml").write_text(yaml.safe_dump(gpu))
+    # A model: Llama-3-8B's shape under a new name.
+    model = yaml.safe_load((REPO_ROOT / "model_profiles" / "llama-3-8b.yaml").read_text())
+    model["name"] = "demo-model"
+    (ext / "demo-model.yaml").write_text(yaml.safe_dump(model))
+    # A serving stack: vLLM's kernels and defaults, with a 400 ms response path.
+    stack = {"name": "demo-serve", "stack": "demo-serve", "versions": "1.0",
+             "engine": {"kernels": "vllm", "chunked_prefill": True, "block_size": 16, "prefix_cache": True,
+                        "max_num_seqs": 64, "max_num_batched_tokens": 2048},
+             "overheads": {"iteration_overhead_ms": 1.0, "response_ms": 400.0}}
+    (ext / "demo-serve.yaml").write_text(yaml.safe_dump(stack))
+    (ext / "last_replica.py").write_text(ROUTER)
+    info = root / "demo_ext-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-ext\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text(ENTRY_POINTS)
+    return root
+
+
+def _llmsim(site: Path, *args, cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), str(REPO_ROOT)]), "NO_COLOR": "1",
+           "COLUMNS": "200"}
+    cmd = [sys.executable, "-c", "from simulator.cli.app import main; main()", *map(str, args)]
+    return subprocess.run(cmd, capture_output=True, text=True, cwd=cwd, env=env, timeout=120)
+
+
+def test_an_installed_gpu_stack_and_router_are_used_by_a_run(tmp_path):
+    site = _package(tmp_path / "site")
+    (tmp_path / "sc.yaml").write_text(SCENARIO)
+    listed = _llmsim(site, "profiles", "list", "--json", cwd=tmp_path)
+    assert listed.returncode == 0, listed.stderr
+    names = json.loads(listed.stdout)
+    assert "demo-gpu" in [g["name"] for g in names["gpus"]]
+    assert "demo-model" in [m["name"] for m in names["models"]]
+    assert "demo-serve" in [b["name"] for b in names["backends"]]
+
+    res = _llmsim(site, "run", "sc.yaml", "-o", "out", "--no-plots", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    results = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert results["completed"] == 120
+    assert results["llmsim"]["gpu"] == "demo-gpu" and results["llmsim"]["model"] == "demo-model"
+    # the stack's 400 ms response path is in every first token
+    assert results["median_ttft_ms"] > 400
+    # the router's setting reached it: every request on the middle replica of three
+    replicas = set(pq.read_table(tmp_path / "out" / "requests.parquet").column("replica").to_pylist())
+    assert replicas == {1}
+
+
+def test_without_the_registration_the_names_are_unknown(tmp_path):
+    site = _package(tmp_path / "site")
+    (site / "demo_ext-0.1.dist-info" / "entry_points.txt").unlink()
+    (tmp_path / "sc.yaml").write_text(SCENARIO)
+    res = _llmsim(site, "run", "sc.yaml", "-o", "out", "--no-plots", cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "unknown serving backend 'demo-serve'" in res.stderr
+
+
+def test_a_broken_plugin_is_named_in_one_line(tmp_path):
+    site = _package(tmp_path / "site")
+    (site / "demo_ext" / "last_replica.py").write_text("raise ImportError('needs torch')\n")
+    (tmp_path / "sc.yaml").write_text(SCENARIO.replace("gpu: demo-gpu", "gpu: h100-sxm")
+                                      .replace("backend: demo-serve", "backend: vllm")
+                                      .replace("model: demo-model", "model: llama-3-8b"))
+    res = _llmsim(site, "run", "sc.yaml", "-o", "out", "--no-plots", cwd=tmp_path)
+    assert res.returncode == 2 and "Traceback" not in res.stderr
+    assert "last_replica" in res.stderr and "needs torch" in res.stderr
+
+
+def test_what_a_stack_models_is_its_profiles_word(tmp_path, cli):
+    """LoRA and pipeline parallelism are refused or run by what the backend
+    profile says, not by the stack's name: vLLM's profile with LoRA marked
+    unmodelled refuses a LoRA pool, and with pipeline parallelism unmodelled a pp = 2 pool."""
+    vllm = yaml.safe_load((REPO_ROOT / "backend_profiles" / "vllm.yaml").read_text())
+    (tmp_path / "no-lora.yaml").write_text(yaml.safe_dump({**vllm, "lora_modelled": False}))
+    base = ("name: s\nworkload: {num_requests: 20, arrival: {type: concurrency, concurrency: 4}, "
+            "input_tokens: {dist: fixed, value: 64}, output_tokens: {dist: fixed, value: 8}}\n")
+    lora = "    lora: {max_loras: 2, max_lora_rank: 16, adapters: 4}\n"
+    for backend, code in (("vllm", 0), (str(tmp_path / "no-lora.yaml"), 2)):
+        p = tmp_path / "lora.yaml"
+        p.write_text(base + f"pools:\n  - model: llama-3-8b\n    gpu: h100-sxm\n    engine: {{backend: {backend}}}\n"
+                     + lora)
+        r = cli("run", p, "--json")
+        assert r.code == code, r.err
+    assert "LoRA serving is modelled as vLLM schedules" in r.err and "pools[0].lora" in r.err
+    (tmp_path / "no-pp.yaml").write_text(yaml.safe_dump({**vllm, "pp_modelled": False}))
+    for backend, code in (("vllm", 0), (str(tmp_path / "no-pp.yaml"), 2)):
+        p = tmp_path / "pp.yaml"
+        p.write_text(base + f"pools:\n  - {{model: llama-3-8b, gpu: h100-sxm, pp: 2, engine: {{backend: {backend}}}}}\n")
+        r = cli("run", p, "--json")
+        assert r.code == code, r.err
+    assert "is not modelled" in r.err and "engine.backend" in r.err
+
+
+def test_a_profile_entry_point_may_name_a_path_or_a_function(tmp_path, monkeypatch):
+    """Besides a package holding NAME.yaml, an entry point may name a path or a
+    function returning one; anything else, or a path to nothing, is one clear error."""
+    from importlib.metadata import EntryPoint
+
+    import simulator.plugins as plugins
+    from simulator.errors import LlmsimError
+    from simulator.profiles.hardware import load_hardware
+
+    gpu = tmp_path / "elsewhere.yaml"
+    gpu.write_text((REPO_ROOT / "hardware_profiles" / "l40s.yaml").read_text().replace("name: l40s", "name: x"))
+    (tmp_path / "paths_ext.py").write_text(f"PATH = {str(gpu)!r}\ndef find():\n    return PATH\nNUMBER = 3\n"
+                                           "MISSING = 'no/such.yaml'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+
+    def installed(*eps):
+        monkeypatch.setattr(plugins, "entry_points",
+                            lambda group: [EntryPoint(n, v, group) for n, v in eps if group == "llmsim.gpus"])
+        plugins.forget()
+
+    try:
+        installed(("by-path", "paths_ext:PATH"), ("by-function", "paths_ext:find"))
+        assert load_hardware("by-path").hbm_gib == load_hardware("by-function").hbm_gib == load_hardware("l40s").hbm_gib
+        for value, words in (("paths_ext:NUMBER", "is int; expected a package holding bad.yaml"),
+                             ("paths_ext:MISSING", "which is not a file"), ("paths_ext", "no bad.yaml in")):
+            installed(("bad", value))
+            with pytest.raises(LlmsimError, match=words):
+                load_hardware("bad")
+    finally:
+        plugins.forget()
