@@ -1,0 +1,49 @@
+"""The docs site builds from docs/ without a warning, and its generated pages are current.
+
+``mkdocs build --strict`` fails on a broken link or anchor, a page missing
+from the nav or a nav entry naming no page (mkdocs.yml turns each into a
+warning), so a page renamed or a heading reworded without its links fails
+here. The site's index is the README's "next steps"; the CLI reference is
+the commands' own help (``python -m simulator.cli.reference_doc`` rewrites
+it).
+"""
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+
+from conftest import REPO_ROOT
+
+from simulator.cli import reference_doc
+
+
+def test_the_site_builds_without_warnings(tmp_path):
+    out = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                         cwd=REPO_ROOT, capture_output=True, text=True, timeout=300)
+    log = out.stdout + out.stderr
+    assert out.returncode == 0, log
+    assert "WARNING" not in log, log
+    pages = {p.relative_to(tmp_path / "site").as_posix() for p in (tmp_path / "site").rglob("index.html")}
+    assert {"index.html", "tutorial/index.html", "reference/cli/index.html"} <= pages
+
+
+def _links(text: str) -> list[tuple[str, str]]:
+    return re.findall(r"\[([^\]]+)\]\(([^)]+)\)", text)
+
+
+def test_the_index_is_the_readme_next_steps():
+    readme = (REPO_ROOT / "README.md").read_text()
+    steps = readme[readme.index("## Next steps"):]
+    steps = steps[:steps.index("\n## ", 1)]
+    index = (REPO_ROOT / "docs" / "index.md").read_text()
+    from_readme = [(text, target.removeprefix("docs/")) for text, target in _links(steps)
+                   if target.startswith("docs/")]
+    assert len(from_readme) >= 15
+    assert _links(index) == from_readme
+
+
+def test_the_cli_reference_is_the_commands_help():
+    page = REPO_ROOT / reference_doc.PAGE
+    assert page.read_text() == reference_doc.generate(), \
+        f"{reference_doc.PAGE} is stale: run `python -m simulator.cli.reference_doc`"
