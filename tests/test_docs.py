@@ -20,7 +20,8 @@ PACKAGES = ("simulator", "workloads")
 def _module_map() -> str:
     text = DOC.read_text()
     start = text.index("## Module map")
-    return text[start:text.index("\n## ", start + 1)]
+    end = text.find("\n## ", start + 1)
+    return text[start:end if end >= 0 else len(text)]
 
 
 def documented_modules() -> set[str]:
