@@ -47,3 +47,27 @@ def test_the_cli_reference_is_the_commands_help():
     page = REPO_ROOT / reference_doc.PAGE
     assert page.read_text() == reference_doc.generate(), \
         f"{reference_doc.PAGE} is stale: run `python -m simulator.cli.reference_doc`"
+
+
+def _tiny_site(tmp_path, page: str):
+    tmp_path.mkdir()
+    """The repository's mkdocs.yml (validation rules and hooks) over two pages of our own."""
+    import yaml
+
+    config = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text())
+    docs = tmp_path / "docs"
+    docs.mkdir()
+    (docs / "index.md").write_text("# Home\n\n## Intervals: how often the 90 % interval holds\n\nText.\n")
+    (docs / "page.md").write_text(page)
+    config.update(docs_dir=str(docs), nav=[{"Home": "index.md"}, {"Page": "page.md"}],
+                  hooks=[str(REPO_ROOT / h) for h in config["hooks"]])
+    (tmp_path / "mkdocs.yml").write_text(yaml.safe_dump(config))
+    return subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+                          cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+def test_a_broken_anchor_fails_and_a_github_anchor_does_not(tmp_path):
+    good = _tiny_site(tmp_path / "good", "# Page\n\n[90 %](index.md#intervals-how-often-the-90--interval-holds)\n")
+    assert good.returncode == 0, good.stdout + good.stderr
+    bad = _tiny_site(tmp_path / "bad", "# Page\n\n[gone](index.md#no-such-heading)\n")
+    assert bad.returncode != 0 and "no-such-heading" in bad.stdout + bad.stderr
