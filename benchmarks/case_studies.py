@@ -34,7 +34,7 @@ if str(ROOT) not in sys.path:
 
 CASE_STUDIES = ROOT / "docs" / "case-studies.md"
 DAU_QUICKCODE = ROOT / "docs" / "case-studies-dau-quickcode.md"
-TTFT_LORA = ROOT / "docs" / "case-studies-ttft-lora.md"
+TTFT_AGENTS_LORA = ROOT / "docs" / "case-studies-ttft-agents-lora.md"
 SCENARIOS = ROOT / "docs" / "scenarios.md"
 ME = "benchmarks/case_studies.py"
 
@@ -475,6 +475,71 @@ def chatbot_monthly(r: Runner) -> str:
     return table(["extrapolation", "command", "monthly $"], rows, {2})
 
 
+CODING_AGENT = "llmsim run scenarios/coding-agent.yaml"
+CODING_AGENT_RUNGS = ["cache-aware", "host-tier", "disaggregation"]
+
+
+def _agent_hits(res: dict) -> str:
+    """Prompt tokens served from cache on the serving (prefill) pool, and of them from the host tier."""
+    pc = res["llmsim"]["pools"]["agents"]["prefix_cache"]
+    host = (pc.get("offload") or {}).get("host")
+    def share(x: float | None) -> str:    # None: no prompt tokens looked up (a smoke-sized run)
+        return "—" if x is None else pct(x)
+    return share(pc["token_hit_rate"]) + (f" ({share(host['token_hit_rate'])})" if host else "")
+
+
+def _p99_split(res: dict) -> str:
+    """The p99 TTFT's queue / prefill / (KV transfer +) first decode, "—" when the run has too few requests."""
+    b = (res["llmsim"].get("ttft_budget") or {}).get("p99")
+    if b is None:
+        return "—"
+    kv = f"{b['kv_transfer']:.0f} + " if b["kv_transfer"] > 0 else ""
+    return f"{b['queue']:,.0f} / {b['prefill']:,.0f} / {kv}{b['first_decode']:,.0f}"
+
+
+def coding_agent_ladder(r: Runner) -> str:
+    cmd = CODING_AGENT + " --ladder"
+    rows = []
+    for step, res in r.ladder(cmd):
+        pools = res["llmsim"]["pools"]
+        rows.append([step, " + ".join(str(p["gpus"]) for p in pools.values()),
+                     f"{ms(res['median_ttft_ms'])} / {ms(res['p95_ttft_ms'])} / {ms(res['p99_ttft_ms'])}",
+                     f"{tpot(res['median_tpot_ms'])} / {tpot(res['p99_tpot_ms'])}", _agent_hits(res),
+                     count(sum(p["preemptions"] for p in pools.values())), _p99_split(res), verdict(res)])
+    head = ["step", "GPUs", "TTFT p50 / p95 / p99 (ms)", "TPOT p50 / p99 (ms)", "token hit (host tier)",
+            "preemptions", "p99 split: queue / prefill / (KV transfer +) first decode (ms)", "SLO"]
+    return f"`{cmd}`:\n\n" + table(head, rows, {1, 5})
+
+
+#: (configuration, the --variant and --set of each size tried)
+_CA, _TIER = " --variant cache-aware", " --variant cache-aware --variant host-tier"
+_PD = " " + " ".join(f"--variant {v}" for v in CODING_AGENT_RUNGS)
+CODING_AGENT_SIZES = [
+    ("least_outstanding routing", ["", " --set pools.agents.replicas=12", " --set pools.agents.replicas=16"]),
+    ("prefix_aware, SGLang's thresholds", [" --set pools.agents.router=prefix_aware"]),
+    ("cache-aware", [_CA + " --set pools.agents.replicas=6", _CA + " --set pools.agents.replicas=6 --set seed=12",
+                     _CA + " --set pools.agents.replicas=6 --set seed=13", _CA + " --set pools.agents.replicas=7"]),
+    ("cache-aware + host tier", [_TIER + " --set pools.agents.replicas=6",
+                                 _TIER + " --set pools.agents.replicas=6 --set seed=12",
+                                 _TIER + " --set pools.agents.replicas=6 --set seed=13",
+                                 _TIER + " --set pools.agents.replicas=7"]),
+    ("cache-aware + host tier, P/D", [_PD, _PD + " --set pools.agents.replicas=2", _PD + " --set pools.decode.replicas=8"]),
+]
+
+
+def coding_agent_sizing(r: Runner) -> str:
+    rows = []
+    for what, sets in CODING_AGENT_SIZES:
+        for s in sets:
+            res = r.results(CODING_AGENT + s)
+            gpus = " + ".join(str(p["gpus"]) for p in res["llmsim"]["pools"].values())
+            rows.append([what, gpus, ms(res["p99_ttft_ms"]), tpot(res["p99_tpot_ms"]), _agent_hits(res),
+                         verdict(res), f"`{s.strip()}`" if s else "(the default run)"])
+    head = ["configuration", "GPUs", "TTFT p99 (ms)", "TPOT p99 (ms)", "token hit (host tier)", "SLO",
+            f"`{CODING_AGENT}` with"]
+    return table(head, rows, {1, 2, 3})
+
+
 CHATBOT_ENERGY = "llmsim run scenarios/chatbot.yaml"
 
 
@@ -512,7 +577,9 @@ BLOCKS = [
     Block("autocomplete-ladder", CASE_STUDIES, autocomplete_ladder),
     Block("autocomplete-shards", CASE_STUDIES, autocomplete_shards),
     Block("quickcode-ladder", DAU_QUICKCODE, quickcode_ladder),
-    Block("ttft-program-ladder", TTFT_LORA, ttft_ladder),
+    Block("ttft-program-ladder", TTFT_AGENTS_LORA, ttft_ladder),
+    Block("coding-agent-ladder", TTFT_AGENTS_LORA, coding_agent_ladder),
+    Block("coding-agent-sizing", TTFT_AGENTS_LORA, coding_agent_sizing),
     Block("dau-prefix-breakage", SCENARIOS, dau_prefix_breakage),
     Block("ttft-program-buckets", SCENARIOS, ttft_buckets),
     Block("quickcode-kv", SCENARIOS, quickcode_kv),
@@ -522,7 +589,7 @@ BLOCKS = [
     Block("chatbot-regions", SCENARIOS, chatbot_regions),
     Block("chatbot-monthly", SCENARIOS, chatbot_monthly),
     Block("chatbot-energy", SCENARIOS, chatbot_energy),
-    Block("multi-lora-ladder", TTFT_LORA, multi_lora_ladder),
+    Block("multi-lora-ladder", TTFT_AGENTS_LORA, multi_lora_ladder),
 ]
 
 

@@ -68,6 +68,8 @@ def estimate_run_size(sc) -> RunSize:
         if s.type == "chat":
             per_start = s.turns.mean()
             length = (per_start - 1) * s.think_time_s.mean()
+        elif s.type == "agentic":
+            per_start, length = s.requests_per_session(), s.pauses_per_session_s()
         else:
             per_start = s.bursts.mean() * s.keystrokes.mean()
             length = s.bursts.mean() * (s.burst_gap_s.mean() + s.keystrokes.mean() * s.keystroke_gap_s.mean())

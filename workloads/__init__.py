@@ -1,4 +1,5 @@
 """Traffic: arrival processes, length distributions, sessions and trace readers."""
+from .agentic import AgenticSessionSpec, SubagentSpec
 from .arrivals import ArrivalSpec, ConcurrencyArrival, GammaArrival, OpenLoopArrival, PoissonArrival
 from .autocomplete import AutocompleteSessionSpec
 from .chat import ChatSessionSpec
@@ -17,7 +18,7 @@ __all__ = [
     "Duration", "FixedDuration", "ExponentialDuration", "LognormalDuration", "UniformDuration",
     "WorkloadSpec", "Streams", "SeedLike", "spawn_streams",
     "SessionSpec", "ChatSessionSpec", "AutocompleteSessionSpec", "SystemPromptSpec", "ZipfPopularity",
-    "UniformPopularity", "Source", "make_source",
+    "UniformPopularity", "Source", "make_source", "AgenticSessionSpec", "SubagentSpec",
     "RateProfile", "HourlyProfile", "SinusoidProfile", "Spike", "RateSchedule",
 ]
 from .trace_stats import TraceStats, ideal_block_hit_rate, trace_stats  # noqa: E402,F401

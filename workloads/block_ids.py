@@ -24,8 +24,8 @@ prompts by id without any text. The contract the engine relies on:
   the cache are the ids the next turn's prompt starts with.
 
 Ids are built from structure rather than hashed content: every owner of
-content (an app's system prompt, a session's token stream, a lone
-request) has its own range, ``id_base(kind, owner) + i`` with a counter i
+content (an app's system prompt, a session's token stream, a sub-agent's
+stream, a lone request) has its own range, ``id_base(kind, owner) + i`` with a counter i
 local to the owner. A session's ids therefore do not depend on what other
 sessions did or how the fleet interleaved them, and no two owners can ever
 collide. The ranges are 2³² ids wide and owners stay below 2²⁹, so every
@@ -33,9 +33,10 @@ id fits an int64 (numpy arrays, hash maps in other languages).
 """
 from __future__ import annotations
 
-__all__ = ["APP", "SESSION", "REQUEST", "id_base", "own_ids", "Document"]
+__all__ = ["APP", "SESSION", "REQUEST", "SUBAGENT", "id_base", "own_ids", "Document"]
 
 APP, SESSION, REQUEST = 0, 1, 2   # kinds of owner
+SUBAGENT = 3   # an agentic session's sub-agent (workloads.agentic): its stream past the prefix it shares
 _KIND_BITS = 2
 _LOCAL_BITS = 32
 _MAX_OWNER = 1 << (63 - _KIND_BITS - _LOCAL_BITS)

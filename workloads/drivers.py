@@ -27,8 +27,9 @@ from simpy.events import URGENT
 
 from simulator.engine.wake import AtTimes, call_later
 
+from .agentic import AgenticPlan, AgenticPlanner, AgenticSessionSpec, SubagentPlan
 from .autocomplete import AutocompletePlan, draw_autocomplete_plans
-from .block_ids import SESSION, Document, id_base
+from .block_ids import SESSION, SUBAGENT, Document, id_base
 from .chat import ChatPlan, ChatSessionSpec, draw_chat_plans
 from .plans import Plans
 from .request import Request, Status
@@ -36,7 +37,8 @@ from .spec import LoneRows, Streams, WorkloadSpec, spawn_streams
 from .system_prompts import Apps
 from .traces import TraceSpec, read_trace
 
-__all__ = ["Source", "OpenLoop", "ClosedLoop", "ChatSessions", "AutocompleteSessions", "make_source"]
+__all__ = ["Source", "OpenLoop", "ClosedLoop", "ChatSessions", "AutocompleteSessions", "AgenticSessions",
+           "make_source"]
 
 Submit = Callable[[Request], None]
 
@@ -327,6 +329,99 @@ class AutocompleteSessions(_Sessions):
             del self.live[ed.sid]
 
 
+class _Agent:
+    """A main agent or one of its sub-agents: the calls it has left, and what it waits for."""
+
+    __slots__ = ("sid", "app", "doc", "head", "context", "turn", "outputs", "tools", "pauses", "parent",
+                 "children", "waiting")
+
+    def __init__(self, sid: int, app: int, doc: Document, head: int, context: int, outputs: list[int],
+                 tools: list[int], pauses: list[float], parent: Optional["_Agent"],
+                 children: Optional[list[list[SubagentPlan]]]):
+        self.sid, self.app, self.doc, self.head, self.context = sid, app, doc, head, context
+        self.outputs, self.tools, self.pauses = outputs, tools, pauses
+        self.parent, self.children = parent, children
+        self.turn = 0
+        self.waiting = 0   # sub-agents still running (a main agent's)
+
+
+class AgenticSessions(_Sessions):
+    """Agent loops (:mod:`workloads.agentic`): each call sent a pause after the previous one
+    ended, with that call's output and a tool result added to the context; a call may
+    spawn sub-agents that share the parent's prefix, and the parent waits for them."""
+
+    def __init__(self, spec: AgenticSessionSpec, plans: Plans[AgenticPlan], starts: np.ndarray, block_tokens: int,
+                 apps: Optional[Apps]):
+        super().__init__(starts, block_tokens, apps)
+        self.max_context = spec.max_context_tokens
+        self.fork = spec.subagents is None or spec.subagents.shares == "context"
+        self.plans = plans
+        self.calls: dict[int, _Agent] = {}   # request id -> the agent that sent it, while in flight
+
+    def _begin(self, sid: int) -> None:
+        plan = self.plans(sid)
+        doc, head = self._document(sid, plan.app)
+        main = _Agent(sid, plan.app, doc, head, head + plan.task, plan.outputs, plan.tools, plan.pauses, None,
+                      plan.children)
+        self.live[sid] = main
+        self._call(main)
+
+    def _call(self, a: _Agent) -> None:
+        prompt, output = a.context, a.outputs[a.turn]
+        if self.max_context is not None and prompt + output > self.max_context and (a.turn or a.parent):
+            self._end(a)
+            return
+        a.context = prompt + output
+        cut = self._changes_at(a.app)
+        if a.turn and cut is not None:
+            a.doc.edit(cut)   # this call's system prompt differs from the last one's
+        req = self._send(a.sid, prompt, output, a.doc.blocks(a.context // self.block_tokens))
+        self.calls[req.id] = a
+        self.submit(req)
+
+    def on_done(self, req: Request) -> None:
+        a = self.calls.pop(req.id, None)
+        if a is None:
+            return
+        k = a.turn
+        a.turn += 1
+        if req.status != Status.FINISHED or a.turn >= len(a.outputs):
+            self._end(a)
+            return
+        fork = a.context
+        a.context += a.tools[k]
+        kids = a.children[k] if a.children is not None else ()
+        if kids:
+            a.waiting = len(kids)
+            fire(self.env, a.pauses[k], lambda ev: self._spawn(a, kids, fork))
+        else:
+            fire(self.env, a.pauses[k], lambda ev: self._call(a))
+
+    def _spawn(self, parent: _Agent, kids: list[SubagentPlan], fork: int) -> None:
+        """Start ``kids``, each on the parent's first ``fork`` tokens (or its system prompt alone)."""
+        shared = fork if self.fork else parent.head
+        cut = self._changes_at(parent.app)
+        head = parent.doc.blocks((shared if cut is None else min(shared, cut)) // self.block_tokens)
+        for c in kids:
+            doc = Document(id_base(SUBAGENT, c.owner), self.block_tokens, head)
+            self._call(_Agent(parent.sid, parent.app, doc, shared, shared + c.task, c.outputs, c.tools, c.pauses,
+                              parent, None))
+
+    def _changes_at(self, app: int) -> Optional[int]:
+        """Where each request of ``app`` starts to differ from the last (per-request dynamic system-prompt
+        content), else None."""
+        return None if self.apps is None else self.apps.changes_at(app)
+
+    def _end(self, a: _Agent) -> None:
+        p = a.parent
+        if p is None:
+            del self.live[a.sid]
+            return
+        p.waiting -= 1
+        if p.waiting == 0:   # the last report is in: the parent's next call goes out with them
+            fire(self.env, 0.0, lambda ev: self._call(p))
+
+
 def make_source(workload: WorkloadSpec, seed: Union[int, np.random.SeedSequence, np.random.Generator],
                 base_dir: Optional[Union[str, Path]] = None, subset: Optional[Subset] = None) -> Source:
     """The driver for ``workload``; ``base_dir`` (the scenario's folder) resolves a relative trace path.
@@ -352,6 +447,9 @@ def make_source(workload: WorkloadSpec, seed: Union[int, np.random.SeedSequence,
         inp, out = workload.input_tokens, workload.output_tokens
         src: _Sessions = ChatSessions(session, Plans(lambda n: draw_chat_plans(session, inp, out, s, apps, n)),
                                       starts, B, apps)
+    elif isinstance(session, AgenticSessionSpec):
+        planner = AgenticPlanner(session, workload.input_tokens, workload.output_tokens, s, apps)
+        src = AgenticSessions(session, Plans(planner), starts, B, apps)
     else:
         plans = Plans(lambda n: draw_autocomplete_plans(session, workload.output_tokens, s, apps, n))
         src = AutocompleteSessions(plans, starts, B, apps, session.cancel_stale)

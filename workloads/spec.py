@@ -4,9 +4,9 @@ Four kinds of traffic share the block:
 
 * open loop (``arrival`` poisson or gamma): independent requests;
 * closed loop (``arrival`` concurrency): N users, each sending again when served;
-* sessions (``session`` chat or autocomplete): the arrival process gives
-  session starts, and each session sends a sequence of related requests
-  (:mod:`workloads.chat`, :mod:`workloads.autocomplete`);
+* sessions (``session`` chat, autocomplete or agentic): the arrival process
+  gives session starts, and each session sends a sequence of related requests
+  (:mod:`workloads.chat`, :mod:`workloads.autocomplete`, :mod:`workloads.agentic`);
 * a trace (``arrival`` trace): times and lengths replayed from a file.
 
 ``system_prompt`` puts an app's system prompt in front of every prompt
@@ -32,6 +32,7 @@ from typing import Annotated, Callable, NamedTuple, Optional, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from .agentic import AgenticSessionSpec
 from .arrivals import ArrivalSpec, ConcurrencyArrival
 from .autocomplete import AutocompleteSessionSpec
 from .chat import ChatSessionSpec
@@ -44,7 +45,8 @@ __all__ = ["WorkloadSpec", "SessionSpec", "Streams", "SeedLike", "spawn_streams"
 
 SeedLike = Union[int, np.random.SeedSequence, np.random.Generator]
 
-SessionSpec = Annotated[Union[ChatSessionSpec, AutocompleteSessionSpec], Field(discriminator="type")]
+SessionSpec = Annotated[Union[ChatSessionSpec, AutocompleteSessionSpec, AgenticSessionSpec],
+                        Field(discriminator="type")]
 
 
 class Streams(NamedTuple):
@@ -59,6 +61,7 @@ class Streams(NamedTuple):
     files: np.random.Generator           # autocomplete file sizes and cursor positions
     edits: np.random.Generator           # autocomplete keystrokes per burst and keystroke gaps
     adapters: np.random.Generator        # each session's or lone request's LoRA adapter (workloads.adapters)
+    agents: np.random.Generator          # agentic sessions' fan-out: which calls spawn sub-agents, and their draws
 
 
 # The first three streams are the seed sequence's children 0-2, as they always
@@ -126,9 +129,10 @@ class WorkloadSpec(BaseModel):
     arrival: ArrivalSpec = Field(description="when requests arrive (or sessions start)")
     input_tokens: Optional[LengthDist] = Field(
         default=None, description="prompt tokens after any system prompt; per turn the new user message for "
-                                  "chat; omitted for a trace and for autocomplete")
+                                  "chat; the task for agentic; omitted for a trace and for autocomplete")
     output_tokens: Optional[LengthDist] = Field(
-        default=None, description="output tokens per request (chat: per response); omitted for a trace")
+        default=None, description="output tokens per request (chat: per response; agentic: per model call); "
+                                  "omitted for a trace")
     block_tokens: int = Field(default=16, ge=1, description="tokens per prompt block id; vLLM's KV block size "
                                                            "(synthetic ids; a trace's ids have the trace's size)")
     system_prompt: Optional[SystemPromptSpec] = Field(
@@ -175,6 +179,8 @@ class WorkloadSpec(BaseModel):
             raise ValueError(f"output_tokens required: the length of each {kind} response")
         if kind == "chat" and self.input_tokens is None:
             raise ValueError("input_tokens required for chat sessions: the length of each new user message")
+        if kind == "agentic" and self.input_tokens is None:
+            raise ValueError("input_tokens required for agentic sessions: the length of the user's task")
         if kind == "autocomplete" and self.input_tokens is not None:
             raise ValueError("remove input_tokens: an autocomplete prompt is the file up to the cursor "
                              "(see session.file_tokens)")
