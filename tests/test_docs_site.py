@@ -71,3 +71,22 @@ def test_a_broken_anchor_fails_and_a_github_anchor_does_not(tmp_path):
     assert good.returncode == 0, good.stdout + good.stderr
     bad = _tiny_site(tmp_path / "bad", "# Page\n\n[gone](index.md#no-such-heading)\n")
     assert bad.returncode != 0 and "no-such-heading" in bad.stdout + bad.stderr
+
+
+def _pages(entries) -> list[str]:
+    out = []
+    for entry in entries:
+        for value in (entry.values() if isinstance(entry, dict) else [entry]):
+            out += _pages(value) if isinstance(value, list) else [value]
+    return out
+
+
+def test_explanation_pages_are_read_in_one_sitting():
+    """An explanation page over 25 KB (25 × 1024 bytes) is split by section into pages of its own."""
+    import yaml
+
+    nav = yaml.safe_load((REPO_ROOT / "mkdocs.yml").read_text())["nav"]
+    (explanation,) = [e["Explanation"] for e in nav if isinstance(e, dict) and "Explanation" in e]
+    sizes = {page: (REPO_ROOT / "docs" / page).stat().st_size for page in _pages(explanation)}
+    assert len(sizes) >= 10
+    assert {p: s for p, s in sizes.items() if s > 25 * 1024} == {}
