@@ -1,10 +1,12 @@
 """End-to-end accuracy: llmsim against measured serving stacks, one command.
 
-    python benchmarks/accuracy.py --markdown docs/accuracy.md                    # regenerate the page's tables
+    python benchmarks/accuracy.py --markdown docs/accuracy.md                    # regenerate both pages' tables
     python benchmarks/accuracy.py --write-profiles --markdown docs/accuracy.md   # also refit the backends' overheads
     python benchmarks/accuracy.py --write-profiles --stack sglang --markdown docs/accuracy.md   # only SGLang's
 
-Two parts, each a generated section of docs/accuracy.md:
+Two parts, each a generated section: the closed loop's of docs/accuracy.md
+(``--markdown``), the Poisson and offline rows' of docs/accuracy-poisson.md
+(``--e2e-markdown``, by default that name beside ``--markdown``'s file):
 
 * Closed loop (``../shared/data/e2e/closed_loop_silicon.csv``, rows at
   concurrency ≤ 128): every row replayed with its stack's backend profile
@@ -148,7 +150,10 @@ def markdown(res: dict, wall: float, cmd: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--markdown", metavar="PATH", help="rewrite the generated sections of this file")
+    ap.add_argument("--markdown", metavar="PATH", help="rewrite the closed-loop section of this file")
+    ap.add_argument("--e2e-markdown", metavar="PATH",
+                    help="rewrite the Poisson/offline section of this file (default: accuracy-poisson.md beside "
+                         "--markdown's file)")
     ap.add_argument("--write-profiles", action="store_true", help="refit each stack's overheads first")
     from simulator.profiles import list_builtin
     ap.add_argument("--stack", action="append", default=[], choices=list_builtin("backend_profiles"),
@@ -173,8 +178,9 @@ def main(argv: list[str] | None = None) -> int:
         e2e_validation.update_markdown(Path(args.markdown), markdown(res, wall, f"python benchmarks/accuracy.py"
                                                                                 f"{flags} --markdown {args.markdown}"),
                                        BEGIN, END)
-        e2e_validation.main(["--markdown", args.markdown])
-        print(f"wrote {args.markdown}")
+        e2e_page = args.e2e_markdown or str(Path(args.markdown).with_name("accuracy-poisson.md"))
+        e2e_validation.main(["--markdown", e2e_page])
+        print(f"wrote {args.markdown} and {e2e_page}")
     return 0
 
 

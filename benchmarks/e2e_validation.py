@@ -1,7 +1,7 @@
 """End-to-end validation: published serving benchmarks vs llmsim.
 
     python benchmarks/e2e_validation.py                              # print the table
-    python benchmarks/e2e_validation.py --markdown docs/accuracy.md  # also rewrite its table section
+    python benchmarks/e2e_validation.py --markdown docs/accuracy-poisson.md  # also rewrite its table section
     python benchmarks/e2e_validation.py --csv out.csv                # machine-readable rows
 
 Reads ``published_serving_results.csv`` from the shared data directory
@@ -273,7 +273,7 @@ def markdown(rows: list[dict], skipped: list[tuple[str, str]], wall: float, llms
     st = gpu_status()
     flag = " --llmsim-defaults" if llmsim_defaults else ""
     lines = [
-        f"Generated {today} by `python benchmarks/e2e_validation.py{flag} --markdown docs/accuracy.md` "
+        f"Generated {today} by `python benchmarks/e2e_validation.py{flag} --markdown docs/accuracy-poisson.md` "
         f"({wall:.0f} s wall). GPU profiles at the time: "
         + ", ".join(f"`{g}` **{s}**" for g, s in st.items()) + ". "
         "Error = (llmsim − measured) / measured.",

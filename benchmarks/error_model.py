@@ -1,7 +1,7 @@
 """The error model behind llmsim's intervals: build it, and measure how often its intervals hold.
 
-    python benchmarks/error_model.py --write --markdown docs/accuracy.md
-    python benchmarks/error_model.py --residuals holdout.csv --write --markdown docs/accuracy.md
+    python benchmarks/error_model.py --write --markdown docs/accuracy-reading.md
+    python benchmarks/error_model.py --residuals holdout.csv --write --markdown docs/accuracy-reading.md
 
 Residuals are llmsim's out-of-sample errors on the shared measurements:
 

@@ -1,7 +1,7 @@
 """Fit each serving stack's first-token path, and check that it transfers.
 
     python benchmarks/first_token.py ../shared/data/e2e/aic_silicon_sample.csv.gz --jobs 2 \\
-        --write-profiles --markdown docs/accuracy.md
+        --write-profiles --markdown docs/accuracy-first-token.md
 
 What a client waits for before its first token, beyond what the engine
 simulates (the wait for the iteration in flight, the iteration the

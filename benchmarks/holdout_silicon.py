@@ -1,6 +1,6 @@
 """Held-out check: the shipped model against AIConfigurator's silicon samples.
 
-    python benchmarks/holdout_silicon.py PATH/silicon_sample.csv --markdown docs/accuracy.md
+    python benchmarks/holdout_silicon.py PATH/silicon_sample.csv --markdown docs/accuracy-holdout.md
 
 NVIDIA AIConfigurator's ``silicon_sample.csv`` holds thousands of
 end-to-end closed-loop measurements on models, GPUs and stacks llmsim was
@@ -11,7 +11,7 @@ with the backend profiles as shipped and each row's documented deployment
 overheads are fitted on, matched by id), so every figure is out of
 sample. Nothing here fits or changes a parameter: the rows check the
 frozen model and are reported apart, in their own generated section of
-docs/accuracy.md.
+docs/accuracy-holdout.md.
 
 The file is not part of the repository; without it, or without the shared
 data (which names the rows to leave out), the script prints why and exits 0.

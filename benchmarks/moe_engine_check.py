@@ -1,6 +1,6 @@
 """Does the engine price a model's experts as the measured kernels ran them?
 
-    python benchmarks/moe_engine_check.py [--data DIR] [--markdown docs/calibration.md]
+    python benchmarks/moe_engine_check.py [--data DIR] [--markdown docs/calibration-moe-engine.md]
 
 The kernel fit (``moe_mla_calibration.py``) scores the MoE form row by row,
 with each row's own kernel family and its router's real statistics. A
@@ -118,8 +118,8 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
 
 def markdown(table: pd.DataFrame, wall: float) -> str:
     head = (f"Generated {time.strftime('%Y-%m-%d')} by `python benchmarks/moe_engine_check.py --markdown "
-            f"docs/calibration.md` ({wall:.0f} s wall). Error = (engine − measured) / measured, over every "
-            f"measured row of the model's expert shape, format and a layout a replica can run.\n\n")
+            f"docs/calibration-moe-engine.md` ({wall:.0f} s wall). Error = (engine − measured) / measured, "
+            f"over every measured row of the model's expert shape, format and a layout a replica can run.\n\n")
     return head + report.markdown(table)
 
 

@@ -5,7 +5,7 @@
     python benchmarks/prefix_cache_study.py --markdown docs/prefix-cache.md  # also write the doc
 
 Three checks of what llmsim's prefix cache (engine/prefix_cache.py,
-docs/ARCHITECTURE.md "Prefix cache and cancellation") does to latency:
+docs/how-it-works.md "Prefix cache and cancellation") does to latency:
 
 a. Autocomplete cliff. Copilot-style editing sessions (Llama-3.1-8B on H100
    SXM, 4-8K-token files, 15-35 output tokens, 50 ms debounce, 2-6 typing
@@ -423,7 +423,7 @@ def machine() -> str:
 HEADER = """# Prefix cache: autocomplete and chat
 
 What llmsim's prefix cache models, in short (the details are in
-[ARCHITECTURE.md, "Prefix cache and cancellation"](ARCHITECTURE.md#prefix-cache-and-cancellation)):
+[how llmsim works, "Prefix cache and cancellation"](how-it-works.md#prefix-cache-and-cancellation)):
 every replica keeps vLLM-style automatic prefix caching. Requests carry
 chained block ids (16 tokens each for synthetic workloads) that are equal
 exactly where two prompts share a prefix; at admission a request's leading

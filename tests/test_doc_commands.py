@@ -37,7 +37,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import doc_transcripts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
-PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+PAGES = doc_transcripts.PAGES
 SMOKE_SECONDS = 4.0
 SMOKE_REQUESTS = 60
 SMOKE_SESSIONS = 6
@@ -200,7 +200,7 @@ def _benchmark_flags_exist(text: str, cwd: Path) -> None:
         assert flag in out.stdout, f"{text}: {args[1]} has no {flag}"
 
 
-@pytest.mark.parametrize("page", PAGES, ids=[p.name for p in PAGES])
+@pytest.mark.parametrize("page", PAGES, ids=[p.relative_to(ROOT).as_posix() for p in PAGES])
 def test_every_command_on_the_page_runs(page, tmp_path, monkeypatch, cli, smoke):
     if not (ROOT.parent / "shared").exists() and "../shared" in page.read_text():
         pytest.skip("the page's commands read ../shared/data, which is absent")

@@ -21,13 +21,13 @@ def test_the_pages_show_outputs():
     assert {p.name for p in SHOWN} >= {"planning.md", "scenarios.md"}
 
 
-@pytest.mark.parametrize("page", SHOWN, ids=[p.name for p in SHOWN])
+@pytest.mark.parametrize("page", SHOWN, ids=[p.relative_to(dt.ROOT).as_posix() for p in SHOWN])
 def test_every_output_block_is_what_its_command_prints(page):
     if "../shared" in page.read_text() and not (dt.ROOT.parent / "shared").exists():
         pytest.skip("the page's commands read ../shared/data, which is absent")
     diffs = dt.check_page(page)
     assert not diffs, ("\n\n".join(map(str, diffs))
-                       + f"\n\nrewrite the blocks with: python tests/doc_transcripts.py --write docs/{page.name}")
+                       + f"\n\nrewrite the blocks with: python tests/doc_transcripts.py --write {page.relative_to(dt.ROOT).as_posix()}")
 
 
 def test_loose_only_where_it_says():

@@ -124,7 +124,7 @@ def test_markdown_has_the_tables_and_command(routers, chat):
     cliff, cliff_load = S.cliff_study(S.QUICK)
     text = S.markdown(S.cold_warm(), cliff, cliff_load, list(rows.values()), load, ideal_all, chat, S.QUICK, 1.0,
                       S.DOC_COMMAND)
-    assert S.DOC_COMMAND in text and "ARCHITECTURE.md" in text
+    assert S.DOC_COMMAND in text and "how-it-works.md" in text
     for heading in ("## a. The autocomplete cliff", "## b. Routers on 8 replicas", "## c. Chat sessions"):
         assert heading in text
     assert sum(line.startswith("|---") for line in text.splitlines()) == 4

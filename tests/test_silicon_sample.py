@@ -63,7 +63,7 @@ def test_rows_carry_the_configuration_in_llmsims_terms(tmp_path):
     ("vllm", "2026-03-02", "bf16", "bf16"),
     ("vllm", "2026-03-02", "int4", "bf16"),      # outside AIConfigurator's profiles: the stack's default
     ("trtllm", "2025-10-29", "fp8", "fp8"),      # evaluation runs: TensorRT-LLM's engine config had the KV dtype
-    ("vllm", "2025-10-29", "fp8", "bf16"),       # ... vLLM ran its default flags
+    ("vllm", "2025-10-29", "fp8", "fp8"),        # ... and, by their measurements, vLLM (deployment.kv_dtype)
 ])
 def test_kv_dtype_follows_the_deployments_quantisation_profile(tmp_path, backend, measured, precision, kv):
     path = _write(tmp_path, {"silicon_data_source": f"silicon_concurrency=8; measured={measured}", "backend": backend,

@@ -1,7 +1,7 @@
 """What every replica engine shares: identity, admission checks, bookkeeping.
 
 Both engines implement the same scheduling semantics (see
-docs/ARCHITECTURE.md, "Scheduling semantics"); only how they advance time
+docs/how-it-works.md, "Scheduling semantics"); only how they advance time
 differs. Events: arrivals are scheduled URGENT, iteration boundaries NORMAL,
 so every arrival at time t is visible to a boundary at time t.
 """

@@ -1,8 +1,8 @@
-"""Generate the key reference of docs/scenarios.md from the schema itself.
+"""Generate the scenario key reference (docs/reference/scenario-keys.md) from the schema itself.
 
 Hand-written key lists drift from the code; this walks the pydantic models
 so every key, its type, default and description stay in step with what
-`llmsim run` accepts. A test fails when docs/scenarios.md is stale.
+`llmsim run` accepts. A test fails when the page is stale.
 """
 from __future__ import annotations
 
@@ -92,7 +92,10 @@ def generate() -> str:
     return "\n".join([BEGIN, "", *lines, "", END])
 
 
-def update(path: str = "docs/scenarios.md") -> None:
+PAGE = "docs/reference/scenario-keys.md"
+
+
+def update(path: str = PAGE) -> None:
     """Rewrite the generated block of ``path`` in place."""
     from pathlib import Path
 
