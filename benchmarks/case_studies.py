@@ -158,7 +158,7 @@ STACK_RUNS = [
     ("1. Autocomplete", "vLLM", "1/4 shard, 9 replicas", "llmsim run scenarios/autocomplete.yaml", ["autocomplete"]),
     ("2. Consumer chatbot", "vLLM", "peak half hour, autoscaled", "llmsim run scenarios/chatbot.yaml",
      ["free", "paid"]),
-    ("3. 10M-DAU platform", "vLLM", "1/64 shard, 14 nodes", "llmsim run scenarios/dau-10m.yaml", ["chat"]),
+    ("3. 10M-DAU platform", "vLLM", "1/64 shard, 15 nodes", "llmsim run scenarios/dau-10m.yaml", ["chat"]),
     ("4. QuickCode", "vLLM", "before (static batching)", "llmsim run scenarios/quickcode.yaml",
      ["node"]),
     ("4. QuickCode", "vLLM", "after (every rung)", QUICKCODE_AFTER, ["node"]),
