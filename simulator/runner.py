@@ -23,7 +23,7 @@ from .fleet.clock import Clock
 from .fleet.disaggregation import PrefillDecode
 from .fleet.frontend import Fleet
 from .fleet.lora import LoraPool
-from .fleet.pool import Admission, Pool
+from .fleet.pool import Pool
 from .fleet.setup import PoolSetup, setup_pool  # noqa: F401  (re-exported: notebooks size pools with it)
 from .metrics.records import Records
 from .fleet.timeline import Timeline

@@ -53,7 +53,6 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
                  engine: str, requests: "Records | list[Request]", scalers: dict) -> dict:
     sc, setups = plan.scenario, plan.setups
     requests = Records.of(requests)
-    n = len(requests)
     ttft_ms = plan.slo.thresholds.get("ttft")
     by_pool = requests.select("arrival", "first_token", "status", "pool").groups(
         "pool", [ps.spec.name for ps in setups]) if scalers else {}
@@ -68,7 +67,6 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     gpu_timeline = _merge_steps(list(gpu_logs.values()))
     fleet = gpu_count(gpu_timeline, now)
     first = blocks[setups[0].spec.name]
-    gpu = setups[0].cm.gpu
     single = len(setups) == 1
     out = {
         "version": __version__,

@@ -8,6 +8,7 @@ from typing import Literal
 from pydantic import Field
 
 from .registry import RouterParams, register_router
+from .load import _least
 
 
 _MASK64 = (1 << 64) - 1
