@@ -51,12 +51,22 @@ class Runner:
         self.done: dict[str, str] = json.loads(self.index.read_text()) if self.index.exists() else {}
         self.log = log or (lambda s: None)
 
+    @staticmethod
+    def _key(command: str, args: list[str]) -> str:
+        """The command with digests of the scenario files it names and of
+        llmsim's code: a kept run is reused only while neither changed."""
+        from simulator.inputs import code_digest, file_digest
+
+        files = [file_digest(ROOT / a)[:16] for a in args if a.startswith("scenarios/")]
+        return " ".join([command, *files, code_digest()[:16]])
+
     def _out(self, command: str) -> Path:
-        if command in self.done:
-            return self.folder / self.done[command]
+        args = shlex.split(command)
+        key = self._key(command, args)
+        if key in self.done:
+            return self.folder / self.done[key]
         from simulator.cli.app import main
 
-        args = shlex.split(command)
         assert args[0] == "llmsim" and args[1] == "run", command
         out = self.folder / f"run{len(self.done)}"
         argv = [str(ROOT / a) if a.startswith("scenarios/") else a for a in args[1:]]
@@ -71,7 +81,7 @@ class Runner:
                 if e.code not in (0, None):
                     raise RuntimeError(f"{command}: exit {e.code}\n{err.getvalue()[-2000:]}") from None
         self.log(f"{time.perf_counter() - t0:6.1f} s  {command}")
-        self.done[command] = out.name
+        self.done[key] = out.name
         self.index.write_text(json.dumps(self.done, indent=1))
         return out
 
@@ -630,7 +640,7 @@ def main(argv: list[str] | None = None) -> int:
                     help="this block only (repeatable)")
     ap.add_argument("--keep", metavar="DIR", type=Path,
                     help="keep every run's output here, and reuse the runs an earlier invocation kept there "
-                         "(only while llmsim and the scenarios are unchanged)")
+                         "(a run is redone once its scenario file or llmsim's code changed)")
     a = ap.parse_args(argv)
     differ = []
     with contextlib.ExitStack() as stack:

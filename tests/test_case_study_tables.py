@@ -12,6 +12,7 @@ difference; ``--write`` regenerates the blocks).
 from __future__ import annotations
 
 import copy
+import os
 import re
 import sys
 from pathlib import Path
@@ -97,3 +98,19 @@ def test_masking_keeps_what_a_table_says():
     assert masked("| int8 | 1 |") != masked("| tgi | 1 |")
     assert masked("| a | `--set pools.x.replicas=8` |") != masked("| a | `--set pools.x.replicas=9` |")
     assert masked("    llmsim run s.yaml --set seed=2") != masked("    llmsim run s.yaml --set seed=3")
+
+
+def test_a_kept_run_is_redone_once_its_scenario_changes(tmp_path, monkeypatch):
+    """--keep reuses a run by its command and the digests of the scenario it
+    names and of llmsim's code, so an edited scenario is simulated again."""
+    (tmp_path / "scenarios").mkdir()
+    scenario = tmp_path / "scenarios" / "x.yaml"
+    scenario.write_text("replicas: 14\n")
+    monkeypatch.setattr(cs, "ROOT", tmp_path)
+    command = "llmsim run scenarios/x.yaml --set seed=2"
+    before = cs.Runner._key(command, command.split())
+    assert cs.Runner._key(command, command.split()) == before
+    scenario.write_text("replicas: 15\n")
+    os.utime(scenario, ns=(1, 1))     # a new mtime as well as new bytes
+    assert cs.Runner._key(command, command.split()) != before
+    assert cs.Runner._key(command + " --variant y", (command + " --variant y").split()) != before
