@@ -119,3 +119,36 @@ def cli_subprocess():
         return CliResult(p.returncode, p.stdout, p.stderr)
 
     return run
+
+
+# The suite's declared time budget on two cores (pyproject.toml's pytest section says why).
+SUITE_BUDGET_S = 600.0
+SLOW_TEST_S = 15.0
+_unmarked_slow: list[tuple[str, float]] = []
+_started: list[float] = []
+
+
+def pytest_sessionstart(session) -> None:
+    import time
+
+    _started.append(time.monotonic())
+
+
+def pytest_runtest_logreport(report) -> None:
+    """Note an unmarked test whose call took over the per-test budget."""
+    if report.when == "call" and report.duration > SLOW_TEST_S and "slow" not in report.keywords:
+        _unmarked_slow.append((report.nodeid, report.duration))
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
+    """The wall time against the budget, and the tests that should carry the slow mark."""
+    import time
+
+    if not _started or hasattr(config, "workerinput"):     # an xdist worker: the controller reports
+        return
+    wall = time.monotonic() - _started[0]
+    terminalreporter.write_line(f"suite wall time {wall:.0f} s of a {SUITE_BUDGET_S:.0f} s budget on two cores"
+                                + ("" if wall <= SUITE_BUDGET_S else " (over budget)"))
+    for nodeid, took in sorted(_unmarked_slow, key=lambda x: -x[1]):
+        terminalreporter.write_line(f"unmarked test over {SLOW_TEST_S:.0f} s ({took:.0f} s): {nodeid}: "
+                                    "mark it @pytest.mark.slow or make it faster")

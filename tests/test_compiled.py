@@ -81,6 +81,7 @@ def _run(runs: list, cwd: Path, env: dict) -> dict:
     return json.loads(p.stdout)
 
 
+@pytest.mark.slow
 def test_compiled_build_equals_plain_python(tmp_path):
     env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     probe = subprocess.run([sys.executable, "-c", "import simulator.engine.replica as r; print(r.__file__)"],

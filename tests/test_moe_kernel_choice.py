@@ -80,6 +80,7 @@ def hopper_rows(shared_data):
     return {name: data.moe_rows(name) for name in gpus}
 
 
+@pytest.mark.slow
 @pytest.mark.shared_data
 @pytest.mark.parametrize("gpu_name", ["h100-sxm", "h200"])
 def test_shipped_hopper_block_fp8_prices_each_layout_by_its_kernel(hopper_rows, gpu_name):
