@@ -119,6 +119,9 @@ class GeneratedLaunch(_Strict):
     in_evaluation: bool = Field(default=False, description="the 2025 evaluation pipeline (aic-eval, "
                                                            "aic-genai-perf) wrote this stack's engine config "
                                                            "too, block reuse off; else it ran the defaults")
+    eval_kv_cache: bool = Field(default=False, description="the evaluation pipeline ran this stack with its "
+                                                           "quantisation profile's KV dtype (fp8 for fp8/fp4); "
+                                                           "else the model's 16-bit cache")
 
 
 class BackendProfile(_Strict):

@@ -183,7 +183,7 @@ def kv_dtype(deployment: str, stack: str, precision: str) -> str:
     ran its default (the model's 16-bit type): with fp8 its Llama-3.1-8B fp8
     rows' TPOT reads 12 % fast against 2 % slow with bf16. A precision
     outside the profiles (int4) keeps the 16-bit cache."""
-    if deployment == "aiconfigurator" or (deployment in _EVAL and stack != "sglang"):
+    if deployment == "aiconfigurator" or (deployment in _EVAL and _launch(stack).eval_kv_cache):
         return _AIC_KV.get(precision.lower(), "bf16")
     return "bf16"
 
