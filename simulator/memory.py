@@ -89,10 +89,9 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     par = Parallelism(tp, dp, ep)
     gpus = par.gpus
     rest, experts = weight_bytes_per_gpu(model, par, weight_dtype)
-    h, ffn = model.hidden_size, _mlp_width(model)
-    per_token = (2 * ffn / tp + 4 * h + (model.q_dim + 2 * model.kv_dim) / tp) * 2.0
     logits = model.vocab_size / tp * 4.0
-    share = GpuShare(gpu.hbm_bytes, rest + experts, max_num_batched_tokens * per_token, gpus, dp,
+    activations = max_num_batched_tokens * activation_bytes_per_token(model, tp)
+    share = GpuShare(gpu.hbm_bytes, rest + experts, activations, gpus, dp,
                      max_num_batched_tokens, max_num_seqs, speculative, logits_row=logits)
     budget = kv_budget(share, kv_memory, gpu_memory_utilization)
     copies = kv_copies(model, tp)
@@ -133,6 +132,14 @@ def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight
     knob = "gpu_memory_utilization" if b.knob == "gpu_memory_utilization" else f"kv_memory.fraction ({b.knob})"
     return (f"{model.name} does not fit on {shape} {gpu.name} as {rule} sizes its KV cache: {what}; use more "
             f"GPUs (tp, dp with ep), a smaller weight dtype, a larger GPU or a larger engine.{knob}")
+
+
+def activation_bytes_per_token(model: ModelProfile, tp: int) -> float:
+    """Activation memory per token of the profiling run on one GPU of a
+    ``tp`` group (16-bit): the estimate every stack's rule reserves for a
+    full token budget, the same for each stage of a pipeline."""
+    h, ffn = model.hidden_size, _mlp_width(model)
+    return (2 * ffn / tp + 4 * h + (model.q_dim + 2 * model.kv_dim) / tp) * 2.0
 
 
 def _mlp_width(model: ModelProfile) -> int:

@@ -38,7 +38,7 @@ from typing import Optional
 
 from .errors import LlmsimError
 from .kv_memory import GpuShare, KvMemory, kv_budget
-from .memory import MemoryPlan, _mlp_width
+from .memory import MemoryPlan, activation_bytes_per_token
 from .parallelism import Parallelism, replica_kv_bytes_per_token
 from .profiles.hardware import HardwareProfile
 from .profiles.model import ModelProfile
@@ -98,8 +98,7 @@ def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp:
     embed = model.embedding_params * 2.0
     head = model.vocab_size * model.hidden_size * 2.0      # the LM head (a tied one is the embedding, copied)
     body = model.weight_bytes(weight_dtype) - embed - model.lm_head_params * 2.0
-    h, ffn = model.hidden_size, _mlp_width(model)
-    per_token = (2 * ffn / tp + 4 * h + (model.q_dim + 2 * model.kv_dim) / tp) * 2.0
+    per_token = activation_bytes_per_token(model, tp)
     kv_token = replica_kv_bytes_per_token(model, Parallelism(tp), kv_dtype)    # whole model, one tp group
     blocks, shares = None, []
     for s, n in enumerate(pipe.layers):
