@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -129,8 +130,6 @@ _started: list[float] = []
 
 
 def pytest_sessionstart(session) -> None:
-    import time
-
     _started.append(time.monotonic())
 
 
@@ -142,8 +141,6 @@ def pytest_runtest_logreport(report) -> None:
 
 def pytest_terminal_summary(terminalreporter, exitstatus, config) -> None:
     """The wall time against the budget, and the tests that should carry the slow mark."""
-    import time
-
     if not _started or hasattr(config, "workerinput"):     # an xdist worker: the controller reports
         return
     wall = time.monotonic() - _started[0]
