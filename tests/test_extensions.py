@@ -253,3 +253,41 @@ def test_a_profile_entry_point_may_name_a_path_or_a_function(tmp_path, monkeypat
                 load_hardware("bad")
     finally:
         plugins.forget()
+
+
+def test_an_installed_stack_is_known_to_validation_and_calibration(tmp_path, monkeypatch):
+    """The stacks benchmark rows may name, the error model's regimes and the kernel
+    calibration all read the backend profiles: a new stack's profile is the whole edit."""
+    from importlib.metadata import EntryPoint
+
+    import simulator.plugins as plugins
+    from simulator.calibration.data import kernel_stacks
+    from simulator.scenario.schema import Scenario
+    from simulator.validation.error_model import regime_of_run
+    from simulator.validation.rows import rows_from_csv
+
+    stack = tmp_path / "demo-serve.yaml"
+    stack.write_text(yaml.safe_dump({"name": "demo-serve", "stack": "demo-serve", "versions": "1.0",
+                                     "engine": {"kernels": "vllm", "chunked_prefill": True}}))
+    (tmp_path / "stack_ext.py").write_text(f"PATH = {str(stack)!r}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [EntryPoint("demo-serve", "stack_ext:PATH", group)]
+                        if group == "llmsim.stacks" else [])
+    plugins.forget()
+    try:
+        assert kernel_stacks() == ["vllm", "demo-serve", "sglang", "trtllm"]
+        csv = tmp_path / "bench.csv"
+        csv.write_text("engine,model,gpu,isl_mean,osl_mean,concurrency,ttft_mean_ms\n"
+                       "demo-serve 1.0,llama-3-8b,h100-sxm,512,128,8,40\n"
+                       "other-serve,llama-3-8b,h100-sxm,512,128,8,40\n")
+        known, unknown = rows_from_csv(csv)
+        assert known.stack == "demo-serve" and known.skip == ""
+        assert unknown.skip == "stack 'other-serve' is not one of demo-serve, sglang, trtllm, vllm"
+        sc = Scenario.model_validate({
+            "name": "s", "workload": {"num_requests": 10, "arrival": {"type": "poisson", "rate_per_s": 1},
+                                      "input_tokens": {"dist": "fixed", "value": 64},
+                                      "output_tokens": {"dist": "fixed", "value": 8}},
+            "pools": [{"name": "p", "model": "llama-3-8b", "gpu": "h100-sxm", "engine": {"backend": "demo-serve"}}]})
+        assert regime_of_run(sc, {}).stack == "demo-serve"
+    finally:
+        plugins.forget()
