@@ -26,12 +26,14 @@ AS_GIVEN = "as given"
 @dataclass(frozen=True)
 class Field:
     """One key: its unit, its meaning, when it is there (``None``: whenever
-    its block is), and for a mapping (or a list of mappings) its own keys."""
+    its block is), and for a mapping (or a list of mappings) its own keys;
+    ``copy_of`` names the key it repeats (a one-pool fleet's pool figures)."""
 
     unit: str
     meaning: str
     when: Optional[str] = None
     keys: Optional[Mapping[str, "Field"]] = None
+    copy_of: Optional[str] = None
 
 
 Fields = Mapping[str, Field]

@@ -203,8 +203,8 @@ def _per(num: float, den: float, scale: float = 1.0) -> Optional[float]:
 
 _POOL_BILL = {
     "name": leaf("text", "the pool"), "gpu": leaf("text", "its GPU"),
-    "gpus_per_replica": leaf("GPUs", "tp × pp × dp"), "replicas": leaf("count", "its replicas at the start"),
-    "gpus": leaf("GPUs", "replicas × gpus_per_replica"), "usd_per_gpu_hour": leaf("USD/GPU-h", "the price"),
+    "gpus_per_replica": leaf("GPUs", "tp × pp × dp"), "replicas": leaf("count", "the most replicas billed at once"),
+    "gpus": leaf("GPUs", "replicas × gpus_per_replica: the pool's peak"), "usd_per_gpu_hour": leaf("USD/GPU-h", "the price"),
     "price_source": leaf("text", "scenario (the pool's usd_per_gpu_hour) or profile (the GPU profile's price)"),
     "price_assumed": leaf("bool", "the profile says its price is an assumption, or gives no source"),
     "price_note": leaf("text", "the profile's source for the price"),
@@ -212,7 +212,8 @@ _POOL_BILL = {
     "usd": leaf("USD", "the pool's bill for the window"),
 }
 _SESSIONS = {
-    "count": leaf("count", "sessions with a request in the run"), "served": leaf("count", "sessions with every request served"),
+    "count": leaf("count", "sessions that sent a request"),
+    "served": leaf("count", "sessions with at least one request served"),
     "mean_active": leaf("sessions", "session-seconds / the window"), "peak_active": leaf("sessions", "most active at once"),
     "mean_per_gpu": leaf("sessions/GPU", "session-seconds / GPU-seconds billed"),
     "peak_per_gpu": leaf("sessions/GPU", "most sessions active at once per GPU billed then"),

@@ -130,7 +130,8 @@ SLO_FIELDS = {
 #: results.json's top level (the ``llmsim`` block is the fleet report's: ``fleet_report.FIELDS``).
 FIELDS = {
     "completed": leaf("count", "requests served to their last token (vLLM's completed)"),
-    "failed": leaf("count", "requests the fleet did not serve: rejected, or still in flight at the end"),
+    "failed": leaf("count", "requests the fleet did not serve: rejected (shed, or too long ever to fit) or still "
+                              "in flight when the run stopped"),
     "cancelled": leaf("count", "requests their clients withdrew (llmsim's key; vLLM never cancels)"),
     "duration": leaf("s", "benchmark time: simulation start to the latest finish or rejection"),
     "total_input_tokens": leaf("tokens", "prompt tokens of completed requests"),

@@ -128,7 +128,7 @@ POOL_FIELDS = {
     "usd": leaf("USD", "the pool's bill for the window"),
 }
 
-_ONE_POOL = "the fleet has one pool (its pools.<pool> figure, repeated)"
+_ONE_POOL = "the fleet has one pool"
 
 #: ``llmsim``: llmsim's own figures, in the order :func:`llmsim_block` writes them.
 FIELDS = {
@@ -142,8 +142,8 @@ FIELDS = {
                             when="pools run on different GPUs")}),
     "replicas": leaf("count", "the pools' replicas, summed"),
     **gpu_counts.FIELDS,
-    **{k: replace(f, when=_ONE_POOL) for k, f in POOL_FIELDS.items() if k not in ("replicas", "usd", "gpu_hours")
-       and k not in gpu_counts.FIELDS},
+    **{k: replace(f, when=_ONE_POOL + (f" and {f.when}" if f.when else ""), copy_of=f"llmsim.pools.<pool>.{k}")
+       for k, f in POOL_FIELDS.items() if k not in ("replicas", "usd", "gpu_hours") and k not in gpu_counts.FIELDS},
     "by_input_length": block("figures per prompt-length bucket", by_input_length.FIELDS,
                              when="the scenario sets input_length_buckets"),
     "gateway": block("the metering gateway's log", metering.FIELDS, when="a class has a rate_limit"),
@@ -157,9 +157,10 @@ FIELDS = {
     "energy": block("energy and emissions", energy.FIELDS),
     "request_status": block("every request once, by how it ended", results.STATUS_FIELDS),
     "intervals": block("where the real value of each figure lies, from llmsim's measured error",
-                       INTERVAL_FIELDS, when="written by llmsim run"),
-    "error_model": block("which measured residuals judged the run", ERROR_MODEL_FIELDS, when="written by llmsim run"),
-    "replicates": block("the spread over seeds", REPLICATE_FIELDS, when="llmsim run --replicates N, N > 1"),
+                       INTERVAL_FIELDS, when="`llmsim run` writes the file"),
+    "error_model": block("which measured residuals judged the run", ERROR_MODEL_FIELDS,
+                         when="`llmsim run` writes the file"),
+    "replicates": block("the spread over seeds", REPLICATE_FIELDS, when="`llmsim run --replicates N`, N > 1"),
 }
 
 

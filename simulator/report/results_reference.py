@@ -22,9 +22,9 @@ __all__ = ["RESULTS", "generate", "update", "PAGE"]
 #: The whole file: vLLM's keys, then ``slo`` and ``llmsim``.
 RESULTS: Fields = {
     **results.FIELDS,
-    "llmsim": block("llmsim's own figures", {
+    "llmsim": block("what llmsim adds to vLLM's keys: the fleet, its pools, the bill, energy, intervals", {
         **fleet_report.FIELDS,
-        "shards": block("how a sharded run was split", split.FIELDS, when="llmsim run --shards N"),
+        "shards": block("how a sharded run was split", split.FIELDS, when="`llmsim run --shards N`"),
     }),
 }
 
@@ -54,7 +54,14 @@ def _section(path: str, meaning: str, keys: Fields, seen: dict[int, str]) -> lis
     lines = [f"### `{path}`" if path else "### Top level", "", _cell(meaning[:1].upper() + meaning[1:]) + ".", "",
              "| key | unit | meaning |", "|---|---|---|"]
     later = []
+    copies = [k for k, f in keys.items() if f.copy_of]
     for k, f in keys.items():
+        if f.copy_of:
+            if k == copies[0]:      # the repeated keys in one row: their definitions are where they come from
+                origin = f.copy_of.rpartition(".")[0]
+                lines.append(f"| {', '.join(f'`{c}`' for c in copies)} | as there | `{origin}`'s figures, repeated "
+                             "here when the fleet has one pool (each only when it is there) |")
+            continue
         same_as = seen.get(id(f.keys)) if f.keys is not None else None
         lines.append(f"| `{k}` | {_cell(f.unit)} | {_meaning(f, same_as)} |")
         if f.keys is not None and same_as is None:
