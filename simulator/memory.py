@@ -20,10 +20,23 @@ from .errors import LlmsimError
 from .kv_memory import RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, kv_budget
 from .parallelism import Parallelism, kv_copies, replica_kv_bytes_per_token, weight_bytes_per_gpu
 from .profiles.hardware import HardwareProfile
+from .fields import leaf
 from .profiles.model import ModelProfile
 
 # The runtime (CUDA context, NCCL, CUDA-graph pools) per GPU: kv_memory's estimate.
 NON_TORCH_BYTES_PER_GPU = RUNTIME_BYTES_PER_GPU
+
+
+#: What :meth:`MemoryPlan.describe` writes (``llmsim.pools.<pool>.kv_memory``).
+KV_MEMORY_FIELDS = {
+    "rule": leaf("text", "whose accounting sized the KV pool (a stack's name)"),
+    "<knob>": leaf("fraction", "the fraction of GPU memory the rule applied, under the stack's own name for it "
+                               "(vLLM's gpu_memory_utilization, SGLang's mem_fraction_static...)"),
+    "kv_tokens_per_rank": leaf("tokens", "KV capacity of one attention rank"),
+    "kv_bytes_per_token": leaf("bytes", "KV bytes per token per replica"),
+    "weights_gb": leaf("GB", "weights per replica"), "kv_gb": leaf("GB", "KV pool per replica"),
+    "total_gb": leaf("GB", "the replica's GPU memory"),
+}
 
 
 @dataclass(frozen=True)

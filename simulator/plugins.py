@@ -10,7 +10,10 @@ A package extends llmsim without editing it by naming what it adds in its
     [project.entry-points."llmsim.stacks"]
     my-serve = "my_ext"                       # the package holding my-serve.yaml
 
-Code families (``llmsim.routers``, ``llmsim.executors``) name a module:
+    [project.entry-points."llmsim.arrivals"]
+    uniform = "my_ext.uniform"                # a module whose @register_arrival runs on import
+
+Code families (``llmsim.routers``, ``llmsim.executors``, ``llmsim.arrivals``) name a module:
 importing it runs its registration decorators, as a built-in member's
 module does. Profile families (``llmsim.gpus``, ``llmsim.models``,
 ``llmsim.stacks``) name the package whose folder holds ``<name>.yaml``, or
@@ -33,7 +36,7 @@ from .errors import LlmsimError
 __all__ = ["CODE_GROUPS", "PROFILE_GROUPS", "load_code", "profile_files", "forget"]
 
 # Families whose members are Python code, registered when their module is imported.
-CODE_GROUPS = ("llmsim.routers", "llmsim.executors")
+CODE_GROUPS = ("llmsim.routers", "llmsim.executors", "llmsim.arrivals")
 # Families whose members are profile files: the loader's folder kind -> entry-point group.
 PROFILE_GROUPS = {"hardware_profiles": "llmsim.gpus", "model_profiles": "llmsim.models",
                   "backend_profiles": "llmsim.stacks"}

@@ -1,6 +1,6 @@
-"""Extending llmsim from outside it: a GPU, a model, a serving stack and a router are
-each one file plus one registration (an entry point of an installed
-package), and a run of the CLI uses all four.
+"""Extending llmsim from outside it: a GPU, a model, a serving stack, a router and an
+arrival process are each one file plus one registration (an entry point of
+an installed package), and a run of the CLI uses them.
 
 The package is laid out in a temporary folder as ``pip install`` leaves it:
 the files and a ``*.dist-info`` folder whose ``entry_points.txt`` holds the
@@ -41,6 +41,24 @@ class LastReplica:
         return len(replicas) - 1 - self.skip
 '''
 
+ARRIVAL = '''\
+from typing import Literal
+
+import numpy as np
+
+from workloads.arrivals import OpenLoopArrival, register_arrival
+
+
+@register_arrival("even")
+class EvenArrival(OpenLoopArrival):
+    """Requests exactly 1/rate apart: a run that used it shows it."""
+
+    type: Literal["even"] = "even"
+
+    def _unit_gaps(self, rng, size):
+        return np.ones(size)
+'''
+
 ENTRY_POINTS = """\
 [llmsim.gpus]
 demo-gpu = demo_ext
@@ -53,6 +71,9 @@ demo-serve = demo_ext
 
 [llmsim.routers]
 last_replica = demo_ext.last_replica
+
+[llmsim.arrivals]
+even = demo_ext.even_arrival
 """
 
 SCENARIO = """\
@@ -94,6 +115,7 @@ def _package(root: Path) -> Path:
              "overheads": {"iteration_overhead_ms": 1.0, "response_ms": 400.0}}
     (ext / "demo-serve.yaml").write_text(yaml.safe_dump(stack))
     (ext / "last_replica.py").write_text(ROUTER)
+    (ext / "even_arrival.py").write_text(ARRIVAL)
     info = root / "demo_ext-0.1.dist-info"
     info.mkdir()
     (info / "METADATA").write_text("Metadata-Version: 2.1\nName: demo-ext\nVersion: 0.1\n")
@@ -130,21 +152,47 @@ def test_an_installed_gpu_stack_and_router_are_used_by_a_run(tmp_path):
     assert replicas == {1}
 
 
-def test_without_the_registration_the_names_are_unknown(tmp_path):
+def _builtin(scenario: str) -> str:
+    """The scenario on the built-in GPU, model and stack."""
+    return (scenario.replace("gpu: demo-gpu", "gpu: h100-sxm").replace("backend: demo-serve", "backend: vllm")
+            .replace("model: demo-model", "model: llama-3-8b"))
+
+
+# Only the arrival process is the plug-in's.
+EVEN = (_builtin(SCENARIO).replace("arrival: {type: poisson, rate_per_s: 10}", "arrival: {type: even, rate_per_s: 10}")
+        .replace("router: {type: last_replica, skip: 1}", "router: round_robin"))
+
+
+@pytest.mark.parametrize("scenario, refusal", [
+    (SCENARIO, "unknown serving backend 'demo-serve'"),
+    (EVEN, "workload.arrival.type: unknown arrival process (valid: concurrency, gamma, poisson, trace)"),
+])
+def test_without_the_registration_the_names_are_unknown(tmp_path, scenario, refusal):
     site = _package(tmp_path / "site")
     (site / "demo_ext-0.1.dist-info" / "entry_points.txt").unlink()
-    (tmp_path / "sc.yaml").write_text(SCENARIO)
+    (tmp_path / "sc.yaml").write_text(scenario)
     res = _llmsim(site, "run", "sc.yaml", "-o", "out", "--no-plots", cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr
-    assert "unknown serving backend 'demo-serve'" in res.stderr
+    assert refusal in res.stderr
+
+
+def test_an_installed_arrival_process_sets_the_arrivals(tmp_path):
+    site = _package(tmp_path / "site")
+    (tmp_path / "sc.yaml").write_text(EVEN)
+    res = _llmsim(site, "run", "sc.yaml", "-o", "out", "--no-plots", cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    arrivals = pq.read_table(tmp_path / "out" / "requests.parquet").column("arrival").to_pylist()
+    assert len(arrivals) == 120
+    # one every 0.1 s from 0.1 s: the process's gaps, where a Poisson run's would scatter
+    assert sorted(arrivals) == pytest.approx([0.1 * (i + 1) for i in range(120)])
+    schema = _llmsim(site, "schema", cwd=tmp_path)
+    assert schema.returncode == 0 and '"even"' in schema.stdout
 
 
 def test_a_broken_plugin_is_named_in_one_line(tmp_path):
     site = _package(tmp_path / "site")
     (site / "demo_ext" / "last_replica.py").write_text("raise ImportError('needs torch')\n")
-    (tmp_path / "sc.yaml").write_text(SCENARIO.replace("gpu: demo-gpu", "gpu: h100-sxm")
-                                      .replace("backend: demo-serve", "backend: vllm")
-                                      .replace("model: demo-model", "model: llama-3-8b"))
+    (tmp_path / "sc.yaml").write_text(_builtin(SCENARIO))
     res = _llmsim(site, "run", "sc.yaml", "-o", "out", "--no-plots", cwd=tmp_path)
     assert res.returncode == 2 and "Traceback" not in res.stderr
     assert "last_replica" in res.stderr and "needs torch" in res.stderr
@@ -203,5 +251,43 @@ def test_a_profile_entry_point_may_name_a_path_or_a_function(tmp_path, monkeypat
             installed(("bad", value))
             with pytest.raises(LlmsimError, match=words):
                 load_hardware("bad")
+    finally:
+        plugins.forget()
+
+
+def test_an_installed_stack_is_known_to_validation_and_calibration(tmp_path, monkeypatch):
+    """The stacks benchmark rows may name, the error model's regimes and the kernel
+    calibration all read the backend profiles: a new stack's profile is the whole edit."""
+    from importlib.metadata import EntryPoint
+
+    import simulator.plugins as plugins
+    from simulator.calibration.data import kernel_stacks
+    from simulator.scenario.schema import Scenario
+    from simulator.validation.error_model import regime_of_run
+    from simulator.validation.rows import rows_from_csv
+
+    stack = tmp_path / "demo-serve.yaml"
+    stack.write_text(yaml.safe_dump({"name": "demo-serve", "stack": "demo-serve", "versions": "1.0",
+                                     "engine": {"kernels": "vllm", "chunked_prefill": True}}))
+    (tmp_path / "stack_ext.py").write_text(f"PATH = {str(stack)!r}\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugins, "entry_points", lambda group: [EntryPoint("demo-serve", "stack_ext:PATH", group)]
+                        if group == "llmsim.stacks" else [])
+    plugins.forget()
+    try:
+        assert kernel_stacks() == ["vllm", "demo-serve", "sglang", "trtllm"]
+        csv = tmp_path / "bench.csv"
+        csv.write_text("engine,model,gpu,isl_mean,osl_mean,concurrency,ttft_mean_ms\n"
+                       "demo-serve 1.0,llama-3-8b,h100-sxm,512,128,8,40\n"
+                       "other-serve,llama-3-8b,h100-sxm,512,128,8,40\n")
+        known, unknown = rows_from_csv(csv)
+        assert known.stack == "demo-serve" and known.skip == ""
+        assert unknown.skip == "stack 'other-serve' is not one of demo-serve, sglang, trtllm, vllm"
+        sc = Scenario.model_validate({
+            "name": "s", "workload": {"num_requests": 10, "arrival": {"type": "poisson", "rate_per_s": 1},
+                                      "input_tokens": {"dist": "fixed", "value": 64},
+                                      "output_tokens": {"dist": "fixed", "value": 8}},
+            "pools": [{"name": "p", "model": "llama-3-8b", "gpu": "h100-sxm", "engine": {"backend": "demo-serve"}}]})
+        assert regime_of_run(sc, {}).stack == "demo-serve"
     finally:
         plugins.forget()

@@ -37,8 +37,9 @@ FORBIDDEN = {
 # leaf utility inside a package (scenario.strict, engine.wake) sits below it.
 LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # what everything uses and which uses nothing of llmsim: errors, strict parsing,
-    # reading input files, plug-in discovery, the run-size limits, SimPy's loop, executors
+    # reading input files, plug-in discovery, the run-size limits, SimPy's loop, executors, results.json's field declarations
     ("base", ("simulator", "simulator.__version__", "simulator.errors", "simulator.structured", "simulator.dtypes",
+              "simulator.fields",
               "simulator.atomic_write", "simulator.plugins", "simulator.runsize", "simulator.gcpause",
               "simulator.reads", "simulator.scenario.strict", "simulator.engine.wake", "simulator.planning.executors",
               "simulator.planning.pareto")),
@@ -59,7 +60,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("report", ("simulator.report",)),
     # running: one run, shards, seeds, sweeps and plans (and the ladder, which runs its rungs)
     ("run", ("simulator.runner", "simulator.sharding", "simulator.replicates", "simulator.planning",
-             "simulator.inputs", "simulator.report.ladder")),
+             "simulator.inputs", "simulator.report.ladder", "simulator.report.results_reference")),
     # replaying measured benchmarks and fitting kernels: users of runs and of the cost model
     ("validation", ("simulator.validation", "simulator.calibration")),
     ("cli", ("simulator.cli", "simulator.notebook")),

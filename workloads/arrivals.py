@@ -42,31 +42,28 @@ from __future__ import annotations
 
 import math
 from functools import cached_property
-from typing import Annotated, ClassVar, Literal, Optional, Union
+from typing import Annotated, ClassVar, Literal, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import Field, model_validator
 
+from .arrival_registry import ARRIVALS, ArrivalProcess, ArrivalSpec, register_arrival
 from .rate_profiles import RateProfile, RateSchedule, Spike
-from .traces import TraceSpec
+from .traces import TraceSpec  # noqa: F401  (registers ``trace``)
 
-__all__ = ["ArrivalSpec", "PoissonArrival", "GammaArrival", "ConcurrencyArrival", "OpenLoopArrival"]
+__all__ = ["ArrivalSpec", "ArrivalProcess", "ARRIVALS", "register_arrival", "PoissonArrival", "GammaArrival",
+           "ConcurrencyArrival", "OpenLoopArrival"]
 
 Rate = Annotated[float, Field(gt=0, allow_inf_nan=False,
                                description="mean arrivals per second; with a profile, the rate at its peak "
                                            "(spikes multiply on top)")]
 
 
-class _Arrival(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+class OpenLoopArrival(ArrivalProcess):
+    """Arrival times fixed in advance: a renewal process in operational time.
 
-    type: str  # each process narrows it to its own literal (the union's tag)
-    # True when the engine, not this spec, decides when requests arrive.
-    closed_loop: ClassVar[bool] = False
-
-
-class OpenLoopArrival(_Arrival):
-    """Arrival times fixed in advance: a renewal process in operational time."""
+    A new open-loop process subclasses this with its own ``type`` literal and
+    ``_unit_gaps``, and registers itself (:func:`register_arrival`)."""
 
     rate_per_s: Rate
     profile: Optional[RateProfile] = Field(
@@ -151,6 +148,7 @@ class OpenLoopArrival(_Arrival):
         return self._to_time(op[: np.searchsorted(op, horizon, side="left")])
 
 
+@register_arrival("poisson")
 class PoissonArrival(OpenLoopArrival):
     """Independent users: exponential gaps, inter-arrival CV = 1."""
 
@@ -160,6 +158,7 @@ class PoissonArrival(OpenLoopArrival):
         return rng.standard_exponential(size)
 
 
+@register_arrival("gamma")
 class GammaArrival(OpenLoopArrival):
     """Bursty (burstiness < 1) or smoother-than-Poisson (> 1) traffic.
 
@@ -180,7 +179,8 @@ class GammaArrival(OpenLoopArrival):
         return 1.0 / math.sqrt(self.burstiness)
 
 
-class ConcurrencyArrival(_Arrival):
+@register_arrival("concurrency")
+class ConcurrencyArrival(ArrivalProcess):
     """Closed loop: keep ``concurrency`` requests in flight (a load generator
     with N workers, the way throughput benchmarks are run)."""
 
@@ -211,11 +211,3 @@ class ConcurrencyArrival(_Arrival):
         if self.warmup_drain and self.warmup_requests == 0:
             raise ValueError("warmup_drain: true needs warmup_requests > 0 (there is no warm-up to drain)")
         return self
-
-
-# New processes go here with their own ``type`` literal. A ``trace`` replays
-# a file's timestamps and lengths (:mod:`workloads.traces`).
-ArrivalSpec = Annotated[
-    Union[PoissonArrival, GammaArrival, ConcurrencyArrival, TraceSpec],
-    Field(discriminator="type"),
-]

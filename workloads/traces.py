@@ -61,14 +61,15 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar, Literal, Optional
+from typing import Any, Literal, Optional
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import ConfigDict, Field, ValidationError, model_validator
 
 from simulator.errors import LlmsimError, from_validation_error
 from simulator.reads import MAX_TRACE_BYTES, input_file
 
+from .arrival_registry import ArrivalProcess, register_arrival
 from .request import Request
 from .trace_formats import MOONCAKE_BLOCK_SIZE, READERS, TRACE_FORMATS, RawTrace, detect_format, trace_error
 from .trace_stats import TraceStats, ideal_block_hit_rate, trace_stats
@@ -77,14 +78,13 @@ __all__ = ["TraceSpec", "Trace", "TRACE_FORMATS", "load_trace", "read_trace", "p
            "resolve_trace_path", "trace_block_tokens", "TraceStats", "trace_stats", "ideal_block_hit_rate"]
 
 
-class TraceSpec(BaseModel):
-    """``workload.arrival`` when the arrivals come from a file."""
+@register_arrival("trace")
+class TraceSpec(ArrivalProcess):
+    """``workload.arrival`` when the arrivals come from a file (the file fixes the times: open loop)."""
 
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     type: Literal["trace"] = "trace"
-    # The file fixes the arrival times: the fleet does not drive them.
-    closed_loop: ClassVar[bool] = False
     path: str = Field(min_length=1, description="trace file; relative paths are relative to the scenario file")
     format: Literal["auto", "azure", "mooncake", "splitwise", "llmsim"] = Field(
         default="auto", description="file format; auto = tell from the header line")

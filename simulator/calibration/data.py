@@ -21,6 +21,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import LlmsimError
+from ..profiles.backend import serving_stacks
 from ..profiles.hardware import HardwareProfile, builtin_hardware, data_name_map
 from .tables import read_columns
 
@@ -60,9 +61,10 @@ STACK_COLUMNS = {
 # The stack whose kernels a profile's own parameters describe (the backend
 # profiles' default); the others get per-stack overrides where they differ.
 DEFAULT_STACK = "vllm"
-STACKS = ("vllm", "sglang", "trtllm")
-# Each stack's CUDA-graph custom all-reduce in the ``implementation`` column
-# (TensorRT-LLM's AllReduce op with strategy AUTO runs captured as well).
+# Each stack's CUDA-graph custom all-reduce as the tables' ``implementation``
+# column labels it (TensorRT-LLM's AllReduce op with strategy AUTO runs captured
+# as well). These are the measurement files' labels, not the list of stacks
+# (kernel_stacks): a measured stack without one gets the nccl-tests rows alone.
 CUSTOM_AR_IMPL = {"vllm": "vllm_graph", "sglang": "sglang_graph", "trtllm": "trtllm"}
 NCCL_TESTS = "nccl-tests"
 # Per-tensor fp8 GEMM rows (the fit-grid shapes), the family fp8_gemm_efficiency is fitted on.
@@ -235,10 +237,17 @@ def select_allreduce(df: pd.DataFrame, custom_kernel: str = CUSTOM_AR_KERNEL, co
             .astype({"num_gpus": float, "message_bytes": float}).reset_index(drop=True))
 
 
+def kernel_stacks() -> list[str]:
+    """The stacks whose kernel rows calibration reads: every serving stack of
+    the backend profiles (built-in or installed), the default first."""
+    return [DEFAULT_STACK, *(s for s in serving_stacks() if s != DEFAULT_STACK)]
+
+
 def _stack_allreduce(df: pd.DataFrame, stack: str) -> pd.DataFrame:
-    keep = (df["implementation"] == CUSTOM_AR_IMPL[stack]) | (
+    impl = CUSTOM_AR_IMPL.get(stack)
+    keep = (df["implementation"] == impl) | (
         (df["framework"] == NCCL_TESTS) & (df["op"] == "all_reduce") & (df["dtype"] == "fp16"))
-    return select_allreduce(df[keep], CUSTOM_AR_IMPL[stack], "implementation", NCCL_TESTS, f"{stack}-custom")
+    return select_allreduce(df[keep], impl, "implementation", NCCL_TESTS, f"{stack}-custom")
 
 
 def _split_grid(df: pd.DataFrame, grid: pd.DataFrame, keys: list[str]) -> tuple[pd.DataFrame, pd.DataFrame]:
@@ -294,7 +303,10 @@ def load(data_dir: str | Path | None = None, progress=None,
         grids = {"gemm": (frames["gemm"], ["m", "n", "k"]),
                  "attention_prefill": (frames["attention_prefill"], ATTENTION_SHAPE),
                  "attention_decode": (frames["attention_decode"], ATTENTION_SHAPE)}
-        for stack in STACKS:
+        measured = set(tables["gemm"]["framework"]) | set(tables["attention"]["framework"])
+        for stack in kernel_stacks():
+            if stack != DEFAULT_STACK and stack not in measured:
+                continue        # a stack the tables hold no kernels of (an installed one): nothing to fit
             new = {"gemm": _gemm(tables["gemm"], framework=stack),
                    "attention_prefill": _stack_attention(tables["attention"], "attention_prefill", stack),
                    "attention_decode": _stack_attention(tables["attention"], "attention_decode", stack),

@@ -21,7 +21,7 @@ import pandas as pd
 
 from ..profiles.hardware import AllReduceParams, FitError, HardwareProfile, StackKernels
 from . import evaluate, fp8
-from .data import ATTENTION_SHAPE, DEFAULT_STACK, FP8_GEMM, STACKS, KernelData
+from .data import ATTENTION_SHAPE, DEFAULT_STACK, FP8_GEMM, KernelData, kernel_stacks
 from .fit import ape, fields_space, fit_family, fit_params
 
 # A stack's kernels get their own parameters when its median time on the
@@ -71,7 +71,7 @@ def compare(kd: KernelData, profile: str) -> list[Comparison]:
             continue
         keys = _KEYS[family]
         base = base.groupby(keys)["t_s"].mean().rename("base")
-        for stack in STACKS:
+        for stack in kernel_stacks():
             if stack == DEFAULT_STACK:
                 continue
             other = _rows(kd, stack, family, profile)
@@ -102,7 +102,7 @@ def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison
     default stack): one entry per stack with at least one material family."""
     cal = gpu.calibration
     out: dict[str, StackKernels] = {}
-    for stack in STACKS:
+    for stack in kernel_stacks():
         material = [c for c in comparisons if c.stack == stack and c.material]
         if not material:
             continue

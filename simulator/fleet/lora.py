@@ -39,6 +39,7 @@ from ..profiles.backend import load_backend
 from ..profiles.hardware import HardwareProfile
 from workloads.request import Request
 from workloads.system_prompts import Popularity, UniformPopularity
+from ..fields import leaf, of_model
 
 __all__ = ["LoraSpec", "LoraPool", "lora_setup", "lora_block"]
 
@@ -185,6 +186,16 @@ def lora_setup(spec, cm: CostModel, mem: MemoryPlan, gpu: HardwareProfile, where
     return plan, mem
 
 
+def _lora_fields() -> dict:
+    settings = of_model(LoraSpec)
+    settings["max_cpu_loras"] = leaf("count", "adapters kept in host memory (max_cpu_loras, else max_loras)")
+    return {**settings, "admissions": leaf("count", "admissions that needed an adapter"),
+            "gpu_slot_hit_rate": leaf("fraction", "admissions whose adapter was in a GPU slot"),
+            "host_loads": leaf("count", "adapters loaded from host memory"),
+            "disk_loads": leaf("count", "adapters loaded from disk"),
+            "load_s": leaf("s", "time spent loading adapters, summed over replicas")}
+
+
 def lora_block(spec: LoraSpec, stats: list[dict]) -> dict:
     """results.json's ``llmsim.pools.<pool>.lora``: the settings, and how
     admissions found their adapter (in a GPU slot, in host memory, on disk)."""
@@ -194,3 +205,7 @@ def lora_block(spec: LoraSpec, stats: list[dict]) -> dict:
             "gpu_slot_hit_rate": totals["hits"] / admitted if admitted else None,
             "host_loads": totals["host_loads"], "disk_loads": totals["disk_loads"],
             "load_s": totals["load_s"]}
+
+
+#: What :func:`lora_block` writes: the pool's lora settings as given, and how admissions found their adapter.
+LORA_FIELDS = _lora_fields()

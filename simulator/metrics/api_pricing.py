@@ -21,6 +21,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from .records import Records
+from ..fields import block, leaf, of_model
 
 __all__ = ["ApiPricingSpec", "api_block"]
 
@@ -37,6 +38,22 @@ class ApiPricingSpec(BaseModel):
     cache_write: float = Field(default=1.25, ge=0, allow_inf_nan=False,
                                description="a cache write's price as a multiple of the input price (1.25: "
                                            "5-minute entries; 2.0: one hour)")
+
+
+#: ``llmsim.cost.api``: the same finished tokens at a hosted API's prices.
+FIELDS = {
+    "prices": block("cost.api as given", of_model(ApiPricingSpec)),
+    "input_tokens": leaf("tokens", "prompt tokens of finished requests"),
+    "cache_read_tokens": leaf("tokens", "of those, tokens the prefix cache held (priced as cache reads)"),
+    "cache_write_tokens": leaf("tokens", "the rest (priced as cache writes)"),
+    "output_tokens": leaf("tokens", "output tokens of finished requests"),
+    "window_usd_without_caching": leaf("USD", "the window's tokens at the plain input and output prices"),
+    "window_usd_with_caching": leaf("USD", "the same with cache reads and writes priced as such"),
+    "window_usd_self_hosted": leaf("USD", "the fleet's own bill for the window (llmsim.cost.window_usd)"),
+    "monthly_usd_without_caching": leaf("USD/month", "window_usd_without_caching extrapolated as the bill is"),
+    "monthly_usd_with_caching": leaf("USD/month", "window_usd_with_caching extrapolated as the bill is"),
+    "monthly_usd_self_hosted": leaf("USD/month", "the fleet's monthly bill (llmsim.cost.monthly_usd)"),
+}
 
 
 def api_block(spec: ApiPricingSpec, requests: Records, monthly_factor: Optional[float],

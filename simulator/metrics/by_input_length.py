@@ -20,11 +20,25 @@ from workloads.request import Status
 from .records import LATENCY, Records
 from .results import compute_results
 from .slo import SloSpec
+from .results import SLO_FIELDS, latency_fields
+from ..fields import block, leaf
 
 __all__ = ["InputLengthBuckets", "input_length_block", "bucket_slo_blocks"]
 
 _KEYS = ("median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p95_tpot_ms", "p99_tpot_ms",
          "median_e2el_ms", "p99_e2el_ms")
+
+
+#: ``llmsim.by_input_length``.
+FIELDS = {
+    "edges": leaf("list of tokens", "input_length_buckets.edges"),
+    "buckets": block("per bucket, keyed by its label (0-8000, 16000+)", {"<bucket>": block("one bucket", {
+        "input_tokens": leaf("[tokens, tokens]", "the bucket's prompt lengths, [low, high); high null for the last"),
+        "requests": leaf("count", "requests in the bucket"), "completed": leaf("count", "finished"),
+        **latency_fields(_KEYS, "the bucket's completed requests"),
+        "slo": block("the bucket's own SLO, judged", SLO_FIELDS, when="input_length_buckets.slo names the bucket"),
+    })}),
+}
 
 
 class InputLengthBuckets(BaseModel):

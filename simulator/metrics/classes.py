@@ -15,9 +15,24 @@ from workloads.request import Request, Status
 from .records import LATENCY, Records
 from .results import compute_results
 from .slo import SloSpec
+from .results import SLO_FIELDS, latency_fields
+from ..fields import block, leaf
 
 _KEYS = ("median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p95_tpot_ms", "p99_tpot_ms",
          "p99_e2el_ms", "request_throughput")
+
+
+#: ``llmsim.classes.<class>``.
+FIELDS = {
+    "pool": leaf("text", "the pool the class routes to"), "priority": leaf("int", "its priority"),
+    "requests": leaf("count", "its requests"), "completed": leaf("count", "finished"),
+    "rejected": leaf("count", "shed by the fleet"), "cancelled": leaf("count", "withdrawn by their clients"),
+    "rejected_fraction": leaf("fraction", "rejected / requests"),
+    "rate_limited": leaf("count", "answered 429 by the gateway", when="the class has a rate_limit"),
+    **{k: f for k, f in latency_fields(_KEYS, "the class's completed requests").items()},
+    "request_throughput": leaf("req/s", "the class's completed requests / the window"),
+    "slo": block("the class's own SLO (else the scenario's), judged", SLO_FIELDS, when="an SLO applies"),
+}
 
 
 def class_block(requests: "Records | Sequence[Request]", classes: Sequence, class_slos: Mapping[str, SloSpec],

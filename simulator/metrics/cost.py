@@ -55,6 +55,8 @@ from workloads.request import Request, Status
 from .api_pricing import ApiPricingSpec
 from .monthly import DAYS_PER_MONTH, HOURS_PER_MONTH, MonthlySpec, MonthRule, monthly_cost
 from .records import Records
+from ..fields import block, leaf
+from . import api_pricing, monthly
 
 __all__ = ["HOURS_PER_MONTH", "DAYS_PER_MONTH", "DEFAULT_OUTPUT_WEIGHT", "CostSpec", "PoolBilling", "SessionLoad",
            "replica_seconds", "pool_price", "pool_billing", "session_load", "monthly_cost", "cost_block"]
@@ -197,6 +199,49 @@ def session_load(requests: "Records | Iterable[Request]", window_s: float,
 
 def _per(num: float, den: float, scale: float = 1.0) -> Optional[float]:
     return num / den * scale if den else None
+
+
+_POOL_BILL = {
+    "name": leaf("text", "the pool"), "gpu": leaf("text", "its GPU"),
+    "gpus_per_replica": leaf("GPUs", "tp × pp × dp"), "replicas": leaf("count", "the most replicas billed at once"),
+    "gpus": leaf("GPUs", "replicas × gpus_per_replica: the pool's peak"), "usd_per_gpu_hour": leaf("USD/GPU-h", "the price"),
+    "price_source": leaf("text", "scenario (the pool's usd_per_gpu_hour) or profile (the GPU profile's price)"),
+    "price_assumed": leaf("bool", "the profile says its price is an assumption, or gives no source"),
+    "price_note": leaf("text", "the profile's source for the price"),
+    "replica_seconds": leaf("replica-s", "replica-seconds billed"), "gpu_hours": leaf("GPU-h", "GPU-hours billed"),
+    "usd": leaf("USD", "the pool's bill for the window"),
+}
+_SESSIONS = {
+    "count": leaf("count", "sessions that sent a request"),
+    "served": leaf("count", "sessions with at least one request served"),
+    "mean_active": leaf("sessions", "session-seconds / the window"), "peak_active": leaf("sessions", "most active at once"),
+    "mean_per_gpu": leaf("sessions/GPU", "session-seconds / GPU-seconds billed"),
+    "peak_per_gpu": leaf("sessions/GPU", "most sessions active at once per GPU billed then"),
+}
+
+#: ``llmsim.cost`` (definitions in the module docstring).
+FIELDS = {
+    "pools": block("each pool's bill", _POOL_BILL, unit="list of objects"),
+    "price_assumed": leaf("bool", "a pool's price is an assumption"),
+    "window_s": leaf("s", "the billed window: simulation start to the last request's end"),
+    "gpu_hours": leaf("GPU-h", "GPU-hours billed over the window"),
+    "window_usd": leaf("USD", "the window's bill"),
+    "usd_per_hour": leaf("USD/h", "window_usd per hour of the window"),
+    **monthly.FIELDS,
+    "token_split": leaf("text", "how input and output tokens share the bill"),
+    "output_weight": leaf("ratio", "an output token's price / an input token's"),
+    "usd_per_million_input_tokens": leaf("USD/Mtok", "price per million input tokens under the split"),
+    "usd_per_million_output_tokens": leaf("USD/Mtok", "price per million output tokens under the split"),
+    "usd_per_million_tokens": leaf("USD/Mtok", "window_usd per million tokens, input and output alike"),
+    "usd_per_request": leaf("USD", "window_usd / finished requests"),
+    "usd_per_session": leaf("USD", "window_usd / sessions served; null without sessions"),
+    "requests_per_gpu_second": leaf("req/GPU-s", "finished requests / GPU-seconds billed"),
+    "sessions_per_gpu_peak": leaf("sessions/GPU", "sessions.peak_per_gpu; null without sessions"),
+    "sessions_per_gpu_mean": leaf("sessions/GPU", "sessions.mean_per_gpu; null without sessions"),
+    "sessions": block("sessions' load on the fleet; null without sessions", _SESSIONS),
+    "gpu_timeline": leaf("list of [s, GPUs]", "the fleet's billed GPUs, a step at each change"),
+    "api": block("what the same tokens would cost at a hosted API", api_pricing.FIELDS, when="cost.api is set"),
+}
 
 
 def cost_block(pools: Sequence[PoolBilling], requests: "Records | Sequence[Request]", window_s: float,

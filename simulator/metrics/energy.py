@@ -56,6 +56,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from ..fields import block, leaf
 
 __all__ = ["GRIDS", "DEFAULT_GRID", "DEFAULT_PUE", "DEFAULT_NODE_OVERHEAD", "EnergySpec", "PoolPower",
            "activity", "energy_block", "power_cost"]
@@ -186,6 +187,52 @@ class PoolPower:
 
 def _per(num: float, den: float) -> Optional[float]:
     return num / den if den else None
+
+
+_POOL = {
+    "gpu": leaf("text", "the pool's GPU"), "idle_w": leaf("W", "the profile's idle power per GPU"),
+    "tdp_w": leaf("W", "the profile's board power per GPU"),
+    "busy_fraction": leaf("fraction", "GPU-seconds iterating / GPU-seconds billed"),
+    "compute_activity": leaf("fraction", "FLOPs / (busy time × attainable FLOP/s)"),
+    "memory_activity": leaf("fraction", "HBM bytes / (busy time × attainable bandwidth)"),
+    "activity": leaf("fraction", "min(1, compute + memory activity)"),
+    "busy_w_per_gpu": leaf("W", "idle_w + (tdp_w − idle_w) × activity: a GPU's draw while iterating"),
+    "mean_w_per_gpu": leaf("W", "a billed GPU's mean draw over the window"),
+    "gpu_kwh": leaf("kWh", "the pool's GPUs over the window"),
+    "facility_kwh": leaf("kWh", "gpu_kwh × (1 + node_overhead) × pue"),
+}
+
+#: ``llmsim.energy`` (the model is the module docstring's).
+FIELDS = {
+    "why_none": leaf("text", "why there are no energy figures (a GPU profile without a power block)",
+                     when="a pool's GPU profile has no power block (then the only key)"),
+    "kwh_per_month": leaf("kWh/month", "facility energy extrapolated to a month as the bill is", when="power known"),
+    "co2e_kg_per_month": leaf("kg CO2e/month", "kwh_per_month × the grid's intensity", when="power known"),
+    "joules_per_output_token": leaf("J/token", "facility energy / output tokens of finished requests",
+                                    when="power known"),
+    "joules_per_token": leaf("J/token", "facility energy / (input + output tokens)", when="power known"),
+    "mean_facility_kw": leaf("kW", "facility energy / the window", when="power known"),
+    "window_kwh": leaf("kWh", "facility energy over the window: GPUs, node, × PUE", when="power known"),
+    "window_co2e_kg": leaf("kg CO2e", "window_kwh × the grid's intensity", when="power known"),
+    "gpu_kwh": leaf("kWh", "the GPUs' energy", when="power known"),
+    "node_kwh": leaf("kWh", "the rest of the node: gpu_kwh × node_overhead", when="power known"),
+    "facility_overhead_kwh": leaf("kWh", "cooling and power delivery: what the PUE adds", when="power known"),
+    "pue": leaf("ratio", "energy.pue", when="power known"),
+    "node_overhead": leaf("ratio", "energy.node_overhead: node power beyond the GPUs / the GPUs'", when="power known"),
+    "grid_g_co2e_per_kwh": leaf("g CO2e/kWh", "the grid's carbon intensity", when="power known"),
+    "grid_source": leaf("text", "where the intensity comes from", when="power known"),
+    "model": leaf("text", "the power model in one line", when="power known"),
+    "pools": block("per pool", {"<pool>": block("one pool's power", _POOL)}, when="power known"),
+}
+
+#: ``llmsim.cost.power``: the energy's bill.
+POWER_FIELDS = {
+    "usd_per_kwh": leaf("USD/kWh", "energy.usd_per_kwh"),
+    "window_usd": leaf("USD", "window_kwh × usd_per_kwh"),
+    "monthly_usd": leaf("USD/month", "kwh_per_month × usd_per_kwh"),
+    "monthly_total_usd": leaf("USD/month", "the GPU-hour bill's monthly_usd + this monthly_usd"),
+    "basis": leaf("text", "what the power bill counts"),
+}
 
 
 def energy_block(pools: Sequence[PoolPower], spec: EnergySpec, window_s: float, output_tokens: int,

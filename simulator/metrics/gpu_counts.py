@@ -19,8 +19,17 @@ from dataclasses import dataclass
 from typing import Any, Sequence
 
 from .cost import replica_seconds
+from ..fields import leaf
 
 __all__ = ["GpuCount", "gpu_count"]
+
+
+#: What :meth:`GpuCount.as_dict` writes, for the fleet and for each pool.
+FIELDS = {
+    "gpus": leaf("GPUs", "peak GPUs billed at once (ready, starting, standby and draining replicas)"),
+    "gpus_mean": leaf("GPUs", "GPU-hours / the window's hours"),
+    "gpu_hours": leaf("GPU-h", "billed GPU-hours over the run"),
+}
 
 
 @dataclass(frozen=True)

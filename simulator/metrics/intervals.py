@@ -28,6 +28,7 @@ import numpy as np
 
 from ..errors import LlmsimError
 from ..validation.error_model import ErrorModel, Lookup, Regime, residual_metric
+from ..fields import block, leaf
 
 __all__ = ["check_confidence", "mixture", "interval", "upper_bound", "interval_keys", "intervals_block",
            "slo_key", "targets_at_confidence", "spread_block"]
@@ -36,6 +37,44 @@ __all__ = ["check_confidence", "mixture", "interval", "upper_bound", "interval_k
 _GRID = (np.arange(400) + 0.5) / 400
 _KEY = re.compile(r"(mean|median|p\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)_ms")
 _RATES = ("request_throughput", "output_throughput", "total_token_throughput")
+
+
+_FIGURE = "<figure>"   # a vLLM-keyed latency statistic or rate: p99_ttft_ms, request_throughput...
+
+#: ``llmsim.intervals``: per figure, the range llmsim's measured error puts the real value in.
+INTERVAL_FIELDS = {_FIGURE: block("one figure of the top level (a latency statistic, a rate, an SLO's statistic)", {
+    "lo": leaf("as the figure", "the interval's low end"), "hi": leaf("as the figure", "its high end"),
+    "confidence": leaf("fraction", "the interval's confidence (--confidence)"),
+    "model": leaf("text", "the error model's metric the interval was drawn from; null without one"),
+})}
+
+#: ``llmsim.error_model``: which measured residuals judged the run.
+ERROR_MODEL_FIELDS = {
+    "regime": block("the run's regime (null in a dimension: unknown or mixed)", {
+        d: leaf("text", what) for d, what in (("stack", "serving stack"), ("family", "GPU family"),
+                                              ("moe", "dense or moe"), ("load", "concurrency band"),
+                                              ("isl", "input-length band"))}),
+    "source": leaf("text", "the error model's file; null without one"),
+    "metrics": block("per error-model metric (throughput, ttft, tpot, e2el); null when none applies", {
+        "<metric>": block("the cell used", {
+            "cell": leaf("text", "the cell's key: the regime dimensions it matched"),
+            "residuals": leaf("count", "held-out residuals in the cell"),
+            "groups": leaf("count", "the benchmark groups they come from"),
+            "widened": leaf("list", "regime dimensions dropped for want of residuals"),
+        })}),
+    "replicates": leaf("count", "seeds the intervals cover"),
+}
+
+#: ``llmsim.replicates``: the run-to-run spread over seeds.
+REPLICATE_FIELDS = {
+    "count": leaf("count", "seeds run (--replicates)"), "seeds": leaf("list", "the seeds"),
+    "spread": block("per figure", {_FIGURE: block("one figure over the seeds", {
+        "mean": leaf("as the figure", "mean"), "std": leaf("as the figure", "standard deviation (ddof 1)"),
+        "min": leaf("as the figure", "lowest"), "max": leaf("as the figure", "highest")})}),
+    "slo_met": leaf("count", "seeds whose run met the whole SLO", when="the scenario declares an slo"),
+    "slo_targets_met": block("per SLO target, the seeds that met it", {"<target>": leaf("count", "seeds")},
+                             when="the scenario declares an slo"),
+}
 
 
 def check_confidence(c: float, option: str = "--confidence") -> float:

@@ -39,10 +39,34 @@ import numpy as np
 
 from workloads.request import Status
 from .records import Records
+from ..fields import leaf
 
 __all__ = ["GROWTH_FRACTION", "load_block"]
 
 GROWTH_FRACTION = 0.05
+
+
+#: ``llmsim.load`` (definitions in the module docstring).
+FIELDS = {
+    "overloaded": leaf("bool", "the fleet did not keep up: its queue grew, requests never ended, or it shed over 5 %"),
+    "window_s": leaf("s", "the arrival window T: workload.duration_s, else the last arrival"),
+    "offered_rps": leaf("req/s", "requests that arrived by T, per second of T"),
+    "completed_rps": leaf("req/s", "requests finished by T, per second of T"),
+    "served_fraction": leaf("fraction", "requests finished by T / requests arrived by T"),
+    "queued_at_mid": leaf("count", "requests arrived but neither admitted nor ended at T/2"),
+    "queued_at_end": leaf("count", "requests arrived but neither admitted nor ended at T"),
+    "running_at_end": leaf("count", "requests admitted and not yet ended at T"),
+    "queue_growth_rps": leaf("req/s", "(queued_at_end − queued_at_mid) / (T/2)"),
+    "unfinished": leaf("count", "requests still pending when the run stopped"),
+    "shed": leaf("count", "requests the fleet turned away (rejected on admission or never fitting)"),
+    "shed_fraction": leaf("fraction", "shed / all requests"),
+    "rate_limited": leaf("count", "requests the gateway answered 429"),
+    "rate_limited_fraction": leaf("fraction", "rate_limited / all requests"),
+    "cancelled": leaf("count", "requests their clients gave up on"),
+    "cancelled_fraction": leaf("fraction", "cancelled / all requests"),
+    "drain_s": leaf("s", "from T to the last request's end"),
+    "verdict": leaf("text", "the above in one sentence: keeps up, or OVERLOADED and why"),
+}
 
 
 def _queued(rec: Records, end: np.ndarray, t: float) -> int:

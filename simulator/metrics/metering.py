@@ -15,8 +15,22 @@ import numpy as np
 
 from workloads.request import Status
 from .records import Records
+from ..fields import AS_GIVEN, block, leaf
 
 HOUR_S = 3600.0
+
+
+_USAGE = {"requests": leaf("count", "requests sent"), "rate_limited": leaf("count", "answered 429"),
+          "input_tokens": leaf("tokens", "prompt tokens served"), "output_tokens": leaf("tokens", "output tokens served"),
+          "usd": leaf("USD", "the class's share of its pool's bill, by GPU time")}
+
+#: ``llmsim.gateway``: what a metering gateway would log per class.
+FIELDS = {"classes": block("per class", {"<class>": block("one class", {
+    "rate_limit": leaf(AS_GIVEN, "the class's classes[].rate_limit; null without one"),
+    **_USAGE,
+    "hours": block("the same per hour of the run", {"hour": leaf("h", "the hour, from 0"), **_USAGE},
+                   unit="list of objects"),
+})})}
 
 
 def gateway_block(requests: Records, classes: Sequence, pool_usd: Mapping[str, float]) -> dict[str, Any]:

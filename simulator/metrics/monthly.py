@@ -45,9 +45,25 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workloads.rate_profiles import HourlyProfile, RateProfile, RateSchedule, SinusoidProfile
+from ..fields import block, leaf
 
 __all__ = ["HOURS_PER_MONTH", "DAYS_PER_MONTH", "MonthlySpec", "DailyLoad", "MonthRule", "daily_load",
            "monthly_cost", "peak_window_month", "day_shape", "usage_factor"]
+
+
+#: The monthly keys :meth:`MonthRule.apply` adds to ``llmsim.cost``.
+FIELDS = {
+    "monthly_usd": leaf("USD/month", "the bill extrapolated to a month by cost.monthly; null when it cannot be"),
+    "monthly_method": leaf("text", "the extrapolation used: per_hour, per_day or peak_window"),
+    "monthly_basis": leaf("text", "the extrapolation in words, with what it assumes"),
+    "monthly_hourly": block("the month hour by hour: the window's fleet scaled to each hour's load", {
+        "hour_0": leaf("text", "what hour 0 of the daily profile is"),
+        "load_multipliers": leaf("list", "each hour's load / the window's"),
+        "gpus": leaf("list of GPUs", "each hour's GPUs"),
+        "replicas": block("per pool", {"<pool>": leaf("list", "each hour's replicas")}),
+        "usd_per_day": leaf("USD/day", "the day's bill"),
+    }, when="cost.monthly.method is peak_window"),
+}
 
 HOURS_PER_MONTH = 730.0          # 8,760 h / 12, as cloud price calculators use
 DAYS_PER_MONTH = 30

@@ -19,8 +19,30 @@ from __future__ import annotations
 from typing import Any, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
+from ..fields import block, leaf
 
 __all__ = ["ProductSpec", "product_block"]
+
+
+#: ``llmsim.product`` (the scaling is the module docstring's).
+FIELDS = {
+    "slices": leaf("count", "product.slices: the product is this many copies of the simulated slice"),
+    "traffic_fraction": leaf("fraction", "1 / slices: the slice's share of the product's traffic"),
+    "gpus": leaf("GPUs", "the product's peak GPUs: the slice's × slices"),
+    "gpus_mean": leaf("GPUs", "the product's mean GPUs: the slice's × slices"),
+    "monthly_usd": leaf("USD/month", "the product's monthly bill: the slice's × slices"),
+    "kwh_per_month": leaf("kWh/month", "the product's facility energy: the slice's × slices; null without power data"),
+    "co2e_kg_per_month": leaf("kg CO2e/month", "the product's emissions: the slice's × slices"),
+    "pools": block("per pool", {"<pool>": block("one pool, × slices", {
+        "gpu": leaf("text", "the pool's GPU"), "gpus": leaf("GPUs", "peak GPUs × slices"),
+        "gpus_mean": leaf("GPUs", "mean GPUs × slices")})}),
+    "standby_gpus": leaf("GPUs", "warm-standby GPUs × slices"),
+    "pooled_gpus": leaf("GPUs", "peak GPUs of one pooled fleet holding a single standby set"),
+    "pooled": leaf("text", "what the per-slice figures hold that one pooled fleet would not; empty for one slice"),
+    "scaling": leaf("text", "how the slice was scaled, and what that assumes"),
+    "slice": block("the slice as simulated", {"gpus": leaf("GPUs", "peak GPUs"), "gpus_mean": leaf("GPUs", "mean GPUs"),
+                                             "monthly_usd": leaf("USD/month", "monthly bill")}),
+}
 
 
 class ProductSpec(BaseModel):

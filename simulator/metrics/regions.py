@@ -15,8 +15,22 @@ import numpy as np
 from workloads.request import Request, Status
 from .records import LATENCY, Records
 from .results import compute_results
+from .results import latency_fields
+from ..fields import leaf
 
 _KEYS = ("median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_e2el_ms", "p95_e2el_ms", "p99_e2el_ms")
+
+
+#: ``llmsim.regions.<region>``.
+FIELDS = {
+    "share": leaf("fraction", "the region's declared share, normalised"),
+    "request_fraction": leaf("fraction", "its share of the requests as drawn"),
+    "sessions": leaf("count", "its sessions"), "requests": leaf("count", "its requests"),
+    "completed": leaf("count", "finished"), "rejected": leaf("count", "shed by the fleet"),
+    "cancelled": leaf("count", "withdrawn by their clients"),
+    **latency_fields(_KEYS, "the region's completed requests"),
+    "mean_network_ms": leaf("ms", "mean ingress + egress of its finished requests"),
+}
 
 
 def region_block(requests: "Records | Sequence[Request]", regions: Sequence, duration: float) -> dict[str, Any]:

@@ -35,12 +35,13 @@ import numpy as np
 
 from workloads.request import Request, Status
 
+from ..fields import Field, block, leaf
 from .derive import RequestArrays
 from .gaps import GapGrid, GapLog
-from .percentiles import DEFAULT_PERCENTILES, UniformMixture, sample_percentile, sample_stats
+from .percentiles import DEFAULT_PERCENTILES, UniformMixture, percentile_key, sample_percentile, sample_stats
 from .slo import LATENCY_METRICS, SloSpec
 
-__all__ = ["compute_results", "jsonable", "write_results"]
+__all__ = ["compute_results", "jsonable", "write_results", "FIELDS", "SLO_FIELDS", "latency_fields"]
 
 
 def _ratio(num: float, den: float | None) -> float | None:
@@ -85,6 +86,72 @@ def _slo_block(spec: SloSpec, samples: Mapping[str, np.ndarray], itl: UniformMix
             "good_fraction": _fraction(good),
         }
     return block
+
+
+_METRIC = {"ttft": "TTFT (arrival to the first token)", "tpot": "TPOT ((E2E − TTFT) / (output tokens − 1))",
+           "itl": "ITL (the gaps between output tokens, pooled over requests)",
+           "e2el": "E2E latency (arrival to the last token)"}
+_STAT = {"mean": "mean", "median": "median", "std": "standard deviation (ddof 0)"}
+
+
+def latency_fields(keys: Sequence[str] | None = None, over: str = "completed requests") -> dict[str, Field]:
+    """The ``{stat}_{metric}_ms`` keys (``keys``: those a block keeps, else all of them)."""
+    out = {}
+    for metric in LATENCY_METRICS:
+        stats = {**_STAT, **{percentile_key(p): f"{percentile_key(p)[1:]}th percentile" for p in DEFAULT_PERCENTILES}}
+        for stat, what in stats.items():
+            key = f"{stat}_{metric}_ms"
+            if keys is None or key in keys:
+                out[key] = leaf("ms", f"{what} of {_METRIC[metric]} over {over}; null over none")
+    return out
+
+
+#: ``slo``: what :func:`_slo_block` writes, for the scenario's SLO and for each class's or bucket's own.
+SLO_FIELDS = {
+    "met": leaf("bool", "every target met"),
+    "targets": block("one entry per target, keyed as written in the scenario (ttft_p99_ms)", {
+        "<target>": block("one percentile target", {
+            "metric": leaf("text", "ttft, tpot, itl or e2el"),
+            "percentile": leaf("percent", "the percentile the target is set at"),
+            "target_ms": leaf("ms", "the target"),
+            "measured_ms": leaf("ms", "the run's value at that percentile; null when nothing was measured"),
+            "attainment": leaf("fraction", "share of the values at or under the target"),
+            "met": leaf("bool", "measured_ms ≤ target_ms (a target with nothing measured is not met)"),
+        })}),
+    "goodput": block("vLLM's goodput: requests within every per-request threshold", {
+        "thresholds_ms": block("the per-request thresholds", {"<metric>": leaf("ms", "the metric's threshold")}),
+        "attainment": block("per metric, the share of completed requests within its threshold",
+                            {"<metric>": leaf("fraction", "the share within the metric's threshold")}),
+        "good_requests": leaf("count", "completed requests within every threshold"),
+        "good_fraction": leaf("fraction", "good_requests / completed"),
+    }, when="the SLO sets per-request thresholds (ttft_ms, tpot_ms...)"),
+}
+
+#: results.json's top level (the ``llmsim`` block is the fleet report's: ``fleet_report.FIELDS``).
+FIELDS = {
+    "completed": leaf("count", "requests served to their last token (vLLM's completed)"),
+    "failed": leaf("count", "requests the fleet did not serve: rejected (shed, or too long ever to fit) or still "
+                              "in flight when the run stopped"),
+    "cancelled": leaf("count", "requests their clients withdrew (llmsim's key; vLLM never cancels)"),
+    "duration": leaf("s", "benchmark time: simulation start to the latest finish or rejection"),
+    "total_input_tokens": leaf("tokens", "prompt tokens of completed requests"),
+    "total_output_tokens": leaf("tokens", "output tokens of completed requests"),
+    "request_throughput": leaf("req/s", "completed / duration"),
+    "request_goodput": leaf("req/s", "requests within every per-request SLO threshold / duration; "
+                            "null without thresholds, as in vLLM"),
+    "output_throughput": leaf("tok/s", "total_output_tokens / duration"),
+    "total_token_throughput": leaf("tok/s", "(input + output tokens) / duration"),
+    **latency_fields(),
+    "slo": block("the scenario's SLO, judged", SLO_FIELDS, when="the scenario declares an slo"),
+}
+
+_STATUS = {"pending": "still in flight when the run stopped", "finished": "served to their last token",
+           "rejected": "shed on admission, or too long ever to fit", "cancelled": "withdrawn by their client",
+           "rate_limited": "answered 429 by the gateway's rate limit"}
+#: ``llmsim.request_status``: every request once, by how it ended (a status with no meaning here fails on import).
+STATUS_FIELDS = {s.name.lower(): leaf("count", f"requests {_STATUS[s.name.lower()]}",
+                                      when="a class has a rate_limit" if s is Status.RATE_LIMITED else None)
+                 for s in Status}
 
 
 def compute_results(requests: Iterable[Request], gaps: GapLog | GapGrid | None, *, slo: SloSpec | None = None,

@@ -28,8 +28,24 @@ import numpy as np
 
 from workloads.request import Request
 from .records import Records
+from ..fields import block, leaf
 
 PARTS = ("network", "tokenize", "queue", "prefill", "kv_transfer", "first_decode")
+
+_PART = {"network": "ingress + egress, client ↔ server", "tokenize": "reaching the server to joining a replica queue",
+         "queue": "waiting for admission to a batch", "prefill": "admission to the prompt's last token computed",
+         "kv_transfer": "prefill replica → decode replica (disaggregated pools)",
+         "first_decode": "the decode replica's wait and first step (disaggregated pools)"}
+_SPLIT = {**{p: leaf("ms", _PART[p]) for p in PARTS}, "ttft": leaf("ms", "their sum, the TTFT")}
+_BANDS = (50, 95, 99)
+
+#: ``llmsim.ttft_budget``: null when no request finished.
+FIELDS = {
+    "parts": leaf("list", "the parts' names, in order"),
+    "mean": block("each part's mean over finished requests", _SPLIT),
+    **{f"p{p}": block(f"each part's mean over the requests whose TTFT lies at the {p}th percentile "
+                      "(±0.5 percentile)", _SPLIT) for p in _BANDS},
+}
 
 
 def _parts(col: Callable[[str], np.ndarray]) -> Iterator[tuple[str, np.ndarray]]:
@@ -43,7 +59,7 @@ def _parts(col: Callable[[str], np.ndarray]) -> Iterator[tuple[str, np.ndarray]]
 
 
 def ttft_budget(requests: "Records | Sequence[Request]",
-                percentiles: Sequence[float] = (50, 95, 99)) -> dict[str, Any] | None:
+                percentiles: Sequence[float] = _BANDS) -> dict[str, Any] | None:
     records = Records.of(requests)
     done = records.finished
     n = int(np.count_nonzero(done))

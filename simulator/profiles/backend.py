@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import LlmsimError
 from .hardware import HardwareProfile
-from .loader import load_profile, resolve
+from .loader import list_profiles, load_profile, resolve
 
 
 class _Strict(BaseModel):
@@ -227,6 +227,18 @@ def load_backend(name_or_path: str) -> BackendProfile:
     such as one ``llmsim validate --fit`` wrote (cached until the file changes)."""
     path = resolve("backend_profiles", name_or_path)
     return _load(path, path.stat().st_mtime)
+
+
+def backend_names() -> list[str]:
+    """Every backend a pool's ``engine.backend`` may name: the built-in
+    profiles and the installed plug-ins' (a new stack is one profile file)."""
+    return list_profiles("backend_profiles")
+
+
+def serving_stacks() -> list[str]:
+    """The serving stacks the backend profiles belong to (their ``stack``):
+    what ``engine.kernels`` names and whose measured kernels calibration reads."""
+    return sorted({load_backend(n).stack for n in backend_names()})
 
 
 def apply_backend(engine: dict[str, Any], gpu_name: str) -> dict[str, Any]:

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 
 from ..dtypes import QUANT_FORMATS, quant_format_name
 from .loader import load_profile
+from ..fields import leaf
 
 GIB = 2**30
 
@@ -329,6 +330,15 @@ class Transfer(_Strict):
     sibling: str
     rule: Literal["scaled", "copy"] = "scaled"
     why: str = Field(default="", description="why this sibling is the nearest measured one")
+
+#: What :meth:`HardwareProfile.provenance` writes (``llmsim.calibration``).
+PROVENANCE_FIELDS = {
+    "status": leaf("text", "the GPU's calibration status: calibrated, transferred or uncalibrated"),
+    "calibrated": leaf("bool", "its kernels were fitted to measurements of this GPU"),
+    "transferred_from": leaf("text", "the measured sibling its calibration was transferred from",
+                             when="the calibration is transferred"),
+}
+
 
 class HardwareProfile(_Strict):
     name: str

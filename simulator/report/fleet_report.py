@@ -6,6 +6,7 @@ actually served (an autoscaled pool's replicas come and go).
 """
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Optional
 
 import numpy as np
@@ -30,6 +31,137 @@ from ..metrics.monthly import usage_factor
 from ..metrics.records import Records
 from ..metrics.regions import region_block
 from ..metrics.ttft_budget import ttft_budget
+from ..fields import AS_GIVEN, block, leaf, of_model
+from ..costmodel.speculative import SpeculativeSpec
+from ..fleet.lora import LORA_FIELDS
+from ..memory import KV_MEMORY_FIELDS
+from ..metrics import by_input_length, classes, cost, energy, gpu_counts, load, metering, product, regions, results
+from ..metrics import ttft_budget as ttft_budget_fields
+from ..metrics.intervals import ERROR_MODEL_FIELDS, INTERVAL_FIELDS, REPLICATE_FIELDS
+from ..profiles.hardware import PROVENANCE_FIELDS
+
+
+_OFFLOAD_TIER = {
+    "offloaded_blocks": leaf("blocks", "blocks written to the tier"),
+    "dropped_blocks": leaf("blocks", "blocks the full tier dropped"),
+    "hit_requests": leaf("count", "admissions that reloaded blocks from the tier"),
+    "hit_tokens": leaf("tokens", "prompt tokens reloaded from the tier instead of prefilled"),
+    "reloaded_blocks": leaf("blocks", "blocks reloaded"), "reloaded_bytes": leaf("bytes", "bytes reloaded"),
+    "reload_s": leaf("s", "time spent reloading, summed over replicas"),
+    "blocks_at_end": leaf("blocks", "blocks the tier held at the end"),
+    "capacity_blocks_per_replica": leaf("blocks", "one replica's tier capacity"),
+    "token_hit_rate": leaf("fraction", "hit_tokens / prompt tokens looked up"),
+    "mean_reload_ms": leaf("ms", "reload time per hit request"),
+}
+_PREFIX_CACHE = {
+    "enabled": leaf("bool", "the prefix cache ran (on, and requests carry block ids)"),
+    "capacity_tokens": leaf("tokens", "engine.prefix_cache_capacity_tokens; null: the whole KV pool"),
+    "why_off": leaf("text", "why it did not run", when="enabled is false"),
+    **{k: leaf(u, m, when="enabled") for k, u, m in (
+        ("token_hit_rate", "fraction", "prompt tokens found cached / prompt tokens (vLLM's hit rate)"),
+        ("request_hit_rate", "fraction", "first admissions that hit one block or more"),
+        ("block_hit_rate", "fraction", "prompt blocks found cached / prompt blocks"),
+        ("hit_tokens", "tokens", "prompt tokens found cached"), ("prompt_tokens", "tokens", "prompt tokens looked up"),
+        ("evicted_blocks", "blocks", "cached blocks evicted"),
+        ("cached_blocks_at_end", "blocks", "blocks cached at the end"))},
+    "offload": block("per KV offload tier (engine.kv_offload)", {"<tier>": block("one tier, summed over replicas",
+                                                                             _OFFLOAD_TIER)},
+                     when="the pool offloads KV to host or disk"),
+}
+_CONTIGUOUS = {
+    "mode": leaf("text", "contiguous"),
+    "reserved_tokens_per_request": leaf("tokens", "what each request reserves: max_model_len, or 'prompt + N'"),
+    "max_sequences_per_replica": leaf("count", "sequences the reservations allow; null when they vary"),
+    "mean_reserved_utilization": leaf("fraction", "KV reserved / the pool, over working time"),
+    "mean_filled_utilization": leaf("fraction", "KV the tokens filled / the pool (what paging would hold)"),
+    "max_filled_utilization": leaf("fraction", "the most filled at once / the pool"),
+    "filled_fraction_of_reserved": leaf("fraction", "filled / reserved"),
+}
+_SCALING = {
+    "metric": leaf("text", "autoscaling.metric"), "target": leaf("as the metric", "autoscaling.target"),
+    "cold_start_s": leaf("s", "a new replica's start-up"), "evaluations": leaf("count", "autoscaler ticks"),
+    "under_provisioned_s": leaf("s", "time with fewer replicas serving than the autoscaler wanted"),
+    "under_provisioned_fraction": leaf("fraction", "under_provisioned_s / the run"),
+    "ttft_slo_ms": leaf("ms", "the SLO's per-request TTFT threshold", when="the SLO sets ttft_ms"),
+    "ttft_attainment_under_provisioned": leaf("fraction", "TTFT attainment of requests that arrived under-provisioned",
+                                              when="the SLO sets ttft_ms"),
+    "ttft_attainment_otherwise": leaf("fraction", "TTFT attainment of the other requests", when="the SLO sets ttft_ms"),
+}
+_DP, _PP = "dp > 1 or ep > 1", "pp > 1"
+
+#: ``llmsim.pools.<pool>``: one pool's engines, memory and bill (:func:`_pool_block`, :func:`llmsim_block`).
+POOL_FIELDS = {
+    "model": leaf("text", "the model"), "gpu": leaf("text", "the GPU"), "tp": leaf("GPUs", "tensor parallelism"),
+    "dp": leaf("ranks", "attention data parallelism", when=_DP), "ep": leaf("GPUs", "expert parallelism", when=_DP),
+    "pp": leaf("stages", "pipeline stages", when=_PP), "stage_layers": leaf("list", "layers per stage", when=_PP),
+    "gpus_per_replica": leaf("GPUs", "tp × pp × dp", when=_PP),
+    "replicas": leaf("count", "most replicas serving at once"), "replicas_min": leaf("count", "fewest serving"),
+    "replicas_mean": leaf("count", "replica-seconds serving / the run"), "replicas_max": leaf("count", "most serving"),
+    "replicas_created": leaf("count", "replicas started over the run"),
+    "kv_blocks_per_replica": leaf("blocks", "a replica's KV pool"),
+    "kv_tokens_per_replica": leaf("tokens", "the same in tokens"),
+    "kv_memory": block("how the KV pool was sized", KV_MEMORY_FIELDS),
+    "mean_kv_utilization": leaf("fraction", "KV blocks in use / the pool, over working replica time"),
+    "max_kv_utilization": leaf("fraction", "the most in use at once on a replica / the pool"),
+    "preemptions": leaf("count", "sequences preempted for want of KV"),
+    "rejected_on_admission": leaf("count", "requests the pool's admission control shed"),
+    "mean_queue_depth": leaf("requests", "waiting requests, time-averaged, summed over replicas"),
+    "max_queue_depth_per_replica": leaf("requests", "the longest queue on a replica"),
+    "mean_batch_size": leaf("sequences", "running sequences per iteration, over working time"),
+    "max_batch_size": leaf("sequences", "the largest batch"),
+    "gpu_busy_fraction": leaf("fraction", "time iterating / working replica time"),
+    "compute_utilization": leaf("fraction", "model FLOPs / peak FLOPs over working time (MFU)"),
+    "iterations": leaf("count", "engine iterations, summed over replicas"),
+    "prefix_cache": block("the prefix cache's hits", _PREFIX_CACHE),
+    "kv_allocation": block("contiguous KV: reserved against filled", _CONTIGUOUS,
+                           when="engine.kv_allocation is contiguous"),
+    "autoscaling": block("how the autoscaler did", _SCALING, when="the pool autoscales"),
+    "floor_replicas": leaf("count", "autoscaling.min_replicas", when="the pool has an autoscaling block"),
+    "standby_gpus": leaf("GPUs", "warm-pool GPUs paid whatever the load", when="the pool has an autoscaling block"),
+    "speculative": block("speculative decoding as set, and its expected tokens per step", {
+        **of_model(SpeculativeSpec),
+        "tokens_per_step": leaf("tokens", "E = (1 − α^(k+1)) / (1 − α): accepted draft tokens plus the target's own"),
+        "classes": leaf(AS_GIVEN, "classes with their own acceptance rate: theirs and their E",
+                        when="a class sets its own acceptance rate")}, when="the pool sets speculative"),
+    "lora": block("multi-LoRA serving", LORA_FIELDS, when="the pool sets lora"),
+    **gpu_counts.FIELDS,
+    "usd": leaf("USD", "the pool's bill for the window"),
+}
+
+_ONE_POOL = "the fleet has one pool"
+
+#: ``llmsim``: llmsim's own figures, in the order :func:`llmsim_block` writes them.
+FIELDS = {
+    "product": block("the product behind the simulated slice", product.FIELDS),
+    "load": block("does the fleet keep up", load.FIELDS),
+    "version": leaf("text", "llmsim's version"), "seed": leaf("int", "the scenario's seed"),
+    "scenario": leaf("text", "the scenario's name"), "engine": leaf("text", "fast or reference"),
+    "calibration": block("where the first pool's GPU cost model comes from", {
+        "gpu": leaf("text", "the GPU"), **PROVENANCE_FIELDS,
+        "other_gpus": block("the other pools' GPUs", {"<gpu>": block("one GPU", PROVENANCE_FIELDS)},
+                            when="pools run on different GPUs")}),
+    "replicas": leaf("count", "the pools' replicas, summed"),
+    **gpu_counts.FIELDS,
+    **{k: replace(f, when=_ONE_POOL + (f" and {f.when}" if f.when else ""), copy_of=f"llmsim.pools.<pool>.{k}")
+       for k, f in POOL_FIELDS.items() if k not in ("replicas", "usd", "gpu_hours") and k not in gpu_counts.FIELDS},
+    "by_input_length": block("figures per prompt-length bucket", by_input_length.FIELDS,
+                             when="the scenario sets input_length_buckets"),
+    "gateway": block("the metering gateway's log", metering.FIELDS, when="a class has a rate_limit"),
+    "pools": block("per pool", {"<pool>": block("one pool", POOL_FIELDS)}),
+    "classes": block("per traffic class; null without classes", {"<class>": block("one class", classes.FIELDS)}),
+    "regions": block("per client region; null without regions", {"<region>": block("one region", regions.FIELDS)}),
+    "ttft_budget": block("where TTFT goes; null when no request finished", ttft_budget_fields.FIELDS),
+    "cost": block("the bill", {**cost.FIELDS, "power": block("the energy's bill", energy.POWER_FIELDS,
+                                                             when="energy.usd_per_kwh is set")}),
+    "simulated_seconds": leaf("s", "simulation time at the last request's end"),
+    "energy": block("energy and emissions", energy.FIELDS),
+    "request_status": block("every request once, by how it ended", results.STATUS_FIELDS),
+    "intervals": block("where the real value of each figure lies, from llmsim's measured error",
+                       INTERVAL_FIELDS, when="`llmsim run` writes the file"),
+    "error_model": block("which measured residuals judged the run", ERROR_MODEL_FIELDS,
+                         when="`llmsim run` writes the file"),
+    "replicates": block("the spread over seeds", REPLICATE_FIELDS, when="`llmsim run --replicates N`, N > 1"),
+}
 
 
 def calibration_block(gpus: list) -> dict:

@@ -95,15 +95,20 @@ def generate() -> str:
 PAGE = "docs/reference/scenario-keys.md"
 
 
-def update(path: str = PAGE) -> None:
-    """Rewrite the generated block of ``path`` in place."""
+def rewrite_between(path: str, begin: str, end: str, block: str) -> None:
+    """Replace the text of ``path`` from ``begin`` to ``end`` (markers included) with ``block``."""
     from pathlib import Path
 
     p = Path(path)
     text = p.read_text()
-    head, _, rest = text.partition(BEGIN)
-    _, _, tail = rest.partition(END)
-    p.write_text(head + generate() + tail)
+    head, _, rest = text.partition(begin)
+    _, _, tail = rest.partition(end)
+    p.write_text(head + block + tail)
+
+
+def update(path: str = PAGE) -> None:
+    """Rewrite the generated block of ``path`` in place."""
+    rewrite_between(path, BEGIN, END, generate())
 
 
 if __name__ == "__main__":

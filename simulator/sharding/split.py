@@ -48,6 +48,7 @@ from ..errors import LlmsimError
 from ..fleet.split import ShareSplit
 from ..scenario.schema import Scenario
 from workloads.spec import LoneRows
+from ..fields import block, leaf
 
 __all__ = ["EXACTNESS", "ShardSubset", "ShardPlan", "plan_shards", "shard_index", "lone_shard_index"]
 
@@ -155,6 +156,18 @@ class ShardPlan:
                 # bit for bit with one shard; with more, the run of the partitioned fleet
                 "equals_unsharded_run": self.count == 1,
                 "exact": EXACTNESS}
+
+
+#: ``llmsim.shards``: :meth:`ShardPlan.describe`, and the merge's per-shard counts.
+FIELDS = {
+    "count": leaf("count", "shards (--shards)"), "split": leaf("text", "how requests and replicas were divided"),
+    "replicas_per_shard": block("per pool", {"<pool>": leaf("list", "each shard's replicas")}),
+    "even": leaf("bool", "every shard got the same replicas"),
+    "equals_unsharded_run": leaf("bool", "the merged run is the unsharded run bit for bit (one shard)"),
+    "exact": leaf("text", "when sharding equals the unsharded fleet, and when it approximates it"),
+    "requests_per_shard": leaf("list", "each shard's requests"),
+    "simulated_seconds_per_shard": leaf("list of s", "each shard's simulated span"),
+}
 
 
 def _divide(total: int, n: int) -> list[int]:

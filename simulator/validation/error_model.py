@@ -62,7 +62,6 @@ _COLUMNS = {"ttft_mean_ms": "ttft", "tpot_mean_ms": "tpot", "e2el_mean_ms": "e2e
 # Requests in flight per replica (a closed loop's concurrency; Little's law in a run) and mean prompt tokens.
 _LOAD = ((8, "1-8"), (32, "9-32"), (128, "33-128"), (math.inf, ">128"))
 _ISL = ((1024, "<=1k"), (4096, "1k-4k"), (math.inf, ">4k"))
-_STACKS = ("vllm", "sglang", "trtllm")
 
 
 @lru_cache(maxsize=None)
@@ -303,10 +302,13 @@ def regime_of_run(scenario: Any, results: Mapping[str, Any]) -> Regime:
     (requests in flight per replica: mean batch plus the pool's queue per
     replica), and the run's mean prompt length. A dimension on which the
     pools differ is left open, so the run is judged by a cell pooled over it."""
+    from ..profiles.backend import backend_names
+
     pools = (results.get("llmsim") or {}).get("pools") or {}
     stack, family, moe, load = [], [], [], []
     for p in scenario.pools:
-        stack.append(p.engine.backend if p.engine.backend in _STACKS else None)
+        # a backend given as a file path is no stack the residuals were measured on: unknown
+        stack.append(p.engine.backend if p.engine.backend in backend_names() else None)
         family.append(gpu_family(p.gpu))
         moe.append(_model_kind(p.model))
         b = pools.get(p.name) or {}

@@ -23,6 +23,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..dtypes import WEIGHT_DTYPES
 from ..errors import LlmsimError
+from ..profiles.backend import backend_names
 from ..profiles.hardware import builtin_hardware, match_benchmark_gpu
 from .deployment import kv_dtype, of_source, version_keys
 
@@ -37,7 +38,6 @@ METRICS = {
     "e2e_p50_ms": "median_e2el_ms",
     "throughput_req_s": "request_throughput",
 }
-STACKS = ("vllm", "sglang", "trtllm")
 _REQUIRED = ("engine", "model", "gpu", "isl_mean", "osl_mean")
 
 # Hugging Face model ids and GPU names as benchmarks write them -> built-in profiles.
@@ -117,13 +117,20 @@ def _num(x) -> Optional[float]:
 
 
 def _stack(s: str) -> Optional[str]:
+    """The backend a row's engine label names: the longest backend name it starts with."""
     u = str(s).lower()
+    # The benchmark files label TensorRT-LLM rows "TensorRT-LLM" or "trt..."; this maps
+    # their label to its profile's name, it is not a list of stacks.
     if u.startswith("tensorrt") or u.startswith("trt"):
         return "trtllm"
-    for k in STACKS:
+    for k in sorted(backend_names(), key=len, reverse=True):
         if u.startswith(k):
             return k
     return None
+
+
+def _stacks() -> str:
+    return ", ".join(backend_names())
 
 
 def _dtypes(precision: str, checkpoint: Callable[[], Optional[str]]) -> tuple[str, str]:
@@ -251,7 +258,7 @@ def _why_not(row: Row, raw: dict, stack, model, gpu) -> str:
     if "disaggregated" in scen:
         return "disaggregated prefill/decode rows are not replayed"
     if stack is None:
-        return f"stack {raw['engine']!r} is not one of {', '.join(STACKS)}"
+        return f"stack {raw['engine']!r} is not one of {_stacks()}"
     if model is None:
         return f"model {raw['model']!r} has no built-in profile (give --model)"
     if gpu is None:
@@ -407,7 +414,7 @@ def _silicon_why_not(row: Row, raw: dict, stack, prof, gpu, why_dtype: str, prof
     if str(raw.get("mode", "")).lower() != "agg":
         return "disaggregated prefill/decode rows are not replayed"
     if stack is None:
-        return f"stack {raw['backend']!r} is not one of {', '.join(STACKS)}"
+        return f"stack {raw['backend']!r} is not one of {_stacks()}"
     if prof is None or isinstance(prof, str):
         return prof or f"model {raw['model_path']!r} has no built-in profile (give --model)"
     if gpu is None:
@@ -484,8 +491,8 @@ def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str
                          weight_dtype: str = "bf16", kv_dtype: str = "bf16", version: str = "") -> list[Row]:
     """Rows of ``vllm bench serve --save-result`` files (one run each);
     ``version`` is the serving stack's, whose defaults the replay then takes."""
-    if stack not in STACKS:
-        raise LlmsimError(f"unknown backend {stack!r}; expected one of {', '.join(STACKS)}", key_path="--backend")
+    if stack not in backend_names():
+        raise LlmsimError(f"unknown backend {stack!r}; expected one of {_stacks()}", key_path="--backend")
     out = []
     for p in paths:
         d = read_bench_result(Path(p))

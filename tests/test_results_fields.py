@@ -1,0 +1,156 @@
+"""The results.json field reference is the writers' own declarations, and real runs match it both ways.
+
+Three small runs between them switch on every block the reference lists:
+a plain one-pool run (where every key not marked "only when" must appear),
+a one-pool run with every per-request feature (classes, regions, a gateway
+that refuses, autoscaling, speculative decoding, a host KV tier, input-length
+buckets, API pricing, a power bill, replicates), and a four-pool fleet
+(MoE with expert parallelism, LoRA on a GPU without power data, pipeline
+stages, contiguous KV, an hourly month, shards). No run may write a key the
+reference lacks, and every key the reference lists must appear in one of them.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import REPO_ROOT
+
+from simulator.cli.app import main
+from simulator.fields import absent, flatten, matched, undeclared
+from simulator.report import fleet_report, results_reference
+from simulator.report.results_reference import RESULTS
+
+PLAIN = """\
+name: plain
+seed: 3
+workload:
+  num_requests: 60
+  arrival: {type: poisson, rate_per_s: 10}
+  input_tokens: {dist: uniform, min: 16, max: 800}
+  output_tokens: {dist: uniform, min: 1, max: 64}
+pools:
+  - {name: main, model: llama-3-8b, gpu: h100-sxm, replicas: 2}
+"""
+
+FEATURES = """\
+name: features
+seed: 5
+product: {slices: 2}
+workload:
+  duration_s: 30
+  arrival: {type: poisson, rate_per_s: 1.5}
+  system_prompt: {apps: 2, tokens: {dist: fixed, value: 600}}
+  session: {type: chat, turns: {dist: uniform, min: 2, max: 3}, think_time_s: {dist: fixed, value: 2}}
+  input_tokens: {dist: uniform, min: 16, max: 3000}
+  output_tokens: {dist: uniform, min: 4, max: 48}
+classes:
+  - {name: app, share: 2, speculative_acceptance_rate: 0.6}
+  - {name: batch, share: 1, rate_limit: {tokens_per_min: 20000, burst_s: 2}}
+regions: [{name: us, share: 0.6}, {name: eu, share: 0.4}]
+pools:
+  - name: main
+    model: llama-3-8b
+    gpu: h100-pcie
+    replicas: 2
+    autoscaling: {metric: concurrency, target: 8, min_replicas: 1, max_replicas: 3, interval_s: 5}
+    speculative: {draft_model: llama-3.2-1b, k: 3, acceptance_rate: 0.7}
+    engine: {prefix_cache: true, kv_offload: {host_gb: 20}}
+slo: {ttft_p99_ms: 800, ttft_ms: 500}
+input_length_buckets: {edges: [1000], slo: {0-1000: {ttft_p95_ms: 300}}}
+cost: {api: {input_usd_per_million: 3.0, output_usd_per_million: 15.0}}
+energy: {usd_per_kwh: 0.1}
+"""
+
+FLEET = """\
+name: fleet
+seed: 6
+workload:
+  duration_s: 20
+  arrival: {type: poisson, rate_per_s: 4, profile: {type: sinusoid, period_s: 86400, peak_to_trough: 4, peak_at_s: 10}}
+  input_tokens: {dist: uniform, min: 16, max: 1500}
+  output_tokens: {dist: uniform, min: 4, max: 48}
+classes:
+  - {name: moe, share: 1, pool: moe}
+  - {name: lora, share: 1, pool: lora}
+  - {name: deep, share: 1, pool: deep}
+  - {name: tgi, share: 1, pool: tgi}
+pools:
+  - {name: moe, model: qwen3-30b-a3b, gpu: h100-sxm, replicas: 2, tp: 1, dp: 2, ep: 2}
+  - name: lora
+    model: llama-3-8b
+    gpu: GPU_FILE
+    replicas: 2
+    lora: {max_loras: 2, adapters: 6, rank: 8, host_gb_per_s: 20, disk_gb_per_s: 2}
+  - {name: deep, model: llama-3-8b, gpu: h100-sxm, replicas: 2, pp: 2}
+  - {name: tgi, model: llama-3-8b, gpu: h100-sxm, replicas: 2,
+     engine: {kv_allocation: contiguous, prefix_cache: false, scheduler: continuous, chunked_prefill: false}}
+cost: {monthly: {method: peak_window}}
+"""
+
+
+def _run(folder: Path, name: str, text: str, *options: str) -> dict:
+    (folder / f"{name}.yaml").write_text(text)
+    out = folder / name
+    try:
+        main(["run", str(folder / f"{name}.yaml"), "-o", str(out), "--no-plots", "--exit-zero", *options])
+    except SystemExit as e:
+        assert not e.code, f"llmsim run {name} exited {e.code}"
+    return json.loads((out / "results.json").read_text())
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory) -> dict[str, dict]:
+    folder = tmp_path_factory.mktemp("fields")
+    # A GPU without a power block (the H100 PCIe's profile otherwise): no energy figures.
+    gpu = yaml.safe_load((REPO_ROOT / "hardware_profiles" / "h100-pcie.yaml").read_text())
+    gpu.pop("power")
+    gpu.update(name="no-power-gpu", data_names={})
+    (folder / "no-power-gpu.yaml").write_text(yaml.safe_dump(gpu))
+    return {
+        "plain": _run(folder, "plain", PLAIN),
+        "features": _run(folder, "features", FEATURES, "--replicates", "2", "--workers", "1"),
+        "fleet": _run(folder, "fleet", FLEET.replace("GPU_FILE", str(folder / "no-power-gpu.yaml")),
+                      "--shards", "2", "--workers", "1"),
+    }
+
+
+def test_the_page_is_generated_from_the_declarations():
+    page = (REPO_ROOT / results_reference.PAGE).read_text()
+    block = page[page.index(results_reference.BEGIN):page.index(results_reference.END) + len(results_reference.END)]
+    assert block == results_reference.generate(), \
+        f"{results_reference.PAGE} is stale: run `python -m simulator.report.results_reference`"
+
+
+@pytest.mark.parametrize("name", ["plain", "features", "fleet"])
+def test_a_run_writes_no_key_the_reference_lacks(runs, name):
+    assert undeclared(runs[name], RESULTS) == []
+
+
+@pytest.mark.parametrize("name", ["plain", "features", "fleet"])
+def test_a_run_writes_every_key_the_reference_says_is_always_there(runs, name):
+    assert absent(runs[name], RESULTS) == []
+
+
+def test_every_key_the_reference_lists_is_written_by_a_run(runs):
+    seen = set().union(*(matched(r, RESULTS) for r in runs.values()))
+    # A one-pool fleet repeats its pool's figures under llmsim itself, from the
+    # same declarations: a pool's key seen under pools.<pool> covers its copy.
+    pool = "llmsim.pools.<pool>."
+    seen |= {"llmsim." + p[len(pool):] for p in seen if p.startswith(pool)}
+    listed = [path for path, _ in flatten(RESULTS)]
+    assert [p for p in listed if p not in seen] == []
+    assert len(listed) > 300 and any(p.startswith(pool) for p in listed)
+
+
+def test_an_undeclared_key_and_a_missing_one_are_found(runs):
+    """The checks can fail: a key the writers do not declare, and a declared one gone."""
+    res = json.loads(json.dumps(runs["plain"]))
+    res["llmsim"]["pools"]["main"]["made_up"] = 1
+    del res["llmsim"]["load"]["verdict"]
+    assert undeclared(res, RESULTS) == ["llmsim.pools.main.made_up"]
+    assert absent(res, RESULTS) == ["llmsim.load.verdict"]
+    assert "made_up" not in fleet_report.POOL_FIELDS
