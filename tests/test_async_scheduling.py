@@ -3,7 +3,9 @@
 Scheduled in turn, an iteration takes its GPU time plus the stack's CPU
 time (scheduler, input preparation, sampler, output handling); overlapped,
 the CPU time shows only where it outlasts the GPU's. vLLM runs that way by
-default from 0.14.0, so a replayed row of such a version overlaps.
+default from 0.14.0: ``backend: vllm`` is a current release, overlapped, and a
+replayed row of an earlier release (or measured before 0.14.0 came out)
+schedules in turn.
 """
 from __future__ import annotations
 
@@ -13,6 +15,7 @@ from hypothesis import strategies as st
 
 from simulator.costmodel import CostModel
 from simulator.profiles import load_hardware, load_model
+from simulator.profiles.backend import load_backend
 from simulator.runner import simulate
 from simulator.validation.deployment import version_keys
 from tests.test_backends import _closed
@@ -76,19 +79,44 @@ def test_the_breakdown_shows_only_the_exposed_cpu_time():
 def test_a_closed_loop_decodes_faster_when_the_cpu_overlaps():
     """A small model whose GPU step is a few ms: vLLM's fitted 1.7 ms of
     CPU time per iteration is most of the difference in TPOT."""
-    sync = simulate(_closed(8, 32, 512, 64, {"backend": "vllm"})).results["mean_tpot_ms"]
-    over = simulate(_closed(8, 32, 512, 64, {"backend": "vllm", "async_scheduling": True})).results["mean_tpot_ms"]
+    sync = simulate(_closed(8, 32, 512, 64, {"backend": "vllm", "backend_version": "0.13.0"})).results["mean_tpot_ms"]
+    over = simulate(_closed(8, 32, 512, 64, {"backend": "vllm"})).results["mean_tpot_ms"]
     assert sync - 2.0 < over < sync - 1.0
 
 
 @pytest.mark.parametrize("stack, version, expected", [
     ("vllm", "0.12.0", False), ("vllm", "0.13.0", False), ("vllm", "0.14.0", True), ("vllm", "0.19.0", True),
-    ("vllm", "", False), ("vllm", "nightly-5b8c30d62b754b57", False), ("vllm", "nightly-20260301", True),
+    ("vllm", "", True), ("vllm", "nightly-5b8c30d62b754b57", True), ("vllm", "nightly-20260301", True),
     ("vllm", "0.20.1", True), ("vllm", "v0.14.1", True), ("vllm", "0.6.0 (--num-scheduler-steps 10)", False),
     ("vllm", "1.0.0", True),
     ("sglang", "0.5.9", False), ("trtllm", "1.3.0rc5", False)])
 def test_rows_overlap_from_the_vllm_release_that_made_it_the_default(stack, version, expected):
-    assert version_keys(stack, version).get("async_scheduling", False) is expected
+    """A version llmsim cannot place keeps the profile's keys: vLLM's are a current release's."""
+    engine = {**load_backend(stack).engine, **version_keys(stack, version)}
+    assert engine.get("async_scheduling", False) is expected
+
+
+@pytest.mark.parametrize("measured, expected", [("2025-10-29", False), ("2026-01-19", False),
+                                                ("2026-01-20", True), ("2026-04-02", True)])
+def test_a_row_measured_before_the_release_schedules_in_turn(measured, expected):
+    """A row naming no version but measured before 0.14.0 came out (2026-01-20)
+    cannot have run it: it schedules in turn; on the release day or later it
+    may have, and keeps the profile's (current) keys."""
+    engine = {**load_backend("vllm").engine, **version_keys("vllm", "", measured)}
+    assert engine["async_scheduling"] is expected
+
+
+def test_aiconfigurator_rows_without_a_version_were_measured_by_the_stated_days(shared_data):
+    """The bound a closed-loop row naming no version gets (closed_loop_silicon.csv
+    drops the measurement notes) is read off the sample it is a subset of."""
+    import pandas as pd
+
+    from simulator.validation.deployment import AIC_UNVERSIONED_MEASURED_BY
+    s = pd.read_csv(shared_data / "e2e" / "aic_silicon_sample.csv.gz")
+    u = s[s["backend_version"].isna()]
+    day = u["silicon_data_source"].str.extract(r"measured=(\d{4}-\d{2}-\d{2})")[0]
+    assert day.notna().all()
+    assert day.groupby(u["backend"]).max().to_dict() == AIC_UNVERSIONED_MEASURED_BY
 
 
 def test_a_non_boolean_async_scheduling_is_one_line(tmp_path, cli):

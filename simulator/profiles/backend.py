@@ -13,8 +13,10 @@ Defaults that depend on the GPU (vLLM's token budget follows the GPU's
 memory) are ordered rules, first match wins. Defaults that changed between
 releases (vLLM schedules asynchronously from 0.14) are version rules:
 ``engine.backend_version`` names the release a pool runs, and every rule
-whose range holds it applies; without it the profile's own keys (its
-``versions``) apply.
+whose range holds it applies; without it the profile's own keys apply: a
+profile describes the stack's newest release it knows (its ``versions``),
+which is what a deployment installed today runs, and its rules give older
+releases their defaults.
 """
 from __future__ import annotations
 
@@ -153,15 +155,24 @@ class BackendProfile(_Strict):
             return "-".join(nightly.groups())
         return self.releases.get(version.strip())
 
-    def version_keys(self, version: str) -> Optional[dict[str, Any]]:
+    def version_keys(self, version: str, measured_before: Optional[str] = None) -> Optional[dict[str, Any]]:
         """Engine keys ``version`` ran by default where the profile differs;
         None when the version is neither a release number nor a release or
-        nightly whose day is known (a measurement date bounds the version
-        only from above, so nothing can be inferred)."""
+        nightly whose day is known.
+
+        ``measured_before`` (an ISO day) bounds an unknown version from
+        above: the run's release came out before that day. That decides only
+        the rules that hold for every release up to one published after the
+        day (``since`` the first release, ``until`` a release of known day
+        later than it); the others stay undecided and the profile's own keys
+        hold for them, as for any unknown version."""
         number = version_number(version)
         day = None if number is not None else self.released(version)
         if number is None and day is None:
-            return None
+            if measured_before is None:
+                return None
+            return {k: v for rule in self.by_version if self._before_until(rule, measured_before)
+                    for k, v in rule.set.items()}
         keys: dict[str, Any] = {}
         for rule in self.by_version:
             if number is not None:
@@ -174,6 +185,11 @@ class BackendProfile(_Strict):
             if inside:
                 keys.update(rule.set)
         return keys
+
+    def _before_until(self, rule: VersionRule, day: str) -> bool:
+        """Whether every release out by ``day`` (a measurement day) falls inside ``rule``."""
+        last = self.releases.get(rule.until) if rule.until else None
+        return version_number(rule.since) == (0, 0, 0) and last is not None and day < last
 
     def engine_defaults(self, gpu: HardwareProfile) -> dict[str, Any]:
         """The engine keys this stack sets on ``gpu``, overheads included."""

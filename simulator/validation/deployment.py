@@ -224,13 +224,28 @@ def released(stack: str, version: str) -> str | None:
     return None if prof is None else prof.released(version)
 
 
-def version_keys(stack: str, version: str) -> dict[str, Any]:
+def version_keys(stack: str, version: str, measured: Optional[str] = None) -> dict[str, Any]:
     """Engine keys the row's stack version ran by default where the backend
     profile differs (its ``by_version`` rules). An unknown version keeps the
-    profile's settings (a measurement date bounds the version only from
-    above)."""
+    profile's settings, except where the row's measurement day ``measured``
+    (ISO) decides a rule: a run measured before a release cannot have run it
+    (:meth:`BackendProfile.version_keys`)."""
     prof = _profile(stack)
-    return {} if prof is None else prof.version_keys(version) or {}
+    return {} if prof is None else prof.version_keys(version, measured) or {}
+
+
+# The last day on which AIConfigurator's silicon sample measured a row that names
+# no stack version, per stack (aic_silicon_sample.csv.gz: every such row carries
+# measured=; tests/test_async_scheduling.py checks these against the file).
+# closed_loop_silicon.csv is a subset of that file without the measurement notes,
+# so its unversioned rows are bounded by the same days.
+AIC_UNVERSIONED_MEASURED_BY = {"vllm": "2025-12-05", "sglang": "2025-12-05", "trtllm": "2026-04-02"}
+
+
+def measured_day(notes: str) -> Optional[str]:
+    """The ISO day of a row's ``measured=`` note (AIConfigurator's silicon rows), if any."""
+    m = re.search(r"measured=(\d{4}-\d{2}-\d{2})", notes)
+    return m.group(1) if m else None
 
 
 def _profile(stack: str) -> Optional["BackendProfile"]:
@@ -248,9 +263,9 @@ def of_source(source: str, notes: str, stack: str = "", version: str = "") -> De
     """The deployment a CSV row's provenance documents."""
     if "aiconfigurator" not in source.lower():
         return "defaults"
-    measured = re.search(r"measured=(\d{4}-\d{2}-\d{2})", notes)
+    measured = measured_day(notes)
     if measured is not None:
-        return "aic-eval" if measured.group(1) < _GENERATOR_BENCH_SINCE else "aiconfigurator"
+        return "aic-eval" if measured < _GENERATOR_BENCH_SINCE else "aiconfigurator"
     since = released(stack, version)
     if since is None:
         return "defaults"

@@ -25,7 +25,7 @@ from ..dtypes import WEIGHT_DTYPES
 from ..errors import LlmsimError
 from ..profiles.backend import backend_names
 from ..profiles.hardware import builtin_hardware, match_benchmark_gpu
-from .deployment import kv_dtype, of_source, version_keys
+from .deployment import AIC_UNVERSIONED_MEASURED_BY, kv_dtype, measured_day, of_source, version_keys
 
 #: Measured metrics llmsim predicts: column -> results.json key.
 METRICS = {
@@ -223,10 +223,20 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
                   throughput_identity="C*OSL" in str(r.get("derived_fields", "")),
                   deployment=of_source(f"{r.get('source_kind', '')} {r.get('source_url', '')}", str(r.get("notes", "")),
                                        stack or "", _text(r, "engine_version") or ""),
-                  version_keys=version_keys(stack or "", _text(r, "engine_version") or ""))
+                  version_keys=version_keys(stack or "", (version := _text(r, "engine_version") or ""),
+                                            _unversioned_day(r, stack, version)))
         row.skip = _why_not(row, r, stack, m, g)
         out.append(row)
     return out
+
+
+def _unversioned_day(r: dict, stack: Optional[str], version: str) -> Optional[str]:
+    """The day after which a published row naming no stack version cannot
+    have been measured: AIConfigurator's silicon rows (the sample's own
+    dates, :data:`.deployment.AIC_UNVERSIONED_MEASURED_BY`); None elsewhere."""
+    if version or "aiconfigurator" not in f"{r.get('source_kind', '')} {r.get('source_url', '')}".lower():
+        return None
+    return AIC_UNVERSIONED_MEASURED_BY.get(stack or "")
 
 
 #: Columns that hold counts: a positive whole number where given.
@@ -395,7 +405,7 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
                   m or str(r["model_path"]), g or str(r["system"]), tp, wd or "bf16", kv, isl, osl,
                   dp=dp if moe else 1, ep=ep if moe else 1, concurrency=conc, measured=measured,
                   throughput_identity=True, deployment=dep,
-                  version_keys=version_keys(stack or "", _text(r, "backend_version") or ""))
+                  version_keys=version_keys(stack or "", _text(r, "backend_version") or "", measured_day(notes)))
         row.skip = _silicon_why_not(row, r, stack, prof, g, why_dtype, profiles, moe)
         if not row.skip:
             try:
