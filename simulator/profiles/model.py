@@ -33,12 +33,13 @@ MAX_EXPERTS = 4096
 _NON_GATED_ACTS = {"gelu", "gelu_new", "gelu_fast", "relu", "gelu_pytorch_tanh", "quick_gelu"}
 _GATED_GELU_FAMILIES = {"gemma", "gemma2", "gemma3"}
 # Families whose serving code departs from the plain decoder block in what a
-# step runs (vLLM's model files; SGLang's ports do the same). MiniMax-M2:
-# the router is an fp32 GEMM (MiniMaxM2MoE.gate is a ReplicatedLinear with
-# params_dtype float32, fed hidden_states.to(float32)), and the q/k RMSNorm
-# spans every head of the layer, not one head, so with the heads split over
-# TP ranks each layer all-reduces the per-token variances of q and k
-# (MiniMaxText01RMSNormTP.forward_qk: one all-reduce of both, fp32).
+# step runs (vLLM's model files). MiniMax-M2: the router is an fp32 GEMM
+# (MiniMaxM2MoE.gate is a ReplicatedLinear with params_dtype float32, fed
+# hidden_states.to(float32)), and the q/k RMSNorm spans every head of the
+# layer, not one head, so with the heads split over TP ranks each layer
+# all-reduces the per-token variances of q and k
+# (MiniMaxText01RMSNormTP.forward_qk: one all-reduce of both, fp32; SGLang's
+# MiniMaxM2QKRMSNorm all-reduces the two sums of squares the same way).
 _FP32_ROUTER_FAMILIES = {"minimax_m2"}
 _TP_QK_NORM_FAMILIES = {"minimax_m2"}
 
