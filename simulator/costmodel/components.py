@@ -77,11 +77,17 @@ def _gemm_wave_time_float(m: float, n: float, k: float, sms: float, per_sm: floa
 
 
 def gemm_roofs(m, n, k, peak_flops: float, hbm_bw: float, p: RooflineParams,
-               weight_bytes: float = 2.0, act_bytes: float = 2.0, num_sms: int | None = None):
+               weight_bytes: float = 2.0, act_bytes: float = 2.0, num_sms: int | None = None,
+               ramp_rows: float = 0.0):
     """(compute, memory) seconds of a GEMM before the blend: the compute roof
     (ramps on η_c, or waves of tiles with ``p.waves``) and the memory roof
     (weights, activations and output once, η_m ramped by the output width:
-    too few columns cannot occupy every SM)."""
+    too few columns cannot occupy every SM). ``ramp_rows``: the ramp counts
+    output tiles of that many rows instead, ``n · max(m / ramp_rows, 1)``
+    columns' worth — a GEMM narrower than any the dense fit saw (a MoE
+    router, n = experts) fills the SMs with row tiles once its m is large
+    (measured bf16 GEMMs with n 128–512 on H100, H200, B200: median |error|
+    15 % this way, 25 % with the width alone, 2–5× too slow at m ≥ 4096)."""
     flops, nbytes = gemm_flops_bytes(m, n, k, weight_bytes, act_bytes)
     if p.waves:
         if not num_sms:
@@ -98,14 +104,17 @@ def gemm_roofs(m, n, k, peak_flops: float, hbm_bw: float, p: RooflineParams,
         t_compute = flops / (peak_flops * eta_c)
     eta_m = p.eta_memory
     if p.n_half_memory > 0:
-        eta_m = eta_m * n / (n + p.n_half_memory)
+        width = n * np.maximum(m / ramp_rows, 1.0) if ramp_rows > 0 else n
+        eta_m = eta_m * width / (width + p.n_half_memory)
     return t_compute, nbytes / (hbm_bw * eta_m)
 
 
 def gemm_time(m, n, k, peak_flops: float, hbm_bw: float, p: RooflineParams,
-              weight_bytes: float = 2.0, act_bytes: float = 2.0, num_sms: int | None = None):
+              weight_bytes: float = 2.0, act_bytes: float = 2.0, num_sms: int | None = None,
+              ramp_rows: float = 0.0):
     """Blend of the two roofs of :func:`gemm_roofs`, plus the fixed cost."""
-    t = blend(*gemm_roofs(m, n, k, peak_flops, hbm_bw, p, weight_bytes, act_bytes, num_sms), p.sharpness) \
+    t = blend(*gemm_roofs(m, n, k, peak_flops, hbm_bw, p, weight_bytes, act_bytes, num_sms, ramp_rows),
+              p.sharpness) \
         + p.fixed_us * _US
     return t if isinstance(t, np.ndarray) else float(t)
 

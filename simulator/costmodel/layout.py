@@ -54,6 +54,9 @@ _US = 1e-6
 _BF16 = 2.0
 _OTHER_HIDDEN_RW = 10.0   # as in step.py: norms, residuals, rotary, per token per layer
 _OTHER_FFN_RW = 3.0       # gated activation: read gate and up, write one
+# Rows of a router GEMM's output tile, for the memory ramp of its narrow
+# width (components.gemm_roofs ramp_rows): CUTLASS's 128-row tiles.
+ROUTER_TILE_ROWS = 128.0
 
 # A pool's weight_dtype → the quantised GEMM format of MoE experts and MLA
 # projections (simulator.dtypes.QUANT_FORMATS). int8 (W8A8) is priced with the
@@ -119,6 +122,14 @@ class LayoutOps:
         self.shared_gemms = [(gate * m.shared_ffn // tp, h), (h, m.shared_ffn // tp)] if m.shared_ffn else []
         self.moe = (MoeShape(h, m.expert_ffn, m.num_experts or 1, m.topk, par.moe_tp, par.ep, m.is_gated)
                     if m.is_moe else None)
+        # The router: a hidden × experts GEMM every MoE layer runs on every
+        # token of its rank before the experts (replicated over TP). The
+        # measured MoE rows start from given router logits, so it is priced
+        # here, as a narrow GEMM (ROUTER_TILE_ROWS) at the bf16 rate (an
+        # fp32 router's prefill FLOPs are understated: the shared data has
+        # no fp32 peak).
+        self.router = ((m.num_experts, h, m.router_weight_bytes)
+                       if m.is_moe and (m.num_experts or 0) > 1 else None)
         # With its experts split across GPUs a stack may run another kernel
         # (calibration.moe_ep), as vLLM does for block-FP8 on Hopper.
         self.moe_params = cal.moe_for(self.fmt, par.ep) or _dense_gemm_for(self.fmt, cal.gemm, gpu)
@@ -181,7 +192,19 @@ class LayoutOps:
         else:
             attn = self._gemms(r, self.attn_gemms)
         return (self.layers * attn + self.n_dense * self._gemms(r, self.dense_gemms)
-                + self.n_moe * self._gemms(r, self.shared_gemms) + self.routed_time(tokens))
+                + self.n_moe * (self._gemms(r, self.shared_gemms) + self.router_time(r)) + self.routed_time(tokens))
+
+    def router_time(self, tokens: int) -> float:
+        """One MoE layer's router GEMM over one rank's ``tokens``."""
+        if self.router is None or tokens <= 0:
+            return 0.0
+        cm = self.cm
+        n, k, wbytes = self.router
+        t = C.gemm_time(tokens, n, k, cm.peak_attn, cm.hbm_bw, cm.cal.gemm, wbytes, wbytes, cm.gpu.num_sms,
+                        ROUTER_TILE_ROWS)
+        if tokens > ROUTER_TILE_ROWS:   # more rows of tiles never make the GEMM faster than one row of them
+            t = max(t, self.router_time(int(ROUTER_TILE_ROWS)))
+        return float(t)
 
     def alltoall(self, tokens: int) -> float:
         """Dispatch (activations in the GEMM input format) plus combine (bf16) of one MoE layer."""
@@ -201,6 +224,8 @@ class LayoutOps:
             return float(C.allreduce_time(n_tokens * h * _BF16, group, cm.group_bw(group), cm.cal.allreduce))
 
         t = (self.layers + self.n_dense) * allreduce(r, self.tp)
+        if self.model.tp_qk_norm and self.tp > 1:   # the q and k variances, fp32, per token and layer
+            t += self.layers * float(C.allreduce_time(r * 2 * 4.0, self.tp, cm.group_bw(self.tp), cm.cal.allreduce))
         if self.n_moe:
             # Without ep the MoE group spans every rank's tokens; with it, a
             # GPU reduces only the pairs routed to it.

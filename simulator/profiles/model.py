@@ -32,6 +32,16 @@ MAX_EXPERTS = 4096
 
 _NON_GATED_ACTS = {"gelu", "gelu_new", "gelu_fast", "relu", "gelu_pytorch_tanh", "quick_gelu"}
 _GATED_GELU_FAMILIES = {"gemma", "gemma2", "gemma3"}
+# Families whose serving code departs from the plain decoder block in what a
+# step runs (vLLM's model files). MiniMax-M2: the router is an fp32 GEMM
+# (MiniMaxM2MoE.gate is a ReplicatedLinear with params_dtype float32, fed
+# hidden_states.to(float32)), and the q/k RMSNorm spans every head of the
+# layer, not one head, so with the heads split over TP ranks each layer
+# all-reduces the per-token variances of q and k
+# (MiniMaxText01RMSNormTP.forward_qk: one all-reduce of both, fp32; SGLang's
+# MiniMaxM2QKRMSNorm all-reduces the two sums of squares the same way).
+_FP32_ROUTER_FAMILIES = {"minimax_m2"}
+_TP_QK_NORM_FAMILIES = {"minimax_m2"}
 
 
 class ModelProfile(BaseModel):
@@ -122,6 +132,18 @@ class ModelProfile(BaseModel):
     @property
     def is_moe(self) -> bool:
         return bool(self.num_experts)
+
+    @property
+    def router_weight_bytes(self) -> float:
+        """Bytes per weight of the router GEMM (hidden × experts) each MoE layer
+        runs before its experts: bf16, fp32 where the family keeps it in fp32."""
+        return 4.0 if self.model_type in _FP32_ROUTER_FAMILIES else 2.0
+
+    @property
+    def tp_qk_norm(self) -> bool:
+        """Whether the q/k RMSNorm normalises over all heads, so that tensor
+        parallelism adds one all-reduce of two fp32 values per token and layer."""
+        return self.model_type in _TP_QK_NORM_FAMILIES
 
     @property
     def is_mla(self) -> bool:
