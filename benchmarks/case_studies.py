@@ -165,10 +165,10 @@ TTFT_AFTER = "llmsim run scenarios/ttft-program.yaml" + "".join(f" --variant {v}
 
 #: (case study, stack, what runs, its command, the pools the generic run unsets)
 STACK_RUNS = [
-    ("1. Autocomplete", "vLLM", "1/4 shard, 9 replicas", "llmsim run scenarios/autocomplete.yaml", ["autocomplete"]),
+    ("1. Autocomplete", "vLLM", "1/4 shard, 4 replicas", "llmsim run scenarios/autocomplete.yaml", ["autocomplete"]),
     ("2. Consumer chatbot", "vLLM", "peak half hour, autoscaled", "llmsim run scenarios/chatbot.yaml",
      ["free", "paid"]),
-    ("3. 10M-DAU platform", "vLLM", "1/64 shard, 15 nodes", "llmsim run scenarios/dau-10m.yaml", ["chat"]),
+    ("3. 10M-DAU platform", "vLLM", "1/64 shard, 13 nodes", "llmsim run scenarios/dau-10m.yaml", ["chat"]),
     ("4. QuickCode", "vLLM", "before (static batching)", "llmsim run scenarios/quickcode.yaml",
      ["node"]),
     ("4. QuickCode", "vLLM", "after (every rung)", QUICKCODE_AFTER, ["node"]),
@@ -203,17 +203,16 @@ def stacks(r: Runner) -> str:
 
 AUTOCOMPLETE = "llmsim run scenarios/autocomplete.yaml"
 EIGHTH = " --set workload.arrival.rate_per_s=4 --set product.slices=8"
-FULL = " --set workload.arrival.rate_per_s=32 --set pools.autocomplete.replicas=36 --set product.slices=1"
+FULL = " --set workload.arrival.rate_per_s=32 --set pools.autocomplete.replicas=16 --set product.slices=1"
 #: (shard, replicas per shard, seed, the --set that makes it)
 AUTOCOMPLETE_SIZES = [
-    ("1/8 (250 req/s)", 3, 1, EIGHTH + " --set pools.autocomplete.replicas=3"),
-    ("1/8", 4, 1, EIGHTH + " --set pools.autocomplete.replicas=4"),
-    ("1/4 (500 req/s)", 7, 1, " --set pools.autocomplete.replicas=7"),
-    ("1/4", 8, 1, " --set pools.autocomplete.replicas=8"),
-    ("1/4", 8, 2, " --set pools.autocomplete.replicas=8 --set seed=2"),
-    ("1/4", 8, 3, " --set pools.autocomplete.replicas=8 --set seed=3"),
-    ("1/4", 9, 1, ""),
-    ("full (2,000 req/s)", 36, 1, FULL),
+    ("1/8 (250 req/s)", 2, 1, EIGHTH + " --set pools.autocomplete.replicas=2"),
+    ("1/8", 3, 1, EIGHTH + " --set pools.autocomplete.replicas=3"),
+    ("1/4 (500 req/s)", 3, 1, " --set pools.autocomplete.replicas=3"),
+    ("1/4", 4, 1, ""),
+    ("1/4", 4, 2, " --set seed=2"),
+    ("1/4", 4, 3, " --set seed=3"),
+    ("full (2,000 req/s)", 16, 1, FULL),
 ]
 
 
@@ -243,12 +242,12 @@ def autocomplete_ladder(r: Runner) -> str:
 
 #: (routing, shard, the --set or --variant)
 AUTOCOMPLETE_SHARDS = [
-    ("prefix_aware", "1/8, 4 replicas", EIGHTH + " --set pools.autocomplete.replicas=4"),
-    ("round_robin", "1/8, 4 replicas", EIGHTH + " --set pools.autocomplete.replicas=4 --variant round_robin"),
-    ("prefix_aware", "1/4, 9 replicas", ""),
-    ("round_robin", "1/4, 9 replicas", " --variant round_robin"),
-    ("prefix_aware", "full, 36 replicas", FULL),
-    ("round_robin", "full, 36 replicas", FULL + " --variant round_robin"),
+    ("prefix_aware", "1/8, 2 replicas", EIGHTH + " --set pools.autocomplete.replicas=2"),
+    ("round_robin", "1/8, 2 replicas", EIGHTH + " --set pools.autocomplete.replicas=2 --variant round_robin"),
+    ("prefix_aware", "1/4, 4 replicas", ""),
+    ("round_robin", "1/4, 4 replicas", " --variant round_robin"),
+    ("prefix_aware", "full, 16 replicas", FULL),
+    ("round_robin", "full, 16 replicas", FULL + " --variant round_robin"),
 ]
 
 
