@@ -63,6 +63,8 @@ def test_a_regime_with_few_groups_borrows_from_the_wider_one_and_one_without_res
     assert 0.1 < centre[100.0] < 0.3                        # ... halfway between the two stacks' 0 and 0.4
     unknown = build(table).lookup("ttft", Regime("trtllm", "hopper", "dense", "1-8", "<=1k"))
     assert unknown.cell.key == "all" and set(unknown.widened) == {"stack", "moe"}
+    ampere = build(table).lookup("ttft", Regime("vllm", "ampere", "dense", "1-8", "<=1k"))
+    assert ampere.cell.key == "stack=vllm moe=dense" and ampere.widened == ("family",)
 
 
 def test_the_model_round_trips_through_its_file(tmp_path):

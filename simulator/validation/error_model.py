@@ -29,7 +29,8 @@ How a cell's centre and spread are estimated, and why:
   ``k`` groups and ``K = prior_groups``: a regime seen in a handful of
   groups knows a handful of biases, and mostly borrows the wider estimate.
   A regime with no residuals at all takes the wider cell's values, and the
-  lookup says which dimensions it widened.
+  lookup says which dimensions it widened (a GPU family no residual came
+  from counts as widened too).
 * The spread so estimated is in-sample; what a new group sees is wider
   (its own bias is new). Each group's residuals are therefore
   standardised by a model built without that group, ``z = (r − centre) /
@@ -40,8 +41,8 @@ How a cell's centre and spread are estimated, and why:
   bulk of held-out groups. A few groups llmsim misses by far more than
   any regime predicts (rack-scale GB200, prompts reused through the prefix
   cache) would, counted in a variance or an empirical tail, widen every
-  interval two-fold to reach them; they fall outside instead, and the
-  measured coverage (docs/accuracy-reading.md) says how often that happens.
+  interval to reach them; they fall outside instead, and the measured
+  coverage (docs/accuracy-reading.md) says how often that happens.
 
 Metrics: ``ttft`` and ``tpot`` (the rows' mean TTFT and TPOT),
 ``e2el`` (mean end-to-end, ``TTFT + (OSL − 1) · TPOT`` for measured and
@@ -202,24 +203,28 @@ class Lookup:
 class ErrorModel:
     prior_groups: float
     cells: dict[str, dict[str, Cell]]              # metric -> cell key -> cell
+    families: tuple[str, ...] = ()                 # GPU families the residuals came from
     meta: dict[str, Any] = field(default_factory=dict)
     source: Optional[str] = None
 
     def lookup(self, metric: str, regime: Regime) -> Optional[Lookup]:
         """The narrowest cell the regime reaches along MODEL_DIMENSIONS; ``widened`` names the
-        dimensions the regime knows but no residual of the same value stood behind."""
+        dimensions the regime knows but no residual of the same value stood behind (the GPU
+        family too: the model does not split on it, but a family it never saw is a guess)."""
         cells = self.cells.get(metric) or {}
         for k in range(len(MODEL_DIMENSIONS), -1, -1):
             dims = MODEL_DIMENSIONS[:k]
             key = regime.key(dims)
             if key is not None and key in cells:
                 known = [d for d in MODEL_DIMENSIONS if getattr(regime, d) is not None]
-                return Lookup(metric, regime, cells[key], tuple(d for d in known if d not in dims))
+                unseen = ("family",) if regime.family is not None and regime.family not in self.families else ()
+                return Lookup(metric, regime, cells[key], unseen + tuple(d for d in known if d not in dims))
         return None
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.meta, "form": "log(measured / predicted) ~ centre + spread * N(0, 1) per regime cell",
                 "prior_groups": self.prior_groups, "dimensions": list(MODEL_DIMENSIONS),
+                "families": list(self.families),
                 "metrics": {m: {k: {"n": c.n, "groups": c.groups, "centre": round(c.centre, 4),
                                     "spread": round(c.spread, 4)}
                                 for k, c in sorted(cells.items())} for m, cells in self.cells.items()}}
@@ -232,7 +237,7 @@ class ErrorModel:
             cells = {m: {k: Cell(k, int(c["n"]), int(c["groups"]), float(c["centre"]), float(c["spread"]))
                          for k, c in cs.items()} for m, cs in data["metrics"].items()}
             meta = {k: v for k, v in data.items() if k in ("source", "command", "rows", "generated")}
-            return cls(float(data["prior_groups"]), cells, meta, source)
+            return cls(float(data["prior_groups"]), cells, tuple(str(f) for f in data["families"]), meta, source)
         except (KeyError, TypeError, ValueError) as e:
             raise LlmsimError(f"not an error model written by benchmarks/error_model.py ({e}); regenerate it "
                               "with python benchmarks/error_model.py --write", source=source) from None
@@ -284,7 +289,7 @@ def build(residuals: "Any", prior_groups: float = PRIOR_GROUPS, meta: Optional[d
     cells: dict[str, dict[str, Cell]] = {}
     for metric, em in e.groupby("m"):
         cells[str(metric)] = _metric_cells(em, prior_groups)
-    return ErrorModel(float(prior_groups), cells, dict(meta or {}))
+    return ErrorModel(float(prior_groups), cells, tuple(sorted(e.family.dropna().unique())), dict(meta or {}))
 
 
 def _metric_cells(e: "Any", prior: float) -> dict[str, Cell]:
@@ -292,11 +297,13 @@ def _metric_cells(e: "Any", prior: float) -> dict[str, Cell]:
     z = []
     for group in e.group.unique():
         out = e.group == group
+        if out.all():               # one group: nothing to hold it out against
+            continue
         fit = _shrunk(e[~out], prior)
         keys = _narrowest(fit, e[out])
         centre, spread = np.array([fit[k][2] for k in keys]), np.array([fit[k][3] for k in keys])
         z.append((e.r[out].to_numpy(float) - centre) / spread)
-    z = np.concatenate(z) if z else np.zeros(1)
+    z = np.concatenate(z) if z else np.zeros(1)      # without held-out residuals: the in-sample spread
     shift = float(np.median(z))
     scale = _MAD_SD * float(np.median(np.abs(z - shift))) if len(z) > 1 else 1.0
     return {k: Cell(k, n, g, c + s * shift, s * scale) for k, (n, g, c, s) in _shrunk(e, prior).items()}
