@@ -20,7 +20,7 @@ from test_sweep import words, write_tiny_scenario
 def residual_table(shifts: dict[tuple[str, str], float], rows_per_group: int = 40, seed: int = 0,
                    spread: float = 0.1) -> pd.DataFrame:
     """Synthetic held-out residuals: for each (stack, gpu) group, TTFT and TPOT rows whose
-    log(measured / predicted) is ``shift`` plus noise (two groups per stack/GPU, so cells qualify)."""
+    log(measured / predicted) is ``shift`` plus noise (two groups per stack/GPU: one left out has a sibling)."""
     rng = np.random.default_rng(seed)
     out = []
     for (stack, gpu), shift in shifts.items():
@@ -37,7 +37,7 @@ def residual_table(shifts: dict[tuple[str, str], float], rows_per_group: int = 4
 
 
 def test_a_biased_predictor_gets_an_interval_on_the_side_it_misses():
-    model = build(residual_table({("vllm", "h100-sxm"): np.log(1 / 0.55)}), min_count=30, min_groups=2)
+    model = build(residual_table({("vllm", "h100-sxm"): np.log(1 / 0.55)}))
     lk = model.lookup("ttft", Regime("vllm", "hopper", "dense", "9-32", "1k-4k"))
     lo, hi = interval([100.0], lk, 0.9)
     assert 100.0 < lo < 100 / 0.55 < hi          # llmsim reads 45 % low: the interval sits above it
@@ -45,31 +45,43 @@ def test_a_biased_predictor_gets_an_interval_on_the_side_it_misses():
     assert interval([100.0], model.lookup("e2el", Regime("vllm")), 0.9)[0] > 100.0
 
 
-def test_a_thin_regime_falls_back_to_a_wider_one_and_says_so():
-    model = build(residual_table({("vllm", "h100-sxm"): 0.0, ("sglang", "b200"): 0.3}, rows_per_group=20),
-                  min_count=30, min_groups=2)
-    lk = model.lookup("ttft", Regime("vllm", "hopper", "dense", "1-8", "<=1k"))
-    assert lk.widened and "isl" in lk.widened        # 20 rows x 2 groups split by load and length: too few
-    assert lk.cell.n >= 30 and lk.cell.groups >= 2
-    unknown = model.lookup("ttft", Regime("trtllm", "hopper", "dense", "1-8", "<=1k"))
-    assert unknown.cell.key == "all" and set(unknown.widened) == {"stack", "family", "moe", "load", "isl"}
+def test_a_regime_whose_groups_scatter_more_gets_a_wider_interval():
+    table = pd.concat([residual_table({("vllm", "h100-sxm"): 0.0}, spread=0.05),
+                       residual_table({("sglang", "h100-sxm"): 0.0}, spread=0.3, seed=1)], ignore_index=True)
+    model = build(table, prior_groups=1.0)
+    width = {s: np.subtract(*interval([100.0], model.lookup("tpot", Regime(s, moe="dense")), 0.9)[::-1])
+             for s in ("vllm", "sglang")}
+    assert width["sglang"] > 2 * width["vllm"]
+
+
+def test_a_regime_with_few_groups_borrows_from_the_wider_one_and_one_without_residuals_says_so():
+    table = residual_table({("vllm", "h100-sxm"): 0.0, ("sglang", "b200"): 0.4})
+    centre = {k: build(table, prior_groups=k).lookup("ttft", Regime("vllm", moe="dense")).cell.centre
+              for k in (0.1, 2.0, 100.0)}
+    assert abs(centre[0.1]) < 0.05                  # almost its own groups' bias, none
+    assert centre[0.1] < centre[2.0] < centre[100.0]        # pulled towards the pooled one ...
+    assert 0.1 < centre[100.0] < 0.3                        # ... halfway between the two stacks' 0 and 0.4
+    unknown = build(table).lookup("ttft", Regime("trtllm", "hopper", "dense", "1-8", "<=1k"))
+    assert unknown.cell.key == "all" and set(unknown.widened) == {"stack", "moe"}
+    ampere = build(table).lookup("ttft", Regime("vllm", "ampere", "dense", "1-8", "<=1k"))
+    assert ampere.cell.key == "stack=vllm moe=dense" and ampere.widened == ("family",)
 
 
 def test_the_model_round_trips_through_its_file(tmp_path):
     import yaml
 
-    model = build(residual_table({("vllm", "h100-sxm"): 0.2}), min_groups=2)
+    model = build(residual_table({("vllm", "h100-sxm"): 0.2}))
     path = tmp_path / "m.yaml"
     path.write_text(yaml.safe_dump(model.to_dict()))
     back = load_error_model(path)
     r = Regime("vllm", "hopper", "dense", None, None)
-    assert back.lookup("tpot", r).cell.key == model.lookup("tpot", r).cell.key
-    assert np.allclose(back.lookup("tpot", r).cell.quantiles, model.lookup("tpot", r).cell.quantiles, atol=1e-4)
+    a, b = back.lookup("tpot", r).cell, model.lookup("tpot", r).cell
+    assert a.key == b.key and np.allclose([a.centre, a.spread], [b.centre, b.spread], atol=1e-4)
 
 
 @lru_cache(maxsize=None)
 def shifted_model(shift: float) -> ErrorModel:
-    return build(residual_table({("vllm", "h100-sxm"): shift}, rows_per_group=15), min_count=30, min_groups=2)
+    return build(residual_table({("vllm", "h100-sxm"): shift}, rows_per_group=15))
 
 
 @settings(max_examples=60, deadline=None)
@@ -92,7 +104,7 @@ def test_without_a_cell_the_interval_is_the_replicates_spread():
 
 
 def test_a_target_holds_at_a_confidence_only_if_its_bound_does():
-    model = build(residual_table({("vllm", "h100-sxm"): np.log(1.5)}), min_groups=2)
+    model = build(residual_table({("vllm", "h100-sxm"): np.log(1.5)}))
     block = [("SLO", {"targets": {"ttft_p99_ms": {"metric": "ttft", "percentile": 99, "target_ms": 130.0,
                                                   "measured_ms": 100.0, "met": True}}})]
     r = Regime("vllm")
@@ -138,7 +150,7 @@ def test_a_plan_at_a_higher_confidence_is_never_smaller(tmp_path):
     """llmsim reads TTFT 40 % low here: at 0.5 the corrected median needs more replicas than the
     simulated value does, and at 0.9 at least as many again."""
     scenario = write_tiny_scenario(tmp_path, slo={"ttft_p99_ms": 250, "tpot_p99_ms": 40})
-    model = build(residual_table({("vllm", "h100-sxm"): np.log(1 / 0.6)}, spread=0.2), min_groups=2)
+    model = build(residual_table({("vllm", "h100-sxm"): np.log(1 / 0.6)}, spread=0.2))
     axes = [parse_vary("pools.chat.replicas=1..16")]
     ex = make_executor("local", )
     n = {}
@@ -172,10 +184,10 @@ def test_the_coverage_benchmark_leaves_each_group_out(tmp_path, repo_root):
     pd.concat([table, odd]).to_csv(csv, index=False)
     md = tmp_path / "acc.md"
     p = subprocess.run([sys.executable, str(repo_root / "benchmarks" / "error_model.py"), "--residuals", str(csv),
-                        "--min-groups", "2", "--markdown", str(md)], capture_output=True, text=True, timeout=120)
+                        "--prior-groups", "2", "--markdown", str(md)], capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stderr
     text = md.read_text()
-    assert "--residuals FILE --min-groups 2 --markdown" in text
+    assert "--residuals FILE --prior-groups 2 --markdown" in text
     row = next(line for line in text.splitlines() if line.startswith("| odd/h100-sxm/vllm"))
     assert row.split("|")[4].strip() == "0"             # TTFT: none of the odd group's rows inside
     usual = next(line for line in text.splitlines() if line.startswith("| m0/h200/vllm"))

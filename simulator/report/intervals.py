@@ -83,7 +83,7 @@ def widened_notes(results: Mapping[str, Any]) -> list[str]:
             by_cell.setdefault(used["cell"], []).append(metric)
     for cell, metrics in by_cell.items():
         used = em["metrics"][metrics[0]]
-        out.append(f"{', '.join(metrics)}: too few held-out residuals in this regime ({', '.join(used['widened'])} "
+        out.append(f"{', '.join(metrics)}: no held-out residuals in this regime ({', '.join(used['widened'])} "
                    f"dropped); judged by the wider cell {cell} ({used['residuals']} residuals from "
                    f"{used['groups']} groups)")
     return out

@@ -4,22 +4,45 @@ The error model is the distribution of llmsim's held-out error, signed:
 ``r = log(measured / predicted)`` for every measured row llmsim replayed
 without having been fitted on it (``benchmarks/holdout_silicon.py``: the
 AIConfigurator silicon samples, the closed-loop rows the overheads are
-fitted on left out). A prediction ``p`` then stands for a measured value
-``p · exp(r)``, ``r`` drawn from the residuals of the prediction's regime,
-so a biased predictor gives an asymmetric interval (TTFT predicted low
-moves the interval up, not only wider).
+fitted on left out). A prediction ``p`` stands for a measured value
+``p · exp(r)`` with
 
-Form, kept simple on purpose: per metric and per *cell* of the regime
-(stack, GPU family, dense or MoE, load band, prompt-length band), the
-empirical quantiles of ``r`` at :data:`LEVELS`. A cell is kept only with
-at least ``min_count`` residuals from at least ``min_groups``
-model/GPU/stack groups: one group's residuals say how llmsim misses that
-group, not the regime. A regime whose own cell is missing falls back to
-the next wider one (:data:`FALLBACK`: prompt length dropped first, then
-load, then dense/MoE, then GPU family, then stack), and the lookup says
-which dimensions it widened. Between stored levels the quantile function
-is linear; beyond the outermost it is held at the outermost (a cell of
-30 residuals cannot resolve a 0.1 % tail, and says no more).
+    r ~ centre + spread · N(0, 1)
+
+per metric and per *cell* of the regime: the serving stack, and dense or
+MoE within it (:data:`MODEL_DIMENSIONS`). Those two decide how far llmsim
+misses: its TTFT is read low by a stack-dependent factor (the centre moves
+the interval, so a biased metric gets an interval on the side it misses,
+not only a wider one), and its MoE decode errors are about twice its dense
+ones (the spread). GPU family, load and prompt length are reported with a
+run's regime but do not split the model: their residuals differ less than
+the groups behind them do.
+
+How a cell's centre and spread are estimated, and why:
+
+* A cell's own centre is the median over its model/GPU/stack groups of
+  each group's median ``r`` (each group one vote: a group's rows share its
+  bias, so a large group is one draw of it, not many); its own spread is
+  the median absolute deviation of its rows' ``r`` about that centre.
+* Both are shrunk towards the next wider cell (``stack=vllm moe=moe`` ->
+  ``stack=vllm`` -> ``all``), the cell's own weight ``k / (k + K)`` for
+  ``k`` groups and ``K = prior_groups``: a regime seen in a handful of
+  groups knows a handful of biases, and mostly borrows the wider estimate.
+  A regime with no residuals at all takes the wider cell's values, and the
+  lookup says which dimensions it widened (a GPU family no residual came
+  from counts as widened too).
+* The spread so estimated is in-sample; what a new group sees is wider
+  (its own bias is new). Each group's residuals are therefore
+  standardised by a model built without that group, ``z = (r − centre) /
+  spread``, and the cells' centre and spread rescaled by the median of
+  ``z`` and its robust standard deviation (1.4826 × its median absolute
+  deviation), one factor per metric.
+* The normal quantile with a robust (median-based) spread describes the
+  bulk of held-out groups. A few groups llmsim misses by far more than
+  any regime predicts (rack-scale GB200, prompts reused through the prefix
+  cache) would, counted in a variance or an empirical tail, widen every
+  interval to reach them; they fall outside instead, and the measured
+  coverage (docs/accuracy-reading.md) says how often that happens.
 
 Metrics: ``ttft`` and ``tpot`` (the rows' mean TTFT and TPOT),
 ``e2el`` (mean end-to-end, ``TTFT + (OSL − 1) · TPOT`` for measured and
@@ -39,21 +62,25 @@ import re
 from dataclasses import dataclass, field, replace
 from functools import lru_cache
 from pathlib import Path
+from statistics import NormalDist
 from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
 from ..errors import LlmsimError
 
-__all__ = ["LEVELS", "DIMENSIONS", "FALLBACK", "Regime", "Cell", "Lookup", "ErrorModel", "build",
+__all__ = ["DIMENSIONS", "MODEL_DIMENSIONS", "PRIOR_GROUPS", "Regime", "Cell", "Lookup", "ErrorModel", "build",
            "load_error_model", "default_path", "gpu_family", "load_band", "isl_band", "residual_metric",
            "regime_of_run", "with_e2el"]
 
-#: Probability levels whose quantiles each cell stores.
-LEVELS: tuple[float, ...] = (0.005, 0.025, 0.05, 0.1, 0.25, 0.5, 0.75, 0.9, 0.95, 0.975, 0.995)
+#: Where a run sits (reported with its intervals).
 DIMENSIONS: tuple[str, ...] = ("stack", "family", "moe", "load", "isl")
-#: Regimes from the narrowest to the widest: a lookup takes the first with a stored cell.
-FALLBACK: tuple[tuple[str, ...], ...] = tuple(DIMENSIONS[:k] for k in range(len(DIMENSIONS), -1, -1))
+#: What the error model splits on, widest first: a cell is a prefix (``all``, ``stack=…``, ``stack=… moe=…``).
+MODEL_DIMENSIONS: tuple[str, ...] = ("stack", "moe")
+#: Groups at which a cell's own estimate and the wider cell's weigh the same.
+PRIOR_GROUPS = 10.0
+#: Robust standard deviation of a normal sample per unit of median absolute deviation.
+_MAD_SD = 1.4826
 METRICS: tuple[str, ...] = ("ttft", "tpot", "e2el", "throughput")
 #: Residual CSV column (benchmarks/holdout_silicon.py --csv) -> error-model metric.
 _COLUMNS = {"ttft_mean_ms": "ttft", "tpot_mean_ms": "tpot", "e2el_mean_ms": "e2el",
@@ -139,21 +166,27 @@ def _key(dims: Sequence[str], vals: Sequence[str]) -> str:
 
 @dataclass(frozen=True)
 class Cell:
-    """One regime's residuals: their count, the groups they came from, and their quantiles at LEVELS."""
+    """One regime: its own residual and group counts, and the centre and spread of
+    r = log(measured / predicted) the model gives it (shrunk and calibrated, see the module)."""
 
     key: str
     n: int
     groups: int
-    quantiles: tuple[float, ...]
+    centre: float
+    spread: float
 
     def log_ratio(self, u: np.ndarray | float) -> np.ndarray:
-        """The quantile function of r = log(measured / predicted) at probabilities ``u``."""
-        return np.interp(u, LEVELS, self.quantiles)
+        """The quantile function of r at probabilities ``u`` (in (0, 1))."""
+        z = np.vectorize(_NORMAL.inv_cdf, otypes=[float])(np.clip(u, 1e-9, 1 - 1e-9))
+        return self.centre + self.spread * z
+
+
+_NORMAL = NormalDist()
 
 
 @dataclass(frozen=True)
 class Lookup:
-    """The cell a regime was judged by, and the dimensions widened to reach it."""
+    """The cell a regime was judged by, and the model dimensions widened to reach it."""
 
     metric: str
     regime: Regime
@@ -167,37 +200,43 @@ class Lookup:
 
 @dataclass
 class ErrorModel:
-    min_count: int
-    min_groups: int
+    prior_groups: float
     cells: dict[str, dict[str, Cell]]              # metric -> cell key -> cell
+    families: tuple[str, ...] = ()                 # GPU families the residuals came from
     meta: dict[str, Any] = field(default_factory=dict)
     source: Optional[str] = None
 
     def lookup(self, metric: str, regime: Regime) -> Optional[Lookup]:
+        """The narrowest cell the regime reaches along MODEL_DIMENSIONS; ``widened`` names the
+        dimensions the regime knows but no residual of the same value stood behind (the GPU
+        family too: the model does not split on it, but a family it never saw is a guess)."""
         cells = self.cells.get(metric) or {}
-        for dims in FALLBACK:
+        for k in range(len(MODEL_DIMENSIONS), -1, -1):
+            dims = MODEL_DIMENSIONS[:k]
             key = regime.key(dims)
             if key is not None and key in cells:
-                known = [d for d in DIMENSIONS if getattr(regime, d) is not None]
-                return Lookup(metric, regime, cells[key], tuple(d for d in known if d not in dims))
+                known = [d for d in MODEL_DIMENSIONS if getattr(regime, d) is not None]
+                unseen = ("family",) if regime.family is not None and regime.family not in self.families else ()
+                return Lookup(metric, regime, cells[key], unseen + tuple(d for d in known if d not in dims))
         return None
 
     def to_dict(self) -> dict[str, Any]:
-        return {**self.meta, "form": "empirical quantiles of log(measured / predicted) per regime cell",
-                "levels": list(LEVELS), "min_count": self.min_count, "min_groups": self.min_groups,
-                "dimensions": list(DIMENSIONS), "fallback": [list(d) for d in FALLBACK],
-                "metrics": {m: {k: {"n": c.n, "groups": c.groups, "q": [round(q, 4) for q in c.quantiles]}
+        return {**self.meta, "form": "log(measured / predicted) ~ centre + spread * N(0, 1) per regime cell",
+                "prior_groups": self.prior_groups, "dimensions": list(MODEL_DIMENSIONS),
+                "families": list(self.families),
+                "metrics": {m: {k: {"n": c.n, "groups": c.groups, "centre": round(c.centre, 4),
+                                    "spread": round(c.spread, 4)}
                                 for k, c in sorted(cells.items())} for m, cells in self.cells.items()}}
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any], source: Optional[str] = None) -> "ErrorModel":
         try:
-            if [float(x) for x in data["levels"]] != list(LEVELS):
-                raise ValueError(f"levels {data['levels']} are not this llmsim's {list(LEVELS)}")
-            cells = {m: {k: Cell(k, int(c["n"]), int(c["groups"]), tuple(float(q) for q in c["q"]))
+            if list(data["dimensions"]) != list(MODEL_DIMENSIONS):
+                raise ValueError(f"dimensions {data['dimensions']} are not this llmsim's {list(MODEL_DIMENSIONS)}")
+            cells = {m: {k: Cell(k, int(c["n"]), int(c["groups"]), float(c["centre"]), float(c["spread"]))
                          for k, c in cs.items()} for m, cs in data["metrics"].items()}
             meta = {k: v for k, v in data.items() if k in ("source", "command", "rows", "generated")}
-            return cls(int(data["min_count"]), int(data["min_groups"]), cells, meta, source)
+            return cls(float(data["prior_groups"]), cells, tuple(str(f) for f in data["families"]), meta, source)
         except (KeyError, TypeError, ValueError) as e:
             raise LlmsimError(f"not an error model written by benchmarks/error_model.py ({e}); regenerate it "
                               "with python benchmarks/error_model.py --write", source=source) from None
@@ -240,29 +279,68 @@ def regimes(residuals: "Any") -> "Any":
                     r=np.log(e.measured.to_numpy(float) / e.predicted.to_numpy(float)))
 
 
-def build(residuals: "Any", min_count: int = 30, min_groups: int = 6, meta: Optional[dict] = None) -> ErrorModel:
+def build(residuals: "Any", prior_groups: float = PRIOR_GROUPS, meta: Optional[dict] = None) -> ErrorModel:
     """The error model of a residual table (columns of ``benchmarks/holdout_silicon.py --csv``:
     row, group, stack, model, gpu, isl, osl, concurrency, metric, measured, predicted)."""
-    if min_count < 1 or min_groups < 1:
-        raise ValueError("min_count and min_groups must be at least 1")
-    e = regimes(with_e2el(residuals))
+    if not prior_groups > 0:
+        raise ValueError("prior_groups must be positive")
+    e = regimes(with_e2el(residuals)).dropna(subset=list(MODEL_DIMENSIONS))
     cells: dict[str, dict[str, Cell]] = {}
     for metric, em in e.groupby("m"):
-        out = cells.setdefault(str(metric), {})
-        for dims in FALLBACK:
-            parts = [("all", em)] if not dims else em.dropna(subset=list(dims)).groupby(list(dims))
-            for vals, g in parts:
-                vals = (vals,) if not isinstance(vals, tuple) else vals
-                if len(g) < min_count or g.group.nunique() < min_groups:
-                    continue
-                key = _key(dims, [str(v) for v in vals]) if dims else "all"
-                out[key] = Cell(key, len(g), int(g.group.nunique()),
-                                tuple(float(q) for q in _quantiles(g)))
-    return ErrorModel(min_count, min_groups, cells, dict(meta or {}))
+        cells[str(metric)] = _metric_cells(em, prior_groups)
+    return ErrorModel(float(prior_groups), cells, tuple(sorted(e.family.dropna().unique())), dict(meta or {}))
 
 
-def _quantiles(cell: "Any") -> np.ndarray:
-    return np.quantile(cell.r.to_numpy(float), LEVELS)
+def _metric_cells(e: "Any", prior: float) -> dict[str, Cell]:
+    """One metric's cells: shrunk centre and spread, rescaled by the group-held-out residuals."""
+    z = []
+    for group in e.group.unique():
+        out = e.group == group
+        if out.all():               # one group: nothing to hold it out against
+            continue
+        fit = _shrunk(e[~out], prior)
+        keys = _narrowest(fit, e[out])
+        centre, spread = np.array([fit[k][2] for k in keys]), np.array([fit[k][3] for k in keys])
+        z.append((e.r[out].to_numpy(float) - centre) / spread)
+    z = np.concatenate(z) if z else np.zeros(1)      # without held-out residuals: the in-sample spread
+    shift = float(np.median(z))
+    scale = _MAD_SD * float(np.median(np.abs(z - shift))) if len(z) > 1 else 1.0
+    return {k: Cell(k, n, g, c + s * shift, s * scale) for k, (n, g, c, s) in _shrunk(e, prior).items()}
+
+
+def _narrowest(fit: Mapping[str, Any], rows: "Any") -> list[str]:
+    """Each row's narrowest cell key in ``fit``."""
+    out = ["all"] * len(rows)
+    for k in range(1, len(MODEL_DIMENSIONS) + 1):
+        keys = rows[MODEL_DIMENSIONS[0]].astype(str).radd(f"{MODEL_DIMENSIONS[0]}=")
+        for d in MODEL_DIMENSIONS[1:k]:
+            keys = keys + f" {d}=" + rows[d].astype(str)
+        out = [key if key in fit else o for key, o in zip(keys, out)]
+    return out
+
+
+def _shrunk(e: "Any", prior: float, floor: float = 0.01) -> dict[str, tuple[int, int, float, float]]:
+    """Per cell key: residuals, groups, centre and spread, each cell's own estimate shrunk towards
+    its parent's with weight groups / (groups + prior). The spread is shrunk on a log scale and
+    floored at ``floor`` (a cell of identical residuals still gets an interval)."""
+    out: dict[str, tuple[int, int, float, float]] = {}
+    parents = {(): "all"}
+    for k in range(len(MODEL_DIMENSIONS) + 1):
+        dims = list(MODEL_DIMENSIONS[:k])
+        parts = [((), e)] if not dims else e.groupby(dims)
+        for vals, g in parts:
+            vals = tuple(str(v) for v in ((vals,) if not isinstance(vals, tuple) else vals))
+            key = _key(dims, vals) if dims else "all"
+            centre = float(np.median(g.groupby("group").r.median()))
+            spread = max(float(np.median(np.abs(g.r.to_numpy(float) - centre))), floor)
+            groups = int(g.group.nunique())
+            if dims:
+                _, _, pc, ps = out[parents[vals[:-1]]]
+                w = groups / (groups + prior)
+                centre, spread = w * centre + (1 - w) * pc, float(np.exp(w * np.log(spread) + (1 - w) * np.log(ps)))
+            out[key] = (len(g), groups, centre, spread)
+            parents[vals] = key
+    return out
 
 
 def default_path() -> Path:
