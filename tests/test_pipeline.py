@@ -30,7 +30,11 @@ SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, Heal
 
 
 def _setup(pp: int, tp: int = 4, model: str = "llama-3.1-70b", gpu: str = "h100-sxm", **engine):
-    spec = PoolSpec(model=model, gpu=gpu, tp=tp, pp=pp, engine={"backend": "vllm", **engine})
+    """A vLLM pool scheduled in turn at every pp (a release before 0.14.0): a
+    pipeline replica runs without async scheduling, so pp = 1 does too and the
+    comparisons isolate the pipeline, not the scheduling mode."""
+    engine = {"backend": "vllm", "backend_version": "0.13.0", **engine}
+    spec = PoolSpec(model=model, gpu=gpu, tp=tp, pp=pp, engine=engine)
     return setup_pool(spec, 0)
 
 
