@@ -202,26 +202,29 @@ _POOL = {
     "facility_kwh": leaf("kWh", "gpu_kwh × (1 + node_overhead) × pue"),
 }
 
-#: ``llmsim.energy`` (the model is the module docstring's).
+#: ``llmsim.energy`` (the model is the module docstring's): every key but
+#: ``why_none`` is written only when the power is known.
+_KNOWN = {
+    "kwh_per_month": ("kWh/month", "facility energy extrapolated to a month as the bill is"),
+    "co2e_kg_per_month": ("kg CO2e/month", "kwh_per_month × the grid's intensity"),
+    "joules_per_output_token": ("J/token", "facility energy / output tokens of finished requests"),
+    "joules_per_token": ("J/token", "facility energy / (input + output tokens)"),
+    "mean_facility_kw": ("kW", "facility energy / the window"),
+    "window_kwh": ("kWh", "facility energy over the window: GPUs, node, × PUE"),
+    "window_co2e_kg": ("kg CO2e", "window_kwh × the grid's intensity"),
+    "gpu_kwh": ("kWh", "the GPUs' energy"),
+    "node_kwh": ("kWh", "the rest of the node: gpu_kwh × node_overhead"),
+    "facility_overhead_kwh": ("kWh", "cooling and power delivery: what the PUE adds"),
+    "pue": ("ratio", "energy.pue"),
+    "node_overhead": ("ratio", "energy.node_overhead: node power beyond the GPUs / the GPUs'"),
+    "grid_g_co2e_per_kwh": ("g CO2e/kWh", "the grid's carbon intensity"),
+    "grid_source": ("text", "where the intensity comes from"),
+    "model": ("text", "the power model in one line"),
+}
 FIELDS = {
     "why_none": leaf("text", "why there are no energy figures (a GPU profile without a power block)",
                      when="a pool's GPU profile has no power block (then the only key)"),
-    "kwh_per_month": leaf("kWh/month", "facility energy extrapolated to a month as the bill is", when="power known"),
-    "co2e_kg_per_month": leaf("kg CO2e/month", "kwh_per_month × the grid's intensity", when="power known"),
-    "joules_per_output_token": leaf("J/token", "facility energy / output tokens of finished requests",
-                                    when="power known"),
-    "joules_per_token": leaf("J/token", "facility energy / (input + output tokens)", when="power known"),
-    "mean_facility_kw": leaf("kW", "facility energy / the window", when="power known"),
-    "window_kwh": leaf("kWh", "facility energy over the window: GPUs, node, × PUE", when="power known"),
-    "window_co2e_kg": leaf("kg CO2e", "window_kwh × the grid's intensity", when="power known"),
-    "gpu_kwh": leaf("kWh", "the GPUs' energy", when="power known"),
-    "node_kwh": leaf("kWh", "the rest of the node: gpu_kwh × node_overhead", when="power known"),
-    "facility_overhead_kwh": leaf("kWh", "cooling and power delivery: what the PUE adds", when="power known"),
-    "pue": leaf("ratio", "energy.pue", when="power known"),
-    "node_overhead": leaf("ratio", "energy.node_overhead: node power beyond the GPUs / the GPUs'", when="power known"),
-    "grid_g_co2e_per_kwh": leaf("g CO2e/kWh", "the grid's carbon intensity", when="power known"),
-    "grid_source": leaf("text", "where the intensity comes from", when="power known"),
-    "model": leaf("text", "the power model in one line", when="power known"),
+    **{key: leaf(unit, meaning, when="power known") for key, (unit, meaning) in _KNOWN.items()},
     "pools": block("per pool", {"<pool>": block("one pool's power", _POOL)}, when="power known"),
 }
 

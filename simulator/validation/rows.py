@@ -116,17 +116,20 @@ def _num(x) -> Optional[float]:
     return None if math.isnan(v) else v
 
 
-def _stack(s: str) -> Optional[str]:
-    """The backend a row's engine label names: the longest backend name it starts with."""
+def _longest_first() -> list[str]:
+    """The backend names, longest first (a table's rows are matched against them, listed once per table)."""
+    return sorted(backend_names(), key=len, reverse=True)
+
+
+def _stack(s: str, names: list[str]) -> Optional[str]:
+    """The backend a row's engine label names: the longest of ``names``
+    (:func:`_longest_first`) it starts with."""
     u = str(s).lower()
     # The benchmark files label TensorRT-LLM rows "TensorRT-LLM" or "trt..."; this maps
     # their label to its profile's name, it is not a list of stacks.
     if u.startswith("tensorrt") or u.startswith("trt"):
         return "trtllm"
-    for k in sorted(backend_names(), key=len, reverse=True):
-        if u.startswith(k):
-            return k
-    return None
+    return next((k for k in names if u.startswith(k)), None)
 
 
 def _stacks() -> str:
@@ -203,9 +206,11 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
     out = []
     formats: dict[str, Optional[str]] = {}      # model -> its checkpoint's format, each read once
     gpus = builtin_hardware()
+    names = _longest_first()
     for i, r in enumerate(df.to_dict("records")):
         rid = str(r.get("row_id") or f"row{i + 1}")
-        stack = _stack(r["engine"])
+        stack = _stack(r["engine"], names)
+        source, version = f"{r.get('source_kind', '')} {r.get('source_url', '')}", _text(r, "engine_version") or ""
         m = model or _match(_MODELS, str(r["model"]))
         g = gpu or match_benchmark_gpu(str(r["gpu"]), gpus)
         tp = _num(r.get("tp")) or 1
@@ -221,20 +226,18 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
                   num_requests=int(n) if (n := _num(r.get("num_requests"))) else None,
                   measured={k: v for k in METRICS if (v := _num(r.get(k))) is not None},
                   throughput_identity="C*OSL" in str(r.get("derived_fields", "")),
-                  deployment=of_source(f"{r.get('source_kind', '')} {r.get('source_url', '')}", str(r.get("notes", "")),
-                                       stack or "", _text(r, "engine_version") or ""),
-                  version_keys=version_keys(stack or "", (version := _text(r, "engine_version") or ""),
-                                            _unversioned_day(r, stack, version)))
+                  deployment=of_source(source, str(r.get("notes", "")), stack or "", version),
+                  version_keys=version_keys(stack or "", version, _unversioned_day(source, stack, version)))
         row.skip = _why_not(row, r, stack, m, g)
         out.append(row)
     return out
 
 
-def _unversioned_day(r: dict, stack: Optional[str], version: str) -> Optional[str]:
+def _unversioned_day(source: str, stack: Optional[str], version: str) -> Optional[str]:
     """The day after which a published row naming no stack version cannot
     have been measured: AIConfigurator's silicon rows (the sample's own
     dates, :data:`.deployment.AIC_UNVERSIONED_MEASURED_BY`); None elsewhere."""
-    if version or "aiconfigurator" not in f"{r.get('source_kind', '')} {r.get('source_url', '')}".lower():
+    if version or "aiconfigurator" not in source.lower():
         return None
     return AIC_UNVERSIONED_MEASURED_BY.get(stack or "")
 
@@ -380,9 +383,10 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
     profiles = _Profiles(model_configs)
     out = []
     gpus = builtin_hardware()
+    names = _longest_first()
     for i, r in enumerate(df.to_dict("records")):
         notes = str(r.get("silicon_data_source", ""))
-        stack = _stack(r["backend"])
+        stack = _stack(r["backend"], names)
         m, prof = profiles.model(str(r["model_path"]), model)
         g = gpu or match_benchmark_gpu(str(r["system"]), gpus)
         tp = int(_num(r.get("tp_size")) or 1)
