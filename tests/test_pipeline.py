@@ -152,6 +152,7 @@ def test_vllm_015_runs_async_scheduling_with_pp_and_014_turns_it_off():
     assert _vllm("0.14.1").spec.engine.async_scheduling is False      # vLLM 0.14's default with pp > 1
     one_node = PoolSpec(model="llama-3.1-405b", gpu="h200", tp=8, engine={"backend": "vllm", "backend_version": "0.14.1"})
     assert one_node.engine.async_scheduling is True                    # ... and on without a pipeline
+    assert _vllm("0.15.0", async_scheduling=True).spec.engine.pp_async == "one_batch"    # asked for: vLLM takes it
     assert _vllm("0.15.0", async_scheduling=False).cm.describe()["pp_scheduling"] == "in turn"
     assert _vllm(None, async_scheduling=False).cm.describe()["pp_scheduling"] == "in turn"   # --no-async-scheduling
 
@@ -270,6 +271,7 @@ def test_results_count_and_bill_every_stages_gpus(tmp_path, cli):
     res = json.loads((tmp_path / "out" / "results.json").read_text())
     pool = res["llmsim"]["pools"]["chat"]
     assert res["llmsim"]["gpus"] == 8 and pool["gpus_per_replica"] == 4 and pool["stage_layers"] == [16, 16]
+    assert pool["pp_scheduling"] == "ahead"          # backend: vllm is a current release
     assert res["completed"] == 30
 
 
