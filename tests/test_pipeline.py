@@ -13,7 +13,7 @@ from __future__ import annotations
 import pytest
 from hypothesis import HealthCheck, given, settings, strategies as st
 
-from helpers_engine import compare_runs, cost_model, describe, engine_configs, capacities, make_requests, \
+from helpers_engine import compare_runs, describe, engine_configs, capacities, make_requests, \
     run_closed, run_open, workloads
 from simulator.costmodel import CostModel
 from simulator.errors import LlmsimError
@@ -30,8 +30,8 @@ SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, Heal
 
 
 def _setup(pp: int, tp: int = 4, model: str = "llama-3.1-70b", gpu: str = "h100-sxm", **engine):
-    """A vLLM pool scheduled in turn at every pp (a release before 0.14.0): a
-    pipeline replica runs without async scheduling, so pp = 1 does too and the
+    """A vLLM pool scheduled in turn at every pp (a release before 0.14.0, whose
+    single node and pipeline both run without async scheduling): the
     comparisons isolate the pipeline, not the scheduling mode."""
     engine = {"backend": "vllm", "backend_version": "0.13.0", **engine}
     spec = PoolSpec(model=model, gpu=gpu, tp=tp, pp=pp, engine=engine)
@@ -124,6 +124,89 @@ def test_stages_across_nodes_without_a_scale_out_network_are_refused():
     assert _setup(2, tp=4, gpu="l40s").cm.pipe.crossings() == 0
 
 
+# --- scheduling ahead (vLLM 0.16.0 and later) ----------------------------------------------------
+def _vllm(version: str | None, pp: int = 2, tp: int = 8, model: str = "llama-3.1-405b", **engine):
+    engine = {"backend": "vllm", **({"backend_version": version} if version else {}), **engine}
+    return setup_pool(PoolSpec(model=model, gpu="h100-sxm", tp=tp, pp=pp, engine=engine), 0)
+
+
+@pytest.mark.parametrize("version, ahead", [(None, True), ("0.19.0", True), ("0.16.0", True),
+                                            ("nightly-20260301", True), ("0.15.0", False), ("0.14.1", False),
+                                            ("0.13.0", False), ("nightly-20260125", False)])
+def test_a_pipeline_schedules_ahead_from_the_vllm_release_that_does(version, ahead):
+    """vLLM 0.16.0 puts every running request in every batch and overlaps
+    the CPU; 0.15 runs async scheduling but holds a request until its token
+    is back (priced as in turn); 0.14 and earlier turn async off with pp > 1."""
+    ps = _vllm(version)
+    assert ps.cm.describe()["pp_scheduling"] == ("ahead" if ahead else "in turn")
+    assert ps.engine_config.plans_ahead is ahead
+    budget = ps.spec.engine.max_num_batched_tokens
+    assert ps.engine_config.max_num_batched_tokens == budget * (1 if ahead else 2)
+    assert ps.cm.micro_batches((), 64) == (1 if ahead else 2)
+    if not ahead:      # every in-turn release prices a round alike, async scheduling on (0.15) or off
+        assert ps.cm.step_time((), 64, 64 * 2000.0) == _vllm("0.13.0").cm.step_time((), 64, 64 * 2000.0)
+
+
+def test_vllm_015_runs_async_scheduling_with_pp_and_014_turns_it_off():
+    assert _vllm("0.15.0").spec.engine.async_scheduling is True
+    assert _vllm("0.14.1").spec.engine.async_scheduling is False      # vLLM 0.14's default with pp > 1
+    one_node = PoolSpec(model="llama-3.1-405b", gpu="h200", tp=8, engine={"backend": "vllm", "backend_version": "0.14.1"})
+    assert one_node.engine.async_scheduling is True                    # ... and on without a pipeline
+    assert _vllm("0.15.0", async_scheduling=True).spec.engine.pp_async == "one_batch"    # asked for: vLLM takes it
+    assert _vllm("0.15.0", async_scheduling=False).cm.describe()["pp_scheduling"] == "in turn"
+    assert _vllm(None, async_scheduling=False).cm.describe()["pp_scheduling"] == "in turn"   # --no-async-scheduling
+
+
+def test_a_request_alone_gets_faster_scheduled_ahead():
+    """One request, one micro-batch either way: the walk is the same, and
+    scheduled ahead the CPU time of the round hides behind it."""
+    ahead, turn = _vllm(None).cm, _vllm("0.15.0").cm
+    cpu = turn.overhead_s + turn.overhead_per_seq_s
+    for chunks, batch, ctx in [((), 1, 2000.0), (((1500, 0),), 0, 0.0)]:
+        assert turn.step_time(chunks, batch, ctx) - cpu < ahead.step_time(chunks, batch, ctx) \
+            < turn.step_time(chunks, batch, ctx)
+
+
+def test_at_load_the_in_turn_micro_batches_outrun_the_one_batch_ahead():
+    """Scheduled ahead, a batch's decodes wait for the previous batch's tokens,
+    so the stages no longer overlap: with long contexts, whose attention is
+    most of a walk, pp micro-batches in turn decode faster per round."""
+    ahead, turn = _vllm(None).cm, _vllm("0.15.0").cm
+    batch = 320
+    assert ahead.step_time((), batch, batch * 4000.0) > turn.step_time((), batch, batch * 4000.0)
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(model=st.sampled_from(["llama-3-8b", "llama-3.1-70b", "qwen3-32b"]), tp=st.sampled_from([1, 2, 4, 8]),
+       pp=st.integers(2, 4), ms=st.floats(0.0, 20.0), us=st.floats(0.0, 200.0), batch=st.integers(0, 256),
+       ctx=st.floats(0.0, 8000.0), chunk=st.sampled_from([None, (512, 0), (3000, 1000), (20000, 0)]))
+def test_scheduled_ahead_a_batch_costs_the_longer_of_its_walk_and_its_cpu_time(model, tp, pp, ms, us, batch,
+                                                                             ctx, chunk):
+    """The CPU prepares the next batch while this one walks the stages: the
+    round lasts its walk or its CPU time, whichever is longer, never their
+    sum (what the same batch costs scheduled in turn)."""
+    m, g = load_model(model), load_hardware("h100-sxm")
+    if m.num_attention_heads % tp or pp > m.num_hidden_layers:
+        return
+    chunks = () if chunk is None else (chunk,)
+    if batch == 0 and not chunks:
+        return
+
+    def round_time(ms_: float, us_: float) -> float:
+        stage = CostModel(m, g, tp, iteration_overhead_ms=ms_, iteration_us_per_seq=us_, async_scheduling=True)
+        cm = PipelineCostModel(stage, Pipeline.of(m, g, tp, pp), 8192)
+        return cm.step_time(chunks, batch, batch * ctx)
+
+    walk = round_time(0.0, 0.0)
+    cpu = ms * 1e-3 + us * 1e-6 * (batch + len(chunks))
+    t = round_time(ms, us)
+    assert max(walk, cpu) - 1e-12 <= t <= walk + cpu + 1e-12
+    if batch and not chunks:       # the engines integrate decode runs through (a, b)
+        stage = CostModel(m, g, tp, iteration_overhead_ms=ms, iteration_us_per_seq=us, async_scheduling=True)
+        a, b = PipelineCostModel(stage, Pipeline.of(m, g, tp, pp), 8192).decode_coefficients(batch)
+        assert t == pytest.approx(a + b * batch * ctx, rel=1e-9)
+
+
 # --- layers, memory and GPUs --------------------------------------------------------------------
 @given(layers=st.integers(1, 200), pp=st.integers(1, 16))
 def test_stage_layers_partition_as_vllm(layers, pp):
@@ -188,6 +271,7 @@ def test_results_count_and_bill_every_stages_gpus(tmp_path, cli):
     res = json.loads((tmp_path / "out" / "results.json").read_text())
     pool = res["llmsim"]["pools"]["chat"]
     assert res["llmsim"]["gpus"] == 8 and pool["gpus_per_replica"] == 4 and pool["stage_layers"] == [16, 16]
+    assert pool["pp_scheduling"] == "ahead"          # backend: vllm is a current release
     assert res["completed"] == 30
 
 
@@ -203,6 +287,10 @@ BAD = [
     ({"pp": 2, "engine": {"kv_offload": {"host_gb": 10}}}, "pools[0].engine.kv_offload"),
     ({"pp": 2, "engine": {"backend": "sglang"}}, "pools[0].engine.chunked_prefill"),
     ({"pp": 2, "engine": {"num_scheduler_steps": 4, "chunked_prefill": False}}, "pools[0].pp"),
+    # vLLM before 0.15.0 raises on --async-scheduling with pipeline_parallel_size > 1
+    ({"pp": 2, "engine": {"backend": "vllm", "backend_version": "0.14.1", "async_scheduling": True}},
+     "pools[0].engine.async_scheduling"),
+    ({"pp": 2, "engine": {"async_scheduling": True}}, "pools[0].engine.async_scheduling"),
 ]
 
 
@@ -232,11 +320,16 @@ def test_fast_and_reference_engines_agree_with_pp(data):
     reqs = data.draw(workloads(), label="requests")
     cfg = data.draw(engine_configs(scheduler="continuous", chunked=True, kv="paged"), label="cfg")
     pp = data.draw(st.integers(2, 4), label="pp")
-    # As the pool runs it: one round of pp micro-batches, each with the stack's budget, no overlap scheduling.
-    cfg = cfg.model_copy(update={"max_num_batched_tokens": cfg.max_num_batched_tokens * pp, "schedule_ahead": False,
-                                 "output_after_next_launch": False})
-    stage = cost_model("llama-3-8b", "h100-sxm", 1)
-    cm = PipelineCostModel(stage, Pipeline.of(stage.model, stage.gpu, 1, pp), cfg.max_num_batched_tokens // pp)
+    ahead = data.draw(st.booleans(), label="scheduled ahead")
+    # As the pool runs it: in turn one round of pp micro-batches, each with the stack's budget; scheduled
+    # ahead one batch of the budget, a new request joining the batch after next (fleet/setup.py).
+    budget = cfg.max_num_batched_tokens
+    cfg = cfg.model_copy(update={"max_num_batched_tokens": budget * (1 if ahead else pp), "schedule_ahead": ahead,
+                                 "async_scheduling": ahead, "output_after_next_launch": False})
+    m = load_model("llama-3-8b")
+    stage = CostModel(m, load_hardware("h100-sxm"), 1, iteration_overhead_ms=2.0, iteration_us_per_seq=30.0,
+                      async_scheduling=ahead)
+    cm = PipelineCostModel(stage, Pipeline.of(m, stage.gpu, 1, pp), budget)
     nb = data.draw(capacities(reqs, cfg), label="num_blocks")
     fast = run_open("fast", reqs, cfg, nb, cm=cm)
     ref = run_open("reference", reqs, cfg, nb, cm=cm)

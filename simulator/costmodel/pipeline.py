@@ -12,9 +12,15 @@ vllm/v1/core/sched/scheduler.py); the prompt tokens of a long prefill do
 flow into successive batches, a chunk of up to ``max_num_batched_tokens``
 each. SGLang's ``event_loop_pp`` (managers/scheduler_pp_mixin.py, "a
 non-overlap scheduler loop") keeps ``pp_size`` running batches, one per
-micro-batch, and launches them round robin. Both run the pipeline without
-overlap scheduling (vLLM disables async scheduling when
-pipeline_parallel_size > 1, vllm/config/vllm.py).
+micro-batch, and launches them round robin. SGLang's loop and vLLM's
+before 0.15.0 run the pipeline without overlap scheduling (vLLM 0.14's
+``VllmConfig.__post_init__``, vllm/config/vllm.py, turns async scheduling
+off when pipeline_parallel_size > 1). vLLM 0.15 schedules asynchronously
+with pp > 1 but keeps a request out of the next batch while its token is
+in flight (``Scheduler.schedule``: "do not schedule another step for the
+same request while it still has output placeholders for PP", PR #32359),
+so each token still waits for its output to be processed and scheduled:
+the rounds below, priced in turn (``engine.pp_async: one_batch``).
 
 The formulation. The engines' iteration is one *round* of the pipeline, in
 which every running sequence advances once: its decodes and prefill chunks
@@ -37,6 +43,24 @@ does not divide the layers, the busiest stage's share of the ``m``
 micro-batches (:attr:`Pipeline.imbalance`) stretches the layers' time when
 it exceeds one walk.
 
+Scheduling ahead (``engine.pp_async: run_ahead``: vLLM 0.16.0 and later,
+PR #32618, with async scheduling on the mp executor). The scheduler puts a
+request in the next batch before its token is back and the last stage
+broadcasts the sampled tokens to the other stages over the GPUs
+(vllm/v1/worker/gpu_model_runner.py ``_pp_broadcast_prev_sampled_token_ids``,
+received in ``sample_tokens`` before the next batch's inputs are built). So
+every batch holds every running sequence, and a batch's decodes cannot enter
+the first stage before the previous batch's tokens leave the last: the
+batches walk one after another, and the CPU, which schedules up to ``pp``
+batches ahead (``max_concurrent_batches`` = pp), shows only where its time
+for a batch outlasts the walk (:meth:`CostModel.exposed_cpu`). A round is
+then one micro-batch of the whole batch (``m = 1``, the stack's budget of
+``max_num_batched_tokens``), its walk through every stage, the hand-offs,
+and the tokens' way back from the last stage to the first. Decoding, that
+trades the in-turn round's CPU time for the attention of the micro-batches
+that no longer overlap; a prompt chunk no longer shares the round with the
+others' budgets.
+
 What it leaves out: micro-batches are taken as balanced (SGLang admits
 into each running batch in turn; in vLLM arrivals join whichever batch is
 scheduled next, which under steady load balances them, but a burst admitted
@@ -44,6 +68,11 @@ together stays in one micro-batch), the fill of a lone long prompt whose
 chunks pipeline across batches (one stage time, ``walk/pp``, per prompt),
 and an arrival joins at the end of the round rather than at the next
 micro-batch slot (a wait of at most one round instead of one stage time).
+Scheduling ahead, a new request joins the batch after next (the engine's
+``schedule_ahead``), which is vLLM's batch queue at ``pp = 2``; with more
+stages it waits behind up to ``pp − 1`` queued batches, and the prompt
+chunks of a batch without decodes, which could enter the first stage
+before the previous batch has left, walk one batch at a time too.
 """
 from __future__ import annotations
 
@@ -63,15 +92,14 @@ class PipelineCostModel(CostModel):
     as a CostModel. It shares the stage model's memoised components (the
     whole model's layers on ``tp`` GPUs: a walk through all stages runs every
     layer once) and answers :meth:`step_time` and
-    :meth:`decode_coefficients` for a round of micro-batches."""
+    :meth:`decode_coefficients` for a round of micro-batches. A stage model
+    with ``async_scheduling`` prices the pipeline scheduled ahead (one batch
+    per round, its CPU time overlapped), as vLLM from 0.16.0 runs it."""
 
     def __init__(self, stage: CostModel, pipe: Pipeline, micro_batch_tokens: int):
         self.__dict__.update(stage.__dict__)
         if stage.ops is not None:
             raise LlmsimError("pipeline stages are priced for uniform dense layers only", key_path="pp")
-        if stage.async_scheduling:
-            raise LlmsimError("pipeline parallelism runs without async scheduling (vLLM disables it with "
-                              "pipeline_parallel_size > 1)", key_path="engine.async_scheduling")
         self.pipe, self.pp = pipe, pipe.pp
         self.gpus = stage.gpus * pipe.pp
         self.micro_batch_tokens = micro_batch_tokens
@@ -105,8 +133,18 @@ class PipelineCostModel(CostModel):
             self._transfer_cache[tokens] = t
         return t
 
+    def token_return_time(self) -> float:
+        """Scheduled ahead, the sampled tokens' way from the last stage back
+        to the first (a broadcast of 4 bytes per sequence over the stages:
+        the links' latency, crossing the boundaries the activations cross).
+        In turn they go back through the CPU, inside its time per round."""
+        return self._cross * self._far[0] + (self.pp - 1 - self._cross) * self._near[0]
+
     def micro_batches(self, prefill_chunks: Sequence[tuple[int, int]], decode_batch: int) -> int:
-        """How many micro-batches a round's work fills (at most ``pp``)."""
+        """How many micro-batches a round's work fills (at most ``pp``;
+        scheduled ahead, one: every batch holds every running sequence)."""
+        if self.async_scheduling:
+            return 1
         b = self.micro_batch_tokens
         pieces = decode_batch + sum(-(-c // b) for c, _ in prefill_chunks)
         return max(1, min(self.pp, pieces))
@@ -143,16 +181,22 @@ class PipelineCostModel(CostModel):
             layers += (self.decode_rate * (decode_context * share)
                        + self.decode_per_seq * -(-(decode_batch * n) // tokens) + self.decode_fixed)
         gpu = self._stretch(tokens, n) * layers + self.lm_head_time(-(-sampling_seqs // m)) + self.transfer_time(n)
-        return gpu + self.overhead_s + self.overhead_per_seq_s * seqs / m
+        if not self.async_scheduling:
+            return gpu + self.overhead_s + self.overhead_per_seq_s * seqs / m
+        gpu += self.token_return_time()
+        return gpu + self.exposed_cpu(gpu - self._decode_context_time(decode_batch, decode_context), seqs)
 
     def decode_coefficients(self, batch: int) -> tuple[float, float]:
         """(a, b) with step_time(decode only, batch, S) == a + b·S."""
-        m = max(1, min(self.pp, batch))
+        m = self.micro_batches((), batch)
         n = -(-batch // m)
         f = self._stretch(batch, n)
-        a = (f * (self.token_time(n) + self.decode_per_seq * n + self.decode_fixed) + self.lm_head_time(n)
-             + self.transfer_time(n) + self.overhead_s + self.overhead_per_seq_s * batch / m)
-        return a, f * self.decode_rate * (n / batch)
+        gpu = (f * (self.token_time(n) + self.decode_per_seq * n + self.decode_fixed) + self.lm_head_time(n)
+               + self.transfer_time(n))
+        if not self.async_scheduling:
+            return gpu + self.overhead_s + self.overhead_per_seq_s * batch / m, f * self.decode_rate * (n / batch)
+        gpu += self.token_return_time()
+        return gpu + self.exposed_cpu(gpu, batch), f * self.decode_rate
 
     def step(self, *args, **kwargs):
         raise LlmsimError("no per-component breakdown for a pipeline-parallel round (a round mixes micro-batches "
@@ -160,6 +204,7 @@ class PipelineCostModel(CostModel):
 
     def describe(self) -> dict:
         out = super().describe()
-        out.update(pp=self.pp, stage_layers=list(self.pipe.layers), scale_out_boundaries=self._cross)
+        out.update(pp=self.pp, stage_layers=list(self.pipe.layers), scale_out_boundaries=self._cross,
+                   pp_scheduling="ahead" if self.async_scheduling else "in turn")
         return out
 

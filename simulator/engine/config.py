@@ -108,6 +108,16 @@ class EngineConfig(BaseModel):
         description="the CPU prepares the next iteration while the GPU runs this one (vLLM's --async-scheduling, "
                     "its default from 0.14): the per-iteration and per-sequence CPU time shows only where it "
                     "outlasts the GPU's; false: it adds to every iteration (vLLM before 0.14)")
+    pp_async: Literal["unsupported", "one_batch", "run_ahead"] = Field(
+        default="unsupported",
+        description="what async_scheduling does with pp > 1. unsupported: the pipeline schedules in turn; its "
+                    "default turns async scheduling off and async_scheduling: true is refused (vLLM before 0.15.0, "
+                    "SGLang's event_loop_pp). one_batch: async scheduling runs, but a request is in one in-flight "
+                    "batch at a time and is scheduled again only once its token is back, so a round costs what it "
+                    "does in turn (vLLM 0.15). run_ahead: every running request is in every batch, the last stage "
+                    "hands the sampled tokens to the first over the GPUs and the CPU prepares the next batches "
+                    "while the GPUs run: a round is one walk of the whole batch, with the CPU time showing only "
+                    "where it outlasts the walk (vLLM 0.16.0 and later, mp executor)")
     schedule_ahead: Optional[bool] = Field(
         default=None,
         description="the scheduler plans iteration N+1 while the GPU runs N and only then takes in new requests, "

@@ -41,6 +41,11 @@ def refusal(spec: "PoolSpec", model: ModelProfile) -> Optional[tuple[str, str]]:
     if e.scheduler != "continuous" or e.num_scheduler_steps > 1 or e.contiguous or whole_in_flight:
         return "pp", (f"pp={pp} needs continuous batching with chunked prefill on paged KV, as vLLM V1 and SGLang "
                       "schedule micro-batches; this pool's engine schedules otherwise")
+    if e.async_scheduling and e.pp_async == "unsupported":
+        return "engine.async_scheduling", (
+            f"async_scheduling with pp={pp} is refused: this engine runs its pipeline in turn (engine.pp_async: "
+            "unsupported; vLLM before 0.15.0 raises 'Async scheduling is not yet compatible with "
+            "pipeline_parallel_size > 1'); set async_scheduling: false, or on vLLM backend_version 0.15.0 or later")
     if not e.chunked_prefill:
         return "engine.chunked_prefill", (
             f"pp={pp} with prefill batches that run alone (SGLang's default) is not modelled: SGLang's PP loop runs a "

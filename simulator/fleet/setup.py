@@ -84,19 +84,24 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
 
 def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, where: str,
                     source: str | Path | None) -> PoolSetup:
-    """A pool of ``pp``-stage replicas (:mod:`simulator.pipeline`). Its
-    replicas run one round of ``pp`` micro-batches per iteration, each with
-    the stack's token budget, without overlap scheduling (as the stacks'
-    pipeline loops run; see :mod:`simulator.costmodel.pipeline`)."""
+    """A pool of ``pp``-stage replicas (:mod:`simulator.pipeline`). In turn
+    its replicas run one round of ``pp`` micro-batches per iteration, each
+    with the stack's token budget; scheduling ahead (``engine.pp_async:
+    run_ahead`` with async scheduling, current vLLM) one batch of the
+    stack's budget walks the stages per iteration while the CPU prepares
+    the next (see :mod:`simulator.costmodel.pipeline`)."""
     bad = refusal(spec, model)
     if bad is not None:
         raise LlmsimError(bad[1], source=source, key_path=f"{where}.{bad[0]}")
     e = spec.engine
-    rounds = e.model_copy(update={"max_num_batched_tokens": e.max_num_batched_tokens * spec.pp,
-                                  "async_scheduling": False, "schedule_ahead": False,
+    ahead = e.async_scheduling and e.pp_async == "run_ahead"
+    # A batch queue of pp batches: in turn it holds pp micro-batches of distinct requests (one round);
+    # run ahead, the batches queued behind the one walking are what a new request waits behind.
+    rounds = e.model_copy(update={"max_num_batched_tokens": e.max_num_batched_tokens * (1 if ahead else spec.pp),
+                                  "async_scheduling": ahead, "schedule_ahead": ahead,
                                   "output_after_next_launch": False})
     try:
-        stage = CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype, kernels=e.kernels,
+        stage = CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype, kernels=e.kernels, async_scheduling=ahead,
                           iteration_overhead_ms=e.iteration_overhead_ms, iteration_us_per_seq=e.iteration_us_per_seq)
         cm = PipelineCostModel(stage, Pipeline.of(model, gpu, spec.tp, spec.pp), e.max_num_batched_tokens)
         mem = plan_pipeline_memory(model, gpu, spec.tp, spec.pp, e.weight_dtype, e.kv_dtype, e.gpu_memory_utilization,

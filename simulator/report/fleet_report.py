@@ -95,6 +95,9 @@ POOL_FIELDS = {
     "dp": leaf("ranks", "attention data parallelism", when=_DP), "ep": leaf("GPUs", "expert parallelism", when=_DP),
     "pp": leaf("stages", "pipeline stages", when=_PP), "stage_layers": leaf("list", "layers per stage", when=_PP),
     "gpus_per_replica": leaf("GPUs", "tp × pp × dp", when=_PP),
+    "pp_scheduling": leaf("text", "ahead (one batch of every running sequence walks the stages at a time, its CPU "
+                                  "time overlapped: vLLM 0.16.0 and later) or in turn (pp micro-batches in flight)",
+                          when=_PP),
     "replicas": leaf("count", "most replicas serving at once"), "replicas_min": leaf("count", "fewest serving"),
     "replicas_mean": leaf("count", "replica-seconds serving / the run"), "replicas_max": leaf("count", "most serving"),
     "replicas_created": leaf("count", "replicas started over the run"),
@@ -298,8 +301,8 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "gpu": ps.cm.gpu.name,
         "tp": ps.spec.tp,
         **({"dp": ps.spec.dp, "ep": ps.spec.ep} if ps.spec.dp > 1 or ps.spec.ep > 1 else {}),
-        **({"pp": ps.spec.pp, "stage_layers": list(ps.cm.pipe.layers), "gpus_per_replica": ps.spec.gpus_per_replica}
-           if ps.spec.pp > 1 else {}),
+        **({"pp": ps.spec.pp, "stage_layers": list(ps.cm.pipe.layers), "gpus_per_replica": ps.spec.gpus_per_replica,
+            "pp_scheduling": ps.cm.describe()["pp_scheduling"]} if ps.spec.pp > 1 else {}),
         "replicas": max(counts),
         "replicas_min": min(counts),
         "replicas_mean": mean_ready,

@@ -69,10 +69,17 @@ class PoolSpec(BaseModel):
             return data
         from ..profiles.backend import apply_backend
         try:
-            return {**data, "engine": apply_backend(engine, data["gpu"])}
+            merged = apply_backend(engine, data["gpu"])
         except LlmsimError as e:
             where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
             raise ValueError(f"engine.backend {engine['backend']!r}: {where + ': ' if where else ''}{e.message}") from None
+        pp = data.get("pp", 1)
+        if (isinstance(pp, int) and pp > 1 and merged.get("pp_async", "unsupported") == "unsupported"
+                and "async_scheduling" not in engine):
+            # A release that cannot pipeline asynchronously turns its default off with pp > 1 (vLLM 0.14
+            # logs "will be disabled"); asked for explicitly, it is refused (simulator/fleet/pp_refusals.py).
+            merged = {**merged, "async_scheduling": False}
+        return {**data, "engine": merged}
 
     @property
     def gpus_per_replica(self) -> int:
