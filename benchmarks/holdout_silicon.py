@@ -13,6 +13,13 @@ sample. Nothing here fits or changes a parameter: the rows check the
 frozen model and are reported apart, in their own generated section of
 docs/accuracy-holdout.md.
 
+Disaggregated rows that state their prefill and decode worker counts and
+layouts are replayed on a prefill pool and a decode pool
+(:mod:`simulator.validation.replay`) and reported in tables of their own;
+``--mode agg`` or ``--mode disagg`` replays one kind only. Other scripts
+that share the row selection (first_token.py, transfer_check.py,
+error_model.py) see the aggregated rows only, as before.
+
 The file is not part of the repository; without it, or without the shared
 data (which names the rows to leave out), the script prints why and exits 0.
 """
@@ -70,25 +77,30 @@ def replay(rows: list, jobs: int, settings=None) -> list[Union[tuple[dict, float
         return list(ex.map(predict, rows, chunksize=8))
 
 
-def select(path: Path, max_concurrency: int, per_group: Optional[int], leave_out: frozenset = frozenset()):
-    """The rows llmsim can replay (each measurement once), those left out by reason, how many
-    ``per_group`` capped, and how many the file holds."""
+MODES = ("agg", "disagg", "all")
+
+
+def select(path: Path, max_concurrency: int, per_group: Optional[int], leave_out: frozenset = frozenset(),
+           mode: str = "agg"):
+    """The rows of ``mode`` (agg, disagg or all) llmsim can replay (each measurement once), those
+    of that mode left out by reason, how many ``per_group`` capped, and how many the file holds."""
     from simulator.validation.rows import rows_from_csv
 
     every = rows_from_csv(path, model_configs=MODEL_CONFIGS if MODEL_CONFIGS.is_dir() else None)
     held = [r for r in every if r.id not in leave_out]
+    mine = [r for r in held if mode == "all" or r.mode == mode]
     not_replayed: dict[str, int] = {}
-    for r in held:
+    for r in mine:
         why = r.skip or (f"concurrency above {max_concurrency}" if (r.concurrency or 0) > max_concurrency else "")
         if why:
             not_replayed[why] = not_replayed.get(why, 0) + 1
     rows, seen = [], set()
-    for r in held:
+    for r in mine:
         if r.skip or (r.concurrency or 0) > max_concurrency:
             continue
         # The file repeats some measurements under a second id (two exports of one run): count each once.
         key = (r.group, r.tp, r.dp, r.ep, r.weight_dtype, r.isl, r.osl, r.concurrency,
-               r.measured["ttft_mean_ms"], r.measured["tpot_mean_ms"])
+               r.measured["ttft_mean_ms"], r.measured["tpot_mean_ms"], r.prefill, r.decode)
         if key in seen:
             not_replayed[_REPEAT] = not_replayed.get(_REPEAT, 0) + 1
             continue
@@ -105,12 +117,31 @@ def select(path: Path, max_concurrency: int, per_group: Optional[int], leave_out
     return rows, not_replayed, capped, every, held
 
 
-def run(path: Path, max_concurrency: int, jobs: int, per_group: Optional[int], log=print) -> dict:
+def run(path: Path, max_concurrency: int, jobs: int, per_group: Optional[int], log=print,
+        mode: str = "agg") -> dict:
+    """The aggregated rows' replay (``mode`` agg or all) at the top level, as other scripts read it,
+    and the disaggregated rows' (``mode`` disagg or all) under ``"disagg"``; a kind not asked for
+    is None (its top-level keys empty)."""
+    res = _run_part(path, max_concurrency, jobs, per_group, log, "agg") if mode in ("agg", "all") else None
+    dis = _run_part(path, max_concurrency, jobs, per_group, log, "disagg") if mode in ("disagg", "all") else None
+    base = res or {**(dis or {}), "replayed": 0, "failed": [], "not_replayed": {}, "capped": 0, "wall": 0.0,
+                   "errors": _empty_errors()}
+    return {**base, "mode": mode, "agg": res, "disagg": dis}
+
+
+def _empty_errors():
+    import pandas as pd
+
+    return pd.DataFrame(columns=["row", "group", "stack", "metric", "measured", "predicted", "error_pct"])
+
+
+def _run_part(path: Path, max_concurrency: int, jobs: int, per_group: Optional[int], log, mode: str) -> dict:
     from simulator.validation.report import error_table
 
-    rows, not_replayed, capped, every, held = select(path, max_concurrency, per_group, frozenset(fitted_ids()))
-    log(f"{len(every)} rows; {len(every) - len(held)} fitted on (left out); replaying {len(rows)} with "
-        f"{jobs} job(s)")
+    rows, not_replayed, capped, every, held = select(path, max_concurrency, per_group, frozenset(fitted_ids()),
+                                                     mode)
+    log(f"{len(every)} rows; {len(every) - len(held)} fitted on (left out); replaying {len(rows)} {mode} rows "
+        f"with {jobs} job(s)")
     t = time.perf_counter()
     preds = replay(rows, jobs)
     wall = time.perf_counter() - t
@@ -187,6 +218,87 @@ def before_after(errors):
 
 
 def markdown(res: dict, cmd: str) -> str:
+    """The generated section: the aggregated rows' tables, then the disaggregated rows' (each where
+    ``res`` holds it)."""
+    lines = _agg_lines(res, cmd) if res.get("agg", res) is not None else _header(res, cmd)
+    if res.get("disagg"):
+        lines += ["", *_disagg_lines(res["disagg"])]
+    # Paths of the shared data as a reader of the page finds them from the repository.
+    return "\n".join(lines).replace(str(DATA), "../shared/data")
+
+
+def _wall(res: dict) -> float:
+    return sum((part or {}).get("wall", 0.0) for part in (res.get("agg", res), res.get("disagg")))
+
+
+def _header(res: dict, cmd: str) -> list[str]:
+    today = _dt.date.today().isoformat()
+    return [f"Generated {today} by `{cmd}` ({_wall(res) / 60:.0f} min wall). Source: [silicon_sample.csv]({URL}) "
+            f"({res['total']} rows; the {res['fitted']} rows the backend overheads are fitted on are left out)."]
+
+
+def abs_signed(errors, by):
+    """Rows, and the median |error| and median signed error of TTFT, TPOT and throughput, per ``by``."""
+    import numpy as np
+    import pandas as pd
+
+    if "metric" not in errors:         # nothing replayed
+        return pd.DataFrame(columns=[*([by] if isinstance(by, str) else by), "rows"])
+    e = errors[errors.metric.isin(METRICS)]
+    if e.empty:
+        return pd.DataFrame(columns=[*([by] if isinstance(by, str) else by), "rows"])
+    a = e.assign(a=e.error_pct.abs())
+    absp = a.pivot_table(index=by, columns="metric", values="a", aggfunc="median")
+    piv = e.pivot_table(index=by, columns="metric", values="error_pct", aggfunc="median")
+    out = pd.DataFrame({"rows": e[e.metric == "ttft_mean_ms"].groupby(by).size()})
+    for m in METRICS:
+        out[f"{SHORT[m]} |err| %"] = absp.get(m, np.nan)
+        out[f"{SHORT[m]} signed %"] = piv.get(m, np.nan)
+    return out.reset_index().sort_values("rows", ascending=False)
+
+
+def _refusals(not_replayed: dict[str, int]):
+    import pandas as pd
+
+    skipped = sorted(not_replayed.items(), key=lambda kv: -kv[1])
+    return pd.DataFrame([(re.sub(r"\s+", " ", w).replace("|", "/"), n) for w, n in skipped], columns=["reason", "rows"])
+
+
+def _failures(failed) -> dict[str, int]:
+    fails: dict[str, int] = {}
+    for r, why in failed:
+        # One line per kind of failure: the same message but for its figures.
+        kind = f"{r.group}: {why}"
+        first = next((k for k in fails if re.sub(r"[\d.]+", "", k) == re.sub(r"[\d.]+", "", kind)), kind)
+        fails[first] = fails.get(first, 0) + 1
+    return fails
+
+
+def _disagg_lines(dis: dict) -> list[str]:
+    """The disaggregated rows' tables: per stack and per group, median |error| and signed median."""
+    import pandas as pd
+
+    from simulator.validation.report import markdown as md
+
+    errors = dis["errors"]
+    lines = ["**Disaggregated rows** (prefill and decode on separate pools, each row's stated worker counts and "
+             f"layouts; {dis['replayed']} rows replayed in {dis['wall'] / 60:.1f} min, with the client and launch of "
+             "an aggregated row of the same deployment; the prefill workers' batch is the row's "
+             "`prefill_batch_size`). Median |error| and median signed error, per stack:", "",
+             md(abs_signed(errors, "stack")), "", "Per model/GPU/stack group:", "",
+             md(abs_signed(errors, "group")), "", "By provenance:", "",
+             md(abs_signed(errors, ["stack", "deployment"])), ""]
+    if dis["failed"]:
+        fails = _failures(dis["failed"])
+        lines += ["Disaggregated rows whose replay failed:", "",
+                  md(pd.DataFrame(sorted(fails.items(), key=lambda kv: -kv[1]), columns=["error", "rows"])), ""]
+    lines += ["Disaggregated rows not replayed, by reason:", "", md(_refusals(dis["not_replayed"]))]
+    if dis["capped"]:
+        lines += ["", f"{dis['capped']} further disaggregated rows left out by --per-group."]
+    return lines
+
+
+def _agg_lines(res: dict, cmd: str) -> list[str]:
     import pandas as pd
 
     from simulator.validation.report import markdown as md
@@ -194,7 +306,7 @@ def markdown(res: dict, cmd: str) -> str:
 
     errors = _bands(res["errors"])
     today = _dt.date.today().isoformat()
-    lines = [f"Generated {today} by `{cmd}` ({res['wall'] / 60:.0f} min wall). Source: "
+    lines = [f"Generated {today} by `{cmd}` ({_wall(res) / 60:.0f} min wall). Source: "
              f"[silicon_sample.csv]({URL}) ({res['total']} rows; the {res['fitted']} rows the backend "
              f"overheads are fitted on are left out). {res['replayed']} rows replayed with the shipped profiles "
              "on each row's documented deployment; error = (llmsim − measured) / measured. Nothing here is tuned on "
@@ -226,22 +338,13 @@ def markdown(res: dict, cmd: str) -> str:
                   md(worst[["row", "group", "tp", "isl", "osl", "concurrency", "deployment", "measured",
                             "predicted", "error_pct"]]), ""]
     if res["failed"]:
-        fails: dict[str, int] = {}
-        for r, why in res["failed"]:
-            # One line per kind of failure: the same message but for its figures.
-            kind = f"{r.group}: {why}"
-            first = next((k for k in fails if re.sub(r"[\d.]+", "", k) == re.sub(r"[\d.]+", "", kind)), kind)
-            fails[first] = fails.get(first, 0) + 1
+        fails = _failures(res["failed"])
         lines += ["Rows whose replay failed:", "",
                   md(pd.DataFrame(sorted(fails.items(), key=lambda kv: -kv[1]), columns=["error", "rows"])), ""]
-    skipped = sorted(res["not_replayed"].items(), key=lambda kv: -kv[1])
-    lines += ["Rows not replayed, by reason:", "",
-              md(pd.DataFrame([(re.sub(r"\s+", " ", w).replace("|", "/"), n) for w, n in skipped],
-                              columns=["reason", "rows"]))]
+    lines += ["Rows not replayed, by reason:", "", md(_refusals(res["not_replayed"]))]
     if res["capped"]:
         lines += ["", f"{res['capped']} further rows left out by --per-group."]
-    # Paths of the shared data as a reader of the page finds them from the repository.
-    return "\n".join(lines).replace(str(DATA), "../shared/data")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -252,6 +355,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--csv", metavar="PATH", help="write measured vs predicted per row")
     ap.add_argument("--jobs", type=int, default=2, help="processes replaying rows")
     ap.add_argument("--per-group", type=int, help="replay at most this many rows of each model/GPU/stack group")
+    ap.add_argument("--mode", choices=MODES, default="all",
+                    help="aggregated rows, disaggregated rows (prefill and decode pools), or both (default)")
     args = ap.parse_args(argv)
     if not args.path or not Path(args.path).is_file():
         what = f"{args.path} is not a file" if args.path else "no file given"
@@ -261,14 +366,18 @@ def main(argv: list[str] | None = None) -> int:
         print(f"holdout_silicon: skipped: {FITTED} not found, so the rows llmsim is fitted on cannot be left "
               "out (the shared data directory is expected at ../shared/data next to the repository)")
         return 0
-    res = run(Path(args.path), args.max_concurrency, args.jobs, args.per_group)
+    res = run(Path(args.path), args.max_concurrency, args.jobs, args.per_group, mode=args.mode)
     flags = "".join(f" {k} {v}" for k, v in (("--max-concurrency", args.max_concurrency),
-                                              ("--per-group", args.per_group), ("--jobs", args.jobs)) if v)
+                                              ("--per-group", args.per_group), ("--jobs", args.jobs),
+                                              ("--mode", None if args.mode == "all" else args.mode)) if v)
     cmd = f"python benchmarks/holdout_silicon.py silicon_sample.csv{flags} --markdown {args.markdown or 'PATH'}"
     text = markdown(res, cmd)
     print(text)
     if args.csv:
-        res["errors"].to_csv(args.csv, index=False)
+        import pandas as pd
+
+        parts = [p["errors"].assign(mode=kind) for kind in ("agg", "disagg") if (p := res[kind]) is not None]
+        pd.concat(parts, ignore_index=True).to_csv(args.csv, index=False)
     if args.markdown:
         import e2e_validation
         e2e_validation.update_markdown(Path(args.markdown), text, BEGIN, END)

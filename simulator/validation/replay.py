@@ -33,6 +33,20 @@ send it from the thread the last one ended on (genai-perf's perf_analyzer,
 ``vllm bench serve``, SGLang's ``bench_serving``).
 
 A Poisson row is replayed open loop at its rate.
+
+A disaggregated row (:attr:`.rows.Row.disaggregated`) is replayed on
+llmsim's prefill/decode pair (:mod:`simulator.fleet.disaggregation`): a
+prefill pool of the row's prefill workers, each a replica of the prefill
+layout, hands every prompt's KV to a decode pool of its decode workers,
+with the same client as an aggregated row of the same deployment. The
+client's first token comes from the decode worker once the KV has arrived
+(Dynamo runs SGLang's and TensorRT-LLM's disaggregation so: the decode
+worker starts once the KV is in, then streams the tokens; ai-dynamo/dynamo
+``components/backends/sglang/docs/sglang-kv-transfer-explainer.md``), so
+TTFT holds the prefill, the transfer and the decode worker's first
+iteration. The KV moves over the default link (``infiniband``, one NDR HCA
+per GPU); a DeepSeek-V3 prompt of 8K tokens in fp8 takes a few
+milliseconds on it, so the choice of link hardly moves TTFT.
 """
 from __future__ import annotations
 
@@ -47,7 +61,7 @@ from ..errors import LlmsimError
 from ..profiles import load_hardware, load_model
 from ..scenario.schema import Scenario
 from . import deployment
-from .rows import METRICS, Row
+from .rows import METRICS, RoleLayout, Row
 
 ClientMode = Literal["auto", "burst", "spread", "phases"]
 CLIENT_MODES: tuple[str, ...] = ClientMode.__args__
@@ -63,9 +77,11 @@ class ReplaySettings:
     seed: int = 0
 
 
-def _cost_model(row: Row) -> CostModel:
-    return CostModel(load_model(row.model), load_hardware(row.gpu), row.tp, row.weight_dtype, row.kv_dtype,
-                     dp=row.dp, ep=row.ep)
+def _cost_model(row: Row, layout: Optional[RoleLayout] = None) -> CostModel:
+    """The row's replica cost model; ``layout``: one role of a disaggregated row."""
+    lay = layout or row
+    return CostModel(load_model(row.model), load_hardware(row.gpu), lay.tp, row.weight_dtype, row.kv_dtype,
+                     dp=lay.dp, ep=lay.ep)
 
 
 def prefill_share(row: Row) -> float:
@@ -77,11 +93,16 @@ def prefill_share(row: Row) -> float:
     calibration allows. Packed, not one at a time: a loop that batches
     several prompts into one iteration reads the weights once for all of
     them (Llama-3.2-1B, 2,048-token prompts on H100: 4 in one iteration take
-    16 % less than 4 alone)."""
+    16 % less than 4 alone). A disaggregated row's prompts are shared by its
+    prefill workers (C / N_p each, on the prefill layout)."""
     assert row.concurrency is not None
     ttft, tpot = row.measured["ttft_mean_ms"], row.measured["tpot_mean_ms"]
     round_s = (ttft + (row.osl - 1) * tpot) * 1e-3
     engine = scenario_for(row).pools[0].engine
+    if row.prefill is not None:
+        prompts = -(-row.concurrency // row.prefill.replicas)
+        return packed_prefill_seconds(_cost_model(row, row.prefill), row.isl, prompts,
+                                      engine.max_num_batched_tokens, engine.chunked_prefill) / round_s
     return packed_prefill_seconds(_cost_model(row), row.isl, row.concurrency, engine.max_num_batched_tokens,
                                   engine.chunked_prefill) / round_s
 
@@ -113,13 +134,27 @@ def _cycle_seconds(row: Row) -> float:
     batch), and never less than one request alone. The out-of-phase state is
     the clients' phases spread evenly over this cycle; spread over a request's
     no-load duration instead, C prompts arrive in a fraction of the cycle and
-    queue behind each other every round, a lockstep of their own."""
+    queue behind each other every round, a lockstep of their own.
+
+    Disaggregated, the two pools work side by side: a round lasts as long
+    as the busier of them takes for it (C / N_p prompts on each prefill
+    replica, OSL decode steps of C / N_d sequences on each decode one)."""
     assert row.concurrency is not None
+    c = row.concurrency
+    if row.prefill is not None and row.decode is not None:
+        pcm, dcm = _cost_model(row, row.prefill), _cost_model(row, row.decode)
+        prefill = pcm.step_time([(row.isl, 0)])
+        a1, b1 = dcm.decode_coefficients(1)
+        alone = prefill + sum(a1 + b1 * (row.isl + j) for j in range(1, row.osl))
+        per_decode = -(-c // row.decode.replicas)
+        a, b = dcm.decode_coefficients(per_decode)
+        loaded = max(-(-c // row.prefill.replicas) * prefill,
+                     (row.osl - 1) * (a + b * per_decode * (row.isl + row.osl / 2)))
+        return max(alone, loaded)
     cm = _cost_model(row)
     prefill = cm.step_time([(row.isl, 0)])
     a1, b1 = cm.decode_coefficients(1)
     alone = prefill + sum(a1 + b1 * (row.isl + j) for j in range(1, row.osl))
-    c = row.concurrency
     a, b = cm.decode_coefficients(c)
     loaded = c * prefill + (row.osl - 1) * (a + b * c * (row.isl + row.osl / 2))
     return max(alone, loaded)
@@ -181,7 +216,30 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
             "engine": engine}
     if spec is not None:
         pool["speculative"] = spec
-    return Scenario.model_validate({"name": row.id, "seed": s.seed, "workload": workload, "pools": [pool]})
+    body: dict[str, Any] = {"name": row.id, "seed": s.seed, "workload": workload, "pools": [pool]}
+    if row.disaggregated:       # every request enters at the prefill pool
+        body.update(pools=_disaggregated_pools(row, s, dep, pool), classes=[{"name": "all", "pool": "prefill"}])
+    return Scenario.model_validate(body)
+
+
+def _disaggregated_pools(row: Row, s: ReplaySettings, dep: str, decode: dict) -> list[dict]:
+    """A disaggregated row's prefill pool (first: the front end routes to it)
+    and decode pool. The decode pool is the aggregated pool of the same
+    deployment on the decode layout, speculative decoding included; the
+    prefill pool runs the prefill layout without a draft model (it samples
+    one token) and the prefill worker's own batch
+    (:func:`.deployment.prefill_engine_keys`)."""
+    assert row.prefill is not None and row.decode is not None
+    p, d = row.prefill, row.decode
+    decode = {**decode, "name": "decode", "tp": d.tp, "dp": d.dp, "ep": d.ep, "replicas": d.replicas}
+    engine = {"backend": s.backend or row.stack, "weight_dtype": row.weight_dtype, "kv_dtype": row.kv_dtype}
+    if row.concurrency is not None:
+        engine.update(deployment.prefill_engine_keys(dep, row.stack, row.concurrency, row.isl, p.batch, p.dp))
+    engine.update(row.version_keys)
+    engine.update(s.engine or {})
+    prefill = {"name": "prefill", "model": row.model, "gpu": row.gpu, "tp": p.tp, "dp": p.dp, "ep": p.ep,
+               "replicas": p.replicas, "engine": engine, "disaggregation": {"decode_pool": "decode"}}
+    return [prefill, decode]
 
 
 # Latencies a phases replay takes over the union of its two runs' requests.
