@@ -140,9 +140,23 @@ def test_the_holdout_benchmark_reports_disaggregated_rows_apart(tmp_path, shared
     assert list(both["errors"].row.unique()) == ["agg-ok"]
     assert both["disagg"]["replayed"] == 1 and list(both["disagg"]["errors"].row.unique()) == ["dis-ok"]
     assert list(both["disagg"]["not_replayed"].values()) == [1]
-    text = bench.markdown(both, "CMD")
-    assert "**Disaggregated rows**" in text and "without prefill_num_workers" in text
-    assert "1 rows replayed with the shipped profiles" in text
+    parts = bench.sections(both, "CMD")
+    assert "1 rows replayed with the shipped profiles" in parts["agg"] and "prefill pool" not in parts["agg"]
+    assert "1 disaggregated rows replayed on a prefill pool" in parts["disagg"]
+    assert "without prefill_num_workers" in parts["disagg"] and "`CMD`" in parts["disagg"]
     agg_only = bench.run(path, 128, 1, None, log=lambda s: None)
     assert agg_only["disagg"] is None and agg_only["replayed"] == 1
-    assert "Disaggregated" not in bench.markdown(agg_only, "CMD")
+    assert list(bench.sections(agg_only, "CMD")) == ["agg"]
+    # Each kind lands between its own markers, on the page --disagg-markdown names.
+    page, dis_page = tmp_path / "holdout.md", tmp_path / "disagg.md"
+    page.write_text(f"# A\n\n{bench.BEGIN}\nstale table\n{bench.END}\n")
+    dis_page.write_text(f"# D\n\n{bench.BEGIN_DISAGG}\nstale table\n{bench.END_DISAGG}\n")
+    csv = tmp_path / "errors.csv"
+    assert bench.main([str(path), "--jobs", "1", "--markdown", str(page), "--disagg-markdown", str(dis_page),
+                       "--csv", str(csv)]) == 0
+    assert pd.read_csv(csv).groupby("mode").row.unique().map(list).to_dict() == {"agg": ["agg-ok"],
+                                                                                  "disagg": ["dis-ok"]}
+    text, dis_text = page.read_text(), dis_page.read_text()
+    assert "stale table" not in text and "prefill pool" not in text and bench.BEGIN_DISAGG not in text
+    assert "stale table" not in dis_text and "1 disaggregated rows replayed" in dis_text
+    assert f"--disagg-markdown {dis_page}" in dis_text

@@ -40,8 +40,8 @@ prefill pool of the row's prefill workers, each a replica of the prefill
 layout, hands every prompt's KV to a decode pool of its decode workers,
 with the same client as an aggregated row of the same deployment. The
 client's first token comes from the decode worker once the KV has arrived
-(Dynamo runs SGLang's and TensorRT-LLM's disaggregation so: the decode
-worker starts once the KV is in, then streams the tokens; ai-dynamo/dynamo
+(the flow Dynamo's SGLang guide draws: the decode worker starts once the
+KV is in, then streams the tokens; ai-dynamo/dynamo
 ``components/backends/sglang/docs/sglang-kv-transfer-explainer.md``), so
 TTFT holds the prefill, the transfer and the decode worker's first
 iteration. The KV moves over the default link (``infiniband``, one NDR HCA
