@@ -84,6 +84,8 @@ def test_a_disaggregated_row_becomes_a_prefill_pool_feeding_a_decode_pool(tmp_pa
     ({"system": "h100_sxm", "decode_tp_size": 16, "decode_moe_ep_size": 16}, "decode tp: tp=16 exceeds the 8 GPUs"),
     ({"system": "rtx_pro_6000"}, "GPU 'rtx_pro_6000' has no built-in profile"),
     ({"mode": "mixed"}, "neither agg nor disagg"),
+    ({"model_path": "Qwen/Qwen3-32B", "precision": "bf16", "gemm_quant_mode": None, "moe_quant_mode": None},
+     "prefill_attention_dp_size 8 on a dense model"),
 ])
 def test_a_disaggregated_row_llmsim_cannot_model_is_refused_with_its_reason(tmp_path, change, why):
     r = _rows(tmp_path, {**DSR1, **change})["dis"]

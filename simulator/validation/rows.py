@@ -474,8 +474,8 @@ _NO_WORKERS = ("disaggregated row without prefill_num_workers and decode_num_wor
 def _roles(raw: dict, moe: bool) -> tuple[Optional[RoleLayout], Optional[RoleLayout], str]:
     """The prefill and decode layouts a disaggregated row states, or why they
     cannot be replayed (no worker counts, pipeline stages, an MoE split that
-    does not match the role's GPUs). A dense model's role runs tp alone, as
-    an aggregated dense row does."""
+    does not match the role's GPUs, attention data parallelism on a dense
+    model)."""
     out = []
     for role in ("prefill", "decode"):
         n = _num(raw.get(f"{role}_num_workers"))
@@ -495,9 +495,11 @@ def _roles(raw: dict, moe: bool) -> tuple[Optional[RoleLayout], Optional[RoleLay
             return None, None, (f"{role}_moe_tp_size × {role}_moe_ep_size = {_g(moe_tp)} × {_g(ep)} is not "
                                 f"{role}_tp_size × {role}_attention_dp_size = {tp} × {dp}: the {role} layout is "
                                 "ambiguous")
+        if not moe and dp > 1:
+            return None, None, (f"{role}_attention_dp_size {dp} on a dense model: AIConfigurator's generator "
+                                "turns attention DP on for MoE models only, so the role's layout is ambiguous")
         batch = vals["batch_size"]
-        out.append(RoleLayout(int(n), tp, dp if moe else 1, int(ep) if moe and ep else 1,
-                              int(batch) if batch else None))
+        out.append(RoleLayout(int(n), tp, dp, int(ep) if moe and ep else 1, int(batch) if batch else None))
     return out[0], out[1], ""
 
 
