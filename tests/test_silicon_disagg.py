@@ -44,6 +44,7 @@ def test_a_disaggregated_row_carries_both_roles(tmp_path):
     assert r.prefill == RoleLayout(replicas=1, tp=1, dp=8, ep=8, batch=1)
     assert r.decode == RoleLayout(replicas=2, tp=8, dp=1, ep=8, batch=4)
     assert (r.tp, r.dp, r.ep) == (8, 1, 8)          # the decode layout, which sets TPOT
+    assert r.layout == "prefill 1× TP 1 DP 8 EP 8, decode 2× TP 8 EP 8"     # as validate's tables title it
     assert r.measured["throughput_output_tok_s"] == pytest.approx(8 * 64 / ((300.0 + 63 * 12.0) * 1e-3))
 
 

@@ -117,10 +117,24 @@ class Row:
         return self.mode == "disagg" and self.prefill is not None and self.decode is not None
 
     @property
+    def layout(self) -> str:
+        """How the row spreads the model over its GPUs, as a report names it
+        (a disaggregated row: each pool's replicas and layout)."""
+        if self.disaggregated:
+            assert self.prefill is not None and self.decode is not None
+            return (f"prefill {self.prefill.replicas}× {_parallel_text(self.prefill)}, "
+                    f"decode {self.decode.replicas}× {_parallel_text(self.decode)}")
+        return f"TP {self.tp}"
+
+    @property
     def group(self) -> str:
         """The model/GPU/stack combination the row belongs to (for leave-one-group-out)."""
         model = Path(self.model).stem if self.model.endswith((".yaml", ".json")) else self.model
         return f"{model}/{self.gpu}/{self.stack}"
+
+
+def _parallel_text(lay: RoleLayout) -> str:
+    return " ".join(f"{k} {v}" for k, v in (("TP", lay.tp), ("DP", lay.dp), ("EP", lay.ep)) if k == "TP" or v > 1)
 
 
 def _match(table: list[tuple[str, str]], s: str) -> Optional[str]:
