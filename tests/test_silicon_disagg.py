@@ -75,6 +75,17 @@ def test_a_disaggregated_row_becomes_a_prefill_pool_feeding_a_decode_pool(tmp_pa
     assert rest == agg_rest
 
 
+def test_each_role_captures_cuda_graphs_up_to_its_own_batch(tmp_path):
+    """SGLang on a generated deployment: graphs for batches 1..the role's batch per rank (the
+    aggregated row of the same loop captures 1..C), which SGLang's memory reserve follows."""
+    rows = _rows(tmp_path, {**DSR1, "backend": "sglang", "backend_version": "0.5.8.post1"},
+                 {**AGG, "backend": "sglang", "backend_version": "0.5.8.post1"})
+    prefill, decode = scenario_for(rows["dis"]).pools
+    assert (prefill.engine.kv_memory.cuda_graph_max_bs, decode.engine.kv_memory.cuda_graph_max_bs) == (1, 4)
+    assert scenario_for(rows["agg"]).pools[0].engine.kv_memory.cuda_graph_max_bs == 8
+    assert decode.speculative is not None and not decode.engine.output_after_next_launch
+
+
 @pytest.mark.parametrize("change, why", [
     ({"prefill_num_workers": None, "decode_num_workers": None}, "without prefill_num_workers and "
                                                                  "decode_num_workers"),

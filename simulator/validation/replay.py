@@ -179,14 +179,9 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
     if row.skip:
         raise LlmsimError(f"row {row.id} cannot be replayed: {row.skip}")
     dep = s.deployment or row.deployment
-    engine = {"backend": s.backend or row.stack, "weight_dtype": row.weight_dtype, "kv_dtype": row.kv_dtype}
-    if row.concurrency is not None:
-        engine.update(deployment.engine_keys(dep, row.stack, row.concurrency, row.isl))
-    engine.update(row.version_keys)
     spec = deployment.speculative(dep, load_model(row.model).num_nextn_predict_layers)
-    if spec is not None:
-        engine.update(deployment.speculative_engine_keys(row.stack))
-    engine.update(s.engine or {})
+    keys = deployment.engine_keys(dep, row.stack, row.concurrency, row.isl) if row.concurrency is not None else {}
+    engine = _engine(row, s, keys, spec is not None)
     lengths = {"input_tokens": {"dist": "fixed", "value": row.isl},
                "output_tokens": {"dist": "fixed", "value": row.osl}}
     if row.concurrency is not None:
@@ -222,24 +217,37 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
     return Scenario.model_validate(body)
 
 
-def _disaggregated_pools(row: Row, s: ReplaySettings, dep: str, decode: dict) -> list[dict]:
-    """A disaggregated row's prefill pool (first: the front end routes to it)
-    and decode pool. The decode pool is the aggregated pool of the same
-    deployment on the decode layout, speculative decoding included; the
-    prefill pool runs the prefill layout without a draft model (it samples
-    one token) and the prefill worker's own batch
-    (:func:`.deployment.prefill_engine_keys`)."""
-    assert row.prefill is not None and row.decode is not None
-    p, d = row.prefill, row.decode
-    decode = {**decode, "name": "decode", "tp": d.tp, "dp": d.dp, "ep": d.ep, "replicas": d.replicas}
+def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: bool) -> dict[str, Any]:
+    """A pool's engine keys: the row's backend and dtypes, the deployment's
+    ``keys``, the stack version's defaults, the stack's speculative-decoding
+    keys where it drafts, then the settings' own."""
     engine = {"backend": s.backend or row.stack, "weight_dtype": row.weight_dtype, "kv_dtype": row.kv_dtype}
-    if row.concurrency is not None:
-        engine.update(deployment.prefill_engine_keys(dep, row.stack, row.concurrency, row.isl, p.batch, p.dp))
+    engine.update(keys)
     engine.update(row.version_keys)
+    if speculative:
+        engine.update(deployment.speculative_engine_keys(row.stack))
     engine.update(s.engine or {})
-    prefill = {"name": "prefill", "model": row.model, "gpu": row.gpu, "tp": p.tp, "dp": p.dp, "ep": p.ep,
-               "replicas": p.replicas, "engine": engine, "disaggregation": {"decode_pool": "decode"}}
-    return [prefill, decode]
+    return engine
+
+
+def _disaggregated_pools(row: Row, s: ReplaySettings, dep: str, pool: dict) -> list[dict]:
+    """A disaggregated row's prefill pool (first: the front end routes to it)
+    and decode pool, each the aggregated ``pool`` of the same deployment on
+    its role's layout and launch (:func:`.deployment.role_engine_keys`). The
+    decode pool drafts where the aggregated pool would; the prefill pool
+    samples one token and drafts none."""
+    assert row.prefill is not None and row.decode is not None
+    out = []
+    for name, lay in (("prefill", row.prefill), ("decode", row.decode)):
+        keys = {} if row.concurrency is None else deployment.role_engine_keys(
+            dep, row.stack, row.concurrency, row.isl, lay.batch, lay.dp, prefill=name == "prefill")
+        role = {**pool, "name": name, "tp": lay.tp, "dp": lay.dp, "ep": lay.ep, "replicas": lay.replicas}
+        if name == "prefill":
+            role.pop("speculative", None)
+            role["disaggregation"] = {"decode_pool": "decode"}
+        role["engine"] = _engine(row, s, keys, "speculative" in role)
+        out.append(role)
+    return out
 
 
 # Latencies a phases replay takes over the union of its two runs' requests.
