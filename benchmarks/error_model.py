@@ -68,8 +68,12 @@ def residuals(paths: list[Path], jobs: int, closed_loop: bool, log=print):
     import pandas as pd
 
     if paths:
-        return (pd.concat([pd.read_csv(p) for p in paths], ignore_index=True),
-                ", ".join(p.name for p in paths) + " (residual CSVs written earlier)")
+        frame = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+        # holdout_silicon.py --csv also writes its disaggregated rows (mode disagg): the error
+        # model reads aggregated replays, as the replay below gives it.
+        if "mode" in frame:
+            frame = frame[frame["mode"] != "disagg"].drop(columns="mode")
+        return frame, ", ".join(p.name for p in paths) + " (residual CSVs written earlier)"
     import holdout_silicon
 
     parts = [holdout_silicon.run(SILICON, MAX_CONCURRENCY, jobs, None, log=log)["errors"]]

@@ -182,14 +182,14 @@ def _print(errors, out: dict) -> None:
     groups: dict[tuple, list] = {}
     for e in errors.to_dict("records"):
         load = str(e["concurrency"]) if e["concurrency"] == e["concurrency"] and e["concurrency"] else f"{e['rate']}/s"
-        groups.setdefault((e["model"], e["gpu"], e["stack"], e["tp"]), []).append(
+        groups.setdefault((e["model"], e["gpu"], e["stack"], e["layout"]), []).append(
             [f"{e['isl']}/{e['osl']}", load, LABELS.get(e["metric"], e["metric"]), f"{e['measured']:,.1f}",
              f"{e['predicted']:,.1f}", f"{e['error_pct']:+.0f} %", e["row"]])
     # One table per model, GPU and stack, named in its title: the rows fit 80 columns whole (the row id,
     # last, goes first on a narrow terminal).
     console.print("measured vs llmsim (error = llmsim/measured − 1)", markup=False)
-    for (model, gpu, stack, tp), rows in groups.items():
-        console.print(fitted_table(f"{model} on {gpu}, {stack}, TP {tp}",
+    for (model, gpu, stack, layout), rows in groups.items():
+        console.print(fitted_table(f"{model} on {gpu}, {stack}, {layout}",
                                    ["isl/osl", "C or rate", "metric", "measured", "llmsim", "error", "row"], rows,
                                    keep=6, left=[2, 6]))
 

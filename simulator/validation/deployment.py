@@ -153,6 +153,33 @@ def engine_keys(deployment: str, stack: str, concurrency: int, isl: int) -> dict
     return keys
 
 
+def role_engine_keys(deployment: str, stack: str, concurrency: int, isl: int, batch: Optional[int], dp: int,
+                     prefill: bool) -> dict[str, Any]:
+    """Engine keys of one pool of a disaggregated row: the keys an aggregated
+    row of the same deployment gets (:func:`engine_keys`), with the role's
+    batch the row states (``prefill_batch_size`` / ``decode_batch_size``,
+    per attention-DP rank). AIConfigurator's generator launches each role
+    with its own batch and captures CUDA graphs for batches 1..batch
+    (``generator/rule_plugin/benchmark/{trtllm,sglang}.rule``: a prefill
+    worker's batch is 1 unless told otherwise). The prefill pool takes that
+    batch as its cap (``batch × dp`` per replica); the decode pool keeps the
+    cap C, which never binds in a closed loop of C. The token budget stays
+    the replica's, as for an aggregated row: TensorRT-LLM gives each
+    attention-DP rank its own ``max_num_tokens``, so on an attention-DP
+    prefill worker llmsim prefills fewer long prompts at once than those
+    ranks can."""
+    keys = dict(engine_keys(deployment, stack, concurrency, isl))
+    if batch is None:
+        return keys
+    if prefill:
+        keys["max_num_seqs"] = batch * dp
+        if "max_num_batched_tokens" in keys:
+            keys["max_num_batched_tokens"] = max(keys["max_num_batched_tokens"], keys["max_num_seqs"])
+    if "kv_memory" in keys:
+        keys["kv_memory"] = {**keys["kv_memory"], "cuda_graph_max_bs": batch}
+    return keys
+
+
 def _launch(stack: str) -> "GeneratedLaunch":
     from ..profiles.backend import GeneratedLaunch
 

@@ -33,6 +33,20 @@ send it from the thread the last one ended on (genai-perf's perf_analyzer,
 ``vllm bench serve``, SGLang's ``bench_serving``).
 
 A Poisson row is replayed open loop at its rate.
+
+A disaggregated row (:attr:`.rows.Row.disaggregated`) is replayed on
+llmsim's prefill/decode pair (:mod:`simulator.fleet.disaggregation`): a
+prefill pool of the row's prefill workers, each a replica of the prefill
+layout, hands every prompt's KV to a decode pool of its decode workers,
+with the same client as an aggregated row of the same deployment. The
+client's first token comes from the decode worker once the KV has arrived
+(the flow Dynamo's SGLang guide draws: the decode worker starts once the
+KV is in, then streams the tokens; ai-dynamo/dynamo
+``components/backends/sglang/docs/sglang-kv-transfer-explainer.md``), so
+TTFT holds the prefill, the transfer and the decode worker's first
+iteration. The KV moves over the default link (``infiniband``, one NDR HCA
+per GPU); a DeepSeek-V3 prompt of 8K tokens in fp8 takes a few
+milliseconds on it, so the choice of link hardly moves TTFT.
 """
 from __future__ import annotations
 
@@ -47,7 +61,7 @@ from ..errors import LlmsimError
 from ..profiles import load_hardware, load_model
 from ..scenario.schema import Scenario
 from . import deployment
-from .rows import METRICS, Row
+from .rows import METRICS, RoleLayout, Row
 
 ClientMode = Literal["auto", "burst", "spread", "phases"]
 CLIENT_MODES: tuple[str, ...] = ClientMode.__args__
@@ -63,9 +77,11 @@ class ReplaySettings:
     seed: int = 0
 
 
-def _cost_model(row: Row) -> CostModel:
-    return CostModel(load_model(row.model), load_hardware(row.gpu), row.tp, row.weight_dtype, row.kv_dtype,
-                     dp=row.dp, ep=row.ep)
+def _cost_model(row: Row, layout: Optional[RoleLayout] = None) -> CostModel:
+    """The row's replica cost model; ``layout``: one role of a disaggregated row."""
+    lay = layout or row
+    return CostModel(load_model(row.model), load_hardware(row.gpu), lay.tp, row.weight_dtype, row.kv_dtype,
+                     dp=lay.dp, ep=lay.ep)
 
 
 def prefill_share(row: Row) -> float:
@@ -77,11 +93,16 @@ def prefill_share(row: Row) -> float:
     calibration allows. Packed, not one at a time: a loop that batches
     several prompts into one iteration reads the weights once for all of
     them (Llama-3.2-1B, 2,048-token prompts on H100: 4 in one iteration take
-    16 % less than 4 alone)."""
+    16 % less than 4 alone). A disaggregated row's prompts are shared by its
+    prefill workers (C / N_p each, on the prefill layout)."""
     assert row.concurrency is not None
     ttft, tpot = row.measured["ttft_mean_ms"], row.measured["tpot_mean_ms"]
     round_s = (ttft + (row.osl - 1) * tpot) * 1e-3
     engine = scenario_for(row).pools[0].engine
+    if row.prefill is not None:
+        prompts = -(-row.concurrency // row.prefill.replicas)
+        return packed_prefill_seconds(_cost_model(row, row.prefill), row.isl, prompts,
+                                      engine.max_num_batched_tokens, engine.chunked_prefill) / round_s
     return packed_prefill_seconds(_cost_model(row), row.isl, row.concurrency, engine.max_num_batched_tokens,
                                   engine.chunked_prefill) / round_s
 
@@ -113,13 +134,27 @@ def _cycle_seconds(row: Row) -> float:
     batch), and never less than one request alone. The out-of-phase state is
     the clients' phases spread evenly over this cycle; spread over a request's
     no-load duration instead, C prompts arrive in a fraction of the cycle and
-    queue behind each other every round, a lockstep of their own."""
+    queue behind each other every round, a lockstep of their own.
+
+    Disaggregated, the two pools work side by side: a round lasts as long
+    as the busier of them takes for it (C / N_p prompts on each prefill
+    replica, OSL decode steps of C / N_d sequences on each decode one)."""
     assert row.concurrency is not None
+    c = row.concurrency
+    if row.prefill is not None and row.decode is not None:
+        pcm, dcm = _cost_model(row, row.prefill), _cost_model(row, row.decode)
+        prefill = pcm.step_time([(row.isl, 0)])
+        a1, b1 = dcm.decode_coefficients(1)
+        alone = prefill + sum(a1 + b1 * (row.isl + j) for j in range(1, row.osl))
+        per_decode = -(-c // row.decode.replicas)
+        a, b = dcm.decode_coefficients(per_decode)
+        loaded = max(-(-c // row.prefill.replicas) * prefill,
+                     (row.osl - 1) * (a + b * per_decode * (row.isl + row.osl / 2)))
+        return max(alone, loaded)
     cm = _cost_model(row)
     prefill = cm.step_time([(row.isl, 0)])
     a1, b1 = cm.decode_coefficients(1)
     alone = prefill + sum(a1 + b1 * (row.isl + j) for j in range(1, row.osl))
-    c = row.concurrency
     a, b = cm.decode_coefficients(c)
     loaded = c * prefill + (row.osl - 1) * (a + b * c * (row.isl + row.osl / 2))
     return max(alone, loaded)
@@ -144,14 +179,9 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
     if row.skip:
         raise LlmsimError(f"row {row.id} cannot be replayed: {row.skip}")
     dep = s.deployment or row.deployment
-    engine = {"backend": s.backend or row.stack, "weight_dtype": row.weight_dtype, "kv_dtype": row.kv_dtype}
-    if row.concurrency is not None:
-        engine.update(deployment.engine_keys(dep, row.stack, row.concurrency, row.isl))
-    engine.update(row.version_keys)
     spec = deployment.speculative(dep, load_model(row.model).num_nextn_predict_layers)
-    if spec is not None:
-        engine.update(deployment.speculative_engine_keys(row.stack))
-    engine.update(s.engine or {})
+    keys = deployment.engine_keys(dep, row.stack, row.concurrency, row.isl) if row.concurrency is not None else {}
+    engine = _engine(row, s, keys, spec is not None)
     lengths = {"input_tokens": {"dist": "fixed", "value": row.isl},
                "output_tokens": {"dist": "fixed", "value": row.osl}}
     if row.concurrency is not None:
@@ -181,7 +211,43 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
             "engine": engine}
     if spec is not None:
         pool["speculative"] = spec
-    return Scenario.model_validate({"name": row.id, "seed": s.seed, "workload": workload, "pools": [pool]})
+    body: dict[str, Any] = {"name": row.id, "seed": s.seed, "workload": workload, "pools": [pool]}
+    if row.disaggregated:       # every request enters at the prefill pool
+        body.update(pools=_disaggregated_pools(row, s, dep, pool), classes=[{"name": "all", "pool": "prefill"}])
+    return Scenario.model_validate(body)
+
+
+def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: bool) -> dict[str, Any]:
+    """A pool's engine keys: the row's backend and dtypes, the deployment's
+    ``keys``, the stack version's defaults, the stack's speculative-decoding
+    keys where it drafts, then the settings' own."""
+    engine = {"backend": s.backend or row.stack, "weight_dtype": row.weight_dtype, "kv_dtype": row.kv_dtype}
+    engine.update(keys)
+    engine.update(row.version_keys)
+    if speculative:
+        engine.update(deployment.speculative_engine_keys(row.stack))
+    engine.update(s.engine or {})
+    return engine
+
+
+def _disaggregated_pools(row: Row, s: ReplaySettings, dep: str, pool: dict) -> list[dict]:
+    """A disaggregated row's prefill pool (first: the front end routes to it)
+    and decode pool, each the aggregated ``pool`` of the same deployment on
+    its role's layout and launch (:func:`.deployment.role_engine_keys`). The
+    decode pool drafts where the aggregated pool would; the prefill pool
+    samples one token and drafts none."""
+    assert row.prefill is not None and row.decode is not None
+    out = []
+    for name, lay in (("prefill", row.prefill), ("decode", row.decode)):
+        keys = {} if row.concurrency is None else deployment.role_engine_keys(
+            dep, row.stack, row.concurrency, row.isl, lay.batch, lay.dp, prefill=name == "prefill")
+        role = {**pool, "name": name, "tp": lay.tp, "dp": lay.dp, "ep": lay.ep, "replicas": lay.replicas}
+        if name == "prefill":
+            role.pop("speculative", None)
+            role["disaggregation"] = {"decode_pool": "decode"}
+        role["engine"] = _engine(row, s, keys, "speculative" in role)
+        out.append(role)
+    return out
 
 
 # Latencies a phases replay takes over the union of its two runs' requests.

@@ -46,7 +46,8 @@ def error_table(rows: Sequence[Row], preds: Sequence[dict[str, float]]) -> pd.Da
             if col not in p or meas <= 0:
                 continue
             out.append({"row": r.id, "group": r.group, "stack": r.stack, "model": r.model, "gpu": r.gpu,
-                        "tp": r.tp, "isl": r.isl, "osl": r.osl, "concurrency": r.concurrency, "rate": r.rate,
+                        "tp": r.tp, "layout": r.layout, "isl": r.isl, "osl": r.osl, "concurrency": r.concurrency,
+                        "rate": r.rate,
                         "metric": col, "measured": meas, "predicted": p[col],
                         "error_pct": 100.0 * (p[col] - meas) / meas})
     return pd.DataFrame(out)

@@ -63,6 +63,18 @@ _MODELS = [
 _FP8_BLOCK_TWIN = {"qwen3-235b-a22b": "qwen3-235b-a22b-fp8"}
 
 
+@dataclass(frozen=True)
+class RoleLayout:
+    """One role (prefill or decode) of a disaggregated deployment: how many
+    workers it runs and how each spreads the model (tp, attention dp, ep)."""
+
+    replicas: int
+    tp: int
+    dp: int = 1
+    ep: int = 1
+    batch: Optional[int] = None             # the worker's batch per attention-DP rank, where stated
+
+
 @dataclass
 class Row:
     """One measured configuration and what llmsim needs to replay it."""
@@ -92,12 +104,37 @@ class Row:
     # Engine keys the stack version ran by default where the backend profile
     # differs (deployment.version_keys: vLLM's async scheduling from 0.14.0).
     version_keys: dict[str, Any] = field(default_factory=dict)
+    # "agg", or "disagg": prefill and decode on separate pools, replayed when
+    # the row states both (tp, dp and ep above are then the decode pool's,
+    # which sets TPOT).
+    mode: str = "agg"
+    prefill: Optional[RoleLayout] = None
+    decode: Optional[RoleLayout] = None
+
+    @property
+    def disaggregated(self) -> bool:
+        """Whether the row is replayed on a prefill pool and a decode pool."""
+        return self.mode == "disagg" and self.prefill is not None and self.decode is not None
+
+    @property
+    def layout(self) -> str:
+        """How the row spreads the model over its GPUs, as a report names it
+        (a disaggregated row: each pool's replicas and layout)."""
+        if self.disaggregated:
+            assert self.prefill is not None and self.decode is not None
+            return (f"prefill {self.prefill.replicas}× {_parallel_text(self.prefill)}, "
+                    f"decode {self.decode.replicas}× {_parallel_text(self.decode)}")
+        return f"TP {self.tp}"
 
     @property
     def group(self) -> str:
         """The model/GPU/stack combination the row belongs to (for leave-one-group-out)."""
         model = Path(self.model).stem if self.model.endswith((".yaml", ".json")) else self.model
         return f"{model}/{self.gpu}/{self.stack}"
+
+
+def _parallel_text(lay: RoleLayout) -> str:
+    return " ".join(f"{k} {v}" for k, v in (("TP", lay.tp), ("DP", lay.dp), ("EP", lay.ep)) if k == "TP" or v > 1)
 
 
 def _match(table: list[tuple[str, str]], s: str) -> Optional[str]:
@@ -227,7 +264,8 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
                   measured={k: v for k in METRICS if (v := _num(r.get(k))) is not None},
                   throughput_identity="C*OSL" in str(r.get("derived_fields", "")),
                   deployment=of_source(source, str(r.get("notes", "")), stack or "", version),
-                  version_keys=version_keys(stack or "", version, _unversioned_day(source, stack, version)))
+                  version_keys=version_keys(stack or "", version, _unversioned_day(source, stack, version)),
+                  mode="disagg" if "disaggregated" in str(r.get("scenario", "")).lower() else "agg")
         row.skip = _why_not(row, r, stack, m, g)
         out.append(row)
     return out
@@ -269,7 +307,8 @@ def _why_not(row: Row, raw: dict, stack, model, gpu) -> str:
         return bad
     scen = str(raw.get("scenario", "")).lower()
     if "disaggregated" in scen:
-        return "disaggregated prefill/decode rows are not replayed"
+        return ("disaggregated row without prefill/decode worker counts and layouts (this layout has no columns "
+                "for them)")
     if stack is None:
         return f"stack {raw['engine']!r} is not one of {_stacks()}"
     if model is None:
@@ -376,6 +415,15 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
     throughput is the closed-loop identity of the measured latencies.
     Deployment provenance follows :func:`.deployment.of_source` with
     ``silicon_data_source`` as the notes (``measured=<date>``).
+
+    A disaggregated row (``mode == 'disagg'``) is replayed when it states
+    both roles' worker counts (``prefill_num_workers``,
+    ``decode_num_workers``) beside their layouts (``prefill_tp_size``,
+    ``prefill_attention_dp_size``, ``prefill_moe_ep_size``, ... and the same
+    for ``decode_``): one prefill pool and one decode pool
+    (:class:`RoleLayout`). Without ``silicon_concurrency`` its concurrency is
+    ``decode_batch_size`` × the decode ranks (workers × attention DP), the
+    identity every row stating both satisfies.
     """
     from ..costmodel.layout import check_weight_dtype
     from ..parallelism import Parallelism
@@ -396,8 +444,14 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
         moe = known and prof.is_moe
         wd, why_dtype = _silicon_dtype(_text(r, "gemm_quant_mode"), _text(r, "moe_quant_mode"), prof) \
             if known else ("bf16", "")
+        disagg = str(r.get("mode", "")).lower() == "disagg"
+        prefill, decode, why_roles = _roles(r, moe) if disagg else (None, None, "")
+        if decode is not None:
+            tp, dp, ep = decode.tp, decode.dp, decode.ep
         c = re.search(r"silicon_concurrency=(\d+)", notes)
         conc = int(c.group(1)) if c else (int(b) * dp if (b := _num(r.get("batch_size"))) else None)
+        if not c and decode is not None and decode.batch:
+            conc = decode.batch * decode.dp * decode.replicas
         ttft, tpot = _num(r.get("silicon_ttft_ms")), _num(r.get("silicon_tpot_ms"))
         isl, osl = int(_num(r.get("isl")) or 0), int(_num(r.get("osl")) or 0)
         measured = {k: v for k, v in (("ttft_mean_ms", ttft), ("tpot_mean_ms", tpot)) if v is not None and v > 0}
@@ -409,24 +463,68 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
                   m or str(r["model_path"]), g or str(r["system"]), tp, wd or "bf16", kv, isl, osl,
                   dp=dp if moe else 1, ep=ep if moe else 1, concurrency=conc, measured=measured,
                   throughput_identity=True, deployment=dep,
-                  version_keys=version_keys(stack or "", _text(r, "backend_version") or "", measured_day(notes)))
-        row.skip = _silicon_why_not(row, r, stack, prof, g, why_dtype, profiles, moe)
+                  version_keys=version_keys(stack or "", _text(r, "backend_version") or "", measured_day(notes)),
+                  mode="disagg" if disagg else "agg", prefill=prefill, decode=decode)
+        row.skip = why_roles or _silicon_why_not(row, r, stack, prof, g, why_dtype, profiles, moe)
         if not row.skip:
+            layouts = [("prefill ", prefill), ("decode ", decode)] if disagg else [("", row)]
+            role = ""           # which pool's layout a refusal is about (a disaggregated row's)
             try:
-                Parallelism(row.tp, row.dp, row.ep).check(prof, profiles.gpu(row.gpu))
+                for role, lay in layouts:
+                    Parallelism(lay.tp, lay.dp, lay.ep).check(prof, profiles.gpu(row.gpu))
+                role = ""
                 check_weight_dtype(row.weight_dtype, profiles.gpu(row.gpu))
             except LlmsimError as e:
-                row.skip = str(e)
+                row.skip = f"{role}{e}"
         out.append(row)
     return out
 
 
 _SILICON_SOURCE = "NVIDIA aiconfigurator silicon_sample.csv"
+_NO_WORKERS = ("disaggregated row without prefill_num_workers and decode_num_workers: the sizes of its prefill "
+               "and decode pools are unknown")
+
+
+def _roles(raw: dict, moe: bool) -> tuple[Optional[RoleLayout], Optional[RoleLayout], str]:
+    """The prefill and decode layouts a disaggregated row states, or why they
+    cannot be replayed (no worker counts, pipeline stages, an MoE split that
+    does not match the role's GPUs, attention data parallelism on a dense
+    model)."""
+    out = []
+    for role in ("prefill", "decode"):
+        n = _num(raw.get(f"{role}_num_workers"))
+        if n is None:
+            return None, None, _NO_WORKERS
+        vals = {k: _num(raw.get(f"{role}_{k}")) for k in ("tp_size", "attention_dp_size", "moe_tp_size",
+                                                          "moe_ep_size", "pp_size", "batch_size")}
+        for k in ("num_workers", "tp_size", "attention_dp_size", "batch_size"):
+            v = n if k == "num_workers" else vals[k]
+            if v is not None and (v < 1 or v != int(v)):
+                return None, None, f"{role}_{k} {v:g} is not a positive whole number"
+        if vals["pp_size"] not in (None, 1.0):
+            return None, None, f"pipeline parallelism ({role}_pp_size {vals['pp_size']:g}) is not modelled"
+        tp, dp = int(vals["tp_size"] or 1), int(vals["attention_dp_size"] or 1)
+        ep, moe_tp = vals["moe_ep_size"], vals["moe_tp_size"]
+        if moe and (ep is None or moe_tp is None or ep < 1 or moe_tp < 1 or int(moe_tp) * int(ep) != tp * dp):
+            return None, None, (f"{role}_moe_tp_size × {role}_moe_ep_size = {_g(moe_tp)} × {_g(ep)} is not "
+                                f"{role}_tp_size × {role}_attention_dp_size = {tp} × {dp}: the {role} layout is "
+                                "ambiguous")
+        if not moe and dp > 1:
+            return None, None, (f"{role}_attention_dp_size {dp} on a dense model: AIConfigurator's generator "
+                                "turns attention DP on for MoE models only, so the role's layout is ambiguous")
+        batch = vals["batch_size"]
+        out.append(RoleLayout(int(n), tp, dp, int(ep) if moe and ep else 1, int(batch) if batch else None))
+    return out[0], out[1], ""
+
+
+def _g(v: Optional[float]) -> str:
+    return "?" if v is None else f"{v:g}"
 
 
 def _silicon_why_not(row: Row, raw: dict, stack, prof, gpu, why_dtype: str, profiles: _Profiles, moe: bool) -> str:
-    if str(raw.get("mode", "")).lower() != "agg":
-        return "disaggregated prefill/decode rows are not replayed"
+    mode = str(raw.get("mode", "")).lower()
+    if mode not in ("agg", "disagg"):
+        return f"mode {raw.get('mode')!r} is neither agg nor disagg"
     if stack is None:
         return f"stack {raw['backend']!r} is not one of {_stacks()}"
     if prof is None or isinstance(prof, str):
@@ -442,7 +540,7 @@ def _silicon_why_not(row: Row, raw: dict, stack, prof, gpu, why_dtype: str, prof
         return (f"moe_tp_size × moe_ep_size = {int(moe_tp)} × {row.ep} is not tp_size × attention_dp_size = "
                 f"{row.tp} × {row.dp}: the row's parallel layout is ambiguous")
     named = re.search(r"_tp(\d+)(?:_0)?_ep(\d+)(?:_0)?_", str(raw.get("id", "")))
-    if moe and named and (int(named.group(1)), int(named.group(2))) != (row.tp, row.ep):
+    if moe and named and mode == "agg" and (int(named.group(1)), int(named.group(2))) != (row.tp, row.ep):
         return (f"the id names tp {named.group(1)} and ep {named.group(2)}, the columns tp_size {row.tp}, "
                 f"attention_dp_size {row.dp}, moe_ep_size {row.ep}: the row's parallel layout is stated "
                 "inconsistently")
