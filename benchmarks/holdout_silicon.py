@@ -277,8 +277,6 @@ def _failures(failed) -> dict[str, int]:
 
 def _disagg_lines(res: dict, cmd: str) -> list[str]:
     """The disaggregated rows' tables: per stack and per group, median |error| and signed median."""
-    import pandas as pd
-
     from simulator.validation.report import markdown as md
 
     dis = res["disagg"]
@@ -291,14 +289,7 @@ def _disagg_lines(res: dict, cmd: str) -> list[str]:
              md(abs_signed(errors, "stack")), "", "Per model/GPU/stack group:", "",
              md(abs_signed(errors, "group")), "", "By provenance:", "",
              md(abs_signed(errors, ["stack", "deployment"])), ""]
-    if dis["failed"]:
-        fails = _failures(dis["failed"])
-        lines += ["Disaggregated rows whose replay failed:", "",
-                  md(pd.DataFrame(sorted(fails.items(), key=lambda kv: -kv[1]), columns=["error", "rows"])), ""]
-    lines += ["Disaggregated rows not replayed, by reason:", "", md(_refusals(dis["not_replayed"]))]
-    if dis["capped"]:
-        lines += ["", f"{dis['capped']} further disaggregated rows left out by --per-group."]
-    return lines
+    return lines + _left_out(dis, "disaggregated rows", "Disaggregated rows")
 
 
 def _source(res: dict, cmd: str, wall: str) -> str:
@@ -309,8 +300,6 @@ def _source(res: dict, cmd: str, wall: str) -> str:
 
 
 def _agg_lines(res: dict, cmd: str) -> list[str]:
-    import pandas as pd
-
     from simulator.validation.report import markdown as md
     from simulator.validation.report import summary
 
@@ -345,13 +334,23 @@ def _agg_lines(res: dict, cmd: str) -> list[str]:
         lines += [f"Largest {SHORT[m]} misses:", "",
                   md(worst[["row", "group", "tp", "isl", "osl", "concurrency", "deployment", "measured",
                             "predicted", "error_pct"]]), ""]
+    return lines + _left_out(res, "rows", "Rows")
+
+
+def _left_out(res: dict, noun: str, title: str) -> list[str]:
+    """The closing tables of a section: rows whose replay failed, rows refused, rows capped."""
+    import pandas as pd
+
+    from simulator.validation.report import markdown as md
+
+    lines = []
     if res["failed"]:
         fails = _failures(res["failed"])
-        lines += ["Rows whose replay failed:", "",
+        lines += [f"{title} whose replay failed:", "",
                   md(pd.DataFrame(sorted(fails.items(), key=lambda kv: -kv[1]), columns=["error", "rows"])), ""]
-    lines += ["Rows not replayed, by reason:", "", md(_refusals(res["not_replayed"]))]
+    lines += [f"{title} not replayed, by reason:", "", md(_refusals(res["not_replayed"]))]
     if res["capped"]:
-        lines += ["", f"{res['capped']} further rows left out by --per-group."]
+        lines += ["", f"{res['capped']} further {noun} left out by --per-group."]
     return lines
 
 
