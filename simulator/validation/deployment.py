@@ -24,11 +24,12 @@ one:
       of the benchmarked concurrency, so an iteration holds one prompt and
       a chunk of the next rather than eight;
     - SGLang: ``max_prefill_tokens = ISL + 1500`` with mixed chunks on,
-      CUDA graphs for batches 1..C, and ``--chunked-prefill-size`` left at
-      SGLang's default for the GPU (``rule_plugin/sglang.rule`` and
-      ``backend_templates/sglang/cli_args.0.5.8.j2`` set no chunk), so its
-      default memory reserve is sized for that chunk (16,384 tokens on a
-      B200), not for the prompt cap;
+      CUDA graphs for batches 1..C, and ``--chunked-prefill-size`` and
+      ``--mem-fraction-static`` left at SGLang's defaults (the sglang
+      templates, ``backend_templates/sglang/cli_args*.j2``, write them only
+      when a worker parameter sets them, and no rule does), so its default
+      memory reserve is sized for the GPU's default chunk (16,384 tokens on
+      a B200), not for the prompt cap;
     - a model with DeepSeek's next-token-prediction (MTP) layers decodes
       speculatively with one draft token (:func:`speculative`);
     - AIPerf at concurrency C with ``ignore_eos``, ``2·C`` warm-up
