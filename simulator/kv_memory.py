@@ -20,8 +20,11 @@ difference is the whole pool:
     ``ModelRunner.profile_max_num_token``: ``rest_memory =
     available_after_weights − free_at_start × (1 − mem_fraction_static)``);
     activations and CUDA graphs live in the rest. Its default is SGLang's
-    own reserve for the GPU, the parallel size and the token budget
-    (server_args.py ``ServerArgs._handle_gpu_memory_settings``).
+    own reserve for the GPU, the parallel size and the prefill chunk
+    (server_args.py ``ServerArgs._handle_gpu_memory_settings``): the chunk
+    is ``--chunked-prefill-size`` (the engine's token budget unless
+    ``kv_memory.chunked_prefill_size`` says otherwise), never
+    ``--max-prefill-tokens``, which counts only when chunked prefill is off.
 ``trtllm``
     ``KvCacheConfig.free_gpu_memory_fraction`` (0.9) of the memory still free
     after the weights and a profiling run of ``max_num_tokens``
@@ -36,9 +39,9 @@ same share of its sequences (:func:`simulator.parallelism.kv_copies`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional
+from typing import Callable, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt
 
 from .profiles.hardware import GIB
 
@@ -70,6 +73,12 @@ class KvMemory(BaseModel):
     max_tokens: Optional[int] = Field(
         default=None, ge=1, description="cap on the KV tokens of one attention rank (TensorRT-LLM's "
                                         "KvCacheConfig.max_tokens, SGLang's --max-total-tokens); default: none")
+    chunked_prefill_size: Optional[Union[PositiveInt, Literal["default"]]] = Field(
+        default=None, description="SGLang's --chunked-prefill-size, the prefill chunk its default reserve grows "
+                                  "with (1.5 MiB a token): a token count, or 'default' for SGLang's own for the "
+                                  "GPU (2,048 below 35 GiB, 4,096 below 60, 8,192 below 160, 16,384 above), which "
+                                  "a launch that sets only --max-prefill-tokens keeps; default: the engine's "
+                                  "token budget (max_num_batched_tokens)")
     cuda_graph_max_bs: Optional[int] = Field(
         default=None, ge=1, description="SGLang's --cuda-graph-max-bs, which its default reserve grows with; "
                                         "default: SGLang's for the GPU (up to 512)")
@@ -88,7 +97,7 @@ class GpuShare:
     activation: float       # activations of the profiling run's tokens on this GPU, logits apart
     gpus: int               # GPUs of the serving process (SGLang's tp_size: tp × dp)
     dp: int                 # attention data-parallel ranks
-    budget: int             # token budget of one iteration (SGLang's chunked_prefill_size)
+    budget: int             # token budget of one iteration (SGLang's prefill chunk unless kv_memory sets it)
     max_seqs: int
     speculative: bool = False   # a draft model or MTP module decodes beside the model
     runtime: float = RUNTIME_BYTES_PER_GPU
@@ -137,6 +146,19 @@ def sglang_graph_max_bs(hbm_mib: float, gpus: int) -> int:
     return 512
 
 
+def sglang_chunked_prefill_size(hbm_mib: float) -> int:
+    """SGLang's default ``chunked_prefill_size`` for the GPU (server_args.py
+    ``_handle_gpu_memory_settings``, 0.5.x): the prefill chunk its reserve is
+    sized for when the launch does not set ``--chunked-prefill-size``."""
+    if hbm_mib < 35 * 1024:
+        return 2048
+    if hbm_mib < 60 * 1024:
+        return 4096
+    if hbm_mib < 160 * 1024:
+        return 8192
+    return 16384
+
+
 def sglang_mem_fraction_static(hbm_mib: float, gpus: int, dp: int, chunked_prefill_size: int,
                                graph_max_bs: int, speculative: bool = False) -> tuple[float, float]:
     """SGLang's default ``mem_fraction_static`` and the reserve (MiB) it
@@ -165,13 +187,22 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     else:
         mib = g.hbm / MIB
         bs = spec.cuda_graph_max_bs or sglang_graph_max_bs(mib, g.gpus)
-        frac, reserved = sglang_mem_fraction_static(mib, g.gpus, g.dp, g.budget, bs, g.speculative)
+        chunk = _sglang_chunk(spec, g)
+        frac, reserved = sglang_mem_fraction_static(mib, g.gpus, g.dp, chunk, bs, g.speculative)
         why = (f"SGLang's default for a {g.hbm / GIB:.0f} GiB GPU: {reserved / 1024:.1f} GiB reserved for a "
-               f"{g.budget:,}-token prefill chunk, CUDA graphs up to batch {bs}, {g.gpus} GPUs"
+               f"{chunk:,}-token prefill chunk, CUDA graphs up to batch {bs}, {g.gpus} GPUs"
                + (" and a draft" if g.speculative else ""))
     # free_at_start × fraction holds weights and KV; the runtime is taken before start-up is measured.
     usable = frac * (g.hbm - g.runtime)
     return KvBudget(usable - g.weights, frac, usable, 0.0, "mem_fraction_static", why)
+
+
+def _sglang_chunk(spec: KvMemory, g: GpuShare) -> int:
+    """The prefill chunk SGLang's reserve is sized for: ``kv_memory.chunked_prefill_size``,
+    its GPU default ('default'), or the engine's token budget."""
+    if spec.chunked_prefill_size == "default":
+        return sglang_chunked_prefill_size(g.hbm / MIB)
+    return spec.chunked_prefill_size or g.budget
 
 
 def _trtllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:

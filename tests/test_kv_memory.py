@@ -10,7 +10,8 @@ from hypothesis import given, settings, strategies as st
 from pydantic import ValidationError
 
 from simulator.errors import LlmsimError
-from simulator.kv_memory import GpuShare, KvMemory, kv_budget, sglang_graph_max_bs, sglang_mem_fraction_static
+from simulator.kv_memory import (GpuShare, KvMemory, kv_budget, sglang_chunked_prefill_size, sglang_graph_max_bs,
+                                 sglang_mem_fraction_static)
 from simulator.memory import plan_memory
 from simulator.parallelism import Parallelism, replica_kv_bytes_per_token
 from simulator.profiles import load_hardware, load_model
@@ -100,6 +101,28 @@ def test_sglang_default_fraction_follows_its_reserve():
     assert with_dp == 512 + 24576 + 1024 + 1024 + 512 * 8 * 3 + 512 * 8 * 1.5
     assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative=True)[1] == 26624 + 2048
     assert sglang_mem_fraction_static(h100, 1, 1, 1, 1)[1] == 10 * 1024
+
+
+def test_sglang_reserve_is_sized_for_its_prefill_chunk_not_the_prompt_cap():
+    """server_args.py _handle_gpu_memory_settings adds 1.5 MiB per token of
+    chunked_prefill_size, which defaults by GPU (8k on H100 and H200, 16k on
+    a B200); --max-prefill-tokens does not enter it while chunked prefill is
+    on. kv_memory.chunked_prefill_size names the chunk: 'default' is SGLang's
+    for the GPU, unset it is the engine's token budget."""
+    h100, h200, b200 = 81559, 143771, 183359          # MiB, as nvidia-smi reports them
+    assert [sglang_chunked_prefill_size(m) for m in (24 * 1024, 48 * 1024, h100, h200, b200)] == \
+        [2048, 4096, 8192, 8192, 16384]
+    g = GpuShare(hbm=b200 * 2**20, weights=80 * GIB, activation=0.0, gpus=8, dp=1, budget=9724, max_seqs=32)
+    default = kv_budget(g, KvMemory(rule="sglang", chunked_prefill_size="default", cuda_graph_max_bs=32))
+    budget = kv_budget(g, KvMemory(rule="sglang", cuda_graph_max_bs=32))
+    small = kv_budget(g, KvMemory(rule="sglang", chunked_prefill_size=4096, cuda_graph_max_bs=32))
+    assert default.fraction == sglang_mem_fraction_static(b200, 8, 1, 16384, 32)[0] == 0.857
+    assert budget.fraction == sglang_mem_fraction_static(b200, 8, 1, 9724, 32)[0]
+    assert small.fraction == sglang_mem_fraction_static(b200, 8, 1, 4096, 32)[0] == round((b200 - 10240) / b200, 3)
+    assert small.kv_bytes > budget.kv_bytes > default.kv_bytes
+    assert "16,384-token prefill chunk" in default.why
+    with pytest.raises(ValidationError):
+        KvMemory(rule="sglang", chunked_prefill_size=0)
 
 
 def test_trtllm_takes_its_fraction_of_what_weights_and_activations_leave():

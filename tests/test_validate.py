@@ -9,6 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from simulator.errors import LlmsimError
+from simulator.scenario.schema import PoolSpec
 from simulator.validation.fit import fit
 from simulator.validation.replay import ReplaySettings, predict
 from simulator.validation.rows import Row
@@ -173,6 +175,34 @@ def test_generated_deployments_are_engines_llmsim_accepts(stack, c, isl):
     keys = engine_keys("aiconfigurator", stack, c, isl)
     cfg = EngineConfig(**keys)
     assert cfg.max_num_seqs == c and cfg.max_num_batched_tokens >= c + isl
+
+
+@pytest.mark.parametrize("c", [4, 32])
+def test_generated_sglang_launch_keeps_its_gpu_default_prefill_chunk(c):
+    """AIConfigurator's generator sets --max-prefill-tokens and --cuda-graph-bs
+    1..C but no --chunked-prefill-size, so SGLang sizes its memory reserve
+    for its GPU's default chunk (16,384 tokens on a B200), whatever the
+    prompt cap: DeepSeek-R1's fp8 weights on four B200s then leave no KV
+    room under SGLang's default mem_fraction_static, and on eight the pool
+    is what that reserve leaves."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.kv_memory import sglang_mem_fraction_static
+    from simulator.validation.deployment import engine_keys, speculative
+
+    keys = engine_keys("aiconfigurator", "sglang", c, 8192)
+    assert keys["kv_memory"] == {"cuda_graph_max_bs": c, "chunked_prefill_size": "default"}
+    assert "kv_memory" not in engine_keys("aiconfigurator", "vllm", c, 8192)
+
+    def pool(tp):
+        return PoolSpec.model_validate({"model": "deepseek-v3", "gpu": "b200", "tp": tp,
+                                        "speculative": speculative("aiconfigurator", 1),
+                                        "engine": {"backend": "sglang", "weight_dtype": "fp8", "kv_dtype": "fp8",
+                                                   **keys}})
+
+    with pytest.raises(LlmsimError, match=r"does not fit on 4× b200 as SGLang sizes.*16,384-token prefill chunk"):
+        setup_pool(pool(4), 0)
+    mem = setup_pool(pool(8), 0).memory
+    assert mem.fraction == sglang_mem_fraction_static(183359, 8, 1, 16384, c, speculative=True)[0]
 
 
 def test_phases_replay_one_burst_round_then_the_rest_out_of_phase():

@@ -24,7 +24,12 @@ one:
       of the benchmarked concurrency, so an iteration holds one prompt and
       a chunk of the next rather than eight;
     - SGLang: ``max_prefill_tokens = ISL + 1500`` with mixed chunks on,
-      CUDA graphs for batches 1..C;
+      CUDA graphs for batches 1..C, and ``--chunked-prefill-size`` and
+      ``--mem-fraction-static`` left at SGLang's defaults (the sglang
+      templates, ``backend_templates/sglang/cli_args*.j2``, write them only
+      when a worker parameter sets them, and no rule does), so its default
+      memory reserve is sized for the GPU's default chunk (16,384 tokens on
+      a B200), not for the prompt cap;
     - a model with DeepSeek's next-token-prediction (MTP) layers decodes
       speculatively with one draft token (:func:`speculative`);
     - AIPerf at concurrency C with ``ignore_eos``, ``2·C`` warm-up
@@ -148,8 +153,13 @@ def engine_keys(deployment: str, stack: str, concurrency: int, isl: int) -> dict
     if deployment in _EVAL:
         return {**keys, "prefix_cache": False}
     keys.update(launch.engine)
+    memory: dict[str, Any] = {}
     if launch.graphs_to_concurrency:
-        keys["kv_memory"] = {"cuda_graph_max_bs": concurrency}
+        memory["cuda_graph_max_bs"] = concurrency
+    if launch.default_prefill_chunk:
+        memory["chunked_prefill_size"] = "default"
+    if memory:
+        keys["kv_memory"] = memory
     return keys
 
 
