@@ -92,8 +92,10 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     :func:`simulator.costmodel.speculative.speculative_memory`).
 
     Each of the ``dp`` attention ranks holds the non-expert weights split
-    ``tp`` ways and its own sequences' KV; the routed experts are split over
-    all GPUs (:mod:`.parallelism`). Every GPU gets the same KV budget from
+    ``tp`` ways, bar those every GPU keeps whole (MLA's down-projections
+    and their norms, MoE routers, K/V heads fewer than ``tp``:
+    :func:`.parallelism.tp_whole_weight_bytes`), and its own sequences' KV;
+    the routed experts are split over all GPUs (:mod:`.parallelism`). Every GPU gets the same KV budget from
     the stack's rule; the replica's KV capacity is the sum of its GPUs'.
     Sliding-window layers keep at most a window per sequence:
     ``max_num_seqs`` windows per rank are set aside, the rest is counted per

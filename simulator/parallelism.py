@@ -3,7 +3,9 @@
 A replica runs ``dp`` attention data-parallel ranks of ``tp`` GPUs each, as
 vLLM's data-parallel + expert-parallel deployment does: every rank holds
 the attention, the dense MLPs, the shared experts, embeddings and LM head
-split ``tp`` ways and attends only its own sequences; the MoE layers' routed
+split ``tp`` ways (bar the parts each GPU keeps whole: MLA's
+down-projections and their norms, MoE routers, and K/V heads when there are fewer
+than ``tp``) and attends only its own sequences; the MoE layers' routed
 experts are spread over all ``tp × dp`` GPUs, ``ep`` ways by expert and
 ``moe_tp = tp·dp / ep`` ways by width. With ``dp = ep = 1`` this is plain
 tensor parallelism.
@@ -17,6 +19,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .dtypes import BYTES, linear_dtype
 from .errors import LlmsimError
 from .profiles.hardware import HardwareProfile
 from .profiles.model import ModelProfile
@@ -63,22 +66,86 @@ class Parallelism:
                               key_path="ep" if model.is_moe else "dp")
 
 
-def weight_bytes_per_gpu(model: ModelProfile, par: Parallelism, weight_dtype: str) -> tuple[float, float]:
-    """(replicated part, expert part) of one GPU's weights.
+def kv_heads_per_gpu(model: ModelProfile, tp: int) -> int:
+    """GQA KV heads one GPU of a tp group serves: its share, and at least
+    one, so that with fewer KV heads than GPUs every head is replicated
+    (vLLM's ``QKVParallelLinear``: one head and ``num_kv_head_replicas =
+    tp / kv_heads`` when ``tp >= kv_heads``; SGLang's ``QKVParallelLinear``
+    the same; TensorRT-LLM's ``duplicate_kv_weight`` in
+    ``_torch/models/modeling_utils.py`` repeats each head's K/V weights
+    tp / kv_heads times)."""
+    return max(1, -(-model.kv_heads // tp))
 
-    The replicated part — everything but the routed experts — is split tp
-    ways and held by every one of the dp ranks; the routed experts are
-    split over all tp·dp GPUs (ep by expert, moe_tp by width).
+
+def tp_whole_weight_bytes(model: ModelProfile, tp: int, weight_dtype: str) -> tuple[float, float]:
+    """(bytes as :meth:`ModelProfile.weight_bytes` counts them, bytes one
+    GPU holds) of the weights a tensor-parallel group does not split tp
+    ways. The second is what memory must set aside; the first is what the
+    even split would otherwise have given each GPU a tp-th of.
+
+    * MLA down-projections (:attr:`ModelProfile.mla_down_params_per_layer`):
+      replicated on every GPU — vLLM ``deepseek_v2.py``: ``q_a_proj`` and
+      ``kv_a_proj_with_mqa`` are ``ReplicatedLinear``, fused in 0.19 as
+      ``DeepSeekV2FusedQkvAProjLinear`` (a ``MergedColumnParallelLinear``
+      with ``disable_tp=True``); SGLang ``deepseek_v2.py``
+      ``DeepseekV2AttentionMLA.fused_qkv_a_proj_with_mqa``, a
+      ``ReplicatedLinear``; TensorRT-LLM ``_torch/modules/attention.py``
+      ``MLA.kv_a_proj_with_mqa`` (q_a and kv_a fused), a ``Linear`` without
+      a tensor-parallel mode. They take the checkpoint's linear format, as
+      :meth:`ModelProfile.weight_bytes` counts them (DeepSeek's fp8
+      checkpoint quantises them like every other projection).
+    * MLA's latent norms (``q_a_layernorm``, ``kv_a_layernorm``): an
+      RMSNorm weight is a plain parameter on every GPU; 16-bit. (So are the
+      layers' own norms, but a hidden-wide vector per layer is a few MB on
+      the largest model; they stay in the split part, which leaves dense
+      models' results as they were.)
+    * GQA K and V projections: each GPU holds :func:`kv_heads_per_gpu`
+      heads' worth, so with fewer KV heads than GPUs they are replicated
+      (Qwen3-235B's 4 KV heads at tp 8: one head, twice its eighth).
+    * MoE routers (:attr:`ModelProfile.router_params`): a whole hidden ×
+      experts matrix on every GPU, kept unquantised — vLLM ``GateLinear``
+      (a ``ReplicatedLinear`` without ``quant_config``, DeepSeek and
+      gpt-oss), ``ReplicatedLinear(quant_config=None)`` in Mixtral and
+      MiniMax-M2 (``params_dtype=torch.float32``); SGLang ``MoEGate`` (a
+      plain parameter, DeepSeek) and ``ReplicatedLinear(quant_config=None)``
+      in qwen3_moe, mixtral, minimax_m2 (fp32) and gpt_oss; TensorRT-LLM
+      ``modeling_deepseekv3.py`` ``DeepseekV3Gate.weight`` in the model's
+      dtype. So a router takes :attr:`ModelProfile.router_weight_bytes`
+      per weight (bf16; fp32 for MiniMax-M2) whatever the experts' format.
+      (vLLM's qwen3_moe hands the gate the checkpoint's ``quant_config``;
+      llmsim assumes the Qwen3 fp8 checkpoints leave it bf16, as SGLang
+      loads it.)
+    """
+    linear = BYTES[linear_dtype(weight_dtype)]
+    L = model.num_hidden_layers
+    norms = L * ((model.kv_lora_rank or 0) + (model.q_lora_rank or 0)) * 2.0 if model.is_mla else 0.0
+    mla = L * model.mla_down_params_per_layer * linear
+    kv = L * model.kv_projection_params_per_layer * linear
+    kv_held = kv * kv_heads_per_gpu(model, tp) / model.kv_heads
+    routers = model.router_params
+    counted = norms + mla + kv + routers * linear
+    held = norms + mla + kv_held + routers * model.router_weight_bytes
+    return counted, held
+
+
+def weight_bytes_per_gpu(model: ModelProfile, par: Parallelism, weight_dtype: str) -> tuple[float, float]:
+    """(attention-rank part, expert part) of one GPU's weights.
+
+    Of everything but the routed experts, each GPU of a rank holds a tp-th
+    — except the weights every GPU keeps whole or by the head
+    (:func:`tp_whole_weight_bytes`) — and every one of the dp ranks holds
+    the same; the routed experts are split over all tp·dp GPUs (ep by
+    expert, moe_tp by width).
     """
     experts = model.expert_weight_bytes(weight_dtype)
     rest = model.weight_bytes(weight_dtype) - experts
-    return rest / par.tp, experts / par.gpus
+    counted, held = tp_whole_weight_bytes(model, par.tp, weight_dtype)
+    return rest / par.tp + (held - counted / par.tp), experts / par.gpus
 
 
 def replica_weight_bytes(model: ModelProfile, par: Parallelism, weight_dtype: str) -> float:
-    """Weights held by the whole replica, replication across dp ranks included."""
-    if par.dp == 1:
-        return model.weight_bytes(weight_dtype)
+    """Weights held by the whole replica: every GPU's, so the parts a rank
+    keeps whole are counted once per GPU and the rest once per dp rank."""
     rest, experts = weight_bytes_per_gpu(model, par, weight_dtype)
     return (rest + experts) * par.gpus
 
@@ -88,14 +155,11 @@ def kv_copies(model: ModelProfile, tp: int) -> float:
     one copy of all its heads. MLA's latent has no heads to split: every
     GPU of the rank keeps the whole of it (tp copies; vLLM, SGLang and
     TensorRT-LLM alike). GQA heads are split over the tp GPUs, and a GPU
-    holds at least one: with fewer KV heads than GPUs each head is
-    replicated (vLLM's ``max(1, num_kv_heads // tp)`` per GPU; SGLang's
-    ``get_num_kv_heads(tp)``), so Qwen3-235B's 4 KV heads at tp 8 take
-    twice their share."""
+    holds at least one (:func:`kv_heads_per_gpu`), so Qwen3-235B's 4 KV
+    heads at tp 8 take twice their share."""
     if model.is_mla:
         return float(tp)
-    heads = model.kv_heads
-    return max(1, -(-heads // tp)) * tp / heads
+    return kv_heads_per_gpu(model, tp) * tp / model.kv_heads
 
 
 def replica_kv_bytes_per_token(model: ModelProfile, par: Parallelism, kv_dtype: str) -> float:

@@ -39,7 +39,7 @@ from typing import Optional
 from .errors import LlmsimError
 from .kv_memory import GpuShare, KvMemory, kv_budget
 from .memory import MemoryPlan, activation_bytes_per_token
-from .parallelism import Parallelism, replica_kv_bytes_per_token
+from .parallelism import Parallelism, replica_kv_bytes_per_token, tp_whole_weight_bytes
 from .profiles.hardware import HardwareProfile
 from .profiles.model import ModelProfile
 
@@ -98,12 +98,14 @@ def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp:
     embed = model.embedding_params * 2.0
     head = model.vocab_size * model.hidden_size * 2.0      # the LM head (a tied one is the embedding, copied)
     body = model.weight_bytes(weight_dtype) - embed - model.lm_head_params * 2.0
+    counted, held = tp_whole_weight_bytes(model, tp, weight_dtype)
+    whole = held - counted / tp     # per GPU beyond the tp-th: K/V heads fewer than tp
     per_token = activation_bytes_per_token(model, tp)
     kv_token = replica_kv_bytes_per_token(model, Parallelism(tp), kv_dtype)    # whole model, one tp group
     blocks, shares = None, []
     for s, n in enumerate(pipe.layers):
         last = s == pp - 1
-        weights = (body * n / L + (embed if s == 0 else 0.0) + (head if last else 0.0)) / tp
+        weights = (body * n / L + (embed if s == 0 else 0.0) + (head if last else 0.0)) / tp + whole * n / L
         share = GpuShare(gpu.hbm_bytes, weights, max_num_batched_tokens * per_token, tp, 1, max_num_batched_tokens,
                          max_num_seqs, logits_row=model.vocab_size / tp * 4.0 if last else 0.0)
         budget = kv_budget(share, kv_memory, gpu_memory_utilization)

@@ -134,10 +134,11 @@ def test_trtllm_takes_its_fraction_of_what_weights_and_activations_leave():
 
 
 def test_deepseek_r1_on_four_b200s():
-    """672.9 GB of fp8 weights on 4×B200: TensorRT-LLM keeps 90 % of what is
-    left (about 17 GiB a GPU, 500k fp8 tokens); SGLang's default reserve for
-    a 16k prefill chunk does not leave room and the refusal says so in its
-    terms; at mem_fraction_static 0.93 about 8 GiB a GPU is left (244k fp8 tokens)."""
+    """676.4 GB of fp8 weights on 4×B200 (the down-projections and routers
+    whole on each GPU): TensorRT-LLM keeps 90 % of what is left (about 17 GiB
+    a GPU, 520k fp8 tokens); SGLang's default reserve for a 16k prefill chunk
+    does not leave room and the refusal says so in its terms; at
+    mem_fraction_static 0.93 about 7 GiB a GPU is left (219k fp8 tokens)."""
     layout, b200 = ("deepseek-v3", "fp8", 4, 1, 1), "b200"
     trt = _plan(layout, b200, "trtllm", 0.9, kv_dtype="fp8")
     assert 15 * GIB < trt.kv_capacity_bytes / 4 < 20 * GIB

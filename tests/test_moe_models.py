@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 from simulator.costmodel import CostModel, moe
 from simulator.errors import LlmsimError
 from simulator.memory import plan_memory
-from simulator.parallelism import Parallelism, replica_weight_bytes, weight_bytes_per_gpu
+from simulator.parallelism import Parallelism, replica_weight_bytes, tp_whole_weight_bytes, weight_bytes_per_gpu
 from simulator.profiles import load_hardware, load_model
 from simulator.profiles.model import ModelProfile
 
@@ -254,9 +254,12 @@ def test_ep_and_dp_conserve_weights(data, name, wd):
     m = load_model(name)
     par = data.draw(st.sampled_from(_layouts(m, 72)))
     rest, experts = weight_bytes_per_gpu(m, par, wd)
-    # Summed over the replica: every expert once, everything else once per dp rank.
+    # Summed over the replica: every expert once, the split rest once per dp
+    # rank, and what a GPU keeps whole (routers, MLA down-projections) once per GPU.
     total = (rest + experts) * par.gpus
-    expected = par.dp * (m.weight_bytes(wd) - m.expert_weight_bytes(wd)) + m.expert_weight_bytes(wd)
+    counted, held = tp_whole_weight_bytes(m, par.tp, wd)
+    split = m.weight_bytes(wd) - m.expert_weight_bytes(wd) - counted
+    expected = par.dp * split + par.gpus * held + m.expert_weight_bytes(wd)
     assert total == pytest.approx(expected, rel=1e-12)
     assert replica_weight_bytes(m, par, wd) == pytest.approx(expected, rel=1e-12)
     # ep only moves experts between GPUs: the replica holds the same bytes.

@@ -219,6 +219,35 @@ class ModelProfile(BaseModel):
         return experts * self.expert_params + self.mlp_params(self.shared_ffn) + router
 
     @property
+    def mla_down_params_per_layer(self) -> int:
+        """MLA's down-projections from the hidden state, one layer: the query
+        latent (``q_a_proj``, hidden × q_lora_rank, when the query is
+        compressed) and the KV latent with its rotary key
+        (``kv_a_proj_with_mqa``). They have no heads to split, so the
+        serving stacks keep them whole on every GPU of a tensor-parallel
+        group (:func:`simulator.parallelism.tp_whole_weight_bytes`); 0 for
+        other attention."""
+        if not self.is_mla:
+            return 0
+        q_a = self.hidden_size * (self.q_lora_rank or 0)
+        return q_a + self.hidden_size * ((self.kv_lora_rank or 0) + (self.qk_rope_head_dim or 0))
+
+    @property
+    def kv_projection_params_per_layer(self) -> int:
+        """The K and V projections of one GQA layer (biases included), the
+        part of attention a GPU holds per KV head; 0 for MLA."""
+        if self.is_mla:
+            return 0
+        return 2 * self.hidden_size * self.kv_dim + (2 * self.kv_dim if self.attention_bias else 0)
+
+    @property
+    def router_params(self) -> int:
+        """The routers (gates) of all MoE layers: hidden × experts each, none
+        for a single expert (as :attr:`moe_layer_params` counts them)."""
+        experts = self.num_experts or 0
+        return self.num_moe_layers * self.hidden_size * experts if experts > 1 else 0
+
+    @property
     def linear_params_per_layer(self) -> int:
         """Attention plus a dense MLP: every layer of a dense model."""
         return self.attention_params_per_layer + self.mlp_params(self.dense_ffn)
