@@ -66,7 +66,7 @@ def test_vllm_budget_follows_the_gpu(gpu, budget, seqs):
     assert (e.max_num_batched_tokens, e.max_num_seqs, e.chunked_prefill) == (budget, seqs, True)
 
 
-@pytest.mark.parametrize("gpu, chunk", [("l40s", 8192), ("h100-sxm", 8192), ("h200", 8192), ("b200", 16384)])
+@pytest.mark.parametrize("gpu, chunk", [("l40s", 4096), ("h100-sxm", 8192), ("h200", 8192), ("b200", 16384)])
 def test_sglang_chunk_follows_the_gpu(gpu, chunk):
     e = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": gpu, "engine": {"backend": "sglang"}}).engine
     assert e.max_num_batched_tokens == chunk and not e.mixes_prefill

@@ -224,3 +224,18 @@ def test_kv_capacity_against_public_start_up_logs(case):
     """Within 6 % of what each stack logged for the same deployment
     (benchmarks/kv_capacity.py prints the table with its sources)."""
     assert _logs().llmsim_value(case) == pytest.approx(case.logged, rel=0.06)
+
+
+def test_sglang_profile_budget_is_sglangs_default_chunk_on_every_builtin_gpu():
+    """The sglang backend's token budget per GPU (engine_by_gpu) and the chunk
+    its memory reserve defaults to (sglang_chunked_prefill_size) are the same
+    rule of server_args.py _handle_gpu_memory_settings, written twice: they
+    must agree on every built-in GPU (A100 40GB and L40S take 4,096)."""
+    from simulator.profiles.backend import load_backend
+    from simulator.profiles.hardware import builtin_hardware
+
+    prof = load_backend("sglang")
+    budgets = {name: prof.engine_defaults(gpu)["max_num_batched_tokens"] for name, gpu in builtin_hardware().items()}
+    assert budgets == {name: sglang_chunked_prefill_size(gpu.hbm_bytes / 2**20)
+                       for name, gpu in builtin_hardware().items()}
+    assert budgets["a100-sxm-40gb"] == budgets["l40s"] == 4096
