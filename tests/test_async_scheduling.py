@@ -143,3 +143,35 @@ def test_a_release_that_is_no_version_is_one_line(tmp_path, cli):
     bad = {**SCENARIO, "pools": [{**SCENARIO["pools"][0], "engine": {"backend": "vllm", "backend_version": "latest"}}]}
     one_line_error(cli("run", write_yaml(tmp_path / "s.yaml", bad), "--output", tmp_path / "out"),
                    "backend_version 'latest'")
+
+
+_DRAFT = {"draft_model": "tinyllama-1.1b", "k": 5, "acceptance_rate": 0.8}
+
+
+@pytest.mark.parametrize("speculative, engine, overlaps", [
+    (None, {}, True),                                           # plain decoding: vLLM's default
+    (_DRAFT, {}, False),                                        # a separate draft turns the default off
+    (_DRAFT, {"async_scheduling": True}, True),                 # --async-scheduling asked for is accepted
+    ({"draft_model": "mtp", "k": 1, "acceptance_rate": 0.8}, {}, True),   # MTP keeps it (EAGLE-type)
+])
+def test_a_separate_draft_model_turns_vllms_async_default_off(speculative, engine, overlaps):
+    """vllm/config/vllm.py VllmConfig.__post_init__ (0.18, 0.19): async
+    scheduling stays on by default only for EAGLE/MTP drafting; a draft model
+    turns it off unless asked for (backend_profiles/vllm.yaml draft_model_engine)."""
+    from simulator.scenario.schema import PoolSpec
+
+    model = "deepseek-v3" if speculative and speculative["draft_model"] == "mtp" else "llama-2-13b"
+    pool = {"model": model, "gpu": "h200" if model == "deepseek-v3" else "a100-sxm-40gb",
+            "engine": {"backend": "vllm", **engine}}
+    if model == "deepseek-v3":
+        pool.update(tp=8, engine={**pool["engine"], "weight_dtype": "fp8"})
+    if speculative:
+        pool["speculative"] = speculative
+    assert PoolSpec.model_validate(pool).engine.async_scheduling is overlaps
+
+
+def test_only_vllm_changes_its_defaults_for_a_draft_model():
+    """SGLang's and TensorRT-LLM's profiles name no draft-model defaults (their
+    speculative keys are validation's, for MTP): the rule is vLLM's own."""
+    assert load_backend("vllm").draft_model_engine == {"async_scheduling": False}
+    assert load_backend("sglang").draft_model_engine == load_backend("trtllm").draft_model_engine == {}

@@ -151,6 +151,9 @@ class BackendProfile(_Strict):
                                                         "and SGLang's micro-batches); else pp > 1 is refused")
     speculative_engine: dict[str, Any] = Field(
         default_factory=dict, description="engine keys the stack changes when it decodes speculatively")
+    draft_model_engine: dict[str, Any] = Field(
+        default_factory=dict, description="engine defaults the stack changes when a separate draft model (not the "
+                                          "model's own MTP layers) speculates; keys the pool writes win")
     aiconfigurator: GeneratedLaunch = GeneratedLaunch()
 
     def released(self, version: str) -> Optional[str]:
@@ -232,7 +235,8 @@ def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
 
     mappings = [("engine", prof.engine), *((f"engine_by_gpu[{i}].set", r.set) for i, r in enumerate(prof.engine_by_gpu)),
                 *((f"by_version[{i}].set", r.set) for i, r in enumerate(prof.by_version)),
-                ("speculative_engine", prof.speculative_engine), ("aiconfigurator.engine", prof.aiconfigurator.engine)]
+                ("speculative_engine", prof.speculative_engine), ("draft_model_engine", prof.draft_model_engine),
+                ("aiconfigurator.engine", prof.aiconfigurator.engine)]
     for where, mapping in mappings:
         # `kernels` is checked against the built-in profiles' stacks, which would load this one again
         settings = {k: v for k, v in mapping.items() if k != "kernels"}
@@ -262,9 +266,12 @@ def serving_stacks() -> list[str]:
     return sorted({load_backend(n).stack for n in backend_names()})
 
 
-def apply_backend(engine: dict[str, Any], gpu_name: str) -> dict[str, Any]:
+def apply_backend(engine: dict[str, Any], gpu_name: str, draft_model: Optional[str] = None) -> dict[str, Any]:
     """``engine`` (a pool's engine mapping as written) with its backend's
-    defaults for ``gpu_name`` under the keys the user set."""
+    defaults for ``gpu_name`` under the keys the user set. ``draft_model``:
+    the pool's speculative draft, whose defaults a stack may change
+    (``draft_model_engine``; not for ``mtp``, the model's own layers)."""
+    from ..costmodel.speculative import MTP
     from .hardware import load_hardware
 
     name = engine.get("backend")
@@ -279,6 +286,8 @@ def apply_backend(engine: dict[str, Any], gpu_name: str) -> dict[str, Any]:
             raise LlmsimError(f"backend_version {version!r} is not a {prof.name} release number (such as "
                               f"0.14.1) nor a nightly dated YYYYMMDD")
         merged.update(keys)
+    if draft_model is not None and draft_model != MTP:
+        merged.update(prof.draft_model_engine)
     for key, value in engine.items():
         # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
         base = merged.get(key)

@@ -69,7 +69,9 @@ class PoolSpec(BaseModel):
             return data
         from ..profiles.backend import apply_backend
         try:
-            merged = apply_backend(engine, data["gpu"])
+            spec = data.get("speculative")
+            draft = spec.get("draft_model") if isinstance(spec, dict) else getattr(spec, "draft_model", None)
+            merged = apply_backend(engine, data["gpu"], draft if isinstance(draft, str) else None)
         except LlmsimError as e:
             where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
             raise ValueError(f"engine.backend {engine['backend']!r}: {where + ': ' if where else ''}{e.message}") from None
