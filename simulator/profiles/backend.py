@@ -266,12 +266,11 @@ def serving_stacks() -> list[str]:
     return sorted({load_backend(n).stack for n in backend_names()})
 
 
-def apply_backend(engine: dict[str, Any], gpu_name: str, draft_model: Optional[str] = None) -> dict[str, Any]:
+def apply_backend(engine: dict[str, Any], gpu_name: str, separate_draft: bool = False) -> dict[str, Any]:
     """``engine`` (a pool's engine mapping as written) with its backend's
-    defaults for ``gpu_name`` under the keys the user set. ``draft_model``:
-    the pool's speculative draft, whose defaults a stack may change
-    (``draft_model_engine``; not for ``mtp``, the model's own layers)."""
-    from ..costmodel.speculative import MTP
+    defaults for ``gpu_name`` under the keys the user set. ``separate_draft``:
+    the pool drafts with a separate model (not the model's own MTP layers),
+    whose defaults a stack may change (``draft_model_engine``)."""
     from .hardware import load_hardware
 
     name = engine.get("backend")
@@ -286,7 +285,7 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft_model: Optional[s
             raise LlmsimError(f"backend_version {version!r} is not a {prof.name} release number (such as "
                               f"0.14.1) nor a nightly dated YYYYMMDD")
         merged.update(keys)
-    if draft_model is not None and draft_model != MTP:
+    if separate_draft:
         merged.update(prof.draft_model_engine)
     for key, value in engine.items():
         # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.

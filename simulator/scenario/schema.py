@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..costmodel.speculative import SpeculativeSpec
+from ..costmodel.speculative import MTP, SpeculativeSpec
 from ..engine.config import EngineConfig
 from ..fleet.routing import RouterSpec
 from ..errors import LlmsimError
@@ -71,7 +71,7 @@ class PoolSpec(BaseModel):
         try:
             spec = data.get("speculative")
             draft = spec.get("draft_model") if isinstance(spec, dict) else getattr(spec, "draft_model", None)
-            merged = apply_backend(engine, data["gpu"], draft if isinstance(draft, str) else None)
+            merged = apply_backend(engine, data["gpu"], isinstance(draft, str) and draft != MTP)
         except LlmsimError as e:
             where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
             raise ValueError(f"engine.backend {engine['backend']!r}: {where + ': ' if where else ''}{e.message}") from None
