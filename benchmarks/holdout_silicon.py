@@ -243,10 +243,8 @@ def abs_signed(errors, by):
     import numpy as np
     import pandas as pd
 
-    if "metric" not in errors:         # nothing replayed
-        return pd.DataFrame(columns=[*([by] if isinstance(by, str) else by), "rows"])
-    e = errors[errors.metric.isin(METRICS)]
-    if e.empty:
+    e = errors[errors.metric.isin(METRICS)] if "metric" in errors else errors
+    if e.empty:                        # nothing replayed
         return pd.DataFrame(columns=[*([by] if isinstance(by, str) else by), "rows"])
     a = e.assign(a=e.error_pct.abs())
     absp = a.pivot_table(index=by, columns="metric", values="a", aggfunc="median")

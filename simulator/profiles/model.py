@@ -215,8 +215,14 @@ class ModelProfile(BaseModel):
         """Routed experts, shared expert(s) and router of one MoE layer (a
         single expert needs no router: every token goes to it)."""
         experts = self.num_experts or 0
-        router = self.hidden_size * experts if experts > 1 else 0
-        return experts * self.expert_params + self.mlp_params(self.shared_ffn) + router
+        return experts * self.expert_params + self.mlp_params(self.shared_ffn) + self.router_params_per_layer
+
+    @property
+    def router_params_per_layer(self) -> int:
+        """One MoE layer's router (gate): hidden × experts, none for a single
+        expert (every token goes to it)."""
+        experts = self.num_experts or 0
+        return self.hidden_size * experts if experts > 1 else 0
 
     @property
     def mla_down_params_per_layer(self) -> int:
@@ -242,10 +248,8 @@ class ModelProfile(BaseModel):
 
     @property
     def router_params(self) -> int:
-        """The routers (gates) of all MoE layers: hidden × experts each, none
-        for a single expert (as :attr:`moe_layer_params` counts them)."""
-        experts = self.num_experts or 0
-        return self.num_moe_layers * self.hidden_size * experts if experts > 1 else 0
+        """The routers (gates) of all MoE layers."""
+        return self.num_moe_layers * self.router_params_per_layer
 
     @property
     def linear_params_per_layer(self) -> int:
