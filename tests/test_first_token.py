@@ -7,10 +7,6 @@ again and judge each model family, GPU and stack by a fit made without it.
 """
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
-
 import numpy as np
 import pandas as pd
 import pytest
@@ -19,15 +15,11 @@ from hypothesis import strategies as st
 
 from simulator.runner import simulate
 from tests.test_backends import _closed
+from helpers_bench import load_benchmark
 
 
 def _bench():
-    spec = importlib.util.spec_from_file_location(
-        "first_token", Path(__file__).resolve().parents[1] / "benchmarks" / "first_token.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("first_token", mod)
-    spec.loader.exec_module(mod)
-    return mod
+    return load_benchmark("first_token")
 
 
 @settings(max_examples=25, deadline=None)
