@@ -4,6 +4,7 @@ from __future__ import annotations
 import pandas as pd
 import pytest
 
+from simulator.profiles.backend import load_backend
 from simulator.validation.replay import predict, scenario_for
 from simulator.validation.rows import RoleLayout, rows_from_csv
 
@@ -59,8 +60,11 @@ def test_a_disaggregated_row_becomes_a_prefill_pool_feeding_a_decode_pool(tmp_pa
     assert prefill.disaggregation is not None and prefill.disaggregation.decode_pool == "decode"
     assert decode.disaggregation is None
     assert [(c.name, c.pool) for c in sc.classes] == [("all", "prefill")]
-    # The prefill worker's batch is the row's prefill_batch_size per attention-DP rank.
-    assert prefill.engine.max_num_seqs == 1 * 8
+    # The prefill worker's batch is the row's prefill_batch_size, a cap each attention-DP rank applies
+    # (engine.dp_limits), and each rank has the aggregated row's token budget for its share of C.
+    assert prefill.engine.max_num_seqs == 1
+    block = load_backend("trtllm").aiconfigurator.budget_block
+    assert prefill.engine.max_num_batched_tokens == -(-(8 // 8 + 1024 + 1500) // block) * block
     # The decode pool is the aggregated pool of the same deployment on the decode layout: MTP drafts,
     # the same engine; the prefill pool samples one token and drafts none.
     agg_pool = scenario_for(agg).pools[0]

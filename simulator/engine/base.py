@@ -65,11 +65,15 @@ class ReplicaBase:
     def __init__(self, env: simpy.Environment, index: int, cm: StepCost, cfg: EngineConfig, num_blocks: int,
                  gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None, max_model_len: int | None = None,
                  id_block_tokens: int | None = None, kv_budgets: Optional[dict[str, int]] = None,
-                 offload: Optional[OffloadPlan] = None, lora: Optional[LoraPlan] = None):
+                 offload: Optional[OffloadPlan] = None, lora: Optional[LoraPlan] = None,
+                 rank_tokens: Optional[int] = None):
         self.env = env
         self.index = index
         self.cm = cm
         self.cfg = cfg
+        # The most one sequence's prompt advances in an iteration: its attention-DP rank's token
+        # budget (fleet.setup.rank_limits), else the replica's.
+        self.rank_tokens: int = rank_tokens or cfg.max_num_batched_tokens
         self.bs = cfg.block_size
         self.num_blocks = num_blocks
         self.max_model_len = max_model_len or cm.model.max_position_embeddings
@@ -563,7 +567,7 @@ class ReplicaBase:
                 break
             need, total, m = self._admission(s, reserve_output)
             new = s.prompt - max(0 if m is None else m.usable(s.prompt), self._preloaded(s))
-            if ((chunks or decoding) and new > budget) or self._no_room(s, need, total, free):
+            if ((chunks or decoding) and new > min(budget, self.rank_tokens)) or self._no_room(s, need, total, free):
                 break
             free -= self._admit(s, total, m, now)
             self._trim_cache(free)
@@ -585,7 +589,7 @@ class ReplicaBase:
                 break
             free -= self._admit(s, total, m, now)
             self._trim_cache(free)
-            c = min(s.prompt - s.done, budget)
+            c = min(s.prompt - s.done, budget, self.rank_tokens)
             chunks.append((s, c))
             budget -= c
         self._unskip(skipped)

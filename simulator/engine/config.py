@@ -49,8 +49,17 @@ class EngineConfig(BaseModel):
                                   "defaults that changed between releases apply (the backend profile's by_version "
                                   "rules: vLLM schedules asynchronously from 0.14); none: the profile's own "
                                   "versions")
-    max_num_seqs: int = Field(default=256, ge=1, description="max sequences in a batch")
-    max_num_batched_tokens: int = Field(default=8192, ge=1, description="token budget of one iteration")
+    max_num_seqs: int = Field(default=256, ge=1, description="max sequences in a batch (of each attention-DP "
+                                                              "rank where dp > 1)")
+    max_num_batched_tokens: int = Field(default=8192, ge=1, description="token budget of one iteration (of each "
+                                                                        "attention-DP rank where dp > 1, see "
+                                                                        "dp_limits)")
+    dp_limits: Literal["per_rank", "split"] = Field(
+        default="per_rank",
+        description="how the two limits above apply to a replica of dp > 1 attention data-parallel ranks, each of "
+                    "which schedules its own batch: per_rank, each rank has both (vLLM's DP engine cores, "
+                    "TensorRT-LLM's attention DP: the replica runs dp times each); split, each rank has "
+                    "max_num_seqs and 1/dp of the token budget (SGLang divides chunked_prefill_size by dp)")
     chunked_prefill: bool = Field(default=True, description="split prompts to fill the token budget beside decodes")
     mixed_prefill: Optional[bool] = Field(
         default=None, description="prefills share iterations with decodes; default: as chunked_prefill (vLLM "

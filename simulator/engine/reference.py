@@ -111,7 +111,7 @@ class ReferenceReplica(ReplicaBase):
         budget -= len(decodes)
         for s in self.running:
             if s.state == PREFILL and budget > 0:
-                c = min(s.prompt - s.done, budget)
+                c = min(s.prompt - s.done, budget, self.rank_tokens)
                 chunks.append((s, c))
                 budget -= c
         if not victims:

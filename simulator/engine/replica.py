@@ -46,9 +46,9 @@ class FastReplica(ReplicaBase):
                  gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None,
                  max_model_len: Optional[int] = None, id_block_tokens: Optional[int] = None,
                  kv_budgets: Optional[dict[str, int]] = None, offload: Optional[OffloadPlan] = None,
-                 lora: Optional[LoraPlan] = None) -> None:
+                 lora: Optional[LoraPlan] = None, rank_tokens: Optional[int] = None) -> None:
         super().__init__(env, index, cm, cfg, num_blocks, gaps, on_done, max_model_len, id_block_tokens,
-                         kv_budgets, offload, lora)
+                         kv_budgets, offload, lora, rank_tokens)
         self.running: dict[Seq, None] = {}   # admission order; newest last
         self.prefilling: dict[Seq, None] = {}
         self.fixed_blocks = 0                # held by sequences not decoding (contiguous KV: by all)
@@ -205,7 +205,7 @@ class FastReplica(ReplicaBase):
         for s in self.prefilling:
             if budget <= 0:
                 break
-            c = min(s.prompt - s.done, budget)
+            c = min(s.prompt - s.done, budget, self.rank_tokens)
             chunks.append((s, c))
             budget -= c
         if not victims:

@@ -87,13 +87,14 @@ class Pool:
                  kv_budgets: Optional[dict[str, int]] = None,
                  admission: Optional[dict[str, Admission]] = None, warm: int = 0,
                  offload: Optional[OffloadPlan] = None, lora: Optional[LoraPlan] = None,
-                 adapters: Optional[Callable[[Request], None]] = None) -> None:
+                 adapters: Optional[Callable[[Request], None]] = None, rank_tokens: Optional[int] = None) -> None:
         self.env = env
         self.name = name
         self.router = router
         self.cm = cm
+        self.rank_tokens = rank_tokens
         self._make = lambda i: ENGINES[engine](env, i, cm, cfg, num_blocks, gaps, self._ended, max_model_len,
-                                               id_block_tokens, kv_budgets, offload, lora)
+                                               id_block_tokens, kv_budgets, offload, lora, rank_tokens)
         self.adapters = adapters     # gives a request its LoRA adapter (fleet/lora.py LoraPool.assign)
         self.on_done = on_done
         self.num_blocks = num_blocks
@@ -233,9 +234,11 @@ class Pool:
 
     def prefill_tokens_per_s(self) -> float:
         """A replica's prefill rate with a full token budget (for predicted waits)."""
-        if self._prefill_rate is None:
+        if self._prefill_rate is None:      # with attention DP, each rank a chunk of its own budget
             n = self.cfg.max_num_batched_tokens
-            self._prefill_rate = n / self.cm.step_time(prefill_chunks=[(n, 0)])
+            r = self.rank_tokens or n
+            chunks = [(r, 0)] * max(1, n // r)
+            self._prefill_rate = r * len(chunks) / self.cm.step_time(prefill_chunks=chunks)
         return self._prefill_rate
 
     def _ended(self, req: Request) -> None:

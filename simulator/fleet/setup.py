@@ -33,7 +33,8 @@ class PoolSetup:
     cm: CostModel
     memory: MemoryPlan
     offload: Optional[OffloadPlan] = None   # KV offload tiers per replica (engine.kv_offload)
-    engine: Optional[EngineConfig] = None   # what the replicas run, where it differs from spec.engine (pp)
+    engine: Optional[EngineConfig] = None   # what the replicas run, where it differs from spec.engine (pp, dp)
+    rank_tokens: Optional[int] = None       # one attention-DP rank's token budget, where dp > 1
     lora: Optional[LoraPlan] = None         # LoRA adapter slots and caches per replica (pools[].lora)
 
     @property
@@ -79,7 +80,29 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
         lora, mem = lora_setup(spec, cm, mem, gpu, where, source)
     if e.num_gpu_blocks_override:
         mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
-    return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source), lora=lora)
+    replica, rank_tokens = rank_limits(e, spec.dp)
+    return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source),
+                     engine=replica, lora=lora, rank_tokens=rank_tokens)
+
+
+def rank_limits(e: EngineConfig, dp: int) -> tuple[Optional[EngineConfig], Optional[int]]:
+    """What one replica of ``dp`` attention data-parallel ranks schedules, and
+    one rank's token budget (None, None for a single rank). Every rank runs
+    its own scheduler (TensorRT-LLM's ``ExecutorRequestQueue`` hands each
+    new request to one rank and admits up to dp × ``max_batch_size``; each
+    of vLLM's DP engine cores and SGLang's DP schedulers has its own limits),
+    and a request stays on its rank: the replica holds dp × ``max_num_seqs``
+    sequences, and one prompt's chunk in an iteration never exceeds its
+    rank's budget. That budget is the stack's whole flag (``per_rank``) or
+    1/dp of it (``split``: SGLang's ``_handle_data_parallelism`` divides
+    ``chunked_prefill_size`` by dp). The KV pool and activation memory are
+    sized per rank from the flags as given (:func:`plan_memory`)."""
+    if dp <= 1:
+        return None, None
+    per_rank = e.dp_limits == "per_rank"
+    rank_tokens = e.max_num_batched_tokens if per_rank else max(1, e.max_num_batched_tokens // dp)
+    return e.model_copy(update={"max_num_batched_tokens": rank_tokens * dp,
+                                "max_num_seqs": e.max_num_seqs * dp}), rank_tokens
 
 
 def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, where: str,

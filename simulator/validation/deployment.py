@@ -139,23 +139,27 @@ AIPERF_EVAL_CLIENT = Client(warmup_rounds=2, counted_rounds=10, drain=True, lock
 GENAI_PERF_EVAL_CLIENT = Client(warmup_rounds=2, counted_rounds=10, drain=True)
 
 
-def engine_keys(deployment: str, stack: str, concurrency: int, isl: int) -> dict[str, Any]:
+def engine_keys(deployment: str, stack: str, concurrency: int, isl: int, dp: int = 1) -> dict[str, Any]:
     """Engine keys the deployment sets on top of the stack's defaults; how the
-    generator launches each stack is its backend profile's ``aiconfigurator``."""
+    generator launches each stack is its backend profile's ``aiconfigurator``.
+    Its batch is per attention-DP rank (``max_batch_size``, the file's
+    ``batch_size``), as are the engine's limits (``engine.dp_limits``): C
+    over ``dp`` ranks is a batch of ⌈C/dp⌉ each."""
     if deployment not in DEPLOYMENTS:
         raise ValueError(f"unknown deployment {deployment!r}")
     launch = _launch(stack)
     if deployment == "defaults" or (deployment in _EVAL and not launch.in_evaluation):
         return {}
-    budget = concurrency + isl + _AIC_HEADROOM
-    keys: dict[str, Any] = {"max_num_seqs": concurrency,
+    batch = -(-concurrency // dp)
+    budget = batch + isl + _AIC_HEADROOM
+    keys: dict[str, Any] = {"max_num_seqs": batch,
                             "max_num_batched_tokens": -(-budget // launch.budget_block) * launch.budget_block}
     if deployment in _EVAL:
         return {**keys, "prefix_cache": False}
     keys.update(launch.engine)
     memory: dict[str, Any] = {}
     if launch.graphs_to_concurrency:
-        memory["cuda_graph_max_bs"] = concurrency
+        memory["cuda_graph_max_bs"] = batch
     if launch.default_prefill_chunk:
         memory["chunked_prefill_size"] = "default"
     if memory:
@@ -172,17 +176,16 @@ def role_engine_keys(deployment: str, stack: str, concurrency: int, isl: int, ba
     with its own batch and captures CUDA graphs for batches 1..batch
     (``generator/rule_plugin/benchmark/{trtllm,sglang}.rule``: a prefill
     worker's batch is 1 unless told otherwise). The prefill pool takes that
-    batch as its cap (``batch × dp`` per replica); the decode pool keeps the
-    cap C, which never binds in a closed loop of C. The token budget stays
-    the replica's, as for an aggregated row: TensorRT-LLM gives each
-    attention-DP rank its own ``max_num_tokens``, so on an attention-DP
-    prefill worker llmsim prefills fewer long prompts at once than those
-    ranks can."""
-    keys = dict(engine_keys(deployment, stack, concurrency, isl))
+    batch as each rank's cap; the decode pool keeps the cap ⌈C/dp⌉, which
+    never binds in a closed loop of C. Each rank's token budget is an
+    aggregated row's (⌈C/dp⌉ + ISL + 1,500): every attention-DP rank has
+    one (``engine.dp_limits``), so a prefill worker of dp ranks prefills up
+    to dp long prompts at once."""
+    keys = dict(engine_keys(deployment, stack, concurrency, isl, dp))
     if batch is None:
         return keys
     if prefill:
-        keys["max_num_seqs"] = batch * dp
+        keys["max_num_seqs"] = batch
         if "max_num_batched_tokens" in keys:
             keys["max_num_batched_tokens"] = max(keys["max_num_batched_tokens"], keys["max_num_seqs"])
     if "kv_memory" in keys:

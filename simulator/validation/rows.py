@@ -124,7 +124,7 @@ class Row:
             assert self.prefill is not None and self.decode is not None
             return (f"prefill {self.prefill.replicas}× {_parallel_text(self.prefill)}, "
                     f"decode {self.decode.replicas}× {_parallel_text(self.decode)}")
-        return f"TP {self.tp}"
+        return _parallel_text(self)
 
     @property
     def group(self) -> str:
@@ -133,7 +133,7 @@ class Row:
         return f"{model}/{self.gpu}/{self.stack}"
 
 
-def _parallel_text(lay: RoleLayout) -> str:
+def _parallel_text(lay: Union[RoleLayout, "Row"]) -> str:
     return " ".join(f"{k} {v}" for k, v in (("TP", lay.tp), ("DP", lay.dp), ("EP", lay.ep)) if k == "TP" or v > 1)
 
 
