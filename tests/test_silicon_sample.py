@@ -112,6 +112,14 @@ def test_a_row_llmsim_cannot_model_is_kept_with_its_reason(tmp_path, row, why):
     assert why in r.skip
 
 
+def test_an_id_may_name_the_gpus_of_an_attention_dp_replica_as_its_tp(tmp_path):
+    """AIConfigurator's ids call one rank of tp 1 × dp 8 "tp8": the row is its columns' layout."""
+    (r,) = rows_from_csv(_write(tmp_path, {**DSR1, "id": "dsr1_b200_agg_c64_tp8_0_ep8_0_1", "tp_size": 1,
+                                           "attention_dp_size": 8, "moe_tp_size": 1, "moe_ep_size": 8,
+                                           "silicon_data_source": "silicon_concurrency=64", "batch_size": 8}))
+    assert r.skip == "" and (r.tp, r.dp, r.ep, r.layout) == (1, 8, 8, "TP 1 DP 8 EP 8")
+
+
 def test_model_configs_name_models_without_a_builtin_profile(tmp_path, shared_data):
     moe = shared_data / "models" / "moe"
     path = _write(tmp_path, {"model_path": "MiniMaxAI/MiniMax-M2.5", "gemm_quant_mode": "fp8",

@@ -540,7 +540,9 @@ def _silicon_why_not(row: Row, raw: dict, stack, prof, gpu, why_dtype: str, prof
         return (f"moe_tp_size × moe_ep_size = {int(moe_tp)} × {row.ep} is not tp_size × attention_dp_size = "
                 f"{row.tp} × {row.dp}: the row's parallel layout is ambiguous")
     named = re.search(r"_tp(\d+)(?:_0)?_ep(\d+)(?:_0)?_", str(raw.get("id", "")))
-    if moe and named and mode == "agg" and (int(named.group(1)), int(named.group(2))) != (row.tp, row.ep):
+    # An id names the replica's GPUs as its tp where attention DP spreads them (tp 1 × dp 8 is "tp8").
+    if moe and named and mode == "agg" and (int(named.group(1)), int(named.group(2))) not in (
+            (row.tp, row.ep), (row.tp * row.dp, row.ep)):
         return (f"the id names tp {named.group(1)} and ep {named.group(2)}, the columns tp_size {row.tp}, "
                 f"attention_dp_size {row.dp}, moe_ep_size {row.ep}: the row's parallel layout is stated "
                 "inconsistently")
