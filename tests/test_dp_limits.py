@@ -72,3 +72,17 @@ def test_both_engines_schedule_attention_dp_alike(backend):
     fast, ref = simulate(sc), simulate(sc, engine="reference")
     assert [r.first_token for r in fast.requests] == pytest.approx([r.first_token for r in ref.requests])
     assert [r.finish for r in fast.requests] == pytest.approx([r.finish for r in ref.requests])
+
+
+def test_sglang_under_aiconfigurators_launch_caps_a_ranks_prompt_tokens_at_its_share_of_the_chunk():
+    """The generator sets --max-prefill-tokens ISL + 1,500 and keeps SGLang's GPU default chunk,
+    which SGLang divides among the attention-DP ranks: each rank takes the smaller, decodes beside."""
+    from simulator.validation.deployment import engine_keys
+
+    eight = engine_keys("aiconfigurator", "sglang", 64, 8192, dp=8, prefill_chunk=16384)
+    assert (eight["max_num_seqs"], eight["max_num_batched_tokens"], eight["dp_limits"]) == (8, 8 + 2048, "per_rank")
+    one = engine_keys("aiconfigurator", "sglang", 64, 8192, prefill_chunk=8192)
+    assert one["max_num_batched_tokens"] == 64 + 8192
+    short = engine_keys("aiconfigurator", "sglang", 64, 1024, prefill_chunk=8192)
+    assert short["max_num_batched_tokens"] == 64 + 1024 + 1500
+    assert "dp_limits" not in engine_keys("aiconfigurator", "vllm", 64, 8192, dp=8, prefill_chunk=16384)

@@ -139,12 +139,19 @@ AIPERF_EVAL_CLIENT = Client(warmup_rounds=2, counted_rounds=10, drain=True, lock
 GENAI_PERF_EVAL_CLIENT = Client(warmup_rounds=2, counted_rounds=10, drain=True)
 
 
-def engine_keys(deployment: str, stack: str, concurrency: int, isl: int, dp: int = 1) -> dict[str, Any]:
+def engine_keys(deployment: str, stack: str, concurrency: int, isl: int, dp: int = 1,
+                prefill_chunk: Optional[int] = None) -> dict[str, Any]:
     """Engine keys the deployment sets on top of the stack's defaults; how the
     generator launches each stack is its backend profile's ``aiconfigurator``.
     Its batch is per attention-DP rank (``max_batch_size``, the file's
     ``batch_size``), as are the engine's limits (``engine.dp_limits``): C
-    over ``dp`` ranks is a batch of ⌈C/dp⌉ each."""
+    over ``dp`` ranks is a batch of ⌈C/dp⌉ each.
+
+    Where the launch keeps the stack's default prefill chunk
+    (``default_prefill_chunk``: SGLang, whose chunk for the GPU is
+    ``prefill_chunk``), a rank's prompt tokens per batch are the smaller of
+    the generator's cap (ISL + 1,500, ``--max-prefill-tokens``) and the
+    rank's share of that chunk (SGLang divides it by dp), decodes beside."""
     if deployment not in DEPLOYMENTS:
         raise ValueError(f"unknown deployment {deployment!r}")
     launch = _launch(stack)
@@ -162,13 +169,16 @@ def engine_keys(deployment: str, stack: str, concurrency: int, isl: int, dp: int
         memory["cuda_graph_max_bs"] = batch
     if launch.default_prefill_chunk:
         memory["chunked_prefill_size"] = "default"
+        if prefill_chunk:
+            keys["max_num_batched_tokens"] = batch + min(isl + _AIC_HEADROOM, max(1, prefill_chunk // dp))
+            keys["dp_limits"] = "per_rank"
     if memory:
         keys["kv_memory"] = memory
     return keys
 
 
 def role_engine_keys(deployment: str, stack: str, concurrency: int, isl: int, batch: Optional[int], dp: int,
-                     prefill: bool) -> dict[str, Any]:
+                     prefill: bool, prefill_chunk: Optional[int] = None) -> dict[str, Any]:
     """Engine keys of one pool of a disaggregated row: the keys an aggregated
     row of the same deployment gets (:func:`engine_keys`), with the role's
     batch the row states (``prefill_batch_size`` / ``decode_batch_size``,
@@ -181,7 +191,7 @@ def role_engine_keys(deployment: str, stack: str, concurrency: int, isl: int, ba
     aggregated row's (⌈C/dp⌉ + ISL + 1,500): every attention-DP rank has
     one (``engine.dp_limits``), so a prefill worker of dp ranks prefills up
     to dp long prompts at once."""
-    keys = dict(engine_keys(deployment, stack, concurrency, isl, dp))
+    keys = dict(engine_keys(deployment, stack, concurrency, isl, dp, prefill_chunk))
     if batch is None:
         return keys
     if prefill:

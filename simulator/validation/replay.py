@@ -180,7 +180,7 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
         raise LlmsimError(f"row {row.id} cannot be replayed: {row.skip}")
     dep = s.deployment or row.deployment
     spec = deployment.speculative(dep, load_model(row.model).num_nextn_predict_layers)
-    keys = deployment.engine_keys(dep, row.stack, row.concurrency, row.isl, row.dp) \
+    keys = deployment.engine_keys(dep, row.stack, row.concurrency, row.isl, row.dp, _prefill_chunk(row)) \
         if row.concurrency is not None else {}
     engine = _engine(row, s, keys, spec is not None)
     lengths = {"input_tokens": {"dist": "fixed", "value": row.isl},
@@ -218,6 +218,15 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
     return Scenario.model_validate(body)
 
 
+def _prefill_chunk(row: Row) -> int:
+    """SGLang's default prefill chunk on the row's GPU (the chunk a launch
+    that sets none keeps; :func:`.deployment.engine_keys` reads it only for
+    such launches)."""
+    from ..kv_memory import MIB, sglang_chunked_prefill_size
+
+    return sglang_chunked_prefill_size(load_hardware(row.gpu).hbm_bytes / MIB)
+
+
 def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: bool) -> dict[str, Any]:
     """A pool's engine keys: the row's backend and dtypes, the deployment's
     ``keys``, the stack version's defaults, the stack's speculative-decoding
@@ -241,7 +250,8 @@ def _disaggregated_pools(row: Row, s: ReplaySettings, dep: str, pool: dict) -> l
     out = []
     for name, lay in (("prefill", row.prefill), ("decode", row.decode)):
         keys = {} if row.concurrency is None else deployment.role_engine_keys(
-            dep, row.stack, row.concurrency, row.isl, lay.batch, lay.dp, prefill=name == "prefill")
+            dep, row.stack, row.concurrency, row.isl, lay.batch, lay.dp, prefill=name == "prefill",
+            prefill_chunk=_prefill_chunk(row))
         role = {**pool, "name": name, "tp": lay.tp, "dp": lay.dp, "ep": lay.ep, "replicas": lay.replicas}
         if name == "prefill":
             role.pop("speculative", None)
