@@ -175,3 +175,42 @@ def test_only_vllm_changes_its_defaults_for_a_draft_model():
     speculative keys are validation's, for MTP): the rule is vLLM's own."""
     assert load_backend("vllm").draft_model_engine == {"async_scheduling": False}
     assert load_backend("sglang").draft_model_engine == load_backend("trtllm").draft_model_engine == {}
+
+
+@pytest.mark.parametrize("speculative, version, scheduled", [
+    (_DRAFT, None, 2048 - 256),         # vLLM 0.17+: one slot per sequence kept for the draft model
+    (_DRAFT, "0.16.0", 2048),           # before 0.17 the scheduler fills the whole budget
+    (None, None, 2048),                 # no draft: the whole budget
+    ({"draft_model": "mtp", "k": 1, "acceptance_rate": 0.8}, None, 8192),   # MTP keeps it (H200 default)
+])
+def test_vllm_keeps_a_slot_per_sequence_out_of_the_budget_for_a_draft_model(speculative, version, scheduled):
+    """vllm/config/vllm.py _set_max_num_scheduled_tokens (0.17.0 on): the scheduler fills
+    max_num_batched_tokens − max_num_seqs when a draft model drafts; the scenario's flag stays."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    mtp = speculative is not None and speculative["draft_model"] == "mtp"
+    pool = {"model": "deepseek-v3" if mtp else "llama-2-13b", "gpu": "h200" if mtp else "a100-sxm-40gb",
+            "tp": 8 if mtp else 1,
+            "engine": {"backend": "vllm", **({"weight_dtype": "fp8"} if mtp else {}),
+                       **({"backend_version": version} if version else {})}}
+    if speculative:
+        pool["speculative"] = speculative
+    setup = setup_pool(PoolSpec.model_validate(pool), 0)
+    assert setup.engine_config.max_num_batched_tokens == scheduled
+    assert setup.spec.engine.max_num_batched_tokens == (8192 if mtp else 2048)
+
+
+def test_a_budget_the_draft_slots_leave_too_small_is_one_line(tmp_path, cli):
+    import yaml
+
+    p = tmp_path / "d.yaml"
+    p.write_text(yaml.safe_dump({"name": "d", "workload": {"num_requests": 5, "arrival": {"type": "poisson", "rate_per_s": 1},
+                                                              "input_tokens": {"dist": "fixed", "value": 100},
+                                                              "output_tokens": {"dist": "fixed", "value": 10}},
+                                 "pools": [{"model": "llama-2-13b", "gpu": "a100-sxm-40gb", "speculative": _DRAFT,
+                                            "engine": {"backend": "vllm", "max_num_seqs": 256,
+                                                       "max_num_batched_tokens": 300}}]}))
+    r = cli("check", p)
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "pools[0].engine.max_num_batched_tokens" in r.err and "at least 512" in r.err, r.err

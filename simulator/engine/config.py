@@ -54,6 +54,11 @@ class EngineConfig(BaseModel):
     max_num_batched_tokens: int = Field(default=8192, ge=1, description="token budget of one iteration (of each "
                                                                         "attention-DP rank where dp > 1, see "
                                                                         "dp_limits)")
+    draft_budget_slots: int = Field(
+        default=0, ge=0, le=64,
+        description="token-budget slots per sequence the scheduler leaves to a separate draft model (a speculative "
+                    "draft_model other than mtp): it schedules max_num_batched_tokens − slots × max_num_seqs "
+                    "(vLLM from 0.17: 1); 0: the whole budget. Other pools ignore it")
     dp_limits: Literal["per_rank", "split"] = Field(
         default="per_rank",
         description="how the two limits above apply to a replica of dp > 1 attention data-parallel ranks, each of "

@@ -11,7 +11,7 @@ from typing import Optional
 
 from ..costmodel import CostModel
 from ..costmodel.pipeline import PipelineCostModel
-from ..costmodel.speculative import speculative_setup
+from ..costmodel.speculative import MTP, speculative_setup
 from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
@@ -80,9 +80,32 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
         lora, mem = lora_setup(spec, cm, mem, gpu, where, source)
     if e.num_gpu_blocks_override:
         mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
-    replica, rank_tokens = rank_limits(e, spec.dp)
+    scheduled = drafting_budget(e, spec, where, source)
+    replica, rank_tokens = rank_limits(scheduled, spec.dp)
     return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source),
-                     engine=replica, lora=lora, rank_tokens=rank_tokens)
+                     engine=replica or (None if scheduled is e else scheduled), lora=lora, rank_tokens=rank_tokens)
+
+
+def drafting_budget(e: EngineConfig, spec: PoolSpec, where: str, source: str | Path | None) -> EngineConfig:
+    """The engine whose token budget the scheduler fills: a separate draft
+    model adds a slot per sequence to each batch it drafts for, which the
+    stack keeps out of the scheduler's budget (vLLM from 0.17:
+    ``VllmConfig._set_max_num_scheduled_tokens`` makes
+    ``max_num_scheduled_tokens`` = ``max_num_batched_tokens`` −
+    ``max_num_new_slots_for_drafting`` × ``max_num_seqs``, one slot per
+    request for a draft model). MTP drafts and pools without a draft keep
+    the whole budget; so does a stack that sets no slots."""
+    draft = spec.speculative.draft_model if spec.speculative is not None else None
+    if draft is None or draft == MTP or not e.draft_budget_slots:
+        return e
+    budget = e.max_num_batched_tokens - e.draft_budget_slots * e.max_num_seqs
+    if budget < e.max_num_seqs:
+        raise LlmsimError(
+            f"max_num_batched_tokens {e.max_num_batched_tokens} leaves {budget} tokens to schedule once the draft "
+            f"model's {e.draft_budget_slots} slot(s) per sequence are kept for it ({e.max_num_seqs} sequences), "
+            f"fewer than one per sequence; raise it to at least {(1 + e.draft_budget_slots) * e.max_num_seqs} or "
+            f"lower max_num_seqs", source=source, key_path=f"{where}.engine.max_num_batched_tokens")
+    return e.model_copy(update={"max_num_batched_tokens": budget})
 
 
 def rank_limits(e: EngineConfig, dp: int) -> tuple[Optional[EngineConfig], Optional[int]]:
