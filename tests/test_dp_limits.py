@@ -22,13 +22,13 @@ from simulator.scenario.schema import Scenario
        how=st.sampled_from(["per_rank", "split"]))
 def test_a_rank_never_gets_more_than_the_flag_and_the_replica_holds_dp_ranks(budget, seqs, dp, how):
     e = EngineConfig(max_num_batched_tokens=max(budget, seqs), max_num_seqs=seqs, dp_limits=how)
-    replica, rank = rank_limits(e, dp)
+    replica = rank_limits(e, dp)
     if dp == 1:
-        assert (replica, rank) == (None, None)
+        assert replica is e
         return
+    rank = e.max_num_batched_tokens if how == "per_rank" else max(1, e.max_num_batched_tokens // dp)
     assert replica.max_num_seqs == seqs * dp
     assert replica.max_num_batched_tokens == rank * dp
-    assert rank == (e.max_num_batched_tokens if how == "per_rank" else max(1, e.max_num_batched_tokens // dp))
     assert replica.max_num_batched_tokens >= replica.max_num_seqs or how == "split"
 
 

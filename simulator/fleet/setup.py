@@ -33,13 +33,18 @@ class PoolSetup:
     cm: CostModel
     memory: MemoryPlan
     offload: Optional[OffloadPlan] = None   # KV offload tiers per replica (engine.kv_offload)
-    engine: Optional[EngineConfig] = None   # what the replicas run, where it differs from spec.engine (pp, dp)
-    rank_tokens: Optional[int] = None       # one attention-DP rank's token budget, where dp > 1
+    engine: Optional[EngineConfig] = None   # what the replicas run, where it differs from spec.engine (pp, dp, draft)
     lora: Optional[LoraPlan] = None         # LoRA adapter slots and caches per replica (pools[].lora)
 
     @property
     def engine_config(self) -> EngineConfig:
         return self.engine or self.spec.engine
+
+    @property
+    def rank_tokens(self) -> Optional[int]:
+        """One attention-DP rank's token budget (the replica's over its dp ranks, :func:`rank_limits`);
+        None for a single rank."""
+        return self.engine_config.max_num_batched_tokens // self.spec.dp if self.spec.dp > 1 else None
 
 
 def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> PoolSetup:
@@ -80,10 +85,9 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
         lora, mem = lora_setup(spec, cm, mem, gpu, where, source)
     if e.num_gpu_blocks_override:
         mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
-    scheduled = drafting_budget(e, spec, where, source)
-    replica, rank_tokens = rank_limits(scheduled, spec.dp)
+    replica = rank_limits(drafting_budget(e, spec, where, source), spec.dp)
     return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source),
-                     engine=replica or (None if scheduled is e else scheduled), lora=lora, rank_tokens=rank_tokens)
+                     engine=None if replica is e else replica, lora=lora)
 
 
 def drafting_budget(e: EngineConfig, spec: PoolSpec, where: str, source: str | Path | None) -> EngineConfig:
@@ -108,9 +112,10 @@ def drafting_budget(e: EngineConfig, spec: PoolSpec, where: str, source: str | P
     return e.model_copy(update={"max_num_batched_tokens": budget})
 
 
-def rank_limits(e: EngineConfig, dp: int) -> tuple[Optional[EngineConfig], Optional[int]]:
-    """What one replica of ``dp`` attention data-parallel ranks schedules, and
-    one rank's token budget (None, None for a single rank). Every rank runs
+def rank_limits(e: EngineConfig, dp: int) -> EngineConfig:
+    """What one replica of ``dp`` attention data-parallel ranks schedules
+    (``e`` itself for a single rank); one rank's budget is 1/dp of its
+    token budget (:attr:`PoolSetup.rank_tokens`). Every rank runs
     its own scheduler (TensorRT-LLM's ``ExecutorRequestQueue`` hands each
     new request to one rank and admits up to dp × ``max_batch_size``; each
     of vLLM's DP engine cores and SGLang's DP schedulers has its own limits),
@@ -121,11 +126,10 @@ def rank_limits(e: EngineConfig, dp: int) -> tuple[Optional[EngineConfig], Optio
     ``chunked_prefill_size`` by dp). The KV pool and activation memory are
     sized per rank from the flags as given (:func:`plan_memory`)."""
     if dp <= 1:
-        return None, None
+        return e
     per_rank = e.dp_limits == "per_rank"
     rank_tokens = e.max_num_batched_tokens if per_rank else max(1, e.max_num_batched_tokens // dp)
-    return e.model_copy(update={"max_num_batched_tokens": rank_tokens * dp,
-                                "max_num_seqs": e.max_num_seqs * dp}), rank_tokens
+    return e.model_copy(update={"max_num_batched_tokens": rank_tokens * dp, "max_num_seqs": e.max_num_seqs * dp})
 
 
 def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, where: str,
