@@ -253,8 +253,10 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None) -> EngineConfig:
     if scheduler == "static" and draw(st.booleans()):
         budget = draw(st.integers(1, 512))   # static batching allows a budget below max_num_seqs
     bs = draw(st.sampled_from([1, 4, 16, 32]))
-    # Without chunking, whole prompts either run alone (SGLang) or in flight with the decodes (TensorRT-LLM).
-    mixed = None if chunked else draw(st.sampled_from([None, False, True]))
+    # Chunks beside the decodes (vLLM) or in prefill-only iterations (SGLang); without chunking,
+    # whole prompts either run alone (SGLang --chunked-prefill-size -1) or in flight with the
+    # decodes (TensorRT-LLM).
+    mixed = draw(st.sampled_from([None, None, False])) if chunked else draw(st.sampled_from([None, False, True]))
     # Contiguous KV (one draw in four) reserves prompt + max_new_tokens; a
     # request asking for more output is rejected.
     contiguous = draw(st.sampled_from([False, False, False, True])) if kv is None else kv == "contiguous"

@@ -10,7 +10,7 @@ from simulator.profiles import list_builtin, load_hardware
 from simulator.profiles.backend import load_backend
 from simulator.runner import simulate
 from simulator.scenario.schema import PoolSpec, Scenario
-from workloads.request import Status
+from workloads.request import Request, Status
 
 BACKENDS = list_builtin("backend_profiles")
 GPUS = ["h100-sxm", "h200", "a100-sxm-80gb", "b200", "l40s"]
@@ -179,6 +179,29 @@ def test_per_sequence_iteration_time_grows_with_the_batch():
         assert busy.step_time((), b, b * 1000.0) - plain.step_time((), b, b * 1000.0) == pytest.approx(20e-6 * b)
 
 
-def test_chunked_prefill_in_prefill_only_iterations_is_refused():
-    with pytest.raises(ValueError, match="not modelled"):
-        EngineConfig(chunked_prefill=True, mixed_prefill=False)
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_sglang_chunks_a_long_prompt_over_prefill_only_batches(engine):
+    """SGLang's default: a prompt longer than the chunk runs over consecutive
+    prefill batches of chunk tokens while the running decodes wait, then the
+    decodes resume (schedule_policy.py PrefillAdder.add_chunked_req)."""
+    from helpers_engine import cost_model, run_open
+
+    cfg = EngineConfig(chunked_prefill=True, mixed_prefill=False, max_num_seqs=8, max_num_batched_tokens=512,
+                       block_size=1)
+    first = Request(id=0, arrival=0.0, input_tokens=100, output_tokens=400)
+    long = Request(id=1, arrival=0.05, input_tokens=1800, output_tokens=2)
+    out = run_open(engine, [first, long], cfg, 100_000, cm=cost_model("llama-3.1-8b", "h100-sxm", 1))
+    a, b = sorted(out.requests, key=lambda r: r.id)
+    cm = cost_model("llama-3.1-8b", "h100-sxm", 1)
+    chunks = [cm.step_time([(512, 0)], sampling_seqs=0), cm.step_time([(512, 512)], sampling_seqs=0),
+              cm.step_time([(512, 1024)], sampling_seqs=0), cm.step_time([(264, 1536)], sampling_seqs=1)]
+    # The long prompt's four chunk batches run back to back from its admission, no decode
+    # iteration between them, none beside them (a decode beside would lengthen each).
+    assert b.first_token - b.admitted == pytest.approx(sum(chunks), rel=1e-9)
+    assert a.status is Status.FINISHED and a.finish > b.first_token
+
+
+def test_sglang_profile_chunks_in_prefill_only_batches():
+    e = EngineConfig(**{k: v for k, v in load_backend("sglang").engine.items()
+                        if k in EngineConfig.model_fields})
+    assert e.chunked_prefill and not e.mixes_prefill

@@ -100,7 +100,7 @@ def test_a_prompt_chunk_runs_in_one_micro_batch():
 
 
 def test_sglang_with_mixed_chunks_runs_pp():
-    ps = _setup(2, backend="sglang", chunked_prefill=True)
+    ps = _setup(2, backend="sglang", mixed_prefill=True)
     assert ps.engine_config.max_num_batched_tokens == 2 * ps.spec.engine.max_num_batched_tokens
     assert not ps.engine_config.plans_ahead and not ps.engine_config.output_after_next_launch
 
@@ -285,7 +285,7 @@ BAD = [
     ({"pp": 2, "engine": {"backend": "trtllm"}}, "TensorRT-LLM"),
     ({"pp": 2, "engine": {"scheduler": "static"}}, "continuous batching with chunked prefill"),
     ({"pp": 2, "engine": {"kv_offload": {"host_gb": 10}}}, "pools[0].engine.kv_offload"),
-    ({"pp": 2, "engine": {"backend": "sglang"}}, "pools[0].engine.chunked_prefill"),
+    ({"pp": 2, "engine": {"backend": "sglang"}}, "pools[0].engine.mixed_prefill"),
     ({"pp": 2, "engine": {"num_scheduler_steps": 4, "chunked_prefill": False}}, "pools[0].pp"),
     # vLLM before 0.15.0 raises on --async-scheduling with pipeline_parallel_size > 1
     ({"pp": 2, "engine": {"backend": "vllm", "backend_version": "0.14.1", "async_scheduling": True}},

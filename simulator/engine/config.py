@@ -65,11 +65,15 @@ class EngineConfig(BaseModel):
                     "which schedules its own batch: per_rank, each rank has both (vLLM's DP engine cores, "
                     "TensorRT-LLM's attention DP: the replica runs dp times each); split, each rank has "
                     "max_num_seqs and 1/dp of the token budget (SGLang divides chunked_prefill_size by dp)")
-    chunked_prefill: bool = Field(default=True, description="split prompts to fill the token budget beside decodes")
+    chunked_prefill: bool = Field(
+        default=True, description="split prompts at the token budget: a prompt longer than it runs over several "
+                                  "iterations, and the last prompt of an iteration is cut where the budget ends; "
+                                  "false: whole prompts only (one alone may exceed the budget)")
     mixed_prefill: Optional[bool] = Field(
         default=None, description="prefills share iterations with decodes; default: as chunked_prefill (vLLM "
-                                  "mixes chunks, SGLang runs prefill batches alone, TensorRT-LLM mixes whole "
-                                  "prompts in flight)")
+                                  "mixes chunks; SGLang runs its prefill batches alone, chunked unless "
+                                  "--chunked-prefill-size -1: chunked_prefill true, mixed_prefill false; "
+                                  "TensorRT-LLM without chunking mixes whole prompts in flight)")
     num_scheduler_steps: int = Field(
         default=1, ge=1, le=64,
         description="vLLM 0.5.5–0.6's multi-step scheduling: decodes run in blocks of this many iterations and "
@@ -254,15 +258,9 @@ class EngineConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
-    def _prefill_mode_modelled(self) -> "EngineConfig":
-        if self.chunked_prefill and self.mixed_prefill is False:
-            raise ValueError("chunked_prefill: true with mixed_prefill: false (chunks in prefill-only "
-                             "iterations) is not modelled; set mixed_prefill: true or chunked_prefill: false")
-        return self
-
-    @model_validator(mode="after")
     def _multi_step_modelled(self) -> "EngineConfig":
-        if self.num_scheduler_steps > 1 and (self.scheduler != "continuous" or self.mixes_prefill):
+        if self.num_scheduler_steps > 1 and (self.scheduler != "continuous" or self.chunked_prefill
+                                            or self.mixes_prefill):
             raise ValueError("num_scheduler_steps > 1 is modelled as vLLM 0.6.0 ran it: continuous scheduling "
                              "with prefill-only steps between decode blocks; set chunked_prefill: false (and "
                              "mixed_prefill unset or false)")

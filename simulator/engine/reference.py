@@ -106,17 +106,31 @@ class ReferenceReplica(ReplicaBase):
             if decodes:
                 self.block_left = (self.block_left or cfg.num_scheduler_steps) - 1
             return [], decodes
+        if not cfg.mixes_prefill:
+            # Chunks in prefill-only iterations (SGLang without --enable-mixed-chunk).
+            self._trim_cache(self.free)
+            self._admit_chunked(now, self.free, self._continue_prefills(budget, chunks), chunks)
+            if chunks:
+                return chunks, []
+            decodes, _ = self._allocate_decodes()
+            self._trim_cache(self.free)
+            return [], decodes
         decodes, victims = self._allocate_decodes()
         self._trim_cache(self.free)
-        budget -= len(decodes)
+        budget = self._continue_prefills(budget - len(decodes), chunks)
+        if not victims:
+            self._admit_chunked(now, self.free, budget, chunks)
+        return chunks, decodes
+
+    def _continue_prefills(self, budget: int, chunks: list) -> int:
+        """Add the next chunk of each partly prefilled prompt to ``chunks`` while
+        ``budget`` lasts; the budget left."""
         for s in self.running:
             if s.state == PREFILL and budget > 0:
                 c = min(s.prompt - s.done, budget, self.rank_tokens)
                 chunks.append((s, c))
                 budget -= c
-        if not victims:
-            self._admit_chunked(now, self.free, budget, chunks)
-        return chunks, decodes
+        return budget
 
     # --- the iteration loop ----------------------------------------------------
     def _boundary(self, _ev=None) -> None:

@@ -198,19 +198,36 @@ class FastReplica(ReplicaBase):
             self._make_room_for_decodes()
             self._trim_cache(self._free_blocks(self.B > 0))
             return [], self.B > 0, False
+        if not cfg.mixes_prefill:
+            # Chunks in prefill-only iterations (SGLang without --enable-mixed-chunk): the
+            # prompt being chunked goes first, then waiting prompts while the budget lasts;
+            # the decodes wait for any prefill batch.
+            free = self._free_blocks(False)
+            self._trim_cache(free)
+            self._admit_chunked(now, free, self._continue_prefills(budget, chunks), chunks)
+            if chunks:
+                return chunks, False, False
+            self._make_room_for_decodes()
+            self._trim_cache(self._free_blocks(self.B > 0))
+            return [], self.B > 0, False
         victims = self._make_room_for_decodes()
         free = self._free_blocks(self.B > 0)
         self._trim_cache(free)
-        budget -= self.B
+        budget = self._continue_prefills(budget - self.B, chunks)
+        if not victims:
+            self._admit_chunked(now, free, budget, chunks)
+        return chunks, self.B > 0, bool(victims)
+
+    def _continue_prefills(self, budget: int, chunks: list) -> int:
+        """Add the next chunk of each partly prefilled prompt to ``chunks`` while
+        ``budget`` lasts; the budget left."""
         for s in self.prefilling:
             if budget <= 0:
                 break
             c = min(s.prompt - s.done, budget, self.rank_tokens)
             chunks.append((s, c))
             budget -= c
-        if not victims:
-            self._admit_chunked(now, free, budget, chunks)
-        return chunks, self.B > 0, bool(victims)
+        return budget
 
     # --- the loop ----------------------------------------------------------
     def _boundary(self, _ev: object = None) -> None:
@@ -326,7 +343,7 @@ class FastReplica(ReplicaBase):
         cfg = self.cfg
         head = self._first_candidate()   # (a waiting LoRA request may be skipped for its adapter)
         if (head is None or len(self.running) >= cfg.max_num_seqs
-                or (cfg.chunked_prefill and cfg.max_num_batched_tokens - self.B <= 0)
+                or (cfg.chunked_prefill and cfg.mixes_prefill and cfg.max_num_batched_tokens - self.B <= 0)
                 or self._over_budget(head)):
             return False
         need, total, _ = self._admission(head)

@@ -46,10 +46,10 @@ def refusal(spec: "PoolSpec", model: ModelProfile) -> Optional[tuple[str, str]]:
             f"async_scheduling with pp={pp} is refused: this engine runs its pipeline in turn (engine.pp_async: "
             "unsupported; vLLM before 0.15.0 raises 'Async scheduling is not yet compatible with "
             "pipeline_parallel_size > 1'); set async_scheduling: false, or on vLLM backend_version 0.15.0 or later")
-    if not e.chunked_prefill:
-        return "engine.chunked_prefill", (
+    if not e.mixes_prefill:
+        return "engine.mixed_prefill", (
             f"pp={pp} with prefill batches that run alone (SGLang's default) is not modelled: SGLang's PP loop runs a "
-            "prefill micro-batch beside decoding ones, which llmsim's rounds do not; set engine.chunked_prefill: true "
+            "prefill micro-batch beside decoding ones, which llmsim's rounds do not; set engine.mixed_prefill: true "
             "(SGLang's --enable-mixed-chunk) or pp: 1")
     return None
 
