@@ -324,10 +324,13 @@ def _common_family(fam: np.ndarray, shapes: pd.Series) -> str:
     return str(pairs["family"].value_counts().idxmax())
 
 
-def engine_kernels(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray | None]:
+def engine_kernels(rows: pd.DataFrame, families: np.ndarray | None = None
+                   ) -> tuple[np.ndarray, np.ndarray | None]:
     """Which of one format's rows price the kernel a replica runs without
     expert parallelism (``calibration.moe``) and which the one it runs with
     it (``calibration.moe_ep``, None when that is the same kernel).
+    ``families``: each row's kernel (default :func:`kernel_family`, vLLM's
+    families; another stack's rows name their own).
 
     The stack picks its kernel by layout (vLLM on Hopper: block-FP8 in
     Triton at ep = 1, FlashInfer's CUTLASS kernel at ep > 1) and, on
@@ -336,7 +339,8 @@ def engine_kernels(rows: pd.DataFrame) -> tuple[np.ndarray, np.ndarray | None]:
     each side takes the family most model shapes ran there, fitted on all of
     that family's rows; a shape that ran another kernel is priced by it
     anyway, and the error rows count it."""
-    fam, shapes = kernel_family(rows), shape_label(rows)
+    fam = kernel_family(rows) if families is None else np.asarray(families, dtype=object)
+    shapes = shape_label(rows)
     ep1 = (rows["moe_ep"] == 1).to_numpy()
     base = _common_family(fam[ep1], shapes[ep1]) if ep1.any() else _common_family(fam, shapes)
     if ep1.all():
