@@ -269,6 +269,9 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None) -> EngineConfig:
     # vLLM 0.6's multi-step scheduling: prefill-only steps between decode blocks.
     if scheduler == "continuous" and not chunked and not mixed and draw(st.booleans()):
         extra["num_scheduler_steps"] = draw(st.sampled_from([2, 3, 8]))
+    # SGLang's --max-prefill-tokens beside its chunk: a second prompt joins only under what is left of it.
+    if scheduler == "continuous" and chunked and draw(st.sampled_from([False, False, True])):
+        extra["max_prefill_tokens"] = draw(st.integers(1, 600))
     # SGLang's overlap scheduler before 0.5.4: outputs wait for the next launch.
     if draw(st.sampled_from([False, False, False, True])):
         extra["output_after_next_launch"] = True

@@ -201,6 +201,22 @@ def test_sglang_chunks_a_long_prompt_over_prefill_only_batches(engine):
     assert a.status is Status.FINISHED and a.finish > b.first_token
 
 
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("cap, together", [(None, True), (2500, True), (1500, False)])
+def test_max_prefill_tokens_keeps_a_second_prompt_out(engine, cap, together):
+    """SGLang's --max-prefill-tokens: a second prompt joins a prefill batch
+    only if its tokens are fewer than what the first leaves of the cap,
+    however much room the chunk has (PrefillAdder.add_one_req)."""
+    from helpers_engine import cost_model, run_open
+
+    cfg = EngineConfig(chunked_prefill=True, mixed_prefill=False, max_num_seqs=8, max_num_batched_tokens=8192,
+                       block_size=1, max_prefill_tokens=cap)
+    reqs = [Request(id=i, arrival=0.0, input_tokens=1000, output_tokens=4) for i in range(2)]
+    a, b = sorted(run_open(engine, reqs, cfg, 100_000, cm=cost_model("llama-3.1-8b", "h100-sxm", 1)).requests,
+                  key=lambda r: r.id)
+    assert (a.first_token == b.first_token) is together
+
+
 def test_sglang_profile_chunks_in_prefill_only_batches():
     e = EngineConfig(**{k: v for k, v in load_backend("sglang").engine.items()
                         if k in EngineConfig.model_fields})

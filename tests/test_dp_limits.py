@@ -74,15 +74,17 @@ def test_both_engines_schedule_attention_dp_alike(backend):
     assert [r.finish for r in fast.requests] == pytest.approx([r.finish for r in ref.requests])
 
 
-def test_sglang_under_aiconfigurators_launch_caps_a_ranks_prompt_tokens_at_its_share_of_the_chunk():
+def test_sglang_under_aiconfigurators_launch_chunks_at_a_ranks_share_of_the_chunk():
     """The generator sets --max-prefill-tokens ISL + 1,500 and keeps SGLang's GPU default chunk,
-    which SGLang divides among the attention-DP ranks: each rank takes the smaller, decodes beside."""
+    which SGLang divides among the attention-DP ranks: the chunk is each rank's budget (decodes
+    counted in it) and ISL + 1,500 the cap a second prompt must fit under."""
     from simulator.validation.deployment import engine_keys
 
     eight = engine_keys("aiconfigurator", "sglang", 64, 8192, dp=8, prefill_chunk=16384)
-    assert (eight["max_num_seqs"], eight["max_num_batched_tokens"], eight["dp_limits"]) == (8, 8 + 2048, "per_rank")
+    assert (eight["max_num_seqs"], eight["max_num_batched_tokens"], eight["max_prefill_tokens"],
+            eight["dp_limits"]) == (8, 2048, 8192 + 1500, "per_rank")
     one = engine_keys("aiconfigurator", "sglang", 64, 8192, prefill_chunk=8192)
-    assert one["max_num_batched_tokens"] == 64 + 8192
+    assert (one["max_num_batched_tokens"], one["max_prefill_tokens"]) == (8192, 9692)
     short = engine_keys("aiconfigurator", "sglang", 64, 1024, prefill_chunk=8192)
-    assert short["max_num_batched_tokens"] == 64 + 1024 + 1500
+    assert (short["max_num_batched_tokens"], short["max_prefill_tokens"]) == (8192, 2524)
     assert "dp_limits" not in engine_keys("aiconfigurator", "vllm", 64, 8192, dp=8, prefill_chunk=16384)

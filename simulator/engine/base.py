@@ -566,7 +566,7 @@ class ReplicaBase:
             if s is None or self._over_budget(s):
                 break
             need, total, m = self._admission(s, reserve_output)
-            new = s.prompt - max(0 if m is None else m.usable(s.prompt), self._preloaded(s))
+            new = self._uncached(s, m)
             if ((chunks or decoding) and new > min(budget, self.rank_tokens)) or self._no_room(s, need, total, free):
                 break
             free -= self._admit(s, total, m, now)
@@ -578,13 +578,22 @@ class ReplicaBase:
 
     def _admit_chunked(self, now: float, free: int, budget: int, chunks: list) -> None:
         """Admit waiting prompts FCFS while a sequence slot, token budget and
-        ``free`` blocks allow, each with a first chunk that fits the budget."""
+        ``free`` blocks allow, each with a first chunk that fits the budget.
+        Under a ``max_prefill_tokens`` cap (SGLang's rem_input_tokens) a prompt
+        joins an iteration that already holds prompt tokens only if its
+        uncached tokens are fewer than what the iteration leaves of the cap;
+        whatever the budget already carries (decodes sharing the iteration,
+        prompts being continued) counts against it."""
+        cap = self.cfg.max_prefill_tokens
+        left = None if cap is None else cap - (self.cfg.max_num_batched_tokens - budget)
         skipped: list[Seq] = []
         while budget > 0 and self._batch_len() < self.cfg.max_num_seqs:
             s = self._next_waiting(skipped)
             if s is None or self._over_budget(s):
                 break
             need, total, m = self._admission(s)
+            if left is not None and chunks and self._uncached(s, m) >= left:
+                break
             if self._no_room(s, need, total, free):
                 break
             free -= self._admit(s, total, m, now)
@@ -592,7 +601,13 @@ class ReplicaBase:
             c = min(s.prompt - s.done, budget, self.rank_tokens)
             chunks.append((s, c))
             budget -= c
+            if left is not None:
+                left -= c
         self._unskip(skipped)
+
+    def _uncached(self, s: Seq, m: Optional[Match]) -> int:
+        """The prompt tokens of ``s`` admitting it with cache match ``m`` leaves to prefill."""
+        return s.prompt - max(0 if m is None else m.usable(s.prompt), self._preloaded(s))
 
     def _prefill_chunk_done(self, s: Seq, chunk: int, now: float) -> bool:
         """Apply a prefill chunk; when it completes the prompt, emit the token

@@ -74,6 +74,13 @@ class EngineConfig(BaseModel):
                                   "mixes chunks; SGLang runs its prefill batches alone, chunked unless "
                                   "--chunked-prefill-size -1: chunked_prefill true, mixed_prefill false; "
                                   "TensorRT-LLM without chunking mixes whole prompts in flight)")
+    max_prefill_tokens: Optional[int] = Field(
+        default=None, ge=1,
+        description="SGLang's --max-prefill-tokens beside its chunk (the token budget): a waiting prompt joins an "
+                    "iteration that already holds prompt tokens only if its uncached tokens are fewer than what "
+                    "the iteration leaves of this cap, decodes sharing the iteration counted against it; the "
+                    "first prompt always joins, cut at the budget (managers/schedule_policy.py PrefillAdder."
+                    "add_one_req, rem_input_tokens). Per attention-DP rank. Default: no cap beside the budget")
     num_scheduler_steps: int = Field(
         default=1, ge=1, le=64,
         description="vLLM 0.5.5–0.6's multi-step scheduling: decodes run in blocks of this many iterations and "
@@ -255,6 +262,14 @@ class EngineConfig(BaseModel):
             raise ValueError("kv_admission: reserve_output applies to paged KV with continuous batching; "
                              "kv_allocation: contiguous and scheduler: static already reserve each request's "
                              "maximum at admission (leave kv_admission unset)")
+        return self
+
+    @model_validator(mode="after")
+    def _prefill_cap_modelled(self) -> "EngineConfig":
+        if self.max_prefill_tokens is not None and (not self.chunked_prefill or self.scheduler != "continuous"):
+            raise ValueError("max_prefill_tokens caps the prompts joining a chunked prefill batch; without chunked "
+                             "prefill the token budget itself is SGLang's max_prefill_tokens (set "
+                             "max_num_batched_tokens instead)")
         return self
 
     @model_validator(mode="after")

@@ -46,6 +46,9 @@ def refusal(spec: "PoolSpec", model: ModelProfile) -> Optional[tuple[str, str]]:
             f"async_scheduling with pp={pp} is refused: this engine runs its pipeline in turn (engine.pp_async: "
             "unsupported; vLLM before 0.15.0 raises 'Async scheduling is not yet compatible with "
             "pipeline_parallel_size > 1'); set async_scheduling: false, or on vLLM backend_version 0.15.0 or later")
+    if e.max_prefill_tokens is not None:
+        return "engine.max_prefill_tokens", (f"pp={pp} with max_prefill_tokens is not modelled (a round's "
+                                             "micro-batches share one token budget); remove it or set pp: 1")
     if not e.mixes_prefill:
         return "engine.mixed_prefill", (
             f"pp={pp} with prefill batches that run alone (SGLang's default) is not modelled: SGLang's PP loop runs a "

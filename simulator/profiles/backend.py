@@ -118,10 +118,11 @@ class GeneratedLaunch(_Strict):
                                                            "(TensorRT-LLM's 32-token blocks)")
     graphs_to_concurrency: bool = Field(default=False, description="CUDA graphs captured for batches 1..C "
                                                                    "(kv_memory.cuda_graph_max_bs = C)")
-    default_prefill_chunk: bool = Field(default=False, description="the generator caps a batch's prompt tokens "
-                                                                   "(SGLang's --max-prefill-tokens) and leaves the "
-                                                                   "stack's prefill chunk at its GPU default, which "
-                                                                   "the memory reserve follows "
+    default_prefill_chunk: bool = Field(default=False, description="the generator's ISL + 1,500 is SGLang's "
+                                                                   "--max-prefill-tokens (engine.max_prefill_tokens) "
+                                                                   "and the stack's prefill chunk stays at its GPU "
+                                                                   "default, the token budget, which the memory "
+                                                                   "reserve follows "
                                                                    "(kv_memory.chunked_prefill_size = default)")
     in_evaluation: bool = Field(default=False, description="the 2025 evaluation pipeline (aic-eval, "
                                                            "aic-genai-perf) wrote this stack's engine config "

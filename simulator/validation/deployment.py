@@ -149,9 +149,10 @@ def engine_keys(deployment: str, stack: str, concurrency: int, isl: int, dp: int
 
     Where the launch keeps the stack's default prefill chunk
     (``default_prefill_chunk``: SGLang, whose chunk for the GPU is
-    ``prefill_chunk``), a rank's prompt tokens per batch are the smaller of
-    the generator's cap (ISL + 1,500, ``--max-prefill-tokens``) and the
-    rank's share of that chunk (SGLang divides it by dp), decodes beside."""
+    ``prefill_chunk``), a rank's token budget is its share of that chunk
+    (SGLang divides it by dp), decodes beside counted in it, and the
+    generator's ``--max-prefill-tokens`` (ISL + 1,500) is the cap a second
+    prompt must fit under to join a batch (``max_prefill_tokens``)."""
     if deployment not in DEPLOYMENTS:
         raise ValueError(f"unknown deployment {deployment!r}")
     launch = _launch(stack)
@@ -170,7 +171,8 @@ def engine_keys(deployment: str, stack: str, concurrency: int, isl: int, dp: int
     if launch.default_prefill_chunk:
         memory["chunked_prefill_size"] = "default"
         if prefill_chunk:
-            keys["max_num_batched_tokens"] = batch + min(isl + _AIC_HEADROOM, max(1, prefill_chunk // dp))
+            keys["max_num_batched_tokens"] = max(batch, prefill_chunk // dp)
+            keys["max_prefill_tokens"] = isl + _AIC_HEADROOM
             keys["dp_limits"] = "per_rank"
     if memory:
         keys["kv_memory"] = memory
@@ -188,7 +190,8 @@ def role_engine_keys(deployment: str, stack: str, concurrency: int, isl: int, ba
     worker's batch is 1 unless told otherwise). The prefill pool takes that
     batch as each rank's cap; the decode pool keeps the cap ⌈C/dp⌉, which
     never binds in a closed loop of C. Each rank's token budget is an
-    aggregated row's (⌈C/dp⌉ + ISL + 1,500): every attention-DP rank has
+    aggregated row's (⌈C/dp⌉ + ISL + 1,500, or SGLang's chunk with its
+    ``max_prefill_tokens``): every attention-DP rank has
     one (``engine.dp_limits``), so a prefill worker of dp ranks prefills up
     to dp long prompts at once."""
     keys = dict(engine_keys(deployment, stack, concurrency, isl, dp, prefill_chunk))
