@@ -106,6 +106,7 @@ def test_shipped_b200_blocks_carry_the_token_tiles():
         assert p.width_align == max(align, 128) and p.hidden_align == align, fmt
 
 
+@pytest.mark.slow
 @pytest.mark.shared_data
 def test_nvfp4_trtllm_shapes_predicted_held_out(nvfp4_rows):
     """Leave-one-shape-out over the 16 shapes B200's TRT-LLM-gen NVFP4
