@@ -4,11 +4,17 @@
 
 Each case is a public start-up log of a known deployment (the address is
 beside it) and the figure the stack printed: vLLM's
-``available_kv_cache_memory`` (GiB per GPU), SGLang's ``KV Cache is
-allocated. #tokens``. llmsim sizes the same deployment with the stack's
-accounting (:mod:`simulator.kv_memory`) and the engine settings the log
-states or the stack's defaults of the time; nothing is fitted to these
-figures.
+``available_kv_cache_memory`` / ``Available KV cache memory`` (GiB per GPU,
+before a hybrid model's sliding-window layers take their share), SGLang's
+``KV Cache is allocated. #tokens``. llmsim sizes the same deployment with
+the stack's accounting (:mod:`simulator.kv_memory`) and the engine settings
+the log states or the stack's defaults of the time; nothing is fitted to
+these figures.
+
+A case whose gap llmsim does not model yet carries ``gap``: the reading of
+which term of the stack's accounting the gap is, printed under the table
+(the row is marked with a dagger). The error of a logged figure at or below
+zero (a deployment the stack refused) is the difference, not a ratio.
 """
 from __future__ import annotations
 
@@ -36,6 +42,7 @@ class Case:
     metric: str                 # "kv_gib_per_gpu" or "tokens"
     logged: float
     engine: dict[str, Any] = field(default_factory=dict)
+    gap: str = ""               # a known gap llmsim does not model, and its reading
 
 
 CASES = [
@@ -53,6 +60,47 @@ CASES = [
     Case("SGLang Qwen3-235B-A22B-FP8 4×H100", "github.com/vllm-project/vllm/issues/21348", "qwen3-235b-a22b-fp8",
          "h100-sxm", 4, "fp8", "tokens", 367404,
          {"kv_memory": KvMemory(rule="sglang", fraction=0.93), "block_size": 1}),
+    # The same issue's vLLM launch: `vllm serve Qwen3-235B-A22B-FP8 --tensor-parallel-size 4`
+    # (and an LMCache kv-transfer connector), "Available KV cache memory: 8.11 GiB" per GPU
+    # ("GPU KV cache size: 178,880 tokens" is derived from it). vLLM of July 2025 (0.9.2, or
+    # 0.10.0 two days later): V1 defaults on an H100 of gpu_memory_utilization 0.9 of the 79.22
+    # GiB CUDA reports, 8,192 batched tokens, 1,024 sequences (engine/arg_utils.py).
+    Case("vLLM Qwen3-235B-A22B-FP8 4×H100", "github.com/vllm-project/vllm/issues/21348",
+         "qwen3-235b-a22b-fp8", "h100-sxm", 4, "fp8", "kv_gib_per_gpu", 8.11,
+         {"max_num_batched_tokens": 8192, "max_num_seqs": 1024},
+         gap="with llmsim's weights (the SGLang row holds them right), vLLM keeps 8.1 GiB a GPU for its "
+             "profiling peak and non-torch memory against llmsim's 2.5. Its V1 profiling run samples 1,024 "
+             "dummy requests over the 151,936-token vocabulary, and without FlashInfer the PyTorch "
+             "top-k/top-p path (v1/sample/ops/topk_topp_sampler.py: sorted fp32 values, int64 indices, "
+             "masks, softmax) holds those logits about 7 times (4 GiB; vLLM all-gathers them, so every "
+             "GPU holds the whole vocabulary), llmsim a tp-th of one copy (0.15 GiB); at tp 4 "
+             "NCCL and all-reduce buffers exceed llmsim's 2 GiB runtime (vLLM logged 3.58 GiB outside "
+             "torch at tp 2 for Llama-3-8B, above); 0.4 GiB is the H100's 79.65 GiB (nvidia-smi) "
+             "against the 79.22 GiB vLLM applies its fraction to"),
+    # `vllm serve openai/gpt-oss-120b --gpu-memory-utilization 0.95 --max-num-batched-tokens 1024`
+    # on one H100: "Available KV cache memory: 1.71 GiB" (then the 131,072-token context does not
+    # fit). vLLM 0.11.0: the log's gpu_worker.py:298 and core.py:708 ("EngineCore failed to
+    # start.") are those lines in 0.11.0; its default max_num_seqs on an H100 is 1,024. Weights as
+    # vLLM loads them on one H100: 65.97 GiB at 0.10.1 (Marlin, next case), 64.38 GiB at 0.14.1
+    # (Triton backend, github.com/vllm-project/vllm/issues/33155).
+    Case("vLLM gpt-oss-120b 1×H100 (0.95)", "github.com/vllm-project/vllm/issues/27508", "gpt-oss-120b",
+         "h100-sxm", 1, "mxfp4", "kv_gib_per_gpu", 1.71,
+         {"kv_memory": KvMemory(rule="vllm", fraction=0.95), "max_num_batched_tokens": 1024,
+          "max_num_seqs": 1024},
+         gap="weights: vLLM lays the MXFP4 experts out padded for its Hopper MoE kernels (Marlin: "
+             "intermediate 2,880 to 2,944, hidden 2,880 to 3,072; model_executor/layers/quantization/"
+             "mxfp4.py), and logs 64.4-66.0 GiB of weights on one H100 against the checkpoint's 60.7 "
+             "llmsim counts; the rest is the profiling peak, the sampler's dummy run over 1,024 requests "
+             "and a 201,088-token vocabulary (0.77 GiB per fp32 copy of the logits, about 7 copies on the "
+             "PyTorch top-k/top-p path) against llmsim's one copy, and the 0.4 GiB of H100 memory "
+             "nvidia-smi counts above CUDA"),
+    # Same deployment at vLLM 0.10.1's defaults (0.9, 8,192 tokens, 1,024 sequences): "Model loading
+    # took 65.9651 GiB" (Marlin MXFP4 backend), "Available KV cache memory: -2.14 GiB": vLLM
+    # refuses it. llmsim's weights with Marlin's padding (above) come to 65.8 GiB.
+    Case("vLLM gpt-oss-120b 1×H100 (0.9)", "github.com/vllm-project/vllm/issues/23278", "gpt-oss-120b",
+         "h100-sxm", 1, "mxfp4", "kv_gib_per_gpu", -2.14, {"max_num_batched_tokens": 8192, "max_num_seqs": 1024},
+         gap="as above, term by term: 5.3 GiB of MXFP4 padding in the weights (logged), 4.1 GiB more "
+             "profiling peak and non-torch memory than llmsim's 3.4, 0.4 GiB of HBM above CUDA's"),
 ]
 
 
@@ -64,17 +112,32 @@ def llmsim_value(c: Case) -> float:
                       max_num_seqs=e.get("max_num_seqs", 256), block_size=e.get("block_size", 16), kv_memory=kv)
     if c.metric == "tokens":
         return float(mem.kv_capacity_tokens)
-    return mem.kv_capacity_bytes / c.tp / GIB
+    # vLLM's available KV memory is the pool before its sliding-window layers take their share.
+    return (mem.kv_capacity_bytes + mem.kv_window_bytes) / c.tp / GIB
+
+
+def error(c: Case, value: float) -> str:
+    """llmsim against the log: relative, or the difference where the stack logged no room."""
+    if c.logged <= 0:
+        return f"{value - c.logged:+.2f} GiB"
+    return f"{100 * (value / c.logged - 1):+.1f} %"
 
 
 def main() -> int:
     print("| deployment | logged | llmsim | error | source |\n|---|---:|---:|---:|---|")
+    gaps = []
     for c in CASES:
         v = llmsim_value(c)
         unit = " tokens" if c.metric == "tokens" else " GiB/GPU"
         fmt = "{:,.0f}" if c.metric == "tokens" else "{:.2f}"
-        print(f"| {c.name} | {fmt.format(c.logged)}{unit} | {fmt.format(v)}{unit} | "
-              f"{100 * (v / c.logged - 1):+.1f} % | {c.source} |")
+        mark = " †" if c.gap else ""
+        print(f"| {c.name}{mark} | {fmt.format(c.logged)}{unit} | {fmt.format(v)}{unit} | "
+              f"{error(c, v)} | {c.source} |")
+        if c.gap:
+            gaps.append(f"† {c.name}: {c.gap}.")
+    if gaps:
+        print("\nKnown gaps llmsim does not model yet:\n")
+        print("\n".join(gaps))
     return 0
 
 
