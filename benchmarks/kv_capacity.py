@@ -73,7 +73,7 @@ CASES = [
              "dummy requests over the 151,936-token vocabulary, and without FlashInfer the PyTorch "
              "top-k/top-p path (v1/sample/ops/topk_topp_sampler.py: sorted fp32 values, int64 indices, "
              "masks, softmax) holds those logits about 7 times (4 GiB; vLLM all-gathers them, so every "
-             "GPU holds the whole vocabulary), llmsim a tp-th of one copy (0.15 GiB); at tp 4 "
+             "GPU holds the whole vocabulary), llmsim one copy (0.58 GiB); at tp 4 "
              "NCCL and all-reduce buffers exceed llmsim's 2 GiB runtime (vLLM logged 3.58 GiB outside "
              "torch at tp 2 for Llama-3-8B, above); 0.4 GiB is the H100's 79.65 GiB (nvidia-smi) "
              "against the 79.22 GiB vLLM applies its fraction to"),

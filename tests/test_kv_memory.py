@@ -71,6 +71,20 @@ def test_mla_latent_is_kept_per_attention_rank(gpu, rule, dp=8):
     assert one_rank.describe()["kv_tokens_per_rank"] == mem // dp
 
 
+@pytest.mark.parametrize("tp", [1, 2, 4, 8])
+def test_every_gpu_reserves_the_whole_vocabulary_for_the_profiling_sampler(tp):
+    """vLLM V1 and SGLang gather the vocabulary-parallel logits onto every GPU before sampling, so
+    the profiling run's sampler holds min(max_num_seqs, budget) whole fp32 rows on each GPU,
+    whatever tp: the activation peak beyond the token activations does not shrink with tp."""
+    from simulator.memory import activation_bytes_per_token
+
+    model = load_model("llama-3.1-70b")
+    mem = plan_memory(model, load_hardware("h200"), tp, "fp8", "bf16", max_num_batched_tokens=8192,
+                      max_num_seqs=256, block_size=16, kv_memory=KvMemory(rule="vllm"))
+    logits = mem.activation_bytes / tp - 8192 * activation_bytes_per_token(model, tp)
+    assert logits == pytest.approx(256 * model.vocab_size * 4.0)
+
+
 def test_fewer_kv_heads_than_gpus_are_replicated():
     """Qwen3-235B has 4 KV heads: at tp 8 each GPU still holds one head, so a
     token takes twice the bytes of an even split (vLLM's max(1, heads // tp))."""
