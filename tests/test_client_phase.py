@@ -48,3 +48,20 @@ def test_twins_pair_runs_of_one_campaign_and_flag_the_one_out_of_phase():
     text = bench.markdown(pd.DataFrame(), twins, "cmd")
     assert "| TensorRT-LLM | m | b200_sxm | 2025-10-29 | 1 | 2.50 |" in text
     assert "2026-01-01" not in text.split("Campaigns above")[1].split("The other")[0]
+
+
+def test_position_reads_0_on_the_out_of_phase_replay_and_1_on_the_lockstep_one():
+    df = pd.DataFrame({"stack": ["vllm"] * 4 + ["sglang"], "deployment": ["aic-eval", "aic-eval",
+                                                                          "aiconfigurator", "aiconfigurator",
+                                                                          "aiconfigurator"],
+                       "concurrency": [4, 4, 64, 64, 8], "measured": [100.0, 100.0, 300.0, 500.0, 200.0],
+                       "out_of_phase": [100.0, 100.0, 100.0, 100.0, 200.0],
+                       "lockstep": [300.0, 100.5, 300.0, 300.0, 200.0]})
+    where = bench.position(df)
+    # the second row's replays agree within 1 % and the SGLang row's exactly: neither says where it lies
+    assert where.loc[("vllm", "aic-eval"), "rows"] == 1 and where.loc[("vllm", "aic-eval"), "1–4"] == 0.0
+    assert where.loc[("vllm", "aiconfigurator"), "49–128"] == 1.5      # median of 1 and 2
+    assert ("sglang", "aiconfigurator") not in where.index
+    text = bench.markdown(pd.DataFrame(), pd.DataFrame(columns=["configurations", "ratio"]), "cmd", where=where)
+    assert "| vLLM | Dynamo's frontend | 2 | – | 1.50 |" in text
+    assert "| vLLM | the stack's own server | 1 | 0.00 | – |" in text

@@ -34,7 +34,16 @@ one:
       speculatively with one draft token (:func:`speculative`);
     - AIPerf at concurrency C with ``ignore_eos``, ``2·C`` warm-up
       requests and ``20·C`` counted ones (``BENCH_MULTI_ROUND``; the
-      template counted ``50·C`` before 2026-04-29).
+      template counted ``50·C`` before 2026-04-29);
+    - served by Dynamo, not by the stack's own OpenAI server: the
+      generator's ``backend_templates/{vllm,sglang,trtllm}/run.sh.j2``
+      start ``python3 -m dynamo.frontend`` on the benchmarked port
+      (HTTP, chat template and tokenisation in its Rust process) and
+      the engine as ``python3 -m dynamo.<stack>`` workers. The replay
+      runs the stack's engine with the backend profile's front-end terms,
+      fitted on rows served by the stacks' own servers; Dynamo's are not
+      modelled (the held-out reading page shows how these rows' loops
+      hold their phase).
 
 ``aic-eval``
     Rows measured by AIConfigurator's evaluation pipeline before its
