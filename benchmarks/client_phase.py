@@ -14,7 +14,10 @@ This script shows how large that unknown is on the rows
 ``phases`` replay: one burst round, then out of phase): each is replayed
 again with every round in lockstep (``--client burst`` of ``llmsim
 validate``), and the table counts where the measured TTFT falls against
-the two.
+the two. A second table places each measurement between them (0 on the
+out-of-phase replay, 1 on the lockstep one) by how the rows were served
+(each stack's own server, or the engine behind Dynamo's frontend) and by
+concurrency: whether a loop keeps its phase depends on both.
 
 It also checks the measurements against themselves: TTFT at low
 concurrency does not depend on the output length on any server llmsim
