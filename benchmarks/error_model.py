@@ -46,6 +46,7 @@ from simulator.validation.error_model import PRIOR_GROUPS  # noqa: E402
 SILICON = DATA / "e2e" / "aic_silicon_sample.csv.gz"
 ME = "benchmarks/error_model.py"
 BEGIN, END = generated_section.markers("error-model-coverage", ME)
+TITLE = "Accuracy: reading the errors, and intervals"  # heads a page --markdown creates
 MAX_CONCURRENCY = 128
 
 
@@ -213,7 +214,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         print(f"wrote {write_model(model, source, cmd, int(errors.row.nunique()))}")
     if args.markdown:
-        generated_section.write(args.markdown, markdown(cov, model, source, cmd, wall), BEGIN, END)
+        generated_section.write(args.markdown, markdown(cov, model, source, cmd, wall), BEGIN, END, TITLE)
     return 0
 
 

@@ -48,6 +48,7 @@ DATA = ROOT.parent / "shared" / "data"
 POOL_DTYPE = {"bf16": ("bf16", None), "fp8": ("fp8", None), "fp8_block": ("fp8", None), "int4_wo": ("int4", None),
               "nvfp4": ("nvfp4", None), "w4a16_mxfp4": ("mxfp4", "bf16"), "w4a8": ("mxfp4", "mxfp8")}
 BEGIN, END = generated_section.markers("moe-engine-check", ME)
+TITLE = "Calibration: MoE pricing in the engine"  # heads a page --markdown creates
 
 
 def _layout(heads: int, gpus: int, domain: int) -> tuple[int, int] | None:
@@ -134,7 +135,7 @@ def main() -> None:
     table = summary(compare(args.data))
     text = markdown(table, time.time() - t0)
     print(text)
-    generated_section.write(args.markdown, text, BEGIN, END)
+    generated_section.write(args.markdown, text, BEGIN, END, TITLE)
 
 
 if __name__ == "__main__":

@@ -51,6 +51,7 @@ BANDS = (("decode", 1, 64), ("middle", 65, 2047), ("prefill", 2048, np.inf))
 SHAPE = ["hidden_size", "moe_intermediate_size", "num_experts", "topk"]
 KEY = ["gpu", "format", *SHAPE, "moe_tp", "moe_ep", "num_tokens"]
 BEGIN, END = generated_section.markers("moe-stack-kernels", ME)
+TITLE = "Calibration: MoE pricing in the engine"  # heads a page --markdown creates
 
 
 def read(data: Path) -> pd.DataFrame:
@@ -159,7 +160,7 @@ def main(argv: list[str] | None = None) -> int:
     table = summary(ratios(rows))
     text = markdown(table, time.time() - t0, versions(rows))
     print(text)
-    generated_section.write(args.markdown, text, BEGIN, END)
+    generated_section.write(args.markdown, text, BEGIN, END, TITLE)
     return 0
 
 
