@@ -1,6 +1,6 @@
 """How much of a closed loop's TTFT is its client's phase, not its server.
 
-    python benchmarks/client_phase.py ../shared/data/e2e/aic_silicon_sample.csv.gz \
+    python benchmarks/client_phase.py PATH/silicon_sample.csv --max-concurrency 128 \
         --markdown docs/accuracy-holdout-reading.md
 
 A closed loop of identical requests can run in phase (every client's
