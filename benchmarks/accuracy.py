@@ -42,6 +42,7 @@ ME = "benchmarks/accuracy.py"
 DATA = ROOT.parent / "shared" / "data"
 CLOSED = DATA / "e2e" / "closed_loop_silicon.csv"
 BEGIN, END = generated_section.markers("closed-loop-table", ME)
+TITLE = "Accuracy: llmsim against measured serving stacks"  # heads a page --markdown creates
 MAX_CONCURRENCY = 128
 MARK = "# --- overheads: fitted by `python benchmarks/accuracy.py --write-profiles`; edits below are overwritten ---"
 
@@ -179,7 +180,7 @@ def main(argv: list[str] | None = None) -> int:
         cmd = generated_section.command(ME, options=[("--write-profiles", args.write_profiles),
                                                      *(("--stack", n) for n in args.stack),
                                                      ("--markdown", args.markdown)])
-        generated_section.write(args.markdown, markdown(res, wall, cmd), BEGIN, END)
+        generated_section.write(args.markdown, markdown(res, wall, cmd), BEGIN, END, TITLE)
         import e2e_validation
         e2e_page = args.e2e_markdown or str(Path(args.markdown).with_name("accuracy-poisson.md"))
         e2e_validation.main(["--markdown", e2e_page])

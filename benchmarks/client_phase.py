@@ -1,6 +1,6 @@
 """How much of a closed loop's TTFT is its client's phase, not its server.
 
-    python benchmarks/client_phase.py ../shared/data/e2e/aic_silicon_sample.csv.gz \
+    python benchmarks/client_phase.py PATH/silicon_sample.csv --max-concurrency 128 \
         --markdown docs/accuracy-holdout-reading.md
 
 A closed loop of identical requests can run in phase (every client's
@@ -43,6 +43,7 @@ from holdout_silicon import FITTED, fitted_ids, replay, select  # noqa: E402
 
 ME = "benchmarks/client_phase.py"
 BEGIN, END = generated_section.markers("client-phase", ME)
+TITLE = "Accuracy: reading the held-out errors"  # heads a page --markdown creates
 STACKS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 # How the AIPerf rows were served (validation.deployment): the evaluation pipeline ran each stack's
 # own OpenAI server, the generator's deployments run the stack's engine behind Dynamo's frontend
@@ -200,7 +201,7 @@ def main(argv: list[str] | None = None) -> int:
         ("--markdown", args.markdown or "PATH")])
     text = markdown(phase, twins, cmd, failed, where)
     print(text)
-    generated_section.write(args.markdown, text, BEGIN, END)
+    generated_section.write(args.markdown, text, BEGIN, END, TITLE)
     return 0
 
 

@@ -64,6 +64,7 @@ DATA = ROOT.parent / "shared" / "data"
 CSV = DATA / "e2e" / "published_serving_results.csv"
 ME = "benchmarks/e2e_validation.py"
 BEGIN, END = generated_section.markers("e2e-table", ME)
+TITLE = "Accuracy: Poisson and offline rows"  # heads a page --markdown creates
 SEED = 0
 
 
@@ -270,14 +271,12 @@ def gpu_status() -> dict[str, str]:
     return out
 
 
-def markdown(rows: list[dict], skipped: list[tuple[str, str]], wall: float, llmsim_defaults: bool = False,
+def markdown(rows: list[dict], skipped: list[tuple[str, str]], wall: float, cmd: str,
              alt: list[dict] | None = None) -> str:
     today = _dt.date.today().isoformat()
     st = gpu_status()
-    flag = " --llmsim-defaults" if llmsim_defaults else ""
     lines = [
-        f"Generated {today} by `python benchmarks/e2e_validation.py{flag} --markdown docs/accuracy-poisson.md` "
-        f"({wall:.0f} s wall). GPU profiles at the time: "
+        f"Generated {today} by `{cmd}` ({wall:.0f} s wall). GPU profiles at the time: "
         + ", ".join(f"`{g}` **{s}**" for g, s in st.items()) + ". "
         "Error = (llmsim − measured) / measured.",
         "",
@@ -359,7 +358,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.markdown:
         alt = None if args.llmsim_defaults else run(csv, True)[0]
         wall = time.perf_counter() - t
-        generated_section.write(args.markdown, markdown(rows, skipped, wall, args.llmsim_defaults, alt), BEGIN, END)
+        cmd = generated_section.command(ME, options=[("--llmsim-defaults", args.llmsim_defaults),
+                                                     ("--data", args.data if csv != CSV else None),
+                                                     ("--markdown", args.markdown)])
+        generated_section.write(args.markdown, markdown(rows, skipped, wall, cmd, alt), BEGIN, END, TITLE)
     return 0
 
 

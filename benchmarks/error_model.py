@@ -46,7 +46,13 @@ from simulator.validation.error_model import PRIOR_GROUPS  # noqa: E402
 SILICON = DATA / "e2e" / "aic_silicon_sample.csv.gz"
 ME = "benchmarks/error_model.py"
 BEGIN, END = generated_section.markers("error-model-coverage", ME)
+TITLE = "Accuracy: reading the errors, and intervals"  # heads a page --markdown creates
 MAX_CONCURRENCY = 128
+# The command whose --csv is a residual file of the held-out rows: what a model built from such a file
+# states as its source (FILE, as the stated command's --residuals FILE), so anyone can rebuild it.
+HOLDOUT_CSV = generated_section.command(
+    "benchmarks/holdout_silicon.py", "../shared/data/e2e/aic_silicon_sample.csv.gz",
+    options=[("--max-concurrency", MAX_CONCURRENCY), ("--jobs", 2), ("--csv", "FILE")])
 
 
 def closed_loop_residuals(jobs: int, log=print):
@@ -69,12 +75,14 @@ def residuals(paths: list[Path], jobs: int, closed_loop: bool, log=print):
     import pandas as pd
 
     if paths:
-        frame = pd.concat([pd.read_csv(p) for p in paths], ignore_index=True)
+        frames = [pd.read_csv(p) for p in paths]
+        source = "; ".join(_written_by(p, f) for p, f in zip(paths, frames))
+        frame = pd.concat(frames, ignore_index=True)
         # holdout_silicon.py --csv also writes its disaggregated rows (mode disagg): the error
         # model reads aggregated replays, as the replay below gives it.
         if "mode" in frame:
             frame = frame[frame["mode"] != "disagg"].drop(columns="mode")
-        return frame, ", ".join(p.name for p in paths) + " (residual CSVs written earlier)"
+        return frame, source
     import holdout_silicon
 
     parts = [holdout_silicon.run(SILICON, MAX_CONCURRENCY, jobs, None, log=log)["errors"]]
@@ -83,6 +91,16 @@ def residuals(paths: list[Path], jobs: int, closed_loop: bool, log=print):
         parts.append(closed_loop_residuals(jobs, log))
         source += f"; closed_loop_silicon.csv leave-one-group-out, concurrency <= {MAX_CONCURRENCY}"
     return pd.concat(parts, ignore_index=True), source
+
+
+def _written_by(path: Path, frame) -> str:
+    """Where a residual file came from, as a command to rerun rather than a local file name: a file in
+    holdout_silicon.py's --csv layout (its mode column) within the concurrency cap is what
+    HOLDOUT_CSV writes; another (this script's --save-residuals) is named as given."""
+    capped = "concurrency" not in frame or not (frame["concurrency"] > MAX_CONCURRENCY).any()
+    if "mode" in frame and capped:
+        return f"FILE, written by `{HOLDOUT_CSV}` (the held-out rows)"
+    return f"{path.name} (a residual CSV written earlier)"
 
 
 def coverage(errors, confidence: float = 0.9, prior_groups: float = PRIOR_GROUPS):
@@ -184,9 +202,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     missing = [p for p in args.residuals if not p.is_file()]
     if missing:
-        print(f"error_model: {missing[0]}: no such file (write it with python benchmarks/holdout_silicon.py "
-              f"../shared/data/e2e/aic_silicon_sample.csv.gz --max-concurrency {MAX_CONCURRENCY} --csv FILE)",
-              file=sys.stderr)
+        print(f"error_model: {missing[0]}: no such file (write it with {HOLDOUT_CSV})", file=sys.stderr)
         return 2
     if not args.prior_groups > 0:
         print(f"error_model: --prior-groups must be positive (got {args.prior_groups})", file=sys.stderr)
@@ -213,7 +229,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.write:
         print(f"wrote {write_model(model, source, cmd, int(errors.row.nunique()))}")
     if args.markdown:
-        generated_section.write(args.markdown, markdown(cov, model, source, cmd, wall), BEGIN, END)
+        generated_section.write(args.markdown, markdown(cov, model, source, cmd, wall), BEGIN, END, TITLE)
     return 0
 
 

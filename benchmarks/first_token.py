@@ -55,6 +55,7 @@ from accuracy import ROOT  # noqa: E402
 
 ME = "benchmarks/first_token.py"
 BEGIN, END = generated_section.markers("first-token", ME)
+TITLE = "Accuracy: the first token"  # heads a page --markdown creates
 #: Physical bounds of the two terms: a front end tokenises a few hundred
 #: thousand to a million tokens a second (0-3 us a token), and a request's
 #: hand-offs and streaming take milliseconds, not a tenth of a second.
@@ -229,7 +230,7 @@ def main(argv: list[str] | None = None) -> int:
     print(text)
     if args.write_profiles:
         write_profiles(res["fits"], len(frame))
-    generated_section.write(args.markdown, text, BEGIN, END)
+    generated_section.write(args.markdown, text, BEGIN, END, TITLE)
     return 0
 
 

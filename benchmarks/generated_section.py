@@ -35,9 +35,17 @@ def command(script: str, *words: str, options: Iterable[tuple[str, object]] = ()
     return f"python {script}" + "".join(f" {w}" for w in words) + flags
 
 
-def update_markdown(path: Path, section: str, begin: str, end: str) -> None:
+def title_of(path: str | Path) -> str:
+    """The heading a page created for a section gets when its script names none: the file's name in words
+    (``docs/calibration-moe-engine.md`` -> ``Calibration moe engine``)."""
+    words = " ".join(Path(path).stem.replace("_", "-").split("-")).strip()
+    return words[:1].upper() + words[1:] if words else "Results"
+
+
+def update_markdown(path: Path, section: str, begin: str, end: str, title: str | None = None) -> None:
     """Replace the block between ``begin`` and ``end`` in ``path``, markers included; a page without both
-    markers gets the block appended under ``## Results``, and a missing page is created with it."""
+    markers gets the block appended under ``## Results``, and a missing page is created with it under
+    ``# TITLE`` (``title``, or the file's name in words: :func:`title_of`)."""
     block = f"{begin}\n{section}\n{end}"
     if path.exists():
         text = path.read_text()
@@ -47,14 +55,14 @@ def update_markdown(path: Path, section: str, begin: str, end: str) -> None:
         else:
             text = text.rstrip("\n") + "\n\n## Results\n\n" + block + "\n"
     else:
-        text = f"# Accuracy\n\n## Results\n\n{block}\n"
+        text = f"# {title or title_of(path)}\n\n## Results\n\n{block}\n"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
 
 
-def write(page: str | Path | None, section: str, begin: str, end: str) -> None:
+def write(page: str | Path | None, section: str, begin: str, end: str, title: str | None = None) -> None:
     """Put ``section`` between the markers on ``page`` (the script's ``--markdown``) and say so; no page,
-    nothing written."""
+    nothing written. ``title`` heads the page if it has to be created (default: :func:`title_of` the page)."""
     if page:
-        update_markdown(Path(page), section, begin, end)
+        update_markdown(Path(page), section, begin, end, title)
         print(f"wrote {page}")

@@ -49,6 +49,9 @@ URL = ("https://github.com/ai-dynamo/aiconfigurator/blob/095f58a51c4ca8e61b66ec1
 ME = "benchmarks/holdout_silicon.py"
 BEGIN, END = generated_section.markers("holdout-silicon", ME)
 BEGIN_DISAGG, END_DISAGG = generated_section.markers("holdout-silicon-disagg", ME)
+# The headings of pages --markdown and --disagg-markdown create.
+TITLE = "Accuracy: held out, AIConfigurator's silicon samples"
+TITLE_DISAGG = "Accuracy: held out, disaggregated serving"
 METRICS = ("ttft_mean_ms", "tpot_mean_ms", "throughput_output_tok_s")
 _REPEAT = "the same measurement as another row (configuration and values), under another id"
 SHORT = {"ttft_mean_ms": "TTFT", "tpot_mean_ms": "TPOT", "throughput_output_tok_s": "tok/s"}
@@ -385,10 +388,11 @@ def main(argv: list[str] | None = None) -> int:
 
         frames = [p["errors"].assign(mode=kind) for kind in ("agg", "disagg") if (p := res[kind]) is not None]
         pd.concat(frames, ignore_index=True).to_csv(args.csv, index=False)
-    targets = {"agg": (args.markdown, BEGIN, END), "disagg": (args.disagg_markdown, BEGIN_DISAGG, END_DISAGG)}
+    targets = {"agg": (args.markdown, BEGIN, END, TITLE),
+               "disagg": (args.disagg_markdown, BEGIN_DISAGG, END_DISAGG, TITLE_DISAGG)}
     for kind, text in parts.items():
-        page, begin, end = targets[kind]
-        generated_section.write(page, text, begin, end)
+        page, begin, end, title = targets[kind]
+        generated_section.write(page, text, begin, end, title)
     return 0
 
 

@@ -48,6 +48,7 @@ DATA = ROOT.parent / "shared" / "data"
 POOL_DTYPE = {"bf16": ("bf16", None), "fp8": ("fp8", None), "fp8_block": ("fp8", None), "int4_wo": ("int4", None),
               "nvfp4": ("nvfp4", None), "w4a16_mxfp4": ("mxfp4", "bf16"), "w4a8": ("mxfp4", "mxfp8")}
 BEGIN, END = generated_section.markers("moe-engine-check", ME)
+TITLE = "Calibration: MoE pricing in the engine"  # heads a page --markdown creates
 
 
 def _layout(heads: int, gpus: int, domain: int) -> tuple[int, int] | None:
@@ -116,10 +117,10 @@ def summary(rows: pd.DataFrame) -> pd.DataFrame:
     return out.astype({"rows": int, "layouts": int})
 
 
-def markdown(table: pd.DataFrame, wall: float) -> str:
-    head = (f"Generated {time.strftime('%Y-%m-%d')} by `python benchmarks/moe_engine_check.py --markdown "
-            f"docs/calibration-moe-engine.md` ({wall:.0f} s wall). Error = (engine − measured) / measured, "
-            f"over every measured row of the model's expert shape, format and a layout a replica can run.\n\n")
+def markdown(table: pd.DataFrame, wall: float, cmd: str) -> str:
+    head = (f"Generated {time.strftime('%Y-%m-%d')} by `{cmd}` ({wall:.0f} s wall). "
+            f"Error = (engine − measured) / measured, over every measured row of the model's expert shape, "
+            f"format and a layout a replica can run.\n\n")
     return head + report.markdown(table)
 
 
@@ -132,9 +133,11 @@ def main() -> None:
         raise SystemExit(f"{args.data}: no kernels/moe.csv.gz (the shared data)")
     t0 = time.time()
     table = summary(compare(args.data))
-    text = markdown(table, time.time() - t0)
+    cmd = generated_section.command(ME, options=[("--data", args.data if args.data != DATA else None),
+                                                 ("--markdown", args.markdown)])
+    text = markdown(table, time.time() - t0, cmd)
     print(text)
-    generated_section.write(args.markdown, text, BEGIN, END)
+    generated_section.write(args.markdown, text, BEGIN, END, TITLE)
 
 
 if __name__ == "__main__":

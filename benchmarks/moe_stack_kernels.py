@@ -51,6 +51,7 @@ BANDS = (("decode", 1, 64), ("middle", 65, 2047), ("prefill", 2048, np.inf))
 SHAPE = ["hidden_size", "moe_intermediate_size", "num_experts", "topk"]
 KEY = ["gpu", "format", *SHAPE, "moe_tp", "moe_ep", "num_tokens"]
 BEGIN, END = generated_section.markers("moe-stack-kernels", ME)
+TITLE = "Calibration: MoE pricing in the engine"  # heads a page --markdown creates
 
 
 def read(data: Path) -> pd.DataFrame:
@@ -132,9 +133,9 @@ def versions(rows: pd.DataFrame) -> str:
     return ", ".join(f"{fw} {'/'.join(sorted(map(str, got[fw])))}" for fw in ("vllm", *STACKS) if fw in got)
 
 
-def markdown(table: pd.DataFrame, wall: float, measured: str = "") -> str:
-    head = (f"Generated {time.strftime('%Y-%m-%d')} by `python benchmarks/moe_stack_kernels.py --markdown "
-            f"docs/calibration-moe-engine.md` ({wall:.0f} s wall{'; ' + measured if measured else ''}). "
+def markdown(table: pd.DataFrame, wall: float, cmd: str, measured: str = "") -> str:
+    head = (f"Generated {time.strftime('%Y-%m-%d')} by `{cmd}` "
+            f"({wall:.0f} s wall{'; ' + measured if measured else ''}). "
             f"Ratio = the stack's kernel time / vLLM's "
             f"(the kernel llmsim prices), median over the matched shapes, layouts and token counts of each "
             f"band (tokens on the rank); balanced router; shapes: model shapes measured on both.\n\n")
@@ -157,9 +158,11 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     rows = read(args.data)
     table = summary(ratios(rows))
-    text = markdown(table, time.time() - t0, versions(rows))
+    cmd = generated_section.command(ME, options=[("--data", args.data if args.data != DATA else None),
+                                                 ("--markdown", args.markdown)])
+    text = markdown(table, time.time() - t0, cmd, versions(rows))
     print(text)
-    generated_section.write(args.markdown, text, BEGIN, END)
+    generated_section.write(args.markdown, text, BEGIN, END, TITLE)
     return 0
 
 

@@ -50,8 +50,23 @@ def test_update_appends_a_section_a_page_lacks_and_creates_a_missing_page(tmp_pa
     gs.update_markdown(page, "body", begin, end)
     assert page.read_text() == f"# P\n\ntext\n{begin}\n\n## Results\n\n{begin}\nbody\n{end}\n"
     new = tmp_path / "sub" / "new.md"
-    gs.update_markdown(new, "body", begin, end)
-    assert new.read_text() == f"# Accuracy\n\n## Results\n\n{begin}\nbody\n{end}\n"
+    gs.update_markdown(new, "body", begin, end, "Calibration: the new check")
+    assert new.read_text() == f"# Calibration: the new check\n\n## Results\n\n{begin}\nbody\n{end}\n"
+
+
+def test_a_created_page_is_headed_by_its_title_or_else_its_name(tmp_path):
+    """Not "# Accuracy" whatever the script: a missing page takes the title the script gives, or its
+    file name in words; a page that exists keeps its own heading."""
+    begin, end = gs.markers("s", "benchmarks/x.py")
+    page = tmp_path / "docs" / "calibration-moe-engine.md"
+    gs.write(page, "body", begin, end)
+    assert page.read_text() == f"# Calibration moe engine\n\n## Results\n\n{begin}\nbody\n{end}\n"
+    gs.write(page, "again", begin, end, "Ignored: the page has its heading")
+    assert page.read_text() == f"# Calibration moe engine\n\n## Results\n\n{begin}\nagain\n{end}\n"
+    titled = tmp_path / "kv_pool.md"
+    gs.write(titled, "body", begin, end, "Memory: the KV pool")
+    assert titled.read_text().startswith("# Memory: the KV pool\n\n## Results\n\n")
+    assert gs.title_of("docs/accuracy-holdout_reading.md") == "Accuracy holdout reading"
 
 
 def test_write_without_a_page_writes_nothing(tmp_path, capsys):

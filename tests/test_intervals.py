@@ -194,6 +194,23 @@ def test_the_coverage_benchmark_leaves_each_group_out(tmp_path, repo_root):
     assert float(usual.split("|")[4]) >= 80             # the agreeing groups' rows are
 
 
+def test_a_model_from_a_residual_file_names_the_command_that_writes_it(tmp_path):
+    """A holdout_silicon.py --csv file is recorded as the command that writes it (FILE, as the stated
+    error_model.py command's --residuals FILE), not as the name of a local, often temporary, file."""
+    from helpers_bench import load_benchmark
+
+    bench = load_benchmark("error_model")
+    table = residual_table({("vllm", "h100-sxm"): 0.0}, rows_per_group=5)
+    holdout = tmp_path / "tmp_run7.csv"
+    pd.concat([table.assign(mode="agg"), table.head(2).assign(mode="disagg")]).to_csv(holdout, index=False)
+    frame, source = bench.residuals([holdout], jobs=1, closed_loop=False)
+    assert len(frame) == len(table) and "mode" not in frame          # the disaggregated rows left out
+    assert source == ("FILE, written by `python benchmarks/holdout_silicon.py ../shared/data/e2e/"
+                      "aic_silicon_sample.csv.gz --max-concurrency 128 --jobs 2 --csv FILE` (the held-out rows)")
+    saved = tmp_path / "saved.csv"                                     # --save-residuals: no mode column
+    table.to_csv(saved, index=False)
+    assert bench.residuals([saved], jobs=1, closed_loop=False)[1] == "saved.csv (a residual CSV written earlier)"
+
 def test_replicates_on_dask_give_the_local_results_json(tmp_path, cli):
     from test_executors import local_cluster
 

@@ -113,6 +113,8 @@ def test_read_keeps_what_a_default_deployment_runs_and_the_page_block_is_rewritt
     assert bench.main(["--data", str(tmp_path), "--markdown", str(page)]) == 0
     text = page.read_text()
     assert "old" not in text and "**trtllm**" in text and text.endswith("after\n")
+    # The section states the command it was run with: this page and this data, not the documented ones.
+    assert f" by `python benchmarks/moe_stack_kernels.py --data {tmp_path} --markdown {page}` (" in text
 
 
 def test_without_the_shared_data_it_says_so_and_exits_0(tmp_path, capsys):
