@@ -1,6 +1,6 @@
 """How far AIConfigurator's silicon sample disagrees with itself: one configuration, measured twice.
 
-    python benchmarks/repeat_runs.py ../shared/data/e2e/aic_silicon_sample.csv.gz \
+    python benchmarks/repeat_runs.py PATH/silicon_sample.csv --max-concurrency 128 \
         --markdown docs/accuracy-holdout-reading.md
 
 A replay sees only what a row states: model, GPU, stack and its version,
@@ -32,6 +32,7 @@ import generated_section  # noqa: E402
 
 ME = "benchmarks/repeat_runs.py"
 BEGIN, END = generated_section.markers("repeat-runs", ME)
+TITLE = "Accuracy: reading the held-out errors"  # heads a page --markdown creates
 STACKS = {"vllm": "vLLM", "sglang": "SGLang", "trtllm": "TensorRT-LLM"}
 # What a row states about its run: two rows alike in all of these are the same configuration.
 CONFIG = ["backend", "backend_version", "model_path", "system", "precision", "gemm_quant_mode", "moe_quant_mode",
@@ -142,7 +143,7 @@ def main(argv: list[str] | None = None) -> int:
     raw = pd.read_csv(args.path)
     text = markdown(repeats(raw, args.max_concurrency), cmd, repeats(raw, args.max_concurrency, across_versions=True))
     print(text)
-    generated_section.write(args.markdown, text, BEGIN, END)
+    generated_section.write(args.markdown, text, BEGIN, END, TITLE)
     return 0
 
 
