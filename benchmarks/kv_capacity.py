@@ -69,7 +69,7 @@ CASES = [
          "qwen3-235b-a22b-fp8", "h100-sxm", 4, "fp8", "kv_gib_per_gpu", 8.11,
          {"max_num_batched_tokens": 8192, "max_num_seqs": 1024},
          gap="with llmsim's weights (the SGLang row holds them right), vLLM keeps 8.1 GiB a GPU for its "
-             "profiling peak and non-torch memory against llmsim's 2.5. Its V1 profiling run samples 1,024 "
+             "profiling peak and non-torch memory against llmsim's 3.0. Its V1 profiling run samples 1,024 "
              "dummy requests over the 151,936-token vocabulary, and without FlashInfer the PyTorch "
              "top-k/top-p path (v1/sample/ops/topk_topp_sampler.py: sorted fp32 values, int64 indices, "
              "masks, softmax) holds those logits about 7 times (28 bytes an entry, 4 GiB; vLLM all-gathers "
