@@ -69,7 +69,7 @@ CASES = [
          "qwen3-235b-a22b-fp8", "h100-sxm", 4, "fp8", "kv_gib_per_gpu", 8.11,
          {"max_num_batched_tokens": 8192, "max_num_seqs": 1024},
          gap="with llmsim's weights (the SGLang row holds them right), vLLM keeps 8.1 GiB a GPU for its "
-             "profiling peak and non-torch memory against llmsim's 3.0. Its V1 profiling run samples 1,024 "
+             "profiling peak and non-torch memory against llmsim's 4.4. Its V1 profiling run samples 1,024 "
              "dummy requests over the 151,936-token vocabulary, and without FlashInfer the PyTorch "
              "top-k/top-p path (v1/sample/ops/topk_topp_sampler.py: sorted fp32 values, int64 indices, "
              "masks, softmax) holds those logits about 7 times (28 bytes an entry, 4 GiB; vLLM all-gathers "
@@ -101,8 +101,8 @@ CASES = [
     # refuses it. llmsim's weights with Marlin's padding (above) come to 65.8 GiB.
     Case("vLLM gpt-oss-120b 1×H100 (0.9)", "github.com/vllm-project/vllm/issues/23278", "gpt-oss-120b",
          "h100-sxm", 1, "mxfp4", "kv_gib_per_gpu", -2.14, {"max_num_batched_tokens": 8192, "max_num_seqs": 1024},
-         gap="as above, term by term: 5.3 GiB of MXFP4 padding in the weights (logged), 4.1 GiB more "
-             "profiling peak and non-torch memory than llmsim's 3.4, 0.4 GiB of HBM above CUDA's"),
+         gap="as above, term by term: 5.3 GiB of MXFP4 padding in the weights (logged), 2.2 GiB more "
+             "profiling peak and non-torch memory than llmsim's 5.3, 0.4 GiB of HBM above CUDA's"),
 ]
 
 
