@@ -534,7 +534,10 @@ CODING_AGENT_SIZES = [
                                  _TIER + " --set pools.agents.replicas=6 --set seed=12",
                                  _TIER + " --set pools.agents.replicas=6 --set seed=13",
                                  _TIER + " --set pools.agents.replicas=7"]),
-    ("cache-aware + host tier, P/D", [_PD, _PD + " --set pools.agents.replicas=2", _PD + " --set pools.decode.replicas=8"]),
+    ("cache-aware + host tier, P/D", [_PD + " --set pools.agents.replicas=1 --set pools.decode.replicas=7",
+                                      _PD + " --set pools.decode.replicas=7", _PD + " --set pools.agents.replicas=1",
+                                      _PD + " --set pools.agents.replicas=1 --set seed=12",
+                                      _PD + " --set pools.agents.replicas=1 --set seed=13", _PD]),
 ]
 
 

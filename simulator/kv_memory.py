@@ -86,6 +86,15 @@ class KvMemory(BaseModel):
         default=0.0, ge=0, description="CUDA-graph memory per GPU the stack budgets before the KV cache (vLLM "
                                        "0.21 and later estimate it; its log says 'Estimated CUDA graph memory'); "
                                        "default 0: graphs live in the unbudgeted share")
+    sampler_logit_bytes: Optional[float] = Field(
+        default=None, ge=0, le=64,
+        description="bytes the profiling run's sampler holds on each GPU per vocabulary entry of each dummy "
+                    "sequence, all copies of the logits together: vLLM samples min(max_num_seqs, "
+                    "max_num_batched_tokens) sequences over the gathered vocabulary, 14 from 0.17 (bf16 logits, "
+                    "their fp32 copy, probabilities and random_sample's draws; its Triton top-k/top-p works in "
+                    "place) or with VLLM_USE_FLASHINFER_SAMPLER=1, 28 on the PyTorch sort path 0.14-0.16 run by "
+                    "default (and earlier releases without FlashInfer installed); default: 14 (vllm), 4 "
+                    "(trtllm: one fp32 row of one sequence)")
 
 
 @dataclass(frozen=True)
@@ -101,11 +110,16 @@ class GpuShare:
     max_seqs: int
     speculative: bool = False   # a draft model or MTP module decodes beside the model
     runtime: float = RUNTIME_BYTES_PER_GPU
-    logits_row: float = 0.0     # fp32 logits of one sequence on this GPU
+    # Vocabulary entries of one sequence's logits on this GPU: the whole vocabulary, since the
+    # stacks gather the vocabulary-parallel LM head's output before sampling (vLLM V1's
+    # LogitsProcessor all-gathers, Platform.use_all_gather; so does SGLang's,
+    # do_tensor_parallel_all_gather); 0 on a pipeline stage that does not sample.
+    vocab: int = 0
 
-    def peak(self, sequences: int) -> float:
-        """The profiling run's activation peak when it samples ``sequences`` at once."""
-        return self.activation + sequences * self.logits_row
+    def peak(self, sequences: int, logit_bytes: float) -> float:
+        """The profiling run's activation peak when it samples ``sequences`` at once, its sampler
+        holding ``logit_bytes`` per vocabulary entry of each."""
+        return self.activation + sequences * self.vocab * logit_bytes
 
 
 @dataclass(frozen=True)
@@ -121,12 +135,20 @@ class KvBudget:
     activation: float = 0.0  # the activation peak the stack measures before sizing the pool
 
 
+FP32 = 4.0
+# vLLM's profiling sampler from 0.17 (v1/sample/sampler.py Sampler.forward, ops/topk_topp_sampler.py
+# forward_native with apply_top_k_top_p_triton in place): the gathered bf16 logits (2 B), their fp32
+# copy (4), the softmax probabilities (4) and random_sample's exponential draws (4) per entry.
+VLLM_SAMPLER_LOGIT_BYTES = 14.0
+
+
 def _vllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     # The profiling run samples min(max_num_seqs, max_num_batched_tokens) sequences at once
     # (v1/worker/gpu_model_runner.py profile_run -> _dummy_sampler_run).
     frac = spec.fraction if spec.fraction is not None else utilization
     usable = frac * g.hbm
-    act = g.peak(min(g.max_seqs, g.budget))
+    act = g.peak(min(g.max_seqs, g.budget), VLLM_SAMPLER_LOGIT_BYTES if spec.sampler_logit_bytes is None
+                 else spec.sampler_logit_bytes)
     reserve = act + g.runtime + spec.cuda_graph_gib * GIB
     return KvBudget(usable - g.weights - reserve, frac, usable, reserve, "gpu_memory_utilization", activation=act)
 
@@ -209,7 +231,7 @@ def _trtllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     # The profiling run is max_num_tokens of dummy prompts of max_seq_len - 1 tokens that
     # each return one token: one sequence's logits (_util.py _create_dummy_context_requests).
     frac = spec.fraction if spec.fraction is not None else 0.9
-    act = g.peak(1)
+    act = g.peak(1, FP32 if spec.sampler_logit_bytes is None else spec.sampler_logit_bytes)
     reserve = act + g.runtime + spec.cuda_graph_gib * GIB
     free = g.hbm - g.weights - reserve
     kv = frac * free

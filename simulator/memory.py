@@ -104,10 +104,9 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     par = Parallelism(tp, dp, ep)
     gpus = par.gpus
     rest, experts = weight_bytes_per_gpu(model, par, weight_dtype)
-    logits = logits_row_bytes(model)
     activations = max_num_batched_tokens * activation_bytes_per_token(model, tp)
     share = GpuShare(gpu.hbm_bytes, rest + experts, activations, gpus, dp,
-                     max_num_batched_tokens, max_num_seqs, speculative, logits_row=logits)
+                     max_num_batched_tokens, max_num_seqs, speculative, vocab=model.vocab_size)
     budget = kv_budget(share, kv_memory, gpu_memory_utilization)
     copies = kv_copies(model, tp)
     window = max_num_seqs * model.kv_window_bytes(kv_dtype) * copies / tp
@@ -155,16 +154,6 @@ def activation_bytes_per_token(model: ModelProfile, tp: int) -> float:
     full token budget, the same for each stage of a pipeline."""
     h, ffn = model.hidden_size, _mlp_width(model)
     return (2 * ffn / tp + 4 * h + (model.q_dim + 2 * model.kv_dim) / tp) * 2.0
-
-
-def logits_row_bytes(model: ModelProfile) -> float:
-    """fp32 logits of one sequence on each GPU of the group that samples it.
-    The LM head is split over the vocabulary, but the stacks gather the whole
-    vocabulary onto every GPU before sampling (vLLM V1's LogitsProcessor
-    all-gathers, ``Platform.use_all_gather``; SGLang's LogitsProcessor
-    ``do_tensor_parallel_all_gather``), so a tp-th of a row would understate
-    what the profiling run's sampler holds by (tp − 1) / tp."""
-    return model.vocab_size * 4.0
 
 
 def _mlp_width(model: ModelProfile) -> int:

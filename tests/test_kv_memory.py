@@ -72,17 +72,31 @@ def test_mla_latent_is_kept_per_attention_rank(gpu, rule, dp=8):
 
 
 @pytest.mark.parametrize("tp", [1, 2, 4, 8])
-def test_every_gpu_reserves_the_whole_vocabulary_for_the_profiling_sampler(tp):
-    """vLLM V1 and SGLang gather the vocabulary-parallel logits onto every GPU before sampling, so
-    the profiling run's sampler holds min(max_num_seqs, budget) whole fp32 rows on each GPU,
-    whatever tp: the activation peak beyond the token activations does not shrink with tp."""
+@pytest.mark.parametrize("sampler", [None, 28.0])
+def test_every_gpu_reserves_the_whole_vocabulary_for_the_profiling_sampler(tp, sampler):
+    """vLLM V1 gathers the vocabulary-parallel logits onto every GPU before sampling, so its
+    profiling run's sampler holds min(max_num_seqs, budget) whole rows on each GPU, whatever tp:
+    14 bytes an entry by default (0.17's in-place top-k/top-p), ``sampler_logit_bytes`` when set."""
+    from simulator.kv_memory import VLLM_SAMPLER_LOGIT_BYTES
     from simulator.memory import activation_bytes_per_token
 
     model = load_model("llama-3.1-70b")
     mem = plan_memory(model, load_hardware("h200"), tp, "fp8", "bf16", max_num_batched_tokens=8192,
-                      max_num_seqs=256, block_size=16, kv_memory=KvMemory(rule="vllm"))
+                      max_num_seqs=256, block_size=16, kv_memory=KvMemory(rule="vllm", sampler_logit_bytes=sampler))
     logits = mem.activation_bytes / tp - 8192 * activation_bytes_per_token(model, tp)
-    assert logits == pytest.approx(256 * model.vocab_size * 4.0)
+    assert logits == pytest.approx(256 * model.vocab_size * (sampler or VLLM_SAMPLER_LOGIT_BYTES))
+
+
+def test_vllm_releases_that_sorted_the_logits_reserve_twice_the_sampler_bytes():
+    """0.14-0.16 ran the PyTorch sort path by default (FlashInfer's sampler opt-in); from 0.17 the
+    Triton path works in place: the backend's version rules say so, and a user's kv_memory keys
+    still refine them."""
+    from simulator.profiles.backend import apply_backend
+
+    old = apply_backend({"backend": "vllm", "backend_version": "0.15.1", "kv_memory": {"fraction": 0.8}}, "h100-sxm")
+    assert old["kv_memory"] == {"rule": "vllm", "sampler_logit_bytes": 28, "fraction": 0.8}
+    new = apply_backend({"backend": "vllm", "backend_version": "0.17.0"}, "h100-sxm")
+    assert "sampler_logit_bytes" not in new["kv_memory"]
 
 
 def test_fewer_kv_heads_than_gpus_are_replicated():
