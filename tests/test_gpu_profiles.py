@@ -132,6 +132,18 @@ def test_nvfp4_needs_units_that_take_its_scales(cli, tmp_path):
     assert load_hardware("mi355x").has_unit("fp6")
 
 
+# What rocm-smi reports as "VRAM Total Memory (B)" on each AMD part (MI300X bare metal:
+# github.com/ROCm/legacy-rocm-build/issues/4750; MI355X: a public SGLang validation log),
+# the memory torch.cuda.mem_get_info sees and the stacks size their KV pools from.
+ROCM_SMI_BYTES = {"mi300x": 206_141_652_992, "mi355x": 309_220_868_096}
+
+
+@pytest.mark.parametrize("name", sorted(ROCM_SMI_BYTES))
+def test_amd_memory_is_what_rocm_reports_binary_not_decimal_gigabytes(name):
+    # AMD's "192 GB" and "288 GB" are 192 and 288 GiB of HBM; read as 1e9 bytes they lose 7 %.
+    assert load_hardware(name).hbm_bytes == pytest.approx(ROCM_SMI_BYTES[name], rel=1e-3)
+
+
 def test_an_xgmi_mesh_gives_a_group_its_peer_links_only():
     mi, h = load_hardware("mi300x"), load_hardware("h200")
     links = mi.interconnect.peer_links
