@@ -16,6 +16,7 @@ import copy
 import errno
 import gzip
 import json
+import math
 import os
 import signal
 import subprocess
@@ -540,6 +541,22 @@ def test_fuzz_bench_csv_loader(data):
             return
         for r in rows:     # a row is replayable only when its numbers are
             assert r.skip or (r.isl > 0 and r.osl > 0 and (r.concurrency or 0) >= 0 and r.tp >= 1)
+
+
+@pytest.mark.parametrize("key", ["isl_mean", "osl_mean", "concurrency", "tp", "ttft_mean_ms"])
+@pytest.mark.parametrize("value", ["INF", "-inf", "1e400"])
+def test_an_infinite_cell_of_a_benchmark_table_is_no_number(key, value, tmp_path):
+    """'inf' counts no tokens or requests: the row is left unreplayed with its reason, or the metric
+    unread, as for a cell that is not a number (it once ended in int(inf)'s OverflowError)."""
+    from simulator.validation.rows import rows_from_csv
+
+    row = {"engine": "vllm", "model": "llama-3-8b", "gpu": "h100-sxm", "tp": 1, "isl_mean": 1000, "osl_mean": 100,
+           "concurrency": 8, "ttft_mean_ms": 50.0, "tpot_mean_ms": 10.0, key: value}
+    p = tmp_path / "rows.csv"
+    p.write_text(",".join(row) + "\n" + ",".join(map(str, row.values())) + "\n")
+    (r,) = rows_from_csv(p)
+    assert r.skip or (r.isl > 0 and r.osl > 0 and (r.concurrency or 0) >= 0 and r.tp >= 1)
+    assert all(math.isfinite(v) for v in r.measured.values())
 
 
 # --- what the loaders bound, directly -------------------------------------------------------------------------

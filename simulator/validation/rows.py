@@ -146,11 +146,13 @@ def _match(table: list[tuple[str, str]], s: str) -> Optional[str]:
 
 
 def _num(x) -> Optional[float]:
+    """A cell's number; None for an empty, unparsable or non-finite one ('inf' is no count of tokens,
+    requests or milliseconds), which leaves the row unreplayed with its reason (``_why_not``)."""
     try:
         v = float(x)
     except (TypeError, ValueError):
         return None
-    return None if math.isnan(v) else v
+    return v if math.isfinite(v) else None
 
 
 def _longest_first() -> list[str]:
