@@ -28,7 +28,7 @@ from typing import Any, Callable
 
 import pytest
 import yaml
-from hypothesis import HealthCheck, given, settings, strategies as st
+from hypothesis import given, settings, strategies as st
 
 from simulator.errors import LlmsimError
 from simulator.profiles.loader import builtin_dir
