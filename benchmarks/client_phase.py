@@ -41,6 +41,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generated_section  # noqa: E402
 from holdout_silicon import FITTED, fitted_ids, replay, select  # noqa: E402
 
+from simulator.validation.deployment import measured_day  # noqa: E402
+
 ME = "benchmarks/client_phase.py"
 BEGIN, END = generated_section.markers("client-phase", ME)
 TITLE = "Accuracy: reading the held-out errors"  # heads a page --markdown creates
@@ -106,7 +108,7 @@ def osl_twins(raw, max_concurrency: int = 32):
     d = raw[(raw["mode"] == "agg") & (raw["isl"] == 1024) & raw["osl"].isin([1024, 8192])].copy()
     notes = d["silicon_data_source"].astype(str)
     d["c"] = pd.to_numeric(notes.str.extract(r"silicon_concurrency=(\d+)")[0], errors="coerce")
-    d["day"] = notes.str.extract(r"measured=(\d{4}-\d{2}-\d{2})")[0].fillna("undated")
+    d["day"] = notes.map(measured_day).fillna("undated")
     d = d[d["c"] <= max_concurrency]
     keys = ["backend", "backend_version", "model_path", "system", "precision", "tp_size",
             "attention_dp_size", "moe_ep_size", "c", "day"]

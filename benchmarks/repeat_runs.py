@@ -27,8 +27,10 @@ import argparse
 import sys
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generated_section  # noqa: E402
+from simulator.validation.deployment import measured_day  # noqa: E402
 
 ME = "benchmarks/repeat_runs.py"
 BEGIN, END = generated_section.markers("repeat-runs", ME)
@@ -52,8 +54,7 @@ def repeats(raw, max_concurrency: int = 128, across_versions: bool = False):
     d = raw[(raw["mode"] == "agg") & (pd.to_numeric(raw["batch_size"], errors="coerce") <= max_concurrency)].copy()
     d[CONFIG] = d[CONFIG].astype("string").fillna("-")     # a missing field is part of the key, not a dropped row
     d = d.drop_duplicates(CONFIG + list(METRICS))
-    notes = d["silicon_data_source"].astype("string").fillna("")
-    d["day"] = notes.str.extract(r"measured=(\d{4}-\d{2}-\d{2})")[0].fillna("undated")
+    d["day"] = d["silicon_data_source"].astype("string").fillna("").map(measured_day).fillna("undated")
     key = [k for k in CONFIG if k != "backend_version"] if across_versions else CONFIG
     out = d.groupby(key).agg(runs=("id", "size"), versions=("backend_version", "nunique"),
                              version_list=("backend_version", lambda v: " / ".join(sorted(set(v)))),
