@@ -64,6 +64,7 @@ _GRID = (np.arange(0.0, BOUNDS["response_ms"][1] + 1e-9, 0.25),
          np.arange(0.0, BOUNDS["tokenize_us_per_token"][1] + 1e-9, 0.05))
 ZERO = {"response_ms": 0.0, "tokenize_us_per_token": 0.0, "request_ms": 0.0}
 FIT_MAX_CONCURRENCY = 32
+LONG_PROMPT = 4096  # the sample's prompts are 1K-2K or 4K-8K tokens
 
 
 def _fit_rows(frame):
@@ -141,10 +142,17 @@ def markdown(frame, res: dict, cmd: str, wall: float) -> str:
     summ["without_the_terms_pct"] = summ["stack"].map(unf)
     moe = frame[frame["moe"].astype(bool)]
     moe = pd.concat([h.assign(err=_shifted(h, *res["fits"][st])) for st, h in moe.groupby("stack")])
-    moe_tab = (moe.assign(a=moe.err.abs() * 100, s=moe.err * 100, z=(moe.base / moe.measured - 1) * 100)
-               .groupby(["stack", "group"]).agg(rows=("a", "size"), median_abs_pct=("a", "median"),
-                                                 median_signed_pct=("s", "median"),
-                                                 signed_without_pct=("z", "median")).reset_index())
+    moe = moe.assign(a=moe.err.abs() * 100, s=moe.err * 100, z=(moe.base / moe.measured - 1) * 100)
+    moe_tab = (moe.groupby(["stack", "group"]).agg(rows=("a", "size"), median_abs_pct=("a", "median"),
+                                                   median_signed_pct=("s", "median"),
+                                                   signed_without_pct=("z", "median")).reset_index())
+    # Where in the prompt range the miss sits: a gap that shrinks at long prompts is a floor under
+    # short prefill iterations, one that grows is prefill compute, one that stays is per request.
+    by_prompt = moe.assign(long=moe["isl"] >= LONG_PROMPT).pivot_table(
+        index=["stack", "group"], columns="long", values="s", aggfunc="median")
+    for long, name in ((False, "signed_short_pct"), (True, "signed_long_pct")):
+        moe_tab[name] = [by_prompt[long].get(k, float("nan")) if long in by_prompt else float("nan")
+                         for k in zip(moe_tab["stack"], moe_tab["group"])]
     worst = res["rows"][res["rows"]["split"] != "stack"].sort_values("logo_median_abs_pct", ascending=False).head(12)
     took = f" ({wall / 60:.0f} min wall)" if wall else ""
     lines = [f"Generated {time.strftime('%Y-%m-%d')} by `{cmd}`{took}, "
@@ -156,7 +164,8 @@ def markdown(frame, res: dict, cmd: str, wall: float) -> str:
              "(median and p90 of |error|, median signed error; `without_the_terms_pct`: both terms at zero):", "",
              md(summ, floatfmt="{:.1f}"), "",
              "Mixture-of-experts rows (no fit sees them) with the dense fit, and with both terms at zero "
-             "(`signed_without_pct`):", "", md(moe_tab, floatfmt="{:.1f}"), "",
+             f"(`signed_without_pct`); the signed error with the fit apart for prompts under {LONG_PROMPT:,} tokens "
+             "(`signed_short_pct`) and from there on (`signed_long_pct`):", "", md(moe_tab, floatfmt="{:.1f}"), "",
              "The held-out groups the terms predict worst (median |error| of the group's rows, with the fit "
              "made without it, and at zero):", "",
              md(worst[["split", "held_out", "stack", "rows", "response_ms", "tokenize_us",

@@ -7,6 +7,7 @@ stack, the figures a capacity plan's margin should be read against.
 """
 from __future__ import annotations
 
+import math
 from concurrent.futures import ProcessPoolExecutor
 from typing import Iterable, Optional, Sequence
 
@@ -75,6 +76,9 @@ def markdown(table: pd.DataFrame, floatfmt: str = "{:.1f}", label: Optional[dict
             v = rec[c]
             if c == "metric":
                 v = LABELS.get(v, v)
-            cells.append(floatfmt.format(v) if isinstance(v, float) else str(label.get(v, v)))
+            if isinstance(v, float):
+                cells.append("–" if math.isnan(v) else floatfmt.format(v))   # no such rows: no number
+            else:
+                cells.append(str(label.get(v, v)))
         lines.append("| " + " | ".join(cells) + " |")
     return "\n".join(lines)
