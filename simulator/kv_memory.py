@@ -41,7 +41,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
 from .profiles.hardware import GIB
 
@@ -57,7 +57,11 @@ Rule = Literal["vllm", "sglang", "trtllm"]
 
 
 class KvMemory(BaseModel):
-    """``engine.kv_memory``: the stack whose accounting sizes the KV pool, and its knobs."""
+    """``engine.kv_memory``: the stack whose accounting sizes the KV pool, and its knobs.
+
+    Each knob is one stack's launch flag or measurement, and only the rules whose
+    accounting has it read it (``KvRule.knobs``); one set under another rule would
+    leave the pool as if unset while the user believes it counted, so it is refused."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
@@ -68,24 +72,29 @@ class KvMemory(BaseModel):
     fraction: Optional[float] = Field(
         default=None, gt=0, le=1,
         description="the stack's own knob: vLLM's gpu_memory_utilization, SGLang's mem_fraction_static, "
-                    "TensorRT-LLM's free_gpu_memory_fraction; default: engine.gpu_memory_utilization (vllm), "
-                    "SGLang's default for the GPU (sglang), 0.9 (trtllm)")
+                    "TensorRT-LLM's free_gpu_memory_fraction; every rule reads it; default: "
+                    "engine.gpu_memory_utilization (vllm), SGLang's default for the GPU (sglang), 0.9 (trtllm)")
     max_tokens: Optional[int] = Field(
         default=None, ge=1, description="cap on the KV tokens of one attention rank (TensorRT-LLM's "
-                                        "KvCacheConfig.max_tokens, SGLang's --max-total-tokens); default: none")
+                                        "KvCacheConfig.max_tokens, SGLang's --max-total-tokens); every rule "
+                                        "caps its pool with it; default: none")
     chunked_prefill_size: Optional[Union[PositiveInt, Literal["default"]]] = Field(
         default=None, description="SGLang's --chunked-prefill-size, the prefill chunk its default reserve grows "
                                   "with (1.5 MiB a token): a token count, or 'default' for SGLang's own for the "
                                   "GPU (2,048 below 35 GiB, 4,096 below 60, 8,192 below 160, 16,384 above), which "
-                                  "a launch that sets only --max-prefill-tokens keeps; default: the engine's "
+                                  "a launch that sets only --max-prefill-tokens keeps; read by rule sglang alone, "
+                                  "and only without kv_memory.fraction (refused otherwise); default: the engine's "
                                   "token budget (max_num_batched_tokens)")
     cuda_graph_max_bs: Optional[int] = Field(
         default=None, ge=1, description="SGLang's --cuda-graph-max-bs, which its default reserve grows with; "
-                                        "default: SGLang's for the GPU (up to 512)")
+                                        "read by rule sglang alone, and only without kv_memory.fraction "
+                                        "(refused otherwise); default: SGLang's for the GPU (up to 512)")
     cuda_graph_gib: float = Field(
         default=0.0, ge=0, description="CUDA-graph memory per GPU the stack budgets before the KV cache (vLLM "
                                        "0.21 and later estimate it; its log says 'Estimated CUDA graph memory'); "
-                                       "default 0: graphs live in the unbudgeted share")
+                                       "read by rules vllm and trtllm (refused under sglang, whose graphs live "
+                                       "outside mem_fraction_static); default 0: graphs live in the unbudgeted "
+                                       "share")
     sampler_logit_bytes: Optional[float] = Field(
         default=None, ge=0, le=64,
         description="bytes the profiling run's sampler holds on each GPU per vocabulary entry of each dummy "
@@ -93,8 +102,29 @@ class KvMemory(BaseModel):
                     "max_num_batched_tokens) sequences over the gathered vocabulary, 14 from 0.17 (bf16 logits, "
                     "their fp32 copy, probabilities and random_sample's draws; its Triton top-k/top-p works in "
                     "place) or with VLLM_USE_FLASHINFER_SAMPLER=1, 28 on the PyTorch sort path 0.14-0.16 run by "
-                    "default (and earlier releases without FlashInfer installed); default: 14 (vllm), 4 "
-                    "(trtllm: one fp32 row of one sequence)")
+                    "default (and earlier releases without FlashInfer installed); read by rules vllm and trtllm "
+                    "(refused under sglang, whose activations live outside mem_fraction_static); default: 14 "
+                    "(vllm), 4 (trtllm: one fp32 row of one sequence)")
+
+    @model_validator(mode="after")
+    def _every_knob_read(self) -> "KvMemory":
+        # A knob its rule never reads would leave the pool as if it were unset while the user
+        # believes it counted: refused, naming the rules that do read it.
+        rule = RULES[self.rule]
+        problems = []
+        for name, field in type(self).model_fields.items():
+            if name == "rule" or getattr(self, name) == field.default:
+                continue
+            if name not in rule.knobs:
+                readers = [r for r, k in RULES.items() if name in k.knobs]
+                problems.append(f"{name} is read only by rule{'s' if len(readers) > 1 else ''} "
+                                f"{' and '.join(readers)}; rule {self.rule} sizes its KV pool without it: remove it")
+            elif self.fraction is not None and name in rule.default_knobs:
+                problems.append(f"{name} only sizes rule {self.rule}'s default fraction, which "
+                                f"kv_memory.fraction replaces, so nothing reads it: remove one of the two")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
 
 
 @dataclass(frozen=True)
@@ -251,13 +281,22 @@ class KvRule:
     # init_memory_pool: the draft worker takes draft_runner_cache_size, the target's token
     # count; its reserve grows by 2 GiB for a draft: sglang_mem_fraction_static).
     draft_in_reserve: bool = False
+    # The KvMemory knobs ``budget`` reads (KvMemory refuses the others): what the budget
+    # functions above consume, and max_tokens, the cap memory.plan_memory and
+    # pipeline.plan_pipeline_memory put on every rule's pool.
+    knobs: frozenset[str] = frozenset({"fraction", "max_tokens"})
+    # Those of ``knobs`` that only derive the stack's default fraction, so unread beside kv_memory.fraction.
+    default_knobs: frozenset[str] = frozenset()
 
 
 # Each KV memory rule by the name engine.kv_memory.rule takes (the Rule type lists them).
 RULES: dict[str, KvRule] = {
-    "vllm": KvRule(_vllm, engine_knob="gpu_memory_utilization"),
-    "sglang": KvRule(_sglang, draft_in_reserve=True),
-    "trtllm": KvRule(_trtllm)}
+    "vllm": KvRule(_vllm, engine_knob="gpu_memory_utilization",
+                   knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"})),
+    "sglang": KvRule(_sglang, draft_in_reserve=True,
+                     knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs"}),
+                     default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs"})),
+    "trtllm": KvRule(_trtllm, knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
 
 
 def kv_budget(g: GpuShare, spec: Optional[KvMemory], gpu_memory_utilization: float = 0.9) -> KvBudget:

@@ -153,6 +153,28 @@ for _cid, _lora, _pool, _frags in [
 scenario_case("lora-disaggregated", {**SCENARIO, "classes": [{"name": "all", "share": 1.0, "pool": "chat"}], "pools": [
     {**SCENARIO["pools"][0], "disaggregation": {"decode_pool": "dec"}},
     {**SCENARIO["pools"][0], "name": "dec", "lora": _LORA}]}, "pools[0].disaggregation.decode_pool", "LoRA")
+# engine.kv_memory: a knob the pool's rule does not read is refused, naming the knob, the rule and who reads it
+for _cid, _engine, _frags in [
+        ("sampler-under-sglang", {"backend": "sglang", "kv_memory": {"sampler_logit_bytes": 28}},
+         ["sampler_logit_bytes is read only by rules vllm and trtllm", "rule sglang"]),
+        ("graph-gib-under-sglang", {"backend": "sglang", "kv_memory": {"cuda_graph_gib": 2.5}},
+         ["cuda_graph_gib is read only by rules vllm and trtllm", "rule sglang"]),
+        ("chunk-under-vllm", {"backend": "vllm", "kv_memory": {"chunked_prefill_size": 4096}},
+         ["chunked_prefill_size is read only by rule sglang", "rule vllm"]),
+        ("graph-bs-under-vllm", {"kv_memory": {"cuda_graph_max_bs": 64}},
+         ["cuda_graph_max_bs is read only by rule sglang", "rule vllm"]),
+        ("chunk-under-trtllm", {"backend": "trtllm", "kv_memory": {"chunked_prefill_size": "default"}},
+         ["chunked_prefill_size is read only by rule sglang", "rule trtllm"]),
+        ("graph-bs-under-trtllm", {"backend": "trtllm", "kv_memory": {"cuda_graph_max_bs": 64}},
+         ["cuda_graph_max_bs is read only by rule sglang", "rule trtllm"]),
+        ("graph-bs-beside-fraction", {"backend": "sglang", "kv_memory": {"fraction": 0.85, "cuda_graph_max_bs": 64}},
+         ["cuda_graph_max_bs only sizes rule sglang's default fraction", "kv_memory.fraction replaces"])]:
+    scenario_case(f"kv-memory-{_cid}", _set(SCENARIO, ("pools", 0, "engine"), _engine), "pools[0].engine.kv_memory",
+                  *_frags)
+CASES.append(("scenario-kv-memory-set-flag", {"s.yaml": SCENARIO},
+              [*RUN, "--set", f"pools.{POOL}.engine.kv_memory.sampler_logit_bytes=28",
+               "--set", f"pools.{POOL}.engine.backend=sglang"],
+              ["s.yaml", "pools[0].engine.kv_memory", "sampler_logit_bytes is read only by rules vllm and trtllm"]))
 # structure and resource bombs
 scenario_case("alias-bomb", BOMB + yaml.safe_dump(SCENARIO), "aliases")
 scenario_case("deep-block", DEEP_BLOCK, "64 levels")
@@ -242,7 +264,9 @@ for _cid, _p, _bad, _frag in [("engine-text", ("engine", "block_size"), "16", "e
                                "engine_by_gpu[1].set.max_num_seqs"),
                               ("overhead-negative", ("overheads", "iteration_overhead_ms"), -1, "iteration_overhead_ms"),
                               ("overhead-text", ("overheads", "response_ms"), "5", "response_ms"),
-                              ("version-not-a-number", ("by_version", 0, "since"), "latest", "by_version[0]")]:
+                              ("version-not-a-number", ("by_version", 0, "since"), "latest", "by_version[0]"),
+                              ("kv-memory-unread-knob", ("engine", "kv_memory"),
+                               {"rule": "vllm", "cuda_graph_max_bs": 64}, "engine.kv_memory")]:
     profile_case("backend", _cid, "b.yaml", _set({**BACKEND, "name": "b"}, _p, _bad), _frag, key="engine.backend")
 
 

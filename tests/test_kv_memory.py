@@ -225,6 +225,73 @@ def test_backend_sets_the_rule_and_a_user_key_refines_it():
                                  "engine": {"backend": "sglang", "gpu_memory_utilization": 0.8}})
 
 
+# A value for each knob that moves the pool of Llama-3.1-8B on one H100 under every rule that reads it.
+KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 1024, "cuda_graph_max_bs": 500,
+               "cuda_graph_gib": 3.0, "sampler_logit_bytes": 40.0}
+
+
+def _kv_bytes(kv: KvMemory) -> float:
+    return plan_memory(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, "bf16", "bf16",
+                       max_num_batched_tokens=8192, max_num_seqs=256, block_size=16,
+                       kv_memory=kv).kv_capacity_bytes
+
+
+def test_every_knob_is_listed_by_some_rule():
+    from simulator.kv_memory import RULES as KV_RULES
+
+    assert set(KNOB_VALUES) == set(KvMemory.model_fields) - {"rule"}
+    assert set().union(*(r.knobs for r in KV_RULES.values())) == set(KNOB_VALUES)
+
+
+@pytest.mark.parametrize("fraction", [None, 0.85])
+@pytest.mark.parametrize("knob", sorted(KNOB_VALUES))
+@pytest.mark.parametrize("rule", RULES)
+def test_a_knob_is_accepted_exactly_where_its_rule_reads_it(rule, knob, fraction):
+    """KvRule.knobs, by which KvMemory refuses a knob, is what the accounting reads: each knob moves
+    the pool under the rules that list it and nowhere else (SGLang's chunk and graph batch only
+    while its default fraction is in use); elsewhere it is refused, naming the knob, the rule and
+    the rules that read it."""
+    from simulator.kv_memory import RULES as KV_RULES
+
+    if knob == "fraction" and fraction is not None:
+        return
+    base = {"rule": rule, "fraction": fraction}
+    value = KNOB_VALUES[knob]
+    moved = _kv_bytes(KvMemory.model_construct(**{**KvMemory(**base).model_dump(), knob: value}))
+    read = moved != _kv_bytes(KvMemory(**base))
+    kv_rule = KV_RULES[rule]
+    assert read == (knob in kv_rule.knobs and not (fraction is not None and knob in kv_rule.default_knobs))
+    if read:
+        assert getattr(KvMemory(**{**base, knob: value}), knob) == value
+        return
+    with pytest.raises(ValidationError) as err:
+        KvMemory(**{**base, knob: value})
+    message = str(err.value)
+    assert knob in message and f"rule {rule}" in message
+    if knob in kv_rule.knobs:
+        assert "kv_memory.fraction replaces" in message
+    else:
+        readers = [r for r, k in KV_RULES.items() if knob in k.knobs]
+        assert f"read only by rule{'s' if len(readers) > 1 else ''} {' and '.join(readers)};" in message
+
+
+def test_a_kv_memory_naming_another_rule_keeps_none_of_the_profiles_knobs():
+    """The trtllm profile's fraction is TensorRT-LLM's free_gpu_memory_fraction, vLLM 0.14-0.16's
+    sampler bytes vLLM's sort path: under the rule a user names instead they would mean something
+    else (or be refused), so the user's mapping stands alone; the same rule still refines."""
+    from simulator.profiles.backend import apply_backend
+
+    assert apply_backend({"backend": "trtllm", "kv_memory": {"rule": "sglang"}}, "h100-sxm")["kv_memory"] == \
+        {"rule": "sglang"}
+    old = {"backend": "vllm", "backend_version": "0.15.1", "kv_memory": {"rule": "sglang", "cuda_graph_max_bs": 64}}
+    assert apply_backend(old, "h100-sxm")["kv_memory"] == {"rule": "sglang", "cuda_graph_max_bs": 64}
+    trt = {"backend": "trtllm", "kv_memory": {"rule": "sglang", "cuda_graph_max_bs": 64}}
+    assert PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "h100-sxm", "engine": trt}).engine.kv_memory == \
+        KvMemory(rule="sglang", cuda_graph_max_bs=64)
+    assert apply_backend({"backend": "trtllm", "kv_memory": {"rule": "trtllm", "max_tokens": 5}}, "h100-sxm")[
+        "kv_memory"] == {"rule": "trtllm", "fraction": 0.9, "max_tokens": 5}
+
+
 def test_results_state_the_kv_pool_the_run_used():
     sc = Scenario.model_validate({
         "name": "kv", "seed": 1,

@@ -1,11 +1,13 @@
 """Disaggregated rows of AIConfigurator's silicon_sample.csv: read, refused or replayed on prefill/decode pools."""
 from __future__ import annotations
 
+from pathlib import Path
+
 import pandas as pd
 import pytest
 
 from simulator.profiles.backend import load_backend
-from simulator.validation.replay import predict, scenario_for
+from simulator.validation.replay import ReplaySettings, predict, scenario_for
 from simulator.validation.rows import RoleLayout, rows_from_csv
 
 ROLE_KEYS = ("batch_size", "num_workers", "tp_size", "pp_size", "attention_dp_size", "moe_tp_size", "moe_ep_size")
@@ -178,3 +180,27 @@ def test_the_holdout_benchmark_reports_disaggregated_rows_apart(tmp_path, shared
     assert "stale table" not in text and "prefill pool" not in text and bench.BEGIN_DISAGG not in text
     assert "stale table" not in dis_text and "1 disaggregated rows replayed" in dis_text
     assert f"--disagg-markdown {dis_page}" in dis_text
+
+
+@pytest.mark.parametrize("backend", ["vllm", "trtllm", "sglang-at-0.88"])
+def test_a_row_replayed_where_nothing_reads_sglangs_memory_flags_keeps_none(tmp_path, backend):
+    """SGLang's launch flags (--cuda-graph-bs 1..C, its default prefill chunk) size SGLang's default
+    reserve alone; replayed under another stack's backend (validate --backend) or an SGLang profile
+    that fixes mem_fraction_static, nothing reads them, and KvMemory would refuse them."""
+    import yaml
+
+    from simulator.profiles.loader import builtin_dir
+
+    name, rule = backend, backend.split("-")[0]
+    if rule == "sglang":
+        prof = yaml.safe_load((builtin_dir("backend_profiles") / "sglang.yaml").read_text())
+        prof["engine"]["kv_memory"] = {"rule": "sglang", "fraction": 0.88}
+        name = str(tmp_path / "fixed.yaml")
+        Path(name).write_text(yaml.safe_dump({**prof, "name": "fixed"}))
+    rows = _rows(tmp_path, {**DSR1, "backend": "sglang", "backend_version": "0.5.8.post1"},
+                 {**AGG, "backend": "sglang", "backend_version": "0.5.8.post1"})
+    for row in rows.values():
+        for pool in scenario_for(row, ReplaySettings(backend=name)).pools:
+            kv = pool.engine.kv_memory
+            assert kv is not None and kv.rule == rule
+            assert (kv.cuda_graph_max_bs, kv.chunked_prefill_size) == (None, None)

@@ -168,12 +168,14 @@ def test_an_unknown_deployment_is_one_line(tmp_path, cli):
 @given(st.sampled_from(["vllm", "sglang", "trtllm"]), st.integers(1, 1024), st.integers(1, 131072))
 @settings(max_examples=60, deadline=None)
 def test_generated_deployments_are_engines_llmsim_accepts(stack, c, isl):
-    """Every generated budget holds every running decode and one whole prompt."""
+    """Every generated budget holds every running decode and one whole prompt, and every
+    generated key is one the stack's backend reads (its KV memory rule: kv_memory.KvRule.knobs)."""
     from simulator.engine.config import EngineConfig
+    from simulator.profiles.backend import apply_backend
     from simulator.validation.deployment import engine_keys
 
     keys = engine_keys("aiconfigurator", stack, c, isl)
-    cfg = EngineConfig(**keys)
+    cfg = EngineConfig(**apply_backend({"backend": stack, **keys}, "h100-sxm"))
     assert cfg.max_num_seqs == c and cfg.max_num_batched_tokens >= c + isl
 
 

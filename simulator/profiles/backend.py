@@ -291,5 +291,10 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, separate_draft: bool = 
     for key, value in engine.items():
         # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
         base = merged.get(key)
+        if key == "kv_memory" and isinstance(base, dict) and isinstance(value, dict) \
+                and value.get("rule", base.get("rule", "vllm")) != base.get("rule", "vllm"):
+            # The profile's knobs are its own stack's (TensorRT-LLM's free_gpu_memory_fraction 0.9,
+            # vLLM 0.14's sampler bytes): under another rule they would mean something else.
+            base = None
         merged[key] = {**base, **value} if isinstance(base, dict) and isinstance(value, dict) else value
     return merged

@@ -237,6 +237,18 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
     if speculative:
         engine.update(deployment.speculative_engine_keys(row.stack))
     engine.update(s.engine or {})
+    launch = keys.get("kv_memory")
+    if launch is not None and engine.get("kv_memory") is launch:
+        # The launch's memory flags are its own stack's (SGLang's CUDA-graph batch and prefill
+        # chunk, which size its default fraction); under another stack's backend (validate
+        # --backend) or one that fixes the fraction, nothing reads them, and KvMemory refuses them.
+        from ..kv_memory import RULES
+        from ..profiles.backend import apply_backend
+
+        merged = apply_backend(dict(engine), row.gpu).get("kv_memory") or {}
+        rule = RULES[merged.get("rule", "vllm")]
+        unread = rule.default_knobs if merged.get("fraction") is not None else frozenset()
+        engine["kv_memory"] = {k: v for k, v in launch.items() if k in rule.knobs - unread}
     return engine
 
 
