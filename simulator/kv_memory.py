@@ -76,8 +76,9 @@ class KvMemory(BaseModel):
                     "engine.gpu_memory_utilization (vllm), SGLang's default for the GPU (sglang), 0.9 (trtllm)")
     max_tokens: Optional[int] = Field(
         default=None, ge=1, description="cap on the KV tokens of one attention rank (TensorRT-LLM's "
-                                        "KvCacheConfig.max_tokens, SGLang's --max-total-tokens); every rule "
-                                        "caps its pool with it; default: none")
+                                        "KvCacheConfig.max_tokens, SGLang's --max-total-tokens); read by rules "
+                                        "sglang and trtllm (vLLM has no such flag: engine.num_gpu_blocks_override "
+                                        "is its own); default: none")
     chunked_prefill_size: Optional[Union[PositiveInt, Literal["default"]]] = Field(
         default=None, description="SGLang's --chunked-prefill-size, the prefill chunk its default reserve grows "
                                   "with (1.5 MiB a token): a token count, or 'default' for SGLang's own for the "
@@ -281,9 +282,9 @@ class KvRule:
     # init_memory_pool: the draft worker takes draft_runner_cache_size, the target's token
     # count; its reserve grows by 2 GiB for a draft: sglang_mem_fraction_static).
     draft_in_reserve: bool = False
-    # The KvMemory knobs ``budget`` reads (KvMemory refuses the others): what the budget
-    # functions above consume, and max_tokens, the cap memory.plan_memory and
-    # pipeline.plan_pipeline_memory put on every rule's pool.
+    # The KvMemory knobs the rule reads (KvMemory refuses the others): what the budget
+    # functions above consume, and max_tokens, the stack's cap on a rank's tokens
+    # (rank_token_cap) that memory.plan_memory and pipeline.plan_pipeline_memory apply.
     knobs: frozenset[str] = frozenset({"fraction", "max_tokens"})
     # Those of ``knobs`` that only derive the stack's default fraction, so unread beside kv_memory.fraction.
     default_knobs: frozenset[str] = frozenset()
@@ -292,11 +293,19 @@ class KvRule:
 # Each KV memory rule by the name engine.kv_memory.rule takes (the Rule type lists them).
 RULES: dict[str, KvRule] = {
     "vllm": KvRule(_vllm, engine_knob="gpu_memory_utilization",
-                   knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"})),
+                   knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes"})),
     "sglang": KvRule(_sglang, draft_in_reserve=True,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs"}),
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs"})),
     "trtllm": KvRule(_trtllm, knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
+
+
+def rank_token_cap(spec: Optional[KvMemory]) -> Optional[int]:
+    """The cap on one attention rank's KV tokens set by the stack's own flag, where its rule has
+    one (TensorRT-LLM's KvCacheConfig.max_tokens, SGLang's --max-total-tokens)."""
+    if spec is None or "max_tokens" not in RULES[spec.rule].knobs:
+        return None
+    return spec.max_tokens
 
 
 def kv_budget(g: GpuShare, spec: Optional[KvMemory], gpu_memory_utilization: float = 0.9) -> KvBudget:

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .errors import LlmsimError
-from .kv_memory import RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, kv_budget
+from .kv_memory import RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, kv_budget, rank_token_cap
 from .parallelism import Parallelism, kv_copies, replica_kv_bytes_per_token, weight_bytes_per_gpu
 from .profiles.hardware import HardwareProfile
 from .fields import leaf
@@ -112,8 +112,9 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     window = max_num_seqs * model.kv_window_bytes(kv_dtype) * copies / tp
     kv_per_token = replica_kv_bytes_per_token(model, par, kv_dtype)
     kv_cap = (budget.kv_bytes - window) * gpus
-    if kv_memory is not None and kv_memory.max_tokens is not None:
-        kv_cap = min(kv_cap, kv_memory.max_tokens * dp * kv_per_token)
+    cap_tokens = rank_token_cap(kv_memory)
+    if cap_tokens is not None:
+        kv_cap = min(kv_cap, cap_tokens * dp * kv_per_token)
     if kv_cap <= kv_per_token * block_size:
         raise LlmsimError(_no_room(model, gpu, par, weight_dtype, share, budget, window))
     num_blocks = int(kv_cap // (kv_per_token * block_size))

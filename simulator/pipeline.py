@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .errors import LlmsimError
-from .kv_memory import GpuShare, KvMemory, kv_budget
+from .kv_memory import GpuShare, KvMemory, kv_budget, rank_token_cap
 from .memory import MemoryPlan, activation_bytes_per_token
 from .parallelism import Parallelism, replica_kv_bytes_per_token, tp_whole_weight_bytes
 from .profiles.hardware import HardwareProfile
@@ -111,8 +111,9 @@ def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp:
         budget = kv_budget(share, kv_memory, gpu_memory_utilization)
         stage_token = kv_token * n / L                  # this stage's layers of one token, over its tp GPUs
         cap = budget.kv_bytes * tp
-        if kv_memory is not None and kv_memory.max_tokens is not None:
-            cap = min(cap, kv_memory.max_tokens * stage_token)
+        cap_tokens = rank_token_cap(kv_memory)
+        if cap_tokens is not None:
+            cap = min(cap, cap_tokens * stage_token)
         nb = int(cap // (stage_token * block_size)) if cap > 0 else 0
         shares.append((share, budget))
         blocks = nb if blocks is None else min(blocks, nb)

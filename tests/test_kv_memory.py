@@ -356,3 +356,29 @@ def test_sglang_profile_budget_is_sglangs_default_chunk_on_every_builtin_gpu():
     assert budgets == {name: sglang_chunked_prefill_size(gpu.hbm_bytes / 2**20)
                        for name, gpu in builtin_hardware().items()}
     assert budgets["a100-sxm-40gb"] == budgets["l40s"] == 4096
+
+
+def test_vllm_takes_its_memory_knob_once():
+    """Under the vllm rule kv_memory.fraction is gpu_memory_utilization itself: set beside the
+    backend it replaces the profile's 0.9 (and sizes the pool), set together with an explicit
+    gpu_memory_utilization it is refused rather than one of the two silently winning."""
+    def pool(engine):
+        return PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "h100-sxm", "engine": engine})
+
+    from simulator.fleet.setup import setup_pool
+
+    alone = pool({"backend": "vllm", "kv_memory": {"fraction": 0.8}})
+    assert "gpu_memory_utilization" not in alone.engine.model_fields_set
+    assert alone.engine.kv_memory.fraction == 0.8
+    same = pool({"backend": "vllm", "gpu_memory_utilization": 0.8})
+    assert setup_pool(alone, 0).memory.kv_capacity_bytes == setup_pool(same, 0).memory.kv_capacity_bytes
+    for engine in ({"backend": "vllm", "gpu_memory_utilization": 0.85, "kv_memory": {"fraction": 0.8}},
+                   {"gpu_memory_utilization": 0.85, "kv_memory": {"rule": "vllm", "fraction": 0.8}}):
+        with pytest.raises(ValidationError, match="gpu_memory_utilization and kv_memory.fraction both"):
+            pool(engine)
+
+
+def test_max_tokens_is_refused_where_the_stack_has_no_such_flag():
+    with pytest.raises(ValidationError, match="max_tokens is read only by rules sglang and trtllm"):
+        KvMemory(rule="vllm", max_tokens=10_000)
+    assert KvMemory(rule="sglang", max_tokens=10_000).max_tokens == 10_000

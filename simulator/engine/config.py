@@ -203,6 +203,10 @@ class EngineConfig(BaseModel):
             raise ValueError(f"gpu_memory_utilization is vLLM's; this engine sizes its KV cache as {rule} does "
                              "(kv_memory.rule): set kv_memory.fraction instead (SGLang's mem_fraction_static, "
                              "TensorRT-LLM's free_gpu_memory_fraction)")
+        if RULES[rule].engine_knob == "gpu_memory_utilization" and "gpu_memory_utilization" in self.model_fields_set \
+                and self.kv_memory is not None and self.kv_memory.fraction is not None:
+            raise ValueError(f"gpu_memory_utilization and kv_memory.fraction both set vLLM's gpu_memory_utilization "
+                             f"({self.gpu_memory_utilization} and {self.kv_memory.fraction}): set one of the two")
         return self
 
     @model_validator(mode="after")

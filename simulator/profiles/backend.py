@@ -297,4 +297,9 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, separate_draft: bool = 
             # vLLM 0.14's sampler bytes): under another rule they would mean something else.
             base = None
         merged[key] = {**base, **value} if isinstance(base, dict) and isinstance(value, dict) else value
+    mine = engine.get("kv_memory")
+    if isinstance(mine, dict) and mine.get("fraction") is not None and "gpu_memory_utilization" not in engine:
+        # The user's kv_memory.fraction is the stack's own knob; under the vllm rule it is
+        # gpu_memory_utilization itself, so the profile's value gives way (EngineConfig refuses both).
+        merged.pop("gpu_memory_utilization", None)
     return merged
