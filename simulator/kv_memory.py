@@ -72,7 +72,8 @@ class KvMemory(BaseModel):
     fraction: Optional[float] = Field(
         default=None, gt=0, le=1,
         description="the stack's own knob: vLLM's gpu_memory_utilization, SGLang's mem_fraction_static, "
-                    "TensorRT-LLM's free_gpu_memory_fraction; every rule reads it; default: "
+                    "TensorRT-LLM's free_gpu_memory_fraction; every rule reads it (under vllm it is "
+                    "engine.gpu_memory_utilization itself: set one of the two); default: "
                     "engine.gpu_memory_utilization (vllm), SGLang's default for the GPU (sglang), 0.9 (trtllm)")
     max_tokens: Optional[int] = Field(
         default=None, ge=1, description="cap on the KV tokens of one attention rank (TensorRT-LLM's "
