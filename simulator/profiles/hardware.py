@@ -22,7 +22,7 @@ GIB = 2**30
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class RooflineParams(_Strict):
@@ -35,7 +35,7 @@ class RooflineParams(_Strict):
 
     eta_compute: float = Field(default=1.0, gt=0, le=1.5)
     eta_memory: float = Field(default=1.0, gt=0, le=1.5)
-    sharpness: float = Field(default=math.inf, gt=0)
+    sharpness: float = Field(default=math.inf, gt=0, allow_inf_nan=True)   # .inf: the hard max
     fixed_us: float = Field(default=0.0, ge=0)
     # GEMMs only: compute efficiency ramps up with the token count m as
     # η_c · m / (m + m_half) (small-m tiles leave tensor cores idle).

@@ -31,7 +31,7 @@ from .variants import LadderMode, Variants
 class PoolSpec(BaseModel):
     """A set of identical replicas (model, GPU kind, TP, engine settings)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = "main"
     model: str = Field(description="built-in model name, model YAML or config.json path")
@@ -90,7 +90,7 @@ class PoolSpec(BaseModel):
 
 
 class Scenario(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(description="shown in reports")
     description: str = ""
