@@ -272,8 +272,12 @@ class Interconnect(_Strict):
     scale_out_latency_us: float = Field(default=0.0, ge=0, description="one all-to-all's latency floor across it")
 
 
+#: Dearest GPU-hour accepted (a price is a rate: a digit slip of 10³⁰⁰ would make every cost infinite).
+MAX_USD_PER_GPU_HOUR = 1_000_000.0
+
+
 class Price(_Strict):
-    usd_per_gpu_hour: float = Field(gt=0)
+    usd_per_gpu_hour: float = Field(gt=0, le=MAX_USD_PER_GPU_HOUR)
     source: str = ""
 
 
