@@ -125,7 +125,7 @@ class EngineConfig(BaseModel):
                                         "max_new_tokens); a request asking for more is rejected; default: "
                                         "reserve max_model_len")
     iteration_overhead_ms: Optional[float] = Field(
-        default=None, ge=0, description="per-iteration CPU/launch overhead; default from the GPU profile")
+        default=None, ge=0, le=1000, description="per-iteration CPU/launch overhead; default from the GPU profile")
     iteration_us_per_seq: float = Field(
         default=0.0, ge=0, le=10000, description="scheduler/sampler CPU time per sequence per iteration")
     async_scheduling: bool = Field(

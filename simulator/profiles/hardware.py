@@ -36,10 +36,10 @@ class RooflineParams(_Strict):
     eta_compute: float = Field(default=1.0, gt=0, le=1.5)
     eta_memory: float = Field(default=1.0, gt=0, le=1.5)
     sharpness: float = Field(default=math.inf, gt=0, allow_inf_nan=True)   # .inf: the hard max
-    fixed_us: float = Field(default=0.0, ge=0)
+    fixed_us: float = Field(default=0.0, ge=0, le=1e6)
     # GEMMs only: compute efficiency ramps up with the token count m as
     # η_c · m / (m + m_half) (small-m tiles leave tensor cores idle).
-    m_half: float = Field(default=0.0, ge=0)
+    m_half: float = Field(default=0.0, ge=0, le=1e9)
     # GEMMs only, optional (0 = no ramp): narrow tensor-parallel shards leave
     # SMs idle too. Compute efficiency also ramps with the output width n
     # (few output tiles) and the reduction length k (each tile's prologue and
@@ -47,9 +47,9 @@ class RooflineParams(_Strict):
     # k/(k + k_half); streaming the weights needs enough columns to occupy
     # every SM: η_m · n/(n + n_half_memory). Each factor is ≤ 1, so a
     # calibrated GEMM is never faster than the roofline.
-    n_half: float = Field(default=0.0, ge=0)
-    k_half: float = Field(default=0.0, ge=0)
-    n_half_memory: float = Field(default=0.0, ge=0)
+    n_half: float = Field(default=0.0, ge=0, le=1e9)
+    k_half: float = Field(default=0.0, ge=0, le=1e9)
+    n_half_memory: float = Field(default=0.0, ge=0, le=1e9)
     # GEMMs only, the wave form (``waves: true``, used instead of the η_c
     # ramps above): output tiles run in waves over the GPU's SMs, each tile
     # paying ``k_overhead`` extra k-steps (prologue/epilogue) and, for a
@@ -57,16 +57,16 @@ class RooflineParams(_Strict):
     # is assumed to pick the cheapest tile of a fixed candidate set
     # (components.GEMM_TILES). Needs the profile's ``num_sms``.
     waves: bool = False
-    k_overhead: float = Field(default=0.0, ge=0)
-    tile_edge: float = Field(default=0.0, ge=0)
+    k_overhead: float = Field(default=0.0, ge=0, le=1e6)
+    tile_edge: float = Field(default=0.0, ge=0, le=1e6)
     # decode attention only: per-sequence cost (split-KV reduction, q load).
-    per_seq_us: float = Field(default=0.0, ge=0)
+    per_seq_us: float = Field(default=0.0, ge=0, le=1e6)
     # MoE layers and MLA prefill: work per token that no GEMM or attention
     # roof counts and that does not scale with experts or heads (gating,
     # quantising the input, norms, rotary embedding, the latent's cache
     # write, combining outputs), as multiples of one token's bf16 hidden row
     # read and written at η_m.
-    token_traffic: float = Field(default=0.0, ge=0)
+    token_traffic: float = Field(default=0.0, ge=0, le=1e6)
 
 
 class MoeParams(RooflineParams):
@@ -221,7 +221,7 @@ class Calibration(_Strict):
     other: RooflineParams = RooflineParams()
     # Scheduler, launch and sampling time per engine iteration that no kernel
     # timing under CUDA graphs shows. An engine setting may override it.
-    iteration_overhead_ms: float = Field(default=0.0, ge=0)
+    iteration_overhead_ms: float = Field(default=0.0, ge=0, le=1000)   # as the backend's: a second at most
     # Mixture-of-Experts routed experts, per quantisation format (keys as in
     # simulator.dtypes.QUANT_FORMATS); a format without an entry is not
     # calibrated on this GPU.
@@ -289,7 +289,7 @@ class Power(_Strict):
     the TDP, ``idle_source`` says where the idle figure comes from (an
     assumption unless measured)."""
 
-    tdp_w: float = Field(gt=0, allow_inf_nan=False, description="board power limit (TDP / TBP), W")
+    tdp_w: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="board power limit (TDP / TBP), W")
     idle_w: float = Field(ge=0, allow_inf_nan=False, description="idle with the model loaded, W")
     source: str = ""
     idle_source: str = ""
@@ -348,7 +348,7 @@ class HardwareProfile(_Strict):
     name: str
     display_name: str = ""
     source: str = ""
-    hbm_gib: float = Field(gt=0, description="HBM capacity, GiB")
+    hbm_gib: float = Field(gt=0, le=1e6, description="HBM capacity, GiB (at most a PiB)")
     hbm_bandwidth_tb_s: float = Field(gt=0, description="TB/s (1e12)")
     # fp4: dense FP4 tensor-core peak (Blackwell, CDNA 4), used by NVFP4 MoE
     # experts; fp6: dense FP6 peak (CDNA 4 runs MXFP6 at its FP4 rate), stated
@@ -365,7 +365,7 @@ class HardwareProfile(_Strict):
     nvme_read_gb_s_per_gpu: Optional[float] = Field(default=None, gt=0,
                                                     description="local NVMe sequential read per GPU, GB/s")
     # Streaming multiprocessors: GEMM tiles run in waves over them (the wave form of the GEMM fit).
-    num_sms: Optional[int] = Field(default=None, ge=1)
+    num_sms: Optional[int] = Field(default=None, ge=1, le=1_000_000)
     # Dense fp8 GEMMs run at this fraction of the compute efficiency the bf16
     # GEMM fit measures: the datasheet doubles the peak, but at twice the math
     # rate the GPU runs into its power cap (lower clocks), and a per-tensor fp8
