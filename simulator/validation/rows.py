@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Iterable, Literal, Optional, Union
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ..dtypes import WEIGHT_DTYPES
 from ..errors import LlmsimError
@@ -593,16 +593,19 @@ class BenchResult(BaseModel):
     output_throughput: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
     request_throughput: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
 
-    @model_validator(mode="after")
-    def _lengths(self) -> "BenchResult":
-        for key in ("total_input_tokens", "total_output_tokens"):
-            if getattr(self, key) < self.completed:
-                raise ValueError(f"{key} ({getattr(self, key)}) is less than one token for each of the "
-                                 f"{self.completed} completed requests")
-            if getattr(self, key) > MAX_CONTEXT * self.completed:
-                raise ValueError(f"{key} ({getattr(self, key):,}) is more than {MAX_CONTEXT:,} tokens, past any "
-                                 f"model's context, for each of the {self.completed:,} completed requests")
-        return self
+    @field_validator("total_input_tokens", "total_output_tokens")
+    @classmethod
+    def _lengths(cls, total: int, info: ValidationInfo) -> int:
+        """At least one token a completed request, and no more than any model's context (the key named)."""
+        n = info.data.get("completed")
+        if n is None:        # completed itself refused: its own error says so
+            return total
+        if total < n:
+            raise ValueError(f"{total} is less than one token for each of the {n} completed requests")
+        if total > MAX_CONTEXT * n:
+            raise ValueError(f"{total:,} is more than {MAX_CONTEXT:,} tokens, past any model's context, for each "
+                             f"of the {n:,} completed requests")
+        return total
 
 
 def read_bench_result(path: Path) -> BenchResult:
