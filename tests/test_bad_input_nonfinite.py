@@ -421,6 +421,29 @@ def test_a_bench_result_number(tmp_path, cli, monkeypatch, key, raw):
         refused_or_ran(r, tmp_path, before, "bench.json")
 
 
+# --- results files read back: `llmsim compare`, `llmsim report`, a `llmsim check` baseline -------------------
+RESULTS = {"completed": 4, "failed": 0, "p99_ttft_ms": 200.0, "llmsim": {"gpus": 2}}
+_READERS = {"compare": (["compare", "a.json", "b.json"], "a.json"), "report": (["report", "rp"], "rp/results.json"),
+            "baseline": (["check", "s.yaml", "--baseline", "b"], "b/chat.json")}
+
+
+@pytest.mark.parametrize("raw", ("NaN", "Infinity", "-Infinity", "1e400"))
+@pytest.mark.parametrize("reader", _READERS)
+def test_a_non_finite_figure_in_a_results_file(tmp_path, cli, monkeypatch, reader, raw):
+    """llmsim writes a figure it could not measure as null; a NaN or inf one (JSON's NaN, Infinity) read
+    back would compare as neither better nor worse, so a baseline holding it could never fail."""
+    monkeypatch.chdir(tmp_path)
+    argv, name = _READERS[reader]
+    figures = {"p99_ttft_ms": 12345.678} if reader == "baseline" else {**RESULTS, "p99_ttft_ms": 12345.678}
+    for f in ("a.json", "b.json", "rp/results.json", "b/chat.json"):
+        (tmp_path / f).parent.mkdir(exist_ok=True)
+        (tmp_path / f).write_text(json.dumps(figures if f == name else RESULTS).replace("12345.678", raw))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(_CHAT, sort_keys=False))
+    before = _listing(tmp_path)
+    refused(timed(cli, *argv), name, "p99_ttft_ms")
+    assert _listing(tmp_path) == before
+
+
 # --- numeric flags ------------------------------------------------------------------------------------------
 FLAG_VALUES = ("nan", "inf", "-inf", "1e400", "1e308", "-1", "0", str(2**63), str(10**30))
 _EST = ["estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-8b"]

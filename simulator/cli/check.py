@@ -66,6 +66,9 @@ def _read_baseline(path: Path) -> dict[str, Any]:
         if v is not None and not isinstance(v, (int, float)):
             raise LlmsimError(f"expected a number or null, got {v!r}; baselines hold tracked metrics only "
                               "(rewrite it with --update-baseline)", source=path, key_path=k)
+        if isinstance(v, float) and not math.isfinite(v):    # NaN is never worse than anything: it would pass
+            raise LlmsimError(f"expected a finite number or null, got {v!r} (a figure llmsim could not measure is "
+                              "written as null; rewrite it with --update-baseline)", source=path, key_path=k)
     return data
 
 
