@@ -280,6 +280,18 @@ def test_a_non_finite_number_in_a_variant_or_the_check_block(tmp_path, cli, monk
     assert _listing(tmp_path) == before
 
 
+@pytest.mark.parametrize("raw", NONFINITE)
+def test_a_non_finite_number_in_a_sweep_grid_or_a_vary_list(tmp_path, cli, monkeypatch, raw):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(_CHAT, sort_keys=False))
+    (tmp_path / "sw.yaml").write_text(f"base: s.yaml\ngrid:\n  workload.arrival.rate_per_s: [{raw}, 5]\n")
+    before = _listing(tmp_path)
+    refused(timed(cli, "sweep", "sw.yaml", "-o", "out", "--workers", "1"), "sw.yaml", "workload.arrival.rate_per_s")
+    refused(timed(cli, *_PLAN, "--vary", f"workload.arrival.rate_per_s={raw},5"), "--vary",
+            "workload.arrival.rate_per_s")
+    assert _listing(tmp_path) == before
+
+
 # --- profiles: the GPU's, the model's and the backend's files ------------------------------------------------
 GPU = yaml.safe_load((builtin_dir("hardware_profiles") / "h100-sxm.yaml").read_text())
 # the families a dense model never reads are left out: each case parses its own copy of the file
