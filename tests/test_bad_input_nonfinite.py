@@ -191,6 +191,7 @@ def refused_or_ran(r, folder: Path, before: list[str], name: str) -> None:
     as it was; or a finished run whose stderr holds no warning."""
     if r.code == 0:
         assert "Traceback" not in r.err and "Warning" not in r.err, r.err
+        assert not re.search(r"\d[\d,]{40}", r.out), r.out      # a figure printed as 30 digits and more
         return
     line = refused(r, name)
     assert "input string" not in line, line     # pydantic's words for 1e308 where a whole number goes
