@@ -462,6 +462,8 @@ FLAG_VALUES = ("nan", "inf", "-inf", "1e400", "1e308", "-1", "0", str(2**63), st
 _EST = ["estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-8b"]
 _REQ = ["estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3-8b"]
 _PLAN = ["plan", "s.yaml", "-o", "out", "--workers", "1", "--vary", f"pools.{POOL}.replicas=1..2"]
+_VAL = ["validate", "bench.json", "--backend", "vllm", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--csv", "out/e.csv",
+        "--workers", "1"]
 FLAGS = {
     "run --confidence": (RUN, "--confidence"),
     "run --replicates": ([*RUN, "--workers", "1"], "--replicates"),
@@ -482,9 +484,12 @@ FLAGS = {
     "estimate request --max-num-batched-tokens": ([*_REQ, "--input", "10", "--output", "10"],
                                                   "--max-num-batched-tokens"),
     "estimate request --tp": ([*_REQ, "--input", "10", "--output", "10"], "--tp"),
+    "validate --tp": (_VAL, "--tp"),
+    "validate --max-concurrency": (_VAL, "--max-concurrency"),
+    "validate --workers": (_VAL[:-2], "--workers"),
 }
-#: Flags whose 2⁶³ and 10³⁰ are fine: a limit never reached (runs, a relative move).
-_UNBOUNDED_OK = {"plan --max-runs", "check --tolerance"}
+#: Flags whose 2⁶³ and 10³⁰ are fine: a limit never reached (runs, a relative move, the rows kept).
+_UNBOUNDED_OK = {"plan --max-runs", "check --tolerance", "validate --max-concurrency"}
 
 
 @pytest.mark.parametrize("raw", FLAG_VALUES)
@@ -492,6 +497,7 @@ _UNBOUNDED_OK = {"plan --max-runs", "check --tolerance"}
 def test_a_numeric_flag(tmp_path, cli, monkeypatch, flag, raw):
     monkeypatch.chdir(tmp_path)
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(_CHAT, sort_keys=False))
+    (tmp_path / "bench.json").write_text(json.dumps(BENCH))
     argv, option = FLAGS[flag]
     before = _listing(tmp_path)
     r = timed(cli, *argv, option, raw)
