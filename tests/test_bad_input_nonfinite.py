@@ -462,8 +462,8 @@ FLAG_VALUES = ("nan", "inf", "-inf", "1e400", "1e308", "-1", "0", str(2**63), st
 _EST = ["estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-8b"]
 _REQ = ["estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3-8b"]
 _PLAN = ["plan", "s.yaml", "-o", "out", "--workers", "1", "--vary", f"pools.{POOL}.replicas=1..2"]
-_VAL = ["validate", "bench.json", "--backend", "vllm", "--model", "llama-3-8b", "--gpu", "h100-sxm", "--csv", "out/e.csv",
-        "--workers", "1"]
+_VAL = ["validate", "bench.json", "--backend", "vllm", "--model", "llama-3-8b", "--gpu", "h100-sxm",
+        "--csv", "out/e.csv", "--workers", "1"]
 FLAGS = {
     "run --confidence": (RUN, "--confidence"),
     "run --replicates": ([*RUN, "--workers", "1"], "--replicates"),
