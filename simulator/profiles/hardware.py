@@ -131,21 +131,21 @@ class MoeParams(RooflineParams):
     only, 0 elsewhere.
     """
 
-    pair_ns: float = Field(default=0.0, ge=0)
-    pair_traffic: float = Field(default=0.0, ge=0)
-    layer_fixed_us: float = Field(default=0.0, ge=0)
-    tile_us: float = Field(default=0.0, ge=0)
-    expert_us: float = Field(default=0.0, ge=0)
-    unaligned_compute: float = Field(default=0.0, ge=0)
-    unaligned_memory: float = Field(default=0.0, ge=0)
-    width_align: int = Field(default=1, ge=1)
-    hidden_align: int = Field(default=1, ge=1)
+    pair_ns: float = Field(default=0.0, ge=0, le=1e6)
+    pair_traffic: float = Field(default=0.0, ge=0, le=1e6)
+    layer_fixed_us: float = Field(default=0.0, ge=0, le=1e6)
+    tile_us: float = Field(default=0.0, ge=0, le=1e6)
+    expert_us: float = Field(default=0.0, ge=0, le=1e6)
+    unaligned_compute: float = Field(default=0.0, ge=0, le=1e6)
+    unaligned_memory: float = Field(default=0.0, ge=0, le=1e6)
+    width_align: int = Field(default=1, ge=1, le=1 << 18)
+    hidden_align: int = Field(default=1, ge=1, le=1 << 18)
     row_padding: bool = False
     token_tiles: tuple[int, ...] = ()
-    tile_n: int = Field(default=256, ge=1)
-    ep_routing_us: float = Field(default=0.0, ge=0)
-    local_pair_traffic: float = Field(default=0.0, ge=0)
-    pad_row_cost: float = Field(default=0.0, ge=0)
+    tile_n: int = Field(default=256, ge=1, le=1 << 18)
+    ep_routing_us: float = Field(default=0.0, ge=0, le=1e6)
+    local_pair_traffic: float = Field(default=0.0, ge=0, le=1e6)
+    pad_row_cost: float = Field(default=0.0, ge=0, le=1e6)
 
 
 class AllReduceParams(_Strict):
@@ -160,20 +160,20 @@ class AllReduceParams(_Strict):
     """
 
     eta_bandwidth: float = Field(default=1.0, gt=0, le=1.5)
-    latency_us: float = Field(default=0.0, ge=0)
+    latency_us: float = Field(default=0.0, ge=0, le=1e6)
     # NCCL's low-latency protocol (LL), which its tuner picks for small
     # messages: ll_latency_us + ll_latency_per_peer_us·(n−1) + ring bytes at
     # ll_eta_bandwidth; NCCL time = min(LL, the bandwidth regime above).
     # ll_eta_bandwidth = 0 leaves it out.
-    ll_latency_us: float = Field(default=0.0, ge=0)
-    ll_latency_per_peer_us: float = Field(default=0.0, ge=0)
+    ll_latency_us: float = Field(default=0.0, ge=0, le=1e6)
+    ll_latency_per_peer_us: float = Field(default=0.0, ge=0, le=1e6)
     ll_eta_bandwidth: float = Field(default=0.0, ge=0, le=1.5)
     # NCCL bus-bandwidth efficiency per group size; missing sizes use eta_bandwidth.
     eta_by_gpus: dict[int, float] = Field(default_factory=dict)
     # vLLM custom all-reduce regime (0 = not used).
     custom_max_bytes: float = Field(default=0.0, ge=0)
     custom_eta_bandwidth: float = Field(default=1.0, gt=0, le=1.5)
-    custom_latency_us: float = Field(default=0.0, ge=0)
+    custom_latency_us: float = Field(default=0.0, ge=0, le=1e6)
     oneshot_max_bytes: float = Field(default=0.0, ge=0)
 
     @field_validator("eta_by_gpus")
@@ -269,7 +269,8 @@ class Interconnect(_Strict):
     # Scale-out network between NVLink domains (one NIC per GPU): what expert
     # parallelism's all-to-all crosses when a replica spans several domains.
     scale_out_gb_s: Optional[float] = Field(default=None, gt=0, description="per GPU, per direction, GB/s")
-    scale_out_latency_us: float = Field(default=0.0, ge=0, description="one all-to-all's latency floor across it")
+    scale_out_latency_us: float = Field(default=0.0, ge=0, le=1e6,
+                                        description="one all-to-all's latency floor across it")
 
 
 #: Dearest GPU-hour accepted (a price is a rate: a digit slip of 10³⁰⁰ would make every cost infinite).
