@@ -10,7 +10,8 @@ The contract: a non-finite number (``.nan``, ``.inf``, ``-.inf``, ``1e400``, the
 is refused wherever it is written (:func:`refused`: exit 2, one ``error:`` line naming the file
 and the key, no traceback, nothing written). An extreme one (``1e308``, 2⁶³, 10³⁰, -1, 0) is
 refused the same way (naming the key it is read by, or the line of a trace), or, where it is a value
-a user may mean (a seed of 2⁶³, a product of 10³⁰ slices, an empty warm pool), runs to completion;
+a user may mean (a seed of 2⁶³, an admission queue of 10³⁰, a token mean of 1e308 clipped to its law's
+max, an empty warm pool), runs to completion;
 either within seconds, with nothing on stderr but the verdict.
 """
 from __future__ import annotations
