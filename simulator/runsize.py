@@ -73,6 +73,7 @@ def estimate_run_size(sc) -> RunSize:
         else:
             per_start = s.bursts.mean() * s.keystrokes.mean()
             length = s.bursts.mean() * (s.burst_gap_s.mean() + s.keystrokes.mean() * s.keystroke_gap_s.mean())
+            length += s.debounce_ms / 1000.0     # the last request fires a debounce after the last keystroke
         count = wl.num_sessions
     else:
         count = wl.num_requests
@@ -117,9 +118,12 @@ def _check(sc, size: RunSize, source, key_requests: str, key_span: str) -> None:
 def check_run_size(sc, source: str | Path | None = None) -> RunSize:
     """Refuse, before anything is drawn or built, a run past a limit; returns the estimate."""
     for i, p in enumerate(sc.pools):
-        most = max(p.replicas, p.autoscaling.max_replicas if p.autoscaling else 0)
+        counts = {"replicas": p.replicas}
+        if p.autoscaling:     # a warm pool's standbys are built beside the serving replicas
+            counts = {"autoscaling.max_replicas": p.autoscaling.max_replicas,
+                      "autoscaling.warm_pool": p.autoscaling.warm_pool, **counts}
+        key, most = max(counts.items(), key=lambda kv: kv[1])     # a tie names the first
         if most > MAX_REPLICAS:
-            key = "autoscaling.max_replicas" if p.autoscaling and p.autoscaling.max_replicas == most else "replicas"
             raise LlmsimError(f"{most:,} replicas in one pool; llmsim builds at most {MAX_REPLICAS:,}",
                               source=source, key_path=f"pools[{i}].{key}")
     size = estimate_run_size(sc)

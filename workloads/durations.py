@@ -12,9 +12,9 @@ import math
 from typing import Annotated, Literal, Union
 
 import numpy as np
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, model_validator
 
-from .lengths import Bounded, Distribution
+from .lengths import Bounded, Distribution, check_lognormal_width
 
 __all__ = ["Duration", "FixedDuration", "ExponentialDuration", "LognormalDuration", "UniformDuration"]
 
@@ -61,6 +61,11 @@ class LognormalDuration(_Duration):
     std: Seconds = Field(description="standard deviation, seconds")
 
     model_config = ConfigDict(extra="forbid", frozen=True, serialize_by_alias=True)
+
+    @model_validator(mode="after")
+    def _not_too_wide(self) -> "LognormalDuration":
+        check_lognormal_width(self.mean_, self.std)
+        return self
 
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         sigma2 = math.log1p((self.std / self.mean_) ** 2)

@@ -34,6 +34,16 @@ _HARD_MAX = 2**31 - 1
 _MEAN_TERMS = 1 << 16
 
 PositiveInt = Annotated[int, Field(ge=1, le=_HARD_MAX)]
+#: Widest lognormal (std / mean) accepted: σ = √ln(1 + 1000²) ≈ 3.7 already puts the p99.99 some 10⁹ times
+#: the median; a std 10¹⁵⁴ times the mean left σ² = ln(1 + (std/mean)²) out of float range.
+MAX_LOGNORMAL_CV = 1000.0
+
+
+def check_lognormal_width(mean: float, std: float) -> None:
+    """Refuse a lognormal whose std is more than :data:`MAX_LOGNORMAL_CV` times its mean."""
+    if std > MAX_LOGNORMAL_CV * mean:
+        raise ValueError(f"std ({std:g}) is more than {MAX_LOGNORMAL_CV:,.0f} times the mean ({mean:g}); "
+                         "no measured length or time is that spread (check the units and digits)")
 
 
 class Distribution(BaseModel):
@@ -182,6 +192,11 @@ class LognormalLength(_Continuous):
     """
 
     dist: Literal["lognormal"] = "lognormal"
+
+    @model_validator(mode="after")
+    def _not_too_wide(self) -> "LognormalLength":
+        check_lognormal_width(self.mean_, self.std)
+        return self
 
     @property
     def log_params(self) -> tuple[float, float]:

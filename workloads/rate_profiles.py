@@ -51,6 +51,8 @@ from typing import Annotated, Literal, Optional, Sequence, Union
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from simulator.runsize import MAX_SPAN_S
+
 __all__ = ["HourlyProfile", "SinusoidProfile", "Spike", "RateProfile", "RateSchedule"]
 
 DAY_S = 86400.0
@@ -143,9 +145,10 @@ class SinusoidProfile(_Model):
     """
 
     type: Literal["sinusoid"] = "sinusoid"
-    period_s: float = Field(default=DAY_S, gt=0, **_Finite, description="seconds per cycle (a day by default)")
+    period_s: float = Field(default=DAY_S, gt=0, le=MAX_SPAN_S, **_Finite,
+                            description="seconds per cycle (a day by default; at most the longest run, ~3 years)")
     peak_to_trough: float = Field(ge=1, **_Finite, description="peak rate over trough rate (1 = flat)")
-    peak_at_s: float = Field(default=0.0, ge=0, **_Finite,
+    peak_at_s: float = Field(default=0.0, ge=0, le=MAX_SPAN_S, **_Finite,
                              description="a peak's time on the simulation clock (the run starts at a peak by "
                                          "default; half a period later is a trough)")
 
@@ -273,10 +276,12 @@ class RateSchedule:
         return _out(self._slope[self._segment(t)] * self.shape.shape(t), scalar)
 
     def cumulative(self, t):
-        """Λ(t) = ∫₀ᵗ λ: the expected number of arrivals before time(s) t ≥ 0."""
+        """Λ(t) = ∫₀ᵗ λ: the expected number of arrivals before time(s) t ≥ 0 (inf past float range:
+        the run's size check then refuses it)."""
         t, scalar = _array(t)
         k = self._segment(t)
-        return _out(self.cum[k] + self._slope[k] * (self.shape.integral(t) - self.g_edges[k]), scalar)
+        with np.errstate(over="ignore"):
+            return _out(self.cum[k] + self._slope[k] * (self.shape.integral(t) - self.g_edges[k]), scalar)
 
     def inverse(self, u: np.ndarray) -> np.ndarray:
         """Λ⁻¹(u) for sorted operational times u ≥ 0: the arrival times (sorted too)."""

@@ -75,7 +75,8 @@ class SystemPromptSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    apps: int = Field(ge=1, description="number of apps (tenants), each with its own system prompt")
+    apps: int = Field(ge=1, le=1_000_000, description="number of apps (tenants), each with its own system prompt "
+                                                   "(at most a million: each is drawn and held)")
     tokens: LengthDist = Field(description="system-prompt length, drawn once per app")
     popularity: Popularity = Field(default_factory=UniformPopularity,
                                    description="how requests and sessions pick their app")

@@ -207,7 +207,7 @@ def _llmsim_csv(path: Path) -> RawTrace:
             try:
                 # pandas may have read a single id as a float ("7.0")
                 blocks.append(tuple(int(float(x)) if "." in x else int(x) for x in cell.split()))
-            except ValueError:
+            except (ValueError, OverflowError):      # OverflowError: int(float("1.0e400"))
                 raise trace_error(path, f"column 'block_ids' must be space-separated integers (got {cell!r})",
                                   line) from None
         raw.blocks = blocks
@@ -321,12 +321,14 @@ def session_codes(values: list) -> np.ndarray:
         if isinstance(v, bool):
             return None
         if isinstance(v, int):
-            return v
-        if isinstance(v, float) and v.is_integer():
-            return int(v)
-        if isinstance(v, str) and re.fullmatch(r"\d+", v.strip()):
-            return int(v)
-        return None
+            i = v
+        elif isinstance(v, float) and v.is_integer():
+            i = int(v)
+        elif isinstance(v, str) and re.fullmatch(r"\d+", v.strip()):
+            i = int(v)
+        else:
+            return None
+        return i if i < 2**63 else None     # past int64: a label, numbered like text
 
     ints = [as_int(v) for v in present]
     out = np.full(len(values), -1, dtype=np.int64)

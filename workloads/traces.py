@@ -89,9 +89,10 @@ class TraceSpec(ArrivalProcess):
     format: Literal["auto", "azure", "mooncake", "splitwise", "llmsim"] = Field(
         default="auto", description="file format; auto = tell from the header line")
     time_scale: float = Field(default=1.0, gt=0, description="replay speed-up: timestamps are divided by it")
-    rate_scale: float = Field(default=1.0, gt=0,
+    rate_scale: float = Field(default=1.0, gt=0, le=1e8,
                               description="request-volume multiplier on the trace's own clock "
-                                          "(thinning below 1, superposed copies above)")
+                                          "(thinning below 1, superposed copies above; at most 10⁸, the most "
+                                          "requests a run holds, as one row replayed)")
     start_s: float = Field(default=0.0, ge=0, description="window start, seconds after the first row")
     end_s: Optional[float] = Field(default=None, gt=0, description="window end (exclusive), same clock")
     max_requests: Optional[int] = Field(default=None, ge=1, description="keep the first N requests")
@@ -193,6 +194,12 @@ def read_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = N
     gen = _as_rng(rng) if need_rng else None
     copy = np.zeros(len(idx), dtype=np.int64)
     if spec.rate_scale != 1.0:
+        from simulator.runsize import MAX_REQUESTS
+
+        if len(idx) * spec.rate_scale > MAX_REQUESTS:    # each row replayed rate_scale times, drawn at once
+            raise LlmsimError(f"rate_scale {spec.rate_scale:g} replays the window's {len(idx):,} rows as "
+                              f"~{len(idx) * spec.rate_scale:,.4g} requests; llmsim simulates at most "
+                              f"{MAX_REQUESTS:,} in a run", source=path)
         idx, copy = _rescale(idx, raw.session, spec.rate_scale, gen)
         if len(idx) == 0:
             raise LlmsimError(f"rate_scale {spec.rate_scale:g} left no requests in the window", source=path)

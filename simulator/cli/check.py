@@ -15,6 +15,7 @@ a refresh diffs only where something moved.
 from __future__ import annotations
 
 import difflib
+import math
 import json as _json
 import re
 from dataclasses import dataclass, field
@@ -65,6 +66,9 @@ def _read_baseline(path: Path) -> dict[str, Any]:
         if v is not None and not isinstance(v, (int, float)):
             raise LlmsimError(f"expected a number or null, got {v!r}; baselines hold tracked metrics only "
                               "(rewrite it with --update-baseline)", source=path, key_path=k)
+        if isinstance(v, float) and not math.isfinite(v):    # NaN is never worse than anything: it would pass
+            raise LlmsimError(f"expected a finite number or null, got {v!r} (a figure llmsim could not measure is "
+                              "written as null; rewrite it with --update-baseline)", source=path, key_path=k)
     return data
 
 
@@ -209,6 +213,9 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
           ) -> None:
     """Run scenarios at their fast settings; exit 1 if an SLO is missed or a tracked metric regressed."""
     checked_engine(engine)
+    if not math.isfinite(tolerance):
+        raise LlmsimError(f"expected a finite relative move such as 0.05 (got {tolerance!r}); to stop tracking "
+                          "a metric, leave it out of check.metrics", key_path="--tolerance")
     if update_baseline and baseline is None:
         raise LlmsimError("--update-baseline writes into the --baseline folder: give --baseline DIR")
     if baseline is not None and baseline.exists() and not baseline.is_dir():

@@ -66,9 +66,14 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
          decode_context: int = typer.Option(0, help="context length of each decoding sequence"),
          roofline: bool = ROOF, json: bool = JSON) -> None:
     """Time of one engine iteration, by component."""
+    from ..profiles.model import MAX_CONTEXT
+
     for n, v in (("--prefill-tokens", prefill_tokens), ("--prefill-context", prefill_context),
                  ("--decode-batch", decode_batch), ("--decode-context", decode_context)):
         _nonneg(n, v)
+        if v > MAX_CONTEXT:     # a typo's 10³⁰ would be priced as if a GPU could hold it
+            raise LlmsimError(f"{v:,} is past any model's context (llmsim takes at most {MAX_CONTEXT:,} tokens "
+                              f"or sequences in a step)", key_path=n)
     if prefill_tokens == 0 and decode_batch == 0:
         raise LlmsimError("an empty step: give --prefill-tokens and/or --decode-batch")
     cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep)
@@ -106,7 +111,8 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
         raise LlmsimError("--max-num-batched-tokens must be ≥ 1")
     from ..profiles.model import MAX_CONTEXT
 
-    for flag, tokens in (("--input", input), ("--output", output)):
+    for flag, tokens in (("--input", input), ("--output", output),
+                         ("--max-num-batched-tokens", max_num_batched_tokens)):
         if tokens > MAX_CONTEXT:     # the prefill is priced chunk by chunk: a typo would loop for hours
             raise LlmsimError(f"{tokens:,} tokens, past any model's context (llmsim takes at most "
                               f"{MAX_CONTEXT:,})", key_path=flag)

@@ -14,7 +14,7 @@ from .ladder import run_ladder
 from .output import console, print_json, provenance_notes
 from .progress import simulate_shown
 from .rundir import output_folder, output_path, write_run_files
-from .sweep import Address, ConnectTimeout, ExecutorName, Workers, open_executor
+from .sweep import Address, ConnectTimeout, ExecutorName, Workers, check_connect_timeout, open_executor
 
 if TYPE_CHECKING:   # scenarios and the runner on first use: `llmsim --help` imports this module
     from ..runner import RunOutput
@@ -73,6 +73,7 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
     checked_engine(engine)
     check_replicates(replicates)
     check_confidence(confidence)
+    check_connect_timeout(connect_timeout)     # also when no executor is opened: never read as given otherwise
     if replicates > 1 and (shards is not None or ladder):
         raise LlmsimError(f"--replicates runs one fleet at several seeds; drop {'--shards' if shards else '--ladder'} "
                           "(or drop --replicates)")

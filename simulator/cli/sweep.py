@@ -38,9 +38,25 @@ def parse_sets(sets: Optional[Sequence[str]]) -> dict[str, Any]:
     return merge_overlays([dict([parse_assignment(a)]) for a in sets or ()])
 
 
+#: Longest wait for a Dask scheduler --connect-timeout accepts (an hour).
+MAX_CONNECT_TIMEOUT_S = 3600.0
+
+
+def check_connect_timeout(seconds: float) -> float:
+    """``--connect-timeout`` as given, refused unless a finite wait of up to an hour (nan or inf would wait for
+    ever or not at all)."""
+    import math
+
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_CONNECT_TIMEOUT_S:
+        raise LlmsimError(f"expected seconds to wait for the Dask scheduler, more than 0 and at most "
+                          f"{MAX_CONNECT_TIMEOUT_S:g} (got {seconds!r})", key_path="--connect-timeout")
+    return seconds
+
+
 def open_executor(name: str, workers: Optional[int], address: Optional[str], connect_timeout: float) -> Executor:
     from ..planning.executors import ExecutorOptions, make_executor
 
+    check_connect_timeout(connect_timeout)
     return make_executor(name, ExecutorOptions(workers=workers, address=address, connect_timeout_s=connect_timeout))
 
 

@@ -11,7 +11,7 @@ from ..kv_memory import RULES, KvMemory
 class KvOffload(BaseModel):
     """Host-DRAM and NVMe KV tiers below the GPU prefix cache (as LMCache keeps them)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     host_gb: Optional[float] = Field(
         default=None, ge=0, description="KV capacity in host DRAM per replica, GB (1e9); default: the GPU profile's "
@@ -38,7 +38,7 @@ class KvOffload(BaseModel):
 class EngineConfig(BaseModel):
     """How a replica schedules and stores KV (vLLM's flags where they exist)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     backend: Optional[str] = Field(
         default=None, description="serving stack whose defaults and overheads apply: vllm, sglang, trtllm or a "
@@ -125,7 +125,7 @@ class EngineConfig(BaseModel):
                                         "max_new_tokens); a request asking for more is rejected; default: "
                                         "reserve max_model_len")
     iteration_overhead_ms: Optional[float] = Field(
-        default=None, ge=0, description="per-iteration CPU/launch overhead; default from the GPU profile")
+        default=None, ge=0, le=1000, description="per-iteration CPU/launch overhead; default from the GPU profile")
     iteration_us_per_seq: float = Field(
         default=0.0, ge=0, le=10000, description="scheduler/sampler CPU time per sequence per iteration")
     async_scheduling: bool = Field(

@@ -10,17 +10,44 @@ own SLO.
 """
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Annotated, Any, Optional, Union
 
 import numpy as np
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field, Tag
 
-from workloads.durations import Duration
+from workloads.durations import ExponentialDuration, FixedDuration, LognormalDuration, UniformDuration
 from workloads.request import Request
 from .ratelimit import RateLimitSpec
 from .split import ShareSplit
 
-Millis = Union[float, Duration]
+#: A network delay of more than an hour is a slip (seconds written as ms, a digit too many): every
+#: request would wait out the run before it reached a GPU.
+MAX_NETWORK_MS = 3_600_000.0
+
+
+def _within_an_hour(v: Any) -> Any:
+    mean = v if isinstance(v, (int, float)) else v.mean()
+    if mean > MAX_NETWORK_MS:
+        raise ValueError(f"a network delay averaging {mean:g} ms is more than an hour ({MAX_NETWORK_MS:,.0f} ms); "
+                         "give milliseconds")
+    return v
+
+
+def _millis_kind(v: Any) -> Any:
+    """Which member of :data:`Millis` a value is (a law by its ``dist``), so that a bad value is
+    reported by the one member it meant, not by every member of the union."""
+    if isinstance(v, dict):
+        return v.get("dist")
+    return getattr(v, "dist", "number")
+
+
+Millis = Annotated[Union[Annotated[float, Field(ge=0, allow_inf_nan=False), Tag("number")],
+                         Annotated[FixedDuration, Tag("fixed")], Annotated[ExponentialDuration, Tag("exponential")],
+                         Annotated[LognormalDuration, Tag("lognormal")], Annotated[UniformDuration, Tag("uniform")]],
+                   Discriminator(_millis_kind, custom_error_type="network_delay",
+                                 custom_error_message="expected milliseconds, or a law such as "
+                                                      "{dist: lognormal, mean: 20, std: 8}"),
+                   AfterValidator(_within_an_hour)]
 
 
 class AdmissionSpec(BaseModel):
@@ -65,7 +92,7 @@ class NetworkSpec(BaseModel):
 
     ingress_ms: Millis = Field(default=0.0, description="client to server, before the request can queue")
     egress_ms: Millis = Field(default=0.0, description="server to client, added to every token's arrival")
-    tokenize_ms_per_1k_tokens: float = Field(default=0.0, ge=0, allow_inf_nan=False,
+    tokenize_ms_per_1k_tokens: float = Field(default=0.0, ge=0, le=1000, allow_inf_nan=False,
                                              description="tokenisation time per 1,000 prompt tokens (CPU)")
     regions: dict[str, RegionLatency] = Field(
         default_factory=dict, description="per-region latencies, by region name: {eu-west: {ingress_ms: 90}}")
@@ -104,7 +131,8 @@ class ClassSpec(BaseModel):
     name: str
     share: float = Field(default=1.0, gt=0, allow_inf_nan=False,
                          description="relative weight of the class in the workload (sessions keep their class)")
-    priority: int = Field(default=0, description="larger is served first in replica queues")
+    priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1,
+                          description="larger is served first in replica queues (a 32-bit integer)")
     pool: Optional[str] = Field(default=None, description="the pool that serves it (optional with one pool)")
     pool_by_input_length: Optional[list[LengthRoute]] = Field(
         default=None, min_length=2,

@@ -26,16 +26,23 @@ from ..fields import block, leaf, of_model
 __all__ = ["ApiPricingSpec", "api_block"]
 
 
+#: Dearest list price accepted, $ per million tokens: past it a price is a slip of digits, and 1e308 made the
+#: bill infinite, written as null in results.json.
+MAX_USD_PER_MILLION = 1_000_000.0
+
+
 class ApiPricingSpec(BaseModel):
     """A provider's list prices for the model the scenario serves."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    input_usd_per_million: float = Field(gt=0, allow_inf_nan=False, description="base input price, $/1M tokens")
-    output_usd_per_million: float = Field(gt=0, allow_inf_nan=False, description="output price, $/1M tokens")
-    cache_read: float = Field(default=0.1, ge=0, allow_inf_nan=False,
+    input_usd_per_million: float = Field(gt=0, le=MAX_USD_PER_MILLION, allow_inf_nan=False,
+                                         description="base input price, $/1M tokens")
+    output_usd_per_million: float = Field(gt=0, le=MAX_USD_PER_MILLION, allow_inf_nan=False,
+                                          description="output price, $/1M tokens")
+    cache_read: float = Field(default=0.1, ge=0, le=100, allow_inf_nan=False,
                               description="a cache read's price as a multiple of the input price")
-    cache_write: float = Field(default=1.25, ge=0, allow_inf_nan=False,
+    cache_write: float = Field(default=1.25, ge=0, le=100, allow_inf_nan=False,
                                description="a cache write's price as a multiple of the input price (1.25: "
                                            "5-minute entries; 2.0: one hour)")
 

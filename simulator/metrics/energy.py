@@ -86,6 +86,12 @@ DEFAULT_PUE = 1.56
 DEFAULT_NODE_OVERHEAD = 0.43
 
 
+#: The dirtiest grid accepted (lignite burns ~1,100 g CO2e/kWh) and the dearest kWh: past them a figure
+#: is a slip of units or digits, and 1e308 would make the month's energy infinite.
+MAX_G_PER_KWH = 10_000.0
+MAX_USD_PER_KWH = 100.0
+
+
 class EnergySpec(BaseModel):
     """The scenario's ``energy`` block: what surrounds the GPUs, the grid, the price of a kWh."""
 
@@ -99,9 +105,9 @@ class EnergySpec(BaseModel):
                                              "GPUs' energy; default 0.43 (Google 2025, host CPU+DRAM vs accelerators)")
     grid: Optional[str] = Field(default=None, description=f"a named grid ({', '.join(GRIDS)}); default "
                                                           f"{DEFAULT_GRID} unless grid_g_per_kwh is given")
-    grid_g_per_kwh: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False,
+    grid_g_per_kwh: Optional[float] = Field(default=None, ge=0, le=MAX_G_PER_KWH, allow_inf_nan=False,
                                             description="the grid's carbon intensity, g CO2e/kWh (instead of grid)")
-    usd_per_kwh: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False,
+    usd_per_kwh: Optional[float] = Field(default=None, ge=0, le=MAX_USD_PER_KWH, allow_inf_nan=False,
                                          description="price of a facility kWh where the GPU-hour price excludes "
                                                      "power: adds llmsim.cost.power")
 

@@ -123,8 +123,14 @@ def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
     return out
 
 
+def _rps(x: float) -> str:
+    """A rate as the verdict writes it: to the cent, or in powers of ten past a billion (requests that all
+    arrive in one instant make a rate of 10³⁰⁰, 300 digits written out)."""
+    return f"{x:,.2f}" if abs(x) < 1e9 else f"{x:.3g}"
+
+
 def _verdict(b: dict[str, Any]) -> str:
-    rates = (f"offered {b['offered_rps']:,.2f} req/s, completed {b['completed_rps']:,.2f} req/s over the "
+    rates = (f"offered {_rps(b['offered_rps'])} req/s, completed {_rps(b['completed_rps'])} req/s over the "
              f"{b['window_s']:,.0f} s arrival window" if b["offered_rps"] is not None else "no arrival window")
     queue = (f"queue {b['queued_at_mid']:,} at its middle, {b['queued_at_end']:,} at its end "
              f"({b['running_at_end']:,} running)")
@@ -133,7 +139,7 @@ def _verdict(b: dict[str, Any]) -> str:
         rates += f" ({unserved})"
     if not b["overloaded"]:
         return f"keeps up: {rates}; {queue}"
-    why = [f"the queue grew by {b['queue_growth_rps']:,.2f} req/s"] if b["queued_at_end"] > b["queued_at_mid"] else []
+    why = [f"the queue grew by {_rps(b['queue_growth_rps'])} req/s"] if b["queued_at_end"] > b["queued_at_mid"] else []
     if b["unfinished"]:
         why.append(f"{b['unfinished']:,} requests never finished")
     if b["shed_fraction"] > GROWTH_FRACTION:

@@ -51,9 +51,10 @@ class ProductSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     slices: int = Field(
-        ge=1, description="the scenario simulates 1/slices of the product: 1/slices of its users (traffic) on "
-                          "1/slices of its fleet; the report leads with the product's GPUs and monthly cost, "
-                          "the slice's × slices")
+        ge=1, le=1_000_000_000,
+        description="the scenario simulates 1/slices of the product: 1/slices of its users (traffic) on "
+                    "1/slices of its fleet; the report leads with the product's GPUs and monthly cost, "
+                    "the slice's × slices (at most a billion: a slice of fewer than ~8 people is no slice)")
 
 
 def _scaling(n: int) -> str:

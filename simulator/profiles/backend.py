@@ -33,7 +33,7 @@ from .loader import list_profiles, load_profile, resolve
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class Overheads(_Strict):

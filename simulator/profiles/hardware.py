@@ -22,7 +22,7 @@ GIB = 2**30
 
 
 class _Strict(BaseModel):
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
 
 class RooflineParams(_Strict):
@@ -35,11 +35,11 @@ class RooflineParams(_Strict):
 
     eta_compute: float = Field(default=1.0, gt=0, le=1.5)
     eta_memory: float = Field(default=1.0, gt=0, le=1.5)
-    sharpness: float = Field(default=math.inf, gt=0)
-    fixed_us: float = Field(default=0.0, ge=0)
+    sharpness: float = Field(default=math.inf, gt=0, allow_inf_nan=True)   # .inf: the hard max
+    fixed_us: float = Field(default=0.0, ge=0, le=1e6)
     # GEMMs only: compute efficiency ramps up with the token count m as
     # η_c · m / (m + m_half) (small-m tiles leave tensor cores idle).
-    m_half: float = Field(default=0.0, ge=0)
+    m_half: float = Field(default=0.0, ge=0, le=1e9)
     # GEMMs only, optional (0 = no ramp): narrow tensor-parallel shards leave
     # SMs idle too. Compute efficiency also ramps with the output width n
     # (few output tiles) and the reduction length k (each tile's prologue and
@@ -47,9 +47,9 @@ class RooflineParams(_Strict):
     # k/(k + k_half); streaming the weights needs enough columns to occupy
     # every SM: η_m · n/(n + n_half_memory). Each factor is ≤ 1, so a
     # calibrated GEMM is never faster than the roofline.
-    n_half: float = Field(default=0.0, ge=0)
-    k_half: float = Field(default=0.0, ge=0)
-    n_half_memory: float = Field(default=0.0, ge=0)
+    n_half: float = Field(default=0.0, ge=0, le=1e9)
+    k_half: float = Field(default=0.0, ge=0, le=1e9)
+    n_half_memory: float = Field(default=0.0, ge=0, le=1e9)
     # GEMMs only, the wave form (``waves: true``, used instead of the η_c
     # ramps above): output tiles run in waves over the GPU's SMs, each tile
     # paying ``k_overhead`` extra k-steps (prologue/epilogue) and, for a
@@ -57,16 +57,16 @@ class RooflineParams(_Strict):
     # is assumed to pick the cheapest tile of a fixed candidate set
     # (components.GEMM_TILES). Needs the profile's ``num_sms``.
     waves: bool = False
-    k_overhead: float = Field(default=0.0, ge=0)
-    tile_edge: float = Field(default=0.0, ge=0)
+    k_overhead: float = Field(default=0.0, ge=0, le=1e6)
+    tile_edge: float = Field(default=0.0, ge=0, le=1e6)
     # decode attention only: per-sequence cost (split-KV reduction, q load).
-    per_seq_us: float = Field(default=0.0, ge=0)
+    per_seq_us: float = Field(default=0.0, ge=0, le=1e6)
     # MoE layers and MLA prefill: work per token that no GEMM or attention
     # roof counts and that does not scale with experts or heads (gating,
     # quantising the input, norms, rotary embedding, the latent's cache
     # write, combining outputs), as multiples of one token's bf16 hidden row
     # read and written at η_m.
-    token_traffic: float = Field(default=0.0, ge=0)
+    token_traffic: float = Field(default=0.0, ge=0, le=1e6)
 
 
 class MoeParams(RooflineParams):
@@ -131,21 +131,21 @@ class MoeParams(RooflineParams):
     only, 0 elsewhere.
     """
 
-    pair_ns: float = Field(default=0.0, ge=0)
-    pair_traffic: float = Field(default=0.0, ge=0)
-    layer_fixed_us: float = Field(default=0.0, ge=0)
-    tile_us: float = Field(default=0.0, ge=0)
-    expert_us: float = Field(default=0.0, ge=0)
-    unaligned_compute: float = Field(default=0.0, ge=0)
-    unaligned_memory: float = Field(default=0.0, ge=0)
-    width_align: int = Field(default=1, ge=1)
-    hidden_align: int = Field(default=1, ge=1)
+    pair_ns: float = Field(default=0.0, ge=0, le=1e6)
+    pair_traffic: float = Field(default=0.0, ge=0, le=1e6)
+    layer_fixed_us: float = Field(default=0.0, ge=0, le=1e6)
+    tile_us: float = Field(default=0.0, ge=0, le=1e6)
+    expert_us: float = Field(default=0.0, ge=0, le=1e6)
+    unaligned_compute: float = Field(default=0.0, ge=0, le=1e6)
+    unaligned_memory: float = Field(default=0.0, ge=0, le=1e6)
+    width_align: int = Field(default=1, ge=1, le=1 << 18)
+    hidden_align: int = Field(default=1, ge=1, le=1 << 18)
     row_padding: bool = False
     token_tiles: tuple[int, ...] = ()
-    tile_n: int = Field(default=256, ge=1)
-    ep_routing_us: float = Field(default=0.0, ge=0)
-    local_pair_traffic: float = Field(default=0.0, ge=0)
-    pad_row_cost: float = Field(default=0.0, ge=0)
+    tile_n: int = Field(default=256, ge=1, le=1 << 18)
+    ep_routing_us: float = Field(default=0.0, ge=0, le=1e6)
+    local_pair_traffic: float = Field(default=0.0, ge=0, le=1e6)
+    pad_row_cost: float = Field(default=0.0, ge=0, le=1e6)
 
 
 class AllReduceParams(_Strict):
@@ -160,20 +160,20 @@ class AllReduceParams(_Strict):
     """
 
     eta_bandwidth: float = Field(default=1.0, gt=0, le=1.5)
-    latency_us: float = Field(default=0.0, ge=0)
+    latency_us: float = Field(default=0.0, ge=0, le=1e6)
     # NCCL's low-latency protocol (LL), which its tuner picks for small
     # messages: ll_latency_us + ll_latency_per_peer_us·(n−1) + ring bytes at
     # ll_eta_bandwidth; NCCL time = min(LL, the bandwidth regime above).
     # ll_eta_bandwidth = 0 leaves it out.
-    ll_latency_us: float = Field(default=0.0, ge=0)
-    ll_latency_per_peer_us: float = Field(default=0.0, ge=0)
+    ll_latency_us: float = Field(default=0.0, ge=0, le=1e6)
+    ll_latency_per_peer_us: float = Field(default=0.0, ge=0, le=1e6)
     ll_eta_bandwidth: float = Field(default=0.0, ge=0, le=1.5)
     # NCCL bus-bandwidth efficiency per group size; missing sizes use eta_bandwidth.
     eta_by_gpus: dict[int, float] = Field(default_factory=dict)
     # vLLM custom all-reduce regime (0 = not used).
     custom_max_bytes: float = Field(default=0.0, ge=0)
     custom_eta_bandwidth: float = Field(default=1.0, gt=0, le=1.5)
-    custom_latency_us: float = Field(default=0.0, ge=0)
+    custom_latency_us: float = Field(default=0.0, ge=0, le=1e6)
     oneshot_max_bytes: float = Field(default=0.0, ge=0)
 
     @field_validator("eta_by_gpus")
@@ -221,7 +221,7 @@ class Calibration(_Strict):
     other: RooflineParams = RooflineParams()
     # Scheduler, launch and sampling time per engine iteration that no kernel
     # timing under CUDA graphs shows. An engine setting may override it.
-    iteration_overhead_ms: float = Field(default=0.0, ge=0)
+    iteration_overhead_ms: float = Field(default=0.0, ge=0, le=1000)   # as the backend's: a second at most
     # Mixture-of-Experts routed experts, per quantisation format (keys as in
     # simulator.dtypes.QUANT_FORMATS); a format without an entry is not
     # calibrated on this GPU.
@@ -269,11 +269,16 @@ class Interconnect(_Strict):
     # Scale-out network between NVLink domains (one NIC per GPU): what expert
     # parallelism's all-to-all crosses when a replica spans several domains.
     scale_out_gb_s: Optional[float] = Field(default=None, gt=0, description="per GPU, per direction, GB/s")
-    scale_out_latency_us: float = Field(default=0.0, ge=0, description="one all-to-all's latency floor across it")
+    scale_out_latency_us: float = Field(default=0.0, ge=0, le=1e6,
+                                        description="one all-to-all's latency floor across it")
+
+
+#: Dearest GPU-hour accepted (a price is a rate: a digit slip of 10³⁰⁰ would make every cost infinite).
+MAX_USD_PER_GPU_HOUR = 1_000_000.0
 
 
 class Price(_Strict):
-    usd_per_gpu_hour: float = Field(gt=0)
+    usd_per_gpu_hour: float = Field(gt=0, le=MAX_USD_PER_GPU_HOUR)
     source: str = ""
 
 
@@ -285,7 +290,7 @@ class Power(_Strict):
     the TDP, ``idle_source`` says where the idle figure comes from (an
     assumption unless measured)."""
 
-    tdp_w: float = Field(gt=0, allow_inf_nan=False, description="board power limit (TDP / TBP), W")
+    tdp_w: float = Field(gt=0, le=1e6, allow_inf_nan=False, description="board power limit (TDP / TBP), W")
     idle_w: float = Field(ge=0, allow_inf_nan=False, description="idle with the model loaded, W")
     source: str = ""
     idle_source: str = ""
@@ -344,7 +349,7 @@ class HardwareProfile(_Strict):
     name: str
     display_name: str = ""
     source: str = ""
-    hbm_gib: float = Field(gt=0, description="HBM capacity, GiB")
+    hbm_gib: float = Field(gt=0, le=1e6, description="HBM capacity, GiB (at most a PiB)")
     hbm_bandwidth_tb_s: float = Field(gt=0, description="TB/s (1e12)")
     # fp4: dense FP4 tensor-core peak (Blackwell, CDNA 4), used by NVFP4 MoE
     # experts; fp6: dense FP6 peak (CDNA 4 runs MXFP6 at its FP4 rate), stated
@@ -361,7 +366,7 @@ class HardwareProfile(_Strict):
     nvme_read_gb_s_per_gpu: Optional[float] = Field(default=None, gt=0,
                                                     description="local NVMe sequential read per GPU, GB/s")
     # Streaming multiprocessors: GEMM tiles run in waves over them (the wave form of the GEMM fit).
-    num_sms: Optional[int] = Field(default=None, ge=1)
+    num_sms: Optional[int] = Field(default=None, ge=1, le=1_000_000)
     # Dense fp8 GEMMs run at this fraction of the compute efficiency the bf16
     # GEMM fit measures: the datasheet doubles the peak, but at twice the math
     # rate the GPU runs into its power cap (lower clocks), and a per-tensor fp8

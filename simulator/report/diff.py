@@ -162,4 +162,9 @@ def read_results(path: Path) -> dict[str, Any]:
                           "writes, or a `vllm bench serve --save-result` file)", source=path)
     if isinstance(completed, bool) or not isinstance(completed, int) or completed < 0:
         raise LlmsimError(f"expected a count of requests, got {completed!r}", source=path, key_path="completed")
+    for key, v in flatten(data).items():
+        # llmsim writes a figure it could not measure as null; vLLM's request_rate Infinity is "all at once"
+        if isinstance(v, float) and not math.isfinite(v) and key != "request_rate":
+            raise LlmsimError(f"expected a finite number or null, got {v!r}: a NaN or infinite figure compares "
+                              "as neither better nor worse", source=path, key_path=key)
     return data

@@ -28,7 +28,7 @@ DEFAULT_METRICS = (
 class CheckSpec(BaseModel):
     """Fast settings and tracked metrics for `llmsim check`."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     set: Overlay = Field(default_factory=dict,
                          description="key.path: value overlays that shrink the run for CI (workload.num_requests: 500)")

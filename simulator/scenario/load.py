@@ -39,13 +39,26 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
     # A bad value may come from the command line rather than the file: say so.
     source = f"{path} (with --set {' --set '.join(overrides)})" if overrides else path
     sc = validate_strict(Scenario, data, source)
-    try:
-        parse_slo(sc.slo)
-    except LlmsimError as e:
-        raise LlmsimError(e.message, source=source, key_path=e.key_path) from None
+    check_slos(sc, source)
     if as_written is not None:
         _check_variants_once(as_written, path)
     return sc, path
+
+
+def check_slos(sc: Scenario, source) -> None:
+    """Every SLO mapping of the scenario parses (the scenario's, each class's and each input-length
+    bucket's): a target of nan or inf is refused as the file is read, in a variant not run too."""
+    where = [("", sc.slo)] + [(f"classes[{i}].", c.slo) for i, c in enumerate(sc.classes)]
+    if sc.input_length_buckets:
+        where += [(f"input_length_buckets.slo.{label}.", slo) for label, slo in sc.input_length_buckets.slo.items()]
+    for prefix, slo in where:
+        try:
+            parse_slo(slo)
+        except LlmsimError as e:
+            key = e.key_path or ""
+            raise LlmsimError(e.message, source=source,
+                              key_path=prefix + (key.removeprefix("slo.") if prefix.startswith("input") else key)) \
+                from None
 
 
 #: Files whose variants were checked, by (path, size, mtime): a plan loads one scenario per probe.

@@ -17,7 +17,7 @@ from typing import Any, Iterator, Mapping, Sequence
 
 from ..errors import LlmsimError
 from ..profiles.loader import read_structured
-from .load import load_scenario
+from .load import check_slos, load_scenario
 from .overrides import apply_override
 from .schema import Scenario
 from .strict import validate_strict
@@ -86,7 +86,7 @@ def check_variants(data: dict, sc: Scenario, path: Path) -> None:
             running = copy.deepcopy(data)
         _apply(running, path, overlays[-1:])
         with blamed_on(path, overlays):
-            validate_strict(Scenario, copy.deepcopy(running), path)
+            check_slos(validate_strict(Scenario, copy.deepcopy(running), path), path)
 
 
 def load_with_variants(path: Path, variants: Sequence[Variant], sets: Sequence[str] = ()) -> Scenario:

@@ -23,6 +23,7 @@ from ..metrics.by_input_length import InputLengthBuckets
 from ..metrics.cost import CostSpec
 from ..metrics.energy import EnergySpec
 from ..metrics.product import ProductSpec
+from ..profiles.hardware import MAX_USD_PER_GPU_HOUR
 from workloads.spec import WorkloadSpec
 from .ci import CheckSpec
 from .variants import LadderMode, Variants
@@ -31,7 +32,7 @@ from .variants import LadderMode, Variants
 class PoolSpec(BaseModel):
     """A set of identical replicas (model, GPU kind, TP, engine settings)."""
 
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = "main"
     model: str = Field(description="built-in model name, model YAML or config.json path")
@@ -52,7 +53,8 @@ class PoolSpec(BaseModel):
         default="round_robin", validate_default=True,
         description="a router name (round_robin, random, least_outstanding, least_outstanding_tokens, "
                     "session_affinity, prefix_aware) or a mapping {type: name, ...its settings below}")
-    usd_per_gpu_hour: Optional[float] = Field(default=None, gt=0, description="override the GPU profile's price")
+    usd_per_gpu_hour: Optional[float] = Field(default=None, gt=0, le=MAX_USD_PER_GPU_HOUR,
+                                              description="override the GPU profile's price")
     engine: EngineConfig = EngineConfig()
     speculative: Optional[SpeculativeSpec] = Field(default=None, description="draft-model speculative decoding")
     lora: Optional[LoraSpec] = Field(default=None, description="serve LoRA adapters on the model, as vLLM's --enable-lora")
@@ -90,7 +92,7 @@ class PoolSpec(BaseModel):
 
 
 class Scenario(BaseModel):
-    model_config = ConfigDict(extra="forbid")
+    model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
     name: str = Field(description="shown in reports")
     description: str = ""

@@ -13,8 +13,13 @@ from typing import Any, Mapping
 
 from ..errors import LlmsimError
 from ..metrics.slo import PER_REQUEST_METRICS, SloSpec
+from ..runsize import MAX_SPAN_S
 
-__all__ = ["parse_slo"]
+__all__ = ["parse_slo", "MAX_TARGET_MS"]
+
+#: The longest target accepted: a run's whole span (runsize.MAX_SPAN_S); 1e308 also drew a plot axis of
+#: 300 decades, which overflowed.
+MAX_TARGET_MS = MAX_SPAN_S * 1000.0
 
 _TARGET = re.compile(r"^(ttft|tpot|itl|e2el)_p(\d+(?:\.\d+)?)_ms$")
 _PLAIN = re.compile(r"^(ttft|tpot|e2el)_ms$")
@@ -27,6 +32,10 @@ def _number(key: str, value: Any) -> float:
     v = float(value)
     if not math.isfinite(v) or v < 0:
         raise LlmsimError(f"expected a finite, non-negative number of milliseconds, got {value!r}",
+                          key_path=f"slo.{key}")
+    if v > MAX_TARGET_MS:
+        raise LlmsimError(f"{v:g} ms is longer than any run llmsim simulates ({MAX_TARGET_MS:g} ms, ~3 years): "
+                          "no request can take it, so the target binds nothing; leave the key out instead",
                           key_path=f"slo.{key}")
     return v
 

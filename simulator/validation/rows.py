@@ -19,12 +19,14 @@ from pathlib import Path
 from typing import Annotated, Any, Callable, Iterable, Literal, Optional, Union
 
 import pandas as pd
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
 from ..dtypes import WEIGHT_DTYPES
 from ..errors import LlmsimError
 from ..profiles.backend import backend_names
 from ..profiles.hardware import builtin_hardware, match_benchmark_gpu
+from ..profiles.model import MAX_CONTEXT
+from ..runsize import MAX_REQUESTS
 from .deployment import AIC_UNVERSIONED_MEASURED_BY, kv_dtype, measured_day, of_source, version_keys
 
 #: Measured metrics llmsim predicts: column -> results.json key.
@@ -284,6 +286,16 @@ def _unversioned_day(source: str, stack: Optional[str], version: str) -> Optiona
 
 #: Columns that hold counts: a positive whole number where given.
 _COUNTS = ("tp", "dp", "ep", "pp", "attention_dp_size", "moe_ep_size", "concurrency", "num_requests")
+#: Most requests in flight a replay's closed loop holds (the scenario's concurrency arrival takes no more).
+MAX_CONCURRENCY = 1_000_000
+#: Largest measured figure read (ms, tokens/s, requests/s): past it a cell is a slip, not a measurement.
+MAX_MEASURED = 1e12
+#: The largest value each numeric column can hold; past it the row is not replayed (a count of 10³⁰
+#: GPUs or requests would be simulated as written, a 1e308 ms latency judge the model by nothing).
+_MOST = {"tp": 65_536, "dp": 65_536, "ep": 65_536, "pp": 65_536, "attention_dp_size": 65_536,
+         "moe_ep_size": 65_536, "concurrency": MAX_CONCURRENCY, "num_requests": MAX_REQUESTS,
+         "isl_mean": MAX_CONTEXT, "osl_mean": MAX_CONTEXT, "request_rate_qps": MAX_MEASURED,
+         **{m: MAX_MEASURED for m in METRICS}}
 
 
 def _bad_number(raw: dict) -> str:
@@ -301,6 +313,8 @@ def _bad_number(raw: dict) -> str:
             return f"{key} {cell!r} is not a positive whole number"
         if v < 0 or (key == "request_rate_qps" and v == 0):
             return f"{key} {cell!r} is not a positive number"
+        if v > _MOST[key]:
+            return f"{key} {cell!r} is more than any deployment or measurement holds (at most {_MOST[key]:,g})"
     return ""
 
 
@@ -564,28 +578,34 @@ class BenchResult(BaseModel):
 
     model_config = ConfigDict(strict=True, extra="ignore", frozen=True)
 
-    completed: int = Field(gt=0, description="requests the run completed")
+    completed: int = Field(gt=0, le=MAX_REQUESTS, description="requests the run completed")
     total_input_tokens: int = Field(ge=0)
     total_output_tokens: int = Field(ge=0)
-    max_concurrency: Optional[int] = Field(default=None, ge=1)
+    max_concurrency: Optional[int] = Field(default=None, ge=1, le=MAX_CONCURRENCY)
     request_rate: Union[Annotated[float, Field(gt=0)], Literal["inf"], None] = None
-    mean_ttft_ms: Annotated[float, Field(ge=0, allow_inf_nan=False)]
+    mean_ttft_ms: Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]
     # every other metric llmsim predicts, where the file has it
-    median_ttft_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
-    mean_tpot_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
-    median_tpot_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
-    median_itl_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
-    median_e2el_ms: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
-    output_throughput: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
-    request_throughput: Optional[Annotated[float, Field(ge=0, allow_inf_nan=False)]] = None
+    median_ttft_ms: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
+    mean_tpot_ms: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
+    median_tpot_ms: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
+    median_itl_ms: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
+    median_e2el_ms: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
+    output_throughput: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
+    request_throughput: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
 
-    @model_validator(mode="after")
-    def _lengths(self) -> "BenchResult":
-        for key in ("total_input_tokens", "total_output_tokens"):
-            if getattr(self, key) < self.completed:
-                raise ValueError(f"{key} ({getattr(self, key)}) is less than one token for each of the "
-                                 f"{self.completed} completed requests")
-        return self
+    @field_validator("total_input_tokens", "total_output_tokens")
+    @classmethod
+    def _lengths(cls, total: int, info: ValidationInfo) -> int:
+        """At least one token a completed request, and no more than any model's context (the key named)."""
+        n = info.data.get("completed")
+        if n is None:        # completed itself refused: its own error says so
+            return total
+        if total < n:
+            raise ValueError(f"{total} is less than one token for each of the {n} completed requests")
+        if total > MAX_CONTEXT * n:
+            raise ValueError(f"{total:,} is more than {MAX_CONTEXT:,} tokens, past any model's context, for each "
+                             f"of the {n:,} completed requests")
+        return total
 
 
 def read_bench_result(path: Path) -> BenchResult:
