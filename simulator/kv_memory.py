@@ -63,7 +63,7 @@ class KvMemory(BaseModel):
     accounting has it read it (``KvRule.knobs``); one set under another rule would
     leave the pool as if unset while the user believes it counted, so it is refused."""
 
-    model_config = ConfigDict(extra="forbid", frozen=True)
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     rule: Rule = Field(
         default="vllm", description="whose accounting: vllm (gpu_memory_utilization of the whole GPU), sglang "
@@ -92,7 +92,7 @@ class KvMemory(BaseModel):
                                         "read by rule sglang alone, and only without kv_memory.fraction "
                                         "(refused otherwise); default: SGLang's for the GPU (up to 512)")
     cuda_graph_gib: float = Field(
-        default=0.0, ge=0, description="CUDA-graph memory per GPU the stack budgets before the KV cache (vLLM "
+        default=0.0, ge=0, le=1024, description="CUDA-graph memory per GPU the stack budgets before the KV cache (vLLM "
                                        "0.21 and later estimate it; its log says 'Estimated CUDA graph memory'); "
                                        "read by rules vllm and trtllm (refused under sglang, whose graphs live "
                                        "outside mem_fraction_static); default 0: graphs live in the unbudgeted "

@@ -575,10 +575,8 @@ CHECKED_ELSEWHERE = {"Scenario.slo", "ClassSpec.slo", "Variant.set", "CheckSpec.
                      "BackendProfile.speculative_engine", "BackendProfile.draft_model_engine",
                      "GeneratedLaunch.engine", "GpuRule.set", "VersionRule.set",
                      "RooflineParams.sharpness", "MoeParams.sharpness"}
-#: Not yet refused: simulator/kv_memory.py's owner was changing it this session (reported to them).
-PENDING = {"KvMemory.cuda_graph_gib"}
 
 
 def test_every_float_of_an_input_model_is_finite():
     """No field of a scenario, GPU, model or backend model takes nan or inf, but those read elsewhere."""
-    assert set(_accepting_non_finite()) == CHECKED_ELSEWHERE | PENDING
+    assert set(_accepting_non_finite()) == CHECKED_ELSEWHERE
