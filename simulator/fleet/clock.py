@@ -48,7 +48,9 @@ class Clock:
             # The last bound on a run whose span was not known in advance (a closed loop).
             raise LlmsimError(f"this run cannot finish: its periodic tasks (timeline samples, autoscaler "
                               f"evaluations) passed {self.max_ticks:,} ticks at {now:,.6g} simulated seconds; "
-                              f"raise timeline_interval_s (or the autoscaler's interval_s)",
+                              f"raise timeline_interval_s (or the autoscaler's interval_s), or, if the run "
+                              f"should not last that long, shorten the time that stretches it (a network "
+                              f"delay, think time, debounce or pause)",
                               key_path="timeline_interval_s")
         self.armed = False
         if self.env._queue:          # something can still happen
