@@ -148,11 +148,10 @@ def markdown(frame, res: dict, cmd: str, wall: float) -> str:
                                                    signed_without_pct=("z", "median")).reset_index())
     # Where in the prompt range the miss sits: a gap that shrinks at long prompts is a floor under
     # short prefill iterations, one that grows is prefill compute, one that stays is per request.
-    by_prompt = moe.assign(long=moe["isl"] >= LONG_PROMPT).pivot_table(
-        index=["stack", "group"], columns="long", values="s", aggfunc="median")
-    for long, name in ((False, "signed_short_pct"), (True, "signed_long_pct")):
-        moe_tab[name] = [by_prompt[long].get(k, float("nan")) if long in by_prompt else float("nan")
-                         for k in zip(moe_tab["stack"], moe_tab["group"])]
+    by_prompt = (moe.assign(long=moe["isl"] >= LONG_PROMPT)
+                 .pivot_table(index=["stack", "group"], columns="long", values="s", aggfunc="median")
+                 .reindex(columns=[False, True]).set_axis(["signed_short_pct", "signed_long_pct"], axis=1))
+    moe_tab = moe_tab.merge(by_prompt, left_on=["stack", "group"], right_index=True, how="left")
     worst = res["rows"][res["rows"]["split"] != "stack"].sort_values("logo_median_abs_pct", ascending=False).head(12)
     took = f" ({wall / 60:.0f} min wall)" if wall else ""
     lines = [f"Generated {time.strftime('%Y-%m-%d')} by `{cmd}`{took}, "

@@ -127,11 +127,13 @@ def main(argv: list[str] | None = None) -> int:
     t = time.perf_counter()
     rows, *_ = holdout_silicon.select(Path(args.path), args.max_concurrency, None)
     rows = [r for r in rows if r.concurrency is not None and {"ttft_mean_ms", "tpot_mean_ms"} <= set(r.measured)]
+    def campaign(r) -> tuple:
+        return tuple(getattr(r, k) for k in CAMPAIGN)
+
     outputs: dict[tuple, set] = {}
     for r in rows:
-        outputs.setdefault((r.stack, r.group, r.layout, r.deployment, r.isl, r.concurrency), set()).add(r.osl)
-    rows = [r for r in rows if len(outputs[(r.stack, r.group, r.layout, r.deployment, r.isl, r.concurrency)])
-            >= MIN_OUTPUTS]
+        outputs.setdefault(campaign(r), set()).add(r.osl)
+    rows = [r for r in rows if len(outputs[campaign(r)]) >= MIN_OUTPUTS]
     print(f"replaying {len(rows)} rows of campaigns with {MIN_OUTPUTS}+ output lengths, {args.jobs} job(s)")
     camps = split(frame_of(rows, holdout_silicon.replay(rows, args.jobs)))
     cmd = generated_section.command(ME, "silicon_sample.csv", options=[

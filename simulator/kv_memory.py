@@ -121,7 +121,7 @@ class KvMemory(BaseModel):
                 readers = [r for r, k in RULES.items() if name in k.knobs]
                 problems.append(f"{name} is read only by rule{'s' if len(readers) > 1 else ''} "
                                 f"{' and '.join(readers)}; rule {self.rule} sizes its KV pool without it: remove it")
-            elif self.fraction is not None and name in rule.default_knobs:
+            elif name not in rule.reads(self.fraction is not None):
                 problems.append(f"{name} only sizes rule {self.rule}'s default fraction, which "
                                 f"kv_memory.fraction replaces, so nothing reads it: remove one of the two")
         if problems:
@@ -289,6 +289,11 @@ class KvRule:
     knobs: frozenset[str] = frozenset({"fraction", "max_tokens"})
     # Those of ``knobs`` that only derive the stack's default fraction, so unread beside kv_memory.fraction.
     default_knobs: frozenset[str] = frozenset()
+
+    def reads(self, fraction_set: bool) -> frozenset[str]:
+        """The knobs its accounting reads, with kv_memory.fraction set or not (the one place that
+        says so: KvMemory refuses the others, the replay drops a launch's others)."""
+        return self.knobs - self.default_knobs if fraction_set else self.knobs
 
 
 # Each KV memory rule by the name engine.kv_memory.rule takes (the Rule type lists them).

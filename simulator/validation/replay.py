@@ -246,9 +246,8 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
         from ..profiles.backend import apply_backend
 
         merged = apply_backend(dict(engine), row.gpu).get("kv_memory") or {}
-        rule = RULES[merged.get("rule", "vllm")]
-        unread = rule.default_knobs if merged.get("fraction") is not None else frozenset()
-        engine["kv_memory"] = {k: v for k, v in launch.items() if k in rule.knobs - unread}
+        read = RULES[merged.get("rule", "vllm")].reads(merged.get("fraction") is not None)
+        engine["kv_memory"] = {k: v for k, v in launch.items() if k in read}
     return engine
 
 
