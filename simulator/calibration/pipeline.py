@@ -16,7 +16,7 @@ from ..errors import LlmsimError, from_validation_error
 from ..profiles import load_hardware
 from ..profiles.hardware import Calibration, HardwareProfile, builtin_hardware
 from ..profiles.loader import builtin_dir, resolve
-from . import ceilings, data, fp8, report, siblings, stacks, tables, transfer
+from . import ceilings, data, fp8, report, siblings, stacks, sustained, tables, transfer
 from . import moe_mla as moe_mla_fit
 from .assumptions import ITERATION_OVERHEAD_MS, ITERATION_OVERHEAD_NOTE, OTHER_NOTE, other_params
 from .fit import FamilyFit, ONESHOT_MAX_BYTES, fit_family
@@ -48,6 +48,8 @@ class Result:
     stacks: list["stacks.Comparison"] = field(default_factory=list)
     # the overrides' errors on their stack's rows, against the default parameters'
     stack_errors: pd.DataFrame = field(default_factory=pd.DataFrame)
+    # each stack's GEMM rate under sustained load over its burst rate, per measured GPU
+    sustained: list["sustained.StackRatio"] = field(default_factory=list)
 
 
 def _calibrated(kd: data.KernelData, gpu: HardwareProfile,
@@ -198,6 +200,7 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
     fits: dict[str, dict[str, FamilyFit]] = {}
     fp8_fits: dict[str, fp8.Fp8Fit] = {}
     comparisons: list[stacks.Comparison] = []
+    sustained_rows: list[sustained.StackRatio] = []
     for name in needed:
         gpu = profiles[name]
         cal, fits[name] = _calibrated(kd, gpu, prog)
@@ -211,6 +214,10 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
         gpu = gpu.model_copy(update={"calibration": cal,
                                      **({"fp8_gemm_efficiency": fp8_fits[name].efficiency} if name in fp8_fits
                                         else {})})
+        ratios = sustained.stack_ratios(kd, gpu)
+        sustained_rows += ratios
+        cal = cal.model_copy(update={"gemm": cal.gemm.model_copy(update={"sustained": sustained.factor(ratios)})})
+        gpu = gpu.model_copy(update={"calibration": cal})
         if name in stack_profiles:
             prog.step(f"comparing {name}'s stacks with {data.DEFAULT_STACK}'s kernels")
             cmp = stacks.compare(kd, name)
@@ -282,6 +289,7 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
         fp8={n: f for n, f in fp8_fits.items() if n in wanted},
         stacks=[c for c in comparisons if c.gpu in wanted],
         stack_errors=pd.DataFrame([r for n, g in shown.items() for r in stacks.error_rows(kd, g)]),
+        sustained=[r for r in sustained_rows if r.gpu in wanted],
     )
     prog.finish()
     return result

@@ -11,7 +11,7 @@ import pandas as pd
 from rich.table import Table
 
 from ..profiles.hardware import Calibration, FitError, HardwareProfile
-from . import evaluate
+from . import evaluate, sustained
 from .data import FAMILIES, KernelData
 from .fit import ape
 
@@ -134,7 +134,8 @@ def ceilings_rich(rows: dict[str, list[dict]]) -> Table:
 def markdown_report(errors: pd.DataFrame, slices: pd.DataFrame, ceilings: dict[str, list[dict]],
                     command: str, kernels: pd.DataFrame | None = None, fp8: pd.DataFrame | None = None,
                     stacks: list | None = None, material: float = 0.1,
-                    stack_errors: pd.DataFrame | None = None) -> str:
+                    stack_errors: pd.DataFrame | None = None, sustained_rows: list | None = None,
+                    sustained_factors: dict[str, float] | None = None) -> str:
     """The generated part of docs/calibration.md (the prose around it is hand-written)."""
     return (f"Reproduce with `{command}`.\n\n"
             "### Error per GPU and op family\n\n"
@@ -147,6 +148,8 @@ def markdown_report(errors: pd.DataFrame, slices: pd.DataFrame, ceilings: dict[s
             + ("\n### Per-stack kernels\n\n" + stacks_markdown(stacks, material) if stacks else "")
             + ("\n### Per-stack overrides on their stack's rows\n\n" + stack_errors_markdown(stack_errors)
                if stack_errors is not None and len(stack_errors) else "")
+            + ("\n### GEMMs under sustained load\n\n" + sustained.markdown(sustained_rows, sustained_factors or {})
+               if sustained_rows else "")
             + ("\n### MoE experts and MLA modules (in-sample)\n\n" + kernels_markdown(kernels)
                if kernels is not None and len(kernels) else ""))
 

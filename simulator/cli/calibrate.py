@@ -70,6 +70,7 @@ def calibrate(
             "".join(f" --gpu {g}" for g in gpu or [])
         text = markdown_report(result.errors, result.slices, result.ceilings, cmd, result.kernels,
                                fp8_table(result.fp8) if result.fp8 else None, result.stacks, MATERIAL,
-                               result.stack_errors)
+                               result.stack_errors, result.sustained,
+                               {n: g.calibration.gemm.sustained for n, g in result.profiles.items()})
         write_atomic(report_md, lambda tmp: tmp.write_text(text))
         console.print(f"markdown report: {report_md}")

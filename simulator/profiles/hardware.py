@@ -59,6 +59,13 @@ class RooflineParams(_Strict):
     waves: bool = False
     k_overhead: float = Field(default=0.0, ge=0, le=1e6)
     tile_edge: float = Field(default=0.0, ge=0, le=1e6)
+    # GEMMs only: the fraction of the fitted (burst) compute rate a GEMM keeps
+    # when the tensor cores stay busy for more than about a millisecond, as
+    # a serving step's prefill keeps them: the GPU's power and clock
+    # management, which the kernel rows show only where one measurement ran
+    # that long (calibration/sustained.py). The kernel fit prices the burst
+    # rate; the engine applies this to bf16/fp16 GEMMs (CostModel).
+    sustained: float = Field(default=1.0, gt=0, le=1)
     # decode attention only: per-sequence cost (split-KV reduction, q load).
     per_seq_us: float = Field(default=0.0, ge=0, le=1e6)
     # MoE layers and MLA prefill: work per token that no GEMM or attention
@@ -428,6 +435,16 @@ class HardwareProfile(_Strict):
         if over.fp8_gemm_efficiency is not None:
             update["fp8_gemm_efficiency"] = over.fp8_gemm_efficiency
         return self.model_copy(update=update)
+
+    def under_sustained_load(self) -> "HardwareProfile":
+        """This GPU with its GEMMs at the compute rate a serving loop holds
+        (``calibration.gemm.sustained`` folded into η_c, then 1, so a copy
+        made from it does not apply it twice)."""
+        g = self.calibration.gemm
+        if g.sustained == 1.0:
+            return self
+        gemm = g.model_copy(update={"eta_compute": g.eta_compute * g.sustained, "sustained": 1.0})
+        return self.model_copy(update={"calibration": self.calibration.model_copy(update={"gemm": gemm})})
 
     def group_bandwidth_gb_s(self, gpus: int) -> float:
         """Per-GPU, per-direction link bandwidth a collective over ``gpus`` of
