@@ -39,7 +39,7 @@ same share of its sequences (:func:`simulator.parallelism.kv_copies`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional, Union
+from typing import Any, Callable, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -304,6 +304,27 @@ RULES: dict[str, KvRule] = {
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs"}),
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs"})),
     "trtllm": KvRule(_trtllm, knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
+
+
+def backend_defaults_beside(defaults: Mapping[str, Any], engine: Mapping[str, Any]) -> dict[str, Any]:
+    """A backend profile's engine defaults, less what the user's ``engine.kv_memory`` replaces
+    whole rather than refines key by key. A profile's kv_memory knobs are its own stack's
+    (TensorRT-LLM's free_gpu_memory_fraction 0.9, vLLM 0.14's sampler bytes): under a rule the
+    user names instead they would mean something else, so none is kept. The user's
+    kv_memory.fraction is the stack's own fraction knob, under the vllm rule
+    gpu_memory_utilization itself, so the profile's value of that key gives way (EngineConfig
+    refuses both) unless the user set it too."""
+    out = dict(defaults)
+    base, mine = out.get("kv_memory"), engine.get("kv_memory")
+    if not isinstance(mine, dict):
+        return out
+    default_rule = KvMemory.model_fields["rule"].default
+    if isinstance(base, dict) and mine.get("rule", base.get("rule", default_rule)) != base.get("rule", default_rule):
+        out["kv_memory"] = {}
+    if mine.get("fraction") is not None:
+        for knob in {r.engine_knob for r in RULES.values() if r.engine_knob} - set(engine):
+            out.pop(knob, None)
+    return out
 
 
 def rank_token_cap(spec: Optional[KvMemory]) -> Optional[int]:
