@@ -39,7 +39,7 @@ same share of its sequences (:func:`simulator.parallelism.kv_copies`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional, Union
+from typing import Any, Callable, Literal, Mapping, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -54,79 +54,6 @@ MIB = 2**20
 RUNTIME_BYTES_PER_GPU = 2.0 * GIB
 
 Rule = Literal["vllm", "sglang", "trtllm"]
-
-
-class KvMemory(BaseModel):
-    """``engine.kv_memory``: the stack whose accounting sizes the KV pool, and its knobs.
-
-    Each knob is one stack's launch flag or measurement, and only the rules whose
-    accounting has it read it (``KvRule.knobs``); one set under another rule would
-    leave the pool as if unset while the user believes it counted, so it is refused."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
-
-    rule: Rule = Field(
-        default="vllm", description="whose accounting: vllm (gpu_memory_utilization of the whole GPU), sglang "
-                                    "(mem_fraction_static of the memory free at start), trtllm "
-                                    "(free_gpu_memory_fraction of what weights and activations leave)")
-    fraction: Optional[float] = Field(
-        default=None, gt=0, le=1,
-        description="the stack's own knob: vLLM's gpu_memory_utilization, SGLang's mem_fraction_static, "
-                    "TensorRT-LLM's free_gpu_memory_fraction; every rule reads it (under vllm it is "
-                    "engine.gpu_memory_utilization itself: set one of the two); default: "
-                    "engine.gpu_memory_utilization (vllm), SGLang's default for the GPU (sglang), 0.9 (trtllm)")
-    max_tokens: Optional[int] = Field(
-        default=None, ge=1, description="cap on the KV tokens of one attention rank (TensorRT-LLM's "
-                                        "KvCacheConfig.max_tokens, SGLang's --max-total-tokens); read by rules "
-                                        "sglang and trtllm (vLLM has no such flag: engine.num_gpu_blocks_override "
-                                        "is its own); default: none")
-    chunked_prefill_size: Optional[Union[PositiveInt, Literal["default"]]] = Field(
-        default=None, description="SGLang's --chunked-prefill-size, the prefill chunk its default reserve grows "
-                                  "with (1.5 MiB a token): a token count, or 'default' for SGLang's own for the "
-                                  "GPU (2,048 below 35 GiB, 4,096 below 60, 8,192 below 160, 16,384 above), which "
-                                  "a launch that sets only --max-prefill-tokens keeps; read by rule sglang alone, "
-                                  "and only without kv_memory.fraction (refused otherwise); default: the engine's "
-                                  "token budget (max_num_batched_tokens)")
-    cuda_graph_max_bs: Optional[int] = Field(
-        default=None, ge=1, description="SGLang's --cuda-graph-max-bs, which its default reserve grows with; "
-                                        "read by rule sglang alone, and only without kv_memory.fraction "
-                                        "(refused otherwise); default: SGLang's for the GPU (up to 512)")
-    cuda_graph_gib: float = Field(
-        default=0.0, ge=0, le=1024, description="CUDA-graph memory per GPU the stack budgets before the KV cache (vLLM "
-                                       "0.21 and later estimate it; its log says 'Estimated CUDA graph memory'); "
-                                       "read by rules vllm and trtllm (refused under sglang, whose graphs live "
-                                       "outside mem_fraction_static); default 0: graphs live in the unbudgeted "
-                                       "share")
-    sampler_logit_bytes: Optional[float] = Field(
-        default=None, ge=0, le=64,
-        description="bytes the profiling run's sampler holds on each GPU per vocabulary entry of each dummy "
-                    "sequence, all copies of the logits together: vLLM samples min(max_num_seqs, "
-                    "max_num_batched_tokens) sequences over the gathered vocabulary, 14 from 0.17 (bf16 logits, "
-                    "their fp32 copy, probabilities and random_sample's draws; its Triton top-k/top-p works in "
-                    "place) or with VLLM_USE_FLASHINFER_SAMPLER=1, 28 on the PyTorch sort path 0.14-0.16 run by "
-                    "default (and earlier releases without FlashInfer installed); read by rules vllm and trtllm "
-                    "(refused under sglang, whose activations live outside mem_fraction_static); default: 14 "
-                    "(vllm), 4 (trtllm: one fp32 row of one sequence)")
-
-    @model_validator(mode="after")
-    def _every_knob_read(self) -> "KvMemory":
-        # A knob its rule never reads would leave the pool as if it were unset while the user
-        # believes it counted: refused, naming the rules that do read it.
-        rule = RULES[self.rule]
-        problems = []
-        for name, field in type(self).model_fields.items():
-            if name == "rule" or getattr(self, name) == field.default:
-                continue
-            if name not in rule.knobs:
-                readers = [r for r, k in RULES.items() if name in k.knobs]
-                problems.append(f"{name} is read only by rule{'s' if len(readers) > 1 else ''} "
-                                f"{' and '.join(readers)}; rule {self.rule} sizes its KV pool without it: remove it")
-            elif name not in rule.reads(self.fraction is not None):
-                problems.append(f"{name} only sizes rule {self.rule}'s default fraction, which "
-                                f"kv_memory.fraction replaces, so nothing reads it: remove one of the two")
-        if problems:
-            raise ValueError("; ".join(problems))
-        return self
 
 
 @dataclass(frozen=True)
@@ -304,6 +231,122 @@ RULES: dict[str, KvRule] = {
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs"}),
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs"})),
     "trtllm": KvRule(_trtllm, knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
+
+
+def _readers(knob: str) -> list[str]:
+    """The rules whose accounting reads a ``KvMemory`` knob."""
+    return [n for n, r in RULES.items() if knob in r.knobs]
+
+
+def _read_by(knob: str, note: str = "") -> str:
+    """Which rules read ``knob``, for its description: derived from ``RULES`` so the two cannot
+    drift; ``note`` is said after it in parentheses."""
+    readers = _readers(knob)
+    others = [n for n in RULES if n not in readers]
+    text = ("read by every rule" if not others else f"read by rule {readers[0]} alone" if len(readers) == 1
+            else f"read by rules {' and '.join(readers)}")
+    partial = [n for n in readers if knob in RULES[n].default_knobs]
+    if partial:
+        text += (", and only without kv_memory.fraction; refused otherwise" if partial == readers
+                 else f" ({' and '.join(partial)} only without kv_memory.fraction); refused otherwise")
+    elif others:
+        text += f"; refused under {' and '.join(others)}"
+    return text + (f" ({note})" if note else "")
+
+
+class KvMemory(BaseModel):
+    """``engine.kv_memory``: the stack whose accounting sizes the KV pool, and its knobs.
+
+    Each knob is one stack's launch flag or measurement, and only the rules whose
+    accounting has it read it (``KvRule.knobs``); one set under another rule would
+    leave the pool as if unset while the user believes it counted, so it is refused."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    rule: Rule = Field(
+        default="vllm", description="whose accounting: vllm (gpu_memory_utilization of the whole GPU), sglang "
+                                    "(mem_fraction_static of the memory free at start), trtllm "
+                                    "(free_gpu_memory_fraction of what weights and activations leave)")
+    fraction: Optional[float] = Field(
+        default=None, gt=0, le=1,
+        description="the stack's own knob: vLLM's gpu_memory_utilization, SGLang's mem_fraction_static, "
+                    "TensorRT-LLM's free_gpu_memory_fraction; "
+                    + _read_by("fraction", "under vllm it is engine.gpu_memory_utilization itself: set one of the two")
+                    + "; default: engine.gpu_memory_utilization (vllm), SGLang's default for the GPU (sglang), "
+                      "0.9 (trtllm)")
+    max_tokens: Optional[int] = Field(
+        default=None, ge=1,
+        description="cap on the KV tokens of one attention rank (TensorRT-LLM's KvCacheConfig.max_tokens, "
+                    "SGLang's --max-total-tokens); "
+                    + _read_by("max_tokens", "vLLM has no such flag: engine.num_gpu_blocks_override is its own")
+                    + "; default: none")
+    chunked_prefill_size: Optional[Union[PositiveInt, Literal["default"]]] = Field(
+        default=None, description="SGLang's --chunked-prefill-size, the prefill chunk its default reserve grows "
+                                  "with (1.5 MiB a token): a token count, or 'default' for SGLang's own for the "
+                                  "GPU (2,048 below 35 GiB, 4,096 below 60, 8,192 below 160, 16,384 above), which "
+                                  "a launch that sets only --max-prefill-tokens keeps; "
+                                  + _read_by("chunked_prefill_size")
+                                  + "; default: the engine's token budget (max_num_batched_tokens)")
+    cuda_graph_max_bs: Optional[int] = Field(
+        default=None, ge=1,
+        description="SGLang's --cuda-graph-max-bs, which its default reserve grows with; "
+                    + _read_by("cuda_graph_max_bs") + "; default: SGLang's for the GPU (up to 512)")
+    cuda_graph_gib: float = Field(
+        default=0.0, ge=0, le=1024, description="CUDA-graph memory per GPU the stack budgets before the KV cache (vLLM "
+                                       "0.21 and later estimate it; its log says 'Estimated CUDA graph memory'); "
+                                       + _read_by("cuda_graph_gib", "its graphs live outside mem_fraction_static")
+                                       + "; default 0: graphs live in the unbudgeted share")
+    sampler_logit_bytes: Optional[float] = Field(
+        default=None, ge=0, le=64,
+        description="bytes the profiling run's sampler holds on each GPU per vocabulary entry of each dummy "
+                    "sequence, all copies of the logits together: vLLM samples min(max_num_seqs, "
+                    "max_num_batched_tokens) sequences over the gathered vocabulary, 14 from 0.17 (bf16 logits, "
+                    "their fp32 copy, probabilities and random_sample's draws; its Triton top-k/top-p works in "
+                    "place) or with VLLM_USE_FLASHINFER_SAMPLER=1, 28 on the PyTorch sort path 0.14-0.16 run by "
+                    "default (and earlier releases without FlashInfer installed); "
+                    + _read_by("sampler_logit_bytes", "its activations live outside mem_fraction_static")
+                    + "; default: 14 (vllm), 4 (trtllm: one fp32 row of one sequence)")
+
+    @model_validator(mode="after")
+    def _every_knob_read(self) -> "KvMemory":
+        # A knob its rule never reads would leave the pool as if it were unset while the user
+        # believes it counted: refused, naming the rules that do read it.
+        rule = RULES[self.rule]
+        problems = []
+        for name, field in type(self).model_fields.items():
+            if name == "rule" or getattr(self, name) == field.default:
+                continue
+            if name not in rule.knobs:
+                readers = _readers(name)
+                problems.append(f"{name} is read only by rule{'s' if len(readers) > 1 else ''} "
+                                f"{' and '.join(readers)}; rule {self.rule} sizes its KV pool without it: remove it")
+            elif name not in rule.reads(self.fraction is not None):
+                problems.append(f"{name} only sizes rule {self.rule}'s default fraction, which "
+                                f"kv_memory.fraction replaces, so nothing reads it: remove one of the two")
+        if problems:
+            raise ValueError("; ".join(problems))
+        return self
+
+
+def backend_defaults_beside(defaults: Mapping[str, Any], engine: Mapping[str, Any]) -> dict[str, Any]:
+    """A backend profile's engine defaults, less what the user's ``engine.kv_memory`` replaces
+    whole rather than refines key by key. A profile's kv_memory knobs are its own stack's
+    (TensorRT-LLM's free_gpu_memory_fraction 0.9, vLLM 0.14's sampler bytes): under a rule the
+    user names instead they would mean something else, so none is kept. The user's
+    kv_memory.fraction is the stack's own fraction knob, under the vllm rule
+    gpu_memory_utilization itself, so the profile's value of that key gives way (EngineConfig
+    refuses both) unless the user set it too."""
+    out = dict(defaults)
+    base, mine = out.get("kv_memory"), engine.get("kv_memory")
+    if not isinstance(mine, dict):
+        return out
+    default_rule = KvMemory.model_fields["rule"].default
+    if isinstance(base, dict) and mine.get("rule", base.get("rule", default_rule)) != base.get("rule", default_rule):
+        out["kv_memory"] = {}
+    if mine.get("fraction") is not None:
+        for knob in {r.engine_knob for r in RULES.values() if r.engine_knob} - set(engine):
+            out.pop(knob, None)
+    return out
 
 
 def rank_token_cap(spec: Optional[KvMemory]) -> Optional[int]:

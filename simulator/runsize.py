@@ -28,7 +28,7 @@ MAX_REQUESTS = 100_000_000
 MAX_SPAN_S = 1e8
 #: Timeline samples plus autoscaler evaluations over the run.
 MAX_CLOCK_TICKS = 2_000_000
-#: Replicas of one pool (at start, or an autoscaler's max_replicas).
+#: Replicas of one pool: at start, or an autoscaler's max_replicas, plus its warm standbys.
 MAX_REPLICAS = 100_000
 #: Runs one sweep or plan makes unless ``--max-runs`` allows more: a grid
 #: typo (a list of 10,000 values, an axis 1..1000000 crossed with others)
@@ -115,17 +115,29 @@ def _check(sc, size: RunSize, source, key_requests: str, key_span: str) -> None:
                    source)
 
 
+def _check_replicas(pool, at: str, source) -> None:
+    """A pool builds its serving replicas (up to the autoscaler's ceiling)
+    and, beside them, its warm standbys, so the bound is on their sum. The
+    key named is the largest term, the one a typo most likely inflated."""
+    a = pool.autoscaling
+    serving = {"replicas": pool.replicas}
+    if a is not None:     # replicas past max_replicas is refused later, naming both
+        serving = {"autoscaling.max_replicas": a.max_replicas, **serving}
+    terms = dict([max(serving.items(), key=lambda kv: kv[1])])     # a tie names the first
+    if a is not None and a.warm_pool:
+        terms["autoscaling.warm_pool"] = a.warm_pool
+    total = sum(terms.values())
+    if total > MAX_REPLICAS:
+        sum_text = "" if len(terms) == 1 else ": " + " + ".join(f"{k} ({v:,})" for k, v in terms.items())
+        key = max(terms, key=terms.__getitem__)
+        raise LlmsimError(f"{total:,} replicas in one pool{sum_text}; llmsim builds at most {MAX_REPLICAS:,}",
+                          source=source, key_path=f"{at}.{key}")
+
+
 def check_run_size(sc, source: str | Path | None = None) -> RunSize:
     """Refuse, before anything is drawn or built, a run past a limit; returns the estimate."""
     for i, p in enumerate(sc.pools):
-        counts = {"replicas": p.replicas}
-        if p.autoscaling:     # a warm pool's standbys are built beside the serving replicas
-            counts = {"autoscaling.max_replicas": p.autoscaling.max_replicas,
-                      "autoscaling.warm_pool": p.autoscaling.warm_pool, **counts}
-        key, most = max(counts.items(), key=lambda kv: kv[1])     # a tie names the first
-        if most > MAX_REPLICAS:
-            raise LlmsimError(f"{most:,} replicas in one pool; llmsim builds at most {MAX_REPLICAS:,}",
-                              source=source, key_path=f"pools[{i}].{key}")
+        _check_replicas(p, f"pools[{i}]", source)
     size = estimate_run_size(sc)
     wl = sc.workload
     count_key = ("workload.num_sessions" if wl.session is not None and wl.num_sessions

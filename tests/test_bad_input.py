@@ -223,6 +223,22 @@ def test_a_run_past_a_limit_is_refused_with_its_estimate(tmp_path, cli, key):
     assert not (tmp_path / "out").exists()
 
 
+def test_a_pool_whose_ceiling_and_warm_standbys_together_pass_the_replica_limit_is_refused(tmp_path, cli):
+    """Each count is under the limit, but the standbys are built beside the serving replicas."""
+    ceiling, warm = MAX_REPLICAS // 2 + 1, MAX_REPLICAS // 2
+    data = json.loads(json.dumps(SCENARIO))
+    data["pools"][0]["autoscaling"] = {"metric": "concurrency", "target": 8, "min_replicas": 1,
+                                       "max_replicas": ceiling, "warm_pool": warm}
+    path = write_yaml(tmp_path / "s.yaml", data)
+    t = time.perf_counter()
+    r = cli("run", path, "-o", tmp_path / "out")
+    assert time.perf_counter() - t < 5
+    one_line_error(r, "s.yaml", "pools[0].autoscaling.max_replicas", f"{ceiling + warm:,} replicas in one pool",
+                   f"autoscaling.max_replicas ({ceiling:,}) + autoscaling.warm_pool ({warm:,})",
+                   f"at most {MAX_REPLICAS:,}")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_trace_row_far_in_the_future_is_refused(tmp_path, cli):
     (tmp_path / "t.csv").write_text("timestamp,input_tokens,output_tokens\n0,100,20\n1e300,100,20\n")
     path = write_yaml(tmp_path / "s.yaml", {"name": "t", "workload": {"arrival": {"type": "trace", "path": "t.csv"}},

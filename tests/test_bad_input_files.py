@@ -252,6 +252,13 @@ profile_case("hf-config", "text-config-not-a-mapping", "config.json", json.dumps
 profile_case("hf-config", "awq-bits-text", "config.json",
              json.dumps({**_LLAMA3_8B_CONFIG, "quantization_config": {"quant_method": "awq", "bits": "x"}}),
              "quantization_config.bits", key="model")
+# an fp8 checkpoint's scale block: two positive whole numbers, as HF writes [128, 128]
+for _bad in [[math.nan, 128], [128, math.inf], [-128, 128], [0, 128], ["128", 128], [128], [128, 128, 128],
+             [128.0, 128], [True, 128], 128, "128x128", [], {"rows": 128}]:
+    _q = {"quant_method": "fp8", "weight_block_size": _bad}
+    profile_case("hf-config", f"weight-block-size-{_bad!r}", "config.json",
+                 json.dumps({**_LLAMA3_8B_CONFIG, "quantization_config": _q}),
+                 "quantization_config.weight_block_size", "two positive integers", key="model")
 profile_case("hf-config", "truncated", "config.json", json.dumps(_LLAMA3_8B_CONFIG)[:-20], "invalid JSON",
              key="model")
 profile_case("hf-config", "duplicate", "config.json", json.dumps(_LLAMA3_8B_CONFIG)[:-1] + ', "vocab_size": 5}',

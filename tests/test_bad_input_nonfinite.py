@@ -301,6 +301,8 @@ for _family in ("moe", "moe_ep", "mla_projection", "mla_prefill", "mla_decode", 
     GPU["calibration"].pop(_family, None)
 BACKEND = {**yaml.safe_load((builtin_dir("backend_profiles") / "vllm.yaml").read_text()), "name": "b"}
 MODEL = {**_LLAMA3_8B_CONFIG, "name": "m"}
+#: The same model as a block-scaled fp8 checkpoint: its quantization_config's numbers are read too.
+MODEL_FP8 = {**MODEL, "quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]}}
 
 
 def _profile_paths(data: Any) -> list[tuple]:
@@ -315,6 +317,8 @@ _UNREAD = {"attention_dropout", "bos_token_id", "eos_token_id", "initializer_ran
 PROFILE_CASES = ([("gpu", "g.yaml", GPU, p, raw) for p in _profile_paths(GPU) for raw in NONFINITE + EXTREME]
                  + [("model", "m.yaml", MODEL, p, raw) for p in numeric(MODEL) if p[0] not in _UNREAD
                     for raw in NONFINITE + EXTREME]
+                 + [("model", "m.yaml", MODEL_FP8, p, raw) for p in numeric(MODEL_FP8)
+                    if p[0] == "quantization_config" for raw in NONFINITE + EXTREME]
                  + [("engine.backend", "b.yaml", BACKEND, p, raw) for p in distinct(BACKEND, set())
                     for raw in NONFINITE + EXTREME])
 

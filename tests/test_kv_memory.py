@@ -243,6 +243,20 @@ def test_every_knob_is_listed_by_some_rule():
     assert set().union(*(r.knobs for r in KV_RULES.values())) == set(KNOB_VALUES)
 
 
+@pytest.mark.parametrize("knob", sorted(KNOB_VALUES))
+def test_a_knobs_description_names_the_rules_that_read_it_once(knob):
+    """The scenario key reference tells which rules read a knob from RULES, as the validator
+    decides; a description that words it by hand (or not at all) fails here."""
+    from simulator.kv_memory import RULES as KV_RULES
+
+    readers = [r for r, k in KV_RULES.items() if knob in k.knobs]
+    text = KvMemory.model_fields[knob].description
+    assert text.count("read by ") == 1, text
+    said = ("read by every rule" if len(readers) == len(KV_RULES) else f"read by rule {readers[0]} alone"
+            if len(readers) == 1 else f"read by rules {' and '.join(readers)};")
+    assert said in text, text
+
+
 @pytest.mark.parametrize("fraction", [None, 0.85])
 @pytest.mark.parametrize("knob", sorted(KNOB_VALUES))
 @pytest.mark.parametrize("rule", RULES)

@@ -170,6 +170,15 @@ def test_hf_config_bad_value_names_file_and_key(tmp_path, hf_llama3_8b_config):
     assert str(p) in str(e.value) and "num_hidden_layers" in str(e.value)
 
 
+@pytest.mark.parametrize("block, dtype", [([128, 128], "fp8_block"), ([1, 64], "fp8_block"), (None, "fp8")])
+def test_an_fp8_config_is_block_scaled_exactly_when_it_gives_a_block(tmp_path, hf_llama3_8b_config, block, dtype):
+    """A null weight_block_size is HF's per-tensor fp8; a list of two sizes, its block-scaled fp8."""
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({**hf_llama3_8b_config,
+                             "quantization_config": {"quant_method": "fp8", "weight_block_size": block}}))
+    assert load_model(str(p)).checkpoint_dtype == dtype
+
+
 def test_hf_config_invalid_json(tmp_path):
     p = tmp_path / "config.json"
     p.write_text('{"hidden_size": 4096,,}')

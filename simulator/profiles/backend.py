@@ -28,6 +28,7 @@ from typing import Any, Optional
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import LlmsimError
+from ..kv_memory import backend_defaults_beside
 from .hardware import HardwareProfile
 from .loader import list_profiles, load_profile, resolve
 
@@ -288,18 +289,9 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, separate_draft: bool = 
         merged.update(keys)
     if separate_draft:
         merged.update(prof.draft_model_engine)
+    merged = backend_defaults_beside(merged, engine)
     for key, value in engine.items():
         # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
         base = merged.get(key)
-        if key == "kv_memory" and isinstance(base, dict) and isinstance(value, dict) \
-                and value.get("rule", base.get("rule", "vllm")) != base.get("rule", "vllm"):
-            # The profile's knobs are its own stack's (TensorRT-LLM's free_gpu_memory_fraction 0.9,
-            # vLLM 0.14's sampler bytes): under another rule they would mean something else.
-            base = None
         merged[key] = {**base, **value} if isinstance(base, dict) and isinstance(value, dict) else value
-    mine = engine.get("kv_memory")
-    if isinstance(mine, dict) and mine.get("fraction") is not None and "gpu_memory_utilization" not in engine:
-        # The user's kv_memory.fraction is the stack's own knob; under the vllm rule it is
-        # gpu_memory_utilization itself, so the profile's value gives way (EngineConfig refuses both).
-        merged.pop("gpu_memory_utilization", None)
     return merged

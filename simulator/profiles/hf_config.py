@@ -154,6 +154,24 @@ def _expand_counts(counts: Any, path) -> list[str]:
 _QUANT_METHODS = {"fp8": "fp8", "mxfp4": "mxfp4", "fbgemm_fp8": "fp8"}
 
 
+def _weight_block_size(block: Any, path) -> list[int] | None:
+    """An fp8 checkpoint's block of weights sharing one scale, as HF and vLLM
+    write it (``[128, 128]``); absent or null means one scale per tensor.
+    Anything else is refused rather than read as either, so a mangled value
+    cannot silently pick the per-tensor kernels or the block ones."""
+    if block is None:
+        return None
+    key = "quantization_config.weight_block_size"
+    expected = "expected a list of two positive integers (the rows and columns of weights sharing one scale, " \
+               "such as [128, 128])"
+    if not isinstance(block, list) or len(block) != 2:
+        raise LlmsimError(f"{expected}, got {block!r}", source=path, key_path=key)
+    for i, n in enumerate(block):
+        if isinstance(n, bool) or not isinstance(n, int) or n <= 0:
+            raise LlmsimError(f"{expected}, got {n!r} in {block!r}", source=path, key_path=f"{key}[{i}]")
+    return block
+
+
 def checkpoint_dtype(q: Any, path) -> str | None:
     """The weight format a ``quantization_config`` declares (informational:
     a pool's ``engine.weight_dtype`` says what it runs)."""
@@ -164,7 +182,7 @@ def checkpoint_dtype(q: Any, path) -> str | None:
     if not isinstance(q, dict):
         raise LlmsimError("expected a mapping", source=path, key_path="quantization_config")
     method = str(q.get("quant_method", "")).lower()
-    if method == "fp8" and q.get("weight_block_size"):
+    if method == "fp8" and _weight_block_size(q.get("weight_block_size"), path):
         return "fp8_block"      # DeepSeek / Qwen3-FP8 checkpoints: one scale per 128×128 block
     if method in _QUANT_METHODS:
         return _QUANT_METHODS[method]
