@@ -14,7 +14,7 @@ from simulator.planning.executors import make_executor
 from simulator.planning.plan import plan_fleet
 from simulator.planning.vary import parse_vary
 from simulator.validation.error_model import ErrorModel, Regime, build, default_path, load_error_model
-from test_sweep import words, write_tiny_scenario
+from test_sweep import TINY, words, write_tiny_scenario
 
 
 def residual_table(shifts: dict[tuple[str, str], float], rows_per_group: int = 40, seed: int = 0,
@@ -113,8 +113,13 @@ def test_a_target_holds_at_a_confidence_only_if_its_bound_does():
     assert at5["replicates_met"] == 1
 
 
+def _meeting_its_slo(folder):
+    """The tiny scenario with a replica to spare, so a run exits 0 (an SLO miss exits 1)."""
+    return write_tiny_scenario(folder, pools=[{**TINY["pools"][0], "replicas": 3}])
+
+
 def test_replicates_report_their_spread_and_intervals(tmp_path, cli):
-    scenario = write_tiny_scenario(tmp_path)
+    scenario = _meeting_its_slo(tmp_path)
     r = cli("run", scenario, "--replicates", "3", "--workers", "1", "-o", tmp_path / "out", "--no-plots")
     assert r.code == 0, r.err
     res = json.loads((tmp_path / "out" / "results.json").read_text())
@@ -214,7 +219,7 @@ def test_a_model_from_a_residual_file_names_the_command_that_writes_it(tmp_path)
 def test_replicates_on_dask_give_the_local_results_json(tmp_path, cli):
     from test_executors import local_cluster
 
-    scenario = write_tiny_scenario(tmp_path)
+    scenario = _meeting_its_slo(tmp_path)
     args = ["run", scenario, "--replicates", "2", "--no-plots", "-o"]
     assert cli(*args, tmp_path / "local", "--workers", "2").code == 0
     with local_cluster() as address:

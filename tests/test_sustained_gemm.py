@@ -24,13 +24,15 @@ def test_folding_the_factor_is_idempotent():
         _with_factor("h100-sxm", 1.0).calibration.gemm
 
 
-@pytest.mark.parametrize("weight_dtype, slowed", [("bf16", True), ("fp8", False)])
-def test_only_bf16_linear_layers_run_at_the_sustained_rate(weight_dtype, slowed):
-    """A long prefill's GEMMs are compute-bound: at factor s their time grows by about 1/s for bf16;
-    fp8 efficiencies are fitted on compute-bound rows and keep their own."""
-    m = load_model("llama-3.1-8b")
-    base = CostModel(m, _with_factor("h100-sxm", 1.0), weight_dtype=weight_dtype).linear_time(8192)
-    slow = CostModel(m, _with_factor("h100-sxm", 0.8), weight_dtype=weight_dtype).linear_time(8192)
+@pytest.mark.parametrize("gpu, weight_dtype, slowed", [("h100-sxm", "bf16", True), ("h100-sxm", "fp8", False),
+                                                       ("a100-sxm-80gb", "fp8", True), ("b200", "nvfp4", True)])
+def test_gemms_run_at_the_sustained_rate_unless_fp8_on_fp8_units(gpu, weight_dtype, slowed):
+    """A long prefill's GEMMs are compute-bound: at factor s their time grows by about 1/s. The fp8
+    efficiency is fitted on long rows and keeps its own; fp8 weights without fp8 units run at the
+    bf16 rate, and the FP4 efficiency is a ratio of burst-rate fits, so both slow."""
+    m = load_model("llama-3.1-70b")
+    base = CostModel(m, _with_factor(gpu, 1.0), tp=4, weight_dtype=weight_dtype).linear_time(16384)
+    slow = CostModel(m, _with_factor(gpu, 0.8), tp=4, weight_dtype=weight_dtype).linear_time(16384)
     if slowed:
         assert 1.15 < slow / base <= 1.25
     else:

@@ -64,7 +64,8 @@ class RooflineParams(_Strict):
     # a serving step's prefill keeps them: the GPU's power and clock
     # management, which the kernel rows show only where one measurement ran
     # that long (calibration/sustained.py). The kernel fit prices the burst
-    # rate; the engine applies this to bf16/fp16 GEMMs (CostModel).
+    # rate; the engine applies it to every GEMM but fp8 on fp8 tensor cores,
+    # whose efficiency is fitted on long rows already (CostModel).
     sustained: float = Field(default=1.0, gt=0, le=1)
     # decode attention only: per-sequence cost (split-KV reduction, q load).
     per_seq_us: float = Field(default=0.0, ge=0, le=1e6)
