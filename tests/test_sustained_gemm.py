@@ -16,11 +16,12 @@ def _with_factor(name: str, s: float):
 
 def test_folding_the_factor_is_idempotent():
     g = _with_factor("h100-sxm", 0.8)
-    once = g.under_sustained_load()
+    once = g.under_sustained_load("bf16")
     assert once.calibration.gemm.eta_compute == pytest.approx(g.calibration.gemm.eta_compute * 0.8)
     assert once.calibration.gemm.sustained == 1.0
-    assert once.under_sustained_load() is once
-    assert _with_factor("h100-sxm", 1.0).under_sustained_load().calibration.gemm == \
+    assert once.under_sustained_load("bf16") is once
+    assert g.under_sustained_load("fp8") is g
+    assert _with_factor("h100-sxm", 1.0).under_sustained_load("bf16").calibration.gemm == \
         _with_factor("h100-sxm", 1.0).calibration.gemm
 
 
@@ -83,3 +84,15 @@ def test_the_page_shows_the_shipped_factors(repo_root):
     assert len(rows) >= 10
     for gpu, _stack, _nl, _nb, _ratio, factor in rows:
         assert float(factor) == load_hardware(gpu).calibration.gemm.sustained, gpu
+
+
+def test_a_stacks_own_gemm_fit_keeps_the_gpus_factor():
+    """A stack's GEMM override is a fit of its burst rate; the clocks under load stay the GPU's."""
+    from simulator.profiles.hardware import RooflineParams, StackKernels
+
+    g = _with_factor("h100-sxm", 0.8)
+    own = RooflineParams(eta_compute=0.5, eta_memory=0.9)
+    stacks = {"sglang": StackKernels(rule="test", gemm=own)}
+    g = g.model_copy(update={"calibration": g.calibration.model_copy(update={"stacks": stacks})})
+    assert g.for_kernels("sglang").calibration.gemm.sustained == 0.8
+    assert g.for_kernels("sglang").calibration.gemm.eta_compute == 0.5

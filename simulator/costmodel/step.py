@@ -78,12 +78,8 @@ class CostModel:
                               key_path="engine.weight_dtype")
         if kv_dtype not in ("bf16", "fp16", "fp8"):
             raise LlmsimError(f"unknown KV dtype {kv_dtype!r}; expected bf16, fp16 or fp8")
-        if not roofline and not (compute_dtype(linear_dtype(weight_dtype), gpu.has_unit("fp4")) == "fp8"
-                                 and gpu.has_unit("fp8")):
-            # A serving step's GEMMs run back to back at the clocks the GPU holds under load. The fp8
-            # efficiency is fitted on compute-bound rows (most of them ≥ 1 ms) or end-to-end runs and
-            # carries it already; the fp4 one is a ratio of two burst-rate fits and does not.
-            gpu = gpu.under_sustained_load()
+        if not roofline:   # a serving step's GEMMs run back to back, at the clocks the GPU holds under load
+            gpu = gpu.under_sustained_load(compute_dtype(linear_dtype(weight_dtype), gpu.has_unit("fp4")))
         self.par = Parallelism(tp, dp, ep)
         self.par.check(model, gpu)
         self.model, self.gpu, self.tp, self.dp, self.ep = model, gpu, tp, dp, ep

@@ -64,8 +64,7 @@ class RooflineParams(_Strict):
     # a serving step's prefill keeps them: the GPU's power and clock
     # management, which the kernel rows show only where one measurement ran
     # that long (calibration/sustained.py). The kernel fit prices the burst
-    # rate; the engine applies it to every GEMM but fp8 on fp8 tensor cores,
-    # whose efficiency is fitted on long rows already (CostModel).
+    # rate; the engine applies it (``HardwareProfile.under_sustained_load``).
     sustained: float = Field(default=1.0, gt=0, le=1)
     # decode attention only: per-sequence cost (split-KV reduction, q load).
     per_seq_us: float = Field(default=0.0, ge=0, le=1e6)
@@ -432,17 +431,23 @@ class HardwareProfile(_Strict):
             return self
         fields = {f: getattr(over, f) for f in ("gemm", "attention_prefill", "attention_decode", "allreduce")
                   if getattr(over, f) is not None}
+        if "gemm" in fields:   # the clocks under load are the GPU's, read over every stack's rows
+            fields["gemm"] = fields["gemm"].model_copy(update={"sustained": self.calibration.gemm.sustained})
         update: dict = {"calibration": self.calibration.model_copy(update=fields)}
         if over.fp8_gemm_efficiency is not None:
             update["fp8_gemm_efficiency"] = over.fp8_gemm_efficiency
         return self.model_copy(update=update)
 
-    def under_sustained_load(self) -> "HardwareProfile":
-        """This GPU with its GEMMs at the compute rate a serving loop holds
-        (``calibration.gemm.sustained`` folded into η_c, then 1, so a copy
-        made from it does not apply it twice)."""
+    def under_sustained_load(self, compute_dtype: str) -> "HardwareProfile":
+        """This GPU as a serving loop runs its GEMMs of ``compute_dtype``:
+        ``calibration.gemm.sustained`` folded into η_c (then 1, so a copy
+        made from it does not apply it twice). fp8 on fp8 tensor cores keeps
+        its efficiency as it is: fitted on compute-bound rows, most of them
+        a millisecond or longer, or on end-to-end runs, it carries the
+        sustained rate already; the FP4 one is a ratio of two burst-rate
+        fits and does not."""
         g = self.calibration.gemm
-        if g.sustained == 1.0:
+        if g.sustained == 1.0 or (compute_dtype == "fp8" and self.has_unit("fp8")):
             return self
         gemm = g.model_copy(update={"eta_compute": g.eta_compute * g.sustained, "sustained": 1.0})
         return self.model_copy(update={"calibration": self.calibration.model_copy(update={"gemm": gemm})})
