@@ -40,8 +40,10 @@ def _burst(dp: int, backend: str, isl: int = 2048) -> Scenario:
                                    "input_tokens": {"dist": "fixed", "value": isl},
                                    "output_tokens": {"dist": "fixed", "value": 4}},
         "pools": [{"model": "mixtral-8x7b", "gpu": "h100-sxm", "tp": 4 // dp, "dp": dp, "ep": dp,
+                   # a serial front end (2 us a prompt token) hands the burst to the scheduler one
+                   # prompt at a time, so the first starts an iteration alone
                    "engine": {"backend": backend, "max_num_batched_tokens": 2048, "max_num_seqs": 8,
-                              "prefix_cache": False}}]})
+                              "prefix_cache": False, "tokenize_us_per_token": 2.0}}]})
 
 
 @pytest.mark.parametrize("backend", ["vllm", "trtllm"])

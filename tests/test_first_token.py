@@ -23,14 +23,16 @@ def _bench():
 
 
 @settings(max_examples=25, deadline=None)
-@given(a=st.floats(0.0, 50.0), b=st.floats(0.0, 2.5), seed=st.integers(0, 10_000))
-def test_the_fit_finds_known_terms_within_its_grid(a, b, seed):
+@given(a=st.floats(0.0, 50.0), seed=st.integers(0, 10_000))
+def test_the_fit_finds_a_known_response_term_and_holds_the_tokeniser_at_zero(a, seed):
+    """The tokeniser's rate cannot be told from the prefill's own cost per token at these loads
+    (benchmarks/first_token.py), so the fit holds it at zero and finds the per-request term."""
     rng = np.random.default_rng(seed)
     isl = rng.choice([1024, 2048, 4096, 8192], 60).astype(float)
     base = rng.uniform(20, 900, 60)
-    measured = base + a + b * isl * 1e-3
-    fa, fb = _bench().fit_pair(base, isl, measured)
-    assert fa == pytest.approx(a, abs=0.5) and fb == pytest.approx(b, abs=0.1)
+    fa, fb = _bench().fit_pair(base, isl, base + a)
+    assert fa == pytest.approx(a, abs=0.5) and fb == 0.0
+    assert _bench().fit_pair(base, isl, base + a + 1.5 * isl * 1e-3)[1] == 0.0   # a cost per token stays out
 
 
 def test_each_group_is_judged_by_a_fit_made_without_it():
