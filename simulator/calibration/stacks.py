@@ -51,7 +51,9 @@ class Comparison:
         return abs(self.median_ratio - 1.0) > MATERIAL
 
 
-def _rows(kd: KernelData, stack: str, family: str, profile: str) -> pd.DataFrame:
+def grid_rows(kd: KernelData, stack: str, family: str, profile: str) -> pd.DataFrame:
+    """``stack``'s rows of ``family`` on ``profile`` that the stacks are compared on: the fit grid
+    (the custom all-reduce only; compute-bound rows only for fp8 GEMMs)."""
     df = kd.stack(stack, family, profile)
     if "on_grid" in df:
         df = df[df["on_grid"]]
@@ -66,7 +68,7 @@ def compare(kd: KernelData, profile: str) -> list[Comparison]:
     """Every other stack against the default on ``profile``'s shared shapes."""
     out = []
     for family in FAMILIES:
-        base = _rows(kd, DEFAULT_STACK, family, profile)
+        base = grid_rows(kd, DEFAULT_STACK, family, profile)
         if not len(base):
             continue
         keys = _KEYS[family]
@@ -74,7 +76,7 @@ def compare(kd: KernelData, profile: str) -> list[Comparison]:
         for stack in kernel_stacks():
             if stack == DEFAULT_STACK:
                 continue
-            other = _rows(kd, stack, family, profile)
+            other = grid_rows(kd, stack, family, profile)
             if not len(other):
                 continue
             j = pd.concat([other.groupby(keys)["t_s"].mean().rename("other"), base], axis=1, join="inner")
@@ -110,7 +112,7 @@ def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison
         errors: dict[str, FitError] = {}
         notes = []
         for c in material:
-            rows = _rows(kd, stack, c.family, gpu.name)
+            rows = grid_rows(kd, stack, c.family, gpu.name)
             t = rows["t_s"].to_numpy()
             if c.family == FP8_GEMM:
                 all_rows = kd.stack(stack, FP8_GEMM, gpu.name)
@@ -146,7 +148,7 @@ def error_rows(kd: KernelData, gpu: HardwareProfile) -> list[dict]:
             own = getattr(over, family)
             if own is None:
                 continue
-            rows = _rows(kd, stack, family, gpu.name)
+            rows = grid_rows(kd, stack, family, gpu.name)
             t = rows["t_s"].to_numpy()
             base = evaluate.PREDICT[family](rows, gpu, getattr(cal, family))
             e0, e1 = ape(base, t), ape(evaluate.PREDICT[family](rows, gpu, own), t)

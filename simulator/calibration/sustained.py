@@ -28,6 +28,7 @@ import numpy as np
 from ..profiles.hardware import HardwareProfile
 from .data import KernelData, kernel_stacks
 from .evaluate import PREDICT
+from .stacks import grid_rows
 
 LONG_S = 1e-3                  # a row measured this long or longer: its runs outlast the clocks' response
 BURST_S = (1e-4, 1e-3)         # rows long enough to be compute-relevant, short enough to run at burst clocks
@@ -49,9 +50,7 @@ def stack_ratios(kd: KernelData, gpu: HardwareProfile) -> list[StackRatio]:
     """Each stack's ratio on ``gpu``'s bf16 GEMM rows (those with enough rows in both classes)."""
     out = []
     for stack in kernel_stacks():
-        rows = kd.stack(stack, "gemm", gpu.name)
-        if "on_grid" in rows:
-            rows = rows[rows["on_grid"].astype(bool)]
+        rows = grid_rows(kd, stack, "gemm", gpu.name)
         if not len(rows):
             continue
         t = rows["t_s"].to_numpy()

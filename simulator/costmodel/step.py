@@ -78,8 +78,12 @@ class CostModel:
                               key_path="engine.weight_dtype")
         if kv_dtype not in ("bf16", "fp16", "fp8"):
             raise LlmsimError(f"unknown KV dtype {kv_dtype!r}; expected bf16, fp16 or fp8")
+        # Linear layers other than the routed experts (those follow
+        # LayoutOps.fmt): all of them, unless the format quantises experts only.
+        lin = linear_dtype(weight_dtype)
+        cdt = compute_dtype(lin, gpu.has_unit("fp4"))
         if not roofline:   # a serving step's GEMMs run back to back, at the clocks the GPU holds under load
-            gpu = gpu.under_sustained_load(compute_dtype(linear_dtype(weight_dtype), gpu.has_unit("fp4")))
+            gpu = gpu.under_sustained_load(cdt)
         self.par = Parallelism(tp, dp, ep)
         self.par.check(model, gpu)
         self.model, self.gpu, self.tp, self.dp, self.ep = model, gpu, tp, dp, ep
@@ -101,11 +105,7 @@ class CostModel:
         # vLLM replicates KV heads when there are fewer than TP ranks.
         self.kv_heads = max(1, m.kv_heads // tp)
         self.head_dim = m.dim_head
-        # Linear layers other than the routed experts (those follow
-        # LayoutOps.fmt): all of them, unless the format quantises experts only.
-        lin = linear_dtype(weight_dtype)
         self.w_bytes = BYTES[lin]
-        cdt = compute_dtype(lin, gpu.has_unit("fp4"))
         self.a_bytes = 1.0 if cdt in ("fp8", "int8") and gpu.has_unit(cdt) else 2.0
         if lin == "nvfp4":   # W4A4: activations quantised to NVFP4 too
             self.a_bytes = QUANT_FORMATS["nvfp4"].act_bytes

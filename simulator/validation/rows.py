@@ -296,6 +296,8 @@ _MOST = {"tp": 65_536, "dp": 65_536, "ep": 65_536, "pp": 65_536, "attention_dp_s
          "moe_ep_size": 65_536, "concurrency": MAX_CONCURRENCY, "num_requests": MAX_REQUESTS,
          "isl_mean": MAX_CONTEXT, "osl_mean": MAX_CONTEXT, "request_rate_qps": MAX_MEASURED,
          **{m: MAX_MEASURED for m in METRICS}}
+#: A measured figure as a benchmark file states it: finite, not negative, at most MAX_MEASURED.
+Measured = Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]
 
 
 def _bad_number(raw: dict) -> str:
@@ -583,15 +585,15 @@ class BenchResult(BaseModel):
     total_output_tokens: int = Field(ge=0)
     max_concurrency: Optional[int] = Field(default=None, ge=1, le=MAX_CONCURRENCY)
     request_rate: Union[Annotated[float, Field(gt=0)], Literal["inf"], None] = None
-    mean_ttft_ms: Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]
+    mean_ttft_ms: Measured
     # every other metric llmsim predicts, where the file has it
-    median_ttft_ms: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
-    mean_tpot_ms: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
-    median_tpot_ms: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
-    median_itl_ms: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
-    median_e2el_ms: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
-    output_throughput: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
-    request_throughput: Optional[Annotated[float, Field(ge=0, le=MAX_MEASURED, allow_inf_nan=False)]] = None
+    median_ttft_ms: Optional[Measured] = None
+    mean_tpot_ms: Optional[Measured] = None
+    median_tpot_ms: Optional[Measured] = None
+    median_itl_ms: Optional[Measured] = None
+    median_e2el_ms: Optional[Measured] = None
+    output_throughput: Optional[Measured] = None
+    request_throughput: Optional[Measured] = None
 
     @field_validator("total_input_tokens", "total_output_tokens")
     @classmethod
