@@ -123,7 +123,8 @@ def _check_replicas(pool, at: str, source) -> None:
     serving = {"replicas": pool.replicas}
     if a is not None:     # replicas past max_replicas is refused later, naming both
         serving = {"autoscaling.max_replicas": a.max_replicas, **serving}
-    terms = dict([max(serving.items(), key=lambda kv: kv[1])])     # a tie names the first
+    key, most = max(serving.items(), key=lambda kv: kv[1])     # a tie names the first
+    terms = {key: most}
     if a is not None and a.warm_pool:
         terms["autoscaling.warm_pool"] = a.warm_pool
     total = sum(terms.values())

@@ -249,6 +249,10 @@ profile_case("hf-config", "sparse-attention", "config.json", json.dumps({**_LLAM
              "index_topk", "cannot model", key="model")
 profile_case("hf-config", "text-config-not-a-mapping", "config.json", json.dumps({"text_config": "llama"}),
              "text_config", "expected a mapping", key="model")
+profile_case("hf-config", "text-config-two-formats", "config.json",
+             json.dumps({"quantization_config": {"quant_method": "fp8"},
+                         "text_config": {**_LLAMA3_8B_CONFIG, "quantization_config": {"quant_method": "mxfp4"}}}),
+             "text_config.quantization_config", "one weight format", key="model")
 profile_case("hf-config", "awq-bits-text", "config.json",
              json.dumps({**_LLAMA3_8B_CONFIG, "quantization_config": {"quant_method": "awq", "bits": "x"}}),
              "quantization_config.bits", key="model")

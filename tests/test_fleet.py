@@ -4,7 +4,6 @@ the bad scenarios each of them can be given."""
 from __future__ import annotations
 
 import copy
-import math
 from collections import Counter
 
 import pytest
@@ -220,6 +219,44 @@ def test_scale_in_drains_without_losing_requests(ramp_runs):
     for r in pool.replicas:
         if pool.state[r.index] is fleet_pool.State.STOPPED and r.t_end > 0:
             assert r.outstanding == 0
+
+
+def _bare_pool(ready: int, warm: int) -> fleet_pool.Pool:
+    """A pool's replica lifecycle alone: replicas are placeholders, no engine."""
+    import simpy
+    from types import SimpleNamespace
+
+    p = fleet_pool.Pool.__new__(fleet_pool.Pool)
+    p.env = simpy.Environment()
+    p._make = lambda i: SimpleNamespace(index=i, outstanding=0)
+    p.replicas, p.state, p.ready, p.warm = [], [], [], []
+    p.billing, p.serving, p.working = [], [], []
+    p.on_ready = None
+    for _ in range(ready):
+        p._new(fleet_pool.State.READY)
+    for _ in range(warm):
+        p.warm.append(p._new(fleet_pool.State.WARM).index)
+    return p
+
+
+def test_a_refilling_standby_is_paid_but_never_counted_as_capacity_to_come():
+    """Taking a standby starts its replacement loading; that replacement will
+    join the warm pool, not serve, so it is not committed capacity and a
+    scale-in cancels the activating standby rather than it."""
+    S = fleet_pool.State
+    p = _bare_pool(ready=1, warm=1)
+    activating = p.warm[-1]
+    p.start(1.0, warm=True)           # the autoscaler's scale-up with a warm pool
+    p.start_warm(30.0)
+    refill = len(p.replicas) - 1
+    assert p.state[activating] is S.STARTING and p.state[refill] is S.WARMING
+    assert p.count(S.STARTING) == 1 and p.billed == 3
+    assert p.cancel_start()
+    assert p.state[activating] is S.STOPPED and p.state[refill] is S.WARMING
+    assert not p.cancel_start()       # nothing else was meant to serve
+    p.env.run(until=31.0)
+    assert p.state[refill] is S.WARM and p.warm == [refill]
+    assert len(p.ready) == 1 and p.billed == 2
 
 
 @settings(max_examples=12, **SETTINGS)

@@ -179,6 +179,19 @@ def test_an_fp8_config_is_block_scaled_exactly_when_it_gives_a_block(tmp_path, h
     assert load_model(str(p)).checkpoint_dtype == dtype
 
 
+@pytest.mark.parametrize("inner", [None, {"quant_method": "fp8", "weight_block_size": [128, 128]}])
+def test_a_multimodal_checkpoints_top_level_format_quantises_its_language_model(tmp_path, hf_llama3_8b_config, inner):
+    """Llama-4's FP8 checkpoints write quantization_config beside text_config, not in it."""
+    text = dict(hf_llama3_8b_config)
+    if inner is not None:
+        text["quantization_config"] = inner
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({"quantization_config": {"quant_method": "fp8", "weight_block_size": [128, 128]},
+                             "text_config": text, "vision_config": {"hidden_size": 1408}}))
+    m = load_model(str(p))
+    assert m.checkpoint_dtype == "fp8_block" and m.hidden_size == hf_llama3_8b_config["hidden_size"]
+
+
 def test_hf_config_invalid_json(tmp_path):
     p = tmp_path / "config.json"
     p.write_text('{"hidden_size": 4096,,}')

@@ -23,6 +23,10 @@ OTHER_KERNELS_PER_LAYER = 4
 
 ITERATION_OVERHEAD_NOTE = (f"iteration_overhead_ms = {ITERATION_OVERHEAD_MS} is an assumption (vLLM scheduler/"
                            "sampler time per step with CUDA graphs), not fitted: the kernel data excludes it")
+SUSTAINED_NOTE = ("gemm.sustained is read, not fitted: per stack, median(model/measured) of the GEMM rows "
+                  "measured at ≥ 1 ms over that of the 0.1–1 ms rows, the median over stacks, at most 1 (the rate "
+                  "back-to-back GEMMs hold under load; every GEMM but fp8 on fp8 units takes it); a transferred "
+                  "GPU takes its sibling's")
 OTHER_NOTE = (f"other: eta_memory = gemm.eta_memory (the weight-streaming efficiency), fixed_us = "
               f"{OTHER_KERNELS_PER_LAYER} × gemm.fixed_us ({OTHER_KERNELS_PER_LAYER} elementwise kernels per layer, "
               "each paying the per-kernel floor the GEMM fit measures); a rule, not a fit")

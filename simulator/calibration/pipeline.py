@@ -18,7 +18,7 @@ from ..profiles.hardware import Calibration, HardwareProfile, builtin_hardware
 from ..profiles.loader import builtin_dir, resolve
 from . import ceilings, data, fp8, report, siblings, stacks, sustained, tables, transfer
 from . import moe_mla as moe_mla_fit
-from .assumptions import ITERATION_OVERHEAD_MS, ITERATION_OVERHEAD_NOTE, OTHER_NOTE, other_params
+from .assumptions import ITERATION_OVERHEAD_MS, ITERATION_OVERHEAD_NOTE, OTHER_NOTE, SUSTAINED_NOTE, other_params
 from .fit import FamilyFit, ONESHOT_MAX_BYTES, fit_family
 from .progress import Progress, Silent
 
@@ -73,7 +73,7 @@ def _calibrated(kd: data.KernelData, gpu: HardwareProfile,
               "η ≤ 1 and extra costs ≥ 0 (never faster than the roofline); all-reduce rows = vLLM custom "
               f"all-reduce (CUDA-graph) below {data.CUSTOM_AR_MAX_BYTES // 2**20} MiB (one-shot up to "
               f"{ONESHOT_MAX_BYTES // 1024} KiB), NCCL from there; decode context = cached + 1 per sequence. "
-              f"{OTHER_NOTE}; {ITERATION_OVERHEAD_NOTE}."),
+              f"{SUSTAINED_NOTE}. {OTHER_NOTE}; {ITERATION_OVERHEAD_NOTE}."),
         gemm=fits["gemm"].params,
         attention_prefill=fits["attention_prefill"].params,
         attention_decode=fits["attention_decode"].params,

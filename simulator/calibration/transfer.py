@@ -28,7 +28,7 @@ own peaks.
 from __future__ import annotations
 
 from ..profiles.hardware import AllReduceParams, Calibration, HardwareProfile, RooflineParams
-from .assumptions import ITERATION_OVERHEAD_NOTE, OTHER_NOTE
+from .assumptions import ITERATION_OVERHEAD_NOTE, OTHER_NOTE, SUSTAINED_NOTE
 from .fit import round_sig
 from .siblings import Regime
 
@@ -135,7 +135,7 @@ def transfer(target: HardwareProfile, source: HardwareProfile, ceilings: dict[st
         etas = f"{scale(rc, 'compute')}, {scale(rm, 'memory')}"
     rule = (f"transferred from {source.name}, the nearest measured sibling ({target.name} has no kernel "
             f"measurements, so its errors are unknown): fixed costs copied; {etas}; {ar_note}. "
-            f"{OTHER_NOTE}; {ITERATION_OVERHEAD_NOTE}.")
+            f"{SUSTAINED_NOTE}. {OTHER_NOTE}; {ITERATION_OVERHEAD_NOTE}.")
     return cal.model_copy(update=dict(
         status="transferred",
         transferred_from=source.name,

@@ -102,7 +102,9 @@ class AutoscalingSpec(BaseModel):
                           description="container start, engine init and CUDA-graph capture, after weights load")
     weight_load_gb_per_s: float = Field(default=2.0, gt=0, allow_inf_nan=False,
                                         description="rate at which a replica loads its weights (GB/s)")
-    warm_pool: int = Field(default=0, ge=0, description="standby replicas kept paid and ready to serve")
+    warm_pool: int = Field(default=0, ge=0, description=(
+        "standby replicas kept paid and ready to serve within warm_start_s; one taken to serve is replaced by "
+        "a new standby, paid from then on and usable after a cold start"))
     warm_start_s: float = Field(default=5.0, ge=0, allow_inf_nan=False,
                                 description="a standby replica's time to take traffic")
     schedule: list[ScheduleStep] = Field(default_factory=list, description="raise the floor at known times")

@@ -2,7 +2,12 @@
 
 A replica is *starting* (paid for, loading weights, serving nothing),
 *ready* (routed to), *draining* (finishing what it holds, routed nothing
-new), *warm* (a paid standby that is ready within seconds) or *stopped*.
+new), *warm* (a paid standby that is ready within seconds), *warming* (a
+paid standby still loading, which will join the warm pool, not serve) or
+*stopped*. Only starting replicas count toward the capacity an autoscaler
+has committed: a warming standby replaces one taken from the warm pool
+and serves nothing when it is up, so counting it would hold back a scale-up
+and a scale-in could cancel it instead of a replica meant to serve.
 The pool keeps a log of how many replicas it pays for over time, which the
 bill (:mod:`simulator.metrics.cost`) integrates; an autoscaler
 (:mod:`simulator.fleet.autoscaler`) moves replicas between the states.
@@ -37,10 +42,11 @@ class State(str, Enum):
     READY = "ready"
     DRAINING = "draining"
     WARM = "warm"
+    WARMING = "warming"
     STOPPED = "stopped"
 
 
-BILLED = (State.STARTING, State.READY, State.DRAINING, State.WARM)
+BILLED = (State.STARTING, State.READY, State.DRAINING, State.WARM, State.WARMING)
 
 
 class Admission:
@@ -156,13 +162,13 @@ class Pool:
     def start_warm(self, delay: float) -> None:
         """Refill the warm pool: a standby that is paid from now and usable
         after its cold start."""
-        i = self._new(State.STARTING).index
+        i = self._new(State.WARMING).index
         self._bill()
         ev = self.env.timeout(delay)
         ev.callbacks.append(lambda _ev: self._become_warm(i))
 
     def _become_warm(self, i: int) -> None:
-        if self.state[i] is State.STARTING:
+        if self.state[i] is State.WARMING:
             self.state[i] = State.WARM
             self.warm.append(i)
             self._bill()

@@ -369,6 +369,25 @@ class ModelProfile(BaseModel):
         return out
 
 
+def _language_model(data: dict, path) -> dict:
+    """A multimodal checkpoint's language model: its ``text_config``, with
+    the top-level ``quantization_config`` that quantises it (Llama-4's FP8
+    and NVFP4 checkpoints write it there, beside the vision tower's config).
+    Two different formats, one at each level, are refused rather than one of
+    them dropped."""
+    text = dict(data["text_config"])
+    top = data.get("quantization_config")
+    if top is not None:
+        if text.get("quantization_config", top) != top:
+            raise LlmsimError("the checkpoint declares one quantization_config at the top level and another in "
+                              "text_config; expected one weight format for the language model", source=path,
+                              key_path="text_config.quantization_config")
+        text["quantization_config"] = top
+    if data.get("name"):
+        text["name"] = data["name"]
+    return text
+
+
 def load_model(name_or_path: str) -> ModelProfile:
     """Load a built-in model, a model YAML, or a Hugging Face config.json."""
     path = resolve("model_profiles", name_or_path)
@@ -379,8 +398,7 @@ def load_model(name_or_path: str) -> ModelProfile:
         raise LlmsimError("expected a mapping (a multimodal checkpoint's language model)", source=path,
                           key_path="text_config")
     if "text_config" in data:
-        # A multimodal checkpoint: the language model is its text_config.
-        data = {**data["text_config"], "name": data.get("name")} if data.get("name") else data["text_config"]
+        data = _language_model(data, path)
     is_json = path.suffix == ".json"
     spelled = {ALIASES[k]: k for k in data if k in ALIASES}     # profile field -> the key the file wrote
     # A downloaded config.json carries many keys llmsim does not need
