@@ -263,6 +263,62 @@ def autocomplete_shards(r: Runner) -> str:
     return table(head, rows, {2, 3, 4})
 
 
+def _estimate(model: str, gpu: str, prompt: int, output: int) -> dict:
+    """``llmsim estimate request --gpu GPU --model MODEL --input PROMPT --output OUTPUT``: one request, no load."""
+    from simulator.costmodel import CostModel
+    from simulator.estimate import request_estimate
+    from simulator.profiles.hardware import load_hardware
+    from simulator.profiles.model import load_model
+
+    return request_estimate(CostModel(load_model(model), load_hardware(gpu), 1), prompt, output)
+
+
+def autocomplete_comparison(r: Runner) -> str:
+    """The case study's figures beside llmsim's, each from the run or estimate its row names."""
+    import prefix_cache_study
+    from simulator.profiles.model import load_model
+
+    shard, full = r.results(AUTOCOMPLETE), r.results(AUTOCOMPLETE + FULL)
+    steps = dict(r.ladder(AUTOCOMPLETE + " --ladder"))
+    off, on = steps["cache-off"], steps["baseline"]
+    est = "llmsim estimate request --gpu h100-sxm --model llama-3.1-8b --input 8000 --output 25"
+    e8k, e6k = _estimate("llama-3.1-8b", "h100-sxm", 8000, 25), _estimate("llama-3.1-8b", "h100-sxm", 6000, 25)
+    kib = load_model("llama-3.1-8b").kv_bytes_per_token("bf16") / 1024
+    (alone,) = [w for w in prefix_cache_study.cold_warm((8000,))]
+    ld, st = full["llmsim"]["load"], full["llmsim"]["request_status"]
+    gpus, month = product(shard)
+    price = shard["llmsim"]["cost"]["pools"][0]["usd_per_gpu_hour"]
+    hit = 100 * shard["llmsim"]["prefix_cache"]["token_hit_rate"]
+    rows = [
+        ["model", "7B-class GQA, 128 KiB of KV per token", f"llama-3.1-8b, {kib:.0f} KiB per token (bf16)",
+         "`llmsim profiles list`"],
+        ["context", "4–8K-token files that barely change between keystrokes",
+         f"files of 4,000–8,000 tokens; {hit:.1f} % of prompt tokens are served from the prefix cache",
+         f"`{AUTOCOMPLETE}`"],
+        ["output", "~25 tokens", "15–35 (uniform, mean 25)", "(the scenario)"],
+        ["load", "2,000 req/s", f"{ld['offered_rps']:,.0f} req/s fired over the arrival window (32 session starts/s); "
+         f"{100 * (1 - ld['cancelled_fraction']):.0f} % of them finish, the rest are cancelled by the next "
+         f"keystroke ({count(st['finished'])} finished, {count(st['cancelled'])} cancelled)",
+         "full fleet command above"],
+        ["TTFT p95", "< 200 ms", f"{ms(shard['p95_ttft_ms'])} ms (shard), {ms(full['p95_ttft_ms'])} ms (full fleet)",
+         f"`{AUTOCOMPLETE}`"],
+        ["TPOT", "~10 ms", f"p50 {tpot(shard['median_tpot_ms'])} ms (shard), {tpot(full['median_tpot_ms'])} ms "
+         f"(full fleet); {tpot(e8k['tpot_ms'], 1)} ms for one 8K-context request alone", f"same; `{est}`"],
+        ["fleet", "(to be sized)", f"{gpus} × H100 SXM, ~{ld['offered_rps'] / gpus:,.0f} fired req/s per GPU, "
+         f"{usd(month)} a month at ${price:.2f}/GPU-h", "sizing below; full fleet command"],
+        ["cold prefill", "214 ms", f"{ms(e8k['ttft_ms'])} ms for an 8,000-token file, {ms(e6k['ttft_ms'])} ms for 6,000",
+         f"`{est}`"],
+        ["TTFT collapse on a hit", "~50×",
+         f"{alone['ratio']:.0f}× for one request alone on the generic engine ({ms(alone['cold_ms'])} ms cold, "
+         f"{ms(alone['warm_ms'])} ms warm); under load (the ladder below) at p50 "
+         f"{off['median_ttft_ms'] / on['median_ttft_ms']:.0f}× ({ms(off['median_ttft_ms'])} ms with the cache off, "
+         f"{ms(on['median_ttft_ms'])} ms with it), at p95 {off['p95_ttft_ms'] / on['p95_ttft_ms']:.0f}× "
+         f"({ms(off['p95_ttft_ms'])} / {ms(on['p95_ttft_ms'])} ms)",
+         f"[prefix-cache.md](prefix-cache.md) table a; `{AUTOCOMPLETE} --ladder`"],
+    ]
+    return table(["", "case study", "llmsim", "command"], rows)
+
+
 def quickcode_ladder(r: Runner) -> str:
     cmd = "llmsim run scenarios/quickcode.yaml --ladder"
     rows = []
@@ -587,6 +643,7 @@ class Block:
 
 BLOCKS = [
     Block("case-study-stacks", CASE_STUDIES, stacks),
+    Block("autocomplete-comparison", CASE_STUDIES, autocomplete_comparison),
     Block("autocomplete-sizing", CASE_STUDIES, autocomplete_sizing),
     Block("autocomplete-ladder", CASE_STUDIES, autocomplete_ladder),
     Block("autocomplete-shards", CASE_STUDIES, autocomplete_shards),
