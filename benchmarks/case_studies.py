@@ -319,6 +319,77 @@ def autocomplete_comparison(r: Runner) -> str:
     return table(["", "case study", "llmsim", "command"], rows)
 
 
+DAU = "llmsim run scenarios/dau-10m.yaml"
+
+
+def _check_sets(scenario: str) -> str:
+    """The ``--set`` flags that run a scenario as ``llmsim check`` does (its ``check.set``)."""
+    from simulator.scenario.load import load_scenario
+
+    sc, _ = load_scenario(ROOT / scenario)
+    return "".join(f" --set {k}={v}" for k, v in sc.check.set.items())
+
+
+def dau_comparison(r: Runner) -> str:
+    """The 10M-DAU case study's figures beside llmsim's, each from the run its row names."""
+    from simulator.scenario.load import load_scenario
+
+    sc, _ = load_scenario(ROOT / "scenarios/dau-10m.yaml")
+    base, check = r.results(DAU), r.results(DAU + _check_sets("scenarios/dau-10m.yaml"))
+    held = r.results(DAU + " --variant case-study-300")
+    fp8, fp8_less = r.results(DAU + " --variant fp8"), r.results(DAU + " --variant fp8 --set pools.chat.replicas=8")
+    ll, n = base["llmsim"], base["completed"]
+    slices, nodes = ll["product"]["slices"], ll["replicas"]
+    rate = sc.workload.arrival.rate_per_s
+    price = ll["cost"]["pools"][0]["usd_per_gpu_hour"]
+    month = ll["product"]["monthly_usd"]
+    in_flight = rate * slices * base["mean_e2el_ms"] / 1e3
+
+    def fleet_month(res: dict) -> str:
+        return f"${res['llmsim']['product']['monthly_usd'] / 1e6:.1f}M"
+
+    rows = [
+        ["traffic", "10M daily users × 15 turns, ~5K req/s peak",
+         f"150M turns a day = 1,736 req/s on average; the shard's {rate:g} req/s × {slices} = "
+         f"{count(rate * slices)} at the peak", "(the scenario)"],
+        ["request", "3K in + 400 out",
+         f"measured means {count(base['total_input_tokens'] / n)} in ({count(ll['prefix_cache']['hit_tokens'] / n)} "
+         f"of them the cached system prompt) and {count(base['total_output_tokens'] / n)} out",
+         f"`{DAU}` (total tokens / requests)"],
+        ["model and node", "70B dense, 8×H100, tensor parallel",
+         f"llama-3.1-70b, TP 8, bf16; {ll['kv_tokens_per_replica'] / 1e6:.2f}M KV tokens per node",
+         "same (`kv_tokens_per_replica`)"],
+        ["SLO", "TTFT p99 < 700 ms, TPOT p99 < 40 ms",
+         f"{ms(base['p99_ttft_ms'])} ms and {tpot(base['p99_tpot_ms'])} ms (check settings: "
+         f"{ms(check['p99_ttft_ms'])} and {ms(check['p99_tpot_ms'])} ms)", "same; `llmsim check scenarios/dau-10m.yaml`"],
+        ["prefix-aware routing on the system prompt", "shared system prompt",
+         f"{100 * ll['prefix_cache']['token_hit_rate']:.1f} % of prompt tokens from the cache (the system prompt of "
+         "every request but each node's first)", "same"],
+        ["concurrency per node", "~300 concurrent requests per 8×H100 node",
+         f"**{ll['mean_batch_size']:.0f}** sequences per node's iteration on average "
+         f"(`llmsim.pools.chat.mean_batch_size`); held at 300 (`case-study-300`), TPOT is p50 "
+         f"{ms(held['median_tpot_ms'])} ms / p99 {ms(held['p99_tpot_ms'])} ms",
+         f"`{DAU} -o DIR` (results.json); `{DAU} --variant case-study-300`"],
+        ["in flight across the fleet", "950,000 turns in flight",
+         f"**~{round(in_flight, -3):,.0f}** requests (Little's law: {count(rate * slices)} req/s × "
+         f"{base['mean_e2el_ms'] / 1e3:.1f} s mean end-to-end)", "same (`mean_e2el_ms`)"],
+        ["fleet", "hundreds of nodes", f"**{count(nodes * slices)} nodes** ({nodes} × {slices}), "
+         f"{count(ll['product']['gpus'])} H100s", "`llmsim plan scenarios/dau-10m.yaml --vary pools.chat.replicas=10..15`"],
+        ["cost", "$2–4 per GPU-hour",
+         f"{usd(ll['cost']['monthly_usd'])} a month per shard at ${price:g} → **{fleet_month(base)} a month** for the "
+         f"peak fleet all month (${month * 2 / price / 1e6:.1f}M at $2, ${month * 4 / price / 1e6:.1f}M at $4); "
+         f"${ll['cost']['usd_per_request']:.5f} per request at ${price:g}", f"`{DAU}` (Cost)"],
+        ["FP8 (not in the case study)", "—",
+         f"FP8 weights + KV: {fp8['llmsim']['replicas']} nodes per shard ({count(fp8['llmsim']['replicas'] * slices)} "
+         f"in the fleet, {fleet_month(fp8)} a month at ${price:g}), TTFT / TPOT p99 {ms(fp8['p99_ttft_ms'])} / "
+         f"{ms(fp8['p99_tpot_ms'])} ms ({verdict(fp8)}); {fp8_less['llmsim']['replicas']} nodes: TPOT p99 "
+         f"{ms(fp8_less['p99_tpot_ms'])} ms ({verdict(fp8_less)})",
+         f"`{DAU} --variant fp8` (`--set pools.chat.replicas=8`); the node count found by `llmsim plan "
+         "scenarios/dau-10m.yaml --variant fp8 --vary pools.chat.replicas=8..13 --workers 1`"],
+    ]
+    return table(["", "case study", "llmsim", "command"], rows)
+
+
 def quickcode_ladder(r: Runner) -> str:
     cmd = "llmsim run scenarios/quickcode.yaml --ladder"
     rows = []
@@ -647,6 +718,7 @@ BLOCKS = [
     Block("autocomplete-sizing", CASE_STUDIES, autocomplete_sizing),
     Block("autocomplete-ladder", CASE_STUDIES, autocomplete_ladder),
     Block("autocomplete-shards", CASE_STUDIES, autocomplete_shards),
+    Block("dau-comparison", DAU_QUICKCODE, dau_comparison),
     Block("quickcode-ladder", DAU_QUICKCODE, quickcode_ladder),
     Block("ttft-program-ladder", TTFT_AGENTS_LORA, ttft_ladder),
     Block("coding-agent-ladder", TTFT_AGENTS_LORA, coding_agent_ladder),
