@@ -172,8 +172,7 @@ class LayoutOps:
 
     # --- per token count (the CostModel memoises their sum) ------------------
     def _gemms(self, m: int, shapes) -> float:
-        cm = self.cm
-        return sum(cm._gemm(m, n, k, cm.w_bytes) for n, k in shapes)
+        return sum(self.cm.linear_gemm(m, n, k) for n, k in shapes)
 
     def routed_time(self, tokens: int) -> float:
         """All MoE layers' routed experts for the replica's ``tokens``."""
@@ -280,8 +279,8 @@ class LayoutOps:
         kernel = scalar.blend(flops / self.mla_rate_c, nbytes / self.mla_rate_m, p.sharpness)
         kv_up = self._kv_up.get(span)
         if kv_up is None:   # a GEMM at m = span: memoised per span like the token-count costs
-            kv_up = self._kv_up[span] = cm._gemm(span, s.num_heads * (s.qk_nope_head_dim + s.v_head_dim),
-                                                 s.kv_lora_rank, cm.w_bytes)
+            kv_up = self._kv_up[span] = cm.linear_gemm(span, s.num_heads * (s.qk_nope_head_dim + s.v_head_dim),
+                                                       s.kv_lora_rank)
         return kernel + p.fixed_us * _US + kv_up + float(mla_token_time(new_sum, s, cm.gpu, p))
 
     def decode_parts(self) -> tuple[float, float, float]:

@@ -129,7 +129,8 @@ def mla_decode_time(batch, total_context, shape: MlaShape, gpu: HardwareProfile,
     return (rate * total_context + mla_decode_per_seq(params) * batch + mla_decode_fixed(params)) * busy
 
 
-def _linear(m, n: int, k: int, gpu: HardwareProfile, p: RooflineParams, linear_dtype: str):
+def format_linear_time(m, n: int, k: int, gpu: HardwareProfile, p: RooflineParams, linear_dtype: str):
+    """One linear layer ``y[m,n] = x[m,k]·W[n,k]ᵀ`` in a quantised format's kernel (its fit ``p``)."""
     d = moe.dtype_info(linear_dtype)
     return gemm_time(m, n, k, moe.peak_flops(linear_dtype, gpu), gpu.hbm_bandwidth, p, d.weight_bytes, d.act_bytes,
                      gpu.num_sms)
@@ -146,12 +147,12 @@ def mla_projection_time(tokens, shape: MlaShape, gpu: HardwareProfile, p: Roofli
     the kv latent fused, replicated across TP), q up-projection, output."""
     h = shape.num_heads
     if shape.q_lora_rank:
-        t = (_linear(tokens, shape.q_lora_rank + shape.latent_dim, shape.hidden_size, gpu, p, linear_dtype)
-             + _linear(tokens, h * shape.qk_head_dim, shape.q_lora_rank, gpu, p, linear_dtype))
+        t = (format_linear_time(tokens, shape.q_lora_rank + shape.latent_dim, shape.hidden_size, gpu, p, linear_dtype)
+             + format_linear_time(tokens, h * shape.qk_head_dim, shape.q_lora_rank, gpu, p, linear_dtype))
     else:
-        t = (_linear(tokens, shape.latent_dim, shape.hidden_size, gpu, p, linear_dtype)
-             + _linear(tokens, h * shape.qk_head_dim, shape.hidden_size, gpu, p, linear_dtype))
-    return (t + _linear(tokens, shape.hidden_size, h * shape.v_head_dim, gpu, p, linear_dtype)
+        t = (format_linear_time(tokens, shape.latent_dim, shape.hidden_size, gpu, p, linear_dtype)
+             + format_linear_time(tokens, h * shape.qk_head_dim, shape.hidden_size, gpu, p, linear_dtype))
+    return (t + format_linear_time(tokens, shape.hidden_size, h * shape.v_head_dim, gpu, p, linear_dtype)
             + mla_token_time(tokens, shape, gpu, p))
 
 
@@ -174,7 +175,7 @@ def mla_module_prefill_time(new_tokens, cached_tokens, shape: MlaShape, gpu: Har
     m = sequences * new_tokens
     span = sequences * (new_tokens + cached_tokens)
     h = shape.num_heads
-    kv_up = _linear(span, h * (shape.qk_nope_head_dim + shape.v_head_dim), shape.kv_lora_rank, gpu, proj,
+    kv_up = format_linear_time(span, h * (shape.qk_nope_head_dim + shape.v_head_dim), shape.kv_lora_rank, gpu, proj,
                     linear_dtype)
     f, b = mla_prefill_flops_bytes(new_tokens, cached_tokens, shape, kv_bytes)
     kernel = (blend(sequences * f / (gpu.peak_flops("bf16") * attn.eta_compute),

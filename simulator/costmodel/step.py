@@ -21,7 +21,8 @@ from ..profiles.hardware import Calibration, HardwareProfile
 from ..profiles.model import ModelProfile
 from . import components as C
 from . import scalar
-from .layout import LayoutOps, check_weight_dtype, needs_layout
+from .layout import LayoutOps, check_weight_dtype, gemm_format, needs_layout
+from .mla import format_linear_time
 from .lora import LoraCost
 
 ROOFLINE = Calibration(status="roofline")
@@ -124,6 +125,20 @@ class CostModel:
             (h, ffn // tp),                         # down projection
         ]
         self.lm_head = (m.vocab_size // tp, h)
+        # On vLLM (the kernels of the base calibration), a block-scaled fp8
+        # checkpoint (128×128 weight blocks: DeepSeek, Qwen3-FP8, MiniMax-M2)
+        # runs every linear layer it quantises in the block-fp8 kernels
+        # (Fp8LinearMethod with weight_block_size): a per-token-group
+        # activation quantisation plus a block-scaled GEMM, measured slower
+        # than the per-tensor fp8 kernel at decode sizes. vLLM's measured
+        # block-fp8 linear fit (calibration.mla_projection, fitted on vLLM's
+        # MLA modules, whose projections are these kernels) prices them,
+        # never below the per-tensor fit of the same shape. SGLang and
+        # TensorRT-LLM run block-fp8 GEMMs of their own, unmeasured here.
+        self.vllm_kernels = kernels in (None, "vllm")
+        block = (not roofline and self.vllm_kernels and lin == "fp8"
+                 and gemm_format(lin, m.checkpoint_dtype) == "fp8_block")
+        self.block_linear = self.cal.mla_projection.get("fp8_block") if block else None
         self.other_bytes_per_token = (_OTHER_HIDDEN_RW * h + _OTHER_FFN_RW * ffn / tp) * 2.0
 
         self.decode_rate = L * C.decode_attention_per_context(
@@ -142,12 +157,20 @@ class CostModel:
         return float(C.gemm_time(mtok, n, k, self.peak_linear, self.hbm_bw, self.cal.gemm, wbytes, self.a_bytes,
                                  self.gpu.num_sms))
 
+    def linear_gemm(self, mtok: float, n: int, k: int) -> float:
+        """One of the pool's quantised (non-expert) linear layers: the dense
+        GEMM fit, or a block-fp8 checkpoint's kernel where that is slower."""
+        t = self._gemm(mtok, n, k, self.w_bytes)
+        if self.block_linear is not None:
+            t = max(t, float(format_linear_time(mtok, n, k, self.gpu, self.block_linear, "fp8_block")))
+        return t
+
     def linear_time(self, tokens: int) -> float:
         if self.ops is not None:
             return self.ops.linear_time(tokens)
         if tokens <= 0:
             return 0.0
-        return self.layers * sum(self._gemm(tokens, n, k, self.w_bytes) for n, k in self.layer_gemms)
+        return self.layers * sum(self.linear_gemm(tokens, n, k) for n, k in self.layer_gemms)
 
     def lm_head_time(self, seqs: int) -> float:
         t = self._lm_cache.get(seqs)
