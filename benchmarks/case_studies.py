@@ -303,7 +303,7 @@ def autocomplete_comparison(r: Runner) -> str:
     est = "llmsim estimate request --gpu h100-sxm --model llama-3.1-8b --input 8000 --output 25"
     e8k, e6k = _estimate("llama-3.1-8b", "h100-sxm", 8000, 25), _estimate("llama-3.1-8b", "h100-sxm", 6000, 25)
     kib = load_model("llama-3.1-8b").kv_bytes_per_token("bf16") / 1024
-    (alone,) = [w for w in prefix_cache_study.cold_warm((8000,))]
+    (alone,) = prefix_cache_study.cold_warm((8000,))
     ld, st = full["llmsim"]["load"], full["llmsim"]["request_status"]
     gpus, month = product(shard)
     price = shard["llmsim"]["cost"]["pools"][0]["usd_per_gpu_hour"]
