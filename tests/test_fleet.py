@@ -206,8 +206,10 @@ def test_warm_pool_cuts_the_time_under_provisioned(ramp_runs):
     b = warm.results["llmsim"]["pools"]["main"]["autoscaling"]
     assert b["under_provisioned_s"] <= a["under_provisioned_s"]
     assert warm.results["p99_ttft_ms"] < 0.5 * cold.results["p99_ttft_ms"]
-    # the standbys are paid for
+    # the standbys are paid for, and the replica states add up to the GPUs billed
     assert warm.timeline["warm"].max() >= 1
+    tl = warm.timeline
+    assert (tl[["ready", "starting", "draining", "warm"]].sum(axis=1) == tl["gpus_billed"]).all()
 
 
 def test_scale_in_drains_without_losing_requests(ramp_runs):

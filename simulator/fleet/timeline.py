@@ -27,8 +27,11 @@ class Timeline:
             t0, a0 = self._last[name]
             rate = (p.arrivals - a0) / (now - t0) if now > t0 else 0.0
             self._last[name] = (now, p.arrivals)
+            # ``warm``: the standbys a pool pays for, the ones still loading included, so the
+            # states add up to what is billed.
             self.rows.append((now, name, len(p.ready), p.count(State.STARTING), p.count(State.DRAINING),
-                              len(p.warm), p.billed * self.tp[name], p.queue_depth(), p.kv_utilization(), rate))
+                              len(p.warm) + p.count(State.WARMING), p.billed * self.tp[name], p.queue_depth(),
+                              p.kv_utilization(), rate))
 
     def frame(self, end: float):
         """The samples up to ``end`` (the run's last request) as a DataFrame."""

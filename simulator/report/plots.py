@@ -110,7 +110,8 @@ def _time_axis(seconds: np.ndarray) -> tuple[float, str]:
     return 1.0, "s"
 
 
-#: Replica states drawn, by line style; ``warm`` (a warm pool's idle replicas) only when the timeline has it.
+#: Replica states drawn, by line style; ``warm`` (a warm pool's standbys, those still loading included)
+#: only when the timeline has it.
 _REPLICA_STYLES = (("ready", "-"), ("starting", "--"), ("draining", ":"), ("warm", "-."))
 _STYLE_NAMES = {"-": "solid", "--": "dashed", ":": "dotted", "-.": "dash-dot"}
 
