@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import io
 import json
 import shlex
@@ -341,20 +342,23 @@ def autocomplete_comparison(r: Runner) -> str:
 DAU = "llmsim run scenarios/dau-10m.yaml"
 
 
-def _check_sets(scenario: str) -> str:
-    """The ``--set`` flags that run a scenario as ``llmsim check`` does (its ``check.set``)."""
+@functools.lru_cache(maxsize=None)
+def _scenario(name: str):
+    """``scenarios/NAME.yaml`` as llmsim loads it (read once per invocation)."""
     from simulator.scenario.load import load_scenario
 
-    sc, _ = load_scenario(ROOT / scenario)
-    return "".join(f" --set {k}={v}" for k, v in sc.check.set.items())
+    return load_scenario(ROOT / "scenarios" / f"{name}.yaml")[0]
+
+
+def _check_sets(name: str) -> str:
+    """The ``--set`` flags that run a scenario as ``llmsim check`` does (its ``check.set``)."""
+    return "".join(f" --set {k}={v}" for k, v in _scenario(name).check.set.items())
 
 
 def dau_comparison(r: Runner) -> str:
     """The 10M-DAU case study's figures beside llmsim's, each from the run its row names."""
-    from simulator.scenario.load import load_scenario
-
-    sc, _ = load_scenario(ROOT / "scenarios/dau-10m.yaml")
-    base, check = r.results(DAU), r.results(DAU + _check_sets("scenarios/dau-10m.yaml"))
+    sc = _scenario("dau-10m")
+    base, check = r.results(DAU), r.results(DAU + _check_sets("dau-10m"))
     held = r.results(DAU + " --variant case-study-300")
     fp8, fp8_less = r.results(DAU + " --variant fp8"), r.results(DAU + " --variant fp8 --set pools.chat.replicas=8")
     ll, n = base["llmsim"], base["completed"]
@@ -422,9 +426,7 @@ def quickcode_comparison(r: Runner) -> str:
     """The QuickCode case study's figures beside llmsim's, each from the run, ladder or plan its row names."""
     import numpy as np
     from simulator.profiles.model import load_model
-    from simulator.scenario.load import load_scenario
-
-    sc, _ = load_scenario(ROOT / "scenarios/quickcode.yaml")
+    sc = _scenario("quickcode")
     bursts = sc.workload.arrival.rate_per_s
     before = r.results(QUICKCODE)
     prompts = r.requests(QUICKCODE)["input_tokens"].to_numpy()
@@ -491,9 +493,7 @@ def _queued_at(timeline, t: float) -> int:
 
 def ttft_comparison(r: Runner) -> str:
     """The TTFT program's figures beside llmsim's, each from the run or ladder its row names."""
-    from simulator.scenario.load import load_scenario
-
-    sc, _ = load_scenario(ROOT / "scenarios/ttft-program.yaml")
+    sc = _scenario("ttft-program")
     today = r.results(TTFT)
     steps = r.ladder(TTFT + " --ladder")
     by = dict(steps)
@@ -539,9 +539,7 @@ CHATBOT = "llmsim run scenarios/chatbot.yaml"
 
 def chatbot_comparison(r: Runner) -> str:
     """The consumer chatbot's figures beside llmsim's, each from the ladder step (or day-long run) it names."""
-    from simulator.scenario.load import load_scenario
-
-    sc, _ = load_scenario(ROOT / "scenarios/chatbot.yaml")
+    sc = _scenario("chatbot")
     paid = next(p for p in sc.pools if p.name == "paid").autoscaling
     steps = dict(r.ladder(CHATBOT + " --ladder"))
     base, bf16, on70, static = steps["baseline"], steps["bf16-kv"], steps["free-on-70b"], steps["static"]
