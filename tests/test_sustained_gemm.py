@@ -30,7 +30,7 @@ def test_folding_the_factor_is_idempotent():
 def test_gemms_run_at_the_sustained_rate_unless_fp8_on_fp8_units(gpu, weight_dtype, slowed):
     """A long prefill's GEMMs are compute-bound: at factor s their time grows by about 1/s. The fp8
     efficiency is fitted on long rows and keeps its own; fp8 weights without fp8 units run at the
-    bf16 rate, and the FP4 efficiency is a ratio of burst-rate fits, so both slow."""
+    bf16 rate, and the FP4 efficiency is fitted on rows mostly under a millisecond (burst clocks), so both slow."""
     m = load_model("llama-3.1-70b")
     base = CostModel(m, _with_factor(gpu, 1.0), tp=4, weight_dtype=weight_dtype).linear_time(16384)
     slow = CostModel(m, _with_factor(gpu, 0.8), tp=4, weight_dtype=weight_dtype).linear_time(16384)

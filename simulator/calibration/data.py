@@ -69,6 +69,9 @@ CUSTOM_AR_IMPL = {"vllm": "vllm_graph", "sglang": "sglang_graph", "trtllm": "trt
 NCCL_TESTS = "nccl-tests"
 # Per-tensor fp8 GEMM rows (the fit-grid shapes), the family fp8_gemm_efficiency is fitted on.
 FP8_GEMM = "gemm_fp8"
+# NVFP4 GEMM rows (the fit-grid shapes, Blackwell), the family fp4_gemm_efficiency is fitted on:
+# every stack's, the default's included, under (stack, FP4_GEMM) in KernelData.stacks.
+FP4_GEMM = "gemm_nvfp4"
 # The shape columns that identify an attention row of one op.
 ATTENTION_SHAPE = ["batch_size", "context_len", "num_heads", "num_kv_heads", "head_dim", "kv_bytes"]
 
@@ -136,7 +139,7 @@ class KernelData:
         """``stack``'s rows of ``family`` (the fit grid and the held-out shapes, column ``on_grid``)."""
         if stack == DEFAULT_STACK and family == FP8_GEMM:
             df = self.fp8.assign(on_grid=True) if len(self.fp8) else pd.DataFrame(columns=["profile"])
-        elif stack == DEFAULT_STACK:
+        elif stack == DEFAULT_STACK and family != FP4_GEMM:
             parts = [self.family(family).assign(on_grid=True)]
             if family in self.held_out:
                 parts.append(self.held_out[family].assign(on_grid=False))
@@ -327,6 +330,8 @@ def load(data_dir: str | Path | None = None, progress=None,
                 fp8 = on_fp8
             else:
                 stacks[(stack, FP8_GEMM)] = on_fp8.assign(on_grid=True)
+            on_fp4 = _split_grid(_gemm(tables["gemm"], "nvfp4", stack), frames["gemm"], ["m", "n", "k"])[0]
+            stacks[(stack, FP4_GEMM)] = on_fp4.assign(on_grid=True)
         mine = tables["gemm"][tables["gemm"]["framework"] == DEFAULT_STACK]
         versions.update(_versions(mine))
         for p in set(mine["profile"]):

@@ -16,7 +16,7 @@ from ..errors import LlmsimError, from_validation_error
 from ..profiles import load_hardware
 from ..profiles.hardware import Calibration, HardwareProfile, builtin_hardware
 from ..profiles.loader import builtin_dir, resolve
-from . import ceilings, data, fp8, report, siblings, stacks, sustained, tables, transfer
+from . import ceilings, data, quantised_gemm, report, siblings, stacks, sustained, tables, transfer
 from . import moe_mla as moe_mla_fit
 from .assumptions import ITERATION_OVERHEAD_MS, ITERATION_OVERHEAD_NOTE, OTHER_NOTE, SUSTAINED_NOTE, other_params
 from .fit import FamilyFit, ONESHOT_MAX_BYTES, fit_family
@@ -43,7 +43,7 @@ class Result:
     # where each profile given as a file (not a built-in) is, to write it back
     paths: dict[str, Path] = field(default_factory=dict)
     # fp8_gemm_efficiency fitted on measured fp8 GEMMs, per GPU that has them
-    fp8: dict[str, "fp8.Fp8Fit"] = field(default_factory=dict)
+    fp8: dict[str, "quantised_gemm.EfficiencyFit"] = field(default_factory=dict)
     # every other stack against the default one, per GPU and op family
     stacks: list["stacks.Comparison"] = field(default_factory=list)
     # the overrides' errors on their stack's rows, against the default parameters'
@@ -198,7 +198,7 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
 
     fitted: dict[str, HardwareProfile] = {}
     fits: dict[str, dict[str, FamilyFit]] = {}
-    fp8_fits: dict[str, fp8.Fp8Fit] = {}
+    fp8_fits: dict[str, quantised_gemm.EfficiencyFit] = {}
     comparisons: list[stacks.Comparison] = []
     sustained_rows: list[sustained.StackRatio] = []
     for name in needed:
@@ -206,7 +206,7 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
         cal, fits[name] = _calibrated(kd, gpu, prog)
         if name in fp8_profiles:
             prog.step(f"fitting {name} fp8_gemm_efficiency")
-            f = fp8.fit(kd.stack(data.DEFAULT_STACK, data.FP8_GEMM, name), gpu, cal.gemm)
+            f = quantised_gemm.fit(kd.stack(data.DEFAULT_STACK, data.FP8_GEMM, name), gpu, cal.gemm)
             if f is not None:
                 fp8_fits[name] = f
                 cal = cal.model_copy(update={"error": {"gemm fp8": f.all_rows,

@@ -20,7 +20,7 @@ import numpy as np
 import pandas as pd
 
 from ..profiles.hardware import AllReduceParams, FitError, HardwareProfile, StackKernels
-from . import evaluate, fp8
+from . import evaluate, quantised_gemm
 from .data import ATTENTION_SHAPE, DEFAULT_STACK, FP8_GEMM, KernelData, kernel_stacks
 from .fit import ape, fields_space, fit_family, fit_params
 
@@ -60,7 +60,7 @@ def grid_rows(kd: KernelData, stack: str, family: str, profile: str) -> pd.DataF
     if family == "allreduce" and len(df):
         df = df[df["impl"] != "nccl"]
     if family == FP8_GEMM and len(df):
-        df = df[fp8.compute_bound(df)]
+        df = df[quantised_gemm.compute_bound(df)]
     return df
 
 
@@ -116,7 +116,7 @@ def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison
             t = rows["t_s"].to_numpy()
             if c.family == FP8_GEMM:
                 all_rows = kd.stack(stack, FP8_GEMM, gpu.name)
-                f = fp8.fit(all_rows, gpu, cal.gemm)
+                f = quantised_gemm.fit(all_rows, gpu, cal.gemm)
                 if f is None:
                     continue
                 fields["fp8_gemm_efficiency"] = f.efficiency
@@ -157,10 +157,10 @@ def error_rows(kd: KernelData, gpu: HardwareProfile) -> list[dict]:
                             own_median=float(np.median(e1)), own_p90=float(np.percentile(e1, 90))))
         if over.fp8_gemm_efficiency is not None:
             rows = kd.stack(stack, FP8_GEMM, gpu.name)
-            rows = rows[fp8.compute_bound(rows)]
+            rows = rows[quantised_gemm.compute_bound(rows)]
             t = rows["t_s"].to_numpy()
-            base = fp8.predict(rows, gpu, cal.gemm, gpu.fp8_gemm_efficiency)
-            e1 = ape(fp8.predict(rows, gpu, cal.gemm, over.fp8_gemm_efficiency), t)
+            base = quantised_gemm.predict(rows, gpu, cal.gemm, gpu.fp8_gemm_efficiency)
+            e1 = ape(quantised_gemm.predict(rows, gpu, cal.gemm, over.fp8_gemm_efficiency), t)
             out.append(dict(gpu=gpu.name, stack=stack, family=f"{FP8_GEMM} (compute-bound)", n=len(t),
                             default_median=float(np.median(ape(base, t))),
                             default_signed=float(np.median(base / t - 1) * 100),

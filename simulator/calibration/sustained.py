@@ -11,7 +11,7 @@ fit of the shorter ones predicts, at every m, while A100's do not. A serving
 step's prefill runs its GEMMs back to back for tens of milliseconds, so it
 runs at the sustained rate. The engine applies the factor to every GEMM but
 fp8 on fp8 tensor cores, whose efficiency is fitted on compute-bound rows,
-most of them ≥ 1 ms (``fp8.fit``), or on end-to-end runs.
+most of them ≥ 1 ms (``quantised_gemm.fit``), or on end-to-end runs.
 
 The factor is read, not fitted: per stack whose GEMMs were measured on the
 GPU, the median of model/measured over the long rows divided by that over

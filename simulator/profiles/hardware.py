@@ -444,8 +444,9 @@ class HardwareProfile(_Strict):
         made from it does not apply it twice). fp8 on fp8 tensor cores keeps
         its efficiency as it is: fitted on compute-bound rows, most of them
         a millisecond or longer, or on end-to-end runs, it carries the
-        sustained rate already; the FP4 one is a ratio of two burst-rate
-        fits and does not."""
+        sustained rate already; the FP4 one is fitted on compute-bound rows
+        three quarters of which run under a millisecond, at burst clocks,
+        and does not."""
         g = self.calibration.gemm
         if g.sustained == 1.0 or (compute_dtype == "fp8" and self.has_unit("fp8")):
             return self
