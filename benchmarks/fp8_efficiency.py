@@ -116,12 +116,12 @@ def best(table: dict[float, dict[str, np.ndarray]], use: list[str]) -> float:
     return min(table, key=lambda e: sum(float(np.median(table[e][g])) ** 2 for g in use))
 
 
-def write(eff: float, gpus: tuple[str, ...], note: str, key: str = "fp8_gemm_efficiency") -> None:
-    """Set ``key`` (and its provenance comment) in these GPU profiles."""
+def write(eff: float | str, gpus: tuple[str, ...], note: str, key: str = "fp8_gemm_efficiency") -> None:
+    """Set ``key`` (and its provenance comment) in these GPU profiles: a number, or a YAML flow value as written."""
     for gpu in gpus:
         path = ROOT / "hardware_profiles" / f"{gpu}.yaml"
         text = path.read_text()
-        line = f"{key}: {eff:g}  # {note}\n"
+        line = f"{key}: {eff if isinstance(eff, str) else format(eff, 'g')}  # {note}\n"
         if re.search(rf"^{key}:.*\n", text, flags=re.M):
             text = re.sub(rf"^{key}:.*\n", line, text, flags=re.M)
         else:

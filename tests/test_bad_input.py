@@ -600,7 +600,8 @@ def test_sweep_workers_die_with_their_parent(tmp_path, sig):
 
 
 # --- (5) unclear messages ---------------------------------------------------------------------------------
-GPU_KEYS = ["hbm_gib", "hbm_bandwidth_tb_s", "num_sms", "host_link_gb_s", "fp8_gemm_efficiency", "fp4_gemm_efficiency"]
+GPU_KEYS = ["hbm_gib", "hbm_bandwidth_tb_s", "num_sms", "host_link_gb_s", "fp8_gemm_efficiency", "fp4_gemm_efficiency",
+            "mla_prefill_efficiency"]
 
 
 @FUZZ

@@ -381,10 +381,16 @@ class HardwareProfile(_Strict):
     # rows (benchmarks/fp8_efficiency.py); 1 where nothing measured it.
     fp8_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
     # The same for dense FP4 (NVFP4, W4A4) GEMMs against the bf16 fit: the
-    # datasheet quadruples the peak, but the FP4 GEMMs a stack runs (and the
-    # activation quantisation in front of each) reach far less. Derived from
-    # the GPU's own MLA-projection kernel fits (benchmarks/fp4_efficiency.py).
+    # datasheet quadruples the peak, but the FP4 GEMMs a stack runs reach far
+    # less. Fitted on the measured NVFP4 GEMMs (benchmarks/fp4_efficiency.py).
     fp4_gemm_efficiency: float = Field(default=1.0, gt=0, le=1)
+    # Each serving stack's MLA prefill (attention) kernel against the one
+    # calibration.mla_prefill was fitted on, as a compute-efficiency ratio read
+    # off the measured kernels (benchmarks/mla_stack_kernels.py): SGLang's
+    # FlashAttention-3 MLA prefill on Hopper runs at about a third of the
+    # rate of vLLM's and TensorRT-LLM's. A stack not named runs at 1. Kept
+    # beside, not inside, the calibration block, which `llmsim calibrate` rewrites.
+    mla_prefill_efficiency: dict[str, Annotated[float, Field(gt=0, le=1.5)]] = {}
     price: Price
     # Board power, idle to TDP: the energy block's GPU power (none: no energy figures).
     power: Optional[Power] = None
@@ -403,6 +409,16 @@ class HardwareProfile(_Strict):
     data_names: DataNames = DataNames()
     transfer: Optional[Transfer] = None
     calibration: Calibration = Calibration()
+
+    @field_validator("mla_prefill_efficiency")
+    @classmethod
+    def _known_stacks(cls, v: dict[str, float]) -> dict[str, float]:
+        from .backend import serving_stacks   # here: the backend profiles read hardware profiles
+
+        unknown = sorted(set(v) - set(serving_stacks()))
+        if unknown:
+            raise ValueError(f"unknown serving stack {unknown[0]!r}; expected one of {', '.join(serving_stacks())}")
+        return v
 
     @field_validator("peak_tflops")
     @classmethod
@@ -427,14 +443,19 @@ class HardwareProfile(_Strict):
         """This GPU as ``stack``'s kernels run on it: its per-stack overrides
         applied (``calibration.stacks``), itself when it has none for ``stack``."""
         over = self.calibration.stacks.get(stack) if stack else None
-        if over is None:
+        mla = self.mla_prefill_efficiency.get(stack) if stack else None
+        if over is None and mla is None:
             return self
-        fields = {f: getattr(over, f) for f in ("gemm", "attention_prefill", "attention_decode", "allreduce")
-                  if getattr(over, f) is not None}
+        fields = {} if over is None else {f: getattr(over, f) for f in ("gemm", "attention_prefill",
+                                                                         "attention_decode", "allreduce")
+                                          if getattr(over, f) is not None}
         if "gemm" in fields:   # the clocks under load are the GPU's, read over every stack's rows
             fields["gemm"] = fields["gemm"].model_copy(update={"sustained": self.calibration.gemm.sustained})
+        if mla is not None:
+            p = self.calibration.mla_prefill
+            fields["mla_prefill"] = p.model_copy(update={"eta_compute": p.eta_compute * mla})
         update: dict = {"calibration": self.calibration.model_copy(update=fields)}
-        if over.fp8_gemm_efficiency is not None:
+        if over is not None and over.fp8_gemm_efficiency is not None:
             update["fp8_gemm_efficiency"] = over.fp8_gemm_efficiency
         return self.model_copy(update=update)
 
