@@ -413,6 +413,8 @@ class HardwareProfile(_Strict):
     @field_validator("mla_prefill_efficiency")
     @classmethod
     def _known_stacks(cls, v: dict[str, float]) -> dict[str, float]:
+        if not v:
+            return v
         from .backend import serving_stacks   # here: the backend profiles read hardware profiles
 
         unknown = sorted(set(v) - set(serving_stacks()))
