@@ -293,3 +293,14 @@ def test_cli_works_from_another_directory(cli_subprocess, tmp_path):
     r = cli_subprocess("profiles", "list", "--json", cwd=tmp_path)
     assert r.code == 0, r.err
     assert {g["name"] for g in json.loads(r.out)["gpus"]} >= {"h100-sxm", "a100-sxm-80gb"}
+
+
+def test_step_prices_a_stacks_own_kernels(cli):
+    """--kernels runs the GPU as that stack's kernels do: SGLang's Hopper MLA prefill is the slower one,
+    and a stack llmsim does not know is refused naming the flag."""
+    args = ("--gpu", "h200", "--model", "deepseek-v3", "--tp", "8", "--weight-dtype", "fp8", "--prefill-tokens", "8192")
+    vllm, sglang = step(cli, *args, "--kernels", "vllm"), step(cli, *args, "--kernels", "sglang")
+    assert sglang["kernels"] == "sglang"
+    assert sglang["attention_ms"] > 1.5 * vllm["attention_ms"]
+    r = cli("estimate", "step", *args, "--kernels", "sglng")
+    assert r.code == 2 and "--kernels" in r.err and "sglng" in r.err and "Traceback" not in r.err

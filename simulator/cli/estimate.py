@@ -26,16 +26,22 @@ WD = typer.Option("bf16", "--weight-dtype", help="bf16, fp16, fp8, int8, int4, o
 KD = typer.Option("bf16", "--kv-dtype", help="bf16, fp16 or fp8")
 ROOF = typer.Option(False, "--roofline", help="pure physical limit: η = 1, no fixed costs")
 JSON = typer.Option(False, "--json", help="print one JSON object")
+KERNELS = typer.Option(None, "--kernels", help="whose kernels the GPU runs: a serving stack (vllm, sglang, trtllm); "
+                                               "default: the profile's own, vLLM's")
 
 
 def _cost_model(gpu: str, model: str, tp: int, weight_dtype: str, kv_dtype: str, roofline: bool,
-                dp: int = 1, ep: int = 1) -> CostModel:
+                dp: int = 1, ep: int = 1, kernels: Optional[str] = None) -> CostModel:
     from ..costmodel import CostModel
     from ..profiles import load_hardware, load_model
+    from ..profiles.backend import serving_stacks
 
+    if kernels is not None and kernels not in serving_stacks():
+        raise LlmsimError(f"unknown serving stack {kernels!r}; expected one of {', '.join(serving_stacks())}",
+                          key_path="--kernels")
     m, g = load_model(model), load_hardware(gpu)
     try:
-        return CostModel(m, g, tp, weight_dtype, kv_dtype, roofline=roofline, dp=dp, ep=ep)
+        return CostModel(m, g, tp, weight_dtype, kv_dtype, roofline=roofline, dp=dp, ep=ep, kernels=kernels)
     except LlmsimError as e:   # name the flag, not the scenario key
         flag = {"engine.weight_dtype": "--weight-dtype"}.get(e.key_path or "", f"--{e.key_path}")
         raise LlmsimError(e.message, key_path=flag if e.key_path else None) from None
@@ -64,7 +70,7 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
          prefill_context: int = typer.Option(0, help="tokens already cached before the chunk"),
          decode_batch: int = typer.Option(0, help="sequences decoding one token each"),
          decode_context: int = typer.Option(0, help="context length of each decoding sequence"),
-         roofline: bool = ROOF, json: bool = JSON) -> None:
+         roofline: bool = ROOF, kernels: Optional[str] = KERNELS, json: bool = JSON) -> None:
     """Time of one engine iteration, by component."""
     from ..profiles.model import MAX_CONTEXT
 
@@ -76,12 +82,12 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
                               f"or sequences in a step)", key_path=n)
     if prefill_tokens == 0 and decode_batch == 0:
         raise LlmsimError("an empty step: give --prefill-tokens and/or --decode-batch")
-    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep)
+    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels)
     chunks = [(prefill_tokens, prefill_context)] if prefill_tokens else []
     b = cm.step(chunks, decode_batch, float(decode_batch * decode_context))
     from ..estimate import model_figures
 
-    out = {**cm.describe(), **model_figures(cm), **b.as_ms()}
+    out = {**cm.describe(), **({"kernels": kernels} if kernels else {}), **model_figures(cm), **b.as_ms()}
     if json:
         print_json(out)
         return
@@ -99,7 +105,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
             weight_dtype: str = WD, kv_dtype: str = KD, roofline: bool = ROOF,
             max_num_batched_tokens: int = typer.Option(8192, help="prefill chunk size"),
             gpu_memory_utilization: float = typer.Option(0.9, help="as in vLLM"),
-            json: bool = JSON) -> None:
+            kernels: Optional[str] = KERNELS, json: bool = JSON) -> None:
     """No-load TTFT and TPOT of one request, and the replica's memory division."""
     if input < 1 or output < 1:
         raise LlmsimError("--input and --output must be ≥ 1")
@@ -119,7 +125,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     if input / max_num_batched_tokens > _MAX_CHUNKS:
         raise LlmsimError(f"a {input:,}-token prompt in chunks of {max_num_batched_tokens:,} is more than "
                           f"{_MAX_CHUNKS:,} prefill steps; raise --max-num-batched-tokens", key_path="--input")
-    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep)
+    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels)
     from ..estimate import request_estimate
 
     mp = cm.model.max_position_embeddings
