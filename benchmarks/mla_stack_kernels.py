@@ -29,6 +29,7 @@ and matches it. H100 PCIe takes H100 SXM's values (the same die and kernels).
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from pathlib import Path
 
@@ -62,8 +63,8 @@ def kernel_rows(data_dir: Path) -> pd.DataFrame:
                         & df["gpu"].isin(names)])
     df = pd.concat(parts, ignore_index=True)
     df["profile"] = df["gpu"].map(names)
-    newest = df.groupby("framework")["framework_version"].transform("max")
-    df = df[df["framework_version"] == newest]
+    release = df["framework_version"].astype(str).map(lambda v: tuple(int(x) for x in re.findall(r"\d+", v)))
+    df = df[release == release.groupby(df["framework"]).transform("max")]
     # DeepSeek-V3's MLA (128 heads over the GPUs): the math of one call of `batch` prompts of `isl` tokens
     flops = np.array([mla_prefill_flops_bytes(float(r.isl), 0.0, MlaShape(int(r.num_heads_per_gpu)), 2.0)[0]
                       for r in df.itertuples()])
