@@ -34,11 +34,13 @@ def _cost_model(gpu: str, model: str, tp: int, weight_dtype: str, kv_dtype: str,
                 dp: int = 1, ep: int = 1, kernels: Optional[str] = None) -> CostModel:
     from ..costmodel import CostModel
     from ..profiles import load_hardware, load_model
-    from ..profiles.backend import serving_stacks
+    from ..profiles.backend import check_serving_stack
 
-    if kernels is not None and kernels not in serving_stacks():
-        raise LlmsimError(f"unknown serving stack {kernels!r}; expected one of {', '.join(serving_stacks())}",
-                          key_path="--kernels")
+    if kernels is not None:
+        try:
+            check_serving_stack(kernels)
+        except ValueError as e:
+            raise LlmsimError(str(e), key_path="--kernels") from None
     m, g = load_model(model), load_hardware(gpu)
     try:
         return CostModel(m, g, tp, weight_dtype, kv_dtype, roofline=roofline, dp=dp, ep=ep, kernels=kernels)

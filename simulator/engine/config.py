@@ -220,13 +220,12 @@ class EngineConfig(BaseModel):
     def _kernels_known(self) -> "EngineConfig":
         if self.kernels is None:
             return self
-        from ..profiles.backend import load_backend
-        from ..profiles.loader import list_profiles
+        from ..profiles.backend import check_serving_stack
 
-        stacks = sorted({load_backend(n).stack for n in list_profiles("backend_profiles")})
-        if self.kernels not in stacks:
-            raise ValueError(f"kernels: {self.kernels!r} names no serving stack; expected one of {', '.join(stacks)} "
-                             "(the stack of a built-in or installed backend profile)")
+        try:
+            check_serving_stack(self.kernels)
+        except ValueError as e:
+            raise ValueError(f"kernels: {e}") from None
         return self
 
     @model_validator(mode="after")

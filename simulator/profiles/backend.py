@@ -268,6 +268,16 @@ def serving_stacks() -> list[str]:
     return sorted({load_backend(n).stack for n in backend_names()})
 
 
+def check_serving_stack(name: str) -> None:
+    """Refuse a stack name no backend profile belongs to (``engine.kernels``,
+    a GPU profile's per-stack keys, ``llmsim estimate --kernels``): an unknown
+    name would otherwise fall back to the profile's own kernels unannounced."""
+    stacks = serving_stacks()
+    if name not in stacks:
+        raise ValueError(f"{name!r} names no serving stack; expected one of {', '.join(stacks)} "
+                         "(the stack of a built-in or installed backend profile)")
+
+
 def apply_backend(engine: dict[str, Any], gpu_name: str, separate_draft: bool = False) -> dict[str, Any]:
     """``engine`` (a pool's engine mapping as written) with its backend's
     defaults for ``gpu_name`` under the keys the user set. ``separate_draft``:

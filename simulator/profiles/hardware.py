@@ -415,11 +415,10 @@ class HardwareProfile(_Strict):
     def _known_stacks(cls, v: dict[str, float]) -> dict[str, float]:
         if not v:
             return v
-        from .backend import serving_stacks   # here: the backend profiles read hardware profiles
+        from .backend import check_serving_stack   # here: the backend profiles read hardware profiles
 
-        unknown = sorted(set(v) - set(serving_stacks()))
-        if unknown:
-            raise ValueError(f"unknown serving stack {unknown[0]!r}; expected one of {', '.join(serving_stacks())}")
+        for stack in sorted(v):
+            check_serving_stack(stack)
         return v
 
     @field_validator("peak_tflops")
