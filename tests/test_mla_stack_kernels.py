@@ -27,6 +27,7 @@ def test_a_stack_named_runs_its_mla_prefill_at_that_fraction_and_nothing_else_mo
     cal = slow.for_kernels("sglang").calibration
     assert cal.mla_prefill.eta_compute == pytest.approx(gpu.calibration.mla_prefill.eta_compute * 0.3)
     assert cal.mla_decode == gpu.calibration.mla_decode
+    assert slow.for_kernels("sglang").for_kernels("sglang").calibration.mla_prefill == cal.mla_prefill   # folded once
 
 
 def test_an_unknown_stack_is_refused():

@@ -442,7 +442,9 @@ class HardwareProfile(_Strict):
 
     def for_kernels(self, stack: Optional[str]) -> "HardwareProfile":
         """This GPU as ``stack``'s kernels run on it: its per-stack overrides
-        applied (``calibration.stacks``), itself when it has none for ``stack``."""
+        applied (``calibration.stacks``) and its MLA prefill rate folded into
+        ``calibration.mla_prefill`` (then dropped, so a copy made from it does
+        not scale twice); itself when it has none for ``stack``."""
         over = self.calibration.stacks.get(stack) if stack else None
         mla = self.mla_prefill_efficiency.get(stack) if stack else None
         if over is None and mla is None:
@@ -456,6 +458,8 @@ class HardwareProfile(_Strict):
             p = self.calibration.mla_prefill
             fields["mla_prefill"] = p.model_copy(update={"eta_compute": p.eta_compute * mla})
         update: dict = {"calibration": self.calibration.model_copy(update=fields)}
+        if mla is not None:
+            update["mla_prefill_efficiency"] = {}
         if over is not None and over.fp8_gemm_efficiency is not None:
             update["fp8_gemm_efficiency"] = over.fp8_gemm_efficiency
         return self.model_copy(update=update)
