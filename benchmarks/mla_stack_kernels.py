@@ -40,7 +40,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from accuracy import DATA  # noqa: E402  (also puts the repository on sys.path)
 from fp8_efficiency import write  # noqa: E402
 
-from simulator.costmodel.mla import MlaShape, mla_prefill_flops_bytes  # noqa: E402
+from simulator.calibration.moe_mla import _per_heads, _read  # noqa: E402
+from simulator.costmodel.mla import mla_prefill_flops_bytes  # noqa: E402
 from simulator.profiles import load_hardware  # noqa: E402
 from simulator.profiles.hardware import builtin_hardware, data_name_map  # noqa: E402
 
@@ -54,20 +55,15 @@ _SHAPE = ["profile", "num_heads_per_gpu", "batch_size", "isl", "kv_cache_dtype"]
 
 
 def kernel_rows(data_dir: Path) -> pd.DataFrame:
-    """Every stack's bf16 MLA prefill kernel rows, one collection per stack (its newest version)."""
+    """Every stack's bf16 MLA prefill kernel rows, one collection per stack (its newest release)."""
     names = data_name_map("system", builtin_hardware())
-    parts = []
-    for f in ("mla.csv.gz", "mla_more.csv.gz"):
-        df = pd.read_csv(data_dir / "kernels" / f, low_memory=False)
-        parts.append(df[(df["table"] == "context_mla_perf") & (df["mla_dtype"] == "bfloat16")
-                        & df["gpu"].isin(names)])
-    df = pd.concat(parts, ignore_index=True)
-    df["profile"] = df["gpu"].map(names)
+    df = pd.concat([_read(data_dir / "kernels" / f, names) for f in ("mla.csv.gz", "mla_more.csv.gz")],
+                   ignore_index=True)
+    df = df[(df["table"] == "context_mla_perf") & (df["mla_dtype"] == "bfloat16")]
     release = df["framework_version"].astype(str).map(lambda v: tuple(int(x) for x in re.findall(r"\d+", v)))
     df = df[release == release.groupby(df["framework"]).transform("max")]
-    # DeepSeek-V3's MLA (128 heads over the GPUs): the math of one call of `batch` prompts of `isl` tokens
-    flops = np.array([mla_prefill_flops_bytes(float(r.isl), 0.0, MlaShape(int(r.num_heads_per_gpu)), 2.0)[0]
-                      for r in df.itertuples()])
+    # the attention math of one call: `batch` prompts of `isl` tokens, DeepSeek-V3's MLA at the row's heads per GPU
+    flops = _per_heads(df, lambda d, shape: mla_prefill_flops_bytes(d["isl"].to_numpy(dtype=float), 0.0, shape)[0])
     return df.assign(gflop=flops * df["batch_size"].to_numpy() / 1e9, t_ms=df["latency_ms"].astype(float))
 
 
