@@ -430,10 +430,10 @@ def quickcode_comparison(r: Runner) -> str:
     bursts = sc.workload.arrival.rate_per_s
     before = r.results(QUICKCODE)
     prompts = r.requests(QUICKCODE)["input_tokens"].to_numpy()
-    steps = r.ladder(QUICKCODE + " --ladder")
+    ladder_cmd = QUICKCODE + " --ladder"
+    steps = r.ladder(ladder_cmd)
     first, last = steps[0][1], steps[-1][1]
     by = dict(steps)
-    ladder_cmd = QUICKCODE + " --ladder"
     no_spec = QUICKCODE + "".join(f" --variant {v}" for v in QUICKCODE_RUNGS if v != "speculative")
     plan_cmd = "llmsim plan scenarios/quickcode.yaml --max-rate" + "".join(f" --variant {v}" for v in QUICKCODE_RUNGS)
     best = r.plan(plan_cmd)["best"]["max_rate_per_s"]
