@@ -32,7 +32,23 @@ would queue at a front end for it. ``response_ms`` alone is fitted;
 ``engine.tokenize_us_per_token`` stays for a user who has measured their
 front end.
 
-Which rows: those of dense models. A mixture-of-experts row's TTFT is
+A third term is the cost model's, not the front end's: ``eager_launch_us``,
+what one kernel launch of an iteration run without a CUDA graph costs the
+CPU (``simulator/costmodel/eager.py``: such an iteration lasts at least
+its launches, a count taken from the stacks' model modules). It shows as a
+floor under short prefills of deep models with many kernels per layer,
+so every row, mixture-of-experts ones included, takes part in its fit:
+each value of ``EAGER_GRID`` is replayed, ``response_ms`` is fitted on the
+dense rows at each, and the stack takes the value whose whole fit has the
+least median absolute log error over all its rows at C ≤ 32. It takes one
+at all only where that transfers: where leaving out each model family,
+and each GPU, predicts the left-out rows better with a launch cost fitted
+on the rest than with none (``launch_cost_transfers``). A stack whose
+kernels per layer differ from model to model more than the count says
+(TensorRT-LLM fuses more of some models' layers than of others') fails
+that test and keeps none.
+
+Which rows ``response_ms`` is fitted on: those of dense models. A mixture-of-experts row's TTFT is
 short by a gap that grows with its prompt and differs from model to model
 and GPU to GPU (about 0.4 to 5 ms per MoE layer and prompt at low load):
 the MoE prefill kernels those stack versions ran are not the ones the
@@ -74,6 +90,9 @@ BOUNDS = {"response_ms": (0.0, 60.0), "tokenize_us_per_token": (0.0, 0.0)}
 _GRID = (np.arange(0.0, BOUNDS["response_ms"][1] + 1e-9, 0.25),
          np.arange(0.0, BOUNDS["tokenize_us_per_token"][1] + 1e-9, 0.05))
 ZERO = {"response_ms": 0.0, "tokenize_us_per_token": 0.0, "request_ms": 0.0}
+#: CPU µs per kernel launch replayed (a Python framework's dispatch and the
+#: driver's launch: some µs to about a tenth of a millisecond).
+EAGER_GRID = (0.0, 25.0, 50.0, 60.0, 75.0, 90.0, 110.0, 130.0, 150.0)
 FIT_MAX_CONCURRENCY = 32
 LONG_PROMPT = 4096  # the sample's prompts are 1K-2K or 4K-8K tokens
 
@@ -97,43 +116,85 @@ def fit_pair(base: np.ndarray, isl: np.ndarray, measured: np.ndarray) -> tuple[f
     return float(a[i]), float(b[j])
 
 
-def folds(frame):
-    """Every leave-one-group-out fold of the dense rows of ``frame``: (split, held-out group, stack,
-    its rows, and the pair fitted without them: the other stacks' rows when a stack is held out)."""
-    frame = frame[~frame["moe"].astype(bool)]
-    for split in ("family", "gpu", "stack"):
+def base(h, g: float):
+    """Rows ``h``'s replayed TTFT with the front-end terms at zero and ``g`` µs per eager launch."""
+    return h[f"base@{g:g}"]
+
+
+def fit_stack(pool, eager: bool = True) -> tuple[float, float, float]:
+    """(eager_launch_us, response_ms, tokenize_us_per_token) of one stack from rows ``pool``: at each
+    launch cost the pair fitted on the dense rows, and the launch cost whose fit has the least median
+    |log error| over every row (mixture-of-experts ones too) at C <= FIT_MAX_CONCURRENCY; without
+    ``eager``, the pair at no launch cost."""
+    pool = _fit_rows(pool)
+    dense = pool[~pool["moe"].astype(bool)]
+    best = None
+    for g in EAGER_GRID if eager else (0.0,):
+        if dense.empty:   # a fold holding out every dense row: the front end stays at zero
+            a, b = 0.0, 0.0
+        else:
+            a, b = fit_pair(base(dense, g).values, dense.isl.values, dense.measured.values)
+        loss = float(np.median(np.abs(np.log((base(pool, g) + a + b * pool.isl * 1e-3) / pool.measured))))
+        if best is None or loss < best[0] - 1e-12:
+            best = (loss, g, a, b)
+    return best[1], best[2], best[3]
+
+
+def folds(frame, eager: dict[str, bool], splits=("family", "gpu", "stack")):
+    """Every leave-one-group-out fold of ``frame``: (split, held-out group, stack, its rows, and the
+    terms fitted without them: the other stacks' rows when a stack is held out; a launch cost for
+    the stacks ``eager`` names)."""
+    for split in splits:
         for held, g in frame.groupby(split):
-            rest = _fit_rows(frame[frame[split] != held])
+            rest = frame[frame[split] != held]
             for stack, h in g.groupby("stack"):
                 pool = rest[rest["stack"] == stack] if split != "stack" else rest
-                if not pool.empty:
-                    yield split, held, stack, h, fit_pair(pool.base.values, pool.isl.values, pool.measured.values)
+                if not _fit_rows(pool).empty:
+                    yield split, held, stack, h, fit_stack(pool, eager.get(stack, True))
 
 
-def _shifted(h, a: float, b: float):
-    """Relative TTFT error of rows ``h`` with the pair (a, b) added to their replay at zero."""
-    return (h.base + a + b * h.isl * 1e-3) / h.measured - 1
+def launch_cost_transfers(rows) -> dict:
+    """Whether a stack's rows carry a launch cost that transfers: its rows' median |error| leaving
+    out each model family, and each GPU, with the launch cost fitted in every fold and with none.
+    A stack takes the launch cost only where both splits (those with more than one group) predict
+    better with it."""
+    out = {}
+    for split in ("family", "gpu"):
+        for label, eager in (("fitted", True), ("none", False)):
+            errs = [_shifted(h, *fit).abs() for _, _, _, h, fit in folds(rows, {rows["stack"].iloc[0]: eager},
+                                                                            (split,))]
+            out[f"{split}_{label}_pct"] = 100 * float(np.median(np.concatenate(errs))) if errs else np.nan
+    # a split with one group only (one GPU, say) cannot test the transfer; at least one must
+    tested = [s for s in ("family", "gpu") if not np.isnan(out[f"{s}_fitted_pct"])]
+    out["takes_it"] = bool(tested) and all(out[f"{s}_fitted_pct"] < out[f"{s}_none_pct"] for s in tested)
+    return out
+
+
+def _shifted(h, g: float, a: float, b: float):
+    """Relative TTFT error of rows ``h`` replayed at ``g`` µs per launch with the pair (a, b) added."""
+    return (base(h, g) + a + b * h.isl * 1e-3) / h.measured - 1
 
 
 def table(frame) -> dict:
-    """Per stack: the fit on every dense row; per leave-one-group-out fold the held-out group's
-    error with the fold's fit, with the full fit (in sample) and with both terms at zero; and each
-    dense row's error under each split."""
+    """Per stack: the fit on every row; per leave-one-group-out fold the held-out group's error with
+    the fold's fit, with the full fit (in sample) and with every term at zero; and each row's error
+    under each split."""
     import pandas as pd
 
-    dense = frame[~frame["moe"].astype(bool)]
-    fits = {stack: fit_pair(g.base.values, g.isl.values, g.measured.values)
-            for stack, g in _fit_rows(dense).groupby("stack")}
+    transfer = {stack: launch_cost_transfers(g) for stack, g in frame.groupby("stack")}
+    eager = {stack: t["takes_it"] for stack, t in transfer.items()}
+    fits = {stack: fit_stack(g, eager[stack]) for stack, g in frame.groupby("stack")}
     rows, per_row = [], []
-    for split, held, stack, h, (a, b) in folds(frame):
-        logo = _shifted(h, a, b)
+    for split, held, stack, h, (g, a, b) in folds(frame, eager):
+        logo = _shifted(h, g, a, b)
         per_row.append(h.assign(split=split, err=logo))
-        rows.append({"split": split, "held_out": held, "stack": stack, "rows": len(h), "response_ms": a,
-                     "tokenize_us": b, "logo_median_abs_pct": 100 * logo.abs().median(),
+        rows.append({"split": split, "held_out": held, "stack": stack, "rows": len(h), "eager_launch_us": g,
+                     "response_ms": a, "tokenize_us": b, "logo_median_abs_pct": 100 * logo.abs().median(),
                      "logo_signed_pct": 100 * logo.median(),
                      "in_sample_median_abs_pct": 100 * _shifted(h, *fits[stack]).abs().median(),
-                     "unfitted_median_abs_pct": 100 * _shifted(h, 0.0, 0.0).abs().median()})
-    return {"fits": fits, "rows": pd.DataFrame(rows), "per_row": pd.concat(per_row) if per_row else None}
+                     "unfitted_median_abs_pct": 100 * _shifted(h, 0.0, 0.0, 0.0).abs().median()})
+    return {"fits": fits, "rows": pd.DataFrame(rows), "per_row": pd.concat(per_row) if per_row else None,
+            "transfer": pd.DataFrame([{"stack": s, **t} for s, t in transfer.items()])}
 
 
 def markdown(frame, res: dict, cmd: str, wall: float) -> str:
@@ -141,19 +202,21 @@ def markdown(frame, res: dict, cmd: str, wall: float) -> str:
 
     from simulator.validation.report import markdown as md
 
-    fits = pd.DataFrame([{"stack": s, "response_ms": a, "tokenize_us_per_token": b}
-                         for s, (a, b) in res["fits"].items()])
+    fits = pd.DataFrame([{"stack": s, "eager_launch_us": g, "response_ms": a, "tokenize_us_per_token": b}
+                         for s, (g, a, b) in res["fits"].items()])
     per_row = res["per_row"]
+    per_row = per_row.assign(rows_of=np.where(per_row["moe"].astype(bool), "moe", "dense"))
     summ = (per_row.assign(a=per_row.err.abs() * 100, s=per_row.err * 100)
-            .groupby(["stack", "split"]).agg(rows=("a", "size"), median_abs_pct=("a", "median"),
-                                             p90_abs_pct=("a", lambda x: x.quantile(0.9)),
-                                             median_signed_pct=("s", "median")).reset_index())
-    dense = frame[~frame["moe"].astype(bool)]
-    unf = dense.assign(a=(dense.base / dense.measured - 1).abs() * 100).groupby("stack").a.median()
-    summ["without_the_terms_pct"] = summ["stack"].map(unf)
+            .groupby(["stack", "rows_of", "split"]).agg(rows=("a", "size"), median_abs_pct=("a", "median"),
+                                                        p90_abs_pct=("a", lambda x: x.quantile(0.9)),
+                                                        median_signed_pct=("s", "median")).reset_index())
+    unf = (frame.assign(rows_of=np.where(frame["moe"].astype(bool), "moe", "dense"),
+                        a=(base(frame, 0.0) / frame.measured - 1).abs() * 100)
+           .groupby(["stack", "rows_of"]).a.median())
+    summ["without_the_terms_pct"] = [unf.get((st, k)) for st, k in zip(summ["stack"], summ["rows_of"])]
     moe = frame[frame["moe"].astype(bool)]
     moe = pd.concat([h.assign(err=_shifted(h, *res["fits"][st])) for st, h in moe.groupby("stack")])
-    moe = moe.assign(a=moe.err.abs() * 100, s=moe.err * 100, z=(moe.base / moe.measured - 1) * 100)
+    moe = moe.assign(a=moe.err.abs() * 100, s=moe.err * 100, z=(base(moe, 0.0) / moe.measured - 1) * 100)
     moe_tab = (moe.groupby(["stack", "group"]).agg(rows=("a", "size"), median_abs_pct=("a", "median"),
                                                    median_signed_pct=("s", "median"),
                                                    signed_without_pct=("z", "median")).reset_index())
@@ -167,38 +230,45 @@ def markdown(frame, res: dict, cmd: str, wall: float) -> str:
     took = f" ({wall / 60:.0f} min wall)" if wall else ""
     lines = [f"Generated {time.strftime('%Y-%m-%d')} by `{cmd}`{took}, "
              f"{len(frame)} closed-loop rows of AIConfigurator's silicon sample (C ≤ 128).", "",
-             f"The two terms per stack, fitted on every dense row at C ≤ {FIT_MAX_CONCURRENCY} (what the backend "
-             "profiles ship):", "",
+             f"The terms per stack, fitted on the rows at C ≤ {FIT_MAX_CONCURRENCY} (what the backend profiles "
+             "ship): `eager_launch_us` on every row, the front end's two on the dense rows:", "",
              md(fits, floatfmt="{:.2f}"), "",
-             "Mean TTFT, each row predicted by the fit made without its model family, its GPU or its stack "
-             "(median and p90 of |error|, median signed error; `without_the_terms_pct`: both terms at zero):", "",
+             "Whether a launch cost transfers: each stack's rows (all C) predicted leaving out each model "
+             "family and each GPU, with the launch cost fitted in every fold and with none (median |error|); "
+             "a stack takes it only where both splits predict better with it:", "",
+             md(res["transfer"], floatfmt="{:.1f}"), "",
+             "Mean TTFT, each row predicted by the fit made without its model family, its GPU or its stack, "
+             "dense and mixture-of-experts rows apart (median and p90 of |error|, median signed error; "
+             "`without_the_terms_pct`: every term at zero):", "",
              md(summ, floatfmt="{:.1f}"), "",
-             "Mixture-of-experts rows (no fit sees them) with the dense fit, and with both terms at zero "
+             "Mixture-of-experts rows by group with the fit on every row, and with every term at zero "
              f"(`signed_without_pct`); the signed error with the fit apart for prompts under {LONG_PROMPT:,} tokens "
              "(`signed_short_pct`) and from there on (`signed_long_pct`):", "", md(moe_tab, floatfmt="{:.1f}"), "",
              "The held-out groups the terms predict worst (median |error| of the group's rows, with the fit "
              "made without it, and at zero):", "",
-             md(worst[["split", "held_out", "stack", "rows", "response_ms", "tokenize_us",
+             md(worst[["split", "held_out", "stack", "rows", "eager_launch_us", "response_ms",
                        "logo_median_abs_pct", "logo_signed_pct", "unfitted_median_abs_pct"]], floatfmt="{:.1f}")]
     return "\n".join(lines)
 
 
-def write_profiles(fits: dict[str, tuple[float, float]], rows: int) -> None:
-    """Set the two terms (and a zero request_ms: the serial front end is the tokenizer's) in each stack's profile."""
+def write_profiles(fits: dict[str, tuple[float, float, float]], rows: int) -> None:
+    """Set the three terms (and a zero request_ms: the serial front end is the tokenizer's) in each stack's profile."""
     import yaml
 
-    for stack, (a, b) in sorted(fits.items()):
+    for stack, (g, a, b) in sorted(fits.items()):
         path = ROOT / "backend_profiles" / f"{stack}.yaml"
         text = path.read_text()
-        for key, value in (("response_ms", a), ("tokenize_us_per_token", b), ("request_ms", 0.0)):
+        for key, value in (("eager_launch_us", g), ("response_ms", a), ("tokenize_us_per_token", b),
+                           ("request_ms", 0.0)):
             text, n = re.subn(rf"(?m)^(  {key}: ).*$", rf"\g<1>{yaml.safe_dump(round(value, 4)).split()[0]}", text)
             assert n == 1, f"{path}: no overheads.{key} line"
         text = re.sub(r"(?m)^first_token_fitted_on: .*\n(?:  .*\n)*", "", text)
-        text += (f"first_token_fitted_on: 'response_ms and tokenize_us_per_token by benchmarks/first_token.py on "
+        text += (f"first_token_fitted_on: 'eager_launch_us on all, response_ms and tokenize_us_per_token on "
                  f"the dense rows of {rows} closed-loop rows of AIConfigurator''s silicon sample (leave-one-group-out "
                  f"error in docs/accuracy.md)'\n")
         path.write_text(text)
-        print(f"wrote {path.relative_to(ROOT)}: response_ms {a:g}, tokenize_us_per_token {b:g}")
+        print(f"wrote {path.relative_to(ROOT)}: eager_launch_us {g:g}, response_ms {a:g}, "
+              f"tokenize_us_per_token {b:g}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -229,14 +299,17 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{len(frame)} rows as replayed in {args.replayed}")
     else:
         rows, _, _, _, _ = holdout_silicon.select(Path(args.path), args.max_concurrency, args.per_group)
-        print(f"replaying {len(rows)} rows with the first-token terms at zero, {args.jobs} job(s)")
-        preds = holdout_silicon.replay(rows, args.jobs, ReplaySettings(engine=ZERO))
-        recs = [{"row": r.id, "model": r.model, "stack": r.stack, "family": family(r.model), "gpu": r.gpu, "group": r.group,
-                 "moe": load_model(r.model).is_moe,
-                 "isl": r.isl, "concurrency": r.concurrency, "measured": r.measured["ttft_mean_ms"],
-                 "base": p[0]["ttft_mean_ms"]}
-                for r, p in zip(rows, preds) if not isinstance(p, str) and "ttft_mean_ms" in p[0]]
-        frame = pd.DataFrame(recs)
+        print(f"replaying {len(rows)} rows with the front-end terms at zero at {len(EAGER_GRID)} launch costs, "
+              f"{args.jobs} job(s)")
+        recs = {r.id: {"row": r.id, "model": r.model, "stack": r.stack, "family": family(r.model), "gpu": r.gpu,
+                       "group": r.group, "moe": load_model(r.model).is_moe, "isl": r.isl,
+                       "concurrency": r.concurrency, "measured": r.measured["ttft_mean_ms"]} for r in rows}
+        for g in EAGER_GRID:
+            preds = holdout_silicon.replay(rows, args.jobs, ReplaySettings(engine={**ZERO, "eager_launch_us": g}))
+            for r, p in zip(rows, preds):
+                ok = not isinstance(p, str) and "ttft_mean_ms" in p[0]
+                recs[r.id][f"base@{g:g}"] = p[0]["ttft_mean_ms"] if ok else np.nan
+        frame = pd.DataFrame(list(recs.values())).dropna()
         print(f"{len(frame)} rows replayed ({len(rows) - len(frame)} failed) in {(time.perf_counter() - t) / 60:.1f} min")
     wall = 0.0 if args.replayed else time.perf_counter() - t
     if args.csv:

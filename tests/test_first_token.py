@@ -38,11 +38,13 @@ def test_the_fit_finds_a_known_response_term_and_holds_the_tokeniser_at_zero(a, 
 def test_each_group_is_judged_by_a_fit_made_without_it():
     """Two families with different offsets: held out, each is predicted with the other's offset."""
     bench = _bench()
-    rows = [{"stack": "vllm", "family": fam, "gpu": "h200", "isl": 1024.0, "base": 100.0, "measured": 100.0 + off,
+    grid = {f"base@{g:g}": 100.0 for g in bench.EAGER_GRID}   # rows no launch floor reaches
+    rows = [{"stack": "vllm", "family": fam, "gpu": "h200", "isl": 1024.0, **grid, "measured": 100.0 + off,
              "moe": False, "concurrency": 4}
             for fam, off in (("llama", 10.0), ("qwen3", 30.0)) for _ in range(5)]
     res = bench.table(pd.DataFrame(rows))
     fam = res["rows"][res["rows"]["split"] == "family"].set_index("held_out")
+    assert (fam["eager_launch_us"] == 0.0).all()   # where nothing tells it, no floor
     assert fam.loc["llama", "response_ms"] == pytest.approx(30.0, abs=0.5)
     assert fam.loc["qwen3", "response_ms"] == pytest.approx(10.0, abs=0.5)
     assert fam.loc["llama", "in_sample_median_abs_pct"] < fam.loc["llama", "logo_median_abs_pct"]
@@ -62,3 +64,24 @@ def test_tokenizing_is_serial_so_a_burst_queues_in_the_front_end():
     plain = simulate(_closed(5, 5, 2048, 4, {})).results["mean_ttft_ms"]
     tok = simulate(_closed(5, 5, 2048, 4, {"tokenize_us_per_token": 2.0})).results["mean_ttft_ms"]
     assert tok - plain > 2048 * 2e-3 * 1.5
+
+
+@settings(max_examples=15, deadline=None)
+@given(pick=st.integers(1, 8), a=st.floats(0.0, 40.0), seed=st.integers(0, 10_000))
+def test_the_fit_finds_a_known_launch_cost_from_the_rows_it_floors(pick, a, seed):
+    """Rows replayed at each launch cost of the grid, measured as replayed at one of them plus a
+    response term: the fit finds both, the launch cost from the rows the floor reaches (here the
+    mixture-of-experts rows, whose replay moves with it) and the response term from the dense ones."""
+    bench = _bench()
+    rng = np.random.default_rng(seed)
+    grid = bench.EAGER_GRID[: pick + 1]
+    g_true = grid[pick]
+    rows = []
+    for i in range(60):
+        moe = i % 2 == 0
+        base = rng.uniform(40, 900)
+        reps = {f"base@{g:g}": base + (3.0 * g if moe else 0.0) for g in bench.EAGER_GRID}
+        rows.append({"stack": "sglang", "family": "x", "gpu": "h200", "isl": 1024.0, "moe": moe,
+                     "concurrency": 4, **reps, "measured": reps[f"base@{g_true:g}"] + a})
+    g, fa, fb = bench.fit_stack(pd.DataFrame(rows))
+    assert g == g_true and fa == pytest.approx(a, abs=0.5) and fb == 0.0

@@ -23,6 +23,7 @@ from . import components as C
 from . import scalar
 from .layout import LayoutOps, check_weight_dtype, gemm_format, needs_layout
 from .mla import format_linear_time
+from .eager import launches_per_forward
 from .lora import LoraCost
 
 ROOFLINE = Calibration(status="roofline")
@@ -62,7 +63,8 @@ class CostModel:
     def __init__(self, model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
                  kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None,
                  iteration_us_per_seq: float = 0.0, dp: int = 1, ep: int = 1, mxfp4_activation: str | None = None,
-                 async_scheduling: bool = False, kernels: str | None = None):
+                 async_scheduling: bool = False, kernels: str | None = None, eager_launch_us: float = 0.0,
+                 graph_max_tokens: int = 0):
         if kernels is not None and gpu.serving_stacks is not None and kernels not in gpu.serving_stacks:
             raise LlmsimError(f"the {kernels} serving stack does not run on {gpu.name} (its profile's "
                               f"serving_stacks: {', '.join(gpu.serving_stacks)}); llmsim cannot model it there",
@@ -151,6 +153,10 @@ class CostModel:
         self.ops = LayoutOps(self) if needs_layout(model, dp, ep) else None
         # LoRA adapters' kernels (costmodel/lora.py), set by a pool that serves them.
         self.lora: Optional[LoraCost] = None
+        # An iteration holding prompt tokens beyond the largest captured graph
+        # runs eagerly: it lasts at least as long as its launches (costmodel/eager.py).
+        self.eager_s = 0.0 if roofline else eager_launch_us * _US * launches_per_forward(model, tp, ep, self.a_bytes < 2.0)
+        self.graph_max_tokens = graph_max_tokens
 
     # --- components that depend only on token counts (memoised) -----------
     def _gemm(self, mtok: float, n: int, k: int, wbytes: float) -> float:
@@ -243,6 +249,15 @@ class CostModel:
         cpu = self.overhead_s + self.overhead_per_seq_s * seqs
         return max(0.0, cpu - gpu_s) if self.async_scheduling else cpu
 
+    def launch_wait(self, gpu_s: float, prefill_chunks: Sequence[tuple[int, int]], tokens: int) -> float:
+        """How long the GPU of an iteration waits on the CPU's kernel launches
+        beyond its own ``gpu_s``: an eager iteration (prompt tokens, more of
+        them than the largest captured graph holds) lasts its launches at
+        least; a graph replay, nothing."""
+        if not prefill_chunks or tokens <= self.graph_max_tokens:
+            return 0.0
+        return max(0.0, self.eager_s - gpu_s)
+
     def _decode_context_time(self, batch: int, context: float) -> float:
         """The part of decode attention that grows with the attended context."""
         if batch <= 0:
@@ -270,6 +285,7 @@ class CostModel:
                + self.decode_attention_time(decode_batch, decode_context))
         if adapters:
             gpu += self.lora_time(tokens, adapters)
+        gpu += self.launch_wait(gpu, prefill_chunks, tokens)
         # In turn, the CPU time is added term by term as before the overlap
         # existed: folded through exposed_cpu the sums round differently in
         # the last bit and the stored reference results (bit for bit) move.
@@ -341,8 +357,9 @@ class CostModel:
         comm = self.comm_time(tokens)
         other = self.other_time(tokens)
         gpu = linear + attention + comm + other
-        fixed = gpu - self._decode_context_time(decode_batch, decode_context)
-        overhead = self.exposed_cpu(fixed, decode_batch + len(prefill_chunks)) if tokens else 0.0
+        gpu_launched = gpu + self.launch_wait(gpu, prefill_chunks, tokens)
+        fixed = gpu_launched - self._decode_context_time(decode_batch, decode_context)
+        overhead = gpu_launched - gpu + (self.exposed_cpu(fixed, decode_batch + len(prefill_chunks)) if tokens else 0.0)
         total = gpu + overhead
         return StepBreakdown(total, linear, attention, comm, other, overhead, flops, nbytes,
                              "compute" if t_compute >= t_memory else "memory")

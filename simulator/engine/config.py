@@ -128,6 +128,16 @@ class EngineConfig(BaseModel):
         default=None, ge=0, le=1000, description="per-iteration CPU/launch overhead; default from the GPU profile")
     iteration_us_per_seq: float = Field(
         default=0.0, ge=0, le=10000, description="scheduler/sampler CPU time per sequence per iteration")
+    eager_launch_us: float = Field(
+        default=0.0, ge=0, le=1000,
+        description="CPU time per kernel launch of an iteration run without a CUDA graph (one holding prompt "
+                    "tokens, more than graph_max_tokens): such an iteration lasts at least its launches, the "
+                    "model's per-layer kernels counted from the stacks' modules (simulator/costmodel/eager.py)")
+    graph_max_tokens: int = Field(
+        default=0, ge=0, le=1_000_000,
+        description="iterations of up to this many tokens replay a captured CUDA graph even with prompt tokens "
+                    "in them (vLLM's piecewise graphs, max_cudagraph_capture_size: 512 by default); 0: only "
+                    "decode batches do (SGLang, TensorRT-LLM)")
     async_scheduling: bool = Field(
         default=False,
         description="the CPU prepares the next iteration while the GPU runs this one (vLLM's --async-scheduling, "

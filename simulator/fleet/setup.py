@@ -70,7 +70,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
         cm = CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype, iteration_overhead_ms=e.iteration_overhead_ms,
                        iteration_us_per_seq=e.iteration_us_per_seq, dp=spec.dp, ep=spec.ep,
                        mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
-                       kernels=e.kernels)
+                       kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=e.graph_max_tokens)
     except LlmsimError as err:   # the pool key the rule concerns (tp, dp, ep, engine.weight_dtype), else tp
         key = err.key_path if err.key_path in ("tp", "dp", "ep", "engine.weight_dtype") else "tp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None

@@ -46,12 +46,14 @@ class Overheads(_Strict):
     the scheduler) before the scheduler can see the request, so a burst of
     arrivals reaches the engine spread out, as it does on a real server;
     ``iteration_overhead_ms`` and ``iteration_us_per_seq`` are the scheduler's and
-    sampler's time per engine iteration; ``response_ms`` is the time from a
+    sampler's time per engine iteration; ``eager_launch_us`` the CPU's per
+    kernel launch of an iteration run without a CUDA graph; ``response_ms`` is the time from a
     token leaving the engine to the client receiving it (detokenise, stream).
     """
 
     iteration_overhead_ms: float = Field(default=0.0, ge=0, le=1000)
     iteration_us_per_seq: float = Field(default=0.0, ge=0, le=10000)
+    eager_launch_us: float = Field(default=0.0, ge=0, le=1000)
     request_ms: float = Field(default=0.0, ge=0, le=10000)
     tokenize_us_per_token: float = Field(default=0.0, ge=0, le=1000)
     response_ms: float = Field(default=0.0, ge=0, le=10000)

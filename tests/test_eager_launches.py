@@ -1,0 +1,74 @@
+"""An iteration run without a CUDA graph lasts at least its kernel launches."""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.costmodel import CostModel
+from simulator.costmodel.eager import launches_per_forward
+from simulator.profiles import load_hardware, load_model
+from simulator.profiles.backend import load_backend
+
+H200 = "h200"
+
+
+def _cm(model: str, us: float, graph: int = 0, **kw) -> CostModel:
+    return CostModel(load_model(model), load_hardware(H200), eager_launch_us=us, graph_max_tokens=graph, **kw)
+
+
+def test_deepseek_launches_more_kernels_per_layer_than_llama():
+    ds, ll = load_model("deepseek-v3"), load_model("llama-3.1-70b")
+    per_layer = {m.name: launches_per_forward(m, 8, 1, True) / m.num_hidden_layers for m in (ds, ll)}
+    assert per_layer[ds.name] > 2 * per_layer[ll.name]
+    # quantised activations, collectives and all-to-alls each add launches
+    assert launches_per_forward(ll, 1, 1, True) > launches_per_forward(ll, 1, 1, False)
+    assert launches_per_forward(ll, 2, 1, False) > launches_per_forward(ll, 1, 1, False)
+    assert launches_per_forward(ds, 8, 8, True) > launches_per_forward(ds, 8, 1, True)
+
+
+def test_a_short_prefill_of_a_deep_model_lasts_its_launches():
+    cm = _cm("deepseek-v3", 100.0, tp=8, weight_dtype="fp8")
+    free = _cm("deepseek-v3", 0.0, tp=8, weight_dtype="fp8")
+    launches = 100e-6 * launches_per_forward(cm.model, 8, 1, True)
+    short = [(64, 0)]
+    assert free.step_time(short) < launches
+    assert cm.step_time(short) == pytest.approx(launches + cm.overhead_s + cm.overhead_per_seq_s, rel=1e-9)
+    # a long prefill's kernels outlast the launches: nothing changes
+    long = [(16384, 0)]
+    assert free.step_time(long) > launches
+    assert cm.step_time(long) == free.step_time(long)
+    # the breakdown shows the wait as overhead
+    assert cm.step(short).total_s == pytest.approx(cm.step_time(short), rel=1e-9)
+
+
+def test_decode_iterations_and_captured_prefills_replay_a_graph():
+    cm, free = _cm("llama-3.1-70b", 1000.0, graph=512), _cm("llama-3.1-70b", 0.0, graph=512)
+    assert cm.step_time((), 64, 64 * 2000.0) == free.step_time((), 64, 64 * 2000.0)
+    assert cm.decode_coefficients(64) == free.decode_coefficients(64)
+    assert cm.step_time([(200, 0)], 100, 100 * 2000.0) == free.step_time([(200, 0)], 100, 100 * 2000.0)
+    assert cm.step_time([(600, 0)], 100, 100 * 2000.0) > free.step_time([(600, 0)], 100, 100 * 2000.0)
+
+
+@settings(max_examples=40, deadline=None)
+@given(us=st.floats(0.0, 300.0), more=st.floats(0.0, 300.0), new=st.integers(1, 20000),
+       cached=st.integers(0, 20000), batch=st.integers(0, 256))
+def test_the_floor_never_shortens_an_iteration_and_grows_with_the_launch_cost(us, more, new, cached, batch):
+    chunks = [(new, cached)]
+    ctx = batch * 1500.0
+    free = _cm("qwen3-235b-a22b-fp8", 0.0, tp=4, weight_dtype="fp8")
+    lo = _cm("qwen3-235b-a22b-fp8", us, tp=4, weight_dtype="fp8")
+    hi = _cm("qwen3-235b-a22b-fp8", us + more, tp=4, weight_dtype="fp8")
+    t0, t1, t2 = (c.step_time(chunks, batch, ctx) for c in (free, lo, hi))
+    assert t0 <= t1 <= t2
+    assert t1 <= max(t0, us * 1e-6 * launches_per_forward(lo.model, 4, 1, True) + lo.overhead_s
+                     + lo.overhead_per_seq_s * (batch + 1)) + 1e-12
+
+
+def test_each_stack_profile_sets_its_launch_cost_and_vllm_its_graphs():
+    gpu = load_hardware(H200)
+    for stack in ("vllm", "sglang", "trtllm"):
+        keys = load_backend(stack).engine_defaults(gpu)
+        assert 0.0 <= keys["eager_launch_us"] <= 1000.0
+    assert load_backend("vllm").engine_defaults(gpu)["graph_max_tokens"] == 512
+    assert load_backend("sglang").engine_defaults(gpu).get("graph_max_tokens", 0) == 0
