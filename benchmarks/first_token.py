@@ -43,10 +43,11 @@ dense rows at each, and the stack takes the value whose whole fit has the
 least median absolute log error over all its rows at C ≤ 32. It takes one
 at all only where that transfers: where leaving out each model family,
 and each GPU, predicts the left-out rows better with a launch cost fitted
-on the rest than with none (``launch_cost_transfers``). A stack whose
-kernels per layer differ from model to model more than the count says
-(TensorRT-LLM fuses more of some models' layers than of others') fails
-that test and keeps none.
+on the rest than with none, its dense rows and its mixture-of-experts
+rows alike (``launch_cost_transfers``): the cost of a launch is the
+stack's whatever the model, so one that only one kind of model asks for
+is the launch count's error. A stack whose kernels per layer differ from
+model to model more than the count says fails that test and keeps none.
 
 Which rows ``response_ms`` is fitted on: those of dense models. A mixture-of-experts row's TTFT is
 short by a gap that grows with its prompt and differs from model to model
@@ -154,19 +155,26 @@ def folds(frame, eager: dict[str, bool], splits=("family", "gpu", "stack")):
 
 
 def launch_cost_transfers(rows) -> dict:
-    """Whether a stack's rows carry a launch cost that transfers: its rows' median |error| leaving
-    out each model family, and each GPU, with the launch cost fitted in every fold and with none.
-    A stack takes the launch cost only where both splits (those with more than one group) predict
-    better with it."""
+    """Whether a stack's rows carry a launch cost that transfers: the median |error| of its dense
+    and of its mixture-of-experts rows, leaving out each model family and each GPU, with the launch
+    cost fitted in every fold and with none. The cost of a launch is the stack's, whatever the
+    model, so a stack takes it only where it predicts both kinds of rows better in both splits
+    (those with more than one group); a cost only one kind of model asks for is the launch count's
+    error, not the launch's."""
     out = {}
     for split in ("family", "gpu"):
         for label, eager in (("fitted", True), ("none", False)):
-            errs = [_shifted(h, *fit).abs() for _, _, _, h, fit in folds(rows, {rows["stack"].iloc[0]: eager},
-                                                                            (split,))]
-            out[f"{split}_{label}_pct"] = 100 * float(np.median(np.concatenate(errs))) if errs else np.nan
-    # a split with one group only (one GPU, say) cannot test the transfer; at least one must
-    tested = [s for s in ("family", "gpu") if not np.isnan(out[f"{s}_fitted_pct"])]
-    out["takes_it"] = bool(tested) and all(out[f"{s}_fitted_pct"] < out[f"{s}_none_pct"] for s in tested)
+            found = [(h["moe"].astype(bool).values, _shifted(h, *fit).abs().values)
+                     for _, _, _, h, fit in folds(rows, {rows["stack"].iloc[0]: eager}, (split,))]
+            moe = np.concatenate([m for m, _ in found]) if found else np.zeros(0, bool)
+            err = np.concatenate([e for _, e in found]) if found else np.zeros(0)
+            for kind, mask in (("dense", ~moe), ("moe", moe)):
+                out[f"{split}_{kind}_{label}_pct"] = 100 * float(np.median(err[mask])) if mask.any() else np.nan
+    cells = [(out[f"{s}_{k}_fitted_pct"], out[f"{s}_{k}_none_pct"]) for s in ("family", "gpu") for k in ("dense", "moe")]
+    tested = [(f, n) for f, n in cells if not np.isnan(f)]
+    # both kinds of rows must be there to test, in at least one split with more than one group
+    kinds = {k for s in ("family", "gpu") for k in ("dense", "moe") if not np.isnan(out[f"{s}_{k}_fitted_pct"])}
+    out["takes_it"] = kinds == {"dense", "moe"} and all(f < n for f, n in tested)
     return out
 
 
@@ -233,9 +241,10 @@ def markdown(frame, res: dict, cmd: str, wall: float) -> str:
              f"The terms per stack, fitted on the rows at C ≤ {FIT_MAX_CONCURRENCY} (what the backend profiles "
              "ship): `eager_launch_us` on every row, the front end's two on the dense rows:", "",
              md(fits, floatfmt="{:.2f}"), "",
-             "Whether a launch cost transfers: each stack's rows (all C) predicted leaving out each model "
-             "family and each GPU, with the launch cost fitted in every fold and with none (median |error|); "
-             "a stack takes it only where both splits predict better with it:", "",
+             "Whether a launch cost transfers: each stack's dense and mixture-of-experts rows (all C) "
+             "predicted leaving out each model family and each GPU, with the launch cost fitted in every fold "
+             "and with none (median |error|); a stack takes it only where it predicts both kinds of rows "
+             "better in both splits:", "",
              md(res["transfer"], floatfmt="{:.1f}"), "",
              "Mean TTFT, each row predicted by the fit made without its model family, its GPU or its stack, "
              "dense and mixture-of-experts rows apart (median and p90 of |error|, median signed error; "

@@ -85,3 +85,29 @@ def test_the_fit_finds_a_known_launch_cost_from_the_rows_it_floors(pick, a, seed
                      "concurrency": 4, **reps, "measured": reps[f"base@{g_true:g}"] + a})
     g, fa, fb = bench.fit_stack(pd.DataFrame(rows))
     assert g == g_true and fa == pytest.approx(a, abs=0.5) and fb == 0.0
+
+
+def _rows_with_floor(dense_floor: bool):
+    """Two families on two GPUs, dense and mixture-of-experts rows, measured as replayed at 60 µs a
+    launch; the dense rows' replay moves with the launch cost only when ``dense_floor``."""
+    bench = _bench()
+    rng = np.random.default_rng(3)
+    rows = []
+    for fam in ("llama", "qwen3"):
+        for gpu in ("h200", "b200"):
+            for moe in (False, True):
+                for _ in range(8):
+                    base = rng.uniform(40, 400)
+                    step = 2.0 if (moe or dense_floor) else 0.0
+                    reps = {f"base@{g:g}": base + step * g for g in bench.EAGER_GRID}
+                    rows.append({"stack": "vllm", "family": fam, "gpu": gpu, "isl": 1024.0, "moe": moe,
+                                 "concurrency": 4, **reps,
+                                 "measured": base + 2.0 * 60.0})
+    return pd.DataFrame(rows)
+
+
+def test_a_launch_cost_is_taken_only_where_dense_and_moe_rows_both_ask_for_it():
+    bench = _bench()
+    assert bench.launch_cost_transfers(_rows_with_floor(True))["takes_it"]
+    # the dense rows cannot reach the floor and their measurement lies above it: no corroboration
+    assert not bench.launch_cost_transfers(_rows_with_floor(False))["takes_it"]
