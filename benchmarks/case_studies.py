@@ -360,7 +360,9 @@ def dau_comparison(r: Runner) -> str:
     sc = _scenario("dau-10m")
     base, check = r.results(DAU), r.results(DAU + _check_sets("dau-10m"))
     held = r.results(DAU + " --variant case-study-300")
-    fp8, fp8_less = r.results(DAU + " --variant fp8"), r.results(DAU + " --variant fp8 --set pools.chat.replicas=8")
+    fp8 = r.results(DAU + " --variant fp8")
+    fewer = f" --set pools.chat.replicas={fp8['llmsim']['replicas'] - 1}"   # one node fewer than the variant's
+    fp8_less = r.results(DAU + " --variant fp8" + fewer)
     ll, n = base["llmsim"], base["completed"]
     slices, nodes = ll["product"]["slices"], ll["replicas"]
     rate = sc.workload.arrival.rate_per_s
@@ -407,7 +409,7 @@ def dau_comparison(r: Runner) -> str:
          f"in the fleet, {fleet_month(fp8)} a month at ${price:g}), TTFT / TPOT p99 {ms(fp8['p99_ttft_ms'])} / "
          f"{ms(fp8['p99_tpot_ms'])} ms ({verdict(fp8)}); {fp8_less['llmsim']['replicas']} nodes: TPOT p99 "
          f"{ms(fp8_less['p99_tpot_ms'])} ms ({verdict(fp8_less)})",
-         f"`{DAU} --variant fp8` (`--set pools.chat.replicas=8`); the node count found by `llmsim plan "
+         f"`{DAU} --variant fp8` (`{fewer.strip()}`); the node count found by `llmsim plan "
          "scenarios/dau-10m.yaml --variant fp8 --vary pools.chat.replicas=8..13 --workers 1`"],
     ]
     return table(["", "case study", "llmsim", "command"], rows)
