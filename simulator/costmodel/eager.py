@@ -8,14 +8,16 @@ by one. The GPU cannot run ahead of those launches, so such an iteration
 lasts at least as long as the CPU takes to issue them, however little
 work each kernel holds. That floor binds on short prefills of deep models
 with many small kernels per layer (DeepSeek's MLA and routed experts at
-1K-token prompts), which is why SGLang and TensorRT-LLM later added
-piecewise graphs for prefill; a long prefill's kernels outlast it.
+1K-token prompts), which is why SGLang added opt-in piecewise graphs for
+prefill (sgl-project/sglang pull requests 11812 and 12996, DeepSeek-V3's
+"forward cost" of a one-token prefill logged at 83 ms eager against 23 ms
+captured in 12160); a long prefill's kernels outlast it.
 
-The count here is what the stacks' model modules launch per layer in a
-prefill, by kind of block, read from their forward methods (vLLM
-``model_executor/models/{llama,deepseek_v2}.py``, SGLang
-``srt/models/{llama,deepseek_v2}.py``, TensorRT-LLM
-``_torch/models/modeling_{llama,deepseek_v3}.py``), one per:
+The count is the block structure the stacks' decoder layers share (vLLM
+``model_executor/models``, SGLang ``srt/models``, TensorRT-LLM
+``_torch/models``), one launch per step of it, not a trace of any one
+stack's kernels (fused paths launch fewer, which is why a stack whose
+fusion differs from model to model gets no launch cost from the fit):
 
 * attention (grouped-query): input RMSNorm, fused QKV GEMM, rotary,
   KV-cache write, attention, output GEMM (6);
