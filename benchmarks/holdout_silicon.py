@@ -308,8 +308,9 @@ def _agg_lines(res: dict, cmd: str) -> list[str]:
     lines = [_source(res, cmd, f"{res['wall'] / 60:.0f} min wall")
              + f" {res['replayed']} rows replayed with the shipped profiles "
              "on each row's documented deployment; error = (llmsim − measured) / measured. Nothing here is tuned on "
-             "these rows but the two first-token terms of each stack, which benchmarks/first_token.py fits on "
-             "the file's dense rows (their leave-one-group-out error is in its own section).", "",
+             "these rows but the first-token terms of each stack, which benchmarks/first_token.py fits on "
+             "them (the response time on the file's dense rows, the launch cost on all, where it transfers; "
+             "their leave-one-group-out error is in its own section).", "",
              "Per stack (median and p90 of |error|, and the median signed error):", "",
              md(summary(errors[errors.metric.isin(METRICS)])), "",
              "Per model/GPU/stack group (median signed error per metric, median |error| of TTFT and TPOT):", "",
