@@ -16,7 +16,8 @@ Overheads``): ``tokenize_us_per_token`` (serial, per prompt token) and
 the GPU or the TP size, so a fit on some configurations predicts others.
 
 How: every closed-loop aggregated row of AIConfigurator's silicon sample
-llmsim can replay (C ≤ 128) is replayed once with both terms at zero; a
+llmsim can replay (C ≤ 128) is replayed with both terms at zero, once at
+each launch cost of ``EAGER_GRID`` (below); a
 term shifts a row's mean TTFT by ``response_ms + tokenize_us · ISL``, so
 each stack's pair is the one minimising the median absolute log error of
 TTFT over its rows, on a grid within physical bounds (``BOUNDS``).
@@ -35,7 +36,8 @@ front end.
 A third term is the cost model's, not the front end's: ``eager_launch_us``,
 what one kernel launch of an iteration run without a CUDA graph costs the
 CPU (``simulator/costmodel/eager.py``: such an iteration lasts at least
-its launches, a count taken from the stacks' model modules). It shows as a
+its launches, counted from the block structure the stacks' decoder layers
+share). It shows as a
 floor under short prefills of deep models with many kernels per layer,
 so every row, mixture-of-experts ones included, takes part in its fit:
 each value of ``EAGER_GRID`` is replayed, ``response_ms`` is fitted on the
@@ -99,7 +101,7 @@ LONG_PROMPT = 4096  # the sample's prompts are 1K-2K or 4K-8K tokens
 
 
 def _fit_rows(frame):
-    """The rows a fit sees: C <= FIT_MAX_CONCURRENCY (of the dense rows it is given)."""
+    """The rows a fit sees: C <= FIT_MAX_CONCURRENCY (of the rows it is given)."""
     return frame[frame.concurrency <= FIT_MAX_CONCURRENCY]
 
 

@@ -132,7 +132,7 @@ def validate(
                               f"concurrencies and lengths) before trusting them", markup=False, style="yellow")
         res = fitting.fit(usable, settings, workers=workers, progress=lambda s: err_console.print(s, style="dim"))
         errors = error_table(usable, res.in_sample)
-        out["fitted"] = res.overheads.model_dump(exclude={"eager_launch_us"})   # held at the profile's, not fitted
+        out["fitted"] = res.overheads.model_dump(exclude_unset=True)   # what the fit set, not the defaults
         out["fit_summary"] = summary(errors).to_dict("records")
         if res.held_out is not None:
             held = error_table(usable, res.held_out)
@@ -161,8 +161,8 @@ def _write_profile(path: Path, rows, overheads, stack_override: Optional[str]) -
                       f"{base.name}'s scheduling defaults and the overheads fitted to them all")
     doc = base.model_dump(exclude_defaults=False)
     doc["name"] = path.stem
-    # the fit does not fit the launch cost: the profile keeps its base stack's
-    doc["overheads"] = {**overheads.model_dump(), "eager_launch_us": base.overheads.eager_launch_us}
+    # a term the fit neither fitted nor was given (the launch cost, the tokeniser) keeps the base stack's
+    doc["overheads"] = {**base.overheads.model_dump(), **overheads.model_dump(exclude_unset=True)}
     doc["fitted_on"] = (f"llmsim validate --fit on {len(rows)} rows "
                         f"({', '.join(sorted({r.group for r in rows}))})")
     text = ("# Written by `llmsim validate --fit`; name it in a scenario as engine.backend.\n"
