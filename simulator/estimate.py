@@ -2,20 +2,32 @@
 
 A no-load request: TTFT is its prefill (chunked as the engine would), TPOT
 the mean decode step of a batch of one over the request's growing context.
+Priced as a named serving backend runs it, the stack's CPU terms join them
+(iteration overheads, the eager launches of a prefill past its captured
+graphs, the front end's time before and after), as they do in a run.
 With ``mfu`` the case studies' own arithmetic ``2·params·I/(peak·GPUs·MFU)``
 (params: those a token uses, all of a dense model's)
 is reported beside it, so a reader can see both.
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from .costmodel import CostModel
 from .dtypes import compute_dtype
 from .memory import plan_memory
 
+if TYPE_CHECKING:
+    from .engine.config import EngineConfig
+
 
 def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: float | None = None,
                      max_num_batched_tokens: int = 8192, gpu_memory_utilization: float = 0.9,
-                     block_size: int = 16) -> dict:
+                     block_size: int = 16, engine: EngineConfig | None = None) -> dict:
+    """``engine``: the pool's engine when a serving backend is named; its
+    front-end terms join the TTFT (the request's hand-off and tokenisation
+    before the prefill, the first token's way back after it, as a lone
+    request meets them in a run) and its memory rule divides the GPU."""
     prefill_s = 0.0
     done = 0
     while done < input_tokens:
@@ -31,8 +43,15 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         tpot_s = a + b * mean_ctx
     else:
         tpot_s = 0.0
-    mem = plan_memory(cm.model, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype, gpu_memory_utilization,
-                      max_num_batched_tokens, block_size=block_size, dp=cm.dp, ep=cm.ep)
+    if engine is None:
+        front_s = 0.0
+        mem = plan_memory(cm.model, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype, gpu_memory_utilization,
+                          max_num_batched_tokens, block_size=block_size, dp=cm.dp, ep=cm.ep)
+    else:
+        front_s = (engine.request_ms + engine.response_ms + engine.tokenize_us_per_token * input_tokens * 1e-3) * 1e-3
+        mem = plan_memory(cm.model, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype, gpu_memory_utilization,
+                          max_num_batched_tokens, engine.max_num_seqs, block_size, dp=cm.dp, ep=cm.ep,
+                          kv_memory=engine.kv_memory)
     kv_tok = cm.model.kv_bytes_per_token(cm.kv_dtype)
     tokens = input_tokens + output_tokens
     window = cm.model.kv_window_bytes(cm.kv_dtype) * min(1.0, tokens / (cm.model.sliding_window or tokens))
@@ -47,9 +66,11 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "mode": "roofline" if cm.roofline else cm.gpu.calibration.status,
         "input_tokens": input_tokens,
         "output_tokens": output_tokens,
-        "ttft_ms": prefill_s * 1e3,
+        **({} if engine is None else {"backend": engine.backend, "prefill_ms": prefill_s * 1e3,
+                                      "front_end_ms": front_s * 1e3}),
+        "ttft_ms": (front_s + prefill_s) * 1e3,
         "tpot_ms": tpot_s * 1e3,
-        "e2e_ms": (prefill_s + tpot_s * max(output_tokens - 1, 0)) * 1e3,
+        "e2e_ms": (front_s + prefill_s + tpot_s * max(output_tokens - 1, 0)) * 1e3,
         "prefill_tokens_per_s": input_tokens / prefill_s if prefill_s else float("inf"),
         "decode_tokens_per_s": 1.0 / tpot_s if tpot_s else float("inf"),
         "kv_bytes_per_token": kv_tok,

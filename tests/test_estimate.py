@@ -304,3 +304,73 @@ def test_step_prices_a_stacks_own_kernels(cli):
     assert sglang["attention_ms"] > 1.5 * vllm["attention_ms"]
     r = cli("estimate", "step", *args, "--kernels", "sglng")
     assert r.code == 2 and "--kernels" in r.err and "sglng" in r.err and "Traceback" not in r.err
+
+
+# --- estimate as a serving backend runs it ------------------------------------------------------
+
+LONE = """\
+name: lone
+seed: 1
+workload:
+  num_requests: 1
+  arrival: {{type: poisson, rate_per_s: 1}}
+  input_tokens: {{dist: fixed, value: {input}}}
+  output_tokens: {{dist: fixed, value: {output}}}
+pools:
+  - name: main
+    model: {model}
+    gpu: {gpu}
+    tp: {tp}
+    replicas: 1
+    engine: {{backend: {backend}, weight_dtype: {wd}}}
+"""
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
+def test_backend_request_is_a_lone_request_of_a_run(cli, tmp_path, backend):
+    """With --backend the estimate prices a request as a run of that backend meets it alone: its TTFT
+    (front end, the prefill with the stack's overheads and eager launches, the first token's way
+    back) and its decode step are those of a one-request simulation."""
+    from simulator.runner import simulate
+
+    shape = dict(model="llama-3.1-70b", gpu="b200", tp=8, wd="fp8", input=1024, output=64)
+    p = tmp_path / "lone.yaml"
+    p.write_text(LONE.format(backend=backend, **shape))
+    run = simulate(p).results
+    est = request(cli, "--gpu", shape["gpu"], "--model", shape["model"], "--tp", "8", "--weight-dtype", "fp8",
+                  "--input", "1024", "--output", "64", "--backend", backend)
+    assert est["backend"] == backend
+    assert est["ttft_ms"] == pytest.approx(run["mean_ttft_ms"], rel=0.02)
+    assert est["ttft_ms"] == pytest.approx(est["prefill_ms"] + est["front_end_ms"])
+    assert est["tpot_ms"] == pytest.approx(run["mean_tpot_ms"], rel=0.05)
+
+
+def test_backend_prefill_waits_out_the_eager_launches(cli):
+    """vLLM runs a 1K-token prefill past its 512-token graphs eagerly: the estimate's step lasts the
+    backend's launches at least, where the kernels alone are faster; a prefill its graphs hold does not."""
+    from simulator.costmodel.eager import launches_per_forward
+    from simulator.profiles import load_model
+    from simulator.profiles.backend import load_backend
+
+    args = ("--gpu", "b200", "--model", "llama-3.1-70b", "--tp", "8", "--weight-dtype", "fp8",
+            "--prefill-tokens", "1024")
+    bare, vllm = step(cli, *args), step(cli, *args, "--backend", "vllm")
+    floor = load_backend("vllm").overheads.eager_launch_us * 1e-3 * launches_per_forward(
+        load_model("llama-3.1-70b"), 8, 1, True)
+    assert bare["total_ms"] < floor <= vllm["total_ms"]
+    assert vllm["backend"] == "vllm" and vllm["kernels"] == "vllm"
+    short = step(cli, *args[:-1], "256", "--backend", "vllm")   # within the captured graphs: no floor
+    assert short["total_ms"] < floor
+
+
+@pytest.mark.parametrize("args, match", [
+    (("--backend", "vlm"), "--backend"),
+    (("--backend-version", "0.14.0"), "--backend-version"),
+    (("--backend", "vllm", "--backend-version", "zero"), "--backend-version"),
+    (("--backend", "vllm", "--roofline"), "--roofline"),
+])
+def test_bad_backend_flags_exit_2(cli, args, match):
+    r = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3-8b", "--input", "10", "--output", "2",
+            *args)
+    assert r.code == 2, (r.code, r.out, r.err)
+    assert match in r.err and "Traceback" not in r.err

@@ -13,6 +13,7 @@ from .output import console, kv_table, print_json, provenance_notes
 
 if TYPE_CHECKING:   # the cost model on first use: `llmsim --help` imports this module
     from ..costmodel import CostModel
+    from ..engine.config import EngineConfig
 
 estimate_app = typer.Typer(help="Back-of-envelope numbers from the calibrated cost model.", no_args_is_help=True)
 app.add_typer(estimate_app, name="estimate")
@@ -27,12 +28,49 @@ KD = typer.Option("bf16", "--kv-dtype", help="bf16, fp16 or fp8")
 ROOF = typer.Option(False, "--roofline", help="pure physical limit: η = 1, no fixed costs")
 JSON = typer.Option(False, "--json", help="print one JSON object")
 KERNELS = typer.Option(None, "--kernels", help="whose kernels the GPU runs: a serving stack (vllm, sglang, trtllm); "
-                                               "default: the profile's own, vLLM's")
+                                               "default: the profile's own, vLLM's, or --backend's")
+BACKEND = typer.Option(None, "--backend", help="price as this serving backend runs: its kernels, iteration "
+                                               "overheads, eager launches, front-end terms and defaults (vllm, "
+                                               "sglang, trtllm or a profile file); default: the kernels alone")
+VERSION = typer.Option(None, "--backend-version", help="the backend's release whose defaults apply (with --backend)")
+
+
+def _engine(gpu: str, weight_dtype: str, kv_dtype: str, kernels: Optional[str], backend: Optional[str],
+            version: Optional[str], roofline: bool) -> Optional[EngineConfig]:
+    """The engine a pool naming ``backend`` on ``gpu`` runs (None without one), as a scenario builds it."""
+    if backend is None:
+        if version is not None:
+            raise LlmsimError("--backend-version names a release of the backend given with --backend; "
+                              "give --backend too", key_path="--backend-version")
+        return None
+    if roofline:
+        raise LlmsimError("--roofline prices the physical limit, without any stack's costs; give --roofline or "
+                          "--backend, not both", key_path="--backend")
+    from pydantic import ValidationError
+
+    from ..engine.config import EngineConfig
+    from ..profiles.backend import apply_backend
+
+    raw = {"backend": backend, "weight_dtype": weight_dtype, "kv_dtype": kv_dtype,
+           **({"backend_version": version} if version is not None else {}),
+           **({"kernels": kernels} if kernels is not None else {})}
+    try:
+        return EngineConfig(**apply_backend(raw, gpu))
+    except LlmsimError as e:
+        flag = "--backend-version" if "backend_version" in e.message else "--backend"
+        where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
+        raise LlmsimError(f"{where + ': ' if where else ''}{e.message}", key_path=flag) from None
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise LlmsimError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}", key_path="--backend") from None
 
 
 def _cost_model(gpu: str, model: str, tp: int, weight_dtype: str, kv_dtype: str, roofline: bool,
-                dp: int = 1, ep: int = 1, kernels: Optional[str] = None) -> CostModel:
+                dp: int = 1, ep: int = 1, kernels: Optional[str] = None,
+                engine: Optional[EngineConfig] = None) -> CostModel:
+    """The cost model alone, or with ``engine`` the one a pool of that engine prices with."""
     from ..costmodel import CostModel
+    from ..fleet.setup import engine_cost_model
     from ..profiles import load_hardware, load_model
     from ..profiles.backend import check_serving_stack
 
@@ -43,9 +81,12 @@ def _cost_model(gpu: str, model: str, tp: int, weight_dtype: str, kv_dtype: str,
             raise LlmsimError(str(e), key_path="--kernels") from None
     m, g = load_model(model), load_hardware(gpu)
     try:
+        if engine is not None:
+            return engine_cost_model(m, g, tp, engine, dp, ep)
         return CostModel(m, g, tp, weight_dtype, kv_dtype, roofline=roofline, dp=dp, ep=ep, kernels=kernels)
     except LlmsimError as e:   # name the flag, not the scenario key
-        flag = {"engine.weight_dtype": "--weight-dtype"}.get(e.key_path or "", f"--{e.key_path}")
+        flag = {"engine.weight_dtype": "--weight-dtype", "engine.backend": "--backend" if engine else "--kernels"}.get(
+            e.key_path or "", f"--{e.key_path}")
         raise LlmsimError(e.message, key_path=flag if e.key_path else None) from None
 
 
@@ -72,7 +113,8 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
          prefill_context: int = typer.Option(0, help="tokens already cached before the chunk"),
          decode_batch: int = typer.Option(0, help="sequences decoding one token each"),
          decode_context: int = typer.Option(0, help="context length of each decoding sequence"),
-         roofline: bool = ROOF, kernels: Optional[str] = KERNELS, json: bool = JSON) -> None:
+         roofline: bool = ROOF, kernels: Optional[str] = KERNELS, backend: Optional[str] = BACKEND,
+         backend_version: Optional[str] = VERSION, json: bool = JSON) -> None:
     """Time of one engine iteration, by component."""
     from ..profiles.model import MAX_CONTEXT
 
@@ -84,12 +126,15 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
                               f"or sequences in a step)", key_path=n)
     if prefill_tokens == 0 and decode_batch == 0:
         raise LlmsimError("an empty step: give --prefill-tokens and/or --decode-batch")
-    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels)
+    engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline)
+    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels, engine)
     chunks = [(prefill_tokens, prefill_context)] if prefill_tokens else []
     b = cm.step(chunks, decode_batch, float(decode_batch * decode_context))
     from ..estimate import model_figures
 
-    out = {**cm.describe(), **({"kernels": kernels} if kernels else {}), **model_figures(cm), **b.as_ms()}
+    kernels = engine.kernels if engine is not None else kernels
+    out = {**cm.describe(), **({"backend": backend} if backend else {}), **({"kernels": kernels} if kernels else {}),
+           **model_figures(cm), **b.as_ms()}
     if json:
         print_json(out)
         return
@@ -105,14 +150,22 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
             output: int = typer.Option(..., "--output", help="generated tokens"),
             mfu: Optional[float] = typer.Option(None, help="also give 2·params·I/(peak·tp·MFU)"),
             weight_dtype: str = WD, kv_dtype: str = KD, roofline: bool = ROOF,
-            max_num_batched_tokens: int = typer.Option(8192, help="prefill chunk size"),
-            gpu_memory_utilization: float = typer.Option(0.9, help="as in vLLM"),
-            kernels: Optional[str] = KERNELS, json: bool = JSON) -> None:
+            max_num_batched_tokens: Optional[int] = typer.Option(
+                None, help="prefill chunk size; default: --backend's, else 8192"),
+            gpu_memory_utilization: Optional[float] = typer.Option(
+                None, help="as in vLLM; default: --backend's, else 0.9"),
+            kernels: Optional[str] = KERNELS, backend: Optional[str] = BACKEND,
+            backend_version: Optional[str] = VERSION, json: bool = JSON) -> None:
     """No-load TTFT and TPOT of one request, and the replica's memory division."""
     if input < 1 or output < 1:
         raise LlmsimError("--input and --output must be ≥ 1")
     if mfu is not None and not 0 < mfu <= 1:
         raise LlmsimError(f"--mfu must be in (0, 1] (got {mfu})")
+    engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline)
+    if max_num_batched_tokens is None:
+        max_num_batched_tokens = engine.max_num_batched_tokens if engine is not None else 8192
+    if gpu_memory_utilization is None:
+        gpu_memory_utilization = engine.gpu_memory_utilization if engine is not None else 0.9
     if not 0 < gpu_memory_utilization <= 1:
         raise LlmsimError(f"--gpu-memory-utilization must be in (0, 1] (got {gpu_memory_utilization})")
     if max_num_batched_tokens < 1:
@@ -127,11 +180,12 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     if input / max_num_batched_tokens > _MAX_CHUNKS:
         raise LlmsimError(f"a {input:,}-token prompt in chunks of {max_num_batched_tokens:,} is more than "
                           f"{_MAX_CHUNKS:,} prefill steps; raise --max-num-batched-tokens", key_path="--input")
-    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels)
+    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels, engine)
     from ..estimate import request_estimate
 
     mp = cm.model.max_position_embeddings
-    out = request_estimate(cm, input, output, mfu, max_num_batched_tokens, gpu_memory_utilization)
+    out = request_estimate(cm, input, output, mfu, max_num_batched_tokens, gpu_memory_utilization,
+                           engine.block_size if engine is not None else 16, engine)
     if input + output > mp:
         # An estimate is arithmetic, not a run: say so, but still answer (the
         # case studies quote generic "7B" numbers past Llama-2's 4K window).
@@ -143,7 +197,10 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
         return
     gb = lambda x: f"{x / 1e9:.2f} GB"  # noqa: E731
     rows = [("mode", out["mode"]), ("parameters (B)", out["params_b"]), ("active per token (B)", out["active_params_b"]),
-            ("layout", out["layout"]), ("TTFT (ms)", out["ttft_ms"]), ("TPOT (ms)", out["tpot_ms"]),
+            ("layout", out["layout"]),
+            *((("backend", out["backend"]), ("prefill (ms)", out["prefill_ms"]), ("front end (ms)", out["front_end_ms"]))
+              if engine is not None else ()),
+            ("TTFT (ms)", out["ttft_ms"]), ("TPOT (ms)", out["tpot_ms"]),
             ("prefill tokens/s", out["prefill_tokens_per_s"]), ("decode tokens/s", out["decode_tokens_per_s"])]
     if mfu is not None:
         rows += [(f"prefill at {mfu:.0%} MFU (ms)", out["mfu_prefill_ms"]),

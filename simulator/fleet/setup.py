@@ -47,6 +47,17 @@ class PoolSetup:
         return self.engine_config.max_num_batched_tokens // self.spec.dp if self.spec.dp > 1 else None
 
 
+def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: EngineConfig, dp: int = 1,
+                      ep: int = 1) -> CostModel:
+    """The cost model a replica of engine ``e`` prices its iterations with: the
+    stack's kernels and CPU terms (iteration overheads, scheduling overlap,
+    eager launches), so ``llmsim estimate --backend`` prices what a pool runs."""
+    return CostModel(model, gpu, tp, e.weight_dtype, e.kv_dtype, iteration_overhead_ms=e.iteration_overhead_ms,
+                     iteration_us_per_seq=e.iteration_us_per_seq, dp=dp, ep=ep,
+                     mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
+                     kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=e.graph_max_tokens)
+
+
 def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> PoolSetup:
     where = f"pools[{index}]"
 
@@ -67,10 +78,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
     if spec.pp > 1:
         return _pipeline_setup(spec, model, gpu, where, source)
     try:
-        cm = CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype, iteration_overhead_ms=e.iteration_overhead_ms,
-                       iteration_us_per_seq=e.iteration_us_per_seq, dp=spec.dp, ep=spec.ep,
-                       mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
-                       kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=e.graph_max_tokens)
+        cm = engine_cost_model(model, gpu, spec.tp, e, spec.dp, spec.ep)
     except LlmsimError as err:   # the pool key the rule concerns (tp, dp, ep, engine.weight_dtype), else tp
         key = err.key_path if err.key_path in ("tp", "dp", "ep", "engine.weight_dtype") else "tp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
