@@ -72,3 +72,37 @@ def test_each_stack_profile_sets_its_launch_cost_and_vllm_its_graphs():
         assert 0.0 <= keys["eager_launch_us"] <= 1000.0
     assert load_backend("vllm").engine_defaults(gpu)["graph_max_tokens"] == 512
     assert load_backend("sglang").engine_defaults(gpu).get("graph_max_tokens", 0) == 0
+
+
+def test_a_pipeline_round_waits_out_its_busiest_stage_launches():
+    """Each stage's CPU launches its own layers: an eager round of m micro-batches lasts at least m
+    times the busiest stage's share of the launches; decode rounds and captured ones are unchanged."""
+    from simulator.costmodel.pipeline import PipelineCostModel
+    from simulator.pipeline import Pipeline
+
+    m, g = load_model("llama-3.1-70b"), load_hardware("h100-sxm")
+    pipe = Pipeline.of(m, g, 4, 2)
+    eager = PipelineCostModel(CostModel(m, g, 4, eager_launch_us=400.0, graph_max_tokens=512), pipe, 1024)
+    free = PipelineCostModel(CostModel(m, g, 4, graph_max_tokens=512), pipe, 1024)
+    stage = 400e-6 * launches_per_forward(m, 4, 1, False) * max(pipe.layers) / sum(pipe.layers)
+    for chunks, mbs in (([(600, 0)], 1), ([(1000, 0), (1000, 0)], 2)):
+        assert free.step_time(chunks) < mbs * stage
+        assert eager.step_time(chunks) == pytest.approx(mbs * stage + eager.overhead_s + eager.overhead_per_seq_s
+                                                        * len(chunks) / mbs, rel=1e-9)
+    assert eager.step_time([(256, 0)]) == free.step_time([(256, 0)])      # within the captured graphs
+    assert eager.decode_coefficients(64) == free.decode_coefficients(64)
+
+
+def test_a_drafts_prefill_waits_out_its_own_launches():
+    """A speculative pool's draft inherits the target's launch cost: its prefill past the captured
+    graphs adds the draft's launches; its decode steps (graphs) are unchanged."""
+    from simulator.costmodel.speculative import SpeculativeSpec, speculative_cost_model
+
+    spec = SpeculativeSpec(draft_model="llama-3.2-1b", k=4, acceptance_rate=0.8)
+    target = _cm("llama-3.1-8b", 60.0, graph=512, async_scheduling=True)
+    scm = speculative_cost_model(target, spec)
+    bare = speculative_cost_model(_cm("llama-3.1-8b", 0.0, graph=512, async_scheduling=True), spec)
+    assert (scm.draft.eager_launch_us, scm.draft.graph_max_tokens) == (60.0, 512)
+    floor = 60e-6 * launches_per_forward(scm.draft.model, 1, 1, False)
+    assert scm.draft.step_time([(600, 0)]) >= floor * (1 - 1e-12) and floor > bare.draft.step_time([(600, 0)])
+    assert scm.draft_time(8, 4096.0) == bare.draft_time(8, 4096.0)

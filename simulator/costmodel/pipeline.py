@@ -113,6 +113,8 @@ class PipelineCostModel(CostModel):
         self._far = (ic.scale_out_latency_us * _US, (ic.scale_out_gb_s or 0.0) * 1e9)
         self._gather = (ar.latency_us * _US, self.group_bw(self.tp) * ar.eta_by_gpus.get(self.tp, ar.eta_bandwidth))
         self._transfer_cache: dict[int, float] = {}
+        # The busiest stage's share of one eager forward's launches (costmodel/eager.py).
+        self._stage_eager_s = self.eager_s * max(pipe.layers) / sum(pipe.layers)
 
     def transfer_time(self, tokens: int) -> float:
         """The ``pp − 1`` hand-offs of one micro-batch of ``tokens`` tokens.
@@ -163,6 +165,15 @@ class PipelineCostModel(CostModel):
         layers split unevenly."""
         return max(1.0, self.pipe.imbalance * tokens / (self.pp * n))
 
+    def launch_floor(self, prefill_chunks: Sequence[tuple[int, int]], n: int, m: int) -> float:
+        """The least a round of ``m`` micro-batches of up to ``n`` tokens lasts on its stages' kernel
+        launches: a micro-batch holding prompt tokens beyond the captured graphs runs eagerly, each
+        stage's CPU launching its own layers' kernels, concurrently with the other stages' but one
+        micro-batch after another, so the round waits for the busiest stage's launches of all ``m``."""
+        if not prefill_chunks or n <= self.graph_max_tokens:
+            return 0.0
+        return m * self._stage_eager_s
+
     def step_time(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
                   decode_context: float = 0.0, sampling_seqs: int | None = None) -> float:
         """Seconds of one round: the walk of its largest micro-batch, which
@@ -181,6 +192,7 @@ class PipelineCostModel(CostModel):
             layers += (self.decode_rate * (decode_context * share)
                        + self.decode_per_seq * -(-(decode_batch * n) // tokens) + self.decode_fixed)
         gpu = self._stretch(tokens, n) * layers + self.lm_head_time(-(-sampling_seqs // m)) + self.transfer_time(n)
+        gpu = max(gpu, self.launch_floor(prefill_chunks, n, m))
         if not self.async_scheduling:
             return gpu + self.overhead_s + self.overhead_per_seq_s * seqs / m
         gpu += self.token_return_time()

@@ -261,8 +261,10 @@ def speculative_cost_model(cm: CostModel, spec: SpeculativeSpec, draft: ModelPro
                            ) -> SpeculativeCostModel:
     """Wrap a pool's cost model; ``draft`` overrides loading ``spec.draft_model``.
 
-    The draft inherits the target's GPU, TP, dtypes, per-iteration overhead
-    and roofline mode, so quantising a pool quantises both models alike.
+    The draft inherits the target's GPU, TP, dtypes, per-iteration overhead,
+    launch cost and roofline mode, so quantising a pool quantises both models
+    alike, and the draft's prefill past the captured graphs waits out its own
+    launches as the target's does (its decode steps replay graphs).
     """
     if draft is None:
         draft = cm.model.mtp_draft() if spec.draft_model == MTP else load_model(spec.draft_model)
@@ -274,7 +276,8 @@ def speculative_cost_model(cm: CostModel, spec: SpeculativeSpec, draft: ModelPro
     draft_cm = CostModel(draft, cm.gpu, cm.tp, wd, cm.kv_dtype, roofline=cm.roofline,
                          iteration_overhead_ms=cm.overhead_s * 1e3, iteration_us_per_seq=cm.overhead_per_seq_s * 1e6,
                          dp=cm.dp, ep=cm.ep if draft.is_moe else 1, mxfp4_activation=cm.mxfp4_activation,
-                         async_scheduling=cm.async_scheduling)
+                         async_scheduling=cm.async_scheduling, eager_launch_us=cm.eager_launch_us,
+                         graph_max_tokens=cm.graph_max_tokens)
     if not cm.vllm_kernels:   # the draft runs the target's stack (its GPU has that stack's kernels already)
         draft_cm.block_linear = None
     return SpeculativeCostModel(cm, draft_cm, spec)

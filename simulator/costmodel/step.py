@@ -155,8 +155,8 @@ class CostModel:
         self.lora: Optional[LoraCost] = None
         # An iteration holding prompt tokens beyond the largest captured graph
         # runs eagerly: it lasts at least as long as its launches (costmodel/eager.py).
+        self.eager_launch_us, self.graph_max_tokens = eager_launch_us, graph_max_tokens
         self.eager_s = 0.0 if roofline else eager_launch_us * _US * launches_per_forward(model, tp, ep, self.a_bytes < 2.0)
-        self.graph_max_tokens = graph_max_tokens
 
     # --- components that depend only on token counts (memoised) -----------
     def _gemm(self, mtok: float, n: int, k: int, wbytes: float) -> float:

@@ -162,8 +162,7 @@ def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, w
                                   "async_scheduling": ahead, "schedule_ahead": ahead,
                                   "output_after_next_launch": False})
     try:
-        stage = CostModel(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype, kernels=e.kernels, async_scheduling=ahead,
-                          iteration_overhead_ms=e.iteration_overhead_ms, iteration_us_per_seq=e.iteration_us_per_seq)
+        stage = engine_cost_model(model, gpu, spec.tp, rounds)
         cm = PipelineCostModel(stage, Pipeline.of(model, gpu, spec.tp, spec.pp), e.max_num_batched_tokens)
         mem = plan_pipeline_memory(model, gpu, spec.tp, spec.pp, e.weight_dtype, e.kv_dtype, e.gpu_memory_utilization,
                                    e.max_num_batched_tokens, e.max_num_seqs, e.block_size, e.kv_memory)
