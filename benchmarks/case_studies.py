@@ -702,6 +702,86 @@ def ttft_ladder(r: Runner) -> str:
     return f"`{cmd}`:\n\n" + table(head, rows, {1, 2, 3, 4, 5, 6})
 
 
+TTFT_LEVERS = ["prefix-cache", "chunked-prefill", "admission", "fp8-kv", "host-tier", "mixed-fleet", "disaggregation"]
+TTFT_TAIL = "'workload.input_tokens.weights=[2400,2000,1440,960,640,400,150,84,84,84,84,84]'"
+
+
+def ttft_differences(r: Runner) -> str:
+    """Where llmsim differs from the 70B TTFT program's case study, each figure from the ladder, the estimate
+    or the run its bullet names."""
+    from simulator.costmodel import CostModel
+    from simulator.estimate import request_estimate
+    from simulator.profiles.hardware import load_hardware
+    from simulator.profiles.model import load_model
+
+    def prefill(tp: int, prompt: int, kv: str = "bf16") -> float:
+        cm = CostModel(load_model("llama-3.1-70b"), load_hardware("h100-sxm"), tp, "fp8", kv)
+        return request_estimate(cm, prompt, 300)["ttft_ms"]
+
+    def secs(x: float) -> str:
+        return f"{x / 1e3:,.0f} s" if x >= 100e3 else f"{x / 1e3:.1f} s"
+
+    by = dict(r.ladder(TTFT + " --ladder"))
+    p99 = {k: ms(v["p99_ttft_ms"]) for k, v in by.items()}
+    tpot99 = {k: tpot(v["p99_tpot_ms"], 1) for k, v in by.items()}
+    hits = {k: by[k]["llmsim"]["prefix_cache"]["token_hit_rate"] for k in ("admission", "fp8-kv")}
+    shed = by["admission"]["llmsim"]["request_status"]
+    tail = r.ladder(TTFT + " --ladder --set " + TTFT_TAIL)
+    tail_shed = tail[-1][1]["llmsim"]["request_status"]
+    levers = "".join(f" --variant {v}" for v in TTFT_LEVERS)
+    split = {(c, d): r.results(f"{TTFT}{levers} --set workload.duration_s=900 --set pools.chat.replicas={c} "
+                               f"--set pools.decode.replicas={d}") for c, d in ((6, 4), (5, 6), (7, 2))}
+    short = {k: ms(v["llmsim"]["by_input_length"]["buckets"]["0-8000"]["p99_ttft_ms"]) for k, v in split.items()}
+    target = _scenario("ttft-program").input_length_buckets.slo["0-8000"]["ttft_p99_ms"]
+    return "\n".join([
+        f"- **The 5 % tail is not in the default run.** A 32K prompt alone takes {secs(prefill(4, 32000))} to "
+        "prefill on this replica (`llmsim estimate request --gpu h100-sxm --model llama-3.1-70b --tp 4 "
+        f"--weight-dtype fp8 --input 32000 --output 300`), {secs(prefill(4, 128000))} at 128K; with 5 % of turns in "
+        "the tail the p99 is the tail's own prefill whatever the levers, and the tail is two thirds of the "
+        f"user-message tokens. Measured with the case study's 5 % (`{TTFT} --ladder --set {TTFT_TAIL}`, 2 min): "
+        f"today's fleet saturates (p99 {secs(tail[0][1]['p99_ttft_ms'])}) and the final step gives p99 "
+        f"{secs(tail[-1][1]['p99_ttft_ms'])} while shedding {count(tail_shed['rejected'])} turns "
+        f"({100 * tail_shed['rejected'] / sum(tail_shed.values()):.0f} % of those that arrived). So the case study's "
+        "1.8 s → 500 ms can only be about a tail under ~1 % of turns (history re-sends included) or about the "
+        "interactive turns alone; the scenario keeps 1 message in 800, which still loads the fleet and blocks "
+        "queues behind 32–120K prefills.",
+        f"- **Today is {secs(by['baseline']['p99_ttft_ms'])}, not 1.8 s.** What was tuned: the fleet size (16 "
+        "replicas: at the same utilisation fewer, larger queues wait longer), the session rate and the shape "
+        "inside 1–4K. Both the fleet (64 GPUs) and the load (2.4 sessions/s, ~75 % of the ~3.2/s this fleet "
+        "sustains today) are held fixed: the levers are what the case study studies. Today's p99 is late turns "
+        "resending 15–30K tokens of history cold (1–2 s of prefill at fp8) queued behind each other; closer to "
+        "1.8 s needs less load, which would no longer be ~70 %.",
+        f"- **Chunked prefill is not a TTFT lever here** ({p99['prefix-cache']} → {p99['chunked-prefill']} ms): a "
+        "prompt's later chunks still go before newly arrived prompts, and decodes now share every iteration with "
+        "prompt chunks; at ~3 decoding sequences per replica it barely moves TPOT either (p99 "
+        f"{tpot99['prefix-cache']} → {tpot99['chunked-prefill']} ms).",
+        f"- **Admission control only sheds**: {p99['chunked-prefill']} → {p99['admission']} ms by shedding "
+        f"{count(shed['rejected'])} turns ({100 * shed['rejected'] / sum(shed.values()):.1f} %) that would have "
+        "queued behind more than 1 s of prompts.",
+        "- **FP8 KV works through the cache**, not the arithmetic: twice the KV blocks keep more session histories "
+        f"between turns, although the token hit rate moves only from {hits['admission']:.3f} to "
+        f"{hits['fp8-kv']:.3f}; it is the lever that meets the target (p99 {p99['fp8-kv']} ms). A host-DRAM tier "
+        f"after it adds nothing (p99 {p99['fp8-kv']} → {p99['host-tier']} ms): after FP8 KV little is evicted "
+        "that comes back.",
+        "- **Disaggregation pays through the prefill pool's tensor parallelism.** A cold 7–8K-token first turn "
+        "(system prompt not yet on the replica its session hashes to) takes ~400 ms to prefill at TP 4 in fp8 "
+        "(`llmsim estimate request --gpu h100-sxm --model llama-3.1-70b --tp 4 --weight-dtype fp8 --kv-dtype fp8 "
+        f"--input 8000 --output 300`: {ms(prefill(4, 8000, 'fp8'))} ms), so TP-4 prefill replicas leave no room "
+        f"under the {target:g} ms short-prompt target; at TP 8 it takes {ms(prefill(8, 8000, 'fp8'))} ms (with "
+        "`--tp 8`). Within the same 64 GPUs the split decides the rest: in the 15-minute check 6 TP-8 prefill + 4 "
+        f"TP-4 decode replicas give 0-8000 p99 {short[(6, 4)]} ms, 5 + 6 give {short[(5, 6)]} ms and 7 + 2 "
+        f"{short[(7, 2)]} ms (target {target:g} ms), at a TPOT p99 of {tpot(split[(7, 2)]['p99_tpot_ms'], 0)} ms "
+        f"for 7 + 2 against {tpot(split[(6, 4)]['p99_tpot_ms'], 0)} (two decode replicas carry every session's "
+        f"decodes). Over the hour 6 + 4 take p99 from the mixed fleet's {p99['mixed-fleet']} ms to "
+        f"{p99['disaggregation']} ms at a TPOT p99 of {tpot99['disaggregation']} ms; every turn adds the KV "
+        f"transfer and the decode replica's first step (the last column of the table). (`{TTFT}` with the seven "
+        "`--variant`s, `--set workload.duration_s=900 --set pools.chat.replicas=5 --set pools.decode.replicas=6`, "
+        "and so on.) The program holds the fleet at 64 GPUs; after every lever a smaller one may do: `llmsim plan "
+        f"scenarios/ttft-program.yaml{levers} --set workload.duration_s=900 --vary pools.chat.replicas=3..6 "
+        "--workers 1` searches the prefill pool beside the 4 decode replicas.",
+    ])
+
+
 def pct(x: float) -> str:
     return f"{100 * x:.1f} %"
 
@@ -1002,6 +1082,7 @@ BLOCKS = [
     Block("quickcode-differences", DAU_QUICKCODE, quickcode_differences),
     Block("ttft-program-comparison", TTFT_AGENTS_LORA, ttft_comparison),
     Block("ttft-program-ladder", TTFT_AGENTS_LORA, ttft_ladder),
+    Block("ttft-program-differences", TTFT_AGENTS_LORA, ttft_differences),
     Block("coding-agent-ladder", TTFT_AGENTS_LORA, coding_agent_ladder),
     Block("coding-agent-sizing", TTFT_AGENTS_LORA, coding_agent_sizing),
     Block("dau-prefix-breakage", SCENARIOS, dau_prefix_breakage),
