@@ -612,6 +612,52 @@ def ttft_comparison(r: Runner) -> str:
 CHATBOT = "llmsim run scenarios/chatbot.yaml"
 
 
+CHATBOT_TARGETS = ("llmsim plan scenarios/chatbot.yaml --vary pools.free.autoscaling.max_replicas=6..6 --vary "
+                   "pools.free.autoscaling.target=56,64,72,80,96,112,128,160 --seeds 3")
+CHATBOT_CAPS = "llmsim plan scenarios/chatbot.yaml --vary pools.free.autoscaling.max_replicas=2..6"
+
+
+def chatbot_sizing(r: Runner) -> str:
+    """The free pool's autoscaling target and cap: what each costs and whether it meets the SLO at three seeds.
+    The words do not depend on the figures (a smoke-sized run may meet every target), so "—" stands for a
+    band that is empty."""
+    sc = _scenario("chatbot")
+    kept = next(p for p in sc.pools if p.name == "free").autoscaling.target
+    by = {c["overrides"]["pools.free.autoscaling.target"]: c for c in r.plan(CHATBOT_TARGETS)["candidates"]}
+    met = sorted(t for t, c in by.items() if c["slo_met"]) or [None]
+    missed = sorted(t for t, c in by.items() if not c["slo_met"]) or [None]
+    cap = r.plan(CHATBOT_CAPS)["best"]
+
+    def at(target, key: str):
+        return by[target][key] if target in by else None
+
+    def worst(targets, key: str) -> str:
+        values = [by[t][key] for t in targets if t in by]
+        return ms(max(values)) if values else "—"
+
+    def name(target) -> str:
+        return "—" if target is None else f"{target:g}"
+
+    month = lambda t: usd(at(t, "monthly_usd")) if t in by else "—"    # noqa: E731
+    extra = (at(kept, "monthly_usd") / at(met[-1], "monthly_usd") - 1) * 100 if met[-1] in by else float("nan")
+    return (f"The free pool scales at {kept:g} requests in flight per replica, the paid one at "
+            f"{next(p for p in sc.pools if p.name == 'paid').autoscaling.target:g}. Free targets from {name(met[0])} "
+            f"to {name(met[-1])} meet the SLO over the peak half hour at three seeds (`{CHATBOT_TARGETS} --workers "
+            f"2`); a larger target scales the free pool out later and costs less ({at(met[0], 'gpus') or '—'} GPUs at "
+            f"the peak and {month(met[0])} a month at {name(met[0])}, {at(met[-1], 'gpus') or '—'} and "
+            f"{month(met[-1])} at {name(met[-1])}), and from {name(missed[0])} on the fleet's TPOT p99 passes its "
+            f"{sc.slo['tpot_p99_ms']:g} ms target (up to {worst(missed, 'tpot_p99_ms')} ms) and its TTFT p99 reads up "
+            f"to {worst(missed, 'ttft_p99_ms')} ms, where up to {name(met[-1])} they stay at or below "
+            f"{worst(met, 'tpot_p99_ms')} ms and {worst(met, 'ttft_p99_ms')} ms. The scenario keeps {kept:g}, the "
+            f"most headroom of the band, at {f'{extra:.1f}' if extra == extra else '—'} % more a month than "
+            f"{name(met[-1])}. The paid pool never "
+            "scales past its first replica at this load, whatever its target. A lower cap on the free pool is cheaper "
+            "on this half hour and still meets the SLO: at `max_replicas` "
+            f"{cap['overrides']['pools.free.autoscaling.max_replicas']} the shard peaks at {cap['gpus']} GPUs, "
+            f"{usd(cap['monthly_usd'])} a month against {month(kept)} (`{CHATBOT_CAPS} --workers 1`); the scenario "
+            "sizes on the target and keeps the cap at 6 as headroom for a peak above the modelled one.")
+
+
 def chatbot_comparison(r: Runner) -> str:
     """The consumer chatbot's figures beside llmsim's, each from the ladder step (or day-long run) it names."""
     sc = _scenario("chatbot")
@@ -1168,6 +1214,7 @@ BLOCKS = [
     Block("case-study-stacks", CASE_STUDIES, stacks),
     Block("autocomplete-comparison", CASE_STUDIES, autocomplete_comparison),
     Block("autocomplete-sizing", CASE_STUDIES, autocomplete_sizing),
+    Block("chatbot-sizing", CASE_STUDIES, chatbot_sizing),
     Block("chatbot-comparison", CASE_STUDIES, chatbot_comparison),
     Block("autocomplete-ladder", CASE_STUDIES, autocomplete_ladder),
     Block("autocomplete-shards", CASE_STUDIES, autocomplete_shards),
