@@ -84,7 +84,10 @@ class Runner:
             try:
                 main(argv)
             except SystemExit as e:
-                if e.code not in (0, None):
+                # a plan that finds no count meeting the SLO still writes plan.json: a verdict (a "—" on the
+                # page, as a smoke-sized run may give), not a failure
+                found_none = e.code == 2 and "no combination meets the SLO" in err.getvalue()
+                if e.code not in (0, None) and not (args[1] == "plan" and found_none):
                     raise RuntimeError(f"{command}: exit {e.code}\n{err.getvalue()[-2000:]}") from None
         self.log(f"{time.perf_counter() - t0:6.1f} s  {command}")
         self.done[key] = out.name
@@ -109,6 +112,11 @@ class Runner:
     def plan(self, command: str) -> dict:
         """An ``llmsim plan`` command's plan.json."""
         return json.loads((self._out(command) / "plan.json").read_text())
+
+    def points(self, command: str) -> list[dict]:
+        """An ``llmsim plan`` command's runs, one per value and seed (``points/``: overrides and row):
+        plan.json keeps only the worst seed's latencies, and a page may quote every seed's."""
+        return [json.loads(p.read_text()) for p in sorted((self._out(command) / "points").glob("*.json"))]
 
     def ladder(self, command: str) -> list[tuple[str, dict]]:
         """(step, results.json) in the ladder's order; each results.json gains its ladder.csv row as ``ladder``."""
@@ -169,6 +177,30 @@ def table(head: list[str], rows: list[list[str]], right: frozenset[int] | set[in
 
 def commands(cmds: list[str]) -> str:
     return "\n".join(f"    {c}" for c in cmds)
+
+
+def shell(command: str, width: int = 90) -> str:
+    """One command as a fenced shell block, its options packed onto lines of at most ``width`` characters
+    joined by backslashes: a plan over several axes is too long to read on one line."""
+    head, *options = command.split(" --")
+    lines = [head]
+    for option in (f"--{o}" for o in options):
+        if len(lines[-1]) + 1 + len(option) + (2 if len(lines) > 1 else 0) <= width:
+            lines[-1] += " " + option
+        else:
+            lines.append(option)
+    return "```\n" + " \\\n  ".join(lines) + "\n```"
+
+
+def smallest_meeting(plan: dict, key: str) -> int | None:
+    """The searched value a plan's best candidate takes, or None when no value met the SLO."""
+    best = plan["best"]
+    return best["overrides"][key] if best else None
+
+
+def probed(plan: dict, overrides: dict) -> dict | None:
+    """The plan's figures at ``overrides`` (the worst seed's latencies), or None if it never ran there."""
+    return next((p for p in plan["probes"] if p["overrides"] == overrides), None)
 
 
 # --- the blocks ----------------------------------------------------------------------------
@@ -248,6 +280,79 @@ def autocomplete_sizing(r: Runner) -> str:
     head = ["shard", "replicas (fleet)", "seed", "TTFT p95 (ms)", "TPOT p50 (ms)", "SLO",
             f"`{AUTOCOMPLETE}` with"]
     return table(head, rows, {3, 4})
+
+
+AUTOCOMPLETE_V013 = " --set pools.autocomplete.engine.backend_version=0.13.0"
+AUTOCOMPLETE_PLAN = ("llmsim plan scenarios/autocomplete.yaml --vary pools.autocomplete.replicas=2..5 --seeds 3 "
+                     "--workers 1")
+AUTOCOMPLETE_PLAN_V013 = ("llmsim plan scenarios/autocomplete.yaml" + AUTOCOMPLETE_V013
+                          + " --vary pools.autocomplete.replicas=8..9 --seeds 3 --workers 1")
+_REPLICAS = "pools.autocomplete.replicas"
+
+
+def _listed(xs: list[str]) -> str:
+    return ", ".join(xs[:-1]) + f" and {xs[-1]}"
+
+
+def _seed_range(r: Runner, command: str, replicas: int | None) -> str:
+    """The lowest and highest TPOT p50 a plan's seeds read at ``replicas`` ("—" where it never ran)."""
+    xs = sorted(p["row"]["tpot_p50_ms"] for p in r.points(command) if p["overrides"].get(_REPLICAS) == replicas)
+    return f"from {tpot(xs[0], 3) if xs else '—'} to {tpot(xs[-1], 3) if xs else '—'}"
+
+
+def autocomplete_tpot(r: Runner) -> str:
+    """The bullet on TPOT p50 at the fleet's edge: the sizing table's runs, vLLM 0.13's run and plan. The
+    words do not depend on the figures (at smoke size any count may meet the target): they state each
+    figure and the target."""
+    target = _scenario("autocomplete").slo["tpot_p50_ms"]
+    seeds = [r.results(AUTOCOMPLETE + s) for s in ("", " --set seed=2", " --set seed=3")]
+    full, eighth = r.results(AUTOCOMPLETE + FULL), r.results(AUTOCOMPLETE + EIGHTH + f" --set {_REPLICAS}=2")
+    fewer = r.results(AUTOCOMPLETE + f" --set {_REPLICAS}=3")
+    old = r.results(AUTOCOMPLETE + AUTOCOMPLETE_V013)
+    plan = r.plan(AUTOCOMPLETE_PLAN_V013)
+    need = smallest_meeting(plan, _REPLICAS)
+    need_gpus = plan["best"]["product_gpus"] if need else "—"
+
+    def n(res: dict) -> int:
+        return res["llmsim"]["replicas"]
+
+    def p50(res: dict) -> str:
+        return tpot(res["median_tpot_ms"], 3)
+
+    return (
+        "- **TPOT sizes the fleet, at its edge.** With the cache and cache-aware routing, "
+        f"{n(seeds[0])} replicas per 1/4 shard read TPOT p50 {_listed([p50(x) for x in seeds])} ms at seeds "
+        f"{_listed([str(x['llmsim']['seed']) for x in seeds])}, against the {target:g} ms target; the full "
+        f"fleet's {n(full)} replicas read {p50(full)} ms and the 1/8 shard's {n(eighth)} read {p50(eighth)} ms; "
+        f"{n(fewer)} replicas per 1/4 shard read {p50(fewer)} ms (the sizing table below). vLLM's asynchronous "
+        "scheduling (from 0.14, the `vllm` backend's default) hides its CPU time per iteration behind the GPU; "
+        f"scheduled in turn, as vLLM 0.10–0.13 did, the same {n(old)} replicas read TPOT p50 "
+        f"{tpot(old['median_tpot_ms'], 1)} ms (`{AUTOCOMPLETE}{AUTOCOMPLETE_V013}`), and the smallest count "
+        f"meeting the SLO at all three seeds is {need or '—'} replicas per shard, {need_gpus} GPUs "
+        f"(`{AUTOCOMPLETE_PLAN_V013}`; {need - 1 if need else '—'} read TPOT p50 "
+        f"{_seed_range(r, AUTOCOMPLETE_PLAN_V013, need and need - 1)} ms over the seeds): the serving stack's "
+        f"release takes this tier from {product(seeds[0])[0]} GPUs to {need_gpus}.")
+
+
+def autocomplete_plan(r: Runner) -> str:
+    """The fleet sized on three seeds against the scenario's replica count, from the plan and the default
+    run; "—" stands for a count the plan found none of."""
+    plan = r.plan(AUTOCOMPLETE_PLAN)
+    best, need = plan["best"], smallest_meeting(plan, _REPLICAS)
+    below = probed(plan, {_REPLICAS: need - 1}) if need else None
+    default = r.results(AUTOCOMPLETE)
+    gpus, month = product(default)
+    target = _scenario("autocomplete").slo["tpot_p50_ms"]
+    need_gpus = best["product_gpus"] if best else "—"
+    off = f"{100 * abs(below['tpot_p50_ms'] / target - 1):.1f}" if below else "—"     # over or under
+    return (
+        f"The fleet is sized on three seeds: `{AUTOCOMPLETE_PLAN}` stops at {need or '—'} replicas per 1/4 shard, "
+        f"{need_gpus} H100s (TPOT p50 {tpot(best['tpot_p50_ms']) if best else '—'} ms at the worst seed); at "
+        f"{need - 1 if need else '—'} the worst seed reads {tpot(below['tpot_p50_ms'], 3) if below else '—'} ms, "
+        f"{off} % from the {target:g} ms target. The scenario runs {default['llmsim']['replicas']} ({gpus} H100s, "
+        f"{usd(month)} a month against {usd(best['product_monthly_usd']) if best else '—'}): a fraction of a percent "
+        "is far inside llmsim's own TPOT error ([reading a plan's error bars](accuracy-reading.md)), so at this "
+        f"target the choice between {gpus} and {need_gpus} GPUs is the margin a deployment wants, not a measurement.")
 
 
 def autocomplete_ladder(r: Runner) -> str:
@@ -413,6 +518,88 @@ def dau_comparison(r: Runner) -> str:
          "scenarios/dau-10m.yaml --variant fp8 --vary pools.chat.replicas=8..13 --workers 1`"],
     ]
     return table(["", "case study", "llmsim", "command"], rows)
+
+
+DAU_GPUS = ["h100-sxm", "h200", "b200", "b300", "mi300x", "mi355x"]
+DAU_GPU_PLAN = ("llmsim plan scenarios/dau-10m.yaml --vary pools.chat.replicas=2..24 --vary pools.chat.gpu="
+                + ",".join(DAU_GPUS)
+                + " --set pools.chat.usd_per_gpu_hour=null --set workload.duration_s=120 --workers 1")
+DAU_PLAN = "llmsim plan scenarios/dau-10m.yaml --vary pools.chat.replicas=10..15 --workers 1"
+_NODES = "pools.chat.replicas"
+
+
+def _gpu_label(gpu: str) -> str:
+    return gpu.upper().replace("-", " ")
+
+
+def dau_gpus(r: Runner) -> str:
+    """The 10M-DAU shard on six GPUs: each one's smallest node count meeting the SLO, from one plan. The words
+    do not depend on the figures (at smoke size any count may meet the SLO), so "—" stands for a GPU that no
+    count of the range serves."""
+    from simulator.metrics.monthly import HOURS_PER_MONTH
+    from simulator.profiles.hardware import load_hardware
+
+    plan = r.plan(DAU_GPU_PLAN)
+    by = {c["overrides"]["pools.chat.gpu"]: c for c in plan["candidates"]}
+    lo, hi = plan["searched"]["range"]
+
+    def nodes(gpu: str) -> int | None:
+        return by[gpu]["overrides"][_NODES] if by[gpu]["slo_met"] else None
+
+    def calibration(gpu: str) -> str:
+        cal = plan["calibration"][gpu]
+        if cal["status"] == "calibrated":
+            return "measured"
+        if cal["status"] != "transferred":
+            return cal["status"]
+        # a copy takes the sibling's whole calibration, per-stack terms included; "scaled" (the default) only
+        # its dense kernels' fractions of peak
+        copy = " (copy)" if load_hardware(gpu).transfer.rule == "copy" else ""
+        return f"transferred from {cal['transferred_from']}{copy}"
+
+    rows = []
+    for gpu in DAU_GPUS:
+        c, n = by[gpu], nodes(gpu)
+        fleet = n * c["product_gpus"] // c["gpus"] if n else None
+        rows.append([_gpu_label(gpu), f"{n or '—'} ({count(fleet) if n else '—'})",
+                     count(c["product_gpus"]) if n else "—", f"{c['monthly_usd'] / c['gpus'] / HOURS_PER_MONTH:.2f}",
+                     count(c["product_monthly_usd"]) if n else "—",
+                     f"{ms(c['ttft_p99_ms'])} / {ms(c['tpot_p99_ms'])}" if n else "— / —", calibration(gpu)])
+    h100 = nodes("h100-sxm")
+    below = probed(plan, {"pools.chat.gpu": "h100-sxm", _NODES: h100 - 1}) if h100 else None
+    sc = _scenario("dau-10m")
+    head = ["GPU", "nodes per shard (fleet)", "GPUs in the fleet", "$/GPU-hour (profile)", "fleet $/month",
+            "TTFT / TPOT p99 (ms)", "calibration"]
+    return (shell(DAU_GPU_PLAN) + f"\n\nThe plan runs {len(plan['probes'])} of the {len(DAU_GPUS) * (hi - lo + 1)} "
+            "pairs of GPU and node count, searching each GPU's smallest count that meets the SLO. On H100 that "
+            f"count is {h100 or '—'} over {plan['set']['workload.duration_s']:g} s of arrivals and "
+            f"{smallest_meeting(r.plan(DAU_PLAN), _NODES) or '—'} over the default {sc.workload.duration_s:g} s "
+            f"(`{DAU_PLAN}`); at {h100 - 1 if h100 else '—'} the shorter run reads TPOT p99 "
+            f"{ms(below['tpot_p99_ms']) if below else '—'} ms against the {sc.slo['tpot_p99_ms']:g} ms target.\n\n"
+            + table(head, rows, {1, 2, 3, 4, 5}))
+
+
+def dau_gpu_variants(r: Runner) -> str:
+    """The `b300` and `mi355x` variants over the scenario's 600 s, and one node fewer: the run with one
+    fewer than the b300 variant's count, and the GPU plan's 120-s runs there."""
+    plan = r.plan(DAU_GPU_PLAN)
+    runs = {gpu: r.results(f"{DAU} --variant {gpu}") for gpu in ("b300", "mi355x")}
+    n = {gpu: res["llmsim"]["replicas"] for gpu, res in runs.items()}
+    fewer = f" --set {_NODES}={n['b300'] - 1}"       # one node fewer than the variant's
+    less = r.results(f"{DAU} --variant b300{fewer}")
+
+    def short(gpu: str) -> str:
+        p = probed(plan, {"pools.chat.gpu": gpu, _NODES: n[gpu] - 1})
+        return f"{ms(p['tpot_p99_ms']) if p else '—'} ms on {_gpu_label(gpu)}"
+
+    sc = _scenario("dau-10m")
+    return (f"The `mi355x` and `b300` variants run these GPUs over the scenario's {sc.workload.duration_s:g} s "
+            f"(`{DAU} --variant mi355x`, or `--ladder`): B300's {n['b300']} nodes read TPOT p99 "
+            f"{ms(runs['b300']['p99_tpot_ms'])} ms there (SLO {verdict(runs['b300'])}) and MI355X's {n['mi355x']} "
+            f"read {ms(runs['mi355x']['p99_tpot_ms'])} ms (SLO {verdict(runs['mi355x'])}), against the "
+            f"{sc.slo['tpot_p99_ms']:g} ms target. One node fewer reads TPOT p99 {ms(less['p99_tpot_ms'])} ms on "
+            f"B300 over the same {sc.workload.duration_s:g} s (`{DAU} --variant b300{fewer}`), and {short('b300')} "
+            f"and {short('mi355x')} over the plan's {plan['set']['workload.duration_s']:g} s.")
 
 
 QUICKCODE = "llmsim run scenarios/quickcode.yaml"
@@ -1213,12 +1400,16 @@ class Block:
 BLOCKS = [
     Block("case-study-stacks", CASE_STUDIES, stacks),
     Block("autocomplete-comparison", CASE_STUDIES, autocomplete_comparison),
+    Block("autocomplete-tpot", CASE_STUDIES, autocomplete_tpot),
     Block("autocomplete-sizing", CASE_STUDIES, autocomplete_sizing),
+    Block("autocomplete-plan", CASE_STUDIES, autocomplete_plan),
     Block("chatbot-sizing", CASE_STUDIES, chatbot_sizing),
     Block("chatbot-comparison", CASE_STUDIES, chatbot_comparison),
     Block("autocomplete-ladder", CASE_STUDIES, autocomplete_ladder),
     Block("autocomplete-shards", CASE_STUDIES, autocomplete_shards),
     Block("dau-comparison", DAU_QUICKCODE, dau_comparison),
+    Block("dau-gpus", DAU_QUICKCODE, dau_gpus),
+    Block("dau-gpu-variants", DAU_QUICKCODE, dau_gpu_variants),
     Block("quickcode-comparison", DAU_QUICKCODE, quickcode_comparison),
     Block("quickcode-ladder", DAU_QUICKCODE, quickcode_ladder),
     Block("quickcode-differences", DAU_QUICKCODE, quickcode_differences),

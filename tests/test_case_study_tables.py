@@ -29,11 +29,13 @@ _FIGURE = re.compile(r"\$?\d[\d,]*(\.\d+)?|—|\b(met|missed)\b")
 
 
 def masked(text: str) -> str:
-    """The block with every figure and verdict replaced, except in commands (code spans, indented lines):
-    what does not depend on the run's size."""
-    lines = []
+    """The block with every figure and verdict replaced, except in commands (code spans, indented lines,
+    fenced blocks): what does not depend on the run's size."""
+    lines, fenced = [], False
     for line in text.split("\n"):
-        if not line.startswith("    "):
+        if line.startswith("```"):
+            fenced = not fenced
+        elif not fenced and not line.startswith("    "):
             parts = line.split("`")
             parts[::2] = [_FIGURE.sub("#", s) for s in parts[::2]]
             line = "`".join(parts)
@@ -98,6 +100,15 @@ def test_masking_keeps_what_a_table_says():
     assert masked("| int8 | 1 |") != masked("| tgi | 1 |")
     assert masked("| a | `--set pools.x.replicas=8` |") != masked("| a | `--set pools.x.replicas=9` |")
     assert masked("    llmsim run s.yaml --set seed=2") != masked("    llmsim run s.yaml --set seed=3")
+    assert masked("```\nllmsim plan s.yaml \\\n  --vary x=2..24\n```\n12 nodes") != \
+        masked("```\nllmsim plan s.yaml \\\n  --vary x=2..30\n```\n12 nodes")
+
+
+def test_a_fenced_command_is_the_command_that_runs():
+    """A long command shown over several lines joins back into the one the Runner runs."""
+    lines = cs.shell(cs.DAU_GPU_PLAN).split("\n")
+    assert lines[0] == lines[-1] == "```" and len(lines) > 3
+    assert " ".join(line.strip().removesuffix("\\").strip() for line in lines[1:-1]) == cs.DAU_GPU_PLAN
 
 
 def test_a_kept_run_is_redone_once_its_scenario_changes(tmp_path, monkeypatch):
