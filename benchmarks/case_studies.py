@@ -118,6 +118,21 @@ class Runner:
         plan.json keeps only the worst seed's latencies, and a page may quote every seed's."""
         return [json.loads(p.read_text()) for p in sorted((self._out(command) / "points").glob("*.json"))]
 
+    def estimate(self, command: str) -> dict:
+        """An ``llmsim estimate`` command's figures (its ``--json``), taken from the command the page shows
+        so that the two cannot drift apart; the cost model alone, nothing to keep."""
+        from simulator.cli.app import main
+
+        args = shlex.split(command)
+        assert args[:2] == ["llmsim", "estimate"], command
+        with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
+            try:
+                main([*args[1:], "--json"])
+            except SystemExit as e:
+                if e.code not in (0, None):
+                    raise RuntimeError(f"{command}: exit {e.code}\n{err.getvalue()[-2000:]}") from None
+        return json.loads(out.getvalue())
+
     def ladder(self, command: str) -> list[tuple[str, dict]]:
         """(step, results.json) in the ladder's order; each results.json gains its ladder.csv row as ``ladder``."""
         import csv
@@ -460,6 +475,13 @@ def _check_sets(name: str) -> str:
     return "".join(f" --set {k}={v}" for k, v in _scenario(name).check.set.items())
 
 
+def _dau_in_flight(res: dict) -> float:
+    """Requests in flight across the whole fleet at the peak by Little's law (the fleet's arrival rate times the
+    mean time a request stays), the count the case study's 950,000 is held against."""
+    rate = _scenario("dau-10m").workload.arrival.rate_per_s
+    return rate * res["llmsim"]["product"]["slices"] * res["mean_e2el_ms"] / 1e3
+
+
 def dau_comparison(r: Runner) -> str:
     """The 10M-DAU case study's figures beside llmsim's, each from the run its row names."""
     sc = _scenario("dau-10m")
@@ -473,7 +495,7 @@ def dau_comparison(r: Runner) -> str:
     rate = sc.workload.arrival.rate_per_s
     price = ll["cost"]["pools"][0]["usd_per_gpu_hour"]
     month = ll["product"]["monthly_usd"]
-    in_flight = rate * slices * base["mean_e2el_ms"] / 1e3
+    in_flight = _dau_in_flight(base)
 
     def fleet_month(res: dict) -> str:
         return f"${res['llmsim']['product']['monthly_usd'] / 1e6:.1f}M"
@@ -600,6 +622,61 @@ def dau_gpu_variants(r: Runner) -> str:
             f"{sc.slo['tpot_p99_ms']:g} ms target. One node fewer reads TPOT p99 {ms(less['p99_tpot_ms'])} ms on "
             f"B300 over the same {sc.workload.duration_s:g} s (`{DAU} --variant b300{fewer}`), and {short('b300')} "
             f"and {short('mi355x')} over the plan's {plan['set']['workload.duration_s']:g} s.")
+
+
+def dau_sizing(r: Runner) -> str:
+    """The shard's node count is a plan's answer, so the page quotes the plan (its count and the one below),
+    not the scenario. The words do not depend on the figures (at smoke size any count may meet the SLO), so
+    "—" stands for a count the plan found none of or never ran."""
+    sc = _scenario("dau-10m")
+    plan = r.plan(DAU_PLAN)
+    best, need = plan["best"], smallest_meeting(plan, _NODES)
+    below = probed(plan, {_NODES: need - 1}) if need else None
+    lo, hi = plan["searched"]["range"]
+    return (f"The shard's node count comes from `{DAU_PLAN}`, which searches {lo} to {hi} nodes for the smallest "
+            f"count meeting both targets: {need or '—'} (TTFT p99 {ms(best['ttft_p99_ms']) if best else '—'} ms, "
+            f"TPOT p99 {ms(best['tpot_p99_ms']) if best else '—'} ms, against {sc.slo['ttft_p99_ms']:g} and "
+            f"{sc.slo['tpot_p99_ms']:g} ms); {need - 1 if need else '—'} nodes read TPOT p99 "
+            f"{ms(below['tpot_p99_ms']) if below else '—'} ms.")
+
+
+#: the case study's requests in flight per node, and the context of a request decoding (3,000 + half of 400)
+DAU_PER_NODE, DAU_CONTEXT = 300, 3200
+DAU_STEP = ("llmsim estimate step --gpu h100-sxm --model llama-3.1-70b --tp 8 "
+            f"--decode-batch {DAU_PER_NODE} --decode-context {DAU_CONTEXT}")
+DAU_FIT = "llmsim estimate request --gpu h100-sxm --model llama-3.1-70b --tp 8 --input 3000 --output 400"
+
+
+def dau_differences(r: Runner) -> str:
+    """Where the 10M-DAU case study's per-node figures part from llmsim's, each figure from the estimate or the
+    run its bullet names; the words hold the case study's figures beside them, whatever their size."""
+    sc = _scenario("dau-10m")
+    base = r.results(DAU)
+    step, fit = r.estimate(DAU_STEP), r.estimate(DAU_FIT)
+    in_flight = _dau_in_flight(base)
+    fleet = base["llmsim"]["replicas"] * base["llmsim"]["product"]["slices"]
+    at_300 = in_flight / DAU_PER_NODE
+    context = f"~{DAU_CONTEXT / 1e3:.1f}K"
+    return "\n".join([
+        f"- **~{DAU_PER_NODE} requests per node against the table's mean batch.** One decode step of "
+        f"{DAU_PER_NODE} sequences at {context} tokens of context takes {ms(step['total_ms'])} ms on a TP-8 node "
+        f"before any prefill chunk joins it (`{DAU_STEP}`), against the {sc.slo['tpot_p99_ms']:g} ms TPOT p99 "
+        "target, and every step that also carries a slice of the 2,000 uncached prompt tokens per request is "
+        f"longer; the sized shard runs a mean batch of {base['llmsim']['mean_batch_size']:.0f} per node. The "
+        f"node's KV memory holds {count(fit['max_concurrent_requests'])} requests of "
+        f"{(fit['input_tokens'] + fit['output_tokens']) / 1e3:.1f}K tokens (`{DAU_FIT}`): "
+        f"the case study's ~{DAU_PER_NODE} is of the order of that memory bound, not a batch the TPOT target "
+        "sets.",
+        "- **950,000 in flight against the table's count.** By Little's law 950,000 turns in flight at 5,000 "
+        "req/s would mean each turn stays 190 s in the system, while a turn occupies a node for the table's "
+        f"mean end-to-end time, {base['mean_e2el_ms'] / 1e3:.1f} s (TTFT + 400 tokens at the decode step's "
+        "pace); the figure can only count conversations between turns (the user reading and typing), which "
+        f"hold no GPU slot. Read as KV tokens instead, it is what ~{DAU_PER_NODE} requests × {context} tokens hold "
+        f"on one node (~{count(DAU_PER_NODE * DAU_CONTEXT)}).",
+        f"- **Hundreds of nodes against the table's fleet.** At ~{DAU_PER_NODE} per node the table's "
+        f"~{round(in_flight, -3):,.0f} requests in flight would fill {count(at_300)} nodes; at the batch the "
+        f"TPOT target allows they take the table's {count(fleet)}, {fleet / at_300:.1f} times as many.",
+    ])
 
 
 QUICKCODE = "llmsim run scenarios/quickcode.yaml"
@@ -1042,8 +1119,11 @@ def quickcode_kv(r: Runner) -> str:
     return f"`{cmd}`:\n\n" + table(["", "case study", "llmsim `tgi`", "llmsim `continuous`"], rows, {1, 2, 3})
 
 
+DAU_SHORT = DAU + " --set workload.duration_s=120"      # 120 s of arrivals, as `llmsim check` runs it
+
+
 def dau_prefix_breakage(r: Runner) -> str:
-    cmd = "llmsim run scenarios/dau-10m.yaml --set workload.duration_s=120"
+    cmd = DAU_SHORT
     before, after = r.results(cmd), r.results(cmd + " --variant prefix-breakage")
     hit = [x["llmsim"]["prefix_cache"]["token_hit_rate"] for x in (before, after)]
     targets = ", ".join(f"{k.split('_')[0].upper()} {k.split('_')[1]} {v['target_ms']:g}"
@@ -1057,6 +1137,60 @@ def dau_prefix_breakage(r: Runner) -> str:
     ]
     return (f"`{cmd}` and the same with `--variant prefix-breakage`:\n\n"
             + table(["", "case study", "llmsim before", "llmsim after"], rows, {1, 2, 3}))
+
+
+DAU_BREAKAGE_PLAN = ("llmsim plan scenarios/dau-10m.yaml --variant prefix-breakage --set workload.duration_s=120 "
+                     "--vary pools.chat.replicas=13..21 --workers 1")
+
+
+def dau_prefix_breakage_plan(r: Runner) -> str:
+    """What the broken prefix costs in nodes: the plan's smallest count against the shard the table above runs
+    (the scenario's, which the 10..15 plan sizes). The words do not depend on the figures, so "—" stands for a
+    count the plan found none of or never ran."""
+    sc = _scenario("dau-10m")
+    before = r.results(DAU_SHORT)
+    plan = r.plan(DAU_BREAKAGE_PLAN)
+    best, need = plan["best"], smallest_meeting(plan, _NODES)
+    below = probed(plan, {_NODES: need - 1}) if need else None
+    nodes, slices = before["llmsim"]["replicas"], before["llmsim"]["product"]["slices"]
+    return ("The case study's 80 % counts chat history as well; dau-10m's requests are lone turns whose only shared "
+            f"prefix is the system prompt, hence {pct(before['llmsim']['prefix_cache']['token_hit_rate'])}. With "
+            f"the timestamp the smallest count meeting the SLO over the same {plan['set']['workload.duration_s']:g} s "
+            f"is {need or '—'} nodes per shard (TTFT p99 {ms(best['ttft_p99_ms']) if best else '—'} ms, TPOT p99 "
+            f"{ms(best['tpot_p99_ms']) if best else '—'} ms), where {need - 1 if need else '—'} nodes read TPOT p99 "
+            f"{ms(below['tpot_p99_ms']) if below else '—'} ms against the {sc.slo['tpot_p99_ms']:g} ms target: "
+            f"{count(need * slices) if need else '—'} nodes in the fleet against the {count(nodes * slices)} of "
+            f"the table's {nodes} per shard, {f'{100 * (need / nodes - 1):.0f}' if need else '—'} % more "
+            f"(`{DAU_BREAKAGE_PLAN}`, {len(plan['probes'])} runs).")
+
+
+DAU_MOE = DAU + " --variant moe-qwen3-235b --set workload.duration_s=60"
+DAU_MOE_PLAN = ("llmsim plan scenarios/dau-10m.yaml --variant moe-qwen3-235b --set workload.duration_s=60 "
+                "--vary pools.chat.replicas=8..14 --workers 1")
+
+
+def dau_moe_checkpoint(r: Runner) -> str:
+    """Block-fp8 expert kernels against vLLM's online fp8: both checkpoints on the dense shard's node count, so
+    that the gap is the kernels', and the plan that says whether any count of the range serves the FP8 one ("—"
+    where none does)."""
+    sc = _scenario("dau-10m")
+    on = f" --set {_NODES}={sc.pools[0].replicas}"     # the dense 70B's nodes per shard
+    fp8, bf16 = r.results(DAU_MOE + on), r.results(DAU_MOE + on + " --set pools.chat.model=qwen3-235b-a22b")
+    plan = r.plan(DAU_MOE_PLAN)
+    need = smallest_meeting(plan, _NODES)
+    lo, hi = plan["searched"]["range"]
+    runs = sorted(plan["probes"], key=lambda p: p["tpot_p99_ms"])
+
+    def at(p: dict) -> str:
+        return f"{ms(p['tpot_p99_ms'])} ms ({p['overrides'][_NODES]} nodes)"
+
+    return (f"On the 10M-DAU shard, Qwen3-235B-A22B in fp8 with EP 8 on {fp8['llmsim']['replicas']} nodes reads "
+            f"TPOT p99 {ms(fp8['p99_tpot_ms'])} ms from the FP8 checkpoint and {ms(bf16['p99_tpot_ms'])} ms from "
+            f"the 16-bit one (`{DAU_MOE}{on}`, and the same with `--set pools.chat.model=qwen3-235b-a22b`), "
+            f"against the {sc.slo['tpot_p99_ms']:g} ms target. With the FP8 checkpoint the smallest count from {lo} "
+            f"to {hi} nodes meeting the SLO is {need or '—'} (a dash: none in the range; `{DAU_MOE_PLAN}`): its "
+            f"{len(runs)} runs read TPOT "
+            f"p99 from {at(runs[0])} to {at(runs[-1])}.")
 
 
 def ttft_buckets(r: Runner) -> str:
@@ -1136,7 +1270,7 @@ def ttft_mixed(r: Runner) -> str:
 
 
 def dau_gateway(r: Runner) -> str:
-    cmd = "llmsim run scenarios/dau-10m.yaml --set workload.duration_s=120"
+    cmd = DAU_SHORT
     plain, limited = r.results(cmd), r.results(cmd + " --variant gateway-limits")
     g = limited["llmsim"]["gateway"]["classes"]["partner"]
     rows = [
@@ -1407,7 +1541,9 @@ BLOCKS = [
     Block("chatbot-comparison", CASE_STUDIES, chatbot_comparison),
     Block("autocomplete-ladder", CASE_STUDIES, autocomplete_ladder),
     Block("autocomplete-shards", CASE_STUDIES, autocomplete_shards),
+    Block("dau-sizing", DAU_QUICKCODE, dau_sizing),
     Block("dau-comparison", DAU_QUICKCODE, dau_comparison),
+    Block("dau-differences", DAU_QUICKCODE, dau_differences),
     Block("dau-gpus", DAU_QUICKCODE, dau_gpus),
     Block("dau-gpu-variants", DAU_QUICKCODE, dau_gpu_variants),
     Block("quickcode-comparison", DAU_QUICKCODE, quickcode_comparison),
@@ -1420,6 +1556,7 @@ BLOCKS = [
     Block("coding-agent-sizing", TTFT_AGENTS_LORA, coding_agent_sizing),
     Block("coding-agent-differences", TTFT_AGENTS_LORA, coding_agent_differences),
     Block("dau-prefix-breakage", SCENARIOS, dau_prefix_breakage),
+    Block("dau-prefix-breakage-plan", SCENARIOS, dau_prefix_breakage_plan),
     Block("ttft-program-buckets", SCENARIOS, ttft_buckets),
     Block("quickcode-kv", SCENARIOS, quickcode_kv),
     Block("ttft-program-mixed-fleet", SCENARIOS, ttft_mixed),
@@ -1428,6 +1565,7 @@ BLOCKS = [
     Block("chatbot-regions", SCENARIOS, chatbot_regions),
     Block("chatbot-monthly", SCENARIOS, chatbot_monthly),
     Block("chatbot-energy", SCENARIOS, chatbot_energy),
+    Block("dau-moe-checkpoint", SCENARIOS, dau_moe_checkpoint),
     Block("multi-lora-ladder", TTFT_AGENTS_LORA, multi_lora_ladder),
 ]
 
