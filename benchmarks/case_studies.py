@@ -1305,6 +1305,33 @@ CHATBOT_DAY = (" --set workload.duration_s=86400 --set workload.arrival.profile.
                " --set cost.monthly.method=day")
 
 
+LLAMA_405B = "llmsim run scenarios/llama-405b-pp.yaml --ladder"
+#: The 405B what-if's ladder steps as its table names them.
+LLAMA_405B_STEPS = {"baseline": "2×8 H100, TP 8 × PP 2, scheduled ahead",
+                    "pp-in-turn": "2×8 H100, TP 8 × PP 2, in turn",
+                    "h200": "8 H200, TP 8, bf16", "h200-fp8": "8 H200, TP 8, fp8"}
+
+
+def llama_405b_pp(r: Runner) -> str:
+    """The 405B what-if's ladder at a low rate, the scenario's own and a high one: one row per step and rate."""
+    def n(x: float | None) -> str:     # a smoke-sized run at 0.05 req/s may finish no request: no cost, no rate
+        return "—" if x is None else count(x)
+
+    rate = _scenario("llama-405b-pp").workload.arrival.rate_per_s
+    rows = []
+    for label, extra in [("0.05 req/s", " --set workload.arrival.rate_per_s=0.05"), (f"{rate:g} req/s", ""),
+                         ("3 req/s", " --set workload.arrival.rate_per_s=3")]:
+        for i, (step, res) in enumerate(r.ladder(LLAMA_405B + extra)):
+            ll = res["llmsim"]
+            rows.append([label if i == 0 else "", LLAMA_405B_STEPS[step], n(ll["gpus"]),
+                         n(ll["cost"]["monthly_usd"]), n(ll["kv_tokens_per_replica"]),
+                         f"{ms(res['median_ttft_ms'])} / {ms(res['p99_ttft_ms'])}",
+                         f"{ms(res['median_tpot_ms'])} / {ms(res['p99_tpot_ms'])}", n(res["output_throughput"])])
+    head = ["rate", "configuration", "GPUs", "$/month", "KV tokens", "TTFT p50 / p99 (ms)", "TPOT p50 / p99 (ms)",
+            "output tok/s"]
+    return table(head, rows)
+
+
 MULTI_LORA = "llmsim run scenarios/multi-lora.yaml --ladder"
 
 
@@ -1566,6 +1593,7 @@ BLOCKS = [
     Block("chatbot-monthly", SCENARIOS, chatbot_monthly),
     Block("chatbot-energy", SCENARIOS, chatbot_energy),
     Block("dau-moe-checkpoint", SCENARIOS, dau_moe_checkpoint),
+    Block("llama-405b-pp", TTFT_AGENTS_LORA, llama_405b_pp),
     Block("multi-lora-ladder", TTFT_AGENTS_LORA, multi_lora_ladder),
 ]
 
