@@ -1269,6 +1269,56 @@ def ttft_mixed(r: Runner) -> str:
             + table(["", f"fp8-kv: {fleet(runs[0])}", f"mixed-fleet: {fleet(runs[1])}"], rows, {1, 2}))
 
 
+def _host_tier(pool: dict) -> dict | None:
+    """A pool's host-memory KV tier (``prefix_cache.offload.host`` in results.json), None without one."""
+    return ((pool.get("prefix_cache") or {}).get("offload") or {}).get("host")
+
+
+#: the first three levers, the KV cache still in bf16, on llmsim's generic engine
+TTFT_BF16 = TTFT + "".join(f" --variant {v}" for v in TTFT_RUNGS[:3])
+TTFT_GENERIC = " --set pools.chat.engine.backend=null"
+#: (row, the variants after the first three levers) of the TTFT program's host-tier table
+TTFT_TIER_ROWS = [("nothing (the `admission` rung)", ""), ("+ host tier, {host_gb:g} GB", " --variant host-tier"),
+                  ("+ FP8 KV instead (the `fp8-kv` rung)", " --variant fp8-kv"),
+                  ("+ FP8 KV and host tier (the `host-tier` rung)", " --variant fp8-kv --variant host-tier")]
+
+
+def ttft_host_tier(r: Runner) -> str:
+    """The host tier against FP8 KV on the generic engine, over the hour: each keeps the session histories HBM
+    cannot, and the paragraph quotes the rows that show they do not add up."""
+    sc = _scenario("ttft-program")
+    host_gb = next(v for v in sc.variants if v.name == "host-tier").set["pools.chat.engine.kv_offload"]["host_gb"]
+    rows, runs = [], []
+    for label, variants in TTFT_TIER_ROWS:
+        cmd = TTFT_BF16 + variants + TTFT_GENERIC
+        res, turns = r.results(cmd), r.requests(cmd)
+        runs.append(res)
+        pool = res["llmsim"]["pools"]["chat"]
+        host = _host_tier(pool)
+        # the served turns only: one admission sheds is never prefilled, so its prompt costs the GPUs nothing
+        served = turns[turns["status"] == "finished"]
+        uncached = int((served["input_tokens"] - served["cached_tokens"] > 8000).sum())
+        reload = ""
+        if host:
+            # the bytes moved where the KV is bf16, the reload the page prices after the table
+            total = "" if "fp8-kv" in variants else f", {host['reloaded_bytes'] / 1e12:.1f} TB in all"
+            reload = f"{count(host['hit_requests'])} ({tpot(host['mean_reload_ms'], 1)} ms{total})"
+        rows.append([label.format(host_gb=host_gb),
+                     f"{ms(res['median_ttft_ms'])} / {ms(res['p95_ttft_ms'])} / {ms(res['p99_ttft_ms'])}",
+                     tpot(pool["prefix_cache"]["token_hit_rate"], 3), count(uncached), reload or "—",
+                     tpot(res["p99_tpot_ms"], 1)])
+    head = ["first three levers (bf16 KV), then:", "TTFT p50 / p95 / p99 (ms)", "token hit rate",
+            "served turns prefilling > 8K tokens", "turns reloading from host (mean reload)", "TPOT p99 (ms)"]
+    both = _host_tier(runs[-1]["llmsim"]["pools"]["chat"])
+    return (table(head, rows, {1, 2, 3, 4, 5})
+            + f"\n\n(`{TTFT_BF16} [--variant fp8-kv] [--variant host-tier]{TTFT_GENERIC} -o DIR`, 1 h of session "
+            "starts, on llmsim's generic engine: `DIR/results.json`'s `llmsim.pools.chat.prefix_cache`, turns from "
+            "`DIR/requests.parquet`.) The case study names \"LMCache + KV transfer over RDMA\" as a lever without a "
+            f"number of its own; here the host tier buys what FP8 KV buys (p99 {ms(runs[0]['p99_ttft_ms'])} → "
+            f"{ms(runs[1]['p99_ttft_ms'])} ms) and the two do not add up: once FP8 KV keeps the histories in HBM, "
+            f"{count(both['hit_requests'])} turns in an hour reach the host tier.")
+
+
 def dau_gateway(r: Runner) -> str:
     cmd = DAU_SHORT
     plain, limited = r.results(cmd), r.results(cmd + " --variant gateway-limits")
@@ -1301,6 +1351,46 @@ def chatbot_regions(r: Runner) -> str:
     return table(["region", "sessions", "requests", "TTFT p50", "TTFT p99", "E2E p50"], rows, {1, 2, 3, 4, 5})
 
 
+CHATBOT_TIER_TARGET = " --set pools.free.autoscaling.target=64"
+#: (row, the variants, whether the autoscaled target is set) of the chatbot's host-tier table; `static` removes
+#: the autoscaler, and with it the target
+CHATBOT_TIER_ROWS = [("autoscaled (target 64)", "", True), ("autoscaled, + host tier", " --variant host-tier", True),
+                     ("same GPUs (`static`: {free} free, {paid} paid)", " --variant static", False),
+                     ("same GPUs, + host tier", " --variant static --variant host-tier", False)]
+
+
+def _chatbot_generic(variants: str) -> str:
+    return generic(CHATBOT + variants, ["free", "paid"])
+
+
+def chatbot_host_tier(r: Runner) -> str:
+    """The chatbot's free pool with and without the host tier, autoscaled and at fixed sizes, on the generic
+    engine; the sentence after the table sets the autoscaled peaks side by side, whichever is smaller."""
+    rows, peak = [], []
+    for label, variants, autoscaled in CHATBOT_TIER_ROWS:
+        ll = r.results(_chatbot_generic(variants) + (CHATBOT_TIER_TARGET if autoscaled else "") + " --json")["llmsim"]
+        free, cls = ll["pools"]["free"], ll["classes"]["free"]
+        host = _host_tier(free)
+        if autoscaled:
+            peak.append(free["gpus"])
+        rows.append([label.format(free=free["gpus"], paid=ll["pools"]["paid"]["gpus"]),
+                     tpot(free["prefix_cache"]["token_hit_rate"], 3),
+                     f"{count(host['hit_requests'])} turns ({tpot(host['mean_reload_ms'], 1)} ms)" if host else "—",
+                     " / ".join(tpot(cls[k], 1) for k in ("median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms")),
+                     str(free["gpus"]), count(ll["cost"]["monthly_usd"])])
+    head = ["free pool (Llama-3-8B, H100)", "token hit rate", "host-tier hits (mean reload)",
+            "free TTFT p50 / p95 / p99 (ms)", "free GPUs, peak", "fleet $/month (the shard)"]
+    return (table(head, rows, {1, 2, 3, 4, 5})
+            + f"\n\n(`{_chatbot_generic(' [--variant host-tier]')}{CHATBOT_TIER_TARGET} --json` for the autoscaled "
+            "rows; the static rows drop the target, as `static` removes the autoscaler: "
+            f"`{_chatbot_generic(' --variant static [--variant host-tier]')} --json`; "
+            "`llmsim.pools.free.prefix_cache` (`token_hit_rate`, and `offload.host`'s `hit_requests` and "
+            "`mean_reload_ms`), `llmsim.classes.free`, `llmsim.pools.free.gpus`, `llmsim.cost.monthly_usd`; measured "
+            "on llmsim's generic engine.) Autoscaled, the turns spend less time in flight, and the autoscaler, which "
+            f"scales on requests in flight, runs {peak[1]} free GPUs at the peak with the tier against {peak[0]} "
+            "without it.")
+
+
 CHATBOT_DAY = (" --set workload.duration_s=86400 --set workload.arrival.profile.peak_at_s=50400"
                " --set cost.monthly.method=day")
 
@@ -1312,24 +1402,94 @@ LLAMA_405B_STEPS = {"baseline": "2×8 H100, TP 8 × PP 2, scheduled ahead",
                     "h200": "8 H200, TP 8, bf16", "h200-fp8": "8 H200, TP 8, fp8"}
 
 
+def _llama_405b_rates() -> list[tuple[str, str]]:
+    """(rate, the ``--set`` that runs it) of the what-if's ladders: a rate at which a request mostly runs alone,
+    the scenario's own, and one past what a single replica serves."""
+    rate = _scenario("llama-405b-pp").workload.arrival.rate_per_s
+    return [("0.05 req/s", " --set workload.arrival.rate_per_s=0.05"), (f"{rate:g} req/s", ""),
+            ("3 req/s", " --set workload.arrival.rate_per_s=3")]
+
+
+def _or_dash(x: float | None, f: Callable[[float], str] = count) -> str:
+    """A figure a smoke-sized run may lack (at 0.05 req/s it may finish no request: no cost, no rate)."""
+    return "—" if x is None else f(x)
+
+
 def llama_405b_pp(r: Runner) -> str:
     """The 405B what-if's ladder at a low rate, the scenario's own and a high one: one row per step and rate."""
-    def n(x: float | None) -> str:     # a smoke-sized run at 0.05 req/s may finish no request: no cost, no rate
-        return "—" if x is None else count(x)
-
-    rate = _scenario("llama-405b-pp").workload.arrival.rate_per_s
     rows = []
-    for label, extra in [("0.05 req/s", " --set workload.arrival.rate_per_s=0.05"), (f"{rate:g} req/s", ""),
-                         ("3 req/s", " --set workload.arrival.rate_per_s=3")]:
+    for label, extra in _llama_405b_rates():
         for i, (step, res) in enumerate(r.ladder(LLAMA_405B + extra)):
             ll = res["llmsim"]
-            rows.append([label if i == 0 else "", LLAMA_405B_STEPS[step], n(ll["gpus"]),
-                         n(ll["cost"]["monthly_usd"]), n(ll["kv_tokens_per_replica"]),
+            rows.append([label if i == 0 else "", LLAMA_405B_STEPS[step], _or_dash(ll["gpus"]),
+                         _or_dash(ll["cost"]["monthly_usd"]), _or_dash(ll["kv_tokens_per_replica"]),
                          f"{ms(res['median_ttft_ms'])} / {ms(res['p99_ttft_ms'])}",
-                         f"{ms(res['median_tpot_ms'])} / {ms(res['p99_tpot_ms'])}", n(res["output_throughput"])])
+                         f"{ms(res['median_tpot_ms'])} / {ms(res['p99_tpot_ms'])}", _or_dash(res["output_throughput"])])
     head = ["rate", "configuration", "GPUs", "$/month", "KV tokens", "TTFT p50 / p99 (ms)", "TPOT p50 / p99 (ms)",
             "output tok/s"]
     return table(head, rows)
+
+
+def llama_405b_differences(r: Runner) -> str:
+    """What the 405B what-if's table says, each figure from the ladder step and rate its bullet names. Whether a
+    configuration meets the SLO is each step's verdict in the table's order, so the words hold whichever meet it
+    (at smoke size any may)."""
+    from simulator.profiles.hardware import load_hardware
+
+    (lo, _), (mid, _), (hi, _) = rates = _llama_405b_rates()
+    alone, at, busy = (dict(r.ladder(LLAMA_405B + extra)) for _, extra in rates)
+    tb_s = {gpu: f"{load_hardware(gpu).hbm_bandwidth_tb_s:g}" for gpu in ("h100-sxm", "h200")}
+    slo = _scenario("llama-405b-pp").slo
+
+    def p50(res: dict) -> str:
+        return ms(res["median_tpot_ms"])
+
+    def gap(a: dict, b: dict) -> str:     # one sign whatever the run, so the words match at smoke size
+        x, y = a["median_tpot_ms"], b["median_tpot_ms"]
+        return "—" if x is None or y is None else f"{abs(x - y):.1f}"
+
+    def ll(res: dict, key: str):
+        return res["llmsim"][key]
+
+    def k_usd(res: dict) -> str:
+        return _or_dash(res["llmsim"]["cost"]["monthly_usd"], lambda x: f"${x / 1e3:.1f}k")
+
+    def verdicts(steps: dict) -> str:
+        return _listed([verdict(res) for res in steps.values()])
+
+    fp8, pair = at["h200-fp8"], at["baseline"]
+    in_turn = busy["pp-in-turn"]
+    running = ll(in_turn, "mean_batch_size")
+    return "\n".join([
+        f"- **Alone, PP buys nothing.** At {lo} a request mostly runs alone: one batch walks both stages one after "
+        "the other, so the second node adds no speed, only the hand-off over the NICs; the H100 pair is slower per "
+        f"token than the H200 node ({p50(alone['baseline'])} vs {p50(alone['h200'])} ms TPOT at p50) because each "
+        f"stage reads its half of the weights at H100's {tb_s['h100-sxm']} TB/s instead of H200's {tb_s['h200']} "
+        "TB/s. Scheduled ahead, the pipeline hides its CPU time behind the walk as the single node does, "
+        f"{gap(alone['pp-in-turn'], alone['baseline'])} ms per token less than in turn ({p50(alone['pp-in-turn'])} "
+        "ms).",
+        "- **At load, PP pays only in turn.** In turn the two nodes keep two micro-batches of distinct requests in "
+        "flight; scheduled ahead, every batch holds every running request and waits for the previous batch's "
+        "tokens, so one batch walks the stages at a time, with the attention of all of them and one token budget "
+        f"of prompts. At {mid} that costs the scheduled-ahead pipeline {p50(pair)} ms TPOT at p50 against "
+        f"{p50(at['pp-in-turn'])} in turn; at {hi} it falls behind the arrivals as the H200 node in bf16 does "
+        f"({_or_dash(busy['baseline']['output_throughput'])} output tokens/s and minutes of queue, against "
+        f"{_or_dash(in_turn['output_throughput'])} in turn), while in turn the "
+        f"{ll(in_turn, 'kv_tokens_per_replica') / ll(busy['h200'], 'kv_tokens_per_replica'):.1f}× larger KV pool "
+        f"keeps two micro-batches of ~{round(running / 2, -1):.0f} sequences going ({count(running)} running on "
+        "average: `mean_batch_size` in the step's `results.json`, with `-o DIR`). By this model a two-node pipeline "
+        "on current vLLM runs faster at this load with `--no-async-scheduling`; the two schedules are read from "
+        "vLLM's source, and no measured pipeline in the shared data checks which is faster.",
+        f"- **fp8 on one H200 node is the cheaper answer** at {lo.removesuffix(' req/s')} and {mid}: half the "
+        f"weight bytes shorten the decode walk (TPOT p50 {p50(alone['h200-fp8'])} against {p50(alone['h200'])} ms "
+        f"in bf16 at {lo}, {p50(fp8)} against {p50(at['h200'])} ms at {mid}) and leave "
+        f"{ll(fp8, 'kv_tokens_per_replica') / 1e6:.2f}M KV tokens, on {ll(fp8, 'gpus')} GPUs billed at "
+        f"{k_usd(fp8)} a month against {k_usd(pair)} for the {ll(pair, 'gpus')} H100s. This scenario's SLO (TTFT "
+        f"p99 ≤ {slo['ttft_p99_ms'] / 1e3:g} s, TPOT p99 ≤ {slo['tpot_p99_ms']:g} ms) is, in the table's order, "
+        f"{verdicts(at)} at {mid} and {verdicts(busy)} at {hi} with one replica; there the fp8 node's batches of up "
+        f"to {ll(busy['h200-fp8'], 'max_batch_size')} sequences make each token slow (TPOT p50 "
+        f"{p50(busy['h200-fp8'])} ms): that is where a second replica, not a second stage, is the fix.",
+    ])
 
 
 MULTI_LORA = "llmsim run scenarios/multi-lora.yaml --ladder"
@@ -1370,8 +1530,8 @@ CODING_AGENT_RUNGS = ["cache-aware", "host-tier", "disaggregation"]
 
 def _agent_hits(res: dict) -> str:
     """Prompt tokens served from cache on the serving (prefill) pool, and of them from the host tier."""
-    pc = res["llmsim"]["pools"]["agents"]["prefix_cache"]
-    host = (pc.get("offload") or {}).get("host")
+    pool = res["llmsim"]["pools"]["agents"]
+    pc, host = pool["prefix_cache"], _host_tier(pool)
     def share(x: float | None) -> str:    # None: no prompt tokens looked up (a smoke-sized run)
         return "—" if x is None else pct(x)
     return share(pc["token_hit_rate"]) + (f" ({share(host['token_hit_rate'])})" if host else "")
@@ -1586,6 +1746,8 @@ BLOCKS = [
     Block("dau-prefix-breakage-plan", SCENARIOS, dau_prefix_breakage_plan),
     Block("ttft-program-buckets", SCENARIOS, ttft_buckets),
     Block("quickcode-kv", SCENARIOS, quickcode_kv),
+    Block("chatbot-host-tier", SCENARIOS, chatbot_host_tier),
+    Block("ttft-program-host-tier", SCENARIOS, ttft_host_tier),
     Block("ttft-program-mixed-fleet", SCENARIOS, ttft_mixed),
     Block("ttft-program-api", SCENARIOS, ttft_api),
     Block("dau-gateway", SCENARIOS, dau_gateway),
@@ -1594,6 +1756,7 @@ BLOCKS = [
     Block("chatbot-energy", SCENARIOS, chatbot_energy),
     Block("dau-moe-checkpoint", SCENARIOS, dau_moe_checkpoint),
     Block("llama-405b-pp", TTFT_AGENTS_LORA, llama_405b_pp),
+    Block("llama-405b-pp-differences", TTFT_AGENTS_LORA, llama_405b_differences),
     Block("multi-lora-ladder", TTFT_AGENTS_LORA, multi_lora_ladder),
 ]
 
