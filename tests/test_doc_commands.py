@@ -212,7 +212,7 @@ def _to_run(page: Path) -> list[str]:
 # Pages with nothing to run here (prose, or only transcripts and placeholder forms) get no case.
 RUN_PAGES = [p for p in PAGES if _to_run(p)]
 #: Pages whose commands take over 15 s even at smoke size (CI still runs them; -m 'not slow' leaves them out).
-_SLOW_PAGES = {"case-studies-dau-quickcode.md"}
+_SLOW_PAGES = {"case-studies-dau-quickcode.md", "case-studies.md"}
 
 
 @pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p.name in _SLOW_PAGES else p
