@@ -44,6 +44,20 @@ ME = "benchmarks/case_studies.py"
 
 # --- running the commands ------------------------------------------------------------------
 
+def _invoke(command: str, argv: list[str], allow: Callable[[int, str], bool] | None = None) -> str:
+    """Run llmsim's CLI in this process (so a test can cut its workloads) and return what it printed; a
+    non-zero exit is an error unless ``allow(code, stderr)`` accepts it."""
+    from simulator.cli.app import main
+
+    with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
+        try:
+            main(argv)
+        except SystemExit as e:
+            if e.code not in (0, None) and not (allow and allow(e.code, err.getvalue())):
+                raise RuntimeError(f"{command}: exit {e.code}\n{err.getvalue()[-2000:]}") from None
+    return out.getvalue()
+
+
 class Runner:
     """Runs each llmsim command once, in this process (so a test can cut its
     workloads), into a folder of its own, and keeps what it wrote."""
@@ -68,8 +82,6 @@ class Runner:
         key = self._key(command, args)
         if key in self.done:
             return self.folder / self.done[key]
-        from simulator.cli.app import main
-
         assert args[0] == "llmsim" and args[1] in ("run", "plan"), command
         out = self.folder / f"run{len(self.done)}"
         argv = [str(ROOT / a) if a.startswith("scenarios/") else a for a in args[1:]]
@@ -80,15 +92,10 @@ class Runner:
         if "--ladder" in argv:
             argv += ["--workers", "1"]
         t0 = time.perf_counter()
-        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()) as err:
-            try:
-                main(argv)
-            except SystemExit as e:
-                # a plan that finds no count meeting the SLO still writes plan.json: a verdict (a "—" on the
-                # page, as a smoke-sized run may give), not a failure
-                found_none = e.code == 2 and "no combination meets the SLO" in err.getvalue()
-                if e.code not in (0, None) and not (args[1] == "plan" and found_none):
-                    raise RuntimeError(f"{command}: exit {e.code}\n{err.getvalue()[-2000:]}") from None
+        # a plan that finds no count meeting the SLO still writes plan.json: a verdict (a "—" on the page, as a
+        # smoke-sized run may give), not a failure
+        _invoke(command, argv, allow=(lambda code, err: code == 2 and "no combination meets the SLO" in err)
+                if args[1] == "plan" else None)
         self.log(f"{time.perf_counter() - t0:6.1f} s  {command}")
         self.done[key] = out.name
         self.index.write_text(json.dumps(self.done, indent=1))
@@ -121,17 +128,9 @@ class Runner:
     def estimate(self, command: str) -> dict:
         """An ``llmsim estimate`` command's figures (its ``--json``), taken from the command the page shows
         so that the two cannot drift apart; the cost model alone, nothing to keep."""
-        from simulator.cli.app import main
-
         args = shlex.split(command)
         assert args[:2] == ["llmsim", "estimate"], command
-        with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.redirect_stderr(io.StringIO()) as err:
-            try:
-                main([*args[1:], "--json"])
-            except SystemExit as e:
-                if e.code not in (0, None):
-                    raise RuntimeError(f"{command}: exit {e.code}\n{err.getvalue()[-2000:]}") from None
-        return json.loads(out.getvalue())
+        return json.loads(_invoke(command, [*args[1:], "--json"]))
 
     def ladder(self, command: str) -> list[tuple[str, dict]]:
         """(step, results.json) in the ladder's order; each results.json gains its ladder.csv row as ``ladder``."""
@@ -216,6 +215,17 @@ def smallest_meeting(plan: dict, key: str) -> int | None:
 def probed(plan: dict, overrides: dict) -> dict | None:
     """The plan's figures at ``overrides`` (the worst seed's latencies), or None if it never ran there."""
     return next((p for p in plan["probes"] if p["overrides"] == overrides), None)
+
+
+def edge(plan: dict, key: str, fixed: dict | None = None) -> tuple[int | None, dict | None]:
+    """The smallest value of ``key`` meeting the SLO (None if none did) and the plan's figures one below it
+    (None if it never ran there), with the other searched keys at ``fixed``: where a page draws the line."""
+    if fixed is None:
+        need = smallest_meeting(plan, key)
+    else:
+        c = next(c for c in plan["candidates"] if all(c["overrides"][k] == v for k, v in fixed.items()))
+        need = c["overrides"][key] if c["slo_met"] else None
+    return need, probed(plan, {**(fixed or {}), key: need - 1}) if need else None
 
 
 # --- the blocks ----------------------------------------------------------------------------
@@ -353,8 +363,7 @@ def autocomplete_plan(r: Runner) -> str:
     """The fleet sized on three seeds against the scenario's replica count, from the plan and the default
     run; "—" stands for a count the plan found none of."""
     plan = r.plan(AUTOCOMPLETE_PLAN)
-    best, need = plan["best"], smallest_meeting(plan, _REPLICAS)
-    below = probed(plan, {_REPLICAS: need - 1}) if need else None
+    best, (need, below) = plan["best"], edge(plan, _REPLICAS)
     default = r.results(AUTOCOMPLETE)
     gpus, month = product(default)
     target = _scenario("autocomplete").slo["tpot_p50_ms"]
@@ -587,8 +596,7 @@ def dau_gpus(r: Runner) -> str:
                      count(c["product_gpus"]) if n else "—", f"{c['monthly_usd'] / c['gpus'] / HOURS_PER_MONTH:.2f}",
                      count(c["product_monthly_usd"]) if n else "—",
                      f"{ms(c['ttft_p99_ms'])} / {ms(c['tpot_p99_ms'])}" if n else "— / —", calibration(gpu)])
-    h100 = nodes("h100-sxm")
-    below = probed(plan, {"pools.chat.gpu": "h100-sxm", _NODES: h100 - 1}) if h100 else None
+    h100, below = edge(plan, _NODES, {"pools.chat.gpu": "h100-sxm"})
     sc = _scenario("dau-10m")
     head = ["GPU", "nodes per shard (fleet)", "GPUs in the fleet", "$/GPU-hour (profile)", "fleet $/month",
             "TTFT / TPOT p99 (ms)", "calibration"]
@@ -630,8 +638,7 @@ def dau_sizing(r: Runner) -> str:
     "—" stands for a count the plan found none of or never ran."""
     sc = _scenario("dau-10m")
     plan = r.plan(DAU_PLAN)
-    best, need = plan["best"], smallest_meeting(plan, _NODES)
-    below = probed(plan, {_NODES: need - 1}) if need else None
+    best, (need, below) = plan["best"], edge(plan, _NODES)
     lo, hi = plan["searched"]["range"]
     return (f"The shard's node count comes from `{DAU_PLAN}`, which searches {lo} to {hi} nodes for the smallest "
             f"count meeting both targets: {need or '—'} (TTFT p99 {ms(best['ttft_p99_ms']) if best else '—'} ms, "
@@ -1150,8 +1157,7 @@ def dau_prefix_breakage_plan(r: Runner) -> str:
     sc = _scenario("dau-10m")
     before = r.results(DAU_SHORT)
     plan = r.plan(DAU_BREAKAGE_PLAN)
-    best, need = plan["best"], smallest_meeting(plan, _NODES)
-    below = probed(plan, {_NODES: need - 1}) if need else None
+    best, (need, below) = plan["best"], edge(plan, _NODES)
     nodes, slices = before["llmsim"]["replicas"], before["llmsim"]["product"]["slices"]
     return ("The case study's 80 % counts chat history as well; dau-10m's requests are lone turns whose only shared "
             f"prefix is the system prompt, hence {pct(before['llmsim']['prefix_cache']['token_hit_rate'])}. With "
@@ -1189,8 +1195,7 @@ def dau_moe_checkpoint(r: Runner) -> str:
             f"the 16-bit one (`{DAU_MOE}{on}`, and the same with `--set pools.chat.model=qwen3-235b-a22b`), "
             f"against the {sc.slo['tpot_p99_ms']:g} ms target. With the FP8 checkpoint the smallest count from {lo} "
             f"to {hi} nodes meeting the SLO is {need or '—'} (a dash: none in the range; `{DAU_MOE_PLAN}`): its "
-            f"{len(runs)} runs read TPOT "
-            f"p99 from {at(runs[0])} to {at(runs[-1])}.")
+            f"{len(runs)} runs read TPOT p99 from {at(runs[0])} to {at(runs[-1])}.")
 
 
 def ttft_buckets(r: Runner) -> str:
@@ -1351,10 +1356,11 @@ def chatbot_regions(r: Runner) -> str:
     return table(["region", "sessions", "requests", "TTFT p50", "TTFT p99", "E2E p50"], rows, {1, 2, 3, 4, 5})
 
 
-CHATBOT_TIER_TARGET = " --set pools.free.autoscaling.target=64"
+_CHATBOT_TIER_TARGET = 64      # the free pool's autoscaling target on the generic engine
+CHATBOT_TIER_TARGET = f" --set pools.free.autoscaling.target={_CHATBOT_TIER_TARGET}"
 #: (row, the variants, whether the autoscaled target is set) of the chatbot's host-tier table; `static` removes
 #: the autoscaler, and with it the target
-CHATBOT_TIER_ROWS = [("autoscaled (target 64)", "", True), ("autoscaled, + host tier", " --variant host-tier", True),
+CHATBOT_TIER_ROWS = [(f"autoscaled (target {_CHATBOT_TIER_TARGET})", "", True), ("autoscaled, + host tier", " --variant host-tier", True),
                      ("same GPUs (`static`: {free} free, {paid} paid)", " --variant static", False),
                      ("same GPUs, + host tier", " --variant static --variant host-tier", False)]
 
