@@ -40,7 +40,7 @@ def day(replicas: int, autoscale: bool, hours: float = 24.0) -> dict:
                             "peak_at_s": 50400 - start}}, **CHAT_LENGTHS}}
 
 
-def peak_fleet(most: int = 8):
+def peak_fleet(most: int = 8) -> tuple[int, dict, dict | None]:
     """The smallest fixed fleet meeting the SLO over the peak hour, its results and the next smaller
     fleet's (None for one replica): static provisioning is sized on the peak, so the day's static
     fleet is this one, searched rather than assumed."""
