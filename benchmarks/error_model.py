@@ -26,6 +26,8 @@ is rebuilt without that group's residuals, and each of the group's rows
 gets the interval llmsim would give it (its prediction, its regime);
 coverage is the share of measured values inside. Width is judged against
 the point prediction's own miss: median half-width over median |error|.
+The same check is run for the model without its last dimension (the
+prompt-length band), so the split's worth is printed beside it.
 
 Without the shared data it prints why and exits 0.
 """
@@ -41,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import generated_section  # noqa: E402
 from accuracy import DATA  # noqa: E402  (puts the repository on sys.path)
 
-from simulator.validation.error_model import PRIOR_GROUPS  # noqa: E402
+from simulator.validation.error_model import MODEL_DIMENSIONS, PRIOR_GROUPS  # noqa: E402
 
 SILICON = DATA / "e2e" / "aic_silicon_sample.csv.gz"
 ME = "benchmarks/error_model.py"
@@ -103,9 +105,10 @@ def _written_by(path: Path, frame) -> str:
     return f"{path.name} (a residual CSV written earlier)"
 
 
-def coverage(errors, confidence: float = 0.9, prior_groups: float = PRIOR_GROUPS):
-    """Per held-out row and metric: its interval from a model built without its group, and whether
-    the measured value is inside."""
+def coverage(errors, confidence: float = 0.9, prior_groups: float = PRIOR_GROUPS, dimensions=MODEL_DIMENSIONS):
+    """Per held-out row and metric: its interval from a model built without its group (split along
+    ``dimensions``), whether the measured value is inside, and how far the bias-corrected median
+    (the prediction times exp(centre), what a plan at confidence 0.5 reads) is from it."""
     import numpy as np
     import pandas as pd
 
@@ -115,7 +118,7 @@ def coverage(errors, confidence: float = 0.9, prior_groups: float = PRIOR_GROUPS
     table = regimes(with_e2el(errors))
     out = []
     for group, rows in table.groupby("group"):
-        model = build(errors[errors.group != group], prior_groups)
+        model = build(errors[errors.group != group], prior_groups, dimensions=dimensions)
         for rec in rows.itertuples():
             lk = model.lookup(rec.m, Regime(*(None if pd.isna(v) else v for v in
                                               (rec.stack, rec.family, rec.moe, rec.load, rec.isl))))
@@ -124,7 +127,9 @@ def coverage(errors, confidence: float = 0.9, prior_groups: float = PRIOR_GROUPS
                         "predicted": rec.predicted, "lo": lo, "hi": hi,
                         "inside": bool(lo <= rec.measured <= hi), "widened": len(lk.widened) if lk else None,
                         "half_width_pct": 100 * (hi - lo) / 2 / rec.measured,
-                        "abs_error_pct": 100 * abs(rec.predicted - rec.measured) / rec.measured})
+                        "abs_error_pct": 100 * abs(rec.predicted - rec.measured) / rec.measured,
+                        "centred_error_pct": (100 * abs(rec.predicted * np.exp(lk.cell.centre) - rec.measured)
+                                              / rec.measured) if lk else np.nan})
     return pd.DataFrame(out).assign(covered=lambda d: d.inside.astype(float)) if out else pd.DataFrame()
 
 
@@ -135,6 +140,20 @@ def coverage_summary(cov, by=("metric",)):
     s["covered_pct"] *= 100
     s["width_over_error"] = s.median_half_width_pct / s.median_abs_error_pct
     return s.reset_index()
+
+
+def split_comparison(covs):
+    """Per metric and per chain of dimensions (``{"stack moe isl": cov, ...}``): coverage, half-width
+    and the bias-corrected median's miss, each on groups the model was built without."""
+    import pandas as pd
+
+    parts = []
+    for chain, cov in covs.items():
+        s = coverage_summary(cov).assign(split_on=chain)
+        s["median_centred_error_pct"] = cov.groupby("metric").centred_error_pct.median().reindex(s.metric).values
+        parts.append(s[["metric", "split_on", "covered_pct", "median_half_width_pct", "median_centred_error_pct",
+                        "median_abs_error_pct"]])
+    return pd.concat(parts).sort_values(["metric", "split_on"], ascending=[True, False])
 
 
 def per_group(cov):
@@ -149,7 +168,7 @@ def _took(seconds: float) -> str:
     return f"{seconds:.0f} s" if seconds < 120 else f"{seconds / 60:.0f} min"
 
 
-def markdown(cov, model, source: str, cmd: str, wall: float) -> str:
+def markdown(cov, model, source: str, cmd: str, wall: float, comparison=None) -> str:
     from simulator.validation.report import markdown as md
 
     cells = {m: len(c) for m, c in model.cells.items()}
@@ -163,6 +182,10 @@ def markdown(cov, model, source: str, cmd: str, wall: float) -> str:
              md(per_group(cov), floatfmt="{:.0f}"), "",
              "Cells of the shipped model (built from every group): "
              + ", ".join(f"{m} {n}" for m, n in sorted(cells.items())) + "."]
+    if comparison is not None:
+        lines += ["", "Splitting on the prompt-length band or not (the same held-out groups; "
+                  "`median_centred_error_pct`: the bias-corrected median's miss, what a plan at confidence 0.5 "
+                  "reads; `median_abs_error_pct`: the plain prediction's):", "", md(comparison)]
     return "\n".join(lines)
 
 
@@ -218,6 +241,9 @@ def main(argv: list[str] | None = None) -> int:
         errors.to_csv(args.save_residuals, index=False)
     model = build(errors, args.prior_groups)
     cov = coverage(errors, args.confidence, args.prior_groups)
+    coarser = MODEL_DIMENSIONS[:-1]
+    comparison = split_comparison({" ".join(MODEL_DIMENSIONS): cov,
+                                   " ".join(coarser): coverage(errors, args.confidence, args.prior_groups, coarser)})
     wall = time.perf_counter() - t
     given = [("--residuals", "FILE")] * len(args.residuals) or [("--no-closed-loop", args.no_closed_loop)]
     prior = f"{args.prior_groups:g}" if args.prior_groups != PRIOR_GROUPS else None
@@ -226,10 +252,12 @@ def main(argv: list[str] | None = None) -> int:
     from simulator.validation.report import markdown as md
 
     print(md(coverage_summary(cov)))
+    print(md(comparison))
     if args.write:
         print(f"wrote {write_model(model, source, cmd, int(errors.row.nunique()))}")
     if args.markdown:
-        generated_section.write(args.markdown, markdown(cov, model, source, cmd, wall), BEGIN, END, TITLE)
+        generated_section.write(args.markdown, markdown(cov, model, source, cmd, wall, comparison), BEGIN, END,
+                                TITLE)
     return 0
 
 

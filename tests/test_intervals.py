@@ -62,9 +62,24 @@ def test_a_regime_with_few_groups_borrows_from_the_wider_one_and_one_without_res
     assert centre[0.1] < centre[2.0] < centre[100.0]        # pulled towards the pooled one ...
     assert 0.1 < centre[100.0] < 0.3                        # ... halfway between the two stacks' 0 and 0.4
     unknown = build(table).lookup("ttft", Regime("trtllm", "hopper", "dense", "1-8", "<=1k"))
-    assert unknown.cell.key == "all" and set(unknown.widened) == {"stack", "moe"}
+    assert unknown.cell.key == "all" and set(unknown.widened) == {"stack", "moe", "isl"}
     ampere = build(table).lookup("ttft", Regime("vllm", "ampere", "dense", "1-8", "<=1k"))
-    assert ampere.cell.key == "stack=vllm moe=dense" and ampere.widened == ("family",)
+    assert ampere.cell.key == "stack=vllm moe=dense isl=<=1k" and ampere.widened == ("family",)
+    longer = build(table).lookup("ttft", Regime("vllm", "hopper", "dense", "1-8", ">4k"))
+    assert longer.cell.key == "stack=vllm moe=dense" and longer.widened == ("isl",)
+
+
+def test_an_error_that_grows_with_the_prompt_is_corrected_per_prompt_length_band():
+    """llmsim's TTFT on vLLM's MoE rows misses long prompts by more than short ones: the
+    model centres each prompt-length band on its own bias, and a run of unknown (mixed)
+    prompt length on the stack's and model kind's."""
+    table = residual_table({("vllm", "h100-sxm"): 0.0, ("vllm", "b200"): 0.0, ("vllm", "h200"): 0.0})
+    long = table.isl > 1024
+    table.loc[long, "measured"] *= np.exp(0.5)        # 2,048-token prompts read 40 % low, 512-token ones not
+    model = build(table, prior_groups=1.0)
+    c = {band: model.lookup("ttft", Regime("vllm", "hopper", "dense", "9-32", band)).cell.centre
+         for band in ("<=1k", "1k-4k", None)}
+    assert abs(c["<=1k"]) < 0.1 and c["1k-4k"] > 0.4 and c["<=1k"] < c[None] < c["1k-4k"]
 
 
 def test_the_model_round_trips_through_its_file(tmp_path):

@@ -9,14 +9,20 @@ fitted on left out). A prediction ``p`` stands for a measured value
 
     r ~ centre + spread · N(0, 1)
 
-per metric and per *cell* of the regime: the serving stack, and dense or
-MoE within it (:data:`MODEL_DIMENSIONS`). Those two decide how far llmsim
-misses: its TTFT is read low by a stack-dependent factor (the centre moves
-the interval, so a biased metric gets an interval on the side it misses,
-not only a wider one), and its MoE decode errors are about twice its dense
-ones (the spread). GPU family, load and prompt length are reported with a
-run's regime but do not split the model: their residuals differ less than
-the groups behind them do.
+per metric and per *cell* of the regime: the serving stack, dense or MoE
+within it, and the prompt-length band within that (:data:`MODEL_DIMENSIONS`).
+Those decide how far llmsim misses: its TTFT is read low by a
+stack-dependent factor (the centre moves the interval, so a biased metric
+gets an interval on the side it misses, not only a wider one), its MoE
+decode errors are about twice its dense ones (the spread), and on vLLM its
+MoE prefills of 4K-token prompts and more are read low by about twice what
+1K-token ones are (the prefill kernels those releases ran are slower than
+the kernel data's at long prompts; ``benchmarks/first_token.py``). Split on
+prompt length, the intervals of held-out groups cover more TTFT rows with
+narrower bands, and every metric's bias-corrected median lands nearer the
+measured value (``benchmarks/error_model.py`` prints the comparison). GPU
+family and load are reported with a run's regime but do not split the
+model: their residuals differ less than the groups behind them do.
 
 How a cell's centre and spread are estimated, and why:
 
@@ -76,7 +82,7 @@ __all__ = ["DIMENSIONS", "MODEL_DIMENSIONS", "PRIOR_GROUPS", "Regime", "Cell", "
 #: Where a run sits (reported with its intervals).
 DIMENSIONS: tuple[str, ...] = ("stack", "family", "moe", "load", "isl")
 #: What the error model splits on, widest first: a cell is a prefix (``all``, ``stack=…``, ``stack=… moe=…``).
-MODEL_DIMENSIONS: tuple[str, ...] = ("stack", "moe")
+MODEL_DIMENSIONS: tuple[str, ...] = ("stack", "moe", "isl")
 #: Groups at which a cell's own estimate and the wider cell's weigh the same.
 PRIOR_GROUPS = 10.0
 #: Robust standard deviation of a normal sample per unit of median absolute deviation.
@@ -205,24 +211,27 @@ class ErrorModel:
     families: tuple[str, ...] = ()                 # GPU families the residuals came from
     meta: dict[str, Any] = field(default_factory=dict)
     source: Optional[str] = None
+    #: The chain of cells it splits on, widest first (a shorter one only for
+    #: benchmarks/error_model.py's comparison; the shipped model is MODEL_DIMENSIONS).
+    dimensions: tuple[str, ...] = MODEL_DIMENSIONS
 
     def lookup(self, metric: str, regime: Regime) -> Optional[Lookup]:
-        """The narrowest cell the regime reaches along MODEL_DIMENSIONS; ``widened`` names the
-        dimensions the regime knows but no residual of the same value stood behind (the GPU
+        """The narrowest cell the regime reaches along the model's dimensions; ``widened`` names
+        the dimensions the regime knows but no residual of the same value stood behind (the GPU
         family too: the model does not split on it, but a family it never saw is a guess)."""
         cells = self.cells.get(metric) or {}
-        for k in range(len(MODEL_DIMENSIONS), -1, -1):
-            dims = MODEL_DIMENSIONS[:k]
+        for k in range(len(self.dimensions), -1, -1):
+            dims = self.dimensions[:k]
             key = regime.key(dims)
             if key is not None and key in cells:
-                known = [d for d in MODEL_DIMENSIONS if getattr(regime, d) is not None]
+                known = [d for d in self.dimensions if getattr(regime, d) is not None]
                 unseen = ("family",) if regime.family is not None and regime.family not in self.families else ()
                 return Lookup(metric, regime, cells[key], unseen + tuple(d for d in known if d not in dims))
         return None
 
     def to_dict(self) -> dict[str, Any]:
         return {**self.meta, "form": "log(measured / predicted) ~ centre + spread * N(0, 1) per regime cell",
-                "prior_groups": self.prior_groups, "dimensions": list(MODEL_DIMENSIONS),
+                "prior_groups": self.prior_groups, "dimensions": list(self.dimensions),
                 "families": list(self.families),
                 "metrics": {m: {k: {"n": c.n, "groups": c.groups, "centre": round(c.centre, 4),
                                     "spread": round(c.spread, 4)}
@@ -279,54 +288,58 @@ def regimes(residuals: "Any") -> "Any":
                     r=np.log(e.measured.to_numpy(float) / e.predicted.to_numpy(float)))
 
 
-def build(residuals: "Any", prior_groups: float = PRIOR_GROUPS, meta: Optional[dict] = None) -> ErrorModel:
+def build(residuals: "Any", prior_groups: float = PRIOR_GROUPS, meta: Optional[dict] = None,
+          dimensions: Sequence[str] = MODEL_DIMENSIONS) -> ErrorModel:
     """The error model of a residual table (columns of ``benchmarks/holdout_silicon.py --csv``:
-    row, group, stack, model, gpu, isl, osl, concurrency, metric, measured, predicted)."""
+    row, group, stack, model, gpu, isl, osl, concurrency, metric, measured, predicted), split along
+    ``dimensions`` (a prefix of them only to compare, as benchmarks/error_model.py does)."""
     if not prior_groups > 0:
         raise ValueError("prior_groups must be positive")
-    e = regimes(with_e2el(residuals)).dropna(subset=list(MODEL_DIMENSIONS))
+    dims = tuple(dimensions)
+    e = regimes(with_e2el(residuals)).dropna(subset=list(dims))
     cells: dict[str, dict[str, Cell]] = {}
     for metric, em in e.groupby("m"):
-        cells[str(metric)] = _metric_cells(em, prior_groups)
-    return ErrorModel(float(prior_groups), cells, tuple(sorted(e.family.dropna().unique())), dict(meta or {}))
+        cells[str(metric)] = _metric_cells(em, prior_groups, dims)
+    return ErrorModel(float(prior_groups), cells, tuple(sorted(e.family.dropna().unique())), dict(meta or {}),
+                      dimensions=dims)
 
 
-def _metric_cells(e: "Any", prior: float) -> dict[str, Cell]:
+def _metric_cells(e: "Any", prior: float, dims: tuple[str, ...]) -> dict[str, Cell]:
     """One metric's cells: shrunk centre and spread, rescaled by the group-held-out residuals."""
     z = []
     for group in e.group.unique():
         out = e.group == group
         if out.all():               # one group: nothing to hold it out against
             continue
-        fit = _shrunk(e[~out], prior)
-        keys = _narrowest(fit, e[out])
+        fit = _shrunk(e[~out], prior, dims)
+        keys = _narrowest(fit, e[out], dims)
         centre, spread = np.array([fit[k][2] for k in keys]), np.array([fit[k][3] for k in keys])
         z.append((e.r[out].to_numpy(float) - centre) / spread)
     z = np.concatenate(z) if z else np.zeros(1)      # without held-out residuals: the in-sample spread
     shift = float(np.median(z))
     scale = _MAD_SD * float(np.median(np.abs(z - shift))) if len(z) > 1 else 1.0
-    return {k: Cell(k, n, g, c + s * shift, s * scale) for k, (n, g, c, s) in _shrunk(e, prior).items()}
+    return {k: Cell(k, n, g, c + s * shift, s * scale) for k, (n, g, c, s) in _shrunk(e, prior, dims).items()}
 
 
-def _narrowest(fit: Mapping[str, Any], rows: "Any") -> list[str]:
+def _narrowest(fit: Mapping[str, Any], rows: "Any", dims: tuple[str, ...]) -> list[str]:
     """Each row's narrowest cell key in ``fit``."""
     out = ["all"] * len(rows)
-    for k in range(1, len(MODEL_DIMENSIONS) + 1):
-        keys = rows[MODEL_DIMENSIONS[0]].astype(str).radd(f"{MODEL_DIMENSIONS[0]}=")
-        for d in MODEL_DIMENSIONS[1:k]:
+    for k in range(1, len(dims) + 1):
+        keys = rows[dims[0]].astype(str).radd(f"{dims[0]}=")
+        for d in dims[1:k]:
             keys = keys + f" {d}=" + rows[d].astype(str)
         out = [key if key in fit else o for key, o in zip(keys, out)]
     return out
 
 
-def _shrunk(e: "Any", prior: float, floor: float = 0.01) -> dict[str, tuple[int, int, float, float]]:
+def _shrunk(e: "Any", prior: float, chain: tuple[str, ...], floor: float = 0.01) -> dict[str, tuple[int, int, float, float]]:
     """Per cell key: residuals, groups, centre and spread, each cell's own estimate shrunk towards
     its parent's with weight groups / (groups + prior). The spread is shrunk on a log scale and
     floored at ``floor`` (a cell of identical residuals still gets an interval)."""
     out: dict[str, tuple[int, int, float, float]] = {}
     parents = {(): "all"}
-    for k in range(len(MODEL_DIMENSIONS) + 1):
-        dims = list(MODEL_DIMENSIONS[:k])
+    for k in range(len(chain) + 1):
+        dims = list(chain[:k])
         parts = [((), e)] if not dims else e.groupby(dims)
         for vals, g in parts:
             vals = tuple(str(v) for v in ((vals,) if not isinstance(vals, tuple) else vals))
