@@ -128,6 +128,20 @@ def test_a_target_holds_at_a_confidence_only_if_its_bound_does():
     assert at5["replicates_met"] == 1
 
 
+def test_a_prompt_length_buckets_targets_are_judged_in_its_own_band():
+    """A run of short prompts (regime <=1k) with a bucket of long ones: the bucket's TTFT target takes
+    the long prompts' bias, the fleet's the short ones'."""
+    table = residual_table({("vllm", "h100-sxm"): 0.0, ("vllm", "b200"): 0.0, ("vllm", "h200"): 0.0})
+    table.loc[table.isl > 1024, "measured"] *= np.exp(0.5)
+    model = build(table, prior_groups=1.0)
+    target = {"ttft_p99_ms": {"metric": "ttft", "percentile": 99, "target_ms": 130.0, "measured_ms": 100.0,
+                              "met": True}}
+    blocks = [("SLO", {"targets": target}), ("SLO input 1024+", {"targets": target, "mean_input_tokens": 2048.0})]
+    fleet, bucket = targets_at_confidence([blocks], Regime("vllm", "hopper", "dense", "9-32", "<=1k"), model, 0.5)
+    assert fleet["met"] and fleet["bound_ms"] < 115                 # short prompts: read about right
+    assert not bucket["met"] and bucket["bound_ms"] > 150           # long prompts: read 40 % low
+
+
 def _meeting_its_slo(folder):
     """The tiny scenario with a replica to spare, so a run exits 0 (an SLO miss exits 1)."""
     return write_tiny_scenario(folder, pools=[{**TINY["pools"][0], "replicas": 3}])

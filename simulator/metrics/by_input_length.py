@@ -35,6 +35,8 @@ FIELDS = {
     "buckets": block("per bucket, keyed by its label (0-8000, 16000+)", {"<bucket>": block("one bucket", {
         "input_tokens": leaf("[tokens, tokens]", "the bucket's prompt lengths, [low, high); high null for the last"),
         "requests": leaf("count", "requests in the bucket"), "completed": leaf("count", "finished"),
+        "mean_input_tokens": leaf("tokens", "the bucket's mean prompt length: the prompt-length band its own SLO is "
+                                            "judged in at a confidence (null for an empty bucket)"),
         **latency_fields(_KEYS, "the bucket's completed requests"),
         "slo": block("the bucket's own SLO, judged", SLO_FIELDS, when="input_length_buckets.slo names the bucket"),
     })}),
@@ -84,7 +86,8 @@ def input_length_block(requests: Records, spec: InputLengthBuckets, duration: fl
         mine = r.where(which == i)
         res = compute_results(mine, None, slo=(slos or {}).get(label), duration=duration)
         block: dict[str, Any] = {"input_tokens": [lows[i], spec.edges[i] if i < len(spec.edges) else None],
-                                 "requests": len(mine), "completed": mine.count(Status.FINISHED)}
+                                 "requests": len(mine), "completed": mine.count(Status.FINISHED),
+                                 "mean_input_tokens": float(np.mean(mine.input_tokens)) if len(mine) else None}
         block.update({k: res.get(k) for k in _KEYS})
         if "slo" in res:
             block["slo"] = res["slo"]
@@ -93,6 +96,9 @@ def input_length_block(requests: Records, spec: InputLengthBuckets, duration: fl
 
 
 def bucket_slo_blocks(results: Mapping[str, Any]) -> Sequence[tuple[str, dict[str, Any]]]:
-    """(label, slo block) of each bucket that declares targets."""
+    """(label, slo block) of each bucket that declares targets, the block carrying the bucket's
+    ``mean_input_tokens``: llmsim's error depends on the prompt length, so a bucket's targets are
+    judged at a confidence in the bucket's prompt-length band, not the run's."""
     block = (results.get("llmsim") or {}).get("by_input_length") or {}
-    return [(f"SLO input {label}", b["slo"]) for label, b in (block.get("buckets") or {}).items() if "slo" in b]
+    return [(f"SLO input {label}", {**b["slo"], "mean_input_tokens": b.get("mean_input_tokens")})
+            for label, b in (block.get("buckets") or {}).items() if "slo" in b]

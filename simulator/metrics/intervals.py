@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import replace
 from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
 from ..errors import LlmsimError
-from ..validation.error_model import ErrorModel, Lookup, Regime, residual_metric
+from ..validation.error_model import ErrorModel, Lookup, Regime, isl_band, residual_metric
 from ..fields import block, leaf
 
 __all__ = ["check_confidence", "mixture", "interval", "upper_bound", "interval_keys", "intervals_block",
@@ -164,13 +165,19 @@ def targets_at_confidence(blocks: Sequence[Sequence[tuple[str, Mapping[str, Any]
                           model: Optional[ErrorModel], confidence: float) -> list[dict[str, Any]]:
     """Each SLO target judged at ``confidence`` over the replicates: ``blocks[i]`` is replicate i's
     (label, slo block) list, in the same order for every replicate. A target holds when its one-sided
-    bound meets it; a target some replicate could not measure does not hold."""
+    bound meets it; a target some replicate could not measure does not hold. A prompt-length bucket's
+    block (one carrying ``mean_input_tokens``) is judged in the band of its own mean prompt, the
+    regime's other dimensions kept."""
     out = []
     for j, (label, block) in enumerate(blocks[0]):
+        where = regime
+        if "mean_input_tokens" in block:    # a prompt-length bucket's targets: judged in its own band
+            means = [b[j][1].get("mean_input_tokens") for b in blocks]
+            where = replace(regime, isl=None if any(m is None for m in means) else isl_band(float(np.mean(means))))
         for key, t in (block.get("targets") or {}).items():
             vals = [b[j][1]["targets"][key].get("measured_ms") for b in blocks]
             metric = residual_metric(slo_key(t["metric"], t["percentile"]))
-            lk = model.lookup(metric, regime) if model is not None and metric else None
+            lk = model.lookup(metric, where) if model is not None and metric else None
             bound = None if any(v is None for v in vals) else upper_bound(vals, lk, confidence)
             out.append({"label": label, "key": key, "target_ms": t["target_ms"], "bound_ms": bound,
                         "met": bound is not None and bound <= t["target_ms"],

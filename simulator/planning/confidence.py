@@ -29,7 +29,8 @@ def slo_targets_text(results: Mapping[str, Any]) -> Optional[str]:
         return None
     return json.dumps([[label, {"targets": {k: {f: t.get(f) for f in ("metric", "percentile", "target_ms",
                                                                        "measured_ms", "met")}
-                                            for k, t in (b.get("targets") or {}).items()}}]
+                                            for k, t in (b.get("targets") or {}).items()},
+                                **({"mean_input_tokens": b["mean_input_tokens"]} if "mean_input_tokens" in b else {})}]
                        for label, b in blocks], sort_keys=True)
 
 
