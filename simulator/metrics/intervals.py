@@ -169,12 +169,12 @@ def targets_at_confidence(blocks: Sequence[Sequence[tuple[str, Mapping[str, Any]
     block (one carrying ``mean_input_tokens``) is judged in the band of its own mean prompt, the
     regime's other dimensions kept."""
     out = []
-    for j, (label, block) in enumerate(blocks[0]):
+    for j, (label, slo) in enumerate(blocks[0]):
         where = regime
-        if "mean_input_tokens" in block:    # a prompt-length bucket's targets: judged in its own band
+        if "mean_input_tokens" in slo:    # a prompt-length bucket's targets: judged in its own band
             means = [b[j][1].get("mean_input_tokens") for b in blocks]
             where = replace(regime, isl=None if any(m is None for m in means) else isl_band(float(np.mean(means))))
-        for key, t in (block.get("targets") or {}).items():
+        for key, t in (slo.get("targets") or {}).items():
             vals = [b[j][1]["targets"][key].get("measured_ms") for b in blocks]
             metric = residual_metric(slo_key(t["metric"], t["percentile"]))
             lk = model.lookup(metric, where) if model is not None and metric else None
