@@ -62,11 +62,29 @@ def test_a_regime_with_few_groups_borrows_from_the_wider_one_and_one_without_res
     assert centre[0.1] < centre[2.0] < centre[100.0]        # pulled towards the pooled one ...
     assert 0.1 < centre[100.0] < 0.3                        # ... halfway between the two stacks' 0 and 0.4
     unknown = build(table).lookup("ttft", Regime("trtllm", "hopper", "dense", "1-8", "<=1k"))
-    assert unknown.cell.key == "all" and set(unknown.widened) == {"stack", "moe", "isl"}
+    assert unknown.cell.key == "moe=dense" and set(unknown.widened) == {"stack", "isl"}   # every stack's dense groups
+    moe = build(table).lookup("ttft", Regime("vllm", "hopper", "moe", "1-8", "<=1k"))
+    assert moe.cell.key == "all" and set(moe.widened) == {"moe", "stack", "isl"}
     ampere = build(table).lookup("ttft", Regime("vllm", "ampere", "dense", "1-8", "<=1k"))
-    assert ampere.cell.key == "stack=vllm moe=dense isl=<=1k" and ampere.widened == ("family",)
+    assert ampere.cell.key == "moe=dense stack=vllm isl=<=1k" and ampere.widened == ("family",)
     longer = build(table).lookup("ttft", Regime("vllm", "hopper", "dense", "1-8", ">4k"))
-    assert longer.cell.key == "stack=vllm moe=dense" and longer.widened == ("isl",)
+    assert longer.cell.key == "moe=dense stack=vllm" and longer.widened == ("isl",)
+
+
+def test_a_stacks_dense_cell_borrows_from_dense_models_not_from_its_moe_bias():
+    """SGLang's MoE rows read TTFT far low and its two dense groups do not: a dense SGLang run is
+    centred near its own groups and the other stacks' dense ones, not pulled to the MoE bias."""
+    def moe_rows(t):
+        return t.assign(model="qwen3-30b-a3b")
+
+    table = pd.concat([residual_table({("vllm", "h100-sxm"): 0.0, ("trtllm", "h100-sxm"): 0.0,
+                                       ("sglang", "h200"): 0.0}),
+                       moe_rows(residual_table({("sglang", "b200"): 1.5, ("sglang", "h100-sxm"): 1.5,
+                                                ("sglang", "gb200-nvl72"): 1.5}, seed=1))], ignore_index=True)
+    model = build(table)
+    dense = model.lookup("ttft", Regime("sglang", "hopper", "dense", "9-32", "1k-4k")).cell.centre
+    moe = model.lookup("ttft", Regime("sglang", "blackwell", "moe", "9-32", "1k-4k")).cell.centre
+    assert abs(dense) < 0.3 < 1.0 < moe
 
 
 def test_an_error_that_grows_with_the_prompt_is_corrected_per_prompt_length_band():
