@@ -77,11 +77,12 @@ class ReplaySettings:
     seed: int = 0
 
 
-def _cost_model(row: Row, layout: Optional[RoleLayout] = None) -> CostModel:
-    """The row's replica cost model; ``layout``: one role of a disaggregated row."""
+def _cost_model(row: Row, layout: Optional[RoleLayout] = None, gpu_only: bool = False) -> CostModel:
+    """The row's replica cost model; ``layout``: one role of a disaggregated row;
+    ``gpu_only``: without the GPU profile's CPU time per iteration."""
     lay = layout or row
     return CostModel(load_model(row.model), load_hardware(row.gpu), lay.tp, row.weight_dtype, row.kv_dtype,
-                     dp=lay.dp, ep=lay.ep)
+                     dp=lay.dp, ep=lay.ep, iteration_overhead_ms=0.0 if gpu_only else None)
 
 
 def prefill_share(row: Row) -> float:
@@ -93,18 +94,21 @@ def prefill_share(row: Row) -> float:
     calibration allows. Packed, not one at a time: a loop that batches
     several prompts into one iteration reads the weights once for all of
     them (Llama-3.2-1B, 2,048-token prompts on H100: 4 in one iteration take
-    16 % less than 4 alone). A disaggregated row's prompts are shared by its
-    prefill workers (C / N_p each, on the prefill layout)."""
+    16 % less than 4 alone). GPU time: the CPU's share of an iteration can
+    hide behind the GPU's (vLLM's async scheduling), and counted here it
+    put llmsim's own vLLM loops of 6K-token prompts at 1.04. A disaggregated
+    row's prompts are shared by its prefill workers (C / N_p each, on the
+    prefill layout)."""
     assert row.concurrency is not None
     ttft, tpot = row.measured["ttft_mean_ms"], row.measured["tpot_mean_ms"]
     round_s = (ttft + (row.osl - 1) * tpot) * 1e-3
     engine = scenario_for(row).pools[0].engine
     if row.prefill is not None:
         prompts = -(-row.concurrency // row.prefill.replicas)
-        return packed_prefill_seconds(_cost_model(row, row.prefill), row.isl, prompts,
+        return packed_prefill_seconds(_cost_model(row, row.prefill, gpu_only=True), row.isl, prompts,
                                       engine.max_num_batched_tokens, engine.chunked_prefill) / round_s
-    return packed_prefill_seconds(_cost_model(row), row.isl, row.concurrency, engine.max_num_batched_tokens,
-                                  engine.chunked_prefill) / round_s
+    return packed_prefill_seconds(_cost_model(row, gpu_only=True), row.isl, row.concurrency,
+                                  engine.max_num_batched_tokens, engine.chunked_prefill) / round_s
 
 
 def packed_prefill_seconds(cm: CostModel, isl: int, prompts: int, budget: int, split: bool) -> float:
