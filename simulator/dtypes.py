@@ -7,7 +7,7 @@ cost model and the memory model cannot disagree about them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, Optional
 
 WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"]
 KVDtype = Literal["bf16", "fp16", "fp8"]
@@ -33,6 +33,20 @@ ALIASES = {"bfloat16": "bf16", "float16": "fp16", "half": "fp16", "fp8_e4m3": "f
 
 def normalize(name: str) -> str:
     return ALIASES.get(name, name)
+
+
+def checkpoint_weight_dtype(checkpoint: Optional[str]) -> Optional[str]:
+    """The weights a stack serves a checkpoint in unless told otherwise.
+
+    vLLM, SGLang and TensorRT-LLM read a checkpoint's ``quantization_config``
+    and load its weights as published: DeepSeek-V3's block fp8 runs as fp8,
+    gpt-oss's MXFP4 experts as mxfp4, a checkpoint without one in 16 bits
+    (``checkpoint`` None). None: a format llmsim does not model, which a
+    pool must then name rather than have guessed."""
+    if checkpoint is None:
+        return "bf16"
+    wd = "fp8" if checkpoint == "fp8_block" else checkpoint
+    return wd if wd in WEIGHT_DTYPES else None
 
 
 def linear_dtype(weight_dtype: str) -> str:

@@ -23,7 +23,8 @@ MODEL = typer.Option(..., "--model", help="model profile name, YAML path or a co
 TP = typer.Option(1, "--tp", help="attention tensor-parallel GPUs (one data-parallel rank)")
 DP = typer.Option(1, "--dp", help="attention data-parallel ranks per replica (a replica spans tp × dp GPUs)")
 EP = typer.Option(1, "--ep", help="expert-parallel degree of the MoE layers (divides tp × dp)")
-WD = typer.Option("bf16", "--weight-dtype", help="bf16, fp16, fp8, int8, int4, or nvfp4 / mxfp4 (FP4 GPUs)")
+WD = typer.Option(None, "--weight-dtype", help="bf16, fp16, fp8, int8, int4, or nvfp4 / mxfp4 (FP4 GPUs); "
+                                              "default: the checkpoint's format (profiles list shows it)")
 KD = typer.Option("bf16", "--kv-dtype", help="bf16, fp16 or fp8")
 ROOF = typer.Option(False, "--roofline", help="pure physical limit: η = 1, no fixed costs")
 JSON = typer.Option(False, "--json", help="print one JSON object")
@@ -33,6 +34,19 @@ BACKEND = typer.Option(None, "--backend", help="price as this serving backend ru
                                                "overheads, eager launches, front-end terms and defaults (vllm, "
                                                "sglang, trtllm or a profile file); default: the kernels alone")
 VERSION = typer.Option(None, "--backend-version", help="the backend's release whose defaults apply (with --backend)")
+
+
+def _served(model: str, weight_dtype: Optional[str]) -> str:
+    """``--weight-dtype``, or the checkpoint's format as a pool would serve it."""
+    if weight_dtype is not None:
+        return weight_dtype
+    from ..profiles import load_model
+
+    try:
+        return load_model(model).served_weight_dtype()
+    except LlmsimError as e:
+        raise LlmsimError(e.message, source=e.source,
+                          key_path="--weight-dtype" if e.key_path == "engine.weight_dtype" else e.key_path) from None
 
 
 def _engine(gpu: str, weight_dtype: str, kv_dtype: str, kernels: Optional[str], backend: Optional[str],
@@ -108,7 +122,7 @@ def _nonneg(name: str, v: int) -> None:
 
 @estimate_app.command("step")
 def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int = EP,
-         weight_dtype: str = WD, kv_dtype: str = KD,
+         weight_dtype: Optional[str] = WD, kv_dtype: str = KD,
          prefill_tokens: int = typer.Option(0, help="new prompt tokens in the step"),
          prefill_context: int = typer.Option(0, help="tokens already cached before the chunk"),
          decode_batch: int = typer.Option(0, help="sequences decoding one token each"),
@@ -126,6 +140,7 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
                               f"or sequences in a step)", key_path=n)
     if prefill_tokens == 0 and decode_batch == 0:
         raise LlmsimError("an empty step: give --prefill-tokens and/or --decode-batch")
+    weight_dtype = _served(model, weight_dtype)
     engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline)
     cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels, engine)
     chunks = [(prefill_tokens, prefill_context)] if prefill_tokens else []
@@ -149,7 +164,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
             input: int = typer.Option(..., "--input", help="prompt tokens"),
             output: int = typer.Option(..., "--output", help="generated tokens"),
             mfu: Optional[float] = typer.Option(None, help="also give 2·params·I/(peak·tp·MFU)"),
-            weight_dtype: str = WD, kv_dtype: str = KD, roofline: bool = ROOF,
+            weight_dtype: Optional[str] = WD, kv_dtype: str = KD, roofline: bool = ROOF,
             max_num_batched_tokens: Optional[int] = typer.Option(
                 None, help="prefill chunk size; default: --backend's, else 8192"),
             gpu_memory_utilization: Optional[float] = typer.Option(
@@ -161,6 +176,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
         raise LlmsimError("--input and --output must be ≥ 1")
     if mfu is not None and not 0 < mfu <= 1:
         raise LlmsimError(f"--mfu must be in (0, 1] (got {mfu})")
+    weight_dtype = _served(model, weight_dtype)
     engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline)
     if max_num_batched_tokens is None:
         max_num_batched_tokens = engine.max_num_batched_tokens if engine is not None else 8192
@@ -206,7 +222,8 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
         rows += [(f"prefill at {mfu:.0%} MFU (ms)", out["mfu_prefill_ms"]),
                  (f"tokens/s at {mfu:.0%} MFU", out["mfu_prefill_tokens_per_s"])]
     rows += [("KV per token", f"{out['kv_bytes_per_token'] / 1024:.0f} KiB"),
-             ("KV per request", gb(out["kv_bytes_per_request"])), ("weights", gb(out["weights_bytes"])),
+             ("KV per request", gb(out["kv_bytes_per_request"])),
+             ("weights", f"{gb(out['weights_bytes'])} ({out['weight_dtype']})"),
              ("reserve", gb(out["reserve_bytes"])), ("KV capacity", gb(out["kv_capacity_bytes"])),
              ("concurrent requests that fit", out["max_concurrent_requests"])]
     console.print(kv_table(f"{model} on {_replica(tp, dp, ep)} {gpu}: {input} in / {output} out", rows))

@@ -25,7 +25,7 @@ from .output import console, print_json
 
 
 def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str], gpu: Optional[str], tp: int,
-               weight_dtype: str, kv_dtype: str, model_configs: Optional[Path] = None, version: str = ""):
+               weight_dtype: Optional[str], kv_dtype: str, model_configs: Optional[Path] = None, version: str = ""):
     from ..validation.rows import rows_from_bench_json, rows_from_csv
 
     csvs = [p for p in inputs if p.suffix.lower() in (".csv", ".gz")]
@@ -57,7 +57,8 @@ def validate(
                                                  "model configs for an AIConfigurator silicon_sample.csv's "
                                                  "models without a built-in profile"),
     tp: int = typer.Option(1, "--tp", min=1, max=72, help="tensor-parallel size of JSON results"),
-    weight_dtype: str = typer.Option("bf16", "--weight-dtype", help="weights of JSON results"),
+    weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype", help="weights of JSON results; default: "
+                                               "the checkpoint's format"),
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV cache of JSON results"),
     stack_version: str = typer.Option("", "--stack-version", help="version of the stack that served the JSON "
                                       "results (e.g. 0.19.0): the replay takes that version's defaults where "

@@ -59,6 +59,8 @@ def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: Eng
 
 
 def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> PoolSetup:
+    """The pool's building blocks; its setup's ``spec`` is the pool as it runs,
+    the weights a pool leaves unnamed filled in from the checkpoint."""
     where = f"pools[{index}]"
 
     def at(key: str, fn):
@@ -74,6 +76,9 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
 
     model = at("model", lambda: load_model(spec.model))
     gpu = at("gpu", lambda: load_hardware(spec.gpu))
+    if spec.engine.weight_dtype is None:      # the checkpoint's format, as the stacks load it
+        wd = at("engine.weight_dtype", model.served_weight_dtype)
+        spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"weight_dtype": wd})})
     e = spec.engine
     if spec.pp > 1:
         return _pipeline_setup(spec, model, gpu, where, source)

@@ -12,7 +12,7 @@ from typing import Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..dtypes import BYTES, EXPERT_ONLY_DTYPES
+from ..dtypes import BYTES, EXPERT_ONLY_DTYPES, WEIGHT_DTYPES, checkpoint_weight_dtype
 from ..errors import LlmsimError
 from .hf_config import ALIASES, normalize
 from .layout import check_layout, is_moe_layer, layout_text, mla_params
@@ -315,6 +315,17 @@ class ModelProfile(BaseModel):
         return self.model_copy(update={
             "name": f"{self.name}-mtp", "num_hidden_layers": self.num_nextn_predict_layers,
             "first_k_dense_replace": 0, "mlp_only_layers": (), "layer_types": None, "num_nextn_predict_layers": 0})
+
+    def served_weight_dtype(self) -> str:
+        """The weights a pool serves this model in when it names none: the
+        checkpoint's format, as the stacks load it (:func:`checkpoint_weight_dtype`).
+        A format llmsim does not model is refused, not read as 16-bit."""
+        wd = checkpoint_weight_dtype(self.checkpoint_dtype)
+        if wd is None:
+            raise LlmsimError(f"{self.name}'s checkpoint is published as {self.checkpoint_dtype!r}, a weight format "
+                              f"llmsim does not model; name the weights the pool serves ({', '.join(WEIGHT_DTYPES)})",
+                              key_path="engine.weight_dtype")
+        return wd
 
     def weight_bytes(self, weight_dtype: str = "bf16") -> float:
         """Bytes of all weights. Quantisation applies to the transformer's

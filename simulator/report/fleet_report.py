@@ -91,7 +91,9 @@ _DP, _PP = "dp > 1 or ep > 1", "pp > 1"
 
 #: ``llmsim.pools.<pool>``: one pool's engines, memory and bill (:func:`_pool_block`, :func:`llmsim_block`).
 POOL_FIELDS = {
-    "model": leaf("text", "the model"), "gpu": leaf("text", "the GPU"), "tp": leaf("GPUs", "tensor parallelism"),
+    "model": leaf("text", "the model"), "gpu": leaf("text", "the GPU"),
+    "weight_dtype": leaf("text", "the weights it served (engine.weight_dtype, else the checkpoint's format)"),
+    "kv_dtype": leaf("text", "the KV cache's format"), "tp": leaf("GPUs", "tensor parallelism"),
     "dp": leaf("ranks", "attention data parallelism", when=_DP), "ep": leaf("GPUs", "expert parallelism", when=_DP),
     "pp": leaf("stages", "pipeline stages", when=_PP), "stage_layers": leaf("list", "layers per stage", when=_PP),
     "gpus_per_replica": leaf("GPUs", "tp × pp × dp", when=_PP),
@@ -299,6 +301,8 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
     block = {
         "model": ps.cm.model.name,
         "gpu": ps.cm.gpu.name,
+        "weight_dtype": ps.spec.engine.weight_dtype,
+        "kv_dtype": ps.spec.engine.kv_dtype,
         "tp": ps.spec.tp,
         **({"dp": ps.spec.dp, "ep": ps.spec.ep} if ps.spec.dp > 1 or ps.spec.ep > 1 else {}),
         **({"pp": ps.spec.pp, "stage_layers": list(ps.cm.pipe.layers), "gpus_per_replica": ps.spec.gpus_per_replica,

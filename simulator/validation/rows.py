@@ -21,7 +21,7 @@ from typing import Annotated, Any, Callable, Iterable, Literal, Optional, Union
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, Field, ValidationInfo, field_validator
 
-from ..dtypes import WEIGHT_DTYPES
+from ..dtypes import WEIGHT_DTYPES, checkpoint_weight_dtype
 from ..errors import LlmsimError
 from ..profiles.backend import backend_names
 from ..profiles.hardware import builtin_hardware, match_benchmark_gpu
@@ -190,7 +190,7 @@ def _dtypes(precision: str, checkpoint: Callable[[], Optional[str]]) -> tuple[st
     if p.startswith("fp16"):
         return "fp16", "fp16"
     native = None if p.startswith("bf16") else checkpoint()
-    return ("fp8" if native == "fp8_block" else native or "bf16"), kv
+    return (checkpoint_weight_dtype(native) or native), kv
 
 
 def _checkpoint(model: Optional[str], formats: dict[str, Optional[str]]) -> Optional[str]:
@@ -626,11 +626,20 @@ def read_bench_result(path: Path) -> BenchResult:
 
 
 def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str, tp: int,
-                         weight_dtype: str = "bf16", kv_dtype: str = "bf16", version: str = "") -> list[Row]:
+                         weight_dtype: Optional[str] = None, kv_dtype: str = "bf16", version: str = "") -> list[Row]:
     """Rows of ``vllm bench serve --save-result`` files (one run each);
-    ``version`` is the serving stack's, whose defaults the replay then takes."""
+    ``version`` is the serving stack's, whose defaults the replay then takes.
+    Without ``weight_dtype`` the server ran the checkpoint as published."""
     if stack not in backend_names():
         raise LlmsimError(f"unknown backend {stack!r}; expected one of {_stacks()}", key_path="--backend")
+    if weight_dtype is None:
+        from ..profiles import load_model
+
+        try:
+            weight_dtype = load_model(model).served_weight_dtype()
+        except LlmsimError as e:
+            raise LlmsimError(e.message, source=e.source, key_path="--weight-dtype" if e.key_path ==
+                              "engine.weight_dtype" else e.key_path or "--model") from None
     out = []
     for p in paths:
         d = read_bench_result(Path(p))

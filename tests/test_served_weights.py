@@ -1,0 +1,126 @@
+"""A pool that names no weights serves the checkpoint as published.
+
+vLLM, SGLang and TensorRT-LLM read a checkpoint's ``quantization_config``
+and load its weights in that format; a simulated pool of the same model
+must do the same, or DeepSeek-V3 is sized as 1.36 TB of 16-bit weights
+(refused on the eight H200s it is served on) and gpt-oss-120b as four
+GPUs' worth where one holds it.
+"""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import given, strategies as st
+
+from simulator.dtypes import WEIGHT_DTYPES, checkpoint_weight_dtype
+from simulator.errors import LlmsimError
+from simulator.fleet.setup import setup_pool
+from simulator.memory import plan_memory
+from simulator.profiles import load_hardware, load_model
+from simulator.scenario.schema import PoolSpec
+
+
+def _setup(**pool):
+    return setup_pool(PoolSpec.model_validate(pool), 0, source="s.yaml")
+
+
+@pytest.mark.parametrize("model, gpu, tp, served", [
+    ("deepseek-v3", "h200", 8, "fp8"),             # block fp8 checkpoint
+    ("qwen3-235b-a22b-fp8", "h100-sxm", 8, "fp8"),
+    ("gpt-oss-120b", "h100-sxm", 1, "mxfp4"),       # MXFP4 experts
+    ("llama-3.1-8b", "h100-sxm", 1, "bf16"),        # no quantization_config
+])
+def test_a_pool_naming_no_weights_serves_the_checkpoint(model, gpu, tp, served):
+    ps = _setup(model=model, gpu=gpu, tp=tp, engine={"backend": "vllm"})
+    assert ps.spec.engine.weight_dtype == ps.cm.weight_dtype == served
+    named = _setup(model=model, gpu=gpu, tp=tp, engine={"backend": "vllm", "weight_dtype": served})
+    assert ps.memory == named.memory
+
+
+def test_named_weights_are_what_the_pool_serves():
+    """16-bit DeepSeek-V3 does not fit on eight H200s; its fp8 checkpoint does."""
+    with pytest.raises(LlmsimError) as e:
+        _setup(model="deepseek-v3", gpu="h200", tp=8, engine={"backend": "sglang", "weight_dtype": "bf16"})
+    assert "does not fit" in e.value.message and e.value.key_path == "pools[0].engine"
+    assert _setup(model="deepseek-v3", gpu="h200", tp=8, engine={"backend": "sglang"}).memory.kv_capacity_tokens > 0
+
+
+def _awq3(tmp_path: Path, hf_config: dict) -> Path:
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**hf_config, "quantization_config": {"quant_method": "awq", "bits": 3}}))
+    return path
+
+
+def test_a_checkpoint_format_llmsim_does_not_model_must_be_named(tmp_path, hf_llama3_8b_config):
+    path = _awq3(tmp_path, hf_llama3_8b_config)
+    with pytest.raises(LlmsimError) as e:
+        _setup(model=str(path), gpu="h100-sxm")
+    assert e.value.key_path == "pools[0].engine.weight_dtype" and e.value.source == "s.yaml"
+    assert "'int3'" in e.value.message and "int4" in e.value.message
+    assert _setup(model=str(path), gpu="h100-sxm", engine={"weight_dtype": "int4"}).cm.weight_dtype == "int4"
+
+
+def test_the_estimate_serves_the_checkpoint_unless_told(cli, tmp_path, hf_llama3_8b_config):
+    args = ["estimate", "request", "--gpu", "h100-sxm", "--model", "gpt-oss-120b", "--input", "1000",
+            "--output", "10", "--json"]
+    served = cli(*args).json()
+    assert served["weight_dtype"] == "mxfp4"
+    assert served["weights_bytes"] == plan_memory(load_model("gpt-oss-120b"), load_hardware("h100-sxm"), 1,
+                                                  "mxfp4", "bf16").weights_bytes
+    named = cli(*args, "--weight-dtype", "bf16")         # 234 GB of 16-bit weights on one 80 GB GPU
+    assert named.code == 2 and "(bf16)" in named.err and "does not fit" in named.err
+    r = cli("estimate", "step", "--gpu", "h100-sxm", "--model", _awq3(tmp_path, hf_llama3_8b_config),
+            "--decode-batch", "1")
+    assert r.code == 2 and "--weight-dtype" in r.err and "Traceback" not in r.err
+
+
+def test_a_run_reports_the_weights_it_served(cli, tmp_path):
+    import yaml
+
+    scenario = {"name": "w", "workload": {"num_requests": 20, "arrival": {"type": "poisson", "rate_per_s": 2},
+                                          "input_tokens": {"dist": "fixed", "value": 256},
+                                          "output_tokens": {"dist": "fixed", "value": 8}},
+                "pools": [{"name": "p", "model": "gpt-oss-120b", "gpu": "h100-sxm", "engine": {"kv_dtype": "fp8"}}]}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
+    assert cli("run", tmp_path / "s.yaml", "-o", tmp_path / "out").code == 0
+    pool = json.loads((tmp_path / "out" / "results.json").read_text())["llmsim"]["pools"]["p"]
+    assert (pool["weight_dtype"], pool["kv_dtype"]) == ("mxfp4", "fp8")
+
+
+@given(st.one_of(st.none(), st.sampled_from(["fp8_block", "fp8", "mxfp4", "nvfp4", "int4", "int8", "int2", "int3",
+                                             "compressed-tensors", "modelopt int8", "fp4"]), st.text(max_size=12)))
+def test_a_checkpoint_is_served_as_published_or_refused(checkpoint):
+    """Never read as some other format: a known one as itself (block fp8 as fp8), none as 16-bit,
+    anything else refused (None)."""
+    wd = checkpoint_weight_dtype(checkpoint)
+    if checkpoint is None:
+        assert wd == "bf16"
+    elif checkpoint == "fp8_block":
+        assert wd == "fp8"
+    else:
+        assert wd == (checkpoint if checkpoint in WEIGHT_DTYPES else None)
+
+
+def test_the_replay_and_a_pool_serve_an_unstated_precision_alike(shared_data):
+    """A measured row that states no precision replays the checkpoint as published
+    (validation.rows); a pool that names no weights must serve the same."""
+    from simulator.validation.rows import _dtypes
+
+    models = ["deepseek-v3", "gpt-oss-120b", "qwen3-235b-a22b-fp8", "llama-3.1-8b",
+              *sorted(str(p) for p in (shared_data / "models" / "moe").glob("*.yaml"))]
+    checked = 0
+    for name in models:
+        try:
+            m = load_model(name)
+        except LlmsimError:      # an architecture llmsim refuses (linear attention, sparse indexers)
+            continue
+        checked += 1
+        wd, _ = _dtypes("", lambda: m.checkpoint_dtype)
+        if wd in WEIGHT_DTYPES:
+            assert m.served_weight_dtype() == wd, name
+        else:
+            with pytest.raises(LlmsimError):
+                m.served_weight_dtype()
+    assert checked >= 15
