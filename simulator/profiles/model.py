@@ -322,9 +322,9 @@ class ModelProfile(BaseModel):
         A format llmsim does not model is refused, not read as 16-bit."""
         wd = checkpoint_weight_dtype(self.checkpoint_dtype)
         if wd is None:
-            raise LlmsimError(f"{self.name}'s checkpoint is published as {self.checkpoint_dtype!r}, a weight format "
-                              f"llmsim does not model; name the weights the pool serves ({', '.join(WEIGHT_DTYPES)})",
-                              key_path="engine.weight_dtype")
+            raise LlmsimError(f"{self.name}'s quantization_config declares {self.checkpoint_dtype!r}, which is not "
+                              f"one of the weight formats llmsim models; name the weights the pool serves "
+                              f"({', '.join(WEIGHT_DTYPES)})", key_path="engine.weight_dtype")
         return wd
 
     def weight_bytes(self, weight_dtype: str = "bf16") -> float:
