@@ -21,6 +21,17 @@ if TYPE_CHECKING:
     from .engine.config import EngineConfig
 
 
+def _rank_budget(engine: EngineConfig | None, budget: int, dp: int) -> int:
+    """The token budget a lone prompt is cut at: its attention-DP rank's, as a
+    run schedules it (:func:`simulator.fleet.setup.rank_limits`: SGLang divides
+    its chunk by dp, vLLM and TensorRT-LLM give every rank the whole flag)."""
+    if engine is None or dp <= 1:
+        return budget
+    from .fleet.setup import rank_limits
+
+    return rank_limits(engine.model_copy(update={"max_num_batched_tokens": budget}), dp).max_num_batched_tokens // dp
+
+
 def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: float | None = None,
                      max_num_batched_tokens: int = 8192, gpu_memory_utilization: float = 0.9,
                      block_size: int = 16, engine: EngineConfig | None = None) -> dict:
@@ -30,8 +41,9 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
     request meets them in a run) and its memory rule divides the GPU."""
     prefill_s = 0.0
     done = 0
+    budget = _rank_budget(engine, max_num_batched_tokens, cm.dp)
     while done < input_tokens:
-        chunk = min(max_num_batched_tokens, input_tokens - done)
+        chunk = min(budget, input_tokens - done)
         last = done + chunk >= input_tokens
         prefill_s += cm.step_time([(chunk, done)], 0, 0.0, sampling_seqs=1 if last else 0)
         done += chunk

@@ -345,6 +345,22 @@ def test_backend_request_is_a_lone_request_of_a_run(cli, tmp_path, backend):
     assert est["tpot_ms"] == pytest.approx(run["mean_tpot_ms"], rel=0.05)
 
 
+@pytest.mark.parametrize("backend", ["sglang", "trtllm"])
+def test_backend_request_is_cut_at_its_ranks_budget(cli, tmp_path, backend):
+    """On attention-DP ranks a lone prompt is chunked at its rank's budget, as a run schedules it:
+    SGLang's chunk divided by dp (an 8K prompt in four 2K chunks on eight ranks), TensorRT-LLM's
+    whole flag per rank."""
+    from simulator.runner import simulate
+
+    p = tmp_path / "lone.yaml"
+    p.write_text(LONE.format(backend=backend, model="deepseek-v3", gpu="b200", tp=1, wd="fp8", input=8192, output=16)
+                 .replace("    replicas: 1\n", "    replicas: 1\n    dp: 8\n    ep: 8\n"))
+    run = simulate(p).results
+    est = request(cli, "--gpu", "b200", "--model", "deepseek-v3", "--tp", "1", "--dp", "8", "--ep", "8",
+                  "--input", "8192", "--output", "16", "--backend", backend)
+    assert est["ttft_ms"] == pytest.approx(run["mean_ttft_ms"], rel=0.02)
+
+
 def test_backend_prefill_waits_out_the_eager_launches(cli):
     """vLLM runs a 1K-token prefill past its 512-token graphs eagerly: the estimate's step lasts the
     backend's launches at least, where the kernels alone are faster; a prefill its graphs hold does not."""
