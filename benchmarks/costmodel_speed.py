@@ -33,7 +33,9 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import machine  # noqa: E402
 import numpy as np  # noqa: E402
 
 from simulator import CostModel, load_hardware, load_model  # noqa: E402
@@ -51,16 +53,6 @@ def pin_one_core() -> str:
         os.sched_setaffinity(0, {cpu})
         return f"pinned to CPU {cpu}"
     return "not pinned (no sched_setaffinity)"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or "unknown"
 
 
 def clear(cm: CostModel) -> None:
@@ -137,7 +129,7 @@ def main() -> None:
         "python": f"{platform.python_implementation()} {platform.python_version()}",
         "numpy": np.__version__,
         "platform": platform.platform(),
-        "cpu": cpu_model(),
+        "cpu": machine.cpu_model(),
         "nproc": os.cpu_count(),
         "affinity": pinned,
         "loadavg_1m": round(load[0], 2) if load else None,

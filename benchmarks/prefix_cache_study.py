@@ -34,8 +34,6 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import math
-import os
-import platform
 import sys
 import time
 from collections import defaultdict
@@ -47,7 +45,9 @@ from typing import Optional, Sequence
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+import machine  # noqa: E402
 import numpy as np  # noqa: E402
 
 from simulator.costmodel import CostModel  # noqa: E402
@@ -408,16 +408,6 @@ def table_chat(study: dict) -> list[str]:
     return out
 
 
-def machine() -> str:
-    cpu = platform.processor() or platform.machine()
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    return f"`nproc` = {os.cpu_count()}, CPU \"{cpu}\", CPython {platform.python_version()}"
 
 
 HEADER = """# Prefix cache: autocomplete and chat
@@ -459,7 +449,7 @@ def markdown(cw: list[dict], cliff: list[dict], cliff_load: dict, routers: list[
     pa = next((r for r in routers if r["label"] == "prefix_aware"), None)
     rr = next((r for r in routers if r["label"] == "round_robin"), None)
     cold6 = next(r for r in cw if r["prompt"] == COLD_PROMPT)
-    lines = [HEADER.format(command=command, size=size.name, wall=wall, machine=machine(),
+    lines = [HEADER.format(command=command, size=size.name, wall=wall, machine=machine.describe(),
                            today=_dt.date.today().isoformat()).rstrip("\n"), ""]
     lines += ["## a. The autocomplete cliff", "",
               f"One prompt alone on one {GPU} running {MODEL} (the cost model, no queue: "
