@@ -1055,7 +1055,7 @@ def ttft_differences(r: Runner) -> str:
         "prefill on this replica (`llmsim estimate request --gpu h100-sxm --model llama-3.1-70b --tp 4 "
         f"--weight-dtype fp8 --input 32000 --output 300`), {secs(prefill(4, 128000))} at 128K; with 5 % of turns in "
         "the tail the p99 is the tail's own prefill whatever the levers, and the tail is two thirds of the "
-        f"user-message tokens. Measured with the case study's 5 % (`{TTFT} --ladder --set {TTFT_TAIL}`, 2 min): "
+        f"user-message tokens. Measured with the case study's 5 % (`{TTFT} --ladder --set {TTFT_TAIL}`): "
         f"today's fleet saturates (p99 {secs(tail[0][1]['p99_ttft_ms'])}) and the final step gives p99 "
         f"{secs(tail[-1][1]['p99_ttft_ms'])} while shedding {count(tail_shed['rejected'])} turns "
         f"({100 * tail_shed['rejected'] / sum(tail_shed.values()):.0f} % of those that arrived). So the case study's "

@@ -41,8 +41,7 @@ def test_a_pages_table_is_the_scripts(table):
     stand_in = wall_times.render(table, [(12.5, 3 if r.count else None) for r in rows], "a machine", "2000-01-01")
     assert _masked(shown) == _masked(stand_in.split("\n"))
     head = re.escape(f"`{generated_section.command(wall_times.ME, options=[('--only', table), ('--write', True)])}`")
-    assert re.fullmatch(rf"Generated \d{{4}}-\d\d-\d\d by {head} on .+, one command at a time; wall time of one run\.",
-                        shown[0]), shown[0]
+    assert re.fullmatch(rf"Generated \d{{4}}-\d\d-\d\d by {head} on .+\.", shown[0]), shown[0]
     assert "not yet measured" not in shown[0], f"python benchmarks/wall_times.py --only {table} --write"
 
 
@@ -59,7 +58,7 @@ def test_timing_reads_the_work_from_what_the_command_wrote(tmp_path):
     import json
 
     res = json.loads((tmp_path / "q" / "results.json").read_text())
-    assert n == res["completed"] + res["failed"] > 0 and seconds > 0
+    assert n == sum(res["llmsim"]["request_status"].values()) >= res["completed"] > 0 and seconds > 0
     plan = wall_times.Row("llmsim plan scenarios/quickcode.yaml --set workload.duration_s=3 "
                           "--vary pools.node.replicas=1..2 --workers 1 -o out/p", "{n} runs", "runs")
     assert wall_times.measure(plan, tmp_path)[1] == 2
