@@ -37,7 +37,8 @@ import generated_section  # noqa: E402
 
 CASE_STUDIES = ROOT / "docs" / "case-studies.md"
 DAU_QUICKCODE = ROOT / "docs" / "case-studies-dau-quickcode.md"
-TTFT_AGENTS_LORA = ROOT / "docs" / "case-studies-ttft-agents-lora.md"
+TTFT_AGENTS = ROOT / "docs" / "case-studies-ttft-agents.md"
+PP_LORA = ROOT / "docs" / "case-studies-405b-lora.md"
 SCENARIOS = ROOT / "docs" / "scenarios.md"
 ME = "benchmarks/case_studies.py"
 
@@ -1742,12 +1743,12 @@ BLOCKS = [
     Block("quickcode-comparison", DAU_QUICKCODE, quickcode_comparison),
     Block("quickcode-ladder", DAU_QUICKCODE, quickcode_ladder),
     Block("quickcode-differences", DAU_QUICKCODE, quickcode_differences),
-    Block("ttft-program-comparison", TTFT_AGENTS_LORA, ttft_comparison),
-    Block("ttft-program-ladder", TTFT_AGENTS_LORA, ttft_ladder),
-    Block("ttft-program-differences", TTFT_AGENTS_LORA, ttft_differences),
-    Block("coding-agent-ladder", TTFT_AGENTS_LORA, coding_agent_ladder),
-    Block("coding-agent-sizing", TTFT_AGENTS_LORA, coding_agent_sizing),
-    Block("coding-agent-differences", TTFT_AGENTS_LORA, coding_agent_differences),
+    Block("ttft-program-comparison", TTFT_AGENTS, ttft_comparison),
+    Block("ttft-program-ladder", TTFT_AGENTS, ttft_ladder),
+    Block("ttft-program-differences", TTFT_AGENTS, ttft_differences),
+    Block("coding-agent-ladder", TTFT_AGENTS, coding_agent_ladder),
+    Block("coding-agent-sizing", TTFT_AGENTS, coding_agent_sizing),
+    Block("coding-agent-differences", TTFT_AGENTS, coding_agent_differences),
     Block("dau-prefix-breakage", SCENARIOS, dau_prefix_breakage),
     Block("dau-prefix-breakage-plan", SCENARIOS, dau_prefix_breakage_plan),
     Block("ttft-program-buckets", SCENARIOS, ttft_buckets),
@@ -1761,9 +1762,9 @@ BLOCKS = [
     Block("chatbot-monthly", SCENARIOS, chatbot_monthly),
     Block("chatbot-energy", SCENARIOS, chatbot_energy),
     Block("dau-moe-checkpoint", SCENARIOS, dau_moe_checkpoint),
-    Block("llama-405b-pp", TTFT_AGENTS_LORA, llama_405b_pp),
-    Block("llama-405b-pp-differences", TTFT_AGENTS_LORA, llama_405b_differences),
-    Block("multi-lora-ladder", TTFT_AGENTS_LORA, multi_lora_ladder),
+    Block("llama-405b-pp", PP_LORA, llama_405b_pp),
+    Block("llama-405b-pp-differences", PP_LORA, llama_405b_differences),
+    Block("multi-lora-ladder", PP_LORA, multi_lora_ladder),
 ]
 
 

@@ -5,7 +5,7 @@ prefill chunks without LoRA and with the punica shrink/expand kernels at
 several max_lora_rank values and distinct adapters per batch
 (simulator/costmodel/lora.py), and each rank's adapter size, GPU slot and
 load times (host link, NVMe). Figures quoted in docs/scenarios.md and
-docs/case-studies-ttft-agents-lora.md come from:
+docs/case-studies-405b-lora.md come from:
 
     python benchmarks/lora_overhead.py --model llama-3-8b --gpu h100-sxm
 """

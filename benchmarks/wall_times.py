@@ -84,17 +84,17 @@ TABLES: dict[str, tuple[str, list[Row]]] = {
         Row("llmsim run scenarios/quickcode.yaml --ladder -o out/quickcode-ladder", "{n} steps", "steps"),
         Row("llmsim check scenarios/quickcode.yaml", '"after", 120 s of burst starts'),
     ]),
-    "ttft-program": ("docs/case-studies-ttft-agents-lora.md", [
+    "ttft-program": ("docs/case-studies-ttft-agents.md", [
         Row("llmsim run scenarios/ttft-program.yaml -o out/ttft", '"today", {n} turns',
             "requests"),
         Row("llmsim run scenarios/ttft-program.yaml --ladder -o out/ttft-ladder", "{n} steps", "steps"),
         Row("llmsim check scenarios/ttft-program.yaml", "the final step"),
     ]),
-    "coding-agent": ("docs/case-studies-ttft-agents-lora.md", [
+    "coding-agent": ("docs/case-studies-ttft-agents.md", [
         Row("llmsim run scenarios/coding-agent.yaml -o out/coding-agent",
             "240 sessions, {n} calls", "requests"),
         Row("llmsim run scenarios/coding-agent.yaml --ladder -o out/coding-agent-ladder", "{n} steps", "steps"),
-        Row("llmsim check scenarios/coding-agent.yaml", "cache-aware + host tier, 72 sessions"),
+        Row("llmsim check scenarios/coding-agent.yaml", "72 sessions"),
     ]),
 }
 
@@ -154,8 +154,7 @@ def build() -> str:
                            cwd=tempfile.gettempdir(), capture_output=True, text=True,
                            env={k: v for k, v in os.environ.items() if k != "PYTHONPATH"})
     path = probe.stdout.strip()
-    return "the compiled build (`pip install .`)" if path.endswith((".so", ".pyd")) else \
-        "plain Python (an editable install or no C compiler)"
+    return "the compiled build" if path.endswith((".so", ".pyd")) else "plain Python (no compiled build installed)"
 
 
 def render(table: str, figures: list[tuple[float, Optional[int]]], where: str, day: str) -> str:
