@@ -23,13 +23,11 @@ if TYPE_CHECKING:
 
 def _rank_budget(engine: EngineConfig | None, budget: int, dp: int) -> int:
     """The token budget a lone prompt is cut at: its attention-DP rank's, as a
-    run schedules it (:func:`simulator.fleet.setup.rank_limits`: SGLang divides
-    its chunk by dp, vLLM and TensorRT-LLM give every rank the whole flag)."""
-    if engine is None or dp <= 1:
+    run schedules it (:meth:`EngineConfig.rank_tokens`: SGLang divides its chunk
+    by dp, vLLM and TensorRT-LLM give every rank the whole flag)."""
+    if engine is None:
         return budget
-    from .fleet.setup import rank_limits
-
-    return rank_limits(engine.model_copy(update={"max_num_batched_tokens": budget}), dp).max_num_batched_tokens // dp
+    return engine.model_copy(update={"max_num_batched_tokens": budget}).rank_tokens(dp)
 
 
 def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: float | None = None,

@@ -72,7 +72,7 @@ class ReplicaBase:
         self.cm = cm
         self.cfg = cfg
         # The most one sequence's prompt advances in an iteration: its attention-DP rank's token
-        # budget (fleet.setup.rank_limits), else the replica's.
+        # budget (EngineConfig.rank_tokens), else the replica's.
         self.rank_tokens: int = rank_tokens or cfg.max_num_batched_tokens
         self.bs = cfg.block_size
         self.num_blocks = num_blocks

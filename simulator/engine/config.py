@@ -191,6 +191,14 @@ class EngineConfig(BaseModel):
                                   "there and a hit reloads them (bytes / bandwidth before the first prefill "
                                   "chunk); default: none, evicted KV is gone")
 
+    def rank_tokens(self, dp: int) -> int:
+        """One attention-DP rank's token budget in a replica of ``dp`` ranks: the
+        stack's whole flag (``dp_limits: per_rank``) or 1/dp of it (``split``:
+        SGLang's ``_handle_data_parallelism`` divides ``chunked_prefill_size`` by dp)."""
+        if dp <= 1 or self.dp_limits == "per_rank":
+            return self.max_num_batched_tokens
+        return max(1, self.max_num_batched_tokens // dp)
+
     @property
     def mixes_prefill(self) -> bool:
         """Whether a prefill shares its iteration with the running decodes."""

@@ -140,9 +140,7 @@ def rank_limits(e: EngineConfig, dp: int) -> EngineConfig:
     sized per rank from the flags as given (:func:`plan_memory`)."""
     if dp <= 1:
         return e
-    per_rank = e.dp_limits == "per_rank"
-    rank_tokens = e.max_num_batched_tokens if per_rank else max(1, e.max_num_batched_tokens // dp)
-    update = {"max_num_batched_tokens": rank_tokens * dp, "max_num_seqs": e.max_num_seqs * dp}
+    update = {"max_num_batched_tokens": e.rank_tokens(dp) * dp, "max_num_seqs": e.max_num_seqs * dp}
     if e.max_prefill_tokens is not None:        # every rank's scheduler has the whole cap
         update["max_prefill_tokens"] = e.max_prefill_tokens * dp
     return e.model_copy(update=update)
