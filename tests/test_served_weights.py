@@ -124,3 +124,10 @@ def test_the_replay_and_a_pool_serve_an_unstated_precision_alike(shared_data):
             with pytest.raises(LlmsimError):
                 m.served_weight_dtype()
     assert checked >= 15
+
+
+def test_profiles_list_shows_what_each_model_serves(cli):
+    models = {m["name"]: m for m in cli("profiles", "list", "--json").json()["models"]}
+    assert {n: models[n]["serves"] for n in ("deepseek-v3", "gpt-oss-120b", "qwen3-235b-a22b-fp8", "llama-3.1-8b")} \
+        == {"deepseek-v3": "fp8", "gpt-oss-120b": "mxfp4", "qwen3-235b-a22b-fp8": "fp8", "llama-3.1-8b": "bf16"}
+    assert all(m["serves"] == load_model(n).served_weight_dtype() for n, m in models.items())

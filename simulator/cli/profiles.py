@@ -12,7 +12,7 @@ app.add_typer(profiles_app, name="profiles")
 
 #: Shown first, and so kept on a narrow terminal: what a capacity plan is priced and sized by.
 _FIRST = ("name", "hbm_gib", "hbm_tb_s", "bf16_tflops", "fp8_tflops", "usd_per_gpu_hour", "params_b",
-          "active_params_b", "kv_kib_per_token_bf16", "max_context", "stack", "versions")
+          "active_params_b", "serves", "kv_kib_per_token_bf16", "max_context", "stack", "versions")
 
 
 @profiles_app.command("list")

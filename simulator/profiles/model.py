@@ -375,6 +375,8 @@ class ModelProfile(BaseModel):
             "kv_heads": self.kv_heads,
             "kv_kib_per_token_bf16": self.kv_bytes_per_token("bf16") / 1024,
             "max_context": self.max_position_embeddings,
+            # the weights a pool naming none serves (None: the checkpoint's format is one llmsim does not model)
+            "serves": checkpoint_weight_dtype(self.checkpoint_dtype),
             "layout": layout_text(self),
         }
         return out
