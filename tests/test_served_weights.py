@@ -131,3 +131,9 @@ def test_profiles_list_shows_what_each_model_serves(cli):
     assert {n: models[n]["serves"] for n in ("deepseek-v3", "gpt-oss-120b", "qwen3-235b-a22b-fp8", "llama-3.1-8b")} \
         == {"deepseek-v3": "fp8", "gpt-oss-120b": "mxfp4", "qwen3-235b-a22b-fp8": "fp8", "llama-3.1-8b": "bf16"}
     assert all(m["serves"] == load_model(n).served_weight_dtype() for n, m in models.items())
+
+
+def test_a_table_shows_an_unmodelled_format_as_a_dash():
+    from simulator.cli.output import fmt
+
+    assert fmt(checkpoint_weight_dtype("int3")) == "—" and fmt("fp8") == "fp8"

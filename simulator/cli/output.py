@@ -56,6 +56,8 @@ def print_json(obj: Any) -> None:
 
 
 def fmt(v: Any) -> str:
+    if v is None:       # a figure that does not apply, or a format llmsim does not model
+        return "—"
     if isinstance(v, int) and not isinstance(v, bool) and abs(v) >= 1000:
         return f"{v:,}"
     if isinstance(v, float):
