@@ -14,6 +14,7 @@ from .output import console, kv_table, print_json, provenance_notes
 if TYPE_CHECKING:   # the cost model on first use: `llmsim --help` imports this module
     from ..costmodel import CostModel
     from ..engine.config import EngineConfig
+    from ..profiles.model import ModelProfile
 
 estimate_app = typer.Typer(help="Back-of-envelope numbers from the calibrated cost model.", no_args_is_help=True)
 app.add_typer(estimate_app, name="estimate")
@@ -36,17 +37,18 @@ BACKEND = typer.Option(None, "--backend", help="price as this serving backend ru
 VERSION = typer.Option(None, "--backend-version", help="the backend's release whose defaults apply (with --backend)")
 
 
-def _served(model: str, weight_dtype: Optional[str]) -> str:
-    """``--weight-dtype``, or the checkpoint's format as a pool would serve it."""
-    if weight_dtype is not None:
-        return weight_dtype
+def _model(name: str, weight_dtype: Optional[str]) -> tuple[ModelProfile, str]:
+    """The model profile and the weights it is priced in: ``--weight-dtype``, or its
+    checkpoint's format as a pool would serve it."""
     from ..profiles import load_model
 
+    m = load_model(name)
+    if weight_dtype is not None:
+        return m, weight_dtype
     try:
-        return load_model(model).served_weight_dtype()
+        return m, m.served_weight_dtype()
     except LlmsimError as e:
-        raise LlmsimError(e.message, source=e.source,
-                          key_path="--weight-dtype" if e.key_path == "engine.weight_dtype" else e.key_path) from None
+        raise LlmsimError(e.message, source=e.source, key_path="--weight-dtype") from None
 
 
 def _engine(gpu: str, weight_dtype: str, kv_dtype: str, kernels: Optional[str], backend: Optional[str],
@@ -79,13 +81,13 @@ def _engine(gpu: str, weight_dtype: str, kv_dtype: str, kernels: Optional[str], 
         raise LlmsimError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}", key_path="--backend") from None
 
 
-def _cost_model(gpu: str, model: str, tp: int, weight_dtype: str, kv_dtype: str, roofline: bool,
+def _cost_model(gpu: str, m: ModelProfile, tp: int, weight_dtype: str, kv_dtype: str, roofline: bool,
                 dp: int = 1, ep: int = 1, kernels: Optional[str] = None,
                 engine: Optional[EngineConfig] = None) -> CostModel:
     """The cost model alone, or with ``engine`` the one a pool of that engine prices with."""
     from ..costmodel import CostModel
     from ..fleet.setup import engine_cost_model
-    from ..profiles import load_hardware, load_model
+    from ..profiles import load_hardware
     from ..profiles.backend import check_serving_stack
 
     if kernels is not None:
@@ -93,7 +95,7 @@ def _cost_model(gpu: str, model: str, tp: int, weight_dtype: str, kv_dtype: str,
             check_serving_stack(kernels)
         except ValueError as e:
             raise LlmsimError(str(e), key_path="--kernels") from None
-    m, g = load_model(model), load_hardware(gpu)
+    g = load_hardware(gpu)
     try:
         if engine is not None:
             return engine_cost_model(m, g, tp, engine, dp, ep)
@@ -140,9 +142,9 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
                               f"or sequences in a step)", key_path=n)
     if prefill_tokens == 0 and decode_batch == 0:
         raise LlmsimError("an empty step: give --prefill-tokens and/or --decode-batch")
-    weight_dtype = _served(model, weight_dtype)
+    m, weight_dtype = _model(model, weight_dtype)
     engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline)
-    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels, engine)
+    cm = _cost_model(gpu, m, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels, engine)
     chunks = [(prefill_tokens, prefill_context)] if prefill_tokens else []
     b = cm.step(chunks, decode_batch, float(decode_batch * decode_context))
     from ..estimate import model_figures
@@ -176,7 +178,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
         raise LlmsimError("--input and --output must be ≥ 1")
     if mfu is not None and not 0 < mfu <= 1:
         raise LlmsimError(f"--mfu must be in (0, 1] (got {mfu})")
-    weight_dtype = _served(model, weight_dtype)
+    m, weight_dtype = _model(model, weight_dtype)
     engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline)
     if max_num_batched_tokens is None:
         max_num_batched_tokens = engine.max_num_batched_tokens if engine is not None else 8192
@@ -196,7 +198,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     if input / max_num_batched_tokens > _MAX_CHUNKS:
         raise LlmsimError(f"a {input:,}-token prompt in chunks of {max_num_batched_tokens:,} is more than "
                           f"{_MAX_CHUNKS:,} prefill steps; raise --max-num-batched-tokens", key_path="--input")
-    cm = _cost_model(gpu, model, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels, engine)
+    cm = _cost_model(gpu, m, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels, engine)
     from ..estimate import request_estimate
 
     mp = cm.model.max_position_embeddings

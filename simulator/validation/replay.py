@@ -103,11 +103,8 @@ def prefill_share(row: Row) -> float:
     ttft, tpot = row.measured["ttft_mean_ms"], row.measured["tpot_mean_ms"]
     round_s = (ttft + (row.osl - 1) * tpot) * 1e-3
     engine = scenario_for(row).pools[0].engine
-    if row.prefill is not None:
-        prompts = -(-row.concurrency // row.prefill.replicas)
-        return packed_prefill_seconds(_cost_model(row, row.prefill, gpu_only=True), row.isl, prompts,
-                                      engine.max_num_batched_tokens, engine.chunked_prefill) / round_s
-    return packed_prefill_seconds(_cost_model(row, gpu_only=True), row.isl, row.concurrency,
+    prompts = row.concurrency if row.prefill is None else -(-row.concurrency // row.prefill.replicas)
+    return packed_prefill_seconds(_cost_model(row, row.prefill, gpu_only=True), row.isl, prompts,
                                   engine.max_num_batched_tokens, engine.chunked_prefill) / round_s
 
 
