@@ -1,6 +1,6 @@
 """How long the case studies' commands take, typed as the pages show them: their wall-time tables.
 
-    python benchmarks/wall_times.py --write                  # time every command (about 15 min), rewrite the tables
+    python benchmarks/wall_times.py --write                  # time every command (9 min, compiled, 2 cores), rewrite the tables
     python benchmarks/wall_times.py --only quickcode         # time one table's commands and print it
 
 Each command runs as its own process, from the repository root, through the
