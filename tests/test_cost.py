@@ -203,7 +203,7 @@ def test_simulate_writes_a_consistent_cost_block():
     assert c["usd_per_session"] == pytest.approx(c["window_usd"] / s["served"])
     text = render(summary_table(res))
     for needle in ("Monthly cost ($)", "Cost per 1M output tokens", "Sessions per GPU", "730 h/month",
-                   "pool main: peak 4 × h100-sxm, mean 4.00",
+                   "pool main: llama-3-8b, bf16 weights, bf16 KV; peak 4 × h100-sxm, mean 4.00",
                    "at $2.99/GPU-h from the profile"):
         assert needle in text, needle
 

@@ -63,7 +63,8 @@ def test_counts_agree_across_report_json_plot_and_ladder(chatbot):
     assert text.splitlines()[0].startswith(f"Product: {prod['gpus']:,} GPUs at peak (free {n * ll['pools']['free']['gpus']:,}")
     assert f"{ll['gpus']:,} GPUs at peak (free {ll['pools']['free']['gpus']} × h100-sxm, paid 8 × h100-sxm)" in text
     for name, p in ll["pools"].items():
-        assert f"pool {name}: peak {p['gpus']} × h100-sxm, mean {p['gpus_mean']:,.2f}" in text
+        assert (f"pool {name}: {p['model']}, {p['weight_dtype']} weights, {p['kv_dtype']} KV; peak {p['gpus']} × "
+                f"h100-sxm, mean {p['gpus_mean']:,.2f}") in text
     # cost.png labels each bar with the pool's name and the product's peak of it
     fig = cost_figure(res)
     ax = fig.axes[0]

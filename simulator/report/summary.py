@@ -103,6 +103,14 @@ def _money(v: Any) -> str:
     return f"{v:,.{max(0, 3 - math.floor(math.log10(abs(v))))}f}"
 
 
+def _serves(pool: Mapping[str, Any]) -> str:
+    """What a pool runs, before its price: the weights' format is the
+    checkpoint's unless the scenario names one, so a reader checks it here."""
+    if not pool.get("model"):
+        return ""
+    return f"{pool['model']}, {pool.get('weight_dtype', '—')} weights, {pool.get('kv_dtype', '—')} KV; "
+
+
 def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[str, Any],
           energy: Mapping[str, Any] | None = None) -> Group:
     """The money lines of ``llmsim.cost`` and one energy line, then how the
@@ -136,7 +144,7 @@ def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[st
         t.add_row("Sessions per GPU (mean / peak)",
                   f"{_num(sessions.get('mean_per_gpu'))} / {_num(sessions.get('peak_per_gpu'))}")
     notes = [f"month: {cost.get('monthly_basis')}", f"tokens: {cost.get('token_split')}"]
-    notes += [f"pool {p['name']}: peak {p['gpus']:,} × {p['gpu']}"
+    notes += [f"pool {p['name']}: {_serves(pools.get(p['name'], {}))}peak {p['gpus']:,} × {p['gpu']}"
               + (f", mean {pools[p['name']]['gpus_mean']:,.2f}" if "gpus_mean" in pools.get(p["name"], {}) else "")
               + f", {p['gpu_hours']:,.3g} GPU-h at ${p['usd_per_gpu_hour']:,.2f}/GPU-h from the {p['price_source']}"
               + (" [yellow](an assumption: set pools[].usd_per_gpu_hour)[/]" if p["price_assumed"] else "")
