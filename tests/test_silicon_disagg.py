@@ -92,6 +92,19 @@ def test_each_role_captures_cuda_graphs_up_to_its_own_batch(tmp_path):
     assert decode.speculative is not None and not decode.engine.output_after_next_launch
 
 
+def test_a_tensorrt_llm_prefill_worker_runs_without_the_overlap_scheduler(tmp_path):
+    """AIConfigurator's generator turns TensorRT-LLM's overlap scheduler off on a prefill worker
+    alone (rule_plugin/trtllm.rule): a prompt arriving there first runs in the next iteration, not
+    the one after; the decode pool and the aggregated row plan ahead as the stack does; SGLang's
+    prefill worker (drafting nothing) keeps its overlap loop."""
+    rows = _rows(tmp_path, DSR1, AGG)
+    prefill, decode = scenario_for(rows["dis"]).pools
+    assert not prefill.engine.plans_ahead
+    assert decode.engine.plans_ahead and scenario_for(rows["agg"]).pools[0].engine.plans_ahead
+    sglang = _rows(tmp_path, {**DSR1, "backend": "sglang", "backend_version": "0.5.8.post1"})["dis"]
+    assert scenario_for(sglang).pools[0].engine.plans_ahead
+
+
 @pytest.mark.parametrize("change, why", [
     ({"prefill_num_workers": None, "decode_num_workers": None}, "without prefill_num_workers and "
                                                                  "decode_num_workers"),

@@ -117,6 +117,9 @@ class GeneratedLaunch(_Strict):
 
     engine: dict[str, Any] = Field(default_factory=dict, description="engine keys its rule sets besides the "
                                                                      "batch and budget (SGLang: mixed chunks)")
+    prefill_engine: dict[str, Any] = Field(default_factory=dict, description="engine keys its rule sets on a "
+                                                                             "disaggregated prefill worker alone "
+                                                                             "(TensorRT-LLM: no overlap scheduler)")
     budget_block: int = Field(default=1, ge=1, description="the budget is rounded up to a multiple of this "
                                                            "(TensorRT-LLM's 32-token blocks)")
     graphs_to_concurrency: bool = Field(default=False, description="CUDA graphs captured for batches 1..C "

@@ -202,8 +202,12 @@ def role_engine_keys(deployment: str, stack: str, concurrency: int, isl: int, ba
     aggregated row's (⌈C/dp⌉ + ISL + 1,500, or SGLang's chunk with its
     ``max_prefill_tokens``): every attention-DP rank has
     one (``engine.dp_limits``), so a prefill worker of dp ranks prefills up
-    to dp long prompts at once."""
+    to dp long prompts at once. A prefill worker also takes the launch's
+    ``prefill_engine`` keys (TensorRT-LLM's runs without its overlap
+    scheduler)."""
     keys = dict(engine_keys(deployment, stack, concurrency, isl, dp, prefill_chunk))
+    if prefill and keys:
+        keys.update(_launch(stack).prefill_engine)
     if batch is None:
         return keys
     if prefill:
