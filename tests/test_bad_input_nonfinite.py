@@ -577,7 +577,7 @@ def _accepting_non_finite() -> Iterator[str]:
 #: sharpness whose .inf is the textbook hard max.
 CHECKED_ELSEWHERE = {"Scenario.slo", "ClassSpec.slo", "Variant.set", "CheckSpec.set", "BackendProfile.engine",
                      "BackendProfile.speculative_engine", "BackendProfile.draft_model_engine",
-                     "GeneratedLaunch.engine", "GpuRule.set", "VersionRule.set",
+                     "GeneratedLaunch.engine", "GeneratedLaunch.prefill_engine", "GpuRule.set", "VersionRule.set",
                      "RooflineParams.sharpness", "MoeParams.sharpness"}
 
 

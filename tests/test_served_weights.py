@@ -117,13 +117,16 @@ def test_the_replay_and_a_pool_serve_an_unstated_precision_alike(shared_data):
         except LlmsimError:      # an architecture llmsim refuses (linear attention, sparse indexers)
             continue
         checked += 1
-        wd, _ = _dtypes("", lambda: m.checkpoint_dtype)
+        wd, _ = _dtypes("", lambda: m.published_format)
         if wd in WEIGHT_DTYPES:
             assert m.served_weight_dtype() == wd, name
         else:
             with pytest.raises(LlmsimError):
                 m.served_weight_dtype()
     assert checked >= 15
+    # AIConfigurator's copy of the NVFP4 export declares no format: refused by both, not run in 16 bits.
+    nvfp4 = load_model(str(shared_data / "models" / "moe" / "nvidia--DeepSeek-V3.1-NVFP4.yaml"))
+    assert _dtypes("", lambda: nvfp4.published_format)[0] not in WEIGHT_DTYPES
 
 
 def test_profiles_list_shows_what_each_model_serves(cli):
@@ -137,3 +140,48 @@ def test_a_table_shows_an_unmodelled_format_as_a_dash():
     from simulator.cli.output import fmt
 
     assert fmt(checkpoint_weight_dtype("int3")) == "—" and fmt("fp8") == "fp8"
+
+
+def _modelopt_export(tmp_path: Path, hf_config: dict, quant: dict | None) -> Path:
+    """A ModelOpt export as downloaded: no quantization_config in config.json, the format in
+    hf_quant_config.json beside it (when ``quant`` is given)."""
+    folder = tmp_path / "Llama-3.1-8B-Instruct-FP4"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(hf_config))
+    if quant is not None:
+        (folder / "hf_quant_config.json").write_text(json.dumps({"producer": {"name": "modelopt"},
+                                                                 "quantization": quant}))
+    return folder / "config.json"
+
+
+def test_a_modelopt_export_serves_the_format_its_hf_quant_config_names(tmp_path, hf_llama3_8b_config):
+    path = _modelopt_export(tmp_path, hf_llama3_8b_config, {"quant_algo": "NVFP4", "kv_cache_quant_algo": "FP8"})
+    assert load_model(str(path)).checkpoint_dtype == "nvfp4"
+    assert _setup(model=str(path), gpu="b200").cm.weight_dtype == "nvfp4"
+
+
+def test_a_name_announcing_a_format_its_config_does_not_declare_is_refused(tmp_path, hf_llama3_8b_config):
+    """Served in 16 bits, a -FP4 checkpoint read without its format would be sized at four times its weights."""
+    path = _modelopt_export(tmp_path, hf_llama3_8b_config, None)
+    with pytest.raises(LlmsimError) as e:
+        _setup(model=str(path), gpu="b200")
+    assert e.value.key_path == "pools[0].engine.weight_dtype" and e.value.source == "s.yaml"
+    assert "its name says FP4" in e.value.message and "hf_quant_config.json" in e.value.message
+    assert _setup(model=str(path), gpu="b200", engine={"weight_dtype": "nvfp4"}).cm.weight_dtype == "nvfp4"
+    assert load_model(str(path)).summary()["serves"] is None
+
+
+@pytest.mark.parametrize("quant", [{}, {"quant_algo": ""}, {"quant_algo": 4}])
+def test_a_modelopt_record_without_its_algorithm_is_refused(tmp_path, hf_llama3_8b_config, quant):
+    path = _modelopt_export(tmp_path, hf_llama3_8b_config, quant)
+    with pytest.raises(LlmsimError) as e:
+        load_model(str(path))
+    assert e.value.key_path == "quantization.quant_algo" and str(e.value.source).endswith("hf_quant_config.json")
+
+
+@pytest.mark.parametrize("name, named", [("DeepSeek-V3.1-NVFP4", "NVFP4"), ("Meta-Llama-3-8B-Instruct-AWQ", "AWQ"),
+                                         ("llama_fp8", "fp8"), ("Qwen3-8B.w4a16", "w4a16"),
+                                         ("llama-3.1-8b", None), ("gpt-oss-120b", None), ("mint8-model", None)])
+def test_a_format_is_read_off_a_name_only_between_separators(name, named):
+    m = load_model("llama-3.1-8b").model_copy(update={"name": name})
+    assert m.published_format == (None if named is None else f"none declared, though its name says {named}")

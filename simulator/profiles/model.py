@@ -7,6 +7,7 @@ profile cannot contradict itself.
 """
 from __future__ import annotations
 
+import re
 from pathlib import Path
 from typing import Literal, Optional
 
@@ -28,6 +29,11 @@ MAX_WIDTH = 1 << 18          # hidden, FFN, head and latent widths
 MAX_HEADS = 4096
 MAX_VOCAB = 1 << 24
 MAX_CONTEXT = 1 << 27        # tokens
+
+#: A weight format a checkpoint's name announces, as Hugging Face repositories
+#: spell it (Qwen3-235B-A22B-FP8, DeepSeek-V3.1-NVFP4, Llama-3-8B-AWQ, ...).
+_NAMED_FORMAT = re.compile(r"(?<![a-z0-9])(nvfp4|mxfp4|fp8|fp4|awq|gptq|int4|int8|w4a16|w4a8|w8a8)(?![a-z0-9])",
+                           re.IGNORECASE)
 MAX_EXPERTS = 4096
 
 _NON_GATED_ACTS = {"gelu", "gelu_new", "gelu_fast", "relu", "gelu_pytorch_tanh", "quick_gelu"}
@@ -316,16 +322,34 @@ class ModelProfile(BaseModel):
             "name": f"{self.name}-mtp", "num_hidden_layers": self.num_nextn_predict_layers,
             "first_k_dense_replace": 0, "mlp_only_layers": (), "layer_types": None, "num_nextn_predict_layers": 0})
 
+    @property
+    def published_format(self) -> Optional[str]:
+        """The checkpoint's weight format as far as its files tell: its
+        ``quantization_config``'s. A checkpoint whose name announces a format
+        its config does not declare (AIConfigurator's copy of
+        nvidia/DeepSeek-V3.1-NVFP4; a ModelOpt export read without the
+        hf_quant_config.json beside it) gets that contradiction, a format no
+        rule serves, so it is refused rather than served in 16 bits."""
+        if self.checkpoint_dtype is None and (named := _NAMED_FORMAT.search(self.name)):
+            return f"none declared, though its name says {named.group(1)}"
+        return self.checkpoint_dtype
+
     def served_weight_dtype(self) -> str:
         """The weights a pool serves this model in when it names none: the
         checkpoint's format, as the stacks load it (:func:`checkpoint_weight_dtype`).
         A format llmsim does not model is refused, not read as 16-bit."""
-        wd = checkpoint_weight_dtype(self.checkpoint_dtype)
-        if wd is None:
-            raise LlmsimError(f"{self.name}'s quantization_config declares {self.checkpoint_dtype!r}, which is not "
-                              f"one of the weight formats llmsim models; name the weights the pool serves "
-                              f"({', '.join(WEIGHT_DTYPES)})", key_path="engine.weight_dtype")
-        return wd
+        wd = checkpoint_weight_dtype(self.published_format)
+        if wd is not None:
+            return wd
+        formats = ", ".join(WEIGHT_DTYPES)
+        if self.checkpoint_dtype is None:
+            raise LlmsimError(f"{self.name}'s config declares no quantization_config, though its name says "
+                              f"{_NAMED_FORMAT.search(self.name).group(1)} (a ModelOpt checkpoint keeps its format "
+                              f"in hf_quant_config.json, which llmsim reads beside config.json); name the weights "
+                              f"the pool serves ({formats})", key_path="engine.weight_dtype")
+        raise LlmsimError(f"{self.name}'s quantization_config declares {self.checkpoint_dtype!r}, which is not "
+                          f"one of the weight formats llmsim models; name the weights the pool serves ({formats})",
+                          key_path="engine.weight_dtype")
 
     def weight_bytes(self, weight_dtype: str = "bf16") -> float:
         """Bytes of all weights. Quantisation applies to the transformer's
@@ -376,7 +400,7 @@ class ModelProfile(BaseModel):
             "kv_kib_per_token_bf16": self.kv_bytes_per_token("bf16") / 1024,
             "max_context": self.max_position_embeddings,
             # the weights a pool naming none serves (None: the checkpoint's format is one llmsim does not model)
-            "serves": checkpoint_weight_dtype(self.checkpoint_dtype),
+            "serves": checkpoint_weight_dtype(self.published_format),
             "layout": layout_text(self),
         }
         return out
@@ -410,9 +434,13 @@ def load_model(name_or_path: str) -> ModelProfile:
     if "text_config" in data and not isinstance(data["text_config"], dict):
         raise LlmsimError("expected a mapping (a multimodal checkpoint's language model)", source=path,
                           key_path="text_config")
+    is_json = path.suffix == ".json"
+    if is_json and "quantization_config" not in data:
+        modelopt = _modelopt_quantization(path.parent / "hf_quant_config.json")
+        if modelopt is not None:
+            data = {**data, "quantization_config": modelopt}
     if "text_config" in data:
         data = _language_model(data, path)
-    is_json = path.suffix == ".json"
     spelled = {ALIASES[k]: k for k in data if k in ALIASES}     # profile field -> the key the file wrote
     # A downloaded config.json carries many keys llmsim does not need
     # (rope_scaling, torch_dtype, ...); hf_config says which are dropped
@@ -433,6 +461,22 @@ def load_model(name_or_path: str) -> ModelProfile:
         if field not in spelled:
             raise
         raise LlmsimError(e.message, source=path, key_path=spelled[field] + dot + rest) from None
+
+
+def _modelopt_quantization(path: Path) -> Optional[dict]:
+    """The ``quantization_config`` of a ModelOpt export, which writes its
+    format to hf_quant_config.json beside config.json rather than into it
+    (``{"quantization": {"quant_algo": "NVFP4", ...}}``; vLLM's
+    ModelOptNvFp4Config reads the same file). None where there is none."""
+    if not path.is_file():
+        return None
+    data = read_structured(path)
+    q = data.get("quantization") if isinstance(data, dict) else None
+    algo = q.get("quant_algo") if isinstance(q, dict) else None
+    if not isinstance(algo, str) or not algo:
+        raise LlmsimError("expected a ModelOpt quantisation record with a quant_algo (such as NVFP4 or FP8)",
+                          source=path, key_path="quantization.quant_algo")
+    return {"quant_method": "modelopt", "quant_algo": algo}
 
 
 def model_path_for(name_or_path: str) -> Path:

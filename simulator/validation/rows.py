@@ -200,7 +200,7 @@ def _checkpoint(model: Optional[str], formats: dict[str, Optional[str]]) -> Opti
     if model not in formats:
         from ..profiles import load_model
 
-        formats[model] = load_model(model).checkpoint_dtype
+        formats[model] = load_model(model).published_format
     return formats[model]
 
 
@@ -405,7 +405,7 @@ def _silicon_dtype(gemm: Optional[str], moe: Optional[str], profile) -> tuple[st
     model id names."""
     modes = [m for m in (gemm, moe if profile.is_moe else None) if m]
     if not modes:
-        wd, _ = _dtypes("", lambda: profile.checkpoint_dtype)
+        wd, _ = _dtypes("", lambda: profile.published_format)
         why = "" if wd in WEIGHT_DTYPES else f"checkpoint format {wd!r} is not a weight dtype llmsim models"
         return wd, why
     unknown = [m for m in modes if m not in _QUANT_MODES]
