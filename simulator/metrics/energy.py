@@ -92,13 +92,17 @@ MAX_G_PER_KWH = 10_000.0
 MAX_USD_PER_KWH = 100.0
 
 
+#: A facility's PUE above this is no facility (twice the worst surveyed, ~2.5).
+MAX_PUE = 5.0
+
+
 class EnergySpec(BaseModel):
     """The scenario's ``energy`` block: what surrounds the GPUs, the grid, the price of a kWh."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     pue: float = Field(default=DEFAULT_PUE, allow_inf_nan=False,
-                       description="facility energy / IT energy (≥ 1); default 1.56, the Uptime Institute 2024 "
+                       description="facility energy / IT energy (1 to 5); default 1.56, the Uptime Institute 2024 "
                                    "survey's average")
     node_overhead: float = Field(default=DEFAULT_NODE_OVERHEAD, ge=0, le=5, allow_inf_nan=False,
                                  description="the rest of the server (CPUs, DRAM, NICs, fans) as a fraction of the "
@@ -116,6 +120,9 @@ class EnergySpec(BaseModel):
     def _pue_at_least_one(cls, v: float) -> float:
         if v < 1.0:
             raise ValueError("PUE is the facility's energy over its IT equipment's, so at least 1")
+        if v > MAX_PUE:
+            raise ValueError(f"expected a PUE of at most {MAX_PUE:g}: the least efficient data centres surveyed "
+                             f"run about 2.5 (Uptime Institute, 2007), so a larger value is a typo")
         return v
 
     @field_validator("grid")
