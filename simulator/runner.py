@@ -18,7 +18,7 @@ import simpy
 
 from .engine.wake import run as run_events
 from .fleet.autoscaler import Autoscaler
-from .fleet.classes import ClassTable
+from .fleet.classes import DEFAULT, ClassTable
 from .fleet.clock import Clock
 from .fleet.disaggregation import PrefillDecode
 from .fleet.frontend import Fleet
@@ -39,6 +39,7 @@ from .scenario.schema import Scenario
 from workloads.adapters import AdapterDraws
 from workloads.drivers import make_source
 from workloads.request import Request
+from workloads.traces import resolve_trace_path
 
 
 @dataclass
@@ -79,6 +80,27 @@ def _check_drawn(sc: Scenario, src, source) -> None:
         check_arrivals(sc, len(src.requests), src.requests[-1].arrival, source)
 
 
+def _check_trace_classes(sc: Scenario, src, folder) -> None:
+    """A trace that names its requests' classes names declared ones: a class
+    the scenario does not declare (a typo of a tenant's name) would otherwise
+    be spread over the declared classes by share, under another class's SLO
+    and limits. Rows naming none are spread so, as documented."""
+    if not sc.classes or sc.workload.arrival.type != "trace":
+        return
+    declared = {c.name for c in sc.classes}
+    named: dict[str, int] = {}
+    for r in src.requests:
+        if r.klass != DEFAULT.name and r.klass not in declared:
+            named[r.klass] = named.get(r.klass, 0) + 1
+    if named:
+        k, n = next(iter(named.items()))
+        more = f" (and {len(named) - 1} other undeclared class(es))" if len(named) > 1 else ""
+        raise LlmsimError(f"{n:,} row(s) name class {k!r}{more}, which the scenario does not declare (its classes: "
+                          f"{', '.join(sorted(declared))}); declare it under classes, or leave a row's class empty "
+                          f"for share to pick one", source=resolve_trace_path(sc.workload.arrival, folder),
+                          key_path="class")
+
+
 @without_gc
 def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str | Path | None = None,
              progress: Optional[Callable[[float, int, int], None]] = None, subset=None,
@@ -109,6 +131,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     wall = time.perf_counter()
     src = make_source(wl, sc.seed, plan.folder, subset)
     _check_drawn(sc, src, source)
+    _check_trace_classes(sc, src, plan.folder)
     draws = AdapterDraws(wl, sc.seed) if any(p.spec.lora for p in plan.pools) else None
     pools = {p.name: _build_pool(env, p, gaps, engine, router_rng, src.block_tokens, draws) for p in plan.pools}
     classes = ClassTable(list(sc.classes), sc.seed, np.random.default_rng(seeds[6]))

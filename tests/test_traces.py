@@ -475,3 +475,25 @@ def test_real_mooncake_trace_as_a_scenario_workload(shared_data):
     source = make_source(spec, 0, shared_data)
     assert len(source.requests) == 500 and source.block_tokens == 512
     assert all(len(r.blocks) == -(-r.input_tokens // 512) for r in source.requests)
+
+
+@pytest.mark.parametrize("declared", [["silver", "bronze"], ["silver"]])
+def test_a_trace_naming_a_class_the_scenario_does_not_declare_is_refused(tmp_path, cli, declared):
+    """A typo of a tenant's name would put its rows under another class's SLO and limits; rows naming
+    no class are still spread by share, and declared names are kept."""
+    import yaml
+
+    (tmp_path / "t.csv").write_text("timestamp,input_tokens,output_tokens,class\n"
+                                    "0.0,40,5,gold\n0.5,20,6,\n1.0,50,7,silver\n1.5,30,4,gold\n")
+    scenario = {"name": "c", "workload": {"arrival": {"type": "trace", "path": "t.csv"}},
+                "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm"}],
+                "classes": [{"name": n, "share": 1 / len(declared)} for n in declared]}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
+    r = cli("run", tmp_path / "s.yaml", "-o", tmp_path / "out")
+    assert r.code == 2 and "Traceback" not in r.err and not (tmp_path / "out").exists()
+    assert "t.csv: class: 2 row(s) name class 'gold'" in r.err and "silver" in r.err
+    scenario["classes"] = [{"name": n, "share": 1 / (len(declared) + 1)} for n in [*declared, "gold"]]
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
+    assert cli("run", tmp_path / "s.yaml", "-o", tmp_path / "out").code == 0
+    res = json.loads((tmp_path / "out" / "results.json").read_text())["llmsim"]["classes"]
+    assert res["gold"]["completed"] >= 2 and res["silver"]["completed"] >= 1   # the unnamed row by share
