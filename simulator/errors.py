@@ -122,6 +122,8 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None)
         path = format_key_path(user_loc(loc, data) if data is not None else loc)
         # a value the user wrote may hold a newline: kept on the problem's one line, escaped
         msg = _CONTROL.sub(_escaped, e.get("msg", "invalid value"))
+        if e.get("type") == "value_error":          # pydantic's "Value error, " before our validators' words
+            msg = msg.removeprefix("Value error, ")
         if e.get("type") == "int_parsing_size":     # pydantic: "Unable to parse input string as an integer, ..."
             msg = "expected a whole number, and this one is past any integer llmsim takes"
         if e.get("type") == "extra_forbidden":

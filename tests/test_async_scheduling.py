@@ -145,6 +145,19 @@ def test_a_release_that_is_no_version_is_one_line(tmp_path, cli):
                    "backend_version 'latest'")
 
 
+@pytest.mark.parametrize("engine, words", [
+    ({"backend_version": "0.13.0"}, "set backend too"),        # llmsim's generic engine has no releases
+    ({"backend": "vllm", "backend_version": 0.1}, 'quoted (backend_version: "0.10.0")'),   # YAML's 0.10
+    ({"backend": "vllm", "backend_version": 20260301}, "the number 20260301"),
+])
+def test_a_release_without_its_stack_or_written_as_a_number_is_refused(tmp_path, cli, engine, words):
+    """Neither is silently dropped nor read as another release."""
+    bad = {**SCENARIO, "pools": [{**SCENARIO["pools"][0], "engine": engine}]}
+    r = cli("run", write_yaml(tmp_path / "s.yaml", bad), "--output", tmp_path / "out")
+    one_line_error(r, words)
+    assert "Value error" not in r.err
+
+
 _DRAFT = {"draft_model": "tinyllama-1.1b", "k": 5, "acceptance_rate": 0.8}
 
 

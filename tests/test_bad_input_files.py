@@ -277,7 +277,9 @@ for _cid, _p, _bad, _frag in [("engine-text", ("engine", "block_size"), "16", "e
                               ("overhead-text", ("overheads", "response_ms"), "5", "response_ms"),
                               ("version-not-a-number", ("by_version", 0, "since"), "latest", "by_version[0]"),
                               ("kv-memory-unread-knob", ("engine", "kv_memory"),
-                               {"rule": "vllm", "cuda_graph_max_bs": 64}, "engine.kv_memory")]:
+                               {"rule": "vllm", "cuda_graph_max_bs": 64}, "engine.kv_memory"),
+                              ("prefill-worker-text", ("aiconfigurator", "prefill_engine"),
+                               {"schedule_ahead": "nope"}, "aiconfigurator.prefill_engine.schedule_ahead")]:
     profile_case("backend", _cid, "b.yaml", _set({**BACKEND, "name": "b"}, _p, _bad), _frag, key="engine.backend")
 
 

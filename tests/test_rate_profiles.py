@@ -263,7 +263,7 @@ def test_chat_session_starts_follow_the_profile():
 @pytest.mark.parametrize("arrival, must_mention", [
     ({"profile": {"type": "hourly", "values": [1] * 23}}, "arrival.profile.values: List should have at least 24"),
     ({"profile": {"type": "hourly", "values": [1] * 25}}, "arrival.profile.values: List should have at most 24"),
-    ({"profile": {"type": "hourly", "values": [0] * 24}}, "arrival.profile.values: Value error, all 24 values are 0"),
+    ({"profile": {"type": "hourly", "values": [0] * 24}}, "arrival.profile.values: all 24 values are 0"),
     ({"profile": {"type": "hourly", "values": [1] * 23 + [-1]}}, "arrival.profile.values[23]: Input should be greater"),
     ({"profile": {"type": "hourly", "values": [1] * 23 + [math.nan]}}, "arrival.profile.values[23]"),
     ({"profile": {"type": "hourly", "values": [1] * 24, "start_hour": 24}}, "arrival.profile.start_hour"),

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from typing import Literal, Optional, Union
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..kv_memory import RULES, KvMemory
 
@@ -229,6 +229,23 @@ class EngineConfig(BaseModel):
                 and self.kv_memory is not None and self.kv_memory.fraction is not None:
             raise ValueError(f"gpu_memory_utilization and kv_memory.fraction both set vLLM's gpu_memory_utilization "
                              f"({self.gpu_memory_utilization} and {self.kv_memory.fraction}): set one of the two")
+        return self
+
+    @field_validator("backend_version", mode="before")
+    @classmethod
+    def _version_as_text(cls, v: object) -> object:
+        # YAML reads an unquoted 0.10 as the number 0.1: a release written so is not the release meant.
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            raise ValueError(f"expected the release as text, quoted (backend_version: \"0.10.0\"): unquoted, "
+                             f"YAML reads it as the number {v!r}")
+        return v
+
+    @model_validator(mode="after")
+    def _version_of_a_backend(self) -> "EngineConfig":
+        # Without a backend the pool runs llmsim's generic engine, which no release's defaults change.
+        if self.backend_version is not None and self.backend is None:
+            raise ValueError(f"backend_version {self.backend_version!r} names a release of a serving stack; set "
+                             "backend too (vllm, sglang, trtllm or a profile file), whose release it is")
         return self
 
     @model_validator(mode="after")

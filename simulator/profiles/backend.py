@@ -243,7 +243,8 @@ def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
     mappings = [("engine", prof.engine), *((f"engine_by_gpu[{i}].set", r.set) for i, r in enumerate(prof.engine_by_gpu)),
                 *((f"by_version[{i}].set", r.set) for i, r in enumerate(prof.by_version)),
                 ("speculative_engine", prof.speculative_engine), ("draft_model_engine", prof.draft_model_engine),
-                ("aiconfigurator.engine", prof.aiconfigurator.engine)]
+                ("aiconfigurator.engine", prof.aiconfigurator.engine),
+                ("aiconfigurator.prefill_engine", prof.aiconfigurator.prefill_engine)]
     for where, mapping in mappings:
         # `kernels` is checked against the built-in profiles' stacks, which would load this one again
         settings = {k: v for k, v in mapping.items() if k != "kernels"}
