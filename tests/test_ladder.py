@@ -148,14 +148,24 @@ def test_bad_variant_input_is_one_clear_error(tmp_path, cli, extra, args, fragme
     assert (str(sc) in r.err) != about_flags, r.err
 
 
-@pytest.mark.parametrize("args", [["--variant", "tiny-memory"], ["--ladder"]])
+@pytest.mark.parametrize("args", [["--variant", "tiny-memory"], ["--ladder"], []])
 def test_a_variant_the_runner_rejects_is_named(tmp_path, cli, args):
     """Valid to the schema, refused by the runner's own checks (the model
-    no longer fits): the error still says which variant did it."""
+    no longer fits): the error still says which variant did it, and a plain
+    run of the file refuses it too (else only CI or --ladder would find it)."""
     sc = write_scenario(tmp_path, "variants: [{name: tiny-memory, set: {pools.main.engine.gpu_memory_utilization: 0.1}}]\n")
     r = cli("run", sc, *args)
     assert r.code == 2 and "Traceback" not in r.err
     assert f"{sc} (with variants.tiny-memory.set): pools[0].engine" in r.err and "does not fit" in r.err
+
+
+@pytest.mark.parametrize("command", ["run", "check"])
+def test_check_settings_the_runner_rejects_are_named_by_every_command(tmp_path, cli, command):
+    """`llmsim check`'s fast settings (check.set) are a step of the file like a variant."""
+    sc = write_scenario(tmp_path, "check: {set: {pools.main.tp: 3}}\n")
+    r = cli(command, sc)
+    assert r.code == 2 and "Traceback" not in r.err
+    assert f"{sc} (with check.set): pools[0].tp" in r.err and "must divide" in r.err
 
 
 def test_a_bad_last_variant_fails_before_any_step_runs(tmp_path, cli, monkeypatch):

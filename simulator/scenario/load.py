@@ -30,7 +30,10 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
     data = read_structured(path, what="scenario file")
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping with name, workload and pools", source=path)
-    as_written = copy.deepcopy(data) if data.get("variants") and not variants_checked else None
+    check = data.get("check")
+    # other steps the file can run: its ladder's variants, the fast settings `llmsim check` runs
+    steps = data.get("variants") or (isinstance(check, dict) and check.get("set"))
+    as_written = copy.deepcopy(data) if steps and not variants_checked else None
     for o in overrides or []:
         try:
             apply_override(data, o)
@@ -66,8 +69,8 @@ _checked: set[tuple[str, int, int]] = set()
 
 
 def _check_variants_once(data: dict, path: Path) -> None:
-    """The file's own ladder steps validate (the file as written: a ``--set``
-    that suits one variant need not suit every other step)."""
+    """The file's own ladder steps and check settings can run (the file as
+    written: a ``--set`` that suits one variant need not suit every other step)."""
     from .overlays import check_variants     # overlays loads scenarios through this module
 
     st = path.stat()

@@ -69,12 +69,28 @@ def load_with_overlays(path: Path, overlays: Sequence[tuple[str, Mapping[str, An
     return sc
 
 
+def _check_step(data: dict, path: Path, overlays: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
+    """One step the file can run (a ladder step, the check's fast settings)
+    is a scenario llmsim can model: its schema, SLOs and what needs the
+    profiles (a tp that divides the model, weights that fit), as a run
+    compiles it; else a variant run only in CI or under --ladder would
+    first fail there."""
+    from .compile import compile_scenario      # compile loads profiles; overlays loads scenarios through load
+
+    with blamed_on(path, overlays):
+        step = validate_strict(Scenario, copy.deepcopy(data), path)
+        check_slos(step, path)
+        compile_scenario(step, path)
+
+
 def check_variants(data: dict, sc: Scenario, path: Path) -> None:
-    """Every step of the scenario's ladder validates, so a misspelt key in a
-    variant is an error when the file is loaded, not when (or if) that
-    variant is first selected. ``data`` is the file as read, ``sc`` it validated.
-    A cumulative ladder's steps are built one on the other (each variant
-    applied once), an independent one's each on the file."""
+    """Every step of the scenario's ladder, and its ``check.set`` fast
+    settings, can run (:func:`_check_step`), so a misspelt key or an
+    unmodellable value in a variant is an error when the file is loaded,
+    not when (or if) that variant is first selected. ``data`` is the file
+    as read, ``sc`` it validated. A cumulative ladder's steps are built one
+    on the other (each variant applied once), an independent one's each on
+    the file."""
     from ..runsize import check_run_count
 
     check_run_count(len(sc.variants) + 1, f"a ladder of the baseline and {len(sc.variants):,} variant(s)",
@@ -85,8 +101,12 @@ def check_variants(data: dict, sc: Scenario, path: Path) -> None:
         if sc.ladder != "cumulative":
             running = copy.deepcopy(data)
         _apply(running, path, overlays[-1:])
-        with blamed_on(path, overlays):
-            check_slos(validate_strict(Scenario, copy.deepcopy(running), path), path)
+        _check_step(running, path, overlays)
+    if sc.check is not None and sc.check.set:
+        fast = copy.deepcopy(data)
+        overlays = [("check.set", sc.check.set)]
+        _apply(fast, path, overlays)
+        _check_step(fast, path, overlays)
 
 
 def load_with_variants(path: Path, variants: Sequence[Variant], sets: Sequence[str] = ()) -> Scenario:
