@@ -182,7 +182,10 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         return RunOutput(sc, requests, gaps, {}, pools, plan.setups, tl, scalers,
                          timing_block(wall, len(requests)), plan)
     records = Records.of(requests)
-    llmsim = llmsim_block(plan, pools, end, engine, records, scalers)
+    try:
+        llmsim = llmsim_block(plan, pools, end, engine, records, scalers)
+    except LlmsimError as e:     # a figure the scenario asked for cannot be read off what ran (cost.monthly)
+        raise LlmsimError(e.message, source=e.source or source, key_path=e.key_path) from None
     results = compute_results(records, gaps, slo=plan.slo, llmsim=llmsim)
     return RunOutput(sc, requests, gaps, results, pools, plan.setups, tl, scalers,
                      timing_block(wall, len(records)), plan)

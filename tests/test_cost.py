@@ -10,6 +10,7 @@ from rich.console import Console
 from simulator.metrics.cost import (DEFAULT_OUTPUT_WEIGHT, cost_block, monthly_cost, pool_billing, pool_price,
                                     replica_seconds, session_load)
 from simulator.report.summary import summary_table
+from simulator.errors import LlmsimError
 from simulator.profiles import load_hardware
 from simulator.runner import simulate
 from simulator.scenario.schema import PoolSpec, Scenario
@@ -225,3 +226,11 @@ def test_simulate_with_a_scenario_price_and_no_sessions():
     c = simulate(sc.model_copy(update={"pools": [sc.pools[0].model_copy(update={"usd_per_gpu_hour": None})]}))
     assert c.results["llmsim"]["cost"]["price_assumed"]
     assert "an assumption" in render(summary_table(c.results))
+
+
+def test_method_day_on_less_than_a_day_is_refused_even_without_a_duration():
+    """A run sized by num_requests spans what it spans: 11 s read as a whole day would price 0.000127 days × 30."""
+    with pytest.raises(LlmsimError) as e:
+        monthly_cost(1.0, 11.0, "day")
+    assert e.value.key_path == "cost.monthly.method" and "11 s" in e.value.message
+    assert monthly_cost(30.0, 86_400.0, "day")[0] == pytest.approx(900.0)

@@ -45,6 +45,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workloads.rate_profiles import HourlyProfile, RateProfile, RateSchedule, SinusoidProfile
+from ..errors import LlmsimError
 from ..fields import block, leaf
 
 __all__ = ["HOURS_PER_MONTH", "DAYS_PER_MONTH", "MonthlySpec", "DailyLoad", "MonthRule", "daily_load",
@@ -162,6 +163,11 @@ def monthly_cost(window_usd: float, window_s: float, method: Method = "auto") ->
     """The ``window``/``day``/``auto`` extrapolation; returns (usd, basis)."""
     if window_s <= 0:
         return None, "no simulated time to extrapolate from"
+    if method == "day" and window_s < DAY_S:
+        # A run sized by num_requests has no duration_s for the scenario check (scenario/cost.py) to read.
+        raise LlmsimError(f"method day takes the window as a sample of whole days, but the run simulated "
+                          f"{window_s:,.0f} s (< {DAY_S:g}): use peak_window with a daily profile, or window, "
+                          f"or simulate a day (workload.duration_s: {DAY_S:g})", key_path="cost.monthly.method")
     if method == "day" or (method == "auto" and window_s >= DAY_S):
         days = window_s / DAY_S
         return (window_usd / days * DAYS_PER_MONTH,
