@@ -20,7 +20,7 @@ import json as _json
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional
+from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 
 import typer
 from rich.table import Table
@@ -60,16 +60,68 @@ def baseline_file_name(scenario_name: str) -> str:
     return (re.sub(r"[^A-Za-z0-9_.-]+", "-", scenario_name).strip("-.") or "scenario") + ".json"
 
 
-def _read_baseline(path: Path) -> dict[str, Any]:
+def baseline_keys(spec: CheckSpec) -> list[str]:
+    """The keys of a baseline: the scenario's tracked metrics. A run measures
+    them (:func:`_tracked`), ``--update-baseline`` writes them, and a baseline
+    is read against them, so all three agree by construction."""
+    return list(spec.metrics)
+
+
+def _listed(keys: Sequence[str], most: int = 6) -> str:
+    """Keys for a one-line message: the first few and how many in all."""
+    shown = ", ".join(keys[:most])
+    return shown if len(keys) <= most else f"{shown}, … ({len(keys)} in all)"
+
+
+def _check_baseline_keys(path: Path, data: dict[str, Any], expected: Sequence[str]) -> None:
+    """A key the scenario does not track is never compared: a baseline of typos
+    (or ``{}``) would gate nothing and pass every build."""
+    unknown = [k for k in data if k not in expected]
+    rewrite = f"expected the scenario's check.metrics: {_listed(expected)}; rewrite it with --update-baseline"
+    if unknown:
+        k = unknown[0]
+        near = difflib.get_close_matches(k, list(expected), n=1)
+        hint = f"did you mean {near[0]}? " if near else ""
+        if isinstance(data[k], dict):
+            hint = f"baselines hold dotted keys ({k}.…), not nested objects; " + hint
+        more = f" (nor is {_listed(unknown[1:], 3)})" if len(unknown) > 1 else ""
+        raise LlmsimError(f"not a metric this scenario tracks{more}; {hint}{rewrite}", source=path, key_path=k)
+    if not data:
+        raise LlmsimError(f"names none of the metrics this scenario tracks, so it would gate nothing; {rewrite}",
+                          source=path)
+
+
+def _check_baseline_value(path: Path, key: str, v: Any) -> None:
+    """Only numbers compare; NaN is never worse than anything, so it would pass."""
+    if v is not None and not isinstance(v, (int, float)):
+        raise LlmsimError(f"expected a number or null, got {v!r}; baselines hold tracked metrics only "
+                          "(rewrite it with --update-baseline)", source=path, key_path=key)
+    if isinstance(v, float) and not math.isfinite(v):
+        raise LlmsimError(f"expected a finite number or null, got {v!r} (a figure llmsim could not measure is "
+                          "written as null; rewrite it with --update-baseline)", source=path, key_path=key)
+
+
+def _read_baseline(path: Path, expected: Sequence[str]) -> dict[str, Any]:
     data = read_json_object(path, what="baseline")
+    _check_baseline_keys(path, data, expected)
     for k, v in data.items():
-        if v is not None and not isinstance(v, (int, float)):
-            raise LlmsimError(f"expected a number or null, got {v!r}; baselines hold tracked metrics only "
-                              "(rewrite it with --update-baseline)", source=path, key_path=k)
-        if isinstance(v, float) and not math.isfinite(v):    # NaN is never worse than anything: it would pass
-            raise LlmsimError(f"expected a finite number or null, got {v!r} (a figure llmsim could not measure is "
-                              "written as null; rewrite it with --update-baseline)", source=path, key_path=k)
+        _check_baseline_value(path, k, v)
     return data
+
+
+def _existing_baseline(path: Optional[Path], expected: Sequence[str], update: bool) -> Optional[dict[str, Any]]:
+    """The committed baseline, or None when there is none. ``--update-baseline``
+    is how a refused baseline is fixed (stale keys after check.metrics changed,
+    a bad hand edit), so there it is replaced, and said so, rather than refused."""
+    if path is None or not path.is_file():
+        return None
+    try:
+        return _read_baseline(path, expected)
+    except LlmsimError as e:
+        if not update:
+            raise
+        console.print(f"note: replacing a baseline that would be refused: {e.render()}", markup=False, style="yellow")
+        return None
 
 
 def _prepare(name: str, baseline_dir: Optional[Path], sets: List[str], update: bool) -> _Job:
@@ -84,7 +136,7 @@ def _prepare(name: str, baseline_dir: Optional[Path], sets: List[str], update: b
         load_with_variants(path, step.variants)          # a broken ladder fails CI too
     fast = load_with_overlays(path, [("check.set", spec.set)], sets) if spec.set or sets else sc
     bfile = baseline_dir / baseline_file_name(sc.name) if baseline_dir is not None else None
-    baseline = _read_baseline(bfile) if bfile is not None and bfile.is_file() else None
+    baseline = _existing_baseline(bfile, baseline_keys(spec), update)
     job = _Job(path, fast, spec, bfile, baseline, update)
     if bfile is not None and baseline is None and not update:
         job.failures.append(f"no baseline {bfile}: create it with --update-baseline and commit it")
@@ -94,7 +146,7 @@ def _prepare(name: str, baseline_dir: Optional[Path], sets: List[str], update: b
 def _tracked(job: _Job, results: dict[str, Any]) -> dict[str, Any]:
     flat = flatten(results)
     out = {}
-    for m in job.spec.metrics:
+    for m in baseline_keys(job.spec):
         if m not in flat:
             near = difflib.get_close_matches(m, list(flat), n=3)
             hint = f"; did you mean {', '.join(near)}?" if near else " (see a results.json for the keys)"

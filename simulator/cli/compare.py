@@ -13,12 +13,13 @@ from __future__ import annotations
 
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 import typer
 from rich.table import Table
 
-from ..report.diff import Change, diff, read_results
+from ..errors import LlmsimError
+from ..report.diff import Change, diff, flatten, read_results, worse_direction
 from .app import app
 from .output import console, fmt, print_json
 
@@ -79,6 +80,30 @@ def _series(changes: list[Change]) -> list[Change]:
     return out
 
 
+def _a_figure(key: str, v: Any) -> bool:
+    """Null is llmsim's "not measured"; booleans are verdicts (``slo.met``); an
+    empty mapping is a block with no entries (no classes, no attainments)."""
+    if v is None or isinstance(v, Mapping) and not v:
+        return True
+    if isinstance(v, bool):
+        return key.rpartition(".")[2] == "met"
+    return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def read_compared(path: Path) -> dict[str, Any]:
+    """A results file whose ranked figures are figures: a string or a list
+    where a latency, a cost or a throughput belongs would otherwise show as a
+    change "without a direction" and be passed over, never refused."""
+    data = read_results(path)
+    for key, v in flatten(data).items():
+        if worse_direction(key) and not _a_figure(key, v):
+            verdict = key.rpartition(".")[2] == "met"
+            want = "true, false or null (a verdict)" if verdict else "a finite number or null (a figure)"
+            raise LlmsimError(f"expected {want}, got {v!r}: compare ranks this key better or worse",
+                              source=path, key_path=key)
+    return data
+
+
 def compare_table(a: Path, b: Path, changes: list[Change], title: str = "") -> Table:
     t = Table(title=title or f"A = {a}\nB = {b}", title_justify="left")
     t.add_column("key", style="bold", overflow="fold")
@@ -101,7 +126,7 @@ def compare(a: Path = typer.Argument(..., help="results.json of the first run (A
             json: bool = typer.Option(False, "--json", help="print the differences as JSON"),
             ) -> None:
     """Show how two results.json files differ: A, B, B − A and % change per key."""
-    ra, rb = read_results(a), read_results(b)
+    ra, rb = read_compared(a), read_compared(b)
     every = diff(ra, rb, include_unchanged=True)
     head = _headline_keys(every)
     if json:
