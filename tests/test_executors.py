@@ -153,3 +153,12 @@ def test_dask_without_the_extra_says_how_to_get_it(monkeypatch):
     monkeypatch.setitem(sys.modules, "distributed", None)
     with pytest.raises(LlmsimError, match=r"pip install 'llmsim\[dask\]'"):
         make_executor("dask", ExecutorOptions(address="tcp://127.0.0.1:8786"))
+
+
+@pytest.mark.parametrize("flags, key", [(["--executor", "k8s"], "--executor"), (["--workers", "0"], "--workers")])
+def test_a_run_that_needs_no_executor_still_checks_its_flags(tmp_path, cli, flags, key):
+    """One replicate opens no executor; a misspelt --executor is refused all the same, not ignored."""
+    from tests.test_bad_input import SCENARIO, one_line_error, write_yaml
+
+    r = cli("run", write_yaml(tmp_path / "s.yaml", SCENARIO), *flags)
+    one_line_error(r, f"{key}:")

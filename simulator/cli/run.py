@@ -63,6 +63,7 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
     Exit code 1 when an SLO the scenario declares is missed or the fleet is
     overloaded (the rule of llmsim check; --exit-zero turns it off), 2 for bad input."""
     from ..metrics.intervals import check_confidence
+    from ..planning.executors.base import ExecutorOptions, check_executor
     from ..replicates import check_replicates
     from ..report.intervals import annotate
     from ..report.summary import summary_table
@@ -74,6 +75,7 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
     check_replicates(replicates)
     check_confidence(confidence)
     check_connect_timeout(connect_timeout)     # also when no executor is opened: never read as given otherwise
+    check_executor(executor, ExecutorOptions(workers=workers))
     if replicates > 1 and (shards is not None or ladder):
         raise LlmsimError(f"--replicates runs one fleet at several seeds; drop {'--shards' if shards else '--ladder'} "
                           "(or drop --replicates)")

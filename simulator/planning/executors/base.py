@@ -80,10 +80,19 @@ def register_executor(name: str):
     return deco
 
 
-def make_executor(name: str, options: ExecutorOptions = ExecutorOptions()) -> Executor:
+def check_executor(name: str, options: ExecutorOptions = ExecutorOptions()) -> None:
+    """Refuse an executor name no backend registers, or a worker count below
+    one, without opening anything: a command whose run turns out to need no
+    executor (one replicate) checks its flags all the same."""
     if name not in EXECUTORS:
         load_code("llmsim.executors")      # an installed package's executors
     if name not in EXECUTORS:
         raise LlmsimError(f"unknown executor {name!r} (valid: {', '.join(sorted(EXECUTORS))})",
                           key_path="--executor")
+    if options.workers is not None and options.workers < 1:
+        raise LlmsimError(f"--workers must be at least 1 (got {options.workers})", key_path="--workers")
+
+
+def make_executor(name: str, options: ExecutorOptions = ExecutorOptions()) -> Executor:
+    check_executor(name, options)
     return EXECUTORS[name](options)

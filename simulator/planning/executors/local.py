@@ -22,8 +22,6 @@ class LocalExecutor(Executor):
     def __init__(self, options: ExecutorOptions = ExecutorOptions()):
         if options.address is not None:
             raise LlmsimError("--address names a cluster scheduler; it needs --executor dask", key_path="--address")
-        if options.workers is not None and options.workers < 1:
-            raise LlmsimError(f"--workers must be at least 1 (got {options.workers})", key_path="--workers")
         self._workers = options.workers or os.cpu_count() or 1
         self._pool: ProcessPoolExecutor | None = None
         self._size = 0
