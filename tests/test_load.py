@@ -101,3 +101,14 @@ def test_the_verdict_counts_what_was_not_served_and_shedding_is_overload():
     assert b["shed"] == int(np.count_nonzero(kinds == int(Status.REJECTED))) > 0.05 * t.size
     assert b["overloaded"] and b["verdict"].startswith("OVERLOADED: it shed 6.")
     assert "shed by the fleet" in b["verdict"]
+
+
+def test_a_window_in_which_nothing_finished_cannot_tell():
+    """Every request outlasts the window (20 s generations, a 1 s window): its queue held level, yet "keeps
+    up" would be read beside none of the offered load served."""
+    t = np.arange(0, 1, 0.05)
+    b = load_block(_records(t, t, t + 20.0, [int(Status.FINISHED)] * t.size), 1.0)
+    assert not b["overloaded"] and b["completed_rps"] == 0
+    assert b["verdict"].startswith("cannot tell: no request finished within the arrival window")
+    served = load_block(_records(t, t, t + 0.01, [int(Status.FINISHED)] * t.size), 1.0)
+    assert served["verdict"].startswith("keeps up")

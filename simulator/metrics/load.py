@@ -28,7 +28,9 @@ up with it, however short its queue. Rate-limited requests are the
 gateway's quota, a product decision rather than a shortfall of GPUs, and
 cancelled ones are the clients' (an editor superseding a completion):
 neither makes a fleet overloaded, but the verdict counts both, so that
-"keeps up" is never read beside a large share of offered load unserved.
+"keeps up" is never read beside a large share of offered load unserved;
+nor beside none of it served: a window in which no request finished (each
+outlasts it) cannot tell, and the verdict says so.
 """
 from __future__ import annotations
 
@@ -65,7 +67,8 @@ FIELDS = {
     "cancelled": leaf("count", "requests their clients gave up on"),
     "cancelled_fraction": leaf("fraction", "cancelled / all requests"),
     "drain_s": leaf("s", "from T to the last request's end"),
-    "verdict": leaf("text", "the above in one sentence: keeps up, or OVERLOADED and why"),
+    "verdict": leaf("text", "the above in one sentence: keeps up, OVERLOADED and why, or cannot tell (nothing "
+                                "finished within the window)"),
 }
 
 
@@ -137,6 +140,10 @@ def _verdict(b: dict[str, Any]) -> str:
     unserved = _unserved(b)
     if unserved:
         rates += f" ({unserved})"
+    if not b["overloaded"] and b["offered_rps"] and not b["completed_rps"]:
+        # nothing finished by T: a queue that held level says nothing of a fleet whose every request outlasts T
+        return (f"cannot tell: no request finished within the arrival window ({rates}; {queue}); simulate a "
+                f"window longer than a request takes (workload.duration_s, num_requests)")
     if not b["overloaded"]:
         return f"keeps up: {rates}; {queue}"
     why = [f"the queue grew by {_rps(b['queue_growth_rps'])} req/s"] if b["queued_at_end"] > b["queued_at_mid"] else []
