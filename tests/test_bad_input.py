@@ -507,6 +507,10 @@ def test_overwrite_replaces_the_folder_whole(tmp_path, cli):
     out.mkdir()
     (out / "old-plot.png").write_text("old")
     one_line_error(cli("run", path, "-o", out), "already holds 1 file", "--overwrite")
+    # a folder of other files is not an earlier run's: --overwrite leaves it alone
+    one_line_error(cli("run", path, "-o", out, "--overwrite"), "holds other files (old-plot.png)")
+    assert (out / "old-plot.png").read_text() == "old"
+    (out / "results.json").write_text("{}")      # an earlier run's, plot and all
     assert cli("run", path, "-o", out, "--overwrite", "--no-plots").code == 0
     assert sorted(p.name for p in out.iterdir()) == ["requests.parquet", "results.json", "run.json",
                                                      "scenario.yaml", "timeline.csv"]

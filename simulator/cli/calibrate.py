@@ -14,6 +14,22 @@ import typer
 from ..atomic_write import write_atomic
 from .app import app
 from .output import console
+from .rundir import refuse_overwriting_input_files
+
+
+def _inputs(data_dir: Path, gpus: List[str]) -> list[Path]:
+    """The files a calibration reads: the kernel tables and datasheets of the
+    data folder, and the GPU profiles (built-in and the user's), which it also
+    rewrites. ``--report-md`` naming one would replace it with the report."""
+    from ..profiles.loader import list_profiles, resolve
+
+    kernels = Path(data_dir).expanduser() / "kernels"
+    try:
+        tables = [p for p in kernels.iterdir() if p.is_file()] if kernels.is_dir() else []
+    except OSError:
+        tables = []          # unreadable: the fit says so, naming the folder
+    profiles = [resolve("hardware_profiles", n) for n in list_profiles("hardware_profiles")]
+    return [Path(data_dir).expanduser() / "hardware_datasheets.csv", *tables, *profiles, *map(Path, gpus)]
 
 
 @app.command("calibrate")
@@ -41,6 +57,7 @@ def calibrate(
     from ..calibration.stacks import MATERIAL
 
     data_dir = data if data is not None else default_data_dir()
+    refuse_overwriting_input_files({"--report-md": report_md}, _inputs(data_dir, gpu or []))   # before the fit
     result = pipeline.run(data_dir, gpu or None, moe_mla=moe_mla, progress=Silent() if quiet else Progress([]))
     if len(result.errors):
         console.print(rich_table(result.errors, "calibrated model vs measured kernels (APE = |model/measured − 1|)"))

@@ -37,12 +37,55 @@ BACKEND = typer.Option(None, "--backend", help="price as this serving backend ru
 VERSION = typer.Option(None, "--backend-version", help="the backend's release whose defaults apply (with --backend)")
 
 
+def _naming(flag: str, e: LlmsimError) -> LlmsimError:
+    """``e`` naming the flag whose value it is about: an unknown name as
+    ``--gpu: unknown GPU ...``, a problem in the file given as ``--gpu FILE: key: ...``
+    (the loaders know the file, not the flag it came from)."""
+    if e.source is None and e.key_path is None:
+        return LlmsimError(e.message, key_path=flag)
+    return LlmsimError(e.message, source=f"{flag} {e.source}" if e.source else flag, key_path=e.key_path)
+
+
+def _dtypes(weight_dtype: Optional[str], kv_dtype: str) -> tuple[Optional[str], str]:
+    """The dtypes as the cost model spells them (``bfloat16`` is bf16); an
+    unknown one is refused naming its flag, before any profile is read (the
+    cost model's own message names no flag, and with --backend it would blame --backend)."""
+    from typing import get_args
+
+    from ..dtypes import WEIGHT_DTYPES, KVDtype, normalize
+
+    kv = normalize(kv_dtype)
+    if kv not in get_args(KVDtype):
+        raise LlmsimError(f"unknown KV dtype {kv_dtype!r}; expected {', '.join(get_args(KVDtype))}",
+                          key_path="--kv-dtype")
+    if weight_dtype is None:
+        return None, kv
+    wd = normalize(weight_dtype)
+    if wd not in WEIGHT_DTYPES:
+        raise LlmsimError(f"unknown weight dtype {weight_dtype!r}; expected {', '.join(WEIGHT_DTYPES)}",
+                          key_path="--weight-dtype")
+    return wd, kv
+
+
+def _gpu(name: str) -> None:
+    """Read the GPU profile up front, so an unknown name or a broken file names ``--gpu``."""
+    from ..profiles import load_hardware
+
+    try:
+        load_hardware(name)
+    except LlmsimError as e:
+        raise _naming("--gpu", e) from None
+
+
 def _model(name: str, weight_dtype: Optional[str]) -> tuple[ModelProfile, str]:
     """The model profile and the weights it is priced in: ``--weight-dtype``, or its
     checkpoint's format as a pool would serve it."""
     from ..profiles import load_model
 
-    m = load_model(name)
+    try:
+        m = load_model(name)
+    except LlmsimError as e:
+        raise _naming("--model", e) from None
     if weight_dtype is not None:
         return m, weight_dtype
     try:
@@ -142,7 +185,9 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
                               f"or sequences in a step)", key_path=n)
     if prefill_tokens == 0 and decode_batch == 0:
         raise LlmsimError("an empty step: give --prefill-tokens and/or --decode-batch")
+    weight_dtype, kv_dtype = _dtypes(weight_dtype, kv_dtype)
     m, weight_dtype = _model(model, weight_dtype)
+    _gpu(gpu)
     engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline)
     cm = _cost_model(gpu, m, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels, engine)
     chunks = [(prefill_tokens, prefill_context)] if prefill_tokens else []
@@ -178,7 +223,9 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
         raise LlmsimError("--input and --output must be ≥ 1")
     if mfu is not None and not 0 < mfu <= 1:
         raise LlmsimError(f"--mfu must be in (0, 1] (got {mfu})")
+    weight_dtype, kv_dtype = _dtypes(weight_dtype, kv_dtype)
     m, weight_dtype = _model(model, weight_dtype)
+    _gpu(gpu)
     engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline)
     if max_num_batched_tokens is None:
         max_num_batched_tokens = engine.max_num_batched_tokens if engine is not None else 8192

@@ -22,7 +22,7 @@ import shutil
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator, Optional, Sequence
+from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Optional, Sequence
 
 from ..errors import LlmsimError, os_reason
 
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
     from ..runner import RunOutput
     from ..scenario.schema import Scenario
 
-__all__ = ["output_path", "output_folder", "os_error", "write_run_files", "STAGING_PREFIX"]
+__all__ = ["output_path", "output_folder", "os_error", "write_run_files", "refuse_overwriting_input_files",
+           "same_file", "STAGING_PREFIX"]
 
 #: Name prefix of the staging folder inside an output folder.
 STAGING_PREFIX = ".llmsim-staging-"
@@ -55,6 +56,54 @@ def _contents(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if not p.name.startswith(STAGING_PREFIX))
 
 
+def _an_input(what: str, p: object, instead: str) -> str:
+    """The one wording of "this output would destroy an input", shared by a
+    results folder's ``--overwrite`` and every output file flag."""
+    return f"{what} {p}, an input of this run; name {instead} of its own"
+
+
+def _resolved(p: str | Path) -> Optional[Path]:
+    """``p`` with symlinks, ``..`` and the working folder resolved; None when
+    the machine cannot say (a symlink loop, a name too long)."""
+    try:
+        return Path(p).expanduser().resolve()
+    except (OSError, RuntimeError, ValueError):
+        return None
+
+
+def same_file(a: str | Path, b: str | Path) -> bool:
+    """Whether two names reach one file: through symlinks and relative paths
+    (resolved), or through a hard link or a case-insensitive filesystem (the
+    same inode). A name that does not exist yet is only equal to itself."""
+    ra, rb = _resolved(a), _resolved(b)
+    if ra is not None and ra == rb:
+        return True
+    try:
+        return os.path.samefile(a, b)
+    except (OSError, ValueError):
+        return False
+
+
+def refuse_overwriting_input_files(outputs: Mapping[str, Optional[Path]], inputs: Iterable[str | Path], *,
+                                   instead: str = "a file") -> None:
+    """Refuse, before any work, an output file flag (``--csv``, ``--fit``:
+    ``outputs`` maps each to its path, None when not given) naming a file the
+    command reads, or the file another output flag names: the write would
+    replace the user's input with this command's output, or one output with
+    the other. The same check as ``-o --overwrite``'s, for single files;
+    ``instead`` is what the user should name (a file, a results folder)."""
+    given = [(flag, path) for flag, path in outputs.items() if path is not None]
+    sources = list(dict.fromkeys(Path(p) for p in inputs))
+    for i, (flag, path) in enumerate(given):
+        for p in sources:
+            if same_file(path, p):
+                raise LlmsimError(_an_input("would overwrite", p, instead), source=path, key_path=flag)
+        for other, there in given[:i]:
+            if same_file(path, there):
+                raise LlmsimError(f"names the same file as {other}; give each its own file", source=path,
+                                  key_path=flag)
+
+
 def _refuse_overwriting_inputs(output: Path, inputs: Sequence[Path]) -> None:
     here = output.resolve()
     cwd = Path.cwd().resolve()
@@ -63,8 +112,7 @@ def _refuse_overwriting_inputs(output: Path, inputs: Sequence[Path]) -> None:
                           "of its own", source=f"-o {output}")
     for p in inputs:
         if here in Path(p).resolve().parents:
-            raise LlmsimError(f"--overwrite would delete {p}, an input of this run; name a results folder "
-                              f"of its own", source=f"-o {output}")
+            raise LlmsimError(_an_input("--overwrite would delete", p, "a results folder"), source=f"-o {output}")
 
 
 @contextmanager
@@ -149,9 +197,25 @@ def _check_destination(output: Path, overwrite: bool, inputs: Sequence[Path]) ->
             shown = ", ".join(p.name for p in old[:4]) + (", ..." if len(old) > 4 else "")
             raise LlmsimError(f"the folder already holds {len(old)} file(s) ({shown}); give --overwrite to "
                               f"replace its contents with this run's, or name another folder", source=f"-o {output}")
-        if overwrite:
+        if overwrite and old:
             _refuse_overwriting_inputs(output, inputs)
+            _refuse_replacing_other_files(output, old)
     return made, top
+
+
+#: What marks a folder as an earlier run's or ladder's (``results.json`` is written last, ``ladder.json``
+#: beside the steps' folders): the only folders ``--overwrite`` empties.
+RUN_MARKERS = ("results.json", "ladder.json")
+
+
+def _refuse_replacing_other_files(output: Path, old: Sequence[Path]) -> None:
+    """``--overwrite`` replaces an earlier run's results, not whatever the
+    folder holds: a mistyped ``-o`` naming a project folder would lose it."""
+    if not any((output / m).is_file() for m in RUN_MARKERS):
+        shown = ", ".join(p.name for p in old[:4]) + (", ..." if len(old) > 4 else "")
+        raise LlmsimError(f"--overwrite replaces a folder that holds an earlier run ({' or '.join(RUN_MARKERS)}); "
+                          f"this one holds other files ({shown}): name a results folder of its own, or empty it "
+                          f"first", source=f"-o {output}")
 
 
 def _commit(stage: Path, output: Path, overwrite: bool) -> None:

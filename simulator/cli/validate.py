@@ -13,15 +13,17 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import List, Optional
+from typing import Iterable, List, Optional
 
 import typer
 import yaml
 
 from ..atomic_write import check_writable, write_atomic
 from ..errors import LlmsimError
+from ..reads import recorded_reads
 from .app import app, err_console
 from .output import console, print_json
+from .rundir import refuse_overwriting_input_files
 
 
 def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str], gpu: Optional[str], tp: int,
@@ -43,6 +45,35 @@ def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str],
                               f"{', '.join(missing)}", source=jsons[0])
         rows += rows_from_bench_json(jsons, backend, model, gpu, tp, weight_dtype, kv_dtype, version)
     return rows
+
+
+def _named_inputs(inputs: List[Path], profiles: Iterable[Optional[str]],
+                  model_configs: Optional[Path]) -> list[Path]:
+    """The files the command line names as inputs, read or not: the results,
+    ``--backend``/``--model``/``--gpu`` where they are paths rather than
+    built-in names, and the model configs folder's files. ``--csv`` or
+    ``--fit`` naming one would replace it with this run's output."""
+    named = [*inputs, *(Path(p) for p in profiles if p is not None)]
+    if model_configs is not None and model_configs.is_dir():
+        named += [p for p in model_configs.iterdir() if p.is_file()]
+    return named
+
+
+def _profile_files(rows, backend: Optional[str]) -> list[Path]:
+    """The profile files the replay reads, the built-in ones too (a name such
+    as ``llama-3.2-1b`` is a file of the installation): each row's model, GPU
+    and stack, and ``--backend``, as the profile loader resolves them."""
+    from ..profiles.loader import resolve
+
+    wanted = {("model_profiles", r.model) for r in rows} | {("hardware_profiles", r.gpu) for r in rows} \
+        | {("backend_profiles", s) for s in {r.stack for r in rows} | ({backend} if backend else set())}
+    files = []
+    for kind, name in sorted(wanted):
+        try:
+            files.append(resolve(kind, name))
+        except LlmsimError:
+            pass           # not a profile file: the replay says what is wrong with it, naming the row
+    return files
 
 
 @app.command("validate")
@@ -107,17 +138,21 @@ def validate(
                 raise LlmsimError(e.message, source=target, key_path=flag) from None
     if model_configs is not None and not model_configs.is_dir():
         raise LlmsimError("not a folder", source=model_configs, key_path="--model-configs")
-    rows = _load_rows(inputs, backend, model, gpu, tp, weight_dtype, kv_dtype, model_configs, stack_version)
-    if max_concurrency is not None:
-        rows = [r for r in rows if r.concurrency is None or r.concurrency <= max_concurrency]
-    usable = [r for r in rows if not r.skip]
-    if not usable:
-        why = sorted({r.skip for r in rows})
-        raise LlmsimError("no row can be replayed" + (f": {'; '.join(why)}" if why else ""), source=inputs[0])
-    stack_override = backend if any(p.suffix.lower() in (".csv", ".gz") for p in inputs) else None
-    if stack_override is not None:
-        from ..profiles.backend import load_backend
-        load_backend(stack_override)          # an unknown backend is one line, before any replay
+    with recorded_reads() as read:        # every file the rows and profiles come from
+        rows = _load_rows(inputs, backend, model, gpu, tp, weight_dtype, kv_dtype, model_configs, stack_version)
+        if max_concurrency is not None:
+            rows = [r for r in rows if r.concurrency is None or r.concurrency <= max_concurrency]
+        usable = [r for r in rows if not r.skip]
+        if not usable:
+            why = sorted({r.skip for r in rows})
+            raise LlmsimError("no row can be replayed" + (f": {'; '.join(why)}" if why else ""), source=inputs[0])
+        stack_override = backend if any(p.suffix.lower() in (".csv", ".gz") for p in inputs) else None
+        if stack_override is not None:
+            from ..profiles.backend import load_backend
+            load_backend(stack_override)          # an unknown backend is one line, before any replay
+    refuse_overwriting_input_files({"--fit": fit, "--csv": csv},
+                                   [*_named_inputs(inputs, (backend, model, gpu), model_configs), *read,
+                                    *_profile_files(rows, stack_override)])
     settings = ReplaySettings(backend=stack_override, client=client,  # type: ignore[arg-type]
                               deployment=None if deployment == "auto" else deployment)
     out: dict = {"rows": len(rows), "replayed": len(usable),
