@@ -26,6 +26,11 @@ from .profiles.model import ModelProfile
 # The runtime (CUDA context, NCCL, CUDA-graph pools) per GPU: kv_memory's estimate.
 NON_TORCH_BYTES_PER_GPU = RUNTIME_BYTES_PER_GPU
 
+#: The words every "no room in GPU memory" refusal holds (here and in
+#: simulator.pipeline): a plan reads them as an answer about the hardware,
+#: not a fault in its input (simulator.planning.precheck).
+DOES_NOT_FIT = " does not fit on "
+
 
 #: What :meth:`MemoryPlan.describe` writes (``llmsim.pools.<pool>.kv_memory``).
 KV_MEMORY_FIELDS = {
@@ -145,7 +150,7 @@ def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight
                 f"{left / 1e9:.1f} GB of {n} × {gpu.hbm_bytes / 1e9:.1f} GB, of which free_gpu_memory_fraction "
                 f"{b.fraction} goes to the KV cache")
     knob = "gpu_memory_utilization" if b.knob == "gpu_memory_utilization" else f"kv_memory.fraction ({b.knob})"
-    return (f"{model.name} does not fit on {shape} {gpu.name} as {rule} sizes its KV cache: {what}; use more "
+    return (f"{model.name}{DOES_NOT_FIT}{shape} {gpu.name} as {rule} sizes its KV cache: {what}; use more "
             f"GPUs (tp, dp with ep), a smaller weight dtype, a larger GPU or a larger engine.{knob}")
 
 

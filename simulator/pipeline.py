@@ -38,7 +38,7 @@ from typing import Optional
 
 from .errors import LlmsimError
 from .kv_memory import GpuShare, KvMemory, kv_budget, rank_token_cap
-from .memory import MemoryPlan, activation_bytes_per_token
+from .memory import DOES_NOT_FIT, MemoryPlan, activation_bytes_per_token
 from .parallelism import Parallelism, replica_kv_bytes_per_token, tp_whole_weight_bytes
 from .profiles.hardware import HardwareProfile
 from .profiles.model import ModelProfile
@@ -121,7 +121,7 @@ def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp:
         worst = min(range(pp), key=lambda s: shares[s][1].kv_bytes)
         g, b = shares[worst]
         raise LlmsimError(
-            f"{model.name} does not fit on tp {tp} × pp {pp} {gpu.name}: stage {worst} holds {pipe.layers[worst]} "
+            f"{model.name}{DOES_NOT_FIT}tp {tp} × pp {pp} {gpu.name}: stage {worst} holds {pipe.layers[worst]} "
             f"layers, {g.weights / 1e9:.1f} GB of weights ({weight_dtype}) per GPU and has no room for a KV block "
             f"under {b.knob} {b.fraction} of {gpu.hbm_bytes / 1e9:.1f} GB; use more stages, a smaller weight dtype "
             f"or a larger GPU")

@@ -164,11 +164,13 @@ def test_bad_sweep_files_are_one_clear_error(tmp_path, cli, body, message):
 
 
 def test_points_that_cannot_run_are_reported_not_stored(tmp_path, cli):
-    sweep = write_sweep(tmp_path, {"grid": {"pools.chat.gpu": ["h100-sxm", "no-such-gpu"]}})
+    """A point the hardware cannot hold (its weights do not fit) is a result, written as its row's error;
+    a point that is bad input (an unknown GPU) is refused before any runs (tests/test_plan_bad_choices.py)."""
+    sweep = write_sweep(tmp_path, {"grid": {"pools.chat.engine.gpu_memory_utilization": [0.9, 0.2]}})
     out = tmp_path / "out"
     r = cli("sweep", sweep, "-o", out, "--workers", "1")
     assert r.code == 2
-    assert "1 of 2 points could not run" in r.err and "unknown GPU 'no-such-gpu'" in r.err
+    assert "1 of 2 points could not run" in r.err and "does not fit" in r.err
     df = pd.read_parquet(out / "sweep.parquet")
     assert df["error"].isna().tolist() == [True, False]
     assert len(list((out / "points").glob("*.json"))) == 1

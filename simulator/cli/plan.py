@@ -51,7 +51,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
         check_confidence(confidence)
         model = load_error_model()
     axes = [parse_vary(v) for v in vary]
-    out = output_dir(output, f"plan-{Path(scenario).stem}")
+    out = output_dir(output, f"plan-{Path(scenario).stem}", ("plan.json", "pareto.png", "report.html"), [scenario])
     wall = time.perf_counter()
     levels = sorted({0.5, confidence}) if confidence is not None else [None]
     plans = {}

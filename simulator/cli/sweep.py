@@ -15,7 +15,7 @@ from rich.table import Table
 from ..errors import LlmsimError
 from .app import app, err_console, kept_if_stopped
 from .output import console, fitted_table, product_columns
-from .rundir import os_error, output_path
+from .rundir import os_error, output_path, refuse_overwriting_input_files
 
 if TYPE_CHECKING:   # planning and scenarios on first use: every command imports this module, `--help` included
     from ..planning.executors import Executor
@@ -60,11 +60,15 @@ def open_executor(name: str, workers: Optional[int], address: Optional[str], con
     return make_executor(name, ExecutorOptions(workers=workers, address=address, connect_timeout_s=connect_timeout))
 
 
-def output_dir(given: Optional[str], default: str) -> Path:
+def output_dir(given: Optional[str], default: str, writes: Sequence[str] = (),
+               inputs: Sequence[str | Path] = ()) -> Path:
     """The results folder of a sweep or plan, checked writable before any
     run but not made until the first point lands (resumable: an earlier
-    sweep's points in it are reused)."""
+    sweep's points in it are reused). None of the files it ``writes`` there
+    may be one of the ``inputs`` (a plan.json scenario in that folder)."""
     out = output_path(given) or Path(default)
+    for name in writes:
+        refuse_overwriting_input_files({"-o": out / name}, inputs, instead="a results folder")
     try:
         if out.exists() and not out.is_dir():
             raise LlmsimError("exists and is not a folder; -o names the folder results are written to",
@@ -138,7 +142,8 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
     from ..planning.sweep import override_keys, plan_sweep, run_sweep
 
     points = plan_sweep(sweep_file, parse_sets(set_), max_runs)
-    out = output_dir(output, f"sweep-{sweep_file.stem}")
+    out = output_dir(output, f"sweep-{sweep_file.stem}", ("sweep.parquet", "sweep.csv", "report.html"),
+                     [sweep_file])
     wall = time.perf_counter()
     def kept() -> str:
         done = sum((out / "points" / f"{p.key}.json").exists() for p in points)

@@ -29,6 +29,7 @@ from ..runsize import check_run_count
 from ..scenario.load import resolve_scenario
 from ..scenario.strict import validate_strict
 from .point import check_overrides
+from .precheck import Run, check_runs
 
 __all__ = ["SweepFile", "Overrides", "load_sweep", "expand"]
 
@@ -47,9 +48,21 @@ class SweepFile(BaseModel):
 
 def expand(sweep: SweepFile) -> list[Overrides]:
     """Every run's overrides, in a stable order (points outer, grid inner)."""
+    return [{**point, **g} for _, point, g in _crossed(sweep)]
+
+
+def _crossed(sweep: SweepFile) -> list[tuple[int, Overrides, Overrides]]:
+    """Every run as (its point's index, the point, the grid's values), in :func:`expand`'s order."""
     keys = list(sweep.grid)
     grid = [dict(zip(keys, combo)) for combo in itertools.product(*(sweep.grid[k] for k in keys))]
-    return [{**point, **g} for point in (sweep.points or [{}]) for g in grid]
+    return [(i, point, g) for i, point in enumerate(sweep.points or [{}]) for g in grid]
+
+
+def _runs(sweep: SweepFile, path: Path) -> list[Run]:
+    """Every run, each key named where the sweep file gives its value (the point, or the grid's value)."""
+    return [Run({**point, **g}, {**{k: f"{path}: points[{i}]" for k in point},
+                                 **{k: f"{path}: grid.{k} = {v!r}" for k, v in g.items()}})
+            for i, point, g in _crossed(sweep)]
 
 
 def load_sweep(path: str | Path, sets: Mapping[str, Any] | None = None, max_runs: Optional[int] = None
@@ -57,7 +70,8 @@ def load_sweep(path: str | Path, sets: Mapping[str, Any] | None = None, max_runs
     """Read and check a sweep file: (the file, the base scenario's path,
     every run's overrides). Each override is applied to the base scenario
     (with ``sets``, the command line's ``--set``, under it) and validated
-    here, so a typo fails before the first run."""
+    here, and every run compiled (:mod:`.precheck`), so a typo or a value
+    llmsim cannot model fails before the first run."""
     path = Path(path)
     data = read_structured(path, what="sweep file")
     if not isinstance(data, dict):
@@ -83,6 +97,7 @@ def load_sweep(path: str | Path, sets: Mapping[str, Any] | None = None, max_runs
             check_overrides(base, {**sets, key: v}, f"{path}: grid.{key} = {v!r}", varied=[key])
     for i, point in enumerate(sweep.points or []):
         check_overrides(base, {**sets, **point}, f"{path}: points[{i}]", varied=list(point))
+    check_runs(base, _runs(sweep, path), sets, " ".join(f"--set {k}={v}" for k, v in sets.items()))
     return sweep, base, expand(sweep)
 
 

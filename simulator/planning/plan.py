@@ -30,9 +30,10 @@ from .batch import run_points
 from .confidence import judge_at_confidence
 from .executors import Executor
 from .point import LATENCY_COLUMNS, Point, check_overrides
+from .precheck import check_runs
 from .search import drive_all, largest_passing, most_probes_largest, most_probes_smallest, smallest_passing
 from .store import PointStore
-from .vary import Axis, check_axes, choices
+from .vary import Axis, check_axes, choices, runs_to_check
 
 __all__ = ["Plan", "plan_fleet", "RATE_KEY", "infeasible_message"]
 
@@ -142,7 +143,11 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
     (:mod:`.confidence`), not when the simulated values do.
 
     ``max_runs``: the most runs the search may make (default
-    :data:`~simulator.runsize.MAX_RUNS`), checked on its worst case before any run."""
+    :data:`~simulator.runsize.MAX_RUNS`), checked on its worst case before any run.
+
+    Every combination is compiled at both ends of the range before any run
+    (:mod:`.precheck`): a choice llmsim cannot model is refused, not planned
+    as an infeasible fleet; one whose model does not fit stays a result."""
     cli = dict(sets or {})
     overlays: list[Mapping[str, Any]] = []
     if variants or cli:
@@ -179,6 +184,8 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
                     f"this plan searches {combinations:,} combination(s) of choices, each with up to {probes} "
                     f"probe(s) of {seeds} seed(s)", max_runs, key_path="--vary")
     check_axes(path, axes, sets)
+    given = [*(f"--variant {v}" for v in variants), *(f"--set {k}={v}" for k, v in cli.items())]
+    check_runs(path, runs_to_check(axes), sets, " ".join(given))
     combos = choices(axes)
     seed_sets = [{}] + [{"seed": sc.seed + k} for k in range(1, seeds)]
     prober = _Prober(Point(str(path), tuple(sets.items()), engine), seed_sets, executor,

@@ -17,8 +17,9 @@ import yaml
 from ..errors import LlmsimError
 from ..structured import parse_yaml
 from .point import check_overrides
+from .precheck import Run
 
-__all__ = ["Axis", "parse_vary", "choices", "check_axes"]
+__all__ = ["Axis", "parse_vary", "choices", "check_axes", "runs_to_check"]
 
 _RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*$")
 
@@ -74,6 +75,16 @@ def choices(axes: Sequence[Axis]) -> list[dict[str, Any]]:
     """Every combination of the list axes (one empty combination if none)."""
     lists = [a for a in axes if not a.is_range]
     return [dict(zip([a.key for a in lists], combo)) for combo in itertools.product(*(a.values for a in lists))]
+
+
+def runs_to_check(axes: Sequence[Axis]) -> list[Run]:
+    """Every combination of choices at both ends of the range: each may be
+    run, so each must be a scenario llmsim can model (values inside the
+    range differ from its ends only in the searched key). Each key's value
+    is named as the ``--vary`` it came from."""
+    ends = [{a.key: v} for a in axes if a.is_range for v in a.bounds] or [{}]
+    runs = [{**combo, **end} for combo in choices(axes) for end in ends]
+    return [Run(r, {k: f"--vary {k}={v}" for k, v in r.items()}) for r in runs]
 
 
 def check_axes(scenario: str | Path, axes: Sequence[Axis], sets: Mapping[str, Any] | None = None) -> None:
