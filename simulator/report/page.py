@@ -23,6 +23,7 @@ from ..planning.pareto import point_label
 from . import page_charts as charts
 from .page_parts import classes_table, cost_table, esc, figure, latency_table, money, pools_table, run_answer, \
     table, whole
+from .run_folder import check_columns, check_results, check_rows, check_values
 
 __all__ = ["write_report", "report_html", "REPORT"]
 
@@ -101,10 +102,12 @@ def _charts(specs: list[tuple[str, Mapping[str, Any]]]) -> str:
 SAMPLE_ROWS = 1_000_000
 
 
-def _requests(folder: Path) -> tuple[Optional[Any], int]:
+def _requests(folder: Path, results: Optional[Mapping[str, Any]] = None) -> tuple[Optional[Any], int]:
     """The per-request columns the charts need, and the stride they were
     sampled at (1: every request). A hundred-million-request table is never
-    read whole: every k-th row of each row group, k keeping ≤ SAMPLE_ROWS."""
+    read whole: every k-th row of each row group, k keeping ≤ SAMPLE_ROWS.
+    A table lacking a column the charts read, or empty where ``results``
+    counts completed requests, is refused: the page would leave charts out."""
     p = folder / "requests.parquet"
     if not p.exists():
         return None, 1
@@ -113,22 +116,39 @@ def _requests(folder: Path) -> tuple[Optional[Any], int]:
 
     def read(path: Path) -> tuple[Optional[Any], int]:
         f = pq.ParquetFile(path)
-        cols = [c for c in ("status", "pool", "klass", "admitted", "finish", "ttft_ms", "tpot_ms", "e2el_ms")
-                if c in f.schema_arrow.names]
+        check_columns(f.schema_arrow.names, charts.REQUEST_COLUMNS, path)
+        check_rows(f.metadata.num_rows, path, _counted(results))
         k = max(1, -(-f.metadata.num_rows // SAMPLE_ROWS))
-        parts = [f.read_row_group(i, columns=cols).to_pandas().iloc[::k] for i in range(f.num_row_groups)]
+        parts = [f.read_row_group(i, columns=list(charts.REQUEST_COLUMNS)).to_pandas().iloc[::k]
+                 for i in range(f.num_row_groups)]
         return (pd.concat(parts, ignore_index=True) if parts else None), k
 
-    return _read_frame(p, read)
+    frame, k = _read_frame(p, read)
+    if frame is not None:
+        check_values(frame, charts.REQUEST_COLUMNS, p)
+    return frame, k
+
+
+def _counted(results: Optional[Mapping[str, Any]]) -> Optional[str]:
+    """Why the request table may not be empty (None: the run completed none, so an empty one is its own)."""
+    done = (results or {}).get("completed")
+    return f"results.json counts {done:,} completed requests" if isinstance(done, int) and done > 0 else None
 
 
 def _timeline(folder: Path) -> Optional[Any]:
+    """timeline.csv, refused when the over-the-run chart could not be drawn
+    from it: ``llmsim run`` writes a row per pool from time 0, so one
+    without rows or columns was cut or replaced since."""
     p = folder / "timeline.csv"
     if not p.exists():
         return None
     import pandas as pd
 
-    return _read_frame(p, pd.read_csv)
+    df = _read_frame(p, pd.read_csv)
+    check_columns(df.columns, charts.TIMELINE_COLUMNS, p)
+    check_rows(len(df), p, "llmsim run writes a row per pool at every sample, the first at time 0")
+    check_values(df, charts.TIMELINE_COLUMNS, p)
+    return df
 
 
 def _scenario_section(folder: Path, heading: str = "The scenario") -> str:
@@ -142,16 +162,20 @@ def _scenario_section(folder: Path, heading: str = "The scenario") -> str:
 def _run_body(folder: Path) -> tuple[str, str]:
     from ..report.diff import read_results
 
+    # every file read and checked before any of the page is drawn
     results = read_results(folder / "results.json")
+    check_results(results, folder / "results.json")
     llmsim = results.get("llmsim") or {}
-    requests, stride = _requests(folder)
+    requests, stride = _requests(folder, results)
+    timeline = _timeline(folder)
+    scenario = _scenario_section(folder)
     title = f"llmsim run: {llmsim.get('scenario', folder.name)}"
     body = [run_answer(results), "<h2>Pools</h2>", pools_table(llmsim), classes_table(llmsim),
             "<h2>Latency</h2>", latency_table(results), _charts(charts.latency_cdfs(requests, results.get("slo"))),
-            "<h2>Over the run</h2>", _charts(charts.timeseries(_timeline(folder), requests, stride)),
-            "<h2>Cost</h2>", cost_table(llmsim), _charts(charts.cost_breakdown(llmsim)), _scenario_section(folder)]
+            "<h2>Over the run</h2>", _charts(charts.timeseries(timeline, requests, stride)),
+            "<h2>Cost</h2>", cost_table(llmsim), _charts(charts.cost_breakdown(llmsim)), scenario]
     sub = (f"llmsim {llmsim.get('version', '')}, seed {llmsim.get('seed')}, engine {llmsim.get('engine')}, "
-           f"{llmsim.get('simulated_seconds', 0):,.0f} simulated seconds"
+           f"{llmsim.get('simulated_seconds') or 0:,.0f} simulated seconds"
            + (f"; charts drawn from every {stride:,}th request" if stride > 1 else ""))
     return title, f'<p class="sub">{esc(sub)}</p>' + "".join(body)
 

@@ -15,7 +15,8 @@ import numpy as np
 
 from ..planning.pareto import pareto_front, point_label
 
-__all__ = ["latency_cdfs", "timeseries", "cost_breakdown", "ladder_charts", "pareto_chart"]
+__all__ = ["latency_cdfs", "timeseries", "cost_breakdown", "ladder_charts", "pareto_chart", "REQUEST_COLUMNS",
+           "TIMELINE_COLUMNS"]
 
 Figure = dict[str, Any]
 
@@ -23,6 +24,17 @@ Figure = dict[str, Any]
 _CDF_P = np.concatenate([np.linspace(0.0, 0.99, 199, endpoint=False), np.linspace(0.99, 1.0, 101)])
 _METRICS = (("ttft", "TTFT"), ("tpot", "TPOT"), ("e2el", "E2EL"))
 _SLO_COLOUR = "#c0392b"
+
+#: The per-request columns these charts read, and what each holds ("number": NaN allowed, as for a request
+#: that never finished; "text"). ``llmsim report`` refuses a table without one of them rather than draw a
+#: chart silently missing; all are in the table ``llmsim run`` writes (metrics.table).
+REQUEST_COLUMNS = {"status": "text", "pool": "text", "klass": "text", "admitted": "number", "finish": "number",
+                   "ttft_ms": "number", "tpot_ms": "number", "e2el_ms": "number"}
+#: The timeline.csv columns :func:`timeseries` must read ("finite": a number drawn as is, so NaN has no place;
+#: "any": a pool's name). All are in fleet.timeline.COLUMNS; ``warm`` (standby replicas) is drawn where a
+#: timeline has it, as an older run's may not.
+TIMELINE_COLUMNS = {"time_s": "finite", "pool": "any", "queue_depth": "finite", "kv_utilization": "finite",
+                    "ready": "finite"}
 
 
 def _layout(title: str, **more: Any) -> dict[str, Any]:

@@ -31,6 +31,11 @@ def money(v: Any) -> str:
     return f"${v:,.0f}" if abs(v) >= 100 else f"${v:,.4g}"
 
 
+def _num(v: Any, spec: str, per: float = 1) -> str:
+    """A figure of a line that reads on without it (a results.json trimmed by hand): "—" for null."""
+    return "—" if v is None else format(v / per if per != 1 else v, spec)
+
+
 def _ms(v: Any) -> str:
     return "—" if v is None else f"{v:,.1f}" if abs(v) < 1000 else f"{v:,.0f}"
 
@@ -106,7 +111,7 @@ def run_answer(results: Mapping[str, Any]) -> str:
     prod = llmsim.get("product") or {}
     load = llmsim.get("load") or {}
     slo = results.get("slo")
-    n = prod.get("slices", 1)
+    n = prod.get("slices") or 1    # null as absent; run_folder lets no other non-count through
     whose = "the product" if n > 1 else "the fleet"
     parts = [figure("llmsim.product.gpus", prod.get("gpus"), whole(prod.get("gpus")), f"GPUs at peak, {whose}"),
              figure("llmsim.product.monthly_usd", prod.get("monthly_usd"), money(prod.get("monthly_usd")),
@@ -128,7 +133,7 @@ def run_answer(results: Mapping[str, Any]) -> str:
     lines = []
     pools = llmsim.get("pools") or {}
     per_pool = ", ".join(f"{name} {n * p['gpus']:,} × {p.get('gpu')}" for name, p in pools.items())
-    lines.append(f"Peak GPUs by pool: {per_pool}; mean {prod.get('gpus_mean', 0):,.1f}.")
+    lines.append(f"Peak GPUs by pool: {per_pool}; mean {prod.get('gpus_mean') or 0:,.1f}.")
     if n > 1:
         s = prod.get("slice") or {}
         lines.append(f"Simulated slice, 1/{n:,} of the traffic: {whole(s.get('gpus'))} GPUs at peak, "
@@ -152,7 +157,7 @@ def _intervals_table(llmsim: Mapping[str, Any]) -> str:
 
 def pools_table(llmsim: Mapping[str, Any]) -> str:
     pools = llmsim.get("pools") or {}
-    n = (llmsim.get("product") or {}).get("slices", 1)
+    n = (llmsim.get("product") or {}).get("slices") or 1
     rows = [[name, p.get("model"), f"{p.get('weight_dtype') or '—'} / {p.get('kv_dtype') or '—'}", p.get("gpu"),
              p.get("tp"),
              f"{p['replicas_min']}/{p['replicas_mean']:.1f}/{p['replicas_max']}", p.get("gpus"),
@@ -204,14 +209,14 @@ def cost_table(llmsim: Mapping[str, Any]) -> str:
     energy = llmsim.get("energy") or {}
     month = prod if (prod.get("slices") or 1) > 1 else energy
     if month.get("kwh_per_month") is not None:
-        jpt = energy.get("joules_per_output_token")
+        co2e, jpt = _num(month.get("co2e_kg_per_month"), ",.2f", 1e3), energy.get("joules_per_output_token")
         pairs.append(("energy a month" + (", the product" if month is prod else ""),
-                      f"{month['kwh_per_month'] / 1e3:,.2f} MWh, {month['co2e_kg_per_month'] / 1e3:,.2f} t CO2e "
-                      f"({'—' if jpt is None else f'{jpt:,.2f}'} J per output token; PUE {energy['pue']:g}, "
-                      f"{energy['grid_g_co2e_per_kwh']:g} g CO2e/kWh)"))
+                      f"{month['kwh_per_month'] / 1e3:,.2f} MWh, {co2e} t CO2e ({_num(jpt, ',.2f')} J per output "
+                      f"token; PUE {_num(energy.get('pue'), 'g')}, {_num(energy.get('grid_g_co2e_per_kwh'), 'g')} "
+                      "g CO2e/kWh)"))
     if cost.get("power"):
         pairs.append(("power a month, as simulated", money(cost["power"].get("monthly_usd"))))
     pairs += [(f"price of pool {p['name']}", f"${p['usd_per_gpu_hour']:,.2f}/GPU-h × {p['gpu']}, from the "
                f"{p['price_source']}" + (" (an assumption: set pools[].usd_per_gpu_hour)" if p.get("price_assumed")
-                                         else "")) for p in cost.get("pools", [])]
+                                         else "")) for p in cost.get("pools") or []]
     return kv_rows(pairs)

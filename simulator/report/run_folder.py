@@ -1,0 +1,204 @@
+"""A run's folder checked before report.html is drawn from it.
+
+``llmsim report DIR`` draws from files anyone may have edited since the run
+wrote them: a results.json trimmed by hand for a ticket, a timeline.csv or
+requests.parquet re-exported from a notebook. A file the page cannot draw
+from is refused in one line naming it and the key or column, before a byte
+of the page is written, rather than failing halfway as pandas' KeyError or
+drawing a page with a chart silently missing. What the page reads is
+stated once: the table columns beside the charts that read them
+(``page_charts.REQUEST_COLUMNS``, ``TIMELINE_COLUMNS``), the results.json
+blocks in :data:`RESULTS_SHAPE` here.
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
+
+from ..errors import LlmsimError
+
+__all__ = ["RESULTS_SHAPE", "check_results", "check_columns", "check_values", "check_rows"]
+
+
+def _number(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+@dataclass(frozen=True)
+class _Kind:
+    """What the page needs at a key; ``needed``: whenever the block holding it is there."""
+
+    expected: str
+    ok: Callable[[Any], bool]
+    needed: bool = False
+
+
+_BLOCK = _Kind("a mapping (a JSON object) or null", lambda v: v is None or isinstance(v, Mapping))
+_ITEM = _Kind("a mapping (a JSON object)", lambda v: isinstance(v, Mapping))
+_LIST = _Kind("a list or null", lambda v: v is None or isinstance(v, list))
+_NUMBER = _Kind("a number or null", lambda v: v is None or _number(v))
+_SLICES = _Kind("a whole number ≥ 1 or null", lambda v: v is None or (isinstance(v, int) and not isinstance(v, bool)
+                                                                       and v >= 1))
+_NEEDED_NUMBER = _Kind("a number", _number, needed=True)
+_NEEDED_TEXT = _Kind("text", lambda v: isinstance(v, str), needed=True)
+_NEEDED = _Kind("a value (not null)", lambda v: v is not None, needed=True)
+
+#: The results.json keys the run page reads, by key path ("*": every key of a mapping, every item of a
+#: list), and what each must be for the page to draw it; a block's keys are checked only where it is there.
+RESULTS_SHAPE: tuple[tuple[str, _Kind], ...] = (
+    ("request_throughput", _NUMBER), ("output_throughput", _NUMBER),
+    ("slo", _BLOCK), ("slo.targets", _BLOCK), ("slo.targets.*", _ITEM),
+    ("slo.targets.*.metric", _NEEDED_TEXT), ("slo.targets.*.percentile", _NEEDED_NUMBER),
+    ("slo.targets.*.target_ms", _NEEDED_NUMBER), ("slo.targets.*.measured_ms", _NUMBER),
+    ("slo.targets.*.attainment", _NUMBER),
+    ("llmsim", _BLOCK), ("llmsim.simulated_seconds", _NUMBER),
+    ("llmsim.product", _BLOCK), ("llmsim.product.slices", _SLICES),
+    *((f"llmsim.product.{k}", _NUMBER) for k in ("gpus", "gpus_mean", "monthly_usd", "standby_gpus", "pooled_gpus",
+                                                 "kwh_per_month", "co2e_kg_per_month")),
+    ("llmsim.product.slice", _BLOCK), ("llmsim.product.slice.gpus", _NUMBER),
+    ("llmsim.product.slice.monthly_usd", _NUMBER),
+    ("llmsim.load", _BLOCK),
+    ("llmsim.pools", _BLOCK), ("llmsim.pools.*", _ITEM),
+    *((f"llmsim.pools.*.{k}", _NEEDED_NUMBER) for k in ("gpus", "replicas_min", "replicas_mean", "replicas_max",
+                                                        "mean_kv_utilization", "gpu_busy_fraction",
+                                                        "mean_batch_size", "max_batch_size")),
+    ("llmsim.pools.*.gpu_hours", _NUMBER), ("llmsim.pools.*.usd", _NUMBER),
+    ("llmsim.classes", _BLOCK), ("llmsim.classes.*", _ITEM), ("llmsim.classes.*.slo", _BLOCK),
+    *((f"llmsim.classes.*.{k}", _NUMBER) for k in ("median_ttft_ms", "p99_ttft_ms", "p99_tpot_ms")),
+    ("llmsim.cost", _BLOCK),
+    *((f"llmsim.cost.{k}", _NUMBER) for k in ("monthly_usd", "window_usd", "usd_per_million_output_tokens",
+                                              "usd_per_request")),
+    ("llmsim.cost.power", _BLOCK), ("llmsim.cost.power.monthly_usd", _NUMBER),
+    ("llmsim.cost.pools", _LIST), ("llmsim.cost.pools.*", _ITEM),
+    *((f"llmsim.cost.pools.*.{k}", _NEEDED) for k in ("name", "gpu", "gpus", "price_source")),
+    *((f"llmsim.cost.pools.*.{k}", _NEEDED_NUMBER) for k in ("usd", "gpu_hours", "usd_per_gpu_hour")),
+    ("llmsim.energy", _BLOCK),
+    *((f"llmsim.energy.{k}", _NUMBER) for k in ("kwh_per_month", "co2e_kg_per_month", "joules_per_output_token",
+                                                "pue", "grid_g_co2e_per_kwh")),
+)
+
+#: Top-level latency figures (``p99_ttft_ms``): the page's latency table reads every one.
+_LATENCY = re.compile(r"^(mean|median|p[^_]*)_(ttft|tpot|itl|e2el)_ms$")
+
+
+def _join(shown: str, key: Any) -> str:
+    if isinstance(key, int):
+        return f"{shown}[{key}]"
+    return f"{shown}.{key}" if shown else str(key)
+
+
+def _places(node: Any, parts: list[str], shown: str = "") -> Iterator[tuple[str, Any, bool]]:
+    """(key path, value, whether it is there) of every place ``parts`` names below ``node``;
+    nothing below a block that is absent or null (the page skips it)."""
+    if not parts:
+        yield shown, node, True
+        return
+    head, rest = parts[0], parts[1:]
+    if head == "*":
+        items = node.items() if isinstance(node, Mapping) else enumerate(node) if isinstance(node, list) else ()
+        for k, v in items:
+            yield from _places(v, rest, _join(shown, k))
+    elif isinstance(node, Mapping):
+        if head in node:
+            yield from _places(node[head], rest, _join(shown, head))
+        elif not rest:
+            yield _join(shown, head), None, False
+
+
+def _shown(v: Any) -> str:
+    """A value as the user wrote it in JSON, short."""
+    if v is None:
+        return "null"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, str):
+        return f"the text {v[:40]!r}" + ("…" if len(v) > 40 else "")
+    if isinstance(v, Mapping):
+        return "a mapping"
+    if isinstance(v, list):
+        return "a list"
+    return repr(v)
+
+
+def check_results(results: Mapping[str, Any], path: Path) -> None:
+    """Refuse a results.json whose blocks the run page would trip over (``"llmsim": "oops"``, a pool
+    without its GPU count): the first such key, named by its path."""
+    for pattern, kind in RESULTS_SHAPE:
+        for where, value, there in _places(results, pattern.split(".")):
+            if not there:
+                if kind.needed:
+                    raise LlmsimError(f"missing; expected {kind.expected} (the report shows it)", source=path,
+                                      key_path=where)
+            elif not kind.ok(value):
+                raise LlmsimError(f"expected {kind.expected}, got {_shown(value)}", source=path, key_path=where)
+    for key, value in results.items():
+        m = _LATENCY.match(str(key))
+        if m is None:
+            continue
+        stat = m.group(1)
+        if stat.startswith("p") and not re.fullmatch(r"p\d+(\.\d+)?", stat):
+            raise LlmsimError("not a percentile's name: expected p followed by a number, as in p99_ttft_ms",
+                              source=path, key_path=str(key))
+        if not _NUMBER.ok(value):
+            raise LlmsimError(f"expected {_NUMBER.expected}, got {_shown(value)}", source=path, key_path=str(key))
+
+
+def check_columns(found: Iterable[str], wanted: Mapping[str, str], path: Path) -> None:
+    """Refuse a table without a column the page draws from: named, with the ones the file has instead."""
+    have = [str(c) for c in found]
+    for name in wanted:
+        if name not in have:
+            listed = ", ".join(have[:12]) + (", ..." if len(have) > 12 else "") if have else "none"
+            raise LlmsimError(f"missing column (found: {listed}); the report draws from "
+                              f"{', '.join(wanted)}, all of which llmsim run writes", source=path, key_path=name)
+
+
+def _is_csv(path: Path) -> bool:
+    return path.suffix.lower() == ".csv"
+
+
+def _line(path: Path, i: int) -> str:
+    """Where row ``i`` is, in the file's terms: a CSV's line (the header is line 1), else its row."""
+    return f"line {i + 2}" if _is_csv(path) else f"row {i + 1}"
+
+
+def _type(col: Any) -> str:
+    """A column's type in a user's words: text, not pandas' ``object`` or ``str``."""
+    import pandas as pd
+
+    return "text" if pd.api.types.is_string_dtype(col) else f"{col.dtype} values"
+
+
+def _check_column(df: Any, name: str, kind: str, path: Path) -> None:
+    import numpy as np
+    import pandas as pd
+
+    col = df[name]
+    if kind == "text" and pd.api.types.is_numeric_dtype(col):
+        raise LlmsimError(f"expected text, got a column of {_type(col)}", source=path, key_path=name)
+    if kind in ("number", "finite") and not (pd.api.types.is_numeric_dtype(col)
+                                             and not pd.api.types.is_bool_dtype(col)):
+        bad = np.flatnonzero((pd.to_numeric(col, errors="coerce").isna() & col.notna()).to_numpy())
+        where = f"{_line(path, bad[0])} holds {col.iloc[bad[0]]!r}" if bad.size and _is_csv(path) else \
+            f"got a column of {_type(col)}"
+        raise LlmsimError(f"expected numbers, {where}", source=path, key_path=name)
+    if kind == "finite":
+        bad = np.flatnonzero(~np.isfinite(col.to_numpy(float)))
+        if bad.size:
+            held = "an empty cell" if pd.isna(col.iloc[bad[0]]) else repr(col.iloc[bad[0]])
+            raise LlmsimError(f"expected a finite number, {_line(path, bad[0])} holds {held}", source=path,
+                              key_path=name)
+
+
+def check_values(df: Any, wanted: Mapping[str, str], path: Path) -> None:
+    """Refuse a column holding what the charts cannot draw: text where numbers go, a gap in a line."""
+    for name, kind in wanted.items():
+        _check_column(df, name, kind, path)
+
+
+def check_rows(rows: int, path: Path, why: Optional[str]) -> None:
+    """Refuse a table with no rows where the run that wrote it had some; ``why`` says why (None: none were due)."""
+    if rows == 0 and why is not None:
+        raise LlmsimError(f"holds no rows, but {why}", source=path)

@@ -1,0 +1,234 @@
+"""``llmsim report DIR`` on a run folder edited since the run wrote it: refused in one line, nothing written.
+
+One real run folder (a tiny scenario through ``llmsim run -o``) is copied
+and corrupted a way per case: a timeline.csv without a column or rows, a
+requests.parquet replaced by another table, a results.json whose blocks
+are not what the page reads. Each must end in exit 2 and one
+``error: FILE: KEY: message`` line naming the file and the column or key,
+with no traceback and the folder (report.html included) byte for byte as
+it was. The page's column lists are checked against what ``llmsim run``
+writes, so a column the renderer starts reading cannot go unrequired.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+import pandas as pd
+import pytest
+
+SCENARIO = """\
+name: tiny
+seed: 3
+workload:
+  num_requests: 24
+  arrival: {type: poisson, rate_per_s: 6}
+  input_tokens: {dist: fixed, value: 200}
+  output_tokens: {dist: fixed, value: 20}
+pools:
+  - {name: main, model: llama-3-8b, gpu: h100-sxm, replicas: 1}
+slo: {ttft_p99_ms: 2000, tpot_p99_ms: 60}
+"""
+
+#: Seconds a refusal may take: it reads three small files.
+SECONDS = 5.0
+
+
+@pytest.fixture(scope="module")
+def run_folder(tmp_path_factory) -> Path:
+    """A folder as ``llmsim run -o`` writes it, report.html included (written once for the module)."""
+    from simulator.cli.app import main
+
+    here = tmp_path_factory.mktemp("report_bad_folder")
+    (here / "s.yaml").write_text(SCENARIO)
+    try:
+        main(["run", str(here / "s.yaml"), "-o", str(here / "run"), "--exit-zero"])
+    except SystemExit as e:
+        assert not e.code, f"llmsim run exited {e.code}"
+    assert (here / "run" / "report.html").is_file()
+    return here / "run"
+
+
+def _snapshot(folder: Path) -> dict[str, bytes]:
+    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+
+
+def _edit_json(name: str, change: Callable[[dict], Any]) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        data = json.loads((folder / name).read_text())
+        change(data)
+        (folder / name).write_text(json.dumps(data))
+    return edit
+
+
+def _edit_timeline(change: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        change(pd.read_csv(folder / "timeline.csv")).to_csv(folder / "timeline.csv", index=False)
+    return edit
+
+
+def _edit_requests(change: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        change(pd.read_parquet(folder / "requests.parquet")).to_parquet(folder / "requests.parquet", index=False)
+    return edit
+
+
+def _set_cell(col: str, value: Any) -> Callable[[pd.DataFrame], pd.DataFrame]:
+    def change(df: pd.DataFrame) -> pd.DataFrame:
+        df = df.astype({col: object})
+        df.loc[0, col] = value
+        return df
+    return change
+
+
+def _set(path: str, value: Any) -> Callable[[dict], None]:
+    """results.json's key at the dotted ``path`` set to ``value``."""
+    def change(data: dict) -> None:
+        *parents, last = path.split(".")
+        node: Any = data
+        for p in parents:
+            node = node[int(p)] if isinstance(node, list) else node[p]
+        node[last] = value
+    return change
+
+
+def _drop(path: str) -> Callable[[dict], None]:
+    def change(data: dict) -> None:
+        *parents, last = path.split(".")
+        node: Any = data
+        for p in parents:
+            node = node[p]
+        del node[last]
+    return change
+
+
+def _put(name: str, text: str) -> Callable[[Path], None]:
+    return lambda folder: (folder / name).write_text(text)
+
+
+# (case, corruption, the file named, the column or key named, more words the message must hold)
+CASES = [
+    ("timeline-no-pool", _edit_timeline(lambda df: df.drop(columns=["pool"])), "timeline.csv", "pool",
+     "missing column"),
+    ("timeline-other-columns", _put("timeline.csv", "foo,bar\n1,2\n"), "timeline.csv", "time_s", "found: foo, bar"),
+    ("timeline-header-only", _edit_timeline(lambda df: df.iloc[:0]), "timeline.csv", None, "no rows"),
+    ("timeline-text-in-numbers", _edit_timeline(_set_cell("queue_depth", "lots")), "timeline.csv", "queue_depth",
+     "line 2"),
+    ("timeline-empty-cell", _edit_timeline(_set_cell("kv_utilization", None)), "timeline.csv", "kv_utilization",
+     "finite"),
+    ("requests-other-columns", lambda f: pd.DataFrame({"a": [1, 2]}).to_parquet(f / "requests.parquet"),
+     "requests.parquet", "status", "missing column"),
+    ("requests-no-columns", lambda f: pd.DataFrame().to_parquet(f / "requests.parquet"), "requests.parquet",
+     "status", "missing column"),
+    ("requests-missing-one", _edit_requests(lambda df: df.drop(columns=["ttft_ms"])), "requests.parquet",
+     "ttft_ms", "missing column"),
+    ("requests-empty", _edit_requests(lambda df: df.iloc[:0]), "requests.parquet", None, "completed requests"),
+    ("requests-status-numbers", _edit_requests(lambda df: df.assign(status=1)), "requests.parquet", "status",
+     "expected text"),
+    ("requests-admitted-text", _edit_requests(lambda df: df.assign(admitted="soon")), "requests.parquet",
+     "admitted", "expected numbers"),
+    ("results-llmsim-text", _edit_json("results.json", _set("llmsim", "oops")), "results.json", "llmsim",
+     "mapping"),
+    ("results-pools-list", _edit_json("results.json", _set("llmsim.pools", [1])), "results.json", "llmsim.pools",
+     "mapping"),
+    ("results-pool-without-gpus", _edit_json("results.json", _drop("llmsim.pools.main.gpus")), "results.json",
+     "llmsim.pools.main.gpus", "missing"),
+    ("results-target-number", _edit_json("results.json", _set("slo.targets.ttft_p99_ms", 5)), "results.json",
+     "slo.targets.ttft_p99_ms", "mapping"),
+    ("results-slices-text", _edit_json("results.json", _set("llmsim.product.slices", "ten")), "results.json",
+     "llmsim.product.slices", "whole number"),
+    ("results-cost-pool-usd", _edit_json("results.json", _set("llmsim.cost.pools.0.usd", "x")), "results.json",
+     "llmsim.cost.pools[0].usd", "number"),
+    ("results-cost-pools-text", _edit_json("results.json", _set("llmsim.cost.pools", "main")), "results.json",
+     "llmsim.cost.pools", "list"),
+    ("results-latency-text", _edit_json("results.json", _set("p99_ttft_ms", "fast")), "results.json",
+     "p99_ttft_ms", "number"),
+    ("results-percentile-name", _edit_json("results.json", _set("pxx_ttft_ms", 5.0)), "results.json",
+     "pxx_ttft_ms", "percentile"),
+]
+
+
+def _refused(cli, folder: Path, name: str, key: str | None, words: str) -> str:
+    before = _snapshot(folder)
+    t = time.perf_counter()
+    r = cli("report", folder)
+    took = time.perf_counter() - t
+    assert r.code == 2, (r.code, r.out, r.err)
+    assert "Traceback" not in r.err and not r.out.strip(), r.err
+    lines = r.err.strip().splitlines()
+    assert len(lines) == 1, r.err
+    line = " ".join(lines)
+    prefix = f"error: {folder / name}: " + (f"{key}: " if key else "")
+    assert line.startswith(prefix), (prefix, line)
+    assert words in line, line
+    assert _snapshot(folder) == before, "the folder changed"
+    assert took < SECONDS, f"{took:.1f} s"
+    return line
+
+
+@pytest.mark.parametrize("case, corrupt, name, key, words", CASES, ids=[c[0] for c in CASES])
+def test_a_corrupt_run_folder_is_refused_in_one_line(run_folder, tmp_path, cli, case, corrupt, name, key, words):
+    folder = tmp_path / "run"
+    shutil.copytree(run_folder, folder)
+    corrupt(folder)
+    _refused(cli, folder, name, key, words)
+
+
+def test_no_page_is_left_when_there_was_none(run_folder, tmp_path, cli):
+    """A refusal writes nothing: not a report.html, not a temporary file beside it."""
+    folder = tmp_path / "run"
+    shutil.copytree(run_folder, folder)
+    (folder / "report.html").unlink()
+    _edit_timeline(lambda df: df.drop(columns=["pool"]))(folder)
+    _refused(cli, folder, "timeline.csv", "pool", "missing column")
+    assert not (folder / "report.html").exists()
+
+
+def test_the_reported_repro_in_a_real_process(run_folder, tmp_path, cli_subprocess):
+    """The console script's own process: stderr is the one line, no traceback, exit 2."""
+    folder = tmp_path / "run"
+    shutil.copytree(run_folder, folder)
+    _edit_json("results.json", _set("llmsim", "oops"))(folder)
+    r = cli_subprocess("report", folder)
+    assert r.code == 2 and "Traceback" not in r.err, r.err
+    assert r.err.strip() == (f"error: {folder / 'results.json'}: llmsim: expected a mapping (a JSON object) or "
+                             f"null, got the text 'oops'")
+
+
+@pytest.mark.parametrize("case, edit", [
+    # a run that completed no request writes a table with its columns and no rows
+    ("no-requests-completed", lambda f: (_edit_requests(lambda df: df.iloc[:0])(f),
+                                         _edit_json("results.json", _set("completed", 0))(f))),
+    # a column the page does not draw from (arrival) is no reason to refuse the page
+    ("a-column-the-page-does-not-read", _edit_requests(lambda df: df.drop(columns=["arrival", "region"]))),
+    # a figure llmsim could not measure is written as null: the page shows "—"
+    ("nulls-where-figures-go", _edit_json("results.json", lambda d: [
+        _set(k, None)(d) for k in ("llmsim.simulated_seconds", "llmsim.product.gpus_mean", "llmsim.product.slices",
+                                   "llmsim.energy.pue", "llmsim.energy.co2e_kg_per_month", "llmsim.cost.pools",
+                                   "llmsim.classes", "p99_ttft_ms")])),
+    ("no-timeline-no-requests", lambda f: ((f / "timeline.csv").unlink(), (f / "requests.parquet").unlink())),
+])
+def test_what_a_run_may_leave_is_still_drawn(run_folder, tmp_path, cli, case, edit):
+    folder = tmp_path / "run"
+    shutil.copytree(run_folder, folder)
+    (folder / "report.html").unlink()
+    edit(folder)
+    r = cli("report", folder)
+    assert r.code == 0, r.err
+    assert (folder / "report.html").is_file()
+
+
+def test_the_columns_the_page_requires_are_ones_llmsim_run_writes(run_folder):
+    """What the page refuses a table without is what the writer always writes: never a run's own folder."""
+    from simulator.fleet.timeline import COLUMNS
+    from simulator.metrics.table import DERIVED_COLUMNS
+    from simulator.report.page_charts import REQUEST_COLUMNS, TIMELINE_COLUMNS
+    from workloads.request import RECORD_COLUMNS
+
+    assert set(TIMELINE_COLUMNS) <= set(COLUMNS)
+    assert set(REQUEST_COLUMNS) <= set(RECORD_COLUMNS) | set(DERIVED_COLUMNS)
+    assert set(REQUEST_COLUMNS) <= set(pd.read_parquet(run_folder / "requests.parquet").columns)
+    assert set(TIMELINE_COLUMNS) <= set(pd.read_csv(run_folder / "timeline.csv").columns)
