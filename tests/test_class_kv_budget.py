@@ -171,6 +171,28 @@ def test_engines_agree_and_caps_hold_at_every_admission(data):
                           + describe(reqs, cfg, nb, H=H, budgets=budgets, cm=cmk))
 
 
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_shared_entry_handed_back_by_another_class_keeps_the_cap(engine):
+    """Free enters block A, paid reuses it; free then fills its cap with a running request; paid ending
+    unreferences A, which is free's: free's history is trimmed then, not only when free next admits
+    (hypothesis found free holding 5 blocks under a cap of 4)."""
+    from simulator.engine.config import EngineConfig
+    from simulator.fleet import pool as fleet
+
+    A = 10_000
+    reqs = [Request(0, 0.0, 16, 1, blocks=(A,), klass="free"),          # enters A, owned by free
+            Request(1, 0.5, 16, 2, blocks=(A,), klass="paid"),           # hits A and holds it
+            Request(2, 0.5, 1, 47, blocks=(A + 2, A + 3, A + 4), klass="free"),   # 3 blocks: free at its cap
+            Request(3, 0.6, 16, 1, blocks=(A + 5,), klass="paid")]       # admitted after paid 1 ended
+    cfg = EngineConfig(block_size=16, max_num_seqs=8, max_num_batched_tokens=512)
+    with mock.patch.dict(fleet.ENGINES, {"fast": CheckedFast, "reference": CheckedReference}):
+        out = run_open(engine, reqs, cfg, 16, cm=cost_model(*COST_MODELS[0]), id_block_tokens=16,
+                       kv_budgets={"free": 3})
+    assert all(r.status.name == "FINISHED" for r in out.requests)
+    assert out.requests[1].cached_tokens == 15             # paid did reuse free's block (its last token recomputed)
+    assert out.requests[1].finish < out.requests[3].admitted < out.requests[2].finish
+
+
 # --- what the cap is for (the scenario of benchmarks/class_kv_cap.py) ------------------
 def _load_study():
     name = "class_kv_cap"

@@ -445,6 +445,21 @@ class ReplicaBase:
         if cap is not None and c is not None and c.tracks_owners and c.owned.get(k, 0) > cap - charged:
             c.evict_owned(k, cap - charged)
 
+    def _hold_caps(self) -> None:
+        """A released sequence unreferences the cache entries it shared, and an
+        entry belongs to the class that entered it: a paid request ending
+        hands the free tier back the history they shared, which can take the
+        free tier past its cap while it admitted nothing. Its own least
+        recently used history goes first, as on admission (:meth:`_charge`)."""
+        c = self.cache
+        if c is None or not c.tracks_owners:
+            return
+        assert self.kv_budgets is not None
+        for k, cap in self.kv_budgets.items():
+            room = max(0, cap - self.kv_charged.get(k, 0))
+            if c.owned.get(k, 0) > room:
+                c.evict_owned(k, room)
+
     def class_kv_held(self, klass: str) -> int:
         """KV blocks a class holds for its cap: its running requests' charged
         footprints plus the unreferenced cache entries it owns."""
@@ -506,6 +521,8 @@ class ReplicaBase:
         if s.pin is not None:
             assert self.cache is not None and s.req.blocks is not None   # a pin came from both
             self.cache.release(s.pin, s.req.blocks, s.pin_ids, kv_tokens, s.req.klass)
+            if self.kv_budgets is not None:
+                self._hold_caps()
         s.pin = None
         s.pin_ids = 0
         s.pin_blocks = 0
