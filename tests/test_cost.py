@@ -229,8 +229,17 @@ def test_simulate_with_a_scenario_price_and_no_sessions():
 
 
 def test_method_day_on_less_than_a_day_is_refused_even_without_a_duration():
-    """A run sized by num_requests spans what it spans: 11 s read as a whole day would price 0.000127 days × 30."""
+    """A run sized by num_requests spans what it spans: 11 s read as a whole day would price 0.000127 days × 30.
+    (A scenario with a duration_s under a day is refused before it runs: scenario/cost.py.)"""
+    from simulator.metrics.monthly import MonthRule, MonthlySpec
+
+    sized_by_count = Scenario.model_validate({
+        "name": "d", "workload": {"num_requests": 5, "arrival": {"type": "poisson", "rate_per_s": 1},
+                                  "input_tokens": {"dist": "fixed", "value": 8},
+                                  "output_tokens": {"dist": "fixed", "value": 2}},
+        "pools": [{"model": "llama-3-8b", "gpu": "h100-sxm"}]}).workload
     with pytest.raises(LlmsimError) as e:
-        monthly_cost(1.0, 11.0, "day")
+        MonthRule(MonthlySpec(method="day"), sized_by_count).apply([], 1.0, 11.0)
     assert e.value.key_path == "cost.monthly.method" and "11 s" in e.value.message
-    assert monthly_cost(30.0, 86_400.0, "day")[0] == pytest.approx(900.0)
+    assert MonthRule(MonthlySpec(method="day"), sized_by_count).apply([], 30.0, 86_400.0)["monthly_usd"] \
+        == pytest.approx(900.0)

@@ -396,3 +396,21 @@ def test_max_tokens_is_refused_where_the_stack_has_no_such_flag():
     with pytest.raises(ValidationError, match="max_tokens is read only by rules sglang and trtllm"):
         KvMemory(rule="vllm", max_tokens=10_000)
     assert KvMemory(rule="sglang", max_tokens=10_000).max_tokens == 10_000
+
+
+@pytest.mark.parametrize("pp", [1, 2])
+def test_a_block_count_past_the_gpus_memory_is_refused(pp):
+    """vLLM allocates the blocks num_gpu_blocks_override names; more than the GPUs hold beside the weights
+    fails at start-up, so llmsim refuses it rather than simulating a cache the memory cannot hold."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    def pool(blocks: int):
+        return setup_pool(PoolSpec.model_validate({"model": "llama-3-8b", "gpu": "h100-sxm", "tp": 2, "pp": pp,
+                                                   "engine": {"num_gpu_blocks_override": blocks}}), 0, source="s")
+
+    fits = pool(1000)
+    assert fits.memory.num_blocks == 1000
+    with pytest.raises(LlmsimError) as e:
+        pool(10**9)
+    assert e.value.key_path == "pools[0].engine.num_gpu_blocks_override" and "at most" in e.value.message

@@ -114,7 +114,7 @@ class SpeculativeSpec(BaseModel):
                                          "share the target's vocabulary and runs on the pool's GPUs, TP and dtypes; "
                                          "or `mtp`: the target's own next-token-prediction layers (DeepSeek "
                                          "num_nextn_predict_layers), as vLLM's MTP speculative method")
-    k: int = Field(ge=1, description="draft tokens proposed per step")
+    k: int = Field(ge=1, le=64, description="draft tokens proposed per step (at most 64: deployed drafts propose 1-8)")
     acceptance_rate: float = Field(gt=0, lt=1, allow_inf_nan=False,
                                    description="α: probability that the target accepts a draft token")
     disable_above_batch: Optional[int] = Field(

@@ -65,6 +65,8 @@ METRICS: dict[str, ScalingMetric] = {
     "request_rate": ScalingMetric(lambda w: w.arrivals / w.dt, per_replica_target=True),
 }
 Metric = Literal[tuple(METRICS)]  # type: ignore[valid-type]
+# Those read as a fraction of a whole (capped at 1): a target above 1 is never reached.
+FRACTION_METRICS = ("kv_utilization", "gpu_busy", "compute_utilization")
 
 
 class ScheduleStep(BaseModel):
@@ -111,6 +113,9 @@ class AutoscalingSpec(BaseModel):
 
     @model_validator(mode="after")
     def _bounds(self) -> "AutoscalingSpec":
+        if self.metric in FRACTION_METRICS and self.target > 1:
+            raise ValueError(f"{self.metric} is a fraction (0 to 1); a target of {self.target:g} is never reached, "
+                             f"so the pool would only ever scale out")
         if self.min_replicas > self.max_replicas:
             raise ValueError(f"min_replicas ({self.min_replicas}) > max_replicas ({self.max_replicas})")
         for st in self.schedule:

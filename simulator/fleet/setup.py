@@ -96,8 +96,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
     lora = None
     if spec.lora:   # the adapters' GPU slots come out of the KV cache
         lora, mem = lora_setup(spec, cm, mem, gpu, where, source)
-    if e.num_gpu_blocks_override:
-        mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
+    mem = _blocks_override(e, mem, where, source)
     replica = rank_limits(drafting_budget(e, spec, where, source), spec.dp)
     return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source),
                      engine=None if replica is e else replica, lora=lora)
@@ -123,6 +122,24 @@ def drafting_budget(e: EngineConfig, spec: PoolSpec, where: str, source: str | P
             f"fewer than one per sequence; raise it to at least {(1 + e.draft_budget_slots) * e.max_num_seqs} or "
             f"lower max_num_seqs", source=source, key_path=f"{where}.engine.max_num_batched_tokens")
     return e.model_copy(update={"max_num_batched_tokens": budget})
+
+
+def _blocks_override(e: EngineConfig, mem: MemoryPlan, where: str, source: str | Path | None) -> MemoryPlan:
+    """``num_gpu_blocks_override`` (vLLM's flag: the profiling run's block
+    count replaced) as the pool's KV capacity, within what the GPUs hold
+    beside the weights: vLLM allocates the blocks it is told, and more than
+    the memory has fails at start-up, not as a larger cache."""
+    n = e.num_gpu_blocks_override
+    if not n:
+        return mem
+    per_block = mem.block_size * mem.kv_bytes_per_token
+    room = mem.total_bytes - mem.weights_bytes
+    if n * per_block > room:
+        raise LlmsimError(f"{n:,} blocks of {mem.block_size} tokens hold {n * per_block / 1e9:,.1f} GB of KV, more "
+                          f"than the {room / 1e9:,.1f} GB the replica's GPUs have beside its weights (at most "
+                          f"{int(room // per_block):,} blocks)", source=source,
+                          key_path=f"{where}.engine.num_gpu_blocks_override")
+    return replace(mem, num_blocks=n)
 
 
 def rank_limits(e: EngineConfig, dp: int) -> EngineConfig:
@@ -172,6 +189,5 @@ def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, w
     except LlmsimError as err:
         key = err.key_path if err.key_path in ("tp", "pp", "engine.weight_dtype", "engine.backend") else "pp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
-    if e.num_gpu_blocks_override:
-        mem = replace(mem, num_blocks=e.num_gpu_blocks_override)
+    mem = _blocks_override(e, mem, where, source)
     return PoolSetup(spec, cm, mem, None, engine=rounds)

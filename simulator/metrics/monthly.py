@@ -163,11 +163,6 @@ def monthly_cost(window_usd: float, window_s: float, method: Method = "auto") ->
     """The ``window``/``day``/``auto`` extrapolation; returns (usd, basis)."""
     if window_s <= 0:
         return None, "no simulated time to extrapolate from"
-    if method == "day" and window_s < DAY_S:
-        # A run sized by num_requests has no duration_s for the scenario check (scenario/cost.py) to read.
-        raise LlmsimError(f"method day takes the window as a sample of whole days, but the run simulated "
-                          f"{window_s:,.0f} s (< {DAY_S:g}): use peak_window with a daily profile, or window, "
-                          f"or simulate a day (workload.duration_s: {DAY_S:g})", key_path="cost.monthly.method")
     if method == "day" or (method == "auto" and window_s >= DAY_S):
         days = window_s / DAY_S
         return (window_usd / days * DAYS_PER_MONTH,
@@ -186,6 +181,11 @@ class MonthRule:
     def apply(self, pools: Sequence, window_usd: float, window_s: float) -> dict[str, Any]:
         """``monthly_usd``, ``monthly_method``, ``monthly_basis`` and (peak_window) ``monthly_hourly``."""
         method = self.spec.method
+        if method == "day" and 0 < window_s < DAY_S and getattr(self.workload, "duration_s", None) is None:
+            # A run sized by num_requests has no duration_s for the scenario's own check (scenario/cost.py).
+            raise LlmsimError(f"method day takes the window as a sample of whole days, but the run simulated "
+                              f"{window_s:,.0f} s (< {DAY_S:g}): use peak_window with a daily profile, or window, "
+                              f"or simulate a day (workload.duration_s: {DAY_S:g})", key_path="cost.monthly.method")
         if method != "peak_window" or window_s <= 0:
             usd, basis = monthly_cost(window_usd, window_s, method)
             resolved = method if method != "auto" else ("day" if window_s >= DAY_S else "window")

@@ -20,6 +20,7 @@ releases their defaults.
 """
 from __future__ import annotations
 
+import datetime
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -74,6 +75,9 @@ class VersionRule(_Strict):
         for v in (self.since, self.until):
             if v is not None and version_number(v) is None:
                 raise ValueError(f"{v!r} is not a release number such as 0.14.0")
+        if self.until is not None and version_number(self.until) <= version_number(self.since):
+            raise ValueError(f"since {self.since} is not before until {self.until}: the rule would hold for no "
+                             f"release")
         return self
 
 
@@ -162,6 +166,18 @@ class BackendProfile(_Strict):
         default_factory=dict, description="engine defaults the stack changes when a separate draft model (not the "
                                           "model's own MTP layers) speculates; keys the pool writes win")
     aiconfigurator: GeneratedLaunch = GeneratedLaunch()
+
+    @model_validator(mode="after")
+    def _release_days(self) -> "BackendProfile":
+        # Compared as ISO text with measurement days: anything else would order wrongly, silently.
+        for release, day in self.releases.items():
+            try:
+                ok = datetime.date.fromisoformat(day).isoformat() == day
+            except ValueError:
+                ok = False
+            if not ok:
+                raise ValueError(f"releases.{release}: expected the day it came out as YYYY-MM-DD, got {day!r}")
+        return self
 
     def released(self, version: str) -> Optional[str]:
         """The day a release came out (ISO date) where known; a nightly's own date."""

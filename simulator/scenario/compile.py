@@ -133,6 +133,7 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
         if a is not None and not a.min_replicas <= p.replicas <= a.max_replicas:
             fail(f"replicas ({p.replicas}) must lie within autoscaling's min_replicas..max_replicas "
                  f"({a.min_replicas}..{a.max_replicas})", f"pools[{i}].replicas")
+    _check_system_prompt(sc, source)
     _check_disaggregation(sc, setups, source)
     check_pp_pairs(sc.pools, source)
     class_slos, bucket_slos = _check_classes(sc, routes, source)
@@ -182,6 +183,20 @@ def _max_length(dist) -> int | None:
         return int(max(dist.values))
     mx = getattr(dist, "max", None)
     return int(mx) if isinstance(mx, (int, float)) else None
+
+
+def _check_system_prompt(sc: Scenario, source) -> None:
+    """Dynamic content placed past the longest system prompt would never sit
+    in one: every prompt would be shared whole, which is not what was written."""
+    spec = sc.workload.system_prompt
+    if spec is None or spec.dynamic is None:
+        return
+    longest = _max_length(spec.tokens)
+    if longest is not None and spec.dynamic.at_token >= longest:
+        raise LlmsimError(f"at_token {spec.dynamic.at_token} lies at or past the end of the longest system prompt "
+                          f"({longest} tokens), so no prompt would hold the dynamic content; place it inside "
+                          f"(below {longest}) or drop dynamic", source=source,
+                          key_path="workload.system_prompt.dynamic.at_token")
 
 
 def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None:

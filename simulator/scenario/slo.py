@@ -30,9 +30,10 @@ def _number(key: str, value: Any) -> float:
         text = "the text " if isinstance(value, str) else ""
         raise LlmsimError(f"expected a number of milliseconds, got {text}{value!r}", key_path=f"slo.{key}")
     v = float(value)
-    if not math.isfinite(v) or v < 0:
-        raise LlmsimError(f"expected a finite, non-negative number of milliseconds, got {value!r}",
-                          key_path=f"slo.{key}")
+    if not math.isfinite(v) or v <= 0:
+        raise LlmsimError(f"expected a finite, positive number of milliseconds, got {value!r} (no request takes "
+                          f"0 ms: a target of 0 fails every run)" if v == 0 else
+                          f"expected a finite, positive number of milliseconds, got {value!r}", key_path=f"slo.{key}")
     if v > MAX_TARGET_MS:
         raise LlmsimError(f"{v:g} ms is longer than any run llmsim simulates ({MAX_TARGET_MS:g} ms, ~3 years): "
                           "no request can take it, so the target binds nothing; leave the key out instead",
