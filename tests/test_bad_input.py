@@ -674,3 +674,20 @@ def test_kv_offload_that_cannot_be_modelled_is_one_line(tmp_path, cli, sets, fra
     args = [a for s in sets for a in ("--set", s)]
     one_line_error(cli("run", path, *args, "-o", tmp_path / "out"), "s.yaml", *fragments)
     assert not (tmp_path / "out").exists()
+
+
+# --- values the schema takes but llmsim cannot model ----------------------------------------------------------
+@pytest.mark.parametrize("sets, fragments", [
+    ([f"pools.{POOL}.autoscaling={{metric: kv_utilization, target: 5, max_replicas: 4}}"],
+     ["pools[0].autoscaling", "kv_utilization is a fraction"]),
+    (["slo={ttft_p99_ms: 0}"], ["slo.ttft_p99_ms", "a target of 0 fails every run"]),
+    ([f"pools.{POOL}.speculative={{draft_model: mtp, k: 10000, acceptance_rate: 0.7}}"],
+     ["pools[0].speculative.k"]),
+    (["workload.system_prompt={apps: 2, tokens: {dist: fixed, value: 100}, dynamic: {at_token: 500}}"],
+     ["workload.system_prompt.dynamic.at_token", "longest system prompt (100 tokens)"]),
+])
+def test_a_value_no_deployment_has_is_one_line(tmp_path, cli, sets, fragments):
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    args = [a for s in sets for a in ("--set", s)]
+    one_line_error(cli("run", path, *args, "-o", tmp_path / "out"), "s.yaml", *fragments)
+    assert not (tmp_path / "out").exists()
