@@ -367,3 +367,18 @@ def test_a_fitted_profile_keeps_its_stacks_launch_cost(tmp_path):
     written = yaml.safe_load(path.read_text())["overheads"]
     assert written["eager_launch_us"] == load_backend("vllm").overheads.eager_launch_us > 0
     assert written["iteration_overhead_ms"] == 1.5
+
+
+def test_a_row_llmsim_cannot_model_is_left_out_with_its_reason(tmp_path, cli):
+    """A measured file may hold a layout llmsim refuses (tp 3 on a 32-head model): that row is listed as not
+    replayed with the reason; the others are replayed. Every row refused is one line naming the file."""
+    good, bad = (Row(f"r{i}", "vllm", "llama-3.2-1b", "h100-sxm", tp, "bf16", "bf16", 512, 16, concurrency=2,
+                     measured={"ttft_mean_ms": 20.0, "tpot_mean_ms": 3.0}) for i, tp in ((0, 1), (1, 3)))
+    _csv([good, bad], tmp_path / "m.csv")
+    res = cli("validate", tmp_path / "m.csv", "--json", "--workers", "1")
+    assert res.code == 0, res.err
+    out = json.loads(res.out)
+    assert out["replayed"] == 1 and "tp=3 must divide" in out["skipped"]["r1"]
+    _csv([bad], tmp_path / "all.csv")
+    r = cli("validate", tmp_path / "all.csv", "--workers", "1")
+    assert r.code == 2 and "all.csv" in r.err and "tp=3 must divide" in r.err and "Traceback" not in r.err

@@ -155,6 +155,7 @@ def validate(
                                     *_profile_files(rows, stack_override)])
     settings = ReplaySettings(backend=stack_override, client=client,  # type: ignore[arg-type]
                               deployment=None if deployment == "auto" else deployment)
+    usable = _modelled(usable, settings, inputs[0])
     out: dict = {"rows": len(rows), "replayed": len(usable),
                  "skipped": {r.id: r.skip for r in rows if r.skip}}
     if fit is None:
@@ -185,6 +186,21 @@ def validate(
         print_json(out)
         return
     _print(errors, out)
+
+
+def _modelled(usable: list, settings, source: Path) -> list:
+    """The rows llmsim can replay; each it refuses (a layout it cannot model)
+    is marked skipped with the reason and listed with the other skipped rows."""
+    from ..validation.replay import refusals
+
+    refused = refusals(usable, settings)
+    for r in usable:
+        if r.id in refused:
+            r.skip = refused[r.id]
+    kept = [r for r in usable if not r.skip]
+    if not kept:
+        raise LlmsimError("no row can be replayed: " + "; ".join(sorted(set(refused.values()))), source=source)
+    return kept
 
 
 def _write_profile(path: Path, rows, overheads, stack_override: Optional[str]) -> None:

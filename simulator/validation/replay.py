@@ -296,6 +296,35 @@ def _results(row: Row, s: ReplaySettings) -> dict[str, Any]:
     return res
 
 
+def refusals(rows: list[Row], s: ReplaySettings = ReplaySettings()) -> dict[str, str]:
+    """Why llmsim cannot replay each row it refuses (its scenario does not
+    compile: a tp that does not divide the model, weights that do not fit),
+    by row id. A measurement file may hold layouts llmsim cannot model; such
+    a row is left out with its reason, as a malformed one is, rather than
+    ending the replay of all the others. Rows of one configuration and
+    lengths compile once."""
+    from ..scenario.compile import compile_scenario
+
+    seen: dict[str, Optional[str]] = {}
+    out: dict[str, str] = {}
+    for row in rows:
+        try:
+            sc = scenario_for(row, s)
+        except LlmsimError as e:
+            out[row.id] = e.render()
+            continue
+        key = sc.model_dump_json(include={"pools", "classes", "workload"}, exclude={"workload": {"num_requests"}})
+        if key not in seen:
+            try:
+                compile_scenario(sc)
+                seen[key] = None
+            except LlmsimError as e:
+                seen[key] = e.render()
+        if seen[key] is not None:
+            out[row.id] = seen[key]
+    return out
+
+
 def predict(row: Row, s: ReplaySettings = ReplaySettings()) -> dict[str, float]:
     """llmsim's value of each metric the row measured (results.json keys mapped back)."""
     res = _results(row, s)
