@@ -691,3 +691,11 @@ def test_a_value_no_deployment_has_is_one_line(tmp_path, cli, sets, fragments):
     args = [a for s in sets for a in ("--set", s)]
     one_line_error(cli("run", path, *args, "-o", tmp_path / "out"), "s.yaml", *fragments)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("command", [["run"], ["check"], ["plan", "--vary", f"pools.{POOL}.replicas=1..2"]])
+def test_a_key_set_twice_on_the_command_line_is_refused(tmp_path, cli, command):
+    """As a key written twice in a scenario file is: the last value silently winning hides a stale one."""
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    r = cli(command[0], path, *command[1:], "--set", "seed=1", "--set", "seed=2")
+    one_line_error(r, "--set", "seed is set twice")

@@ -32,6 +32,7 @@ from ..report.regression import Verdict, judge, rounded
 from .app import app, checked_engine, kept_if_stopped
 from .output import console, fmt
 from .progress import simulate_shown
+from .sweep import one_value_per_key
 
 if TYPE_CHECKING:   # scenarios on first use: `llmsim --help` imports this module
     from ..scenario.ci import CheckSpec
@@ -257,7 +258,8 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
                                                help="write the baselines from this run (SLOs still checked)"),
           tolerance: float = typer.Option(0.05, "--tolerance", min=0.0,
                                           help="relative move allowed where check.tolerance names none"),
-          set_: List[str] = typer.Option([], "--set", help="override a key in every scenario (repeatable)"),
+          set_: List[str] = typer.Option([], "--set", help="override a key in every scenario (repeatable)",
+                                         callback=one_value_per_key),
           engine: str = typer.Option("fast", "--engine", help="fast (default) or reference"),
           confidence: Optional[float] = typer.Option(
               None, "--confidence", help="an SLO passes only if it holds with this probability under llmsim's "

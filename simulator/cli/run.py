@@ -14,7 +14,8 @@ from .ladder import run_ladder
 from .output import console, print_json, provenance_notes
 from .progress import simulate_shown
 from .rundir import output_folder, output_path, write_run_files
-from .sweep import Address, ConnectTimeout, ExecutorName, Workers, check_connect_timeout, open_executor
+from .sweep import (Address, ConnectTimeout, ExecutorName, Workers, check_connect_timeout, one_value_per_key,
+                    open_executor)
 
 if TYPE_CHECKING:   # scenarios and the runner on first use: `llmsim --help` imports this module
     from ..runner import RunOutput
@@ -37,7 +38,8 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
         overwrite: bool = typer.Option(False, "--overwrite",
                                        help="replace the contents of a -o folder that holds an earlier run"),
         json: bool = typer.Option(False, "--json", help="print results.json to stdout instead of tables"),
-        set_: List[str] = typer.Option([], "--set", help="override a key: pools.main.replicas=4 (repeatable)"),
+        set_: List[str] = typer.Option([], "--set", help="override a key: pools.main.replicas=4 (repeatable)",
+                                       callback=one_value_per_key),
         engine: str = typer.Option("fast", "--engine", help="fast (default) or reference (per-iteration oracle, slow)"),
         variant: List[str] = typer.Option([], "--variant",
                                           help="apply the scenario's variant of this name (repeatable, in order)"),

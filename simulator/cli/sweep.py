@@ -26,8 +26,24 @@ Address = Annotated[Optional[str], typer.Option("--address", help="Dask schedule
 ConnectTimeout = Annotated[float, typer.Option("--connect-timeout", help="seconds to wait for the Dask scheduler")]
 MaxRuns = Annotated[Optional[int], typer.Option("--max-runs", help="allow this many runs (default 1,000: "
                                                                    "a larger sweep or plan is refused)")]
+
+
+def one_value_per_key(sets: Optional[list[str]]) -> Optional[list[str]]:
+    """``--set`` callback: a key given twice is refused, as a key written twice in a scenario file is,
+    rather than the last value silently winning (a pasted command line that kept an old value)."""
+    seen: dict[str, str] = {}
+    for a in sets or ():
+        key = a.split("=", 1)[0].strip()
+        if key in seen and "=" in a:
+            raise LlmsimError(f"{key} is set twice ({seen[key]} and {a}); give each key once",
+                              key_path="--set")
+        seen[key] = a
+    return sets
+
+
 Sets = Annotated[Optional[list[str]], typer.Option("--set", help="override a key for every run: "
-                                                                  "pools.main.tp=4 (repeatable)")]
+                                                                  "pools.main.tp=4 (repeatable)",
+                                                   callback=one_value_per_key)]
 
 
 def parse_sets(sets: Optional[Sequence[str]]) -> dict[str, Any]:
