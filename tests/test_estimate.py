@@ -390,3 +390,13 @@ def test_bad_backend_flags_exit_2(cli, args, match):
             *args)
     assert r.code == 2, (r.code, r.out, r.err)
     assert match in r.err and "Traceback" not in r.err
+
+
+def test_a_step_no_replica_could_run_is_priced_with_a_warning(cli):
+    """As `estimate request` past the model's context: arithmetic still answers, and says the step cannot run."""
+    args = ["estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-8b", "--decode-context", "1000", "--json"]
+    fits, huge = cli(*args, "--decode-batch", "8"), cli(*args, "--decode-batch", "100000")
+    assert fits.code == huge.code == 0 and "warnings" not in fits.json()
+    assert "no replica runs this step" in huge.json()["warnings"][0] and "warning:" in huge.err
+    heavy = cli("estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-70b", "--decode-batch", "1")
+    assert heavy.code == 0 and "does not fit on 1× h100-sxm" in heavy.err

@@ -197,13 +197,38 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
     kernels = engine.kernels if engine is not None else kernels
     out = {**cm.describe(), **({"backend": backend} if backend else {}), **({"kernels": kernels} if kernels else {}),
            **model_figures(cm), **b.as_ms()}
+    note = _step_room(cm, engine, prefill_tokens + prefill_context + decode_batch * (decode_context + 1))
+    if note:
+        # An estimate is arithmetic, not a run (as `estimate request` past the context): say so, still answer.
+        out["warnings"] = [note]
+        err_console.print(Text.assemble(("warning:", "yellow"), f" {note}"))
     if json:
         print_json(out)
         return
-    console.print(kv_table(f"one iteration: {model} on {_replica(tp, dp, ep)} {gpu}", out.items()))
+    console.print(kv_table(f"one iteration: {model} on {_replica(tp, dp, ep)} {gpu}",
+                           [(k, v) for k, v in out.items() if k != "warnings"]))
     if not roofline:
         for note in provenance_notes({cm.gpu.name: cm.gpu.provenance()}):
             console.print(f"[yellow]note:[/] {escape(note)}")
+
+
+def _step_room(cm, engine, kv_tokens: int) -> str:
+    """Why no replica could run the step priced (its weights, or its
+    sequences' KV, exceed the GPUs' memory as the stack divides it), or ""."""
+    from ..memory import plan_memory
+
+    try:
+        mem = plan_memory(cm.model, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype,
+                          engine.gpu_memory_utilization if engine is not None else 0.9,
+                          engine.max_num_batched_tokens if engine is not None else 8192,
+                          block_size=engine.block_size if engine is not None else 16, dp=cm.dp, ep=cm.ep,
+                          kv_memory=engine.kv_memory if engine is not None else None)
+    except LlmsimError as e:
+        return e.message
+    if kv_tokens > mem.kv_capacity_tokens:
+        return (f"the step's sequences hold {kv_tokens:,} tokens of KV, more than the {mem.kv_capacity_tokens:,} "
+                f"one replica's KV pool holds: no replica runs this step")
+    return ""
 
 
 @estimate_app.command("request")
