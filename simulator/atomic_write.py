@@ -38,6 +38,7 @@ def check_writable(path: str | Path) -> None:
     path = Path(path)
     if path.is_dir():
         raise LlmsimError("is a folder; give a file name", source=path)
+    _refuse_special(path)
     there = path.parent
     while not there.exists() and there.parent != there:
         there = there.parent
@@ -47,9 +48,16 @@ def check_writable(path: str | Path) -> None:
         raise LlmsimError(f"cannot write ({os_reason(OSError(errno.EACCES, ''))})", source=path)
 
 
+def _refuse_special(path: Path) -> None:
+    # the rename that writes atomically would replace a device, pipe or socket with a plain file
+    if path.exists() and not path.is_file() and not path.is_dir():
+        raise LlmsimError("not a regular file (a device, pipe or socket); give a file name", source=path)
+
+
 def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
     """Call ``write(tmp)`` for a temporary file beside ``path``, then rename it to ``path``."""
     path = Path(path)
+    _refuse_special(path)
     made = path.parent
     while not made.parent.exists() and made.parent != made:
         made = made.parent          # the outermost folder this write creates

@@ -511,6 +511,9 @@ def test_overwrite_replaces_the_folder_whole(tmp_path, cli):
     one_line_error(cli("run", path, "-o", out, "--overwrite"), "holds other files (old-plot.png)")
     assert (out / "old-plot.png").read_text() == "old"
     (out / "results.json").write_text("{}")      # an earlier run's, plot and all
+    (out / "notes.md").write_text("mine")        # ... and a file llmsim never writes: kept, and refused
+    one_line_error(cli("run", path, "-o", out, "--overwrite"), "llmsim did not write (notes.md)")
+    (out / "notes.md").unlink()
     assert cli("run", path, "-o", out, "--overwrite", "--no-plots").code == 0
     assert sorted(p.name for p in out.iterdir()) == ["requests.parquet", "results.json", "run.json",
                                                      "scenario.yaml", "timeline.csv"]

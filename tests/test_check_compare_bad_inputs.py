@@ -138,3 +138,12 @@ def test_no_traceback_in_a_real_process(tmp_path, cli_subprocess):
     a.write_text(json.dumps(RESULTS))
     b.write_text(json.dumps(_with("p99_ttft_ms", "abc")))
     _refused(cli_subprocess("compare", a, b), f"{b}: p99_ttft_ms: ")
+
+
+def test_a_boolean_baseline_figure_is_refused(tmp_path, cli, scenario):
+    """true is not a figure (Python reads it as 1): refused as text is, not compared as a regression."""
+    folder = tmp_path / "baselines"
+    folder.mkdir()
+    (folder / baseline_file_name(NAME)).write_text(json.dumps({"p99_ttft_ms": True}))
+    r = cli("check", scenario, "--baseline", folder)
+    assert r.code == 2 and "p99_ttft_ms" in r.err and "expected a number or null" in r.err

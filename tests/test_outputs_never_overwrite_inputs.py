@@ -147,3 +147,13 @@ def test_estimate_unknown_values_name_their_flag(cli, flag, value, expect, backe
     assert res.code == 2 and "Traceback" not in res.err, res.err
     assert expect in res.err and f"error: {flag}" in res.err, res.err
     assert len(res.err.strip().splitlines()) == 1
+
+
+def test_an_output_flag_naming_a_pipe_or_device_is_refused(cli, measured, tmp_path):
+    """The atomic write renames a new file over its target: a FIFO (or, run as root, /dev/null) would be
+    replaced by a plain file."""
+    fifo = tmp_path / "pipe"
+    os.mkfifo(fifo)
+    res = cli("validate", measured, "--model", "llama-3.2-1b", "--csv", fifo, "--workers", "1")
+    assert res.code == 2 and "not a regular file" in res.err and "Traceback" not in res.err
+    assert fifo.is_fifo()

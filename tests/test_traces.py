@@ -497,3 +497,16 @@ def test_a_trace_naming_a_class_the_scenario_does_not_declare_is_refused(tmp_pat
     assert cli("run", tmp_path / "s.yaml", "-o", tmp_path / "out").code == 0
     res = json.loads((tmp_path / "out" / "results.json").read_text())["llmsim"]["classes"]
     assert res["gold"]["completed"] >= 2 and res["silver"]["completed"] >= 1   # the unnamed row by share
+
+
+def test_text_columns_stay_text_beside_an_empty_cell(tmp_path):
+    """A column of numbers with one empty cell reads as floats in pandas: class 1 would become '1.0' and block
+    id 7 a float (and its parse once failed on a read-only array)."""
+    text = ("timestamp,input_tokens,output_tokens,session_id,block_ids,class\n"
+            "0,40,5,7,7,1\n"
+            "1,20,6,,,\n"
+            "2,50,7,7,8,2\n")
+    tr = read_trace(TraceSpec(path="t.csv", block_size=16), write(tmp_path, "t.csv", text).parent)
+    assert [x.klass for x in tr.requests] == ["1", "default", "2"]
+    assert [x.blocks for x in tr.requests] == [(7,), None, (8,)]
+    assert [x.session for x in tr.requests] == [7, -1, 7]

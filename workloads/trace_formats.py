@@ -72,6 +72,11 @@ def _open_text(path: Path) -> IO[str]:
 # --------------------------------------------------------------------------- CSV
 
 
+#: Optional columns read as text whatever their cells look like: a class named 1, or ids in a column with an
+#: empty cell, would otherwise be parsed as floats (1.0, 7.0).
+_TEXT_COLUMNS = ("session_id", "block_ids", "class")
+
+
 def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {}):
     """Read a CSV and return (frame, {role: column}, lines).
 
@@ -84,7 +89,10 @@ def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {
 
     try:
         with _open_text(path) as fh:
-            df = pd.read_csv(fh, skip_blank_lines=False, skipinitialspace=True)
+            header = pd.read_csv(fh, nrows=0, skipinitialspace=True).columns
+        text = {c: str for c in header if str(c).strip().lower() in _TEXT_COLUMNS}
+        with _open_text(path) as fh:
+            df = pd.read_csv(fh, skip_blank_lines=False, skipinitialspace=True, dtype=text)
     except pd.errors.EmptyDataError:
         raise trace_error(path, "the file is empty (expected a CSV header line)") from None
     except pd.errors.ParserError as e:
@@ -140,8 +148,8 @@ def _csv_strings(series) -> np.ndarray:
     """Object array of str, with None where the cell is empty."""
     import pandas as pd
 
-    out = series.to_numpy(dtype=object, na_value=None)
-    mask = pd.isna(series).to_numpy()
+    out = np.array(series.to_numpy(dtype=object, na_value=None), dtype=object)   # a copy: pandas may hand back a
+    mask = pd.isna(series).to_numpy()                                               # read-only view
     for i in np.nonzero(~mask)[0]:
         out[i] = str(out[i]).strip()
     return out

@@ -94,7 +94,7 @@ def _check_baseline_keys(path: Path, data: dict[str, Any], expected: Sequence[st
 
 def _check_baseline_value(path: Path, key: str, v: Any) -> None:
     """Only numbers compare; NaN is never worse than anything, so it would pass."""
-    if v is not None and not isinstance(v, (int, float)):
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
         raise LlmsimError(f"expected a number or null, got {v!r}; baselines hold tracked metrics only "
                           "(rewrite it with --update-baseline)", source=path, key_path=key)
     if isinstance(v, float) and not math.isfinite(v):
@@ -153,7 +153,7 @@ def _tracked(job: _Job, results: dict[str, Any]) -> dict[str, Any]:
             hint = f"; did you mean {', '.join(near)}?" if near else " (see a results.json for the keys)"
             raise LlmsimError(f"{m!r} is not a key of results.json{hint}", source=job.path, key_path="check.metrics")
         v = flat[m]
-        if v is not None and not isinstance(v, (int, float)):
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise LlmsimError(f"{m!r} is {v!r}, not a number to hold against a baseline",
                               source=job.path, key_path="check.metrics")
         out[m] = v

@@ -206,16 +206,34 @@ def _check_destination(output: Path, overwrite: bool, inputs: Sequence[Path]) ->
 #: What marks a folder as an earlier run's or ladder's (``results.json`` is written last, ``ladder.json``
 #: beside the steps' folders): the only folders ``--overwrite`` empties.
 RUN_MARKERS = ("results.json", "ladder.json")
+#: The files a run or a ladder writes beside them (the plots are PNGs; a ladder's steps are run folders).
+RUN_FILES = frozenset({*RUN_MARKERS, "run.json", "scenario.yaml", "requests.parquet", "requests.csv",
+                       "timeline.csv", "report.html", "ladder.csv"})
 
 
 def _refuse_replacing_other_files(output: Path, old: Sequence[Path]) -> None:
     """``--overwrite`` replaces an earlier run's results, not whatever the
-    folder holds: a mistyped ``-o`` naming a project folder would lose it."""
+    folder holds: a mistyped ``-o`` naming a project folder would lose it,
+    and so would a results folder someone kept notes in."""
     if not any((output / m).is_file() for m in RUN_MARKERS):
         shown = ", ".join(p.name for p in old[:4]) + (", ..." if len(old) > 4 else "")
         raise LlmsimError(f"--overwrite replaces a folder that holds an earlier run ({' or '.join(RUN_MARKERS)}); "
                           f"this one holds other files ({shown}): name a results folder of its own, or empty it "
                           f"first", source=f"-o {output}")
+    foreign = [p for p in old if not _written_by_a_run(p)]
+    if foreign:
+        shown = ", ".join(p.name for p in foreign[:4]) + (", ..." if len(foreign) > 4 else "")
+        raise LlmsimError(f"--overwrite replaces an earlier run's files, and this folder also holds {len(foreign)} "
+                          f"llmsim did not write ({shown}): move them out, or name another folder",
+                          source=f"-o {output}")
+
+
+def _written_by_a_run(p: Path) -> bool:
+    if p.is_symlink():
+        return False
+    if p.is_dir():      # a ladder step: a run folder of its own
+        return (p / "results.json").is_file() and all(_written_by_a_run(q) for q in p.iterdir())
+    return p.name in RUN_FILES or p.suffix == ".png"
 
 
 def _commit(stage: Path, output: Path, overwrite: bool) -> None:

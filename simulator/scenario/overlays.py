@@ -72,15 +72,22 @@ def load_with_overlays(path: Path, overlays: Sequence[tuple[str, Mapping[str, An
 def _check_step(data: dict, path: Path, overlays: Sequence[tuple[str, Mapping[str, Any]]]) -> None:
     """One step the file can run (a ladder step, the check's fast settings)
     is a scenario llmsim can model: its schema, SLOs and what needs the
-    profiles (a tp that divides the model, weights that fit), as a run
-    compiles it; else a variant run only in CI or under --ladder would
-    first fail there."""
+    profiles (a tp that divides the model, a known name), as a run compiles
+    it; else a variant run only in CI or under --ladder would first fail
+    there. A step whose model does not fit its GPUs is an answer about the
+    hardware, given when that step runs, not a fault of the file that stops
+    every other command on it (as a plan's infeasible candidate)."""
+    from ..memory import DOES_NOT_FIT
     from .compile import compile_scenario      # compile loads profiles; overlays loads scenarios through load
 
     with blamed_on(path, overlays):
         step = validate_strict(Scenario, copy.deepcopy(data), path)
         check_slos(step, path)
-        compile_scenario(step, path)
+        try:
+            compile_scenario(step, path)
+        except LlmsimError as e:
+            if DOES_NOT_FIT not in e.message:
+                raise
 
 
 def check_variants(data: dict, sc: Scenario, path: Path) -> None:
