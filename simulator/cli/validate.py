@@ -203,6 +203,13 @@ def _modelled(usable: list, settings, source: Path) -> list:
     return kept
 
 
+def _ids(ids: list[str], most: int = 3) -> str:
+    """Row ids for a one-line note: the first few and how many more (the JSON lists them all)."""
+    shown = ", ".join(ids[:most])
+    return f"row {shown}" if len(ids) == 1 else f"rows {shown}" + (f" and {len(ids) - most} more" if len(ids) > most
+                                                                   else "")
+
+
 def _write_profile(path: Path, rows, overheads, stack_override: Optional[str]) -> None:
     from ..profiles.backend import load_backend
 
@@ -262,5 +269,8 @@ def _print(errors, out: dict) -> None:
     if "fitted" in out:
         console.print("fitted overheads: " + ", ".join(f"{k} = {v:g}" for k, v in out["fitted"].items()))
     if out["skipped"]:
-        console.print(f"{len(out['skipped'])} row(s) not replayed: " +
-                      "; ".join(sorted(set(out["skipped"].values()))))
+        by_reason: dict[str, list[str]] = {}
+        for rid, why in out["skipped"].items():
+            by_reason.setdefault(why, []).append(rid)
+        console.print(f"{len(out['skipped'])} row(s) not replayed: " + "; ".join(
+            f"{why} ({_ids(ids)})" for why, ids in sorted(by_reason.items())), markup=False)
