@@ -53,7 +53,8 @@ def run_folder(tmp_path_factory) -> Path:
 
 
 def _snapshot(folder: Path) -> dict[str, bytes]:
-    return {p.name: p.read_bytes() for p in sorted(folder.iterdir())}
+    """Every file below ``folder`` (a ladder's step folders, a plan's points), by its path inside it."""
+    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def _edit_json(name: str, change: Callable[[dict], Any]) -> Callable[[Path], None]:
@@ -91,7 +92,7 @@ def _set(path: str, value: Any) -> Callable[[dict], None]:
         node: Any = data
         for p in parents:
             node = node[int(p)] if isinstance(node, list) else node[p]
-        node[last] = value
+        node[int(last) if isinstance(node, list) else last] = value
     return change
 
 
@@ -232,3 +233,180 @@ def test_the_columns_the_page_requires_are_ones_llmsim_run_writes(run_folder):
     assert set(REQUEST_COLUMNS) <= set(RECORD_COLUMNS) | set(DERIVED_COLUMNS)
     assert set(REQUEST_COLUMNS) <= set(pd.read_parquet(run_folder / "requests.parquet").columns)
     assert set(TIMELINE_COLUMNS) <= set(pd.read_csv(run_folder / "timeline.csv").columns)
+
+
+# --- ladder, plan and sweep folders ------------------------------------------------------------------------
+
+LADDER_SCENARIO = SCENARIO + """\
+variants:
+  - {name: two, set: {pools.main.replicas: 2}}
+  - {name: fast, set: {workload.arrival.rate_per_s: 12}}
+"""
+SWEEP = """\
+base: s.yaml
+grid:
+  pools.main.replicas: [1, 2]
+"""
+
+
+@pytest.fixture(scope="module")
+def made_folders(tmp_path_factory) -> dict[str, Path]:
+    """A ladder, a plan and a sweep folder as ``llmsim run --ladder``, ``plan`` and ``sweep`` write them
+    (written once for the module), each with its report.html."""
+    from simulator.cli.app import main
+
+    here = tmp_path_factory.mktemp("report_bad_folders")
+    (here / "s.yaml").write_text(LADDER_SCENARIO)
+    (here / "sw.yaml").write_text(SWEEP)
+    for args in (["run", here / "s.yaml", "--ladder", "-o", here / "ladder", "--exit-zero"],
+                 ["plan", here / "s.yaml", "--vary", "pools.main.replicas=1..2", "-o", here / "plan", "--workers", "1"],
+                 ["sweep", here / "sw.yaml", "-o", here / "sweep", "--workers", "1"]):
+        try:
+            main([str(a) for a in args])
+        except SystemExit as e:
+            assert not e.code, f"llmsim {args[0]} exited {e.code}"
+    for name in ("ladder", "plan", "sweep"):
+        assert (here / name / "report.html").is_file(), name
+    return {name: here / name for name in ("ladder", "plan", "sweep")}
+
+
+def _edit_sweep(change: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        change(pd.read_parquet(folder / "sweep.parquet")).to_parquet(folder / "sweep.parquet", index=False)
+    return edit
+
+
+def _sweep_as_csv(text: str) -> Callable[[Path], None]:
+    def edit(folder: Path) -> None:
+        (folder / "sweep.parquet").unlink()
+        (folder / "sweep.csv").write_text(text)
+    return edit
+
+
+def _edit_step_timeline(step: str, change: Callable[[pd.DataFrame], pd.DataFrame]) -> Callable[[Path], None]:
+    return lambda folder: _edit_timeline(change)(folder / step)
+
+
+# (case, which folder, corruption, the file named, the column or key named, more words the message must hold)
+FOLDER_CASES = [
+    ("ladder-steps-text", "ladder", _edit_json("ladder.json", _set("steps", "abc")), "ladder.json", "steps", "list"),
+    ("ladder-steps-mapping", "ladder", _edit_json("ladder.json", _set("steps", {"a": 1})), "ladder.json", "steps",
+     "got a mapping"),
+    ("ladder-step-number", "ladder", _edit_json("ladder.json", _set("steps.0", 5)), "ladder.json", "steps[0]",
+     "mapping"),
+    ("ladder-step-without-name", "ladder", _edit_json("ladder.json", lambda d: d["steps"][0].pop("step")),
+     "ladder.json", "steps[0].step", "missing"),
+    ("ladder-step-name-number", "ladder", _edit_json("ladder.json", _set("steps.1.step", 5)), "ladder.json",
+     "steps[1].step", "folder name"),
+    ("ladder-step-name-path", "ladder", _edit_json("ladder.json", _set("steps.1.step", "../../etc")), "ladder.json",
+     "steps[1].step", "not a path"),
+    ("ladder-ttft-text", "ladder", _edit_json("ladder.json", _set("steps.2.ttft_p99_ms", "abc")), "ladder.json",
+     "steps[2].ttft_p99_ms", "expected a number or null, got the text 'abc'"),
+    ("ladder-cost-text", "ladder", _edit_json("ladder.json", _set("steps.1.product_monthly_usd", "x")),
+     "ladder.json", "steps[1].product_monthly_usd", "number"),
+    ("ladder-gpus-text", "ladder", _edit_json("ladder.json", _set("steps.1.gpus", "x")), "ladder.json",
+     "steps[1].gpus", "number"),
+    ("ladder-tpot-text", "ladder", _edit_json("ladder.json", _set("steps.0.tpot_p99_ms", "x")), "ladder.json",
+     "steps[0].tpot_p99_ms", "number"),
+    ("ladder-slo-met-text", "ladder", _edit_json("ladder.json", _set("steps.0.slo_met", "no")), "ladder.json",
+     "steps[0].slo_met", "true, false or null"),
+    ("ladder-baseline-results", "ladder", _edit_json("baseline/results.json",
+                                                     _set("slo.targets.ttft_p99_ms.target_ms", "x")),
+     "baseline/results.json", "slo.targets.ttft_p99_ms.target_ms", "number"),
+    ("ladder-step-results", "ladder", _edit_json("two/results.json", _set("llmsim", "oops")), "two/results.json",
+     "llmsim", "mapping"),
+    ("ladder-step-timeline", "ladder", _edit_step_timeline("fast", lambda df: df.drop(columns=["pool"])),
+     "fast/timeline.csv", "pool", "missing column"),
+    ("plan-best-list", "plan", _edit_json("plan.json", _set("best", [1])), "plan.json", "best", "mapping"),
+    ("plan-best-text", "plan", _edit_json("plan.json", _set("best", "x")), "plan.json", "best", "mapping"),
+    ("plan-best-without-overrides", "plan", _edit_json("plan.json", _drop("best.overrides")), "plan.json",
+     "best.overrides", "missing"),
+    ("plan-best-cost-text", "plan", _edit_json("plan.json", _set("best.product_monthly_usd", "x")), "plan.json",
+     "best.product_monthly_usd", "number"),
+    ("plan-candidates-numbers", "plan", _edit_json("plan.json", _set("candidates", [1, 2])), "plan.json",
+     "candidates[0]", "mapping"),
+    ("plan-candidates-mapping", "plan", _edit_json("plan.json", _set("candidates", {"a": 1})), "plan.json",
+     "candidates", "list"),
+    ("plan-candidate-overrides-list", "plan", _edit_json("plan.json", _set("candidates.0.overrides", [1])),
+     "plan.json", "candidates[0].overrides", "mapping"),
+    ("plan-candidate-gpus-text", "plan", _edit_json("plan.json", _set("candidates.0.gpus", "many")), "plan.json",
+     "candidates[0].gpus", "number"),
+    ("plan-probes-text", "plan", _edit_json("plan.json", _set("probes", "abc")), "plan.json", "probes", "list"),
+    ("plan-probe-ttft-text", "plan", _edit_json("plan.json", _set("probes.0.ttft_p99_ms", "x")), "plan.json",
+     "probes[0].ttft_p99_ms", "number"),
+    ("plan-probe-cost-infinite", "plan", _put("plan.json", '{"best": null, "probes": [{"monthly_usd": Infinity}]}'),
+     "plan.json", "probes[0].monthly_usd", "got inf"),
+    ("sweep-cost-text", "sweep", _edit_sweep(lambda df: df.assign(monthly_usd="x")), "sweep.parquet",
+     "monthly_usd", "row 1 holds 'x'"),
+    ("sweep-ttft-text", "sweep", _edit_sweep(lambda df: df.assign(ttft_p99_ms="x")), "sweep.parquet",
+     "ttft_p99_ms", "finite number"),
+    ("sweep-cost-infinite", "sweep", _edit_sweep(lambda df: df.assign(monthly_usd=float("inf"))), "sweep.parquet",
+     "monthly_usd", "finite number"),
+    ("sweep-slo-met-text", "sweep", _edit_sweep(lambda df: df.assign(slo_met="no")), "sweep.parquet", "slo_met",
+     "true, false"),
+    ("sweep-csv-text", "sweep", _sweep_as_csv("a.b,monthly_usd,ttft_p99_ms,slo_met\n1,x,y,True\n"), "sweep.csv",
+     "monthly_usd", "line 2 holds 'x'"),
+]
+
+# a run folder's timeline: the optional standby column where it is there, and figures the chart cannot encode
+TIMELINE_CASES = [
+    ("timeline-warm-empty-cell", _edit_timeline(_set_cell("warm", None)), "timeline.csv", "warm", "finite"),
+    ("timeline-warm-text", _edit_timeline(lambda df: df.assign(warm="x")), "timeline.csv", "warm", "line 2"),
+    ("timeline-kv-huge", _edit_timeline(lambda df: df.assign(kv_utilization=1e307)), "timeline.csv",
+     "kv_utilization", "from 0 to 1, line 2 holds 1e+307"),
+]
+
+
+@pytest.mark.parametrize("case, kind, corrupt, name, key, words", FOLDER_CASES, ids=[c[0] for c in FOLDER_CASES])
+def test_a_corrupt_ladder_plan_or_sweep_folder_is_refused_in_one_line(made_folders, tmp_path, cli, case, kind,
+                                                                      corrupt, name, key, words):
+    folder = tmp_path / kind
+    shutil.copytree(made_folders[kind], folder)
+    corrupt(folder)
+    _refused(cli, folder, name, key, words)
+
+
+@pytest.mark.parametrize("case, corrupt, name, key, words", TIMELINE_CASES, ids=[c[0] for c in TIMELINE_CASES])
+def test_a_timeline_the_chart_cannot_draw_is_refused(run_folder, tmp_path, cli, case, corrupt, name, key, words):
+    folder = tmp_path / "run"
+    shutil.copytree(run_folder, folder)
+    if "warm" not in pd.read_csv(folder / "timeline.csv").columns:
+        _edit_timeline(lambda df: df.assign(warm=0))(folder)
+    corrupt(folder)
+    _refused(cli, folder, name, key, words)
+
+
+@pytest.mark.parametrize("kind", ["ladder", "plan", "sweep"])
+def test_a_refused_folder_gets_no_page(made_folders, tmp_path, cli, kind):
+    """No report.html where there was none: the check comes before a byte of the page."""
+    folder = tmp_path / kind
+    shutil.copytree(made_folders[kind], folder)
+    (folder / "report.html").unlink()
+    case = next(c for c in FOLDER_CASES if c[1] == kind)
+    case[2](folder)
+    _refused(cli, folder, *case[3:])
+    assert not (folder / "report.html").exists()
+
+
+@pytest.mark.parametrize("kind", ["ladder", "plan", "sweep"])
+def test_a_folder_as_written_redraws_the_same_page(made_folders, tmp_path, cli, kind):
+    folder = tmp_path / kind
+    shutil.copytree(made_folders[kind], folder)
+    before = (folder / "report.html").read_bytes()
+    r = cli("report", folder)
+    assert r.code == 0, r.err
+    assert (folder / "report.html").read_bytes() == before
+
+
+def test_what_the_pages_read_is_declared(made_folders):
+    """The ladder and plan tables' columns are in the shapes checked; the writers' keys are what is declared."""
+    from simulator.report import page
+    from simulator.report.run_folder import LADDER_SHAPE, PLAN_SHAPE, SWEEP_COLUMNS
+
+    ladder = {k for k, _ in LADDER_SHAPE}
+    assert {f"steps.*.{k}" for k, _, _ in page._LADDER_COLS} <= ladder
+    assert {f"candidates.*.{k}" for k, _, _ in page._PLAN_COLS} <= {k for k, _ in PLAN_SHAPE}
+    assert {k for k, _, _ in page._PLAN_COLS} <= set(SWEEP_COLUMNS)
+    step = json.loads((made_folders["ladder"] / "ladder.json").read_text())["steps"][0]
+    assert {k.split(".")[-1] for k in ladder if k.startswith("steps.*.")} <= set(step)
+    assert set(SWEEP_COLUMNS) <= set(pd.read_parquet(made_folders["sweep"] / "sweep.parquet").columns)

@@ -23,7 +23,8 @@ from ..planning.pareto import point_label
 from . import page_charts as charts
 from .page_parts import classes_table, cost_table, esc, figure, latency_table, money, pools_table, run_answer, \
     table, whole
-from .run_folder import check_columns, check_results, check_rows, check_values
+from .run_folder import check_columns, check_ladder, check_optional, check_plan, check_results, check_rows, \
+    check_sweep, check_values
 
 __all__ = ["write_report", "report_html", "REPORT"]
 
@@ -148,6 +149,7 @@ def _timeline(folder: Path) -> Optional[Any]:
     check_columns(df.columns, charts.TIMELINE_COLUMNS, p)
     check_rows(len(df), p, "llmsim run writes a row per pool at every sample, the first at time 0")
     check_values(df, charts.TIMELINE_COLUMNS, p)
+    check_optional(df, charts.TIMELINE_OPTIONAL_COLUMNS, p)
     return df
 
 
@@ -159,16 +161,21 @@ def _scenario_section(folder: Path, heading: str = "The scenario") -> str:
             "(scenario.yaml beside this page).</p><pre>" + esc(_read_text(p)) + "</pre>")
 
 
-def _run_body(folder: Path) -> tuple[str, str]:
+def _run_files(folder: Path) -> tuple[dict[str, Any], Optional[Any], int, Optional[Any], str]:
+    """A run folder's files, every one read and checked: results, requests and their stride, timeline,
+    the scenario's section."""
     from ..report.diff import read_results
 
-    # every file read and checked before any of the page is drawn
     results = read_results(folder / "results.json")
     check_results(results, folder / "results.json")
-    llmsim = results.get("llmsim") or {}
     requests, stride = _requests(folder, results)
-    timeline = _timeline(folder)
-    scenario = _scenario_section(folder)
+    return results, requests, stride, _timeline(folder), _scenario_section(folder)
+
+
+def _run_body(folder: Path) -> tuple[str, str]:
+    # every file read and checked before any of the page is drawn
+    results, requests, stride, timeline, scenario = _run_files(folder)
+    llmsim = results.get("llmsim") or {}
     title = f"llmsim run: {llmsim.get('scenario', folder.name)}"
     body = [run_answer(results), "<h2>Pools</h2>", pools_table(llmsim), classes_table(llmsim),
             "<h2>Latency</h2>", latency_table(results), _charts(charts.latency_cdfs(requests, results.get("slo"))),
@@ -189,9 +196,12 @@ _LADDER_COLS = (("product_gpus", "product GPUs", whole), ("product_monthly_usd",
 
 def _ladder_body(folder: Path) -> tuple[str, str]:
     lad = _read_json(folder / "ladder.json")
+    check_ladder(lad, folder / "ladder.json")
     rows = lad.get("steps") or []
-    base = _read_json(folder / rows[0]["step"] / "results.json") if rows and (
-        folder / rows[0]["step"] / "results.json").is_file() else {}
+    # each step's folder (where the ladder kept it) checked as a run folder, before any of the page is drawn
+    steps = [_run_files(folder / r["step"])[0] if (folder / r["step"] / "results.json").is_file() else {}
+             for r in rows]
+    base = steps[0] if steps else {}
     first = rows[0] if rows else {}
     sliced = any(r.get("product_gpus") not in (None, r.get("gpus")) for r in rows)
     cols = [c for c in _LADDER_COLS if sliced or not c[0].startswith("product_")]
@@ -227,6 +237,7 @@ def _fleet_rows(rows: list[Mapping[str, Any]], keys: list[str], extra: tuple = (
 
 def _plan_body(folder: Path) -> tuple[str, str]:
     plan = _read_json(folder / "plan.json")
+    check_plan(plan, folder / "plan.json")
     best = plan.get("best")
     cands = plan.get("candidates") or []
     keys = list(dict.fromkeys(k for c in cands for k in c.get("overrides", {})))
@@ -259,7 +270,9 @@ def _sweep_table(folder: Path) -> Optional[Any]:
 
     for name in ("sweep.parquet", "sweep.csv"):
         if (folder / name).exists():
-            return _read_frame(folder / name, pd.read_parquet if name.endswith(".parquet") else pd.read_csv)
+            df = _read_frame(folder / name, pd.read_parquet if name.endswith(".parquet") else pd.read_csv)
+            check_sweep(df, folder / name)
+            return df
     return None
 
 

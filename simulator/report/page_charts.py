@@ -16,7 +16,7 @@ import numpy as np
 from ..planning.pareto import pareto_front, point_label
 
 __all__ = ["latency_cdfs", "timeseries", "cost_breakdown", "ladder_charts", "pareto_chart", "REQUEST_COLUMNS",
-           "TIMELINE_COLUMNS"]
+           "TIMELINE_COLUMNS", "TIMELINE_OPTIONAL_COLUMNS"]
 
 Figure = dict[str, Any]
 
@@ -31,10 +31,12 @@ _SLO_COLOUR = "#c0392b"
 REQUEST_COLUMNS = {"status": "text", "pool": "text", "klass": "text", "admitted": "number", "finish": "number",
                    "ttft_ms": "number", "tpot_ms": "number", "e2el_ms": "number"}
 #: The timeline.csv columns :func:`timeseries` must read ("finite": a number drawn as is, so NaN has no place;
-#: "any": a pool's name). All are in fleet.timeline.COLUMNS; ``warm`` (standby replicas) is drawn where a
-#: timeline has it, as an older run's may not.
-TIMELINE_COLUMNS = {"time_s": "finite", "pool": "any", "queue_depth": "finite", "kv_utilization": "finite",
+#: "fraction": a finite number from 0 to 1, drawn as a percentage; "any": a pool's name). All are in
+#: fleet.timeline.COLUMNS; ``warm`` (standby replicas, :data:`TIMELINE_OPTIONAL_COLUMNS`) is drawn where a
+#: timeline has it, as an older run's may not, and checked where it is there.
+TIMELINE_COLUMNS = {"time_s": "finite", "pool": "any", "queue_depth": "finite", "kv_utilization": "fraction",
                     "ready": "finite"}
+TIMELINE_OPTIONAL_COLUMNS = {"warm": "finite"}
 
 
 def _layout(title: str, **more: Any) -> dict[str, Any]:

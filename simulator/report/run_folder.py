@@ -1,4 +1,4 @@
-"""A run's folder checked before report.html is drawn from it.
+"""A run's, a ladder's, a plan's or a sweep's folder checked before report.html is drawn from it.
 
 ``llmsim report DIR`` draws from files anyone may have edited since the run
 wrote them: a results.json trimmed by hand for a ticket, a timeline.csv or
@@ -8,10 +8,13 @@ of the page is written, rather than failing halfway as pandas' KeyError or
 drawing a page with a chart silently missing. What the page reads is
 stated once: the table columns beside the charts that read them
 (``page_charts.REQUEST_COLUMNS``, ``TIMELINE_COLUMNS``), the results.json
-blocks in :data:`RESULTS_SHAPE` here.
+blocks in :data:`RESULTS_SHAPE` here, ladder.json's and plan.json's in
+:data:`LADDER_SHAPE` and :data:`PLAN_SHAPE`, the sweep table's columns in
+:data:`SWEEP_COLUMNS`. A ladder's step folders are checked as run folders.
 """
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -19,11 +22,18 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 from ..errors import LlmsimError
 
-__all__ = ["RESULTS_SHAPE", "check_results", "check_columns", "check_values", "check_rows"]
+__all__ = ["RESULTS_SHAPE", "LADDER_SHAPE", "PLAN_SHAPE", "SWEEP_COLUMNS", "check_results", "check_ladder",
+           "check_plan", "check_sweep", "check_columns", "check_values", "check_optional", "check_rows"]
 
 
 def _number(v: Any) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
+    """A number the page can format and put in a chart's JSON: not a bool, not NaN, not beyond a float's range."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(v))
+    except OverflowError:          # an integer past a float's range
+        return False
 
 
 @dataclass(frozen=True)
@@ -44,6 +54,12 @@ _SLICES = _Kind("a whole number ≥ 1 or null", lambda v: v is None or (isinstan
 _NEEDED_NUMBER = _Kind("a number", _number, needed=True)
 _NEEDED_TEXT = _Kind("text", lambda v: isinstance(v, str), needed=True)
 _NEEDED = _Kind("a value (not null)", lambda v: v is not None, needed=True)
+_NEEDED_FIGURE = _Kind("a number or null", _NUMBER.ok, needed=True)
+_TEXT = _Kind("text or null", lambda v: v is None or isinstance(v, str))
+_FLAG = _Kind("true, false or null", lambda v: v is None or isinstance(v, bool))
+_STEP = _Kind("a step's folder name (text, not a path)", lambda v: isinstance(v, str) and v.strip() not in ("", ".", "..")
+              and not {"/", "\\"} & set(v), needed=True)
+_NEEDED_ITEM = _Kind("a mapping (a JSON object)", _ITEM.ok, needed=True)
 
 #: The results.json keys the run page reads, by key path ("*": every key of a mapping, every item of a
 #: list), and what each must be for the page to draw it; a block's keys are checked only where it is there.
@@ -78,6 +94,30 @@ RESULTS_SHAPE: tuple[tuple[str, _Kind], ...] = (
     *((f"llmsim.energy.{k}", _NUMBER) for k in ("kwh_per_month", "co2e_kg_per_month", "joules_per_output_token",
                                                 "pue", "grid_g_co2e_per_kwh")),
 )
+
+#: A ladder's or plan's row figures the pages show in tables and charts.
+_FLEET_FIGURES = ("product_gpus", "product_monthly_usd", "gpus", "monthly_usd", "ttft_p99_ms", "tpot_p99_ms")
+
+#: The ladder.json keys the ladder page reads (as :data:`RESULTS_SHAPE`); each step's folder, where it holds a
+#: results.json, is checked as a run folder besides.
+LADDER_SHAPE: tuple[tuple[str, _Kind], ...] = (
+    ("scenario", _TEXT), ("ladder", _TEXT), ("steps", _LIST), ("steps.*", _ITEM), ("steps.*.step", _STEP),
+    ("steps.*.slo_met", _FLAG),
+    *((f"steps.*.{k}", _NUMBER) for k in (*_FLEET_FIGURES, "ttft_p50_ms", "completed", "rejected", "cancelled")),
+)
+
+#: The plan.json keys the plan page reads: the best fleet, the candidates' table, the probes' chart.
+PLAN_SHAPE: tuple[tuple[str, _Kind], ...] = (
+    ("scenario", _TEXT), ("best", _BLOCK), ("best.overrides", _NEEDED_ITEM), ("best.ttft_p99_ms", _NEEDED_FIGURE),
+    *((f"best.{k}", _NUMBER) for k in _FLEET_FIGURES),
+    *(item for rows in ("candidates", "probes") for item in (
+        (rows, _LIST), (f"{rows}.*", _ITEM), (f"{rows}.*.overrides", _ITEM), (f"{rows}.*.slo_met", _FLAG),
+        *((f"{rows}.*.{k}", _NUMBER) for k in _FLEET_FIGURES))),
+)
+
+#: The sweep table's columns the sweep page reads, where the table has them ("figure": a finite number or an
+#: empty cell; "flag": true, false or an empty cell); the columns naming a point's overrides hold anything.
+SWEEP_COLUMNS = {**{k: "figure" for k in _FLEET_FIGURES}, "slo_met": "flag"}
 
 #: Top-level latency figures (``p99_ttft_ms``): the page's latency table reads every one.
 _LATENCY = re.compile(r"^(mean|median|p[^_]*)_(ttft|tpot|itl|e2el)_ms$")
@@ -122,17 +162,32 @@ def _shown(v: Any) -> str:
     return repr(v)
 
 
-def check_results(results: Mapping[str, Any], path: Path) -> None:
-    """Refuse a results.json whose blocks the run page would trip over (``"llmsim": "oops"``, a pool
-    without its GPU count): the first such key, named by its path."""
-    for pattern, kind in RESULTS_SHAPE:
-        for where, value, there in _places(results, pattern.split(".")):
+def _check_shape(data: Mapping[str, Any], shape: Iterable[tuple[str, _Kind]], path: Path) -> None:
+    """The first key of ``data`` the page would trip over, refused by its path."""
+    for pattern, kind in shape:
+        for where, value, there in _places(data, pattern.split(".")):
             if not there:
                 if kind.needed:
                     raise LlmsimError(f"missing; expected {kind.expected} (the report shows it)", source=path,
                                       key_path=where)
             elif not kind.ok(value):
                 raise LlmsimError(f"expected {kind.expected}, got {_shown(value)}", source=path, key_path=where)
+
+
+def check_ladder(ladder: Mapping[str, Any], path: Path) -> None:
+    """Refuse a ladder.json the ladder page would trip over (``"steps": "abc"``, a step's p99 as text)."""
+    _check_shape(ladder, LADDER_SHAPE, path)
+
+
+def check_plan(plan: Mapping[str, Any], path: Path) -> None:
+    """Refuse a plan.json the plan page would trip over (``"best": [1]``, a candidate's cost as text)."""
+    _check_shape(plan, PLAN_SHAPE, path)
+
+
+def check_results(results: Mapping[str, Any], path: Path) -> None:
+    """Refuse a results.json whose blocks the run page would trip over (``"llmsim": "oops"``, a pool
+    without its GPU count): the first such key, named by its path."""
+    _check_shape(results, RESULTS_SHAPE, path)
     for key, value in results.items():
         m = _LATENCY.match(str(key))
         if m is None:
@@ -164,6 +219,11 @@ def _line(path: Path, i: int) -> str:
     return f"line {i + 2}" if _is_csv(path) else f"row {i + 1}"
 
 
+def _held(v: Any) -> str:
+    """A cell's value as a user reads it: 1e+307, not numpy's np.float64(1e+307)."""
+    return repr(v.item() if hasattr(v, "item") else v)
+
+
 def _type(col: Any) -> str:
     """A column's type in a user's words: text, not pandas' ``object`` or ``str``."""
     import pandas as pd
@@ -176,26 +236,68 @@ def _check_column(df: Any, name: str, kind: str, path: Path) -> None:
     import pandas as pd
 
     col = df[name]
+    if kind in ("figure", "flag"):
+        _check_cells(col, name, kind, path)
+        return
     if kind == "text" and pd.api.types.is_numeric_dtype(col):
         raise LlmsimError(f"expected text, got a column of {_type(col)}", source=path, key_path=name)
     if kind in ("number", "finite") and not (pd.api.types.is_numeric_dtype(col)
                                              and not pd.api.types.is_bool_dtype(col)):
         bad = np.flatnonzero((pd.to_numeric(col, errors="coerce").isna() & col.notna()).to_numpy())
-        where = f"{_line(path, bad[0])} holds {col.iloc[bad[0]]!r}" if bad.size and _is_csv(path) else \
+        where = f"{_line(path, bad[0])} holds {_held(col.iloc[bad[0]])}" if bad.size and _is_csv(path) else \
             f"got a column of {_type(col)}"
         raise LlmsimError(f"expected numbers, {where}", source=path, key_path=name)
-    if kind == "finite":
+    if kind in ("finite", "fraction"):
         bad = np.flatnonzero(~np.isfinite(col.to_numpy(float)))
         if bad.size:
-            held = "an empty cell" if pd.isna(col.iloc[bad[0]]) else repr(col.iloc[bad[0]])
+            held = "an empty cell" if pd.isna(col.iloc[bad[0]]) else _held(col.iloc[bad[0]])
             raise LlmsimError(f"expected a finite number, {_line(path, bad[0])} holds {held}", source=path,
                               key_path=name)
+    if kind == "fraction":
+        values = col.to_numpy(float)
+        bad = np.flatnonzero((values < 0) | (values > 1))
+        if bad.size:
+            raise LlmsimError(f"expected a fraction from 0 to 1, {_line(path, bad[0])} holds {_held(col.iloc[bad[0]])}",
+                              source=path, key_path=name)
+
+
+def _check_cells(col: Any, name: str, kind: str, path: Path) -> None:
+    """A sweep table's column, cell by cell: "figure", a finite number or empty; "flag", true, false or empty."""
+    import numpy as np
+    import pandas as pd
+
+    if kind == "flag":
+        if pd.api.types.is_bool_dtype(col):
+            return
+        bad = [i for i, v in enumerate(col.tolist()) if not (isinstance(v, (bool, np.bool_)) or pd.isna(v))]
+        if bad:
+            raise LlmsimError(f"expected true, false or an empty cell, {_line(path, bad[0])} holds "
+                              f"{_held(col.iloc[bad[0]])}", source=path, key_path=name)
+        return
+    if pd.api.types.is_bool_dtype(col):
+        raise LlmsimError(f"expected numbers, got a column of {_type(col)}", source=path, key_path=name)
+    numbers = col if pd.api.types.is_numeric_dtype(col) else pd.to_numeric(col, errors="coerce")
+    bad = np.flatnonzero((numbers.isna() & col.notna()).to_numpy()
+                         | np.isinf(numbers.to_numpy(float, na_value=np.nan)))
+    if bad.size:
+        raise LlmsimError(f"expected a finite number or an empty cell, {_line(path, bad[0])} holds "
+                          f"{_held(col.iloc[bad[0]])}", source=path, key_path=name)
 
 
 def check_values(df: Any, wanted: Mapping[str, str], path: Path) -> None:
     """Refuse a column holding what the charts cannot draw: text where numbers go, a gap in a line."""
     for name, kind in wanted.items():
         _check_column(df, name, kind, path)
+
+
+def check_optional(df: Any, wanted: Mapping[str, str], path: Path) -> None:
+    """:func:`check_values` on the columns of ``wanted`` the table has (one an older run's may lack)."""
+    check_values(df, {k: v for k, v in wanted.items() if k in df.columns}, path)
+
+
+def check_sweep(df: Any, path: Path) -> None:
+    """Refuse a sweep table whose figures the sweep page cannot show or chart (text where a cost goes)."""
+    check_optional(df, SWEEP_COLUMNS, path)
 
 
 def check_rows(rows: int, path: Path, why: Optional[str]) -> None:
