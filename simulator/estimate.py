@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .costmodel import CostModel
 from .dtypes import compute_dtype
-from .memory import plan_memory
+from .memory import MemoryPlan, plan_memory
 
 if TYPE_CHECKING:
     from .engine.config import EngineConfig
@@ -28,6 +28,21 @@ def _rank_budget(engine: EngineConfig | None, budget: int, dp: int) -> int:
     if engine is None:
         return budget
     return engine.model_copy(update={"max_num_batched_tokens": budget}).rank_tokens(dp)
+
+
+def replica_memory(cm: CostModel, engine: EngineConfig | None = None, gpu_memory_utilization: float | None = None,
+                   max_num_batched_tokens: int | None = None, block_size: int | None = None) -> MemoryPlan:
+    """How one replica's GPUs divide between weights, reserves and KV: by
+    ``engine``'s memory rule and limits where a backend is named, else by
+    vLLM's rule; a flag given here wins over the engine's (or vLLM's
+    default). Raises when the weights do not fit."""
+    if engine is None:
+        return plan_memory(cm.model, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype, gpu_memory_utilization or 0.9,
+                           max_num_batched_tokens or 8192, block_size=block_size or 16, dp=cm.dp, ep=cm.ep)
+    return plan_memory(cm.model, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype,
+                       gpu_memory_utilization or engine.gpu_memory_utilization,
+                       max_num_batched_tokens or engine.max_num_batched_tokens, engine.max_num_seqs,
+                       block_size or engine.block_size, dp=cm.dp, ep=cm.ep, kv_memory=engine.kv_memory)
 
 
 def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: float | None = None,
@@ -53,15 +68,9 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         tpot_s = a + b * mean_ctx
     else:
         tpot_s = 0.0
-    if engine is None:
-        front_s = 0.0
-        mem = plan_memory(cm.model, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype, gpu_memory_utilization,
-                          max_num_batched_tokens, block_size=block_size, dp=cm.dp, ep=cm.ep)
-    else:
-        front_s = (engine.request_ms + engine.response_ms + engine.tokenize_us_per_token * input_tokens * 1e-3) * 1e-3
-        mem = plan_memory(cm.model, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype, gpu_memory_utilization,
-                          max_num_batched_tokens, engine.max_num_seqs, block_size, dp=cm.dp, ep=cm.ep,
-                          kv_memory=engine.kv_memory)
+    front_s = 0.0 if engine is None else \
+        (engine.request_ms + engine.response_ms + engine.tokenize_us_per_token * input_tokens * 1e-3) * 1e-3
+    mem = replica_memory(cm, engine, gpu_memory_utilization, max_num_batched_tokens, block_size)
     kv_tok = cm.model.kv_bytes_per_token(cm.kv_dtype)
     tokens = input_tokens + output_tokens
     window = cm.model.kv_window_bytes(cm.kv_dtype) * min(1.0, tokens / (cm.model.sliding_window or tokens))

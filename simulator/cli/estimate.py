@@ -215,14 +215,10 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
 def _step_room(cm, engine, kv_tokens: int) -> str:
     """Why no replica could run the step priced (its weights, or its
     sequences' KV, exceed the GPUs' memory as the stack divides it), or ""."""
-    from ..memory import plan_memory
+    from ..estimate import replica_memory
 
     try:
-        mem = plan_memory(cm.model, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype,
-                          engine.gpu_memory_utilization if engine is not None else 0.9,
-                          engine.max_num_batched_tokens if engine is not None else 8192,
-                          block_size=engine.block_size if engine is not None else 16, dp=cm.dp, ep=cm.ep,
-                          kv_memory=engine.kv_memory if engine is not None else None)
+        mem = replica_memory(cm, engine)
     except LlmsimError as e:
         return e.message
     if kv_tokens > mem.kv_capacity_tokens:

@@ -56,6 +56,11 @@ def _contents(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if not p.name.startswith(STAGING_PREFIX))
 
 
+def _names(paths: Sequence[Path], most: int = 4) -> str:
+    """The first few of a folder's entries, for a one-line message."""
+    return ", ".join(p.name for p in paths[:most]) + (", ..." if len(paths) > most else "")
+
+
 def _an_input(what: str, p: object, instead: str) -> str:
     """The one wording of "this output would destroy an input", shared by a
     results folder's ``--overwrite`` and every output file flag."""
@@ -194,8 +199,7 @@ def _check_destination(output: Path, overwrite: bool, inputs: Sequence[Path]) ->
     if not made:
         old = _contents(output)
         if old and not overwrite:
-            shown = ", ".join(p.name for p in old[:4]) + (", ..." if len(old) > 4 else "")
-            raise LlmsimError(f"the folder already holds {len(old)} file(s) ({shown}); give --overwrite to "
+            raise LlmsimError(f"the folder already holds {len(old)} file(s) ({_names(old)}); give --overwrite to "
                               f"replace its contents with this run's, or name another folder", source=f"-o {output}")
         if overwrite and old:
             _refuse_overwriting_inputs(output, inputs)
@@ -216,15 +220,13 @@ def _refuse_replacing_other_files(output: Path, old: Sequence[Path]) -> None:
     folder holds: a mistyped ``-o`` naming a project folder would lose it,
     and so would a results folder someone kept notes in."""
     if not any((output / m).is_file() for m in RUN_MARKERS):
-        shown = ", ".join(p.name for p in old[:4]) + (", ..." if len(old) > 4 else "")
         raise LlmsimError(f"--overwrite replaces a folder that holds an earlier run ({' or '.join(RUN_MARKERS)}); "
-                          f"this one holds other files ({shown}): name a results folder of its own, or empty it "
+                          f"this one holds other files ({_names(old)}): name a results folder of its own, or empty it "
                           f"first", source=f"-o {output}")
     foreign = [p for p in old if not _written_by_a_run(p)]
     if foreign:
-        shown = ", ".join(p.name for p in foreign[:4]) + (", ..." if len(foreign) > 4 else "")
         raise LlmsimError(f"--overwrite replaces an earlier run's files, and this folder also holds {len(foreign)} "
-                          f"llmsim did not write ({shown}): move them out, or name another folder",
+                          f"llmsim did not write ({_names(foreign)}): move them out, or name another folder",
                           source=f"-o {output}")
 
 

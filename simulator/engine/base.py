@@ -439,26 +439,29 @@ class ReplicaBase:
         this always succeeds; other classes' entries are not touched."""
         k = s.req.klass
         assert self.kv_budgets is not None   # only called with per-class caps
-        charged = self.kv_charged[k] = self.kv_charged.get(k, 0) + self._footprint(s.req)
-        cap = self.kv_budgets.get(k)
-        c = self.cache
-        if cap is not None and c is not None and c.tracks_owners and c.owned.get(k, 0) > cap - charged:
-            c.evict_owned(k, cap - charged)
+        self.kv_charged[k] = self.kv_charged.get(k, 0) + self._footprint(s.req)
+        self._trim_to_cap(k)
 
     def _hold_caps(self) -> None:
         """A released sequence unreferences the cache entries it shared, and an
         entry belongs to the class that entered it: a paid request ending
         hands the free tier back the history they shared, which can take the
-        free tier past its cap while it admitted nothing. Its own least
-        recently used history goes first, as on admission (:meth:`_charge`)."""
-        c = self.cache
-        if c is None or not c.tracks_owners:
-            return
+        free tier past its cap while it admitted nothing. Every capped class
+        is trimmed then, as the admitted one is (:meth:`_charge`)."""
         assert self.kv_budgets is not None
-        for k, cap in self.kv_budgets.items():
-            room = max(0, cap - self.kv_charged.get(k, 0))
-            if c.owned.get(k, 0) > room:
-                c.evict_owned(k, room)
+        for k in self.kv_budgets:
+            self._trim_to_cap(k)
+
+    def _trim_to_cap(self, k: str) -> None:
+        """Evict class ``k``'s own cached history, least recently used first,
+        until its running charge plus what it caches fits its cap."""
+        cap = self.kv_budgets.get(k) if self.kv_budgets is not None else None
+        c = self.cache
+        if cap is None or c is None or not c.tracks_owners:
+            return
+        room = max(0, cap - self.kv_charged.get(k, 0))
+        if c.owned.get(k, 0) > room:
+            c.evict_owned(k, room)
 
     def class_kv_held(self, klass: str) -> int:
         """KV blocks a class holds for its cap: its running requests' charged

@@ -23,12 +23,12 @@ from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional
 
 from ..errors import LlmsimError
-from ..memory import DOES_NOT_FIT
+from ..memory import does_not_fit
 from ..scenario.compile import compile_scenario
 from ..scenario.load import load_scenario
 from ..scenario.variants import overlay_assignments
 
-__all__ = ["Run", "check_runs", "is_a_result"]
+__all__ = ["Run", "check_runs"]
 
 
 
@@ -42,11 +42,6 @@ class Run:
 
     def named(self, keys: Iterable[str]) -> str:
         return " with ".join(dict.fromkeys(self.origins[k] for k in keys))
-
-
-def is_a_result(error: LlmsimError) -> bool:
-    """A compile error that answers the question rather than faults the input: the model does not fit."""
-    return DOES_NOT_FIT in error.message
 
 
 def check_runs(scenario: str | Path, runs: Iterable[Run], sets: Mapping[str, Any] | None = None,
@@ -89,7 +84,7 @@ def _refusal(scenario: str | Path, overrides: Mapping[str, Any]) -> Optional[Llm
         sc, path = load_scenario(scenario, overlay_assignments(dict(overrides)))
         compile_scenario(sc, path)
     except LlmsimError as e:
-        return None if is_a_result(e) else e
+        return None if does_not_fit(e) else e
     return None
 
 

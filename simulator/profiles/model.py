@@ -29,12 +29,12 @@ MAX_WIDTH = 1 << 18          # hidden, FFN, head and latent widths
 MAX_HEADS = 4096
 MAX_VOCAB = 1 << 24
 MAX_CONTEXT = 1 << 27        # tokens
+MAX_EXPERTS = 4096
 
 #: A weight format a checkpoint's name announces, as Hugging Face repositories
 #: spell it (Qwen3-235B-A22B-FP8, DeepSeek-V3.1-NVFP4, Llama-3-8B-AWQ, ...).
 _NAMED_FORMAT = re.compile(r"(?<![a-z0-9])(nvfp4|mxfp4|fp8|fp4|awq|gptq|int4|int8|w4a16|w4a8|w8a8)(?![a-z0-9])",
                            re.IGNORECASE)
-MAX_EXPERTS = 4096
 
 _NON_GATED_ACTS = {"gelu", "gelu_new", "gelu_fast", "relu", "gelu_pytorch_tanh", "quick_gelu"}
 _GATED_GELU_FAMILIES = {"gemma", "gemma2", "gemma3"}

@@ -57,8 +57,9 @@ _NEEDED = _Kind("a value (not null)", lambda v: v is not None, needed=True)
 _NEEDED_FIGURE = _Kind("a number or null", _NUMBER.ok, needed=True)
 _TEXT = _Kind("text or null", lambda v: v is None or isinstance(v, str))
 _FLAG = _Kind("true, false or null", lambda v: v is None or isinstance(v, bool))
-_STEP = _Kind("a step's folder name (text, not a path)", lambda v: isinstance(v, str) and v.strip() not in ("", ".", "..")
-              and not {"/", "\\"} & set(v), needed=True)
+_STEP = _Kind("a step's folder name (text, not a path)",
+              lambda v: isinstance(v, str) and v.strip() not in ("", ".", "..") and not {"/", "\\"} & set(v),
+              needed=True)
 _NEEDED_ITEM = _Kind("a mapping (a JSON object)", _ITEM.ok, needed=True)
 
 #: The results.json keys the run page reads, by key path ("*": every key of a mapping, every item of a

@@ -77,7 +77,7 @@ def _check_step(data: dict, path: Path, overlays: Sequence[tuple[str, Mapping[st
     there. A step whose model does not fit its GPUs is an answer about the
     hardware, given when that step runs, not a fault of the file that stops
     every other command on it (as a plan's infeasible candidate)."""
-    from ..memory import DOES_NOT_FIT
+    from ..memory import does_not_fit
     from .compile import compile_scenario      # compile loads profiles; overlays loads scenarios through load
 
     with blamed_on(path, overlays):
@@ -86,7 +86,7 @@ def _check_step(data: dict, path: Path, overlays: Sequence[tuple[str, Mapping[st
         try:
             compile_scenario(step, path)
         except LlmsimError as e:
-            if DOES_NOT_FIT not in e.message:
+            if not does_not_fit(e):
                 raise
 
 
