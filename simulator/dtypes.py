@@ -7,7 +7,7 @@ cost model and the memory model cannot disagree about them.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Optional
+from typing import Collection, Literal, Optional
 
 WeightDtype = Literal["bf16", "fp16", "fp8", "int8", "int4", "nvfp4", "mxfp4"]
 KVDtype = Literal["bf16", "fp16", "fp8"]
@@ -54,20 +54,36 @@ def linear_dtype(weight_dtype: str) -> str:
     return "bf16" if weight_dtype in EXPERT_ONLY_DTYPES else weight_dtype
 
 
-def compute_dtype(weight_dtype: str, fp4_units: bool = True) -> str:
-    """Which tensor-core peak a linear layer with these weights runs at.
+def compute_dtype(weight_dtype: str, units: Collection[str]) -> str:
+    """Which tensor-core peak a linear layer with these weights runs at, on a GPU
+    with tensor-core ``units`` (the keys of its ``peak_tflops``).
 
     fp8 and int8 are modelled as W8A8 (activations quantised too, as vLLM's
-    fp8 and SmoothQuant int8 paths do), so they use the 8-bit peak. int4 is
-    weight-only (AWQ/GPTQ style): it saves bytes but computes in bf16.
-    nvfp4 is W4A4 on FP4 tensor cores; mxfp4 is modelled as MXFP4 weights
-    with MXFP8 activations (W4A8, the Blackwell path vLLM takes for gpt-oss)
-    where the GPU has FP4 units, and as weight-only 4-bit computing in bf16
-    without them (W4A16, vLLM's Marlin/Triton MXFP4 path on Hopper).
+    fp8 and SmoothQuant int8 paths do), so they use the 8-bit peak where the
+    GPU has that unit. Without it they run weight-only and compute in bf16:
+    fp8 on Ampere is vLLM's Marlin W8A16 path (``Fp8LinearMethod`` falls back
+    to it below compute capability 8.9). int4 is weight-only (AWQ/GPTQ
+    style): it saves bytes but computes in bf16. nvfp4 is W4A4 on FP4 tensor
+    cores; mxfp4 is modelled as MXFP4 weights with MXFP8 activations (W4A8,
+    the Blackwell path vLLM takes for gpt-oss) where the GPU has FP4 units,
+    and as weight-only 4-bit computing in bf16 without them (W4A16, vLLM's
+    Marlin/Triton MXFP4 path on Hopper).
     """
-    if weight_dtype == "mxfp4" and not fp4_units:
-        return "bf16"
-    return {"fp8": "fp8", "int8": "int8", "nvfp4": "fp4", "mxfp4": "fp8"}.get(weight_dtype, "bf16")
+    if weight_dtype == "mxfp4":
+        return "fp8" if "fp4" in units else "bf16"
+    cdt = {"fp8": "fp8", "int8": "int8", "nvfp4": "fp4"}.get(weight_dtype, "bf16")
+    return cdt if cdt in units or cdt == "bf16" else "bf16"
+
+
+_WIDTH = {"bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "fp4": 4}
+
+
+def gemm_scheme(weight_dtype: str, units: Collection[str]) -> str:
+    """The linear layers' weight and activation widths (``W8A16``), the name
+    the stacks' quantisation docs use: where it reads ``A16`` on 8-bit
+    weights, the GPU has no unit for them and the weights only save bytes."""
+    w = {"int4": 4, "nvfp4": 4, "mxfp4": 4}.get(weight_dtype) or _WIDTH[weight_dtype]
+    return f"W{w}A{_WIDTH[compute_dtype(weight_dtype, units)]}"
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from .costmodel import CostModel
-from .dtypes import compute_dtype
+from .dtypes import compute_dtype, gemm_scheme
 from .memory import MemoryPlan, plan_memory
 
 if TYPE_CHECKING:
@@ -81,6 +81,7 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         **({"dp": cm.dp, "ep": cm.ep, "gpus": cm.gpus} if cm.gpus != cm.tp or cm.ep > 1 else {}),
         **model_figures(cm),
         "weight_dtype": cm.weight_dtype,
+        "gemm_scheme": gemm_scheme(cm.weight_dtype, cm.gpu.units),
         "kv_dtype": cm.kv_dtype,
         "mode": "roofline" if cm.roofline else cm.gpu.calibration.status,
         "input_tokens": input_tokens,
@@ -102,7 +103,7 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "total_memory_bytes": mem.total_bytes,
     }
     if mfu is not None:
-        peak = cm.gpu.peak_flops(compute_dtype(cm.weight_dtype, cm.gpu.has_unit("fp4"))) * cm.gpus
+        peak = cm.gpu.peak_flops(compute_dtype(cm.weight_dtype, cm.gpu.units)) * cm.gpus
         out["mfu"] = mfu
         out["mfu_prefill_ms"] = 2.0 * cm.model.active_params * input_tokens / (peak * mfu) * 1e3
         out["mfu_prefill_tokens_per_s"] = peak * mfu / (2.0 * cm.model.active_params)

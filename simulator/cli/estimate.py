@@ -281,6 +281,8 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     if json:
         print_json(out)
         return
+    from ..report.summary_format import weights_served
+
     gb = lambda x: f"{x / 1e9:.2f} GB"  # noqa: E731
     rows = [("mode", out["mode"]), ("parameters (B)", out["params_b"]), ("active per token (B)", out["active_params_b"]),
             ("layout", out["layout"]),
@@ -293,7 +295,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
                  (f"tokens/s at {mfu:.0%} MFU", out["mfu_prefill_tokens_per_s"])]
     rows += [("KV per token", f"{out['kv_bytes_per_token'] / 1024:.0f} KiB"),
              ("KV per request", gb(out["kv_bytes_per_request"])),
-             ("weights", f"{gb(out['weights_bytes'])} ({out['weight_dtype']})"),
+             ("weights", f"{gb(out['weights_bytes'])} ({weights_served(out, noted='{weights}; {note}')})"),
              ("reserve", gb(out["reserve_bytes"])), ("KV capacity", gb(out["kv_capacity_bytes"])),
              ("concurrent requests that fit", out["max_concurrent_requests"])]
     console.print(kv_table(f"{model} on {_replica(tp, dp, ep)} {gpu}: {input} in / {output} out", rows))

@@ -84,7 +84,7 @@ class CostModel:
         # Linear layers other than the routed experts (those follow
         # LayoutOps.fmt): all of them, unless the format quantises experts only.
         lin = linear_dtype(weight_dtype)
-        cdt = compute_dtype(lin, gpu.has_unit("fp4"))
+        cdt = compute_dtype(lin, gpu.units)
         if not roofline:   # a serving step's GEMMs run back to back, at the clocks the GPU holds under load
             gpu = gpu.under_sustained_load(cdt)
         self.par = Parallelism(tp, dp, ep)

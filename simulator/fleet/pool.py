@@ -297,4 +297,4 @@ class Pool:
 
     def peak_flops(self) -> float:
         """A replica's peak dense FLOP/s in its weight dtype (all tp × dp GPUs)."""
-        return self.cm.gpu.peak_flops(compute_dtype(self.cfg.weight_dtype, self.cm.gpu.has_unit("fp4"))) * self.cm.gpus
+        return self.cm.gpu.peak_flops(compute_dtype(self.cfg.weight_dtype, self.cm.gpu.units)) * self.cm.gpus

@@ -512,6 +512,12 @@ class HardwareProfile(_Strict):
         return compute_dtype in self.peak_tflops
 
     @property
+    def units(self) -> tuple[str, ...]:
+        """The tensor-core formats with a peak of their own: a format not among
+        them runs weight-only, computing in 16 bits (dtypes.compute_dtype)."""
+        return tuple(self.peak_tflops)
+
+    @property
     def calibrated(self) -> bool:
         return self.calibration.status == "calibrated"
 

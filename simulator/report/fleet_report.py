@@ -33,6 +33,7 @@ from ..metrics.regions import region_block
 from ..metrics.ttft_budget import ttft_budget
 from ..fields import AS_GIVEN, block, leaf, of_model
 from ..costmodel.speculative import SpeculativeSpec
+from ..dtypes import gemm_scheme
 from ..fleet.lora import LORA_FIELDS
 from ..memory import KV_MEMORY_FIELDS
 from ..metrics import by_input_length, classes, cost, energy, gpu_counts, load, metering, product, regions, results
@@ -93,6 +94,8 @@ _DP, _PP = "dp > 1 or ep > 1", "pp > 1"
 POOL_FIELDS = {
     "model": leaf("text", "the model"), "gpu": leaf("text", "the GPU"),
     "weight_dtype": leaf("text", "the weights it served (engine.weight_dtype, else the checkpoint's format)"),
+    "gemm_scheme": leaf("text", "the widths its quantised GEMMs run at, weights and activations (W8A8; W8A16 where "
+                                "the GPU has no unit for the weights' format and computes in 16 bits)"),
     "kv_dtype": leaf("text", "the KV cache's format"), "tp": leaf("GPUs", "tensor parallelism"),
     "dp": leaf("ranks", "attention data parallelism", when=_DP), "ep": leaf("GPUs", "expert parallelism", when=_DP),
     "pp": leaf("stages", "pipeline stages", when=_PP), "stage_layers": leaf("list", "layers per stage", when=_PP),
@@ -302,6 +305,7 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "model": ps.cm.model.name,
         "gpu": ps.cm.gpu.name,
         "weight_dtype": ps.spec.engine.weight_dtype,
+        "gemm_scheme": gemm_scheme(ps.spec.engine.weight_dtype, ps.cm.gpu.units),
         "kv_dtype": ps.spec.engine.kv_dtype,
         "tp": ps.spec.tp,
         **({"dp": ps.spec.dp, "ep": ps.spec.ep} if ps.spec.dp > 1 or ps.spec.ep > 1 else {}),

@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 from typing import Any, Iterable, Mapping, Optional, Sequence
+from .summary_format import weights_served
 
 __all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
            "slo_table", "cost_table", "money", "whole", "interval_text"]
@@ -158,7 +159,7 @@ def _intervals_table(llmsim: Mapping[str, Any]) -> str:
 def pools_table(llmsim: Mapping[str, Any]) -> str:
     pools = llmsim.get("pools") or {}
     n = (llmsim.get("product") or {}).get("slices") or 1
-    rows = [[name, p.get("model"), f"{p.get('weight_dtype') or '—'} / {p.get('kv_dtype') or '—'}", p.get("gpu"),
+    rows = [[name, p.get("model"), f"{weights_served(p)} / {p.get('kv_dtype') or '—'}", p.get("gpu"),
              p.get("tp"),
              f"{p['replicas_min']}/{p['replicas_mean']:.1f}/{p['replicas_max']}", p.get("gpus"),
              n * p["gpus"] if n > 1 else "—", round(p.get("gpu_hours") or 0, 3), money(p.get("usd")),

@@ -31,7 +31,7 @@ _COUNTS = (
 )
 _LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
 _PCT = re.compile(r"^p(\d+(?:\.\d+)?)_ttft_ms$")
-from .summary_format import FAIL, OK, num as _num
+from .summary_format import FAIL, OK, num as _num, weights_served
 
 
 def _counts(results: Mapping[str, Any]) -> Table:
@@ -108,7 +108,8 @@ def _serves(pool: Mapping[str, Any]) -> str:
     checkpoint's unless the scenario names one, so a reader checks it here."""
     if not pool.get("model"):
         return ""
-    return f"{pool['model']}, {pool.get('weight_dtype', '—')} weights, {pool.get('kv_dtype', '—')} KV; "
+    weights = weights_served(pool, "{weights} weights", "{weights} weights ({note})")
+    return f"{pool['model']}, {weights}, {pool.get('kv_dtype', '—')} KV; "
 
 
 def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[str, Any],

@@ -1,7 +1,7 @@
 """Number formatting and verdict marks shared by the terminal tables."""
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Mapping
 
 OK, FAIL = "[green]✓[/]", "[red]✗[/]"
 
@@ -12,3 +12,16 @@ def num(v: Any, kind: str = "float") -> str:
     if kind == "int":
         return f"{int(v):,}"
     return f"{float(v):,.2f}"
+
+
+def weights_served(pool: Mapping[str, Any], plain: str = "{weights}", noted: str = "{weights} ({note})") -> str:
+    """A pool's weights' format, with the widths it computes at where the GPU
+    has no unit for it (fp8 on an A100 runs W8A16): the format alone would
+    suggest the 8-bit peak the bill and the latencies do not get. The two
+    templates place them where the caller's line has room."""
+    weights = pool.get("weight_dtype") or "—"
+    scheme = pool.get("gemm_scheme") or ""
+    if scheme.endswith("A16") and weights not in ("bf16", "fp16", "int4", "—"):
+        why = f"{scheme}: no {weights} tensor cores on {pool.get('gpu', 'this GPU')}"
+        return noted.format(weights=weights, note=why)
+    return plain.format(weights=weights)
