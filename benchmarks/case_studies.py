@@ -90,8 +90,6 @@ class Runner:
             argv += ["-o", str(out), "--workers", "1"]
         else:
             argv += ["-o", str(out), "--overwrite", "--no-plots", "--exit-zero"]
-        if "--ladder" in argv:
-            argv += ["--workers", "1"]
         t0 = time.perf_counter()
         # a plan that finds no count meeting the SLO still writes plan.json: a verdict (a "—" on the page, as a
         # smoke-sized run may give), not a failure

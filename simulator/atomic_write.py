@@ -18,7 +18,7 @@ import errno
 import os
 import tempfile
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Optional
 
 from .errors import LlmsimError, os_reason
 
@@ -32,10 +32,17 @@ def default_file_mode() -> int:
     return 0o666 & ~mask
 
 
-def check_writable(path: str | Path) -> None:
+def check_writable(path: str | Path, flag: Optional[str] = None) -> None:
     """Refuse, before any work, a file that :func:`write_atomic` could not
-    write: its nearest existing folder must be a writable folder."""
-    path = Path(path)
+    write (naming ``flag``, the option that gave it): its nearest existing
+    folder must be a folder that takes a new file."""
+    try:
+        _check_writable(Path(path))
+    except LlmsimError as e:
+        raise LlmsimError(e.message, source=e.source, key_path=flag) from None
+
+
+def _check_writable(path: Path) -> None:
     if path.is_dir():
         raise LlmsimError("is a folder; give a file name", source=path)
     _refuse_special(path)
@@ -46,6 +53,13 @@ def check_writable(path: str | Path) -> None:
         raise LlmsimError(f"cannot write ({os_reason(OSError(errno.ENOTDIR, ''))})", source=path)
     if not os.access(there, os.W_OK | os.X_OK):
         raise LlmsimError(f"cannot write ({os_reason(OSError(errno.EACCES, ''))})", source=path)
+    # A file made and removed: permissions alone do not tell (root may write anywhere, yet not into /proc).
+    try:
+        fd, name = tempfile.mkstemp(prefix=f".{path.name}.", dir=there)
+    except OSError as e:
+        raise LlmsimError(f"cannot write ({os_reason(e)})", source=path) from None
+    os.close(fd)
+    os.unlink(name)
 
 
 def _refuse_special(path: Path) -> None:

@@ -10,9 +10,9 @@ from __future__ import annotations
 import errno
 import re
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any, Iterable, Sequence
 
-__all__ = ["LlmsimError", "format_key_path", "from_validation_error", "user_loc", "os_reason"]
+__all__ = ["LlmsimError", "format_key_path", "from_validation_error", "user_loc", "os_reason", "first_few"]
 
 
 class LlmsimError(Exception):
@@ -57,6 +57,13 @@ def _printable(text: str, limit: int) -> str:
         keep = limit // 2
         text = f"{text[:keep]}…({len(text) - 2 * keep:,} characters)…{text[-keep:]}"
     return text
+
+
+def first_few(items: Sequence[str], most: int) -> str:
+    """``a, b, c and 7 more``: enough of a list to recognise it, on one line
+    however long it is (the JSON or the folder holds the rest)."""
+    shown = ", ".join(items[:most])
+    return shown if len(items) <= most else f"{shown} and {len(items) - most} more"
 
 
 def os_reason(e: OSError) -> str:

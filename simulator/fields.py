@@ -13,9 +13,10 @@ pool's, a class's, a metric's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional
 
-__all__ = ["AS_GIVEN", "Field", "Fields", "leaf", "block", "of_model", "flatten", "undeclared", "absent", "matched"]
+__all__ = ["AS_GIVEN", "Field", "Fields", "leaf", "block", "of_model", "flatten", "undeclared", "absent", "matched",
+           "lookup", "declare_results", "declared_results"]
 
 
 #: The unit of a key that repeats a scenario setting as written: its keys are
@@ -150,3 +151,49 @@ def absent(results: Mapping[str, Any], keys: Fields, prefix: str = "") -> list[s
                 if isinstance(item, Mapping):
                     out += absent(item, f.keys, prefix + k + ("[]." if isinstance(v, list) else "."))
     return out
+
+
+def lookup(key: str, keys: Fields) -> tuple[Optional[Field], int, Fields]:
+    """The field a dotted key of a results file names, spelt as compare and
+    check spell them (``llmsim.pools.main.gpus``: a ``<pool>`` by the run's
+    name, a list's items by name or index), or None; with how many of its
+    parts the declarations follow and the keys declared where they stop,
+    so that a caller can name what was meant."""
+    parts = key.split(".")
+    level: Fields = keys
+    i = 0
+    while True:
+        hit = _lookup(level, parts[i])
+        if hit is None:
+            return None, i, level
+        f = hit[1]
+        i += 1
+        if f.keys is not None and f.unit.startswith("list") and i < len(parts):
+            i += 1                       # the item, by its name or index
+        if i == len(parts):
+            return f, i, level
+        if f.keys is None:
+            # A setting repeated as given holds the scenario's keys; any other
+            # leaf, only a list's items (by_input_length.edges.0).
+            if f.unit == AS_GIVEN or all(p.isdigit() for p in parts[i:]):
+                return f, len(parts), level
+            return None, i, {}
+        level = f.keys
+
+
+_results: list[Callable[[], Fields]] = []
+
+
+def declare_results(fields: Callable[[], Fields]) -> None:
+    """Name where results.json's declarations are. They are put together
+    above the scenario's layer (:mod:`simulator.report.results_reference`),
+    yet a scenario's ``check.metrics`` is read against them as it loads;
+    so whoever starts llmsim (the command line, the notebook helpers) names
+    them, as a function, and a command that loads no scenario never builds them."""
+    _results[:] = [fields]
+
+
+def declared_results() -> Optional[Fields]:
+    """results.json's declared keys; None when nothing declared them (a
+    library caller that did not start llmsim's command line or notebook helpers)."""
+    return _results[0]() if _results else None

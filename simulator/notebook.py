@@ -19,11 +19,13 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from .fields import declare_results
 from .planning.executors import ExecutorOptions, make_executor
 from .planning.plan import Plan, plan_fleet
 from .planning.vary import parse_vary
 from .report.ladder import ladder_runs
 from .report.plots import _log_ms_axis
+from .report.results_reference import RESULTS
 from .runner import RunOutput, simulate
 from .scenario.load import load_scenario
 from .scenario.overlays import blamed_on, load_with_variants, variant_overlays
@@ -33,6 +35,8 @@ from .scenario.variants import Variant, overlay_assignments, select_variants
 __all__ = ["LadderRun", "load", "run", "ladder", "plan", "log_ms_axis"]
 
 Overrides = Optional[Mapping[str, Any]]
+
+declare_results(lambda: RESULTS)     # a scenario's check.metrics is read against them, as at the command line
 
 
 def load(scenario: str | Path, overrides: Overrides = None, variants: Sequence[str] = ()) -> tuple[Scenario, Path]:

@@ -32,7 +32,7 @@ from .report.fleet_report import llmsim_block, timing_block
 from .scenario.compile import FleetPlan, PoolPlan, compile_scenario
 from .metrics.gaps import GapGrid, GapLog
 from .metrics.results import compute_results
-from .errors import LlmsimError
+from .errors import LlmsimError, first_few
 from .runsize import check_arrivals
 from .scenario.load import load_scenario
 from .scenario.schema import Scenario
@@ -84,21 +84,30 @@ def _check_trace_classes(sc: Scenario, src, folder) -> None:
     """A trace that names its requests' classes names declared ones: a class
     the scenario does not declare (a typo of a tenant's name) would otherwise
     be spread over the declared classes by share, under another class's SLO
-    and limits. Rows naming none are spread so, as documented."""
-    if not sc.classes or sc.workload.arrival.type != "trace":
+    and limits; in a scenario declaring none, every row would run as one
+    class, the tenants the file names getting no SLO or limit of their own.
+    Rows naming none are spread so, as documented."""
+    if sc.workload.arrival.type != "trace":
         return
     declared = {c.name for c in sc.classes}
     named: dict[str, int] = {}
     for r in src.requests:
         if r.klass != DEFAULT.name and r.klass not in declared:
             named[r.klass] = named.get(r.klass, 0) + 1
-    if named:
-        k, n = next(iter(named.items()))
-        more = f" (and {len(named) - 1} other undeclared class(es))" if len(named) > 1 else ""
-        raise LlmsimError(f"{n:,} row(s) name class {k!r}{more}, which the scenario does not declare (its classes: "
-                          f"{', '.join(sorted(declared))}); declare it under classes, or leave a row's class empty "
-                          f"for share to pick one", source=resolve_trace_path(sc.workload.arrival, folder),
-                          key_path="class")
+    if not named:
+        return
+    path = resolve_trace_path(sc.workload.arrival, folder)
+    if not declared:
+        shown = first_few([repr(k) for k in named], 4)
+        raise LlmsimError(f"{sum(named.values()):,} row(s) name a class ({shown}), but the scenario declares no "
+                          f"classes, so every row would run as one class, under no class's SLO or limits; declare "
+                          f"{'it' if len(named) == 1 else 'them'} under the scenario's classes key, or drop the "
+                          f"column", source=path, key_path="class")
+    k, n = next(iter(named.items()))
+    more = f" (and {len(named) - 1} other undeclared class(es))" if len(named) > 1 else ""
+    raise LlmsimError(f"{n:,} row(s) name class {k!r}{more}, which the scenario does not declare (its classes: "
+                      f"{', '.join(sorted(declared))}); declare it under classes, or leave a row's class empty "
+                      f"for share to pick one", source=path, key_path="class")
 
 
 @without_gc

@@ -501,6 +501,24 @@ def test_fuzz_a_run_stopped_while_writing_leaves_the_folder_as_it_was(stage, ove
         assert sorted(p.name for p in d.iterdir()) == (["out", "s.yaml"] if overwrite else ["s.yaml"])
 
 
+@pytest.mark.parametrize("items, most, expected", [
+    ([], 3, ""), (["a"], 3, "a"), (["a", "b", "c"], 3, "a, b, c"), (["a", "b", "c", "d", "e"], 3, "a, b, c and 2 more"),
+])
+def test_a_long_list_in_a_message_is_its_first_few_and_how_many_more(items, most, expected):
+    from simulator.errors import first_few
+
+    assert first_few(items, most) == expected
+
+
+def test_a_full_output_folder_names_its_first_files_and_counts_the_rest(tmp_path, cli):
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    out = tmp_path / "out"
+    out.mkdir()
+    for name in "abcdef":
+        (out / f"{name}.txt").write_text("mine")
+    one_line_error(cli("run", path, "-o", out), "already holds 6 file(s) (a.txt, b.txt, c.txt, d.txt and 2 more)")
+
+
 def test_overwrite_replaces_the_folder_whole(tmp_path, cli):
     path = write_yaml(tmp_path / "s.yaml", SCENARIO)
     out = tmp_path / "out"

@@ -11,6 +11,7 @@ import pytest
 
 from helpers_whatif import VARIANTS, with_ttft_target, write_scenario
 from simulator.report.regression import judge, rounded
+from simulator.scenario.ci import DEFAULT_METRICS, CheckSpec, check_metric_names
 
 CHECK = """\
 check:
@@ -192,3 +193,46 @@ def test_check_runs_no_scenario_before_all_are_valid(tmp_path, cli, monkeypatch,
     broken = write_scenario(tmp_path, "check: {set: {pools.9.tp: 2}}\n", name="broken.yaml")
     assert cli("check", scenario, broken).code == 2
     assert ran == []
+
+
+# --- check.metrics is read as the scenario loads -------------------------------------
+
+@pytest.mark.parametrize("metric, fragments", [
+    ("p95_ttfx_ms", ["'p95_ttfx_ms' is not a key of results.json; did you mean p95_ttft_ms?"]),
+    ("llmsim.cost.monthy_usd", ["did you mean llmsim.cost.monthly_usd?"]),
+    ("llmsim.pools.main.replicsa", ["did you mean llmsim.pools.main.replicas?"]),
+    ("zzzz", ["its top-level keys are completed, failed", " more"]),
+    ("llmsim.zzzz", ["llmsim's keys are "]),
+    ("p99_ttft_ms.x", ["p99_ttft_ms is a figure, with no keys below it"]),
+    ("llmsim.cost", ["'llmsim.cost' is a block of results.json, not a figure; name one of its keys: llmsim.cost."]),
+], ids=["typo", "nested-typo", "named-pool", "unknown", "unknown-nested", "below-a-figure", "block"])
+@pytest.mark.parametrize("command", ["run", "check", "plan", "sweep"])
+def test_a_metric_no_results_json_has_is_refused_by_every_command(tmp_path, cli, command, metric, fragments):
+    """llmsim run (and plan, sweep) of a file llmsim check refuses accepted it:
+    the file is refused as it loads, before anything runs or is written."""
+    sc = write_scenario(tmp_path, f"check: {{metrics: [completed, '{metric}']}}\n")
+    out = tmp_path / "out"
+    args = {"run": ["run", sc, "-o", out], "check": ["check", sc],
+            "plan": ["plan", sc, "--vary", "pools.main.replicas=1..2", "-o", out],
+            "sweep": ["sweep", tmp_path / "sw.yaml", "-o", out]}[command]
+    (tmp_path / "sw.yaml").write_text(f"base: {sc.name}\ngrid: {{pools.main.replicas: [1, 2]}}\n")
+    r = cli(*args)
+    assert r.code == 2 and "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1, r.out + r.err
+    assert f"{sc}" in r.err and "check.metrics[1]: " in r.err
+    for f in fragments:
+        assert f in r.err, (f, r.err)
+    assert not out.exists()
+
+
+@pytest.mark.parametrize("metrics", [
+    list(DEFAULT_METRICS),
+    ["slo.met", "slo.targets.ttft_p99_ms.measured_ms", "slo.goodput.attainment.ttft", "llmsim.cost.pools.main.usd",
+     "llmsim.pools.main.gpus", "llmsim.classes.paid.slo.targets.ttft_p99_ms.attainment",
+     "llmsim.by_input_length.edges.0", "llmsim.cost.gpu_timeline.0.1", "llmsim.engine",
+     "llmsim.intervals.p99_ttft_ms.hi"],
+], ids=["defaults", "named-and-listed"])
+def test_metrics_results_json_declares_are_accepted(metrics):
+    """Text and verdicts (llmsim.engine, slo.met) are keys too: check says after its run they are not numbers."""
+    from simulator.cli.app import results_fields
+
+    check_metric_names(CheckSpec(metrics=metrics), results_fields(), "s.yaml")

@@ -124,3 +124,40 @@ def test_bad_files_are_one_clear_error(tmp_path, cli, content, fragment):
         r = cli("compare", *args)
         assert r.code == 2 and "Traceback" not in r.err
         assert fragment in r.err and str(bad) in r.err
+
+
+def test_a_figure_that_is_a_list_or_an_object_in_one_file_is_shown_as_such(tmp_path, cli, monkeypatch):
+    """Not as a figure gone missing (worse, for a latency): the other file holds
+    a list or an object there, and that is what the row says."""
+    from simulator.cli.output import console
+
+    monkeypatch.setattr(console, "width", 160)     # wide enough that no row wraps
+    b = copy.deepcopy(RESULTS)
+    b["p99_ttft_ms"] = [190.0, 210.0]
+    b["total_input_tokens"] = {"lo": 4000, "hi": 6000}
+    b["median_tpot_ms"] = []
+    a_file, b_file = write(tmp_path, "a.json", RESULTS), write(tmp_path, "b.json", b)
+    rows = {c["key"]: c for c in cli("compare", a_file, b_file, "--json").json()["changes"]}
+    assert rows["p99_ttft_ms"] == {"key": "p99_ttft_ms", "a": 200.0, "b": [190.0, 210.0], "delta": None,
+                                   "rel": None, "worse": None}
+    assert rows["total_input_tokens"]["b"] == {"lo": 4000, "hi": 6000} and rows["median_tpot_ms"]["b"] == []
+    assert rows["p99_ttft_ms.0"] == {"key": "p99_ttft_ms.0", "a": None, "b": 190.0, "delta": None, "rel": None,
+                                     "worse": None}
+    r = cli("compare", a_file, b_file, "--all")
+    assert r.code == 0, r.err
+    table = {line.split("│")[1].strip(): line for line in r.out.splitlines() if line.count("│") > 4}
+    assert "list of 2" in table["p99_ttft_ms"] and "not a number" in table["p99_ttft_ms"]
+    assert "worse" not in table["p99_ttft_ms"] and "—" not in table["p99_ttft_ms"].split("│")[3]
+    assert "2-key object" in table["total_input_tokens"] and "empty list" in table["median_tpot_ms"]
+    assert "not compared" in r.out and "0 worse" in r.out
+
+
+def test_lists_a_real_results_file_holds_compare_as_lists(tmp_path, cli):
+    """error_model's widened is a list of names, empty in one run and not in another."""
+    a, b = copy.deepcopy(RESULTS), copy.deepcopy(RESULTS)
+    a["llmsim"]["error_model"] = {"metrics": {"ttft": {"residuals": 10, "widened": []}}}
+    b["llmsim"]["error_model"] = {"metrics": {"ttft": {"residuals": 10, "widened": ["isl"]}}}
+    out = cli("compare", write(tmp_path, "a.json", a), write(tmp_path, "b.json", b), "--json").json()
+    rows = {c["key"]: c for c in out["changes"]}
+    key = "llmsim.error_model.metrics.ttft.widened"
+    assert rows[key]["a"] == [] and rows[key]["b"] == ["isl"] and rows[f"{key}.0"]["b"] == "isl"

@@ -162,3 +162,20 @@ def test_a_run_that_needs_no_executor_still_checks_its_flags(tmp_path, cli, flag
 
     r = cli("run", write_yaml(tmp_path / "s.yaml", SCENARIO), *flags)
     one_line_error(r, f"{key}:")
+
+
+@pytest.mark.parametrize("flags, key", [
+    (["--address", "tcp://host:8786"], "--address"), (["--executor", "dask"], "--executor"),
+    (["--executor", "local"], "--executor"), (["--workers", "2"], "--workers"),
+    (["--connect-timeout", "5"], "--connect-timeout"),
+])
+def test_an_executor_flag_a_run_would_ignore_is_refused(tmp_path, cli, flags, key):
+    """One seed without --shards opens no executor: --address would send nothing to that cluster, unsaid."""
+    from tests.test_bad_input import SCENARIO, one_line_error, write_yaml
+
+    scenario = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    r = cli("run", scenario, "-o", tmp_path / "out", *flags)
+    one_line_error(r, f"{key}: ", "opens no executor", "needs --replicates N (N > 1) or --shards N")
+    assert not (tmp_path / "out").exists()
+    ladder = cli("run", scenario, "--ladder", *flags)
+    one_line_error(ladder, f"{key}: ", "--ladder runs its steps", "drop it")

@@ -20,7 +20,7 @@ import yaml
 from conftest import REPO_ROOT
 
 from simulator.cli.app import main
-from simulator.fields import absent, flatten, matched, undeclared
+from simulator.fields import absent, flatten, lookup, matched, undeclared
 from simulator.report import fleet_report, results_reference
 from simulator.report.results_reference import RESULTS
 
@@ -154,3 +154,16 @@ def test_an_undeclared_key_and_a_missing_one_are_found(runs):
     assert undeclared(res, RESULTS) == ["llmsim.pools.main.made_up"]
     assert absent(res, RESULTS) == ["llmsim.load.verdict"]
     assert "made_up" not in fleet_report.POOL_FIELDS
+
+
+@pytest.mark.parametrize("name", ["plain", "features", "fleet"])
+def test_every_figure_a_run_writes_can_be_tracked_by_check(runs, name):
+    """check.metrics is read against the declarations as the scenario loads:
+    a key a run writes must never be refused there (lists by index, named
+    pools and classes by name, as compare and check spell them)."""
+    from simulator.report.diff import flatten as dotted
+
+    figures = [k for k, v in dotted(runs[name]).items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
+    assert len(figures) > 100
+    named = {k: lookup(k, RESULTS)[0] for k in figures}
+    assert [k for k, f in named.items() if f is None or f.keys is not None] == []

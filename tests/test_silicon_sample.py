@@ -106,6 +106,10 @@ def test_generated_deepseek_deployments_decode_with_one_mtp_draft_token(tmp_path
     ({**DSR1, "system": "h200_sxm"}, "needs FP4 tensor cores"),
     ({"silicon_data_source": "x", "batch_size": None}, "no concurrency"),
     ({"silicon_tpot_ms": None}, "no measured TTFT and TPOT"),
+    # a fixed length of 1024.5 tokens was read as 1024; a 0 ms and a negative TTFT were dropped unsaid
+    ({"isl": 1024.5}, "isl 1024.5 is not a whole number of tokens"),
+    ({"silicon_ttft_ms": 0.0}, "no measured TTFT and TPOT (silicon_ttft_ms written as 0: not measured)"),
+    ({"silicon_ttft_ms": -5.0}, "silicon_ttft_ms -5 is negative"),
 ])
 def test_a_row_llmsim_cannot_model_is_kept_with_its_reason(tmp_path, row, why):
     (r,) = rows_from_csv(_write(tmp_path, row))
@@ -169,3 +173,12 @@ def test_the_holdout_benchmark_leaves_out_the_fitted_rows(tmp_path, shared_data)
     assert bench.main([str(path), "--jobs", "1", "--markdown", str(page)]) == 0
     text = page.read_text()
     assert "stale table" not in text and "1 rows replayed" in text and text.endswith("## B\n")
+
+
+def test_two_rows_under_one_id_refuse_the_file(tmp_path, cli):
+    """validate names rows by id (its rows not replayed are keyed by it): a second row under one id was
+    told apart nowhere."""
+    path = _write(tmp_path, {"id": "a"}, {"id": "b"}, {"id": "a", "batch_size": 16})
+    res = cli("validate", path, "--workers", "1")
+    assert res.code == 2 and "Traceback" not in res.err and len(res.err.strip().splitlines()) == 1
+    assert "silicon_sample.csv: id: row id 'a' is on lines 2 and 4" in res.err

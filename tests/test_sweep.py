@@ -152,7 +152,7 @@ def test_a_points_key_ignores_override_order_but_not_the_engine(overrides):
     ({"grid": {"pools.nope.replicas": [1]}}, "no item named 'nope'"),
     ({"grid": {"pools.chat.replicas": [0]}}, "greater than or equal to 1"),
     ({"points": [{"pools.chat.tp": 1}, {"workload.nope": 1}]}, "points[1]"),
-    ({"grid": {"pools.chat.tp": [1]}, "points": [{"pools.chat.tp": 2}]}, "also in grid"),
+    ({"grid": {"pools.chat.tp": [1]}, "points": [{"pools.chat.tp": 2}]}, "points[0]: pools.chat.tp is both swept and set"),
     ({"grd": {"pools.chat.replicas": [1]}}, "grd: unknown key"),
     ({"grid": {"pools.chat.replicas": 4}}, "valid list"),
 ])

@@ -510,3 +510,32 @@ def test_text_columns_stay_text_beside_an_empty_cell(tmp_path):
     assert [x.klass for x in tr.requests] == ["1", "default", "2"]
     assert [x.blocks for x in tr.requests] == [(7,), None, (8,)]
     assert [x.session for x in tr.requests] == [7, -1, 7]
+
+
+@pytest.mark.parametrize("name, text", [
+    ("t.csv", "timestamp,input_tokens,output_tokens,class\n0.0,40,5,gold\n0.5,20,6,\n1.0,50,7,silver\n"
+              "1.5,30,4,gold\n"),
+    ("t.jsonl", "".join(json.dumps({"timestamp": t, "input_tokens": 30, "output_tokens": 5, "class": k}) + "\n"
+                        for t, k in ((0.0, "gold"), (0.5, None), (1.0, "silver"), (1.5, "gold"))))])
+def test_a_trace_naming_classes_in_a_scenario_declaring_none_is_refused(tmp_path, cli, name, text):
+    """Without classes every row ran as one class: the tenants the file names got no SLO or limits of their
+    own, and nothing said so. A trace without the column (or with it empty) still runs."""
+    import yaml
+
+    (tmp_path / name).write_text(text)
+    scenario = {"name": "c", "workload": {"arrival": {"type": "trace", "path": name}},
+                "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm"}]}
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
+    r = cli("run", tmp_path / "s.yaml", "-o", tmp_path / "out")
+    assert r.code == 2 and "Traceback" not in r.err and not (tmp_path / "out").exists()
+    assert len(r.err.strip().splitlines()) == 1
+    assert f"{name}: class: 3 row(s) name a class ('gold', 'silver'), but the scenario declares no classes" in r.err
+    assert "classes key" in r.err and "drop the column" in r.err
+    (tmp_path / "t.csv").write_text("timestamp,input_tokens,output_tokens\n0.0,40,5\n0.5,20,6\n")
+    (tmp_path / "e.csv").write_text("timestamp,input_tokens,output_tokens,class\n0.0,40,5,\n0.5,20,6,\n")
+    for plain in ("t.csv", "e.csv"):
+        scenario["workload"]["arrival"]["path"] = plain
+        (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
+        ok = cli("run", tmp_path / "s.yaml", "-o", tmp_path / f"out-{plain}")
+        assert ok.code == 0, ok.err
+        assert json.loads((tmp_path / f"out-{plain}" / "results.json").read_text())["completed"] == 2

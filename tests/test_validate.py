@@ -382,3 +382,91 @@ def test_a_row_llmsim_cannot_model_is_left_out_with_its_reason(tmp_path, cli):
     _csv([bad], tmp_path / "all.csv")
     r = cli("validate", tmp_path / "all.csv", "--workers", "1")
     assert r.code == 2 and "all.csv" in r.err and "tp=3 must divide" in r.err and "Traceback" not in r.err
+
+
+_HEADER = ("row_id,engine,model,gpu,tp,precision,isl_mean,osl_mean,isl_dist,osl_dist,concurrency,ttft_mean_ms,"
+           "tpot_mean_ms\n")
+
+
+def _table(tmp_path, *rows: str):
+    """A serving-results CSV of llama-3.2-1b rows on one H100: ``id,isl,osl,isl_dist,concurrency,ttft,tpot``."""
+    lines = []
+    for r in rows:
+        rid, isl, osl, dist, c, ttft, tpot = r.split(",")
+        lines.append(f"{rid},vllm,meta-llama/Llama-3.2-1B,H100-SXM5-80GB,1,bf16,{isl},{osl},{dist},{dist},{c},"
+                     f"{ttft},{tpot}\n")
+    path = tmp_path / "m.csv"
+    path.write_text(_HEADER + "".join(lines))
+    return path
+
+
+def test_a_fixed_length_that_is_not_a_whole_number_of_tokens_leaves_its_row_out(tmp_path, cli):
+    """100.5 tokens was replayed as 100, unsaid. A row of varying lengths (a dataset's) states a mean, which may
+    be fractional (published_serving_results.csv's ShareGPT rows: 194.3): it is kept, and not replayed for its
+    lengths not being fixed."""
+    from simulator.validation.rows import rows_from_csv
+
+    path = _table(tmp_path, "ok,512,32,fixed,2,20,3", "half,100.5,32,fixed,2,20,3", "outs,512,31.5,,2,20,3",
+                  "share,512,194.3,ShareGPT empirical,2,20,3")
+    res = cli("validate", path, "--json", "--workers", "1")
+    assert res.code == 0, res.err
+    out = json.loads(res.out)
+    assert out["replayed"] == 1 and {e["row"] for e in out["errors"]} == {"ok"}
+    assert out["skipped"]["half"].startswith("isl_mean 100.5 is not a whole number of tokens")
+    assert out["skipped"]["outs"].startswith("osl_mean 31.5 is not a whole number of tokens")   # no dist: fixed
+    assert out["skipped"]["share"] == "only fixed input/output lengths are replayed"
+    rows = {r.id: r for r in rows_from_csv(path)}
+    assert (rows["half"].isl, rows["share"].osl) == (100, 194)
+    text = cli("validate", path, "--workers", "1")
+    assert "isl_mean 100.5 is not a whole number of tokens" in text.out and "(row half)" in text.out
+
+
+def test_a_measured_figure_of_0_is_read_as_not_measured_and_named(tmp_path, cli):
+    """A 0 was dropped from the comparison unsaid (and fitted on, the log of 0). Benchmarks write 0 for a figure
+    they did not measure: it is left out and named, per row; a row left with nothing to compare is not replayed,
+    saying why; a negative latency leaves its row out naming the column."""
+    path = _table(tmp_path, "ok,512,32,fixed,2,20,3", "t0,512,32,fixed,4,0,3", "both0,512,32,fixed,4,0,0",
+                  "neg,512,32,fixed,4,-3,3")
+    res = cli("validate", path, "--json", "--workers", "1")
+    assert res.code == 0, res.err
+    out = json.loads(res.out)
+    assert out["not_measured"] == {"t0": ["ttft_mean_ms"]}
+    assert {(e["row"], e["metric"]) for e in out["errors"]} == {("ok", "ttft_mean_ms"), ("ok", "tpot_mean_ms"),
+                                                                 ("t0", "tpot_mean_ms")}
+    assert out["skipped"]["both0"] == "no measured metric (ttft_mean_ms, tpot_mean_ms written as 0: not measured)"
+    assert "ttft_mean_ms" in out["skipped"]["neg"] and "not a positive number" in out["skipped"]["neg"]
+    text = cli("validate", path, "--workers", "1")
+    assert ("1 row(s) replayed without a figure they write as 0, read as not measured: ttft_mean_ms (row t0)"
+            in " ".join(text.out.split()))
+    fitted = cli("validate", path, "--workers", "1", "--fit", tmp_path / "mine.yaml")
+    assert fitted.code == 0 and "Traceback" not in fitted.err and "nan" not in fitted.out
+
+
+def test_a_bench_result_measuring_nothing_but_zeros_is_not_replayed(tmp_path, cli):
+    """`vllm bench serve` writes a TPOT of 0 when no request had a second token: that figure is not measured."""
+    d = {"completed": 4, "total_input_tokens": 4 * 256, "total_output_tokens": 4, "max_concurrency": 2,
+         "mean_ttft_ms": 0.0, "mean_tpot_ms": 0.0}
+    (tmp_path / "zero.json").write_text(json.dumps(d))
+    args = ("--backend", "vllm", "--model", "llama-3.2-1b", "--gpu", "h100-sxm", "--workers", "1")
+    res = cli("validate", tmp_path / "zero.json", *args)
+    assert res.code == 2 and "Traceback" not in res.err and len(res.err.strip().splitlines()) == 1
+    assert "no measured metric (mean_ttft_ms, mean_tpot_ms written as 0: not measured)" in res.err
+    (tmp_path / "ttft.json").write_text(json.dumps({**d, "mean_ttft_ms": 30.0}))
+    out = json.loads(cli("validate", tmp_path / "ttft.json", *args, "--json").out)
+    assert out["not_measured"] == {"ttft": ["mean_tpot_ms"]} and {e["metric"] for e in out["errors"]} == \
+        {"ttft_mean_ms"}
+
+
+def test_two_rows_under_one_id_refuse_the_file(tmp_path, cli):
+    """The second row under an id was kept beside the first, and the JSON's rows not replayed, keyed by id, held
+    one of their reasons. Lines are the file's, a quoted cell's line break and a blank line counted."""
+    path = _table(tmp_path, "a,512,32,fixed,2,20,3", "b,512,32,fixed,4,20,3", "a,512,32,fixed,8,20,3")
+    text = path.read_text().splitlines(keepends=True)
+    text[2] = text[2].replace(",bf16,", ',"bf16\nsecond line",')
+    path.write_text("".join(text[:3]) + "\n" + "".join(text[3:]))
+    res = cli("validate", path, "--workers", "1", "--csv", tmp_path / "out.csv")
+    assert res.code == 2 and "Traceback" not in res.err and len(res.err.strip().splitlines()) == 1
+    assert "m.csv: row_id: row id 'a' is on lines 2 and 6; give each row an id of its own" in res.err
+    assert not (tmp_path / "out.csv").exists()
+    unnamed = _table(tmp_path, ",512,32,fixed,2,20,3", ",512,32,fixed,4,20,3")      # no id: each its row number
+    assert json.loads(cli("validate", unnamed, "--workers", "1", "--json").out)["replayed"] == 2

@@ -16,7 +16,9 @@ Formats (``format: auto`` tells them apart by the header line):
 - ``llmsim`` — llmsim's own, CSV or JSONL by suffix: ``timestamp`` (s),
   ``input_tokens``, ``output_tokens``, optional ``session_id`` (int or
   string), ``block_ids`` (JSON list; in CSV space-separated ints) and
-  ``class``. A file with block ids needs ``block_size`` in the spec.
+  ``class`` (a class the scenario declares: a run refuses any other,
+  :func:`simulator.runner.simulate`). A file with block ids needs
+  ``block_size`` in the spec.
   ``.gz`` files are read transparently.
 
 Lengths must be integers ≥ 1 (a request has a prompt and yields at least

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.text import Text
 
 from ..errors import LlmsimError
+from ..fields import Fields, declare_results
 
 app = typer.Typer(
     name="llmsim",
@@ -38,6 +39,14 @@ def checked_engine(engine: str) -> None:
 def _register() -> None:
     # Imported for their side effect of adding commands to ``app``.
     from . import calibrate, check, compare, estimate, plan, profiles, report, run, sweep, validate  # noqa: F401
+    declare_results(results_fields)
+
+
+def results_fields() -> Fields:
+    """results.json's declarations, put together on first use (``llmsim --help`` needs none)."""
+    from ..report.results_reference import RESULTS
+
+    return RESULTS
 
 
 class Terminated(SystemExit):

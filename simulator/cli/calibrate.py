@@ -11,7 +11,7 @@ from typing import List, Optional
 
 import typer
 
-from ..atomic_write import write_atomic
+from ..atomic_write import check_writable, write_atomic
 from .app import app
 from .output import console
 from .rundir import refuse_overwriting_input_files
@@ -47,6 +47,9 @@ def calibrate(
 ) -> None:
     """Fit η's and fixed costs to measured kernel times and update the hardware profiles (under a minute
     on two cores, each step announced on stderr; --moe-mla adds the slow MoE/MLA refit)."""
+    if report_md is not None:
+        # Before the fit, which takes a minute (25 with --moe-mla): a report it could not write would lose it.
+        check_writable(report_md, "--report-md")
     # Imported here: the fit needs scipy.optimize and pandas, which every
     # other command would otherwise pay for at start-up.
     from ..calibration import pipeline

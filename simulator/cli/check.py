@@ -26,7 +26,7 @@ import typer
 from rich.table import Table
 
 from ..atomic_write import write_atomic
-from ..errors import LlmsimError
+from ..errors import LlmsimError, first_few
 from ..report.diff import flatten, read_json_object
 from ..report.regression import Verdict, judge, rounded
 from .app import app, checked_engine, kept_if_stopped
@@ -68,24 +68,18 @@ def baseline_keys(spec: CheckSpec) -> list[str]:
     return list(spec.metrics)
 
 
-def _listed(keys: Sequence[str], most: int = 6) -> str:
-    """Keys for a one-line message: the first few and how many in all."""
-    shown = ", ".join(keys[:most])
-    return shown if len(keys) <= most else f"{shown}, … ({len(keys)} in all)"
-
-
 def _check_baseline_keys(path: Path, data: dict[str, Any], expected: Sequence[str]) -> None:
     """A key the scenario does not track is never compared: a baseline of typos
     (or ``{}``) would gate nothing and pass every build."""
     unknown = [k for k in data if k not in expected]
-    rewrite = f"expected the scenario's check.metrics: {_listed(expected)}; rewrite it with --update-baseline"
+    rewrite = f"expected the scenario's check.metrics: {first_few(expected, 6)}; rewrite it with --update-baseline"
     if unknown:
         k = unknown[0]
         near = difflib.get_close_matches(k, list(expected), n=1)
         hint = f"did you mean {near[0]}? " if near else ""
         if isinstance(data[k], dict):
             hint = f"baselines hold dotted keys ({k}.…), not nested objects; " + hint
-        more = f" (nor is {_listed(unknown[1:], 3)})" if len(unknown) > 1 else ""
+        more = f" (nor is {first_few(unknown[1:], 3)})" if len(unknown) > 1 else ""
         raise LlmsimError(f"not a metric this scenario tracks{more}; {hint}{rewrite}", source=path, key_path=k)
     if not data:
         raise LlmsimError(f"names none of the metrics this scenario tracks, so it would gate nothing; {rewrite}",

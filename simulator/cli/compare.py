@@ -18,7 +18,7 @@ from typing import Any, Mapping
 import typer
 from rich.table import Table
 
-from ..errors import LlmsimError
+from ..errors import LlmsimError, first_few
 from ..report.diff import Change, diff, flatten, read_results, worse_direction
 from .app import app
 from .output import console, fmt, print_json
@@ -29,6 +29,10 @@ _TEXT_WIDTH = 14
 def _value(v: Any) -> str:
     if v is None:
         return "—"
+    if isinstance(v, list):
+        return f"list of {len(v)}" if v else "empty list"
+    if isinstance(v, Mapping):
+        return f"{len(v)}-key object" if v else "empty object"
     if isinstance(v, bool):
         return "true" if v else "false"
     return fmt(v) if isinstance(v, float) else f"{v:,}" if isinstance(v, int) else str(v)
@@ -42,10 +46,22 @@ def _rel(c: Change) -> str:
     """+12.3%, or ×25 once a value has grown tenfold (a percentage in the
     thousands reads as noise)."""
     if c.rel is None or not math.isfinite(c.rel):
-        return "—"
+        return "not a number" if _figure_beside_block(c) else "—"
     if c.rel >= 9:
         return f"×{1 + c.rel:,.0f}"
     return f"{100 * c.rel:+.1f}%"
+
+
+def _figure_beside_block(c: Change) -> bool:
+    """A number in one file where the other holds a list or an object: the
+    two are not compared, and the block is not a figure that went missing."""
+    def block(v: Any) -> bool:
+        return isinstance(v, (list, Mapping))
+
+    def number(v: Any) -> bool:
+        return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+    return block(c.a) and number(c.b) or number(c.a) and block(c.b)
 
 
 #: The answer two runs are compared for, in this order (keys absent from both are left out).
@@ -82,8 +98,9 @@ def _series(changes: list[Change]) -> list[Change]:
 
 def _a_figure(key: str, v: Any) -> bool:
     """Null is llmsim's "not measured"; booleans are verdicts (``slo.met``); an
-    empty mapping is a block with no entries (no classes, no attainments)."""
-    if v is None or isinstance(v, Mapping) and not v:
+    empty mapping or list is a block with no entries (no classes, no
+    attainments), which the table shows as a block, as it does one with entries."""
+    if v is None or isinstance(v, (Mapping, list)) and not v:
         return True
     if isinstance(v, bool):
         return key.rpartition(".")[2] == "met"
@@ -91,9 +108,10 @@ def _a_figure(key: str, v: Any) -> bool:
 
 
 def read_compared(path: Path) -> dict[str, Any]:
-    """A results file whose ranked figures are figures: a string or a list
-    where a latency, a cost or a throughput belongs would otherwise show as a
-    change "without a direction" and be passed over, never refused."""
+    """A results file whose ranked figures are figures: a string where a
+    latency, a cost or a throughput belongs would otherwise show as a change
+    "without a direction" and be passed over, never refused. A list or an
+    object there is a block (``slo.targets.ttft_p99_ms``), shown as one."""
     data = read_results(path)
     for key, v in flatten(data).items():
         if worse_direction(key) and not _a_figure(key, v):
@@ -148,3 +166,7 @@ def compare(a: Path = typer.Argument(..., help="results.json of the first run (A
     console.print(f"{len(moved)} keys differ: [red]{worse} worse[/], [green]{better} better[/], "
                   f"{len(moved) - worse - better} without a direction"
                   + ("" if all_ else f"; {len([c for c in rest if c.changed])} beyond the headline: --all lists them"))
+    unranked = [c.key for c in moved if _figure_beside_block(c)]
+    if unranked:
+        console.print("not compared, a number in one file and a list or an object in the other: "
+                      + first_few(unranked, 6))

@@ -30,8 +30,29 @@ def _plots_wanted(plots: Optional[bool], output: Optional[Path]) -> bool:
     return output is not None if plots is None else plots
 
 
+#: The flags of the executor that ``--replicates N`` (N > 1) and ``--shards`` open, by parameter name.
+_EXECUTOR_FLAGS = {"executor": "--executor", "workers": "--workers", "address": "--address",
+                   "connect_timeout": "--connect-timeout"}
+
+
+def _refuse_executor_flags(ctx: typer.Context, ladder: bool) -> None:
+    """One seed without shards, or a ladder, simulates in this process and
+    opens no executor: its flags would be ignored, and whoever asked for a
+    cluster (--address) would not learn that the run never went there."""
+    sources = {name: ctx.get_parameter_source(name) for name in _EXECUTOR_FLAGS}
+    # By name: typer carries its own copy of click, whose ParameterSource is not click's.
+    given = [flag for name, flag in _EXECUTOR_FLAGS.items() if getattr(sources[name], "name", "DEFAULT") != "DEFAULT"]
+    if given and ladder:      # --replicates and --shards are refused beside --ladder
+        raise LlmsimError("--ladder runs its steps one after another in this process and opens no executor, so "
+                          "this flag would be ignored; drop it", key_path=given[0])
+    if given:
+        raise LlmsimError("one seed without --shards runs in this process and opens no executor, so this flag "
+                          "would be ignored; it needs --replicates N (N > 1) or --shards N", key_path=given[0])
+
+
 @app.command("run")
-def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in scenario name)"),
+def run(ctx: typer.Context,
+        scenario: str = typer.Argument(..., help="scenario YAML (or a built-in scenario name)"),
         output_: Optional[str] = typer.Option(None, "-o", "--output",
                                               help="write results.json, the per-request table and plots into "
                                                    "this folder (new or empty, or see --overwrite)"),
@@ -69,8 +90,9 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
     from ..replicates import check_replicates
     from ..report.intervals import annotate
     from ..report.summary import summary_table
-    from ..scenario.load import load_scenario
-    from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
+    from ..scenario.load import load_scenario, resolve_scenario
+    from ..scenario.overlays import blamed_on, load_with_variants, overlaid, variant_overlays
+    from ..scenario.overrides import given_sets, refuse_overlaps
     from ..scenario.variants import select_variants
 
     checked_engine(engine)
@@ -85,10 +107,15 @@ def run(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in s
         raise LlmsimError("--shards runs one fleet; drop --ladder (or drop --shards)")
     if ladder and variant:
         raise LlmsimError("--ladder runs every variant step by itself; drop --variant (or drop --ladder)")
+    if replicates == 1 and shards is None:
+        _refuse_executor_flags(ctx, ladder)
     output = output_path(output_)
     draw = _plots_wanted(plots, output)
     # With --variant, the --set overrides go on after the variants (a variant may add the pool a --set
     # addresses), so the file is read here without them.
+    if set_ and not variant:
+        file = resolve_scenario(scenario)
+        refuse_overlaps(given_sets(set_), overlaid(file), source=file)      # pools.0 is pools.NAME
     sc, path = load_scenario(scenario, [] if variant else set_)
     if ladder:
         run_ladder(sc, path, set_, engine, output, plots=draw, json=json, overwrite=overwrite)

@@ -24,7 +24,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Iterable, Iterator, Mapping, Optional, Sequence
 
-from ..errors import LlmsimError, os_reason
+from ..errors import LlmsimError, first_few, os_reason
 
 if TYPE_CHECKING:
     from ..runner import RunOutput
@@ -56,9 +56,8 @@ def _contents(folder: Path) -> list[Path]:
     return sorted(p for p in folder.iterdir() if not p.name.startswith(STAGING_PREFIX))
 
 
-def _names(paths: Sequence[Path], most: int = 4) -> str:
-    """The first few of a folder's entries, for a one-line message."""
-    return ", ".join(p.name for p in paths[:most]) + (", ..." if len(paths) > most else "")
+def _names(paths: Sequence[Path]) -> str:
+    return first_few([p.name for p in paths], 4)
 
 
 def _an_input(what: str, p: object, instead: str) -> str:

@@ -30,14 +30,12 @@ MaxRuns = Annotated[Optional[int], typer.Option("--max-runs", help="allow this m
 
 def one_value_per_key(sets: Optional[list[str]]) -> Optional[list[str]]:
     """``--set`` callback: a key given twice is refused, as a key written twice in a scenario file is,
-    rather than the last value silently winning (a pasted command line that kept an old value)."""
-    seen: dict[str, str] = {}
-    for a in sets or ():
-        key = a.split("=", 1)[0].strip()
-        if key in seen and "=" in a:
-            raise LlmsimError(f"{key} is set twice ({seen[key]} and {a}); give each key once",
-                              key_path="--set")
-        seen[key] = a
+    rather than the last value silently winning (a pasted command line that kept an old value). Here the
+    keys compare as written, before any scenario is read; each command compares them again against its
+    scenario (``pools.0`` is ``pools.chat``) where it reads it."""
+    from ..scenario.overrides import given_sets, refuse_overlaps
+
+    refuse_overlaps(given_sets(sets or ()))
     return sets
 
 

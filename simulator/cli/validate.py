@@ -19,7 +19,7 @@ import typer
 import yaml
 
 from ..atomic_write import check_writable, write_atomic
-from ..errors import LlmsimError
+from ..errors import LlmsimError, first_few
 from ..reads import recorded_reads
 from .app import app, err_console
 from .output import console, print_json
@@ -157,7 +157,8 @@ def validate(
                               deployment=None if deployment == "auto" else deployment)
     usable = _modelled(usable, settings, inputs[0])
     out: dict = {"rows": len(rows), "replayed": len(usable),
-                 "skipped": {r.id: r.skip for r in rows if r.skip}}
+                 "skipped": {r.id: r.skip for r in rows if r.skip},
+                 "not_measured": {r.id: list(r.unmeasured) for r in usable if r.unmeasured}}
     if fit is None:
         preds = predict_all(usable, settings, workers)
         errors = error_table(usable, preds)
@@ -205,9 +206,15 @@ def _modelled(usable: list, settings, source: Path) -> list:
 
 def _ids(ids: list[str], most: int = 3) -> str:
     """Row ids for a one-line note: the first few and how many more (the JSON lists them all)."""
-    shown = ", ".join(ids[:most])
-    return f"row {shown}" if len(ids) == 1 else f"rows {shown}" + (f" and {len(ids) - most} more" if len(ids) > most
-                                                                   else "")
+    return ("row " if len(ids) == 1 else "rows ") + first_few(ids, most)
+
+
+def _by_what(pairs: Iterable[tuple[str, str]]) -> str:
+    """(row id, what) pairs as one note: each what once, with the rows it holds for."""
+    rows: dict[str, list[str]] = {}
+    for rid, what in pairs:
+        rows.setdefault(what, []).append(rid)
+    return "; ".join(f"{what} ({_ids(ids)})" for what, ids in sorted(rows.items()))
 
 
 def _write_profile(path: Path, rows, overheads, stack_override: Optional[str]) -> None:
@@ -269,8 +276,9 @@ def _print(errors, out: dict) -> None:
     if "fitted" in out:
         console.print("fitted overheads: " + ", ".join(f"{k} = {v:g}" for k, v in out["fitted"].items()))
     if out["skipped"]:
-        by_reason: dict[str, list[str]] = {}
-        for rid, why in out["skipped"].items():
-            by_reason.setdefault(why, []).append(rid)
-        console.print(f"{len(out['skipped'])} row(s) not replayed: " + "; ".join(
-            f"{why} ({_ids(ids)})" for why, ids in sorted(by_reason.items())), markup=False)
+        console.print(f"{len(out['skipped'])} row(s) not replayed: " + _by_what(out["skipped"].items()),
+                      markup=False)
+    if out["not_measured"]:
+        console.print(f"{len(out['not_measured'])} row(s) replayed without a figure they write as 0, read as not "
+                      "measured: " + _by_what((rid, c) for rid, cols in out["not_measured"].items() for c in cols),
+                      markup=False)

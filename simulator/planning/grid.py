@@ -27,7 +27,10 @@ from ..errors import LlmsimError
 from ..profiles.loader import read_structured
 from ..runsize import check_run_count
 from ..scenario.load import resolve_scenario
+from ..scenario.overlays import overlaid
+from ..scenario.overrides import Given, given_sets, refuse_overlaps, repeated, resolved_key
 from ..scenario.strict import validate_strict
+from ..scenario.variants import overlay_assignments
 from .point import check_overrides
 from .precheck import Run, check_runs
 
@@ -90,6 +93,7 @@ def load_sweep(path: str | Path, sets: Mapping[str, Any] | None = None, max_runs
         raise LlmsimError(f"{e.render()} (the base scenario, relative to this file's folder or a built-in name)",
                           source=path, key_path="base") from None
     sets = dict(sets or {})
+    _check_keys_apart(sweep, path, base, sets)
     if sets:
         check_overrides(base, sets, "--set")
     for key, values in sweep.grid.items():
@@ -110,8 +114,27 @@ def _check_not_empty(sweep: SweepFile, path: Path) -> None:
             raise LlmsimError("empty list: the grid would have no points", source=path, key_path=f"grid.{key}")
     if sweep.points is not None and not sweep.points:
         raise LlmsimError("empty list: no points to run", source=path, key_path="points")
+
+
+def _check_keys_apart(sweep: SweepFile, path: Path, base: Path, sets: Mapping[str, Any]) -> None:
+    """Each run gives each key once (:func:`~simulator.scenario.overrides.refuse_overlaps`): a grid key is
+    neither another grid key nor ``--set`` nor in a point, however spelled (a ``--set`` every run's grid
+    value replaces does nothing). A point may set a ``--set`` key: that is its own override. And each run
+    is a new one: a grid value or a point given twice would run the same point again, into a second row."""
+    data = overlaid(base)
+    cli = given_sets(overlay_assignments(sets))
+    refuse_overlaps(cli, data, source=base)
+    grid = [Given(k, f"grid.{k}", "swept", f"grid.{k}") for k in sweep.grid]
+    refuse_overlaps([*cli, *grid], data, source=path)
+    for key, values in sweep.grid.items():
+        twice = repeated(values, [repr(v) for v in values])
+        if twice:
+            raise LlmsimError(f"{twice}; give each value once", source=path, key_path=f"grid.{key}")
+    resolved = []
     for i, point in enumerate(sweep.points or []):
-        both = sorted(set(point) & set(sweep.grid))
-        if both:
-            raise LlmsimError(f"{', '.join(both)} also in grid: a key is either swept by the grid or set "
-                              f"per point", source=path, key_path=f"points[{i}]")
+        refuse_overlaps([*grid, *(Given(k, f"points[{i}].{k}", "set", f"points[{i}]") for k in point)], data,
+                        source=path)
+        resolved.append({resolved_key(data, k): v for k, v in point.items()})     # pools.0.tp is pools.chat.tp
+    twice = repeated(resolved, [f"points[{i}]" for i in range(len(resolved))])
+    if twice:
+        raise LlmsimError(f"{twice} (the same keys and values); give each point once", source=path, key_path="points")

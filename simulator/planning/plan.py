@@ -23,8 +23,10 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..errors import LlmsimError
 from ..profiles.hardware import load_hardware
 from ..runsize import check_run_count
-from ..scenario.load import load_scenario
-from ..scenario.variants import merge_overlays, overlay_assignments, select_variants
+from ..scenario.load import load_scenario, resolve_scenario
+from ..scenario.overlays import overlaid, variant_overlays
+from ..scenario.overrides import Given, given_sets, refuse_overlaps
+from ..scenario.variants import Variant, merge_overlays, overlay_assignments, select_variants
 from ..validation.error_model import ErrorModel
 from .batch import run_points
 from .confidence import judge_at_confidence
@@ -149,15 +151,20 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
     (:mod:`.precheck`): a choice llmsim cannot model is refused, not planned
     as an infeasible fleet; one whose model does not fit stays a result."""
     cli = dict(sets or {})
-    overlays: list[Mapping[str, Any]] = []
+    chosen: tuple[Variant, ...] = ()
+    path = resolve_scenario(str(scenario))
     if variants or cli:
         base, path = load_scenario(scenario)
-        for v in select_variants(base.variants, variants, path):
+        chosen = select_variants(base.variants, variants, path)
+        for v in chosen:
             check_overrides(path, v.set, f"variants.{v.name}.set")
-            overlays.append(v.set)
-        if cli:
-            check_overrides(path, cli, "--set")
-    sets = merge_overlays([*overlays, cli])
+    # --set and --vary keys address the scenario as the variants leave it (one may add the pool a key names)
+    refuse_overlaps([*given_sets(overlay_assignments(cli)),
+                     *(Given(a.key, f"--vary {a.text()}", "varied", "--vary") for a in axes)],
+                    overlaid(path, variant_overlays(chosen)), source=path)
+    sets = merge_overlays([*(v.set for v in chosen), cli])
+    if cli:
+        check_overrides(path, sets, "--set")
     sc, path = load_scenario(scenario, overlay_assignments(sets))
     if sc.slo is None and not any(c.slo for c in sc.classes):
         raise LlmsimError("the scenario declares no SLO (slo: {ttft_p99_ms: ..., tpot_p99_ms: ...}), so no fleet "

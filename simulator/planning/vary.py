@@ -15,6 +15,8 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from ..errors import LlmsimError
+from ..scenario.overrides import repeated
+from ..scenario.variants import yaml_text
 from ..structured import parse_yaml
 from .point import check_overrides
 from .precheck import Run
@@ -37,7 +39,7 @@ class Axis:
     def text(self) -> str:
         if self.bounds:
             return f"{self.key}={self.bounds[0]}..{self.bounds[1]}"
-        return f"{self.key}={','.join(map(str, self.values))}"
+        return f"{self.key}={','.join(map(yaml_text, self.values))}"
 
 
 def _value(raw: str) -> Any:
@@ -65,9 +67,13 @@ def parse_vary(text: str) -> Axis:
             raise LlmsimError(f"empty range {lo}..{hi}: the low end must not exceed the high end",
                               key_path=f"--vary {key}")
         return Axis(key, bounds=(lo, hi))
-    values = tuple(_value(v.strip()) for v in raw.split(","))
+    pieces = [v.strip() for v in raw.split(",")]
+    values = tuple(_value(v) for v in pieces)
     if any(v is None or v == "" for v in values):
         raise LlmsimError(f"an empty choice in {raw!r}", key_path=f"--vary {key}")
+    twice = repeated(values, pieces)
+    if twice:     # the same choice planned again: its runs and its row twice, one answer
+        raise LlmsimError(f"{twice} in {raw.strip()}; give each choice once", key_path=f"--vary {key}")
     return Axis(key, values=values)
 
 
@@ -90,11 +96,9 @@ def runs_to_check(axes: Sequence[Axis]) -> list[Run]:
 def check_axes(scenario: str | Path, axes: Sequence[Axis], sets: Mapping[str, Any] | None = None) -> None:
     """Each axis alone, at each choice (a range at both ends), on top of
     ``sets``, must give a valid scenario: an unknown key or an impossible
-    value fails here, naming its ``--vary``, before any simulation runs."""
-    seen: set[str] = set()
+    value fails here, naming its ``--vary``, before any simulation runs.
+    (Two axes on one key are refused by ``plan_fleet``, which resolves
+    their spellings against the scenario.)"""
     for a in axes:
-        if a.key in seen:
-            raise LlmsimError("given twice", key_path=f"--vary {a.key}")
-        seen.add(a.key)
         for v in (a.bounds if a.is_range else a.values):
             check_overrides(scenario, {**(sets or {}), a.key: v}, f"--vary {a.key}={v}", varied=[a.key])

@@ -42,6 +42,13 @@ _SETTING_MS = re.compile(r"(^|\.)(target_ms|thresholds_ms\..*)$")
 def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     """``{"a": {"b": 1}, "pools": [{"name": "x", "n": 2}]}`` ->
     ``{"a.b": 1, "pools.x.n": 2}``; lists without names use indices."""
+    return _flatten(obj, prefix, {})
+
+
+def _flatten(obj: Any, prefix: str, blocks: dict[str, Any]) -> dict[str, Any]:
+    """:func:`flatten`, noting in ``blocks`` each list or mapping it opened
+    under its key: a key that is a figure in one file and a block in the
+    other is then shown as that block, not as a figure gone missing."""
     out: dict[str, Any] = {}
     if isinstance(obj, Mapping):
         items = ((str(k), v) for k, v in obj.items())
@@ -57,7 +64,8 @@ def flatten(obj: Any, prefix: str = "") -> dict[str, Any]:
     for k, v in items:
         key = f"{prefix}.{k}" if prefix else k
         if isinstance(v, (Mapping, list)) and v:
-            out.update(flatten(v, key))
+            blocks[key] = v
+            out.update(_flatten(v, key, blocks))
         else:
             out[key] = v
     return out
@@ -119,7 +127,7 @@ def change(key: str, a: Any, b: Any) -> Change:
         d = worse_direction(key)
         same = math.isclose(na, nb, rel_tol=_SAME, abs_tol=0.0)
         worse = None if d == 0 or same else (delta * d > 0)
-    elif a != b and worse_direction(key) and (a is None or b is None):
+    elif worse_direction(key) and (a is None and nb is not None or b is None and na is not None):
         # A measurement that vanished (a p99 over no finished requests) is worse;
         # one that appeared is better.
         worse = b is None
@@ -129,11 +137,15 @@ def change(key: str, a: Any, b: Any) -> Change:
 def diff(a: Mapping[str, Any], b: Mapping[str, Any], *, include_unchanged: bool = False) -> list[Change]:
     """Changes between two results (nested or flat), in A's key order then
     B's new keys; unchanged keys and :data:`NOISE_KEYS` only when asked."""
-    fa, fb = flatten(a), flatten(b)
+    blocks_a: dict[str, Any] = {}
+    blocks_b: dict[str, Any] = {}
+    fa, fb = _flatten(a, "", blocks_a), _flatten(b, "", blocks_b)
     keys = list(fa) + [k for k in fb if k not in fa]
     out = []
     for k in keys:
-        c = change(k, fa.get(k), fb.get(k))
+        # A key that is a leaf in one file and a list or mapping in the other
+        # has no leaf in that other: its block is what it holds there.
+        c = change(k, fa[k] if k in fa else blocks_a.get(k), fb[k] if k in fb else blocks_b.get(k))
         if include_unchanged or (c.changed and k not in NOISE_KEYS):
             out.append(c)
     return out

@@ -9,13 +9,17 @@ for a metric (a p99 over 500 requests moves more than a median).
 """
 from __future__ import annotations
 
+import difflib
+from pathlib import Path
 from typing import Annotated
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from ..errors import LlmsimError, first_few
+from ..fields import Fields, lookup
 from .variants import Overlay
 
-__all__ = ["CheckSpec", "DEFAULT_METRICS"]
+__all__ = ["CheckSpec", "DEFAULT_METRICS", "check_metric_names"]
 
 #: Tracked when a scenario names none: the latencies an SLO is written in,
 #: what the fleet served, and what it costs.
@@ -47,3 +51,36 @@ class CheckSpec(BaseModel):
             raise ValueError(f"tolerance given for metrics not tracked: {', '.join(stray)} "
                              f"(tracked: {', '.join(self.metrics)})")
         return self
+
+
+def check_metric_names(spec: CheckSpec, results: Fields, source: str | Path) -> None:
+    """Every tracked metric is a figure results.json declares. Checked as the
+    scenario loads, so that ``llmsim run``, ``plan`` and ``sweep`` of the file
+    refuse a typo as ``llmsim check`` would, and ``check`` refuses it before
+    its first run rather than after."""
+    for i, m in enumerate(spec.metrics):
+        found, depth, there = lookup(m, results)
+        where = f"check.metrics[{i}]"
+        if found is None:
+            raise LlmsimError(f"{m!r} is not a key of results.json; {_meant(m, depth, there, results)}",
+                              source=source, key_path=where)
+        if found.keys is not None:
+            keys = [f"{m}.{k}" for k in found.keys]
+            raise LlmsimError(f"{m!r} is a block of results.json, not a figure; name one of its keys: "
+                              f"{first_few(keys, 4)}", source=source, key_path=where)
+
+
+def _meant(metric: str, depth: int, there: Fields, results: Fields) -> str:
+    """The nearest declared key to a mistyped one: its first wrong part
+    replaced by the nearest name declared there (``p95_ttfx_ms``, ``llmsim.cost.monthy_usd``)."""
+    parts = metric.split(".")
+    if not there:
+        return f"{'.'.join(parts[:depth])} is a figure, with no keys below it"
+    names = [k for k in there if not (k.startswith("<") and k.endswith(">"))]
+    near = difflib.get_close_matches(parts[depth], names, n=1)
+    if not near:
+        whose = f"{'.'.join(parts[:depth])}'s keys" if depth else "its top-level keys"
+        return f"{whose} are {first_few(names, 6)}"
+    whole = ".".join([*parts[:depth], near[0], *parts[depth + 1:]])
+    fixed, _, _ = lookup(whole, results)
+    return f"did you mean {whole if fixed is not None else '.'.join([*parts[:depth], near[0]])}?"

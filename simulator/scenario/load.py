@@ -10,6 +10,8 @@ import copy
 from pathlib import Path
 
 from ..errors import LlmsimError
+from ..fields import declared_results
+from .ci import check_metric_names
 from .slo import parse_slo
 from ..profiles.loader import read_structured, resolve
 from .overrides import apply_override
@@ -43,6 +45,9 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
     source = f"{path} (with --set {' --set '.join(overrides)})" if overrides else path
     sc = validate_strict(Scenario, data, source)
     check_slos(sc, source)
+    results = declared_results()
+    if sc.check is not None and results is not None:
+        check_metric_names(sc.check, results, source)
     if as_written is not None:
         _check_variants_once(as_written, path)
     return sc, path

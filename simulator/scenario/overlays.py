@@ -18,12 +18,12 @@ from typing import Any, Iterator, Mapping, Sequence
 from ..errors import LlmsimError
 from ..profiles.loader import read_structured
 from .load import check_slos, load_scenario
-from .overrides import apply_override
+from .overrides import apply_override, given_sets, refuse_overlaps
 from .schema import Scenario
 from .strict import validate_strict
 from .variants import Variant, ladder_steps, overlay_assignments
 
-__all__ = ["load_with_overlays", "load_with_variants", "blamed_on", "variant_overlays", "check_variants"]
+__all__ = ["load_with_overlays", "load_with_variants", "blamed_on", "variant_overlays", "check_variants", "overlaid"]
 
 
 @contextmanager
@@ -62,11 +62,23 @@ def load_with_overlays(path: Path, overlays: Sequence[tuple[str, Mapping[str, An
                        sets: Sequence[str] = ()) -> Scenario:
     """The scenario at ``path`` with each ``(where, overlay)`` applied in
     order (``where`` is the overlay's key path in the file), then ``sets``
-    (the command line wins)."""
-    assignments = _apply(read_structured(path), path, overlays)
+    (the command line wins). Two of ``sets`` addressing one key are refused,
+    resolved where the overlays leave the file (a variant may add the pool
+    a ``--set`` names)."""
+    data = read_structured(path)
+    assignments = _apply(data, path, overlays)
+    refuse_overlaps(given_sets(sets), data, source=path)
     with blamed_on(path, overlays, sets):
         sc, _ = load_scenario(path, [*assignments, *sets], variants_checked=True)
     return sc
+
+
+def overlaid(path: Path, overlays: Sequence[tuple[str, Mapping[str, Any]]] = ()) -> dict:
+    """The file's data with ``overlays`` applied: what the keys given after them (``--set``, ``--vary``)
+    address, so their spellings resolve against the pools a variant adds."""
+    data = read_structured(path)
+    _apply(data, path, overlays)
+    return data
 
 
 def _check_step(data: dict, path: Path, overlays: Sequence[tuple[str, Mapping[str, Any]]]) -> None:

@@ -22,7 +22,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 from ..errors import LlmsimError
 
 __all__ = ["BASELINE", "Variant", "Variants", "LadderMode", "Step", "ladder_steps", "select_variants",
-           "overlay_assignments", "merge_overlays"]
+           "overlay_assignments", "merge_overlays", "yaml_text"]
 
 #: The name of the ladder's first step; no variant may take it.
 BASELINE = "baseline"
@@ -107,9 +107,11 @@ def overlay_assignments(overlay: Mapping[str, Any]) -> list[str]:
     """An overlay as ``--set`` assignments. Values go out as YAML flow text,
     which reads back to the same value, so the one override walker
     (``overrides.apply_override``) does all the addressing."""
-    return [f"{key}={_yaml_text(value)}" for key, value in overlay.items()]
+    return [f"{key}={yaml_text(value)}" for key, value in overlay.items()]
 
 
-def _yaml_text(value: Any) -> str:
+def yaml_text(value: Any) -> str:
+    """``value`` as a user writes it after ``--set key=``: one line of YAML that reads back to the same value,
+    so an assignment built from it applies, and a message quoting it reads, as the command line would."""
     text = yaml.safe_dump(value, default_flow_style=True, width=1 << 30, allow_unicode=True)
     return text.removesuffix("...\n").strip()

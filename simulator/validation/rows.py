@@ -7,10 +7,16 @@ measurements, :func:`rows_from_silicon_sample`), or ``vllm bench serve`` result 
 files (``--save-result``) with the configuration they do not record (model,
 GPU, TP, stack) given by the user.
 Each row names what llmsim needs to build its scenario; a row llmsim cannot
-express is kept with the reason, never approximated.
+express is kept with the reason, never approximated: a cell that is not the
+number it stands for (text, a negative length or latency, a fixed length
+that is not a whole number of tokens) leaves its row unreplayed with the
+reason, the file's other rows still counting. A figure written as 0 is read
+as not measured (:func:`_figures`) and named. Two rows under one id refuse
+the file (:func:`_refuse_duplicate_ids`).
 """
 from __future__ import annotations
 
+import csv
 import math
 import re
 import zlib
@@ -112,6 +118,8 @@ class Row:
     mode: str = "agg"
     prefill: Optional[RoleLayout] = None
     decode: Optional[RoleLayout] = None
+    # The file's columns (or keys) of the metrics it writes as 0: not measured, left out of ``measured``.
+    unmeasured: tuple[str, ...] = ()
 
     @property
     def disaggregated(self) -> bool:
@@ -155,6 +163,26 @@ def _num(x) -> Optional[float]:
     except (TypeError, ValueError):
         return None
     return v if math.isfinite(v) else None
+
+
+def _figures(values: dict[str, Optional[float]], columns: Optional[dict[str, str]] = None
+             ) -> tuple[dict[str, float], tuple[str, ...]]:
+    """A row's measured figures by metric, and the file's columns (``columns``:
+    metric -> column where they differ) of those it writes as 0.
+
+    Benchmarks write 0 for a figure they did not measure (``vllm bench serve``
+    gives a TPOT and ITL of 0 when no request had a second token), and no
+    server answers in 0 ms or serves 0 tokens/s while completing requests: a
+    0 compared would be an error of +inf %, and fitted on, the log of 0. So it
+    is read as not measured, and the row carries the columns so that validate
+    names them (JSON ``not_measured``) rather than dropping them unsaid."""
+    measured = {k: v for k, v in values.items() if v is not None and v != 0}
+    return measured, tuple((columns or {}).get(k, k) for k, v in values.items() if v == 0)
+
+
+def _no_metric(row: Row, what: str = "no measured metric") -> str:
+    """Why a row has nothing to compare, naming the columns it wrote as 0."""
+    return what + (f" ({', '.join(row.unmeasured)} written as 0: not measured)" if row.unmeasured else "")
 
 
 def _longest_first() -> list[str]:
@@ -237,7 +265,9 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
         if missing:
             raise LlmsimError(f"missing column(s) {', '.join(missing)} of AIConfigurator's silicon_sample.csv "
                               "layout", source=path)
-        return rows_from_silicon_sample(df, model, gpu, model_configs)
+        rows = rows_from_silicon_sample(df, model, gpu, model_configs)
+        _refuse_duplicate_ids(rows, path, "id")
+        return rows
     missing = [c for c in _REQUIRED if c not in df.columns]
     if missing:
         raise LlmsimError(f"missing column(s) {', '.join(missing)}; expected the columns of "
@@ -249,7 +279,7 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
     gpus = builtin_hardware()
     names = _longest_first()
     for i, r in enumerate(df.to_dict("records")):
-        rid = str(r.get("row_id") or f"row{i + 1}")
+        rid = _text(r, "row_id") or f"row{i + 1}"
         stack = _stack(r["engine"], names)
         source, version = f"{r.get('source_kind', '')} {r.get('source_url', '')}", _text(r, "engine_version") or ""
         m = model or _match(_MODELS, str(r["model"]))
@@ -259,20 +289,56 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
             m = _FP8_BLOCK_TWIN[m]
         wd, kd = _dtypes(r.get("precision", ""), lambda m=m: _checkpoint(m, formats))
         isl, osl = _num(r["isl_mean"]), _num(r["osl_mean"])
+        measured, unmeasured = _figures({k: _num(r.get(k)) for k in METRICS if k in r})
         row = Row(rid, stack or str(r["engine"]), m or str(r["model"]), g or str(r["gpu"]), int(tp), wd, kd,
                   int(isl or 0), int(osl or 0),
                   dp=_parallel(r, "dp", "attention_dp_size"), ep=_parallel(r, "ep", "moe_ep_size"),
                   concurrency=int(c) if (c := _num(r.get("concurrency"))) else None,
                   rate=_num(r.get("request_rate_qps")),
                   num_requests=int(n) if (n := _num(r.get("num_requests"))) else None,
-                  measured={k: v for k in METRICS if (v := _num(r.get(k))) is not None},
+                  measured=measured, unmeasured=unmeasured,
                   throughput_identity="C*OSL" in str(r.get("derived_fields", "")),
                   deployment=of_source(source, str(r.get("notes", "")), stack or "", version),
                   version_keys=version_keys(stack or "", version, _unversioned_day(source, stack, version)),
                   mode="disagg" if "disaggregated" in str(r.get("scenario", "")).lower() else "agg")
         row.skip = _why_not(row, r, stack, m, g)
         out.append(row)
+    _refuse_duplicate_ids(out, path, "row_id")
     return out
+
+
+def _refuse_duplicate_ids(rows: list[Row], path: Path, column: str) -> None:
+    """A row's id is how validate names it: in the table, the rows not
+    replayed (keyed by id: a second row's reason replaced the first's) and
+    ``--csv``. Two rows under one id could be told apart nowhere."""
+    first: dict[str, int] = {}
+    for i, r in enumerate(rows):
+        j = first.setdefault(r.id, i)
+        if j != i:
+            lines = _record_lines(path)
+            at = (f"lines {lines[j]} and {lines[i]}" if len(lines) == len(rows)
+                  else f"data rows {j + 1} and {i + 1}")
+            raise LlmsimError(f"row id {r.id!r} is on {at}; give each row an id of its own", source=path,
+                              key_path=column)
+
+
+def _record_lines(path: Path) -> list[int]:
+    """The file line each data row starts on (a quoted cell may hold line
+    breaks; blank lines hold no row, as pandas reads the file); empty where
+    the csv module cannot read the file as pandas did."""
+    from ..reads import MAX_TABLE_BYTES, open_text
+
+    lines, end = [], 0
+    try:
+        with open_text(path, MAX_TABLE_BYTES, "benchmark CSV") as fh:
+            reader = csv.reader(fh)
+            for record in reader:
+                if record:
+                    lines.append(end + 1)
+                end = reader.line_num
+    except csv.Error:
+        return []
+    return lines[1:]          # the header's left out
 
 
 def _unversioned_day(source: str, stack: Optional[str], version: str) -> Optional[str]:
@@ -338,12 +404,28 @@ def _why_not(row: Row, raw: dict, stack, model, gpu) -> str:
     if str(raw.get("isl_dist", "fixed")).lower() not in ("fixed", "nan") or \
             str(raw.get("osl_dist", "fixed")).lower() not in ("fixed", "nan"):
         return "only fixed input/output lengths are replayed"
+    if why := _fractional(raw, ("isl_mean", "osl_mean")):
+        return why
     if row.concurrency is None and row.rate is None:
         return "neither a concurrency nor a request rate"
     if row.isl <= 0 or row.osl <= 0:
         return "input and output lengths must be positive"
     if not row.measured:
-        return "no measured metric"
+        return _no_metric(row)
+    return ""
+
+
+def _fractional(raw: dict, columns: tuple[str, ...]) -> str:
+    """Why a row of fixed lengths cannot be replayed as it states them (""
+    if it can): every request of such a run has the one length, a whole
+    number of tokens, so 100.5 is a slip, not a mean to round. A row of
+    varying lengths may state a fractional mean (published_serving_results.csv's
+    ShareGPT rows: 194.3): it is not replayed for its lengths not being
+    fixed, before this is asked, and its mean is kept."""
+    for key in columns:
+        v = _num(raw.get(key))
+        if v is not None and v != int(v):
+            return f"{key} {v:g} is not a whole number of tokens, the length each request of a fixed-length row has"
     return ""
 
 
@@ -472,15 +554,15 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
             conc = decode.batch * decode.dp * decode.replicas
         ttft, tpot = _num(r.get("silicon_ttft_ms")), _num(r.get("silicon_tpot_ms"))
         isl, osl = int(_num(r.get("isl")) or 0), int(_num(r.get("osl")) or 0)
-        measured = {k: v for k, v in (("ttft_mean_ms", ttft), ("tpot_mean_ms", tpot)) if v is not None and v > 0}
-        if conc and len(measured) == 2 and osl > 0:
+        measured, unmeasured = _figures({"ttft_mean_ms": ttft, "tpot_mean_ms": tpot}, _SILICON_METRICS)
+        if conc and len(measured) == 2 and min(measured.values()) > 0 and osl > 0:
             measured["throughput_output_tok_s"] = conc * osl / ((ttft + (osl - 1) * tpot) * 1e-3)
         dep = of_source(_SILICON_SOURCE, notes, stack or "", _text(r, "backend_version") or "")
         kv = kv_dtype(dep, stack or "", _text(r, "precision") or "")
         row = Row(_text(r, "id") or f"row{i + 1}", stack or str(r["backend"]),
                   m or str(r["model_path"]), g or str(r["system"]), tp, wd or "bf16", kv, isl, osl,
                   dp=dp if moe else 1, ep=ep if moe else 1, concurrency=conc, measured=measured,
-                  throughput_identity=True, deployment=dep,
+                  unmeasured=unmeasured, throughput_identity=True, deployment=dep,
                   version_keys=version_keys(stack or "", _text(r, "backend_version") or "", measured_day(notes)),
                   mode="disagg" if disagg else "agg", prefill=prefill, decode=decode)
         row.skip = why_roles or _silicon_why_not(row, r, stack, prof, g, why_dtype, profiles, moe)
@@ -499,6 +581,8 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
 
 
 _SILICON_SOURCE = "NVIDIA aiconfigurator silicon_sample.csv"
+#: The sample's columns of the metrics it measures.
+_SILICON_METRICS = {"ttft_mean_ms": "silicon_ttft_ms", "tpot_mean_ms": "silicon_tpot_ms"}
 _NO_WORKERS = ("disaggregated row without prefill_num_workers and decode_num_workers: the sizes of its prefill "
                "and decode pools are unknown")
 
@@ -566,10 +650,15 @@ def _silicon_why_not(row: Row, raw: dict, stack, prof, gpu, why_dtype: str, prof
                 "inconsistently")
     if not row.concurrency:
         return "no concurrency (silicon_concurrency or batch_size)"
+    if why := _fractional(raw, ("isl", "osl")):
+        return why
     if row.isl <= 0 or row.osl <= 0:
         return "input and output lengths must be positive"
+    for metric, v in row.measured.items():
+        if v < 0:
+            return f"{_SILICON_METRICS[metric]} {v:g} is negative"
     if len(row.measured) < 2:
-        return "no measured TTFT and TPOT"
+        return _no_metric(row, "no measured TTFT and TPOT")
     return ""
 
 
@@ -644,13 +733,16 @@ def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str
     for p in paths:
         d = read_bench_result(Path(p))
         n = d.completed
+        measured, unmeasured = _figures({k: getattr(d, f) for k, f in METRICS.items()}, METRICS)
         rate = None if d.request_rate in (None, "inf") or d.request_rate == float("inf") else float(d.request_rate)
         row = Row(Path(p).stem, stack, model, gpu, tp, weight_dtype, kv_dtype,
                   round(d.total_input_tokens / n), round(d.total_output_tokens / n),
                   concurrency=d.max_concurrency, rate=rate, num_requests=n,
-                  measured={k: float(v) for k, f in METRICS.items() if (v := getattr(d, f)) is not None},
+                  measured={k: float(v) for k, v in measured.items()}, unmeasured=unmeasured,
                   version_keys=version_keys(stack, version))
         if row.concurrency is None and row.rate is None:
             row.concurrency = n          # rate inf without a cap: everything at t = 0
+        if not row.measured:
+            row.skip = _no_metric(row)
         out.append(row)
     return out
