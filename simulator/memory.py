@@ -32,11 +32,11 @@ NON_TORCH_BYTES_PER_GPU = RUNTIME_BYTES_PER_GPU
 DOES_NOT_FIT = " does not fit on "
 
 
-def does_not_fit(error: LlmsimError) -> bool:
-    """Whether ``error`` is a model not fitting its GPUs: an answer about the
-    hardware (a plan's infeasible candidate, a ladder step's result), not a
-    fault of the input that names it."""
-    return DOES_NOT_FIT in error.message
+def does_not_fit(error: LlmsimError | str) -> bool:
+    """Whether ``error`` (or a run's row's error text) is a model not fitting
+    its GPUs: an answer about the hardware (a plan's infeasible candidate, a
+    ladder step's result), not a fault of the input that names it."""
+    return DOES_NOT_FIT in (error if isinstance(error, str) else error.message)
 
 
 #: What :meth:`MemoryPlan.describe` writes (``llmsim.pools.<pool>.kv_memory``).

@@ -18,7 +18,7 @@ import simpy
 
 from .engine.wake import run as run_events
 from .fleet.autoscaler import Autoscaler
-from .fleet.classes import DEFAULT, ClassTable
+from .fleet.classes import ClassTable
 from .fleet.clock import Clock
 from .fleet.disaggregation import PrefillDecode
 from .fleet.frontend import Fleet
@@ -32,14 +32,13 @@ from .report.fleet_report import llmsim_block, timing_block
 from .scenario.compile import FleetPlan, PoolPlan, compile_scenario
 from .metrics.gaps import GapGrid, GapLog
 from .metrics.results import compute_results
-from .errors import LlmsimError, first_few
-from .runsize import check_arrivals
+from .errors import LlmsimError
+from .scenario.drawn import check_source
 from .scenario.load import load_scenario
 from .scenario.schema import Scenario
 from workloads.adapters import AdapterDraws
 from workloads.drivers import make_source
 from workloads.request import Request
-from workloads.traces import resolve_trace_path
 
 
 @dataclass
@@ -68,46 +67,6 @@ def _build_pool(env, p: PoolPlan, gaps: GapLog, engine: str, rng, id_block_token
                 admission=p.admission, warm=p.warm, offload=p.setup.offload, lora=p.setup.lora,
                 rank_tokens=p.setup.rank_tokens,
                 adapters=None if spec.lora is None else LoraPool(spec.lora, draws).assign)
-
-
-def _check_drawn(sc: Scenario, src, source) -> None:
-    """The run-size limits on the arrivals as drawn: a trace's rows and times, sessions' starts."""
-    starts = getattr(src, "starts", None)
-    if starts is not None:
-        if starts:
-            check_arrivals(sc, len(starts), starts[-1], source)
-    elif not sc.workload.closed_loop and src.requests:
-        check_arrivals(sc, len(src.requests), src.requests[-1].arrival, source)
-
-
-def _check_trace_classes(sc: Scenario, src, folder) -> None:
-    """A trace that names its requests' classes names declared ones: a class
-    the scenario does not declare (a typo of a tenant's name) would otherwise
-    be spread over the declared classes by share, under another class's SLO
-    and limits; in a scenario declaring none, every row would run as one
-    class, the tenants the file names getting no SLO or limit of their own.
-    Rows naming none are spread so, as documented."""
-    if sc.workload.arrival.type != "trace":
-        return
-    declared = {c.name for c in sc.classes}
-    named: dict[str, int] = {}
-    for r in src.requests:
-        if r.klass != DEFAULT.name and r.klass not in declared:
-            named[r.klass] = named.get(r.klass, 0) + 1
-    if not named:
-        return
-    path = resolve_trace_path(sc.workload.arrival, folder)
-    if not declared:
-        shown = first_few([repr(k) for k in named], 4)
-        raise LlmsimError(f"{sum(named.values()):,} row(s) name a class ({shown}), but the scenario declares no "
-                          f"classes, so every row would run as one class, under no class's SLO or limits; declare "
-                          f"{'it' if len(named) == 1 else 'them'} under the scenario's classes key, or drop the "
-                          f"column", source=path, key_path="class")
-    k, n = next(iter(named.items()))
-    more = f" (and {len(named) - 1} other undeclared class(es))" if len(named) > 1 else ""
-    raise LlmsimError(f"{n:,} row(s) name class {k!r}{more}, which the scenario does not declare (its classes: "
-                      f"{', '.join(sorted(declared))}); declare it under classes, or leave a row's class empty "
-                      f"for share to pick one", source=path, key_path="class")
 
 
 @without_gc
@@ -139,8 +98,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     done = [0]
     wall = time.perf_counter()
     src = make_source(wl, sc.seed, plan.folder, subset)
-    _check_drawn(sc, src, source)
-    _check_trace_classes(sc, src, plan.folder)
+    check_source(sc, src, source, plan.folder)
     draws = AdapterDraws(wl, sc.seed) if any(p.spec.lora for p in plan.pools) else None
     pools = {p.name: _build_pool(env, p, gaps, engine, router_rng, src.block_tokens, draws) for p in plan.pools}
     classes = ClassTable(list(sc.classes), sc.seed, np.random.default_rng(seeds[6]))

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..errors import LlmsimError
+from ..memory import does_not_fit
 from ..profiles.hardware import load_hardware
 from ..runsize import check_run_count
 from ..scenario.load import load_scenario, resolve_scenario
@@ -96,8 +97,11 @@ class _Prober:
         def verdicts(probes: dict[int, Any]) -> dict[int, bool]:
             wanted = {(i, v): [self.base.with_overrides({**combos[i], key: v, **s}) for s in self.seeds]
                       for i, v in probes.items()}
-            got = dict((p.key, row) for p, row in run_points(
-                [p for ps in wanted.values() for p in ps], self.executor, self.store, self.on_row))
+            got = {}
+            for p, row in run_points([p for ps in wanted.values() for p in ps], self.executor, self.store,
+                                     self.on_row):
+                self._refuse_input_fault(p, row)
+                got[p.key] = row
             for (i, v), points in wanted.items():
                 self.rows[(i, v)] = [got[p.key] for p in points]
                 if any(r.get("slo_met") is None and not r.get("error") for r in self.rows[(i, v)]):
@@ -107,6 +111,18 @@ class _Prober:
                                       key_path="slo")
             return {i: self.met(self.rows[(i, v)]) for i, v in probes.items()}
         return verdicts
+
+    def _refuse_input_fault(self, point: Point, row: dict[str, Any]) -> None:
+        """A run that failed on its input (what the precheck cannot see: a
+        trace edited since it was read, a draw only one seed makes) says
+        nothing about its fleet, and ranked as an infeasible candidate it
+        would pass for an answer: the plan stops on it. A model that does
+        not fit its GPUs is an answer about the hardware, and stays one."""
+        error = row.get("error")
+        if error and not does_not_fit(error):
+            base = dict(self.base.overrides)
+            ran = ", ".join(f"{k}={v}" for k, v in point.overrides if k not in base or base[k] != v)
+            raise LlmsimError(f"a run of the plan ({ran}) failed on its input, not on its fleet: {error}")
 
     def figures(self, i: int, value: Any) -> dict[str, Any]:
         """Worst over seeds for latencies, the first seed's cost figures."""

@@ -14,6 +14,16 @@ answer about the hardware, not a mistake in the input (a plan crossing GPUs
 with tp sizes is expected to meet pairings too small for the weights), so
 such a run stays a result: an infeasible candidate of a plan, a row with
 its ``error`` in a sweep, as before.
+
+A trace is input too, but compiling does not read it: its rows, times and
+classes are checked only once a run draws its arrivals. So each distinct
+trace is then read, once (it depends on the workload's keys and the
+scenario's folder, not on replicas or tp), and held to the checks a run
+makes of it (:func:`~simulator.scenario.drawn.check_source`) under every
+run replaying it; a fault ends the command as a refused choice does, not
+as a plan of infeasible fleets or a table of error rows written first.
+Only traces are read ahead: drawing a synthetic workload would cost a run's
+draws, and its size is estimated from its numbers before (:mod:`simulator.runsize`).
 """
 from __future__ import annotations
 
@@ -24,9 +34,12 @@ from typing import Any, Iterable, Mapping, Optional
 
 from ..errors import LlmsimError
 from ..memory import does_not_fit
-from ..scenario.compile import compile_scenario
+from ..scenario.compile import base_dir, compile_scenario
+from ..scenario.drawn import check_source
 from ..scenario.load import load_scenario
+from ..scenario.schema import Scenario
 from ..scenario.variants import overlay_assignments
+from workloads.drivers import Source, make_source
 
 __all__ = ["Run", "check_runs"]
 
@@ -47,18 +60,71 @@ class Run:
 def check_runs(scenario: str | Path, runs: Iterable[Run], sets: Mapping[str, Any] | None = None,
                given: str = "") -> None:
     """Compile every distinct run (its overrides on top of ``sets``, which
-    ``given`` describes: ``--set a=1``) once; the first that llmsim refuses
-    raises, naming what to blame (see :func:`_blamed`)."""
+    ``given`` describes: ``--set a=1``) once, then check each trace under
+    the runs replaying it, each trace read once; the first that llmsim
+    refuses raises, naming what to blame (see :func:`_blamed`). Compiling
+    all first reports a typo'd choice before a trace is read, as a run
+    compiles before it draws."""
+    sets = dict(sets or {})
     seen: set[str] = set()
+    replaying: dict[str, list[tuple[Run, Scenario, Path]]] = {}    # runs by the trace they replay
     for run in runs:
         fingerprint = _configuration(run.overrides)
         if fingerprint in seen:
             continue
         seen.add(fingerprint)
-        error = _refusal(scenario, {**(sets or {}), **run.overrides})
-        if error is not None:
-            keys = _blamed(scenario, sets or {}, run, error)
-            raise _named(error, scenario, run.named(keys) if keys else given)
+        try:
+            sc, path = _compiled(scenario, {**sets, **run.overrides})
+        except LlmsimError as e:
+            raise _refused(scenario, sets, run, e, given) from None
+        if sc.workload.is_trace:
+            replaying.setdefault(_Traces.key(sc, path), []).append((run, sc, path))
+    traces = _Traces()
+    for group in replaying.values():
+        for run, sc, path in group:
+            try:
+                traces.check(sc, path)
+            except LlmsimError as e:
+                raise _refused(scenario, sets, run, e, given, traces) from None
+
+
+class _Traces:
+    """The trace last read, with what reading it gave (its source, or why it
+    cannot be replayed): runs come grouped by trace, so each is read once
+    and only one is held in memory, as one run holds it."""
+
+    def __init__(self) -> None:
+        self._key: Optional[str] = None
+        self._read: Source | LlmsimError | None = None
+
+    @staticmethod
+    def key(sc: Scenario, path: Path) -> str:
+        """What the trace a run replays depends on: the workload's keys and
+        the folder a relative path resolves in. Not the seed, which only
+        moves a rate_scale's or jitter's draws, as runs differing only in
+        it are compiled once (:func:`_configuration`)."""
+        return json.dumps([sc.workload.model_dump(mode="json"), str(base_dir(path))], sort_keys=True, default=str)
+
+    def check(self, sc: Scenario, path: Path) -> None:
+        """Raise what the run of ``sc`` would raise on its trace, before building its fleet."""
+        if not sc.workload.is_trace:
+            return
+        key = self.key(sc, path)
+        if key != self._key:
+            self._key, self._read = key, None      # the previous trace freed before the next is read
+            try:
+                self._read = make_source(sc.workload, sc.seed, base_dir(path))
+            except LlmsimError as e:
+                self._read = e
+        if isinstance(self._read, LlmsimError):
+            raise self._read
+        check_source(sc, self._read, path, base_dir(path))
+
+
+def _refused(scenario: str | Path, sets: Mapping[str, Any], run: Run, error: LlmsimError, given: str,
+             traces: Optional[_Traces] = None) -> LlmsimError:
+    keys = _blamed(scenario, sets, run, error, traces)
+    return _named(error, scenario, run.named(keys) if keys else given)
 
 
 def _named(error: LlmsimError, scenario: str | Path, where: str) -> LlmsimError:
@@ -77,18 +143,35 @@ def _configuration(overrides: Mapping[str, Any]) -> str:
     return json.dumps({k: v for k, v in overrides.items() if k != "seed"}, sort_keys=True, default=str)
 
 
-def _refusal(scenario: str | Path, overrides: Mapping[str, Any]) -> Optional[LlmsimError]:
-    """Why llmsim refuses to run ``scenario`` with ``overrides`` (None: it would run, or its
-    model does not fit, which the run reports as its result)."""
+def _compiled(scenario: str | Path, overrides: Mapping[str, Any]) -> tuple[Scenario, Path]:
+    """``scenario`` with ``overrides``, compiled as a run compiles it; raises
+    why llmsim refuses it, unless its model does not fit, which the run
+    reports as its result."""
+    sc, path = load_scenario(scenario, overlay_assignments(dict(overrides)))
     try:
-        sc, path = load_scenario(scenario, overlay_assignments(dict(overrides)))
         compile_scenario(sc, path)
     except LlmsimError as e:
-        return None if does_not_fit(e) else e
+        if not does_not_fit(e):
+            raise
+    return sc, path
+
+
+def _refusal(scenario: str | Path, overrides: Mapping[str, Any],
+             traces: Optional[_Traces] = None) -> Optional[LlmsimError]:
+    """Why llmsim refuses to run ``scenario`` with ``overrides``, its trace
+    checked too when ``traces`` is given (None: it would run, or its model
+    does not fit)."""
+    try:
+        sc, path = _compiled(scenario, overrides)
+        if traces is not None:
+            traces.check(sc, path)
+    except LlmsimError as e:
+        return e
     return None
 
 
-def _blamed(scenario: str | Path, sets: Mapping[str, Any], run: Run, error: LlmsimError) -> list[str]:
+def _blamed(scenario: str | Path, sets: Mapping[str, Any], run: Run, error: LlmsimError,
+            traces: Optional[_Traces] = None) -> list[str]:
     """The keys of ``run`` the message names for ``error``: those without
     which it goes away. Each key whose value the same refusal does without
     is left out in turn, so a typo'd choice is named alone rather than with
@@ -98,7 +181,7 @@ def _blamed(scenario: str | Path, sets: Mapping[str, Any], run: Run, error: Llms
     kept = dict(run.overrides)
     for key in list(kept):
         without = {k: v for k, v in kept.items() if k != key}
-        alone = _refusal(scenario, {**sets, **without})
+        alone = _refusal(scenario, {**sets, **without}, traces)
         if alone is not None and (alone.message, alone.key_path) == (error.message, error.key_path):
             kept = without
     return list(kept)
