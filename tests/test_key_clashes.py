@@ -169,6 +169,10 @@ def test_a_choice_given_twice_is_refused(tmp_path, cli, no_runs, choice, fragmen
      ["sweep.yaml: grid.pools.chat.replicas: 1 is given twice; give each value once"]),
     ({"grid": {"seed": [1, 2]}, "points": [{"pools.0.tp": 1}, {"pools.chat.tp": 2}, {"pools.chat.tp": 1}]}, [],
      ["sweep.yaml: points: points[2] repeats points[0] (the same keys and values); give each point once"]),
+    ({"points": [{"pools.0.tp": 1}, {"pools.chat.tp": 2}]}, ["pools.chat.tp=4"],
+     ["--set: --set pools.chat.tp=4 reaches no run: every point sets pools.chat.tp"]),
+    ({"points": [{"pools.chat.engine": {"max_num_seqs": 8}}, {"pools.0.engine": {"max_num_seqs": 16}}]},
+     ["pools.chat.engine.max_num_batched_tokens=4096"], ["reaches no run: every point sets"]),
 ])
 def test_a_sweep_giving_a_key_or_a_point_twice_is_refused(tmp_path, cli, no_runs, body, sets, fragments):
     out = tmp_path / "out"

@@ -138,3 +138,15 @@ def _check_keys_apart(sweep: SweepFile, path: Path, base: Path, sets: Mapping[st
     twice = repeated(resolved, [f"points[{i}]" for i in range(len(resolved))])
     if twice:
         raise LlmsimError(f"{twice} (the same keys and values); give each point once", source=path, key_path="points")
+    _refuse_sets_every_point_replaces(cli, resolved, data)
+
+
+def _refuse_sets_every_point_replaces(cli: list[Given], points: list[dict], data: Any) -> None:
+    """A ``--set`` that every point replaces (the point sets the key, or a key holding it) reaches no run:
+    the user believes the sweep ran with it."""
+    for g in cli:
+        key = resolved_key(data, g.key)
+        if points and all(any(key[:len(k)] == k for k in point) for point in points):
+            raise LlmsimError(f"{g.text} reaches no run: every point sets {g.key} (or a key holding it), and a "
+                              "point's value wins; drop the --set or leave the key out of a point",
+                              key_path="--set")
