@@ -438,8 +438,9 @@ def test_a_measured_figure_of_0_is_read_as_not_measured_and_named(tmp_path, cli)
     text = cli("validate", path, "--workers", "1")
     assert ("1 row(s) replayed without a figure they write as 0, read as not measured: ttft_mean_ms (row t0)"
             in " ".join(text.out.split()))
-    fitted = cli("validate", path, "--workers", "1", "--fit", tmp_path / "mine.yaml")
+    fitted = cli("validate", path, "--workers", "1", "--fit", tmp_path / "new" / "mine.yaml")
     assert fitted.code == 0 and "Traceback" not in fitted.err and "nan" not in fitted.out
+    assert (tmp_path / "new" / "mine.yaml").is_file()       # a missing folder is made, as for --csv
 
 
 def test_a_bench_result_measuring_nothing_but_zeros_is_not_replayed(tmp_path, cli):

@@ -128,14 +128,9 @@ def validate(
                           key_path="--deployment")
     if fit is not None and fit.suffix not in (".yaml", ".yml"):
         raise LlmsimError("the fitted profile is written as YAML: give a .yaml path", key_path="--fit")
-    if fit is not None and not fit.parent.exists():
-        raise LlmsimError("folder does not exist", source=fit.parent, key_path="--fit")
     for flag, target in (("--fit", fit), ("--csv", csv)):
-        if target is not None:
-            try:
-                check_writable(target)        # before the replay, which can take minutes
-            except LlmsimError as e:
-                raise LlmsimError(e.message, source=target, key_path=flag) from None
+        if target is not None:     # before the replay, which can take minutes; a missing folder is made, as for -o
+            check_writable(target, flag)
     if model_configs is not None and not model_configs.is_dir():
         raise LlmsimError("not a folder", source=model_configs, key_path="--model-configs")
     with recorded_reads() as read:        # every file the rows and profiles come from
