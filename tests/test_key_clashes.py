@@ -147,6 +147,18 @@ def test_a_choice_given_twice_is_refused(tmp_path, cli, no_runs, choice, fragmen
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("vary, fragment", [
+    ("workload.arrival.rate_per_s=1,2", "workload.arrival.rate_per_s is both searched and varied (--max-rate and "
+                                        "--vary workload.arrival.rate_per_s=1,2)"),
+    ("workload.arrival={type: poisson}", "which varies all of workload.arrival"),
+])
+def test_max_rate_refuses_a_vary_of_its_rate_however_spelt(tmp_path, cli, no_runs, vary, fragment):
+    out = tmp_path / "out"
+    refused(cli("plan", write_tiny_scenario(tmp_path), "-o", out, "--max-rate", "--vary", vary,
+                "--vary", "pools.chat.tp=1"), fragment)
+    assert not out.exists()
+
+
 # --- sweeps ---------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize("body, sets, fragments", [
     ({"grid": {"pools.chat.replicas": [1, 2]}}, ["pools.chat.replicas=3"],

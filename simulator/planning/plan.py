@@ -195,8 +195,10 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
         if getattr(sc.workload.arrival, "rate_per_s", None) is None:
             raise LlmsimError(f"--max-rate varies {RATE_KEY}, but this arrival ({sc.workload.arrival.type}) "
                               f"has no rate", source=path, key_path="workload.arrival")
-        if any(a.key == RATE_KEY for a in axes):
-            raise LlmsimError("--max-rate searches this key; do not --vary it", key_path=f"--vary {RATE_KEY}")
+        # however spelt, or by a key holding it (--vary workload.arrival={...})
+        refuse_overlaps([Given(RATE_KEY, "--max-rate", "searched", "--max-rate"),
+                         *(Given(a.key, f"--vary {a.text()}", "varied", "--vary") for a in axes)],
+                        overlaid(path, variant_overlays(chosen)), source=path)
     elif len(ranges) != 1:
         raise LlmsimError(f"give exactly one range axis to search (such as --vary pools.{sc.pools[0].name}."
                           f"replicas=1..64), got {len(ranges)}", key_path="--vary")

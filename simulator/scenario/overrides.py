@@ -114,7 +114,7 @@ class Given:
     where: str = "--set"    # the error's key path
 
 
-_PRESENT = {"set": "sets", "varied": "varies", "swept": "sweeps"}
+_PRESENT = {"set": "sets", "varied": "varies", "swept": "sweeps", "searched": "searches"}
 
 
 def given_sets(assignments: Sequence[str]) -> list[Given]:
