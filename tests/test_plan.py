@@ -78,6 +78,12 @@ def test_vary_syntax():
     assert parse_vary("pools.chat.replicas=1..256").bounds == (1, 256)
     assert parse_vary("pools.chat.tp=2,4,8").values == (2, 4, 8)
     assert parse_vary("pools.chat.gpu=h100-sxm").values == ("h100-sxm",)
+    # commas inside a flow mapping, a list or quotes belong to one choice, as in the same --set value
+    assert parse_vary("workload.arrival={type: poisson, rate_per_s: 3}").values == \
+        ({"type": "poisson", "rate_per_s": 3},)
+    assert parse_vary("pools.chat.engine={max_num_seqs: 8, block_size: 16},{max_num_seqs: 4}").values == \
+        ({"max_num_seqs": 8, "block_size": 16}, {"max_num_seqs": 4})
+    assert parse_vary("x='a,b',[1, 2]").values == ("a,b", [1, 2])
 
 
 def test_plan_finds_the_cheapest_fleet(tmp_path, cli):

@@ -67,7 +67,7 @@ def parse_vary(text: str) -> Axis:
             raise LlmsimError(f"empty range {lo}..{hi}: the low end must not exceed the high end",
                               key_path=f"--vary {key}")
         return Axis(key, bounds=(lo, hi))
-    pieces = [v.strip() for v in raw.split(",")]
+    pieces = [v.strip() for v in _top_level_split(raw)]
     values = tuple(_value(v) for v in pieces)
     if any(v is None or v == "" for v in values):
         raise LlmsimError(f"an empty choice in {raw!r}", key_path=f"--vary {key}")
@@ -75,6 +75,26 @@ def parse_vary(text: str) -> Axis:
     if twice:     # the same choice planned again: its runs and its row twice, one answer
         raise LlmsimError(f"{twice} in {raw.strip()}; give each choice once", key_path=f"--vary {key}")
     return Axis(key, values=values)
+
+
+def _top_level_split(raw: str) -> list[str]:
+    """``raw`` cut at the commas between choices, not those inside a YAML flow
+    mapping or list or a quoted string: ``{type: poisson, rate_per_s: 3}`` is
+    one choice, as the same text is one value to ``--set``."""
+    pieces, depth, quote, start = [], 0, "", 0
+    for i, ch in enumerate(raw):
+        if quote:
+            quote = "" if ch == quote else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "[{":
+            depth += 1
+        elif ch in "]}":
+            depth = max(0, depth - 1)
+        elif ch == "," and depth == 0:
+            pieces.append(raw[start:i])
+            start = i + 1
+    return [*pieces, raw[start:]]
 
 
 def choices(axes: Sequence[Axis]) -> list[dict[str, Any]]:
