@@ -53,7 +53,8 @@ def run_replicate(job: ReplicateJob) -> ReplicateOutcome:
     from .metrics.records import Records
     from .runner import simulate    # heavy; imported in the worker
 
-    out = simulate(job.scenario, engine=job.engine, source=job.source)
+    # the scenario's file as a Path: a relative trace path resolves against its folder (compile.base_dir)
+    out = simulate(job.scenario, engine=job.engine, source=Path(job.source) if job.source else None)
     if not job.keep_records:
         return ReplicateOutcome(job.index, out.results, out.timing)
     return ReplicateOutcome(job.index, out.results, out.timing, Records.of(out.requests).columns, out.timeline)

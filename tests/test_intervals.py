@@ -181,6 +181,17 @@ def test_replicates_report_their_spread_and_intervals(tmp_path, cli):
     assert "replicates met" in r.out
 
 
+def test_replicates_find_a_trace_beside_the_scenario(tmp_path, cli, monkeypatch):
+    """A relative trace path resolves against the scenario's folder in every seed's run, wherever llmsim runs."""
+    (tmp_path / "t.csv").write_text("timestamp,input_tokens,output_tokens\n" +
+                                    "".join(f"{0.1 * i:.1f},200,20\n" for i in range(20)))
+    scenario = write_tiny_scenario(tmp_path, workload={"arrival": {"type": "trace", "path": "t.csv"}})
+    monkeypatch.chdir("/")
+    r = cli("run", scenario, "--replicates", "2", "--workers", "1", "--json", "--exit-zero")
+    assert r.code == 0, r.err
+    assert json.loads(r.out)["llmsim"]["replicates"]["count"] == 2
+
+
 @pytest.mark.parametrize("args, message", [
     (["run", "S", "--replicates", "0"], "--replicates: must be a whole number of runs, at least 1"),
     (["run", "S", "--confidence", "1"], "--confidence: must be a probability strictly between 0 and 1"),

@@ -156,6 +156,8 @@ def test_relative_path_resolves_against_base_dir(tmp_path):
     ("a.csv", AZURE + "2023-11-16 18:17:05.0,12,3\n", {}, 5, ["goes backwards", "line 4", "sorted"]),
     ("a.csv", AZURE + "2023-11-16 18:17:06,12\n", {}, 5, ["GeneratedTokens", "is empty"]),
     ("a.csv", AZURE + "2023-11-16 18:17:06,12,3,4\n", {}, 5, ["expected 3 fields, found 4"]),
+    ("l.csv", "timestamp,input_tokens,output_tokens\n0,100,20,5,6\n0.1,100,20\n", {}, 2,
+     ["expected 3 fields, found 5"]),      # pandas reads a long first row as index columns
     ("s.csv", SPLITWISE + "\n\n2.0,5,0,1\n", {}, 6, ["output length is 0"]),
     ("s.csv", SPLITWISE + "2.0,5.5,1,1\n", {}, 4, ["whole number", "5.5"]),
     ("s.csv", SPLITWISE + "inf,5,1,1\n", {}, 4, ["not finite"]),

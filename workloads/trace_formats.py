@@ -106,6 +106,9 @@ def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {
     except (OSError, EOFError, zlib.error) as e:   # EOFError, zlib.error: a .gz cut short or corrupt
         raise trace_error(path, f"cannot read the file ({getattr(e, 'strerror', None) or e})") from None
 
+    if not isinstance(df.index, pd.RangeIndex):
+        # pandas takes a first row longer than the header as an index column, not as an error
+        raise trace_error(path, f"expected {len(df.columns)} fields, found {df.index.nlevels + len(df.columns)}", 2)
     found = {str(c).strip().lower(): c for c in df.columns}
     cols: dict[str, Any] = {}
     for role, name in required.items():
