@@ -124,6 +124,8 @@ def test_command_line_set_reaches_a_pool_a_variant_adds(tmp_path, cli):
 
 @pytest.mark.parametrize("extra, args, fragments", [
     (VARIANTS, ["--variant", "nope"], ["no variant named 'nope'", "two-replicas, tp2"]),
+    (VARIANTS, ["--variant", "tp2", "--variant", "tp2"], ["--variant: tp2 is given twice; give each variant once"]),
+    ("check: {metrics: [p99_ttft_ms, failed, p99_ttft_ms]}\n", [], ["metrics listed twice: p99_ttft_ms"]),
     ("", ["--ladder"], ["declares no variants"]),
     (VARIANTS, ["--ladder", "--variant", "tp2"], ["--ladder", "drop --variant"]),
     ("variants: [{name: fast, set: {pools.nope.tp: 2}}]\n", ["--ladder"],

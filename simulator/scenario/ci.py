@@ -45,6 +45,9 @@ class CheckSpec(BaseModel):
 
     @model_validator(mode="after")
     def _tolerances_name_tracked_metrics(self) -> "CheckSpec":
+        twice = sorted({m for m in self.metrics if self.metrics.count(m) > 1})
+        if twice:      # tracked once whatever the count: a second entry is a slip, often a typo of another
+            raise ValueError(f"metrics listed twice: {', '.join(twice)}; list each once")
         # A tolerance for an untracked metric is a typo that would loosen nothing.
         stray = [m for m in self.tolerance if m not in self.metrics]
         if stray:

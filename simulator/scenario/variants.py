@@ -85,6 +85,9 @@ def select_variants(variants: Sequence[Variant], names: Sequence[str], source: A
         if n not in by_name:
             known = ", ".join(by_name) or "(the scenario declares none)"
             raise LlmsimError(f"no variant named {n!r}; variants: {known}", source=source, key_path="variants")
+        if by_name[n] in out:     # applied twice it is applied once: the flag given twice is a pasting slip
+            raise LlmsimError(f"{n} is given twice; give each variant once", source=source,
+                              key_path="--variant")
         out.append(by_name[n])
     return tuple(out)
 
