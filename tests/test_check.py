@@ -224,6 +224,13 @@ def test_a_metric_no_results_json_has_is_refused_by_every_command(tmp_path, cli,
     assert not out.exists()
 
 
+def test_a_metric_that_is_text_after_the_run_is_named_by_its_place(tmp_path, cli):
+    """A declared key whose value is text (llmsim.engine) passes the load; the run tells, naming the entry."""
+    sc = write_scenario(tmp_path, "check: {metrics: [completed, llmsim.engine]}\n")
+    r = cli("check", sc)
+    assert r.code == 2 and "check.metrics[1]: 'llmsim.engine' is " in r.err and "not a number" in r.err, r.err
+
+
 @pytest.mark.parametrize("metrics", [
     list(DEFAULT_METRICS),
     ["slo.met", "slo.targets.ttft_p99_ms.measured_ms", "slo.goodput.attainment.ttft", "llmsim.cost.pools.main.usd",

@@ -141,15 +141,16 @@ def _prepare(name: str, baseline_dir: Optional[Path], sets: List[str], update: b
 def _tracked(job: _Job, results: dict[str, Any]) -> dict[str, Any]:
     flat = flatten(results)
     out = {}
-    for m in baseline_keys(job.spec):
+    for i, m in enumerate(baseline_keys(job.spec)):
+        where = f"check.metrics[{i}]"      # as the load-time check names it
         if m not in flat:
             near = difflib.get_close_matches(m, list(flat), n=3)
             hint = f"; did you mean {', '.join(near)}?" if near else " (see a results.json for the keys)"
-            raise LlmsimError(f"{m!r} is not a key of results.json{hint}", source=job.path, key_path="check.metrics")
+            raise LlmsimError(f"{m!r} is not a key of results.json{hint}", source=job.path, key_path=where)
         v = flat[m]
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise LlmsimError(f"{m!r} is {v!r}, not a number to hold against a baseline",
-                              source=job.path, key_path="check.metrics")
+                              source=job.path, key_path=where)
         out[m] = v
     return out
 
