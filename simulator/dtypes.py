@@ -76,14 +76,24 @@ def compute_dtype(weight_dtype: str, units: Collection[str]) -> str:
 
 
 _WIDTH = {"bf16": 16, "fp16": 16, "fp8": 8, "int8": 8, "fp4": 4}
+#: A GPU with a tensor-core unit for every format: the scheme each format is meant to run.
+EVERY_UNIT = tuple(_WIDTH)
 
 
 def gemm_scheme(weight_dtype: str, units: Collection[str]) -> str:
     """The linear layers' weight and activation widths (``W8A16``), the name
     the stacks' quantisation docs use: where it reads ``A16`` on 8-bit
-    weights, the GPU has no unit for them and the weights only save bytes."""
+    weights, the GPU has no unit for them and the weights only save bytes
+    (:func:`falls_back`)."""
     w = {"int4": 4, "nvfp4": 4, "mxfp4": 4}.get(weight_dtype) or _WIDTH[weight_dtype]
     return f"W{w}A{_WIDTH[compute_dtype(weight_dtype, units)]}"
+
+
+def falls_back(weight_dtype: str, scheme: str) -> bool:
+    """Whether ``scheme`` (a run's ``gemm_scheme``) computes wider than the
+    format is meant to (fp8 as W8A16 on an A100, not W8A8): a GPU without
+    the unit, not a weight-only format such as int4."""
+    return scheme != gemm_scheme(weight_dtype, EVERY_UNIT)
 
 
 @dataclass(frozen=True)

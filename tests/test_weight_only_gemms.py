@@ -14,6 +14,7 @@ from simulator.costmodel import CostModel
 from simulator.dtypes import WEIGHT_DTYPES, compute_dtype, gemm_scheme
 from simulator.profiles import load_hardware, load_model
 from simulator.report.summary_format import weights_served
+from test_sweep import TINY, write_tiny_scenario
 
 
 @pytest.mark.parametrize("weights, gpu, scheme", [
@@ -54,20 +55,11 @@ def test_the_pool_says_what_its_weights_ran_as():
 
 
 def test_a_run_and_an_estimate_on_an_a100_name_the_scheme(tmp_path, cli):
-    sc = tmp_path / "a100.yaml"
-    sc.write_text("""name: a100fp8
-seed: 1
-workload:
-  duration_s: 5
-  arrival: {type: poisson, rate_per_s: 2}
-  input_tokens: {dist: fixed, value: 200}
-  output_tokens: {dist: fixed, value: 20}
-pools:
-  - {name: main, model: llama-3.1-8b, gpu: a100-sxm-80gb, replicas: 1, engine: {backend: vllm, weight_dtype: fp8}}
-""")
-    r = cli("run", sc, "--json")
+    sc = write_tiny_scenario(tmp_path, pools=[{**TINY["pools"][0], "gpu": "a100-sxm-80gb", "replicas": 1,
+                                               "engine": {"backend": "vllm", "weight_dtype": "fp8"}}])
+    r = cli("run", sc, "--json", "--exit-zero")
     assert r.code == 0, r.err
-    assert r.json()["llmsim"]["pools"]["main"]["gemm_scheme"] == "W8A16"
+    assert r.json()["llmsim"]["pools"]["chat"]["gemm_scheme"] == "W8A16"
     r = cli("estimate", "request", "--json", "--gpu", "a100-sxm-80gb", "--model", "llama-3.1-8b",
             "--weight-dtype", "fp8", "--input", "200", "--output", "20")
     assert r.json()["gemm_scheme"] == "W8A16"

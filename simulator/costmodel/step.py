@@ -109,7 +109,7 @@ class CostModel:
         self.kv_heads = max(1, m.kv_heads // tp)
         self.head_dim = m.dim_head
         self.w_bytes = BYTES[lin]
-        self.a_bytes = 1.0 if cdt in ("fp8", "int8") and gpu.has_unit(cdt) else 2.0
+        self.a_bytes = 1.0 if cdt in ("fp8", "int8") else 2.0     # cdt is 8-bit only where the GPU has the unit
         if lin == "nvfp4":   # W4A4: activations quantised to NVFP4 too
             self.a_bytes = QUANT_FORMATS["nvfp4"].act_bytes
         self.kv_bytes = BYTES[kv_dtype]

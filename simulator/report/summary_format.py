@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping
 
+from ..dtypes import WEIGHT_DTYPES, falls_back
+
 OK, FAIL = "[green]✓[/]", "[red]✗[/]"
 
 
@@ -20,8 +22,8 @@ def weights_served(pool: Mapping[str, Any], plain: str = "{weights}", noted: str
     suggest the 8-bit peak the bill and the latencies do not get. The two
     templates place them where the caller's line has room."""
     weights = pool.get("weight_dtype") or "—"
-    scheme = pool.get("gemm_scheme") or ""
-    if scheme.endswith("A16") and weights not in ("bf16", "fp16", "int4", "—"):
+    scheme = pool.get("gemm_scheme")
+    if scheme and weights in WEIGHT_DTYPES and falls_back(weights, scheme):
         why = f"{scheme}: no {weights} tensor cores on {pool.get('gpu', 'this GPU')}"
         return noted.format(weights=weights, note=why)
     return plain.format(weights=weights)
