@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from tests.test_bad_input_files import refused
 from tests.test_sessions import FAST, POISSON, assert_chained, drive, fixed, uniform
-from workloads import WorkloadSpec, make_source, spawn_streams
+from workloads import WorkloadSpec, spawn_streams
 from workloads.block_ids import SESSION, SUBAGENT, id_base
 from workloads.request import Status
 

@@ -269,7 +269,7 @@ def test_overlays_merged_in_order_apply_as_one_after_another(overlays):
 def test_set_assignments_apply_in_order():
     """``--set`` on plan and sweep is applied as ``llmsim run`` applies it:
     in order, so a child key set again after its parent wins."""
-    from simulator.cli.sweep import parse_sets
+    from simulator.cli.options import parse_sets
     from simulator.scenario.overrides import apply_override
 
     sets = parse_sets(["pools.chat.engine.kv_dtype=fp8", "pools.chat.engine={max_num_seqs: 64}",

@@ -32,7 +32,7 @@ from ..report.regression import Verdict, judge, rounded
 from .app import app, checked_engine, kept_if_stopped
 from .output import console, fmt
 from .progress import simulate_shown
-from .sweep import one_value_per_key
+from .options import one_value_per_key
 
 if TYPE_CHECKING:   # scenarios on first use: `llmsim --help` imports this module
     from ..scenario.ci import CheckSpec

@@ -158,3 +158,16 @@ def provenance_notes(gpus: dict[str, dict]) -> list[str]:
             src = f" from {c['transferred_from']}" if c.get("transferred_from") else ""
             notes.append(f"{gpu} cost model is {c['status']}{src}, not fitted to its own measurements")
     return notes
+
+
+def rows_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str], limit: int = 40,
+               width: int = 60, keep: int = 1) -> Table:
+    """Rows as a table (:func:`~simulator.cli.output.fitted_table`: numbers
+    never cut, the rightmost columns left out where a terminal is too narrow,
+    never the first ``keep``); long text cut to ``width`` (the files written
+    beside it hold the full text). A column no row has a value for is left out."""
+    shown = [k for k in columns if any(r.get(k) is not None for r in rows)]
+    cells = [[(v if len(v) <= width else v[: width - 1] + "…") if isinstance(v := r.get(k), str) else v
+              for k in shown] for r in rows[:limit]]
+    return fitted_table(title, shown, cells, keep=max(1, min(keep, len(shown))),
+                        caption=f"first {limit} of {len(rows)} rows" if len(rows) > limit else None)

@@ -11,9 +11,10 @@ from rich.text import Text
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError
 from .app import app, checked_engine, kept_if_stopped
-from .output import console, fleet_answer, product_columns, provenance_notes, to_json
-from .sweep import Address, ConnectTimeout, ExecutorName, MaxRuns, Sets, Workers, open_executor, output_dir, \
-    parse_sets, rows_table, runs_progress
+from .output import console, fleet_answer, product_columns, provenance_notes, rows_table, to_json
+from .options import Address, ConnectTimeout, ExecutorName, MaxRuns, Sets, Workers, open_executor, parse_sets
+from .progress import runs_progress
+from .rundir import output_dir
 
 
 @app.command("plan")

@@ -1,13 +1,15 @@
-"""Simulating with a progress bar on stderr when a person is watching.
+"""Progress bars on stderr when a person is watching.
 
-``run``, each ladder step and ``check`` all simulate the same way; the bar
-is drawn only on a terminal, never into a pipe or a CI log.
+``run``, each ladder step and ``check`` all simulate the same way; ``plan``
+and ``sweep`` count their runs. A bar is drawn only on a terminal, never
+into a pipe or a CI log.
 """
 from __future__ import annotations
 
 import sys
+from contextlib import contextmanager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Iterator, Optional
 
 from .app import err_console
 
@@ -15,7 +17,7 @@ if TYPE_CHECKING:   # the runner on first use: every command imports this module
     from ..runner import RunOutput
     from ..scenario.schema import Scenario
 
-__all__ = ["simulate_shown"]
+__all__ = ["runs_progress", "simulate_shown"]
 
 
 def simulate_shown(sc: Scenario, engine: str, source: Path | None, *, show: bool | None = None,
@@ -39,3 +41,32 @@ def simulate_shown(sc: Scenario, engine: str, source: Path | None, *, show: bool
 
     with prog:
         return simulate(sc, engine=engine, source=source, progress=update)
+
+
+@contextmanager
+def runs_progress(total: Optional[int], what: str) -> Iterator[Any]:
+    """A progress callback for :func:`~simulator.planning.batch.run_points`:
+    a bar with time left on a terminal's stderr, nothing otherwise (pipes
+    and CI logs stay clean). It counts the runs still to do, not the stored
+    ones. ``total`` None: a search, whose count is unknown."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, \
+        TimeRemainingColumn
+
+    columns = [TextColumn(f"[bold]{what}"), BarColumn(), MofNCompleteColumn(), TextColumn("runs"),
+               TimeElapsedColumn()]
+    if total is not None:
+        columns += [TextColumn("left"), TimeRemainingColumn()]
+    with Progress(*columns, console=err_console, transient=True) as prog:
+        task = prog.add_task(what, total=total)
+
+        def on_row(point, row, reused: bool) -> None:
+            # A stored point costs nothing: counting it would make the time left a guess from instant runs.
+            if reused and total is not None:
+                prog.update(task, total=prog.tasks[0].total - 1)
+            elif not reused:
+                prog.advance(task)
+
+        yield on_row

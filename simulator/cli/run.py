@@ -14,7 +14,7 @@ from .ladder import run_ladder
 from .output import console, print_json, provenance_notes
 from .progress import simulate_shown
 from .rundir import output_folder, output_path, write_run_files
-from .sweep import (Address, ConnectTimeout, ExecutorName, Workers, check_connect_timeout, one_value_per_key,
+from .options import (Address, ConnectTimeout, ExecutorName, Workers, check_connect_timeout, one_value_per_key,
                     open_executor)
 
 if TYPE_CHECKING:   # scenarios and the runner on first use: `llmsim --help` imports this module

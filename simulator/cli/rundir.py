@@ -17,6 +17,7 @@ next run into that folder.
 """
 from __future__ import annotations
 
+import errno
 import os
 import shutil
 import tempfile
@@ -285,3 +286,30 @@ def write_scenario(sc: Scenario, path: Path) -> None:
 
     text = yaml.safe_dump(sc.model_dump(mode="json", exclude_unset=True), sort_keys=False, allow_unicode=True)
     path.write_text(f"# the scenario as run: {sc.name}\n" + text)
+
+
+def output_dir(given: Optional[str], default: str, writes: Sequence[str] = (),
+               inputs: Sequence[str | Path] = ()) -> Path:
+    """The results folder of a sweep or plan, checked writable before any
+    run but not made until the first point lands (resumable: an earlier
+    sweep's points in it are reused). None of the files it ``writes`` there
+    may be one of the ``inputs`` (a plan.json scenario in that folder)."""
+    out = output_path(given) or Path(default)
+    for name in writes:
+        refuse_overwriting_input_files({"-o": out / name}, inputs, instead="a results folder")
+    try:
+        if out.exists() and not out.is_dir():
+            raise LlmsimError("exists and is not a folder; -o names the folder results are written to",
+                              source=f"-o {out}")
+        there = out
+        while not there.exists() and there.parent != there:
+            there = there.parent
+        if not there.is_dir():
+            raise OSError(errno.ENOTDIR, os.strerror(errno.ENOTDIR))
+        if os.statvfs(there).f_flag & os.ST_RDONLY:
+            raise OSError(errno.EROFS, os.strerror(errno.EROFS))
+        if not os.access(there, os.W_OK | os.X_OK):
+            raise OSError(errno.EACCES, os.strerror(errno.EACCES))
+    except OSError as e:
+        raise os_error(e, out, "write into the results folder") from None
+    return out

@@ -32,10 +32,8 @@ block id, the cache's radix tree, and the ids of the requests it holds: what
 """
 from __future__ import annotations
 
-import math
-from bisect import bisect_left
 from dataclasses import dataclass
-from typing import Annotated, Any, Callable, Literal, Mapping, Protocol, Sequence
+from typing import Annotated, Any, Callable, Mapping, Protocol, Sequence
 
 import numpy as np
 from pydantic import BaseModel, BeforeValidator, ConfigDict, Field, SerializeAsAny, ValidationError

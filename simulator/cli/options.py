@@ -1,0 +1,68 @@
+"""Command-line options several commands share: ``--set`` and the executor flags of ``run --replicates``,
+``plan`` and ``sweep``.
+
+Typer options are declared once here as annotated types, so a flag reads, checks and explains itself the
+same way on every command that takes it."""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Annotated, Any, Optional, Sequence
+
+import typer
+
+from ..errors import LlmsimError
+
+if TYPE_CHECKING:   # planning and scenarios on first use: every command imports this module, `--help` included
+    from ..planning.executors import Executor
+
+ExecutorName = Annotated[str, typer.Option("--executor", help="where runs go: local (a process pool) or dask")]
+Workers = Annotated[Optional[int], typer.Option("--workers", help="local processes (default: one per core)")]
+Address = Annotated[Optional[str], typer.Option("--address", help="Dask scheduler address, e.g. tcp://host:8786")]
+ConnectTimeout = Annotated[float, typer.Option("--connect-timeout", help="seconds to wait for the Dask scheduler")]
+MaxRuns = Annotated[Optional[int], typer.Option("--max-runs", help="allow this many runs (default 1,000: "
+                                                                   "a larger sweep or plan is refused)")]
+
+
+def one_value_per_key(sets: Optional[list[str]]) -> Optional[list[str]]:
+    """``--set`` callback: a key given twice is refused, as a key written twice in a scenario file is,
+    rather than the last value silently winning (a pasted command line that kept an old value). Here the
+    keys compare as written, before any scenario is read; each command compares them again against its
+    scenario (``pools.0`` is ``pools.chat``) where it reads it."""
+    from ..scenario.overrides import given_sets, refuse_overlaps
+
+    refuse_overlaps(given_sets(sets or ()))
+    return sets
+
+
+Sets = Annotated[Optional[list[str]], typer.Option("--set", help="override a key for every run: "
+                                                                  "pools.main.tp=4 (repeatable)",
+                                                   callback=one_value_per_key)]
+
+
+def parse_sets(sets: Optional[Sequence[str]]) -> dict[str, Any]:
+    """``--set`` assignments as one overlay, applied in order as ``llmsim run`` applies them."""
+    from ..scenario.overrides import parse_assignment
+    from ..scenario.variants import merge_overlays
+
+    return merge_overlays([dict([parse_assignment(a)]) for a in sets or ()])
+
+
+#: Longest wait for a Dask scheduler --connect-timeout accepts (an hour).
+MAX_CONNECT_TIMEOUT_S = 3600.0
+
+
+def check_connect_timeout(seconds: float) -> float:
+    """``--connect-timeout`` as given, refused unless a finite wait of up to an hour (nan or inf would wait for
+    ever or not at all)."""
+    import math
+
+    if not math.isfinite(seconds) or not 0 < seconds <= MAX_CONNECT_TIMEOUT_S:
+        raise LlmsimError(f"expected seconds to wait for the Dask scheduler, more than 0 and at most "
+                          f"{MAX_CONNECT_TIMEOUT_S:g} (got {seconds!r})", key_path="--connect-timeout")
+    return seconds
+
+
+def open_executor(name: str, workers: Optional[int], address: Optional[str], connect_timeout: float) -> Executor:
+    from ..planning.executors import ExecutorOptions, make_executor
+
+    check_connect_timeout(connect_timeout)
+    return make_executor(name, ExecutorOptions(workers=workers, address=address, connect_timeout_s=connect_timeout))
