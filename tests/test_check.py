@@ -224,22 +224,35 @@ def test_a_metric_no_results_json_has_is_refused_by_every_command(tmp_path, cli,
     assert not out.exists()
 
 
-def test_a_metric_that_is_text_after_the_run_is_named_by_its_place(tmp_path, cli):
-    """A declared key whose value is text (llmsim.engine) passes the load; the run tells, naming the entry."""
-    sc = write_scenario(tmp_path, "check: {metrics: [completed, llmsim.engine]}\n")
+@pytest.mark.parametrize("metric, says", [
+    ("llmsim.engine", "'llmsim.engine' is text, not a number to hold against a baseline"),
+    ("slo.met", "'slo.met' is a yes/no, not a number"),
+    ("llmsim.ttft_budget.parts.0", "'llmsim.ttft_budget.parts.0' is a list of names, not a number"),
+    ("llmsim.by_input_length.edges", "'llmsim.by_input_length.edges' is a list (list of tokens), not a figure; "
+                                     "name one item by its index: llmsim.by_input_length.edges.0"),
+], ids=["text", "verdict", "list-of-names-item", "whole-list"])
+def test_a_key_that_is_never_a_number_is_refused_as_the_scenario_loads(tmp_path, cli, monkeypatch, metric, says):
+    """Text, a verdict or a whole list is declared in results.json but can never be held against a baseline:
+    refused before the run, naming the entry, where check used to say so only after simulating."""
+    from simulator import runner
+
+    ran = []
+    monkeypatch.setattr(runner, "simulate", lambda *a, **k: ran.append(1))
+    sc = write_scenario(tmp_path, f"check: {{metrics: [completed, '{metric}']}}\n")
     r = cli("check", sc)
-    assert r.code == 2 and "check.metrics[1]: 'llmsim.engine' is " in r.err and "not a number" in r.err, r.err
+    assert r.code == 2 and f"check.metrics[1]: {says}" in r.err, r.err
+    assert ran == []
 
 
 @pytest.mark.parametrize("metrics", [
     list(DEFAULT_METRICS),
-    ["slo.met", "slo.targets.ttft_p99_ms.measured_ms", "slo.goodput.attainment.ttft", "llmsim.cost.pools.main.usd",
+    ["slo.targets.ttft_p99_ms.measured_ms", "slo.goodput.attainment.ttft", "llmsim.cost.pools.main.usd",
      "llmsim.pools.main.gpus", "llmsim.classes.paid.slo.targets.ttft_p99_ms.attainment",
-     "llmsim.by_input_length.edges.0", "llmsim.cost.gpu_timeline.0.1", "llmsim.engine",
+     "llmsim.by_input_length.edges.0", "llmsim.cost.gpu_timeline.0.1", "llmsim.stage_layers.0",
      "llmsim.intervals.p99_ttft_ms.hi"],
 ], ids=["defaults", "named-and-listed"])
 def test_metrics_results_json_declares_are_accepted(metrics):
-    """Text and verdicts (llmsim.engine, slo.met) are keys too: check says after its run they are not numbers."""
+    """Figures, named by pool, class or target, and list items by index."""
     from simulator.cli.app import results_fields
 
     check_metric_names(CheckSpec(metrics=metrics), results_fields(), "s.yaml")

@@ -61,7 +61,7 @@ ERROR_MODEL_FIELDS = {
             "cell": leaf("text", "the cell's key: the regime dimensions it matched"),
             "residuals": leaf("count", "held-out residuals in the cell"),
             "groups": leaf("count", "the benchmark groups they come from"),
-            "widened": leaf("list", "regime dimensions dropped for want of residuals"),
+            "widened": leaf("list of text", "regime dimensions dropped for want of residuals"),
         })}),
     "replicates": leaf("count", "seeds the intervals cover"),
 }

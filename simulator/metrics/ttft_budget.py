@@ -41,7 +41,7 @@ _BANDS = (50, 95, 99)
 
 #: ``llmsim.ttft_budget``: null when no request finished.
 FIELDS = {
-    "parts": leaf("list", "the parts' names, in order"),
+    "parts": leaf("list of text", "the parts' names, in order"),
     "mean": block("each part's mean over finished requests", _SPLIT),
     **{f"p{p}": block(f"each part's mean over the requests whose TTFT lies at the {p}th percentile "
                       "(±0.5 percentile)", _SPLIT) for p in _BANDS},

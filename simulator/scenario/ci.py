@@ -56,6 +56,10 @@ class CheckSpec(BaseModel):
         return self
 
 
+#: Units of results.json keys that are never a number, and what ``check`` would find there after its run.
+NOT_FIGURES = {"text": "text", "bool": "a yes/no", "list of text": "a list of names"}
+
+
 def check_metric_names(spec: CheckSpec, results: Fields, source: str | Path) -> None:
     """Every tracked metric is a figure results.json declares. Checked as the
     scenario loads, so that ``llmsim run``, ``plan`` and ``sweep`` of the file
@@ -71,6 +75,12 @@ def check_metric_names(spec: CheckSpec, results: Fields, source: str | Path) -> 
             keys = [f"{m}.{k}" for k in found.keys]
             raise LlmsimError(f"{m!r} is a block of results.json, not a figure; name one of its keys: "
                               f"{first_few(keys, 4)}", source=source, key_path=where)
+        if found.unit in NOT_FIGURES:
+            raise LlmsimError(f"{m!r} is {NOT_FIGURES[found.unit]}, not a number to hold against a baseline",
+                              source=source, key_path=where)
+        if found.unit.startswith(("list", "[")) and not m.rsplit(".", 1)[-1].isdigit():
+            raise LlmsimError(f"{m!r} is a list ({found.unit}), not a figure; name one item by its index: {m}.0",
+                              source=source, key_path=where)
 
 
 def _meant(metric: str, depth: int, there: Fields, results: Fields) -> str:
