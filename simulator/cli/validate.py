@@ -91,8 +91,10 @@ def validate(
     weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype", help="weights of JSON results; default: "
                                                "the checkpoint's format"),
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV cache of JSON results"),
-    stack_version: str = typer.Option("", "--stack-version", help="version of the stack that served the JSON "
-                                      "results (e.g. 0.19.0): the replay takes that version's defaults where "
+    stack_version: str = typer.Option("", "--backend-version", "--stack-version",
+                                      help="version of the stack that served the JSON "
+                                      "results (e.g. 0.19.0), as estimate's --backend-version and a scenario's "
+                                      "engine.backend_version: the replay takes that version's defaults where "
                                       "they differ from the backend profile's (vLLM from 0.14 schedules "
                                       "asynchronously; SGLang before 0.3.6 sends a prefill's first "
                                       "tokens without waiting for the next batch's launch)"),
