@@ -410,3 +410,16 @@ def test_what_the_pages_read_is_declared(made_folders):
     step = json.loads((made_folders["ladder"] / "ladder.json").read_text())["steps"][0]
     assert {k.split(".")[-1] for k in ladder if k.startswith("steps.*.")} <= set(step)
     assert set(SWEEP_COLUMNS) <= set(pd.read_parquet(made_folders["sweep"] / "sweep.parquet").columns)
+
+
+def test_a_results_file_names_its_folder(run_folder, tmp_path, cli):
+    """`llmsim report out/x/results.json` draws out/x's page, as `llmsim report out/x` does; any other
+    file is refused in one line naming the files a results folder is known by."""
+    folder = tmp_path / "run"
+    shutil.copytree(run_folder, folder)
+    (folder / "report.html").unlink()
+    r = cli("report", folder / "results.json")
+    assert r.code == 0 and (folder / "report.html").is_file(), r.err
+    r = cli("report", folder / "timeline.csv")
+    assert r.code == 2 and r.err.strip().count("\n") == 0, r.err
+    assert f"{folder / 'timeline.csv'}: is a file, not a results folder" in r.err and "results.json" in r.err

@@ -11,11 +11,20 @@ from .output import console
 from .rundir import os_error
 
 
+#: The files a results folder is known by; naming one of them names its folder.
+RESULT_FILES = ("results.json", "ladder.json", "plan.json", "sweep.parquet", "sweep.csv")
+
+
 @app.command("report")
-def report(folder: Path = typer.Argument(..., help="a folder llmsim run -o, run --ladder -o, plan or sweep wrote")
+def report(folder: Path = typer.Argument(..., help="a folder llmsim run -o, run --ladder -o, plan or sweep wrote (or its results.json, ladder.json, plan.json or sweep table)")
            ) -> None:
     """Write DIR/report.html: the answer, per-pool tables and interactive charts in one self-contained page."""
-    if not folder.is_dir():
+    if folder.is_file() and folder.name in RESULT_FILES:
+        folder = folder.parent      # the page is its folder's: results.json named for its run folder
+    elif folder.is_file():
+        raise LlmsimError(f"is a file, not a results folder; name the folder llmsim run -o, plan or sweep wrote "
+                          f"(the one holding {', '.join(RESULT_FILES)})", source=folder)
+    elif not folder.is_dir():
         raise LlmsimError("no such folder; name the folder llmsim run -o, plan or sweep wrote", source=folder)
     from ..report.page import write_report
 
