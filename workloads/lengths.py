@@ -10,6 +10,14 @@ exact mean of that *rounded and clipped* integer distribution, not the mean
 parameter, so capacity arithmetic done with ``mean()`` (tokens per second =
 rate × mean) agrees with what the simulation will actually draw.
 
+The ``mean`` a scenario writes is the shape's before clipping (draws are not
+re-centred afterwards), so clipping could quietly turn the load a user asked
+for into another: ``mean: 20000`` under ``max: 8000`` would draw 8,000 every
+time. A mean outside ``[min, max]``, or one clipping moves by more than
+:data:`MAX_CLIP_SHIFT` of itself, is refused as the scenario loads, with what
+clipping would leave. Within that tolerance ``mean`` keeps its meaning of a
+fitted, then truncated, shape (the ShareGPT presets below are such fits).
+
 ``lognormal`` is parameterised by the mean and standard deviation of the
 lengths themselves (what a dataset summary reports), not of their logarithm:
 σ² = ln(1 + std²/mean²), μ = ln(mean) − σ²/2.
@@ -37,6 +45,12 @@ PositiveInt = Annotated[int, Field(ge=1, le=_HARD_MAX)]
 #: Widest lognormal (std / mean) accepted: σ = √ln(1 + 1000²) ≈ 3.7 already puts the p99.99 some 10⁹ times
 #: the median; a std 10¹⁵⁴ times the mean left σ² = ln(1 + (std/mean)²) out of float range.
 MAX_LOGNORMAL_CV = 1000.0
+
+
+#: The largest share of its ``mean`` by which clipping to ``[min, max]`` may move a normal or lognormal's mean.
+#: A capacity figure off by more than a tenth is a different fleet; the ShareGPT input preset, a truncated fit,
+#: moves by 6 %. Rounding to whole numbers is not counted: it moves a mean by at most ½, whatever the shape.
+MAX_CLIP_SHIFT = 0.10
 
 
 def check_lognormal_width(mean: float, std: float) -> None:
@@ -133,6 +147,17 @@ class _Continuous(Bounded):
     def _degenerate(self) -> bool:
         return self.std == 0
 
+    def _check_shape(self) -> None:
+        """Refuse parameters the clipped mean cannot be computed from (none for a normal)."""
+
+    @model_validator(mode="after")
+    def _mean_survives_clipping(self) -> "_Continuous":
+        self._check_shape()
+        if self.max is not None and self.min > self.max:
+            return self     # Bounded says so
+        _check_clipped_mean(self)
+        return self
+
     def sample(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self._degenerate():
             return np.full(n, self._round_clip(np.float64(self.mean_)), dtype=np.int64)
@@ -142,6 +167,47 @@ class _Continuous(Bounded):
         if self._degenerate():
             return float(self._round_clip(np.float64(self.mean_)))
         return _rounded_clipped_mean(self._sf, self._clipped_mean, self.min, self._hi)
+
+
+def _check_clipped_mean(d: _Continuous) -> None:
+    """Refuse a mean that clipping to ``[min, max]`` moves out of recognition
+    (see the module's docstring). The test uses the continuous shape clipped,
+    in closed form: that is what clipping alone does (rounding is allowed for),
+    and it needs no scipy, whose import would cost every scenario load."""
+    mean, lo, hi = d.mean_, d.min, d._hi
+    if mean > hi:
+        raise ValueError(f"mean {_given(mean)} is above max {hi}; raise max or lower mean" if d.max is not None
+                         else f"mean {_given(mean)} is above {hi:,}, the longest length llmsim draws; lower mean")
+    if mean < lo:
+        raise ValueError(f"mean {_given(mean)} is below min {lo}; lower min or raise mean" if lo > 1
+                         else f"mean {_given(mean)} is below 1, the shortest length; raise mean")
+    if d._degenerate():
+        return      # every draw is the mean rounded, within ½ of it
+    clipped = d._clipped_mean(float(lo), float(hi))
+    if abs(clipped - mean) <= MAX_CLIP_SHIFT * mean:
+        return
+    if clipped > mean:      # the shape's low tail, lifted to min, outweighs its high one
+        where, fix = f"at min {lo}", "lower min or std" if lo > 1 else "lower std"
+    elif d.max is not None:
+        where, fix = f"at max {hi}", "raise max or lower std"
+    else:
+        where, fix = f"at {hi:,} (the longest length llmsim draws)", "lower std"
+    shift = (clipped - mean) / mean
+    by = f" ({shift:+.0%})" if abs(shift) < 10 else ""
+    raise ValueError(
+        f"clipping {where} moves the mean from {_given(mean)} to {_shown(clipped)}{by}, more than the "
+        f"{MAX_CLIP_SHIFT:.0%} llmsim accepts (mean and std describe the shape before clipping; draws are "
+        f"not re-centred): {fix}")
+
+
+def _given(x: float) -> str:
+    """A number the user wrote, as written (20000, not 2e+04)."""
+    return f"{x:.15g}"
+
+
+def _shown(x: float) -> str:
+    """A computed mean: whole numbers from 100 on, three figures below."""
+    return f"{x:,.0f}" if x >= 100 else f"{x:.3g}"
 
 
 def _rounded_clipped_mean(sf: Callable[[np.ndarray], np.ndarray],
@@ -174,13 +240,13 @@ class NormalLength(_Continuous):
             return _ndtr((self.mean_ - x) / self.std)
 
     def _clipped_mean(self, a: float, b: float) -> float:
+        # a·Φ(za) + μ·(Φ(zb) − Φ(za)) + s·(φ(za) − φ(zb)) + b·Φ(−zb), the φ's subtracted
+        # before scaling by s: a std far wider than [a, b] would otherwise cancel two huge terms.
         mu, s = self.mean_, self.std
         za = (a - mu) / s
-        out = a * _ndtr(za) + s * _phi(za)
-        if math.isinf(b):
-            return float(out + mu * _ndtr(-za))
-        zb = (b - mu) / s
-        return float(out + mu * (_ndtr(zb) - _ndtr(za)) - s * _phi(zb) + b * _ndtr(-zb))
+        zb = (b - mu) / s if not math.isinf(b) else math.inf
+        above = b * _ndtr1(-zb) if not math.isinf(b) else 0.0
+        return float(a * _ndtr1(za) + mu * (_ndtr1(zb) - _ndtr1(za)) + s * (_phi(za) - _phi(zb)) + above)
 
 
 class LognormalLength(_Continuous):
@@ -193,10 +259,8 @@ class LognormalLength(_Continuous):
 
     dist: Literal["lognormal"] = "lognormal"
 
-    @model_validator(mode="after")
-    def _not_too_wide(self) -> "LognormalLength":
+    def _check_shape(self) -> None:
         check_lognormal_width(self.mean_, self.std)
-        return self
 
     @property
     def log_params(self) -> tuple[float, float]:
@@ -219,14 +283,21 @@ class LognormalLength(_Continuous):
     def _clipped_mean(self, a: float, b: float) -> float:
         mu, s = self.log_params
         za = (math.log(a) - mu) / s
-        below = a * _ndtr(za)
-        body_lo = _ndtr(za - s)
+        below = a * _ndtr1(za)
+        body_lo = _ndtr1(za - s)
         if math.isinf(b):
             body, above = 1.0 - body_lo, 0.0
         else:
             zb = (math.log(b) - mu) / s
-            body, above = _ndtr(zb - s) - body_lo, b * _ndtr(-zb)
+            body, above = _ndtr1(zb - s) - body_lo, b * _ndtr1(-zb)
         return float(below + self.mean_ * body + above)
+
+
+def _ndtr1(x: float) -> float:
+    """The standard normal CDF of one number, from the standard library: the
+    closed-form clipped means need a few, and a scenario load should not pay
+    for scipy to get them."""
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
 
 
 def _ndtr(x):

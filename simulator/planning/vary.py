@@ -15,8 +15,9 @@ from typing import Any, Mapping, Sequence
 import yaml
 
 from ..errors import LlmsimError
-from ..scenario.overrides import repeated
-from ..scenario.variants import yaml_text
+from ..scenario.load import load_scenario
+from ..scenario.overrides import key_fault, repeated
+from ..scenario.variants import overlay_assignments, yaml_text
 from ..structured import parse_yaml
 from .point import check_overrides
 from .precheck import Run
@@ -110,7 +111,7 @@ def runs_to_check(axes: Sequence[Axis]) -> list[Run]:
     is named as the ``--vary`` it came from."""
     ends = [{a.key: v} for a in axes if a.is_range for v in a.bounds] or [{}]
     runs = [{**combo, **end} for combo in choices(axes) for end in ends]
-    return [Run(r, {k: f"--vary {k}={v}" for k, v in r.items()}) for r in runs]
+    return [Run(r, {k: f"--vary {k}={yaml_text(v)}" for k, v in r.items()}) for r in runs]
 
 
 def check_axes(scenario: str | Path, axes: Sequence[Axis], sets: Mapping[str, Any] | None = None) -> None:
@@ -121,4 +122,24 @@ def check_axes(scenario: str | Path, axes: Sequence[Axis], sets: Mapping[str, An
     their spellings against the scenario.)"""
     for a in axes:
         for v in (a.bounds if a.is_range else a.values):
-            check_overrides(scenario, {**(sets or {}), a.key: v}, f"--vary {a.key}={v}", varied=[a.key])
+            try:
+                check_overrides(scenario, {**(sets or {}), a.key: v}, f"--vary {a.key}={yaml_text(v)}",
+                                varied=[a.key])
+            except LlmsimError as e:
+                raise _fault_of_key(scenario, a, sets, e) or e from None
+
+
+def _fault_of_key(scenario: str | Path, axis: Axis, sets: Mapping[str, Any] | None,
+                  err: LlmsimError) -> LlmsimError | None:
+    """``err`` as the fault of the axis's key, if it is one: a key that names
+    nothing is wrong at every choice, so the error shows the ``--vary`` as
+    given (a choice or a range's end would read as the culprit) and the
+    nearest key that exists; None for a fault of the value."""
+    try:
+        base, _ = load_scenario(scenario, overlay_assignments(dict(sets or {})))
+    except LlmsimError:
+        return None     # then the axis is not what is wrong
+    fault = key_fault(base, axis.key, err)
+    if fault is None:
+        return None
+    return LlmsimError(fault.message, source=f"{scenario} (--vary {axis.text()})", key_path=fault.key_path)

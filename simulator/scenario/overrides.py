@@ -10,13 +10,22 @@ Since one key has several spellings (``pools.0.tp`` and ``pools.chat.tp``;
 ``pools.chat.engine`` holds ``pools.chat.engine.backend``), keys given
 together (``--set``, ``--vary``, a sweep's grid) are compared as the list
 items they resolve to (:func:`refuse_overlaps`), not as text.
+
+A key that names nothing is a slip of one letter more often than not, so
+its error names the nearest key or item that exists (:func:`no_item`,
+:func:`key_fault`), in one wording wherever the key was given.
 """
 from __future__ import annotations
 
+import difflib
+import types
+import typing
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
 import yaml
+from pydantic import BaseModel, BeforeValidator, PlainValidator, WrapValidator
+from pydantic.fields import FieldInfo
 
 from ..errors import LlmsimError
 from ..structured import parse_yaml
@@ -73,7 +82,100 @@ def _list_index(node: list, part: str, where: str) -> int:
     if part.isdigit():
         raise LlmsimError(f"index {int(part)} out of range (the list has {len(node)} items)", key_path=where)
     names = [str(it.get("name")) for it in node if isinstance(it, dict) and "name" in it]
-    raise LlmsimError(f"no item named {part!r}; names: {', '.join(names) or '(none)'}", key_path=where)
+    raise LlmsimError(no_item(part, names), key_path=where)
+
+
+def no_item(part: str, names: Sequence[str]) -> str:
+    """Why ``part`` addresses no item of a list whose items are ``names``, with the nearest name:
+    one wording whether ``--set``, ``--vary`` or a variant met it."""
+    near = difflib.get_close_matches(part, names, n=1)
+    hint = f" (did you mean {near[0]}?)" if near else ""
+    return f"no item named {part!r}{hint}; names: {', '.join(names) or '(none)'}"
+
+
+def key_fault(scenario: BaseModel, key: str, err: LlmsimError) -> Optional[LlmsimError]:
+    """``err``, met applying and validating ``key`` (a ``--set`` or ``--vary``
+    key path) on the valid ``scenario``, reworded as the fault of the key
+    whatever its value, with the nearest key that exists
+    (``pools.chat.replica``: did you mean ``pools.chat.replicas``?); None if
+    ``err`` is about something else. It is the key's fault only when the
+    key names nothing in ``scenario`` and ``err`` is about that very key path
+    (alone, or among the problems of a mapping the key brought in, such as
+    ``autoscaling`` lacking its required keys): a value cannot be wrong for a
+    key that does not exist, and the rest follows from it."""
+    wrong = _nothing_at(scenario, key)
+    if wrong is None:
+        return None
+    about = [err.key_path] if err.key_path else [ln.strip().partition(": ")[0] for ln in err.message.split("\n")[1:]]
+    return wrong if wrong.key_path in about else None
+
+
+def _nothing_at(scenario: BaseModel, key: str) -> Optional[LlmsimError]:
+    """What is wrong with ``key`` if it names nothing in ``scenario``, keyed
+    by the path validation would name (``pools[0].replica``); None if it
+    names something, or where it points depends on the value. The validated
+    scenario is walked, not its schema's annotations: a router's or an
+    arrival's settings depend on its type, which only the object knows."""
+    parts = key.split(".")
+    node: Any = scenario
+    cls: Optional[type[BaseModel]] = None   # where the scenario holds nothing yet (autoscaling: null)
+    shown: list[str] = []                   # the key path as validation names it: pools[0].replica
+    for i, part in enumerate(parts):
+        if cls is None and isinstance(node, (list, tuple)):
+            names = [it.name for it in node if isinstance(getattr(it, "name", None), str)]
+            if part.isdigit() and int(part) < len(node):
+                idx = int(part)
+            elif part in names:
+                idx = next(j for j, it in enumerate(node) if getattr(it, "name", None) == part)
+            elif part.isdigit() or part.startswith("-"):
+                return None     # an index: apply_override says what is wrong with it
+            else:
+                return LlmsimError(no_item(part, names), key_path=".".join(parts[: i + 1]))
+            node = node[idx]
+            shown[-1:] = [f"{shown[-1] if shown else ''}[{idx}]"]
+            continue
+        model = cls or (type(node) if isinstance(node, BaseModel) else None)
+        if model is None or model.model_config.get("extra") != "forbid":
+            return None     # a mapping of free keys, a plain value, or a model taking any key
+        names = _keys(model)
+        if part not in names:
+            near = difflib.get_close_matches(part, list(names), n=1)
+            hint = f"did you mean {'.'.join([*parts[:i], near[0]])}? " if near else "check the spelling; "
+            return LlmsimError(f"unknown key ({hint}see `llmsim schema`)", key_path=".".join([*shown, part]))
+        shown.append(part)
+        if cls is None:
+            node = getattr(node, names[part])
+            if node is not None:
+                continue
+        cls = _plain_model(model.model_fields[names[part]])
+        if cls is None:
+            return None
+    return None
+
+
+def _keys(model: type[BaseModel]) -> dict[str, str]:
+    """The keys a file may write in ``model`` (aliases where given), each to its field's name."""
+    out = {}
+    for name, f in model.model_fields.items():
+        out[f.alias or name] = name
+        if model.model_config.get("populate_by_name") or model.model_config.get("validate_by_name"):
+            out[name] = name
+    return out
+
+
+def _plain_model(field: FieldInfo) -> Optional[type[BaseModel]]:
+    """The one model a field (``Optional[M]``) holds, None if it may hold several or a
+    validator builds it (which type a mapping becomes is then the validator's to say)."""
+    if field.discriminator is not None or any(
+            isinstance(m, (BeforeValidator, WrapValidator, PlainValidator)) for m in field.metadata):
+        return None
+    annotation = field.annotation
+    args = [a for a in typing.get_args(annotation) if a is not type(None)]
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType) and len(args) == 1:
+        annotation = args[0]
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel) and not annotation.__pydantic_root_model__:
+        return annotation
+    return None
 
 
 def _item_index(node: list, part: str) -> Optional[int]:

@@ -1,0 +1,105 @@
+"""A ``--vary`` (or ``--set``) key that names nothing: the whole axis as given, and the nearest key.
+
+``--vary pools.chat.replica=1..2`` once said ``(--vary pools.chat.replica=1)``:
+the range's low end, as if the value were at fault, and no hint of
+``replicas``. A key that names nothing is wrong at every value, so the
+message shows the axis as typed and the key meant; a fault of one value
+still names that value.
+"""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from simulator.errors import LlmsimError
+from simulator.scenario.load import load_scenario
+from simulator.scenario.overrides import _nothing_at, key_fault, no_item
+import test_plan_bad_choices
+from test_plan_bad_choices import refused
+from test_sweep import write_tiny_scenario
+
+no_runs = test_plan_bad_choices.no_runs     # the fixture that fails a test if any point is simulated
+
+SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml"))
+
+
+@pytest.mark.parametrize("vary, fragments", [
+    ("pools.chat.replica=1..2",
+     ["(--vary pools.chat.replica=1..2)", "pools[0].replica: unknown key (did you mean pools.chat.replicas?"]),
+    ("pools.0.replica=1..2", ["(--vary pools.0.replica=1..2)", "did you mean pools.0.replicas?"]),
+    ("pools.caht.replicas=1..2",
+     ["(--vary pools.caht.replicas=1..2)", "pools.caht: no item named 'caht' (did you mean chat?); names: chat"]),
+    ("pools.chat.autoscaling.max_replica=1..2",     # under a key the scenario leaves unset
+     ["(--vary pools.chat.autoscaling.max_replica=1..2)", "did you mean pools.chat.autoscaling.max_replicas?"]),
+    ("pools.chat.replicas=1..2 --vary pools.chat.tpp=1,2",
+     ["(--vary pools.chat.tpp=1,2)", "did you mean pools.chat.tp?"]),
+    ("pools.chat.replicas=1..2 --vary workload.input_tokens.maen=100,200",
+     ["(--vary workload.input_tokens.maen=100,200)", "workload.input_tokens.maen: unknown key "
+                                                     "(did you mean workload.input_tokens.mean?"]),
+    ("pools.chat.zzzz=1..2", ["(--vary pools.chat.zzzz=1..2)", "pools[0].zzzz: unknown key (check the spelling; "]),
+])
+def test_a_varied_key_that_names_nothing_shows_the_axis_and_the_nearest_key(tmp_path, cli, no_runs, vary, fragments):
+    out = tmp_path / "plan"
+    r = cli("plan", write_tiny_scenario(tmp_path), "-o", out, *(a for v in vary.split(" --vary ") for a in ("--vary", v)))
+    refused(r, *fragments)
+    assert "=1)" not in r.err and "=100)" not in r.err
+    assert not out.exists()
+
+
+def test_a_fault_of_one_value_still_names_that_value(tmp_path, cli, no_runs):
+    r = cli("plan", write_tiny_scenario(tmp_path), "--vary", "pools.chat.replicas=1..2", "--vary",
+            "pools.chat.router=least_outstanding,{type: prefix_aware, load_wieght: 4}")
+    refused(r, "(--vary pools.chat.router={load_wieght: 4, type: prefix_aware})", "load_wieght: unknown key")
+
+
+def test_set_and_vary_name_a_missing_list_item_alike(tmp_path, cli, no_runs):
+    path = write_tiny_scenario(tmp_path)
+    by_set = cli("run", path, "--set", "pools.caht.replicas=2")
+    by_vary = cli("plan", path, "--vary", "pools.caht.replicas=1..2")
+    expected = "pools.caht: " + no_item("caht", ["chat"])
+    assert expected in by_set.err and expected in by_vary.err
+    assert "(did you mean chat?)" in expected
+
+
+@pytest.fixture(scope="module")
+def tiny(tmp_path_factory):
+    sc, _ = load_scenario(write_tiny_scenario(tmp_path_factory.mktemp("tiny")))
+    return sc
+
+
+def test_a_value_fault_at_an_existing_key_is_not_the_keys(tiny):
+    err = LlmsimError("Input should be greater than or equal to 1 (got 0)", key_path="pools[0].replicas")
+    assert key_fault(tiny, "pools.chat.replicas", err) is None
+    # the key names nothing, but the error is about another key: not reworded
+    assert key_fault(tiny, "pools.chat.replica", err) is None
+    err = LlmsimError("unknown key (check the spelling; see `llmsim schema`)", key_path="pools[0].replica")
+    assert "did you mean pools.chat.replicas?" in key_fault(tiny, "pools.chat.replica", err).message
+
+
+def test_settings_that_depend_on_a_type_are_left_to_validation(tiny):
+    """The tiny pool's router is least_outstanding; a prefix_aware router has load_weight. Whether a
+    router or arrival has a key is the validated object's to say, and a mapping of free keys has any key."""
+    assert _nothing_at(tiny, "pools.chat.router.type") is None
+    assert _nothing_at(tiny, "workload.arrival.rate_per_s") is None
+    assert _nothing_at(tiny, "slo.ttft_p95_ms") is None
+    assert _nothing_at(tiny, "pools.5.replicas") is None      # an index out of range: apply_override says so
+
+
+def _key_paths(node, prefix=()):
+    """Every key path of a scenario as dumped (list items by position)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield (*prefix, str(k))
+            yield from _key_paths(v, (*prefix, str(k)))
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            yield (*prefix, str(i))
+            yield from _key_paths(v, (*prefix, str(i)))
+
+
+@pytest.mark.parametrize("path", SCENARIOS, ids=lambda p: p.name)
+def test_no_key_a_scenario_has_is_called_unknown(path):
+    sc, _ = load_scenario(path)
+    for parts in _key_paths(sc.model_dump(mode="json", by_alias=True)):
+        assert _nothing_at(sc, ".".join(parts)) is None, parts
