@@ -147,3 +147,48 @@ def test_a_boolean_baseline_figure_is_refused(tmp_path, cli, scenario):
     (folder / baseline_file_name(NAME)).write_text(json.dumps({"p99_ttft_ms": True}))
     r = cli("check", scenario, "--baseline", folder)
     assert r.code == 2 and "p99_ttft_ms" in r.err and "expected a number or null" in r.err
+
+
+# --- llmsim compare: run folders, their scenario.yaml, --min-change ---------------------
+
+
+def _folder(tmp_path, name: str, scenario: str | None = None):
+    folder = tmp_path / name
+    folder.mkdir()
+    (folder / "results.json").write_text(json.dumps(RESULTS))
+    if scenario is not None:
+        (folder / "scenario.yaml").write_text(scenario)
+    return folder
+
+
+def test_a_folder_without_results_is_refused(tmp_path, cli):
+    good = _folder(tmp_path, "good")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    for args in ((good, empty), (empty, good)):
+        _refused(cli("compare", *args), f"{empty}: a folder without results.json",
+                 "expected a run folder (`llmsim run -o DIR`) or a results.json file")
+    ladder = tmp_path / "ladder"
+    ladder.mkdir()
+    (ladder / "ladder.json").write_text("{}")
+    _refused(cli("compare", good, ladder), f"{ladder}: a folder without results.json (a ladder's folder: name one "
+                                           "of its steps' folders)")
+
+
+@pytest.mark.parametrize("text, fragment", [
+    ("name: [unclosed\n", "invalid YAML at line"),
+    ("- a\n- b\n", "expected the scenario as run (a mapping of scenario keys, as `llmsim run -o` writes it), got list"),
+], ids=["invalid", "a-list"])
+def test_a_broken_scenario_yaml_beside_the_results_is_refused(tmp_path, cli, text, fragment):
+    """It would say which inputs differ: read wrong, it would say so wrongly."""
+    good = _folder(tmp_path, "good", "name: small\n")
+    bad = _folder(tmp_path, "bad", text)
+    for args in ((good, bad), (bad / "results.json", good), (good, bad, "--json")):
+        _refused(cli("compare", *args), f"{bad / 'scenario.yaml'}: ", fragment)
+
+
+@pytest.mark.parametrize("value", ["inf", "-1", "nan", "lots"])
+def test_a_min_change_that_is_not_a_percentage_is_refused(tmp_path, cli, value):
+    a = _folder(tmp_path, "a")
+    r = cli("compare", a, a, "--min-change", value)
+    assert r.code == 2 and "Traceback" not in r.err and "--min-change" in r.err, r.err

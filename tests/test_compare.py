@@ -1,13 +1,18 @@
-"""`llmsim compare A.json B.json` and the flattening and direction rules under it."""
+"""`llmsim compare A B` and the flattening and direction rules under it
+(every declared key's direction: tests/test_compare_directions.py)."""
 from __future__ import annotations
 
 import copy
 import json
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from helpers_whatif import write_scenario
-from simulator.report.diff import diff, flatten, worse_direction
+from simulator.cli.app import results_fields
+from simulator.fields import declare_results
+from simulator.report.diff import change, diff, flatten, worse_direction
 
 RESULTS = {
     "completed": 100, "failed": 0, "request_throughput": 10.0, "p99_ttft_ms": 200.0, "median_tpot_ms": 8.0,
@@ -18,6 +23,12 @@ RESULTS = {
     "llmsim": {"gpus": 2, "wall_time_s": 0.5, "cost": {"monthly_usd": 4000.0, "window_s": 10.0,
                                                        "pools": [{"name": "chat", "usd": 1.0}, {"name": "code", "usd": 2.0}]}},
 }
+
+
+@pytest.fixture(autouse=True)
+def declared():
+    """Directions come from results.json's declarations, which the command line names."""
+    declare_results(results_fields)
 
 
 def write(tmp_path, name, obj):
@@ -38,6 +49,12 @@ def test_flatten_keys_named_items_by_name_and_others_by_index():
     ("slo.met", -1), ("slo.goodput.attainment.ttft", -1), ("llmsim.prefix_cache.token_hit_rate", -1),
     ("slo.targets.ttft_p99_ms.target_ms", 0), ("slo.goodput.thresholds_ms.ttft", 0), ("total_input_tokens", 0),
     ("llmsim.cost.window_s", 0), ("llmsim.seed", 0), ("duration", 0),
+    # power is worse up; sessions and requests per GPU are worse down; prices given are inputs
+    ("llmsim.energy.pools.chat.busy_w_per_gpu", 1), ("llmsim.energy.pools.chat.mean_w_per_gpu", 1),
+    ("llmsim.energy.co2e_kg_per_month", 1), ("llmsim.cost.sessions_per_gpu_mean", -1),
+    ("llmsim.cost.requests_per_gpu_second", -1), ("llmsim.cost.api.prices.input_usd_per_million", 0),
+    ("llmsim.cost.power.usd_per_kwh", 0), ("llmsim.cost.pools.chat.usd_per_gpu_hour", 0),
+    ("llmsim.load.overloaded", 1), ("llmsim.replicates.slo_targets_met.ttft_p99_ms", -1),
 ])
 def test_which_way_is_worse(key, direction):
     assert worse_direction(key) == direction
@@ -93,6 +110,10 @@ def test_compare_table_of_two_real_runs(tmp_path, cli, monkeypatch):
     assert cli("run", sc, "-o", tmp_path / "two", "--no-plots", "--set", "pools.main.replicas=2").code == 0
     r = cli("compare", tmp_path / "one" / "results.json", tmp_path / "two" / "results.json")
     assert r.code == 0, r.err
+    # the folders name the same results; their scenario.yaml files say what was changed, before the figures
+    assert cli("compare", tmp_path / "one", tmp_path / "two").out == r.out
+    assert r.out.startswith("inputs that differ (scenario.yaml, A → B): 1\n  pools.main.replicas: 1 → 2\n")
+    assert "warning" not in r.err
     lines = {line.split("│")[1].strip(): line for line in r.out.splitlines() if line.count("│") > 4}
     assert "worse" in lines["llmsim.cost.monthly_usd"] and "+100.0%" in lines["llmsim.cost.monthly_usd"]
     assert "better" in lines["median_ttft_ms"]
@@ -161,3 +182,160 @@ def test_lists_a_real_results_file_holds_compare_as_lists(tmp_path, cli):
     rows = {c["key"]: c for c in out["changes"]}
     key = "llmsim.error_model.metrics.ttft.widened"
     assert rows[key]["a"] == [] and rows[key]["b"] == ["isl"] and rows[f"{key}.0"]["b"] == "isl"
+
+
+# --- noise: a move that shows as 0.0 % ------------------------------------------------
+
+
+def _nudged():
+    """RESULTS with moves too small to show at one decimal, and one that shows."""
+    b = copy.deepcopy(RESULTS)
+    b["p99_ttft_ms"] = 200.06                 # +0.03 %
+    b["request_throughput"] = 9.996           # -0.04 %
+    b["completed"] = 101                      # +1 %
+    return b
+
+
+def _rows(out: str) -> dict[str, str]:
+    return {line.split("│")[1].strip(): line for line in out.splitlines() if line.count("│") > 4}
+
+
+def test_a_move_that_shows_as_zero_is_not_called_worse(tmp_path, cli, monkeypatch):
+    from simulator.cli.output import console
+
+    monkeypatch.setattr(console, "width", 160)
+    a_file, b_file = write(tmp_path, "a.json", RESULTS), write(tmp_path, "b.json", _nudged())
+    r = cli("compare", a_file, b_file, "--all")
+    assert r.code == 0, r.err
+    rows = _rows(r.out)
+    assert "worse" not in rows["p99_ttft_ms"] and "better" not in rows["request_throughput"]
+    assert rows["p99_ttft_ms"].split("│")[5].strip() == "0.0%"
+    assert "+1.0% better" in rows["completed"]
+    assert "-0.0%" not in r.out and "+0.0%" not in r.out
+    assert "1 keys differ: 0 worse, 1 better" in r.out
+    assert "2 key(s) moved by less than 0.05% and count as unchanged (--min-change)" in r.out
+    out = cli("compare", a_file, b_file, "--json").json()
+    assert [c["key"] for c in out["changes"]] == ["completed"] and out["min_change_pct"] == 0.05
+
+
+def test_min_change_sets_the_threshold(tmp_path, cli, monkeypatch):
+    from simulator.cli.output import console
+
+    monkeypatch.setattr(console, "width", 160)
+    a_file, b_file = write(tmp_path, "a.json", RESULTS), write(tmp_path, "b.json", _nudged())
+    every = cli("compare", a_file, b_file, "--min-change", "0")
+    rows = _rows(every.out)
+    assert "+0.03% worse" in rows["p99_ttft_ms"] and "-0.04% worse" in rows["request_throughput"]
+    assert "3 keys differ: 2 worse, 1 better" in every.out and "count as unchanged" not in every.out
+    coarse = cli("compare", a_file, b_file, "--min-change", "5", "--json").json()
+    assert coarse["changes"] == [] and coarse["min_change_pct"] == 5
+    r = cli("compare", a_file, b_file, "--min-change", "5")
+    assert r.code == 0 and "no differences" in r.out and "3 key(s) moved by less than 5%" in r.out
+
+
+@settings(max_examples=300, deadline=None)
+@given(a=st.floats(1e-6, 1e9), factor=st.floats(0.5, 2.0),
+       min_change=st.sampled_from([0.0, 0.0005, 0.01]), key=st.sampled_from(["p99_ttft_ms", "request_throughput"]))
+def test_a_marked_move_always_shows_as_one(a, factor, min_change, key):
+    """Never "-0.0% worse": a move marked worse or better is at least the
+    threshold, and its change column shows digits that are not zero."""
+    from simulator.cli.compare import _rel
+
+    c = change(key, a, a * factor, min_change)
+    shown = _rel(c)
+    assert shown not in ("+0.0%", "-0.0%")
+    if c.worse is not None:
+        assert c.changed and abs(c.rel) >= min_change
+        assert shown != "0.0%" and (c.worse == (c.delta > 0)) == (key == "p99_ttft_ms")
+    if shown == "0.0%":
+        assert c.worse is None
+
+
+# --- run folders, scenarios and their inputs ------------------------------------------
+
+
+def _run_folder(tmp_path, name: str, results: dict, scenario: str | None = None):
+    folder = tmp_path / name
+    folder.mkdir()
+    write(folder, "results.json", results)
+    if scenario is not None:
+        (folder / "scenario.yaml").write_text(scenario)
+    return folder
+
+
+SCENARIO_AS_RUN = """\
+# the scenario as run: small
+name: small
+seed: 3
+workload: {num_requests: 300}
+pools:
+- name: main
+  model: llama-3-8b
+  replicas: 1
+  engine: {kv_dtype: fp8}
+"""
+
+
+def test_a_run_folder_is_compared_as_its_results_json(tmp_path, cli):
+    b = copy.deepcopy(RESULTS)
+    b["p99_ttft_ms"] = 250.0
+    one = _run_folder(tmp_path, "one", RESULTS)
+    two = _run_folder(tmp_path, "two", b)
+    by_folder = cli("compare", one, two, "--json").json()
+    by_file = cli("compare", one / "results.json", two / "results.json", "--json").json()
+    assert by_folder == by_file and by_folder["b"] == str(two / "results.json")
+    assert by_folder["inputs"] is None          # neither folder holds scenario.yaml
+    mixed = cli("compare", one, two / "results.json")
+    assert mixed.code == 0 and "inputs" not in mixed.out
+
+
+def test_the_inputs_that_differ_come_before_the_figures(tmp_path, cli):
+    b = copy.deepcopy(RESULTS)
+    b["p99_ttft_ms"] = 250.0
+    changed = SCENARIO_AS_RUN.replace("replicas: 1", "replicas: 2").replace("  engine: {kv_dtype: fp8}\n", "")
+    one = _run_folder(tmp_path, "one", RESULTS, SCENARIO_AS_RUN)
+    two = _run_folder(tmp_path, "two", b, changed.replace("seed: 3", "seed: 3\ndescription: '[red]x'"))
+    r = cli("compare", one, two)
+    assert r.code == 0, r.err
+    assert r.out.splitlines()[:4] == ["inputs that differ (scenario.yaml, A → B): 3",
+                                      "  pools.main.replicas: 1 → 2",
+                                      "  pools.main.engine.kv_dtype: fp8 → not set",
+                                      "  description: not set → [red]x"]      # text, not markup
+    assert r.out.index("inputs that differ") < r.out.index("headline")
+    out = cli("compare", one, two, "--json").json()
+    assert {"key": "pools.main.replicas", "a": 1, "b": 2} in out["inputs"]
+    same = cli("compare", one, _run_folder(tmp_path, "three", b, SCENARIO_AS_RUN))
+    assert same.out.startswith("inputs: A's and B's scenario.yaml are the same\n")
+    assert cli("compare", one, one, "--json").json()["inputs"] == []
+
+
+@pytest.mark.parametrize("names, warned", [(("assistant", "chatbot"), True), (("chatbot", "chatbot"), False),
+                                           (("chatbot", None), False)])
+def test_runs_of_different_scenarios_are_named_in_a_warning(tmp_path, cli, names, warned):
+    files = []
+    for i, name in enumerate(names):
+        r = copy.deepcopy(RESULTS)
+        if name is None:
+            del r["llmsim"]        # a vllm bench serve result records no scenario
+        else:
+            r["llmsim"]["scenario"] = name
+        files.append(write(tmp_path, f"{i}.json", r))
+    r = cli("compare", *files)
+    assert r.code == 0, r.err
+    if warned:
+        assert r.err.strip().splitlines() == ["warning: A is a run of scenario 'assistant' and B of 'chatbot': the "
+                                              "figures below compare two workloads, not one change"]
+    else:
+        assert r.err == ""
+    out = cli("compare", *files, "--json").json()
+    assert out["scenarios"] == {"a": names[0], "b": names[1]} and bool(out["warnings"]) == warned
+
+
+def test_the_audits_falling_power_draw_is_better(tmp_path, cli):
+    a, b = copy.deepcopy(RESULTS), copy.deepcopy(RESULTS)
+    a["llmsim"]["energy"] = {"pools": {"chat": {"busy_w_per_gpu": 693.5, "idle_w": 70.0}}}
+    b["llmsim"]["energy"] = {"pools": {"chat": {"busy_w_per_gpu": 673.3, "idle_w": 60.0}}}
+    rows = {c["key"]: c for c in cli("compare", write(tmp_path, "a.json", a), write(tmp_path, "b.json", b),
+                                     "--json").json()["changes"]}
+    assert rows["llmsim.energy.pools.chat.busy_w_per_gpu"]["worse"] is False
+    assert rows["llmsim.energy.pools.chat.idle_w"]["worse"] is None       # the GPU profile's, an input

@@ -1,26 +1,35 @@
-"""``llmsim compare A.json B.json``: what changed between two results, side by side.
+"""``llmsim compare A B``: what changed between two results, side by side.
 
 Read as "from A to B": deltas are B − A, and a move in the bad direction
-(a latency or cost up, a throughput or attainment down) is red, a good one
-green. The headline figures come first, moved or not (the product's and
-the simulated fleet's cost and GPUs, whether it keeps up, TTFT/TPOT/E2EL
-percentiles, throughput, request counts, SLO verdicts); the other keys
-that moved are counted, and listed with ``--all``, which also shows the
-keys that did not move and the machine's wall time. Time series
+(a latency, a cost or the power drawn up, a throughput or attainment
+down) is red, a good one green. A and B are results.json files or the run
+folders holding them. Before the figures: a warning when A and B ran
+different scenarios, and, when both folders hold the scenario as run
+(scenario.yaml), the inputs that differ, so that a move can be read
+against its cause. The headline figures come next, moved or not (the
+product's and the simulated fleet's cost and GPUs, whether it keeps up,
+TTFT/TPOT/E2EL percentiles, throughput, request counts, SLO verdicts);
+the other keys that moved are counted, and listed with ``--all``, which
+also shows the keys that did not move and the machine's wall time. A move
+smaller than ``--min-change`` (by default one that shows as 0.0 %) counts
+as none: two runs of a change that does nothing differ by such moves, and
+calling them worse sends the reader after noise. Time series
 (``gpu_timeline``, ``monthly_hourly``) are one line each, not a key per point.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 import typer
 from rich.table import Table
+from rich.text import Text
 
 from ..errors import LlmsimError, first_few
-from ..report.diff import Change, diff, flatten, read_results, worse_direction
-from .app import app
+from ..report.diff import NOISE_KEYS, Change, diff, flatten, is_verdict, read_results, worse_direction
+from .app import app, err_console
 from .output import console, fmt, print_json
 
 _TEXT_WIDTH = 14
@@ -44,12 +53,17 @@ def _style(c: Change) -> str:
 
 def _rel(c: Change) -> str:
     """+12.3%, or ×25 once a value has grown tenfold (a percentage in the
-    thousands reads as noise)."""
+    thousands reads as noise). A move too small for one decimal reads
+    "0.0%" when it counts as none, and gets the digits that show it when
+    ``--min-change`` lets it count: never a "-0.0% worse"."""
     if c.rel is None or not math.isfinite(c.rel):
         return "not a number" if _figure_beside_block(c) else "—"
     if c.rel >= 9:
         return f"×{1 + c.rel:,.0f}"
-    return f"{100 * c.rel:+.1f}%"
+    shown = f"{100 * c.rel:+.1f}%"
+    if shown in ("+0.0%", "-0.0%"):
+        return f"{100 * c.rel:+.2g}%" if c.changed else "0.0%"
+    return shown
 
 
 def _figure_beside_block(c: Change) -> bool:
@@ -97,14 +111,28 @@ def _series(changes: list[Change]) -> list[Change]:
 
 
 def _a_figure(key: str, v: Any) -> bool:
-    """Null is llmsim's "not measured"; booleans are verdicts (``slo.met``); an
-    empty mapping or list is a block with no entries (no classes, no
-    attainments), which the table shows as a block, as it does one with entries."""
+    """Null is llmsim's "not measured"; booleans are verdicts (``slo.met``,
+    ``llmsim.load.overloaded``); an empty mapping or list is a block with no
+    entries (no classes, no attainments), which the table shows as a block,
+    as it does one with entries."""
     if v is None or isinstance(v, (Mapping, list)) and not v:
         return True
     if isinstance(v, bool):
-        return key.rpartition(".")[2] == "met"
+        return is_verdict(key)
     return isinstance(v, (int, float)) and math.isfinite(v)
+
+
+def results_file(path: Path) -> Path:
+    """The results.json a path names: the file itself, or the one in a run
+    folder (what ``llmsim run -o`` and each ladder step write), as ``llmsim
+    report`` takes the folder."""
+    if not path.is_dir():
+        return path
+    if (path / "results.json").is_file():
+        return path / "results.json"
+    ladder = " (a ladder's folder: name one of its steps' folders)" if (path / "ladder.json").is_file() else ""
+    raise LlmsimError(f"a folder without results.json{ladder}; expected a run folder (`llmsim run -o DIR`) "
+                      "or a results.json file", source=path)
 
 
 def read_compared(path: Path) -> dict[str, Any]:
@@ -115,7 +143,7 @@ def read_compared(path: Path) -> dict[str, Any]:
     data = read_results(path)
     for key, v in flatten(data).items():
         if worse_direction(key) and not _a_figure(key, v):
-            verdict = key.rpartition(".")[2] == "met"
+            verdict = is_verdict(key)
             want = "true, false or null (a verdict)" if verdict else "a finite number or null (a figure)"
             raise LlmsimError(f"expected {want}, got {v!r}: compare ranks this key better or worse",
                               source=path, key_path=key)
@@ -123,7 +151,9 @@ def read_compared(path: Path) -> dict[str, Any]:
 
 
 def compare_table(a: Path, b: Path, changes: list[Change], title: str = "") -> Table:
-    t = Table(title=title or f"A = {a}\nB = {b}", title_justify="left")
+    """A, B, B − A and the change per key; paths, keys and values as text (a
+    pool named ``[red]`` is a name, not markup)."""
+    t = Table(title=Text(title or f"A = {a}\nB = {b}"), title_justify="left")
     t.add_column("key", style="bold", overflow="fold")
     for name in ("A", "B"):     # text values (a monthly basis, a note) are cut, numbers never are this long
         t.add_column(name, justify="right", max_width=_TEXT_WIDTH, no_wrap=True, overflow="ellipsis")
@@ -133,27 +163,119 @@ def compare_table(a: Path, b: Path, changes: list[Change], title: str = "") -> T
         style = _style(c)
         mark = {True: " worse", False: " better"}.get(c.worse, "")
         delta = "—" if c.delta is None else fmt(c.delta)
-        t.add_row(c.key, _value(c.a), _value(c.b), delta, _rel(c) + mark, style=style or None)
+        t.add_row(Text(c.key), Text(_value(c.a)), Text(_value(c.b)), delta, _rel(c) + mark, style=style or None)
     return t
 
 
+#: The default ``--min-change``, in percent: a move that the change column would show as 0.0 %.
+MIN_CHANGE_PCT = 0.05
+#: Inputs listed before the figures; the JSON holds them all.
+_INPUTS_SHOWN = 12
+_NOT_SET = object()
+
+
+def scenario_name(results: Mapping[str, Any]) -> Optional[str]:
+    """The scenario a results.json records (``llmsim.scenario``); None for a
+    file that records none (``vllm bench serve``'s)."""
+    llmsim = results.get("llmsim")
+    name = llmsim.get("scenario") if isinstance(llmsim, Mapping) else None
+    return name if isinstance(name, str) else None
+
+
+def scenario_as_run(results_path: Path) -> Optional[dict[str, Any]]:
+    """The scenario.yaml ``llmsim run -o`` writes beside results.json (the
+    file with its variants and ``--set`` applied), or None where there is none."""
+    p = results_path.parent / "scenario.yaml"
+    if not p.exists() and not p.is_symlink():
+        return None
+    from ..profiles.loader import read_structured
+
+    data = read_structured(p, what="scenario file")
+    if not isinstance(data, dict):
+        raise LlmsimError(f"expected the scenario as run (a mapping of scenario keys, as `llmsim run -o` writes "
+                          f"it), got {type(data).__name__}", source=p)
+    return data
+
+
+def inputs_that_differ(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
+    """(key, A's value, B's value) for each scenario key set differently,
+    dotted as ``--set`` spells them; a key one file does not set is ``_NOT_SET`` there."""
+    fa, fb = flatten(a), flatten(b)
+    keys = list(fa) + [k for k in fb if k not in fa]
+    return [(k, fa.get(k, _NOT_SET), fb.get(k, _NOT_SET)) for k in keys
+            if fa.get(k, _NOT_SET) != fb.get(k, _NOT_SET)]
+
+
+def _input_value(v: Any) -> str:
+    if v is _NOT_SET:
+        return "not set"
+    text = "null" if v is None else _value(v) if isinstance(v, (bool, int, float)) else " ".join(str(v).split())
+    return text if len(text) <= 40 else text[:39] + "…"
+
+
+def _print_inputs(inputs: list[tuple[str, Any, Any]]) -> None:
+    if not inputs:
+        console.print("inputs: A's and B's scenario.yaml are the same")
+        return
+    console.print(f"inputs that differ (scenario.yaml, A → B): {len(inputs)}")
+    for k, va, vb in inputs[:_INPUTS_SHOWN]:
+        console.print(Text(f"  {k}: {_input_value(va)} → {_input_value(vb)}"))
+    if len(inputs) > _INPUTS_SHOWN:
+        console.print(f"  and {len(inputs) - _INPUTS_SHOWN} more (--json lists them)")
+
+
+def _unchanged_moves(every: list[Change]) -> int:
+    """Keys that moved by less than --min-change: not counted, but said."""
+    return sum(1 for c in every if not c.key.startswith(SERIES) and c.key not in NOISE_KEYS
+               and not c.changed and dataclasses.replace(c, min_change=0.0).changed)
+
+
 @app.command("compare")
-def compare(a: Path = typer.Argument(..., help="results.json of the first run (A)"),
-            b: Path = typer.Argument(..., help="results.json of the second run (B)"),
+def compare(a: Path = typer.Argument(..., help="the first run (A): its folder (llmsim run -o), its results.json, "
+                                              "or a vllm bench serve result"),
+            b: Path = typer.Argument(..., help="the second run (B), as A"),
             all_: bool = typer.Option(False, "--all", help="also show keys that did not change, and wall times"),
+            min_change: float = typer.Option(
+                MIN_CHANGE_PCT, "--min-change", min=0.0, metavar="PCT",
+                help="a key that moved by less than PCT percent counts as unchanged (the default: a move "
+                     "shown as 0.0%); 0 counts every move"),
             json: bool = typer.Option(False, "--json", help="print the differences as JSON"),
             ) -> None:
-    """Show how two results.json files differ: A, B, B − A and % change per key."""
+    """Show how two runs' results differ: A, B, B − A and % change per key, worse moves in red."""
+    if not math.isfinite(min_change):
+        raise LlmsimError(f"expected a finite percentage such as 0.05 (got {min_change!r})", key_path="--min-change")
+    a, b = results_file(a), results_file(b)
     ra, rb = read_compared(a), read_compared(b)
-    every = diff(ra, rb, include_unchanged=True)
+    sa, sb = scenario_as_run(a), scenario_as_run(b)
+    inputs = inputs_that_differ(sa, sb) if sa is not None and sb is not None else None
+    names = scenario_name(ra), scenario_name(rb)
+    warnings = []
+    if None not in names and names[0] != names[1]:
+        warnings.append(f"A is a run of scenario {names[0]!r} and B of {names[1]!r}: the figures below compare "
+                        "two workloads, not one change")
+    for w in warnings:
+        err_console.print(Text.assemble(("warning:", "yellow"), f" {w}"))
+    rel = min_change / 100
+    every = diff(ra, rb, include_unchanged=True, min_change=rel)
     head = _headline_keys(every)
     if json:
-        changes = diff(ra, rb, include_unchanged=all_)
-        print_json({"a": str(a), "b": str(b), "headline": head, "changes": [c.as_dict() for c in changes]})
+        changes = diff(ra, rb, include_unchanged=all_, min_change=rel)
+        print_json({"a": str(a), "b": str(b), "scenarios": {"a": names[0], "b": names[1]}, "warnings": warnings,
+                    "inputs": None if inputs is None else [
+                        {"key": k, "a": None if va is _NOT_SET else va, "b": None if vb is _NOT_SET else vb}
+                        for k, va, vb in inputs],
+                    "min_change_pct": min_change, "headline": head, "changes": [c.as_dict() for c in changes]})
         return
-    changes = [c for c in diff(ra, rb, include_unchanged=all_) if not c.key.startswith(SERIES)]
+    if inputs is not None:
+        _print_inputs(inputs)
+    changes = [c for c in diff(ra, rb, include_unchanged=all_, min_change=rel) if not c.key.startswith(SERIES)]
+    small = _unchanged_moves(every)
+    below = f"{small} key(s) moved by less than {min_change:g}% and count as unchanged (--min-change)"
     if not changes and not any(c.changed for c in _series(every)):
-        console.print(f"no differences between {a} and {b}" + ("" if all_ else " (besides wall times; see --all)"))
+        console.print(f"no differences between {a} and {b}" + ("" if all_ else " (besides wall times; see --all)"),
+                      markup=False)
+        if small:
+            console.print(below)
         return
     by_key = {c.key: c for c in every}
     console.print(compare_table(a, b, [by_key[k] for k in head], title=f"A = {a}\nB = {b}\nheadline"))
@@ -166,7 +288,9 @@ def compare(a: Path = typer.Argument(..., help="results.json of the first run (A
     console.print(f"{len(moved)} keys differ: [red]{worse} worse[/], [green]{better} better[/], "
                   f"{len(moved) - worse - better} without a direction"
                   + ("" if all_ else f"; {len([c for c in rest if c.changed])} beyond the headline: --all lists them"))
+    if small:
+        console.print(below)
     unranked = [c.key for c in moved if _figure_beside_block(c)]
     if unranked:
         console.print("not compared, a number in one file and a list or an object in the other: "
-                      + first_few(unranked, 6))
+                      + first_few(unranked, 6), markup=False)

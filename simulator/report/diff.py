@@ -6,21 +6,32 @@ and naming what CI tracks, wants one flat namespace. List items with a
 (``llmsim.cost.pools.main.usd``), so a key survives reordering of pools.
 
 Whether a move is bad depends on the quantity, and a reader scanning a diff
-of 200 keys needs the bad ones marked: latencies, money, GPUs and failures
-are worse up; throughput, completions, attainment and hit rates are worse
-down; anything else (counts of tokens, settings, seeds) has no direction.
+of 200 keys needs the bad ones marked. Every key results.json declares has
+a unit (:func:`simulator.fields.declared_results`), and most units settle
+it: money, GPUs, latency, power, energy and emissions are worse up; work
+done per second or per GPU is worse down; a setting, a price given as an
+input and a size have no direction. Counts, fractions, yes/no verdicts and
+durations in seconds mean what their name says (failed requests up is bad,
+completed down is), and a few keys whose unit reads as a result repeat an
+input (an SLO's target in ms, the GPU profile's board power in W). Keys no
+declaration names (a ``vllm bench serve`` file's own, an older llmsim's) are
+judged by their name alone.
 """
 from __future__ import annotations
 
 import math
 import re
 from dataclasses import asdict, dataclass
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ..errors import LlmsimError
+from ..fields import Field, Fields, declared_results, lookup
+from ..fields import flatten as declared_keys
 
-__all__ = ["flatten", "worse_direction", "Change", "diff", "read_json_object", "read_results", "NOISE_KEYS"]
+__all__ = ["flatten", "worse_direction", "is_verdict", "Change", "change", "diff", "read_json_object",
+           "read_results", "NOISE_KEYS", "UNIT_DIRECTION", "NO_DIRECTION_UNITS", "NAMED_UNITS", "BY_KEY_NAME"]
 
 #: Relative differences below this are float noise (a sum taken in another order), not changes.
 _SAME = 1e-9
@@ -30,12 +41,51 @@ _SAME = 1e-9
 #: results.json files of older llmsim versions hold them (they are in run.json now).
 NOISE_KEYS = frozenset({"llmsim.wall_time_s", "llmsim.sim_requests_per_wall_s"})
 
-_WORSE_UP = re.compile(r"(^|_)(usd|cost|failed|rejected|cancelled|pending|preemptions|gpus|gpu_hours|"
-                       r"replica_seconds|queue_depth|queue_depth_per_replica|evicted_blocks)($|_)")
-_WORSE_DOWN = re.compile(r"(^|_)(completed|finished|throughput|goodput|attainment|good_requests|good_fraction|"
-                         r"hit_rate|met|per_gpu|per_gpu_second)($|_)")
-# Latencies end in _ms; the settings written in ms (an SLO's target and
-# per-request thresholds) are not measurements.
+#: Units that settle the direction alone: +1 a rise is bad, -1 a fall is.
+UNIT_DIRECTION: Mapping[str, int] = {
+    # what the fleet costs, and what it is billed by
+    "USD": 1, "USD/month": 1, "USD/h": 1, "USD/day": 1, "USD/Mtok": 1, "GPUs": 1, "GPU-h": 1, "replica-s": 1,
+    "ms": 1,                                       # latency
+    "W": 1, "kW": 1, "kWh": 1, "kWh/month": 1, "J/token": 1, "kg CO2e": 1, "kg CO2e/month": 1,
+    # work done, per second and per GPU
+    "req/s": -1, "tok/s": -1, "sessions/GPU": -1, "req/GPU-s": -1,
+}
+#: Units without a direction: inputs (a setting as written, a price or a
+#: grid's intensity the scenario or a profile gives), sizes, shapes and labels.
+NO_DIRECTION_UNITS = frozenset({
+    "setting", "as given", "as the metric", "USD/GPU-h", "USD/kWh", "g CO2e/kWh", "percent", "ratio", "int",
+    "text", "object", "list", "[tokens, tokens]", "[s, GPUs]", "tokens", "sessions", "sequences", "GB", "bytes",
+    "ranks", "stages", "h",
+})
+#: Units whose keys mean what their name says: a count of failed requests
+#: and one of completed requests go opposite ways (:data:`_WORSE_UP`, :data:`_WORSE_DOWN`).
+NAMED_UNITS = frozenset({"count", "fraction", "bool", "requests", "blocks", "s"})
+#: A figure's interval ends and spread over seeds: the figure's own direction.
+_AS_THE_FIGURE = "as the figure"
+
+#: Declared keys whose unit would mislead: they repeat an input (an SLO's
+#: targets and thresholds, a replica's shape, the GPU profile's power, the
+#: load offered, a hosted API's prices for the same tokens, which rise with
+#: the tokens served), or their name says more than their unit.
+BY_KEY_NAME: Mapping[str, int] = {
+    "target_ms": 0, "thresholds_ms": 0, "ttft_slo_ms": 0,
+    "tp": 0, "ep": 0, "gpus_per_replica": 0,
+    "idle_w": 0, "tdp_w": 0,
+    "offered_rps": 0,
+    "window_usd_without_caching": 0, "window_usd_with_caching": 0,
+    "monthly_usd_without_caching": 0, "monthly_usd_with_caching": 0,
+    "std": 0,                                      # a spread over seeds is neither
+    "queue_growth_rps": 1,                         # a queue growing faster
+}
+
+_WORSE_UP = re.compile(r"(^|_)(failed|rejected|cancelled|pending|preemptions|shed|unfinished|queued|queue_depth|"
+                       r"evicted|dropped|rate_limited|under_provisioned|overloaded|drain)($|_)")
+_WORSE_DOWN = re.compile(r"(^|_)(completed|finished|served|good_requests|good_fraction|attainment|hit_rate|"
+                         r"met)($|_)")
+# Undeclared keys, by name alone: latencies end in _ms, except the settings
+# written in ms (an SLO's target and per-request thresholds).
+_UNDECLARED_UP = re.compile(r"(^|_)(usd|cost|gpus|gpu_hours)($|_)")
+_UNDECLARED_DOWN = re.compile(r"(^|_)(throughput|goodput)($|_)")
 _SETTING_MS = re.compile(r"(^|\.)(target_ms|thresholds_ms\..*)$")
 
 
@@ -72,18 +122,95 @@ def _flatten(obj: Any, prefix: str, blocks: dict[str, Any]) -> dict[str, Any]:
 
 
 def worse_direction(key: str) -> int:
-    """+1 when a rise is bad, -1 when a fall is bad, 0 when neither is.
-    The leaf decides, except under a mapping of attainments keyed by
-    metric (``slo.goodput.attainment.ttft``)."""
+    """+1 when a rise is bad, -1 when a fall is bad, 0 when neither is: what
+    ``compare`` marks worse or better and ``check`` fails or passes a move on."""
+    return _direction(key, _declared())
+
+
+def is_verdict(key: str) -> bool:
+    """A yes/no with a direction (``slo.met``, ``llmsim.load.overloaded``):
+    true and false are its figures, where other ranked keys want numbers."""
+    which = _declared()
+    f = None if which is None else lookup(key, _tables[which][0])[0]
+    return (f.unit == "bool" if f is not None else key.rpartition(".")[2] == "met") and _direction(key, which) != 0
+
+
+#: Per set of declarations (by id; the set is kept alive here): each declared
+#: key's direction, None for the figure's it stands beside, decided once.
+_tables: dict[int, tuple[Fields, dict[int, Optional[int]]]] = {}
+
+
+def _declared() -> Optional[int]:
+    """results.json's declarations, named by whoever started llmsim (the
+    command line, the notebook helpers); None for a library caller that
+    named none, whose keys are then judged by name alone."""
+    fields = declared_results()
+    if fields is None:
+        return None
+    if id(fields) not in _tables:
+        _tables[id(fields)] = (fields, {id(f): _decide(path, f) for path, f in declared_keys(fields)})
+    return id(fields)
+
+
+def _name(path: str) -> str:
+    """A declared key's own name: ``<metric>`` under ``thresholds_ms`` is a threshold."""
+    names = [p for p in path.replace("[]", "").split(".") if not (p.startswith("<") and p.endswith(">"))]
+    return names[-1] if names else ""
+
+
+def _decide(path: str, f: Field) -> Optional[int]:
+    if f.keys is not None:
+        return 0            # a block: its figures have directions, not the block
+    name = _name(path)
+    if name in BY_KEY_NAME:
+        return BY_KEY_NAME[name]
+    unit = f.unit[len("list of "):] if f.unit.startswith("list of ") else f.unit    # a list's items
+    if unit == _AS_THE_FIGURE:
+        return None
+    if unit in UNIT_DIRECTION:
+        return UNIT_DIRECTION[unit]
+    if unit in NAMED_UNITS:
+        return _by_name(name)
+    return 0
+
+
+def _by_name(name: str) -> int:
+    # down first: ttft_attainment_under_provisioned is an attainment
+    if _WORSE_DOWN.search(name):
+        return -1
+    return 1 if _WORSE_UP.search(name) else 0
+
+
+@lru_cache(maxsize=1 << 14)
+def _direction(key: str, which: Optional[int]) -> int:
+    if which is None:
+        return _undeclared(key)
+    fields, table = _tables[which]
+    f = lookup(key, fields)[0]
     parts = key.split(".")
-    leaf = parts[-1]
+    if f is None:
+        return _undeclared(key)
+    if parts[-1].isdigit() and f.keys is None and not f.unit.startswith("list"):
+        n = len(parts)
+        while n and parts[n - 1].isdigit():
+            n -= 1
+        if lookup(".".join(parts[:n]), fields)[0] is f:
+            return 0        # p99_ttft_ms.0: an item of a figure this file holds as a list, not the figure
+    d = table.get(id(f), 0)
+    if d is None:           # llmsim.intervals.p99_ttft_ms.hi: as p99_ttft_ms
+        return _direction(parts[-2], which) if len(parts) > 1 else 0
+    return d
+
+
+def _undeclared(key: str) -> int:
+    leaf = key.rpartition(".")[2]
     if leaf.endswith("_ms") and not _SETTING_MS.search(key):
         return 1
-    if _WORSE_UP.search(leaf):
-        return 1
-    if _WORSE_DOWN.search(leaf) or parts[-2:-1] == ["attainment"]:
+    if _UNDECLARED_DOWN.search(leaf):
         return -1
-    return 0
+    if _UNDECLARED_UP.search(leaf):
+        return 1
+    return _by_name(leaf)
 
 
 def _number(v: Any) -> Optional[float]:
@@ -95,11 +222,18 @@ def _number(v: Any) -> Optional[float]:
     return None
 
 
+def _moved(a: float, b: float, rel: Optional[float], min_change: float) -> bool:
+    if math.isclose(a, b, rel_tol=_SAME, abs_tol=0.0):
+        return False
+    return rel is None or abs(rel) >= min_change      # from zero: any move is news
+
+
 @dataclass(frozen=True)
 class Change:
     """One key of two results; ``delta``/``rel`` are B − A and (B − A)/|A|
     when both are numbers (rel is None from A = 0); ``worse`` is None when
-    the key has no direction or did not move."""
+    the key has no direction or did not move. A relative move under
+    ``min_change`` counts as none: a figure that shows as "0.0 %" is not news."""
 
     key: str
     a: Any
@@ -107,36 +241,44 @@ class Change:
     delta: Optional[float]
     rel: Optional[float]
     worse: Optional[bool]
+    min_change: float = 0.0
 
     @property
     def changed(self) -> bool:
         if self.delta is not None:
-            return not math.isclose(self.a, self.b, rel_tol=_SAME, abs_tol=0.0)
+            return _moved(self.a, self.b, self.rel, self.min_change)
         return self.a != self.b
 
     def as_dict(self) -> dict[str, Any]:
-        return asdict(self)
+        out = asdict(self)
+        del out["min_change"]       # the same for every key: said once, beside them
+        return out
 
 
-def change(key: str, a: Any, b: Any) -> Change:
+def change(key: str, a: Any, b: Any, min_change: float = 0.0) -> Change:
+    """How ``key`` moved from ``a`` to ``b``; ``min_change`` is the relative
+    move (0.0005 for 0.05 %) below which it counts as unchanged."""
     na, nb = _number(a), _number(b)
     delta = rel = worse = None
     if na is not None and nb is not None:
         delta = nb - na
         rel = delta / abs(na) if na else None
         d = worse_direction(key)
-        same = math.isclose(na, nb, rel_tol=_SAME, abs_tol=0.0)
-        worse = None if d == 0 or same else (delta * d > 0)
+        worse = None if d == 0 or not _moved(na, nb, rel, min_change) else (delta * d > 0)
     elif worse_direction(key) and (a is None and nb is not None or b is None and na is not None):
         # A measurement that vanished (a p99 over no finished requests) is worse;
         # one that appeared is better.
         worse = b is None
-    return Change(key, a, b, delta, rel, worse)
+    return Change(key, a, b, delta, rel, worse, min_change)
 
 
-def diff(a: Mapping[str, Any], b: Mapping[str, Any], *, include_unchanged: bool = False) -> list[Change]:
+def diff(a: Mapping[str, Any], b: Mapping[str, Any], *, include_unchanged: bool = False,
+         min_change: float = 0.0) -> list[Change]:
     """Changes between two results (nested or flat), in A's key order then
-    B's new keys; unchanged keys and :data:`NOISE_KEYS` only when asked."""
+    B's new keys; unchanged keys (moved by less than ``min_change``, relative)
+    and :data:`NOISE_KEYS` only when asked."""
+    if not (math.isfinite(min_change) and min_change >= 0):
+        raise ValueError(f"min_change must be a finite relative move >= 0, got {min_change!r}")
     blocks_a: dict[str, Any] = {}
     blocks_b: dict[str, Any] = {}
     fa, fb = _flatten(a, "", blocks_a), _flatten(b, "", blocks_b)
@@ -145,7 +287,7 @@ def diff(a: Mapping[str, Any], b: Mapping[str, Any], *, include_unchanged: bool 
     for k in keys:
         # A key that is a leaf in one file and a list or mapping in the other
         # has no leaf in that other: its block is what it holds there.
-        c = change(k, fa[k] if k in fa else blocks_a.get(k), fb[k] if k in fb else blocks_b.get(k))
+        c = change(k, fa[k] if k in fa else blocks_a.get(k), fb[k] if k in fb else blocks_b.get(k), min_change)
         if include_unchanged or (c.changed and k not in NOISE_KEYS):
             out.append(c)
     return out
