@@ -138,7 +138,7 @@ def measure(row: Row, folder: Path) -> tuple[float, Optional[int]]:
     p = subprocess.run([_llmsim(), *args[1:], "--exit-zero"] if args[1] == "run" else [_llmsim(), *args[1:]],
                        cwd=ROOT, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - t0
-    verdict = args[1] == "plan" and p.returncode == 2 and "no combination meets the SLO" in p.stderr
+    verdict = args[1] == "plan" and p.returncode == 1 and "no combination meets the SLO" in p.stderr
     if p.returncode != 0 and not verdict:     # a plan that finds no count still ran its runs
         raise RuntimeError(f"{row.command}: exit {p.returncode}\n{p.stderr[-2000:]}")
     return seconds, (_count(row.count, out) if out is not None else None)

@@ -114,14 +114,16 @@ def _header_lines(header: str, width: int) -> str:
 
 def fitted_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any]], width: Optional[int] = None, *,
                  keep: int = 1, caption: Optional[str] = None, left: Optional[Sequence[int]] = None,
-                 header: int = 11) -> Table:
+                 header: int = 11, elsewhere: str = "a wider terminal, or --json, shows them") -> Table:
     """A table whose cells are never cut: each column is as wide as its
     widest cell (headers wrap between words instead), and when the table
     would not fit ``width`` (a terminal's; outside one, nothing is left out)
     the rightmost columns go, never the first ``keep``, and the caption
-    names them. Columns are listed most important first; cells are plain
-    text, never markup; text columns are set left, numbers right (or the
-    columns ``left`` names, when cells are numbers already formatted)."""
+    names them and where else to read them (``elsewhere``: a command
+    without ``--json`` names its file). Columns are listed most important
+    first; cells are plain text, never markup; text columns are set left,
+    numbers right (or the columns ``left`` names, when cells are numbers
+    already formatted)."""
     width = console.width if width is None else width
     cells = [["—" if v is None else fmt(v) if not isinstance(v, Text) else v for v in r] for r in rows]
     if left is None:    # text columns left, numbers right
@@ -139,7 +141,7 @@ def fitted_table(title: str, headers: Sequence[str], rows: Sequence[Sequence[Any
     dropped = [headers[i].replace("\n", " ") for i in range(len(headers)) if i not in shown]
     notes = [caption] if caption else []
     if dropped:
-        notes.append(f"left out at {width} columns: {', '.join(dropped)} (a wider terminal, or --json, shows them)")
+        notes.append(f"left out at {width} columns: {', '.join(dropped)} ({elsewhere})")
     t = Table(title=title, title_justify="left", caption="; ".join(notes) or None, caption_justify="left")
     for i in shown:
         t.add_column(_header_lines(headers[i], need(i)), justify="left" if i in left else "right", no_wrap=True,
@@ -161,13 +163,15 @@ def provenance_notes(gpus: dict[str, dict]) -> list[str]:
 
 
 def rows_table(title: str, rows: Sequence[dict[str, Any]], columns: Sequence[str], limit: int = 40,
-               width: int = 60, keep: int = 1) -> Table:
+               width: int = 60, keep: int = 1, elsewhere: Optional[str] = None) -> Table:
     """Rows as a table (:func:`~simulator.cli.output.fitted_table`: numbers
     never cut, the rightmost columns left out where a terminal is too narrow,
-    never the first ``keep``); long text cut to ``width`` (the files written
-    beside it hold the full text). A column no row has a value for is left out."""
+    never the first ``keep``, and ``elsewhere`` says where to read them);
+    long text cut to ``width`` (the files written beside it hold the full
+    text). A column no row has a value for is left out."""
     shown = [k for k in columns if any(r.get(k) is not None for r in rows)]
     cells = [[(v if len(v) <= width else v[: width - 1] + "…") if isinstance(v := r.get(k), str) else v
               for k in shown] for r in rows[:limit]]
     return fitted_table(title, shown, cells, keep=max(1, min(keep, len(shown))),
-                        caption=f"first {limit} of {len(rows)} rows" if len(rows) > limit else None)
+                        caption=f"first {limit} of {len(rows)} rows" if len(rows) > limit else None,
+                        **({"elsewhere": elsewhere} if elsewhere is not None else {}))

@@ -9,8 +9,7 @@ import typer
 from rich.text import Text
 
 from ..atomic_write import write_atomic
-from ..errors import LlmsimError
-from .app import app, checked_engine, kept_if_stopped
+from .app import app, checked_engine, err_console, kept_if_stopped
 from .output import console, fleet_answer, product_columns, provenance_notes, rows_table, to_json
 from .options import Address, ConnectTimeout, ExecutorName, MaxRuns, Sets, Workers, open_executor, parse_sets
 from .progress import runs_progress
@@ -37,8 +36,9 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
          connect_timeout: ConnectTimeout = 10.0, set_: Sets = None, max_runs: MaxRuns = None) -> None:
     """Find, for each combination of choices, the smallest value of the range axis meeting every SLO, ranked by cost.
 
-    Exit code 2 when no combination meets the SLO (plan.json is still written)."""
+    Exit code 1 when no combination meets the SLO (plan.json and the plot are still written), 2 for bad input."""
     from ..metrics.intervals import check_confidence
+    from ..metrics.verdict import EXIT_MISSED
     from ..planning.confidence import by_confidence, confidence_text
     from ..planning.pareto import plot_pareto    # planning on first use: `llmsim --help` imports this module
     from ..validation.error_model import load_error_model
@@ -84,21 +84,35 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
     key = result.searched["key"]
     keys = [k for k in dict.fromkeys(k for c in result.candidates for k in c["overrides"])
             if not (max_rate and k == key)]  # the rate reached has its own column
-    shown = [dict(c["overrides"], **{k: v for k, v in c.items() if k != "overrides"}) for c in result.candidates]
-    figures = ["max_rate_per_s"] if max_rate else []
-    figures += [*product_columns(result.candidates), "monthly_usd", "gpus", "ttft_p99_ms", "tpot_p99_ms", "slo_met",
-                "probes", "failed_slo"]
+    # where the GPU varies, the price each row was billed at, beside it: a pinned price shows as one number
+    priced = {pool: "usd_per_gpu_hour" if len(result.gpu_varied) == 1 else f"{pool}.usd_per_gpu_hour"
+              for pool in result.gpu_varied}
+    shown = [dict(c["overrides"], **{k: v for k, v in c.items() if k not in ("overrides", "usd_per_gpu_hour")},
+                  **{col: c["usd_per_gpu_hour"].get(pool) for pool, col in priced.items()})
+             for c in result.candidates]
+    # the verdict beside the choices, so a narrow terminal never shows a cheap row without it
+    lead = [*keys, *priced.values(), *(["max_rate_per_s"] if max_rate else []), "slo_met"]
+    figures = [*product_columns(result.candidates), "monthly_usd", "gpus", "ttft_p99_ms", "tpot_p99_ms", "probes",
+               "failed_slo"]
     what = f"highest {key} meeting the SLO" if max_rate else f"smallest {key} meeting the SLO, cheapest first"
     planned = scenario + "".join(f" --variant {v}" for v in variant)
-    console.print(rows_table(f"plan {planned}: {what}", shown, [*keys, *figures], keep=len(keys)))
+    console.print(rows_table(f"plan {planned}: {what}", shown, [*lead, *figures],
+                             keep=sum(any(r.get(c) is not None for r in shown) for c in lead),
+                             elsewhere=f"a wider terminal shows them; {out / 'plan.json'} holds every figure"))
     runs = sum(c["probes"] for c in result.candidates) * len(result.seeds)
     console.print(f"searched {key}; {runs} runs ({len(result.seeds)} seed(s) each) in {wall:.1f} s; "
                   f"wrote {', '.join(map(str, written))}", markup=False)
     for note in provenance_notes(result.calibration):
         console.print(f"note: {note}", markup=False)
-    if confidence is not None:
-        console.print(confidence_text(doc["by_confidence"]))
+    if confidence is None:
+        console.print("note: judged on the simulated figures, with no margin for llmsim's prediction error; "
+                      "--confidence 0.9 plans for every SLO target holding with 90 % probability", markup=False)
+    else:
+        console.print(confidence_text(doc["by_confidence"], fleet_answer), markup=False)
+    for warning in result.warnings:
+        err_console.print(Text.assemble(("warning:", "yellow"), f" {warning}"))
     if result.best is None:
-        raise LlmsimError(infeasible_message(result))
+        err_console.print(f"exit 1: {infeasible_message(result)}", markup=False)
+        raise typer.Exit(EXIT_MISSED)
     best = ", ".join(f"{k}={v}" for k, v in result.best["overrides"].items())
     console.print(Text.assemble(("best: ", "bold"), f"{best}  ({fleet_answer(result.best)})"))

@@ -12,7 +12,7 @@ llmsim under-predicts needs a larger fleet at 0.5 already.
 from __future__ import annotations
 
 import json
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..metrics.by_input_length import bucket_slo_blocks
 from ..metrics.intervals import targets_at_confidence
@@ -53,29 +53,41 @@ def judge_at_confidence(rows: Sequence[Mapping[str, Any]], confidence: float,
 
 def by_confidence(plans: Mapping[float, Any]) -> dict[str, Any]:
     """plan.json's ``by_confidence``: the best fleet and bill at each confidence planned (0.5 and the
-    asked one), and what the higher confidence costs a month over 0.5."""
+    asked one), and what the higher confidence costs a month over 0.5; for a sliced scenario the
+    product's figures too, the ones its answer leads with."""
     levels = {}
     for c, plan in sorted(plans.items()):
         b = plan.best
-        levels[f"{c:g}"] = {"confidence": c, "met": b is not None,
-                            "overrides": b["overrides"] if b else None, "gpus": b["gpus"] if b else None,
-                            "monthly_usd": b["monthly_usd"] if b else None,
+        levels[f"{c:g}"] = {"confidence": c, "met": b is not None, "overrides": b["overrides"] if b else None,
+                            **{k: b.get(k) if b else None for k in _BILL},
                             "slo_bounds_ms": b.get("slo_bounds_ms") if b else None}
     lo, hi = levels[f"{min(plans):g}"], levels[f"{max(plans):g}"]
-    diff = (hi["monthly_usd"] - lo["monthly_usd"]
-            if hi["monthly_usd"] is not None and lo["monthly_usd"] is not None else None)
-    return {"levels": levels, "monthly_difference_usd": diff}
+
+    def more(key: str) -> Optional[float]:
+        return hi[key] - lo[key] if hi[key] is not None and lo[key] is not None else None
+    return {"levels": levels, "monthly_difference_usd": more("monthly_usd"),
+            "product_monthly_difference_usd": more("product_monthly_usd")}
 
 
-def confidence_text(block: Mapping[str, Any]) -> str:
-    """The printed answer: each confidence's fleet and bill, and the difference."""
+#: A fleet's bill as a plan row gives it: the simulated fleet's, then the product's (a slice x its slices).
+_BILL = ("gpus", "monthly_usd", "product_gpus", "product_monthly_usd")
+
+
+def confidence_text(block: Mapping[str, Any], answer: Callable[[Mapping[str, Any]], str]) -> str:
+    """The printed answer: each confidence's fleet and bill, and the difference. ``answer`` words a
+    fleet's bill as the command's ``best:`` line does, so a sliced scenario's lines lead with the
+    product there too, not with a slice's figures a reader would take for the fleet's."""
     def one(level: Mapping[str, Any]) -> str:
         if not level["met"]:
             return f"at {100 * level['confidence']:g} %: no fleet in the range meets the SLO"
         fleet = ", ".join(f"{k}={v}" for k, v in level["overrides"].items())
-        return (f"at {100 * level['confidence']:g} %: {fleet}, {level['gpus']} GPUs, "
-                f"${level['monthly_usd']:,.0f}/month")
+        return f"at {100 * level['confidence']:g} %: {fleet}  ({answer(level)})"
     lines = [one(level) for level in block["levels"].values()]
-    if block["monthly_difference_usd"] is not None and len(block["levels"]) > 1:
-        lines.append(f"the higher confidence costs ${block['monthly_difference_usd']:,.0f}/month more")
+    diff, whole = block["monthly_difference_usd"], block.get("product_monthly_difference_usd")
+    if diff is not None and len(block["levels"]) > 1:
+        if whole is not None and whole != diff:
+            lines.append(f"the higher confidence costs the product ${whole:,.0f}/month more "
+                         f"(the simulated slice ${diff:,.0f}/month)")
+        else:
+            lines.append(f"the higher confidence costs ${diff:,.0f}/month more")
     return "\n".join(lines)

@@ -11,7 +11,9 @@ by side on the executor, and every run is stored (resumable, like sweeps).
 
 Minimum search: feasible candidates rank by monthly cost; max-rate search:
 by the rate reached (then cost). Infeasible ones come last and say which
-SLO target failed at the end of the range.
+SLO target failed at the end of the range. Each candidate says what its
+pools were billed per GPU-hour, since a ranking across GPU kinds is only as
+fair as their prices (:mod:`.prices`).
 """
 from __future__ import annotations
 
@@ -34,6 +36,7 @@ from .confidence import judge_at_confidence
 from .executors import Executor
 from .point import LATENCY_COLUMNS, Point, check_overrides
 from .precheck import check_runs
+from .prices import Prices, gpu_varied_pools, pinned_prices
 from .search import drive_all, largest_passing, most_probes_largest, most_probes_smallest, smallest_passing
 from .store import PointStore
 from .vary import Axis, check_axes, choices, runs_to_check
@@ -64,16 +67,25 @@ class Plan:
     confidence: Optional[float] = None
     # every GPU the plan ran, by name: where its cost model comes from (HardwareProfile.provenance)
     calibration: dict[str, dict[str, Any]] = field(default_factory=dict)
+    # the pools whose GPU the plan varies (each candidate's usd_per_gpu_hour says what it was billed)
+    gpu_varied: list[str] = field(default_factory=list)
+    # those billed at one pinned usd_per_gpu_hour whatever the GPU (.prices.pinned_prices)
+    pinned_prices: list[dict[str, Any]] = field(default_factory=list)
 
     @property
     def best(self) -> Optional[dict[str, Any]]:
         return self.candidates[0] if self.candidates and self.candidates[0]["slo_met"] else None
 
+    @property
+    def warnings(self) -> list[str]:
+        return [p["warning"] for p in self.pinned_prices]
+
     def to_json(self) -> dict[str, Any]:
         return {"scenario": self.scenario, "variants": self.variants, "set": self.sets, "mode": self.mode,
                 "searched": self.searched, "seeds": self.seeds,
                 "rank_by": "monthly_usd" if self.mode == "min" else "max_rate_per_s, then monthly_usd",
-                "confidence": self.confidence, "calibration": self.calibration, "best": self.best,
+                "confidence": self.confidence, "calibration": self.calibration, "warnings": self.warnings,
+                "gpu_varied": self.gpu_varied, "pinned_prices": self.pinned_prices, "best": self.best,
                 "candidates": self.candidates, "probes": self.probes}
 
 
@@ -210,7 +222,12 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
                     f"probe(s) of {seeds} seed(s)", max_runs, key_path="--vary")
     check_axes(path, axes, sets)
     given = [*(f"--variant {v}" for v in variants), *(f"--set {k}={v}" for k, v in cli.items())]
-    check_runs(path, runs_to_check(axes), sets, " ".join(given))
+    runs = runs_to_check(axes)
+    check_runs(path, runs, sets, " ".join(given))
+    prices = Prices(path, sets)
+    priced = [prices.of(r.overrides) for r in runs]
+    pinned = pinned_prices(priced, Prices(path, merge_overlays([v.set for v in chosen])).of({}))
+    varied = gpu_varied_pools(priced)
     combos = choices(axes)
     seed_sets = [{}] + [{"seed": sc.seed + k} for k in range(1, seeds)]
     prober = _Prober(Point(str(path), tuple(sets.items()), engine), seed_sets, executor,
@@ -229,17 +246,17 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
         tried = [v for (j, v) in prober.rows if j == i]
         value = answers[i]
         at = value if value is not None else (min(tried) if max_rate else max(tried))
-        cand = {"overrides": {**combo, key: at}, **prober.figures(i, at), "probes": len(tried)}
+        overrides = {**combo, key: at}
+        cand = {"overrides": overrides, **prober.figures(i, at), "probes": len(tried),
+                "usd_per_gpu_hour": {name: p.usd_per_gpu_hour for name, p in prices.of(overrides).items()}}
         if max_rate:
             cand["max_rate_per_s"] = value
         candidates.append(cand)
     probes = [{"overrides": {**combos[i], key: v}, **prober.figures(i, v)} for (i, v) in prober.rows]
-    varied = {k.split(".")[1]: k for k in combos[0] if k.startswith("pools.") and k.endswith(".gpu")}
-    gpus = {p.gpu for i, p in enumerate(sc.pools) if p.name not in varied and str(i) not in varied}
-    gpus |= {str(combo[k]) for combo in combos for k in varied.values()}
+    gpus = {p.gpu for run in priced for p in run.values()}   # however an axis spells the GPU
     return Plan(str(path), "max_rate" if max_rate else "min", searched, [sc.seed + k for k in range(seeds)],
                 _ranked(candidates, max_rate), probes, list(variants), cli, confidence,
-                {g: load_hardware(g).provenance() for g in sorted(gpus)})
+                {g: load_hardware(g).provenance() for g in sorted(gpus)}, varied, pinned)
 
 
 

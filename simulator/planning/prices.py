@@ -1,0 +1,91 @@
+"""What a plan's fleets pay per GPU-hour, and a pinned price meeting a GPU axis.
+
+A pool's ``usd_per_gpu_hour`` overrides its GPU profile's price
+(:func:`~simulator.metrics.cost.pool_price`). Written for one GPU, it is
+that GPU's negotiated rate; once a plan varies the GPU, the same number
+bills every kind, and the ranking then compares GPUs at one price, which a
+user rarely means and cannot see in the answer. So the plan says so, and
+shows each row's price beside its GPU.
+
+It says so rather than refusing: a flat rate across kinds (a budget per
+GPU-hour, a price held fixed on purpose) is a question a user may ask, and
+one ``--set pools.NAME.usd_per_gpu_hour=null`` turns it into the other.
+A price the command line itself gives (``--set``) is the user's own
+statement and draws no warning; one the plan varies alongside the GPU
+(another axis, or each choice setting its own) is not pinned.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Iterable, Mapping, Optional
+
+from ..metrics.cost import pool_price
+from ..profiles.hardware import load_hardware
+from ..scenario.load import load_scenario
+from ..scenario.variants import overlay_assignments
+
+__all__ = ["PoolPrice", "Prices", "pinned_prices", "gpu_varied_pools"]
+
+
+@dataclass(frozen=True)
+class PoolPrice:
+    """One pool of one run: its GPU, the price it is billed at, and the scenario's ``usd_per_gpu_hour``
+    (None: the profile's price applies)."""
+
+    gpu: str
+    usd_per_gpu_hour: float
+    pinned: Optional[float]
+
+
+class Prices:
+    """Each pool's price in the scenario under given overrides, loaded once per distinct overrides
+    (a plan asks for the same combinations again: its precheck's runs, then its candidates)."""
+
+    def __init__(self, scenario: str | Path, sets: Mapping[str, Any]):
+        self.scenario, self.sets = scenario, dict(sets)
+        self._seen: dict[str, dict[str, PoolPrice]] = {}
+
+    def of(self, overrides: Mapping[str, Any]) -> dict[str, PoolPrice]:
+        """Pool name -> :class:`PoolPrice`, with ``overrides`` on top of the plan's sets."""
+        key = json.dumps(dict(overrides), sort_keys=True, default=str)
+        if key not in self._seen:
+            sc, _ = load_scenario(self.scenario, overlay_assignments({**self.sets, **overrides}))
+            self._seen[key] = {p.name: PoolPrice(p.gpu, pool_price(p, load_hardware(p.gpu))[0], p.usd_per_gpu_hour)
+                               for p in sc.pools}
+        return self._seen[key]
+
+
+def gpu_varied_pools(runs: Iterable[Mapping[str, PoolPrice]]) -> list[str]:
+    """The pools whose GPU differs between runs, however the axes spell it (``pools.chat.gpu``,
+    ``pools.0.gpu``, a whole ``pools.chat={...}`` choice), in the scenario's order."""
+    gpus: dict[str, set[str]] = {}
+    for run in runs:
+        for name, p in run.items():
+            gpus.setdefault(name, set()).add(p.gpu)
+    return [name for name, kinds in gpus.items() if len(kinds) > 1]
+
+
+def pinned_prices(runs: list[Mapping[str, PoolPrice]], stated: Mapping[str, PoolPrice]) -> list[dict[str, Any]]:
+    """Every pool whose GPU the runs vary while one ``usd_per_gpu_hour`` bills all of them, as plan.json
+    records it (with the warning to print); ``stated`` is the scenario as its file and variants leave it,
+    without ``--set``, so a price only the command line pins is left out."""
+    out = []
+    for name in gpu_varied_pools(runs):
+        pools = [run[name] for run in runs if name in run]
+        pins = {p.pinned for p in pools}
+        (pin,) = pins if len(pins) == 1 else (None,)
+        if pin is None or name not in stated or stated[name].pinned != pin:
+            continue
+        kinds = list(dict.fromkeys(p.gpu for p in pools))
+        profile = {g: load_hardware(g).price.usd_per_gpu_hour for g in kinds}
+        # by name, as the user writes it; by position where a name cannot address it (a dot, a number)
+        address = f"pools.{name}" if "." not in name and not name.isdigit() else f"pools.{list(stated).index(name)}"
+        says = ", ".join(f"{g} ${usd:,.2f}" for g, usd in profile.items())
+        warning = (f"pool {name}'s price is pinned at ${pin:,.2f}/GPU-h (the scenario's usd_per_gpu_hour), so every "
+                   f"GPU this plan tries is billed at it, though their profiles say {says}; to bill each GPU at "
+                   f"its own profile's price, add --set {address}.usd_per_gpu_hour=null")
+        out.append({"pool": name, "usd_per_gpu_hour": pin, "gpus": kinds, "profile_usd_per_gpu_hour": profile,
+                    "warning": warning})
+    return out

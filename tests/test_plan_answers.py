@@ -1,0 +1,153 @@
+"""What ``llmsim plan`` tells its reader beside the fleet: the price each GPU was billed at, the SLO
+verdict at any terminal width, its exit code, and the product's bill at each confidence."""
+from __future__ import annotations
+
+import json
+from types import SimpleNamespace
+
+from hypothesis import given, strategies as st
+
+from simulator.cli import output
+from simulator.cli.output import fleet_answer
+from simulator.planning.confidence import by_confidence, confidence_text
+from simulator.planning.prices import PoolPrice, Prices, gpu_varied_pools, pinned_prices
+from test_sweep import TINY, words, write_tiny_scenario
+
+GPUS = "pools.chat.gpu=h100-sxm,a100-sxm-80gb"
+SMALL = ("--set", "workload.num_requests=80", "--workers", "1")   # a few probes, each a fraction of a second
+
+
+def headers(printed: str) -> list[str]:
+    """The table's column names, each header's wrapped lines joined."""
+    rows = [[c.strip() for c in line.split("┃")[1:-1]] for line in printed.splitlines() if line.startswith("┃")]
+    return ["".join(parts) for parts in zip(*rows)]
+
+
+def pinned_scenario(folder, price=3.0, **top):
+    pool = {**TINY["pools"][0], "usd_per_gpu_hour": price}
+    return write_tiny_scenario(folder, pools=[pool], **top)
+
+
+def test_a_pinned_price_meeting_a_gpu_axis_is_said_and_recorded(tmp_path, cli):
+    out = tmp_path / "plan"
+    r = cli("plan", pinned_scenario(tmp_path), "-o", out, "--vary", "pools.chat.replicas=1..4", "--vary", GPUS,
+            *SMALL)
+    assert r.code == 0, r.err
+    warning = words(r.err)
+    assert warning.startswith("warning: pool chat's price is pinned at $3.00/GPU-h"), r.err
+    assert "h100-sxm $2.99, a100-sxm-80gb $1.99" in warning
+    assert "--set pools.chat.usd_per_gpu_hour=null" in warning
+    plan = json.loads((out / "plan.json").read_text())
+    (pin,) = plan["pinned_prices"]
+    assert pin["pool"] == "chat" and pin["usd_per_gpu_hour"] == 3.0
+    assert pin["profile_usd_per_gpu_hour"] == {"h100-sxm": 2.99, "a100-sxm-80gb": 1.99}
+    assert plan["warnings"] == [pin["warning"]] and plan["gpu_varied"] == ["chat"]
+    # each row shows what it was billed at, beside its GPU
+    assert [c["usd_per_gpu_hour"] for c in plan["candidates"]] == [{"chat": 3.0}] * 2
+    columns = headers(r.out)
+    assert columns.index("usd_per_gpu_hour") == columns.index("pools.chat.gpu") + 2 < columns.index("slo_met")
+
+
+def test_each_gpu_at_its_own_price_or_a_price_the_user_sets_draws_no_warning(tmp_path, cli):
+    scenario = pinned_scenario(tmp_path)
+    r = cli("plan", scenario, "-o", tmp_path / "own", "--vary", "pools.chat.replicas=1..4", "--vary", GPUS,
+            "--set", "pools.chat.usd_per_gpu_hour=null", *SMALL)
+    assert r.code == 0 and "warning" not in r.err, r.err
+    plan = json.loads((tmp_path / "own" / "plan.json").read_text())
+    assert plan["pinned_prices"] == [] and plan["warnings"] == []
+    billed = {c["overrides"]["pools.chat.gpu"]: c["usd_per_gpu_hour"]["chat"] for c in plan["candidates"]}
+    assert billed == {"h100-sxm": 2.99, "a100-sxm-80gb": 1.99}
+    # the command line's own price is the user's statement, not a default met by surprise
+    plain = write_tiny_scenario(tmp_path)
+    r = cli("plan", plain, "-o", tmp_path / "set", "--vary", "pools.chat.replicas=1..4", "--vary", GPUS,
+            "--set", "pools.chat.usd_per_gpu_hour=2.5", *SMALL)
+    assert r.code == 0 and "warning" not in r.err, r.err
+
+
+def test_a_pinned_price_is_found_however_the_gpu_is_varied(tmp_path):
+    scenario = pinned_scenario(tmp_path)
+    prices = Prices(scenario, {})
+    stated = prices.of({})
+    for key in ("pools.chat.gpu", "pools.0.gpu"):
+        runs = [prices.of({key: g}) for g in ("h100-sxm", "h200")]
+        (pin,) = pinned_prices(runs, stated)
+        assert pin["gpus"] == ["h100-sxm", "h200"] and pin["usd_per_gpu_hour"] == 3.0
+    # a price varied with the GPU (crossed, or per choice) is not one price for every GPU
+    crossed = [prices.of({"pools.chat.gpu": g, "pools.chat.usd_per_gpu_hour": p})
+               for g in ("h100-sxm", "h200") for p in (2, 3)]
+    assert gpu_varied_pools(crossed) == ["chat"] and pinned_prices(crossed, stated) == []
+    # one GPU: the pinned price is the scenario's rate for it, nothing to say
+    assert pinned_prices([prices.of({"pools.chat.replicas": n}) for n in (1, 2)], stated) == []
+
+
+_GPU = st.sampled_from(["h100-sxm", "h200", "a100-sxm-80gb"])
+_PIN = st.sampled_from([None, 2.0, 3.0])
+
+
+@given(st.lists(st.tuples(_GPU, _PIN), min_size=1, max_size=6), _PIN)
+def test_a_warning_names_only_a_gpu_axis_billed_at_one_price_the_scenario_pins(runs, stated_pin):
+    pools = [{"chat": PoolPrice(g, p or 1.0, p)} for g, p in runs]
+    warned = pinned_prices(pools, {"chat": PoolPrice(runs[0][0], stated_pin or 1.0, stated_pin)})
+    gpus, pins = {g for g, _ in runs}, {p for _, p in runs}
+    expected = len(gpus) > 1 and len(pins) == 1 and None not in pins and pins == {stated_pin}
+    assert bool(warned) == expected
+    # nulling the price (each GPU at its profile's) never warns
+    assert pinned_prices([{"chat": PoolPrice(g, 1.0, None)} for g, _ in runs], {"chat": PoolPrice("h200", 1.0, None)}) == []
+
+
+def test_the_slo_verdict_stays_at_80_columns_and_the_hint_names_plan_json(tmp_path, cli, monkeypatch):
+    monkeypatch.setattr(output.console, "_width", 80)
+    monkeypatch.chdir(tmp_path)
+    r = cli("plan", write_tiny_scenario(tmp_path).name, "-o", "plan", "--vary", "pools.chat.replicas=1..4",
+            "--vary", GPUS, *SMALL)
+    assert r.code == 0, r.err
+    table = r.out.split("searched ")[0]
+    assert "slo_met" in headers(table) and ("True" in table and "False" in table), r.out
+    assert "left out at 80 columns" in words(table) and "failed_slo" in words(table)
+    assert "--json" not in table and "plan/plan.json holds every figure" in words(table)
+    # a plain plan says its verdict has no error margin, and how to ask for one
+    assert "no margin for llmsim's prediction error; --confidence 0.9" in words(r.out)
+
+
+def test_no_feasible_fleet_is_a_verdict_exit_1_not_refused_input(tmp_path, cli):
+    scenario = write_tiny_scenario(tmp_path, slo={"ttft_p99_ms": 300, "tpot_p99_ms": 1})
+    out = tmp_path / "plan"
+    r = cli("plan", scenario, "-o", out, "--vary", "pools.chat.replicas=1..2", *SMALL)
+    assert r.code == 1, r.out + r.err
+    assert "no combination meets the SLO" in r.err and "error:" not in r.err
+    assert json.loads((out / "plan.json").read_text())["best"] is None
+    assert (out / "pareto.png").is_file() and (out / "report.html").is_file()
+    bad = cli("plan", scenario, "-o", tmp_path / "bad", "--vary", "pools.chat.replicas=2..1")
+    assert bad.code == 2 and not (tmp_path / "bad" / "plan.json").exists()
+
+
+def _level(replicas, gpus, usd, slices):
+    best = {"overrides": {"pools.chat.replicas": replicas}, "gpus": gpus, "monthly_usd": usd,
+            "product_gpus": gpus * slices, "product_monthly_usd": usd * slices, "slo_bounds_ms": {}}
+    return SimpleNamespace(best=best)
+
+
+def test_the_confidence_lines_give_the_product_as_the_best_line_does():
+    block = by_confidence({0.5: _level(12, 96, 210_240.0, 64), 0.9: _level(13, 104, 227_760.0, 64)})
+    assert block["product_monthly_difference_usd"] == 64 * 17_520.0
+    lines = confidence_text(block, fleet_answer).splitlines()
+    assert lines[0] == ("at 50 %: pools.chat.replicas=12  (the product: 6,144 GPUs, $13,455,360/month; "
+                        "the simulated slice: 96 GPUs, $210,240/month)")
+    assert lines[2] == ("the higher confidence costs the product $1,121,280/month more "
+                        "(the simulated slice $17,520/month)")
+    whole = confidence_text(by_confidence({0.5: _level(2, 2, 4365.0, 1), 0.9: _level(3, 3, 6548.0, 1)}),
+                            fleet_answer).splitlines()
+    assert whole == ["at 50 %: pools.chat.replicas=2  (the fleet: 2 GPUs, $4,365/month)",
+                     "at 90 %: pools.chat.replicas=3  (the fleet: 3 GPUs, $6,548/month)",
+                     "the higher confidence costs $2,183/month more"]
+
+
+def test_a_sliced_plan_at_a_confidence_prints_the_products_bill(tmp_path, cli):
+    scenario = write_tiny_scenario(tmp_path, product={"slices": 4}, slo={"ttft_p99_ms": 2000, "tpot_p99_ms": 60})
+    r = cli("plan", scenario, "-o", tmp_path / "plan", "--vary", "pools.chat.replicas=1..4", "--confidence", "0.9",
+            *SMALL)
+    assert r.code == 0, r.err
+    for line in r.out.splitlines():
+        if line.startswith(("at 50 %:", "at 90 %:")) and "no fleet" not in line:
+            assert "(the product: " in line, r.out
+    assert "no margin for llmsim's prediction error" not in words(r.out)
