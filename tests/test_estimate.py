@@ -191,14 +191,25 @@ def test_step_roofline_is_no_slower(cli, args):
 
 @pytest.mark.parametrize("gpu", ["h100-sxm", "h200", "mi300x"])
 def test_step_table_shows_the_json_figures(cli, gpu):
-    """The table is the --json object row by row; a GPU whose calibration is
+    """The table is the --json object row by row, each figure labelled with
+    its unit (the title names the GPU, model and TP); a GPU whose calibration is
     not its own (mi300x: transferred from h200) is flagged under it."""
     args = ("--gpu", gpu, "--model", "llama-3-70b", "--tp", "4", "--prefill-tokens", "512",
             "--decode-batch", "8", "--decode-context", "2000")
     out = step(cli, *args)
     r = cli("estimate", "step", *args)
     assert r.code == 0, r.err
-    assert table_rows(r.out) == {k: fmt(v) for k, v in out.items()}
+    assert r.out.splitlines()[0].strip() == f"llama-3-70b on 4× {gpu}: one iteration"
+    assert table_rows(r.out) == {
+        "prefill chunk": "512 tokens", "decoding": "8 sequences at 2,000 tokens of context",
+        "mode": out["mode"], "weight format": out["weight_dtype"], "KV cache format": out["kv_dtype"],
+        "parameters (B)": fmt(out["params_b"]), "active per token (B)": fmt(out["active_params_b"]),
+        "layout": out["layout"], "KV per token": "320 KiB",
+        "iteration (ms)": fmt(out["total_ms"]), "linear layers (ms)": fmt(out["linear_ms"]),
+        "attention (ms)": fmt(out["attention_ms"]), "communication (ms)": fmt(out["comm_ms"]),
+        "elementwise (ms)": fmt(out["other_ms"]), "CPU and launch overhead (ms)": fmt(out["overhead_ms"]),
+        "compute": f"{out['flops'] / 1e12:.4g} TFLOP", "memory traffic": f"{out['bytes'] / 1e9:.2f} GB",
+        "roofline bound": out["bound"]}
     text = " ".join(r.out.split())      # the note wraps at the terminal's width
     assert ("not fitted to its own measurements" in text) == (out["mode"] != "calibrated")
     if out["mode"] == "transferred":

@@ -14,7 +14,8 @@ from pydantic import ValidationError
 
 from ..errors import LlmsimError, from_validation_error
 from ..profiles import load_hardware
-from ..profiles.hardware import Calibration, HardwareProfile, builtin_hardware
+from ..profiles.hardware import (CALIBRATION_DATA_NAMES, Calibration, DataNames, HardwareProfile, builtin_hardware,
+                                 fit_figure_differences, shared_data_names)
 from ..profiles.loader import builtin_dir, resolve
 from . import ceilings, data, quantised_gemm, report, siblings, stacks, sustained, tables, transfer
 from . import moe_mla as moe_mla_fit
@@ -50,6 +51,10 @@ class Result:
     stack_errors: pd.DataFrame = field(default_factory=pd.DataFrame)
     # each stack's GEMM rate under sustained load over its burst rate, per measured GPU
     sustained: list["sustained.StackRatio"] = field(default_factory=list)
+    # a renamed copy -> the profile whose rows and calibration it takes (:func:`_renamed_copies`)
+    renamed: dict[str, str] = field(default_factory=dict)
+    # why a profile's calibration came from where it did, where its file offered two sources
+    notes: dict[str, str] = field(default_factory=dict)
 
 
 def _calibrated(kd: data.KernelData, gpu: HardwareProfile,
@@ -127,9 +132,83 @@ def _profiles(gpus: list[str] | None) -> tuple[dict[str, HardwareProfile], list[
         if gpu.name in profiles and gpu.name not in paths:
             raise LlmsimError(f"{g} is named {gpu.name!r}, a built-in profile's name; give it a name of its own",
                               key_path="name")
+        if gpu.name in paths and paths[gpu.name].resolve() != path.resolve():
+            raise LlmsimError(f"{gpu.name!r} is the name of {paths[gpu.name]} too: each --gpu file needs a name of "
+                              "its own (a calibration is written under it)", source=g, key_path="name")
         profiles[gpu.name], paths[gpu.name] = gpu, path
         wanted.append(gpu.name)
     return profiles, list(dict.fromkeys(wanted)) or sorted(profiles), paths
+
+
+def _rows(names: dict[str, str]) -> str:
+    return ", ".join(f"{f} {v!r}" for f, v in names.items())
+
+
+def _renamed_copies(profiles: dict[str, HardwareProfile], paths: dict[str, Path]) -> dict[str, str]:
+    """Each of the user's files that names another profile's rows of the
+    shared data -> that profile, when it is a renamed copy of it (the same
+    datasheet figures a fit divides by, no rows of its own).
+
+    A table's row is one GPU's measurement: a copy of h100-sxm.yaml that keeps
+    its ``data_names`` but has a datasheet of its own would be fitted on
+    H100's kernel times against its own peaks (its ``transfer`` rule ignored,
+    since measured rows come first), so it is refused, saying what to do."""
+    out: dict[str, str] = {}
+    users = list(paths)
+    for i, (name, path) in enumerate(paths.items()):
+        gpu = profiles[name]
+        # the built-ins and the user's files before this one; a copy's rows are its original's
+        owners = {o: s for o, g in profiles.items() if (o not in paths or o in users[:i]) and o not in out
+                  and (s := shared_data_names(gpu, g))}
+        if not owners:
+            continue
+        if len(owners) > 1:
+            raise LlmsimError(f"{name}'s data_names name the measured rows of {len(owners)} GPUs ("
+                              + "; ".join(f"{o}'s {_rows(s)}" for o, s in owners.items())
+                              + "): a table's rows are one GPU's measurements; keep only names of this GPU's own rows",
+                              source=path, key_path="data_names")
+        (owner, shared), = owners.items()
+        diff = fit_figure_differences(gpu, profiles[owner])
+        tr = gpu.transfer
+        if diff:
+            fix = (f"calibrate then takes its transfer rule ({tr.rule} from {tr.sibling})" if tr is not None
+                   else f"give it a transfer rule instead (`transfer: {{sibling: {owner}, rule: scaled}}`)")
+            raise LlmsimError(
+                f"{name} names {owner}'s measured rows ({_rows(shared)}) but its datasheet is not {owner}'s ("
+                + "; ".join(diff[:4]) + ("; ..." if len(diff) > 4 else "")
+                + f"): calibrating it would fit {owner}'s kernel times against {name}'s peaks. data_names name "
+                f"measurements of this GPU only, and a copy of {owner}'s profile keeps {owner}'s: delete them, and {fix}",
+                source=path, key_path="data_names")
+        own = {f: getattr(gpu.data_names, f) for f in CALIBRATION_DATA_NAMES
+               if getattr(gpu.data_names, f) and f not in shared}
+        if own:
+            raise LlmsimError(f"{name} names both rows of its own ({_rows(own)}) and {owner}'s ({_rows(shared)}): a "
+                              f"table's rows are one GPU's measurements; delete the names that are {owner}'s",
+                              source=path, key_path="data_names")
+        out[name] = owner
+    return out
+
+
+def _source_notes(profiles: dict[str, HardwareProfile], names: list[str], measured: list[str],
+                  renamed: dict[str, str], moe_targets: list[str]) -> dict[str, str]:
+    """Why each profile whose file offers both measured rows and a transfer
+    rule was calibrated the way it was: the rows win, and the user copied the
+    rule in expecting it to act."""
+    notes: dict[str, str] = {}
+    for name in names:
+        tr = profiles[name].transfer
+        unused = f"its transfer rule ({tr.rule} from {tr.sibling}) is for a GPU without measured rows and was not used" \
+            if tr is not None else ""
+        if name in renamed:
+            src = renamed[name]
+            notes[name] = "; ".join(filter(None, [
+                f"as {src} is: a renamed copy of it (the same data_names and datasheet figures)", unused]))
+        elif tr is not None and name in measured:
+            if tr.rule == "copy" and tr.sibling in moe_targets and name not in moe_targets:
+                unused = (f"its transfer rule (copy from {tr.sibling}) gave only its MoE/MLA parameters, "
+                          f"{tr.sibling}'s fit of this run (its own tables have no MoE/MLA rows)")
+            notes[name] = f"on its own measured rows; {unused}"
+    return notes
 
 
 def _sibling(name: str, gpu: HardwareProfile, profiles: dict[str, HardwareProfile], measured: list[str],
@@ -170,9 +249,20 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
     ``kernels/moe.csv.gz`` / ``mla.csv.gz`` (the slow part: minutes per
     GPU); without it the profiles keep their current MoE/MLA parameters.
     ``progress`` is told each step (:class:`.progress.Progress`).
+
+    A user's file that is a renamed copy of another profile (its data names
+    and datasheet figures) gets that profile's calibration, fitted on its
+    rows, which stay the original's; one that names another GPU's rows with a
+    datasheet of its own is refused before any table is read.
     """
     prog = progress or Silent()
-    profiles, wanted, paths = _profiles(gpus)
+    profiles, asked, paths = _profiles(gpus)
+    renamed = _renamed_copies(profiles, paths)          # before any table is read
+    given = profiles
+    # A renamed copy's rows stay its original's, which is calibrated in its place.
+    profiles = {n: g.model_copy(update={"data_names": DataNames()}) if n in renamed else g
+                for n, g in profiles.items()}
+    wanted = list(dict.fromkeys(renamed.get(n, n) for n in asked))
     if data_dir is None:
         data_dir = data.default_data_dir()
     first, systems = data.first_table_profiles(profiles), data.system_profiles(profiles)
@@ -275,6 +365,10 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
             target = profiles[name]
             cal = transfer.copied(target, out[sib])
             out[name] = _with_calibration(target, cal, paths.get(name))
+    for name, src in renamed.items():
+        out[name] = _with_calibration(given[name], out[src].calibration, paths[name])
+    stand_ins = set(renamed.values()) - set(asked) - set(copies.values())      # calibrated, not asked for
+    out = {n: g for n, g in out.items() if n not in stand_ins}
 
     shown = {n: g for n, g in fitted.items() if n in wanted}
     result = Result(
@@ -290,6 +384,8 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
         stacks=[c for c in comparisons if c.gpu in wanted],
         stack_errors=pd.DataFrame([r for n, g in shown.items() for r in stacks.error_rows(kd, g)]),
         sustained=[r for r in sustained_rows if r.gpu in wanted],
+        renamed=renamed,
+        notes=_source_notes(given, asked, measured, renamed, moe_targets),
     )
     prog.finish()
     return result
@@ -307,7 +403,7 @@ def write(result: Result) -> list[Path]:
     changed = []
     for name, gpu in result.profiles.items():
         path = result.paths.get(name) or d / f"{name}.yaml"
-        f = result.fp8.get(name)
+        f = result.fp8.get(result.renamed.get(name, name))
         fp8_line = None if f is None else (f.efficiency, FP8_NOTE.format(n=f.compute_bound.n))
         if write_profile(path, gpu.calibration, fp8_line):
             changed.append(path)

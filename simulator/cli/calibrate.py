@@ -10,6 +10,7 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
+from rich.markup import escape
 
 from ..atomic_write import check_writable, write_atomic
 from .app import app
@@ -45,8 +46,9 @@ def calibrate(
                                       "default: keep the profiles' current MoE/MLA parameters"),
     quiet: bool = typer.Option(False, "--quiet", help="no progress lines on stderr"),
 ) -> None:
-    """Fit η's and fixed costs to measured kernel times and update the hardware profiles (under a minute
-    on two cores, each step announced on stderr; --moe-mla adds the slow MoE/MLA refit)."""
+    """Fit η's and fixed costs to measured kernel times and update the hardware profiles.
+
+    Under a minute on two cores, each step announced on stderr; --moe-mla adds the slow MoE/MLA refit."""
     if report_md is not None:
         # Before the fit, which takes a minute (25 with --moe-mla): a report it could not write would lose it.
         check_writable(report_md, "--report-md")
@@ -77,7 +79,8 @@ def calibrate(
     for name, prof in result.profiles.items():
         c = prof.calibration
         src = f" from {c.transferred_from}" if c.transferred_from else ""
-        console.print(f"{name}: {c.status}{src}")
+        note = result.notes.get(name)
+        console.print(escape(f"{name}: {c.status}{src}" + (f", {note}" if note else "")))
     if dry_run:
         console.print("dry run: no profile written")
     else:

@@ -1,10 +1,12 @@
 """``llmsim estimate step|request``: the cost model without a simulation."""
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Optional
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
+from rich.cells import cell_len
 from rich.markup import escape
+from rich.table import Table
 from rich.text import Text
 
 from ..errors import LlmsimError
@@ -156,6 +158,67 @@ def _replica(tp: int, dp: int, ep: int) -> str:
     return f"{tp * dp} (tp {tp} × dp {dp}, ep {ep})×"
 
 
+def _kib(n_bytes: float) -> str:
+    """Bytes as KiB, whole above 10 (a layer stack's KV per token), to three
+    figures below (one of a small model's), never rounded to nothing."""
+    kib = n_bytes / 1024
+    return f"{kib:,.0f} KiB" if kib >= 10 else f"{kib:.3g} KiB"
+
+
+def _gb(n_bytes: float) -> str:
+    return f"{n_bytes / 1e9:.2f} GB"
+
+
+def _tflop(flops: float) -> str:
+    return f"{flops / 1e12:,.4g} TFLOP"
+
+
+def _table(title: str, rows: list[tuple[str, object]]) -> Table:
+    """A two-column table at least as wide as its title, so the title (what
+    was priced) is not wrapped on an 80-column terminal when it fits there."""
+    table = kv_table(title, rows)
+    table.min_width = cell_len(title)
+    return table
+
+
+#: ``estimate step`` fields as its table shows them: the label (its unit in
+#: it, as ``estimate request`` does) and how the value is written. The
+#: ``--json`` object keeps the keys, a machine interface. gpu, model, tp, dp
+#: and ep are in the title.
+_STEP_ROWS: dict[str, tuple[str, Callable[[Any], Any]]] = {
+    "mode": ("mode", str), "backend": ("backend", str), "kernels": ("kernels", str),
+    "weight_dtype": ("weight format", str), "kv_dtype": ("KV cache format", str),
+    "params_b": ("parameters (B)", float), "active_params_b": ("active per token (B)", float),
+    "layout": ("layout", str), "kv_bytes_per_token": ("KV per token", _kib),
+    "total_ms": ("iteration (ms)", float), "linear_ms": ("linear layers (ms)", float),
+    "attention_ms": ("attention (ms)", float), "comm_ms": ("communication (ms)", float),
+    "other_ms": ("elementwise (ms)", float), "overhead_ms": ("CPU and launch overhead (ms)", float),
+    "flops": ("compute", _tflop), "bytes": ("memory traffic", _gb), "bound": ("roofline bound", str),
+}
+_IN_TITLE = ("gpu", "model", "tp", "dp", "ep")
+
+
+def step_rows(out: dict[str, Any], prefill_tokens: int, prefill_context: int, decode_batch: int,
+              decode_context: int) -> list[tuple[str, Any]]:
+    """The rows of ``estimate step``'s table: what the step holds, then
+    ``out`` (its ``--json`` object) labelled with units, in the order of
+    ``estimate request`` (what is priced, then times, then bytes); a key
+    without a label (a cost model's extra figure) shows as it is, last."""
+    rows: list[tuple[str, Any]] = []
+    if prefill_tokens:
+        rows.append(("prefill chunk", f"{prefill_tokens:,} tokens" + (f" after {prefill_context:,} cached"
+                                                                       if prefill_context else "")))
+    if decode_batch:
+        rows.append(("decoding", f"{decode_batch:,} sequences at {decode_context:,} tokens of context"))
+    order = list(_STEP_ROWS)
+    keys = sorted((k for k in out if k not in _IN_TITLE and k != "warnings"),
+                  key=lambda k: order.index(k) if k in order else len(order))
+    for key in keys:
+        label, show = _STEP_ROWS.get(key, (key, lambda v: v))
+        rows.append((label, out[key] if out[key] is None else show(out[key])))
+    return rows
+
+
 #: Prefill chunks one estimate prices (a 1M-token prompt in chunks of 16 is 65,536).
 _MAX_CHUNKS = 100_000
 
@@ -205,8 +268,8 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
     if json:
         print_json(out)
         return
-    console.print(kv_table(f"one iteration: {model} on {_replica(tp, dp, ep)} {gpu}",
-                           [(k, v) for k, v in out.items() if k != "warnings"]))
+    console.print(_table(f"{model} on {_replica(tp, dp, ep)} {gpu}: one iteration",
+                         step_rows(out, prefill_tokens, prefill_context, decode_batch, decode_context)))
     if not roofline:
         for note in provenance_notes({cm.gpu.name: cm.gpu.provenance()}):
             console.print(f"[yellow]note:[/] {escape(note)}")
@@ -283,7 +346,6 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
         return
     from ..report.summary_format import weights_served
 
-    gb = lambda x: f"{x / 1e9:.2f} GB"  # noqa: E731
     rows = [("mode", out["mode"]), ("parameters (B)", out["params_b"]), ("active per token (B)", out["active_params_b"]),
             ("layout", out["layout"]),
             *((("backend", out["backend"]), ("prefill (ms)", out["prefill_ms"]), ("front end (ms)", out["front_end_ms"]))
@@ -293,9 +355,9 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     if mfu is not None:
         rows += [(f"prefill at {mfu:.0%} MFU (ms)", out["mfu_prefill_ms"]),
                  (f"tokens/s at {mfu:.0%} MFU", out["mfu_prefill_tokens_per_s"])]
-    rows += [("KV per token", f"{out['kv_bytes_per_token'] / 1024:.0f} KiB"),
-             ("KV per request", gb(out["kv_bytes_per_request"])),
-             ("weights", f"{gb(out['weights_bytes'])} ({weights_served(out, noted='{weights}; {note}')})"),
-             ("reserve", gb(out["reserve_bytes"])), ("KV capacity", gb(out["kv_capacity_bytes"])),
+    rows += [("KV per token", _kib(out["kv_bytes_per_token"])),
+             ("KV per request", _gb(out["kv_bytes_per_request"])),
+             ("weights", f"{_gb(out['weights_bytes'])} ({weights_served(out, noted='{weights}; {note}')})"),
+             ("reserve", _gb(out["reserve_bytes"])), ("KV capacity", _gb(out["kv_capacity_bytes"])),
              ("concurrent requests that fit", out["max_concurrent_requests"])]
-    console.print(kv_table(f"{model} on {_replica(tp, dp, ep)} {gpu}: {input} in / {output} out", rows))
+    console.print(_table(f"{model} on {_replica(tp, dp, ep)} {gpu}: {input} in / {output} out", rows))

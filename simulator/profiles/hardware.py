@@ -313,7 +313,9 @@ class DataNames(_Strict):
     """How the shared data's tables name this GPU (``shared/data/README.md``):
     the rows ``llmsim calibrate`` fits it on and the benchmark rows
     ``llmsim validate`` replays on it. A GPU the data does not know leaves
-    them out."""
+    them out, and so must a profile copied from one it knows: the rows
+    measure the original, and ``llmsim calibrate`` refuses to fit them
+    against other datasheet figures."""
 
     # ``gpu`` of kernels/gemm.csv, attention.csv, allreduce.csv.
     kernels: Optional[str] = None
@@ -557,6 +559,50 @@ def builtin_hardware() -> dict[str, HardwareProfile]:
     from .loader import list_builtin
 
     return {n: load_hardware(n) for n in list_builtin("hardware_profiles")}
+
+
+#: The ``data_names`` fields whose rows ``llmsim calibrate`` reads: the kernel
+#: tables (``kernels``, ``system``) and the datasheet's measured ceilings.
+#: A table's row belongs to one profile, so two profiles naming the same rows
+#: is either a renamed copy or a mistake (:func:`shared_data_names`).
+CALIBRATION_DATA_NAMES = ("kernels", "system", "datasheet")
+
+#: The figures a kernel fit divides measured times by (the roofline and the
+#: links): profiles fitted on the same rows must agree on them, or one of them
+#: gets efficiencies that are another GPU's times over its own peaks.
+FIT_FIGURES = ("hbm_bandwidth_tb_s", "peak_tflops", "num_sms", "interconnect.kind", "interconnect.bandwidth_gb_s",
+               "interconnect.peer_links")
+
+
+def shared_data_names(gpu: HardwareProfile, other: HardwareProfile) -> dict[str, str]:
+    """The calibration data names ``gpu`` and ``other`` both give, field ->
+    name: the rows each would claim (a copied profile keeps its original's)."""
+    return {f: getattr(gpu.data_names, f) for f in CALIBRATION_DATA_NAMES
+            if getattr(gpu.data_names, f) and getattr(gpu.data_names, f) == getattr(other.data_names, f)}
+
+
+def _figures(gpu: HardwareProfile) -> dict[str, object]:
+    out: dict[str, object] = {}
+    for key in FIT_FIGURES:
+        if key == "peak_tflops":
+            out.update({f"peak_tflops.{d}": v for d, v in gpu.peak_tflops.items()})
+            continue
+        value: object = gpu
+        for part in key.split("."):
+            value = getattr(value, part)
+        out[key] = value
+    return out
+
+
+def fit_figure_differences(gpu: HardwareProfile, other: HardwareProfile) -> list[str]:
+    """``key value (other: value)`` for each fit figure (:data:`FIT_FIGURES`)
+    where ``gpu`` differs from ``other``; empty when a fit on the same rows
+    would give both the same parameters."""
+    mine, theirs = _figures(gpu), _figures(other)
+    show = lambda v: "none" if v is None else f"{v:g}" if isinstance(v, float) else str(v)  # noqa: E731
+    keys = [*mine, *(k for k in theirs if k not in mine)]
+    return [f"{k} {show(mine.get(k))} ({other.name}: {show(theirs.get(k))})" for k in keys
+            if mine.get(k) != theirs.get(k)]
 
 
 def data_name_map(field: str, gpus: Optional[dict[str, HardwareProfile]] = None) -> dict[str, str]:
