@@ -196,7 +196,7 @@ def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
                       "—" if att is None else f"{100 * att:.1f}% within", "met" if met else "VIOLATED",
                       style=None if met else "bold red")
             if not met:
-                job.failures.append(f"{label} {key}: measured {measured} ms{bound.replace(' at', ' ms at')}, "
+                job.failures.append(f"{label} {key}: simulated {measured} ms{bound.replace(' at', ' ms at')}, "
                                     f"target ≤ {_val(target['target_ms'])} ms")
 
 

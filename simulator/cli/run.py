@@ -89,7 +89,6 @@ def run(ctx: typer.Context,
     from ..planning.executors.base import ExecutorOptions, check_executor
     from ..replicates import check_replicates
     from ..report.intervals import annotate
-    from ..report.summary import summary_table
     from ..scenario.load import load_scenario, resolve_scenario
     from ..scenario.overlays import blamed_on, load_with_variants, overlaid, variant_overlays
     from ..scenario.overrides import given_sets, refuse_overlaps
@@ -143,8 +142,7 @@ def run(ctx: typer.Context,
         print_json(out.results)
         _exit_on_verdict(out.results, sc, exit_zero)
         return
-    console.print(summary_table(out.results))
-    _print_intervals(out.results, model_note)
+    _print_run(out.results, model_note)
     if shards is not None:
         _print_shards(out.results["llmsim"]["shards"])
     cal = out.results["llmsim"]["calibration"]
@@ -188,12 +186,18 @@ def _error_model() -> tuple[Optional[ErrorModel], Optional[str]]:
         return None, e.render()
 
 
-def _print_intervals(results: dict, model_note: Optional[str]) -> None:
-    from ..report.intervals import intervals_table, widened_notes
+def _print_run(results: dict, model_note: Optional[str]) -> None:
+    """The run's tables; with replicates, which seed they are, then the spread over the seeds."""
+    from ..report.intervals import intervals_table, replicates_note, replicates_table, widened_notes
+    from ..report.summary import summary_table
 
-    table = intervals_table(results)
-    if table is not None:
-        console.print(table)
+    note = replicates_note(results)
+    if note:
+        console.print(note, markup=False)
+    console.print(summary_table(results))
+    for table in (replicates_table(results), intervals_table(results)):
+        if table is not None:
+            console.print(table)
     for line in ([f"no error model, so intervals are the replicates' spread alone: {model_note}"] if model_note
                  else widened_notes(results)):
         console.print(f"[yellow]note:[/] {line}")

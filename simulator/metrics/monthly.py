@@ -55,7 +55,7 @@ __all__ = ["HOURS_PER_MONTH", "DAYS_PER_MONTH", "MonthlySpec", "DailyLoad", "Mon
 #: The monthly keys :meth:`MonthRule.apply` adds to ``llmsim.cost``.
 FIELDS = {
     "monthly_usd": leaf("USD/month", "the bill extrapolated to a month by cost.monthly; null when it cannot be"),
-    "monthly_method": leaf("text", "the extrapolation used: per_hour, per_day or peak_window"),
+    "monthly_method": leaf("text", "the extrapolation used: window, day or peak_window"),
     "monthly_basis": leaf("text", "the extrapolation in words, with what it assumes"),
     "monthly_hourly": block("the month hour by hour: the window's fleet scaled to each hour's load", {
         "hour_0": leaf("text", "what hour 0 of the daily profile is"),

@@ -40,5 +40,5 @@ def failures(results: Mapping[str, Any], own_slo_classes: Iterable[str] = ()) ->
             if not target.get("met"):
                 measured = target.get("measured_ms")
                 got = "no samples" if measured is None else f"{measured:,.1f} ms"
-                out.append(f"{label} {key} missed: measured {got}, target ≤ {target['target_ms']:,g} ms")
+                out.append(f"{label} {key} missed: simulated {got}, target ≤ {target['target_ms']:,g} ms")
     return out

@@ -71,6 +71,43 @@ def intervals_table(results: Mapping[str, Any]) -> Optional[Table]:
     return t
 
 
+def replicates_note(results: Mapping[str, Any]) -> Optional[str]:
+    """Which seed the tables show: with replicates, every table but the spread and the intervals is one
+    seed's run (its files are the folder's), which a reader would otherwise take for all of them."""
+    reps = (results.get("llmsim") or {}).get("replicates") or {}
+    seeds = reps.get("seeds") or []
+    if len(seeds) < 2:
+        return None
+    return (f"replicates: {len(seeds)} seeds ({', '.join(map(str, seeds))}); the tables below are seed {seeds[0]}'s "
+            f"run, the spread and the SLO intervals after them span all {len(seeds)}")
+
+
+#: The latencies whose spread over the seeds is tabled, and the percentiles shown.
+_SPREAD_METRICS = (("TTFT", "ttft"), ("TPOT", "tpot"), ("ITL", "itl"), ("E2EL", "e2el"))
+_SPREAD_STATS = (("median", "median"), ("p99", "p99"))
+
+
+def replicates_table(results: Mapping[str, Any]) -> Optional[Table]:
+    """Each latency's median and p99 over the seeds: their mean, then the lowest and highest seed."""
+    reps = (results.get("llmsim") or {}).get("replicates") or {}
+    spread = reps.get("spread") or {}
+    n = reps.get("count")
+    if not n or not spread:
+        return None
+    t = Table(title=f"Latency over {n} seeds (ms): mean of the seeds (lowest – highest)", title_justify="left")
+    t.add_column("metric")
+    for label, _ in _SPREAD_STATS:
+        t.add_column(label, justify="right")
+    for label, key in _SPREAD_METRICS:
+        cells = []
+        for _, stat in _SPREAD_STATS:
+            s = spread.get(f"{stat}_{key}_ms")
+            cells.append("—" if not s else f"{num(s['mean'])} ({num(s['min'])} – {num(s['max'])})")
+        if any(c != "—" for c in cells):
+            t.add_row(label, *cells)
+    return t
+
+
 def widened_notes(results: Mapping[str, Any]) -> list[str]:
     """One line per error-model cell that judged metrics whose own regime had too few residuals."""
     em = (results.get("llmsim") or {}).get("error_model") or {}

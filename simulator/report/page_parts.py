@@ -102,7 +102,7 @@ def slo_table(slo: Mapping[str, Any], llmsim: Mapping[str, Any]) -> str:
         rows.append(["✓ met" if t.get("met") else "✗ missed", f"{t['metric'].upper()} p{t['percentile']:g}",
                      f"≤ {t['target_ms']:,g} ms", _ms(t.get("measured_ms")),
                      _slo_interval(intervals, key, t) or "—", "—" if att is None else f"{100 * att:.1f} %"])
-    return table(["verdict", "target", "limit", "measured (ms)", "interval (ms)", "within the limit"], rows,
+    return table(["verdict", "target", "limit", "simulated (ms)", "interval (ms)", "within the limit"], rows,
                  cls="slo")
 
 

@@ -73,7 +73,7 @@ def _latency(results: Mapping[str, Any]) -> Table:
 def _slo(slo: Mapping[str, Any]) -> Table:
     t = Table(title=f"SLO {OK if slo.get('met') else FAIL} {'met' if slo.get('met') else 'missed'}",
               title_justify="left")
-    for name, justify in (("", "center"), ("target", "left"), ("limit", "right"), ("measured", "right"),
+    for name, justify in (("", "center"), ("target", "left"), ("limit", "right"), ("simulated", "right"),
                           ("attainment", "right")):
         t.add_column(name, justify=justify)
     for target in slo.get("targets", {}).values():
@@ -119,12 +119,11 @@ def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[st
     t = Table(title="Cost", title_justify="left", show_header=False)
     t.add_column("what", style="bold")
     t.add_column("value", justify="right")
-    method = cost.get("monthly_method")
     n = product.get("slices") or 1
     if n > 1:
         t.add_row(f"Monthly cost, the product ($), {n:,} × the slice", _num(product.get("monthly_usd")))
-    label = "Monthly cost ($)" if n == 1 else "Monthly cost, the simulated slice ($)"
-    t.add_row(f"{label}, {method}" if method else label, _num(cost.get("monthly_usd")))
+    # How the month is extrapolated (the setting's name) is the "month:" line under the table, in words.
+    t.add_row("Monthly cost ($)" if n == 1 else "Monthly cost, the simulated slice ($)", _num(cost.get("monthly_usd")))
     t.add_row("Cost of the simulated window ($)", _money(cost.get("window_usd")))
     t.add_row("Cost per 1M output tokens ($)", _money(cost.get("usd_per_million_output_tokens")))
     t.add_row("Cost per 1M input tokens ($)", _money(cost.get("usd_per_million_input_tokens")))
