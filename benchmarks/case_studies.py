@@ -93,7 +93,7 @@ class Runner:
         t0 = time.perf_counter()
         # a plan that finds no count meeting the SLO still writes plan.json: a verdict (a "—" on the page, as a
         # smoke-sized run may give), not a failure
-        _invoke(command, argv, allow=(lambda code, err: code == 2 and "no combination meets the SLO" in err)
+        _invoke(command, argv, allow=(lambda code, err: code == 1 and "no combination meets the SLO" in err)
                 if args[1] == "plan" else None)
         self.log(f"{time.perf_counter() - t0:6.1f} s  {command}")
         self.done[key] = out.name
@@ -788,7 +788,7 @@ def quickcode_differences(r: Runner) -> str:
         f"more than a 200-token template would be (TTFT p95 {p95['continuous']} → {p95['prefix-cache']} ms). At "
         f"150 ms debounce the hit rate falls to {hit['debounce']:.2f}: fewer requests per burst, so the cold first "
         f"one of each is a larger share (TTFT p95 {p95['cancel-stale']} → {p95['debounce']} ms on the last rung).",
-        f"- **Stale cancellation is a rung now; prioritisation is not.** With the client cancelling its in-flight "
+        f"- **Stale cancellation is a rung; prioritisation is not.** With the client cancelling its in-flight "
         f"request when the next pause fires, {share(len(cancelled) / len(stale))} of the requests are cancelled, "
         f"almost all while decoding ({count(cancelled['first_token'].isna().sum())} before their first token); at "
         f"the default load TTFT p95 goes {p95['same-region']} → {p95['cancel-stale']} ms "
