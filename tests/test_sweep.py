@@ -217,3 +217,17 @@ def test_set_applies_to_every_point_under_its_own_overrides(tmp_path, cli):
     assert all(dict(p.overrides)["pools.chat.gpu"] == "a100-sxm-80gb" for p in points)
     bad = cli("sweep", sweep, "-o", tmp_path / "bad", "--set", "pools.chat.nonsense=1")
     assert bad.code == 2 and "--set" in words(bad.err) and "nonsense" in words(bad.err)
+
+
+def test_a_narrow_terminal_points_to_the_sweep_table_not_to_an_option_sweep_lacks(tmp_path, cli, monkeypatch):
+    """At 80 columns the table leaves columns out and says where they are: the sweep table it wrote
+    (sweep has no --json, which the hint used to offer)."""
+    from simulator.cli import output
+
+    monkeypatch.setattr(output.console, "_width", 80)
+    sweep = write_sweep(tmp_path, {"grid": {"pools.chat.replicas": [1, 2]}})
+    r = cli("sweep", sweep, "-o", tmp_path / "out", "--workers", "1")
+    assert r.code == 0, r.err
+    table = words(r.out.split("wrote ")[0])
+    assert "left out at 80 columns" in table and "--json" not in table
+    assert "sweep.parquet holds every column" in table     # the path before it may wrap at 80 columns

@@ -45,7 +45,8 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
     wall = time.perf_counter() - wall
     keys = override_keys(points)
     console.print(rows_table(f"sweep {sweep_file}", run.rows, [*keys, *product_columns(run.rows), *_SHOWN],
-                             keep=len(keys)))
+                             keep=len(keys), elsewhere=f"a wider terminal shows them; {run.table} holds every "
+                                                       "column"))
     if run.rows:
         from ..report.page import write_report
 
