@@ -81,8 +81,14 @@ def confidence_text(block: Mapping[str, Any], answer: Callable[[Mapping[str, Any
         if not level["met"]:
             return f"at {100 * level['confidence']:g} %: no fleet in the range meets the SLO"
         fleet = ", ".join(f"{k}={v}" for k, v in level["overrides"].items())
-        return f"at {100 * level['confidence']:g} %: {fleet}  ({answer(level)})"
-    lines = [one(level) for level in block["levels"].values()]
+        bounds = ", ".join(f"{k} {v:,.1f}" for k, v in sorted((level.get("slo_bounds_ms") or {}).items()))
+        return f"at {100 * level['confidence']:g} %: {fleet}  ({answer(level)})" + \
+            (f"; bounds (ms): {bounds}" if bounds else "")
+    # A plan's confidence is one-sided (each target at or under its bound with that probability), where a
+    # run's interval is two-sided: said once, so a reader does not take one 90 % for the other.
+    lines = ["confidence: the probability that every SLO target holds, from llmsim's error model (one-sided "
+             "bounds; 50 % is the bias-corrected prediction)"]
+    lines += [one(level) for level in block["levels"].values()]
     diff, whole = block["monthly_difference_usd"], block.get("product_monthly_difference_usd")
     if diff is not None and len(block["levels"]) > 1:
         if whole is not None and whole != diff:
