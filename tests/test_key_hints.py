@@ -103,3 +103,22 @@ def test_no_key_a_scenario_has_is_called_unknown(path):
     sc, _ = load_scenario(path)
     for parts in _key_paths(sc.model_dump(mode="json", by_alias=True)):
         assert _nothing_at(sc, ".".join(parts)) is None, parts
+
+
+@pytest.mark.parametrize("key, fragments", [
+    ("pools.chat.replica=2", ["pools[0].replica: unknown key (did you mean pools.chat.replicas?"]),
+    ("workload.arrivl.rate_per_s=2", ["workload.arrivl: unknown key (did you mean workload.arrival?"]),
+])
+def test_a_set_key_that_names_nothing_gets_the_nearest_key_as_vary_does(tmp_path, cli, key, fragments):
+    """`--set` words a misspelt key as `--vary` does, after the file alone validates; a bad value at a
+    key that exists keeps validation's own message."""
+    sc = write_tiny_scenario(tmp_path)
+    r = cli("run", sc, "--set", key, "-o", tmp_path / "out")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert f"(with --set {key})" in r.err
+    for f in fragments:
+        assert f in r.err, r.err
+    assert not (tmp_path / "out").exists()
+    value = cli("run", sc, "--set", "pools.chat.replicas=abc", "-o", tmp_path / "out")
+    assert value.code == 2 and "pools[0].replicas: Input should be a valid integer" in value.err
+    assert "did you mean" not in value.err

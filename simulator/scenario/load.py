@@ -14,7 +14,7 @@ from ..fields import declared_results
 from .ci import check_metric_names
 from .slo import parse_slo
 from ..profiles.loader import read_structured, resolve
-from .overrides import apply_override
+from .overrides import apply_override, key_fault
 from .schema import Scenario
 from .strict import validate_strict
 
@@ -36,6 +36,7 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
     # other steps the file can run: its ladder's variants, the fast settings `llmsim check` runs
     steps = data.get("variants") or (isinstance(check, dict) and check.get("set"))
     as_written = copy.deepcopy(data) if steps and not variants_checked else None
+    untouched = copy.deepcopy(data) if overrides else None
     for o in overrides or []:
         try:
             apply_override(data, o)
@@ -43,7 +44,10 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
             raise LlmsimError(e.message, source=f"{path} (--set {o})", key_path=e.key_path) from None
     # A bad value may come from the command line rather than the file: say so.
     source = f"{path} (with --set {' --set '.join(overrides)})" if overrides else path
-    sc = validate_strict(Scenario, data, source)
+    try:
+        sc = validate_strict(Scenario, data, source)
+    except LlmsimError as err:
+        raise (_misspelt_set(untouched, overrides or [], err, source) or err) from None
     check_slos(sc, source)
     results = declared_results()
     if sc.check is not None and results is not None:
@@ -51,6 +55,24 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
     if as_written is not None:
         _check_variants_once(as_written, path)
     return sc, path
+
+
+def _misspelt_set(data: dict | None, overrides: list[str], err: LlmsimError, source) -> LlmsimError | None:
+    """``err`` reworded as the fault of a ``--set`` key that names nothing in the
+    file's valid scenario, with the nearest key that does (as ``--vary`` words
+    it); None when the file alone does not validate or no key is to blame. Run
+    only after a failure: the file is validated a second time."""
+    if data is None:
+        return None
+    try:
+        base = validate_strict(Scenario, data, source)
+    except LlmsimError:
+        return None
+    for o in overrides:
+        fault = key_fault(base, o.partition("=")[0].strip(), err)
+        if fault is not None:
+            return LlmsimError(fault.message, source=source, key_path=fault.key_path)
+    return None
 
 
 def check_slos(sc: Scenario, source) -> None:
