@@ -16,6 +16,7 @@ from ..atomic_write import check_writable, write_atomic
 from .app import app
 from .output import console
 from .rundir import refuse_overwriting_input_files
+from .examples import epilog
 
 
 def _inputs(data_dir: Path, gpus: List[str]) -> list[Path]:
@@ -33,7 +34,7 @@ def _inputs(data_dir: Path, gpus: List[str]) -> list[Path]:
     return [Path(data_dir).expanduser() / "hardware_datasheets.csv", *tables, *profiles, *map(Path, gpus)]
 
 
-@app.command("calibrate")
+@app.command("calibrate", epilog=epilog("calibrate"))
 def calibrate(
     data: Optional[Path] = typer.Option(None, "--data", help="shared data folder holding kernels/*.csv "
                                         "(default: shared/data beside the repository, the working directory or one of its parents)"),

@@ -33,6 +33,7 @@ from .app import app, checked_engine, kept_if_stopped
 from .output import console, fmt
 from .progress import simulate_shown
 from .options import one_value_per_key
+from .examples import epilog
 
 if TYPE_CHECKING:   # scenarios on first use: `llmsim --help` imports this module
     from ..scenario.ci import CheckSpec
@@ -245,7 +246,7 @@ def _write_baseline(path: Path, tracked: dict[str, Any]) -> None:
     write_atomic(path, lambda tmp: tmp.write_text(text))
 
 
-@app.command("check")
+@app.command("check", epilog=epilog("check"))
 def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (e.g. scenarios/*.yaml)"),
           baseline: Optional[Path] = typer.Option(
               None, "--baseline", help="folder of committed baselines, one <scenario name>.json each"),

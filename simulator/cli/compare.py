@@ -31,6 +31,7 @@ from ..errors import LlmsimError, first_few
 from ..report.diff import NOISE_KEYS, Change, diff, flatten, is_verdict, read_results, worse_direction
 from .app import app, err_console
 from .output import console, fmt, print_json
+from .examples import epilog
 
 _TEXT_WIDTH = 14
 
@@ -230,7 +231,7 @@ def _unchanged_moves(every: list[Change]) -> int:
                and not c.changed and dataclasses.replace(c, min_change=0.0).changed)
 
 
-@app.command("compare")
+@app.command("compare", epilog=epilog("compare"))
 def compare(a: Path = typer.Argument(..., help="the first run (A): its folder (llmsim run -o), its results.json, "
                                               "or a vllm bench serve result"),
             b: Path = typer.Argument(..., help="the second run (B), as A"),

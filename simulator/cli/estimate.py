@@ -12,6 +12,7 @@ from rich.text import Text
 from ..errors import LlmsimError
 from .app import app, err_console
 from .output import console, kv_table, print_json, provenance_notes
+from .examples import epilog
 
 if TYPE_CHECKING:   # the cost model on first use: `llmsim --help` imports this module
     from ..costmodel import CostModel
@@ -228,7 +229,7 @@ def _nonneg(name: str, v: int) -> None:
         raise LlmsimError(f"{name} must be ≥ 0 (got {v})")
 
 
-@estimate_app.command("step")
+@estimate_app.command("step", epilog=epilog("estimate step"))
 def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int = EP,
          weight_dtype: Optional[str] = WD, kv_dtype: str = KD,
          prefill_tokens: int = typer.Option(0, help="new prompt tokens in the step"),
@@ -290,7 +291,7 @@ def _step_room(cm, engine, kv_tokens: int) -> str:
     return ""
 
 
-@estimate_app.command("request")
+@estimate_app.command("request", epilog=epilog("estimate request"))
 def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int = EP,
             input: int = typer.Option(..., "--input", help="prompt tokens"),
             output: int = typer.Option(..., "--output", help="generated tokens"),

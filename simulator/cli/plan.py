@@ -14,9 +14,10 @@ from .output import console, fleet_answer, product_columns, provenance_notes, ro
 from .options import Address, ConnectTimeout, ExecutorName, MaxRuns, Sets, Workers, open_executor, parse_sets
 from .progress import runs_progress
 from .rundir import output_dir
+from .examples import epilog
 
 
-@app.command("plan")
+@app.command("plan", epilog=epilog("plan"))
 def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in scenario name); needs an slo: block"),
          vary: List[str] = typer.Option([], "--vary", help="key=LO..HI (the axis searched; exactly one) or "
                                                            "key=a,b,c (choices, crossed); repeatable"),

@@ -5,6 +5,7 @@ import typer
 
 from .app import app
 from .output import console, fitted_table, print_json
+from .examples import epilog
 
 profiles_app = typer.Typer(help="Built-in hardware and model profiles.", no_args_is_help=True)
 app.add_typer(profiles_app, name="profiles")
@@ -15,7 +16,7 @@ _FIRST = ("name", "hbm_gib", "hbm_tb_s", "bf16_tflops", "fp8_tflops", "usd_per_g
           "active_params_b", "serves", "kv_kib_per_token_bf16", "max_context", "stack", "versions")
 
 
-@profiles_app.command("list")
+@profiles_app.command("list", epilog=epilog("profiles list"))
 def list_profiles(json: bool = typer.Option(False, "--json")) -> None:
     """List GPUs, models and serving backends with their key numbers."""
     from ..profiles import load_hardware, load_model    # on first use: `llmsim --help` imports this

@@ -50,6 +50,9 @@ def _section(path: list[str], command: Any) -> list[str]:
         lines += ["| argument or option | meaning |", "|---|---|"]
         lines += [f"| `{name}` | {_text(help_)} |" for name, help_ in rows]
         lines.append("")
+    examples = [e.strip() for e in (command.epilog or "").removeprefix("Examples:").split("\n\n") if e.strip()]
+    if examples:
+        lines += ["Examples:", "", "```bash", *examples, "```", ""]
     return lines
 
 

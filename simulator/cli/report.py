@@ -9,13 +9,14 @@ from ..errors import LlmsimError
 from .app import app
 from .output import console
 from .rundir import os_error
+from .examples import epilog
 
 
 #: The files a results folder is known by; naming one of them names its folder.
 RESULT_FILES = ("results.json", "ladder.json", "plan.json", "sweep.parquet", "sweep.csv")
 
 
-@app.command("report")
+@app.command("report", epilog=epilog("report"))
 def report(folder: Path = typer.Argument(..., help="a folder llmsim run -o, run --ladder -o, plan or sweep wrote (or its results.json, ladder.json, plan.json or sweep table)")
            ) -> None:
     """Write DIR/report.html: the answer, per-pool tables and interactive charts in one self-contained page."""

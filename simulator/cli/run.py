@@ -14,6 +14,7 @@ from .ladder import run_ladder
 from .output import console, print_json, provenance_notes
 from .progress import simulate_shown
 from .rundir import output_folder, output_path, write_run_files
+from .examples import epilog
 from .options import (Address, ConnectTimeout, ExecutorName, Workers, check_connect_timeout, one_value_per_key,
                     open_executor)
 
@@ -50,7 +51,7 @@ def _refuse_executor_flags(ctx: typer.Context, ladder: bool) -> None:
                           "would be ignored; it needs --replicates N (N > 1) or --shards N", key_path=given[0])
 
 
-@app.command("run")
+@app.command("run", epilog=epilog("run"))
 def run(ctx: typer.Context,
         scenario: str = typer.Argument(..., help="scenario YAML (or a built-in scenario name)"),
         output_: Optional[str] = typer.Option(None, "-o", "--output",

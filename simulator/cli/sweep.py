@@ -13,12 +13,13 @@ from .options import Address, ConnectTimeout, ExecutorName, MaxRuns, Sets, Worke
 from .output import console, product_columns, rows_table
 from .progress import runs_progress
 from .rundir import output_dir
+from .examples import epilog
 
 
 _SHOWN = ("ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms", "slo_met", "monthly_usd", "wall_time_s", "error")
 
 
-@app.command("sweep")
+@app.command("sweep", epilog=epilog("sweep"))
 def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid and/or points"),
           output: Optional[str] = typer.Option(None, "-o", "--output",
                                                help="results folder (default: ./sweep-<file name>)"),

@@ -24,6 +24,7 @@ from ..reads import recorded_reads
 from .app import app, err_console
 from .output import console, print_json
 from .rundir import refuse_overwriting_input_files
+from .examples import epilog
 
 
 def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str], gpu: Optional[str], tp: int,
@@ -76,7 +77,7 @@ def _profile_files(rows, backend: Optional[str]) -> list[Path]:
     return files
 
 
-@app.command("validate")
+@app.command("validate", epilog=epilog("validate"))
 def validate(
     inputs: List[Path] = typer.Argument(..., help="serving-results CSV, or `vllm bench serve` result JSON files"),
     backend: Optional[str] = typer.Option(None, "--backend", help="stack of JSON results (vllm, sglang, "
