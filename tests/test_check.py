@@ -230,7 +230,9 @@ def test_a_metric_no_results_json_has_is_refused_by_every_command(tmp_path, cli,
     ("llmsim.ttft_budget.parts.0", "'llmsim.ttft_budget.parts.0' is a list of names, not a number"),
     ("llmsim.by_input_length.edges", "'llmsim.by_input_length.edges' is a list (list of tokens), not a figure; "
                                      "name one item by its index: llmsim.by_input_length.edges.0"),
-], ids=["text", "verdict", "list-of-names-item", "whole-list"])
+    ("llmsim.cost.gpu_timeline.0", "'llmsim.cost.gpu_timeline.0' is a list (list of [s, GPUs]), not a figure; "
+                                   "name one entry of an item by its index: llmsim.cost.gpu_timeline.0.1"),
+], ids=["text", "verdict", "list-of-names-item", "whole-list", "item-of-pairs"])
 def test_a_key_that_is_never_a_number_is_refused_as_the_scenario_loads(tmp_path, cli, monkeypatch, metric, says):
     """Text, a verdict or a whole list is declared in results.json but can never be held against a baseline:
     refused before the run, naming the entry, where check used to say so only after simulating."""

@@ -122,3 +122,14 @@ def test_a_set_key_that_names_nothing_gets_the_nearest_key_as_vary_does(tmp_path
     value = cli("run", sc, "--set", "pools.chat.replicas=abc", "-o", tmp_path / "out")
     assert value.code == 2 and "pools[0].replicas: Input should be a valid integer" in value.err
     assert "did you mean" not in value.err
+
+
+@pytest.mark.parametrize("command", ["plan", "sweep"])
+def test_plan_and_sweep_name_the_set_that_names_nothing(tmp_path, cli, command):
+    """A misspelt --set of a plan or sweep is named with its value, as run names it, not as "(--set)"."""
+    sc = write_tiny_scenario(tmp_path)
+    (tmp_path / "sw.yaml").write_text(f"base: {sc.name}\ngrid: {{pools.chat.replicas: [1, 2]}}\n")
+    args = {"plan": ["plan", sc, "--vary", "pools.chat.replicas=1..2"], "sweep": ["sweep", tmp_path / "sw.yaml"]}
+    r = cli(*args[command], "--set", "pools.chat.tpp=2", "-o", tmp_path / "out")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "(--set pools.chat.tpp=2): pools[0].tpp: unknown key (did you mean pools.chat.tp?" in r.err

@@ -78,18 +78,23 @@ def test_a_pinned_price_is_found_however_the_gpu_is_varied(tmp_path):
     assert gpu_varied_pools(crossed) == ["chat"] and pinned_prices(crossed, stated) == []
     # one GPU: the pinned price is the scenario's rate for it, nothing to say
     assert pinned_prices([prices.of({"pools.chat.replicas": n}) for n in (1, 2)], stated) == []
+    # one other GPU (a single choice, or --set) is billed at a rate written for another
+    (one,) = pinned_prices([prices.of({"pools.chat.gpu": "h200", "pools.chat.replicas": n}) for n in (1, 2)], stated)
+    assert one["gpus"] == ["h200"] and "written for h100-sxm" in one["warning"]
 
 
 _GPU = st.sampled_from(["h100-sxm", "h200", "a100-sxm-80gb"])
 _PIN = st.sampled_from([None, 2.0, 3.0])
 
 
-@given(st.lists(st.tuples(_GPU, _PIN), min_size=1, max_size=6), _PIN)
-def test_a_warning_names_only_a_gpu_axis_billed_at_one_price_the_scenario_pins(runs, stated_pin):
+@given(st.lists(st.tuples(_GPU, _PIN), min_size=1, max_size=6), _PIN, _GPU)
+def test_a_warning_names_only_a_gpu_axis_billed_at_one_price_the_scenario_pins(runs, stated_pin, stated_gpu):
+    """Warned exactly when one price the scenario pins bills a GPU it was not written for: another GPU
+    on an axis, or a single other GPU the plan sets."""
     pools = [{"chat": PoolPrice(g, p or 1.0, p)} for g, p in runs]
-    warned = pinned_prices(pools, {"chat": PoolPrice(runs[0][0], stated_pin or 1.0, stated_pin)})
+    warned = pinned_prices(pools, {"chat": PoolPrice(stated_gpu, stated_pin or 1.0, stated_pin)})
     gpus, pins = {g for g, _ in runs}, {p for _, p in runs}
-    expected = len(gpus) > 1 and len(pins) == 1 and None not in pins and pins == {stated_pin}
+    expected = gpus != {stated_gpu} and len(pins) == 1 and None not in pins and pins == {stated_pin}
     assert bool(warned) == expected
     # nulling the price (each GPU at its profile's) never warns
     assert pinned_prices([{"chat": PoolPrice(g, 1.0, None)} for g, _ in runs], {"chat": PoolPrice("h200", 1.0, None)}) == []

@@ -95,7 +95,7 @@ def load_sweep(path: str | Path, sets: Mapping[str, Any] | None = None, max_runs
     sets = dict(sets or {})
     _check_keys_apart(sweep, path, base, sets)
     if sets:
-        check_overrides(base, sets, "--set")
+        check_overrides(base, sets, " ".join(f"--set {k}={v}" for k, v in sets.items()))
     for key, values in sweep.grid.items():
         for v in values:
             check_overrides(base, {**sets, key: v}, f"{path}: grid.{key} = {v!r}", varied=[key])

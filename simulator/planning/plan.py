@@ -192,7 +192,7 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
                     overlaid(path, variant_overlays(chosen)), source=path)
     sets = merge_overlays([*(v.set for v in chosen), cli])
     if cli:
-        check_overrides(path, sets, "--set")
+        check_overrides(path, sets, " ".join(f"--set {k}={v}" for k, v in cli.items()))
     sc, path = load_scenario(scenario, overlay_assignments(sets))
     if sc.slo is None and not any(c.slo for c in sc.classes):
         raise LlmsimError("the scenario declares no SLO (slo: {ttft_p99_ms: ..., tpot_p99_ms: ...}), so no fleet "

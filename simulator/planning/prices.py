@@ -68,24 +68,28 @@ def gpu_varied_pools(runs: Iterable[Mapping[str, PoolPrice]]) -> list[str]:
 
 
 def pinned_prices(runs: list[Mapping[str, PoolPrice]], stated: Mapping[str, PoolPrice]) -> list[dict[str, Any]]:
-    """Every pool whose GPU the runs vary while one ``usd_per_gpu_hour`` bills all of them, as plan.json
-    records it (with the warning to print); ``stated`` is the scenario as its file and variants leave it,
-    without ``--set``, so a price only the command line pins is left out."""
+    """Every pool billed at one pinned ``usd_per_gpu_hour`` on a GPU it was not written for (the plan varies
+    the GPU, or sets another, even a single one), as plan.json records it (with the warning to print);
+    ``stated`` is the scenario as its file and variants leave it, without ``--set``, so a price only the
+    command line pins is left out."""
     out = []
-    for name in gpu_varied_pools(runs):
+    for name in stated:
         pools = [run[name] for run in runs if name in run]
+        kinds = list(dict.fromkeys(p.gpu for p in pools))
+        if not pools or kinds == [stated[name].gpu]:
+            continue      # the GPU the price was written for, in every run
         pins = {p.pinned for p in pools}
         (pin,) = pins if len(pins) == 1 else (None,)
-        if pin is None or name not in stated or stated[name].pinned != pin:
+        if pin is None or stated[name].pinned != pin:
             continue
-        kinds = list(dict.fromkeys(p.gpu for p in pools))
         profile = {g: load_hardware(g).price.usd_per_gpu_hour for g in kinds}
         # by name, as the user writes it; by position where a name cannot address it (a dot, a number)
         address = f"pools.{name}" if "." not in name and not name.isdigit() else f"pools.{list(stated).index(name)}"
         says = ", ".join(f"{g} ${usd:,.2f}" for g, usd in profile.items())
-        warning = (f"pool {name}'s price is pinned at ${pin:,.2f}/GPU-h (the scenario's usd_per_gpu_hour), so every "
-                   f"GPU this plan tries is billed at it, though their profiles say {says}; to bill each GPU at "
-                   f"its own profile's price, add --set {address}.usd_per_gpu_hour=null")
+        warning = (f"pool {name}'s price is pinned at ${pin:,.2f}/GPU-h (the scenario's usd_per_gpu_hour, written "
+                   f"for {stated[name].gpu}), so every GPU this plan tries is billed at it, though their profiles "
+                   f"say {says}; to bill each GPU at its own profile's price, add --set "
+                   f"{address}.usd_per_gpu_hour=null")
         out.append({"pool": name, "usd_per_gpu_hour": pin, "gpus": kinds, "profile_usd_per_gpu_hour": profile,
                     "warning": warning})
     return out

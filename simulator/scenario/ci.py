@@ -78,8 +78,12 @@ def check_metric_names(spec: CheckSpec, results: Fields, source: str | Path) -> 
         if found.unit in NOT_FIGURES:
             raise LlmsimError(f"{m!r} is {NOT_FIGURES[found.unit]}, not a number to hold against a baseline",
                               source=source, key_path=where)
-        if found.unit.startswith(("list", "[")) and not m.rsplit(".", 1)[-1].isdigit():
-            raise LlmsimError(f"{m!r} is a list ({found.unit}), not a figure; name one item by its index: {m}.0",
+        pairs = found.unit.startswith(("list of [", "["))     # items that are lists themselves: [s, GPUs]
+        indices = len(m.split(".")) - len(m.rstrip("0123456789.").split("."))   # trailing index parts
+        if found.unit.startswith(("list", "[")) and indices < 1 + pairs:
+            item = f"{m}.0.1" if pairs and not indices else f"{m}.1" if pairs else f"{m}.0"
+            raise LlmsimError(f"{m!r} is a list ({found.unit}), not a figure; name one "
+                              f"{'entry of an item' if pairs else 'item'} by its index: {item}",
                               source=source, key_path=where)
 
 
