@@ -237,6 +237,8 @@ def test_a_variant_is_planned_as_its_overlay(tmp_path, cli):
     assert "--variant heavy" in words(r.out)
     bad = cli("plan", scenario, "-o", tmp_path / "b", "--vary", "pools.chat.replicas=1..16", "--variant", "nope")
     assert bad.code == 2 and "no variant named 'nope'; variants: heavy, short" in words(bad.err)
+    typo = cli("plan", scenario, "-o", tmp_path / "b", "--vary", "pools.chat.replicas=1..16", "--variant", "heavvy")
+    assert typo.code == 2 and "no variant named 'heavvy' (did you mean heavy?)" in words(typo.err)
     assert not (tmp_path / "b" / "plan.json").exists()
     # a variant that cannot apply is refused when the scenario loads, selected or not
     broken = write_tiny_scenario(tmp_path, variants=[{"name": "broken", "set": {"pools.zz.tp": 2}}])

@@ -166,3 +166,16 @@ def test_a_sliced_plan_at_a_confidence_prints_the_products_bill(tmp_path, cli):
         if line.startswith(("at 50 %:", "at 90 %:")) and "no fleet" not in line:
             assert "(the product: " in line, r.out
     assert "no margin for llmsim's prediction error" not in words(r.out)
+
+
+@given(st.floats(min_value=0.001, max_value=1e6, allow_nan=False), st.floats(min_value=0.001, max_value=1e6))
+def test_a_latency_past_its_target_reads_past_it(value, target):
+    """A miss is never printed as equal to its target ("25.0 ms > 25 ms" for 25.01): enough decimals are
+    shown to tell them apart, up to four."""
+    from simulator.metrics.verdict import ms_past
+
+    if value <= target or value - target < 1e-4:
+        return
+    for grouped in (True, False):
+        shown = float(ms_past(value, target, grouped).removesuffix(" ms").replace(",", ""))
+        assert shown != target

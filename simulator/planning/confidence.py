@@ -16,6 +16,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..metrics.by_input_length import bucket_slo_blocks
 from ..metrics.intervals import targets_at_confidence
+from ..metrics.verdict import ms_past
 from ..validation.error_model import ErrorModel, Regime
 
 __all__ = ["slo_targets_text", "judge_at_confidence"]
@@ -46,7 +47,7 @@ def judge_at_confidence(rows: Sequence[Mapping[str, Any]], confidence: float,
     judged = targets_at_confidence(blocks, Regime.parse(rows[0].get("regime")), model, confidence)
     bounds = {(t["key"] if t["label"] == "SLO" else f"{t['label']} {t['key']}"): t["bound_ms"] for t in judged}
     misses = [f"{'' if t['label'] == 'SLO' else t['label'].removeprefix('SLO ') + ' '}{t['key']} "
-              f"{'unmeasured' if t['bound_ms'] is None else format(t['bound_ms'], '.1f') + ' ms'} at "
+              f"{'unmeasured' if t['bound_ms'] is None else ms_past(t['bound_ms'], t['target_ms'], grouped=False)} at "
               f"{100 * confidence:g} % > {t['target_ms']:g} ms" for t in judged if not t["met"]]
     return not misses, "; ".join(misses) or None, bounds
 

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import LlmsimError
+from ..metrics.verdict import ms_past
 from ..inputs import code_digest, file_digest
 from ..reads import recorded_reads
 from ..metrics.by_input_length import bucket_slo_blocks
@@ -200,5 +201,5 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
 
 def _miss(key: str, target: Mapping[str, Any]) -> str:
     measured = target.get("measured_ms")
-    got = "no samples" if measured is None else f"{measured:.1f} ms"
+    got = "no samples" if measured is None else ms_past(measured, target.get("target_ms"), grouped=False)
     return f"{key} {got} > {target.get('target_ms'):g} ms"
