@@ -211,3 +211,15 @@ def test_no_two_built_in_profiles_name_the_same_rows():
     for i, a in enumerate(names):
         for b in names[i + 1:]:
             assert not shared_data_names(BUILTIN[a], BUILTIN[b]), (a, b)
+
+
+@pytest.mark.parametrize("sibling, says", [
+    ("my-gpu", "my-gpu cannot be transferred from itself: name a measured GPU (a100-sxm-80gb"),
+    ("h999", "my-gpu is transferred from h999, which is no GPU profile"),
+])
+def test_a_transfer_rule_that_leads_nowhere_names_its_file(cli, tmp_path, shared_data, sibling, says):
+    """A transfer fault is the profile file's: the one line names it, as every other profile fault does."""
+    path = _copy(tmp_path, "my-gpu", data_names=None, transfer={**TRANSFER, "sibling": sibling})
+    r = cli("calibrate", "--data", shared_data, "--gpu", path, "--dry-run", "--quiet")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert r.err.strip().startswith(f"error: {path}: transfer.sibling: {says}"), r.err

@@ -212,19 +212,24 @@ def _source_notes(profiles: dict[str, HardwareProfile], names: list[str], measur
 
 
 def _sibling(name: str, gpu: HardwareProfile, profiles: dict[str, HardwareProfile], measured: list[str],
-             where: Path) -> str:
-    """The measured profile ``gpu``'s calibration comes from (its ``transfer.sibling``)."""
+             where: Path, paths: dict[str, Path]) -> str:
+    """The measured profile ``gpu``'s calibration comes from (its ``transfer.sibling``); a fault is the
+    profile file's, named as the file (a built-in's by its path in the package)."""
+    source = paths.get(name) or builtin_dir("hardware_profiles") / f"{name}.yaml"
     if gpu.transfer is None:
         raise LlmsimError(f"{name} has no kernel measurements and no transfer rule: give its profile "
                           "`transfer: {sibling: <a measured GPU>, rule: scaled | copy}` (measured: "
-                          f"{', '.join(measured)})", key_path="transfer")
+                          f"{', '.join(measured)})", source=source, key_path="transfer")
     sib = gpu.transfer.sibling
+    if sib == name:
+        raise LlmsimError(f"{name} cannot be transferred from itself: name a measured GPU ("
+                          f"{', '.join(measured)})", source=source, key_path="transfer.sibling")
     if sib not in profiles:
         raise LlmsimError(f"{name} is transferred from {sib}, which is no GPU profile (valid names: "
-                          f"{', '.join(sorted(profiles))})", key_path="transfer.sibling")
+                          f"{', '.join(sorted(profiles))})", source=source, key_path="transfer.sibling")
     if sib not in measured:
-        raise LlmsimError(f"{name} is transferred from {sib}, which has no rows in {where}",
-                          key_path="transfer.sibling")
+        raise LlmsimError(f"{name} is transferred from {sib}, which has no rows in {where} (measured: "
+                          f"{', '.join(measured)})", source=source, key_path="transfer.sibling")
     return sib
 
 
@@ -274,10 +279,10 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
                                                     [n for n in wanted if n in moe_measured]))
     kd = data.load(data_dir, progress=prog.step, gpus=profiles)
     measured = [p for p in kd.profiles if p in profiles]
-    copies = {g: _sibling(g, profiles[g], profiles, measured, kd.data_dir / "kernels") for g in wanted
+    copies = {g: _sibling(g, profiles[g], profiles, measured, kd.data_dir / "kernels", paths) for g in wanted
               if g not in measured and profiles[g].transfer is not None and profiles[g].transfer.rule == "copy"}
     wanted += [s for s in copies.values() if s not in wanted]
-    sources = {g: _sibling(g, profiles[g], profiles, measured, kd.data_dir / "kernels") for g in wanted
+    sources = {g: _sibling(g, profiles[g], profiles, measured, kd.data_dir / "kernels", paths) for g in wanted
                if g not in measured and g not in copies}
     needed = sorted({g if g in measured else sources[g] for g in wanted if g not in copies})
     stack_profiles = sorted({p for (_s, _f), df in kd.stacks.items() for p in set(df["profile"])})
