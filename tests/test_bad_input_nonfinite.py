@@ -584,3 +584,16 @@ CHECKED_ELSEWHERE = {"Scenario.slo", "ClassSpec.slo", "Variant.set", "CheckSpec.
 def test_every_float_of_an_input_model_is_finite():
     """No field of a scenario, GPU, model or backend model takes nan or inf, but those read elsewhere."""
     assert set(_accepting_non_finite()) == CHECKED_ELSEWHERE
+
+
+@pytest.mark.parametrize("value, says", [
+    ("nan", "expected a finite number, got 'nan'"), ("inf", "expected a finite number, got 'inf'"),
+    ('"12"', "expected a number, got the text '12' (write the number without quotes)"),
+])
+def test_the_text_nan_is_called_not_finite_not_a_quoting_slip(tmp_path, cli, value, says):
+    """`--set key=nan` reaches the schema as the text 'nan' (YAML spells the number .nan): the message is
+    about the value, and asks to unquote only a number that was quoted."""
+    from test_sweep import write_tiny_scenario
+
+    r = cli("run", write_tiny_scenario(tmp_path), "--set", f"workload.arrival.rate_per_s={value}")
+    assert r.code == 2 and f"workload.arrival.rate_per_s: {says}" in r.err, r.err

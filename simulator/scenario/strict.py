@@ -17,6 +17,7 @@ model, backend profile) is validated.
 from __future__ import annotations
 
 import copy
+import math
 from typing import Any, Iterator, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -45,6 +46,12 @@ def validate_strict(cls: type[M], data: Any, source: Any = None) -> M:
 def _refusal(got: Any) -> str:
     if isinstance(got, bool):
         return f"expected a number, got {got!r} (true/false is not a count or a quantity)"
+    try:
+        number = float(str(got).replace("_", ""))
+    except ValueError:
+        return f"expected a number, got the text {got!r}"
+    if not math.isfinite(number):     # nan, inf: a number the schema refuses, not a quoting slip
+        return f"expected a finite number, got {got!r}"
     return f"expected a number, got the text {got!r} (write the number without quotes)"
 
 
