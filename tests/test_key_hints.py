@@ -133,3 +133,18 @@ def test_plan_and_sweep_name_the_set_that_names_nothing(tmp_path, cli, command):
     r = cli(*args[command], "--set", "pools.chat.tpp=2", "-o", tmp_path / "out")
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
     assert "(--set pools.chat.tpp=2): pools[0].tpp: unknown key (did you mean pools.chat.tp?" in r.err
+
+
+@pytest.mark.parametrize("vary, says", [
+    ("pools.1.replicas=1..3", "(--vary pools.1.replicas=1..3): pools.1: index 1 out of range (the list has 1 item)"),
+    ("pools.1.tp=2,4", "(--vary pools.1.tp=2,4): pools.1: index 1 out of range"),
+])
+def test_a_fault_every_choice_shares_shows_the_axis_as_given(tmp_path, cli, no_runs, vary, says):
+    """An index past the list fails at every choice: the error shows the whole --vary, not one end
+    of the range that would read as the culprit; a fault of one choice still names that choice."""
+    sc = write_tiny_scenario(tmp_path)
+    search = [] if ".." in vary else ["--vary", "pools.chat.replicas=1..2"]
+    r = cli("plan", sc, "--vary", vary, *search, "-o", tmp_path / "out")
+    assert r.code == 2 and says in r.err, r.err
+    one = cli("plan", sc, "--vary", "pools.chat.replicas=1..2", "--vary", "pools.chat.tp=2,3", "-o", tmp_path / "o")
+    assert one.code == 2 and "(--vary pools.chat.tp=3): pools[0].tp: tp=3 must divide" in one.err, one.err

@@ -121,12 +121,30 @@ def check_axes(scenario: str | Path, axes: Sequence[Axis], sets: Mapping[str, An
     (Two axes on one key are refused by ``plan_fleet``, which resolves
     their spellings against the scenario.)"""
     for a in axes:
-        for v in (a.bounds if a.is_range else a.values):
+        values = list(a.bounds if a.is_range else a.values)
+        for v in values:
             try:
                 check_overrides(scenario, {**(sets or {}), a.key: v}, f"--vary {a.key}={yaml_text(v)}",
                                 varied=[a.key])
             except LlmsimError as e:
-                raise _fault_of_key(scenario, a, sets, e) or e from None
+                others = [w for w in values if w != v]
+                raise _fault_of_key(scenario, a, sets, e) or _fault_of_every_choice(scenario, a, sets, others, e) \
+                    or e from None
+
+
+def _fault_of_every_choice(scenario: str | Path, axis: Axis, sets: Mapping[str, Any] | None,
+                           others: Sequence[Any], err: LlmsimError) -> LlmsimError | None:
+    """``err`` shown against the ``--vary`` as given when another choice (``others``: the axis's other
+    values) fails the same way (an index past the list, an autoscaled pool's replicas): the key is at
+    fault, and one choice named alone would read as the culprit. None when no other choice fails so."""
+    if not others:
+        return None
+    try:
+        check_overrides(scenario, {**(sets or {}), axis.key: others[-1]}, "", varied=[axis.key])
+    except LlmsimError as again:
+        if again.key_path == err.key_path and again.message == err.message:
+            return LlmsimError(err.message, source=f"{scenario} (--vary {axis.text()})", key_path=err.key_path)
+    return None
 
 
 def _fault_of_key(scenario: str | Path, axis: Axis, sets: Mapping[str, Any] | None,

@@ -80,7 +80,7 @@ def _list_index(node: list, part: str, where: str) -> int:
     if idx is not None:
         return idx
     if part.isdigit():
-        raise LlmsimError(f"index {int(part)} out of range (the list has {len(node)} items)", key_path=where)
+        raise LlmsimError(f"index {int(part)} out of range (the list has {len(node)} item{'' if len(node) == 1 else 's'})", key_path=where)
     names = [str(it.get("name")) for it in node if isinstance(it, dict) and "name" in it]
     raise LlmsimError(no_item(part, names), key_path=where)
 
