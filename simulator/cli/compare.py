@@ -4,9 +4,13 @@ Read as "from A to B": deltas are B − A, and a move in the bad direction
 (a latency, a cost or the power drawn up, a throughput or attainment
 down) is red, a good one green. A and B are results.json files or the run
 folders holding them. Before the figures: a warning when A and B ran
-different scenarios, and, when both folders hold the scenario as run
+different scenarios (or a folder's scenario.yaml is another scenario's
+than its results.json), and, when both folders hold the scenario as run
 (scenario.yaml), the inputs that differ, so that a move can be read
-against its cause. The headline figures come next, moved or not (the
+against its cause. A key only one file holds (an llmsim run beside a
+``vllm bench serve`` result shares a few keys) has not moved either way:
+it is shown as only in A or only in B and counted apart. The headline
+figures come next, moved or not (the
 product's and the simulated fleet's cost and GPUs, whether it keeps up,
 TTFT/TPOT/E2EL percentiles, throughput, request counts, SLO verdicts);
 the other keys that moved are counted, and listed with ``--all``, which
@@ -28,7 +32,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import LlmsimError, first_few
-from ..report.diff import NOISE_KEYS, Change, diff, flatten, is_verdict, read_results, worse_direction
+from ..report.diff import NOISE_KEYS, Change, diff, flatten, is_verdict, misshapen, read_results, worse_direction
 from .app import app, err_console
 from .output import console, fmt, print_json
 from .examples import epilog
@@ -50,6 +54,11 @@ def _value(v: Any) -> str:
 
 def _style(c: Change) -> str:
     return "" if c.worse is None else "red" if c.worse else "green"
+
+
+def _only_in(c: Change) -> str:
+    """The change column of a key one file lacks: not a move either way."""
+    return f"only in {c.only_in.upper()}" if c.only_in else ""
 
 
 def _rel(c: Change) -> str:
@@ -105,6 +114,13 @@ def _series(changes: list[Change]) -> list[Change]:
         mine = [c for c in changes if c.key == s or c.key.startswith(s + ".")]
         if mine:
             moved = any(c.changed for c in mine)
+            sides = {c.only_in for c in mine}
+            if len(sides) == 1 and None not in sides:     # one file holds the series, the other none of it
+                side = sides.pop()
+                n = f"{len(mine)} values"
+                out.append(Change(s, n if side == "a" else None, n if side == "b" else None, None, None, None,
+                                  only_in=side))
+                continue
             out.append(Change(s, f"{len([c for c in mine if c.a is not None])} values",
                               f"{len([c for c in mine if c.b is not None])} values", None, None, None)
                        if moved else Change(s, "same", "same", None, None, None))
@@ -127,6 +143,9 @@ def results_file(path: Path) -> Path:
     """The results.json a path names: the file itself, or the one in a run
     folder (what ``llmsim run -o`` and each ladder step write), as ``llmsim
     report`` takes the folder."""
+    if not path.exists() and path.suffix.lower() != ".json":    # a missing .json: "file not found", on reading
+        raise LlmsimError("no such file or folder; expected a run folder (`llmsim run -o DIR`) or a results.json "
+                          "file", source=path)
     if not path.is_dir():
         return path
     if (path / "results.json").is_file():
@@ -140,8 +159,15 @@ def read_compared(path: Path) -> dict[str, Any]:
     """A results file whose ranked figures are figures: a string where a
     latency, a cost or a throughput belongs would otherwise show as a change
     "without a direction" and be passed over, never refused. A list or an
-    object there is a block (``slo.targets.ttft_p99_ms``), shown as one."""
+    object where a declaration says one figure is refused as text is, and
+    so is a declared block that is not one (``"llmsim": [1]``), whose
+    figures would all read as missing. Where only a key's name suggests a
+    figure (no declaration names it: a foreign tool's key), a list or an
+    object there is shown as the block it is, not compared."""
     data = read_results(path)
+    wrong = misshapen(data)
+    if wrong is not None:
+        raise LlmsimError(wrong[1], source=path, key_path=wrong[0])
     for key, v in flatten(data).items():
         if worse_direction(key) and not _a_figure(key, v):
             verdict = is_verdict(key)
@@ -161,6 +187,10 @@ def compare_table(a: Path, b: Path, changes: list[Change], title: str = "") -> T
     t.add_column("B − A", justify="right", no_wrap=True)
     t.add_column("change", justify="right", no_wrap=True)
     for c in changes:
+        if c.only_in:       # the other file has no such key: nothing to subtract, no direction
+            t.add_row(Text(c.key), Text(_value(c.a) if c.only_in == "a" else ""),
+                      Text(_value(c.b) if c.only_in == "b" else ""), "", _only_in(c))
+            continue
         style = _style(c)
         mark = {True: " worse", False: " better"}.get(c.worse, "")
         delta = "—" if c.delta is None else fmt(c.delta)
@@ -196,6 +226,17 @@ def scenario_as_run(results_path: Path) -> Optional[dict[str, Any]]:
         raise LlmsimError(f"expected the scenario as run (a mapping of scenario keys, as `llmsim run -o` writes "
                           f"it), got {type(data).__name__}", source=p)
     return data
+
+
+def _beside(side: str, results_path: Path, name: Optional[str], run: Optional[Mapping[str, Any]]) -> str:
+    """A warning when the scenario.yaml beside a results.json is another
+    scenario's (a folder whose files were copied in from two runs): the inputs
+    listed would be that file's, not the ones the figures ran with."""
+    if run is None or name is None or run.get("name") == name:
+        return ""
+    other = repr(run["name"]) if isinstance(run.get("name"), str) else "no scenario name"
+    return (f"{side}'s results.json is a run of scenario {name!r} but the scenario.yaml beside it has {other} "
+            f"({results_path.parent / 'scenario.yaml'}): the inputs it lists are not necessarily the ones {side} ran")
 
 
 def inputs_that_differ(a: Mapping[str, Any], b: Mapping[str, Any]) -> list[tuple[str, Any, Any]]:
@@ -237,14 +278,15 @@ def compare(a: Path = typer.Argument(..., help="the first run (A): its folder (l
             b: Path = typer.Argument(..., help="the second run (B), as A"),
             all_: bool = typer.Option(False, "--all", help="also show keys that did not change, and wall times"),
             min_change: float = typer.Option(
-                MIN_CHANGE_PCT, "--min-change", min=0.0, metavar="PCT",
+                MIN_CHANGE_PCT, "--min-change", metavar="PCT",
                 help="a key that moved by less than PCT percent counts as unchanged (the default: a move "
                      "shown as 0.0%); 0 counts every move"),
             json: bool = typer.Option(False, "--json", help="print the differences as JSON"),
             ) -> None:
     """Show how two runs' results differ: A, B, B − A and % change per key, worse moves in red."""
-    if not math.isfinite(min_change):
-        raise LlmsimError(f"expected a finite percentage such as 0.05 (got {min_change!r})", key_path="--min-change")
+    if not (math.isfinite(min_change) and min_change >= 0):
+        raise LlmsimError(f"expected a finite percentage of 0 or more, such as 0.05 (got {min_change!r})",
+                          key_path="--min-change")
     a, b = results_file(a), results_file(b)
     ra, rb = read_compared(a), read_compared(b)
     sa, sb = scenario_as_run(a), scenario_as_run(b)
@@ -254,6 +296,8 @@ def compare(a: Path = typer.Argument(..., help="the first run (A): its folder (l
     if None not in names and names[0] != names[1]:
         warnings.append(f"A is a run of scenario {names[0]!r} and B of {names[1]!r}: the figures below compare "
                         "two workloads, not one change")
+    warnings += [w for w in (_beside(side, path, name, run) for side, path, name, run in
+                             (("A", a, names[0], sa), ("B", b, names[1], sb))) if w]
     for w in warnings:
         err_console.print(Text.assemble(("warning:", "yellow"), f" {w}"))
     rel = min_change / 100
@@ -265,7 +309,9 @@ def compare(a: Path = typer.Argument(..., help="the first run (A): its folder (l
                     "inputs": None if inputs is None else [
                         {"key": k, "a": None if va is _NOT_SET else va, "b": None if vb is _NOT_SET else vb}
                         for k, va, vb in inputs],
-                    "min_change_pct": min_change, "headline": head, "changes": [c.as_dict() for c in changes]})
+                    "min_change_pct": min_change, "headline": head,
+                    "only_in": {side: sum(1 for c in changes if c.only_in == side) for side in ("a", "b")},
+                    "changes": [c.as_dict() for c in changes]})
         return
     if inputs is not None:
         _print_inputs(inputs)
@@ -281,13 +327,16 @@ def compare(a: Path = typer.Argument(..., help="the first run (A): its folder (l
     by_key = {c.key: c for c in every}
     console.print(compare_table(a, b, [by_key[k] for k in head], title=f"A = {a}\nB = {b}\nheadline"))
     rest = [c for c in changes if c.key not in set(head)] + _series(every)
-    moved = [c for c in changes if c.changed]
+    moved = [c for c in changes if c.changed and not c.only_in]
     worse = sum(1 for c in moved if c.worse)
     better = sum(1 for c in moved if c.worse is False)
+    alone = [f"{n} only in {side.upper()}" for side in ("a", "b")
+             if (n := sum(1 for c in changes + _series(every) if c.only_in == side))]
     if all_:
         console.print(compare_table(a, b, rest, title="every other key"))
     console.print(f"{len(moved)} keys differ: [red]{worse} worse[/], [green]{better} better[/], "
                   f"{len(moved) - worse - better} without a direction"
+                  + (f"; {' and '.join(alone)} (one file lacks the key: not compared)" if alone else "")
                   + ("" if all_ else f"; {len([c for c in rest if c.changed])} beyond the headline: --all lists them"))
     if small:
         console.print(below)

@@ -100,6 +100,8 @@ def _model(name: str, weight_dtype: Optional[str]) -> tuple[ModelProfile, str]:
 def _engine(gpu: str, weight_dtype: str, kv_dtype: str, kernels: Optional[str], backend: Optional[str],
             version: Optional[str], roofline: bool) -> Optional[EngineConfig]:
     """The engine a pool naming ``backend`` on ``gpu`` runs (None without one), as a scenario builds it."""
+    if version is not None:
+        check_version_flag(version)
     if backend is None:
         if version is not None:
             raise LlmsimError("--backend-version names a release of the backend given with --backend; "
@@ -119,12 +121,23 @@ def _engine(gpu: str, weight_dtype: str, kv_dtype: str, kernels: Optional[str], 
     try:
         return EngineConfig(**apply_backend(raw, gpu))
     except LlmsimError as e:
-        flag = "--backend-version" if "backend_version" in e.message else "--backend"
         where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
-        raise LlmsimError(f"{where + ': ' if where else ''}{e.message}", key_path=flag) from None
+        raise LlmsimError(f"{where + ': ' if where else ''}{e.message}", key_path="--backend") from None
     except ValidationError as e:
         first = e.errors()[0]
         raise LlmsimError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}", key_path="--backend") from None
+
+
+def check_version_flag(version: str, flag: str = "--backend-version") -> str:
+    """``version`` when it names a release, else one line naming ``flag``: the
+    check a scenario's ``engine.backend_version`` takes, so the command line
+    and the scenario accept the same spellings (``llmsim validate`` takes it too)."""
+    from ..profiles.backend import check_backend_version
+
+    try:
+        return check_backend_version(version)
+    except ValueError as e:
+        raise LlmsimError(str(e), key_path=flag) from None
 
 
 def _cost_model(gpu: str, m: ModelProfile, tp: int, weight_dtype: str, kv_dtype: str, roofline: bool,

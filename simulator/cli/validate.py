@@ -92,13 +92,14 @@ def validate(
     weight_dtype: Optional[str] = typer.Option(None, "--weight-dtype", help="weights of JSON results; default: "
                                                "the checkpoint's format"),
     kv_dtype: str = typer.Option("bf16", "--kv-dtype", help="KV cache of JSON results"),
-    stack_version: str = typer.Option("", "--backend-version", "--stack-version",
-                                      help="version of the stack that served the JSON "
-                                      "results (e.g. 0.19.0), as estimate's --backend-version and a scenario's "
-                                      "engine.backend_version: the replay takes that version's defaults where "
-                                      "they differ from the backend profile's (vLLM from 0.14 schedules "
-                                      "asynchronously; SGLang before 0.3.6 sends a prefill's first "
-                                      "tokens without waiting for the next batch's launch)"),
+    backend_version: Optional[str] = typer.Option(
+        None, "--backend-version", help="version of the stack that served the JSON results (e.g. 0.19.0), as "
+        "estimate's --backend-version and a scenario's engine.backend_version: the replay takes that version's "
+        "defaults where they differ from the backend profile's (vLLM from 0.14 schedules asynchronously; SGLang "
+        "before 0.3.6 sends a prefill's first tokens without waiting for the next batch's launch); a CSV's rows "
+        "carry their own"),
+    stack_version: Optional[str] = typer.Option(None, "--stack-version", hidden=True,
+                                                help="--backend-version under another name"),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", min=1,
                                                   help="replay only rows at or below this concurrency"),
     client: str = typer.Option("auto", "--client", help="how the closed loop's rounds fall into phase: burst "
@@ -136,8 +137,9 @@ def validate(
             check_writable(target, flag)
     if model_configs is not None and not model_configs.is_dir():
         raise LlmsimError("not a folder", source=model_configs, key_path="--model-configs")
+    version = _version(backend_version, stack_version, inputs)
     with recorded_reads() as read:        # every file the rows and profiles come from
-        rows = _load_rows(inputs, backend, model, gpu, tp, weight_dtype, kv_dtype, model_configs, stack_version)
+        rows = _load_rows(inputs, backend, model, gpu, tp, weight_dtype, kv_dtype, model_configs, version)
         if max_concurrency is not None:
             rows = [r for r in rows if r.concurrency is None or r.concurrency <= max_concurrency]
         usable = [r for r in rows if not r.skip]
@@ -185,6 +187,30 @@ def validate(
         print_json(out)
         return
     _print(errors, out)
+
+
+def _version(backend_version: Optional[str], stack_version: Optional[str], inputs: List[Path]) -> str:
+    """The stack version of the JSON results ("" for none), checked as a
+    scenario's engine.backend_version is. Refused with a CSV among the inputs:
+    its rows name their own versions, which the replay keeps, so the flag
+    would be dropped for them unannounced."""
+    from .estimate import check_version_flag
+
+    if backend_version is not None and stack_version is not None:
+        raise LlmsimError(f"--backend-version and --stack-version are one setting under two names, given "
+                          f"{backend_version!r} and {stack_version!r}: give one")
+    flag, version = ("--stack-version", stack_version) if stack_version is not None else \
+        ("--backend-version", backend_version)
+    if version is None:
+        return ""
+    check_version_flag(version, flag)
+    csvs = [p for p in inputs if p.suffix.lower() in (".csv", ".gz")]
+    if csvs:
+        apart = len(csvs) < len(inputs)
+        raise LlmsimError(f"applies to `vllm bench serve` JSON results; a CSV's rows carry their own version (its "
+                          f"engine_version or backend_version column), which the replay takes: drop {flag}"
+                          + (f", or replay the JSON results apart from {csvs[0]}" if apart else ""), key_path=flag)
+    return version
 
 
 def _modelled(usable: list, settings, source: Path) -> list:

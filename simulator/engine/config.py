@@ -242,8 +242,17 @@ class EngineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _version_of_a_backend(self) -> "EngineConfig":
+        if self.backend_version is None:
+            return self
+        # The one check llmsim estimate's and validate's --backend-version take too: a spelling one
+        # of them accepted would otherwise be refused, or read another way, by another.
+        from ..profiles.backend import check_backend_version
+        try:
+            check_backend_version(self.backend_version)
+        except ValueError as e:
+            raise ValueError(f"backend_version {e}") from None
         # Without a backend the pool runs llmsim's generic engine, which no release's defaults change.
-        if self.backend_version is not None and self.backend is None:
+        if self.backend is None:
             raise ValueError(f"backend_version {self.backend_version!r} names a release of a serving stack; set "
                              "backend too (vllm, sglang, trtllm or a profile file), whose release it is")
         return self

@@ -26,6 +26,7 @@ from functools import lru_cache
 from pathlib import Path
 from typing import Any, Optional
 
+from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import LlmsimError
@@ -85,13 +86,75 @@ class VersionRule(_Strict):
 _NIGHTLY = re.compile(r"(20\d{2})(\d{2})(\d{2})")
 
 
-def version_number(version: str) -> Optional[tuple[int, int, int]]:
-    """(major, minor, patch) of a release name such as ``0.14.1``, ``v0.5.6.post2``
-    or ``1.2.0rc6``; None for a nightly or anything else."""
-    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", version)
-    if m is None or _NIGHTLY.search(version):
+def version_number(version: str) -> Optional[tuple[int, ...]]:
+    """The release number (major, minor, patch[, ...]) of a release as the
+    stacks spell them, PEP 440 with an optional ``v`` (``0.14.1``,
+    ``v0.5.6.post2``, ``1.2.0rc6``, ``0.11.1rc2.dev123+gabc1234``); None for
+    anything else. A pre-, post- or development release counts as its
+    release number: a rule's ``since`` names the first release line with the
+    change, and its candidates and patches carry it too. An epoch or a lone
+    major number is None: no stack numbers releases so, and reading one
+    would place it beside releases it has nothing to do with."""
+    try:
+        parsed = Version(version)
+    except InvalidVersion:
+        return None
+    if parsed.epoch or len(parsed.release) < 2:
+        return None
+    return parsed.release + (0,) * (3 - len(parsed.release))
+
+
+def _label_number(label: str) -> Optional[tuple[int, ...]]:
+    """The release number a measured row's version label names. Rows carry
+    notes beside it (``0.6.0 (--num-scheduler-steps 10)``) and spellings
+    outside PEP 440 (``0.5.1-rc0.pre1``), and a row is data to replay, not
+    input to refuse, so its leading number counts; a version a user writes
+    is checked whole first (:func:`check_backend_version`)."""
+    number = version_number(label)
+    if number is not None:
+        return number
+    m = re.match(r"\s*v?(\d+)\.(\d+)(?:\.(\d+))?", label)
+    if m is None or _NIGHTLY.search(label):
         return None
     return int(m.group(1)), int(m.group(2)), int(m.group(3) or 0)
+
+
+def _nightly_day(version: str) -> Optional[str]:
+    """The build day (ISO) of a nightly tag written whole: ``nightly``, then
+    parts joined by ``-``, ``_`` or ``.``, the first run of a date among them a
+    part of its own and a real day (``nightly-dev-20260216-d3bae71e``).
+    The same first run of a date is the one :meth:`BackendProfile.released`
+    reads, so the check and the reading agree."""
+    if not re.fullmatch(r"nightly(?:[-_.][A-Za-z0-9]+)+", version, re.IGNORECASE):
+        return None
+    m = _NIGHTLY.search(version)
+    if m is None or version[m.start() - 1] not in "-_." or version[m.end():m.end() + 1] not in ("", "-", "_", "."):
+        return None
+    try:
+        return datetime.date(*map(int, m.groups())).isoformat()
+    except ValueError:
+        return None
+
+
+def _names_a_release(version: str) -> bool:
+    return version_number(version) is not None or _nightly_day(version) is not None
+
+
+def check_backend_version(version: str) -> str:
+    """``version`` when it names one release of a serving stack, else a
+    ValueError saying what would: the one check of ``engine.backend_version``,
+    ``llmsim estimate --backend-version`` and ``llmsim validate
+    --backend-version``, so that no spelling one of them takes is read
+    another way (or not at all) by another. Taken: a PEP 440 release as
+    the stacks tag them, ``v`` prefix allowed (its release number decides
+    the by_version rules), or a nightly tag carrying its build day (the
+    release days in the profile's ``releases`` place it). Anything else,
+    such as ``0.19junk`` or ``latest``, names no release llmsim could place."""
+    if not _names_a_release(version):
+        raise ValueError(f"{version!r} names no release: expected the release as the stack tags it (PEP 440, "
+                         f"such as 0.19.0, v0.5.10.post1 or 1.2.0rc6.post3) or a nightly tag with its build day "
+                         f"(such as nightly-dev-20260216-d3bae71e)")
+    return version
 
 
 class GpuCondition(_Strict):
@@ -197,7 +260,7 @@ class BackendProfile(_Strict):
         day (``since`` the first release, ``until`` a release of known day
         later than it); the others stay undecided and the profile's own keys
         hold for them, as for any unknown version."""
-        number = version_number(version)
+        number = _label_number(version)
         day = None if number is not None else self.released(version)
         if number is None and day is None:
             if measured_before is None:
@@ -304,7 +367,13 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, separate_draft: bool = 
     """``engine`` (a pool's engine mapping as written) with its backend's
     defaults for ``gpu_name`` under the keys the user set. ``separate_draft``:
     the pool drafts with a separate model (not the model's own MTP layers),
-    whose defaults a stack may change (``draft_model_engine``)."""
+    whose defaults a stack may change (``draft_model_engine``).
+
+    A ``backend_version`` that names no release (or is not text) adds no
+    keys here and stays in the mapping, for the engine settings built from
+    it to refuse (:class:`~simulator.engine.config.EngineConfig`, whose
+    message names the pool's engine and the key): refused here, inside the
+    pool's own validation, the message would name the pool alone."""
     from .hardware import load_hardware
 
     name = engine.get("backend")
@@ -313,11 +382,9 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, separate_draft: bool = 
     prof = load_backend(name)
     merged = prof.engine_defaults(load_hardware(gpu_name))
     version = engine.get("backend_version")
-    if version is not None:
-        keys = prof.version_keys(str(version))
-        if keys is None:
-            raise LlmsimError(f"backend_version {version!r} is not a {prof.name} release number (such as "
-                              f"0.14.1) nor a nightly dated YYYYMMDD")
+    if isinstance(version, str) and _names_a_release(version):
+        keys = prof.version_keys(version)
+        assert keys is not None        # a checked version is a release number or a dated nightly
         merged.update(keys)
     if separate_draft:
         merged.update(prof.draft_model_engine)

@@ -27,11 +27,12 @@ from pathlib import Path
 from typing import Any, Mapping, Optional
 
 from ..errors import LlmsimError
-from ..fields import Field, Fields, declared_results, lookup
+from ..fields import AS_GIVEN, Field, Fields, declared_results, lookup
 from ..fields import flatten as declared_keys
 
 __all__ = ["flatten", "worse_direction", "is_verdict", "Change", "change", "diff", "read_json_object",
-           "read_results", "NOISE_KEYS", "UNIT_DIRECTION", "NO_DIRECTION_UNITS", "NAMED_UNITS", "BY_KEY_NAME"]
+           "read_results", "misshapen", "NOISE_KEYS", "UNIT_DIRECTION", "NO_DIRECTION_UNITS", "NAMED_UNITS",
+           "BY_KEY_NAME"]
 
 #: Relative differences below this are float noise (a sum taken in another order), not changes.
 _SAME = 1e-9
@@ -233,7 +234,11 @@ class Change:
     """One key of two results; ``delta``/``rel`` are B − A and (B − A)/|A|
     when both are numbers (rel is None from A = 0); ``worse`` is None when
     the key has no direction or did not move. A relative move under
-    ``min_change`` counts as none: a figure that shows as "0.0 %" is not news."""
+    ``min_change`` counts as none: a figure that shows as "0.0 %" is not news.
+    ``only_in`` is ``"a"`` or ``"b"`` for a key one file holds and the other
+    does not hold at all (its ``b`` or ``a`` is then None): files of
+    different kinds (llmsim's and ``vllm bench serve``'s) share some keys
+    only, and a key one of them never writes has not moved either way."""
 
     key: str
     a: Any
@@ -242,9 +247,12 @@ class Change:
     rel: Optional[float]
     worse: Optional[bool]
     min_change: float = 0.0
+    only_in: Optional[str] = None
 
     @property
     def changed(self) -> bool:
+        if self.only_in is not None:
+            return True
         if self.delta is not None:
             return _moved(self.a, self.b, self.rel, self.min_change)
         return self.a != self.b
@@ -252,12 +260,19 @@ class Change:
     def as_dict(self) -> dict[str, Any]:
         out = asdict(self)
         del out["min_change"]       # the same for every key: said once, beside them
+        if self.only_in is None:    # a key both files hold: the shape every reader of the JSON knows
+            del out["only_in"]
         return out
 
 
-def change(key: str, a: Any, b: Any, min_change: float = 0.0) -> Change:
+def change(key: str, a: Any, b: Any, min_change: float = 0.0, only_in: Optional[str] = None) -> Change:
     """How ``key`` moved from ``a`` to ``b``; ``min_change`` is the relative
-    move (0.0005 for 0.05 %) below which it counts as unchanged."""
+    move (0.0005 for 0.05 %) below which it counts as unchanged. ``only_in``
+    (``"a"`` or ``"b"``): the other file lacks the key, so it did not move."""
+    if only_in is not None:
+        if only_in not in ("a", "b"):
+            raise ValueError(f"only_in must be 'a' or 'b', got {only_in!r}")
+        return Change(key, a, b, None, None, None, min_change, only_in)
     na, nb = _number(a), _number(b)
     delta = rel = worse = None
     if na is not None and nb is not None:
@@ -287,10 +302,68 @@ def diff(a: Mapping[str, Any], b: Mapping[str, Any], *, include_unchanged: bool 
     for k in keys:
         # A key that is a leaf in one file and a list or mapping in the other
         # has no leaf in that other: its block is what it holds there.
-        c = change(k, fa[k] if k in fa else blocks_a.get(k), fb[k] if k in fb else blocks_b.get(k), min_change)
+        only_in = "b" if _lacks(k, fa, blocks_a) else "a" if _lacks(k, fb, blocks_b) else None
+        c = change(k, fa[k] if k in fa else blocks_a.get(k), fb[k] if k in fb else blocks_b.get(k), min_change,
+                   only_in)
         if include_unchanged or (c.changed and k not in NOISE_KEYS):
             out.append(c)
     return out
+
+
+def _lacks(key: str, leaves: Mapping[str, Any], blocks: Mapping[str, Any]) -> bool:
+    """Whether a file (its flattened ``leaves`` and opened ``blocks``) holds
+    nothing at ``key``: neither the key, nor a figure where the key's block
+    would be (``p99_ttft_ms`` a number where the other file's
+    ``p99_ttft_ms.0`` sits: that pair is shown at ``p99_ttft_ms``, as a figure
+    beside a block)."""
+    if key in leaves or key in blocks:
+        return False
+    parts = key.split(".")
+    return not any(".".join(parts[:i]) in leaves for i in range(1, len(parts)))
+
+
+def misshapen(results: Mapping[str, Any]) -> Optional[tuple[str, str]]:
+    """The first key of ``results`` whose value has a shape its declaration
+    rules out where a comparison would misjudge it, as (key, what was
+    expected and found); None for a file without one, or where nothing
+    declared the keys (a library caller's). A declared block that is not
+    one (``"llmsim": [1]``) would have every figure under it read as
+    missing; a ranked figure held as a list or an object (``p99_ttft_ms:
+    [190, 210]``) would be passed over unranked, as text there would be
+    (:func:`simulator.cli.compare.read_compared` refuses both alike).
+    Unranked keys, and a setting repeated as given, may hold anything."""
+    which = _declared()
+    if which is None:
+        return None
+    fields = _tables[which][0]
+    blocks: dict[str, Any] = {}
+    leaves = _flatten(results, "", blocks)
+    # a block is opened before its keys: its own shape is judged before theirs
+    for key, v in (*blocks.items(), *leaves.items()):
+        f = lookup(key, fields)[0]
+        if f is None or v is None:
+            continue
+        parent, _, _ = key.rpartition(".")
+        if parent and lookup(parent, fields)[0] is f:
+            continue        # an item of a list, or a key inside a setting as given: its parent's shape holds it
+        if f.keys is not None:
+            listed = f.unit.startswith("list")
+            if not isinstance(v, list if listed else Mapping):
+                return key, (f"expected {'a list of objects' if listed else 'an object'} (a block of results), "
+                             f"got {_shape(v)}: each key under it would compare as missing")
+        elif isinstance(v, (list, Mapping)) and not f.unit.startswith(("list", "[")) and f.unit != AS_GIVEN \
+                and f.unit != "setting" and worse_direction(key):
+            want = "true, false or null (a verdict)" if is_verdict(key) else "a finite number or null (a figure)"
+            return key, f"expected {want}, got {_shape(v)}: compare ranks this key better or worse"
+    return None
+
+
+def _shape(v: Any) -> str:
+    if isinstance(v, Mapping):
+        return f"an object of {len(v)} key(s)" if v else "an empty object"
+    if isinstance(v, list):
+        return f"a list of {len(v)}" if v else "an empty list"
+    return repr(v)
 
 
 def read_json_object(path: Path, what: str = "results.json") -> dict[str, Any]:

@@ -1,0 +1,144 @@
+"""One check of a serving stack's version, for every place a user names one.
+
+``engine.backend_version`` in a scenario, ``llmsim estimate --backend-version``
+and ``llmsim validate --backend-version`` take the same spellings (a release
+as the stacks tag it, PEP 440 with an optional ``v``, or a nightly tag
+carrying its build day) and refuse the same ones in one line naming the key
+or the flag: a version one of them read by its leading digits, or dropped,
+would price a release the user did not name.
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from helpers_whatif import write_scenario
+from simulator.profiles.backend import backend_names, check_backend_version, load_backend, version_number
+
+# Spellings the shared data's version columns and the stacks' own tags use.
+REAL = ["0.19.0", "0.5.10.post1", "1.2.0rc6.post3", "1.0.0rc3", "0.5.5.post2", "1.1.0-dev.2", "v0.19.0",
+        "v0.5.6.post2", "0.11.1rc2.dev123+gabc1234", "nightly-dev-20260216-d3bae71e", "nightly-20260301", "0.19"]
+# Not a release: a word, junk after a number, an epoch, a lone major number, a nightly without a (real) day,
+# a note beside the number (a CSV row may carry one; a user's flag may not).
+BAD = ["banana", "", " ", "0.19junk", "0.14banana", "0.11xyz", "latest", "1", "1!0.19.0", "nightly-dev",
+       "nightly-5b8c30d62b754b57", "nightly-20261399", "0.6.0 (--num-scheduler-steps 10)", "0.19.0-cu130",
+       "dev-20260216"]
+
+BENCH = {"completed": 16, "total_input_tokens": 16 * 512, "total_output_tokens": 16 * 32, "max_concurrency": 4,
+         "request_rate": "inf", "mean_ttft_ms": 20.0, "mean_tpot_ms": 3.0}
+
+
+def _one_line(r, *fragments: str) -> None:
+    assert r.code == 2, (r.code, r.out, r.err)
+    assert "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    for f in fragments:
+        assert f in r.err, (f, r.err)
+
+
+@pytest.mark.parametrize("version", REAL)
+def test_the_spellings_stacks_use_are_taken(version):
+    assert check_backend_version(version) == version
+
+
+@pytest.mark.parametrize("version", BAD)
+def test_anything_else_is_refused_with_an_example(version):
+    with pytest.raises(ValueError, match=r"names no release: expected .*0\.19\.0.*nightly-dev-20260216"):
+        check_backend_version(version)
+
+
+@pytest.mark.parametrize("stack", backend_names())
+def test_every_release_a_profile_dates_is_a_version_the_check_takes(stack):
+    """A profile's ``releases`` are what its stack tagged; a user naming one must get its defaults."""
+    for release in load_backend(stack).releases:
+        check_backend_version(release)
+
+
+@given(st.tuples(st.integers(0, 30), st.integers(0, 30), st.integers(0, 30)),
+       st.sampled_from(["", "rc1", "rc6.post3", ".post2", ".dev123+gabc1234", "a1", "b2"]),
+       st.booleans(), st.sampled_from(["backend", "junk", "xyz", "banana", "-cu130", "!"]))
+def test_a_release_counts_as_its_number_and_junk_after_it_is_refused(release, suffix, v, junk):
+    """Whatever follows the release number, it is PEP 440's or refused: never read by the leading digits."""
+    number = ("v" if v else "") + ".".join(map(str, release))
+    text = number + suffix
+    assert check_backend_version(text) == text
+    assert version_number(text) == release
+    for stack in backend_names():     # a taken version is always placed: never kept as the profile's own
+        assert load_backend(stack).version_keys(text) is not None
+    for bad in (number + junk + suffix, text + " " + junk):
+        with pytest.raises(ValueError):
+            check_backend_version(bad)
+
+
+# --- the three places a user names a version ------------------------------------------------------
+
+
+@pytest.mark.parametrize("version", ["banana", "", "0.19junk", "0.14banana"])
+def test_validates_flag_refuses_what_the_scenario_refuses(tmp_path, cli, version):
+    bench = tmp_path / "run.json"
+    bench.write_text(json.dumps(BENCH))
+    r = cli("validate", bench, "--backend", "vllm", "--model", "llama-3.2-1b", "--gpu", "h100-sxm", "--workers", "1",
+            "--backend-version", version)
+    _one_line(r, "--backend-version: ", f"{version!r} names no release", "such as 0.19.0")
+
+
+@pytest.mark.parametrize("version", ["banana", "0.14banana", ""])
+def test_estimates_flag_refuses_junk_after_the_number(cli, version):
+    r = cli("estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3.2-1b", "--backend", "vllm",
+            "--backend-version", version, "--decode-batch", "8")
+    _one_line(r, "--backend-version: ", f"{version!r} names no release")
+
+
+@pytest.mark.parametrize("written, version", [("0.11xyz", "0.11xyz"), ("banana", "banana"), ("''", "")])
+def test_a_scenarios_backend_version_is_refused_under_its_key(tmp_path, cli, written, version):
+    sc = write_scenario(tmp_path)
+    r = cli("run", sc, "-o", tmp_path / "out", "--set", "pools.main.engine.backend=vllm",
+            "--set", f"pools.main.engine.backend_version={written}")
+    _one_line(r, "pools[0].engine: backend_version", f"{version!r} names no release")
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_version_without_its_backend_is_refused_for_its_spelling_first(tmp_path, cli):
+    """Told to add a backend, the user would come back to be told the version is no release."""
+    sc = write_scenario(tmp_path)
+    r = cli("run", sc, "-o", tmp_path / "out", "--set", "pools.main.engine.backend_version=latest")
+    _one_line(r, "backend_version 'latest' names no release")
+
+
+def test_each_place_reads_a_v_prefix_as_the_release(tmp_path, cli):
+    """``v0.13.0`` is 0.13.0 everywhere: one of the spellings the check takes, so the same release."""
+    from simulator.scenario.schema import PoolSpec
+
+    engines = [PoolSpec(model="llama-3.2-1b", gpu="h100-sxm", engine={"backend": "vllm", "backend_version": v}).engine
+               for v in ("0.13.0", "v0.13.0", "0.19.0")]
+    assert engines[0] == engines[1].model_copy(update={"backend_version": "0.13.0"}) != engines[2]
+    out = [cli("estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3.2-1b", "--backend", "vllm",
+               "--backend-version", v, "--decode-batch", "8", "--json").json() for v in ("0.13.0", "v0.13.0")]
+    assert out[0] == out[1]
+
+
+# --- validate: the version's name and its inputs ------------------------------------------------
+
+
+def test_validate_refuses_the_version_given_twice_under_its_two_names(tmp_path, cli):
+    bench = tmp_path / "run.json"
+    bench.write_text(json.dumps(BENCH))
+    r = cli("validate", bench, "--backend", "vllm", "--model", "llama-3.2-1b", "--gpu", "h100-sxm", "--workers", "1",
+            "--stack-version", "0.19.0", "--backend-version", "0.11.0")
+    _one_line(r, "--backend-version and --stack-version", "'0.11.0' and '0.19.0'", "give one")
+
+
+@pytest.mark.parametrize("flag", ["--backend-version", "--stack-version"])
+def test_validate_refuses_a_version_a_csvs_rows_would_drop(tmp_path, cli, flag):
+    """A CSV's rows name their own versions, which the replay takes: the flag would be dropped for them."""
+    csv = tmp_path / "rows.csv"
+    csv.write_text("row_id,engine,engine_version,model,gpu,tp,isl_mean,osl_mean,concurrency,ttft_mean_ms\n"
+                   "r1,vllm,0.11.2,meta-llama/Llama-3.2-1B,H100-SXM5-80GB,1,512,64,4,20.0\n")
+    _one_line(cli("validate", csv, flag, "0.19.0", "--workers", "1"), f"{flag}: applies to `vllm bench serve` JSON",
+              "engine_version or backend_version column", f"drop {flag}")
+    bench = tmp_path / "run.json"
+    bench.write_text(json.dumps(BENCH))
+    _one_line(cli("validate", csv, bench, "--backend", "vllm", "--model", "llama-3.2-1b", "--gpu", "h100-sxm",
+                  flag, "0.19.0", "--workers", "1"), "replay the JSON results apart from")
