@@ -53,7 +53,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
         check_confidence(confidence)
         model = load_error_model()
     axes = [parse_vary(v) for v in vary]
-    out = output_dir(output, f"plan-{Path(scenario).stem}", ("plan.json", "pareto.png", "report.html"), [scenario])
+    out = output_dir(output, f"plan-{Path(scenario).stem}", ("plan.json", "pareto.png", "report.html"), [scenario],
+                     command="plan")
     wall = time.perf_counter()
     levels = sorted({0.5, confidence}) if confidence is not None else [None]
     plans = {}

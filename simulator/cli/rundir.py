@@ -10,6 +10,13 @@ the staging folder and moved into place at the end, ``results.json``
 last, so a folder holding a results.json is complete. A folder that
 already holds files is refused unless ``--overwrite``, which replaces its
 contents whole: new results are never mixed with an earlier run's plots.
+A plan's or a sweep's folder (:func:`output_dir`) is resumable instead: an
+earlier plan's or sweep's points in it are reused; its files are added
+beside whatever else the folder holds, never over a file it did not write.
+No command writes into a folder holding another command's output (a run's
+results.json, a ladder's ladder.json, a plan's plan.json, a sweep's table):
+the two would share one report.html, and ``llmsim report`` could only draw
+one of them.
 Whatever stops the run (an error, Ctrl-C, SIGTERM: see ``app.main``), the
 staging folder is removed, and so is the output folder if this run made it;
 one left by a run killed outright (its process gone) is removed by the
@@ -198,6 +205,8 @@ def _check_destination(output: Path, overwrite: bool, inputs: Sequence[Path]) ->
         top = top.parent
     if not made:
         old = _contents(output)
+        if old:
+            _refuse_another_commands(output, "run")
         if old and not overwrite:
             raise LlmsimError(f"the folder already holds {len(old)} file(s) ({_names(old)}); give --overwrite to "
                               f"replace its contents with this run's, or name another folder", source=f"-o {output}")
@@ -213,6 +222,44 @@ RUN_MARKERS = ("results.json", "ladder.json")
 #: The files a run or a ladder writes beside them (the plots are PNGs; a ladder's steps are run folders).
 RUN_FILES = frozenset({*RUN_MARKERS, "run.json", "scenario.yaml", "requests.parquet", "requests.csv",
                        "timeline.csv", "report.html", "ladder.csv"})
+
+
+#: The kinds of output (:data:`~simulator.report.run_folder.FOLDER_KINDS`) each command writes: ``run --ladder``
+#: is llmsim run's, whose ``--overwrite`` replaces a run's folder or a ladder's.
+_WRITES = {"run": ("run", "ladder"), "plan": ("plan",), "sweep": ("sweep",)}
+
+
+def _refuse_another_commands(output: Path, command: str) -> None:
+    """Refuse a folder holding another command's output, ``--overwrite`` or not: replacing a plan's
+    points and plan.json with a run's is not what a mistyped ``-o`` means, and writing beside them would
+    leave one report.html for two commands' files."""
+    from ..report.run_folder import folder_kinds, kinds_text
+
+    other = {kind: name for kind, name in folder_kinds(output).items() if kind not in _WRITES[command]}
+    if other:
+        again = "" if command == "run" else f" (a new one, or an earlier {command}'s to resume that {command})"
+        raise LlmsimError(f"the folder holds {kinds_text(other)}, which llmsim {command} does not write beside"
+                          f"{' or replace' if command == 'run' else ''}: name another folder{again}",
+                          source=f"-o {output}")
+
+
+def _refuse_replacing_a_strangers_file(output: Path, command: str, writes: Sequence[str]) -> None:
+    """Refuse a folder holding a file the plan or sweep writes (report.html, a plan's pareto.png) but
+    none of its own output (its marker file, or the ``points`` store an interrupted one leaves): that
+    file is someone else's, and ``run -o --overwrite`` never replaces a file a run did not write either.
+    Other files are no reason: a plan or sweep adds its own files and removes nothing, so a folder's
+    notes stay beside them."""
+    from ..report.run_folder import FOLDER_KINDS
+
+    own = dict(FOLDER_KINDS)[command]
+    if any((output / name).is_file() for name in own) or (output / "points").is_dir():
+        return
+    taken = [output / name for name in writes if name not in own and (output / name).exists()]
+    if taken:
+        marks = " or ".join((*own, "points"))
+        raise LlmsimError(f"the folder holds {_names(taken)} but no earlier {command} ({marks}), and llmsim {command} "
+                          f"would replace {'it' if len(taken) == 1 else 'them'}: name another folder (a new one, or an "
+                          f"earlier {command}'s to resume that {command})", source=f"-o {output}")
 
 
 def _refuse_replacing_other_files(output: Path, old: Sequence[Path]) -> None:
@@ -289,11 +336,11 @@ def write_scenario(sc: Scenario, path: Path) -> None:
 
 
 def output_dir(given: Optional[str], default: str, writes: Sequence[str] = (),
-               inputs: Sequence[str | Path] = ()) -> Path:
-    """The results folder of a sweep or plan, checked writable before any
+               inputs: Sequence[str | Path] = (), *, command: str) -> Path:
+    """The results folder of a sweep or plan (``command``), checked before any
     run but not made until the first point lands (resumable: an earlier
-    sweep's points in it are reused). None of the files it ``writes`` there
-    may be one of the ``inputs`` (a plan.json scenario in that folder)."""
+    plan's or sweep's points in it are reused). None of the files it ``writes``
+    there may be one of the ``inputs`` (a plan.json scenario in that folder)."""
     out = output_path(given) or Path(default)
     for name in writes:
         refuse_overwriting_input_files({"-o": out / name}, inputs, instead="a results folder")
@@ -301,6 +348,9 @@ def output_dir(given: Optional[str], default: str, writes: Sequence[str] = (),
         if out.exists() and not out.is_dir():
             raise LlmsimError("exists and is not a folder; -o names the folder results are written to",
                               source=f"-o {out}")
+        if out.is_dir():
+            _refuse_another_commands(out, command)
+            _refuse_replacing_a_strangers_file(out, command, writes)
         there = out
         while not there.exists() and there.parent != there:
             there = there.parent

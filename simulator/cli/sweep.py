@@ -30,7 +30,7 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
 
     points = plan_sweep(sweep_file, parse_sets(set_), max_runs)
     out = output_dir(output, f"sweep-{sweep_file.stem}", ("sweep.parquet", "sweep.csv", "report.html"),
-                     [sweep_file])
+                     [sweep_file], command="sweep")
     wall = time.perf_counter()
     def kept() -> str:
         done = sum((out / "points" / f"{p.key}.json").exists() for p in points)

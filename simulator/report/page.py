@@ -24,7 +24,7 @@ from . import page_charts as charts
 from .page_parts import classes_table, cost_table, esc, figure, latency_table, money, pools_table, run_answer, \
     table, whole
 from .run_folder import check_columns, check_ladder, check_optional, check_plan, check_results, check_rows, \
-    check_sweep, check_values
+    check_sweep, check_values, folder_kinds, kinds_text
 
 __all__ = ["write_report", "report_html", "REPORT"]
 
@@ -299,6 +299,10 @@ def _sweep_body(folder: Path, df: Any) -> tuple[str, str]:
 
 
 def _body(folder: Path) -> tuple[str, str]:
+    held = folder_kinds(folder)
+    if len(held) > 1:   # two commands wrote into one folder: either page would pass off the other's files
+        raise LlmsimError(f"holds the output of more than one command ({kinds_text(held)}), and a folder has one "
+                          f"page; move each command's files to a folder of its own", source=folder)
     if (folder / "ladder.json").is_file():
         return _ladder_body(folder)
     if (folder / "plan.json").is_file():

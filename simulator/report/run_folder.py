@@ -10,7 +10,15 @@ stated once: the table columns beside the charts that read them
 (``page_charts.REQUEST_COLUMNS``, ``TIMELINE_COLUMNS``), the results.json
 blocks in :data:`RESULTS_SHAPE` here, ladder.json's and plan.json's in
 :data:`LADDER_SHAPE` and :data:`PLAN_SHAPE`, the sweep table's columns in
-:data:`SWEEP_COLUMNS`. A ladder's step folders are checked as run folders.
+:data:`SWEEP_COLUMNS` and :data:`SWEEP_NEEDED`. A ladder's step folders are
+checked as run folders. A key or column the page cannot be drawn without
+is required: an empty or foreign file would otherwise become a page with a
+verdict nothing computed ("no fleet meets the SLO" from a plan.json of
+``{}``).
+
+Which page a folder gets is decided by the file it holds
+(:data:`FOLDER_KINDS`); ``-o`` checks a folder against the same list, so
+that no command writes into another's folder.
 """
 from __future__ import annotations
 
@@ -22,8 +30,32 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional
 
 from ..errors import LlmsimError
 
-__all__ = ["RESULTS_SHAPE", "LADDER_SHAPE", "PLAN_SHAPE", "SWEEP_COLUMNS", "check_results", "check_ladder",
-           "check_plan", "check_sweep", "check_columns", "check_values", "check_optional", "check_rows"]
+__all__ = ["RESULTS_SHAPE", "LADDER_SHAPE", "PLAN_SHAPE", "SWEEP_COLUMNS", "SWEEP_NEEDED", "FOLDER_KINDS",
+           "folder_kinds", "kinds_text", "check_results", "check_ladder", "check_plan", "check_sweep",
+           "check_columns", "check_values", "check_optional", "check_rows"]
+
+#: Each kind of folder llmsim writes and the file it is known by (a sweep's table is one of two formats,
+#: parquet where pyarrow is installed): the file its page is drawn from.
+FOLDER_KINDS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("run", ("results.json",)), ("ladder", ("ladder.json",)), ("plan", ("plan.json",)),
+    ("sweep", ("sweep.parquet", "sweep.csv")))
+
+
+def folder_kinds(folder: Path) -> dict[str, str]:
+    """The kinds of llmsim output ``folder`` holds, each with the file that marks it: more than one only
+    where two commands' files were put in one folder, which ``-o`` refuses to do (by hand, or by an
+    llmsim that did not refuse it)."""
+    found: dict[str, str] = {}
+    for kind, names in FOLDER_KINDS:
+        name = next((n for n in names if (folder / n).is_file()), None)
+        if name is not None:
+            found[kind] = name
+    return found
+
+
+def kinds_text(found: Mapping[str, str]) -> str:
+    """``a run's results.json and a plan's plan.json``: what a folder holds, in the words a refusal uses."""
+    return " and ".join(f"a {kind}'s {name}" for kind, name in found.items())
 
 
 def _number(v: Any) -> bool:
@@ -55,12 +87,16 @@ _NEEDED_NUMBER = _Kind("a number", _number, needed=True)
 _NEEDED_TEXT = _Kind("text", lambda v: isinstance(v, str), needed=True)
 _NEEDED = _Kind("a value (not null)", lambda v: v is not None, needed=True)
 _NEEDED_FIGURE = _Kind("a number or null", _NUMBER.ok, needed=True)
-_TEXT = _Kind("text or null", lambda v: v is None or isinstance(v, str))
 _FLAG = _Kind("true, false or null", lambda v: v is None or isinstance(v, bool))
 _STEP = _Kind("a step's folder name (text, not a path)",
               lambda v: isinstance(v, str) and v.strip() not in ("", ".", "..") and not {"/", "\\"} & set(v),
               needed=True)
 _NEEDED_ITEM = _Kind("a mapping (a JSON object)", _ITEM.ok, needed=True)
+_NEEDED_BLOCK = _Kind(_BLOCK.expected, _BLOCK.ok, needed=True)
+_NEEDED_FLAG = _Kind(_FLAG.expected, _FLAG.ok, needed=True)
+# llmsim writes no ladder without its baseline, no plan without a candidate per combination searched
+_STEPS = _Kind("a list of one step or more", lambda v: isinstance(v, list) and len(v) > 0, needed=True)
+_CANDIDATES = _Kind("a list of one candidate or more", lambda v: isinstance(v, list) and len(v) > 0, needed=True)
 
 #: The results.json keys the run page reads, by key path ("*": every key of a mapping, every item of a
 #: list), and what each must be for the page to draw it; a block's keys are checked only where it is there.
@@ -102,23 +138,28 @@ _FLEET_FIGURES = ("product_gpus", "product_monthly_usd", "gpus", "monthly_usd", 
 #: The ladder.json keys the ladder page reads (as :data:`RESULTS_SHAPE`); each step's folder, where it holds a
 #: results.json, is checked as a run folder besides.
 LADDER_SHAPE: tuple[tuple[str, _Kind], ...] = (
-    ("scenario", _TEXT), ("ladder", _TEXT), ("steps", _LIST), ("steps.*", _ITEM), ("steps.*.step", _STEP),
-    ("steps.*.slo_met", _FLAG),
+    ("steps", _STEPS), ("steps.*", _ITEM), ("steps.*.step", _STEP), ("steps.*.slo_met", _NEEDED_FLAG),
     *((f"steps.*.{k}", _NUMBER) for k in (*_FLEET_FIGURES, "ttft_p50_ms", "completed", "rejected", "cancelled")),
+    ("scenario", _NEEDED_TEXT), ("ladder", _NEEDED_TEXT),
 )
 
-#: The plan.json keys the plan page reads: the best fleet, the candidates' table, the probes' chart.
+#: The plan.json keys the plan page reads: the best fleet (null: none meets the SLO), the candidates' table, the
+#: probes' chart (a plan.json from before probes were kept is charted from its candidates).
 PLAN_SHAPE: tuple[tuple[str, _Kind], ...] = (
-    ("scenario", _TEXT), ("best", _BLOCK), ("best.overrides", _NEEDED_ITEM), ("best.ttft_p99_ms", _NEEDED_FIGURE),
-    *((f"best.{k}", _NUMBER) for k in _FLEET_FIGURES),
-    *(item for rows in ("candidates", "probes") for item in (
-        (rows, _LIST), (f"{rows}.*", _ITEM), (f"{rows}.*.overrides", _ITEM), (f"{rows}.*.slo_met", _FLAG),
+    ("scenario", _NEEDED_TEXT), ("best", _NEEDED_BLOCK), ("best.overrides", _NEEDED_ITEM),
+    ("best.ttft_p99_ms", _NEEDED_FIGURE), *((f"best.{k}", _NUMBER) for k in _FLEET_FIGURES),
+    *(item for rows, listed, overrides, met in (("candidates", _CANDIDATES, _NEEDED_ITEM, _NEEDED_FLAG),
+                                                ("probes", _LIST, _ITEM, _FLAG)) for item in (
+        (rows, listed), (f"{rows}.*", _ITEM), (f"{rows}.*.overrides", overrides), (f"{rows}.*.slo_met", met),
         *((f"{rows}.*.{k}", _NUMBER) for k in _FLEET_FIGURES))),
 )
 
 #: The sweep table's columns the sweep page reads, where the table has them ("figure": a finite number or an
 #: empty cell; "flag": true, false or an empty cell); the columns naming a point's overrides hold anything.
 SWEEP_COLUMNS = {**{k: "figure" for k in _FLEET_FIGURES}, "slo_met": "flag"}
+#: The columns a sweep table cannot be drawn without: ``error`` in every table (an empty cell: the point ran),
+#: and where a point ran, its verdict, cost and p99 TTFT (a point that could not run has only its error).
+SWEEP_NEEDED: dict[str, tuple[str, ...]] = {"every": ("error",), "ran": ("slo_met", "monthly_usd", "ttft_p99_ms")}
 
 #: Top-level latency figures (``p99_ttft_ms``): the page's latency table reads every one.
 _LATENCY = re.compile(r"^(mean|median|p[^_]*)_(ttft|tpot|itl|e2el)_ms$")
@@ -159,20 +200,25 @@ def _shown(v: Any) -> str:
     if isinstance(v, Mapping):
         return "a mapping"
     if isinstance(v, list):
-        return "a list"
+        return "a list" if v else "an empty list"
     return repr(v)
 
 
 def _check_shape(data: Mapping[str, Any], shape: Iterable[tuple[str, _Kind]], path: Path) -> None:
-    """The first key of ``data`` the page would trip over, refused by its path."""
+    """The first key of ``data`` the page would trip over, refused by its path. A value the file holds is
+    judged before a key it lacks: a file edited by hand is told where the edit went wrong, whatever else
+    it is missing."""
+    missing: Optional[tuple[str, _Kind]] = None
     for pattern, kind in shape:
         for where, value, there in _places(data, pattern.split(".")):
             if not there:
-                if kind.needed:
-                    raise LlmsimError(f"missing; expected {kind.expected} (the report shows it)", source=path,
-                                      key_path=where)
+                if kind.needed and missing is None:
+                    missing = where, kind
             elif not kind.ok(value):
                 raise LlmsimError(f"expected {kind.expected}, got {_shown(value)}", source=path, key_path=where)
+    if missing is not None:
+        where, kind = missing
+        raise LlmsimError(f"missing; expected {kind.expected} (the report shows it)", source=path, key_path=where)
 
 
 def check_ladder(ladder: Mapping[str, Any], path: Path) -> None:
@@ -201,14 +247,17 @@ def check_results(results: Mapping[str, Any], path: Path) -> None:
             raise LlmsimError(f"expected {_NUMBER.expected}, got {_shown(value)}", source=path, key_path=str(key))
 
 
-def check_columns(found: Iterable[str], wanted: Mapping[str, str], path: Path) -> None:
-    """Refuse a table without a column the page draws from: named, with the ones the file has instead."""
+def check_columns(found: Iterable[str], wanted: Iterable[str], path: Path, *,
+                  written: str = "all of which llmsim run writes") -> None:
+    """Refuse a table without a column the page draws from: named, with the ones the file has instead, and
+    ``written``: why the page may count on it."""
     have = [str(c) for c in found]
+    wanted = list(wanted)
     for name in wanted:
         if name not in have:
             listed = ", ".join(have[:12]) + (", ..." if len(have) > 12 else "") if have else "none"
             raise LlmsimError(f"missing column (found: {listed}); the report draws from "
-                              f"{', '.join(wanted)}, all of which llmsim run writes", source=path, key_path=name)
+                              f"{', '.join(wanted)}, {written}", source=path, key_path=name)
 
 
 def _is_csv(path: Path) -> bool:
@@ -297,8 +346,18 @@ def check_optional(df: Any, wanted: Mapping[str, str], path: Path) -> None:
 
 
 def check_sweep(df: Any, path: Path) -> None:
-    """Refuse a sweep table whose figures the sweep page cannot show or chart (text where a cost goes)."""
+    """Refuse a sweep table whose figures the sweep page cannot show or chart (text where a cost goes), and
+    one it could only draw with a made-up verdict: without rows, or without the columns of :data:`SWEEP_NEEDED`
+    (a header-only or foreign CSV would read as "0 points meet the SLO"). The cells there are judged first, as
+    a JSON file's values are before its missing keys."""
     check_optional(df, SWEEP_COLUMNS, path)
+    if len(df) == 0:
+        raise LlmsimError("holds no rows, and the page draws one per point that finished (a sweep stopped before "
+                          "its first leaves such a table); rerun llmsim sweep to run its points", source=path)
+    check_columns(df.columns, SWEEP_NEEDED["every"], path, written="which llmsim sweep writes on every row")
+    if df["error"].isna().any():
+        check_columns(df.columns, SWEEP_NEEDED["ran"], path,
+                      written="all of which llmsim sweep writes for every point that ran")
 
 
 def check_rows(rows: int, path: Path, why: Optional[str]) -> None:
