@@ -11,13 +11,15 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 from pydantic import TypeAdapter, ValidationError
 
 from simulator.scenario.load import load_scenario
 from test_sweep import write_tiny_scenario
-from workloads.lengths import MAX_CLIP_SHIFT, LengthDist, LognormalLength, NormalLength, sharegpt_input
+from workloads.lengths import (MAX_CLIP_SHIFT, MAX_CLIPPED_SHARE, LengthDist, LognormalLength, NormalLength,
+                               sharegpt_input)
 
 LENGTH = TypeAdapter(LengthDist)
 KINDS = ["normal", "lognormal"]
@@ -90,13 +92,28 @@ def test_what_loads_draws_its_mean_and_what_is_refused_would_not(law):
         LENGTH.validate_python(law)
     except ValidationError as e:
         msg = e.errors()[0]["msg"]
-        if "clipping" in msg:
+        if "of the draws on a bound" in msg:     # the share clipped, by the scipy survival function
+            d = cls.model_construct(**{k: v for k, v in law.items() if k != "dist"})
+            if d.std == 0:
+                raise AssertionError(msg)
+            share = 1 - float(d._sf(np.array([float(lo)]))[0]) + (float(d._sf(np.array([float(hi)]))[0])
+                                                                   if law["max"] is not None else 0.0)
+            assert share > MAX_CLIPPED_SHARE - 1e-9, msg
+        elif "clipping" in msg:
             assert abs(drawn - law["mean"]) > MAX_CLIP_SHIFT * law["mean"] - 0.5, msg
         else:
             assert not lo <= law["mean"] <= hi, msg
         return
     assert lo <= law["mean"] <= hi
     assert abs(drawn - law["mean"]) <= MAX_CLIP_SHIFT * law["mean"] + 0.5 + 1e-9 * law["mean"]
+
+
+def test_a_clip_that_keeps_the_mean_but_not_the_shape_is_refused():
+    """normal(1000, 5000) in [1, 2000]: its mean survives (a symmetric clip) but 84 % of the draws are min or
+    max, not the shape described; refused, naming the share."""
+    with pytest.raises(ValidationError, match="puts 84% of the draws on a bound, more than the 50%"):
+        LENGTH.validate_python({"dist": "normal", "mean": 1000, "std": 5000, "min": 1, "max": 2000})
+    LENGTH.validate_python({"dist": "normal", "mean": 1000, "std": 1000, "min": 1, "max": 2000})   # 32 %
 
 
 @pytest.mark.parametrize("path", sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.yaml")),

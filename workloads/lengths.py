@@ -13,9 +13,10 @@ rate × mean) agrees with what the simulation will actually draw.
 The ``mean`` a scenario writes is the shape's before clipping (draws are not
 re-centred afterwards), so clipping could quietly turn the load a user asked
 for into another: ``mean: 20000`` under ``max: 8000`` would draw 8,000 every
-time. A mean outside ``[min, max]``, or one clipping moves by more than
-:data:`MAX_CLIP_SHIFT` of itself, is refused as the scenario loads, with what
-clipping would leave. Within that tolerance ``mean`` keeps its meaning of a
+time. A mean outside ``[min, max]``, one clipping moves by more than
+:data:`MAX_CLIP_SHIFT` of itself, or a clip that puts more than
+:data:`MAX_CLIPPED_SHARE` of the draws on a bound, is refused as the scenario
+loads, with what clipping would leave. Within that tolerance ``mean`` keeps its meaning of a
 fitted, then truncated, shape (the ShareGPT presets below are such fits).
 
 ``lognormal`` is parameterised by the mean and standard deviation of the
@@ -51,6 +52,10 @@ MAX_LOGNORMAL_CV = 1000.0
 #: A capacity figure off by more than a tenth is a different fleet; the ShareGPT input preset, a truncated fit,
 #: moves by 6 %. Rounding to whole numbers is not counted: it moves a mean by at most ½, whatever the shape.
 MAX_CLIP_SHIFT = 0.10
+
+#: The largest share of draws clipping may put on ``min`` or ``max``: past half, the lengths drawn are mostly
+#: the bounds, not the shape the scenario describes, even where the mean survives (a symmetric clip).
+MAX_CLIPPED_SHARE = 0.5
 
 
 def check_lognormal_width(mean: float, std: float) -> None:
@@ -183,6 +188,12 @@ def _check_clipped_mean(d: _Continuous) -> None:
                          else f"mean {_given(mean)} is below 1, the shortest length; raise mean")
     if d._degenerate():
         return      # every draw is the mean rounded, within ½ of it
+    share = d._clipped_share(float(lo), float(hi))
+    if share > MAX_CLIPPED_SHARE:
+        raise ValueError(
+            f"clipping to [{lo}, {_bound(d)}] puts {share:.0%} of the draws on a bound, more than the "
+            f"{MAX_CLIPPED_SHARE:.0%} llmsim accepts (the lengths drawn would be mostly min and max, not the "
+            f"shape mean {_given(mean)} and std {_given(d.std)} describe): lower std or widen [min, max]")
     clipped = d._clipped_mean(float(lo), float(hi))
     if abs(clipped - mean) <= MAX_CLIP_SHIFT * mean:
         return
@@ -198,6 +209,10 @@ def _check_clipped_mean(d: _Continuous) -> None:
         f"clipping {where} moves the mean from {_given(mean)} to {_shown(clipped)}{by}, more than the "
         f"{MAX_CLIP_SHIFT:.0%} llmsim accepts (mean and std describe the shape before clipping; draws are "
         f"not re-centred): {fix}")
+
+
+def _bound(d: _Continuous) -> str:
+    return f"{d.max}" if d.max is not None else f"{d._hi:,}"
 
 
 def _given(x: float) -> str:
@@ -239,6 +254,11 @@ class NormalLength(_Continuous):
         with np.errstate(over="ignore"):  # a tiny std: z = ±inf is fine for ndtr
             return _ndtr((self.mean_ - x) / self.std)
 
+    def _clipped_share(self, a: float, b: float) -> float:
+        """P(X < a) + P(X > b): the share of draws clipping moves onto a bound."""
+        above = _ndtr1((self.mean_ - b) / self.std) if not math.isinf(b) else 0.0
+        return _ndtr1((a - self.mean_) / self.std) + above
+
     def _clipped_mean(self, a: float, b: float) -> float:
         # a·Φ(za) + μ·(Φ(zb) − Φ(za)) + s·(φ(za) − φ(zb)) + b·Φ(−zb), the φ's subtracted
         # before scaling by s: a std far wider than [a, b] would otherwise cancel two huge terms.
@@ -279,6 +299,12 @@ class LognormalLength(_Continuous):
         mu, sigma = self.log_params
         with np.errstate(over="ignore"):
             return _ndtr((mu - np.log(x)) / sigma)
+
+    def _clipped_share(self, a: float, b: float) -> float:
+        """P(X < a) + P(X > b): the share of draws clipping moves onto a bound."""
+        mu, s = self.log_params
+        above = _ndtr1((mu - math.log(b)) / s) if not math.isinf(b) else 0.0
+        return _ndtr1((math.log(a) - mu) / s) + above
 
     def _clipped_mean(self, a: float, b: float) -> float:
         mu, s = self.log_params
