@@ -12,7 +12,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-__all__ = ["LlmsimError", "format_key_path", "from_validation_error", "user_loc", "os_reason", "first_few"]
+__all__ = ["LlmsimError", "format_key_path", "from_validation_error", "user_loc", "os_reason", "first_few",
+           "nearest"]
 
 
 class LlmsimError(Exception):
@@ -64,6 +65,15 @@ def first_few(items: Sequence[str], most: int) -> str:
     however long it is (the JSON or the folder holds the rest)."""
     shown = ", ".join(items[:most])
     return shown if len(items) <= most else f"{shown} and {len(items) - most} more"
+
+
+def nearest(word: str, names: Sequence[str]) -> str:
+    """`` (did you mean chat?)`` for the name nearest a mistyped one, "" when none is near: a name that
+    addresses nothing is a slip of a letter more often than not."""
+    import difflib
+
+    near = difflib.get_close_matches(word, list(names), n=1)
+    return f" (did you mean {near[0]}?)" if near else ""
 
 
 def os_reason(e: OSError) -> str:

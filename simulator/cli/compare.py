@@ -32,7 +32,8 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import LlmsimError, first_few
-from ..report.diff import NOISE_KEYS, Change, diff, flatten, is_verdict, misshapen, read_results, worse_direction
+from ..report.diff import NOISE_KEYS, Change, diff, flatten, is_verdict, misshapen, ranked_refusal, read_results, \
+    worse_direction
 from .app import app, err_console
 from .output import console, fmt, print_json
 from .examples import epilog
@@ -170,10 +171,7 @@ def read_compared(path: Path) -> dict[str, Any]:
         raise LlmsimError(wrong[1], source=path, key_path=wrong[0])
     for key, v in flatten(data).items():
         if worse_direction(key) and not _a_figure(key, v):
-            verdict = is_verdict(key)
-            want = "true, false or null (a verdict)" if verdict else "a finite number or null (a figure)"
-            raise LlmsimError(f"expected {want}, got {v!r}: compare ranks this key better or worse",
-                              source=path, key_path=key)
+            raise LlmsimError(ranked_refusal(key, repr(v)), source=path, key_path=key)
     return data
 
 
@@ -302,9 +300,11 @@ def compare(a: Path = typer.Argument(..., help="the first run (A): its folder (l
         err_console.print(Text.assemble(("warning:", "yellow"), f" {w}"))
     rel = min_change / 100
     every = diff(ra, rb, include_unchanged=True, min_change=rel)
+    # what diff(..., include_unchanged=all_) returns, from the same changes
+    listed = every if all_ else [c for c in every if c.changed and c.key not in NOISE_KEYS]
     head = _headline_keys(every)
     if json:
-        changes = diff(ra, rb, include_unchanged=all_, min_change=rel)
+        changes = listed
         print_json({"a": str(a), "b": str(b), "scenarios": {"a": names[0], "b": names[1]}, "warnings": warnings,
                     "inputs": None if inputs is None else [
                         {"key": k, "a": None if va is _NOT_SET else va, "b": None if vb is _NOT_SET else vb}
@@ -315,7 +315,7 @@ def compare(a: Path = typer.Argument(..., help="the first run (A): its folder (l
         return
     if inputs is not None:
         _print_inputs(inputs)
-    changes = [c for c in diff(ra, rb, include_unchanged=all_, min_change=rel) if not c.key.startswith(SERIES)]
+    changes = [c for c in listed if not c.key.startswith(SERIES)]
     small = _unchanged_moves(every)
     below = f"{small} key(s) moved by less than {min_change:g}% and count as unchanged (--min-change)"
     if not changes and not any(c.changed for c in _series(every)):

@@ -13,6 +13,7 @@ from ..errors import LlmsimError
 from .app import app, err_console
 from .output import console, kv_table, print_json, provenance_notes
 from .examples import epilog
+from .options import check_version_flag
 
 if TYPE_CHECKING:   # the cost model on first use: `llmsim --help` imports this module
     from ..costmodel import CostModel
@@ -126,18 +127,6 @@ def _engine(gpu: str, weight_dtype: str, kv_dtype: str, kernels: Optional[str], 
     except ValidationError as e:
         first = e.errors()[0]
         raise LlmsimError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}", key_path="--backend") from None
-
-
-def check_version_flag(version: str, flag: str = "--backend-version") -> str:
-    """``version`` when it names a release, else one line naming ``flag``: the
-    check a scenario's ``engine.backend_version`` takes, so the command line
-    and the scenario accept the same spellings (``llmsim validate`` takes it too)."""
-    from ..profiles.backend import check_backend_version
-
-    try:
-        return check_backend_version(version)
-    except ValueError as e:
-        raise LlmsimError(str(e), key_path=flag) from None
 
 
 def _cost_model(gpu: str, m: ModelProfile, tp: int, weight_dtype: str, kv_dtype: str, roofline: bool,

@@ -1,5 +1,5 @@
-"""Command-line options several commands share: ``--set`` and the executor flags of ``run --replicates``,
-``plan`` and ``sweep``.
+"""Command-line options several commands share: ``--set``, the executor flags of ``run --replicates``,
+``plan`` and ``sweep``, and the backend version estimate and validate take.
 
 Typer options are declared once here as annotated types, so a flag reads, checks and explains itself the
 same way on every command that takes it."""
@@ -66,3 +66,15 @@ def open_executor(name: str, workers: Optional[int], address: Optional[str], con
 
     check_connect_timeout(connect_timeout)
     return make_executor(name, ExecutorOptions(workers=workers, address=address, connect_timeout_s=connect_timeout))
+
+
+def check_version_flag(version: str, flag: str = "--backend-version") -> str:
+    """``version`` when it names a release, else one line naming ``flag``: the
+    check a scenario's ``engine.backend_version`` takes, so the command line
+    and the scenario accept the same spellings (estimate's and validate's ``--backend-version``)."""
+    from ..profiles.backend import check_backend_version
+
+    try:
+        return check_backend_version(version)
+    except ValueError as e:
+        raise LlmsimError(str(e), key_path=flag) from None

@@ -6,14 +6,15 @@ from pathlib import Path
 import typer
 
 from ..errors import LlmsimError
+from ..report.run_folder import FOLDER_KINDS
 from .app import app
 from .output import console
 from .rundir import os_error
 from .examples import epilog
 
 
-#: The files a results folder is known by; naming one of them names its folder.
-RESULT_FILES = ("results.json", "ladder.json", "plan.json", "sweep.parquet", "sweep.csv")
+#: The files a results folder is known by (the ones its page is drawn from); naming one of them names its folder.
+RESULT_FILES = tuple(name for _, names in FOLDER_KINDS for name in names)
 
 
 @app.command("report", epilog=epilog("report"))

@@ -194,7 +194,7 @@ def _version(backend_version: Optional[str], stack_version: Optional[str], input
     scenario's engine.backend_version is. Refused with a CSV among the inputs:
     its rows name their own versions, which the replay keeps, so the flag
     would be dropped for them unannounced."""
-    from .estimate import check_version_flag
+    from .options import check_version_flag
 
     if backend_version is not None and stack_version is not None:
         raise LlmsimError(f"--backend-version and --stack-version are one setting under two names, given "

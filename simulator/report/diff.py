@@ -353,9 +353,15 @@ def misshapen(results: Mapping[str, Any]) -> Optional[tuple[str, str]]:
                              f"got {_shape(v)}: each key under it would compare as missing")
         elif isinstance(v, (list, Mapping)) and not f.unit.startswith(("list", "[")) and f.unit != AS_GIVEN \
                 and f.unit != "setting" and worse_direction(key):
-            want = "true, false or null (a verdict)" if is_verdict(key) else "a finite number or null (a figure)"
-            return key, f"expected {want}, got {_shape(v)}: compare ranks this key better or worse"
+            return key, ranked_refusal(key, _shape(v))
     return None
+
+
+def ranked_refusal(key: str, got: str) -> str:
+    """Why a key compare ranks holds ``got`` (a text, a list): what it takes instead, said one way for a
+    value of the wrong type and one of the wrong shape."""
+    want = "true, false or null (a verdict)" if is_verdict(key) else "a finite number or null (a figure)"
+    return f"expected {want}, got {got}: compare ranks this key better or worse"
 
 
 def _shape(v: Any) -> str:

@@ -27,7 +27,7 @@ import yaml
 from pydantic import BaseModel, BeforeValidator, PlainValidator, WrapValidator
 from pydantic.fields import FieldInfo
 
-from ..errors import LlmsimError
+from ..errors import LlmsimError, nearest
 from ..structured import parse_yaml
 
 
@@ -88,9 +88,7 @@ def _list_index(node: list, part: str, where: str) -> int:
 def no_item(part: str, names: Sequence[str]) -> str:
     """Why ``part`` addresses no item of a list whose items are ``names``, with the nearest name:
     one wording whether ``--set``, ``--vary`` or a variant met it."""
-    near = difflib.get_close_matches(part, names, n=1)
-    hint = f" (did you mean {near[0]}?)" if near else ""
-    return f"no item named {part!r}{hint}; names: {', '.join(names) or '(none)'}"
+    return f"no item named {part!r}{nearest(part, names)}; names: {', '.join(names) or '(none)'}"
 
 
 def key_fault(scenario: BaseModel, key: str, err: LlmsimError) -> Optional[LlmsimError]:

@@ -13,7 +13,6 @@ levers against the same baseline.
 """
 from __future__ import annotations
 
-import difflib
 
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal, Mapping, Sequence
@@ -21,7 +20,7 @@ from typing import Annotated, Any, Literal, Mapping, Sequence
 import yaml
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-from ..errors import LlmsimError
+from ..errors import LlmsimError, nearest
 
 __all__ = ["BASELINE", "Variant", "Variants", "LadderMode", "Step", "ladder_steps", "select_variants",
            "overlay_assignments", "merge_overlays", "yaml_text"]
@@ -86,9 +85,7 @@ def select_variants(variants: Sequence[Variant], names: Sequence[str], source: A
     for n in names:
         if n not in by_name:
             known = ", ".join(by_name) or "(the scenario declares none)"
-            near = difflib.get_close_matches(n, list(by_name), n=1)
-            meant = f" (did you mean {near[0]}?)" if near else ""
-            raise LlmsimError(f"no variant named {n!r}{meant}; variants: {known}", source=source,
+            raise LlmsimError(f"no variant named {n!r}{nearest(n, list(by_name))}; variants: {known}", source=source,
                               key_path="variants")
         if by_name[n] in out:     # applied twice it is applied once: the flag given twice is a pasting slip
             raise LlmsimError(f"{n} is given twice; give each variant once", source=source,
