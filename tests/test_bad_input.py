@@ -516,7 +516,22 @@ def test_a_full_output_folder_names_its_first_files_and_counts_the_rest(tmp_path
     out.mkdir()
     for name in "abcdef":
         (out / f"{name}.txt").write_text("mine")
-    one_line_error(cli("run", path, "-o", out), "already holds 6 file(s) (a.txt, b.txt, c.txt, d.txt and 2 more)")
+    one_line_error(cli("run", path, "-o", out), "already holds 6 file(s) (a.txt, b.txt, c.txt, d.txt and 2 more) and no earlier run",
+                   "name another folder")
+
+
+def test_a_full_folder_is_offered_overwrite_only_where_overwrite_would_take_it(tmp_path, cli):
+    """An earlier run's folder is offered --overwrite; with a file of the user's beside it, the hint says
+    to move that out first (--overwrite alone would be refused)."""
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    out = tmp_path / "out"
+    assert cli("run", path, "-o", out, "--exit-zero").code == 0
+    one_line_error(cli("run", path, "-o", out), "already holds an earlier run", "give --overwrite")
+    (out / "notes.txt").write_text("mine")
+    one_line_error(cli("run", path, "-o", out), "an earlier run and 1 file(s) llmsim did not write (notes.txt)",
+                   "move them out and give --overwrite")
+    one_line_error(cli("run", path, "-o", out, "--overwrite"), "notes.txt")
+    assert (out / "notes.txt").read_text() == "mine"
 
 
 def test_overwrite_replaces_the_folder_whole(tmp_path, cli):
@@ -524,8 +539,10 @@ def test_overwrite_replaces_the_folder_whole(tmp_path, cli):
     out = tmp_path / "out"
     out.mkdir()
     (out / "old-plot.png").write_text("old")
-    one_line_error(cli("run", path, "-o", out), "already holds 1 file", "--overwrite")
-    # a folder of other files is not an earlier run's: --overwrite leaves it alone
+    # a folder of other files is not an earlier run's: --overwrite is not offered, and leaves it alone
+    r = cli("run", path, "-o", out)
+    one_line_error(r, "already holds 1 file(s) (old-plot.png) and no earlier run")
+    assert "--overwrite" not in r.err
     one_line_error(cli("run", path, "-o", out, "--overwrite"), "holds other files (old-plot.png)")
     assert (out / "old-plot.png").read_text() == "old"
     (out / "results.json").write_text("{}")      # an earlier run's, plot and all

@@ -102,6 +102,16 @@ def test_a_file_the_command_would_replace_is_refused(tmp_path, cli, command, fil
     assert _snapshot(out) == {name: b"mine" for name in [*files, "notes.txt"]}
 
 
+@pytest.mark.parametrize("command, name", [("plan", "plan.json"), ("plan", "report.html"), ("sweep", "sweep.csv")])
+def test_a_folder_under_a_file_name_the_command_writes_is_refused_before_any_run(tmp_path, cli, command, name):
+    """A folder named plan.json stopped a plan at its last write, after every run."""
+    out = tmp_path / "project"
+    (out / name).mkdir(parents=True)
+    r = _command(cli, command, tmp_path, out)
+    _refused_one_line(r, out, f"{name} is a folder where llmsim {command} writes a file of that name")
+    assert not (out / "points").exists() and sorted(p.name for p in out.iterdir()) == [name]
+
+
 @pytest.mark.parametrize("command", ["plan", "sweep"])
 def test_other_files_stay_beside_a_plans_or_sweeps(tmp_path, cli, command):
     """A plan or sweep adds its files and removes none: a folder of notes keeps them."""

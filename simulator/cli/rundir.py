@@ -207,12 +207,10 @@ def _check_destination(output: Path, overwrite: bool, inputs: Sequence[Path]) ->
         old = _contents(output)
         if old:
             _refuse_another_commands(output, "run")
-        if old and not overwrite:
-            raise LlmsimError(f"the folder already holds {len(old)} file(s) ({_names(old)}); give --overwrite to "
-                              f"replace its contents with this run's, or name another folder", source=f"-o {output}")
-        if overwrite and old:
+        if old and overwrite:
             _refuse_overwriting_inputs(output, inputs)
-            _refuse_replacing_other_files(output, old)
+        if old:
+            _refuse_replacing_other_files(output, old, overwrite)
     return made, top
 
 
@@ -262,19 +260,35 @@ def _refuse_replacing_a_strangers_file(output: Path, command: str, writes: Seque
                           f"earlier {command}'s to resume that {command})", source=f"-o {output}")
 
 
-def _refuse_replacing_other_files(output: Path, old: Sequence[Path]) -> None:
+def _refuse_folders_in_the_way(output: Path, command: str, writes: Sequence[str]) -> None:
+    """A folder under the name of a file the command writes would stop it at the end, after every run."""
+    blocked = [output / name for name in writes if (output / name).is_dir()]
+    if blocked:
+        raise LlmsimError(f"{_names(blocked)} {'is a folder' if len(blocked) == 1 else 'are folders'} where llmsim "
+                          f"{command} writes a file of that name: move {'it' if len(blocked) == 1 else 'them'} out, "
+                          f"or name another folder", source=f"-o {output}")
+
+
+def _refuse_replacing_other_files(output: Path, old: Sequence[Path], overwrite: bool) -> None:
     """``--overwrite`` replaces an earlier run's results, not whatever the
     folder holds: a mistyped ``-o`` naming a project folder would lose it,
-    and so would a results folder someone kept notes in."""
+    and so would a results folder someone kept notes in. Without it any
+    file is refused, and the hint offers ``--overwrite`` only where it
+    would be taken, never to be refused next."""
     if not any((output / m).is_file() for m in RUN_MARKERS):
-        raise LlmsimError(f"--overwrite replaces a folder that holds an earlier run ({' or '.join(RUN_MARKERS)}); "
-                          f"this one holds other files ({_names(old)}): name a results folder of its own, or empty it "
-                          f"first", source=f"-o {output}")
+        what = (f"--overwrite replaces a folder that holds an earlier run ({' or '.join(RUN_MARKERS)}); this one holds "
+                f"other files ({_names(old)})" if overwrite else
+                f"the folder already holds {len(old)} file(s) ({_names(old)}) and no earlier run "
+                f"({' or '.join(RUN_MARKERS)})")
+        raise LlmsimError(f"{what}: name another folder, or empty it first", source=f"-o {output}")
     foreign = [p for p in old if not _written_by_a_run(p)]
     if foreign:
-        raise LlmsimError(f"--overwrite replaces an earlier run's files, and this folder also holds {len(foreign)} "
-                          f"llmsim did not write ({_names(foreign)}): move them out, or name another folder",
-                          source=f"-o {output}")
+        raise LlmsimError(f"the folder holds an earlier run and {len(foreign)} file(s) llmsim did not write "
+                          f"({_names(foreign)}): move them out{'' if overwrite else ' and give --overwrite'}, or name "
+                          f"another folder", source=f"-o {output}")
+    if not overwrite:
+        raise LlmsimError(f"the folder already holds an earlier run ({len(old)} file(s): {_names(old)}); give "
+                          f"--overwrite to replace it with this run's, or name another folder", source=f"-o {output}")
 
 
 def _written_by_a_run(p: Path) -> bool:
@@ -350,6 +364,7 @@ def output_dir(given: Optional[str], default: str, writes: Sequence[str] = (),
                               source=f"-o {out}")
         if out.is_dir():
             _refuse_another_commands(out, command)
+            _refuse_folders_in_the_way(out, command, writes)
             _refuse_replacing_a_strangers_file(out, command, writes)
         there = out
         while not there.exists() and there.parent != there:
