@@ -8,6 +8,7 @@ allowed to escape as a traceback.
 from __future__ import annotations
 
 import errno
+import math
 import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
@@ -126,6 +127,20 @@ def format_key_path(loc: Iterable[Any]) -> str:
     return out or "(top level)"
 
 
+#: Longest echo of a refused value: a 400-digit number or a pasted page is named by its size, not printed.
+_ECHO_CHARS = 60
+
+
+def _shown(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * _ECHO_CHARS:
+        # not repr: Python refuses to write an int of more than 4,300 digits
+        return f"a number of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
+    text = repr(value)
+    if len(text) <= _ECHO_CHARS:
+        return text
+    return f"{text[:_ECHO_CHARS - 20]}… ({len(text):,} characters)"
+
+
 def from_validation_error(err: Any, source: str | Path | None, data: Any = None) -> LlmsimError:
     """Turn a pydantic ValidationError into one readable LlmsimError.
 
@@ -146,7 +161,7 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None)
         if e.get("type") == "extra_forbidden":
             msg = "unknown key (check the spelling; see `llmsim schema`)"
         elif "input" in e and e.get("type") not in ("missing",) and not isinstance(e["input"], (dict, list)):
-            got[path] = f" (got {e['input']!r})"
+            got[path] = f" (got {_shown(e['input'])})"
         if msg not in by_path.setdefault(path, []):
             by_path[path].append(msg)
     # the members of a union each refuse the value: one line per key, "A, or b"

@@ -739,3 +739,22 @@ def test_a_key_set_twice_on_the_command_line_is_refused(tmp_path, cli, command):
     path = write_yaml(tmp_path / "s.yaml", SCENARIO)
     r = cli(command[0], path, *command[1:], "--set", "seed=1", "--set", "seed=2")
     one_line_error(r, "--set", "seed is set twice")
+
+
+@settings(max_examples=25, deadline=None)
+@given(digits=st.integers(min_value=400, max_value=4000), text=st.text(min_size=70, max_size=3000))
+def test_a_huge_refused_value_is_named_by_its_size_not_echoed_whole(tmp_path_factory, digits, text):
+    """A 401-digit mean was echoed digit by digit into the one-line error."""
+    folder = tmp_path_factory.mktemp("huge")
+    for where, value in ((("workload", "input_tokens", "mean"), 10 ** digits),
+                         (("workload", "arrival", "type"), text)):
+        data = yaml.safe_load(yaml.safe_dump(SCENARIO))
+        node = data
+        for k in where[:-1]:
+            node = node[k]
+        node[where[-1]] = value
+        path = write_yaml(folder / "s.yaml", data)
+        with pytest.raises(LlmsimError) as e:
+            load_scenario(path)
+        line = str(e.value)
+        assert ".".join(where) in line and len(line) < 400, line
