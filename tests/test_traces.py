@@ -155,6 +155,10 @@ def test_relative_path_resolves_against_base_dir(tmp_path):
     ("a.csv", AZURE + "not a date,12,3\n", {}, 5, ["TIMESTAMP", "not a date-time"]),
     ("a.csv", AZURE + "2023-11-16 18:17:05.0,12,3\n", {}, 5, ["goes backwards", "line 4", "sorted"]),
     ("a.csv", AZURE + "2023-11-16 18:17:06,12\n", {}, 5, ["GeneratedTokens", "is empty"]),
+    # a cell reading nan or NA is not an empty cell: named as written
+    ("a.csv", AZURE + "2023-11-16 18:17:06,nan,3\n", {}, 5, ["ContextTokens", "not a number", "'nan'"]),
+    ("l.csv", "timestamp,input_tokens,output_tokens\n0,100,20\n0.1,100,NA\n", {}, 3,
+     ["output_tokens", "not a number", "'NA'"]),
     ("a.csv", AZURE + "2023-11-16 18:17:06,12,3,4\n", {}, 5, ["expected 3 fields, found 4"]),
     ("l.csv", "timestamp,input_tokens,output_tokens\n0,100,20,5,6\n0.1,100,20\n", {}, 2,
      ["expected 3 fields, found 5"]),      # pandas reads a long first row as index columns

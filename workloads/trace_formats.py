@@ -92,7 +92,9 @@ def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {
             header = pd.read_csv(fh, nrows=0, skipinitialspace=True).columns
         text = {c: str for c in header if str(c).strip().lower() in _TEXT_COLUMNS}
         with _open_text(path) as fh:
-            df = pd.read_csv(fh, skip_blank_lines=False, skipinitialspace=True, dtype=text)
+            # only an empty cell is missing: "nan", "NA" or "null" written in a cell is refused as what it says
+            df = pd.read_csv(fh, skip_blank_lines=False, skipinitialspace=True, dtype=text, keep_default_na=False,
+                             na_values=[""])
     except pd.errors.EmptyDataError:
         raise trace_error(path, "the file is empty (expected a CSV header line)") from None
     except pd.errors.ParserError as e:
