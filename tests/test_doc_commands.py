@@ -117,10 +117,10 @@ def page_items(page: Path) -> list[tuple[str, str]]:
 def _is_command(words: list[str]) -> bool:
     """An inline span is a command, not a name or an option in a sentence:
     ``llmsim schema`` and ``llmsim profiles list`` as they are, ``llmsim
-    estimate KIND`` with its flags, any other with a positional argument."""
+    estimate KIND`` and ``llmsim profiles show`` with their arguments, any other with a positional argument."""
     if words[1:] in (["schema"], ["profiles", "list"]):
         return True
-    if words[1] == "estimate":
+    if words[1] in ("estimate", "profiles"):      # a group: its subcommand, then what it is given
         return len(words) > 3
     args = words[2:]
     return any(not a.startswith("-") and not (i and args[i - 1].startswith("-") and "=" not in args[i - 1])
@@ -246,7 +246,12 @@ def test_every_command_on_the_page_runs(page, tmp_path, monkeypatch, cli, smoke)
         for name, content in USER_FILES.items():
             if name in argv and not (work / name).exists():
                 (work / name).write_text(json.dumps(content))
+        into = None
+        if len(argv) > 2 and argv[-2] == ">":     # `llmsim profiles show h100-sxm > my-gpu.yaml`
+            argv, into = argv[:-2], argv[-1]
         r = cli(*argv)
+        if into is not None and r.code == 0:
+            (work / into).write_text(r.out)
         if shown_error is not None:     # a refusal the page shows: one line, exit 2, the words it shows
             assert r.code == 2 and r.err.strip() == shown_error, \
                 f"{page.name}: `{body}` should print `{shown_error}`, got exit {r.code}: {r.err[-800:]}"

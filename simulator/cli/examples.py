@@ -32,6 +32,7 @@ EXAMPLES: dict[str, tuple[str, ...]] = {
     "estimate step": ("llmsim estimate step --gpu h100-sxm --model llama-3.1-70b --tp 4 --decode-batch 64 "
                       "--decode-context 3000",),
     "profiles list": ("llmsim profiles list    # every built-in GPU, model and serving stack",),
+    "profiles show": ("llmsim profiles show h100-sxm > my-gpu.yaml    # a profile to make your own GPU's",),
 }
 
 

@@ -1,5 +1,8 @@
-"""``llmsim profiles list``: the built-in GPUs and models with their key numbers."""
+"""``llmsim profiles list``: the built-in GPUs and models with their key numbers; ``llmsim profiles show``:
+one profile's file, to copy into a profile of one's own."""
 from __future__ import annotations
+
+from typing import Optional
 
 import typer
 
@@ -33,3 +36,32 @@ def list_profiles(json: bool = typer.Option(False, "--json")) -> None:
         # The name is what a user types next: always shown; the rest as the width allows, never cut.
         keys = sorted(rows[0], key=lambda k: k not in _FIRST)     # the rest in the profile's order
         console.print(fitted_table(title, keys, [[r[k] for k in keys] for r in rows]))
+
+
+#: The kinds of profile ``show`` looks a name up in, by the word a user types.
+_KINDS = {"gpu": "hardware_profiles", "model": "model_profiles", "backend": "backend_profiles"}
+
+
+@profiles_app.command("show", epilog=epilog("profiles show"))
+def show_profile(name: str = typer.Argument(..., help="a name `llmsim profiles list` shows"),
+                 kind: Optional[str] = typer.Option(None, "--kind", help="gpu, model or backend: where a name is "
+                                                    "more than one kind's")) -> None:
+    """Print a built-in profile's file as shipped, comments and all.
+
+    Installed with pip, the profiles live inside the package; a new GPU or
+    model starts from the nearest one's file (docs/how-to/add-a-gpu.md).
+    """
+    from ..errors import LlmsimError
+    from ..profiles.loader import list_profiles as names, resolve
+
+    if kind is not None and kind not in _KINDS:
+        raise LlmsimError(f"expected one of {', '.join(_KINDS)} (got {kind!r})", key_path="--kind")
+    kinds = [k for k, folder in _KINDS.items() if (kind is None or k == kind) and name.lower() in names(folder)]
+    if not kinds:
+        where = {"gpu": "GPU"}.get(kind, kind) if kind else "GPU, model or backend"
+        raise LlmsimError(f"no {where} profile named {name!r}; `llmsim profiles list` shows the names",
+                          key_path="NAME")
+    if len(kinds) > 1:
+        raise LlmsimError(f"{name!r} is a {' and a '.join(kinds)} profile: give --kind {' or --kind '.join(kinds)}",
+                          key_path="NAME")
+    typer.echo(resolve(_KINDS[kinds[0]], name).read_text(), nl=False)

@@ -1,0 +1,39 @@
+"""``llmsim profiles show``: a built-in profile's file, to start one's own from after ``pip install``."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from simulator.profiles import load_hardware
+from simulator.profiles.loader import builtin_dir, list_builtin
+
+
+@pytest.mark.parametrize("kind, folder", [("gpu", "hardware_profiles"), ("model", "model_profiles"),
+                                          ("backend", "backend_profiles")])
+def test_every_built_in_profile_is_printed_as_shipped(cli, kind, folder):
+    for name in list_builtin(folder):
+        r = cli("profiles", "show", name, "--kind", kind)
+        assert r.code == 0, r.err
+        assert r.out == (builtin_dir(folder) / f"{name}.yaml").read_text()
+
+
+def test_a_printed_gpu_made_ones_own_loads(cli, tmp_path):
+    """The add-a-gpu guide's first step: the copy, renamed and without data_names, is a profile."""
+    r = cli("profiles", "show", "h100-sxm")
+    data = yaml.safe_load(r.out)
+    data.pop("data_names", None)
+    data.update(name="my-gpu", hbm_gib=96, hbm_bandwidth_tb_s=4.0)
+    path = tmp_path / "my-gpu.yaml"
+    path.write_text(yaml.safe_dump(data))
+    gpu = load_hardware(str(path))
+    assert gpu.name == "my-gpu" and gpu.hbm_gib == 96
+
+
+@pytest.mark.parametrize("args, words", [
+    (("nope",), "no GPU, model or backend profile named 'nope'"),
+    (("h100-sxm", "--kind", "model"), "no model profile named 'h100-sxm'"),
+    (("h100-sxm", "--kind", "cpu"), "--kind: expected one of gpu, model, backend (got 'cpu')"),
+])
+def test_a_name_no_profile_has_is_refused_in_one_line(cli, args, words):
+    r = cli("profiles", "show", *args)
+    assert r.code == 2 and not r.out and r.err.count("\n") == 1 and words in r.err, (r.code, r.out, r.err)
