@@ -303,17 +303,18 @@ def _body(folder: Path) -> tuple[str, str]:
     if len(held) > 1:   # two commands wrote into one folder: either page would pass off the other's files
         raise LlmsimError(f"holds the output of more than one command ({kinds_text(held)}), and a folder has one "
                           f"page; move each command's files to a folder of its own", source=folder)
-    if (folder / "ladder.json").is_file():
-        return _ladder_body(folder)
-    if (folder / "plan.json").is_file():
-        return _plan_body(folder)
-    if (folder / "results.json").is_file():
-        return _run_body(folder)
+    # the page of the one kind the folder holds (run_folder.FOLDER_KINDS); a sweep's is drawn from its table
+    kind = next(iter(held), None)
+    if kind in _BODIES:
+        return _BODIES[kind](folder)
     df = _sweep_table(folder)
     if df is not None:
         return _sweep_body(folder, df)
     raise LlmsimError("holds no results.json, ladder.json, plan.json or sweep table; name the folder "
                       "llmsim run -o, plan or sweep wrote", source=folder)
+
+
+_BODIES = {"run": _run_body, "ladder": _ladder_body, "plan": _plan_body}
 
 
 def report_html(folder: Path) -> str:
