@@ -134,11 +134,13 @@ _ECHO_CHARS = 60
 def _shown(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * _ECHO_CHARS:
         # not repr: Python refuses to write an int of more than 4,300 digits
-        return f"a number of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
-    text = repr(value)
-    if len(text) <= _ECHO_CHARS:
-        return text
-    return f"{text[:_ECHO_CHARS - 20]}… ({len(text):,} characters)"
+        return f"a {'negative ' if value < 0 else ''}number of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
+    return shortened(repr(value))
+
+
+def shortened(text: str, limit: int = _ECHO_CHARS) -> str:
+    """``text``, or its start and its length where it is longer than ``limit`` (a value echoed in a message)."""
+    return text if len(text) <= limit else f"{text[:limit - 20]}… ({len(text):,} characters)"
 
 
 def from_validation_error(err: Any, source: str | Path | None, data: Any = None) -> LlmsimError:

@@ -132,8 +132,18 @@ def parse_yaml(text: str) -> Any:
     except RecursionError:
         # block-style nesting (indentation) deep enough to exhaust the stack
         raise ValueError(f"nested more than {MAX_DEPTH} levels deep") from None
+    except ValueError as e:
+        raise _past_any_number(e) from None
     finally:
         loader.dispose()
+
+
+def _past_any_number(e: ValueError) -> ValueError:
+    """Python's refusal of a whole number of more than 4,300 digits, in words that do not send a user to
+    ``sys.set_int_max_str_digits``: no key takes such a number."""
+    if "integer string conversion" in str(e):
+        return ValueError("a whole number of more than 4,300 digits, past any llmsim takes")
+    return e
 
 
 def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
@@ -148,4 +158,9 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
 def parse_json(text: str) -> Any:
     """Parse JSON; raises ``json.JSONDecodeError`` or ``ValueError``."""
     _check_depth(text)
-    return json.loads(text, object_pairs_hook=_no_duplicates)
+    try:
+        return json.loads(text, object_pairs_hook=_no_duplicates)
+    except json.JSONDecodeError:
+        raise
+    except ValueError as e:
+        raise _past_any_number(e) from None

@@ -534,6 +534,36 @@ def test_a_full_folder_is_offered_overwrite_only_where_overwrite_would_take_it(t
     assert (out / "notes.txt").read_text() == "mine"
 
 
+def test_a_full_folder_hint_never_offers_an_overwrite_that_is_then_refused(tmp_path, cli, monkeypatch):
+    """An earlier run's folder holding the scenario, or the current folder: --overwrite would be refused
+    there, so the first refusal does not offer it."""
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    out = tmp_path / "out"
+    assert cli("run", path, "-o", out, "--exit-zero").code == 0
+    inside = out / "s.yaml"
+    inside.write_text(path.read_text())
+    (out / "scenario.yaml").unlink()
+    for args in ((inside, "-o", out), (inside, "-o", out, "--overwrite")):
+        r = cli("run", *args)
+        one_line_error(r, f"{inside}, an input of this run")
+        assert "give --overwrite" not in r.err
+    monkeypatch.chdir(out)
+    r = cli("run", path, "-o", ".")
+    one_line_error(r, "the current folder's contents")
+    assert "give --overwrite" not in r.err
+
+
+def test_a_users_file_inside_a_ladder_step_is_named_by_its_path(tmp_path, cli):
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    out = tmp_path / "out"
+    (out / "baseline").mkdir(parents=True)
+    (out / "ladder.json").write_text("{}")
+    (out / "baseline" / "results.json").write_text("{}")
+    (out / "baseline" / "notes.txt").write_text("mine")
+    one_line_error(cli("run", path, "-o", out, "--overwrite"), "1 file(s) llmsim did not write (baseline/notes.txt)")
+    assert (out / "baseline" / "notes.txt").read_text() == "mine"
+
+
 def test_overwrite_replaces_the_folder_whole(tmp_path, cli):
     path = write_yaml(tmp_path / "s.yaml", SCENARIO)
     out = tmp_path / "out"
@@ -758,3 +788,23 @@ def test_a_huge_refused_value_is_named_by_its_size_not_echoed_whole(tmp_path_fac
             load_scenario(path)
         line = str(e.value)
         assert ".".join(where) in line and len(line) < 400, line
+
+
+@pytest.mark.parametrize("key", ["workload.num_requests", "slo.ttft_p99_ms", "pools.chat.replicas", "seed"])
+@pytest.mark.parametrize("value", [10 ** 30, -(10 ** 401)])
+def test_a_number_past_any_llmsim_takes_is_one_line_not_an_overflow(tmp_path, key, value):
+    """10**401 requests overflowed a float inside the run-size check: a traceback."""
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    with pytest.raises(LlmsimError) as e:
+        load_scenario(path, [f"{key}={value}"])
+    line = str(e.value)
+    assert "past any llmsim takes" in line and len(line) < 300 and "\n" not in line, line
+    assert ("negative" in line) == (value < 0)
+
+
+def test_a_whole_number_python_will_not_read_is_named_so(tmp_path):
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(SCENARIO).replace("num_requests: 40", "num_requests: " + "9" * 5000))
+    with pytest.raises(LlmsimError, match="more than 4,300 digits, past any llmsim takes") as e:
+        load_scenario(path)
+    assert "set_int_max_str_digits" not in str(e.value)

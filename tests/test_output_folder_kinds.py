@@ -112,6 +112,14 @@ def test_a_folder_under_a_file_name_the_command_writes_is_refused_before_any_run
     assert not (out / "points").exists() and sorted(p.name for p in out.iterdir()) == [name]
 
 
+def test_a_broken_link_named_like_a_file_the_plan_writes_is_not_replaced(tmp_path, cli):
+    out = tmp_path / "project"
+    out.mkdir()
+    (out / "report.html").symlink_to(tmp_path / "gone.html")
+    _refused_one_line(_command(cli, "plan", tmp_path, out), out, "holds report.html but no earlier plan")
+    assert (out / "report.html").is_symlink()
+
+
 @pytest.mark.parametrize("command", ["plan", "sweep"])
 def test_other_files_stay_beside_a_plans_or_sweeps(tmp_path, cli, command):
     """A plan or sweep adds its files and removes none: a folder of notes keeps them."""

@@ -37,3 +37,12 @@ def test_a_printed_gpu_made_ones_own_loads(cli, tmp_path):
 def test_a_name_no_profile_has_is_refused_in_one_line(cli, args, words):
     r = cli("profiles", "show", *args)
     assert r.code == 2 and not r.out and r.err.count("\n") == 1 and words in r.err, (r.code, r.out, r.err)
+
+
+def test_a_file_of_that_name_in_the_current_folder_is_not_what_is_shown(cli, tmp_path, monkeypatch):
+    """`llmsim profiles show h100-sxm > h100-sxm`: the shell makes the file, empty, before llmsim runs."""
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "h100-sxm").write_text("")
+    (tmp_path / "vllm").write_text("bogus: 1\n")
+    assert cli("profiles", "show", "h100-sxm").out == (builtin_dir("hardware_profiles") / "h100-sxm.yaml").read_text()
+    assert cli("profiles", "show", "vllm").out == (builtin_dir("backend_profiles") / "vllm.yaml").read_text()

@@ -109,6 +109,16 @@ def test_llmsim_csv_all_columns(tmp_path):
     assert [x.klass for x in r] == ["chat", "default", "batch"]
 
 
+def test_a_text_columns_spelled_out_no_value_is_no_value(tmp_path):
+    """NA, null, None in session_id or class mean no session, no class (as an empty cell), never a session
+    named NA that joins every such request into one conversation."""
+    text = ("timestamp,input_tokens,output_tokens,session_id,class\n"
+            "10.0,40,5,NA,NA\n10.5,20,6,null,\n11.0,20,6,None,chat\n12.0,50,7,7,N/A\n")
+    r = read_trace(TraceSpec(path="t.csv"), write(tmp_path, "t.csv", text).parent).requests
+    assert [x.session for x in r] == [-1, -1, -1, 7]
+    assert [x.klass for x in r] == ["default", "default", "chat", "default"]
+
+
 def test_llmsim_jsonl_string_sessions_and_gzip(tmp_path):
     rows = [{"timestamp": 1.0, "input_tokens": 10, "output_tokens": 2, "session_id": "alice", "class": "free"},
             {"timestamp": 1.5, "input_tokens": 11, "output_tokens": 3, "session_id": "bob"},
@@ -181,6 +191,8 @@ def test_relative_path_resolves_against_base_dir(tmp_path):
                                    "hash_ids": [1, 2, 3]}]), {}, 4, ["3 block ids", "at most 2"]),
     ("l.csv", "timestamp,input_tokens,output_tokens,block_ids\n0,10,1,1 x\n", {"block_size": 16}, 2,
      ["block_ids", "space-separated integers"]),
+    ("l.csv", "timestamp,input_tokens,output_tokens,block_ids\n0,32,1,1.5 2.7\n", {"block_size": 16}, 2,
+     ["block_ids", "space-separated integers", "'1.5 2.7'"]),      # was cut to (1, 2): a hit on no block
 ])
 def test_malformed_trace_names_file_and_line(tmp_path, name, text, opts, line, needles):
     msg = error_of(write(tmp_path, name, text), **opts)

@@ -77,6 +77,11 @@ def _open_text(path: Path) -> IO[str]:
 _TEXT_COLUMNS = ("session_id", "block_ids", "class")
 
 
+#: Cells of a text column read as no value: what spreadsheets and pandas write for a missing one. In a
+#: number column they are refused instead (a token count written as NA is not a count).
+_NO_VALUE_WORDS = ("NA", "N/A", "n/a", "#N/A", "<NA>", "null", "NULL", "None", "nan", "NaN")
+
+
 def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {}):
     """Read a CSV and return (frame, {role: column}, lines).
 
@@ -108,6 +113,8 @@ def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {
     except (OSError, EOFError, zlib.error) as e:   # EOFError, zlib.error: a .gz cut short or corrupt
         raise trace_error(path, f"cannot read the file ({getattr(e, 'strerror', None) or e})") from None
 
+    for c in text:      # in a text column (a session, a class) the usual spellings of "none" mean no value
+        df[c] = df[c].mask(df[c].str.strip().isin(_NO_VALUE_WORDS))
     if not isinstance(df.index, pd.RangeIndex):
         # pandas takes a first row longer than the header as an index column, not as an error
         raise trace_error(path, f"expected {len(df.columns)} fields, found {df.index.nlevels + len(df.columns)}", 2)
@@ -217,10 +224,9 @@ def _llmsim_csv(path: Path) -> RawTrace:
             if cell is None or cell == "":
                 blocks.append(None)
                 continue
-            try:
-                # pandas may have read a single id as a float ("7.0")
-                blocks.append(tuple(int(float(x)) if "." in x else int(x) for x in cell.split()))
-            except (ValueError, OverflowError):      # OverflowError: int(float("1.0e400"))
+            try:      # the column is read as text: an id written 1.5 is refused, not cut to 1
+                blocks.append(tuple(int(x) for x in cell.split()))
+            except ValueError:
                 raise trace_error(path, f"column 'block_ids' must be space-separated integers (got {cell!r})",
                                   line) from None
         raw.blocks = blocks

@@ -52,7 +52,8 @@ def show_profile(name: str = typer.Argument(..., help="a name `llmsim profiles l
     model starts from the nearest one's file (docs/how-to/add-a-gpu.md).
     """
     from ..errors import LlmsimError
-    from ..profiles.loader import list_profiles as names, resolve
+    from ..plugins import profile_files
+    from ..profiles.loader import builtin_dir, list_profiles as names
 
     if kind is not None and kind not in _KINDS:
         raise LlmsimError(f"expected one of {', '.join(_KINDS)} (got {kind!r})", key_path="--kind")
@@ -64,4 +65,8 @@ def show_profile(name: str = typer.Argument(..., help="a name `llmsim profiles l
     if len(kinds) > 1:
         raise LlmsimError(f"{name!r} is a {' and a '.join(kinds)} profile: give --kind {' or --kind '.join(kinds)}",
                           key_path="NAME")
-    typer.echo(resolve(_KINDS[kinds[0]], name).read_text(), nl=False)
+    # the shipped file (or an installed plug-in's), never a file of that name in the current folder:
+    # `llmsim profiles show h100-sxm > h100-sxm` has the shell make that file, empty, first
+    folder = _KINDS[kinds[0]]
+    shipped = builtin_dir(folder) / f"{name.lower()}.yaml"
+    typer.echo((shipped if shipped.is_file() else profile_files(folder)[name.lower()]).read_text(), nl=False)

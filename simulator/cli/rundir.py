@@ -116,15 +116,18 @@ def refuse_overwriting_input_files(outputs: Mapping[str, Optional[Path]], inputs
                                   key_path=flag)
 
 
-def _refuse_overwriting_inputs(output: Path, inputs: Sequence[Path]) -> None:
+def _refuse_overwriting_inputs(output: Path, inputs: Sequence[Path], overwrite: bool = True) -> None:
+    """A folder ``--overwrite`` may not empty: the current one, or one holding an input. Without
+    ``--overwrite`` the same folder is refused as full, with no hint that ``--overwrite`` would be taken."""
     here = output.resolve()
     cwd = Path.cwd().resolve()
+    lead = "--overwrite would delete" if overwrite else "the folder holds files, and replacing them would delete"
     if here == cwd or here in cwd.parents:
-        raise LlmsimError("--overwrite would delete the current folder's contents; name a results folder "
-                          "of its own", source=f"-o {output}")
+        raise LlmsimError(f"{lead} the current folder's contents; name a results folder of its own",
+                          source=f"-o {output}")
     for p in inputs:
         if here in Path(p).resolve().parents:
-            raise LlmsimError(_an_input("--overwrite would delete", p, "a results folder"), source=f"-o {output}")
+            raise LlmsimError(_an_input(lead, p, "a results folder"), source=f"-o {output}")
 
 
 @contextmanager
@@ -207,9 +210,7 @@ def _check_destination(output: Path, overwrite: bool, inputs: Sequence[Path]) ->
         old = _contents(output)
         if old:
             _refuse_another_commands(output, "run")
-        if old and overwrite:
-            _refuse_overwriting_inputs(output, inputs)
-        if old:
+            _refuse_overwriting_inputs(output, inputs, overwrite)
             _refuse_replacing_other_files(output, old, overwrite)
     return made, top
 
@@ -252,7 +253,7 @@ def _refuse_replacing_a_strangers_file(output: Path, command: str, writes: Seque
     own = dict(FOLDER_KINDS)[command]
     if any((output / name).is_file() for name in own) or (output / "points").is_dir():
         return
-    taken = [output / name for name in writes if name not in own and (output / name).exists()]
+    taken = [output / name for name in writes if name not in own and os.path.lexists(output / name)]
     if taken:
         marks = " or ".join((*own, "points"))
         raise LlmsimError(f"the folder holds {_names(taken)} but no earlier {command} ({marks}), and llmsim {command} "
@@ -279,24 +280,28 @@ def _refuse_replacing_other_files(output: Path, old: Sequence[Path], overwrite: 
         what = (f"--overwrite replaces a folder that holds an earlier run ({' or '.join(RUN_MARKERS)}); this one holds "
                 f"other files ({_names(old)})" if overwrite else
                 f"the folder already holds {len(old)} file(s) ({_names(old)}) and no earlier run "
-                f"({' or '.join(RUN_MARKERS)})")
+                f"(a {' or '.join(RUN_MARKERS)} file)")
         raise LlmsimError(f"{what}: name another folder, or empty it first", source=f"-o {output}")
-    foreign = [p for p in old if not _written_by_a_run(p)]
+    foreign = [q for p in old for q in _not_written_by_a_run(p)]
     if foreign:
         raise LlmsimError(f"the folder holds an earlier run and {len(foreign)} file(s) llmsim did not write "
-                          f"({_names(foreign)}): move them out{'' if overwrite else ' and give --overwrite'}, or name "
+                          f"({first_few([q.relative_to(output).as_posix() for q in foreign], 4)}): move them out{'' if overwrite else ' and give --overwrite'}, or name "
                           f"another folder", source=f"-o {output}")
     if not overwrite:
         raise LlmsimError(f"the folder already holds an earlier run ({len(old)} file(s): {_names(old)}); give "
                           f"--overwrite to replace it with this run's, or name another folder", source=f"-o {output}")
 
 
-def _written_by_a_run(p: Path) -> bool:
+def _not_written_by_a_run(p: Path) -> list[Path]:
+    """What under ``p`` no run wrote: ``p`` itself, or, in a ladder step's folder (a run folder of its own),
+    the files in it that no run wrote, so that a refusal names a user's notes, not the step."""
     if p.is_symlink():
-        return False
-    if p.is_dir():      # a ladder step: a run folder of its own
-        return (p / "results.json").is_file() and all(_written_by_a_run(q) for q in p.iterdir())
-    return p.name in RUN_FILES or p.suffix == ".png"
+        return [p]
+    if p.is_dir():
+        if not (p / "results.json").is_file():
+            return [p]
+        return [q for child in sorted(p.iterdir()) for q in _not_written_by_a_run(child)]
+    return [] if p.name in RUN_FILES or p.suffix == ".png" else [p]
 
 
 def _commit(stage: Path, output: Path, overwrite: bool) -> None:

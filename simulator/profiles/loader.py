@@ -17,7 +17,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel
 
-from ..errors import LlmsimError, os_reason
+from ..errors import LlmsimError, os_reason, shortened
 from ..reads import MAX_TEXT_BYTES, input_file, note_read
 from ..plugins import profile_files
 from ..structured import parse_json, parse_yaml
@@ -109,7 +109,8 @@ def _resolve(kind: str, name_or_path: str) -> Path:
     if plugged is not None:
         return plugged
     valid = ", ".join(list_profiles(kind))
-    raise LlmsimError(f"unknown {noun} {name_or_path!r}; valid names: {valid} (or a path to a YAML/JSON file)")
+    raise LlmsimError(f"unknown {noun} {shortened(repr(name_or_path))}; valid names: {valid} (or a path to a YAML/JSON "
+                      f"file)")
 
 
 def list_builtin(kind: str) -> list[str]:

@@ -24,7 +24,7 @@ from pydantic import BaseModel, ValidationError
 
 from ..errors import LlmsimError, user_loc, format_key_path
 
-__all__ = ["validate_strict", "refuse_coerced", "refuse_coerced_behind", "leaves"]
+__all__ = ["validate_strict", "refuse_coerced", "refuse_coerced_behind", "refuse_past_any_number", "leaves"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -34,6 +34,7 @@ def validate_strict(cls: type[M], data: Any, source: Any = None) -> M:
     ``source`` and the key path, a true/false or text read as a number included."""
     from ..errors import from_validation_error
 
+    refuse_past_any_number(data, source)
     try:
         model = cls.model_validate(data)
     except ValidationError as e:
@@ -41,6 +42,21 @@ def validate_strict(cls: type[M], data: Any, source: Any = None) -> M:
         raise from_validation_error(e, source, data) from None
     refuse_coerced(data, model, source)
     return model
+
+
+#: The largest whole number any key takes: a 64-bit integer's. Past it a count overflows the float a
+#: range check converts it to (a traceback), or a range check prints it digit by digit.
+LARGEST_WHOLE = 2 ** 63 - 1
+
+
+def refuse_past_any_number(data: Any, source: Any = None) -> None:
+    """Raise LlmsimError at the first whole number past :data:`LARGEST_WHOLE`, named by its size."""
+    for path, v in leaves(data):
+        if isinstance(v, int) and not isinstance(v, bool) and abs(v) > LARGEST_WHOLE:
+            digits = int(abs(v).bit_length() * math.log10(2)) + 1
+            raise LlmsimError(f"a {'negative ' if v < 0 else ''}number of about {digits:,} digits, past any llmsim "
+                              f"takes (at most {LARGEST_WHOLE:,} either side of 0)", source=source,
+                              key_path=format_key_path(path))
 
 
 def _refusal(got: Any) -> str:
