@@ -112,3 +112,17 @@ def test_a_window_in_which_nothing_finished_cannot_tell():
     assert b["verdict"].startswith("cannot tell: no request finished within the arrival window")
     served = load_block(_records(t, t, t + 0.01, [int(Status.FINISHED)] * t.size), 1.0)
     assert served["verdict"].startswith("keeps up")
+
+
+def test_keeps_up_on_a_window_shorter_than_its_requests_says_so(tmp_path, cli):
+    """Offered 10 req/s over 3 s, requests of ~10 s: "keeps up" with 2 req/s completed read as a contradiction;
+    the verdict now says the window is short and asks for a longer one. A 60 s window does not, nor a fleet
+    whose completed rate is low because its clients cancel (autocomplete's)."""
+    short = SCENARIO.replace("duration_s: 60", "duration_s: 3").replace("max: 400}", "max: 2000}")
+    p = tmp_path / "short.yaml"
+    p.write_text(short.format(name="short", rate=10, extra=""))
+    load = json.loads(cli("run", p, "--json").out)["llmsim"]["load"]
+    assert not load["overloaded"] and load["running_at_end"] > 0.5 * load["offered_rps"] * load["window_s"]
+    assert load["verdict"].startswith("keeps up, on a short window:") and "longer one" in load["verdict"]
+    fine = json.loads(cli("run", _scenario(tmp_path, "fine", 4), "--json").out)["llmsim"]["load"]
+    assert fine["verdict"].startswith("keeps up: ")

@@ -67,8 +67,9 @@ FIELDS = {
     "cancelled": leaf("count", "requests their clients gave up on"),
     "cancelled_fraction": leaf("fraction", "cancelled / all requests"),
     "drain_s": leaf("s", "from T to the last request's end"),
-    "verdict": leaf("text", "the above in one sentence: keeps up, OVERLOADED and why, or cannot tell (nothing "
-                                "finished within the window)"),
+    "verdict": leaf("text", "the above in one sentence: keeps up (on a short window when most of the window's "
+                                "requests were still in flight at its end), OVERLOADED and why, or cannot tell (nothing finished "
+                                "within the window)"),
 }
 
 
@@ -126,6 +127,12 @@ def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
     return out
 
 
+#: Above this share of the window's arrivals still in flight (queued or running) at its end, "keeps up" is
+#: said to rest on a window shorter than the requests: the completed rate then reads far below the offered
+#: one however well the fleet serves (cancelled, shed and rate-limited requests are not in flight).
+STEADY_SHARE = 0.5
+
+
 def _rps(x: float) -> str:
     """A rate as the verdict writes it: to the cent, or in powers of ten past a billion (requests that all
     arrive in one instant make a rate of 10³⁰⁰, 300 digits written out)."""
@@ -145,6 +152,10 @@ def _verdict(b: dict[str, Any]) -> str:
         return (f"cannot tell: no request finished within the arrival window ({rates}; {queue}); simulate a "
                 f"window longer than a request takes (workload.duration_s, num_requests)")
     if not b["overloaded"]:
+        if b["offered_rps"] and b["queued_at_end"] + b["running_at_end"] > STEADY_SHARE * b["offered_rps"] * b["window_s"]:
+            # most of the window's requests were still in flight at its end: it is shorter than they are
+            return (f"keeps up, on a short window: {rates}; {queue}; most requests outlast the window, so a "
+                    f"longer one (workload.duration_s, num_requests) makes the verdict surer")
         return f"keeps up: {rates}; {queue}"
     why = [f"the queue grew by {_rps(b['queue_growth_rps'])} req/s"] if b["queued_at_end"] > b["queued_at_mid"] else []
     if b["unfinished"]:
