@@ -134,7 +134,8 @@ _ECHO_CHARS = 60
 def _shown(value: object) -> str:
     if isinstance(value, int) and not isinstance(value, bool) and value.bit_length() > 3 * _ECHO_CHARS:
         # not repr: Python refuses to write an int of more than 4,300 digits
-        return f"a {'negative ' if value < 0 else ''}number of about {int(value.bit_length() * math.log10(2)) + 1:,} digits"
+        digits = int(value.bit_length() * math.log10(2)) + 1
+        return f"a {'negative ' if value < 0 else ''}number of about {digits:,} digits"
     return shortened(repr(value))
 
 

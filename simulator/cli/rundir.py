@@ -282,11 +282,12 @@ def _refuse_replacing_other_files(output: Path, old: Sequence[Path], overwrite: 
                 f"the folder already holds {len(old)} file(s) ({_names(old)}) and no earlier run "
                 f"(a {' or '.join(RUN_MARKERS)} file)")
         raise LlmsimError(f"{what}: name another folder, or empty it first", source=f"-o {output}")
-    foreign = [q for p in old for q in _not_written_by_a_run(p)]
+    foreign = [q.relative_to(output).as_posix() for p in old for q in _not_written_by_a_run(p)]
     if foreign:
+        then = "" if overwrite else " and give --overwrite"
         raise LlmsimError(f"the folder holds an earlier run and {len(foreign)} file(s) llmsim did not write "
-                          f"({first_few([q.relative_to(output).as_posix() for q in foreign], 4)}): move them out{'' if overwrite else ' and give --overwrite'}, or name "
-                          f"another folder", source=f"-o {output}")
+                          f"({first_few(foreign, 4)}): move them out{then}, or name another folder",
+                          source=f"-o {output}")
     if not overwrite:
         raise LlmsimError(f"the folder already holds an earlier run ({len(old)} file(s): {_names(old)}); give "
                           f"--overwrite to replace it with this run's, or name another folder", source=f"-o {output}")

@@ -68,8 +68,8 @@ FIELDS = {
     "cancelled_fraction": leaf("fraction", "cancelled / all requests"),
     "drain_s": leaf("s", "from T to the last request's end"),
     "verdict": leaf("text", "the above in one sentence: keeps up (on a short window when most of the window's "
-                                "requests were still in flight at its end), OVERLOADED and why, or cannot tell (nothing finished "
-                                "within the window)"),
+                                "requests were still in flight at its end), OVERLOADED and why, or cannot tell "
+                                "(nothing finished within the window)"),
 }
 
 
@@ -152,7 +152,8 @@ def _verdict(b: dict[str, Any]) -> str:
         return (f"cannot tell: no request finished within the arrival window ({rates}; {queue}); simulate a "
                 f"window longer than a request takes (workload.duration_s, num_requests)")
     if not b["overloaded"]:
-        if b["offered_rps"] and b["queued_at_end"] + b["running_at_end"] > STEADY_SHARE * b["offered_rps"] * b["window_s"]:
+        in_flight = b["queued_at_end"] + b["running_at_end"]
+        if b["offered_rps"] and in_flight > STEADY_SHARE * b["offered_rps"] * b["window_s"]:
             # most of the window's requests were still in flight at its end: it is shorter than they are
             return (f"keeps up, on a short window: {rates}; {queue}; most requests outlast the window, so a "
                     f"longer one (workload.duration_s, num_requests) makes the verdict surer")
