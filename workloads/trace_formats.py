@@ -179,7 +179,8 @@ def read_azure(path: Path) -> RawTrace:
     df, cols, lines = _read_csv(path, {"t": "TIMESTAMP", "in": "ContextTokens", "out": "GeneratedTokens"})
     stamps = df[cols["t"]]
     ts = pd.to_datetime(stamps, format="ISO8601", utc=True, errors="coerce")
-    bad = ts.isna().to_numpy()
+    # pandas reads the words now, today (and their kin) as the moment it runs: not a time the trace recorded
+    bad = ts.isna().to_numpy() | ~stamps.astype(str).str.contains(r"\d", regex=True).to_numpy()
     if bad.any():
         i = int(np.argmax(bad))
         cell = stamps.iloc[i]
