@@ -164,6 +164,7 @@ def test_relative_path_resolves_against_base_dir(tmp_path):
     ("a.csv", AZURE + "2023-11-16 18:17:06,12,-3\n", {}, 5, ["output length is negative"]),
     ("a.csv", AZURE + "not a date,12,3\n", {}, 5, ["TIMESTAMP", "not a date-time"]),
     ("a.csv", AZURE + "now,12,3\n", {}, 5, ["TIMESTAMP", "not a date-time", "'now'"]),    # pandas: the clock's now
+    ("a.csv", AZURE + "2023-11-16 18:17:06,\t,3\n", {}, 5, ["ContextTokens", "is empty"]),   # as a blank cell
     ("a.csv", AZURE + "2023-11-16 18:17:05.0,12,3\n", {}, 5, ["goes backwards", "line 4", "sorted"]),
     ("a.csv", AZURE + "2023-11-16 18:17:06,12\n", {}, 5, ["GeneratedTokens", "is empty"]),
     # a cell reading nan or NA is not an empty cell: named as written

@@ -129,6 +129,9 @@ def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {
         if name.lower() in found:
             cols[role] = found[name.lower()]
 
+    for c in df.columns:      # a cell of tabs is as empty as one of spaces (which the parser drops)
+        if not pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]):
+            df[c] = df[c].mask(df[c].astype("string").str.fullmatch(r"\s*").fillna(False).astype(bool))
     blank = df.isna().all(axis=1).to_numpy()
     if blank.any():
         df = df.loc[~blank]
