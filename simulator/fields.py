@@ -52,7 +52,7 @@ def of_model(model: Any, unit: str = "setting", **units: str) -> dict[str, Field
     """A block written as ``model_dump()`` of a pydantic model: its keys and
     their descriptions are the model's (``units`` names a key's unit; a key
     holding a model of its own is :data:`AS_GIVEN`)."""
-    return {name: Field(AS_GIVEN if _holds_model(f.annotation) else units.get(name, unit),
+    return {name: Field(AS_GIVEN if _holds_model(f.annotation) else units.get(name, _kind(f.annotation) or unit),
                         (f.description or "").rstrip("."),
                         None if f.is_required() else "the scenario sets it" if f.default is None else None)
             for name, f in model.model_fields.items()}
@@ -60,6 +60,20 @@ def of_model(model: Any, unit: str = "setting", **units: str) -> dict[str, Field
 
 def _holds_model(tp: Any) -> bool:
     return hasattr(tp, "model_fields") or any(_holds_model(a) for a in getattr(tp, "__args__", ()) or ())
+
+
+def _kind(tp: Any) -> Optional[str]:
+    """``text`` or ``bool`` for a setting that holds only names or only yes/no (``Optional[str]``, a
+    ``Literal`` of names), so that no one tracks it as a figure; None for a number or a mix."""
+    import typing
+
+    if tp is str or tp is bool:
+        return "text" if tp is str else "bool"
+    args = [a for a in typing.get_args(tp) if a is not type(None)]
+    if typing.get_origin(tp) is typing.Literal:
+        return "text" if args and all(isinstance(a, str) for a in args) else None
+    kinds = {_kind(a) for a in args}
+    return kinds.pop() if len(kinds) == 1 and None not in kinds else None
 
 
 def _is_name(key: str) -> bool:

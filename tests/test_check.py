@@ -258,3 +258,14 @@ def test_metrics_results_json_declares_are_accepted(metrics):
     from simulator.cli.app import results_fields
 
     check_metric_names(CheckSpec(metrics=metrics), results_fields(), "s.yaml")
+
+
+def test_a_setting_that_holds_a_name_is_refused_as_a_tracked_metric_at_load(tmp_path, cli):
+    """speculative.draft_model is a name: tracked against a baseline it passed the load and was refused
+    only by check, after its run."""
+    from test_sweep import write_tiny_scenario
+
+    path = write_tiny_scenario(tmp_path, check={"metrics": ["llmsim.speculative.draft_model"]})
+    for command in ("run", "check"):
+        r = cli(command, path)
+        assert r.code == 2 and "is text, not a number to hold against a baseline" in r.err, (command, r.err)
