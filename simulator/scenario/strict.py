@@ -29,12 +29,17 @@ __all__ = ["validate_strict", "refuse_coerced", "refuse_coerced_behind", "refuse
 M = TypeVar("M", bound=BaseModel)
 
 
-def validate_strict(cls: type[M], data: Any, source: Any = None) -> M:
+def validate_strict(cls: type[M], data: Any, source: Any = None, *, whole_numbers_bounded: bool = True) -> M:
     """``cls`` validated from ``data``; every problem one LlmsimError naming
-    ``source`` and the key path, a true/false or text read as a number included."""
+    ``source`` and the key path, a true/false or text read as a number included.
+    ``whole_numbers_bounded``: refuse a whole number past a 64-bit integer's
+    range (:func:`refuse_past_any_number`); False for a measurement file,
+    whose figures are what a stack wrote (a benchmark's request rate of
+    2**63 means all at once, as infinity does)."""
     from ..errors import from_validation_error
 
-    refuse_past_any_number(data, source)
+    if whole_numbers_bounded:
+        refuse_past_any_number(data, source)
     try:
         model = cls.model_validate(data)
     except ValidationError as e:

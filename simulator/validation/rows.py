@@ -711,7 +711,7 @@ def read_bench_result(path: Path) -> BenchResult:
     need = ("completed", "total_input_tokens", "total_output_tokens", "mean_ttft_ms")
     if not isinstance(d, dict) or any(k not in d for k in need):
         raise LlmsimError(f"not a `vllm bench serve` result (expected keys {', '.join(need)})", source=path)
-    return validate_strict(BenchResult, d, path)
+    return validate_strict(BenchResult, d, path, whole_numbers_bounded=False)
 
 
 def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str, tp: int,
