@@ -54,11 +54,7 @@ def _printable(text: str, limit: int) -> str:
     """A part of a message as one readable line: control characters (a NUL
     from a binary file, an escape sequence) shown escaped, and text past
     ``limit`` characters (a 10,000-character name) cut in the middle."""
-    text = _CONTROL.sub(_escaped, text)
-    if len(text) > limit:
-        keep = limit // 2
-        text = f"{text[:keep]}…({len(text) - 2 * keep:,} characters)…{text[-keep:]}"
-    return text
+    return shortened(_CONTROL.sub(_escaped, text), limit)
 
 
 def first_few(items: Sequence[str], most: int) -> str:
@@ -140,8 +136,12 @@ def _shown(value: object) -> str:
 
 
 def shortened(text: str, limit: int = _ECHO_CHARS) -> str:
-    """``text``, or its start and its length where it is longer than ``limit`` (a value echoed in a message)."""
-    return text if len(text) <= limit else f"{text[:limit - 20]}… ({len(text):,} characters)"
+    """``text``, or its two ends and how much was cut between them where it is longer than ``limit`` (a
+    value echoed in a message, a 10,000-character name)."""
+    if len(text) <= limit:
+        return text
+    keep = limit // 2
+    return f"{text[:keep]}…({len(text) - 2 * keep:,} characters)…{text[-keep:]}"
 
 
 def from_validation_error(err: Any, source: str | Path | None, data: Any = None) -> LlmsimError:

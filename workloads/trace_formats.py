@@ -113,8 +113,6 @@ def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {
     except (OSError, EOFError, zlib.error) as e:   # EOFError, zlib.error: a .gz cut short or corrupt
         raise trace_error(path, f"cannot read the file ({getattr(e, 'strerror', None) or e})") from None
 
-    for c in text:      # in a text column (a session, a class) the usual spellings of "none" mean no value
-        df[c] = df[c].mask(df[c].str.strip().isin(_NO_VALUE_WORDS))
     if not isinstance(df.index, pd.RangeIndex):
         # pandas takes a first row longer than the header as an index column, not as an error
         raise trace_error(path, f"expected {len(df.columns)} fields, found {df.index.nlevels + len(df.columns)}", 2)
@@ -129,9 +127,14 @@ def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {
         if name.lower() in found:
             cols[role] = found[name.lower()]
 
-    for c in df.columns:      # a cell of tabs is as empty as one of spaces (which the parser drops)
-        if not pd.api.types.is_numeric_dtype(df[c]) and not pd.api.types.is_bool_dtype(df[c]):
-            df[c] = df[c].mask(df[c].astype("string").str.fullmatch(r"\s*").fillna(False).astype(bool))
+    for c in df.columns:
+        if pd.api.types.is_numeric_dtype(df[c]) or pd.api.types.is_bool_dtype(df[c]):
+            continue
+        cells = df[c].astype("string").str.strip()
+        # a cell of tabs is as empty as one of spaces (which the parser drops); in a text column (a session,
+        # a class) the usual spellings of "none" mean no value too
+        missing = cells.eq("") | cells.isin(_NO_VALUE_WORDS) if c in text else cells.eq("")
+        df[c] = df[c].mask(missing.fillna(False).astype(bool))
     blank = df.isna().all(axis=1).to_numpy()
     if blank.any():
         df = df.loc[~blank]

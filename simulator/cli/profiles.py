@@ -52,12 +52,15 @@ def show_profile(name: str = typer.Argument(..., help="a name `llmsim profiles l
     model starts from the nearest one's file (docs/how-to/add-a-gpu.md).
     """
     from ..errors import LlmsimError
-    from ..plugins import profile_files
-    from ..profiles.loader import builtin_dir, list_profiles as names
+    from ..profiles.loader import named_profile
 
     if kind is not None and kind not in _KINDS:
         raise LlmsimError(f"expected one of {', '.join(_KINDS)} (got {kind!r})", key_path="--kind")
-    kinds = [k for k, folder in _KINDS.items() if (kind is None or k == kind) and name.lower() in names(folder)]
+    # the shipped file (or an installed plug-in's), never a file of that name in the current folder:
+    # `llmsim profiles show h100-sxm > h100-sxm` has the shell make that file, empty, first
+    found = {k: path for k, folder in _KINDS.items() if (kind is None or k == kind) and "/" not in name
+             and (path := named_profile(folder, name)) is not None}
+    kinds = list(found)
     if not kinds:
         where = {"gpu": "GPU"}.get(kind, kind) if kind else "GPU, model or backend"
         raise LlmsimError(f"no {where} profile named {name!r}; `llmsim profiles list` shows the names",
@@ -65,8 +68,4 @@ def show_profile(name: str = typer.Argument(..., help="a name `llmsim profiles l
     if len(kinds) > 1:
         raise LlmsimError(f"{name!r} is a {' and a '.join(kinds)} profile: give --kind {' or --kind '.join(kinds)}",
                           key_path="NAME")
-    # the shipped file (or an installed plug-in's), never a file of that name in the current folder:
-    # `llmsim profiles show h100-sxm > h100-sxm` has the shell make that file, empty, first
-    folder = _KINDS[kinds[0]]
-    shipped = builtin_dir(folder) / f"{name.lower()}.yaml"
-    typer.echo((shipped if shipped.is_file() else profile_files(folder)[name.lower()]).read_text(), nl=False)
+    typer.echo(found[kinds[0]].read_text(), nl=False)

@@ -101,16 +101,21 @@ def _resolve(kind: str, name_or_path: str) -> Path:
                 return shipped
             raise LlmsimError("file not found", source=p)
         return p
-    d = builtin_dir(kind)
-    cand = d / f"{name_or_path.lower()}.yaml"
-    if cand.exists():
-        return cand
-    plugged = profile_files(kind).get(name_or_path.lower())
-    if plugged is not None:
-        return plugged
+    named = named_profile(kind, name_or_path)
+    if named is not None:
+        return named
     valid = ", ".join(list_profiles(kind))
     raise LlmsimError(f"unknown {noun} {shortened(repr(name_or_path))}; valid names: {valid} (or a path to a YAML/JSON "
                       f"file)")
+
+
+def named_profile(kind: str, name: str) -> Path | None:
+    """The file of a built-in profile named ``name``, else an installed plug-in's, else None: what a name
+    (never a path) resolves to."""
+    shipped = builtin_dir(kind) / f"{name.lower()}.yaml"
+    if shipped.exists():
+        return shipped
+    return profile_files(kind).get(name.lower())
 
 
 def list_builtin(kind: str) -> list[str]:
