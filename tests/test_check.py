@@ -232,7 +232,9 @@ def test_a_metric_no_results_json_has_is_refused_by_every_command(tmp_path, cli,
                                      "name one item by its index: llmsim.by_input_length.edges.0"),
     ("llmsim.cost.gpu_timeline.0", "'llmsim.cost.gpu_timeline.0' is a list (list of [s, GPUs]), not a figure; "
                                    "name one entry of an item by its index: llmsim.cost.gpu_timeline.0.1"),
-], ids=["text", "verdict", "list-of-names-item", "whole-list", "item-of-pairs"])
+    ("llmsim.gateway.classes.paid.rate_limit", "'llmsim.gateway.classes.paid.rate_limit' is a setting repeated as "
+                                               "the scenario wrote it, not a figure; name a number inside it"),
+], ids=["text", "verdict", "list-of-names-item", "whole-list", "item-of-pairs", "setting-as-given"])
 def test_a_key_that_is_never_a_number_is_refused_as_the_scenario_loads(tmp_path, cli, monkeypatch, metric, says):
     """Text, a verdict or a whole list is declared in results.json but can never be held against a baseline:
     refused before the run, naming the entry, where check used to say so only after simulating."""
@@ -251,7 +253,7 @@ def test_a_key_that_is_never_a_number_is_refused_as_the_scenario_loads(tmp_path,
     ["slo.targets.ttft_p99_ms.measured_ms", "slo.goodput.attainment.ttft", "llmsim.cost.pools.main.usd",
      "llmsim.pools.main.gpus", "llmsim.classes.paid.slo.targets.ttft_p99_ms.attainment",
      "llmsim.by_input_length.edges.0", "llmsim.cost.gpu_timeline.0.1", "llmsim.stage_layers.0",
-     "llmsim.intervals.p99_ttft_ms.hi"],
+     "llmsim.intervals.p99_ttft_ms.hi", "llmsim.gateway.classes.paid.rate_limit.rate_per_s"],
 ], ids=["defaults", "named-and-listed"])
 def test_metrics_results_json_declares_are_accepted(metrics):
     """Figures, named by pool, class or target, and list items by index."""

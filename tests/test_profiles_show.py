@@ -46,3 +46,16 @@ def test_a_file_of_that_name_in_the_current_folder_is_not_what_is_shown(cli, tmp
     (tmp_path / "vllm").write_text("bogus: 1\n")
     assert cli("profiles", "show", "h100-sxm").out == (builtin_dir("hardware_profiles") / "h100-sxm.yaml").read_text()
     assert cli("profiles", "show", "vllm").out == (builtin_dir("backend_profiles") / "vllm.yaml").read_text()
+
+
+@pytest.mark.parametrize("key, value", [("gpu", "../model_profiles/llama-3-8b"),
+                                        ("model", "../hardware_profiles/h100-sxm")])
+def test_a_name_reaching_another_kinds_folder_is_not_a_profile(cli, tmp_path, key, value):
+    """A profile is named, or given by its file's path: a name with a folder in it is not resolved through
+    the built-in folder (a GPU of ../model_profiles/llama-3-8b loaded the model's file as a GPU)."""
+    from test_sweep import write_tiny_scenario
+
+    sc = write_tiny_scenario(tmp_path)
+    r = cli("run", sc, "--set", f"pools.chat.{key}={value}", "-o", tmp_path / "out")
+    noun = {"gpu": "GPU", "model": "model"}[key]
+    assert r.code == 2 and f"unknown {noun} '{value}'" in r.err and "Traceback" not in r.err, r.err

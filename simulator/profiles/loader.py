@@ -111,7 +111,9 @@ def _resolve(kind: str, name_or_path: str) -> Path:
 
 def named_profile(kind: str, name: str) -> Path | None:
     """The file of a built-in profile named ``name``, else an installed plug-in's, else None: what a name
-    (never a path) resolves to."""
+    (never a path: ``../model_profiles/llama-3-8b`` as a GPU would reach another kind's file) resolves to."""
+    if Path(name).name != name or name in (".", ".."):
+        return None
     shipped = builtin_dir(kind) / f"{name.lower()}.yaml"
     if shipped.exists():
         return shipped

@@ -16,7 +16,7 @@ from typing import Annotated
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import LlmsimError, first_few
-from ..fields import Fields, lookup
+from ..fields import AS_GIVEN, Fields, lookup
 from .variants import Overlay
 
 __all__ = ["CheckSpec", "DEFAULT_METRICS", "check_metric_names"]
@@ -75,6 +75,9 @@ def check_metric_names(spec: CheckSpec, results: Fields, source: str | Path) -> 
             keys = [f"{m}.{k}" for k in found.keys]
             raise LlmsimError(f"{m!r} is a block of results.json, not a figure; name one of its keys: "
                               f"{first_few(keys, 4)}", source=source, key_path=where)
+        if found.unit == AS_GIVEN and _names_the_setting(m, found, results):
+            raise LlmsimError(f"{m!r} is a setting repeated as the scenario wrote it, not a figure; name a "
+                              f"number inside it by its scenario key ({m}.KEY)", source=source, key_path=where)
         if found.unit in NOT_FIGURES:
             raise LlmsimError(f"{m!r} is {NOT_FIGURES[found.unit]}, not a number to hold against a baseline",
                               source=source, key_path=where)
@@ -85,6 +88,14 @@ def check_metric_names(spec: CheckSpec, results: Fields, source: str | Path) -> 
             raise LlmsimError(f"{m!r} is a list ({found.unit}), not a figure; name one "
                               f"{'entry of an item' if pairs else 'item'} by its index: {item}",
                               source=source, key_path=where)
+
+
+def _names_the_setting(metric: str, found: object, results: Fields) -> bool:
+    """Whether ``metric`` ends at a setting repeated as given (a block whose
+    keys are the scenario's, which :func:`lookup` also returns for any key
+    below it) rather than at a key inside it."""
+    parent = metric.rpartition(".")[0]
+    return not parent or lookup(parent, results)[0] is not found
 
 
 def _meant(metric: str, depth: int, there: Fields, results: Fields) -> str:
