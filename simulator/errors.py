@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 __all__ = ["LlmsimError", "format_key_path", "from_validation_error", "user_loc", "os_reason", "first_few",
-           "nearest"]
+           "nearest", "shortened", "set_flag"]
 
 
 class LlmsimError(Exception):
@@ -142,6 +142,12 @@ def shortened(text: str, limit: int = _ECHO_CHARS) -> str:
         return text
     keep = limit // 2
     return f"{text[:keep]}…({len(text) - 2 * keep:,} characters)…{text[-keep:]}"
+
+
+def set_flag(override: str) -> str:
+    """A ``--set key=value`` as a message names where a value came from: a long value's middle cut, as a
+    refused value's is, with room for the key beside it."""
+    return f"--set {shortened(override, 80)}"
 
 
 def from_validation_error(err: Any, source: str | Path | None, data: Any = None) -> LlmsimError:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import copy
 from pathlib import Path
 
-from ..errors import LlmsimError, shortened
+from ..errors import LlmsimError, set_flag
 from ..fields import declared_results
 from .ci import check_metric_names
 from .slo import parse_slo
@@ -41,9 +41,9 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
         try:
             apply_override(data, o)
         except LlmsimError as e:
-            raise LlmsimError(e.message, source=f"{path} (--set {shortened(o, 80)})", key_path=e.key_path) from None
+            raise LlmsimError(e.message, source=f"{path} ({set_flag(o)})", key_path=e.key_path) from None
     # A bad value may come from the command line rather than the file: say so.
-    source = f"{path} (with --set {' --set '.join(shortened(o, 80) for o in overrides)})" if overrides else path
+    source = f"{path} (with {' '.join(set_flag(o) for o in overrides)})" if overrides else path
     try:
         sc = validate_strict(Scenario, data, source)
     except LlmsimError as err:

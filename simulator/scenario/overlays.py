@@ -15,7 +15,7 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any, Iterator, Mapping, Sequence
 
-from ..errors import LlmsimError, shortened
+from ..errors import LlmsimError, set_flag
 from ..profiles.loader import read_structured
 from .load import check_slos, load_scenario
 from .overrides import apply_override, given_sets, refuse_overlaps
@@ -33,7 +33,7 @@ def blamed_on(path: Path, overlays: Sequence[tuple[str, Mapping[str, Any]]], set
     try:
         yield
     except LlmsimError as e:
-        applied = [w for w, _ in overlays] + [f"--set {shortened(s, 80)}" for s in sets]
+        applied = [w for w, _ in overlays] + [set_flag(s) for s in sets]
         if not applied or (e.source is not None and not e.source.startswith(str(path))):
             raise     # nothing to add, or the fault is in another file (a profile), which it names
         raise LlmsimError(e.message, source=f"{path} (with {', '.join(applied)})", key_path=e.key_path) from None
