@@ -13,7 +13,7 @@ pool's, a class's, a metric's.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Iterator, Mapping, Optional
+from typing import Any, Callable, Iterator, Mapping, Optional, Sequence
 
 __all__ = ["AS_GIVEN", "Field", "Fields", "leaf", "block", "of_model", "flatten", "undeclared", "absent", "matched",
            "lookup", "declare_results", "declared_results"]
@@ -80,11 +80,11 @@ def _is_name(key: str) -> bool:
     return key.startswith("<") and key.endswith(">")
 
 
-def _lookup(keys: Fields, key: str) -> tuple[str, Field] | None:
+def _lookup(keys: Fields, key: str, names: Optional[Mapping[str, Sequence[str]]] = None) -> tuple[str, Field] | None:
     if key in keys:
         return key, keys[key]
     for k, f in keys.items():
-        if _is_name(k):
+        if _is_name(k) and (names is None or k not in names or key in names[k]):
             return k, f
     return None
 
@@ -167,17 +167,20 @@ def absent(results: Mapping[str, Any], keys: Fields, prefix: str = "") -> list[s
     return out
 
 
-def lookup(key: str, keys: Fields) -> tuple[Optional[Field], int, Fields]:
+def lookup(key: str, keys: Fields, names: Optional[Mapping[str, Sequence[str]]] = None
+           ) -> tuple[Optional[Field], int, Fields]:
     """The field a dotted key of a results file names, spelt as compare and
     check spell them (``llmsim.pools.main.gpus``: a ``<pool>`` by the run's
     name, a list's items by name or index), or None; with how many of its
     parts the declarations follow and the keys declared where they stop,
-    so that a caller can name what was meant."""
+    so that a caller can name what was meant. ``names`` holds, for a name
+    in angle brackets, the only names a run will write there (a scenario's
+    pools for ``<pool>``): any other is no key."""
     parts = key.split(".")
     level: Fields = keys
     i = 0
     while True:
-        hit = _lookup(level, parts[i])
+        hit = _lookup(level, parts[i], names)
         if hit is None:
             return None, i, level
         f = hit[1]

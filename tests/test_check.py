@@ -232,9 +232,7 @@ def test_a_metric_no_results_json_has_is_refused_by_every_command(tmp_path, cli,
                                      "name one item by its index: llmsim.by_input_length.edges.0"),
     ("llmsim.cost.gpu_timeline.0", "'llmsim.cost.gpu_timeline.0' is a list (list of [s, GPUs]), not a figure; "
                                    "name one entry of an item by its index: llmsim.cost.gpu_timeline.0.1"),
-    ("llmsim.gateway.classes.paid.rate_limit", "'llmsim.gateway.classes.paid.rate_limit' is a setting repeated as "
-                                               "the scenario wrote it, not a figure; name a number inside it"),
-], ids=["text", "verdict", "list-of-names-item", "whole-list", "item-of-pairs", "setting-as-given"])
+], ids=["text", "verdict", "list-of-names-item", "whole-list", "item-of-pairs"])
 def test_a_key_that_is_never_a_number_is_refused_as_the_scenario_loads(tmp_path, cli, monkeypatch, metric, says):
     """Text, a verdict or a whole list is declared in results.json but can never be held against a baseline:
     refused before the run, naming the entry, where check used to say so only after simulating."""
@@ -262,6 +260,37 @@ def test_metrics_results_json_declares_are_accepted(metrics):
     check_metric_names(CheckSpec(metrics=metrics), results_fields(), "s.yaml")
 
 
+CLASSES = "classes:\n  - {name: paid, share: 1.0, pool: main}\n"
+
+
+@pytest.mark.parametrize("metric, says", [
+    ("llmsim.pools.mian.gpus", "'llmsim.pools.mian.gpus' is not a key of results.json; did you mean "
+                               "llmsim.pools.main.gpus?"),
+    ("llmsim.classes.free.median_ttft_ms", "'llmsim.classes.free.median_ttft_ms' is not a key of results.json; "
+                                           "the scenario's class names are paid"),
+    ("llmsim.gateway.classes.paid.rate_limit", "'llmsim.gateway.classes.paid.rate_limit' is a setting repeated as "
+                                               "the scenario wrote it, not a figure; name a number inside it"),
+], ids=["pool", "class", "setting-as-given"])
+def test_a_pool_or_class_the_scenario_lacks_is_refused_as_it_loads(tmp_path, cli, monkeypatch, metric, says):
+    """A results key under a pool or class names one of the scenario's: another name was accepted at load
+    and refused by check only after its run, which stopped the scenarios after it from being checked."""
+    from simulator import runner
+
+    ran = []
+    monkeypatch.setattr(runner, "simulate", lambda *a, **k: ran.append(1))
+    sc = write_scenario(tmp_path, CLASSES + f"check: {{metrics: [completed, '{metric}']}}\n")
+    for args in (("check", sc), ("run", sc, "-o", tmp_path / "out")):
+        r = cli(*args)
+        assert r.code == 2 and f"check.metrics[1]: {says}" in r.err, r.err
+    assert ran == []
+
+
+def test_a_class_metric_of_a_scenario_without_classes_is_refused(tmp_path, cli):
+    sc = write_scenario(tmp_path, "check: {metrics: [llmsim.classes.paid.median_ttft_ms]}\n")
+    r = cli("run", sc, "-o", tmp_path / "out")
+    assert r.code == 2 and "the scenario has no class names to put there" in r.err, r.err
+
+
 def test_a_setting_that_holds_a_name_is_refused_as_a_tracked_metric_at_load(tmp_path, cli):
     """speculative.draft_model is a name: tracked against a baseline it passed the load and was refused
     only by check, after its run."""
@@ -271,3 +300,11 @@ def test_a_setting_that_holds_a_name_is_refused_as_a_tracked_metric_at_load(tmp_
     for command in ("run", "check"):
         r = cli(command, path)
         assert r.code == 2 and "is text, not a number to hold against a baseline" in r.err, (command, r.err)
+
+
+def test_a_metric_of_a_block_this_run_does_not_write_says_when_it_is_written(tmp_path, cli):
+    """llmsim.gateway is there only when a class is rate limited: the key is spelt right, so the message
+    names the condition rather than calling it no key of results.json."""
+    sc = write_scenario(tmp_path, CLASSES + "check: {metrics: [completed, llmsim.gateway.classes.paid.requests]}\n")
+    r = cli("check", sc)
+    assert r.code == 2 and "check.metrics[1]: llmsim.gateway is written only when a class has a rate_limit" in r.err

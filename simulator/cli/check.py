@@ -145,15 +145,30 @@ def _tracked(job: _Job, results: dict[str, Any]) -> dict[str, Any]:
     for i, m in enumerate(baseline_keys(job.spec)):
         where = f"check.metrics[{i}]"      # as the load-time check names it
         if m not in flat:
-            near = difflib.get_close_matches(m, list(flat), n=3)
-            hint = f"; did you mean {', '.join(near)}?" if near else " (see a results.json for the keys)"
-            raise LlmsimError(f"{m!r} is not a key of results.json{hint}", source=job.path, key_path=where)
+            raise LlmsimError(_absent(m, flat), source=job.path, key_path=where)
         v = flat[m]
         if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float))):
             raise LlmsimError(f"{m!r} is {v!r}, not a number to hold against a baseline",
                               source=job.path, key_path=where)
         out[m] = v
     return out
+
+
+def _absent(metric: str, flat: dict[str, Any]) -> str:
+    """Why a tracked metric the load accepted is not in this run's results: a
+    block written only under a condition (``llmsim.gateway``: a class with a
+    rate limit), named with it, since the key itself is spelt right."""
+    from ..fields import declared_results, lookup
+
+    parts = metric.split(".")
+    for n in range(1, len(parts) + 1):
+        f = lookup(".".join(parts[:n]), declared_results() or {})[0]
+        if f is not None and f.when is not None and ".".join(parts[:n]) not in flat:
+            return (f"{'.'.join(parts[:n])} is written only when {f.when}, and this run's results.json has none; "
+                    f"track a metric every run writes")
+    near = difflib.get_close_matches(metric, list(flat), n=3)
+    hint = f"; did you mean {', '.join(near)}?" if near else " (see a results.json for the keys)"
+    return f"{metric!r} is not a key of this run's results.json{hint}"
 
 
 def _val(v: Any) -> str:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import difflib
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Mapping, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -60,16 +60,19 @@ class CheckSpec(BaseModel):
 NOT_FIGURES = {"text": "text", "bool": "a yes/no", "list of text": "a list of names"}
 
 
-def check_metric_names(spec: CheckSpec, results: Fields, source: str | Path) -> None:
+def check_metric_names(spec: CheckSpec, results: Fields, source: str | Path,
+                       names: Optional[Mapping[str, Sequence[str]]] = None) -> None:
     """Every tracked metric is a figure results.json declares. Checked as the
     scenario loads, so that ``llmsim run``, ``plan`` and ``sweep`` of the file
     refuse a typo as ``llmsim check`` would, and ``check`` refuses it before
-    its first run rather than after."""
+    its first run rather than after. ``names``: the scenario's own names for
+    a results key in angle brackets (its pools for ``<pool>``, its classes
+    for ``<class>``), so that a pool it does not have is refused too."""
     for i, m in enumerate(spec.metrics):
-        found, depth, there = lookup(m, results)
+        found, depth, there = lookup(m, results, names)
         where = f"check.metrics[{i}]"
         if found is None:
-            raise LlmsimError(f"{m!r} is not a key of results.json; {_meant(m, depth, there, results)}",
+            raise LlmsimError(f"{m!r} is not a key of results.json; {_meant(m, depth, there, results, names)}",
                               source=source, key_path=where)
         if found.keys is not None:
             keys = [f"{m}.{k}" for k in found.keys]
@@ -98,17 +101,25 @@ def _names_the_setting(metric: str, found: object, results: Fields) -> bool:
     return not parent or lookup(parent, results)[0] is not found
 
 
-def _meant(metric: str, depth: int, there: Fields, results: Fields) -> str:
+def _meant(metric: str, depth: int, there: Fields, results: Fields,
+           names: Optional[Mapping[str, Sequence[str]]] = None) -> str:
     """The nearest declared key to a mistyped one: its first wrong part
-    replaced by the nearest name declared there (``p95_ttfx_ms``, ``llmsim.cost.monthy_usd``)."""
+    replaced by the nearest name declared there, or the scenario's own name
+    where a pool or class goes (``p95_ttfx_ms``, ``llmsim.cost.monthy_usd``,
+    ``llmsim.pools.chta.gpus``)."""
     parts = metric.split(".")
     if not there:
         return f"{'.'.join(parts[:depth])} is a figure, with no keys below it"
-    names = [k for k in there if not (k.startswith("<") and k.endswith(">"))]
-    near = difflib.get_close_matches(parts[depth], names, n=1)
+    named = [n for k in there if k in (names or {}) for n in names[k]]
+    keys = [k for k in there if not (k.startswith("<") and k.endswith(">"))] + named
+    if not keys:
+        return f"the scenario has no {' or '.join(k.strip('<>') for k in there)} names to put there"
+    near = difflib.get_close_matches(parts[depth], keys, n=1)
     if not near:
         whose = f"{'.'.join(parts[:depth])}'s keys" if depth else "its top-level keys"
-        return f"{whose} are {first_few(names, 6)}"
+        if named and len(named) == len(keys):
+            whose = f"the scenario's {' and '.join(k.strip('<>') for k in there)} names"
+        return f"{whose} are {first_few(keys, 6)}"
     whole = ".".join([*parts[:depth], near[0], *parts[depth + 1:]])
-    fixed, _, _ = lookup(whole, results)
+    fixed, _, _ = lookup(whole, results, names)
     return f"did you mean {whole if fixed is not None else '.'.join([*parts[:depth], near[0]])}?"

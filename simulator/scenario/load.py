@@ -51,10 +51,15 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
     check_slos(sc, source)
     results = declared_results()
     if sc.check is not None and results is not None:
-        check_metric_names(sc.check, results, source)
+        check_metric_names(sc.check, results, source, result_names(sc))
     if as_written is not None:
         _check_variants_once(as_written, path)
     return sc, path
+
+
+def result_names(sc: Scenario) -> dict[str, list[str]]:
+    """The names a run of ``sc`` writes where results.json declares ``<pool>`` and ``<class>``."""
+    return {"<pool>": [p.name for p in sc.pools], "<class>": [c.name for c in sc.classes or []]}
 
 
 def _misspelt_set(data: dict | None, overrides: list[str], err: LlmsimError, source) -> LlmsimError | None:
