@@ -1,7 +1,8 @@
 """`llmsim check`: SLO and baseline gating for CI, and the verdict rules under it.
 
 Exit codes carry the meaning: 0 passed, 1 the fleet got worse (an SLO
-missed, a metric regressed, a baseline missing), 2 the input is broken.
+missed, a metric regressed), 2 the input is broken (a baseline missing or
+written for another run among it).
 """
 from __future__ import annotations
 
@@ -45,7 +46,8 @@ def baseline_of(tmp_path, cli, scenario):
     ("failed", 0, 3, 0.05, "regressed", True),                     # from zero: an infinite relative move
     ("failed", 0, 0, 0.0, "ok", False),
     ("p99_ttft_ms", 100.0, None, 0.05, "missing", True),           # no samples any more
-    ("p99_ttft_ms", None, 50.0, 0.05, "new", False),
+    ("p99_ttft_ms", None, 50.0, 0.05, "measured", False),          # samples now, none in the baseline
+    ("p99_ttft_ms", 100.0, float("nan"), 0.05, "missing", True),   # NaN would pass any tolerance
 ])
 def test_verdicts(metric, base, now, tol, verdict, failed):
     v = judge(metric, base, now, tol)
@@ -67,7 +69,10 @@ def test_baseline_values_are_rounded_the_same_way_they_are_compared():
 
 def test_update_writes_small_baselines_of_tracked_metrics_at_fast_settings(tmp_path, cli, scenario):
     base = baseline_of(tmp_path, cli, scenario)
-    saved = json.loads((base / "small.json").read_text())
+    written = json.loads((base / "small.json").read_text())
+    assert written["scenario"] == "small" and written["settings"] == {"check.set": {"workload.num_requests": 120},
+                                                                       "--set": []}
+    saved = written["metrics"]
     assert list(saved) == ["completed", "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms",
                            "llmsim.cost.usd_per_request"]
     assert saved["completed"] == 120                  # check.set shrank the 300-request scenario
@@ -129,10 +134,16 @@ def test_a_missed_slo_fails_even_when_updating(tmp_path, cli):
     assert r.code == 1 and (tmp_path / "b" / "small.json").is_file()
 
 
-def test_a_missing_baseline_fails(tmp_path, cli, scenario):
+def test_a_missing_baseline_is_exit_2_before_any_run(tmp_path, cli, monkeypatch, scenario):
+    """No baseline: the check is not set up for the scenario, which CI must tell from a worse fleet (exit 1)."""
+    import simulator.runner as runner
+
+    ran = []
+    monkeypatch.setattr(runner, "simulate", lambda *a, **k: ran.append(1))
     (tmp_path / "empty").mkdir()
     r = cli("check", scenario, "--baseline", tmp_path / "empty")
-    assert r.code == 1 and "--update-baseline" in r.out
+    assert r.code == 2 and "no baseline for the scenario 'small'" in r.err and "--update-baseline" in r.err, r.err
+    assert ran == []
 
 
 def test_a_missing_baseline_folder_is_exit_2(tmp_path, cli, scenario):
@@ -308,3 +319,41 @@ def test_a_metric_of_a_block_this_run_does_not_write_says_when_it_is_written(tmp
     sc = write_scenario(tmp_path, CLASSES + "check: {metrics: [completed, llmsim.gateway.classes.paid.requests]}\n")
     r = cli("check", sc)
     assert r.code == 2 and "check.metrics[1]: llmsim.gateway is written only when a class has a rate_limit" in r.err
+
+
+@pytest.mark.parametrize("edit, says", [
+    (('"workload.num_requests": 120', '"workload.num_requests": 60'), 'written at other fast settings (check.set {"workload.num_requests": 60}) than the '
+                      'scenario\'s check.set now (check.set {"workload.num_requests": 120})'),
+    (('"scenario": "small"', '"scenario": "other"'), "written for the scenario 'other', not 'small'"),
+], ids=["other-check-set", "other-scenario"])
+def test_a_baseline_of_another_run_is_refused_before_any_run(tmp_path, cli, monkeypatch, scenario, edit, says):
+    """A baseline copied from another scenario, or written before the scenario's check.set changed, held
+    figures of another run and was compared as this one's: every metric 'regressed' or 'improved'."""
+    import simulator.runner as runner
+
+    base = baseline_of(tmp_path, cli, scenario)
+    path = base / "small.json"
+    path.write_text(path.read_text().replace(*edit))
+    before = path.read_text()
+    ran = []
+    monkeypatch.setattr(runner, "simulate", lambda *a, **k: ran.append(1))
+    r = cli("check", scenario, "--baseline", base)
+    assert r.code == 2 and f"{path}: " in r.err and says in r.err and "--update-baseline" in r.err, r.err
+    assert ran == [] and path.read_text() == before
+
+
+def test_a_set_the_baseline_was_not_written_with_is_said(tmp_path, cli, scenario):
+    """A what-if held against the committed figures (--set at check time) is compared, with a note."""
+    base = baseline_of(tmp_path, cli, scenario)
+    r = cli("check", scenario, "--baseline", base, "--set", "pools.main.replicas=2")
+    said = " ".join(r.out.split())     # the note wraps at the terminal's width
+    assert "was written with no --set, this check runs with --set pools.main.replicas=2" in said, r.out
+
+
+def test_a_baseline_of_figures_alone_is_still_read(tmp_path, cli, scenario):
+    """An older llmsim wrote the figures without what they were written for: compared as before, and said so."""
+    base = baseline_of(tmp_path, cli, scenario)
+    path = base / "small.json"
+    path.write_text(json.dumps(json.loads(path.read_text())["metrics"]))
+    r = cli("check", scenario, "--baseline", base)
+    assert r.code == 0 and "without the scenario and settings" in r.out and "check passed" in r.out, r.out

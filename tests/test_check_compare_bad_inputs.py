@@ -70,10 +70,10 @@ def test_a_correct_baseline_passes_and_a_newly_tracked_metric_is_new(tmp_path, c
     assert cli("check", scenario, "--baseline", folder, "--update-baseline").code == 0
     path = folder / baseline_file_name(NAME)
     written = json.loads(path.read_text())
-    assert list(written) == ["completed", "p99_ttft_ms", "llmsim.cost.usd_per_request"]
+    assert list(written["metrics"]) == ["completed", "p99_ttft_ms", "llmsim.cost.usd_per_request"]
     r = cli("check", scenario, "--baseline", folder)
     assert r.code == 0 and "check passed" in r.out, r.out + r.err
-    del written["completed"]            # a metric added to check.metrics after the baseline was written
+    del written["metrics"]["completed"]     # a metric added to check.metrics after the baseline was written
     path.write_text(json.dumps(written))
     r = cli("check", scenario, "--baseline", folder)
     assert r.code == 0 and "new: not in" in r.out, r.out + r.err      # the cell wraps at 80 columns
@@ -85,7 +85,7 @@ def test_update_baseline_replaces_a_refused_baseline(tmp_path, cli, scenario):
     r = cli("check", scenario, "--baseline", folder, "--update-baseline")
     assert r.code == 0, r.out + r.err
     assert "replacing" in r.out and "p99_ttft_msx" in r.out
-    assert list(json.loads(path.read_text())) == ["completed", "p99_ttft_ms", "llmsim.cost.usd_per_request"]
+    assert list(json.loads(path.read_text())["metrics"]) == ["completed", "p99_ttft_ms", "llmsim.cost.usd_per_request"]
     assert cli("check", scenario, "--baseline", folder).code == 0
 
 

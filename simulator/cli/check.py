@@ -9,8 +9,10 @@ rather than bad input (that stays exit 2), so CI can tell "the fleet got
 worse" from "the check is broken". Every file is read and every variant
 built before the first run, so a typo costs seconds, not a CI slot.
 
-Baselines hold only the tracked metrics, rounded, one per line: small, and
-a refresh diffs only where something moved.
+A baseline holds the tracked metrics, rounded, one per line (small, and a
+refresh diffs only where something moved), under the scenario's name and
+the fast settings it was written at: figures of another scenario, or of a
+run of another size, would be compared as if they were this run's.
 """
 from __future__ import annotations
 
@@ -39,8 +41,8 @@ if TYPE_CHECKING:   # scenarios on first use: `llmsim --help` imports this modul
     from ..scenario.ci import CheckSpec
     from ..scenario.schema import Scenario
 
-_STYLE = {"ok": "green", "improved": "green", "new": "yellow", "regressed": "bold red", "moved": "bold red",
-          "missing": "bold red"}
+_STYLE = {"ok": "green", "improved": "green", "new": "yellow", "measured": "yellow", "regressed": "bold red",
+          "moved": "bold red", "missing": "bold red"}
 
 
 @dataclass
@@ -53,6 +55,7 @@ class _Job:
     baseline_file: Optional[Path]
     baseline: Optional[dict[str, Any]]
     update: bool                        # writing new baselines: moves are shown, not failed
+    settings: dict[str, Any] = field(default_factory=dict)   # the fast settings, as the baseline records them
     failures: list[str] = field(default_factory=list)
     confidence: Optional[float] = None  # SLOs judged at this confidence under the error model
     error_model: Any = None
@@ -97,24 +100,80 @@ def _check_baseline_value(path: Path, key: str, v: Any) -> None:
                           "written as null; rewrite it with --update-baseline)", source=path, key_path=key)
 
 
-def _read_baseline(path: Path, expected: Sequence[str]) -> dict[str, Any]:
+#: The keys of a baseline file: what it was written for, and the figures.
+_HEAD = ("scenario", "settings", "metrics")
+
+
+def fast_settings(spec: CheckSpec, sets: Sequence[str]) -> dict[str, Any]:
+    """The settings a check runs a scenario at, as its baseline records them
+    (JSON's spelling, so that a read-back record compares equal)."""
+    return _json.loads(_json.dumps({"check.set": spec.set, "--set": list(sets)}, default=str))
+
+
+def _settings_text(settings: Any) -> str:
+    if not isinstance(settings, dict):
+        return repr(settings)
+    parts = [f"check.set {_json.dumps(settings.get('check.set') or {})}"]
+    parts += [f"--set {s}" for s in settings.get("--set") or []]
+    return ", ".join(parts)
+
+
+def _flags(sets: Any) -> str:
+    return " ".join(f"--set {s}" for s in sets) if sets else "no --set"
+
+
+def _read_baseline(path: Path, job: _Job) -> dict[str, Any]:
+    """The baseline's figures, once it is known to be this scenario's at
+    this run's settings. A file of figures alone (an older llmsim's) is
+    read as it is, and said so."""
     data = read_json_object(path, what="baseline")
-    _check_baseline_keys(path, data, expected)
-    for k, v in data.items():
+    expected = baseline_keys(job.spec)
+    if "metrics" not in data:
+        console.print(f"note: {path} holds figures without the scenario and settings they were written for; "
+                      f"--update-baseline rewrites it with them", markup=False, style="yellow")
+        metrics = data
+    else:
+        stray = [k for k in data if k not in _HEAD]
+        if stray:
+            raise LlmsimError(f"not a key of a baseline, which holds {', '.join(_HEAD)}; rewrite it with "
+                              f"--update-baseline", source=path, key_path=stray[0])
+        metrics = data["metrics"]
+        if not isinstance(metrics, dict):
+            raise LlmsimError(f"expected an object of tracked figures, got {type(metrics).__name__}", source=path,
+                              key_path="metrics")
+        if data.get("scenario") != job.scenario.name:
+            raise LlmsimError(f"written for the scenario {data.get('scenario')!r}, not {job.scenario.name!r} "
+                              f"({job.path}): its figures are another fleet's; rewrite it with --update-baseline",
+                              source=path, key_path="scenario")
+        written = data.get("settings")
+        if not isinstance(written, dict) or written.get("check.set") != job.settings["check.set"]:
+            # the scenario's own run size moved and the baseline was not refreshed with it
+            raise LlmsimError(f"written at other fast settings ({_settings_text(written)}) than the scenario's "
+                              f"check.set now ({_settings_text({'check.set': job.settings['check.set']})}): its "
+                              f"figures are another run's; rewrite it with --update-baseline", source=path,
+                              key_path="settings")
+        if written.get("--set") != job.settings["--set"]:
+            # a what-if held against the committed figures on purpose, or a run of another size: said, not refused
+            console.print(f"note: {path} was written with {_flags(written.get('--set'))}, this check runs with "
+                          f"{_flags(job.settings['--set'])}: the moves below include theirs", markup=False,
+                          style="yellow")
+    _check_baseline_keys(path, metrics, expected)
+    for k, v in metrics.items():
         _check_baseline_value(path, k, v)
-    return data
+    return metrics
 
 
-def _existing_baseline(path: Optional[Path], expected: Sequence[str], update: bool) -> Optional[dict[str, Any]]:
+def _existing_baseline(path: Optional[Path], job: _Job) -> Optional[dict[str, Any]]:
     """The committed baseline, or None when there is none. ``--update-baseline``
     is how a refused baseline is fixed (stale keys after check.metrics changed,
-    a bad hand edit), so there it is replaced, and said so, rather than refused."""
+    a bad hand edit, another scenario's file), so there it is replaced, and
+    said so, rather than refused."""
     if path is None or not path.is_file():
         return None
     try:
-        return _read_baseline(path, expected)
+        return _read_baseline(path, job)
     except LlmsimError as e:
-        if not update:
+        if not job.update:
             raise
         console.print(f"note: replacing a baseline that would be refused: {e.render()}", markup=False, style="yellow")
         return None
@@ -132,11 +191,18 @@ def _prepare(name: str, baseline_dir: Optional[Path], sets: List[str], update: b
         load_with_variants(path, step.variants)          # a broken ladder fails CI too
     fast = load_with_overlays(path, [("check.set", spec.set)], sets) if spec.set or sets else sc
     bfile = baseline_dir / baseline_file_name(sc.name) if baseline_dir is not None else None
-    baseline = _existing_baseline(bfile, baseline_keys(spec), update)
-    job = _Job(path, fast, spec, bfile, baseline, update)
-    if bfile is not None and baseline is None and not update:
-        job.failures.append(f"no baseline {bfile}: create it with --update-baseline and commit it")
-    return job
+    return _Job(path, fast, spec, bfile, None, update, settings=fast_settings(spec, sets))
+
+
+def _read_baselines(jobs: Sequence[_Job], baseline_dir: Optional[Path]) -> None:
+    """Each job's baseline, before any runs. None at all is not a worse fleet
+    but a check not set up for the scenario: bad input, as CI must tell it."""
+    for job in jobs:
+        bfile = job.baseline_file
+        if bfile is not None and not bfile.is_file() and not job.update:
+            raise LlmsimError(f"no baseline for the scenario {job.scenario.name!r} ({job.path}): write it with "
+                              f"--baseline {baseline_dir} --update-baseline and commit it", source=bfile)
+        job.baseline = _existing_baseline(bfile, job)
 
 
 def _tracked(job: _Job, results: dict[str, Any]) -> dict[str, Any]:
@@ -231,7 +297,9 @@ def _load_row(results: dict[str, Any], t: Table, job: _Job) -> None:
 
 def _verdict_row(v: Verdict, t: Table, job: _Job) -> None:
     text = {"regressed": f"regressed (> {100 * v.tolerance:g}%)", "moved": f"moved (> {100 * v.tolerance:g}%)",
-            "improved": "improved: refresh the baseline", "new": "new: not in the baseline"}.get(v.verdict, v.verdict)
+            "improved": "improved: refresh the baseline", "new": "new: not in the baseline",
+            "measured": "measured now, no samples in the baseline: refresh it",
+            "missing": "no samples now"}.get(v.verdict, v.verdict)
     t.add_row(v.metric, _val(v.baseline), _val(v.now), _pct(v.rel), text, style=_STYLE.get(v.verdict))
     if v.failed and not job.update:
         job.failures.append(f"{v.metric} {v.verdict} {_pct(v.rel)} (baseline {_val(v.baseline)}, now {_val(v.now)}, "
@@ -256,9 +324,12 @@ def _report(job: _Job, results: dict[str, Any], tracked: dict[str, Any], toleran
     return t
 
 
-def _write_baseline(path: Path, tracked: dict[str, Any]) -> None:
-    text = _json.dumps({m: rounded(v) for m, v in tracked.items()}, indent=2, allow_nan=False) + "\n"
-    write_atomic(path, lambda tmp: tmp.write_text(text))
+def _write_baseline(job: _Job, tracked: dict[str, Any]) -> None:
+    body = {"scenario": job.scenario.name, "settings": job.settings,
+            "metrics": {m: rounded(v) for m, v in tracked.items()}}
+    text = _json.dumps(body, indent=2, allow_nan=False) + "\n"
+    assert job.baseline_file is not None
+    write_atomic(job.baseline_file, lambda tmp: tmp.write_text(text))
 
 
 @app.command("check", epilog=epilog("check"))
@@ -306,6 +377,7 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
             raise LlmsimError(f"has the same name as {names[fname]} ({job.scenario.name!r}), so both would "
                               f"share the baseline {fname}; rename one", source=job.path, key_path="name")
         names[fname] = job.path
+    _read_baselines(jobs, baseline)
     failed = []
     written: list[Path] = []
 
@@ -320,7 +392,7 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
             tracked = _tracked(job, out.results)
             console.print(_report(job, out.results, tracked, tolerance))
             if update_baseline:
-                _write_baseline(job.baseline_file, tracked)
+                _write_baseline(job, tracked)
                 written.append(job.baseline_file)
                 console.print(f"[dim]wrote {job.baseline_file}[/]")
             if job.failures:

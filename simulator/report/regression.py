@@ -39,7 +39,7 @@ class Verdict:
     now: Any
     rel: Optional[float]            # (now − baseline)/|baseline|; ±inf from a zero baseline
     tolerance: float
-    verdict: str                    # ok, regressed, moved, improved, new, missing
+    verdict: str                    # ok, regressed, moved, improved, new, measured, missing
     failed: bool
 
 
@@ -52,11 +52,14 @@ def judge(metric: str, baseline: Any, now: Any, tolerance: float, *, in_baseline
     when a statistic had no samples)."""
     now = rounded(now)
     b, n = _as_float(baseline), _as_float(now)
+    if n is not None and math.isnan(n):     # never worse than anything: it would pass every tolerance
+        now, n = None, None
     if not in_baseline:
         return Verdict(metric, None, now, None, tolerance, "new", False)
     if b is None or n is None:
-        same = baseline == now
-        return Verdict(metric, baseline, now, None, tolerance, "ok" if same else "missing" if n is None else "new",
+        # null: no samples (a p99 TPOT of one-token answers); measured now, or no longer
+        same = b is None and n is None
+        return Verdict(metric, baseline, now, None, tolerance, "ok" if same else "missing" if n is None else "measured",
                        not same and n is None)
     if b == n:
         rel = 0.0
