@@ -103,6 +103,21 @@ def test_the_verdict_counts_what_was_not_served_and_shedding_is_overload():
     assert "shed by the fleet" in b["verdict"]
 
 
+def test_a_queue_growing_behind_cancelled_requests_is_overload():
+    """An editor supersedes most completions (95 % cancelled, ending as they arrive): the other 5 % (5 req/s)
+    queue behind a fleet serving 2.5 req/s of them. The growth was held against 5 % of all arrivals and read
+    as keeping up; against the requests left to serve it is overload."""
+    t = np.arange(0, 100, 0.01)         # 100 req/s for 100 s
+    kinds = np.full(t.size, int(Status.CANCELLED))
+    kinds[::20] = int(Status.FINISHED)
+    kept = kinds == int(Status.FINISHED)
+    served = np.full(t.size, np.nan)
+    served[kept] = np.arange(int(kept.sum())) * 0.4     # one admitted every 0.4 s, in arrival order
+    finish = np.where(kept, served + 0.4, t)
+    b = load_block(_records(t, served, finish, kinds), 100.0)
+    assert b["overloaded"] and b["verdict"].startswith("OVERLOADED: the queue grew"), b["verdict"]
+
+
 def test_a_window_in_which_nothing_finished_cannot_tell():
     """Every request outlasts the window (20 s generations, a 1 s window): its queue held level, yet "keeps
     up" would be read beside none of the offered load served."""

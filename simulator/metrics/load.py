@@ -19,8 +19,11 @@ else the last arrival):
   with its fraction of all requests (``shed_fraction``...).
 
 ``overloaded`` when the queue grew over the window's second half by more
-than 5 % of the requests that arrived in it (a fleet that keeps up holds
-its queue level: arrivals beyond what it serves are what accumulate) and by
+than 5 % of the requests that arrived in it to be served (a fleet that
+keeps up holds its queue level: arrivals beyond what it serves are what
+accumulate; requests their clients cancelled or the gateway refused are
+not counted, or an editor's superseded completions, 96 % of an
+autocomplete fleet's arrivals, would hide a queue that doubled) and by
 more than three standard deviations of a queue of that size's noise
 (3·√(queued at T/2 + 1)), when requests never ended, or when the fleet shed
 more than 5 % of its requests: a fleet that turns load away does not keep
@@ -93,7 +96,8 @@ def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
     mid = t / 2.0
     q_mid, q_end = _queued(rec, end, mid), _queued(rec, end, t)
     running = int(np.count_nonzero(arrived & (rec.admitted <= t) & ~(end <= t)))
-    second_half = int(np.count_nonzero(arrived & (arrival > mid)))
+    withdrawn = (status == int(Status.CANCELLED)) | (status == int(Status.RATE_LIMITED))
+    second_half = int(np.count_nonzero(arrived & (arrival > mid) & ~withdrawn))
     growth = q_end - q_mid
     unfinished = int(np.count_nonzero(status == int(Status.PENDING)))
     rejected = int(np.count_nonzero(status == int(Status.REJECTED)))
