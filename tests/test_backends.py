@@ -221,3 +221,15 @@ def test_sglang_profile_chunks_in_prefill_only_batches():
     e = EngineConfig(**{k: v for k, v in load_backend("sglang").engine.items()
                         if k in EngineConfig.model_fields})
     assert e.chunked_prefill and not e.mixes_prefill
+
+
+@pytest.mark.parametrize("gpu, says", [("h100", "pools[0].gpu: unknown GPU 'h100'; valid names: "),
+                                       ("nope.yaml", "pools[0].gpu: nope.yaml: file not found")])
+def test_a_bad_gpu_under_a_named_backend_is_the_gpu_keys_fault(tmp_path, cli, gpu, says):
+    """The backend's defaults read the pool's GPU first; its failure was reported as the backend's
+    (pools[0]: engine.backend 'vllm': unknown GPU ...), pointing at the wrong key."""
+    from test_sweep import write_tiny_scenario
+
+    sc = write_tiny_scenario(tmp_path)
+    r = cli("run", sc, "--set", "pools.chat.engine.backend=vllm", "--set", f"pools.chat.gpu={gpu}")
+    assert r.code == 2 and says in r.err and "engine.backend 'vllm'" not in r.err, r.err

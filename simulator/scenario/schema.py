@@ -70,6 +70,11 @@ class PoolSpec(BaseModel):
         if not isinstance(engine, dict) or engine.get("backend") is None or not isinstance(data.get("gpu"), str):
             return data
         from ..profiles.backend import apply_backend
+        from ..profiles import load_hardware
+        try:
+            load_hardware(data["gpu"])
+        except LlmsimError:
+            return data         # the pool's gpu key says what is wrong with its GPU, under its own name
         try:
             spec = data.get("speculative")
             draft = spec.get("draft_model") if isinstance(spec, dict) else getattr(spec, "draft_model", None)
