@@ -345,7 +345,7 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
           engine: str = typer.Option("fast", "--engine", help="fast (default) or reference"),
           confidence: Optional[float] = typer.Option(
               None, "--confidence", help="an SLO passes only if it holds with this probability under llmsim's "
-                                         "error model (e.g. 0.9)"),
+                                         "error model (0.5 to 1, e.g. 0.9)"),
           ) -> None:
     """Run scenarios at their fast settings; exit 1 if an SLO is missed or a tracked metric regressed."""
     checked_engine(engine)
@@ -365,7 +365,7 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
         from ..metrics.intervals import check_confidence
         from ..validation.error_model import load_error_model
 
-        check_confidence(confidence)
+        check_confidence(confidence, gate=True)
         model = load_error_model()
     jobs = [_prepare(s, baseline, set_, update_baseline) for s in scenarios]
     for job in jobs:

@@ -24,6 +24,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..errors import LlmsimError
 from ..memory import does_not_fit
+from ..metrics.intervals import check_confidence
 from ..profiles.hardware import load_hardware
 from ..runsize import check_run_count
 from ..scenario.load import load_scenario, resolve_scenario
@@ -178,6 +179,8 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
     Every combination is compiled at both ends of the range before any run
     (:mod:`.precheck`): a choice llmsim cannot model is refused, not planned
     as an infeasible fleet; one whose model does not fit stays a result."""
+    if confidence is not None:
+        check_confidence(confidence, "confidence", gate=True)
     cli = dict(sets or {})
     chosen: tuple[Variant, ...] = ()
     path = resolve_scenario(str(scenario))
