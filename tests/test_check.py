@@ -357,3 +357,37 @@ def test_a_baseline_of_figures_alone_is_still_read(tmp_path, cli, scenario):
     path.write_text(json.dumps(json.loads(path.read_text())["metrics"]))
     r = cli("check", scenario, "--baseline", base)
     assert r.code == 0 and "without the scenario and settings" in r.out and "check passed" in r.out, r.out
+
+
+def test_a_move_past_its_tolerance_and_a_latency_past_its_target_read_past_them():
+    """+5.04 % against a 5 % tolerance printed as +5.0 %, and 25.004 ms against a 25 ms target as 25.0:
+    a failure line that read as a pass."""
+    from simulator.cli.check import _past, _pct, _val
+
+    assert _pct(0.0504, 0.05) == "+5.04%" and _pct(-0.0503, 0.05) == "-5.03%" and _pct(0.06, 0.05) == "+6.0%"
+    assert _pct(0.0504) == "+5.0%" and _pct(float("inf"), 0.05) == "from 0"
+    assert _past(25.004, 25.0, met=False) == "25.004" and _past(24.99, 25.0, met=True) == "24.99"
+    # one value, one spelling: what a baseline stores (six digits) is what every cell shows
+    assert _val(7015.5451) == _val(rounded(7015.5451))
+
+
+def test_an_slo_with_no_samples_says_so(tmp_path, cli):
+    """One-token answers have no TPOT: the row read '— ... 100.0% within ... VIOLATED', the line 'simulated — ms'."""
+    sc = write_scenario(tmp_path, CHECK)
+    r = cli("check", sc, "--set", "workload.output_tokens={dist: uniform, min: 1, max: 1}")
+    failures = " ".join(r.out.split("check failed")[1].split())
+    assert r.code == 1 and "SLO tpot_p99_ms: no samples, target ≤ 100 ms" in failures, r.out
+    assert "│ no samples │ — │ VIOLATED" in " ".join(r.out.split())
+
+
+def test_a_narrow_terminal_folds_metric_names_rather_than_cutting_them(tmp_path, cli, monkeypatch):
+    """At 60 columns median_ttft_ms and median_tpot_ms were both cut to median_t…."""
+    monkeypatch.setenv("COLUMNS", "60")
+    from simulator.cli import output
+
+    monkeypatch.setattr(output.console, "width", 60)
+    sc = write_scenario(tmp_path, CHECK)
+    r = cli("check", sc)
+    assert "…" not in r.out.split("metric")[1].split("verdict")[0]
+    names = "".join(line.split("│")[1].strip() for line in r.out.splitlines() if line.count("│") > 2)
+    assert "p95_ttft_ms" in names and "median_tpot_ms" in names, r.out

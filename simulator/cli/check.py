@@ -238,13 +238,30 @@ def _absent(metric: str, flat: dict[str, Any]) -> str:
 
 
 def _val(v: Any) -> str:
-    return "—" if v is None else fmt(v)
+    """A figure as the check compares it: at a baseline's digits, so that one value never reads two ways."""
+    return "—" if v is None else fmt(rounded(v))
 
 
-def _pct(rel: Optional[float]) -> str:
+def _past(value: float, limit: float, met: bool) -> str:
+    """A latency beside its target: as any figure where it meets it, else with the decimals it takes
+    to read past it (23.5851 missed by 23.5856 reads 23.5856, not 23.59 against 23.59)."""
+    from ..metrics.verdict import ms_past
+
+    return _val(value) if met else ms_past(value, limit)[:-len(" ms")]
+
+
+def _pct(rel: Optional[float], tolerance: Optional[float] = None) -> str:
+    """A relative move; beyond a tolerance, with the decimals it takes to read beyond it (+5.04 %, not
+    +5.0 % against a tolerance of 5 %)."""
     if rel is None:
         return "—"
-    return f"{100 * rel:+.1f}%" if abs(rel) != float("inf") else "from 0"
+    if abs(rel) == float("inf"):
+        return "from 0"
+    for digits in range(1, 5):
+        shown = f"{100 * rel:+.{digits}f}"
+        if tolerance is None or abs(float(shown)) != round(100 * tolerance, digits):
+            break
+    return f"{shown}%"
 
 
 def _slo_blocks(job: _Job, results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
@@ -267,19 +284,21 @@ def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
     for label, block in blocks:
         for key, target in (block.get("targets") or {}).items():
             met = target["met"]
-            att = target.get("attainment")
-            measured = _val(target.get("measured_ms"))
+            value, limit = target.get("measured_ms"), target["target_ms"]
+            att = target.get("attainment") if value is not None else None
             bound = ""
             if (label, key) in judged:
                 j = judged[(label, key)]
                 met = j["met"]
-                bound = f" (≤ {_val(j['bound_ms'])} at {100 * job.confidence:g}%)"
-            t.add_row(f"{label} {key}", f"≤ {_val(target['target_ms'])}", measured + bound,
+                bound = f" (≤ {_past(j['bound_ms'], limit, met)} at {100 * job.confidence:g}%)"
+            # a missed target's value with the decimals it takes to read past it, as llmsim run writes it
+            measured = "no samples" if value is None else _past(value, limit, met or bool(bound))
+            t.add_row(f"{label} {key}", f"≤ {limit:,g}", measured + bound,
                       "—" if att is None else f"{100 * att:.1f}% within", "met" if met else "VIOLATED",
                       style=None if met else "bold red")
             if not met:
-                job.failures.append(f"{label} {key}: simulated {measured} ms{bound.replace(' at', ' ms at')}, "
-                                    f"target ≤ {_val(target['target_ms'])} ms")
+                got = "no samples" if value is None else f"simulated {measured} ms{bound.replace(' at', ' ms at')}"
+                job.failures.append(f"{label} {key}: {got}, target ≤ {limit:,g} ms")
 
 
 def _load_row(results: dict[str, Any], t: Table, job: _Job) -> None:
@@ -300,17 +319,20 @@ def _verdict_row(v: Verdict, t: Table, job: _Job) -> None:
             "improved": "improved: refresh the baseline", "new": "new: not in the baseline",
             "measured": "measured now, no samples in the baseline: refresh it",
             "missing": "no samples now"}.get(v.verdict, v.verdict)
-    t.add_row(v.metric, _val(v.baseline), _val(v.now), _pct(v.rel), text, style=_STYLE.get(v.verdict))
+    beyond = v.tolerance if v.verdict in ("regressed", "moved", "improved") else None
+    t.add_row(v.metric, _val(v.baseline), _val(v.now), _pct(v.rel, beyond), text, style=_STYLE.get(v.verdict))
     if v.failed and not job.update:
-        job.failures.append(f"{v.metric} {v.verdict} {_pct(v.rel)} (baseline {_val(v.baseline)}, now {_val(v.now)}, "
-                            f"tolerance {100 * v.tolerance:g}%)")
+        job.failures.append(f"{v.metric}: no samples now (baseline {_val(v.baseline)})" if v.verdict == "missing" else
+                            f"{v.metric} {v.verdict} {_pct(v.rel, beyond)} (baseline {_val(v.baseline)}, "
+                            f"now {_val(v.now)}, tolerance {100 * v.tolerance:g}%)")
 
 
 def _report(job: _Job, results: dict[str, Any], tracked: dict[str, Any], tolerance: float) -> Table:
     t = Table(title_justify="left")
     for col, justify in (("metric", "left"), ("baseline", "right"), ("now", "right"), ("change", "right"),
                          ("verdict", "left")):
-        t.add_column(col, justify=justify)
+        # on a narrow terminal a name folds onto a second line: cut, median_ttft_ms and median_tpot_ms read alike
+        t.add_column(col, justify=justify, overflow="fold" if col == "metric" else "ellipsis")
     _load_row(results, t, job)
     _slo_rows(results, t, job)
     for m, now in tracked.items():
