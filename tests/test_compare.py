@@ -339,3 +339,20 @@ def test_the_audits_falling_power_draw_is_better(tmp_path, cli):
                                      "--json").json()["changes"]}
     assert rows["llmsim.energy.pools.chat.busy_w_per_gpu"]["worse"] is False
     assert rows["llmsim.energy.pools.chat.idle_w"]["worse"] is None       # the GPU profile's, an input
+
+
+def test_a_verdict_turns_rather_than_moving_by_minus_one(tmp_path, cli, monkeypatch):
+    """slo.met true → false read "B − A = -1, -100.0% worse"; 0 → 0 read "—" where 1 → 1 read "0.0%"."""
+    from simulator.cli.output import console
+
+    monkeypatch.setattr(console, "width", 160)
+    b = copy.deepcopy(RESULTS)
+    b["slo"]["met"] = False
+    a_file, b_file = write(tmp_path, "a.json", RESULTS), write(tmp_path, "b.json", b)
+    rows = _rows(cli("compare", a_file, b_file).out)
+    cells = [c.strip() for c in rows["slo.met"].split("│")[1:6]]
+    assert cells == ["slo.met", "true", "false", "—", "worse"], cells
+    assert rows["failed"].split("│")[5].strip() == "0.0%"
+    assert [c.strip() for c in rows["slo.targets.ttft_p99_ms.met"].split("│")[4:6]] == ["—", "same"]
+    met = [c for c in cli("compare", a_file, b_file, "--json").json()["changes"] if c["key"] == "slo.met"]
+    assert met == [{"key": "slo.met", "a": True, "b": False, "delta": None, "rel": None, "worse": True}]

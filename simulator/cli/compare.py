@@ -67,6 +67,8 @@ def _rel(c: Change) -> str:
     thousands reads as noise). A move too small for one decimal reads
     "0.0%" when it counts as none, and gets the digits that show it when
     ``--min-change`` lets it count: never a "-0.0% worse"."""
+    if c.rel is None and c.delta == 0:
+        return "0.0%"       # 0 then 0: unchanged, as any figure that did not move reads
     if c.rel is None or not math.isfinite(c.rel):
         return "not a number" if _figure_beside_block(c) else "—"
     if c.rel >= 9:
@@ -191,8 +193,12 @@ def compare_table(a: Path, b: Path, changes: list[Change], title: str = "") -> T
             continue
         style = _style(c)
         mark = {True: " worse", False: " better"}.get(c.worse, "")
-        delta = "—" if c.delta is None else fmt(c.delta)
-        t.add_row(Text(c.key), Text(_value(c.a)), Text(_value(c.b)), delta, _rel(c) + mark, style=style or None)
+        if isinstance(c.a, bool) or isinstance(c.b, bool):
+            # a verdict moves from true to false, not by −1 or −100 %
+            delta, change = "—", (mark.strip() or "changed") if c.a != c.b else "same"
+        else:
+            delta, change = "—" if c.delta is None else fmt(c.delta), _rel(c) + mark
+        t.add_row(Text(c.key), Text(_value(c.a)), Text(_value(c.b)), delta, change, style=style or None)
     return t
 
 

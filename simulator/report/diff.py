@@ -280,6 +280,8 @@ def change(key: str, a: Any, b: Any, min_change: float = 0.0, only_in: Optional[
         rel = delta / abs(na) if na else None
         d = worse_direction(key)
         worse = None if d == 0 or not _moved(na, nb, rel, min_change) else (delta * d > 0)
+        if isinstance(a, bool) or isinstance(b, bool):      # a verdict turns, it does not move by −1 (−100 %)
+            delta = rel = None
     elif worse_direction(key) and (a is None and nb is not None or b is None and na is not None):
         # A measurement that vanished (a p99 over no finished requests) is worse;
         # one that appeared is better.
