@@ -374,6 +374,9 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
     if not math.isfinite(tolerance):
         raise LlmsimError(f"expected a finite relative move such as 0.05 (got {tolerance!r}); to stop tracking "
                           "a metric, leave it out of check.metrics", key_path="--tolerance")
+    if tolerance >= 1:      # a percentage typed where a fraction goes gates almost nothing: said, not refused
+        console.print(f"note: --tolerance {tolerance:g} lets a metric move by {100 * tolerance:,.0f} % before it "
+                      f"fails; tolerances are fractions (0.05 for 5 %)", markup=False, style="yellow")
     if update_baseline and baseline is None:
         raise LlmsimError("--update-baseline writes into the --baseline folder: give --baseline DIR")
     if baseline is not None and baseline.exists() and not baseline.is_dir():
