@@ -392,3 +392,36 @@ def test_a_narrow_terminal_folds_metric_names_rather_than_cutting_them(tmp_path,
     assert "…" not in r.out.split("metric")[1].split("verdict")[0]
     names = "".join(line.split("│")[1].strip() for line in r.out.splitlines() if line.count("│") > 2)
     assert "p95_ttft_ms" in names and "median_tpot_ms" in names, r.out
+
+
+def test_junit_reports_each_scenario_as_a_suite_and_each_row_as_a_case(tmp_path, cli, scenario):
+    import xml.etree.ElementTree as ET
+
+    base = baseline_of(tmp_path, cli, scenario)
+    report = tmp_path / "reports" / "check.xml"
+    r = cli("check", scenario, "--baseline", base, "--set", "pools.main.engine.max_num_batched_tokens=128",
+            "--junit", report)
+    assert r.code == 1, r.out + r.err
+    root = ET.parse(report).getroot()
+    suite = root.find("testsuite")
+    assert root.tag == "testsuites" and suite.get("name") == "small" and suite.get("file") == str(scenario)
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert {"load", "SLO ttft_p99_ms", "completed", "p95_ttft_ms", "llmsim.cost.usd_per_request"} <= set(cases)
+    failed = {n for n, c in cases.items() if c.find("failure") is not None}
+    said = [line.split("small: ", 1)[1] for line in r.out.split("check failed")[1].splitlines() if "small: " in line]
+    assert failed and int(suite.get("failures")) == len(failed) == len(said)
+    assert "p95_ttft_ms regressed" in cases["p95_ttft_ms"].find("failure").get("message")
+
+
+@pytest.mark.parametrize("where, says", [("folder", "--junit: ") , ("scenario", "--junit")])
+def test_a_junit_path_that_cannot_be_written_is_refused_before_any_run(tmp_path, cli, monkeypatch, scenario,
+                                                                       where, says):
+    import simulator.runner as runner
+
+    ran = []
+    monkeypatch.setattr(runner, "simulate", lambda *a, **k: ran.append(1))
+    target = tmp_path if where == "folder" else scenario
+    before = scenario.read_text()
+    r = cli("check", scenario, "--junit", target)
+    assert r.code == 2 and says in r.err and "Traceback" not in r.err, r.err
+    assert ran == [] and scenario.read_text() == before

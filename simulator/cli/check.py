@@ -20,6 +20,7 @@ import difflib
 import math
 import json as _json
 import re
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, List, Optional, Sequence
@@ -27,13 +28,15 @@ from typing import TYPE_CHECKING, Any, List, Optional, Sequence
 import typer
 from rich.table import Table
 
-from ..atomic_write import write_atomic
+from ..atomic_write import check_writable, write_atomic
 from ..errors import LlmsimError, first_few
 from ..report.diff import flatten, read_json_object
+from ..report.junit import Case, Suite, junit_xml
 from ..report.regression import Verdict, judge, rounded
 from .app import app, checked_engine, kept_if_stopped
 from .output import console, fmt
 from .progress import simulate_shown
+from .rundir import refuse_overwriting_input_files
 from .options import one_value_per_key
 from .examples import epilog
 
@@ -56,9 +59,17 @@ class _Job:
     baseline: Optional[dict[str, Any]]
     update: bool                        # writing new baselines: moves are shown, not failed
     settings: dict[str, Any] = field(default_factory=dict)   # the fast settings, as the baseline records them
-    failures: list[str] = field(default_factory=list)
+    cases: list[Case] = field(default_factory=list)          # each judged row, passed or failed (--junit)
     confidence: Optional[float] = None  # SLOs judged at this confidence under the error model
     error_model: Any = None
+    seconds: float = 0.0                # the run's wall time
+
+    @property
+    def failures(self) -> list[str]:
+        return [c.failure for c in self.cases if c.failure is not None]
+
+    def judged(self, name: str, failure: Optional[str], detail: str = "") -> None:
+        self.cases.append(Case(name, failure, detail))
 
 
 def baseline_file_name(scenario_name: str) -> str:
@@ -296,9 +307,9 @@ def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
             t.add_row(f"{label} {key}", f"≤ {limit:,g}", measured + bound,
                       "—" if att is None else f"{100 * att:.1f}% within", "met" if met else "VIOLATED",
                       style=None if met else "bold red")
-            if not met:
-                got = "no samples" if value is None else f"simulated {measured} ms{bound.replace(' at', ' ms at')}"
-                job.failures.append(f"{label} {key}: {got}, target ≤ {limit:,g} ms")
+            got = "no samples" if value is None else f"simulated {measured} ms{bound.replace(' at', ' ms at')}"
+            job.judged(f"{label} {key}", None if met else f"{label} {key}: {got}, target ≤ {limit:,g} ms",
+                       f"{got}, target ≤ {limit:,g} ms")
 
 
 def _load_row(results: dict[str, Any], t: Table, job: _Job) -> None:
@@ -310,8 +321,7 @@ def _load_row(results: dict[str, Any], t: Table, job: _Job) -> None:
     over = load["overloaded"]
     t.add_row("load", "keeps up", f"completed {_val(load.get('completed_rps'))} of {_val(load.get('offered_rps'))} req/s",
               "—", "OVERLOADED" if over else "keeps up", style="bold red" if over else None)
-    if over:
-        job.failures.append(load["verdict"])
+    job.judged("load", load["verdict"] if over else None, load["verdict"])
 
 
 def _verdict_row(v: Verdict, t: Table, job: _Job) -> None:
@@ -321,10 +331,10 @@ def _verdict_row(v: Verdict, t: Table, job: _Job) -> None:
             "missing": "no samples now"}.get(v.verdict, v.verdict)
     beyond = v.tolerance if v.verdict in ("regressed", "moved", "improved") else None
     t.add_row(v.metric, _val(v.baseline), _val(v.now), _pct(v.rel, beyond), text, style=_STYLE.get(v.verdict))
-    if v.failed and not job.update:
-        job.failures.append(f"{v.metric}: no samples now (baseline {_val(v.baseline)})" if v.verdict == "missing" else
-                            f"{v.metric} {v.verdict} {_pct(v.rel, beyond)} (baseline {_val(v.baseline)}, "
-                            f"now {_val(v.now)}, tolerance {100 * v.tolerance:g}%)")
+    said = (f"{v.metric}: no samples now (baseline {_val(v.baseline)})" if v.verdict == "missing" else
+            f"{v.metric} {v.verdict} {_pct(v.rel, beyond)} (baseline {_val(v.baseline)}, now {_val(v.now)}, "
+            f"tolerance {100 * v.tolerance:g}%)")
+    job.judged(v.metric, said if v.failed and not job.update else None, said)
 
 
 def _report(job: _Job, results: dict[str, Any], tracked: dict[str, Any], tolerance: float) -> Table:
@@ -338,6 +348,7 @@ def _report(job: _Job, results: dict[str, Any], tracked: dict[str, Any], toleran
     for m, now in tracked.items():
         if job.baseline is None:
             t.add_row(m, "—", _val(now), "—", "no baseline")
+            job.judged(m, None, f"{m} {_val(now)} (no baseline)")
             continue
         _verdict_row(judge(m, job.baseline.get(m), now, job.spec.tolerance.get(m, tolerance),
                            in_baseline=m in job.baseline), t, job)
@@ -368,6 +379,9 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
           confidence: Optional[float] = typer.Option(
               None, "--confidence", help="an SLO passes only if it holds with this probability under llmsim's "
                                          "error model (0.5 to 1, e.g. 0.9)"),
+          junit: Optional[Path] = typer.Option(
+              None, "--junit", help="also write the verdicts as a JUnit XML test report (a suite per scenario, "
+                                    "a test case per SLO target and tracked metric) for CI systems to show"),
           ) -> None:
     """Run scenarios at their fast settings; exit 1 if an SLO is missed or a tracked metric regressed."""
     checked_engine(engine)
@@ -385,6 +399,8 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
     if baseline is not None and not baseline.exists() and not update_baseline:
         raise LlmsimError("no such folder; --baseline names the folder of committed baselines (write them "
                           "first with --update-baseline)", source=baseline)
+    if junit is not None:
+        check_writable(junit, "--junit")        # before any run
     model = None
     if confidence is not None:
         from ..metrics.intervals import check_confidence
@@ -403,6 +419,9 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
                               f"share the baseline {fname}; rename one", source=job.path, key_path="name")
         names[fname] = job.path
     _read_baselines(jobs, baseline)
+    if junit is not None:
+        refuse_overwriting_input_files({"--junit": junit}, [*(job.path for job in jobs),
+                                                            *(job.baseline_file for job in jobs if job.baseline_file)])
     failed = []
     written: list[Path] = []
 
@@ -412,8 +431,10 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
 
     with kept_if_stopped(kept):
         for i, job in enumerate(jobs):
+            start = time.perf_counter()
             out = simulate_shown(job.scenario, engine, job.path,
                                  label=f"checking {i + 1}/{len(jobs)} {job.scenario.name}")
+            job.seconds = time.perf_counter() - start
             tracked = _tracked(job, out.results)
             console.print(_report(job, out.results, tracked, tolerance))
             if update_baseline:
@@ -422,6 +443,10 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
                 console.print(f"[dim]wrote {job.baseline_file}[/]")
             if job.failures:
                 failed.append(job)
+    if junit is not None:
+        text = junit_xml([Suite(job.scenario.name, str(job.path), job.seconds, job.cases) for job in jobs])
+        write_atomic(junit, lambda tmp: tmp.write_text(text, encoding="utf-8"))
+        console.print(f"[dim]wrote {junit}[/]")
     if failed:
         console.print(f"[bold red]check failed[/]: {len(failed)} of {len(jobs)} scenarios")
         for job in failed:
