@@ -9,17 +9,30 @@ notebook and ``llmsim run`` given the same levers simulate the same thing.
 
 Overrides are a mapping ``{key.path: value}``, the form of a scenario's
 ``variants.*.set`` and ``check.set``: values are Python objects (numbers,
-dicts), not YAML text.
+dicts), not YAML text. Where a list of strings is expected (variant names,
+``--vary`` axes), one string is a list of one: ``variants="static"`` is the
+one variant, never five one-letter names.
+
+Every argument is checked before any run, so a slip in a cell ends in one
+:class:`~simulator.errors.LlmsimError` naming the argument, not in a
+traceback from inside the fleet.
 """
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 
+from .cli.app import checked_engine
+from .errors import LlmsimError, shortened
 from .fields import declare_results
+from .metrics.intervals import check_confidence
+from .metrics.table import request_table
 from .planning.executors import ExecutorOptions, make_executor
 from .planning.plan import Plan, plan_fleet
 from .planning.vary import parse_vary
@@ -27,42 +40,79 @@ from .report.ladder import ladder_runs
 from .report.plots import _log_ms_axis
 from .report.results_reference import RESULTS
 from .runner import RunOutput, simulate
-from .scenario.load import load_scenario
+from .scenario.load import check_slos, load_scenario
 from .scenario.overlays import blamed_on, load_with_variants, variant_overlays
+from .scenario.overrides import apply_override
 from .scenario.schema import Scenario
-from .scenario.variants import Variant, overlay_assignments, select_variants
+from .scenario.strict import validate_strict
+from .scenario.variants import Variant, merge_overlays, overlay_assignments, select_variants
+from .validation.error_model import load_error_model
 
-__all__ = ["LadderRun", "load", "run", "ladder", "plan", "log_ms_axis"]
+if TYPE_CHECKING:
+    import pandas as pd
+
+__all__ = ["LadderRun", "PlanWarning", "load", "run", "ladder", "plan", "requests_frame", "log_ms_axis"]
 
 Overrides = Optional[Mapping[str, Any]]
+Names = str | Sequence[str]
 
 declare_results(lambda: RESULTS)     # a scenario's check.metrics is read against them, as at the command line
 
 
-def load(scenario: str | Path, overrides: Overrides = None, variants: Sequence[str] = ()) -> tuple[Scenario, Path]:
+class PlanWarning(UserWarning):
+    """What ``llmsim plan`` prints as ``warning:`` (a GPU billed at another GPU's pinned price)."""
+
+
+def load(scenario: str | Path, overrides: Overrides = None, variants: Names = ()) -> tuple[Scenario, Path]:
     """The scenario (a built-in name such as ``"chatbot"`` or a path) with the
     named variants applied in order, then ``overrides`` (which win, as
-    ``--set`` does over ``--variant``); and the file it came from."""
-    sc, path, _ = _load(scenario, overrides, variants)
+    ``--set`` does over ``--variant``); and the file it came from, which its
+    relative paths (a trace) are read against."""
+    sc, path, _ = _load(_file(scenario, "load"), _mapping(overrides, "overrides"), _names(variants, "variants"))
     return sc, path
 
 
-def _load(scenario: str | Path, overrides: Overrides,
-          variants: Sequence[str]) -> tuple[Scenario, Path, tuple[Variant, ...]]:
+def _load(scenario: str | Path, overrides: dict[str, Any],
+          variants: list[str]) -> tuple[Scenario, Path, tuple[Variant, ...]]:
     sc, path = load_scenario(scenario)
     chosen = select_variants(sc.variants, variants, path)
-    return load_with_variants(path, chosen, overlay_assignments(overrides or {})), path, chosen
+    return load_with_variants(path, chosen, overlay_assignments(overrides)), path, chosen
 
 
-def run(scenario: str | Path, overrides: Overrides = None, variants: Sequence[str] = (),
+def run(scenario: str | Path | Scenario, overrides: Overrides = None, variants: Names = (),
         engine: str = "fast") -> RunOutput:
     """Simulate as ``llmsim run SCENARIO --variant V... --set K=V...`` would.
 
-    ``.results`` is the results.json dict, ``.requests`` the request records,
-    ``.timeline`` the timeline table."""
-    sc, path, chosen = _load(scenario, overrides, variants)
-    with blamed_on(path, variant_overlays(chosen), overlay_assignments(overrides or {})):
+    ``scenario`` may also be a :class:`Scenario` already loaded (and perhaps
+    edited with ``model_copy``): it has no file, so a relative trace path in
+    it is read from the current folder. ``.results`` is the results.json
+    dict, ``.timeline`` the timeline table, :func:`requests_frame` the
+    request records as a DataFrame."""
+    checked_engine(engine)
+    sets, names = _mapping(overrides, "overrides"), _names(variants, "variants")
+    if isinstance(scenario, Scenario):
+        return simulate(_overlaid(scenario, sets, names), engine=engine)
+    sc, path, chosen = _load(_file(scenario, "run"), sets, names)
+    with blamed_on(path, variant_overlays(chosen), overlay_assignments(sets)):
         return simulate(sc, engine=engine, source=path)
+
+
+def _overlaid(sc: Scenario, overrides: dict[str, Any], variants: list[str]) -> Scenario:
+    """A loaded scenario with its variants and ``overrides`` applied as a
+    file's are: to what it was written as (the values it sets), then
+    validated again, so a bad value is refused as it is from a file."""
+    where = f"scenario {sc.name} (a Scenario object)"
+    chosen = select_variants(sc.variants, variants, where)
+    if not chosen and not overrides:
+        return sc
+    sets = overlay_assignments(merge_overlays([*(v.set for v in chosen), overrides]))
+    with blamed_on(Path(where), variant_overlays(chosen), overlay_assignments(overrides)):
+        data = sc.model_dump(mode="json", exclude_unset=True)
+        for assignment in sets:
+            apply_override(data, assignment)
+        out = validate_strict(Scenario, data, where)
+        check_slos(out, where)
+    return out
 
 
 @dataclass(frozen=True)
@@ -78,30 +128,76 @@ class LadderRun:
     def results(self) -> dict[str, Any]:
         return self.output.results
 
+    def __repr__(self) -> str:
+        # the run's own repr is its headline figures; the full one would print every request
+        return f"LadderRun(step={self.step!r}, output={self.output!r})"
+
 
 def ladder(scenario: str | Path, overrides: Overrides = None, engine: str = "fast") -> list[LadderRun]:
     """Every step of the scenario's ladder (baseline first), as ``llmsim run
     SCENARIO --ladder`` runs them (cumulative or independent, as the file
     says); ``overrides`` apply to every step, as ``--set`` does."""
-    path = load_scenario(scenario)[1]
-    sets = overlay_assignments(overrides or {})
+    checked_engine(engine)
+    path = load_scenario(_file(scenario, "ladder"))[1]
+    sets = overlay_assignments(_mapping(overrides, "overrides"))
     sc = load_with_variants(path, (), sets)
     return [LadderRun(step.name, step.description, row, out)
             for step, out, row in ladder_runs(sc, path, sets,
                                               lambda i, step, ssc: simulate(ssc, engine=engine, source=path))]
 
 
-def plan(scenario: str | Path, vary: Sequence[str], *, seeds: int = 1, max_rate: bool = False,
-         workers: int = 1, engine: str = "fast") -> Plan:
-    """``llmsim plan SCENARIO --vary ...``: the cheapest fleet meeting the SLO
-    for each combination of choices (``Plan.candidates``, best first) and
-    every fleet tried on the way (``Plan.probes``).
+def plan(scenario: str | Path, vary: Names, *, sets: Overrides = None, variants: Names = (),
+         confidence: Optional[float] = None, seeds: int = 1, max_rate: bool = False, workers: int = 1,
+         engine: str = "fast") -> Plan:
+    """``llmsim plan SCENARIO --vary ... --variant ... --set ... --confidence C``:
+    the cheapest fleet meeting the SLO for each combination of choices
+    (``Plan.candidates``, best first; ``Plan.best`` is None when none does)
+    and every fleet tried on the way (``Plan.probes``).
 
-    ``workers=1`` runs in this process (no process pool inside a kernel). A
-    one-value ``--vary`` (``workload.duration_s=60``) is a plain override."""
-    axes = [parse_vary(v) for v in vary]
+    ``sets`` is a mapping ``{key.path: value}``, as :func:`run`'s overrides,
+    applied after ``variants``; a one-value ``vary`` (``workload.duration_s=60``)
+    is the same as a set. ``confidence``: plan for an SLO that holds with this
+    probability under llmsim's error model, not for the simulated figures
+    (``llmsim plan`` also prints the answer at 0.5; plan again at 0.5 for it).
+    The plan's warnings (say, a GPU billed at another GPU's pinned price) are
+    issued as :class:`PlanWarning` and kept in ``Plan.warnings``.
+
+    ``workers=1`` runs in this process (no process pool inside a kernel)."""
+    checked_engine(engine)
+    path = _file(scenario, "plan")
+    axes = [parse_vary(v) for v in _names(vary, "vary")]
+    model = None
+    if confidence is not None:
+        check_confidence(confidence, "confidence", gate=True)
+        model = load_error_model()
     with make_executor("local", ExecutorOptions(workers=workers)) as ex:
-        return plan_fleet(scenario, axes, ex, seeds=seeds, max_rate=max_rate, engine=engine)
+        result = plan_fleet(path, axes, ex, seeds=seeds, max_rate=max_rate, engine=engine,
+                            sets=_mapping(sets, "sets"), variants=_names(variants, "variants"),
+                            confidence=confidence, model=model)
+    # A warning says the ranking may be unfair (a GPU billed at another's price), so it must reach the user
+    # where they read the plan: a Python warning shows under the cell by default, and the warnings filters
+    # can still silence it or make it an error. Issued with no registry, where warnings.warn would show
+    # it once per line of code: a cell run again plans again, and would say nothing the second time.
+    caller = sys._getframe(1)
+    for warning in result.warnings:
+        warnings.warn_explicit(warning, PlanWarning, caller.f_code.co_filename, caller.f_lineno,
+                               module=caller.f_globals.get("__name__"))
+    return result
+
+
+def requests_frame(output: RunOutput | LadderRun) -> "pd.DataFrame":
+    """A run's requests as a table, one row a request and one column a field
+    (status by name, TTFT/TPOT/E2E latency in ms, NaN where undefined): what
+    ``requests.parquet`` holds, where ``DataFrame(out.requests)`` would give
+    one column of objects."""
+    import pandas as pd     # here: the other entry points need no pandas
+
+    if isinstance(output, LadderRun):
+        output = output.output
+    if not isinstance(output, RunOutput):
+        raise LlmsimError(f"expected what run() returns (a RunOutput) or a ladder() step "
+                          f"(got {type(output).__name__})", key_path="output")
+    return pd.DataFrame(request_table(output.requests))
 
 
 def log_ms_axis(axis: Any, values: Iterable[float]) -> None:
@@ -109,3 +205,49 @@ def log_ms_axis(axis: Any, values: Iterable[float]) -> None:
     milliseconds (10, 100, 1,000), as llmsim's own plots do: latencies of an
     overloaded fleet span decades, and 10^3 reads worse than 1,000."""
     _log_ms_axis(axis, np.asarray(list(values), dtype=float))
+
+
+def _file(scenario: Any, call: str) -> str | Path:
+    """``scenario`` as a name or path: a typo'd object would otherwise be
+    looked up by its text among the built-in names."""
+    if isinstance(scenario, Scenario):
+        raise LlmsimError(f"{call}() needs the scenario's file, which a Scenario object does not keep: pass its "
+                          f"name or path (load() returns the path beside it)", key_path="scenario")
+    if not isinstance(scenario, (str, os.PathLike)):
+        raise LlmsimError(f"expected a built-in scenario name such as \"chatbot\" or a scenario file's path "
+                          f"(got {type(scenario).__name__} {_echo(scenario)})", key_path="scenario")
+    return scenario
+
+
+def _mapping(overrides: Any, name: str) -> dict[str, Any]:
+    """``overrides`` as a dict of key paths: pairs or ``"key=value"`` text
+    are the command line's form, not this one's."""
+    if overrides is None:
+        return {}
+    if not isinstance(overrides, Mapping):
+        raise LlmsimError(f"expected a dict {{key.path: value}} such as {{\"workload.duration_s\": 60}} "
+                          f"(got {type(overrides).__name__} {_echo(overrides)})", key_path=name)
+    bad = [k for k in overrides if not isinstance(k, str) or not k.strip()]
+    if bad:
+        raise LlmsimError(f"expected each key to be a key path such as \"workload.duration_s\" "
+                          f"(got {_echo(bad[0])})", key_path=name)
+    return dict(overrides)
+
+
+def _names(values: Any, name: str) -> list[str]:
+    """``values`` as a list of strings, one string being a list of one."""
+    if isinstance(values, str):
+        return [values]
+    if isinstance(values, Mapping) or not isinstance(values, Iterable):
+        raise LlmsimError(f"expected a list of strings (got {type(values).__name__} {_echo(values)})",
+                          key_path=name)
+    out = list(values)
+    bad = [v for v in out if not isinstance(v, str)]
+    if bad:
+        raise LlmsimError(f"expected a list of strings (got {type(bad[0]).__name__} {_echo(bad[0])} in it)",
+                          key_path=name)
+    return out
+
+
+def _echo(value: Any) -> str:
+    return shortened(repr(value), 80)

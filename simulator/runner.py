@@ -43,6 +43,10 @@ from workloads.request import Request
 
 @dataclass
 class RunOutput:
+    """One run, kept whole for whoever asked for it: the CLI writes its files
+    from it, a notebook tabulates and plots it (``simulator.notebook.requests_frame``
+    gives the requests as a DataFrame), a shard hands its records on to be merged."""
+
     scenario: Scenario
     requests: "list[Request] | Records"   # Records (columns) for a sharded run: too many for objects
     gaps: "GapLog | GapGrid"   # a sharded run has only the shards' merged grid
@@ -58,6 +62,16 @@ class RunOutput:
     def pool(self) -> Pool:
         """The first pool (the only one in a single-pool scenario)."""
         return next(iter(self.pools.values()))
+
+    def __repr__(self) -> str:
+        # the headline figures: the generated repr prints the scenario and every request (megabytes in a notebook)
+        r, llmsim = self.results, self.results.get("llmsim", {})
+        figures = {"completed": r.get("completed"), "ttft_p99_ms": r.get("p99_ttft_ms"),
+                   "tpot_p99_ms": r.get("p99_tpot_ms"), "slo_met": (r.get("slo") or {}).get("met"),
+                   "monthly_usd": llmsim.get("cost", {}).get("monthly_usd")}
+        shown = [f"scenario={self.scenario.name!r}", f"requests={len(self.requests)}"]
+        shown += [f"{k}={round(v, 2) if isinstance(v, float) else v!r}" for k, v in figures.items() if v is not None]
+        return f"RunOutput({', '.join(shown)})"
 
 
 def _build_pool(env, p: PoolPlan, gaps: GapLog, engine: str, rng, id_block_tokens, draws) -> Pool:

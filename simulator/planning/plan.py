@@ -164,7 +164,19 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
                on_row: Optional[Callable] = None, sets: Mapping[str, Any] | None = None,
                variants: Sequence[str] = (), confidence: Optional[float] = None,
                model: Optional[ErrorModel] = None, max_runs: Optional[int] = None) -> Plan:
-    """``variants`` (the scenario's own what-ifs, by name, in order) and
+    """The :class:`Plan` ``llmsim plan`` writes as plan.json: ``candidates``
+    (one per combination of choices, those meeting the SLO first, cheapest
+    first, or highest rate first with ``max_rate``), ``best`` (the first, or
+    None when no combination meets the SLO: check it before reading it) and
+    every ``probes`` run.
+
+    ``axes`` are ``--vary`` axes (:func:`~.vary.parse_vary`): exactly one
+    range to search, any number of lists of choices to cross (none a range
+    with ``max_rate``). ``executor`` (:func:`~.executors.make_executor`) runs
+    the probes; the caller opens it, so a session can reuse one pool of
+    workers or one cluster for many plans.
+
+    ``variants`` (the scenario's own what-ifs, by name, in order) and
     then ``sets`` (``--set``) change the scenario for every run; the axes
     vary it from there. So a variant is planned exactly as ``llmsim run
     --variant`` runs it: the same overlays, the same order.

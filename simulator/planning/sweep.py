@@ -55,6 +55,11 @@ def plan_sweep(sweep_path: str | Path, sets: Mapping[str, Any] | None = None,
 
 def run_sweep(points: Sequence[Point], out_dir: str | Path, executor: Executor,
               on_row: Optional[OnRow] = None) -> SweepRun:
+    """Run ``points`` (from :func:`plan_sweep`) on ``executor`` into one table in ``out_dir``.
+
+    Each finished point is stored under ``out_dir/points`` first, so running the same points into the same
+    folder again (after Ctrl-C, or with one point added) runs only what is missing; the table is written even
+    when the sweep stops early. ``on_row(point, row, was_stored)`` sees each row as it comes, for progress."""
     out_dir = Path(out_dir)
     done: dict[str, dict[str, Any]] = {}
     reused = [0]

@@ -53,6 +53,9 @@ def _value(raw: str) -> Any:
 
 
 def parse_vary(text: str) -> Axis:
+    """One ``--vary`` text as an axis, so Python and the command line spell an axis the same way:
+    ``key=LO..HI`` a range a plan searches, ``key=a,b,c`` choices it crosses (YAML values, as ``--set``).
+    A malformed text is refused here, naming the axis, before any run."""
     key, sep, raw = text.partition("=")
     key = key.strip()
     if not sep or not key or not raw.strip():

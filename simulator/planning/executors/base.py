@@ -94,5 +94,8 @@ def check_executor(name: str, options: ExecutorOptions = ExecutorOptions()) -> N
 
 
 def make_executor(name: str, options: ExecutorOptions = ExecutorOptions()) -> Executor:
+    """The backend registered as ``name`` (``local``, ``dask`` or a plugin's), opened: sweeps and plans take
+    it rather than a name so that one pool of workers (or one cluster connection) serves all their runs.
+    Use it as a context manager: leaving the block closes it, and an error or Ctrl-C stops its runs."""
     check_executor(name, options)
     return EXECUTORS[name](options)
