@@ -62,6 +62,19 @@ def test_a_checkpoint_format_llmsim_does_not_model_must_be_named(tmp_path, hf_ll
     assert _setup(model=str(path), gpu="h100-sxm", engine={"weight_dtype": "int4"}).cm.weight_dtype == "int4"
 
 
+@pytest.mark.parametrize("method", ["gptq", "awq"])
+def test_an_8_bit_weight_only_checkpoint_is_not_served_as_w8a8(tmp_path, hf_llama3_8b_config, method):
+    """GPTQ/AWQ at 8 bits quantise weights only (W8A16); llmsim's int8 is W8A8 (SmoothQuant), and served as
+    it, a memory-bound decode read slower than bf16. Refused unless the pool names what it runs."""
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**hf_llama3_8b_config, "quantization_config": {"quant_method": method, "bits": 8}}))
+    with pytest.raises(LlmsimError) as e:
+        _setup(model=str(path), gpu="h100-sxm")
+    assert e.value.key_path == "pools[0].engine.weight_dtype"
+    assert f"'{method} int8 weight-only (W8A16)'" in e.value.message
+    assert _setup(model=str(path), gpu="h100-sxm", engine={"weight_dtype": "bf16"}).cm.weight_dtype == "bf16"
+
+
 def test_the_estimate_serves_the_checkpoint_unless_told(cli, tmp_path, hf_llama3_8b_config):
     args = ["estimate", "request", "--gpu", "h100-sxm", "--model", "gpt-oss-120b", "--input", "1000",
             "--output", "10", "--json"]

@@ -194,7 +194,9 @@ def checkpoint_dtype(q: Any, path) -> str | None:
         if isinstance(bits, bool) or bits not in (2, 3, 4, 8):
             raise LlmsimError(f"expected 2, 3, 4 or 8 bits, got {bits!r}", source=path,
                               key_path="quantization_config.bits")
-        return f"int{bits}"
+        # weight-only: llmsim's int4 is (W4A16, Marlin), its int8 is W8A8 (SmoothQuant), which an 8-bit
+        # GPTQ/AWQ checkpoint is not; named apart, so that a pool serving it must say what it runs
+        return f"int{bits}" if bits != 8 else f"{method} int8 weight-only (W8A16)"
     if method == "compressed-tensors":
         for group in (q.get("config_groups") or {}).values():
             w = (group or {}).get("weights") or {}
