@@ -473,3 +473,68 @@ def test_two_rows_under_one_id_refuse_the_file(tmp_path, cli):
     assert not (tmp_path / "out.csv").exists()
     unnamed = _table(tmp_path, ",512,32,fixed,2,20,3", ",512,32,fixed,4,20,3")      # no id: each its row number
     assert json.loads(cli("validate", unnamed, "--workers", "1", "--json").out)["replayed"] == 2
+
+
+def _bench_json(tmp_path, name="run.json"):
+    f = tmp_path / name
+    f.write_text(json.dumps({"completed": 16, "total_input_tokens": 16 * 512, "total_output_tokens": 16 * 32,
+                             "max_concurrency": 4, "request_rate": "inf", "mean_ttft_ms": 30.0,
+                             "mean_tpot_ms": 6.0}))
+    return f
+
+
+def test_a_fitted_profile_replays_a_bench_result_and_a_new_fit_names_what_it_fitted(tmp_path, cli):
+    """Step 4 of the validate guide checked on the next `vllm bench serve` result: --backend FILE was
+    refused for JSON ('unknown backend'); the fitted profile said its first-token terms were fitted on
+    the built-in's 2,287 rows."""
+    import yaml
+
+    from simulator.cli.validate import _write_profile
+    from simulator.profiles.backend import Overheads
+
+    rows = [r for r in _rows(ReplaySettings()) if r.stack == "vllm"][:2]
+    mine = tmp_path / "mine.yaml"
+    _write_profile(mine, rows, Overheads(iteration_overhead_ms=9.0, response_ms=1.0), None)
+    doc = yaml.safe_load(mine.read_text())
+    assert doc["fitted_on"].endswith(": iteration_overhead_ms, response_ms")
+    assert doc["first_token_fitted_on"].startswith("tokenize_us_per_token, eager_launch_us as vllm's profile: ")
+    f = _bench_json(tmp_path)
+    args = ["validate", f, "--model", "llama-3.2-1b", "--gpu", "h100-sxm", "--json", "--workers", "1"]
+    own, stock = (json.loads(cli(*args, "--backend", b).out)["errors"] for b in (mine, "vllm"))
+    assert own[0]["predicted"] != stock[0]["predicted"]       # the profile's overheads replay the row
+
+
+@pytest.mark.parametrize("flag, value, says", [("--gpu", "h100sxm", "--gpu: unknown GPU 'h100sxm'"),
+                                               ("--backend", "nope.yaml", "nope.yaml: --backend: file not found")])
+def test_a_bench_results_flags_are_blamed_for_their_own_faults(tmp_path, cli, flag, value, says):
+    args = {"--backend": "vllm", "--model": "llama-3.2-1b", "--gpu": "h100-sxm", flag: value}
+    r = cli("validate", _bench_json(tmp_path), *[x for kv in args.items() for x in kv])
+    assert r.code == 2 and says in r.err and "run.json" not in r.err, r.err
+
+
+def test_fit_replaces_an_earlier_fit_but_not_a_users_file(tmp_path, cli, monkeypatch):
+    mine = tmp_path / "mine.yaml"
+    mine.write_text("name: mine\nstack: vllm\n# my own notes\n")
+    r = cli("validate", _bench_json(tmp_path), "--backend", "vllm", "--model", "llama-3.2-1b", "--gpu",
+            "h100-sxm", "--fit", mine)
+    assert r.code == 2 and "--fit: exists and is not a profile `llmsim validate --fit` wrote" in r.err
+    assert "# my own notes" in mine.read_text()
+
+
+@pytest.mark.parametrize("label, gpu", [("GH200", None), ("H100 NVL", None), ("H200 NVL", None),
+                                        ("H100-SXM5-80GB", "h100-sxm"), ("GB200", "gb200-nvl72"),
+                                        ("A100-SXM4-40GB", "a100-sxm-40gb"), ("A100-SXM4-80GB", "a100-sxm-80gb")])
+def test_a_benchmark_gpu_label_names_its_gpu_or_none(label, gpu):
+    """GH200 was replayed on an H200 and H100 NVL on an H100 SXM, silently."""
+    from simulator.profiles.hardware import match_benchmark_gpu
+
+    assert match_benchmark_gpu(label) == gpu
+
+
+@pytest.mark.parametrize("label, stack", [("vLLM", "vllm"), ("vllm 0.19", "vllm"), ("SGLang", "sglang"),
+                                          ("TensorRT-LLM (TRT engine)", "trtllm"), ("trtllm", "trtllm"),
+                                          ("vllmx", None), ("sglangx", None), ("trtx", None)])
+def test_an_engine_label_names_its_stack_as_a_word(label, stack):
+    from simulator.validation.rows import _longest_first, _stack
+
+    assert _stack(label, _longest_first()) == stack

@@ -44,8 +44,33 @@ def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str],
         if missing:
             raise LlmsimError(f"a `vllm bench serve` result does not record its configuration: give "
                               f"{', '.join(missing)}", source=jsons[0])
-        rows += rows_from_bench_json(jsons, backend, model, gpu, tp, weight_dtype, kv_dtype, version)
+        rows += rows_from_bench_json(jsons, _stack_of(backend), model, _gpu(gpu), tp, weight_dtype, kv_dtype,
+                                     version)
     return rows
+
+
+def _stack_of(backend: str) -> str:
+    """The stack a JSON result's ``--backend`` names: a stack's name, or a backend profile file (one
+    ``--fit`` wrote), whose ``stack`` served the rows while the profile's own figures replay them."""
+    from ..profiles.backend import backend_names, load_backend
+
+    if backend in backend_names():
+        return backend
+    try:
+        return load_backend(backend).stack
+    except LlmsimError as e:
+        raise LlmsimError(e.message, source=e.source, key_path="--backend") from None
+
+
+def _gpu(gpu: str) -> str:
+    """``--gpu`` for JSON results, refused as the flag's fault (it was blamed on the result file)."""
+    from ..profiles import load_hardware
+
+    try:
+        load_hardware(gpu)
+    except LlmsimError as e:
+        raise LlmsimError(e.message, source=e.source, key_path="--gpu") from None
+    return gpu
 
 
 def _named_inputs(inputs: List[Path], profiles: Iterable[Optional[str]],
@@ -81,8 +106,8 @@ def _profile_files(rows, backend: Optional[str]) -> list[Path]:
 def validate(
     inputs: List[Path] = typer.Argument(..., help="serving-results CSV, or `vllm bench serve` result JSON files"),
     backend: Optional[str] = typer.Option(None, "--backend", help="stack of JSON results (vllm, sglang, "
-                                          "trtllm); for a CSV, a backend name or profile file replacing each "
-                                          "row's own stack"),
+                                          "trtllm, or a backend profile file such as one --fit wrote); for a "
+                                          "CSV, a backend name or profile file replacing each row's own stack"),
     model: Optional[str] = typer.Option(None, "--model", help="model profile (JSON results; overrides a CSV's)"),
     gpu: Optional[str] = typer.Option(None, "--gpu", help="GPU profile (JSON results; overrides a CSV's)"),
     model_configs: Optional[Path] = typer.Option(None, "--model-configs", help="folder of <org>--<name>.yaml "
@@ -135,6 +160,10 @@ def validate(
     for flag, target in (("--fit", fit), ("--csv", csv)):
         if target is not None:     # before the replay, which can take minutes; a missing folder is made, as for -o
             check_writable(target, flag)
+    if fit is not None and fit.is_file() and not fit.read_text(errors="replace").startswith(_FITTED):
+        # an earlier fit is replaced (refitting is the workflow); a profile the user wrote is theirs
+        raise LlmsimError("exists and is not a profile `llmsim validate --fit` wrote; name a new file (or remove "
+                          "this one)", source=fit, key_path="--fit")
     if model_configs is not None and not model_configs.is_dir():
         raise LlmsimError("not a folder", source=model_configs, key_path="--model-configs")
     version = _version(backend_version, stack_version, inputs)
@@ -146,7 +175,9 @@ def validate(
         if not usable:
             why = sorted({r.skip for r in rows})
             raise LlmsimError("no row can be replayed" + (f": {'; '.join(why)}" if why else ""), source=inputs[0])
-        stack_override = backend if any(p.suffix.lower() in (".csv", ".gz") for p in inputs) else None
+        # a CSV's rows carry their stack, which --backend replaces; a JSON result's --backend may be a profile file
+        stack_override = backend if any(p.suffix.lower() in (".csv", ".gz") for p in inputs) or (
+            backend is not None and backend != _stack_of(backend)) else None
         if stack_override is not None:
             from ..profiles.backend import load_backend
             load_backend(stack_override)          # an unknown backend is one line, before any replay
@@ -241,6 +272,10 @@ def _by_what(pairs: Iterable[tuple[str, str]]) -> str:
     return "; ".join(f"{what} ({_ids(ids)})" for what, ids in sorted(rows.items()))
 
 
+#: The first line of a profile --fit writes: such a file is replaced by the next fit, any other is not.
+_FITTED = "# Written by `llmsim validate --fit`"
+
+
 def _write_profile(path: Path, rows, overheads, stack_override: Optional[str]) -> None:
     from ..profiles.backend import load_backend
 
@@ -253,10 +288,14 @@ def _write_profile(path: Path, rows, overheads, stack_override: Optional[str]) -
     doc["name"] = path.stem
     # a term the fit neither fitted nor was given (the launch cost, the tokeniser) keeps the base stack's
     doc["overheads"] = {**base.overheads.model_dump(), **overheads.model_dump(exclude_unset=True)}
-    doc["fitted_on"] = (f"llmsim validate --fit on {len(rows)} rows "
-                        f"({', '.join(sorted({r.group for r in rows}))})")
-    text = ("# Written by `llmsim validate --fit`; name it in a scenario as engine.backend.\n"
-            + yaml.safe_dump(doc, sort_keys=False))
+    doc["fitted_on"] = (f"llmsim validate --fit on {len(rows)} row{'s' if len(rows) != 1 else ''} "
+                        f"({', '.join(sorted({r.group for r in rows}))}): "
+                        f"{', '.join(k for k in type(overheads).model_fields if k in overheads.model_fields_set)}")
+    # the base stack's account of its first-token terms holds only for the terms this fit left as they were
+    kept = [t for t in ("response_ms", "tokenize_us_per_token", "eager_launch_us") if t not in overheads.model_fields_set]
+    doc["first_token_fitted_on"] = (f"{', '.join(kept)} as {base.name}'s profile: {base.first_token_fitted_on}"
+                                    if kept and base.first_token_fitted_on else "")
+    text = f"{_FITTED}; name it in a scenario as engine.backend.\n" + yaml.safe_dump(doc, sort_keys=False)
     try:
         write_atomic(path, lambda tmp: tmp.write_text(text))
     except LlmsimError as e:

@@ -192,13 +192,14 @@ def _longest_first() -> list[str]:
 
 def _stack(s: str, names: list[str]) -> Optional[str]:
     """The backend a row's engine label names: the longest of ``names``
-    (:func:`_longest_first`) it starts with."""
+    (:func:`_longest_first`) it starts with as a word (``vLLM 0.19``, ``SGLang``;
+    not ``vllmx``, a stack llmsim does not know, which is not read as vLLM)."""
     u = str(s).lower()
     # The benchmark files label TensorRT-LLM rows "TensorRT-LLM" or "trt..."; this maps
     # their label to its profile's name, it is not a list of stacks.
-    if u.startswith("tensorrt") or u.startswith("trt"):
+    if re.match(r"(tensorrt|trt)(?![a-z0-9])|trtllm(?![a-z0-9])|tensorrt-llm(?![a-z0-9])", u):
         return "trtllm"
-    return next((k for k in names if u.startswith(k)), None)
+    return next((k for k in names if re.match(rf"{re.escape(k)}(?![a-z0-9])", u)), None)
 
 
 def _stacks() -> str:
