@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from .costmodel import CostModel
 from .dtypes import compute_dtype, gemm_scheme
 from .memory import MemoryPlan, plan_memory
+from .parallelism import kv_copies
 
 if TYPE_CHECKING:
     from .engine.config import EngineConfig
@@ -71,9 +72,12 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
     front_s = 0.0 if engine is None else \
         (engine.request_ms + engine.response_ms + engine.tokenize_us_per_token * input_tokens * 1e-3) * 1e-3
     mem = replica_memory(cm, engine, gpu_memory_utilization, max_num_batched_tokens, block_size)
-    kv_tok = cm.model.kv_bytes_per_token(cm.kv_dtype)
+    # on the replica's basis, as its capacity is: MLA's latent is held whole on each of a rank's tp GPUs
+    # (one copy's bytes beside all copies' capacity read 0.29 GB a request against 378.88 GB and 164 that fit)
+    kv_tok = mem.kv_bytes_per_token
     tokens = input_tokens + output_tokens
-    window = cm.model.kv_window_bytes(cm.kv_dtype) * min(1.0, tokens / (cm.model.sliding_window or tokens))
+    window = (cm.model.kv_window_bytes(cm.kv_dtype) * kv_copies(cm.model, cm.tp)
+              * min(1.0, tokens / (cm.model.sliding_window or tokens)))
     out = {
         "gpu": cm.gpu.name,
         "model": cm.model.name,
@@ -94,6 +98,7 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "prefill_tokens_per_s": input_tokens / prefill_s if prefill_s else float("inf"),
         "decode_tokens_per_s": 1.0 / tpot_s if tpot_s else float("inf"),
         "kv_bytes_per_token": kv_tok,
+        "kv_copies": kv_copies(cm.model, cm.tp),
         "kv_bytes_per_request": kv_tok * tokens + window,
         "weights_bytes": mem.weights_bytes,
         "reserve_bytes": mem.reserve_bytes,

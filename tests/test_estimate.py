@@ -411,3 +411,13 @@ def test_a_step_no_replica_could_run_is_priced_with_a_warning(cli):
     assert "no replica runs this step" in huge.json()["warnings"][0] and "warning:" in huge.err
     heavy = cli("estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-70b", "--decode-batch", "1")
     assert heavy.code == 0 and "does not fit on 1× h100-sxm" in heavy.err
+
+
+def test_an_mla_models_kv_figures_are_on_one_basis(cli):
+    """MLA's latent is whole on each of the tp GPUs: the request's KV was one copy's (0.29 GB) beside the
+    capacity of all eight (378.88 GB), which 164 requests filled."""
+    out = cli("estimate", "request", "--gpu", "h200", "--model", "deepseek-v3", "--tp", "8", "--weight-dtype", "fp8",
+              "--input", "4000", "--output", "96", "--json").json()
+    assert out["kv_copies"] == 8 and out["kv_bytes_per_token"] == 8 * 70272
+    fits = out["kv_capacity_bytes"] / out["kv_bytes_per_request"]
+    assert out["max_concurrent_requests"] <= fits < out["max_concurrent_requests"] + 1
