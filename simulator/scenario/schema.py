@@ -71,10 +71,17 @@ class PoolSpec(BaseModel):
             return data
         from ..profiles.backend import apply_backend
         from ..profiles import load_hardware
+        from ..profiles.backend import load_backend
         try:
             load_hardware(data["gpu"])
         except LlmsimError:
-            return data         # the pool's gpu key says what is wrong with its GPU, under its own name
+            # the pool's gpu key says what is wrong with its GPU, under its own name; the backend's
+            # GPU-dependent defaults wait for a GPU, its name does not
+            try:
+                load_backend(engine["backend"])
+            except LlmsimError as e:
+                raise ValueError(f"engine.backend {engine['backend']!r}: {e.message}") from None
+            return data
         try:
             spec = data.get("speculative")
             draft = spec.get("draft_model") if isinstance(spec, dict) else getattr(spec, "draft_model", None)
