@@ -538,3 +538,17 @@ def test_an_engine_label_names_its_stack_as_a_word(label, stack):
     from simulator.validation.rows import _longest_first, _stack
 
     assert _stack(label, _longest_first()) == stack
+
+
+@pytest.mark.parametrize("lens, skipped", [([4, 1024, 300, 80], True), ([1024, 1026, 1025, 1024], False)])
+def test_a_bench_result_of_varying_lengths_is_not_replayed_at_its_mean(tmp_path, lens, skipped):
+    """A ShareGPT run's per-request lengths spread from 4 to 1,024 tokens: replayed at their mean it stood
+    for another run. A fixed-length run re-tokenised a few tokens apart is replayed."""
+    from simulator.validation.rows import rows_from_bench_json
+
+    f = _bench_json(tmp_path)
+    d = json.loads(f.read_text())
+    f.write_text(json.dumps({**d, "completed": 4, "total_input_tokens": sum(lens), "total_output_tokens": 128,
+                             "max_concurrency": 4, "input_lens": lens, "output_lens": [32] * 4}))
+    row, = rows_from_bench_json([f], "vllm", "llama-3.2-1b", "h100-sxm", 1)
+    assert bool(row.skip) == skipped and (not skipped or "its input lengths vary (4 to 1,024 tokens)" in row.skip)

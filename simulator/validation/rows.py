@@ -684,6 +684,18 @@ class BenchResult(BaseModel):
     median_e2el_ms: Optional[Measured] = None
     output_throughput: Optional[Measured] = None
     request_throughput: Optional[Measured] = None
+    # each request's lengths, where the file keeps them (vllm bench serve writes them with its results)
+    input_lens: Optional[list[int]] = None
+    output_lens: Optional[list[int]] = None
+
+    def varying_lengths(self) -> str:
+        """Why the run's lengths were not one fixed length each ("" when they were, or the file does not
+        say): its per-request lists spread by more than 5 %. A fixed-length run's prompts can differ by a
+        few tokens (vLLM's random dataset re-tokenises the text it draws), which the mean replays well."""
+        for part, lens in (("input", self.input_lens), ("output", self.output_lens)):
+            if lens and min(lens) > 0 and max(lens) > 1.05 * min(lens):
+                return f"its {part} lengths vary ({min(lens):,} to {max(lens):,} tokens)"
+        return ""
 
     @field_validator("total_input_tokens", "total_output_tokens")
     @classmethod
@@ -745,5 +757,8 @@ def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str
             row.concurrency = n          # rate inf without a cap: everything at t = 0
         if not row.measured:
             row.skip = _no_metric(row)
+        elif why := d.varying_lengths():
+            # a replay of the means would stand for a run of other lengths, as a CSV row's mean would
+            row.skip = f"{why}: llmsim replays a benchmark of fixed lengths (--random-input-len with --random-range-ratio 0)"
         out.append(row)
     return out
