@@ -425,3 +425,46 @@ def test_a_junit_path_that_cannot_be_written_is_refused_before_any_run(tmp_path,
     r = cli("check", scenario, "--junit", target)
     assert r.code == 2 and says in r.err and "Traceback" not in r.err, r.err
     assert ran == [] and scenario.read_text() == before
+
+
+def test_confidence_on_an_slo_with_no_samples_is_a_verdict_not_a_traceback(tmp_path, cli):
+    sc = write_scenario(tmp_path, CHECK)
+    r = cli("check", sc, "--set", "workload.output_tokens={dist: uniform, min: 1, max: 1}", "--confidence", "0.9")
+    assert r.code == 1 and "SLO tpot_p99_ms: no samples, target ≤ 100 ms" in " ".join(r.out.split()), r.out + r.err
+
+
+@pytest.mark.parametrize("edit, key", [
+    (lambda d: d["settings"].update({"--set": 5}), "settings.--set"),
+    (lambda d: d["settings"].update({"--set": "pools.main.replicas=2"}), "settings.--set"),
+    (lambda d: d["settings"].pop("--set"), "settings"),
+    (lambda d: d["settings"].update({"extra": 1}), "settings"),
+    (lambda d: d.pop("scenario"), "scenario"),
+], ids=["number", "text", "missing", "extra", "no-scenario"])
+def test_a_baselines_record_of_its_run_is_checked(tmp_path, cli, scenario, edit, key):
+    """A hand-edited settings block ended in a traceback, was read character by character, or said
+    'written with no --set, this check runs with no --set'; a missing scenario read 'the scenario None'."""
+    base = baseline_of(tmp_path, cli, scenario)
+    path = base / "small.json"
+    data = json.loads(path.read_text())
+    edit(data)
+    path.write_text(json.dumps(data))
+    r = cli("check", scenario, "--baseline", base)
+    assert r.code == 2 and f"{path}: {key}: " in r.err and "Traceback" not in r.err, r.err
+
+
+def test_a_baseline_path_that_is_a_folder_is_refused_before_any_run(tmp_path, cli, monkeypatch, scenario):
+    import simulator.runner as runner
+
+    ran = []
+    monkeypatch.setattr(runner, "simulate", lambda *a, **k: ran.append(1))
+    (tmp_path / "b" / "small.json").mkdir(parents=True)
+    for extra in ((), ("--update-baseline",)):
+        r = cli("check", scenario, "--baseline", tmp_path / "b", *extra)
+        assert r.code == 2 and "small.json: is not a file" in r.err, r.err
+    assert ran == []
+
+
+def test_an_index_on_a_figure_is_refused_as_the_scenario_loads(tmp_path, cli):
+    sc = write_scenario(tmp_path, "check: {metrics: [p99_ttft_ms.0]}\n")
+    r = cli("run", sc, "-o", tmp_path / "out")
+    assert r.code == 2 and "'p99_ttft_ms.0' indexes 'p99_ttft_ms', which is a figure, not a list" in r.err

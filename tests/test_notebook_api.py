@@ -59,7 +59,7 @@ def test_a_plan_takes_variants_and_a_confidence():
 
 
 def test_a_bad_confidence_is_refused_before_any_run():
-    with pytest.raises(LlmsimError, match=r"confidence: must be a probability strictly between 0 and 1"):
+    with pytest.raises(LlmsimError, match=r"confidence: must be a probability at least 0.5 and below 1"):
         nb.plan("autocomplete", ["pools.autocomplete.replicas=1..4"], confidence=1.5)
 
 

@@ -21,9 +21,10 @@ import math
 import json as _json
 import re
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, List, Optional, Sequence
+from typing import TYPE_CHECKING, Any, Callable, Iterator, List, Optional, Sequence
 
 import typer
 from rich.table import Table
@@ -129,6 +130,21 @@ def _settings_text(settings: Any) -> str:
     return ", ".join(parts)
 
 
+def _check_settings(path: Path, settings: Any) -> None:
+    """A baseline's record of its fast settings, as :func:`fast_settings` writes it: ``check.set`` an
+    object of key paths, ``--set`` a list of ``key=value`` texts (a hand edit can make it anything)."""
+    shape = 'an object {"check.set": {key.path: value}, "--set": ["key=value", ...]}'
+    if not isinstance(settings, dict) or set(settings) != {"check.set", "--set"}:
+        raise LlmsimError(f"expected {shape}; rewrite it with --update-baseline", source=path, key_path="settings")
+    if not isinstance(settings["check.set"], dict):
+        raise LlmsimError(f"expected {shape}; rewrite it with --update-baseline", source=path,
+                          key_path="settings.check.set")
+    sets = settings["--set"]
+    if not isinstance(sets, list) or not all(isinstance(x, str) for x in sets):
+        raise LlmsimError(f"expected {shape}; rewrite it with --update-baseline", source=path,
+                          key_path="settings.--set")
+
+
 def _flags(sets: Any) -> str:
     return " ".join(f"--set {s}" for s in sets) if sets else "no --set"
 
@@ -145,25 +161,28 @@ def _read_baseline(path: Path, job: _Job) -> dict[str, Any]:
         metrics = data
     else:
         stray = [k for k in data if k not in _HEAD]
-        if stray:
-            raise LlmsimError(f"not a key of a baseline, which holds {', '.join(_HEAD)}; rewrite it with "
-                              f"--update-baseline", source=path, key_path=stray[0])
+        missing = [k for k in _HEAD if k not in data]
+        if stray or missing:
+            raise LlmsimError(f"{'not a key' if stray else 'missing'} of a baseline, which holds "
+                              f"{', '.join(_HEAD)}; rewrite it with --update-baseline", source=path,
+                              key_path=(stray or missing)[0])
         metrics = data["metrics"]
         if not isinstance(metrics, dict):
             raise LlmsimError(f"expected an object of tracked figures, got {type(metrics).__name__}", source=path,
                               key_path="metrics")
-        if data.get("scenario") != job.scenario.name:
-            raise LlmsimError(f"written for the scenario {data.get('scenario')!r}, not {job.scenario.name!r} "
+        _check_settings(path, data["settings"])
+        if data["scenario"] != job.scenario.name:
+            raise LlmsimError(f"written for the scenario {data['scenario']!r}, not {job.scenario.name!r} "
                               f"({job.path}): its figures are another fleet's; rewrite it with --update-baseline",
                               source=path, key_path="scenario")
-        written = data.get("settings")
-        if not isinstance(written, dict) or written.get("check.set") != job.settings["check.set"]:
+        written = data["settings"]
+        if written["check.set"] != job.settings["check.set"]:
             # the scenario's own run size moved and the baseline was not refreshed with it
             raise LlmsimError(f"written at other fast settings ({_settings_text(written)}) than the scenario's "
                               f"check.set now ({_settings_text({'check.set': job.settings['check.set']})}): its "
                               f"figures are another run's; rewrite it with --update-baseline", source=path,
                               key_path="settings")
-        if written.get("--set") != job.settings["--set"]:
+        if written["--set"] != job.settings["--set"]:
             # a what-if held against the committed figures on purpose, or a run of another size: said, not refused
             console.print(f"note: {path} was written with {_flags(written.get('--set'))}, this check runs with "
                           f"{_flags(job.settings['--set'])}: the moves below include theirs", markup=False,
@@ -210,6 +229,11 @@ def _read_baselines(jobs: Sequence[_Job], baseline_dir: Optional[Path]) -> None:
     but a check not set up for the scenario: bad input, as CI must tell it."""
     for job in jobs:
         bfile = job.baseline_file
+        if bfile is not None and bfile.exists() and not bfile.is_file():
+            raise LlmsimError("is not a file; the baseline folder holds one <scenario name>.json per scenario",
+                              source=bfile)
+        if bfile is not None and job.update:
+            check_writable(bfile, "--baseline")        # before any run, not after the first
         if bfile is not None and not bfile.is_file() and not job.update:
             raise LlmsimError(f"no baseline for the scenario {job.scenario.name!r} ({job.path}): write it with "
                               f"--baseline {baseline_dir} --update-baseline and commit it", source=bfile)
@@ -258,7 +282,10 @@ def _past(value: float, limit: float, met: bool) -> str:
     to read past it (23.5851 missed by 23.5856 reads 23.5856, not 23.59 against 23.59)."""
     from ..metrics.verdict import ms_past
 
-    return _val(value) if met else ms_past(value, limit)[:-len(" ms")]
+    if value is None:
+        return "no samples"
+    # at a baseline's digits, as the metric's own row shows it, then as many more as reading past takes
+    return _val(value) if met else ms_past(rounded(value), limit)[:-len(" ms")]
 
 
 def _pct(rel: Optional[float], tolerance: Optional[float] = None) -> str:
@@ -365,6 +392,16 @@ def _write_baseline(job: _Job, tracked: dict[str, Any]) -> None:
     write_atomic(job.baseline_file, lambda tmp: tmp.write_text(text))
 
 
+@contextmanager
+def _said_kept(kept: Callable[[], str]) -> Iterator[None]:
+    """Bad input found after some runs (a tracked key a run did not write) says what the check had
+    already written, as an interruption does."""
+    try:
+        yield
+    except LlmsimError as e:
+        raise LlmsimError(f"{e.message}; {kept()}", source=e.source, key_path=e.key_path) from None
+
+
 @app.command("check", epilog=epilog("check"))
 def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (e.g. scenarios/*.yaml)"),
           baseline: Optional[Path] = typer.Option(
@@ -378,7 +415,7 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
           engine: str = typer.Option("fast", "--engine", help="fast (default) or reference"),
           confidence: Optional[float] = typer.Option(
               None, "--confidence", help="an SLO passes only if it holds with this probability under llmsim's "
-                                         "error model (0.5 to 1, e.g. 0.9)"),
+                                         "error model (at least 0.5, below 1: e.g. 0.9)"),
           junit: Optional[Path] = typer.Option(
               None, "--junit", help="also write the verdicts as a JUnit XML test report (a suite per scenario, "
                                     "a test case per SLO target and tracked metric) for CI systems to show"),
@@ -429,7 +466,7 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
         return (f"{len(written)} of {len(jobs)} baselines rewritten ({', '.join(map(str, written))}), the others "
                 "as they were" if written else "nothing was written")
 
-    with kept_if_stopped(kept):
+    with kept_if_stopped(kept), _said_kept(kept):
         for i, job in enumerate(jobs):
             start = time.perf_counter()
             out = simulate_shown(job.scenario, engine, job.path,

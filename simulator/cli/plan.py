@@ -31,8 +31,9 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
                                                     "(default: ./plan-<scenario name>)"),
          engine: str = typer.Option("fast", "--engine", help="fast (default) or reference"),
          confidence: Optional[float] = typer.Option(
-             None, "--confidence", help="plan for an SLO that holds with this probability (0.5 to 1) under llmsim's "
-                                        "error model (and the --seeds' spread); the answer at 0.5 is given beside it"),
+             None, "--confidence", help="plan for an SLO that holds with this probability (at least 0.5, "
+                                        "below 1) under llmsim's error model (and the --seeds' spread); the "
+                                        "answer at 0.5 is given beside it"),
          executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
          connect_timeout: ConnectTimeout = 10.0, set_: Sets = None, max_runs: MaxRuns = None) -> None:
     """Find, for each combination of choices, the smallest value of the range axis meeting every SLO, ranked by cost.

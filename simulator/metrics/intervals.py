@@ -82,8 +82,8 @@ def check_confidence(c: float, option: str = "--confidence", gate: bool = False)
     """``c`` as a probability; ``gate``: the one-sided level an SLO must hold at (``plan``, ``check``),
     which below one half would pass a target llmsim's own estimate misses, looser than no margin at all."""
     if isinstance(c, bool) or not isinstance(c, (int, float)) or not math.isfinite(c) or not 0.0 < c < 1.0:
-        raise LlmsimError(f"must be a probability strictly between 0 and 1, such as 0.9 (got {c!r})",
-                          key_path=option)
+        span = "at least 0.5 and below 1" if gate else "strictly between 0 and 1"
+        raise LlmsimError(f"must be a probability {span}, such as 0.9 (got {c!r})", key_path=option)
     if gate and c < 0.5:
         raise LlmsimError(f"must be at least 0.5, such as 0.9 (got {c!r}): an SLO is judged by the bound it holds "
                           f"under with this probability, and below one half that bound lies under llmsim's own "

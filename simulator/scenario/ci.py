@@ -86,6 +86,10 @@ def check_metric_names(spec: CheckSpec, results: Fields, source: str | Path,
                               source=source, key_path=where)
         pairs = found.unit.startswith(("list of [", "["))     # items that are lists themselves: [s, GPUs]
         indices = len(m.split(".")) - len(m.rstrip("0123456789.").split("."))   # trailing index parts
+        if indices and found.unit != AS_GIVEN and not found.unit.startswith(("list", "[")):
+            whole = ".".join(m.split(".")[:-indices])
+            raise LlmsimError(f"{m!r} indexes {whole!r}, which is a figure, not a list; name {whole}",
+                              source=source, key_path=where)
         if found.unit.startswith(("list", "[")) and indices < 1 + pairs:
             item = f"{m}.0.1" if pairs and not indices else f"{m}.1" if pairs else f"{m}.0"
             raise LlmsimError(f"{m!r} is a list ({found.unit}), not a figure; name one "
