@@ -103,11 +103,12 @@ def _overlaid(sc: Scenario, overrides: dict[str, Any], variants: list[str]) -> S
     validated again, so a bad value is refused as it is from a file."""
     where = f"scenario {sc.name} (a Scenario object)"
     chosen = select_variants(sc.variants, variants, where)
-    if not chosen and not overrides:
-        return sc
+    # validated again even with nothing to apply: an object edited with model_copy is not checked by it
     sets = overlay_assignments(merge_overlays([*(v.set for v in chosen), overrides]))
     with blamed_on(Path(where), variant_overlays(chosen), overlay_assignments(overrides)):
-        data = sc.model_dump(mode="json", exclude_unset=True)
+        with warnings.catch_warnings():     # an edited field's wrong type is the validation's to say, once
+            warnings.simplefilter("ignore")
+            data = sc.model_dump(mode="json", exclude_unset=True)
         for assignment in sets:
             apply_override(data, assignment)
         out = validate_strict(Scenario, data, where)
@@ -164,6 +165,8 @@ def plan(scenario: str | Path, vary: Names, *, sets: Overrides = None, variants:
 
     ``workers=1`` runs in this process (no process pool inside a kernel)."""
     checked_engine(engine)
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise LlmsimError(f"expected a whole number of seeds, at least 1 (got {_echo(seeds)})", key_path="seeds")
     path = _file(scenario, "plan")
     axes = [parse_vary(v) for v in _names(vary, "vary")]
     model = None
@@ -231,7 +234,9 @@ def _mapping(overrides: Any, name: str) -> dict[str, Any]:
     if bad:
         raise LlmsimError(f"expected each key to be a key path such as \"workload.duration_s\" "
                           f"(got {_echo(bad[0])})", key_path=name)
-    return dict(overrides)
+    # a notebook's values are often numpy's (a cell's np.int64 from a range) or paths: as the YAML they stand for
+    return {k: v.item() if isinstance(v, np.generic) else str(v) if isinstance(v, os.PathLike) else v
+            for k, v in overrides.items()}
 
 
 def _names(values: Any, name: str) -> list[str]:

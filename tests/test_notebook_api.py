@@ -179,3 +179,32 @@ def test_planning_md_from_python_runs(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert re.search(r"\{'pools\.chat\.replicas': \d+\} \$[\d,]+ a month|no combination meets the SLO", out), out
     assert "8 runs, 0 failed; table: sweep-out/sweep." in out, out
+
+
+def test_plan_fleet_takes_one_variant_name_and_refuses_sets_that_are_not_a_mapping():
+    """planning.md documents plan_fleet itself: variants="tp2" read as 't', 'p', '2'; sets=["k=v"] was a
+    bare ValueError."""
+    from simulator.errors import LlmsimError
+    from simulator.planning.executors import make_executor
+    from simulator.planning.plan import plan_fleet
+    from simulator.planning.vary import parse_vary
+
+    with make_executor("local") as ex, pytest.raises(LlmsimError, match=r"sets: expected a dict"):
+        plan_fleet("dau-10m", [parse_vary("pools.chat.replicas=8..9")], ex, sets=["workload.duration_s=5"])
+    with make_executor("local") as ex, pytest.raises(LlmsimError, match=r"no variant named 'nope'"):
+        plan_fleet("dau-10m", [parse_vary("pools.chat.replicas=8..9")], ex, variants="nope")
+
+
+def test_numpy_values_an_edited_scenario_and_odd_seeds():
+    """A cell's np.int64 ended in a YAML RepresenterError; a Scenario edited with model_copy and nothing
+    to apply ran unvalidated (a TypeError deep in numpy); seeds=1.5 a bare TypeError."""
+    import numpy as np
+
+    out = nb.run("autocomplete", {"workload.duration_s": np.int64(2)})
+    assert out.scenario.workload.duration_s == 2
+    sc, _ = nb.load("autocomplete")
+    with pytest.raises(LlmsimError, match=r"seed: Input should be a valid integer"):
+        nb.run(sc.model_copy(update={"seed": "x"}))
+    for seeds in (1.5, "2", 0):
+        with pytest.raises(LlmsimError, match=r"seeds: expected a whole number of seeds, at least 1"):
+            nb.plan("autocomplete", ["pools.autocomplete.replicas=1..2"], seeds=seeds)

@@ -75,6 +75,20 @@ def test_an_8_bit_weight_only_checkpoint_is_not_served_as_w8a8(tmp_path, hf_llam
     assert _setup(model=str(path), gpu="h100-sxm", engine={"weight_dtype": "bf16"}).cm.weight_dtype == "bf16"
 
 
+@pytest.mark.parametrize("activations, served", [(None, None), ({"num_bits": 8, "type": "int"}, "int8")])
+def test_a_compressed_tensors_8_bit_checkpoint_is_w8a8_only_with_8_bit_activations(
+        tmp_path, hf_llama3_8b_config, activations, served):
+    q = {"quant_method": "compressed-tensors",
+         "config_groups": {"group_0": {"weights": {"num_bits": 8, "type": "int"}, "input_activations": activations}}}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({**hf_llama3_8b_config, "quantization_config": q}))
+    if served is None:
+        with pytest.raises(LlmsimError, match=r"'compressed-tensors int8 weight-only \(W8A16\)'"):
+            _setup(model=str(path), gpu="h100-sxm")
+    else:
+        assert _setup(model=str(path), gpu="h100-sxm").cm.weight_dtype == served
+
+
 def test_the_estimate_serves_the_checkpoint_unless_told(cli, tmp_path, hf_llama3_8b_config):
     args = ["estimate", "request", "--gpu", "h100-sxm", "--model", "gpt-oss-120b", "--input", "1000",
             "--output", "10", "--json"]

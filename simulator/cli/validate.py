@@ -37,6 +37,8 @@ def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str],
     if other:
         raise LlmsimError("expected a .csv of serving results or `vllm bench serve` .json results", source=other[0])
     rows = []
+    if gpu is not None:
+        _gpu(gpu)       # a typo is the flag's, whatever the rows
     for p in csvs:
         rows += rows_from_csv(p, model, gpu, model_configs)
     if jsons:
@@ -44,8 +46,7 @@ def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str],
         if missing:
             raise LlmsimError(f"a `vllm bench serve` result does not record its configuration: give "
                               f"{', '.join(missing)}", source=jsons[0])
-        rows += rows_from_bench_json(jsons, _stack_of(backend), model, _gpu(gpu), tp, weight_dtype, kv_dtype,
-                                     version)
+        rows += rows_from_bench_json(jsons, _stack_of(backend), model, gpu, tp, weight_dtype, kv_dtype, version)
     return rows
 
 
@@ -57,19 +58,24 @@ def _stack_of(backend: str) -> str:
     if backend in backend_names():
         return backend
     try:
-        return load_backend(backend).stack
-    except LlmsimError as e:
-        raise LlmsimError(e.message, source=e.source, key_path="--backend") from None
+        profile = load_backend(backend)
+    except LlmsimError as e:        # a fault inside the file names its key; a name that is no file, the flag
+        raise LlmsimError(e.message, source=e.source, key_path=e.key_path or "--backend") from None
+    stacks = {load_backend(n).stack for n in backend_names()}
+    if profile.stack not in stacks:
+        raise LlmsimError(f"unknown stack {profile.stack!r}; expected one of {', '.join(sorted(stacks))}",
+                          source=backend, key_path="stack")
+    return profile.stack
 
 
 def _gpu(gpu: str) -> str:
-    """``--gpu`` for JSON results, refused as the flag's fault (it was blamed on the result file)."""
+    """``--gpu`` refused as the flag's fault (it was blamed on the measured file)."""
     from ..profiles import load_hardware
 
     try:
         load_hardware(gpu)
     except LlmsimError as e:
-        raise LlmsimError(e.message, source=e.source, key_path="--gpu") from None
+        raise LlmsimError(e.message, source=e.source, key_path=e.key_path or "--gpu") from None
     return gpu
 
 

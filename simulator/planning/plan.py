@@ -193,6 +193,10 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
     as an infeasible fleet; one whose model does not fit stays a result."""
     if confidence is not None:
         check_confidence(confidence, "confidence", gate=True)
+    if isinstance(variants, str):       # one name, not one variant per letter
+        variants = [variants]
+    if sets is not None and not isinstance(sets, Mapping):
+        raise LlmsimError(f"expected a dict {{key.path: value}} (got {type(sets).__name__})", key_path="sets")
     cli = dict(sets or {})
     chosen: tuple[Variant, ...] = ()
     path = resolve_scenario(str(scenario))

@@ -201,7 +201,11 @@ def checkpoint_dtype(q: Any, path) -> str | None:
         for group in (q.get("config_groups") or {}).values():
             w = (group or {}).get("weights") or {}
             if w.get("num_bits"):
-                return f"{w.get('type', 'int')}{w['num_bits']}".replace("float8", "fp8").replace("float", "fp")
+                fmt = f"{w.get('type', 'int')}{w['num_bits']}".replace("float8", "fp8").replace("float", "fp")
+                if w["num_bits"] == 8 and not (group or {}).get("input_activations"):
+                    # 8-bit weights with 16-bit activations (W8A16): not llmsim's int8/fp8, which are W8A8
+                    return f"compressed-tensors {fmt} weight-only (W8A16)"
+                return fmt
         return "compressed-tensors"
     raise LlmsimError(f"quant_method {method!r} is not a weight format llmsim knows (fp8, mxfp4, modelopt nvfp4, "
                       "awq, gptq, compressed-tensors)", source=path, key_path="quantization_config.quant_method")

@@ -693,8 +693,9 @@ class BenchResult(BaseModel):
         say): its per-request lists spread by more than 5 %. A fixed-length run's prompts can differ by a
         few tokens (vLLM's random dataset re-tokenises the text it draws), which the mean replays well."""
         for part, lens in (("input", self.input_lens), ("output", self.output_lens)):
-            if lens and min(lens) > 0 and max(lens) > 1.05 * min(lens):
-                return f"its {part} lengths vary ({min(lens):,} to {max(lens):,} tokens)"
+            served = [n for n in lens or () if n > 0]    # vLLM writes 0 for a request that failed
+            if served and max(served) > 1.05 * min(served):
+                return f"its {part} lengths vary ({min(served):,} to {max(served):,} tokens)"
         return ""
 
     @field_validator("total_input_tokens", "total_output_tokens")
