@@ -560,3 +560,13 @@ def test_a_bench_result_of_varying_lengths_is_not_replayed_at_its_mean(tmp_path,
     row, = rows_from_bench_json([f], "vllm", "llama-3.2-1b", "h100-sxm", 1)
     assert bool(row.skip) == skipped and (not skipped or "its input lengths vary (4 to 1,024 tokens)" in row.skip)
     # (a failed request's length, 0 as vLLM writes it, did not turn the check off)
+
+
+def test_rows_replayed_with_another_backend_say_so(tmp_path, cli):
+    """--backend on a CSV replays every row with it, while the tables name each row's measured stack."""
+    rows = [r for r in _rows(ReplaySettings()) if r.stack == "sglang"][:1]
+    _csv(rows, tmp_path / "own.csv")
+    r = cli("validate", tmp_path / "own.csv", "--backend", "vllm", "--workers", "1")
+    assert r.code == 0 and "every row replayed with --backend vllm" in r.out, r.out + r.err
+    js = cli("validate", tmp_path / "own.csv", "--backend", "vllm", "--workers", "1", "--json").json()
+    assert js["replayed_with"] == "vllm" and {e["stack"] for e in js["errors"]} == {"sglang"}

@@ -194,6 +194,7 @@ def validate(
                               deployment=None if deployment == "auto" else deployment)
     usable = _modelled(usable, settings, inputs[0])
     out: dict = {"rows": len(rows), "replayed": len(usable),
+                 **({"replayed_with": stack_override} if stack_override is not None else {}),
                  "skipped": {r.id: r.skip for r in rows if r.skip},
                  "not_measured": {r.id: list(r.unmeasured) for r in usable if r.unmeasured}}
     if fit is None:
@@ -324,6 +325,9 @@ def _print(errors, out: dict) -> None:
     # One table per model, GPU and stack, named in its title: the rows fit 80 columns whole (the row id,
     # last, goes first on a narrow terminal).
     console.print("measured vs llmsim (error = llmsim/measured − 1)", markup=False)
+    if out.get("replayed_with"):      # the tables name each row's measured stack; the replay ran another
+        console.print(f"every row replayed with --backend {out['replayed_with']}; the stack shown is the one "
+                      f"that was measured", markup=False)
     for (model, gpu, stack, layout), rows in groups.items():
         console.print(fitted_table(f"{model} on {gpu}, {stack}, {layout}",
                                    ["isl/osl", "C or rate", "metric", "measured", "llmsim", "error", "row"], rows,
