@@ -356,6 +356,8 @@ def _verdict_row(v: Verdict, t: Table, job: _Job) -> None:
             "improved": "improved: refresh the baseline", "new": "new: not in the baseline",
             "measured": "measured now, no samples in the baseline: refresh it",
             "missing": "no samples now"}.get(v.verdict, v.verdict)
+    if v.verdict == "ok" and v.now is None:
+        text = "no samples, as in the baseline"
     beyond = v.tolerance if v.verdict in ("regressed", "moved", "improved") else None
     t.add_row(v.metric, _val(v.baseline), _val(v.now), _pct(v.rel, beyond), text, style=_STYLE.get(v.verdict))
     said = (f"{v.metric}: no samples now (baseline {_val(v.baseline)})" if v.verdict == "missing" else
