@@ -88,7 +88,7 @@ def run(scenario: str | Path | Scenario, overrides: Overrides = None, variants: 
     it is read from the current folder. ``.results`` is the results.json
     dict, ``.timeline`` the timeline table, :func:`requests_frame` the
     request records as a DataFrame."""
-    checked_engine(engine)
+    checked_engine(engine, "engine")
     sets, names = _mapping(overrides, "overrides"), _names(variants, "variants")
     if isinstance(scenario, Scenario):
         return simulate(_overlaid(scenario, sets, names), engine=engine)
@@ -138,7 +138,7 @@ def ladder(scenario: str | Path, overrides: Overrides = None, engine: str = "fas
     """Every step of the scenario's ladder (baseline first), as ``llmsim run
     SCENARIO --ladder`` runs them (cumulative or independent, as the file
     says); ``overrides`` apply to every step, as ``--set`` does."""
-    checked_engine(engine)
+    checked_engine(engine, "engine")
     path = load_scenario(_file(scenario, "ladder"))[1]
     sets = overlay_assignments(_mapping(overrides, "overrides"))
     sc = load_with_variants(path, (), sets)
@@ -164,7 +164,7 @@ def plan(scenario: str | Path, vary: Names, *, sets: Overrides = None, variants:
     issued as :class:`PlanWarning` and kept in ``Plan.warnings``.
 
     ``workers=1`` runs in this process (no process pool inside a kernel)."""
-    checked_engine(engine)
+    checked_engine(engine, "engine")
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise LlmsimError(f"expected a whole number of seeds, at least 1 (got {_echo(seeds)})", key_path="seeds")
     path = _file(scenario, "plan")

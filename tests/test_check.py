@@ -468,3 +468,8 @@ def test_an_index_on_a_figure_is_refused_as_the_scenario_loads(tmp_path, cli):
     sc = write_scenario(tmp_path, "check: {metrics: [p99_ttft_ms.0]}\n")
     r = cli("run", sc, "-o", tmp_path / "out")
     assert r.code == 2 and "'p99_ttft_ms.0' indexes 'p99_ttft_ms', which is a figure, not a list" in r.err
+
+
+def test_a_scenario_given_twice_is_said_so(tmp_path, cli, scenario):
+    r = cli("check", scenario, scenario)
+    assert r.code == 2 and f"{scenario}: is given twice; list each scenario once" in r.err, r.err

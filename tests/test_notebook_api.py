@@ -69,8 +69,10 @@ def test_a_bad_confidence_is_refused_before_any_run():
     lambda: nb.plan("autocomplete", ["pools.autocomplete.replicas=1..4"], sets=FAST, engine="slow"),
 ], ids=["run", "ladder", "plan"])
 def test_a_misspelt_engine_is_refused_naming_the_engines(call):
-    with pytest.raises(LlmsimError, match=r"must be fast or reference \(got 'slow'\)"):
+    """The argument is named as the notebook spells it (engine), not as the command line does (--engine)."""
+    with pytest.raises(LlmsimError, match=r"expected fast or reference \(got 'slow'\)") as e:
         call()
+    assert e.value.key_path == "engine"
 
 
 @pytest.mark.parametrize("overrides", [[("workload.duration_s", 5)], "workload.duration_s=5", {5: 5}],

@@ -28,12 +28,13 @@ app = typer.Typer(
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
-def checked_engine(engine: str) -> None:
-    """Refuse, in one line, an ``--engine`` value that names none of the fleet's engines."""
+def checked_engine(engine: str, name: str = "--engine") -> None:
+    """Refuse, in one line, an engine that names none of the fleet's engines; ``name``: where it was given
+    (the flag, or the notebook API's ``engine`` argument)."""
     from ..fleet.pool import ENGINES
 
     if engine not in ENGINES:
-        raise LlmsimError(f"--engine must be {' or '.join(ENGINES)} (got {engine!r})")
+        raise LlmsimError(f"expected {' or '.join(ENGINES)} (got {engine!r})", key_path=name)
 
 
 def _register() -> None:

@@ -321,6 +321,8 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
     names: dict[str, Path] = {}
     for job in jobs:
         fname = baseline_file_name(job.scenario.name)
+        if fname in names and names[fname].resolve() == job.path.resolve():
+            raise LlmsimError("is given twice; list each scenario once", source=job.path)
         if fname in names and baseline is not None:
             raise LlmsimError(f"has the same name as {names[fname]} ({job.scenario.name!r}), so both would "
                               f"share the baseline {fname}; rename one", source=job.path, key_path="name")
