@@ -74,10 +74,9 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
     mem = replica_memory(cm, engine, gpu_memory_utilization, max_num_batched_tokens, block_size)
     # on the replica's basis, as its capacity is: MLA's latent is held whole on each of a rank's tp GPUs
     # (one copy's bytes beside all copies' capacity read 0.29 GB a request against 378.88 GB and 164 that fit)
-    kv_tok = mem.kv_bytes_per_token
+    kv_tok, copies = mem.kv_bytes_per_token, kv_copies(cm.model, cm.tp)
     tokens = input_tokens + output_tokens
-    window = (cm.model.kv_window_bytes(cm.kv_dtype) * kv_copies(cm.model, cm.tp)
-              * min(1.0, tokens / (cm.model.sliding_window or tokens)))
+    window = cm.model.kv_window_bytes(cm.kv_dtype) * copies * min(1.0, tokens / (cm.model.sliding_window or tokens))
     out = {
         "gpu": cm.gpu.name,
         "model": cm.model.name,
@@ -98,7 +97,7 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "prefill_tokens_per_s": input_tokens / prefill_s if prefill_s else float("inf"),
         "decode_tokens_per_s": 1.0 / tpot_s if tpot_s else float("inf"),
         "kv_bytes_per_token": kv_tok,
-        "kv_copies": kv_copies(cm.model, cm.tp),
+        "kv_copies": copies,
         "kv_bytes_per_request": kv_tok * tokens + window,
         "weights_bytes": mem.weights_bytes,
         "reserve_bytes": mem.reserve_bytes,

@@ -76,12 +76,10 @@ def fast_settings(spec: CheckSpec, sets: Sequence[str]) -> dict[str, Any]:
     return _json.loads(_json.dumps({"check.set": spec.set, "--set": list(sets)}, default=str))
 
 
-def _settings_text(settings: Any) -> str:
-    if not isinstance(settings, dict):
-        return repr(settings)
-    parts = [f"check.set {_json.dumps(settings.get('check.set') or {})}"]
-    parts += [f"--set {s}" for s in settings.get("--set") or []]
-    return ", ".join(parts)
+def _settings_text(settings: dict[str, Any]) -> str:
+    """A record :func:`_check_settings` accepted, as a message names it."""
+    return ", ".join([f"check.set {_json.dumps(settings['check.set'])}",
+                      *(f"--set {s}" for s in settings.get("--set", ()))])
 
 
 def _check_settings(path: Path, settings: Any) -> None:
@@ -99,7 +97,7 @@ def _check_settings(path: Path, settings: Any) -> None:
                           key_path="settings.--set")
 
 
-def _flags(sets: Any) -> str:
+def _flags(sets: Sequence[str]) -> str:
     return " ".join(f"--set {s}" for s in sets) if sets else "no --set"
 
 
@@ -139,14 +137,13 @@ def read_baseline(path: Path, name: str, source: Path, spec: CheckSpec, settings
                               key_path="settings")
         if written["--set"] != settings["--set"]:
             # a what-if held against the committed figures on purpose, or a run of another size: said, not refused
-            console.print(f"note: {path} was written with {_flags(written.get('--set'))}, this check runs with "
+            console.print(f"note: {path} was written with {_flags(written['--set'])}, this check runs with "
                           f"{_flags(settings['--set'])}: the moves below include theirs", markup=False,
                           style="yellow")
     _check_baseline_keys(path, metrics, expected)
     for k, v in metrics.items():
         _check_baseline_value(path, k, v)
     return metrics
-
 
 
 def write_baseline(path: Path, name: str, settings: dict[str, Any], tracked: dict[str, Any]) -> None:

@@ -153,7 +153,7 @@ def _val(v: Any) -> str:
     return "—" if v is None else fmt(rounded(v))
 
 
-def _past(value: float, limit: float, met: bool) -> str:
+def _past(value: Optional[float], limit: float, met: bool) -> str:
     """A latency beside its target: as any figure where it meets it, else with the decimals it takes
     to read past it (23.5851 missed by 23.5856 reads 23.5856, not 23.59 against 23.59)."""
     from ..metrics.verdict import ms_past
@@ -206,7 +206,7 @@ def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
                 met = j["met"]
                 bound = f" (≤ {_past(j['bound_ms'], limit, met)} at {100 * job.confidence:g}%)"
             # a missed target's value with the decimals it takes to read past it, as llmsim run writes it
-            measured = "no samples" if value is None else _past(value, limit, met or bool(bound))
+            measured = _past(value, limit, met or bool(bound))
             t.add_row(f"{label} {key}", f"≤ {limit:,g}", measured + bound,
                       "—" if att is None else f"{100 * att:.1f}% within", "met" if met else "VIOLATED",
                       style=None if met else "bold red")

@@ -193,11 +193,11 @@ def compare_table(a: Path, b: Path, changes: list[Change], title: str = "") -> T
             continue
         style = _style(c)
         mark = {True: " worse", False: " better"}.get(c.worse, "")
-        if isinstance(c.a, bool) or isinstance(c.b, bool):
-            # a verdict moves from true to false, not by −1 or −100 %
-            delta, change = "—", (mark.strip() or "changed") if c.a != c.b else "same"
+        delta = "—" if c.delta is None else fmt(c.delta)       # none for a verdict (diff.change)
+        if isinstance(c.a, bool) or isinstance(c.b, bool):      # a verdict turns, it does not move by −100 %
+            change = (mark.strip() or "changed") if c.a != c.b else "same"
         else:
-            delta, change = "—" if c.delta is None else fmt(c.delta), _rel(c) + mark
+            change = _rel(c) + mark
         t.add_row(Text(c.key), Text(_value(c.a)), Text(_value(c.b)), delta, change, style=style or None)
     return t
 

@@ -359,8 +359,8 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
         rows += [(f"prefill at {mfu:.0%} MFU (ms)", out["mfu_prefill_ms"]),
                  (f"tokens/s at {mfu:.0%} MFU", out["mfu_prefill_tokens_per_s"])]
     copies = out["kv_copies"]
-    held = f" ({copies:g} copies: MLA's latent on each GPU)" if copies > 1 and out["layout"].find("MLA") >= 0 else (
-        f" ({copies:g}× its share: fewer KV heads than GPUs)" if copies > 1 else "")
+    held = "" if copies <= 1 else f" ({copies:g} copies: MLA's latent on each GPU)" if cm.model.is_mla else \
+        f" ({copies:g}× its share: fewer KV heads than GPUs)"
     rows += [("KV per token" + held, _kib(out["kv_bytes_per_token"])),
              ("KV per request", _gb(out["kv_bytes_per_request"])),
              ("weights", f"{_gb(out['weights_bytes'])} ({weights_served(out, noted='{weights}; {note}')})"),

@@ -58,7 +58,7 @@ def show_profile(name: str = typer.Argument(..., help="a name `llmsim profiles l
         raise LlmsimError(f"expected one of {', '.join(_KINDS)} (got {kind!r})", key_path="--kind")
     # the shipped file (or an installed plug-in's), never a file of that name in the current folder:
     # `llmsim profiles show h100-sxm > h100-sxm` has the shell make that file, empty, first
-    found = {k: path for k, folder in _KINDS.items() if (kind is None or k == kind) and "/" not in name
+    found = {k: path for k, folder in _KINDS.items() if (kind is None or k == kind)
              and (path := named_profile(folder, name)) is not None}
     kinds = list(found)
     if not kinds:

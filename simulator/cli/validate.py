@@ -38,7 +38,7 @@ def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str],
         raise LlmsimError("expected a .csv of serving results or `vllm bench serve` .json results", source=other[0])
     rows = []
     if gpu is not None:
-        _gpu(gpu)       # a typo is the flag's, whatever the rows
+        _check_gpu(gpu)       # a typo is the flag's, whatever the rows
     for p in csvs:
         rows += rows_from_csv(p, model, gpu, model_configs)
     if jsons:
@@ -53,7 +53,7 @@ def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str],
 def _stack_of(backend: str) -> str:
     """The stack a JSON result's ``--backend`` names: a stack's name, or a backend profile file (one
     ``--fit`` wrote), whose ``stack`` served the rows while the profile's own figures replay them."""
-    from ..profiles.backend import backend_names, load_backend
+    from ..profiles.backend import backend_names, load_backend, serving_stacks
 
     if backend in backend_names():
         return backend
@@ -61,14 +61,13 @@ def _stack_of(backend: str) -> str:
         profile = load_backend(backend)
     except LlmsimError as e:        # a fault inside the file names its key; a name that is no file, the flag
         raise LlmsimError(e.message, source=e.source, key_path=e.key_path or "--backend") from None
-    stacks = {load_backend(n).stack for n in backend_names()}
-    if profile.stack not in stacks:
-        raise LlmsimError(f"unknown stack {profile.stack!r}; expected one of {', '.join(sorted(stacks))}",
+    if profile.stack not in serving_stacks():
+        raise LlmsimError(f"unknown stack {profile.stack!r}; expected one of {', '.join(serving_stacks())}",
                           source=backend, key_path="stack")
     return profile.stack
 
 
-def _gpu(gpu: str) -> str:
+def _check_gpu(gpu: str) -> None:
     """``--gpu`` refused as the flag's fault (it was blamed on the measured file)."""
     from ..profiles import load_hardware
 
@@ -76,7 +75,6 @@ def _gpu(gpu: str) -> str:
         load_hardware(gpu)
     except LlmsimError as e:
         raise LlmsimError(e.message, source=e.source, key_path=e.key_path or "--gpu") from None
-    return gpu
 
 
 def _named_inputs(inputs: List[Path], profiles: Iterable[Optional[str]],
@@ -181,11 +179,13 @@ def validate(
         if not usable:
             why = sorted({r.skip for r in rows})
             raise LlmsimError("no row can be replayed" + (f": {'; '.join(why)}" if why else ""), source=inputs[0])
+        from ..profiles.backend import backend_names, load_backend
+
         # a CSV's rows carry their stack, which --backend replaces; a JSON result's --backend may be a profile file
+        # (read by _load_rows), which replays the rows its stack served
         stack_override = backend if any(p.suffix.lower() in (".csv", ".gz") for p in inputs) or (
-            backend is not None and backend != _stack_of(backend)) else None
+            backend is not None and backend not in backend_names()) else None
         if stack_override is not None:
-            from ..profiles.backend import load_backend
             load_backend(stack_override)          # an unknown backend is one line, before any replay
     refuse_overwriting_input_files({"--fit": fit, "--csv": csv},
                                    [*_named_inputs(inputs, (backend, model, gpu), model_configs), *read,

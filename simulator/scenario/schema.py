@@ -69,9 +69,8 @@ class PoolSpec(BaseModel):
         engine = data.get("engine")
         if not isinstance(engine, dict) or engine.get("backend") is None or not isinstance(data.get("gpu"), str):
             return data
-        from ..profiles.backend import apply_backend
         from ..profiles import load_hardware
-        from ..profiles.backend import load_backend
+        from ..profiles.backend import apply_backend, load_backend
         try:
             load_hardware(data["gpu"])
         except LlmsimError:

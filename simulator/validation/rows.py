@@ -197,7 +197,7 @@ def _stack(s: str, names: list[str]) -> Optional[str]:
     u = str(s).lower()
     # The benchmark files label TensorRT-LLM rows "TensorRT-LLM" or "trt..."; this maps
     # their label to its profile's name, it is not a list of stacks.
-    if re.match(r"(tensorrt|trt)(?![a-z0-9])|trtllm(?![a-z0-9])|tensorrt-llm(?![a-z0-9])", u):
+    if re.match(r"(tensorrt|trtllm|trt)(?![a-z0-9])", u):
         return "trtllm"
     return next((k for k in names if re.match(rf"{re.escape(k)}(?![a-z0-9])", u)), None)
 
