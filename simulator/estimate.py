@@ -72,9 +72,8 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
     front_s = 0.0 if engine is None else \
         (engine.request_ms + engine.response_ms + engine.tokenize_us_per_token * input_tokens * 1e-3) * 1e-3
     mem = replica_memory(cm, engine, gpu_memory_utilization, max_num_batched_tokens, block_size)
-    # on the replica's basis, as its capacity is: MLA's latent is held whole on each of a rank's tp GPUs
-    # (one copy's bytes beside all copies' capacity read 0.29 GB a request against 378.88 GB and 164 that fit)
-    kv_tok, copies = mem.kv_bytes_per_token, kv_copies(cm.model, cm.tp)
+    figures = model_figures(cm)
+    kv_tok, copies = figures["kv_bytes_per_token"], figures["kv_copies"]
     tokens = input_tokens + output_tokens
     window = cm.model.kv_window_bytes(cm.kv_dtype) * copies * min(1.0, tokens / (cm.model.sliding_window or tokens))
     out = {
@@ -82,7 +81,7 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "model": cm.model.name,
         "tp": cm.tp,
         **({"dp": cm.dp, "ep": cm.ep, "gpus": cm.gpus} if cm.gpus != cm.tp or cm.ep > 1 else {}),
-        **model_figures(cm),
+        **figures,
         "weight_dtype": cm.weight_dtype,
         "gemm_scheme": gemm_scheme(cm.weight_dtype, cm.gpu.units),
         "kv_dtype": cm.kv_dtype,
@@ -96,8 +95,6 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "e2e_ms": (front_s + prefill_s + tpot_s * max(output_tokens - 1, 0)) * 1e3,
         "prefill_tokens_per_s": input_tokens / prefill_s if prefill_s else float("inf"),
         "decode_tokens_per_s": 1.0 / tpot_s if tpot_s else float("inf"),
-        "kv_bytes_per_token": kv_tok,
-        "kv_copies": copies,
         "kv_bytes_per_request": kv_tok * tokens + window,
         "weights_bytes": mem.weights_bytes,
         "reserve_bytes": mem.reserve_bytes,
@@ -115,7 +112,13 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
 
 
 def model_figures(cm: CostModel) -> dict:
-    """What the model is: total and per-token parameters, its layout, its KV per token."""
+    """What the model is: total and per-token parameters, its layout, its KV
+    per token. The KV is on the replica's basis, as its capacity is: MLA's
+    latent is held whole on each of a rank's tp GPUs (one copy's bytes beside
+    all copies' capacity read 0.29 GB a request against 378.88 GB and 164 that
+    fit), and a GPU holds at least one KV head."""
     m = cm.model
+    copies = kv_copies(m, cm.tp)
     return {"params_b": round(m.num_params / 1e9, 3), "active_params_b": round(m.active_params / 1e9, 3),
-            "layout": m.summary()["layout"], "kv_bytes_per_token": m.kv_bytes_per_token(cm.kv_dtype)}
+            "layout": m.summary()["layout"], "kv_bytes_per_token": m.kv_bytes_per_token(cm.kv_dtype) * copies,
+            "kv_copies": copies}

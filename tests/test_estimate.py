@@ -421,3 +421,17 @@ def test_an_mla_models_kv_figures_are_on_one_basis(cli):
     assert out["kv_copies"] == 8 and out["kv_bytes_per_token"] == 8 * 70272
     fits = out["kv_capacity_bytes"] / out["kv_bytes_per_request"]
     assert out["max_concurrent_requests"] <= fits < out["max_concurrent_requests"] + 1
+
+
+def test_a_step_gives_the_kv_per_token_a_request_does(cli):
+    """`estimate step` gave DeepSeek-V3's KV per token as one copy (69 KiB) where `estimate request` gives the
+    replica's eight (549 KiB); Qwen3-235B's 4 KV heads at tp 8 take twice their share."""
+    for model, copies, label in (("deepseek-v3", 8, "8 copies: MLA's latent on each GPU"),
+                                 ("qwen3-235b-a22b", 2, "2× its share: fewer KV heads than GPUs")):
+        args = ("--gpu", "h200", "--model", model, "--tp", "8", "--weight-dtype", "fp8")
+        step = cli("estimate", "step", *args, "--decode-batch", "8", "--decode-context", "2000", "--json").json()
+        req = cli("estimate", "request", *args, "--input", "2000", "--output", "10", "--json").json()
+        assert step["kv_copies"] == req["kv_copies"] == copies
+        assert step["kv_bytes_per_token"] == req["kv_bytes_per_token"]
+        table = cli("estimate", "step", *args, "--decode-batch", "8", "--decode-context", "2000")
+        assert f"KV per token ({label})" in " ".join(table.out.split()) and "kv_copies" not in table.out

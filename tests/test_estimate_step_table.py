@@ -17,7 +17,7 @@ from simulator.cli.estimate import step_rows
 ARGS = ("--gpu", "h100-sxm", "--model", "llama-3-70b", "--tp", "4", "--decode-batch", "64", "--decode-context", "3000")
 #: The --json object's keys for a dense model without --backend: a machine interface, unchanged.
 JSON_KEYS = ["gpu", "model", "tp", "weight_dtype", "kv_dtype", "mode", "params_b", "active_params_b", "layout",
-             "kv_bytes_per_token", "total_ms", "linear_ms", "attention_ms", "comm_ms", "other_ms", "overhead_ms",
+             "kv_bytes_per_token", "kv_copies", "total_ms", "linear_ms", "attention_ms", "comm_ms", "other_ms", "overhead_ms",
              "flops", "bytes", "bound"]
 
 

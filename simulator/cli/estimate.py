@@ -201,8 +201,19 @@ _STEP_ROWS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 _IN_TITLE = ("gpu", "model", "tp", "dp", "ep")
 
 
+def kv_per_token_label(copies: float, is_mla: bool) -> str:
+    """The KV-per-token row's label, saying why a replica holds more than one
+    copy of a token's KV (the figure is on the replica's basis, as the
+    capacity beside it is)."""
+    if copies <= 1:
+        return "KV per token"
+    if is_mla:
+        return f"KV per token ({copies:g} copies: MLA's latent on each GPU)"
+    return f"KV per token ({copies:g}× its share: fewer KV heads than GPUs)"
+
+
 def step_rows(out: dict[str, Any], prefill_tokens: int, prefill_context: int, decode_batch: int,
-              decode_context: int) -> list[tuple[str, Any]]:
+              decode_context: int, is_mla: bool = False) -> list[tuple[str, Any]]:
     """The rows of ``estimate step``'s table: what the step holds, then
     ``out`` (its ``--json`` object) labelled with units, in the order of
     ``estimate request`` (what is priced, then times, then bytes); a key
@@ -217,7 +228,11 @@ def step_rows(out: dict[str, Any], prefill_tokens: int, prefill_context: int, de
     keys = sorted((k for k in out if k not in _IN_TITLE and k != "warnings"),
                   key=lambda k: order.index(k) if k in order else len(order))
     for key in keys:
+        if key == "kv_copies":      # in the KV-per-token row's label
+            continue
         label, show = _STEP_ROWS.get(key, (key, lambda v: v))
+        if key == "kv_bytes_per_token":
+            label = kv_per_token_label(out.get("kv_copies", 1), is_mla)
         rows.append((label, out[key] if out[key] is None else show(out[key])))
     return rows
 
@@ -272,7 +287,8 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
         print_json(out)
         return
     console.print(_table(f"{model} on {_replica(tp, dp, ep)} {gpu}: one iteration",
-                         step_rows(out, prefill_tokens, prefill_context, decode_batch, decode_context)))
+                         step_rows(out, prefill_tokens, prefill_context, decode_batch, decode_context,
+                                   cm.model.is_mla)))
     if not roofline:
         for note in provenance_notes({cm.gpu.name: cm.gpu.provenance()}):
             console.print(f"[yellow]note:[/] {escape(note)}")
@@ -358,10 +374,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     if mfu is not None:
         rows += [(f"prefill at {mfu:.0%} MFU (ms)", out["mfu_prefill_ms"]),
                  (f"tokens/s at {mfu:.0%} MFU", out["mfu_prefill_tokens_per_s"])]
-    copies = out["kv_copies"]
-    held = "" if copies <= 1 else f" ({copies:g} copies: MLA's latent on each GPU)" if cm.model.is_mla else \
-        f" ({copies:g}× its share: fewer KV heads than GPUs)"
-    rows += [("KV per token" + held, _kib(out["kv_bytes_per_token"])),
+    rows += [(kv_per_token_label(out["kv_copies"], cm.model.is_mla), _kib(out["kv_bytes_per_token"])),
              ("KV per request", _gb(out["kv_bytes_per_request"])),
              ("weights", f"{_gb(out['weights_bytes'])} ({weights_served(out, noted='{weights}; {note}')})"),
              ("reserve", _gb(out["reserve_bytes"])), ("KV capacity", _gb(out["kv_capacity_bytes"])),
