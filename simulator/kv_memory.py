@@ -171,7 +171,7 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
         chunk = _sglang_chunk(spec, g)
         frac, reserved = sglang_mem_fraction_static(mib, g.gpus, g.dp, chunk, bs, g.speculative)
         why = (f"SGLang's default for a {g.hbm / GIB:.0f} GiB GPU: {reserved / 1024:.1f} GiB reserved for a "
-               f"{chunk:,}-token prefill chunk, CUDA graphs up to batch {bs}, {g.gpus} GPUs"
+               f"{chunk:,}-token prefill chunk, CUDA graphs up to batch {bs}, {g.gpus} GPU" + ("s" if g.gpus != 1 else "")
                + (" and a draft" if g.speculative else ""))
     # free_at_start × fraction holds weights and KV; the runtime is taken before start-up is measured.
     usable = frac * (g.hbm - g.runtime)
@@ -216,6 +216,12 @@ class KvRule:
     knobs: frozenset[str] = frozenset({"fraction", "max_tokens"})
     # Those of ``knobs`` that only derive the stack's default fraction, so unread beside kv_memory.fraction.
     default_knobs: frozenset[str] = frozenset()
+    # The stack refuses to start unless one request of max_model_len fits an attention rank's pool
+    # (vLLM: v1/core/kv_cache_utils.py check_enough_kv_cache_memory, "To serve at least one request
+    # with the model's max seq len"). SGLang caps a prompt at its pool instead (scheduler.py:
+    # max_req_input_len = min(context_len - 1, max_total_num_tokens - 1)), and TensorRT-LLM shortens
+    # max_seq_len to the blocks it got; llmsim rejects such a request on arrival for both.
+    needs_one_context: bool = False
 
     def reads(self, fraction_set: bool) -> frozenset[str]:
         """The knobs its accounting reads, with kv_memory.fraction set or not (the one place that
@@ -226,7 +232,7 @@ class KvRule:
 # Each KV memory rule by the name engine.kv_memory.rule takes (the Rule type lists them).
 RULES: dict[str, KvRule] = {
     "vllm": KvRule(_vllm, engine_knob="gpu_memory_utilization",
-                   knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes"})),
+                   knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes"}), needs_one_context=True),
     "sglang": KvRule(_sglang, draft_in_reserve=True,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs"}),
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs"})),

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .errors import LlmsimError
-from .kv_memory import RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, kv_budget, rank_token_cap
+from .kv_memory import RULES, RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, kv_budget, rank_token_cap
 from .parallelism import Parallelism, kv_copies, replica_kv_bytes_per_token, weight_bytes_per_gpu
 from .profiles.hardware import HardwareProfile
 from .fields import leaf
@@ -148,7 +148,8 @@ def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight
                 f"{b.usable * n / 1e9:.1f} GB ({n} × {gpu.hbm_bytes / 1e9:.1f} GB × gpu_memory_utilization "
                 f"{b.fraction})")
     elif b.knob == "mem_fraction_static":
-        what = (f"{weights} vs usable {b.usable * n / 1e9:.1f} GB for weights and KV under "
+        windows = f" + sliding-window KV {window * n / 1e9:.1f} GB ({g.max_seqs:,} sequences)" if window else ""
+        what = (f"{weights}{windows} vs usable {b.usable * n / 1e9:.1f} GB for weights and KV under "
                 f"mem_fraction_static {b.fraction} of the {(g.hbm - g.runtime) * n / 1e9:.1f} GB free at start"
                 + (f" ({b.why})" if b.why else ""))
     else:
@@ -159,6 +160,29 @@ def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight
     knob = "gpu_memory_utilization" if b.knob == "gpu_memory_utilization" else f"kv_memory.fraction ({b.knob})"
     return (f"{model.name}{DOES_NOT_FIT}{shape} {gpu.name} as {rule} sizes its KV cache: {what}; use more "
             f"GPUs (tp, dp with ep), a smaller weight dtype, a larger GPU or a larger engine.{knob}")
+
+
+def context_room(mem: MemoryPlan, model: ModelProfile, gpu: str, gpus: int, max_model_len: int) -> Optional[str]:
+    """Why the stack would not start because one request of ``max_model_len``
+    tokens does not fit an attention rank's KV pool, in its terms, or None
+    (a rule that starts anyway: :attr:`~.kv_memory.KvRule.needs_one_context`).
+    vLLM checks it once the pool is sized, whatever the traffic: gpt-oss-120b
+    on one H100 at its default 131,072 tokens never serves a request, and a
+    deployment that runs it sets ``--max-model-len``."""
+    if not RULES[mem.rule].needs_one_context:
+        return None
+    rank_blocks = mem.num_blocks // mem.dp
+    need = math.ceil(max_model_len / mem.block_size)
+    if need <= rank_blocks:
+        return None
+    held = rank_blocks * mem.block_size
+    per_rank = "" if mem.dp == 1 else " per attention rank"
+    return (f"{model.name}'s {max_model_len:,}-token context{DOES_NOT_FIT}{gpus}× {gpu} as vLLM sizes its KV "
+            f"cache: one request of max_model_len needs {need * mem.block_size * mem.kv_bytes_per_token / 1e9:,.2f} GB "
+            f"of KV{per_rank}, the pool holds {held:,} tokens ({rank_blocks * mem.block_size * mem.kv_bytes_per_token / 1e9:,.2f} GB), "
+            f"and vLLM refuses to start ('To serve at least one request with the model's max seq len'); set "
+            f"engine.max_model_len (vLLM's --max-model-len) to at most {held:,}, or use more GPUs, an fp8 "
+            f"engine.kv_dtype or a larger gpu_memory_utilization")
 
 
 def activation_bytes_per_token(model: ModelProfile, tp: int) -> float:

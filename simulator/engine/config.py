@@ -124,6 +124,13 @@ class EngineConfig(BaseModel):
                     "preempted (its KV freed, recomputed later). reserve_output (TensorRT-LLM's default "
                     "GUARANTEED_NO_EVICT): a request is admitted only if its prompt and whole output fit beside "
                     "the remaining output of every running request, so nothing is ever preempted; the rest wait")
+    max_model_len: Optional[int] = Field(
+        default=None, ge=1,
+        description="the longest request the server takes, prompt and output together (vLLM's --max-model-len, "
+                    "SGLang's --context-length, TensorRT-LLM's max_seq_len): a longer one is rejected, contiguous "
+                    "KV reserves it, and vLLM refuses to start when one request of it does not fit the KV pool "
+                    "of an attention rank; at most the model's context; default: the model's context "
+                    "(max_position_embeddings), as the stacks take it")
     max_new_tokens: Optional[int] = Field(
         default=None, ge=1, description="contiguous KV: output tokens reserved beyond each prompt (TGI's "
                                         "max_new_tokens); a request asking for more is rejected; default: "

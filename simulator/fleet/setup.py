@@ -16,7 +16,7 @@ from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
-from ..memory import MemoryPlan, plan_memory
+from ..memory import MemoryPlan, context_room, plan_memory
 from ..pipeline import Pipeline, plan_pipeline_memory
 from .pp_refusals import refusal
 from ..profiles import load_hardware, load_model
@@ -97,6 +97,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
     if spec.lora:   # the adapters' GPU slots come out of the KV cache
         lora, mem = lora_setup(spec, cm, mem, gpu, where, source)
     mem = _blocks_override(e, mem, where, source)
+    _holds_one_context(e, model, gpu, mem, spec.tp * spec.dp, where, source)
     replica = rank_limits(drafting_budget(e, spec, where, source), spec.dp)
     return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source),
                      engine=None if replica is e else replica, lora=lora)
@@ -140,6 +141,26 @@ def _blocks_override(e: EngineConfig, mem: MemoryPlan, where: str, source: str |
                           f"{int(room // per_block):,} blocks)", source=source,
                           key_path=f"{where}.engine.num_gpu_blocks_override")
     return replace(mem, num_blocks=n)
+
+
+def _holds_one_context(e: EngineConfig, model: ModelProfile, gpu: HardwareProfile, mem: MemoryPlan, gpus: int,
+                       where: str, source: str | Path | None) -> None:
+    """Refuse ``engine.max_model_len`` past the model's context (the stacks
+    refuse it too), and a pool whose stack would not start because one
+    request of that length does not fit an attention rank's KV
+    (:func:`simulator.memory.context_room`): a pool whose ``kv_memory`` names
+    the stack's accounting, as a backend's does."""
+    ctx = model.max_position_embeddings
+    if e.max_model_len is not None and e.max_model_len > ctx:
+        raise LlmsimError(f"max_model_len {e.max_model_len:,} exceeds {model.name}'s context of {ctx:,} tokens "
+                          f"(the stacks refuse it unless told to ignore the model's limit)", source=source,
+                          key_path=f"{where}.engine.max_model_len")
+    # the stack's start-up check, where the pool names a stack's accounting (its backend's); llmsim's
+    # generic engine sizes its pool as vLLM does but is no vLLM server that would refuse to start
+    named = e.kv_memory is not None
+    why = context_room(mem, model, gpu.name, gpus, e.max_model_len or ctx) if named else None
+    if why is not None:
+        raise LlmsimError(why, source=source, key_path=f"{where}.engine.max_model_len")
 
 
 def rank_limits(e: EngineConfig, dp: int) -> EngineConfig:
@@ -190,4 +211,5 @@ def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, w
         key = err.key_path if err.key_path in ("tp", "pp", "engine.weight_dtype", "engine.backend") else "pp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
     mem = _blocks_override(e, mem, where, source)
+    _holds_one_context(e, model, gpu, mem, spec.tp * spec.pp, where, source)
     return PoolSetup(spec, cm, mem, None, engine=rounds)

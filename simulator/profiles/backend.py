@@ -197,6 +197,9 @@ class GeneratedLaunch(_Strict):
                                                                    "default, the token budget, which the memory "
                                                                    "reserve follows "
                                                                    "(kv_memory.chunked_prefill_size = default)")
+    max_len_to_request: bool = Field(default=False, description="its rule sets the longest request to ISL + "
+                                                                "OSL + 1,500 (engine.max_model_len: vLLM's "
+                                                                "--max-model-len); else the model's context")
     in_evaluation: bool = Field(default=False, description="the 2025 evaluation pipeline (aic-eval, "
                                                            "aic-genai-perf) wrote this stack's engine config "
                                                            "too, block reuse off; else it ran the defaults")

@@ -118,10 +118,12 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
     served = {names.index(p) for p in routes.values()}
     mi, mo = _max_length(sc.workload.input_tokens), _max_length(sc.workload.output_tokens)
     for i in sorted(served):
-        ctx = setups[i].cm.model.max_position_embeddings
+        limit = sc.pools[i].engine.max_model_len
+        ctx = limit or setups[i].cm.model.max_position_embeddings
         if mi is not None and mo is not None and mi + mo > ctx:
-            fail(f"input ({mi}) + output ({mo}) tokens can exceed {setups[i].cm.model.name}'s context "
-                 f"of {ctx} tokens (pool {names[i]!r})", "workload.input_tokens")
+            whose = f"pool {names[i]!r}'s engine.max_model_len" if limit else f"{setups[i].cm.model.name}'s context"
+            fail(f"input ({mi}) + output ({mo}) tokens can exceed {whose} of {ctx} tokens"
+                 + ("" if limit else f" (pool {names[i]!r})"), "workload.input_tokens")
     ids = sc.workload.id_block_tokens(base_dir(source))
     for i, p in enumerate(sc.pools):
         bs = p.engine.block_size

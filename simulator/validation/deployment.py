@@ -149,7 +149,7 @@ GENAI_PERF_EVAL_CLIENT = Client(warmup_rounds=2, counted_rounds=10, drain=True)
 
 
 def engine_keys(deployment: str, stack: str, concurrency: int, isl: int, dp: int = 1,
-                prefill_chunk: Optional[int] = None) -> dict[str, Any]:
+                prefill_chunk: Optional[int] = None, osl: Optional[int] = None) -> dict[str, Any]:
     """Engine keys the deployment sets on top of the stack's defaults; how the
     generator launches each stack is its backend profile's ``aiconfigurator``.
     Its batch is per attention-DP rank (``max_batch_size``, the file's
@@ -161,7 +161,9 @@ def engine_keys(deployment: str, stack: str, concurrency: int, isl: int, dp: int
     ``prefill_chunk``), a rank's token budget is its share of that chunk
     (SGLang divides it by dp), decodes beside counted in it, and the
     generator's ``--max-prefill-tokens`` (ISL + 1,500) is the cap a second
-    prompt must fit under to join a batch (``max_prefill_tokens``)."""
+    prompt must fit under to join a batch (``max_prefill_tokens``). A stack
+    whose rule sets its longest request (``max_len_to_request``: vLLM) gets
+    ISL + OSL + 1,500 as ``max_model_len`` where the row's ``osl`` is known."""
     if deployment not in DEPLOYMENTS:
         raise ValueError(f"unknown deployment {deployment!r}")
     launch = _launch(stack)
@@ -174,6 +176,8 @@ def engine_keys(deployment: str, stack: str, concurrency: int, isl: int, dp: int
     if deployment in _EVAL:
         return {**keys, "prefix_cache": False}
     keys.update(launch.engine)
+    if launch.max_len_to_request and osl is not None:
+        keys["max_model_len"] = isl + osl + _AIC_HEADROOM
     memory: dict[str, Any] = {}
     if launch.graphs_to_concurrency:
         memory["cuda_graph_max_bs"] = batch

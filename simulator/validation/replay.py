@@ -181,8 +181,8 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
         raise LlmsimError(f"row {row.id} cannot be replayed: {row.skip}")
     dep = s.deployment or row.deployment
     spec = deployment.speculative(dep, load_model(row.model).num_nextn_predict_layers)
-    keys = deployment.engine_keys(dep, row.stack, row.concurrency, row.isl, row.dp, _prefill_chunk(row)) \
-        if row.concurrency is not None else {}
+    keys = deployment.engine_keys(dep, row.stack, row.concurrency, row.isl, row.dp, _prefill_chunk(row),
+                                  osl=row.osl) if row.concurrency is not None else {}
     engine = _engine(row, s, keys, spec is not None)
     lengths = {"input_tokens": {"dist": "fixed", "value": row.isl},
                "output_tokens": {"dist": "fixed", "value": row.osl}}

@@ -1,0 +1,115 @@
+"""``engine.max_model_len``: the longest request a server takes, and vLLM's
+refusal to start when one request of it does not fit an attention rank's KV
+pool (v1/core/kv_cache_utils.py ``check_enough_kv_cache_memory``). gpt-oss-120b
+on one H100 at its 131,072-token context leaves vLLM 1.3 GB of KV, 34,976
+tokens: the real server does not start, and a plan must not buy it."""
+from __future__ import annotations
+
+import json
+
+from simulator.memory import context_room, does_not_fit, plan_memory
+from simulator.kv_memory import KvMemory
+from simulator.profiles import load_hardware, load_model
+from simulator.validation.deployment import engine_keys
+from workloads.request import Status
+
+SCENARIO = """\
+name: goss
+workload:
+  arrival: {{type: poisson, rate_per_s: 2}}
+  duration_s: 5
+  input_tokens: {{dist: fixed, value: {isl}}}
+  output_tokens: {{dist: fixed, value: 100}}
+pools:
+  - name: main
+    model: gpt-oss-120b
+    gpu: h100-sxm
+    tp: 1
+    replicas: 1
+    engine: {{backend: {backend}{extra}}}
+"""
+
+
+def _scenario(tmp_path, backend: str = "vllm", extra: str = "", isl: int = 1000):
+    p = tmp_path / "goss.yaml"
+    p.write_text(SCENARIO.format(backend=backend, extra=extra, isl=isl))
+    return p
+
+
+def test_vllm_refuses_a_pool_that_holds_no_request_of_its_context(cli, tmp_path):
+    r = cli("run", _scenario(tmp_path), "-o", tmp_path / "out")
+    assert r.code == 2 and "Traceback" not in r.err
+    assert "pools[0].engine.max_model_len" in r.err and "131,072-token context does not fit on 1× h100-sxm" in r.err
+    assert "at most 34,976" in " ".join(r.err.split())
+    assert not (tmp_path / "out").exists()
+
+
+def test_a_max_model_len_the_pool_holds_runs(cli, tmp_path):
+    r = cli("run", _scenario(tmp_path, extra=", max_model_len: 16384"), "-o", tmp_path / "out")
+    assert r.code == 0, r.err
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert res["completed"] > 0 and res["failed"] == 0
+
+
+def test_the_pool_vllm_refuses_is_one_held_one_token_short():
+    """The check is in blocks of one attention rank: the largest max_model_len the refusal names runs."""
+    model, gpu = load_model("gpt-oss-120b"), load_hardware("h100-sxm")
+    mem = plan_memory(model, gpu, 1, "mxfp4", "bf16", 0.9, 8192, 1024, 16, kv_memory=KvMemory(rule="vllm"))
+    held = mem.num_blocks * mem.block_size
+    assert context_room(mem, model, gpu.name, 1, held) is None
+    why = context_room(mem, model, gpu.name, 1, held + 1)
+    assert why is not None and does_not_fit(why)       # a plan's infeasible candidate, not bad input
+    for rule in ("sglang", "trtllm"):   # they cap a prompt at the pool instead of refusing to start
+        other = plan_memory(model, gpu, 2, "mxfp4", "bf16", 0.9, 8192, 1024, 16, kv_memory=KvMemory(rule=rule))
+        assert context_room(other, model, gpu.name, 2, 10**9) is None
+
+
+def test_tensor_parallel_gpus_hold_the_context(cli, tmp_path):
+    """The same model on two H100s holds 131,072 tokens, so vLLM starts without a max_model_len."""
+    p = _scenario(tmp_path)
+    r = cli("run", p, "--set", "pools.main.tp=2", "-o", tmp_path / "out")
+    assert r.code == 0, r.err
+
+
+def test_max_model_len_past_the_models_context_is_refused(cli, tmp_path):
+    r = cli("run", _scenario(tmp_path, extra=", max_model_len: 200000"), "-o", tmp_path / "out")
+    assert r.code == 2 and "pools[0].engine.max_model_len" in r.err and "context of 131,072" in r.err
+
+
+def test_a_workload_longer_than_max_model_len_is_refused_at_load(cli, tmp_path):
+    r = cli("run", _scenario(tmp_path, extra=", max_model_len: 4096", isl=4000), "-o", tmp_path / "out")
+    assert r.code == 2 and "workload.input_tokens" in r.err and "engine.max_model_len of 4096" in r.err
+
+
+def test_requests_longer_than_max_model_len_are_rejected_on_arrival(tmp_path):
+    """An unbounded length draw past the server's limit is rejected as the server rejects it (HTTP 400)."""
+    from simulator.runner import simulate
+
+    text = SCENARIO.format(backend="sglang", extra=", max_model_len: 2048", isl=1000).replace(
+        "input_tokens: {dist: fixed, value: 1000}", "input_tokens: {dist: lognormal, mean: 1500, std: 1500}")
+    text = text.replace("tp: 1", "tp: 2")
+    p = tmp_path / "long.yaml"
+    p.write_text(text)
+    out = simulate(p)
+    reqs = out.requests
+    long = [r for r in reqs if r.input_tokens + r.output_tokens > 2048]
+    assert long and all(r.status == Status.REJECTED for r in long)
+    assert all(r.status == Status.FINISHED for r in reqs if r.input_tokens + r.output_tokens <= 2048)
+
+
+def test_aiconfigurators_vllm_launch_sets_max_model_len():
+    """Its rule launches vLLM with --max-model-len ISL + OSL + 1,500 (generator/rule_plugin/vllm.rule)."""
+    assert engine_keys("aiconfigurator", "vllm", 8, 1024, osl=1024)["max_model_len"] == 3548
+    assert "max_model_len" not in engine_keys("aiconfigurator", "sglang", 8, 1024, osl=1024)
+    assert "max_model_len" not in engine_keys("aic-eval", "vllm", 8, 1024, osl=1024)
+
+
+def test_estimate_says_vllm_would_not_start(cli):
+    r = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "gpt-oss-120b", "--input", "1000", "--output", "100",
+            "--backend", "vllm", "--json")
+    assert r.code == 0
+    assert any("vLLM refuses to start" in w for w in r.json()["warnings"])
+    ok = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "gpt-oss-120b", "--tp", "2", "--input", "1000",
+             "--output", "100", "--backend", "vllm", "--json")
+    assert "warnings" not in ok.json()
+
