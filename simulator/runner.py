@@ -32,6 +32,7 @@ from .report.fleet_report import llmsim_block, timing_block
 from .scenario.compile import FleetPlan, PoolPlan, compile_scenario
 from .metrics.gaps import GapGrid, GapLog
 from .metrics.results import compute_results
+from .metrics.verdict import slo_met
 from .errors import LlmsimError
 from .scenario.drawn import check_source
 from .scenario.load import load_scenario
@@ -67,7 +68,7 @@ class RunOutput:
         # the headline figures: the generated repr prints the scenario and every request (megabytes in a notebook)
         r, llmsim = self.results, self.results.get("llmsim", {})
         figures = {"completed": r.get("completed"), "ttft_p99_ms": r.get("p99_ttft_ms"),
-                   "tpot_p99_ms": r.get("p99_tpot_ms"), "slo_met": (r.get("slo") or {}).get("met"),
+                   "tpot_p99_ms": r.get("p99_tpot_ms"), "slo_met": slo_met(r),
                    "monthly_usd": llmsim.get("cost", {}).get("monthly_usd")}
         shown = [f"scenario={self.scenario.name!r}", f"requests={len(self.requests)}"]
         shown += [f"{k}={round(v, 2) if isinstance(v, float) else v!r}" for k, v in figures.items() if v is not None]

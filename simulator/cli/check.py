@@ -178,18 +178,12 @@ def _pct(rel: Optional[float], tolerance: Optional[float] = None) -> str:
     return f"{shown}%"
 
 
-def _slo_blocks(job: _Job, results: dict[str, Any]) -> list[tuple[str, dict[str, Any]]]:
-    """The blocks :func:`~simulator.metrics.verdict.slo_blocks` judges, as ``llmsim run`` does."""
-    from ..metrics.verdict import slo_blocks
-
-    return slo_blocks(results, [c.name for c in getattr(job.scenario, "classes", None) or [] if c.slo])
-
-
 def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
     from ..metrics.intervals import targets_at_confidence
+    from ..metrics.verdict import slo_blocks
     from ..validation.error_model import regime_of_run
 
-    blocks = _slo_blocks(job, results)
+    blocks = slo_blocks(results)      # the blocks llmsim run judges
     judged = {}
     if job.confidence is not None:      # each target's one-sided bound under llmsim's error model
         regime = regime_of_run(job.scenario, results)

@@ -20,7 +20,6 @@ from .options import (Address, ConnectTimeout, ExecutorName, Workers, check_conn
 
 if TYPE_CHECKING:   # scenarios and the runner on first use: `llmsim --help` imports this module
     from ..runner import RunOutput
-    from ..scenario.schema import Scenario
     from ..validation.error_model import ErrorModel
 
 
@@ -141,7 +140,7 @@ def run(ctx: typer.Context,
             write_run_files(stage, out, plots=draw)
     if json:
         print_json(out.results)
-        _exit_on_verdict(out.results, sc, exit_zero)
+        _exit_on_verdict(out.results, exit_zero)
         return
     _print_run(out.results, model_note)
     if shards is not None:
@@ -152,14 +151,14 @@ def run(ctx: typer.Context,
     if output is not None:
         console.print(f"wrote {output}/results.json, run.json, scenario.yaml, the per-request table"
                       f"{', report.html and plots' if draw else ''}", markup=False)
-    _exit_on_verdict(out.results, sc, exit_zero)
+    _exit_on_verdict(out.results, exit_zero)
 
 
-def _exit_on_verdict(results: dict, sc: Scenario, exit_zero: bool) -> None:
+def _exit_on_verdict(results: dict, exit_zero: bool) -> None:
     """A missed SLO or an overloaded fleet ends in exit code 1, as in ``llmsim check``."""
     from ..metrics.verdict import EXIT_MISSED, failures
 
-    why = failures(results, [c.name for c in sc.classes if c.slo])
+    why = failures(results)
     if why and not exit_zero:
         err_console.print("exit 1: " + "; ".join(why), markup=False)
         raise typer.Exit(EXIT_MISSED)

@@ -32,6 +32,9 @@ FIELDS = {
     **{k: f for k, f in latency_fields(_KEYS, "the class's completed requests").items()},
     "request_throughput": leaf("req/s", "the class's completed requests / the window"),
     "slo": block("the class's own SLO (else the scenario's), judged", SLO_FIELDS, when="an SLO applies"),
+    "slo_declared": leaf("bool", "the class declares its own SLO, which the run is judged on (llmsim run's exit "
+                                 "code, plan, sweep, check); false: its slo block holds the scenario's targets "
+                                 "over its requests, for information", when="an SLO applies"),
 }
 
 
@@ -61,5 +64,6 @@ def class_block(requests: "Records | Sequence[Request]", classes: Sequence, clas
         block.update({k: res.get(k) for k in _KEYS})
         if "slo" in res:
             block["slo"] = res["slo"]
+            block["slo_declared"] = bool(own)
         out[name] = block
     return out

@@ -30,6 +30,7 @@ import numpy as np
 from ..errors import LlmsimError
 from ..validation.error_model import ErrorModel, Lookup, Regime, isl_band, residual_metric
 from ..fields import block, leaf
+from .verdict import slo_met
 
 __all__ = ["check_confidence", "mixture", "interval", "upper_bound", "interval_keys", "intervals_block",
            "slo_key", "targets_at_confidence", "spread_block"]
@@ -72,7 +73,8 @@ REPLICATE_FIELDS = {
     "spread": block("per figure", {_FIGURE: block("one figure over the seeds", {
         "mean": leaf("as the figure", "mean"), "std": leaf("as the figure", "standard deviation (ddof 1)"),
         "min": leaf("as the figure", "lowest"), "max": leaf("as the figure", "highest")})}),
-    "slo_met": leaf("count", "seeds whose run met the whole SLO", when="the scenario declares an slo"),
+    "slo_met": leaf("count", "seeds whose run met every SLO it is judged on (llmsim.slo_met)",
+                    when="the scenario declares an SLO"),
     "slo_targets_met": block("per SLO target, the seeds that met it", {"<target>": leaf("count", "seeds")},
                              when="the scenario declares an slo"),
 }
@@ -201,8 +203,10 @@ def spread_block(replicates: Sequence[Mapping[str, Any]], seeds: Sequence[int]) 
                            "min": float(v.min()), "max": float(v.max())}
     out: dict[str, Any] = {"count": len(replicates), "seeds": list(seeds), "spread": spread}
     slos = [r.get("slo") for r in replicates]
+    verdicts = [slo_met(r) for r in replicates]
+    if all(v is not None for v in verdicts):
+        out["slo_met"] = sum(1 for v in verdicts if v)
     if all(s is not None for s in slos):
-        out["slo_met"] = sum(1 for s in slos if s.get("met"))
         out["slo_targets_met"] = {k: sum(1 for s in slos if s["targets"].get(k, {}).get("met"))
                                   for k in slos[0].get("targets", {})}
     return out

@@ -212,6 +212,14 @@ def compute_results(requests: Iterable[Request], gaps: GapLog | GapGrid | None, 
     block = dict(llmsim or {})
     block.setdefault("request_status", status)
     res["llmsim"] = block
+    if llmsim is not None:
+        from .verdict import slo_met    # here: the verdict reads blocks whose modules import this one
+
+        verdict = slo_met(res)
+        if verdict is not None:     # the answer's second half, after the load verdict
+            at = list(block).index("load") + 1 if "load" in block else len(block)
+            items = list(block.items())
+            res["llmsim"] = dict([*items[:at], ("slo_met", verdict), *items[at:]])
     return jsonable(res)
 
 

@@ -9,11 +9,11 @@ traffic, as declared (its ``slo`` block in results.json is informative).
 """
 from __future__ import annotations
 
-from typing import Any, Iterable, Mapping
+from typing import Any, Mapping, Optional
 
 from .by_input_length import bucket_slo_blocks
 
-__all__ = ["EXIT_MISSED", "slo_blocks", "failures", "ms_past"]
+__all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "failures", "ms_past"]
 
 #: Exit code of ``llmsim run`` and ``llmsim check`` for a result that fails
 #: (bad input stays 2): CI can tell "the fleet got worse" from "the check is broken".
@@ -31,22 +31,32 @@ def ms_past(value_ms: float, target_ms: float, grouped: bool = True) -> str:
     return f"{value_ms:{sep}.4f} ms"
 
 
-def slo_blocks(results: Mapping[str, Any], own_slo_classes: Iterable[str] = ()
-               ) -> list[tuple[str, Mapping[str, Any]]]:
-    """(label, slo block) of every declared SLO the run is judged on."""
-    blocks: list[tuple[str, Mapping[str, Any]]] = [("SLO", results.get("slo") or {})]
+def slo_blocks(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:
+    """(label, slo block) of every declared SLO the run is judged on: the
+    scenario's (``SLO``), each class that declares its own (``SLO <class>``,
+    ``slo_declared``), each prompt-length bucket that does."""
+    blocks: list[tuple[str, Mapping[str, Any]]] = [("SLO", results["slo"])] if results.get("slo") else []
     measured = (results.get("llmsim") or {}).get("classes") or {}
-    blocks += [(f"SLO {name}", measured[name].get("slo") or {}) for name in own_slo_classes if name in measured]
+    blocks += [(f"SLO {name}", c["slo"]) for name, c in measured.items() if c.get("slo_declared") and c.get("slo")]
     return blocks + list(bucket_slo_blocks(results))
 
 
-def failures(results: Mapping[str, Any], own_slo_classes: Iterable[str] = ()) -> list[str]:
+def slo_met(results: Mapping[str, Any]) -> Optional[bool]:
+    """Whether every SLO the run is judged on holds (:func:`slo_blocks`);
+    None when it declares none. The one verdict ``run``, ``plan``,
+    ``sweep``, ``check`` and the pages give: the scenario's ``slo.met``
+    alone passed a fleet whose paid class missed its own target."""
+    blocks = slo_blocks(results)
+    return all(bool(b.get("met")) for _, b in blocks) if blocks else None
+
+
+def failures(results: Mapping[str, Any]) -> list[str]:
     """Why the run fails, one line per reason; empty when it passes."""
     out = []
     load = (results.get("llmsim") or {}).get("load") or {}
     if load.get("overloaded"):
         out.append(f"load {load['verdict']}")
-    for label, block in slo_blocks(results, own_slo_classes):
+    for label, block in slo_blocks(results):
         for key, target in (block.get("targets") or {}).items():
             if not target.get("met"):
                 measured = target.get("measured_ms")

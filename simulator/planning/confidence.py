@@ -14,18 +14,17 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ..metrics.by_input_length import bucket_slo_blocks
 from ..metrics.intervals import targets_at_confidence
-from ..metrics.verdict import ms_past
+from ..metrics.verdict import ms_past, slo_blocks
 from ..validation.error_model import ErrorModel, Regime
 
 __all__ = ["slo_targets_text", "judge_at_confidence"]
 
 
 def slo_targets_text(results: Mapping[str, Any]) -> Optional[str]:
-    """The run's SLO blocks (the fleet's, then each prompt-length bucket's) as a JSON text column."""
-    blocks = [("SLO", results["slo"])] if results.get("slo") else []
-    blocks += list(bucket_slo_blocks(results))
+    """The SLO blocks the run is judged on (:func:`~simulator.metrics.verdict.slo_blocks`: the
+    fleet's, each class's own, each prompt-length bucket's) as a JSON text column."""
+    blocks = slo_blocks(results)
     if not blocks:
         return None
     return json.dumps([[label, {"targets": {k: {f: t.get(f) for f in ("metric", "percentile", "target_ms",

@@ -24,10 +24,9 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import LlmsimError
-from ..metrics.verdict import ms_past
+from ..metrics.verdict import ms_past, slo_blocks, slo_met
 from ..inputs import code_digest, file_digest
 from ..reads import recorded_reads
-from ..metrics.by_input_length import bucket_slo_blocks
 from .confidence import slo_targets_text
 from ..profiles.loader import resolve
 from ..validation.error_model import regime_of_run
@@ -175,15 +174,13 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     }
     for column, key in LATENCY_COLUMNS:
         row[column] = results.get(key)
-    slo = results.get("slo")
-    targets = (slo or {}).get("targets", {})
-    row["slo_met"] = slo.get("met") if slo else None
-    misses = [_miss(k, t) for k, t in targets.items() if not t.get("met")]
-    for label, block in bucket_slo_blocks(results):   # prompt-length buckets' own targets must hold too
-        row["slo_met"] = bool(block.get("met")) and row["slo_met"] is not False
-        misses += [f"{label.removeprefix('SLO ')} {_miss(k, t)}" for k, t in block.get("targets", {}).items()
-                   if not t.get("met")]
-    row["slo_failed"] = "; ".join(misses) or None
+    targets = (results.get("slo") or {}).get("targets", {})
+    # every SLO the run is judged on, as llmsim run judges it: the scenario's, each class's and each
+    # prompt-length bucket's own (the scenario's alone passed a fleet whose paid class missed its target)
+    row["slo_met"] = slo_met(results)
+    row["slo_failed"] = "; ".join(f"{'' if label == 'SLO' else label.removeprefix('SLO ') + ' '}{_miss(k, t)}"
+                                  for label, block in slo_blocks(results)
+                                  for k, t in (block.get("targets") or {}).items() if not t.get("met")) or None
     for k, t in targets.items():
         row[f"attainment_{k}"] = t.get("attainment")
     row["slo_targets"] = slo_targets_text(results)     # for judging at a confidence (planning.confidence)

@@ -142,6 +142,9 @@ _ONE_POOL = "the fleet has one pool"
 FIELDS = {
     "product": block("the product behind the simulated slice", product.FIELDS),
     "load": block("does the fleet keep up", load.FIELDS),
+    "slo_met": leaf("bool", "every SLO the run is judged on holds: the scenario's slo, each class's and each "
+                            "prompt-length bucket's own (llmsim run exits 1 otherwise; plan and sweep judge "
+                            "by it)", when="an SLO is declared"),
     "version": leaf("text", "llmsim's version"), "seed": leaf("int", "the scenario's seed"),
     "scenario": leaf("text", "the scenario's name"), "engine": leaf("text", "fast or reference"),
     "calibration": block("where the first pool's GPU cost model comes from", {
@@ -361,7 +364,7 @@ def _contiguous_block(ps: PoolSetup, stats: list[dict], working: float) -> dict:
     cfg = ps.spec.engine
     reserved = sum(s["kv_used_area"] for s in stats)
     filled = sum(s["kv_filled_area"] for s in stats)
-    per_request = None if cfg.max_new_tokens is not None else ps.cm.model.max_position_embeddings
+    per_request = None if cfg.max_new_tokens is not None else cfg.max_model_len or ps.cm.model.max_position_embeddings
     return {
         "mode": "contiguous",
         "reserved_tokens_per_request": per_request if per_request is not None else f"prompt + {cfg.max_new_tokens}",

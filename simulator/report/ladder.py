@@ -58,7 +58,7 @@ _FROM_RESULTS = (
     ("gpus", ("llmsim", "gpus")),
     ("usd_per_request", ("llmsim", "cost", "usd_per_request")),
     ("monthly_usd", ("llmsim", "cost", "monthly_usd")),
-    ("slo_met", ("slo", "met")),
+    ("slo_met", ("llmsim", "slo_met")),     # every SLO the step is judged on, as llmsim run judges it
     ("product_gpus", ("llmsim", "product", "gpus")),
     ("product_monthly_usd", ("llmsim", "product", "monthly_usd")),
 )

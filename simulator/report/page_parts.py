@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 from typing import Any, Iterable, Mapping, Optional, Sequence
+from ..metrics.verdict import slo_blocks, slo_met
 from .summary_format import weights_served
 
 __all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
@@ -94,14 +95,19 @@ def _slo_interval(intervals: Mapping[str, Any], key: str, target: Mapping[str, A
     return None
 
 
-def slo_table(slo: Mapping[str, Any], llmsim: Mapping[str, Any]) -> str:
-    intervals = _intervals(llmsim)
+def slo_table(results: Mapping[str, Any]) -> str:
+    """Every target the run is judged on (:func:`~simulator.metrics.verdict.slo_blocks`), a class's or
+    prompt-length bucket's named before its metric; the intervals are the fleet's figures'."""
+    intervals = _intervals(results.get("llmsim") or {})
     rows = []
-    for key, t in (slo.get("targets") or {}).items():
-        att = t.get("attainment")
-        rows.append(["✓ met" if t.get("met") else "✗ missed", f"{t['metric'].upper()} p{t['percentile']:g}",
-                     f"≤ {t['target_ms']:,g} ms", _ms(t.get("measured_ms")),
-                     _slo_interval(intervals, key, t) or "—", "—" if att is None else f"{100 * att:.1f} %"])
+    for label, block in slo_blocks(results):
+        whose = "" if label == "SLO" else label.removeprefix("SLO ") + ": "
+        for key, t in (block.get("targets") or {}).items():
+            att = t.get("attainment")
+            rows.append(["✓ met" if t.get("met") else "✗ missed", f"{whose}{t['metric'].upper()} p{t['percentile']:g}",
+                         f"≤ {t['target_ms']:,g} ms", _ms(t.get("measured_ms")),
+                         (_slo_interval(intervals, key, t) if not whose else None) or "—",
+                         "—" if att is None else f"{100 * att:.1f} %"])
     return table(["verdict", "target", "limit", "simulated (ms)", "interval (ms)", "within the limit"], rows,
                  cls="slo")
 
@@ -111,7 +117,6 @@ def run_answer(results: Mapping[str, Any]) -> str:
     llmsim = results.get("llmsim") or {}
     prod = llmsim.get("product") or {}
     load = llmsim.get("load") or {}
-    slo = results.get("slo")
     n = prod.get("slices") or 1    # null as absent; run_folder lets no other non-count through
     whose = "the product" if n > 1 else "the fleet"
     parts = [figure("llmsim.product.gpus", prod.get("gpus"), whole(prod.get("gpus")), f"GPUs at peak, {whose}"),
@@ -124,9 +129,12 @@ def run_answer(results: Mapping[str, Any]) -> str:
     if prod.get("pooled_gpus") is not None and prod.get("pooled_gpus") != prod.get("gpus"):
         parts.append(figure("llmsim.product.pooled_gpus", prod["pooled_gpus"], whole(prod["pooled_gpus"]),
                             "GPUs at peak as one pooled fleet (one standby set, not one per slice)"))
-    if slo:
-        parts.append(figure("slo.met", slo.get("met"), "SLO met" if slo.get("met") else "SLO missed",
-                            "every target of the scenario's slo", "ok" if slo.get("met") else "bad"))
+    met = slo_met(results)
+    if met is not None:     # results.json before llmsim.slo_met held the scenario's slo alone
+        key = "llmsim.slo_met" if "slo_met" in llmsim else "slo.met"
+        parts.append(figure(key, met, "SLO met" if met else "SLO missed",
+                            "every target the run is judged on: the scenario's slo, each class's and "
+                            "prompt-length bucket's own", "ok" if met else "bad"))
     if load:
         over = load.get("overloaded")
         parts.append(figure("llmsim.load.overloaded", over, "OVERLOADED" if over else "keeps up",
@@ -145,7 +153,7 @@ def run_answer(results: Mapping[str, Any]) -> str:
         lines.append(f"Load: {load.get('verdict')}")
     return ('<section id="answer"><div class="figures">' + "".join(parts) + "</div>"
             + "".join(f"<p>{esc(line)}</p>" for line in lines)
-            + (slo_table(slo, llmsim) if slo else "") + _intervals_table(llmsim) + "</section>")
+            + (slo_table(results) if met is not None else "") + _intervals_table(llmsim) + "</section>")
 
 
 def _intervals_table(llmsim: Mapping[str, Any]) -> str:

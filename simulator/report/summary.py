@@ -7,12 +7,13 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Any, Mapping
+from typing import Any, Mapping, Optional
 
 from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
+from ..metrics.verdict import slo_blocks, slo_met
 from .fleet_summary import classes_table, headline, pools_table, ttft_budget_table
 
 __all__ = ["summary_table"]
@@ -70,20 +71,26 @@ def _latency(results: Mapping[str, Any]) -> Table:
     return t
 
 
-def _slo(slo: Mapping[str, Any]) -> Table:
-    t = Table(title=f"SLO {OK if slo.get('met') else FAIL} {'met' if slo.get('met') else 'missed'}",
-              title_justify="left")
+def _slo(results: Mapping[str, Any]) -> Optional[Table]:
+    """Every target the run is judged on (the scenario's, each class's and prompt-length bucket's
+    own, named before the metric), under the one verdict ``llmsim run`` exits on; None without any."""
+    met = slo_met(results)
+    if met is None:
+        return None
+    t = Table(title=f"SLO {OK if met else FAIL} {'met' if met else 'missed'}", title_justify="left")
     for name, justify in (("", "center"), ("target", "left"), ("limit", "right"), ("simulated", "right"),
                           ("attainment", "right")):
         t.add_column(name, justify=justify)
-    for target in slo.get("targets", {}).values():
-        pct = target["percentile"]
-        pct_s = f"p{int(pct)}" if int(pct) == pct else f"p{pct}"
-        att = target.get("attainment")
-        t.add_row(OK if target["met"] else FAIL, f"{target['metric'].upper()} {pct_s}",
-                  f"≤ {_num(target['target_ms'])} ms", _num(target.get("measured_ms")),
-                  "—" if att is None else f"{100 * att:.1f}%")
-    goodput = slo.get("goodput")
+    for label, block in slo_blocks(results):
+        whose = "" if label == "SLO" else label.removeprefix("SLO ") + ": "
+        for target in (block.get("targets") or {}).values():
+            pct = target["percentile"]
+            pct_s = f"p{int(pct)}" if int(pct) == pct else f"p{pct}"
+            att = target.get("attainment")
+            t.add_row(OK if target["met"] else FAIL, f"{whose}{target['metric'].upper()} {pct_s}",
+                      f"≤ {_num(target['target_ms'])} ms", _num(target.get("measured_ms")),
+                      "—" if att is None else f"{100 * att:.1f}%")
+    goodput = (results.get("slo") or {}).get("goodput")
     if goodput:
         frac = goodput.get("good_fraction")
         limits = ", ".join(f"{m.upper()} ≤ {_num(v)}" for m, v in goodput["thresholds_ms"].items())
@@ -162,7 +169,7 @@ def summary_table(results: Mapping[str, Any]) -> Group:
     parts = [headline(llmsim), _counts(results), _latency(results), ttft_budget_table(llmsim), pools_table(llmsim),
              classes_table(llmsim), _cost(cost, llmsim.get("pools") or {}, llmsim.get("product") or {},
                                    llmsim.get("energy")) if cost else None,
-             _slo(results["slo"]) if results.get("slo") else None]
+             _slo(results)]
     # A group, not a grid: each part at its own width (a grid pads every line to the widest).
     shown: list = []
     for part in parts:
