@@ -356,3 +356,13 @@ def test_a_verdict_turns_rather_than_moving_by_minus_one(tmp_path, cli, monkeypa
     assert [c.strip() for c in rows["slo.targets.ttft_p99_ms.met"].split("│")[4:6]] == ["—", "same"]
     met = [c for c in cli("compare", a_file, b_file, "--json").json()["changes"] if c["key"] == "slo.met"]
     assert met == [{"key": "slo.met", "a": True, "b": False, "delta": None, "rel": None, "worse": True}]
+
+
+def test_a_block_that_is_null_in_one_file_holds_nothing_there():
+    """chatbot against dau-10m read `llmsim.classes.free.slo.met true → — worse`: dau-10m has no classes
+    (`llmsim.classes` null), so free's verdict is only in A, not a verdict that vanished."""
+    a = {"llmsim": {"classes": {"free": {"slo": {"met": True}}}}}
+    b = {"llmsim": {"classes": None}}
+    changes = {c.key: c for c in diff(a, b)}
+    c = changes["llmsim.classes.free.slo.met"]
+    assert c.only_in == "a" and c.worse is None

@@ -102,8 +102,9 @@ def test_no_key_one_side_lacks_is_ever_worse_or_better(a, b):
     fa, fb = flatten(a), flatten(b)
 
     def holds(key: str, flat: dict) -> bool:
-        """The key, a block under it, or a figure where its block would be."""
-        return key in flat or any(k.startswith(key + ".") or key.startswith(k + ".") for k in flat)
+        """The key, a block under it, or a figure where its block would be (a null there is no block)."""
+        return key in flat or any(k.startswith(key + ".") or key.startswith(k + ".") and flat[k] is not None
+                                  for k in flat)
 
     for c in diff(a, b, include_unchanged=True):
         if c.only_in is not None:

@@ -195,8 +195,17 @@ def test_the_reported_repro_in_a_real_process(run_folder, tmp_path, cli_subproce
     _edit_json("results.json", _set("llmsim", "oops"))(folder)
     r = cli_subprocess("report", folder)
     assert r.code == 2 and "Traceback" not in r.err, r.err
-    assert r.err.strip() == (f"error: {folder / 'results.json'}: llmsim: expected a mapping (a JSON object) or "
-                             f"null, got the text 'oops'")
+    assert r.err.strip() == (f"error: {folder / 'results.json'}: llmsim: expected a mapping (a JSON object), "
+                             f"got the text 'oops'")
+
+
+def test_a_results_json_without_what_every_run_writes_is_refused(tmp_path, cli):
+    """{"completed": 5} made a page of "seed None, engine None, 0 simulated seconds"."""
+    folder = tmp_path / "bare"
+    folder.mkdir()
+    (folder / "results.json").write_text('{"completed": 5}')
+    r = cli("report", folder)
+    assert r.code == 2 and "llmsim: missing" in r.err and not (folder / "report.html").exists()
 
 
 @pytest.mark.parametrize("case, edit", [

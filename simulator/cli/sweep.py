@@ -19,6 +19,20 @@ from .examples import epilog
 _SHOWN = ("ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms", "slo_met", "monthly_usd", "wall_time_s", "error")
 
 
+def _partial_page(out: Path) -> str:
+    """The page of the table a stopped sweep wrote (the page of an earlier sweep into the folder would
+    sit beside it, counting other points), or no page: what to add to the kept line."""
+    page = out / "report.html"
+    try:
+        from ..report.page import write_report
+
+        write_report(out)
+        return f" and {page}"
+    except Exception:       # no table yet, or one the page cannot read: no page rather than a stale one
+        page.unlink(missing_ok=True)
+        return ""
+
+
 @app.command("sweep", epilog=epilog("sweep"))
 def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid and/or points"),
           output: Optional[str] = typer.Option(None, "-o", "--output",
@@ -34,8 +48,9 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
     wall = time.perf_counter()
     def kept() -> str:
         done = sum((out / "points" / f"{p.key}.json").exists() for p in points)
+        page = _partial_page(out)
         return (f"{done} of {len(points)} points finished and kept in {out / 'points'} (the table "
-                f"{out / 'sweep.parquet'} lists them); rerun the same command to run the rest")
+                f"{out / 'sweep.parquet'}{page} lists them); rerun the same command to run the rest")
 
     with kept_if_stopped(kept), open_executor(executor, workers, address, connect_timeout) as ex, \
             runs_progress(len(points), "sweep") as on_row:

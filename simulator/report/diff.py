@@ -317,11 +317,13 @@ def _lacks(key: str, leaves: Mapping[str, Any], blocks: Mapping[str, Any]) -> bo
     nothing at ``key``: neither the key, nor a figure where the key's block
     would be (``p99_ttft_ms`` a number where the other file's
     ``p99_ttft_ms.0`` sits: that pair is shown at ``p99_ttft_ms``, as a figure
-    beside a block)."""
+    beside a block). A null where the block would be holds nothing
+    (``llmsim.classes`` of a run without classes: its classes' SLO verdicts
+    are another run's alone, not verdicts that vanished)."""
     if key in leaves or key in blocks:
         return False
     parts = key.split(".")
-    return not any(".".join(parts[:i]) in leaves for i in range(1, len(parts)))
+    return not any(leaves.get(".".join(parts[:i])) is not None for i in range(1, len(parts)))
 
 
 def misshapen(results: Mapping[str, Any]) -> Optional[tuple[str, str]]:

@@ -230,7 +230,8 @@ _PLAN_COLS = (("product_gpus", "product GPUs", whole), ("product_monthly_usd", "
 
 def _fleet_rows(rows: list[Mapping[str, Any]], keys: list[str], extra: tuple = ()) -> str:
     cols = [c for c in _PLAN_COLS if any(r.get(c[0]) is not None for r in rows)]
-    shown = [[*(r.get("overrides", r).get(k) for k in keys), "✓" if r.get("slo_met") else "✗",
+    shown = [[*(r.get("overrides", r).get(k) for k in keys),
+              "—" if r.get("slo_met") is None else "✓" if r["slo_met"] else "✗",
               *(fmt(r.get(k)) for k, _, fmt in cols), *(r.get(k) or "" for k, _ in extra)] for r in rows]
     return table([*keys, "SLO", *(h for _, h, _ in cols), *(h for _, h in extra)], shown)
 
@@ -255,14 +256,32 @@ def _plan_body(folder: Path) -> tuple[str, str]:
     else:
         parts = [figure("best", None, "no fleet", "of those searched meets the SLO", "bad")]
         what = "No combination meets the SLO in the range searched."
+    confidence = plan.get("confidence")
+    notes = [] if confidence is None else [_confidence_note(confidence, plan.get("by_confidence") or {})]
+    notes += [f"warning: {w}" for w in plan.get("warnings") or []]
     points = plan.get("probes") or cands
-    body = ['<section id="answer"><div class="figures">', *parts, f"</div><p>{esc(what)}</p></section>",
+    body = ['<section id="answer"><div class="figures">', *parts, f"</div><p>{esc(what)}</p>",
+            *(f"<p>{esc(n)}</p>" for n in notes), "</section>",
             "<h2>Candidates</h2>", _fleet_rows(cands, keys, (("probes", "runs"), ("failed_slo", "missed"))),
             _charts(charts.pareto_chart(points, best, f"{name}: cost against p99 TTFT of every fleet simulated")),
             "<h2>The search</h2><pre>" + esc(json.dumps({k: plan.get(k) for k in ("scenario", "variants", "set",
                                                                                   "mode", "searched", "seeds",
                                                                                   "rank_by")}, indent=2)) + "</pre>"]
     return f"llmsim plan: {name}", "".join(body)
+
+
+def _confidence_note(confidence: float, by_confidence: Mapping[str, Any]) -> str:
+    """What a plan at a confidence judged, and the answer on the simulated figures beside it, as the
+    terminal says them: without it a page reading "no fleet" hides the fleet that meets the SLO at 50 %."""
+    note = (f"Judged at {100 * confidence:g} % confidence: every SLO target's bound under llmsim's measured "
+            f"error must meet it.")
+    half = (by_confidence.get("levels") or {}).get("0.5")
+    if half and confidence != 0.5:
+        fleet = ", ".join(f"{k}={v}" for k, v in (half.get("overrides") or {}).items())
+        note += (f" On the simulated figures (50 %): {fleet}, {whole(half.get('product_gpus', half.get('gpus')))} GPUs, "
+                 f"{money(half.get('product_monthly_usd', half.get('monthly_usd')))}/month." if half.get("met")
+                 else " On the simulated figures (50 %) no fleet searched meets it either.")
+    return note
 
 
 def _sweep_table(folder: Path) -> Optional[Any]:
@@ -277,7 +296,10 @@ def _sweep_table(folder: Path) -> Optional[Any]:
 
 
 def _sweep_body(folder: Path, df: Any) -> tuple[str, str]:
-    first = [c for c in df.columns if "." in c]
+    # the grid's keys: key paths, and top-level scenario keys such as seed (a grid may vary them too)
+    from ..scenario.schema import Scenario
+
+    first = [c for c in df.columns if "." in c or c in Scenario.model_fields]
     rows = [{k: (None if isinstance(v, float) and v != v else v) for k, v in r.items()}
             for r in df.to_dict("records")]
     for r in rows:
@@ -285,8 +307,9 @@ def _sweep_body(folder: Path, df: Any) -> tuple[str, str]:
     met = [r for r in rows if r.get("slo_met")]
     cheapest = min(met, key=lambda r: r.get("product_monthly_usd") or r.get("monthly_usd") or float("inf"),
                    default=None)
-    parts = [figure("points", len(rows), f"{len(rows):,}", "points swept"),
-             figure("slo_met", len(met), f"{len(met):,}", "meet the SLO", "ok" if met else "bad")]
+    parts = [figure("points", len(rows), f"{len(rows):,}", "points swept")]
+    if any(r.get("slo_met") is not None for r in rows):     # without any SLO there is no verdict to count
+        parts.append(figure("slo_met", len(met), f"{len(met):,}", "meet the SLO", "ok" if met else "bad"))
     if cheapest is not None:
         m = cheapest.get("product_monthly_usd") or cheapest.get("monthly_usd")
         parts.append(figure("cheapest_meeting_slo.monthly_usd", m, money(m),

@@ -101,19 +101,21 @@ _CANDIDATES = _Kind("a list of one candidate or more", lambda v: isinstance(v, l
 #: The results.json keys the run page reads, by key path ("*": every key of a mapping, every item of a
 #: list), and what each must be for the page to draw it; a block's keys are checked only where it is there.
 RESULTS_SHAPE: tuple[tuple[str, _Kind], ...] = (
+    # what every llmsim run writes and the page's answer is drawn from ({"completed": 5} made a page of
+    # "seed None, engine None, 0 simulated seconds")
+    ("completed", _NEEDED_NUMBER), ("llmsim", _NEEDED_ITEM), ("llmsim.product", _NEEDED_ITEM),
+    ("llmsim.pools", _NEEDED_ITEM),
     ("request_throughput", _NUMBER), ("output_throughput", _NUMBER),
     ("slo", _BLOCK), ("slo.targets", _BLOCK), ("slo.targets.*", _ITEM),
     ("slo.targets.*.metric", _NEEDED_TEXT), ("slo.targets.*.percentile", _NEEDED_NUMBER),
     ("slo.targets.*.target_ms", _NEEDED_NUMBER), ("slo.targets.*.measured_ms", _NUMBER),
     ("slo.targets.*.attainment", _NUMBER),
-    ("llmsim", _BLOCK), ("llmsim.simulated_seconds", _NUMBER),
-    ("llmsim.product", _BLOCK), ("llmsim.product.slices", _SLICES),
+    ("llmsim.simulated_seconds", _NUMBER), ("llmsim.product.slices", _SLICES),
     *((f"llmsim.product.{k}", _NUMBER) for k in ("gpus", "gpus_mean", "monthly_usd", "standby_gpus", "pooled_gpus",
                                                  "kwh_per_month", "co2e_kg_per_month")),
     ("llmsim.product.slice", _BLOCK), ("llmsim.product.slice.gpus", _NUMBER),
     ("llmsim.product.slice.monthly_usd", _NUMBER),
-    ("llmsim.load", _BLOCK),
-    ("llmsim.pools", _BLOCK), ("llmsim.pools.*", _ITEM),
+    ("llmsim.load", _BLOCK), ("llmsim.pools.*", _ITEM),
     *((f"llmsim.pools.*.{k}", _NEEDED_NUMBER) for k in ("gpus", "replicas_min", "replicas_mean", "replicas_max",
                                                         "mean_kv_utilization", "gpu_busy_fraction",
                                                         "mean_batch_size", "max_batch_size")),

@@ -10,7 +10,8 @@ from __future__ import annotations
 import os
 import signal
 import sys
-from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
+import threading
+from concurrent.futures import FIRST_COMPLETED, Future, InvalidStateError, ProcessPoolExecutor, wait
 from typing import Callable, Iterable, Iterator
 
 from ...errors import LlmsimError
@@ -46,6 +47,7 @@ class LocalExecutor(Executor):
             self._pool.shutdown(wait=True)
             self._pool = None
         if self._pool is None:
+            _quiet_broken_pool_race()
             self._pool = ProcessPoolExecutor(max_workers=size, initializer=_die_with_parent)
             self._size = size
         pending: dict[Future, T] = {self._pool.submit(fn, item): item for item in items}
@@ -73,6 +75,29 @@ class LocalExecutor(Executor):
                 proc.terminate()
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def _quiet_broken_pool_race() -> None:
+    """Keep CPython's own race out of the terminal. When a signal stops the
+    workers (SIGTERM reaches the whole process group), the pool's manager
+    thread finds it broken and, before Python 3.12, sets an exception on
+    futures the stopping parent has already cancelled: an InvalidStateError
+    printed as a thread's traceback under llmsim's "terminated" line. Only
+    that error, raised in ``terminate_broken``, is dropped."""
+    previous = threading.excepthook
+    if getattr(previous, "_llmsim_quiet", False):
+        return
+
+    def hook(args: "threading.ExceptHookArgs") -> None:
+        tb, frames = args.exc_traceback, []
+        while tb is not None:
+            frames.append(tb.tb_frame.f_code.co_name)
+            tb = tb.tb_next
+        if not (isinstance(args.exc_value, InvalidStateError) and "terminate_broken" in frames):
+            previous(args)
+
+    hook._llmsim_quiet = True   # type: ignore[attr-defined]
+    threading.excepthook = hook
 
 
 def _die_with_parent() -> None:
