@@ -1,0 +1,54 @@
+"""What the sweep and plan pages say, against what their tables and plan.json hold: a grid over the seed
+had two rows reading "20 ✗" and "20 ✓" (its seed column dropped), a sweep without an SLO read "0 meet the
+SLO" in red, a plan at 90 % confidence hid the confidence, the fleet meeting the SLO at 50 % and its pinned
+price warning, and a stopped sweep left an earlier sweep's page beside the table it kept."""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import yaml
+
+from simulator.cli.sweep import _partial_page
+from test_sweep import write_tiny_scenario
+
+
+def _text(html: str) -> str:
+    import re
+
+    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
+
+
+def test_a_seed_grid_shows_its_seeds_and_no_slo_means_no_verdict(cli, tmp_path):
+    write_tiny_scenario(tmp_path, slo=None)
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump({"base": "tiny.yaml", "grid": {"seed": [1, 2]}}))
+    r = cli("sweep", tmp_path / "sweep.yaml", "--workers", "1", "-o", tmp_path / "sw")
+    assert r.code == 0, r.err
+    page = (tmp_path / "sw" / "report.html").read_text()
+    assert "<th>seed</th>" in page
+    assert "meet the SLO" not in _text(page) and "✗" not in page          # no SLO: no verdict to count or mark
+
+
+def test_a_plan_at_a_confidence_says_so_and_shows_its_warnings(cli, tmp_path):
+    p = write_tiny_scenario(tmp_path, slo={"ttft_p99_ms": 5000, "tpot_p99_ms": 200})
+    r = cli("plan", p, "--vary", "pools.chat.replicas=1..2", "--confidence", "0.9", "--workers", "1",
+            "-o", tmp_path / "plan")
+    assert r.code in (0, 1), r.err
+    plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    text = _text((tmp_path / "plan" / "report.html").read_text())
+    assert "Judged at 90 % confidence" in text and "On the simulated figures (50 %)" in text
+    for w in plan["warnings"]:
+        assert " ".join(w.split()) in text
+
+
+def test_a_stopped_sweep_leaves_the_page_of_the_table_it_kept(tmp_path):
+    folder = tmp_path / "sw"
+    folder.mkdir()
+    row = {"pools.chat.replicas": 1, "seed": 3, "completed": 10, "failed": 0, "slo_met": True,
+           "monthly_usd": 100.0, "gpus": 1, "ttft_p99_ms": 10.0, "tpot_p99_ms": 5.0, "error": None}
+    (folder / "report.html").write_text("<p>an earlier sweep's page: 2 points swept</p>")
+    pd.DataFrame([row, {**row, "pools.chat.replicas": 2}]).to_parquet(folder / "sweep.parquet", index=False)
+    assert _partial_page(folder) == f" and {folder / 'report.html'}"
+    assert "earlier sweep" not in (folder / "report.html").read_text()
+    (folder / "sweep.parquet").unlink()      # nothing kept yet: no page rather than the stale one
+    assert _partial_page(folder) == "" and not (folder / "report.html").exists()
