@@ -141,3 +141,16 @@ def test_keeps_up_on_a_window_shorter_than_its_requests_says_so(tmp_path, cli):
     assert load["verdict"].startswith("keeps up, on a short window:") and "longer one" in load["verdict"]
     fine = json.loads(cli("run", _scenario(tmp_path, "fine", 4), "--json").out)["llmsim"]["load"]
     assert fine["verdict"].startswith("keeps up: ")
+
+
+def test_a_fleet_a_few_percent_short_is_overloaded_on_a_long_enough_window():
+    """Served 4 % below what is offered, the queue grows all run: it read "keeps up" under a fixed 5 % share of
+    the arrivals; the growth is past what the arrivals' randomness allows (2·√(arrivals)). Served 0.5 % short,
+    the same window cannot tell it from chance."""
+    fin = int(Status.FINISHED)
+    t = np.arange(0, 2000, 0.1)                      # 10 req/s for 2,000 s
+    for rate, overloaded in ((9.6, True), (9.95, False)):
+        served = np.arange(t.size) / rate            # served in arrival order at `rate`, never before arriving
+        start = np.maximum(served, t)
+        b = load_block(_records(t, start, start + 0.1, [fin] * t.size), 2000.0)
+        assert b["overloaded"] is overloaded, (rate, b["verdict"])
