@@ -58,7 +58,7 @@ def test_backends_register_by_name():
 def test_options_a_backend_does_not_take_are_errors():
     with pytest.raises(LlmsimError, match="needs --executor dask"):
         make_executor("local", ExecutorOptions(address="tcp://127.0.0.1:8786"))
-    with pytest.raises(LlmsimError, match="--workers must be at least 1"):
+    with pytest.raises(LlmsimError, match="--workers: must be at least 1"):
         make_executor("local", ExecutorOptions(workers=0))
 
 

@@ -186,6 +186,7 @@ def test_intervals_are_shown_beside_the_slo_when_results_carry_them():
 
     assert interval_text({"low": 140.0, "high": 160.5, "level": 0.95}) == "[140, 160.5] (95 %)"
     assert interval_text([1.0, 2.0]) == "[1, 2]" and interval_text({"mean": 3}) is None
+    assert interval_text([8742.3, 33218.9]) == "[8,742, 33,219]"     # was [8,742, 3.322e+04]
     target = {"metric": "ttft", "percentile": 99.0, "target_ms": 2000.0, "measured_ms": 151.2, "attainment": 1.0,
               "met": True}
     results = {"slo": {"met": True, "targets": {"ttft_p99_ms": target}},

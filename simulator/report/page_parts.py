@@ -65,6 +65,12 @@ def kv_rows(pairs: Iterable[tuple[str, Any]]) -> str:
             + "</tbody></table>")
 
 
+def _bound(x: float) -> str:
+    """One end of an interval: four significant digits, whole with thousands separated from 1,000 on
+    ("[8,742, 33,220]", not "[8,742, 3.322e+04]")."""
+    return f"{x:,.0f}" if abs(x) >= 1000 else f"{x:.4g}"
+
+
 def interval_text(v: Any) -> Optional[str]:
     """An interval however it is stored: ``{low, high}`` (or lo/hi,
     lower/upper, with an optional level), or a two-number list."""
@@ -73,9 +79,9 @@ def interval_text(v: Any) -> Optional[str]:
             if isinstance(v.get(lo), (int, float)) and isinstance(v.get(hi), (int, float)):
                 level = v.get("level", v.get("confidence"))
                 tail = f" ({100 * level:g} %)" if isinstance(level, (int, float)) and level <= 1 else ""
-                return f"[{v[lo]:,.4g}, {v[hi]:,.4g}]{tail}"
+                return f"[{_bound(v[lo])}, {_bound(v[hi])}]{tail}"
     if isinstance(v, (list, tuple)) and len(v) == 2 and all(isinstance(x, (int, float)) for x in v):
-        return f"[{v[0]:,.4g}, {v[1]:,.4g}]"
+        return f"[{_bound(v[0])}, {_bound(v[1])}]"
     return None
 
 

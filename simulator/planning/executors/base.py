@@ -90,7 +90,7 @@ def check_executor(name: str, options: ExecutorOptions = ExecutorOptions()) -> N
         raise LlmsimError(f"unknown executor {name!r} (valid: {', '.join(sorted(EXECUTORS))})",
                           key_path="--executor")
     if options.workers is not None and options.workers < 1:
-        raise LlmsimError(f"--workers must be at least 1 (got {options.workers})", key_path="--workers")
+        raise LlmsimError(f"must be at least 1 (got {options.workers})", key_path="--workers")
 
 
 def make_executor(name: str, options: ExecutorOptions = ExecutorOptions()) -> Executor:
