@@ -921,14 +921,12 @@ def chatbot_sizing(r: Runner) -> str:
             f"{worst(met, 'tpot_p99_ms')} ms and {worst(met, 'ttft_p99_ms')} ms. The scenario keeps {kept:g}, the "
             f"most headroom of the band, at {f'{extra:.1f}' if extra == extra else '—'} % more a month than "
             f"{name(met[-1])}. The paid pool never "
-            "scales past its first replica at this load, whatever its target. "
-            + (f"No cap on the free pool meets every target on this half hour (`{CHATBOT_CAPS} --workers 1`); "
-               if cap is None else
-               "A lower cap on the free pool is cheaper on this half hour and still meets every target: at "
-               f"`max_replicas` {cap['overrides']['pools.free.autoscaling.max_replicas']} the shard peaks at "
-               f"{cap['gpus']} GPUs, {usd(cap['monthly_usd'])} a month against {month(kept)} "
-               f"(`{CHATBOT_CAPS} --workers 1`); ")
-            + "the scenario sizes on the target and keeps the cap at 6 as headroom for a peak above the modelled one.")
+            "scales past its first replica at this load, whatever its target. The cheapest cap on the free pool "
+            "that meets every target on this half hour is `max_replicas` "
+            f"{'—' if cap is None else cap['overrides']['pools.free.autoscaling.max_replicas']}: the shard peaks at "
+            f"{'—' if cap is None else cap['gpus']} GPUs, {'—' if cap is None else usd(cap['monthly_usd'])} a month "
+            f"against {month(kept)} (`{CHATBOT_CAPS} --workers 1`); the scenario sizes on the target and keeps the cap "
+            "at 6 as headroom for a peak above the modelled one.")
 
 
 def chatbot_comparison(r: Runner) -> str:

@@ -42,7 +42,7 @@ MODEL = {**_LLAMA3_8B_CONFIG, "name": "m"}
 BENCH = {"completed": 100, "total_input_tokens": 100_000, "total_output_tokens": 20_000, "mean_ttft_ms": 50.0,
          "median_ttft_ms": 45.0, "mean_tpot_ms": 10.0, "output_throughput": 1000.0, "request_rate": "inf",
          "max_concurrency": 8}
-RESULTS = {"completed": 100, "failed": 0, "p99_ttft_ms": 200.0, "llmsim": {"gpus": 2}}
+RESULTS = {"completed": 100, "failed": 0, "p99_ttft_ms": 200.0, "llmsim": {"gpus": 2, "product": {"gpus": 2}, "pools": {}}}
 BOMB = "a: &a [x, x, x, x, x, x, x, x, x, x]\n" + "".join(
     f"{chr(98 + i)}: &{chr(98 + i)} [{', '.join([f'*{chr(97 + i)}'] * 10)}]\n" for i in range(8))
 DEEP_BLOCK = "".join("  " * i + f"k{i}:\n" for i in range(100)) + "  " * 100 + "v: 1\n"
@@ -712,8 +712,8 @@ def test_an_interrupted_sweep_says_how_many_points_it_kept(tmp_path, cli, monkey
     r = cli("sweep", "sw.yaml", "-o", "out", "--workers", "1")
     assert r.code == 130 and "Traceback" not in r.err
     assert r.err.strip().splitlines() == [
-        "interrupted: 1 of 3 points finished and kept in out/points (the table out/sweep.parquet lists them); "
-        "rerun the same command to run the rest"]
+        "interrupted: 1 of 3 points finished and kept in out/points (the table out/sweep.parquet and its page "
+        "out/report.html list them); rerun the same command to run the rest"]
     assert len(list((tmp_path / "out" / "points").glob("*.json"))) == 1
 
 

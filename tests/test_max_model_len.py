@@ -113,3 +113,28 @@ def test_estimate_says_vllm_would_not_start(cli):
              "--output", "100", "--backend", "vllm", "--json")
     assert "warnings" not in ok.json()
 
+
+
+def test_vllm_checks_the_pool_it_measured_before_num_gpu_blocks_override(cli, tmp_path):
+    """vLLM's check runs on the profiled pool, then the override applies (kv_cache_utils.py
+    get_kv_cache_configs): a small override still starts, a large one does not rescue a short pool."""
+    small = cli("run", _scenario(tmp_path, extra=", max_model_len: 16384, num_gpu_blocks_override: 100"),
+                "-o", tmp_path / "a")
+    assert small.code in (0, 1) and "does not fit" not in small.err, small.err
+    big = cli("run", _scenario(tmp_path, extra=", max_model_len: 80000, num_gpu_blocks_override: 100000"),
+              "-o", tmp_path / "b")
+    assert big.code == 2 and "80,000-token context does not fit" in big.err
+
+
+def test_requests_past_max_model_len_are_not_load_turned_away(tmp_path):
+    """Rejected as the stack rejects bad input, they are counted apart from shed: an idle fleet read
+    OVERLOADED ("it shed 7.7 % of the requests") and exited 1."""
+    from simulator.runner import simulate
+
+    text = SCENARIO.format(backend="sglang", extra=", max_model_len: 2048", isl=1000).replace(
+        "input_tokens: {dist: fixed, value: 1000}", "input_tokens: {dist: lognormal, mean: 1500, std: 1500}")
+    p = tmp_path / "long.yaml"
+    p.write_text(text.replace("tp: 1", "tp: 2"))
+    load = simulate(p).results["llmsim"]["load"]
+    assert load["too_long"] > 0 and load["shed"] == 0 and not load["overloaded"]
+    assert "longer than the server takes" in load["verdict"]

@@ -48,7 +48,34 @@ def test_a_stopped_sweep_leaves_the_page_of_the_table_it_kept(tmp_path):
            "monthly_usd": 100.0, "gpus": 1, "ttft_p99_ms": 10.0, "tpot_p99_ms": 5.0, "error": None}
     (folder / "report.html").write_text("<p>an earlier sweep's page: 2 points swept</p>")
     pd.DataFrame([row, {**row, "pools.chat.replicas": 2}]).to_parquet(folder / "sweep.parquet", index=False)
-    assert _partial_page(folder) == f" and {folder / 'report.html'}"
+    assert _partial_page(folder) == f" and its page {folder / 'report.html'}"
     assert "earlier sweep" not in (folder / "report.html").read_text()
     (folder / "sweep.parquet").unlink()      # nothing kept yet: no page rather than the stale one
     assert _partial_page(folder) == "" and not (folder / "report.html").exists()
+
+
+def test_a_seed_grid_page_counts_a_fleet_only_if_every_seed_meets(cli, tmp_path):
+    """The page named "replicas=1, seed=4" the cheapest fleet meeting the SLO while replicas=1 missed at seed 3."""
+    write_tiny_scenario(tmp_path)
+    (tmp_path / "sweep.yaml").write_text(yaml.safe_dump(
+        {"base": "tiny.yaml", "grid": {"pools.chat.replicas": [1, 2, 3], "seed": [1, 2, 3]}}))
+    assert cli("sweep", tmp_path / "sweep.yaml", "--workers", "1", "-o", tmp_path / "sw").code == 0
+    table = pd.read_parquet(tmp_path / "sw" / "sweep.parquet")
+    every = table.groupby("pools.chat.replicas")["slo_met"].all()
+    text = _text((tmp_path / "sw" / "report.html").read_text())
+    assert f"{int(every.sum())} fleets meet the SLO at every seed" in text
+    if every.any():
+        import re
+
+        named = re.search(r"the cheapest point meeting the SLO: (.*?) Points", text).group(1)
+        assert named == f"replicas={int(every[every].index.min())}"        # the fleet, no seed
+
+
+def test_a_class_not_judged_shows_its_verdict_in_parentheses(cli, tmp_path):
+    classes = [{"name": "paid", "share": 0.3}, {"name": "free", "share": 0.7, "slo": {"ttft_p99_ms": 60000}}]
+    p = write_tiny_scenario(tmp_path, classes=classes, slo={"ttft_p99_ms": 1, "tpot_p99_ms": 1000})
+    r = cli("run", p, "--set", "slo.ttft_p99_ms=100000", "--set", "slo.tpot_p99_ms=0.001", "-o", tmp_path / "o")
+    res = json.loads((tmp_path / "o" / "results.json").read_text())
+    assert res["llmsim"]["classes"]["paid"]["slo_declared"] is False
+    assert res["llmsim"]["classes"]["paid"]["slo"]["met"] is False
+    assert "(✗)" in r.out and "(✗)" in (tmp_path / "o" / "report.html").read_text()

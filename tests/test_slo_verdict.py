@@ -80,3 +80,14 @@ def test_plan_and_sweep_judge_class_targets(cli, tmp_path):
     assert s.code == 0, s.err
     row = pd.read_parquet(tmp_path / "sw" / "sweep.parquet").iloc[0]
     assert bool(row["slo_met"]) is False and "a ttft_p99_ms" in row["slo_failed"]
+
+
+def test_compare_leads_with_the_one_verdict():
+    from simulator.cli.compare import HEADLINE, _headline_keys
+    from simulator.report.diff import diff
+
+    a = {"llmsim": {"slo_met": False, "by_input_length": {"buckets": {"0-2000": {"slo": {"met": False}}}}}}
+    b = {"llmsim": {"slo_met": True, "by_input_length": {"buckets": {"0-2000": {"slo": {"met": True}}}}}}
+    keys = _headline_keys(diff(a, b))
+    assert keys[0] == "llmsim.slo_met" and "llmsim.by_input_length.buckets.0-2000.slo.met" in keys
+    assert HEADLINE.index("llmsim.slo_met") < HEADLINE.index("slo.met")

@@ -97,7 +97,7 @@ HEADLINE = (
     "llmsim.gpus_mean", "llmsim.load.overloaded", "llmsim.load.completed_rps", "llmsim.load.offered_rps",
     "median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p99_tpot_ms", "p99_e2el_ms",
     "request_throughput", "output_throughput", "completed", "failed", "cancelled", "llmsim.cost.usd_per_request",
-    "slo.met",
+    "llmsim.slo_met", "slo.met",
 )
 #: Lists of points whose every index would be a key.
 SERIES = ("llmsim.cost.gpu_timeline", "llmsim.cost.monthly_hourly")
@@ -106,7 +106,7 @@ SERIES = ("llmsim.cost.gpu_timeline", "llmsim.cost.monthly_hourly")
 def _headline_keys(changes: list[Change]) -> list[str]:
     keys = {c.key for c in changes}
     verdicts = [k for k in keys if k.startswith("slo.targets.") and k.endswith(".met")
-                or k.startswith("llmsim.classes.") and k.endswith(".slo.met")]
+                or k.startswith(("llmsim.classes.", "llmsim.by_input_length.")) and k.endswith(".slo.met")]
     return [k for k in HEADLINE if k in keys] + sorted(verdicts)
 
 

@@ -27,7 +27,7 @@ def _partial_page(out: Path) -> str:
         from ..report.page import write_report
 
         write_report(out)
-        return f" and {page}"
+        return f" and its page {page}"
     except Exception:       # no table yet, or one the page cannot read: no page rather than a stale one
         page.unlink(missing_ok=True)
         return ""
@@ -50,7 +50,7 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
         done = sum((out / "points" / f"{p.key}.json").exists() for p in points)
         page = _partial_page(out)
         return (f"{done} of {len(points)} points finished and kept in {out / 'points'} (the table "
-                f"{out / 'sweep.parquet'}{page} lists them); rerun the same command to run the rest")
+                f"{out / 'sweep.parquet'}{page} list{'' if page else 's'} them); rerun the same command to run the rest")
 
     with kept_if_stopped(kept), open_executor(executor, workers, address, connect_timeout) as ex, \
             runs_progress(len(points), "sweep") as on_row:

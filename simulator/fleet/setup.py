@@ -96,8 +96,10 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
     lora = None
     if spec.lora:   # the adapters' GPU slots come out of the KV cache
         lora, mem = lora_setup(spec, cm, mem, gpu, where, source)
-    mem = _blocks_override(e, mem, where, source)
+    # vLLM checks the pool it measured, then applies num_gpu_blocks_override (kv_cache_utils.py
+    # get_kv_cache_configs, then get_kv_cache_config_from_groups), as this order does
     _holds_one_context(e, model, gpu, mem, spec.tp * spec.dp, where, source)
+    mem = _blocks_override(e, mem, where, source)
     replica = rank_limits(drafting_budget(e, spec, where, source), spec.dp)
     return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source),
                      engine=None if replica is e else replica, lora=lora)
@@ -210,6 +212,6 @@ def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, w
     except LlmsimError as err:
         key = err.key_path if err.key_path in ("tp", "pp", "engine.weight_dtype", "engine.backend") else "pp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
-    mem = _blocks_override(e, mem, where, source)
     _holds_one_context(e, model, gpu, mem, spec.tp * spec.pp, where, source)
+    mem = _blocks_override(e, mem, where, source)
     return PoolSetup(spec, cm, mem, None, engine=rounds)

@@ -66,7 +66,10 @@ FIELDS = {
     "running_at_end": leaf("count", "requests admitted and not yet ended at T"),
     "queue_growth_rps": leaf("req/s", "(queued_at_end − queued_at_mid) / (T/2)"),
     "unfinished": leaf("count", "requests still pending when the run stopped"),
-    "shed": leaf("count", "requests the fleet turned away (rejected on admission or never fitting)"),
+    "shed": leaf("count", "requests the fleet turned away (rejected on admission or never fitting its KV)"),
+    "too_long": leaf("count", "requests longer than their pool's server takes (engine.max_model_len), rejected "
+                              "as the stack rejects bad input: not shed, since more GPUs would not serve them"),
+    "too_long_fraction": leaf("fraction", "too_long / all requests"),
     "shed_fraction": leaf("fraction", "shed / all requests"),
     "rate_limited": leaf("count", "requests the gateway answered 429"),
     "rate_limited_fraction": leaf("fraction", "rate_limited / all requests"),
@@ -94,8 +97,10 @@ def _queued(rec: Records, end: np.ndarray, t: float) -> int:
     return int(np.count_nonzero(waiting))
 
 
-def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
-    """The ``llmsim.load`` verdict (definitions in the module docstring)."""
+def load_block(rec: Records, window_s: Optional[float], too_long: Optional[np.ndarray] = None) -> dict[str, Any]:
+    """The ``llmsim.load`` verdict (definitions in the module docstring). ``too_long``: the requests longer
+    than their pool's server takes (``engine.max_model_len``), whose rejection is the client's input
+    error, not load turned away: more GPUs would not serve them."""
     rec = Records.of(rec)
     arrival = rec.arrival
     if not len(rec):
@@ -113,7 +118,9 @@ def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
     second_half = int(np.count_nonzero(arrived & (arrival > mid) & ~withdrawn))
     growth = q_end - q_mid
     unfinished = int(np.count_nonzero(status == int(Status.PENDING)))
-    rejected = int(np.count_nonzero(status == int(Status.REJECTED)))
+    refused = status == int(Status.REJECTED)
+    invalid = refused & too_long if too_long is not None else np.zeros_like(refused)
+    rejected = int(np.count_nonzero(refused & ~invalid))
     limited = int(np.count_nonzero(status == int(Status.RATE_LIMITED)))
     cancelled = int(np.count_nonzero(status == int(Status.CANCELLED)))
     growing = growth > growth_noise(second_half, q_mid)
@@ -134,6 +141,8 @@ def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
         "unfinished": unfinished,
         "shed": rejected,
         "shed_fraction": rejected / len(rec),
+        "too_long": int(np.count_nonzero(invalid)),
+        "too_long_fraction": int(np.count_nonzero(invalid)) / len(rec),
         "rate_limited": limited,
         "rate_limited_fraction": limited / len(rec),
         "cancelled": cancelled,
@@ -187,6 +196,7 @@ def _verdict(b: dict[str, Any]) -> str:
 def _unserved(b: dict[str, Any]) -> str:
     """The requests that ended without an answer, each with its cause and share."""
     parts = [(b["shed"], b["shed_fraction"], "shed by the fleet"),
+             (b["too_long"], b["too_long_fraction"], "longer than the server takes (max_model_len)"),
              (b["rate_limited"], b["rate_limited_fraction"], "rate-limited (429) by the gateway"),
              (b["cancelled"], b["cancelled_fraction"], "cancelled by their clients")]
     return ", ".join(f"{n:,} requests ({100 * f:.1f} %) {what}" for n, f, what in parts if n)

@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional
 
 from .by_input_length import bucket_slo_blocks
 
-__all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "failures", "ms_past"]
+__all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "owner", "failures", "ms_past"]
 
 #: Exit code of ``llmsim run`` and ``llmsim check`` for a result that fails
 #: (bad input stays 2): CI can tell "the fleet got worse" from "the check is broken".
@@ -39,6 +39,12 @@ def slo_blocks(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]
     measured = (results.get("llmsim") or {}).get("classes") or {}
     blocks += [(f"SLO {name}", c["slo"]) for name, c in measured.items() if c.get("slo_declared") and c.get("slo")]
     return blocks + list(bucket_slo_blocks(results))
+
+
+def owner(label: str, sep: str = " ") -> str:
+    """Whose targets a :func:`slo_blocks` label holds, as a prefix for a target's name: "" for the
+    scenario's (``SLO``), else the class or bucket followed by ``sep`` ("paid ", "paid: ")."""
+    return "" if label == "SLO" else label.removeprefix("SLO ") + sep
 
 
 def slo_met(results: Mapping[str, Any]) -> Optional[bool]:

@@ -15,7 +15,7 @@ import json
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..metrics.intervals import targets_at_confidence
-from ..metrics.verdict import ms_past, slo_blocks
+from ..metrics.verdict import ms_past, owner, slo_blocks
 from ..validation.error_model import ErrorModel, Regime
 
 __all__ = ["slo_targets_text", "judge_at_confidence"]
@@ -45,7 +45,7 @@ def judge_at_confidence(rows: Sequence[Mapping[str, Any]], confidence: float,
     blocks = [json.loads(r["slo_targets"]) for r in rows]
     judged = targets_at_confidence(blocks, Regime.parse(rows[0].get("regime")), model, confidence)
     bounds = {(t["key"] if t["label"] == "SLO" else f"{t['label']} {t['key']}"): t["bound_ms"] for t in judged}
-    misses = [f"{'' if t['label'] == 'SLO' else t['label'].removeprefix('SLO ') + ' '}{t['key']} "
+    misses = [f"{owner(t['label'])}{t['key']} "
               f"{'unmeasured' if t['bound_ms'] is None else ms_past(t['bound_ms'], t['target_ms'], grouped=False)} at "
               f"{100 * confidence:g} % > {t['target_ms']:g} ms" for t in judged if not t["met"]]
     return not misses, "; ".join(misses) or None, bounds

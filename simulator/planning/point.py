@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import LlmsimError
-from ..metrics.verdict import ms_past, slo_blocks, slo_met
+from ..metrics.verdict import ms_past, owner, slo_blocks, slo_met
 from ..inputs import code_digest, file_digest
 from ..reads import recorded_reads
 from .confidence import slo_targets_text
@@ -178,7 +178,7 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     # every SLO the run is judged on, as llmsim run judges it: the scenario's, each class's and each
     # prompt-length bucket's own (the scenario's alone passed a fleet whose paid class missed its target)
     row["slo_met"] = slo_met(results)
-    row["slo_failed"] = "; ".join(f"{'' if label == 'SLO' else label.removeprefix('SLO ') + ' '}{_miss(k, t)}"
+    row["slo_failed"] = "; ".join(f"{owner(label)}{_miss(k, t)}"
                                   for label, block in slo_blocks(results)
                                   for k, t in (block.get("targets") or {}).items() if not t.get("met")) or None
     for k, t in targets.items():

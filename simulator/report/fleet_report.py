@@ -233,7 +233,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         "ttft_budget": ttft_budget(requests),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
                            monthly=plan.month),
-        "load": load_block(requests, sc.workload.duration_s),
+        "load": load_block(requests, sc.workload.duration_s, _too_long(requests, setups)),
         "simulated_seconds": now,
     })
     out["energy"] = _energy(plan, pools, bills, now, requests)
@@ -247,6 +247,14 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     # The answer first: the product's fleet and bill, then whether it keeps up.
     product = product_block(sc.product.slices if sc.product else 1, out)
     return {"product": product, "load": out.pop("load"), **out}
+
+
+def _too_long(requests: Records, setups: list) -> np.ndarray:
+    """Each request longer than its pool's server takes (``engine.max_model_len``, else the model's
+    context): rejected on arrival as the stack rejects bad input."""
+    limit = {ps.spec.name: ps.spec.engine.max_model_len or ps.cm.model.max_position_embeddings for ps in setups}
+    longest = np.array([limit.get(str(p), np.inf) for p in requests.pool], dtype=float)
+    return (requests.input_tokens + requests.output_tokens) > longest
 
 
 def _energy(plan: FleetPlan, pools: dict[str, Pool], bills: list, now: float, requests: Records) -> dict:

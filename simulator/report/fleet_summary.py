@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .summary_format import OK, FAIL, num
+from .summary_format import class_verdict, num
 
 
 def _whole(v: Any) -> str:
@@ -81,12 +81,12 @@ def classes_table(llmsim: Mapping[str, Any]) -> Optional[Table]:
     classes = llmsim.get("classes")
     if not classes:
         return None
-    t = Table(title="Classes", title_justify="left", caption="TTFT, TPOT in ms", caption_justify="left")
+    t = Table(title="Classes", title_justify="left", caption="TTFT, TPOT in ms; SLO in (): the scenario's targets, "
+                                                            "for information", caption_justify="left")
     for col in ("class", "pool", "prio", "done", "shed", "cancel", "TTFT50", "TTFT99", "TPOT99", "SLO"):
         t.add_column(col, justify="left" if col in ("class", "pool") else "right", no_wrap=True)
     for name, c in classes.items():
-        slo = c.get("slo")
-        verdict = "" if not slo else (OK if slo["met"] else FAIL)
+        verdict = class_verdict(c)
         t.add_row(name, str(c.get("pool")), str(c.get("priority")), num(c["completed"], "int"),
                   num(c["rejected"], "int"), num(c["cancelled"], "int"), _ms(c.get("median_ttft_ms")),
                   _ms(c.get("p99_ttft_ms")), _ms(c.get("p99_tpot_ms"), 1), verdict)

@@ -10,8 +10,8 @@ from __future__ import annotations
 import html
 import json
 from typing import Any, Iterable, Mapping, Optional, Sequence
-from ..metrics.verdict import slo_blocks, slo_met
-from .summary_format import weights_served
+from ..metrics.verdict import owner, slo_blocks, slo_met
+from .summary_format import class_verdict, weights_served
 
 __all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
            "slo_table", "cost_table", "money", "whole", "interval_text"]
@@ -107,7 +107,7 @@ def slo_table(results: Mapping[str, Any]) -> str:
     intervals = _intervals(results.get("llmsim") or {})
     rows = []
     for label, block in slo_blocks(results):
-        whose = "" if label == "SLO" else label.removeprefix("SLO ") + ": "
+        whose = owner(label, ": ")
         for key, t in (block.get("targets") or {}).items():
             att = t.get("attainment")
             rows.append(["✓ met" if t.get("met") else "✗ missed", f"{whose}{t['metric'].upper()} p{t['percentile']:g}",
@@ -191,9 +191,10 @@ def classes_table(llmsim: Mapping[str, Any]) -> str:
         return ""
     rows = [[name, c.get("pool"), c.get("priority"), c.get("completed"), c.get("rejected"), c.get("cancelled"),
              _ms(c.get("median_ttft_ms")), _ms(c.get("p99_ttft_ms")), _ms(c.get("p99_tpot_ms")),
-             "" if not c.get("slo") else ("✓" if c["slo"].get("met") else "✗")] for name, c in classes.items()]
+             class_verdict(c, "✓", "✗")] for name, c in classes.items()]
     return "<h3>Classes</h3>" + table(["class", "pool", "priority", "completed", "shed", "cancelled", "TTFT p50 (ms)",
-                                       "TTFT p99 (ms)", "TPOT p99 (ms)", "SLO"], rows)
+                                       "TTFT p99 (ms)", "TPOT p99 (ms)", "SLO"], rows,
+                                      caption="SLO in (): the scenario's targets over the class, for information")
 
 
 def latency_table(results: Mapping[str, Any]) -> str:

@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..metrics.verdict import slo_blocks, slo_met
+from ..metrics.verdict import owner, slo_blocks, slo_met
 from .fleet_summary import classes_table, headline, pools_table, ttft_budget_table
 
 __all__ = ["summary_table"]
@@ -82,7 +82,7 @@ def _slo(results: Mapping[str, Any]) -> Optional[Table]:
                           ("attainment", "right")):
         t.add_column(name, justify=justify)
     for label, block in slo_blocks(results):
-        whose = "" if label == "SLO" else label.removeprefix("SLO ") + ": "
+        whose = owner(label, ": ")
         for target in (block.get("targets") or {}).values():
             pct = target["percentile"]
             pct_s = f"p{int(pct)}" if int(pct) == pct else f"p{pct}"

@@ -27,3 +27,14 @@ def weights_served(pool: Mapping[str, Any], plain: str = "{weights}", noted: str
         why = f"{scheme}: no {weights} tensor cores on {pool.get('gpu', 'this GPU')}"
         return noted.format(weights=weights, note=why)
     return plain.format(weights=weights)
+
+
+def class_verdict(c: Mapping[str, Any], ok: str = OK, fail: str = FAIL) -> str:
+    """A class's SLO mark: its own targets' verdict, or, for a class the run is not judged on (its slo
+    block the scenario's targets over its requests, ``slo_declared`` false), that verdict in
+    parentheses, for information (a bare ✗ beside "SLO met" read as a miss the run ignored)."""
+    slo = c.get("slo")
+    if not slo:
+        return ""
+    mark = ok if slo.get("met") else fail
+    return mark if c.get("slo_declared", True) else f"({mark})"
