@@ -909,6 +909,13 @@ def chatbot_sizing(r: Runner) -> str:
         return "—" if target is None else f"{target:g}"
 
     month = lambda t: usd(at(t, "monthly_usd")) if t in by else "—"    # noqa: E731
+
+    def capped(key: str) -> str:
+        """The cheapest cap's figure, "—" where no cap meets every target (a smoke-sized run)."""
+        if cap is None:
+            return "—"
+        return {"max_replicas": str(cap["overrides"]["pools.free.autoscaling.max_replicas"]),
+                "gpus": str(cap["gpus"]), "monthly_usd": usd(cap["monthly_usd"])}[key]
     extra = (at(kept, "monthly_usd") / at(met[-1], "monthly_usd") - 1) * 100 if met[-1] in by else float("nan")
     return (f"The free pool scales at {kept:g} requests in flight per replica, the paid one at "
             f"{next(p for p in sc.pools if p.name == 'paid').autoscaling.target:g}. Free targets from {name(met[0])} "
@@ -922,11 +929,10 @@ def chatbot_sizing(r: Runner) -> str:
             f"most headroom of the band, at {f'{extra:.1f}' if extra == extra else '—'} % more a month than "
             f"{name(met[-1])}. The paid pool never "
             "scales past its first replica at this load, whatever its target. The cheapest cap on the free pool "
-            "that meets every target on this half hour is `max_replicas` "
-            f"{'—' if cap is None else cap['overrides']['pools.free.autoscaling.max_replicas']}: the shard peaks at "
-            f"{'—' if cap is None else cap['gpus']} GPUs, {'—' if cap is None else usd(cap['monthly_usd'])} a month "
-            f"against {month(kept)} (`{CHATBOT_CAPS} --workers 1`); the scenario sizes on the target and keeps the cap "
-            "at 6 as headroom for a peak above the modelled one.")
+            f"that meets every target on this half hour is `max_replicas` {capped('max_replicas')}: the shard "
+            f"peaks at {capped('gpus')} GPUs, {capped('monthly_usd')} a month against {month(kept)} "
+            f"(`{CHATBOT_CAPS} --workers 1`); the scenario sizes on the target and keeps the cap at 6 as headroom "
+            "for a peak above the modelled one.")
 
 
 def chatbot_comparison(r: Runner) -> str:

@@ -171,7 +171,7 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
         chunk = _sglang_chunk(spec, g)
         frac, reserved = sglang_mem_fraction_static(mib, g.gpus, g.dp, chunk, bs, g.speculative)
         why = (f"SGLang's default for a {g.hbm / GIB:.0f} GiB GPU: {reserved / 1024:.1f} GiB reserved for a "
-               f"{chunk:,}-token prefill chunk, CUDA graphs up to batch {bs}, {g.gpus} GPU" + ("s" if g.gpus != 1 else "")
+               f"{chunk:,}-token prefill chunk, CUDA graphs up to batch {bs}, {g.gpus} GPU{'s' * (g.gpus != 1)}"
                + (" and a draft" if g.speculative else ""))
     # free_at_start × fraction holds weights and KV; the runtime is taken before start-up is measured.
     usable = frac * (g.hbm - g.runtime)

@@ -177,9 +177,10 @@ def context_room(mem: MemoryPlan, model: ModelProfile, gpu: str, gpus: int, max_
         return None
     held = rank_blocks * mem.block_size
     per_rank = "" if mem.dp == 1 else " per attention rank"
+    gb = lambda tokens: f"{tokens * mem.kv_bytes_per_token / 1e9:,.2f} GB"  # noqa: E731
     return (f"{model.name}'s {max_model_len:,}-token context{DOES_NOT_FIT}{gpus}× {gpu} as vLLM sizes its KV "
-            f"cache: one request of max_model_len needs {need * mem.block_size * mem.kv_bytes_per_token / 1e9:,.2f} GB "
-            f"of KV{per_rank}, the pool holds {held:,} tokens ({rank_blocks * mem.block_size * mem.kv_bytes_per_token / 1e9:,.2f} GB), "
+            f"cache: one request of max_model_len needs {gb(need * mem.block_size)} of KV{per_rank}, the pool "
+            f"holds {held:,} tokens ({gb(held)}), "
             f"and vLLM refuses to start ('To serve at least one request with the model's max seq len'); set "
             f"engine.max_model_len (vLLM's --max-model-len) to at most {held:,}, or use more GPUs, an fp8 "
             f"engine.kv_dtype or a larger gpu_memory_utilization")

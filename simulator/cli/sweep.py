@@ -49,8 +49,9 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
     def kept() -> str:
         done = sum((out / "points" / f"{p.key}.json").exists() for p in points)
         page = _partial_page(out)
+        verb = "list" if page else "lists"
         return (f"{done} of {len(points)} points finished and kept in {out / 'points'} (the table "
-                f"{out / 'sweep.parquet'}{page} list{'' if page else 's'} them); rerun the same command to run the rest")
+                f"{out / 'sweep.parquet'}{page} {verb} them); rerun the same command to run the rest")
 
     with kept_if_stopped(kept), open_executor(executor, workers, address, connect_timeout) as ex, \
             runs_progress(len(points), "sweep") as on_row:

@@ -278,8 +278,9 @@ def _confidence_note(confidence: float, by_confidence: Mapping[str, Any]) -> str
     half = (by_confidence.get("levels") or {}).get("0.5")
     if half and confidence != 0.5:
         fleet = ", ".join(f"{k}={v}" for k, v in (half.get("overrides") or {}).items())
-        note += (f" On the simulated figures (50 %): {fleet}, {whole(half.get('product_gpus', half.get('gpus')))} GPUs, "
-                 f"{money(half.get('product_monthly_usd', half.get('monthly_usd')))}/month." if half.get("met")
+        gpus = whole(half.get("product_gpus", half.get("gpus")))
+        usd = money(half.get("product_monthly_usd", half.get("monthly_usd")))
+        note += (f" On the simulated figures (50 %): {fleet}, {gpus} GPUs, {usd}/month." if half.get("met")
                  else " On the simulated figures (50 %) no fleet searched meets it either.")
     return note
 

@@ -110,7 +110,8 @@ def slo_table(results: Mapping[str, Any]) -> str:
         whose = owner(label, ": ")
         for key, t in (block.get("targets") or {}).items():
             att = t.get("attainment")
-            rows.append(["✓ met" if t.get("met") else "✗ missed", f"{whose}{t['metric'].upper()} p{t['percentile']:g}",
+            verdict = "✓ met" if t.get("met") else "✗ missed"
+            rows.append([verdict, f"{whose}{t['metric'].upper()} p{t['percentile']:g}",
                          f"≤ {t['target_ms']:,g} ms", _ms(t.get("measured_ms")),
                          (_slo_interval(intervals, key, t) if not whose else None) or "—",
                          "—" if att is None else f"{100 * att:.1f} %"])
