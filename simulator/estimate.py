@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING
 from .costmodel import CostModel
 from .dtypes import compute_dtype, gemm_scheme
 from .memory import MemoryPlan, plan_memory
+from .memory import context_room
 from .parallelism import kv_copies
 
 if TYPE_CHECKING:
@@ -108,6 +109,11 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         out["mfu"] = mfu
         out["mfu_prefill_ms"] = 2.0 * cm.model.active_params * input_tokens / (peak * mfu) * 1e3
         out["mfu_prefill_tokens_per_s"] = peak * mfu / (2.0 * cm.model.active_params)
+    # a pool its stack would not start (no request of the server's longest fits its KV): a run refuses it
+    start = None if engine is None else context_room(mem, engine.kv_memory, cm.model, cm.gpu.name, cm.gpus,
+                                                     engine.longest_request(cm.model))
+    if start is not None:
+        out["warnings"] = [start]
     return out
 
 

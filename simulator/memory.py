@@ -162,14 +162,17 @@ def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight
             f"GPUs (tp, dp with ep), a smaller weight dtype, a larger GPU or a larger engine.{knob}")
 
 
-def context_room(mem: MemoryPlan, model: ModelProfile, gpu: str, gpus: int, max_model_len: int) -> Optional[str]:
+def context_room(mem: MemoryPlan, kv_memory: Optional[KvMemory], model: ModelProfile, gpu: str, gpus: int,
+                 max_model_len: int) -> Optional[str]:
     """Why the stack would not start because one request of ``max_model_len``
-    tokens does not fit an attention rank's KV pool, in its terms, or None
-    (a rule that starts anyway: :attr:`~.kv_memory.KvRule.needs_one_context`).
+    tokens does not fit an attention rank's KV pool, in its terms, or None: a
+    rule that starts anyway (:attr:`~.kv_memory.KvRule.needs_one_context`), or
+    no ``kv_memory`` named (llmsim's generic engine sizes its pool as vLLM
+    does but is no vLLM server that would refuse to start).
     vLLM checks it once the pool is sized, whatever the traffic: gpt-oss-120b
     on one H100 at its default 131,072 tokens never serves a request, and a
     deployment that runs it sets ``--max-model-len``."""
-    if not RULES[mem.rule].needs_one_context:
+    if kv_memory is None or not RULES[kv_memory.rule].needs_one_context:
         return None
     rank_blocks = mem.num_blocks // mem.dp
     need = math.ceil(max_model_len / mem.block_size)

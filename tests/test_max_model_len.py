@@ -54,14 +54,16 @@ def test_a_max_model_len_the_pool_holds_runs(cli, tmp_path):
 def test_the_pool_vllm_refuses_is_one_held_one_token_short():
     """The check is in blocks of one attention rank: the largest max_model_len the refusal names runs."""
     model, gpu = load_model("gpt-oss-120b"), load_hardware("h100-sxm")
-    mem = plan_memory(model, gpu, 1, "mxfp4", "bf16", 0.9, 8192, 1024, 16, kv_memory=KvMemory(rule="vllm"))
+    vllm = KvMemory(rule="vllm")
+    mem = plan_memory(model, gpu, 1, "mxfp4", "bf16", 0.9, 8192, 1024, 16, kv_memory=vllm)
     held = mem.num_blocks * mem.block_size
-    assert context_room(mem, model, gpu.name, 1, held) is None
-    why = context_room(mem, model, gpu.name, 1, held + 1)
+    assert context_room(mem, vllm, model, gpu.name, 1, held) is None
+    why = context_room(mem, vllm, model, gpu.name, 1, held + 1)
     assert why is not None and does_not_fit(why)       # a plan's infeasible candidate, not bad input
+    assert context_room(mem, None, model, gpu.name, 1, held + 1) is None     # llmsim's generic engine starts
     for rule in ("sglang", "trtllm"):   # they cap a prompt at the pool instead of refusing to start
         other = plan_memory(model, gpu, 2, "mxfp4", "bf16", 0.9, 8192, 1024, 16, kv_memory=KvMemory(rule=rule))
-        assert context_room(other, model, gpu.name, 2, 10**9) is None
+        assert context_room(other, KvMemory(rule=rule), model, gpu.name, 2, 10**9) is None
 
 
 def test_tensor_parallel_gpus_hold_the_context(cli, tmp_path):

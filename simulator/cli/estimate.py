@@ -354,20 +354,11 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     mp = cm.model.max_position_embeddings
     out = request_estimate(cm, input, output, mfu, max_num_batched_tokens, gpu_memory_utilization,
                            engine.block_size if engine is not None else 16, engine)
-    notes = []
+    notes = out.pop("warnings", [])     # the estimate's own: a pool its stack would not start
     if input + output > mp:
         # An estimate is arithmetic, not a run: say so, but still answer (the
         # case studies quote generic "7B" numbers past Llama-2's 4K window).
-        notes.append(f"input + output = {input + output} tokens exceeds {cm.model.name}'s context of {mp}")
-    # A pool vLLM would not start (its KV holds no request of the model's whole context): a run refuses it.
-    from ..estimate import replica_memory
-    from ..memory import context_room
-
-    start = context_room(replica_memory(cm, engine, gpu_memory_utilization, max_num_batched_tokens,
-                                        engine.block_size if engine is not None else 16),
-                         cm.model, cm.gpu.name, cm.gpus, mp)
-    if start is not None:
-        notes.append(start)
+        notes.insert(0, f"input + output = {input + output} tokens exceeds {cm.model.name}'s context of {mp}")
     if notes:
         out["warnings"] = notes
         for note in notes:

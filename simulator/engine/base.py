@@ -76,7 +76,7 @@ class ReplicaBase:
         self.rank_tokens: int = rank_tokens or cfg.max_num_batched_tokens
         self.bs = cfg.block_size
         self.num_blocks = num_blocks
-        self.max_model_len = max_model_len or cfg.max_model_len or cm.model.max_position_embeddings
+        self.max_model_len = max_model_len or cfg.longest_request(cm.model)
         self.gaps = gaps
         self.on_done = on_done
         self.waiting = WaitQueue()

@@ -1,11 +1,14 @@
 """Engine settings of one replica, with vLLM's names and defaults."""
 from __future__ import annotations
 
-from typing import Literal, Optional, Union
+from typing import TYPE_CHECKING, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..kv_memory import RULES, KvMemory
+
+if TYPE_CHECKING:
+    from ..profiles.model import ModelProfile
 
 
 class KvOffload(BaseModel):
@@ -197,6 +200,11 @@ class EngineConfig(BaseModel):
         default=None, description="offload tiers below the prefix cache (host DRAM, NVMe): evicted entries move "
                                   "there and a hit reloads them (bytes / bandwidth before the first prefill "
                                   "chunk); default: none, evicted KV is gone")
+
+    def longest_request(self, model: "ModelProfile") -> int:
+        """The longest request, prompt and output, this engine's server takes: ``max_model_len``, else the
+        model's context, as the stacks default to it."""
+        return self.max_model_len or model.max_position_embeddings
 
     def rank_tokens(self, dp: int) -> int:
         """One attention-DP rank's token budget in a replica of ``dp`` ranks: the

@@ -150,17 +150,13 @@ def _holds_one_context(e: EngineConfig, model: ModelProfile, gpu: HardwareProfil
     """Refuse ``engine.max_model_len`` past the model's context (the stacks
     refuse it too), and a pool whose stack would not start because one
     request of that length does not fit an attention rank's KV
-    (:func:`simulator.memory.context_room`): a pool whose ``kv_memory`` names
-    the stack's accounting, as a backend's does."""
+    (:func:`simulator.memory.context_room`)."""
     ctx = model.max_position_embeddings
-    if e.max_model_len is not None and e.max_model_len > ctx:
+    if e.longest_request(model) > ctx:
         raise LlmsimError(f"max_model_len {e.max_model_len:,} exceeds {model.name}'s context of {ctx:,} tokens "
                           f"(the stacks refuse it unless told to ignore the model's limit)", source=source,
                           key_path=f"{where}.engine.max_model_len")
-    # the stack's start-up check, where the pool names a stack's accounting (its backend's); llmsim's
-    # generic engine sizes its pool as vLLM does but is no vLLM server that would refuse to start
-    named = e.kv_memory is not None
-    why = context_room(mem, model, gpu.name, gpus, e.max_model_len or ctx) if named else None
+    why = context_room(mem, e.kv_memory, model, gpu.name, gpus, e.longest_request(model))
     if why is not None:
         raise LlmsimError(why, source=source, key_path=f"{where}.engine.max_model_len")
 

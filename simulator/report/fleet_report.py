@@ -252,9 +252,11 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
 def _too_long(requests: Records, setups: list) -> np.ndarray:
     """Each request longer than its pool's server takes (``engine.max_model_len``, else the model's
     context): rejected on arrival as the stack rejects bad input."""
-    limit = {ps.spec.name: ps.spec.engine.max_model_len or ps.cm.model.max_position_embeddings for ps in setups}
-    longest = np.array([limit.get(str(p), np.inf) for p in requests.pool], dtype=float)
-    return (requests.input_tokens + requests.output_tokens) > longest
+    tokens, pool = requests.input_tokens + requests.output_tokens, requests.pool
+    out = np.zeros(len(requests), dtype=bool)
+    for ps in setups:
+        out |= (pool == ps.spec.name) & (tokens > ps.spec.engine.longest_request(ps.cm.model))
+    return out
 
 
 def _energy(plan: FleetPlan, pools: dict[str, Pool], bills: list, now: float, requests: Records) -> dict:
@@ -372,7 +374,7 @@ def _contiguous_block(ps: PoolSetup, stats: list[dict], working: float) -> dict:
     cfg = ps.spec.engine
     reserved = sum(s["kv_used_area"] for s in stats)
     filled = sum(s["kv_filled_area"] for s in stats)
-    per_request = None if cfg.max_new_tokens is not None else cfg.max_model_len or ps.cm.model.max_position_embeddings
+    per_request = None if cfg.max_new_tokens is not None else cfg.longest_request(ps.cm.model)
     return {
         "mode": "contiguous",
         "reserved_tokens_per_request": per_request if per_request is not None else f"prompt + {cfg.max_new_tokens}",

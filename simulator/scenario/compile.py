@@ -119,7 +119,7 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
     mi, mo = _max_length(sc.workload.input_tokens), _max_length(sc.workload.output_tokens)
     for i in sorted(served):
         limit = sc.pools[i].engine.max_model_len
-        ctx = limit or setups[i].cm.model.max_position_embeddings
+        ctx = sc.pools[i].engine.longest_request(setups[i].cm.model)
         if mi is not None and mo is not None and mi + mo > ctx:
             whose = f"pool {names[i]!r}'s engine.max_model_len" if limit else f"{setups[i].cm.model.name}'s context"
             fail(f"input ({mi}) + output ({mo}) tokens can exceed {whose} of {ctx} tokens"
