@@ -25,6 +25,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
+from simulator.costmodel.step import CostModel  # noqa: E402
 from simulator.kv_memory import KvMemory  # noqa: E402
 from simulator.memory import plan_memory  # noqa: E402
 from simulator.profiles import load_hardware, load_model  # noqa: E402
@@ -109,9 +110,11 @@ CASES = [
 def llmsim_value(c: Case) -> float:
     e = dict(c.engine)
     kv = e.pop("kv_memory", None)
-    mem = plan_memory(load_model(c.model), load_hardware(c.gpu), c.tp, c.weight_dtype, "bf16",
+    model, gpu = load_model(c.model), load_hardware(c.gpu)
+    mem = plan_memory(model, gpu, c.tp, c.weight_dtype, "bf16",
                       max_num_batched_tokens=e.get("max_num_batched_tokens", 8192),
-                      max_num_seqs=e.get("max_num_seqs", 256), block_size=e.get("block_size", 16), kv_memory=kv)
+                      max_num_seqs=e.get("max_num_seqs", 256), block_size=e.get("block_size", 16), kv_memory=kv,
+                      expert_storage=CostModel(model, gpu, c.tp, c.weight_dtype).expert_storage)
     if c.metric == "tokens":
         return float(mem.kv_capacity_tokens)
     # vLLM's available KV memory is the pool before its sliding-window layers take their share.

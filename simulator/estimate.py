@@ -40,11 +40,13 @@ def replica_memory(cm: CostModel, engine: EngineConfig | None = None, gpu_memory
     default). Raises when the weights do not fit."""
     if engine is None:
         return plan_memory(cm.model, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype, gpu_memory_utilization or 0.9,
-                           max_num_batched_tokens or 8192, block_size=block_size or 16, dp=cm.dp, ep=cm.ep)
+                           max_num_batched_tokens or 8192, block_size=block_size or 16, dp=cm.dp, ep=cm.ep,
+                           expert_storage=cm.expert_storage)
     return plan_memory(cm.model, cm.gpu, cm.tp, cm.weight_dtype, cm.kv_dtype,
                        gpu_memory_utilization or engine.gpu_memory_utilization,
                        max_num_batched_tokens or engine.max_num_batched_tokens, engine.max_num_seqs,
-                       block_size or engine.block_size, dp=cm.dp, ep=cm.ep, kv_memory=engine.kv_memory)
+                       block_size or engine.block_size, dp=cm.dp, ep=cm.ep, kv_memory=engine.kv_memory,
+                       expert_storage=cm.expert_storage)
 
 
 def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: float | None = None,

@@ -25,6 +25,14 @@ difference is the whole pool:
     is ``--chunked-prefill-size`` (the engine's token budget unless
     ``kv_memory.chunked_prefill_size`` says otherwise), never
     ``--max-prefill-tokens``, which counts only when chunked prefill is off.
+    A model interleaving sliding-window and full-attention layers (gpt-oss)
+    gets a hybrid pool: each sliding-window layer holds
+    ``swa_full_tokens_ratio`` (0.8) tokens per full-attention token, freed
+    once they leave the window (0.5.9 ``model_runner_kv_cache_mixin.py``
+    ``set_num_tokens_hybrid_swa``; 0.5.13 and later
+    ``pool_configurator.py`` ``HybridSWAPoolConfigurator``: one token costs
+    ``F·n_full + ratio·S·n_swa`` bytes), not a window set aside per sequence
+    as vLLM's rule does.
 ``trtllm``
     ``KvCacheConfig.free_gpu_memory_fraction`` (0.9) of the memory still free
     after the weights and a profiling run of ``max_num_tokens``
@@ -95,6 +103,8 @@ class KvBudget:
 
 
 FP32 = 4.0
+# SGLang's default --swa-full-tokens-ratio (server_args.py, 0.5.x).
+SGLANG_SWA_FULL_TOKENS_RATIO = 0.8
 # vLLM's profiling sampler from 0.17 (v1/sample/sampler.py Sampler.forward, ops/topk_topp_sampler.py
 # forward_native with apply_top_k_top_p_triton in place): the gathered bf16 logits (2 B), their fp32
 # copy (4), the softmax probabilities (4) and random_sample's exponential draws (4) per entry.
@@ -222,6 +232,9 @@ class KvRule:
     # max_req_input_len = min(context_len - 1, max_total_num_tokens - 1)), and TensorRT-LLM shortens
     # max_seq_len to the blocks it got; llmsim rejects such a request on arrival for both.
     needs_one_context: bool = False
+    # Sliding-window layers share the pool by SGLang's ratio (swa_window_share) rather than
+    # holding max_num_seqs whole windows set aside (vLLM's, and llmsim's rule for TensorRT-LLM).
+    swa_ratio: bool = False
 
     def reads(self, fraction_set: bool) -> frozenset[str]:
         """The knobs its accounting reads, with kv_memory.fraction set or not (the one place that
@@ -233,8 +246,9 @@ class KvRule:
 RULES: dict[str, KvRule] = {
     "vllm": KvRule(_vllm, engine_knob="gpu_memory_utilization",
                    knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes"}), needs_one_context=True),
-    "sglang": KvRule(_sglang, draft_in_reserve=True,
-                     knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs"}),
+    "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=True,
+                     knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
+                                      "swa_full_tokens_ratio"}),
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs"})),
     "trtllm": KvRule(_trtllm, knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
 
@@ -313,6 +327,14 @@ class KvMemory(BaseModel):
                     + _read_by("sampler_logit_bytes", "its activations live outside mem_fraction_static")
                     + "; default: 14 (vllm), 4 (trtllm: one fp32 row of one sequence)")
 
+    swa_full_tokens_ratio: Optional[float] = Field(
+        default=None, gt=0, le=1,
+        description="SGLang's --swa-full-tokens-ratio: the tokens each sliding-window layer holds per "
+                    "full-attention token in its hybrid pool; 1 is also the pool of a release or launch that "
+                    "keeps every layer's KV for every token (--disable-hybrid-swa-memory; gpt-oss before 0.5.9, "
+                    "whose server_args forced it, and 0.5.9 on Blackwell's trtllm_mha attention); "
+                    + _read_by("swa_full_tokens_ratio") + f"; default: {SGLANG_SWA_FULL_TOKENS_RATIO}")
+
     @model_validator(mode="after")
     def _every_knob_read(self) -> "KvMemory":
         # A knob its rule never reads would leave the pool as if it were unset while the user
@@ -332,6 +354,17 @@ class KvMemory(BaseModel):
         if problems:
             raise ValueError("; ".join(problems))
         return self
+
+
+def swa_window_share(spec: Optional[KvMemory], sliding_layers: int, full_layers: int) -> Optional[float]:
+    """The share of a GPU's KV bytes its sliding-window layers take where the stack splits the pool
+    by a ratio (SGLang's hybrid pool: a full-attention token costs ``full_layers`` layers, its
+    sliding-window share ``ratio · sliding_layers``, every layer's token being the same size); None
+    where windows are set aside per sequence instead, or the model has no sliding-window layers."""
+    if spec is None or not RULES[spec.rule].swa_ratio or not sliding_layers:
+        return None
+    ratio = spec.swa_full_tokens_ratio or SGLANG_SWA_FULL_TOKENS_RATIO
+    return ratio * sliding_layers / (full_layers + ratio * sliding_layers)
 
 
 def backend_defaults_beside(defaults: Mapping[str, Any], engine: Mapping[str, Any]) -> dict[str, Any]:

@@ -17,7 +17,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .errors import LlmsimError
-from .kv_memory import RULES, RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, kv_budget, rank_token_cap
+from .kv_memory import (RULES, RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, kv_budget, rank_token_cap,
+                        swa_window_share)
 from .parallelism import Parallelism, kv_copies, replica_kv_bytes_per_token, weight_bytes_per_gpu
 from .profiles.hardware import HardwareProfile
 from .fields import leaf
@@ -96,12 +97,14 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
                 kv_dtype: str = "bf16", gpu_memory_utilization: float = 0.9,
                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
                 dp: int = 1, ep: int = 1, kv_memory: Optional[KvMemory] = None,
-                speculative: bool = False) -> MemoryPlan:
+                speculative: bool = False, expert_storage: float = 1.0) -> MemoryPlan:
     """Divide one replica's ``tp × dp`` GPUs' memory as its stack does
     (``kv_memory``; vLLM's accounting without one); raise a clear error when
     the model cannot fit. ``speculative``: a draft decodes beside the
     model (SGLang reserves for it; its weights and KV are taken later, by
     :func:`simulator.costmodel.speculative.speculative_memory`).
+    ``expert_storage``: the routed experts' memory against the checkpoint's
+    shape where the stack pads them (the cost model's ``expert_storage``).
 
     Each of the ``dp`` attention ranks holds the non-expert weights split
     ``tp`` ways, bar those every GPU keeps whole (MLA's down-projections
@@ -111,24 +114,27 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     the stack's rule; the replica's KV capacity is the sum of its GPUs'.
     Sliding-window layers keep at most a window per sequence:
     ``max_num_seqs`` windows per rank are set aside, the rest is counted per
-    token.
+    token; a stack that splits its pool by a ratio instead (SGLang's hybrid
+    pool, :func:`.kv_memory.swa_window_share`) gives them that share of it.
     """
     par = Parallelism(tp, dp, ep)
     gpus = par.gpus
-    rest, experts = weight_bytes_per_gpu(model, par, weight_dtype)
+    rest, experts = weight_bytes_per_gpu(model, par, weight_dtype, expert_storage)
     activations = max_num_batched_tokens * activation_bytes_per_token(model, tp)
     share = GpuShare(gpu.hbm_bytes, rest + experts, activations, gpus, dp,
                      max_num_batched_tokens, max_num_seqs, speculative, vocab=model.vocab_size)
     budget = kv_budget(share, kv_memory, gpu_memory_utilization)
     copies = kv_copies(model, tp)
-    window = max_num_seqs * model.kv_window_bytes(kv_dtype) * copies / tp
+    swa = swa_window_share(kv_memory, model.num_sliding_layers, model.num_full_attention_layers)
+    window = (max_num_seqs * model.kv_window_bytes(kv_dtype) * copies / tp if swa is None
+              else max(budget.kv_bytes, 0.0) * swa)
     kv_per_token = replica_kv_bytes_per_token(model, par, kv_dtype)
     kv_cap = (budget.kv_bytes - window) * gpus
     cap_tokens = rank_token_cap(kv_memory)
     if cap_tokens is not None:
         kv_cap = min(kv_cap, cap_tokens * dp * kv_per_token)
     if kv_cap <= kv_per_token * block_size:
-        raise LlmsimError(_no_room(model, gpu, par, weight_dtype, share, budget, window))
+        raise LlmsimError(_no_room(model, gpu, par, weight_dtype, share, budget, window if swa is None else 0.0))
     num_blocks = int(kv_cap // (kv_per_token * block_size))
     return MemoryPlan(gpu.hbm_bytes * gpus, budget.usable * gpus, share.weights * gpus, budget.activation * gpus,
                       share.runtime * gpus, kv_cap, kv_per_token, block_size, num_blocks, window * gpus,

@@ -128,25 +128,29 @@ def tp_whole_weight_bytes(model: ModelProfile, tp: int, weight_dtype: str) -> tu
     return counted, held
 
 
-def weight_bytes_per_gpu(model: ModelProfile, par: Parallelism, weight_dtype: str) -> tuple[float, float]:
+def weight_bytes_per_gpu(model: ModelProfile, par: Parallelism, weight_dtype: str,
+                         expert_storage: float = 1.0) -> tuple[float, float]:
     """(attention-rank part, expert part) of one GPU's weights.
 
     Of everything but the routed experts, each GPU of a rank holds a tp-th
     — except the weights every GPU keeps whole or by the head
     (:func:`tp_whole_weight_bytes`) — and every one of the dp ranks holds
     the same; the routed experts are split over all tp·dp GPUs (ep by
-    expert, moe_tp by width).
+    expert, moe_tp by width), each shard ``expert_storage`` times its
+    checkpoint size where the stack stores it padded to its kernel's layout
+    (:attr:`simulator.costmodel.step.CostModel.expert_storage`).
     """
     experts = model.expert_weight_bytes(weight_dtype)
     rest = model.weight_bytes(weight_dtype) - experts
     counted, held = tp_whole_weight_bytes(model, par.tp, weight_dtype)
-    return rest / par.tp + (held - counted / par.tp), experts / par.gpus
+    return rest / par.tp + (held - counted / par.tp), experts * expert_storage / par.gpus
 
 
-def replica_weight_bytes(model: ModelProfile, par: Parallelism, weight_dtype: str) -> float:
+def replica_weight_bytes(model: ModelProfile, par: Parallelism, weight_dtype: str,
+                         expert_storage: float = 1.0) -> float:
     """Weights held by the whole replica: every GPU's, so the parts a rank
     keeps whole are counted once per GPU and the rest once per dp rank."""
-    rest, experts = weight_bytes_per_gpu(model, par, weight_dtype)
+    rest, experts = weight_bytes_per_gpu(model, par, weight_dtype, expert_storage)
     return (rest + experts) * par.gpus
 
 

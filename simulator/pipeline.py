@@ -87,17 +87,19 @@ class Pipeline:
 def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp: int, weight_dtype: str = "bf16",
                          kv_dtype: str = "bf16", gpu_memory_utilization: float = 0.9,
                          max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
-                         kv_memory: Optional[KvMemory] = None) -> MemoryPlan:
+                         kv_memory: Optional[KvMemory] = None, expert_storage: float = 1.0) -> MemoryPlan:
     """One replica's memory over its ``pp`` stages: each stage's GPUs hold
     their layers' weights (plus embedding or LM head) and size their KV by
     the stack's rule; the replica gets the smallest stage's block count.
     The profiling run's activations are per token and layer-independent,
-    so every stage reserves the same; only the last samples (logits)."""
+    so every stage reserves the same; only the last samples (logits).
+    ``expert_storage`` as in :func:`simulator.memory.plan_memory`."""
     pipe = Pipeline.of(model, gpu, tp, pp)
     L = model.num_hidden_layers
     embed = model.embedding_params * 2.0
     head = model.vocab_size * model.hidden_size * 2.0      # the LM head (a tied one is the embedding, copied)
-    body = model.weight_bytes(weight_dtype) - embed - model.lm_head_params * 2.0
+    body = (model.weight_bytes(weight_dtype) - embed - model.lm_head_params * 2.0
+            + model.expert_weight_bytes(weight_dtype) * (expert_storage - 1.0))
     counted, held = tp_whole_weight_bytes(model, tp, weight_dtype)
     whole = held - counted / tp     # per GPU beyond the tp-th: K/V heads fewer than tp
     per_token = activation_bytes_per_token(model, tp)

@@ -227,11 +227,14 @@ def test_backend_sets_the_rule_and_a_user_key_refines_it():
 
 # A value for each knob that moves the pool of Llama-3.1-8B on one H100 under every rule that reads it.
 KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 1024, "cuda_graph_max_bs": 500,
-               "cuda_graph_gib": 3.0, "sampler_logit_bytes": 40.0}
+               "cuda_graph_gib": 3.0, "sampler_logit_bytes": 40.0, "swa_full_tokens_ratio": 0.5}
 
 
-def _kv_bytes(kv: KvMemory) -> float:
-    return plan_memory(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), 1, "bf16", "bf16",
+def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
+    """The pool a knob is read on: SGLang's window ratio needs sliding-window layers."""
+    model, gpu, wd = (("gpt-oss-120b", "h200", "mxfp4") if knob == "swa_full_tokens_ratio"
+                      else ("llama-3.1-8b", "h100-sxm", "bf16"))
+    return plan_memory(load_model(model), load_hardware(gpu), 1, wd, "bf16",
                        max_num_batched_tokens=8192, max_num_seqs=256, block_size=16,
                        kv_memory=kv).kv_capacity_bytes
 
@@ -271,8 +274,8 @@ def test_a_knob_is_accepted_exactly_where_its_rule_reads_it(rule, knob, fraction
         return
     base = {"rule": rule, "fraction": fraction}
     value = KNOB_VALUES[knob]
-    moved = _kv_bytes(KvMemory.model_construct(**{**KvMemory(**base).model_dump(), knob: value}))
-    read = moved != _kv_bytes(KvMemory(**base))
+    moved = _kv_bytes(KvMemory.model_construct(**{**KvMemory(**base).model_dump(), knob: value}), knob)
+    read = moved != _kv_bytes(KvMemory(**base), knob)
     kv_rule = KV_RULES[rule]
     assert read == (knob in kv_rule.knobs and not (fraction is not None and knob in kv_rule.default_knobs))
     if read:

@@ -35,7 +35,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Sequence
 
-from ..dtypes import BYTES, FP4_ONLY_DTYPES, linear_dtype
+from ..dtypes import BYTES, EXPERT_ONLY_DTYPES, FP4_ONLY_DTYPES, linear_dtype
 from ..errors import LlmsimError
 from ..profiles.hardware import HardwareProfile, RooflineParams
 from ..profiles.model import ModelProfile
@@ -133,6 +133,17 @@ class LayoutOps:
         # With its experts split across GPUs a stack may run another kernel
         # (calibration.moe_ep), as vLLM does for block-FP8 on Hopper.
         self.moe_params = cal.moe_for(self.fmt, par.ep) or _dense_gemm_for(self.fmt, cal.gemm, gpu)
+        # An MXFP4 checkpoint's quant method creates the experts' parameters at
+        # the kernel's padded shape and loads the checkpoint into them (vLLM and
+        # SGLang mxfp4.py ``create_weights``: intermediate and hidden rounded up
+        # to 256 for Blackwell's FlashInfer TRT-LLM kernels, the intermediate to
+        # 64 for Hopper's Triton ones), so the GPU holds the padded experts.
+        # Other formats' methods store the checkpoint's shape. The kernel is
+        # the GPU's, read from its measured calibration even when this model
+        # prices a roofline: the memory is the stack's, not the fit's.
+        stored = gpu.calibration.moe_for(self.fmt, par.ep)
+        self.expert_storage = (self.moe.stored_scale(stored) if self.moe is not None and stored is not None
+                               and cm.weight_dtype in EXPERT_ONLY_DTYPES else 1.0)
         self._routed_max = (running_max_layer_time(self.moe, self.fmt, gpu, self.moe_params)
                             if self.moe is not None and getattr(self.moe_params, "pad_row_cost", 0.0) else None)
         self.topk = m.topk

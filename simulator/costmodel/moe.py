@@ -137,6 +137,20 @@ class MoeShape:
         """Weights of one local expert shard (gate, up and down projections)."""
         return (3 if self.gated else 2) * self.hidden_size * self.local_intermediate
 
+    def stored_scale(self, params) -> float:
+        """How much more memory an expert shard takes when its weights are
+        stored in the kernel's padded layout (``params.width_align`` columns
+        of the shard's width, ``params.hidden_align`` of hidden; every
+        projection spans both, so all grow alike) than at the checkpoint's
+        shape. 1.0 without padding."""
+        width = _round_up(self.local_intermediate, getattr(params, "width_align", 1))
+        hidden = _round_up(self.hidden_size, getattr(params, "hidden_align", 1))
+        return width * hidden / (self.local_intermediate * self.hidden_size)
+
+
+def _round_up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
 
 def expected_active_experts(tokens, num_experts: int, topk: int):
     """Expected distinct experts a batch of ``tokens`` touches, uniform routing.

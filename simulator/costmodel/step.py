@@ -151,6 +151,8 @@ class CostModel:
         self._lm_cache: dict[int, float] = {}
         # MoE, MLA, sliding windows, dp or ep: priced layer kind by layer kind.
         self.ops = LayoutOps(self) if needs_layout(model, dp, ep) else None
+        # The routed experts' memory against the checkpoint's shape, as the stack stores them (LayoutOps).
+        self.expert_storage = self.ops.expert_storage if self.ops is not None else 1.0
         # LoRA adapters' kernels (costmodel/lora.py), set by a pool that serves them.
         self.lora: Optional[LoraCost] = None
         # An iteration holding prompt tokens beyond the largest captured graph

@@ -90,7 +90,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
     mem = at("engine", lambda: plan_memory(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
                                            e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
                                            e.block_size, dp=spec.dp, ep=spec.ep, kv_memory=e.kv_memory,
-                                           speculative=spec.speculative is not None))
+                                           speculative=spec.speculative is not None,
+                                           expert_storage=cm.expert_storage))
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative))
     lora = None
@@ -204,7 +205,8 @@ def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, w
         stage = engine_cost_model(model, gpu, spec.tp, rounds)
         cm = PipelineCostModel(stage, Pipeline.of(model, gpu, spec.tp, spec.pp), e.max_num_batched_tokens)
         mem = plan_pipeline_memory(model, gpu, spec.tp, spec.pp, e.weight_dtype, e.kv_dtype, e.gpu_memory_utilization,
-                                   e.max_num_batched_tokens, e.max_num_seqs, e.block_size, e.kv_memory)
+                                   e.max_num_batched_tokens, e.max_num_seqs, e.block_size, e.kv_memory,
+                                   stage.expert_storage)
     except LlmsimError as err:
         key = err.key_path if err.key_path in ("tp", "pp", "engine.weight_dtype", "engine.backend") else "pp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None

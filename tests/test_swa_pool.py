@@ -1,0 +1,78 @@
+"""SGLang's hybrid sliding-window pool, against vLLM's windows set aside per sequence.
+
+SGLang sizes one byte budget and splits it so that each sliding-window layer
+holds ``swa_full_tokens_ratio`` (0.8) tokens per full-attention token (0.5.9
+``set_num_tokens_hybrid_swa``; 0.5.13+ ``HybridSWAPoolConfigurator``: a token
+costs ``F·n_full + ratio·S·n_swa`` bytes). gpt-oss-120b has 18 of each, so
+its full-attention tokens are the budget over 1.8 full-layer tokens; releases
+before 0.5.9 kept every layer's KV for every token (over 2).
+"""
+from __future__ import annotations
+
+import pytest
+
+from simulator.errors import LlmsimError
+from simulator.kv_memory import GpuShare, KvMemory, kv_budget
+from simulator.memory import activation_bytes_per_token, plan_memory
+from simulator.parallelism import Parallelism, weight_bytes_per_gpu
+from simulator.profiles import load_hardware, load_model
+from simulator.profiles.backend import apply_backend
+
+
+def _sglang_plan(gpu: str, ratio: float | None = None, tp: int = 1):
+    m, g = load_model("gpt-oss-120b"), load_hardware(gpu)
+    kv = KvMemory(rule="sglang", swa_full_tokens_ratio=ratio)
+    return m, g, kv, plan_memory(m, g, tp, "mxfp4", max_num_batched_tokens=8192, max_num_seqs=1024,
+                                 block_size=1, kv_memory=kv)
+
+
+def _budget(m, g, kv, tp: int = 1) -> float:
+    rest, experts = weight_bytes_per_gpu(m, Parallelism(tp), "mxfp4")
+    share = GpuShare(g.hbm_bytes, rest + experts, 8192 * activation_bytes_per_token(m, tp), tp, 1, 8192, 1024,
+                     vocab=m.vocab_size)
+    return kv_budget(share, kv).kv_bytes
+
+
+@pytest.mark.parametrize("ratio,cost", [(None, 1.8), (0.8, 1.8), (1.0, 2.0), (0.25, 1.25)])
+def test_full_attention_tokens_are_the_budget_over_the_ratios_cost(ratio, cost):
+    m, g, kv, mem = _sglang_plan("h200", ratio)
+    full_token = mem.kv_bytes_per_token          # the 18 full-attention layers of one token
+    assert mem.kv_capacity_tokens == pytest.approx(_budget(m, g, kv) / (cost * full_token), abs=1)
+    # the sliding-window layers hold ratio × that many tokens, in the rest of the budget
+    assert mem.kv_window_bytes == pytest.approx(_budget(m, g, kv) * (cost - 1) / cost, rel=1e-9)
+
+
+def test_sglang_starts_gpt_oss_on_one_h100_where_windows_set_aside_would_not_fit(monkeypatch):
+    """1,024 whole windows set aside (vLLM's rule) take 4.8 GB an H100 under SGLang's default fraction
+    does not have; SGLang's ratio split needs none up front."""
+    _, _, _, mem = _sglang_plan("h100-sxm")
+    assert mem.kv_capacity_tokens > 60 * 1100
+    from simulator import memory
+    monkeypatch.setattr(memory, "swa_window_share", lambda *a: None)   # windows set aside per sequence
+    m, g = load_model("gpt-oss-120b"), load_hardware("h100-sxm")
+    with pytest.raises(LlmsimError, match="sliding-window KV"):
+        plan_memory(m, g, 1, "mxfp4", max_num_batched_tokens=8192, max_num_seqs=1024, block_size=1,
+                    kv_memory=KvMemory(rule="sglang"))
+
+
+def test_vllm_keeps_its_windows_per_sequence():
+    m, g = load_model("gpt-oss-120b"), load_hardware("h200")
+    mem = plan_memory(m, g, 1, "mxfp4", max_num_seqs=256, kv_memory=KvMemory(rule="vllm"))
+    assert mem.kv_window_bytes == pytest.approx(256 * m.kv_window_bytes("bf16"))
+
+
+def test_releases_before_0_5_9_keep_every_layer_for_every_token():
+    old = apply_backend({"backend": "sglang", "backend_version": "0.5.6"}, "h200")
+    assert old["kv_memory"] == {"rule": "sglang", "swa_full_tokens_ratio": 1.0}
+    new = apply_backend({"backend": "sglang", "backend_version": "0.5.11"}, "h200")
+    assert "swa_full_tokens_ratio" not in new["kv_memory"]
+    mine = apply_backend({"backend": "sglang", "backend_version": "0.5.6",
+                          "kv_memory": {"swa_full_tokens_ratio": 0.5}}, "h200")
+    assert mine["kv_memory"]["swa_full_tokens_ratio"] == 0.5
+
+
+def test_a_model_without_sliding_windows_is_untouched():
+    m, g = load_model("llama-3.1-8b"), load_hardware("h100-sxm")
+    a = plan_memory(m, g, 1, "bf16", kv_memory=KvMemory(rule="sglang"))
+    b = plan_memory(m, g, 1, "bf16", kv_memory=KvMemory(rule="sglang", swa_full_tokens_ratio=0.3))
+    assert a.kv_capacity_bytes == b.kv_capacity_bytes and a.kv_window_bytes == 0
