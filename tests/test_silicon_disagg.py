@@ -89,6 +89,8 @@ def test_each_role_captures_cuda_graphs_up_to_its_own_batch(tmp_path):
     prefill, decode = scenario_for(rows["dis"]).pools
     assert (prefill.engine.kv_memory.cuda_graph_max_bs, decode.engine.kv_memory.cuda_graph_max_bs) == (1, 4)
     assert scenario_for(rows["agg"]).pools[0].engine.kv_memory.cuda_graph_max_bs == 8
+    # the release's memory default refines the launch's flags rather than replacing them
+    assert decode.engine.kv_memory.swa_full_tokens_ratio == 1.0
     assert decode.speculative is not None and not decode.engine.output_after_next_launch
 
 
@@ -217,3 +219,6 @@ def test_a_row_replayed_where_nothing_reads_sglangs_memory_flags_keeps_none(tmp_
             kv = pool.engine.kv_memory
             assert kv is not None and kv.rule == rule
             assert (kv.cuda_graph_max_bs, kv.chunked_prefill_size) == (None, None)
+            # the release's own memory default (SGLang before 0.5.9 keeps every layer's KV for every
+            # token) is a knob like the launch's: kept where SGLang's rule reads it, dropped elsewhere
+            assert kv.swa_full_tokens_ratio == (1.0 if rule == "sglang" else None)

@@ -24,7 +24,7 @@ import datetime
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -268,8 +268,11 @@ class BackendProfile(_Strict):
         if number is None and day is None:
             if measured_before is None:
                 return None
-            return {k: v for rule in self.by_version if self._before_until(rule, measured_before)
-                    for k, v in rule.set.items()}
+            decided: dict[str, Any] = {}
+            for rule in self.by_version:
+                if self._before_until(rule, measured_before):
+                    decided = refine(decided, rule.set)
+            return decided
         keys: dict[str, Any] = {}
         for rule in self.by_version:
             if number is not None:
@@ -280,7 +283,7 @@ class BackendProfile(_Strict):
                 first, last = self.releases.get(rule.since), self.releases.get(rule.until) if rule.until else None
                 inside = (first is not None and day >= first) and (last is None or day < last)
             if inside:
-                keys.update(rule.set)
+                keys = refine(keys, rule.set)
         return keys
 
     def _before_until(self, rule: VersionRule, day: str) -> bool:
@@ -323,7 +326,9 @@ def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
     from ..scenario.strict import validate_strict
 
     mappings = [("engine", prof.engine), *((f"engine_by_gpu[{i}].set", r.set) for i, r in enumerate(prof.engine_by_gpu)),
-                *((f"by_version[{i}].set", r.set) for i, r in enumerate(prof.by_version)),
+                # a release's mapping refines the profile's own (kv_memory: a knob under its rule)
+                *((f"by_version[{i}].set", {k: refine(prof.engine, r.set)[k] for k in r.set})
+                  for i, r in enumerate(prof.by_version)),
                 ("speculative_engine", prof.speculative_engine), ("draft_model_engine", prof.draft_model_engine),
                 ("aiconfigurator.engine", prof.aiconfigurator.engine),
                 ("aiconfigurator.prefill_engine", prof.aiconfigurator.prefill_engine)]
@@ -388,12 +393,19 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, separate_draft: bool = 
     if isinstance(version, str) and _names_a_release(version):
         keys = prof.version_keys(version)
         assert keys is not None        # a checked version is a release number or a dated nightly
-        merged.update(keys)
+        merged = refine(merged, keys)
     if separate_draft:
         merged.update(prof.draft_model_engine)
-    merged = backend_defaults_beside(merged, engine)
-    for key, value in engine.items():
-        # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
-        base = merged.get(key)
-        merged[key] = {**base, **value} if isinstance(base, dict) and isinstance(value, dict) else value
-    return merged
+    # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
+    return refine(backend_defaults_beside(merged, engine), engine)
+
+
+def refine(base: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[str, Any]:
+    """``base`` with ``keys`` over it, a mapping refining a mapping key by key
+    (a release's ``kv_memory: {sampler_logit_bytes: 28}`` keeps the profile's
+    rule; a user's ``kv_memory: {fraction: 0.8}`` keeps both)."""
+    out = dict(base)
+    for key, value in keys.items():
+        old = out.get(key)
+        out[key] = {**old, **value} if isinstance(old, dict) and isinstance(value, dict) else value
+    return out

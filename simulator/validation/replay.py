@@ -233,16 +233,21 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
     ``keys``, the stack version's defaults, the stack's speculative-decoding
     keys where it drafts, then the settings' own."""
     engine = {"backend": s.backend or row.stack, "weight_dtype": row.weight_dtype, "kv_dtype": row.kv_dtype}
+    version = dict(row.version_keys)
+    # The launch's memory flags and the release's memory defaults are knobs of one mapping.
+    launch = {**(keys.get("kv_memory") or {}), **(version.pop("kv_memory", None) or {})} or None
     engine.update(keys)
-    engine.update(row.version_keys)
+    engine.update(version)
+    if launch is not None:
+        engine["kv_memory"] = launch
     if speculative:
         engine.update(deployment.speculative_engine_keys(row.stack))
     engine.update(s.engine or {})
-    launch = keys.get("kv_memory")
     if launch is not None and engine.get("kv_memory") is launch:
-        # The launch's memory flags are its own stack's (SGLang's CUDA-graph batch and prefill
-        # chunk, which size its default fraction); under another stack's backend (validate
-        # --backend) or one that fixes the fraction, nothing reads them, and KvMemory refuses them.
+        # The launch's memory flags and the release's defaults are its own stack's (SGLang's
+        # CUDA-graph batch and prefill chunk, which size its default fraction; its window ratio);
+        # under another stack's backend (validate --backend) or one that fixes the fraction,
+        # nothing reads them, and KvMemory refuses them.
         from ..kv_memory import RULES
         from ..profiles.backend import apply_backend
 
