@@ -65,3 +65,17 @@ def test_a_pool_reports_the_padded_weights() -> None:
     m = load_model("gpt-oss-120b")
     rest, experts = weight_bytes_per_gpu(m, Parallelism(2), "mxfp4", setup.cm.expert_storage)
     assert setup.memory.weights_bytes == pytest.approx((rest + experts) * 2)
+
+
+def test_an_mxfp4_moe_draft_holds_its_padded_experts_too() -> None:
+    """A MoE draft in MXFP4 (a gpt-oss drafting for a gpt-oss) is loaded by the same quant method."""
+    from simulator.costmodel.speculative import SpeculativeSpec, speculative_cost_model, speculative_memory
+
+    m, g = load_model("gpt-oss-120b"), load_hardware("b200")
+    cm = CostModel(m, g, 1, "mxfp4")
+    mem = plan_memory(m, g, 1, "mxfp4", expert_storage=cm.expert_storage)
+    scm = speculative_cost_model(cm, SpeculativeSpec(draft_model="gpt-oss-120b", k=2, acceptance_rate=0.6))
+    drafted = speculative_memory(mem, scm)
+    rest, experts = weight_bytes_per_gpu(m, Parallelism(1), "mxfp4", cm.expert_storage)
+    assert scm.draft.expert_storage == cm.expert_storage > 1
+    assert drafted.weights_bytes - mem.weights_bytes == pytest.approx(rest + experts)

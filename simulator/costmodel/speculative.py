@@ -286,7 +286,7 @@ def speculative_cost_model(cm: CostModel, spec: SpeculativeSpec, draft: ModelPro
 def speculative_memory(mem: MemoryPlan, scm: SpeculativeCostModel) -> MemoryPlan:
     """The target's memory plan with the draft's weights and KV added."""
     draft, par = scm.draft.model, scm.draft.par
-    weights = replica_weight_bytes(draft, par, scm.weight_dtype)
+    weights = replica_weight_bytes(draft, par, scm.weight_dtype, scm.draft.expert_storage)   # padded as the target's
     if scm.spec.draft_model == MTP:   # embedding and LM head are the target's own
         weights -= par.dp * (draft.embedding_params + draft.lm_head_params) * 2.0
     per_token = mem.kv_bytes_per_token + replica_kv_bytes_per_token(draft, par, scm.kv_dtype)
