@@ -91,3 +91,54 @@ def test_compare_leads_with_the_one_verdict():
     keys = _headline_keys(diff(a, b))
     assert keys[0] == "llmsim.slo_met" and "llmsim.by_input_length.buckets.0-2000.slo.met" in keys
     assert HEADLINE.index("llmsim.slo_met") < HEADLINE.index("slo.met")
+
+
+SHEDDING = """\
+name: shedding
+seed: 1
+workload:
+  duration_s: 30
+  arrival: {type: poisson, rate_per_s: 20}
+  input_tokens: {dist: lognormal, mean: 2000, std: 1000, min: 64, max: 8000}
+  output_tokens: {dist: lognormal, mean: 250, std: 150, min: 8, max: 1000}
+pools:
+  - name: chat
+    model: llama-3.1-8b
+    gpu: h100-sxm
+    replicas: 2
+    engine: {backend: vllm}
+slo: {ttft_p99_ms: 5000, tpot_p99_ms: 100}
+classes:
+  - {name: all, share: 1.0, admission: {max_queue_per_replica: 1}}
+"""
+
+
+def test_a_plan_does_not_buy_a_fleet_that_sheds_its_load(cli, tmp_path):
+    """One H100 sheds 29 % of this load at its admission limit and meets its latency targets on what
+    it serves; llmsim run exits 1 on it (OVERLOADED), so the plan must not call it the answer."""
+    p = tmp_path / "shedding.yaml"
+    p.write_text(SHEDDING)
+    run = cli("run", p, "--set", "pools.chat.replicas=1", "-o", tmp_path / "run")
+    assert run.code == 1 and "OVERLOADED" in run.out + run.err
+    r = cli("plan", p, "--vary", "pools.chat.replicas=1..3", "-o", tmp_path / "plan")
+    assert r.code == 0, r.err
+    plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert plan["best"]["overrides"]["pools.chat.replicas"] == 2
+    one = [q for q in plan["probes"] if q["overrides"]["pools.chat.replicas"] == 1]
+    assert one and one[0]["slo_met"] is False and one[0]["failed_slo"].startswith("load OVERLOADED")
+
+
+def test_ladders_and_rows_judge_the_load_too():
+    from simulator.metrics.verdict import fleet_met
+    from simulator.planning.point import summarize
+    from simulator.report.ladder import ladder_row
+
+    met = {"ttft_p99_ms": {"metric": "ttft", "percentile": 99, "target_ms": 9, "measured_ms": 1, "met": True}}
+    res = {"completed": 5, "slo": {"met": True, "targets": met},
+           "llmsim": {"load": {"overloaded": True, "verdict": "OVERLOADED: it shed 29.1 % of the requests"}}}
+    assert slo_met(res) is True and fleet_met(res) is False
+    assert summarize(res)["slo_met"] is False and summarize(res)["slo_failed"].startswith("load OVERLOADED")
+    assert ladder_row("s", [], res, [])["slo_met"] is False
+    res["llmsim"]["load"]["overloaded"] = False
+    assert fleet_met(res) is True and summarize(res)["slo_failed"] is None
+    assert fleet_met({"completed": 3, "llmsim": {"load": {"overloaded": True}}}) is None

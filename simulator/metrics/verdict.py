@@ -13,7 +13,7 @@ from typing import Any, Mapping, Optional
 
 from .by_input_length import bucket_slo_blocks
 
-__all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "owner", "failures", "ms_past"]
+__all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "fleet_met", "owner", "failures", "ms_past"]
 
 #: Exit code of ``llmsim run`` and ``llmsim check`` for a result that fails
 #: (bad input stays 2): CI can tell "the fleet got worse" from "the check is broken".
@@ -54,6 +54,17 @@ def slo_met(results: Mapping[str, Any]) -> Optional[bool]:
     alone passed a fleet whose paid class missed its own target."""
     blocks = slo_blocks(results)
     return all(bool(b.get("met")) for _, b in blocks) if blocks else None
+
+
+def fleet_met(results: Mapping[str, Any]) -> Optional[bool]:
+    """Whether a fleet passes as ``llmsim run`` judges it, for choosing among fleets (plans, sweeps,
+    ladders): every SLO it is judged on holds and it keeps up with its load. A fleet that sheds or
+    falls behind meets its latency targets on the requests it serves, and run exits 1 on it, so a
+    plan must not buy it; None when the run declares no SLO."""
+    met = slo_met(results)
+    if met and ((results.get("llmsim") or {}).get("load") or {}).get("overloaded"):
+        return False
+    return met
 
 
 def failures(results: Mapping[str, Any]) -> list[str]:

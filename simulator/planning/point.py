@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import LlmsimError
-from ..metrics.verdict import ms_past, owner, slo_blocks, slo_met
+from ..metrics.verdict import fleet_met, ms_past, owner, slo_blocks
 from ..inputs import code_digest, file_digest
 from ..reads import recorded_reads
 from .confidence import slo_targets_text
@@ -176,11 +176,14 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
         row[column] = results.get(key)
     targets = (results.get("slo") or {}).get("targets", {})
     # every SLO the run is judged on, as llmsim run judges it: the scenario's, each class's and each
-    # prompt-length bucket's own (the scenario's alone passed a fleet whose paid class missed its target)
-    row["slo_met"] = slo_met(results)
-    row["slo_failed"] = "; ".join(f"{owner(label)}{_miss(k, t)}"
-                                  for label, block in slo_blocks(results)
-                                  for k, t in (block.get("targets") or {}).items() if not t.get("met")) or None
+    # prompt-length bucket's own (the scenario's alone passed a fleet whose paid class missed its target),
+    # and a fleet that keeps up with its load (one shedding 29 % met its targets on what it served)
+    row["slo_met"] = fleet_met(results)
+    load = _dig(results, "llmsim", "load") or {}
+    missed = [f"load {load.get('verdict')}"] if load.get("overloaded") and row["slo_met"] is False else []
+    missed += [f"{owner(label)}{_miss(k, t)}" for label, block in slo_blocks(results)
+               for k, t in (block.get("targets") or {}).items() if not t.get("met")]
+    row["slo_failed"] = "; ".join(missed) or None
     for k, t in targets.items():
         row[f"attainment_{k}"] = t.get("attainment")
     row["slo_targets"] = slo_targets_text(results)     # for judging at a confidence (planning.confidence)

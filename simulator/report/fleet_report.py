@@ -143,8 +143,9 @@ FIELDS = {
     "product": block("the product behind the simulated slice", product.FIELDS),
     "load": block("does the fleet keep up", load.FIELDS),
     "slo_met": leaf("bool", "every SLO the run is judged on holds: the scenario's slo, each class's and each "
-                            "prompt-length bucket's own (llmsim run exits 1 otherwise; plan and sweep judge "
-                            "by it)", when="an SLO is declared"),
+                            "prompt-length bucket's own (llmsim run exits 1 otherwise; plan, sweep and "
+                            "ladders judge by it and by llmsim.load: an overloaded fleet does not meet)",
+                  when="an SLO is declared"),
     "version": leaf("text", "llmsim's version"), "seed": leaf("int", "the scenario's seed"),
     "scenario": leaf("text", "the scenario's name"), "engine": leaf("text", "fast or reference"),
     "calibration": block("where the first pool's GPU cost model comes from", {

@@ -18,6 +18,7 @@ import numpy as np
 from ..atomic_write import write_atomic
 from ..metrics.derive import RequestArrays
 from ..metrics.results import jsonable
+from ..metrics.verdict import fleet_met
 from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
 from ..scenario.schema import Scenario
 from ..scenario.variants import Step, ladder_steps
@@ -58,7 +59,6 @@ _FROM_RESULTS = (
     ("gpus", ("llmsim", "gpus")),
     ("usd_per_request", ("llmsim", "cost", "usd_per_request")),
     ("monthly_usd", ("llmsim", "cost", "monthly_usd")),
-    ("slo_met", ("llmsim", "slo_met")),     # every SLO the step is judged on, as llmsim run judges it
     ("product_gpus", ("llmsim", "product", "gpus")),
     ("product_monthly_usd", ("llmsim", "product", "monthly_usd")),
 )
@@ -86,6 +86,8 @@ def tokens_per_s_per_request(requests: Iterable) -> Optional[float]:
 def ladder_row(step: str, variants: Sequence[str], results: Mapping[str, Any], requests: Iterable) -> dict[str, Any]:
     row: dict[str, Any] = {"step": step, "variants": list(variants)}
     row.update({key: _get(results, path) for key, path in _FROM_RESULTS})
+    # every SLO the step is judged on and its load kept up with, as llmsim run judges it
+    row["slo_met"] = fleet_met(results)
     row["tokens_per_s_per_request"] = tokens_per_s_per_request(requests)
     batches = [p.get("max_batch_size") for p in (_get(results, ("llmsim", "pools")) or {}).values()]
     row["max_batch_size"] = max((b for b in batches if b is not None), default=None)
