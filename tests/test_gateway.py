@@ -92,3 +92,22 @@ def test_rate_limited_requests_are_counted_and_never_reach_a_gpu():
 def test_a_rate_limited_class_is_not_sharded():
     with pytest.raises(LlmsimError, match="rate limit"):
         plan_shards(scenario({"requests_per_min": 10}), 2)
+
+
+def test_a_disaggregated_fleets_decode_bill_is_metered_to_its_tenants():
+    """Requests arrive at the prefill pool and decode at its decode pool: the tenants' dollars are
+    both pools' bills (the decode pool was 64 % of this one and went to no tenant)."""
+    sc = Scenario.model_validate({
+        "name": "disagg", "seed": 1,
+        "workload": {"duration_s": 10, "arrival": {"type": "poisson", "rate_per_s": 8},
+                     "input_tokens": {"dist": "fixed", "value": 2000}, "output_tokens": {"dist": "fixed", "value": 100}},
+        "pools": [{"name": "pre", "model": "llama-3.1-8b", "gpu": "h100-sxm", "replicas": 1,
+                   "disaggregation": {"decode_pool": "dec"}},
+                  {"name": "dec", "model": "llama-3.1-8b", "gpu": "h200", "replicas": 2}],
+        "classes": [{"name": "a", "share": 0.5, "pool": "pre", "rate_limit": {"tokens_per_min": 1e8}},
+                    {"name": "b", "share": 0.5, "pool": "pre"}]})
+    res = simulate(sc).results["llmsim"]
+    gw = res["gateway"]["classes"]
+    bills = {name: p["usd"] for name, p in res["pools"].items()}
+    assert bills["dec"] > 0.3 * sum(bills.values())
+    assert sum(c["usd"] for c in gw.values()) == pytest.approx(sum(bills.values()))

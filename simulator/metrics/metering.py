@@ -3,9 +3,10 @@
 What a gateway bills a tenant by: per class (tenant or tier) and per hour
 of arrival, the requests it sent, those answered 429, and the input and
 output tokens of its completed requests. Their cost is the GPU bill of the
-pool that served them shared out by tokens (each pool's dollars over the
-tokens it completed), so the classes' dollars add up to the fleet's bill
-for the work completed.
+pools that served them shared out by tokens (each pool's dollars over the
+input and output tokens of the requests it completed, alike; a prefill
+pool's requests are served by its decode pool too), so the classes'
+dollars add up to the fleet's bill for the work completed.
 """
 from __future__ import annotations
 
@@ -22,7 +23,8 @@ HOUR_S = 3600.0
 
 _USAGE = {"requests": leaf("count", "requests sent"), "rate_limited": leaf("count", "answered 429"),
           "input_tokens": leaf("tokens", "prompt tokens served"), "output_tokens": leaf("tokens", "output tokens served"),
-          "usd": leaf("USD", "the class's share of its pool's bill, by GPU time")}
+          "usd": leaf("USD", "the class's share of the bills of the pools that served it, by the tokens they "
+                             "completed (input and output alike)")}
 
 #: ``llmsim.gateway``: what a metering gateway would log per class.
 FIELDS = {"classes": block("per class", {"<class>": block("one class", {
@@ -33,16 +35,21 @@ FIELDS = {"classes": block("per class", {"<class>": block("one class", {
 })})}
 
 
-def gateway_block(requests: Records, classes: Sequence, pool_usd: Mapping[str, float]) -> dict[str, Any]:
+def gateway_block(requests: Records, classes: Sequence, pool_usd: Mapping[str, float],
+                  decode_pools: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``decode_pools``: each disaggregated prefill pool's decode pool, whose bill its requests share
+    (a request's record names the pool it arrived at)."""
     r = requests.select("klass", "pool", "arrival", "status", "input_tokens", "output_tokens")
     done = r.finished
     tokens = (r.input_tokens + r.output_tokens) * done
-    per_token = {}
-    for pool, usd in pool_usd.items():
-        served = int(tokens[r.pool == pool].sum())
-        per_token[pool] = usd / served if served else 0.0
-    usd = np.array([per_token.get(p, 0.0) for p in r.pool.tolist()], dtype=np.float64) * tokens if len(r) else \
-        np.zeros(0)
+    decode_pools = decode_pools or {}
+    decoded_at = np.array([decode_pools.get(p, "") for p in r.pool.tolist()], dtype=object)
+    usd = np.zeros(len(r))
+    for pool, bill in pool_usd.items():
+        served = (r.pool == pool) | (decoded_at == pool)
+        total = float(tokens[served].sum())
+        if total:
+            usd += np.where(served, tokens * (bill / total), 0.0)
     hour = (r.arrival // HOUR_S).astype(np.int64) if len(r) else np.zeros(0, dtype=np.int64)
     limited = r.status == int(Status.RATE_LIMITED)
     out: dict[str, Any] = {}

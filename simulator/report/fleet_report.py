@@ -226,7 +226,8 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     if sc.input_length_buckets is not None:
         out["by_input_length"] = input_length_block(requests, sc.input_length_buckets, now, plan.bucket_slos)
     if any(c.rate_limit is not None for c in sc.classes):
-        out["gateway"] = gateway_block(requests, sc.classes, {b.name: b.usd for b in bills})
+        out["gateway"] = gateway_block(requests, sc.classes, {b.name: b.usd for b in bills},
+                                       {p.name: p.disaggregation.decode_pool for p in sc.pools if p.disaggregation})
     out.update({
         "pools": blocks,
         "classes": class_block(requests, sc.classes, plan.class_slos, plan.slo, now) if sc.classes else None,
