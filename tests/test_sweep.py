@@ -231,3 +231,33 @@ def test_a_narrow_terminal_points_to_the_sweep_table_not_to_an_option_sweep_lack
     table = words(r.out.split("wrote ")[0])
     assert "left out at 80 columns" in table and "--json" not in table
     assert "sweep.parquet holds every column" in table     # the path before it may wrap at 80 columns
+
+
+PINNED = """\
+name: pinned
+seed: 1
+workload:
+  num_requests: 20
+  arrival: {type: poisson, rate_per_s: 5}
+  input_tokens: {dist: fixed, value: 500}
+  output_tokens: {dist: fixed, value: 50}
+pools:
+  - name: chat
+    model: llama-3.1-8b
+    gpu: h100-sxm
+    replicas: 1
+    usd_per_gpu_hour: 3.0
+"""
+
+
+def test_a_sweep_over_gpus_says_when_one_pinned_price_bills_them_all(cli, tmp_path):
+    """plan warns that a scenario's usd_per_gpu_hour, written for one GPU, bills every GPU it tries;
+    a sweep over GPUs priced an H200 at the H100's $3.00 in silence."""
+    (tmp_path / "pinned.yaml").write_text(PINNED)
+    sweep = tmp_path / "gpus.yaml"
+    sweep.write_text("base: pinned.yaml\ngrid:\n  pools.chat.gpu: [h100-sxm, h200]\n")
+    r = cli("sweep", sweep, "-o", tmp_path / "a")
+    assert r.code == 0, r.err
+    assert "warning: pool chat's price is pinned at $3.00/GPU-h" in r.err and "this sweep tries" in r.err
+    unpinned = cli("sweep", sweep, "-o", tmp_path / "b", "--set", "pools.chat.usd_per_gpu_hour=null")
+    assert unpinned.code == 0 and "warning" not in unpinned.err

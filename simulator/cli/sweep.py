@@ -6,9 +6,10 @@ from pathlib import Path
 from typing import Optional
 
 import typer
+from rich.text import Text
 
 from ..errors import LlmsimError
-from .app import app, kept_if_stopped
+from .app import app, err_console, kept_if_stopped
 from .options import Address, ConnectTimeout, ExecutorName, MaxRuns, Sets, Workers, open_executor, parse_sets
 from .output import console, product_columns, rows_table
 from .progress import runs_progress
@@ -70,6 +71,10 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
         write_report(out)
     console.print(f"wrote {run.table} and {out / 'report.html'}: {len(run.rows)} rows ({run.reused} reused from "
                   f"{out / 'points'}, {len(run.rows) - run.reused} run on {where}) in {wall:.1f} s", markup=False)
+    from ..planning.prices import sweep_pinned_prices
+
+    for pinned in sweep_pinned_prices(points):
+        err_console.print(Text.assemble(("warning:", "yellow"), f" {pinned['warning']}"))
     if run.errors:
         first = run.errors[0]["error"]
         raise LlmsimError(f"{len(run.errors)} of {run.total} points could not run (kept out of the store, rerun "

@@ -5,7 +5,7 @@ A pool's ``usd_per_gpu_hour`` overrides its GPU profile's price
 that GPU's negotiated rate; once a plan varies the GPU, the same number
 bills every kind, and the ranking then compares GPUs at one price, which a
 user rarely means and cannot see in the answer. So the plan says so, and
-shows each row's price beside its GPU.
+shows each row's price beside its GPU; a sweep over GPUs says so too.
 
 It says so rather than refusing: a flat rate across kinds (a budget per
 GPU-hour, a price held fixed on purpose) is a question a user may ask, and
@@ -19,14 +19,15 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 from ..metrics.cost import pool_price
 from ..profiles.hardware import load_hardware
 from ..scenario.load import load_scenario
 from ..scenario.variants import overlay_assignments
+from .point import Point
 
-__all__ = ["PoolPrice", "Prices", "pinned_prices", "gpu_varied_pools"]
+__all__ = ["PoolPrice", "Prices", "pinned_prices", "sweep_pinned_prices", "gpu_varied_pools"]
 
 
 @dataclass(frozen=True)
@@ -57,6 +58,15 @@ class Prices:
         return self._seen[key]
 
 
+def sweep_pinned_prices(points: Sequence[Point]) -> list[dict[str, Any]]:
+    """:func:`pinned_prices` of a sweep's points (one base scenario, each point's overrides on it)."""
+    if not points:
+        return []
+    base = points[0].scenario
+    runs = [Prices(p.scenario, {}).of(dict(p.overrides)) for p in points]
+    return pinned_prices(runs, Prices(base, {}).of({}), command="sweep")
+
+
 def gpu_varied_pools(runs: Iterable[Mapping[str, PoolPrice]]) -> list[str]:
     """The pools whose GPU differs between runs, however the axes spell it (``pools.chat.gpu``,
     ``pools.0.gpu``, a whole ``pools.chat={...}`` choice), in the scenario's order."""
@@ -67,11 +77,12 @@ def gpu_varied_pools(runs: Iterable[Mapping[str, PoolPrice]]) -> list[str]:
     return [name for name, kinds in gpus.items() if len(kinds) > 1]
 
 
-def pinned_prices(runs: list[Mapping[str, PoolPrice]], stated: Mapping[str, PoolPrice]) -> list[dict[str, Any]]:
+def pinned_prices(runs: list[Mapping[str, PoolPrice]], stated: Mapping[str, PoolPrice],
+                  command: str = "plan") -> list[dict[str, Any]]:
     """Every pool billed at one pinned ``usd_per_gpu_hour`` on a GPU it was not written for (the plan varies
     the GPU, or sets another, even a single one), as plan.json records it (with the warning to print);
     ``stated`` is the scenario as its file and variants leave it, without ``--set``, so a price only the
-    command line pins is left out."""
+    command line pins is left out. ``command``: whose runs the warning speaks of (plan, sweep)."""
     out = []
     for name in stated:
         pools = [run[name] for run in runs if name in run]
@@ -87,7 +98,7 @@ def pinned_prices(runs: list[Mapping[str, PoolPrice]], stated: Mapping[str, Pool
         address = f"pools.{name}" if "." not in name and not name.isdigit() else f"pools.{list(stated).index(name)}"
         says = ", ".join(f"{g} ${usd:,.2f}" for g, usd in profile.items())
         warning = (f"pool {name}'s price is pinned at ${pin:,.2f}/GPU-h (the scenario's usd_per_gpu_hour, written "
-                   f"for {stated[name].gpu}), so every GPU this plan tries is billed at it, though their profiles "
+                   f"for {stated[name].gpu}), so every GPU this {command} tries is billed at it, though their profiles "
                    f"say {says}; to bill each GPU at its own profile's price, add --set "
                    f"{address}.usd_per_gpu_hour=null")
         out.append({"pool": name, "usd_per_gpu_hour": pin, "gpus": kinds, "profile_usd_per_gpu_hour": profile,
