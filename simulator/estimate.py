@@ -101,6 +101,7 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "kv_bytes_per_request": kv_tok * tokens + window,
         "weights_bytes": mem.weights_bytes,
         "reserve_bytes": mem.reserve_bytes,
+        "kv_window_bytes": mem.kv_window_bytes,
         "kv_capacity_bytes": mem.kv_capacity_bytes,
         "kv_capacity_tokens": mem.kv_capacity_tokens,
         "max_concurrent_requests": mem.max_concurrent(input_tokens + output_tokens),

@@ -49,6 +49,8 @@ KV_MEMORY_FIELDS = {
     "kv_bytes_per_token": leaf("bytes", "KV bytes per token per replica"),
     "weights_gb": leaf("GB", "weights per replica"), "kv_gb": leaf("GB", "KV pool per replica"),
     "total_gb": leaf("GB", "the replica's GPU memory"),
+    "kv_window_gb": leaf("GB", "the sliding-window layers' KV per replica: max_num_seqs windows set aside, or "
+                               "SGLang's swa_full_tokens_ratio share of its pool", when="the model has sliding-window layers"),
 }
 
 
@@ -63,7 +65,8 @@ class MemoryPlan:
     kv_bytes_per_token: float
     block_size: int
     num_blocks: int
-    # Sliding-window layers' KV, set aside for max_num_seqs full windows.
+    # Sliding-window layers' KV: max_num_seqs full windows set aside, or the share of the pool a
+    # stack that splits it by a ratio gives them (SGLang's hybrid pool).
     kv_window_bytes: float = 0.0
     # Whose accounting sized the KV pool, and the fraction it applied (kv_memory.KvBudget).
     rule: str = "vllm"
@@ -73,9 +76,9 @@ class MemoryPlan:
 
     @property
     def reserve_bytes(self) -> float:
-        """Everything that is neither weights nor KV: the unused (1 − util)
-        share, activations and non-torch memory."""
-        return self.total_bytes - self.weights_bytes - self.kv_capacity_bytes
+        """Everything that is neither weights nor KV (the full-attention pool or the
+        sliding-window layers'): the unused (1 − util) share, activations and non-torch memory."""
+        return self.total_bytes - self.weights_bytes - self.kv_capacity_bytes - self.kv_window_bytes
 
     @property
     def kv_capacity_tokens(self) -> int:
@@ -90,7 +93,8 @@ class MemoryPlan:
         whose rule, the fraction it applied, tokens per attention rank, GB per replica."""
         return {"rule": self.rule, self.knob: self.fraction, "kv_tokens_per_rank": self.kv_capacity_tokens // self.dp,
                 "kv_bytes_per_token": self.kv_bytes_per_token, "weights_gb": self.weights_bytes / 1e9,
-                "kv_gb": self.kv_capacity_bytes / 1e9, "total_gb": self.total_bytes / 1e9}
+                "kv_gb": self.kv_capacity_bytes / 1e9, "total_gb": self.total_bytes / 1e9,
+                **({"kv_window_gb": self.kv_window_bytes / 1e9} if self.kv_window_bytes else {})}
 
 
 def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
@@ -117,6 +121,7 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     token; a stack that splits its pool by a ratio instead (SGLang's hybrid
     pool, :func:`.kv_memory.swa_window_share`) gives them that share of it.
     """
+    has_full_attention(model)
     par = Parallelism(tp, dp, ep)
     gpus = par.gpus
     rest, experts = weight_bytes_per_gpu(model, par, weight_dtype, expert_storage)
@@ -139,6 +144,17 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     return MemoryPlan(gpu.hbm_bytes * gpus, budget.usable * gpus, share.weights * gpus, budget.activation * gpus,
                       share.runtime * gpus, kv_cap, kv_per_token, block_size, num_blocks, window * gpus,
                       (kv_memory or KvMemory()).rule, budget.fraction, budget.knob, dp)
+
+
+def has_full_attention(model: ModelProfile) -> ModelProfile:
+    """``model``, refused when every layer is sliding-window attention (Mistral-7B-v0.1's shape): llmsim
+    counts a pool in the tokens its full-attention layers keep, windows apart, and a model without any
+    would hold an unbounded number of them."""
+    if model.num_hidden_layers and not model.num_full_attention_layers:
+        raise LlmsimError(f"every layer of {model.name} is sliding-window attention ({model.sliding_window:,} "
+                          f"tokens): llmsim sizes a KV pool by the tokens its full-attention layers keep and cannot "
+                          f"model one without any", key_path="model")
+    return model
 
 
 def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight_dtype: str, g: GpuShare,

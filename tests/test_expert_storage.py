@@ -79,3 +79,11 @@ def test_an_mxfp4_moe_draft_holds_its_padded_experts_too() -> None:
     rest, experts = weight_bytes_per_gpu(m, Parallelism(1), "mxfp4", cm.expert_storage)
     assert scm.draft.expert_storage == cm.expert_storage > 1
     assert drafted.weights_bytes - mem.weights_bytes == pytest.approx(rest + experts)
+
+
+def test_a_gpu_without_its_own_moe_rows_pads_as_its_compute_capability_does() -> None:
+    """The stacks pick the MXFP4 kernel by compute capability: an H100 PCIe runs the H100 SXM's."""
+    pcie = _experts_per_gpu("gpt-oss-120b", "h100-pcie", 4, "mxfp4")
+    sxm = _experts_per_gpu("gpt-oss-120b", "h100-sxm", 4, "mxfp4")
+    assert load_hardware("h100-pcie").calibration.moe_for("w4a16_mxfp4", 1) is None
+    assert pcie == pytest.approx(sxm) and pcie[0] / pcie[1] == pytest.approx(768 / 720)

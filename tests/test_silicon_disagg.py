@@ -222,3 +222,16 @@ def test_a_row_replayed_where_nothing_reads_sglangs_memory_flags_keeps_none(tmp_
             # the release's own memory default (SGLang before 0.5.9 keeps every layer's KV for every
             # token) is a knob like the launch's: kept where SGLang's rule reads it, dropped elsewhere
             assert kv.swa_full_tokens_ratio == (1.0 if rule == "sglang" else None)
+
+
+def test_a_releases_defaults_stay_with_its_own_stack(tmp_path):
+    """vLLM 0.15's defaults (its sort-path sampler bytes, its one-batch pipeline loop) are vLLM's: a
+    vLLM row replayed under validate --backend trtllm carried them into TensorRT-LLM's accounting."""
+    vllm = {**AGG, "backend": "vllm", "backend_version": "0.15.1", "id": "v"}
+    row = _rows(tmp_path, vllm)["v"]
+    assert row.version_keys.get("kv_memory") == {"sampler_logit_bytes": 28}
+    own = scenario_for(row).pools[0].engine
+    assert own.kv_memory.sampler_logit_bytes == 28 and own.pp_async == "one_batch"
+    other = scenario_for(row, ReplaySettings(backend="trtllm")).pools[0].engine
+    assert other.kv_memory.rule == "trtllm" and other.kv_memory.sampler_logit_bytes is None
+    assert other.pp_async != "one_batch"

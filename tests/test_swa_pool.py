@@ -76,3 +76,40 @@ def test_a_model_without_sliding_windows_is_untouched():
     a = plan_memory(m, g, 1, "bf16", kv_memory=KvMemory(rule="sglang"))
     b = plan_memory(m, g, 1, "bf16", kv_memory=KvMemory(rule="sglang", swa_full_tokens_ratio=0.3))
     assert a.kv_capacity_bytes == b.kv_capacity_bytes and a.kv_window_bytes == 0
+
+
+def test_the_windows_are_their_own_line_not_the_reserve():
+    """estimate printed SGLang's 30.9 GB of sliding-window KV as 'reserve' (memory neither weights nor KV)."""
+    _, _, _, mem = _sglang_plan("h200")
+    assert mem.kv_window_bytes > 25e9
+    assert mem.reserve_bytes == pytest.approx(mem.total_bytes - mem.weights_bytes - mem.kv_capacity_bytes
+                                              - mem.kv_window_bytes)
+    assert mem.describe()["kv_window_gb"] == pytest.approx(mem.kv_window_bytes / 1e9)
+
+
+MISTRAL = """\
+name: mistral-7b-sw
+model_type: mistral
+num_hidden_layers: 32
+hidden_size: 4096
+num_attention_heads: 32
+num_key_value_heads: 8
+intermediate_size: 14336
+vocab_size: 32000
+tie_word_embeddings: false
+max_position_embeddings: 32768
+sliding_window: 4096
+hidden_act: silu
+"""
+
+
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_a_model_whose_every_layer_slides_is_refused_clearly(cli, tmp_path, backend):
+    """No full-attention layer: the pool's token count had no bound (vLLM divided by zero, SGLang gave the
+    windows the whole pool and called it 'does not fit')."""
+    path = tmp_path / "mistral.yaml"
+    path.write_text(MISTRAL)
+    r = cli("estimate", "request", "--gpu", "h100-sxm", "--model", path, "--input", "1000", "--output", "100",
+            "--backend", backend)
+    assert r.code == 2 and "every layer of mistral-7b-sw is sliding-window attention" in r.err
+    assert "Traceback" not in r.err

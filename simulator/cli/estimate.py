@@ -380,6 +380,8 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     rows += [(kv_per_token_label(out["kv_copies"], cm.model.is_mla), _kib(out["kv_bytes_per_token"])),
              ("KV per request", _gb(out["kv_bytes_per_request"])),
              ("weights", f"{_gb(out['weights_bytes'])} ({weights_served(out, noted='{weights}; {note}')})"),
-             ("reserve", _gb(out["reserve_bytes"])), ("KV capacity", _gb(out["kv_capacity_bytes"])),
+             ("reserve", _gb(out["reserve_bytes"])),
+             *([("sliding-window KV", _gb(out["kv_window_bytes"]))] if out["kv_window_bytes"] else []),
+             ("KV capacity", _gb(out["kv_capacity_bytes"])),
              ("concurrent requests that fit", out["max_concurrent_requests"])]
     console.print(_table(f"{model} on {_replica(tp, dp, ep)} {gpu}: {input} in / {output} out", rows))

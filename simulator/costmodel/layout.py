@@ -98,6 +98,17 @@ def _or_default(p: RooflineParams, fallback: RooflineParams) -> RooflineParams:
     return fallback if p == RooflineParams() else p
 
 
+def _same_capability_kernel(gpu: HardwareProfile, fmt: str, ep: int):
+    """The MoE kernel parameters a built-in GPU of ``gpu``'s compute capability measured for
+    ``fmt``; None where none did (or the GPU states no capability)."""
+    from ..profiles.hardware import builtin_hardware
+
+    if gpu.sm_version is None:
+        return None
+    return next((p for g in builtin_hardware().values() if g.sm_version == gpu.sm_version
+                 and (p := g.calibration.moe_for(fmt, ep)) is not None), None)
+
+
 class LayoutOps:
     """Per-token-count and attention costs of one replica (see module docstring)."""
 
@@ -140,8 +151,10 @@ class LayoutOps:
         # 64 for Hopper's Triton ones), so the GPU holds the padded experts.
         # Other formats' methods store the checkpoint's shape. The kernel is
         # the GPU's, read from its measured calibration even when this model
-        # prices a roofline: the memory is the stack's, not the fit's.
-        stored = gpu.calibration.moe_for(self.fmt, par.ep)
+        # prices a roofline (the memory is the stack's, not the fit's), else
+        # that of a GPU of the same compute capability, by which the stacks
+        # pick it (an H100 PCIe runs the H100 SXM's).
+        stored = gpu.calibration.moe_for(self.fmt, par.ep) or _same_capability_kernel(gpu, self.fmt, par.ep)
         self.expert_storage = (self.moe.stored_scale(stored) if self.moe is not None and stored is not None
                                and cm.weight_dtype in EXPERT_ONLY_DTYPES else 1.0)
         self._routed_max = (running_max_layer_time(self.moe, self.fmt, gpu, self.moe_params)

@@ -16,7 +16,7 @@ from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
-from ..memory import MemoryPlan, context_room, plan_memory
+from ..memory import MemoryPlan, context_room, has_full_attention, plan_memory
 from ..pipeline import Pipeline, plan_pipeline_memory
 from .pp_refusals import refusal
 from ..profiles import load_hardware, load_model
@@ -74,7 +74,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
             msg = f"{e.source}: {e.message}" if e.source and e.source != str(source) else e.message
             raise LlmsimError(msg, source=source, key_path=f"{where}.{key}") from None
 
-    model = at("model", lambda: load_model(spec.model))
+    model = at("model", lambda: has_full_attention(load_model(spec.model)))
     gpu = at("gpu", lambda: load_hardware(spec.gpu))
     if spec.engine.weight_dtype is None:      # the checkpoint's format, as the stacks load it
         wd = at("engine.weight_dtype", model.served_weight_dtype)

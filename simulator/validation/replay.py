@@ -233,7 +233,9 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
     ``keys``, the stack version's defaults, the stack's speculative-decoding
     keys where it drafts, then the settings' own."""
     engine = {"backend": s.backend or row.stack, "weight_dtype": row.weight_dtype, "kv_dtype": row.kv_dtype}
-    version = dict(row.version_keys)
+    # The release's defaults are its own stack's: replayed under another stack (validate --backend),
+    # vLLM 0.15's sampler bytes or pipeline loop would be read as that stack's.
+    version = dict(row.version_keys) if _stack_of(s.backend or row.stack) == row.stack else {}
     # The launch's memory flags and the release's memory defaults are knobs of one mapping.
     launch = {**(keys.get("kv_memory") or {}), **(version.pop("kv_memory", None) or {})} or None
     engine.update(keys)
@@ -255,6 +257,16 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
         read = RULES[merged.get("rule", "vllm")].reads(merged.get("fraction") is not None)
         engine["kv_memory"] = {k: v for k, v in launch.items() if k in read}
     return engine
+
+
+def _stack_of(backend: str) -> str | None:
+    """The serving stack a backend profile (a built-in name or a profile file) describes."""
+    from ..profiles.backend import load_backend
+
+    try:
+        return load_backend(backend).stack
+    except LlmsimError:
+        return None
 
 
 def _disaggregated_pools(row: Row, s: ReplaySettings, dep: str, pool: dict) -> list[dict]:
