@@ -302,3 +302,17 @@ def test_the_pareto_plot_names_every_fleet():
     ax = pareto_figure(probes, probes[1]).axes[0]
     labels = sorted(t.get_text() for t in ax.texts)
     assert labels == sorted(f"gpu={g}, replicas={n}" for g in ("h100-sxm", "h200") for n in (1, 3, 5))
+
+
+def test_the_pareto_plot_of_a_slice_prices_the_product():
+    """A plan's best line leads with the product (the slice × product.slices); its plot showed the slice's
+    cost under an unqualified 'monthly cost' label."""
+    from simulator.planning.pareto import pareto_figure
+
+    probes = [{"overrides": {"r": n}, "monthly_usd": 100.0 * n, "product_monthly_usd": 1e5 * n,
+               "ttft_p99_ms": 500.0 / n, "slo_met": n > 1} for n in (1, 2, 3)]
+    ax = pareto_figure(probes, probes[1]).axes[0]
+    assert ax.get_xlabel() == "monthly cost of the product (USD)"
+    assert max(x for x, _ in ax.collections[0].get_offsets()) >= 1e5
+    alone = [{**p, "product_monthly_usd": p["monthly_usd"]} for p in probes]
+    assert pareto_figure(alone, alone[1]).axes[0].get_xlabel() == "monthly cost (USD)"

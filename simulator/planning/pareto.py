@@ -42,30 +42,34 @@ def pareto_figure(probes: Sequence[dict[str, Any]], best: dict[str, Any] | None,
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
+    # The product's cost where the scenario is a slice of one (the plan's best line leads with it), else
+    # the simulated fleet's: one scale on both, since the product is the slice times a fixed count.
+    product = any(p.get("product_monthly_usd") not in (None, p.get(X)) for p in probes)
+    x = "product_monthly_usd" if product else X
     met = [p for p in probes if p.get("slo_met")]
     missed = [p for p in probes if not p.get("slo_met")]
     fig = Figure(figsize=(8, 5), dpi=120, layout="constrained")
     ax = fig.subplots()
     for group, style, label in ((missed, dict(marker="x", color="tab:red", alpha=0.6), "SLO missed"),
                                 (met, dict(marker="o", color="tab:blue", alpha=0.6), "SLO met")):
-        pts = [p for p in group if p.get(X) is not None and p.get(Y) is not None]
+        pts = [p for p in group if p.get(x) is not None and p.get(Y) is not None]
         if pts:
-            ax.scatter([p[X] for p in pts], [p[Y] for p in pts], label=label, linestyle="none", **style)
-    xs = [p[X] for p in probes if p.get(X) is not None]
+            ax.scatter([p[x] for p in pts], [p[Y] for p in pts], label=label, linestyle="none", **style)
+    xs = [p[x] for p in probes if p.get(x) is not None]
     middle = (min(xs) + max(xs)) / 2 if xs else 0.0
     for p in probes:    # each fleet named where it sits (which GPU, how many), inward so it stays in the axes
-        if p.get(X) is not None and p.get(Y) is not None and p.get("overrides"):
-            right = p[X] > middle
-            ax.annotate(point_label(p["overrides"]), (p[X], p[Y]), xytext=(-4 if right else 4, 3),
+        if p.get(x) is not None and p.get(Y) is not None and p.get("overrides"):
+            right = p[x] > middle
+            ax.annotate(point_label(p["overrides"]), (p[x], p[Y]), xytext=(-4 if right else 4, 3),
                         textcoords="offset points", ha="right" if right else "left", fontsize=7, alpha=0.85)
-    front = pareto_front(met)
+    front = pareto_front(met, x=x)
     if front:
-        ax.step([p[X] for p in front], [p[Y] for p in front], where="post", color="tab:blue", lw=1,
+        ax.step([p[x] for p in front], [p[Y] for p in front], where="post", color="tab:blue", lw=1,
                 label="Pareto frontier")
-    if best is not None and best.get(X) is not None and best.get(Y) is not None:
-        ax.scatter([best[X]], [best[Y]], marker="*", s=250, color="gold", edgecolor="black", zorder=5,
+    if best is not None and best.get(x) is not None and best.get(Y) is not None:
+        ax.scatter([best[x]], [best[Y]], marker="*", s=250, color="gold", edgecolor="black", zorder=5,
                    label="cheapest meeting the SLO")
-    ax.set_xlabel("monthly cost (USD)")
+    ax.set_xlabel("monthly cost of the product (USD)" if product else "monthly cost (USD)")
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${v / 1e6:,.3g}M" if v >= 1e6 else f"${v:,.0f}"))
     ax.set_ylabel("p99 TTFT (ms)")
     ax.set_yscale("log")
