@@ -62,3 +62,20 @@ def test_a_run_prices_its_completed_requests():
     assert a["cache_read_tokens"] > 0.7 * a["input_tokens"]        # the 800-token system prompt hits
     assert a["window_usd_with_caching"] < a["window_usd_without_caching"]
     assert a["monthly_usd_self_hosted"] == res["llmsim"]["cost"]["monthly_usd"]
+
+
+def test_the_month_extrapolates_the_arrivals_not_the_drain():
+    """A 20-second load the fleet drains by 24 s: its API month is the 20 seconds' tokens × 730 h / 20 s
+    (it read 17 % less, scaled over the whole window)."""
+    sc = Scenario.model_validate({
+        "name": "api", "seed": 1,
+        "workload": {"duration_s": 20, "arrival": {"type": "poisson", "rate_per_s": 20},
+                     "input_tokens": {"dist": "fixed", "value": 2000}, "output_tokens": {"dist": "fixed", "value": 300}},
+        "pools": [{"name": "p", "model": "llama-3.1-8b", "gpu": "h100-sxm", "replicas": 2}],
+        "cost": {"api": {"input_usd_per_million": 0.1, "output_usd_per_million": 0.4}},
+    })
+    res = simulate(sc).results
+    a = res["llmsim"]["cost"]["api"]
+    assert res["duration"] > 21
+    assert a["monthly_usd_without_caching"] == pytest.approx(a["window_usd_without_caching"] * 730 * 3600 / 20)
+    assert usage_factor(MonthRule(MonthlySpec(method="window")), 30.0, 20.0) == pytest.approx(730 * 180)

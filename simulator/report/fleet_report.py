@@ -244,7 +244,9 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         out["cost"]["power"] = power
     if sc.cost.api is not None:
         c = out["cost"]
-        c["api"] = api_block(sc.cost.api, requests, usage_factor(plan.month, now),
+        arrived = requests.select("arrival").arrival
+        c["api"] = api_block(sc.cost.api, requests, usage_factor(plan.month, now, float(arrived.max()) if len(arrived)
+                                                                 else None),
                              c.get("monthly_usd"), c["window_usd"])
     # The answer first: the product's fleet and bill, then whether it keeps up.
     product = product_block(sc.product.slices if sc.product else 1, out)
