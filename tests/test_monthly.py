@@ -154,6 +154,27 @@ def test_simulate_reports_the_peak_window_month_and_the_summary_names_it():
     assert by_hand["monthly_usd"] == peak["monthly_usd"]
 
 
+def test_each_pool_states_its_own_month_and_the_cost_plot_draws_it():
+    """Under peak_window pools scale apart: one pinned at a floor all day against one following the load.
+    The cost plot split the month by the window's shares (the chatbot's paid pool, at its floor all day,
+    drew $15,265 of a slice's $21,255 where its hours give $17,222)."""
+    from simulator.report.plots import cost_figure
+
+    raw = _raw(monthly={"method": "peak_window"})
+    raw["pools"] = [{**raw["pools"][0], "name": "busy", "replicas": 3},
+                    {**raw["pools"][0], "name": "floor", "replicas": 1}]
+    raw["classes"] = [{"name": "a", "share": 0.8, "pool": "busy"}, {"name": "b", "share": 0.2, "pool": "floor"}]
+    res = simulate(Scenario.model_validate(raw)).results
+    c = res["llmsim"]["cost"]
+    by = {p["name"]: p for p in c["pools"]}
+    assert sum(p["monthly_usd"] for p in by.values()) == pytest.approx(c["monthly_usd"])
+    shares = {n: p["usd"] / c["window_usd"] for n, p in by.items()}
+    assert by["floor"]["monthly_usd"] / c["monthly_usd"] > shares["floor"] + 0.05
+    ax = cost_figure(res).axes[0]
+    drawn = {t.get_text(): b.get_width() for t, b in zip(ax.get_yticklabels(), ax.patches)}
+    assert drawn == {n: pytest.approx(p["monthly_usd"]) for n, p in by.items()}
+
+
 # -- bad input ----------------------------------------------------------------------
 
 @pytest.mark.parametrize("monthly, key, words", [

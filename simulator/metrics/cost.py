@@ -46,7 +46,7 @@ Definitions:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Iterable, Optional, Sequence
+from typing import Any, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
@@ -197,6 +197,20 @@ def session_load(requests: "Records | Iterable[Request]", window_s: float,
     return SessionLoad(int(sessions.size), int(served), total, peak, per_gpu if steps else None)
 
 
+def _pool_month(pool: PoolBilling, month: Mapping[str, Any], window_usd: float) -> dict[str, Any]:
+    """The pool's part of the month: its own hourly replicas under peak_window (pools scale apart, a
+    pool held at its floor all day against one that follows the load), else its share of the window's
+    bill, which every other method scales alike."""
+    total = month.get("monthly_usd")
+    if total is None:
+        return {}
+    hourly = month.get("monthly_hourly")
+    if hourly is not None:
+        day = sum(hourly["replicas"][pool.name]) * pool.gpus_per_replica * pool.usd_per_gpu_hour
+        return {"monthly_usd": day * monthly.DAYS_PER_MONTH}
+    return {"monthly_usd": total * pool.usd / window_usd if window_usd else 0.0}
+
+
 def _per(num: float, den: float, scale: float = 1.0) -> Optional[float]:
     return num / den * scale if den else None
 
@@ -210,6 +224,8 @@ _POOL_BILL = {
     "price_note": leaf("text", "the profile's source for the price"),
     "replica_seconds": leaf("replica-s", "replica-seconds billed"), "gpu_hours": leaf("GPU-h", "GPU-hours billed"),
     "usd": leaf("USD", "the pool's bill for the window"),
+    "monthly_usd": leaf("USD/month", "the pool's share of monthly_usd, by the same extrapolation (peak_window: "
+                                     "its own hourly replicas)", when="monthly_usd is not null"),
 }
 _SESSIONS = {
     "count": leaf("count", "sessions that sent a request"),
@@ -273,7 +289,7 @@ def cost_block(pools: Sequence[PoolBilling], requests: "Records | Sequence[Reque
         "peak_per_gpu": peak_per_gpu,
     }
     return {
-        "pools": [p.as_dict() for p in pools],
+        "pools": [{**p.as_dict(), **_pool_month(p, month, usd)} for p in pools],
         "price_assumed": any(p.price_assumed for p in pools),
         "window_s": window_s,
         "gpu_hours": gpu_s / 3600.0,

@@ -171,7 +171,7 @@ def timeline_figure(timeline, title: str = "") -> Figure:
 
 # --- cost ----------------------------------------------------------------------------
 
-_POOL_KEYS = ("gpu_hours", "usd", "gpus", "gpus_mean", "gpu", "usd_per_gpu_hour")
+_POOL_KEYS = ("gpu_hours", "usd", "gpus", "gpus_mean", "gpu", "usd_per_gpu_hour", "monthly_usd")
 
 
 def pool_costs(results: Mapping[str, Any]) -> list[dict[str, Any]]:
@@ -224,8 +224,9 @@ def _short_money(v: float) -> str:
 
 
 def cost_figure(results: Mapping[str, Any], title: str = "") -> Optional[Figure]:
-    """The product's monthly cost per pool (the window's cost scaled as
-    results.json's monthly figure is, × the product's slices), each bar
+    """The product's monthly cost per pool (each pool's ``monthly_usd``, or
+    the window's cost scaled as results.json's monthly figure is, × the
+    product's slices), each bar
     labelled with the figure, the simulated slice's cost and GPU-hours, and
     the pool's GPUs; None when the results carry no cost. Long text (the
     headline, how the month is extrapolated) is wrapped across the whole
@@ -240,7 +241,10 @@ def cost_figure(results: Mapping[str, Any], title: str = "") -> Optional[Figure]
     total_usd, month = cost.get("window_usd"), cost.get("monthly_usd")
     monthly = bool(total_usd and month)
     k = month / total_usd if monthly else 1.0
-    values = [n * p["usd"] * k for p in pools]
+    # each pool's own month where results.json states it (under peak_window pools scale apart: one held at
+    # its floor all day against one that follows the load), else its window's cost scaled as the total is
+    values = [n * (p["monthly_usd"] if monthly and p.get("monthly_usd") is not None else p["usd"] * k)
+              for p in pools]
     per = "/month" if monthly else ""
     gpus = product.get("gpus", llmsim.get("gpus"))
     head = (f"{'Product' if n > 1 else 'Fleet'}: {_money(sum(values))}{per}"
