@@ -47,8 +47,9 @@ __all__ = ["Plan", "plan_fleet", "RATE_KEY", "infeasible_message"]
 #: The key ``--max-rate`` searches.
 RATE_KEY = "workload.arrival.rate_per_s"
 
-_FIGURES = ("product_monthly_usd", "product_gpus", "monthly_usd", "gpus", "usd_per_request", "request_throughput", "output_throughput",
-            *(c for c, _ in LATENCY_COLUMNS))
+_COSTS = ("product_monthly_usd", "product_gpus", "monthly_usd", "gpus", "usd_per_request")
+_THROUGHPUTS = ("request_throughput", "output_throughput")
+_FIGURES = (*_COSTS, *_THROUGHPUTS, *(c for c, _ in LATENCY_COLUMNS))
 
 
 @dataclass
@@ -138,12 +139,13 @@ class _Prober:
             raise LlmsimError(f"a run of the plan ({ran}) failed on its input, not on its fleet: {error}")
 
     def figures(self, i: int, value: Any) -> dict[str, Any]:
-        """Worst over seeds for latencies, the first seed's cost figures."""
+        """Worst over seeds: the highest latencies and cost (an autoscaled fleet's differs by seed; the
+        sweep page ranks by the same), the lowest throughput."""
         rows = self.rows[(i, value)]
         out = {k: rows[0].get(k) for k in _FIGURES}
-        for col, _ in LATENCY_COLUMNS:
+        for col in (*(c for c, _ in LATENCY_COLUMNS), *_COSTS, *_THROUGHPUTS):
             vals = [r.get(col) for r in rows if r.get(col) is not None]
-            out[col] = max(vals) if vals else None
+            out[col] = (min if col in _THROUGHPUTS else max)(vals) if vals else None
         out["slo_met"] = self.met(rows)
         if self.confidence is not None:      # the verdict at the confidence, and each target's bound
             _, out["failed_slo"], out["slo_bounds_ms"] = judge_at_confidence(rows, self.confidence, self.model)
