@@ -316,3 +316,19 @@ def test_the_pareto_plot_of_a_slice_prices_the_product():
     assert max(x for x, _ in ax.collections[0].get_offsets()) >= 1e5
     alone = [{**p, "product_monthly_usd": p["monthly_usd"]} for p in probes]
     assert pareto_figure(alone, alone[1]).axes[0].get_xlabel() == "monthly cost (USD)"
+
+
+def test_a_plan_over_seeds_reports_and_ranks_the_worst_seed():
+    """An autoscaled fleet's cost differs by seed: plan ranked by the first seed's while the sweep page
+    ranks by the worst, so the two picked different fleets of one grid."""
+    from simulator.planning.plan import _Prober
+    from simulator.planning.point import Point
+
+    prober = _Prober(Point("x.yaml"), [{}, {"seed": 2}], executor=None, store=None)
+    rows = [{"seed": 1, "monthly_usd": 19389.0, "gpus": 12, "request_throughput": 30.0, "ttft_p99_ms": 200.0,
+             "slo_met": True},
+            {"seed": 2, "monthly_usd": 19925.0, "gpus": 13, "request_throughput": 29.0, "ttft_p99_ms": 180.0,
+             "slo_met": True}]
+    prober.rows[(0, 40)] = rows
+    f = prober.figures(0, 40)
+    assert (f["monthly_usd"], f["gpus"], f["request_throughput"], f["ttft_p99_ms"]) == (19925.0, 13, 29.0, 200.0)

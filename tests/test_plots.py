@@ -97,7 +97,7 @@ def test_pool_costs_prefer_per_pool_blocks():
     assert [(p["name"], p["usd"], p["usd_per_gpu_hour"]) for p in got] == [("chat", 1.0, 1.0), ("code", 2.0, 4.0)]
     single = {"llmsim": {"scenario": "s", "gpus": 4, "cost": {"window_usd": 5.0, "gpu_hours": 2.0}}}
     assert pool_costs(single) == [{"name": "s", "gpu_hours": 2.0, "usd": 5.0, "gpus": 4, "gpus_mean": None, "gpu": None,
-                                   "usd_per_gpu_hour": None}]
+                                   "usd_per_gpu_hour": None, "monthly_usd": None}]
     assert pool_costs({"llmsim": {}}) == [] and cost_figure({"llmsim": {}}) is None
     # Monthly bars, split as the window's cost is.
     ax = cost_figure(fleet).axes[0]

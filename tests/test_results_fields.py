@@ -78,6 +78,7 @@ classes:
   - {name: lora, share: 1, pool: lora}
   - {name: deep, share: 1, pool: deep}
   - {name: tgi, share: 1, pool: tgi}
+  - {name: swa, share: 1, pool: swa}
 pools:
   - {name: moe, model: qwen3-30b-a3b, gpu: h100-sxm, replicas: 2, tp: 1, dp: 2, ep: 2}
   - name: lora
@@ -88,6 +89,7 @@ pools:
   - {name: deep, model: llama-3-8b, gpu: h100-sxm, replicas: 2, pp: 2}
   - {name: tgi, model: llama-3-8b, gpu: h100-sxm, replicas: 2,
      engine: {kv_allocation: contiguous, prefix_cache: false, scheduler: continuous, chunked_prefill: false}}
+  - {name: swa, model: gpt-oss-120b, gpu: h200, replicas: 2, engine: {backend: sglang}}
 cost: {monthly: {method: peak_window}}
 """
 

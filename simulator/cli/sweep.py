@@ -61,6 +61,10 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
         used = min(ex.workers, ran) if ran else ex.workers      # never more workers than runs
         where = f"{executor} ({used} worker{'s' if used != 1 else ''})"
     wall = time.perf_counter() - wall
+    from ..planning.prices import sweep_pinned_prices
+
+    for pinned in sweep_pinned_prices(points):
+        err_console.print(Text.assemble(("warning:", "yellow"), f" {pinned['warning']}"))
     keys = override_keys(points)
     console.print(rows_table(f"sweep {sweep_file}", run.rows, [*keys, *product_columns(run.rows), *_SHOWN],
                              keep=len(keys), elsewhere=f"a wider terminal shows them; {run.table} holds every "
@@ -71,10 +75,6 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
         write_report(out)
     console.print(f"wrote {run.table} and {out / 'report.html'}: {len(run.rows)} rows ({run.reused} reused from "
                   f"{out / 'points'}, {len(run.rows) - run.reused} run on {where}) in {wall:.1f} s", markup=False)
-    from ..planning.prices import sweep_pinned_prices
-
-    for pinned in sweep_pinned_prices(points):
-        err_console.print(Text.assemble(("warning:", "yellow"), f" {pinned['warning']}"))
     if run.errors:
         first = run.errors[0]["error"]
         raise LlmsimError(f"{len(run.errors)} of {run.total} points could not run (kept out of the store, rerun "

@@ -191,7 +191,7 @@ def pool_costs(results: Mapping[str, Any]) -> list[dict[str, Any]]:
     if cost.get("window_usd") is None:
         return []
     return [{"name": llmsim.get("scenario") or "fleet", **dict.fromkeys(_POOL_KEYS), "gpu_hours": cost.get("gpu_hours"),
-             "usd": cost["window_usd"], "gpus": llmsim.get("gpus")}]
+             "usd": cost["window_usd"], "gpus": llmsim.get("gpus"), "monthly_usd": cost.get("monthly_usd")}]
 
 
 def _money(v: float) -> str:
