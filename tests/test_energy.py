@@ -69,8 +69,16 @@ def test_month_carbon_price_and_grid_follow_the_scenario():
     assert e["joules_per_output_token"] == pytest.approx(e["window_kwh"] * 3.6e6 / res["total_output_tokens"])
     assert c["power"]["monthly_usd"] == pytest.approx(e["kwh_per_month"] * 0.12)
     assert c["power"]["monthly_total_usd"] == pytest.approx(c["monthly_usd"] + c["power"]["monthly_usd"])
+    # the product's power beside its GPU bill, in its headline too (it was the slice's alone, in a table)
+    from simulator.metrics.product import product_block
+    from simulator.report.fleet_summary import headline
+
+    prod = product_block(10, res["llmsim"])
+    assert prod["power_monthly_usd"] == pytest.approx(10 * c["power"]["monthly_usd"])
+    assert "/month of power (energy.usd_per_kwh)" in headline({**res["llmsim"], "product": prod}).plain
     # no price: no power line (a GPU-hour price is taken to include power)
-    assert "power" not in simulate(_scenario(wl)).results["llmsim"]["cost"]
+    plain = simulate(_scenario(wl)).results["llmsim"]
+    assert "power" not in plain["cost"] and "power_monthly_usd" not in plain["product"]
     own = simulate(_scenario(wl, energy={"grid_g_per_kwh": 100.0})).results["llmsim"]["energy"]
     assert own["grid_g_co2e_per_kwh"] == 100.0 and "scenario" in own["grid_source"]
 

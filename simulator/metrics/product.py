@@ -31,6 +31,9 @@ FIELDS = {
     "gpus": leaf("GPUs", "the product's peak GPUs: the slice's × slices"),
     "gpus_mean": leaf("GPUs", "the product's mean GPUs: the slice's × slices"),
     "monthly_usd": leaf("USD/month", "the product's monthly bill: the slice's × slices"),
+    "power_monthly_usd": leaf("USD/month", "the product's power a month at energy.usd_per_kwh, on top of "
+                                           "monthly_usd: the slice's (llmsim.cost.power) × slices",
+                              when="energy.usd_per_kwh is set"),
     "kwh_per_month": leaf("kWh/month", "the product's facility energy: the slice's × slices; null without power data"),
     "co2e_kg_per_month": leaf("kg CO2e/month", "the product's emissions: the slice's × slices"),
     "pools": block("per pool", {"<pool>": block("one pool, × slices", {
@@ -94,7 +97,9 @@ def product_block(n: int, llmsim: Mapping[str, Any]) -> dict[str, Any]:
     def times_n(v: Any) -> Any:
         return None if v is None else n * v
 
+    power = (cost.get("power") or {}).get("monthly_usd")
     return {
+        **({"power_monthly_usd": n * power} if power is not None else {}),
         "slices": n,
         "traffic_fraction": 1.0 / n,
         "gpus": n * llmsim["gpus"],

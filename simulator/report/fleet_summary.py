@@ -36,8 +36,10 @@ def headline(llmsim: Mapping[str, Any]) -> Optional[Text]:
     what = "Product" if n > 1 else "Fleet"
     standby = (f"; {prod['standby_gpus']:,} of them warm standby, {prod['pooled_gpus']:,} as one pooled fleet"
                if n > 1 and prod.get("standby_gpus") else "")
+    power = (f" + ${_whole(prod['power_monthly_usd'])}/month of power (energy.usd_per_kwh)"
+             if prod.get("power_monthly_usd") is not None else "")
     lines = [f"[bold]{what}: {prod['gpus']:,} GPUs at peak ({escape(pool_gpus(pools, n))}; mean "
-             f"{prod['gpus_mean']:,.1f}{standby}), ${_whole(prod['monthly_usd'])}/month[/]"]
+             f"{prod['gpus_mean']:,.1f}{standby}), ${_whole(prod['monthly_usd'])}/month{power}[/]"]
     if n > 1:
         s = prod["slice"]
         lines.append(f"  simulated slice, 1/{n:,} of the traffic: {s['gpus']:,} GPUs at peak ({pool_gpus(pools)}), "
