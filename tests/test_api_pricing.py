@@ -79,3 +79,15 @@ def test_the_month_extrapolates_the_arrivals_not_the_drain():
     assert res["duration"] > 21
     assert a["monthly_usd_without_caching"] == pytest.approx(a["window_usd_without_caching"] * 730 * 3600 / 20)
     assert usage_factor(MonthRule(MonthlySpec(method="window")), 30.0, 20.0) == pytest.approx(730 * 180)
+
+
+def test_a_sessions_traffic_arrives_by_its_last_session_start():
+    """Without duration_s the month counted from the last arrival: a chat session's later turns arrive
+    minutes after the last session starts, so 552 sessions read their API month about 4× low."""
+    from simulator.report.fleet_report import _arrival_span
+
+    reqs = [Request(i, t, 100, 10, session=s) for i, (t, s) in
+            enumerate([(0.0, 0), (30.0, 0), (60.0, 0), (5.0, 1), (400.0, 1), (10.0, 2), (12.0, -1)])]
+    assert _arrival_span(Records.of(reqs)) == 12.0          # the last session starts at 10 s, a lone request at 12
+    assert _arrival_span(Records.of(reqs[:6])) == 10.0
+    assert _arrival_span(Records.of([])) is None

@@ -142,3 +142,14 @@ def test_ladders_and_rows_judge_the_load_too():
     res["llmsim"]["load"]["overloaded"] = False
     assert fleet_met(res) is True and summarize(res)["slo_failed"] is None
     assert fleet_met({"completed": 3, "llmsim": {"load": {"overloaded": True}}}) is None
+
+
+def test_a_plan_at_a_confidence_does_not_buy_a_fleet_that_sheds_either(cli, tmp_path):
+    p = tmp_path / "shedding.yaml"
+    p.write_text(SHEDDING)
+    r = cli("plan", p, "--vary", "pools.chat.replicas=1..2", "--confidence", "0.9", "-o", tmp_path / "plan")
+    assert r.code == 0, r.err
+    plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
+    assert plan["best"]["overrides"]["pools.chat.replicas"] == 2
+    one = [q for q in plan["probes"] if q["overrides"]["pools.chat.replicas"] == 1]
+    assert one and one[0]["slo_met"] is False and one[0]["failed_slo"].startswith("load OVERLOADED")

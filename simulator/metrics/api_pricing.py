@@ -57,8 +57,9 @@ FIELDS = {
     "window_usd_without_caching": leaf("USD", "the window's tokens at the plain input and output prices"),
     "window_usd_with_caching": leaf("USD", "the same with cache reads and writes priced as such"),
     "window_usd_self_hosted": leaf("USD", "the fleet's own bill for the window (llmsim.cost.window_usd)"),
-    "monthly_usd_without_caching": leaf("USD/month", "window_usd_without_caching extrapolated as the bill is"),
-    "monthly_usd_with_caching": leaf("USD/month", "window_usd_with_caching extrapolated as the bill is"),
+    "monthly_usd_without_caching": leaf("USD/month", "window_usd_without_caching extrapolated as the bill is, over "
+                                                     "the time the traffic took to arrive (not the drain after it)"),
+    "monthly_usd_with_caching": leaf("USD/month", "window_usd_with_caching extrapolated the same way"),
     "monthly_usd_self_hosted": leaf("USD/month", "the fleet's monthly bill (llmsim.cost.monthly_usd)"),
 }
 

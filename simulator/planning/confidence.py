@@ -40,6 +40,10 @@ def judge_at_confidence(rows: Sequence[Mapping[str, Any]], confidence: float,
     errors = [r["error"] for r in rows if r.get("error")]
     if errors:
         return False, "; ".join(errors), {}
+    # a fleet that does not keep up fails whatever its latencies read (llmsim run exits 1 on it)
+    overloaded = [r["load"] for r in rows if r.get("overloaded")]
+    if overloaded:
+        return False, "; ".join(f"load {v}" for v in overloaded), {}
     if any(r.get("slo_targets") is None for r in rows):
         return False, "no SLO targets in the run's results", {}
     blocks = [json.loads(r["slo_targets"]) for r in rows]

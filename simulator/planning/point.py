@@ -180,6 +180,9 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     # and a fleet that keeps up with its load (one shedding 29 % met its targets on what it served)
     row["slo_met"] = fleet_met(results)
     load = _dig(results, "llmsim", "load") or {}
+    # the load verdict as a column of its own: a scenario without an SLO has no slo_met to carry it
+    row["overloaded"] = bool(load.get("overloaded"))
+    row["load"] = load.get("verdict")
     missed = [f"load {load.get('verdict')}"] if load.get("overloaded") and row["slo_met"] is False else []
     missed += [f"{owner(label)}{_miss(k, t)}" for label, block in slo_blocks(results)
                for k, t in (block.get("targets") or {}).items() if not t.get("met")]

@@ -17,6 +17,7 @@ statement and draws no warning; one the plan varies alongside the GPU
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Iterable, Mapping, Optional, Sequence
@@ -58,13 +59,17 @@ class Prices:
         return self._seen[key]
 
 
+_GPU_KEY = re.compile(r"^pools(\.[^.]+)?(\.gpu)?$")
+
+
 def sweep_pinned_prices(points: Sequence[Point]) -> list[dict[str, Any]]:
     """:func:`pinned_prices` of a sweep's points (one base scenario, each point's overrides on it)."""
-    if not points:
+    # only a point that sets a GPU (or a whole pool, or the pools) can bill one at another's price:
+    # a grid without one is not loaded again point by point
+    if not any(_GPU_KEY.match(str(k)) for p in points for k, _ in p.overrides):
         return []
-    base = points[0].scenario
-    runs = [Prices(p.scenario, {}).of(dict(p.overrides)) for p in points]
-    return pinned_prices(runs, Prices(base, {}).of({}), command="sweep")
+    prices = Prices(points[0].scenario, {})
+    return pinned_prices([prices.of(dict(p.overrides)) for p in points], prices.of({}), command="sweep")
 
 
 def gpu_varied_pools(runs: Iterable[Mapping[str, PoolPrice]]) -> list[str]:

@@ -193,6 +193,23 @@ def timing_block(wall: float, requests: int) -> dict:
     return {"wall_time_s": wall, "sim_requests_per_wall_s": requests / wall if wall > 0 else None}
 
 
+def _arrival_span(requests: Records) -> Optional[float]:
+    """How long the traffic took to arrive where the workload states no duration: the last request's
+    arrival, a session counting from its start (its later turns follow the traffic, they do not extend
+    it: 552 chat sessions started over 120 s had turns arriving for minutes after)."""
+    r = requests.select("arrival", "session")
+    if not len(r):
+        return None
+    alone = r.session < 0
+    span = float(r.arrival[alone].max()) if alone.any() else 0.0
+    if not alone.all():
+        ids, which = np.unique(r.session[~alone], return_inverse=True)
+        starts = np.full(len(ids), np.inf)
+        np.minimum.at(starts, which, r.arrival[~alone])
+        span = max(span, float(starts.max()))
+    return span
+
+
 def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
                  engine: str, requests: "Records | list[Request]", scalers: dict) -> dict:
     sc, setups = plan.scenario, plan.setups
@@ -244,9 +261,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         out["cost"]["power"] = power
     if sc.cost.api is not None:
         c = out["cost"]
-        arrived = requests.select("arrival").arrival
-        c["api"] = api_block(sc.cost.api, requests, usage_factor(plan.month, now, float(arrived.max()) if len(arrived)
-                                                                 else None),
+        c["api"] = api_block(sc.cost.api, requests, usage_factor(plan.month, now, _arrival_span(requests)),
                              c.get("monthly_usd"), c["window_usd"])
     # The answer first: the product's fleet and bill, then whether it keeps up.
     product = product_block(sc.product.slices if sc.product else 1, out)
