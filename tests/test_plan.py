@@ -332,3 +332,14 @@ def test_a_plan_over_seeds_reports_and_ranks_the_worst_seed():
     prober.rows[(0, 40)] = rows
     f = prober.figures(0, 40)
     assert (f["monthly_usd"], f["gpus"], f["request_throughput"], f["ttft_p99_ms"]) == (19925.0, 13, 29.0, 200.0)
+
+
+def test_the_pools_a_plans_own_statements_price():
+    from simulator.planning.prices import priced_by
+
+    names = ["chat", "code"]
+    assert priced_by([{"pools.chat.usd_per_gpu_hour": 3.0}], names) == {"chat"}
+    assert priced_by([{"pools.1.usd_per_gpu_hour": 3.0}, {"pools.chat.gpu": "h200"}], names) == {"code"}
+    assert priced_by([{"pools.code": {"gpu": "h200", "usd_per_gpu_hour": 5.0}}], names) == {"code"}
+    assert priced_by([{"pools": [{"name": "chat", "usd_per_gpu_hour": 1.0}, {"name": "code"}]}], names) == {"chat"}
+    assert priced_by([{"pools.chat.replicas": 3, "workload.duration_s": 9}], names) == frozenset()

@@ -261,3 +261,6 @@ def test_a_sweep_over_gpus_says_when_one_pinned_price_bills_them_all(cli, tmp_pa
     assert "warning: pool chat's price is pinned at $3.00/GPU-h" in r.err and "this sweep tries" in r.err
     unpinned = cli("sweep", sweep, "-o", tmp_path / "b", "--set", "pools.chat.usd_per_gpu_hour=null")
     assert unpinned.code == 0 and "warning" not in unpinned.err
+    # a price the command line states, even at the file's value, is the user's own: no warning
+    restated = cli("sweep", sweep, "-o", tmp_path / "c", "--set", "pools.chat.usd_per_gpu_hour=3.0")
+    assert restated.code == 0 and "warning" not in restated.err

@@ -37,7 +37,7 @@ from .confidence import judge_at_confidence
 from .executors import Executor
 from .point import LATENCY_COLUMNS, Point, check_overrides
 from .precheck import check_runs
-from .prices import Prices, gpu_varied_pools, pinned_prices
+from .prices import Prices, gpu_varied_pools, pinned_prices, priced_by
 from .search import drive_all, largest_passing, most_probes_largest, most_probes_smallest, smallest_passing
 from .store import PointStore
 from .vary import Axis, check_axes, choices, runs_to_check
@@ -247,7 +247,8 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
     check_runs(path, runs, sets, " ".join(given))
     prices = Prices(path, sets)
     priced = [prices.of(r.overrides) for r in runs]
-    pinned = pinned_prices(priced, Prices(path, merge_overlays([v.set for v in chosen])).of({}))
+    stated = Prices(path, merge_overlays([v.set for v in chosen])).of({})
+    pinned = pinned_prices(priced, stated, restated=priced_by([cli, *(r.overrides for r in runs)], list(stated)))
     varied = gpu_varied_pools(priced)
     combos = choices(axes)
     seed_sets = [{}] + [{"seed": sc.seed + k} for k in range(1, seeds)]

@@ -28,7 +28,7 @@ from ..scenario.load import load_scenario
 from ..scenario.variants import overlay_assignments
 from .point import Point
 
-__all__ = ["PoolPrice", "Prices", "pinned_prices", "sweep_pinned_prices", "gpu_varied_pools"]
+__all__ = ["PoolPrice", "Prices", "pinned_prices", "priced_by", "sweep_pinned_prices", "gpu_varied_pools"]
 
 
 @dataclass(frozen=True)
@@ -59,6 +59,26 @@ class Prices:
         return self._seen[key]
 
 
+def priced_by(assignments: Iterable[Mapping[str, Any]], names: Sequence[str]) -> frozenset[str]:
+    """The pools whose ``usd_per_gpu_hour`` these overrides state: ``pools.NAME.usd_per_gpu_hour``
+    (by name or position), a whole ``pools.NAME`` choice that gives one, or a ``pools`` list."""
+    out = set()
+    for overrides in assignments:
+        for key, value in overrides.items():
+            parts = str(key).split(".")
+            if parts[0] != "pools":
+                continue
+            if len(parts) == 1:
+                out |= {p.get("name") for p in value or [] if isinstance(p, Mapping) and "usd_per_gpu_hour" in p}
+                continue
+            name = parts[1] if parts[1] in names else (names[int(parts[1])] if parts[1].isdigit()
+                                                        and int(parts[1]) < len(names) else None)
+            if (parts[2:] == ["usd_per_gpu_hour"]
+                    or (len(parts) == 2 and isinstance(value, Mapping) and "usd_per_gpu_hour" in value)):
+                out.add(name)
+    return frozenset(n for n in out if n is not None)
+
+
 _GPU_KEY = re.compile(r"^pools(\.[^.]+)?(\.gpu)?$")
 
 
@@ -69,7 +89,9 @@ def sweep_pinned_prices(points: Sequence[Point]) -> list[dict[str, Any]]:
     if not any(_GPU_KEY.match(str(k)) for p in points for k, _ in p.overrides):
         return []
     prices = Prices(points[0].scenario, {})
-    return pinned_prices([prices.of(dict(p.overrides)) for p in points], prices.of({}), command="sweep")
+    stated = prices.of({})
+    return pinned_prices([prices.of(dict(p.overrides)) for p in points], stated, command="sweep",
+                         restated=priced_by([dict(p.overrides) for p in points], list(stated)))
 
 
 def gpu_varied_pools(runs: Iterable[Mapping[str, PoolPrice]]) -> list[str]:
@@ -83,13 +105,17 @@ def gpu_varied_pools(runs: Iterable[Mapping[str, PoolPrice]]) -> list[str]:
 
 
 def pinned_prices(runs: list[Mapping[str, PoolPrice]], stated: Mapping[str, PoolPrice],
-                  command: str = "plan") -> list[dict[str, Any]]:
+                  command: str = "plan", restated: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
     """Every pool billed at one pinned ``usd_per_gpu_hour`` on a GPU it was not written for (the plan varies
     the GPU, or sets another, even a single one), as plan.json records it (with the warning to print);
     ``stated`` is the scenario as its file and variants leave it, without ``--set``, so a price only the
-    command line pins is left out. ``command``: whose runs the warning speaks of (plan, sweep)."""
+    command line pins is left out. ``command``: whose runs the warning speaks of (plan, sweep);
+    ``restated``: pools whose price the command line or the runs' own choices state (:func:`priced_by`),
+    at the file's value or not: the user's own statement, no warning."""
     out = []
     for name in stated:
+        if name in restated:
+            continue
         pools = [run[name] for run in runs if name in run]
         kinds = list(dict.fromkeys(p.gpu for p in pools))
         if not pools or kinds == [stated[name].gpu]:
