@@ -15,8 +15,7 @@ from typing import TYPE_CHECKING
 
 from .costmodel import CostModel
 from .dtypes import compute_dtype, gemm_scheme
-from .memory import MemoryPlan, plan_memory
-from .memory import context_room
+from .memory import MemoryPlan, context_room, plan_memory
 from .parallelism import kv_copies
 
 if TYPE_CHECKING:

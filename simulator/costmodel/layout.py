@@ -154,9 +154,10 @@ class LayoutOps:
         # prices a roofline (the memory is the stack's, not the fit's), else
         # that of a GPU of the same compute capability, by which the stacks
         # pick it (an H100 PCIe runs the H100 SXM's).
-        stored = gpu.calibration.moe_for(self.fmt, par.ep) or _same_capability_kernel(gpu, self.fmt, par.ep)
-        self.expert_storage = (self.moe.stored_scale(stored) if self.moe is not None and stored is not None
-                               and cm.weight_dtype in EXPERT_ONLY_DTYPES else 1.0)
+        self.expert_storage = 1.0
+        if self.moe is not None and cm.weight_dtype in EXPERT_ONLY_DTYPES:
+            stored = gpu.calibration.moe_for(self.fmt, par.ep) or _same_capability_kernel(gpu, self.fmt, par.ep)
+            self.expert_storage = self.moe.stored_scale(stored) if stored is not None else 1.0
         self._routed_max = (running_max_layer_time(self.moe, self.fmt, gpu, self.moe_params)
                             if self.moe is not None and getattr(self.moe_params, "pad_row_cost", 0.0) else None)
         self.topk = m.topk

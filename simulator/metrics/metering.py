@@ -43,10 +43,9 @@ def gateway_block(requests: Records, classes: Sequence, pool_usd: Mapping[str, f
     done = r.finished
     tokens = (r.input_tokens + r.output_tokens) * done
     decode_pools = decode_pools or {}
-    decoded_at = np.array([decode_pools.get(p, "") for p in r.pool.tolist()], dtype=object)
     usd = np.zeros(len(r))
     for pool, bill in pool_usd.items():
-        served = (r.pool == pool) | (decoded_at == pool)
+        served = (r.pool == pool) | np.isin(r.pool, [p for p, d in decode_pools.items() if d == pool])
         total = float(tokens[served].sum())
         if total:
             usd += np.where(served, tokens * (bill / total), 0.0)

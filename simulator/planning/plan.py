@@ -142,8 +142,8 @@ class _Prober:
         """Worst over seeds: the highest latencies and cost (an autoscaled fleet's differs by seed; the
         sweep page ranks by the same), the lowest throughput."""
         rows = self.rows[(i, value)]
-        out = {k: rows[0].get(k) for k in _FIGURES}
-        for col in (*(c for c, _ in LATENCY_COLUMNS), *_COSTS, *_THROUGHPUTS):
+        out: dict[str, Any] = {}
+        for col in _FIGURES:
             vals = [r.get(col) for r in rows if r.get(col) is not None]
             out[col] = (min if col in _THROUGHPUTS else max)(vals) if vals else None
         out["slo_met"] = self.met(rows)
