@@ -153,3 +153,27 @@ def test_a_plan_at_a_confidence_does_not_buy_a_fleet_that_sheds_either(cli, tmp_
     assert plan["best"]["overrides"]["pools.chat.replicas"] == 2
     one = [q for q in plan["probes"] if q["overrides"]["pools.chat.replicas"] == 1]
     assert one and one[0]["slo_met"] is False and one[0]["failed_slo"].startswith("load OVERLOADED")
+
+
+def test_a_ladder_says_which_step_does_not_keep_up_slo_or_none(cli, tmp_path):
+    """A ladder step that sheds its load fails as llmsim run fails it; without an SLO its verdict cell
+    read "—" (no SLO to miss) and ladder.json carried nothing of its load."""
+    p = tmp_path / "shedding.yaml"
+    p.write_text(SHEDDING.replace("slo: {ttft_p99_ms: 5000, tpot_p99_ms: 100}\n", "").replace("replicas: 2", "replicas: 1")
+                 + "variants:\n  - {name: two, set: {pools.chat.replicas: 2}}\n")
+    r = cli("run", p, "--ladder", "--set", "workload.duration_s=20", "-o", tmp_path / "lad")
+    assert r.code == 0, r.err
+    steps = {s["step"]: s for s in json.loads((tmp_path / "lad" / "ladder.json").read_text())["steps"]}
+    assert steps["baseline"]["overloaded"] is True and steps["baseline"]["load"].startswith("OVERLOADED")
+    assert steps["baseline"]["slo_met"] is None and steps["two"]["overloaded"] is False
+    assert "✗ overloaded" in r.out
+    page = (tmp_path / "lad" / "report.html").read_text()
+    assert "✗ overloaded" in page
+
+
+def test_one_cell_gives_a_fleets_verdict():
+    from simulator.metrics.verdict import mark
+
+    assert mark({"slo_met": None, "overloaded": True}) == "✗ overloaded"
+    assert mark({"slo_met": False, "overloaded": True}) == "✗ overloaded"
+    assert [mark({"slo_met": v}) for v in (None, True, False)] == ["—", "✓", "✗"]

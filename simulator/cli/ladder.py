@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import LlmsimError
+from ..metrics.verdict import mark
 from ..report.summary import _money
 from .output import UNBOUNDED, console, fitted_table, print_json
 from .progress import simulate_shown
@@ -99,7 +100,7 @@ def ladder_table(title: str, rows: Sequence[Mapping[str, Any]], columns: tuple =
                  counts: bool = True, width: int = UNBOUNDED) -> Table:
     """One row per step, its verdict beside its name; headers wrap, values never shrink."""
     columns = columns or _columns(rows)
-    cells = [[r["step"], "—" if r["slo_met"] is None else "✓" if r["slo_met"] else "✗",
+    cells = [[r["step"], mark(r),
               *(_cell(r.get(k), fmt) for k, _, fmt in columns)]
              + ([f"{_cell(r['rejected'], _count)} / {_cell(r['cancelled'], _count)}"] if counts else []) for r in rows]
     headers = ["step", "SLO", *(h for _, h, _ in columns)] + (["rejected / cancelled"] if counts else [])

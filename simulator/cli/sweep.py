@@ -17,7 +17,7 @@ from .rundir import output_dir
 from .examples import epilog
 
 
-_SHOWN = ("ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms", "slo_met", "monthly_usd", "wall_time_s", "error")
+_SHOWN = ("ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms", "slo_met", "overloaded", "monthly_usd", "wall_time_s", "error")
 
 
 def _partial_page(out: Path) -> str:
@@ -66,7 +66,9 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
     for pinned in sweep_pinned_prices(points):
         err_console.print(Text.assemble(("warning:", "yellow"), f" {pinned['warning']}"))
     keys = override_keys(points)
-    console.print(rows_table(f"sweep {sweep_file}", run.rows, [*keys, *product_columns(run.rows), *_SHOWN],
+    # a point that does not keep up says so beside its verdict: without an SLO there is no verdict to carry it
+    shown = [c for c in _SHOWN if c != "overloaded" or any(r.get(c) for r in run.rows)]
+    console.print(rows_table(f"sweep {sweep_file}", run.rows, [*keys, *product_columns(run.rows), *shown],
                              keep=len(keys), elsewhere=f"a wider terminal shows them; {run.table} holds every "
                                                        "column"))
     if run.rows:

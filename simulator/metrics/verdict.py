@@ -13,7 +13,8 @@ from typing import Any, Mapping, Optional
 
 from .by_input_length import bucket_slo_blocks
 
-__all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "fleet_met", "owner", "failures", "ms_past"]
+__all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "fleet_met", "load_columns", "load_failure", "mark", "owner",
+           "failures", "ms_past"]
 
 #: Exit code of ``llmsim run`` and ``llmsim check`` for a result that fails
 #: (bad input stays 2): CI can tell "the fleet got worse" from "the check is broken".
@@ -67,12 +68,32 @@ def fleet_met(results: Mapping[str, Any]) -> Optional[bool]:
     return met
 
 
+def load_columns(results: Mapping[str, Any]) -> dict[str, Any]:
+    """``overloaded`` and ``load`` (the verdict's words) of a run, as columns of a table of fleets: a
+    scenario without an SLO has no ``slo_met`` to carry a fleet that does not keep up."""
+    load = (results.get("llmsim") or {}).get("load") or {}
+    return {"overloaded": bool(load.get("overloaded")), "load": load.get("verdict")}
+
+
+def load_failure(row: Mapping[str, Any]) -> Optional[str]:
+    """The load's reason for failing a fleet ("load OVERLOADED: …"), or None when it keeps up; ``row``
+    holds :func:`load_columns`."""
+    return f"load {row['load']}" if row.get("overloaded") else None
+
+
+def mark(row: Mapping[str, Any]) -> str:
+    """A fleet's verdict in one cell of a table (``slo_met`` and :func:`load_columns` of ``row``):
+    "✗ overloaded" for a fleet that does not keep up, SLO or none (``llmsim run`` exits 1 on it), else
+    ✓ or ✗ by its SLOs, "—" when none is declared."""
+    if row.get("overloaded"):
+        return "✗ overloaded"
+    return "—" if row.get("slo_met") is None else "✓" if row["slo_met"] else "✗"
+
+
 def failures(results: Mapping[str, Any]) -> list[str]:
     """Why the run fails, one line per reason; empty when it passes."""
-    out = []
-    load = (results.get("llmsim") or {}).get("load") or {}
-    if load.get("overloaded"):
-        out.append(f"load {load['verdict']}")
+    load = load_failure(load_columns(results))
+    out = [load] if load else []
     for label, block in slo_blocks(results):
         for key, target in (block.get("targets") or {}).items():
             if not target.get("met"):

@@ -15,7 +15,7 @@ import json
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..metrics.intervals import targets_at_confidence
-from ..metrics.verdict import ms_past, owner, slo_blocks
+from ..metrics.verdict import load_failure, ms_past, owner, slo_blocks
 from ..validation.error_model import ErrorModel, Regime
 
 __all__ = ["slo_targets_text", "judge_at_confidence"]
@@ -41,9 +41,9 @@ def judge_at_confidence(rows: Sequence[Mapping[str, Any]], confidence: float,
     if errors:
         return False, "; ".join(errors), {}
     # a fleet that does not keep up fails whatever its latencies read (llmsim run exits 1 on it)
-    overloaded = [r["load"] for r in rows if r.get("overloaded")]
+    overloaded = [why for why in map(load_failure, rows) if why]
     if overloaded:
-        return False, "; ".join(f"load {v}" for v in overloaded), {}
+        return False, "; ".join(overloaded), {}
     if any(r.get("slo_targets") is None for r in rows):
         return False, "no SLO targets in the run's results", {}
     blocks = [json.loads(r["slo_targets"]) for r in rows]

@@ -38,7 +38,7 @@ def point_label(overrides: Mapping[str, Any]) -> str:
 
 def pareto_figure(probes: Sequence[dict[str, Any]], best: dict[str, Any] | None, title: str = ""):
     """Monthly cost against p99 TTFT of every fleet simulated, each named by
-    what it varied; met and missed apart, the frontier and the choice."""
+    what it varied; met, missed and overloaded apart, the frontier and the choice."""
     from matplotlib.figure import Figure
     from matplotlib.ticker import FuncFormatter
 
@@ -47,10 +47,13 @@ def pareto_figure(probes: Sequence[dict[str, Any]], best: dict[str, Any] | None,
     product = any(p.get("product_monthly_usd") not in (None, p.get(X)) for p in probes)
     x = "product_monthly_usd" if product else X
     met = [p for p in probes if p.get("slo_met")]
-    missed = [p for p in probes if not p.get("slo_met")]
+    # a fleet that does not keep up fails on its load, whatever its latencies read (its p99 measures a backlog)
+    overloaded = [p for p in probes if p.get("overloaded")]
+    missed = [p for p in probes if not p.get("slo_met") and not p.get("overloaded")]
     fig = Figure(figsize=(8, 5), dpi=120, layout="constrained")
     ax = fig.subplots()
-    for group, style, label in ((missed, dict(marker="x", color="tab:red", alpha=0.6), "SLO missed"),
+    for group, style, label in ((overloaded, dict(marker="v", color="tab:gray", alpha=0.6), "overloaded"),
+                                (missed, dict(marker="x", color="tab:red", alpha=0.6), "SLO missed"),
                                 (met, dict(marker="o", color="tab:blue", alpha=0.6), "SLO met")):
         pts = [p for p in group if p.get(x) is not None and p.get(Y) is not None]
         if pts:

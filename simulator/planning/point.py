@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import LlmsimError
-from ..metrics.verdict import fleet_met, ms_past, owner, slo_blocks
+from ..metrics.verdict import fleet_met, load_columns, load_failure, ms_past, owner, slo_blocks
 from ..inputs import code_digest, file_digest
 from ..reads import recorded_reads
 from .confidence import slo_targets_text
@@ -179,11 +179,9 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     # prompt-length bucket's own (the scenario's alone passed a fleet whose paid class missed its target),
     # and a fleet that keeps up with its load (one shedding 29 % met its targets on what it served)
     row["slo_met"] = fleet_met(results)
-    load = _dig(results, "llmsim", "load") or {}
-    # the load verdict as a column of its own: a scenario without an SLO has no slo_met to carry it
-    row["overloaded"] = bool(load.get("overloaded"))
-    row["load"] = load.get("verdict")
-    missed = [f"load {load.get('verdict')}"] if load.get("overloaded") and row["slo_met"] is False else []
+    row.update(load_columns(results))
+    load = load_failure(row)
+    missed = [load] if load and row["slo_met"] is False else []
     missed += [f"{owner(label)}{_miss(k, t)}" for label, block in slo_blocks(results)
                for k, t in (block.get("targets") or {}).items() if not t.get("met")]
     row["slo_failed"] = "; ".join(missed) or None

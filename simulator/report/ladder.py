@@ -18,7 +18,7 @@ import numpy as np
 from ..atomic_write import write_atomic
 from ..metrics.derive import RequestArrays
 from ..metrics.results import jsonable
-from ..metrics.verdict import fleet_met
+from ..metrics.verdict import fleet_met, load_columns
 from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
 from ..scenario.schema import Scenario
 from ..scenario.variants import Step, ladder_steps
@@ -64,7 +64,8 @@ _FROM_RESULTS = (
 )
 LADDER_COLUMNS = ("step", "variants", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
                   "tokens_per_s_per_request", "max_batch_size", "completed", "rejected", "cancelled", "gpus",
-                  "usd_per_request", "monthly_usd", "slo_met", "product_gpus", "product_monthly_usd")
+                  "usd_per_request", "monthly_usd", "slo_met", "overloaded", "load", "product_gpus",
+                  "product_monthly_usd")
 
 
 def _get(results: Mapping[str, Any], path: Sequence[str]) -> Any:
@@ -88,6 +89,7 @@ def ladder_row(step: str, variants: Sequence[str], results: Mapping[str, Any], r
     row.update({key: _get(results, path) for key, path in _FROM_RESULTS})
     # every SLO the step is judged on and its load kept up with, as llmsim run judges it
     row["slo_met"] = fleet_met(results)
+    row.update(load_columns(results))
     row["tokens_per_s_per_request"] = tokens_per_s_per_request(requests)
     batches = [p.get("max_batch_size") for p in (_get(results, ("llmsim", "pools")) or {}).values()]
     row["max_batch_size"] = max((b for b in batches if b is not None), default=None)

@@ -19,6 +19,7 @@ from typing import Any, Callable, Mapping, Optional
 
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError
+from ..metrics.verdict import mark
 from ..planning.pareto import point_label
 from . import page_charts as charts
 from .page_parts import classes_table, cost_table, esc, figure, latency_table, money, pools_table, run_answer, \
@@ -211,7 +212,7 @@ def _ladder_body(folder: Path) -> tuple[str, str]:
                     money(first.get("product_monthly_usd")), "per month, the baseline's product")]
     met = [r["step"] for r in rows if r.get("slo_met")]
     tab = table(["step", "SLO", *(h for _, h, _ in cols)],
-                [[r["step"], "—" if r.get("slo_met") is None else "✓" if r["slo_met"] else "✗",
+                [[r["step"], mark(r),
                   *(fmt(r.get(k)) for k, _, fmt in cols)] for r in rows])
     links = "".join(f'<li><a href="{esc(r["step"])}/report.html">{esc(r["step"])}</a>: its own page</li>'
                     for r in rows if (folder / r["step"] / "report.html").is_file())
@@ -231,7 +232,7 @@ _PLAN_COLS = (("product_gpus", "product GPUs", whole), ("product_monthly_usd", "
 def _fleet_rows(rows: list[Mapping[str, Any]], keys: list[str], extra: tuple = ()) -> str:
     cols = [c for c in _PLAN_COLS if any(r.get(c[0]) is not None for r in rows)]
     shown = [[*(r.get("overrides", r).get(k) for k in keys),
-              "—" if r.get("slo_met") is None else "✓" if r["slo_met"] else "✗",
+              mark(r),
               *(fmt(r.get(k)) for k, _, fmt in cols), *(r.get(k) or "" for k, _ in extra)] for r in rows]
     return table([*keys, "SLO", *(h for _, h, _ in cols), *(h for _, h in extra)], shown)
 
