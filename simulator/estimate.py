@@ -97,7 +97,10 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "e2e_ms": (front_s + prefill_s + tpot_s * max(output_tokens - 1, 0)) * 1e3,
         "prefill_tokens_per_s": input_tokens / prefill_s if prefill_s else float("inf"),
         "decode_tokens_per_s": 1.0 / tpot_s if tpot_s else float("inf"),
-        "kv_bytes_per_request": kv_tok * tokens + window,
+        # on the capacity's basis (its full-attention layers' tokens), so capacity / it is the concurrency
+        # below; a sliding-window layer's share is apart, as the pool holds it apart (kv_window_bytes)
+        "kv_bytes_per_request": kv_tok * tokens,
+        **({"kv_window_bytes_per_request": window} if window else {}),
         "weights_bytes": mem.weights_bytes,
         "reserve_bytes": mem.reserve_bytes,
         "kv_window_bytes": mem.kv_window_bytes,

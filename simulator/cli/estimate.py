@@ -379,6 +379,8 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
                  (f"tokens/s at {mfu:.0%} MFU", out["mfu_prefill_tokens_per_s"])]
     rows += [(kv_per_token_label(out["kv_copies"], cm.model.is_mla), _kib(out["kv_bytes_per_token"])),
              ("KV per request", _gb(out["kv_bytes_per_request"])),
+             *([("sliding-window KV per request", _gb(out["kv_window_bytes_per_request"]))]
+               if out.get("kv_window_bytes_per_request") else []),
              ("weights", f"{_gb(out['weights_bytes'])} ({weights_served(out, noted='{weights}; {note}')})"),
              ("reserve", _gb(out["reserve_bytes"])),
              *([("sliding-window KV", _gb(out["kv_window_bytes"]))] if out["kv_window_bytes"] else []),
