@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .costmodel import CostModel
 from .dtypes import compute_dtype, gemm_scheme
+from .kv_memory import swa_window_share
 from .memory import MemoryPlan, context_room, plan_memory
 from .parallelism import kv_copies
 
@@ -77,7 +78,14 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
     figures = model_figures(cm)
     kv_tok, copies = figures["kv_bytes_per_token"], figures["kv_copies"]
     tokens = input_tokens + output_tokens
-    window = cm.model.kv_window_bytes(cm.kv_dtype) * copies * min(1.0, tokens / (cm.model.sliding_window or tokens))
+    m = cm.model
+    share = None if engine is None else swa_window_share(engine.kv_memory, m.num_sliding_layers,
+                                                          m.num_full_attention_layers)
+    # a request's sliding-window KV as its pool counts it: a window where windows are set aside per
+    # sequence, its tokens at the stack's ratio where one pool is shared by a ratio (TensorRT-LLM keeps
+    # every token, SGLang 0.8 of them)
+    window = (m.kv_window_bytes(cm.kv_dtype) * copies * min(1.0, tokens / (m.sliding_window or tokens))
+              if share is None else kv_tok * tokens * share / (1.0 - share))
     out = {
         "gpu": cm.gpu.name,
         "model": cm.model.name,

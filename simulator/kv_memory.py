@@ -39,7 +39,14 @@ difference is the whole pool:
     (_torch/pyexecutor/_util.py ``KvCacheCreator.configure_kv_cache_capacity``
     and ``_cal_max_memory``: ``(total − peak) × fraction``, peak counting
     torch and non-torch memory, NCCL and CUDA graphs), capped by
-    ``KvCacheConfig.max_tokens`` when set.
+    ``KvCacheConfig.max_tokens`` when set. Sliding-window layers keep every
+    token as full-attention ones do (1.0 to 1.3: ``KVCacheManager`` sets one
+    window, ``max_attention_window_vec = [max_seq_len]``, unless the launch
+    sets ``kv_cache_config.max_attention_window``, and nothing derives it
+    from a gpt-oss config; its one pool's bytes per token count all 36
+    layers, "kv size is 73728" in a 1.1 start-up log of gpt-oss-120b).
+    With windows set, the pools split memory equally by window size (1.1
+    on), which leaves gpt-oss's full-attention tokens where they were.
 
 Each rule gives one GPU's KV bytes; every GPU of an attention rank holds the
 same share of its sequences (:func:`simulator.parallelism.kv_copies`).
@@ -105,6 +112,9 @@ class KvBudget:
 FP32 = 4.0
 # SGLang's default --swa-full-tokens-ratio (server_args.py, 0.5.x).
 SGLANG_SWA_FULL_TOKENS_RATIO = 0.8
+# TensorRT-LLM's: a sliding-window layer holds every token a full-attention layer holds (the module
+# docstring), as SGLang's hybrid pool at a ratio of 1.
+TRTLLM_SWA_TOKENS_RATIO = 1.0
 # vLLM's profiling sampler from 0.17 (v1/sample/sampler.py Sampler.forward, ops/topk_topp_sampler.py
 # forward_native with apply_top_k_top_p_triton in place): the gathered bf16 logits (2 B), their fp32
 # copy (4), the softmax probabilities (4) and random_sample's exponential draws (4) per entry.
@@ -232,9 +242,11 @@ class KvRule:
     # max_req_input_len = min(context_len - 1, max_total_num_tokens - 1)), and TensorRT-LLM shortens
     # max_seq_len to the blocks it got; llmsim rejects such a request on arrival for both.
     needs_one_context: bool = False
-    # Sliding-window layers share the pool by SGLang's ratio (swa_window_share) rather than
-    # holding max_num_seqs whole windows set aside (vLLM's, and llmsim's rule for TensorRT-LLM).
-    swa_ratio: bool = False
+    # The tokens a sliding-window layer holds per full-attention token where the stack shares one
+    # pool between them by a ratio (swa_window_share: SGLang's hybrid pool, whose
+    # swa_full_tokens_ratio knob replaces it; TensorRT-LLM's single pool, every layer every token);
+    # None where windows are set aside per sequence (vLLM's max_num_seqs whole windows).
+    swa_ratio: Optional[float] = None
 
     def reads(self, fraction_set: bool) -> frozenset[str]:
         """The knobs its accounting reads, with kv_memory.fraction set or not (the one place that
@@ -246,11 +258,12 @@ class KvRule:
 RULES: dict[str, KvRule] = {
     "vllm": KvRule(_vllm, engine_knob="gpu_memory_utilization",
                    knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes"}), needs_one_context=True),
-    "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=True,
+    "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=SGLANG_SWA_FULL_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
                                       "swa_full_tokens_ratio"}),
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs"})),
-    "trtllm": KvRule(_trtllm, knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
+    "trtllm": KvRule(_trtllm, swa_ratio=TRTLLM_SWA_TOKENS_RATIO,
+                     knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
 
 
 def _readers(knob: str) -> list[str]:
@@ -358,12 +371,14 @@ class KvMemory(BaseModel):
 
 def swa_window_share(spec: Optional[KvMemory], sliding_layers: int, full_layers: int) -> Optional[float]:
     """The share of a GPU's KV bytes its sliding-window layers take where the stack splits the pool
-    by a ratio (SGLang's hybrid pool: a full-attention token costs ``full_layers`` layers, its
+    by a ratio (``KvRule.swa_ratio``: a full-attention token costs ``full_layers`` layers, its
     sliding-window share ``ratio · sliding_layers``, every layer's token being the same size); None
     where windows are set aside per sequence instead, or the model has no sliding-window layers."""
-    if spec is None or not RULES[spec.rule].swa_ratio or not sliding_layers:
+    rule = RULES[spec.rule] if spec is not None else None
+    if rule is None or rule.swa_ratio is None or not sliding_layers:
         return None
-    ratio = spec.swa_full_tokens_ratio or SGLANG_SWA_FULL_TOKENS_RATIO
+    # the knob where the rule reads it (SGLang's flag); TensorRT-LLM's ratio is no launch flag
+    ratio = (spec.swa_full_tokens_ratio if "swa_full_tokens_ratio" in rule.knobs else None) or rule.swa_ratio
     return ratio * sliding_layers / (full_layers + ratio * sliding_layers)
 
 

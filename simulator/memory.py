@@ -49,8 +49,9 @@ KV_MEMORY_FIELDS = {
     "kv_bytes_per_token": leaf("bytes", "KV bytes per token per replica"),
     "weights_gb": leaf("GB", "weights per replica"), "kv_gb": leaf("GB", "KV pool per replica"),
     "total_gb": leaf("GB", "the replica's GPU memory"),
-    "kv_window_gb": leaf("GB", "the sliding-window layers' KV per replica: max_num_seqs windows set aside, or "
-                               "SGLang's swa_full_tokens_ratio share of its pool", when="the model has sliding-window layers"),
+    "kv_window_gb": leaf("GB", "the sliding-window layers' KV per replica: max_num_seqs windows set aside "
+                               "(vLLM), SGLang's swa_full_tokens_ratio share of its pool, or under TensorRT-LLM "
+                               "every token of theirs, as a full-attention layer's", when="the model has sliding-window layers"),
 }
 
 
@@ -119,7 +120,8 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     Sliding-window layers keep at most a window per sequence:
     ``max_num_seqs`` windows per rank are set aside, the rest is counted per
     token; a stack that splits its pool by a ratio instead (SGLang's hybrid
-    pool, :func:`.kv_memory.swa_window_share`) gives them that share of it.
+    pool, TensorRT-LLM's one pool at a ratio of 1:
+    :func:`.kv_memory.swa_window_share`) gives them that share of it.
     """
     has_full_attention(model)
     par = Parallelism(tp, dp, ep)

@@ -113,3 +113,18 @@ def test_a_model_whose_every_layer_slides_is_refused_clearly(cli, tmp_path, back
             "--backend", backend)
     assert r.code == 2 and "every layer of mistral-7b-sw is sliding-window attention" in r.err
     assert "Traceback" not in r.err
+
+
+def test_tensorrt_llm_keeps_every_layers_kv_for_every_token():
+    """TensorRT-LLM 1.0 to 1.3 sets one attention window (max_seq_len) for every layer unless the launch
+    sets kv_cache_config.max_attention_window, so gpt-oss-120b's pool costs all 36 layers a token
+    ("kv size is 73728" in a 1.1 start-up log); llmsim set 1,024 windows aside and counted 18 layers a
+    token, about twice the tokens TensorRT-LLM has."""
+    m, g = load_model("gpt-oss-120b"), load_hardware("h200")
+    kv = KvMemory(rule="trtllm")
+    mem = plan_memory(m, g, 1, "mxfp4", max_num_batched_tokens=8192, max_num_seqs=1024, block_size=1, kv_memory=kv)
+    assert 2 * mem.kv_bytes_per_token == 73728            # bf16: 36 layers × 8 KV heads × 64 × 2 (K, V) × 2 B
+    assert mem.kv_capacity_tokens == pytest.approx(_budget(m, g, kv) / 73728, abs=1)
+    assert mem.kv_window_bytes == pytest.approx(mem.kv_capacity_bytes)    # the other 18 layers' share
+    with pytest.raises(ValueError, match="swa_full_tokens_ratio is read only by rule sglang"):
+        KvMemory(rule="trtllm", swa_full_tokens_ratio=0.5)
