@@ -223,6 +223,38 @@ def test_scale_in_drains_without_losing_requests(ramp_runs):
             assert r.outstanding == 0
 
 
+def test_the_starting_replicas_hold_for_the_scale_down_window():
+    """The HPA records the current replica count as a recommendation before its first reading; the
+    window began empty, so a pool started at 4 replicas read the first 15 s of arrivals, found them
+    light and drained to 1 at once, then paid a cold start to come back."""
+    d = ramp(scale_down_window_s=120, interval_s=15)
+    d["pools"][0]["replicas"] = 4
+    d["workload"]["arrival"]["spikes"] = []
+    d["workload"]["duration_s"] = 200
+    timeline = run(d).results["llmsim"]["cost"]["gpu_timeline"]
+    assert timeline[0] == [0, 4]
+    assert all(t >= 120 for t, gpus in timeline if gpus < 4)
+
+
+@pytest.mark.parametrize("metric,target", [("request_rate", 5.0), ("concurrency", 12)])
+def test_the_tolerance_band_holds_for_every_metric(metric, target):
+    """autoscaling.tolerance held a concurrency-scaled pool steady and was ignored for request_rate,
+    whose target is per replica (the HPA applies its band to a per-pod metric's usage ratio)."""
+    from simulator.fleet.autoscaler import Autoscaler, AutoscalingSpec
+
+    pool = _bare_pool(4, 0)
+    pool.count = lambda state: sum(1 for s in pool.state if s is state)
+    pool.arrivals = 0
+    pool.busy_time = pool.tokens_processed = lambda: 0
+    for r in pool.replicas:
+        r.outstanding = 13     # 13 a replica against 12: inside a 0.1 band
+    spec = AutoscalingSpec(metric=metric, target=target, max_replicas=8, tolerance=0.1)
+    scaler = Autoscaler(pool, spec, 10.0)
+    pool.env.run(until=1.0)
+    pool.arrivals = 21          # 5.25 a replica over 1 s against 5: inside the band
+    assert scaler.desired()[0] == 4
+
+
 def _bare_pool(ready: int, warm: int) -> fleet_pool.Pool:
     """A pool's replica lifecycle alone: replicas are placeholders, no engine."""
     import simpy

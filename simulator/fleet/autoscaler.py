@@ -49,7 +49,7 @@ class Window:
 class ScalingMetric:
     read: Callable[[Window], float]
     # The metric is a fleet total and the target a per-replica share of it:
-    # ask for ceil(total / target) replicas, with no tolerance band.
+    # ask for ceil(total / target) replicas (the tolerance band on total / ready replicas).
     per_replica_target: bool = False
 
 
@@ -141,7 +141,11 @@ class Autoscaler:
         self.spec = spec
         self.cold_start_s = cold_start_s
         self.last_up = -math.inf
-        self.recent: deque[tuple[float, int]] = deque()
+        # The replicas the pool starts with count as a recommendation made at start, as the HPA records
+        # the current count before its first reading (horizontal.go recordInitialRecommendation): an
+        # empty window let the first reading, taken while traffic was still arriving, drain a pool
+        # started at 4 replicas to 1 at 15 s with scale_down_window_s 300.
+        self.recent: deque[tuple[float, int]] = deque([(pool.env.now, len(pool.ready) + pool.count(State.STARTING))])
         self._busy = 0.0
         self._arrivals = 0
         self._tokens = 0
@@ -164,10 +168,13 @@ class Autoscaler:
         value = self._metric()
         ready = len(p.ready)
         committed = ready + p.count(State.STARTING)
-        if METRICS[s.metric].per_replica_target:
-            want = math.ceil(value / s.target - 1e-9)
-        elif abs(value / s.target - 1.0) <= s.tolerance:
+        per_replica = METRICS[s.metric].per_replica_target
+        # the band is on the metric per ready replica, a fleet total's too (the HPA's usage ratio of a
+        # per-pod metric: GetExternalPerPodMetricReplicas)
+        if abs((value / max(ready, 1) if per_replica else value) / s.target - 1.0) <= s.tolerance:
             want = committed
+        elif per_replica:
+            want = math.ceil(value / s.target - 1e-9)
         else:
             want = math.ceil(ready * value / s.target - 1e-9)
         return max(s.floor(p.env.now), min(s.max_replicas, want)), value
