@@ -478,6 +478,32 @@ def test_disaggregated_ttft_includes_the_kv_transfer(pd_runs):
     assert eth.results["mean_ttft_ms"] > ib.results["mean_ttft_ms"] + 100    # 1 GB over 3 GB/s ≈ 0.3 s
 
 
+def test_the_kv_hand_off_runs_over_the_narrower_sides_links():
+    """Four prefill shards into one decode GPU arrive over that GPU's one link: the prefill pool's tp
+    alone made a 4 → 1 hand-off four times as fast as 1 → 1 (and a plan picking a narrow decode pool
+    read its TTFT low)."""
+    def mean_transfer(tp_prefill: int, tp_decode: int) -> float:
+        d = long_prompts(True, "ethernet")
+        d["workload"]["num_requests"] = 20
+        d["pools"][0]["tp"], d["pools"][1]["tp"] = tp_prefill, tp_decode
+        return run(d).results["llmsim"]["ttft_budget"]["mean"]["kv_transfer"]
+
+    one = mean_transfer(1, 1)
+    assert mean_transfer(4, 1) == pytest.approx(one, rel=1e-9) == mean_transfer(1, 4)
+    assert mean_transfer(4, 4) < 0.3 * one
+
+
+def test_a_class_kv_cap_holds_on_the_decode_pool_too():
+    """kv_budget_fraction capped a disaggregated class on its prefill pool alone, where a request's KV
+    stays for one prompt, and not on the decode pool that holds it to the end."""
+    d = long_prompts(True)
+    d["workload"]["num_requests"] = 60
+    free = run(d).results["llmsim"]["pools"]["decode"]["max_batch_size"]
+    d["classes"][0]["kv_budget_fraction"] = 0.05
+    capped = run(d).results["llmsim"]["pools"]["decode"]["max_batch_size"]
+    assert capped < free
+
+
 def test_disaggregated_engines_agree():
     d = long_prompts(True)
     d["workload"]["num_requests"] = 60

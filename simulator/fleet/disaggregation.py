@@ -13,7 +13,9 @@ token the client sees) and decodes the rest. So
   with ``max_tokens=1``).
 
 The transfer takes ``latency + KV bytes / (per-GPU bandwidth × TP)``: each
-tensor-parallel shard sends its slice of the KV over its own link. A
+tensor-parallel shard sends its slice of the KV over its own link, TP being
+the smaller of the two pools' (a decode GPU receiving four prefill shards
+takes them over its one link). A
 decode replica preempted by recompute prefills the whole prompt locally
 (the transferred KV is gone). The link itself is not a queue: concurrent
 transfers do not slow each other (stated limitation).

@@ -142,7 +142,10 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
     setups = _class_speculation(setups, sc.classes, routes, source)
     _check_regions(sc, source)
     month = month_rule(sc, source)
-    pools = [_pool_plan(ps, i, source, [c for c in sc.classes if routes[c.name] == ps.spec.name])
+    # a class routed to a prefill pool holds its KV on that pool's decode pool too, longest there
+    decodes_on = {p.name: p.disaggregation.decode_pool for p in sc.pools if p.disaggregation is not None}
+    pools = [_pool_plan(ps, i, source, [c for c in sc.classes if routes[c.name] == ps.spec.name],
+                        [c for c in sc.classes if ps.spec.name in (routes[c.name], decodes_on.get(routes[c.name]))])
              for i, ps in enumerate(setups)]
     return FleetPlan(sc, source, pools, routes, _pairs(setups), RegionTable(sc.regions, sc.seed),
                      parse_slo(sc.slo), class_slos, bucket_slos, month)
@@ -160,9 +163,12 @@ def _router_factory(spec: PoolSpec, index: int, source) -> Callable[[np.random.G
     return build
 
 
-def _pool_plan(ps: PoolSetup, index: int, source, mine: list[ClassSpec]) -> PoolPlan:
+def _pool_plan(ps: PoolSetup, index: int, source, mine: list[ClassSpec], holding: list[ClassSpec]) -> PoolPlan:
+    """``mine``: the classes routed to the pool (its admission limits); ``holding``: those whose KV it
+    holds, which under disaggregation include the classes of the prefill pools it decodes for (their
+    kv_budget_fraction capped the prefill pool alone, where a request's KV stays for one prompt)."""
     budgets = {c.name: max(1, int(c.kv_budget_fraction * ps.memory.num_blocks))
-               for c in mine if c.kv_budget_fraction is not None}
+               for c in holding if c.kv_budget_fraction is not None}
     admission = {c.name: Admission(c.admission.max_queue_per_replica, c.admission.max_wait_s)
                  for c in mine if c.admission is not None}
     a = ps.spec.autoscaling
@@ -171,8 +177,12 @@ def _pool_plan(ps: PoolSetup, index: int, source, mine: list[ClassSpec]) -> Pool
 
 
 def _pairs(setups: list[PoolSetup]) -> list[PairPlan]:
+    """Each prefill → decode hand-off. Its KV moves over as many links as the narrower side has GPUs a
+    replica: tp 4 prefill shards into one decode GPU arrive over that GPU's one link (the prefill pool's
+    tp alone read a 4 → 1 hand-off four times as fast as 1 → 1)."""
+    tp = {ps.spec.name: ps.spec.tp for ps in setups}
     return [PairPlan(ps.spec.name, d.decode_pool, ps.cm.model.kv_bytes_per_token(ps.spec.engine.kv_dtype),
-                     ps.spec.tp, d.link)
+                     min(ps.spec.tp, tp[d.decode_pool]), d.link)
             for ps in setups if (d := ps.spec.disaggregation) is not None]
 
 
