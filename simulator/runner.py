@@ -9,6 +9,7 @@ routers → front end → workload driver → metrics. Notebooks call
 from __future__ import annotations
 
 import time
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional
@@ -75,6 +76,12 @@ class RunOutput:
         return f"RunOutput({', '.join(shown)})"
 
 
+def _router_rng(seed: int, pool: str) -> np.random.Generator:
+    """A pool's router stream: the run's seed and the pool's name, so neither another pool nor the order
+    the pools are written in moves it."""
+    return np.random.default_rng([seed, 7, zlib.crc32(pool.encode())])
+
+
 def _build_pool(env, p: PoolPlan, gaps: GapLog, engine: str, rng, id_block_tokens, draws) -> Pool:
     spec = p.spec
     return Pool(env, p.setup.cm, p.setup.engine_config, p.setup.memory.num_blocks, spec.replicas, p.router(rng), gaps,
@@ -109,13 +116,15 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     gaps = GapLog()
     wl = sc.workload
     seeds = np.random.SeedSequence(sc.seed).spawn(8)
-    router_rng = np.random.default_rng(seeds[7])
     done = [0]
     wall = time.perf_counter()
     src = make_source(wl, sc.seed, plan.folder, subset)
     check_source(sc, src, source, plan.folder)
     draws = AdapterDraws(wl, sc.seed) if any(p.spec.lora for p in plan.pools) else None
-    pools = {p.name: _build_pool(env, p, gaps, engine, router_rng, src.block_tokens, draws) for p in plan.pools}
+    # each pool's router draws from a stream of its own, keyed by the pool's name: one stream shared by
+    # every pool made a what-if on one pool's router move another pool's latencies
+    pools = {p.name: _build_pool(env, p, gaps, engine, _router_rng(sc.seed, p.name), src.block_tokens, draws)
+             for p in plan.pools}
     classes = ClassTable(list(sc.classes), sc.seed, np.random.default_rng(seeds[6]))
 
     def on_done(req: Request) -> None:

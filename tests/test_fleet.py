@@ -162,6 +162,19 @@ def test_classes_route_to_their_pools():
     assert sum(big) / len(big) > sum(small) / len(small)            # 70B prefills slower
 
 
+def test_a_pools_router_draws_are_its_own():
+    """Every pool's router drew from one stream: changing pool p2's router moved the latencies of
+    class a, which only pool p1 serves (its random router then drew other numbers)."""
+    def first_tokens(p2_router: str) -> list:
+        d = scenario(classes=[{"name": "a", "share": 0.5, "pool": "p1"}, {"name": "b", "share": 0.5, "pool": "p2"}])
+        d["workload"]["num_requests"] = 300
+        d["pools"] = [{"name": n, "model": "llama-3-8b", "gpu": "h100-sxm", "replicas": 3, "router": r}
+                      for n, r in (("p1", "random"), ("p2", p2_router))]
+        return [r.first_token for r in run(d).requests if r.klass == "a"]
+
+    assert first_tokens("random") == first_tokens("least_outstanding")
+
+
 # -- autoscaling ------------------------------------------------------------------
 
 def ramp(**auto) -> dict:
