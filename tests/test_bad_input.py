@@ -728,6 +728,9 @@ def test_fuzz_results_json_is_byte_identical_for_a_seed(seed, cli):
      ["pools[0].engine", "needs prefix_cache: true"]),
     ([f"pools.{POOL}.engine.prefix_cache_capacity_tokens=unbounded", f"pools.{POOL}.engine.kv_offload={{}}"],
      ["pools[0].engine", "bounded prefix cache"]),
+    # a size of a cache that is off was accepted and read by nothing
+    ([f"pools.{POOL}.engine.prefix_cache=false", f"pools.{POOL}.engine.prefix_cache_capacity_tokens=1000"],
+     ["pools[0].engine", "prefix_cache: false turns off"]),
     ([f"pools.{POOL}.engine.kv_offload={{host_gb: 0}}"], ["no tier to offload to"]),
     ([f"pools.{POOL}.engine.kv_offload={{host: 10}}"], ["pools[0].engine.kv_offload.host"]),
     ([f"pools.{POOL}.engine.kv_offload={{host_gb: -1}}"], ["pools[0].engine.kv_offload.host_gb"]),

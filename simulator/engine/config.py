@@ -277,6 +277,10 @@ class EngineConfig(BaseModel):
         c = self.prefix_cache_capacity_tokens
         if isinstance(c, int) and c < 0:
             raise ValueError(f"prefix_cache_capacity_tokens must be ≥ 0 or 'unbounded', got {c}")
+        if c is not None and not self.prefix_cache:
+            # a size of a cache that is off would read as counted while nothing reads it
+            raise ValueError(f"prefix_cache_capacity_tokens ({c}) sizes the prefix cache, which prefix_cache: "
+                             "false turns off; remove one of the two")
         return self
 
     @model_validator(mode="after")
