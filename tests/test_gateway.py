@@ -89,6 +89,26 @@ def test_rate_limited_requests_are_counted_and_never_reach_a_gpu():
     assert sum(c["usd"] for c in gw.values()) == pytest.approx(limited.results["llmsim"]["pools"]["p"]["usd"])
 
 
+def test_the_class_tables_count_429s():
+    """The class tables in the terminal and on the page showed a rate-limited class as done, shed 0,
+    cancelled 0 and its SLO met, with 44 of its 101 requests answered 429."""
+    from rich.console import Console
+
+    from simulator.report.fleet_summary import classes_table
+    from simulator.report.page_parts import classes_table as page_classes_table
+
+    llmsim = simulate(scenario({"tokens_per_min": 60000, "burst_s": 5})).results["llmsim"]
+    n429 = llmsim["classes"]["batch"]["rate_limited"]
+    console = Console(width=200, record=True)
+    console.print(classes_table(llmsim))
+    text = console.export_text()
+    row = next(line for line in text.splitlines() if "batch" in line)
+    assert "429" in text and f" {n429} " in row
+    assert "rate-limited (429)" in page_classes_table(llmsim)
+    unlimited = simulate(scenario(None)).results["llmsim"]
+    assert "429" not in page_classes_table(unlimited)
+
+
 def test_a_rate_limited_class_is_not_sharded():
     with pytest.raises(LlmsimError, match="rate limit"):
         plan_shards(scenario({"requests_per_min": 10}), 2)

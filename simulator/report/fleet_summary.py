@@ -13,7 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
-from .summary_format import class_verdict, num
+from .summary_format import class_verdict, num, rate_limited_shown
 
 
 def _whole(v: Any) -> str:
@@ -85,14 +85,18 @@ def classes_table(llmsim: Mapping[str, Any]) -> Optional[Table]:
         return None
     t = Table(title="Classes", title_justify="left", caption="TTFT, TPOT in ms; SLO in (): the scenario's targets, "
                                                             "for information", caption_justify="left")
-    for col in ("class", "pool", "prio", "done", "shed", "cancel", "TTFT50", "TTFT99", "TPOT99", "SLO"):
+    limited = rate_limited_shown(classes)
+    for col in ("class", "pool", "prio", "done", "shed", "cancel", *(["429"] if limited else []), "TTFT50", "TTFT99",
+                "TPOT99", "SLO"):
         t.add_column(col, justify="left" if col in ("class", "pool") else "right", no_wrap=True)
     for name, c in classes.items():
         verdict = class_verdict(c)
         t.add_row(name, str(c.get("pool")), str(c.get("priority")), num(c["completed"], "int"),
-                  num(c["rejected"], "int"), num(c["cancelled"], "int"), _ms(c.get("median_ttft_ms")),
+                  num(c["rejected"], "int"), num(c["cancelled"], "int"),
+                  *([num(c.get("rate_limited") or 0, "int")] if limited else []), _ms(c.get("median_ttft_ms")),
                   _ms(c.get("p99_ttft_ms")), _ms(c.get("p99_tpot_ms"), 1), verdict)
     return t
+
 
 
 def ttft_budget_table(llmsim: Mapping[str, Any]) -> Optional[Table]:

@@ -38,3 +38,9 @@ def class_verdict(c: Mapping[str, Any], ok: str = OK, fail: str = FAIL) -> str:
         return ""
     mark = ok if slo.get("met") else fail
     return mark if c.get("slo_declared", True) else f"({mark})"
+
+
+def rate_limited_shown(classes: Mapping[str, Mapping[str, Any]]) -> bool:
+    """Whether a class table carries a 429 column: a class has a rate limit (its ``rate_limited`` count),
+    whose refusals are neither shed nor cancelled and would otherwise leave a class looking whole."""
+    return any("rate_limited" in c for c in classes.values())
