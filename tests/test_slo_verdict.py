@@ -177,3 +177,17 @@ def test_one_cell_gives_a_fleets_verdict():
     assert mark({"slo_met": None, "overloaded": True}) == "✗ overloaded"
     assert mark({"slo_met": False, "overloaded": True}) == "✗ overloaded"
     assert [mark({"slo_met": v}) for v in (None, True, False)] == ["—", "✓", "✗"]
+
+
+def test_a_class_that_sent_nothing_is_not_judged(tmp_path, cli):
+    """A tenant with targets of its own that sent no request in the window read 'no samples', missed:
+    the run exited 1 beside slo.met true, and every fleet of a plan failed on a quiet tenant."""
+    p = tmp_path / "quiet.yaml"
+    p.write_text(SCENARIO.format(fleet_slo="slo: {ttft_p99_ms: 5000}\n",
+                                 a_slo=", slo: {ttft_p99_ms: 5000}").replace("share: 0.5, slo", "share: 1.0e-9, slo"))
+    r = cli("run", p, "-o", tmp_path / "out", "--no-plots")
+    assert r.code == 0, r.out + r.err
+    res = json.loads((tmp_path / "out" / "results.json").read_text())
+    quiet = res["llmsim"]["classes"]["a"]
+    assert quiet["requests"] == 0 and "slo" not in quiet and quiet["slo_declared"] is True
+    assert res["llmsim"]["slo_met"] is True and not failures(res)

@@ -31,10 +31,12 @@ FIELDS = {
     "rate_limited": leaf("count", "answered 429 by the gateway", when="the class has a rate_limit"),
     **{k: f for k, f in latency_fields(_KEYS, "the class's completed requests").items()},
     "request_throughput": leaf("req/s", "the class's completed requests / the window"),
-    "slo": block("the class's own SLO (else the scenario's), judged", SLO_FIELDS, when="an SLO applies"),
+    "slo": block("the class's own SLO (else the scenario's), judged", SLO_FIELDS,
+                 when="an SLO applies and the class sent requests in the window"),
     "slo_declared": leaf("bool", "the class declares its own SLO, which the run is judged on (llmsim run's exit "
                                  "code, plan, sweep, check); false: its slo block holds the scenario's targets "
-                                 "over its requests, for information", when="an SLO applies"),
+                                 "over its requests, for information; with no requests in the window neither is "
+                                 "judged (no slo block)", when="an SLO applies"),
 }
 
 
@@ -63,7 +65,10 @@ def class_block(requests: "Records | Sequence[Request]", classes: Sequence, clas
             block["rate_limited"] = n[Status.RATE_LIMITED]
         block.update({k: res.get(k) for k in _KEYS})
         if "slo" in res:
-            block["slo"] = res["slo"]
+            if len(reqs):
+                # a class that sent nothing in the window has nothing to judge: its targets read "no samples",
+                # missed, and failed every fleet of a plan over a tenant quiet in a short window
+                block["slo"] = res["slo"]
             block["slo_declared"] = bool(own)
         out[name] = block
     return out

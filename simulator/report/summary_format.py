@@ -35,7 +35,7 @@ def class_verdict(c: Mapping[str, Any], ok: str = OK, fail: str = FAIL) -> str:
     parentheses, for information (a bare ✗ beside "SLO met" read as a miss the run ignored)."""
     slo = c.get("slo")
     if not slo:
-        return ""
+        return "—" if c.get("slo_declared") else ""     # targets of its own, and no request to judge them on
     mark = ok if slo.get("met") else fail
     return mark if c.get("slo_declared", True) else f"({mark})"
 
