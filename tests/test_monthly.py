@@ -85,6 +85,14 @@ def test_a_trough_of_a_tenth_costs_less_floored_at_min_replicas():
     assert usd < flat
 
 
+def test_warm_standbys_are_kept_whatever_the_hours_load():
+    """A pool's warm standbys were scaled with its load: a window mean of 6 billed (4 serving, 2 standby)
+    ran 12 at twice the window's load where 4 × 2 + 2 = 10 serve it, and off-peak the standbys shrank."""
+    pool = PoolBilling("p", "h100-sxm", 1, 6, PRICE, "scenario", False, "", 6.0 * 1800.0, 3, 2)
+    _, detail = month([pool], hourly([1.0] + [2.0] + [0.5] * 22))
+    assert detail["replicas"]["p"][:3] == [6.0, 10.0, 4.0]      # 4 × 0.5 + 2 = 4, above the floor of 3
+
+
 def test_pools_add_up_with_their_gpus_and_prices():
     a, b = billing(2.0, tp=4, floor=1, name="a"), billing(3.0, name="b")
     usd, detail = month([a, b], hourly([1.0] * 12 + [0.5] * 12))

@@ -105,6 +105,7 @@ class PoolBilling:
     price_note: str
     replica_seconds: float
     floor: Optional[int] = None         # an autoscaled pool's fewest billed replicas (min + warm); None = fixed
+    warm: int = 0                       # its warm standbys, billed whatever the load
 
     @property
     def gpus(self) -> int:
@@ -147,7 +148,8 @@ def pool_billing(spec, gpu, timeline: Sequence[tuple[float, int]], end: float) -
     peak = max((n for t, n in timeline if t <= end), default=spec.replicas)
     a = spec.autoscaling
     return PoolBilling(spec.name, gpu.name, spec.gpus_per_replica, peak, usd, source, assumed, note,
-                       replica_seconds(timeline, end), None if a is None else a.min_replicas + a.warm_pool)
+                       replica_seconds(timeline, end), None if a is None else a.min_replicas + a.warm_pool,
+                       0 if a is None else a.warm_pool)
 
 
 @dataclass(frozen=True)

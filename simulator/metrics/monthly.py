@@ -17,8 +17,9 @@ words (``llmsim.cost.monthly_basis``) beside the figure:
   spikes included when the profile is the workload's). Each pool then runs,
   in hour h:
 
-  - autoscaled: ``max(min_replicas + warm_pool, R · m_h)`` replicas, R the
-    window's mean billed replicas. Not rounded: an autoscaler holds whole
+  - autoscaled: ``max(min_replicas + warm_pool, (R − warm_pool) · m_h +
+    warm_pool)`` replicas, R the window's mean billed replicas: the serving
+    ones follow the load, the standbys are kept whatever it is. Not rounded: an autoscaler holds whole
     replicas at each moment but a fractional number on average over an
     hour, as it did over the window. The floor is what it never goes below.
   - fixed (no autoscaling): ``max(1, ceil(R · m_h))``: the fleet is resized
@@ -139,18 +140,20 @@ def daily_load(profile, spikes: Sequence, window_s: float, source: str = "the da
     return DailyLoad(tuple((np.diff(g) / HOUR_S / level).tolist()), hour_0, source)
 
 
-def _hour_replicas(mean: float, m: float, floor: Optional[int]) -> float:
-    """One pool's replicas in an hour at ``m`` × the window's load (see the module doc)."""
-    x = mean * m
+def _hour_replicas(mean: float, m: float, floor: Optional[int], warm: int = 0) -> float:
+    """One pool's replicas in an hour at ``m`` × the window's load (see the module doc): an autoscaled
+    pool's serving replicas follow the load and its ``warm`` standbys stay (scaled with the rest, they
+    were billed below their count off-peak and above it in an hour busier than the window)."""
     if floor is not None:
-        return max(float(floor), x)
+        return max(float(floor), max(mean - warm, 0.0) * m + warm)
+    x = mean * m
     return float(max(1, math.ceil(x - _ROUND_TOL * max(1.0, x))))
 
 
 def peak_window_month(pools: Sequence, daily: DailyLoad, window_s: float) -> tuple[float, dict[str, Any]]:
     """(monthly $, per-hour detail) of ``pools`` (``cost.PoolBilling``) whose
     billed replica-seconds over ``window_s`` are scaled hour by hour."""
-    replicas = {p.name: [_hour_replicas(p.replica_seconds / window_s, m, p.floor) for m in daily.multipliers]
+    replicas = {p.name: [_hour_replicas(p.replica_seconds / window_s, m, p.floor, p.warm) for m in daily.multipliers]
                 for p in pools}
     gpus = [sum(replicas[p.name][h] * p.gpus_per_replica for p in pools) for h in range(24)]
     usd = [sum(replicas[p.name][h] * p.gpus_per_replica * p.usd_per_gpu_hour for p in pools) for h in range(24)]
@@ -198,7 +201,7 @@ class MonthRule:
         busier = sum(1 for x in m if x > 1 + _ROUND_TOL)
         basis = (f"peak window: the simulated {window_s:,.0f} s window's fleet scaled to each hour of the day by "
                  f"{source} (hour load / window load {min(m):.2f}–{max(m):.2f}); autoscaled pools at their mean "
-                 f"replicas × that, floored at min_replicas + warm_pool; fixed pools resized hourly to whole "
+                 f"serving replicas × that plus their warm standbys, floored at min_replicas + warm_pool; fixed pools resized hourly to whole "
                  f"replicas (≥ 1); the day × {DAYS_PER_MONTH} days/month; assumes capacity ∝ load")
         if busier:
             basis += f" ({busier} h busier than the window: extrapolated beyond what was simulated)"
