@@ -531,3 +531,15 @@ def test_decode_pool_must_serve_the_same_model(tmp_path, capsys):
     d["pools"][1]["tp"] = 4
     err = cli_error(tmp_path, d, capsys)
     assert "pools[0].disaggregation.decode_pool" in err and "same model" in err
+
+
+def test_least_outstanding_tokens_sees_prompts_not_the_answers_to_come():
+    """A router cannot know how long an answer will be until it ends; least_outstanding_tokens counted
+    each request's true output length, an oracle: it sent a short prompt away from a replica holding a
+    100-token prompt whose 5,000-token answer no real router could foresee."""
+    from helpers_engine import make_requests, run_open
+    from simulator.engine.config import EngineConfig
+
+    reqs = make_requests([0.0, 0.0, 1e-4], [100, 200, 50], [5000, 10, 10])
+    out = run_open("fast", reqs, EngineConfig(), 10_000, replicas=2, router="least_outstanding_tokens")
+    assert [r.replica for r in out.requests] == [0, 1, 0]

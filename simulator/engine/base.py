@@ -182,7 +182,7 @@ class ReplicaBase:
                 self.on_done(req)
             return
         self.outstanding += 1
-        self.outstanding_tokens += req.input_tokens + req.output_tokens
+        self.outstanding_tokens += req.input_tokens
         seq = Seq(req)
         self.seqs[req.id] = seq
         if self.in_flight and self.plans_ahead:
@@ -542,7 +542,7 @@ class ReplicaBase:
         self.t_end = now
         del self.seqs[seq.req.id]
         self.outstanding -= 1
-        self.outstanding_tokens -= seq.req.input_tokens + seq.req.output_tokens
+        self.outstanding_tokens -= seq.req.input_tokens
         if status is Status.FINISHED and self.cfg.output_after_next_launch:
             self.unsent.append((seq.req, True))
         elif self.on_done:

@@ -70,4 +70,4 @@ class FrontEnd:
     def _count(self, req: Request, n: int) -> None:
         r = self.replica
         r.outstanding += n
-        r.outstanding_tokens += n * (req.input_tokens + req.output_tokens)
+        r.outstanding_tokens += n * req.input_tokens

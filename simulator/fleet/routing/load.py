@@ -43,7 +43,8 @@ class LeastOutstanding:
 
 @register_router("least_outstanding_tokens")
 class LeastOutstandingTokens:
-    """Fewest prompt + output tokens in flight: a proxy for remaining work."""
+    """Fewest prompt tokens in flight: a proxy for remaining work a router can see (a request's output
+    length is known only when it ends; counting it made the router an oracle)."""
 
     def __init__(self, rng=None) -> None:
         pass

@@ -47,8 +47,7 @@ class PrefixAware:
     model gateway) and, while it is balanced, follows the longest radix-tree
     prefix match; llm-d's scheduler adds a prefix-cache scorer (fraction of
     the prompt's blocks held by the pod) to a queue-depth scorer, weighted
-    3 : 2 by default. ``outstanding_tokens`` would mix prompt tokens with
-    output tokens (known to the simulator, not to a real router) and count
+    3 : 2 by default. ``outstanding_tokens`` would count the
     already-prefilled prompts of running requests, which cost little more.
     Here the two criteria share one unit, prompt tokens: a cache hit of k
     tokens saves k tokens of prefill, and one more request in flight is

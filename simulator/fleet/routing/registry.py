@@ -24,7 +24,7 @@ A router registered without ``params`` takes no settings and is built as
 
 Replica attributes a router may read: ``index`` (stable identity),
 ``outstanding`` (requests queued + running), ``outstanding_tokens`` (their
-prompt + output tokens), ``cached_prefix_tokens(req)`` (prompt tokens
+prompt tokens: their output lengths are unknown until they end), ``cached_prefix_tokens(req)`` (prompt tokens
 the replica's prefix cache would serve now; O(tree depth) per call), and
 ``cache_block_tokens``, ``cache_tree`` and ``held_chains()`` (tokens per
 block id, the cache's radix tree, and the ids of the requests it holds: what
