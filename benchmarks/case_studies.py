@@ -1530,7 +1530,7 @@ def chatbot_monthly(r: Runner) -> str:
     base = "llmsim run scenarios/chatbot.yaml"
     rows = [["window × 730 h", f"`{base} --set cost.monthly.method=window`"],
             ["peak_window, the workload's sinusoid (the scenario's setting)", f"`{base}`"],
-            ["a whole simulated day × 30", f"`{base}{CHATBOT_DAY}`"]]
+            ["a whole simulated day × 30.42", f"`{base}{CHATBOT_DAY}`"]]
     for row, cmd in zip(rows, [base + " --set cost.monthly.method=window", base, base + CHATBOT_DAY]):
         row.append(f"{r.results(cmd)['llmsim']['cost']['monthly_usd']:,.2f}")
     return table(["extrapolation", "command", "monthly $"], rows, {2})

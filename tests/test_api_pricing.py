@@ -43,7 +43,7 @@ def test_reads_and_writes_split_each_completed_prompt(rows, read, write):
 
 def test_the_month_scales_usage_as_the_bill():
     assert usage_factor(MonthRule(MonthlySpec(method="window")), 1800.0) == pytest.approx(730 * 2)
-    assert usage_factor(MonthRule(MonthlySpec(method="day")), 2 * 86400.0) == pytest.approx(15)
+    assert usage_factor(MonthRule(MonthlySpec(method="day")), 2 * 86400.0) == pytest.approx(730 / 48)
 
 
 def test_a_run_prices_its_completed_requests():

@@ -98,13 +98,14 @@ def test_monthly_basis_short_window_is_hours_long_window_is_days():
     assert usd == pytest.approx(1.0 * 12 * 730)
     assert basis == "simulated 300 s window extrapolated to 730 h/month at the same load"
     usd, basis = monthly_cost(50.0, 86_400.0)              # exactly a day: the day basis
-    assert usd == pytest.approx(50.0 * 30) and "× 30 days/month" in basis and "1-day" in basis
-    usd, basis = monthly_cost(100.0, 2 * 86_400.0)         # two days: their mean day × 30
-    assert usd == pytest.approx(50.0 * 30) and "2-day" in basis
+    # a month is 730 h whichever the basis: the day × 30.42 (with 30, a fixed fleet read 1.4 % dearer by window)
+    assert usd == pytest.approx(50.0 * 730 / 24) and "× 30.42 days/month (730 h)" in basis and "1-day" in basis
+    usd, basis = monthly_cost(100.0, 2 * 86_400.0)         # two days: their mean day × 30.42
+    assert usd == pytest.approx(50.0 * 730 / 24) and "2-day" in basis
     usd, basis = monthly_cost(0.0, 0.0)
     assert usd is None and basis
     c = cost_block([pool_billing(pool(usd_per_gpu_hour=2.0), H100, [(0.0, 1)], 86_400.0)], [], 86_400.0)
-    assert c["monthly_usd"] == pytest.approx(2.0 * 24 * 30) and "days/month" in c["monthly_basis"]
+    assert c["monthly_usd"] == pytest.approx(2.0 * 730) and "days/month" in c["monthly_basis"]
 
 
 # -- per-token split --------------------------------------------------------------
@@ -229,7 +230,7 @@ def test_simulate_with_a_scenario_price_and_no_sessions():
 
 
 def test_method_day_on_less_than_a_day_is_refused_even_without_a_duration():
-    """A run sized by num_requests spans what it spans: 11 s read as a whole day would price 0.000127 days × 30.
+    """A run sized by num_requests spans what it spans: 11 s read as a whole day would price 0.000127 days × 30.42.
     (A scenario with a duration_s under a day is refused before it runs: scenario/cost.py.)"""
     from simulator.metrics.monthly import MonthRule, MonthlySpec
 
@@ -242,4 +243,4 @@ def test_method_day_on_less_than_a_day_is_refused_even_without_a_duration():
         MonthRule(MonthlySpec(method="day"), sized_by_count).apply([], 1.0, 11.0)
     assert e.value.key_path == "cost.monthly.method" and "11 s" in e.value.message
     assert MonthRule(MonthlySpec(method="day"), sized_by_count).apply([], 30.0, 86_400.0)["monthly_usd"] \
-        == pytest.approx(900.0)
+        == pytest.approx(30.0 * 730 / 24)

@@ -96,7 +96,7 @@ def test_the_month_follows_peak_window_as_the_bill_does():
     # a fixed pool resized hourly: energy per GPU-hour × the hourly GPU-hours, as dollars per GPU-hour
     gpu_hours_day = sum(c["monthly_hourly"]["gpus"])
     per_gpu_hour = e["window_kwh"] / c["gpu_hours"]
-    assert e["kwh_per_month"] == pytest.approx(per_gpu_hour * gpu_hours_day * 30)
+    assert e["kwh_per_month"] == pytest.approx(per_gpu_hour * gpu_hours_day * 730 / 24)
     assert e["kwh_per_month"] / e["window_kwh"] == pytest.approx(c["monthly_usd"] / c["window_usd"])
 
 

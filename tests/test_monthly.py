@@ -64,10 +64,11 @@ def test_a_spike_in_the_window_makes_every_other_hour_relatively_quieter():
 # -- the peak-window month ----------------------------------------------------------
 
 @pytest.mark.parametrize("pool", [billing(3.0), billing(2.37, floor=1), billing(4.0, tp=4, floor=2)])
-def test_a_flat_profile_bills_the_window_rate_for_720_hours(pool):
+def test_a_flat_profile_bills_the_window_rate_for_730_hours(pool):
+    """One month whichever the method: a flat day × 30.42 is the window's rate × 730 h, as `window` bills."""
     usd, detail = month([pool], hourly([5.0] * 24))
     window_usd_per_h = pool.usd / (1800.0 / HOUR)
-    assert usd == pytest.approx(window_usd_per_h * 24 * 30, rel=1e-12)
+    assert usd == pytest.approx(window_usd_per_h * 730, rel=1e-12)
     assert detail["gpus"] == pytest.approx([pool.replica_seconds / 1800.0 * pool.gpus_per_replica] * 24)
 
 
@@ -76,11 +77,11 @@ def test_a_trough_of_a_tenth_costs_less_floored_at_min_replicas():
     scaled = billing(5.0, floor=2)
     usd, detail = month([scaled], hourly(day))
     assert detail["replicas"]["p"] == [5.0] * 12 + [2.0] * 12          # 0.5 replica needed, 2 kept
-    assert usd == pytest.approx((12 * 5 + 12 * 2) * PRICE * 30)
+    assert usd == pytest.approx((12 * 5 + 12 * 2) * PRICE * 730 / 24)
     fixed = billing(3.0)                             # resized hourly to whole replicas: ceil(0.3) = 1
     usd_f, detail_f = month([fixed], hourly(day))
     assert detail_f["replicas"]["p"] == [3.0] * 12 + [1.0] * 12
-    assert usd_f == pytest.approx((12 * 3 + 12 * 1) * PRICE * 30)
+    assert usd_f == pytest.approx((12 * 3 + 12 * 1) * PRICE * 730 / 24)
     flat, _ = month([scaled], hourly([1.0] * 24))
     assert usd < flat
 
@@ -123,7 +124,7 @@ def test_auto_keeps_the_old_extrapolation_and_names_it():
     assert (c["monthly_method"], c["monthly_usd"]) == ("window", pytest.approx(2 * PRICE * 730))
     p = billing(2.0, window_s=2 * 86400)
     c = cost_block([p], [], 2 * 86400, monthly=MonthRule(MonthlySpec(method="auto")))
-    assert (c["monthly_method"], c["monthly_usd"]) == ("day", pytest.approx(2 * PRICE * 720))
+    assert (c["monthly_method"], c["monthly_usd"]) == ("day", pytest.approx(2 * PRICE * 730))
     assert "monthly_hourly" not in c
 
 
@@ -150,7 +151,7 @@ def test_simulate_reports_the_peak_window_month_and_the_summary_names_it():
     h = peak["monthly_hourly"]
     assert peak["monthly_method"] == "peak_window" and "workload's sinusoid profile" in peak["monthly_basis"]
     assert len(h["gpus"]) == 24 and max(h["gpus"]) == 2 and min(h["gpus"]) == 1      # ceil(2 × ~0.1) = 1
-    assert peak["monthly_usd"] == pytest.approx(sum(h["gpus"]) * PRICE * 30)
+    assert peak["monthly_usd"] == pytest.approx(sum(h["gpus"]) * PRICE * 730 / 24)
     assert peak["monthly_usd"] < window["monthly_usd"]
     console = Console(record=True, width=200, color_system=None)
     console.print(summary_table({"llmsim": {"cost": peak}}))

@@ -20,7 +20,7 @@ Definitions:
 * **monthly cost**: as the scenario's ``cost.monthly`` says
   (:mod:`simulator.metrics.monthly`): by default the window's cost per hour
   × 730 h/month (the same load all month), or for a window of a day or more
-  its mean cost per day × 30; ``peak_window`` scales the window's fleet to
+  its mean cost per day × 30.42 (730 h); ``peak_window`` scales the window's fleet to
   each hour of a daily profile. ``monthly_method`` names the method,
   ``monthly_basis`` says it in words with its assumption.
 * **tokens** are those of finished requests (``total_input_tokens`` and
