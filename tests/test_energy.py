@@ -201,3 +201,20 @@ def test_a_gpu_profile_without_power_leaves_the_block_empty_and_says_why(tmp_pat
     ll = simulate(sc).results["llmsim"]
     assert "no power block" in ll["energy"]["why_none"] and "nopower" in ll["energy"]["why_none"]
     assert "power" not in ll["cost"]
+
+
+def test_a_plan_weighs_the_power_it_is_given_a_price_for():
+    """With energy.usd_per_kwh a scenario prices power apart from the GPU-hours, and llmsim.product and
+    the run's first line give it; plans and sweeps ranked and plotted by the GPU-hours alone."""
+    from simulator.planning.pareto import month_with_power, pareto_figure
+    from simulator.planning.plan import _ranked
+    from simulator.planning.point import summarize
+
+    row = summarize(simulate(_scenario(SMALL, energy={"usd_per_kwh": 0.2})).results)
+    assert row["power_monthly_usd"] > 0
+    assert month_with_power(row) == pytest.approx(row["monthly_usd"] + row["power_monthly_usd"])
+    assert summarize(simulate(_scenario(SMALL)).results)["power_monthly_usd"] is None
+    cool = {"slo_met": True, "monthly_usd": 1200.0, "power_monthly_usd": 100.0, "ttft_p99_ms": 50.0}
+    hot = {"slo_met": True, "monthly_usd": 1000.0, "power_monthly_usd": 500.0, "ttft_p99_ms": 50.0}
+    assert _ranked([hot, cool], max_rate=False)[0] is cool
+    assert "with power" in pareto_figure([hot, cool], cool).axes[0].get_xlabel()

@@ -95,7 +95,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
              for c in result.candidates]
     # the verdict beside the choices, so a narrow terminal never shows a cheap row without it
     lead = [*keys, *priced.values(), *(["max_rate_per_s"] if max_rate else []), "slo_met"]
-    figures = [*product_columns(result.candidates), "monthly_usd", "gpus", "ttft_p99_ms", "tpot_p99_ms", "probes",
+    figures = [*product_columns(result.candidates), "monthly_usd", "power_monthly_usd", "gpus", "ttft_p99_ms",
+               "tpot_p99_ms", "probes",
                "failed_slo"]
     what = f"highest {key} meeting the SLO" if max_rate else f"smallest {key} meeting the SLO, cheapest first"
     planned = scenario + "".join(f" --variant {v}" for v in variant)

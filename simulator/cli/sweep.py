@@ -17,7 +17,8 @@ from .rundir import output_dir
 from .examples import epilog
 
 
-_SHOWN = ("ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms", "slo_met", "overloaded", "monthly_usd", "wall_time_s", "error")
+_SHOWN = ("ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms", "slo_met", "overloaded", "monthly_usd", "power_monthly_usd",
+          "wall_time_s", "error")
 
 
 def _partial_page(out: Path) -> str:

@@ -8,13 +8,22 @@ each extra dollar buys in latency headroom.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Mapping, Optional, Sequence
 
 from ..atomic_write import write_atomic
 
-__all__ = ["pareto_front", "pareto_figure", "plot_pareto", "point_label"]
+__all__ = ["pareto_front", "pareto_figure", "plot_pareto", "point_label", "month_with_power"]
 
 X, Y = "monthly_usd", "ttft_p99_ms"
+
+
+def month_with_power(row: Mapping[str, Any], product: bool = False) -> Optional[float]:
+    """A fleet's month as plans rank and plot it: its GPU-hour bill, plus its power where the scenario
+    prices energy apart (energy.usd_per_kwh), the slice's or (``product``) the product's. Without the
+    power a plan weighed an H100 fleet against a B200 one by GPU-hours alone, the watts priced but unread."""
+    gpu = row.get("product_monthly_usd" if product else "monthly_usd")
+    power = row.get("product_power_monthly_usd" if product else "power_monthly_usd")
+    return gpu if gpu is None or power is None else gpu + power
 
 
 def pareto_front(points: Sequence[dict[str, Any]], x: str = X, y: str = Y) -> list[dict[str, Any]]:
@@ -45,7 +54,10 @@ def pareto_figure(probes: Sequence[dict[str, Any]], best: dict[str, Any] | None,
     # The product's cost where the scenario is a slice of one (the plan's best line leads with it), else
     # the simulated fleet's: one scale on both, since the product is the slice times a fixed count.
     product = any(p.get("product_monthly_usd") not in (None, p.get(X)) for p in probes)
-    x = "product_monthly_usd" if product else X
+    powered = any(p.get("power_monthly_usd") is not None for p in probes)
+    x = "plotted_monthly_usd"           # the month plans rank by: GPU-hours, and power where it is priced
+    probes = [{**p, x: month_with_power(p, product)} for p in probes]
+    best = None if best is None else {**best, x: month_with_power(best, product)}
     met = [p for p in probes if p.get("slo_met")]
     # a fleet that does not keep up fails on its load, whatever its latencies read (its p99 measures a backlog)
     overloaded = [p for p in probes if p.get("overloaded")]
@@ -72,7 +84,8 @@ def pareto_figure(probes: Sequence[dict[str, Any]], best: dict[str, Any] | None,
     if best is not None and best.get(x) is not None and best.get(Y) is not None:
         ax.scatter([best[x]], [best[Y]], marker="*", s=250, color="gold", edgecolor="black", zorder=5,
                    label="cheapest meeting the SLO")
-    ax.set_xlabel("monthly cost of the product (USD)" if product else "monthly cost (USD)")
+    ax.set_xlabel(("monthly cost of the product" if product else "monthly cost")
+                  + (" with power (USD)" if powered else " (USD)"))
     ax.xaxis.set_major_formatter(FuncFormatter(lambda v, _: f"${v / 1e6:,.3g}M" if v >= 1e6 else f"${v:,.0f}"))
     ax.set_ylabel("p99 TTFT (ms)")
     ax.set_yscale("log")

@@ -35,6 +35,7 @@ from ..validation.error_model import ErrorModel
 from .batch import run_points
 from .confidence import judge_at_confidence
 from .executors import Executor
+from .pareto import month_with_power
 from .point import LATENCY_COLUMNS, Point, check_overrides
 from .precheck import check_runs
 from .prices import Prices, gpu_varied_pools, pinned_prices, priced_by
@@ -47,7 +48,8 @@ __all__ = ["Plan", "plan_fleet", "RATE_KEY", "infeasible_message"]
 #: The key ``--max-rate`` searches.
 RATE_KEY = "workload.arrival.rate_per_s"
 
-_COSTS = ("product_monthly_usd", "product_gpus", "monthly_usd", "gpus", "usd_per_request")
+_COSTS = ("product_monthly_usd", "product_gpus", "monthly_usd", "gpus", "usd_per_request", "power_monthly_usd",
+          "product_power_monthly_usd")
 _THROUGHPUTS = ("request_throughput", "output_throughput")
 _FIGURES = (*_COSTS, *_THROUGHPUTS, *(c for c, _ in LATENCY_COLUMNS))
 
@@ -79,13 +81,19 @@ class Plan:
         return self.candidates[0] if self.candidates and self.candidates[0]["slo_met"] else None
 
     @property
+    def _month_key(self) -> str:
+        """What the ranking's month is: the GPU-hour bill, with the power where it is priced."""
+        priced = any(c.get("power_monthly_usd") is not None for c in self.candidates)
+        return "monthly_usd + power_monthly_usd" if priced else "monthly_usd"
+
+    @property
     def warnings(self) -> list[str]:
         return [p["warning"] for p in self.pinned_prices]
 
     def to_json(self) -> dict[str, Any]:
         return {"scenario": self.scenario, "variants": self.variants, "set": self.sets, "mode": self.mode,
                 "searched": self.searched, "seeds": self.seeds,
-                "rank_by": "monthly_usd" if self.mode == "min" else "max_rate_per_s, then monthly_usd",
+                "rank_by": ("" if self.mode == "min" else "max_rate_per_s, then ") + self._month_key,
                 "confidence": self.confidence, "calibration": self.calibration, "warnings": self.warnings,
                 "gpu_varied": self.gpu_varied, "pinned_prices": self.pinned_prices, "best": self.best,
                 "candidates": self.candidates, "probes": self.probes}
@@ -286,7 +294,8 @@ def _ranked(candidates: list[dict[str, Any]], max_rate: bool) -> list[dict[str, 
     big = float("inf")
 
     def order(c: dict[str, Any]):
-        cost = c["monthly_usd"] if c["monthly_usd"] is not None else big
+        cost = month_with_power(c)
+        cost = big if cost is None else cost
         return (not c["slo_met"], -(c.get("max_rate_per_s") or 0.0) if max_rate else 0.0, cost)
     return sorted(candidates, key=order)
 

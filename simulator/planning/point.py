@@ -195,6 +195,9 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     # The product's figures beside the slice's: a plan answers for the product (llmsim.product).
     row["product_gpus"] = _dig(results, "llmsim", "product", "gpus")
     row["product_monthly_usd"] = _dig(results, "llmsim", "product", "monthly_usd")
+    # power priced apart (energy.usd_per_kwh): a B200 fleet's dearer watts are part of what a plan weighs
+    row["power_monthly_usd"] = (cost.get("power") or {}).get("monthly_usd")
+    row["product_power_monthly_usd"] = _dig(results, "llmsim", "product", "power_monthly_usd")
     row["usd_per_request"] = cost.get("usd_per_request")
     row["error"] = None
     return row
