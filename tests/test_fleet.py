@@ -258,9 +258,9 @@ def test_the_tolerance_band_holds_for_every_metric(metric, target):
     pool = _bare_pool(4, 0)
     pool.count = lambda state: sum(1 for s in pool.state if s is state)
     pool.arrivals = 0
-    pool.busy_time = pool.tokens_processed = lambda: 0
     for r in pool.replicas:
         r.outstanding = 13     # 13 a replica against 12: inside a 0.1 band
+        r.busy_time, r.tokens_processed = 0.0, 0
     spec = AutoscalingSpec(metric=metric, target=target, max_replicas=8, tolerance=0.1)
     scaler = Autoscaler(pool, spec, 10.0)
     pool.env.run(until=1.0)
@@ -284,6 +284,28 @@ def _bare_pool(ready: int, warm: int) -> fleet_pool.Pool:
     for _ in range(warm):
         p.warm.append(p._new(fleet_pool.State.WARM).index)
     return p
+
+
+@pytest.mark.parametrize("metric", ["queue_depth", "gpu_busy"])
+def test_a_draining_replica_is_not_read_against_the_ready_ones(metric):
+    """The HPA leaves out pods being deleted; llmsim read a draining replica's queue and busy time over
+    the ready replicas' count, so a replica finishing its work pushed the pool to scale back out."""
+    from simulator.fleet.autoscaler import Autoscaler, AutoscalingSpec
+
+    pool = _bare_pool(3, 0)
+    pool.count = lambda state: sum(1 for s in pool.state if s is state)
+    pool.arrivals = 0
+    for r in pool.replicas:
+        r.busy_time, r.tokens_processed = 0.0, 0
+        r.queued = lambda: 0
+    scaler = Autoscaler(pool, AutoscalingSpec(metric=metric, target=0.5, max_replicas=8), 10.0)
+    leaving = pool.replicas[2]
+    pool.ready.remove(leaving)
+    pool.state[2] = fleet_pool.State.DRAINING
+    leaving.queued = lambda: 40                   # its own backlog, which no new request joins
+    pool.env.run(until=10.0)
+    leaving.busy_time = 10.0                      # busy throughout the interval, finishing it
+    assert scaler.desired()[1] == 0.0
 
 
 def test_a_refilling_standby_is_paid_but_never_counted_as_capacity_to_come():

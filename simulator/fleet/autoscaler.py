@@ -57,7 +57,7 @@ class ScalingMetric:
 # one here adds it to the schema (Metric).
 METRICS: dict[str, ScalingMetric] = {
     "concurrency": ScalingMetric(lambda w: sum(r.outstanding for r in w.pool.ready) / w.n),
-    "queue_depth": ScalingMetric(lambda w: w.pool.queue_depth() / w.n),
+    "queue_depth": ScalingMetric(lambda w: sum(r.queued() for r in w.pool.ready) / w.n),
     "kv_utilization": ScalingMetric(lambda w: w.pool.kv_utilization()),
     "gpu_busy": ScalingMetric(lambda w: min(w.busy_s / (w.dt * w.n), 1.0)),
     "compute_utilization": ScalingMetric(
@@ -146,9 +146,12 @@ class Autoscaler:
         # empty window let the first reading, taken while traffic was still arriving, drain a pool
         # started at 4 replicas to 1 at 15 s with scale_down_window_s 300.
         self.recent: deque[tuple[float, int]] = deque([(pool.env.now, len(pool.ready) + pool.count(State.STARTING))])
-        self._busy = 0.0
+        # per ready replica, as at the last reading: the metrics read the replicas that take traffic, as
+        # the HPA leaves out pods being deleted (a draining replica's queue and busy time were read
+        # against the ready count alone)
+        self._busy: dict[int, float] = {}
+        self._tokens: dict[int, int] = {}
         self._arrivals = 0
-        self._tokens = 0
         self._t = pool.env.now
         self.decisions: list[tuple[float, int, float]] = []   # (time, desired, metric)
 
@@ -157,9 +160,12 @@ class Autoscaler:
         now = p.env.now
         n = max(len(p.ready), 1)
         dt = max(now - self._t, 1e-12)
-        busy, arrivals, tokens = p.busy_time(), p.arrivals, p.tokens_processed()
-        d_busy, d_arr, d_tok = busy - self._busy, arrivals - self._arrivals, tokens - self._tokens
-        self._busy, self._arrivals, self._tokens, self._t = busy, arrivals, tokens, now
+        busy = {r.index: r.busy_time for r in p.ready}
+        tokens = {r.index: r.tokens_processed for r in p.ready}
+        d_busy = sum(b - self._busy.get(i, 0.0) for i, b in busy.items())     # ready since: busy from 0
+        d_tok = sum(k - self._tokens.get(i, 0) for i, k in tokens.items())
+        d_arr = p.arrivals - self._arrivals
+        self._busy, self._tokens, self._arrivals, self._t = busy, tokens, p.arrivals, now
         return METRICS[self.spec.metric].read(Window(p, n, dt, d_busy, d_arr, d_tok))
 
     def desired(self) -> tuple[int, float]:
