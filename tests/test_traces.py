@@ -559,3 +559,23 @@ def test_a_trace_naming_classes_in_a_scenario_declaring_none_is_refused(tmp_path
         ok = cli("run", tmp_path / "s.yaml", "-o", tmp_path / f"out-{plain}")
         assert ok.code == 0, ok.err
         assert json.loads((tmp_path / f"out-{plain}" / "results.json").read_text())["completed"] == 2
+
+
+def test_a_duration_longer_than_the_trace_does_not_hide_an_overloaded_fleet(tmp_path):
+    """On a trace duration_s only cuts the replay; the load verdict took it as the arrival window, so a
+    60 s burst read as 0.4 req/s over 7,200 s with its queue sampled at 3,600 s, long drained: an
+    overloaded fleet kept up, and run exited 0."""
+    from simulator.runner import simulate
+    from simulator.scenario.schema import Scenario
+
+    rows = "".join(f"{i * 0.02:.3f},2000,300\n" for i in range(1500))       # 50 req/s for 30 s
+    (tmp_path / "burst.csv").write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    verdicts = []
+    for duration in (None, 7200):
+        sc = {"name": "burst", "workload": {"arrival": {"type": "trace", "path": str(tmp_path / "burst.csv")}},
+              "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm"}]}
+        if duration:
+            sc["workload"]["duration_s"] = duration
+        load = simulate(Scenario.model_validate(sc)).results["llmsim"]["load"]
+        verdicts.append((load["overloaded"], round(load["window_s"])))
+    assert verdicts == [(True, 30), (True, 30)]

@@ -3,7 +3,7 @@
 Percentiles alone cannot say it: a fleet offered twice what it serves still
 prints a latency table, its TTFT the time requests spent queueing behind a
 backlog that grew all run. Over the arrival window [0, T] (``workload.duration_s``,
-else the last arrival):
+else, and always for a trace, whose ``duration_s`` only cuts the replay, the last arrival):
 
 * ``offered_rps``: requests that arrived by T, per second of T;
 * ``completed_rps``: requests finished by T, per second of T;
@@ -57,7 +57,7 @@ SHED_FRACTION = 0.05
 #: ``llmsim.load`` (definitions in the module docstring).
 FIELDS = {
     "overloaded": leaf("bool", "the fleet did not keep up: its queue grew, requests never ended, or it shed over 5 %"),
-    "window_s": leaf("s", "the arrival window T: workload.duration_s, else the last arrival"),
+    "window_s": leaf("s", "the arrival window T: workload.duration_s, else (and for a trace) the last arrival"),
     "offered_rps": leaf("req/s", "requests that arrived by T, per second of T"),
     "completed_rps": leaf("req/s", "requests finished by T, per second of T"),
     "served_fraction": leaf("fraction", "requests finished by T / requests arrived by T"),

@@ -193,6 +193,14 @@ def timing_block(wall: float, requests: int) -> dict:
     return {"wall_time_s": wall, "sim_requests_per_wall_s": requests / wall if wall > 0 else None}
 
 
+def _load_window(workload) -> Optional[float]:
+    """The arrival window the load verdict reads: the workload's ``duration_s``, except for a trace,
+    whose window ends with its last replayed arrival (None: load_block takes it). On a trace
+    ``duration_s`` only cuts the replay, and one longer than it divided a 60 s burst's rates over
+    7,200 s and read its queue at 3,600 s, long drained: an overloaded fleet passed."""
+    return None if getattr(workload.arrival, "type", None) == "trace" else workload.duration_s
+
+
 def _arrival_span(requests: Records) -> Optional[float]:
     """How long the traffic took to arrive where the workload states no duration: the last request's
     arrival, a session counting from its start (its later turns follow the traffic, they do not extend
@@ -252,7 +260,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         "ttft_budget": ttft_budget(requests),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
                            monthly=plan.month),
-        "load": load_block(requests, sc.workload.duration_s, _too_long(requests, setups)),
+        "load": load_block(requests, _load_window(sc.workload), _too_long(requests, setups)),
         "simulated_seconds": now,
     })
     out["energy"] = _energy(plan, pools, bills, now, requests)
