@@ -106,6 +106,12 @@ def test_warmup_requests_run_but_are_not_counted():
     a = simulate(_closed(4, 12, 512, 32, warmup_requests=8))
     assert len(a.requests) == 12 and a.results["completed"] == 12
     assert min(r.id for r in a.requests) == 8
+    # nor is their time: the benchmark's clock starts with the first counted request (vllm bench, AIPerf);
+    # from t = 0 a warm-up of as many requests as the run halved its throughput
+    start = min(r.arrival for r in a.requests)
+    assert start > 0 and a.results["duration"] == pytest.approx(max(r.finish for r in a.requests) - start)
+    long = simulate(_closed(4, 12, 512, 32, warmup_requests=12)).results
+    assert long["request_throughput"] == pytest.approx(a.results["request_throughput"], rel=0.15)
 
 
 @settings(max_examples=10, deadline=None)

@@ -133,7 +133,8 @@ FIELDS = {
     "failed": leaf("count", "requests the fleet did not serve: rejected (shed, or too long ever to fit) or still "
                               "in flight when the run stopped"),
     "cancelled": leaf("count", "requests their clients withdrew (llmsim's key; vLLM never cancels)"),
-    "duration": leaf("s", "benchmark time: simulation start to the latest finish or rejection"),
+    "duration": leaf("s", "benchmark time: simulation start (after a closed loop's warm-up, its first counted "
+                          "request) to the latest finish or rejection"),
     "total_input_tokens": leaf("tokens", "prompt tokens of completed requests"),
     "total_output_tokens": leaf("tokens", "output tokens of completed requests"),
     "request_throughput": leaf("req/s", "completed / duration"),
