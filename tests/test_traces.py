@@ -579,3 +579,19 @@ def test_a_duration_longer_than_the_trace_does_not_hide_an_overloaded_fleet(tmp_
         load = simulate(Scenario.model_validate(sc)).results["llmsim"]["load"]
         verdicts.append((load["overloaded"], round(load["window_s"])))
     assert verdicts == [(True, 30), (True, 30)]
+
+
+def test_seeds_of_a_trace_that_draws_nothing_are_said_to_be_alike(tmp_path, cli):
+    """--replicates and plan --seeds on a trace without jitter_s or a fractional rate_scale replay the
+    same requests at every seed: a spread of zero ('102.21 – 102.21') read as certainty, unsaid."""
+    from workloads.traces import TraceSpec, seeds_alike
+
+    assert seeds_alike(TraceSpec(path="t.csv"), 3) and seeds_alike(TraceSpec(path="t.csv", rate_scale=2.0), 2)
+    assert not seeds_alike(TraceSpec(path="t.csv"), 1)
+    assert not seeds_alike(TraceSpec(path="t.csv", jitter_s=1.0), 3)
+    assert not seeds_alike(TraceSpec(path="t.csv", rate_scale=1.5), 3)
+    (tmp_path / "t.csv").write_text("timestamp,input_tokens,output_tokens\n0.0,40,5\n0.5,20,6\n")
+    (tmp_path / "s.yaml").write_text("name: t\nworkload: {arrival: {type: trace, path: t.csv}}\n"
+                                     "pools: [{name: main, model: llama-3-8b, gpu: h100-sxm}]\n")
+    r = cli("run", tmp_path / "s.yaml", "--replicates", "2", "--workers", "1", "-o", tmp_path / "out", "--no-plots")
+    assert r.code == 0 and "replay the same requests" in r.err

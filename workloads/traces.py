@@ -76,7 +76,7 @@ from .request import Request
 from .trace_formats import MOONCAKE_BLOCK_SIZE, READERS, TRACE_FORMATS, RawTrace, detect_format, trace_error
 from .trace_stats import TraceStats, ideal_block_hit_rate, trace_stats
 
-__all__ = ["TraceSpec", "Trace", "TRACE_FORMATS", "load_trace", "read_trace", "parse_trace_spec",
+__all__ = ["TraceSpec", "Trace", "TRACE_FORMATS", "load_trace", "read_trace", "parse_trace_spec", "seeds_alike",
            "resolve_trace_path", "trace_block_tokens", "TraceStats", "trace_stats", "ideal_block_hit_rate"]
 
 
@@ -101,6 +101,12 @@ class TraceSpec(ArrivalProcess):
     jitter_s: float = Field(default=0.0, ge=0, description="uniform [0, jitter_s) added to each timestamp")
     block_size: Optional[int] = Field(default=None, ge=1,
                                       description="tokens per block id (default: the format's, 512 for mooncake)")
+
+    @property
+    def draws(self) -> bool:
+        """Whether the replay draws anything at random (jitter, or a fractional rate_scale's thinning or
+        extra copy): without, every seed replays the same requests."""
+        return self.jitter_s > 0 or not float(self.rate_scale).is_integer()
 
     @model_validator(mode="after")
     def _window(self) -> "TraceSpec":
@@ -333,3 +339,14 @@ def _build(raw: RawTrace, idx: np.ndarray, copy: np.ndarray, arrivals: np.ndarra
             b = tuple(x + off for x in b)
         requests.append(Request(i, arr[i], inp[i], out[i], session=session, klass=k, blocks=b))
     return requests
+
+
+def seeds_alike(arrival: object, seeds: int) -> Optional[str]:
+    """A warning where ``seeds`` runs of a workload would replay one trace identically (no jitter_s, no
+    fractional rate_scale): their spread is then zero and reads as certainty, not as one draw of the
+    traffic among others; None otherwise."""
+    if seeds < 2 or not isinstance(arrival, TraceSpec) or arrival.draws:
+        return None
+    return (f"the trace {arrival.path} draws nothing at random, so its {seeds} seeds replay the same requests "
+            f"and their spread is zero, not the traffic's; set workload.arrival.jitter_s (seconds added to each "
+            f"timestamp at random) or a fractional rate_scale for draws that differ")

@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.markup import escape
+from rich.text import Text
 
 from ..errors import LlmsimError
 from .app import app, checked_engine, err_console
@@ -15,6 +16,7 @@ from .output import console, print_json, provenance_notes
 from .progress import simulate_shown
 from .rundir import output_folder, output_path, write_run_files
 from .examples import epilog
+from workloads.traces import seeds_alike
 from .options import (Address, ConnectTimeout, ExecutorName, Workers, check_connect_timeout, one_value_per_key,
                     open_executor)
 
@@ -125,6 +127,9 @@ def run(ctx: typer.Context,
     with output_folder(output, overwrite=overwrite, inputs=[path]) as stage:
         with blamed_on(path, variant_overlays(chosen), set_):
             if replicates > 1:
+                alike = seeds_alike(sc.workload.arrival, replicates)
+                if alike:
+                    err_console.print(Text.assemble(("warning:", "yellow"), f" {alike}"))
                 with open_executor(executor, workers, address, connect_timeout) as ex:
                     out, reps = _replicated(sc, replicates, ex, path, engine)
             elif shards is None:

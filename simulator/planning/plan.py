@@ -32,6 +32,7 @@ from ..scenario.overlays import overlaid, variant_overlays
 from ..scenario.overrides import Given, given_sets, refuse_overlaps
 from ..scenario.variants import Variant, merge_overlays, overlay_assignments, select_variants
 from ..validation.error_model import ErrorModel
+from workloads.traces import seeds_alike
 from .batch import run_points
 from .confidence import judge_at_confidence
 from .executors import Executor
@@ -75,6 +76,8 @@ class Plan:
     gpu_varied: list[str] = field(default_factory=list)
     # those billed at one pinned usd_per_gpu_hour whatever the GPU (.prices.pinned_prices)
     pinned_prices: list[dict[str, Any]] = field(default_factory=list)
+    # other warnings about what the plan's figures rest on (seeds that replay one trace alike)
+    notes: list[str] = field(default_factory=list)
 
     @property
     def best(self) -> Optional[dict[str, Any]]:
@@ -88,7 +91,7 @@ class Plan:
 
     @property
     def warnings(self) -> list[str]:
-        return [p["warning"] for p in self.pinned_prices]
+        return [p["warning"] for p in self.pinned_prices] + self.notes
 
     def to_json(self) -> dict[str, Any]:
         return {"scenario": self.scenario, "variants": self.variants, "set": self.sets, "mode": self.mode,
@@ -286,7 +289,8 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
     gpus = {p.gpu for run in priced for p in run.values()}   # however an axis spells the GPU
     return Plan(str(path), "max_rate" if max_rate else "min", searched, [sc.seed + k for k in range(seeds)],
                 _ranked(candidates, max_rate), probes, list(variants), cli, confidence,
-                {g: load_hardware(g).provenance() for g in sorted(gpus)}, varied, pinned)
+                {g: load_hardware(g).provenance() for g in sorted(gpus)}, varied, pinned,
+                [w for w in [seeds_alike(sc.workload.arrival, seeds)] if w])
 
 
 
