@@ -20,7 +20,8 @@ _FIRST = ("name", "hbm_gib", "hbm_tb_s", "bf16_tflops", "fp8_tflops", "usd_per_g
 
 
 @profiles_app.command("list", epilog=epilog("profiles list"))
-def list_profiles(json: bool = typer.Option(False, "--json")) -> None:
+def list_profiles(json: bool = typer.Option(False, "--json", help="print one JSON object: the GPUs, models and "
+                                                                 "backends with their key numbers")) -> None:
     """List GPUs, models and serving backends with their key numbers."""
     from ..profiles import load_hardware, load_model    # on first use: `llmsim --help` imports this
     from ..profiles.backend import load_backend
