@@ -391,3 +391,18 @@ def test_mooncake_unbounded_cache_reaches_the_ideal_hit_rate(shared_data):
     assert pc["evicted_blocks"] == 0
     assert pc["block_hit_rate"] == pytest.approx(ideal, abs=1e-12), (pc, ideal)
     assert 0.3 < ideal < 0.45     # the trace's own figure (0.366): a guard against reading the wrong file
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_prompt_preempted_part_way_is_cached_only_as_far_as_it_was_computed(engine):
+    """A prompt's ids enter the cache at admission; preempted after ~800 of its 2,048 tokens, it kept
+    them all cached, and its recompute hit 1,200 tokens it never computed (2,834 tokens through the
+    model where computing it once takes 3,652). vLLM caches only the blocks it has computed, SGLang
+    drops a retracted request's KV."""
+    cfg = EngineConfig(max_num_batched_tokens=16, max_num_seqs=8, block_size=16)
+    reqs = [Request(0, 0.0, 1100, 500, blocks=tuple(range(1000, 1069))),
+            Request(1, 0.001, 2048, 4, blocks=tuple(range(5000, 5128)))]
+    r = run_open(engine, reqs, cfg, 200, id_block_tokens=16)
+    assert r.requests[1].preemptions == 1
+    work = r.pool.replicas[0].stats(r.pool.end_time())["tokens_processed"]
+    assert 1100 + 500 + 2048 + 4 - 16 <= work < 1100 + 500 + 2 * 2048     # its computed blocks do stay cached

@@ -22,7 +22,7 @@ from .config import EngineConfig
 from .kv_tiers import OffloadPlan
 from .lora import AdapterSlots, LoraPlan
 from .prefix_cache import Match, PrefixCache
-from .sequence import DONE, WAITING, Seq, finish
+from .sequence import DONE, PREFILL, WAITING, Seq, finish
 from .wait_queue import WaitQueue
 from .wake import call_later
 from workloads.request import Request, Status
@@ -317,9 +317,11 @@ class ReplicaBase:
 
     def _preempt(self, v: Seq) -> Seq:
         """Recompute preemption: ``v`` gives back its KV (its cached prefix
-        stays cached, evictable) and will re-prefill input + generated."""
+        stays cached, evictable, but no further than it computed: a prompt
+        preempted part-way holds ids it never filled) and will re-prefill
+        input + generated."""
         self._remove_running(v)
-        self._release_cache(v)
+        self._release_cache(v, computed=v.done if v.state == PREFILL else -1)
         v.reset_for_recompute()
         self.preemptions += 1
         return v
@@ -511,7 +513,7 @@ class ReplicaBase:
         cap = b.get(s.req.klass)
         return cap is not None and self.kv_charged.get(s.req.klass, 0) + self._footprint(s.req) > cap
 
-    def _release_cache(self, s: Seq, kv_tokens: int = 0) -> None:
+    def _release_cache(self, s: Seq, kv_tokens: int = 0, computed: int = -1) -> None:
         """Unreference a sequence's cached entries (a finished one also enters
         its output blocks), and give back its class's KV charge: every way a
         running sequence stops (finish, cancel, preemption) passes here."""
@@ -523,7 +525,8 @@ class ReplicaBase:
             self.reserved -= self._footprint(s.req) - s.pin_blocks
         if s.pin is not None:
             assert self.cache is not None and s.req.blocks is not None   # a pin came from both
-            self.cache.release(s.pin, s.req.blocks, s.pin_ids, kv_tokens, s.req.klass)
+            self.cache.release(s.pin, s.req.blocks, s.pin_ids, kv_tokens, s.req.klass,
+                               computed // self.cache.H if computed >= 0 else -1)
             if self.kv_budgets is not None:
                 self._hold_caps()
         s.pin = None

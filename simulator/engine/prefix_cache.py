@@ -255,10 +255,13 @@ class PrefixCache:
         return node, pos, blocks
 
     def release(self, node: Node, ids: Sequence[int], n: int, kv_tokens: int = 0,
-                owner: Optional[str] = None) -> None:
+                owner: Optional[str] = None, computed: int = -1) -> None:
         """Unpin a sequence's path (``node`` at depth ``n`` ids); with
         ``kv_tokens`` (a finished sequence) also enter its full output blocks
-        (created by class ``owner``)."""
+        (created by class ``owner``). ``computed`` (≥ 0): the ids of the path
+        whose KV the sequence computed before it was preempted mid-prompt; the
+        rest, entered at admission but never computed, is forgotten where no
+        other sequence holds it (vLLM caches only the blocks it has computed)."""
         self.clock += 1
         t = self.clock
         if kv_tokens:
@@ -282,6 +285,35 @@ class PrefixCache:
                 if not x.children:
                     self._push_leaf(x, True)
             x = x.parent
+        if 0 <= computed < n:
+            self._forget(node, n, computed)
+
+    def _forget(self, x: Node, end: int, keep: int) -> None:
+        """Drop the path's ids past ``keep`` from the leaf ``x`` (whose run ends at depth ``end``) upwards,
+        while a node is unpinned and childless: KV that was never computed is not cached, not evicted
+        (no offload, no eviction count)."""
+        while x.parent is not None and end > keep and not x.lock and not x.children:
+            start = end - x.n
+            k = end - max(start, keep)              # ids dropped from its tail
+            dropped = k * self.u
+            if x.tail is not None:                  # the partial last block is among them
+                dropped += -(-x.tail // self.bs) - self.u
+                x.tail = None
+            self.evictable -= dropped
+            if x.owner is not None:
+                self.owned[x.owner] -= dropped
+            x.blocks -= dropped
+            x.n -= k
+            if x.n:
+                return                              # still a leaf: its queue entries stay valid
+            p = x.parent
+            del p.children[x.ids[x.off]]
+            x.parent = None                         # its queue entries go stale
+            if self.held is x:
+                self.held = None
+            x, end = p, start
+        if x.parent is not None and not x.lock and not x.children and end <= keep:
+            self._push_leaf(x, True)                # a parent left childless: an evictable leaf
 
     def trim(self, free_blocks: int) -> None:
         """Evict least recently released entries until the evictable ones fit
