@@ -18,7 +18,8 @@ Memory follows vLLM's automatic prefix caching:
   start, so shared heads (system prompts, earlier turns) outlive tails.
 
 What is cached when: a sequence's prompt blocks are entered at admission
-(they are allocated then and computed by its prefill); its full output
+(they are allocated then and computed by its prefill; a prompt preempted
+part-way forgets those it had not computed); its full output
 blocks when it finishes, so a chat turn's response is a hit for the next
 turn. A hit covers at most prompt − 1 tokens, since the last prompt token
 must be computed to sample from (as vLLM does).
