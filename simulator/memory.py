@@ -67,7 +67,7 @@ class MemoryPlan:
     block_size: int
     num_blocks: int
     # Sliding-window layers' KV: max_num_seqs full windows set aside, or the share of the pool a
-    # stack that splits it by a ratio gives them (SGLang's hybrid pool).
+    # stack that splits it by a ratio gives them (SGLang's hybrid pool; TensorRT-LLM's, every token).
     kv_window_bytes: float = 0.0
     # Whose accounting sized the KV pool, and the fraction it applied (kv_memory.KvBudget).
     rule: str = "vllm"

@@ -26,6 +26,7 @@ from .fleet.frontend import Fleet
 from .fleet.lora import LoraPool
 from .fleet.pool import Pool
 from .fleet.setup import PoolSetup, setup_pool  # noqa: F401  (re-exported: notebooks size pools with it)
+from .metrics.derive import RequestArrays
 from .metrics.records import Records
 from .fleet.timeline import Timeline
 from .gcpause import without_gc
@@ -83,8 +84,6 @@ def _counted_span(records: Records, warmup: int) -> Optional[float]:
     without one."""
     if not warmup or not len(records):
         return None
-    from .metrics.derive import RequestArrays
-
     return max(RequestArrays(records).last_stamp() - float(records.arrival.min()), 0.0)
 
 

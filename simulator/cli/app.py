@@ -28,6 +28,11 @@ app = typer.Typer(
 err_console = Console(stderr=True, highlight=False, soft_wrap=True)
 
 
+def warn(text: str) -> None:
+    """One warning line on stderr, as every command prints them ("warning:" in yellow, the text as written)."""
+    err_console.print(Text.assemble(("warning:", "yellow"), f" {text}"))
+
+
 def checked_engine(engine: str, name: str = "--engine") -> None:
     """Refuse, in one line, an engine that names none of the fleet's engines; ``name``: where it was given
     (the flag, or the notebook API's ``engine`` argument)."""

@@ -34,7 +34,7 @@ from rich.text import Text
 from ..errors import LlmsimError, first_few
 from ..report.diff import NOISE_KEYS, Change, diff, flatten, is_verdict, misshapen, ranked_refusal, read_results, \
     worse_direction
-from .app import app, err_console
+from .app import app, warn
 from .output import console, fmt, print_json
 from .examples import epilog
 
@@ -303,7 +303,7 @@ def compare(a: Path = typer.Argument(..., help="the first run (A): its folder (l
     warnings += [w for w in (_beside(side, path, name, run) for side, path, name, run in
                              (("A", a, names[0], sa), ("B", b, names[1], sb))) if w]
     for w in warnings:
-        err_console.print(Text.assemble(("warning:", "yellow"), f" {w}"))
+        warn(w)
     rel = min_change / 100
     every = diff(ra, rb, include_unchanged=True, min_change=rel)
     # what diff(..., include_unchanged=all_) returns, from the same changes

@@ -7,10 +7,9 @@ import typer
 from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
-from rich.text import Text
 
 from ..errors import LlmsimError
-from .app import app, err_console
+from .app import app, warn
 from .output import console, kv_table, print_json, provenance_notes
 from .examples import epilog
 from .options import check_version_flag
@@ -282,7 +281,7 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
     if note:
         # An estimate is arithmetic, not a run (as `estimate request` past the context): say so, still answer.
         out["warnings"] = [note]
-        err_console.print(Text.assemble(("warning:", "yellow"), f" {note}"))
+        warn(note)
     if json:
         print_json(out)
         return
@@ -362,7 +361,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     if notes:
         out["warnings"] = notes
         for note in notes:
-            err_console.print(Text.assemble(("warning:", "yellow"), f" {note}"))
+            warn(note)
     if json:
         print_json(out)
         return

@@ -9,7 +9,7 @@ import typer
 from rich.text import Text
 
 from ..atomic_write import write_atomic
-from .app import app, checked_engine, err_console, kept_if_stopped
+from .app import app, checked_engine, err_console, kept_if_stopped, warn
 from .output import console, fleet_answer, product_columns, provenance_notes, rows_table, to_json
 from .options import Address, ConnectTimeout, ExecutorName, MaxRuns, Sets, Workers, open_executor, parse_sets
 from .progress import runs_progress
@@ -114,7 +114,7 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
     else:
         console.print(confidence_text(doc["by_confidence"], fleet_answer), markup=False)
     for warning in result.warnings:
-        err_console.print(Text.assemble(("warning:", "yellow"), f" {warning}"))
+        warn(warning)
     if result.best is None:
         err_console.print(f"exit 1: {infeasible_message(result)}", markup=False)
         raise typer.Exit(EXIT_MISSED)

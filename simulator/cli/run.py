@@ -7,10 +7,9 @@ from typing import TYPE_CHECKING, List, Optional
 
 import typer
 from rich.markup import escape
-from rich.text import Text
 
 from ..errors import LlmsimError
-from .app import app, checked_engine, err_console
+from .app import app, checked_engine, err_console, warn
 from .ladder import run_ladder
 from .output import console, print_json, provenance_notes
 from .progress import simulate_shown
@@ -129,7 +128,7 @@ def run(ctx: typer.Context,
             if replicates > 1:
                 alike = seeds_alike(sc.workload.arrival, replicates)
                 if alike:
-                    err_console.print(Text.assemble(("warning:", "yellow"), f" {alike}"))
+                    warn(alike)
                 with open_executor(executor, workers, address, connect_timeout) as ex:
                     out, reps = _replicated(sc, replicates, ex, path, engine)
             elif shards is None:

@@ -6,10 +6,9 @@ from pathlib import Path
 from typing import Optional
 
 import typer
-from rich.text import Text
 
 from ..errors import LlmsimError
-from .app import app, err_console, kept_if_stopped
+from .app import app, kept_if_stopped, warn
 from .options import Address, ConnectTimeout, ExecutorName, MaxRuns, Sets, Workers, open_executor, parse_sets
 from .output import console, product_columns, rows_table
 from .progress import runs_progress
@@ -65,7 +64,7 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
     from ..planning.prices import sweep_pinned_prices
 
     for pinned in sweep_pinned_prices(points):
-        err_console.print(Text.assemble(("warning:", "yellow"), f" {pinned['warning']}"))
+        warn(pinned["warning"])
     keys = override_keys(points)
     # a point that does not keep up says so beside its verdict: without an SLO there is no verdict to carry it
     shown = [c for c in _SHOWN if c != "overloaded" or any(r.get(c) for r in run.rows)]

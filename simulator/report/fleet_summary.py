@@ -98,7 +98,6 @@ def classes_table(llmsim: Mapping[str, Any]) -> Optional[Table]:
     return t
 
 
-
 def ttft_budget_table(llmsim: Mapping[str, Any]) -> Optional[Table]:
     b = llmsim.get("ttft_budget")
     if not b:
