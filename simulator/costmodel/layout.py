@@ -21,15 +21,22 @@ layer kind, with the same memoised-per-token-count structure:
 * **attention kernels**: each dp rank attends only its own sequences
   (the busiest rank sets the time: ⌈B/dp⌉ of a decode batch of B
   sequences, with their share of its context; prefill chunks are dealt
-  round-robin); sliding-window layers
-  attend at most ``sliding_window`` cached tokens (decode charges each
-  sequence a full window, exact once its context exceeds it); MLA prefill
+  round-robin); a sliding-window layer's query attends at most
+  ``sliding_window`` keys, in a prompt's chunk as in decode (decode charges
+  each sequence a full window, exact once its context exceeds it); MLA prefill
   up-projects the cached latent (:func:`.mla.mla_prefill_flops_bytes`),
   MLA decode attends the latent directly (:func:`.mla.mla_decode_per_context`)
   after two absorbed batched GEMMs per step.
 
-dp ranks run in lock step (the MoE layers join them every layer), so a
-rank's share is rounded up: ⌈tokens/dp⌉.
+dp ranks run in lock step (the MoE layers join them every layer), so the
+step lasts as long as its busiest rank: a decode batch's share is rounded
+up, ⌈B/dp⌉, and a prompt's chunk runs whole on the rank that holds its
+request (each rank schedules its own requests: vLLM's DP engine cores,
+SGLang's DP schedulers, TensorRT-LLM's attention-DP ranks), so the rank
+that drew the largest chunks carries them through every non-expert layer
+and sends their routed copies (:meth:`LayoutOps.busiest_tokens`); an
+even split ⌈tokens/dp⌉ priced one 8,192-token DeepSeek-V3 prompt on
+8 ranks as 1,024 tokens a rank.
 """
 from __future__ import annotations
 
@@ -192,8 +199,15 @@ class LayoutOps:
         self.decode_rate, self.decode_per_seq, self.decode_fixed = self.decode_parts()
 
     def rank(self, count: int) -> int:
-        """The busiest dp rank's share of ``count`` tokens or sequences."""
+        """The busiest dp rank's share of ``count`` tokens or sequences spread evenly."""
         return -(-count // self.dp)
+
+    def busiest_tokens(self, chunks: Sequence[tuple[int, int]], decode_batch: int) -> int:
+        """The tokens of the busiest dp rank of a step: the prompt chunks dealt round-robin as
+        :meth:`prefill_attention_time` deals them, each whole on one rank, plus its share of the
+        decodes, ⌈B/dp⌉ (every rank decodes its own requests)."""
+        prefill = max((sum(c[0] for c in chunks[i::self.dp]) for i in range(min(self.dp, len(chunks)))), default=0)
+        return prefill + self.rank(decode_batch)
 
     # --- per token count (the CostModel memoises their sum) ------------------
     def _gemms(self, m: int, shapes) -> float:
@@ -207,10 +221,12 @@ class LayoutOps:
             return self.n_moe * self._routed_max(tokens)
         return self.n_moe * float(moe_layer_time(tokens, self.moe, self.fmt, self.cm.gpu, self.moe_params))
 
-    def linear_time(self, tokens: int) -> float:
+    def linear_time(self, tokens: int, r: int | None = None) -> float:
+        """The linear layers of a step of ``tokens`` on the replica, ``r`` of them on the busiest
+        dp rank (default: an even split)."""
         if tokens <= 0:
             return 0.0
-        r = self.rank(tokens)
+        r = self.rank(tokens) if r is None else r
         if self.mla is not None:
             attn = float(mla_projection_time(r, self.mla, self.cm.gpu, self.mla_proj, self.proj_fmt))
         else:
@@ -231,18 +247,19 @@ class LayoutOps:
         return float(t)
 
     def alltoall(self, tokens: int) -> float:
-        """Dispatch (activations in the GEMM input format) plus combine (bf16) of one MoE layer."""
+        """Dispatch (activations in the GEMM input format) plus combine (bf16) of one MoE layer of
+        ``tokens`` spread evenly over the replica (the busiest rank's tokens × dp for its sends)."""
         cm = self.cm
         p = cm.cal.allreduce
         args = (tokens, self.gpus, self.ep, self.topk, self.model.hidden_size)
         rest = (cm.gpu, p.custom_eta_bandwidth, p.custom_latency_us)
         return alltoall_time(*args, dtype_info(self.fmt).act_bytes, *rest) + alltoall_time(*args, _BF16, *rest)
 
-    def comm_time(self, tokens: int) -> float:
+    def comm_time(self, tokens: int, r: int | None = None) -> float:
         if tokens <= 0:
             return 0.0
         cm, h = self.cm, self.model.hidden_size
-        r = self.rank(tokens)
+        r = self.rank(tokens) if r is None else r
 
         def allreduce(n_tokens: float, group: int) -> float:
             return float(C.allreduce_time(n_tokens * h * _BF16, group, cm.group_bw(group), cm.cal.allreduce))
@@ -254,15 +271,16 @@ class LayoutOps:
             # Without ep the MoE group spans every rank's tokens; with it, a
             # GPU reduces only the pairs routed to it.
             moe_tokens = tokens if self.ep == 1 else tokens * self.topk / self.ep
-            t += self.n_moe * (allreduce(moe_tokens, self.moe_tp) + self.alltoall(tokens))
+            # the busiest rank's GPUs send its tokens' copies: the phase lasts as long as they do
+            t += self.n_moe * (allreduce(moe_tokens, self.moe_tp) + self.alltoall(max(tokens, r * self.dp)))
         return t
 
-    def other_time(self, tokens: int) -> float:
+    def other_time(self, tokens: int, r: int | None = None) -> float:
         if tokens <= 0:
             return 0.0
         p = self.cm.cal.other
         pairs = tokens * self.topk / self.ep
-        nbytes = self.rank(tokens) * self.other_rank + pairs * self.other_pair
+        nbytes = (self.rank(tokens) if r is None else r) * self.other_rank + pairs * self.other_pair
         return nbytes / (self.cm.hbm_bw * p.eta_memory) + self.layers * p.fixed_us * _US
 
     def lm_head_seqs(self, seqs: int) -> int:
@@ -284,7 +302,7 @@ class LayoutOps:
         t = self.n_full * scalar.prefill_attention(chunks, *shape, rate_c, rate_m, p.sharpness) if self.n_full else 0.0
         if self.n_slide:
             capped = [(new, min(cached, self.window)) for new, cached in chunks]
-            t += self.n_slide * scalar.prefill_attention(capped, *shape, rate_c, rate_m, p.sharpness)
+            t += self.n_slide * scalar.prefill_attention(capped, *shape, rate_c, rate_m, p.sharpness, self.window)
         return t + self.layers * p.fixed_us * _US
 
     def _mla_prefill(self, chunks: Sequence[tuple[int, int]]) -> float:
@@ -375,16 +393,52 @@ class LayoutOps:
         return full * rate / self.dp, per_seq / self.dp, self.layers * p.fixed_us * _US
 
     # --- the roofline's FLOPs and bytes, for the itemised step ---------------------
-    def flops_bytes(self, tokens: int) -> tuple[float, float]:
-        """Linear-layer FLOPs and weight bytes one GPU handles for ``tokens``
-        (attention kernels apart): every non-expert weight of its rank once,
-        the routed experts the batch touches, 2 FLOPs per weight per token."""
+    def attention_flops_bytes(self, chunks: Sequence[tuple[int, int]], decode_batch: int,
+                              decode_context: float) -> tuple[float, float]:
+        """Attention-kernel FLOPs and bytes of one GPU of the busiest dp rank, all layers, in the
+        shape each layer kind runs: MLA's up-projected prefill and its latent-reading decode,
+        a sliding layer's window (a decode charged a full window a sequence, as its time is)."""
+        cm = self.cm
+        if self.dp > 1:   # the busiest rank's chunks (as prefill_attention_time deals them) and decodes
+            chunks = max((chunks[i::self.dp] for i in range(min(self.dp, len(chunks)))),
+                         key=lambda cs: sum(c[0] for c in cs), default=[])
+            decode_context *= self.decode_share(decode_batch)
+            decode_batch = self.rank(decode_batch)
+        flops = nbytes = 0.0
+        if self.mla is not None:
+            s = self.mla
+            for new, cached in chunks:
+                f, b = mla_prefill_flops_bytes(new, cached, s, cm.kv_bytes)
+                flops, nbytes = flops + f, nbytes + b
+            flops += 2.0 * s.num_heads * (2 * s.kv_lora_rank + s.qk_rope_head_dim) * decode_context
+            nbytes += s.latent_dim * cm.kv_bytes * decode_context
+            return self.layers * flops, self.layers * nbytes
+        shape = (cm.heads, cm.kv_heads, cm.head_dim, cm.kv_bytes)
+        per_pair = 4.0 * cm.heads * cm.head_dim
+        for new, cached in chunks:
+            f, b = C.prefill_attention_flops_bytes(new, cached, *shape)
+            capped = min(cached, self.window)
+            _, bs = C.prefill_attention_flops_bytes(new, capped, *shape)
+            flops += self.n_full * f + (self.n_slide * per_pair * scalar.window_pairs(new, capped, self.window)
+                                        if self.n_slide else 0.0)
+            nbytes += self.n_full * b + self.n_slide * bs
+        attended = self.n_full * decode_context + self.n_slide * decode_batch * self.window
+        flops += per_pair * attended
+        nbytes += 2.0 * cm.kv_heads * cm.head_dim * cm.kv_bytes * attended
+        return flops, nbytes
+
+    def flops_bytes(self, tokens: int, r: int | None = None) -> tuple[float, float]:
+        """Linear-layer FLOPs and weight bytes one GPU of the busiest rank (``r`` of the
+        ``tokens``; default an even split) handles (attention kernels apart): every
+        non-expert weight of its rank once, the routed experts the batch touches, 2 FLOPs
+        per weight per token."""
         m, cm = self.model, self.cm
+        r = self.rank(tokens) if r is None else r
         experts = m.num_moe_layers * (m.num_experts or 0) * m.expert_params
         rest = m.linear_params - experts
         per_gpu_expert = m.expert_params / self.moe_tp
         active = float(expected_active_experts(tokens, m.num_experts, m.topk)) / self.ep if m.is_moe else 0.0
-        flops = 2.0 * (self.rank(tokens) * rest / self.tp
+        flops = 2.0 * (r * rest / self.tp
                        + tokens * m.topk / self.ep * per_gpu_expert * m.num_moe_layers)
         nbytes = rest / self.tp * cm.w_bytes + self.n_moe * active * per_gpu_expert * BYTES[cm.weight_dtype]
         return flops, nbytes

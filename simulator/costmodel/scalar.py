@@ -30,14 +30,29 @@ def blend(c: float, m: float, sharpness: float) -> float:
     return hi * ((c / hi) ** sharpness + (m / hi) ** sharpness) ** (1.0 / sharpness)
 
 
+def window_pairs(new: int, cached: int, window: int) -> float:
+    """Query-key pairs of ``new`` queries after ``cached`` tokens in a layer whose query at
+    position p attends min(p + 1, ``window``) keys: the attention kernels skip the tiles outside
+    the window, so a sliding layer's 8,192-token chunk of gpt-oss (window 128) does ~1/32 of the
+    causal triangle's work, not all of it."""
+    lo, hi = cached + 1, cached + new          # keys the first and the last query attend, uncapped
+    if hi <= window:
+        return (lo + hi) * new / 2.0
+    if lo >= window:
+        return float(new) * window
+    return (lo + window) * (window - lo + 1) / 2.0 + float(hi - window) * window
+
+
 def prefill_attention(chunks: Sequence[tuple[int, int]], heads: int, kv_heads: int, head_dim: int,
-                      kv_bytes: float, compute_rate: float, memory_rate: float, sharpness: float) -> float:
+                      kv_bytes: float, compute_rate: float, memory_rate: float, sharpness: float,
+                      window: int = 0) -> float:
     """Seconds of one layer's prefill attention over ``(new, cached)``
     chunks, fixed cost aside: FLOPs and bytes summed over the chunks, then
-    blended once (``compute_rate``, ``memory_rate``: the derated roofs)."""
+    blended once (``compute_rate``, ``memory_rate``: the derated roofs).
+    ``window`` > 0: a sliding-window layer (pass ``cached`` capped at it: the keys it reads)."""
     flops = nbytes = 0.0
     for new, cached in chunks:
-        pairs = new * cached + new * (new + 1) / 2.0
+        pairs = window_pairs(new, cached, window) if window > 0 else new * cached + new * (new + 1) / 2.0
         flops += 4.0 * heads * head_dim * pairs
         nbytes += (2.0 * new * heads * head_dim * 2.0
                    + (cached + new) * 2.0 * kv_heads * head_dim * kv_bytes

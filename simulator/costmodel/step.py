@@ -147,7 +147,7 @@ class CostModel:
             self.heads, self.kv_heads, self.head_dim, self.peak_attn, self.hbm_bw, self.cal.attention_decode, self.kv_bytes)
         self.decode_per_seq = L * self.cal.attention_decode.per_seq_us * _US
         self.decode_fixed = L * self.cal.attention_decode.fixed_us * _US
-        self._token_cache: dict[int, float] = {}
+        self._token_cache: dict = {}
         self._lm_cache: dict[int, float] = {}
         # MoE, MLA, sliding windows, dp or ep: priced layer kind by layer kind.
         self.ops = LayoutOps(self) if needs_layout(model, dp, ep) else None
@@ -173,9 +173,10 @@ class CostModel:
             t = max(t, float(format_linear_time(mtok, n, k, self.gpu, self.block_linear, "fp8_block")))
         return t
 
-    def linear_time(self, tokens: int) -> float:
+    def linear_time(self, tokens: int, rank: int | None = None) -> float:
+        """``rank``: the busiest attention-DP rank's tokens (:meth:`busiest_rank`); None: an even split."""
         if self.ops is not None:
-            return self.ops.linear_time(tokens)
+            return self.ops.linear_time(tokens, rank)
         if tokens <= 0:
             return 0.0
         return self.layers * sum(self.linear_gemm(tokens, n, k) for n, k in self.layer_gemms)
@@ -194,29 +195,38 @@ class CostModel:
         of the link through a switch, n − 1 peer links of a mesh)."""
         return self.gpu.group_bandwidth_gb_s(gpus) * 1e9
 
-    def comm_time(self, tokens: int) -> float:
+    def comm_time(self, tokens: int, rank: int | None = None) -> float:
         if self.ops is not None:
-            return self.ops.comm_time(tokens)
+            return self.ops.comm_time(tokens, rank)
         if tokens <= 0:
             return 0.0
         msg = tokens * self.model.hidden_size * 2.0
         return 2 * self.layers * float(C.allreduce_time(msg, self.tp, self.group_bw(self.tp), self.cal.allreduce))
 
-    def other_time(self, tokens: int) -> float:
+    def other_time(self, tokens: int, rank: int | None = None) -> float:
         if self.ops is not None:
-            return self.ops.other_time(tokens)
+            return self.ops.other_time(tokens, rank)
         if tokens <= 0:
             return 0.0
         p = self.cal.other
         return self.layers * (tokens * self.other_bytes_per_token / (self.hbm_bw * p.eta_memory) + p.fixed_us * _US)
 
-    def token_time(self, tokens: int) -> float:
-        """Linear + comm + other for ``tokens`` scheduled tokens (memoised)."""
-        t = self._token_cache.get(tokens)
+    def token_time(self, tokens: int, rank: int | None = None) -> float:
+        """Linear + comm + other for ``tokens`` scheduled tokens, ``rank`` of them on the busiest
+        attention-DP rank (None: spread evenly; memoised)."""
+        key = tokens if rank is None else (tokens, rank)
+        t = self._token_cache.get(key)
         if t is None:
-            t = self.linear_time(tokens) + self.comm_time(tokens) + self.other_time(tokens)
-            self._token_cache[tokens] = t
+            t = self.linear_time(tokens, rank) + self.comm_time(tokens, rank) + self.other_time(tokens, rank)
+            self._token_cache[key] = t
         return t
+
+    def busiest_rank(self, prefill_chunks: Sequence[tuple[int, int]], decode_batch: int) -> int | None:
+        """The busiest attention-DP rank's tokens in a step with prompt chunks (each runs whole on its
+        request's rank); None where the step is spread evenly (one rank, or decodes alone)."""
+        if self.ops is None or self.ops.dp == 1 or not prefill_chunks:
+            return None
+        return self.ops.busiest_tokens(prefill_chunks, decode_batch)
 
     def prefill_attention_time(self, chunks: Sequence[tuple[int, int]]) -> float:
         if not chunks:
@@ -282,7 +292,8 @@ class CostModel:
         if sampling_seqs is None:
             sampling_seqs = decode_batch + len(prefill_chunks)
         seqs = decode_batch + len(prefill_chunks)
-        gpu = (self.token_time(tokens) + self.lm_head_time(sampling_seqs)
+        rank = self.busiest_rank(prefill_chunks, decode_batch)
+        gpu = (self.token_time(tokens, rank) + self.lm_head_time(sampling_seqs)
                + self.prefill_attention_time(prefill_chunks)
                + self.decode_attention_time(decode_batch, decode_context))
         if adapters:
@@ -330,8 +341,9 @@ class CostModel:
             nbytes += L * b
             t_compute += L * f / self.peak_linear
             t_memory += L * b / self.hbm_bw
+        rank = self.busiest_rank(prefill_chunks, decode_batch)
         if self.ops is not None and tokens:   # MoE/MLA/dp: FLOPs and weight bytes of the linear layers
-            flops, nbytes = self.ops.flops_bytes(tokens)
+            flops, nbytes = self.ops.flops_bytes(tokens, rank)
             t_compute, t_memory = flops / self.peak_linear, nbytes / self.hbm_bw
         if sampling_seqs:
             f, b = C.gemm_flops_bytes(sampling_seqs, *self.lm_head, 2.0, self.a_bytes)
@@ -339,25 +351,26 @@ class CostModel:
             nbytes += b
             t_compute += f / self.peak_linear
             t_memory += b / self.hbm_bw
-        for new, cached in prefill_chunks:
-            f, b = C.prefill_attention_flops_bytes(new, cached, self.heads, self.kv_heads, self.head_dim, self.kv_bytes)
-            flops += L * f
-            nbytes += L * b
-            t_compute += L * f / self.peak_attn
-            t_memory += L * b / self.hbm_bw
-        if decode_batch:
-            f = L * 4.0 * self.heads * self.head_dim * decode_context
-            b = L * 2.0 * self.kv_heads * self.head_dim * self.kv_bytes * decode_context
-            flops += f
-            nbytes += b
-            t_compute += f / self.peak_attn
-            t_memory += b / self.hbm_bw
+        if self.ops is not None:   # MLA, sliding windows, dp ranks: each layer kind's own shape
+            f, b = self.ops.attention_flops_bytes(prefill_chunks, decode_batch, decode_context)
+        else:
+            f = b = 0.0
+            for new, cached in prefill_chunks:
+                fc, bc = C.prefill_attention_flops_bytes(new, cached, self.heads, self.kv_heads, self.head_dim,
+                                                         self.kv_bytes)
+                f, b = f + L * fc, b + L * bc
+            f += L * 4.0 * self.heads * self.head_dim * decode_context
+            b += L * 2.0 * self.kv_heads * self.head_dim * self.kv_bytes * decode_context
+        flops += f
+        nbytes += b
+        t_compute += f / self.peak_attn
+        t_memory += b / self.hbm_bw
         nbytes += L * tokens * self.other_bytes_per_token
         t_memory += L * tokens * self.other_bytes_per_token / self.hbm_bw
-        linear = self.linear_time(tokens) + self.lm_head_time(sampling_seqs) if tokens else 0.0
+        linear = self.linear_time(tokens, rank) + self.lm_head_time(sampling_seqs) if tokens else 0.0
         attention = self.prefill_attention_time(prefill_chunks) + self.decode_attention_time(decode_batch, decode_context)
-        comm = self.comm_time(tokens)
-        other = self.other_time(tokens)
+        comm = self.comm_time(tokens, rank)
+        other = self.other_time(tokens, rank)
         gpu = linear + attention + comm + other
         gpu_launched = gpu + self.launch_wait(gpu, prefill_chunks, tokens)
         fixed = gpu_launched - self._decode_context_time(decode_batch, decode_context)

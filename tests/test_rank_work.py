@@ -1,0 +1,67 @@
+"""Each layer kind's work where it runs: a prompt's chunk on its dp rank, a sliding layer's window.
+
+With attention data parallelism a request stays on one rank, so its prompt's chunk goes through
+that rank's attention projections, dense MLPs, shared experts and router whole, and that rank's
+GPUs send its routed copies; the step waits for the busiest rank (the MoE layers join the ranks
+every layer). A sliding-window layer's query attends at most the window's keys, in a prompt as
+in decode. The itemised step (``llmsim estimate step``) counts each layer kind in its own shape.
+"""
+from __future__ import annotations
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from simulator.costmodel import scalar
+from simulator.costmodel.scalar import window_pairs
+from simulator.costmodel.step import CostModel
+from simulator.profiles import load_hardware
+from simulator.profiles.model import load_model
+
+
+@pytest.fixture(scope="module")
+def wide_ep() -> CostModel:
+    return CostModel(load_model("deepseek-v3"), load_hardware("h200"), tp=1, weight_dtype="fp8", dp=8, ep=8)
+
+
+def test_the_busiest_rank_holds_whole_chunks_dealt_round_robin(wide_ep):
+    assert wide_ep.busiest_rank([(8192, 0)], 16) == 8192 + 2           # one prompt: one rank, and 2 of 16 decodes
+    assert wide_ep.busiest_rank([(1000, 0)] * 9, 0) == 2000             # rank 0 draws chunks 0 and 8
+    assert wide_ep.busiest_rank([], 64) is None                          # decodes alone spread evenly
+    assert CostModel(load_model("llama-3.1-8b"), load_hardware("h200")).busiest_rank([(8192, 0)], 4) is None
+
+
+def test_one_prompt_on_one_rank_costs_its_whole_chunk_in_the_rank_layers(wide_ep):
+    one = wide_ep.step([(8192, 0)])
+    spread = wide_ep.step([(1024, 0)] * 8)       # the same tokens and routed work, a chunk on every rank
+    rank_side = wide_ep.linear_time(8192, 8192) - wide_ep.linear_time(8192, 1024)
+    assert rank_side > 0.1                        # 61 layers of MLA projections and shared experts at 8× the rows
+    assert one.linear_s - spread.linear_s == pytest.approx(rank_side, rel=1e-9)
+    assert one.comm_s > spread.comm_s           # its rank's GPUs send every routed copy of the prompt
+
+
+@settings(max_examples=200, deadline=None)
+@given(new=st.integers(1, 3000), cached=st.integers(0, 3000), window=st.integers(1, 2000))
+def test_window_pairs_count_each_querys_keys_within_the_window(new, cached, window):
+    assert window_pairs(new, cached, window) == sum(min(p + 1, window) for p in range(cached, cached + new))
+
+
+def test_a_sliding_layer_prefills_a_window_not_the_causal_triangle():
+    cm = CostModel(load_model("gpt-oss-120b"), load_hardware("h200"), weight_dtype="mxfp4")
+    ops, p = cm.ops, cm.cal.attention_prefill
+    args = ([(8192, 0)], cm.heads, cm.kv_heads, cm.head_dim, cm.kv_bytes, cm.peak_attn * p.eta_compute,
+            cm.hbm_bw * p.eta_memory, p.sharpness)
+    # a window of 128 over an 8,192-token chunk: 1/32 of the causal triangle's pairs (its Q, K, V and
+    # output still move whole, so the time falls less)
+    assert scalar.prefill_attention(*args, 128) < 0.2 * scalar.prefill_attention(*args)
+    flops, _ = ops.attention_flops_bytes([(8192, 0)], 0, 0.0)
+    per_pair = 4.0 * cm.heads * cm.head_dim
+    assert flops == pytest.approx(per_pair * (ops.n_full * 8192 * 8193 / 2 + ops.n_slide * window_pairs(8192, 0, 128)))
+
+
+def test_the_itemised_step_reads_mlas_latent_not_per_head_keys():
+    cm = CostModel(load_model("deepseek-v3"), load_hardware("h200"), tp=8, weight_dtype="fp8")
+    s = cm.ops.mla
+    base, ctx = cm.step(decode_batch=64), cm.step(decode_batch=64, decode_context=64 * 2000.0)
+    latent = cm.layers * s.latent_dim * cm.kv_bytes * 64 * 2000.0
+    assert ctx.bytes - base.bytes == pytest.approx(latent)
