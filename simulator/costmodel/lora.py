@@ -56,7 +56,8 @@ def _layers(model: ModelProfile, tp: int) -> list[tuple[int, int, int, int]]:
     h, q, kv, ffn = model.hidden_size, model.q_dim, model.kv_dim, model.intermediate_size
     gate = 2 if model.is_gated else 1
     return [
-        (h, 3, (q + 2 * kv) // tp, q + 2 * kv),   # column parallel: A whole, B's output split
+        # column parallel: A whole, B's output split (a KV head per GPU at least, as the stacks replicate them)
+        (h, 3, q // tp + 2 * max(1, model.kv_heads // tp) * model.dim_head, q + 2 * kv),
         (q // tp, 1, h, h),                      # row parallel: A's input split, B whole
         (h, gate, gate * ffn // tp, gate * ffn),
         (ffn // tp, 1, h, h),

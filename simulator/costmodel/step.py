@@ -114,6 +114,9 @@ class CostModel:
             self.a_bytes = QUANT_FORMATS["nvfp4"].act_bytes
         self.kv_bytes = BYTES[kv_dtype]
         self.peak_linear = gpu.peak_flops(cdt) * gpu.linear_efficiency(cdt)
+        # The LM head stays bf16 whatever the checkpoint (fp8, int8 and NVFP4 checkpoints leave
+        # lm_head unquantised, and vLLM's ParallelLMHead runs it so): bf16 rate, bf16 activations.
+        self.peak_lm_head = gpu.peak_flops("bf16") * gpu.linear_efficiency("bf16")
         self.peak_attn = gpu.peak_flops("bf16")
         self.hbm_bw = gpu.hbm_bandwidth
         self.link_bw = gpu.interconnect.bandwidth_gb_s * 1e9
@@ -121,7 +124,7 @@ class CostModel:
         gate = 2 if m.is_gated else 1
         # (n, k) of each per-layer GEMM on one TP shard.
         self.layer_gemms = [
-            ((m.q_dim + 2 * m.kv_dim) // tp, h),   # fused QKV (column parallel)
+            (m.q_dim // tp + 2 * self.kv_heads * m.dim_head, h),   # fused QKV: a KV head per GPU at least
             (h, m.q_dim // tp),                     # output projection (row parallel)
             (gate * ffn // tp, h),                  # fused gate+up
             (h, ffn // tp),                         # down projection
@@ -186,7 +189,8 @@ class CostModel:
         if t is None:
             n, k = self.lm_head
             m = seqs if self.ops is None else self.ops.lm_head_seqs(seqs)
-            t = self._gemm(m, n, k, 2.0) if seqs > 0 else 0.0
+            t = float(C.gemm_time(m, n, k, self.peak_lm_head, self.hbm_bw, self.cal.gemm, 2.0, 2.0,
+                                  self.gpu.num_sms)) if seqs > 0 else 0.0
             self._lm_cache[seqs] = t
         return t
 
@@ -346,10 +350,10 @@ class CostModel:
             flops, nbytes = self.ops.flops_bytes(tokens, rank)
             t_compute, t_memory = flops / self.peak_linear, nbytes / self.hbm_bw
         if sampling_seqs:
-            f, b = C.gemm_flops_bytes(sampling_seqs, *self.lm_head, 2.0, self.a_bytes)
+            f, b = C.gemm_flops_bytes(sampling_seqs, *self.lm_head, 2.0, 2.0)
             flops += f
             nbytes += b
-            t_compute += f / self.peak_linear
+            t_compute += f / self.peak_lm_head
             t_memory += b / self.hbm_bw
         if self.ops is not None:   # MLA, sliding windows, dp ranks: each layer kind's own shape
             f, b = self.ops.attention_flops_bytes(prefill_chunks, decode_batch, decode_context)
