@@ -6,7 +6,11 @@ the lines up to the next one are what it printed, stdout then stderr, as a
 pipe gets them (tables at their natural width). Commands run in page
 order in one folder laid out like a checkout (``scenarios/``,
 ``../shared``; a page's ``# NAME.yaml`` blocks written into it), so a
-command may reuse what an earlier one wrote. Three things compare
+command may reuse what an earlier one wrote. A page whose blocks stand
+alone may mark where a block starts afresh with ``<!-- transcript: new
+folder -->`` before it: the blocks from there to the next mark are one
+*part*, run in a folder of its own, and the suite checks each part as a
+test of its own (the two workers share a long page). Three things compare
 loosely:
 
 * a line ``...`` stands for any number of lines (a table cut to its end);
@@ -38,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+#: Before a transcript block: it and the blocks after it (to the next mark) run in a folder of their own.
+NEW_FOLDER = "<!-- transcript: new folder -->"
 PAGES = [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
 
 _FENCE = re.compile(r"^```(\w*)\n(.*?)^```", re.S | re.M)
@@ -89,6 +95,18 @@ def transcripts(text: str) -> tuple[list[Block], list[tuple[int, str, str]]]:
                 block.steps[-1].shown.append(line)
         blocks.append(block)
     return blocks, files
+
+
+def parts(text: str, blocks: list[Block]) -> list[list[Block]]:
+    """``blocks`` (runnable ones, in page order) grouped into parts at each :data:`NEW_FOLDER` mark."""
+    out: list[list[Block]] = []
+    at = 0
+    for block in blocks:
+        if not out or NEW_FOLDER in text[at:block.start]:
+            out.append([])
+        out[-1].append(block)
+        at = block.end
+    return out
 
 
 def commands(page: Path) -> set[str]:
@@ -200,24 +218,33 @@ class Difference:
         return f"{self.page}: $ {self.command}\n" + "\n".join(diff)
 
 
-def check_page(page: Path, write: bool = False) -> list[Difference]:
-    """Run the page's transcripts; the differences (after rewriting the page when ``write``)."""
+def part_count(page: Path) -> int:
+    """How many parts (:func:`parts`) the page's runnable transcripts make."""
+    text = page.read_text()
+    return len(parts(text, [b for b in transcripts(text)[0] if b.runnable]))
+
+
+def check_page(page: Path, write: bool = False, part: int | None = None) -> list[Difference]:
+    """Run the page's transcripts (``part``: that part's alone); the differences (after rewriting
+    the page when ``write``)."""
     text = page.read_text()
     blocks, files = transcripts(text)
     blocks = [b for b in blocks if b.runnable]
     if not blocks:
         return []
+    groups = parts(text, blocks)
     diffs: list[Difference] = []
-    with tempfile.TemporaryDirectory(prefix="llmsim-doc-") as tmp:
-        work = checkout(Path(tmp))
-        for _, name, body in files:
-            (work / name).write_text(body)
-        for block in blocks:
-            for step in block.steps:
-                printed = run(step.command, work)
-                if not matches(step.shown, printed):
-                    diffs.append(Difference(page.name, step.command, step.shown, printed))
-                    step.shown = rewritten(step.shown, printed)
+    for group in (groups if part is None else [groups[part]]):
+        with tempfile.TemporaryDirectory(prefix="llmsim-doc-") as tmp:
+            work = checkout(Path(tmp))
+            for _, name, body in files:
+                (work / name).write_text(body)
+            for block in group:
+                for step in block.steps:
+                    printed = run(step.command, work)
+                    if not matches(step.shown, printed):
+                        diffs.append(Difference(page.name, step.command, step.shown, printed))
+                        step.shown = rewritten(step.shown, printed)
     if write and diffs:
         out, at = [], 0
         for block in blocks:

@@ -21,18 +21,27 @@ def test_the_pages_show_outputs():
     assert {p.name for p in SHOWN} >= {"planning.md", "scenarios.md"}
 
 
-# planning.md's transcripts run dozens of plan probes at full size: over the suite's per-test budget.
-_SLOW_PAGES = {"planning.md"}
+# A page's parts (doc_transcripts.parts: blocks that start in a folder of their own) are tests of
+# their own, so the two workers share a long page; a part over the suite's per-test budget is slow.
+_SLOW_PARTS = {("planning.md", 3), ("planning.md", 4)}   # --max-rate over 2 seeds; 25 fleets at 2 seeds
+PARTS = [(p, i) for p in SHOWN for i in range(dt.part_count(p))]
 
 
-@pytest.mark.parametrize("page", [pytest.param(p, marks=pytest.mark.slow) if p.name in _SLOW_PAGES else p
-                                  for p in SHOWN], ids=[p.relative_to(dt.ROOT).as_posix() for p in SHOWN])
-def test_every_output_block_is_what_its_command_prints(page):
+@pytest.mark.parametrize("page,part", [pytest.param(p, i, marks=pytest.mark.slow) if (p.name, i) in _SLOW_PARTS
+                                       else (p, i) for p, i in PARTS],
+                         ids=[f"{p.relative_to(dt.ROOT).as_posix()}-{i}" for p, i in PARTS])
+def test_every_output_block_is_what_its_command_prints(page, part):
     if "../shared" in page.read_text() and not (dt.ROOT.parent / "shared").exists():
         pytest.skip("the page's commands read ../shared/data, which is absent")
-    diffs = dt.check_page(page)
+    diffs = dt.check_page(page, part=part)
     assert not diffs, ("\n\n".join(map(str, diffs))
                        + f"\n\nrewrite the blocks with: python tests/doc_transcripts.py --write {page.relative_to(dt.ROOT).as_posix()}")
+
+
+def test_a_new_folder_mark_starts_a_part():
+    text = "```\n$ llmsim a\n```\nx\n```\n$ llmsim b\n```\n" + dt.NEW_FOLDER + "\n```\n$ llmsim c\n```\n"
+    blocks, _ = dt.transcripts(text)
+    assert [[b.steps[0].command for b in g] for g in dt.parts(text, blocks)] == [["llmsim a", "llmsim b"], ["llmsim c"]]
 
 
 def test_loose_only_where_it_says():
