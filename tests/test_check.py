@@ -82,6 +82,17 @@ def test_update_writes_small_baselines_of_tracked_metrics_at_fast_settings(tmp_p
     assert "PASS" in r.out and "check passed" in r.out and "regressed" not in r.out
 
 
+def test_a_set_on_the_check_block_changes_what_check_runs(tmp_path, cli, scenario):
+    base = tmp_path / "b"
+    r = cli("check", scenario, "--baseline", base, "--update-baseline", "--set", "check.set={workload.num_requests: 60}")
+    assert r.code == 0, r.out + r.err
+    written = json.loads((base / "small.json").read_text())
+    assert written["metrics"]["completed"] == 60       # not the file's 120: the --set was taken, as recorded
+    assert written["settings"]["check.set"] == {"workload.num_requests": 60}
+    r = cli("check", scenario, "--baseline", base, "--set", "check={set: {bogus.key: 1}}")
+    assert r.code == 2 and "bogus" in r.err          # refused as the same key in the file is
+
+
 def test_a_worse_fleet_fails_and_names_the_metric(tmp_path, cli, scenario):
     base = baseline_of(tmp_path, cli, scenario)
     r = cli("check", scenario, "--baseline", base, "--set", "pools.main.engine.max_num_batched_tokens=128")

@@ -89,9 +89,14 @@ def _prepare(name: str, baseline_dir: Optional[Path], sets: List[str], update: b
     from ..scenario.ci import CheckSpec
     from ..scenario.load import load_scenario
     from ..scenario.overlays import load_with_overlays, load_with_variants
+    from ..scenario.overrides import parse_assignment
     from ..scenario.variants import ladder_steps
 
     sc, path = load_scenario(name)
+    if any(parse_assignment(a)[0].split(".")[0].split("[")[0] == "check" for a in sets):
+        # a --set on the check block itself changes what check runs and tracks: read the block as it
+        # leaves it (the file's check.set was taken before, and --set check.set=... did nothing)
+        sc, path = load_scenario(name, list(sets))
     spec = sc.check or CheckSpec()
     for step in ladder_steps(sc.variants, sc.ladder)[1:]:
         load_with_variants(path, step.variants)          # a broken ladder fails CI too
