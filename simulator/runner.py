@@ -180,11 +180,15 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     warmup = getattr(src, "warmup", 0)
     requests = src.requests[warmup:]
     end = max(p.end_time() for p in pools.values())
+    records = Records.of(requests) if summarize else None
+    if records is not None and len(records):
+        # the fleet was up at least until the last request arrived, one the gateway refused (429) included:
+        # with every request refused there no pool saw one, and the window (and the bill) read 0 s
+        end = max(end, float(records.arrival.max()))
     tl = timeline.frame(end)
-    if not summarize:
+    if records is None:
         return RunOutput(sc, requests, gaps, {}, pools, plan.setups, tl, scalers,
                          timing_block(wall, len(requests)), plan)
-    records = Records.of(requests)
     try:
         llmsim = llmsim_block(plan, pools, end, engine, records, scalers)
     except LlmsimError as e:     # a figure the scenario asked for cannot be read off what ran (cost.monthly)

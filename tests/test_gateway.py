@@ -89,6 +89,17 @@ def test_rate_limited_requests_are_counted_and_never_reach_a_gpu():
     assert sum(c["usd"] for c in gw.values()) == pytest.approx(limited.results["llmsim"]["pools"]["p"]["usd"])
 
 
+def test_a_fleet_whose_every_request_is_refused_is_still_billed_for_the_window():
+    sc = scenario({"tokens_per_min": 10})
+    sc = sc.model_copy(update={"classes": [c for c in sc.classes if c.rate_limit is not None]})
+    out = simulate(sc)
+    arrivals = max(r.arrival for r in out.requests)
+    assert all(r.status == Status.RATE_LIMITED for r in out.requests)
+    cost, load = out.results["llmsim"]["cost"], out.results["llmsim"]["load"]
+    assert cost["window_s"] == pytest.approx(arrivals) and cost["monthly_usd"] > 0      # not $0: the GPU was up
+    assert "every request ended unserved" in load["verdict"] and "longer" not in load["verdict"]
+
+
 def test_the_class_tables_count_429s():
     """The class tables in the terminal and on the page showed a rate-limited class as done, shed 0,
     cancelled 0 and its SLO met, with 44 of its 101 requests answered 429."""

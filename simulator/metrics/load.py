@@ -171,8 +171,14 @@ def _verdict(b: dict[str, Any]) -> str:
     queue = (f"queue {b['queued_at_mid']:,} at its middle, {b['queued_at_end']:,} at its end "
              f"({b['running_at_end']:,} running)")
     unserved = _unserved(b)
+    offered = rates
     if unserved:
         rates += f" ({unserved})"
+    refused = b["shed_fraction"] + b["too_long_fraction"] + b["rate_limited_fraction"] + b["cancelled_fraction"]
+    if not b["overloaded"] and not b["completed_rps"] and refused >= 1.0 - 1e-9:
+        # nothing reached a GPU: a longer window would not help; the limits that ended every request would
+        return (f"cannot tell: every request ended unserved ({unserved}), so the fleet carried no load; "
+                f"{offered}")
     if not b["overloaded"] and b["offered_rps"] and not b["completed_rps"]:
         # nothing finished by T: a queue that held level says nothing of a fleet whose every request outlasts T
         return (f"cannot tell: no request finished within the arrival window ({rates}; {queue}); simulate a "
