@@ -162,6 +162,21 @@ def test_hf_config_with_null_model_type_and_no_kv_heads(tmp_path, hf_llama3_8b_c
     assert m.model_type == "llama" and m.kv_heads == 32
 
 
+@pytest.mark.parametrize("family, says", [
+    ("mamba", "state-space or recurrent"), ("rwkv", "state-space or recurrent"), ("t5", "encoder-decoder"),
+    ("whisper", "encoder-decoder"), ("bert", "an encoder"), ("nonsense_xyz", "not a decoder-only transformer family"),
+])
+def test_a_model_type_that_is_not_a_decoder_family_is_refused_not_run_as_llama(tmp_path, hf_llama3_8b_config,
+                                                                             family, says):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({**hf_llama3_8b_config, "model_type": family}))
+    with pytest.raises(LlmsimError) as e:
+        load_model(str(p))
+    assert e.value.key_path == "model_type" and says in e.value.message
+    p.write_text(json.dumps({**hf_llama3_8b_config, "model_type": "mistral"}))
+    assert load_model(str(p)).model_type == "mistral"
+
+
 def test_hf_config_bad_value_names_file_and_key(tmp_path, hf_llama3_8b_config):
     p = tmp_path / "config.json"
     p.write_text(json.dumps({**hf_llama3_8b_config, "num_hidden_layers": -1}))

@@ -74,6 +74,39 @@ REFUSED: dict[str, str] = {
     "attn_type_list": "per-layer attention kinds other than full and sliding-window attention",
 }
 
+# Hugging Face model_type values of decoder-only transformer families: a stack of attention and
+# MLP (or MoE) blocks, which a profile describes whatever its family's naming. A family outside it
+# is refused, not run as Llama (a state-space, recurrent or encoder-decoder model reads weights and
+# keeps state another way); a look-alike of one of these may say so with its model_type.
+DECODER_FAMILIES: frozenset[str] = frozenset({
+    "llama", "llama4_text", "mistral", "mixtral", "ministral", "qwen2", "qwen2_moe", "qwen3", "qwen3_moe",
+    "qwen3_next", "qwen3_5_moe_text", "deepseek", "deepseek_v2", "deepseek_v3", "kimi_k2", "gpt_oss",
+    "gemma", "gemma2", "gemma3", "gemma3_text", "cohere", "cohere2", "phi", "phi3", "phimoe", "minimax_m2",
+    "glm", "glm4", "glm4_moe", "glm_moe_dsa", "granite", "granitemoe", "olmo", "olmo2", "olmoe",
+    "starcoder2", "gpt_bigcode", "gpt_neox", "internlm2", "baichuan", "exaone", "ernie4_5", "ernie4_5_moe",
+    "hunyuan_v1_dense", "hunyuan_v1_moe", "smollm3", "dbrx", "arcee", "seed_oss", "nemotron", "falcon",
+    "opt", "gpt2", "codegen", "gptj", "stablelm", "persimmon", "yi", "solar", "apertus",
+})
+# Families that are not decoder-only transformers, and what they are instead.
+_NOT_DECODERS = (
+    (re.compile(r"mamba|rwkv|jamba|zamba|xlstm|recurrent|griffin|hyena|retnet|ssm"), "state-space or recurrent layers"),
+    (re.compile(r"^(t5|mt5|umt5|bart|mbart|pegasus|marian|whisper|led|longt5|switch_transformers|encoder_decoder|"
+                r"speech_to_text|seamless)"), "an encoder-decoder model"),
+    (re.compile(r"^(bert|roberta|xlm|deberta|electra|albert|distilbert|modernbert|mpnet|e5)"), "an encoder"),
+)
+
+
+def model_type_fault(model_type: str) -> str | None:
+    """Why llmsim refuses ``model_type`` (None: a decoder-only transformer family it models)."""
+    if model_type in DECODER_FAMILIES:
+        return None
+    what = next((w for rx, w in _NOT_DECODERS if rx.search(model_type)), None)
+    if what is not None:
+        return f"{model_type!r} is {what}, not a decoder-only transformer; llmsim cannot model this architecture"
+    return (f"{model_type!r} is not a decoder-only transformer family llmsim knows ({', '.join(sorted(DECODER_FAMILIES))}); "
+            "a model built as one of them (attention and MLP or MoE blocks) may give that family's model_type")
+
+
 # Words in a key's name that mean it likely shapes the network.
 _ARCHITECTURE_WORDS = re.compile(
     r"expert|moe|lora|layer|head|window|sparse|linear|attention|attn|intermediate|rank|dense|shared|chunk|"

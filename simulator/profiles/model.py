@@ -11,11 +11,11 @@ import re
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..dtypes import BYTES, EXPERT_ONLY_DTYPES, WEIGHT_DTYPES, checkpoint_weight_dtype
 from ..errors import LlmsimError
-from .hf_config import ALIASES, normalize
+from .hf_config import ALIASES, model_type_fault, normalize
 from .layout import check_layout, is_moe_layer, layout_text, mla_params
 from .loader import read_structured, resolve
 
@@ -101,6 +101,14 @@ class ModelProfile(BaseModel):
     # The weight format the checkpoint declares (quantization_config); a
     # pool's engine.weight_dtype says what it runs.
     checkpoint_dtype: Optional[str] = None
+
+    @field_validator("model_type")
+    @classmethod
+    def _a_decoder_family(cls, v: str) -> str:
+        why = model_type_fault(v)
+        if why is not None:
+            raise ValueError(why)
+        return v
 
     @model_validator(mode="after")
     def _check_shape(self) -> "ModelProfile":
