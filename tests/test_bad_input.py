@@ -223,6 +223,35 @@ def test_a_run_past_a_limit_is_refused_with_its_estimate(tmp_path, cli, key):
     assert not (tmp_path / "out").exists()
 
 
+#: Prompts a workload builds past the model's context, each refused on the key that builds them.
+_CHAT = {"session": {"type": "chat", "turns": {"dist": "fixed", "value": 1_000_000}, "think_time_s": {"dist": "fixed", "value": 1.0}},
+         "num_sessions": 10, "input_tokens": {"dist": "fixed", "value": 100},
+         "output_tokens": {"dist": "fixed", "value": 20}}
+_EDIT = {"session": {"type": "autocomplete"}, "num_sessions": 5, "output_tokens": {"dist": "fixed", "value": 20}}
+TOO_LONG = {
+    "workload.session.turns": _CHAT,
+    "workload.session.tokens_per_keystroke": {**_EDIT, "session": {"type": "autocomplete", "tokens_per_keystroke": 1e9}},
+    "workload.session.file_tokens": {**_EDIT, "session": {"type": "autocomplete",
+                                                          "file_tokens": {"dist": "fixed", "value": 100_000_000}}},
+    "workload.system_prompt.tokens": {"system_prompt": {"apps": 2, "tokens": {"dist": "fixed", "value": 9000}}},
+    "workload.output_tokens": {"output_tokens": {"dist": "fixed", "value": 100_000_000}},
+}
+
+
+@pytest.mark.parametrize("key", sorted(TOO_LONG))
+def test_a_prompt_built_past_the_context_is_refused_on_the_key_that_builds_it(tmp_path, cli, key):
+    drop = ({"num_requests"} if "num_sessions" in TOO_LONG[key] else set()) | (
+        {"input_tokens"} if TOO_LONG[key].get("session", {}).get("type") == "autocomplete" else set())
+    wl = {k: v for k, v in SCENARIO["workload"].items() if k not in drop}
+    path = write_yaml(tmp_path / "s.yaml", {**SCENARIO, "workload": {**wl, **TOO_LONG[key]}})
+    t = time.perf_counter()
+    r = cli("run", path, "-o", tmp_path / "out")
+    assert time.perf_counter() - t < 5                       # a million turns or a billion-token keystroke: at once
+    one_line_error(r, "s.yaml")
+    assert f"{key}:" in r.err and ("context" in r.err or "turns" in r.err), r.err
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_pool_whose_ceiling_and_warm_standbys_together_pass_the_replica_limit_is_refused(tmp_path, cli):
     """Each count is under the limit, but the standbys are built beside the serving replicas."""
     ceiling, warm = MAX_REPLICAS // 2 + 1, MAX_REPLICAS // 2

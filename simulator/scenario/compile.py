@@ -123,7 +123,9 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
         if mi is not None and mo is not None and mi + mo > ctx:
             whose = f"pool {names[i]!r}'s engine.max_model_len" if limit else f"{setups[i].cm.model.name}'s context"
             fail(f"input ({mi}) + output ({mo}) tokens can exceed {whose} of {ctx} tokens"
-                 + ("" if limit else f" (pool {names[i]!r})"), "workload.input_tokens")
+                 + ("" if limit else f" (pool {names[i]!r})"),
+                 "workload.output_tokens" if mo > ctx else "workload.input_tokens")
+        _check_session_lengths(sc, ctx, names[i], source)
     ids = sc.workload.id_block_tokens(base_dir(source))
     for i, p in enumerate(sc.pools):
         bs = p.engine.block_size
@@ -195,6 +197,64 @@ def _max_length(dist) -> int | None:
         return int(max(dist.values))
     mx = getattr(dist, "max", None)
     return int(mx) if isinstance(mx, (int, float)) else None
+
+
+def _min_length(dist) -> int:
+    """The smallest length a distribution can produce (1 where it does not say)."""
+    if dist is None:
+        return 0
+    v = getattr(dist, "value", None)
+    if isinstance(v, int):
+        return v
+    if getattr(dist, "dist", None) == "empirical":
+        return int(min(dist.values))
+    return int(getattr(dist, "min", None) or 1)
+
+
+def _check_session_lengths(sc: Scenario, ctx: int, pool: str, source) -> None:
+    """Prompts the workload builds beyond ``input_tokens`` held to the context as ``input_tokens`` is
+    (a request that can exceed it is refused): a system prompt, an edited file and its typing, and
+    sessions' turns, which end once the history passes the context. Unchecked, a system prompt longer
+    than the context only simulated refusals, and an autocomplete session inserting a billion tokens a
+    keystroke, or a chat of a million turns, built prompts for minutes before any refusal."""
+    wl, s = sc.workload, sc.workload.session
+    sp = wl.system_prompt
+    sp_max, sp_min = (_max_length(sp.tokens), _min_length(sp.tokens)) if sp else (0, 0)
+    mo, out_min = _max_length(wl.output_tokens) or 0, _min_length(wl.output_tokens)
+    where = f"the {ctx:,}-token context of pool {pool!r}"
+
+    def refuse(msg: str, key: str):
+        raise LlmsimError(f"{msg} can exceed {where}", source=source, key_path=key)
+
+    if getattr(s, "type", None) == "autocomplete":
+        if s.tokens_per_keystroke > ctx:
+            refuse(f"one keystroke's {s.tokens_per_keystroke:,.0f} tokens", "workload.session.tokens_per_keystroke")
+        file_max = _max_length(s.file_tokens)
+        typed = (_max_length(s.bursts) or 0) * (_max_length(s.keystrokes) or 0) * s.tokens_per_keystroke
+        if file_max is None or sp_max is None:
+            return
+        if sp_max + file_max + mo > ctx:
+            refuse(f"a file of up to {file_max:,} tokens (with the system prompt and output)",
+                   "workload.session.file_tokens")
+        if sp_max + file_max + typed + mo > ctx:
+            refuse(f"a file of up to {file_max:,} tokens and the {typed:,.0f} its typing adds",
+                   "workload.session.tokens_per_keystroke")
+        return
+    mi = _max_length(wl.input_tokens)
+    if sp_max and mi is not None and sp_max + mi + mo > ctx:
+        refuse(f"a system prompt of up to {sp_max:,} tokens, input ({mi:,}) and output ({mo:,})",
+               "workload.system_prompt.tokens")
+    turns = getattr(s, "turns", None)
+    if turns is None or _max_length(turns) is None:
+        return
+    cap = min(ctx, getattr(s, "max_context_tokens", None) or ctx)
+    grows = (_min_length(s.tool_result_tokens) if s.type == "agentic" else _min_length(wl.input_tokens)) + out_min
+    first = sp_min + _min_length(wl.input_tokens) + out_min
+    fit = 1 + max(0, cap - first) // max(grows, 1)
+    if _max_length(turns) > fit:
+        raise LlmsimError(f"up to {_max_length(turns):,} turns, but a session ends when its history passes "
+                          f"{cap:,} tokens, after at most {fit:,} turns of at least {grows:,} tokens each",
+                          source=source, key_path="workload.session.turns")
 
 
 def _check_system_prompt(sc: Scenario, source) -> None:
