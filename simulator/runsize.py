@@ -108,11 +108,14 @@ def _check(sc, size: RunSize, source, key_requests: str, key_span: str) -> None:
             _refuse(size, f"llmsim simulates at most {MAX_SPAN_S:g} s (about three years)", key_span, source)
         ticks = size.span_s * _ticks_per_s(sc)
         if ticks > MAX_CLOCK_TICKS:
+            # blame the task that ticks fastest: the timeline, or a pool's autoscaler
+            rates = [(1.0 / sc.timeline_interval_s, "timeline_interval_s")] + [
+                (1.0 / p.autoscaling.interval_s, f"pools[{i}].autoscaling.interval_s")
+                for i, p in enumerate(sc.pools) if p.autoscaling is not None]
             _refuse(size, f"timeline samples every {sc.timeline_interval_s:g} s"
                           f"{' and autoscaler evaluations' if any(p.autoscaling for p in sc.pools) else ''} "
                           f"would take ~{ticks:,.0f} clock ticks, more than the {MAX_CLOCK_TICKS:,} allowed: "
-                          f"raise timeline_interval_s (or the autoscaler's interval_s)", "timeline_interval_s",
-                   source)
+                          f"raise timeline_interval_s (or the autoscaler's interval_s)", max(rates)[1], source)
 
 
 def _check_replicas(pool, at: str, source) -> None:

@@ -252,6 +252,24 @@ def test_a_prompt_built_past_the_context_is_refused_on_the_key_that_builds_it(tm
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("key, value, says", [
+    (f"pools.{POOL}.autoscaling", "{min_replicas: 1, max_replicas: 2, metric: queue_depth, target: 4, interval_s: 1e-6}",
+     "pools[0].autoscaling.interval_s"),
+    ("workload.num_requests", "20000000", "pools[0].autoscaling.interval_s: this run cannot finish"),
+    (f"pools.{POOL}.disaggregation", "{decode_pool: nope, link: {latency_ms: 2e11}}", "link.latency_ms"),
+    (f"pools.{POOL}.disaggregation", "{decode_pool: nope, link: {bandwidth_gb_per_s: 1e-9}}", "link.bandwidth_gb_per_s"),
+])
+def test_a_knob_that_stretches_the_run_past_its_limits_is_refused_on_itself(tmp_path, cli, key, value, says):
+    fast = {**SCENARIO, "pools": [{**SCENARIO["pools"][0], "autoscaling": {
+        "min_replicas": 1, "max_replicas": 2, "metric": "queue_depth", "target": 4, "interval_s": 0.1}}]}
+    path = write_yaml(tmp_path / "s.yaml", fast if key == "workload.num_requests" else SCENARIO)
+    t = time.perf_counter()
+    r = cli("run", path, "--set", f"{key}={value}", "-o", tmp_path / "out")
+    assert time.perf_counter() - t < 5
+    one_line_error(r, "s.yaml")
+    assert says in r.err, r.err
+
+
 def test_a_pool_whose_ceiling_and_warm_standbys_together_pass_the_replica_limit_is_refused(tmp_path, cli):
     """Each count is under the limit, but the standbys are built beside the serving replicas."""
     ceiling, warm = MAX_REPLICAS // 2 + 1, MAX_REPLICAS // 2

@@ -94,7 +94,10 @@ class AutoscalingSpec(BaseModel):
     target: float = Field(gt=0, allow_inf_nan=False, description="the metric's value to steer toward")
     min_replicas: int = Field(default=1, ge=1)
     max_replicas: int = Field(ge=1)
-    interval_s: float = Field(default=15.0, gt=0, allow_inf_nan=False, description="evaluation period (HPA: 15 s)")
+    # At least 0.1 s: control loops evaluate every few seconds (HPA 15 s, KEDA 30 s), and each evaluation
+    # reads the pool: a microsecond period made a one-second run take ten minutes.
+    interval_s: float = Field(default=15.0, ge=0.1, allow_inf_nan=False,
+                              description="evaluation period, at least 0.1 s (HPA: 15 s)")
     tolerance: float = Field(default=0.1, ge=0, allow_inf_nan=False,
                              description="no change while |metric/target − 1| is within it (HPA: 0.1)")
     scale_up_cooldown_s: float = Field(default=0.0, ge=0, allow_inf_nan=False)

@@ -43,9 +43,12 @@ class KvLinkSpec(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
     preset: Literal["nvlink", "infiniband", "ethernet"] = "infiniband"
-    bandwidth_gb_per_s: Optional[float] = Field(default=None, gt=0, allow_inf_nan=False,
-                                                description="per GPU (each TP shard sends its slice)")
-    latency_ms: Optional[float] = Field(default=None, ge=0, allow_inf_nan=False)
+    # Bounded as the network delays are (an hour; 10 MB/s, slower than any datacenter link): past them
+    # a hand-off stretched the run for minutes before the clock's limit stopped it, on another key.
+    bandwidth_gb_per_s: Optional[float] = Field(default=None, ge=0.01, allow_inf_nan=False,
+                                                description="per GPU (each TP shard sends its slice), at least 0.01")
+    latency_ms: Optional[float] = Field(default=None, ge=0, le=3_600_000, allow_inf_nan=False,
+                                        description="per hand-off, at most an hour")
 
     def numbers(self) -> tuple[float, float]:
         """(bytes per second per GPU, latency seconds)."""
