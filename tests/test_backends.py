@@ -33,6 +33,21 @@ def test_builtin_backends_are_the_three_stacks():
         assert b.source and b.versions, f"{name}: a backend cites where its defaults come from"
 
 
+def test_a_backend_file_of_an_unknown_stack_is_refused_not_run_as_defaults(tmp_path):
+    from simulator.errors import LlmsimError
+    from simulator.profiles.backend import backend_names
+    from simulator.profiles.loader import resolve
+
+    mine = tmp_path / "mine.yaml"
+    mine.write_text(resolve("backend_profiles", "vllm").read_text())
+    assert load_backend(str(mine)).stack == "vllm"             # a copy of a known stack's release is fine
+    mine.write_text(mine.read_text().replace("stack: vllm", "stack: tgi"))
+    with pytest.raises(LlmsimError) as e:
+        load_backend(str(mine))
+    assert e.value.key_path == "stack" and "unknown stack 'tgi'" in e.value.message
+    assert "tgi" not in backend_names()
+
+
 @settings(max_examples=25, deadline=None)
 @given(backend=st.sampled_from(BACKENDS), gpu=st.sampled_from(GPUS),
        user=st.dictionaries(st.sampled_from(sorted(USER_KEYS)), st.none(), max_size=4).flatmap(

@@ -346,7 +346,13 @@ def load_backend(name_or_path: str) -> BackendProfile:
     """A built-in backend (``vllm``, ``sglang``, ``trtllm``) or a profile file,
     such as one ``llmsim validate --fit`` wrote (cached until the file changes)."""
     path = resolve("backend_profiles", name_or_path)
-    return _load(path, path.stat().st_mtime)
+    profile = _load(path, path.stat().st_mtime)
+    if name_or_path not in backend_names() and profile.stack not in serving_stacks():
+        # a file of one's own describes a release of a known stack (its kernels, KV rule and per-stack
+        # calibration are read by that name); an unknown one would fall back to the defaults unannounced
+        raise LlmsimError(f"unknown stack {profile.stack!r}; expected one of {', '.join(serving_stacks())} "
+                          f"(the stack of a built-in or installed backend profile)", source=path, key_path="stack")
+    return profile
 
 
 def backend_names() -> list[str]:
