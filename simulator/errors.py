@@ -141,7 +141,10 @@ def shortened(text: str, limit: int = _ECHO_CHARS) -> str:
     if len(text) <= limit:
         return text
     keep = limit // 2
-    return f"{text[:keep]}…({len(text) - 2 * keep:,} characters)…{text[-keep:]}"
+    marker = f"…({len(text) - 2 * keep:,} characters)…"
+    if len(marker) >= len(text) - 2 * keep:     # the note would be longer than what it stands for
+        return text
+    return f"{text[:keep]}{marker}{text[-keep:]}"
 
 
 def set_flag(override: str) -> str:

@@ -861,3 +861,11 @@ def test_a_whole_number_python_will_not_read_is_named_so(tmp_path):
     with pytest.raises(LlmsimError, match="more than 4,300 digits, past any llmsim takes") as e:
         load_scenario(path)
     assert "set_int_max_str_digits" not in str(e.value)
+
+
+@given(st.text(min_size=0, max_size=400))
+def test_a_shortened_value_is_never_longer_than_the_value(text):
+    from simulator.errors import shortened
+
+    out = shortened(text)
+    assert len(out) <= len(text) and (out == text or "characters)…" in out)

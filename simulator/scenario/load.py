@@ -43,7 +43,7 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
         except LlmsimError as e:
             raise LlmsimError(e.message, source=f"{path} ({set_flag(o)})", key_path=e.key_path) from None
     # A bad value may come from the command line rather than the file: say so.
-    source = f"{path} (with {' '.join(set_flag(o) for o in overrides)})" if overrides else path
+    source = f"{path} (with {', '.join(set_flag(o) for o in overrides)})" if overrides else path
     try:
         sc = validate_strict(Scenario, data, source)
     except LlmsimError as err:
