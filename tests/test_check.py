@@ -201,6 +201,14 @@ def test_a_corrupt_baseline_is_exit_2(tmp_path, cli, scenario):
     assert r.code == 2 and "small.json" in r.err and "completed" in r.err
 
 
+def test_a_baseline_without_its_metrics_says_so(tmp_path, cli, scenario):
+    base = baseline_of(tmp_path, cli, scenario)
+    f = base / "small.json"
+    f.write_text(json.dumps({k: v for k, v in json.loads(f.read_text()).items() if k != "metrics"}))
+    r = cli("check", scenario, "--baseline", base)
+    assert r.code == 2 and "metrics: missing" in r.err and "note:" not in r.out + r.err
+
+
 def test_two_scenarios_sharing_a_name_cannot_share_a_baseline(tmp_path, cli, scenario):
     twin = write_scenario(tmp_path / "elsewhere", CHECK)
     (tmp_path / "b").mkdir()

@@ -108,13 +108,13 @@ def read_baseline(path: Path, name: str, source: Path, spec: CheckSpec, settings
     it is, and said so."""
     data = read_json_object(path, what="baseline")
     expected = baseline_keys(spec)
-    if "metrics" not in data:
+    if not any(k in data for k in _HEAD):     # figures alone: an older llmsim's file, read as it is
         console.print(f"note: {path} holds figures without the scenario and settings they were written for; "
                       f"--update-baseline rewrites it with them", markup=False, style="yellow")
         metrics = data
     else:
         stray = [k for k in data if k not in _HEAD]
-        missing = [k for k in _HEAD if k not in data]
+        missing = [k for k in _HEAD if k not in data]      # a new file without its metrics among them
         if stray or missing:
             raise LlmsimError(f"{'not a key' if stray else 'missing'} of a baseline, which holds "
                               f"{', '.join(_HEAD)}; rewrite it with --update-baseline", source=path,
