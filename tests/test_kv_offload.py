@@ -252,7 +252,7 @@ def test_capacities_and_bandwidths_come_from_the_profile():
     ("h100-sxm", {"host_gb": 1e6}, "host_gb", "exceeds"),
     ("h100-sxm", {"disk_gb": 1e9}, "disk_gb", "exceeds"),
     ("l40s", {}, "host_gb", "states no host_memory_gb_per_gpu"),
-    ("l40s", {"host_gb": 10}, "host_gb", "states no host_memory_gb_per_gpu"),   # a size given is held to it too
+    ("l40s", {"host_gb": 1e6}, "host_gb", "more than any server holds"),   # no server figure: held to any server's
     ("l40s", {"host_gb": 0, "disk_gb": 10}, "disk_gb", "states no nvme_gb_per_gpu"),
 ])
 def test_what_the_server_cannot_hold_is_refused(gpu, offload, key, words):

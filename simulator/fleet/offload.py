@@ -17,6 +17,11 @@ from ..memory import MemoryPlan
 from ..profiles.hardware import HardwareProfile
 
 
+#: Host memory per GPU no server exceeds (the largest 8-GPU hosts hold 8-12 TB of DRAM): the bound on a
+#: host tier where the GPU profile states no server figure.
+MAX_HOST_GB_PER_GPU = 2048
+
+
 def plan_offload(e: EngineConfig, gpu: HardwareProfile, mem: MemoryPlan, tp: int, gpus: int,
                  where: str, source: object = None) -> Optional[OffloadPlan]:
     """The offload tiers of one replica of ``gpus`` GPUs whose sequences each
@@ -44,10 +49,12 @@ def plan_offload(e: EngineConfig, gpu: HardwareProfile, mem: MemoryPlan, tp: int
     link = figure(o.host_gb_per_s, gpu.host_link_gb_s, "host_gb_per_s", "host_link_gb_s") * 1e9 * tp
     host_share = None if gpu.host_memory_gb_per_gpu is None else gpu.host_memory_gb_per_gpu * gpus
     host_gb = figure(o.host_gb, host_share, "host_gb", "host_memory_gb_per_gpu")
-    if host_share is None and host_gb > 0:    # held to the server's DRAM as the disk tier to its drives
-        raise LlmsimError(f"the GPU profile {gpu.name} states no host_memory_gb_per_gpu, so a host tier cannot be "
-                          f"held to the server's DRAM (a petabyte would pass); add it to the profile",
-                          source=source, key_path=f"{key}.host_gb")
+    if host_share is None and host_gb > MAX_HOST_GB_PER_GPU * gpus:
+        # no server figure to hold it to: at least not to more DRAM than any server has (a petabyte passed)
+        raise LlmsimError(f"host_gb {host_gb:g} is more than {MAX_HOST_GB_PER_GPU:,} GB of host memory per GPU, more "
+                          f"than any server holds; the GPU profile {gpu.name} states no host_memory_gb_per_gpu to "
+                          f"hold it to (add the server's figure to the profile)", source=source,
+                          key_path=f"{key}.host_gb")
     if host_share is not None and host_gb > host_share:
         raise LlmsimError(f"host_gb {host_gb:g} exceeds the {host_share:g} GB of host memory of a replica's {gpus} × "
                           f"{gpu.name} ({gpu.host_memory_gb_per_gpu:g} GB per GPU in its profile)",
