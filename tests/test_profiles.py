@@ -177,6 +177,17 @@ def test_a_model_type_that_is_not_a_decoder_family_is_refused_not_run_as_llama(t
     assert load_model(str(p)).model_type == "mistral"
 
 
+def test_an_unknown_activation_is_refused_not_taken_as_gated(tmp_path, hf_llama3_8b_config):
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps({**hf_llama3_8b_config, "hidden_act": "swish_banana"}))
+    with pytest.raises(LlmsimError) as e:
+        load_model(str(p))
+    assert e.value.key_path == "hidden_act" and "gated" in e.value.message
+    for act, gated in (("silu", True), ("gelu", False), ("relu2", False)):
+        p.write_text(json.dumps({**hf_llama3_8b_config, "hidden_act": act}))
+        assert load_model(str(p)).is_gated is gated
+
+
 def test_hf_config_bad_value_names_file_and_key(tmp_path, hf_llama3_8b_config):
     p = tmp_path / "config.json"
     p.write_text(json.dumps({**hf_llama3_8b_config, "num_hidden_layers": -1}))

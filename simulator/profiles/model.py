@@ -36,7 +36,10 @@ MAX_EXPERTS = 4096
 _NAMED_FORMAT = re.compile(r"(?<![a-z0-9])(nvfp4|mxfp4|fp8|fp4|awq|gptq|int4|int8|w4a16|w4a8|w8a8)(?![a-z0-9])",
                            re.IGNORECASE)
 
-_NON_GATED_ACTS = {"gelu", "gelu_new", "gelu_fast", "relu", "gelu_pytorch_tanh", "quick_gelu"}
+_NON_GATED_ACTS = {"gelu", "gelu_new", "gelu_fast", "relu", "relu2", "gelu_pytorch_tanh", "quick_gelu"}
+# Activations of a gated MLP (SwiGLU); with _NON_GATED_ACTS every hidden_act llmsim knows: another
+# is refused, not taken as gated (an MLP's weights count on it).
+_GATED_ACTS = {"silu", "swish", "swiglu"}
 _GATED_GELU_FAMILIES = {"gemma", "gemma2", "gemma3"}
 # Families whose serving code departs from the plain decoder block in what a
 # step runs (vLLM's model files). MiniMax-M2: the router is an fp32 GEMM
@@ -101,6 +104,15 @@ class ModelProfile(BaseModel):
     # The weight format the checkpoint declares (quantization_config); a
     # pool's engine.weight_dtype says what it runs.
     checkpoint_dtype: Optional[str] = None
+
+    @field_validator("hidden_act")
+    @classmethod
+    def _a_known_activation(cls, v: str) -> str:
+        if v not in _GATED_ACTS | _NON_GATED_ACTS:
+            raise ValueError(f"{v!r} is no activation llmsim knows ({', '.join(sorted(_GATED_ACTS | _NON_GATED_ACTS))}): "
+                             "whether the MLP is gated, and so its weights, hang on it; give gated_mlp and the "
+                             "nearest activation")
+        return v
 
     @field_validator("model_type")
     @classmethod
