@@ -202,11 +202,15 @@ class LayoutOps:
         """The busiest dp rank's share of ``count`` tokens or sequences spread evenly."""
         return -(-count // self.dp)
 
+    def dealt(self, chunks: Sequence[tuple[int, int]]) -> list[Sequence[tuple[int, int]]]:
+        """A step's prompt chunks by dp rank, each whole on one, dealt round-robin (the ranks that draw
+        one; none for a step without chunks): every per-rank price of a step reads this one deal."""
+        return [chunks[i::self.dp] for i in range(min(self.dp, len(chunks)))]
+
     def busiest_tokens(self, chunks: Sequence[tuple[int, int]], decode_batch: int) -> int:
-        """The tokens of the busiest dp rank of a step: the prompt chunks dealt round-robin as
-        :meth:`prefill_attention_time` deals them, each whole on one rank, plus its share of the
-        decodes, ⌈B/dp⌉ (every rank decodes its own requests)."""
-        prefill = max((sum(c[0] for c in chunks[i::self.dp]) for i in range(min(self.dp, len(chunks)))), default=0)
+        """The tokens of the busiest dp rank of a step: the prompt chunks as :meth:`dealt` deals them,
+        plus its share of the decodes, ⌈B/dp⌉ (every rank decodes its own requests)."""
+        prefill = max((sum(c[0] for c in rank) for rank in self.dealt(chunks)), default=0)
         return prefill + self.rank(decode_batch)
 
     # --- per token count (the CostModel memoises their sum) ------------------
@@ -290,7 +294,7 @@ class LayoutOps:
     def prefill_attention_time(self, chunks: Sequence[tuple[int, int]]) -> float:
         if self.dp == 1 or len(chunks) == 1:
             return self._prefill_rank(chunks)
-        return max(self._prefill_rank(chunks[i::self.dp]) for i in range(min(self.dp, len(chunks))))
+        return max(self._prefill_rank(rank) for rank in self.dealt(chunks))
 
     def _prefill_rank(self, chunks: Sequence[tuple[int, int]]) -> float:
         cm = self.cm
@@ -399,9 +403,8 @@ class LayoutOps:
         shape each layer kind runs: MLA's up-projected prefill and its latent-reading decode,
         a sliding layer's window (a decode charged a full window a sequence, as its time is)."""
         cm = self.cm
-        if self.dp > 1:   # the busiest rank's chunks (as prefill_attention_time deals them) and decodes
-            chunks = max((chunks[i::self.dp] for i in range(min(self.dp, len(chunks)))),
-                         key=lambda cs: sum(c[0] for c in cs), default=[])
+        if self.dp > 1:   # the busiest rank's chunks (as dealt) and decodes
+            chunks = max(self.dealt(chunks), key=lambda cs: sum(c[0] for c in cs), default=[])
             decode_context *= self.decode_share(decode_batch)
             decode_batch = self.rank(decode_batch)
         flops = nbytes = 0.0
