@@ -815,6 +815,25 @@ def test_a_value_no_deployment_has_is_one_line(tmp_path, cli, sets, fragments):
     _refused_with_sets(tmp_path, cli, sets, fragments)
 
 
+def _pools(*extra: dict) -> list[dict]:
+    return [SCENARIO["pools"][0], *({**SCENARIO["pools"][0], **e} for e in extra)]
+
+
+@pytest.mark.parametrize("pools, classes, fragments", [
+    # a second pool no class routes to was built and billed for the window, serving nothing
+    (_pools({"name": "spare"}), [{"name": "all", "pool": POOL}], ["pools[1]", "no class routes to pool 'spare'"]),
+    # a class sent to a pair's decode pool left the prefill pool idle, billed
+    (_pools({"name": "dec"}), [{"name": "all", "pool": "dec"}],
+     ["pools[0]", f"no class routes to pool '{POOL}'", "billed and serve nothing"]),
+])
+def test_a_pool_no_request_reaches_is_refused(tmp_path, cli, pools, classes, fragments):
+    if classes[0]["pool"] == "dec":
+        pools = [{**pools[0], "disaggregation": {"decode_pool": "dec"}}, pools[1]]
+    path = write_yaml(tmp_path / "s.yaml", {**SCENARIO, "pools": pools, "classes": classes})
+    one_line_error(cli("run", path, "-o", tmp_path / "out"), "s.yaml", *fragments)
+    assert not (tmp_path / "out").exists()
+
+
 @pytest.mark.parametrize("command", [["run"], ["check"], ["plan", "--vary", f"pools.{POOL}.replicas=1..2"]])
 def test_a_key_set_twice_on_the_command_line_is_refused(tmp_path, cli, command):
     """As a key written twice in a scenario file is: the last value silently winning hides a stale one."""

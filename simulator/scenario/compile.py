@@ -139,6 +139,7 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
                  f"({a.min_replicas}..{a.max_replicas})", f"pools[{i}].replicas")
     _check_system_prompt(sc, source)
     _check_disaggregation(sc, setups, source)
+    _check_every_pool_serves(sc, routes, source)
     check_pp_pairs(sc.pools, source)
     class_slos, bucket_slos = _check_classes(sc, routes, source)
     setups = _class_speculation(setups, sc.classes, routes, source)
@@ -294,6 +295,23 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
             raise LlmsimError(f"the KV of {a.model.name} ({p.engine.kv_dtype}) cannot be decoded by pool "
                               f"{q.name!r} ({b.model.name}, {q.engine.kv_dtype}): both pools need the same model "
                               f"and kv_dtype", source=source, key_path=key)
+
+
+def _check_every_pool_serves(sc: Scenario, routes: dict[str, str], source) -> None:
+    """Refuse a pool no request can reach: it would be built and billed for
+    the whole window while serving nothing, and the month's bill would carry
+    it without a word (a class re-routed by a --set leaves its old pool so)."""
+    reached = set(routes.values())
+    reached.update(st.pool for c in sc.classes for st in (c.pool_by_input_length or []))
+    decodes_on = {p.name: p.disaggregation.decode_pool for p in sc.pools if p.disaggregation is not None}
+    reached.update(decodes_on[name] for name in list(reached) if name in decodes_on)
+    for i, p in enumerate(sc.pools):
+        if p.name not in reached:
+            into = [a for a, b in decodes_on.items() if b == p.name]
+            how = (f"no class routes to pool {into[0]!r}, which prefills for it" if into
+                   else f"no class routes to pool {p.name!r}")
+            raise LlmsimError(f"{how}: it would be billed and serve nothing; route a class to it or remove it",
+                              source=source, key_path=f"pools[{i}]")
 
 
 def _length_routes(sc: Scenario, i: int, c, source) -> str:
