@@ -190,4 +190,5 @@ def test_a_class_that_sent_nothing_is_not_judged(tmp_path, cli):
     res = json.loads((tmp_path / "out" / "results.json").read_text())
     quiet = res["llmsim"]["classes"]["a"]
     assert quiet["requests"] == 0 and "slo" not in quiet and quiet["slo_declared"] is True
+    assert quiet["pool"] == "main"      # where it routes, as a class that sent requests shows (it read None)
     assert res["llmsim"]["slo_met"] is True and not failures(res)

@@ -41,8 +41,12 @@ FIELDS = {
 
 
 def class_block(requests: "Records | Sequence[Request]", classes: Sequence, class_slos: Mapping[str, SloSpec],
-                default_slo: SloSpec, duration: float) -> dict[str, Any]:
-    """Each class's figures, judged by its own SLO (``class_slos``, parsed) or else the scenario's."""
+                default_slo: SloSpec, duration: float, routes: Mapping[str, str]) -> dict[str, Any]:
+    """Each class's figures, judged by its own SLO (``class_slos``, parsed) or else the scenario's.
+
+    ``routes`` (class → pool, the compiled plan's) names the pool of a class
+    that sent nothing in the window: its own ``pool`` key is unset where the
+    scenario has one pool, or routes by prompt length."""
     by = Records.of(requests).select(*LATENCY, "klass", "pool").groups("klass", [c.name for c in classes])
     out: dict[str, Any] = {}
     specs = {c.name: c for c in classes}
@@ -53,7 +57,7 @@ def class_block(requests: "Records | Sequence[Request]", classes: Sequence, clas
         res = compute_results(reqs, None, slo=slo, duration=duration)
         n = {s: reqs.count(s) for s in Status}
         block: dict[str, Any] = {
-            "pool": reqs.pool[0] if len(reqs) else (c.pool if c is not None else None),
+            "pool": reqs.pool[0] if len(reqs) else routes.get(name),
             "priority": c.priority if c is not None else 0,
             "requests": len(reqs),
             "completed": n[Status.FINISHED],

@@ -255,7 +255,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
                                        {p.name: p.disaggregation.decode_pool for p in sc.pools if p.disaggregation})
     out.update({
         "pools": blocks,
-        "classes": class_block(requests, sc.classes, plan.class_slos, plan.slo, now) if sc.classes else None,
+        "classes": class_block(requests, sc.classes, plan.class_slos, plan.slo, now, plan.routes) if sc.classes else None,
         "regions": region_block(requests, sc.regions, now) if sc.regions else None,
         "ttft_budget": ttft_budget(requests),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
