@@ -202,7 +202,7 @@ def test_bad_shape_refused():
 @pytest.fixture(scope="module")
 def h100_fp8_block(shared_data):
     from simulator.calibration import moe_mla
-    data = moe_mla.load(shared_data, {"h100-sxm": GPUS["h100-sxm"]})
+    data = moe_mla.load(shared_data, {"h100-sxm": GPUS["h100-sxm"]}, moe_formats=("fp8_block",))
     rows = data.moe_rows("h100-sxm")
     return rows[rows["moe_dtype"] == "fp8_block"].reset_index(drop=True)
 
@@ -237,7 +237,7 @@ def test_shipped_bf16_prices_unaligned_shards_of_the_triton_kernel(shared_data):
     from simulator.calibration import moe_mla
     from simulator.calibration.fit import ape
     gpu = GPUS["h100-sxm"]
-    rows = moe_mla.load(shared_data, {"h100-sxm": gpu}).moe_rows("h100-sxm")
+    rows = moe_mla.load(shared_data, {"h100-sxm": gpu}, moe_formats=("bf16",)).moe_rows("h100-sxm")
     rows = rows[rows["moe_dtype"] == "bf16"].reset_index(drop=True)
     mis = (rows["moe_intermediate_size"] // rows["moe_tp"]).to_numpy() % M.K_ALIGN != 0
     assert mis.sum() > 500
@@ -278,7 +278,7 @@ def test_shipped_mxfp4_prices_the_gpt_oss_kernel(shared_data, gpu_name):
     from simulator.calibration import moe_mla
     from simulator.calibration.fit import ape
     gpu = GPUS[gpu_name]
-    rows = moe_mla.load(shared_data, {gpu_name: gpu}).moe_rows(gpu_name)
+    rows = moe_mla.load(shared_data, {gpu_name: gpu}, moe_formats=("w4a16_mxfp4",)).moe_rows(gpu_name)
     rows = rows[rows["moe_dtype"] == "w4a16_mxfp4"].reset_index(drop=True)
     assert rows["kernel_source"].str.startswith("vllm_gptossmxfp4moe_").all()
     assert set(rows["hidden_size"]) == {2880}
@@ -354,7 +354,7 @@ def test_measured_kernel_choices(shared_data):
     MiniMax-M3's biased sigmoid router with a routed scale); on Hopper
     block-FP8, Triton exactly without expert parallelism."""
     from simulator.calibration import moe_mla
-    data = moe_mla.load(shared_data, {n: GPUS[n] for n in ("b200", "h100-sxm")})
+    data = moe_mla.load(shared_data, {n: GPUS[n] for n in ("b200", "h100-sxm")}, moe_formats=("bf16", "fp8_block"))
     b = data.moe_rows("b200")
     b = b[b["moe_dtype"] == "bf16"]
     assert set(b.loc[b["kernel"] == "flashinfer_cutlass", "shape"]) == {"2816/704/128/8", "6144/3072/128/4"}
