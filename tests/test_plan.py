@@ -180,6 +180,9 @@ def test_max_rate_bracket_is_tight(tmp_path):
     (["--vary", "pools.chat.replicas"], "--vary expects key.path=LO..HI"),
     (["--max-rate", "--vary", "pools.chat.replicas=1..4"], "give other --vary axes as lists"),
     (["--vary", "pools.chat.replicas=1..4", "--seeds", "0"], "--seeds must be at least 1"),
+    (["--vary", "pools.chat.replicas=1..4", "--vary", "seed=3,4", "--seeds", "2"], "drop --vary seed"),
+    # inside the range, not at its ends: the search reached tp=6 after four runs and stopped there
+    (["--vary", "pools.chat.tp=1..8"], "--vary pools.chat.tp=3): pools[0].tp: tp=3 must divide"),
 ])
 def test_bad_plans_are_one_clear_error(tmp_path, cli, args, message):
     r = cli("plan", write_tiny_scenario(tmp_path), "-o", tmp_path / "plan", *args)
@@ -212,6 +215,20 @@ def test_set_changes_the_scenario_every_probe_starts_from(tmp_path, cli):
     assert json.loads((tmp_path / "p" / "plan.json").read_text())["best"] == heavy.best
     bad = cli("plan", scenario, "-o", tmp_path / "b", "--vary", "pools.chat.replicas=1..16", "--set", "pools.zz.tp=2")
     assert bad.code == 2 and "no item named 'zz'" in words(bad.err)
+
+
+def test_a_searched_value_outlasts_a_variant_that_rebuilds_its_pool(tmp_path):
+    """A variant setting pools.chat.replicas, then another replacing pools.chat whole: the value a plan
+    searches on pools.chat.replicas applies last. Merged by a plain update it stayed first, the rebuilt
+    pool undid it, and every probe ran the variant's six replicas (the plan answered "1")."""
+    from simulator.scenario.load import load_scenario
+    scenario = write_tiny_scenario(tmp_path)
+    base = Point(str(scenario), (("pools.chat.replicas", 3),
+                                 ("pools.chat", {**TINY["pools"][0], "gpu": "h200", "replicas": 6})))
+    for n in (1, 4):
+        point = base.with_overrides({"pools.chat.replicas": n})
+        sc, _ = load_scenario(point.scenario, point.assignments())
+        assert sc.pools[0].replicas == n and sc.pools[0].gpu == "h200"
 
 
 def test_a_variant_is_planned_as_its_overlay(tmp_path, cli):
@@ -285,6 +302,9 @@ def test_set_assignments_apply_in_order():
 def test_an_autoscaled_pools_initial_count_is_not_a_plan_axis(tmp_path, cli, repo_root):
     chatbot = repo_root / "scenarios" / "chatbot.yaml"
     r = cli("plan", chatbot, "--vary", "pools.free.replicas=1..4")
+    assert r.code == 2 and "pools.free.autoscaling.max_replicas" in r.err and "t = 0" in r.err
+    # the same pool by its place in the list: planned "3" on it, as if the count were its size
+    r = cli("plan", chatbot, "--vary", "pools.0.replicas=1..4")
     assert r.code == 2 and "pools.free.autoscaling.max_replicas" in r.err and "t = 0" in r.err
     sweep = tmp_path / "s.yaml"
     sweep.write_text(f"base: {chatbot}\ngrid: {{pools.paid.replicas: [1, 2]}}\n")

@@ -10,7 +10,7 @@ from hypothesis import given, strategies as st
 from simulator.cli import output
 from simulator.cli.output import fleet_answer
 from simulator.planning.confidence import by_confidence, confidence_text
-from simulator.planning.prices import PoolPrice, Prices, gpu_varied_pools, pinned_prices
+from simulator.planning.prices import PoolPrice, Prices, gpu_varied_pools, pinned_prices, priced_by
 from test_sweep import TINY, words, write_tiny_scenario
 
 GPUS = "pools.chat.gpu=h100-sxm,a100-sxm-80gb"
@@ -81,6 +81,12 @@ def test_a_pinned_price_is_found_however_the_gpu_is_varied(tmp_path):
     # one other GPU (a single choice, or --set) is billed at a rate written for another
     (one,) = pinned_prices([prices.of({"pools.chat.gpu": "h200", "pools.chat.replicas": n}) for n in (1, 2)], stated)
     assert one["gpus"] == ["h200"] and "written for h100-sxm" in one["warning"]
+    # one point pricing its own GPU leaves the others' at the pin: warned for them (it was decided over
+    # every point at once, and a sweep of {b200 at $6} and {h200} billed h200 at the pin in silence)
+    own = {"pools.chat.gpu": "b200", "pools.chat.usd_per_gpu_hour": 6.0}
+    runs, overrides = [prices.of(own), prices.of({"pools.chat.gpu": "h200"})], [own, {"pools.chat.gpu": "h200"}]
+    (mixed,) = pinned_prices(runs, stated, restated=[priced_by([o], list(stated)) for o in overrides])
+    assert mixed["gpus"] == ["h200"] and mixed["usd_per_gpu_hour"] == 3.0
 
 
 _GPU = st.sampled_from(["h100-sxm", "h200", "a100-sxm-80gb"])

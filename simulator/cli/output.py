@@ -90,14 +90,16 @@ def product_columns(rows: Iterable[dict[str, Any]]) -> list[str]:
 
 def fleet_answer(row: dict[str, Any]) -> str:
     """``the product: 7,168 GPUs, $15.7M/month; the simulated slice: 96 GPUs, $210,240/month``, or the fleet's alone."""
-    def part(gpus: Any, usd: Any) -> str:
+    def part(gpus: Any, usd: Any, power: Any) -> str:
         g = "—" if gpus is None else f"{gpus:,}"
         m = "—" if usd is None else f"${usd:,.0f}"
-        return f"{g} GPUs, {m}/month"
-    whole = part(row.get("gpus"), row.get("monthly_usd"))
+        # where energy is priced apart, plans rank by the bill with its power: shown beside it
+        return f"{g} GPUs, {m}/month" + ("" if power is None else f" + ${power:,.0f} power")
+    whole = part(row.get("gpus"), row.get("monthly_usd"), row.get("power_monthly_usd"))
     if row.get("product_gpus") in (None, row.get("gpus")):
         return f"the fleet: {whole}"
-    return f"the product: {part(row['product_gpus'], row.get('product_monthly_usd'))}; the simulated slice: {whole}"
+    product = part(row["product_gpus"], row.get("product_monthly_usd"), row.get("product_power_monthly_usd"))
+    return f"the product: {product}; the simulated slice: {whole}"
 
 
 def _header_lines(header: str, width: int) -> str:

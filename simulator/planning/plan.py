@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ..errors import LlmsimError
+from ..errors import LlmsimError, first_few
 from ..memory import does_not_fit
 from ..metrics.intervals import check_confidence
 from ..profiles.hardware import load_hardware
@@ -30,7 +30,7 @@ from ..runsize import check_run_count
 from ..scenario.load import load_scenario, resolve_scenario
 from ..scenario.overlays import overlaid, variant_overlays
 from ..scenario.overrides import Given, given_sets, refuse_overlaps
-from ..scenario.variants import Variant, merge_overlays, overlay_assignments, select_variants
+from ..scenario.variants import Variant, merge_overlays, overlay_assignments, select_variants, yaml_text
 from ..validation.error_model import ErrorModel
 from workloads.traces import seeds_alike
 from .batch import run_points
@@ -85,9 +85,12 @@ class Plan:
 
     @property
     def _month_key(self) -> str:
-        """What the ranking's month is: the GPU-hour bill, with the power where it is priced."""
+        """What the ranking's month is: the GPU-hour bill, with the power where it is priced, the
+        product's where the scenario is a slice of one."""
         priced = any(c.get("power_monthly_usd") is not None for c in self.candidates)
-        return "monthly_usd + power_monthly_usd" if priced else "monthly_usd"
+        month = "monthly_usd + power_monthly_usd" if priced else "monthly_usd"
+        return month.replace("monthly", "product_monthly") if any(
+            c.get("product_monthly_usd") is not None for c in self.candidates) else month
 
     @property
     def warnings(self) -> list[str]:
@@ -201,7 +204,7 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
     ``max_runs``: the most runs the search may make (default
     :data:`~simulator.runsize.MAX_RUNS`), checked on its worst case before any run.
 
-    Every combination is compiled at both ends of the range before any run
+    Every combination is compiled at each value of the range it may try before any run
     (:mod:`.precheck`): a choice llmsim cannot model is refused, not planned
     as an infeasible fleet; one whose model does not fit stays a result."""
     if confidence is not None:
@@ -231,6 +234,11 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
                           "can be judged against it", source=path, key_path="slo")
     if seeds < 1:
         raise LlmsimError(f"--seeds must be at least 1 (got {seeds})", key_path="--seeds")
+    if seeds > 1 and any(a.key == "seed" for a in axes):
+        # the seeds' own seed key would overwrite the varied one: each choice would run the same seeds
+        raise LlmsimError(f"--seeds {seeds} runs every fleet at the scenario's seed and the {seeds - 1} after it, "
+                          f"so a seed varied beside it would run the same seeds for every choice: drop --vary seed "
+                          f"(or --seeds)", key_path="--vary seed")
     ranges = [a for a in axes if a.is_range]
     if max_rate:
         if ranges:
@@ -259,7 +267,7 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
     prices = Prices(path, sets)
     priced = [prices.of(r.overrides) for r in runs]
     stated = Prices(path, merge_overlays([v.set for v in chosen])).of({})
-    pinned = pinned_prices(priced, stated, restated=priced_by([cli, *(r.overrides for r in runs)], list(stated)))
+    pinned = pinned_prices(priced, stated, restated=[priced_by([cli, r.overrides], list(stated)) for r in runs])
     varied = gpu_varied_pools(priced)
     combos = choices(axes)
     seed_sets = [{}] + [{"seed": sc.seed + k} for k in range(1, seeds)]
@@ -274,11 +282,16 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
         key, searched = axis.key, {"key": axis.key, "range": list(axis.bounds)}
         answers = drive_all({i: smallest_passing(*axis.bounds) for i in range(len(combos))},
                             prober.judge(combos, key))
-    candidates = []
+    candidates, bounds_hit = [], []
     for i, combo in enumerate(combos):
         tried = [v for (j, v) in prober.rows if j == i]
         value = answers[i]
-        at = value if value is not None else (min(tried) if max_rate else max(tried))
+        # with no rate passing, the figures shown are the starting rate's (the first probe): the last
+        # halving's run may hold no request at all, whose "no samples" would hide what missed
+        at = value if value is not None else (tried[0] if max_rate else max(tried))
+        if value is not None and value == (max(tried) if max_rate else searched["range"][0]) \
+                and (max_rate or value > 1):
+            bounds_hit.append(", ".join(f"{k}={yaml_text(v)}" for k, v in combo.items()) or "the scenario")
         overrides = {**combo, key: at}
         cand = {"overrides": overrides, **prober.figures(i, at), "probes": len(tried),
                 "usd_per_gpu_hour": {name: p.usd_per_gpu_hour for name, p in prices.of(overrides).items()}}
@@ -290,15 +303,30 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
     return Plan(str(path), "max_rate" if max_rate else "min", searched, [sc.seed + k for k in range(seeds)],
                 _ranked(candidates, max_rate), probes, list(variants), cli, confidence,
                 {g: load_hardware(g).provenance() for g in sorted(gpus)}, varied, pinned,
-                [w for w in [seeds_alike(sc.workload.arrival, seeds)] if w])
+                [w for w in [seeds_alike(sc.workload.arrival, seeds), _bound_note(bounds_hit, max_rate, key)] if w])
 
+
+def _bound_note(hit: list[str], max_rate: bool, key: str) -> str:
+    """Where an answer is the search's bound rather than a value found between a pass and a miss: a
+    --max-rate answer that passed at its last doubling (start × 2^12) is only a floor under the highest
+    rate, a range's low end only the smallest value tried."""
+    if not hit:
+        return ""
+    which = first_few(hit, 3)
+    if max_rate:
+        return (f"every rate tried passed for {which}: its answer is the search's highest probe (the starting "
+                f"rate doubled 12 times), a floor under the highest sustainable rate; start higher "
+                f"(--set {key}=...)")
+    return (f"the range's low end passed for {which}: a smaller {key} may pass too; widen the range to "
+            f"find the smallest")
 
 
 def _ranked(candidates: list[dict[str, Any]], max_rate: bool) -> list[dict[str, Any]]:
     big = float("inf")
 
     def order(c: dict[str, Any]):
-        cost = month_with_power(c)
+        # the product's month where the scenario is a slice of one: candidates may slice it differently
+        cost = month_with_power(c, product=c.get("product_monthly_usd") is not None)
         cost = big if cost is None else cost
         return (not c["slo_met"], -(c.get("max_rate_per_s") or 0.0) if max_rate else 0.0, cost)
     return sorted(candidates, key=order)
@@ -306,7 +334,7 @@ def _ranked(candidates: list[dict[str, Any]], max_rate: bool) -> list[dict[str, 
 
 def infeasible_message(plan: Plan) -> str:
     """Why no combination met the SLO, one line per combination."""
-    end = "at the lowest rate tried" if plan.mode == "max_rate" else "at the largest value"
+    end = "at the starting rate" if plan.mode == "max_rate" else "at the largest value"
     lines = [f"{_overrides_text(c['overrides'])}: {c['failed_slo']}" for c in plan.candidates]
     return f"no combination meets the SLO ({end} of {plan.searched['key']}):\n  " + "\n  ".join(lines)
 

@@ -32,7 +32,7 @@ from ..profiles.loader import resolve
 from ..validation.error_model import regime_of_run
 from ..scenario.load import load_scenario
 from ..scenario.schema import Scenario
-from ..scenario.variants import overlay_assignments
+from ..scenario.variants import merge_overlays, overlay_assignments
 from workloads.traces import resolve_trace_path
 
 __all__ = ["Point", "run_point", "summarize", "check_overrides", "inputs_key", "LATENCY_COLUMNS",
@@ -66,8 +66,9 @@ class Point:
         return overlay_assignments(dict(self.overrides))
 
     def with_overrides(self, extra: Mapping[str, Any]) -> "Point":
-        merged = dict(self.overrides)
-        merged.update(extra)
+        # in application order: a key set again moves last, so a pool a variant replaces whole keeps the
+        # value searched on it (a plain update left it first, undone by the pool's own overlay)
+        merged = merge_overlays([dict(self.overrides), extra])
         return Point(self.scenario, tuple(merged.items()), self.engine)
 
 
@@ -126,8 +127,10 @@ def _refuse_initial_replicas(sc, varied: Sequence[str], source: str) -> None:
     autoscaled = {p.name for p in sc.pools if p.autoscaling is not None}
     for key in varied:
         m = _REPLICAS_KEY.fullmatch(key)
-        if m and m.group(1) in autoscaled:
-            name = m.group(1)
+        # pools.0 is the first pool as pools.NAME is (the override walker's addressing)
+        name = m and (sc.pools[int(m.group(1))].name if m.group(1).isdigit() and int(m.group(1)) < len(sc.pools)
+                      else m.group(1))
+        if name in autoscaled:
             raise LlmsimError(
                 f"pool {name!r} is autoscaled, so {key} only sets its count at t = 0 and the autoscaler moves it "
                 f"from there: vary pools.{name}.autoscaling.max_replicas (the most it may run) or "

@@ -38,7 +38,7 @@ from ..scenario.compile import base_dir, compile_scenario
 from ..scenario.drawn import check_source
 from ..scenario.load import load_scenario
 from ..scenario.schema import Scenario
-from ..scenario.variants import overlay_assignments
+from ..scenario.variants import merge_overlays, overlay_assignments
 from workloads.drivers import Source, make_source
 
 __all__ = ["Run", "check_runs"]
@@ -74,7 +74,7 @@ def check_runs(scenario: str | Path, runs: Iterable[Run], sets: Mapping[str, Any
             continue
         seen.add(fingerprint)
         try:
-            sc, path = _compiled(scenario, {**sets, **run.overrides})
+            sc, path = _compiled(scenario, merge_overlays([sets, run.overrides]))
         except LlmsimError as e:
             raise _refused(scenario, sets, run, e, given) from None
         if sc.workload.is_trace:
@@ -181,7 +181,7 @@ def _blamed(scenario: str | Path, sets: Mapping[str, Any], run: Run, error: Llms
     kept = dict(run.overrides)
     for key in list(kept):
         without = {k: v for k, v in kept.items() if k != key}
-        alone = _refusal(scenario, {**sets, **without}, traces)
+        alone = _refusal(scenario, merge_overlays([sets, without]), traces)
         if alone is not None and (alone.message, alone.key_path) == (error.message, error.key_path):
             kept = without
     return list(kept)

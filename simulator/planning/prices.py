@@ -25,7 +25,7 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from ..metrics.cost import pool_price
 from ..profiles.hardware import load_hardware
 from ..scenario.load import load_scenario
-from ..scenario.variants import overlay_assignments
+from ..scenario.variants import merge_overlays, overlay_assignments
 from .point import Point
 
 __all__ = ["PoolPrice", "Prices", "pinned_prices", "priced_by", "sweep_pinned_prices", "gpu_varied_pools"]
@@ -53,7 +53,7 @@ class Prices:
         """Pool name -> :class:`PoolPrice`, with ``overrides`` on top of the plan's sets."""
         key = json.dumps(dict(overrides), sort_keys=True, default=str)
         if key not in self._seen:
-            sc, _ = load_scenario(self.scenario, overlay_assignments({**self.sets, **overrides}))
+            sc, _ = load_scenario(self.scenario, overlay_assignments(merge_overlays([self.sets, overrides])))
             self._seen[key] = {p.name: PoolPrice(p.gpu, pool_price(p, load_hardware(p.gpu))[0], p.usd_per_gpu_hour)
                                for p in sc.pools}
         return self._seen[key]
@@ -91,7 +91,7 @@ def sweep_pinned_prices(points: Sequence[Point]) -> list[dict[str, Any]]:
     prices = Prices(points[0].scenario, {})
     stated = prices.of({})
     return pinned_prices([prices.of(dict(p.overrides)) for p in points], stated, command="sweep",
-                         restated=priced_by([dict(p.overrides) for p in points], list(stated)))
+                         restated=[priced_by([dict(p.overrides)], list(stated)) for p in points])
 
 
 def gpu_varied_pools(runs: Iterable[Mapping[str, PoolPrice]]) -> list[str]:
@@ -105,18 +105,19 @@ def gpu_varied_pools(runs: Iterable[Mapping[str, PoolPrice]]) -> list[str]:
 
 
 def pinned_prices(runs: list[Mapping[str, PoolPrice]], stated: Mapping[str, PoolPrice],
-                  command: str = "plan", restated: frozenset[str] = frozenset()) -> list[dict[str, Any]]:
+                  command: str = "plan", restated: Sequence[frozenset[str]] = ()) -> list[dict[str, Any]]:
     """Every pool billed at one pinned ``usd_per_gpu_hour`` on a GPU it was not written for (the plan varies
     the GPU, or sets another, even a single one), as plan.json records it (with the warning to print);
     ``stated`` is the scenario as its file and variants leave it, without ``--set``, so a price only the
     command line pins is left out. ``command``: whose runs the warning speaks of (plan, sweep);
-    ``restated``: pools whose price the command line or the runs' own choices state (:func:`priced_by`),
-    at the file's value or not: the user's own statement, no warning."""
+    ``restated``: per run (in the order of ``runs``; none: no run), the pools whose price the command line
+    or that run's own choices state (:func:`priced_by`), at the file's value or not: the user's own
+    statement, no warning for that run. Decided run by run: one point pricing its own GPU left every
+    other point's GPU billed at the pin without a word."""
     out = []
     for name in stated:
-        if name in restated:
-            continue
-        pools = [run[name] for run in runs if name in run]
+        pools = [run[name] for i, run in enumerate(runs)
+                 if name in run and not (i < len(restated) and name in restated[i])]
         kinds = list(dict.fromkeys(p.gpu for p in pools))
         if not pools or kinds == [stated[name].gpu]:
             continue      # the GPU the price was written for, in every run

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError
+from ..scenario.variants import merge_overlays
 from .batch import run_points
 from .executors import Executor
 from .grid import load_sweep
@@ -50,7 +51,7 @@ def plan_sweep(sweep_path: str | Path, sets: Mapping[str, Any] | None = None,
     ``sets`` (``--set``) apply to every point, under the point's own overrides.
     More than ``max_runs`` (default :data:`~simulator.runsize.MAX_RUNS`) is refused."""
     sweep, base, overrides = load_sweep(sweep_path, sets, max_runs)
-    return [Point(str(base), tuple({**(sets or {}), **o}.items()), sweep.engine) for o in overrides]
+    return [Point(str(base), tuple(merge_overlays([sets or {}, o]).items()), sweep.engine) for o in overrides]
 
 
 def run_sweep(points: Sequence[Point], out_dir: str | Path, executor: Executor,

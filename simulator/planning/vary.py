@@ -17,7 +17,7 @@ import yaml
 from ..errors import LlmsimError
 from ..scenario.load import load_scenario
 from ..scenario.overrides import key_fault, repeated
-from ..scenario.variants import overlay_assignments, yaml_text
+from ..scenario.variants import merge_overlays, overlay_assignments, yaml_text
 from ..structured import parse_yaml
 from .point import check_overrides
 from .precheck import Run
@@ -107,12 +107,20 @@ def choices(axes: Sequence[Axis]) -> list[dict[str, Any]]:
     return [dict(zip([a.key for a in lists], combo)) for combo in itertools.product(*(a.values for a in lists))]
 
 
+#: A range of at most this many values is compiled at every value before any run (9 ms each): a value
+#: inside it can fail where its ends do not (tp=6 of 1..8 divides no head count); a longer one (a count
+#: of replicas, where every value between valid ends is valid) at its ends.
+CHECKED_RANGE = 256
+
+
 def runs_to_check(axes: Sequence[Axis]) -> list[Run]:
-    """Every combination of choices at both ends of the range: each may be
-    run, so each must be a scenario llmsim can model (values inside the
-    range differ from its ends only in the searched key). Each key's value
-    is named as the ``--vary`` it came from."""
-    ends = [{a.key: v} for a in axes if a.is_range for v in a.bounds] or [{}]
+    """Every combination of choices at every value of the range the search
+    may try (:data:`CHECKED_RANGE`): each may be run, so each must be a
+    scenario llmsim can model. Each key's value is named as the ``--vary``
+    it came from."""
+    ends = [{a.key: v} for a in axes if a.is_range
+            for v in (range(a.bounds[0], a.bounds[1] + 1) if a.bounds[1] - a.bounds[0] < CHECKED_RANGE
+                      else a.bounds)] or [{}]
     runs = [{**combo, **end} for combo in choices(axes) for end in ends]
     return [Run(r, {k: f"--vary {k}={yaml_text(v)}" for k, v in r.items()}) for r in runs]
 
@@ -127,7 +135,7 @@ def check_axes(scenario: str | Path, axes: Sequence[Axis], sets: Mapping[str, An
         values = list(a.bounds if a.is_range else a.values)
         for v in values:
             try:
-                check_overrides(scenario, {**(sets or {}), a.key: v}, f"--vary {a.key}={yaml_text(v)}",
+                check_overrides(scenario, merge_overlays([sets or {}, {a.key: v}]), f"--vary {a.key}={yaml_text(v)}",
                                 varied=[a.key])
             except LlmsimError as e:
                 others = [w for w in values if w != v]
@@ -143,7 +151,7 @@ def _fault_of_every_choice(scenario: str | Path, axis: Axis, sets: Mapping[str, 
     if not others:
         return None
     try:
-        check_overrides(scenario, {**(sets or {}), axis.key: others[-1]}, "", varied=[axis.key])
+        check_overrides(scenario, merge_overlays([sets or {}, {axis.key: others[-1]}]), "", varied=[axis.key])
     except LlmsimError as again:
         if again.key_path == err.key_path and again.message == err.message:
             return LlmsimError(err.message, source=f"{scenario} (--vary {axis.text()})", key_path=err.key_path)

@@ -20,7 +20,7 @@ from typing import Any, Callable, Mapping, Optional
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError
 from ..metrics.verdict import mark
-from ..planning.pareto import point_label
+from ..planning.pareto import month_with_power, point_label
 from . import page_charts as charts
 from .page_parts import classes_table, cost_table, esc, figure, latency_table, money, pools_table, run_answer, \
     table, whole
@@ -313,7 +313,9 @@ def _sweep_body(folder: Path, df: Any) -> tuple[str, str]:
     for r in rows:
         fleets.setdefault(json.dumps([r["overrides"][k] for k in fleet_keys], default=str), []).append(r)
     met = [g for g in fleets.values() if all(r.get("slo_met") for r in g)]
-    cost = lambda g: max(r.get("product_monthly_usd") or r.get("monthly_usd") or float("inf") for r in g)  # noqa: E731
+    # the month plan ranks by: the product's where rows carry it, power added where energy is priced
+    product = any(r.get("product_monthly_usd") is not None for r in rows)
+    cost = lambda g: max(month_with_power(r, product) or float("inf") for r in g)  # noqa: E731
     cheapest = min(met, key=cost, default=None)
     seeded = any(len(g) > 1 for g in fleets.values())
     parts = [figure("points", len(rows), f"{len(rows):,}", "points swept")]

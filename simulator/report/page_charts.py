@@ -9,11 +9,11 @@ only in a hover.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
 
-from ..planning.pareto import pareto_front, point_label
+from ..planning.pareto import month_with_power, pareto_front, point_label
 
 __all__ = ["latency_cdfs", "timeseries", "cost_breakdown", "ladder_charts", "pareto_chart", "REQUEST_COLUMNS",
            "TIMELINE_COLUMNS", "TIMELINE_OPTIONAL_COLUMNS"]
@@ -170,11 +170,14 @@ def cost_breakdown(llmsim: Mapping[str, Any]) -> list[tuple[str, Figure]]:
         yaxis={"title": {"text": "USD"}, "automargin": True})})]
 
 
-def _money_axis(rows: Sequence[Mapping[str, Any]]) -> tuple[str, str]:
-    """(row key, axis title): the product's monthly cost when the rows carry it."""
-    if any(r.get("product_monthly_usd") is not None for r in rows):
-        return "product_monthly_usd", "monthly cost, the product (USD)"
-    return "monthly_usd", "monthly cost (USD)"
+def _money_axis(rows: Sequence[Mapping[str, Any]]) -> tuple[Callable[[Mapping[str, Any]], Optional[float]], str]:
+    """(a row's month, axis title): the month plans rank by (``month_with_power``), the product's when
+    the rows carry it, its power added where energy is priced. The GPU bill alone drew a B200 fleet
+    left of an H100 one that the plan ranked cheaper with its watts."""
+    product = any(r.get("product_monthly_usd") is not None for r in rows)
+    powered = any(r.get("product_power_monthly_usd" if product else "power_monthly_usd") is not None for r in rows)
+    return ((lambda r: month_with_power(r, product)),
+            f"monthly cost{', the product' if product else ''}{', power included' if powered else ''} (USD)")
 
 
 def _merged(points: list[tuple]) -> list[tuple]:
@@ -193,7 +196,7 @@ def ladder_charts(rows: Sequence[Mapping[str, Any]], slo: Optional[Mapping[str, 
     steps = [r["step"] for r in rows]
     money, money_title = _money_axis(rows)
     ttft = [r.get("ttft_p99_ms") for r in rows]
-    cost = [r.get(money) for r in rows]
+    cost = [money(r) for r in rows]
     colour = ["#2ca02c" if r.get("slo_met") else "#d62728" if r.get("slo_met") is False else "#7f7f7f"
               for r in rows]
     shapes = [{"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": t["target_ms"],
@@ -226,8 +229,11 @@ def pareto_chart(points: Sequence[Mapping[str, Any]], best: Optional[Mapping[str
     """Every fleet simulated as a point of monthly cost against p99 TTFT,
     each labelled with what it varied; met and missed apart, the frontier
     of the ones meeting the SLO, and the chosen one starred."""
-    money, money_title = _money_axis(points)
-    usable = [p for p in points if p.get(money) is not None and p.get("ttft_p99_ms") is not None]
+    month, money_title = _money_axis(points)
+    money = "plotted_monthly_usd"
+    usable = [{**p, money: month(p)} for p in points]
+    usable = [p for p in usable if p[money] is not None and p.get("ttft_p99_ms") is not None]
+    best = None if best is None else {**best, money: month(best)}
     if not usable:
         return []
     traces = []
