@@ -12,7 +12,7 @@ import time
 import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Optional
+from typing import Callable, Mapping, Optional, Sequence
 
 import numpy as np
 import simpy
@@ -42,6 +42,15 @@ from .scenario.schema import Scenario
 from workloads.adapters import AdapterDraws
 from workloads.drivers import make_source
 from workloads.request import Request
+
+
+def run_end(pools: Mapping[str, Pool], requests: Sequence[Request]) -> float:
+    """When the run's window ends: the pools' last event, and no earlier than the last request's
+    arrival, one the gateway refused (429) included: with the last requests refused no pool saw
+    them, and the window (and the bill) ended early; with every request refused it read 0 s. A
+    shard's window ends so too (``--shards 1`` is the plain run)."""
+    end = max(p.end_time() for p in pools.values())
+    return max(end, max((r.arrival for r in requests), default=end))
 
 
 @dataclass
@@ -87,10 +96,17 @@ def _counted_span(records: Records, warmup: int) -> Optional[float]:
     return max(RequestArrays(records).last_stamp() - float(records.arrival.min()), 0.0)
 
 
-def _router_rng(seed: int, pool: str) -> np.random.Generator:
+def _router_rng(seed: int, pool: str, shard: tuple[int, ...] = ()) -> np.random.Generator:
     """A pool's router stream: the run's seed and the pool's name, so neither another pool nor the order
-    the pools are written in moves it."""
-    return np.random.default_rng([seed, 7, zlib.crc32(pool.encode())])
+    the pools are written in moves it; and the shard's place (:func:`_shard`)."""
+    return np.random.default_rng([seed, 7, zlib.crc32(pool.encode()), *shard])
+
+
+def _shard(subset) -> tuple[int, ...]:
+    """What keys a shard's own random streams (the routers' draws, the network delays drawn from a law):
+    its index and count, so that shards do not replay one another's draws (every shard drew the same
+    delays, sampling their tail N times less); none for a plain run or a single shard, which is it."""
+    return () if subset is None or subset.count == 1 else (subset.index, subset.count)
 
 
 def _build_pool(env, p: PoolPlan, gaps: GapLog, engine: str, rng, id_block_tokens, draws) -> Pool:
@@ -134,9 +150,11 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     draws = AdapterDraws(wl, sc.seed) if any(p.spec.lora for p in plan.pools) else None
     # each pool's router draws from a stream of its own, keyed by the pool's name: one stream shared by
     # every pool made a what-if on one pool's router move another pool's latencies
-    pools = {p.name: _build_pool(env, p, gaps, engine, _router_rng(sc.seed, p.name), src.block_tokens, draws)
-             for p in plan.pools}
-    classes = ClassTable(list(sc.classes), sc.seed, np.random.default_rng(seeds[6]))
+    shard = _shard(subset)
+    pools = {p.name: _build_pool(env, p, gaps, engine, _router_rng(sc.seed, p.name, shard), src.block_tokens,
+                                 draws) for p in plan.pools}
+    network = seeds[6] if not shard else np.random.SeedSequence([sc.seed, 6, *shard])
+    classes = ClassTable(list(sc.classes), sc.seed, np.random.default_rng(network))
 
     def on_done(req: Request) -> None:
         done[0] += 1
@@ -179,12 +197,8 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     # a benchmark, are not counted.
     warmup = getattr(src, "warmup", 0)
     requests = src.requests[warmup:]
-    end = max(p.end_time() for p in pools.values())
+    end = run_end(pools, requests)
     records = Records.of(requests) if summarize else None
-    if records is not None and len(records):
-        # the fleet was up at least until the last request arrived, one the gateway refused (429) included:
-        # with every request refused there no pool saw one, and the window (and the bill) read 0 s
-        end = max(end, float(records.arrival.max()))
     tl = timeline.frame(end)
     if records is None:
         return RunOutput(sc, requests, gaps, {}, pools, plan.setups, tl, scalers,
