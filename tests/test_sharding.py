@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import yaml
 from hypothesis import given, settings, strategies as st
 
 from simulator.errors import LlmsimError
@@ -70,6 +71,21 @@ def _shard_runs(sc, path, n):
     shard's scenario and its subset of the workload, straight through simulate()."""
     plan = plan_shards(sc, n)
     return [simulate(s, source=path, subset=sub) for s, sub in zip(plan.scenarios, plan.subsets)]
+
+
+def test_a_sharded_trace_is_held_to_the_run_limits_whole(tmp_path, monkeypatch):
+    """Each shard checked only the rows it kept, so a trace past the request limit ran in two halves."""
+    import simulator.runsize as runsize
+    (tmp_path / "t.csv").write_text("timestamp,input_tokens,output_tokens\n"
+                                    + "".join(f"{i * 0.1},200,20\n" for i in range(60)))
+    (tmp_path / "s.yaml").write_text(yaml.safe_dump({
+        "name": "t", "workload": {"arrival": {"type": "trace", "path": "t.csv"}},
+        "pools": [{"name": "p", "model": "llama-3.1-8b", "gpu": "h100-sxm", "replicas": 2}]}))
+    sc, path = load_scenario(tmp_path / "s.yaml")
+    monkeypatch.setattr(runsize, "MAX_REQUESTS", 40)
+    for run in (lambda: simulate(sc, source=path), lambda: run_sharded(sc, 2, source=path, executor=_in_process())):
+        with pytest.raises(LlmsimError, match="60 requests"):
+            run()
 
 
 def test_shards_draw_network_delays_of_their_own():

@@ -24,6 +24,8 @@ from typing import MutableMapping, Optional
 
 import numpy as np
 
+from workloads.drivers import make_source
+
 from ..report.fleet_report import _merge_steps, llmsim_block, timing_block
 from ..metrics.column_files import ColumnFiles
 from ..metrics.gaps import GapGrid
@@ -32,6 +34,7 @@ from ..metrics.results import compute_results
 from ..planning.executors import Executor, make_executor
 from ..runner import RunOutput
 from ..scenario.compile import FleetPlan, compile_scenario
+from ..scenario.drawn import check_source
 from ..scenario.schema import Scenario
 from .shard import PoolRecord, ShardJob, ShardOutcome, run_shard
 from .predraw import dealt_rows
@@ -57,6 +60,9 @@ def run_sharded(sc: Scenario, shards: int, *, source: Optional[Path] = None, eng
     for bit, memory is bounded by a few columns instead of the table."""
     wall = time.perf_counter()
     compiled = compile_scenario(sc, source)    # the run's size checked before the lone requests are drawn
+    if sc.workload.is_trace and shards > 1:
+        # a shard checks only the rows it keeps: the whole trace is held to the run's limits here, once
+        check_source(sc, make_source(sc.workload, sc.seed, compiled.folder), source, compiled.folder)
     plan = plan_shards(sc, shards, source)
     rows = dealt_rows(sc, plan.subsets)
 
