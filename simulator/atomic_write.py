@@ -68,8 +68,9 @@ def _refuse_special(path: Path) -> None:
         raise LlmsimError("not a regular file (a device, pipe or socket); give a file name", source=path)
 
 
-def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
-    """Call ``write(tmp)`` for a temporary file beside ``path``, then rename it to ``path``."""
+def write_atomic(path: str | Path, write: Callable[[Path], None], mode: Optional[int] = None) -> Path:
+    """Call ``write(tmp)`` for a temporary file beside ``path``, then rename it to ``path``, with
+    ``mode`` (default: :func:`default_file_mode`; a file rewritten in place keeps its own)."""
     path = Path(path)
     _refuse_special(path)
     made = path.parent
@@ -84,7 +85,7 @@ def write_atomic(path: str | Path, write: Callable[[Path], None]) -> Path:
         os.close(fd)
         tmp = Path(name)
         write(tmp)
-        os.chmod(tmp, default_file_mode())
+        os.chmod(tmp, default_file_mode() if mode is None else mode)
         os.replace(tmp, path)
         done = True
     except OSError as e:

@@ -15,7 +15,9 @@ import pytest
 
 from simulator.calibration import data as cdata
 from simulator.calibration import evaluate, pipeline, report
-from simulator.calibration.write import MARKER, render, replace_block, write_profile
+from simulator.calibration import write as cwrite
+from simulator.errors import LlmsimError
+from simulator.calibration.write import MARKER, render, rendered_profile, replace_block, write_profiles
 from simulator.costmodel import components as C
 from simulator.profiles import list_builtin, load_hardware
 from simulator.profiles.hardware import AllReduceParams, Calibration, RooflineParams
@@ -182,16 +184,55 @@ def test_block_writer_preserves_the_rest_of_the_file_and_is_idempotent(tmp_path,
     head = original.split(MARKER)[0]
     path.write_text(head)
     cal = _a_calibration()
-    assert write_profile(path, cal)
+    write_profiles({path: rendered_profile(path, cal)})
     text = path.read_text()
     assert text.startswith(head) and text.count("\ncalibration:") == 1 and text.count(MARKER) == 1
     assert load_hardware(str(path)).calibration == cal
-    assert not write_profile(path, cal)  # unchanged second time
+    assert rendered_profile(path, cal) is None  # unchanged second time
     # A key after the block survives a rewrite, and so does its comment.
     path.write_text(text + "# trailing comment\nextra_key: 1\n")
     out = replace_block(path.read_text(), render(Calibration(status="roofline")))
     assert out.startswith(head) and out.endswith("# trailing comment\nextra_key: 1\n")
     assert out.count(MARKER) == 1
+
+
+def test_profiles_are_written_all_or_none_keeping_mode_and_links(tmp_path, repo_root, monkeypatch):
+    """A calibration rewrote profiles one by one through a .tmp file of its own: a failure halfway left
+    some rewritten and a .tmp behind, a 0600 profile came back 0644, and a linked profile was replaced
+    by a plain file, its shared target never updated."""
+    head = (repo_root / "hardware_profiles" / "h100-sxm.yaml").read_text().split(MARKER)[0]
+    shared, mine = tmp_path / "shared.yaml", tmp_path / "mine.yaml"
+    for p in (shared, mine):
+        p.write_text(head)
+    mine.chmod(0o600)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(shared)
+    cal = _a_calibration()
+    write_profiles({link: rendered_profile(link, cal), mine: rendered_profile(mine, cal)})
+    assert link.is_symlink() and load_hardware(str(shared)).calibration == cal
+    assert mine.stat().st_mode & 0o777 == 0o600
+    # the second write fails: the first is put back, nothing else is left in the folder
+    for p in (shared, mine):
+        p.write_text(head)
+    real = cwrite.replace_text
+    calls = []
+
+    def failing(path, text):
+        calls.append(path)
+        if len(calls) == 2:
+            raise LlmsimError("cannot write (No space left on device)", source=path)
+        real(path, text)
+    monkeypatch.setattr(cwrite, "replace_text", failing)
+    with pytest.raises(LlmsimError, match="No space"):
+        write_profiles({shared: rendered_profile(shared, cal), mine: rendered_profile(mine, cal)})
+    assert shared.read_text() == head and mine.read_text() == head
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.yaml", "mine.yaml", "shared.yaml"]
+
+
+@pytest.mark.shared_data
+def test_gpu_writes_only_the_profiles_asked_for(shared_data):
+    """--gpu b300 fits b200 to copy it from, and wrote b200.yaml too."""
+    assert sorted(pipeline.run(shared_data, ["b300"], moe_mla=False).profiles) == ["b300"]
 
 
 def test_missing_data_dir_is_a_clear_user_error(cli, tmp_path):

@@ -372,7 +372,9 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
             out[name] = _with_calibration(target, cal, paths.get(name))
     for name, src in renamed.items():
         out[name] = _with_calibration(given[name], out[src].calibration, paths[name])
-    stand_ins = set(renamed.values()) - set(asked) - set(copies.values())      # calibrated, not asked for
+    # calibrated, not asked for: a user file's built-in stand-in, a copied GPU's sibling (--gpu b300 fits
+    # b200 to copy it, and wrote b200.yaml too)
+    stand_ins = (set(renamed.values()) | set(copies.values())) - set(asked)
     out = {n: g for n, g in out.items() if n not in stand_ins}
 
     shown = {n: g for n, g in fitted.items() if n in wanted}
@@ -398,19 +400,21 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
 
 def write(result: Result) -> list[Path]:
     """Write each profile's calibration block into its built-in YAML."""
-    from .write import write_profile
+    from .write import rendered_profile, write_profiles
 
     d = builtin_dir("hardware_profiles")
     for path in result.paths.values():      # before any file is written
         if path.suffix == ".json":
             raise LlmsimError("llmsim calibrate writes its calibration: block into a YAML profile, and this one "
                               "is JSON: give the profile as YAML, or add --dry-run", source=path)
-    changed = []
+    texts = {}     # every profile rendered and read back before any is written
     for name, gpu in result.profiles.items():
         path = result.paths.get(name) or d / f"{name}.yaml"
         f = result.fp8.get(result.renamed.get(name, name))
         fp8_line = None if f is None else (f.efficiency, FP8_NOTE.format(n=f.compute_bound.n))
-        if write_profile(path, gpu.calibration, fp8_line):
-            changed.append(path)
-    result.written = changed
-    return changed
+        text = rendered_profile(path, gpu.calibration, fp8_line)
+        if text is not None:
+            texts[path] = text
+    write_profiles(texts)
+    result.written = list(texts)
+    return result.written

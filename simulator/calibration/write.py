@@ -10,13 +10,13 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import re
 from pathlib import Path
 
 import yaml
 
-from ..errors import LlmsimError
+from ..atomic_write import write_atomic
+from ..errors import LlmsimError, os_reason
 from ..profiles.hardware import AllReduceParams, Calibration, HardwareProfile, MoeParams, RooflineParams
 
 MARKER = "# --- calibration: written by `llmsim calibrate` (see docs/calibration.md); edits below are overwritten ---"
@@ -137,10 +137,10 @@ def replace_fp8(text: str, efficiency: float, note: str) -> str:
     return re.sub(r"^(price:)", lambda m: line + m.group(1), text, count=1, flags=re.M)
 
 
-def write_profile(path: Path, cal: Calibration, fp8: tuple[float, str] | None = None) -> bool:
-    """Replace the block in ``path`` (and, given ``fp8`` = (efficiency, note),
-    its fp8_gemm_efficiency line); True if the file changed. The new text is
-    parsed back and must give exactly ``cal`` before it is written."""
+def rendered_profile(path: Path, cal: Calibration, fp8: tuple[float, str] | None = None) -> str | None:
+    """The text of ``path`` with its block replaced (and, given ``fp8`` = (efficiency, note), its
+    fp8_gemm_efficiency line); None if that is the file as it is. The new text is parsed back and
+    must give exactly ``cal``, so nothing is written that does not read back."""
     old = path.read_text()
     new = replace_block(old, render(cal))
     if fp8 is not None:
@@ -154,9 +154,30 @@ def write_profile(path: Path, cal: Calibration, fp8: tuple[float, str] | None = 
     if got != cal:
         raise LlmsimError("internal error: the rendered calibration block does not read back identically",
                           source=path)
-    if new == old:
-        return False
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(new)
-    os.replace(tmp, path)
-    return True
+    return None if new == old else new
+
+
+def replace_text(path: Path, text: str) -> None:
+    """``path`` rewritten whole or not at all, keeping its mode, through a symbolic link to the file it
+    names (a profile shared by a link stays shared)."""
+    target = path.resolve()
+    mode = target.stat().st_mode & 0o7777
+    write_atomic(target, lambda tmp: tmp.write_text(text), mode=mode)
+
+
+def write_profiles(texts: dict[Path, str]) -> None:
+    """Write every rendered profile, or none: a write that fails (a full disk, a read-only file) puts
+    back the ones already written, so a calibration is never half applied."""
+    try:
+        olds = {path: path.read_text() for path in texts}
+    except OSError as e:
+        raise LlmsimError(f"cannot read ({os_reason(e)})", source=getattr(e, "filename", None)) from None
+    done: list[tuple[Path, str]] = []
+    try:
+        for path, text in texts.items():
+            replace_text(path, text)
+            done.append((path, olds[path]))
+    except LlmsimError:
+        for path, old in reversed(done):
+            replace_text(path, old)
+        raise
