@@ -23,7 +23,9 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
                                                            "key=a,b,c (choices, crossed); repeatable"),
          max_rate: bool = typer.Option(False, "--max-rate", help="instead: the highest workload.arrival.rate_per_s "
                                                                  "the fleet sustains under the SLO"),
-         seeds: int = typer.Option(1, "--seeds", help="a value meets the SLO only if this many seeds all do"),
+         seeds: int = typer.Option(1, "--seeds", help="a value meets the SLO only if this many seeds all do "
+                                                         "(with --confidence: if the SLO holds at that "
+                                                         "confidence over the seeds' spread)"),
          variant: List[str] = typer.Option([], "--variant", help="plan the scenario's variant of this name "
                                                                  "(repeatable, applied in order before --set)"),
          output: Optional[str] = typer.Option(None, "-o", "--output",
