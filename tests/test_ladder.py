@@ -114,7 +114,7 @@ def test_command_line_set_reaches_a_pool_a_variant_adds(tmp_path, cli):
     """--set goes on after the variants, so it may address a pool only a variant declares."""
     pool = "{{name: {}, model: llama-3-8b, gpu: h100-sxm, replicas: 1, router: round_robin}}"
     sc = write_scenario(tmp_path, "variants:\n  - name: second-pool\n    set:\n"
-                        "      classes: [{name: c, pool: main}]\n"
+                        "      classes: [{name: c, pool: main}, {name: d, pool: extra}]\n"
                         f"      pools: [{pool.format('main')}, {pool.format('extra')}]\n")
     res = cli("run", sc, "--json", "--variant", "second-pool", "--set", "pools.extra.replicas=3").json()
     assert res["llmsim"]["pools"]["extra"]["replicas"] == 3

@@ -185,3 +185,16 @@ def test_a_latency_past_its_target_reads_past_it(value, target):
     for grouped in (True, False):
         shown = float(ms_past(value, target, grouped).removesuffix(" ms").replace(",", ""))
         assert shown != target
+
+
+def test_a_plan_over_product_slices_ranks_and_says_it_ranks_by_the_products_month():
+    """Candidates slicing one product differently (4 slices of 2 GPUs, 1 slice of 2): the slice's bill
+    ranked the 4-slice product, 4 times dearer, first."""
+    from simulator.planning.plan import Plan, _ranked
+    four = {"slo_met": True, "monthly_usd": 4365.0, "product_monthly_usd": 17461.6, "power_monthly_usd": 100.0,
+            "product_power_monthly_usd": 400.0}
+    one = {"slo_met": True, "monthly_usd": 4365.0, "product_monthly_usd": 4365.0, "power_monthly_usd": 100.0,
+           "product_power_monthly_usd": 100.0}
+    assert _ranked([four, one], max_rate=False) == [one, four]
+    plan = Plan("s.yaml", "min", {"key": "k", "range": [1, 2]}, [0], [one, four])
+    assert plan.to_json()["rank_by"] == "product_monthly_usd + product_power_monthly_usd"

@@ -87,10 +87,9 @@ class Plan:
     def _month_key(self) -> str:
         """What the ranking's month is: the GPU-hour bill, with the power where it is priced, the
         product's where the scenario is a slice of one."""
-        priced = any(c.get("power_monthly_usd") is not None for c in self.candidates)
-        month = "monthly_usd + power_monthly_usd" if priced else "monthly_usd"
-        return month.replace("monthly", "product_monthly") if any(
-            c.get("product_monthly_usd") is not None for c in self.candidates) else month
+        product = "product_" if any(c.get("product_monthly_usd") is not None for c in self.candidates) else ""
+        priced = any(c.get(f"{product}power_monthly_usd") is not None for c in self.candidates)
+        return f"{product}monthly_usd" + (f" + {product}power_monthly_usd" if priced else "")
 
     @property
     def warnings(self) -> list[str]:
