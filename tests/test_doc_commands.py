@@ -176,7 +176,8 @@ def smoke_repeats(argv: list[str]) -> list[str]:
 @pytest.fixture
 def smoke(monkeypatch):
     """Every workload cut to smoke size where it is built (plan and sweep
-    workers are forked, so they inherit it)."""
+    workers are forked, so they inherit it), and each run's figures built
+    but not drawn."""
     import simulator.runner as runner
 
     real = runner.make_source
@@ -195,6 +196,16 @@ def smoke(monkeypatch):
         return sorted(replayable, key=lambda r: r.concurrency or 0)[:SMOKE_ROWS]
 
     monkeypatch.setattr(rows, "rows_from_csv", few_rows)
+
+    import simulator.report.plots as plots
+
+    def unrendered(fig, path):      # the figure is built from the run; laying it out and rasterising it
+        if fig is None:             # (most of a smoke run's time: a ladder's 30 figures took 15 of 21 s)
+            return []               # is left to tests/test_plots.py
+        path.write_bytes(b"")
+        return [path]
+
+    monkeypatch.setattr(plots, "_save", unrendered)
 
 
 def accepted(subcommand: str, r) -> bool:
