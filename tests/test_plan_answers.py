@@ -153,6 +153,18 @@ def test_the_confidence_lines_give_the_product_as_the_best_line_does():
                      "the higher confidence costs $2,183/month more"]
 
 
+def test_what_a_confidence_costs_counts_the_power_where_it_is_priced():
+    """Plans rank by the GPU bill plus the power; the difference between levels left the power out."""
+    lo, hi = _level(2, 2, 4365.0, 1), _level(3, 3, 6548.0, 1)
+    for level, watts in ((lo, 1000.0), (hi, 1500.0)):
+        level.best.update(power_monthly_usd=watts, product_power_monthly_usd=watts)
+    block = by_confidence({0.5: lo, 0.9: hi})
+    assert block["monthly_difference_usd"] == 6548.0 + 1500.0 - 4365.0 - 1000.0
+    assert block["levels"]["0.9"]["power_monthly_usd"] == 1500.0
+    assert confidence_text(block, fleet_answer).splitlines()[2] == \
+        "at 90 %: pools.chat.replicas=3  (the fleet: 3 GPUs, $6,548/month + $1,500 power)"
+
+
 def test_each_level_gives_its_bounds_and_the_lines_say_the_confidence_is_one_sided():
     """A run's 90 % interval is two-sided, a plan's 90 % one-sided: the plan says which, and each level
     gives the bounds it judged the targets by (they were only in plan.json)."""

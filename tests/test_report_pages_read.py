@@ -36,7 +36,10 @@ def test_a_plan_at_a_confidence_says_so_and_shows_its_warnings(cli, tmp_path):
     assert r.code in (0, 1), r.err
     plan = json.loads((tmp_path / "plan" / "plan.json").read_text())
     text = _text((tmp_path / "plan" / "report.html").read_text())
-    assert "Judged at 90 % confidence" in text and "On the simulated figures (50 %)" in text
+    assert "Judged at 90 % confidence" in text and "At 50 % (the bias-corrected prediction)" in text
+    half = plan["by_confidence"]["levels"]["0.5"]
+    if half["met"]:     # the fleet's GPUs (a level's product_gpus is None: the page showed "None GPUs")
+        assert f"{half['gpus']:,} GPUs" in text
     for w in plan["warnings"]:
         assert " ".join(w.split()) in text
 

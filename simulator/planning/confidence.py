@@ -17,6 +17,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..metrics.intervals import targets_at_confidence
 from ..metrics.verdict import load_failure, ms_past, owner, slo_blocks
 from ..validation.error_model import ErrorModel, Regime
+from .pareto import month_with_power
 
 __all__ = ["slo_targets_text", "judge_at_confidence"]
 
@@ -67,14 +68,18 @@ def by_confidence(plans: Mapping[float, Any]) -> dict[str, Any]:
                             "slo_bounds_ms": b.get("slo_bounds_ms") if b else None}
     lo, hi = levels[f"{min(plans):g}"], levels[f"{max(plans):g}"]
 
-    def more(key: str) -> Optional[float]:
-        return hi[key] - lo[key] if hi[key] is not None and lo[key] is not None else None
-    return {"levels": levels, "monthly_difference_usd": more("monthly_usd"),
-            "product_monthly_difference_usd": more("product_monthly_usd")}
+    def more(product: bool) -> Optional[float]:
+        # the month plans rank by: the GPU bill, plus the power where energy is priced apart
+        a, b = month_with_power(hi, product), month_with_power(lo, product)
+        return a - b if a is not None and b is not None else None
+    return {"levels": levels, "monthly_difference_usd": more(False),
+            "product_monthly_difference_usd": more(True)}
 
 
-#: A fleet's bill as a plan row gives it: the simulated fleet's, then the product's (a slice x its slices).
-_BILL = ("gpus", "monthly_usd", "product_gpus", "product_monthly_usd")
+#: A fleet's bill as a plan row gives it: the simulated fleet's, then the product's (a slice x its slices),
+#: each with its power where the scenario prices energy apart.
+_BILL = ("gpus", "monthly_usd", "power_monthly_usd", "product_gpus", "product_monthly_usd",
+         "product_power_monthly_usd")
 
 
 def confidence_text(block: Mapping[str, Any], answer: Callable[[Mapping[str, Any]], str]) -> str:

@@ -272,17 +272,20 @@ def _plan_body(folder: Path) -> tuple[str, str]:
 
 
 def _confidence_note(confidence: float, by_confidence: Mapping[str, Any]) -> str:
-    """What a plan at a confidence judged, and the answer on the simulated figures beside it, as the
-    terminal says them: without it a page reading "no fleet" hides the fleet that meets the SLO at 50 %."""
+    """What a plan at a confidence judged, and the answer at 50 % (the bias-corrected prediction) beside
+    it, as the terminal says them: without it a page reading "no fleet" hides the fleet that meets the
+    SLO at 50 %."""
     note = (f"Judged at {100 * confidence:g} % confidence: every SLO target's bound under llmsim's measured "
             f"error must meet it.")
     half = (by_confidence.get("levels") or {}).get("0.5")
     if half and confidence != 0.5:
         fleet = ", ".join(f"{k}={v}" for k, v in (half.get("overrides") or {}).items())
-        gpus = whole(half.get("product_gpus", half.get("gpus")))
-        usd = money(half.get("product_monthly_usd", half.get("monthly_usd")))
-        note += (f" On the simulated figures (50 %): {fleet}, {gpus} GPUs, {usd}/month." if half.get("met")
-                 else " On the simulated figures (50 %) no fleet searched meets it either.")
+        # a level carries product_* as None where the scenario is not a slice: the fleet's own then
+        gpus = whole(half.get("product_gpus") or half.get("gpus"))
+        usd = money(half.get("product_monthly_usd") or half.get("monthly_usd"))
+        note += (f" At 50 % (the bias-corrected prediction): {fleet}, {gpus} GPUs, {usd}/month."
+                 if half.get("met") else " At 50 % (the bias-corrected prediction) no fleet searched meets it "
+                                         "either.")
     return note
 
 
