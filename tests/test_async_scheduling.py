@@ -183,9 +183,27 @@ def test_a_separate_draft_model_turns_vllms_async_default_off(speculative, engin
     assert PoolSpec.model_validate(pool).engine.async_scheduling is overlaps
 
 
+@pytest.mark.parametrize("engine, running", [({}, 48), ({"max_num_seqs": 96}, 96)])
+def test_sglang_schedules_a_speculative_pool_as_its_eagle_path_does(engine, running):
+    """SGLang turns the overlap scheduler and mixed chunks off for EAGLE-style drafts (MTP included) and
+    caps running requests at 48 unless --max-running-requests is given (server_args.py, 0.5.4-0.5.11):
+    a scenario's SGLang pool with MTP kept the overlap, mixed chunks and 1,024 running requests, the
+    profile's speculative keys read by the held-out replay alone."""
+    from simulator.scenario.schema import PoolSpec
+
+    pool = {"model": "deepseek-v3", "gpu": "h200", "tp": 8, "speculative": {"draft_model": "mtp", "k": 1,
+                                                                            "acceptance_rate": 0.8},
+            "engine": {"backend": "sglang", "weight_dtype": "fp8", **engine}}
+    e = PoolSpec.model_validate(pool).engine
+    assert (e.max_num_seqs, e.schedule_ahead, e.output_after_next_launch, e.mixed_prefill) == \
+        (running, False, False, False)
+    plain = PoolSpec.model_validate({**pool, "speculative": None}).engine
+    assert plain.max_num_seqs > 48 and plain.schedule_ahead
+
+
 def test_only_vllm_changes_its_defaults_for_a_draft_model():
     """SGLang's and TensorRT-LLM's profiles name no draft-model defaults (their
-    speculative keys are validation's, for MTP): the rule is vLLM's own."""
+    speculative keys, SGLang's, hold for every draft): the rule is vLLM's own."""
     assert load_backend("vllm").draft_model_engine == {"async_scheduling": False}
     assert load_backend("sglang").draft_model_engine == load_backend("trtllm").draft_model_engine == {}
 

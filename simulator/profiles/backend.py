@@ -377,11 +377,16 @@ def check_serving_stack(name: str) -> None:
                          "(the stack of a built-in or installed backend profile)")
 
 
-def apply_backend(engine: dict[str, Any], gpu_name: str, separate_draft: bool = False) -> dict[str, Any]:
+def apply_backend(engine: dict[str, Any], gpu_name: str, separate_draft: bool = False,
+                  speculative: bool = False) -> dict[str, Any]:
     """``engine`` (a pool's engine mapping as written) with its backend's
-    defaults for ``gpu_name`` under the keys the user set. ``separate_draft``:
-    the pool drafts with a separate model (not the model's own MTP layers),
-    whose defaults a stack may change (``draft_model_engine``).
+    defaults for ``gpu_name`` under the keys the user set. ``speculative``:
+    the pool decodes speculatively, with any draft, which a stack may
+    schedule differently (``speculative_engine``: SGLang's EAGLE path turns
+    its overlap scheduler and mixed chunks off and caps running requests at
+    48); ``separate_draft``: the draft is a separate model (not the model's
+    own MTP layers), whose defaults a stack may change too
+    (``draft_model_engine``).
 
     A ``backend_version`` that names no release (or is not text) adds no
     keys here and stays in the mapping, for the engine settings built from
@@ -400,6 +405,8 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, separate_draft: bool = 
         keys = prof.version_keys(version)
         assert keys is not None        # a checked version is a release number or a dated nightly
         merged = refine(merged, keys)
+    if speculative or separate_draft:
+        merged.update(prof.speculative_engine)
     if separate_draft:
         merged.update(prof.draft_model_engine)
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.

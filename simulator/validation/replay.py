@@ -243,7 +243,12 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
     if launch is not None:
         engine["kv_memory"] = launch
     if speculative:
-        engine.update(deployment.speculative_engine_keys(row.stack))
+        # the stack's own switches under speculation; a batch cap the launch sets
+        # (--max-running-requests) stays, as the flag overrides SGLang's 48
+        spec = deployment.speculative_engine_keys(row.stack)
+        if "max_num_seqs" in keys:
+            spec.pop("max_num_seqs", None)
+        engine.update(spec)
     engine.update(s.engine or {})
     if launch is not None and engine.get("kv_memory") is launch:
         # The launch's memory flags and the release's defaults are its own stack's (SGLang's
