@@ -82,7 +82,9 @@ class GpuShare:
     dp: int                 # attention data-parallel ranks
     budget: int             # token budget of one iteration (SGLang's prefill chunk unless kv_memory sets it)
     max_seqs: int
-    speculative: bool = False   # a draft model or MTP module decodes beside the model
+    # what decodes beside the model: "" nothing, "mtp" the model's own MTP layers (an EAGLE-style
+    # head), "draft" a separate draft model (True: an EAGLE-style draft)
+    speculative: bool | str = False
     runtime: float = RUNTIME_BYTES_PER_GPU
     # Vocabulary entries of one sequence's logits on this GPU: the whole vocabulary, since the
     # stacks gather the vocabulary-parallel LM head's output before sampling (vLLM V1's
@@ -161,14 +163,15 @@ def sglang_chunked_prefill_size(hbm_mib: float) -> int:
 
 
 def sglang_mem_fraction_static(hbm_mib: float, gpus: int, dp: int, chunked_prefill_size: int,
-                               graph_max_bs: int, speculative: bool = False) -> tuple[float, float]:
+                               graph_max_bs: int, speculative: bool | str = False) -> tuple[float, float]:
     """SGLang's default ``mem_fraction_static`` and the reserve (MiB) it
     leaves: 512 MiB of metadata, 1.5 MiB per token of the prefill chunk
     (at least 2,048), 2 MiB per CUDA-graph batch slot, 1 GiB per 8 GPUs,
     with DP attention 3 MiB (and 1.5 more above 300 slots) per slot and
     rank, at least 10 GiB on GPUs above 60 GiB, and 2 GiB more for an
-    EAGLE or NEXTN (MTP) draft (server_args.py
-    ``ServerArgs._handle_gpu_memory_settings``, 0.5.x)."""
+    EAGLE or NEXTN (MTP) draft, 6 GiB for a separate draft model
+    (``speculative="draft"``, SGLang's STANDALONE) (server_args.py
+    ``ServerArgs._handle_gpu_memory_settings``, 0.5.4-0.5.10)."""
     reserved = 512 + max(chunked_prefill_size, 2048) * 1.5 + graph_max_bs * 2 + gpus / 8 * 1024
     if dp > 1:
         reserved += graph_max_bs * dp * 3
@@ -177,7 +180,7 @@ def sglang_mem_fraction_static(hbm_mib: float, gpus: int, dp: int, chunked_prefi
     if hbm_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     if speculative:
-        reserved += 2 * 1024
+        reserved += (6 if speculative == "draft" else 2) * 1024
     return round((hbm_mib - reserved) / hbm_mib, 3), reserved
 
 

@@ -102,11 +102,12 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
                 kv_dtype: str = "bf16", gpu_memory_utilization: float = 0.9,
                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
                 dp: int = 1, ep: int = 1, kv_memory: Optional[KvMemory] = None,
-                speculative: bool = False, expert_storage: float = 1.0) -> MemoryPlan:
+                speculative: bool | str = False, expert_storage: float = 1.0) -> MemoryPlan:
     """Divide one replica's ``tp × dp`` GPUs' memory as its stack does
     (``kv_memory``; vLLM's accounting without one); raise a clear error when
     the model cannot fit. ``speculative``: a draft decodes beside the
-    model (SGLang reserves for it; its weights and KV are taken later, by
+    model, ``"mtp"`` its own MTP layers, ``"draft"`` a separate model
+    (SGLang reserves for it, by kind; its weights and KV are taken later, by
     :func:`simulator.costmodel.speculative.speculative_memory`).
     ``expert_storage``: the routed experts' memory against the checkpoint's
     shape where the stack pads them (the cost model's ``expert_storage``).

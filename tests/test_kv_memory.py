@@ -128,6 +128,9 @@ def test_sglang_default_fraction_follows_its_reserve():
     with_dp = sglang_mem_fraction_static(b200, 8, 8, 16384, 512)[1]
     assert with_dp == 512 + 24576 + 1024 + 1024 + 512 * 8 * 3 + 512 * 8 * 1.5
     assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative=True)[1] == 26624 + 2048
+    assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative="mtp")[1] == 26624 + 2048
+    # a separate draft model (SGLang's STANDALONE) reserves 6 GiB, where llmsim reserved an EAGLE head's 2
+    assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative="draft")[1] == 26624 + 6144
     assert sglang_mem_fraction_static(h100, 1, 1, 1, 1)[1] == 10 * 1024
 
 
@@ -417,3 +420,18 @@ def test_a_block_count_past_the_gpus_memory_is_refused(pp):
     with pytest.raises(LlmsimError) as e:
         pool(10**9)
     assert e.value.key_path == "pools[0].engine.num_gpu_blocks_override" and "at most" in e.value.message
+
+
+def test_a_pools_draft_kind_reaches_sglangs_reserve():
+    """The reserve a pool's SGLang takes for its draft follows the draft's kind: 6 GiB for a separate
+    model, where every draft was reserved an EAGLE head's 2 GiB (Llama-3.1-70B on 4 H100s with a
+    Llama-3.2-1B draft: the fraction 0.799 where SGLang takes 0.749)."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    pool = {"name": "p", "model": "llama-3.1-70b", "gpu": "h100-sxm", "tp": 4, "engine": {"backend": "sglang"},
+            "speculative": {"draft_model": "llama-3.2-1b", "k": 4, "acceptance_rate": 0.7}}
+    drafted = setup_pool(PoolSpec.model_validate(pool), 0).memory.fraction
+    plain = setup_pool(PoolSpec.model_validate({**pool, "speculative": None}), 0).memory.fraction
+    h100 = 81559.0      # MiB, as the profile's figure gives it
+    assert drafted == pytest.approx(plain - 6144 / h100, abs=0.0015)
