@@ -261,6 +261,9 @@ def test_model_does_not_fit_subprocess(cli_subprocess):
       "--gpu-memory-utilization", "0"), "gpu-memory-utilization"),
     (("estimate", "request", "--gpu", "a100-sxm-40gb", "--model", "llama-3-70b", "--tp", "8", "--input", "10",
       "--output", "1", "--gpu-memory-utilization", "0.3"), "does not fit"),
+    # read by nothing under another stack's rule: 0.5 and 0.9 gave the same 456,448 KV tokens
+    (("estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3-8b", "--input", "10", "--output", "1",
+      "--backend", "trtllm", "--gpu-memory-utilization", "0.5"), "sizes its KV pool by its own rule (trtllm"),
 ])
 def test_bad_input_exit_2(cli, args, match):
     """In-process: an exception escaping ``main`` (what would be a traceback

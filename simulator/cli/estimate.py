@@ -331,6 +331,12 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline)
     if max_num_batched_tokens is None:
         max_num_batched_tokens = engine.max_num_batched_tokens if engine is not None else 8192
+    rule = engine.kv_memory.rule if engine is not None and engine.kv_memory is not None else "vllm"
+    if gpu_memory_utilization is not None and rule != "vllm":
+        # a pool sized by another stack's rule never reads it: both values gave the same pool
+        raise LlmsimError(f"is vLLM's share of the GPU, and --backend {backend} sizes its KV pool by its own rule "
+                          f"({rule}: engine.kv_memory.fraction in a scenario); drop it",
+                          key_path="--gpu-memory-utilization")
     if gpu_memory_utilization is None:
         gpu_memory_utilization = engine.gpu_memory_utilization if engine is not None else 0.9
     if not 0 < gpu_memory_utilization <= 1:
