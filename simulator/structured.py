@@ -18,6 +18,7 @@ from __future__ import annotations
 import copy
 import json
 import re
+import threading
 from collections import OrderedDict
 from typing import Any
 
@@ -131,20 +132,26 @@ def _check_depth(text: str) -> None:
 _PARSED: "OrderedDict[str, Any]" = OrderedDict()
 _PARSED_ENTRIES = 256
 _PARSED_MAX_CHARS = 1 << 18
+_PARSED_LOCK = threading.Lock()
 
 
 def parse_yaml(text: str) -> Any:
     """Parse YAML; raises ``yaml.YAMLError`` (with a mark) or ``ValueError``. A text parsed before (one
     of the last few hundred, each under 256 KB) gives a fresh copy of what it gave then."""
     small = len(text) <= _PARSED_MAX_CHARS
-    if small and text in _PARSED:
-        _PARSED.move_to_end(text)
-        return copy.deepcopy(_PARSED[text])
-    value = _parse_yaml(text)
     if small:
-        _PARSED[text] = copy.deepcopy(value)
-        while len(_PARSED) > _PARSED_ENTRIES:
-            _PARSED.popitem(last=False)
+        with _PARSED_LOCK:      # a Dask worker may run points in threads
+            hit = _PARSED.get(text)
+            if hit is not None:
+                _PARSED.move_to_end(text)
+        if hit is not None:
+            return copy.deepcopy(hit)
+    value = _parse_yaml(text)
+    if small and value is not None:
+        with _PARSED_LOCK:
+            _PARSED[text] = copy.deepcopy(value)
+            while len(_PARSED) > _PARSED_ENTRIES:
+                _PARSED.popitem(last=False)
     return value
 
 

@@ -789,3 +789,25 @@ def test_ctrl_c_under_a_sweep_is_one_line_from_the_parent_alone(tmp_path):
     assert p.returncode == 130, err
     lines = err.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("interrupted: 0 of 4 points finished and kept in out/points"), err
+
+
+@settings(max_examples=30, deadline=None)
+@given(st.dictionaries(st.text("abc", min_size=1, max_size=3), st.integers(-5, 5) | st.lists(st.integers(0, 3)),
+                       min_size=1, max_size=4))
+def test_a_text_parsed_again_gives_what_it_gave_unshared(doc):
+    """parse_yaml keeps what recent texts gave (a plan reads the same profiles for every run): a second
+    parse gives the same value, never the first caller's object, however that caller changed it."""
+    import yaml as _yaml
+    from simulator.structured import parse_yaml
+
+    text = _yaml.safe_dump(doc)
+    first = parse_yaml(text)
+    assert first == doc
+    for v in first.values():
+        if isinstance(v, list):
+            v.append(99)
+    first["zzzz"] = 1
+    assert parse_yaml(text) == doc
+    for _ in range(2):          # a refused text is refused every time, never remembered
+        with pytest.raises(_yaml.YAMLError, match="given twice"):
+            parse_yaml("a: 1\na: 2\n")
