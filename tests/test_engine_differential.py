@@ -57,6 +57,7 @@ def _label(ref, pre: int) -> None:
 
 
 # --- open loop ----------------------------------------------------------------
+@pytest.mark.slow     # 400 drawn fleets: 15-17 s on two busy cores
 @settings(max_examples=400, **SETTINGS)
 @given(data=st.data())
 def test_open_loop_matches_reference(data):
