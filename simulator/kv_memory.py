@@ -85,6 +85,7 @@ class GpuShare:
     # what decodes beside the model: "" nothing, "mtp" the model's own MTP layers (an EAGLE-style
     # head), "draft" a separate draft model (True: an EAGLE-style draft)
     speculative: bool | str = False
+    stages: int = 1         # pipeline stages of the serving process (SGLang's reserve counts tp × pp GPUs)
     runtime: float = RUNTIME_BYTES_PER_GPU
     # Vocabulary entries of one sequence's logits on this GPU: the whole vocabulary, since the
     # stacks gather the vocabulary-parallel LM head's output before sampling (vLLM V1's
@@ -166,8 +167,8 @@ def sglang_mem_fraction_static(hbm_mib: float, gpus: int, dp: int, chunked_prefi
                                graph_max_bs: int, speculative: bool | str = False) -> tuple[float, float]:
     """SGLang's default ``mem_fraction_static`` and the reserve (MiB) it
     leaves: 512 MiB of metadata, 1.5 MiB per token of the prefill chunk
-    (at least 2,048), 2 MiB per CUDA-graph batch slot, 1 GiB per 8 GPUs,
-    with DP attention 3 MiB (and 1.5 more above 300 slots) per slot and
+    (at least 2,048), 2 MiB per CUDA-graph batch slot, 1 GiB per 8 GPUs
+    of the process (tp × pp: ``gpus``), with DP attention 3 MiB (and 1.5 more above 300 slots) per slot and
     rank, at least 10 GiB on GPUs above 60 GiB, and 2 GiB more for an
     EAGLE or NEXTN (MTP) draft, 6 GiB for a separate draft model
     (``speculative="draft"``, SGLang's STANDALONE) (server_args.py
@@ -192,9 +193,10 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
         mib = g.hbm / MIB
         bs = spec.cuda_graph_max_bs or sglang_graph_max_bs(mib, g.gpus)
         chunk = _sglang_chunk(spec, g)
-        frac, reserved = sglang_mem_fraction_static(mib, g.gpus, g.dp, chunk, bs, g.speculative)
+        frac, reserved = sglang_mem_fraction_static(mib, g.gpus * g.stages, g.dp, chunk, bs, g.speculative)
         why = (f"SGLang's default for a {g.hbm / GIB:.0f} GiB GPU: {reserved / 1024:.1f} GiB reserved for a "
-               f"{chunk:,}-token prefill chunk, CUDA graphs up to batch {bs}, {g.gpus} GPU{'s' * (g.gpus != 1)}"
+               f"{chunk:,}-token prefill chunk, CUDA graphs up to batch {bs}, {g.gpus * g.stages} GPU"
+               f"{'s' * (g.gpus * g.stages != 1)}"
                + (" and a draft" if g.speculative else ""))
     # free_at_start × fraction holds weights and KV; the runtime is taken before start-up is measured.
     usable = frac * (g.hbm - g.runtime)

@@ -109,7 +109,7 @@ def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp:
         last = s == pp - 1
         weights = (body * n / L + (embed if s == 0 else 0.0) + (head if last else 0.0)) / tp + whole * n / L
         share = GpuShare(gpu.hbm_bytes, weights, max_num_batched_tokens * per_token, tp, 1, max_num_batched_tokens,
-                         max_num_seqs, vocab=model.vocab_size if last else 0)
+                         max_num_seqs, vocab=model.vocab_size if last else 0, stages=pp)
         budget = kv_budget(share, kv_memory, gpu_memory_utilization)
         stage_token = kv_token * n / L                  # this stage's layers of one token, over its tp GPUs
         cap = budget.kv_bytes * tp

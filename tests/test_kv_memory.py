@@ -435,3 +435,16 @@ def test_a_pools_draft_kind_reaches_sglangs_reserve():
     plain = setup_pool(PoolSpec.model_validate({**pool, "speculative": None}), 0).memory.fraction
     h100 = 81559.0      # MiB, as the profile's figure gives it
     assert drafted == pytest.approx(plain - 6144 / h100, abs=0.0015)
+
+
+def test_sglangs_reserve_counts_every_gpu_of_a_pipelined_server():
+    """SGLang's reserve adds tp_size × pp_size / 8 GiB (server_args.py, 0.5.9): a tp 4 × pp 2 server
+    reserves for 8 GPUs, where each pipeline stage was sized as a server of 4 (0.824, SGLang 0.818)."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    pool = {"name": "p", "model": "llama-3.1-70b", "gpu": "h100-sxm", "tp": 4, "pp": 2,
+            "engine": {"backend": "sglang", "mixed_prefill": True}}
+    mib = load_hardware("h100-sxm").hbm_bytes / 2**20
+    assert setup_pool(PoolSpec.model_validate(pool), 0).memory.fraction == \
+        sglang_mem_fraction_static(mib, 8, 1, 8192, 512)[0] == 0.818
