@@ -86,6 +86,7 @@ def test_shipped_hopper_fp8_blocks_price_padding_rows(profile):
     assert load_hardware(profile).calibration.moe_ep["fp8_block"].pad_row_cost == 0.0
 
 
+@pytest.mark.slow     # a leave-one-shape-out refit: 9-18 s on two busy cores
 @pytest.mark.shared_data
 def test_hopper_fp8_balanced_rows_predicted_held_out(shared_data):
     """Leave-one-shape-out over H100's per-tensor FP8 rows (15 shapes, every
