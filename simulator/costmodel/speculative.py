@@ -99,10 +99,19 @@ from .roofline import blend
 from .step import CostModel
 
 __all__ = ["SpeculativeSpec", "SpeculativeCostModel", "expected_tokens_per_step", "speculative_cost_model",
-           "speculative_memory", "speculative_setup"]
+           "speculative_memory", "speculative_setup", "draft_kind"]
 
 _US = 1e-6
 MTP = "mtp"   # draft_model naming the target's own next-token-prediction layers
+
+
+def draft_kind(draft_model: object) -> str:
+    """What decodes beside a pool's model, as the stacks tell drafts apart in their scheduling and
+    memory: "" nothing (no draft), "mtp" the model's own MTP layers (an EAGLE-style head), "draft" a
+    separate draft model."""
+    if draft_model is None:
+        return ""
+    return "draft" if isinstance(draft_model, str) and draft_model != MTP else "mtp"
 
 
 class SpeculativeSpec(BaseModel):

@@ -11,7 +11,7 @@ from typing import Optional
 
 from ..costmodel import CostModel
 from ..costmodel.pipeline import PipelineCostModel
-from ..costmodel.speculative import MTP, speculative_setup
+from ..costmodel.speculative import MTP, draft_kind, speculative_setup
 from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
@@ -90,7 +90,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
     mem = at("engine", lambda: plan_memory(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
                                            e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
                                            e.block_size, dp=spec.dp, ep=spec.ep, kv_memory=e.kv_memory,
-                                           speculative=_draft_kind(spec),
+                                           speculative=draft_kind(spec.speculative.draft_model
+                                                                  if spec.speculative else None),
                                            expert_storage=cm.expert_storage))
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative))
@@ -214,10 +215,3 @@ def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, w
     mem = _blocks_override(e, mem, where, source)
     return PoolSetup(spec, cm, mem, None, engine=rounds)
 
-
-def _draft_kind(spec: PoolSpec) -> str:
-    """What decodes beside the pool's model, for the memory a stack reserves for it: "" nothing,
-    "mtp" the model's own MTP layers, "draft" a separate model (SGLang reserves 2 and 6 GiB)."""
-    if spec.speculative is None:
-        return ""
-    return "mtp" if spec.speculative.draft_model == MTP else "draft"

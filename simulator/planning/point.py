@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import re
 import time
 from dataclasses import dataclass
 from functools import cached_property
@@ -31,6 +30,7 @@ from .confidence import slo_targets_text
 from ..profiles.loader import resolve
 from ..validation.error_model import regime_of_run
 from ..scenario.load import load_scenario
+from ..scenario.overrides import resolved_key
 from ..scenario.schema import Scenario
 from ..scenario.variants import merge_overlays, overlay_assignments
 from workloads.traces import resolve_trace_path
@@ -125,11 +125,12 @@ def _refuse_initial_replicas(sc, varied: Sequence[str], source: str) -> None:
     "1" whatever the load. Varying it is refused, naming the keys that do
     size such a pool."""
     autoscaled = {p.name for p in sc.pools if p.autoscaling is not None}
+    pools = {"pools": [{"name": p.name} for p in sc.pools]}
     for key in varied:
-        m = _REPLICAS_KEY.fullmatch(key)
-        # pools.0 is the first pool as pools.NAME is (the override walker's addressing)
-        name = m and (sc.pools[int(m.group(1))].name if m.group(1).isdigit() and int(m.group(1)) < len(sc.pools)
-                      else m.group(1))
+        # pools.0 is the first pool as pools.NAME is: the key's pool by its place, as the overrides address it
+        parts = resolved_key(pools, key)
+        name = sc.pools[int(parts[1])].name if len(parts) == 3 and parts[::2] == ("pools", "replicas") \
+            and parts[1].isdigit() and int(parts[1]) < len(sc.pools) else None
         if name in autoscaled:
             raise LlmsimError(
                 f"pool {name!r} is autoscaled, so {key} only sets its count at t = 0 and the autoscaler moves it "
@@ -137,8 +138,6 @@ def _refuse_initial_replicas(sc, varied: Sequence[str], source: str) -> None:
                 f"pools.{name}.autoscaling.target (how busy it keeps a replica), or set pools.{name}.autoscaling: "
                 f"null (--set) to size a fixed pool", source=source, key_path=key)
 
-
-_REPLICAS_KEY = re.compile(r"pools\.([^.]+)\.replicas")
 
 
 def run_point(point: Point) -> dict[str, Any]:

@@ -377,15 +377,14 @@ def check_serving_stack(name: str) -> None:
                          "(the stack of a built-in or installed backend profile)")
 
 
-def apply_backend(engine: dict[str, Any], gpu_name: str, separate_draft: bool = False,
-                  speculative: bool = False) -> dict[str, Any]:
+def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "") -> dict[str, Any]:
     """``engine`` (a pool's engine mapping as written) with its backend's
-    defaults for ``gpu_name`` under the keys the user set. ``speculative``:
-    the pool decodes speculatively, with any draft, which a stack may
-    schedule differently (``speculative_engine``: SGLang's EAGLE path turns
-    its overlap scheduler and mixed chunks off and caps running requests at
-    48); ``separate_draft``: the draft is a separate model (not the model's
-    own MTP layers), whose defaults a stack may change too
+    defaults for ``gpu_name`` under the keys the user set. ``draft``: what
+    decodes beside the model (:func:`simulator.costmodel.speculative.draft_kind`):
+    any draft makes a stack schedule differently (``speculative_engine``:
+    SGLang's EAGLE path turns its overlap scheduler and mixed chunks off and
+    caps running requests at 48), a separate draft model ("draft", not the
+    model's own MTP layers) may change its defaults too
     (``draft_model_engine``).
 
     A ``backend_version`` that names no release (or is not text) adds no
@@ -405,9 +404,9 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, separate_draft: bool = 
         keys = prof.version_keys(version)
         assert keys is not None        # a checked version is a release number or a dated nightly
         merged = refine(merged, keys)
-    if speculative or separate_draft:
+    if draft:
         merged.update(prof.speculative_engine)
-    if separate_draft:
+    if draft == "draft":
         merged.update(prof.draft_model_engine)
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
     return refine(backend_defaults_beside(merged, engine), engine)

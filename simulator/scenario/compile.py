@@ -139,14 +139,14 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
                  f"({a.min_replicas}..{a.max_replicas})", f"pools[{i}].replicas")
     _check_system_prompt(sc, source)
     _check_disaggregation(sc, setups, source)
-    _check_every_pool_serves(sc, routes, source)
+    # a class routed to a prefill pool holds its KV on that pool's decode pool too, longest there
+    decodes_on = {p.name: p.disaggregation.decode_pool for p in sc.pools if p.disaggregation is not None}
+    _check_every_pool_serves(sc, routes, decodes_on, source)
     check_pp_pairs(sc.pools, source)
     class_slos, bucket_slos = _check_classes(sc, routes, source)
     setups = _class_speculation(setups, sc.classes, routes, source)
     _check_regions(sc, source)
     month = month_rule(sc, source)
-    # a class routed to a prefill pool holds its KV on that pool's decode pool too, longest there
-    decodes_on = {p.name: p.disaggregation.decode_pool for p in sc.pools if p.disaggregation is not None}
     pools = [_pool_plan(ps, i, source, [c for c in sc.classes if routes[c.name] == ps.spec.name],
                         [c for c in sc.classes if ps.spec.name in (routes[c.name], decodes_on.get(routes[c.name]))])
              for i, ps in enumerate(setups)]
@@ -297,13 +297,13 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
                               f"and kv_dtype", source=source, key_path=key)
 
 
-def _check_every_pool_serves(sc: Scenario, routes: dict[str, str], source) -> None:
+def _check_every_pool_serves(sc: Scenario, routes: dict[str, str], decodes_on: dict[str, str], source) -> None:
     """Refuse a pool no request can reach: it would be built and billed for
     the whole window while serving nothing, and the month's bill would carry
-    it without a word (a class re-routed by a --set leaves its old pool so)."""
+    it without a word (a class re-routed by a --set leaves its old pool so).
+    ``decodes_on``: each prefill pool's decode pool, which its classes reach."""
     reached = set(routes.values())
     reached.update(st.pool for c in sc.classes for st in (c.pool_by_input_length or []))
-    decodes_on = {p.name: p.disaggregation.decode_pool for p in sc.pools if p.disaggregation is not None}
     reached.update(decodes_on[name] for name in list(reached) if name in decodes_on)
     for i, p in enumerate(sc.pools):
         if p.name not in reached:

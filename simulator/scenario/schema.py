@@ -10,7 +10,7 @@ from typing import Any, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..costmodel.speculative import MTP, SpeculativeSpec
+from ..costmodel.speculative import SpeculativeSpec, draft_kind
 from ..engine.config import EngineConfig
 from ..fleet.routing import RouterSpec
 from ..errors import LlmsimError
@@ -84,7 +84,7 @@ class PoolSpec(BaseModel):
         try:
             spec = data.get("speculative")
             draft = spec.get("draft_model") if isinstance(spec, dict) else getattr(spec, "draft_model", None)
-            merged = apply_backend(engine, data["gpu"], isinstance(draft, str) and draft != MTP, spec is not None)
+            merged = apply_backend(engine, data["gpu"], draft_kind(draft) if spec is not None else "")
         except LlmsimError as e:
             where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
             raise ValueError(f"engine.backend {engine['backend']!r}: {where + ': ' if where else ''}{e.message}") from None
