@@ -86,6 +86,11 @@ class GpuShare:
     # head), "draft" a separate draft model (True: an EAGLE-style draft)
     speculative: bool | str = False
     stages: int = 1         # pipeline stages of the serving process (SGLang's reserve counts tp × pp GPUs)
+    # The piecewise CUDA graphs SGLang would capture for prefill batches of this deployment
+    # (sglang_prefill_graph_mib): "" none (SGLang turns them off: speculation, DP attention,
+    # pp > 1, a disaggregated pool, the architectures it lists), "mla" an MLA model, "mha" any
+    # other up to the prefill chunk, "llama-2" a Llama-2 model (captured to 4,096 tokens).
+    prefill_graphs: str = ""
     runtime: float = RUNTIME_BYTES_PER_GPU
     # Vocabulary entries of one sequence's logits on this GPU: the whole vocabulary, since the
     # stacks gather the vocabulary-parallel LM head's output before sampling (vLLM V1's
@@ -163,25 +168,60 @@ def sglang_chunked_prefill_size(hbm_mib: float) -> int:
     return 16384
 
 
+# SGLang's prefill (extend) batch sizes its piecewise CUDA graphs are captured for
+# (server_args.py _generate_piecewise_cuda_graph_tokens, 0.5.10-0.5.13), up to the largest.
+def sglang_prefill_graph_sizes(max_tokens: int) -> list[int]:
+    """The token counts SGLang captures piecewise prefill graphs for, up to ``max_tokens``."""
+    sizes = (list(range(4, 33, 4)) + list(range(48, 257, 16)) + list(range(288, 513, 32))
+             + list(range(576, 1025, 64)) + list(range(1280, 4097, 256)) + list(range(4608, max_tokens + 1, 512)))
+    return [n for n in sizes if n <= max_tokens]
+
+
+def sglang_prefill_graph_mib(kind: str, chunked_prefill_size: int, max_total_tokens: Optional[int] = None) -> float:
+    """What SGLang's default reserve sets aside for its piecewise prefill CUDA graphs
+    (server_args.py ``_handle_gpu_memory_settings``, 0.5.10-0.5.13): 1.5 GiB with MLA
+    attention ("the memory overhead is much higher than expected with fa3"), else 8 MiB of
+    non-torch memory per captured size, sizes up to the prefill chunk (Llama-2 to 4,096
+    tokens, a --max-total-tokens cap below either); nothing where ``kind`` is "" (none captured)."""
+    if not kind:
+        return 0.0
+    if kind == "mla":
+        return 1.5 * 1024
+    top = chunked_prefill_size if kind != "llama-2" else min(chunked_prefill_size, 4096)
+    if max_total_tokens is not None:
+        top = min(top, max_total_tokens)
+    return 8.0 * len(sglang_prefill_graph_sizes(top))
+
+
+# GiB SGLang's default reserve adds for a draft beside the model: an EAGLE-style head (EAGLE,
+# NEXTN/MTP) 2 GiB to 0.5.9 and 4 GiB from 0.5.10 (kv_memory.draft_reserve_gib picks the
+# release's), a separate draft model (STANDALONE) 6 GiB in every release read.
+SGLANG_DRAFT_HEAD_RESERVE_GIB = 4.0
+SGLANG_DRAFT_MODEL_RESERVE_GIB = 6.0
+
+
 def sglang_mem_fraction_static(hbm_mib: float, gpus: int, dp: int, chunked_prefill_size: int,
-                               graph_max_bs: int, speculative: bool | str = False) -> tuple[float, float]:
+                               graph_max_bs: int, speculative: bool | str = False, prefill_graph_mib: float = 0.0,
+                               draft_head_gib: float = SGLANG_DRAFT_HEAD_RESERVE_GIB) -> tuple[float, float]:
     """SGLang's default ``mem_fraction_static`` and the reserve (MiB) it
     leaves: 512 MiB of metadata, 1.5 MiB per token of the prefill chunk
     (at least 2,048), 2 MiB per CUDA-graph batch slot, 1 GiB per 8 GPUs
     of the process (tp × pp: ``gpus``), with DP attention 3 MiB (and 1.5 more above 300 slots) per slot and
-    rank, at least 10 GiB on GPUs above 60 GiB, and 2 GiB more for an
-    EAGLE or NEXTN (MTP) draft, 6 GiB for a separate draft model
-    (``speculative="draft"``, SGLang's STANDALONE) (server_args.py
-    ``ServerArgs._handle_gpu_memory_settings``, 0.5.4-0.5.10)."""
+    rank, the piecewise prefill graphs' ``prefill_graph_mib`` (0.5.10 on:
+    :func:`sglang_prefill_graph_mib`), at least 10 GiB on GPUs above 60 GiB, and
+    ``draft_head_gib`` more for an EAGLE or NEXTN (MTP) draft, 6 GiB for a
+    separate draft model (``speculative="draft"``, SGLang's STANDALONE)
+    (server_args.py ``ServerArgs._handle_gpu_memory_settings``, 0.5.4-0.5.13)."""
     reserved = 512 + max(chunked_prefill_size, 2048) * 1.5 + graph_max_bs * 2 + gpus / 8 * 1024
     if dp > 1:
         reserved += graph_max_bs * dp * 3
         if graph_max_bs > 300:
             reserved += graph_max_bs * dp * 1.5
+    reserved += prefill_graph_mib
     if hbm_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
     if speculative:
-        reserved += (6 if speculative == "draft" else 2) * 1024
+        reserved += (SGLANG_DRAFT_MODEL_RESERVE_GIB if speculative == "draft" else draft_head_gib) * 1024
     return round((hbm_mib - reserved) / hbm_mib, 3), reserved
 
 
@@ -193,10 +233,15 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
         mib = g.hbm / MIB
         bs = spec.cuda_graph_max_bs or sglang_graph_max_bs(mib, g.gpus)
         chunk = _sglang_chunk(spec, g)
-        frac, reserved = sglang_mem_fraction_static(mib, g.gpus * g.stages, g.dp, chunk, bs, g.speculative)
+        pieces = (sglang_prefill_graph_mib(g.prefill_graphs, chunk, spec.max_tokens)
+                  if spec.piecewise_cuda_graph else 0.0)
+        head = SGLANG_DRAFT_HEAD_RESERVE_GIB if spec.draft_reserve_gib is None else spec.draft_reserve_gib
+        frac, reserved = sglang_mem_fraction_static(mib, g.gpus * g.stages, g.dp, chunk, bs, g.speculative,
+                                                    pieces, head)
         why = (f"SGLang's default for a {g.hbm / GIB:.0f} GiB GPU: {reserved / 1024:.1f} GiB reserved for a "
-               f"{chunk:,}-token prefill chunk, CUDA graphs up to batch {bs}, {g.gpus * g.stages} GPU"
-               f"{'s' * (g.gpus * g.stages != 1)}"
+               f"{chunk:,}-token prefill chunk, CUDA graphs up to batch {bs}"
+               + (", piecewise prefill graphs" if pieces else "")
+               + f", {g.gpus * g.stages} GPU{'s' * (g.gpus * g.stages != 1)}"
                + (" and a draft" if g.speculative else ""))
     # free_at_start × fraction holds weights and KV; the runtime is taken before start-up is measured.
     usable = frac * (g.hbm - g.runtime)
@@ -233,7 +278,7 @@ class KvRule:
     # A speculative draft's weights and KV come out of the stack's reserve, not the KV pool:
     # SGLang sizes the target's pool before it loads the draft (model_runner.py
     # init_memory_pool: the draft worker takes draft_runner_cache_size, the target's token
-    # count; its reserve grows by 2 GiB for a draft: sglang_mem_fraction_static).
+    # count; its reserve grows for a draft: sglang_mem_fraction_static).
     draft_in_reserve: bool = False
     # The KvMemory knobs the rule reads (KvMemory refuses the others): what the budget
     # functions above consume, and max_tokens, the stack's cap on a rank's tokens
@@ -265,8 +310,9 @@ RULES: dict[str, KvRule] = {
                    knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes"}), needs_one_context=True),
     "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=SGLANG_SWA_FULL_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
-                                      "swa_full_tokens_ratio"}),
-                     default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs"})),
+                                      "swa_full_tokens_ratio", "piecewise_cuda_graph", "draft_reserve_gib"}),
+                     default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "piecewise_cuda_graph",
+                                              "draft_reserve_gib"})),
     "trtllm": KvRule(_trtllm, swa_ratio=TRTLLM_SWA_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
 
@@ -345,6 +391,21 @@ class KvMemory(BaseModel):
                     + _read_by("sampler_logit_bytes", "its activations live outside mem_fraction_static")
                     + "; default: 14 (vllm), 4 (trtllm: one fp32 row of one sequence)")
 
+    piecewise_cuda_graph: bool = Field(
+        default=False,
+        description="SGLang's piecewise CUDA graphs for prefill batches, which its default reserve makes room for "
+                    "(1.5 GiB with MLA attention, else 8 MiB per captured batch size up to the prefill chunk): on "
+                    "by default from 0.5.10 (the sglang backend sets it; --disable-piecewise-cuda-graph is false), "
+                    "and SGLang captures none under speculative decoding, DP attention, pp > 1, a disaggregated "
+                    "pool or the architectures it lists (Qwen3-Next, Qwen3.5 and Llama-4 as served multimodal, "
+                    "DeepSeek-V3.2, GLM-5), whatever this says; "
+                    + _read_by("piecewise_cuda_graph") + "; default: false")
+    draft_reserve_gib: Optional[float] = Field(
+        default=None, ge=0, le=64,
+        description="GiB SGLang's default reserve adds for an EAGLE-style draft (EAGLE, NEXTN/MTP): 2 to 0.5.9, "
+                    "4 from 0.5.10 (the sglang backend's releases set it); a separate draft model's is 6; "
+                    + _read_by("draft_reserve_gib") + f"; default: {SGLANG_DRAFT_HEAD_RESERVE_GIB:g}")
+
     swa_full_tokens_ratio: Optional[float] = Field(
         default=None, gt=0, le=1,
         description="SGLang's --swa-full-tokens-ratio: the tokens each sliding-window layer holds per "
@@ -405,7 +466,25 @@ def backend_defaults_beside(defaults: Mapping[str, Any], engine: Mapping[str, An
     if mine.get("fraction") is not None:
         for knob in {r.engine_knob for r in RULES.values() if r.engine_knob} - set(engine):
             out.pop(knob, None)
+        # The profile's (or its release's) inputs to the stack's default fraction, which the user's
+        # fraction replaces: nothing would read them (SGLang's piecewise graphs, its draft reserve).
+        if isinstance(out.get("kv_memory"), dict):
+            out["kv_memory"] = without_default_inputs({**out["kv_memory"], "rule": mine.get(
+                "rule", out["kv_memory"].get("rule", default_rule)), "fraction": mine["fraction"]}, keep=mine)
+            out["kv_memory"].pop("fraction")
     return out
+
+
+def without_default_inputs(kv_memory: Mapping[str, Any], keep: Mapping[str, Any] = {}) -> dict[str, Any]:
+    """A stack's ``kv_memory`` mapping as a profile or release sets it, less the knobs that only
+    derive the stack's default fraction (``KvRule.default_knobs``) where the mapping fixes the
+    fraction: a release's defaults (SGLang's piecewise graphs, its draft reserve) are moot beside a
+    profile's or user's fraction, where KvMemory would refuse a knob the user set. Those in ``keep``
+    (the user's own) stay, for KvMemory to refuse."""
+    rule = RULES.get(kv_memory.get("rule", KvMemory.model_fields["rule"].default))
+    if rule is None or kv_memory.get("fraction") is None:   # a rule no stack has is refused by KvMemory
+        return dict(kv_memory)
+    return {k: v for k, v in kv_memory.items() if k not in rule.default_knobs or k in keep}
 
 
 def rank_token_cap(spec: Optional[KvMemory]) -> Optional[int]:

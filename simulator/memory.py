@@ -102,7 +102,8 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
                 kv_dtype: str = "bf16", gpu_memory_utilization: float = 0.9,
                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
                 dp: int = 1, ep: int = 1, kv_memory: Optional[KvMemory] = None,
-                speculative: bool | str = False, expert_storage: float = 1.0) -> MemoryPlan:
+                speculative: bool | str = False, expert_storage: float = 1.0,
+                disaggregated: bool = False) -> MemoryPlan:
     """Divide one replica's ``tp × dp`` GPUs' memory as its stack does
     (``kv_memory``; vLLM's accounting without one); raise a clear error when
     the model cannot fit. ``speculative``: a draft decodes beside the
@@ -111,6 +112,8 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     :func:`simulator.costmodel.speculative.speculative_memory`).
     ``expert_storage``: the routed experts' memory against the checkpoint's
     shape where the stack pads them (the cost model's ``expert_storage``).
+    ``disaggregated``: the pool prefills for, or decodes from, another
+    (SGLang then captures no piecewise prefill graphs, so reserves none).
 
     Each of the ``dp`` attention ranks holds the non-expert weights split
     ``tp`` ways, bar those every GPU keeps whole (MLA's down-projections
@@ -129,8 +132,10 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     gpus = par.gpus
     rest, experts = weight_bytes_per_gpu(model, par, weight_dtype, expert_storage)
     activations = max_num_batched_tokens * activation_bytes_per_token(model, tp)
+    graphs = "" if speculative or dp > 1 or disaggregated else sglang_prefill_graph_kind(model)
     share = GpuShare(gpu.hbm_bytes, rest + experts, activations, gpus, dp,
-                     max_num_batched_tokens, max_num_seqs, speculative, vocab=model.vocab_size)
+                     max_num_batched_tokens, max_num_seqs, speculative, vocab=model.vocab_size,
+                     prefill_graphs=graphs)
     budget = kv_budget(share, kv_memory, gpu_memory_utilization)
     copies = kv_copies(model, tp)
     swa = swa_window_share(kv_memory, model.num_sliding_layers, model.num_full_attention_layers)
@@ -147,6 +152,28 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     return MemoryPlan(gpu.hbm_bytes * gpus, budget.usable * gpus, share.weights * gpus, budget.activation * gpus,
                       share.runtime * gpus, kv_cap, kv_per_token, block_size, num_blocks, window * gpus,
                       (kv_memory or KvMemory()).rule, budget.fraction, budget.knob, dp)
+
+
+# Model types whose SGLang architecture captures no piecewise prefill graphs (server_args.py
+# _handle_piecewise_cuda_graph with model_config.py piecewise_cuda_graph_disabled_model_archs,
+# 0.5.10-0.5.13: Qwen3Next, GlmMoeDsa (GLM-5); and the multimodal architectures the
+# checkpoints of these types are served as: Qwen3_5MoeForConditionalGeneration,
+# Llama4ForConditionalGeneration, Gemma3ForConditionalGeneration). A text model of another
+# type served through a multimodal wrapper (Kimi-K2.5) is not told apart.
+SGLANG_NO_PREFILL_GRAPH_TYPES = frozenset({"qwen3_next", "glm_moe_dsa", "qwen3_5_moe_text", "llama4_text",
+                                           "gemma3"})
+
+
+def sglang_prefill_graph_kind(model: ModelProfile) -> str:
+    """Which piecewise prefill graphs SGLang captures for ``model`` on a pool that allows them
+    (:attr:`simulator.kv_memory.GpuShare.prefill_graphs`): its reserve differs for MLA models
+    and Llama-2 (whose graphs stop at 4,096 tokens: server_args.py reads "llama-2" in the
+    model path)."""
+    if model.model_type in SGLANG_NO_PREFILL_GRAPH_TYPES:
+        return ""
+    if model.is_mla:
+        return "mla"
+    return "llama-2" if "llama-2" in model.name.lower() else "mha"
 
 
 def has_full_attention(model: ModelProfile) -> ModelProfile:

@@ -183,12 +183,15 @@ def test_a_separate_draft_model_turns_vllms_async_default_off(speculative, engin
     assert PoolSpec.model_validate(pool).engine.async_scheduling is overlaps
 
 
-@pytest.mark.parametrize("engine, running", [({}, 48), ({"max_num_seqs": 96}, 96)])
-def test_sglang_schedules_a_speculative_pool_as_its_eagle_path_does(engine, running):
-    """SGLang turns the overlap scheduler and mixed chunks off for EAGLE-style drafts (MTP included) and
-    caps running requests at 48 unless --max-running-requests is given (server_args.py, 0.5.4-0.5.11):
-    a scenario's SGLang pool with MTP kept the overlap, mixed chunks and 1,024 running requests, the
-    profile's speculative keys read by the held-out replay alone."""
+@pytest.mark.parametrize("engine, running, overlap", [
+    ({}, 48, True), ({"max_num_seqs": 96}, 96, True),
+    ({"backend_version": "0.5.10.post1"}, 48, False), ({"backend_version": "0.5.11"}, 48, True)])
+def test_sglang_schedules_a_speculative_pool_as_its_eagle_path_does(engine, running, overlap):
+    """SGLang turns mixed chunks off for EAGLE-style drafts (MTP included) and caps running requests at
+    48 unless --max-running-requests is given (server_args.py, 0.5.4-0.5.13); to 0.5.10 it turned the
+    overlap scheduler off too (spec v1), from 0.5.11 spec v2 keeps it for top-k 1 drafts (the
+    profile's own keys are 0.5.13's). A scenario's SGLang pool with MTP kept mixed chunks and 1,024
+    running requests, the profile's speculative keys read by the held-out replay alone."""
     from simulator.scenario.schema import PoolSpec
 
     pool = {"model": "deepseek-v3", "gpu": "h200", "tp": 8, "speculative": {"draft_model": "mtp", "k": 1,
@@ -196,9 +199,28 @@ def test_sglang_schedules_a_speculative_pool_as_its_eagle_path_does(engine, runn
             "engine": {"backend": "sglang", "weight_dtype": "fp8", **engine}}
     e = PoolSpec.model_validate(pool).engine
     assert (e.max_num_seqs, e.schedule_ahead, e.output_after_next_launch, e.mixed_prefill) == \
-        (running, False, False, False)
+        (running, overlap, overlap, False)
     plain = PoolSpec.model_validate({**pool, "speculative": None}).engine
     assert plain.max_num_seqs > 48 and plain.schedule_ahead
+
+
+def test_an_sglang_release_past_the_profile_is_refused():
+    """The sglang profile's rules were read from releases to 0.5.13.post1; 0.5.14 sizes its memory
+    otherwise (server_args.py's reserve moved), so a pool naming it, or a later nightly, is refused
+    with the newest release it could name, not run under 0.5.13's defaults in silence."""
+    from pydantic import ValidationError
+    from simulator.scenario.schema import PoolSpec
+
+    pool = {"model": "llama-3-8b", "gpu": "h100-sxm", "engine": {"backend": "sglang"}}
+    for ok in ("0.5.13.post1", "0.5.9", "nightly-dev-20260402-d7256eb6"):
+        PoolSpec.model_validate({**pool, "engine": {"backend": "sglang", "backend_version": ok}})
+    for newer in ("0.5.14", "0.6.0", "nightly-dev-20260701-abcdef12"):
+        with pytest.raises(ValidationError) as e:
+            PoolSpec.model_validate({**pool, "engine": {"backend": "sglang", "backend_version": newer}})
+        assert "newer than the sglang releases llmsim has read (to 0.5.13.post1" in str(e.value)
+    # a user's fraction replaces the release's inputs to SGLang's default fraction: none is refused
+    e = PoolSpec.model_validate({**pool, "engine": {"backend": "sglang", "kv_memory": {"fraction": 0.8}}}).engine
+    assert e.kv_memory.fraction == 0.8 and not e.kv_memory.piecewise_cuda_graph
 
 
 def test_only_vllm_changes_its_defaults_for_a_draft_model():

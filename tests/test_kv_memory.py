@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib.util
+from dataclasses import replace
 import sys
 from pathlib import Path
 
@@ -11,6 +12,7 @@ from pydantic import ValidationError
 
 from simulator.errors import LlmsimError
 from simulator.kv_memory import (GpuShare, KvMemory, kv_budget, sglang_chunked_prefill_size, sglang_graph_max_bs,
+                                 sglang_prefill_graph_mib, sglang_prefill_graph_sizes,
                                  sglang_mem_fraction_static)
 from simulator.memory import plan_memory
 from simulator.parallelism import Parallelism, replica_kv_bytes_per_token
@@ -120,18 +122,64 @@ def test_sglang_default_fraction_follows_its_reserve():
     """server_args.py _handle_gpu_memory_settings: the reserve for an H100
     at tp 1 (8k chunk, graphs to 256) is 512 + 12,288 + 512 + 128 MiB; on a
     B200 at tp 4, 512 + 24,576 + 1,024 + 512; with DP attention it grows per
-    rank, with a draft by 2 GiB, and it never drops under 10 GiB."""
+    rank, with an EAGLE-style draft by 4 GiB (2 to 0.5.9: draft_head_gib), and it never drops
+    under 10 GiB."""
     h100, b200 = 81559, 183359          # MiB, as nvidia-smi reports them
     assert sglang_graph_max_bs(h100, 1) == 256 and sglang_graph_max_bs(b200, 4) == 512
     assert sglang_mem_fraction_static(h100, 1, 1, 8192, 256) == (round((h100 - 13440) / h100, 3), 13440)
     assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512) == (0.855, 26624)
     with_dp = sglang_mem_fraction_static(b200, 8, 8, 16384, 512)[1]
     assert with_dp == 512 + 24576 + 1024 + 1024 + 512 * 8 * 3 + 512 * 8 * 1.5
-    assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative=True)[1] == 26624 + 2048
-    assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative="mtp")[1] == 26624 + 2048
+    assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative=True)[1] == 26624 + 4096
+    assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative="mtp", draft_head_gib=2)[1] == 26624 + 2048
     # a separate draft model (SGLang's STANDALONE) reserves 6 GiB, where llmsim reserved an EAGLE head's 2
     assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative="draft")[1] == 26624 + 6144
     assert sglang_mem_fraction_static(h100, 1, 1, 1, 1)[1] == 10 * 1024
+
+
+def test_sglang_piecewise_prefill_graphs_grow_its_reserve_from_0_5_10():
+    """server_args.py _handle_gpu_memory_settings (0.5.10-0.5.13): 8 MiB per piecewise prefill
+    graph, captured at 58 sizes up to an 8k chunk (74 up to 16k; Llama-2's stop at 4,096), or
+    1.5 GiB with MLA; added before the 10 GiB floor. The sglang backend turns them on from 0.5.10
+    and SGLang captures none for a speculative, DP-attention or disaggregated deployment."""
+    h100 = 81559
+    assert len(sglang_prefill_graph_sizes(8192)) == 58 and len(sglang_prefill_graph_sizes(16384)) == 74
+    assert sglang_prefill_graph_mib("mha", 8192) == 464 and sglang_prefill_graph_mib("llama-2", 8192) == 400
+    assert sglang_prefill_graph_mib("mla", 8192) == 1536 and sglang_prefill_graph_mib("", 8192) == 0
+    assert sglang_prefill_graph_mib("mha", 8192, max_total_tokens=1000) == 8 * 37
+    assert sglang_mem_fraction_static(h100, 1, 1, 8192, 256, prefill_graph_mib=464)[1] == 13440 + 464
+    assert sglang_mem_fraction_static(h100, 1, 1, 1, 1, prefill_graph_mib=1536)[1] == 10 * 1024
+    from simulator.fleet.setup import setup_pool
+    plan = {v: setup_pool(PoolSpec(name="p", model="llama-3-8b", gpu="h100-sxm",
+                                   engine={"backend": "sglang", "backend_version": v}), 0).memory
+            for v in ("0.5.9", "0.5.10")}
+    assert plan["0.5.9"].fraction == round((h100 - 13440) / h100, 3)
+    assert plan["0.5.10"].fraction == round((h100 - 13440 - 464) / h100, 3)
+    assert plan["0.5.10"].kv_capacity_bytes < plan["0.5.9"].kv_capacity_bytes
+    g = GpuShare(hbm=h100 * 2**20, weights=16 * GIB, activation=0.0, gpus=1, dp=1, budget=8192, max_seqs=256)
+    assert "piecewise" not in kv_budget(g, KvMemory(rule="sglang", piecewise_cuda_graph=True)).why   # none captured
+    mla = replace(g, prefill_graphs="mla")
+    assert kv_budget(mla, KvMemory(rule="sglang", piecewise_cuda_graph=True)).fraction == \
+        sglang_mem_fraction_static(h100, 1, 1, 8192, 256, prefill_graph_mib=1536)[0]
+
+
+def test_sglang_captures_no_prefill_graphs_where_it_turns_them_off():
+    """_handle_piecewise_cuda_graph: speculative decoding, DP attention, a disaggregated pool and
+    the architectures it lists (GLM-5's GlmMoeDsa; multimodal Llama-4) capture none."""
+    from simulator.memory import plan_memory, sglang_prefill_graph_kind
+    from simulator.profiles.model import load_model
+    assert sglang_prefill_graph_kind(load_model("llama-3-8b")) == "mha"
+    assert sglang_prefill_graph_kind(load_model("llama-2-7b")) == "llama-2"
+    assert sglang_prefill_graph_kind(load_model("deepseek-v3")) == "mla"
+    model, gpu = load_model("llama-3-8b"), load_hardware("h100-sxm")
+    spec = KvMemory(rule="sglang", piecewise_cuda_graph=True, cuda_graph_max_bs=256)
+    h100 = 81559
+    assert plan_memory(model, gpu, kv_memory=spec, block_size=1).fraction == \
+        sglang_mem_fraction_static(h100, 1, 1, 8192, 256, prefill_graph_mib=464)[0]
+    assert plan_memory(model, gpu, kv_memory=spec, block_size=1, disaggregated=True).fraction == \
+        sglang_mem_fraction_static(h100, 1, 1, 8192, 256)[0]
+    assert plan_memory(model, gpu, kv_memory=spec, block_size=1, speculative="draft").fraction == \
+        sglang_mem_fraction_static(h100, 1, 1, 8192, 256, speculative="draft")[0]
 
 
 def test_sglang_reserve_is_sized_for_its_prefill_chunk_not_the_prompt_cap():
@@ -230,16 +278,18 @@ def test_backend_sets_the_rule_and_a_user_key_refines_it():
 
 # A value for each knob that moves the pool of Llama-3.1-8B on one H100 under every rule that reads it.
 KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 1024, "cuda_graph_max_bs": 500,
-               "cuda_graph_gib": 3.0, "sampler_logit_bytes": 40.0, "swa_full_tokens_ratio": 0.5}
+               "cuda_graph_gib": 3.0, "sampler_logit_bytes": 40.0, "swa_full_tokens_ratio": 0.5,
+               "piecewise_cuda_graph": True, "draft_reserve_gib": 9.0}
 
 
 def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
-    """The pool a knob is read on: SGLang's window ratio needs sliding-window layers."""
+    """The pool a knob is read on: SGLang's window ratio needs sliding-window layers, its draft
+    reserve a draft."""
     model, gpu, wd = (("gpt-oss-120b", "h200", "mxfp4") if knob == "swa_full_tokens_ratio"
                       else ("llama-3.1-8b", "h100-sxm", "bf16"))
     return plan_memory(load_model(model), load_hardware(gpu), 1, wd, "bf16",
                        max_num_batched_tokens=8192, max_num_seqs=256, block_size=16,
-                       kv_memory=kv).kv_capacity_bytes
+                       kv_memory=kv, speculative="mtp" if knob == "draft_reserve_gib" else "").kv_capacity_bytes
 
 
 def test_every_knob_is_listed_by_some_rule():
@@ -425,7 +475,8 @@ def test_a_block_count_past_the_gpus_memory_is_refused(pp):
 def test_a_pools_draft_kind_reaches_sglangs_reserve():
     """The reserve a pool's SGLang takes for its draft follows the draft's kind: 6 GiB for a separate
     model, where every draft was reserved an EAGLE head's 2 GiB (Llama-3.1-70B on 4 H100s with a
-    Llama-3.2-1B draft: the fraction 0.799 where SGLang takes 0.749)."""
+    Llama-3.2-1B draft: the fraction 0.799 where SGLang takes 0.749). The plain pool reserves for
+    its piecewise prefill graphs (464 MiB at an 8k chunk), which SGLang does not capture with a draft."""
     from simulator.fleet.setup import setup_pool
     from simulator.scenario.schema import PoolSpec
 
@@ -434,7 +485,7 @@ def test_a_pools_draft_kind_reaches_sglangs_reserve():
     drafted = setup_pool(PoolSpec.model_validate(pool), 0).memory.fraction
     plain = setup_pool(PoolSpec.model_validate({**pool, "speculative": None}), 0).memory.fraction
     h100 = 81559.0      # MiB, as the profile's figure gives it
-    assert drafted == pytest.approx(plain - 6144 / h100, abs=0.0015)
+    assert drafted == pytest.approx(plain - (6144 - 464) / h100, abs=0.0015)
 
 
 def test_sglangs_reserve_counts_every_gpu_of_a_pipelined_server():

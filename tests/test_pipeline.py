@@ -32,8 +32,11 @@ SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, Heal
 def _setup(pp: int, tp: int = 4, model: str = "llama-3.1-70b", gpu: str = "h100-sxm", **engine):
     """A vLLM pool scheduled in turn at every pp (a release before 0.14.0, whose
     single node and pipeline both run without async scheduling): the
-    comparisons isolate the pipeline, not the scheduling mode."""
-    engine = {"backend": "vllm", "backend_version": "0.13.0", **engine}
+    comparisons isolate the pipeline, not the scheduling mode; another backend runs its own
+    profile's release."""
+    engine = {"backend": "vllm", **engine}
+    if engine["backend"] == "vllm":
+        engine.setdefault("backend_version", "0.13.0")
     spec = PoolSpec(model=model, gpu=gpu, tp=tp, pp=pp, engine=engine)
     return setup_pool(spec, 0)
 

@@ -270,6 +270,17 @@ class EngineConfig(BaseModel):
         if self.backend is None:
             raise ValueError(f"backend_version {self.backend_version!r} names a release of a serving stack; set "
                              "backend too (vllm, sglang, trtllm or a profile file), whose release it is")
+        from ..errors import LlmsimError
+        from ..profiles.backend import load_backend
+        try:
+            prof = load_backend(self.backend)
+        except (LlmsimError, OSError):
+            return self        # the backend itself is refused where it is loaded, naming its fault
+        if prof.newer_than_described(self.backend_version):
+            raise ValueError(f"backend_version {self.backend_version!r} is newer than the {prof.name} releases llmsim "
+                             f"has read (to {prof.newest_release}, whose defaults the backend profile holds): its "
+                             f"memory reserve and scheduling defaults are unknown; leave backend_version out to run "
+                             f"{prof.newest_release}'s, or name that release")
         return self
 
     @model_validator(mode="after")

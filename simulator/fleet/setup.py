@@ -58,9 +58,11 @@ def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: Eng
                      kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=e.graph_max_tokens)
 
 
-def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> PoolSetup:
+def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
+               decodes_for_another: bool = False) -> PoolSetup:
     """The pool's building blocks; its setup's ``spec`` is the pool as it runs,
-    the weights a pool leaves unnamed filled in from the checkpoint."""
+    the weights a pool leaves unnamed filled in from the checkpoint.
+    ``decodes_for_another``: another pool prefills this one's requests."""
     where = f"pools[{index}]"
 
     def at(key: str, fn):
@@ -92,7 +94,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None) -> 
                                            e.block_size, dp=spec.dp, ep=spec.ep, kv_memory=e.kv_memory,
                                            speculative=draft_kind(spec.speculative.draft_model
                                                                   if spec.speculative else None),
-                                           expert_storage=cm.expert_storage))
+                                           expert_storage=cm.expert_storage,
+                                           disaggregated=decodes_for_another or spec.disaggregation is not None))
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative))
     lora = None

@@ -30,7 +30,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import LlmsimError
-from ..kv_memory import backend_defaults_beside
+from ..kv_memory import backend_defaults_beside, without_default_inputs
 from .hardware import HardwareProfile
 from .loader import list_profiles, load_profile, resolve
 
@@ -68,7 +68,9 @@ class VersionRule(_Strict):
 
     since: str
     until: Optional[str] = None
-    set: dict[str, Any]
+    set: dict[str, Any] = Field(default_factory=dict)
+    # what those releases changed under speculative decoding, over the profile's ``speculative_engine``
+    speculative_engine: dict[str, Any] = Field(default_factory=dict)
     source: str = ""
 
     @model_validator(mode="after")
@@ -222,6 +224,9 @@ class BackendProfile(_Strict):
     by_version: list[VersionRule] = Field(default_factory=list)
     releases: dict[str, str] = Field(
         default_factory=dict, description="release -> first upload day (ISO), to place nightlies by date")
+    newest_release: Optional[str] = Field(
+        default=None, description="the newest release whose source the profile's keys and rules were read from: "
+                                  "a later backend_version is refused (its defaults are unknown); unset: not checked")
     lora_modelled: bool = Field(default=False, description="llmsim models this stack's LoRA serving (vLLM's "
                                                             "adapter batch limit and cache); else pools[].lora is refused")
     pp_modelled: bool = Field(default=True, description="llmsim models this stack's pipeline-parallel loop (vLLM V1's "
@@ -232,6 +237,12 @@ class BackendProfile(_Strict):
         default_factory=dict, description="engine defaults the stack changes when a separate draft model (not the "
                                           "model's own MTP layers) speculates; keys the pool writes win")
     aiconfigurator: GeneratedLaunch = GeneratedLaunch()
+
+    @model_validator(mode="after")
+    def _newest_a_release(self) -> "BackendProfile":
+        if self.newest_release is not None and version_number(self.newest_release) is None:
+            raise ValueError(f"newest_release: {self.newest_release!r} is not a release number such as 0.5.13")
+        return self
 
     @model_validator(mode="after")
     def _release_days(self) -> "BackendProfile":
@@ -262,7 +273,10 @@ class BackendProfile(_Strict):
         the rules that hold for every release up to one published after the
         day (``since`` the first release, ``until`` a release of known day
         later than it); the others stay undecided and the profile's own keys
-        hold for them, as for any unknown version."""
+        hold for them, as for any unknown version.
+
+        What the releases changed under speculative decoding comes under the
+        key ``speculative_engine`` (the rules' own), for :meth:`speculative_keys`."""
         number = _label_number(version)
         day = None if number is not None else self.released(version)
         if number is None and day is None:
@@ -271,7 +285,7 @@ class BackendProfile(_Strict):
             decided: dict[str, Any] = {}
             for rule in self.by_version:
                 if self._before_until(rule, measured_before):
-                    decided = refine(decided, rule.set)
+                    decided = refine(decided, _rule_keys(rule))
             return decided
         keys: dict[str, Any] = {}
         for rule in self.by_version:
@@ -283,8 +297,25 @@ class BackendProfile(_Strict):
                 first, last = self.releases.get(rule.since), self.releases.get(rule.until) if rule.until else None
                 inside = (first is not None and day >= first) and (last is None or day < last)
             if inside:
-                keys = refine(keys, rule.set)
+                keys = refine(keys, _rule_keys(rule))
         return keys
+
+    def speculative_keys(self, version_keys: Mapping[str, Any]) -> dict[str, Any]:
+        """Engine keys the stack changes when it decodes speculatively, in the release
+        ``version_keys`` (:meth:`version_keys`' answer) describes."""
+        return {**self.speculative_engine, **(version_keys.get("speculative_engine") or {})}
+
+    def newer_than_described(self, version: str) -> bool:
+        """Whether ``version`` (a checked release or nightly) came after the newest release
+        this profile's rules were read from (``newest_release``), so none of them can be
+        said to hold for it."""
+        if self.newest_release is None:
+            return False
+        number = version_number(version)
+        if number is not None:
+            return number > version_number(self.newest_release)
+        day, last = self.released(version), self.releases.get(self.newest_release)
+        return day is not None and last is not None and day > last
 
     def _before_until(self, rule: VersionRule, day: str) -> bool:
         """Whether every release out by ``day`` (a measurement day) falls inside ``rule``."""
@@ -327,8 +358,10 @@ def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
 
     mappings = [("engine", prof.engine), *((f"engine_by_gpu[{i}].set", r.set) for i, r in enumerate(prof.engine_by_gpu)),
                 # a release's mapping refines the profile's own (kv_memory: a knob under its rule)
-                *((f"by_version[{i}].set", {k: refine(prof.engine, r.set)[k] for k in r.set})
+                *((f"by_version[{i}].set", _release_engine(prof.engine, r.set))
                   for i, r in enumerate(prof.by_version)),
+                *((f"by_version[{i}].speculative_engine", r.speculative_engine)
+                  for i, r in enumerate(prof.by_version) if r.speculative_engine),
                 ("speculative_engine", prof.speculative_engine), ("draft_model_engine", prof.draft_model_engine),
                 ("aiconfigurator.engine", prof.aiconfigurator.engine),
                 ("aiconfigurator.prefill_engine", prof.aiconfigurator.prefill_engine)]
@@ -400,16 +433,33 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "") -> dic
     prof = load_backend(name)
     merged = prof.engine_defaults(load_hardware(gpu_name))
     version = engine.get("backend_version")
+    keys: dict[str, Any] = {}
     if isinstance(version, str) and _names_a_release(version):
         keys = prof.version_keys(version)
         assert keys is not None        # a checked version is a release number or a dated nightly
-        merged = refine(merged, keys)
+        merged = refine(merged, {k: v for k, v in keys.items() if k != "speculative_engine"})
+        if isinstance(merged.get("kv_memory"), dict):     # a release's defaults beside the profile's fraction
+            merged["kv_memory"] = without_default_inputs(merged["kv_memory"])
     if draft:
-        merged.update(prof.speculative_engine)
+        merged.update(prof.speculative_keys(keys))
     if draft == "draft":
         merged.update(prof.draft_model_engine)
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
     return refine(backend_defaults_beside(merged, engine), engine)
+
+
+def _release_engine(engine: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[str, Any]:
+    """The keys a release rule sets, each as it refines the profile's ``engine`` (kv_memory: a knob
+    under the profile's rule, less the default-fraction inputs a fixed fraction makes moot)."""
+    out = {k: refine(engine, keys)[k] for k in keys}
+    if isinstance(out.get("kv_memory"), dict):
+        out["kv_memory"] = without_default_inputs(out["kv_memory"])
+    return out
+
+
+def _rule_keys(rule: VersionRule) -> dict[str, Any]:
+    """A release rule's engine keys, what it changes under speculation under ``speculative_engine``."""
+    return {**rule.set, **({"speculative_engine": rule.speculative_engine} if rule.speculative_engine else {})}
 
 
 def refine(base: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[str, Any]:

@@ -113,7 +113,8 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
         if names.index(n) != i:
             fail(f"two pools are named {n!r}; pool names must differ (classes route to them by name)",
                  f"pools[{i}].name")
-    setups = [setup_pool(p, i, source) for i, p in enumerate(sc.pools)]
+    decode_pools = {p.disaggregation.decode_pool for p in sc.pools if p.disaggregation is not None}
+    setups = [setup_pool(p, i, source, p.name in decode_pools) for i, p in enumerate(sc.pools)]
     routes = class_routes(sc, source)
     served = {names.index(p) for p in routes.values()}
     mi, mo = _max_length(sc.workload.input_tokens), _max_length(sc.workload.output_tokens)

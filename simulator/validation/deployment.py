@@ -277,7 +277,9 @@ def speculative(deployment: str, mtp_layers: int) -> Optional[dict[str, Any]]:
 
 def speculative_engine_keys(stack: str) -> dict[str, Any]:
     """Engine keys a stack changes when it decodes speculatively (its backend
-    profile's ``speculative_engine``: SGLang turns its overlap scheduler off)."""
+    profile's ``speculative_engine``: SGLang turns mixed chunks off and caps its
+    running requests), before its release's own (the row's version keys'
+    ``speculative_engine``: SGLang to 0.5.10 turned its overlap scheduler off too)."""
     prof = _profile(stack)
     return {} if prof is None else dict(prof.speculative_engine)
 
