@@ -539,9 +539,13 @@ def test_a_class_kv_cap_holds_on_the_decode_pool_too():
     assert capped < free
 
 
-def test_disaggregated_engines_agree():
+@pytest.mark.parametrize("backend", [None, "sglang"])
+def test_disaggregated_engines_agree(backend):
     d = long_prompts(True)
     d["workload"]["num_requests"] = 60
+    if backend:
+        for p in d["pools"]:
+            p["engine"] = {"backend": backend}
     a, b = run(d), run(d, "reference")
     stamps = lambda o: [t for r in o.requests for t in (r.first_token, r.finish)]  # noqa: E731
     assert stamps(a) == pytest.approx(stamps(b), rel=1e-9)
@@ -565,3 +569,43 @@ def test_least_outstanding_tokens_sees_prompts_not_the_answers_to_come():
     reqs = make_requests([0.0, 0.0, 1e-4], [100, 200, 50], [5000, 10, 10])
     out = run_open("fast", reqs, EngineConfig(), 10_000, replicas=2, router="least_outstanding_tokens")
     assert [r.replica for r in out.requests] == [0, 1, 0]
+
+
+def test_an_mla_hand_off_moves_the_whole_latent_over_each_link():
+    """Every GPU of an MLA rank keeps the whole latent (vLLM's NIXL connector: "MLA is always
+    replicated"; each decode GPU reads it from one prefill GPU), so a tp 8 → tp 8 DeepSeek-V3
+    hand-off moves 61 layers × 576 values × 2 bytes per token over each link, not an eighth of
+    it; GQA heads fewer than tp (Qwen3-235B's 4 at tp 8) move twice their slice."""
+    from simulator.scenario.compile import _pairs
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    def link_bytes(model: str, tp: int, **extra) -> float:
+        prefill = PoolSpec(name="p", model=model, gpu="h200", tp=tp, disaggregation={"decode_pool": "d"}, **extra)
+        decode = PoolSpec(name="d", model=model, gpu="h200", tp=tp, **extra)
+        (pair,) = _pairs([setup_pool(prefill, 0), setup_pool(decode, 1, decodes_for_another=True)])
+        return pair.link_bytes_per_token
+
+    from simulator.profiles import load_model
+    assert link_bytes("deepseek-v3", 8, engine={"weight_dtype": "fp8"}) == 61 * 576 * 2
+    qwen = load_model("qwen3-235b-a22b-fp8")
+    assert link_bytes("qwen3-235b-a22b-fp8", 8) == pytest.approx(qwen.kv_bytes_per_token("bf16") / 4)
+    llama = load_model("llama-3.1-70b")
+    assert link_bytes("llama-3.1-70b", 8) == pytest.approx(llama.kv_bytes_per_token("bf16") / 8)
+
+
+def test_sglangs_decode_server_streams_the_prefills_token_without_a_forward_pass():
+    """SGLang's decode server takes the prefill server's sampled token with the KV and streams it as
+    its prebuilt batch joins the running one (disaggregation/decode.py process_prebuilt), computing
+    nothing for it; vLLM's decode replica recomputes the last prompt token. llmsim charged SGLang a
+    one-token prefill iteration per request that stalled the running decodes (mixed chunks off)."""
+    d = long_prompts(True)
+    d["workload"]["num_requests"] = 120
+    for p in d["pools"]:
+        p["engine"] = {"backend": "sglang", "prefix_cache": False}
+    took = run(d)
+    d["pools"][1]["engine"]["first_token_from_prefill"] = False
+    recomputed = run(d)
+    part = lambda o: o.results["llmsim"]["ttft_budget"]["mean"]["first_decode"]  # noqa: E731
+    assert part(took) < part(recomputed)
+    assert took.results["p99_itl_ms"] < recomputed.results["p99_itl_ms"]

@@ -174,6 +174,13 @@ class EngineConfig(BaseModel):
                     "vllm/v1/engine/core.py step_with_batch_queue; SGLang's overlap event loop, scheduler.py "
                     "event_loop_overlap; TensorRT-LLM's overlap scheduler, py_executor.py "
                     "_executor_loop_overlap); an idle server starts it at once. Default: as async_scheduling")
+    first_token_from_prefill: bool = Field(
+        default=False,
+        description="on a disaggregated decode pool, the prefill replica's sampled token is the client's first, "
+                    "streamed once the KV has landed and the request joins the decode batch, with no forward "
+                    "pass of its own (SGLang's prebuilt batch: disaggregation/decode.py process_prebuilt); "
+                    "false: the decode replica computes the last prompt token and samples the first (vLLM's "
+                    "P/D connectors recompute it)")
     output_after_next_launch: bool = Field(
         default=False,
         description="an iteration's sampled tokens reach the client only once the next iteration is launched, "

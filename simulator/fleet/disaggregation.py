@@ -3,19 +3,24 @@
 A prefill pool computes each prompt's KV and hands it to a decode pool over
 a link; the decode replica receives the KV of all prompt tokens but the
 last, computes that one (its first iteration, which samples the first
-token the client sees) and decodes the rest. So
+token the client sees) and decodes the rest, as vLLM's connectors do; under
+``engine.first_token_from_prefill`` (SGLang) it receives the whole prompt's
+KV with the prefill's sampled token and streams that token as the request
+joins its batch, computing nothing for it. So
 
 * TTFT = queue + prefill on the prefill pool + KV transfer + the decode
   replica's wait and first step (``ttft_budget`` shows each part);
 * TPOT is set by the decode pool alone: no prefill chunk ever shares its
   iterations, which is the point of disaggregating;
-* the prefill pool's sampled token is discarded (vLLM runs the prefill leg
-  with ``max_tokens=1``).
+* the prefill pool's sampled token is discarded where the decode replica
+  samples its own (vLLM runs the prefill leg with ``max_tokens=1``).
 
-The transfer takes ``latency + KV bytes / (per-GPU bandwidth × TP)``: each
-tensor-parallel shard sends its slice of the KV over its own link, TP being
-the smaller of the two pools' (a decode GPU receiving four prefill shards
-takes them over its one link). A
+The transfer takes ``latency + KV bytes on the busiest link / per-GPU
+bandwidth``: each GPU sends (or receives) what it holds over its own link,
+so with heads split over TP a shard's slice, over the smaller of the two
+pools' TP (a decode GPU receiving four prefill shards takes them over its
+one link), and with MLA the whole latent, which every GPU keeps
+(:func:`simulator.scenario.compile._pairs`). A
 decode replica preempted by recompute prefills the whole prompt locally
 (the transferred KV is gone). The link itself is not a queue: concurrent
 transfers do not slow each other (stated limitation).
@@ -46,7 +51,8 @@ class KvLinkSpec(BaseModel):
     # Bounded as the network delays are (an hour; 10 MB/s, slower than any datacenter link): past them
     # a hand-off stretched the run for minutes before the clock's limit stopped it, on another key.
     bandwidth_gb_per_s: Optional[float] = Field(default=None, ge=0.01, allow_inf_nan=False,
-                                                description="per GPU (each TP shard sends its slice), at least 0.01")
+                                                description="per GPU (each GPU sends what it holds: a TP shard "
+                                                            "its heads' slice, MLA the whole latent), at least 0.01")
     latency_ms: Optional[float] = Field(default=None, ge=0, le=3_600_000, allow_inf_nan=False,
                                         description="per hand-off, at most an hour")
 
@@ -78,13 +84,13 @@ class DisaggregationSpec(BaseModel):
 class PrefillDecode:
     """A prefill pool and a decode pool acting as one pool to the front end."""
 
-    def __init__(self, env, prefill, decode, kv_bytes_per_token: float, tp: int, link: KvLinkSpec) -> None:
+    def __init__(self, env, prefill, decode, link_bytes_per_token: float, link: KvLinkSpec) -> None:
         self.env = env
         self.prefill = prefill
         self.decode = decode
-        self.bytes_per_token = kv_bytes_per_token
-        bw, self.latency = link.numbers()
-        self.bandwidth = bw * tp
+        self.bytes_per_token = link_bytes_per_token
+        self.bandwidth, self.latency = link.numbers()
+        self.first_token_from_prefill = decode.cfg.first_token_from_prefill
         self.on_done: Optional[Callable[[Request], None]] = None
         self.legs: dict[int, tuple[Request, Request]] = {}     # id -> (client request, leg in flight)
         self.on_link: set[int] = set()                          # ids whose KV is in transfer
@@ -129,7 +135,9 @@ class PrefillDecode:
         req.kv_transfer = self.transfer_s(req.input_tokens)
         dec = Request(req.id, self.env.now, req.input_tokens, req.output_tokens, req.session, req.klass,
                       req.priority)
-        dec.preloaded = req.input_tokens - 1
+        # the decode replica computes the last prompt token to sample the first (vLLM), or takes the
+        # prefill's token and emits it as the request joins its batch (SGLang: a prompt chunk of none)
+        dec.preloaded = req.input_tokens - (0 if self.first_token_from_prefill else 1)
         self.legs[req.id] = (req, dec)
         self.on_link.add(req.id)
         ev = self.env.timeout(req.kv_transfer)

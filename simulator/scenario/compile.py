@@ -33,6 +33,7 @@ from ..fleet.setup import PoolSetup, setup_pool
 from ..metrics.monthly import MonthRule
 from ..metrics.slo import SloSpec
 from ..fleet.pp_refusals import check_pp_pairs
+from ..parallelism import kv_copies
 from ..runsize import check_run_size
 from .schema import PoolSpec, Scenario
 from .cost import month_rule
@@ -67,8 +68,7 @@ class PairPlan:
 
     prefill: str
     decode: str
-    kv_bytes_per_token: float
-    tp: int
+    link_bytes_per_token: float    # KV bytes per prompt token the busiest link of the hand-off carries
     link: KvLinkSpec
 
 
@@ -181,13 +181,22 @@ def _pool_plan(ps: PoolSetup, index: int, source, mine: list[ClassSpec], holding
 
 
 def _pairs(setups: list[PoolSetup]) -> list[PairPlan]:
-    """Each prefill → decode hand-off. Its KV moves over as many links as the narrower side has GPUs a
-    replica: tp 4 prefill shards into one decode GPU arrive over that GPU's one link (the prefill pool's
-    tp alone read a 4 → 1 hand-off four times as fast as 1 → 1)."""
-    tp = {ps.spec.name: ps.spec.tp for ps in setups}
-    return [PairPlan(ps.spec.name, d.decode_pool, ps.cm.model.kv_bytes_per_token(ps.spec.engine.kv_dtype),
-                     min(ps.spec.tp, tp[d.decode_pool]), d.link)
-            for ps in setups if (d := ps.spec.disaggregation) is not None]
+    """Each prefill → decode hand-off. Every GPU of a prefill rank sends what it holds and every GPU of
+    the decode rank receives what it will hold, each over its own link, so the busiest link carries the
+    larger of one prefill GPU's and one decode GPU's KV: tp 4 prefill shards into one decode GPU arrive
+    over that GPU's one link, and a model whose GPUs each keep more than a 1/tp slice moves more. MLA's
+    latent is whole on every GPU (vLLM's NIXL connector: "MLA is always replicated", each decode GPU
+    reads it from one prefill GPU: kv_connector/utils.py TpKVTopology), and GQA heads fewer than tp are
+    held twice or more (:func:`simulator.parallelism.kv_copies`): a DeepSeek-V3 hand-off at tp 8 moves
+    the whole latent per link, 8× what a 1/tp slice would."""
+    by_name = {ps.spec.name: ps for ps in setups}
+
+    def per_gpu(ps: PoolSetup, kv_dtype: str) -> float:      # the KV dtype the prefill side sends
+        return ps.cm.model.kv_bytes_per_token(kv_dtype) * kv_copies(ps.cm.model, ps.spec.tp) / ps.spec.tp
+
+    return [PairPlan(ps.spec.name, d.decode_pool, max(per_gpu(ps, kv), per_gpu(by_name[d.decode_pool], kv)), d.link)
+            for ps in setups if (d := ps.spec.disaggregation) is not None
+            for kv in (ps.spec.engine.kv_dtype,)]
 
 
 def _max_length(dist) -> int | None:
