@@ -181,6 +181,13 @@ class EngineConfig(BaseModel):
                     "pass of its own (SGLang's prebuilt batch: disaggregation/decode.py process_prebuilt); "
                     "false: the decode replica computes the last prompt token and samples the first (vLLM's "
                     "P/D connectors recompute it)")
+    decode_prefix_reuse: bool = Field(
+        default=True,
+        description="on a disaggregated decode pool with prefix_cache, a transferred prompt is looked up in the "
+                    "decode replica's own cache: the blocks it holds are shared and not sent, only the rest "
+                    "crosses the link, and the prompt is cached there for the next turn (vLLM's NIXL connector: "
+                    "get_num_new_matched_tokens counts the local hit); false: the replica holds the whole "
+                    "prompt's KV as its own (SGLang's decode server runs a chunk cache, no radix tree)")
     output_after_next_launch: bool = Field(
         default=False,
         description="an iteration's sampled tokens reach the client only once the next iteration is launched, "

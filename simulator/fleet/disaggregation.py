@@ -6,7 +6,9 @@ last, computes that one (its first iteration, which samples the first
 token the client sees) and decodes the rest, as vLLM's connectors do; under
 ``engine.first_token_from_prefill`` (SGLang) it receives the whole prompt's
 KV with the prefill's sampled token and streams that token as the request
-joins its batch, computing nothing for it. So
+joins its batch, computing nothing for it. A decode replica with a prefix
+cache (vLLM's, ``engine.decode_prefix_reuse``) shares the prompt blocks it
+already holds and is sent only the others, choosing the replica first. So
 
 * TTFT = queue + prefill on the prefill pool + KV transfer + the decode
   replica's wait and first step (``ttft_budget`` shows each part);
@@ -91,6 +93,7 @@ class PrefillDecode:
         self.bytes_per_token = link_bytes_per_token
         self.bandwidth, self.latency = link.numbers()
         self.first_token_from_prefill = decode.cfg.first_token_from_prefill
+        self.decode_prefix_reuse = decode.cfg.decode_prefix_reuse and decode.cfg.prefix_cache
         self.on_done: Optional[Callable[[Request], None]] = None
         self.legs: dict[int, tuple[Request, Request]] = {}     # id -> (client request, leg in flight)
         self.on_link: set[int] = set()                          # ids whose KV is in transfer
@@ -132,23 +135,28 @@ class PrefillDecode:
             req.first_token = leg.first_token
             self._end(req, leg, Status.FINISHED, leg.finish)
             return
-        req.kv_transfer = self.transfer_s(req.input_tokens)
+        reuse = self.decode_prefix_reuse and req.blocks is not None
         dec = Request(req.id, self.env.now, req.input_tokens, req.output_tokens, req.session, req.klass,
-                      req.priority)
+                      req.priority, req.blocks if reuse else None, req.shared_ids if reuse else None)
         # the decode replica computes the last prompt token to sample the first (vLLM), or takes the
         # prefill's token and emits it as the request joins its batch (SGLang: a prompt chunk of none)
         dec.preloaded = req.input_tokens - (0 if self.first_token_from_prefill else 1)
+        # a decode replica that keeps a prefix cache pulls only the blocks it lacks (vLLM's NIXL
+        # connector: get_num_new_matched_tokens counts its local hit), so it is chosen first
+        target = self.decode.route(dec) if reuse else None
+        held = target.cached_prefix_tokens(dec) if target is not None else 0
+        req.kv_transfer = self.transfer_s(req.input_tokens - held)
         self.legs[req.id] = (req, dec)
         self.on_link.add(req.id)
         ev = self.env.timeout(req.kv_transfer)
-        ev.callbacks.append(lambda _ev: self._arrived(dec))
+        ev.callbacks.append(lambda _ev: self._arrived(dec, target))
 
-    def _arrived(self, dec: Request) -> None:
+    def _arrived(self, dec: Request, target=None) -> None:
         if dec.id in self.on_link:
             self.on_link.discard(dec.id)
             dec.queued = self.env.now
             self.decoding.add(dec.id)
-            self.decode.submit(dec)
+            self.decode.submit(dec, target)
 
     def _decoded(self, dec: Request) -> None:
         req, _ = self.legs[dec.id]

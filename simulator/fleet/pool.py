@@ -207,11 +207,17 @@ class Pool:
             self._bill()
 
     # --- requests -------------------------------------------------------------
-    def submit(self, req: Request) -> None:
+    def route(self, req: Request):
+        """The ready replica the router sends ``req`` to (None: none is ready)."""
+        return self.ready[self.router.choose(req, self.ready)] if self.ready else None
+
+    def submit(self, req: Request, replica=None) -> None:
+        """Take ``req`` in on ``replica`` when it was chosen beforehand (:meth:`route`) and still
+        serves, else on the replica the router chooses now."""
         self.arrivals += 1
         if self.adapters is not None:
             self.adapters(req)
-        r = self.ready[self.router.choose(req, self.ready)]
+        r = replica if replica is not None and replica in self.ready else self.ready[self.router.choose(req, self.ready)]
         adm = self.admission.get(req.klass)
         if adm is not None and adm.rejects(req, r, self.prefill_tokens_per_s()):
             self.reject(req)
