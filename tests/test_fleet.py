@@ -632,3 +632,16 @@ def test_a_decode_replica_with_a_prefix_cache_keeps_one_copy_of_a_shared_prompt(
     assert kv(reuse) < 0.15 < 0.5 < kv(whole)
     assert moved(reuse) < 0.2 * moved(whole)
     assert reuse.results["completed"] == whole.results["completed"] == 40
+
+
+def test_a_disaggregated_answer_streams_through_its_decode_pools_server():
+    """The client's tokens leave from the decode pool's server, whose response path (engine.response_ms)
+    they pay; llmsim charged the prefill pool's, the pool the class names."""
+    d = long_prompts(True)
+    d["workload"]["num_requests"] = 20
+    d["pools"][1]["engine"] = {"response_ms": 50.0}
+    slow = run(d)
+    d["pools"][1]["engine"] = {"response_ms": 0.0}
+    d["pools"][0]["engine"] = {"response_ms": 50.0}
+    fast = run(d)
+    assert slow.results["mean_ttft_ms"] == pytest.approx(fast.results["mean_ttft_ms"] + 50.0, abs=5.0)

@@ -28,11 +28,13 @@ class PrefixAwareParams(RouterParams):
                                            "by cache hit alone (the guard still applies)")
     balance_abs_threshold: int = Field(default=32, ge=0,
                                        description="the guard needs the best replica to have more than this many "
-                                                   "requests beyond the least-loaded one (SGLang's default: 32)")
+                                                   "requests beyond the least-loaded one (sgl-router's default "
+                                                   "was 32, its model gateway's is 64; llmsim's pair, 32 and "
+                                                   "1.5, is neither release's)")
     balance_rel_threshold: float = Field(default=1.5, ge=1.0, allow_inf_nan=False,
                                          description="the guard also needs the best replica's load to exceed this "
-                                                     "times the least-loaded one's (SGLang model gateway's "
-                                                     "default: 1.5)")
+                                                     "times the least-loaded one's (SGLang's model gateway's "
+                                                     "default: 1.5; sgl-router's was 1.0001)")
 
 
 @register_router("prefix_aware", params=PrefixAwareParams)
