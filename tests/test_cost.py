@@ -129,6 +129,22 @@ def test_per_token_costs_add_up_to_the_total(weight):
         cost_block([b], reqs, 3600.0, output_weight=0.0)
 
 
+def test_per_unit_prices_bill_the_arrival_span_as_the_month_does():
+    """60 s of arrivals drained by 120 s: the month bills the window's $/h and counts the usage over the 60 s
+    it arrived in, so a price × the month's usage is the monthly bill (the whole window's bill over the
+    window's usage read each price ×2)."""
+    reqs = [req(0, 0.0, 110.0, inp=1000, out=200), req(1, 60.0, 120.0, inp=3000, out=50)]
+    b = pool_billing(pool(tp=4, replicas=2, usd_per_gpu_hour=3.0), H100, [(0.0, 2)], 120.0)   # $0.80
+    c = cost_block([b], reqs, 120.0, arrivals_s=60.0)
+    month_usage = 730 * 3600 / 60.0                  # the month's usage over the window's
+    assert c["monthly_usd"] == pytest.approx(24.0 * 730)
+    assert c["usd_per_million_tokens"] * 4250 * month_usage / 1e6 == pytest.approx(c["monthly_usd"])
+    assert c["usd_per_request"] * 2 * month_usage == pytest.approx(c["monthly_usd"])
+    assert c["usd_per_request"] == pytest.approx(0.40 / 2)
+    assert c["requests_per_gpu_second"] == pytest.approx(2 / (8 * 60.0))
+    assert cost_block([b], reqs, 120.0)["usd_per_request"] == pytest.approx(0.80 / 2)   # no arrival span given
+
+
 # -- sessions ------------------------------------------------------------------------
 
 def hand_sessions() -> list[Request]:
@@ -164,6 +180,11 @@ def test_sessions_per_gpu_in_the_block():
     assert c["window_usd"] == pytest.approx(0.02)
     assert c["usd_per_session"] == pytest.approx(0.02 / 4)          # sessions with a finished request
     assert c["usd_per_request"] == pytest.approx(0.02 / 6)          # finished requests, with or without session
+    # read over the arrival span [0, 5): s0 [0, 5), s1 [4, 5), s5 [4.5, 4.8): 6.3 session-seconds
+    c = cost_block([b], hand_sessions(), 10.0, arrivals_s=5.0)
+    assert c["sessions"]["mean_active"] == pytest.approx(6.3 / 5)
+    assert c["sessions"]["mean_per_gpu"] == pytest.approx(6.3 / 10.0)
+    assert c["usd_per_session"] == pytest.approx(0.01 / 4)
 
 
 # -- end to end --------------------------------------------------------------------------
@@ -194,15 +215,22 @@ def test_simulate_writes_a_consistent_cost_block():
     assert c["window_usd"] == pytest.approx(4 * span / 3600 * H100.price.usd_per_gpu_hour) == pytest.approx(p["usd"])
     assert c["monthly_usd"] == pytest.approx(4 * 730 * H100.price.usd_per_gpu_hour)
     assert f"{span:,.0f} s window" in c["monthly_basis"]
+    # Per-unit prices bill the arrival span (the last session's start: no duration_s), not the drain after it.
+    starts: dict[int, float] = {}
+    for r in out.requests:
+        starts[r.session] = min(starts.get(r.session, r.arrival), r.arrival)
+    arrivals = max(starts.values())
+    assert arrivals < span
+    billed = c["window_usd"] * arrivals / span
     tin, tout = res["total_input_tokens"], res["total_output_tokens"]
     assert (c["usd_per_million_input_tokens"] * tin + c["usd_per_million_output_tokens"] * tout) / 1e6 \
-        == pytest.approx(c["window_usd"])
-    assert c["usd_per_request"] == pytest.approx(c["window_usd"] / res["completed"])
-    assert c["requests_per_gpu_second"] == pytest.approx(res["completed"] / (4 * span))
+        == pytest.approx(billed)
+    assert c["usd_per_request"] == pytest.approx(billed / res["completed"])
+    assert c["requests_per_gpu_second"] == pytest.approx(res["completed"] / (4 * arrivals))
     s = c["sessions"]
     assert s["count"] == 12 and 1 <= s["peak_active"] <= 12
     assert s["mean_per_gpu"] == pytest.approx(s["mean_active"] / 4)
-    assert c["usd_per_session"] == pytest.approx(c["window_usd"] / s["served"])
+    assert c["usd_per_session"] == pytest.approx(billed / s["served"])
     text = render(summary_table(res))
     for needle in ("Monthly cost ($)", "Cost per 1M output tokens", "Sessions per GPU", "730 h/month",
                    "pool main: llama-3-8b, bf16 weights, bf16 KV; peak 4 × h100-sxm, mean 4.00",

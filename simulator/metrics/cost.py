@@ -27,6 +27,14 @@ Definitions:
   ``total_output_tokens``); the input count includes prefix-cache hits, as
   the prompt was sent. Work spent on rejected, cancelled or unfinished
   requests is paid for by the finished ones.
+* **per-unit prices** ($ per token, request, session) are the monthly bill
+  over the month's usage: the window's usage extrapolated by the same
+  ``cost.monthly`` rule over the **arrival span** (the workload's duration,
+  or the last arrival), as ``cost.api`` extrapolates it, not over the drain
+  after it. A price × the month's usage is then ``monthly_usd``. Under
+  ``window`` and ``day`` this is the window's cost per hour × the arrival
+  span ÷ its usage; divided by the whole window's bill instead, a 60 s load
+  that took 125 s to drain read twice its price.
 * **input vs output split** (``token_split``): the API price-list convention.
   An output token is priced at ``output_weight`` (default 4) × an input
   token — the ratio of most price lists (GPT-4o, GPT-4.1: 4×; Claude: 5×),
@@ -36,12 +44,13 @@ Definitions:
 * **sessions** (requests with ``session ≥ 0``): a session is active from its
   first request's arrival to its last request's end (its finish stamp; a
   request still in flight counts until the window's end), as a half-open
-  interval clipped to the window. ``mean_per_gpu`` is session-seconds over
-  GPU-seconds billed; ``peak_per_gpu`` the most sessions active at once over
+  interval clipped to the window. ``mean_active`` and ``mean_per_gpu`` read
+  the arrival span: its session-seconds over its length, and over the
+  GPU-seconds billed at the window's mean rate for it; ``peak_per_gpu`` the most sessions active at once over
   the pools' configured GPUs (exact for fixed pools; an autoscaled pool will
   want the GPU count at the peak instead).
-  ``usd_per_session`` divides the cost by the sessions with at least one
-  finished request.
+  ``usd_per_session`` divides the cost (as the per-unit prices above) by the
+  sessions with at least one finished request.
 """
 from __future__ import annotations
 
@@ -53,7 +62,8 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from workloads.request import Request, Status
 from .api_pricing import ApiPricingSpec
-from .monthly import DAYS_PER_MONTH, HOURS_PER_MONTH, MonthlySpec, MonthRule, monthly_cost
+from .monthly import (DAYS_PER_MONTH, HOURS_PER_MONTH, MonthlySpec, MonthRule, arrival_span, monthly_cost,
+                      usage_factor)
 from .records import Records
 from ..fields import block, leaf
 from . import api_pricing, monthly
@@ -159,13 +169,17 @@ class SessionLoad:
     session_seconds: float     # Σ active time within the window
     peak_active: int
     peak_per_gpu: Optional[float] = None   # max over time of active sessions / GPUs billed then
+    span_seconds: Optional[float] = None   # Σ active time within the arrival span, when one is given
 
 
 def session_load(requests: "Records | Iterable[Request]", window_s: float,
-                 gpu_timeline: Optional[Sequence[tuple[float, int]]] = None) -> SessionLoad:
+                 gpu_timeline: Optional[Sequence[tuple[float, int]]] = None,
+                 span_s: Optional[float] = None) -> SessionLoad:
     """Active-session intervals (see the module docstring) and their overlap;
     with a GPU-count timeline, ``peak_active`` is replaced by the peak of
-    active sessions per GPU × GPUs at that moment (returned as ``peak_per_gpu``)."""
+    active sessions per GPU × GPUs at that moment (returned as ``peak_per_gpu``).
+    With ``span_s``, the active time within [0, ``span_s``] too: the mean is read
+    over the arrival span, as the drain after it has sessions ending and none starting."""
     rec = Records.of(requests)
     mine = rec.session >= 0
     sid, arrival, finish = rec.session[mine], rec.arrival[mine], rec.finish[mine]
@@ -182,6 +196,7 @@ def session_load(requests: "Records | Iterable[Request]", window_s: float,
     total = 0.0
     for a, b in zip(lo[live].tolist(), hi[live].tolist()):
         total += b - a
+    in_span = None if span_s is None else float(np.clip(np.minimum(hi[live], span_s) - lo[live], 0.0, None).sum())
     events = sorted([(a, 1) for a in lo[live].tolist()] + [(b, -1) for b in hi[live].tolist()])
     # at equal times an end (-1) sorts before a start
     active = peak = 0
@@ -196,7 +211,7 @@ def session_load(requests: "Records | Iterable[Request]", window_s: float,
         peak = max(peak, active)
         if gpus:
             per_gpu = max(per_gpu, active / gpus)
-    return SessionLoad(int(sessions.size), int(served), total, peak, per_gpu if steps else None)
+    return SessionLoad(int(sessions.size), int(served), total, peak, per_gpu if steps else None, in_span)
 
 
 def _pool_month(pool: PoolBilling, month: Mapping[str, Any], window_usd: float) -> dict[str, Any]:
@@ -232,8 +247,10 @@ _POOL_BILL = {
 _SESSIONS = {
     "count": leaf("count", "sessions that sent a request"),
     "served": leaf("count", "sessions with at least one request served"),
-    "mean_active": leaf("sessions", "session-seconds / the window"), "peak_active": leaf("sessions", "most active at once"),
-    "mean_per_gpu": leaf("sessions/GPU", "session-seconds / GPU-seconds billed"),
+    "mean_active": leaf("sessions", "session-seconds within the arrival span / its length"),
+    "peak_active": leaf("sessions", "most active at once"),
+    "mean_per_gpu": leaf("sessions/GPU", "session-seconds within the arrival span / the GPU-seconds billed for it "
+                                         "(the window's × the arrival span / window_s)"),
     "peak_per_gpu": leaf("sessions/GPU", "most sessions active at once per GPU billed then"),
 }
 
@@ -248,12 +265,22 @@ FIELDS = {
     **monthly.FIELDS,
     "token_split": leaf("text", "how input and output tokens share the bill"),
     "output_weight": leaf("ratio", "an output token's price / an input token's"),
-    "usd_per_million_input_tokens": leaf("USD/Mtok", "price per million input tokens under the split"),
-    "usd_per_million_output_tokens": leaf("USD/Mtok", "price per million output tokens under the split"),
-    "usd_per_million_tokens": leaf("USD/Mtok", "window_usd per million tokens, input and output alike"),
-    "usd_per_request": leaf("USD", "window_usd / finished requests"),
-    "usd_per_session": leaf("USD", "window_usd / sessions served; null without sessions"),
-    "requests_per_gpu_second": leaf("req/GPU-s", "finished requests / GPU-seconds billed"),
+    "usd_per_million_input_tokens": leaf("USD/Mtok", "price per million input tokens under the split, on the "
+                                                     "basis of usd_per_million_tokens"),
+    "usd_per_million_output_tokens": leaf("USD/Mtok", "price per million output tokens under the split, on the "
+                                                      "basis of usd_per_million_tokens"),
+    "usd_per_million_tokens": leaf("USD/Mtok", "monthly_usd per million tokens of the month's usage, input and output "
+                                               "alike: the finished tokens extrapolated as the bill is, over the "
+                                               "arrival span (the workload's duration, or the last arrival; not the "
+                                               "drain after it), as cost.api's are; under window and day, the "
+                                               "window's cost per hour × the arrival span / its tokens. monthly_usd "
+                                               "null: window_usd / the tokens"),
+    "usd_per_request": leaf("USD", "monthly_usd / the month's finished requests, on the basis of "
+                                   "usd_per_million_tokens"),
+    "usd_per_session": leaf("USD", "monthly_usd / the month's sessions served, on the basis of "
+                                   "usd_per_million_tokens; null without sessions"),
+    "requests_per_gpu_second": leaf("req/GPU-s", "finished requests / the GPU-seconds billed for the arrival span "
+                                                 "(the window's × the arrival span / window_s)"),
     "sessions_per_gpu_peak": leaf("sessions/GPU", "sessions.peak_per_gpu; null without sessions"),
     "sessions_per_gpu_mean": leaf("sessions/GPU", "sessions.mean_per_gpu; null without sessions"),
     "sessions": block("sessions' load on the fleet; null without sessions", _SESSIONS),
@@ -265,10 +292,11 @@ FIELDS = {
 def cost_block(pools: Sequence[PoolBilling], requests: "Records | Sequence[Request]", window_s: float,
                output_weight: float = DEFAULT_OUTPUT_WEIGHT,
                gpu_timeline: Optional[Sequence[tuple[float, int]]] = None,
-               monthly: Optional[MonthRule] = None) -> dict[str, Any]:
+               monthly: Optional[MonthRule] = None, arrivals_s: Optional[float] = None) -> dict[str, Any]:
     """The ``llmsim.cost`` block: per-pool bills and the fleet's totals over
     the window [0, ``window_s``] (definitions in the module docstring);
-    ``monthly`` is the scenario's extrapolation (default: ``auto``)."""
+    ``monthly`` is the scenario's extrapolation (default: ``auto``);
+    ``arrivals_s`` the last arrival, for a workload without a duration."""
     if output_weight <= 0:
         raise ValueError(f"output_weight must be > 0, got {output_weight}")
     usd = sum(p.usd for p in pools)
@@ -278,16 +306,23 @@ def cost_block(pools: Sequence[PoolBilling], requests: "Records | Sequence[Reque
     done = rec.finished
     tin = int(rec.input_tokens[done].sum())
     tout = int(rec.output_tokens[done].sum())
-    unit = _per(usd, tin + output_weight * tout, 1e6)
-    month = (monthly or MonthRule()).apply(pools, usd, window_s)
-    sl = session_load(rec, window_s, gpu_timeline)
+    rule = monthly or MonthRule()
+    month = rule.apply(pools, usd, window_s)
+    span = arrival_span(rule, window_s, arrivals_s) or window_s
+    # What the served usage is billed: the month's bill over the month's usage (both by cost.monthly, the usage
+    # over the arrival span as cost.api's is), so that a per-unit price × the month's usage = monthly_usd.
+    factor = usage_factor(rule, window_s, arrivals_s)
+    billed = month["monthly_usd"] / factor if month.get("monthly_usd") is not None and factor else usd
+    span_gpu_s = gpu_s * span / window_s if window_s > 0 else gpu_s
+    unit = _per(billed, tin + output_weight * tout, 1e6)
+    sl = session_load(rec, window_s, gpu_timeline, span)
     peak_per_gpu = sl.peak_per_gpu if sl.peak_per_gpu is not None else _per(sl.peak_active, gpus)
     sessions = None if not sl.sessions else {
         "count": sl.sessions,
         "served": sl.served,
-        "mean_active": _per(sl.session_seconds, window_s),
+        "mean_active": _per(sl.span_seconds, span),
         "peak_active": sl.peak_active,
-        "mean_per_gpu": _per(sl.session_seconds, gpu_s),
+        "mean_per_gpu": _per(sl.span_seconds, span_gpu_s),
         "peak_per_gpu": peak_per_gpu,
     }
     return {
@@ -302,10 +337,10 @@ def cost_block(pools: Sequence[PoolBilling], requests: "Records | Sequence[Reque
         "output_weight": output_weight,
         "usd_per_million_input_tokens": unit,
         "usd_per_million_output_tokens": None if unit is None else unit * output_weight,
-        "usd_per_million_tokens": _per(usd, tin + tout, 1e6),
-        "usd_per_request": _per(usd, int(np.count_nonzero(done))),
-        "usd_per_session": _per(usd, sl.served) if sl.sessions else None,
-        "requests_per_gpu_second": _per(int(np.count_nonzero(done)), gpu_s),
+        "usd_per_million_tokens": _per(billed, tin + tout, 1e6),
+        "usd_per_request": _per(billed, int(np.count_nonzero(done))),
+        "usd_per_session": _per(billed, sl.served) if sl.sessions else None,
+        "requests_per_gpu_second": _per(int(np.count_nonzero(done)), span_gpu_s),
         "sessions_per_gpu_peak": sessions and sessions["peak_per_gpu"],
         "sessions_per_gpu_mean": sessions and sessions["mean_per_gpu"],
         "sessions": sessions,

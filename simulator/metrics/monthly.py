@@ -51,7 +51,7 @@ from ..errors import LlmsimError
 from ..fields import block, leaf
 
 __all__ = ["HOURS_PER_MONTH", "DAYS_PER_MONTH", "MonthlySpec", "DailyLoad", "MonthRule", "daily_load",
-           "monthly_cost", "peak_window_month", "day_shape", "usage_factor"]
+           "monthly_cost", "peak_window_month", "day_shape", "arrival_span", "usage_factor"]
 
 
 #: The monthly keys :meth:`MonthRule.apply` adds to ``llmsim.cost``.
@@ -209,6 +209,16 @@ class MonthRule:
         return {"monthly_usd": usd, "monthly_method": "peak_window", "monthly_basis": basis, "monthly_hourly": hourly}
 
 
+def arrival_span(rule: "MonthRule", window_s: float, arrivals_s: Optional[float] = None) -> Optional[float]:
+    """The part of the window [0, ``window_s``] the traffic arrived in: the workload's duration, else
+    ``arrivals_s`` (the last arrival); None when there is none. The month's usage and every per-unit
+    figure are read over it, so that the drain after it does not count as time the load was offered."""
+    if window_s <= 0:
+        return None
+    span = min(getattr(rule.workload, "duration_s", None) or arrivals_s or window_s, window_s)
+    return span if span > 0 else None
+
+
 def usage_factor(rule: "MonthRule", window_s: float, arrivals_s: Optional[float] = None) -> Optional[float]:
     """The month's usage (tokens, requests) over the window's, by the same
     rule as the bill: per hour × 730, per day × 30.42, or (peak_window) each
@@ -216,10 +226,8 @@ def usage_factor(rule: "MonthRule", window_s: float, arrivals_s: Optional[float]
     window's usage arrived over ``arrivals_s`` (the workload's duration, or
     the last arrival), not over the drain after it: extrapolated over the
     whole window, a 20-second load run 24 seconds read 17 % less a month."""
-    if window_s <= 0:
-        return None
-    span = min(getattr(rule.workload, "duration_s", None) or arrivals_s or window_s, window_s)
-    if span <= 0:
+    span = arrival_span(rule, window_s, arrivals_s)
+    if span is None:
         return None
     if rule.spec.method != "peak_window":
         return monthly_cost(1.0, span, rule.spec.method)[0]

@@ -237,6 +237,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     fleet = gpu_count(gpu_timeline, now)
     first = blocks[setups[0].spec.name]
     single = len(setups) == 1
+    arrivals = _arrival_span(requests)
     out = {
         "version": __version__,
         "seed": sc.seed,
@@ -259,7 +260,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         "regions": region_block(requests, sc.regions, now) if sc.regions else None,
         "ttft_budget": ttft_budget(requests),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
-                           monthly=plan.month),
+                           monthly=plan.month, arrivals_s=arrivals),
         "load": load_block(requests, _load_window(sc.workload), _too_long(requests, setups)),
         "simulated_seconds": now,
     })
@@ -269,7 +270,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         out["cost"]["power"] = power
     if sc.cost.api is not None:
         c = out["cost"]
-        c["api"] = api_block(sc.cost.api, requests, usage_factor(plan.month, now, _arrival_span(requests)),
+        c["api"] = api_block(sc.cost.api, requests, usage_factor(plan.month, now, arrivals),
                              c.get("monthly_usd"), c["window_usd"])
     # The answer first: the product's fleet and bill, then whether it keeps up.
     product = product_block(sc.product.slices if sc.product else 1, out)
