@@ -120,6 +120,26 @@ def test_the_class_tables_count_429s():
     assert "429" not in page_classes_table(unlimited)
 
 
+def test_429s_are_failed_requests_and_the_serving_tables_show_them():
+    """vLLM's bench counts a 429 as a failed request: completed + failed + cancelled = requests held with 130
+    of 4,708 requests answered 429 nowhere (completed 4,578, failed 0), and neither table showed them."""
+    from rich.console import Console
+
+    from simulator.report.page_parts import latency_table
+    from simulator.report.summary import summary_table
+
+    res = simulate(scenario({"tokens_per_min": 60000, "burst_s": 5})).results
+    n429 = res["llmsim"]["request_status"]["rate_limited"]
+    assert n429 > 0
+    assert res["completed"] + res["failed"] + res["cancelled"] == sum(res["llmsim"]["request_status"].values())
+    assert res["failed"] >= n429
+    console = Console(width=200, record=True)
+    console.print(summary_table(res))
+    row = next(line for line in console.export_text().splitlines() if "rate-limited (429 at the gateway)" in line)
+    assert row.split()[-2] == f"{n429:,}"
+    assert f"<th>failed: rate-limited (429 at the gateway)</th><td>{n429:,}</td>" in latency_table(res)
+
+
 def test_a_rate_limited_class_is_not_sharded():
     with pytest.raises(LlmsimError, match="rate limit"):
         plan_shards(scenario({"requests_per_min": 10}), 2)

@@ -10,8 +10,9 @@ with the same script. Choices where the simulator has to interpret vLLM:
   rejected on the spot); the caller may pass the run's horizon instead.
 * ``completed`` are FINISHED requests; ``failed`` those the fleet did not
   serve: rejected (shed on admission, or too long to ever fit; vLLM's bench
-  counts a refused request as failed) or still in flight when the run
-  stopped. ``cancelled`` (llmsim's key: vLLM's bench never cancels) are
+  counts a refused request as failed), answered 429 by the gateway's rate
+  limit (a failed request to vLLM's bench too), or still in flight when the
+  run stopped. ``cancelled`` (llmsim's key: vLLM's bench never cancels) are
   those the client withdrew, as the workload says it does (autocomplete's
   next keystroke), which are neither served nor a failure; completed +
   failed + cancelled = requests. The breakdown is in ``llmsim.request_status``.
@@ -42,6 +43,10 @@ from .percentiles import DEFAULT_PERCENTILES, UniformMixture, percentile_key, sa
 from .slo import LATENCY_METRICS, SloSpec
 
 __all__ = ["compute_results", "jsonable", "write_results", "FIELDS", "SLO_FIELDS", "latency_fields"]
+
+
+#: What vLLM's bench would count as a failed request: refused (400, or 429 at a rate limit) or never answered.
+_FAILED = [int(Status.REJECTED), int(Status.RATE_LIMITED), int(Status.PENDING)]
 
 
 def _ratio(num: float, den: float | None) -> float | None:
@@ -130,8 +135,8 @@ SLO_FIELDS = {
 #: results.json's top level (the ``llmsim`` block is the fleet report's: ``fleet_report.FIELDS``).
 FIELDS = {
     "completed": leaf("count", "requests served to their last token (vLLM's completed)"),
-    "failed": leaf("count", "requests the fleet did not serve: rejected (shed, or too long ever to fit) or still "
-                              "in flight when the run stopped"),
+    "failed": leaf("count", "requests the fleet did not serve: rejected (shed, or too long ever to fit), answered "
+                              "429 by the gateway's rate limit, or still in flight when the run stopped"),
     "cancelled": leaf("count", "requests their clients withdrew (llmsim's key; vLLM never cancels)"),
     "duration": leaf("s", "benchmark time: simulation start (after a closed loop's warm-up, its first counted "
                           "request) to the latest finish or rejection"),
@@ -190,7 +195,7 @@ def compute_results(requests: Iterable[Request], gaps: GapLog | GapGrid | None, 
 
     res: dict[str, Any] = {
         "completed": completed,
-        "failed": int(np.count_nonzero((a.status == int(Status.REJECTED)) | (a.status == int(Status.PENDING)))),
+        "failed": int(np.count_nonzero(np.isin(a.status, _FAILED))),
         "cancelled": int(np.count_nonzero(a.status == int(Status.CANCELLED))),
         "duration": dur,
         "total_input_tokens": total_in,

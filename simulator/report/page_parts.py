@@ -11,7 +11,7 @@ import html
 import json
 from typing import Any, Iterable, Mapping, Optional, Sequence
 from ..metrics.verdict import owner, slo_blocks, slo_met
-from .summary_format import class_verdict, rate_limited_shown, weights_served
+from .summary_format import FAILED_PARTS, class_verdict, rate_limited_shown, weights_served
 
 __all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
            "slo_table", "cost_table", "money", "whole", "interval_text"]
@@ -207,7 +207,9 @@ def latency_table(results: Mapping[str, Any]) -> str:
     rows = [[name] + [_ms(results.get(f"{s}_{key}_ms")) for s in stats]
             for key, name in (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
             if f"mean_{key}_ms" in results]
+    status = (results.get("llmsim") or {}).get("request_status") or {}
     counts = [("completed", results.get("completed")), ("failed", results.get("failed")),
+              *((f"failed: {label}", status[why]) for why, label in FAILED_PARTS if status.get(why)),
               ("cancelled", results.get("cancelled")), ("request throughput (req/s)",
                                                         round(results.get("request_throughput") or 0, 2)),
               ("output throughput (tok/s)", round(results.get("output_throughput") or 0, 1))]

@@ -32,7 +32,7 @@ _COUNTS = (
 )
 _LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
 _PCT = re.compile(r"^p(\d+(?:\.\d+)?)_ttft_ms$")
-from .summary_format import FAIL, OK, num as _num, weights_served
+from .summary_format import FAIL, FAILED_PARTS, OK, num as _num, weights_served
 
 
 def _counts(results: Mapping[str, Any]) -> Table:
@@ -46,7 +46,7 @@ def _counts(results: Mapping[str, Any]) -> Table:
             continue
         t.add_row(label, _num(results[key], kind))
         if key == "failed":   # why they failed: vLLM lumps these together, a capacity plan must not
-            for why, label in (("rejected", "rejected (shed or never fits)"), ("pending", "unfinished at the end")):
+            for why, label in FAILED_PARTS:
                 if status.get(why):
                     t.add_row(f"  {label}", _num(status[why], "int"))
     pc = llmsim.get("prefix_cache") or {}

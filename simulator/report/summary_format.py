@@ -7,6 +7,11 @@ from ..dtypes import WEIGHT_DTYPES, falls_back
 
 OK, FAIL = "[green]✓[/]", "[red]✗[/]"
 
+#: Why requests failed (``llmsim.request_status`` keys), shown under the failed count: vLLM lumps them
+#: together, a capacity plan must not (shed is capacity, 429 a rate limit, unfinished a short window).
+FAILED_PARTS = (("rejected", "rejected (shed or never fits)"), ("rate_limited", "rate-limited (429 at the gateway)"),
+                ("pending", "unfinished at the end"))
+
 
 def num(v: Any, kind: str = "float") -> str:
     if v is None:
