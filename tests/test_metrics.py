@@ -540,6 +540,15 @@ def test_summary_table_shows_counts_latencies_and_slo():
     assert "—" in _render(summary_table(compute_results([], GapLog())))
 
 
+def test_a_goodput_of_zero_is_shown_not_hidden():
+    """Every request past a 1 ms TTFT threshold: goodput 0.00 is the row to read, not one to drop."""
+    reqs, gaps = hand_case()
+    res = compute_results(reqs, gaps, slo=parse_slo({"ttft_p95_ms": 1}))
+    assert res["request_goodput"] == 0.0
+    row = next(line for line in _render(summary_table(res)).splitlines() if "Request goodput" in line)
+    assert "0.00" in row
+
+
 # -- columns on disk ---------------------------------------------------------------
 
 def test_column_files_read_back_what_was_written(tmp_path):

@@ -42,7 +42,9 @@ def _counts(results: Mapping[str, Any]) -> Table:
     llmsim = results.get("llmsim") or {}
     status = llmsim.get("request_status") or {}
     for key, label, kind in _COUNTS:
-        if key not in results or (key in ("request_goodput", "cancelled") and not results[key]):
+        # No goodput without per-request thresholds (null); a goodput of 0 is the alarm, shown.
+        if key not in results or (key == "request_goodput" and results[key] is None) \
+                or (key == "cancelled" and not results[key]):
             continue
         t.add_row(label, _num(results[key], kind))
         if key == "failed":   # why they failed: vLLM lumps these together, a capacity plan must not
