@@ -158,6 +158,18 @@ def test_ladder_bars_are_the_rows():
     assert far.axes[0].get_yscale() == "log"
 
 
+def test_a_sliced_ladder_shows_the_products_bill_and_gpus():
+    """The ladder's table and report lead with the product; the chart showed the slice's $20,383 and 10 GPUs,
+    unlabelled, beside their $40.8M and 20,000 GPUs."""
+    rows = [{"step": s, "ttft_p95_ms": 50.0, "ttft_p99_ms": 90.0, "monthly_usd": m, "usd_per_request": 0.001,
+             "gpus": g, "product_monthly_usd": 2000 * m, "product_gpus": 2000 * g}
+            for s, m, g in (("baseline", 20_383.0, 10), ("more", 30_000.0, 14))]
+    money = ladder_figure(rows).axes[1]
+    assert [b.get_height() for b in money.patches] == [2000 * 20_383.0, 2000 * 30_000.0]
+    assert "20,000 GPUs" in " ".join(t.get_text() for t in money.texts)
+    assert "the product, 2,000 × the simulated slice" in money.get_title(loc="left")
+
+
 def test_write_run_plots_skips_the_timeline_without_one(run, tmp_path):
     (tmp_path / "a").mkdir()
     names = sorted(p.name for p in write_run_plots(tmp_path / "a", run.results, run.requests, None))

@@ -16,6 +16,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..errors import LlmsimError
+from ..metrics.product import sliced
 from ..metrics.verdict import mark
 from ..report.summary import _money
 from .output import UNBOUNDED, console, fitted_table, print_json
@@ -70,8 +71,7 @@ def _cell(value: Any, fmt: Callable[[Any], str]) -> str:
 
 def _columns(rows: Sequence[Mapping[str, Any]]) -> tuple:
     """A slice of a product leads with the product's GPUs and monthly cost."""
-    sliced = any(r.get("product_gpus") not in (None, r.get("gpus")) for r in rows)
-    return (_PRODUCT if sliced else ()) + _MONEY + _SPEED
+    return (_PRODUCT if sliced(rows) else ()) + _MONEY + _SPEED
 
 
 def ladder_tables(title: str, rows: Sequence[Mapping[str, Any]], width: int) -> list[Table]:

@@ -16,12 +16,12 @@ Latencies, utilisations and costs per request or token are the slice's.
 """
 from __future__ import annotations
 
-from typing import Any, Mapping
+from typing import Any, Iterable, Mapping
 
 from pydantic import BaseModel, ConfigDict, Field
 from ..fields import block, leaf
 
-__all__ = ["ProductSpec", "product_block"]
+__all__ = ["ProductSpec", "product_block", "sliced"]
 
 
 #: ``llmsim.product`` (the scaling is the module docstring's).
@@ -114,3 +114,9 @@ def product_block(n: int, llmsim: Mapping[str, Any]) -> dict[str, Any]:
         "scaling": _scaling(n),
         "slice": {"gpus": llmsim["gpus"], "gpus_mean": llmsim["gpus_mean"], "monthly_usd": monthly},
     }
+
+
+def sliced(rows: Iterable[Mapping[str, Any]]) -> bool:
+    """Whether rows of runs (``gpus``, ``product_gpus``) are slices of a bigger product: then every table and
+    chart of them leads with the product's GPUs and bill, which a reader of one figure compares with another."""
+    return any(r.get("product_gpus") not in (None, r.get("gpus")) for r in rows)

@@ -22,6 +22,7 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentFormatter
 
 from ..metrics.derive import RequestArrays
+from ..metrics.product import sliced
 
 __all__ = ["latency_cdf_figure", "timeline_figure", "cost_figure", "ladder_figure", "pool_costs",
            "write_run_plots", "write_ladder_plot"]
@@ -318,20 +319,25 @@ def ladder_figure(rows: Sequence[Mapping[str, Any]], slo: Mapping[str, Any] | No
     lat.legend(fontsize=8, loc="best")
     lat.grid(True, axis="y", alpha=0.3)
 
-    month = np.array([np.nan if r.get("monthly_usd") is None else r["monthly_usd"] for r in rows], dtype=float)
+    # The product's bill and GPUs where the steps are slices of one, as the ladder's table and report lead with.
+    product = sliced(rows)
+    month_key, gpus_key = ("product_monthly_usd", "product_gpus") if product else ("monthly_usd", "gpus")
+    month = np.array([np.nan if r.get(month_key) is None else r[month_key] for r in rows], dtype=float)
     bars = money.bar(x, month, 0.6, color="C2")
     for bar, r in zip(bars, rows):
         per = r.get("usd_per_request")
-        gpus = r.get("gpus")
+        gpus = r.get(gpus_key)
         label = (f"{_money(per * 1000)}/1k req" if per is not None else "no completions") + \
-                (f"\n{gpus} GPU{'s' if gpus != 1 else ''}" if gpus is not None else "")
+                (f"\n{gpus:,} GPU{'s' if gpus != 1 else ''}" if gpus is not None else "")
         money.annotate(label, (bar.get_x() + bar.get_width() / 2, np.nan_to_num(bar.get_height())),
                        xytext=(0, 3), textcoords="offset points", ha="center", va="bottom", fontsize=8)
     top = np.nanmax(month) if np.isfinite(month).any() else 1.0
     money.set_ylim(0, top * 1.3 if top > 0 else 1.0)
     money.set_ylabel(r"\$ per month")
     money.yaxis.set_major_formatter(FuncFormatter(lambda v, _: _money(v)))
-    money.set_title("Monthly cost (labels: cost per 1,000 completed requests, GPUs)", loc="left", fontsize=10)
+    n = next((r["product_gpus"] / r["gpus"] for r in rows if r.get("product_gpus") and r.get("gpus")), None)
+    whose = f"of the product, {n:,.0f} × the simulated slice " if product and n else ""
+    money.set_title(f"Monthly cost {whose}(labels: cost per 1,000 completed requests, GPUs)", loc="left", fontsize=10)
     money.grid(True, axis="y", alpha=0.3)
     money.set_xticks(x, steps, rotation=30 if len(steps) > 5 else 0, ha="right" if len(steps) > 5 else "center")
     money.set_xlabel("ladder step" + (f" ({mode}: {LADDER_MODES.get(mode, mode)})" if mode else ""))
