@@ -1019,9 +1019,10 @@ def ttft_ladder(r: Runner) -> str:
         kv = f"{b['kv_transfer']:.0f} + " if b["kv_transfer"] > 0 else ""
         rows.append([step, ms(res["median_ttft_ms"]), ms(res["p95_ttft_ms"]), ms(res["p99_ttft_ms"]),
                      ms(res["p99_tpot_ms"]), _pool_hits(res), count(res["llmsim"]["request_status"]["rejected"]),
-                     f"{b['queue']:,.0f} / {b['prefill']:,.0f} / {kv}{b['first_decode']:.0f}", verdict(res)])
+                     f"{b['queue']:,.0f} / {b['prefill']:,.0f} / {kv}{b['first_decode'] + b['response']:.0f}",
+                     verdict(res)])
     head = ["step", "TTFT p50 (ms)", "p95", "p99", "TPOT p99 (ms)", "token hit", "shed",
-            "p99 split: queue / prefill / (KV transfer +) first decode (ms)", "SLO"]
+            "p99 split: queue / prefill / (KV transfer +) first decode + response (ms)", "SLO"]
     return f"`{cmd}`:\n\n" + table(head, rows, {1, 2, 3, 4, 5, 6})
 
 
@@ -1550,12 +1551,13 @@ def _agent_hits(res: dict) -> str:
 
 
 def _p99_split(res: dict) -> str:
-    """The p99 TTFT's queue / prefill / (KV transfer +) first decode, "—" when the run has too few requests."""
+    """The p99 TTFT's queue / prefill / (KV transfer +) first decode + the front end's response, "—" when the run
+    has too few requests."""
     b = (res["llmsim"].get("ttft_budget") or {}).get("p99")
     if b is None:
         return "—"
     kv = f"{b['kv_transfer']:.0f} + " if b["kv_transfer"] > 0 else ""
-    return f"{b['queue']:,.0f} / {b['prefill']:,.0f} / {kv}{b['first_decode']:,.0f}"
+    return f"{b['queue']:,.0f} / {b['prefill']:,.0f} / {kv}{b['first_decode'] + b['response']:,.0f}"
 
 
 def coding_agent_ladder(r: Runner) -> str:
@@ -1568,7 +1570,7 @@ def coding_agent_ladder(r: Runner) -> str:
                      f"{tpot(res['median_tpot_ms'])} / {tpot(res['p99_tpot_ms'])}", _agent_hits(res),
                      count(sum(p["preemptions"] for p in pools.values())), _p99_split(res), verdict(res)])
     head = ["step", "GPUs", "TTFT p50 / p95 / p99 (ms)", "TPOT p50 / p99 (ms)", "token hit (host tier)",
-            "preemptions", "p99 split: queue / prefill / (KV transfer +) first decode (ms)", "SLO"]
+            "preemptions", "p99 split: queue / prefill / (KV transfer +) first decode + response (ms)", "SLO"]
     return f"`{cmd}`:\n\n" + table(head, rows, {1, 5})
 
 

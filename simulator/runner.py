@@ -164,11 +164,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         req.blocks = None
 
     targets: dict = dict(pools)           # what a class routes to: a pool, or a prefill → decode pair
-    # What the engine-to-client path costs, by the pool a class routes to: a disaggregated request's
-    # tokens stream from its decode pool's server, so a prefill pool answers with its decode pool's.
-    response = {p.name: p.spec.engine.response_ms * 1e-3 for p in plan.pools}
-    response.update({pair.prefill: response[pair.decode] for pair in plan.pairs})
-    fleet = Fleet(env, targets, classes, plan.routes, on_done, plan.regions, response)
+    fleet = Fleet(env, targets, classes, plan.routes, on_done, plan.regions, plan.response_s)
     for pool in pools.values():
         pool.on_done = fleet.done
     for pair in plan.pairs:

@@ -415,6 +415,19 @@ def test_fixed_network_latency_adds_to_ttft_not_to_tpot():
     assert net.results["median_tpot_ms"] == pytest.approx(base.results["median_tpot_ms"], rel=0.05)
 
 
+def test_the_front_ends_response_time_is_a_part_of_its_own():
+    """A collocated pool emits its first token from the prefill: first_decode is zero there, and the front end's
+    response_ms (vLLM's 4 ms, here 7) is the response part, not first_decode as it was."""
+    d = scenario()
+    d["pools"][0]["engine"] = {"response_ms": 7.0}
+    bud = run(d).results["llmsim"]["ttft_budget"]
+    assert bud["parts"][-1] == "response"
+    for p in ("p50", "p95", "p99", "mean"):
+        row = bud[p]
+        assert row["response"] == pytest.approx(7.0) and row["first_decode"] == pytest.approx(0.0, abs=1e-6)
+        assert sum(row[k] for k in bud["parts"]) == pytest.approx(row["ttft"], rel=1e-9)
+
+
 # -- bad input ----------------------------------------------------------------------
 
 def cli_error(tmp_path, data, capsys) -> str:

@@ -92,6 +92,15 @@ class FleetPlan:
         return [p.setup for p in self.pools]
 
     @property
+    def response_s(self) -> dict[str, float]:
+        """Each pool's front-end time per token (``engine.response_ms``), in seconds: the fleet adds it to the
+        stamps a client sees, and the TTFT budget reports it as a part of its own. A disaggregated request's
+        tokens stream from its decode pool's server, so a prefill pool answers with its decode pool's."""
+        out = {p.name: p.spec.engine.response_ms * 1e-3 for p in self.pools}
+        out.update({pair.prefill: out[pair.decode] for pair in self.pairs})
+        return out
+
+    @property
     def folder(self) -> Path | None:
         """The scenario's folder (relative trace paths resolve against it)."""
         return base_dir(self.source)
