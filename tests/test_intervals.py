@@ -146,6 +146,29 @@ def test_a_target_holds_at_a_confidence_only_if_its_bound_does():
     assert at5["replicates_met"] == 1
 
 
+def test_the_runs_interval_table_judges_a_target_as_check_and_plan_do():
+    """A target between the one-sided bound (check, plan --confidence) and the two-sided interval's high end
+    showed ✗ in the run's table while check passed it (chatbot at 0.9: TTFT p99 bound 355.2 ms, hi 410.2)."""
+    from rich.console import Console
+
+    from simulator.metrics.intervals import intervals_block
+    from simulator.report.intervals import intervals_table
+
+    model = build(residual_table({("vllm", "h100-sxm"): 0.0}, spread=0.3))
+    target = {"metric": "ttft", "percentile": 99, "target_ms": 0.0, "measured_ms": 100.0, "met": True}
+    res = {"p99_ttft_ms": 100.0, "slo": {"targets": {"ttft_p99_ms": target}}}
+    iv, _ = intervals_block([res], Regime("vllm"), model, 0.9)
+    bound, hi = iv["p99_ttft_ms"]["bound"], iv["p99_ttft_ms"]["hi"]
+    assert bound < hi
+    target["target_ms"] = (bound + hi) / 2
+    [judged] = targets_at_confidence([[("SLO", res["slo"])]], Regime("vllm"), model, 0.9)
+    assert judged["met"] and judged["bound_ms"] == pytest.approx(bound)
+    console = Console(width=200, record=True, color_system=None)
+    console.print(intervals_table({**res, "llmsim": {"intervals": iv}}))
+    row = next(line for line in console.export_text().splitlines() if "ttft_p99_ms" in line)
+    assert "✓" in row and "✗" not in row
+
+
 def test_a_prompt_length_buckets_targets_are_judged_in_its_own_band():
     """A run of short prompts (regime <=1k) with a bucket of long ones: the bucket's TTFT target takes
     the long prompts' bias, the fleet's the short ones'."""

@@ -47,6 +47,9 @@ _FIGURE = "<figure>"   # a vLLM-keyed latency statistic or rate: p99_ttft_ms, re
 INTERVAL_FIELDS = {_FIGURE: block("one figure of the top level (a latency statistic, a rate, an SLO's statistic)", {
     "lo": leaf("as the figure", "the interval's low end"), "hi": leaf("as the figure", "its high end"),
     "confidence": leaf("fraction", "the interval's confidence (--confidence)"),
+    "bound": leaf("as the figure", "the one-sided bound the real value stays under with that confidence: what "
+                                   "check and plan --confidence judge a latency target by (hi is the two-sided "
+                                   "interval's, a stricter bound)", when="the figure is a latency (…_ms)"),
     "model": leaf("text", "the error model's metric the interval was drawn from; null without one"),
 })}
 
@@ -158,9 +161,11 @@ def intervals_block(replicates: Sequence[Mapping[str, Any]], regime: Regime, mod
         if metric is not None and metric not in lookups:
             lookups[metric] = model.lookup(metric, regime) if model is not None else None
         lk = lookups.get(metric) if metric else None
-        iv = interval(_values(replicates, key), lk, confidence)
+        values = _values(replicates, key)
+        iv = interval(values, lk, confidence)
         if iv is not None:
             out[key] = {"lo": iv[0], "hi": iv[1], "confidence": confidence,
+                        **({"bound": upper_bound(values, lk, confidence)} if key.endswith("_ms") else {}),
                         "model": lk.metric if lk is not None else None}
     used = {"regime": {d: getattr(regime, d) for d in ("stack", "family", "moe", "load", "isl")},
             "source": model.source if model is not None else None,

@@ -44,7 +44,9 @@ def _rows(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], Mapp
 
 
 def intervals_table(results: Mapping[str, Any]) -> Optional[Table]:
-    """Each SLO target's interval, and with replicates how many met it."""
+    """Each SLO target's interval, and with replicates how many met it. ✓/✗ is the one-sided bound's verdict,
+    as check and plan --confidence give it: the two-sided interval's high end is a stricter bound, and a
+    target between the two passed there and showed ✗ here."""
     rows = _rows(results)
     if not rows:
         return None
@@ -58,13 +60,15 @@ def intervals_table(results: Mapping[str, Any]) -> Optional[Table]:
         title += " from llmsim's error (one replicate: --replicates N adds the run-to-run spread)"
     t = Table(title=title, title_justify="left")
     for name, justify in (("", "center"), ("target", "left"), ("limit", "right"), ("simulated", "right"),
-                          ("interval", "right")) + ((("replicates met", "right"),) if n else ()):
+                          ("interval", "right"), (f"{100 * conf:g} % bound", "right")) \
+            + ((("replicates met", "right"),) if n else ()):
         t.add_column(name, justify=justify)
     met = reps.get("slo_targets_met") or {}
     for key, target, i in rows:
-        inside = i["hi"] <= target["target_ms"]
-        cells = [OK if inside else FAIL, key, f"≤ {num(target['target_ms'])} ms", num(target.get("measured_ms")),
-                 f"{num(i['lo'])} – {num(i['hi'])}"]
+        bound = i.get("bound")      # None: a results.json written before bounds were stored
+        mark = "—" if bound is None else OK if bound <= target["target_ms"] else FAIL
+        cells = [mark, key, f"≤ {num(target['target_ms'])} ms", num(target.get("measured_ms")),
+                 f"{num(i['lo'])} – {num(i['hi'])}", num(bound)]
         if n:
             cells.append(f"{met.get(key, 0)} of {n}")
         t.add_row(*cells)
