@@ -192,3 +192,33 @@ def test_a_class_that_sent_nothing_is_not_judged(tmp_path, cli):
     assert quiet["requests"] == 0 and "slo" not in quiet and quiet["slo_declared"] is True
     assert quiet["pool"] == "main"      # where it routes, as a class that sent requests shows (it read None)
     assert res["llmsim"]["slo_met"] is True and not failures(res)
+
+
+def test_a_missed_value_never_reads_as_its_target():
+    """✗ TPOT p99 ≤ 60.00 ms beside 60.00, and ✗ TTFT p99 ≤ 2,000 ms beside 2,000: the tables rounded a miss
+    onto its target; they show the decimals it takes (60.004, 2,000.04), and a met value as before."""
+    from rich.console import Console
+
+    from simulator.report.fleet_summary import classes_table
+    from simulator.report.page_parts import classes_table as page_classes_table, slo_table
+    from simulator.report.summary import _slo
+
+    def target(metric: str, limit: float, value: float) -> dict:
+        return {"metric": metric, "percentile": 99, "target_ms": limit, "measured_ms": value,
+                "met": value <= limit, "attainment": 0.98}
+
+    targets = {"tpot_p99_ms": target("tpot", 60.0, 60.004), "ttft_p99_ms": target("ttft", 2000.0, 2000.04),
+               "e2el_p99_ms": target("e2el", 9000.0, 8999.996)}
+    console = Console(record=True, width=150, color_system=None)
+    console.print(_slo({"slo": {"met": False, "targets": targets}}))
+    text = console.export_text()
+    assert "60.004" in text and "2,000.04" in text and "9,000.00" in text
+    page = slo_table({"slo": {"met": False, "targets": targets}})
+    assert ">60.004<" in page and ">2,000.04<" in page and ">9,000<" in page
+    klass = {"pool": "p", "priority": 0, "completed": 10, "rejected": 0, "cancelled": 0, "median_ttft_ms": 900.0,
+             "p99_ttft_ms": 2000.04, "p99_tpot_ms": 60.004, "slo": {"met": False, "targets": targets}}
+    console = Console(record=True, width=150, color_system=None)
+    console.print(classes_table({"classes": {"paid": klass}}))
+    row = next(line for line in console.export_text().splitlines() if "paid" in line)
+    assert "2,000.04" in row and "60.004" in row
+    assert ">2,000.04<" in page_classes_table({"classes": {"paid": klass}})

@@ -14,22 +14,45 @@ from typing import Any, Mapping, Optional
 from .by_input_length import bucket_slo_blocks
 
 __all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "fleet_met", "load_columns", "load_failure", "mark", "owner",
-           "failures", "ms_past"]
+           "failures", "past", "ms_past", "measured", "class_p99"]
 
 #: Exit code of ``llmsim run`` and ``llmsim check`` for a result that fails
 #: (bad input stays 2): CI can tell "the fleet got worse" from "the check is broken".
 EXIT_MISSED = 1
 
 
-def ms_past(value_ms: float, target_ms: float, grouped: bool = True) -> str:
-    """A latency past its target, with the decimals it takes to show it past ("25.01 ms", not "25.0 ms"
-    beside "> 25 ms", which reads as a target met and called missed); ``grouped``: thousands separated."""
+def past(value_ms: float, target_ms: float, digits: int = 1, grouped: bool = True) -> str:
+    """A latency past its target, with ``digits`` decimals or the more it takes to show it past ("25.01",
+    not "25.0" beside "≤ 25", which reads as a target met and called missed); ``grouped``: thousands separated."""
     sep = "," if grouped else ""
-    for digits in range(1, 5):
-        shown = f"{value_ms:{sep}.{digits}f}"
+    for d in range(digits, 5):
+        shown = f"{value_ms:{sep}.{d}f}"
         if float(shown.replace(",", "")) != target_ms:
-            return f"{shown} ms"
-    return f"{value_ms:{sep}.4f} ms"
+            return shown
+    return f"{value_ms:{sep}.4f}"
+
+
+def ms_past(value_ms: float, target_ms: float, grouped: bool = True) -> str:
+    """:func:`past` in ms, with its unit."""
+    return f"{past(value_ms, target_ms, grouped=grouped)} ms"
+
+
+def measured(target: Mapping[str, Any], digits: int) -> str:
+    """An SLO target's measured value (a ``targets`` entry) to ``digits`` decimals, or the more a missed
+    one takes not to read as its target; "—" when nothing was measured."""
+    v = target.get("measured_ms")
+    if v is None:
+        return "—"
+    if target.get("met") is False and target.get("target_ms") is not None:
+        return past(v, target["target_ms"], digits)
+    return f"{v:,.{digits}f}"
+
+
+def class_p99(klass: Mapping[str, Any], metric: str, digits: int) -> str:
+    """A class's p99 ``metric`` (ttft, tpot) for its table, as :func:`measured` shows it against the class's
+    target for it, when it has one."""
+    target = ((klass.get("slo") or {}).get("targets") or {}).get(f"{metric}_p99_ms") or {}
+    return measured({**target, "measured_ms": klass.get(f"p99_{metric}_ms")}, digits)
 
 
 def slo_blocks(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any]]]:

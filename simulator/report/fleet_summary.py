@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..metrics.verdict import class_p99
 from .summary_format import class_verdict, num, rate_limited_shown
 
 
@@ -94,7 +95,7 @@ def classes_table(llmsim: Mapping[str, Any]) -> Optional[Table]:
         t.add_row(name, str(c.get("pool")), str(c.get("priority")), num(c["completed"], "int"),
                   num(c["rejected"], "int"), num(c["cancelled"], "int"),
                   *([num(c.get("rate_limited") or 0, "int")] if limited else []), _ms(c.get("median_ttft_ms")),
-                  _ms(c.get("p99_ttft_ms")), _ms(c.get("p99_tpot_ms"), 1), verdict)
+                  class_p99(c, "ttft", 0), class_p99(c, "tpot", 1), verdict)
     return t
 
 

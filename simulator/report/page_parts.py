@@ -10,7 +10,7 @@ from __future__ import annotations
 import html
 import json
 from typing import Any, Iterable, Mapping, Optional, Sequence
-from ..metrics.verdict import owner, slo_blocks, slo_met
+from ..metrics.verdict import class_p99, measured, owner, slo_blocks, slo_met
 from .summary_format import FAILED_PARTS, class_verdict, rate_limited_shown, weights_served
 
 __all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
@@ -38,8 +38,13 @@ def _num(v: Any, spec: str, per: float = 1) -> str:
     return "—" if v is None else format(v / per if per != 1 else v, spec)
 
 
+def _digits(ms: float) -> int:
+    """The page's decimals for a latency: tenths under a second."""
+    return 1 if abs(ms) < 1000 else 0
+
+
 def _ms(v: Any) -> str:
-    return "—" if v is None else f"{v:,.1f}" if abs(v) < 1000 else f"{v:,.0f}"
+    return "—" if v is None else f"{v:,.{_digits(v)}f}"
 
 
 def figure(key: str, value: Any, text: str, label: str, cls: str = "") -> str:
@@ -112,7 +117,7 @@ def slo_table(results: Mapping[str, Any]) -> str:
             att = t.get("attainment")
             verdict = "✓ met" if t.get("met") else "✗ missed"
             rows.append([verdict, f"{whose}{t['metric'].upper()} p{t['percentile']:g}",
-                         f"≤ {t['target_ms']:,g} ms", _ms(t.get("measured_ms")),
+                         f"≤ {t['target_ms']:,g} ms", measured(t, _digits(t.get("measured_ms") or 0)),
                          (_slo_interval(intervals, key, t) if not whose else None) or "—",
                          "—" if att is None else f"{100 * att:.1f} %"])
     return table(["verdict", "target", "limit", "simulated (ms)", "interval (ms)", "within the limit"], rows,
@@ -193,7 +198,8 @@ def classes_table(llmsim: Mapping[str, Any]) -> str:
     limited = rate_limited_shown(classes)
     rows = [[name, c.get("pool"), c.get("priority"), c.get("completed"), c.get("rejected"), c.get("cancelled"),
              *([c.get("rate_limited") or 0] if limited else []),
-             _ms(c.get("median_ttft_ms")), _ms(c.get("p99_ttft_ms")), _ms(c.get("p99_tpot_ms")),
+             _ms(c.get("median_ttft_ms")), class_p99(c, "ttft", _digits(c.get("p99_ttft_ms") or 0)),
+             class_p99(c, "tpot", _digits(c.get("p99_tpot_ms") or 0)),
              class_verdict(c, "✓", "✗")] for name, c in classes.items()]
     return "<h3>Classes</h3>" + table(["class", "pool", "priority", "completed", "shed", "cancelled",
                                        *(["rate-limited (429)"] if limited else []), "TTFT p50 (ms)",

@@ -13,7 +13,7 @@ from rich.console import Group
 from rich.table import Table
 from rich.text import Text
 
-from ..metrics.verdict import owner, slo_blocks, slo_met
+from ..metrics.verdict import measured, owner, slo_blocks, slo_met
 from .fleet_summary import classes_table, headline, pools_table, ttft_budget_table
 
 __all__ = ["summary_table"]
@@ -90,7 +90,7 @@ def _slo(results: Mapping[str, Any]) -> Optional[Table]:
             pct_s = f"p{int(pct)}" if int(pct) == pct else f"p{pct}"
             att = target.get("attainment")
             t.add_row(OK if target["met"] else FAIL, f"{whose}{target['metric'].upper()} {pct_s}",
-                      f"≤ {_num(target['target_ms'])} ms", _num(target.get("measured_ms")),
+                      f"≤ {_num(target['target_ms'])} ms", measured(target, 2),
                       "—" if att is None else f"{100 * att:.1f}%")
     goodput = (results.get("slo") or {}).get("goodput")
     if goodput:
