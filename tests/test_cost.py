@@ -272,3 +272,19 @@ def test_method_day_on_less_than_a_day_is_refused_even_without_a_duration():
     assert e.value.key_path == "cost.monthly.method" and "11 s" in e.value.message
     assert MonthRule(MonthlySpec(method="day"), sized_by_count).apply([], 30.0, 86_400.0)["monthly_usd"] \
         == pytest.approx(30.0 * 730 / 24)
+
+
+def test_gpu_hours_print_without_an_exponent():
+    """104 GPUs for a day: 2,496 GPU-h, which ',.3g' printed '2.5e+03' in the cost notes, cost.png and the
+    page's hover."""
+    from simulator.report.page_charts import cost_breakdown
+    from simulator.report.plots import _gpu_hours
+    from simulator.report.summary_format import gpu_hours
+
+    assert [gpu_hours(x) for x in (2496.0, 74.93, 0.03614, 0.0, 999.6)] == ["2,496", "74.9", "0.0361", "0", "1,000"]
+    b = pool_billing(pool(tp=8, replicas=13, usd_per_gpu_hour=2.0), H100, [(0.0, 13)], 86_400.0)
+    c = cost_block([b], [], 86_400.0)
+    assert "2,496 GPU-h at $2.00/GPU-h" in render(summary_table({"llmsim": {"cost": c}}))
+    assert _gpu_hours(2496.0) == "2,496 GPU-h in the window"
+    [(_, chart)] = cost_breakdown({"cost": c})
+    assert chart["data"][0]["customdata"][0][2] == "2,496"

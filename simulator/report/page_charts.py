@@ -14,6 +14,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 import numpy as np
 
 from ..planning.pareto import month_with_power, pareto_front, point_label
+from .summary_format import gpu_hours
 
 __all__ = ["latency_cdfs", "timeseries", "cost_breakdown", "ladder_charts", "pareto_chart", "REQUEST_COLUMNS",
            "TIMELINE_COLUMNS", "TIMELINE_OPTIONAL_COLUMNS"]
@@ -160,8 +161,8 @@ def cost_breakdown(llmsim: Mapping[str, Any]) -> list[tuple[str, Figure]]:
     names = [p["name"] for p in pools]
     trace = {"type": "bar", "x": names, "y": [round(p["usd"], 4) for p in pools],
              "text": [f"${p['usd']:,.2f} ({100 * p['usd'] / total:.0f} %)" for p in pools], "textposition": "auto",
-             "customdata": [[p["gpus"], p["gpu"], p["gpu_hours"], p["usd_per_gpu_hour"]] for p in pools],
-             "hovertemplate": "%{x}: peak %{customdata[0]} × %{customdata[1]}, %{customdata[2]:,.3g} GPU-h at "
+             "customdata": [[p["gpus"], p["gpu"], gpu_hours(p["gpu_hours"]), p["usd_per_gpu_hour"]] for p in pools],
+             "hovertemplate": "%{x}: peak %{customdata[0]} × %{customdata[1]}, %{customdata[2]} GPU-h at "
                               "$%{customdata[3]:,.2f}/GPU-h<extra></extra>", "marker": {"color": "#4c78a8"},
              "name": "window bill"}
     return [("cost", {"data": [trace], "layout": _layout(

@@ -23,6 +23,7 @@ from matplotlib.ticker import FuncFormatter, LogLocator, NullFormatter, PercentF
 
 from ..metrics.derive import RequestArrays
 from ..metrics.product import sliced
+from .summary_format import gpu_hours
 
 __all__ = ["latency_cdf_figure", "timeline_figure", "cost_figure", "ladder_figure", "pool_costs",
            "write_run_plots", "write_ladder_plot"]
@@ -213,7 +214,7 @@ def _fleet_shape(p: Mapping[str, Any], n: int = 1) -> str:
 
 
 def _gpu_hours(gh: Optional[float]) -> str:
-    return "" if gh is None else f"{gh:,.3g} GPU-h in the window"
+    return "" if gh is None else f"{gpu_hours(gh)} GPU-h in the window"
 
 
 def _short_money(v: float) -> str:

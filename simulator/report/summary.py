@@ -32,7 +32,7 @@ _COUNTS = (
 )
 _LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
 _PCT = re.compile(r"^p(\d+(?:\.\d+)?)_ttft_ms$")
-from .summary_format import FAIL, FAILED_PARTS, OK, num as _num, weights_served
+from .summary_format import FAIL, FAILED_PARTS, OK, gpu_hours, num as _num, weights_served
 
 
 def _counts(results: Mapping[str, Any]) -> Table:
@@ -155,7 +155,7 @@ def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[st
     notes = [f"month: {cost.get('monthly_basis')}", f"tokens: {cost.get('token_split')}"]
     notes += [f"pool {p['name']}: {_serves(pools.get(p['name'], {}))}peak {p['gpus']:,} × {p['gpu']}"
               + (f", mean {pools[p['name']]['gpus_mean']:,.2f}" if "gpus_mean" in pools.get(p["name"], {}) else "")
-              + f", {p['gpu_hours']:,.3g} GPU-h at ${p['usd_per_gpu_hour']:,.2f}/GPU-h from the {p['price_source']}"
+              + f", {gpu_hours(p['gpu_hours'])} GPU-h at ${p['usd_per_gpu_hour']:,.2f}/GPU-h from the {p['price_source']}"
               + (" [yellow](an assumption: set pools[].usd_per_gpu_hour)[/]" if p["price_assumed"] else "")
               for p in cost.get("pools", [])]
     return Group(t, *(Text.from_markup(f"[dim]{line}[/]") for line in notes))

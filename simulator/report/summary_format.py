@@ -1,6 +1,7 @@
 """Number formatting and verdict marks shared by the terminal tables."""
 from __future__ import annotations
 
+import math
 from typing import Any, Mapping
 
 from ..dtypes import WEIGHT_DTYPES, falls_back
@@ -11,6 +12,14 @@ OK, FAIL = "[green]✓[/]", "[red]✗[/]"
 #: together, a capacity plan must not (shed is capacity, 429 a rate limit, unfinished a short window).
 FAILED_PARTS = (("rejected", "rejected (shed or never fits)"), ("rate_limited", "rate-limited (429 at the gateway)"),
                 ("pending", "unfinished at the end"))
+
+
+def gpu_hours(gh: float) -> str:
+    """GPU-hours to three significant digits without an exponent ("0.0361", "74.9"), whole and thousands
+    separated from 1,000 ("2,496", where ",.3g" printed "2.5e+03")."""
+    if gh == 0 or abs(gh) >= 1000:
+        return f"{gh:,.0f}"
+    return f"{gh:,.{max(0, 2 - math.floor(math.log10(abs(gh))))}f}"
 
 
 def num(v: Any, kind: str = "float") -> str:
