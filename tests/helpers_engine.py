@@ -203,9 +203,9 @@ def finished(reqs: Sequence[Request]) -> list[Request]:
 
 def describe(requests: Sequence[Request], cfg: EngineConfig, num_blocks: int, **kw) -> str:
     """A copy-pasteable reproduction of a failing case."""
-    rows = ", ".join(f"({r.arrival!r}, {r.input_tokens}, {r.output_tokens})" for r in requests)
+    rows = ", ".join(f"({r.arrival!r}, {r.input_tokens}, {r.output_tokens}, {r.priority})" for r in requests)
     return (f"cfg=EngineConfig(**{cfg.model_dump(exclude_defaults=True)!r}), num_blocks={num_blocks}, {kw}, "
-            f"requests=[(arrival, in, out)]=[{rows}]")
+            f"requests=[(arrival, in, out, priority)]=[{rows}]")
 
 
 # --- hypothesis strategies ------------------------------------------------------
@@ -240,7 +240,13 @@ def workloads(draw, min_n: int = 5, max_n: int = 60, max_in: int = 3000, max_out
     inp = draw(st.lists(st.one_of(st.integers(1, 64), st.integers(1, max_in)), min_size=n, max_size=n))
     out = draw(st.lists(st.one_of(st.integers(1, 8), st.integers(1, max_out), st.integers(max_out * 2 // 3, max_out)),
                         min_size=n, max_size=n))
-    return make_requests(t, inp, out)
+    reqs = make_requests(t, inp, out)
+    # One draw in three mixes request classes: the queue serves the higher first and KV
+    # pressure preempts the lower.
+    if draw(st.sampled_from([False, False, True])):
+        for r, p in zip(reqs, draw(st.lists(st.integers(-1, 2), min_size=n, max_size=n))):
+            r.priority = p
+    return reqs
 
 
 @st.composite

@@ -167,6 +167,22 @@ def test_pinned_cases_match_reference(cfg_kw, nb, reqs):
     assert all(r.status in (Status.FINISHED, Status.REJECTED) for r in fast.requests)
 
 
+@pytest.mark.parametrize("cfg_kw", [dict(chunked_prefill=False), dict(mixed_prefill=False)],
+                         ids=["no-chunking", "prefill-only-chunks"])
+def test_a_preemption_lets_a_higher_class_in_at_the_next_boundary(cfg_kw):
+    """Prefill-only iterations: a decode step preempts the 17-token prompt, and
+    the paid request that arrived meanwhile, ahead of the victim in the queue,
+    fits in its blocks at the next boundary; a decode stretch must end there."""
+    reqs = _case([0, 0, 0, 0, 0.0078125], [1, 17, 1, 1, 2], [3, 2, 1, 1, 1])
+    reqs[-1].priority = 1
+    cfg = EngineConfig(max_num_seqs=3, block_size=1, **cfg_kw)
+    fast = run_open("fast", reqs, cfg, 19)
+    ref = run_open("reference", reqs, cfg, 19)
+    check_equal(fast, ref, reqs, cfg, 19)
+    assert sum(r.preemptions for r in fast.requests) == 1
+    assert fast.requests[4].admitted < fast.requests[0].finish
+
+
 def test_differential_exercises_preemption_and_rejection():
     """Guard against the strategies going soft: a typical tight workload does
     preempt and reject, and both engines agree on that too."""

@@ -171,12 +171,12 @@ def check_run(run, reqs_in=None) -> None:
             assert rep.used_blocks() == 0 and rep.B == 0 and rep.fixed_blocks == 0
         else:
             assert rep.free == rep.num_blocks
-    # FCFS: on one replica, first admissions follow submission order (a
-    # preempted sequence goes back to the head but keeps its first stamp).
-    by_rep: dict[int, list] = {}
+    # FCFS within a class: on one replica, first admissions of one priority follow
+    # submission order (a preempted sequence goes back to the head but keeps its first stamp).
+    by_rep: dict[tuple[int, int], list] = {}
     for r in reqs:
         if r.status == Status.FINISHED:
-            by_rep.setdefault(r.replica, []).append(r)
+            by_rep.setdefault((r.replica, r.priority), []).append(r)
     for rs in by_rep.values():
         adm = [r.admitted for r in rs]
         assert adm == sorted(adm), "admission out of FCFS order"

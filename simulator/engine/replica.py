@@ -195,9 +195,11 @@ class FastReplica(ReplicaBase):
                 chunks = self._admit_whole(now, self._free_blocks(False), reserve_output=False)
                 if chunks:
                     return chunks, False, False
-            self._make_room_for_decodes()
+            # A victim's blocks may let a request of a higher class, ahead of it in the queue,
+            # in at the next boundary: the stretch ends there (preempted).
+            victims = self._make_room_for_decodes()
             self._trim_cache(self._free_blocks(self.B > 0))
-            return [], self.B > 0, False
+            return [], self.B > 0, bool(victims)
         if not cfg.mixes_prefill:
             # Chunks in prefill-only iterations (SGLang without --enable-mixed-chunk): the
             # prompt being chunked goes first, then waiting prompts while the budget lasts;
@@ -207,9 +209,9 @@ class FastReplica(ReplicaBase):
             self._admit_chunked(now, free, self._continue_prefills(budget, chunks), chunks)
             if chunks:
                 return chunks, False, False
-            self._make_room_for_decodes()
+            victims = self._make_room_for_decodes()   # (as without chunking: the stretch ends after one)
             self._trim_cache(self._free_blocks(self.B > 0))
-            return [], self.B > 0, False
+            return [], self.B > 0, bool(victims)
         victims = self._make_room_for_decodes()
         free = self._free_blocks(self.B > 0)
         self._trim_cache(free)
