@@ -123,8 +123,8 @@ class EngineConfig(BaseModel):
         description="paged KV when memory runs short. on_demand (vLLM V1; TensorRT-LLM's MAX_UTILIZATION; "
                     "SGLang, whose estimate of running outputs is not modelled): a request is admitted on its "
                     "prompt's blocks and decodes "
-                    "allocate as they grow; when the next tokens do not fit, the newest running request is "
-                    "preempted (its KV freed, recomputed later). reserve_output (TensorRT-LLM's default "
+                    "allocate as they grow; when the next tokens do not fit, the newest running request of the "
+                    "lowest class priority is preempted (its KV freed, recomputed later). reserve_output (TensorRT-LLM's default "
                     "GUARANTEED_NO_EVICT): a request is admitted only if its prompt and whole output fit beside "
                     "the remaining output of every running request, so nothing is ever preempted; the rest wait")
     max_model_len: Optional[int] = Field(

@@ -38,8 +38,9 @@ class ReferenceReplica(ReplicaBase):
         self.own -= v.blocks
         v.blocks = 0
 
-    def _preempt_newest(self) -> Seq:
-        return self._preempt(self.running[-1])
+    def _preempt_victim(self) -> Seq:
+        # The lowest class priority, the newest among equals (min keeps the first of equals).
+        return self._preempt(min(reversed(self.running), key=lambda s: s.req.priority))
 
     def _allocate_decodes(self) -> tuple[list[Seq], list[Seq]]:
         decodes, victims = [], []
@@ -50,11 +51,13 @@ class ReferenceReplica(ReplicaBase):
             need = max(0, ceil_div(s.kv + 1 - s.pin_blocks * self.bs, self.bs) - s.blocks)
             preempted_self = False
             while need > self.free:
-                v = self._preempt_newest()
+                v = self._preempt_victim()
                 victims.append(v)
                 if v is s:
                     preempted_self = True
                     break
+                if v in decodes:    # a lower class already given its token (vLLM unschedules it too)
+                    decodes.remove(v)
             if preempted_self:
                 continue
             self.own += need

@@ -141,13 +141,38 @@ class FastReplica(ReplicaBase):
         if self.contiguous:
             self.fixed_filled -= ceil_div(s.prompt, self.bs)
 
-    def _preempt_newest(self) -> Seq:
-        return self._preempt(next(reversed(self.running)))
+    def _victim(self) -> Seq:
+        """The running sequence KV pressure preempts: the lowest class
+        priority, the newest among equals. The waiting queue serves classes
+        as vLLM's ``--scheduling-policy priority`` does, and that policy's
+        victim is the least important running request (vLLM V1
+        ``Scheduler.schedule``: ``max(running, key=(priority, arrival))``,
+        vLLM's smaller value being the more important); with one class it is
+        the newest, FCFS's ``running.pop()``. The scan stops at the first
+        sequence of the lowest priority queued, so with one class (or the
+        newest running one of the lowest) it costs one step.
+
+        Among equals the newest admitted goes, where vLLM's priority policy
+        takes the latest arrival: they differ only for a preempted request
+        readmitted behind later arrivals."""
+        lowest = self.waiting.lowest_priority()
+        best: Optional[Seq] = None
+        for s in reversed(self.running):
+            p = s.req.priority
+            if p == lowest:
+                return s
+            if best is None or p < best.req.priority:
+                best = s
+        assert best is not None, "preemption with nothing running"
+        return best
+
+    def _preempt_victim(self) -> Seq:
+        return self._preempt(self._victim())
 
     def _make_room_for_decodes(self) -> list[Seq]:
         victims = []
         while self.demand.count and self.used_blocks(self.G + 1) > self.num_blocks:
-            victims.append(self._preempt_newest())
+            victims.append(self._preempt_victim())
         for v in victims:
             self.waiting.appendleft(v)
         return victims

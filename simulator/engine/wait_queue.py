@@ -76,6 +76,12 @@ class WaitQueue:
         for p in reversed(self._order):
             yield from self._levels[p]
 
+    def lowest_priority(self) -> int:
+        """The lowest priority ever queued here. Every running sequence came
+        through this queue, so a running sequence of this priority is a
+        preemption victim no other can beat (see FastReplica._victim)."""
+        return self._order[0] if self._order else 0
+
     def count_at_least(self, priority: int) -> int:
         """Waiting requests that would be served before a new one of ``priority``
         (what admission control compares with a class's queue limit)."""
