@@ -102,6 +102,41 @@ def test_under_overload_free_is_shed_and_paid_keeps_its_slo():
     assert 0.6 < c["free"]["requests"] / 400 < 0.8
 
 
+def _burst(engine: dict, **admission) -> dict:
+    """One replica of 8 slots, 200 requests at 400/s: far more than it serves."""
+    d = scenario(classes=[{"name": "c", "admission": admission}])
+    d["workload"] = {"num_requests": 200, "arrival": {"type": "poisson", "rate_per_s": 400},
+                     "input_tokens": {"dist": "fixed", "value": 2000}, "output_tokens": {"dist": "fixed", "value": 50}}
+    d["pools"][0]["engine"] = {"backend": "vllm", "prefix_cache": False, "max_num_seqs": 8, **engine}
+    return d
+
+
+@pytest.mark.parametrize("engine", [{"async_scheduling": True}, {"async_scheduling": True, "request_ms": 4.0},
+                                    {"async_scheduling": False}],
+                         ids=["async", "async-front-end", "in-turn"])
+def test_queue_limit_counts_held_and_entering_requests(engine):
+    """With async scheduling, arrivals during an iteration are held for the plan
+    after next, and with a front end they are still being parsed: either way
+    they are served before a later arrival, so they count toward its limit.
+    Checked on the records: when an accepted request arrives, fewer than 4
+    accepted requests are ahead of it and not yet admitted."""
+    out = run(_burst(engine, max_queue_per_replica=4))
+    acc = [r for r in out.requests if r.status == Status.FINISHED]
+    assert 10 < len(acc) < 100
+    worst = max(sum(1 for q in acc if q.arrival < r.arrival < q.admitted) for r in acc)
+    assert worst == 3
+
+
+def test_wait_limit_counts_held_requests():
+    """max_wait_s with async scheduling: the 2000-token prompts accepted ahead
+    of an accepted arrival and not yet admitted, held ones included, take no
+    longer than 0.2 s at the replica's prefill rate (4 of them)."""
+    out = run(_burst({"async_scheduling": True}, max_wait_s=0.2))
+    acc = [r for r in out.requests if r.status == Status.FINISHED]
+    worst = max(sum(1 for q in acc if q.arrival < r.arrival < q.admitted) for r in acc)
+    assert worst == int(0.2 * out.pools["main"].prefill_tokens_per_s() // 2000) == 4
+
+
 def test_priority_alone_orders_the_queue():
     """No admission limits: nothing is shed, and paid waits less than free."""
     d = overloaded()

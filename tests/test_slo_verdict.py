@@ -109,12 +109,12 @@ pools:
     engine: {backend: vllm}
 slo: {ttft_p99_ms: 5000, tpot_p99_ms: 100}
 classes:
-  - {name: all, share: 1.0, admission: {max_queue_per_replica: 1}}
+  - {name: all, share: 1.0, admission: {max_queue_per_replica: 2}}
 """
 
 
 def test_a_plan_does_not_buy_a_fleet_that_sheds_its_load(cli, tmp_path):
-    """One H100 sheds 29 % of this load at its admission limit and meets its latency targets on what
+    """One H100 sheds 30 % of this load at its admission limit and meets its latency targets on what
     it serves; llmsim run exits 1 on it (OVERLOADED), so the plan must not call it the answer."""
     p = tmp_path / "shedding.yaml"
     p.write_text(SHEDDING)

@@ -246,6 +246,18 @@ class ReplicaBase:
         """Requests waiting for a batch slot, those not yet taken in included."""
         return len(self.waiting) + len(self.held)
 
+    def queued_ahead(self, priority: int) -> list[Seq]:
+        """The queued requests a new arrival of ``priority`` would be served
+        after (what admission control limits): those of its priority or higher,
+        waiting or held for the next plan (async scheduling takes the held in
+        at the end of the iteration in flight, before anything later)."""
+        return [s for s in self.held if s.req.priority >= priority] + [
+            s for s in self.waiting if s.req.priority >= priority]
+
+    def queued_count_ahead(self, priority: int) -> int:
+        """``len(queued_ahead(priority))`` without listing the waiting queue."""
+        return self.waiting.count_at_least(priority) + sum(1 for s in self.held if s.req.priority >= priority)
+
     def _take_in(self, now: float) -> None:
         """Move the requests held while an iteration was in flight into the
         queue, once the next iteration has been planned without them (or

@@ -57,11 +57,12 @@ class AdmissionSpec(BaseModel):
 
     max_queue_per_replica: Optional[int] = Field(
         default=None, ge=0, description="reject when this many requests of equal or higher priority already "
-                                        "wait on the replica the router picked")
+                                        "wait on the replica the router picked (in its queue, those async "
+                                        "scheduling holds for the next plan and those in its front end included)")
     max_wait_s: Optional[float] = Field(
         default=None, gt=0, allow_inf_nan=False,
-        description="reject when the prompts waiting ahead (equal or higher priority) would take longer than "
-                    "this to prefill at the replica's full token budget")
+        description="reject when the prompts waiting ahead (equal or higher priority, counted as for "
+                    "max_queue_per_replica) would take longer than this to prefill at the replica's full token budget")
 
     def limits(self) -> tuple[float, float]:
         inf = float("inf")

@@ -40,23 +40,28 @@ class FrontEnd:
         self.per_request_s = request_ms * 1e-3
         self.per_token_s = tokenize_us_per_token * 1e-6
         self.free_at = 0.0
-        self.inside: set[int] = set()        # ids of requests still in the front end
+        self.inside: dict[int, Request] = {}   # requests still in the front end, by id, in entry order
 
     def enter(self, req: Request, deliver: Callable[[Request], None]) -> None:
         now = self.env.now
         done = max(now, self.free_at) + self.per_request_s + req.input_tokens * self.per_token_s
         self.free_at = done
-        self.inside.add(req.id)
+        self.inside[req.id] = req
         self._count(req, 1)
 
         def out(_ev: object) -> None:
             if req.id not in self.inside:        # dropped meanwhile (cancelled)
                 return
-            self.inside.discard(req.id)
+            del self.inside[req.id]
             self._count(req, -1)
             if req.status is Status.PENDING:
                 deliver(req)
         fire(self.env, done - now, out)
+
+    def ahead(self, priority: int) -> list[Request]:
+        """The requests inside of ``priority`` or higher: they reach the
+        replica's queue before a request entering now, and are served before it there."""
+        return [r for r in self.inside.values() if r.priority >= priority]
 
     def holds(self, req: Request) -> bool:
         return req.id in self.inside
@@ -64,7 +69,7 @@ class FrontEnd:
     def drop(self, req: Request) -> None:
         """The client gave up while the request was in the front end."""
         if req.id in self.inside:
-            self.inside.discard(req.id)
+            del self.inside[req.id]
             self._count(req, -1)
 
     def _count(self, req: Request, n: int) -> None:

@@ -53,10 +53,12 @@ class Admission:
     """Per-class admission control: reject a request on arrival when the
     replica it would join already has ``max_queue`` requests that would be
     served before it, or when their prompts would keep it waiting longer
-    than ``max_wait_s`` at the replica's prefill rate. Because only requests
-    of equal or higher priority count, and limits may not shrink as
-    priority grows (checked with the scenario), a lower class is always shed
-    at a load where a higher one is still admitted."""
+    than ``max_wait_s`` at the replica's prefill rate. Those requests are
+    every queued one of equal or higher priority: in the replica's waiting
+    queue, held there for the next plan by async scheduling, or still in its
+    front end. Because only requests of equal or higher priority count, and
+    limits may not shrink as priority grows (checked with the scenario), a
+    lower class is always shed at a load where a higher one is still admitted."""
 
     __slots__ = ("max_queue", "max_wait_s")
 
@@ -64,12 +66,13 @@ class Admission:
         self.max_queue = max_queue
         self.max_wait_s = max_wait_s
 
-    def rejects(self, req: Request, replica, prefill_tokens_per_s: float) -> bool:
-        w = replica.waiting
-        if self.max_queue is not None and w.count_at_least(req.priority) >= self.max_queue:
+    def rejects(self, req: Request, replica, front_end: Optional[FrontEnd], prefill_tokens_per_s: float) -> bool:
+        p = req.priority
+        entering = front_end.ahead(p) if front_end is not None else []
+        if self.max_queue is not None and replica.queued_count_ahead(p) + len(entering) >= self.max_queue:
             return True
         if self.max_wait_s is not None:
-            ahead = sum(s.prompt - s.done for s in w if s.req.priority >= req.priority)
+            ahead = sum(s.prompt - s.done for s in replica.queued_ahead(p)) + sum(r.input_tokens for r in entering)
             if ahead / prefill_tokens_per_s > self.max_wait_s:
                 return True
         return False
@@ -219,7 +222,7 @@ class Pool:
             self.adapters(req)
         r = replica if replica is not None and replica in self.ready else self.ready[self.router.choose(req, self.ready)]
         adm = self.admission.get(req.klass)
-        if adm is not None and adm.rejects(req, r, self.prefill_tokens_per_s()):
+        if adm is not None and adm.rejects(req, r, self.front_ends.get(r.index), self.prefill_tokens_per_s()):
             self.reject(req)
             return
         if self.cfg.front_end_busy:
