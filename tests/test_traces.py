@@ -250,7 +250,7 @@ def test_unknown_format_lists_valid_ones():
 @pytest.mark.parametrize("bad", [{"path": "x", "speed": 2}, {"path": "x", "time_scale": 0},
                                  {"path": "x", "start_s": 10, "end_s": 5}, {"path": "x", "rate_scale": -1},
                                  {"path": "x", "jitter_s": float("nan")}, {"path": ""},
-                                 {"path": "x", "max_requests": 0}])
+                                 {"path": "x", "max_requests": 0}, {"path": "x", "end_s": 10, "jitter_s": 10}])
 def test_spec_rejects_bad_options(bad):
     with pytest.raises(LlmsimError):
         parse_trace_spec(bad)
@@ -299,6 +299,32 @@ def test_jitter_is_seeded_sorted_and_bounded(tmp_path):
         assert slot <= r.arrival < slot + 3.0
     assert len(set(t)) == 50
     assert load(p, rng=7, jitter_s=3.0)[0].arrival == load(p, rng=7, jitter_s=3.0)[0].arrival
+
+
+def test_jitter_keeps_arrivals_inside_the_window_and_its_rate(tmp_path):
+    """One row a second: rows up to jitter_s before start_s are moved in, rows
+    near end_s out, so the window's 300 s hold about 300 arrivals, all inside."""
+    p = grid_trace(tmp_path, n=1000, step=1.0)
+    for seed in range(5):
+        reqs = load(p, rng=seed, start_s=200.0, end_s=500.0, jitter_s=30.0, time_scale=2.0)
+        arr = [r.arrival for r in reqs]
+        assert 0.0 <= min(arr) and max(arr) < 150.0
+        assert 270 < len(reqs) < 330
+        assert min(r.input_tokens for r in reqs) < 10 + 200     # a row from before start_s moved in
+    assert error_of(p, rng=0, start_s=2000.0, end_s=2040.0, jitter_s=30.0).startswith(
+        f"{p}: no requests in the window start_s=2000")
+
+
+@settings(max_examples=40, deadline=None)
+@given(start=st.floats(0, 30), length=st.floats(0.5, 30), jitter=st.floats(0, 0.99), seed=st.integers(0, 2**16))
+def test_jittered_arrivals_never_leave_the_window(tmp_path_factory, start, length, jitter, seed):
+    p = grid_trace(tmp_path_factory.mktemp("w"), n=40, step=0.75)
+    try:
+        reqs = load(p, rng=seed, start_s=start, end_s=start + length, jitter_s=jitter * length)
+    except LlmsimError as e:
+        assert "no requests in the window" in str(e)
+        return
+    assert all(0.0 <= r.arrival < length for r in reqs)
 
 
 def test_rng_untouched_without_random_options(tmp_path):

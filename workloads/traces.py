@@ -28,7 +28,12 @@ file order, so an unsorted one is an error rather than silently re-sorted.
 How the options combine, in this order:
 
 1. Times are made relative to the *first row* of the file ("trace clock").
-2. Window: keep ``start_s <= t < end_s`` on the trace clock.
+2. Window: keep ``start_s <= t < end_s`` on the trace clock, applied to
+   the jittered times (step 4): rows up to ``jitter_s`` before ``start_s``
+   may be jittered into the window and rows near ``end_s`` out of it, so
+   every replayed arrival is inside the window and the rate over it is the
+   trace's (except within ``jitter_s`` of the trace's first row, which no
+   earlier row can be moved into).
 3. ``rate_scale`` r changes the *volume* on the unchanged clock: each unit
    (a session when the trace has session ids, else a request) is replayed
    ⌊r⌋ times plus once more with probability r − ⌊r⌋, so r = 0.5 keeps a
@@ -63,7 +68,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal, Optional
+from typing import Any, Literal, NoReturn, Optional
 
 import numpy as np
 from pydantic import ConfigDict, Field, ValidationError, model_validator
@@ -98,7 +103,10 @@ class TraceSpec(ArrivalProcess):
     start_s: float = Field(default=0.0, ge=0, description="window start, seconds after the first row")
     end_s: Optional[float] = Field(default=None, gt=0, description="window end (exclusive), same clock")
     max_requests: Optional[int] = Field(default=None, ge=1, description="keep the first N requests")
-    jitter_s: float = Field(default=0.0, ge=0, description="uniform [0, jitter_s) added to each timestamp")
+    jitter_s: float = Field(default=0.0, ge=0,
+                            description="uniform [0, jitter_s) added to each timestamp; the window (start_s, end_s) "
+                                        "applies to the jittered times, so arrivals stay inside it (shorter than "
+                                        "the window)")
     block_size: Optional[int] = Field(default=None, ge=1,
                                       description="tokens per block id (default: the format's, 512 for mooncake)")
 
@@ -112,6 +120,11 @@ class TraceSpec(ArrivalProcess):
     def _window(self) -> "TraceSpec":
         if self.end_s is not None and self.end_s <= self.start_s:
             raise ValueError(f"end_s ({self.end_s}) must be greater than start_s ({self.start_s})")
+        if self.end_s is not None and self.jitter_s >= self.end_s - self.start_s:
+            # Arrivals are kept inside the window after jittering: one this long would replay
+            # rows from before the window in place of the window's own.
+            raise ValueError(f"jitter_s ({self.jitter_s:g}) must be shorter than the window end_s - start_s "
+                             f"({self.end_s - self.start_s:g})")
         return self
 
 
@@ -189,14 +202,13 @@ def read_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = N
 
     t = raw.t - raw.t[0]
     span = float(t[-1])
-    keep = t >= spec.start_s
+    # Jitter only delays: the rows it may move into the window start up to jitter_s before it.
+    keep = t >= spec.start_s - spec.jitter_s
     if spec.end_s is not None:
         keep &= t < spec.end_s
     idx = np.nonzero(keep)[0]
     if len(idx) == 0:
-        end = "end" if spec.end_s is None else f"{spec.end_s:g}"
-        raise LlmsimError(f"no requests in the window start_s={spec.start_s:g} to end_s={end} "
-                          f"(the trace spans 0 to {span:g} s after its first row)", source=path)
+        _empty_window(spec, span, path)
 
     need_rng = spec.rate_scale != 1.0 or spec.jitter_s > 0
     gen = _as_rng(rng) if need_rng else None
@@ -215,7 +227,13 @@ def read_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = N
     if spec.jitter_s > 0:
         times = times + gen.uniform(0.0, spec.jitter_s, size=len(times))
         order = np.argsort(times, kind="stable")
+        inside = times[order] >= spec.start_s
+        if spec.end_s is not None:
+            inside &= times[order] < spec.end_s
+        order = order[inside]
         idx, copy, times = idx[order], copy[order], times[order]
+        if len(idx) == 0:
+            _empty_window(spec, span, path)
     arrivals = (times - spec.start_s) / spec.time_scale
     if spec.max_requests is not None:
         n = spec.max_requests
@@ -224,6 +242,12 @@ def read_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = N
     requests = _build(raw, idx, copy, arrivals)
     return Trace(requests=requests, path=path, format=fmt, block_size=block_size if raw.blocks else None,
                  rows=len(raw.t), span_s=span)
+
+
+def _empty_window(spec: TraceSpec, span: float, path: Path) -> NoReturn:
+    end = "end" if spec.end_s is None else f"{spec.end_s:g}"
+    raise LlmsimError(f"no requests in the window start_s={spec.start_s:g} to end_s={end} "
+                      f"(the trace spans 0 to {span:g} s after its first row)", source=path)
 
 
 def _existing_file(path: Path) -> Path:
