@@ -17,11 +17,11 @@ def test_the_plan_resolves_routes_pairs_budgets_and_admission():
     assert plan.routes == {"chat": "chat"}
     (pair,) = plan.pairs
     chat = plan.pools[0]
-    # the hand-off runs over the narrower side's links: TP 8 prefill into TP 4 decode
+    # the hand-off's busiest link carries a TP-4 decode GPU's share: TP 8 prefill into TP 4 decode
     decode = plan.pools[1]
-    assert (pair.prefill, pair.decode, pair.tp) == ("chat", "decode", 4)
+    assert (pair.prefill, pair.decode) == ("chat", "decode")
     assert (chat.setup.spec.tp, decode.setup.spec.tp) == (8, 4)
-    assert pair.kv_bytes_per_token == chat.setup.cm.model.kv_bytes_per_token("fp8")
+    assert pair.link_bytes_per_token == chat.setup.cm.model.kv_bytes_per_token("fp8") / 4
     assert chat.admission["chat"].max_wait_s == 1.0 and plan.pools[1].admission == {}
     assert plan.slo.thresholds == {"ttft": 500.0}
 

@@ -188,10 +188,10 @@ def _meeting_its_slo(folder):
     return write_tiny_scenario(folder, pools=[{**TINY["pools"][0], "replicas": 3}])
 
 
-def test_replicates_report_their_spread_and_intervals(tmp_path, cli, monkeypatch):
-    monkeypatch.setenv("COLUMNS", "200")     # the intervals table's headers unwrapped, whatever the terminal
+def test_replicates_report_their_spread_and_intervals(tmp_path, cli_subprocess):
+    # a process of its own at 200 columns: the intervals table's headers unwrapped, whatever the terminal
     scenario = _meeting_its_slo(tmp_path)
-    r = cli("run", scenario, "--replicates", "3", "--workers", "1", "-o", tmp_path / "out", "--no-plots")
+    r = cli_subprocess("run", scenario, "--replicates", "3", "--workers", "1", "-o", tmp_path / "out", "--no-plots")
     assert r.code == 0, r.err
     res = json.loads((tmp_path / "out" / "results.json").read_text())
     reps = res["llmsim"]["replicates"]
