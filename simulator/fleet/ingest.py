@@ -32,7 +32,7 @@ from workloads.request import Request, Status
 class FrontEnd:
     """The serial front end of one replica."""
 
-    __slots__ = ("env", "replica", "per_request_s", "per_token_s", "free_at", "inside")
+    __slots__ = ("env", "replica", "per_request_s", "per_token_s", "free_at", "inside", "by_priority")
 
     def __init__(self, env: simpy.Environment, replica: Any, request_ms: float, tokenize_us_per_token: float) -> None:
         self.env = env
@@ -41,6 +41,7 @@ class FrontEnd:
         self.per_token_s = tokenize_us_per_token * 1e-6
         self.free_at = 0.0
         self.inside: dict[int, Request] = {}   # requests still in the front end, by id, in entry order
+        self.by_priority: dict[int, int] = {}   # how many of them each priority has (admission counts them per arrival)
 
     def enter(self, req: Request, deliver: Callable[[Request], None]) -> None:
         now = self.env.now
@@ -72,7 +73,12 @@ class FrontEnd:
             del self.inside[req.id]
             self._count(req, -1)
 
+    def count_ahead(self, priority: int) -> int:
+        """``len(ahead(priority))`` without listing the requests inside: admission asks it on every arrival."""
+        return sum(n for p, n in self.by_priority.items() if p >= priority)
+
     def _count(self, req: Request, n: int) -> None:
+        self.by_priority[req.priority] = self.by_priority.get(req.priority, 0) + n
         r = self.replica
         r.outstanding += n
         r.outstanding_tokens += n * req.input_tokens

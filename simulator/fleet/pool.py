@@ -68,11 +68,13 @@ class Admission:
 
     def rejects(self, req: Request, replica, front_end: Optional[FrontEnd], prefill_tokens_per_s: float) -> bool:
         p = req.priority
-        entering = front_end.ahead(p) if front_end is not None else []
-        if self.max_queue is not None and replica.queued_count_ahead(p) + len(entering) >= self.max_queue:
-            return True
+        if self.max_queue is not None:    # counted, not listed: this runs on every arrival
+            entering = front_end.count_ahead(p) if front_end is not None else 0
+            if replica.queued_count_ahead(p) + entering >= self.max_queue:
+                return True
         if self.max_wait_s is not None:
-            ahead = sum(s.prompt - s.done for s in replica.queued_ahead(p)) + sum(r.input_tokens for r in entering)
+            entering_tokens = sum(r.input_tokens for r in front_end.ahead(p)) if front_end is not None else 0
+            ahead = sum(s.prompt - s.done for s in replica.queued_ahead(p)) + entering_tokens
             if ahead / prefill_tokens_per_s > self.max_wait_s:
                 return True
         return False
