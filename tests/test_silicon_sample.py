@@ -71,24 +71,25 @@ def test_kv_dtype_follows_the_deployments_quantisation_profile(tmp_path, backend
     assert rows_from_csv(path)[0].kv_dtype == kv
 
 
-@pytest.mark.parametrize("model, measured, mtp", [
-    ("deepseek-ai/DeepSeek-R1", "2026-03-25", True),    # a generated deployment of a model with an MTP layer
-    ("deepseek-ai/DeepSeek-R1", "2025-11-02", False),   # the evaluation runs' stacks ran without it
-    ("Qwen/Qwen3-235B-A22B-FP8", "2026-03-25", False),  # no MTP layer to draft with
+@pytest.mark.parametrize("model, measured, mtp, release", [
+    ("deepseek-ai/DeepSeek-R1", "2026-03-25", True, "0.5.9"),    # a generated deployment of a model with an MTP layer
+    ("deepseek-ai/DeepSeek-R1", "2026-03-25", True, "0.5.11"),   # spec v2 keeps the overlap scheduler
+    ("deepseek-ai/DeepSeek-R1", "2025-11-02", False, "0.5.9"),   # the evaluation runs' stacks ran without it
+    ("Qwen/Qwen3-235B-A22B-FP8", "2026-03-25", False, "0.5.9"),  # no MTP layer to draft with
 ])
-def test_generated_deepseek_deployments_decode_with_one_mtp_draft_token(tmp_path, model, measured, mtp):
+def test_generated_deepseek_deployments_decode_with_one_mtp_draft_token(tmp_path, model, measured, mtp, release):
     from simulator.validation.replay import scenario_for
     path = _write(tmp_path, {"silicon_data_source": f"silicon_concurrency=8; measured={measured}", "backend": "sglang",
-                             "backend_version": "0.5.9",      # spec v1: the overlap scheduler off with a draft
+                             "backend_version": release,      # 0.5.9 is spec v1: the overlap scheduler off with a draft
                              "model_path": model, "system": "h200_sxm", "precision": "fp8", "gemm_quant_mode": "fp8",
                              "moe_quant_mode": "fp8_block", "tp_size": 8, "moe_tp_size": 8, "moe_ep_size": 1})
     (row,) = rows_from_csv(path)
     pool = scenario_for(row).pools[0]
     spec, engine = pool.speculative, pool.engine
     assert (spec is not None) == mtp
-    if mtp:     # SGLang drops its overlap scheduler and mixed chunks for speculative decoding
+    if mtp:     # SGLang drops mixed chunks for speculative decoding, and to 0.5.10 its overlap scheduler
         assert (spec.draft_model, spec.k, spec.acceptance_rate) == ("mtp", 1, 0.85)
-        assert not engine.output_after_next_launch and not engine.mixes_prefill
+        assert engine.output_after_next_launch == (release != "0.5.9") and not engine.mixes_prefill
     else:
         assert engine.output_after_next_launch
 

@@ -100,7 +100,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, Literal, Optional
+from typing import TYPE_CHECKING, Any, Literal, Mapping, Optional
 
 if TYPE_CHECKING:
     from ..profiles.backend import BackendProfile, GeneratedLaunch
@@ -275,13 +275,14 @@ def speculative(deployment: str, mtp_layers: int) -> Optional[dict[str, Any]]:
     return dict(_AIC_MTP) if deployment == "aiconfigurator" and mtp_layers > 0 else None
 
 
-def speculative_engine_keys(stack: str) -> dict[str, Any]:
-    """Engine keys a stack changes when it decodes speculatively (its backend
-    profile's ``speculative_engine``: SGLang turns mixed chunks off and caps its
-    running requests), before its release's own (the row's version keys'
-    ``speculative_engine``: SGLang to 0.5.10 turned its overlap scheduler off too)."""
+def speculative_engine_keys(stack: str, version_keys: Mapping[str, Any]) -> dict[str, Any]:
+    """Engine keys a stack changes when it decodes speculatively, in the release
+    ``version_keys`` describes (the backend profile's ``speculative_engine``,
+    SGLang's mixed chunks off and running requests capped, then the release's
+    own: SGLang to 0.5.10 turned its overlap scheduler off too), read as a
+    scenario's deployment reads them (:meth:`BackendProfile.speculative_keys`)."""
     prof = _profile(stack)
-    return {} if prof is None else dict(prof.speculative_engine)
+    return dict(version_keys.get("speculative_engine") or {}) if prof is None else prof.speculative_keys(version_keys)
 
 
 def client(deployment: str) -> Client:

@@ -236,7 +236,8 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
     # The release's defaults are its own stack's: replayed under another stack (validate --backend),
     # vLLM 0.15's sampler bytes or pipeline loop would be read as that stack's.
     version = dict(row.version_keys) if _stack_of(s.backend or row.stack) == row.stack else {}
-    release_spec = version.pop("speculative_engine", None) or {}
+    release = dict(version)
+    version.pop("speculative_engine", None)
     # The launch's memory flags and the release's memory defaults are knobs of one mapping.
     launch = {**(keys.get("kv_memory") or {}), **(version.pop("kv_memory", None) or {})} or None
     engine.update(keys)
@@ -246,7 +247,7 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
     if speculative:
         # the stack's own switches under speculation; a batch cap the launch sets
         # (--max-running-requests) stays, as the flag overrides SGLang's 48
-        spec = {**deployment.speculative_engine_keys(row.stack), **release_spec}
+        spec = deployment.speculative_engine_keys(row.stack, release)
         if "max_num_seqs" in keys:
             spec.pop("max_num_seqs", None)
         engine.update(spec)
