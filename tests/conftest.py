@@ -10,8 +10,10 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -131,6 +133,19 @@ _started: list[float] = []
 
 def pytest_sessionstart(session) -> None:
     _started.append(time.monotonic())
+
+
+def pytest_configure(config) -> None:
+    """One folder per session for the case studies' shared check-size runs
+    (helpers_case_studies.run): made by the process xdist's workers start from,
+    so they inherit it, and removed with the session."""
+    from helpers_case_studies import RUN_CACHE_ENV
+
+    if hasattr(config, "workerinput") or RUN_CACHE_ENV in os.environ:
+        return
+    folder = tempfile.mkdtemp(prefix="llmsim-check-runs-")
+    os.environ[RUN_CACHE_ENV] = folder
+    config.add_cleanup(lambda: (shutil.rmtree(folder, ignore_errors=True), os.environ.pop(RUN_CACHE_ENV, None)))
 
 
 def pytest_runtest_logreport(report) -> None:

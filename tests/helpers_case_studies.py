@@ -1,7 +1,11 @@
 """What the case-study scenario tests share: finding a scenario, building it
-as `llmsim check` does, running it once per module, and loading every ladder step."""
+as `llmsim check` does, running it once per suite, and loading every ladder step."""
 from __future__ import annotations
 
+import dataclasses
+import fcntl
+import os
+import pickle
 from functools import lru_cache
 from pathlib import Path
 
@@ -28,9 +32,34 @@ def at_check_settings(name: str, *variants: str) -> Scenario:
     return load_with_overlays(path, overlays)
 
 
+#: A folder the suite's processes share for the runs below (conftest.py makes one per session and
+#: xdist's workers inherit it); unset, as when a test file is run by hand, each process runs its own.
+RUN_CACHE_ENV = "LLMSIM_TEST_RUN_CACHE"
+
+
 @lru_cache(maxsize=None)
 def run(name: str, *variants: str) -> RunOutput:
-    return simulate(at_check_settings(name, *variants), source=path_of(name))
+    """The case study at its check settings (and ``variants``), simulated once
+    per suite: the check-size runs of the SLO, results-digest and report-page
+    tests are the same runs, and simulating each three times cost a minute of
+    the suite. The first process to ask runs it under a lock while the others
+    wait for its pickle; each process reads its own copy. What is shared is the
+    run's record, without the live fleet (``pools``, ``scalers``, ``plan``,
+    which hold closures): a test that inspects those simulates its own run."""
+    folder = os.environ.get(RUN_CACHE_ENV)
+    if not folder:
+        return simulate(at_check_settings(name, *variants), source=path_of(name))
+    stem = "+".join((name, *variants))
+    stored = Path(folder) / f"{stem}.pickle"
+    with open(Path(folder) / f"{stem}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        if not stored.exists():
+            out = simulate(at_check_settings(name, *variants), source=path_of(name))
+            record = dataclasses.replace(out, pools={}, scalers={}, plan=None)
+            stored.with_suffix(".part").write_bytes(pickle.dumps(record))
+            stored.with_suffix(".part").replace(stored)
+            return record     # the same record every caller gets, whoever ran it
+    return pickle.loads(stored.read_bytes())
 
 
 def load_every_step(name: str) -> Scenario:

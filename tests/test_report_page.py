@@ -19,7 +19,7 @@ import pytest
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from helpers_browser import browser_page  # noqa: E402
-from helpers_case_studies import SCENARIOS, at_check_settings, path_of  # noqa: E402
+from helpers_case_studies import SCENARIOS, run  # noqa: E402
 
 SCENARIO = """\
 name: page
@@ -166,12 +166,11 @@ def test_every_case_studys_page_opens_with_its_headline(tmp_path, tmp_path_facto
     """The five case studies at their check size, each folder written as llmsim run -o writes it."""
     from simulator.cli.rundir import write_run_files
     from simulator.report.page import write_report
-    from simulator.runner import simulate
 
     shots = artefacts(tmp_path_factory)
     with browser_page() as (page, errors):
         for path in sorted(SCENARIOS.glob("*.yaml")):
-            out = simulate(at_check_settings(path.stem), source=path_of(path.stem))
+            out = run(path.stem)
             folder = tmp_path / path.stem
             write_run_files(folder, out, plots=False)     # the PNGs are test_plots' business
             write_report(folder)

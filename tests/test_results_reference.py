@@ -28,12 +28,11 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from helpers_case_studies import SCENARIOS, at_check_settings, path_of  # noqa: E402
+from helpers_case_studies import SCENARIOS, at_check_settings, path_of, run  # noqa: E402
 from simulator.errors import LlmsimError  # noqa: E402
 from simulator.metrics.results import jsonable  # noqa: E402
 from simulator.planning.executors.base import ExecutorOptions  # noqa: E402
 from simulator.planning.executors.local import LocalExecutor  # noqa: E402
-from simulator.runner import simulate  # noqa: E402
 from simulator.sharding import run_sharded  # noqa: E402
 
 REFERENCE = Path(__file__).resolve().parent / "data" / "results_reference.json"
@@ -83,7 +82,7 @@ class _InProcess(LocalExecutor):
 def digests(name: str) -> dict:
     """What the reference stores for one scenario."""
     sc, path = at_check_settings(name), path_of(name)
-    entry: dict[str, Any] = {"results": results_digest(simulate(sc, source=path).results)}
+    entry: dict[str, Any] = {"results": results_digest(run(name).results)}
     ex = _InProcess()
     try:
         merged = run_sharded(sc, SHARDS, source=path, executor=ex)
