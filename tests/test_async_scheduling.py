@@ -223,6 +223,23 @@ def test_an_sglang_release_past_the_profile_is_refused():
     assert e.kv_memory.fraction == 0.8 and not e.kv_memory.piecewise_cuda_graph
 
 
+def test_a_trtllm_release_past_the_profile_is_refused():
+    """The trtllm profile stands to 1.3.0rc15: from 1.3.0rc22 (the first release after
+    TensorRT-LLM #16399) KvCacheCreator keeps the fp8 context-MLA workspace out of the KV budget,
+    which llmsim does not model, so a pool naming a later release, or a nightly built after
+    1.3.0rc15's upload day, is refused; the releases the validation rows name still run."""
+    from pydantic import ValidationError
+    from simulator.scenario.schema import PoolSpec
+
+    pool = {"model": "llama-3-8b", "gpu": "h100-sxm"}
+    for ok in ("1.0.0rc3", "1.3.0rc5", "1.3.0rc5.post2", "1.3.0rc15", "nightly-20260520"):
+        PoolSpec.model_validate({**pool, "engine": {"backend": "trtllm", "backend_version": ok}})
+    for newer in ("1.3.0rc22", "1.3.0rc29", "1.4.0rc1", "nightly-20260701"):
+        with pytest.raises(ValidationError) as e:
+            PoolSpec.model_validate({**pool, "engine": {"backend": "trtllm", "backend_version": newer}})
+        assert "newer than the trtllm releases llmsim has read (to 1.3.0rc15" in str(e.value)
+
+
 def test_only_vllm_changes_its_defaults_for_a_draft_model():
     """SGLang's and TensorRT-LLM's profiles name no draft-model defaults (their
     speculative keys, SGLang's, hold for every draft): the rule is vLLM's own."""

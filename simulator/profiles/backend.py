@@ -313,7 +313,12 @@ class BackendProfile(_Strict):
             return False
         number = version_number(version)
         if number is not None:
-            return number > version_number(self.newest_release)
+            newest = version_number(self.newest_release)
+            if number != newest:
+                return number > newest
+            # the same release line, whose candidates and patches came out in PEP 440 order
+            # (TensorRT-LLM's 1.3.0rc22 after 1.3.0rc15), which the release number alone cannot tell
+            return Version(version) > Version(self.newest_release)
         day, last = self.released(version), self.releases.get(self.newest_release)
         return day is not None and last is not None and day > last
 
