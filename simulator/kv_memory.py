@@ -11,7 +11,7 @@ difference is the whole pool:
     ``requested_memory = total × gpu_memory_utilization``, the KV cache gets
     ``requested_memory − non_kv_cache_memory``). CUDA graphs are captured
     after the KV cache is allocated and live in the unrequested share up to
-    0.20; from 0.21 the profiler estimates them first
+    0.19.1; from 0.20.0 the profiler estimates them first
     (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, on by default) -- set
     ``cuda_graph_gib`` for those versions.
 ``sglang``
@@ -377,7 +377,7 @@ class KvMemory(BaseModel):
                     + _read_by("cuda_graph_max_bs") + "; default: SGLang's for the GPU (up to 512)")
     cuda_graph_gib: float = Field(
         default=0.0, ge=0, le=1024, description="CUDA-graph memory per GPU the stack budgets before the KV cache (vLLM "
-                                       "0.21 and later estimate it; its log says 'Estimated CUDA graph memory'); "
+                                       "0.20.0 and later estimate it; its log says 'Estimated CUDA graph memory'); "
                                        + _read_by("cuda_graph_gib", "its graphs live outside mem_fraction_static")
                                        + "; default 0: graphs live in the unbudgeted share")
     sampler_logit_bytes: Optional[float] = Field(

@@ -204,40 +204,41 @@ def test_sglang_schedules_a_speculative_pool_as_its_eagle_path_does(engine, runn
     assert plain.max_num_seqs > 48 and plain.schedule_ahead
 
 
-def test_an_sglang_release_past_the_profile_is_refused():
-    """The sglang profile's rules were read from releases to 0.5.13.post1; 0.5.14 sizes its memory
-    otherwise (server_args.py's reserve moved), so a pool naming it, or a later nightly, is refused
-    with the newest release it could name, not run under 0.5.13's defaults in silence."""
-    from pydantic import ValidationError
-    from simulator.scenario.schema import PoolSpec
-
-    pool = {"model": "llama-3-8b", "gpu": "h100-sxm", "engine": {"backend": "sglang"}}
-    for ok in ("0.5.13.post1", "0.5.9", "nightly-dev-20260402-d7256eb6"):
-        PoolSpec.model_validate({**pool, "engine": {"backend": "sglang", "backend_version": ok}})
-    for newer in ("0.5.14", "0.6.0", "nightly-dev-20260701-abcdef12"):
-        with pytest.raises(ValidationError) as e:
-            PoolSpec.model_validate({**pool, "engine": {"backend": "sglang", "backend_version": newer}})
-        assert "newer than the sglang releases llmsim has read (to 0.5.13.post1" in str(e.value)
-    # a user's fraction replaces the release's inputs to SGLang's default fraction: none is refused
-    e = PoolSpec.model_validate({**pool, "engine": {"backend": "sglang", "kv_memory": {"fraction": 0.8}}}).engine
-    assert e.kv_memory.fraction == 0.8 and not e.kv_memory.piecewise_cuda_graph
-
-
-def test_a_trtllm_release_past_the_profile_is_refused():
-    """The trtllm profile stands to 1.3.0rc15: from 1.3.0rc22 (the first release after
-    TensorRT-LLM #16399) KvCacheCreator keeps the fp8 context-MLA workspace out of the KV budget,
-    which llmsim does not model, so a pool naming a later release, or a nightly built after
-    1.3.0rc15's upload day, is refused; the releases the validation rows name still run."""
+@pytest.mark.parametrize("stack, newest, accepted, refused", [
+    ("sglang", "0.5.13.post1", ("0.5.13.post1", "0.5.9", "nightly-dev-20260402-d7256eb6"),
+     ("0.5.14", "0.6.0", "nightly-dev-20260701-abcdef12")),
+    ("vllm", "0.19.1", ("0.19.1", "0.19.0", "0.14.1", "nightly-20260410"),
+     ("0.20.0", "0.27.1", "0.28.0", "0.34.0", "1.0.0", "nightly-20260501")),
+    ("trtllm", "1.3.0rc15", ("1.0.0rc3", "1.3.0rc5", "1.3.0rc5.post2", "1.3.0rc15", "nightly-20260520"),
+     ("1.3.0rc22", "1.3.0rc29", "1.4.0rc1", "nightly-20260701")),
+])
+def test_a_release_past_the_profile_is_refused(stack, newest, accepted, refused):
+    """Each profile's keys and rules were read from releases to its ``newest_release``, and
+    the next changed what llmsim models (SGLang 0.5.14 moved its memory reserve; vLLM 0.20.0
+    requests 92 % of the GPU and first takes an estimate of its CUDA graphs, measured at
+    start-up, out of the KV pool; TensorRT-LLM 1.3.0rc22 keeps the fp8 context-MLA workspace
+    out of the KV budget, #16399), so a pool naming a later release, or a nightly built after
+    the newest one, is refused with the newest release it could name, not run under older
+    defaults in silence; the releases the held-out rows name still run."""
     from pydantic import ValidationError
     from simulator.scenario.schema import PoolSpec
 
     pool = {"model": "llama-3-8b", "gpu": "h100-sxm"}
-    for ok in ("1.0.0rc3", "1.3.0rc5", "1.3.0rc5.post2", "1.3.0rc15", "nightly-20260520"):
-        PoolSpec.model_validate({**pool, "engine": {"backend": "trtllm", "backend_version": ok}})
-    for newer in ("1.3.0rc22", "1.3.0rc29", "1.4.0rc1", "nightly-20260701"):
+    for ok in accepted:
+        PoolSpec.model_validate({**pool, "engine": {"backend": stack, "backend_version": ok}})
+    for newer in refused:
         with pytest.raises(ValidationError) as e:
-            PoolSpec.model_validate({**pool, "engine": {"backend": "trtllm", "backend_version": newer}})
-        assert "newer than the trtllm releases llmsim has read (to 1.3.0rc15" in str(e.value)
+            PoolSpec.model_validate({**pool, "engine": {"backend": stack, "backend_version": newer}})
+        assert f"newer than the {stack} releases llmsim has read (to {newest}" in str(e.value)
+
+
+def test_a_users_sglang_fraction_replaces_the_releases_inputs():
+    """A user's fraction replaces the release's inputs to SGLang's default fraction: none is refused."""
+    from simulator.scenario.schema import PoolSpec
+
+    pool = {"model": "llama-3-8b", "gpu": "h100-sxm"}
+    e = PoolSpec.model_validate({**pool, "engine": {"backend": "sglang", "kv_memory": {"fraction": 0.8}}}).engine
+    assert e.kv_memory.fraction == 0.8 and not e.kv_memory.piecewise_cuda_graph
 
 
 def test_only_vllm_changes_its_defaults_for_a_draft_model():
