@@ -193,25 +193,31 @@ def sglang_prefill_graph_mib(kind: str, chunked_prefill_size: int, max_total_tok
     return 8.0 * len(sglang_prefill_graph_sizes(top))
 
 
-# GiB SGLang's default reserve adds for a draft beside the model: an EAGLE-style head (EAGLE,
-# NEXTN/MTP) 2 GiB to 0.5.9 and 4 GiB from 0.5.10 (kv_memory.draft_reserve_gib picks the
-# release's), a separate draft model (STANDALONE) 6 GiB in every release read.
-SGLANG_DRAFT_HEAD_RESERVE_GIB = 4.0
+# GiB SGLang's default reserve added for a draft beside the model to 0.5.13: an EAGLE-style head
+# (EAGLE, NEXTN/MTP) 2 GiB to 0.5.9 and 4 GiB from 0.5.10 (kv_memory.draft_reserve_gib, which the
+# sglang backend's releases set), a separate draft model (STANDALONE) 6 GiB. From 0.5.14 there is
+# none: SGLang loads the draft before it sizes the target's pool, so the draft's weights and KV come
+# out of the pool (model_runner_kv_cache_mixin.py _profile_available_bytes, "draft weights are now
+# counted"; pool_configurator.py DefaultPoolConfigurator scales the cell size by
+# 1 + draft layers / target layers; scheduler.py init_model_worker loads both, then
+# init_memory_pools), and _handle_gpu_memory_settings reserves nothing for it (0.5.14-0.5.23).
 SGLANG_DRAFT_MODEL_RESERVE_GIB = 6.0
 
 
 def sglang_mem_fraction_static(hbm_mib: float, gpus: int, dp: int, chunked_prefill_size: int,
                                graph_max_bs: int, speculative: bool | str = False, prefill_graph_mib: float = 0.0,
-                               draft_head_gib: float = SGLANG_DRAFT_HEAD_RESERVE_GIB) -> tuple[float, float]:
+                               draft_head_gib: Optional[float] = None) -> tuple[float, float]:
     """SGLang's default ``mem_fraction_static`` and the reserve (MiB) it
     leaves: 512 MiB of metadata, 1.5 MiB per token of the prefill chunk
     (at least 2,048), 2 MiB per CUDA-graph batch slot, 1 GiB per 8 GPUs
     of the process (tp × pp: ``gpus``), with DP attention 3 MiB (and 1.5 more above 300 slots) per slot and
     rank, the piecewise prefill graphs' ``prefill_graph_mib`` (0.5.10 on:
-    :func:`sglang_prefill_graph_mib`), at least 10 GiB on GPUs above 60 GiB, and
-    ``draft_head_gib`` more for an EAGLE or NEXTN (MTP) draft, 6 GiB for a
-    separate draft model (``speculative="draft"``, SGLang's STANDALONE)
-    (server_args.py ``ServerArgs._handle_gpu_memory_settings``, 0.5.4-0.5.13)."""
+    :func:`sglang_prefill_graph_mib`), at least 10 GiB on GPUs above 60 GiB
+    (server_args.py ``ServerArgs._handle_gpu_memory_settings``, 0.5.4-0.5.14);
+    to 0.5.13 (``draft_head_gib`` given) ``draft_head_gib`` more for an EAGLE or
+    NEXTN (MTP) draft, 6 GiB for a separate draft model (``speculative="draft"``,
+    SGLang's STANDALONE); from 0.5.14 (None) nothing for a draft, whose weights
+    and KV come out of the pool instead."""
     reserved = 512 + max(chunked_prefill_size, 2048) * 1.5 + graph_max_bs * 2 + gpus / 8 * 1024
     if dp > 1:
         reserved += graph_max_bs * dp * 3
@@ -220,7 +226,7 @@ def sglang_mem_fraction_static(hbm_mib: float, gpus: int, dp: int, chunked_prefi
     reserved += prefill_graph_mib
     if hbm_mib > 60 * 1024:
         reserved = max(reserved, 10 * 1024)
-    if speculative:
+    if speculative and draft_head_gib is not None:
         reserved += (SGLANG_DRAFT_MODEL_RESERVE_GIB if speculative == "draft" else draft_head_gib) * 1024
     return round((hbm_mib - reserved) / hbm_mib, 3), reserved
 
@@ -235,14 +241,13 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
         chunk = _sglang_chunk(spec, g)
         pieces = (sglang_prefill_graph_mib(g.prefill_graphs, chunk, spec.max_tokens)
                   if spec.piecewise_cuda_graph else 0.0)
-        head = SGLANG_DRAFT_HEAD_RESERVE_GIB if spec.draft_reserve_gib is None else spec.draft_reserve_gib
         frac, reserved = sglang_mem_fraction_static(mib, g.gpus * g.stages, g.dp, chunk, bs, g.speculative,
-                                                    pieces, head)
+                                                    pieces, spec.draft_reserve_gib)
         why = (f"SGLang's default for a {g.hbm / GIB:.0f} GiB GPU: {reserved / 1024:.1f} GiB reserved for a "
                f"{chunk:,}-token prefill chunk, CUDA graphs up to batch {bs}"
                + (", piecewise prefill graphs" if pieces else "")
                + f", {g.gpus * g.stages} GPU{'s' * (g.gpus * g.stages != 1)}"
-               + (" and a draft" if g.speculative else ""))
+               + (" and a draft" if g.speculative and spec.draft_reserve_gib is not None else ""))
     # free_at_start × fraction holds weights and KV; the runtime is taken before start-up is measured.
     usable = frac * (g.hbm - g.runtime)
     return KvBudget(usable - g.weights, frac, usable, 0.0, "mem_fraction_static", why)
@@ -275,10 +280,11 @@ class KvRule:
     # The engine key that is its fraction, if the rule reads one beside kv_memory.fraction
     # (vLLM's gpu_memory_utilization); a rule without one refuses the key.
     engine_knob: Optional[str] = None
-    # A speculative draft's weights and KV come out of the stack's reserve, not the KV pool:
-    # SGLang sizes the target's pool before it loads the draft (model_runner.py
+    # A speculative draft's weights and KV can come out of the stack's reserve, not the KV pool:
+    # SGLang to 0.5.13 sized the target's pool before it loaded the draft (model_runner.py
     # init_memory_pool: the draft worker takes draft_runner_cache_size, the target's token
-    # count; its reserve grows for a draft: sglang_mem_fraction_static).
+    # count; its reserve grows for a draft: sglang_mem_fraction_static). Only where the
+    # release reserves for it (kv_memory.draft_reserve_gib set: draft_in_reserve below).
     draft_in_reserve: bool = False
     # The KvMemory knobs the rule reads (KvMemory refuses the others): what the budget
     # functions above consume, and max_tokens, the stack's cap on a rank's tokens
@@ -311,8 +317,7 @@ RULES: dict[str, KvRule] = {
     "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=SGLANG_SWA_FULL_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
                                       "swa_full_tokens_ratio", "piecewise_cuda_graph", "draft_reserve_gib"}),
-                     default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "piecewise_cuda_graph",
-                                              "draft_reserve_gib"})),
+                     default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "piecewise_cuda_graph"})),
     "trtllm": KvRule(_trtllm, swa_ratio=TRTLLM_SWA_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
 
@@ -402,9 +407,12 @@ class KvMemory(BaseModel):
                     + _read_by("piecewise_cuda_graph") + "; default: false")
     draft_reserve_gib: Optional[float] = Field(
         default=None, ge=0, le=64,
-        description="GiB SGLang's default reserve adds for an EAGLE-style draft (EAGLE, NEXTN/MTP): 2 to 0.5.9, "
-                    "4 from 0.5.10 (the sglang backend's releases set it); a separate draft model's is 6; "
-                    + _read_by("draft_reserve_gib") + f"; default: {SGLANG_DRAFT_HEAD_RESERVE_GIB:g}")
+        description="GiB SGLang's default reserve adds for an EAGLE-style draft (EAGLE, NEXTN/MTP) in the "
+                    "releases that sized the target's pool before loading the draft, whose weights and KV then "
+                    "live outside the pool whatever the fraction: 2 to 0.5.9, 4 in 0.5.10-0.5.13 (the sglang "
+                    "backend's releases set it), a separate draft model's 6; unset, as from 0.5.14, nothing is "
+                    "reserved and the draft's weights and KV come out of the pool; "
+                    + _read_by("draft_reserve_gib") + "; default: unset")
 
     swa_full_tokens_ratio: Optional[float] = Field(
         default=None, gt=0, le=1,
@@ -493,6 +501,13 @@ def rank_token_cap(spec: Optional[KvMemory]) -> Optional[int]:
     if spec is None or "max_tokens" not in RULES[spec.rule].knobs:
         return None
     return spec.max_tokens
+
+
+def draft_in_reserve(spec: Optional[KvMemory]) -> bool:
+    """Whether a speculative draft's weights and KV live outside the KV pool under ``spec``: a rule
+    that keeps them in its reserve (:attr:`KvRule.draft_in_reserve`), in a release that reserves for
+    them (SGLang to 0.5.13, kv_memory.draft_reserve_gib set)."""
+    return spec is not None and RULES[spec.rule].draft_in_reserve and spec.draft_reserve_gib is not None
 
 
 def kv_budget(g: GpuShare, spec: Optional[KvMemory], gpu_memory_utilization: float = 0.9) -> KvBudget:

@@ -17,8 +17,8 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .errors import LlmsimError
-from .kv_memory import (RULES, RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, kv_budget, rank_token_cap,
-                        swa_window_share)
+from .kv_memory import (RULES, RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, draft_in_reserve, kv_budget,
+                        rank_token_cap, swa_window_share)
 from .parallelism import Parallelism, kv_copies, replica_kv_bytes_per_token, weight_bytes_per_gpu
 from .profiles.hardware import HardwareProfile
 from .fields import leaf
@@ -74,6 +74,9 @@ class MemoryPlan:
     fraction: float = 0.9
     knob: str = "gpu_memory_utilization"
     dp: int = 1
+    # A speculative draft's weights and KV live outside the pool (kv_memory.draft_in_reserve: SGLang to
+    # 0.5.13), not taken from it (costmodel.speculative.speculative_memory).
+    draft_in_reserve: bool = False
 
     @property
     def reserve_bytes(self) -> float:
@@ -151,7 +154,7 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     num_blocks = int(kv_cap // (kv_per_token * block_size))
     return MemoryPlan(gpu.hbm_bytes * gpus, budget.usable * gpus, share.weights * gpus, budget.activation * gpus,
                       share.runtime * gpus, kv_cap, kv_per_token, block_size, num_blocks, window * gpus,
-                      (kv_memory or KvMemory()).rule, budget.fraction, budget.knob, dp)
+                      (kv_memory or KvMemory()).rule, budget.fraction, budget.knob, dp, draft_in_reserve(kv_memory))
 
 
 # Model types whose SGLang architecture captures no piecewise prefill graphs (server_args.py

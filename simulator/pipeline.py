@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Optional
 
 from .errors import LlmsimError
-from .kv_memory import GpuShare, KvMemory, kv_budget, rank_token_cap
+from .kv_memory import GpuShare, KvMemory, draft_in_reserve, kv_budget, rank_token_cap
 from .memory import DOES_NOT_FIT, MemoryPlan, activation_bytes_per_token
 from .parallelism import Parallelism, replica_kv_bytes_per_token, tp_whole_weight_bytes
 from .profiles.hardware import HardwareProfile
@@ -133,5 +133,5 @@ def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp:
     return MemoryPlan(gpu.hbm_bytes * gpus, sum(b.usable for _, b in shares) * tp, weights,
                       sum(b.activation for _, b in shares) * tp, sum(s.runtime for s, _ in shares) * tp,
                       blocks * block_size * kv_token, kv_token, block_size, blocks, 0.0,
-                      (kv_memory or KvMemory()).rule, first.fraction, first.knob, 1)
+                      (kv_memory or KvMemory()).rule, first.fraction, first.knob, 1, draft_in_reserve(kv_memory))
 

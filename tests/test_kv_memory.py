@@ -122,18 +122,20 @@ def test_sglang_default_fraction_follows_its_reserve():
     """server_args.py _handle_gpu_memory_settings: the reserve for an H100
     at tp 1 (8k chunk, graphs to 256) is 512 + 12,288 + 512 + 128 MiB; on a
     B200 at tp 4, 512 + 24,576 + 1,024 + 512; with DP attention it grows per
-    rank, with an EAGLE-style draft by 4 GiB (2 to 0.5.9: draft_head_gib), and it never drops
-    under 10 GiB."""
+    rank, to 0.5.13 with an EAGLE-style draft by draft_head_gib (4 GiB, 2 to 0.5.9), from 0.5.14
+    not at all (the draft comes out of the pool), and it never drops under 10 GiB."""
     h100, b200 = 81559, 183359          # MiB, as nvidia-smi reports them
     assert sglang_graph_max_bs(h100, 1) == 256 and sglang_graph_max_bs(b200, 4) == 512
     assert sglang_mem_fraction_static(h100, 1, 1, 8192, 256) == (round((h100 - 13440) / h100, 3), 13440)
     assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512) == (0.855, 26624)
     with_dp = sglang_mem_fraction_static(b200, 8, 8, 16384, 512)[1]
     assert with_dp == 512 + 24576 + 1024 + 1024 + 512 * 8 * 3 + 512 * 8 * 1.5
-    assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative=True)[1] == 26624 + 4096
+    assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative=True, draft_head_gib=4)[1] == 26624 + 4096
     assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative="mtp", draft_head_gib=2)[1] == 26624 + 2048
     # a separate draft model (SGLang's STANDALONE) reserves 6 GiB, where llmsim reserved an EAGLE head's 2
-    assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative="draft")[1] == 26624 + 6144
+    assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative="draft", draft_head_gib=4)[1] == 26624 + 6144
+    # 0.5.14 on (server_args.py _handle_gpu_memory_settings): no draft term
+    assert sglang_mem_fraction_static(b200, 4, 1, 16384, 512, speculative="draft")[1] == 26624
     assert sglang_mem_fraction_static(h100, 1, 1, 1, 1)[1] == 10 * 1024
 
 
@@ -179,7 +181,7 @@ def test_sglang_captures_no_prefill_graphs_where_it_turns_them_off():
     assert plan_memory(model, gpu, kv_memory=spec, block_size=1, disaggregated=True).fraction == \
         sglang_mem_fraction_static(h100, 1, 1, 8192, 256)[0]
     assert plan_memory(model, gpu, kv_memory=spec, block_size=1, speculative="draft").fraction == \
-        sglang_mem_fraction_static(h100, 1, 1, 8192, 256, speculative="draft")[0]
+        sglang_mem_fraction_static(h100, 1, 1, 8192, 256)[0]
 
 
 def test_sglang_reserve_is_sized_for_its_prefill_chunk_not_the_prompt_cap():
@@ -233,10 +235,10 @@ def test_deepseek_r1_on_four_b200s():
 
 @pytest.mark.parametrize("backend", ["sglang", "trtllm"])
 def test_a_draft_shares_the_pool_as_its_stack_sizes_it(backend):
-    """SGLang sizes the target's pool before it loads the MTP draft (whose
-    weights and pool come out of its reserve, 2 GiB larger for a draft):
-    the target keeps its tokens. TensorRT-LLM loads the draft first: its
-    weights and per-token KV come out of the pool."""
+    """SGLang to 0.5.13 sized the target's pool before it loaded the MTP draft (whose
+    weights and pool come out of its reserve, 4 GiB larger for a draft):
+    the target keeps its tokens. TensorRT-LLM, and SGLang from 0.5.14, load the draft
+    first: its weights and per-token KV come out of the pool."""
     from simulator.fleet.setup import setup_pool
 
     pool = {"model": "deepseek-v3", "gpu": "h200", "tp": 8,
@@ -245,14 +247,25 @@ def test_a_draft_shares_the_pool_as_its_stack_sizes_it(backend):
     drafted = setup_pool(PoolSpec.model_validate(
         {**pool, "speculative": {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.85}}), 0).memory
     assert drafted.weights_bytes > alone.weights_bytes
+    assert drafted.kv_capacity_tokens < alone.kv_capacity_tokens
     if backend == "sglang":
+        # 0.5.14 on: no draft reserve (the fraction is a draft-less pool's without prefill graphs,
+        # which SGLang does not capture beside a draft); the draft's weights come out of the pool
         plain = plan_memory(load_model("deepseek-v3"), load_hardware("h200"), 8, "fp8", "fp8", block_size=1,
-                            max_num_batched_tokens=8192, max_num_seqs=1024, kv_memory=KvMemory(rule="sglang"),
-                            speculative=True)
-        assert drafted.kv_capacity_tokens == plain.kv_capacity_tokens
-        assert drafted.fraction < alone.fraction          # the reserve grew by 2 GiB
-    else:
-        assert drafted.kv_capacity_tokens < alone.kv_capacity_tokens
+                            max_num_batched_tokens=8192, max_num_seqs=1024, speculative=True,
+                            kv_memory=KvMemory(rule="sglang", piecewise_cuda_graph=True))
+        assert drafted.fraction == plain.fraction
+        assert drafted.kv_capacity_bytes == pytest.approx(plain.kv_capacity_bytes - (drafted.weights_bytes
+                                                                                     - plain.weights_bytes))
+        old = setup_pool(PoolSpec.model_validate(
+            {**pool, "engine": {**pool["engine"], "backend_version": "0.5.13.post1"},
+             "speculative": {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.85}}), 0).memory
+        plain = plan_memory(load_model("deepseek-v3"), load_hardware("h200"), 8, "fp8", "fp8", block_size=1,
+                            max_num_batched_tokens=8192, max_num_seqs=1024,
+                            kv_memory=KvMemory(rule="sglang", draft_reserve_gib=4), speculative=True)
+        # the MTP layer's weights and KV take less of each H200 than 0.5.13's 4 GiB reserve did
+        assert old.kv_capacity_tokens == plain.kv_capacity_tokens < drafted.kv_capacity_tokens
+        assert old.fraction < alone.fraction          # the reserve grew by 4 GiB
 
 
 def test_max_tokens_caps_each_rank():
@@ -287,9 +300,16 @@ def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
     reserve a draft."""
     model, gpu, wd = (("gpt-oss-120b", "h200", "mxfp4") if knob == "swa_full_tokens_ratio"
                       else ("llama-3.1-8b", "h100-sxm", "bf16"))
-    return plan_memory(load_model(model), load_hardware(gpu), 1, wd, "bf16",
-                       max_num_batched_tokens=8192, max_num_seqs=256, block_size=16,
-                       kv_memory=kv, speculative="mtp" if knob == "draft_reserve_gib" else "").kv_capacity_bytes
+    mem = plan_memory(load_model(model), load_hardware(gpu), 1, wd, "bf16",
+                      max_num_batched_tokens=8192, max_num_seqs=256, block_size=16,
+                      kv_memory=kv, speculative="draft" if knob == "draft_reserve_gib" else "")
+    if knob == "draft_reserve_gib":   # where the draft's weights and KV live: the reserve or the pool
+        from simulator.costmodel.speculative import SpeculativeSpec, speculative_cost_model, speculative_memory
+        from simulator.costmodel.step import CostModel
+        cm = CostModel(load_model(model), load_hardware(gpu), 1, wd, "bf16")
+        draft = SpeculativeSpec(draft_model="llama-3.2-1b", k=4, acceptance_rate=0.7)
+        mem = speculative_memory(mem, speculative_cost_model(cm, draft))
+    return mem.kv_capacity_bytes
 
 
 def test_every_knob_is_listed_by_some_rule():
@@ -473,7 +493,7 @@ def test_a_block_count_past_the_gpus_memory_is_refused(pp):
 
 
 def test_a_pools_draft_kind_reaches_sglangs_reserve():
-    """The reserve a pool's SGLang takes for its draft follows the draft's kind: 6 GiB for a separate
+    """The reserve a pool's SGLang to 0.5.13 takes for its draft follows the draft's kind: 6 GiB for a separate
     model, where every draft was reserved an EAGLE head's 2 GiB (Llama-3.1-70B on 4 H100s with a
     Llama-3.2-1B draft: the fraction 0.799 where SGLang takes 0.749). The plain pool reserves for
     its piecewise prefill graphs (464 MiB at an 8k chunk), which SGLang does not capture with a draft."""
@@ -482,10 +502,14 @@ def test_a_pools_draft_kind_reaches_sglangs_reserve():
 
     pool = {"name": "p", "model": "llama-3.1-70b", "gpu": "h100-sxm", "tp": 4, "engine": {"backend": "sglang"},
             "speculative": {"draft_model": "llama-3.2-1b", "k": 4, "acceptance_rate": 0.7}}
-    drafted = setup_pool(PoolSpec.model_validate(pool), 0).memory.fraction
-    plain = setup_pool(PoolSpec.model_validate({**pool, "speculative": None}), 0).memory.fraction
+    old = {**pool, "engine": {"backend": "sglang", "backend_version": "0.5.13.post1"}}
+    drafted = setup_pool(PoolSpec.model_validate(old), 0).memory.fraction
+    plain = setup_pool(PoolSpec.model_validate({**old, "speculative": None}), 0).memory.fraction
     h100 = 81559.0      # MiB, as the profile's figure gives it
     assert drafted == pytest.approx(plain - (6144 - 464) / h100, abs=0.0015)
+    # 0.5.14 on nothing is reserved for the draft, which comes out of the pool instead
+    new = setup_pool(PoolSpec.model_validate(pool), 0).memory
+    assert new.fraction == pytest.approx(plain + 464 / h100, abs=0.0015) and not new.draft_in_reserve
 
 
 def test_sglangs_reserve_counts_every_gpu_of_a_pipelined_server():

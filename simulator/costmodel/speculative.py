@@ -90,7 +90,6 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..dtypes import linear_dtype
 from ..errors import LlmsimError
-from ..kv_memory import RULES
 from ..memory import MemoryPlan
 from ..parallelism import replica_kv_bytes_per_token, replica_weight_bytes
 from ..profiles.model import ModelProfile, load_model
@@ -299,8 +298,8 @@ def speculative_memory(mem: MemoryPlan, scm: SpeculativeCostModel) -> MemoryPlan
     if scm.spec.draft_model == MTP:   # embedding and LM head are the target's own
         weights -= par.dp * (draft.embedding_params + draft.lm_head_params) * 2.0
     per_token = mem.kv_bytes_per_token + replica_kv_bytes_per_token(draft, par, scm.kv_dtype)
-    if RULES[mem.rule].draft_in_reserve:
-        # the draft's weights and its pool of as many tokens come out of the reserve (SGLang)
+    if mem.draft_in_reserve:
+        # the draft's weights and its pool of as many tokens come out of the reserve (SGLang to 0.5.13)
         return replace(mem, weights_bytes=mem.weights_bytes + weights, kv_bytes_per_token=per_token)
     kv_cap = mem.kv_capacity_bytes - weights
     if kv_cap <= per_token * mem.block_size:
