@@ -208,8 +208,21 @@ def _write_case(folder: Path, base: str, text: str) -> None:
 
 # --- scenario files: every numeric key of every base, every value ------------------------------------------
 _seen: set = set()
-SCENARIO_CASES = [(b, p, raw) for b, data in BASES.items() for p in distinct(data, _seen)
-                  for raw in NONFINITE + EXTREME]
+SCENARIO_KEYS = [(b, p) for b, data in BASES.items() for p in distinct(data, _seen)]
+
+
+def each_value(tmp_path: Path, monkeypatch, values: tuple[str, ...], check) -> None:
+    """``check(folder, raw)`` for every value, each in a folder of its own and run from it: one test a
+    key, not one a key and value (2,000 cases' own set-up took the suite about a minute); a failure
+    names its value."""
+    for i, raw in enumerate(values):
+        folder = tmp_path / str(i)
+        folder.mkdir()
+        monkeypatch.chdir(folder)
+        try:
+            check(folder, raw)
+        except AssertionError as e:
+            raise AssertionError(f"with the value {raw}: {e}") from None
 
 
 def test_the_bases_run_and_cover_the_scenario(tmp_path, cli, monkeypatch):
@@ -226,21 +239,22 @@ def test_the_bases_run_and_cover_the_scenario(tmp_path, cli, monkeypatch):
             "workload.arrival", "workload.session", "workload.system_prompt", "workload.input_tokens",
             "workload.output_tokens", "pools", "classes", "cost", "energy", "product", "input_length_buckets",
             "slo"} <= tops
-    assert len(SCENARIO_CASES) > 800
+    assert len(SCENARIO_KEYS) * len(NONFINITE + EXTREME) > 800
 
 
-@pytest.mark.parametrize("base, path, raw", SCENARIO_CASES,
-                         ids=[f"{b}-{key_of(p)}={raw}" for b, p, raw in SCENARIO_CASES])
-def test_a_scenario_number(tmp_path, cli, monkeypatch, base, path, raw):
-    monkeypatch.chdir(tmp_path)
-    _write_case(tmp_path, base, with_raw(BASES[base], path, raw))
-    before = _listing(tmp_path)
-    r = timed(cli, *RUN)
-    if raw in NONFINITE:
-        refused(r, "s.yaml", key_of(path))
-        assert _listing(tmp_path) == before
-    else:
-        refused_or_ran(r, tmp_path, before, "s.yaml")
+@pytest.mark.parametrize("base, path", SCENARIO_KEYS, ids=[f"{b}-{key_of(p)}" for b, p in SCENARIO_KEYS])
+def test_a_scenario_number(tmp_path, cli, monkeypatch, base, path):
+    def check(folder: Path, raw: str) -> None:
+        _write_case(folder, base, with_raw(BASES[base], path, raw))
+        before = _listing(folder)
+        r = timed(cli, *RUN)
+        if raw in NONFINITE:
+            refused(r, "s.yaml", key_of(path))
+            assert _listing(folder) == before
+        else:
+            refused_or_ran(r, folder, before, "s.yaml")
+
+    each_value(tmp_path, monkeypatch, NONFINITE + EXTREME, check)
 
 
 # --- the same through --set, a variant and the check block ---------------------------------------------------
@@ -314,32 +328,31 @@ def _profile_paths(data: Any) -> list[tuple]:
 #: Keys of a Hugging Face config.json llmsim does not read (any value passes by unread).
 _UNREAD = {"attention_dropout", "bos_token_id", "eos_token_id", "initializer_range", "pretraining_tp",
            "rms_norm_eps", "rope_theta"}
-PROFILE_CASES = ([("gpu", "g.yaml", GPU, p, raw) for p in _profile_paths(GPU) for raw in NONFINITE + EXTREME]
-                 + [("model", "m.yaml", MODEL, p, raw) for p in numeric(MODEL) if p[0] not in _UNREAD
-                    for raw in NONFINITE + EXTREME]
-                 + [("model", "m.yaml", MODEL_FP8, p, raw) for p in numeric(MODEL_FP8)
-                    if p[0] == "quantization_config" for raw in NONFINITE + EXTREME]
-                 + [("engine.backend", "b.yaml", BACKEND, p, raw) for p in distinct(BACKEND, set())
-                    for raw in NONFINITE + EXTREME])
+PROFILE_KEYS = ([("gpu", "g.yaml", GPU, p) for p in _profile_paths(GPU)]
+                + [("model", "m.yaml", MODEL, p) for p in numeric(MODEL) if p[0] not in _UNREAD]
+                + [("model", "m.yaml", MODEL_FP8, p) for p in numeric(MODEL_FP8) if p[0] == "quantization_config"]
+                + [("engine.backend", "b.yaml", BACKEND, p) for p in distinct(BACKEND, set())])
 
 
-@pytest.mark.parametrize("key, name, data, path, raw", PROFILE_CASES,
-                         ids=[f"{n}-{key_of(p)}={raw}" for _, n, _, p, raw in PROFILE_CASES])
-def test_a_profile_number(tmp_path, cli, monkeypatch, key, name, data, path, raw):
-    monkeypatch.chdir(tmp_path)
-    (tmp_path / "s.yaml").write_text(yaml.safe_dump(_CHAT, sort_keys=False))
-    (tmp_path / name).write_text(with_raw(data, path, raw))
-    before = _listing(tmp_path)
-    r = timed(cli, *RUN, "--set", f"pools.{POOL}.{key}={name}")
-    if raw in NONFINITE:
-        # the sharpness of a roofline may be .inf (the textbook hard max), not nan
-        if path[-1] == "sharpness" and raw in (".inf", "1e400"):
-            assert r.code == 0, r.err
-            return
-        refused(r, name, key_of(path))
-        assert _listing(tmp_path) == before
-    else:
-        refused_or_ran(r, tmp_path, before, name)
+@pytest.mark.parametrize("key, name, data, path", PROFILE_KEYS,
+                         ids=[f"{n}-{key_of(p)}" for _, n, _, p in PROFILE_KEYS])
+def test_a_profile_number(tmp_path, cli, monkeypatch, key, name, data, path):
+    def check(folder: Path, raw: str) -> None:
+        (folder / "s.yaml").write_text(yaml.safe_dump(_CHAT, sort_keys=False))
+        (folder / name).write_text(with_raw(data, path, raw))
+        before = _listing(folder)
+        r = timed(cli, *RUN, "--set", f"pools.{POOL}.{key}={name}")
+        if raw in NONFINITE:
+            # the sharpness of a roofline may be .inf (the textbook hard max), not nan
+            if path[-1] == "sharpness" and raw in (".inf", "1e400"):
+                assert r.code == 0, r.err
+                return
+            refused(r, name, key_of(path))
+            assert _listing(folder) == before
+        else:
+            refused_or_ran(r, folder, before, name)
+
+    each_value(tmp_path, monkeypatch, NONFINITE + EXTREME, check)
 
 
 # --- trace files --------------------------------------------------------------------------------------------

@@ -9,7 +9,8 @@ from __future__ import annotations
 import signal
 import sys
 from contextlib import contextmanager
-from typing import Callable, Iterator, Optional
+from functools import lru_cache
+from typing import TYPE_CHECKING, Callable, Iterator, Optional
 
 import typer
 from rich.console import Console
@@ -17,6 +18,9 @@ from rich.text import Text
 
 from ..errors import LlmsimError
 from ..fields import Fields, declare_results
+
+if TYPE_CHECKING:
+    import click
 
 app = typer.Typer(
     name="llmsim",
@@ -104,13 +108,22 @@ def _stopped(how: str) -> str:
     return f"{how}: {kept or 'nothing was written (an -o folder is left as it was)'}"
 
 
+@lru_cache(maxsize=None)
+def _command() -> "click.Command":
+    """The click command typer builds from ``app``, once a process: ``app(...)`` rebuilds it on
+    every call, reading every command's signature (about 25 ms), which each in-process call
+    paid (a notebook's, the test suite's thousands); ``pretty_exceptions_enable=False`` leaves
+    typer's call nothing else to do. Call after :func:`_register`."""
+    return typer.main.get_command(app)
+
+
 def main(argv: list[str] | None = None) -> None:
     _register()
     previous = _handle_signals()
     try:
         # Standalone mode: typer/click handle their own usage errors (exit 2)
         # and exit codes; only llmsim's input errors reach us here.
-        app(args=argv, prog_name="llmsim")
+        _command()(args=argv, prog_name="llmsim")
     except LlmsimError as e:
         err_console.print(Text.assemble(("error:", "bold red"), " ", e.render()))   # the message as written
         sys.exit(e.exit_code)
