@@ -86,11 +86,16 @@ class GpuShare:
     # head), "draft" a separate draft model (True: an EAGLE-style draft)
     speculative: bool | str = False
     stages: int = 1         # pipeline stages of the serving process (SGLang's reserve counts tp × pp GPUs)
-    # The piecewise CUDA graphs SGLang would capture for prefill batches of this deployment
-    # (sglang_prefill_graph_mib): "" none (SGLang turns them off: speculation, DP attention,
-    # pp > 1, a disaggregated pool, the architectures it lists), "mla" an MLA model, "mha" any
-    # other up to the prefill chunk, "llama-2" a Llama-2 model (captured to 4,096 tokens).
+    # The piecewise CUDA graphs SGLang would capture for prefill batches of this model
+    # (sglang_prefill_graph_mib): "" none, "mla" an MLA model, "mha" any other up to the
+    # prefill chunk, "llama-2" a Llama-2 model (captured to 4,096 tokens) ...
     prefill_graphs: str = ""
+    # ... unless the release turns them off for one of these (kv_memory.prefill_graphs_off):
+    # what this deployment is among SGLANG_PREFILL_GRAPH_BLOCKERS.
+    prefill_graph_blockers: frozenset[str] = frozenset()
+    # "prefill" or "decode": the pool's side of a disaggregated pair, "" a pool that does both
+    # (SGLang's --disaggregation-mode).
+    role: str = ""
     runtime: float = RUNTIME_BYTES_PER_GPU
     # Vocabulary entries of one sequence's logits on this GPU: the whole vocabulary, since the
     # stacks gather the vocabulary-parallel LM head's output before sampling (vLLM V1's
@@ -193,6 +198,25 @@ def sglang_prefill_graph_mib(kind: str, chunked_prefill_size: int, max_total_tok
     return 8.0 * len(sglang_prefill_graph_sizes(top))
 
 
+# What can turn SGLang's prefill CUDA graphs off, for kv_memory.prefill_graphs_off to list those a
+# release turns them off for: "speculative" a draft decodes beside the model, "dp_attention" more
+# than one attention-DP rank, "pp" more than one pipeline stage, "disaggregated" a pool of a
+# disaggregated pair, "mla" an MLA model, "mla_without_dsa" one without DeepSeek sparse attention
+# (the indexer of DeepSeek-V3.2 and GLM-5), "listed_architecture" an architecture the
+# torch.compile backend lists as unsupported (Qwen3-Next, GLM-5), "multimodal" an architecture
+# served multimodal (Qwen3.5, Llama-4, Gemma-3), "multimodal_unlisted" one of those the breakable
+# backend does not allow (all but Qwen3.5).
+SGLANG_PREFILL_GRAPH_BLOCKERS = ("speculative", "dp_attention", "pp", "disaggregated", "mla", "mla_without_dsa",
+                                 "listed_architecture", "multimodal", "multimodal_unlisted")
+PrefillGraphBlocker = Literal["speculative", "dp_attention", "pp", "disaggregated", "mla", "mla_without_dsa",
+                              "listed_architecture", "multimodal", "multimodal_unlisted"]
+# Those SGLang 0.5.10-0.5.14 turn its (torch.compile, tc_piecewise) prefill graphs off for
+# (server_args.py _handle_piecewise_cuda_graph, 0.5.14's _disable_tc_piecewise_cudagraph_if_incompatible;
+# "speculative" only 0.5.10's, which llmsim keeps for 0.5.10-0.5.14).
+SGLANG_TC_PIECEWISE_GRAPHS_OFF = ("speculative", "dp_attention", "pp", "disaggregated", "listed_architecture",
+                                  "multimodal")
+
+
 # GiB SGLang's default reserve added for a draft beside the model to 0.5.13: an EAGLE-style head
 # (EAGLE, NEXTN/MTP) 2 GiB to 0.5.9 and 4 GiB from 0.5.10 (kv_memory.draft_reserve_gib, which the
 # sglang backend's releases set), a separate draft model (STANDALONE) 6 GiB. From 0.5.14 there is
@@ -239,8 +263,9 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
         mib = g.hbm / MIB
         bs = spec.cuda_graph_max_bs or sglang_graph_max_bs(mib, g.gpus)
         chunk = _sglang_chunk(spec, g)
+        off = bool(g.prefill_graph_blockers & set(spec.prefill_graphs_off))
         pieces = (sglang_prefill_graph_mib(g.prefill_graphs, chunk, spec.max_tokens)
-                  if spec.piecewise_cuda_graph else 0.0)
+                  if spec.piecewise_cuda_graph and not off else 0.0)
         frac, reserved = sglang_mem_fraction_static(mib, g.gpus * g.stages, g.dp, chunk, bs, g.speculative,
                                                     pieces, spec.draft_reserve_gib)
         why = (f"SGLang's default for a {g.hbm / GIB:.0f} GiB GPU: {reserved / 1024:.1f} GiB reserved for a "
@@ -316,8 +341,10 @@ RULES: dict[str, KvRule] = {
                    knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes"}), needs_one_context=True),
     "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=SGLANG_SWA_FULL_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
-                                      "swa_full_tokens_ratio", "piecewise_cuda_graph", "draft_reserve_gib"}),
-                     default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "piecewise_cuda_graph"})),
+                                      "swa_full_tokens_ratio", "piecewise_cuda_graph", "draft_reserve_gib",
+                                      "prefill_graphs_off"}),
+                     default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "piecewise_cuda_graph",
+                                              "prefill_graphs_off"})),
     "trtllm": KvRule(_trtllm, swa_ratio=TRTLLM_SWA_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
 
@@ -401,10 +428,22 @@ class KvMemory(BaseModel):
         description="SGLang's piecewise CUDA graphs for prefill batches, which its default reserve makes room for "
                     "(1.5 GiB with MLA attention, else 8 MiB per captured batch size up to the prefill chunk): on "
                     "by default from 0.5.10 (the sglang backend sets it; --disable-piecewise-cuda-graph is false), "
-                    "and SGLang captures none under speculative decoding, DP attention, pp > 1, a disaggregated "
-                    "pool or the architectures it lists (Qwen3-Next, Qwen3.5 and Llama-4 as served multimodal, "
-                    "DeepSeek-V3.2, GLM-5), whatever this says; "
+                    "save where SGLang turns them off (kv_memory.prefill_graphs_off), whatever this says; "
                     + _read_by("piecewise_cuda_graph") + "; default: false")
+    prefill_graphs_off: tuple[PrefillGraphBlocker, ...] = Field(
+        default=SGLANG_TC_PIECEWISE_GRAPHS_OFF,
+        description="what SGLang captures no prefill CUDA graphs for, and so reserves none: any of speculative (a "
+                    "draft decodes beside the model), dp_attention, pp (pp > 1), disaggregated (a pool of a "
+                    "disaggregated pair), mla, mla_without_dsa (MLA without DeepSeek sparse attention), "
+                    "listed_architecture (Qwen3-Next, GLM-5), multimodal (Qwen3.5, Llama-4, Gemma-3 as served "
+                    "multimodal), multimodal_unlisted (those but Qwen3.5). 0.5.10-0.5.14's torch.compile backend: "
+                    f"{', '.join(SGLANG_TC_PIECEWISE_GRAPHS_OFF)} (server_args.py _handle_piecewise_cuda_graph); "
+                    "from 0.5.15 the breakable backend's (_disable_breakable_cudagraph_if_incompatible): mla, "
+                    "dp_attention, multimodal; 0.5.16 mla, dp_attention, multimodal_unlisted; 0.5.17 "
+                    "mla_without_dsa, multimodal_unlisted; 0.5.18 multimodal_unlisted; 0.5.19 on pp, "
+                    "multimodal_unlisted (arg_groups/cuda_graph_hook.py apply_cuda_graph_compatibility); the sglang "
+                    "backend's releases set it; "
+                    + _read_by("prefill_graphs_off") + f"; default: {', '.join(SGLANG_TC_PIECEWISE_GRAPHS_OFF)}")
     draft_reserve_gib: Optional[float] = Field(
         default=None, ge=0, le=64,
         description="GiB SGLang's default reserve adds for an EAGLE-style draft (EAGLE, NEXTN/MTP) in the "

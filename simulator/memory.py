@@ -106,7 +106,7 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
                 dp: int = 1, ep: int = 1, kv_memory: Optional[KvMemory] = None,
                 speculative: bool | str = False, expert_storage: float = 1.0,
-                disaggregated: bool = False) -> MemoryPlan:
+                role: str = "") -> MemoryPlan:
     """Divide one replica's ``tp × dp`` GPUs' memory as its stack does
     (``kv_memory``; vLLM's accounting without one); raise a clear error when
     the model cannot fit. ``speculative``: a draft decodes beside the
@@ -115,8 +115,9 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     :func:`simulator.costmodel.speculative.speculative_memory`).
     ``expert_storage``: the routed experts' memory against the checkpoint's
     shape where the stack pads them (the cost model's ``expert_storage``).
-    ``disaggregated``: the pool prefills for, or decodes from, another
-    (SGLang then captures no piecewise prefill graphs, so reserves none).
+    ``role``: "prefill" the pool prefills for another, "decode" it decodes
+    another's prompts ("" neither): SGLang's reserve and prefill graphs
+    follow it (:attr:`simulator.kv_memory.GpuShare.role`).
 
     Each of the ``dp`` attention ranks holds the non-expert weights split
     ``tp`` ways, bar those every GPU keeps whole (MLA's down-projections
@@ -135,10 +136,11 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     gpus = par.gpus
     rest, experts = weight_bytes_per_gpu(model, par, weight_dtype, expert_storage)
     activations = max_num_batched_tokens * activation_bytes_per_token(model, tp)
-    graphs = "" if speculative or dp > 1 or disaggregated else sglang_prefill_graph_kind(model)
+    blockers = sglang_prefill_graph_blockers(model) | {
+        b for b, holds in (("speculative", speculative), ("dp_attention", dp > 1), ("disaggregated", role)) if holds}
     share = GpuShare(gpu.hbm_bytes, rest + experts, activations, gpus, dp,
                      max_num_batched_tokens, max_num_seqs, speculative, vocab=model.vocab_size,
-                     prefill_graphs=graphs)
+                     prefill_graphs=sglang_prefill_graph_kind(model), prefill_graph_blockers=blockers, role=role)
     budget = kv_budget(share, kv_memory, gpu_memory_utilization)
     copies = kv_copies(model, tp)
     swa = swa_window_share(kv_memory, model.num_sliding_layers, model.num_full_attention_layers)
@@ -157,26 +159,45 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
                       (kv_memory or KvMemory()).rule, budget.fraction, budget.knob, dp, draft_in_reserve(kv_memory))
 
 
-# Model types whose SGLang architecture captures no piecewise prefill graphs (server_args.py
-# _handle_piecewise_cuda_graph with model_config.py piecewise_cuda_graph_disabled_model_archs,
-# 0.5.10-0.5.13: Qwen3Next, GlmMoeDsa (GLM-5); and the multimodal architectures the
-# checkpoints of these types are served as: Qwen3_5MoeForConditionalGeneration,
-# Llama4ForConditionalGeneration, Gemma3ForConditionalGeneration). A text model of another
-# type served through a multimodal wrapper (Kimi-K2.5) is not told apart.
-SGLANG_NO_PREFILL_GRAPH_TYPES = frozenset({"qwen3_next", "glm_moe_dsa", "qwen3_5_moe_text", "llama4_text",
-                                           "gemma3"})
+# Model types of the architectures SGLang's torch.compile prefill graphs (0.5.10-0.5.14) list as
+# unsupported (server_args.py _handle_piecewise_cuda_graph with model_config.py
+# piecewise_cuda_graph_disabled_model_archs: Qwen3Next, GlmMoeDsa (GLM-5)) ...
+SGLANG_LISTED_ARCH_TYPES = frozenset({"qwen3_next", "glm_moe_dsa"})
+# ... and of the multimodal architectures the checkpoints of these types are served as
+# (Qwen3_5MoeForConditionalGeneration, Llama4ForConditionalGeneration,
+# Gemma3ForConditionalGeneration), which every release turns them off for bar those the breakable
+# backend allows from 0.5.16 (model_config.py multimodal_breakable_cuda_graph_supported_model_archs:
+# Qwen3.5, to 0.5.23). A text model of another type served through a multimodal wrapper
+# (Kimi-K2.5) is not told apart.
+SGLANG_MULTIMODAL_TYPES = frozenset({"qwen3_5_moe_text", "llama4_text", "gemma3"})
+SGLANG_BREAKABLE_MULTIMODAL_TYPES = frozenset({"qwen3_5_moe_text"})
+# Model types with DeepSeek sparse attention (an indexer: model_config.py is_deepseek_dsa, index_topk set),
+# whose MLA the breakable backend of 0.5.17 keeps prefill graphs for.
+SGLANG_DSA_TYPES = frozenset({"deepseek_v32", "glm_moe_dsa"})
 
 
 def sglang_prefill_graph_kind(model: ModelProfile) -> str:
-    """Which piecewise prefill graphs SGLang captures for ``model`` on a pool that allows them
+    """Which piecewise prefill graphs SGLang captures for ``model`` where it captures any
     (:attr:`simulator.kv_memory.GpuShare.prefill_graphs`): its reserve differs for MLA models
     and Llama-2 (whose graphs stop at 4,096 tokens: server_args.py reads "llama-2" in the
     model path)."""
-    if model.model_type in SGLANG_NO_PREFILL_GRAPH_TYPES:
-        return ""
     if model.is_mla:
         return "mla"
     return "llama-2" if "llama-2" in model.name.lower() else "mha"
+
+
+def sglang_prefill_graph_blockers(model: ModelProfile) -> frozenset[str]:
+    """What ``model`` is among the conditions an SGLang release may turn its prefill graphs off for
+    (:data:`simulator.kv_memory.SGLANG_PREFILL_GRAPH_BLOCKERS`), the deployment's apart."""
+    out = set()
+    if model.is_mla:
+        out |= {"mla"} | ({"mla_without_dsa"} if model.model_type not in SGLANG_DSA_TYPES else set())
+    if model.model_type in SGLANG_LISTED_ARCH_TYPES:
+        out.add("listed_architecture")
+    if model.model_type in SGLANG_MULTIMODAL_TYPES:
+        out |= {"multimodal"} | ({"multimodal_unlisted"} if model.model_type not in SGLANG_BREAKABLE_MULTIMODAL_TYPES
+                                 else set())
+    return frozenset(out)
 
 
 def has_full_attention(model: ModelProfile) -> ModelProfile:

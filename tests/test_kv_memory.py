@@ -178,10 +178,41 @@ def test_sglang_captures_no_prefill_graphs_where_it_turns_them_off():
     h100 = 81559
     assert plan_memory(model, gpu, kv_memory=spec, block_size=1).fraction == \
         sglang_mem_fraction_static(h100, 1, 1, 8192, 256, prefill_graph_mib=464)[0]
-    assert plan_memory(model, gpu, kv_memory=spec, block_size=1, disaggregated=True).fraction == \
+    assert plan_memory(model, gpu, kv_memory=spec, block_size=1, role="prefill").fraction == \
         sglang_mem_fraction_static(h100, 1, 1, 8192, 256)[0]
     assert plan_memory(model, gpu, kv_memory=spec, block_size=1, speculative="draft").fraction == \
         sglang_mem_fraction_static(h100, 1, 1, 8192, 256)[0]
+
+
+def test_sglang_prefill_graphs_off_follows_the_releases_rules():
+    """0.5.10-0.5.14's torch.compile prefill graphs are off for speculation, DP attention, pp > 1,
+    disaggregation and listed architectures (_handle_piecewise_cuda_graph); 0.5.15's breakable
+    backend (cuda_graph_config.py default_prefill_backend) turns them off for MLA and DP attention
+    instead (server_args.py _disable_breakable_cudagraph_if_incompatible), 0.5.17 only for MLA
+    without DSA, 0.5.19 for pp > 1 (arg_groups/cuda_graph_hook.py apply_cuda_graph_compatibility):
+    kv_memory.prefill_graphs_off lists which hold."""
+    from simulator.memory import sglang_prefill_graph_blockers
+    from simulator.pipeline import plan_pipeline_memory
+    h100, model, gpu = 81559, load_model("llama-3-8b"), load_hardware("h100-sxm")
+    assert sglang_prefill_graph_blockers(model) == frozenset()
+    assert sglang_prefill_graph_blockers(load_model("deepseek-v3")) == {"mla", "mla_without_dsa"}
+    old = KvMemory(rule="sglang", piecewise_cuda_graph=True, cuda_graph_max_bs=256)
+    breakable = old.model_copy(update={"prefill_graphs_off": ("mla", "dp_attention", "multimodal")})
+    graphs = sglang_mem_fraction_static(h100, 1, 1, 8192, 256, prefill_graph_mib=464)[0]
+    none = sglang_mem_fraction_static(h100, 1, 1, 8192, 256)[0]
+    for spec, with_draft in ((old, none), (breakable, graphs)):   # a draft beside the model
+        assert plan_memory(model, gpu, kv_memory=spec, block_size=1, speculative="draft").fraction == with_draft
+    g = GpuShare(hbm=h100 * 2**20, weights=16 * GIB, activation=0.0, gpus=1, dp=1, budget=8192, max_seqs=256,
+                 prefill_graphs="mla", prefill_graph_blockers=frozenset({"mla", "mla_without_dsa"}))
+    assert "piecewise" in kv_budget(g, old).why and "piecewise" not in kv_budget(g, breakable).why
+    dsa = KvMemory(rule="sglang", piecewise_cuda_graph=True, prefill_graphs_off=("mla_without_dsa",))
+    assert "piecewise" not in kv_budget(g, dsa).why
+    assert "piecewise" in kv_budget(replace(g, prefill_graph_blockers=frozenset({"mla"})), dsa).why
+    # pp > 1: off under 0.5.10-0.5.14's and 0.5.19's rules, kept under 0.5.15-0.5.18's
+    pp = {off: plan_pipeline_memory(model, gpu, 1, 2, kv_memory=old.model_copy(update={"prefill_graphs_off": off}),
+                                    block_size=1).fraction for off in (("pp",), ("mla",))}
+    assert pp[("pp",)] == sglang_mem_fraction_static(h100, 2, 1, 8192, 256)[0]
+    assert pp[("mla",)] == sglang_mem_fraction_static(h100, 2, 1, 8192, 256, prefill_graph_mib=464)[0]
 
 
 def test_sglang_reserve_is_sized_for_its_prefill_chunk_not_the_prompt_cap():
@@ -292,17 +323,19 @@ def test_backend_sets_the_rule_and_a_user_key_refines_it():
 # A value for each knob that moves the pool of Llama-3.1-8B on one H100 under every rule that reads it.
 KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 1024, "cuda_graph_max_bs": 500,
                "cuda_graph_gib": 3.0, "sampler_logit_bytes": 40.0, "swa_full_tokens_ratio": 0.5,
-               "piecewise_cuda_graph": True, "draft_reserve_gib": 9.0}
+               "piecewise_cuda_graph": True, "draft_reserve_gib": 9.0, "prefill_graphs_off": ("mla",)}
 
 
 def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
     """The pool a knob is read on: SGLang's window ratio needs sliding-window layers, its draft
-    reserve a draft."""
+    reserve a draft, the prefill graphs it turns off one of them captured (a draft beside the model)."""
     model, gpu, wd = (("gpt-oss-120b", "h200", "mxfp4") if knob == "swa_full_tokens_ratio"
                       else ("llama-3.1-8b", "h100-sxm", "bf16"))
+    if knob == "prefill_graphs_off":
+        kv = kv.model_copy(update={"piecewise_cuda_graph": True})
     mem = plan_memory(load_model(model), load_hardware(gpu), 1, wd, "bf16",
-                      max_num_batched_tokens=8192, max_num_seqs=256, block_size=16,
-                      kv_memory=kv, speculative="draft" if knob == "draft_reserve_gib" else "")
+                      max_num_batched_tokens=8192, max_num_seqs=256, block_size=16, kv_memory=kv,
+                      speculative="draft" if knob in ("draft_reserve_gib", "prefill_graphs_off") else "")
     if knob == "draft_reserve_gib":   # where the draft's weights and KV live: the reserve or the pool
         from simulator.costmodel.speculative import SpeculativeSpec, speculative_cost_model, speculative_memory
         from simulator.costmodel.step import CostModel

@@ -95,7 +95,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
                                            speculative=draft_kind(spec.speculative.draft_model
                                                                   if spec.speculative else None),
                                            expert_storage=cm.expert_storage,
-                                           disaggregated=decodes_for_another or spec.disaggregation is not None))
+                                           role="decode" if decodes_for_another else
+                                           "prefill" if spec.disaggregation is not None else ""))
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative))
     lora = None
