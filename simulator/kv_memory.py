@@ -94,7 +94,7 @@ class GpuShare:
     # what this deployment is among SGLANG_PREFILL_GRAPH_BLOCKERS.
     prefill_graph_blockers: frozenset[str] = frozenset()
     # "prefill" or "decode": the pool's side of a disaggregated pair, "" a pool that does both
-    # (SGLang's --disaggregation-mode).
+    # (SGLang's --disaggregation-mode; its reserve follows it from 0.5.15: kv_memory.role_reserve).
     role: str = ""
     runtime: float = RUNTIME_BYTES_PER_GPU
     # Vocabulary entries of one sequence's logits on this GPU: the whole vocabulary, since the
@@ -230,7 +230,7 @@ SGLANG_DRAFT_MODEL_RESERVE_GIB = 6.0
 
 def sglang_mem_fraction_static(hbm_mib: float, gpus: int, dp: int, chunked_prefill_size: int,
                                graph_max_bs: int, speculative: bool | str = False, prefill_graph_mib: float = 0.0,
-                               draft_head_gib: Optional[float] = None) -> tuple[float, float]:
+                               draft_head_gib: Optional[float] = None, role: str = "") -> tuple[float, float]:
     """SGLang's default ``mem_fraction_static`` and the reserve (MiB) it
     leaves: 512 MiB of metadata, 1.5 MiB per token of the prefill chunk
     (at least 2,048), 2 MiB per CUDA-graph batch slot, 1 GiB per 8 GPUs
@@ -241,9 +241,18 @@ def sglang_mem_fraction_static(hbm_mib: float, gpus: int, dp: int, chunked_prefi
     to 0.5.13 (``draft_head_gib`` given) ``draft_head_gib`` more for an EAGLE or
     NEXTN (MTP) draft, 6 GiB for a separate draft model (``speculative="draft"``,
     SGLang's STANDALONE); from 0.5.14 (None) nothing for a draft, whose weights
-    and KV come out of the pool instead."""
-    reserved = 512 + max(chunked_prefill_size, 2048) * 1.5 + graph_max_bs * 2 + gpus / 8 * 1024
-    if dp > 1:
+    and KV come out of the pool instead. ``role`` (0.5.15 on, its
+    --disaggregation-mode): a "decode" server sizes the activation term by its
+    running requests, max(graph_max_bs × 1 draft token, 2,048) as the default
+    launch has them when the reserve is sized (--max-running-requests and
+    --speculative-num-draft-tokens unset), and reserves no prefill graphs (the
+    caller passes none); a "prefill" server reserves no decode graphs and no
+    DP-attention padding."""
+    activation_tokens = max(graph_max_bs, 2048) if role == "decode" else max(chunked_prefill_size, 2048)
+    reserved = 512 + activation_tokens * 1.5 + gpus / 8 * 1024
+    if role != "prefill":
+        reserved += graph_max_bs * 2
+    if dp > 1 and role != "prefill":
         reserved += graph_max_bs * dp * 3
         if graph_max_bs > 300:
             reserved += graph_max_bs * dp * 1.5
@@ -263,15 +272,17 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
         mib = g.hbm / MIB
         bs = spec.cuda_graph_max_bs or sglang_graph_max_bs(mib, g.gpus)
         chunk = _sglang_chunk(spec, g)
-        off = bool(g.prefill_graph_blockers & set(spec.prefill_graphs_off))
+        role = g.role if spec.role_reserve else ""
+        off = bool(g.prefill_graph_blockers & set(spec.prefill_graphs_off)) or role == "decode"
         pieces = (sglang_prefill_graph_mib(g.prefill_graphs, chunk, spec.max_tokens)
                   if spec.piecewise_cuda_graph and not off else 0.0)
         frac, reserved = sglang_mem_fraction_static(mib, g.gpus * g.stages, g.dp, chunk, bs, g.speculative,
-                                                    pieces, spec.draft_reserve_gib)
+                                                    pieces, spec.draft_reserve_gib, role)
         why = (f"SGLang's default for a {g.hbm / GIB:.0f} GiB GPU: {reserved / 1024:.1f} GiB reserved for a "
                f"{chunk:,}-token prefill chunk, CUDA graphs up to batch {bs}"
                + (", piecewise prefill graphs" if pieces else "")
                + f", {g.gpus * g.stages} GPU{'s' * (g.gpus * g.stages != 1)}"
+               + (f" as a {role} server" if role else "")
                + (" and a draft" if g.speculative and spec.draft_reserve_gib is not None else ""))
     # free_at_start × fraction holds weights and KV; the runtime is taken before start-up is measured.
     usable = frac * (g.hbm - g.runtime)
@@ -342,9 +353,9 @@ RULES: dict[str, KvRule] = {
     "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=SGLANG_SWA_FULL_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
                                       "swa_full_tokens_ratio", "piecewise_cuda_graph", "draft_reserve_gib",
-                                      "prefill_graphs_off"}),
+                                      "prefill_graphs_off", "role_reserve"}),
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "piecewise_cuda_graph",
-                                              "prefill_graphs_off"})),
+                                              "prefill_graphs_off", "role_reserve"})),
     "trtllm": KvRule(_trtllm, swa_ratio=TRTLLM_SWA_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
 
@@ -444,6 +455,13 @@ class KvMemory(BaseModel):
                     "multimodal_unlisted (arg_groups/cuda_graph_hook.py apply_cuda_graph_compatibility); the sglang "
                     "backend's releases set it; "
                     + _read_by("prefill_graphs_off") + f"; default: {', '.join(SGLANG_TC_PIECEWISE_GRAPHS_OFF)}")
+    role_reserve: bool = Field(
+        default=False,
+        description="SGLang's default reserve follows a disaggregated pool's role (0.5.15 on, server_args.py "
+                    "_handle_gpu_memory_settings): a decode server's activation term is max(its CUDA-graph batch, "
+                    "2,048) tokens at 1.5 MiB, not its prefill chunk's, with no prefill graphs; a prefill server's "
+                    "has no decode graphs and no DP-attention padding; the sglang backend sets it; "
+                    + _read_by("role_reserve") + "; default: false (a disaggregated pool reserves as any other)")
     draft_reserve_gib: Optional[float] = Field(
         default=None, ge=0, le=64,
         description="GiB SGLang's default reserve adds for an EAGLE-style draft (EAGLE, NEXTN/MTP) in the "

@@ -215,6 +215,31 @@ def test_sglang_prefill_graphs_off_follows_the_releases_rules():
     assert pp[("mla",)] == sglang_mem_fraction_static(h100, 2, 1, 8192, 256, prefill_graph_mib=464)[0]
 
 
+def test_sglang_reserve_follows_a_disaggregated_pools_role_from_0_5_15():
+    """server_args.py _handle_gpu_memory_settings (0.5.15 on): a decode server sizes its activation
+    term by max(running requests x draft tokens, 2,048), both unset in the default launch so its
+    CUDA-graph batch, and reserves no prefill graphs; a prefill server reserves no decode graphs and
+    no DP-attention padding. Before 0.5.15 (role_reserve false) both reserve as any pool."""
+    b200, l40s = 183359, load_hardware("l40s").hbm_bytes / 2**20
+    assert sglang_mem_fraction_static(b200, 8, 8, 16384, 512, role="prefill")[1] == 512 + 24576 + 1024
+    assert sglang_mem_fraction_static(l40s, 1, 1, 4096, 32, role="decode")[1] == 512 + 3072 + 64 + 128
+    assert sglang_mem_fraction_static(l40s, 1, 1, 4096, 32)[1] == 512 + 6144 + 64 + 128
+    assert sglang_mem_fraction_static(l40s, 4, 1, 4096, 4000, role="decode")[1] == 512 + 6000 + 8000 + 512
+    model, gpu = load_model("llama-3-8b"), load_hardware("l40s")
+    off = ("speculative", "dp_attention")       # a release whose prefill graphs disaggregation keeps
+    now = KvMemory(rule="sglang", piecewise_cuda_graph=True, prefill_graphs_off=off, role_reserve=True)
+    before = now.model_copy(update={"role_reserve": False})
+    fr = {(spec.role_reserve, role): plan_memory(model, gpu, kv_memory=spec, block_size=1,
+                                                 max_num_batched_tokens=4096, role=role).fraction
+          for spec in (now, before) for role in ("", "prefill", "decode")}
+    pieces = sglang_prefill_graph_mib("mha", 4096)
+    assert fr[True, ""] == fr[False, ""] == fr[False, "prefill"] == fr[False, "decode"] == \
+        sglang_mem_fraction_static(l40s, 1, 1, 4096, 32, prefill_graph_mib=pieces)[0]
+    assert fr[True, "prefill"] == sglang_mem_fraction_static(l40s, 1, 1, 4096, 32, prefill_graph_mib=pieces,
+                                                             role="prefill")[0] > fr[True, ""]
+    assert fr[True, "decode"] == sglang_mem_fraction_static(l40s, 1, 1, 4096, 32, role="decode")[0] > fr[True, ""]
+
+
 def test_sglang_reserve_is_sized_for_its_prefill_chunk_not_the_prompt_cap():
     """server_args.py _handle_gpu_memory_settings adds 1.5 MiB per token of
     chunked_prefill_size, which defaults by GPU (8k on H100 and H200, 16k on
@@ -323,18 +348,21 @@ def test_backend_sets_the_rule_and_a_user_key_refines_it():
 # A value for each knob that moves the pool of Llama-3.1-8B on one H100 under every rule that reads it.
 KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 1024, "cuda_graph_max_bs": 500,
                "cuda_graph_gib": 3.0, "sampler_logit_bytes": 40.0, "swa_full_tokens_ratio": 0.5,
-               "piecewise_cuda_graph": True, "draft_reserve_gib": 9.0, "prefill_graphs_off": ("mla",)}
+               "piecewise_cuda_graph": True, "draft_reserve_gib": 9.0, "prefill_graphs_off": ("mla",),
+               "role_reserve": True}
 
 
 def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
     """The pool a knob is read on: SGLang's window ratio needs sliding-window layers, its draft
-    reserve a draft, the prefill graphs it turns off one of them captured (a draft beside the model)."""
+    reserve a draft, the prefill graphs it turns off one of them captured (a draft beside the model),
+    its role-aware reserve a disaggregated decode pool."""
     model, gpu, wd = (("gpt-oss-120b", "h200", "mxfp4") if knob == "swa_full_tokens_ratio"
                       else ("llama-3.1-8b", "h100-sxm", "bf16"))
     if knob == "prefill_graphs_off":
         kv = kv.model_copy(update={"piecewise_cuda_graph": True})
+    role = "decode" if knob == "role_reserve" else ""          # a decode server's reserve, from 0.5.15
     mem = plan_memory(load_model(model), load_hardware(gpu), 1, wd, "bf16",
-                      max_num_batched_tokens=8192, max_num_seqs=256, block_size=16, kv_memory=kv,
+                      max_num_batched_tokens=8192, max_num_seqs=256, block_size=16, kv_memory=kv, role=role,
                       speculative="draft" if knob in ("draft_reserve_gib", "prefill_graphs_off") else "")
     if knob == "draft_reserve_gib":   # where the draft's weights and KV live: the reserve or the pool
         from simulator.costmodel.speculative import SpeculativeSpec, speculative_cost_model, speculative_memory
