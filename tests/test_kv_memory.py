@@ -240,6 +240,32 @@ def test_sglang_reserve_follows_a_disaggregated_pools_role_from_0_5_15():
     assert fr[True, "decode"] == sglang_mem_fraction_static(l40s, 1, 1, 4096, 32, role="decode")[0] > fr[True, ""]
 
 
+def test_the_sglang_backends_releases_gate_prefill_graphs_and_size_by_role():
+    """The sglang backend's releases: to 0.5.14 a speculative or disaggregated pool reserves no
+    prefill graphs and a decode pool reserves for a prefill chunk; MLA's 1.5 GiB for them is
+    reserved to 0.5.14, not in 0.5.15-0.5.17 (DeepSeek-V3 has no DSA), again from 0.5.18, where a
+    speculative pool reserves it too; from 0.5.15 a decode pool of a disaggregated pair reserves for
+    its decode batch, without prefill graphs."""
+    from simulator.fleet.setup import setup_pool
+    h200 = 143771
+
+    def fraction(version, decodes=False, **pool):
+        engine = {"backend": "sglang", "backend_version": version, **pool.pop("engine", {})}
+        spec = PoolSpec(name="p", **{"model": "llama-3-8b", "gpu": "h200", **pool}, engine=engine)
+        return setup_pool(spec, 0, decodes_for_another=decodes).memory.fraction
+    dsv3 = {"model": "deepseek-v3", "tp": 8, "engine": {"weight_dtype": "fp8"}}
+    full = 512 + 8192 * 1.5 + 512 * 2 + 1024              # 14,848 MiB at tp 8
+    assert fraction("0.5.14", **dsv3) == fraction("0.5.18", **dsv3) == fraction("0.5.19", **dsv3) == \
+        round((h200 - full - 1536) / h200, 3)
+    assert fraction("0.5.15.post1", **dsv3) == fraction("0.5.17", **dsv3) == round((h200 - full) / h200, 3)
+    mtp = {"speculative": {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.8}}
+    assert fraction("0.5.14", **dsv3, **mtp) == round((h200 - full) / h200, 3)
+    assert fraction("0.5.18", **dsv3, **mtp) == round((h200 - full - 1536) / h200, 3)
+    # a decode pool of a disaggregated pair: its 10 GiB floor, not a prefill chunk's reserve
+    assert fraction("0.5.14", decodes=True, **dsv3) == round((h200 - full) / h200, 3)
+    assert fraction("0.5.15.post1", decodes=True, **dsv3) == round((h200 - 10240) / h200, 3)
+
+
 def test_sglang_reserve_is_sized_for_its_prefill_chunk_not_the_prompt_cap():
     """server_args.py _handle_gpu_memory_settings adds 1.5 MiB per token of
     chunked_prefill_size, which defaults by GPU (8k on H100 and H200, 16k on
@@ -305,11 +331,12 @@ def test_a_draft_shares_the_pool_as_its_stack_sizes_it(backend):
     assert drafted.weights_bytes > alone.weights_bytes
     assert drafted.kv_capacity_tokens < alone.kv_capacity_tokens
     if backend == "sglang":
-        # 0.5.14 on: no draft reserve (the fraction is a draft-less pool's without prefill graphs,
-        # which SGLang does not capture beside a draft); the draft's weights come out of the pool
+        # 0.5.14 on: no draft reserve (the fraction is a draft-less pool's with its prefill graphs,
+        # which SGLang captures beside a draft from 0.5.15); the draft's weights come out of the pool
         plain = plan_memory(load_model("deepseek-v3"), load_hardware("h200"), 8, "fp8", "fp8", block_size=1,
                             max_num_batched_tokens=8192, max_num_seqs=1024, speculative=True,
-                            kv_memory=KvMemory(rule="sglang", piecewise_cuda_graph=True))
+                            kv_memory=KvMemory(rule="sglang", piecewise_cuda_graph=True,
+                                               prefill_graphs_off=("pp", "multimodal_unlisted")))
         assert drafted.fraction == plain.fraction
         assert drafted.kv_capacity_bytes == pytest.approx(plain.kv_capacity_bytes - (drafted.weights_bytes
                                                                                      - plain.weights_bytes))
@@ -557,7 +584,8 @@ def test_a_pools_draft_kind_reaches_sglangs_reserve():
     """The reserve a pool's SGLang to 0.5.13 takes for its draft follows the draft's kind: 6 GiB for a separate
     model, where every draft was reserved an EAGLE head's 2 GiB (Llama-3.1-70B on 4 H100s with a
     Llama-3.2-1B draft: the fraction 0.799 where SGLang takes 0.749). The plain pool reserves for
-    its piecewise prefill graphs (464 MiB at an 8k chunk), which SGLang does not capture with a draft."""
+    its piecewise prefill graphs (464 MiB at an 8k chunk), which SGLang to 0.5.14 does not capture with a
+    draft, and from 0.5.15 does."""
     from simulator.fleet.setup import setup_pool
     from simulator.scenario.schema import PoolSpec
 
@@ -568,9 +596,13 @@ def test_a_pools_draft_kind_reaches_sglangs_reserve():
     plain = setup_pool(PoolSpec.model_validate({**old, "speculative": None}), 0).memory.fraction
     h100 = 81559.0      # MiB, as the profile's figure gives it
     assert drafted == pytest.approx(plain - (6144 - 464) / h100, abs=0.0015)
-    # 0.5.14 on nothing is reserved for the draft, which comes out of the pool instead
+    # 0.5.14 on nothing is reserved for the draft, which comes out of the pool instead; from 0.5.15
+    # the prefill graphs are captured beside it
+    v14 = setup_pool(PoolSpec.model_validate({**pool, "engine": {"backend": "sglang", "backend_version": "0.5.14"}}),
+                     0).memory
+    assert v14.fraction == pytest.approx(plain + 464 / h100, abs=0.0015) and not v14.draft_in_reserve
     new = setup_pool(PoolSpec.model_validate(pool), 0).memory
-    assert new.fraction == pytest.approx(plain + 464 / h100, abs=0.0015) and not new.draft_in_reserve
+    assert new.fraction == plain and not new.draft_in_reserve
 
 
 def test_sglangs_reserve_counts_every_gpu_of_a_pipelined_server():
