@@ -241,8 +241,8 @@ def test_sglang_reserve_follows_a_disaggregated_pools_role_from_0_5_15():
 
 
 def test_the_sglang_backends_releases_gate_prefill_graphs_and_size_by_role():
-    """The sglang backend's releases: to 0.5.14 a speculative or disaggregated pool reserves no
-    prefill graphs and a decode pool reserves for a prefill chunk; MLA's 1.5 GiB for them is
+    """The sglang backend's releases: to 0.5.14 a disaggregated pool reserves no prefill graphs
+    (nor, to 0.5.10, a speculative one) and a decode pool reserves for a prefill chunk; MLA's 1.5 GiB for them is
     reserved to 0.5.14, not in 0.5.15-0.5.17 (DeepSeek-V3 has no DSA), again from 0.5.18, where a
     speculative pool reserves it too; from 0.5.15 a decode pool of a disaggregated pair reserves for
     its decode batch, without prefill graphs."""
@@ -259,7 +259,9 @@ def test_the_sglang_backends_releases_gate_prefill_graphs_and_size_by_role():
         round((h200 - full - 1536) / h200, 3)
     assert fraction("0.5.15.post1", **dsv3) == fraction("0.5.17", **dsv3) == round((h200 - full) / h200, 3)
     mtp = {"speculative": {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.8}}
-    assert fraction("0.5.14", **dsv3, **mtp) == round((h200 - full) / h200, 3)
+    assert fraction("0.5.10", **dsv3, **mtp) == round((h200 - full - 4096) / h200, 3)     # its 4 GiB draft term
+    assert fraction("0.5.11", **dsv3, **mtp) == round((h200 - full - 4096 - 1536) / h200, 3)   # no longer off
+    assert fraction("0.5.14", **dsv3, **mtp) == round((h200 - full - 1536) / h200, 3)
     assert fraction("0.5.18", **dsv3, **mtp) == round((h200 - full - 1536) / h200, 3)
     # a decode pool of a disaggregated pair: its 10 GiB floor, not a prefill chunk's reserve
     assert fraction("0.5.14", decodes=True, **dsv3) == round((h200 - full) / h200, 3)
@@ -332,7 +334,7 @@ def test_a_draft_shares_the_pool_as_its_stack_sizes_it(backend):
     assert drafted.kv_capacity_tokens < alone.kv_capacity_tokens
     if backend == "sglang":
         # 0.5.14 on: no draft reserve (the fraction is a draft-less pool's with its prefill graphs,
-        # which SGLang captures beside a draft from 0.5.15); the draft's weights come out of the pool
+        # which SGLang captures beside a draft from 0.5.11); the draft's weights come out of the pool
         plain = plan_memory(load_model("deepseek-v3"), load_hardware("h200"), 8, "fp8", "fp8", block_size=1,
                             max_num_batched_tokens=8192, max_num_seqs=1024, speculative=True,
                             kv_memory=KvMemory(rule="sglang", piecewise_cuda_graph=True,
@@ -344,11 +346,13 @@ def test_a_draft_shares_the_pool_as_its_stack_sizes_it(backend):
             {**pool, "engine": {**pool["engine"], "backend_version": "0.5.13.post1"},
              "speculative": {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.85}}), 0).memory
         plain = plan_memory(load_model("deepseek-v3"), load_hardware("h200"), 8, "fp8", "fp8", block_size=1,
-                            max_num_batched_tokens=8192, max_num_seqs=1024,
-                            kv_memory=KvMemory(rule="sglang", draft_reserve_gib=4), speculative=True)
+                            max_num_batched_tokens=8192, max_num_seqs=1024, speculative=True,
+                            kv_memory=KvMemory(rule="sglang", draft_reserve_gib=4, piecewise_cuda_graph=True,
+                                               prefill_graphs_off=("dp_attention", "pp", "disaggregated",
+                                                                   "listed_architecture", "multimodal")))
         # the MTP layer's weights and KV take less of each H200 than 0.5.13's 4 GiB reserve did
         assert old.kv_capacity_tokens == plain.kv_capacity_tokens < drafted.kv_capacity_tokens
-        assert old.fraction < alone.fraction          # the reserve grew by 4 GiB
+        assert old.fraction < alone.fraction          # the reserve grew by 4 GiB (and 0.5.13's graphs)
 
 
 def test_max_tokens_caps_each_rank():
@@ -584,8 +588,8 @@ def test_a_pools_draft_kind_reaches_sglangs_reserve():
     """The reserve a pool's SGLang to 0.5.13 takes for its draft follows the draft's kind: 6 GiB for a separate
     model, where every draft was reserved an EAGLE head's 2 GiB (Llama-3.1-70B on 4 H100s with a
     Llama-3.2-1B draft: the fraction 0.799 where SGLang takes 0.749). The plain pool reserves for
-    its piecewise prefill graphs (464 MiB at an 8k chunk), which SGLang to 0.5.14 does not capture with a
-    draft, and from 0.5.15 does."""
+    its piecewise prefill graphs (464 MiB at an 8k chunk), which SGLang 0.5.10 did not capture beside a
+    draft, and from 0.5.11 does."""
     from simulator.fleet.setup import setup_pool
     from simulator.scenario.schema import PoolSpec
 
@@ -595,12 +599,14 @@ def test_a_pools_draft_kind_reaches_sglangs_reserve():
     drafted = setup_pool(PoolSpec.model_validate(old), 0).memory.fraction
     plain = setup_pool(PoolSpec.model_validate({**old, "speculative": None}), 0).memory.fraction
     h100 = 81559.0      # MiB, as the profile's figure gives it
-    assert drafted == pytest.approx(plain - (6144 - 464) / h100, abs=0.0015)
-    # 0.5.14 on nothing is reserved for the draft, which comes out of the pool instead; from 0.5.15
-    # the prefill graphs are captured beside it
+    assert drafted == pytest.approx(plain - 6144 / h100, abs=0.0015)
+    v10 = {**pool, "engine": {"backend": "sglang", "backend_version": "0.5.10"}}
+    assert setup_pool(PoolSpec.model_validate(v10), 0).memory.fraction == pytest.approx(
+        plain - (6144 - 464) / h100, abs=0.0015)          # 0.5.10: no prefill graphs beside a draft
+    # 0.5.14 on nothing is reserved for the draft, which comes out of the pool instead
     v14 = setup_pool(PoolSpec.model_validate({**pool, "engine": {"backend": "sglang", "backend_version": "0.5.14"}}),
                      0).memory
-    assert v14.fraction == pytest.approx(plain + 464 / h100, abs=0.0015) and not v14.draft_in_reserve
+    assert v14.fraction == plain and not v14.draft_in_reserve
     new = setup_pool(PoolSpec.model_validate(pool), 0).memory
     assert new.fraction == plain and not new.draft_in_reserve
 
