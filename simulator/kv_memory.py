@@ -12,8 +12,8 @@ difference is the whole pool:
     ``requested_memory − non_kv_cache_memory``). CUDA graphs are captured
     after the KV cache is allocated and live in the unrequested share up to
     0.19.1; from 0.20.0 the profiler estimates them first
-    (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, on by default) -- set
-    ``cuda_graph_gib`` for those versions.
+    (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, on by default), which
+    ``cuda_graphs_in_pool`` says, and ``cuda_graph_gib`` must give.
 ``sglang``
     ``mem_fraction_static`` is the share of the memory free at start-up that
     weights and KV cache may hold together (model_executor/model_runner.py
@@ -349,7 +349,8 @@ class KvRule:
 # Each KV memory rule by the name engine.kv_memory.rule takes (the Rule type lists them).
 RULES: dict[str, KvRule] = {
     "vllm": KvRule(_vllm, engine_knob="gpu_memory_utilization",
-                   knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes"}), needs_one_context=True),
+                   knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes", "cuda_graphs_in_pool"}),
+                   needs_one_context=True),
     "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=SGLANG_SWA_FULL_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
                                       "swa_full_tokens_ratio", "piecewise_cuda_graph", "draft_reserve_gib",
@@ -423,6 +424,13 @@ class KvMemory(BaseModel):
                                        "0.20.0 and later estimate it; its log says 'Estimated CUDA graph memory'); "
                                        + _read_by("cuda_graph_gib", "its graphs live outside mem_fraction_static")
                                        + "; default 0: graphs live in the unbudgeted share")
+    cuda_graphs_in_pool: bool = Field(
+        default=False,
+        description="the stack takes an estimate of its CUDA graphs' memory out of the KV pool before sizing it, "
+                    "an estimate it measures at start-up by capturing graphs and llmsim cannot derive, so "
+                    "cuda_graph_gib must then be given (vLLM 0.20.0 and later: VLLM_MEMORY_PROFILER_ESTIMATE_"
+                    "CUDAGRAPHS on by default; the vllm backend's releases set it); "
+                    + _read_by("cuda_graphs_in_pool") + "; default: false")
     sampler_logit_bytes: Optional[float] = Field(
         default=None, ge=0, le=64,
         description="bytes the profiling run's sampler holds on each GPU per vocabulary entry of each dummy "
@@ -558,6 +566,19 @@ def rank_token_cap(spec: Optional[KvMemory]) -> Optional[int]:
     if spec is None or "max_tokens" not in RULES[spec.rule].knobs:
         return None
     return spec.max_tokens
+
+
+def graphs_unstated(spec: Optional[KvMemory]) -> Optional[str]:
+    """Why ``spec`` cannot size a pool, where the stack takes an estimate of its CUDA graphs out
+    of it (``cuda_graphs_in_pool``) and the pool does not state the figure: the estimate is
+    measured at start-up, llmsim has no physics for it, and without it the pool would be that
+    much too large, in silence. None where nothing is missing."""
+    if (spec is None or not spec.cuda_graphs_in_pool or "cuda_graphs_in_pool" not in RULES[spec.rule].knobs
+            or "cuda_graph_gib" in spec.model_fields_set):
+        return None
+    return ("this release takes an estimate of its CUDA graphs' memory out of the KV pool (vLLM 0.20.0 and "
+            "later), which llmsim cannot derive: set kv_memory.cuda_graph_gib to the 'Estimated CUDA graph "
+            "memory' the server logs (GiB per GPU), or name an earlier backend_version")
 
 
 def draft_in_reserve(spec: Optional[KvMemory]) -> bool:

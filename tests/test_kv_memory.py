@@ -380,7 +380,7 @@ def test_backend_sets_the_rule_and_a_user_key_refines_it():
 KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 1024, "cuda_graph_max_bs": 500,
                "cuda_graph_gib": 3.0, "sampler_logit_bytes": 40.0, "swa_full_tokens_ratio": 0.5,
                "piecewise_cuda_graph": True, "draft_reserve_gib": 9.0, "prefill_graphs_off": ("mla",),
-               "role_reserve": True}
+               "role_reserve": True, "cuda_graphs_in_pool": True}
 
 
 def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
@@ -439,8 +439,12 @@ def test_a_knob_is_accepted_exactly_where_its_rule_reads_it(rule, knob, fraction
         return
     base = {"rule": rule, "fraction": fraction}
     value = KNOB_VALUES[knob]
-    moved = _kv_bytes(KvMemory.model_construct(**{**KvMemory(**base).model_dump(), knob: value}), knob)
-    read = moved != _kv_bytes(KvMemory(**base), knob)
+    if knob == "cuda_graphs_in_pool":     # read as a demand, not a size: the pool must state its graphs
+        from simulator.kv_memory import graphs_unstated
+        read = graphs_unstated(KvMemory.model_construct(**{**base, knob: value})) is not None
+    else:
+        moved = _kv_bytes(KvMemory.model_construct(**{**KvMemory(**base).model_dump(), knob: value}), knob)
+        read = moved != _kv_bytes(KvMemory(**base), knob)
     kv_rule = KV_RULES[rule]
     assert read == (knob in kv_rule.knobs and not (fraction is not None and knob in kv_rule.default_knobs))
     if read:
@@ -622,3 +626,27 @@ def test_sglangs_reserve_counts_every_gpu_of_a_pipelined_server():
     mib = load_hardware("h100-sxm").hbm_bytes / 2**20
     assert setup_pool(PoolSpec.model_validate(pool), 0).memory.fraction == \
         sglang_mem_fraction_static(mib, 8, 1, 8192, 512)[0] == 0.818
+
+
+def test_vllm_from_0_20_sizes_its_pool_after_the_graphs_the_pool_states():
+    """vLLM 0.20.0 requests 92 % of the GPU (config/cache.py, 0.9 to 0.19.1) and takes an estimate of
+    its CUDA graphs, measured at start-up, out of the pool first (envs.py
+    VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default): llmsim cannot derive that estimate, so a
+    pool naming such a release states it (kv_memory.cuda_graph_gib) or is refused; a pool naming no
+    release runs 0.19.1's."""
+    from pydantic import ValidationError
+    from simulator.fleet.setup import setup_pool
+
+    def memory(**engine):
+        return setup_pool(PoolSpec(name="p", model="llama-3-8b", gpu="h100-sxm",
+                                   engine={"backend": "vllm", **engine}), 0).memory
+    default, v19 = memory(), memory(backend_version="0.19.1")
+    assert default.kv_capacity_bytes == v19.kv_capacity_bytes and v19.fraction == 0.9
+    with pytest.raises(ValidationError, match=r"set kv_memory.cuda_graph_gib to the 'Estimated CUDA graph memory'"):
+        memory(backend_version="0.25.0")
+    v25 = memory(backend_version="0.25.0", kv_memory={"cuda_graph_gib": 1.5})
+    assert v25.fraction == 0.92
+    assert v25.kv_capacity_bytes == pytest.approx(v19.kv_capacity_bytes + 0.02 * v19.total_bytes - 1.5 * GIB)
+    # the figure is the pool's statement under any release (0.19.1 captured graphs outside the pool)
+    assert memory(backend_version="0.19.1", kv_memory={"cuda_graph_gib": 1.5}).kv_capacity_bytes == \
+        pytest.approx(v19.kv_capacity_bytes - 1.5 * GIB)

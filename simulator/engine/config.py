@@ -298,6 +298,17 @@ class EngineConfig(BaseModel):
         return self
 
     @model_validator(mode="after")
+    def _graphs_stated(self) -> "EngineConfig":
+        # A backend's release (not a profile's rule checked on its own) that sizes its pool after
+        # an estimate llmsim cannot derive needs the pool to state it.
+        from ..kv_memory import graphs_unstated
+
+        why = graphs_unstated(self.kv_memory) if self.backend is not None else None
+        if why:
+            raise ValueError(f"kv_memory.cuda_graph_gib: {why}")
+        return self
+
+    @model_validator(mode="after")
     def _capacity_positive(self) -> "EngineConfig":
         c = self.prefix_cache_capacity_tokens
         if isinstance(c, int) and c < 0:
