@@ -502,6 +502,8 @@ FLAGS = {
     "estimate request --max-num-batched-tokens": ([*_REQ, "--input", "10", "--output", "10"],
                                                   "--max-num-batched-tokens"),
     "estimate request --tp": ([*_REQ, "--input", "10", "--output", "10"], "--tp"),
+    "estimate request --cuda-graph-gib": ([*_REQ, "--input", "10", "--output", "10", "--backend", "vllm",
+                                          "--backend-version", "0.25.0"], "--cuda-graph-gib"),
     "validate --tp": (_VAL, "--tp"),
     "validate --max-concurrency": (_VAL, "--max-concurrency"),
     "validate --workers": (_VAL[:-2], "--workers"),

@@ -13,7 +13,7 @@ import re
 import pytest
 
 from simulator.cli.output import fmt
-from simulator.profiles import list_builtin
+from simulator.profiles import list_builtin, load_hardware
 
 REQUEST_KEYS = {"ttft_ms", "tpot_ms", "prefill_tokens_per_s", "kv_bytes_per_token", "kv_bytes_per_request",
                 "weights_bytes", "kv_capacity_bytes", "max_concurrent_requests"}
@@ -454,3 +454,17 @@ def test_a_sliding_window_models_request_kv_is_on_its_capacitys_basis(cli):
     table = cli("estimate", "request", "--gpu", "h200", "--model", "gpt-oss-120b", "--backend", "vllm",
                 "--input", "1000", "--output", "100")
     assert "sliding-window KV per request" in table.out
+
+
+def test_a_vllm_release_that_sizes_its_pool_after_its_graphs_takes_them_as_a_flag(cli):
+    """vLLM 0.20.0 and later take an estimate of their CUDA graphs out of the KV pool (at 92 % of
+    the GPU), which llmsim cannot derive: `estimate request` with such a --backend-version needs
+    --cuda-graph-gib, the figure the server logs, and refuses in one line naming it otherwise."""
+    base = ["estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3-8b", "--input", "1000", "--output",
+            "100", "--backend", "vllm", "--json"]
+    r = cli(*base, "--backend-version", "0.25.0")
+    assert r.code == 2 and "--cuda-graph-gib" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    stated = json.loads(cli(*base, "--backend-version", "0.25.0", "--cuda-graph-gib", "1.5").out)
+    v19 = json.loads(cli(*base, "--backend-version", "0.19.1").out)
+    assert stated["kv_capacity_bytes"] == pytest.approx(
+        v19["kv_capacity_bytes"] + 0.02 * load_hardware("h100-sxm").hbm_bytes - 1.5 * 2**30)

@@ -38,6 +38,10 @@ BACKEND = typer.Option(None, "--backend", help="price as this serving backend ru
                                                "overheads, eager launches, front-end terms and defaults (vllm, "
                                                "sglang, trtllm or a profile file); default: the kernels alone")
 VERSION = typer.Option(None, "--backend-version", help="the backend's release whose defaults apply (with --backend)")
+GRAPHS = typer.Option(None, "--cuda-graph-gib", help="CUDA-graph memory per GPU the stack takes out of the KV pool "
+                                                 "(engine.kv_memory.cuda_graph_gib: the 'Estimated CUDA graph "
+                                                 "memory' vLLM 0.20.0 and later log, which a --backend-version of "
+                                                 "theirs needs)")
 
 
 def _naming(flag: str, e: LlmsimError) -> LlmsimError:
@@ -98,14 +102,20 @@ def _model(name: str, weight_dtype: Optional[str]) -> tuple[ModelProfile, str]:
 
 
 def _engine(gpu: str, weight_dtype: str, kv_dtype: str, kernels: Optional[str], backend: Optional[str],
-            version: Optional[str], roofline: bool) -> Optional[EngineConfig]:
-    """The engine a pool naming ``backend`` on ``gpu`` runs (None without one), as a scenario builds it."""
+            version: Optional[str], roofline: bool, graphs: Optional[float] = None) -> Optional[EngineConfig]:
+    """The engine a pool naming ``backend`` on ``gpu`` runs (None without one), as a scenario builds it;
+    ``graphs``: its ``kv_memory.cuda_graph_gib``."""
     if version is not None:
         check_version_flag(version)
+    if graphs is not None and not 0 <= graphs <= 1024:      # NaN fails both: KvMemory's own bounds
+        raise LlmsimError(f"GiB per GPU, 0 to 1,024 (got {graphs})", key_path="--cuda-graph-gib")
     if backend is None:
         if version is not None:
             raise LlmsimError("--backend-version names a release of the backend given with --backend; "
                               "give --backend too", key_path="--backend-version")
+        if graphs is not None:
+            raise LlmsimError("the CUDA graphs of the backend given with --backend; give --backend too",
+                              key_path="--cuda-graph-gib")
         return None
     if roofline:
         raise LlmsimError("--roofline prices the physical limit, without any stack's costs; give --roofline or "
@@ -117,7 +127,8 @@ def _engine(gpu: str, weight_dtype: str, kv_dtype: str, kernels: Optional[str], 
 
     raw = {"backend": backend, "weight_dtype": weight_dtype, "kv_dtype": kv_dtype,
            **({"backend_version": version} if version is not None else {}),
-           **({"kernels": kernels} if kernels is not None else {})}
+           **({"kernels": kernels} if kernels is not None else {}),
+           **({"kv_memory": {"cuda_graph_gib": graphs}} if graphs is not None else {})}
     try:
         return EngineConfig(**apply_backend(raw, gpu))
     except LlmsimError as e:
@@ -125,7 +136,12 @@ def _engine(gpu: str, weight_dtype: str, kv_dtype: str, kernels: Optional[str], 
         raise LlmsimError(f"{where + ': ' if where else ''}{e.message}", key_path="--backend") from None
     except ValidationError as e:
         first = e.errors()[0]
-        raise LlmsimError(f"{'.'.join(map(str, first['loc']))}: {first['msg']}", key_path="--backend") from None
+        where = ".".join(map(str, first["loc"]))
+        msg = first["msg"].removeprefix("Value error, ")
+        if msg.startswith("kv_memory.cuda_graph_gib: "):      # the figure this command takes as a flag
+            raise LlmsimError(msg.removeprefix("kv_memory.cuda_graph_gib: ").replace(
+                "set kv_memory.cuda_graph_gib to", "give --cuda-graph-gib as"), key_path="--backend-version") from None
+        raise LlmsimError(f"{where + ': ' if where else ''}{msg}", key_path="--backend") from None
 
 
 def _cost_model(gpu: str, m: ModelProfile, tp: int, weight_dtype: str, kv_dtype: str, roofline: bool,
@@ -253,7 +269,8 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
          decode_batch: int = typer.Option(0, help="sequences decoding one token each"),
          decode_context: int = typer.Option(0, help="context length of each decoding sequence"),
          roofline: bool = ROOF, kernels: Optional[str] = KERNELS, backend: Optional[str] = BACKEND,
-         backend_version: Optional[str] = VERSION, json: bool = JSON) -> None:
+         backend_version: Optional[str] = VERSION, cuda_graph_gib: Optional[float] = GRAPHS,
+         json: bool = JSON) -> None:
     """Time of one engine iteration, by component."""
     from ..profiles.model import MAX_CONTEXT
 
@@ -268,7 +285,7 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
     weight_dtype, kv_dtype = _dtypes(weight_dtype, kv_dtype)
     m, weight_dtype = _model(model, weight_dtype)
     _gpu(gpu)
-    engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline)
+    engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline, cuda_graph_gib)
     cm = _cost_model(gpu, m, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels, engine)
     chunks = [(prefill_tokens, prefill_context)] if prefill_tokens else []
     b = cm.step(chunks, decode_batch, float(decode_batch * decode_context))
@@ -319,7 +336,8 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
             gpu_memory_utilization: Optional[float] = typer.Option(
                 None, help="as in vLLM; default: --backend's, else 0.9"),
             kernels: Optional[str] = KERNELS, backend: Optional[str] = BACKEND,
-            backend_version: Optional[str] = VERSION, json: bool = JSON) -> None:
+            backend_version: Optional[str] = VERSION, cuda_graph_gib: Optional[float] = GRAPHS,
+            json: bool = JSON) -> None:
     """No-load TTFT and TPOT of one request, and the replica's memory division."""
     if input < 1 or output < 1:
         raise LlmsimError("--input and --output must be ≥ 1")
@@ -328,7 +346,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     weight_dtype, kv_dtype = _dtypes(weight_dtype, kv_dtype)
     m, weight_dtype = _model(model, weight_dtype)
     _gpu(gpu)
-    engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline)
+    engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline, cuda_graph_gib)
     if max_num_batched_tokens is None:
         max_num_batched_tokens = engine.max_num_batched_tokens if engine is not None else 8192
     rule = engine.kv_memory.rule if engine is not None and engine.kv_memory is not None else "vllm"
