@@ -188,6 +188,17 @@ def plan(scenario: str | Path, vary: Names, *, sets: Overrides = None, variants:
     return result
 
 
+def met(results: Mapping[str, Any]) -> Optional[bool]:
+    """Whether a run passes as ``llmsim run`` judges it: every SLO it is judged on (the
+    scenario's, each class's and each prompt-length bucket's that declares one) holds and it
+    keeps up with its load; None when it declares none. ``results["slo"]["met"]`` is the
+    scenario's targets alone, which passes a fleet whose paid class missed its own or that
+    sheds its load."""
+    from .metrics.verdict import fleet_met
+
+    return fleet_met(results)
+
+
 def requests_frame(output: RunOutput | LadderRun) -> "pd.DataFrame":
     """A run's requests as a table, one row a request and one column a field
     (status by name, TTFT/TPOT/E2E latency in ms, NaN where undefined): what

@@ -210,3 +210,15 @@ def test_numpy_values_an_edited_scenario_and_odd_seeds():
     for seeds in (1.5, "2", 0):
         with pytest.raises(LlmsimError, match=r"seeds: expected a whole number of seeds, at least 1"):
             nb.plan("autocomplete", ["pools.autocomplete.replicas=1..2"], seeds=seeds)
+
+
+def test_a_run_is_judged_by_every_slo_and_its_load_as_llmsim_run_judges_it():
+    """nb.met: the scenario's targets met is not enough where a class missed its own or the
+    fleet fell behind its load (the notebooks' tables and colours read it)."""
+    from simulator import notebook as nb
+
+    ok = {"slo": {"met": True}}
+    assert nb.met(ok) is True and nb.met({}) is None
+    paid = {"slo": {"met": True}, "llmsim": {"classes": {"paid": {"slo_declared": True, "slo": {"met": False}}}}}
+    assert nb.met(paid) is False
+    assert nb.met({"slo": {"met": True}, "llmsim": {"load": {"overloaded": True}}}) is False
