@@ -145,13 +145,23 @@ def _vllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     return KvBudget(usable - g.weights - reserve, frac, usable, reserve, "gpu_memory_utilization", activation=act)
 
 
-def sglang_graph_max_bs(hbm_mib: float, gpus: int) -> int:
+# SGLang's tables of GPU-memory defaults (kv_memory.gpu_tiers): "0.5" its 0.5.x releases' to 0.5.19
+# (server_args.py _handle_gpu_memory_settings; arg_groups/memory_hook.py handle_gpu_memory_settings in
+# 0.5.19), "0.5.20" 0.5.20's on, which give GPUs of 20-35 GiB a 4,096-token chunk (was 2,048) and decode
+# CUDA graphs to batch 48 below tp 4, else 160 (was 24 / 80), the tiers above and below unchanged.
+SglangGpuTiers = Literal["0.5", "0.5.20"]
+
+
+def sglang_graph_max_bs(hbm_mib: float, gpus: int, tiers: SglangGpuTiers = "0.5") -> int:
     """SGLang's default ``cuda_graph_max_bs`` for the GPU and its tp_size
-    (server_args.py ``_handle_gpu_memory_settings``, 0.5.x)."""
+    (server_args.py ``_handle_gpu_memory_settings``, 0.5.x; ``tiers``: which
+    release's table, :data:`SglangGpuTiers`)."""
     small = gpus < 4
     if hbm_mib < 20 * 1024:
         return 8
     if hbm_mib < 35 * 1024:
+        if tiers == "0.5.20":
+            return 48 if small else 160
         return 24 if small else 80
     if hbm_mib < 60 * 1024:
         return 32 if small else 160
@@ -160,11 +170,12 @@ def sglang_graph_max_bs(hbm_mib: float, gpus: int) -> int:
     return 512
 
 
-def sglang_chunked_prefill_size(hbm_mib: float) -> int:
+def sglang_chunked_prefill_size(hbm_mib: float, tiers: SglangGpuTiers = "0.5") -> int:
     """SGLang's default ``chunked_prefill_size`` for the GPU (server_args.py
-    ``_handle_gpu_memory_settings``, 0.5.x): the prefill chunk its reserve is
-    sized for when the launch does not set ``--chunked-prefill-size``."""
-    if hbm_mib < 35 * 1024:
+    ``_handle_gpu_memory_settings``, 0.5.x; ``tiers``: which release's table,
+    :data:`SglangGpuTiers`): the prefill chunk its reserve is sized for when
+    the launch does not set ``--chunked-prefill-size``."""
+    if hbm_mib < (20 if tiers == "0.5.20" else 35) * 1024:
         return 2048
     if hbm_mib < 60 * 1024:
         return 4096
@@ -270,7 +281,7 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
         frac = spec.fraction
     else:
         mib = g.hbm / MIB
-        bs = spec.cuda_graph_max_bs or sglang_graph_max_bs(mib, g.gpus)
+        bs = spec.cuda_graph_max_bs or sglang_graph_max_bs(mib, g.gpus, spec.gpu_tiers)
         chunk = _sglang_chunk(spec, g)
         role = g.role if spec.role_reserve else ""
         off = bool(g.prefill_graph_blockers & set(spec.prefill_graphs_off)) or role == "decode"
@@ -293,7 +304,7 @@ def _sglang_chunk(spec: KvMemory, g: GpuShare) -> int:
     """The prefill chunk SGLang's reserve is sized for: ``kv_memory.chunked_prefill_size``,
     its GPU default ('default'), or the engine's token budget."""
     if spec.chunked_prefill_size == "default":
-        return sglang_chunked_prefill_size(g.hbm / MIB)
+        return sglang_chunked_prefill_size(g.hbm / MIB, spec.gpu_tiers)
     return spec.chunked_prefill_size or g.budget
 
 
@@ -354,9 +365,9 @@ RULES: dict[str, KvRule] = {
     "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=SGLANG_SWA_FULL_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
                                       "swa_full_tokens_ratio", "piecewise_cuda_graph", "draft_reserve_gib",
-                                      "prefill_graphs_off", "role_reserve"}),
+                                      "prefill_graphs_off", "role_reserve", "gpu_tiers"}),
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "piecewise_cuda_graph",
-                                              "prefill_graphs_off", "role_reserve"})),
+                                              "prefill_graphs_off", "role_reserve", "gpu_tiers"})),
     "trtllm": KvRule(_trtllm, swa_ratio=TRTLLM_SWA_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
 
@@ -411,7 +422,8 @@ class KvMemory(BaseModel):
     chunked_prefill_size: Optional[Union[PositiveInt, Literal["default"]]] = Field(
         default=None, description="SGLang's --chunked-prefill-size, the prefill chunk its default reserve grows "
                                   "with (1.5 MiB a token): a token count, or 'default' for SGLang's own for the "
-                                  "GPU (2,048 below 35 GiB, 4,096 below 60, 8,192 below 160, 16,384 above), which "
+                                  "GPU (2,048 below 35 GiB, from 0.5.20 below 20 (kv_memory.gpu_tiers), 4,096 below "
+                                  "60, 8,192 below 160, 16,384 above), which "
                                   "a launch that sets only --max-prefill-tokens keeps; "
                                   + _read_by("chunked_prefill_size")
                                   + "; default: the engine's token budget (max_num_batched_tokens)")
@@ -470,6 +482,14 @@ class KvMemory(BaseModel):
                     "2,048) tokens at 1.5 MiB, not its prefill chunk's, with no prefill graphs; a prefill server's "
                     "has no decode graphs and no DP-attention padding; the sglang backend sets it; "
                     + _read_by("role_reserve") + "; default: false (a disaggregated pool reserves as any other)")
+    gpu_tiers: SglangGpuTiers = Field(
+        default="0.5",
+        description="which release's table of GPU-memory defaults SGLang sizes its default chunk and CUDA-graph "
+                    "batch by, and so its reserve: 0.5 (0.5.x to 0.5.19: below 35 GiB a 2,048-token chunk, decode "
+                    "graphs to batch 24 below tp 4, else 80) or 0.5.20 (20-35 GiB GPUs a 4,096-token chunk and "
+                    "graphs to 48 / 160: arg_groups/memory_hook.py handle_gpu_memory_settings); the sglang "
+                    "backend's releases set it (and the token budget of such a GPU with it); "
+                    + _read_by("gpu_tiers") + "; default: 0.5")
     draft_reserve_gib: Optional[float] = Field(
         default=None, ge=0, le=64,
         description="GiB SGLang's default reserve adds for an EAGLE-style draft (EAGLE, NEXTN/MTP) in the "

@@ -380,7 +380,7 @@ def test_backend_sets_the_rule_and_a_user_key_refines_it():
 KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 1024, "cuda_graph_max_bs": 500,
                "cuda_graph_gib": 3.0, "sampler_logit_bytes": 40.0, "swa_full_tokens_ratio": 0.5,
                "piecewise_cuda_graph": True, "draft_reserve_gib": 9.0, "prefill_graphs_off": ("mla",),
-               "role_reserve": True, "cuda_graphs_in_pool": True}
+               "role_reserve": True, "cuda_graphs_in_pool": True, "gpu_tiers": "0.5.20"}
 
 
 def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
@@ -389,10 +389,13 @@ def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
     its role-aware reserve a disaggregated decode pool."""
     model, gpu, wd = (("gpt-oss-120b", "h200", "mxfp4") if knob == "swa_full_tokens_ratio"
                       else ("llama-3.1-8b", "h100-sxm", "bf16"))
+    hw = load_hardware(gpu)
+    if knob == "gpu_tiers":             # the tiers differ on GPUs of 20-35 GiB alone: a 24 GiB GPU
+        model, hw = "llama-3.2-1b", hw.model_copy(update={"hbm_gib": 24.0})
     if knob == "prefill_graphs_off":
         kv = kv.model_copy(update={"piecewise_cuda_graph": True})
     role = "decode" if knob == "role_reserve" else ""          # a decode server's reserve, from 0.5.15
-    mem = plan_memory(load_model(model), load_hardware(gpu), 1, wd, "bf16",
+    mem = plan_memory(load_model(model), hw, 1, wd, "bf16",
                       max_num_batched_tokens=8192, max_num_seqs=256, block_size=16, kv_memory=kv, role=role,
                       speculative="draft" if knob in ("draft_reserve_gib", "prefill_graphs_off") else "")
     if knob == "draft_reserve_gib":   # where the draft's weights and KV live: the reserve or the pool
@@ -538,10 +541,66 @@ def test_sglang_profile_budget_is_sglangs_default_chunk_on_every_builtin_gpu():
     from simulator.profiles.hardware import builtin_hardware
 
     prof = load_backend("sglang")
-    budgets = {name: prof.engine_defaults(gpu)["max_num_batched_tokens"] for name, gpu in builtin_hardware().items()}
-    assert budgets == {name: sglang_chunked_prefill_size(gpu.hbm_bytes / 2**20)
-                       for name, gpu in builtin_hardware().items()}
-    assert budgets["a100-sxm-40gb"] == budgets["l40s"] == 4096
+    gpus = {**builtin_hardware(), **{f"{gib} GiB": load_hardware("l40s").model_copy(update={"hbm_gib": gib})
+                                     for gib in (16.0, 24.0, 32.0)}}
+    for version in (None, "0.5.19", "0.5.20"):
+        keys = prof.version_keys(version) if version else {}
+        tiers = {**prof.engine["kv_memory"], **keys.get("kv_memory", {})}["gpu_tiers"]
+        budgets = {name: prof.engine_defaults(gpu, keys.get("engine_by_gpu", ()))["max_num_batched_tokens"]
+                   for name, gpu in gpus.items()}
+        assert budgets == {name: sglang_chunked_prefill_size(gpu.hbm_bytes / 2**20, tiers)
+                           for name, gpu in gpus.items()}
+        assert budgets["a100-sxm-40gb"] == budgets["l40s"] == 4096
+        assert budgets["24.0 GiB"] == (2048 if version == "0.5.19" else 4096)
+
+
+def _gpu_file(tmp_path, gib: float) -> str:
+    """A user's GPU profile: the L40S's, with ``gib`` of memory."""
+    text = (Path(__file__).parents[1] / "hardware_profiles" / "l40s.yaml").read_text()
+    text = text.replace("name: l40s", "name: my-gpu").replace("hbm_gib: 44.99", f"hbm_gib: {gib}")
+    path = tmp_path / f"my-gpu-{gib}.yaml"
+    path.write_text(text)
+    return str(path)
+
+
+def test_sglang_gives_gpus_of_20_to_35_gib_a_larger_chunk_and_more_graphs_from_0_5_20(tmp_path):
+    """SGLang 0.5.20's handle_gpu_memory_settings (arg_groups/memory_hook.py) gives a GPU of 20-35 GiB
+    a 4,096-token chunk and decode graphs to 48 below tp 4, else 160; 0.5.19's 2,048 and 24 / 80. The
+    sglang backend's token budget and its reserve follow the release (kv_memory.gpu_tiers and the
+    release's engine_by_gpu rule); on 16 GiB and on the built-in GPUs nothing moves."""
+    from simulator.fleet.setup import setup_pool
+
+    for mib in (16 * 1024, 24 * 1024, 34 * 1024, 48 * 1024, 81559):
+        old, new = sglang_chunked_prefill_size(mib), sglang_chunked_prefill_size(mib, "0.5.20")
+        assert (old, new) == ((2048, 4096) if 20 * 1024 <= mib < 35 * 1024 else (old, old))
+        for gpus in (1, 4):
+            moved = 20 * 1024 <= mib < 35 * 1024
+            assert sglang_graph_max_bs(mib, gpus, "0.5.20") == (
+                (48 if gpus < 4 else 160) if moved else sglang_graph_max_bs(mib, gpus))
+    assert (sglang_graph_max_bs(24 * 1024, 1), sglang_graph_max_bs(24 * 1024, 4)) == (24, 80)
+
+    def pool(gpu, version=None, **engine):
+        return PoolSpec(name="p", model="llama-3.2-1b", gpu=gpu, engine={
+            "backend": "sglang", **({"backend_version": version} if version else {}), **engine})
+    gpu = _gpu_file(tmp_path, 24.0)
+    mib = 24 * 1024
+    assert pool(gpu, "0.5.9").engine.max_num_batched_tokens == 2048
+    for version, chunk, bs in (("0.5.19", 2048, 24), ("0.5.20", 4096, 48), ("0.5.21", 4096, 48),
+                               (None, 4096, 48)):
+        spec = pool(gpu, version)
+        assert spec.engine.max_num_batched_tokens == chunk
+        mem = setup_pool(spec, 0).memory
+        assert mem.fraction == round((mib - 512 - chunk * 1.5 - bs * 2 - 1024 / 8
+                                      - 8 * len(sglang_prefill_graph_sizes(chunk))) / mib, 3)
+    # 0.5.19: 0.833 of a 24 GiB GPU for weights and KV; 0.5.20: 0.704 (a 4,096-token chunk, 48 graphs)
+    assert setup_pool(pool(gpu, "0.5.19"), 0).memory.fraction == 0.833
+    assert setup_pool(pool(gpu, "0.5.20"), 0).memory.fraction == 0.704
+    # a budget set beside the backend wins; the reserve follows it, the graphs the release
+    assert pool(gpu, "0.5.20", max_num_batched_tokens=2048).engine.max_num_batched_tokens == 2048
+    for gib in (16.0, 44.99):
+        small = _gpu_file(tmp_path, gib)
+        assert pool(small, "0.5.19").engine.max_num_batched_tokens == pool(small).engine.max_num_batched_tokens
+        assert setup_pool(pool(small, "0.5.19"), 0).memory.fraction == setup_pool(pool(small), 0).memory.fraction
 
 
 def test_vllm_takes_its_memory_knob_once():

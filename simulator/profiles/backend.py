@@ -61,6 +61,24 @@ class Overheads(_Strict):
     response_ms: float = Field(default=0.0, ge=0, le=10000)
 
 
+class GpuCondition(_Strict):
+    gpu_name_contains: Optional[str] = None
+    min_hbm_gib: Optional[float] = Field(default=None, gt=0)
+    max_hbm_gib: Optional[float] = Field(default=None, gt=0)
+
+    def holds(self, gpu: HardwareProfile) -> bool:
+        if self.gpu_name_contains is not None and self.gpu_name_contains.lower() not in gpu.name.lower():
+            return False
+        if self.min_hbm_gib is not None and gpu.hbm_gib < self.min_hbm_gib:
+            return False
+        return self.max_hbm_gib is None or gpu.hbm_gib <= self.max_hbm_gib
+
+
+class GpuRule(_Strict):
+    when: GpuCondition = GpuCondition()
+    set: dict[str, Any]
+
+
 class VersionRule(_Strict):
     """Engine keys a range of releases ran by default where the profile's own
     keys differ: from ``since`` (the first release with them) up to, not
@@ -71,6 +89,9 @@ class VersionRule(_Strict):
     set: dict[str, Any] = Field(default_factory=dict)
     # what those releases changed under speculative decoding, over the profile's ``speculative_engine``
     speculative_engine: dict[str, Any] = Field(default_factory=dict)
+    # GPU-dependent defaults those releases set otherwise: tried before the profile's ``engine_by_gpu``
+    # (a later rule's before an earlier one's), first match wins
+    engine_by_gpu: list[GpuRule] = Field(default_factory=list)
     source: str = ""
 
     @model_validator(mode="after")
@@ -157,24 +178,6 @@ def check_backend_version(version: str) -> str:
                          f"such as 0.19.0, v0.5.10.post1 or 1.2.0rc6.post3) or a nightly tag with its build day "
                          f"(such as nightly-dev-20260216-d3bae71e)")
     return version
-
-
-class GpuCondition(_Strict):
-    gpu_name_contains: Optional[str] = None
-    min_hbm_gib: Optional[float] = Field(default=None, gt=0)
-    max_hbm_gib: Optional[float] = Field(default=None, gt=0)
-
-    def holds(self, gpu: HardwareProfile) -> bool:
-        if self.gpu_name_contains is not None and self.gpu_name_contains.lower() not in gpu.name.lower():
-            return False
-        if self.min_hbm_gib is not None and gpu.hbm_gib < self.min_hbm_gib:
-            return False
-        return self.max_hbm_gib is None or gpu.hbm_gib <= self.max_hbm_gib
-
-
-class GpuRule(_Strict):
-    when: GpuCondition = GpuCondition()
-    set: dict[str, Any]
 
 
 class GeneratedLaunch(_Strict):
@@ -276,7 +279,10 @@ class BackendProfile(_Strict):
         hold for them, as for any unknown version.
 
         What the releases changed under speculative decoding comes under the
-        key ``speculative_engine`` (the rules' own), for :meth:`speculative_keys`."""
+        key ``speculative_engine`` (the rules' own), for :meth:`speculative_keys`;
+        their GPU-dependent defaults under ``engine_by_gpu`` (a list of
+        :class:`GpuRule`, the latest release rule's first), for
+        :meth:`engine_defaults`."""
         number = _label_number(version)
         day = None if number is not None else self.released(version)
         if number is None and day is None:
@@ -285,7 +291,7 @@ class BackendProfile(_Strict):
             decided: dict[str, Any] = {}
             for rule in self.by_version:
                 if self._before_until(rule, measured_before):
-                    decided = refine(decided, _rule_keys(rule))
+                    decided = _with_rule(decided, rule)
             return decided
         keys: dict[str, Any] = {}
         for rule in self.by_version:
@@ -297,7 +303,7 @@ class BackendProfile(_Strict):
                 first, last = self.releases.get(rule.since), self.releases.get(rule.until) if rule.until else None
                 inside = (first is not None and day >= first) and (last is None or day < last)
             if inside:
-                keys = refine(keys, _rule_keys(rule))
+                keys = _with_rule(keys, rule)
         return keys
 
     def speculative_keys(self, version_keys: Mapping[str, Any]) -> dict[str, Any]:
@@ -327,10 +333,11 @@ class BackendProfile(_Strict):
         last = self.releases.get(rule.until) if rule.until else None
         return version_number(rule.since) == (0, 0, 0) and last is not None and day < last
 
-    def engine_defaults(self, gpu: HardwareProfile) -> dict[str, Any]:
-        """The engine keys this stack sets on ``gpu``, overheads included."""
+    def engine_defaults(self, gpu: HardwareProfile, release_rules: "tuple[GpuRule, ...] | list[GpuRule]" = ()) -> dict[str, Any]:
+        """The engine keys this stack sets on ``gpu``, overheads included; ``release_rules``: a
+        release's own GPU rules (:meth:`version_keys`' ``engine_by_gpu``), tried before the profile's."""
         out = dict(self.engine)
-        for rule in self.engine_by_gpu:
+        for rule in [*release_rules, *self.engine_by_gpu]:
             if rule.when.holds(gpu):
                 out.update(rule.set)
                 break
@@ -367,6 +374,8 @@ def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
                   for i, r in enumerate(prof.by_version)),
                 *((f"by_version[{i}].speculative_engine", r.speculative_engine)
                   for i, r in enumerate(prof.by_version) if r.speculative_engine),
+                *((f"by_version[{i}].engine_by_gpu[{j}].set", g.set)
+                  for i, r in enumerate(prof.by_version) for j, g in enumerate(r.engine_by_gpu)),
                 ("speculative_engine", prof.speculative_engine), ("draft_model_engine", prof.draft_model_engine),
                 ("aiconfigurator.engine", prof.aiconfigurator.engine),
                 ("aiconfigurator.prefill_engine", prof.aiconfigurator.prefill_engine)]
@@ -436,13 +445,14 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "") -> dic
     if not isinstance(name, str):
         return engine
     prof = load_backend(name)
-    merged = prof.engine_defaults(load_hardware(gpu_name))
     version = engine.get("backend_version")
     keys: dict[str, Any] = {}
     if isinstance(version, str) and _names_a_release(version):
         keys = prof.version_keys(version)
         assert keys is not None        # a checked version is a release number or a dated nightly
-        merged = refine(merged, {k: v for k, v in keys.items() if k != "speculative_engine"})
+    merged = prof.engine_defaults(load_hardware(gpu_name), keys.get("engine_by_gpu", ()))
+    if keys:
+        merged = refine(merged, {k: v for k, v in keys.items() if k not in ("speculative_engine", "engine_by_gpu")})
         if isinstance(merged.get("kv_memory"), dict):     # a release's defaults beside the profile's fraction
             merged["kv_memory"] = without_default_inputs(merged["kv_memory"])
     if draft:
@@ -459,6 +469,14 @@ def _release_engine(engine: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[
     out = {k: refine(engine, keys)[k] for k in keys}
     if isinstance(out.get("kv_memory"), dict):
         out["kv_memory"] = without_default_inputs(out["kv_memory"])
+    return out
+
+
+def _with_rule(keys: Mapping[str, Any], rule: VersionRule) -> dict[str, Any]:
+    """``keys`` (the earlier release rules') refined by ``rule``'s, its GPU rules before theirs."""
+    out = refine(keys, _rule_keys(rule))
+    if rule.engine_by_gpu:
+        out["engine_by_gpu"] = [*rule.engine_by_gpu, *keys.get("engine_by_gpu", [])]
     return out
 
 

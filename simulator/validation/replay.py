@@ -225,7 +225,11 @@ def _prefill_chunk(row: Row) -> int:
     such launches)."""
     from ..kv_memory import MIB, sglang_chunked_prefill_size
 
-    return sglang_chunked_prefill_size(load_hardware(row.gpu).hbm_bytes / MIB)
+    # the table of the row's release, else of the release its stack's profile describes
+    prof = deployment._profile(row.stack)
+    own = (prof.engine.get("kv_memory") or {}) if prof is not None else {}
+    tiers = (row.version_keys.get("kv_memory") or {}).get("gpu_tiers") or own.get("gpu_tiers", "0.5")
+    return sglang_chunked_prefill_size(load_hardware(row.gpu).hbm_bytes / MIB, tiers)
 
 
 def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: bool) -> dict[str, Any]:
@@ -238,6 +242,10 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
     version = dict(row.version_keys) if _stack_of(s.backend or row.stack) == row.stack else {}
     release = dict(version)
     version.pop("speculative_engine", None)
+    # The release's defaults for the row's GPU (SGLang's chunk on a GPU of 20-35 GiB to 0.5.19), which
+    # the launch's keys override.
+    gpu = load_hardware(row.gpu)
+    engine.update(next((r.set for r in version.pop("engine_by_gpu", ()) if r.when.holds(gpu)), {}))
     # The launch's memory flags and the release's memory defaults are knobs of one mapping.
     launch = {**(keys.get("kv_memory") or {}), **(version.pop("kv_memory", None) or {})} or None
     engine.update(keys)
