@@ -282,6 +282,9 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     else:
         mib = g.hbm / MIB
         bs = spec.cuda_graph_max_bs or sglang_graph_max_bs(mib, g.gpus, spec.gpu_tiers)
+        if spec.graphs_to_running_requests and spec.cuda_graph_max_bs is None:
+            # --max-running-requests counts every attention-DP rank's requests
+            bs = min(bs, g.max_seqs * g.dp)
         chunk = _sglang_chunk(spec, g)
         role = g.role if spec.role_reserve else ""
         off = bool(g.prefill_graph_blockers & set(spec.prefill_graphs_off)) or role == "decode"
@@ -350,6 +353,10 @@ class KvRule:
     # swa_full_tokens_ratio knob replaces it; TensorRT-LLM's single pool, every layer every token);
     # None where windows are set aside per sequence (vLLM's max_num_seqs whole windows).
     swa_ratio: Optional[float] = None
+    # Knobs that say what the stack does with a flag the launch gives, by the engine key that is the
+    # flag: where the pool leaves that key to the backend (its default, its speculative cap), the
+    # launch gives no flag and the knob is off (backend_defaults_beside).
+    given_knobs: tuple[tuple[str, str], ...] = ()
 
     def reads(self, fraction_set: bool) -> frozenset[str]:
         """The knobs its accounting reads, with kv_memory.fraction set or not (the one place that
@@ -365,9 +372,12 @@ RULES: dict[str, KvRule] = {
     "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=SGLANG_SWA_FULL_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
                                       "swa_full_tokens_ratio", "piecewise_cuda_graph", "draft_reserve_gib",
-                                      "prefill_graphs_off", "role_reserve", "gpu_tiers"}),
+                                      "prefill_graphs_off", "role_reserve", "gpu_tiers",
+                                      "graphs_to_running_requests"}),
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "piecewise_cuda_graph",
-                                              "prefill_graphs_off", "role_reserve", "gpu_tiers"})),
+                                              "prefill_graphs_off", "role_reserve", "gpu_tiers",
+                                              "graphs_to_running_requests"}),
+                     given_knobs=(("graphs_to_running_requests", "max_num_seqs"),)),
     "trtllm": KvRule(_trtllm, swa_ratio=TRTLLM_SWA_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
 
@@ -490,6 +500,15 @@ class KvMemory(BaseModel):
                     "graphs to 48 / 160: arg_groups/memory_hook.py handle_gpu_memory_settings); the sglang "
                     "backend's releases set it (and the token budget of such a GPU with it); "
                     + _read_by("gpu_tiers") + "; default: 0.5")
+    graphs_to_running_requests: bool = Field(
+        default=False,
+        description="SGLang's default decode CUDA-graph batch stops at the launch's --max-running-requests "
+                    "(engine.max_num_seqs x attention-DP ranks) where that is smaller, and its reserve with it "
+                    "(0.5.22 on: arg_groups/memory_hook.py handle_gpu_memory_settings, decode_max_bs_is_default); "
+                    "only a flag the launch gives counts: the sglang backend sets it for those releases and turns "
+                    "it off where the pool leaves max_num_seqs to the backend (its default, or the 48 it runs "
+                    "under speculation, set after the memory settings); kv_memory.cuda_graph_max_bs set, it "
+                    "does nothing; " + _read_by("graphs_to_running_requests") + "; default: false")
     draft_reserve_gib: Optional[float] = Field(
         default=None, ge=0, le=64,
         description="GiB SGLang's default reserve adds for an EAGLE-style draft (EAGLE, NEXTN/MTP) in the "
@@ -548,9 +567,17 @@ def backend_defaults_beside(defaults: Mapping[str, Any], engine: Mapping[str, An
     user names instead they would mean something else, so none is kept. The user's
     kv_memory.fraction is the stack's own fraction knob, under the vllm rule
     gpu_memory_utilization itself, so the profile's value of that key gives way (EngineConfig
-    refuses both) unless the user set it too."""
+    refuses both) unless the user set it too. A knob of the profile's about a launch flag
+    (:attr:`KvRule.given_knobs`: SGLang's decode graphs stop at an explicit
+    --max-running-requests) is off where the user's engine does not set that flag's key."""
     out = dict(defaults)
     base, mine = out.get("kv_memory"), engine.get("kv_memory")
+    if isinstance(base, dict):
+        # a knob about a launch flag the pool does not give (KvRule.given_knobs) is off
+        rule = RULES.get(base.get("rule", KvMemory.model_fields["rule"].default))
+        off = {k: False for k, key in (rule.given_knobs if rule else ()) if base.get(k) and key not in engine}
+        if off:
+            out["kv_memory"] = base = {**base, **off}
     if not isinstance(mine, dict):
         return out
     default_rule = KvMemory.model_fields["rule"].default

@@ -55,11 +55,20 @@ def test_a_backend_file_of_an_unknown_stack_is_refused_not_run_as_defaults(tmp_p
 def test_a_backend_only_sets_what_it_documents(backend, gpu, user):
     """The resolved engine is the backend's documented defaults (for that GPU)
     under the user's keys: every key the user set wins, every other key
-    is the profile's or llmsim's default; nothing else moves."""
+    is the profile's or llmsim's default; nothing else moves, but for a
+    kv_memory knob about a launch flag the user's keys do not give
+    (KvRule.given_knobs: SGLang's decode graphs and an explicit
+    --max-running-requests), which is off."""
+    from simulator.kv_memory import RULES
+
     if load_backend(backend).engine.get("kv_memory", {}).get("rule", "vllm") != "vllm":
         user.pop("gpu_memory_utilization", None)     # vLLM's knob; the others have kv_memory.fraction
     pool = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": gpu, "engine": {"backend": backend, **user}})
     documented = load_backend(backend).engine_defaults(load_hardware(gpu))
+    kv = documented.get("kv_memory")
+    if isinstance(kv, dict):
+        documented["kv_memory"] = {**kv, **{k: False for k, key in RULES[kv["rule"]].given_knobs
+                                            if k in kv and key not in user}}
     expected = EngineConfig.model_validate({**documented, **user, "backend": backend})
     assert pool.engine == expected
     for k, v in user.items():

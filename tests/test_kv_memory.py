@@ -380,7 +380,8 @@ def test_backend_sets_the_rule_and_a_user_key_refines_it():
 KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 1024, "cuda_graph_max_bs": 500,
                "cuda_graph_gib": 3.0, "sampler_logit_bytes": 40.0, "swa_full_tokens_ratio": 0.5,
                "piecewise_cuda_graph": True, "draft_reserve_gib": 9.0, "prefill_graphs_off": ("mla",),
-               "role_reserve": True, "cuda_graphs_in_pool": True, "gpu_tiers": "0.5.20"}
+               "role_reserve": True, "cuda_graphs_in_pool": True, "gpu_tiers": "0.5.20",
+               "graphs_to_running_requests": True}
 
 
 def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
@@ -396,7 +397,9 @@ def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
         kv = kv.model_copy(update={"piecewise_cuda_graph": True})
     role = "decode" if knob == "role_reserve" else ""          # a decode server's reserve, from 0.5.15
     mem = plan_memory(load_model(model), hw, 1, wd, "bf16",
-                      max_num_batched_tokens=8192, max_num_seqs=256, block_size=16, kv_memory=kv, role=role,
+                      max_num_batched_tokens=8192, block_size=16, kv_memory=kv, role=role,
+                      # fewer running requests than the H100's 256 decode graphs
+                      max_num_seqs=64 if knob == "graphs_to_running_requests" else 256,
                       speculative="draft" if knob in ("draft_reserve_gib", "prefill_graphs_off") else "")
     if knob == "draft_reserve_gib":   # where the draft's weights and KV live: the reserve or the pool
         from simulator.costmodel.speculative import SpeculativeSpec, speculative_cost_model, speculative_memory
@@ -601,6 +604,37 @@ def test_sglang_gives_gpus_of_20_to_35_gib_a_larger_chunk_and_more_graphs_from_0
         small = _gpu_file(tmp_path, gib)
         assert pool(small, "0.5.19").engine.max_num_batched_tokens == pool(small).engine.max_num_batched_tokens
         assert setup_pool(pool(small, "0.5.19"), 0).memory.fraction == setup_pool(pool(small), 0).memory.fraction
+
+
+def test_sglang_decode_graphs_stop_at_an_explicit_max_running_requests_from_0_5_22():
+    """SGLang 0.5.22's handle_gpu_memory_settings caps its default decode CUDA-graph batch at
+    --max-running-requests when the launch gives it (decode_max_bs_is_default), so the reserve's
+    2 MiB a graph slot shrinks: a pool's max_num_seqs set beside the backend is that flag; the
+    backend's own 2,048 and the 48 of speculation (speculative_hook.py, after the memory settings)
+    are not, nor does it act beside an explicit --cuda-graph-max-bs; to 0.5.21 nothing moves."""
+    from simulator.fleet.setup import setup_pool
+    h100 = 81559
+
+    def fraction(version=None, spec=False, **engine):
+        pool = {"model": "llama-3-8b", "gpu": "h100-sxm", "engine": {
+            "backend": "sglang", **({"backend_version": version} if version else {}), **engine}}
+        if spec:
+            pool["speculative"] = {"draft_model": "llama-3.2-1b", "k": 3, "acceptance_rate": 0.7}
+        return setup_pool(PoolSpec(name="p", **pool), 0).memory.fraction
+
+    def reserve(bs):
+        return round((h100 - 512 - 8192 * 1.5 - bs * 2 - 1024 / 8 - sglang_prefill_graph_mib("mha", 8192)) / h100, 3)
+    assert fraction("0.5.21", max_num_seqs=64) == fraction("0.5.22") == fraction() == reserve(256) == 0.830
+    assert fraction("0.5.22", max_num_seqs=64) == fraction(max_num_seqs=64) == reserve(64) == 0.834
+    assert fraction(max_num_seqs=512) == reserve(256)                   # the GPU's default is the smaller
+    assert fraction(spec=True) == fraction("0.5.21", spec=True)         # speculation's 48 is no flag
+    assert fraction(spec=True, max_num_seqs=64) == fraction(max_num_seqs=64)
+    assert fraction(max_num_seqs=64, kv_memory={"cuda_graph_max_bs": 128}) == reserve(128)
+    # a pool written with the backend's resolved keys keeps what the launch gave
+    spec = PoolSpec(name="p", model="llama-3-8b", gpu="h100-sxm", engine={"backend": "sglang"})
+    assert spec.engine.kv_memory.graphs_to_running_requests is False
+    again = PoolSpec.model_validate(spec.model_dump(mode="json", exclude_unset=True))
+    assert setup_pool(again, 0).memory.fraction == reserve(256)
 
 
 def test_vllm_takes_its_memory_knob_once():
