@@ -288,3 +288,17 @@ def test_a_budget_the_draft_slots_leave_too_small_is_one_line(tmp_path, cli):
     r = cli("check", p)
     assert r.code == 2 and "Traceback" not in r.err
     assert "pools[0].engine.max_num_batched_tokens" in r.err and "at least 512" in r.err, r.err
+
+
+@pytest.mark.parametrize("gpu, version, budget, seqs", [
+    ("b200", "0.28.0", 16384, 1024), ("b300", "0.28.0", 16384, 1024), ("mi300x", "0.28.0", 16384, 1024),
+    ("h200", "0.28.0", 8192, 1024), ("h100-sxm", "0.28.0", 8192, 1024), ("a100-sxm-80gb", "0.28.0", 2048, 256),
+    ("b200", "0.27.1", 8192, 1024), ("b200", None, 8192, 1024)])
+def test_vllm_0_28_gives_gpus_of_160_gib_a_larger_budget(gpu, version, budget, seqs):
+    """vllm/engine/arg_utils.py get_batch_defaults of 0.28.0: GPUs of >= 160 GiB get 16,384 tokens and
+    1,024 sequences; H200 (140 GiB) keeps 8,192, as every GPU does to 0.27.1 and without a release."""
+    from simulator.profiles.backend import apply_backend
+
+    engine = {"backend": "vllm", **({"backend_version": version} if version else {})}
+    e = apply_backend(engine, gpu)
+    assert (e["max_num_batched_tokens"], e["max_num_seqs"]) == (budget, seqs)
