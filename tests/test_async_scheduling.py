@@ -302,3 +302,26 @@ def test_vllm_0_28_gives_gpus_of_160_gib_a_larger_budget(gpu, version, budget, s
     engine = {"backend": "vllm", **({"backend_version": version} if version else {})}
     e = apply_backend(engine, gpu)
     assert (e["max_num_batched_tokens"], e["max_num_seqs"]) == (budget, seqs)
+
+
+@pytest.mark.parametrize("gpu, version, budget, graphs", [
+    ("b200", "0.28.0", 16384, 1024), ("gb200-nvl72", "0.28.0", 16384, 1024), ("b300", "0.28.0", 16384, 1024),
+    ("gb300-nvl72", "0.28.0", 16384, 1024), ("mi300x", "0.28.0", 16384, 512), ("h100-sxm", "0.28.0", 8192, 512),
+    ("b200", "0.27.1", 8192, 512), ("b200", None, 8192, 512)])
+def test_vllm_0_28_captures_graphs_to_1024_tokens_on_sm100(gpu, version, budget, graphs):
+    """vllm/config/vllm.py _set_cudagraph_sizes of 0.28.0: max_cudagraph_capture_size defaults to 1,024
+    on compute capability 10.x (B200, GB200: 10.0; B300, GB300: 10.3), 512 elsewhere and before."""
+    from simulator.profiles.backend import apply_backend
+
+    e = apply_backend({"backend": "vllm", **({"backend_version": version} if version else {})}, gpu)
+    assert (e["max_num_batched_tokens"], e["graph_max_tokens"]) == (budget, graphs)
+
+
+def test_an_sm100_rule_holds_for_compute_capability_10_x_alone():
+    """A GPU rule's sm_family tests the compute-capability family as vLLM's is_device_capability_family
+    does: 10.0 and 10.3 are family 100; Hopper, Ada and AMD GPUs (no sm_version) are not."""
+    from simulator.profiles.backend import GpuCondition
+
+    when = GpuCondition(sm_family=100)
+    assert [g for g in ("b200", "b300", "gb200-nvl72", "gb300-nvl72", "h200", "l40s", "mi355x")
+            if when.holds(load_hardware(g))] == ["b200", "b300", "gb200-nvl72", "gb300-nvl72"]
