@@ -325,3 +325,32 @@ def test_an_sm100_rule_holds_for_compute_capability_10_x_alone():
     when = GpuCondition(sm_family=100)
     assert [g for g in ("b200", "b300", "gb200-nvl72", "gb300-nvl72", "h200", "l40s", "mi355x")
             if when.holds(load_hardware(g))] == ["b200", "b300", "gb200-nvl72", "gb300-nvl72"]
+
+
+@pytest.mark.parametrize("version, draft, overlaps", [
+    ("0.28.0", "draft", True), ("0.27.1", "draft", False), (None, "draft", False),
+    ("0.13.0", "draft", False), ("0.28.0", "", True), ("0.28.0", "mtp", True)])
+def test_vllm_0_28_keeps_async_scheduling_under_a_draft_model(version, draft, overlaps):
+    """vllm/config/vllm.py VllmConfig.__post_init__ of 0.28.0 leaves 'draft_model' speculation out of the
+    methods that turn the async-scheduling default off: the release's draft_model_engine (a by_version
+    rule's) replaces the profile's {async_scheduling: false}; before 0.14 nothing overlapped anyway."""
+    from simulator.profiles.backend import apply_backend
+
+    engine = {"backend": "vllm", **({"backend_version": version} if version else {})}
+    assert apply_backend(engine, "h100-sxm", draft)["async_scheduling"] is overlaps
+    # the pool's own key still wins
+    assert apply_backend({**engine, "async_scheduling": False}, "h100-sxm", draft)["async_scheduling"] is False
+
+
+def test_a_release_rules_draft_model_keys_are_checked_as_engine_keys(tmp_path):
+    """A by_version rule's draft_model_engine is engine settings, a typo the profile's error."""
+    import yaml
+    from simulator.errors import LlmsimError
+
+    prof = yaml.safe_load(open("backend_profiles/vllm.yaml"))
+    prof["by_version"].append({"since": "0.28.0", "draft_model_engine": {"async_schedulin": True}})
+    p = tmp_path / "mine.yaml"
+    p.write_text(yaml.safe_dump(prof))
+    with pytest.raises(LlmsimError) as e:
+        load_backend(str(p))
+    assert f"by_version[{len(prof['by_version']) - 1}].draft_model_engine" in str(e.value)

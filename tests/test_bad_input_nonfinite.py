@@ -593,7 +593,7 @@ def _accepting_non_finite() -> Iterator[str]:
 CHECKED_ELSEWHERE = {"Scenario.slo", "ClassSpec.slo", "Variant.set", "CheckSpec.set", "BackendProfile.engine",
                      "BackendProfile.speculative_engine", "BackendProfile.draft_model_engine",
                      "GeneratedLaunch.engine", "GeneratedLaunch.prefill_engine", "GpuRule.set", "VersionRule.set",
-                     "VersionRule.speculative_engine",
+                     "VersionRule.speculative_engine", "VersionRule.draft_model_engine",
                      "RooflineParams.sharpness", "MoeParams.sharpness"}
 
 

@@ -94,6 +94,8 @@ class VersionRule(_Strict):
     set: dict[str, Any] = Field(default_factory=dict)
     # what those releases changed under speculative decoding, over the profile's ``speculative_engine``
     speculative_engine: dict[str, Any] = Field(default_factory=dict)
+    # what those releases changed under a separate draft model, over the profile's ``draft_model_engine``
+    draft_model_engine: dict[str, Any] = Field(default_factory=dict)
     # GPU-dependent defaults those releases set otherwise: tried before the profile's ``engine_by_gpu``
     # (a later rule's before an earlier one's), first match wins
     engine_by_gpu: list[GpuRule] = Field(default_factory=list)
@@ -284,7 +286,9 @@ class BackendProfile(_Strict):
         hold for them, as for any unknown version.
 
         What the releases changed under speculative decoding comes under the
-        key ``speculative_engine`` (the rules' own), for :meth:`speculative_keys`;
+        key ``speculative_engine`` (the rules' own), for :meth:`speculative_keys`,
+        under a separate draft model under ``draft_model_engine``, for
+        :meth:`draft_model_keys`;
         their GPU-dependent defaults under ``engine_by_gpu`` (a list of
         :class:`GpuRule`, the latest release rule's first), for
         :meth:`engine_defaults`."""
@@ -315,6 +319,11 @@ class BackendProfile(_Strict):
         """Engine keys the stack changes when it decodes speculatively, in the release
         ``version_keys`` (:meth:`version_keys`' answer) describes."""
         return {**self.speculative_engine, **(version_keys.get("speculative_engine") or {})}
+
+    def draft_model_keys(self, version_keys: Mapping[str, Any]) -> dict[str, Any]:
+        """Engine defaults the stack changes when a separate draft model speculates, in the
+        release ``version_keys`` (:meth:`version_keys`' answer) describes."""
+        return {**self.draft_model_engine, **(version_keys.get("draft_model_engine") or {})}
 
     def newer_than_described(self, version: str) -> bool:
         """Whether ``version`` (a checked release or nightly) came after the newest release
@@ -379,6 +388,8 @@ def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
                   for i, r in enumerate(prof.by_version)),
                 *((f"by_version[{i}].speculative_engine", r.speculative_engine)
                   for i, r in enumerate(prof.by_version) if r.speculative_engine),
+                *((f"by_version[{i}].draft_model_engine", r.draft_model_engine)
+                  for i, r in enumerate(prof.by_version) if r.draft_model_engine),
                 *((f"by_version[{i}].engine_by_gpu[{j}].set", g.set)
                   for i, r in enumerate(prof.by_version) for j, g in enumerate(r.engine_by_gpu)),
                 ("speculative_engine", prof.speculative_engine), ("draft_model_engine", prof.draft_model_engine),
@@ -457,13 +468,13 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "") -> dic
         assert keys is not None        # a checked version is a release number or a dated nightly
     merged = prof.engine_defaults(load_hardware(gpu_name), keys.get("engine_by_gpu", ()))
     if keys:
-        merged = refine(merged, {k: v for k, v in keys.items() if k not in ("speculative_engine", "engine_by_gpu")})
+        merged = refine(merged, {k: v for k, v in keys.items() if k not in _RULE_MAPPINGS})
         if isinstance(merged.get("kv_memory"), dict):     # a release's defaults beside the profile's fraction
             merged["kv_memory"] = without_default_inputs(merged["kv_memory"])
     if draft:
         merged.update(prof.speculative_keys(keys))
     if draft == "draft":
-        merged.update(prof.draft_model_engine)
+        merged.update(prof.draft_model_keys(keys))
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
     return refine(backend_defaults_beside(merged, engine), engine)
 
@@ -485,9 +496,16 @@ def _with_rule(keys: Mapping[str, Any], rule: VersionRule) -> dict[str, Any]:
     return out
 
 
+#: What a release's keys (:meth:`BackendProfile.version_keys`) hold beside engine keys: its
+#: defaults under speculation, under a separate draft model, and on particular GPUs.
+_RULE_MAPPINGS = ("speculative_engine", "draft_model_engine", "engine_by_gpu")
+
+
 def _rule_keys(rule: VersionRule) -> dict[str, Any]:
-    """A release rule's engine keys, what it changes under speculation under ``speculative_engine``."""
-    return {**rule.set, **({"speculative_engine": rule.speculative_engine} if rule.speculative_engine else {})}
+    """A release rule's engine keys, what it changes under speculation under ``speculative_engine``
+    and under a separate draft model under ``draft_model_engine``."""
+    return {**rule.set, **({"speculative_engine": rule.speculative_engine} if rule.speculative_engine else {}),
+            **({"draft_model_engine": rule.draft_model_engine} if rule.draft_model_engine else {})}
 
 
 def refine(base: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[str, Any]:

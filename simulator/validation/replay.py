@@ -242,6 +242,7 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
     version = dict(row.version_keys) if _stack_of(s.backend or row.stack) == row.stack else {}
     release = dict(version)
     version.pop("speculative_engine", None)
+    version.pop("draft_model_engine", None)     # the rows' drafts are MTP layers, not a draft model
     # The release's defaults for the row's GPU (SGLang's chunk on a GPU of 20-35 GiB to 0.5.19), which
     # the launch's keys override.
     gpu = load_hardware(row.gpu)
