@@ -215,8 +215,8 @@ def test_sglang_schedules_a_speculative_pool_as_its_eagle_path_does(engine, runn
 ])
 def test_a_release_past_the_profile_is_refused(stack, newest, accepted, refused):
     """Each profile's keys and rules were read from releases to its ``newest_release``, and
-    the next changed what llmsim models (or, for SGLang past 0.5.23, is unread; vLLM 0.28.0 gives
-    GPUs of 160 GiB and more a 16,384-token budget and keeps async scheduling under a draft model;
+    the next changed what llmsim models (or, for SGLang past 0.5.23, is unread; vLLM 0.28.0 keeps a
+    draft model's slot per scheduled request, in its scheduler, not per max_num_seqs;
     TensorRT-LLM 1.3.0rc22 keeps the fp8 context-MLA workspace
     out of the KV budget, #16399), so a pool naming a later release, or a nightly built after
     the newest one, is refused with the newest release it could name, not run under older
