@@ -54,7 +54,7 @@ same share of its sequences (:func:`simulator.parallelism.kv_copies`).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Mapping, Optional, Union
+from typing import Any, Callable, Literal, Mapping, Optional, Union, get_args
 
 from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
 
@@ -217,10 +217,9 @@ def sglang_prefill_graph_mib(kind: str, chunked_prefill_size: int, max_total_tok
 # torch.compile backend lists as unsupported (Qwen3-Next, GLM-5), "multimodal" an architecture
 # served multimodal (Qwen3.5, Llama-4, Gemma-3), "multimodal_unlisted" one of those the breakable
 # backend does not allow (all but Qwen3.5).
-SGLANG_PREFILL_GRAPH_BLOCKERS = ("speculative", "dp_attention", "pp", "disaggregated", "mla", "mla_without_dsa",
-                                 "listed_architecture", "multimodal", "multimodal_unlisted")
 PrefillGraphBlocker = Literal["speculative", "dp_attention", "pp", "disaggregated", "mla", "mla_without_dsa",
                               "listed_architecture", "multimodal", "multimodal_unlisted"]
+SGLANG_PREFILL_GRAPH_BLOCKERS: tuple[str, ...] = get_args(PrefillGraphBlocker)
 # Those SGLang 0.5.10-0.5.14 turn its (torch.compile, tc_piecewise) prefill graphs off for
 # (server_args.py _handle_piecewise_cuda_graph, 0.5.14's _disable_tc_piecewise_cudagraph_if_incompatible;
 # "speculative" only 0.5.10's, which llmsim keeps for 0.5.10-0.5.14).
@@ -623,9 +622,15 @@ def graphs_unstated(spec: Optional[KvMemory]) -> Optional[str]:
     if (spec is None or not spec.cuda_graphs_in_pool or "cuda_graphs_in_pool" not in RULES[spec.rule].knobs
             or "cuda_graph_gib" in spec.model_fields_set):
         return None
+    return graphs_needed("set kv_memory.cuda_graph_gib to")
+
+
+def graphs_needed(state: str) -> str:
+    """:func:`graphs_unstated`'s answer, ``state`` saying how the figure is given (a scenario's
+    key, a command's flag)."""
     return ("this release takes an estimate of its CUDA graphs' memory out of the KV pool (vLLM 0.20.0 and "
-            "later), which llmsim cannot derive: set kv_memory.cuda_graph_gib to the 'Estimated CUDA graph "
-            "memory' the server logs (GiB per GPU), or name an earlier backend_version")
+            f"later), which llmsim cannot derive: {state} the 'Estimated CUDA graph memory' the server logs "
+            "(GiB per GPU), or name an earlier backend_version")
 
 
 def draft_in_reserve(spec: Optional[KvMemory]) -> bool:

@@ -139,8 +139,9 @@ def _engine(gpu: str, weight_dtype: str, kv_dtype: str, kernels: Optional[str], 
         where = ".".join(map(str, first["loc"]))
         msg = first["msg"].removeprefix("Value error, ")
         if msg.startswith("kv_memory.cuda_graph_gib: "):      # the figure this command takes as a flag
-            raise LlmsimError(msg.removeprefix("kv_memory.cuda_graph_gib: ").replace(
-                "set kv_memory.cuda_graph_gib to", "give --cuda-graph-gib as"), key_path="--backend-version") from None
+            from ..kv_memory import graphs_needed
+
+            raise LlmsimError(graphs_needed("give --cuda-graph-gib as"), key_path="--backend-version") from None
         raise LlmsimError(f"{where + ': ' if where else ''}{msg}", key_path="--backend") from None
 
 

@@ -24,7 +24,7 @@ import datetime
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -82,6 +82,11 @@ class GpuCondition(_Strict):
 class GpuRule(_Strict):
     when: GpuCondition = GpuCondition()
     set: dict[str, Any]
+
+
+def gpu_rule_keys(rules: Sequence[GpuRule], gpu: HardwareProfile) -> dict[str, Any]:
+    """The engine keys of the first of ``rules`` that holds on ``gpu`` (none: no keys)."""
+    return dict(next((r.set for r in rules if r.when.holds(gpu)), {}))
 
 
 class VersionRule(_Strict):
@@ -351,10 +356,7 @@ class BackendProfile(_Strict):
         """The engine keys this stack sets on ``gpu``, overheads included; ``release_rules``: a
         release's own GPU rules (:meth:`version_keys`' ``engine_by_gpu``), tried before the profile's."""
         out = dict(self.engine)
-        for rule in [*release_rules, *self.engine_by_gpu]:
-            if rule.when.holds(gpu):
-                out.update(rule.set)
-                break
+        out.update(gpu_rule_keys([*release_rules, *self.engine_by_gpu], gpu))
         out.update(self.overheads.model_dump())
         return out
 
@@ -468,7 +470,7 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "") -> dic
         assert keys is not None        # a checked version is a release number or a dated nightly
     merged = prof.engine_defaults(load_hardware(gpu_name), keys.get("engine_by_gpu", ()))
     if keys:
-        merged = refine(merged, {k: v for k, v in keys.items() if k not in _RULE_MAPPINGS})
+        merged = refine(merged, {k: v for k, v in keys.items() if k not in RELEASE_MAPPINGS})
         if isinstance(merged.get("kv_memory"), dict):     # a release's defaults beside the profile's fraction
             merged["kv_memory"] = without_default_inputs(merged["kv_memory"])
     if draft:
@@ -498,7 +500,7 @@ def _with_rule(keys: Mapping[str, Any], rule: VersionRule) -> dict[str, Any]:
 
 #: What a release's keys (:meth:`BackendProfile.version_keys`) hold beside engine keys: its
 #: defaults under speculation, under a separate draft model, and on particular GPUs.
-_RULE_MAPPINGS = ("speculative_engine", "draft_model_engine", "engine_by_gpu")
+RELEASE_MAPPINGS = ("speculative_engine", "draft_model_engine", "engine_by_gpu")
 
 
 def _rule_keys(rule: VersionRule) -> dict[str, Any]:

@@ -240,13 +240,14 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
     # The release's defaults are its own stack's: replayed under another stack (validate --backend),
     # vLLM 0.15's sampler bytes or pipeline loop would be read as that stack's.
     version = dict(row.version_keys) if _stack_of(s.backend or row.stack) == row.stack else {}
+    from ..profiles.backend import RELEASE_MAPPINGS, apply_backend, gpu_rule_keys
+
     release = dict(version)
-    version.pop("speculative_engine", None)
-    version.pop("draft_model_engine", None)     # the rows' drafts are MTP layers, not a draft model
+    for key in RELEASE_MAPPINGS:    # read below where they apply (the rows' drafts are MTP layers, not a model)
+        version.pop(key, None)
     # The release's defaults for the row's GPU (SGLang's chunk on a GPU of 20-35 GiB to 0.5.19), which
     # the launch's keys override.
-    gpu = load_hardware(row.gpu)
-    engine.update(next((r.set for r in version.pop("engine_by_gpu", ()) if r.when.holds(gpu)), {}))
+    engine.update(gpu_rule_keys(release.get("engine_by_gpu", ()), load_hardware(row.gpu)))
     # The launch's memory flags and the release's memory defaults are knobs of one mapping.
     launch = {**(keys.get("kv_memory") or {}), **(version.pop("kv_memory", None) or {})} or None
     engine.update(keys)
@@ -267,7 +268,6 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
         # under another stack's backend (validate --backend) or one that fixes the fraction,
         # nothing reads them, and KvMemory refuses them.
         from ..kv_memory import RULES
-        from ..profiles.backend import apply_backend
 
         merged = apply_backend(dict(engine), row.gpu).get("kv_memory") or {}
         read = RULES[merged.get("rule", "vllm")].reads(merged.get("fraction") is not None)
