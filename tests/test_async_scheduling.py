@@ -233,6 +233,8 @@ def test_a_release_past_the_profile_is_refused(stack, newest, accepted, refused)
         with pytest.raises(ValidationError) as e:
             PoolSpec.model_validate({**pool, "engine": {"backend": stack, "backend_version": newer, **stated}})
         assert f"newer than the {stack} releases llmsim has read (to {newest}" in str(e.value)
+        # a pool naming no release runs the profile's own keys: vLLM's are 0.19.1's, not its newest's
+        assert f"leave backend_version out to run {'0.19.1' if stack == 'vllm' else newest}'s" in str(e.value)
 
 
 def test_a_users_sglang_fraction_replaces_the_releases_inputs():

@@ -291,10 +291,12 @@ class EngineConfig(BaseModel):
         except (LlmsimError, OSError):
             return self        # the backend itself is refused where it is loaded, naming its fault
         if prof.newer_than_described(self.backend_version):
+            default = prof.default_release or prof.newest_release
             raise ValueError(f"backend_version {self.backend_version!r} is newer than the {prof.name} releases llmsim "
-                             f"has read (to {prof.newest_release}, whose defaults the backend profile holds): its "
+                             f"has read (to {prof.newest_release}, which the backend profile describes): its "
                              f"memory reserve and scheduling defaults are unknown; leave backend_version out to run "
-                             f"{prof.newest_release}'s, or name that release")
+                             f"{default}'s, or name " + ("that release" if default == prof.newest_release
+                                                          else f"{prof.newest_release} or an earlier release"))
         return self
 
     @model_validator(mode="after")

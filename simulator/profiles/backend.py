@@ -242,6 +242,11 @@ class BackendProfile(_Strict):
     newest_release: Optional[str] = Field(
         default=None, description="the newest release whose source the profile's keys and rules were read from: "
                                   "a later backend_version is refused (its defaults are unknown); unset: not checked")
+    default_release: Optional[str] = Field(
+        default=None, description="the release whose defaults the profile's own keys are, which a pool naming no "
+                                  "backend_version runs, where it is not newest_release (vLLM's 0.19.1: later "
+                                  "releases size the KV pool after a figure the pool must state); unset: "
+                                  "newest_release")
     lora_modelled: bool = Field(default=False, description="llmsim models this stack's LoRA serving (vLLM's "
                                                             "adapter batch limit and cache); else pools[].lora is refused")
     pp_modelled: bool = Field(default=True, description="llmsim models this stack's pipeline-parallel loop (vLLM V1's "
@@ -255,8 +260,9 @@ class BackendProfile(_Strict):
 
     @model_validator(mode="after")
     def _newest_a_release(self) -> "BackendProfile":
-        if self.newest_release is not None and version_number(self.newest_release) is None:
-            raise ValueError(f"newest_release: {self.newest_release!r} is not a release number such as 0.5.13")
+        for key, v in (("newest_release", self.newest_release), ("default_release", self.default_release)):
+            if v is not None and version_number(v) is None:
+                raise ValueError(f"{key}: {v!r} is not a release number such as 0.5.13")
         return self
 
     @model_validator(mode="after")
