@@ -135,12 +135,15 @@ def pytest_sessionstart(session) -> None:
     _started.append(time.monotonic())
 
 
+#: A folder the suite's processes share for the case studies' check-size runs (helpers_case_studies.run);
+#: unset, as when a test file is run by hand, each process runs its own.
+RUN_CACHE_ENV = "LLMSIM_TEST_RUN_CACHE"
+
+
 def pytest_configure(config) -> None:
     """One folder per session for the case studies' shared check-size runs
     (helpers_case_studies.run): made by the process xdist's workers start from,
     so they inherit it, and removed with the session."""
-    from helpers_case_studies import RUN_CACHE_ENV
-
     if hasattr(config, "workerinput") or RUN_CACHE_ENV in os.environ:
         return
     folder = tempfile.mkdtemp(prefix="llmsim-check-runs-")

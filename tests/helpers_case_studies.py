@@ -9,6 +9,7 @@ import pickle
 from functools import lru_cache
 from pathlib import Path
 
+from conftest import RUN_CACHE_ENV
 from simulator.runner import RunOutput, simulate
 from simulator.scenario.load import load_scenario
 from simulator.scenario.overlays import load_with_overlays, load_with_variants
@@ -32,9 +33,6 @@ def at_check_settings(name: str, *variants: str) -> Scenario:
     return load_with_overlays(path, overlays)
 
 
-#: A folder the suite's processes share for the runs below (conftest.py makes one per session and
-#: xdist's workers inherit it); unset, as when a test file is run by hand, each process runs its own.
-RUN_CACHE_ENV = "LLMSIM_TEST_RUN_CACHE"
 
 
 @lru_cache(maxsize=None)
