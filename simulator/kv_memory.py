@@ -559,6 +559,14 @@ def swa_window_share(spec: Optional[KvMemory], sliding_layers: int, full_layers:
     return ratio * sliding_layers / (full_layers + ratio * sliding_layers)
 
 
+def named_rule(kv_memory: Mapping[str, Any]) -> Optional[KvRule]:
+    """The accounting a ``kv_memory`` mapping as written names (a profile's, a release's, a user's,
+    before KvMemory reads it); None for a name no stack has, or no name at all (a list, a number),
+    which KvMemory then refuses naming the key, where a lookup would stop on a traceback."""
+    name = kv_memory.get("rule", KvMemory.model_fields["rule"].default)
+    return RULES.get(name) if isinstance(name, str) else None
+
+
 def backend_defaults_beside(defaults: Mapping[str, Any], engine: Mapping[str, Any]) -> dict[str, Any]:
     """A backend profile's engine defaults, less what the user's ``engine.kv_memory`` replaces
     whole rather than refines key by key. A profile's kv_memory knobs are its own stack's
@@ -573,7 +581,7 @@ def backend_defaults_beside(defaults: Mapping[str, Any], engine: Mapping[str, An
     base, mine = out.get("kv_memory"), engine.get("kv_memory")
     if isinstance(base, dict):
         # a knob about a launch flag the pool does not give (KvRule.given_knobs) is off
-        rule = RULES.get(base.get("rule", KvMemory.model_fields["rule"].default))
+        rule = named_rule(base)
         off = {k: False for k, key in (rule.given_knobs if rule else ()) if base.get(k) and key not in engine}
         if off:
             out["kv_memory"] = base = {**base, **off}
@@ -600,7 +608,7 @@ def without_default_inputs(kv_memory: Mapping[str, Any], keep: Mapping[str, Any]
     fraction: a release's defaults (SGLang's piecewise graphs, its draft reserve) are moot beside a
     profile's or user's fraction, where KvMemory would refuse a knob the user set. Those in ``keep``
     (the user's own) stay, for KvMemory to refuse."""
-    rule = RULES.get(kv_memory.get("rule", KvMemory.model_fields["rule"].default))
+    rule = named_rule(kv_memory)
     if rule is None or kv_memory.get("fraction") is None:   # a rule no stack has is refused by KvMemory
         return dict(kv_memory)
     return {k: v for k, v in kv_memory.items() if k not in rule.default_knobs or k in keep}

@@ -263,3 +263,21 @@ def test_a_bad_gpu_under_a_named_backend_is_the_gpu_keys_fault(tmp_path, cli, gp
     sc = write_tiny_scenario(tmp_path)
     r = cli("run", sc, "--set", "pools.chat.engine.backend=vllm", "--set", f"pools.chat.gpu={gpu}")
     assert r.code == 2 and says in r.err and "engine.backend 'vllm'" not in r.err, r.err
+
+
+@pytest.mark.parametrize("rule", [[], {"a": 1}, 3])
+def test_a_profiles_kv_memory_rule_that_is_no_name_is_refused_naming_the_key(tmp_path, rule):
+    """A kv_memory rule written as a list or a mapping reached a lookup by name before KvMemory read
+    it (a TypeError's traceback, found by the loader fuzz test): it is refused as any unknown rule."""
+    import yaml
+
+    from simulator.errors import LlmsimError
+    from simulator.profiles.backend import load_backend
+    from simulator.profiles.loader import builtin_dir
+
+    data = {**yaml.safe_load((builtin_dir("backend_profiles") / "vllm.yaml").read_text()), "name": "b"}
+    data["engine"]["kv_memory"]["rule"] = rule
+    (tmp_path / "b.yaml").write_text(yaml.safe_dump(data))
+    with pytest.raises(LlmsimError) as e:
+        load_backend(str(tmp_path / "b.yaml"))
+    assert "engine.kv_memory.rule" in e.value.render()
