@@ -226,7 +226,7 @@ def role_engine_keys(deployment: str, stack: str, concurrency: int, isl: int, ba
 def _launch(stack: str) -> "GeneratedLaunch":
     from ..profiles.backend import GeneratedLaunch
 
-    prof = _profile(stack)
+    prof = stack_profile(stack)
     return GeneratedLaunch() if prof is None else prof.aiconfigurator
 
 
@@ -281,7 +281,7 @@ def speculative_engine_keys(stack: str, version_keys: Mapping[str, Any]) -> dict
     SGLang's mixed chunks off and running requests capped, then the release's
     own: SGLang to 0.5.10 turned its overlap scheduler off too), read as a
     scenario's deployment reads them (:meth:`BackendProfile.speculative_keys`)."""
-    prof = _profile(stack)
+    prof = stack_profile(stack)
     return dict(version_keys.get("speculative_engine") or {}) if prof is None else prof.speculative_keys(version_keys)
 
 
@@ -293,7 +293,7 @@ def client(deployment: str) -> Client:
 def released(stack: str, version: str) -> str | None:
     """The day a stack version was released (ISO date), where its backend
     profile knows it (``releases``), or the date a nightly carries."""
-    prof = _profile(stack)
+    prof = stack_profile(stack)
     return None if prof is None else prof.released(version)
 
 
@@ -303,7 +303,7 @@ def version_keys(stack: str, version: str, measured: Optional[str] = None) -> di
     profile's settings, except where the row's measurement day ``measured``
     (ISO) decides a rule: a run measured before a release cannot have run it
     (:meth:`BackendProfile.version_keys`)."""
-    prof = _profile(stack)
+    prof = stack_profile(stack)
     return {} if prof is None else prof.version_keys(version, measured) or {}
 
 
@@ -321,7 +321,7 @@ def measured_day(notes: str) -> Optional[str]:
     return m.group(1) if m else None
 
 
-def _profile(stack: str) -> Optional["BackendProfile"]:
+def stack_profile(stack: str) -> Optional["BackendProfile"]:
     """The built-in backend profile of a row's stack (None: the row names no stack llmsim has)."""
     from ..errors import LlmsimError
     from ..profiles.backend import load_backend

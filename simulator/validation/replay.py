@@ -226,7 +226,7 @@ def _prefill_chunk(row: Row) -> int:
     from ..kv_memory import MIB, sglang_chunked_prefill_size
 
     # the table of the row's release, else of the release its stack's profile describes
-    prof = deployment._profile(row.stack)
+    prof = deployment.stack_profile(row.stack)
     own = (prof.engine.get("kv_memory") or {}) if prof is not None else {}
     tiers = (row.version_keys.get("kv_memory") or {}).get("gpu_tiers") or own.get("gpu_tiers", "0.5")
     return sglang_chunked_prefill_size(load_hardware(row.gpu).hbm_bytes / MIB, tiers)
