@@ -406,3 +406,18 @@ def test_a_prompt_preempted_part_way_is_cached_only_as_far_as_it_was_computed(en
     assert r.requests[1].preemptions == 1
     work = r.pool.replicas[0].stats(r.pool.end_time())["tokens_processed"]
     assert 1100 + 500 + 2048 + 4 - 16 <= work < 1100 + 500 + 2 * 2048     # its computed blocks do stay cached
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_prompt_cancelled_part_way_is_cached_only_as_far_as_it_was_computed(engine):
+    """A 2,048-token prompt cancelled after its first 256-token chunk leaves 256 tokens cached, not
+    the 2,047 its admission entered: the next request with the same ids prefills the other 1,792
+    (vLLM caches only the blocks it has computed; an autocomplete keystroke cancels its predecessor
+    mid-prefill all the time)."""
+    cfg = EngineConfig(max_num_batched_tokens=256, max_num_seqs=8, block_size=16)
+    ids = tuple(range(1000, 1128))
+    reqs = [Request(0, 0.0, 2048, 4, blocks=ids), Request(1, 1.0, 2048, 4, blocks=ids)]
+    r = run_open(engine, reqs, cfg, 400, id_block_tokens=16, cancels=[(0.002, 0)])
+    assert r.requests[0].status == Status.CANCELLED
+    assert r.requests[1].cached_tokens == 256
+    assert r.pool.replicas[0].stats(r.pool.end_time())["tokens_processed"] == 256 + 2048 - 256 + 3

@@ -310,7 +310,8 @@ class ReplicaBase:
 
     def _drop_cancelled(self, now: float) -> None:
         """End the running sequences cancelled during the iteration that just
-        ended (one that finished in it stays finished)."""
+        ended (one that finished in it stays finished); a prompt cancelled
+        part-way stays cached only as far as it was computed, as a preempted one."""
         for s in self.cancelled:
             if s.state != DONE:
                 self._remove_running(s)
@@ -333,7 +334,7 @@ class ReplicaBase:
         preempted part-way holds ids it never filled) and will re-prefill
         input + generated."""
         self._remove_running(v)
-        self._release_cache(v, computed=v.done if v.state == PREFILL else -1)
+        self._release_cache(v)
         v.reset_for_recompute()
         self.preemptions += 1
         return v
@@ -525,10 +526,12 @@ class ReplicaBase:
         cap = b.get(s.req.klass)
         return cap is not None and self.kv_charged.get(s.req.klass, 0) + self._footprint(s.req) > cap
 
-    def _release_cache(self, s: Seq, kv_tokens: int = 0, computed: int = -1) -> None:
+    def _release_cache(self, s: Seq, kv_tokens: int = 0) -> None:
         """Unreference a sequence's cached entries (a finished one also enters
         its output blocks), and give back its class's KV charge: every way a
-        running sequence stops (finish, cancel, preemption) passes here."""
+        running sequence stops (finish, cancel, preemption) passes here. A
+        prompt stopped part-way (preempted or cancelled mid-prefill) stays
+        cached only as far as it was computed."""
         if self.lora is not None:
             self.lora.leave(s.req.adapter, self.iterations)
         if self.kv_budgets is not None:
@@ -538,7 +541,7 @@ class ReplicaBase:
         if s.pin is not None:
             assert self.cache is not None and s.req.blocks is not None   # a pin came from both
             self.cache.release(s.pin, s.req.blocks, s.pin_ids, kv_tokens, s.req.klass,
-                               computed // self.cache.H if computed >= 0 else -1)
+                               s.done // self.cache.H if s.state == PREFILL and s.done < s.prompt else -1)
             if self.kv_budgets is not None:
                 self._hold_caps()
         s.pin = None
