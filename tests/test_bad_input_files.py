@@ -147,7 +147,10 @@ for _cid, _lora, _pool, _frags in [
         ("static", _LORA, {"engine": {"scheduler": "static"}}, ["pools[0].lora", "static batching"]),
         ("speculative", _LORA, {"speculative": {"draft_model": "llama-3.2-1b", "k": 3, "acceptance_rate": 0.7}},
          ["pools[0].lora", "speculative decoding"]),
-        ("moe", _LORA, {"model": "qwen3-30b-a3b"}, ["pools[0].lora", "dense transformers"])]:
+        ("moe", _LORA, {"model": "qwen3-30b-a3b"}, ["pools[0].lora", "dense transformers"]),
+        # the tiers key a block by id, and two adapters' prompts share every id past the first
+        ("kv-offload", _LORA, {"engine": {"prefix_cache_capacity_tokens": 0, "kv_offload": {"host_gb": 10}}},
+         ["pools[0].lora", "kv_offload"])]:
     scenario_case(f"lora-{_cid}", _set(_set(SCENARIO, ("pools", 0, "lora"), _lora), ("pools", 0),
                                        {**SCENARIO["pools"][0], "lora": _lora, **_pool}), *_frags)
 scenario_case("lora-disaggregated", {**SCENARIO, "classes": [{"name": "all", "share": 1.0, "pool": "chat"}], "pools": [

@@ -9,7 +9,7 @@ model does not cover: other stacks' LoRA schedulers (SGLang's
 ``max_loras_per_batch``, TensorRT-LLM's paged LoRA cache), static batching
 and contiguous or output-reserving KV (not vLLM's), MoE, MLA and
 sliding-window layouts (their LoRA layers are not priced), and LoRA
-beside speculative decoding or disaggregation.
+beside speculative decoding, disaggregation or KV offload tiers.
 
 Loads: an adapter not in a GPU slot is copied from host memory over each
 GPU's host link (its shard of the adapter; the GPU profile's
@@ -145,7 +145,10 @@ def _check_modelled(spec, cm: CostModel, where: str, source) -> None:
              (e.reserves_output, "kv_admission: reserve_output (TensorRT-LLM's)"),
              (not load_backend(rule).lora_modelled, f"the {rule} KV memory rule"),
              (spec.speculative is not None, "speculative decoding"),
-             (spec.disaggregation is not None, "disaggregation")]
+             (spec.disaggregation is not None, "disaggregation"),
+             # The tiers key a block by its id alone (an id names its whole prefix), but an adapter's
+             # namespace is its prompts' first id (LoraPool): past it two adapters' ids agree.
+             (e.kv_offload is not None, "kv_offload (its tiers cannot tell two adapters' blocks apart)")]
     for bad, what in rules:
         if bad:
             raise _refuse(f"LoRA serving beside {what} is not modelled (llmsim models vLLM's LoRA scheduling "
