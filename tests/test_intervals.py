@@ -324,3 +324,18 @@ def test_check_holds_the_slo_to_its_bound_at_a_confidence(tmp_path, cli):
     assert "at 90%" in words(sure.out) and "at 90%" not in words(plain.out)
     r = cli("check", scenario, "--confidence", "0.9", "--set", "slo.tpot_p99_ms=0.001")
     assert r.code == 1 and "at 90%" in words(r.out)
+
+
+def test_a_model_of_one_group_gives_its_stated_coverage_in_sample():
+    """With no group to hold out, a cell's spread is its in-sample median absolute deviation, which
+    is 0.6745 of a normal's standard deviation: used as the standard deviation, a 90 % interval
+    covered 73 % of the very residuals it was built from."""
+    rng = np.random.default_rng(0)
+    r = rng.normal(0.1, 0.2, 4000)
+    table = pd.DataFrame({"row": range(r.size), "group": "m/h100-sxm/vllm", "stack": "vllm", "model": "llama-3-8b",
+                          "gpu": "h100-sxm", "isl": 1000, "osl": 100, "concurrency": 8, "metric": "tpot_mean_ms",
+                          "measured": 20.0 * np.exp(r), "predicted": 20.0})
+    cell = build(table).lookup("tpot", Regime("vllm", moe="dense", isl="<=1k")).cell
+    lo, hi = cell.log_ratio(np.array([0.05, 0.95]))
+    assert cell.spread == pytest.approx(0.2, rel=0.05)
+    assert 0.88 < np.mean((r >= lo) & (r <= hi)) < 0.92

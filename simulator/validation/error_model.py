@@ -333,7 +333,9 @@ def _metric_cells(e: "Any", prior: float, dims: tuple[str, ...]) -> dict[str, Ce
         z.append((e.r[out].to_numpy(float) - centre) / spread)
     z = np.concatenate(z) if z else np.zeros(1)      # without held-out residuals: the in-sample spread
     shift = float(np.median(z))
-    scale = _MAD_SD * float(np.median(np.abs(z - shift))) if len(z) > 1 else 1.0
+    # A cell's spread is a median absolute deviation; the robust standard deviation of z turns it into
+    # the normal's sigma, and without two held-out residuals the conversion alone does.
+    scale = _MAD_SD * (float(np.median(np.abs(z - shift))) if len(z) > 1 else 1.0)
     return {k: Cell(k, n, g, c + s * shift, s * scale) for k, (n, g, c, s) in _shrunk(e, prior, dims).items()}
 
 
