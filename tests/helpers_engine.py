@@ -270,10 +270,20 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None) -> EngineConfig:
                  max_new_tokens=draw(st.sampled_from([8, 64, 300, 600]))) if contiguous else {}
     # TensorRT-LLM's GUARANTEED_NO_EVICT: admission reserves each request's whole output (paged,
     # continuous batching only).
-    if scheduler == "continuous" and not contiguous and draw(st.sampled_from([False, False, True])):
-        extra["kv_admission"] = "reserve_output"
+    # SGLang's admission on the running requests' expected output, with a ratio that decays
+    # within a few iterations and a clip the drawn outputs cross.
+    if scheduler == "continuous" and not contiguous:
+        admission = draw(st.sampled_from(["on_demand", "on_demand", "reserve_output", "expected_output"]))
+        if admission != "on_demand":
+            extra["kv_admission"] = admission
+        if admission == "expected_output":
+            extra.update(new_token_ratio_init=draw(st.sampled_from([None, 0.3, 1.0])),
+                         new_token_ratio_decay_steps=draw(st.sampled_from([3, 40, 600])),
+                         output_estimate_clip=draw(st.sampled_from([50, 4096])),
+                         retract_decode_steps=draw(st.sampled_from([0, 20])))
     # vLLM 0.6's multi-step scheduling: prefill-only steps between decode blocks.
-    if scheduler == "continuous" and not chunked and not mixed and draw(st.booleans()):
+    if (scheduler == "continuous" and not chunked and not mixed and extra.get("kv_admission") != "expected_output"
+            and draw(st.booleans())):
         extra["num_scheduler_steps"] = draw(st.sampled_from([2, 3, 8]))
     # SGLang's --max-prefill-tokens beside its chunk: a second prompt joins only under what is left of it.
     if scheduler == "continuous" and chunked and draw(st.sampled_from([False, False, True])):
@@ -307,6 +317,8 @@ def one_request_need(req, cfg: EngineConfig) -> int:
     contiguous KV with ``max_new_tokens``: the reservation)."""
     if cfg.max_new_tokens is not None:
         return ceil_div(req.input_tokens + cfg.max_new_tokens, cfg.block_size)
+    if cfg.expects_output:   # its prompt and expected output less than the pool, a block's slack included
+        return ceil_div(req.input_tokens + req.output_tokens, cfg.block_size) + 1
     need = req.input_tokens + req.output_tokens - (0 if cfg.scheduler == "static" or cfg.reserves_output else 1)
     return ceil_div(max(need, 1), cfg.block_size)
 

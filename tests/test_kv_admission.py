@@ -111,10 +111,10 @@ def test_a_request_whose_whole_output_cannot_fit_is_rejected_not_queued_forever(
         assert [r.status for r in run.requests] == [status, Status.FINISHED], admission
 
 
-def test_tensorrt_llm_reserves_outputs_and_the_other_stacks_do_not():
+def test_each_stack_admits_as_it_does():
     assert load_backend("trtllm").engine["kv_admission"] == "reserve_output"
-    for stack in ("vllm", "sglang"):
-        assert load_backend(stack).engine.get("kv_admission", "on_demand") == "on_demand"
+    assert load_backend("sglang").engine["kv_admission"] == "expected_output"
+    assert load_backend("vllm").engine.get("kv_admission", "on_demand") == "on_demand"
 
 
 @pytest.mark.parametrize("extra", [{"kv_allocation": "contiguous", "prefix_cache": False},

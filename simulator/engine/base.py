@@ -114,6 +114,20 @@ class ReplicaBase:
         # never exceeds num_blocks, so decode growth always fits.
         self.no_evict = cfg.reserves_output
         self.reserved = 0
+        # SGLang's admission on the running requests' expected output
+        # (kv_admission: expected_output): the ratio is ratio_base after
+        # ratio_steps decode-only iterations, kept as the pair so that both
+        # engines, one stepping and one skipping, compute the same float.
+        self.expects_output = cfg.expects_output
+        self.ratio_init: float = 0.7 if cfg.new_token_ratio_init is None else cfg.new_token_ratio_init
+        self.ratio_min: float = min(self.ratio_init * cfg.new_token_ratio_min_factor, 1.0)
+        self.ratio_decay: float = (self.ratio_init - self.ratio_min) / cfg.new_token_ratio_decay_steps
+        self.ratio_base: float = self.ratio_init
+        self.ratio_steps = 0
+        self.clip = cfg.output_estimate_clip
+        self.pass_reserved = 0      # outputs of the prompts the plan being made completes (unscaled)
+        self.left_now = -1          # Σ min(remaining output, clip) over the decoders this plan; -1: not yet summed
+        self.retracted = False      # the plan being made preempted
         if cfg.prefix_cache and id_block_tokens:
             cap = cfg.prefix_cache_capacity_tokens
             self.cache = PrefixCache(id_block_tokens, self.bs, cap if isinstance(cap, int) else None,
@@ -158,6 +172,11 @@ class ReplicaBase:
             if self.cfg.scheduler == "static" or self.no_evict:
                 need = req.input_tokens + req.output_tokens
             blocks = ceil_div(max(need, 1), self.bs)
+            # Alone on the replica, its prompt (or, readmitted, prompt and output so far, in
+            # whole blocks) and expected output must be less than the pool: a block's slack more
+            # than the whole request bounds both.
+            if self.expects_output and req.input_tokens + req.output_tokens + self.bs > self.num_blocks * self.bs:
+                return False
         if self.kv_budgets is not None:       # nor past its class's KV cap
             cap = self.kv_budgets.get(req.klass)
             if cap is not None and self._footprint(req) > cap:
@@ -337,6 +356,7 @@ class ReplicaBase:
         self._release_cache(v)
         v.reset_for_recompute()
         self.preemptions += 1
+        self.retracted = self.expects_output
         return v
 
     # --- prefix cache --------------------------------------------------------
@@ -433,11 +453,92 @@ class ReplicaBase:
         """Whether the waiting ``s`` cannot be admitted now: its ``need``
         blocks (of ``total`` for its prompt, see ``_admission``) exceed the
         ``free`` ones, or, reserving outputs, its whole final KV does not fit
-        beside what the running sequences will hold when they finish."""
+        beside what the running sequences will hold when they finish, or,
+        expecting outputs, its prompt and expected output are not less than
+        what the running ones are expected to leave free."""
+        if self.expects_output:
+            if self.left_now < 0:
+                self.left_now = self._outputs_left()
+            return not self._expected_fits(need * self.bs + self._output_estimate(s), free * self.bs,
+                                           self._ratio(self.ratio_steps), self.left_now, self.pass_reserved)
         if not self.no_evict:
             return need > free
         pinned = self.cache.pinned if self.cache is not None else 0
         return need + self._footprint(s.req) - total > self.num_blocks - pinned - self.reserved
+
+    # --- SGLang's expected-output admission (kv_admission: expected_output) --------
+    @staticmethod
+    def _expected_fits(cost: int, free_tokens: int, ratio: float, left: int, reserved: int) -> bool:
+        """SGLang's ``PrefillAdder.add_one_req`` test (NO_TOKEN when ``total_tokens >=
+        rem_total_tokens``), one expression for every caller so that both engines
+        compare the same float: ``cost`` tokens (uncached prompt + expected output)
+        against the free and evictable ``free_tokens`` less ``ratio`` × the decoders'
+        ``left`` output and the ``reserved`` outputs of prompts completing this pass."""
+        return cost < free_tokens - ratio * left - reserved
+
+    def _ratio(self, steps: int) -> float:
+        """new_token_ratio after ``steps`` decays from ``ratio_base``; a closed form
+        rather than repeated subtraction, so a skipped stretch lands on the same float."""
+        if steps == 0:
+            return self.ratio_base
+        return max(self.ratio_base - steps * self.ratio_decay, self.ratio_min)
+
+    def _output_estimate(self, s: Seq) -> int:
+        """What admitting ``s`` expects it to still write (add_one_req's max_new)."""
+        return min(max(s.req.output_tokens - s.generated, 0), self.clip)
+
+    def _reserve_output(self, s: Seq, chunk: int) -> None:
+        """A prompt the plan completes: SGLang's ``_update_prefill_budget`` charges
+        min(max_new_tokens, clip) for it (whole, not less what it wrote before a
+        preemption) to the rest of the pass; a prompt cut short is charged nothing."""
+        if self.expects_output and s.done + chunk == s.prompt:
+            self.pass_reserved += min(s.req.output_tokens, self.clip)
+
+    def _start_plan(self) -> None:
+        self.pass_reserved = 0
+        self.left_now = -1
+
+    def _track_ratio(self, chunks: bool, decoding: bool) -> None:
+        """The ratio after the plan just made: set from the decoders left after a
+        preemption (``estimate_new_token_ratio_after_retract`` over the batch
+        retract_decode keeps), else one decay for a decode-only iteration
+        (scheduler.py update_running_batch), back at its start when idle."""
+        if self.retracted:
+            self.retracted = False
+            n, decoded, outputs = self._decoder_totals()
+            self.ratio_base = min(1.0, (decoded + self.cfg.retract_decode_steps * n) / (outputs + 1))
+            self.ratio_steps = 0
+        elif not chunks and decoding:
+            self.ratio_steps += 1
+        elif not chunks:
+            self.ratio_base = self.ratio_init
+            self.ratio_steps = 0
+
+    def _outputs_left(self) -> int:
+        """Engine-specific: Σ min(remaining output, clip) over the decoding sequences."""
+        raise NotImplementedError
+
+    def _decoder_totals(self) -> tuple[int, int, int]:
+        """Engine-specific: (decoding sequences, Σ their output so far, Σ their output lengths)."""
+        raise NotImplementedError
+
+    def _requeue(self, victims: list[Seq]) -> None:
+        """Preempted sequences back in the queue: first in line among their priority
+        (vLLM), or, expecting outputs, last, in the order retracted (SGLang's
+        ``_add_request_to_queue(req, is_retracted=True)`` appends, and its FCFS
+        queue is not re-sorted)."""
+        for v in victims:
+            if self.expects_output:
+                self.waiting.append(v)
+            else:
+                self.waiting.appendleft(v)
+
+    @staticmethod
+    def _retraction_key(generated: int, s: Seq) -> tuple[int, int, int]:
+        """SGLang's retraction order (schedule_batch.py retract_decode, the 'length'
+        policy): the smallest key goes first: fewest output tokens, then the longest
+        prompt, then the newest."""
+        return generated, -s.req.input_tokens, -s.order
 
     def _take_reload(self) -> float:
         """The offload reloads the iteration being planned waits for (see
@@ -609,6 +710,7 @@ class ReplicaBase:
                 break
             free -= self._admit(s, total, m, now)
             self._trim_cache(free)
+            self._reserve_output(s, s.prompt - s.done)
             chunks.append((s, s.prompt - s.done))
             budget -= s.prompt - s.done
         self._unskip(skipped)
@@ -637,6 +739,7 @@ class ReplicaBase:
             free -= self._admit(s, total, m, now)
             self._trim_cache(free)
             c = min(s.prompt - s.done, budget, self.rank_tokens)
+            self._reserve_output(s, c)
             chunks.append((s, c))
             budget -= c
             if left is not None:

@@ -38,6 +38,11 @@ class KvOffload(BaseModel):
         return self
 
 
+#: The engine keys of SGLang's expected-output admission beside ``kv_admission`` itself.
+EXPECTED_OUTPUT_KEYS = ("new_token_ratio_init", "new_token_ratio_min_factor", "new_token_ratio_decay_steps",
+                        "output_estimate_clip", "retract_decode_steps")
+
+
 class EngineConfig(BaseModel):
     """How a replica schedules and stores KV (vLLM's flags where they exist)."""
 
@@ -118,15 +123,50 @@ class EngineConfig(BaseModel):
         description="paged: KV blocks allocated as a sequence grows (vLLM's PagedAttention); contiguous: each "
                     "admitted request reserves its maximum length (prompt + max_new_tokens, else max_model_len) "
                     "until it ends, as servers before paging did (TGI, FasterTransformer)")
-    kv_admission: Literal["on_demand", "reserve_output"] = Field(
+    kv_admission: Literal["on_demand", "reserve_output", "expected_output"] = Field(
         default="on_demand",
-        description="paged KV when memory runs short. on_demand (vLLM V1; TensorRT-LLM's MAX_UTILIZATION; "
-                    "SGLang, whose estimate of running outputs is not modelled): a request is admitted on its "
-                    "prompt's blocks and decodes "
-                    "allocate as they grow; when the next tokens do not fit, the newest running request of the "
-                    "lowest class priority is preempted (its KV freed, recomputed later). reserve_output (TensorRT-LLM's default "
-                    "GUARANTEED_NO_EVICT): a request is admitted only if its prompt and whole output fit beside "
-                    "the remaining output of every running request, so nothing is ever preempted; the rest wait")
+        description="paged KV when memory runs short. on_demand (vLLM V1; TensorRT-LLM's MAX_UTILIZATION): a "
+                    "request is admitted on its prompt's blocks and decodes allocate as they grow; when the next "
+                    "tokens do not fit, the newest running request of the lowest class priority is preempted (its "
+                    "KV freed, recomputed later). reserve_output (TensorRT-LLM's default GUARANTEED_NO_EVICT): a "
+                    "request is admitted only if its prompt and whole output fit beside the remaining output of "
+                    "every running request, so nothing is ever preempted; the rest wait. expected_output (SGLang's "
+                    "PrefillAdder with its radix cache): a request is admitted only while its uncached prompt plus "
+                    "min(its remaining output, output_estimate_clip) is less than the free and evictable KV less, "
+                    "for each decoding request, min(its remaining output, clip) × new_token_ratio, and less each "
+                    "prompt admitted in the same pass with min(its output, clip); the ratio starts at "
+                    "new_token_ratio_init, falls by (init − min) / new_token_ratio_decay_steps each decode-only "
+                    "iteration to init × new_token_ratio_min_factor, is back at init whenever the replica goes "
+                    "idle, and after a preemption is (Σ decoded + retract_decode_steps × n) / (Σ outputs + 1), "
+                    "at most 1, over the n requests still decoding. When decodes do not fit, the decoding request "
+                    "with the fewest output tokens (the longest prompt among equals, then the newest) is preempted "
+                    "first, whatever its class, and goes to the back of its class's queue. A request's output "
+                    "length stands for its max_new_tokens (a benchmark client sending max_tokens = its output "
+                    "length, as reserve_output assumes too); requests carry no ignore_eos flag, whose own path "
+                    "SGLang takes only without the radix cache. A disaggregated decode pool keeps on_demand "
+                    "(SGLang's decode server admits by its own reservation, disaggregation/decode.py, not "
+                    "modelled)")
+    new_token_ratio_init: Optional[float] = Field(
+        default=None, gt=0, le=1,
+        description="expected_output: the share of running requests' remaining output admission expects them "
+                    "to write, when the replica starts or goes idle (SGLang: SGLANG_INIT_NEW_TOKEN_RATIO 0.7 × "
+                    "--schedule-conservativeness, at most 1); default 0.7, and 0.21 on a pool of dp > 1 "
+                    "attention ranks (SGLang's DP attention multiplies schedule_conservativeness by 0.3)")
+    new_token_ratio_min_factor: float = Field(
+        default=0.14, ge=0, le=1,
+        description="expected_output: the ratio's floor as a share of its start (SGLANG_MIN_NEW_TOKEN_RATIO_FACTOR)")
+    new_token_ratio_decay_steps: int = Field(
+        default=600, ge=1, le=10_000_000,
+        description="expected_output: decode-only iterations the ratio takes from its start to its floor "
+                    "(SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS)")
+    output_estimate_clip: int = Field(
+        default=4096, ge=1, le=10_000_000,
+        description="expected_output: the most output tokens a request is expected to still write "
+                    "(SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)")
+    retract_decode_steps: int = Field(
+        default=20, ge=0, le=1_000_000,
+        description="expected_output: decode steps per request the ratio set after a preemption allows for "
+                    "(SGLANG_RETRACT_DECODE_STEPS)")
     max_model_len: Optional[int] = Field(
         default=None, ge=1,
         description="the longest request the server takes, prompt and output together (vLLM's --max-model-len, "
@@ -364,12 +404,25 @@ class EngineConfig(BaseModel):
         """Whether admission reserves each request's whole output (no preemption)."""
         return self.kv_admission == "reserve_output"
 
+    @property
+    def expects_output(self) -> bool:
+        """Whether admission weighs running requests' expected output (SGLang's)."""
+        return self.kv_admission == "expected_output"
+
     @model_validator(mode="after")
     def _admission_modelled(self) -> "EngineConfig":
-        if self.reserves_output and (self.contiguous or self.scheduler == "static"):
-            raise ValueError("kv_admission: reserve_output applies to paged KV with continuous batching; "
+        if self.kv_admission != "on_demand" and (self.contiguous or self.scheduler == "static"):
+            raise ValueError(f"kv_admission: {self.kv_admission} applies to paged KV with continuous batching; "
                              "kv_allocation: contiguous and scheduler: static already reserve each request's "
                              "maximum at admission (leave kv_admission unset)")
+        if self.expects_output and self.num_scheduler_steps > 1:
+            raise ValueError("kv_admission: expected_output is SGLang's, which has no multi-step scheduling; "
+                             "set num_scheduler_steps: 1 or another kv_admission")
+        # Parameters of a rule that is off would read as applied while nothing reads them.
+        stray = sorted(k for k in EXPECTED_OUTPUT_KEYS if k in self.model_fields_set)
+        if stray and not self.expects_output:
+            raise ValueError(f"{', '.join(stray)} tune kv_admission: expected_output (SGLang's), not "
+                             f"{self.kv_admission}; remove them or set kv_admission: expected_output")
         return self
 
     @model_validator(mode="after")

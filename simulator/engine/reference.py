@@ -39,8 +39,19 @@ class ReferenceReplica(ReplicaBase):
         v.blocks = 0
 
     def _preempt_victim(self) -> Seq:
+        if self.expects_output:   # SGLang retracts decoding requests alone, by its own order
+            return self._preempt(min((s for s in self.running if s.state == DECODE),
+                                     key=lambda s: self._retraction_key(s.generated, s)))
         # The lowest class priority, the newest among equals (min keeps the first of equals).
         return self._preempt(min(reversed(self.running), key=lambda s: s.req.priority))
+
+    def _outputs_left(self) -> int:
+        clip = self.clip
+        return sum(min(s.req.output_tokens - s.generated, clip) for s in self.running if s.state == DECODE)
+
+    def _decoder_totals(self) -> tuple[int, int, int]:
+        decoding = [s for s in self.running if s.state == DECODE]
+        return len(decoding), sum(s.generated for s in decoding), sum(s.req.output_tokens for s in decoding)
 
     def _allocate_decodes(self) -> tuple[list[Seq], list[Seq]]:
         decodes, victims = [], []
@@ -63,8 +74,7 @@ class ReferenceReplica(ReplicaBase):
             self.own += need
             s.blocks += need
             decodes.append(s)
-        for v in victims:
-            self.waiting.appendleft(v)
+        self._requeue(victims)
         return decodes, victims
 
     def _admit(self, s: Seq, total: int, m, now: float) -> int:
@@ -81,6 +91,7 @@ class ReferenceReplica(ReplicaBase):
         budget = cfg.max_num_batched_tokens
         chunks: list[tuple[Seq, int]] = []
         decodes: list[Seq] = []
+        self._start_plan()
         if cfg.scheduler == "static":
             if not self.running:
                 chunks = self._admit_whole(now, self.free, reserve_output=True)
@@ -131,6 +142,7 @@ class ReferenceReplica(ReplicaBase):
         for s in self.running:
             if s.state == PREFILL and budget > 0:
                 c = min(s.prompt - s.done, budget, self.rank_tokens)
+                self._reserve_output(s, c)
                 chunks.append((s, c))
                 budget -= c
         return budget
@@ -142,6 +154,8 @@ class ReferenceReplica(ReplicaBase):
         if not chunks and not decodes and self.held:
             self._take_in(now)      # nothing in flight to plan ahead of
             chunks, decodes = self._plan(now)
+        if self.expects_output:
+            self._track_ratio(bool(chunks), bool(decodes))
         self.queue_len.set(now, self.queued())
         self.in_flight = bool(chunks or decodes)
         if not chunks and not decodes:

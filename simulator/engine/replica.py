@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import heapq
 import math
+from bisect import bisect_left
 from typing import Callable, Optional
 
 import simpy
@@ -167,14 +168,40 @@ class FastReplica(ReplicaBase):
         return best
 
     def _preempt_victim(self) -> Seq:
-        return self._preempt(self._victim())
+        return self._preempt(self._retraction_victim() if self.expects_output else self._victim())
+
+    def _retraction_victim(self) -> Seq:
+        """SGLang's next decoding request to retract (see ``_retraction_key``)."""
+        G = self.G
+        best: Optional[Seq] = None
+        best_key = (0, 0, 0)
+        for s in self.running:
+            if s.state != DECODE:
+                continue
+            key = self._retraction_key(s.req.output_tokens - (s.gf - G), s)
+            if best is None or key < best_key:
+                best, best_key = s, key
+        assert best is not None, "preemption with nothing decoding"
+        return best
+
+    def _outputs_left(self) -> int:
+        G, clip = self.G, self.clip
+        return sum(min(s.gf - G, clip) for s in self.running if s.state == DECODE)
+
+    def _decoder_totals(self) -> tuple[int, int, int]:
+        G = self.G
+        decoded = outputs = 0
+        for s in self.running:
+            if s.state == DECODE:
+                decoded += s.req.output_tokens - (s.gf - G)
+                outputs += s.req.output_tokens
+        return self.B, decoded, outputs
 
     def _make_room_for_decodes(self) -> list[Seq]:
         victims = []
         while self.demand.count and self.used_blocks(self.G + 1) > self.num_blocks:
             victims.append(self._preempt_victim())
-        for v in victims:
-            self.waiting.appendleft(v)
+        self._requeue(victims)
         return victims
 
     def _batch_len(self) -> int:
@@ -201,6 +228,7 @@ class FastReplica(ReplicaBase):
         cfg = self.cfg
         budget = cfg.max_num_batched_tokens
         chunks: list[tuple[Seq, int]] = []
+        self._start_plan()
         if cfg.scheduler == "static":
             if not self.running:
                 return self._admit_whole(now, self._free_blocks(False), reserve_output=True), False, False
@@ -252,6 +280,7 @@ class FastReplica(ReplicaBase):
             if budget <= 0:
                 break
             c = min(s.prompt - s.done, budget, self.rank_tokens)
+            self._reserve_output(s, c)
             chunks.append((s, c))
             budget -= c
         return budget
@@ -263,6 +292,8 @@ class FastReplica(ReplicaBase):
         if not chunks and not decoding and self.held:
             self._take_in(now)      # nothing in flight to plan ahead of
             chunks, decoding, preempted = self._plan(now)
+        if self.expects_output:
+            self._track_ratio(bool(chunks), decoding)
         self.queue_len.set(now, self.queued())
         self.batch_size.set(now, len(self.running))
         self.in_flight = bool(chunks) or decoding
@@ -328,6 +359,8 @@ class FastReplica(ReplicaBase):
                 else:
                     lo = mid
             n = lo
+        if n > 1 and self.expects_output and self.waiting and not preempted:
+            n = self._first_admissible(1, n)   # the head may pass as the ratio decays and outputs shrink
         K = a + b * (self.C + B * G0)
         dt = self._elapsed(n, K, b, B)
         self._release_outputs(0.0)
@@ -373,6 +406,8 @@ class FastReplica(ReplicaBase):
                 or (cfg.chunked_prefill and cfg.mixes_prefill and cfg.max_num_batched_tokens - self.B <= 0)
                 or self._over_budget(head)):
             return False
+        if self.expects_output:
+            return True     # its KV test is _first_admissible's, iteration by iteration
         need, total, _ = self._admission(head)
         return not self._no_room(head, need, total, self.num_blocks - self.used_blocks(self.G + 1))
 
@@ -381,8 +416,68 @@ class FastReplica(ReplicaBase):
         one without multi-step scheduling)."""
         return g + (self.block_anchor - g) % self.cfg.num_scheduler_steps
 
+    def _first_admissible(self, k: int, n: int) -> int:
+        """The first k' in [k, n) after whose iteration of the decode stretch
+        (decode counter G + k') the head of the queue passes the expected-output
+        test; n if none. Not monotone: the free KV shrinks as decodes grow while
+        the ratio decays and the running outputs shrink, so the test can pass
+        mid-stretch, then fail again once the ratio is at its floor.
+
+        The free tokens F(k') and ratio(k') × left(k') both only fall, so where
+        ratio × left ≥ F(k) − cost no k' before its first fall below can pass:
+        the search jumps there by bisection and tests again, a few steps per
+        pass rather than one per iteration."""
+        if not self._head_admissible():
+            return n        # a slot, the budget or its class cap is missing until a finish
+        head = self._first_candidate()
+        assert head is not None
+        need, _, _ = self._admission(head)
+        cost = need * self.bs + self._output_estimate(head)
+        G0, clip, bs = self.G, self.clip, self.bs
+        after = 1 if self.cfg.mixes_prefill else 0    # mixed, the decodes' next blocks are taken first
+        rs = sorted([s.gf - G0 for s in self.running if s.state == DECODE])
+        sums = [0]
+        for r in rs:
+            sums.append(sums[-1] + r)
+        B = len(rs)
+        steps = self.ratio_steps - 1    # decays planned before the stretch's first iteration
+
+        def left(j: int) -> int:
+            m = bisect_left(rs, j + clip)
+            return sums[m] - m * j + clip * (B - m)
+
+        def weighted(j: int) -> float:
+            return self._ratio(steps + j) * left(j)
+
+        while k < n:
+            free = bs * (self.num_blocks - self.used_blocks(G0 + k + after))
+            target = free - cost
+            if target <= 0:
+                return n
+            if weighted(k) < target:
+                if self._expected_fits(cost, free, self._ratio(steps + k), left(k), 0):
+                    return k
+                k += 1
+                continue
+            if weighted(n - 1) >= target:
+                return n
+            lo, hi = k, n - 1       # weighted(lo) ≥ target > weighted(hi)
+            while hi - lo > 1:
+                mid = (lo + hi) // 2
+                if weighted(mid) < target:
+                    hi = mid
+                else:
+                    lo = mid
+            k = hi
+        return n
+
     def _on_arrival_while_busy(self, now: float) -> None:
-        if self.seg is None or not self.seg_cuttable or self.seg[1] <= 1 or not self._head_admissible():
+        if self.seg is None or not self.seg_cuttable or self.seg[1] <= 1:
+            return
+        if self.expects_output:
+            self._end_stretch_after(self._first_admissible(self._inflight(now), self.seg[1]), now)
+            return
+        if not self._head_admissible():
             return
         # The head joins at the first decision after the iteration in flight
         # (that iteration's end without multi-step scheduling).
@@ -504,6 +599,8 @@ class FastReplica(ReplicaBase):
             kv_area = self._stretch_kv_area(n, K, b, B, self.fixed_blocks + pinned)
         kv_peak = self.used_blocks(self.G + n)
         self._decode_gaps(n, K + b * B, K + b * B * n, K + 2 * b * B)
+        if self.expects_output:
+            self.ratio_steps += n - 1     # the first was counted when the stretch was planned
         self.G += n
         self.t_last_decode = now
         if self.cfg.scheduler != "static":
