@@ -221,8 +221,8 @@ def cache_configs(draw):
     bs = draw(st.sampled_from([4, 16]))
     cap = draw(st.sampled_from([None, None, "unbounded", 0, 64, 1024]))
     sched = draw(st.sampled_from(["continuous", "continuous", "continuous", "static"]))
-    admission = draw(st.sampled_from(["on_demand", "on_demand", "reserve_output"])) if sched == "continuous" \
-        else "on_demand"
+    admission = draw(st.sampled_from(["on_demand", "on_demand", "reserve_output", "expected_output"])) \
+        if sched == "continuous" else "on_demand"
     return EngineConfig(chunked_prefill=chunked, max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=bs,
                         prefix_cache_capacity_tokens=cap, scheduler=sched, kv_admission=admission)
 
