@@ -288,6 +288,11 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None) -> EngineConfig:
     # SGLang's --max-prefill-tokens beside its chunk: a second prompt joins only under what is left of it.
     if scheduler == "continuous" and chunked and draw(st.sampled_from([False, False, True])):
         extra["max_prefill_tokens"] = draw(st.integers(1, 600))
+    # vLLM from 0.28 beside a separate draft model: each request an iteration schedules takes a
+    # budget slot beside its tokens (a budget holding every sequence's decode and slot).
+    if (scheduler == "continuous" and "max_prefill_tokens" not in extra and budget >= 2 * seqs
+            and draw(st.sampled_from([False, False, True]))):
+        extra.update(draft_budget_slots=1, draft_budget_per="scheduled_request")
     # SGLang's overlap scheduler before 0.5.4: outputs wait for the next launch.
     if draw(st.sampled_from([False, False, False, True])):
         extra["output_after_next_launch"] = True

@@ -292,6 +292,56 @@ def test_a_budget_the_draft_slots_leave_too_small_is_one_line(tmp_path, cli):
     assert "pools[0].engine.max_num_batched_tokens" in r.err and "at least 512" in r.err, r.err
 
 
+def test_vllm_0_28_charges_the_draft_slot_per_scheduled_request():
+    """vllm/v1/core/sched/scheduler.py of 0.28.0 to 0.34.0: the scheduler fills the whole
+    max_num_batched_tokens, each request it schedules taking its tokens and the draft model's slot
+    (input_budget -= num_new_tokens + draft_slots), where 0.17-0.27.1 took max_num_seqs slots off once."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    prof = load_backend("vllm")
+    assert prof.version_keys("0.28.0")["draft_budget_per"] == "scheduled_request"
+    assert "draft_budget_per" not in prof.version_keys("0.27.1")
+    pool = {"model": "llama-2-13b", "gpu": "a100-sxm-40gb", "speculative": _DRAFT,
+            "engine": {"backend": "vllm", "draft_budget_per": "scheduled_request"}}
+    e = setup_pool(PoolSpec.model_validate(pool), 0).engine_config
+    assert (e.max_num_batched_tokens, e.draft_slots_per_request) == (2048, 1)
+    plain = setup_pool(PoolSpec.model_validate({**pool, "speculative": None}), 0).engine_config
+    assert (plain.max_num_batched_tokens, plain.draft_slots_per_request) == (2048, 0)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("per, chunk", [("scheduled_request", 100 - 3 * 2 - 1),   # 0.28: 3 decodes and the chunk
+                                        ("max_num_seqs", 100 - 8 - 3)])          # 0.17-0.27.1: 8 slots off once
+def test_a_prompt_beside_decodes_gets_the_budget_the_draft_slots_leave(engine, per, chunk):
+    """Three sequences decoding under a 100-token budget for 8 sequences: a long prompt joining
+    them is cut at what their tokens and the draft slots leave, the same in both engines."""
+    from unittest import mock
+
+    from helpers_engine import make_requests, run_open
+    from simulator.engine.config import EngineConfig
+    from simulator.fleet import pool as fleet
+    from simulator.fleet.setup import drafting_budget
+    from simulator.scenario.schema import PoolSpec
+
+    seen: list[int] = []
+
+    class Recording(fleet.ENGINES[engine]):
+        def _plan(self, now):
+            out = super()._plan(now)
+            seen.extend(c for s, c in out[0] if s.req.id == 3)
+            return out
+
+    cfg = EngineConfig(max_num_batched_tokens=100, max_num_seqs=8, draft_budget_slots=1, draft_budget_per=per,
+                       prefix_cache=False)
+    spec = PoolSpec.model_validate({"model": "llama-3-8b", "gpu": "h100-sxm", "speculative": _DRAFT})
+    cfg = drafting_budget(cfg, spec, "pools[0]", None)
+    reqs = make_requests([0.0, 0.0, 0.0, 0.05], [10, 10, 10, 1000], [2000, 2000, 2000, 5])
+    with mock.patch.dict(fleet.ENGINES, {engine: Recording}):
+        run_open(engine, reqs, cfg, num_blocks=10_000)
+    assert seen[:2] == [chunk, chunk]
+
+
 @pytest.mark.parametrize("gpu, version, budget, seqs", [
     ("b200", "0.28.0", 16384, 1024), ("b300", "0.28.0", 16384, 1024), ("mi300x", "0.28.0", 16384, 1024),
     ("h200", "0.28.0", 8192, 1024), ("h100-sxm", "0.28.0", 8192, 1024), ("a100-sxm-80gb", "0.28.0", 2048, 256),

@@ -99,7 +99,8 @@ class CheckedFast(FastReplica):
             assert self.used_blocks(self.G + n) <= self.num_blocks, "a decode stretch runs out of KV"
         elif decoding:
             assert self.used_blocks(self.G + 1) <= self.num_blocks, "a mixed iteration runs out of KV"
-        budget = sum(c for _, c in chunks) + (self.B if decoding else 0)
+        slots = self.draft_slots     # a separate draft model's budget slots per scheduled request
+        budget = sum(c + slots for _, c in chunks) + (self.B * (1 + slots) if decoding else 0)
         if self.cfg.chunked_prefill and self.cfg.scheduler == "continuous":
             assert budget <= self.cfg.max_num_batched_tokens, "token budget exceeded"
         for s, c in chunks:

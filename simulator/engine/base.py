@@ -74,6 +74,9 @@ class ReplicaBase:
         # The most one sequence's prompt advances in an iteration: its attention-DP rank's token
         # budget (EngineConfig.rank_tokens), else the replica's.
         self.rank_tokens: int = rank_tokens or cfg.max_num_batched_tokens
+        # Budget tokens a separate draft model takes beside each request an iteration schedules
+        # (vLLM from 0.28, EngineConfig.draft_budget_per); 0 where none is charged so.
+        self.draft_slots: int = cfg.draft_slots_per_request
         self.bs = cfg.block_size
         self.num_blocks = num_blocks
         self.max_model_len = max_model_len or cfg.longest_request(cm.model)
@@ -698,7 +701,8 @@ class ReplicaBase:
         schedules without chunking). Static batching reserves blocks for the
         output too. Each engine's ``_admit`` does its own block bookkeeping."""
         chunks: list = []
-        budget = self.cfg.max_num_batched_tokens - decoding
+        budget = self._after_decodes(decoding)
+        slots = self.draft_slots
         skipped: list[Seq] = []
         while self._batch_len() < self.cfg.max_num_seqs:
             s = self._next_waiting(skipped)
@@ -706,13 +710,14 @@ class ReplicaBase:
                 break
             need, total, m = self._admission(s, reserve_output)
             new = self._uncached(s, m)
-            if ((chunks or decoding) and new > min(budget, self.rank_tokens)) or self._no_room(s, need, total, free):
+            if (((chunks or decoding) and new > min(budget, self.rank_tokens) - slots)
+                    or self._no_room(s, need, total, free)):
                 break
             free -= self._admit(s, total, m, now)
             self._trim_cache(free)
             self._reserve_output(s, s.prompt - s.done)
             chunks.append((s, s.prompt - s.done))
-            budget -= s.prompt - s.done
+            budget -= s.prompt - s.done + slots
         self._unskip(skipped)
         return chunks
 
@@ -727,7 +732,7 @@ class ReplicaBase:
         cap = self.cfg.max_prefill_tokens
         left = None if cap is None else cap - (self.cfg.max_num_batched_tokens - budget)
         skipped: list[Seq] = []
-        while budget > 0 and self._batch_len() < self.cfg.max_num_seqs:
+        while budget > self.draft_slots and self._batch_len() < self.cfg.max_num_seqs:
             s = self._next_waiting(skipped)
             if s is None or self._over_budget(s):
                 break
@@ -738,13 +743,24 @@ class ReplicaBase:
                 break
             free -= self._admit(s, total, m, now)
             self._trim_cache(free)
-            c = min(s.prompt - s.done, budget, self.rank_tokens)
+            c = self._chunk(s, budget)
             self._reserve_output(s, c)
             chunks.append((s, c))
-            budget -= c
+            budget -= c + self.draft_slots
             if left is not None:
                 left -= c
         self._unskip(skipped)
+
+    def _after_decodes(self, decoding: int) -> int:
+        """The token budget ``decoding`` sequences leave an iteration, each a
+        token and its draft slots (vLLM's input_budget from 0.28)."""
+        return self.cfg.max_num_batched_tokens - decoding * (1 + self.draft_slots)
+
+    def _chunk(self, s: Seq, budget: int) -> int:
+        """The prompt tokens of ``s`` an iteration with ``budget`` tokens left
+        takes: at most its rank's budget, in both less the draft slots the
+        request is charged beside them (vLLM's ``input_budget - draft_slots``)."""
+        return min(s.prompt - s.done, budget - self.draft_slots, self.rank_tokens - self.draft_slots)
 
     def _uncached(self, s: Seq, m: Optional[Match]) -> int:
         """The prompt tokens of ``s`` admitting it with cache match ``m`` leaves to prefill."""

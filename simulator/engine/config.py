@@ -65,8 +65,14 @@ class EngineConfig(BaseModel):
     draft_budget_slots: int = Field(
         default=0, ge=0, le=64,
         description="token-budget slots per sequence the scheduler leaves to a separate draft model (a speculative "
-                    "draft_model other than mtp): it schedules max_num_batched_tokens − slots × max_num_seqs "
-                    "(vLLM from 0.17: 1); 0: the whole budget. Other pools ignore it")
+                    "draft_model other than mtp), taken as draft_budget_per says (vLLM from 0.17: 1); 0: the whole "
+                    "budget. Other pools ignore it")
+    draft_budget_per: Literal["max_num_seqs", "scheduled_request"] = Field(
+        default="max_num_seqs",
+        description="how draft_budget_slots come out of the token budget. max_num_seqs: once, the scheduler fills "
+                    "max_num_batched_tokens − slots × max_num_seqs (vLLM 0.17–0.27); scheduled_request: each "
+                    "request an iteration schedules, decode or prompt chunk, takes its tokens plus the slots, so a "
+                    "batch of few requests keeps nearly the whole budget (vLLM from 0.28)")
     dp_limits: Literal["per_rank", "split"] = Field(
         default="per_rank",
         description="how the two limits above apply to a replica of dp > 1 attention data-parallel ranks, each of "
@@ -267,6 +273,13 @@ class EngineConfig(BaseModel):
         if dp <= 1 or self.dp_limits == "per_rank":
             return self.max_num_batched_tokens
         return max(1, self.max_num_batched_tokens // dp)
+
+    @property
+    def draft_slots_per_request(self) -> int:
+        """Budget tokens each scheduled request costs beside its own: the draft
+        model's slots where the scheduler charges them request by request, else
+        none (taken off the budget once, before the scheduler sees it)."""
+        return self.draft_budget_slots if self.draft_budget_per == "scheduled_request" else 0
 
     @property
     def mixes_prefill(self) -> bool:

@@ -131,7 +131,7 @@ class ReferenceReplica(ReplicaBase):
             return [], decodes
         decodes, victims = self._allocate_decodes()
         self._trim_cache(self.free)
-        budget = self._continue_prefills(budget - len(decodes), chunks)
+        budget = self._continue_prefills(self._after_decodes(len(decodes)), chunks)
         if not victims:
             self._admit_chunked(now, self.free, budget, chunks)
         return chunks, decodes
@@ -140,11 +140,11 @@ class ReferenceReplica(ReplicaBase):
         """Add the next chunk of each partly prefilled prompt to ``chunks`` while
         ``budget`` lasts; the budget left."""
         for s in self.running:
-            if s.state == PREFILL and budget > 0:
-                c = min(s.prompt - s.done, budget, self.rank_tokens)
+            if s.state == PREFILL and budget > self.draft_slots:
+                c = self._chunk(s, budget)
                 self._reserve_output(s, c)
                 chunks.append((s, c))
-                budget -= c
+                budget -= c + self.draft_slots
         return budget
 
     # --- the iteration loop ----------------------------------------------------

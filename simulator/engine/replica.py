@@ -268,7 +268,7 @@ class FastReplica(ReplicaBase):
         victims = self._make_room_for_decodes()
         free = self._free_blocks(self.B > 0)
         self._trim_cache(free)
-        budget = self._continue_prefills(budget - self.B, chunks)
+        budget = self._continue_prefills(self._after_decodes(self.B), chunks)
         if not victims:
             self._admit_chunked(now, free, budget, chunks)
         return chunks, self.B > 0, bool(victims)
@@ -277,12 +277,12 @@ class FastReplica(ReplicaBase):
         """Add the next chunk of each partly prefilled prompt to ``chunks`` while
         ``budget`` lasts; the budget left."""
         for s in self.prefilling:
-            if budget <= 0:
+            if budget <= self.draft_slots:
                 break
-            c = min(s.prompt - s.done, budget, self.rank_tokens)
+            c = self._chunk(s, budget)
             self._reserve_output(s, c)
             chunks.append((s, c))
-            budget -= c
+            budget -= c + self.draft_slots
         return budget
 
     # --- the loop ----------------------------------------------------------
@@ -403,7 +403,7 @@ class FastReplica(ReplicaBase):
         cfg = self.cfg
         head = self._first_candidate()   # (a waiting LoRA request may be skipped for its adapter)
         if (head is None or len(self.running) >= cfg.max_num_seqs
-                or (cfg.chunked_prefill and cfg.mixes_prefill and cfg.max_num_batched_tokens - self.B <= 0)
+                or (cfg.chunked_prefill and cfg.mixes_prefill and self._after_decodes(self.B) <= self.draft_slots)
                 or self._over_budget(head)):
             return False
         if self.expects_output:

@@ -132,24 +132,33 @@ def expected_output_admission(e: EngineConfig, dp: int, decodes_for_another: boo
 
 def drafting_budget(e: EngineConfig, spec: PoolSpec, where: str, source: str | Path | None) -> EngineConfig:
     """The engine whose token budget the scheduler fills: a separate draft
-    model adds a slot per sequence to each batch it drafts for, which the
-    stack keeps out of the scheduler's budget (vLLM from 0.17:
-    ``VllmConfig._set_max_num_scheduled_tokens`` makes
-    ``max_num_scheduled_tokens`` = ``max_num_batched_tokens`` −
-    ``max_num_new_slots_for_drafting`` × ``max_num_seqs``, one slot per
-    request for a draft model). MTP drafts and pools without a draft keep
-    the whole budget; so does a stack that sets no slots."""
+    model adds a slot per request to each batch it drafts for, which the
+    stack keeps out of the scheduler's budget. vLLM 0.17–0.27
+    (``VllmConfig._set_max_num_scheduled_tokens``) takes
+    ``max_num_new_slots_for_drafting`` × ``max_num_seqs`` off it once
+    (``draft_budget_per: max_num_seqs``); from 0.28 its scheduler charges
+    each request it schedules its tokens plus the slots
+    (``scheduled_request``, which the engines charge). MTP drafts and pools
+    without a draft keep the whole budget; so does a stack that sets no
+    slots. Either way a full batch of decodes must fit: the engines advance
+    every running sequence each iteration, where vLLM would leave the
+    decodes past the budget for the next."""
     draft = spec.speculative.draft_model if spec.speculative is not None else None
     if draft is None or draft == MTP or not e.draft_budget_slots:
-        return e
-    budget = e.max_num_batched_tokens - e.draft_budget_slots * e.max_num_seqs
-    if budget < e.max_num_seqs:
+        return e.model_copy(update={"draft_budget_slots": 0}) if e.draft_slots_per_request else e
+    slots, seqs = e.draft_budget_slots, e.max_num_seqs
+    if e.max_num_batched_tokens < (1 + slots) * seqs:
         raise LlmsimError(
-            f"max_num_batched_tokens {e.max_num_batched_tokens} leaves {budget} tokens to schedule once the draft "
-            f"model's {e.draft_budget_slots} slot(s) per sequence are kept for it ({e.max_num_seqs} sequences), "
-            f"fewer than one per sequence; raise it to at least {(1 + e.draft_budget_slots) * e.max_num_seqs} or "
-            f"lower max_num_seqs", source=source, key_path=f"{where}.engine.max_num_batched_tokens")
-    return e.model_copy(update={"max_num_batched_tokens": budget})
+            f"max_num_batched_tokens {e.max_num_batched_tokens} holds fewer than max_num_seqs ({seqs}) decodes once "
+            f"the draft model's {slots} slot(s) per sequence are kept for it; raise it to at least "
+            f"{(1 + slots) * seqs} or lower max_num_seqs", source=source, key_path=f"{where}.engine.max_num_batched_tokens")
+    if e.draft_slots_per_request:
+        if e.max_prefill_tokens is not None:    # SGLang's cap counts prompt tokens, not vLLM's draft slots
+            raise LlmsimError("max_prefill_tokens (SGLang's) is not modelled beside draft slots charged per scheduled "
+                              "request (vLLM's draft_budget_per: scheduled_request); remove one of the two",
+                              source=source, key_path=f"{where}.engine.max_prefill_tokens")
+        return e
+    return e.model_copy(update={"max_num_batched_tokens": e.max_num_batched_tokens - slots * seqs})
 
 
 def _blocks_override(e: EngineConfig, mem: MemoryPlan, where: str, source: str | Path | None) -> MemoryPlan:
