@@ -13,7 +13,10 @@ difference is the whole pool:
     after the KV cache is allocated and live in the unrequested share up to
     0.19.1; from 0.20.0 the profiler estimates them first
     (``VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS``, on by default), which
-    ``cuda_graphs_in_pool`` says, and ``cuda_graph_gib`` must give.
+    ``cuda_graphs_in_pool`` says, and ``cuda_graph_gib`` must give. The
+    profiling run's sampler differs between vLLM's two model runners
+    (``sampler_logit_bytes``), and from 0.27.0 the profiler counts what the
+    V2 runner keeps per request slot (``persistent_logit_bytes``).
 ``sglang``
     ``mem_fraction_static`` is the share of the memory free at start-up that
     weights and KV cache may hold together (model_executor/model_runner.py
@@ -141,7 +144,10 @@ def _vllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     usable = frac * g.hbm
     act = g.peak(min(g.max_seqs, g.budget), VLLM_SAMPLER_LOGIT_BYTES if spec.sampler_logit_bytes is None
                  else spec.sampler_logit_bytes)
-    reserve = act + g.runtime + spec.cuda_graph_gib * GIB
+    # what the runner keeps per request slot (V2's sampler states), counted from 0.27.0
+    # (utils/mem_utils.py memory_profiling: total_consumed)
+    kept = g.max_seqs * g.vocab * spec.persistent_logit_bytes
+    reserve = act + kept + g.runtime + spec.cuda_graph_gib * GIB
     return KvBudget(usable - g.weights - reserve, frac, usable, reserve, "gpu_memory_utilization", activation=act)
 
 
@@ -366,7 +372,8 @@ class KvRule:
 # Each KV memory rule by the name engine.kv_memory.rule takes (the Rule type lists them).
 RULES: dict[str, KvRule] = {
     "vllm": KvRule(_vllm, engine_knob="gpu_memory_utilization",
-                   knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes", "cuda_graphs_in_pool"}),
+                   knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes", "cuda_graphs_in_pool",
+                                    "persistent_logit_bytes"}),
                    needs_one_context=True),
     "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=SGLANG_SWA_FULL_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
@@ -462,6 +469,13 @@ class KvMemory(BaseModel):
                     "default (and earlier releases without FlashInfer installed); "
                     + _read_by("sampler_logit_bytes", "its activations live outside mem_fraction_static")
                     + "; default: 14 (vllm), 4 (trtllm: one fp32 row of one sequence)")
+    persistent_logit_bytes: float = Field(
+        default=0.0, ge=0, le=64,
+        description="bytes the model runner keeps on each sampling GPU for the server's life per vocabulary "
+                    "entry of each of max_num_seqs requests, which the stack counts before sizing the pool: "
+                    "vLLM's V2 model runner from 0.27.0 (its penalties' output_bin_counts and prompt_bin_mask, the "
+                    "grammar bitmask: 4.25), which the vllm backend sets for the models that release runs on it; "
+                    + _read_by("persistent_logit_bytes") + "; default 0")
 
     piecewise_cuda_graph: bool = Field(
         default=False,

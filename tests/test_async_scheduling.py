@@ -352,7 +352,7 @@ def test_vllm_0_28_gives_gpus_of_160_gib_a_larger_budget(gpu, version, budget, s
     from simulator.profiles.backend import apply_backend
 
     engine = {"backend": "vllm", **({"backend_version": version} if version else {})}
-    e = apply_backend(engine, gpu)
+    e = apply_backend(engine, gpu, model=load_model("llama-3-8b"))
     assert (e["max_num_batched_tokens"], e["max_num_seqs"]) == (budget, seqs)
 
 
@@ -365,7 +365,8 @@ def test_vllm_0_28_captures_graphs_to_1024_tokens_on_sm100(gpu, version, budget,
     on compute capability 10.x (B200, GB200: 10.0; B300, GB300: 10.3), 512 elsewhere and before."""
     from simulator.profiles.backend import apply_backend
 
-    e = apply_backend({"backend": "vllm", **({"backend_version": version} if version else {})}, gpu)
+    e = apply_backend({"backend": "vllm", **({"backend_version": version} if version else {})}, gpu,
+                      model=load_model("llama-3-8b"))
     assert (e["max_num_batched_tokens"], e["graph_max_tokens"]) == (budget, graphs)
 
 
@@ -389,9 +390,10 @@ def test_vllm_0_28_keeps_async_scheduling_under_a_draft_model(version, draft, ov
     from simulator.profiles.backend import apply_backend
 
     engine = {"backend": "vllm", **({"backend_version": version} if version else {})}
-    assert apply_backend(engine, "h100-sxm", draft)["async_scheduling"] is overlaps
+    model = load_model("llama-3-8b")
+    assert apply_backend(engine, "h100-sxm", draft, model)["async_scheduling"] is overlaps
     # the pool's own key still wins
-    assert apply_backend({**engine, "async_scheduling": False}, "h100-sxm", draft)["async_scheduling"] is False
+    assert apply_backend({**engine, "async_scheduling": False}, "h100-sxm", draft, model)["async_scheduling"] is False
 
 
 def test_a_release_rules_draft_model_keys_are_checked_as_engine_keys(tmp_path):

@@ -592,7 +592,8 @@ def _accepting_non_finite() -> Iterator[str]:
 #: sharpness whose .inf is the textbook hard max.
 CHECKED_ELSEWHERE = {"Scenario.slo", "ClassSpec.slo", "Variant.set", "CheckSpec.set", "BackendProfile.engine",
                      "BackendProfile.speculative_engine", "BackendProfile.draft_model_engine",
-                     "GeneratedLaunch.engine", "GeneratedLaunch.prefill_engine", "GpuRule.set", "VersionRule.set",
+                     "GeneratedLaunch.engine", "GeneratedLaunch.prefill_engine", "GpuRule.set", "ModelRule.set",
+                     "VersionRule.set",
                      "VersionRule.speculative_engine", "VersionRule.draft_model_engine",
                      "RooflineParams.sharpness", "MoeParams.sharpness"}
 

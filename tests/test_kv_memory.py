@@ -381,7 +381,7 @@ KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 10
                "cuda_graph_gib": 3.0, "sampler_logit_bytes": 40.0, "swa_full_tokens_ratio": 0.5,
                "piecewise_cuda_graph": True, "draft_reserve_gib": 9.0, "prefill_graphs_off": ("mla",),
                "role_reserve": True, "cuda_graphs_in_pool": True, "gpu_tiers": "0.5.20",
-               "graphs_to_running_requests": True}
+               "graphs_to_running_requests": True, "persistent_logit_bytes": 4.25}
 
 
 def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
@@ -739,7 +739,68 @@ def test_vllm_from_0_20_sizes_its_pool_after_the_graphs_the_pool_states():
         memory(backend_version="0.25.0")
     v25 = memory(backend_version="0.25.0", kv_memory={"cuda_graph_gib": 1.5})
     assert v25.fraction == 0.92
-    assert v25.kv_capacity_bytes == pytest.approx(v19.kv_capacity_bytes + 0.02 * v19.total_bytes - 1.5 * GIB)
+    # 0.25 also samples on the V2 model runner, 6.012 bytes an entry of its 1,024 dummy requests, not 14
+    v2_sampler = 1024 * load_model("llama-3-8b").vocab_size * (14 - 6.012)
+    assert v25.kv_capacity_bytes == pytest.approx(v19.kv_capacity_bytes + 0.02 * v19.total_bytes - 1.5 * GIB
+                                                  + v2_sampler)
     # the figure is the pool's statement under any release (0.19.1 captured graphs outside the pool)
     assert memory(backend_version="0.19.1", kv_memory={"cuda_graph_gib": 1.5}).kv_capacity_bytes == \
         pytest.approx(v19.kv_capacity_bytes - 1.5 * GIB)
+
+
+def _quantized(name: str):
+    """``name`` as a checkpoint that declares fp8 weights (a quantization_config)."""
+    return load_model(name).model_copy(update={"checkpoint_dtype": "fp8"})
+
+
+@pytest.mark.parametrize("version, model, draft, sampler, kept, pp_async", [
+    ("0.21.0", "qwen3-32b", "", None, None, "run_ahead"),        # every model on the V1 runner
+    ("0.22.0", "qwen3-32b", "", 6.012, None, "run_ahead"),       # Qwen3 alone, dense and unquantized
+    ("0.22.0", "llama-3.1-8b", "", None, None, "run_ahead"),
+    ("0.23.0", "llama-3.1-8b", "", 6.012, None, "one_batch"),
+    ("0.23.0", _quantized("llama-3.1-8b"), "", None, None, "run_ahead"),
+    ("0.24.0", _quantized("llama-3.1-8b"), "", 6.012, None, "one_batch"),
+    ("0.24.0", "qwen3-30b-a3b", "", None, None, "run_ahead"),    # Qwen3MoeForCausalLM is not listed
+    ("0.25.0", "llama-3.1-8b", "", 6.012, None, "one_batch"),    # every dense model
+    ("0.26.0", "llama-3.1-8b", "", 2.012, None, "one_batch"),    # no fp32 copy
+    ("0.27.1", "llama-3.1-8b", "", 2.012, 4.25, "one_batch"),    # what the runner keeps is counted
+    ("0.27.1", "llama-3.1-8b", "mtp", 2.012, 4.25, "one_batch"),
+    ("0.27.1", "llama-3.1-8b", "draft", 14, 0, "run_ahead"),     # a draft model keeps the V1 runner
+    ("0.28.0", "deepseek-v3", "", None, None, "run_ahead"),
+    ("0.29.0", "deepseek-v3", "", 2.012, 4.25, "one_batch"),     # every model
+])
+def test_vllm_samples_on_the_runner_its_release_picks_for_the_model(version, model, draft, sampler, kept, pp_async):
+    """vllm/config/vllm.py use_v2_model_runner: from 0.22.0 some models run on the V2 model runner,
+    whose profiling sampler keeps the bf16 logits (and to 0.25 their fp32 copy) and, from 0.27.0, whose
+    per-request sampler states the profiler counts; its async scheduler runs a request in one batch in
+    flight with pp > 1 from 0.23.0. Models it does not pick, and separate draft models, stay on V1."""
+    from simulator.profiles.backend import apply_backend
+
+    m = load_model(model) if isinstance(model, str) else model
+    kv = apply_backend({"backend": "vllm", "backend_version": version, "kv_memory": {"cuda_graph_gib": 1.0}},
+                       "h100-sxm", draft, m)
+    assert (kv["kv_memory"].get("sampler_logit_bytes"), kv["kv_memory"].get("persistent_logit_bytes"),
+            kv["pp_async"]) == (sampler, kept, pp_async)
+
+
+def test_a_release_whose_defaults_follow_the_model_needs_one():
+    from simulator.profiles.backend import apply_backend
+
+    with pytest.raises(LlmsimError, match="release 0.25.0's defaults depend on the model a pool serves"):
+        apply_backend({"backend": "vllm", "backend_version": "0.25.0", "kv_memory": {"cuda_graph_gib": 1.0}},
+                      "h100-sxm")
+
+
+def test_the_v2_runners_pool_gives_back_the_sampler_and_takes_its_request_states():
+    """Llama-3.1-8B on one H100 under 0.27.1 (V2 runner, 1,024 sequences): the pool is the V1
+    accounting's plus 1,024 x vocabulary x (14 - 2.012) of sampler and less 1,024 x vocabulary x 4.25 of
+    penalty counts and masks."""
+    from simulator.fleet.setup import setup_pool
+
+    def pool(**kv):
+        return setup_pool(PoolSpec(name="p", model="llama-3.1-8b", gpu="h100-sxm", engine={
+            "backend": "vllm", "backend_version": "0.27.1", "kv_memory": {"cuda_graph_gib": 1.0, **kv}}), 0).memory
+
+    v2, v1 = pool(), pool(sampler_logit_bytes=14, persistent_logit_bytes=0)
+    entries = 1024 * load_model("llama-3.1-8b").vocab_size
+    assert v2.kv_capacity_bytes - v1.kv_capacity_bytes == pytest.approx(entries * (14 - 2.012 - 4.25))

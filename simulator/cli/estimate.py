@@ -101,10 +101,11 @@ def _model(name: str, weight_dtype: Optional[str]) -> tuple[ModelProfile, str]:
         raise LlmsimError(e.message, source=e.source, key_path="--weight-dtype") from None
 
 
-def _engine(gpu: str, weight_dtype: str, kv_dtype: str, kernels: Optional[str], backend: Optional[str],
-            version: Optional[str], roofline: bool, graphs: Optional[float] = None) -> Optional[EngineConfig]:
-    """The engine a pool naming ``backend`` on ``gpu`` runs (None without one), as a scenario builds it;
-    ``graphs``: its ``kv_memory.cuda_graph_gib``."""
+def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, kernels: Optional[str],
+            backend: Optional[str], version: Optional[str], roofline: bool,
+            graphs: Optional[float] = None) -> Optional[EngineConfig]:
+    """The engine a pool of ``model`` naming ``backend`` on ``gpu`` runs (None without one), as a scenario
+    builds it; ``graphs``: its ``kv_memory.cuda_graph_gib``."""
     if version is not None:
         check_version_flag(version)
     if graphs is not None and not 0 <= graphs <= 1024:      # NaN fails both: KvMemory's own bounds
@@ -130,7 +131,7 @@ def _engine(gpu: str, weight_dtype: str, kv_dtype: str, kernels: Optional[str], 
            **({"kernels": kernels} if kernels is not None else {}),
            **({"kv_memory": {"cuda_graph_gib": graphs}} if graphs is not None else {})}
     try:
-        return EngineConfig(**apply_backend(raw, gpu))
+        return EngineConfig(**apply_backend(raw, gpu, model=model))
     except LlmsimError as e:
         where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
         raise LlmsimError(f"{where + ': ' if where else ''}{e.message}", key_path="--backend") from None
@@ -286,7 +287,7 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
     weight_dtype, kv_dtype = _dtypes(weight_dtype, kv_dtype)
     m, weight_dtype = _model(model, weight_dtype)
     _gpu(gpu)
-    engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline, cuda_graph_gib)
+    engine = _engine(gpu, m, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline, cuda_graph_gib)
     cm = _cost_model(gpu, m, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels, engine)
     chunks = [(prefill_tokens, prefill_context)] if prefill_tokens else []
     b = cm.step(chunks, decode_batch, float(decode_batch * decode_context))
@@ -347,7 +348,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     weight_dtype, kv_dtype = _dtypes(weight_dtype, kv_dtype)
     m, weight_dtype = _model(model, weight_dtype)
     _gpu(gpu)
-    engine = _engine(gpu, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline, cuda_graph_gib)
+    engine = _engine(gpu, m, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline, cuda_graph_gib)
     if max_num_batched_tokens is None:
         max_num_batched_tokens = engine.max_num_batched_tokens if engine is not None else 8192
     rule = engine.kv_memory.rule if engine is not None and engine.kv_memory is not None else "vllm"

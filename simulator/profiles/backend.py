@@ -33,6 +33,8 @@ from ..errors import LlmsimError
 from ..kv_memory import backend_defaults_beside, without_default_inputs
 from .hardware import HardwareProfile
 from .loader import list_profiles, load_profile, resolve
+from .model import ModelProfile
+from .model_rules import ModelRule, model_rule_keys
 
 
 class _Strict(BaseModel):
@@ -104,6 +106,9 @@ class VersionRule(_Strict):
     # GPU-dependent defaults those releases set otherwise: tried before the profile's ``engine_by_gpu``
     # (a later rule's before an earlier one's), first match wins
     engine_by_gpu: list[GpuRule] = Field(default_factory=list)
+    # model-dependent defaults of those releases (vLLM's model runner), over their other keys and
+    # under speculative_engine and draft_model_engine; a later rule's before an earlier one's
+    engine_by_model: list[ModelRule] = Field(default_factory=list)
     source: str = ""
 
     @model_validator(mode="after")
@@ -400,6 +405,8 @@ def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
                   for i, r in enumerate(prof.by_version) if r.draft_model_engine),
                 *((f"by_version[{i}].engine_by_gpu[{j}].set", g.set)
                   for i, r in enumerate(prof.by_version) for j, g in enumerate(r.engine_by_gpu)),
+                *((f"by_version[{i}].engine_by_model[{j}].set", _release_engine(prof.engine, m.set))
+                  for i, r in enumerate(prof.by_version) for j, m in enumerate(r.engine_by_model)),
                 ("speculative_engine", prof.speculative_engine), ("draft_model_engine", prof.draft_model_engine),
                 ("aiconfigurator.engine", prof.aiconfigurator.engine),
                 ("aiconfigurator.prefill_engine", prof.aiconfigurator.prefill_engine)]
@@ -448,7 +455,8 @@ def check_serving_stack(name: str) -> None:
                          "(the stack of a built-in or installed backend profile)")
 
 
-def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "") -> dict[str, Any]:
+def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
+                  model: Optional[ModelProfile] = None) -> dict[str, Any]:
     """``engine`` (a pool's engine mapping as written) with its backend's
     defaults for ``gpu_name`` under the keys the user set. ``draft``: what
     decodes beside the model (:func:`simulator.costmodel.speculative.draft_kind`):
@@ -456,7 +464,9 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "") -> dic
     SGLang's EAGLE path turns its overlap scheduler and mixed chunks off and
     caps running requests at 48), a separate draft model ("draft", not the
     model's own MTP layers) may change its defaults too
-    (``draft_model_engine``).
+    (``draft_model_engine``). ``model``: the pool's model, which a release's
+    ``engine_by_model`` rules read (vLLM's model runner); a release with such
+    rules is refused without it, where they would be skipped unseen.
 
     A ``backend_version`` that names no release (or is not text) adds no
     keys here and stays in the mapping, for the engine settings built from
@@ -477,14 +487,27 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "") -> dic
     merged = prof.engine_defaults(load_hardware(gpu_name), keys.get("engine_by_gpu", ()))
     if keys:
         merged = refine(merged, {k: v for k, v in keys.items() if k not in RELEASE_MAPPINGS})
+        merged = refine(merged, _release_model_keys(keys, model, version))
         if isinstance(merged.get("kv_memory"), dict):     # a release's defaults beside the profile's fraction
             merged["kv_memory"] = without_default_inputs(merged["kv_memory"])
     if draft:
-        merged.update(prof.speculative_keys(keys))
+        merged = refine(merged, prof.speculative_keys(keys))
     if draft == "draft":
-        merged.update(prof.draft_model_keys(keys))
+        merged = refine(merged, prof.draft_model_keys(keys))
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
     return refine(backend_defaults_beside(merged, engine), engine)
+
+
+def _release_model_keys(keys: Mapping[str, Any], model: Optional[ModelProfile], version: Any) -> dict[str, Any]:
+    """The keys a release's ``engine_by_model`` rules (:meth:`BackendProfile.version_keys`' answer)
+    give ``model``."""
+    rules = keys.get("engine_by_model", ())
+    if not rules:
+        return {}
+    if model is None:
+        raise LlmsimError(f"release {version}'s defaults depend on the model a pool serves (engine_by_model); "
+                          "they were asked for without one")
+    return model_rule_keys(rules, model)
 
 
 def _release_engine(engine: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[str, Any]:
@@ -499,14 +522,15 @@ def _release_engine(engine: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[
 def _with_rule(keys: Mapping[str, Any], rule: VersionRule) -> dict[str, Any]:
     """``keys`` (the earlier release rules') refined by ``rule``'s, its GPU rules before theirs."""
     out = refine(keys, _rule_keys(rule))
-    if rule.engine_by_gpu:
-        out["engine_by_gpu"] = [*rule.engine_by_gpu, *keys.get("engine_by_gpu", [])]
+    for rules in ("engine_by_gpu", "engine_by_model"):
+        if getattr(rule, rules):
+            out[rules] = [*getattr(rule, rules), *keys.get(rules, [])]
     return out
 
 
 #: What a release's keys (:meth:`BackendProfile.version_keys`) hold beside engine keys: its
-#: defaults under speculation, under a separate draft model, and on particular GPUs.
-RELEASE_MAPPINGS = ("speculative_engine", "draft_model_engine", "engine_by_gpu")
+#: defaults under speculation, under a separate draft model, on particular GPUs and for particular models.
+RELEASE_MAPPINGS = ("speculative_engine", "draft_model_engine", "engine_by_gpu", "engine_by_model")
 
 
 def _rule_keys(rule: VersionRule) -> dict[str, Any]:

@@ -69,13 +69,16 @@ class PoolSpec(BaseModel):
         engine = data.get("engine")
         if not isinstance(engine, dict) or engine.get("backend") is None or not isinstance(data.get("gpu"), str):
             return data
-        from ..profiles import load_hardware
+        from ..profiles import load_hardware, load_model
         from ..profiles.backend import apply_backend, load_backend
         try:
             load_hardware(data["gpu"])
+            # a release's defaults may follow the model too (vLLM's model runner); the profile's own do not
+            model = (load_model(data["model"]) if engine.get("backend_version") is not None
+                     and isinstance(data.get("model"), str) else None)
         except LlmsimError:
-            # the pool's gpu key says what is wrong with its GPU, under its own name; the backend's
-            # GPU-dependent defaults wait for a GPU, its name does not
+            # the pool's gpu (or model) key says what is wrong with it, under its own name; the backend's
+            # GPU- and model-dependent defaults wait for them, its name does not
             try:
                 load_backend(engine["backend"])
             except LlmsimError as e:
@@ -84,7 +87,7 @@ class PoolSpec(BaseModel):
         try:
             spec = data.get("speculative")
             draft = spec.get("draft_model") if isinstance(spec, dict) else getattr(spec, "draft_model", None)
-            merged = apply_backend(engine, data["gpu"], draft_kind(draft) if spec is not None else "")
+            merged = apply_backend(engine, data["gpu"], draft_kind(draft) if spec is not None else "", model)
         except LlmsimError as e:
             where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
             raise ValueError(f"engine.backend {engine['backend']!r}: {where + ': ' if where else ''}{e.message}") from None

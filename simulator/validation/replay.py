@@ -240,14 +240,16 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
     # The release's defaults are its own stack's: replayed under another stack (validate --backend),
     # vLLM 0.15's sampler bytes or pipeline loop would be read as that stack's.
     version = dict(row.version_keys) if _stack_of(s.backend or row.stack) == row.stack else {}
-    from ..profiles.backend import RELEASE_MAPPINGS, apply_backend, gpu_rule_keys
+    from ..profiles.backend import RELEASE_MAPPINGS, apply_backend, gpu_rule_keys, refine
+    from ..profiles.model_rules import model_rule_keys
 
     release = dict(version)
     for key in RELEASE_MAPPINGS:    # read below where they apply (the rows' drafts are MTP layers, not a model)
         version.pop(key, None)
-    # The release's defaults for the row's GPU (SGLang's chunk on a GPU of 20-35 GiB to 0.5.19), which
-    # the launch's keys override.
+    # The release's defaults for the row's GPU (SGLang's chunk on a GPU of 20-35 GiB to 0.5.19) and
+    # model (vLLM's model runner), which the launch's keys override.
     engine.update(gpu_rule_keys(release.get("engine_by_gpu", ()), load_hardware(row.gpu)))
+    version = refine(version, model_rule_keys(release.get("engine_by_model", ()), load_model(row.model)))
     # The launch's memory flags and the release's memory defaults are knobs of one mapping.
     launch = {**(keys.get("kv_memory") or {}), **(version.pop("kv_memory", None) or {})} or None
     engine.update(keys)
