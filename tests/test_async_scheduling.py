@@ -208,15 +208,16 @@ def test_sglang_schedules_a_speculative_pool_as_its_eagle_path_does(engine, runn
     ("sglang", "0.5.23", ("0.5.23", "0.5.22", "0.5.20", "0.5.19", "0.5.15.post1", "0.5.14", "0.5.9",
                           "nightly-dev-20260402-d7256eb6", "nightly-dev-20261020-abcdef12"),
      ("0.5.24", "0.6.0", "nightly-dev-20261105-abcdef12")),
-    ("vllm", "0.27.1", ("0.27.1", "0.20.0", "0.19.1", "0.14.1", "nightly-20260801"),
-     ("0.27.2", "0.28.0", "0.34.0", "1.0.0", "nightly-20260901")),
+    ("vllm", "0.32.0", ("0.32.0", "0.30.0", "0.28.0", "0.27.1", "0.20.0", "0.19.1", "0.14.1", "nightly-20260801",
+                        "nightly-20261010"),
+     ("0.32.1", "0.33.0", "0.34.0", "1.0.0", "nightly-20261101")),
     ("trtllm", "1.3.0rc15", ("1.0.0rc3", "1.3.0rc5", "1.3.0rc5.post2", "1.3.0rc15", "nightly-20260520"),
      ("1.3.0rc22", "1.3.0rc29", "1.4.0rc1", "nightly-20260701")),
 ])
 def test_a_release_past_the_profile_is_refused(stack, newest, accepted, refused):
     """Each profile's keys and rules were read from releases to its ``newest_release``, and
-    the next changed what llmsim models (or, for SGLang past 0.5.23, is unread; vLLM 0.28.0 keeps a
-    draft model's slot per scheduled request, in its scheduler, not per max_num_seqs;
+    the next changed what llmsim models (or, for SGLang past 0.5.23, is unread; vLLM 0.33.0 samples a
+    second, warm-up pass in its profiling run and 0.34.0 sizes an extensible KV cache after warm-up;
     TensorRT-LLM 1.3.0rc22 keeps the fp8 context-MLA workspace
     out of the KV budget, #16399), so a pool naming a later release, or a nightly built after
     the newest one, is refused with the newest release it could name, not run under older
@@ -303,11 +304,14 @@ def test_vllm_0_28_charges_the_draft_slot_per_scheduled_request():
     assert prof.version_keys("0.28.0")["draft_budget_per"] == "scheduled_request"
     assert "draft_budget_per" not in prof.version_keys("0.27.1")
     pool = {"model": "llama-2-13b", "gpu": "a100-sxm-40gb", "speculative": _DRAFT,
-            "engine": {"backend": "vllm", "draft_budget_per": "scheduled_request"}}
+            "engine": {"backend": "vllm", "backend_version": "0.28.0", "kv_memory": {"cuda_graph_gib": 1.0}}}
     e = setup_pool(PoolSpec.model_validate(pool), 0).engine_config
     assert (e.max_num_batched_tokens, e.draft_slots_per_request) == (2048, 1)
     plain = setup_pool(PoolSpec.model_validate({**pool, "speculative": None}), 0).engine_config
     assert (plain.max_num_batched_tokens, plain.draft_slots_per_request) == (2048, 0)
+    older = setup_pool(PoolSpec.model_validate({**pool, "engine": {**pool["engine"], "backend_version": "0.27.1"}}),
+                       0).engine_config
+    assert (older.max_num_batched_tokens, older.draft_slots_per_request) == (2048 - 256, 0)
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
