@@ -768,12 +768,15 @@ def _quantized(name: str):
     ("0.27.1", "llama-3.1-8b", "draft", 14, 0, "run_ahead"),     # a draft model keeps the V1 runner
     ("0.28.0", "deepseek-v3", "", None, None, "run_ahead"),
     ("0.29.0", "deepseek-v3", "", 2.012, 4.25, "one_batch"),     # every model
+    ("0.30.0", "llama-3.1-8b", "draft", 14, 0, "run_ahead"),     # 'draft_model' listed as unsupported
+    ("0.31.0", "llama-3.1-8b", "draft", 2.012, 4.25, "one_batch"),  # a draft model runs on V2 too
+    ("0.32.0", "deepseek-v3", "draft", 2.012, 4.25, "one_batch"),
 ])
 def test_vllm_samples_on_the_runner_its_release_picks_for_the_model(version, model, draft, sampler, kept, pp_async):
     """vllm/config/vllm.py use_v2_model_runner: from 0.22.0 some models run on the V2 model runner,
     whose profiling sampler keeps the bf16 logits (and to 0.25 their fp32 copy) and, from 0.27.0, whose
     per-request sampler states the profiler counts; its async scheduler runs a request in one batch in
-    flight with pp > 1 from 0.23.0. Models it does not pick, and separate draft models, stay on V1."""
+    flight with pp > 1 from 0.23.0. Models it does not pick, and separate draft models to 0.30, stay on V1."""
     from simulator.profiles.backend import apply_backend
 
     m = load_model(model) if isinstance(model, str) else model
