@@ -771,6 +771,9 @@ def _quantized(name: str):
     ("0.30.0", "llama-3.1-8b", "draft", 14, 0, "run_ahead"),     # 'draft_model' listed as unsupported
     ("0.31.0", "llama-3.1-8b", "draft", 2.012, 4.25, "one_batch"),  # a draft model runs on V2 too
     ("0.32.0", "deepseek-v3", "draft", 2.012, 4.25, "one_batch"),
+    # 0.33.0 samples a second, warm-up pass with every sampling parameter on (FlashInfer's top-k/top-p)
+    ("0.33.0", "llama-3.1-8b", "", 14, 4.25, "one_batch"),
+    ("0.33.0", "deepseek-v3", "draft", 14, 4.25, "one_batch"),
 ])
 def test_vllm_samples_on_the_runner_its_release_picks_for_the_model(version, model, draft, sampler, kept, pp_async):
     """vllm/config/vllm.py use_v2_model_runner: from 0.22.0 some models run on the V2 model runner,
