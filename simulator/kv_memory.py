@@ -16,7 +16,11 @@ difference is the whole pool:
     ``cuda_graphs_in_pool`` says, and ``cuda_graph_gib`` must give. The
     profiling run's sampler differs between vLLM's two model runners
     (``sampler_logit_bytes``), and from 0.27.0 the profiler counts what the
-    V2 runner keeps per request slot (``persistent_logit_bytes``).
+    V2 runner keeps per request slot (``persistent_logit_bytes``). From 0.34.0
+    an extensible KV cache (``extensible_margin_gib``) is sized from the memory
+    free after warm-up and CUDA-graph capture, at utilization 1.0: the same
+    terms, the pool capped by the whole GPU less a margin for the activation
+    peak (:func:`vllm_extensible_margin`).
 ``sglang``
     ``mem_fraction_static`` is the share of the memory free at start-up that
     weights and KV cache may hold together (model_executor/model_runner.py
@@ -137,6 +141,19 @@ TRTLLM_SWA_TOKENS_RATIO = 1.0
 VLLM_SAMPLER_LOGIT_BYTES = 14.0
 
 
+# vLLM's extensible KV cache (0.34.0, v1/worker/extensible_kv_cache.py): the margin it keeps free
+# beyond the activation peak, max(floor, 0.75 x peak): KV_CACHE_MARGIN_FLOOR_BYTES (1 GiB, 3 on ROCm,
+# kv_memory.extensible_margin_gib) and KV_CACHE_MARGIN_FRACTION.
+VLLM_EXTENSIBLE_MARGIN_FRACTION = 0.75
+
+
+def vllm_extensible_margin(peak: float, floor_gib: float) -> float:
+    """Bytes vLLM's extensible KV cache leaves free beyond the activation peak ``peak``
+    (extensible_kv_cache.py measure_kv_cache_bytes: ``max(margin_floor_bytes,
+    margin_fraction x transient_peak_bytes)``)."""
+    return max(floor_gib * GIB, VLLM_EXTENSIBLE_MARGIN_FRACTION * peak)
+
+
 def _vllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     # The profiling run samples min(max_num_seqs, max_num_batched_tokens) sequences at once
     # (v1/worker/gpu_model_runner.py profile_run -> _dummy_sampler_run).
@@ -144,6 +161,10 @@ def _vllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     usable = frac * g.hbm
     act = g.peak(min(g.max_seqs, g.budget), VLLM_SAMPLER_LOGIT_BYTES if spec.sampler_logit_bytes is None
                  else spec.sampler_logit_bytes)
+    if spec.extensible_margin_gib is not None:
+        # measure_kv_cache_bytes: min(requested - what the engine holds, free + committed - margin)
+        # - the transient peak; what the engine holds is the reserve below in both terms
+        usable = min(usable, g.hbm - vllm_extensible_margin(act, spec.extensible_margin_gib))
     # what the runner keeps per request slot (V2's sampler states), counted from 0.27.0
     # (utils/mem_utils.py memory_profiling: total_consumed)
     kept = g.max_seqs * g.vocab * spec.persistent_logit_bytes
@@ -373,7 +394,7 @@ class KvRule:
 RULES: dict[str, KvRule] = {
     "vllm": KvRule(_vllm, engine_knob="gpu_memory_utilization",
                    knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes", "cuda_graphs_in_pool",
-                                    "persistent_logit_bytes"}),
+                                    "persistent_logit_bytes", "extensible_margin_gib"}),
                    needs_one_context=True),
     "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=SGLANG_SWA_FULL_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
@@ -449,15 +470,18 @@ class KvMemory(BaseModel):
                     + _read_by("cuda_graph_max_bs") + "; default: SGLang's for the GPU (up to 512)")
     cuda_graph_gib: float = Field(
         default=0.0, ge=0, le=1024, description="CUDA-graph memory per GPU the stack budgets before the KV cache (vLLM "
-                                       "0.20.0 and later estimate it; its log says 'Estimated CUDA graph memory'); "
+                                       "0.20.0-0.33 estimate it, their log says 'Estimated CUDA graph memory'; "
+                                       "0.34.0 and later measure the graphs captured, 'Graph capturing finished in "
+                                       "... took' so many GiB); "
                                        + _read_by("cuda_graph_gib", "its graphs live outside mem_fraction_static")
                                        + "; default 0: graphs live in the unbudgeted share")
     cuda_graphs_in_pool: bool = Field(
         default=False,
-        description="the stack takes an estimate of its CUDA graphs' memory out of the KV pool before sizing it, "
-                    "an estimate it measures at start-up by capturing graphs and llmsim cannot derive, so "
-                    "cuda_graph_gib must then be given (vLLM 0.20.0 and later: VLLM_MEMORY_PROFILER_ESTIMATE_"
-                    "CUDAGRAPHS on by default; the vllm backend's releases set it); "
+        description="the stack takes its CUDA graphs' memory out of the KV pool before sizing it, a figure it "
+                    "measures at start-up by capturing graphs and llmsim cannot derive, so cuda_graph_gib must then "
+                    "be given (vLLM 0.20.0 and later: VLLM_MEMORY_PROFILER_ESTIMATE_CUDAGRAPHS on by default, from "
+                    "0.34.0 the graphs captured before the extensible KV cache is sized; the vllm backend's releases "
+                    "set it); "
                     + _read_by("cuda_graphs_in_pool") + "; default: false")
     sampler_logit_bytes: Optional[float] = Field(
         default=None, ge=0, le=64,
@@ -469,6 +493,16 @@ class KvMemory(BaseModel):
                     "default (and earlier releases without FlashInfer installed); "
                     + _read_by("sampler_logit_bytes", "its activations live outside mem_fraction_static")
                     + "; default: 14 (vllm), 4 (trtllm: one fp32 row of one sequence)")
+    # vLLM 0.34.0's extensible KV cache: --enable-extensible-kv-cache, on by default on CUDA and ROCm
+    extensible_margin_gib: Optional[float] = Field(default=None, ge=0, le=64, description=(
+        "vLLM's extensible KV cache (on by default on CUDA and ROCm from 0.34.0 unless kv_cache_memory_bytes or "
+        "num_gpu_blocks_override is set, or NIXL lacks an IMEX channel), by the least GiB it leaves free beyond "
+        "the activation peak (KV_CACHE_MARGIN_FLOOR_BYTES: 1 on CUDA, 3 on ROCm). Sized after warm-up and "
+        "CUDA-graph capture from the memory then free, at gpu_memory_utilization 1.0 by default, the pool is the "
+        "estimate-based one (weights, activation peak, kept sampler states, non-torch memory, the graphs "
+        "captured: kv_memory.cuda_graph_gib) capped by the whole GPU less max(this, 0.75 x the activation peak); "
+        f"the vllm backend's releases set it; {_read_by('extensible_margin_gib')}; default: unset (sized from "
+        "the profiling estimate)"))
     persistent_logit_bytes: float = Field(
         default=0.0, ge=0, le=64,
         description="bytes the model runner keeps on each sampling GPU for the server's life per vocabulary "
@@ -650,9 +684,10 @@ def graphs_unstated(spec: Optional[KvMemory]) -> Optional[str]:
 def graphs_needed(state: str) -> str:
     """:func:`graphs_unstated`'s answer, ``state`` saying how the figure is given (a scenario's
     key, a command's flag)."""
-    return ("this release takes an estimate of its CUDA graphs' memory out of the KV pool (vLLM 0.20.0 and "
-            f"later), which llmsim cannot derive: {state} the 'Estimated CUDA graph memory' the server logs "
-            "(GiB per GPU), or name an earlier backend_version")
+    return ("this release takes its CUDA graphs' memory out of the KV pool (vLLM 0.20.0 and later), which "
+            f"llmsim cannot derive: {state} the 'Estimated CUDA graph memory' the server logs (from 0.34.0, "
+            "whose extensible KV cache is sized after capture, the GiB of its 'Graph capturing finished in ... "
+            "took' line), per GPU, or name an earlier backend_version")
 
 
 def draft_in_reserve(spec: Optional[KvMemory]) -> bool:

@@ -381,7 +381,8 @@ KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 10
                "cuda_graph_gib": 3.0, "sampler_logit_bytes": 40.0, "swa_full_tokens_ratio": 0.5,
                "piecewise_cuda_graph": True, "draft_reserve_gib": 9.0, "prefill_graphs_off": ("mla",),
                "role_reserve": True, "cuda_graphs_in_pool": True, "gpu_tiers": "0.5.20",
-               "graphs_to_running_requests": True, "persistent_logit_bytes": 4.25}
+               "graphs_to_running_requests": True, "persistent_logit_bytes": 4.25,
+               "extensible_margin_gib": 20.0}  # more than the 10 % a fraction of 0.9 leaves
 
 
 def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
@@ -810,3 +811,41 @@ def test_the_v2_runners_pool_gives_back_the_sampler_and_takes_its_request_states
     v2, v1 = pool(), pool(sampler_logit_bytes=14, persistent_logit_bytes=0)
     entries = 1024 * load_model("llama-3.1-8b").vocab_size
     assert v2.kv_capacity_bytes - v1.kv_capacity_bytes == pytest.approx(entries * (14 - 2.012 - 4.25))
+
+
+@pytest.mark.parametrize("activation_gib, floor_gib, utilization, margin_gib", [
+    (0.5, 1.0, 1.0, 1.0),       # a small peak: the 1 GiB floor
+    (4.0, 1.0, 1.0, 3.0),       # 0.75 x the peak
+    (0.5, 3.0, 1.0, 3.0),       # ROCm's floor
+    (4.0, 1.0, 0.9, None),      # a utilization below 1 - margin / GPU caps the pool first
+])
+def test_vllm_extensible_kv_cache_keeps_a_margin_for_the_peak(activation_gib, floor_gib, utilization, margin_gib):
+    """vLLM 0.34.0's extensible KV cache (extensible_kv_cache.py measure_kv_cache_bytes):
+    min(requested - what the engine holds, free + committed - max(floor, 0.75 x peak)) - peak: the
+    estimate-based pool's terms, capped by the whole GPU less the margin."""
+    g = GpuShare(hbm=80 * GIB, weights=16 * GIB, activation=activation_gib * GIB, gpus=1, dp=1, budget=8192,
+                 max_seqs=256)
+    knobs = {"cuda_graph_gib": 1.0, "sampler_logit_bytes": 0}
+    estimated = kv_budget(g, KvMemory(**knobs), utilization)
+    measured = kv_budget(g, KvMemory(**knobs, extensible_margin_gib=floor_gib), utilization)
+    capped = 80 * GIB - (margin_gib or 0) * GIB
+    expected = estimated.kv_bytes if margin_gib is None else estimated.kv_bytes - (utilization * 80 * GIB - capped)
+    assert measured.kv_bytes == pytest.approx(expected)
+    assert measured.reserve == estimated.reserve
+
+
+def test_vllm_0_34_sizes_an_extensible_cache_of_64_token_blocks():
+    """0.34.0: the extensible KV cache by default (config/cache.py enable_extensible_kv_cache), at
+    gpu_memory_utilization 1.0, 64-token blocks (CacheConfig.DEFAULT_BLOCK_SIZE), a 1 GiB margin floor
+    on CUDA. 0.33.0 sized the pool from its estimate at 0.92, 16-token blocks."""
+    from simulator.profiles.backend import apply_backend
+
+    m = load_model("llama-3.1-8b")
+    keys = apply_backend({"backend": "vllm", "backend_version": "0.34.0", "kv_memory": {"cuda_graph_gib": 1.0}},
+                         "h100-sxm", "", m)
+    assert (keys["kv_memory"]["extensible_margin_gib"], keys["gpu_memory_utilization"], keys["block_size"]) == \
+        (1.0, 1.0, 64)
+    old = apply_backend({"backend": "vllm", "backend_version": "0.33.0", "kv_memory": {"cuda_graph_gib": 1.0}},
+                        "h100-sxm", "", m)
+    assert ("extensible_margin_gib" not in old["kv_memory"], old["gpu_memory_utilization"], old["block_size"]) == \
+        (True, 0.92, 16)

@@ -40,8 +40,8 @@ BACKEND = typer.Option(None, "--backend", help="price as this serving backend ru
 VERSION = typer.Option(None, "--backend-version", help="the backend's release whose defaults apply (with --backend)")
 GRAPHS = typer.Option(None, "--cuda-graph-gib", help="CUDA-graph memory per GPU the stack takes out of the KV pool "
                                                  "(engine.kv_memory.cuda_graph_gib: the 'Estimated CUDA graph "
-                                                 "memory' vLLM 0.20.0 and later log, which a --backend-version of "
-                                                 "theirs needs)")
+                                                 "memory' vLLM 0.20.0 and later log, from 0.34.0 the GiB of 'Graph "
+                                                 "capturing finished', which a --backend-version of theirs needs)")
 
 
 def _naming(flag: str, e: LlmsimError) -> LlmsimError:
