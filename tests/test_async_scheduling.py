@@ -208,16 +208,15 @@ def test_sglang_schedules_a_speculative_pool_as_its_eagle_path_does(engine, runn
     ("sglang", "0.5.23", ("0.5.23", "0.5.22", "0.5.20", "0.5.19", "0.5.15.post1", "0.5.14", "0.5.9",
                           "nightly-dev-20260402-d7256eb6", "nightly-dev-20261020-abcdef12"),
      ("0.5.24", "0.6.0", "nightly-dev-20261105-abcdef12")),
-    ("vllm", "0.32.0", ("0.32.0", "0.30.0", "0.28.0", "0.27.1", "0.20.0", "0.19.1", "0.14.1", "nightly-20260801",
-                        "nightly-20261010"),
-     ("0.32.1", "0.33.0", "0.34.0", "1.0.0", "nightly-20261101")),
+    ("vllm", "0.34.0", ("0.34.0", "0.33.0", "0.32.0", "0.30.0", "0.28.0", "0.27.1", "0.20.0", "0.19.1", "0.14.1",
+                        "nightly-20260801", "nightly-20261110"),
+     ("0.34.1", "0.35.0", "1.0.0", "nightly-20261120")),
     ("trtllm", "1.3.0rc15", ("1.0.0rc3", "1.3.0rc5", "1.3.0rc5.post2", "1.3.0rc15", "nightly-20260520"),
      ("1.3.0rc22", "1.3.0rc29", "1.4.0rc1", "nightly-20260701")),
 ])
 def test_a_release_past_the_profile_is_refused(stack, newest, accepted, refused):
     """Each profile's keys and rules were read from releases to its ``newest_release``, and
-    the next changed what llmsim models (or, for SGLang past 0.5.23, is unread; vLLM 0.33.0 samples a
-    second, warm-up pass in its profiling run and 0.34.0 sizes an extensible KV cache after warm-up;
+    the next changed what llmsim models (or, for SGLang past 0.5.23 and vLLM past 0.34.0, is unread;
     TensorRT-LLM 1.3.0rc22 keeps the fp8 context-MLA workspace
     out of the KV budget, #16399), so a pool naming a later release, or a nightly built after
     the newest one, is refused with the newest release it could name, not run under older

@@ -849,3 +849,24 @@ def test_vllm_0_34_sizes_an_extensible_cache_of_64_token_blocks():
                         "h100-sxm", "", m)
     assert ("extensible_margin_gib" not in old["kv_memory"], old["gpu_memory_utilization"], old["block_size"]) == \
         (True, 0.92, 16)
+
+
+def test_vllm_0_33_and_0_34_pools_follow_their_sampler_and_extensible_cache():
+    """Llama-3.1-8B on one H100: 0.33.0's warm-up sampler pass holds 14 bytes an entry of its 1,024
+    dummy requests (2.012 in 0.32.0), so the pool gives up 1,024 x vocabulary x 11.988; 0.34.0 sizes its
+    extensible cache at the whole GPU less max(1 GiB, 0.75 x the activation peak), not 92 % of it; both
+    state their CUDA graphs or are refused, naming the key."""
+    from pydantic import ValidationError
+    from simulator.fleet.setup import setup_pool
+
+    def memory(version, **kv):
+        return setup_pool(PoolSpec(name="p", model="llama-3.1-8b", gpu="h100-sxm", engine={
+            "backend": "vllm", "backend_version": version, "kv_memory": kv}), 0).memory
+
+    v32, v33, v34 = (memory(v, cuda_graph_gib=1.0) for v in ("0.32.0", "0.33.0", "0.34.0"))
+    entries = 1024 * load_model("llama-3.1-8b").vocab_size
+    assert v32.kv_capacity_bytes - v33.kv_capacity_bytes == pytest.approx(entries * (14 - 2.012), rel=1e-3)
+    assert v34.fraction == 1.0 and v34.kv_capacity_tokens > v33.kv_capacity_tokens
+    for version in ("0.33.0", "0.34.0"):
+        with pytest.raises(ValidationError, match=r"set kv_memory.cuda_graph_gib to the 'Estimated CUDA graph"):
+            memory(version)
