@@ -62,6 +62,7 @@ def clone(requests: Sequence[Request]) -> list[Request]:
                    blocks=r.blocks, shared_ids=r.shared_ids) for r in requests]
     for c, r in zip(out, requests):
         c.adapter = r.adapter
+        c.preloaded = r.preloaded
     return out
 
 
@@ -250,7 +251,7 @@ def workloads(draw, min_n: int = 5, max_n: int = 60, max_in: int = 3000, max_out
 
 
 @st.composite
-def engine_configs(draw, scheduler=None, chunked=None, kv=None) -> EngineConfig:
+def engine_configs(draw, scheduler=None, chunked=None, kv=None, admission=None) -> EngineConfig:
     scheduler = scheduler or draw(st.sampled_from(["continuous", "continuous", "static"]))
     chunked = draw(st.booleans()) if chunked is None else chunked
     seqs = draw(st.integers(1, 64))
@@ -272,8 +273,11 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None) -> EngineConfig:
     # continuous batching only).
     # SGLang's admission on the running requests' expected output, with a ratio that decays
     # within a few iterations and a clip the drawn outputs cross.
+    # SGLang's decode server: a reserve per running request, the running requests' longest finish
+    # and, retracted, a place ahead of the rest (its requests usually carry their prompt's KV).
     if scheduler == "continuous" and not contiguous:
-        admission = draw(st.sampled_from(["on_demand", "on_demand", "reserve_output", "expected_output"]))
+        admission = admission or draw(st.sampled_from(["on_demand", "on_demand", "reserve_output",
+                                                       "expected_output", "decode_reservation"]))
         if admission != "on_demand":
             extra["kv_admission"] = admission
         if admission == "expected_output":
@@ -281,9 +285,12 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None) -> EngineConfig:
                          new_token_ratio_decay_steps=draw(st.sampled_from([3, 40, 600])),
                          output_estimate_clip=draw(st.sampled_from([50, 4096])),
                          retract_decode_steps=draw(st.sampled_from([0, 20])))
+        if admission == "decode_reservation":
+            extra.update(reserved_decode_tokens=draw(st.sampled_from([0, 16, 512])),
+                         output_estimate_clip=draw(st.sampled_from([50, 4096])))
     # vLLM 0.6's multi-step scheduling: prefill-only steps between decode blocks.
-    if (scheduler == "continuous" and not chunked and not mixed and extra.get("kv_admission") != "expected_output"
-            and draw(st.booleans())):
+    if (scheduler == "continuous" and not chunked and not mixed
+            and extra.get("kv_admission") not in ("expected_output", "decode_reservation") and draw(st.booleans())):
         extra["num_scheduler_steps"] = draw(st.sampled_from([2, 3, 8]))
     # SGLang's --max-prefill-tokens beside its chunk: a second prompt joins only under what is left of it.
     if scheduler == "continuous" and chunked and draw(st.sampled_from([False, False, True])):
@@ -324,6 +331,8 @@ def one_request_need(req, cfg: EngineConfig) -> int:
         return ceil_div(req.input_tokens + cfg.max_new_tokens, cfg.block_size)
     if cfg.expects_output:   # its prompt and expected output less than the pool, a block's slack included
         return ceil_div(req.input_tokens + req.output_tokens, cfg.block_size) + 1
+    if cfg.reserves_decode:  # its prompt, whole output and the reserve, a block's slack included
+        return ceil_div(req.input_tokens + req.output_tokens + cfg.reserved_decode_tokens, cfg.block_size) + 1
     need = req.input_tokens + req.output_tokens - (0 if cfg.scheduler == "static" or cfg.reserves_output else 1)
     return ceil_div(max(need, 1), cfg.block_size)
 

@@ -42,6 +42,9 @@ RUNS = [
                           "pools.chat.engine.kv_admission=expected_output"], "fast", None),
     ("ttft-program", ["prefix-cache", "chunked-prefill", "admission", "fp8-kv", "disaggregation"],
      ["workload.duration_s=300"], "fast", None),
+    ("ttft-program", ["disaggregation"], ["workload.duration_s=300", "pools.decode.replicas=1",   # decode reservation
+                                          "pools.decode.engine.backend=sglang",
+                                          "pools.decode.engine.kv_memory.fraction=0.6"], "fast", None),
     ("ttft-program", ["prefix-cache", "chunked-prefill", "admission", "host-tier"],   # KV offload tiers
      ["workload.duration_s=300", "pools.chat.engine.gpu_memory_utilization=0.6", "pools.chat.engine.prefix_cache=true",
       "pools.chat.engine.kv_offload.host_gb=20", "pools.chat.engine.kv_offload.disk_gb=100"], "fast", None),

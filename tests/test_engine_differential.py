@@ -89,6 +89,24 @@ def test_kv_pressure_matches_reference(data):
     check_equal(fast, ref, reqs, cfg, nb)
 
 
+@settings(max_examples=150, **SETTINGS)
+@given(data=st.data())
+def test_decode_reservation_matches_reference(data):
+    """SGLang's decode server (kv_admission: decode_reservation) on decode legs, whose prompt KV
+    arrived with them (the prefill's token streamed as they join, or the last prompt token
+    recomputed): the fast engine's search for the iteration where the head passes mid-stretch,
+    and retracted requests resuming ahead of the rest with their KV, held to the reference."""
+    reqs = data.draw(workloads(min_n=5, max_n=40, max_in=600, max_out=300), label="requests")
+    whole = data.draw(st.booleans(), label="first token from prefill")
+    for r in reqs:
+        r.preloaded = r.input_tokens if whole else r.input_tokens - 1
+    cfg = data.draw(engine_configs(scheduler="continuous", kv="paged", admission="decode_reservation"), label="cfg")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    fast = run_open("fast", reqs, cfg, nb)
+    ref = run_open("reference", reqs, cfg, nb)
+    check_equal(fast, ref, reqs, cfg, nb)
+
+
 @settings(max_examples=80, **SETTINGS)
 @given(data=st.data())
 def test_burst_at_one_instant_matches_reference(data):

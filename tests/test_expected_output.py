@@ -100,9 +100,9 @@ def test_the_ratio_after_a_preemption_is_the_kept_batch_s_progress(monkeypatch):
     assert [x.finish for x in fast] == pytest.approx([x.finish for x in run.requests], rel=1e-9)
 
 
-def test_a_decode_pool_keeps_on_demand_and_dp_attention_starts_lower():
+def test_a_decode_pool_reserves_decode_tokens_and_dp_attention_starts_lower():
     e = sglang_engine(admission="expected_output", new_token_ratio_init=None)
-    assert expected_output_admission(e, 1, decodes_for_another=True).kv_admission == "on_demand"
+    assert expected_output_admission(e, 1, decodes_for_another=True).kv_admission == "decode_reservation"
     assert expected_output_admission(e, 4, decodes_for_another=False).new_token_ratio_init == pytest.approx(0.21)
     assert expected_output_admission(e, 1, decodes_for_another=False) is e
     set_init = e.model_copy(update={"new_token_ratio_init": 0.5})

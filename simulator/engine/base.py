@@ -131,6 +131,14 @@ class ReplicaBase:
         self.pass_reserved = 0      # outputs of the prompts the plan being made completes (unscaled)
         self.left_now = -1          # Σ min(remaining output, clip) over the decoders this plan; -1: not yet summed
         self.retracted = False      # the plan being made preempted
+        # SGLang's decode server (kv_admission: decode_reservation): reserve_tokens
+        # of KV kept per running request; the running requests' Σ prompt + output
+        # so far and largest prompt + expected output, summed once a plan (-1: not yet).
+        self.reserves_decode = cfg.reserves_decode
+        self.retracts = cfg.expects_output or cfg.reserves_decode    # SGLang's retraction order
+        self.reserve_tokens = cfg.reserved_decode_tokens
+        self.ret_now = -1
+        self.top_now = 0
         if cfg.prefix_cache and id_block_tokens:
             cap = cfg.prefix_cache_capacity_tokens
             self.cache = PrefixCache(id_block_tokens, self.bs, cap if isinstance(cap, int) else None,
@@ -179,6 +187,10 @@ class ReplicaBase:
             # whole blocks) and expected output must be less than the pool: a block's slack more
             # than the whole request bounds both.
             if self.expects_output and req.input_tokens + req.output_tokens + self.bs > self.num_blocks * self.bs:
+                return False
+            # Alone, its prompt and whole output (or, retracted, its KV so far) with the reserve.
+            if (self.reserves_decode
+                    and req.input_tokens + req.output_tokens + self.reserve_tokens + self.bs > self.num_blocks * self.bs):
                 return False
         if self.kv_budgets is not None:       # nor past its class's KV cap
             cap = self.kv_budgets.get(req.klass)
@@ -459,6 +471,11 @@ class ReplicaBase:
         beside what the running sequences will hold when they finish, or,
         expecting outputs, its prompt and expected output are not less than
         what the running ones are expected to leave free."""
+        if self.reserves_decode:
+            if self.ret_now < 0:
+                self.ret_now, self.top_now = self._retractable()
+            return not self._reservation_fits(need * self.bs, self._decode_estimate(s), free * self.bs,
+                                              self.reserve_tokens, self._batch_len(), self.ret_now, self.top_now)
         if self.expects_output:
             if self.left_now < 0:
                 self.left_now = self._outputs_left()
@@ -468,6 +485,33 @@ class ReplicaBase:
             return need > free
         pinned = self.cache.pinned if self.cache is not None else 0
         return need + self._footprint(s.req) - total > self.num_blocks - pinned - self.reserved
+
+    # --- SGLang's decode server (kv_admission: decode_reservation) ------------------
+    @staticmethod
+    def _reservation_fits(kv: int, estimate: int, free_tokens: int, reserve: int, active: int,
+                          retractable: int, top: int) -> bool:
+        """SGLang's decode-side admission (disaggregation/decode.py), in tokens: a
+        handed-over request of ``kv`` prompt tokens and ``estimate`` = min(max_new_tokens,
+        clip) is pre-allocated only if max(kv + reserve, kv + estimate − retractable) is
+        at most the free KV less max(reserve × ``active`` requests, top − retractable)
+        (``pop_preallocated``, ``_allocatable_tokens``: ``retractable`` is Σ prompt +
+        output so far over the running requests, ``top`` the largest prompt + estimate
+        among them); a retracted one (``estimate`` < 0) resumes if kv + reserve is at
+        most the free KV less reserve × active (``resume_retracted_reqs``)."""
+        if estimate < 0:
+            return kv + reserve <= free_tokens - reserve * active
+        return max(kv + reserve, kv + estimate - retractable) <= free_tokens - max(reserve * active,
+                                                                                  top - retractable)
+
+    def _decode_estimate(self, s: Seq) -> int:
+        """What the decode server's admission expects ``s`` to write: min(max_new_tokens,
+        clip), the whole output; -1 for a request retracted here, which resumes by its own test."""
+        return -1 if s.req.preemptions > 0 else min(s.req.output_tokens, self.clip)
+
+    def _retractable(self) -> tuple[int, int]:
+        """Engine-specific: over the running sequences, (Σ prompt + output so far,
+        the largest prompt + min(output, clip); 0 when none runs)."""
+        raise NotImplementedError
 
     # --- SGLang's expected-output admission (kv_admission: expected_output) --------
     @staticmethod
@@ -500,6 +544,7 @@ class ReplicaBase:
     def _start_plan(self) -> None:
         self.pass_reserved = 0
         self.left_now = -1
+        self.ret_now = -1
 
     def _track_ratio(self, chunks: bool, decoding: bool) -> None:
         """The ratio after the plan just made: set from the decoders left after a
@@ -529,9 +574,13 @@ class ReplicaBase:
         """Preempted sequences back in the queue: first in line among their priority
         (vLLM), or, expecting outputs, last, in the order retracted (SGLang's
         ``_add_request_to_queue(req, is_retracted=True)`` appends, and its FCFS
-        queue is not re-sorted)."""
+        queue is not re-sorted); on SGLang's decode server, ahead of every request
+        never retracted and behind those retracted before (its ``retracted_queue``,
+        served first)."""
         for v in victims:
-            if self.expects_output:
+            if self.reserves_decode:
+                self.waiting.insert_retracted(v)
+            elif self.expects_output:
                 self.waiting.append(v)
             else:
                 self.waiting.appendleft(v)
@@ -588,13 +637,17 @@ class ReplicaBase:
         owned = self.cache.owned if self.cache is not None and self.cache.tracks_owners else None
         return self.kv_charged.get(klass, 0) + (owned.get(klass, 0) if owned is not None else 0)
 
-    @staticmethod
-    def _preloaded(s: Seq) -> int:
+    def _preloaded(self, s: Seq) -> int:
         """Prompt tokens whose KV arrived with the request (a disaggregated
         decode replica receives the prefill replica's KV): skipped like a
         cache hit at the first admission; after a recompute preemption the
-        KV is gone and the whole prompt is prefilled here."""
-        return s.req.preloaded if s.req.preemptions == 0 else 0
+        KV is gone and the whole prompt is prefilled here, but SGLang's
+        decode server (decode_reservation) keeps a retracted request's KV
+        but its last token's (schedule_batch.py ``offload_kv_cache``: to host
+        memory, back at resumption), so only that token is recomputed."""
+        if s.req.preemptions == 0:
+            return s.req.preloaded
+        return s.prompt - 1 if self.reserves_decode else 0
 
     def _tokens_per_step(self, s: Seq) -> float:
         """Speculative tokens per step E of ``s``'s class (per-class α only)."""

@@ -129,7 +129,7 @@ class EngineConfig(BaseModel):
         description="paged: KV blocks allocated as a sequence grows (vLLM's PagedAttention); contiguous: each "
                     "admitted request reserves its maximum length (prompt + max_new_tokens, else max_model_len) "
                     "until it ends, as servers before paging did (TGI, FasterTransformer)")
-    kv_admission: Literal["on_demand", "reserve_output", "expected_output"] = Field(
+    kv_admission: Literal["on_demand", "reserve_output", "expected_output", "decode_reservation"] = Field(
         default="on_demand",
         description="paged KV when memory runs short. on_demand (vLLM V1; TensorRT-LLM's MAX_UTILIZATION): a "
                     "request is admitted on its prompt's blocks and decodes allocate as they grow; when the next "
@@ -149,9 +149,23 @@ class EngineConfig(BaseModel):
                     "first, whatever its class, and goes to the back of its class's queue. A request's output "
                     "length stands for its max_new_tokens (a benchmark client sending max_tokens = its output "
                     "length, as reserve_output assumes too); requests carry no ignore_eos flag, whose own path "
-                    "SGLang takes only without the radix cache. A disaggregated decode pool keeps on_demand "
-                    "(SGLang's decode server admits by its own reservation, disaggregation/decode.py, not "
-                    "modelled)")
+                    "SGLang takes only without the radix cache. A disaggregated decode pool of expected_output "
+                    "runs decode_reservation. decode_reservation (SGLang's decode server, disaggregation/decode.py "
+                    "DecodePreallocQueue; only on a pool that decodes for a prefill pool): a handed-over request "
+                    "is admitted only while its prompt's KV plus reserved_decode_tokens fits the free KV less "
+                    "reserved_decode_tokens for every running request (those admitted in the same pass "
+                    "included) and, if more, what the running requests need beyond the KV they hold for the "
+                    "largest to finish (its prompt + min(output, output_estimate_clip) less Σ prompt + output so "
+                    "far of the running), and while its prompt + min(output, clip) less that sum fits too. When "
+                    "decodes do not fit, the request with the fewest output tokens (the longest prompt, then the "
+                    "newest) is retracted; retracted requests wait ahead of every handed-over one, which waits "
+                    "while any does, and one resumes when its KV plus reserved_decode_tokens fits the free KV less "
+                    "the running requests' reserve; it keeps its KV (SGLang copies it to host memory and back) "
+                    "and recomputes its last token only. Not modelled: SGLang allocates before the prefill runs, "
+                    "and the prefill server sends a request on only once its decode KV is allocated, so there a "
+                    "request waits before its prefill, here after its transfer (the prefill pool is not held "
+                    "back); the host copies' time; a replica of dp > 1 attention ranks is held to the sum of its "
+                    "ranks' tests")
     new_token_ratio_init: Optional[float] = Field(
         default=None, gt=0, le=1,
         description="expected_output: the share of running requests' remaining output admission expects them "
@@ -167,12 +181,17 @@ class EngineConfig(BaseModel):
                     "(SGLANG_NEW_TOKEN_RATIO_DECAY_STEPS)")
     output_estimate_clip: int = Field(
         default=4096, ge=1, le=10_000_000,
-        description="expected_output: the most output tokens a request is expected to still write "
-                    "(SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)")
+        description="expected_output and decode_reservation: the most output tokens a request is expected to "
+                    "still write (SGLANG_CLIP_MAX_NEW_TOKENS_ESTIMATION)")
     retract_decode_steps: int = Field(
         default=20, ge=0, le=1_000_000,
         description="expected_output: decode steps per request the ratio set after a preemption allows for "
                     "(SGLANG_RETRACT_DECODE_STEPS)")
+    reserved_decode_tokens: int = Field(
+        default=512, ge=0, le=1_000_000,
+        description="decode_reservation: decode tokens of KV kept free for each running request when a "
+                    "handed-over or retracted request is admitted (SGLang's --num-reserved-decode-tokens, 512 in "
+                    "0.5.9-0.5.23)")
     max_model_len: Optional[int] = Field(
         default=None, ge=1,
         description="the longest request the server takes, prompt and output together (vLLM's --max-model-len, "
@@ -422,17 +441,23 @@ class EngineConfig(BaseModel):
         """Whether admission weighs running requests' expected output (SGLang's)."""
         return self.kv_admission == "expected_output"
 
+    @property
+    def reserves_decode(self) -> bool:
+        """Whether admission is SGLang's decode server's reservation (a disaggregated decode pool)."""
+        return self.kv_admission == "decode_reservation"
+
     @model_validator(mode="after")
     def _admission_modelled(self) -> "EngineConfig":
         if self.kv_admission != "on_demand" and (self.contiguous or self.scheduler == "static"):
             raise ValueError(f"kv_admission: {self.kv_admission} applies to paged KV with continuous batching; "
                              "kv_allocation: contiguous and scheduler: static already reserve each request's "
                              "maximum at admission (leave kv_admission unset)")
-        if self.expects_output and self.num_scheduler_steps > 1:
-            raise ValueError("kv_admission: expected_output is SGLang's, which has no multi-step scheduling; "
+        if (self.expects_output or self.reserves_decode) and self.num_scheduler_steps > 1:
+            raise ValueError(f"kv_admission: {self.kv_admission} is SGLang's, which has no multi-step scheduling; "
                              "set num_scheduler_steps: 1 or another kv_admission")
         # Parameters of a rule that is off would read as applied while nothing reads them.
-        stray = sorted(k for k in EXPECTED_OUTPUT_KEYS if k in self.model_fields_set)
+        stray = sorted(k for k in EXPECTED_OUTPUT_KEYS if k in self.model_fields_set
+                       and not (k == "output_estimate_clip" and self.reserves_decode))
         if stray and not self.expects_output:
             raise ValueError(f"{', '.join(stray)} tune kv_admission: expected_output (SGLang's), not "
                              f"{self.kv_admission}; remove them or set kv_admission: expected_output")

@@ -39,7 +39,7 @@ class ReferenceReplica(ReplicaBase):
         v.blocks = 0
 
     def _preempt_victim(self) -> Seq:
-        if self.expects_output:   # SGLang retracts decoding requests alone, by its own order
+        if self.retracts:   # SGLang retracts decoding requests alone, by its own order
             return self._preempt(min((s for s in self.running if s.state == DECODE),
                                      key=lambda s: self._retraction_key(s.generated, s)))
         # The lowest class priority, the newest among equals (min keeps the first of equals).
@@ -48,6 +48,12 @@ class ReferenceReplica(ReplicaBase):
     def _outputs_left(self) -> int:
         clip = self.clip
         return sum(min(s.req.output_tokens - s.generated, clip) for s in self.running if s.state == DECODE)
+
+    def _retractable(self) -> tuple[int, int]:
+        clip = self.clip
+        held = sum(s.req.input_tokens + s.generated for s in self.running)
+        top = max((s.req.input_tokens + min(s.req.output_tokens, clip) for s in self.running), default=0)
+        return held, top
 
     def _decoder_totals(self) -> tuple[int, int, int]:
         decoding = [s for s in self.running if s.state == DECODE]

@@ -168,7 +168,7 @@ class FastReplica(ReplicaBase):
         return best
 
     def _preempt_victim(self) -> Seq:
-        return self._preempt(self._retraction_victim() if self.expects_output else self._victim())
+        return self._preempt(self._retraction_victim() if self.retracts else self._victim())
 
     def _retraction_victim(self) -> Seq:
         """SGLang's next decoding request to retract (see ``_retraction_key``)."""
@@ -187,6 +187,19 @@ class FastReplica(ReplicaBase):
     def _outputs_left(self) -> int:
         G, clip = self.G, self.clip
         return sum(min(s.gf - G, clip) for s in self.running if s.state == DECODE)
+
+    def _retractable(self) -> tuple[int, int]:
+        return self._retractable_at(self.G)
+
+    def _retractable_at(self, g: int) -> tuple[int, int]:
+        """``_retractable`` at decode counter ``g`` of the stretch being planned."""
+        clip = self.clip
+        held = top = 0
+        for s in self.running:
+            inp = s.req.input_tokens
+            held += inp + (s.req.output_tokens - (s.gf - g) if s.state == DECODE else s.generated)
+            top = max(top, inp + min(s.req.output_tokens, clip))
+        return held, top
 
     def _decoder_totals(self) -> tuple[int, int, int]:
         G = self.G
@@ -359,7 +372,7 @@ class FastReplica(ReplicaBase):
                 else:
                     lo = mid
             n = lo
-        if n > 1 and self.expects_output and self.waiting and not preempted:
+        if n > 1 and (self.expects_output or self.reserves_decode) and self.waiting and not preempted:
             n = self._first_admissible(1, n)   # the head may pass as the ratio decays and outputs shrink
         K = a + b * (self.C + B * G0)
         dt = self._elapsed(n, K, b, B)
@@ -406,7 +419,7 @@ class FastReplica(ReplicaBase):
                 or (cfg.chunked_prefill and cfg.mixes_prefill and self._after_decodes(self.B) <= self.draft_slots)
                 or self._over_budget(head)):
             return False
-        if self.expects_output:
+        if self.expects_output or self.reserves_decode:
             return True     # its KV test is _first_admissible's, iteration by iteration
         need, total, _ = self._admission(head)
         return not self._no_room(head, need, total, self.num_blocks - self.used_blocks(self.G + 1))
@@ -429,6 +442,8 @@ class FastReplica(ReplicaBase):
         pass rather than one per iteration."""
         if not self._head_admissible():
             return n        # a slot, the budget or its class cap is missing until a finish
+        if self.reserves_decode:
+            return self._first_reservable(k, n)
         head = self._first_candidate()
         assert head is not None
         need, _, _ = self._admission(head)
@@ -471,10 +486,71 @@ class FastReplica(ReplicaBase):
             k = hi
         return n
 
+    def _first_reservable(self, k: int, n: int) -> int:
+        """``_first_admissible`` under SGLang's decode-server reservation: the first
+        k' in [k, n) after whose iteration the head passes ``_reservation_fits``; n
+        if none. Over a stretch the free tokens F only fall and the running
+        requests' Σ prompt + output so far grows by B an iteration, so the test
+        kv + reserve ≤ F − reserve × active only turns false (bisection finds its
+        last pass, beyond which none can pass); a retracted head has no other. At
+        one token a block F falls by exactly B an iteration: the other three
+        comparisons are then constant or turn true once, and the whole test is
+        monotone up to that last pass (bisection again); with larger blocks F
+        falls by steps, and the iterations up to it are tried in turn."""
+        head = self._first_candidate()
+        assert head is not None
+        need, _, _ = self._admission(head)
+        kv = need * self.bs
+        est = self._decode_estimate(head)
+        G0, bs, R = self.G, self.bs, self.reserve_tokens
+        after = 1 if self.cfg.mixes_prefill else 0    # mixed, the decodes' next blocks are taken first
+        active = len(self.running)
+        held0, top = self._retractable_at(G0)
+        B = self.B
+
+        def free(j: int) -> int:
+            return bs * (self.num_blocks - self.used_blocks(G0 + j + after))
+
+        def reserve_fits(j: int) -> bool:
+            return kv + R <= free(j) - R * active
+
+        def fits(j: int) -> bool:
+            return self._reservation_fits(kv, est, free(j), R, active, held0 + B * j, top)
+
+        if not reserve_fits(k):
+            return n
+        if est < 0:
+            return k
+        last = n - 1
+        if not reserve_fits(last):
+            last = self._first_true(lambda j: not reserve_fits(j), k, last) - 1
+        if bs != 1:
+            for j in range(k, last + 1):
+                if fits(j):
+                    return j
+            return n
+        if fits(k):
+            return k
+        if not fits(last):
+            return n
+        return self._first_true(fits, k, last)
+
+    @staticmethod
+    def _first_true(test: Callable[[int], bool], lo: int, hi: int) -> int:
+        """The first j in (lo, hi] where ``test`` turns true, given it is false at lo
+        and true at hi and turns true once between (bisection)."""
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if test(mid):
+                hi = mid
+            else:
+                lo = mid
+        return hi
+
     def _on_arrival_while_busy(self, now: float) -> None:
         if self.seg is None or not self.seg_cuttable or self.seg[1] <= 1:
             return
-        if self.expects_output:
+        if self.expects_output or self.reserves_decode:
             self._end_stretch_after(self._first_admissible(self._inflight(now), self.seg[1]), now)
             return
         if not self._head_admissible():

@@ -44,6 +44,18 @@ class WaitQueue:
         self._level(s).appendleft(s)
         self._n += 1
 
+    def insert_retracted(self, s: Seq) -> None:
+        """A sequence SGLang's decode server retracted: behind the retracted ones
+        already waiting at the front of its priority, ahead of the rest."""
+        q = self._level(s)
+        i = 0
+        for w in q:
+            if w.req.preemptions == 0:
+                break
+            i += 1
+        q.insert(i, s)
+        self._n += 1
+
     def _head_level(self) -> deque[Seq]:
         for p in reversed(self._order):
             q = self._levels[p]

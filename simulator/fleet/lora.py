@@ -144,6 +144,7 @@ def _check_modelled(spec, cm: CostModel, where: str, source) -> None:
              (e.contiguous, "kv_allocation: contiguous"),
              (e.reserves_output, "kv_admission: reserve_output (TensorRT-LLM's)"),
              (e.expects_output, "kv_admission: expected_output (SGLang's)"),
+             (e.reserves_decode, "kv_admission: decode_reservation (SGLang's)"),
              (not load_backend(rule).lora_modelled, f"the {rule} KV memory rule"),
              (spec.speculative is not None, "speculative decoding"),
              (spec.disaggregation is not None, "disaggregation"),

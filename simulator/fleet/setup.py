@@ -106,8 +106,11 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     # get_kv_cache_configs, then get_kv_cache_config_from_groups), as this order does
     _holds_one_context(e, model, gpu, mem, spec.tp * spec.dp, where, source)
     mem = _blocks_override(e, mem, where, source)
-    replica = rank_limits(drafting_budget(expected_output_admission(e, spec.dp, decodes_for_another), spec,
-                                          where, source), spec.dp)
+    try:
+        admission = expected_output_admission(e, spec.dp, decodes_for_another)
+    except LlmsimError as err:
+        raise LlmsimError(err.message, source=source, key_path=f"{where}.{err.key_path}") from None
+    replica = rank_limits(drafting_budget(admission, spec, where, source), spec.dp)
     return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source),
                      engine=None if replica is e else replica, lora=lora)
 
@@ -116,15 +119,24 @@ def expected_output_admission(e: EngineConfig, dp: int, decodes_for_another: boo
     """The admission a replica runs where SGLang's expected-output rule
     (``kv_admission: expected_output``) depends on the pool's role: its decode
     server admits by its own reservation (disaggregation/decode.py
-    ``DecodePreallocQueue``: reserved decode tokens per active request, no
-    new_token_ratio), which llmsim does not model, so a decode pool keeps
-    on_demand; and DP attention multiplies ``schedule_conservativeness`` by 0.3
-    (server_args.py ``_handle_data_parallelism`` to 0.5.18, arg_groups/
+    ``DecodePreallocQueue``: ``num_reserved_decode_tokens`` per active request,
+    no new_token_ratio), ``kv_admission: decode_reservation``, which applies to
+    a decode pool alone; and DP attention multiplies ``schedule_conservativeness``
+    by 0.3 (server_args.py ``_handle_data_parallelism`` to 0.5.18, arg_groups/
     parallel_hook.py from 0.5.19), the ratio's start with it, unless the pool sets it."""
+    if e.reserves_decode and not decodes_for_another:
+        raise LlmsimError("kv_admission: decode_reservation is SGLang's decode server's admission of handed-over "
+                          "requests; it applies to a pool another pool's disaggregation.decode_pool names",
+                          key_path="engine.kv_admission")
+    if "reserved_decode_tokens" in e.model_fields_set and not (e.reserves_decode or (
+            e.expects_output and decodes_for_another)):
+        raise LlmsimError("reserved_decode_tokens tunes SGLang's decode server (kv_admission: decode_reservation, "
+                          "which an expected_output pool decoding for a prefill pool runs); this pool does not run it",
+                          key_path="engine.reserved_decode_tokens")
     if not e.expects_output:
         return e
     if decodes_for_another:
-        return e.model_copy(update={"kv_admission": "on_demand"})
+        return e.model_copy(update={"kv_admission": "decode_reservation"})
     if dp > 1 and e.new_token_ratio_init is None:
         return e.model_copy(update={"new_token_ratio_init": 0.7 * 0.3})
     return e
