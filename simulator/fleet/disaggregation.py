@@ -24,7 +24,11 @@ pools' TP (a decode GPU receiving four prefill shards takes them over its
 one link), and with MLA the whole latent, which every GPU keeps
 (:func:`simulator.scenario.compile._pairs`). A
 decode replica preempted by recompute prefills the whole prompt locally
-(the transferred KV is gone). The link itself is not a queue: concurrent
+(the transferred KV is gone); SGLang's decode server (``kv_admission:
+decode_reservation``, which an SGLang decode pool runs) keeps a retracted
+request's KV in host memory and recomputes its last token only, and admits
+a handed-over request only beside a reserve of decode tokens per running
+request, after the transfer where SGLang allocates before the prefill. The link itself is not a queue: concurrent
 transfers do not slow each other (stated limitation).
 
 Presets (per GPU, effective, assumptions stated here):
