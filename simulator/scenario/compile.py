@@ -36,6 +36,7 @@ from ..fleet.pp_refusals import check_pp_pairs
 from ..parallelism import kv_copies
 from ..runsize import check_run_size
 from .schema import PoolSpec, Scenario
+from workloads.traces import TraceSpec
 from .cost import month_rule
 from .slo import parse_slo
 
@@ -140,9 +141,14 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
     for i, p in enumerate(sc.pools):
         bs = p.engine.block_size
         if ids and p.engine.prefix_cache and ids % bs:
+            # synthetic ids (a system prompt, sessions) take workload.block_tokens, which can follow
+            # the engine's block (vLLM 0.34.0's 64 tokens); a trace's ids have the trace's size
+            synthetic = not isinstance(sc.workload.arrival, TraceSpec)
             fail(f"the workload's prompt block ids stand for {ids} tokens, not a whole number of "
-                 f"{bs}-token KV blocks: set a block_size dividing it, or prefix_cache: false",
-                 f"pools[{i}].engine.block_size")
+                 f"{bs}-token KV blocks: "
+                 + (f"set workload.block_tokens to a multiple of {bs}, a block_size dividing {ids}"
+                    if synthetic else "set a block_size dividing it")
+                 + ", or prefix_cache: false", f"pools[{i}].engine.block_size")
         a = p.autoscaling
         if a is not None and not a.min_replicas <= p.replicas <= a.max_replicas:
             fail(f"replicas ({p.replicas}) must lie within autoscaling's min_replicas..max_replicas "
