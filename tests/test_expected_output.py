@@ -118,3 +118,25 @@ def test_a_decode_pool_reserves_decode_tokens_and_dp_attention_starts_lower():
 def test_expected_output_settings_are_refused_where_they_do_not_apply(kw, words):
     with pytest.raises(ValueError, match=words):
         EngineConfig(**kw)
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("order, retracted", [("fewest_output", 0), ("newest", 1)])
+def test_the_retraction_order_picks_the_request_sglang_drops(engine, order, retracted):
+    # A (30 in) and B (10 in) join one prefill batch (an output estimate clipped at 10 lets both in:
+    # 40 < 150, then 20 < 150 - 30 - 10) and decode together until their 40 + 2g tokens pass 150.
+    # With equal outputs the length order retracts the longer prompt (A); SGLang to 0.5.16 under
+    # speculative decoding drops the batch's last request (B, admitted after A).
+    cfg = sglang_engine(output_estimate_clip=10, retraction_order=order)
+    reqs = run_open(engine, make_requests([0.0, 0.0], [30, 10], [100, 100]), cfg, 150).requests
+    assert [r.preemptions for r in reqs] == [int(i == retracted) for i in range(2)]
+
+
+@pytest.mark.parametrize("version, order", [("0.5.9", "newest"), ("0.5.16", "newest"), ("0.5.17", "fewest_output")])
+def test_sglang_retracts_from_the_batch_s_back_under_speculation_to_0_5_16(version, order):
+    from simulator.profiles.backend import load_backend
+
+    prof = load_backend("sglang")
+    keys = prof.version_keys(version)
+    assert prof.speculative_keys(keys).get("retraction_order", "fewest_output") == order
+    assert "retraction_order" not in {k for k in keys if k != "speculative_engine"}    # without a draft: by length

@@ -136,6 +136,7 @@ class ReplicaBase:
         # so far and largest prompt + expected output, summed once a plan (-1: not yet).
         self.reserves_decode = cfg.reserves_decode
         self.retracts = cfg.expects_output or cfg.reserves_decode    # SGLang's retraction order
+        self.newest_first = cfg.retraction_order == "newest"
         self.reserve_tokens = cfg.reserved_decode_tokens
         self.ret_now = -1
         self.top_now = 0
@@ -585,11 +586,13 @@ class ReplicaBase:
             else:
                 self.waiting.appendleft(v)
 
-    @staticmethod
-    def _retraction_key(generated: int, s: Seq) -> tuple[int, int, int]:
-        """SGLang's retraction order (schedule_batch.py retract_decode, the 'length'
-        policy): the smallest key goes first: fewest output tokens, then the longest
-        prompt, then the newest."""
+    def _retraction_key(self, generated: int, s: Seq) -> tuple[int, int, int]:
+        """SGLang's retraction order (schedule_batch.py retract_decode), the smallest
+        key first: by its 'length' policy the fewest output tokens, then the longest
+        prompt, then the newest; under ``retraction_order: newest`` (speculative
+        decoding to 0.5.16, whose batch drops requests from the back) the newest."""
+        if self.newest_first:
+            return 0, 0, -s.order
         return generated, -s.req.input_tokens, -s.order
 
     def _take_reload(self) -> float:

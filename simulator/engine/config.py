@@ -187,6 +187,14 @@ class EngineConfig(BaseModel):
         default=20, ge=0, le=1_000_000,
         description="expected_output: decode steps per request the ratio set after a preemption allows for "
                     "(SGLANG_RETRACT_DECODE_STEPS)")
+    retraction_order: Literal["fewest_output", "newest"] = Field(
+        default="fewest_output",
+        description="which decoding request SGLang's admission (kv_admission: expected_output or "
+                    "decode_reservation) retracts first when the next decodes do not fit: fewest_output, "
+                    "retract_decode's length order (the fewest output tokens, then the longest prompt, then the "
+                    "newest); newest, the batch's last request, as 0.5.9-0.5.16 retract under speculative "
+                    "decoding (schedule_batch.py: the policy sort only without a speculative algorithm). The other "
+                    "admissions preempt as vLLM does (the lowest class priority, the newest among equals)")
     reserved_decode_tokens: int = Field(
         default=512, ge=0, le=1_000_000,
         description="decode_reservation: decode tokens of KV kept free for each running request when a "
