@@ -143,7 +143,8 @@ def test_request_table_shows_the_json_figures(cli):
     rows = table_rows(r.out)
     for label, key in [("TTFT (ms)", "ttft_ms"), ("TPOT (ms)", "tpot_ms"), ("prefill tokens/s", "prefill_tokens_per_s"),
                        ("prefill at 40% MFU (ms)", "mfu_prefill_ms"), ("concurrent requests that fit",
-                                                                      "max_concurrent_requests")]:
+                                                                      "max_concurrent_requests"),
+                       ("KV capacity (tokens)", "kv_capacity_tokens")]:
         assert rows[label] == fmt(out[key]), label
     assert rows["KV per token"] == "128 KiB"
     assert rows["KV capacity"] == f"{out['kv_capacity_bytes'] / 1e9:.2f} GB"

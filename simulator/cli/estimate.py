@@ -410,5 +410,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
              ("reserve", _gb(out["reserve_bytes"])),
              *([("sliding-window KV", _gb(out["kv_window_bytes"]))] if out["kv_window_bytes"] else []),
              ("KV capacity", _gb(out["kv_capacity_bytes"])),
+             # the figure the stacks' start-up logs give (vLLM's "GPU KV cache size: N tokens")
+             ("KV capacity (tokens)", out["kv_capacity_tokens"]),
              ("concurrent requests that fit", out["max_concurrent_requests"])]
     console.print(_table(f"{model} on {_replica(tp, dp, ep)} {gpu}: {input} in / {output} out", rows))
