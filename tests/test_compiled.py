@@ -67,7 +67,7 @@ from simulator.sharding import run_sharded
 import simulator.engine.replica as replica
 
 def results(path, variants, sets, engine, shards):
-    sc, p = load_scenario(path, sets)
+    sc, p = load_scenario(path, [] if variants else sets)   # with variants, the sets apply after them (as run does)
     if variants:
         sc = load_with_variants(p, select_variants(sc.variants, variants, p), sets)
     out = simulate(sc, engine=engine, source=p) if shards is None else run_sharded(sc, shards, source=p, engine=engine)

@@ -449,6 +449,11 @@ class EngineConfig(BaseModel):
         """Whether admission weighs running requests' expected output (SGLang's)."""
         return self.kv_admission == "expected_output"
 
+    def tunes(self, key: str) -> bool:
+        """Whether ``key`` is set to other than its default (a config dumped whole and read back
+        sets every key, to its default where nobody chose it)."""
+        return key in self.model_fields_set and getattr(self, key) != type(self).model_fields[key].default
+
     @property
     def reserves_decode(self) -> bool:
         """Whether admission is SGLang's decode server's reservation (a disaggregated decode pool)."""
@@ -463,8 +468,9 @@ class EngineConfig(BaseModel):
         if (self.expects_output or self.reserves_decode) and self.num_scheduler_steps > 1:
             raise ValueError(f"kv_admission: {self.kv_admission} is SGLang's, which has no multi-step scheduling; "
                              "set num_scheduler_steps: 1 or another kv_admission")
-        # Parameters of a rule that is off would read as applied while nothing reads them.
-        stray = sorted(k for k in EXPECTED_OUTPUT_KEYS if k in self.model_fields_set
+        # Parameters of a rule that is off would read as applied while nothing reads them (a default
+        # value, as a dumped config repeats it, tunes nothing).
+        stray = sorted(k for k in EXPECTED_OUTPUT_KEYS if self.tunes(k)
                        and not (k == "output_estimate_clip" and self.reserves_decode))
         if stray and not self.expects_output:
             raise ValueError(f"{', '.join(stray)} tune kv_admission: expected_output (SGLang's), not "

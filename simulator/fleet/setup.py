@@ -128,7 +128,7 @@ def expected_output_admission(e: EngineConfig, dp: int, decodes_for_another: boo
         raise LlmsimError("kv_admission: decode_reservation is SGLang's decode server's admission of handed-over "
                           "requests; it applies to a pool another pool's disaggregation.decode_pool names",
                           key_path="engine.kv_admission")
-    if "reserved_decode_tokens" in e.model_fields_set and not (e.reserves_decode or (
+    if e.tunes("reserved_decode_tokens") and not (e.reserves_decode or (
             e.expects_output and decodes_for_another)):
         raise LlmsimError("reserved_decode_tokens tunes SGLang's decode server (kv_admission: decode_reservation, "
                           "which an expected_output pool decoding for a prefill pool runs); this pool does not run it",
