@@ -185,14 +185,12 @@ class ReplicaBase:
                 need = req.input_tokens + req.output_tokens
             blocks = ceil_div(max(need, 1), self.bs)
             # Alone on the replica, its prompt (or, readmitted, prompt and output so far, in
-            # whole blocks) and expected output must be less than the pool: a block's slack more
-            # than the whole request bounds both.
-            if self.expects_output and req.input_tokens + req.output_tokens + self.bs > self.num_blocks * self.bs:
-                return False
-            # Alone, its prompt and whole output (or, retracted, its KV so far) with the reserve.
-            if (self.reserves_decode
-                    and req.input_tokens + req.output_tokens + self.reserve_tokens + self.bs > self.num_blocks * self.bs):
-                return False
+            # whole blocks) and expected output must be less than the pool, on the decode
+            # server beside its reserve: a block's slack more than the whole request bounds both.
+            if self.retracts:
+                reserve = self.reserve_tokens if self.reserves_decode else 0
+                if req.input_tokens + req.output_tokens + reserve + self.bs > self.num_blocks * self.bs:
+                    return False
         if self.kv_budgets is not None:       # nor past its class's KV cap
             cap = self.kv_budgets.get(req.klass)
             if cap is not None and self._footprint(req) > cap:

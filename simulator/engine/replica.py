@@ -364,14 +364,8 @@ class FastReplica(ReplicaBase):
         elif n > 1 and self.cfg.num_scheduler_steps > 1 and self.waiting and self._head_admissible():
             n = min(n, self._block_boundary(G0 + 1) - G0)    # the head joins at the next decision
         if n > 1 and self.used_blocks(G0 + n) > self.num_blocks:
-            lo, hi = 1, n   # used(G0+lo) fits, used(G0+hi) does not
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if self.used_blocks(G0 + mid) > self.num_blocks:
-                    hi = mid
-                else:
-                    lo = mid
-            n = lo
+            # used(G0+1) fits, used(G0+n) does not: the stretch ends before the first overflow
+            n = self._first_true(lambda j: self.used_blocks(G0 + j) > self.num_blocks, 1, n) - 1
         if n > 1 and (self.expects_output or self.reserves_decode) and self.waiting and not preempted:
             n = self._first_admissible(1, n)   # the head may pass as the ratio decays and outputs shrink
         K = a + b * (self.C + B * G0)
@@ -476,14 +470,8 @@ class FastReplica(ReplicaBase):
                 continue
             if weighted(n - 1) >= target:
                 return n
-            lo, hi = k, n - 1       # weighted(lo) ≥ target > weighted(hi)
-            while hi - lo > 1:
-                mid = (lo + hi) // 2
-                if weighted(mid) < target:
-                    hi = mid
-                else:
-                    lo = mid
-            k = hi
+            # weighted(k) ≥ target > weighted(n − 1): on to its first fall below
+            k = self._first_true(lambda j: weighted(j) < target, k, n - 1)
         return n
 
     def _first_reservable(self, k: int, n: int) -> int:
