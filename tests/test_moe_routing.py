@@ -100,6 +100,33 @@ def test_grouped_router_keeps_k_distinct_experts_in_topk_groups(tokens, dist, ep
     assert all(len(set(row)) == 8 and len(set(row // 32)) <= 4 for row in g)
 
 
+@given(st.lists(st.integers(0, 50), min_size=1, max_size=40), st.integers(0, 400), st.integers(0, 60))
+@settings(max_examples=200, deadline=None)
+def test_water_fill_is_one_increment_at_a_time(c, q, ub):
+    """The closed-form level equals q single increments, each to the lowest
+    entry below ub, the first on ties (the collector's argmin loop)."""
+    c = np.minimum(np.array(c, dtype=np.int64), ub)
+    slow = c.copy()
+    for _ in range(q):
+        below = np.nonzero(slow < ub)[0]
+        if not len(below):
+            break
+        slow[below[np.argmin(slow[below])]] += 1
+    assert np.array_equal(R._water_fill(c, q, ub), slow)
+
+
+@given(st.integers(1, 300), st.sampled_from([(8, 4), (8, 1), (4, 2), (16, 3), (64, 1), (1, 1)]), st.sampled_from(EP),
+       st.sampled_from([2, 6, 8]), st.integers(0, 2**16))
+@settings(max_examples=60, deadline=None)
+def test_rank0s_grouped_counts_are_the_sorted_routers(tokens, groups, ep, topk, seed):
+    """The annotation counts rank 0's pairs without sorting every token's
+    experts: the same counts as the router's sort, for any group shape."""
+    rng = np.random.default_rng(seed)
+    ids = np.argsort(rng.random((tokens, 256)), axis=1)[:, :topk]
+    assert np.array_equal(R._grouped_local_counts(ids, 256, topk, groups, ep),
+                          R._local_counts(R._grouped_topk(ids, 256, topk, groups), 256, ep))
+
+
 def test_grouped_router_piles_the_ties_on_the_lowest_experts():
     """Balanced logits give each token one expert per group: all 8 groups tie,
     groups 0-3 are kept and the four tie picks are the lowest free experts, so

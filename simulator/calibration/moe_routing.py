@@ -55,13 +55,13 @@ def _water_fill(c: np.ndarray, q: int, ub: int) -> np.ndarray:
     """``c`` after ``q`` single increments, each to its lowest entry below ``ub``,
     the first such entry on ties (``torch.argmin``)."""
     s = np.sort(c)
-    lo, hi = int(s[0]), ub
-    while lo < hi:   # the highest level the q units reach everywhere
-        mid = (lo + hi + 1) // 2
-        if int(np.clip(mid - s, 0, None).sum()) <= q:
-            lo = mid
-        else:
-            hi = mid - 1
+    # The highest level the q units reach everywhere: filling the k lowest
+    # entries to level L costs k L − (their sum), so with k filled the level
+    # is (q + their sum) // k, capped at the next entry and at ub; the best k's.
+    k = np.arange(1, len(s) + 1)
+    level = np.minimum((q + np.cumsum(s)) // k, np.append(s[1:], ub))
+    level = np.minimum(level, ub)
+    lo = int(max(s[0], level[level >= s].max(initial=s[0])))
     out = np.maximum(c, lo)
     left = q - int((out - c).sum())
     at = np.nonzero((out == lo) & (out < ub))[0][:left]
@@ -133,6 +133,17 @@ def _assign(counts: np.ndarray, tokens: int, topk: int) -> np.ndarray:
     return np.repeat(order, counts[order]).reshape(topk, tokens).T
 
 
+def _kept_groups(ids: np.ndarray, num_experts: int, groups: tuple[int, int]) -> tuple[np.ndarray, np.ndarray]:
+    """Per token and group: how many chosen experts it holds, and whether the
+    router keeps it (groups ranked by the sum of their two best scores)."""
+    n_group, topk_group = groups
+    per = num_experts // n_group
+    held = (ids[:, :, None] // per == np.arange(n_group)).sum(axis=1, dtype=np.int8)
+    kept = np.zeros(held.shape, dtype=bool)
+    np.put_along_axis(kept, np.argsort(-np.minimum(held, 2), axis=1, kind="stable")[:, :topk_group], True, axis=1)
+    return held, kept
+
+
 def _grouped_topk(ids: np.ndarray, num_experts: int, topk: int, groups: tuple[int, int]) -> np.ndarray:
     """The experts vLLM's group-limited router picks from the collector's logits.
 
@@ -146,15 +157,40 @@ def _grouped_topk(ids: np.ndarray, num_experts: int, topk: int, groups: tuple[in
     index — which piles pairs on the lowest experts, rank 0's (an assumption
     about the kernels' tie order, borne out by the rows: the balanced
     DeepSeek rows at ep 64 run 14× what an even split predicts)."""
-    n_group, topk_group = groups
-    tokens, per = ids.shape[0], num_experts // n_group
-    chosen = np.zeros((tokens, num_experts), dtype=bool)
+    _, kept = _kept_groups(ids, num_experts, groups)
+    chosen = np.zeros((ids.shape[0], num_experts), dtype=bool)
     np.put_along_axis(chosen, ids, True, axis=1)
-    best_two = np.minimum(chosen.reshape(tokens, n_group, per).sum(axis=2), 2)
-    kept = np.zeros((tokens, n_group), dtype=bool)
-    np.put_along_axis(kept, np.argsort(-best_two, axis=1, kind="stable")[:, :topk_group], True, axis=1)
-    score = np.where(np.repeat(kept, per, axis=1), np.where(chosen, 2, 1), 0)
-    return np.argsort(-score, axis=1, kind="stable")[:, :topk]
+    rank = np.where(np.repeat(kept, num_experts // groups[0], axis=1), np.where(chosen, np.int8(-2), np.int8(-1)),
+                    np.int8(0))
+    return np.argsort(rank, axis=1, kind="stable")[:, :topk]     # int8 keys: a radix sort
+
+
+def _grouped_local_counts(ids: np.ndarray, num_experts: int, topk: int, groups: tuple[int, int],
+                          ep: int) -> np.ndarray:
+    """``_local_counts(_grouped_topk(...))`` without sorting every token's
+    experts: rank 0's experts are the lowest-indexed, and the sort's picks
+    among them are the chosen experts of kept groups, then the lowest-indexed
+    other experts of kept groups, then of dropped ones, while k is not
+    reached, which running counts over rank 0's columns decide alone. The
+    annotation of the fit's rows spends most of its time here."""
+    n_group, topk_group = groups
+    per, local = num_experts // n_group, num_experts // ep
+    held, kept = _kept_groups(ids, num_experts, groups)
+    chosen = np.zeros((ids.shape[0], local), dtype=bool)
+    rows, cols = np.nonzero(ids < local)
+    chosen[rows, ids[rows, cols]] = True
+    in_kept = np.repeat(kept[:, :-(-local // per)], per, axis=1)[:, :local]
+    picked = (held * kept).sum(axis=1, dtype=np.int32)
+    counts = (chosen & in_kept).sum(axis=0)
+    need = topk - picked                                   # ties to fill, per token
+    # the kept groups' other experts, then the dropped groups' (the sort's order)
+    for ties, total in ((in_kept & ~chosen, topk_group * per - picked), (~in_kept, (n_group - topk_group) * per)):
+        if not need.any():
+            break
+        fill = ties & (np.cumsum(ties, axis=1, dtype=np.int32) <= need[:, None])
+        counts = counts + fill.sum(axis=0)
+        need = need - np.minimum(total, need)
+    return counts
 
 
 def _local_counts(ids: np.ndarray, num_experts: int, ep: int) -> np.ndarray:
@@ -170,7 +206,8 @@ def rank0_counts(tokens: int, num_experts: int, topk: int, ep: int, distribution
     group-limited (:func:`_grouped_topk`)."""
     if distribution == "balanced":
         ids = _balanced_ids(tokens, num_experts, topk)
-        return [_local_counts(_grouped_topk(ids, num_experts, topk, groups) if groups else ids, num_experts, ep)]
+        return [_grouped_local_counts(ids, num_experts, topk, groups, ep) if groups
+                else _local_counts(ids, num_experts, ep)]
     if not distribution.startswith("power_law_"):
         raise ValueError(f"unknown router distribution {distribution!r}")
     alpha = float(distribution.removeprefix("power_law_"))
@@ -180,8 +217,7 @@ def rank0_counts(tokens: int, num_experts: int, topk: int, ep: int, distribution
     for _ in range(_DRAWS):
         counts = _power_law_counts(tokens, num_experts, topk, ep, alpha, rng)
         if groups:
-            draws.append(_local_counts(_grouped_topk(_assign(counts, tokens, topk), num_experts, topk, groups),
-                                       num_experts, ep))
+            draws.append(_grouped_local_counts(_assign(counts, tokens, topk), num_experts, topk, groups, ep))
         else:
             draws.append(counts[:num_experts // ep])
     return draws
@@ -198,8 +234,9 @@ def padded_column(block: int) -> str:
 
 
 def _summary(draws: list[np.ndarray]) -> tuple[float, ...]:
-    return (float(np.mean([c.sum() for c in draws])), float(np.mean([np.count_nonzero(c) for c in draws])),
-            *(float(np.mean([padded_rows(c, b) for c in draws])) for b in PADDED_BLOCKS))
+    d = np.asarray(draws, dtype=float)                  # draws × rank 0's experts, every draw at once
+    return (float(d.sum(axis=1).mean()), float(np.count_nonzero(d, axis=1).mean()),
+            *(float(padded_rows(d, b).mean()) for b in PADDED_BLOCKS))
 
 
 def rank0_routing(tokens: int, num_experts: int, topk: int, ep: int, distribution: str,
