@@ -6,9 +6,9 @@ less max(R × active requests, top − H), R the reserved decode tokens, H the
 running requests' Σ prompt + output so far and top the largest prompt +
 min(output, clip) among them (disaggregation/decode.py pop_preallocated,
 _allocatable_tokens). A retracted request waits ahead of every handed-over
-one, resumes once its KV + R fits the free KV less R per running request
-(resume_retracted_reqs), and recomputes only its last token (its KV went to
-host memory and back). Requests here carry their prompt's KV (``preloaded``)
+one, resumes once its KV but its last token's + R fits the free KV less R
+per running request (resume_retracted_reqs), and recomputes only that token
+(its KV went to host memory and back). Requests here carry their prompt's KV (``preloaded``)
 as a decode leg does; SGLang's page size is one token.
 """
 from __future__ import annotations
@@ -100,6 +100,19 @@ def test_a_retracted_request_resumes_first_with_its_kv_and_holds_the_others_back
     on_demand = run_open(engine, handed_over([0.0, 0.0, late], [100, 100, 20], [100, 100, 5]),
                          decode_server("on_demand"), 260)
     assert on_demand.stats()[0]["tokens_processed"] == 99 + 30 + 131 + 68 + 4    # B re-prefilled
+
+
+@pytest.mark.parametrize("engine", ENGINES)
+@pytest.mark.parametrize("pool, retractions", [(260, 1), (261, 2)])
+def test_a_retracted_request_resumes_on_its_kv_less_its_last_token(engine, pool, retractions):
+    # R = 0, clip 10: A and B (100 in, 100 out) fill the pool after 30 decodes, and B (the newer of
+    # equals) is retracted with 131 tokens, prompt + output; SGLang resumes it on 130, its last token's
+    # KV written by its next decode (_prealloc_required_tokens over _pre_alloc_fill_len). A holds 131:
+    # from 261 tokens B resumes at once (130 <= 130 free) and, both then needing a token more, is
+    # retracted again; from 260 (129 free) it waits for A to end.
+    run = run_open(engine, handed_over([0.0, 0.0], [100, 100], [100, 100]),
+                   decode_server(reserved_decode_tokens=0, output_estimate_clip=10), pool)
+    assert [r.preemptions for r in run.requests] == [0, retractions]
 
 
 def test_the_decode_pool_of_an_sglang_pair_reserves_and_others_refuse_it():

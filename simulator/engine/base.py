@@ -473,8 +473,9 @@ class ReplicaBase:
         if self.reserves_decode:
             if self.ret_now < 0:
                 self.ret_now, self.top_now = self._retractable()
-            return not self._reservation_fits(need * self.bs, self._decode_estimate(s), free * self.bs,
-                                              self.reserve_tokens, self._batch_len(), self.ret_now, self.top_now)
+            return not self._reservation_fits(self._decode_kv(s, need, total), self._decode_estimate(s),
+                                              free * self.bs, self.reserve_tokens, self._batch_len(), self.ret_now,
+                                              self.top_now)
         if self.expects_output:
             if self.left_now < 0:
                 self.left_now = self._outputs_left()
@@ -501,6 +502,16 @@ class ReplicaBase:
             return kv + reserve <= free_tokens - reserve * active
         return max(kv + reserve, kv + estimate - retractable) <= free_tokens - max(reserve * active,
                                                                                   top - retractable)
+
+    def _decode_kv(self, s: Seq, need: int, total: int) -> int:
+        """The KV tokens the decode server's test charges for ``s``, ``need`` of its ``total``
+        blocks taken from free memory: a handed-over prompt's; a retracted request's less its
+        last token, which SGLang resumes without (_prealloc_required_tokens over
+        _pre_alloc_fill_len: prompt + output − 1, page-aligned from 0.5.18) and whose KV its
+        next decode writes, here the one-token recompute, allocated with the rest."""
+        if s.req.preemptions == 0:
+            return need * self.bs
+        return (need - total + ceil_div(s.prompt - 1, self.bs)) * self.bs
 
     def _decode_estimate(self, s: Seq) -> int:
         """What the decode server's admission expects ``s`` to write: min(max_new_tokens,

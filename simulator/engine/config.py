@@ -159,12 +159,12 @@ class EngineConfig(BaseModel):
                     "far of the running), and while its prompt + min(output, clip) less that sum fits too. When "
                     "decodes do not fit, the request with the fewest output tokens (the longest prompt, then the "
                     "newest) is retracted; retracted requests wait ahead of every handed-over one, which waits "
-                    "while any does, and one resumes when its KV plus reserved_decode_tokens fits the free KV less "
-                    "the running requests' reserve; it keeps its KV (SGLang copies it to host memory and back) "
-                    "and recomputes its last token only. Not modelled: SGLang allocates before the prefill runs, "
-                    "and the prefill server sends a request on only once its decode KV is allocated, so there a "
-                    "request waits before its prefill, here after its transfer (the prefill pool is not held "
-                    "back); the host copies' time; a replica of dp > 1 attention ranks is held to the sum of its "
+                    "while any does, and one resumes when its KV but its last token's plus reserved_decode_tokens "
+                    "fits the free KV less the running requests' reserve; it keeps that KV (SGLang copies it to "
+                    "host memory and back) and recomputes its last token only. Not modelled: SGLang allocates "
+                    "before the prefill runs, and the prefill server sends a request on only once its decode KV "
+                    "is allocated, so there a request waits before its prefill, here after its transfer (the "
+                    "prefill pool is not held back); the host copies' time; a replica of dp > 1 attention ranks is held to the sum of its "
                     "ranks' tests")
     new_token_ratio_init: Optional[float] = Field(
         default=None, gt=0, le=1,

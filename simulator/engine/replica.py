@@ -487,8 +487,8 @@ class FastReplica(ReplicaBase):
         falls by steps, and the iterations up to it are tried in turn."""
         head = self._first_candidate()
         assert head is not None
-        need, _, _ = self._admission(head)
-        kv = need * self.bs
+        need, total, _ = self._admission(head)
+        kv = self._decode_kv(head, need, total)
         est = self._decode_estimate(head)
         G0, bs, R = self.G, self.bs, self.reserve_tokens
         after = 1 if self.cfg.mixes_prefill else 0    # mixed, the decodes' next blocks are taken first
