@@ -10,8 +10,10 @@ mode (``helpers_engine.engine_configs`` draws it); these pin what it means.
 from __future__ import annotations
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
-from helpers_engine import cost_model, make_requests, run_open
+from helpers_engine import capacities, cost_model, engine_configs, make_requests, run_open, workloads
 from simulator.engine.base import ReplicaBase
 from simulator.engine.config import EngineConfig
 from simulator.engine.sequence import DECODE
@@ -69,6 +71,31 @@ def test_the_ratio_is_back_at_its_start_when_the_replica_idles(engine):
     assert b2.finish > 0 and a.finish < 100 and b.finish < 100
     assert b2.admitted - a2.first_token == pytest.approx(b.admitted - a.first_token, rel=1e-9)
     assert b2.admitted > a2.first_token
+
+
+@settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+@given(data=st.data())
+def test_the_ratio_resets_only_with_nothing_waiting(data):
+    """SGLang resets the ratio in its idle housekeeping: 0.5.9-0.5.10.post1 whenever no batch runs
+    (scheduler_runtime_checker_mixin.py self_check_during_idle), from 0.5.11 only with the waiting
+    queue empty too (on_idle behind is_fully_idle). A replica here plans no iteration only with
+    nothing waiting, whatever waits fitting it empty (or rejected on arrival), so the releases'
+    two rules are one; were that to change, the later one would need a release rule."""
+    reqs = data.draw(workloads(min_n=5, max_n=40, max_in=600, max_out=300), label="requests")
+    cfg = data.draw(engine_configs(scheduler="continuous", kv="paged", admission="expected_output"), label="cfg")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    waiting_at_reset: list[int] = []
+    track = ReplicaBase._track_ratio
+
+    def watch(self, chunks: bool, decoding: bool) -> None:
+        if not (self.retracted or chunks or decoding):
+            waiting_at_reset.append(self.queued())
+        track(self, chunks, decoding)
+
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setattr(ReplicaBase, "_track_ratio", watch)
+        run_open("reference", reqs, cfg, nb)
+    assert not any(waiting_at_reset)
 
 
 def test_the_ratio_after_a_preemption_is_the_kept_batch_s_progress(monkeypatch):
