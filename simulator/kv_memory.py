@@ -267,7 +267,8 @@ SGLANG_DRAFT_MODEL_RESERVE_GIB = 6.0
 
 def sglang_mem_fraction_static(hbm_mib: float, gpus: int, dp: int, chunked_prefill_size: int,
                                graph_max_bs: int, speculative: bool | str = False, prefill_graph_mib: float = 0.0,
-                               draft_head_gib: Optional[float] = None, role: str = "") -> tuple[float, float]:
+                               draft_head_gib: Optional[float] = None, role: str = "",
+                               running_requests: Optional[int] = None) -> tuple[float, float]:
     """SGLang's default ``mem_fraction_static`` and the reserve (MiB) it
     leaves: 512 MiB of metadata, 1.5 MiB per token of the prefill chunk
     (at least 2,048), 2 MiB per CUDA-graph batch slot, 1 GiB per 8 GPUs
@@ -280,12 +281,14 @@ def sglang_mem_fraction_static(hbm_mib: float, gpus: int, dp: int, chunked_prefi
     SGLang's STANDALONE); from 0.5.14 (None) nothing for a draft, whose weights
     and KV come out of the pool instead. ``role`` (0.5.15 on, its
     --disaggregation-mode): a "decode" server sizes the activation term by its
-    running requests, max(graph_max_bs × 1 draft token, 2,048) as the default
-    launch has them when the reserve is sized (--max-running-requests and
-    --speculative-num-draft-tokens unset), and reserves no prefill graphs (the
-    caller passes none); a "prefill" server reserves no decode graphs and no
+    running requests, max(running × draft tokens, 2,048): the launch's
+    --max-running-requests (``running_requests``) where it gives one, else
+    graph_max_bs, by one draft token (--speculative-num-draft-tokens unset
+    when the reserve is sized), and reserves no prefill graphs (the caller
+    passes none); a "prefill" server reserves no decode graphs and no
     DP-attention padding."""
-    activation_tokens = max(graph_max_bs, 2048) if role == "decode" else max(chunked_prefill_size, 2048)
+    activation_tokens = (max(running_requests or graph_max_bs, 2048) if role == "decode"
+                         else max(chunked_prefill_size, 2048))
     reserved = 512 + activation_tokens * 1.5 + gpus / 8 * 1024
     if role != "prefill":
         reserved += graph_max_bs * 2
@@ -316,13 +319,16 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
         off = bool(g.prefill_graph_blockers & set(spec.prefill_graphs_off)) or role == "decode"
         pieces = (sglang_prefill_graph_mib(g.prefill_graphs, chunk, spec.max_tokens)
                   if spec.piecewise_cuda_graph and not off else 0.0)
+        # --max-running-requests counts every attention-DP rank's requests
+        running = g.max_seqs * g.dp if spec.decode_activation_to_running_requests else None
         frac, reserved = sglang_mem_fraction_static(mib, g.gpus * g.stages, g.dp, chunk, bs, g.speculative,
-                                                    pieces, spec.draft_reserve_gib, role)
+                                                    pieces, spec.draft_reserve_gib, role, running)
         why = (f"SGLang's default for a {g.hbm / GIB:.0f} GiB GPU: {reserved / 1024:.1f} GiB reserved for a "
                f"{chunk:,}-token prefill chunk, CUDA graphs up to batch {bs}"
                + (", piecewise prefill graphs" if pieces else "")
                + f", {g.gpus * g.stages} GPU{'s' * (g.gpus * g.stages != 1)}"
                + (f" as a {role} server" if role else "")
+               + (f" of {running:,} running requests" if running and role == "decode" else "")
                + (" and a draft" if g.speculative and spec.draft_reserve_gib is not None else ""))
     # free_at_start × fraction holds weights and KV; the runtime is taken before start-up is measured.
     usable = frac * (g.hbm - g.runtime)
@@ -400,11 +406,12 @@ RULES: dict[str, KvRule] = {
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
                                       "swa_full_tokens_ratio", "piecewise_cuda_graph", "draft_reserve_gib",
                                       "prefill_graphs_off", "role_reserve", "gpu_tiers",
-                                      "graphs_to_running_requests"}),
+                                      "graphs_to_running_requests", "decode_activation_to_running_requests"}),
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "piecewise_cuda_graph",
                                               "prefill_graphs_off", "role_reserve", "gpu_tiers",
-                                              "graphs_to_running_requests"}),
-                     given_knobs=(("graphs_to_running_requests", "max_num_seqs"),)),
+                                              "graphs_to_running_requests", "decode_activation_to_running_requests"}),
+                     given_knobs=(("graphs_to_running_requests", "max_num_seqs"),
+                                  ("decode_activation_to_running_requests", "max_num_seqs"))),
     "trtllm": KvRule(_trtllm, swa_ratio=TRTLLM_SWA_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
 
@@ -536,7 +543,8 @@ class KvMemory(BaseModel):
         default=False,
         description="SGLang's default reserve follows a disaggregated pool's role (0.5.15 on, server_args.py "
                     "_handle_gpu_memory_settings): a decode server's activation term is max(its CUDA-graph batch, "
-                    "2,048) tokens at 1.5 MiB, not its prefill chunk's, with no prefill graphs; a prefill server's "
+                    "or its explicit running requests under decode_activation_to_running_requests, 2,048) tokens "
+                    "at 1.5 MiB, not its prefill chunk's, with no prefill graphs; a prefill server's "
                     "has no decode graphs and no DP-attention padding; the sglang backend sets it; "
                     + _read_by("role_reserve") + "; default: false (a disaggregated pool reserves as any other)")
     gpu_tiers: SglangGpuTiers = Field(
@@ -556,6 +564,17 @@ class KvMemory(BaseModel):
                     "it off where the pool leaves max_num_seqs to the backend (its default, or the 48 it runs "
                     "under speculation, set after the memory settings); kv_memory.cuda_graph_max_bs set, it "
                     "does nothing; " + _read_by("graphs_to_running_requests") + "; default: false")
+    decode_activation_to_running_requests: bool = Field(
+        default=False,
+        description="with role_reserve, a disaggregated decode server's activation term is the launch's "
+                    "--max-running-requests (engine.max_num_seqs x attention-DP ranks) at 1.5 MiB a token, at "
+                    "least 2,048, not its CUDA-graph batch (0.5.15 on: server_args.py _handle_gpu_memory_settings, "
+                    "arg_groups/memory_hook.py from 0.5.19: max_running_requests or the graph batch, times "
+                    "--speculative-num-draft-tokens, unset when the reserve is sized unless the launch gives it, "
+                    "taken as 1); only a flag the launch gives counts: the sglang backend sets it for those "
+                    "releases and turns it off where the pool leaves max_num_seqs to the backend; without "
+                    "role_reserve it does nothing; "
+                    + _read_by("decode_activation_to_running_requests") + "; default: false")
     draft_reserve_gib: Optional[float] = Field(
         default=None, ge=0, le=64,
         description="GiB SGLang's default reserve adds for an EAGLE-style draft (EAGLE, NEXTN/MTP) in the "

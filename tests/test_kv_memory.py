@@ -381,14 +381,16 @@ KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 10
                "cuda_graph_gib": 3.0, "sampler_logit_bytes": 40.0, "swa_full_tokens_ratio": 0.5,
                "piecewise_cuda_graph": True, "draft_reserve_gib": 9.0, "prefill_graphs_off": ("mla",),
                "role_reserve": True, "cuda_graphs_in_pool": True, "gpu_tiers": "0.5.20",
-               "graphs_to_running_requests": True, "persistent_logit_bytes": 4.25,
+               "graphs_to_running_requests": True, "decode_activation_to_running_requests": True,
+               "persistent_logit_bytes": 4.25,
                "extensible_margin_gib": 20.0}  # more than the 10 % a fraction of 0.9 leaves
 
 
 def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
     """The pool a knob is read on: SGLang's window ratio needs sliding-window layers, its draft
     reserve a draft, the prefill graphs it turns off one of them captured (a draft beside the model),
-    its role-aware reserve a disaggregated decode pool."""
+    its role-aware reserve a disaggregated decode pool (an explicit running-request count one of
+    8,192 requests)."""
     model, gpu, wd = (("gpt-oss-120b", "h200", "mxfp4") if knob == "swa_full_tokens_ratio"
                       else ("llama-3.1-8b", "h100-sxm", "bf16"))
     hw = load_hardware(gpu)
@@ -396,11 +398,14 @@ def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
         model, hw = "llama-3.2-1b", hw.model_copy(update={"hbm_gib": 24.0})
     if knob == "prefill_graphs_off":
         kv = kv.model_copy(update={"piecewise_cuda_graph": True})
-    role = "decode" if knob == "role_reserve" else ""          # a decode server's reserve, from 0.5.15
+    running = knob == "decode_activation_to_running_requests"  # 8,192 requests: past the reserve's 10 GiB floor
+    if running:
+        kv = kv.model_copy(update={"role_reserve": True})
+    role = "decode" if knob == "role_reserve" or running else ""   # a decode server's reserve, from 0.5.15
     mem = plan_memory(load_model(model), hw, 1, wd, "bf16",
                       max_num_batched_tokens=8192, block_size=16, kv_memory=kv, role=role,
                       # fewer running requests than the H100's 256 decode graphs
-                      max_num_seqs=64 if knob == "graphs_to_running_requests" else 256,
+                      max_num_seqs=64 if knob == "graphs_to_running_requests" else 8192 if running else 256,
                       speculative="draft" if knob in ("draft_reserve_gib", "prefill_graphs_off") else "")
     if knob == "draft_reserve_gib":   # where the draft's weights and KV live: the reserve or the pool
         from simulator.costmodel.speculative import SpeculativeSpec, speculative_cost_model, speculative_memory
@@ -636,6 +641,29 @@ def test_sglang_decode_graphs_stop_at_an_explicit_max_running_requests_from_0_5_
     assert spec.engine.kv_memory.graphs_to_running_requests is False
     again = PoolSpec.model_validate(spec.model_dump(mode="json", exclude_unset=True))
     assert setup_pool(again, 0).memory.fraction == reserve(256)
+
+
+def test_an_sglang_decode_servers_activation_counts_an_explicit_max_running_requests_from_0_5_15():
+    """SGLang's decode server (0.5.15 on) sizes its activation term by max(running requests x draft
+    tokens, 2,048) at 1.5 MiB: an explicit --max-running-requests (max_num_seqs set beside the
+    backend, every attention-DP rank's) where the launch gives one, else its decode-graph batch
+    (server_args.py _handle_gpu_memory_settings; arg_groups/memory_hook.py from 0.5.19). On an H100
+    8,192 requests lift the reserve past its 10 GiB floor; the backend's own 2,048, a pool that is
+    no decode server, and releases before 0.5.15 do not move."""
+    from simulator.fleet.setup import setup_pool
+    h100 = 81559
+
+    def fraction(version=None, decode=True, **engine):
+        pool = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "engine": {
+            "backend": "sglang", **({"backend_version": version} if version else {}), **engine}}
+        return setup_pool(PoolSpec(name="p", **pool), 0, decodes_for_another=decode).memory.fraction
+
+    def reserve(running):
+        return round((h100 - max(512 + max(running, 2048) * 1.5 + 1024 / 8 + 256 * 2, 10 * 1024)) / h100, 3)
+    assert fraction() == fraction(max_num_seqs=2048) == reserve(256) == 0.874
+    assert fraction(max_num_seqs=8192) == fraction("0.5.15", max_num_seqs=8192) == reserve(8192) == 0.835
+    assert fraction("0.5.14", max_num_seqs=8192) == fraction("0.5.14")
+    assert fraction(decode=False, max_num_seqs=8192) == fraction(decode=False)
 
 
 def test_vllm_takes_its_memory_knob_once():

@@ -65,7 +65,7 @@ def test_releases_before_0_5_9_keep_every_layer_for_every_token():
     old = apply_backend({"backend": "sglang", "backend_version": "0.5.6"}, "h200")
     assert old["kv_memory"] == {"rule": "sglang", "swa_full_tokens_ratio": 1.0, "piecewise_cuda_graph": False,
                                 "draft_reserve_gib": 2, "role_reserve": False, "gpu_tiers": "0.5",
-                                "graphs_to_running_requests": False,
+                                "graphs_to_running_requests": False, "decode_activation_to_running_requests": False,
                                 "prefill_graphs_off": ["speculative", "dp_attention", "pp", "disaggregated",
                                                        "listed_architecture", "multimodal"]}
     new = apply_backend({"backend": "sglang", "backend_version": "0.5.11"}, "h200")
