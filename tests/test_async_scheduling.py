@@ -277,19 +277,27 @@ def test_vllm_keeps_a_slot_per_sequence_out_of_the_budget_for_a_draft_model(spec
     assert setup.spec.engine.max_num_batched_tokens == (8192 if mtp else 2048)
 
 
-def test_a_budget_the_draft_slots_leave_too_small_is_one_line(tmp_path, cli):
+_MTP_POOL = {"model": "deepseek-v3", "gpu": "h200", "tp": 8, "speculative": {"draft_model": "mtp", "k": 3,
+                                                                            "acceptance_rate": 0.8}}
+
+
+@pytest.mark.parametrize("pool, least", [
+    # 256 decodes of 1 + 5 draft tokens, each with the draft model's slot
+    ({"model": "llama-2-13b", "gpu": "a100-sxm-40gb", "speculative": _DRAFT}, 256 * 7),
+    # MTP: no slot, but 1 + 3 tokens a decode (vllm/v1/core/sched/scheduler.py num_tokens_with_spec)
+    (_MTP_POOL, 256 * 4)])
+def test_a_budget_too_small_for_a_batch_of_speculative_decodes_is_one_line(tmp_path, cli, pool, least):
     import yaml
 
     p = tmp_path / "d.yaml"
     p.write_text(yaml.safe_dump({"name": "d", "workload": {"num_requests": 5, "arrival": {"type": "poisson", "rate_per_s": 1},
                                                               "input_tokens": {"dist": "fixed", "value": 100},
                                                               "output_tokens": {"dist": "fixed", "value": 10}},
-                                 "pools": [{"model": "llama-2-13b", "gpu": "a100-sxm-40gb", "speculative": _DRAFT,
-                                            "engine": {"backend": "vllm", "max_num_seqs": 256,
-                                                       "max_num_batched_tokens": 300}}]}))
+                                 "pools": [{**pool, "engine": {"backend": "vllm", "max_num_seqs": 256,
+                                                               "max_num_batched_tokens": 300}}]}))
     r = cli("check", p)
     assert r.code == 2 and "Traceback" not in r.err
-    assert "pools[0].engine.max_num_batched_tokens" in r.err and "at least 512" in r.err, r.err
+    assert "pools[0].engine.max_num_batched_tokens" in r.err and f"at least {least} " in r.err, r.err
 
 
 def test_vllm_0_28_charges_the_draft_slot_per_scheduled_request():
@@ -314,14 +322,21 @@ def test_vllm_0_28_charges_the_draft_slot_per_scheduled_request():
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
-@pytest.mark.parametrize("per, chunk", [("scheduled_request", 100 - 3 * 2 - 1),   # 0.28: 3 decodes and the chunk
-                                        ("max_num_seqs", 100 - 8 - 3)])          # 0.17-0.27.1: 8 slots off once
-def test_a_prompt_beside_decodes_gets_the_budget_the_draft_slots_leave(engine, per, chunk):
+@pytest.mark.parametrize("per, verified, chunk", [
+    ("scheduled_request", False, 100 - 3 * 2 - 1),         # 0.28: 3 decodes and the chunk
+    ("max_num_seqs", False, 100 - 8 - 3),                  # 0.17-0.27.1: 8 slots off once
+    ("scheduled_request", True, 100 - 3 * (1 + 5 + 1) - 1),   # and each decode's 5 draft tokens
+    ("max_num_seqs", True, 100 - 8 - 3 * (1 + 5))])
+def test_a_prompt_beside_decodes_gets_the_budget_the_draft_slots_leave(engine, per, verified, chunk):
     """Three sequences decoding under a 100-token budget for 8 sequences: a long prompt joining
-    them is cut at what their tokens and the draft slots leave, the same in both engines."""
+    them is cut at what their tokens and the draft slots leave, and under vLLM's V1 scheduler
+    (draft_tokens_in_budget) the k draft tokens each decode carries for verification too
+    (vllm/v1/core/sched/scheduler.py: num_tokens_with_spec − num_computed_tokens), the same in
+    both engines."""
     from unittest import mock
 
-    from helpers_engine import make_requests, run_open
+    from helpers_engine import cost_model, make_requests, run_open
+    from simulator.costmodel.speculative import SpeculativeSpec, speculative_cost_model
     from simulator.engine.config import EngineConfig
     from simulator.fleet import pool as fleet
     from simulator.fleet.setup import drafting_budget
@@ -335,13 +350,15 @@ def test_a_prompt_beside_decodes_gets_the_budget_the_draft_slots_leave(engine, p
             seen.extend(c for s, c in out[0] if s.req.id == 3)
             return out
 
+    draft = {"draft_model": "llama-3.2-1b", "k": 5, "acceptance_rate": 0.8}
+    cm = speculative_cost_model(cost_model(), SpeculativeSpec(**draft))
     cfg = EngineConfig(max_num_batched_tokens=100, max_num_seqs=8, draft_budget_slots=1, draft_budget_per=per,
-                       prefix_cache=False)
-    spec = PoolSpec.model_validate({"model": "llama-3-8b", "gpu": "h100-sxm", "speculative": _DRAFT})
-    cfg = drafting_budget(cfg, spec, "pools[0]", None)
+                       draft_tokens_in_budget=verified, prefix_cache=False)
+    spec = PoolSpec.model_validate({"model": "llama-3-8b", "gpu": "h100-sxm", "speculative": draft})
+    cfg = drafting_budget(cfg, cm, spec, "pools[0]", None)
     reqs = make_requests([0.0, 0.0, 0.0, 0.05], [10, 10, 10, 1000], [2000, 2000, 2000, 5])
     with mock.patch.dict(fleet.ENGINES, {engine: Recording}):
-        run_open(engine, reqs, cfg, num_blocks=10_000)
+        run_open(engine, reqs, cfg, num_blocks=10_000, cm=cm)
     assert seen[:2] == [chunk, chunk]
 
 

@@ -119,6 +119,10 @@ def test_fast_and_reference_engines_agree_with_speculation(data):
     changes) it must still match the iteration-by-iteration oracle."""
     reqs = data.draw(workloads(max_n=40), label="requests")
     cfg = data.draw(engine_configs(), label="cfg")
+    # vLLM's V1 scheduler: each decode takes its k draft tokens from the budget (where a full batch fits).
+    if (cfg.max_num_batched_tokens >= cfg.max_num_seqs * (1 + SPEC.k + cfg.draft_slots_per_request)
+            and data.draw(st.booleans(), label="draft_tokens_in_budget")):
+        cfg = cfg.model_copy(update={"draft_tokens_in_budget": True})
     nb = data.draw(capacities(reqs, cfg), label="num_blocks")
     threshold = data.draw(st.sampled_from([None, 1, 2, 4, 16]), label="disable_above_batch")
     gpu, tp, roofline = data.draw(st.sampled_from(SPEC_MODELS), label="cost model")

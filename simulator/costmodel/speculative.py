@@ -185,6 +185,12 @@ class SpeculativeCostModel:
         limit = self.spec.disable_above_batch
         return limit is None or batch <= limit
 
+    def draft_tokens(self, batch: int) -> int:
+        """Draft tokens each decode of an iteration with ``batch`` decoding
+        sequences carries for the target to verify: a stack whose scheduler
+        counts them (``draft_tokens_in_budget``) takes them from its budget."""
+        return self.k if self.speculates(batch) else 0
+
     # --- the two halves of a step (seconds, for a whole step, not amortised) --
     def draft_time(self, batch: int, context: float) -> float:
         """k draft decode iterations; iteration j attends to j more tokens per sequence."""

@@ -77,6 +77,10 @@ class ReplicaBase:
         # Budget tokens a separate draft model takes beside each request an iteration schedules
         # (vLLM from 0.28, EngineConfig.draft_budget_per); 0 where none is charged so.
         self.draft_slots: int = cfg.draft_slots_per_request
+        # The draft tokens a speculative decode carries come out of the budget too (vLLM V1,
+        # EngineConfig.draft_tokens_in_budget); None where a decode takes one token.
+        self.verified: Optional[SpeculativeCostModel] = (
+            cm if cfg.draft_tokens_in_budget and isinstance(cm, SpeculativeCostModel) else None)
         self.bs = cfg.block_size
         self.num_blocks = num_blocks
         self.max_model_len = max_model_len or cfg.longest_request(cm.model)
@@ -818,8 +822,10 @@ class ReplicaBase:
 
     def _after_decodes(self, decoding: int) -> int:
         """The token budget ``decoding`` sequences leave an iteration, each a
-        token and its draft slots (vLLM's input_budget from 0.28)."""
-        return self.cfg.max_num_batched_tokens - decoding * (1 + self.draft_slots)
+        token, the draft tokens it carries for verification where the budget
+        counts them, and its draft slots (vLLM's input_budget from 0.28)."""
+        drafts = 0 if self.verified is None else self.verified.draft_tokens(decoding)
+        return self.cfg.max_num_batched_tokens - decoding * (1 + drafts + self.draft_slots)
 
     def _chunk(self, s: Seq, budget: int) -> int:
         """The prompt tokens of ``s`` an iteration with ``budget`` tokens left

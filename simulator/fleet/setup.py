@@ -11,7 +11,8 @@ from typing import Optional
 
 from ..costmodel import CostModel
 from ..costmodel.pipeline import PipelineCostModel
-from ..costmodel.speculative import MTP, draft_kind, speculative_setup
+from ..costmodel.speculative import MTP, SpeculativeCostModel, draft_kind, speculative_setup
+from ..engine.base import StepCost
 from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
@@ -110,7 +111,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
         admission = expected_output_admission(e, spec.dp, decodes_for_another)
     except LlmsimError as err:
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{err.key_path}") from None
-    replica = rank_limits(drafting_budget(admission, spec, where, source), spec.dp)
+    replica = rank_limits(drafting_budget(admission, cm, spec, where, source), spec.dp)
     return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source),
                      engine=None if replica is e else replica, lora=lora)
 
@@ -142,7 +143,8 @@ def expected_output_admission(e: EngineConfig, dp: int, decodes_for_another: boo
     return e
 
 
-def drafting_budget(e: EngineConfig, spec: PoolSpec, where: str, source: str | Path | None) -> EngineConfig:
+def drafting_budget(e: EngineConfig, cm: StepCost, spec: PoolSpec, where: str,
+                    source: str | Path | None) -> EngineConfig:
     """The engine whose token budget the scheduler fills: a separate draft
     model adds a slot per request to each batch it drafts for, which the
     stack keeps out of the scheduler's budget. vLLM 0.17–0.27
@@ -152,25 +154,35 @@ def drafting_budget(e: EngineConfig, spec: PoolSpec, where: str, source: str | P
     each request it schedules its tokens plus the slots
     (``scheduled_request``, which the engines charge). MTP drafts and pools
     without a draft keep the whole budget; so does a stack that sets no
-    slots. Either way a full batch of decodes must fit: the engines advance
-    every running sequence each iteration, where vLLM would leave the
-    decodes past the budget for the next."""
+    slots. Either way a full batch of decodes, each with the draft tokens it
+    carries where the budget counts them (``draft_tokens_in_budget``), must
+    fit: the engines advance every running sequence each iteration, where
+    vLLM would leave the decodes past the budget for the next."""
     draft = spec.speculative.draft_model if spec.speculative is not None else None
-    if draft is None or draft == MTP or not e.draft_budget_slots:
-        return e.model_copy(update={"draft_budget_slots": 0}) if e.draft_slots_per_request else e
-    slots, seqs = e.draft_budget_slots, e.max_num_seqs
-    if e.max_num_batched_tokens < (1 + slots) * seqs:
+    slots = e.draft_budget_slots if draft is not None and draft != MTP else 0
+    if not slots and e.draft_slots_per_request:
+        e = e.model_copy(update={"draft_budget_slots": 0})
+    if slots and e.draft_slots_per_request and e.max_prefill_tokens is not None:
+        # SGLang's cap counts prompt tokens, not vLLM's draft slots
+        raise LlmsimError("max_prefill_tokens (SGLang's) is not modelled beside draft slots charged per scheduled "
+                          "request (vLLM's draft_budget_per: scheduled_request); remove one of the two",
+                          source=source, key_path=f"{where}.engine.max_prefill_tokens")
+    kept = slots * e.max_num_seqs if slots and not e.draft_slots_per_request else 0
+    verified = cm if e.draft_tokens_in_budget and isinstance(cm, SpeculativeCostModel) else None
+    per_decode = 1 + slots + (0 if verified is None else verified.draft_tokens(e.max_num_seqs))
+    limit = spec.speculative.disable_above_batch if spec.speculative is not None else None
+    need = e.max_num_seqs * per_decode
+    if verified is not None and limit is not None and limit < e.max_num_seqs:   # the fullest batch that speculates
+        need = max(need, limit * (1 + slots + verified.draft_tokens(limit)))
+    if e.max_num_batched_tokens < need:
+        carried = ([f"{verified.k} draft token(s) for the target to verify"] if verified is not None else []) + (
+            [f"the draft model's {slots} slot(s)"] if slots else [])
         raise LlmsimError(
-            f"max_num_batched_tokens {e.max_num_batched_tokens} holds fewer than max_num_seqs ({seqs}) decodes once "
-            f"the draft model's {slots} slot(s) per sequence are kept for it; raise it to at least "
-            f"{(1 + slots) * seqs} or lower max_num_seqs", source=source, key_path=f"{where}.engine.max_num_batched_tokens")
-    if e.draft_slots_per_request:
-        if e.max_prefill_tokens is not None:    # SGLang's cap counts prompt tokens, not vLLM's draft slots
-            raise LlmsimError("max_prefill_tokens (SGLang's) is not modelled beside draft slots charged per scheduled "
-                              "request (vLLM's draft_budget_per: scheduled_request); remove one of the two",
-                              source=source, key_path=f"{where}.engine.max_prefill_tokens")
-        return e
-    return e.model_copy(update={"max_num_batched_tokens": e.max_num_batched_tokens - slots * seqs})
+            f"max_num_batched_tokens {e.max_num_batched_tokens} holds fewer than max_num_seqs ({e.max_num_seqs}) "
+            f"decodes once each takes {' and '.join(carried)} beside its own token (llmsim advances every running "
+            f"sequence each iteration; vLLM would leave the decodes past the budget for the next); raise it to at "
+            f"least {need} or lower max_num_seqs", source=source, key_path=f"{where}.engine.max_num_batched_tokens")
+    return e.model_copy(update={"max_num_batched_tokens": e.max_num_batched_tokens - kept}) if kept else e
 
 
 def _blocks_override(e: EngineConfig, mem: MemoryPlan, where: str, source: str | Path | None) -> MemoryPlan:
