@@ -223,8 +223,11 @@ def cache_configs(draw):
     sched = draw(st.sampled_from(["continuous", "continuous", "continuous", "static"]))
     admission = draw(st.sampled_from(["on_demand", "on_demand", "reserve_output", "expected_output"])) \
         if sched == "continuous" else "on_demand"
+    # vLLM: a preempted request's full output blocks stay cached for its recompute.
+    keep = draw(st.booleans())
     return EngineConfig(chunked_prefill=chunked, max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=bs,
-                        prefix_cache_capacity_tokens=cap, scheduler=sched, kv_admission=admission)
+                        prefix_cache_capacity_tokens=cap, scheduler=sched, kv_admission=admission,
+                        cache_preempted_output=keep)
 
 
 def _run_pair(data, with_cancels: bool, offload=None):
@@ -406,6 +409,34 @@ def test_a_prompt_preempted_part_way_is_cached_only_as_far_as_it_was_computed(en
     assert r.requests[1].preemptions == 1
     work = r.pool.replicas[0].stats(r.pool.end_time())["tokens_processed"]
     assert 1100 + 500 + 2048 + 4 - 16 <= work < 1100 + 500 + 2 * 2048     # its computed blocks do stay cached
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("keep", [False, True])
+def test_a_preempted_request_resumes_on_its_cached_prompt_and_output(engine, keep):
+    """Two 1,024-token prompts outgrow 160 blocks of 16 as they decode: the newer is preempted
+    256 tokens into its output, as the older one ends. Its prompt stays cached either way; under
+    vLLM's rule (cache_preempted_output) its full output blocks do too, and its recompute prefills
+    only the last, partial block of what it had (vLLM hashes blocks as they fill and frees a
+    preempted request's with their hashes kept, kv_cache_manager.py allocate_slots /
+    get_computed_blocks)."""
+    cfg = EngineConfig(max_num_batched_tokens=2048, max_num_seqs=8, block_size=16, cache_preempted_output=keep)
+    reqs = [Request(i, 0.001 * i, 1024, out, blocks=tuple(range(1000 * (i + 1), 1000 * (i + 1) + 101)))
+            for i, out in enumerate([258, 600])]
+    prefilled: list[tuple[int, int]] = []
+
+    from simulator.fleet import pool as fleet
+
+    class Recording(fleet.ENGINES[engine]):
+        def _prefill_chunk_done(self, s, chunk, now):
+            if s.req.preemptions:
+                prefilled.append((s.prompt, chunk))
+            return super()._prefill_chunk_done(s, chunk, now)
+
+    with mock.patch.dict(fleet.ENGINES, {engine: Recording}):
+        r = run_open(engine, reqs, cfg, 160, id_block_tokens=16)
+    assert [q.preemptions for q in r.requests] == [0, 1]
+    assert prefilled == [(1024 + 256, 16 if keep else 256)]   # one chunk: the recompute of prompt + output
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])

@@ -22,7 +22,7 @@ from .config import EngineConfig
 from .kv_tiers import OffloadPlan
 from .lora import AdapterSlots, LoraPlan
 from .prefix_cache import Match, PrefixCache
-from .sequence import DONE, PREFILL, WAITING, Seq, finish
+from .sequence import DECODE, DONE, PREFILL, WAITING, Seq, finish
 from .wait_queue import WaitQueue
 from .wake import call_later
 from workloads.request import Request, Status
@@ -371,11 +371,21 @@ class ReplicaBase:
         preempted part-way holds ids it never filled) and will re-prefill
         input + generated."""
         self._remove_running(v)
-        self._release_cache(v)
+        self._release_cache(v, self._computed_on_preemption(v))
         v.reset_for_recompute()
         self.preemptions += 1
         self.retracted = self.expects_output
         return v
+
+    def _computed_on_preemption(self, v: Seq) -> int:
+        """Tokens of ``v`` whose KV its full blocks keep in the prefix cache
+        when it is preempted (``cache_preempted_output``: vLLM keeps the
+        hashes of every full block it computed, output included); 0: only
+        the prompt's stay, as entered at admission. Read after
+        ``_remove_running``, which brings a decoder's count up to date."""
+        if not self.cfg.cache_preempted_output:
+            return 0
+        return v.req.input_tokens + v.generated - 1 if v.state == DECODE else v.done
 
     # --- prefix cache --------------------------------------------------------
     def cached_prefix_tokens(self, req: Request) -> int:

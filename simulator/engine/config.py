@@ -288,6 +288,15 @@ class EngineConfig(BaseModel):
     prefix_cache: bool = Field(
         default=True, description="reuse cached KV of a shared prompt prefix (vLLM v1's default); needs "
                                   "requests with block ids (sessions, system prompts, Mooncake traces)")
+    cache_preempted_output: bool = Field(
+        default=False,
+        description="with prefix_cache, a preempted request's full blocks of output stay cached beside its "
+                    "prompt's, evictable, and its recompute skips the ones not evicted meanwhile (vLLM V1 hashes "
+                    "blocks as they fill, kv_cache_manager.py allocate_slots cache_blocks, frees a preempted "
+                    "request's blocks with their hashes kept and looks them up again on resumption, "
+                    "get_computed_blocks; the vllm backend sets it); needs block ids over the output (sessions, "
+                    "system prompts); false: only its prompt's blocks stay cached (SGLang's "
+                    "release_kv_cache(..., is_insert=False))")
     prefix_cache_capacity_tokens: Union[int, Literal["unbounded"], None] = Field(
         default=None, description="cap on cached tokens no running request uses; default: whatever KV memory "
                                   "running requests leave free; 'unbounded': an idealised cache beyond GPU memory")
