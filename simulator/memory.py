@@ -50,7 +50,7 @@ KV_MEMORY_FIELDS = {
     "weights_gb": leaf("GB", "weights per replica"), "kv_gb": leaf("GB", "KV pool per replica"),
     "total_gb": leaf("GB", "the replica's GPU memory"),
     "kv_window_gb": leaf("GB", "the sliding-window layers' KV per replica: max_num_seqs windows set aside "
-                               "(vLLM), SGLang's swa_full_tokens_ratio share of its pool, or under TensorRT-LLM "
+                               "in whole blocks (vLLM), SGLang's swa_full_tokens_ratio share of its pool, or under TensorRT-LLM "
                                "every token of theirs, as a full-attention layer's", when="the model has sliding-window layers"),
 }
 
@@ -126,7 +126,8 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     the routed experts are split over all GPUs (:mod:`.parallelism`). Every GPU gets the same KV budget from
     the stack's rule; the replica's KV capacity is the sum of its GPUs'.
     Sliding-window layers keep at most a window per sequence:
-    ``max_num_seqs`` windows per rank are set aside, the rest is counted per
+    ``max_num_seqs`` windows per rank, in the whole blocks that cover one
+    (:meth:`.profiles.model.ModelProfile.kv_window_bytes`), are set aside, the rest is counted per
     token; a stack that splits its pool by a ratio instead (SGLang's hybrid
     pool, TensorRT-LLM's one pool at a ratio of 1:
     :func:`.kv_memory.swa_window_share`) gives them that share of it.
@@ -144,7 +145,7 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     budget = kv_budget(share, kv_memory, gpu_memory_utilization)
     copies = kv_copies(model, tp)
     swa = swa_window_share(kv_memory, model.num_sliding_layers, model.num_full_attention_layers)
-    window = (max_num_seqs * model.kv_window_bytes(kv_dtype) * copies / tp if swa is None
+    window = (max_num_seqs * model.kv_window_bytes(kv_dtype, block_size) * copies / tp if swa is None
               else max(budget.kv_bytes, 0.0) * swa)
     kv_per_token = replica_kv_bytes_per_token(model, par, kv_dtype)
     kv_cap = (budget.kv_bytes - window) * gpus

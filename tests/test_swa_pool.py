@@ -55,10 +55,16 @@ def test_sglang_starts_gpt_oss_on_one_h100_where_windows_set_aside_would_not_fit
                     kv_memory=KvMemory(rule="sglang"))
 
 
-def test_vllm_keeps_its_windows_per_sequence():
+@pytest.mark.parametrize("block_size, held", [(16, 144), (64, 192), (1, 128)])
+def test_vllm_keeps_its_windows_per_sequence_in_whole_blocks(block_size, held):
+    """gpt-oss slides over 128 tokens: a decoding sequence keeps the blocks of its last 127 tokens and
+    the one it writes, freeing only blocks wholly below them (vLLM's SlidingWindowManager
+    remove_skipped_blocks), cdiv(127, block_size) + 1 blocks: 144 tokens in vLLM's 16-token blocks,
+    192 in 0.34.0's 64-token ones."""
     m, g = load_model("gpt-oss-120b"), load_hardware("h200")
-    mem = plan_memory(m, g, 1, "mxfp4", max_num_seqs=256, kv_memory=KvMemory(rule="vllm"))
-    assert mem.kv_window_bytes == pytest.approx(256 * m.kv_window_bytes("bf16"))
+    mem = plan_memory(m, g, 1, "mxfp4", max_num_seqs=256, block_size=block_size, kv_memory=KvMemory(rule="vllm"))
+    assert mem.kv_window_bytes == pytest.approx(256 * m.kv_window_bytes("bf16", block_size))
+    assert m.kv_window_bytes("bf16", block_size) == pytest.approx(m.kv_window_bytes("bf16") * held / 128)
 
 
 def test_releases_before_0_5_9_keep_every_layer_for_every_token():

@@ -401,12 +401,20 @@ class ModelProfile(BaseModel):
         Sliding-window layers hold at most the window: :meth:`kv_window_bytes`."""
         return float(self.num_full_attention_layers * self.kv_elements_per_layer) * BYTES[kv_dtype]
 
-    def kv_window_bytes(self, kv_dtype: str = "bf16") -> float:
-        """The most KV one sequence holds in its sliding-window layers (a full window)."""
+    def kv_window_bytes(self, kv_dtype: str = "bf16", block_size: int = 1) -> float:
+        """The most KV one sequence holds in its sliding-window layers: a full
+        window, in the whole ``block_size``-token blocks that cover it. A
+        decoding sequence keeps the blocks of its last window − 1 tokens and
+        the one it writes, freeing only blocks wholly below them, so a window
+        that does not start on a block boundary spans one block more:
+        cdiv(window − 1, block_size) + 1 blocks (vLLM's
+        single_type_kv_cache_manager.py SlidingWindowManager.remove_skipped_blocks;
+        kv_cache_interface.py SlidingWindowSpec counts cdiv(tokens, block_size) + 1)."""
         if not self.num_sliding_layers:
             return 0.0
         window = min(self.sliding_window or self.max_position_embeddings, self.max_position_embeddings)
-        return float(self.num_sliding_layers * self.kv_elements_per_layer * window) * BYTES[kv_dtype]
+        held = (-(-(window - 1) // block_size) + 1) * block_size if block_size > 1 else window
+        return float(self.num_sliding_layers * self.kv_elements_per_layer * held) * BYTES[kv_dtype]
 
     def summary(self) -> dict:
         out = {
