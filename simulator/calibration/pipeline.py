@@ -45,6 +45,8 @@ class Result:
     paths: dict[str, Path] = field(default_factory=dict)
     # fp8_gemm_efficiency fitted on measured fp8 GEMMs, per GPU that has them
     fp8: dict[str, "quantised_gemm.EfficiencyFit"] = field(default_factory=dict)
+    # each profile's top-level fp8_gemm_efficiency line (value, comment) this run writes (:func:`_fp8_lines`)
+    fp8_lines: dict[str, tuple[float, str]] = field(default_factory=dict)
     # every other stack against the default one, per GPU and op family
     stacks: list["stacks.Comparison"] = field(default_factory=list)
     # the overrides' errors on their stack's rows, against the default parameters'
@@ -233,6 +235,26 @@ def _sibling(name: str, gpu: HardwareProfile, profiles: dict[str, HardwareProfil
     return sib
 
 
+def _fp8_lines(profiles: dict[str, HardwareProfile], fits: dict[str, quantised_gemm.EfficiencyFit],
+               renamed: dict[str, str], copies: dict[str, str],
+               sources: dict[str, str]) -> dict[str, tuple[float, str]]:
+    """Each profile's ``fp8_gemm_efficiency`` line (value, comment) where this run fits one: its own
+    fit (a renamed copy's original's), else the fit of the sibling whose calibration it takes, which
+    it goes with as the rest of that calibration does (:func:`.transfer.fp8_note`). A profile without
+    fp8 units, or whose source has no fp8 rows, keeps its line."""
+    lines: dict[str, tuple[float, str]] = {}
+    for name, gpu in profiles.items():
+        own = renamed.get(name, name)
+        if own in fits:
+            f = fits[own]
+            lines[name] = (f.efficiency, FP8_NOTE.format(n=f.compute_bound.n))
+            continue
+        sib = copies.get(own) or sources.get(own)
+        if sib in fits and gpu.has_unit("fp8"):
+            lines[name] = (fits[sib].efficiency, transfer.fp8_note(sib, "copy" if own in copies else "scaled"))
+    return lines
+
+
 def _with_calibration(gpu: HardwareProfile, cal: Calibration, path: Path | None) -> HardwareProfile:
     """``gpu`` with a transferred calibration, checked as a whole profile (a
     sibling's GEMM fit in waves needs this GPU's ``num_sms``)."""
@@ -376,6 +398,9 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
     # b200 to copy it, and wrote b200.yaml too)
     stand_ins = (set(renamed.values()) | set(copies.values())) - set(asked)
     out = {n: g for n, g in out.items() if n not in stand_ins}
+    fp8_lines = _fp8_lines(out, fp8_fits, renamed, copies, sources)
+    out = {n: g.model_copy(update={"fp8_gemm_efficiency": fp8_lines[n][0]}) if n in fp8_lines else g
+           for n, g in out.items()}
 
     shown = {n: g for n, g in fitted.items() if n in wanted}
     result = Result(
@@ -388,6 +413,7 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
         data_dir=kd.data_dir,
         kernels=pd.DataFrame(kernel_rows, columns=["gpu", "family", "n", "median_ape", "p90_ape"]),
         fp8={n: f for n, f in fp8_fits.items() if n in wanted},
+        fp8_lines=fp8_lines,
         stacks=[c for c in comparisons if c.gpu in wanted],
         stack_errors=pd.DataFrame([r for n, g in shown.items() for r in stacks.error_rows(kd, g)]),
         sustained=[r for r in sustained_rows if r.gpu in wanted],
@@ -399,7 +425,8 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
 
 
 def write(result: Result) -> list[Path]:
-    """Write each profile's calibration block into its built-in YAML."""
+    """Write each profile's calibration block, and its fp8_gemm_efficiency line where the run gives
+    one, into its YAML (built-in or the user's), all of them or none."""
     from .write import rendered_profile, write_profiles
 
     d = builtin_dir("hardware_profiles")
@@ -410,9 +437,7 @@ def write(result: Result) -> list[Path]:
     texts = {}     # every profile rendered and read back before any is written
     for name, gpu in result.profiles.items():
         path = result.paths.get(name) or d / f"{name}.yaml"
-        f = result.fp8.get(result.renamed.get(name, name))
-        fp8_line = None if f is None else (f.efficiency, FP8_NOTE.format(n=f.compute_bound.n))
-        text = rendered_profile(path, gpu.calibration, fp8_line)
+        text = rendered_profile(path, gpu.calibration, result.fp8_lines.get(name))
         if text is not None:
             texts[path] = text
     write_profiles(texts)

@@ -160,3 +160,18 @@ def copied(target: HardwareProfile, sibling: HardwareProfile) -> Calibration:
                  f"profile's own peaks), whose own calibration is {cal.status}"
                  + (f" from {cal.transferred_from}" if cal.transferred_from else "") + f". {sibling.name}'s rule: "
                  + cal.rule)})
+
+
+def fp8_note(sibling: str, rule: str) -> str:
+    """The comment of the ``fp8_gemm_efficiency`` line a profile without fp8
+    GEMM rows takes from ``sibling``'s fit with its calibration.
+
+    The efficiency is a fraction of the bf16 GEMM fit's compute η, priced at
+    the profile's own fp8 peak. Under ``copy`` it is copied as every η is;
+    under ``scaled`` the rule scales that bf16 η by the target's measured
+    ceilings, so the fraction stays the sibling's (no measured fp8 ceiling of
+    the target says otherwise); scaling it too would scale twice."""
+    why = ("copied as every η is, a fraction of this GPU's own peak" if rule == "copy" else
+           "kept as a fraction of the bf16 GEMM η, which the rule scales")
+    return (f"{sibling}'s, fitted by `llmsim calibrate` on its measured fp8 GEMMs and taken with its calibration "
+            f"(transfer rule {rule}: no fp8 GEMM measured here; {why})")

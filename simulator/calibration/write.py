@@ -130,10 +130,12 @@ FP8_KEY = "fp8_gemm_efficiency"
 
 def replace_fp8(text: str, efficiency: float, note: str) -> str:
     """``text`` with its top-level fp8_gemm_efficiency line set (added before
-    ``price:`` when absent); the rest byte for byte."""
+    ``price:`` when absent); the rest byte for byte. The old line's comment
+    goes with it, continuation lines included: the note replaces it."""
     line = f"{FP8_KEY}: {_num(efficiency)}  # {note}\n"
-    if re.search(rf"^{FP8_KEY}:.*\n", text, flags=re.M):
-        return re.sub(rf"^{FP8_KEY}:.*\n", lambda _m: line, text, count=1, flags=re.M)
+    old = rf"^{FP8_KEY}:.*\n(?:[ \t]+#.*\n)*"
+    if re.search(old, text, flags=re.M):
+        return re.sub(old, lambda _m: line, text, count=1, flags=re.M)
     return re.sub(r"^(price:)", lambda m: line + m.group(1), text, count=1, flags=re.M)
 
 
