@@ -362,6 +362,43 @@ def test_a_prompt_beside_decodes_gets_the_budget_the_draft_slots_leave(engine, p
     assert seen[:2] == [chunk, chunk]
 
 
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("prompt, beside", [(100 - 3 * (1 + 3), 3),     # fits what 3 decodes of 1 + 3 leave
+                                            (100 - 3 * (1 + 3) + 1, 0)])  # waits for them to finish
+def test_trtllm_decodes_take_their_draft_tokens_from_the_budget(engine, prompt, beside):
+    """TensorRT-LLM's micro-batch scheduler charges a generation request its beam width plus
+    its draft tokens (microBatchScheduler.cpp reqNumTokens = beamWidth + getNumDraftTokens(),
+    PyExecutor setting the k draft tokens before it schedules): under a 100-token budget three
+    speculative decodes (k 3) leave 88 tokens, so a whole prompt of 88 joins them and one of 89
+    waits, where counting a token a decode (97 left) would let both in; both engines alike."""
+    from unittest import mock
+
+    from helpers_engine import make_requests, run_open
+    from simulator.fleet import pool as fleet
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    pool = {"model": "llama-3.1-8b", "gpu": "h100-sxm",
+            "speculative": {"draft_model": "llama-3.2-1b", "k": 3, "acceptance_rate": 0.8},
+            "engine": {"backend": "trtllm", "max_num_batched_tokens": 100, "max_num_seqs": 8,
+                       "prefix_cache": False}}
+    setup = setup_pool(PoolSpec.model_validate(pool), 0)
+    assert setup.engine_config.draft_tokens_in_budget
+    seen: list[int] = []
+
+    class Recording(fleet.ENGINES[engine]):
+        def _plan(self, now):
+            out = super()._plan(now)
+            if any(s.req.id == 3 for s, _ in out[0]):
+                seen.append(self._batch_len() - len(out[0]))    # the decodes sharing its iteration
+            return out
+
+    reqs = make_requests([0.0, 0.0, 0.0, 0.05], [10, 10, 10, prompt], [300, 300, 300, 5])
+    with mock.patch.dict(fleet.ENGINES, {engine: Recording}):
+        run_open(engine, reqs, setup.engine_config, num_blocks=10_000, cm=setup.cm)
+    assert seen == [beside]
+
+
 @pytest.mark.parametrize("gpu, version, budget, seqs", [
     ("b200", "0.28.0", 16384, 1024), ("b300", "0.28.0", 16384, 1024), ("mi300x", "0.28.0", 16384, 1024),
     ("h200", "0.28.0", 8192, 1024), ("h100-sxm", "0.28.0", 8192, 1024), ("a100-sxm-80gb", "0.28.0", 2048, 256),

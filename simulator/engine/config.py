@@ -77,10 +77,11 @@ class EngineConfig(BaseModel):
         default=False,
         description="a speculative decode takes its k draft tokens from the token budget beside its own, 1 + k "
                     "tokens, so fewer prompt tokens join an iteration of speculative decodes (vLLM V1's scheduler: "
-                    "num_tokens_with_spec − num_computed_tokens, for MTP and draft models alike; the vllm backend "
-                    "sets it); a budget that cannot hold max_num_seqs such decodes is refused, as llmsim advances "
-                    "every running sequence each iteration where vLLM would leave the decodes past it for the "
-                    "next; false: a decode takes one token. Pools without speculative ignore it")
+                    "num_tokens_with_spec − num_computed_tokens; TensorRT-LLM's micro-batch scheduler: beam width "
+                    "+ draft tokens; MTP and draft models alike; the vllm and trtllm backends set it); a budget "
+                    "that cannot hold max_num_seqs such decodes is refused, as llmsim advances every running "
+                    "sequence each iteration where the stack would leave the decodes past it for the next; "
+                    "false: a decode takes one token. Pools without speculative ignore it")
     dp_limits: Literal["per_rank", "split"] = Field(
         default="per_rank",
         description="how the two limits above apply to a replica of dp > 1 attention data-parallel ranks, each of "

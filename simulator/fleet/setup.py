@@ -157,7 +157,8 @@ def drafting_budget(e: EngineConfig, cm: StepCost, spec: PoolSpec, where: str,
     slots. Either way a full batch of decodes, each with the draft tokens it
     carries where the budget counts them (``draft_tokens_in_budget``), must
     fit: the engines advance every running sequence each iteration, where
-    vLLM would leave the decodes past the budget for the next."""
+    vLLM and TensorRT-LLM would leave the decodes past the budget for the
+    next."""
     draft = spec.speculative.draft_model if spec.speculative is not None else None
     slots = e.draft_budget_slots if draft is not None and draft != MTP else 0
     if not slots and e.draft_slots_per_request:
@@ -180,8 +181,9 @@ def drafting_budget(e: EngineConfig, cm: StepCost, spec: PoolSpec, where: str,
         raise LlmsimError(
             f"max_num_batched_tokens {e.max_num_batched_tokens} holds fewer than max_num_seqs ({e.max_num_seqs}) "
             f"decodes once each takes {' and '.join(carried)} beside its own token (llmsim advances every running "
-            f"sequence each iteration; vLLM would leave the decodes past the budget for the next); raise it to at "
-            f"least {need} or lower max_num_seqs", source=source, key_path=f"{where}.engine.max_num_batched_tokens")
+            f"sequence each iteration; the scheduler would leave the decodes past the budget for the next); "
+            f"raise it to at least {need} or lower max_num_seqs",
+            source=source, key_path=f"{where}.engine.max_num_batched_tokens")
     return e.model_copy(update={"max_num_batched_tokens": e.max_num_batched_tokens - kept}) if kept else e
 
 
