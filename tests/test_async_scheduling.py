@@ -300,6 +300,37 @@ def test_a_budget_too_small_for_a_batch_of_speculative_decodes_is_one_line(tmp_p
     assert "pools[0].engine.max_num_batched_tokens" in r.err and f"at least {least} " in r.err, r.err
 
 
+@pytest.mark.parametrize("per, least", [("max_num_seqs", 256 + 100 * (1 + 5)),        # 0.17-0.27: slots off once
+                                         ("scheduled_request", 100 * (1 + 1 + 5))])   # 0.28: per decode
+def test_the_fullest_speculating_batch_fits_beside_the_slots_kept_for_every_sequence(per, least):
+    """Below disable_above_batch (100 of 256 sequences) a decode carries its 5 draft tokens; under
+    vLLM 0.17-0.27 the draft model's slot of every one of the 256 sequences is kept off the budget
+    beside them, so 100 speculative decodes need 256 + 600 tokens, not 100 x 7: a budget of 700
+    would leave them -156 (the engines advance every running sequence each iteration)."""
+    from simulator.costmodel.speculative import SpeculativeSpec, speculative_cost_model
+    from simulator.engine.config import EngineConfig
+    from simulator.errors import LlmsimError
+    from simulator.fleet.setup import drafting_budget
+    from simulator.scenario.schema import PoolSpec
+    from helpers_engine import cost_model
+
+    draft = {"draft_model": "llama-3.2-1b", "k": 5, "acceptance_rate": 0.8, "disable_above_batch": 100}
+    cm = speculative_cost_model(cost_model(), SpeculativeSpec(**draft))
+    spec = PoolSpec.model_validate({"model": "llama-3-8b", "gpu": "h100-sxm", "speculative": draft})
+    for budget in (least - 1, least):
+        cfg = EngineConfig(max_num_batched_tokens=budget, max_num_seqs=256, draft_budget_slots=1,
+                           draft_budget_per=per, draft_tokens_in_budget=True)
+        if budget < least:
+            with pytest.raises(LlmsimError, match=f"at least {least} "):
+                drafting_budget(cfg, cm, spec, "pools[0]", None)
+            continue
+        e = drafting_budget(cfg, cm, spec, "pools[0]", None)
+        # what the engines leave for prompts beside the fullest speculating batch, and a full plain one
+        for decoding in (100, 256):
+            assert e.max_num_batched_tokens - decoding * (1 + cm.draft_tokens(decoding)
+                                                          + e.draft_slots_per_request) >= 0
+
+
 def test_vllm_0_28_charges_the_draft_slot_per_scheduled_request():
     """vllm/v1/core/sched/scheduler.py of 0.28.0 to 0.34.0: the scheduler fills the whole
     max_num_batched_tokens, each request it schedules taking its tokens and the draft model's slot

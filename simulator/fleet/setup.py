@@ -170,11 +170,16 @@ def drafting_budget(e: EngineConfig, cm: StepCost, spec: PoolSpec, where: str,
                           source=source, key_path=f"{where}.engine.max_prefill_tokens")
     kept = slots * e.max_num_seqs if slots and not e.draft_slots_per_request else 0
     verified = cm if e.draft_tokens_in_budget and isinstance(cm, SpeculativeCostModel) else None
-    per_decode = 1 + slots + (0 if verified is None else verified.draft_tokens(e.max_num_seqs))
+
+    def need_at(decoding: int) -> int:
+        # the slots kept off the budget once (draft_budget_per: max_num_seqs), else charged per decode
+        drafts = 0 if verified is None else verified.draft_tokens(decoding)
+        return kept + decoding * (1 + e.draft_slots_per_request + drafts)
+
     limit = spec.speculative.disable_above_batch if spec.speculative is not None else None
-    need = e.max_num_seqs * per_decode
+    need = need_at(e.max_num_seqs)
     if verified is not None and limit is not None and limit < e.max_num_seqs:   # the fullest batch that speculates
-        need = max(need, limit * (1 + slots + verified.draft_tokens(limit)))
+        need = max(need, need_at(limit))
     if e.max_num_batched_tokens < need:
         carried = ([f"{verified.k} draft token(s) for the target to verify"] if verified is not None else []) + (
             [f"the draft model's {slots} slot(s)"] if slots else [])
