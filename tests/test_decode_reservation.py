@@ -115,6 +115,27 @@ def test_a_retracted_request_resumes_on_its_kv_less_its_last_token(engine, pool,
     assert [r.preemptions for r in run.requests] == [0, retractions]
 
 
+@pytest.mark.parametrize("engine", ENGINES)
+def test_sglang_to_0_5_11_resumes_a_retracted_request_on_all_its_kv(engine):
+    # As above, but SGLang to 0.5.11 tests required_tokens_for_request = len(origin_input_ids) +
+    # len(output_ids) + num_reserved_decode_tokens (resume_retracted_reqs; read in 0.5.6, 0.5.9,
+    # 0.5.10, 0.5.11): B's 131 tokens do not fit the 130 a pool of 261 leaves beside A, so B
+    # waits for A to end and is retracted once, not twice.
+    run = run_open(engine, handed_over([0.0, 0.0], [100, 100], [100, 100]),
+                   decode_server(reserved_decode_tokens=0, output_estimate_clip=10,
+                                 resume_without_last_token=False), 261)
+    assert [r.preemptions for r in run.requests] == [0, 1]
+
+
+@pytest.mark.parametrize("version, less", [("0.5.9", False), ("0.5.11", False), ("0.5.12", True),
+                                           ("0.5.23", True)])
+def test_the_sglang_release_picks_the_resumption_test(version, less):
+    from simulator.scenario.schema import PoolSpec
+
+    pool = {"model": "llama-3-8b", "gpu": "h100-sxm", "engine": {"backend": "sglang", "backend_version": version}}
+    assert PoolSpec.model_validate(pool).engine.resume_without_last_token is less
+
+
 def test_the_decode_pool_of_an_sglang_pair_reserves_and_others_refuse_it():
     e = decode_server("expected_output", reserved_decode_tokens=64)
     assert expected_output_admission(e, 1, decodes_for_another=True).kv_admission == "decode_reservation"

@@ -523,7 +523,7 @@ class ReplicaBase:
         last token, which SGLang resumes without (_prealloc_required_tokens over
         _pre_alloc_fill_len: prompt + output − 1, page-aligned from 0.5.18) and whose KV its
         next decode writes, here the one-token recompute, allocated with the rest."""
-        if s.req.preemptions == 0:
+        if s.req.preemptions == 0 or not self.cfg.resume_without_last_token:   # (to 0.5.11: all of its KV)
             return need * self.bs
         return (need - total + ceil_div(s.prompt - 1, self.bs)) * self.bs
 

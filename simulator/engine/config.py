@@ -204,6 +204,14 @@ class EngineConfig(BaseModel):
                     "newest); newest, the batch's last request, as 0.5.9-0.5.16 retract under speculative "
                     "decoding (schedule_batch.py: the policy sort only without a speculative algorithm). The other "
                     "admissions preempt as vLLM does (the lowest class priority, the newest among equals)")
+    resume_without_last_token: bool = Field(
+        default=True,
+        description="decode_reservation: a retracted request's resumption is tested on its KV but its last "
+                    "token's, prompt + output − 1, that token's KV written by its next decode (SGLang from 0.5.12: "
+                    "disaggregation/decode.py resume_retracted_reqs over _prealloc_required_tokens / "
+                    "_pre_alloc_fill_len); false: on prompt + output (SGLang to 0.5.11: required_tokens_for_request "
+                    "= len(origin_input_ids) + len(output_ids) + num_reserved_decode_tokens); the sglang backend "
+                    "sets it by release")
     reserved_decode_tokens: int = Field(
         default=512, ge=0, le=1_000_000,
         description="decode_reservation: decode tokens of KV kept free for each running request when a "
