@@ -331,6 +331,19 @@ def test_the_fullest_speculating_batch_fits_beside_the_slots_kept_for_every_sequ
                                                           + e.draft_slots_per_request) >= 0
 
 
+def test_a_pool_that_drafts_nothing_keeps_the_engines_own_budget_rule():
+    """Without a draft the budget check is EngineConfig's (max_num_batched_tokens >= max_num_seqs
+    under continuous batching, nothing under static batching, whose decodes never share an
+    iteration with a prompt): a static pool of 64 sequences and 32 tokens runs as before, where
+    drafting_budget refused it with an empty list of what each decode carries."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    pool = {"model": "llama-3.1-8b", "gpu": "h100-sxm",
+            "engine": {"scheduler": "static", "max_num_batched_tokens": 32, "max_num_seqs": 64}}
+    assert setup_pool(PoolSpec.model_validate(pool), 0).engine_config.max_num_batched_tokens == 32
+
+
 def test_vllm_0_28_charges_the_draft_slot_per_scheduled_request():
     """vllm/v1/core/sched/scheduler.py of 0.28.0 to 0.34.0: the scheduler fills the whole
     max_num_batched_tokens, each request it schedules taking its tokens and the draft model's slot

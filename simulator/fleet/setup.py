@@ -180,7 +180,7 @@ def drafting_budget(e: EngineConfig, cm: StepCost, spec: PoolSpec, where: str,
     need = need_at(e.max_num_seqs)
     if verified is not None and limit is not None and limit < e.max_num_seqs:   # the fullest batch that speculates
         need = max(need, need_at(limit))
-    if e.max_num_batched_tokens < need:
+    if (slots or verified is not None) and e.max_num_batched_tokens < need:   # a plain pool: the validator's
         carried = ([f"{verified.k} draft token(s) for the target to verify"] if verified is not None else []) + (
             [f"the draft model's {slots} slot(s)"] if slots else [])
         raise LlmsimError(
