@@ -804,7 +804,9 @@ def quickcode_differences(r: Runner) -> str:
         f"{tpot(by['continuous']['median_tpot_ms'], 1)} ms against {tpot(by['speculative']['median_tpot_ms'], 1)} "
         f"static, TTFT p95 {p95['continuous']} ms): a burst's ~16 prompts of ~1K tokens arrive within ~3 s, chunked "
         f"prefill puts up to {count(budget - seqs)} tokens in every step (the {count(budget)}-token budget less the "
-        "slot per sequence vLLM keeps for the draft model, `engine.draft_budget_slots`), such a step waits out the "
+        "slot per sequence vLLM keeps for the draft model, `engine.draft_budget_slots`, and less six for each "
+        "decoding sequence: its token and the five draft tokens it carries for the target to verify, "
+        "`engine.draft_tokens_in_budget`), such a step waits out the "
         "target's and the draft's kernel launches one after the other (each past the 512 tokens vLLM's graphs "
         "hold), and with k = 5 each speculative step pays the 5 ms eager overhead six times.",
         f"- **The baseline misses TTFT P50 even nearly idle** ({ms(idle['median_ttft_ms'])} ms at 0.048 bursts/s, "
