@@ -509,3 +509,41 @@ def test_a_release_rules_draft_model_keys_are_checked_as_engine_keys(tmp_path):
     with pytest.raises(LlmsimError) as e:
         load_backend(str(p))
     assert f"by_version[{len(prof['by_version']) - 1}].draft_model_engine" in str(e.value)
+
+
+@pytest.mark.parametrize("engine", [{"scheduler": "static"}, {"mixed_prefill": False}])
+def test_decodes_that_never_meet_a_prompt_ask_nothing_of_the_budget(engine):
+    """Static batches and prefill-only iterations never put a prompt beside the decodes, so a
+    budget below max_num_seqs x (1 + k) is no reason to refuse their speculative pool."""
+    from simulator.costmodel.speculative import SpeculativeSpec, speculative_cost_model
+    from simulator.engine.config import EngineConfig
+    from simulator.errors import LlmsimError
+    from simulator.fleet.setup import drafting_budget
+    from simulator.scenario.schema import PoolSpec
+    from helpers_engine import cost_model
+
+    draft = {"draft_model": "llama-3.2-1b", "k": 3, "acceptance_rate": 0.8}
+    cm = speculative_cost_model(cost_model(), SpeculativeSpec(**draft))
+    spec = PoolSpec.model_validate({"model": "llama-3-8b", "gpu": "h100-sxm", "speculative": draft})
+    cfg = EngineConfig(max_num_batched_tokens=512, max_num_seqs=256, draft_tokens_in_budget=True, **engine)
+    assert drafting_budget(cfg, cm, spec, "pools[0]", None).max_num_batched_tokens == 512
+    with pytest.raises(LlmsimError, match="at least 1024 "):       # the same pool mixing prompts with decodes
+        drafting_budget(EngineConfig(max_num_batched_tokens=512, max_num_seqs=256, draft_tokens_in_budget=True),
+                        cm, spec, "pools[0]", None)
+
+
+def test_the_refusal_names_disable_above_batch_where_that_batch_binds():
+    from simulator.costmodel.speculative import SpeculativeSpec, speculative_cost_model
+    from simulator.engine.config import EngineConfig
+    from simulator.errors import LlmsimError
+    from simulator.fleet.setup import drafting_budget
+    from simulator.scenario.schema import PoolSpec
+    from helpers_engine import cost_model
+
+    draft = {"draft_model": "llama-3.2-1b", "k": 5, "acceptance_rate": 0.8, "disable_above_batch": 100}
+    cm = speculative_cost_model(cost_model(), SpeculativeSpec(**draft))
+    spec = PoolSpec.model_validate({"model": "llama-3-8b", "gpu": "h100-sxm", "speculative": draft})
+    cfg = EngineConfig(max_num_batched_tokens=700, max_num_seqs=256, draft_budget_slots=1,
+                       draft_budget_per="max_num_seqs", draft_tokens_in_budget=True)
+    with pytest.raises(LlmsimError, match="fewer than the 100 of speculative.disable_above_batch decodes"):
+        drafting_budget(cfg, cm, spec, "pools[0]", None)

@@ -79,8 +79,9 @@ class EngineConfig(BaseModel):
                     "tokens, so fewer prompt tokens join an iteration of speculative decodes (vLLM V1's scheduler: "
                     "num_tokens_with_spec − num_computed_tokens; TensorRT-LLM's micro-batch scheduler: beam width "
                     "+ draft tokens; MTP and draft models alike; the vllm and trtllm backends set it); a budget "
-                    "that cannot hold max_num_seqs such decodes is refused, as llmsim advances every running "
-                    "sequence each iteration where the stack would leave the decodes past it for the next; "
+                    "that cannot hold max_num_seqs such decodes is refused where decodes share an iteration with "
+                    "prompts (not under static batching or prefill-only iterations), as llmsim advances every "
+                    "running sequence each iteration where the stack would leave the decodes past it for the next; "
                     "false: a decode takes one token. Pools without speculative ignore it")
     dp_limits: Literal["per_rank", "split"] = Field(
         default="per_rank",
