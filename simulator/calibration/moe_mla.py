@@ -118,7 +118,7 @@ NON_GATED_SHAPES = frozenset({(2688, 1856, 128, 6), (1024, 2688, 512, 22), (2048
 # ``_resolve_moe_runtime_config``: model_type ``deepseek_v3`` takes grouped
 # top-k with the config's groups and a zero correction bias); of the tables'
 # models only DeepSeek-V3/R1 (n_group 8, topk_group 4) route in more than one
-# group. :func:`.moe_routing._grouped_topk` says what that does to rank 0.
+# group. :func:`.moe_routing._grouped_local_counts` says what that does to rank 0.
 GROUPED_TOPK_SHAPES = {(7168, 2048, 256, 8): (8, 4)}
 
 

@@ -18,7 +18,7 @@ The kernel table times one rank's experts under a *synthetic* router
 
 Either router's choice is then routed again by the model's own router, as
 vLLM runs it: for a group-limited one (DeepSeek-V3) that re-selection
-decides rank 0's load (:func:`_grouped_topk`).
+decides rank 0's load (:func:`_grouped_local_counts`).
 
 To fit kernel efficiencies rather than router statistics, the calibration
 evaluates each row at the pairs and distinct experts rank 0 really had:
@@ -144,8 +144,10 @@ def _kept_groups(ids: np.ndarray, num_experts: int, groups: tuple[int, int]) -> 
     return held, kept
 
 
-def _grouped_topk(ids: np.ndarray, num_experts: int, topk: int, groups: tuple[int, int]) -> np.ndarray:
-    """The experts vLLM's group-limited router picks from the collector's logits.
+def _grouped_local_counts(ids: np.ndarray, num_experts: int, topk: int, groups: tuple[int, int],
+                          ep: int) -> np.ndarray:
+    """Pairs per expert of rank 0 once vLLM's group-limited router has
+    re-selected the collector's logits.
 
     The collector hands each token's chosen experts one equal logit above an
     equal rest (``softmax(one_hot)``); a model with grouped routing
@@ -156,23 +158,14 @@ def _grouped_topk(ids: np.ndarray, num_experts: int, topk: int, groups: tuple[in
     fall in the kept groups, the rest are ties, broken towards the lowest
     index — which piles pairs on the lowest experts, rank 0's (an assumption
     about the kernels' tie order, borne out by the rows: the balanced
-    DeepSeek rows at ep 64 run 14× what an even split predicts)."""
-    _, kept = _kept_groups(ids, num_experts, groups)
-    chosen = np.zeros((ids.shape[0], num_experts), dtype=bool)
-    np.put_along_axis(chosen, ids, True, axis=1)
-    rank = np.where(np.repeat(kept, num_experts // groups[0], axis=1), np.where(chosen, np.int8(-2), np.int8(-1)),
-                    np.int8(0))
-    return np.argsort(rank, axis=1, kind="stable")[:, :topk]     # int8 keys: a radix sort
+    DeepSeek rows at ep 64 run 14× what an even split predicts).
 
-
-def _grouped_local_counts(ids: np.ndarray, num_experts: int, topk: int, groups: tuple[int, int],
-                          ep: int) -> np.ndarray:
-    """``_local_counts(_grouped_topk(...))`` without sorting every token's
-    experts: rank 0's experts are the lowest-indexed, and the sort's picks
-    among them are the chosen experts of kept groups, then the lowest-indexed
-    other experts of kept groups, then of dropped ones, while k is not
-    reached, which running counts over rank 0's columns decide alone. The
-    annotation of the fit's rows spends most of its time here."""
+    Rank 0's experts are the lowest-indexed, so its picks are the chosen
+    experts of kept groups, then the lowest-indexed other experts of kept
+    groups, then of dropped ones, while k is not reached: running counts over
+    rank 0's columns decide them without sorting every token's experts (the
+    router's sort itself is the tests' reference). The annotation of the
+    fit's rows spends most of its time here."""
     n_group, topk_group = groups
     per, local = num_experts // n_group, num_experts // ep
     held, kept = _kept_groups(ids, num_experts, groups)
@@ -203,7 +196,7 @@ def rank0_counts(tokens: int, num_experts: int, topk: int, ep: int, distribution
     """Pairs per expert of rank 0, one array per draw of one measured row's
     router (one for ``balanced``, :data:`_DRAWS` seeded ones for a power
     law); ``groups`` (``n_group``, ``topk_group``): the model routes
-    group-limited (:func:`_grouped_topk`)."""
+    group-limited (:func:`_grouped_local_counts`)."""
     if distribution == "balanced":
         ids = _balanced_ids(tokens, num_experts, topk)
         return [_grouped_local_counts(ids, num_experts, topk, groups, ep) if groups

@@ -59,6 +59,17 @@ class TimeAverage:
 
 
 @mypyc_attr(allow_interpreted_subclasses=True)   # the reference engine and test probes subclass it
+def decode_budget_tokens(cfg: EngineConfig, cm: StepCost, decoding: int) -> int:
+    """Budget tokens ``decoding`` running decodes take from one iteration: each
+    its token, the draft model's slots charged per request
+    (``draft_slots_per_request``) and, where the scheduler counts them
+    (``draft_tokens_in_budget``: vLLM V1, TensorRT-LLM), the draft tokens it
+    carries for the target to verify. The engines charge it every iteration
+    and a pool's set-up holds the fullest batch to it, so the two agree."""
+    drafts = cm.draft_tokens(decoding) if cfg.draft_tokens_in_budget and isinstance(cm, SpeculativeCostModel) else 0
+    return decoding * (1 + drafts + cfg.draft_slots_per_request)
+
+
 class ReplicaBase:
     """One model replica: a queue, a running batch and a paged KV cache."""
 
@@ -77,10 +88,6 @@ class ReplicaBase:
         # Budget tokens a separate draft model takes beside each request an iteration schedules
         # (vLLM from 0.28, EngineConfig.draft_budget_per); 0 where none is charged so.
         self.draft_slots: int = cfg.draft_slots_per_request
-        # The draft tokens a speculative decode carries come out of the budget too (vLLM V1,
-        # EngineConfig.draft_tokens_in_budget); None where a decode takes one token.
-        self.verified: Optional[SpeculativeCostModel] = (
-            cm if cfg.draft_tokens_in_budget and isinstance(cm, SpeculativeCostModel) else None)
         self.bs = cfg.block_size
         self.num_blocks = num_blocks
         self.max_model_len = max_model_len or cfg.longest_request(cm.model)
@@ -831,11 +838,9 @@ class ReplicaBase:
         self._unskip(skipped)
 
     def _after_decodes(self, decoding: int) -> int:
-        """The token budget ``decoding`` sequences leave an iteration, each a
-        token, the draft tokens it carries for verification where the budget
-        counts them, and its draft slots (vLLM's input_budget from 0.28)."""
-        drafts = 0 if self.verified is None else self.verified.draft_tokens(decoding)
-        return self.cfg.max_num_batched_tokens - decoding * (1 + drafts + self.draft_slots)
+        """The token budget ``decoding`` sequences leave an iteration (vLLM's
+        input_budget from 0.28): :func:`decode_budget_tokens`."""
+        return self.cfg.max_num_batched_tokens - decode_budget_tokens(self.cfg, self.cm, decoding)
 
     def _chunk(self, s: Seq, budget: int) -> int:
         """The prompt tokens of ``s`` an iteration with ``budget`` tokens left

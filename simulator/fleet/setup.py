@@ -12,7 +12,7 @@ from typing import Optional
 from ..costmodel import CostModel
 from ..costmodel.pipeline import PipelineCostModel
 from ..costmodel.speculative import MTP, SpeculativeCostModel, draft_kind, speculative_setup
-from ..engine.base import StepCost
+from ..engine.base import StepCost, decode_budget_tokens
 from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
@@ -176,9 +176,9 @@ def drafting_budget(e: EngineConfig, cm: StepCost, spec: PoolSpec, where: str,
     shares = e.scheduler != "static" and e.mixes_prefill
 
     def need_at(decoding: int) -> int:
-        # the slots kept off the budget once (draft_budget_per: max_num_seqs), else charged per decode
-        drafts = 0 if verified is None else verified.draft_tokens(decoding)
-        return kept + (decoding * (1 + e.draft_slots_per_request + drafts) if shares else 1)
+        # the slots kept off the budget once (draft_budget_per: max_num_seqs), beside what the decodes
+        # take where they share an iteration with a prompt (else a prompt only needs a token left)
+        return kept + (decode_budget_tokens(e, cm, decoding) if shares else 1)
 
     limit = spec.speculative.disable_above_batch if spec.speculative is not None else None
     batch, what = e.max_num_seqs, f"max_num_seqs ({e.max_num_seqs})"
