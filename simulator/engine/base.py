@@ -58,7 +58,6 @@ class TimeAverage:
         return (self.area + (now - self.last_t) * self.value) / span if span > 0 else 0.0
 
 
-@mypyc_attr(allow_interpreted_subclasses=True)   # the reference engine and test probes subclass it
 def decode_budget_tokens(cfg: EngineConfig, cm: StepCost, decoding: int) -> int:
     """Budget tokens ``decoding`` running decodes take from one iteration: each
     its token, the draft model's slots charged per request
@@ -70,6 +69,7 @@ def decode_budget_tokens(cfg: EngineConfig, cm: StepCost, decoding: int) -> int:
     return decoding * (1 + drafts + cfg.draft_slots_per_request)
 
 
+@mypyc_attr(allow_interpreted_subclasses=True)   # the reference engine and test probes subclass it
 class ReplicaBase:
     """One model replica: a queue, a running batch and a paged KV cache."""
 
