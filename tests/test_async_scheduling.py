@@ -246,11 +246,13 @@ def test_a_users_sglang_fraction_replaces_the_releases_inputs():
     assert e.kv_memory.fraction == 0.8 and not e.kv_memory.piecewise_cuda_graph
 
 
-def test_only_vllm_changes_its_defaults_for_a_draft_model():
-    """SGLang's and TensorRT-LLM's profiles name no draft-model defaults (their
-    speculative keys, SGLang's, hold for every draft): the rule is vLLM's own."""
+def test_only_vllm_changes_its_scheduling_defaults_for_a_draft_model():
+    """TensorRT-LLM's profile names no draft-model defaults and SGLang's only that a separate draft
+    model (its STANDALONE, which supports_mixed_chunk leaves out) keeps drafting in a mixed step where
+    a pool mixes: its other speculative keys hold for every draft. Async scheduling is vLLM's own rule."""
     assert load_backend("vllm").draft_model_engine == {"async_scheduling": False}
-    assert load_backend("sglang").draft_model_engine == load_backend("trtllm").draft_model_engine == {}
+    assert load_backend("sglang").draft_model_engine == {"mixed_step_drafts": True}
+    assert load_backend("trtllm").draft_model_engine == {}
 
 
 @pytest.mark.parametrize("speculative, version, scheduled", [

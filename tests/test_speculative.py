@@ -13,10 +13,10 @@ import yaml
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from helpers_engine import capacities, compare_runs, describe, engine_configs, run_open, workloads
+from helpers_engine import capacities, compare_runs, describe, engine_configs, make_requests, run_open, workloads
 from simulator.costmodel import CostModel
-from simulator.costmodel.speculative import (SpeculativeSpec, expected_tokens_per_step, speculative_cost_model,
-                                             speculative_memory)
+from simulator.costmodel.speculative import (SpeculativeCostModel, SpeculativeSpec, expected_tokens_per_step,
+                                             speculative_cost_model, speculative_memory)
 from simulator.memory import plan_memory
 from simulator.profiles import load_hardware, load_model
 from simulator.runner import setup_pool, simulate
@@ -83,6 +83,105 @@ def test_mixed_iteration_speculates_only_the_decode_part():
     assert scm.step_time(chunks) == pytest.approx(t.step_time(chunks) + d.step_time(chunks), rel=1e-12)
 
 
+def test_a_mixed_iteration_that_does_not_draft_is_plain_plus_the_draft_s_extend():
+    """SGLang from 0.5.19 (mixed_step_drafts false): the decodes beside prompt chunks take one plain
+    token, and the draft extends over the whole batch, the chunks and one token per decode; decode-only
+    and prefill-only iterations are as before, and no draft token comes out of the budget there."""
+    scm = _spec_cm()
+    plain = scm.with_mixed_step_drafts(False)
+    t, d = scm.target, scm.draft
+    chunks, b, S = [(512, 0), (300, 1000)], 8, 8 * 700.0
+    expected = t.step_time(chunks, b, S, b + 1) + d.step_time(chunks, b, S, b + 1)
+    assert plain.step_time(chunks, b, S, b + 1) == pytest.approx(expected, rel=1e-12)
+    assert plain.step_time(chunks, b, S, b + 1) != pytest.approx(scm.step_time(chunks, b, S, b + 1), rel=1e-6)
+    assert plain.step_time((), b, S) == scm.step_time((), b, S)
+    assert plain.decode_coefficients(b) == scm.decode_coefficients(b)
+    assert plain.step_time(chunks) == scm.step_time(chunks)
+    assert (plain.draft_tokens(b), plain.draft_tokens(b, prefilling=True)) == (SPEC.k, 0)
+    assert scm.draft_tokens(b, prefilling=True) == SPEC.k
+    # above disable_above_batch the draft does not run at all, mixed or not
+    high = _spec_cm(SPEC.model_copy(update={"disable_above_batch": 4})).with_mixed_step_drafts(False)
+    assert high.step_time(chunks, b, S, b + 1) == t.step_time(chunks, b, S, b + 1)
+
+
+def test_a_decode_beside_prompts_takes_one_budget_token_where_it_does_not_draft():
+    from simulator.engine.base import decode_budget_tokens
+    from simulator.engine.config import EngineConfig
+
+    cfg = EngineConfig(draft_tokens_in_budget=True)
+    assert decode_budget_tokens(cfg, _spec_cm(), 4) == 4 * (1 + SPEC.k)
+    off = cfg.model_copy(update={"mixed_step_drafts": False})
+    assert decode_budget_tokens(off, _spec_cm().with_mixed_step_drafts(False), 4) == 4
+
+
+@pytest.mark.parametrize("version, draft, drafts", [
+    ("0.5.18", "mtp", True), ("0.5.19", "mtp", False), (None, "mtp", False),
+    ("0.5.19", "draft", True), ("0.5.23", "draft", True)])
+def test_sglang_keeps_mixed_chunks_beside_an_mtp_draft_from_0_5_19_without_drafting(version, draft, drafts):
+    """0.5.19 keeps --enable-mixed-chunk for EAGLE/NEXTN (spec_info.py supports_mixed_chunk), the running
+    requests decoding one plain token in a mixed step; a separate draft model (STANDALONE) and releases
+    to 0.5.18 turn mixed chunks off, where a pool that mixes all the same keeps drafting decodes.
+    Mixed chunks stay opt-in either way."""
+    from simulator.profiles.backend import apply_backend
+
+    engine = {"backend": "sglang", **({"backend_version": version} if version else {})}
+    model = load_model("deepseek-v3")
+    assert apply_backend(dict(engine), "h200", draft, model)["mixed_prefill"] is False
+    assert apply_backend({**engine, "mixed_prefill": True}, "h200", draft, model)["mixed_step_drafts"] is drafts
+    if draft == "mtp":   # the pool's cost model carries it (fleet/setup.py)
+        pool = PoolSpec.model_validate({
+            "model": "deepseek-v3", "gpu": "h200", "tp": 8,
+            "engine": {**engine, "weight_dtype": "fp8", "mixed_prefill": True},
+            "speculative": {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.8}})
+        assert setup_pool(pool, 0).cm.mixed_step_drafts is drafts
+
+
+class _Recorded(SpeculativeCostModel):
+    """A speculative cost model that notes every iteration priced with prompt chunks and decodes."""
+
+    def __init__(self, scm: SpeculativeCostModel):
+        super().__init__(scm.target, scm.draft, scm.spec)
+        self.mixed: list[tuple[list, int, float, int, float]] = []   # shared by the engine's copy
+
+    def step_time(self, prefill_chunks=(), decode_batch=0, decode_context=0.0, sampling_seqs=None,
+                  tokens_per_step=None):
+        dt = super().step_time(prefill_chunks, decode_batch, decode_context, sampling_seqs, tokens_per_step)
+        if prefill_chunks and decode_batch:
+            self.mixed.append((list(prefill_chunks), decode_batch, decode_context, sampling_seqs, dt))
+        return dt
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("drafts", [True, False])
+def test_a_mixed_step_s_decodes_take_a_plain_token_in_both_engines(engine, drafts):
+    """A decodes when B's 900-token prompt (one output token) arrives and is prefilled in chunks beside it (mixed_prefill);
+    with mixed_step_drafts false those iterations cost the plain target's plus the draft's pass over
+    the same tokens, A's one token each included, and A's decode-only iterations still speculate."""
+    from simulator.engine.config import EngineConfig
+
+    cfg = EngineConfig(max_num_seqs=8, max_num_batched_tokens=256, mixed_prefill=True,
+                       mixed_step_drafts=drafts)
+    cm = _Recorded(_spec_cm())
+    run = run_open(engine, make_requests([0.0, 0.05], [200, 900], [60, 1]), cfg, 10_000, cm=cm)
+    assert len(cm.mixed) >= 4   # B's four chunks beside A's decodes
+    t, d = cm.target, cm.draft
+    for chunks, b, ctx, sampling, dt in cm.mixed:
+        plain = t.step_time(chunks, b, ctx, sampling) + d.step_time(chunks, b, ctx, sampling)
+        assert (dt == pytest.approx(plain, rel=1e-12)) is not drafts
+    a = run.requests[0]
+    assert a.status == Status.FINISHED and a.output_tokens == 60
+    assert {b for _, b, _, _, _ in cm.mixed} == {1}
+    assert a.finish - a.first_token == pytest.approx(_decode_time(cm, cm.mixed, 200, 60), rel=1e-9)
+
+
+def _decode_time(cm: SpeculativeCostModel, mixed: list, prompt: int, outputs: int) -> float:
+    """A request's decodes alone on the replica but for the recorded mixed iterations: one token per
+    iteration at context prompt + j (j = 1 .. outputs - 1), a mixed one as priced, the others a
+    speculative step over E each."""
+    priced = {ctx: dt for _, _, ctx, _, dt in mixed}
+    return sum(priced.get(float(prompt + j), cm.step_time((), 1, float(prompt + j))) for j in range(1, outputs))
+
+
 def test_above_the_threshold_it_is_the_plain_model():
     scm = _spec_cm(SPEC.model_copy(update={"disable_above_batch": 16}))
     t = scm.target
@@ -123,6 +222,8 @@ def test_fast_and_reference_engines_agree_with_speculation(data):
     if (cfg.max_num_batched_tokens >= cfg.max_num_seqs * (1 + SPEC.k + cfg.draft_slots_per_request)
             and data.draw(st.booleans(), label="draft_tokens_in_budget")):
         cfg = cfg.model_copy(update={"draft_tokens_in_budget": True})
+    # SGLang from 0.5.19: decodes beside prompt chunks take a plain token, the draft extending over them.
+    cfg = cfg.model_copy(update={"mixed_step_drafts": data.draw(st.booleans(), label="mixed_step_drafts")})
     nb = data.draw(capacities(reqs, cfg), label="num_blocks")
     threshold = data.draw(st.sampled_from([None, 1, 2, 4, 16]), label="disable_above_batch")
     gpu, tp, roofline = data.draw(st.sampled_from(SPEC_MODELS), label="cost model")
@@ -310,6 +411,7 @@ def test_engines_agree_with_per_class_alpha(data):
     for r in reqs:
         r.klass = data.draw(st.sampled_from(["a", "b", "c"]))
     cfg = data.draw(engine_configs(), label="cfg")
+    cfg = cfg.model_copy(update={"mixed_step_drafts": data.draw(st.booleans(), label="mixed_step_drafts")})
     nb = data.draw(capacities(reqs, cfg), label="num_blocks")
     threshold = data.draw(st.sampled_from([None, 2, 16]), label="disable_above_batch")
     rates = data.draw(st.sampled_from([{"a": 0.95}, {"a": 0.3, "b": 0.9}, {"a": 0.82, "b": 0.6, "c": 0.99}]))

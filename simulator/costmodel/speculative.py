@@ -68,6 +68,14 @@ What is approximate, and why:
   the chunks (it needs the prompt's KV to propose). Rejection sampling, the
   draft's bonus-token catch-up, and the k lookahead KV slots a sequence
   holds during verification are not charged.
+  Where the stack does not draft in such an iteration
+  (``EngineConfig.mixed_step_drafts`` false: SGLang from 0.5.19, whose
+  running requests take a plain one-token decode inside a mixed step,
+  scheduler.py get_new_batch_prefill and schedule_batch.py
+  mix_with_running), it costs the plain iteration plus the draft's pass
+  over the same tokens (eagle_worker_v2.py forward_batch_generation: the
+  extend branch, then _draft_extend_for_prefill over the whole batch, one
+  token per decode), which seeds the next iteration's proposal.
 * **Load threshold.** Above ``disable_above_batch`` decoding sequences an
   iteration costs exactly what the plain model says (vLLM v0's
   ``speculative_disable_by_batch_size``, which then skips the draft
@@ -172,6 +180,8 @@ class SpeculativeCostModel:
             self._verify_fixed = t.layers * p.fixed_us * _US
         self._coef: dict[int, tuple[float, float]] = {}
         self._step_coef: dict[int, tuple[float, float]] = {}
+        # Whether decodes draft in an iteration that prefills beside them (EngineConfig.mixed_step_drafts).
+        self.mixed_step_drafts = True
 
     def with_class_rates(self, acceptance: dict[str, float]) -> "SpeculativeCostModel":
         """This model with per-class acceptance rates (class → α) overriding
@@ -180,16 +190,28 @@ class SpeculativeCostModel:
         out.class_acceptance = dict(acceptance)
         out.class_tokens_per_step = {c: expected_tokens_per_step(self.k, a) for c, a in acceptance.items()}
         return out
-    def speculates(self, batch: int) -> bool:
-        """Whether an iteration with ``batch`` decoding sequences uses the draft."""
-        limit = self.spec.disable_above_batch
-        return limit is None or batch <= limit
 
-    def draft_tokens(self, batch: int) -> int:
+    def with_mixed_step_drafts(self, drafts: bool) -> "SpeculativeCostModel":
+        """This model with the decodes of a mixed iteration drafting or not
+        (``EngineConfig.mixed_step_drafts``; see "Mixed iterations" above)."""
+        if drafts == self.mixed_step_drafts:
+            return self
+        out = copy.copy(self)
+        out.mixed_step_drafts = drafts
+        return out
+
+    def speculates(self, batch: int, prefilling: bool = False) -> bool:
+        """Whether an iteration with ``batch`` decoding sequences, and prompt
+        chunks beside them where ``prefilling``, has them draft."""
+        limit = self.spec.disable_above_batch
+        return (limit is None or batch <= limit) and (self.mixed_step_drafts or not prefilling)
+
+    def draft_tokens(self, batch: int, prefilling: bool = False) -> int:
         """Draft tokens each decode of an iteration with ``batch`` decoding
-        sequences carries for the target to verify: a stack whose scheduler
-        counts them (``draft_tokens_in_budget``) takes them from its budget."""
-        return self.k if self.speculates(batch) else 0
+        sequences (beside prompt chunks where ``prefilling``) carries for the
+        target to verify: a stack whose scheduler counts them
+        (``draft_tokens_in_budget``) takes them from its budget."""
+        return self.k if self.speculates(batch, prefilling) else 0
 
     # --- the two halves of a step (seconds, for a whole step, not amortised) --
     def draft_time(self, batch: int, context: float) -> float:
@@ -243,8 +265,12 @@ class SpeculativeCostModel:
         """Seconds for one iteration, decode tokens at their amortised
         speculative cost (``tokens_per_step``: as in :meth:`decode_coefficients`)."""
         t, b = self.target, decode_batch
-        if not self.speculates(b):
-            return t.step_time(prefill_chunks, b, decode_context, sampling_seqs)
+        if not self.speculates(b, bool(prefill_chunks) and b > 0):
+            plain = t.step_time(prefill_chunks, b, decode_context, sampling_seqs)
+            if not self.speculates(b):   # above disable_above_batch the draft does not run at all
+                return plain
+            # A mixed iteration whose decodes do not draft: the draft extends over its tokens all the same.
+            return plain + self.draft.step_time(prefill_chunks, b, decode_context, sampling_seqs)
         if sampling_seqs is None:
             sampling_seqs = b + len(prefill_chunks)
         total = 0.0
@@ -315,8 +341,9 @@ def speculative_memory(mem: MemoryPlan, scm: SpeculativeCostModel) -> MemoryPlan
                    kv_bytes_per_token=per_token, num_blocks=int(kv_cap // (per_token * mem.block_size)))
 
 
-def speculative_setup(cm: CostModel, mem: MemoryPlan, spec: SpeculativeSpec
+def speculative_setup(cm: CostModel, mem: MemoryPlan, spec: SpeculativeSpec, mixed_step_drafts: bool = True
                       ) -> tuple[SpeculativeCostModel, MemoryPlan]:
-    """What a pool with ``speculative:`` runs on: the wrapped cost model and its memory."""
-    scm = speculative_cost_model(cm, spec)
+    """What a pool with ``speculative:`` runs on: the wrapped cost model and its memory
+    (``mixed_step_drafts``: the pool's engine key of that name)."""
+    scm = speculative_cost_model(cm, spec).with_mixed_step_drafts(mixed_step_drafts)
     return scm, speculative_memory(mem, scm)

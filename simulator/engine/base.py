@@ -63,9 +63,11 @@ def decode_budget_tokens(cfg: EngineConfig, cm: StepCost, decoding: int) -> int:
     its token, the draft model's slots charged per request
     (``draft_slots_per_request``) and, where the scheduler counts them
     (``draft_tokens_in_budget``: vLLM V1, TensorRT-LLM), the draft tokens it
-    carries for the target to verify. The engines charge it every iteration
+    carries for the target to verify beside the iteration's prompts (none
+    where ``mixed_step_drafts`` is off). The engines charge it every iteration
     and a pool's set-up holds the fullest batch to it, so the two agree."""
-    drafts = cm.draft_tokens(decoding) if cfg.draft_tokens_in_budget and isinstance(cm, SpeculativeCostModel) else 0
+    drafts = (cm.draft_tokens(decoding, prefilling=True)
+              if cfg.draft_tokens_in_budget and isinstance(cm, SpeculativeCostModel) else 0)
     return decoding * (1 + drafts + cfg.draft_slots_per_request)
 
 
@@ -80,7 +82,9 @@ class ReplicaBase:
                  rank_tokens: Optional[int] = None):
         self.env = env
         self.index = index
-        self.cm = cm
+        # A speculative pool's mixed iterations draft as the engine's stack does (EngineConfig.mixed_step_drafts).
+        self.cm: StepCost = cm.with_mixed_step_drafts(cfg.mixed_step_drafts) if isinstance(cm, SpeculativeCostModel) \
+            else cm
         self.cfg = cfg
         # The most one sequence's prompt advances in an iteration: its attention-DP rank's token
         # budget (EngineConfig.rank_tokens), else the replica's.

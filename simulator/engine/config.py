@@ -83,6 +83,15 @@ class EngineConfig(BaseModel):
                     "prompts (not under static batching or prefill-only iterations), as llmsim advances every "
                     "running sequence each iteration where the stack would leave the decodes past it for the next; "
                     "false: a decode takes one token. Pools without speculative ignore it")
+    mixed_step_drafts: bool = Field(
+        default=True,
+        description="in an iteration that prefills prompt chunks beside the decodes (mixed_prefill), the "
+                    "speculative decodes draft and verify as in any other; false: each takes one plain token there, "
+                    "the draft only extending over the iteration's tokens (the prompt chunks and one per decode) to "
+                    "propose in the next decode-only iteration, and no draft token comes out of the budget (SGLang "
+                    "from 0.5.19 with an MTP/EAGLE draft and --enable-mixed-chunk: scheduler.py "
+                    "get_new_batch_prefill, schedule_batch.py mix_with_running; the sglang backend sets it). Pools "
+                    "without speculative or without mixed iterations ignore it")
     dp_limits: Literal["per_rank", "split"] = Field(
         default="per_rank",
         description="how the two limits above apply to a replica of dp > 1 attention data-parallel ranks, each of "

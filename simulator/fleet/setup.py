@@ -99,7 +99,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
                                            role="decode" if decodes_for_another else
                                            "prefill" if spec.disaggregation is not None else ""))
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
-        cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative))
+        cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative,
+                                                                          e.mixed_step_drafts))
     lora = None
     if spec.lora:   # the adapters' GPU slots come out of the KV cache
         lora, mem = lora_setup(spec, cm, mem, gpu, where, source)
@@ -171,7 +172,8 @@ def drafting_budget(e: EngineConfig, cm: StepCost, spec: PoolSpec, where: str,
                           "request (vLLM's draft_budget_per: scheduled_request); remove one of the two",
                           source=source, key_path=f"{where}.engine.max_prefill_tokens")
     kept = slots * e.max_num_seqs if slots and not e.draft_slots_per_request else 0
-    verified = cm if e.draft_tokens_in_budget and isinstance(cm, SpeculativeCostModel) else None
+    verified = cm if e.draft_tokens_in_budget and isinstance(cm, SpeculativeCostModel) and cm.mixed_step_drafts \
+        else None
 
     shares = e.scheduler != "static" and e.mixes_prefill
 
