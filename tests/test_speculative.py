@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from helpers_engine import capacities, compare_runs, describe, engine_configs, make_requests, run_open, workloads
 from simulator.costmodel import CostModel
+from simulator.errors import LlmsimError
 from simulator.costmodel.speculative import (SpeculativeCostModel, SpeculativeSpec, expected_tokens_per_step,
                                              speculative_cost_model, speculative_memory)
 from simulator.memory import plan_memory
@@ -114,26 +115,35 @@ def test_a_decode_beside_prompts_takes_one_budget_token_where_it_does_not_draft(
     assert decode_budget_tokens(off, _spec_cm().with_mixed_step_drafts(False), 4) == 4
 
 
-@pytest.mark.parametrize("version, draft, drafts", [
-    ("0.5.18", "mtp", True), ("0.5.19", "mtp", False), (None, "mtp", False),
-    ("0.5.19", "draft", True), ("0.5.23", "draft", True)])
-def test_sglang_keeps_mixed_chunks_beside_an_mtp_draft_from_0_5_19_without_drafting(version, draft, drafts):
+@pytest.mark.parametrize("version, draft, kept", [
+    ("0.5.18", "mtp", False), ("0.5.19", "mtp", True), (None, "mtp", True),
+    ("0.5.19", "draft", False), ("0.5.23", "draft", False)])
+def test_sglang_keeps_mixed_chunks_beside_an_mtp_draft_from_0_5_19_without_drafting(version, draft, kept):
     """0.5.19 keeps --enable-mixed-chunk for EAGLE/NEXTN (spec_info.py supports_mixed_chunk), the running
     requests decoding one plain token in a mixed step; a separate draft model (STANDALONE) and releases
-    to 0.5.18 turn mixed chunks off, where a pool that mixes all the same keeps drafting decodes.
-    Mixed chunks stay opt-in either way."""
+    to 0.5.18 turn mixed chunks off whatever the launch asks, so a pool that sets them beside such a
+    draft is refused, naming the key. Mixed chunks stay opt-in either way."""
     from simulator.profiles.backend import apply_backend
 
     engine = {"backend": "sglang", **({"backend_version": version} if version else {})}
     model = load_model("deepseek-v3")
     assert apply_backend(dict(engine), "h200", draft, model)["mixed_prefill"] is False
-    assert apply_backend({**engine, "mixed_prefill": True}, "h200", draft, model)["mixed_step_drafts"] is drafts
-    if draft == "mtp":   # the pool's cost model carries it (fleet/setup.py)
-        pool = PoolSpec.model_validate({
-            "model": "deepseek-v3", "gpu": "h200", "tp": 8,
-            "engine": {**engine, "weight_dtype": "fp8", "mixed_prefill": True},
-            "speculative": {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.8}})
-        assert setup_pool(pool, 0).cm.mixed_step_drafts is drafts
+    mixing = apply_backend({**engine, "mixed_prefill": True}, "h200", draft, model)
+    assert mixing.get("mixed_beside_draft", True) is kept   # the engine default keeps them
+    if kept:
+        assert mixing["mixed_step_drafts"] is False
+    if draft == "mtp":   # the pool's cost model carries it (fleet/setup.py), or the pool is refused
+        def pool(**mixed) -> PoolSpec:
+            return PoolSpec.model_validate({
+                "model": "deepseek-v3", "gpu": "h200", "tp": 8, "engine": {**engine, "weight_dtype": "fp8", **mixed},
+                "speculative": {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.8}})
+        if kept:
+            assert setup_pool(pool(mixed_prefill=True), 0).cm.mixed_step_drafts is False
+        else:
+            with pytest.raises(LlmsimError, match="turns mixed chunks off under this draft") as refused:
+                setup_pool(pool(mixed_prefill=True), 0)
+            assert refused.value.key_path.endswith("engine.mixed_prefill")
+            assert setup_pool(pool(), 0).cm.k == 1   # the same pool at the stack's default runs
 
 
 class _Recorded(SpeculativeCostModel):

@@ -92,6 +92,13 @@ class EngineConfig(BaseModel):
                     "from 0.5.19 with an MTP/EAGLE draft and --enable-mixed-chunk: scheduler.py "
                     "get_new_batch_prefill, schedule_batch.py mix_with_running; the sglang backend sets it). Pools "
                     "without speculative or without mixed iterations ignore it")
+    mixed_beside_draft: bool = Field(
+        default=True,
+        description="false: the stack turns mixed chunks off beside a draft whatever the launch asks (SGLang to "
+                    "0.5.18 for every draft, and for a separate draft model in every release: "
+                    "arg_groups/speculative_hook.py; the sglang backend sets it), so a pool that sets "
+                    "mixed_prefill: true beside speculative is refused rather than run as the stack never runs it. "
+                    "Pools without speculative ignore it")
     dp_limits: Literal["per_rank", "split"] = Field(
         default="per_rank",
         description="how the two limits above apply to a replica of dp > 1 attention data-parallel ranks, each of "

@@ -98,6 +98,12 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
                                            expert_storage=cm.expert_storage,
                                            role="decode" if decodes_for_another else
                                            "prefill" if spec.disaggregation is not None else ""))
+    if spec.speculative and e.mixes_prefill and not e.mixed_beside_draft:
+        stack = " ".join(x for x in (e.backend, e.backend_version) if x) or "this engine"
+        raise LlmsimError(f"mixed_prefill: true beside a draft: {stack} turns mixed chunks off under this draft "
+                          "(engine.mixed_beside_draft: false), so none of its iterations prefills beside the decodes; "
+                          "remove mixed_prefill, or use a release and draft that keep mixed chunks",
+                          source=source, key_path=f"{where}.engine.mixed_prefill")
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative,
                                                                           e.mixed_step_drafts))
