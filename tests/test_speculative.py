@@ -228,10 +228,12 @@ def test_fast_and_reference_engines_agree_with_speculation(data):
     changes) it must still match the iteration-by-iteration oracle."""
     reqs = data.draw(workloads(max_n=40), label="requests")
     cfg = data.draw(engine_configs(), label="cfg")
-    # vLLM's V1 scheduler: each decode takes its k draft tokens from the budget (where a full batch fits).
-    if (cfg.max_num_batched_tokens >= cfg.max_num_seqs * (1 + SPEC.k + cfg.draft_slots_per_request)
+    # vLLM's and TensorRT-LLM's schedulers: each decode takes its k draft tokens from the budget, the
+    # decodes past it waiting for the next iteration (the budget holds one decode, as set-up requires).
+    if (cfg.max_num_batched_tokens >= 1 + SPEC.k + cfg.draft_slots_per_request
             and data.draw(st.booleans(), label="draft_tokens_in_budget")):
-        cfg = cfg.model_copy(update={"draft_tokens_in_budget": True})
+        boundary = data.draw(st.sampled_from(["trim_draft", "stop"]), label="budget_boundary")
+        cfg = cfg.model_copy(update={"draft_tokens_in_budget": True, "budget_boundary": boundary})
     # SGLang from 0.5.19: decodes beside prompt chunks take a plain token, the draft extending over them.
     cfg = cfg.model_copy(update={"mixed_step_drafts": data.draw(st.booleans(), label="mixed_step_drafts")})
     nb = data.draw(capacities(reqs, cfg), label="num_blocks")

@@ -1,7 +1,7 @@
 """Speculative decoding as a transformation of a pool's cost model.
 
 Why a cost-model transformation and not an engine change: both replica
-engines advance every decoding sequence by exactly one token per iteration,
+engines advance every decoding sequence an iteration runs by exactly one token,
 which keeps KV growth, block allocation and batch composition exact and
 keeps the fast engine's closed form (decode time affine in the batch's total
 context, :meth:`CostModel.decode_coefficients`). Speculation changes how

@@ -64,8 +64,9 @@ def decode_budget_tokens(cfg: EngineConfig, cm: StepCost, decoding: int) -> int:
     (``draft_slots_per_request``) and, where the scheduler counts them
     (``draft_tokens_in_budget``: vLLM V1, TensorRT-LLM), the draft tokens it
     carries for the target to verify beside the iteration's prompts (none
-    where ``mixed_step_drafts`` is off). The engines charge it every iteration
-    and a pool's set-up holds the fullest batch to it, so the two agree."""
+    where ``mixed_step_drafts`` is off). The engines charge it every iteration,
+    leaving the decodes past the budget for the next (``_decodes_in_budget``),
+    and a pool's set-up holds one decode to it, so the two agree."""
     drafts = (cm.draft_tokens(decoding, prefilling=True)
               if cfg.draft_tokens_in_budget and isinstance(cm, SpeculativeCostModel) else 0)
     return decoding * (1 + drafts + cfg.draft_slots_per_request)
@@ -845,6 +846,28 @@ class ReplicaBase:
         """The token budget ``decoding`` sequences leave an iteration (vLLM's
         input_budget from 0.28): :func:`decode_budget_tokens`."""
         return self.cfg.max_num_batched_tokens - decode_budget_tokens(self.cfg, self.cm, decoding)
+
+    def _decodes_in_budget(self, decoding: int) -> int:
+        """How many of ``decoding`` running decodes, oldest first, an iteration
+        schedules where decodes share it with prompts: all while their
+        :func:`decode_budget_tokens` fit the token budget. Past it the stacks
+        leave the rest in place for the next iteration and schedule no prompt
+        tokens in this one. vLLM V1 (``Scheduler.schedule``) gives each running
+        request min(its 1 + k tokens, the budget left), cutting the boundary
+        decode's draft, and walks on while more than a draft model's slots are
+        left (``budget_boundary: trim_draft``); TensorRT-LLM's micro-batch
+        scheduler breaks at the first that does not fit whole (``stop``). A
+        pool's set-up refuses a budget below one decode's tokens, so at least
+        one always runs."""
+        cfg = self.cfg
+        budget = cfg.max_num_batched_tokens
+        taken = decode_budget_tokens(cfg, self.cm, decoding)
+        if taken <= budget:
+            return decoding
+        each = taken // decoding
+        if cfg.budget_boundary == "trim_draft":
+            return max(1, ceil_div(budget - self.draft_slots, each))
+        return max(1, budget // each)
 
     def _chunk(self, s: Seq, budget: int) -> int:
         """The prompt tokens of ``s`` an iteration with ``budget`` tokens left

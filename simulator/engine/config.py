@@ -78,11 +78,19 @@ class EngineConfig(BaseModel):
         description="a speculative decode takes its k draft tokens from the token budget beside its own, 1 + k "
                     "tokens, so fewer prompt tokens join an iteration of speculative decodes (vLLM V1's scheduler: "
                     "num_tokens_with_spec − num_computed_tokens; TensorRT-LLM's micro-batch scheduler: beam width "
-                    "+ draft tokens; MTP and draft models alike; the vllm and trtllm backends set it); a budget "
-                    "that cannot hold max_num_seqs such decodes is refused where decodes share an iteration with "
-                    "prompts (not under static batching or prefill-only iterations), as llmsim advances every "
-                    "running sequence each iteration where the stack would leave the decodes past it for the next; "
-                    "false: a decode takes one token. Pools without speculative ignore it")
+                    "+ draft tokens; MTP and draft models alike; the vllm and trtllm backends set it); where decodes "
+                    "share an iteration with prompts and the running decodes outgrow the budget, those past it wait "
+                    "for the next iteration (budget_boundary says how) and no prompt tokens run in that one; a "
+                    "budget below one decode's tokens is refused. false: a decode takes one token. Pools without "
+                    "speculative ignore it")
+    budget_boundary: Literal["trim_draft", "stop"] = Field(
+        default="trim_draft",
+        description="an iteration whose running decodes take more of the token budget than it holds schedules "
+                    "them oldest first, the rest waiting in place for the next iteration; trim_draft: the decode "
+                    "at the boundary runs with the draft tokens the budget has left (vLLM V1's Scheduler.schedule "
+                    "gives each running request min(its tokens, the budget left) and drops the draft tokens cut); "
+                    "stop: it waits too (TensorRT-LLM's micro-batch scheduler stops at the first request that "
+                    "does not fit max_num_tokens; the trtllm backend sets it)")
     mixed_step_drafts: bool = Field(
         default=True,
         description="in an iteration that prefills prompt chunks beside the decodes (mixed_prefill), the "

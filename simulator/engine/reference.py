@@ -59,10 +59,13 @@ class ReferenceReplica(ReplicaBase):
         decoding = [s for s in self.running if s.state == DECODE]
         return len(decoding), sum(s.generated for s in decoding), sum(s.req.output_tokens for s in decoding)
 
-    def _allocate_decodes(self) -> tuple[list[Seq], list[Seq]]:
+    def _allocate_decodes(self, limit: int = -1) -> tuple[list[Seq], list[Seq]]:
+        """Blocks for the next token of the running decodes, the first ``limit``
+        of them (-1: all), preempting from the tail where they do not fit."""
         decodes, victims = [], []
-        for s in list(self.running):
-            if s not in self.running or s.state != DECODE:
+        stepping = [s for s in self.running if s.state == DECODE]
+        for s in stepping if limit < 0 else stepping[:limit]:
+            if s not in self.running:
                 continue
             # (none when a contiguous reservation already holds the token)
             need = max(0, ceil_div(s.kv + 1 - s.pin_blocks * self.bs, self.bs) - s.blocks)
@@ -107,9 +110,9 @@ class ReferenceReplica(ReplicaBase):
             return chunks, decodes
         if not cfg.chunked_prefill and cfg.mixes_prefill:
             # Whole prompts in flight with the decodes (TensorRT-LLM without chunking).
-            decodes, victims = self._allocate_decodes()
+            decodes, victims, deferred = self._decodes_within_budget()
             self._trim_cache(self.free)
-            if not victims:
+            if not victims and not deferred:
                 chunks = self._admit_whole(now, self.free, False, len(decodes))
             return chunks, decodes
         if not cfg.chunked_prefill:
@@ -135,12 +138,29 @@ class ReferenceReplica(ReplicaBase):
             decodes, _ = self._allocate_decodes()
             self._trim_cache(self.free)
             return [], decodes
-        decodes, victims = self._allocate_decodes()
+        decodes, victims, deferred = self._decodes_within_budget()
         self._trim_cache(self.free)
+        if deferred:
+            return chunks, decodes
         budget = self._continue_prefills(self._after_decodes(len(decodes)), chunks)
         if not victims:
             self._admit_chunked(now, self.free, budget, chunks)
         return chunks, decodes
+
+    def _decodes_within_budget(self) -> tuple[list[Seq], list[Seq], bool]:
+        """(decodes the iteration runs, preempted, whether the budget left decodes
+        for the next iteration): the oldest the budget holds (``_decodes_in_budget``),
+        given their blocks; if preemption took every one of them, the budget is
+        dealt again over the decodes left (vLLM's priority policy hands a
+        preempted request's tokens back to the walk)."""
+        victims: list[Seq] = []
+        while True:
+            decoding = sum(1 for s in self.running if s.state == DECODE)
+            limit = self._decodes_in_budget(decoding)
+            decodes, v = self._allocate_decodes(limit)
+            victims += v
+            if decodes or limit == decoding or not any(s.state == DECODE for s in self.running):
+                return decodes, victims, limit < decoding
 
     def _continue_prefills(self, budget: int, chunks: list) -> int:
         """Add the next chunk of each partly prefilled prompt to ``chunks`` while

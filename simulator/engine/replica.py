@@ -52,6 +52,9 @@ class FastReplica(ReplicaBase):
                          kv_budgets, offload, lora, rank_tokens)
         self.running: dict[Seq, None] = {}   # admission order; newest last
         self.prefilling: dict[Seq, None] = {}
+        # Decoders the token budget leaves out of the iteration being planned, in running
+        # order (``_park``): out of the decoding batch's aggregates, their blocks held as fixed.
+        self.parked: dict[Seq, None] = {}
         self.fixed_blocks = 0                # held by sequences not decoding (contiguous KV: by all)
         self.fixed_filled = 0                # contiguous KV: blocks prefilling sequences' prompts fill
         self.demand = BlockDemand(self.bs)   # decoding sequences' blocks
@@ -93,27 +96,38 @@ class FastReplica(ReplicaBase):
 
     def _join_decode(self, s: Seq) -> None:
         s.state = DECODE
-        s.c = s.kv - self.G
-        s.gf = self.G + s.req.output_tokens - s.generated
         s.z = self.Z
+        s.zg = self.G
         if self.contiguous:      # the reservation stays put; its tokens now grow with the decoders'
             self.fixed_filled -= ceil_div(s.prompt, self.bs)
         else:
             self.fixed_blocks -= s.blocks
+        self._enter_batch(s)
+
+    def _enter_batch(self, s: Seq) -> None:
+        """Add a decoder of ``kv`` tokens and ``generated`` outputs to the decoding batch's aggregates."""
+        s.c = s.kv - self.G
+        s.gf = self.G + s.req.output_tokens - s.generated
         self.demand.add(s.c - s.pin_blocks * self.bs)
         self.C += s.c
-        self.cohorts[self.Z] = self.cohorts.get(self.Z, 0) + 1
+        key = self._cohort(s)
+        self.cohorts[key] = self.cohorts.get(key, 0) + 1
         heapq.heappush(self.heap, (s.gf, s.order, s.epoch, s))
         if self.class_tokens_per_step is not None:
             e = self._tokens_per_step(s)
             self.rates[e] = self.rates.get(e, 0) + 1
+
+    def _cohort(self, s: Seq) -> float:
+        """The stall-clock cohort of a decoder: where it (re)joined, until the batch's
+        next decode iteration, after which every decoder's is that iteration's."""
+        return s.z if s.zg == self.G else self.z_last_decode
 
     def _leave_decode(self, s: Seq) -> None:
         self.demand.remove(s.c - s.pin_blocks * self.bs)
         if self.contiguous:
             self.fixed_blocks -= s.blocks
         self.C -= s.c
-        key = max(s.z, self.z_last_decode)
+        key = self._cohort(s)
         n = self.cohorts[key] - 1
         if n:
             self.cohorts[key] = n
@@ -128,9 +142,13 @@ class FastReplica(ReplicaBase):
 
     def _remove_running(self, v: Seq) -> None:
         del self.running[v]
-        if v.state == DECODE:
+        if v in self.parked:
+            del self.parked[v]
+            self._drop_parked(v)
+        elif v.state == DECODE:
             v.generated = v.req.output_tokens - (v.gf - self.G)
-            v.last_token = max(v.last_token, self.t_last_decode)
+            if v.zg != self.G:      # it decoded since it joined
+                v.last_token = max(v.last_token, self.t_last_decode)
             self._leave_decode(v)
         else:
             del self.prefilling[v]
@@ -208,7 +226,66 @@ class FastReplica(ReplicaBase):
             if s.state == DECODE:
                 decoded += s.req.output_tokens - (s.gf - G)
                 outputs += s.req.output_tokens
-        return self.B, decoded, outputs
+        return self.B + len(self.parked), decoded, outputs     # (parked: while the plan is made)
+
+    # --- decodes past the token budget -------------------------------------------
+    def _decodes_within_budget(self) -> tuple[list[Seq], bool]:
+        """(preempted, whether the budget left decodes for the next iteration):
+        the reference engine's ``_decodes_within_budget``. The decoders past the
+        budget are parked for the iteration, so this one runs alone (no stretch)."""
+        victims: list[Seq] = []
+        while True:
+            decoding = self.B
+            limit = self._decodes_in_budget(decoding)
+            if limit < decoding:
+                seen = 0
+                for s in self.running:
+                    if s.state == DECODE:
+                        seen += 1
+                        if seen > limit:
+                            self._park(s)
+            victims += self._make_room_for_decodes()
+            if self.B or limit == decoding or not self.parked:
+                return victims, limit < decoding
+            self._unpark(self.env.now, False)   # preemption took every decode the budget held
+
+    def _park(self, s: Seq) -> None:
+        """Take decoder ``s`` out of the batch's aggregates for one iteration: its
+        counts and last token brought up to date, its blocks held as fixed."""
+        G = self.G
+        s.generated = s.req.output_tokens - (s.gf - G)
+        s.kv = s.c + G
+        if s.zg != G:
+            s.last_token = max(s.last_token, self.t_last_decode)
+        self._leave_decode(s)
+        s.epoch += 1     # its finish on the heap moves
+        if self.contiguous:
+            self.fixed_blocks += s.blocks
+            self.fixed_filled += ceil_div(s.kv, self.bs)
+        else:
+            s.blocks = ceil_div(s.kv - s.pin_blocks * self.bs, self.bs)
+            self.fixed_blocks += s.blocks
+        self.parked[s] = None
+
+    def _drop_parked(self, s: Seq) -> None:
+        """A parked decoder leaves: its fixed blocks go."""
+        self.fixed_blocks -= s.blocks
+        if self.contiguous:
+            self.fixed_filled -= ceil_div(s.kv, self.bs)
+
+    def _unpark(self, now: float, waited: bool) -> None:
+        """The parked decoders back in the batch: after the iteration they ``waited``
+        through, as if they had joined now with their last token's gap running
+        (cohort Z − the time since it); else (re-planned) as they were."""
+        for s in self.parked:
+            self._drop_parked(s)
+            if self.contiguous:
+                self.fixed_blocks += s.blocks     # a decoder's reservation stays among the fixed
+            if waited:
+                s.z = self.Z - (now - s.last_token)
+                s.zg = self.G
+            self._enter_batch(s)
+        self.parked.clear()
 
     def _make_room_for_decodes(self) -> list[Seq]:
         victims = []
@@ -248,10 +325,10 @@ class FastReplica(ReplicaBase):
             return chunks, self.B > 0, False
         if not cfg.chunked_prefill and cfg.mixes_prefill:
             # Whole prompts in flight with the decodes (TensorRT-LLM without chunking).
-            victims = self._make_room_for_decodes()
+            victims, deferred = self._decodes_within_budget()
             free = self._free_blocks(self.B > 0)
             self._trim_cache(free)
-            if not victims:
+            if not victims and not deferred:
                 chunks = self._admit_whole(now, free, False, self.B)
             return chunks, self.B > 0, bool(victims)
         if not cfg.chunked_prefill:
@@ -278,9 +355,11 @@ class FastReplica(ReplicaBase):
             victims = self._make_room_for_decodes()   # (as without chunking: the stretch ends after one)
             self._trim_cache(self._free_blocks(self.B > 0))
             return [], self.B > 0, bool(victims)
-        victims = self._make_room_for_decodes()
+        victims, deferred = self._decodes_within_budget()
         free = self._free_blocks(self.B > 0)
         self._trim_cache(free)
+        if deferred:
+            return chunks, self.B > 0, bool(victims)
         budget = self._continue_prefills(self._after_decodes(self.B), chunks)
         if not victims:
             self._admit_chunked(now, free, budget, chunks)
@@ -316,7 +395,7 @@ class FastReplica(ReplicaBase):
             self._release_outputs(0.0)
             return
         B = self.B
-        if chunks:
+        if chunks or self.parked:    # one iteration: prompt chunks, or decodes past the budget waiting
             prefill = [(c, s.done) for s, c in chunks]
             sampling = (B if decoding else 0) + sum(1 for s, c in chunks if s.done + c == s.prompt)
             ctx = (self.C + B * (self.G + 1)) if decoding else 0
@@ -330,7 +409,7 @@ class FastReplica(ReplicaBase):
                 dt = cm.step_time(prefill, B if decoding else 0, ctx, sampling,
                                   tokens_per_step=self._mean_tokens_per_step(self.rates))
             dt += self._take_reload()   # (a base-class float read here crashes mypyc 1.13's codegen)
-            self._release_outputs(dt)
+            self._release_outputs(dt if chunks else 0.0)
             self.seg = None
             self.gen += 1
             gen = self.gen
@@ -687,6 +766,8 @@ class FastReplica(ReplicaBase):
             self._retire_finished(now)
         elif self.B:
             self.Z += dt      # decoders idled through a prefill-only iteration
+        if self.parked:
+            self._unpark(now, True)
         for s, c in chunks:
             if self._prefill_chunk_done(s, c, now):
                 del self.prefilling[s]

@@ -19,7 +19,7 @@ class Seq:
     recomputed (vLLM's recompute preemption).
     """
 
-    __slots__ = ("req", "order", "prompt", "done", "generated", "kv", "blocks", "state", "c", "gf", "z",
+    __slots__ = ("req", "order", "prompt", "done", "generated", "kv", "blocks", "state", "c", "gf", "z", "zg",
                  "last_token", "epoch",
                  "pin", "pin_ids", "pin_blocks", "cancel")
 
@@ -35,6 +35,7 @@ class Seq:
         self.c = 0               # fast engine: kv − decode counter while decoding
         self.gf = 0              # fast engine: decode counter at which it finishes
         self.z: float = 0.0             # fast engine: stall clock when it last emitted a token
+        self.zg = 0              # fast engine: decode counter when it (re)joined the decoding batch
         self.last_token: float = math.nan
         self.epoch = 0           # bumps on preemption, invalidating heap entries
         self.pin: Optional[Node] = None          # deepest prefix-cache node this sequence pins (its path is shared KV)

@@ -161,13 +161,15 @@ def drafting_budget(e: EngineConfig, cm: StepCost, spec: PoolSpec, where: str,
     each request it schedules its tokens plus the slots
     (``scheduled_request``, which the engines charge). MTP drafts and pools
     without a draft keep the whole budget; so does a stack that sets no
-    slots. Either way a full batch of decodes, each with the draft tokens it
-    carries where the budget counts them (``draft_tokens_in_budget``), must
-    fit where decodes share an iteration with prompts: the engines advance
-    every running sequence each iteration, where vLLM and TensorRT-LLM would
-    leave the decodes past the budget for the next. Static batches and
-    prefill-only iterations (SGLang's default) never put a prompt beside the
-    decodes, so their decodes ask nothing of the budget."""
+    slots. Where decodes share an iteration with prompts, those the budget
+    cannot hold wait for the next iteration (``ReplicaBase._decodes_in_budget``),
+    so the budget must hold one decode with what it carries
+    (:func:`decode_budget_tokens`: the draft tokens where the budget counts
+    them, ``draft_tokens_in_budget``, and the slots); vLLM would run it with
+    its draft cut short, which the cost model does not price, and TensorRT-LLM
+    never. Static batches and prefill-only iterations (SGLang's default) never
+    put a prompt beside the decodes, so their decodes ask nothing of the
+    budget: it need only leave a prompt a token."""
     draft = spec.speculative.draft_model if spec.speculative is not None else None
     slots = e.draft_budget_slots if draft is not None and draft != MTP else 0
     if not slots and e.draft_slots_per_request:
@@ -180,28 +182,16 @@ def drafting_budget(e: EngineConfig, cm: StepCost, spec: PoolSpec, where: str,
     kept = slots * e.max_num_seqs if slots and not e.draft_slots_per_request else 0
     verified = cm if e.draft_tokens_in_budget and isinstance(cm, SpeculativeCostModel) and cm.mixed_step_drafts \
         else None
-
     shares = e.scheduler != "static" and e.mixes_prefill
-
-    def need_at(decoding: int) -> int:
-        # the slots kept off the budget once (draft_budget_per: max_num_seqs), beside what the decodes
-        # take where they share an iteration with a prompt (else a prompt only needs a token left)
-        return kept + (decode_budget_tokens(e, cm, decoding) if shares else 1)
-
-    limit = spec.speculative.disable_above_batch if spec.speculative is not None else None
-    batch, what = e.max_num_seqs, f"max_num_seqs ({e.max_num_seqs})"
-    if verified is not None and limit is not None and limit < e.max_num_seqs \
-            and need_at(limit) > need_at(e.max_num_seqs):    # the fullest batch that speculates binds
-        batch, what = limit, f"the {limit} of speculative.disable_above_batch"
-    need = need_at(batch)
+    need = kept + (decode_budget_tokens(e, cm, 1) if shares else 1)
     if (slots or verified is not None) and e.max_num_batched_tokens < need:   # a plain pool: the validator's
         carried = ([f"{verified.k} draft token(s) for the target to verify"] if verified is not None else []) + (
-            [f"the draft model's {slots} slot(s)"] if slots else [])
-        raise LlmsimError(
-            f"max_num_batched_tokens {e.max_num_batched_tokens} holds fewer than {what} decodes once each takes "
-            f"{' and '.join(carried)} beside its own token (llmsim advances every running sequence each "
-            f"iteration; the scheduler would leave the decodes past the budget for the next); raise it to at "
-            f"least {need} or lower max_num_seqs", source=source, key_path=f"{where}.engine.max_num_batched_tokens")
+            [f"the draft model's {slots} slot(s)"] if slots and e.draft_slots_per_request else [])
+        what = (f"one decode with {' and '.join(carried)} beside its own token" if shares and carried
+                else "a token" if not shares else "one decode")
+        off = f" once {kept} slot(s) are kept for the draft model (max_num_seqs x {slots})" if kept else ""
+        raise LlmsimError(f"max_num_batched_tokens {e.max_num_batched_tokens} cannot hold {what}{off}; raise it to "
+                          f"at least {need}", source=source, key_path=f"{where}.engine.max_num_batched_tokens")
     return e.model_copy(update={"max_num_batched_tokens": e.max_num_batched_tokens - kept}) if kept else e
 
 
