@@ -77,8 +77,7 @@ CASES = [
              "them, so every GPU holds the whole vocabulary), llmsim the 14 bytes of the in-place path "
              "vLLM runs from 0.17 (2 GiB; kv_memory.sampler_logit_bytes: 28 gives the sort path); at tp 4 "
              "NCCL and all-reduce buffers exceed llmsim's 2 GiB runtime (vLLM logged 3.58 GiB outside "
-             "torch at tp 2 for Llama-3-8B, above); 0.4 GiB is the H100's 79.65 GiB (nvidia-smi) "
-             "against the 79.22 GiB vLLM applies its fraction to"),
+             "torch at tp 2 for Llama-3-8B, above)"),
     # `vllm serve openai/gpt-oss-120b --gpu-memory-utilization 0.95 --max-num-batched-tokens 1024`
     # on one H100: "Available KV cache memory: 1.71 GiB" (then the 131,072-token context does not
     # fit). vLLM 0.11.0: the log's gpu_worker.py:298 and core.py:708 ("EngineCore failed to
@@ -94,16 +93,14 @@ CASES = [
              "mxfp4.py), and logs 64.4-66.0 GiB of weights on one H100 against the checkpoint's 60.7 "
              "llmsim counts; the rest is the profiling peak, the sampler's dummy run over 1,024 requests "
              "and a 201,088-token vocabulary (0.77 GiB per fp32 copy of the logits, about 7 copies on the "
-             "PyTorch top-k/top-p path) against llmsim's 3.5 (vLLM 0.17's in-place path), and the 0.4 GiB "
-             "of H100 memory "
-             "nvidia-smi counts above CUDA"),
+             "PyTorch top-k/top-p path) against llmsim's 3.5 (vLLM 0.17's in-place path)"),
     # Same deployment at vLLM 0.10.1's defaults (0.9, 8,192 tokens, 1,024 sequences): "Model loading
     # took 65.9651 GiB" (Marlin MXFP4 backend), "Available KV cache memory: -2.14 GiB": vLLM
     # refuses it. llmsim's weights with Marlin's padding (above) come to 65.8 GiB.
     Case("vLLM gpt-oss-120b 1×H100 (0.9)", "github.com/vllm-project/vllm/issues/23278", "gpt-oss-120b",
          "h100-sxm", 1, "mxfp4", "kv_gib_per_gpu", -2.14, {"max_num_batched_tokens": 8192, "max_num_seqs": 1024},
          gap="as above, term by term: 5.3 GiB of MXFP4 padding in the weights (logged), 2.2 GiB more "
-             "profiling peak and non-torch memory than llmsim's 5.3, 0.4 GiB of HBM above CUDA's"),
+             "profiling peak and non-torch memory than llmsim's 5.3"),
 ]
 
 

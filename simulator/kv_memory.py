@@ -55,6 +55,16 @@ difference is the whole pool:
     With windows set, the pools split memory equally by window size (1.1
     on), which leaves gpt-oss's full-attention tokens where they were.
 
+Every stack reads the GPU's memory from CUDA (``torch.cuda.mem_get_info``), which
+reports less than nvidia-smi by what the driver keeps: vLLM's total
+(utils/mem_utils.py ``MemorySnapshot``, v1/worker/utils.py ``request_memory``:
+``total_memory × gpu_memory_utilization``), SGLang's free memory at start
+(utils/common.py ``get_available_gpu_memory``), TensorRT-LLM's total
+(``configure_kv_cache_capacity``). So every rule applies its fraction to
+:attr:`GpuShare.cuda_total`; only SGLang's choice of its default fraction and
+prefill chunk reads nvidia-smi's total (``get_nvgpu_memory_capacity``), which
+is :attr:`GpuShare.hbm`.
+
 Each rule gives one GPU's KV bytes; every GPU of an attention rank holds the
 same share of its sequences (:func:`simulator.parallelism.kv_copies`).
 """
@@ -82,7 +92,7 @@ Rule = Literal["vllm", "sglang", "trtllm"]
 class GpuShare:
     """One GPU of a replica, as its stack sizes the KV pool."""
 
-    hbm: float              # bytes nvidia-smi reports as total
+    hbm: float              # bytes nvidia-smi reports as total: what SGLang picks its defaults by
     weights: float          # this GPU's weights
     activation: float       # activations of the profiling run's tokens on this GPU, logits apart
     gpus: int               # GPUs of the serving process (SGLang's tp_size: tp × dp)
@@ -109,6 +119,14 @@ class GpuShare:
     # LogitsProcessor all-gathers, Platform.use_all_gather; so does SGLang's,
     # do_tensor_parallel_all_gather); 0 on a pipeline stage that does not sample.
     vocab: int = 0
+    # Bytes CUDA reports as total (torch.cuda.mem_get_info), which every stack applies its fraction
+    # to: nvidia-smi's less the driver's reservation (HardwareProfile.cuda_total_gib); None: ``hbm``.
+    cuda: Optional[float] = None
+
+    @property
+    def cuda_total(self) -> float:
+        """The total the stacks' fractions apply to: CUDA's, nvidia-smi's where it is not known."""
+        return self.hbm if self.cuda is None else self.cuda
 
     def peak(self, sequences: int, logit_bytes: float) -> float:
         """The profiling run's activation peak when it samples ``sequences`` at once, its sampler
@@ -158,13 +176,13 @@ def _vllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     # The profiling run samples min(max_num_seqs, max_num_batched_tokens) sequences at once
     # (v1/worker/gpu_model_runner.py profile_run -> _dummy_sampler_run).
     frac = spec.fraction if spec.fraction is not None else utilization
-    usable = frac * g.hbm
+    usable = frac * g.cuda_total
     act = g.peak(min(g.max_seqs, g.budget), VLLM_SAMPLER_LOGIT_BYTES if spec.sampler_logit_bytes is None
                  else spec.sampler_logit_bytes)
     if spec.extensible_margin_gib is not None:
         # measure_kv_cache_bytes: min(requested - what the engine holds, free + committed - margin)
         # - the transient peak; what the engine holds is the reserve below in both terms
-        usable = min(usable, g.hbm - vllm_extensible_margin(act, spec.extensible_margin_gib))
+        usable = min(usable, g.cuda_total - vllm_extensible_margin(act, spec.extensible_margin_gib))
     # what the runner keeps per request slot (V2's sampler states), counted from 0.27.0
     # (utils/mem_utils.py memory_profiling: total_consumed)
     kept = g.max_seqs * g.vocab * spec.persistent_logit_bytes
@@ -330,8 +348,10 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
                + (f" as a {role} server" if role else "")
                + (f" of {running:,} running requests" if running and role == "decode" else "")
                + (" and a draft" if g.speculative and spec.draft_reserve_gib is not None else ""))
-    # free_at_start × fraction holds weights and KV; the runtime is taken before start-up is measured.
-    usable = frac * (g.hbm - g.runtime)
+    # free_at_start × fraction holds weights and KV; the runtime is taken before start-up is measured,
+    # and free memory is CUDA's (get_available_gpu_memory), while the default fraction above follows
+    # nvidia-smi's total (get_nvgpu_memory_capacity).
+    usable = frac * (g.cuda_total - g.runtime)
     return KvBudget(usable - g.weights, frac, usable, 0.0, "mem_fraction_static", why)
 
 
@@ -349,7 +369,7 @@ def _trtllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     frac = spec.fraction if spec.fraction is not None else 0.9
     act = g.peak(1, FP32 if spec.sampler_logit_bytes is None else spec.sampler_logit_bytes)
     reserve = act + g.runtime + spec.cuda_graph_gib * GIB
-    free = g.hbm - g.weights - reserve
+    free = g.cuda_total - g.weights - reserve
     kv = frac * free
     return KvBudget(kv, frac, g.weights + kv, 0.0, "free_gpu_memory_fraction", activation=act)
 

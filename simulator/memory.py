@@ -141,7 +141,8 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
         b for b, holds in (("speculative", speculative), ("dp_attention", dp > 1), ("disaggregated", role)) if holds}
     share = GpuShare(gpu.hbm_bytes, rest + experts, activations, gpus, dp,
                      max_num_batched_tokens, max_num_seqs, speculative, vocab=model.vocab_size,
-                     prefill_graphs=sglang_prefill_graph_kind(model), prefill_graph_blockers=blockers, role=role)
+                     prefill_graphs=sglang_prefill_graph_kind(model), prefill_graph_blockers=blockers, role=role,
+                     cuda=gpu.cuda_total_bytes)
     budget = kv_budget(share, kv_memory, gpu_memory_utilization)
     copies = kv_copies(model, tp)
     swa = swa_window_share(kv_memory, model.num_sliding_layers, model.num_full_attention_layers)
@@ -222,18 +223,19 @@ def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight
     weights = f"weights {g.weights * n / 1e9:.1f} GB ({weight_dtype})"
     if b.knob == "gpu_memory_utilization":
         what = (f"{weights} + activations and runtime {(b.reserve + window) * n / 1e9:.1f} GB vs usable "
-                f"{b.usable * n / 1e9:.1f} GB ({n} × {gpu.hbm_bytes / 1e9:.1f} GB × gpu_memory_utilization "
-                f"{b.fraction})")
+                f"{b.usable * n / 1e9:.1f} GB ({n} × {g.cuda_total / 1e9:.1f} GB CUDA reports × "
+                f"gpu_memory_utilization {b.fraction})")
     elif b.knob == "mem_fraction_static":
         windows = f" + sliding-window KV {window * n / 1e9:.1f} GB ({g.max_seqs:,} sequences)" if window else ""
         what = (f"{weights}{windows} vs usable {b.usable * n / 1e9:.1f} GB for weights and KV under "
-                f"mem_fraction_static {b.fraction} of the {(g.hbm - g.runtime) * n / 1e9:.1f} GB free at start"
+                f"mem_fraction_static {b.fraction} of the {(g.cuda_total - g.runtime) * n / 1e9:.1f} GB free at "
+                f"start"
                 + (f" ({b.why})" if b.why else ""))
     else:
-        left = (g.hbm - g.weights - b.activation - g.runtime) * n
+        left = (g.cuda_total - g.weights - b.activation - g.runtime) * n
         what = (f"{weights} + activations and runtime {(b.activation + g.runtime) * n / 1e9:.1f} GB leave "
-                f"{left / 1e9:.1f} GB of {n} × {gpu.hbm_bytes / 1e9:.1f} GB, of which free_gpu_memory_fraction "
-                f"{b.fraction} goes to the KV cache")
+                f"{left / 1e9:.1f} GB of {n} × {g.cuda_total / 1e9:.1f} GB CUDA reports, of which "
+                f"free_gpu_memory_fraction {b.fraction} goes to the KV cache")
     knob = "gpu_memory_utilization" if b.knob == "gpu_memory_utilization" else f"kv_memory.fraction ({b.knob})"
     return (f"{model.name}{DOES_NOT_FIT}{shape} {gpu.name} as {rule} sizes its KV cache: {what}; use more "
             f"GPUs (tp, dp with ep), a smaller weight dtype, a larger GPU or a larger engine.{knob}")

@@ -112,7 +112,8 @@ def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp:
         weights = (body * n / L + (embed if s == 0 else 0.0) + (head if last else 0.0)) / tp + whole * n / L
         share = GpuShare(gpu.hbm_bytes, weights, max_num_batched_tokens * per_token, tp, 1, max_num_batched_tokens,
                          max_num_seqs, vocab=model.vocab_size if last else 0, stages=pp,
-                         prefill_graphs=sglang_prefill_graph_kind(model), prefill_graph_blockers=blockers)
+                         prefill_graphs=sglang_prefill_graph_kind(model), prefill_graph_blockers=blockers,
+                         cuda=gpu.cuda_total_bytes)
         budget = kv_budget(share, kv_memory, gpu_memory_utilization)
         stage_token = kv_token * n / L                  # this stage's layers of one token, over its tp GPUs
         cap = budget.kv_bytes * tp
@@ -128,8 +129,8 @@ def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp:
         raise LlmsimError(
             f"{model.name}{DOES_NOT_FIT}tp {tp} × pp {pp} {gpu.name}: stage {worst} holds {pipe.layers[worst]} "
             f"layers, {g.weights / 1e9:.1f} GB of weights ({weight_dtype}) per GPU and has no room for a KV block "
-            f"under {b.knob} {b.fraction} of {gpu.hbm_bytes / 1e9:.1f} GB; use more stages, a smaller weight dtype "
-            f"or a larger GPU")
+            f"under {b.knob} {b.fraction} of the {g.cuda_total / 1e9:.1f} GB CUDA reports; use more stages, a smaller "
+            f"weight dtype or a larger GPU")
     gpus = tp * pp
     first = shares[0][1]
     weights = sum(s.weights for s, _ in shares) * tp

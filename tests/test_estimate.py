@@ -470,4 +470,4 @@ def test_a_vllm_release_that_sizes_its_pool_after_its_graphs_takes_them_as_a_fla
     # and 0.25 samples the model's 1,024 dummy requests on the V2 runner, 6.012 bytes an entry, not 14
     v2_sampler = 1024 * load_model("llama-3-8b").vocab_size * (14 - 6.012)
     assert stated["kv_capacity_bytes"] == pytest.approx(
-        v19["kv_capacity_bytes"] + 0.02 * load_hardware("h100-sxm").hbm_bytes - 1.5 * 2**30 + v2_sampler)
+        v19["kv_capacity_bytes"] + 0.02 * load_hardware("h100-sxm").cuda_total_bytes - 1.5 * 2**30 + v2_sampler)

@@ -11,6 +11,7 @@ import json
 from pathlib import Path
 
 import pytest
+from pydantic import ValidationError
 
 from simulator.profiles import list_builtin, load_hardware
 from simulator.profiles.hardware import builtin_hardware, match_benchmark_gpu
@@ -142,6 +143,25 @@ ROCM_SMI_BYTES = {"mi300x": 206_141_652_992, "mi355x": 309_220_868_096}
 def test_amd_memory_is_what_rocm_reports_binary_not_decimal_gigabytes(name):
     # AMD's "192 GB" and "288 GB" are 192 and 288 GiB of HBM; read as 1e9 bytes they lose 7 %.
     assert load_hardware(name).hbm_bytes == pytest.approx(ROCM_SMI_BYTES[name], rel=1e-3)
+
+
+def test_every_gpu_states_what_cuda_reports_at_most_nvidia_smis_total():
+    # the stacks' fractions apply to CUDA's total, which the driver's reservation keeps below nvidia-smi's
+    # (ROCm reports rocm-smi's own)
+    for name, gpu in builtin_hardware().items():
+        assert gpu.cuda_total_gib is not None, name
+        gap = gpu.hbm_gib - gpu.cuda_total_gib
+        assert (gap == 0) if gpu.interconnect.kind == "xgmi" else (0 < gap < 1), (name, gap)
+
+
+def test_a_cuda_total_above_nvidia_smis_or_far_below_is_refused():
+    gpu = load_hardware("h100-sxm")
+    with pytest.raises(ValidationError, match="cuda_total_gib 80.0 is above hbm_gib 79.65"):
+        type(gpu).model_validate({**gpu.model_dump(), "cuda_total_gib": 80.0})
+    # a copy given a larger hbm_gib and the old cuda_total_gib would size its pools from the old GPU's memory
+    with pytest.raises(ValidationError, match="cuda_total_gib 79.22 is far below hbm_gib 96.0.*set it with hbm_gib"):
+        type(gpu).model_validate({**gpu.model_dump(), "hbm_gib": 96.0})
+    assert type(gpu).model_validate({**gpu.model_dump(), "cuda_total_gib": None}).cuda_total_bytes == gpu.hbm_bytes
 
 
 def test_an_xgmi_mesh_gives_a_group_its_peer_links_only():

@@ -298,12 +298,58 @@ def test_trtllm_takes_its_fraction_of_what_weights_and_activations_leave():
     assert kv_budget(g, KvMemory(rule="sglang", fraction=0.9)).kv_bytes == pytest.approx(0.9 * 78 * GIB - 40 * GIB)
 
 
+# An H100 SXM: 81,559 MiB as nvidia-smi reports, 79.22 GiB as CUDA does (vLLM's profiling log).
+NVIDIA_SMI, CUDA = 81_559 * 2**20, 79.22 * GIB
+
+
+def _h100(**kw) -> GpuShare:
+    return GpuShare(hbm=NVIDIA_SMI, weights=40 * GIB, activation=3 * GIB, gpus=1, dp=1, budget=8192, max_seqs=256,
+                    runtime=2 * GIB, cuda=CUDA, **kw)
+
+
+def test_vllm_applies_gpu_memory_utilization_to_cudas_total():
+    # v1/worker/utils.py request_memory: total_memory (torch.cuda.mem_get_info) x gpu_memory_utilization
+    b = kv_budget(_h100(), KvMemory(rule="vllm"), 0.9)
+    assert b.usable == pytest.approx(0.9 * CUDA)
+    assert b.kv_bytes == pytest.approx(0.9 * CUDA - 45 * GIB)
+    # the extensible KV cache (0.34) is capped by the whole of CUDA's memory less its margin
+    ext = kv_budget(_h100(), KvMemory(rule="vllm", extensible_margin_gib=1.0), 1.0)
+    assert ext.usable == pytest.approx(CUDA - max(GIB, 0.75 * ext.activation))
+
+
+def test_sglang_takes_its_fraction_of_cudas_free_memory_and_its_default_from_nvidia_smi():
+    # free memory is CUDA's (get_available_gpu_memory), the default fraction nvidia-smi's
+    # (get_nvgpu_memory_capacity): the same fraction as without CUDA's figure, of less memory
+    g = _h100()
+    fixed = kv_budget(g, KvMemory(rule="sglang", fraction=0.9))
+    assert fixed.usable == pytest.approx(0.9 * (CUDA - 2 * GIB))
+    default, smi = kv_budget(g, KvMemory(rule="sglang")), kv_budget(replace(g, cuda=None), KvMemory(rule="sglang"))
+    assert default.fraction == smi.fraction == sglang_mem_fraction_static(81_559, 1, 1, 8192, 256)[0]
+    assert default.usable == pytest.approx(default.fraction * (CUDA - 2 * GIB))
+    assert default.usable < smi.usable
+
+
+def test_trtllm_takes_its_fraction_of_what_cudas_total_leaves():
+    # _util.py configure_kv_cache_capacity: (total from torch.cuda.mem_get_info - peak) x fraction
+    assert kv_budget(_h100(), KvMemory(rule="trtllm")).kv_bytes == pytest.approx(0.9 * (CUDA - 45 * GIB))
+
+
+def test_a_gpus_cuda_total_sizes_the_pool_and_nvidia_smis_the_plans_total():
+    model, gpu = load_model("llama-3-8b"), load_hardware("h100-sxm")
+    assert gpu.cuda_total_bytes == pytest.approx(79.22 * GIB)
+    assert gpu.cuda_total_bytes < gpu.hbm_bytes
+    mem = plan_memory(model, gpu, 1)
+    assert mem.usable_bytes == pytest.approx(0.9 * gpu.cuda_total_bytes)
+    assert mem.total_bytes == gpu.hbm_bytes
+
+
 def test_deepseek_r1_on_four_b200s():
     """676.4 GB of fp8 weights on 4×B200 (the down-projections and routers
     whole on each GPU): TensorRT-LLM keeps 90 % of what is left (about 17 GiB
     a GPU, 520k fp8 tokens); SGLang's default reserve for a 16k prefill chunk
     does not leave room and the refusal says so in its terms; at
-    mem_fraction_static 0.93 about 7 GiB a GPU is left (219k fp8 tokens)."""
+    mem_fraction_static 0.93 of the 178.35 GiB CUDA reports about 6.5 GiB a GPU
+    is left (199k fp8 tokens)."""
     layout, b200 = ("deepseek-v3", "fp8", 4, 1, 1), "b200"
     trt = _plan(layout, b200, "trtllm", 0.9, kv_dtype="fp8")
     assert 15 * GIB < trt.kv_capacity_bytes / 4 < 20 * GIB
@@ -314,7 +360,7 @@ def test_deepseek_r1_on_four_b200s():
         plan_memory(m, g, 4, "fp8", "fp8", max_num_batched_tokens=16384, max_num_seqs=1024, block_size=1,
                     kv_memory=KvMemory(rule="sglang"))
     assert plan_memory(m, g, 4, "fp8", "fp8", max_num_batched_tokens=16384, block_size=1,
-                       kv_memory=KvMemory(rule="sglang", fraction=0.93)).kv_capacity_tokens > 200_000
+                       kv_memory=KvMemory(rule="sglang", fraction=0.93)).kv_capacity_tokens > 190_000
 
 
 @pytest.mark.parametrize("backend", ["sglang", "trtllm"])
@@ -564,9 +610,10 @@ def test_sglang_profile_budget_is_sglangs_default_chunk_on_every_builtin_gpu():
 
 
 def _gpu_file(tmp_path, gib: float) -> str:
-    """A user's GPU profile: the L40S's, with ``gib`` of memory."""
+    """A user's GPU profile: the L40S's, with ``gib`` of memory and the L40S's driver reservation."""
     text = (Path(__file__).parents[1] / "hardware_profiles" / "l40s.yaml").read_text()
-    text = text.replace("name: l40s", "name: my-gpu").replace("hbm_gib: 44.99", f"hbm_gib: {gib}")
+    text = (text.replace("name: l40s", "name: my-gpu").replace("hbm_gib: 44.99", f"hbm_gib: {gib}")
+            .replace("cuda_total_gib: 44.55", f"cuda_total_gib: {gib - 0.44:.2f}"))
     path = tmp_path / f"my-gpu-{gib}.yaml"
     path.write_text(text)
     return str(path)
@@ -770,7 +817,8 @@ def test_vllm_from_0_20_sizes_its_pool_after_the_graphs_the_pool_states():
     assert v25.fraction == 0.92
     # 0.25 also samples on the V2 model runner, 6.012 bytes an entry of its 1,024 dummy requests, not 14
     v2_sampler = 1024 * load_model("llama-3-8b").vocab_size * (14 - 6.012)
-    assert v25.kv_capacity_bytes == pytest.approx(v19.kv_capacity_bytes + 0.02 * v19.total_bytes - 1.5 * GIB
+    cuda = load_hardware("h100-sxm").cuda_total_bytes        # what the fraction applies to
+    assert v25.kv_capacity_bytes == pytest.approx(v19.kv_capacity_bytes + 0.02 * cuda - 1.5 * GIB
                                                   + v2_sampler)
     # the figure is the pool's statement under any release (0.19.1 captured graphs outside the pool)
     assert memory(backend_version="0.19.1", kv_memory={"cuda_graph_gib": 1.5}).kv_capacity_bytes == \

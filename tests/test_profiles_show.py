@@ -22,7 +22,7 @@ def test_a_printed_gpu_made_ones_own_loads(cli, tmp_path):
     r = cli("profiles", "show", "h100-sxm")
     data = yaml.safe_load(r.out)
     data.pop("data_names", None)
-    data.update(name="my-gpu", hbm_gib=96, hbm_bandwidth_tb_s=4.0)
+    data.update(name="my-gpu", hbm_gib=96, cuda_total_gib=95.5, hbm_bandwidth_tb_s=4.0)
     path = tmp_path / "my-gpu.yaml"
     path.write_text(yaml.safe_dump(data))
     gpu = load_hardware(str(path))

@@ -33,8 +33,8 @@ def _setup(**pool):
     ("llama-3.1-8b", "h100-sxm", 1, "bf16"),        # no quantization_config
 ])
 def test_a_pool_naming_no_weights_serves_the_checkpoint(model, gpu, tp, served):
-    # (vLLM starts gpt-oss-120b on one H100 only with a max_model_len its 18K-token pool holds)
-    engine = {"backend": "vllm", "max_model_len": 16384}
+    # (vLLM starts gpt-oss-120b on one H100 only with a max_model_len its 7K-token pool holds)
+    engine = {"backend": "vllm", "max_model_len": 4096}
     ps = _setup(model=model, gpu=gpu, tp=tp, engine=engine)
     assert ps.spec.engine.weight_dtype == ps.cm.weight_dtype == served
     named = _setup(model=model, gpu=gpu, tp=tp, engine={**engine, "weight_dtype": served})

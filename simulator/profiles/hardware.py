@@ -354,11 +354,26 @@ PROVENANCE_FIELDS = {
 }
 
 
+# The most of nvidia-smi's total a driver may keep from CUDA, GiB: the GPUs measured keep 0.4-0.7
+# (hardware_profiles/*.yaml cuda_total_gib), so more is a profile whose two totals disagree.
+MAX_DRIVER_RESERVE_GIB = 2.0
+
+
 class HardwareProfile(_Strict):
     name: str
     display_name: str = ""
     source: str = ""
-    hbm_gib: float = Field(gt=0, le=1e6, description="HBM capacity, GiB (at most a PiB)")
+    hbm_gib: float = Field(gt=0, le=1e6, description="HBM capacity, GiB (at most a PiB), as nvidia-smi (rocm-smi) "
+                                                     "reports it: what SGLang picks its memory defaults by")
+    # The stacks size their KV pools from what CUDA reports (torch.cuda.mem_get_info), which is less than
+    # nvidia-smi's total by what the driver keeps for itself: 0.4-0.7 GiB on the GPUs measured.
+    cuda_total_gib: Optional[float] = Field(
+        default=None, gt=0, le=1e6,
+        description="total memory as CUDA reports it (torch.cuda.mem_get_info, the 'total_gpu_memory' of vLLM's "
+                    "profiling log), GiB: less than hbm_gib by what the driver reserves, and what vLLM's "
+                    "gpu_memory_utilization, SGLang's mem_fraction_static and TensorRT-LLM's "
+                    "free_gpu_memory_fraction apply to; at most hbm_gib, and at most 2 below it; default: hbm_gib "
+                    "(nothing reserved)")
     hbm_bandwidth_tb_s: float = Field(gt=0, description="TB/s (1e12)")
     # fp4: dense FP4 tensor-core peak (Blackwell, CDNA 4), used by NVFP4 MoE
     # experts; fp6: dense FP6 peak (CDNA 4 runs MXFP6 at its FP4 rate), stated
@@ -433,6 +448,18 @@ class HardwareProfile(_Strict):
         return v
 
     @model_validator(mode="after")
+    def _cuda_within_hbm(self) -> "HardwareProfile":
+        # CUDA sees the board's memory less the driver's share, never more; a share above what any GPU
+        # measured is a profile copied with a new hbm_gib and the old cuda_total_gib
+        gap = None if self.cuda_total_gib is None else self.hbm_gib - self.cuda_total_gib
+        if gap is not None and not 0 <= gap <= MAX_DRIVER_RESERVE_GIB:
+            raise ValueError(f"cuda_total_gib {self.cuda_total_gib} is {'above' if gap < 0 else 'far below'} "
+                             f"hbm_gib {self.hbm_gib}: CUDA reports the memory nvidia-smi counts less what the driver "
+                             f"keeps (0.4-0.7 GiB on the GPUs measured, at most {MAX_DRIVER_RESERVE_GIB} taken); "
+                             "set it with hbm_gib, or remove it to take hbm_gib")
+        return self
+
+    @model_validator(mode="after")
     def _waves_need_sms(self) -> "HardwareProfile":
         if self.calibration.gemm.waves and not self.num_sms:
             raise ValueError("calibration.gemm.waves needs num_sms (the GPU's streaming multiprocessor count)")
@@ -493,6 +520,11 @@ class HardwareProfile(_Strict):
     @property
     def hbm_bytes(self) -> float:
         return self.hbm_gib * GIB
+
+    @property
+    def cuda_total_bytes(self) -> float:
+        """The memory the stacks' fractions apply to (CUDA's total), nvidia-smi's where unstated."""
+        return (self.cuda_total_gib if self.cuda_total_gib is not None else self.hbm_gib) * GIB
 
     @property
     def hbm_bandwidth(self) -> float:
