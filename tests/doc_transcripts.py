@@ -31,15 +31,17 @@ every block, and the diff is the review.
 from __future__ import annotations
 
 import argparse
+import io
 import os
 import re
 import shlex
 import shutil
-import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterator
 
 ROOT = Path(__file__).resolve().parents[1]
 #: Before a transcript block: it and the blocks after it (to the next mark) run in a folder of their own.
@@ -189,19 +191,55 @@ def checkout(folder: Path) -> Path:
     return work
 
 
+#: What a shell's pipe gives a command that the suite's own process may not: no colour asked for, no
+#: terminal width to lay tables out for.
+_PIPE_ENV = {"NO_COLOR": "1", "COLUMNS": None, "LINES": None, "FORCE_COLOR": None}
+
+
+def _set_env(values: dict[str, str | None]) -> None:
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+@contextmanager
+def _into_a_pipe(cwd: Path) -> Iterator[tuple[io.StringIO, io.StringIO]]:
+    """This process as a command run from ``cwd`` into a pipe sees it: that folder, :data:`_PIPE_ENV`, and
+    stdout and stderr that are no terminal (rich's consoles then print no colour and tables at their
+    natural width); everything is put back after."""
+    saved = {k: os.environ.get(k) for k in _PIPE_ENV}
+    here = os.getcwd()
+    out, err = io.StringIO(), io.StringIO()
+    try:
+        _set_env(_PIPE_ENV)
+        os.chdir(cwd)
+        with redirect_stdout(out), redirect_stderr(err):
+            yield out, err
+    finally:
+        os.chdir(here)
+        _set_env(saved)
+
+
 def run(command: str, cwd: Path) -> list[str]:
-    """``llmsim ARGS`` as a user's shell runs it into a pipe: stdout, then stderr."""
+    """``llmsim ARGS`` as a user's shell runs it into a pipe: stdout, then stderr. It runs in this process
+    (:func:`_into_a_pipe`): a process of its own for each command cost an interpreter's start and
+    llmsim's imports, about 1.3 s of CPU each, a fifth of the pages' check."""
     args = shlex.split(_strip_comment(command))
     assert args[0] == "llmsim", command
     import glob
 
     argv = [w for a in args[1:] for w in (sorted(glob.glob(a, root_dir=cwd)) if "*" in a else [a])]
-    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES", "FORCE_COLOR")}
-    env.update(NO_COLOR="1", PYTHONPATH=os.pathsep.join([str(ROOT), env.get("PYTHONPATH", "")]))
-    p = subprocess.run([sys.executable, "-c", "from simulator.cli.app import main; main()", *argv], cwd=cwd,
-                       env=env, capture_output=True, text=True, timeout=1800, stdin=subprocess.DEVNULL)
-    out = (p.stdout + p.stderr).rstrip("\n")
-    return [line.rstrip() for line in out.split("\n")] if out else []
+    with _into_a_pipe(cwd) as (out, err):
+        from simulator.cli.app import main     # imported here, so its consoles never saw a terminal
+
+        try:
+            main(argv)
+        except SystemExit:
+            pass        # the exit code is not shown; what it printed is
+    text = (out.getvalue() + err.getvalue()).rstrip("\n")
+    return [line.rstrip() for line in text.split("\n")] if text else []
 
 
 @dataclass
@@ -260,6 +298,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("pages", nargs="*", type=Path, help="pages to check (default: README.md and docs/*.md)")
     ap.add_argument("--write", action="store_true", help="rewrite each block with what its commands print now")
     a = ap.parse_args(argv)
+    sys.path.insert(0, str(ROOT))      # the checkout's llmsim, as the suite imports it
     diffs = [d for page in (a.pages or PAGES) for d in check_page(page.resolve(), a.write)]
     for d in diffs:
         print(d, end="\n\n")
