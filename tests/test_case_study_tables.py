@@ -23,7 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
 
 import case_studies as cs  # noqa: E402
-from test_doc_commands import smoke_sized  # noqa: E402
+from test_doc_commands import figures_unrendered, smoke_sized  # noqa: E402
 
 # a figure's thousands separators, not the comma after it ("at 56, 12" and "at —, —" mask alike)
 _FIGURE = re.compile(r"\$?\d(?:[\d,]*\d)?(\.\d+)?|—|\b(met|missed)\b")
@@ -53,8 +53,8 @@ def smoke_runs(tmp_path_factory):
 @pytest.fixture
 def smoke_runner(smoke_runs, monkeypatch):
     """The shared runner with each workload cut to smoke size where it is
-    built, as tests/test_doc_commands.py cuts them, and each profile's YAML
-    parsed once (every run reads the same ones)."""
+    built and its figures not drawn, as tests/test_doc_commands.py has them,
+    and each profile's YAML parsed once (every run reads the same ones)."""
     import simulator.profiles.loader as loader
     import simulator.runner as runner
 
@@ -71,6 +71,7 @@ def smoke_runner(smoke_runs, monkeypatch):
 
     monkeypatch.setattr(runner, "make_source", small)
     monkeypatch.setattr(loader, "parse_yaml", parse_once)
+    figures_unrendered(monkeypatch)     # a plan's Pareto chart: a table reads its plan.json
     return smoke_runs
 
 
