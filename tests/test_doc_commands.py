@@ -38,8 +38,8 @@ import doc_transcripts  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGES = doc_transcripts.PAGES
-SMOKE_SECONDS = 4.0
-SMOKE_ARRIVALS = 2000
+SMOKE_SECONDS = 2.0
+SMOKE_ARRIVALS = 1000
 SMOKE_REQUESTS = 60
 SMOKE_SESSIONS = 6
 SMOKE_ROWS = 4
@@ -143,14 +143,14 @@ def test_the_pages_show_commands():
     assert all(_PLACEHOLDER.search(c.text) for c in cmds if not runnable(c.text))
 
 
-def smoke_sized(wl):
-    """A workload cut to at most a few seconds of arrivals (or a few requests or sessions), and a fleet-scale
-    rate (the 10M-DAU fleet's 5,000 req/s) to a few thousand of them."""
+def smoke_sized(wl, seconds: float = SMOKE_SECONDS, arrivals: int = SMOKE_ARRIVALS):
+    """A workload cut to at most ``seconds`` of arrivals (or a few requests or sessions), and a fleet-scale
+    rate (the 10M-DAU fleet's 5,000 req/s) to about ``arrivals`` of them."""
     update = {}
     if wl.duration_s is not None:
         rate = getattr(wl.arrival, "rate_per_s", None)
-        few = SMOKE_ARRIVALS / rate if isinstance(rate, (int, float)) and rate > 0 else SMOKE_SECONDS
-        update["duration_s"] = min(wl.duration_s, SMOKE_SECONDS, max(few, 0.5))
+        few = arrivals / rate if isinstance(rate, (int, float)) and rate > 0 else seconds
+        update["duration_s"] = min(wl.duration_s, seconds, max(few, 0.5))
     if wl.num_requests is not None:
         update["num_requests"] = min(wl.num_requests, SMOKE_REQUESTS)
     if getattr(wl, "num_sessions", None) is not None:
