@@ -38,6 +38,7 @@ import shlex
 import shutil
 import sys
 import tempfile
+import warnings
 from contextlib import contextmanager, redirect_stderr, redirect_stdout
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -204,18 +205,38 @@ def _set_env(values: dict[str, str | None]) -> None:
             os.environ[k] = v
 
 
+def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
+    """Python's own display of a warning, on the command's stderr (pytest's recorder would keep it)."""
+    sys.stderr.write(warnings.formatwarning(message, category, filename, lineno, line))
+
+
+@contextmanager
+def _warning_as_a_fresh_interpreter() -> Iterator[None]:
+    """Warnings as the interpreter a shell starts for the command shows them: its default filters
+    (deprecations hidden outside ``__main__``, anything else printed once a place), printed on stderr,
+    and no place counted as shown already by an earlier command of this process."""
+    with warnings.catch_warnings():     # (entering it makes every place's "shown once" count anew)
+        warnings.resetwarnings()
+        warnings.filterwarnings("default", category=DeprecationWarning, module="__main__")
+        for category in (DeprecationWarning, PendingDeprecationWarning, ImportWarning, ResourceWarning):
+            warnings.filterwarnings("ignore", category=category, append=True)
+        warnings.showwarning = _show_warning
+        yield
+
+
 @contextmanager
 def _into_a_pipe(cwd: Path) -> Iterator[tuple[io.StringIO, io.StringIO]]:
-    """This process as a command run from ``cwd`` into a pipe sees it: that folder, :data:`_PIPE_ENV`, and
+    """This process as a command run from ``cwd`` into a pipe sees it: that folder, :data:`_PIPE_ENV`,
     stdout and stderr that are no terminal (rich's consoles then print no colour and tables at their
-    natural width); everything is put back after."""
+    natural width), and Python's warnings shown there as a fresh interpreter shows them; everything is
+    put back after."""
     saved = {k: os.environ.get(k) for k in _PIPE_ENV}
     here = os.getcwd()
     out, err = io.StringIO(), io.StringIO()
     try:
         _set_env(_PIPE_ENV)
         os.chdir(cwd)
-        with redirect_stdout(out), redirect_stderr(err):
+        with redirect_stdout(out), redirect_stderr(err), _warning_as_a_fresh_interpreter():
             yield out, err
     finally:
         os.chdir(here)

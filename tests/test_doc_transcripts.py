@@ -53,3 +53,25 @@ def test_loose_only_where_it_says():
     assert not dt.matches(["│ 1 │ 2.5 │"], ["│ 2 │ 2.5 │"])              # a simulated figure is exact
     assert dt.matches(["a", "...", "z"], ["a", "b", "c", "z"]) and not dt.matches(["a", "...", "z"], ["a", "b"])
     assert dt.rewritten(["head", "...", "tail"], ["h", "1", "2", "t"]) == ["h", "...", "t"]
+
+
+def test_a_command_s_python_warning_is_printed_as_a_fresh_interpreter_prints_it(tmp_path, monkeypatch):
+    """The commands run in the suite's process, whose warnings pytest records and whose registries
+    show a warning once per place for the whole process; a user's shell starts an interpreter per
+    command, which prints the warning on stderr, every command that raises it, so a page must show it."""
+    import warnings
+
+    import simulator.profiles.loader as loader
+
+    real = loader.named_profile
+
+    def warned(kind, name):
+        warnings.warn("a library's complaint", UserWarning)
+        warnings.warn("a deprecation", DeprecationWarning)     # hidden, as in a fresh interpreter
+        return real(kind, name)
+
+    monkeypatch.setattr(loader, "named_profile", warned)
+    for _ in range(2):
+        printed = dt.run("llmsim profiles show h100-sxm", tmp_path)
+        assert sum(line.endswith("UserWarning: a library's complaint") for line in printed) == 1, printed
+        assert not any("DeprecationWarning: a deprecation" in line for line in printed), printed
