@@ -224,10 +224,36 @@ def _warning_as_a_fresh_interpreter() -> Iterator[None]:
         yield
 
 
+#: What a rich console reads from the environment once, when it is built, and the values it takes in a
+#: process started into a pipe under :data:`_PIPE_ENV`: no colour (its stdout is no terminal), no width
+#: or height from COLUMNS and LINES, NO_COLOR.
+_CONSOLE_IN_A_PIPE = {"_color_system": None, "_width": None, "_height": None, "no_color": True}
+
+
+@contextmanager
+def _consoles_into_a_pipe() -> Iterator[None]:
+    """llmsim's consoles as the command's own process builds them: the suite's process built them when
+    it first imported llmsim, under its own environment (a CI job's FORCE_COLOR, a shell's exported
+    COLUMNS, a terminal's stdout), which :data:`_PIPE_ENV` set now no longer reaches."""
+    from simulator.cli.app import err_console
+    from simulator.cli.output import console
+
+    saved = [(c, {k: getattr(c, k) for k in _CONSOLE_IN_A_PIPE}) for c in (console, err_console)]
+    try:
+        for c, _ in saved:
+            for k, v in _CONSOLE_IN_A_PIPE.items():
+                setattr(c, k, v)
+        yield
+    finally:
+        for c, values in saved:
+            for k, v in values.items():
+                setattr(c, k, v)
+
+
 @contextmanager
 def _into_a_pipe(cwd: Path) -> Iterator[tuple[io.StringIO, io.StringIO]]:
     """This process as a command run from ``cwd`` into a pipe sees it: that folder, :data:`_PIPE_ENV`,
-    stdout and stderr that are no terminal (rich's consoles then print no colour and tables at their
+    stdout and stderr that are no terminal, llmsim's consoles as built there (no colour, tables at their
     natural width), and Python's warnings shown there as a fresh interpreter shows them; everything is
     put back after."""
     saved = {k: os.environ.get(k) for k in _PIPE_ENV}
@@ -236,7 +262,7 @@ def _into_a_pipe(cwd: Path) -> Iterator[tuple[io.StringIO, io.StringIO]]:
     try:
         _set_env(_PIPE_ENV)
         os.chdir(cwd)
-        with redirect_stdout(out), redirect_stderr(err), _warning_as_a_fresh_interpreter():
+        with redirect_stdout(out), redirect_stderr(err), _warning_as_a_fresh_interpreter(), _consoles_into_a_pipe():
             yield out, err
     finally:
         os.chdir(here)
@@ -253,7 +279,7 @@ def run(command: str, cwd: Path) -> list[str]:
 
     argv = [w for a in args[1:] for w in (sorted(glob.glob(a, root_dir=cwd)) if "*" in a else [a])]
     with _into_a_pipe(cwd) as (out, err):
-        from simulator.cli.app import main     # imported here, so its consoles never saw a terminal
+        from simulator.cli.app import main
 
         try:
             main(argv)

@@ -75,3 +75,21 @@ def test_a_command_s_python_warning_is_printed_as_a_fresh_interpreter_prints_it(
         printed = dt.run("llmsim profiles show h100-sxm", tmp_path)
         assert sum(line.endswith("UserWarning: a library's complaint") for line in printed) == 1, printed
         assert not any("DeprecationWarning: a deprecation" in line for line in printed), printed
+
+
+def test_consoles_built_under_a_terminal_s_settings_print_as_into_a_pipe(tmp_path, monkeypatch):
+    """llmsim's consoles read COLUMNS, LINES, FORCE_COLOR and NO_COLOR once, when the suite first
+    imports them (a CI job exporting FORCE_COLOR, a shell exporting COLUMNS), where a command in a
+    shell's pipe builds them without: its tables print at their natural width and without colour."""
+    from simulator.cli import app, output
+
+    plain = dt.run("llmsim estimate request --gpu h100-sxm --model llama-3.1-8b --input 2000 --output 250", tmp_path)
+    assert max(map(len, plain)) > 40 and not any("\x1b[" in line for line in plain)
+    monkeypatch.setenv("FORCE_COLOR", "1")
+    monkeypatch.setenv("COLUMNS", "40")
+    monkeypatch.setenv("LINES", "10")
+    built = output._Console(highlight=False)    # as an import under those settings builds it
+    for console in (output.console, app.err_console):
+        for attr in ("_color_system", "_width", "_height", "no_color"):
+            monkeypatch.setattr(console, attr, getattr(built, attr))
+    assert dt.run("llmsim estimate request --gpu h100-sxm --model llama-3.1-8b --input 2000 --output 250", tmp_path) == plain
