@@ -415,3 +415,23 @@ def test_gpu_peaks_match_datasheet_table(shared_data, name):
             assert g.peak_tflops[dtype] == pytest.approx(row[col])
     # Capacities are quoted in marketing GB; the profile holds what the device reports (GiB).
     assert g.hbm_gib == pytest.approx(row["hbm_capacity_gb"], rel=0.08)
+
+
+def test_a_folder_s_profile_names_follow_files_added_and_removed(tmp_path):
+    """The built-in names are listed once per folder modification: a file added or removed shows at
+    once, a folder changed within the last two seconds is listed afresh, an older one from the cache."""
+    import os
+    from simulator.profiles.loader import _listing, _yaml_stems
+
+    (tmp_path / "a.yaml").write_text("x: 1\n")
+    assert _yaml_stems(tmp_path) == ("a",)
+    (tmp_path / "b.yaml").write_text("x: 1\n")      # the same clock tick would share the folder's time
+    (tmp_path / "notes.txt").write_text("")
+    assert _yaml_stems(tmp_path) == ("a", "b")
+    old = 1_000_000_000_000_000_000
+    os.utime(tmp_path, ns=(old, old))
+    assert _yaml_stems(tmp_path) == ("a", "b")
+    assert _listing.cache_info().currsize >= 1 and _listing(tmp_path, old) == ("a", "b")
+    (tmp_path / "a.yaml").unlink()
+    assert _yaml_stems(tmp_path) == ("b",)
+    assert _yaml_stems(tmp_path / "missing") == ()

@@ -10,6 +10,7 @@ entry points: :mod:`simulator.plugins`).
 from __future__ import annotations
 
 import json
+import time
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, TypeVar
@@ -33,9 +34,31 @@ def builtin_dir(kind: str) -> Path:
     reads the copies shipped as ``simulator/data/<kind>``.
     """
     checkout = _REPO_ROOT / kind
-    if checkout.is_dir() and any(checkout.glob("*.yaml")):
+    if _yaml_stems(checkout):
         return checkout
     return _PACKAGE_DATA / kind
+
+
+def _yaml_stems(folder: Path) -> tuple[str, ...]:
+    """The names of ``folder``'s YAML files, sorted (none if it is missing).
+    A run asks for the built-in names tens of thousands of times (every
+    backend a pool names, every profile it resolves), so the listing is
+    kept while the folder's modification time stays the same: adding,
+    removing or renaming a profile changes it. A folder changed in the last
+    two seconds is listed afresh (file systems stamp times in ticks of up to
+    a few milliseconds, so two changes in one tick would share a time)."""
+    try:
+        mtime = folder.stat().st_mtime_ns
+    except OSError:
+        return ()
+    if time.time_ns() - mtime < 2_000_000_000:
+        return _listing.__wrapped__(folder, mtime)
+    return _listing(folder, mtime)
+
+
+@lru_cache(maxsize=64)
+def _listing(folder: Path, mtime_ns: int) -> tuple[str, ...]:
+    return tuple(sorted(p.stem for p in folder.glob("*.yaml")))
 
 
 def read_structured(path: Path, what: str = "YAML or JSON file") -> Any:
@@ -121,7 +144,7 @@ def named_profile(kind: str, name: str) -> Path | None:
 
 
 def list_builtin(kind: str) -> list[str]:
-    return sorted(p.stem for p in builtin_dir(kind).glob("*.yaml"))
+    return list(_yaml_stems(builtin_dir(kind)))
 
 
 def list_profiles(kind: str) -> list[str]:
