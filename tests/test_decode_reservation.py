@@ -103,16 +103,35 @@ def test_a_retracted_request_resumes_first_with_its_kv_and_holds_the_others_back
 
 
 @pytest.mark.parametrize("engine", ENGINES)
-@pytest.mark.parametrize("pool, retractions", [(260, 1), (261, 2)])
+@pytest.mark.parametrize("pool, retractions", [(260, 1), (261, 1)])
 def test_a_retracted_request_resumes_on_its_kv_less_its_last_token(engine, pool, retractions):
     # R = 0, clip 10: A and B (100 in, 100 out) fill the pool after 30 decodes, and B (the newer of
-    # equals) is retracted with 131 tokens, prompt + output; SGLang resumes it on 130, its last token's
-    # KV written by its next decode (_prealloc_required_tokens over _pre_alloc_fill_len). A holds 131:
-    # from 261 tokens B resumes at once (130 <= 130 free) and, both then needing a token more, is
-    # retracted again; from 260 (129 free) it waits for A to end.
+    # equals) is retracted with 131 tokens, prompt + output; SGLang tests its resumption on 130, its last
+    # token's KV written by its next decode (_prealloc_required_tokens over _pre_alloc_fill_len). A holds
+    # 131: from 261 tokens SGLang would resume B at once (130 <= 130 free) and, both then needing a token
+    # more, retract it again; llmsim allocates the last token with the rest, so B also needs its 131
+    # blocks free and waits for A to end, as from 260 (the pool never holds more than it has).
     run = run_open(engine, handed_over([0.0, 0.0], [100, 100], [100, 100]),
                    decode_server(reserved_decode_tokens=0, output_estimate_clip=10), pool)
     assert [r.preemptions for r in run.requests] == [0, retractions]
+
+
+def test_a_resumed_request_never_takes_more_blocks_than_are_free():
+    """With no reserve (R = 0) a retracted request's test charges its KV less its last token while
+    its resumption allocates all of it: admitted on the test alone, a resumption one block short
+    took the pool past its size (a closed loop of two, one-token prompts, nine one-token blocks:
+    10 blocks used of 9 after the iteration). Both engines wait for the whole KV and agree."""
+    from helpers_engine import run_closed
+    from test_engine_properties import checked_engines
+
+    cfg = EngineConfig(max_num_seqs=2, chunked_prefill=False, block_size=1, kv_admission="decode_reservation",
+                       reserved_decode_tokens=0)
+    outputs = [1, 1, 1, 1, 1, 1, 1, 7, 5]
+    with checked_engines():   # the fast engine audits its blocks after every iteration
+        fast = run_closed("checked_fast", 2, [1] * 9, outputs, cfg, 9)
+    reference = run_closed("reference", 2, [1] * 9, outputs, cfg, 9)
+    assert [r.finish for r in fast.requests] == [r.finish for r in reference.requests]
+    assert sum(r.preemptions for r in fast.requests) >= 1      # the retraction the case turns on
 
 
 @pytest.mark.parametrize("engine", ENGINES)

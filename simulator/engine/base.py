@@ -499,9 +499,11 @@ class ReplicaBase:
         if self.reserves_decode:
             if self.ret_now < 0:
                 self.ret_now, self.top_now = self._retractable()
-            return not self._reservation_fits(self._decode_kv(s, need, total), self._decode_estimate(s),
-                                              free * self.bs, self.reserve_tokens, self._batch_len(), self.ret_now,
-                                              self.top_now)
+            # (a retracted request's test leaves out its last token, which the resume allocates
+            # with the rest: its blocks must be free too, else the pool would overflow by one)
+            return need > free or not self._reservation_fits(
+                self._decode_kv(s, need, total), self._decode_estimate(s), free * self.bs, self.reserve_tokens,
+                self._batch_len(), self.ret_now, self.top_now)
         if self.expects_output:
             if self.left_now < 0:
                 self.left_now = self._outputs_left()

@@ -578,8 +578,8 @@ class FastReplica(ReplicaBase):
         def free(j: int) -> int:
             return bs * (self.num_blocks - self.used_blocks(G0 + j + after))
 
-        def reserve_fits(j: int) -> bool:
-            return kv + R <= free(j) - R * active
+        def reserve_fits(j: int) -> bool:   # (and the blocks a resume allocates: _no_room)
+            return kv + R <= free(j) - R * active and need * bs <= free(j)
 
         def fits(j: int) -> bool:
             return self._reservation_fits(kv, est, free(j), R, active, held0 + B * j, top)
