@@ -195,17 +195,23 @@ def test_generated_sglang_launch_keeps_its_gpu_default_prefill_chunk(c):
     is what that reserve leaves."""
     from simulator.fleet.setup import setup_pool
     from simulator.kv_memory import sglang_mem_fraction_static
-    from simulator.validation.deployment import engine_keys, speculative
+    from simulator.profiles.backend import load_backend
+    from simulator.validation.deployment import engine_keys, speculative, speculative_engine_keys
 
     keys = engine_keys("aiconfigurator", "sglang", c, 8192)
     assert keys["kv_memory"] == {"cuda_graph_max_bs": c, "chunked_prefill_size": "default"}
     assert "kv_memory" not in engine_keys("aiconfigurator", "vllm", c, 8192)
 
+    # the stack's own switches under its MTP draft over the launch's, as the replay lays them
+    # (SGLang 0.5.9 turns the generator's mixed chunks off beside a draft)
+    drafting = {**keys, **speculative_engine_keys("sglang", load_backend("sglang").version_keys("0.5.9"))}
+    assert keys["mixed_prefill"] is True and drafting["mixed_prefill"] is False
+
     def pool(tp):
         return PoolSpec.model_validate({"model": "deepseek-v3", "gpu": "b200", "tp": tp,
                                         "speculative": speculative("aiconfigurator", 1),
                                         "engine": {"backend": "sglang", "backend_version": "0.5.9",
-                                                   "weight_dtype": "fp8", "kv_dtype": "fp8", **keys}})
+                                                   "weight_dtype": "fp8", "kv_dtype": "fp8", **drafting}})
 
     with pytest.raises(LlmsimError, match=r"does not fit on 4× b200 as SGLang sizes.*16,384-token prefill chunk"):
         setup_pool(pool(4), 0)
