@@ -142,3 +142,24 @@ def test_validate_refuses_a_version_a_csvs_rows_would_drop(tmp_path, cli, flag):
     bench.write_text(json.dumps(BENCH))
     _one_line(cli("validate", csv, bench, "--backend", "vllm", "--model", "llama-3.2-1b", "--gpu", "h100-sxm",
                   flag, "0.19.0", "--workers", "1"), "replay the JSON results apart from")
+
+
+@pytest.mark.parametrize("stack, newer, newest", [("sglang", "0.9.9", "0.5.23"), ("vllm", "9.9", "0.34.0")])
+def test_validate_refuses_a_release_past_the_profile_as_a_scenario_does(tmp_path, cli, stack, newer, newest):
+    """A release after the newest the profile was read from has unknown defaults: a scenario naming it is
+    refused, and a replay of it would run the newest release's defaults and report their error as llmsim's."""
+    bench = tmp_path / "run.json"
+    bench.write_text(json.dumps(BENCH))
+    r = cli("validate", bench, "--backend", stack, "--model", "llama-3.2-1b", "--gpu", "h100-sxm", "--workers", "1",
+            "--backend-version", newer)
+    _one_line(r, "no row can be replayed", f"{stack} {newer} is newer than the {stack} releases llmsim has read "
+                                           f"(to {newest})")
+
+
+def test_a_row_whose_launch_llmsim_cannot_build_is_left_out_with_its_reason(tmp_path, cli):
+    """vLLM 0.20.0 and later size the KV pool after a CUDA-graph figure no measurement records: such a row
+    is refused as a layout that does not fit is (one line when it is the only one), never a traceback."""
+    csv = tmp_path / "rows.csv"
+    csv.write_text("row_id,engine,engine_version,model,gpu,tp,isl_mean,osl_mean,concurrency,ttft_mean_ms\n"
+                   "r1,vllm,0.25.0,meta-llama/Llama-3.2-1B,H100-SXM5-80GB,1,512,64,4,20.0\n")
+    _one_line(cli("validate", csv, "--workers", "1"), "no row can be replayed", "kv_memory.cuda_graph_gib")

@@ -297,6 +297,18 @@ def released(stack: str, version: str) -> str | None:
     return None if prof is None else prof.released(version)
 
 
+def release_unread(stack: str, version: str) -> str:
+    """Why a row naming ``version`` of ``stack`` cannot be replayed ("" when it can): a release
+    after the newest the stack's profile was read from has unknown defaults, which a scenario
+    naming it as ``engine.backend_version`` is refused for; replayed, it would run the newest
+    release's defaults unannounced and its error be read as llmsim's."""
+    prof = stack_profile(stack)
+    if prof is None or not version or not prof.newer_than_described(version):
+        return ""
+    return (f"{stack} {version} is newer than the {stack} releases llmsim has read (to {prof.newest_release}): "
+            "its defaults are unknown")
+
+
 def version_keys(stack: str, version: str, measured: Optional[str] = None) -> dict[str, Any]:
     """Engine keys the row's stack version ran by default where the backend
     profile differs (its ``by_version`` rules). An unknown version keeps the

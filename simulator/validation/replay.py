@@ -55,9 +55,10 @@ from dataclasses import dataclass
 from typing import Any, Literal, Mapping, Optional
 
 import numpy as np
+from pydantic import ValidationError
 
 from ..costmodel import CostModel
-from ..errors import LlmsimError
+from ..errors import LlmsimError, from_validation_error
 from ..profiles import load_hardware, load_model
 from ..scenario.schema import Scenario
 from . import deployment
@@ -216,7 +217,12 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
     body: dict[str, Any] = {"name": row.id, "seed": s.seed, "workload": workload, "pools": [pool]}
     if row.disaggregated:       # every request enters at the prefill pool
         body.update(pools=_disaggregated_pools(row, s, dep, pool), classes=[{"name": "all", "pool": "prefill"}])
-    return Scenario.model_validate(body)
+    try:
+        return Scenario.model_validate(body)
+    except ValidationError as e:
+        # a launch llmsim cannot build (vLLM 0.20.0 and later size the pool after a CUDA-graph
+        # figure no measurement records): the row's refusal, as a layout that does not fit is
+        raise from_validation_error(e, None, body) from None
 
 
 def _prefill_chunk(row: Row) -> int:

@@ -33,7 +33,8 @@ from ..profiles.backend import backend_names
 from ..profiles.hardware import builtin_hardware, match_benchmark_gpu
 from ..profiles.model import MAX_CONTEXT
 from ..runsize import MAX_REQUESTS
-from .deployment import AIC_UNVERSIONED_MEASURED_BY, kv_dtype, measured_day, of_source, version_keys
+from .deployment import (AIC_UNVERSIONED_MEASURED_BY, kv_dtype, measured_day, of_source, release_unread,
+                         version_keys)
 
 #: Measured metrics llmsim predicts: column -> results.json key.
 METRICS = {
@@ -302,7 +303,7 @@ def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = 
                   deployment=of_source(source, str(r.get("notes", "")), stack or "", version),
                   version_keys=version_keys(stack or "", version, _unversioned_day(source, stack, version)),
                   mode="disagg" if "disaggregated" in str(r.get("scenario", "")).lower() else "agg")
-        row.skip = _why_not(row, r, stack, m, g)
+        row.skip = _why_not(row, r, stack, m, g) or release_unread(stack or "", version)
         out.append(row)
     _refuse_duplicate_ids(out, path, "row_id")
     return out
@@ -566,7 +567,8 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
                   unmeasured=unmeasured, throughput_identity=True, deployment=dep,
                   version_keys=version_keys(stack or "", _text(r, "backend_version") or "", measured_day(notes)),
                   mode="disagg" if disagg else "agg", prefill=prefill, decode=decode)
-        row.skip = why_roles or _silicon_why_not(row, r, stack, prof, g, why_dtype, profiles, moe)
+        row.skip = (why_roles or _silicon_why_not(row, r, stack, prof, g, why_dtype, profiles, moe)
+                    or release_unread(stack or "", _text(r, "backend_version") or ""))
         if not row.skip:
             layouts = [("prefill ", prefill), ("decode ", decode)] if disagg else [("", row)]
             role = ""           # which pool's layout a refusal is about (a disaggregated row's)
@@ -756,7 +758,9 @@ def rows_from_bench_json(paths: Iterable[Path], stack: str, model: str, gpu: str
                   version_keys=version_keys(stack, version))
         if row.concurrency is None and row.rate is None:
             row.concurrency = n          # rate inf without a cap: everything at t = 0
-        if not row.measured:
+        if why := release_unread(stack, version):
+            row.skip = why
+        elif not row.measured:
             row.skip = _no_metric(row)
         elif why := d.varying_lengths():
             # a replay of the means would stand for a run of other lengths, as a CSV row's mean would
