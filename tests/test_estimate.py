@@ -406,6 +406,18 @@ def test_bad_backend_flags_exit_2(cli, args, match):
     assert match in r.err and "Traceback" not in r.err
 
 
+@pytest.mark.parametrize("command", ["request", "step"])
+def test_a_release_past_the_profile_is_refused_under_the_flag_that_named_it(cli, command):
+    """The scenario's message names its key, backend_version; given as --backend-version, the line names
+    that flag (not --backend, which the user got right) and tells to leave the flag out."""
+    sizes = ("--input", "10", "--output", "2") if command == "request" else ("--decode-batch", "8")
+    r = cli("estimate", command, "--gpu", "h100-sxm", "--model", "llama-3-8b", *sizes, "--backend", "vllm",
+            "--backend-version", "9.9")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, (r.code, r.err)
+    assert r.err.startswith("error: --backend-version: '9.9' is newer than the vllm releases"), r.err
+    assert "leave --backend-version out to run 0.19.1's" in r.err and "--backend:" not in r.err
+
+
 def test_a_step_no_replica_could_run_is_priced_with_a_warning(cli):
     """As `estimate request` past the model's context: arithmetic still answers, and says the step cannot run."""
     args = ["estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-8b", "--decode-context", "1000", "--json"]

@@ -143,6 +143,9 @@ def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, ker
             from ..kv_memory import graphs_needed
 
             raise LlmsimError(graphs_needed("give --cuda-graph-gib as"), key_path="--backend-version") from None
+        if msg.startswith("backend_version "):     # the scenario's key, given here as a flag
+            raise LlmsimError(msg.removeprefix("backend_version ").replace("backend_version", "--backend-version"),
+                              key_path="--backend-version") from None
         raise LlmsimError(f"{where + ': ' if where else ''}{msg}", key_path="--backend") from None
 
 
