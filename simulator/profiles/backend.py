@@ -341,6 +341,11 @@ class BackendProfile(_Strict):
         release ``version_keys`` (:meth:`version_keys`' answer) describes."""
         return {**self.draft_model_engine, **(version_keys.get("draft_model_engine") or {})}
 
+    def release_run(self, version: Optional[str]) -> Optional[str]:
+        """The release whose defaults a pool naming ``version`` (None: it names none) runs, so a
+        run can say which it assumed; None when a profile file names no release at all."""
+        return version or self.default_release or self.newest_release
+
     def newer_than_described(self, version: str) -> bool:
         """Whether ``version`` (a checked release or nightly) came after the newest release
         this profile's rules were read from (``newest_release``), so none of them can be

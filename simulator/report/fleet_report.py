@@ -97,6 +97,12 @@ POOL_FIELDS = {
     "gemm_scheme": leaf("text", "the widths its quantised GEMMs run at, weights and activations (W8A8; W8A16 where "
                                 "the GPU has no unit for the weights' format and computes in 16 bits)"),
     "kv_dtype": leaf("text", "the KV cache's format"), "tp": leaf("GPUs", "tensor parallelism"),
+    **{k: leaf(u, m, when="the pool names engine.backend") for k, u, m in (
+        ("backend", "text", "the serving stack whose defaults and overheads it ran (engine.backend)"),
+        ("backend_release", "text", "the stack's release whose defaults applied: engine.backend_version, else "
+                                    "the profile's default release; null when a profile file names none"),
+        ("backend_release_given", "bool", "whether the scenario named that release (engine.backend_version) "
+                                          "rather than taking the profile's default"))},
     "dp": leaf("ranks", "attention data parallelism", when=_DP), "ep": leaf("GPUs", "expert parallelism", when=_DP),
     "pp": leaf("stages", "pipeline stages", when=_PP), "stage_layers": leaf("list", "layers per stage", when=_PP),
     "gpus_per_replica": leaf("GPUs", "tp × pp × dp", when=_PP),
@@ -349,6 +355,7 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "gemm_scheme": gemm_scheme(ps.spec.engine.weight_dtype, ps.cm.gpu.units),
         "kv_dtype": ps.spec.engine.kv_dtype,
         "tp": ps.spec.tp,
+        **_serving_stack(ps.spec.engine.backend, ps.spec.engine.backend_version),
         **({"dp": ps.spec.dp, "ep": ps.spec.ep} if ps.spec.dp > 1 or ps.spec.ep > 1 else {}),
         **({"pp": ps.spec.pp, "stage_layers": list(ps.cm.pipe.layers), "gpus_per_replica": ps.spec.gpus_per_replica,
             "pp_scheduling": ps.cm.describe()["pp_scheduling"]} if ps.spec.pp > 1 else {}),
@@ -392,6 +399,17 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
     if ps.spec.lora is not None:
         block["lora"] = lora_block(ps.spec.lora, stats)
     return block
+
+
+def _serving_stack(backend: Optional[str], version: Optional[str]) -> dict:
+    """The stack a pool ran and the release whose defaults it took ({} for llmsim's generic engine)."""
+    if backend is None:
+        return {}
+    from ..profiles.backend import load_backend
+
+    prof = load_backend(backend)
+    return {"backend": prof.name, "backend_release": prof.release_run(version),
+            "backend_release_given": version is not None}
 
 
 def _contiguous_block(ps: PoolSetup, stats: list[dict], working: float) -> dict:

@@ -32,7 +32,7 @@ _COUNTS = (
 )
 _LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
 _PCT = re.compile(r"^p(\d+(?:\.\d+)?)_ttft_ms$")
-from .summary_format import FAIL, FAILED_PARTS, OK, gpu_hours, num as _num, weights_served
+from .summary_format import FAIL, FAILED_PARTS, OK, gpu_hours, num as _num, stack_served, weights_served
 
 
 def _counts(results: Mapping[str, Any]) -> Table:
@@ -121,6 +121,14 @@ def _serves(pool: Mapping[str, Any]) -> str:
     return f"{pool['model']}, {weights}, {pool.get('kv_dtype', '—')} KV; "
 
 
+def _assumed(pool: Mapping[str, Any]) -> str:
+    """The line under a pool's price: the stack and release whose defaults it ran, and the KV pool
+    they gave a replica, which the figures hang on and a scenario naming neither leaves unsaid."""
+    stack, kv = stack_served(pool), pool.get("kv_tokens_per_replica")
+    parts = ([f"served by {stack}"] if stack else []) + ([f"{kv:,} KV tokens a replica"] if kv is not None else [])
+    return "\n  " + ", ".join(parts) if parts else ""
+
+
 def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[str, Any],
           energy: Mapping[str, Any] | None = None) -> Group:
     """The money lines of ``llmsim.cost`` and one energy line, then how the
@@ -157,6 +165,7 @@ def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[st
               + (f", mean {pools[p['name']]['gpus_mean']:,.2f}" if "gpus_mean" in pools.get(p["name"], {}) else "")
               + f", {gpu_hours(p['gpu_hours'])} GPU-h at ${p['usd_per_gpu_hour']:,.2f}/GPU-h from the {p['price_source']}"
               + (" [yellow](an assumption: set pools[].usd_per_gpu_hour)[/]" if p["price_assumed"] else "")
+              + _assumed(pools.get(p["name"], {}))
               for p in cost.get("pools", [])]
     return Group(t, *(Text.from_markup(f"[dim]{line}[/]") for line in notes))
 

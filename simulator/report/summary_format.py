@@ -43,6 +43,19 @@ def weights_served(pool: Mapping[str, Any], plain: str = "{weights}", noted: str
     return plain.format(weights=weights)
 
 
+def stack_served(pool: Mapping[str, Any]) -> str:
+    """The serving stack and release a pool ran (``vllm 0.19.1 (its default release)``), "" for
+    llmsim's generic engine: the release decides defaults (async scheduling, the memory reserve)
+    a reader must know were assumed when the scenario named none."""
+    backend = pool.get("backend")
+    if not backend:
+        return ""
+    release = pool.get("backend_release")
+    if release is None:
+        return backend
+    return f"{backend} {release}" + ("" if pool.get("backend_release_given") else " (its default release)")
+
+
 def class_verdict(c: Mapping[str, Any], ok: str = OK, fail: str = FAIL) -> str:
     """A class's SLO mark: its own targets' verdict, or, for a class the run is not judged on (its slo
     block the scenario's targets over its requests, ``slo_declared`` false), that verdict in
