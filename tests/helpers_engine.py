@@ -288,6 +288,10 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None, admission=None) 
         if admission == "decode_reservation":
             extra.update(reserved_decode_tokens=draw(st.sampled_from([0, 16, 512])),
                          output_estimate_clip=draw(st.sampled_from([50, 4096])))
+    # vLLM V1's prompt KV, chunk by chunk behind its whole-prompt admission gate.
+    if (scheduler == "continuous" and chunked and not contiguous and "kv_admission" not in extra
+            and draw(st.booleans())):
+        extra["prompt_kv"] = "per_chunk"
     # vLLM 0.6's multi-step scheduling: prefill-only steps between decode blocks.
     if (scheduler == "continuous" and not chunked and not mixed
             and extra.get("kv_admission") not in ("expected_output", "decode_reservation") and draw(st.booleans())):

@@ -18,11 +18,11 @@ from unittest import mock
 import numpy as np
 import pytest
 import simpy
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
-from helpers_engine import (capacities, check_reservation, engine_configs, make_requests, run_closed, run_open,
-                            workloads)
+from helpers_engine import (capacities, check_reservation, compare_runs, engine_configs, make_requests, run_closed,
+                            run_open, workloads)
 from simulator.fleet import pool as fleet
 from simulator.engine.blocks import ceil_div
 from simulator.engine.config import EngineConfig
@@ -74,8 +74,7 @@ class CheckedFast(FastReplica):
             assert self.fixed_filled + self.demand.at(G) <= self.fixed_blocks, where
         else:
             assert self.fixed_blocks == sum(s.blocks for s in prefilling), where
-        for s in prefilling:
-            assert s.blocks >= ceil_div(s.prompt, bs), where
+        check_prompt_blocks(self, prefilling, self._planned[0] if hasattr(self, "_planned") else [], where)
         assert 0 <= self.used_blocks() <= nb, f"{where}: {self.used_blocks()} blocks used of {nb}"
         assert len(self.running) <= self.cfg.max_num_seqs, where
         check_reservation(self, where)
@@ -135,12 +134,26 @@ class CheckedReference(ReferenceReplica):
         for s in self.running:
             if s.state == DECODE:
                 assert s.blocks >= ceil_div(s.kv, bs)
-            else:
-                assert s.blocks >= ceil_div(s.prompt, bs)
+        check_prompt_blocks(self, [s for s in self.running if s.state == PREFILL], chunks, "after _boundary")
         if not self.busy:
             assert not self.waiting and not self.running, "replica went idle with work left"
         check_reservation(self, "after _boundary")
         type(self).checks += 1
+
+
+def check_prompt_blocks(rep, prefilling, chunks, where: str) -> None:
+    """A prompt holds the blocks of its whole prompt from admission, or, chunk
+    by chunk (prompt_kv: per_chunk), exactly those of the tokens computed and
+    of the chunk the iteration in flight computes (its own beside the cache
+    entries it pins)."""
+    bs = rep.bs
+    planned = {id(s): c for s, c in chunks}
+    for s in prefilling:
+        if rep.per_chunk:
+            upto = s.done + planned.get(id(s), 0)
+            assert s.blocks + s.pin_blocks == ceil_div(upto, bs), where
+        else:
+            assert s.blocks >= ceil_div(s.prompt, bs) - s.pin_blocks, where
 
 
 @contextmanager
@@ -236,6 +249,25 @@ def test_reference_engine_invariants(data):
         run = run_open("checked_reference", reqs, cfg, nb, env=env, on_done=_record_done(env, log))
     check_run(run)
     _check_done_times(log)
+
+
+@settings(max_examples=120, **SETTINGS)
+@given(data=st.data())
+def test_prompt_kv_per_chunk_holds_the_audit_and_engines_agree(data):
+    """vLLM V1's prompt KV (prompt_kv: per_chunk) under KV pressure: each prompt holds exactly the
+    blocks of its computed and scheduled tokens, never more than the pool, and both engines agree."""
+    reqs = data.draw(workloads(min_n=5, max_n=40, max_in=600, max_out=300), label="requests")
+    cfg = data.draw(engine_configs(scheduler="continuous", chunked=True, kv="paged", admission="on_demand"),
+                    label="cfg").model_copy(update={"prompt_kv": "per_chunk"})
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    with checked_engines():
+        fast = run_open("checked_fast", reqs, cfg, nb)
+        ref = run_open("checked_reference", reqs, cfg, nb)
+    check_run(fast)
+    check_run(ref)
+    problems = compare_runs(fast, ref)
+    assert not problems, "\n".join(problems[:12])
+    event("preemptions: " + str(any(r.preemptions for r in ref.requests)))
 
 
 def test_a_resumed_request_never_takes_more_blocks_than_are_free():

@@ -225,9 +225,12 @@ def cache_configs(draw):
         if sched == "continuous" else "on_demand"
     # vLLM: a preempted request's full output blocks stay cached for its recompute.
     keep = draw(st.booleans())
+    # vLLM V1: a chunked prompt's blocks (and the cache entries they fill) as its chunks are scheduled.
+    prompt_kv = draw(st.sampled_from(["whole", "per_chunk"])) if chunked and admission == "on_demand" \
+        and sched == "continuous" else "whole"
     return EngineConfig(chunked_prefill=chunked, max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=bs,
                         prefix_cache_capacity_tokens=cap, scheduler=sched, kv_admission=admission,
-                        cache_preempted_output=keep)
+                        cache_preempted_output=keep, prompt_kv=prompt_kv)
 
 
 def _run_pair(data, with_cancels: bool, offload=None):

@@ -133,6 +133,9 @@ class ReplicaBase:
         # never exceeds num_blocks, so decode growth always fits.
         self.no_evict = cfg.reserves_output
         self.reserved = 0
+        # vLLM V1's prompt KV (prompt_kv: per_chunk): admitted on its whole prompt's blocks, a chunked
+        # prompt holds only those of the chunks scheduled so far (``_chunk_kv``).
+        self.per_chunk = cfg.per_chunk_kv
         # SGLang's admission on the running requests' expected output
         # (kv_admission: expected_output): the ratio is ratio_base after
         # ratio_steps decode-only iterations, kept as the pair so that both
@@ -461,9 +464,9 @@ class ReplicaBase:
         prefill skipped) plus ``blocks`` of its own. Returns the blocks taken
         from free memory. Call before stamping the admission."""
         if m is None:
-            s.blocks = total
+            s.blocks = 0 if self.per_chunk else total
             s.done = self._preloaded(s)
-            taken = total
+            taken = s.blocks
         else:
             c = self.cache
             ids = s.req.blocks
@@ -478,8 +481,10 @@ class ReplicaBase:
                 self.reload_s += c.tiers.reload(m.lower, m.tokens + m.lower.total - cached, first)
             s.done = max(cached, self._preloaded(s))
             p0 = c.pinned
-            s.pin, s.pin_ids, s.pin_blocks = c.acquire(ids, m, s.req.input_tokens, s.req.klass)
-            s.blocks = total - s.pin_blocks
+            # (chunk by chunk, only the hit is pinned now: _take_chunk enters the rest as it is allocated)
+            s.pin, s.pin_ids, s.pin_blocks = c.acquire(ids, m, s.req.input_tokens, s.req.klass,
+                                                       m.ids if self.per_chunk else -1)
+            s.blocks = 0 if self.per_chunk else total - s.pin_blocks
             taken = s.blocks + c.pinned - p0
         if self.lora is not None:   # a cold adapter's load delays the iteration it joins
             self.reload_s += self.lora.enter(s.req.adapter)
@@ -837,12 +842,66 @@ class ReplicaBase:
             free -= self._admit(s, total, m, now)
             self._trim_cache(free)
             c = self._chunk(s, budget)
+            if self.per_chunk:      # the gate above held its whole prompt's blocks free: its first chunk's fit
+                free -= self._take_chunk(s, c)
+                self._trim_cache(free)
             self._reserve_output(s, c)
             chunks.append((s, c))
             budget -= c + self.draft_slots
             if left is not None:
                 left -= c
         self._unskip(skipped)
+
+    def _chunk_kv(self, s: Seq, c: int, chunks: list, victims: list[Seq], decoding: bool) -> bool:
+        """Blocks for the next ``c`` prompt tokens of ``s``, a prompt part-way
+        through its prefill (``prompt_kv: per_chunk``): vLLM V1's running loop
+        (``Scheduler.schedule``) calls ``allocate_slots`` for the tokens it
+        schedules and, while they do not fit, preempts the newest running
+        request of the lowest priority, which may be ``s`` itself (then False:
+        the loop stops there). A victim that already has its tokens this
+        iteration loses them; ``victims`` collects every one (no prompt is
+        admitted after a preemption). ``decoding``: the iteration runs the
+        decodes, whose next blocks are already taken."""
+        need = ceil_div(s.done + c, self.bs) - s.blocks - s.pin_blocks
+        while need > self._free_for_chunk(decoding):
+            v = self._preempt_victim()
+            victims.append(v)
+            for i in range(len(chunks)):
+                if chunks[i][0] is v:
+                    del chunks[i]
+                    break
+            self._requeue([v])
+            if v is s:
+                return False
+        self._take_chunk(s, c)
+        self._trim_cache(self._free_for_chunk(decoding))
+        return True
+
+    def _take_chunk(self, s: Seq, c: int) -> int:
+        """Give ``s`` the blocks of its prompt up to its next ``c`` tokens, the
+        cache entries they fill entered as allocated (``PrefixCache.extend``);
+        returns the blocks taken from free memory (fewer than the chunk's where
+        an entry it extends over was already held by another sequence)."""
+        upto = s.done + c
+        taken = 0
+        cache = self.cache
+        if s.pin is not None:
+            assert cache is not None and s.req.blocks is not None   # a pin came from both
+            p0 = cache.pinned
+            s.pin, s.pin_ids, s.pin_blocks = cache.extend(s.pin, s.pin_ids, s.pin_blocks, s.req.blocks, upto,
+                                                          s.req.input_tokens, s.req.klass)
+            taken = cache.pinned - p0
+        grown = ceil_div(upto, self.bs) - s.pin_blocks - s.blocks
+        self._hold(s, grown)
+        return taken + grown
+
+    def _hold(self, s: Seq, blocks: int) -> None:
+        """Engine-specific: ``blocks`` more (or fewer) of its own for the prefilling ``s``."""
+        raise NotImplementedError
+
+    def _free_for_chunk(self, decoding: bool) -> int:
+        """Engine-specific: the blocks free while the plan gives prompt chunks theirs."""
+        raise NotImplementedError
 
     def _after_decodes(self, decoding: int) -> int:
         """The token budget ``decoding`` sequences leave an iteration (vLLM's

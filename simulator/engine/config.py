@@ -200,6 +200,27 @@ class EngineConfig(BaseModel):
                     "is allocated, so there a request waits before its prefill, here after its transfer (the "
                     "prefill pool is not held back); the host copies' time; a replica of dp > 1 attention ranks is held to the sum of its "
                     "ranks' tests")
+    prompt_kv: Literal["whole", "per_chunk"] = Field(
+        default="whole",
+        description="when a chunked prompt's KV blocks are allocated. whole: all of them at admission. per_chunk "
+                    "(vLLM V1 from 0.19, v1/core/sched/scheduler.py Scheduler.schedule and "
+                    "v1/core/kv_cache_manager.py allocate_slots): a waiting prompt is still admitted only if its "
+                    "whole prompt's blocks, less its prefix-cache hits, fit the free blocks "
+                    "(scheduler_reserve_full_isl), but each iteration allocates only the blocks of the tokens it "
+                    "schedules, and entered in the prefix cache as they are allocated; a prompt part-way through "
+                    "its prefill is a running request whose next chunk, when its blocks do not fit, preempts the "
+                    "newest running request of the lowest class priority (possibly itself), as a decode does, and "
+                    "no prompt is admitted in that iteration. So decodes grow into the blocks a prompt part-way "
+                    "has yet to take, and it preempts after computing some of its chunks (under one token budget "
+                    "no prompt joins before the last chunk of the one being chunked, so with one class that "
+                    "prompt is the newest running request and preempts itself). Only with kv_admission: "
+                    "on_demand, paged KV and continuous batching; a prompt not chunked (chunked_prefill: false) "
+                    "takes its blocks whole, its only chunk. The vllm backend sets it. SGLang keeps whole: "
+                    "PrefillAdder.add_one_req charges a prompt's whole uncached length against rem_total_tokens "
+                    "and, while one chunked request takes the chunk budget (add_chunked_req), admits no other "
+                    "prompt before its last chunk; TensorRT-LLM allocates a prompt's context blocks at once "
+                    "(kvCacheManager.cpp KVCacheManager::addSequence; its capacity scheduler charges a first "
+                    "context chunk the whole prompt, getNeededBlocksOneStep)")
     new_token_ratio_init: Optional[float] = Field(
         default=None, gt=0, le=1,
         description="expected_output: the share of running requests' remaining output admission expects them "
@@ -526,6 +547,22 @@ class EngineConfig(BaseModel):
         if stray and not self.expects_output:
             raise ValueError(f"{', '.join(stray)} tune kv_admission: expected_output (SGLang's), not "
                              f"{self.kv_admission}; remove them or set kv_admission: expected_output")
+        return self
+
+    @property
+    def per_chunk_kv(self) -> bool:
+        """Whether a chunked prompt's blocks are allocated chunk by chunk (``prompt_kv: per_chunk``)."""
+        return self.prompt_kv == "per_chunk" and self.chunked_prefill
+
+    @model_validator(mode="after")
+    def _prompt_kv_modelled(self) -> "EngineConfig":
+        if self.prompt_kv == "per_chunk" and (self.contiguous or self.scheduler == "static"
+                                              or self.kv_admission != "on_demand"):
+            held = ("kv_allocation: contiguous" if self.contiguous else "scheduler: static"
+                    if self.scheduler == "static" else f"kv_admission: {self.kv_admission}")
+            raise ValueError(f"prompt_kv: per_chunk (vLLM V1's allocation) needs paged KV, continuous batching "
+                             f"and kv_admission: on_demand; {held} reserves a prompt's KV whole at admission "
+                             "(set prompt_kv: whole)")
         return self
 
     @model_validator(mode="after")

@@ -223,10 +223,11 @@ class PrefixCache:
         return min(input_tokens // self.H, len(ids))
 
     # --- a sequence's life -------------------------------------------------
-    def acquire(self, ids: Sequence[int], m: Match, input_tokens: int, owner: Optional[str] = None
-                ) -> tuple[Node, int, int]:
+    def acquire(self, ids: Sequence[int], m: Match, input_tokens: int, owner: Optional[str] = None,
+                entered: int = -1) -> tuple[Node, int, int]:
         """Pin the matched path and enter the rest of the prompt's ids
-        (created by class ``owner``).
+        (created by class ``owner``), or of its first ``entered`` ids (≥ 0:
+        a prompt whose blocks are allocated chunk by chunk, :meth:`extend`).
 
         Returns (deepest node, ids on its path, KV blocks they occupy): the
         sequence's KV beyond those blocks is its own."""
@@ -234,7 +235,7 @@ class PrefixCache:
         if m.node is not None and m.k < node.n:
             node = self._split(node, m.k)
         pos, blocks = m.ids, m.blocks
-        n = self.entered_ids(ids, input_tokens)
+        n = self.entered_ids(ids, input_tokens) if entered < 0 else entered
         t = self.tiers
         if t is not None:   # reloaded and newly computed ids are in GPU memory now
             t.take(ids, pos, max(n, pos + (0 if m.lower is None else m.lower.ids)))
@@ -254,6 +255,27 @@ class PrefixCache:
             x.lock += 1
             x = x.parent
         return node, pos, blocks
+
+    def extend(self, node: Node, n: int, blocks: int, ids: Sequence[int], upto: int, input_tokens: int,
+               owner: Optional[str] = None) -> tuple[Node, int, int]:
+        """The path a prompt pins (``node``, ``n`` ids of ``blocks`` KV blocks)
+        extended over its ids up to its first ``upto`` tokens: vLLM caches a
+        chunk's full blocks as ``allocate_slots`` allocates them, so an entry
+        exists once the chunk computing it is scheduled, not at admission.
+        Ids another sequence entered meanwhile are shared, the rest entered
+        (created by ``owner``). Returns :meth:`acquire`'s triple."""
+        target = self.entered_ids(ids, input_tokens) if upto >= input_tokens else min(upto // self.H, len(ids))
+        if target <= n:
+            return node, n, blocks
+        tiers, self.tiers = self.tiers, None     # these ids are computed here, not reloaded
+        m = self.match(ids, target * self.H)
+        self.tiers = tiers
+        out = self.acquire(ids, m, input_tokens, owner, target)
+        x = node        # the old path lies on the new one, pinned twice now: once is enough
+        while x.parent is not None:
+            x.lock -= 1
+            x = x.parent
+        return out
 
     def release(self, node: Node, ids: Sequence[int], n: int, kv_tokens: int = 0,
                 owner: Optional[str] = None, computed: int = -1) -> None:

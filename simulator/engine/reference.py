@@ -86,6 +86,13 @@ class ReferenceReplica(ReplicaBase):
         self._requeue(victims)
         return decodes, victims
 
+    def _hold(self, s: Seq, blocks: int) -> None:
+        s.blocks += blocks
+        self.own += blocks
+
+    def _free_for_chunk(self, decoding: bool) -> int:
+        return self.free    # (the decodes' blocks were given first)
+
     def _admit(self, s: Seq, total: int, m, now: float) -> int:
         self.waiting.popleft()
         taken = self._attach(s, total, m)
@@ -132,7 +139,10 @@ class ReferenceReplica(ReplicaBase):
         if not cfg.mixes_prefill:
             # Chunks in prefill-only iterations (SGLang without --enable-mixed-chunk).
             self._trim_cache(self.free)
-            self._admit_chunked(now, self.free, self._continue_prefills(budget, chunks), chunks)
+            late: list[Seq] = []
+            budget = self._continue_prefills(budget, chunks, late, False)
+            if not late:
+                self._admit_chunked(now, self.free, budget, chunks)
             if chunks:
                 return chunks, []
             decodes, _ = self._allocate_decodes()
@@ -142,8 +152,11 @@ class ReferenceReplica(ReplicaBase):
         self._trim_cache(self.free)
         if deferred:
             return chunks, decodes
-        budget = self._continue_prefills(self._after_decodes(len(decodes)), chunks)
-        if not victims:
+        late = []
+        budget = self._continue_prefills(self._after_decodes(len(decodes)), chunks, late, True)
+        if late:    # a prompt's chunk preempted: the decodes it took lose their tokens
+            decodes = [s for s in decodes if s.state == DECODE]
+        elif not victims:
             self._admit_chunked(now, self.free, budget, chunks)
         return chunks, decodes
 
@@ -162,12 +175,15 @@ class ReferenceReplica(ReplicaBase):
             if decodes or limit == decoding or not any(s.state == DECODE for s in self.running):
                 return decodes, victims, limit < decoding
 
-    def _continue_prefills(self, budget: int, chunks: list) -> int:
+    def _continue_prefills(self, budget: int, chunks: list, late: list[Seq], decoding: bool) -> int:
         """Add the next chunk of each partly prefilled prompt to ``chunks`` while
-        ``budget`` lasts; the budget left."""
-        for s in self.running:
+        ``budget`` lasts, with its blocks chunk by chunk (``_chunk_kv``, whose
+        preemptions go to ``late``); the budget left."""
+        for s in [s for s in self.running if s.state == PREFILL]:
             if s.state == PREFILL and budget > self.draft_slots:
                 c = self._chunk(s, budget)
+                if self.per_chunk and not self._chunk_kv(s, c, chunks, late, decoding):
+                    break
                 self._reserve_output(s, c)
                 chunks.append((s, c))
                 budget -= c + self.draft_slots

@@ -309,6 +309,13 @@ class FastReplica(ReplicaBase):
         self.prefilling[s] = None
         return taken
 
+    def _hold(self, s: Seq, blocks: int) -> None:
+        s.blocks += blocks
+        self.fixed_blocks += blocks
+
+    def _free_for_chunk(self, decoding: bool) -> int:
+        return self._free_blocks(decoding)
+
     def _free_blocks(self, decoding_next: bool) -> int:
         return self.num_blocks - self.used_blocks(self.G + 1 if decoding_next else self.G)
 
@@ -347,31 +354,39 @@ class FastReplica(ReplicaBase):
             # Chunks in prefill-only iterations (SGLang without --enable-mixed-chunk): the
             # prompt being chunked goes first, then waiting prompts while the budget lasts;
             # the decodes wait for any prefill batch.
-            free = self._free_blocks(False)
-            self._trim_cache(free)
-            self._admit_chunked(now, free, self._continue_prefills(budget, chunks), chunks)
+            self._trim_cache(self._free_blocks(False))
+            late: list[Seq] = []
+            budget = self._continue_prefills(budget, chunks, late, False)
+            if not late:
+                self._admit_chunked(now, self._free_blocks(False), budget, chunks)
             if chunks:
                 return chunks, False, False
             victims = self._make_room_for_decodes()   # (as without chunking: the stretch ends after one)
             self._trim_cache(self._free_blocks(self.B > 0))
-            return [], self.B > 0, bool(victims)
+            return [], self.B > 0, bool(victims or late)
         victims, deferred = self._decodes_within_budget()
         free = self._free_blocks(self.B > 0)
         self._trim_cache(free)
         if deferred:
             return chunks, self.B > 0, bool(victims)
-        budget = self._continue_prefills(self._after_decodes(self.B), chunks)
-        if not victims:
-            self._admit_chunked(now, free, budget, chunks)
-        return chunks, self.B > 0, bool(victims)
+        late = []
+        budget = self._continue_prefills(self._after_decodes(self.B), chunks, late, True)
+        if not victims and not late:
+            self._admit_chunked(now, self._free_blocks(self.B > 0), budget, chunks)
+        return chunks, self.B > 0, bool(victims or late)
 
-    def _continue_prefills(self, budget: int, chunks: list) -> int:
+    def _continue_prefills(self, budget: int, chunks: list, late: list[Seq], decoding: bool) -> int:
         """Add the next chunk of each partly prefilled prompt to ``chunks`` while
-        ``budget`` lasts; the budget left."""
-        for s in self.prefilling:
+        ``budget`` lasts, with its blocks chunk by chunk (``_chunk_kv``, whose
+        preemptions go to ``late``); the budget left."""
+        for s in list(self.prefilling):
+            if s.state != PREFILL:
+                continue    # preempted by an earlier prompt's chunk
             if budget <= self.draft_slots:
                 break
             c = self._chunk(s, budget)
+            if self.per_chunk and not self._chunk_kv(s, c, chunks, late, decoding):
+                break
             self._reserve_output(s, c)
             chunks.append((s, c))
             budget -= c + self.draft_slots

@@ -500,7 +500,17 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
     if draft == "draft":
         merged = refine(merged, prof.draft_model_keys(keys))
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
-    return refine(backend_defaults_beside(merged, engine), engine)
+    return _prompt_kv_beside(refine(backend_defaults_beside(merged, engine), engine), engine)
+
+
+def _prompt_kv_beside(out: dict[str, Any], engine: Mapping[str, Any]) -> dict[str, Any]:
+    """The stack's ``prompt_kv`` gives way where the pool's own keys describe another server's KV
+    (static batching, contiguous KV, an admission reserving more than the prompt): vLLM's chunk-by-chunk
+    allocation means nothing there. Set by the pool itself beside them, it is refused."""
+    if "prompt_kv" not in engine and (out.get("scheduler") == "static" or out.get("kv_allocation") == "contiguous"
+                                      or out.get("kv_admission", "on_demand") != "on_demand"):
+        out.pop("prompt_kv", None)
+    return out
 
 
 def _release_model_keys(keys: Mapping[str, Any], model: Optional[ModelProfile], version: Any) -> dict[str, Any]:
