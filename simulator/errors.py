@@ -13,8 +13,8 @@ import re
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-__all__ = ["LlmsimError", "format_key_path", "from_validation_error", "user_loc", "os_reason", "first_few",
-           "nearest", "shortened", "set_flag"]
+__all__ = ["LlmsimError", "KeyRefusal", "format_key_path", "from_validation_error", "error_loc", "user_loc",
+           "os_reason", "first_few", "nearest", "shortened", "set_flag"]
 
 
 class LlmsimError(Exception):
@@ -37,6 +37,26 @@ class LlmsimError(Exception):
         prefix = ": ".join(where)
         message = "\n".join(_printable(line, 600) for line in self.message.split("\n"))
         return f"{prefix}: {message}" if prefix else message
+
+
+class KeyRefusal(ValueError):
+    """A model validator's refusal of one of its model's keys. Pydantic locates whatever a model
+    validator raises at the model itself (``pools[0].engine``), so a check that reads other keys
+    too (a release that needs ``kv_memory.cuda_graph_gib``) would have to name its key in the
+    message, a second way of writing key paths; raised as this, the key joins the location
+    (``pools[0].engine.kv_memory.cuda_graph_gib: ...``) as a field's own refusal does."""
+
+    def __init__(self, key: str | tuple[str, ...], message: str):
+        super().__init__(message)
+        # a dotted text for keys that hold no dot; a tuple where a key does (a release number)
+        self.key = tuple(key.split(".")) if isinstance(key, str) else key
+
+
+def error_loc(error: dict) -> tuple:
+    """A pydantic error's location, down to the key a :class:`KeyRefusal` names."""
+    loc = tuple(error.get("loc", ()))
+    raised = (error.get("ctx") or {}).get("error")
+    return loc + raised.key if isinstance(raised, KeyRefusal) else loc
 
 
 _CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]+")
@@ -162,7 +182,7 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None)
     by_path: dict[str, list[str]] = {}
     got: dict[str, str] = {}
     for e in err.errors():
-        loc = e.get("loc", ())
+        loc = error_loc(e)
         path = format_key_path(user_loc(loc, data) if data is not None else loc)
         # a value the user wrote may hold a newline: kept on the problem's one line, escaped
         msg = _CONTROL.sub(_escaped, e.get("msg", "invalid value"))

@@ -755,6 +755,42 @@ def test_a_sweeps_missing_base_names_the_sweep_file(tmp_path, cli):
     one_line_error(cli("sweep", sweep), "sw.yaml: base", "nosuch.yaml")
 
 
+@pytest.mark.parametrize("engine, says", [
+    ({"backend": "vlm"}, "pools[0].engine.backend: unknown serving backend 'vlm'"),
+    ({"backend": "{tmp}/nope.yaml"}, "pools[0].engine.backend: {tmp}/nope.yaml: file not found"),
+    ({"kernels": "xx"}, "pools[0].engine.kernels: 'xx' names no serving stack"),
+    ({"backend": "vllm", "backend_version": "0.25.0"},
+     "pools[0].engine.kv_memory.cuda_graph_gib: this release takes its CUDA graphs' memory out of the KV pool")])
+def test_a_check_that_reads_several_keys_names_its_key_in_the_key_path(tmp_path, engine, says):
+    """A check across keys is located at the model that holds them; its key was written into the message
+    (pools[0]: engine.backend 'vlm': ..., pools[0].engine: kernels: ...), a second form of key path beside
+    every field's pools[0].engine.kv_dtype: ..."""
+    engine = {k: v.replace("{tmp}", str(tmp_path)) for k, v in engine.items()}
+    pool = {**SCENARIO["pools"][0], "engine": {**SCENARIO["pools"][0].get("engine", {}), **engine}}
+    with pytest.raises(LlmsimError) as e:
+        load_scenario(write_yaml(tmp_path / "s.yaml", {**SCENARIO, "pools": [pool]}))
+    assert e.value.render().startswith(f"{tmp_path / 's.yaml'}: " + says.replace("{tmp}", str(tmp_path))), \
+        e.value.render()
+
+
+@pytest.mark.parametrize("key, value, says", [
+    (("newest_release",), "latest", "b.yaml: newest_release: 'latest' is not a release number"),
+    (("releases", "0.14.0"), "soon", "b.yaml: releases.0.14.0: expected the day it came out as YYYY-MM-DD")])
+def test_a_backend_profiles_check_across_keys_names_its_key_in_the_key_path(tmp_path, key, value, says):
+    """b.yaml: (top level): releases.0.14.0: ..., the key written into the message of the profile's top level."""
+    from simulator.profiles.backend import load_backend
+    from simulator.profiles.loader import builtin_dir
+
+    data = {**yaml.safe_load((builtin_dir("backend_profiles") / "vllm.yaml").read_text()), "name": "b"}
+    node = data
+    for part in key[:-1]:
+        node = node.setdefault(part, {})
+    node[key[-1]] = value
+    with pytest.raises(LlmsimError) as e:
+        load_backend(str(write_yaml(tmp_path / "b.yaml", data)))
+    assert says in e.value.render() and "(top level)" not in e.value.render()
+
+
 # --- (6) determinism --------------------------------------------------------------------------------------
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**31))

@@ -8,7 +8,7 @@ from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import LlmsimError
+from ..errors import LlmsimError, error_loc
 from .app import app, warn
 from .output import console, kv_table, print_json, provenance_notes
 from .examples import epilog
@@ -137,9 +137,9 @@ def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, ker
         raise LlmsimError(f"{where + ': ' if where else ''}{e.message}", key_path="--backend") from None
     except ValidationError as e:
         first = e.errors()[0]
-        where = ".".join(map(str, first["loc"]))
+        where = ".".join(map(str, error_loc(first)))
         msg = first["msg"].removeprefix("Value error, ")
-        if msg.startswith("kv_memory.cuda_graph_gib: "):      # the figure this command takes as a flag
+        if where == "kv_memory.cuda_graph_gib":      # the figure this command takes as a flag (checked above)
             from ..kv_memory import graphs_needed
 
             raise LlmsimError(graphs_needed("give --cuda-graph-gib as"), key_path="--backend-version") from None

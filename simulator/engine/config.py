@@ -5,6 +5,7 @@ from typing import TYPE_CHECKING, Literal, Optional, Union
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
+from ..errors import KeyRefusal
 from ..kv_memory import RULES, KvMemory
 
 if TYPE_CHECKING:
@@ -459,7 +460,7 @@ class EngineConfig(BaseModel):
 
         why = graphs_unstated(self.kv_memory) if self.backend is not None else None
         if why:
-            raise ValueError(f"kv_memory.cuda_graph_gib: {why}")
+            raise KeyRefusal("kv_memory.cuda_graph_gib", why)
         return self
 
     @model_validator(mode="after")
@@ -482,7 +483,7 @@ class EngineConfig(BaseModel):
         try:
             check_serving_stack(self.kernels)
         except ValueError as e:
-            raise ValueError(f"kernels: {e}") from None
+            raise KeyRefusal("kernels", str(e)) from None
         return self
 
     @model_validator(mode="after")

@@ -29,7 +29,7 @@ from typing import Any, Mapping, Optional, Sequence
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-from ..errors import LlmsimError
+from ..errors import KeyRefusal, LlmsimError
 from ..kv_memory import backend_defaults_beside, without_default_inputs
 from .hardware import HardwareProfile
 from .loader import list_profiles, load_profile, resolve
@@ -267,7 +267,7 @@ class BackendProfile(_Strict):
     def _newest_a_release(self) -> "BackendProfile":
         for key, v in (("newest_release", self.newest_release), ("default_release", self.default_release)):
             if v is not None and version_number(v) is None:
-                raise ValueError(f"{key}: {v!r} is not a release number such as 0.5.13")
+                raise KeyRefusal(key, f"{v!r} is not a release number such as 0.5.13")
         return self
 
     @model_validator(mode="after")
@@ -279,7 +279,7 @@ class BackendProfile(_Strict):
             except ValueError:
                 ok = False
             if not ok:
-                raise ValueError(f"releases.{release}: expected the day it came out as YYYY-MM-DD, got {day!r}")
+                raise KeyRefusal(("releases", release), f"expected the day it came out as YYYY-MM-DD, got {day!r}")
         return self
 
     def released(self, version: str) -> Optional[str]:

@@ -13,7 +13,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ..costmodel.speculative import SpeculativeSpec, draft_kind
 from ..engine.config import EngineConfig
 from ..fleet.routing import RouterSpec
-from ..errors import LlmsimError
+from ..errors import KeyRefusal, LlmsimError
 from ..fleet.autoscaler import AutoscalingSpec
 from ..fleet.classes import ClassSpec
 from ..fleet.disaggregation import DisaggregationSpec
@@ -82,7 +82,7 @@ class PoolSpec(BaseModel):
             try:
                 load_backend(engine["backend"])
             except LlmsimError as e:
-                raise ValueError(f"engine.backend {engine['backend']!r}: {e.message}") from None
+                raise KeyRefusal("engine.backend", e.message) from None
             return data
         try:
             spec = data.get("speculative")
@@ -90,7 +90,7 @@ class PoolSpec(BaseModel):
             merged = apply_backend(engine, data["gpu"], draft_kind(draft) if spec is not None else "", model)
         except LlmsimError as e:
             where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
-            raise ValueError(f"engine.backend {engine['backend']!r}: {where + ': ' if where else ''}{e.message}") from None
+            raise KeyRefusal("engine.backend", f"{where + ': ' if where else ''}{e.message}") from None
         pp = data.get("pp", 1)
         if (isinstance(pp, int) and pp > 1 and merged.get("pp_async", "unsupported") == "unsupported"
                 and "async_scheduling" not in engine):
