@@ -73,8 +73,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Callable, Literal, Mapping, Optional, Union, get_args
 
-from pydantic import BaseModel, ConfigDict, Field, PositiveInt, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PositiveInt, ValidationError, model_validator
 
+from .errors import KeyRefusal
 from .profiles.hardware import GIB
 
 MIB = 2**20
@@ -709,6 +710,24 @@ def rank_token_cap(spec: Optional[KvMemory]) -> Optional[int]:
     return spec.max_tokens
 
 
+#: The flag by which a command that builds such a pool itself (``llmsim estimate``, the rows ``llmsim
+#: validate`` replays) takes the figure a scenario states as ``kv_memory.cuda_graph_gib``.
+GRAPHS_FLAG = "--cuda-graph-gib"
+
+
+class GraphsUnstated(KeyRefusal):
+    """:func:`graphs_unstated`'s refusal of an engine, told apart from the others so that a command taking
+    the figure as :data:`GRAPHS_FLAG` can ask for the flag, not the scenario key its user has not got."""
+
+    def __init__(self, why: str):
+        super().__init__("kv_memory.cuda_graph_gib", why)
+
+
+def graphs_refused(err: ValidationError) -> bool:
+    """Whether ``err`` holds :class:`GraphsUnstated`."""
+    return any(isinstance((e.get("ctx") or {}).get("error"), GraphsUnstated) for e in err.errors())
+
+
 def graphs_unstated(spec: Optional[KvMemory]) -> Optional[str]:
     """Why ``spec`` cannot size a pool, where the stack takes an estimate of its CUDA graphs out
     of it (``cuda_graphs_in_pool``) and the pool does not state the figure: the estimate is
@@ -720,13 +739,14 @@ def graphs_unstated(spec: Optional[KvMemory]) -> Optional[str]:
     return graphs_needed("set kv_memory.cuda_graph_gib to")
 
 
-def graphs_needed(state: str) -> str:
+def graphs_needed(state: str, otherwise: str = "name an earlier backend_version") -> str:
     """:func:`graphs_unstated`'s answer, ``state`` saying how the figure is given (a scenario's
-    key, a command's flag)."""
+    key, a command's flag), ``otherwise`` what else would do ("": nothing, the release a
+    measurement ran being what it was)."""
     return ("this release takes its CUDA graphs' memory out of the KV pool (vLLM 0.20.0 and later), which "
             f"llmsim cannot derive: {state} the 'Estimated CUDA graph memory' the server logs (from 0.34.0, "
             "whose extensible KV cache is sized after capture, the GiB of its 'Graph capturing finished in ... "
-            "took' line), per GPU, or name an earlier backend_version")
+            f"took' line), per GPU{', or ' + otherwise if otherwise else ''}")
 
 
 def draft_in_reserve(spec: Optional[KvMemory]) -> bool:

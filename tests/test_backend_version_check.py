@@ -156,10 +156,41 @@ def test_validate_refuses_a_release_past_the_profile_as_a_scenario_does(tmp_path
                                            f"(to {newest})")
 
 
-def test_a_row_whose_launch_llmsim_cannot_build_is_left_out_with_its_reason(tmp_path, cli):
+ROWS = "row_id,engine,engine_version,model,gpu,tp,isl_mean,osl_mean,concurrency,ttft_mean_ms\n"
+
+
+def _row(rid: str, stack: str, version: str) -> str:
+    return f"{rid},{stack},{version},meta-llama/Llama-3.2-1B,H100-SXM5-80GB,1,512,64,4,20.0\n"
+
+
+def test_a_row_whose_launch_llmsim_cannot_build_is_left_out_naming_the_flag(tmp_path, cli):
     """vLLM 0.20.0 and later size the KV pool after a CUDA-graph figure no measurement records: such a row
-    is refused as a layout that does not fit is (one line when it is the only one), never a traceback."""
+    is refused as a layout that does not fit is (one line when it is the only one), never a traceback, and
+    the refusal asks for validate's own --cuda-graph-gib, not the scenario key a replay's user has not got."""
     csv = tmp_path / "rows.csv"
-    csv.write_text("row_id,engine,engine_version,model,gpu,tp,isl_mean,osl_mean,concurrency,ttft_mean_ms\n"
-                   "r1,vllm,0.25.0,meta-llama/Llama-3.2-1B,H100-SXM5-80GB,1,512,64,4,20.0\n")
-    _one_line(cli("validate", csv, "--workers", "1"), "no row can be replayed", "kv_memory.cuda_graph_gib")
+    csv.write_text(ROWS + _row("r1", "vllm", "0.25.0"))
+    r = cli("validate", csv, "--workers", "1")
+    _one_line(r, "no row can be replayed", "give --cuda-graph-gib as the 'Estimated CUDA graph memory'")
+    assert "kv_memory.cuda_graph_gib" not in r.err and "backend_version" not in r.err, r.err
+
+
+def test_validate_states_the_cuda_graphs_of_every_row_whose_release_needs_them(tmp_path, cli):
+    """--cuda-graph-gib is each vLLM 0.20.0+ row's kv_memory.cuda_graph_gib; a row whose graphs live outside
+    the pool (vLLM 0.19.1) or whose stack never reads the figure (SGLang) is replayed without it."""
+    from simulator.validation.replay import ReplaySettings, scenario_for
+    from simulator.validation.rows import rows_from_csv
+
+    csv = tmp_path / "rows.csv"
+    csv.write_text(ROWS + _row("new", "vllm", "0.25.0") + _row("newest", "vllm", "0.34.0")
+                   + _row("old", "vllm", "0.19.1") + _row("sglang", "sglang", "0.5.9"))
+    stated = {r.id: scenario_for(r, ReplaySettings(cuda_graph_gib=1.5)).pools[0].engine.kv_memory
+              for r in rows_from_csv(csv)}
+    assert {rid: kv.cuda_graph_gib for rid, kv in stated.items()} == {"new": 1.5, "newest": 1.5, "old": 0.0,
+                                                                      "sglang": 0.0}
+    bench = tmp_path / "run.json"
+    bench.write_text(json.dumps(BENCH))
+    r = cli("validate", bench, "--backend", "vllm", "--backend-version", "0.25.0", "--model", "llama-3.2-1b",
+            "--gpu", "h100-sxm", "--workers", "1", "--cuda-graph-gib", "1.5", "--json")
+    assert r.code == 0 and json.loads(r.out)["replayed"] == 1, (r.code, r.err)
+    _one_line(cli("validate", bench, "--backend", "vllm", "--model", "llama-3.2-1b", "--gpu", "h100-sxm",
+                  "--cuda-graph-gib", "-1"), "--cuda-graph-gib: GiB per GPU, 0 to 1,024 (got -1.0)")

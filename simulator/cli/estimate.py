@@ -12,7 +12,7 @@ from ..errors import LlmsimError, error_loc
 from .app import app, warn
 from .output import console, kv_table, print_json, provenance_notes
 from .examples import epilog
-from .options import check_version_flag
+from .options import check_cuda_graph_gib, check_version_flag, cuda_graph_gib_option
 
 if TYPE_CHECKING:   # the cost model on first use: `llmsim --help` imports this module
     from ..costmodel import CostModel
@@ -38,10 +38,7 @@ BACKEND = typer.Option(None, "--backend", help="price as this serving backend ru
                                                "overheads, eager launches, front-end terms and defaults (vllm, "
                                                "sglang, trtllm or a profile file); default: the kernels alone")
 VERSION = typer.Option(None, "--backend-version", help="the backend's release whose defaults apply (with --backend)")
-GRAPHS = typer.Option(None, "--cuda-graph-gib", help="CUDA-graph memory per GPU the stack takes out of the KV pool "
-                                                 "(engine.kv_memory.cuda_graph_gib: the 'Estimated CUDA graph "
-                                                 "memory' vLLM 0.20.0 and later log, from 0.34.0 the GiB of 'Graph "
-                                                 "capturing finished', which a --backend-version of theirs needs)")
+GRAPHS = cuda_graph_gib_option()
 
 
 def _naming(flag: str, e: LlmsimError) -> LlmsimError:
@@ -108,8 +105,7 @@ def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, ker
     builds it; ``graphs``: its ``kv_memory.cuda_graph_gib``."""
     if version is not None:
         check_version_flag(version)
-    if graphs is not None and not 0 <= graphs <= 1024:      # NaN fails both: KvMemory's own bounds
-        raise LlmsimError(f"GiB per GPU, 0 to 1,024 (got {graphs})", key_path="--cuda-graph-gib")
+    check_cuda_graph_gib(graphs)
     if backend is None:
         if version is not None:
             raise LlmsimError("--backend-version names a release of the backend given with --backend; "
@@ -136,13 +132,13 @@ def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, ker
         where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
         raise LlmsimError(f"{where + ': ' if where else ''}{e.message}", key_path="--backend") from None
     except ValidationError as e:
+        from ..kv_memory import GRAPHS_FLAG, graphs_needed, graphs_refused
+
+        if graphs_refused(e):      # the figure this command takes as a flag
+            raise LlmsimError(graphs_needed(f"give {GRAPHS_FLAG} as"), key_path="--backend-version") from None
         first = e.errors()[0]
         where = ".".join(map(str, error_loc(first)))
         msg = first["msg"].removeprefix("Value error, ")
-        if where == "kv_memory.cuda_graph_gib":      # the figure this command takes as a flag (checked above)
-            from ..kv_memory import graphs_needed
-
-            raise LlmsimError(graphs_needed("give --cuda-graph-gib as"), key_path="--backend-version") from None
         if msg.startswith("backend_version "):     # the scenario's key, given here as a flag
             raise LlmsimError(msg.removeprefix("backend_version ").replace("backend_version", "--backend-version"),
                               key_path="--backend-version") from None

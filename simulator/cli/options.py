@@ -1,5 +1,5 @@
 """Command-line options several commands share: ``--set``, the executor flags of ``run --replicates``,
-``plan`` and ``sweep``, and the backend version estimate and validate take.
+``plan`` and ``sweep``, and the backend version and CUDA-graph memory estimate and validate take.
 
 Typer options are declared once here as annotated types, so a flag reads, checks and explains itself the
 same way on every command that takes it."""
@@ -78,3 +78,28 @@ def check_version_flag(version: str, flag: str = "--backend-version") -> str:
         return check_backend_version(version)
     except ValueError as e:
         raise LlmsimError(str(e), key_path=flag) from None
+
+
+#: The GiB :func:`check_cuda_graph_gib` takes: KvMemory's own bounds on ``cuda_graph_gib``.
+MAX_CUDA_GRAPH_GIB = 1024
+
+
+def cuda_graph_gib_option() -> Any:
+    """``--cuda-graph-gib``: what a scenario states as ``engine.kv_memory.cuda_graph_gib``, for the
+    commands that build a vLLM pool themselves (estimate's, each row validate replays)."""
+    from ..kv_memory import GRAPHS_FLAG
+
+    return typer.Option(None, GRAPHS_FLAG, help="CUDA-graph memory per GPU that vLLM 0.20.0 and later take out "
+                        "of the KV pool, which llmsim cannot derive and those releases need "
+                        "(engine.kv_memory.cuda_graph_gib): the 'Estimated CUDA graph memory' they log, from "
+                        "0.34.0 the GiB of 'Graph capturing finished'")
+
+
+def check_cuda_graph_gib(gib: Optional[float]) -> Optional[float]:
+    """``--cuda-graph-gib`` as given, refused outside 0 to 1,024 GiB (NaN included), before anything is
+    priced or replayed."""
+    from ..kv_memory import GRAPHS_FLAG
+
+    if gib is not None and not 0 <= gib <= MAX_CUDA_GRAPH_GIB:      # NaN fails both
+        raise LlmsimError(f"GiB per GPU, 0 to {MAX_CUDA_GRAPH_GIB:,} (got {gib})", key_path=GRAPHS_FLAG)
+    return gib

@@ -25,6 +25,7 @@ from .app import app, err_console
 from .output import console, print_json
 from .rundir import refuse_overwriting_input_files
 from .examples import epilog
+from .options import check_cuda_graph_gib, cuda_graph_gib_option
 
 
 def _load_rows(inputs: List[Path], backend: Optional[str], model: Optional[str], gpu: Optional[str], tp: int,
@@ -129,6 +130,7 @@ def validate(
         "carry their own"),
     stack_version: Optional[str] = typer.Option(None, "--stack-version", hidden=True,
                                                 help="--backend-version under another name"),
+    cuda_graph_gib: Optional[float] = cuda_graph_gib_option(),
     max_concurrency: Optional[int] = typer.Option(None, "--max-concurrency", min=1,
                                                   help="replay only rows at or below this concurrency"),
     client: str = typer.Option("auto", "--client", help="how the closed loop's rounds fall into phase: burst "
@@ -171,6 +173,7 @@ def validate(
     if model_configs is not None and not model_configs.is_dir():
         raise LlmsimError("not a folder", source=model_configs, key_path="--model-configs")
     version = _version(backend_version, stack_version, inputs)
+    check_cuda_graph_gib(cuda_graph_gib)
     with recorded_reads() as read:        # every file the rows and profiles come from
         rows = _load_rows(inputs, backend, model, gpu, tp, weight_dtype, kv_dtype, model_configs, version)
         if max_concurrency is not None:
@@ -191,7 +194,7 @@ def validate(
                                    [*_named_inputs(inputs, (backend, model, gpu), model_configs), *read,
                                     *_profile_files(rows, stack_override)])
     settings = ReplaySettings(backend=stack_override, client=client,  # type: ignore[arg-type]
-                              deployment=None if deployment == "auto" else deployment)
+                              deployment=None if deployment == "auto" else deployment, cuda_graph_gib=cuda_graph_gib)
     usable = _modelled(usable, settings, inputs[0])
     out: dict = {"rows": len(rows), "replayed": len(usable),
                  **({"replayed_with": stack_override} if stack_override is not None else {}),

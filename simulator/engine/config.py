@@ -456,11 +456,11 @@ class EngineConfig(BaseModel):
     def _graphs_stated(self) -> "EngineConfig":
         # A backend's release (not a profile's rule checked on its own) that sizes its pool after
         # an estimate llmsim cannot derive needs the pool to state it.
-        from ..kv_memory import graphs_unstated
+        from ..kv_memory import GraphsUnstated, graphs_unstated
 
         why = graphs_unstated(self.kv_memory) if self.backend is not None else None
         if why:
-            raise KeyRefusal("kv_memory.cuda_graph_gib", why)
+            raise GraphsUnstated(why)
         return self
 
     @model_validator(mode="after")

@@ -76,6 +76,9 @@ class ReplaySettings:
     client: ClientMode = "auto"
     deployment: Optional[str] = None        # None: the row's own (validation.deployment); else one for all rows
     seed: int = 0
+    # kv_memory.cuda_graph_gib of every row whose release takes its CUDA graphs out of the KV pool
+    # (vLLM 0.20.0 on: validate --cuda-graph-gib); None: such a row is refused
+    cuda_graph_gib: Optional[float] = None
 
 
 def _cost_model(row: Row, layout: Optional[RoleLayout] = None, gpu_only: bool = False) -> CostModel:
@@ -220,8 +223,13 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
     try:
         return Scenario.model_validate(body)
     except ValidationError as e:
-        # a launch llmsim cannot build (vLLM 0.20.0 and later size the pool after a CUDA-graph
-        # figure no measurement records): the row's refusal, as a layout that does not fit is
+        # a launch llmsim cannot build: the row's refusal, as a layout that does not fit is. vLLM 0.20.0
+        # and later size the pool after a CUDA-graph figure no measurement records, which the command
+        # replaying the row takes as a flag: the scenario's key would name nothing its user can set.
+        from ..kv_memory import GRAPHS_FLAG, graphs_needed, graphs_refused
+
+        if graphs_refused(e):
+            raise LlmsimError(graphs_needed(f"give {GRAPHS_FLAG} as", otherwise="")) from None
         raise from_validation_error(e, None, body) from None
 
 
@@ -280,7 +288,26 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
         merged = apply_backend(dict(engine), row.gpu).get("kv_memory") or {}
         read = RULES[merged.get("rule", "vllm")].reads(merged.get("fraction") is not None)
         engine["kv_memory"] = {k: v for k, v in launch.items() if k in read}
+    _state_graphs(engine, row.gpu, s.cuda_graph_gib)
     return engine
+
+
+def _state_graphs(engine: dict[str, Any], gpu: str, gib: Optional[float]) -> None:
+    """Set ``gib`` as ``engine``'s ``kv_memory.cuda_graph_gib`` where its release takes an estimate of its
+    CUDA graphs out of the KV pool and the engine states none; elsewhere the figure would shrink a pool
+    whose graphs live outside it (vLLM to 0.19.1), or be refused by a stack that never reads it."""
+    if gib is None:
+        return
+    from ..kv_memory import KvMemory, graphs_unstated
+    from ..profiles.backend import apply_backend
+
+    kv = apply_backend(dict(engine), gpu).get("kv_memory")
+    try:
+        needed = isinstance(kv, dict) and graphs_unstated(KvMemory.model_validate(kv)) is not None
+    except ValidationError:
+        return          # the scenario refuses the mapping, naming its key
+    if needed:
+        engine["kv_memory"] = {**(engine.get("kv_memory") or {}), "cuda_graph_gib": gib}
 
 
 def _stack_of(backend: str) -> str | None:
