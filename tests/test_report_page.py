@@ -196,6 +196,25 @@ def test_intervals_are_shown_beside_the_slo_when_results_carry_them():
     assert "<td>monthly_usd</td><td>[90, 110]</td>" in html
 
 
+def test_the_page_writes_money_as_the_terminal_does():
+    """A request's cost showed as $8.361e-05 on the page where the terminal printed 0.00008361: every money
+    figure of the cost table is the terminal's (summary_format.usd), whole from $100 as its monthly bill."""
+    from simulator.report.page_parts import cost_table, money
+    from simulator.report.summary_format import usd
+
+    cost = {"monthly_usd": 12345.678, "window_usd": 0.25, "usd_per_million_output_tokens": 1.23456,
+            "usd_per_million_input_tokens": 0.0123456, "usd_per_request": 8.361e-05, "usd_per_session": 0.000512,
+            "sessions": {"mean_per_gpu": 3.0, "peak_per_gpu": 5}, "monthly_basis": "24/7"}
+    html = cost_table({"cost": cost})
+    for label, key in (("per 1M output tokens", "usd_per_million_output_tokens"),
+                       ("per 1M input tokens", "usd_per_million_input_tokens"),
+                       ("per request", "usd_per_request"), ("per session", "usd_per_session"),
+                       ("the simulated window", "window_usd")):
+        assert f"<th>{label}</th><td>${usd(cost[key])}</td>" in html, (label, html)
+    assert "$0.00008361" in html and "$12,346" in html and "e-0" not in html
+    assert money(8.361e-05) == "$0.00008361" and money(250) == "$250" and money(None) == "—"
+
+
 def test_a_big_request_table_is_sampled_not_read_whole(scenario, tmp_path, cli, monkeypatch):
     import simulator.report.page as page
 

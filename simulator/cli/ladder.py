@@ -18,7 +18,7 @@ from rich.text import Text
 from ..errors import LlmsimError
 from ..metrics.product import sliced
 from ..metrics.verdict import mark
-from ..report.summary import _money
+from ..report.summary_format import usd
 from .output import UNBOUNDED, console, fitted_table, print_json
 from .progress import simulate_shown
 from .rundir import output_folder, write_run_files
@@ -37,9 +37,9 @@ def _ms(ms: float) -> str:
     return f"{ms:,.0f}" if abs(ms) >= 100 else f"{ms:.1f}"
 
 
-def _per_1k(usd: float) -> str:
+def _per_1k(dollars: float) -> str:
     """Money per 1,000 requests: a cent-scale figure instead of 0.0000718."""
-    return _money(usd * 1000)
+    return usd(dollars * 1000)
 
 
 # (row key, header, format) of the printed table, most important first.

@@ -11,7 +11,7 @@ import html
 import json
 from typing import Any, Iterable, Mapping, Optional, Sequence
 from ..metrics.verdict import class_p99, measured, owner, slo_blocks, slo_met
-from .summary_format import FAILED_PARTS, class_verdict, rate_limited_shown, stack_served, weights_served
+from .summary_format import FAILED_PARTS, class_verdict, rate_limited_shown, stack_served, usd, weights_served
 
 __all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
            "slo_table", "cost_table", "money", "whole", "interval_text"]
@@ -26,11 +26,13 @@ def whole(v: Any) -> str:
 
 
 def money(v: Any) -> str:
-    """Dollars: whole above $100, four significant digits below."""
+    """Dollars as the terminal writes them: whole from $100 (its monthly bills), below that to four
+    significant digits without an exponent (:func:`usd`, its costs per request, session and 1M tokens):
+    a request's $0.00008361 read as $8.361e-05 here."""
     if v is None:
         return "—"
     v = float(v)
-    return f"${v:,.0f}" if abs(v) >= 100 else f"${v:,.4g}"
+    return f"${v:,.0f}" if abs(v) >= 100 else f"${usd(v)}"
 
 
 def _num(v: Any, spec: str, per: float = 1) -> str:
@@ -233,7 +235,9 @@ def cost_table(llmsim: Mapping[str, Any]) -> str:
     pairs += [("monthly, as simulated", money(cost.get("monthly_usd"))),
               ("the simulated window", money(cost.get("window_usd"))),
               ("per 1M output tokens", money(cost.get("usd_per_million_output_tokens"))),
+              ("per 1M input tokens", money(cost.get("usd_per_million_input_tokens"))),
               ("per request", money(cost.get("usd_per_request"))),
+              *([("per session", money(cost.get("usd_per_session")))] if cost.get("sessions") else []),
               ("how the month is extrapolated", cost.get("monthly_basis") or "—")]
     energy = llmsim.get("energy") or {}
     month = prod if (prod.get("slices") or 1) > 1 else energy

@@ -5,7 +5,6 @@ results.json from an earlier run or a CI artefact just as well.
 """
 from __future__ import annotations
 
-import math
 import re
 from typing import Any, Mapping, Optional
 
@@ -32,7 +31,7 @@ _COUNTS = (
 )
 _LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
 _PCT = re.compile(r"^p(\d+(?:\.\d+)?)_ttft_ms$")
-from .summary_format import FAIL, FAILED_PARTS, OK, gpu_hours, num as _num, stack_served, weights_served
+from .summary_format import FAIL, FAILED_PARTS, OK, gpu_hours, num as _num, stack_served, usd, weights_served
 
 
 def _counts(results: Mapping[str, Any]) -> Table:
@@ -101,17 +100,6 @@ def _slo(results: Mapping[str, Any]) -> Optional[Table]:
     return t
 
 
-def _money(v: Any) -> str:
-    """Dollars to four significant digits (cents and fractions of a cent
-    alike), without exponents."""
-    if v is None:
-        return "—"
-    v = float(v)
-    if v == 0 or abs(v) >= 100:
-        return f"{v:,.2f}"
-    return f"{v:,.{max(0, 3 - math.floor(math.log10(abs(v))))}f}"
-
-
 def _serves(pool: Mapping[str, Any]) -> str:
     """What a pool runs, before its price: the weights' format is the
     checkpoint's unless the scenario names one, so a reader checks it here."""
@@ -141,10 +129,10 @@ def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[st
         t.add_row(f"Monthly cost, the product ($), {n:,} × the slice", _num(product.get("monthly_usd")))
     # How the month is extrapolated (the setting's name) is the "month:" line under the table, in words.
     t.add_row("Monthly cost ($)" if n == 1 else "Monthly cost, the simulated slice ($)", _num(cost.get("monthly_usd")))
-    t.add_row("Cost of the simulated window ($)", _money(cost.get("window_usd")))
-    t.add_row("Cost per 1M output tokens ($)", _money(cost.get("usd_per_million_output_tokens")))
-    t.add_row("Cost per 1M input tokens ($)", _money(cost.get("usd_per_million_input_tokens")))
-    t.add_row("Cost per request ($)", _money(cost.get("usd_per_request")))
+    t.add_row("Cost of the simulated window ($)", usd(cost.get("window_usd")))
+    t.add_row("Cost per 1M output tokens ($)", usd(cost.get("usd_per_million_output_tokens")))
+    t.add_row("Cost per 1M input tokens ($)", usd(cost.get("usd_per_million_input_tokens")))
+    t.add_row("Cost per request ($)", usd(cost.get("usd_per_request")))
     power = cost.get("power")
     if power:
         slice_ = ", the slice" if n > 1 else ""
@@ -157,7 +145,7 @@ def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[st
                   f"{_num((energy or {}).get('joules_per_output_token'))} J/output token")
     sessions = cost.get("sessions")
     if sessions:
-        t.add_row("Cost per session ($)", _money(cost.get("usd_per_session")))
+        t.add_row("Cost per session ($)", usd(cost.get("usd_per_session")))
         t.add_row("Sessions per GPU (mean / peak)",
                   f"{_num(sessions.get('mean_per_gpu'))} / {_num(sessions.get('peak_per_gpu'))}")
     notes = [f"month: {cost.get('monthly_basis')}", f"tokens: {cost.get('token_split')}"]

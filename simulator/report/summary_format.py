@@ -22,6 +22,17 @@ def gpu_hours(gh: float) -> str:
     return f"{gh:,.{max(0, 2 - math.floor(math.log10(abs(gh))))}f}"
 
 
+def usd(v: Any) -> str:
+    """Dollars to four significant digits (cents and fractions of a cent
+    alike), without exponents: a request's $0.00008361, not 8.361e-05."""
+    if v is None:
+        return "—"
+    v = float(v)
+    if v == 0 or abs(v) >= 100:
+        return f"{v:,.2f}"
+    return f"{v:,.{max(0, 3 - math.floor(math.log10(abs(v))))}f}"
+
+
 def num(v: Any, kind: str = "float") -> str:
     if v is None:
         return "—"
