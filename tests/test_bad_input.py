@@ -433,6 +433,21 @@ def test_a_truncated_gzip_trace_is_one_line(tmp_path, cli):
     one_line_error(cli("run", path), "t.csv.gz", "cannot read")
 
 
+@pytest.mark.parametrize("fmt", ["auto", "azure"])
+@pytest.mark.parametrize("command", [["run"], ["check"]])
+def test_a_missing_trace_names_the_scenario_and_its_key(tmp_path, cli, fmt, command):
+    """Refused by the reader that went to open it, a missing trace read 'nofile.csv: file not found' (with
+    format: auto as the scenario compiled, with a format only once the run began): no scenario, no key."""
+    (tmp_path / "sub").mkdir()
+    path = write_yaml(tmp_path / "sub" / "s.yaml", {**SCENARIO, "workload": {"arrival": {
+        "type": "trace", "path": "nofile.csv", "format": fmt}}})
+    r = cli(*command, path, *(["-o", tmp_path / "out"] if command == ["run"] else []))
+    one_line_error(r, f"{path}: workload.arrival.path: nofile.csv: file not found (read as "
+                      f"{tmp_path / 'sub' / 'nofile.csv'}, relative to the scenario's folder); expected the path "
+                      "of a trace file to replay")
+    assert not (tmp_path / "out").exists()
+
+
 BAD_OUTPUTS = {
     "empty name": lambda d: "",
     "through a file": lambda d: str(d / "afile.txt" / "sub"),

@@ -82,7 +82,8 @@ from .trace_formats import MOONCAKE_BLOCK_SIZE, READERS, TRACE_FORMATS, RawTrace
 from .trace_stats import TraceStats, ideal_block_hit_rate, trace_stats
 
 __all__ = ["TraceSpec", "Trace", "TRACE_FORMATS", "load_trace", "read_trace", "parse_trace_spec", "seeds_alike",
-           "resolve_trace_path", "trace_block_tokens", "TraceStats", "trace_stats", "ideal_block_hit_rate"]
+           "resolve_trace_path", "existing_trace_file", "trace_block_tokens", "TraceStats", "trace_stats",
+           "ideal_block_hit_rate"]
 
 
 @register_arrival("trace")
@@ -174,7 +175,7 @@ def trace_block_tokens(spec: TraceSpec, base_dir: str | Path | None = None) -> O
     """
     fmt = spec.format
     if fmt == "auto":
-        fmt = detect_format(_existing_file(resolve_trace_path(spec, base_dir)))
+        fmt = detect_format(existing_trace_file(resolve_trace_path(spec, base_dir)))
     if fmt == "mooncake":
         return spec.block_size or MOONCAKE_BLOCK_SIZE
     if fmt == "llmsim":
@@ -191,7 +192,7 @@ def read_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = N
     """Like :func:`load_trace`, also returning the block size and the file's extent."""
     if isinstance(spec, dict):
         spec = parse_trace_spec(spec)
-    path = _existing_file(resolve_trace_path(spec, base_dir))
+    path = existing_trace_file(resolve_trace_path(spec, base_dir))
     fmt = detect_format(path) if spec.format == "auto" else spec.format
     reader = READERS.get(fmt)
     if reader is None:  # only reachable when the spec bypassed validation
@@ -250,7 +251,7 @@ def _empty_window(spec: TraceSpec, span: float, path: Path) -> NoReturn:
                       f"(the trace spans 0 to {span:g} s after its first row)", source=path)
 
 
-def _existing_file(path: Path) -> Path:
+def existing_trace_file(path: Path) -> Path:
     """The trace file, checked before a byte is read: a regular file no larger than any trace llmsim reads."""
     input_file(path, MAX_TRACE_BYTES, "trace file")
     return path

@@ -39,6 +39,7 @@ from .schema import PoolSpec, Scenario
 from workloads.traces import TraceSpec
 from .cost import month_rule
 from .slo import parse_slo
+from .trace_path import check_trace_path
 
 __all__ = ["FleetPlan", "PoolPlan", "PairPlan", "compile_scenario", "class_routes", "base_dir"]
 
@@ -114,6 +115,7 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
     run compiles its scenario once, so each is held to the limits once, before
     anything is built or drawn."""
     check_run_size(sc, source)
+    check_trace_path(sc, source, base_dir(source))
 
     def fail(msg: str, key: str):
         raise LlmsimError(msg, source=source, key_path=key)
