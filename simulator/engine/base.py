@@ -380,6 +380,10 @@ class ReplicaBase:
         """Engine-specific: take a running sequence out of the batch and free its own blocks."""
         raise NotImplementedError
 
+    def _preempt_victim(self) -> Seq:
+        """Engine-specific: preempt the running sequence KV pressure takes first (``_preempt``) and return it."""
+        raise NotImplementedError
+
     def _preempt(self, v: Seq) -> Seq:
         """Recompute preemption: ``v`` gives back its KV (its cached prefix
         stays cached, evictable, but no further than it computed: a prompt
