@@ -61,10 +61,22 @@ def test_a_backend_only_sets_what_it_documents(backend, gpu, user):
     --max-running-requests), which is off."""
     from simulator.kv_memory import RULES
 
+    from simulator.profiles import load_model
+    from simulator.profiles.backend import kernel_rule
+
     if load_backend(backend).engine.get("kv_memory", {}).get("rule", "vllm") != "vllm":
         user.pop("gpu_memory_utilization", None)     # vLLM's knob; the others have kv_memory.fraction
-    pool = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": gpu, "engine": {"backend": backend, **user}})
     documented = load_backend(backend).engine_defaults(load_hardware(gpu))
+    # the attention kernel the stack picks there may fix the block size, and refuse a pool's own
+    kernel = kernel_rule(load_backend(backend).attention_kernels, load_hardware(gpu), load_model("llama-3.1-8b"),
+                         False, "bf16")
+    if kernel is not None:
+        documented["block_size"] = kernel.chosen(documented.get("block_size", 16))
+        if "block_size" in user and not kernel.runs(user["block_size"]):
+            with pytest.raises(ValueError, match=f"{user['block_size']} tokens: {backend}'s"):
+                PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": gpu, "engine": {"backend": backend, **user}})
+            return
+    pool = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": gpu, "engine": {"backend": backend, **user}})
     kv = documented.get("kv_memory")
     if isinstance(kv, dict):
         documented["kv_memory"] = {**kv, **{k: False for k, key in RULES[kv["rule"]].given_knobs

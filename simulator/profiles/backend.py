@@ -34,7 +34,7 @@ from ..kv_memory import backend_defaults_beside, without_default_inputs
 from .hardware import HardwareProfile
 from .loader import list_profiles, load_profile, resolve
 from .model import ModelProfile
-from .model_rules import ModelRule, model_rule_keys
+from .model_rules import ModelCondition, ModelRule, model_rule_keys
 
 
 class _Strict(BaseModel):
@@ -91,6 +91,74 @@ def gpu_rule_keys(rules: Sequence[GpuRule], gpu: HardwareProfile) -> dict[str, A
     return dict(next((r.set for r in rules if r.when.holds(gpu)), {}))
 
 
+class KernelCondition(_Strict):
+    """Where a stack picks an attention kernel by default: the GPU, the model and whether a draft
+    decodes beside it; every condition given must hold."""
+
+    gpu: GpuCondition = GpuCondition()
+    model: ModelCondition = ModelCondition()
+    speculative: Optional[bool] = None
+    # the pool's engine.kv_dtype is one of these (a kernel's cache types)
+    kv_dtypes: Optional[tuple[str, ...]] = Field(default=None, min_length=1)
+
+    def holds(self, gpu: HardwareProfile, model: ModelProfile, speculative: bool, kv_dtype: str) -> bool:
+        return (self.gpu.holds(gpu) and self.model.holds(model)
+                and (self.speculative is None or self.speculative == speculative)
+                and (self.kv_dtypes is None or kv_dtype in self.kv_dtypes))
+
+
+class KernelRule(_Strict):
+    """An attention kernel a stack picks by default that takes only some KV block (page) sizes, and
+    so decides the pool's: the first rule that holds on the pool's GPU and model wins."""
+
+    when: KernelCondition = KernelCondition()
+    kernel: str = Field(min_length=1, description="the stack's name for the kernel")
+    block_sizes: tuple[int, ...] = Field(min_length=1, description="the block sizes the kernel takes")
+    multiples: bool = Field(default=False, description="a multiple of one of block_sizes too (vLLM's "
+                                                       "blocks of several kernel blocks)")
+    block_size: Optional[int] = Field(default=None, ge=1, description="the size the stack sets for it (SGLang, "
+                                                                      "TensorRT-LLM); unset: the stack's default "
+                                                                      "where the kernel takes it, else the "
+                                                                      "smallest it takes (vLLM)")
+    other_kernels: Optional[int] = Field(default=None, ge=1, description="a size set by the pool that the kernel "
+                                                                         "does not take runs another of the "
+                                                                         "stack's kernels if a multiple of this "
+                                                                         "(vLLM's Triton MLA); else refused")
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _sizes(self) -> "KernelRule":
+        if any(b < 1 for b in self.block_sizes):
+            raise ValueError("block_sizes are token counts of 1 or more")
+        if self.block_size is not None and not self.takes(self.block_size):
+            raise ValueError(f"block_size {self.block_size} is not one of block_sizes {list(self.block_sizes)}")
+        return self
+
+    def takes(self, size: int) -> bool:
+        return any(size == b or (self.multiples and size % b == 0) for b in self.block_sizes)
+
+    def chosen(self, default: int) -> int:
+        """The block size the stack gives a pool that sets none, its own default being ``default``."""
+        if self.block_size is not None:
+            return self.block_size
+        return default if self.takes(default) else min(self.block_sizes)
+
+    def runs(self, size: int) -> bool:
+        """Whether the stack runs a pool that sets ``size`` itself at that size."""
+        return self.takes(size) or (self.other_kernels is not None and size % self.other_kernels == 0)
+
+    def sizes_text(self) -> str:
+        *rest, last = [str(b) for b in self.block_sizes]
+        sizes = f"{', '.join(rest)} or {last}" if rest else last
+        return f"a multiple of {sizes}" if self.multiples else sizes
+
+
+def kernel_rule(rules: Sequence[KernelRule], gpu: HardwareProfile, model: ModelProfile, speculative: bool,
+                kv_dtype: str) -> Optional[KernelRule]:
+    """The first of ``rules`` that holds for ``model`` on ``gpu`` (None: none does)."""
+    return next((r for r in rules if r.when.holds(gpu, model, speculative, kv_dtype)), None)
+
+
 class VersionRule(_Strict):
     """Engine keys a range of releases ran by default where the profile's own
     keys differ: from ``since`` (the first release with them) up to, not
@@ -109,6 +177,9 @@ class VersionRule(_Strict):
     # model-dependent defaults of those releases (vLLM's model runner), over their other keys and
     # under speculative_engine and draft_model_engine; a later rule's before an earlier one's
     engine_by_model: list[ModelRule] = Field(default_factory=list)
+    # the attention kernels those releases pick where they differ: tried before the profile's
+    # ``attention_kernels`` (a later rule's before an earlier one's), first match wins
+    attention_kernels: list[KernelRule] = Field(default_factory=list)
     source: str = ""
 
     @model_validator(mode="after")
@@ -237,6 +308,9 @@ class BackendProfile(_Strict):
     source: str = ""
     engine: dict[str, Any] = Field(default_factory=dict, description="engine keys the stack's defaults set")
     engine_by_gpu: list[GpuRule] = Field(default_factory=list)
+    attention_kernels: list[KernelRule] = Field(
+        default_factory=list, description="attention kernels the stack picks by default that decide the KV block "
+                                          "size, first match on the pool's GPU and model wins")
     overheads: Overheads = Overheads()
     fitted_on: str = ""
     first_token_fitted_on: str = Field(default="", description="where response_ms and tokenize_us_per_token "
@@ -499,6 +573,8 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
         merged = refine(merged, prof.speculative_keys(keys))
     if draft == "draft":
         merged = refine(merged, prof.draft_model_keys(keys))
+    if model is not None:
+        merged = _kernel_block_size(merged, engine, prof, keys, load_hardware(gpu_name), model, bool(draft))
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
     return _prompt_kv_beside(refine(backend_defaults_beside(merged, engine), engine), engine)
 
@@ -511,6 +587,33 @@ def _prompt_kv_beside(out: dict[str, Any], engine: Mapping[str, Any]) -> dict[st
                                       or out.get("kv_admission", "on_demand") != "on_demand"):
         out.pop("prompt_kv", None)
     return out
+
+
+def _kernel_block_size(merged: dict[str, Any], engine: Mapping[str, Any], prof: BackendProfile,
+                       keys: Mapping[str, Any], gpu: HardwareProfile, model: ModelProfile,
+                       speculative: bool) -> dict[str, Any]:
+    """``merged`` with the block size the attention kernel the stack picks for ``model`` on ``gpu``
+    forces (its ``attention_kernels``, a release's first); a block size the pool sets itself stays,
+    unless the stack would not run it (refused, naming the sizes it takes)."""
+    kv_dtype = engine.get("kv_dtype", merged.get("kv_dtype", "bf16"))
+    rule = kernel_rule([*keys.get("attention_kernels", ()), *prof.attention_kernels], gpu, model, speculative,
+                       kv_dtype if isinstance(kv_dtype, str) else "bf16")
+    if rule is None:
+        return merged
+    default = rule.chosen(merged.get("block_size", 16))
+    own = engine.get("block_size")
+    if own is None:
+        return {**merged, "block_size": default}
+    if isinstance(own, int) and not isinstance(own, bool) and own >= 1 and not rule.runs(own):
+        other = (f", and another of its kernels a multiple of {rule.other_kernels}" if rule.other_kernels
+                 else f", and runs any other at {rule.block_size}" if rule.block_size is not None else "")
+        allowed = (f"a multiple of {rule.other_kernels}" if rule.other_kernels
+                   else rule.sizes_text())
+        raise KeyRefusal("engine.block_size",
+                         f"{own} tokens: {prof.stack}'s {rule.kernel} attention, which it runs for {model.name} on "
+                         f"{gpu.name}, takes blocks of {rule.sizes_text()} tokens{other}; set {allowed}, or leave "
+                         f"block_size unset ({default})")
+    return merged
 
 
 def _release_model_keys(keys: Mapping[str, Any], model: Optional[ModelProfile], version: Any) -> dict[str, Any]:
@@ -537,7 +640,7 @@ def _release_engine(engine: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[
 def _with_rule(keys: Mapping[str, Any], rule: VersionRule) -> dict[str, Any]:
     """``keys`` (the earlier release rules') refined by ``rule``'s, its GPU rules before theirs."""
     out = refine(keys, _rule_keys(rule))
-    for rules in ("engine_by_gpu", "engine_by_model"):
+    for rules in ("engine_by_gpu", "engine_by_model", "attention_kernels"):
         if getattr(rule, rules):
             out[rules] = [*getattr(rule, rules), *keys.get(rules, [])]
     return out
@@ -545,7 +648,8 @@ def _with_rule(keys: Mapping[str, Any], rule: VersionRule) -> dict[str, Any]:
 
 #: What a release's keys (:meth:`BackendProfile.version_keys`) hold beside engine keys: its
 #: defaults under speculation, under a separate draft model, on particular GPUs and for particular models.
-RELEASE_MAPPINGS = ("speculative_engine", "draft_model_engine", "engine_by_gpu", "engine_by_model")
+RELEASE_MAPPINGS = ("speculative_engine", "draft_model_engine", "engine_by_gpu", "engine_by_model",
+                    "attention_kernels")
 
 
 def _rule_keys(rule: VersionRule) -> dict[str, Any]:

@@ -28,11 +28,24 @@ class ModelCondition(BaseModel):
     moe: Optional[bool] = None
     # the checkpoint declares a quantization_config (vLLM's ModelConfig.is_quantized), whatever the pool serves
     quantized: Optional[bool] = None
+    # multi-head latent attention (kv_lora_rank set), which the stacks serve with their MLA kernels
+    mla: Optional[bool] = None
+    # an MLA model's cached width, kv_lora_rank + qk_rope_head_dim (576 for DeepSeek-V3)
+    mla_latent: Optional[int] = Field(default=None, gt=0)
+    # an MLA model's qk_nope_head_dim is one of these (a kernel's head sizes)
+    qk_nope_head_dims: Optional[tuple[int, ...]] = Field(default=None, min_length=1)
 
     def holds(self, model: ModelProfile) -> bool:
         if self.model_types is not None and model.model_type not in self.model_types:
             return False
         if self.moe is not None and model.is_moe != self.moe:
+            return False
+        if self.mla is not None and model.is_mla != self.mla:
+            return False
+        if self.mla_latent is not None and (not model.is_mla or (model.kv_lora_rank or 0)
+                                            + (model.qk_rope_head_dim or 0) != self.mla_latent):
+            return False
+        if self.qk_nope_head_dims is not None and model.qk_nope_head_dim not in self.qk_nope_head_dims:
             return False
         return self.quantized is None or quantized_checkpoint(model) == self.quantized
 

@@ -73,9 +73,9 @@ class PoolSpec(BaseModel):
         from ..profiles.backend import apply_backend, load_backend
         try:
             load_hardware(data["gpu"])
-            # a release's defaults may follow the model too (vLLM's model runner); the profile's own do not
-            model = (load_model(data["model"]) if engine.get("backend_version") is not None
-                     and isinstance(data.get("model"), str) else None)
+            # the defaults follow the model too: the attention kernel, which may fix the KV block size, and a
+            # release's model runner (vLLM)
+            model = load_model(data["model"]) if isinstance(data.get("model"), str) else None
         except LlmsimError:
             # the pool's gpu (or model) key says what is wrong with it, under its own name; the backend's
             # GPU- and model-dependent defaults wait for them, its name does not

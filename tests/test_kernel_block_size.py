@@ -1,0 +1,104 @@
+"""The KV block (page) size each stack runs where its default attention kernel forces one
+(backend_profiles/*.yaml attention_kernels): vLLM's preferred kernel block, SGLang's page constraints
+of trtllm_mla / trtllm_mha, TensorRT-LLM's FlashMLA; a pool's own size is kept unless the stack would
+not run it, which is refused naming the key and the sizes it takes."""
+from __future__ import annotations
+
+import pytest
+from pydantic import ValidationError
+
+from simulator.errors import from_validation_error
+from simulator.scenario.schema import PoolSpec, Scenario
+
+
+def _block(backend: str, model: str, gpu: str, **engine) -> int:
+    return PoolSpec.model_validate({"model": model, "gpu": gpu, "engine": {"backend": backend, **engine}}
+                                   ).engine.block_size
+
+
+FIXED_100 = {"dist": "fixed", "value": 100}
+VLLM_034 = {"backend_version": "0.34.0", "kv_memory": {"cuda_graph_gib": 2.0}}
+
+
+@pytest.mark.parametrize("backend, model, gpu, engine, block", [
+    # vLLM: FLASH_ATTN_MLA on Hopper takes the default 16 (64 from 0.34.0); FLASHMLA with an fp8 cache
+    ("vllm", "deepseek-v3", "h200", {}, 16),
+    ("vllm", "deepseek-v3", "h200", {"backend_version": "0.33.0", "kv_memory": {"cuda_graph_gib": 2.0}}, 16),
+    ("vllm", "deepseek-v3", "h200", VLLM_034, 64),
+    ("vllm", "deepseek-v3", "h200", {"kv_dtype": "fp8"}, 64),
+    # FLASHINFER_MLA on Blackwell: 32- or 64-token kernel blocks, so the smallest until 0.34.0's default 64
+    ("vllm", "deepseek-v3", "b200", {}, 32),
+    ("vllm", "deepseek-v3", "b200", {"backend_version": "0.19.0"}, 32),
+    ("vllm", "deepseek-v3", "b300", {"backend_version": "0.33.0", "kv_memory": {"cuda_graph_gib": 2.0}}, 32),
+    ("vllm", "deepseek-v3", "b200", VLLM_034, 64),
+    ("vllm", "deepseek-v3", "a100-sxm-80gb", {}, 16),          # TRITON_MLA
+    ("vllm", "llama-3.1-8b", "h100-sxm", {}, 16),
+    ("vllm", "llama-3.1-8b", "h100-sxm", VLLM_034, 64),
+    ("vllm", "llama-3.1-8b", "b200", {}, 16),
+    # SGLang: trtllm_mla for DeepSeek-V3 and trtllm_mha on Blackwell set page 64; fa3 on Hopper keeps 1
+    ("sglang", "deepseek-v3", "b200", {}, 64),
+    ("sglang", "deepseek-v3", "b200", {"backend_version": "0.5.13.post1"}, 64),
+    ("sglang", "llama-3.1-8b", "b200", {}, 64),
+    ("sglang", "llama-3.1-8b", "gb200-nvl72", {"backend_version": "0.5.16"}, 64),
+    ("sglang", "gpt-oss-120b", "b200", {}, 64),
+    ("sglang", "llama-3.1-8b", "h100-sxm", {}, 1),
+    ("sglang", "deepseek-v3", "h200", {}, 1),
+    ("sglang", "llama-3.1-8b", "a100-sxm-80gb", {}, 1),
+    # a pool's own size the kernel takes stays
+    ("sglang", "llama-3.1-8b", "b200", {"block_size": 16}, 16),
+    ("sglang", "deepseek-v3", "b200", {"block_size": 32}, 32),
+    ("vllm", "deepseek-v3", "b200", {"block_size": 16}, 16),       # vLLM runs TRITON_MLA for it
+    # TensorRT-LLM: FlashMLA on compute capability 9.0 only
+    ("trtllm", "deepseek-v3", "h200", {}, 64),
+    ("trtllm", "deepseek-v3", "b200", {}, 32),
+    ("trtllm", "llama-3.1-8b", "h100-sxm", {}, 32),
+])
+def test_the_block_size_is_the_kernels(backend, model, gpu, engine, block):
+    assert _block(backend, model, gpu, **engine) == block
+
+
+def test_sglang_without_trtllm_mha_under_a_draft_keeps_page_1():
+    """A draft with no --speculative-eagle-topk makes SGLang pick flashinfer for an MHA model on Blackwell."""
+    pool = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "b200", "engine": {"backend": "sglang"},
+                                    "speculative": {"draft_model": "llama-3.2-1b", "k": 3,
+                                                    "acceptance_rate": 0.7}})
+    assert pool.engine.block_size == 1
+
+
+@pytest.mark.parametrize("backend, model, gpu, engine, says", [
+    ("sglang", "llama-3.1-8b", "b200", {"block_size": 8},
+     "8 tokens: sglang's trtllm_mha attention, which it runs for llama-3.1-8b on b200, takes blocks of 16, 32, 64 "
+     "or 128 tokens, and runs any other at 64; set 16, 32, 64 or 128, or leave block_size unset (64)"),
+    ("sglang", "llama-3.1-8b", "b200", {"block_size": 128, "backend_version": "0.5.16"}, "takes blocks of 16, 32 or 64"),
+    ("sglang", "deepseek-v3", "b200", {"block_size": 16}, "trtllm_mla attention"),
+    ("vllm", "deepseek-v3", "b200", {"block_size": 8},
+     "takes blocks of a multiple of 32 or 64 tokens, and another of its kernels a multiple of 16; set a multiple "
+     "of 16, or leave block_size unset (32)"),
+    ("vllm", "deepseek-v3", "h200", {"block_size": 24}, "FLASH_ATTN_MLA"),
+    ("trtllm", "deepseek-v3", "h200", {"block_size": 32}, "FlashMLA attention"),
+])
+def test_a_size_the_stack_would_not_run_is_refused_naming_the_key(backend, model, gpu, engine, says):
+    data = {"name": "s", "workload": {"arrival": {"type": "poisson", "rate_per_s": 1.0}, "duration_s": 10,
+                                      "input_tokens": FIXED_100, "output_tokens": FIXED_100},
+            "pools": [{"model": model, "gpu": gpu, "tp": 8, "engine": {"backend": backend, **engine}}]}
+    with pytest.raises(ValidationError) as e:
+        Scenario.model_validate(data)
+    err = from_validation_error(e.value, "s.yaml", data)
+    assert err.key_path == "pools[0].engine.block_size" and says in err.message
+    assert "\n" not in err.message
+
+
+def test_a_prefix_cached_workload_follows_the_page():
+    """SGLang's 64-token pages on Blackwell ask the synthetic prompt blocks for a multiple of 64."""
+    from simulator.errors import LlmsimError
+    from simulator.scenario.compile import compile_scenario
+
+    data = {"name": "s", "workload": {"arrival": {"type": "poisson", "rate_per_s": 1.0}, "duration_s": 10,
+                                      "input_tokens": FIXED_100, "output_tokens": FIXED_100,
+                                      "system_prompt": {"apps": 1, "tokens": {"dist": "fixed", "value": 512}}},
+            "pools": [{"model": "llama-3.1-8b", "gpu": "b200", "engine": {"backend": "sglang"}}]}
+    with pytest.raises(LlmsimError) as e:
+        compile_scenario(Scenario.model_validate(data), "s.yaml")
+    assert e.value.key_path == "pools[0].engine.block_size" and "multiple of 64" in e.value.message
+    data["workload"]["block_tokens"] = 64
+    compile_scenario(Scenario.model_validate(data), "s.yaml")
