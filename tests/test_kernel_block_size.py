@@ -102,3 +102,17 @@ def test_a_prefix_cached_workload_follows_the_page():
     assert e.value.key_path == "pools[0].engine.block_size" and "multiple of 64" in e.value.message
     data["workload"]["block_tokens"] = 64
     compile_scenario(Scenario.model_validate(data), "s.yaml")
+
+
+def test_kimi_k2_runs_sglangs_deepseek_v3_kernel(tmp_path):
+    """Kimi K2's config.json names DeepseekV3ForCausalLM under model_type kimi_k2, and SGLang's override
+    for that architecture (model_overrides/deepseek_v2.py _deepseek_family_overrides; server_args.py to
+    0.5.14) runs trtllm_mla on sm100 for it as for DeepSeek-V3: pages of 64, not flashinfer's 1."""
+    from pathlib import Path
+
+    text = (Path(__file__).parent.parent / "model_profiles" / "deepseek-v3.yaml").read_text()
+    kimi = tmp_path / "kimi-k2.yaml"
+    kimi.write_text(text.replace("name: deepseek-v3", "name: kimi-k2").replace("model_type: deepseek_v3",
+                                                                               "model_type: kimi_k2"))
+    assert _block("sglang", str(kimi), "b200") == 64
+    assert _block("sglang", str(kimi), "h200") == 1
