@@ -116,3 +116,28 @@ def test_kimi_k2_runs_sglangs_deepseek_v3_kernel(tmp_path):
                                                                                "model_type: kimi_k2"))
     assert _block("sglang", str(kimi), "b200") == 64
     assert _block("sglang", str(kimi), "h200") == 1
+
+
+def _pair(prefill_gpu: str, decode_gpu: str, backend: str, **engine) -> dict:
+    return {"name": "s", "workload": {"arrival": {"type": "poisson", "rate_per_s": 1.0}, "duration_s": 10,
+                                      "input_tokens": FIXED_100, "output_tokens": FIXED_100},
+            "classes": [{"name": "c", "pool": "p"}],
+            "pools": [{"name": "p", "model": "llama-3.1-8b", "gpu": prefill_gpu, "disaggregation": {"decode_pool": "d"},
+                       "engine": {"backend": backend, **engine}},
+                      {"name": "d", "model": "llama-3.1-8b", "gpu": decode_gpu, "engine": {"backend": backend, **engine}}]}
+
+
+def test_an_sglang_pair_pages_alike():
+    """SGLang's decode server refuses a prefill server of another page size (disaggregation/common/conn.py,
+    0.5.13.post1-0.5.23), and its default page is 1 on Hopper, 64 on Blackwell: an H200 prefill pool beside
+    a B200 decode pool is refused unless both set one; vLLM's NIXL connector splits blocks of another size."""
+    from simulator.errors import LlmsimError
+    from simulator.scenario.compile import compile_scenario
+
+    with pytest.raises(LlmsimError) as e:
+        compile_scenario(Scenario.model_validate(_pair("h200", "b200", "sglang")), "s.yaml")
+    assert e.value.key_path == "pools[0].disaggregation.decode_pool"
+    assert "in 1-token pages" in e.value.message and "in 64-token pages" in e.value.message
+    compile_scenario(Scenario.model_validate(_pair("h200", "b200", "sglang", block_size=64)), "s.yaml")
+    compile_scenario(Scenario.model_validate(_pair("b200", "b200", "sglang")), "s.yaml")
+    compile_scenario(Scenario.model_validate(_pair("h200", "b200", "vllm")), "s.yaml")

@@ -322,6 +322,22 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
             raise LlmsimError(f"the KV of {a.model.name} ({p.engine.kv_dtype}) cannot be decoded by pool "
                               f"{q.name!r} ({b.model.name}, {q.engine.kv_dtype}): both pools need the same model "
                               f"and kv_dtype", source=source, key_path=key)
+        if p.engine.block_size != q.engine.block_size and _same_pages_stack(p, q):
+            # SGLang's decode server refuses a prefill server of another page size as it connects
+            # (disaggregation/common/conn.py: "Page size mismatch ... Both servers must use the same
+            # --page-size value"); its default page differs by GPU (trtllm_mha / trtllm_mla on Blackwell)
+            raise LlmsimError(f"pool {p.name!r} prefills in {p.engine.block_size}-token pages and pool "
+                              f"{q.name!r} decodes in {q.engine.block_size}-token pages; SGLang's decode server "
+                              f"refuses a prefill server of another page size: set engine.block_size alike on "
+                              f"both", source=source, key_path=key)
+
+
+def _same_pages_stack(p: PoolSpec, q: PoolSpec) -> bool:
+    """Whether a disaggregated pair's stack needs both sides to page the KV alike (SGLang)."""
+    from ..profiles.backend import load_backend
+
+    return (p.engine.backend is not None and q.engine.backend is not None
+            and load_backend(p.engine.backend).stack == load_backend(q.engine.backend).stack == "sglang")
 
 
 def _check_every_pool_serves(sc: Scenario, routes: dict[str, str], decodes_on: dict[str, str], source) -> None:
