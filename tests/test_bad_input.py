@@ -788,6 +788,16 @@ def test_a_check_that_reads_several_keys_names_its_key_in_the_key_path(tmp_path,
         e.value.render()
 
 
+def test_a_missing_backend_file_is_named_beside_a_pool_the_gpu_refuses(tmp_path):
+    """The pool's backend is read before its gpu's refusal would be: the refusal named the key only
+    ('pools[0].engine.backend: file not found'), as the pool's GPU or model did not load, not which file."""
+    pool = {**SCENARIO["pools"][0], "gpu": "h100-sxmm", "engine": {"backend": str(tmp_path / "nope.yaml")}}
+    with pytest.raises(LlmsimError) as e:
+        load_scenario(write_yaml(tmp_path / "s.yaml", {**SCENARIO, "pools": [pool]}))
+    assert f"pools[0].engine.backend: {tmp_path / 'nope.yaml'}: file not found" in e.value.render(), \
+        e.value.render()
+
+
 @pytest.mark.parametrize("key, value, says", [
     (("newest_release",), "latest", "b.yaml: newest_release: 'latest' is not a release number"),
     (("releases", "0.14.0"), "soon", "b.yaml: releases.0.14.0: expected the day it came out as YYYY-MM-DD")])

@@ -82,7 +82,9 @@ class PoolSpec(BaseModel):
             try:
                 load_backend(engine["backend"])
             except LlmsimError as e:
-                raise KeyRefusal("engine.backend", e.message) from None
+                # the file and its key, as the refusal below names them ("file not found" says which file only so)
+                where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
+                raise KeyRefusal("engine.backend", f"{where + ': ' if where else ''}{e.message}") from None
             return data
         try:
             spec = data.get("speculative")
