@@ -64,6 +64,8 @@ def input_file(path: str | Path, max_bytes: int, what: str = "file") -> int:
         raise LlmsimError("file not found", source=path) from None
     except OSError as e:
         raise LlmsimError(f"cannot read file ({e.strerror or e})", source=path) from None
+    except ValueError as e:     # a name no file can have: os.stat refuses an embedded NUL so
+        raise LlmsimError(f"cannot read file ({e})", source=path) from None
     if stat.S_ISDIR(st.st_mode):
         raise LlmsimError(f"is a directory, not a {what}", source=path)
     if not stat.S_ISREG(st.st_mode):

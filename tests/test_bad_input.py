@@ -448,6 +448,15 @@ def test_a_missing_trace_names_the_scenario_and_its_key(tmp_path, cli, fmt, comm
     assert not (tmp_path / "out").exists()
 
 
+def test_a_trace_path_no_file_can_have_is_one_line(tmp_path, cli):
+    """os.stat raises ValueError, not OSError, for a name holding a NUL ("a\\0b.csv" in the YAML): the trace
+    check before any run is built let it through as a traceback."""
+    path = write_yaml(tmp_path / "s.yaml", {**SCENARIO, "workload": {"arrival": {"type": "trace", "path": "a\0b.csv"}}})
+    one_line_error(cli("run", path, "-o", tmp_path / "out"), f"{path}: workload.arrival.path: a\\x00b.csv: cannot "
+                                                             "read file (embedded null byte)")
+    assert not (tmp_path / "out").exists()
+
+
 BAD_OUTPUTS = {
     "empty name": lambda d: "",
     "through a file": lambda d: str(d / "afile.txt" / "sub"),
