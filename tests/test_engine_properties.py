@@ -251,7 +251,7 @@ def test_reference_engine_invariants(data):
     _check_done_times(log)
 
 
-@settings(max_examples=120, **SETTINGS)
+@settings(max_examples=50, **SETTINGS)
 @given(data=st.data())
 def test_prompt_kv_per_chunk_holds_the_audit_and_engines_agree(data):
     """vLLM V1's prompt KV (prompt_kv: per_chunk) under KV pressure: each prompt holds exactly the
