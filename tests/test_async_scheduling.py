@@ -142,11 +142,12 @@ def test_a_pool_names_its_vllm_release_and_gets_its_defaults(version, overlaps):
 def test_a_release_that_is_no_version_is_one_line(tmp_path, cli):
     bad = {**SCENARIO, "pools": [{**SCENARIO["pools"][0], "engine": {"backend": "vllm", "backend_version": "latest"}}]}
     one_line_error(cli("run", write_yaml(tmp_path / "s.yaml", bad), "--output", tmp_path / "out"),
-                   "backend_version 'latest'")
+                   "pools[0].engine.backend_version: 'latest'")
 
 
 @pytest.mark.parametrize("engine, words", [
-    ({"backend_version": "0.13.0"}, "set backend too"),        # llmsim's generic engine has no releases
+    ({"backend_version": "0.13.0"}, "pools[0].engine.backend_version: '0.13.0' names a release of a serving "
+                                    "stack; set backend too"),        # llmsim's generic engine has no releases
     ({"backend": "vllm", "backend_version": 0.1}, 'quoted (backend_version: "0.10.0")'),   # YAML's 0.10
     ({"backend": "vllm", "backend_version": 20260301}, "the number 20260301"),
 ])

@@ -96,15 +96,24 @@ def test_a_scenarios_backend_version_is_refused_under_its_key(tmp_path, cli, wri
     sc = write_scenario(tmp_path)
     r = cli("run", sc, "-o", tmp_path / "out", "--set", "pools.main.engine.backend=vllm",
             "--set", f"pools.main.engine.backend_version={written}")
-    _one_line(r, "pools[0].engine: backend_version", f"{version!r} names no release")
+    _one_line(r, str(sc), f"pools[0].engine.backend_version: {version!r} names no release")
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("stack, newer", [("vllm", "9.9"), ("sglang", "0.9.9")])
+def test_a_scenarios_release_past_the_profile_is_refused_under_its_key(tmp_path, cli, stack, newer):
+    sc = write_scenario(tmp_path)
+    r = cli("run", sc, "-o", tmp_path / "out", "--set", f"pools.main.engine.backend={stack}",
+            "--set", f"pools.main.engine.backend_version='{newer}'")
+    _one_line(r, str(sc), f"pools[0].engine.backend_version: '{newer}' is newer than the {stack} releases",
+              "leave backend_version out")
 
 
 def test_a_version_without_its_backend_is_refused_for_its_spelling_first(tmp_path, cli):
     """Told to add a backend, the user would come back to be told the version is no release."""
     sc = write_scenario(tmp_path)
     r = cli("run", sc, "-o", tmp_path / "out", "--set", "pools.main.engine.backend_version=latest")
-    _one_line(r, "backend_version 'latest' names no release")
+    _one_line(r, "pools[0].engine.backend_version: 'latest' names no release")
 
 
 def test_each_place_reads_a_v_prefix_as_the_release(tmp_path, cli):

@@ -110,5 +110,16 @@ def test_where_kv_never_binds_timings_equal_whole_prompt_allocation():
 @pytest.mark.parametrize("keys", [dict(kv_allocation="contiguous", prefix_cache=False), dict(scheduler="static"),
                                   dict(kv_admission="reserve_output"), dict(kv_admission="expected_output")])
 def test_per_chunk_is_refused_beside_a_whole_reservation(keys):
-    with pytest.raises((ValueError, LlmsimError), match="prompt_kv: per_chunk"):
+    with pytest.raises((ValueError, LlmsimError), match="per_chunk .*needs paged KV"):
         EngineConfig(prompt_kv="per_chunk", **keys)
+
+
+def test_per_chunk_beside_a_whole_reservation_is_refused_under_its_key(tmp_path, cli):
+    """The scenario's line names the key to change in its key path, as every other refused key does."""
+    from helpers_whatif import write_scenario
+
+    sc = write_scenario(tmp_path)
+    r = cli("run", sc, "-o", tmp_path / "out", "--set", "pools.main.engine.prompt_kv=per_chunk",
+            "--set", "pools.main.engine.scheduler=static")
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert f"{sc}" in r.err and "pools[0].engine.prompt_kv: per_chunk (vLLM V1's allocation)" in r.err, r.err

@@ -137,10 +137,11 @@ def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, ker
         if graphs_refused(e):      # the figure this command takes as a flag
             raise LlmsimError(graphs_needed(f"give {GRAPHS_FLAG} as"), key_path="--backend-version") from None
         first = e.errors()[0]
-        where = ".".join(map(str, error_loc(first)))
+        loc = error_loc(first)
+        where = ".".join(map(str, loc))
         msg = first["msg"].removeprefix("Value error, ")
-        if msg.startswith("backend_version "):     # the scenario's key, given here as a flag
-            raise LlmsimError(msg.removeprefix("backend_version ").replace("backend_version", "--backend-version"),
+        if loc == ("backend_version",):     # the scenario's key, given here as a flag
+            raise LlmsimError(msg.replace("backend_version", "--backend-version"),
                               key_path="--backend-version") from None
         raise LlmsimError(f"{where + ': ' if where else ''}{msg}", key_path="--backend") from None
 

@@ -432,10 +432,10 @@ class EngineConfig(BaseModel):
         try:
             check_backend_version(self.backend_version)
         except ValueError as e:
-            raise ValueError(f"backend_version {e}") from None
+            raise KeyRefusal("backend_version", str(e)) from None
         # Without a backend the pool runs llmsim's generic engine, which no release's defaults change.
         if self.backend is None:
-            raise ValueError(f"backend_version {self.backend_version!r} names a release of a serving stack; set "
+            raise KeyRefusal("backend_version", f"{self.backend_version!r} names a release of a serving stack; set "
                              "backend too (vllm, sglang, trtllm or a profile file), whose release it is")
         from ..errors import LlmsimError
         from ..profiles.backend import load_backend
@@ -445,8 +445,8 @@ class EngineConfig(BaseModel):
             return self        # the backend itself is refused where it is loaded, naming its fault
         if prof.newer_than_described(self.backend_version):
             default = prof.default_release or prof.newest_release
-            raise ValueError(f"backend_version {self.backend_version!r} is newer than the {prof.name} releases llmsim "
-                             f"has read (to {prof.newest_release}, which the backend profile describes): its "
+            raise KeyRefusal("backend_version", f"{self.backend_version!r} is newer than the {prof.name} releases "
+                             f"llmsim has read (to {prof.newest_release}, which the backend profile describes): its "
                              f"memory reserve and scheduling defaults are unknown; leave backend_version out to run "
                              f"{default}'s, or name " + ("that release" if default == prof.newest_release
                                                           else f"{prof.newest_release} or an earlier release"))
@@ -561,7 +561,7 @@ class EngineConfig(BaseModel):
                                               or self.kv_admission != "on_demand"):
             held = ("kv_allocation: contiguous" if self.contiguous else "scheduler: static"
                     if self.scheduler == "static" else f"kv_admission: {self.kv_admission}")
-            raise ValueError(f"prompt_kv: per_chunk (vLLM V1's allocation) needs paged KV, continuous batching "
+            raise KeyRefusal("prompt_kv", f"per_chunk (vLLM V1's allocation) needs paged KV, continuous batching "
                              f"and kv_admission: on_demand; {held} reserves a prompt's KV whole at admission "
                              "(set prompt_kv: whole)")
         return self
