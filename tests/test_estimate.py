@@ -477,6 +477,8 @@ def test_a_vllm_release_that_sizes_its_pool_after_its_graphs_takes_them_as_a_fla
             "100", "--backend", "vllm", "--json"]
     r = cli(*base, "--backend-version", "0.25.0")
     assert r.code == 2 and "--cuda-graph-gib" in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    # the other way out is the flag this command takes, not the scenario key its user has not got
+    assert r.err.rstrip().endswith("or give an earlier --backend-version") and "backend_version" not in r.err, r.err
     stated = json.loads(cli(*base, "--backend-version", "0.25.0", "--cuda-graph-gib", "1.5").out)
     v19 = json.loads(cli(*base, "--backend-version", "0.19.1").out)
     # and 0.25 samples the model's 1,024 dummy requests on the V2 runner, 6.012 bytes an entry, not 14

@@ -135,7 +135,8 @@ def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, ker
         from ..kv_memory import GRAPHS_FLAG, graphs_needed, graphs_refused
 
         if graphs_refused(e):      # the figure this command takes as a flag
-            raise LlmsimError(graphs_needed(f"give {GRAPHS_FLAG} as"), key_path="--backend-version") from None
+            raise LlmsimError(graphs_needed(f"give {GRAPHS_FLAG} as", "give an earlier --backend-version"),
+                              key_path="--backend-version") from None
         first = e.errors()[0]
         loc = error_loc(first)
         where = ".".join(map(str, loc))
