@@ -203,3 +203,22 @@ def test_validate_states_the_cuda_graphs_of_every_row_whose_release_needs_them(t
     assert r.code == 0 and json.loads(r.out)["replayed"] == 1, (r.code, r.err)
     _one_line(cli("validate", bench, "--backend", "vllm", "--model", "llama-3.2-1b", "--gpu", "h100-sxm",
                   "--cuda-graph-gib", "-1"), "--cuda-graph-gib: GiB per GPU, 0 to 1,024 (got -1.0)")
+
+
+def test_validate_says_which_rows_its_cuda_graph_figure_reached(tmp_path, cli):
+    """A figure no row's release reads prices nothing: the replay says so rather than leave the user thinking
+    the predictions carry it."""
+    bench = tmp_path / "run.json"
+    bench.write_text(json.dumps(BENCH))
+    base = ["validate", bench, "--backend", "vllm", "--model", "llama-3.2-1b", "--gpu", "h100-sxm", "--workers", "1",
+            "--cuda-graph-gib", "1.5"]
+    r = cli(*base)
+    assert r.code == 0, r.err
+    assert "--cuda-graph-gib applied to no row: only a release that takes its CUDA graphs out of the KV pool" \
+        in r.out, r.out
+    assert "--cuda-graph-gib applied to 1 of 1 row(s) (row run)\n" in cli(*base, "--backend-version", "0.25.0").out
+    csv = tmp_path / "rows.csv"
+    csv.write_text(ROWS + _row("new", "vllm", "0.25.0") + _row("old", "vllm", "0.19.1") + _row("sg", "sglang", "0.5.9"))
+    out = cli("validate", csv, "--workers", "1", "--cuda-graph-gib", "1.5", "--json").json()
+    assert out["cuda_graph_gib_rows"] == ["new"] and out["replayed"] == 3
+    assert "cuda_graph_gib_rows" not in cli("validate", bench, *base[2:-2], "--json").json()

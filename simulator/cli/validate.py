@@ -153,7 +153,7 @@ def validate(
     """Replay measured benchmarks through llmsim: signed errors per row, median and p90 per metric and stack."""
     from ..validation import fit as fitting
     from ..validation.deployment import DEPLOYMENTS
-    from ..validation.replay import CLIENT_MODES, ReplaySettings
+    from ..validation.replay import CLIENT_MODES, ReplaySettings, takes_graphs
     from ..validation.report import error_table, predict_all, summary
 
     if client not in CLIENT_MODES:
@@ -198,6 +198,8 @@ def validate(
     usable = _modelled(usable, settings, inputs[0])
     out: dict = {"rows": len(rows), "replayed": len(usable),
                  **({"replayed_with": stack_override} if stack_override is not None else {}),
+                 **({"cuda_graph_gib_rows": [r.id for r in usable if takes_graphs(r, settings)]}
+                    if cuda_graph_gib is not None else {}),
                  "skipped": {r.id: r.skip for r in rows if r.skip},
                  "not_measured": {r.id: list(r.unmeasured) for r in usable if r.unmeasured}}
     if fit is None:
@@ -351,6 +353,12 @@ def _print(errors, out: dict) -> None:
               out["leave_one_group_out"])
     if "fitted" in out:
         console.print("fitted overheads: " + ", ".join(f"{k} = {v:g}" for k, v in out["fitted"].items()))
+    if "cuda_graph_gib_rows" in out:      # a figure that reached no row priced nothing
+        took, replayed = out["cuda_graph_gib_rows"], out["replayed"]
+        reached = f"{len(took)} of {replayed} row(s) ({_ids(took)})" if took else "no row"
+        console.print(f"--cuda-graph-gib applied to {reached}" + ("" if len(took) == replayed else
+                      ": only a release that takes its CUDA graphs out of the KV pool reads it (vLLM 0.20.0 "
+                      "and later)"), markup=False)
     if out["skipped"]:
         console.print(f"{len(out['skipped'])} row(s) not replayed: " + _by_what(out["skipped"].items()),
                       markup=False)

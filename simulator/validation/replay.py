@@ -51,7 +51,7 @@ milliseconds on it, so the choice of link hardly moves TTFT.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any, Literal, Mapping, Optional
 
 import numpy as np
@@ -229,8 +229,26 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
         from ..kv_memory import GRAPHS_FLAG, graphs_needed, graphs_refused
 
         if graphs_refused(e):
-            raise LlmsimError(graphs_needed(f"give {GRAPHS_FLAG} as", otherwise="")) from None
+            raise GraphsWanted(graphs_needed(f"give {GRAPHS_FLAG} as", otherwise="")) from None
         raise from_validation_error(e, None, body) from None
+
+
+class GraphsWanted(LlmsimError):
+    """:func:`scenario_for`'s refusal of a row whose release takes its CUDA graphs out of the KV pool while the
+    settings state no figure: told apart so that :func:`takes_graphs` can say which rows the figure reaches."""
+
+
+def takes_graphs(row: Row, s: ReplaySettings) -> bool:
+    """Whether the row's launch takes ``s.cuda_graph_gib``: without it, the row would be refused for want of
+    it. Elsewhere the figure is left out (a release whose graphs live outside the pool, a stack that never
+    reads it, a profile stating its own), and a user giving it wants to know it priced nothing."""
+    try:
+        scenario_for(row, replace(s, cuda_graph_gib=None))
+    except GraphsWanted:
+        return True
+    except LlmsimError:     # refused for another reason, which the replay names
+        return False
+    return False
 
 
 def _prefill_chunk(row: Row) -> int:
