@@ -825,6 +825,49 @@ def test_a_backend_profiles_check_across_keys_names_its_key_in_the_key_path(tmp_
     assert says in e.value.render() and "(top level)" not in e.value.render()
 
 
+def _sglang_budget_below_its_batch(folder: Path) -> Path:
+    """SGLang's profile with an H100 rule whose token budget (1,024) is below the profile's batch (2,048):
+    each mapping loads on its own, the merge for an H100 pool is refused."""
+    from simulator.profiles.loader import builtin_dir
+
+    text = (builtin_dir("backend_profiles") / "sglang.yaml").read_text()
+    assert "    set: {max_num_batched_tokens: 8192}\n" in text
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "sglang.yaml").write_text(text.replace("    set: {max_num_batched_tokens: 8192}\n",
+                                                     "    set: {max_num_batched_tokens: 1024}\n"))
+    return folder / "sglang.yaml"
+
+
+def test_a_backend_profiles_rules_refused_together_name_the_profile(tmp_path, cli):
+    """Refused as the pool's engine, the merge named pools[0].engine and two keys the scenario never wrote."""
+    broken = _sglang_budget_below_its_batch(tmp_path / "profiles")
+    pool = {**SCENARIO["pools"][0], "gpu": "h100-sxm", "engine": {"backend": str(broken)}}
+    sc = write_yaml(tmp_path / "s.yaml", {**SCENARIO, "pools": [pool]})
+    one_line_error(cli("run", sc, "-o", tmp_path / "out"), f"{sc}: pools[0].engine.backend: {broken}: its defaults "
+                   f"for {pool['model']} on h100-sxm are refused: max_num_batched_tokens (1024) must be ≥ max_num_seqs")
+    one_line_error(cli("estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3.2-1b", "--backend", broken,
+                       "--decode-batch", "8"), f"--backend: {broken}: its defaults for llama-3.2-1b on h100-sxm")
+    # the pool's own keys at fault are named as before: the profile is not blamed for them
+    pool["engine"] = {"backend": "sglang", "max_num_seqs": 99_999}
+    one_line_error(cli("run", write_yaml(tmp_path / "own.yaml", {**SCENARIO, "pools": [pool]}), "-o", tmp_path / "o"),
+                   "pools[0].engine: max_num_batched_tokens (8192) must be ≥ max_num_seqs (99999)")
+
+
+def test_a_built_in_profile_at_fault_is_named_as_the_backend(tmp_path, monkeypatch):
+    """A built-in profile is named by the name the scenario gives it, and its file."""
+    from simulator.profiles import backend, loader
+
+    broken, real = _sglang_budget_below_its_batch(tmp_path), loader.resolve
+    fake = lambda kind, name: broken if (kind, name) == ("backend_profiles", "sglang") else real(kind, name)  # noqa: E731
+    monkeypatch.setattr(loader, "resolve", fake)
+    monkeypatch.setattr(backend, "resolve", fake)
+    pool = {**SCENARIO["pools"][0], "gpu": "h100-sxm", "engine": {"backend": "sglang"}}
+    with pytest.raises(LlmsimError) as e:
+        load_scenario(write_yaml(tmp_path / "s.yaml", {**SCENARIO, "pools": [pool]}))
+    assert f"pools[0].engine.backend: backend 'sglang' ({broken}): its defaults for " in e.value.render(), \
+        e.value.render()
+
+
 # --- (6) determinism --------------------------------------------------------------------------------------
 @settings(max_examples=5, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(seed=st.integers(0, 2**31))

@@ -134,9 +134,14 @@ def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, ker
     except ValidationError as e:
         from ..kv_memory import GRAPHS_FLAG, graphs_needed, graphs_refused
 
+        from ..profiles.backend_fault import profile_at_fault
+
         if graphs_refused(e):      # the figure this command takes as a flag
             raise LlmsimError(graphs_needed(f"give {GRAPHS_FLAG} as", "give an earlier --backend-version"),
                               key_path="--backend-version") from None
+        fault = profile_at_fault(raw, gpu, model, e)
+        if fault is not None:
+            raise LlmsimError(fault, key_path="--backend") from None
         first = e.errors()[0]
         loc = error_loc(first)
         where = ".".join(map(str, loc))

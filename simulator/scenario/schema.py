@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, model_validator
+from pydantic import (BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, ValidatorFunctionWrapHandler,
+                      field_validator, model_validator)
 
 from ..costmodel.speculative import SpeculativeSpec, draft_kind
 from ..engine.config import EngineConfig
@@ -100,6 +101,28 @@ class PoolSpec(BaseModel):
             # logs "will be disabled"); asked for explicitly, it is refused (simulator/fleet/pp_refusals.py).
             merged = {**merged, "async_scheduling": False}
         return {**data, "engine": merged}
+
+    @field_validator("engine", mode="wrap")
+    @classmethod
+    def _profile_named(cls, engine: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+        """An engine refused for keys its backend profile set names the profile, not keys the pool never wrote."""
+        try:
+            return handler(engine)
+        except ValidationError as e:
+            gpu, model = info.data.get("gpu"), info.data.get("model")
+            if not isinstance(engine, dict) or not isinstance(gpu, str):
+                raise
+            from ..profiles import load_model
+            from ..profiles.backend_fault import profile_at_fault
+
+            try:
+                profile = load_model(model) if isinstance(model, str) else None
+                fault = profile_at_fault(engine, gpu, profile, e)
+            except LlmsimError:
+                raise e from None
+            if fault is None:
+                raise
+            raise KeyRefusal("backend", fault) from None
 
     @property
     def gpus_per_replica(self) -> int:
