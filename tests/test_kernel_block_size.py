@@ -89,7 +89,9 @@ def test_a_size_the_stack_would_not_run_is_refused_naming_the_key(backend, model
 
 
 def test_a_prefix_cached_workload_follows_the_page():
-    """SGLang's 64-token pages on Blackwell ask the synthetic prompt blocks for a multiple of 64."""
+    """SGLang's 64-token pages on Blackwell ask the synthetic prompt blocks for a multiple of 64: unset,
+    workload.block_tokens takes it (the scenario sets neither key, and runs); set to another, it is refused
+    on that key, the one to change."""
     from simulator.errors import LlmsimError
     from simulator.scenario.compile import compile_scenario
 
@@ -97,11 +99,51 @@ def test_a_prefix_cached_workload_follows_the_page():
                                       "input_tokens": FIXED_100, "output_tokens": FIXED_100,
                                       "system_prompt": {"apps": 1, "tokens": {"dist": "fixed", "value": 512}}},
             "pools": [{"model": "llama-3.1-8b", "gpu": "b200", "engine": {"backend": "sglang"}}]}
+    sc = Scenario.model_validate(data)
+    assert sc.workload.block_tokens == 64 == sc.pools[0].engine.block_size
+    compile_scenario(sc, "s.yaml")
+    # still unset: read again on another GPU (1-token pages on H200), it is vLLM's 16 again
+    again = sc.model_dump(mode="json", exclude_unset=True)
+    assert "block_tokens" not in again["workload"]
+    again["pools"][0] = {"model": "llama-3.1-8b", "gpu": "h200", "engine": {"backend": "sglang"}}
+    assert Scenario.model_validate(again).workload.block_tokens == 16
+    data["workload"]["block_tokens"] = 16
     with pytest.raises(LlmsimError) as e:
         compile_scenario(Scenario.model_validate(data), "s.yaml")
-    assert e.value.key_path == "pools[0].engine.block_size" and "multiple of 64" in e.value.message
-    data["workload"]["block_tokens"] = 64
+    assert e.value.key_path == "workload.block_tokens" and "set a multiple of 64" in e.value.message
+    assert "leave block_tokens out" in e.value.message
+    data["workload"]["block_tokens"] = 128
     compile_scenario(Scenario.model_validate(data), "s.yaml")
+
+
+@pytest.mark.parametrize("pages, tokens", [((1,), 16), ((16,), 16), ((32,), 32), ((64, 16), 64), ((48,), 48),
+                                           ((32, 64, 1), 64), ((100,), 16), ((64, 96), 192), ((128, 96), 16)])
+def test_unset_block_tokens_take_the_least_multiple_of_16_and_every_page(pages, tokens):
+    """Up to 256 tokens; past it (a 100-token block: 400) the key stays at 16 and the scenario is refused."""
+    from workloads.spec import WorkloadSpec
+
+    w = WorkloadSpec.model_validate({"arrival": {"type": "poisson", "rate_per_s": 1.0}, "duration_s": 10,
+                                     "input_tokens": FIXED_100, "output_tokens": FIXED_100,
+                                     "system_prompt": {"apps": 1, "tokens": {"dist": "fixed", "value": 512}}})
+    assert w.paged_by(pages).block_tokens == tokens
+    assert WorkloadSpec.model_validate({**w.model_dump(exclude_unset=True), "block_tokens": 16}).paged_by(
+        pages).block_tokens == 16      # set: the user's, refused where it does not divide
+    plain = WorkloadSpec.model_validate(w.model_dump(exclude_unset=True, exclude={"system_prompt"}))
+    assert plain.paged_by(pages) is plain      # no ids, nothing follows
+
+
+def test_a_page_past_what_block_tokens_follows_is_refused_on_the_pool():
+    from simulator.errors import LlmsimError
+    from simulator.scenario.compile import compile_scenario
+
+    data = {"name": "s", "workload": {"arrival": {"type": "poisson", "rate_per_s": 1.0}, "duration_s": 10,
+                                      "input_tokens": FIXED_100, "output_tokens": FIXED_100,
+                                      "system_prompt": {"apps": 1, "tokens": {"dist": "fixed", "value": 512}}},
+            "pools": [{"model": "llama-3.1-8b", "gpu": "h100-sxm", "engine": {"block_size": 100}}]}
+    with pytest.raises(LlmsimError) as e:
+        compile_scenario(Scenario.model_validate(data), "s.yaml")
+    assert e.value.key_path == "pools[0].engine.block_size", e.value.render()
+    assert "set workload.block_tokens to a multiple of 100" in e.value.message
 
 
 def test_kimi_k2_runs_sglangs_deepseek_v3_kernel(tmp_path):

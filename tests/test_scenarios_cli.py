@@ -303,15 +303,17 @@ def test_trace_block_ids_must_be_whole_kv_blocks(tmp_path, cli):
 
 def test_synthetic_block_ids_follow_vllm_034s_64_token_blocks(tmp_path, cli):
     """vLLM 0.34.0 keeps 64-token KV blocks, and a system prompt's synthetic ids stand for
-    workload.block_tokens (16 by default): the refusal names that key, which lets the pool
-    keep 0.34.0's blocks, and a multiple of 64 runs."""
+    workload.block_tokens: unset, it follows the blocks (64) and the scenario runs; set to 16, the
+    refusal names that key, and a multiple of 64 runs."""
     p = write(tmp_path / "sc.yaml",
               "name: t\nworkload:\n  num_requests: 4\n  arrival: {type: poisson, rate_per_s: 10}\n"
               "  input_tokens: {dist: fixed, value: 200}\n  output_tokens: {dist: fixed, value: 4}\n"
               "  system_prompt: {apps: 1, tokens: {dist: fixed, value: 256}}\n"
               "pools: [{model: llama-3.2-1b, gpu: h100-sxm, engine: {backend: vllm, backend_version: 0.34.0, "
               "kv_memory: {cuda_graph_gib: 1.0}}}]\n")
-    r = cli("run", p)
-    assert r.code == 2 and "Traceback" not in r.err
-    assert "pools[0].engine.block_size" in r.err and "workload.block_tokens to a multiple of 64" in r.err
-    assert cli("run", p, "--set", "workload.block_tokens=64").code == 0
+    assert cli("run", p).code == 0
+    r = cli("run", p, "--set", "workload.block_tokens=16")
+    assert r.code == 2 and "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert f"{p} (with --set workload.block_tokens=16): workload.block_tokens: 16 tokens per prompt block id are " \
+           "not a whole number of the 64-token KV blocks of pool 'main'" in r.err and "multiple of 64" in r.err
+    assert cli("run", p, "--set", "workload.block_tokens=128").code == 0

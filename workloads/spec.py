@@ -26,8 +26,9 @@ gives the same lengths as ``generate(seed)`` for the same int seed.
 """
 from __future__ import annotations
 
+import math
 from pathlib import Path
-from typing import Annotated, Callable, NamedTuple, Optional, Union
+from typing import Annotated, Callable, Iterable, NamedTuple, Optional, Union
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -41,9 +42,13 @@ from .request import Request
 from .system_prompts import Apps, SystemPromptSpec
 from .traces import TraceSpec, trace_block_tokens
 
-__all__ = ["WorkloadSpec", "SessionSpec", "Streams", "SeedLike", "spawn_streams", "LoneRows"]
+__all__ = ["MAX_PAGED_BLOCK_TOKENS", "WorkloadSpec", "SessionSpec", "Streams", "SeedLike", "spawn_streams", "LoneRows"]
 
 SeedLike = Union[int, np.random.SeedSequence, np.random.Generator]
+
+#: The most tokens an unset ``block_tokens`` takes to follow the pools' KV blocks: past it, a shared prefix would
+#: be matched in steps coarser than any stack's page, and the scenario sets the key itself.
+MAX_PAGED_BLOCK_TOKENS = 256
 
 SessionSpec = Annotated[Union[ChatSessionSpec, AutocompleteSessionSpec, AgenticSessionSpec],
                         Field(discriminator="type")]
@@ -133,8 +138,11 @@ class WorkloadSpec(BaseModel):
     output_tokens: Optional[LengthDist] = Field(
         default=None, description="output tokens per request (chat: per response; agentic: per model call); "
                                   "omitted for a trace")
-    block_tokens: int = Field(default=16, ge=1, description="tokens per prompt block id; vLLM's KV block size "
-                                                           "(synthetic ids; a trace's ids have the trace's size)")
+    block_tokens: int = Field(default=16, ge=1, description="tokens per prompt block id (synthetic ids; a trace's "
+                                                           "ids have the trace's size). Unset: 16, vLLM's KV block, "
+                                                           "or the least common multiple of 16 and every "
+                                                           "prefix-cached pool's engine.block_size where one does not "
+                                                           f"divide 16 (up to {MAX_PAGED_BLOCK_TOKENS})")
     system_prompt: Optional[SystemPromptSpec] = Field(
         default=None, description="apps whose system prompt starts every prompt (and session) of the app")
     session: Optional[SessionSpec] = Field(
@@ -199,6 +207,21 @@ class WorkloadSpec(BaseModel):
     @property
     def is_trace(self) -> bool:
         return isinstance(self.arrival, TraceSpec)
+
+    def paged_by(self, pages: Iterable[int]) -> "WorkloadSpec":
+        """This workload with its unset ``block_tokens`` following the KV blocks (``pages``) of the pools that
+        cache its prompts' prefixes: the cache hits whole blocks, so an id must stand for a whole number of
+        each (SGLang's 64-token pages on Blackwell, vLLM 0.34.0's 64-token blocks), and 16 where it already
+        is one. Left as it is where the key is set, ids are a trace's or none, or the multiple would pass
+        :data:`MAX_PAGED_BLOCK_TOKENS` (the scenario is then refused, asking for the key)."""
+        if "block_tokens" in self.model_fields_set or self.is_trace or self.id_block_tokens() is None:
+            return self
+        tokens = math.lcm(self.block_tokens, *pages)
+        if tokens == self.block_tokens or tokens > MAX_PAGED_BLOCK_TOKENS:
+            return self
+        out = self.model_copy(update={"block_tokens": tokens})
+        out.model_fields_set.discard("block_tokens")    # still unset: a scenario dumped and read again derives it
+        return out
 
     def id_block_tokens(self, base_dir: str | Path | None = None) -> Optional[int]:
         """Tokens per id in ``Request.blocks``, or None when no request will carry ids.

@@ -17,6 +17,7 @@ scenario flows one way: scenario → plan → fleet → engine → records → r
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable, Optional, Sequence
@@ -36,6 +37,7 @@ from ..fleet.pp_refusals import check_pp_pairs
 from ..parallelism import kv_copies
 from ..runsize import check_run_size
 from .schema import PoolSpec, Scenario
+from workloads.spec import MAX_PAGED_BLOCK_TOKENS
 from workloads.traces import TraceSpec
 from .cost import month_rule
 from .slo import parse_slo
@@ -143,14 +145,7 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
     for i, p in enumerate(sc.pools):
         bs = p.engine.block_size
         if ids and p.engine.prefix_cache and ids % bs:
-            # synthetic ids (a system prompt, sessions) take workload.block_tokens, which can follow
-            # the engine's block (vLLM 0.34.0's 64 tokens); a trace's ids have the trace's size
-            synthetic = not isinstance(sc.workload.arrival, TraceSpec)
-            fail(f"the workload's prompt block ids stand for {ids} tokens, not a whole number of "
-                 f"{bs}-token KV blocks: "
-                 + (f"set workload.block_tokens to a multiple of {bs}, a block_size dividing {ids}"
-                    if synthetic else "set a block_size dividing it")
-                 + ", or prefix_cache: false", f"pools[{i}].engine.block_size")
+            _refuse_id_blocks(sc, i, ids, fail)
         a = p.autoscaling
         if a is not None and not a.min_replicas <= p.replicas <= a.max_replicas:
             fail(f"replicas ({p.replicas}) must lie within autoscaling's min_replicas..max_replicas "
@@ -170,6 +165,28 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
              for i, ps in enumerate(setups)]
     return FleetPlan(sc, source, pools, routes, _pairs(setups), RegionTable(sc.regions, sc.seed),
                      parse_slo(sc.slo), class_slos, bucket_slos, month)
+
+
+def _refuse_id_blocks(sc: Scenario, i: int, ids: int, fail: Callable[[str, str], None]) -> None:
+    """Refuse the prompt block ids of ``ids`` tokens, not a whole number of pool ``i``'s KV blocks, on the key
+    to change: workload.block_tokens where the scenario set it (unset, it follows the pools' blocks up to
+    MAX_PAGED_BLOCK_TOKENS, :meth:`WorkloadSpec.paged_by`), else the pool's block_size (a trace's ids have
+    the trace's size; a multiple past that bound is the scenario's to choose)."""
+    bs = sc.pools[i].engine.block_size
+    pages = math.lcm(*(p.engine.block_size for p in sc.pools if p.engine.prefix_cache))
+    if isinstance(sc.workload.arrival, TraceSpec):
+        fail(f"the workload's prompt block ids stand for {ids} tokens, not a whole number of {bs}-token KV "
+             "blocks: set a block_size dividing it, or prefix_cache: false", f"pools[{i}].engine.block_size")
+    if "block_tokens" in sc.workload.model_fields_set:
+        fail(f"{ids} tokens per prompt block id are not a whole number of the {bs}-token KV blocks of pool "
+             f"{sc.pools[i].name!r} (its engine.block_size): set a multiple of {pages} (every prefix-cached "
+             "pool's block)"
+             + (", or leave block_tokens out to follow them" if pages <= MAX_PAGED_BLOCK_TOKENS else "")
+             + ", or prefix_cache: false on the pool", "workload.block_tokens")
+    fail(f"the workload's prompt block ids stand for {ids} tokens, not a whole number of {bs}-token KV blocks, "
+         f"and a multiple of 16 and of every prefix-cached pool's block passes the {MAX_PAGED_BLOCK_TOKENS} tokens "
+         f"an unset workload.block_tokens follows: set workload.block_tokens to a multiple of {pages}, a "
+         f"block_size dividing {ids}, or prefix_cache: false", f"pools[{i}].engine.block_size")
 
 
 def _router_factory(spec: PoolSpec, index: int, source) -> Callable[[np.random.Generator], Router]:

@@ -161,3 +161,10 @@ class Scenario(BaseModel):
     ladder: LadderMode = Field(default="cumulative",
                                description="cumulative: step i applies variants 0..i; independent: each alone")
     check: Optional[CheckSpec] = Field(default=None, description="fast settings and tracked metrics for `llmsim check`")
+
+    @model_validator(mode="after")
+    def _ids_follow_pages(self) -> "Scenario":
+        # A pool's KV block follows its GPU and model (SGLang's kernel on Blackwell forces 64-token pages): an
+        # unset workload.block_tokens follows them, where a fixed 16 refused a scenario that set neither.
+        self.workload = self.workload.paged_by(p.engine.block_size for p in self.pools if p.engine.prefix_cache)
+        return self
