@@ -44,6 +44,14 @@ VLLM_034 = {"backend_version": "0.34.0", "kv_memory": {"cuda_graph_gib": 2.0}}
     ("sglang", "llama-3.1-8b", "h100-sxm", {}, 1),
     ("sglang", "deepseek-v3", "h200", {}, 1),
     ("sglang", "llama-3.1-8b", "a100-sxm-80gb", {}, 1),
+    # before 0.5.6.post2 MHA models ran flashinfer (page 1) on Blackwell, gpt-oss its own trtllm_mha;
+    # before 0.5.2 DeepSeek-V3 ran flashinfer's MLA kernel (page 1) too
+    ("sglang", "llama-3.1-8b", "b200", {"backend_version": "0.5.5.post2"}, 1),
+    ("sglang", "gpt-oss-120b", "b200", {"backend_version": "0.5.5.post2"}, 64),
+    ("sglang", "deepseek-v3", "gb200-nvl72", {"backend_version": "0.5.5.post2"}, 64),
+    ("sglang", "deepseek-v3", "b200", {"backend_version": "0.5.1.post1"}, 1),
+    ("sglang", "llama-3.1-8b", "b200", {"backend_version": "0.5.8"}, 64),
+    ("sglang", "deepseek-v3", "b200", {"backend_version": "0.5.8.post1"}, 64),
     # a pool's own size the kernel takes stays
     ("sglang", "llama-3.1-8b", "b200", {"block_size": 16}, 16),
     ("sglang", "deepseek-v3", "b200", {"block_size": 32}, 32),
