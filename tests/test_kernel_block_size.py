@@ -35,6 +35,20 @@ VLLM_034 = {"backend_version": "0.34.0", "kv_memory": {"cuda_graph_gib": 2.0}}
     ("vllm", "llama-3.1-8b", "h100-sxm", {}, 16),
     ("vllm", "llama-3.1-8b", "h100-sxm", VLLM_034, 64),
     ("vllm", "llama-3.1-8b", "b200", {}, 16),
+    # before 0.18.0 vLLM forced the block of the MLA kernel it meant to run (platforms/cuda.py)
+    ("vllm", "deepseek-v3", "h200", {"backend_version": "0.10.0"}, 64),
+    ("vllm", "deepseek-v3", "b200", {"backend_version": "0.10.0"}, 16),
+    ("vllm", "deepseek-v3", "h100-sxm", {"backend_version": "0.12.0"}, 64),
+    ("vllm", "deepseek-v3", "b200", {"backend_version": "0.11.0"}, 128),
+    ("vllm", "deepseek-v3", "gb200-nvl72", {"backend_version": "0.12.0"}, 128),
+    ("vllm", "deepseek-v3", "b300", {"backend_version": "0.14.0"}, 128),
+    ("vllm", "deepseek-v3", "b200", {"backend_version": "0.15.1"}, 64),
+    ("vllm", "deepseek-v3", "h200", {"backend_version": "0.17.0", "kv_dtype": "fp8"}, 64),
+    ("vllm", "deepseek-v3", "h200", {"backend_version": "0.15.1", "block_size": 128}, 128),
+    ("vllm", "deepseek-v3", "a100-sxm-80gb", {"backend_version": "0.14.0"}, 16),
+    ("vllm", "deepseek-v3", "h200", {"backend_version": "0.18.0"}, 16),
+    ("vllm", "deepseek-v3", "b200", {"backend_version": "0.18.0"}, 32),
+    ("vllm", "llama-3.1-8b", "h100-sxm", {"backend_version": "0.12.0"}, 16),
     # SGLang: trtllm_mla for DeepSeek-V3 and trtllm_mha on Blackwell set page 64; fa3 on Hopper keeps 1
     ("sglang", "deepseek-v3", "b200", {}, 64),
     ("sglang", "deepseek-v3", "b200", {"backend_version": "0.5.13.post1"}, 64),
@@ -83,6 +97,11 @@ def test_sglang_without_trtllm_mha_under_a_draft_keeps_page_1():
      "takes blocks of a multiple of 32 or 64 tokens, and another of its kernels a multiple of 16; set a multiple "
      "of 16, or leave block_size unset (32)"),
     ("vllm", "deepseek-v3", "h200", {"block_size": 24}, "FLASH_ATTN_MLA"),
+    ("vllm", "deepseek-v3", "h200", {"block_size": 16, "backend_version": "0.16.0"},
+     "16 tokens: vllm's FLASHMLA attention, which it runs for deepseek-v3 on h200, takes blocks of a multiple of "
+     "64 tokens, and runs any other at 64; set a multiple of 64, or leave block_size unset (64)"),
+    ("vllm", "deepseek-v3", "h200", {"block_size": 128, "backend_version": "0.11.0"}, "takes blocks of 64 tokens"),
+    ("vllm", "deepseek-v3", "b200", {"block_size": 64, "backend_version": "0.14.0"}, "CUTLASS_MLA attention"),
     ("trtllm", "deepseek-v3", "h200", {"block_size": 32}, "FlashMLA attention"),
 ])
 def test_a_size_the_stack_would_not_run_is_refused_naming_the_key(backend, model, gpu, engine, says):

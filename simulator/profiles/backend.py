@@ -70,11 +70,16 @@ class GpuCondition(_Strict):
     # the compute-capability family (100: 10.x, data-center Blackwell), as vLLM's
     # is_device_capability_family tests it: the hardware profile's sm_version // 10 is this // 10
     sm_family: Optional[int] = Field(default=None, ge=10)
+    # the compute capability is one of these exactly (100: 10.0 alone), as vLLM's
+    # is_device_capability tests it where a release did not yet test the family
+    sm_versions: Optional[tuple[int, ...]] = Field(default=None, min_length=1)
 
     def holds(self, gpu: HardwareProfile) -> bool:
         if self.gpu_name_contains is not None and self.gpu_name_contains.lower() not in gpu.name.lower():
             return False
         if self.sm_family is not None and (gpu.sm_version is None or gpu.sm_version // 10 != self.sm_family // 10):
+            return False
+        if self.sm_versions is not None and gpu.sm_version not in self.sm_versions:
             return False
         if self.min_hbm_gib is not None and gpu.hbm_gib < self.min_hbm_gib:
             return False
