@@ -164,6 +164,24 @@ def kernel_rule(rules: Sequence[KernelRule], gpu: HardwareProfile, model: ModelP
     return next((r for r in rules if r.when.holds(gpu, model, speculative, kv_dtype)), None)
 
 
+class PrefixCacheRule(_Strict):
+    """Where a stack keeps or turns off its prefix cache whatever the launch asked (TensorRT-LLM's
+    KV block reuse for MLA models on some GPUs): the first rule that holds on the pool's GPU and
+    model wins, and a pool under one that turns it off runs without it, or is refused where it
+    sets ``prefix_cache: true`` itself, since the stack would not run what it asked for."""
+
+    when: KernelCondition = KernelCondition()
+    prefix_cache: bool = Field(description="whether the stack keeps its prefix cache there")
+    why: str = Field(default="", description="what the stack says when it turns the cache off, for the refusal")
+    source: str = ""
+
+
+def prefix_cache_rule(rules: Sequence[PrefixCacheRule], gpu: HardwareProfile, model: ModelProfile,
+                      speculative: bool, kv_dtype: str) -> Optional[PrefixCacheRule]:
+    """The first of ``rules`` that holds for ``model`` on ``gpu`` (None: none does)."""
+    return next((r for r in rules if r.when.holds(gpu, model, speculative, kv_dtype)), None)
+
+
 class VersionRule(_Strict):
     """Engine keys a range of releases ran by default where the profile's own
     keys differ: from ``since`` (the first release with them) up to, not
@@ -316,6 +334,9 @@ class BackendProfile(_Strict):
     attention_kernels: list[KernelRule] = Field(
         default_factory=list, description="attention kernels the stack picks by default that decide the KV block "
                                           "size, first match on the pool's GPU and model wins")
+    prefix_cache_rules: list[PrefixCacheRule] = Field(
+        default_factory=list, description="where the stack keeps or turns off its prefix cache whatever the "
+                                          "launch asked, first match on the pool's GPU and model wins")
     overheads: Overheads = Overheads()
     fitted_on: str = ""
     first_token_fitted_on: str = Field(default="", description="where response_ms and tokenize_us_per_token "
@@ -580,6 +601,7 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
         merged = refine(merged, prof.draft_model_keys(keys))
     if model is not None:
         merged = _kernel_block_size(merged, engine, prof, keys, load_hardware(gpu_name), model, bool(draft))
+        merged = _stack_prefix_cache(merged, engine, prof, load_hardware(gpu_name), model, bool(draft))
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
     return _prompt_kv_beside(refine(backend_defaults_beside(merged, engine), engine), engine)
 
@@ -619,6 +641,23 @@ def _kernel_block_size(merged: dict[str, Any], engine: Mapping[str, Any], prof: 
                          f"{gpu.name}, takes blocks of {rule.sizes_text()} tokens{other}; set {allowed}, or leave "
                          f"block_size unset ({default})")
     return merged
+
+
+def _stack_prefix_cache(merged: dict[str, Any], engine: Mapping[str, Any], prof: BackendProfile,
+                        gpu: HardwareProfile, model: ModelProfile, speculative: bool) -> dict[str, Any]:
+    """``merged`` without the prefix cache where the stack turns it off for ``model`` on ``gpu``
+    (its ``prefix_cache_rules``); a pool that sets ``prefix_cache: true`` there is refused, naming
+    the stack's rule, rather than simulated with a cache the stack would not keep."""
+    kv_dtype = engine.get("kv_dtype", merged.get("kv_dtype", "bf16"))
+    rule = prefix_cache_rule(prof.prefix_cache_rules, gpu, model, speculative,
+                             kv_dtype if isinstance(kv_dtype, str) else "bf16")
+    if rule is None or rule.prefix_cache:
+        return merged
+    if engine.get("prefix_cache") is True:
+        raise KeyRefusal("engine.prefix_cache",
+                         f"true: {prof.stack} turns its prefix cache off for {model.name} on {gpu.name} "
+                         f"({rule.why}); set prefix_cache: false, or leave it unset")
+    return {**merged, "prefix_cache": False}
 
 
 def _release_model_keys(keys: Mapping[str, Any], model: Optional[ModelProfile], version: Any) -> dict[str, Any]:
