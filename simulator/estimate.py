@@ -82,8 +82,8 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
     share = None if engine is None else swa_window_share(engine.kv_memory, m.num_sliding_layers,
                                                           m.num_full_attention_layers)
     # a request's sliding-window KV as its pool counts it: a window, in the whole blocks covering it,
-    # where windows are set aside per sequence, its tokens at the stack's ratio where one pool is shared
-    # by a ratio (TensorRT-LLM keeps every token, SGLang 0.8 of them)
+    # where each running request holds its windows in the shared pool (vLLM), its tokens at the stack's
+    # ratio where one pool is shared by a ratio (TensorRT-LLM keeps every token, SGLang 0.8 of them)
     window = (m.kv_window_bytes(cm.kv_dtype, mem.block_size) * copies * min(1.0, tokens / (m.sliding_window or tokens))
               if share is None else kv_tok * tokens * share / (1.0 - share))
     out = {

@@ -38,8 +38,8 @@ difference is the whole pool:
     once they leave the window (0.5.9 ``model_runner_kv_cache_mixin.py``
     ``set_num_tokens_hybrid_swa``; 0.5.13 and later
     ``pool_configurator.py`` ``HybridSWAPoolConfigurator``: one token costs
-    ``F·n_full + ratio·S·n_swa`` bytes), not a window set aside per sequence
-    as vLLM's rule does.
+    ``F·n_full + ratio·S·n_swa`` bytes), not a window per running sequence
+    drawn from one shared pool as vLLM's rule does (:mod:`simulator.hybrid_kv`).
 ``trtllm``
     ``KvCacheConfig.free_gpu_memory_fraction`` (0.9) of the memory still free
     after the weights and a profiling run of ``max_num_tokens``
@@ -404,7 +404,7 @@ class KvRule:
     # The tokens a sliding-window layer holds per full-attention token where the stack shares one
     # pool between them by a ratio (swa_window_share: SGLang's hybrid pool, whose
     # swa_full_tokens_ratio knob replaces it; TensorRT-LLM's single pool, every layer every token);
-    # None where windows are set aside per sequence (vLLM's max_num_seqs whole windows).
+    # None where each running sequence holds its windows in the shared pool (vLLM: simulator.hybrid_kv).
     swa_ratio: Optional[float] = None
     # Knobs that say what the stack does with a flag the launch gives, by the engine key that is the
     # flag: where the pool leaves that key to the backend (its default, its speculative cap), the
@@ -638,7 +638,8 @@ def swa_window_share(spec: Optional[KvMemory], sliding_layers: int, full_layers:
     """The share of a GPU's KV bytes its sliding-window layers take where the stack splits the pool
     by a ratio (``KvRule.swa_ratio``: a full-attention token costs ``full_layers`` layers, its
     sliding-window share ``ratio · sliding_layers``, every layer's token being the same size); None
-    where windows are set aside per sequence instead, or the model has no sliding-window layers."""
+    where each running sequence holds its windows in the shared pool instead (vLLM:
+    :mod:`simulator.hybrid_kv`), or the model has no sliding-window layers."""
     rule = RULES[spec.rule] if spec is not None else None
     if rule is None or rule.swa_ratio is None or not sliding_layers:
         return None

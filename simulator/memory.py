@@ -19,7 +19,8 @@ from typing import Optional
 from .errors import LlmsimError
 from .kv_memory import (RULES, RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, draft_in_reserve, kv_budget,
                         rank_token_cap, swa_window_share)
-from .parallelism import Parallelism, kv_copies, replica_kv_bytes_per_token, weight_bytes_per_gpu
+from .hybrid_kv import window_blocks
+from .parallelism import Parallelism, replica_kv_bytes_per_token, weight_bytes_per_gpu
 from .profiles.hardware import HardwareProfile
 from .fields import leaf
 from .profiles.model import ModelProfile
@@ -49,9 +50,15 @@ KV_MEMORY_FIELDS = {
     "kv_bytes_per_token": leaf("bytes", "KV bytes per token per replica"),
     "weights_gb": leaf("GB", "weights per replica"), "kv_gb": leaf("GB", "KV pool per replica"),
     "total_gb": leaf("GB", "the replica's GPU memory"),
-    "kv_window_gb": leaf("GB", "the sliding-window layers' KV per replica: max_num_seqs windows set aside "
-                               "in whole blocks (vLLM), SGLang's swa_full_tokens_ratio share of its pool, or under TensorRT-LLM "
-                               "every token of theirs, as a full-attention layer's", when="the model has sliding-window layers"),
+    "kv_window_gb": leaf("GB", "the sliding-window layers' KV per replica, apart from the pool's tokens: "
+                               "SGLang's swa_full_tokens_ratio share of its pool, or under TensorRT-LLM every token of "
+                               "theirs, as a full-attention layer's",
+                         when="the model has sliding-window layers and the stack splits its pool for them"),
+    "window_blocks_per_sequence": leaf("blocks", "what each running sequence's sliding-window layers hold of the "
+                                                 "pool beside its own tokens' blocks (vLLM's shared pool: its window "
+                                                 "in whole blocks, plus one, in every sliding-window group), so the "
+                                                 "pool's tokens are full-attention tokens less these windows",
+                                       when="the model has sliding-window layers and vLLM's accounting sized the pool"),
 }
 
 
@@ -66,8 +73,8 @@ class MemoryPlan:
     kv_bytes_per_token: float
     block_size: int
     num_blocks: int
-    # Sliding-window layers' KV: max_num_seqs full windows set aside, or the share of the pool a
-    # stack that splits it by a ratio gives them (SGLang's hybrid pool; TensorRT-LLM's, every token).
+    # Sliding-window layers' KV where a stack splits its pool for them by a ratio (SGLang's hybrid
+    # pool; TensorRT-LLM's, every token).
     kv_window_bytes: float = 0.0
     # Whose accounting sized the KV pool, and the fraction it applied (kv_memory.KvBudget).
     rule: str = "vllm"
@@ -77,6 +84,9 @@ class MemoryPlan:
     # A speculative draft's weights and KV live outside the pool (kv_memory.draft_in_reserve: SGLang to
     # 0.5.13), not taken from it (costmodel.speculative.speculative_memory).
     draft_in_reserve: bool = False
+    # Blocks each running sequence's sliding-window layers hold of the pool beside its own
+    # (vLLM's shared pool: hybrid_kv.window_blocks); 0 where none or a ratio splits the pool.
+    window_blocks: int = 0
 
     @property
     def reserve_bytes(self) -> float:
@@ -89,7 +99,7 @@ class MemoryPlan:
         return self.num_blocks * self.block_size
 
     def max_concurrent(self, tokens_per_request: int) -> int:
-        blocks = math.ceil(tokens_per_request / self.block_size)
+        blocks = math.ceil(tokens_per_request / self.block_size) + self.window_blocks
         return self.num_blocks // blocks if blocks else 0
 
     def describe(self) -> dict:
@@ -98,7 +108,8 @@ class MemoryPlan:
         return {"rule": self.rule, self.knob: self.fraction, "kv_tokens_per_rank": self.kv_capacity_tokens // self.dp,
                 "kv_bytes_per_token": self.kv_bytes_per_token, "weights_gb": self.weights_bytes / 1e9,
                 "kv_gb": self.kv_capacity_bytes / 1e9, "total_gb": self.total_bytes / 1e9,
-                **({"kv_window_gb": self.kv_window_bytes / 1e9} if self.kv_window_bytes else {})}
+                **({"kv_window_gb": self.kv_window_bytes / 1e9} if self.kv_window_bytes else {}),
+                **({"window_blocks_per_sequence": self.window_blocks} if self.window_blocks else {})}
 
 
 def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
@@ -125,12 +136,13 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     :func:`.parallelism.tp_whole_weight_bytes`), and its own sequences' KV;
     the routed experts are split over all GPUs (:mod:`.parallelism`). Every GPU gets the same KV budget from
     the stack's rule; the replica's KV capacity is the sum of its GPUs'.
-    Sliding-window layers keep at most a window per sequence:
-    ``max_num_seqs`` windows per rank, in the whole blocks that cover one
-    (:meth:`.profiles.model.ModelProfile.kv_window_bytes`), are set aside, the rest is counted per
-    token; a stack that splits its pool by a ratio instead (SGLang's hybrid
-    pool, TensorRT-LLM's one pool at a ratio of 1:
-    :func:`.kv_memory.swa_window_share`) gives them that share of it.
+    Sliding-window layers keep at most a window per sequence: under vLLM's
+    accounting they draw it from the same pool as the full-attention layers,
+    nothing set aside, each running sequence holding
+    :attr:`MemoryPlan.window_blocks` of it (:mod:`.hybrid_kv`); a stack that
+    splits its pool by a ratio instead (SGLang's hybrid pool, TensorRT-LLM's
+    one pool at a ratio of 1: :func:`.kv_memory.swa_window_share`) gives them
+    that share of it.
     """
     has_full_attention(model)
     par = Parallelism(tp, dp, ep)
@@ -144,21 +156,20 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
                      prefill_graphs=sglang_prefill_graph_kind(model), prefill_graph_blockers=blockers, role=role,
                      cuda=gpu.cuda_total_bytes)
     budget = kv_budget(share, kv_memory, gpu_memory_utilization)
-    copies = kv_copies(model, tp)
     swa = swa_window_share(kv_memory, model.num_sliding_layers, model.num_full_attention_layers)
-    window = (max_num_seqs * model.kv_window_bytes(kv_dtype, block_size) * copies / tp if swa is None
-              else max(budget.kv_bytes, 0.0) * swa)
+    window = 0.0 if swa is None else max(budget.kv_bytes, 0.0) * swa
     kv_per_token = replica_kv_bytes_per_token(model, par, kv_dtype)
     kv_cap = (budget.kv_bytes - window) * gpus
     cap_tokens = rank_token_cap(kv_memory)
     if cap_tokens is not None:
         kv_cap = min(kv_cap, cap_tokens * dp * kv_per_token)
     if kv_cap <= kv_per_token * block_size:
-        raise LlmsimError(_no_room(model, gpu, par, weight_dtype, share, budget, window if swa is None else 0.0))
+        raise LlmsimError(_no_room(model, gpu, par, weight_dtype, share, budget))
     num_blocks = int(kv_cap // (kv_per_token * block_size))
     return MemoryPlan(gpu.hbm_bytes * gpus, budget.usable * gpus, share.weights * gpus, budget.activation * gpus,
                       share.runtime * gpus, kv_cap, kv_per_token, block_size, num_blocks, window * gpus,
-                      (kv_memory or KvMemory()).rule, budget.fraction, budget.knob, dp, draft_in_reserve(kv_memory))
+                      (kv_memory or KvMemory()).rule, budget.fraction, budget.knob, dp, draft_in_reserve(kv_memory),
+                      window_blocks(model, block_size) if swa is None else 0)
 
 
 # Model types of the architectures SGLang's torch.compile prefill graphs (0.5.10-0.5.14) list as
@@ -214,7 +225,7 @@ def has_full_attention(model: ModelProfile) -> ModelProfile:
 
 
 def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight_dtype: str, g: GpuShare,
-             b: KvBudget, window: float) -> str:
+             b: KvBudget) -> str:
     """Why no KV block fits, in the stack's own terms, per replica."""
     n, tp, dp = par.gpus, par.tp, par.dp
     shape = f"{tp}×" if dp == 1 else f"{n} (tp {tp} × dp {dp})"
@@ -222,12 +233,11 @@ def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight
             "free_gpu_memory_fraction": "TensorRT-LLM"}[b.knob]
     weights = f"weights {g.weights * n / 1e9:.1f} GB ({weight_dtype})"
     if b.knob == "gpu_memory_utilization":
-        what = (f"{weights} + activations and runtime {(b.reserve + window) * n / 1e9:.1f} GB vs usable "
+        what = (f"{weights} + activations and runtime {b.reserve * n / 1e9:.1f} GB vs usable "
                 f"{b.usable * n / 1e9:.1f} GB ({n} × {g.cuda_total / 1e9:.1f} GB CUDA reports × "
                 f"gpu_memory_utilization {b.fraction})")
     elif b.knob == "mem_fraction_static":
-        windows = f" + sliding-window KV {window * n / 1e9:.1f} GB ({g.max_seqs:,} sequences)" if window else ""
-        what = (f"{weights}{windows} vs usable {b.usable * n / 1e9:.1f} GB for weights and KV under "
+        what = (f"{weights} vs usable {b.usable * n / 1e9:.1f} GB for weights and KV under "
                 f"mem_fraction_static {b.fraction} of the {(g.cuda_total - g.runtime) * n / 1e9:.1f} GB free at "
                 f"start"
                 + (f" ({b.why})" if b.why else ""))
@@ -248,21 +258,23 @@ def context_room(mem: MemoryPlan, kv_memory: Optional[KvMemory], model: ModelPro
     rule that starts anyway (:attr:`~.kv_memory.KvRule.needs_one_context`), or
     no ``kv_memory`` named (llmsim's generic engine sizes its pool as vLLM
     does but is no vLLM server that would refuse to start).
-    vLLM checks it once the pool is sized, whatever the traffic: gpt-oss-120b
-    on one H100 at its default 131,072 tokens never serves a request, and a
-    deployment that runs it sets ``--max-model-len``."""
+    vLLM checks it once the pool is sized, whatever the traffic: a deployment
+    whose model's context does not fit sets ``--max-model-len``. The request's
+    sliding-window layers take their windows from the same pool
+    (:attr:`MemoryPlan.window_blocks`)."""
     if kv_memory is None or not RULES[kv_memory.rule].needs_one_context:
         return None
-    rank_blocks = mem.num_blocks // mem.dp
+    rank_blocks = mem.num_blocks // mem.dp - mem.window_blocks
     need = math.ceil(max_model_len / mem.block_size)
     if need <= rank_blocks:
         return None
-    held = rank_blocks * mem.block_size
+    held = max(rank_blocks, 0) * mem.block_size
     per_rank = "" if mem.dp == 1 else " per attention rank"
     gb = lambda tokens: f"{tokens * mem.kv_bytes_per_token / 1e9:,.2f} GB"  # noqa: E731
+    beside = " beside its sliding-window layers' windows" if mem.window_blocks else ""
     return (f"{model.name}'s {max_model_len:,}-token context{DOES_NOT_FIT}{gpus}× {gpu} as vLLM sizes its KV "
             f"cache: one request of max_model_len needs {gb(need * mem.block_size)} of KV{per_rank}, the pool "
-            f"holds {held:,} tokens ({gb(held)}), "
+            f"holds {held:,} tokens ({gb(held)}){beside}, "
             f"and vLLM refuses to start ('To serve at least one request with the model's max seq len'); set "
             f"engine.max_model_len (vLLM's --max-model-len) to at most {held:,}, or use more GPUs, an fp8 "
             f"engine.kv_dtype or a larger gpu_memory_utilization")

@@ -71,7 +71,7 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
              env: Optional[simpy.Environment] = None,
              on_done: Optional[Callable[[Request], None]] = None, id_block_tokens: Optional[int] = None,
              cancels: Sequence[tuple[float, int]] = (), kv_budgets: Optional[dict[str, int]] = None,
-             offload=None, lora=None) -> Run:
+             offload=None, lora=None, window_blocks: int = 0) -> Run:
     """Run fresh copies of ``requests`` (open loop) through a pool; each
     ``(t, id)`` in ``cancels`` cancels request ``id`` at time t (if it has arrived)."""
     reqs = clone(requests)
@@ -86,7 +86,8 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
 
     pool = Pool(env, cm or cost_model(), cfg, num_blocks, replicas,
                 make_router(router, np.random.default_rng(router_seed)), gaps, engine, done,
-                id_block_tokens=id_block_tokens, kv_budgets=kv_budgets, offload=offload, lora=lora)
+                id_block_tokens=id_block_tokens, kv_budgets=kv_budgets, offload=offload, lora=lora,
+                window_blocks=window_blocks)
     OpenLoop(reqs).start(env, pool.submit, pool.cancel)
     for t, i in cancels:   # client events, URGENT like arrivals
         ev = simpy.Event(env)
@@ -98,7 +99,7 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
 
 
 def run_closed(engine: str, concurrency: int, inputs: Sequence[int], outputs: Sequence[int], cfg: EngineConfig,
-               num_blocks: int, *, cm: Optional[CostModel] = None) -> Run:
+               num_blocks: int, *, cm: Optional[CostModel] = None, window_blocks: int = 0) -> Run:
     """A closed loop of ``concurrency`` users on one replica."""
     env = simpy.Environment()
     gaps = GapLog()
@@ -110,7 +111,7 @@ def run_closed(engine: str, concurrency: int, inputs: Sequence[int], outputs: Se
         holder[0].on_done(req)
 
     pool = Pool(env, cm or cost_model(), cfg, num_blocks, 1, make_router("round_robin", np.random.default_rng(0)),
-                gaps, engine, done)
+                gaps, engine, done, window_blocks=window_blocks)
     loop = ClosedLoop(concurrency, len(inputs), lambda i, now: Request(i, now, int(inputs[i]), int(outputs[i])))
     holder.append(loop)
     loop.start(env, pool.submit, pool.cancel)
@@ -315,13 +316,14 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None, admission=None) 
 
 
 def check_reservation(rep, where: str) -> None:
-    """Reserving outputs: the running sequences' final KV (their own blocks
-    plus the cache entries they pin) fits the capacity, so nothing is ever
-    preempted."""
+    """Reserving outputs: the running sequences' final KV (their own blocks and
+    windows plus the cache entries they pin) fits the capacity, so nothing is
+    ever preempted."""
     if not rep.no_evict:
         assert rep.reserved == 0, where
         return
-    own_final = sum(ceil_div(s.req.input_tokens + s.req.output_tokens, rep.bs) - s.pin_blocks for s in rep.running)
+    own_final = sum(ceil_div(s.req.input_tokens + s.req.output_tokens, rep.bs) + rep.window_blocks - s.pin_blocks
+                    for s in rep.running)
     assert rep.reserved == own_final, where
     pinned = rep.cache.pinned if rep.cache is not None else 0
     assert pinned + rep.reserved <= rep.num_blocks, f"{where}: reservations exceed the KV capacity"
@@ -339,6 +341,12 @@ def one_request_need(req, cfg: EngineConfig) -> int:
         return ceil_div(req.input_tokens + req.output_tokens + cfg.reserved_decode_tokens, cfg.block_size) + 1
     need = req.input_tokens + req.output_tokens - (0 if cfg.scheduler == "static" or cfg.reserves_output else 1)
     return ceil_div(max(need, 1), cfg.block_size)
+
+
+def window_blocks() -> st.SearchStrategy[int]:
+    """Blocks each running sequence's sliding-window layers hold beside its own (vLLM's
+    shared pool, simulator.hybrid_kv): none mostly, else from one to gpt-oss's nine."""
+    return st.sampled_from([0, 0, 1, 2, 9])
 
 
 @st.composite

@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from helpers_engine import (capacities, check_reservation, compare_runs, engine_configs, make_requests, run_closed,
-                            run_open, workloads)
+                            run_open, window_blocks, workloads)
 from simulator.fleet import pool as fleet
 from simulator.engine.blocks import ceil_div
 from simulator.engine.config import EngineConfig
@@ -129,7 +129,8 @@ class CheckedReference(ReferenceReplica):
             # Blocks for the token this iteration writes are held.
             assert s.blocks >= ceil_div(s.kv + 1, bs)
         assert 0 <= self.free <= nb
-        assert nb - self.free == sum(s.blocks for s in self.running), "allocated + free != total"
+        assert nb - self.free == sum(s.blocks + self.window_blocks for s in self.running), \
+            "allocated + free != total"
         assert len(self.running) <= self.cfg.max_num_seqs
         for s in self.running:
             if s.state == DECODE:
@@ -224,14 +225,15 @@ def _check_done_times(log) -> None:
 def test_fast_engine_invariants(data):
     reqs = data.draw(workloads(), label="requests")
     cfg = data.draw(engine_configs(), label="cfg")
-    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    wb = data.draw(window_blocks(), label="window_blocks")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks") + wb
     replicas = data.draw(st.integers(1, 3), label="replicas")
     router = data.draw(st.sampled_from(["round_robin", "random"]), label="router")
     env = MonotoneEnv()
     log: list = []
     with checked_engines():
         run = run_open("checked_fast", reqs, cfg, nb, replicas=replicas, router=router, env=env,
-                       on_done=_record_done(env, log))
+                       on_done=_record_done(env, log), window_blocks=wb)
     check_run(run)
     _check_done_times(log)
     assert len(log) == len(reqs)
@@ -242,11 +244,13 @@ def test_fast_engine_invariants(data):
 def test_reference_engine_invariants(data):
     reqs = data.draw(workloads(max_n=40, max_out=200), label="requests")
     cfg = data.draw(engine_configs(), label="cfg")
-    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    wb = data.draw(window_blocks(), label="window_blocks")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks") + wb
     env = MonotoneEnv()
     log: list = []
     with checked_engines():
-        run = run_open("checked_reference", reqs, cfg, nb, env=env, on_done=_record_done(env, log))
+        run = run_open("checked_reference", reqs, cfg, nb, env=env, on_done=_record_done(env, log),
+                       window_blocks=wb)
     check_run(run)
     _check_done_times(log)
 
@@ -259,10 +263,11 @@ def test_prompt_kv_per_chunk_holds_the_audit_and_engines_agree(data):
     reqs = data.draw(workloads(min_n=5, max_n=40, max_in=600, max_out=300), label="requests")
     cfg = data.draw(engine_configs(scheduler="continuous", chunked=True, kv="paged", admission="on_demand"),
                     label="cfg").model_copy(update={"prompt_kv": "per_chunk"})
-    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    wb = data.draw(window_blocks(), label="window_blocks")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks") + wb
     with checked_engines():
-        fast = run_open("checked_fast", reqs, cfg, nb)
-        ref = run_open("checked_reference", reqs, cfg, nb)
+        fast = run_open("checked_fast", reqs, cfg, nb, window_blocks=wb)
+        ref = run_open("checked_reference", reqs, cfg, nb, window_blocks=wb)
     check_run(fast)
     check_run(ref)
     problems = compare_runs(fast, ref)

@@ -454,15 +454,16 @@ def test_a_step_gives_the_kv_per_token_a_request_does(cli):
 
 
 def test_a_sliding_window_models_request_kv_is_on_its_capacitys_basis(cli):
-    """gpt-oss's pool counts full-attention tokens, its windows apart: "KV per request" counted the window
-    too (0.05 GB) beside 1,459 "concurrent requests that fit" its 59.39 GB, which it did not divide into."""
+    """gpt-oss's pool counts full-attention tokens: "KV per request" is its tokens' (it counted the window
+    too, 0.05 GB, beside 1,459 "concurrent requests that fit" 59.39 GB, which it did not divide into), and
+    under vLLM each request's windows come out of the same pool, so they count against what fits."""
     r = cli("estimate", "request", "--gpu", "h200", "--model", "gpt-oss-120b", "--backend", "vllm",
             "--input", "1000", "--output", "100", "--json")
     out = r.json()
     assert out["kv_bytes_per_request"] == 1100 * out["kv_bytes_per_token"]
     # 18 of 36 layers slide over 128 tokens, held in 16-token blocks: cdiv(127, 16) + 1 = 9 of them
     assert out["kv_window_bytes_per_request"] == 144 * out["kv_bytes_per_token"]
-    fits = out["kv_capacity_bytes"] / out["kv_bytes_per_request"]
+    fits = out["kv_capacity_bytes"] / (out["kv_bytes_per_request"] + out["kv_window_bytes_per_request"])
     assert out["max_concurrent_requests"] <= fits < out["max_concurrent_requests"] + 16   # blocks of 16 tokens
     table = cli("estimate", "request", "--gpu", "h200", "--model", "gpt-oss-120b", "--backend", "vllm",
                 "--input", "1000", "--output", "100")

@@ -1,8 +1,9 @@
 """``engine.max_model_len``: the longest request a server takes, and vLLM's
 refusal to start when one request of it does not fit an attention rank's KV
 pool (v1/core/kv_cache_utils.py ``check_enough_kv_cache_memory``). gpt-oss-120b
-on one H100 at its 131,072-token context leaves vLLM 0.27 GB of KV, 7,328
-tokens (of the 79.22 GiB CUDA reports): the real server does not start, and a
+on one H100 at gpu_memory_utilization 0.85 leaves vLLM 1.45 GB of KV, 39,264
+tokens beside its sliding-window layers' windows (of the 79.22 GiB CUDA
+reports), short of its 131,072-token context: the server does not start, and a
 plan must not buy it."""
 from __future__ import annotations
 
@@ -38,10 +39,10 @@ def _scenario(tmp_path, backend: str = "vllm", extra: str = "", isl: int = 1000)
 
 
 def test_vllm_refuses_a_pool_that_holds_no_request_of_its_context(cli, tmp_path):
-    r = cli("run", _scenario(tmp_path), "-o", tmp_path / "out")
+    r = cli("run", _scenario(tmp_path, extra=", gpu_memory_utilization: 0.85"), "-o", tmp_path / "out")
     assert r.code == 2 and "Traceback" not in r.err
     assert "pools[0].engine.max_model_len" in r.err and "131,072-token context does not fit on 1× h100-sxm" in r.err
-    assert "at most 7,328" in " ".join(r.err.split())
+    assert "at most 39,264" in " ".join(r.err.split())
     assert not (tmp_path / "out").exists()
 
 
@@ -53,11 +54,12 @@ def test_a_max_model_len_the_pool_holds_runs(cli, tmp_path):
 
 
 def test_the_pool_vllm_refuses_is_one_held_one_token_short():
-    """The check is in blocks of one attention rank: the largest max_model_len the refusal names runs."""
+    """The check is in blocks of one attention rank, the request's windows taken from the same pool:
+    the largest max_model_len the refusal names runs."""
     model, gpu = load_model("gpt-oss-120b"), load_hardware("h100-sxm")
     vllm = KvMemory(rule="vllm")
     mem = plan_memory(model, gpu, 1, "mxfp4", "bf16", 0.9, 8192, 1024, 16, kv_memory=vllm)
-    held = mem.num_blocks * mem.block_size
+    held = (mem.num_blocks - mem.window_blocks) * mem.block_size
     assert context_room(mem, vllm, model, gpu.name, 1, held) is None
     why = context_room(mem, vllm, model, gpu.name, 1, held + 1)
     assert why is not None and does_not_fit(why)       # a plan's infeasible candidate, not bad input
@@ -109,7 +111,7 @@ def test_aiconfigurators_vllm_launch_sets_max_model_len():
 
 def test_estimate_says_vllm_would_not_start(cli):
     r = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "gpt-oss-120b", "--input", "1000", "--output", "100",
-            "--backend", "vllm", "--json")
+            "--backend", "vllm", "--gpu-memory-utilization", "0.85", "--json")
     assert r.code == 0
     assert any("vLLM refuses to start" in w for w in r.json()["warnings"])
     ok = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "gpt-oss-120b", "--tp", "2", "--input", "1000",
@@ -124,7 +126,8 @@ def test_vllm_checks_the_pool_it_measured_before_num_gpu_blocks_override(cli, tm
     small = cli("run", _scenario(tmp_path, extra=", max_model_len: 4096, num_gpu_blocks_override: 100"),
                 "-o", tmp_path / "a")
     assert small.code in (0, 1) and "does not fit" not in small.err, small.err
-    big = cli("run", _scenario(tmp_path, extra=", max_model_len: 80000, num_gpu_blocks_override: 100000"),
+    big = cli("run", _scenario(tmp_path, extra=", gpu_memory_utilization: 0.85, max_model_len: 80000, "
+                                                "num_gpu_blocks_override: 100000"),
               "-o", tmp_path / "b")
     assert big.code == 2 and "80,000-token context does not fit" in big.err
 

@@ -1,4 +1,4 @@
-"""SGLang's hybrid sliding-window pool, against vLLM's windows set aside per sequence.
+"""SGLang's hybrid sliding-window pool, against vLLM's windows held per running sequence.
 
 SGLang sizes one byte budget and splits it so that each sliding-window layer
 holds ``swa_full_tokens_ratio`` (0.8) tokens per full-attention token (0.5.9
@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.errors import LlmsimError
+from simulator.hybrid_kv import window_blocks
 from simulator.kv_memory import GpuShare, KvMemory, kv_budget
 from simulator.memory import activation_bytes_per_token, plan_memory
 from simulator.parallelism import Parallelism, weight_bytes_per_gpu
@@ -42,17 +42,10 @@ def test_full_attention_tokens_are_the_budget_over_the_ratios_cost(ratio, cost):
     assert mem.kv_window_bytes == pytest.approx(_budget(m, g, kv) * (cost - 1) / cost, rel=1e-9)
 
 
-def test_sglang_starts_gpt_oss_on_one_h100_where_windows_set_aside_would_not_fit(monkeypatch):
-    """1,024 whole windows set aside (vLLM's rule) take 4.8 GB an H100 under SGLang's default fraction
-    does not have; SGLang's ratio split needs none up front."""
+def test_sglang_starts_gpt_oss_on_one_h100():
+    """SGLang's ratio split needs nothing up front: 55 requests of 1,100 tokens fit one H100."""
     _, _, _, mem = _sglang_plan("h100-sxm")
     assert mem.kv_capacity_tokens > 55 * 1100
-    from simulator import memory
-    monkeypatch.setattr(memory, "swa_window_share", lambda *a: None)   # windows set aside per sequence
-    m, g = load_model("gpt-oss-120b"), load_hardware("h100-sxm")
-    with pytest.raises(LlmsimError, match="sliding-window KV"):
-        plan_memory(m, g, 1, "mxfp4", max_num_batched_tokens=8192, max_num_seqs=1024, block_size=1,
-                    kv_memory=KvMemory(rule="sglang"))
 
 
 @pytest.mark.parametrize("block_size, held", [(16, 144), (64, 192), (1, 128)])
@@ -60,11 +53,27 @@ def test_vllm_keeps_its_windows_per_sequence_in_whole_blocks(block_size, held):
     """gpt-oss slides over 128 tokens: a decoding sequence keeps the blocks of its last 127 tokens and
     the one it writes, freeing only blocks wholly below them (vLLM's SlidingWindowManager
     remove_skipped_blocks), cdiv(127, block_size) + 1 blocks: 144 tokens in vLLM's 16-token blocks,
-    192 in 0.34.0's 64-token ones."""
+    192 in 0.34.0's 64-token ones. They come out of the one pool every group shares, nothing set
+    aside: with 18 layers of each kind a window's blocks are pool blocks one for one."""
     m, g = load_model("gpt-oss-120b"), load_hardware("h200")
     mem = plan_memory(m, g, 1, "mxfp4", max_num_seqs=256, block_size=block_size, kv_memory=KvMemory(rule="vllm"))
-    assert mem.kv_window_bytes == pytest.approx(256 * m.kv_window_bytes("bf16", block_size))
+    assert mem.kv_window_bytes == 0.0 and mem.window_blocks == held // block_size
+    assert mem.num_blocks == int(mem.kv_capacity_bytes // (mem.kv_bytes_per_token * block_size))
+    assert mem.describe()["window_blocks_per_sequence"] == held // block_size
     assert m.kv_window_bytes("bf16", block_size) == pytest.approx(m.kv_window_bytes("bf16") * held / 128)
+
+
+@pytest.mark.parametrize("sliding, full, blocks", [(18, 18, 9), (30, 6, 45), (20, 16, 12), (12, 13, 9)])
+def test_vllms_groups_set_a_windows_blocks_in_the_pool(sliding, full, blocks):
+    """vLLM groups layers so every group holds as many (kv_cache_utils.py
+    _get_kv_cache_groups_uniform_page_size: the smaller count per kind, or the larger where it is less
+    than 1.5 times the smaller, a kind's last group padded); each sliding-window group holds
+    cdiv(127, 16) + 1 = 9 blocks a request, which llmsim counts in blocks of the full-attention
+    layers: 5 groups of 6 against 6 full layers hold 45; one padded group of 20 against 16, 12."""
+    base = load_model("gpt-oss-120b")
+    m = base.model_copy(update={"num_hidden_layers": sliding + full,
+                                "layer_types": ("sliding_attention",) * sliding + ("full_attention",) * full})
+    assert window_blocks(m, 16) == blocks
 
 
 def test_releases_before_0_5_9_keep_every_layer_for_every_token():

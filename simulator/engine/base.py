@@ -80,7 +80,7 @@ class ReplicaBase:
                  gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None, max_model_len: int | None = None,
                  id_block_tokens: int | None = None, kv_budgets: Optional[dict[str, int]] = None,
                  offload: Optional[OffloadPlan] = None, lora: Optional[LoraPlan] = None,
-                 rank_tokens: Optional[int] = None):
+                 rank_tokens: Optional[int] = None, window_blocks: int = 0):
         self.env = env
         self.index = index
         # A speculative pool's mixed iterations draft as the engine's stack does (EngineConfig.mixed_step_drafts).
@@ -95,6 +95,10 @@ class ReplicaBase:
         self.draft_slots: int = cfg.draft_slots_per_request
         self.bs = cfg.block_size
         self.num_blocks = num_blocks
+        # Blocks each running sequence's sliding-window layers hold of the shared pool beside
+        # its own (vLLM's hybrid KV cache: simulator.hybrid_kv), taken at admission and given
+        # back when it stops running: a window, recycled as it slides, the same for every sequence.
+        self.window_blocks = window_blocks
         self.max_model_len = max_model_len or cfg.longest_request(cm.model)
         self.gaps = gaps
         self.on_done = on_done
@@ -208,13 +212,14 @@ class ReplicaBase:
             # server beside its reserve: a block's slack more than the whole request bounds both.
             if self.retracts:
                 reserve = self.reserve_tokens if self.reserves_decode else 0
-                if req.input_tokens + req.output_tokens + reserve + self.bs > self.num_blocks * self.bs:
+                if req.input_tokens + req.output_tokens + reserve + self.bs > (self.num_blocks - self.window_blocks) \
+                        * self.bs:
                     return False
         if self.kv_budgets is not None:       # nor past its class's KV cap
             cap = self.kv_budgets.get(req.klass)
             if cap is not None and self._footprint(req) > cap:
                 return False
-        return blocks <= self.num_blocks
+        return blocks + self.window_blocks <= self.num_blocks
 
     def _reserved_blocks(self, req: Request) -> int:
         """Contiguous KV: the blocks ``req`` holds from admission to its end,
@@ -451,17 +456,19 @@ class ReplicaBase:
             c.trim(free)
 
     def _admission(self, s: Seq, reserve_output: bool = False) -> tuple[int, int, Optional[Match]]:
-        """(blocks admitting ``s`` would take from free memory, blocks of its
-        KV, cache match): a hit on entries other sequences already pin is free."""
+        """(blocks admitting ``s`` would take from free memory, its windows'
+        included, blocks of its KV, cache match): a hit on entries other
+        sequences already pin is free."""
+        w = self.window_blocks
         if self.contiguous:     # no prefix cache: paging is what lets requests share KV
             r = self._reserved_blocks(s.req)
-            return r, r, None
+            return r + w, r, None
         total = ceil_div(s.prompt + (s.req.output_tokens if reserve_output else 0), self.bs)
         ids = s.req.blocks
         if self.cache is None or not ids:
-            return total, total, None
+            return total + w, total, None
         m = self.cache.match(ids, s.prompt)
-        return total - m.pinned_blocks, total, m
+        return total - m.pinned_blocks + w, total, m
 
     def _attach(self, s: Seq, total: int, m: Optional[Match]) -> int:
         """Give an admitted sequence its KV: the cached prefix (shared, its
@@ -496,7 +503,7 @@ class ReplicaBase:
             self._charge(s)
         if self.no_evict:
             self.reserved += self._footprint(s.req) - s.pin_blocks
-        return taken
+        return taken + self.window_blocks
 
     def _no_room(self, s: Seq, need: int, total: int, free: int) -> bool:
         """Whether the waiting ``s`` cannot be admitted now: its ``need``
@@ -521,7 +528,8 @@ class ReplicaBase:
         if not self.no_evict:
             return need > free
         pinned = self.cache.pinned if self.cache is not None else 0
-        return need + self._footprint(s.req) - total > self.num_blocks - pinned - self.reserved
+        # (its windows are in both need and its footprint)
+        return need + self._footprint(s.req) - total - self.window_blocks > self.num_blocks - pinned - self.reserved
 
     # --- SGLang's decode server (kv_admission: decode_reservation) ------------------
     @staticmethod
@@ -715,10 +723,10 @@ class ReplicaBase:
 
     def _footprint(self, req: Request) -> int:
         """Blocks a request's class is charged while it runs: its final KV, or
-        what a contiguous allocation reserves for it."""
+        what a contiguous allocation reserves for it, and its windows."""
         if self.contiguous:
-            return self._reserved_blocks(req)
-        return ceil_div(req.input_tokens + req.output_tokens, self.bs)
+            return self._reserved_blocks(req) + self.window_blocks
+        return ceil_div(req.input_tokens + req.output_tokens, self.bs) + self.window_blocks
 
     def _over_budget(self, s: Seq) -> bool:
         """Would admitting ``s`` take its class past its KV cap even after

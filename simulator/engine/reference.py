@@ -22,9 +22,11 @@ class ReferenceReplica(ReplicaBase):
 
     @property
     def free(self) -> int:
-        """Blocks neither held by a sequence nor pinned in the cache for one
-        (unreferenced cache entries count as free: they are evicted on demand)."""
-        return self.num_blocks - self.own - (self.cache.pinned if self.cache is not None else 0)
+        """Blocks neither held by a sequence (its own, its windows) nor pinned in
+        the cache for one (unreferenced cache entries count as free: they are
+        evicted on demand)."""
+        return (self.num_blocks - self.own - self.window_blocks * len(self.running)
+                - (self.cache.pinned if self.cache is not None else 0))
 
     def kv_used_now(self, now: float) -> int:
         return self.num_blocks - self.free

@@ -47,9 +47,9 @@ class FastReplica(ReplicaBase):
                  gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None,
                  max_model_len: Optional[int] = None, id_block_tokens: Optional[int] = None,
                  kv_budgets: Optional[dict[str, int]] = None, offload: Optional[OffloadPlan] = None,
-                 lora: Optional[LoraPlan] = None, rank_tokens: Optional[int] = None) -> None:
+                 lora: Optional[LoraPlan] = None, rank_tokens: Optional[int] = None, window_blocks: int = 0) -> None:
         super().__init__(env, index, cm, cfg, num_blocks, gaps, on_done, max_model_len, id_block_tokens,
-                         kv_budgets, offload, lora, rank_tokens)
+                         kv_budgets, offload, lora, rank_tokens, window_blocks)
         self.running: dict[Seq, None] = {}   # admission order; newest last
         self.prefilling: dict[Seq, None] = {}
         # Decoders the token budget leaves out of the iteration being planned, in running
@@ -84,12 +84,16 @@ class FastReplica(ReplicaBase):
         return self.demand.count
 
     def used_blocks(self, g: int | None = None) -> int:
-        """Blocks held at decode counter g: sequences' own plus cache entries
-        they pin (contiguous KV: the reservations, whatever g)."""
+        """Blocks held at decode counter g: sequences' own and their windows,
+        plus cache entries they pin (contiguous KV: the reservations, whatever g)."""
         if self.contiguous:
-            return self.fixed_blocks
-        used = self.fixed_blocks + self.demand.at(self.G if g is None else g)
+            return self.fixed_blocks + self._windows()
+        used = self.fixed_blocks + self._windows() + self.demand.at(self.G if g is None else g)
         return used if self.cache is None else used + self.cache.pinned
+
+    def _windows(self) -> int:
+        """Blocks the running sequences' sliding-window layers hold (fixed while they run)."""
+        return self.window_blocks * len(self.running)
 
     def kv_used_now(self, now: float) -> int:
         return self.used_blocks(self.G + self._inflight(now) if self.seg is not None else None)
@@ -749,12 +753,12 @@ class FastReplica(ReplicaBase):
         t0, _, K, b, B = self.seg
         self.iterations += n
         if self.contiguous:    # reservations are fixed through the stretch; their tokens grow
-            kv_area = self.fixed_blocks * (now - t0)
+            kv_area = (self.fixed_blocks + self._windows()) * (now - t0)
             self._account_filled(self._stretch_kv_area(n, K, b, B, self.fixed_filled),
                                  self.fixed_filled + self.demand.at(self.G + n))
         else:
             pinned = 0 if self.cache is None else self.cache.pinned
-            kv_area = self._stretch_kv_area(n, K, b, B, self.fixed_blocks + pinned)
+            kv_area = self._stretch_kv_area(n, K, b, B, self.fixed_blocks + self._windows() + pinned)
         kv_peak = self.used_blocks(self.G + n)
         self._decode_gaps(n, K + b * B, K + b * B * n, K + 2 * b * B)
         if self.expects_output:

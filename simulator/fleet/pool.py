@@ -98,14 +98,16 @@ class Pool:
                  kv_budgets: Optional[dict[str, int]] = None,
                  admission: Optional[dict[str, Admission]] = None, warm: int = 0,
                  offload: Optional[OffloadPlan] = None, lora: Optional[LoraPlan] = None,
-                 adapters: Optional[Callable[[Request], None]] = None, rank_tokens: Optional[int] = None) -> None:
+                 adapters: Optional[Callable[[Request], None]] = None, rank_tokens: Optional[int] = None,
+                 window_blocks: int = 0) -> None:
         self.env = env
         self.name = name
         self.router = router
         self.cm = cm
         self.rank_tokens = rank_tokens
         self._make = lambda i: ENGINES[engine](env, i, cm, cfg, num_blocks, gaps, self._ended, max_model_len,
-                                               id_block_tokens, kv_budgets, offload, lora, rank_tokens)
+                                               id_block_tokens, kv_budgets, offload, lora, rank_tokens,
+                                               window_blocks)
         self.adapters = adapters     # gives a request its LoRA adapter (fleet/lora.py LoraPool.assign)
         self.on_done = on_done
         self.num_blocks = num_blocks
