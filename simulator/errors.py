@@ -181,8 +181,12 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None)
     """
     by_path: dict[str, list[str]] = {}
     got: dict[str, str] = {}
-    for e in err.errors():
-        loc = error_loc(e)
+    errors = err.errors()
+    locs = [error_loc(e) for e in errors]
+    for e, loc in zip(errors, locs):
+        # a list left too short because one of its items was refused: that item's line says it
+        if e.get("type") == "too_short" and any(len(o) > len(loc) and o[:len(loc)] == loc for o in locs):
+            continue
         path = format_key_path(user_loc(loc, data) if data is not None else loc)
         # a value the user wrote may hold a newline: kept on the problem's one line, escaped
         msg = _CONTROL.sub(_escaped, e.get("msg", "invalid value"))

@@ -281,7 +281,7 @@ for _cid, _p, _bad, _frag in [("engine-text", ("engine", "block_size"), "16", "e
                               ("version-not-a-number", ("by_version", 0, "since"), "latest", "by_version[0]"),
                               ("kv-memory-unread-knob", ("engine", "kv_memory"),
                                {"rule": "vllm", "cuda_graph_max_bs": 64}, "engine.kv_memory"),
-                              ("version-range-empty", ("by_version", 0, "until"), "0.0.0", "since 0.0.0 is not before"),
+                              ("version-range-empty", ("by_version", 0, "until"), "0.0.0", "is not before until 0.0.0"),
                               ("release-day-not-a-day", ("releases", "0.14.0"), "not-a-date", "releases.0.14.0"),
                               ("prefill-worker-text", ("aiconfigurator", "prefill_engine"),
                                {"schedule_ahead": "nope"}, "aiconfigurator.prefill_engine.schedule_ahead")]:

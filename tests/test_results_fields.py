@@ -79,6 +79,7 @@ classes:
   - {name: deep, share: 1, pool: deep}
   - {name: tgi, share: 1, pool: tgi}
   - {name: swa, share: 1, pool: swa}
+  - {name: swa-vllm, share: 1, pool: swa-vllm}
 pools:
   - {name: moe, model: qwen3-30b-a3b, gpu: h100-sxm, replicas: 2, tp: 1, dp: 2, ep: 2}
   - name: lora
@@ -90,6 +91,7 @@ pools:
   - {name: tgi, model: llama-3-8b, gpu: h100-sxm, replicas: 2,
      engine: {kv_allocation: contiguous, prefix_cache: false, scheduler: continuous, chunked_prefill: false}}
   - {name: swa, model: gpt-oss-120b, gpu: h200, replicas: 2, engine: {backend: sglang}}
+  - {name: swa-vllm, model: gpt-oss-120b, gpu: h200, replicas: 2, engine: {backend: vllm}}
 cost: {monthly: {method: peak_window}}
 """
 
