@@ -8,8 +8,9 @@ beside it) and the figure the stack printed: vLLM's
 before a hybrid model's sliding-window layers take their share), SGLang's
 ``KV Cache is allocated. #tokens``. llmsim sizes the same deployment with
 the stack's accounting (:mod:`simulator.kv_memory`) and the engine settings
-the log states or the stack's defaults of the time; nothing is fitted to
-these figures.
+the log states or the stack's defaults of the time (a case naming the
+release its log ran resolves them through the backend profile, as a pool's
+``engine.backend_version`` does); nothing is fitted to these figures.
 
 A case whose gap llmsim does not model yet carries ``gap``: the reading of
 which term of the stack's accounting the gap is, printed under the table
@@ -26,9 +27,11 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from simulator.costmodel.step import CostModel  # noqa: E402
-from simulator.kv_memory import KvMemory  # noqa: E402
-from simulator.memory import plan_memory  # noqa: E402
+from simulator.engine.config import EngineConfig  # noqa: E402
+from simulator.kv_memory import KvMemory, kv_budget  # noqa: E402
+from simulator.memory import gpu_share, plan_memory  # noqa: E402
 from simulator.profiles import load_hardware, load_model  # noqa: E402
+from simulator.profiles.backend import apply_backend  # noqa: E402
 from simulator.profiles.hardware import GIB  # noqa: E402
 
 
@@ -44,6 +47,7 @@ class Case:
     logged: float
     engine: dict[str, Any] = field(default_factory=dict)
     gap: str = ""               # a known gap llmsim does not model, and its reading
+    release: str = ""           # the vLLM release the log ran: its defaults and rules, engine keys over them
 
 
 CASES = [
@@ -81,30 +85,24 @@ CASES = [
     # `vllm serve openai/gpt-oss-120b --gpu-memory-utilization 0.95 --max-num-batched-tokens 1024`
     # on one H100: "Available KV cache memory: 1.71 GiB" (then the 131,072-token context does not
     # fit). vLLM 0.11.0: the log's gpu_worker.py:298 and core.py:708 ("EngineCore failed to
-    # start.") are those lines in 0.11.0; its default max_num_seqs on an H100 is 1,024. Weights as
-    # vLLM loads them on one H100: 65.97 GiB at 0.10.1 (Marlin, next case), 64.38 GiB at 0.14.1
-    # (Triton backend, github.com/vllm-project/vllm/issues/33155).
+    # start.") are those lines in 0.11.0, its environment torch 2.8.0; its default max_num_seqs on an
+    # H100 is 1,024. That release holds the MXFP4 experts in Marlin's padded layout and samples the
+    # profiling run's dummy requests on the PyTorch sort path (FlashInfer is an extra of its wheel):
+    # backend_profiles/vllm.yaml by_version.
     Case("vLLM gpt-oss-120b 1×H100 (0.95)", "github.com/vllm-project/vllm/issues/27508", "gpt-oss-120b",
          "h100-sxm", 1, "mxfp4", "kv_gib_per_gpu", 1.71,
-         {"kv_memory": KvMemory(rule="vllm", fraction=0.95), "max_num_batched_tokens": 1024,
-          "max_num_seqs": 1024},
-         gap="weights: vLLM lays the MXFP4 experts out padded for its Hopper MoE kernels (Marlin: "
-             "intermediate 2,880 to 2,944, hidden 2,880 to 3,072; model_executor/layers/quantization/"
-             "mxfp4.py), and logs 64.4-66.0 GiB of weights on one H100 against the checkpoint's 60.7 "
-             "llmsim counts; the rest is the profiling peak, the sampler's dummy run over 1,024 requests "
-             "and a 201,088-token vocabulary (0.77 GiB per fp32 copy of the logits, about 7 copies on the "
-             "PyTorch top-k/top-p path) against llmsim's 3.5 (vLLM 0.17's in-place path)"),
+         {"gpu_memory_utilization": 0.95, "max_num_batched_tokens": 1024}, release="0.11.0"),
     # Same deployment at vLLM 0.10.1's defaults (0.9, 8,192 tokens, 1,024 sequences): "Model loading
-    # took 65.9651 GiB" (Marlin MXFP4 backend), "Available KV cache memory: -2.14 GiB": vLLM
-    # refuses it. llmsim's weights with Marlin's padding (above) come to 65.8 GiB.
+    # took 65.9651 GiB" (Marlin MXFP4 backend; llmsim's Marlin layout: 65.82 GiB, without the experts'
+    # bf16 biases), "Available KV cache memory: -2.14 GiB": vLLM refuses it.
     Case("vLLM gpt-oss-120b 1×H100 (0.9)", "github.com/vllm-project/vllm/issues/23278", "gpt-oss-120b",
-         "h100-sxm", 1, "mxfp4", "kv_gib_per_gpu", -2.14, {"max_num_batched_tokens": 8192, "max_num_seqs": 1024},
-         gap="as above, term by term: 5.3 GiB of MXFP4 padding in the weights (logged), 2.2 GiB more "
-             "profiling peak and non-torch memory than llmsim's 5.3"),
+         "h100-sxm", 1, "mxfp4", "kv_gib_per_gpu", -2.14, release="0.10.1"),
 ]
 
 
 def llmsim_value(c: Case) -> float:
+    if c.release:
+        return _release_value(c)
     e = dict(c.engine)
     kv = e.pop("kv_memory", None)
     model, gpu = load_model(c.model), load_hardware(c.gpu)
@@ -116,6 +114,17 @@ def llmsim_value(c: Case) -> float:
         return float(mem.kv_capacity_tokens)
     # vLLM's available KV memory is the pool before its sliding-window layers take their share.
     return (mem.kv_capacity_bytes + mem.kv_window_bytes) / c.tp / GIB
+
+
+def _release_value(c: Case) -> float:
+    """vLLM's available KV memory per GPU for ``c`` under its release's defaults and rules."""
+    model, gpu = load_model(c.model), load_hardware(c.gpu)
+    e = EngineConfig(**apply_backend({"backend": "vllm", "backend_version": c.release, "weight_dtype": c.weight_dtype,
+                                      **c.engine}, c.gpu, model=model))
+    cm = CostModel(model, gpu, c.tp, e.weight_dtype, mxfp4_expert_layout=e.mxfp4_expert_layout)
+    share = gpu_share(model, gpu, c.tp, e.weight_dtype, e.max_num_batched_tokens, e.max_num_seqs,
+                      expert_storage=cm.expert_storage)
+    return kv_budget(share, e.kv_memory, e.gpu_memory_utilization).kv_bytes / GIB   # negative: refused
 
 
 def error(c: Case, value: float) -> str:

@@ -112,6 +112,23 @@ class MemoryPlan:
                 **({"window_blocks_per_sequence": self.window_blocks} if self.window_blocks else {})}
 
 
+def gpu_share(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
+              max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, dp: int = 1, ep: int = 1,
+              speculative: bool | str = False, expert_storage: float = 1.0, role: str = "") -> GpuShare:
+    """What one GPU of the replica holds before its KV, as every stack's accounting reads it
+    (:func:`simulator.kv_memory.kv_budget`); :func:`plan_memory` sizes the pool from it, and
+    a deployment the stack refuses keeps its (negative) room here."""
+    par = Parallelism(tp, dp, ep)
+    rest, experts = weight_bytes_per_gpu(model, par, weight_dtype, expert_storage)
+    activations = max_num_batched_tokens * activation_bytes_per_token(model, tp)
+    blockers = sglang_prefill_graph_blockers(model) | {
+        b for b, holds in (("speculative", speculative), ("dp_attention", dp > 1), ("disaggregated", role)) if holds}
+    return GpuShare(gpu.hbm_bytes, rest + experts, activations, par.gpus, dp,
+                    max_num_batched_tokens, max_num_seqs, speculative, vocab=model.vocab_size,
+                    prefill_graphs=sglang_prefill_graph_kind(model), prefill_graph_blockers=blockers, role=role,
+                    cuda=gpu.cuda_total_bytes)
+
+
 def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
                 kv_dtype: str = "bf16", gpu_memory_utilization: float = 0.9,
                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
@@ -147,14 +164,8 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     has_full_attention(model)
     par = Parallelism(tp, dp, ep)
     gpus = par.gpus
-    rest, experts = weight_bytes_per_gpu(model, par, weight_dtype, expert_storage)
-    activations = max_num_batched_tokens * activation_bytes_per_token(model, tp)
-    blockers = sglang_prefill_graph_blockers(model) | {
-        b for b, holds in (("speculative", speculative), ("dp_attention", dp > 1), ("disaggregated", role)) if holds}
-    share = GpuShare(gpu.hbm_bytes, rest + experts, activations, gpus, dp,
-                     max_num_batched_tokens, max_num_seqs, speculative, vocab=model.vocab_size,
-                     prefill_graphs=sglang_prefill_graph_kind(model), prefill_graph_blockers=blockers, role=role,
-                     cuda=gpu.cuda_total_bytes)
+    share = gpu_share(model, gpu, tp, weight_dtype, max_num_batched_tokens, max_num_seqs, dp, ep, speculative,
+                      expert_storage, role)
     budget = kv_budget(share, kv_memory, gpu_memory_utilization)
     swa = swa_window_share(kv_memory, model.num_sliding_layers, model.num_full_attention_layers)
     window = 0.0 if swa is None else max(budget.kv_bytes, 0.0) * swa

@@ -560,17 +560,20 @@ def _logs():
 
 @pytest.mark.parametrize("case", _logs().CASES, ids=lambda c: c.name)
 def test_kv_capacity_against_public_start_up_logs(case):
-    """Within 6 % of what each stack logged for the same deployment
-    (benchmarks/kv_capacity.py prints the table with its sources). A case
-    with a documented gap llmsim does not model yet (vLLM's MoE pools, whose
-    profiling run and weight layout hold more than llmsim counts) stays on
+    """Within 6 % of what each stack logged for the same deployment, or half
+    a GiB a GPU where the stack logged next to no room or none (gpt-oss-120b
+    on one H100, whose pool is what is left of 80 GiB: a ratio of two small
+    figures says little); benchmarks/kv_capacity.py prints the table with its
+    sources. A case with a documented gap llmsim does not model yet (vLLM's
+    MoE pools, whose profiling run holds more than llmsim counts) stays on
     the documented side: llmsim's pool is the larger, so the case is moved
     when a change closes the gap."""
     value = _logs().llmsim_value(case)
+    near = pytest.approx(case.logged, rel=0.06, abs=0.5 if case.metric == "kv_gib_per_gpu" else 0)
     if case.gap:
-        assert value > case.logged and not value == pytest.approx(case.logged, rel=0.06)
+        assert value > case.logged and not value == near
     else:
-        assert value == pytest.approx(case.logged, rel=0.06)
+        assert value == near
 
 
 def test_kv_capacity_prints_a_row_per_case(capsys):

@@ -44,7 +44,8 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
               "simulator.reads", "simulator.scenario.strict", "simulator.engine.wake", "simulator.planning.executors",
               "simulator.planning.pareto")),
     # GPU, model and serving-stack profiles; a backend profile's engine keys are engine settings
-    ("profiles", ("simulator.profiles", "simulator.engine.config", "simulator.kv_memory", "simulator.hybrid_kv")),
+    ("profiles", ("simulator.profiles", "simulator.engine.config", "simulator.kv_memory", "simulator.hybrid_kv",
+                   "simulator.expert_layout")),
     ("cost model", ("simulator.costmodel", "simulator.parallelism", "simulator.memory", "simulator.pipeline",
                     "simulator.estimate")),
     # the requests a run sends (records: workloads.request)

@@ -160,9 +160,14 @@ class LayoutOps:
         # the GPU's, read from its measured calibration even when this model
         # prices a roofline (the memory is the stack's, not the fit's), else
         # that of a GPU of the same compute capability, by which the stacks
-        # pick it (an H100 PCIe runs the H100 SXM's).
+        # pick it (an H100 PCIe runs the H100 SXM's). Where the engine states
+        # the stack's own layout (engine.mxfp4_expert_layout: the kernel a
+        # release runs, its re-laid tiles and kept scales), that decides.
         self.expert_storage = 1.0
-        if self.moe is not None and cm.weight_dtype in EXPERT_ONLY_DTYPES:
+        layout = cm.mxfp4_expert_layout
+        if self.moe is not None and cm.weight_dtype == "mxfp4" and layout is not None:
+            self.expert_storage = layout.storage_scale(h, self.moe.local_intermediate, m.is_gated)
+        elif self.moe is not None and cm.weight_dtype in EXPERT_ONLY_DTYPES:
             stored = gpu.calibration.moe_for(self.fmt, par.ep) or _same_capability_kernel(gpu, self.fmt, par.ep)
             self.expert_storage = self.moe.stored_scale(stored) if stored is not None else 1.0
         self._routed_max = (running_max_layer_time(self.moe, self.fmt, gpu, self.moe_params)

@@ -317,7 +317,7 @@ def speculative_cost_model(cm: CostModel, spec: SpeculativeSpec, draft: ModelPro
                          iteration_overhead_ms=cm.overhead_s * 1e3, iteration_us_per_seq=cm.overhead_per_seq_s * 1e6,
                          dp=cm.dp, ep=cm.ep if draft.is_moe else 1, mxfp4_activation=cm.mxfp4_activation,
                          async_scheduling=cm.async_scheduling, eager_launch_us=cm.eager_launch_us,
-                         graph_max_tokens=cm.graph_max_tokens)
+                         graph_max_tokens=cm.graph_max_tokens, mxfp4_expert_layout=cm.mxfp4_expert_layout)
     if not cm.vllm_kernels:   # the draft runs the target's stack (its GPU has that stack's kernels already)
         draft_cm.block_linear = None
     return SpeculativeCostModel(cm, draft_cm, spec)

@@ -16,6 +16,7 @@ from typing import Optional, Sequence
 
 from ..dtypes import BYTES, EXPERT_ONLY_DTYPES, QUANT_FORMATS, WEIGHT_DTYPES, compute_dtype, linear_dtype, normalize
 from ..errors import LlmsimError
+from ..expert_layout import ExpertLayout
 from ..parallelism import Parallelism
 from ..profiles.hardware import Calibration, HardwareProfile
 from ..profiles.model import ModelProfile
@@ -64,7 +65,7 @@ class CostModel:
                  kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None,
                  iteration_us_per_seq: float = 0.0, dp: int = 1, ep: int = 1, mxfp4_activation: str | None = None,
                  async_scheduling: bool = False, kernels: str | None = None, eager_launch_us: float = 0.0,
-                 graph_max_tokens: int = 0):
+                 graph_max_tokens: int = 0, mxfp4_expert_layout: ExpertLayout | None = None):
         if kernels is not None and gpu.serving_stacks is not None and kernels not in gpu.serving_stacks:
             raise LlmsimError(f"the {kernels} serving stack does not run on {gpu.name} (its profile's "
                               f"serving_stacks: {', '.join(gpu.serving_stacks)}); llmsim cannot model it there",
@@ -93,6 +94,7 @@ class CostModel:
         self.gpus = self.par.gpus
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
         self.mxfp4_activation = mxfp4_activation
+        self.mxfp4_expert_layout = mxfp4_expert_layout
         self.roofline = roofline
         self.cal = ROOFLINE if roofline else gpu.calibration
         if iteration_overhead_ms is None:

@@ -6,6 +6,7 @@ from typing import TYPE_CHECKING, Literal, Optional, Union
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..errors import KeyRefusal
+from ..expert_layout import ExpertLayout
 from ..kv_memory import RULES, KvMemory
 
 if TYPE_CHECKING:
@@ -152,6 +153,12 @@ class EngineConfig(BaseModel):
                                   "vLLM's FlashInfer MXFP4×BF16 kernels without VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8) or "
                                   "mxfp8 (W4A8, TensorRT-LLM's, and vLLM's with that variable as its gpt-oss recipe sets it); "
                                   "default: mxfp8, the vllm backend bf16. Without FP4 units MXFP4 experts always compute in bf16")
+    mxfp4_expert_layout: Optional[ExpertLayout] = Field(
+        default=None, description="how the stack holds MXFP4 experts on the GPU, which its weights count: the "
+                                  "padding its quant method creates them with, the tiles its kernel re-lays weights "
+                                  "and scales into, and whether it keeps the loaded scales beside them; the vllm "
+                                  "backend sets the kernel a release runs on the GPU (Marlin, Triton matmul_ogs); "
+                                  "none: the padding of the GPU's calibrated MXFP4 MoE kernel")
     kernels: Optional[str] = Field(
         default=None, description="whose kernels the GPU runs: a stack name (vllm, sglang, trtllm) selecting the "
                                   "hardware profile's per-stack overrides (calibration.stacks) where it has them; "

@@ -56,7 +56,8 @@ def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: Eng
     return CostModel(model, gpu, tp, e.weight_dtype, e.kv_dtype, iteration_overhead_ms=e.iteration_overhead_ms,
                      iteration_us_per_seq=e.iteration_us_per_seq, dp=dp, ep=ep,
                      mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
-                     kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=e.graph_max_tokens)
+                     kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=e.graph_max_tokens,
+                     mxfp4_expert_layout=e.mxfp4_expert_layout)
 
 
 def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,

@@ -30,6 +30,7 @@ from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ..errors import KeyRefusal, LlmsimError
+from ..expert_layout import ExpertLayout
 from ..kv_memory import backend_defaults_beside, without_default_inputs
 from .hardware import HardwareProfile
 from .loader import list_profiles, load_profile, resolve
@@ -182,6 +183,21 @@ def prefix_cache_rule(rules: Sequence[PrefixCacheRule], gpu: HardwareProfile, mo
     return next((r for r in rules if r.when.holds(gpu, model, speculative, kv_dtype)), None)
 
 
+class ExpertLayoutRule(_Strict):
+    """The layout a stack holds MXFP4 experts in on some GPUs (the MoE kernel its quant method picks
+    there by default, which creates and re-lays them): the first rule that holds on the pool's GPU
+    wins, and sets ``engine.mxfp4_expert_layout`` unless the pool sets it itself."""
+
+    when: GpuCondition = GpuCondition()
+    layout: ExpertLayout
+    source: str = ""
+
+
+def expert_layout_rule(rules: Sequence[ExpertLayoutRule], gpu: HardwareProfile) -> Optional[ExpertLayoutRule]:
+    """The first of ``rules`` that holds on ``gpu`` (None: none does)."""
+    return next((r for r in rules if r.when.holds(gpu)), None)
+
+
 class VersionRule(_Strict):
     """Engine keys a range of releases ran by default where the profile's own
     keys differ: from ``since`` (the first release with them) up to, not
@@ -203,6 +219,9 @@ class VersionRule(_Strict):
     # the attention kernels those releases pick where they differ: tried before the profile's
     # ``attention_kernels`` (a later rule's before an earlier one's), first match wins
     attention_kernels: list[KernelRule] = Field(default_factory=list)
+    # the MXFP4 expert layouts those releases hold where they differ: tried before the profile's
+    # ``mxfp4_expert_layouts`` (a later rule's before an earlier one's), first match wins
+    mxfp4_expert_layouts: list[ExpertLayoutRule] = Field(default_factory=list)
     source: str = ""
 
     @model_validator(mode="after")
@@ -337,6 +356,9 @@ class BackendProfile(_Strict):
     prefix_cache_rules: list[PrefixCacheRule] = Field(
         default_factory=list, description="where the stack keeps or turns off its prefix cache whatever the "
                                           "launch asked, first match on the pool's GPU and model wins")
+    mxfp4_expert_layouts: list[ExpertLayoutRule] = Field(
+        default_factory=list, description="the layout the stack holds MXFP4 experts in (engine.mxfp4_expert_layout), "
+                                          "first match on the pool's GPU wins")
     overheads: Overheads = Overheads()
     fitted_on: str = ""
     first_token_fitted_on: str = Field(default="", description="where response_ms and tokenize_us_per_token "
@@ -602,6 +624,11 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
     if model is not None:
         merged = _kernel_block_size(merged, engine, prof, keys, load_hardware(gpu_name), model, bool(draft))
         merged = _stack_prefix_cache(merged, engine, prof, load_hardware(gpu_name), model, bool(draft))
+    if engine.get("weight_dtype", getattr(model, "checkpoint_dtype", None)) == "mxfp4":   # the layout of its experts
+        layout = expert_layout_rule([*keys.get("mxfp4_expert_layouts", ()), *prof.mxfp4_expert_layouts],
+                                    load_hardware(gpu_name))
+        if layout is not None:
+            merged["mxfp4_expert_layout"] = layout.layout.model_dump()
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
     return _prompt_kv_beside(refine(backend_defaults_beside(merged, engine), engine), engine)
 
@@ -684,7 +711,7 @@ def _release_engine(engine: Mapping[str, Any], keys: Mapping[str, Any]) -> dict[
 def _with_rule(keys: Mapping[str, Any], rule: VersionRule) -> dict[str, Any]:
     """``keys`` (the earlier release rules') refined by ``rule``'s, its GPU rules before theirs."""
     out = refine(keys, _rule_keys(rule))
-    for rules in ("engine_by_gpu", "engine_by_model", "attention_kernels"):
+    for rules in ("engine_by_gpu", "engine_by_model", "attention_kernels", "mxfp4_expert_layouts"):
         if getattr(rule, rules):
             out[rules] = [*getattr(rule, rules), *keys.get(rules, [])]
     return out
@@ -693,7 +720,7 @@ def _with_rule(keys: Mapping[str, Any], rule: VersionRule) -> dict[str, Any]:
 #: What a release's keys (:meth:`BackendProfile.version_keys`) hold beside engine keys: its
 #: defaults under speculation, under a separate draft model, on particular GPUs and for particular models.
 RELEASE_MAPPINGS = ("speculative_engine", "draft_model_engine", "engine_by_gpu", "engine_by_model",
-                    "attention_kernels")
+                    "attention_kernels", "mxfp4_expert_layouts")
 
 
 def _rule_keys(rule: VersionRule) -> dict[str, Any]:

@@ -1,0 +1,69 @@
+"""How a serving stack holds a MoE layer's MXFP4 experts on the GPU.
+
+A checkpoint's MXFP4 expert stores each weight in 4 bits and one E8M0
+scale per 32 weights along the reduction; the stack's quant method creates
+its parameters at the shape its kernel wants and may re-lay them after
+loading (vLLM's ``Mxfp4MoEMethod.create_weights`` rounds intermediate and
+hidden up per backend, ``mxfp4_round_up_hidden_size_and_intermediate_size``
+from 0.19; Marlin repacks in place; the Triton ``matmul_ogs`` kernels
+swizzle weights and scales into padded tiles, and some releases keep the
+loaded scales beside the swizzled ones). What the GPU then holds is what
+vLLM's memory profiler counts as weights, so the KV pool sees it, not the
+checkpoint's size.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict, Field
+
+#: Weights one MXFP4 scale covers along the reduction, and a weight's bytes.
+MX_BLOCK = 32
+VALUE_BYTES = 0.5
+
+
+def _up(n: int, align: int) -> int:
+    return -(-n // align) * align
+
+
+class ExpertLayout(BaseModel):
+    """One stack's layout of MXFP4 experts: the padding of the parameters it
+    creates, the tiles its kernel's layout rounds each weight and scale
+    matrix to (rows: a projection's outputs; columns: its reduction, in
+    weights), and how many copies of the scales it keeps."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
+
+    kernel: str = Field(min_length=1, description="the stack's name for the MoE kernel that holds the experts "
+                                                  "(MARLIN, TRITON)")
+    intermediate_align: int = Field(default=1, ge=1, le=4096, description="the expert width each shard's "
+                                                                          "parameters are created at a multiple of")
+    hidden_align: int = Field(default=1, ge=1, le=4096, description="the hidden size the parameters are created "
+                                                                    "at a multiple of")
+    value_rows_align: int = Field(default=1, ge=1, le=4096, description="rows of each weight matrix in the "
+                                                                        "kernel's layout, a multiple of this")
+    value_cols_align: int = Field(default=1, ge=1, le=4096, description="reduction columns (weights) of each "
+                                                                        "weight matrix in the kernel's layout, a "
+                                                                        "multiple of this")
+    scale_rows_align: int = Field(default=1, ge=1, le=4096, description="rows of each scale matrix in the "
+                                                                        "kernel's layout, a multiple of this")
+    scale_cols_align: int = Field(default=MX_BLOCK, ge=MX_BLOCK, le=4096, multiple_of=MX_BLOCK,
+                                  description="reduction columns (weights) the scale matrices cover in the "
+                                              "kernel's layout, a multiple of this")
+    scale_copies: int = Field(default=1, ge=1, le=2, description="2: the loaded scales stay beside the kernel's "
+                                                                 "re-laid copy")
+
+    def _matrix(self, rows: int, cols: int) -> float:
+        """Bytes of one weight matrix of ``rows`` outputs over ``cols`` (created) reduction weights."""
+        values = _up(rows, self.value_rows_align) * _up(cols, self.value_cols_align) * VALUE_BYTES
+        scales = _up(rows, self.scale_rows_align) * _up(cols, self.scale_cols_align) // MX_BLOCK
+        return values + scales + (self.scale_copies - 1) * rows * cols // MX_BLOCK
+
+    def stored_bytes(self, hidden: int, intermediate: int, gated: bool) -> float:
+        """Bytes one expert shard of ``intermediate`` width takes on the GPU: gate and up
+        projections (one matrix, ``2 x width`` rows when gated), then down."""
+        width, h = _up(intermediate, self.intermediate_align), _up(hidden, self.hidden_align)
+        return self._matrix((2 if gated else 1) * width, h) + self._matrix(h, width)
+
+    def storage_scale(self, hidden: int, intermediate: int, gated: bool) -> float:
+        """The shard's bytes on the GPU against the checkpoint's (4-bit weights and their scales)."""
+        weights = ((2 if gated else 1) + 1) * hidden * intermediate
+        return self.stored_bytes(hidden, intermediate, gated) / (weights * (VALUE_BYTES + 1 / MX_BLOCK))

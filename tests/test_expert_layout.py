@@ -1,0 +1,72 @@
+"""MXFP4 experts take the memory of the layout the stack holds them in.
+
+vLLM picks the MoE kernel by release and GPU (backend_profiles/vllm.yaml
+``mxfp4_expert_layouts``): on Hopper Marlin to 0.11 (its wheels bring no
+triton_kernels), whose padded parameters gpt-oss-120b loads as "Model loading
+took 65.9651 GiB" (0.10.1, vllm-project/vllm#23278); then the Triton
+matmul_ogs kernels, which keep the loaded scales beside the swizzled ones
+("64.38 GiB" at 0.14.1, vllm-project/vllm#33155). llmsim does not count the
+experts' biases (0.08-0.15 GiB), so it sits just under the logs.
+"""
+from __future__ import annotations
+
+import pytest
+
+from simulator.costmodel.step import CostModel
+from simulator.engine.config import EngineConfig
+from simulator.parallelism import Parallelism, weight_bytes_per_gpu
+from simulator.profiles import load_hardware, load_model
+from simulator.profiles.backend import apply_backend
+
+GIB = 2**30
+
+
+def _engine(gpu: str, version: str | None = None, **keys) -> EngineConfig:
+    raw = {"backend": "vllm", **({"backend_version": version} if version else {}), **keys}
+    return EngineConfig(**apply_backend(raw, gpu, model=load_model("gpt-oss-120b")))
+
+
+def _weights_gib(gpu: str, e: EngineConfig) -> float:
+    m = load_model("gpt-oss-120b")
+    cm = CostModel(m, load_hardware(gpu), 1, "mxfp4", mxfp4_expert_layout=e.mxfp4_expert_layout)
+    return sum(weight_bytes_per_gpu(m, Parallelism(1), "mxfp4", cm.expert_storage)) / GIB
+
+
+@pytest.mark.parametrize("version,logged", [("0.10.1", 65.9651), ("0.14.1", 64.38)])
+def test_the_weights_vllm_logged_on_one_h100(version: str, logged: float) -> None:
+    held = _weights_gib("h100-sxm", _engine("h100-sxm", version))
+    assert logged - 0.25 < held < logged
+
+
+@pytest.mark.parametrize("version,kernel,copies", [
+    ("0.11.0", "MARLIN", 1), ("0.12.0", "TRITON", 2), ("0.19.1", "TRITON", 2), ("0.24.0", "TRITON", 2),
+    ("0.25.0", "TRITON", 1), ("0.34.0", "TRITON", 1)])
+def test_the_kernel_each_release_holds_them_in_on_hopper(version: str, kernel: str, copies: int) -> None:
+    graphs = {"kv_memory": {"cuda_graph_gib": 1.0}} if version >= "0.20" else {}
+    layout = _engine("h200", version, **graphs).mxfp4_expert_layout
+    assert layout is not None and (layout.kernel, layout.scale_copies) == (kernel, copies)
+
+
+def test_the_default_release_on_hopper_holds_more_than_the_checkpoint() -> None:
+    m = load_model("gpt-oss-120b")
+    checkpoint = m.weight_bytes("mxfp4") / GIB
+    assert _weights_gib("h100-sxm", _engine("h100-sxm")) == pytest.approx(checkpoint + 4.65, abs=0.01)
+
+
+def test_only_mxfp4_pools_and_ampere_to_hopper_get_a_layout() -> None:
+    assert _engine("h100-sxm", weight_dtype="bf16").mxfp4_expert_layout is None
+    assert _engine("b200").mxfp4_expert_layout is None          # the calibrated FlashInfer padding holds
+    assert _engine("a100-sxm-80gb").mxfp4_expert_layout.kernel == "MARLIN"
+
+
+def test_a_pool_sets_the_layout_it_runs() -> None:
+    """VLLM_MXFP4_USE_MARLIN=1 on a Triton release: the pool states Marlin's layout, key by key."""
+    e = _engine("h100-sxm", mxfp4_expert_layout={"kernel": "MARLIN", "intermediate_align": 128, "hidden_align": 256,
+                                                 "value_rows_align": 1, "value_cols_align": 1, "scale_rows_align": 1,
+                                                 "scale_cols_align": 32, "scale_copies": 1})
+    assert _weights_gib("h100-sxm", e) == pytest.approx(_weights_gib("h100-sxm", _engine("h100-sxm", "0.11.0")))
+
+
+def test_a_bad_layout_is_refused() -> None:
+    with pytest.raises(ValueError, match="scale_copies"):
+        _engine("h100-sxm", mxfp4_expert_layout={"scale_copies": 3})
