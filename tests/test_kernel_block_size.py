@@ -210,3 +210,62 @@ def test_an_sglang_pair_pages_alike():
     compile_scenario(Scenario.model_validate(_pair("h200", "b200", "sglang", block_size=64)), "s.yaml")
     compile_scenario(Scenario.model_validate(_pair("b200", "b200", "sglang")), "s.yaml")
     compile_scenario(Scenario.model_validate(_pair("h200", "b200", "vllm")), "s.yaml")
+
+
+# A replayed row (llmsim validate, benchmarks/holdout_silicon.py) runs its release's kernel rules as a pool
+# naming that release does: vLLM's forced MLA blocks before 0.18.0, SGLang's pages before 0.5.6 on Blackwell.
+REPLAYED = [
+    ("vllm", "0.16.0", "deepseek-v3", "h200", 64),        # FLASHMLA forced on 9.x
+    ("vllm", "0.19.1", "deepseek-v3", "h200", 16),        # FLASH_ATTN_MLA's own
+    ("vllm", "0.15.1", "deepseek-v3", "b200", 64),        # FLASHINFER_MLA forced to 64
+    ("vllm", "0.17.0", "deepseek-v3", "b300", 64),
+    ("vllm", "0.12.0", "deepseek-v3", "b200", 128),       # CUTLASS_MLA
+    ("sglang", "0.5.16", "llama-3.1-8b", "b200", 64),     # trtllm_mha
+    ("sglang", "0.5.16", "deepseek-v3", "b200", 64),      # trtllm_mla
+    ("sglang", "0.5.5.post2", "llama-3.1-8b", "b200", 1),  # flashinfer
+]
+
+
+def _replayed(stack: str, version: str, model: str, gpu: str, **settings):
+    from simulator.validation.deployment import version_keys
+    from simulator.validation.replay import ReplaySettings, scenario_for
+    from simulator.validation.rows import Row
+
+    row = Row("r", stack, model, gpu, 8, "fp8" if model == "deepseek-v3" else "bf16", "bf16", 1024, 128,
+              concurrency=4, measured={"ttft_mean_ms": 1.0}, version_keys=version_keys(stack, version))
+    return scenario_for(row, ReplaySettings(**settings)).pools[0].engine
+
+
+@pytest.mark.parametrize("stack, version, model, gpu, block", REPLAYED)
+def test_a_replayed_row_runs_its_releases_block(stack, version, model, gpu, block):
+    assert _replayed(stack, version, model, gpu).block_size == block
+
+
+def test_a_replayed_rows_release_decides_the_sizes_it_takes():
+    """The release's allowed sizes reach the replay too: 0.5.16's trtllm_mha takes no 128-token page,
+    0.5.17's does."""
+    from simulator.errors import LlmsimError
+
+    assert _replayed("sglang", "0.5.17", "llama-3.1-8b", "b200", engine={"block_size": 128}).block_size == 128
+    with pytest.raises(LlmsimError, match="takes blocks of 16, 32 or 64"):
+        _replayed("sglang", "0.5.16", "llama-3.1-8b", "b200", engine={"block_size": 128})
+
+
+@pytest.mark.parametrize("stack, version, model, gpu, block", REPLAYED)
+def test_validate_and_run_agree_on_the_block(tmp_path, stack, version, model, gpu, block):
+    """``llmsim validate --backend-version`` replays a benchmark result on the engine ``llmsim run`` builds for
+    a pool naming that backend_version on the same GPU and model."""
+    import json
+
+    from simulator.validation.replay import ReplaySettings, scenario_for
+    from simulator.validation.rows import rows_from_bench_json
+
+    f = tmp_path / "run.json"
+    f.write_text(json.dumps({"completed": 16, "total_input_tokens": 16 * 1024, "total_output_tokens": 16 * 128,
+                             "max_concurrency": 4, "request_rate": "inf", "mean_ttft_ms": 100.0}))
+    row, = rows_from_bench_json([f], stack, model, gpu, 8, version=version)
+    validated = scenario_for(row, ReplaySettings()).pools[0].engine
+    run = PoolSpec.model_validate({"model": model, "gpu": gpu, "tp": 8,
+                                   "engine": {"backend": stack, "backend_version": version}}).engine
+    assert validated.block_size == run.block_size == block
+    assert validated.prefix_cache == run.prefix_cache

@@ -583,7 +583,8 @@ def check_serving_stack(name: str) -> None:
 
 
 def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
-                  model: Optional[ModelProfile] = None) -> dict[str, Any]:
+                  model: Optional[ModelProfile] = None,
+                  release: Optional[Mapping[str, Any]] = None) -> dict[str, Any]:
     """``engine`` (a pool's engine mapping as written) with its backend's
     defaults for ``gpu_name`` under the keys the user set. ``draft``: what
     decodes beside the model (:func:`simulator.costmodel.speculative.draft_kind`):
@@ -599,7 +600,14 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
     keys here and stays in the mapping, for the engine settings built from
     it to refuse (:class:`~simulator.engine.config.EngineConfig`, whose
     message names the pool's engine and the key): refused here, inside the
-    pool's own validation, the message would name the pool alone."""
+    pool's own validation, the message would name the pool alone.
+
+    ``release``: the release's keys (:meth:`BackendProfile.version_keys`' answer) where the caller
+    knows them otherwise than by a name ``backend_version`` takes: a measured row's version label,
+    which may be a nightly without its day, or no label, whose measurement day then decides what it
+    can (:func:`simulator.validation.deployment.version_keys`). They stand for ``backend_version``'s,
+    so that a replayed row runs its release's rules as a pool naming it does (its attention kernel's
+    forced block size among them, not a block size of the pool's own)."""
     from .hardware import load_hardware
 
     name = engine.get("backend")
@@ -608,7 +616,9 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
     prof = load_backend(name)
     version = engine.get("backend_version")
     keys: dict[str, Any] = {}
-    if isinstance(version, str) and _names_a_release(version):
+    if release is not None:
+        keys = dict(release)
+    elif isinstance(version, str) and _names_a_release(version):
         keys = prof.version_keys(version)
         assert keys is not None        # a checked version is a release number or a dated nightly
     merged = prof.engine_defaults(load_hardware(gpu_name), keys.get("engine_by_gpu", ()))

@@ -25,11 +25,13 @@ def _first(err: ValidationError) -> tuple[tuple, str]:
 
 
 def profile_at_fault(engine: Mapping[str, Any], gpu_name: str, model: Optional[ModelProfile],
-                     refused: ValidationError) -> Optional[str]:
+                     refused: ValidationError, release: Optional[Mapping[str, Any]] = None) -> Optional[str]:
     """The refusal ``refused`` of ``engine`` (a pool's engine keys, its backend's defaults merged in) as a
     fault of the backend profile, naming it: where the backend's defaults for ``gpu_name``, ``model`` and the
     pool's release are refused alone, and as ``engine`` was. None where the pool's own keys are at fault, or
-    the refusal asks the pool for a key no profile sets (a release's CUDA-graph figure, the release itself)."""
+    the refusal asks the pool for a key no profile sets (a release's CUDA-graph figure, the release itself).
+    ``release``: the release's keys where the pool's came otherwise than by ``backend_version``
+    (:func:`.backend.apply_backend`)."""
     from ..engine.config import EngineConfig
     from ..kv_memory import graphs_refused
     from .backend import apply_backend, check_backend_version
@@ -46,7 +48,7 @@ def profile_at_fault(engine: Mapping[str, Any], gpu_name: str, model: Optional[M
         except ValueError:
             return None
     try:
-        EngineConfig(**apply_backend(own, gpu_name, model=model))
+        EngineConfig(**apply_backend(own, gpu_name, model=model, release=release))
     except LlmsimError:
         return None         # refused where the profile loads, which names it
     except ValidationError as alone:
@@ -56,7 +58,7 @@ def profile_at_fault(engine: Mapping[str, Any], gpu_name: str, model: Optional[M
         path = resolve("backend_profiles", name)
         whose = f"backend {name!r} ({path})" if path.stem == name else str(path)
         what = f"{model.name} on {gpu_name}" if model is not None else gpu_name
-        release = f", release {own['backend_version']}" if "backend_version" in own else ""
+        which = f", release {own['backend_version']}" if "backend_version" in own else ""
         key = f"{format_key_path(loc)}: " if loc else ""
-        return f"{whose}: its defaults for {what}{release} are refused: {key}{msg}"
+        return f"{whose}: its defaults for {what}{which} are refused: {key}{msg}"
     return None

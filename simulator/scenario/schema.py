@@ -30,6 +30,17 @@ from .ci import CheckSpec
 from .variants import LadderMode, Variants
 
 
+#: The validation context key (``Scenario.model_validate(body, context=...)``) under which the
+#: replay of a measured row hands every pool its release's keys, for :func:`.apply_backend`'s
+#: ``release``: a row's version label need not be a name ``engine.backend_version`` takes.
+RELEASE_CONTEXT = "release_keys"
+
+
+def release_of(info: ValidationInfo) -> Optional[dict[str, Any]]:
+    """The release keys the validation's context hands the pools (None: each pool's ``backend_version``'s)."""
+    return (info.context or {}).get(RELEASE_CONTEXT) if isinstance(info.context, dict) else None
+
+
 class PoolSpec(BaseModel):
     """A set of identical replicas (model, GPU kind, TP, engine settings)."""
 
@@ -62,9 +73,10 @@ class PoolSpec(BaseModel):
 
     @model_validator(mode="before")
     @classmethod
-    def _backend_defaults(cls, data: Any) -> Any:
+    def _backend_defaults(cls, data: Any, info: ValidationInfo) -> Any:
         """A named serving backend fills the engine keys the pool leaves unset;
-        its GPU-dependent defaults need the pool's GPU, hence here."""
+        its GPU-dependent defaults need the pool's GPU, hence here. A replayed
+        row's release comes as the validation's context (:data:`RELEASE_CONTEXT`)."""
         if not isinstance(data, dict):
             return data
         engine = data.get("engine")
@@ -90,7 +102,8 @@ class PoolSpec(BaseModel):
         try:
             spec = data.get("speculative")
             draft = spec.get("draft_model") if isinstance(spec, dict) else getattr(spec, "draft_model", None)
-            merged = apply_backend(engine, data["gpu"], draft_kind(draft) if spec is not None else "", model)
+            merged = apply_backend(engine, data["gpu"], draft_kind(draft) if spec is not None else "", model,
+                                   release_of(info))
         except LlmsimError as e:
             where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
             raise KeyRefusal("engine.backend", f"{where + ': ' if where else ''}{e.message}") from None
@@ -117,7 +130,7 @@ class PoolSpec(BaseModel):
 
             try:
                 profile = load_model(model) if isinstance(model, str) else None
-                fault = profile_at_fault(engine, gpu, profile, e)
+                fault = profile_at_fault(engine, gpu, profile, e, release_of(info))
             except LlmsimError:
                 raise e from None
             if fault is None:

@@ -60,7 +60,7 @@ from pydantic import ValidationError
 from ..costmodel import CostModel
 from ..errors import LlmsimError, from_validation_error
 from ..profiles import load_hardware, load_model
-from ..scenario.schema import Scenario
+from ..scenario.schema import RELEASE_CONTEXT, Scenario
 from . import deployment
 from .rows import METRICS, RoleLayout, Row
 
@@ -221,7 +221,7 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
     if row.disaggregated:       # every request enters at the prefill pool
         body.update(pools=_disaggregated_pools(row, s, dep, pool), classes=[{"name": "all", "pool": "prefill"}])
     try:
-        return Scenario.model_validate(body)
+        return Scenario.model_validate(body, context={RELEASE_CONTEXT: _release(row, s)})
     except ValidationError as e:
         # a launch llmsim cannot build: the row's refusal, as a layout that does not fit is. vLLM 0.20.0
         # and later size the pool after a CUDA-graph figure no measurement records, which the command
@@ -264,62 +264,67 @@ def _prefill_chunk(row: Row) -> int:
     return sglang_chunked_prefill_size(load_hardware(row.gpu).hbm_bytes / MIB, tiers)
 
 
+def _release(row: Row, s: ReplaySettings) -> dict[str, Any]:
+    """The keys of the release the row ran (:attr:`.rows.Row.version_keys`), which every pool takes
+    as one naming that release as ``engine.backend_version`` does (:func:`.apply_backend`): its
+    defaults under the launch's keys, its GPU and model rules, its attention kernels' block sizes.
+    None under another stack's backend (validate --backend), where vLLM 0.15's sampler bytes or
+    pipeline loop would be read as that stack's."""
+    return dict(row.version_keys) if _stack_of(s.backend or row.stack) == row.stack else {}
+
+
 def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: bool) -> dict[str, Any]:
     """A pool's engine keys: the row's backend and dtypes, the deployment's
-    ``keys``, the stack version's defaults, the stack's speculative-decoding
-    keys where it drafts, then the settings' own."""
+    ``keys``, the stack's speculative-decoding keys where it drafts, then the
+    settings' own. The release's defaults are not among them: the pool takes
+    them from the scenario's validation context (:func:`scenario_for`)."""
     engine = {"backend": s.backend or row.stack, "weight_dtype": row.weight_dtype, "kv_dtype": row.kv_dtype}
-    # The release's defaults are its own stack's: replayed under another stack (validate --backend),
-    # vLLM 0.15's sampler bytes or pipeline loop would be read as that stack's.
-    version = dict(row.version_keys) if _stack_of(s.backend or row.stack) == row.stack else {}
-    from ..profiles.backend import RELEASE_MAPPINGS, apply_backend, gpu_rule_keys, refine
-    from ..profiles.model_rules import model_rule_keys
-
-    release = dict(version)
-    for key in RELEASE_MAPPINGS:    # read below where they apply (the rows' drafts are MTP layers, not a model)
-        version.pop(key, None)
-    # The release's defaults for the row's GPU (SGLang's chunk on a GPU of 20-35 GiB to 0.5.19) and
-    # model (vLLM's model runner), which the launch's keys override.
-    engine.update(gpu_rule_keys(release.get("engine_by_gpu", ()), load_hardware(row.gpu)))
-    version = refine(version, model_rule_keys(release.get("engine_by_model", ()), load_model(row.model)))
-    # The launch's memory flags and the release's memory defaults are knobs of one mapping.
-    launch = {**(keys.get("kv_memory") or {}), **(version.pop("kv_memory", None) or {})} or None
+    release = _release(row, s)
+    launch = keys.get("kv_memory") or None
     engine.update(keys)
-    engine.update(version)
-    if launch is not None:
-        engine["kv_memory"] = launch
     if speculative:
-        # the stack's own switches under speculation; a batch cap the launch sets
-        # (--max-running-requests) stays, as the flag overrides SGLang's 48
+        # the stack's own switches under speculation, over the launch's flags; a batch cap the launch
+        # sets (--max-running-requests) stays, as the flag overrides SGLang's 48
         spec = deployment.speculative_engine_keys(row.stack, release)
         if "max_num_seqs" in keys:
             spec.pop("max_num_seqs", None)
         engine.update(spec)
     engine.update(s.engine or {})
     if launch is not None and engine.get("kv_memory") is launch:
-        # The launch's memory flags and the release's defaults are its own stack's (SGLang's
-        # CUDA-graph batch and prefill chunk, which size its default fraction; its window ratio);
-        # under another stack's backend (validate --backend) or one that fixes the fraction,
-        # nothing reads them, and KvMemory refuses them.
+        # The launch's memory flags are its own stack's (SGLang's CUDA-graph batch and prefill chunk,
+        # which size its default fraction; its window ratio); under another stack's backend (validate
+        # --backend) or one that fixes the fraction, nothing reads them, and KvMemory refuses them.
         from ..kv_memory import RULES
 
-        merged = apply_backend(dict(engine), row.gpu).get("kv_memory") or {}
-        read = RULES[merged.get("rule", "vllm")].reads(merged.get("fraction") is not None)
-        engine["kv_memory"] = {k: v for k, v in launch.items() if k in read}
-    _state_graphs(engine, row.gpu, s.cuda_graph_gib)
+        merged = _pool_kv(engine, row, release)
+        if merged is not None:
+            read = RULES[merged.get("rule", "vllm")].reads(merged.get("fraction") is not None)
+            engine["kv_memory"] = {k: v for k, v in launch.items() if k in read}
+    if s.cuda_graph_gib is not None:
+        _state_graphs(engine, _pool_kv(engine, row, release), s.cuda_graph_gib)
     return engine
 
 
-def _state_graphs(engine: dict[str, Any], gpu: str, gib: Optional[float]) -> None:
-    """Set ``gib`` as ``engine``'s ``kv_memory.cuda_graph_gib`` where its release takes an estimate of its
-    CUDA graphs out of the KV pool and the engine states none; elsewhere the figure would shrink a pool
-    whose graphs live outside it (vLLM to 0.19.1), or be refused by a stack that never reads it."""
-    if gib is None:
-        return
-    from ..kv_memory import KvMemory, graphs_unstated
+def _pool_kv(engine: Mapping[str, Any], row: Row, release: Mapping[str, Any]) -> Optional[dict[str, Any]]:
+    """The ``kv_memory`` mapping a pool of ``engine`` keys runs on the row's GPU and model, its release's
+    defaults and rules merged in as the scenario merges them; None where the merge is refused, which the
+    scenario then names."""
     from ..profiles.backend import apply_backend
 
-    kv = apply_backend(dict(engine), gpu).get("kv_memory")
+    try:
+        merged = apply_backend(dict(engine), row.gpu, model=load_model(row.model), release=release)
+    except LlmsimError:
+        return None
+    return merged.get("kv_memory") or {}
+
+
+def _state_graphs(engine: dict[str, Any], kv: Optional[dict[str, Any]], gib: float) -> None:
+    """Set ``gib`` as ``engine``'s ``kv_memory.cuda_graph_gib`` where its release takes an estimate of its
+    CUDA graphs out of the KV pool and the engine states none (``kv``: the pool's merged mapping,
+    :func:`_pool_kv`); elsewhere the figure would shrink a pool whose graphs live outside it (vLLM to
+    0.19.1), or be refused by a stack that never reads it."""
+    from ..kv_memory import KvMemory, graphs_unstated
+
     try:
         needed = isinstance(kv, dict) and graphs_unstated(KvMemory.model_validate(kv)) is not None
     except ValidationError:
