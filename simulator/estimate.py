@@ -76,16 +76,17 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         (engine.request_ms + engine.response_ms + engine.tokenize_us_per_token * input_tokens * 1e-3) * 1e-3
     mem = replica_memory(cm, engine, gpu_memory_utilization, max_num_batched_tokens, block_size)
     figures = model_figures(cm)
-    kv_tok, copies = figures["kv_bytes_per_token"], figures["kv_copies"]
+    kv_tok = figures["kv_bytes_per_token"]
     tokens = input_tokens + output_tokens
     m = cm.model
     share = None if engine is None else swa_window_share(engine.kv_memory, m.num_sliding_layers,
                                                           m.num_full_attention_layers)
-    # a request's sliding-window KV as its pool counts it: a window, in the whole blocks covering it,
-    # where each running request holds its windows in the shared pool (vLLM), its tokens at the stack's
-    # ratio where one pool is shared by a ratio (TensorRT-LLM keeps every token, SGLang 0.8 of them)
-    window = (m.kv_window_bytes(cm.kv_dtype, mem.block_size) * copies * min(1.0, tokens / (m.sliding_window or tokens))
-              if share is None else kv_tok * tokens * share / (1.0 - share))
+    # a request's sliding-window KV as its pool counts it: the blocks each running request's windows hold
+    # of the shared pool whatever its length (vLLM: MemoryPlan.window_blocks, what max_concurrent_requests
+    # and a run charge), its tokens at the stack's ratio where one pool is shared by a ratio (TensorRT-LLM
+    # keeps every token, SGLang 0.8 of them)
+    window = (mem.window_blocks * mem.block_size * kv_tok if share is None
+              else kv_tok * tokens * share / (1.0 - share))
     out = {
         "gpu": cm.gpu.name,
         "model": cm.model.name,
@@ -106,7 +107,8 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "prefill_tokens_per_s": input_tokens / prefill_s if prefill_s else float("inf"),
         "decode_tokens_per_s": 1.0 / tpot_s if tpot_s else float("inf"),
         # on the capacity's basis (its full-attention layers' tokens), so capacity / it is the concurrency
-        # below; a sliding-window layer's share is apart, as the pool holds it apart (kv_window_bytes)
+        # below, with the windows a vLLM pool charges each request beside it (kv_window_bytes_per_request);
+        # where a stack splits its pool by a ratio the sliding-window share is apart (kv_window_bytes)
         "kv_bytes_per_request": kv_tok * tokens,
         **({"kv_window_bytes_per_request": window} if window else {}),
         "weights_bytes": mem.weights_bytes,

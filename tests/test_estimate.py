@@ -470,6 +470,17 @@ def test_a_sliding_window_models_request_kv_is_on_its_capacitys_basis(cli):
     assert "sliding-window KV per request" in table.out
 
 
+def test_a_short_requests_windows_are_what_its_vllm_pool_charges(cli):
+    """A request shorter than gpt-oss's 128-token window: the pool (and a run) charges every running request
+    its nine window blocks whatever its length, so the figure beside the concurrency is those blocks, not
+    50/128 of a window (0.002 GB against 0.005: the two figures read 13,350 requests, not the 7,718 that fit)."""
+    out = cli("estimate", "request", "--gpu", "h200", "--model", "gpt-oss-120b", "--backend", "vllm",
+              "--input", "40", "--output", "10", "--json").json()
+    window = out["kv_window_bytes_per_request"] / out["kv_bytes_per_token"]
+    assert window == 144
+    assert out["max_concurrent_requests"] == out["kv_capacity_tokens"] // (64 + window)   # 50 tokens in 4 blocks
+
+
 def test_a_vllm_release_that_sizes_its_pool_after_its_graphs_takes_them_as_a_flag(cli):
     """vLLM 0.20.0 and later take an estimate of their CUDA graphs out of the KV pool (at 92 % of
     the GPU), which llmsim cannot derive: `estimate request` with such a --backend-version needs
