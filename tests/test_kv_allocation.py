@@ -95,3 +95,23 @@ def test_quickcode_paging_holds_several_times_the_sequences():
     assert tgi["max_batch_size"] <= block["max_sequences_per_replica"]
     assert paged["max_batch_size"] >= 3 * tgi["max_batch_size"]
     assert block["filled_fraction_of_reserved"] < 0.5
+
+
+def test_a_sliding_window_models_reservations_count_its_windows(tmp_path):
+    """gpt-oss-120b under vLLM's accounting holds nine window blocks a running sequence beside its
+    reservation, as both engines charge them: 378 sequences of 4,096 tokens fit one H200's 100,337
+    blocks, not the 391 that the reservations alone would."""
+    from simulator.scenario.schema import Scenario
+
+    sc = Scenario.model_validate({
+        "name": "swa-contiguous", "seed": 1,
+        "workload": {"duration_s": 2, "arrival": {"type": "poisson", "rate_per_s": 2},
+                     "input_tokens": {"dist": "uniform", "min": 16, "max": 500},
+                     "output_tokens": {"dist": "uniform", "min": 4, "max": 48}},
+        "pools": [{"name": "p", "model": "gpt-oss-120b", "gpu": "h200",
+                   "engine": {"backend": "vllm", "kv_allocation": "contiguous", "prefix_cache": False,
+                              "max_model_len": 4096}}]})
+    out = simulate(sc).results["llmsim"]
+    windows = out["kv_memory"]["window_blocks_per_sequence"]
+    assert windows == 9
+    assert out["kv_allocation"]["max_sequences_per_replica"] == out["kv_blocks_per_replica"] // (256 + windows)

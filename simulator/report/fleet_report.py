@@ -415,7 +415,9 @@ def _serving_stack(backend: Optional[str], version: Optional[str]) -> dict:
 def _contiguous_block(ps: PoolSetup, stats: list[dict], working: float) -> dict:
     """Contiguous KV: what the reservations held against what the tokens
     filled (what paging would have held), and the concurrency the
-    reservations allow (with max_model_len reserved, a fixed count)."""
+    reservations allow (with max_model_len reserved, a fixed count, each
+    sequence's sliding-window blocks beside its reservation as the engines
+    charge them: :attr:`simulator.memory.MemoryPlan.window_blocks`)."""
     nb = ps.memory.num_blocks
     cfg = ps.spec.engine
     reserved = sum(s["kv_used_area"] for s in stats)
@@ -424,7 +426,8 @@ def _contiguous_block(ps: PoolSetup, stats: list[dict], working: float) -> dict:
     return {
         "mode": "contiguous",
         "reserved_tokens_per_request": per_request if per_request is not None else f"prompt + {cfg.max_new_tokens}",
-        "max_sequences_per_replica": None if per_request is None else nb // -(-per_request // cfg.block_size),
+        "max_sequences_per_replica": None if per_request is None
+        else nb // (-(-per_request // cfg.block_size) + ps.memory.window_blocks),
         "mean_reserved_utilization": reserved / (working * nb),
         "mean_filled_utilization": filled / (working * nb),
         "max_filled_utilization": max(s["kv_filled_max"] for s in stats) / nb,
