@@ -88,23 +88,42 @@ def moe(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray
     """One MoE format's rows at the routing rank 0 really had (``local_pairs``,
     ``local_active``, the padded rows at each block: :mod:`.moe_routing`), with the activation they ran
     (column ``gated``; gated when absent)."""
+    return moe_evaluator(df, gpu)(p)
+
+
+def moe_evaluator(df: pd.DataFrame, gpu: HardwareProfile) -> Callable[[RooflineParams], np.ndarray]:
+    """:func:`moe` of ``df`` as a function of the parameters, the rows' columns
+    read once and rank 0's padded rows looked up once per ladder of token tiles:
+    a fit evaluates it thousands of times with one ladder, and reading the
+    columns and the padded rows took two thirds of each evaluation."""
     fmts = df["moe_dtype"].unique()
     if len(fmts) != 1:
         raise ValueError(f"MoE rows of one format expected, got {list(fmts)}")
     name = str(fmts[0])
     pairs_all = df["num_tokens"].to_numpy() * df["topk"].to_numpy()
-    rows = block = None
-    if getattr(p, "row_padding", False):
-        block = M.row_block(pairs_all, df["num_experts"].to_numpy() / df["moe_ep"].to_numpy(), p.token_tiles)
-        rows = moe_routing.padded_rows_at(df, block)
-    return np.asarray(M.rank_time(pairs_all, df["local_pairs"].to_numpy(),
-                                  df["local_active"].to_numpy(), df["hidden_size"].to_numpy(),
-                                  df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy(),
-                                  M.dtype_info(name), M.peak_flops(name, gpu), gpu.hbm_bandwidth, p,
-                                  gated=df["gated"].to_numpy() if "gated" in df else True,
-                                  num_sms=gpu.num_sms, num_experts=df["num_experts"].to_numpy(),
-                                  tokens=df["num_tokens"].to_numpy(),
-                                  rows_local=rows, row_blocks=block, ep=df["moe_ep"].to_numpy()))
+    local_experts = df["num_experts"].to_numpy() / df["moe_ep"].to_numpy()
+    cols = dict(local_pairs=df["local_pairs"].to_numpy(), local_active=df["local_active"].to_numpy(),
+                hidden=df["hidden_size"].to_numpy(),
+                width=df["moe_intermediate_size"].to_numpy() / df["moe_tp"].to_numpy(),
+                gated=df["gated"].to_numpy() if "gated" in df else True, num_experts=df["num_experts"].to_numpy(),
+                tokens=df["num_tokens"].to_numpy(), ep=df["moe_ep"].to_numpy())
+    info, peak = M.dtype_info(name), M.peak_flops(name, gpu)
+    padded: dict[tuple[int, ...], tuple[np.ndarray, np.ndarray]] = {}
+
+    def times(p: RooflineParams) -> np.ndarray:
+        rows = block = None
+        if getattr(p, "row_padding", False):
+            tiles = tuple(p.token_tiles)
+            if tiles not in padded:
+                blocks = M.row_block(pairs_all, local_experts, p.token_tiles)
+                padded[tiles] = (blocks, moe_routing.padded_rows_at(df, blocks))
+            block, rows = padded[tiles]
+        return np.asarray(M.rank_time(pairs_all, cols["local_pairs"], cols["local_active"], cols["hidden"],
+                                      cols["width"], info, peak, gpu.hbm_bandwidth, p, gated=cols["gated"],
+                                      num_sms=gpu.num_sms, num_experts=cols["num_experts"], tokens=cols["tokens"],
+                                      rows_local=rows, row_blocks=block, ep=cols["ep"]))
+
+    return times
 
 
 PREDICT = {
@@ -120,6 +139,8 @@ def evaluator(family: str, df: pd.DataFrame, gpu: HardwareProfile) -> Callable[[
     """Seconds per row of ``df`` as a function of the family's parameters (what a fit calls)."""
     if family == "attention_decode":
         return decode_evaluator(df, gpu)
+    if family == "moe":
+        return moe_evaluator(df, gpu)
     fn = PREDICT[family]
     return lambda p: fn(df, gpu, p)
 

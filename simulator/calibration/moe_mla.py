@@ -359,10 +359,10 @@ def fit_moe(df: pd.DataFrame, gpu: HardwareProfile, near: FamilyFit | None = Non
         sp = replace(sp, start=tuple(float(np.clip(getattr(near.params, n), lo, hi))
                                      for n, lo, hi in zip(sp.names, sp.lower, sp.upper)))
         loss = next(x for x in LOSSES if x[0] == near.loss)
-        return fit_params("moe", sp, lambda p: predict_moe(df, gpu, p), df["t_s"].to_numpy(), losses=(loss,),
+        return fit_params("moe", sp, evaluate.moe_evaluator(df, gpu), df["t_s"].to_numpy(), losses=(loss,),
                           max_nfev=_REFIT_NFEV)
     starts = tuple(tuple(s[n] for n in sp.names) for s in _MOE_STARTS)
-    return fit_params("moe", sp, lambda p: predict_moe(df, gpu, p), df["t_s"].to_numpy(), starts,
+    return fit_params("moe", sp, evaluate.moe_evaluator(df, gpu), df["t_s"].to_numpy(), starts,
                       good_enough=8.0)
 
 
