@@ -150,7 +150,7 @@ class KernelData:
 
     @property
     def profiles(self) -> list[str]:
-        return sorted(set().union(*(set(df["profile"]) for df in self.frames.values())))
+        return sorted(set().union(*(set(df["profile"].unique()) for df in self.frames.values())))
 
 
 def first_table_profiles(gpus: dict[str, HardwareProfile] | None = None) -> dict[str, str]:
@@ -293,7 +293,7 @@ def load(data_dir: str | Path | None = None, progress=None,
         "attention_decode": _attention(attn, "attention_decode"),
         "allreduce": select_allreduce(ar),
     }
-    files = {p: ", ".join(_FILES.values()) for p in set().union(*(set(f["profile"]) for f in frames.values()))}
+    files = {p: ", ".join(_FILES.values()) for p in set().union(*(set(f["profile"].unique()) for f in frames.values()))}
     held_out: dict[str, pd.DataFrame] = {}
     stacks: dict[tuple[str, str], pd.DataFrame] = {}
     fp8 = pd.DataFrame()
@@ -306,7 +306,7 @@ def load(data_dir: str | Path | None = None, progress=None,
         grids = {"gemm": (frames["gemm"], ["m", "n", "k"]),
                  "attention_prefill": (frames["attention_prefill"], ATTENTION_SHAPE),
                  "attention_decode": (frames["attention_decode"], ATTENTION_SHAPE)}
-        measured = set(tables["gemm"]["framework"]) | set(tables["attention"]["framework"])
+        measured = set(tables["gemm"]["framework"].unique()) | set(tables["attention"]["framework"].unique())
         for stack in kernel_stacks():
             if stack != DEFAULT_STACK and stack not in measured:
                 continue        # a stack the tables hold no kernels of (an installed one): nothing to fit
@@ -334,7 +334,7 @@ def load(data_dir: str | Path | None = None, progress=None,
             stacks[(stack, FP4_GEMM)] = on_fp4.assign(on_grid=True)
         mine = tables["gemm"][tables["gemm"]["framework"] == DEFAULT_STACK]
         versions.update(_versions(mine))
-        for p in set(mine["profile"]):
+        for p in set(mine["profile"].unique()):
             files[p] = ", ".join(STACK_FILES.values())
     empty = [k for k, v in frames.items() if v.empty]
     if empty:

@@ -307,8 +307,8 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
     sources = {g: _sibling(g, profiles[g], profiles, measured, kd.data_dir / "kernels", paths) for g in wanted
                if g not in measured and g not in copies}
     needed = sorted({g if g in measured else sources[g] for g in wanted if g not in copies})
-    stack_profiles = sorted({p for (_s, _f), df in kd.stacks.items() for p in set(df["profile"])})
-    fp8_profiles = sorted(set(kd.fp8["profile"])) if len(kd.fp8) else []
+    stack_profiles = sorted({p for (_s, _f), df in kd.stacks.items() for p in set(df["profile"].unique())})
+    fp8_profiles = sorted(set(kd.fp8["profile"].unique())) if len(kd.fp8) else []
     moe_targets = [n for n in wanted if n in moe_measured]
     prog.replan(_plan(needed, stack_profiles, fp8_profiles,
                       sum(1 for g in wanted if g not in needed and g not in copies), moe_targets))
