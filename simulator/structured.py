@@ -144,9 +144,10 @@ def _expanded_size(node: yaml.Node, memo: dict[int, tuple[int, int]]) -> tuple[i
 
 
 def _depth(text: str, opening: str, closing: str) -> int:
-    """Deepest flow-style bracket nesting (an upper bound where brackets sit in strings)."""
+    """Deepest flow-style bracket nesting (an upper bound where brackets sit in strings). Only the
+    brackets are visited: a character loop over the whole text took a quarter of a profile's parse."""
     depth = deepest = 0
-    for ch in text:
+    for ch in re.findall(f"[{re.escape(opening + closing)}]", text):
         if ch in opening:
             depth += 1
             deepest = max(deepest, depth)
