@@ -24,7 +24,7 @@ import datetime
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional, Protocol, Sequence, TypeVar
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -159,9 +159,17 @@ class KernelRule(_Strict):
         return f"a multiple of {sizes}" if self.multiples else sizes
 
 
-def kernel_rule(rules: Sequence[KernelRule], gpu: HardwareProfile, model: ModelProfile, speculative: bool,
-                kv_dtype: str) -> Optional[KernelRule]:
-    """The first of ``rules`` that holds for ``model`` on ``gpu`` (None: none does)."""
+class _OnKernelCondition(Protocol):
+    when: KernelCondition
+
+
+_Rule = TypeVar("_Rule", bound=_OnKernelCondition)
+
+
+def kernel_rule(rules: Sequence[_Rule], gpu: HardwareProfile, model: ModelProfile, speculative: bool,
+                kv_dtype: str) -> Optional[_Rule]:
+    """The first of ``rules`` (attention kernels, prefix-cache rules: whatever holds on a
+    :class:`KernelCondition`) that holds for ``model`` on ``gpu`` (None: none does)."""
     return next((r for r in rules if r.when.holds(gpu, model, speculative, kv_dtype)), None)
 
 
@@ -175,12 +183,6 @@ class PrefixCacheRule(_Strict):
     prefix_cache: bool = Field(description="whether the stack keeps its prefix cache there")
     why: str = Field(default="", description="what the stack says when it turns the cache off, for the refusal")
     source: str = ""
-
-
-def prefix_cache_rule(rules: Sequence[PrefixCacheRule], gpu: HardwareProfile, model: ModelProfile,
-                      speculative: bool, kv_dtype: str) -> Optional[PrefixCacheRule]:
-    """The first of ``rules`` that holds for ``model`` on ``gpu`` (None: none does)."""
-    return next((r for r in rules if r.when.holds(gpu, model, speculative, kv_dtype)), None)
 
 
 class ExpertLayoutRule(_Strict):
@@ -621,7 +623,8 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
     elif isinstance(version, str) and _names_a_release(version):
         keys = prof.version_keys(version)
         assert keys is not None        # a checked version is a release number or a dated nightly
-    merged = prof.engine_defaults(load_hardware(gpu_name), keys.get("engine_by_gpu", ()))
+    gpu = load_hardware(gpu_name)
+    merged = prof.engine_defaults(gpu, keys.get("engine_by_gpu", ()))
     if keys:
         merged = refine(merged, {k: v for k, v in keys.items() if k not in RELEASE_MAPPINGS})
         merged = refine(merged, _release_model_keys(keys, model, version))
@@ -632,11 +635,10 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
     if draft == "draft":
         merged = refine(merged, prof.draft_model_keys(keys))
     if model is not None:
-        merged = _kernel_block_size(merged, engine, prof, keys, load_hardware(gpu_name), model, bool(draft))
-        merged = _stack_prefix_cache(merged, engine, prof, load_hardware(gpu_name), model, bool(draft))
+        merged = _kernel_block_size(merged, engine, prof, keys, gpu, model, bool(draft))
+        merged = _stack_prefix_cache(merged, engine, prof, gpu, model, bool(draft))
     if engine.get("weight_dtype", getattr(model, "checkpoint_dtype", None)) == "mxfp4":   # the layout of its experts
-        layout = expert_layout_rule([*keys.get("mxfp4_expert_layouts", ()), *prof.mxfp4_expert_layouts],
-                                    load_hardware(gpu_name))
+        layout = expert_layout_rule([*keys.get("mxfp4_expert_layouts", ()), *prof.mxfp4_expert_layouts], gpu)
         if layout is not None:
             merged["mxfp4_expert_layout"] = layout.layout.model_dump()
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
@@ -653,15 +655,21 @@ def _prompt_kv_beside(out: dict[str, Any], engine: Mapping[str, Any]) -> dict[st
     return out
 
 
+def _kv_dtype(merged: Mapping[str, Any], engine: Mapping[str, Any]) -> str:
+    """The KV dtype the pool runs, for the rules that depend on it (a value the engine settings will
+    refuse reads as bf16 here)."""
+    kv_dtype = engine.get("kv_dtype", merged.get("kv_dtype", "bf16"))
+    return kv_dtype if isinstance(kv_dtype, str) else "bf16"
+
+
 def _kernel_block_size(merged: dict[str, Any], engine: Mapping[str, Any], prof: BackendProfile,
                        keys: Mapping[str, Any], gpu: HardwareProfile, model: ModelProfile,
                        speculative: bool) -> dict[str, Any]:
     """``merged`` with the block size the attention kernel the stack picks for ``model`` on ``gpu``
     forces (its ``attention_kernels``, a release's first); a block size the pool sets itself stays,
     unless the stack would not run it (refused, naming the sizes it takes)."""
-    kv_dtype = engine.get("kv_dtype", merged.get("kv_dtype", "bf16"))
     rule = kernel_rule([*keys.get("attention_kernels", ()), *prof.attention_kernels], gpu, model, speculative,
-                       kv_dtype if isinstance(kv_dtype, str) else "bf16")
+                       _kv_dtype(merged, engine))
     if rule is None:
         return merged
     default = rule.chosen(merged.get("block_size", 16))
@@ -685,9 +693,7 @@ def _stack_prefix_cache(merged: dict[str, Any], engine: Mapping[str, Any], prof:
     """``merged`` without the prefix cache where the stack turns it off for ``model`` on ``gpu``
     (its ``prefix_cache_rules``); a pool that sets ``prefix_cache: true`` there is refused, naming
     the stack's rule, rather than simulated with a cache the stack would not keep."""
-    kv_dtype = engine.get("kv_dtype", merged.get("kv_dtype", "bf16"))
-    rule = prefix_cache_rule(prof.prefix_cache_rules, gpu, model, speculative,
-                             kv_dtype if isinstance(kv_dtype, str) else "bf16")
+    rule = kernel_rule(prof.prefix_cache_rules, gpu, model, speculative, _kv_dtype(merged, engine))
     if rule is None or rule.prefix_cache:
         return merged
     if engine.get("prefix_cache") is True:
