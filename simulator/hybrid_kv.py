@@ -36,7 +36,6 @@ def window_blocks(model: ModelProfile, block_size: int) -> int:
     group = min(sliding, full)
     if max(sliding, full) < group * 1.5:
         group = max(sliding, full)
-    window = min(model.sliding_window or model.max_position_embeddings, model.max_position_embeddings)
-    per_group = -(-(window - 1) // block_size) + 1
+    per_group = model.window_blocks_held(block_size)
     groups = -(-sliding // group)
     return -(-groups * group * per_group // full)

@@ -412,9 +412,14 @@ class ModelProfile(BaseModel):
         kv_cache_interface.py SlidingWindowSpec counts cdiv(tokens, block_size) + 1)."""
         if not self.num_sliding_layers:
             return 0.0
-        window = min(self.sliding_window or self.max_position_embeddings, self.max_position_embeddings)
-        held = (-(-(window - 1) // block_size) + 1) * block_size if block_size > 1 else window
+        held = self.window_blocks_held(block_size) * block_size
         return float(self.num_sliding_layers * self.kv_elements_per_layer * held) * BYTES[kv_dtype]
+
+    def window_blocks_held(self, block_size: int) -> int:
+        """The ``block_size``-token blocks one decoding sequence's window spans in a sliding-window
+        layer: cdiv(window − 1, block_size) + 1 (the window itself in blocks of one token)."""
+        window = min(self.sliding_window or self.max_position_embeddings, self.max_position_embeddings)
+        return -(-(window - 1) // block_size) + 1
 
     def summary(self) -> dict:
         out = {
