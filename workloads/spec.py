@@ -42,13 +42,26 @@ from .request import Request
 from .system_prompts import Apps, SystemPromptSpec
 from .traces import TraceSpec, trace_block_tokens
 
-__all__ = ["MAX_PAGED_BLOCK_TOKENS", "WorkloadSpec", "SessionSpec", "Streams", "SeedLike", "spawn_streams", "LoneRows"]
+__all__ = ["DEFAULT_BLOCK_TOKENS", "MAX_PAGED_BLOCK_TOKENS", "paged_block_tokens", "WorkloadSpec", "SessionSpec",
+           "Streams", "SeedLike", "spawn_streams", "LoneRows"]
 
 SeedLike = Union[int, np.random.SeedSequence, np.random.Generator]
 
 #: The most tokens an unset ``block_tokens`` takes to follow the pools' KV blocks: past it, a shared prefix would
 #: be matched in steps coarser than any stack's page, and the scenario sets the key itself.
 MAX_PAGED_BLOCK_TOKENS = 256
+
+#: Tokens per prompt block id where the scenario sets none and no pool's block asks for more: vLLM's KV block.
+DEFAULT_BLOCK_TOKENS = 16
+
+
+def paged_block_tokens(pages: Iterable[int]) -> Optional[int]:
+    """The ``block_tokens`` an unset key takes beside pools caching prefixes in blocks of ``pages`` tokens:
+    the least common multiple of those and :data:`DEFAULT_BLOCK_TOKENS`, None past
+    :data:`MAX_PAGED_BLOCK_TOKENS` (the scenario must set it)."""
+    tokens = math.lcm(DEFAULT_BLOCK_TOKENS, *pages)
+    return tokens if tokens <= MAX_PAGED_BLOCK_TOKENS else None
+
 
 SessionSpec = Annotated[Union[ChatSessionSpec, AutocompleteSessionSpec, AgenticSessionSpec],
                         Field(discriminator="type")]
@@ -138,7 +151,7 @@ class WorkloadSpec(BaseModel):
     output_tokens: Optional[LengthDist] = Field(
         default=None, description="output tokens per request (chat: per response; agentic: per model call); "
                                   "omitted for a trace")
-    block_tokens: int = Field(default=16, ge=1, description="tokens per prompt block id (synthetic ids; a trace's "
+    block_tokens: int = Field(default=DEFAULT_BLOCK_TOKENS, ge=1, description="tokens per prompt block id (synthetic ids; a trace's "
                                                            "ids have the trace's size). Unset: 16, vLLM's KV block, "
                                                            "or the least common multiple of 16 and every "
                                                            "prefix-cached pool's engine.block_size where one does not "
@@ -216,8 +229,8 @@ class WorkloadSpec(BaseModel):
         :data:`MAX_PAGED_BLOCK_TOKENS` (the scenario is then refused, asking for the key)."""
         if "block_tokens" in self.model_fields_set or self.is_trace or self.id_block_tokens() is None:
             return self
-        tokens = math.lcm(self.block_tokens, *pages)
-        if tokens == self.block_tokens or tokens > MAX_PAGED_BLOCK_TOKENS:
+        tokens = paged_block_tokens(pages)
+        if tokens is None or tokens == self.block_tokens:
             return self
         out = self.model_copy(update={"block_tokens": tokens})
         out.model_fields_set.discard("block_tokens")    # still unset: a scenario dumped and read again derives it

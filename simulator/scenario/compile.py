@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Optional, Sequence
+from typing import Callable, NoReturn, Optional, Sequence
 
 import numpy as np
 
@@ -37,7 +37,7 @@ from ..fleet.pp_refusals import check_pp_pairs
 from ..parallelism import kv_copies
 from ..runsize import check_run_size
 from .schema import PoolSpec, Scenario
-from workloads.spec import MAX_PAGED_BLOCK_TOKENS
+from workloads.spec import MAX_PAGED_BLOCK_TOKENS, paged_block_tokens
 from workloads.traces import TraceSpec
 from .cost import month_rule
 from .slo import parse_slo
@@ -119,7 +119,7 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
     check_run_size(sc, source)
     check_trace_path(sc, source, base_dir(source))
 
-    def fail(msg: str, key: str):
+    def fail(msg: str, key: str) -> NoReturn:
         raise LlmsimError(msg, source=source, key_path=key)
 
     names = [p.name for p in sc.pools]
@@ -167,13 +167,14 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
                      parse_slo(sc.slo), class_slos, bucket_slos, month)
 
 
-def _refuse_id_blocks(sc: Scenario, i: int, ids: int, fail: Callable[[str, str], None]) -> None:
+def _refuse_id_blocks(sc: Scenario, i: int, ids: int, fail: Callable[[str, str], NoReturn]) -> NoReturn:
     """Refuse the prompt block ids of ``ids`` tokens, not a whole number of pool ``i``'s KV blocks, on the key
     to change: workload.block_tokens where the scenario set it (unset, it follows the pools' blocks up to
     MAX_PAGED_BLOCK_TOKENS, :meth:`WorkloadSpec.paged_by`), else the pool's block_size (a trace's ids have
     the trace's size; a multiple past that bound is the scenario's to choose)."""
     bs = sc.pools[i].engine.block_size
-    pages = math.lcm(*(p.engine.block_size for p in sc.pools if p.engine.prefix_cache))
+    sizes = [p.engine.block_size for p in sc.pools if p.engine.prefix_cache]
+    pages = math.lcm(*sizes)
     if isinstance(sc.workload.arrival, TraceSpec):
         fail(f"the workload's prompt block ids stand for {ids} tokens, not a whole number of {bs}-token KV "
              "blocks: set a block_size dividing it, or prefix_cache: false", f"pools[{i}].engine.block_size")
@@ -181,7 +182,7 @@ def _refuse_id_blocks(sc: Scenario, i: int, ids: int, fail: Callable[[str, str],
         fail(f"{ids} tokens per prompt block id are not a whole number of the {bs}-token KV blocks of pool "
              f"{sc.pools[i].name!r} (its engine.block_size): set a multiple of {pages} (every prefix-cached "
              "pool's block)"
-             + (", or leave block_tokens out to follow them" if pages <= MAX_PAGED_BLOCK_TOKENS else "")
+             + (", or leave block_tokens out to follow them" if paged_block_tokens(sizes) is not None else "")
              + ", or prefix_cache: false on the pool", "workload.block_tokens")
     fail(f"the workload's prompt block ids stand for {ids} tokens, not a whole number of {bs}-token KV blocks, "
          f"and a multiple of 16 and of every prefix-cached pool's block passes the {MAX_PAGED_BLOCK_TOKENS} tokens "
