@@ -268,7 +268,7 @@ def _release(row: Row, s: ReplaySettings) -> dict[str, Any]:
     """The keys of the release the row ran (:attr:`.rows.Row.version_keys`), which every pool takes
     as one naming that release as ``engine.backend_version`` does (:func:`.apply_backend`): its
     defaults under the launch's keys, its GPU and model rules, its attention kernels' block sizes.
-    None under another stack's backend (validate --backend), where vLLM 0.15's sampler bytes or
+    Empty under another stack's backend (validate --backend), where vLLM 0.15's sampler bytes or
     pipeline loop would be read as that stack's."""
     return dict(row.version_keys) if _stack_of(s.backend or row.stack) == row.stack else {}
 
