@@ -356,6 +356,26 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     return KvBudget(usable - g.weights, frac, usable, 0.0, "mem_fraction_static", why)
 
 
+def sglang_prefill_graph_tokens(g: GpuShare, spec: KvMemory) -> int:
+    """The most tokens of a prefill batch SGLang replays one of its piecewise CUDA graphs for (0: it
+    captures none, and runs every prefill eagerly): its prefill chunk, an MLA model's
+    ``mla_prefill_graph_tokens`` below it, Llama-2's 4,096, a --max-total-tokens cap below either
+    (server_args.py ``piecewise_cuda_graph_max_tokens``, 0.5.9-0.5.18; arg_groups/memory_hook.py's
+    prefill ``max_bs`` from 0.5.19); none where the release keeps them off (``piecewise_cuda_graph``
+    false, as to 0.5.9) or turns them off for this deployment (``prefill_graphs_off``), nor on a decode
+    server. The reserve for them is :func:`sglang_prefill_graph_mib`'s."""
+    role = g.role if spec.role_reserve else ""
+    if (not spec.piecewise_cuda_graph or not g.prefill_graphs or role == "decode"
+            or g.prefill_graph_blockers & set(spec.prefill_graphs_off)):
+        return 0
+    top = _sglang_chunk(spec, g)
+    if g.prefill_graphs == "mla":
+        top = min(top, spec.mla_prefill_graph_tokens)
+    elif g.prefill_graphs == "llama-2":
+        top = min(top, 4096)
+    return top if spec.max_tokens is None else min(top, spec.max_tokens)
+
+
 def _sglang_chunk(spec: KvMemory, g: GpuShare) -> int:
     """The prefill chunk SGLang's reserve is sized for: ``kv_memory.chunked_prefill_size``,
     its GPU default ('default'), or the engine's token budget."""
@@ -427,9 +447,11 @@ RULES: dict[str, KvRule] = {
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
                                       "swa_full_tokens_ratio", "piecewise_cuda_graph", "draft_reserve_gib",
                                       "prefill_graphs_off", "role_reserve", "gpu_tiers",
-                                      "graphs_to_running_requests", "decode_activation_to_running_requests"}),
-                     default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "piecewise_cuda_graph",
-                                              "prefill_graphs_off", "role_reserve", "gpu_tiers",
+                                      "graphs_to_running_requests", "decode_activation_to_running_requests",
+                                      "mla_prefill_graph_tokens"}),
+                     # (piecewise_cuda_graph and prefill_graphs_off size the reserve, and decide which
+                     # prefills the cost model replays as graphs whatever the fraction)
+                     default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "role_reserve", "gpu_tiers",
                                               "graphs_to_running_requests", "decode_activation_to_running_requests"}),
                      given_knobs=(("graphs_to_running_requests", "max_num_seqs"),
                                   ("decode_activation_to_running_requests", "max_num_seqs"))),
@@ -546,6 +568,13 @@ class KvMemory(BaseModel):
                     "by default from 0.5.10 (the sglang backend sets it; --disable-piecewise-cuda-graph is false), "
                     "save where SGLang turns them off (kv_memory.prefill_graphs_off), whatever this says; "
                     + _read_by("piecewise_cuda_graph") + "; default: false")
+    mla_prefill_graph_tokens: int = Field(
+        default=2048, ge=1, le=1_000_000,
+        description="the most tokens of a prefill batch SGLang replays a piecewise CUDA graph for with an MLA "
+                    "model, beside the prefill chunk that caps it: 2,048 in 0.5.9-0.5.22 ('the introduction of "
+                    "piecewise cuda graph will influence the kernel dispatch' of MLA, server_args.py), 8,192 from "
+                    "0.5.23 (arg_groups/memory_hook.py); a longer prefill runs eagerly (engine.eager_launch_us); "
+                    + _read_by("mla_prefill_graph_tokens") + "; default: 2048")
     prefill_graphs_off: tuple[PrefillGraphBlocker, ...] = Field(
         default=SGLANG_TC_PIECEWISE_GRAPHS_OFF,
         description="what SGLang captures no prefill CUDA graphs for, and so reserves none: any of speculative (a "

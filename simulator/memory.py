@@ -18,7 +18,7 @@ from typing import Optional
 
 from .errors import LlmsimError
 from .kv_memory import (RULES, RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, draft_in_reserve, kv_budget,
-                        rank_token_cap, swa_window_share)
+                        rank_token_cap, sglang_prefill_graph_tokens, swa_window_share)
 from .hybrid_kv import window_blocks
 from .parallelism import Parallelism, replica_kv_bytes_per_token, weight_bytes_per_gpu
 from .profiles.hardware import HardwareProfile
@@ -121,12 +121,36 @@ def gpu_share(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dty
     par = Parallelism(tp, dp, ep)
     rest, experts = weight_bytes_per_gpu(model, par, weight_dtype, expert_storage)
     activations = max_num_batched_tokens * activation_bytes_per_token(model, tp)
-    blockers = sglang_prefill_graph_blockers(model) | {
-        b for b, holds in (("speculative", speculative), ("dp_attention", dp > 1), ("disaggregated", role)) if holds}
+    blockers = deployment_graph_blockers(model, speculative, dp, role)
     return GpuShare(gpu.hbm_bytes, rest + experts, activations, par.gpus, dp,
                     max_num_batched_tokens, max_num_seqs, speculative, vocab=model.vocab_size,
                     prefill_graphs=sglang_prefill_graph_kind(model), prefill_graph_blockers=blockers, role=role,
                     cuda=gpu.cuda_total_bytes)
+
+
+def deployment_graph_blockers(model: ModelProfile, speculative: bool | str = False, dp: int = 1, role: str = "",
+                              pp: int = 1) -> frozenset[str]:
+    """What a deployment of ``model`` is among the conditions an SGLang release may turn its prefill
+    graphs off for (:data:`simulator.kv_memory.SGLANG_PREFILL_GRAPH_BLOCKERS`): the model's own and
+    the deployment's (a draft, DP attention, a disaggregated pool, pipeline stages)."""
+    return sglang_prefill_graph_blockers(model) | {
+        b for b, holds in (("speculative", speculative), ("dp_attention", dp > 1), ("disaggregated", role),
+                           ("pp", pp > 1)) if holds}
+
+
+def prefill_graph_tokens(model: ModelProfile, gpu: HardwareProfile, kv_memory: Optional[KvMemory],
+                         max_num_batched_tokens: int, tp: int = 1, dp: int = 1, speculative: bool | str = False,
+                         role: str = "", pp: int = 1) -> int:
+    """The most tokens of an iteration holding prompt tokens the stack replays a captured CUDA graph
+    for, as its memory accounting decides (``engine.graph_max_tokens`` left unset): SGLang's piecewise
+    prefill graphs where its release captures them for this deployment
+    (:func:`simulator.kv_memory.sglang_prefill_graph_tokens`), else none (0)."""
+    if kv_memory is None or kv_memory.rule != "sglang":
+        return 0
+    share = GpuShare(gpu.hbm_bytes, 0.0, 0.0, tp * dp, dp, max_num_batched_tokens, 0, speculative,
+                     stages=pp, prefill_graphs=sglang_prefill_graph_kind(model),
+                     prefill_graph_blockers=deployment_graph_blockers(model, speculative, dp, role, pp), role=role)
+    return sglang_prefill_graph_tokens(share, kv_memory)
 
 
 def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",

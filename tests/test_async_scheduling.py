@@ -239,12 +239,14 @@ def test_a_release_past_the_profile_is_refused(stack, newest, accepted, refused)
 
 
 def test_a_users_sglang_fraction_replaces_the_releases_inputs():
-    """A user's fraction replaces the release's inputs to SGLang's default fraction: none is refused."""
+    """A user's fraction replaces the release's inputs to SGLang's default fraction: none is refused.
+    Its prefill graphs stay: they decide which prefills the cost model replays, whatever the fraction."""
     from simulator.scenario.schema import PoolSpec
 
     pool = {"model": "llama-3-8b", "gpu": "h100-sxm"}
     e = PoolSpec.model_validate({**pool, "engine": {"backend": "sglang", "kv_memory": {"fraction": 0.8}}}).engine
-    assert e.kv_memory.fraction == 0.8 and not e.kv_memory.piecewise_cuda_graph
+    assert e.kv_memory.fraction == 0.8 and not e.kv_memory.role_reserve and e.kv_memory.gpu_tiers == "0.5"
+    assert e.kv_memory.piecewise_cuda_graph and e.kv_memory.prefill_graphs_off == ("pp", "multimodal_unlisted")
 
 
 def test_only_vllm_changes_its_scheduling_defaults_for_a_draft_model():

@@ -106,3 +106,51 @@ def test_a_drafts_prefill_waits_out_its_own_launches():
     floor = 60e-6 * launches_per_forward(scm.draft.model, 1, 1, False)
     assert scm.draft.step_time([(600, 0)]) >= floor * (1 - 1e-12) and floor > bare.draft.step_time([(600, 0)])
     assert scm.draft_time(8, 4096.0) == bare.draft_time(8, 4096.0)
+
+
+def _sglang_graphs(model: str, gpu: str = H200, version: str | None = None, tp: int = 8, dp: int = 1,
+                   role: str = "", speculative: bool | str = False, **engine) -> int:
+    """The prefill graph tokens an SGLang pool's cost model runs with (engine_cost_model's)."""
+    from simulator.engine.config import EngineConfig
+    from simulator.fleet.setup import engine_cost_model
+    from simulator.profiles.backend import apply_backend
+
+    m = load_model(model)
+    raw = {"backend": "sglang", "weight_dtype": m.served_weight_dtype(),
+           **({"backend_version": version} if version else {}), **engine}
+    e = EngineConfig(**apply_backend(raw, gpu, model=m))
+    return engine_cost_model(m, load_hardware(gpu), tp, e, dp, speculative=speculative, role=role).graph_max_tokens
+
+
+def test_sglang_prefill_graphs_follow_the_release_and_the_deployment():
+    """SGLang replays a prefill as a piecewise CUDA graph up to its chunk (an MLA model to 2,048
+    tokens, to min(8,192, chunk) from 0.5.23) from 0.5.10, where its release captures them for the
+    deployment; before, and where it turns them off, every prefill runs eagerly."""
+    assert _sglang_graphs("deepseek-v3", version="0.5.9") == 0            # opt-in before 0.5.10
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", version="0.5.6") == 0
+    assert _sglang_graphs("deepseek-v3", version="0.5.12") == 2048        # MLA's cap
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", version="0.5.12") == 8192   # H200's chunk
+    assert _sglang_graphs("deepseek-v3") == 8192                          # 0.5.23: min(8,192, chunk)
+    assert _sglang_graphs("deepseek-v3", "b200") == 8192                  # B200's chunk is 16,384
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", "b200") == 16384
+    assert _sglang_graphs("deepseek-v3", version="0.5.16") == 0           # the breakable backend refused MLA
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", version="0.5.12", tp=4, dp=2) == 0   # DP attention (tc_piecewise)
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", version="0.5.12", role="prefill") == 0   # disaggregated
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", role="decode") == 0     # a decode server runs no prefill
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", role="prefill") == 8192
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", version="0.5.10", speculative=True) == 0
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", version="0.5.12", speculative=True) == 8192
+    # a pool's own value stands; a fixed fraction does not turn the graphs off
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", graph_max_tokens=0) == 0
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", kv_memory={"fraction": 0.8}) == 8192
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", kv_memory={"max_tokens": 4000}) == 4000
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", kv_memory={"piecewise_cuda_graph": False}) == 0
+    # other stacks: their profiles' own value
+    from simulator.engine.config import EngineConfig
+    from simulator.fleet.setup import engine_cost_model
+    from simulator.profiles.backend import apply_backend
+
+    m = load_model("qwen3-235b-a22b-fp8")
+    for stack, graphs in (("vllm", 512), ("trtllm", 0)):
+        e = EngineConfig(**apply_backend({"backend": stack, "weight_dtype": "fp8"}, H200, model=m))
+        assert engine_cost_model(m, load_hardware(H200), 4, e).graph_max_tokens == graphs

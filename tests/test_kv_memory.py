@@ -428,7 +428,7 @@ KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 10
                "piecewise_cuda_graph": True, "draft_reserve_gib": 9.0, "prefill_graphs_off": ("mla",),
                "role_reserve": True, "cuda_graphs_in_pool": True, "gpu_tiers": "0.5.20",
                "graphs_to_running_requests": True, "decode_activation_to_running_requests": True,
-               "persistent_logit_bytes": 4.25,
+               "persistent_logit_bytes": 4.25, "mla_prefill_graph_tokens": 4096,
                "extensible_margin_gib": 20.0}  # more than the 10 % a fraction of 0.9 leaves
 
 
@@ -483,13 +483,25 @@ def test_a_knobs_description_names_the_rules_that_read_it_once(knob):
     assert said in text, text
 
 
+def _graph_tokens(kv: KvMemory, knob: str = "") -> int:
+    """The prefill graphs a knob is read on (SGLang's, which the cost model replays whatever the
+    fraction): an MLA model's cap with the graphs captured, the blockers with a draft beside."""
+    from simulator.memory import prefill_graph_tokens
+
+    if knob in ("prefill_graphs_off", "mla_prefill_graph_tokens"):
+        kv = kv.model_copy(update={"piecewise_cuda_graph": True})
+    model = "deepseek-v3" if knob == "mla_prefill_graph_tokens" else "llama-3.1-8b"
+    return prefill_graph_tokens(load_model(model), load_hardware("h100-sxm"), kv, 8192, 8,
+                                speculative=knob == "prefill_graphs_off")
+
+
 @pytest.mark.parametrize("fraction", [None, 0.85])
 @pytest.mark.parametrize("knob", sorted(KNOB_VALUES))
 @pytest.mark.parametrize("rule", RULES)
 def test_a_knob_is_accepted_exactly_where_its_rule_reads_it(rule, knob, fraction):
     """KvRule.knobs, by which KvMemory refuses a knob, is what the accounting reads: each knob moves
-    the pool under the rules that list it and nowhere else (SGLang's chunk and graph batch only
-    while its default fraction is in use); elsewhere it is refused, naming the knob, the rule and
+    the pool, or the prefill graphs the cost model replays, under the rules that list it and nowhere
+    else (SGLang's chunk and graph batch only while its default fraction is in use); elsewhere it is refused, naming the knob, the rule and
     the rules that read it."""
     from simulator.kv_memory import RULES as KV_RULES
 
@@ -501,8 +513,9 @@ def test_a_knob_is_accepted_exactly_where_its_rule_reads_it(rule, knob, fraction
         from simulator.kv_memory import graphs_unstated
         read = graphs_unstated(KvMemory.model_construct(**{**base, knob: value})) is not None
     else:
-        moved = _kv_bytes(KvMemory.model_construct(**{**KvMemory(**base).model_dump(), knob: value}), knob)
-        read = moved != _kv_bytes(KvMemory(**base), knob)
+        knobbed = KvMemory.model_construct(**{**KvMemory(**base).model_dump(), knob: value})
+        read = (_kv_bytes(knobbed, knob) != _kv_bytes(KvMemory(**base), knob)
+                or _graph_tokens(knobbed, knob) != _graph_tokens(KvMemory(**base), knob))
     kv_rule = KV_RULES[rule]
     assert read == (knob in kv_rule.knobs and not (fraction is not None and knob in kv_rule.default_knobs))
     if read:

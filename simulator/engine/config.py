@@ -291,11 +291,13 @@ class EngineConfig(BaseModel):
         description="CPU time per kernel launch of an iteration run without a CUDA graph (one holding prompt "
                     "tokens, more than graph_max_tokens): such an iteration lasts at least its launches, the "
                     "model's per-layer kernels counted from the stacks' modules (simulator/costmodel/eager.py)")
-    graph_max_tokens: int = Field(
-        default=0, ge=0, le=1_000_000,
+    graph_max_tokens: Optional[int] = Field(
+        default=None, ge=0, le=1_000_000,
         description="iterations of up to this many tokens replay a captured CUDA graph even with prompt tokens "
                     "in them (vLLM's piecewise graphs, max_cudagraph_capture_size: 512 by default); 0: only "
-                    "decode batches do (SGLang, TensorRT-LLM)")
+                    "decode batches do (TensorRT-LLM); unset: SGLang's piecewise prefill graphs where its release "
+                    "captures them for the pool (kv_memory.piecewise_cuda_graph, prefill_graphs_off: up to its "
+                    "prefill chunk, an MLA model's kv_memory.mla_prefill_graph_tokens), else 0")
     async_scheduling: bool = Field(
         default=False,
         description="the CPU prepares the next iteration while the GPU runs this one (vLLM's --async-scheduling, "

@@ -17,7 +17,7 @@ from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
-from ..memory import MemoryPlan, context_room, has_full_attention, plan_memory
+from ..memory import MemoryPlan, context_room, has_full_attention, plan_memory, prefill_graph_tokens
 from ..pipeline import Pipeline, plan_pipeline_memory
 from .pp_refusals import refusal
 from ..profiles import load_hardware, load_model
@@ -49,14 +49,19 @@ class PoolSetup:
 
 
 def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: EngineConfig, dp: int = 1,
-                      ep: int = 1) -> CostModel:
+                      ep: int = 1, speculative: bool | str = False, role: str = "") -> CostModel:
     """The cost model a replica of engine ``e`` prices its iterations with: the
     stack's kernels and CPU terms (iteration overheads, scheduling overlap,
-    eager launches), so ``llmsim estimate --backend`` prices what a pool runs."""
+    eager launches), so ``llmsim estimate --backend`` prices what a pool runs.
+    ``speculative`` and ``role`` (:func:`~simulator.memory.plan_memory`'s) decide,
+    with the release, which prefills SGLang replays as CUDA graphs."""
+    graphs = e.graph_max_tokens
+    if graphs is None:
+        graphs = prefill_graph_tokens(model, gpu, e.kv_memory, e.max_num_batched_tokens, tp, dp, speculative, role)
     return CostModel(model, gpu, tp, e.weight_dtype, e.kv_dtype, iteration_overhead_ms=e.iteration_overhead_ms,
                      iteration_us_per_seq=e.iteration_us_per_seq, dp=dp, ep=ep,
                      mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
-                     kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=e.graph_max_tokens,
+                     kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=graphs,
                      mxfp4_expert_layout=e.mxfp4_expert_layout)
 
 
@@ -86,19 +91,17 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     e = spec.engine
     if spec.pp > 1:
         return _pipeline_setup(spec, model, gpu, where, source)
+    draft = draft_kind(spec.speculative.draft_model if spec.speculative else None)
+    role = "decode" if decodes_for_another else "prefill" if spec.disaggregation is not None else ""
     try:
-        cm = engine_cost_model(model, gpu, spec.tp, e, spec.dp, spec.ep)
+        cm = engine_cost_model(model, gpu, spec.tp, e, spec.dp, spec.ep, draft, role)
     except LlmsimError as err:   # the pool key the rule concerns (tp, dp, ep, engine.weight_dtype), else tp
         key = err.key_path if err.key_path in ("tp", "dp", "ep", "engine.weight_dtype") else "tp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
     mem = at("engine", lambda: plan_memory(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
                                            e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
                                            e.block_size, dp=spec.dp, ep=spec.ep, kv_memory=e.kv_memory,
-                                           speculative=draft_kind(spec.speculative.draft_model
-                                                                  if spec.speculative else None),
-                                           expert_storage=cm.expert_storage,
-                                           role="decode" if decodes_for_another else
-                                           "prefill" if spec.disaggregation is not None else ""))
+                                           speculative=draft, expert_storage=cm.expert_storage, role=role))
     if spec.speculative and e.mixes_prefill and not e.mixed_beside_draft:
         stack = " ".join(x for x in (e.backend, e.backend_version) if x) or "this engine"
         raise LlmsimError(f"mixed_prefill: true beside a draft: {stack} turns mixed chunks off under this draft "
@@ -266,9 +269,12 @@ def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, w
     ahead = e.async_scheduling and e.pp_async == "run_ahead"
     # A batch queue of pp batches: in turn it holds pp micro-batches of distinct requests (one round);
     # run ahead, the batches queued behind the one walking are what a new request waits behind.
+    # SGLang's prefill graphs are sized by its chunk, not by a round of pp batches
+    graphs = e.graph_max_tokens if e.graph_max_tokens is not None else prefill_graph_tokens(
+        model, gpu, e.kv_memory, e.max_num_batched_tokens, spec.tp, pp=spec.pp)
     rounds = e.model_copy(update={"max_num_batched_tokens": e.max_num_batched_tokens * (1 if ahead else spec.pp),
                                   "async_scheduling": ahead, "schedule_ahead": ahead,
-                                  "output_after_next_launch": False})
+                                  "output_after_next_launch": False, "graph_max_tokens": graphs})
     try:
         stage = engine_cost_model(model, gpu, spec.tp, rounds)
         cm = PipelineCostModel(stage, Pipeline.of(model, gpu, spec.tp, spec.pp), e.max_num_batched_tokens)
