@@ -1,15 +1,16 @@
 """Kernel launches of one forward pass run without a CUDA graph.
 
 A stack replays decode batches as captured CUDA graphs, but runs an
-iteration holding prompt tokens eagerly (SGLang and TensorRT-LLM's PyTorch
-backend always; vLLM above its largest piecewise graph, 512 tokens by
-default): its CPU walks the model in Python and launches every kernel one
+iteration holding prompt tokens eagerly (TensorRT-LLM's PyTorch backend
+always; SGLang always to 0.5.9 and from 0.5.10 above its piecewise graphs,
+where its release captures them: :func:`simulator.memory.prefill_graph_tokens`;
+vLLM above its largest piecewise graph, 512 tokens by default): its CPU walks the model in Python and launches every kernel one
 by one. The GPU cannot run ahead of those launches, so such an iteration
 lasts at least as long as the CPU takes to issue them, however little
 work each kernel holds. That floor binds on short prefills of deep models
 with many small kernels per layer (DeepSeek's MLA and routed experts at
-1K-token prompts), which is why SGLang added opt-in piecewise graphs for
-prefill (sgl-project/sglang pull requests 11812 and 12996, DeepSeek-V3's
+1K-token prompts), which is why SGLang added piecewise graphs for
+prefill, opt-in and then its default from 0.5.10 (sgl-project/sglang pull requests 11812 and 12996, DeepSeek-V3's
 "forward cost" of a one-token prefill logged at 83 ms eager against 23 ms
 captured in 12160); a long prefill's kernels outlast it.
 
