@@ -7,9 +7,11 @@ loading (vLLM's ``Mxfp4MoEMethod.create_weights`` rounds intermediate and
 hidden up per backend, ``mxfp4_round_up_hidden_size_and_intermediate_size``
 from 0.19; Marlin repacks in place; the Triton ``matmul_ogs`` kernels
 swizzle weights and scales into padded tiles, and some releases keep the
-loaded scales beside the swizzled ones). What the GPU then holds is what
-vLLM's memory profiler counts as weights, so the KV pool sees it, not the
-checkpoint's size.
+loaded scales beside the swizzled ones). SGLang's quant method does the
+same with the triton_kernels tree its sgl-kernel wheel pins, so its layout
+moves with that pin rather than with SGLang's own code. What the GPU then
+holds is what the stacks count as weights before sizing the KV pool, not
+the checkpoint's size.
 """
 from __future__ import annotations
 
@@ -33,7 +35,8 @@ class ExpertLayout(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True, allow_inf_nan=False)
 
     kernel: str = Field(min_length=1, description="the stack's name for the MoE kernel that holds the experts "
-                                                  "(MARLIN, TRITON)")
+                                                  "(vLLM's MARLIN, TRITON; SGLang's triton_kernel, "
+                                                  "flashinfer_mxfp4)")
     intermediate_align: int = Field(default=1, ge=1, le=4096, description="the expert width each shard's "
                                                                           "parameters are created at a multiple of")
     hidden_align: int = Field(default=1, ge=1, le=4096, description="the hidden size the parameters are created "

@@ -7,6 +7,11 @@ took 65.9651 GiB" (0.10.1, vllm-project/vllm#23278); then the Triton
 matmul_ogs kernels, which keep the loaded scales beside the swizzled ones
 ("64.38 GiB" at 0.14.1, vllm-project/vllm#33155). llmsim does not count the
 experts' biases (0.08-0.15 GiB), so it sits just under the logs.
+
+SGLang picks its own (backend_profiles/sglang.yaml ``mxfp4_expert_layouts``):
+the triton_kernels its sgl-kernel wheel brings on Hopper, whose layout moved
+with the pinned Triton tree, FlashInfer's on Blackwell, and below Hopper the
+checkpoint's shape but for the width's padding.
 """
 from __future__ import annotations
 
@@ -21,8 +26,8 @@ from simulator.profiles.backend import apply_backend
 GIB = 2**30
 
 
-def _engine(gpu: str, version: str | None = None, **keys) -> EngineConfig:
-    raw = {"backend": "vllm", **({"backend_version": version} if version else {}), **keys}
+def _engine(gpu: str, version: str | None = None, backend: str = "vllm", **keys) -> EngineConfig:
+    raw = {"backend": backend, **({"backend_version": version} if version else {}), **keys}
     return EngineConfig(**apply_backend(raw, gpu, model=load_model("gpt-oss-120b")))
 
 
@@ -70,3 +75,31 @@ def test_a_pool_sets_the_layout_it_runs() -> None:
 def test_a_bad_layout_is_refused() -> None:
     with pytest.raises(ValueError, match="scale_copies"):
         _engine("h100-sxm", mxfp4_expert_layout={"scale_copies": 3})
+
+
+@pytest.mark.parametrize("version,gpu,kernel,value_rows,scale_cols,copies", [
+    ("0.5.9", "h100-sxm", "triton_kernel", 16, 64, 2), ("0.5.12", "h200", "triton_kernel", 64, 64, 2),
+    ("0.5.19", "h200", "triton_kernel", 64, 128, 2), ("0.5.23", "h100-sxm", "triton_kernel", 256, 128, 2),
+    ("0.5.16", "b200", "flashinfer_mxfp4", 1, 32, 1), ("0.5.23", "gb300-nvl72", "flashinfer_mxfp4", 1, 32, 1),
+    ("0.5.20", "a100-sxm-80gb", "triton_kernel", 1, 32, 2), ("0.5.23", "l40s", "triton_kernel", 1, 32, 1)])
+def test_the_layout_each_sglang_release_holds_them_in(version: str, gpu: str, kernel: str, value_rows: int,
+                                                       scale_cols: int, copies: int) -> None:
+    layout = _engine(gpu, version, backend="sglang").mxfp4_expert_layout
+    assert layout is not None
+    assert (layout.kernel, layout.value_rows_align, layout.scale_cols_align, layout.scale_copies) == \
+        (kernel, value_rows, scale_cols, copies)
+
+
+@pytest.mark.parametrize("gpu,version,held_gib", [
+    ("h100-sxm", "0.5.9", 64.15), ("h200", "0.5.12", 65.34), ("h200", "0.5.19", 65.42), ("h100-sxm", None, 67.44),
+    ("b200", "0.5.16", 68.51), ("b200", None, 65.82), ("a100-sxm-80gb", "0.5.20", 64.03),
+    ("a100-sxm-80gb", None, 60.69)])
+def test_the_weights_sglang_holds_for_gpt_oss_120b_on_one_gpu(gpu: str, version: str | None, held_gib: float) -> None:
+    """Hopper pays the swizzled tiles and a second copy of the scales; the 0.5.23 tiles of 256 rows
+    hold 6.75 GiB over the checkpoint (60.69 GiB), so one H100 at SGLang's default fraction has no
+    room left for KV."""
+    assert _weights_gib(gpu, _engine(gpu, version, backend="sglang")) == pytest.approx(held_gib, abs=0.01)
+
+
+def test_sglang_gives_other_formats_no_layout() -> None:
+    assert _engine("h100-sxm", backend="sglang", weight_dtype="bf16").mxfp4_expert_layout is None

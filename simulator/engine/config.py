@@ -157,8 +157,9 @@ class EngineConfig(BaseModel):
         default=None, description="how the stack holds MXFP4 experts on the GPU, which its weights count: the "
                                   "padding its quant method creates them with, the tiles its kernel re-lays weights "
                                   "and scales into, and whether it keeps the loaded scales beside them; the vllm "
-                                  "backend sets the kernel a release runs on the GPU (Marlin, Triton matmul_ogs); "
-                                  "none: the padding of the GPU's calibrated MXFP4 MoE kernel")
+                                  "and sglang backends set the kernel a release runs on the GPU (Marlin, Triton "
+                                  "matmul_ogs, FlashInfer); none: the padding of the GPU's calibrated MXFP4 MoE "
+                                  "kernel")
     kernels: Optional[str] = Field(
         default=None, description="whose kernels the GPU runs: a stack name (vllm, sglang, trtllm) selecting the "
                                   "hardware profile's per-stack overrides (calibration.stacks) where it has them; "
