@@ -271,6 +271,10 @@ SGLANG_PREFILL_GRAPH_BLOCKERS: tuple[str, ...] = get_args(PrefillGraphBlocker)
 # "speculative" only 0.5.10's, which llmsim keeps for 0.5.10-0.5.14).
 SGLANG_TC_PIECEWISE_GRAPHS_OFF = ("speculative", "dp_attention", "pp", "disaggregated", "listed_architecture",
                                   "multimodal")
+# The drafts beside which an SGLang release captures its prefill graphs, and reserves for them, yet
+# replays none for the target's prefills (kv_memory.prefill_graphs_eager_beside): "eagle" an
+# EAGLE-style draft (EAGLE, NEXTN/MTP), "standalone" a separate draft model.
+EagerBesideDraft = Literal["eagle", "standalone"]
 
 
 # GiB SGLang's default reserve added for a draft beside the model to 0.5.13: an EAGLE-style head
@@ -363,10 +367,13 @@ def sglang_prefill_graph_tokens(g: GpuShare, spec: KvMemory) -> int:
     (server_args.py ``piecewise_cuda_graph_max_tokens``, 0.5.9-0.5.18; arg_groups/memory_hook.py's
     prefill ``max_bs`` from 0.5.19); none where the release keeps them off (``piecewise_cuda_graph``
     false, as to 0.5.9) or turns them off for this deployment (``prefill_graphs_off``), nor on a decode
-    server. The reserve for them is :func:`sglang_prefill_graph_mib`'s."""
+    server, nor beside a draft whose target prefills they cannot serve (``prefill_graphs_eager_beside``,
+    which still captures and reserves them). The reserve for them is :func:`sglang_prefill_graph_mib`'s."""
     role = g.role if spec.role_reserve else ""
+    # SGLang's speculative algorithm: GpuShare.speculative's "draft" is its STANDALONE
+    draft = "standalone" if g.speculative == "draft" else "eagle" if g.speculative else ""
     if (not spec.piecewise_cuda_graph or not g.prefill_graphs or role == "decode"
-            or g.prefill_graph_blockers & set(spec.prefill_graphs_off)):
+            or g.prefill_graph_blockers & set(spec.prefill_graphs_off) or draft in spec.prefill_graphs_eager_beside):
         return 0
     top = _sglang_chunk(spec, g)
     if g.prefill_graphs == "mla":
@@ -448,7 +455,7 @@ RULES: dict[str, KvRule] = {
                                       "swa_full_tokens_ratio", "piecewise_cuda_graph", "draft_reserve_gib",
                                       "prefill_graphs_off", "role_reserve", "gpu_tiers",
                                       "graphs_to_running_requests", "decode_activation_to_running_requests",
-                                      "mla_prefill_graph_tokens"}),
+                                      "mla_prefill_graph_tokens", "prefill_graphs_eager_beside"}),
                      # (piecewise_cuda_graph and prefill_graphs_off size the reserve, and decide which
                      # prefills the cost model replays as graphs whatever the fraction)
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "role_reserve", "gpu_tiers",
@@ -589,6 +596,16 @@ class KvMemory(BaseModel):
                     "multimodal_unlisted (arg_groups/cuda_graph_hook.py apply_cuda_graph_compatibility); the sglang "
                     "backend's releases set it; "
                     + _read_by("prefill_graphs_off") + f"; default: {', '.join(SGLANG_TC_PIECEWISE_GRAPHS_OFF)}")
+    prefill_graphs_eager_beside: tuple[EagerBesideDraft, ...] = Field(
+        default=(),
+        description="the drafts beside which SGLang captures its piecewise prefill graphs, and reserves for them, "
+                    "yet runs every prefill of the target eagerly: eagle (an EAGLE-style draft: EAGLE, NEXTN/MTP), "
+                    "standalone (a separate draft model). 0.5.11-0.5.14's torch.compile graphs are captured "
+                    "without the hidden states such a draft reads from the target's prefill, which "
+                    "piecewise_cuda_graph_runner.py can_run then refuses (0.5.11 for every draft, 0.5.12 on for "
+                    "eagle; 0.5.14's model_runner.py init_prefill_cuda_graph skips them for an EAGLE target); from "
+                    "0.5.15 the breakable graphs are captured with them; the sglang backend's releases set it; "
+                    + _read_by("prefill_graphs_eager_beside") + "; default: none")
     role_reserve: bool = Field(
         default=False,
         description="SGLang's default reserve follows a disaggregated pool's role (0.5.15 on, server_args.py "

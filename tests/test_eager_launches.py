@@ -139,7 +139,6 @@ def test_sglang_prefill_graphs_follow_the_release_and_the_deployment():
     assert _sglang_graphs("qwen3-235b-a22b-fp8", role="decode") == 0     # a decode server runs no prefill
     assert _sglang_graphs("qwen3-235b-a22b-fp8", role="prefill") == 8192
     assert _sglang_graphs("qwen3-235b-a22b-fp8", version="0.5.10", speculative=True) == 0
-    assert _sglang_graphs("qwen3-235b-a22b-fp8", version="0.5.12", speculative=True) == 8192
     # a pool's own value stands; a fixed fraction does not turn the graphs off
     assert _sglang_graphs("qwen3-235b-a22b-fp8", graph_max_tokens=0) == 0
     assert _sglang_graphs("qwen3-235b-a22b-fp8", kv_memory={"fraction": 0.8}) == 8192
@@ -154,3 +153,24 @@ def test_sglang_prefill_graphs_follow_the_release_and_the_deployment():
     for stack, graphs in (("vllm", 512), ("trtllm", 0)):
         e = EngineConfig(**apply_backend({"backend": stack, "weight_dtype": "fp8"}, H200, model=m))
         assert engine_cost_model(m, load_hardware(H200), 4, e).graph_max_tokens == graphs
+
+
+@pytest.mark.parametrize("version,draft,graphs", [
+    ("0.5.11", "mtp", 0), ("0.5.11", "draft", 0), ("0.5.12", "mtp", 0), ("0.5.12", True, 0),
+    ("0.5.12", "draft", 8192), ("0.5.14", "mtp", 0), ("0.5.14", "draft", 8192), ("0.5.15.post1", "mtp", 8192),
+    (None, "mtp", 8192), (None, "draft", 8192)])
+def test_a_draft_sglang_graphs_cannot_serve_leaves_the_prefills_eager(version: str | None, draft: bool | str,
+                                                                      graphs: int):
+    """0.5.11-0.5.14 capture their torch.compile prefill graphs without the hidden states an EAGLE-style
+    draft (EAGLE, NEXTN/MTP) asks of the target's prefill (0.5.11: a separate draft model too), so its
+    prefills run eagerly beside one; the breakable graphs of 0.5.15 on carry them. The reserve for the
+    graphs stays: SGLang still captures them."""
+    from simulator.kv_memory import KvMemory
+    from simulator.memory import plan_memory
+
+    assert _sglang_graphs("qwen3-235b-a22b-fp8", version=version, speculative=draft) == graphs
+    m, g = load_model("llama-3.1-8b"), load_hardware(H200)
+    kv = KvMemory(rule="sglang", piecewise_cuda_graph=True, prefill_graphs_off=())
+    pool = [plan_memory(m, g, 1, kv_memory=k, speculative=draft).kv_capacity_bytes
+            for k in (kv, kv.model_copy(update={"prefill_graphs_eager_beside": ("eagle", "standalone")}))]
+    assert pool[0] == pool[1]
