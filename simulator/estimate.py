@@ -46,7 +46,7 @@ def replica_memory(cm: CostModel, engine: EngineConfig | None = None, gpu_memory
                        gpu_memory_utilization or engine.gpu_memory_utilization,
                        max_num_batched_tokens or engine.max_num_batched_tokens, engine.max_num_seqs,
                        block_size or engine.block_size, dp=cm.dp, ep=cm.ep, kv_memory=engine.kv_memory,
-                       expert_storage=cm.expert_storage)
+                       expert_storage=cm.expert_storage, chunked_prefill=engine.chunked_prefill)
 
 
 def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: float | None = None,

@@ -114,6 +114,9 @@ class GpuShare:
     # "prefill" or "decode": the pool's side of a disaggregated pair, "" a pool that does both
     # (SGLang's --disaggregation-mode; its reserve follows it from 0.5.15: kv_memory.role_reserve).
     role: str = ""
+    # False: prompts run whole, SGLang's --chunked-prefill-size -1 (engine.chunked_prefill), and
+    # ``budget`` is its --max-prefill-tokens
+    chunked: bool = True
     runtime: float = RUNTIME_BYTES_PER_GPU
     # Vocabulary entries of one sequence's logits on this GPU: the whole vocabulary, since the
     # stacks gather the vocabulary-parallel LM head's output before sampling (vLLM V1's
@@ -239,19 +242,16 @@ def sglang_prefill_graph_sizes(max_tokens: int) -> list[int]:
     return [n for n in sizes if n <= max_tokens]
 
 
-def sglang_prefill_graph_mib(kind: str, chunked_prefill_size: int, max_total_tokens: Optional[int] = None) -> float:
+def sglang_prefill_graph_mib(kind: str, top: int) -> float:
     """What SGLang's default reserve sets aside for its piecewise prefill CUDA graphs
     (server_args.py ``_handle_gpu_memory_settings``, 0.5.10-0.5.13): 1.5 GiB with MLA
     attention ("the memory overhead is much higher than expected with fa3"), else 8 MiB of
-    non-torch memory per captured size, sizes up to the prefill chunk (Llama-2 to 4,096
-    tokens, a --max-total-tokens cap below either); nothing where ``kind`` is "" (none captured)."""
-    if not kind:
+    non-torch memory per size captured up to ``top`` tokens (:func:`sglang_prefill_graph_top`);
+    nothing where ``kind`` is "" or ``top`` 0 (none captured)."""
+    if not kind or top <= 0:
         return 0.0
     if kind == "mla":
         return 1.5 * 1024
-    top = chunked_prefill_size if kind != "llama-2" else min(chunked_prefill_size, 4096)
-    if max_total_tokens is not None:
-        top = min(top, max_total_tokens)
     return 8.0 * len(sglang_prefill_graph_sizes(top))
 
 
@@ -339,9 +339,7 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
             bs = min(bs, g.max_seqs * g.dp)
         chunk = _sglang_chunk(spec, g)
         role = g.role if spec.role_reserve else ""
-        off = bool(g.prefill_graph_blockers & set(spec.prefill_graphs_off)) or role == "decode"
-        pieces = (sglang_prefill_graph_mib(g.prefill_graphs, chunk, spec.max_tokens)
-                  if spec.piecewise_cuda_graph and not off else 0.0)
+        pieces = sglang_prefill_graph_mib(g.prefill_graphs, sglang_prefill_graph_top(g, spec))
         # --max-running-requests counts every attention-DP rank's requests
         running = g.max_seqs * g.dp if spec.decode_activation_to_running_requests else None
         frac, reserved = sglang_mem_fraction_static(mib, g.gpus * g.stages, g.dp, chunk, bs, g.speculative,
@@ -360,27 +358,38 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     return KvBudget(usable - g.weights, frac, usable, 0.0, "mem_fraction_static", why)
 
 
-def sglang_prefill_graph_tokens(g: GpuShare, spec: KvMemory) -> int:
-    """The most tokens of a prefill batch SGLang replays one of its piecewise CUDA graphs for (0: it
-    captures none, and runs every prefill eagerly): its prefill chunk, an MLA model's
-    ``mla_prefill_graph_tokens`` below it, Llama-2's 4,096, a --max-total-tokens cap below either
-    (server_args.py ``piecewise_cuda_graph_max_tokens``, 0.5.9-0.5.18; arg_groups/memory_hook.py's
-    prefill ``max_bs`` from 0.5.19); none where the release keeps them off (``piecewise_cuda_graph``
-    false, as to 0.5.9) or turns them off for this deployment (``prefill_graphs_off``), nor on a decode
-    server, nor beside a draft whose target prefills they cannot serve (``prefill_graphs_eager_beside``,
-    which still captures and reserves them). The reserve for them is :func:`sglang_prefill_graph_mib`'s."""
+def sglang_prefill_graph_top(g: GpuShare, spec: KvMemory) -> int:
+    """The most tokens of a prefill batch SGLang captures a piecewise CUDA graph for (0: none): its
+    prefill chunk, an MLA model's ``mla_prefill_graph_tokens`` below it, Llama-2's 4,096, a
+    --max-total-tokens cap below either (server_args.py ``piecewise_cuda_graph_max_tokens``,
+    0.5.9-0.5.18; arg_groups/memory_hook.py's prefill ``max_bs`` from 0.5.19). None where the release
+    keeps them off (``piecewise_cuda_graph`` false, as to 0.5.9) or turns them off for this deployment
+    (``prefill_graphs_off``), on a decode server, nor without a chunk but for an MLA model
+    (--chunked-prefill-size -1 is then the top, and no size is at most -1). The reserve for them
+    (:func:`sglang_prefill_graph_mib`) and the prefills replayed (:func:`sglang_prefill_graph_tokens`)
+    follow it."""
     role = g.role if spec.role_reserve else ""
-    # SGLang's speculative algorithm: GpuShare.speculative's "draft" is its STANDALONE
-    draft = "standalone" if g.speculative == "draft" else "eagle" if g.speculative else ""
     if (not spec.piecewise_cuda_graph or not g.prefill_graphs or role == "decode"
-            or g.prefill_graph_blockers & set(spec.prefill_graphs_off) or draft in spec.prefill_graphs_eager_beside):
+            or g.prefill_graph_blockers & set(spec.prefill_graphs_off)):
         return 0
     top = _sglang_chunk(spec, g)
     if g.prefill_graphs == "mla":
         top = min(top, spec.mla_prefill_graph_tokens)
+    elif not g.chunked:
+        return 0
     elif g.prefill_graphs == "llama-2":
         top = min(top, 4096)
     return top if spec.max_tokens is None else min(top, spec.max_tokens)
+
+
+def sglang_prefill_graph_tokens(g: GpuShare, spec: KvMemory) -> int:
+    """The most tokens of a prefill batch SGLang replays one of its piecewise CUDA graphs for (0: it
+    runs every prefill eagerly): those it captures (:func:`sglang_prefill_graph_top`), none beside a
+    draft whose target prefills they cannot serve (``prefill_graphs_eager_beside``, which still
+    captures and reserves them)."""
+    # SGLang's speculative algorithm: GpuShare.speculative's "draft" is its STANDALONE
+    draft = "standalone" if g.speculative == "draft" else "eagle" if g.speculative else ""
+    return 0 if draft in spec.prefill_graphs_eager_beside else sglang_prefill_graph_top(g, spec)
 
 
 def _sglang_chunk(spec: KvMemory, g: GpuShare) -> int:
@@ -571,7 +580,8 @@ class KvMemory(BaseModel):
     piecewise_cuda_graph: bool = Field(
         default=False,
         description="SGLang's piecewise CUDA graphs for prefill batches, which its default reserve makes room for "
-                    "(1.5 GiB with MLA attention, else 8 MiB per captured batch size up to the prefill chunk): on "
+                    "(1.5 GiB with MLA attention, else 8 MiB per captured batch size up to the prefill chunk, "
+                    "none where prompts run whole: engine.chunked_prefill false, --chunked-prefill-size -1): on "
                     "by default from 0.5.10 (the sglang backend sets it; --disable-piecewise-cuda-graph is false), "
                     "save where SGLang turns them off (kv_memory.prefill_graphs_off), whatever this says; "
                     + _read_by("piecewise_cuda_graph") + "; default: false")

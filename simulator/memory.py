@@ -114,7 +114,8 @@ class MemoryPlan:
 
 def gpu_share(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dtype: str = "bf16",
               max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, dp: int = 1, ep: int = 1,
-              speculative: bool | str = False, expert_storage: float = 1.0, role: str = "") -> GpuShare:
+              speculative: bool | str = False, expert_storage: float = 1.0, role: str = "",
+              chunked_prefill: bool = True) -> GpuShare:
     """What one GPU of the replica holds before its KV, as every stack's accounting reads it
     (:func:`simulator.kv_memory.kv_budget`); :func:`plan_memory` sizes the pool from it, and
     a deployment the stack refuses keeps its (negative) room here."""
@@ -125,7 +126,7 @@ def gpu_share(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dty
     return GpuShare(gpu.hbm_bytes, rest + experts, activations, par.gpus, dp,
                     max_num_batched_tokens, max_num_seqs, speculative, vocab=model.vocab_size,
                     prefill_graphs=sglang_prefill_graph_kind(model), prefill_graph_blockers=blockers, role=role,
-                    cuda=gpu.cuda_total_bytes)
+                    chunked=chunked_prefill, cuda=gpu.cuda_total_bytes)
 
 
 def deployment_graph_blockers(model: ModelProfile, speculative: bool | str = False, dp: int = 1, role: str = "",
@@ -140,7 +141,7 @@ def deployment_graph_blockers(model: ModelProfile, speculative: bool | str = Fal
 
 def prefill_graph_tokens(model: ModelProfile, gpu: HardwareProfile, kv_memory: Optional[KvMemory],
                          max_num_batched_tokens: int, tp: int = 1, dp: int = 1, speculative: bool | str = False,
-                         role: str = "", pp: int = 1) -> int:
+                         role: str = "", pp: int = 1, chunked_prefill: bool = True) -> int:
     """The most tokens of an iteration holding prompt tokens the stack replays a captured CUDA graph
     for, as its memory accounting decides (``engine.graph_max_tokens`` left unset): SGLang's piecewise
     prefill graphs where its release captures them for this deployment
@@ -149,7 +150,8 @@ def prefill_graph_tokens(model: ModelProfile, gpu: HardwareProfile, kv_memory: O
         return 0
     share = GpuShare(gpu.hbm_bytes, 0.0, 0.0, tp * dp, dp, max_num_batched_tokens, 0, speculative,
                      stages=pp, prefill_graphs=sglang_prefill_graph_kind(model),
-                     prefill_graph_blockers=deployment_graph_blockers(model, speculative, dp, role, pp), role=role)
+                     prefill_graph_blockers=deployment_graph_blockers(model, speculative, dp, role, pp), role=role,
+                     chunked=chunked_prefill)
     return sglang_prefill_graph_tokens(share, kv_memory)
 
 
@@ -158,7 +160,7 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
                 max_num_batched_tokens: int = 8192, max_num_seqs: int = 256, block_size: int = 16,
                 dp: int = 1, ep: int = 1, kv_memory: Optional[KvMemory] = None,
                 speculative: bool | str = False, expert_storage: float = 1.0,
-                role: str = "") -> MemoryPlan:
+                role: str = "", chunked_prefill: bool = True) -> MemoryPlan:
     """Divide one replica's ``tp × dp`` GPUs' memory as its stack does
     (``kv_memory``; vLLM's accounting without one); raise a clear error when
     the model cannot fit. ``speculative``: a draft decodes beside the
@@ -169,7 +171,8 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     shape where the stack pads them (the cost model's ``expert_storage``).
     ``role``: "prefill" the pool prefills for another, "decode" it decodes
     another's prompts ("" neither): SGLang's reserve and prefill graphs
-    follow it (:attr:`simulator.kv_memory.GpuShare.role`).
+    follow it (:attr:`simulator.kv_memory.GpuShare.role`). ``chunked_prefill`` false: prompts run
+    whole (SGLang's --chunked-prefill-size -1, which captures no prefill graphs).
 
     Each of the ``dp`` attention ranks holds the non-expert weights split
     ``tp`` ways, bar those every GPU keeps whole (MLA's down-projections
@@ -189,7 +192,7 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     par = Parallelism(tp, dp, ep)
     gpus = par.gpus
     share = gpu_share(model, gpu, tp, weight_dtype, max_num_batched_tokens, max_num_seqs, dp, ep, speculative,
-                      expert_storage, role)
+                      expert_storage, role, chunked_prefill)
     budget = kv_budget(share, kv_memory, gpu_memory_utilization)
     swa = swa_window_share(kv_memory, model.num_sliding_layers, model.num_full_attention_layers)
     window = 0.0 if swa is None else max(budget.kv_bytes, 0.0) * swa

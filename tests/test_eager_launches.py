@@ -174,3 +174,23 @@ def test_a_draft_sglang_graphs_cannot_serve_leaves_the_prefills_eager(version: s
     pool = [plan_memory(m, g, 1, kv_memory=k, speculative=draft).kv_capacity_bytes
             for k in (kv, kv.model_copy(update={"prefill_graphs_eager_beside": ("eagle", "standalone")}))]
     assert pool[0] == pool[1]
+
+
+def test_sglang_without_a_prefill_chunk_captures_no_prefill_graphs():
+    """--chunked-prefill-size -1 (chunked_prefill: false) is the top of SGLang's piecewise prefill
+    graphs but for an MLA model's (server_args.py piecewise_cuda_graph_max_tokens, memory_hook.py
+    prefill max_bs): no size is captured, every prefill runs eagerly and the reserve holds nothing
+    for them, as with the graphs off; an MLA model keeps its cap and its flat 1.5 GiB."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    def pool(model: str = "llama-3.1-8b", tp: int = 1, **engine):
+        return setup_pool(PoolSpec.model_validate({"model": model, "gpu": H200, "tp": tp, "engine": {
+            "backend": "sglang", "max_num_batched_tokens": 16384, **engine}}), 0)
+    whole, chunked = pool(chunked_prefill=False), pool()
+    off = pool(kv_memory={"piecewise_cuda_graph": False})
+    assert (whole.cm.graph_max_tokens, chunked.cm.graph_max_tokens, off.cm.graph_max_tokens) == (0, 16384, 0)
+    assert whole.memory.fraction == off.memory.fraction > chunked.memory.fraction
+    mla = pool("deepseek-v3", 8, backend_version="0.5.18", chunked_prefill=False)
+    assert mla.cm.graph_max_tokens == 2048
+    assert mla.memory.fraction == pool("deepseek-v3", 8, backend_version="0.5.18").memory.fraction

@@ -11,9 +11,9 @@ from hypothesis import given, settings, strategies as st
 from pydantic import ValidationError
 
 from simulator.errors import LlmsimError
-from simulator.kv_memory import (GpuShare, KvMemory, kv_budget, sglang_chunked_prefill_size, sglang_graph_max_bs,
-                                 sglang_prefill_graph_mib, sglang_prefill_graph_sizes,
-                                 sglang_mem_fraction_static)
+from simulator.kv_memory import (MIB, GpuShare, KvMemory, kv_budget, sglang_chunked_prefill_size,
+                                 sglang_graph_max_bs, sglang_prefill_graph_mib, sglang_prefill_graph_sizes,
+                                 sglang_prefill_graph_top, sglang_mem_fraction_static)
 from simulator.memory import plan_memory
 from simulator.parallelism import Parallelism, replica_kv_bytes_per_token
 from simulator.profiles import load_hardware, load_model
@@ -146,9 +146,13 @@ def test_sglang_piecewise_prefill_graphs_grow_its_reserve_from_0_5_10():
     and SGLang captures none for a speculative, DP-attention or disaggregated deployment."""
     h100 = 81559
     assert len(sglang_prefill_graph_sizes(8192)) == 58 and len(sglang_prefill_graph_sizes(16384)) == 74
-    assert sglang_prefill_graph_mib("mha", 8192) == 464 and sglang_prefill_graph_mib("llama-2", 8192) == 400
+    assert sglang_prefill_graph_mib("mha", 8192) == 464 and sglang_prefill_graph_mib("llama-2", 4096) == 400
     assert sglang_prefill_graph_mib("mla", 8192) == 1536 and sglang_prefill_graph_mib("", 8192) == 0
-    assert sglang_prefill_graph_mib("mha", 8192, max_total_tokens=1000) == 8 * 37
+    assert sglang_prefill_graph_mib("mha", 1000) == 8 * 37 and sglang_prefill_graph_mib("mha", 0) == 0
+    share = GpuShare(h100 * MIB, 0.0, 0.0, 1, 1, 8192, 256, prefill_graphs="llama-2")
+    on = KvMemory(rule="sglang", piecewise_cuda_graph=True, prefill_graphs_off=())
+    assert sglang_prefill_graph_top(share, on) == 4096          # Llama-2's stop at 4,096
+    assert sglang_prefill_graph_top(share, on.model_copy(update={"max_tokens": 1000})) == 1000
     assert sglang_mem_fraction_static(h100, 1, 1, 8192, 256, prefill_graph_mib=464)[1] == 13440 + 464
     assert sglang_mem_fraction_static(h100, 1, 1, 1, 1, prefill_graph_mib=1536)[1] == 10 * 1024
     from simulator.fleet.setup import setup_pool

@@ -57,7 +57,8 @@ def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: Eng
     with the release, which prefills SGLang replays as CUDA graphs."""
     graphs = e.graph_max_tokens
     if graphs is None:
-        graphs = prefill_graph_tokens(model, gpu, e.kv_memory, e.max_num_batched_tokens, tp, dp, speculative, role)
+        graphs = prefill_graph_tokens(model, gpu, e.kv_memory, e.max_num_batched_tokens, tp, dp, speculative, role,
+                                      chunked_prefill=e.chunked_prefill)
     return CostModel(model, gpu, tp, e.weight_dtype, e.kv_dtype, iteration_overhead_ms=e.iteration_overhead_ms,
                      iteration_us_per_seq=e.iteration_us_per_seq, dp=dp, ep=ep,
                      mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
@@ -101,7 +102,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     mem = at("engine", lambda: plan_memory(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
                                            e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
                                            e.block_size, dp=spec.dp, ep=spec.ep, kv_memory=e.kv_memory,
-                                           speculative=draft, expert_storage=cm.expert_storage, role=role))
+                                           speculative=draft, expert_storage=cm.expert_storage, role=role,
+                                           chunked_prefill=e.chunked_prefill))
     if spec.speculative and e.mixes_prefill and not e.mixed_beside_draft:
         stack = " ".join(x for x in (e.backend, e.backend_version) if x) or "this engine"
         raise LlmsimError(f"mixed_prefill: true beside a draft: {stack} turns mixed chunks off under this draft "
