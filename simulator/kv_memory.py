@@ -739,7 +739,7 @@ def backend_defaults_beside(defaults: Mapping[str, Any], engine: Mapping[str, An
         for knob in {r.engine_knob for r in RULES.values() if r.engine_knob} - set(engine):
             out.pop(knob, None)
         # The profile's (or its release's) inputs to the stack's default fraction, which the user's
-        # fraction replaces: nothing would read them (SGLang's piecewise graphs, its draft reserve).
+        # fraction replaces: nothing would read them (SGLang's GPU tiers, its role-aware reserve).
         if isinstance(out.get("kv_memory"), dict):
             out["kv_memory"] = without_default_inputs({**out["kv_memory"], "rule": mine.get(
                 "rule", out["kv_memory"].get("rule", default_rule)), "fraction": mine["fraction"]}, keep=mine)
@@ -750,9 +750,10 @@ def backend_defaults_beside(defaults: Mapping[str, Any], engine: Mapping[str, An
 def without_default_inputs(kv_memory: Mapping[str, Any], keep: Mapping[str, Any] = {}) -> dict[str, Any]:
     """A stack's ``kv_memory`` mapping as a profile or release sets it, less the knobs that only
     derive the stack's default fraction (``KvRule.default_knobs``) where the mapping fixes the
-    fraction: a release's defaults (SGLang's piecewise graphs, its draft reserve) are moot beside a
-    profile's or user's fraction, where KvMemory would refuse a knob the user set. Those in ``keep``
-    (the user's own) stay, for KvMemory to refuse."""
+    fraction: a release's defaults (SGLang's GPU tiers, its role-aware reserve) are moot beside a
+    profile's or user's fraction, where KvMemory would refuse a knob the user set; its piecewise
+    prefill graphs and draft reserve stay, read whatever the fraction. Those in ``keep`` (the
+    user's own) stay, for KvMemory to refuse."""
     rule = named_rule(kv_memory)
     if rule is None or kv_memory.get("fraction") is None:   # a rule no stack has is refused by KvMemory
         return dict(kv_memory)
