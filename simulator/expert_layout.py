@@ -53,6 +53,11 @@ class ExpertLayout(BaseModel):
                                               "kernel's layout, a multiple of this")
     scale_copies: int = Field(default=1, ge=1, le=2, description="2: the loaded scales stay beside the kernel's "
                                                                  "re-laid copy")
+    without_ep: bool = Field(default=False, description="the stack holds the experts so only without expert "
+                                                        "parallelism (SGLang's triton_kernel runner, which gpt-oss's "
+                                                        "override picks where ep_size is 1; above it the experts "
+                                                        "are upcast to bf16, which llmsim does not model): a pool "
+                                                        "with ep > 1 is refused")
 
     def _matrix(self, rows: int, cols: int) -> float:
         """Bytes of one weight matrix of ``rows`` outputs over ``cols`` (created) reduction weights."""

@@ -103,3 +103,23 @@ def test_the_weights_sglang_holds_for_gpt_oss_120b_on_one_gpu(gpu: str, version:
 
 def test_sglang_gives_other_formats_no_layout() -> None:
     assert _engine("h100-sxm", backend="sglang", weight_dtype="bf16").mxfp4_expert_layout is None
+
+
+@pytest.mark.parametrize("gpu,ep,refused", [("h200", 8, True), ("a100-sxm-80gb", 8, True), ("h200", 1, False),
+                                            ("b200", 8, False)])
+def test_sglang_upcasts_the_experts_with_ep_on_its_triton_kernel_gpus(gpu: str, ep: int, refused: bool) -> None:
+    """gpt-oss's override picks SGLang's triton_kernel MoE runner only where ep_size is 1; with --ep above
+    it the quant method upcasts the experts to bf16, which no layout describes: such a pool is refused,
+    naming ep, not priced in the layout it would not hold (Blackwell's FlashInfer runner holds at any ep)."""
+    from simulator.errors import LlmsimError
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    pool = PoolSpec.model_validate({"model": "gpt-oss-120b", "gpu": gpu, "tp": 8, "ep": ep,
+                                    "engine": {"backend": "sglang"}})
+    if not refused:
+        assert setup_pool(pool, 0).cm.expert_storage > 1.0
+        return
+    with pytest.raises(LlmsimError, match="bf16") as err:
+        setup_pool(pool, 0)
+    assert err.value.key_path == "pools[0].ep"

@@ -90,6 +90,10 @@ class CostModel:
             gpu = gpu.under_sustained_load(cdt)
         self.par = Parallelism(tp, dp, ep)
         self.par.check(model, gpu)
+        if mxfp4_expert_layout is not None and mxfp4_expert_layout.without_ep and ep > 1 and weight_dtype == "mxfp4":
+            raise LlmsimError(f"ep {ep} with MXFP4 experts held by {mxfp4_expert_layout.kernel}: the stack runs that "
+                              "kernel only without expert parallelism and upcasts the experts to bf16 otherwise, "
+                              "which llmsim does not model; set ep: 1", key_path="ep")
         self.model, self.gpu, self.tp, self.dp, self.ep = model, gpu, tp, dp, ep
         self.gpus = self.par.gpus
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype
