@@ -116,7 +116,7 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "kv_window_bytes": mem.kv_window_bytes,
         "kv_capacity_bytes": mem.kv_capacity_bytes,
         "kv_capacity_tokens": mem.kv_capacity_tokens,
-        "max_concurrent_requests": mem.max_concurrent(input_tokens + output_tokens),
+        "max_concurrent_requests": mem.max_concurrent(input_tokens + output_tokens, input_tokens),
         "total_memory_bytes": mem.total_bytes,
     }
     if mfu is not None:

@@ -7,35 +7,97 @@ smaller layer count per attention type, or the larger one where it is less than
 1.5 times the smaller, the last group of a type padded), sizes one pool of
 ``available_memory // (page_size × group_size)`` blocks (``get_kv_cache_config_from_groups``)
 and lets every group draw its block ids from it (kv_cache_coordinator.py
-``HybridKVCacheCoordinator``). A full-attention group holds a request's every
-``block_size`` tokens; a sliding-window group only the blocks its window still
-reads: single_type_kv_cache_manager.py ``SlidingWindowManager.remove_skipped_blocks``
-frees (back to the shared pool) the blocks wholly below the last ``window − 1``
-tokens before each allocation, so a decoding request holds cdiv(window − 1,
-block_size) + 1 of them per group, the same for every request past its window
-(0.19–0.34 alike).
+``HybridKVCacheCoordinator``, whose ``get_num_blocks_to_allocate`` sums its groups'). A
+full-attention group holds a request's every ``block_size`` tokens; a sliding-window
+group only the blocks from the window of the tokens computed so far on:
+single_type_kv_cache_manager.py ``SlidingWindowManager.get_num_skipped_tokens`` (the
+tokens before the last ``window − 1``) and ``remove_skipped_blocks``, which frees the
+whole blocks below them back to the shared pool when the request is next allocated
+(kv_cache_manager.py ``allocate_slots``, before its new slots). So a decoding request
+holds cdiv(window − 1, block_size) + 1 blocks per group, the same for every request
+past its window, while a prompt chunk of c tokens holds the window behind it and the
+chunk, cdiv(window − 1 + c, block_size) or so, until the request's next allocation;
+and ``SingleTypeKVCacheManager.get_num_blocks_to_allocate``, which
+``SlidingWindowManager`` does not override, asks a group for every block of the tokens
+asked for past those skipped, so the whole-prompt admission gate
+(``can_fit_full_sequence``) asks every sliding-window group for the prompt's blocks
+past the window of its cached tokens (0.19–0.34 alike).
 
-llmsim counts its pool in blocks of the full-attention layers' tokens; the
-windows of each running request are charged in those blocks on top of its own
-(:func:`window_blocks`), from admission to its end.
+llmsim counts its pool in blocks of the full-attention layers' tokens:
+:class:`SlidingGroups` turns a group's blocks into those, and the engines charge
+each running request its :attr:`~SlidingGroups.steady` windows from admission to its
+end, a prompt's chunks what they hold beyond them while they run.
 """
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Optional
 
 from .profiles.model import ModelProfile
 
 
-def window_blocks(model: ModelProfile, block_size: int) -> int:
-    """Pool blocks (of the full-attention layers' ``block_size`` tokens) that one
-    running request's sliding-window layers hold in vLLM's shared pool: its
-    sliding-window groups' cdiv(window − 1, block_size) + 1 blocks each, padded
-    layers included, at the full-attention layers' bytes per block (0 for a model
+@dataclass(frozen=True)
+class SlidingGroups:
+    """A model's sliding-window groups in vLLM's shared pool: ``layers`` sliding-window
+    layers (the groups' padding included) of a ``window``-token window beside ``full``
+    full-attention layers, in ``block_size``-token blocks. A pool block is
+    ``block_size`` tokens of every full-attention layer, so ``n`` blocks in every
+    sliding-window group take ``cdiv(layers × n, full)`` of them."""
+
+    window: int
+    block_size: int
+    layers: int
+    full: int
+
+    def pool_blocks(self, per_group: int) -> int:
+        """Pool blocks that ``per_group`` blocks in every sliding-window group take."""
+        return -(-self.layers * per_group // self.full)
+
+    def skipped(self, computed: int) -> int:
+        """Blocks a group frees once ``computed`` tokens are computed: the whole
+        blocks below the window of the next token (``get_num_skipped_tokens``,
+        max(0, computed − window + 1), in whole blocks)."""
+        return max(0, computed - self.window + 1) // self.block_size
+
+    @property
+    def steady(self) -> int:
+        """Pool blocks a decoding request's windows hold: cdiv(window − 1, block_size) + 1
+        a group, where the window straddles a block more than it fills."""
+        return self.pool_blocks(-(-(self.window - 1) // self.block_size) + 1)
+
+    def held(self, computed: int, upto: int) -> int:
+        """Pool blocks the groups hold for a request allocated slots up to token
+        ``upto`` once ``computed`` tokens were computed: ``remove_skipped_blocks``
+        frees those below the window, then ``allocate_slots`` fills the group to
+        cdiv(upto, block_size). At admission ``computed`` is the prefix-cache hit
+        (its blocks inside the window are the request's to keep), so with ``upto``
+        the prompt it is what ``can_fit_full_sequence`` asks of the groups."""
+        return self.pool_blocks(-(-upto // self.block_size) - self.skipped(computed))
+
+    def admission(self, prompt: int, computed: int) -> int:
+        """Pool blocks the groups must have free to admit a prompt of ``prompt`` tokens whose
+        first ``computed`` are cached: every block of it past the window of those
+        (``can_fit_full_sequence``, :meth:`held`), and at least the window it holds once it
+        decodes, which llmsim charges a running request whatever its length."""
+        return max(self.steady, self.held(computed, prompt))
+
+
+def sliding_groups(model: ModelProfile, block_size: int) -> Optional[SlidingGroups]:
+    """``model``'s sliding-window groups as vLLM forms them (None for a model
     without both kinds of layer)."""
     sliding, full = model.num_sliding_layers, model.num_full_attention_layers
     if not sliding or not full:
-        return 0
+        return None
     group = min(sliding, full)
     if max(sliding, full) < group * 1.5:
         group = max(sliding, full)
-    per_group = model.window_blocks_held(block_size)
-    groups = -(-sliding // group)
-    return -(-groups * group * per_group // full)
+    window = min(model.sliding_window or model.max_position_embeddings, model.max_position_embeddings)
+    return SlidingGroups(window, block_size, -(-sliding // group) * group, full)
+
+
+def window_blocks(model: ModelProfile, block_size: int) -> int:
+    """Pool blocks (of the full-attention layers' ``block_size`` tokens) that one
+    decoding request's sliding-window layers hold in vLLM's shared pool
+    (:attr:`SlidingGroups.steady`; 0 for a model without both kinds of layer)."""
+    groups = sliding_groups(model, block_size)
+    return 0 if groups is None else groups.steady

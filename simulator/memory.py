@@ -19,7 +19,7 @@ from typing import Optional
 from .errors import LlmsimError
 from .kv_memory import (RULES, RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, draft_in_reserve, kv_budget,
                         rank_token_cap, sglang_prefill_graph_tokens, swa_window_share)
-from .hybrid_kv import window_blocks
+from .hybrid_kv import SlidingGroups, sliding_groups
 from .parallelism import Parallelism, replica_kv_bytes_per_token, weight_bytes_per_gpu
 from .profiles.hardware import HardwareProfile
 from .fields import leaf
@@ -84,9 +84,14 @@ class MemoryPlan:
     # A speculative draft's weights and KV live outside the pool (kv_memory.draft_in_reserve: SGLang to
     # 0.5.13), not taken from it (costmodel.speculative.speculative_memory).
     draft_in_reserve: bool = False
-    # Blocks each running sequence's sliding-window layers hold of the pool beside its own
-    # (vLLM's shared pool: hybrid_kv.window_blocks); 0 where none or a ratio splits the pool.
-    window_blocks: int = 0
+    # The sliding-window groups that draw their blocks from the pool beside the full-attention
+    # layers (vLLM's shared pool: hybrid_kv); None where none or a ratio splits the pool.
+    windows: Optional[SlidingGroups] = None
+
+    @property
+    def window_blocks(self) -> int:
+        """Blocks each decoding sequence's sliding-window layers hold of the pool beside its own."""
+        return 0 if self.windows is None else self.windows.steady
 
     @property
     def reserve_bytes(self) -> float:
@@ -98,9 +103,17 @@ class MemoryPlan:
     def kv_capacity_tokens(self) -> int:
         return self.num_blocks * self.block_size
 
-    def max_concurrent(self, tokens_per_request: int) -> int:
+    def max_concurrent(self, tokens_per_request: int, prompt_tokens: int = 0) -> int:
+        """Requests of ``tokens_per_request`` tokens that run at once, each holding its blocks and
+        windows: where sliding-window groups share the pool, the last is admitted only once its
+        uncached prompt of ``prompt_tokens`` fits in every group beside the others at their
+        largest (vLLM's admission gate, :meth:`.hybrid_kv.SlidingGroups.admission`), as a run admits it."""
         blocks = math.ceil(tokens_per_request / self.block_size) + self.window_blocks
-        return self.num_blocks // blocks if blocks else 0
+        n = self.num_blocks // blocks if blocks else 0
+        if self.windows is not None and prompt_tokens:
+            gate = math.ceil(prompt_tokens / self.block_size) + self.windows.admission(prompt_tokens, 0)
+            n = min(n, 0 if gate > self.num_blocks else 1 + (self.num_blocks - gate) // blocks)
+        return n
 
     def describe(self) -> dict:
         """How the pool was sized, as results.json states it beside ``kv_tokens_per_replica``:
@@ -207,7 +220,7 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     return MemoryPlan(gpu.hbm_bytes * gpus, budget.usable * gpus, share.weights * gpus, budget.activation * gpus,
                       share.runtime * gpus, kv_cap, kv_per_token, block_size, num_blocks, window * gpus,
                       (kv_memory or KvMemory()).rule, budget.fraction, budget.knob, dp, draft_in_reserve(kv_memory),
-                      window_blocks(model, block_size) if swa is None else 0)
+                      sliding_groups(model, block_size) if swa is None else None)
 
 
 # Model types of the architectures SGLang's torch.compile prefill graphs (0.5.10-0.5.14) list as

@@ -22,6 +22,7 @@ from simulator.engine.blocks import ceil_div
 from simulator.engine.config import EngineConfig
 from simulator.fleet.pool import Pool
 from simulator.fleet.routing import make_router
+from simulator.hybrid_kv import SlidingGroups
 from simulator.metrics.gaps import GapLog
 from simulator.profiles import load_hardware, load_model
 from workloads.drivers import ClosedLoop, OpenLoop
@@ -71,7 +72,7 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
              env: Optional[simpy.Environment] = None,
              on_done: Optional[Callable[[Request], None]] = None, id_block_tokens: Optional[int] = None,
              cancels: Sequence[tuple[float, int]] = (), kv_budgets: Optional[dict[str, int]] = None,
-             offload=None, lora=None, window_blocks: int = 0) -> Run:
+             offload=None, lora=None, windows: Optional[SlidingGroups] = None) -> Run:
     """Run fresh copies of ``requests`` (open loop) through a pool; each
     ``(t, id)`` in ``cancels`` cancels request ``id`` at time t (if it has arrived)."""
     reqs = clone(requests)
@@ -87,7 +88,7 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
     pool = Pool(env, cm or cost_model(), cfg, num_blocks, replicas,
                 make_router(router, np.random.default_rng(router_seed)), gaps, engine, done,
                 id_block_tokens=id_block_tokens, kv_budgets=kv_budgets, offload=offload, lora=lora,
-                window_blocks=window_blocks)
+                windows=windows)
     OpenLoop(reqs).start(env, pool.submit, pool.cancel)
     for t, i in cancels:   # client events, URGENT like arrivals
         ev = simpy.Event(env)
@@ -99,7 +100,8 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
 
 
 def run_closed(engine: str, concurrency: int, inputs: Sequence[int], outputs: Sequence[int], cfg: EngineConfig,
-               num_blocks: int, *, cm: Optional[CostModel] = None, window_blocks: int = 0) -> Run:
+               num_blocks: int, *, cm: Optional[CostModel] = None,
+               windows: Optional[SlidingGroups] = None) -> Run:
     """A closed loop of ``concurrency`` users on one replica."""
     env = simpy.Environment()
     gaps = GapLog()
@@ -111,7 +113,7 @@ def run_closed(engine: str, concurrency: int, inputs: Sequence[int], outputs: Se
         holder[0].on_done(req)
 
     pool = Pool(env, cm or cost_model(), cfg, num_blocks, 1, make_router("round_robin", np.random.default_rng(0)),
-                gaps, engine, done, window_blocks=window_blocks)
+                gaps, engine, done, windows=windows)
     loop = ClosedLoop(concurrency, len(inputs), lambda i, now: Request(i, now, int(inputs[i]), int(outputs[i])))
     holder.append(loop)
     loop.start(env, pool.submit, pool.cancel)
@@ -343,10 +345,23 @@ def one_request_need(req, cfg: EngineConfig) -> int:
     return ceil_div(max(need, 1), cfg.block_size)
 
 
-def window_blocks() -> st.SearchStrategy[int]:
-    """Blocks each running sequence's sliding-window layers hold beside its own (vLLM's
-    shared pool, simulator.hybrid_kv): none mostly, else from one to gpt-oss's nine."""
-    return st.sampled_from([0, 0, 1, 2, 9])
+@st.composite
+def sliding_windows(draw, block_size: int, none: bool = True) -> Optional[SlidingGroups]:
+    """Sliding-window groups drawing blocks from the pool beside each sequence's own (vLLM's
+    shared pool, simulator.hybrid_kv): none mostly, else a window of a few tokens to gpt-oss's
+    128 (its nine 16-token blocks a sequence), in groups holding from half to five times as
+    many layers as the full-attention ones, so prompts longer than the window hold more than
+    a window while they are prefilled."""
+    if none and draw(st.sampled_from([False, False, True])):
+        return None
+    window = draw(st.sampled_from([2, 9, 40, 128]))
+    layers, full = draw(st.sampled_from([(18, 18), (30, 6), (20, 16), (6, 12)]))
+    return SlidingGroups(window, block_size, layers, full)
+
+
+def steady(windows: Optional[SlidingGroups]) -> int:
+    """The blocks a decoding sequence's windows hold (0 without)."""
+    return 0 if windows is None else windows.steady
 
 
 @st.composite

@@ -32,7 +32,7 @@ from hypothesis.control import currently_in_test_context
 from hypothesis import strategies as st
 
 from helpers_engine import (COST_MODELS, capacities, compare_runs, cost_model, describe, engine_configs,
-                            make_requests, one_request_need, run_closed, run_open, window_blocks, workloads)
+                            make_requests, one_request_need, run_closed, run_open, sliding_windows, steady, workloads)
 from simulator.engine.config import EngineConfig
 from workloads.request import Request, Status
 
@@ -83,11 +83,11 @@ def test_kv_pressure_matches_reference(data):
     reqs = data.draw(workloads(min_n=5, max_n=40, max_in=600, max_out=300), label="requests")
     cfg = data.draw(engine_configs(scheduler="continuous"), label="cfg")
     needs = [one_request_need(r, cfg) for r in reqs]
-    wb = data.draw(window_blocks(), label="window_blocks")
-    nb = data.draw(st.integers(max(needs), max(max(needs), 2 * max(needs))), label="num_blocks") + wb
-    fast = run_open("fast", reqs, cfg, nb, window_blocks=wb)
-    ref = run_open("reference", reqs, cfg, nb, window_blocks=wb)
-    check_equal(fast, ref, reqs, cfg, nb, window_blocks=wb)
+    wb = data.draw(sliding_windows(cfg.block_size), label="windows")
+    nb = data.draw(st.integers(max(needs), max(max(needs), 2 * max(needs))), label="num_blocks") + steady(wb)
+    fast = run_open("fast", reqs, cfg, nb, windows=wb)
+    ref = run_open("reference", reqs, cfg, nb, windows=wb)
+    check_equal(fast, ref, reqs, cfg, nb, windows=wb)
 
 
 @settings(max_examples=150, **SETTINGS)
@@ -137,12 +137,12 @@ def test_closed_loop_matches_reference(data):
     out = data.draw(st.lists(st.one_of(st.integers(1, 8), st.integers(1, 300)), min_size=n, max_size=n), label="out")
     cfg = data.draw(engine_configs(), label="cfg")
     reqs = make_requests([0.0] * n, inp, out)
-    wb = data.draw(window_blocks(), label="window_blocks")
-    nb = data.draw(capacities(reqs, cfg), label="num_blocks") + wb
-    fast = run_closed("fast", conc, inp, out, cfg, nb, window_blocks=wb)
-    ref = run_closed("reference", conc, inp, out, cfg, nb, window_blocks=wb)
+    wb = data.draw(sliding_windows(cfg.block_size), label="windows")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks") + steady(wb)
+    fast = run_closed("fast", conc, inp, out, cfg, nb, windows=wb)
+    ref = run_closed("reference", conc, inp, out, cfg, nb, windows=wb)
     assert len(fast.requests) == len(ref.requests) == n
-    check_equal(fast, ref, reqs, cfg, nb, concurrency=conc, closed_loop=True, window_blocks=wb)
+    check_equal(fast, ref, reqs, cfg, nb, concurrency=conc, closed_loop=True, windows=wb)
 
 
 # --- fixed regression cases (found or worth pinning) --------------------------------

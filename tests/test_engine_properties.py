@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, event, given, settings
 from hypothesis import strategies as st
 
 from helpers_engine import (capacities, check_reservation, compare_runs, engine_configs, make_requests, run_closed,
-                            run_open, window_blocks, workloads)
+                            run_open, sliding_windows, steady, workloads)
 from simulator.fleet import pool as fleet
 from simulator.engine.blocks import ceil_div
 from simulator.engine.config import EngineConfig
@@ -129,7 +129,7 @@ class CheckedReference(ReferenceReplica):
             # Blocks for the token this iteration writes are held.
             assert s.blocks >= ceil_div(s.kv + 1, bs)
         assert 0 <= self.free <= nb
-        assert nb - self.free == sum(s.blocks + self.window_blocks for s in self.running), \
+        assert nb - self.free == sum(s.blocks + self.window_blocks + s.window_extra for s in self.running), \
             "allocated + free != total"
         assert len(self.running) <= self.cfg.max_num_seqs
         for s in self.running:
@@ -155,6 +155,23 @@ def check_prompt_blocks(rep, prefilling, chunks, where: str) -> None:
             assert s.blocks + s.pin_blocks == ceil_div(upto, bs), where
         else:
             assert s.blocks >= ceil_div(s.prompt, bs) - s.pin_blocks, where
+    check_prompt_windows(rep, planned, where)
+
+
+def check_prompt_windows(rep, planned: dict, where: str) -> None:
+    """What prompts hold in the sliding-window groups beyond a window: chunk by chunk, the
+    blocks from the window of its computed tokens to the end of the chunk the iteration in
+    flight computes, none between its chunks; whole, none once it decodes; their sum is the
+    engine's, so nothing is left behind or counted twice."""
+    assert rep.window_extra == sum(s.window_extra for s in rep.running), where
+    w = rep.windows
+    for s in rep.running:
+        if s.state != PREFILL:
+            assert s.window_extra == 0, where
+        elif rep.per_chunk:
+            c = planned.get(id(s), 0)
+            want = max(0, w.held(s.done, s.done + c) - rep.window_blocks) if w is not None and c else 0
+            assert s.window_extra == want, f"{where}: {s.window_extra} window blocks beyond a window, not {want}"
 
 
 @contextmanager
@@ -225,15 +242,15 @@ def _check_done_times(log) -> None:
 def test_fast_engine_invariants(data):
     reqs = data.draw(workloads(), label="requests")
     cfg = data.draw(engine_configs(), label="cfg")
-    wb = data.draw(window_blocks(), label="window_blocks")
-    nb = data.draw(capacities(reqs, cfg), label="num_blocks") + wb
+    wb = data.draw(sliding_windows(cfg.block_size), label="windows")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks") + steady(wb)
     replicas = data.draw(st.integers(1, 3), label="replicas")
     router = data.draw(st.sampled_from(["round_robin", "random"]), label="router")
     env = MonotoneEnv()
     log: list = []
     with checked_engines():
         run = run_open("checked_fast", reqs, cfg, nb, replicas=replicas, router=router, env=env,
-                       on_done=_record_done(env, log), window_blocks=wb)
+                       on_done=_record_done(env, log), windows=wb)
     check_run(run)
     _check_done_times(log)
     assert len(log) == len(reqs)
@@ -244,13 +261,13 @@ def test_fast_engine_invariants(data):
 def test_reference_engine_invariants(data):
     reqs = data.draw(workloads(max_n=40, max_out=200), label="requests")
     cfg = data.draw(engine_configs(), label="cfg")
-    wb = data.draw(window_blocks(), label="window_blocks")
-    nb = data.draw(capacities(reqs, cfg), label="num_blocks") + wb
+    wb = data.draw(sliding_windows(cfg.block_size), label="windows")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks") + steady(wb)
     env = MonotoneEnv()
     log: list = []
     with checked_engines():
         run = run_open("checked_reference", reqs, cfg, nb, env=env, on_done=_record_done(env, log),
-                       window_blocks=wb)
+                       windows=wb)
     check_run(run)
     _check_done_times(log)
 
@@ -263,11 +280,11 @@ def test_prompt_kv_per_chunk_holds_the_audit_and_engines_agree(data):
     reqs = data.draw(workloads(min_n=5, max_n=40, max_in=600, max_out=300), label="requests")
     cfg = data.draw(engine_configs(scheduler="continuous", chunked=True, kv="paged", admission="on_demand"),
                     label="cfg").model_copy(update={"prompt_kv": "per_chunk"})
-    wb = data.draw(window_blocks(), label="window_blocks")
-    nb = data.draw(capacities(reqs, cfg), label="num_blocks") + wb
+    wb = data.draw(sliding_windows(cfg.block_size), label="windows")
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks") + steady(wb)
     with checked_engines():
-        fast = run_open("checked_fast", reqs, cfg, nb, window_blocks=wb)
-        ref = run_open("checked_reference", reqs, cfg, nb, window_blocks=wb)
+        fast = run_open("checked_fast", reqs, cfg, nb, windows=wb)
+        ref = run_open("checked_reference", reqs, cfg, nb, windows=wb)
     check_run(fast)
     check_run(ref)
     problems = compare_runs(fast, ref)

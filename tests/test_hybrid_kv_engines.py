@@ -8,14 +8,21 @@ from __future__ import annotations
 
 from unittest import mock
 
-from hypothesis import given, settings
+import pytest
+from hypothesis import event, given, settings
 from hypothesis import strategies as st
 
-from helpers_engine import COST_MODELS, compare_runs, cost_model, describe, run_open
+from helpers_engine import COST_MODELS, compare_runs, cost_model, describe, run_open, sliding_windows
+from simulator.engine.config import EngineConfig
+from simulator.engine.reference import ReferenceReplica
+from simulator.engine.replica import FastReplica
 from simulator.fleet import pool as fleet
+from simulator.hybrid_kv import SlidingGroups, sliding_groups
+from simulator.profiles import load_model
 from test_class_kv_budget import CheckedFast, CheckedReference
+from test_engine_properties import check_prompt_windows
 from test_prefix_cache import SETTINGS, cache_configs, prefixed
-from workloads.request import Request
+from workloads.request import Request, Status
 
 
 @settings(max_examples=40, **SETTINGS)
@@ -26,21 +33,141 @@ def test_windows_beside_cache_classes_and_cancellations_match_reference(data):
     reqs = [Request(r.id, r.arrival, r.input_tokens, r.output_tokens, blocks=r.blocks,
                     klass=data.draw(st.sampled_from(["free", "free", "paid"])))
             for r in data.draw(prefixed(H), label="requests")]
-    windows = data.draw(st.sampled_from([1, 2, 9]), label="window blocks")     # gpt-oss: 9
+    windows = data.draw(sliding_windows(cfg.block_size, none=False), label="windows")
     biggest = max(-(-(r.input_tokens + r.output_tokens) // cfg.block_size) for r in reqs)
-    nb = data.draw(st.integers(max(1, biggest // 2), biggest + 8), label="num_blocks") + windows
+    nb = data.draw(st.integers(max(1, biggest // 2), biggest + 8), label="num_blocks") + windows.steady
     budgets = {"free": data.draw(st.integers(1, nb), label="free cap")}
     cancels = [(r.arrival + data.draw(st.floats(0.0, 0.3, allow_nan=False)), r.id)
                for r in reqs if data.draw(st.integers(0, 3)) == 0]
     cmk = data.draw(st.sampled_from(COST_MODELS), label="cost model")
     kw = dict(replicas=data.draw(st.integers(1, 2)), router="least_outstanding", cm=cost_model(*cmk),
-              id_block_tokens=H, kv_budgets=budgets, cancels=cancels, window_blocks=windows)
+              id_block_tokens=H, kv_budgets=budgets, cancels=cancels, windows=windows)
     with mock.patch.dict(fleet.ENGINES, {"fast": CheckedFast, "reference": CheckedReference}):
         fast = run_open("fast", reqs, cfg, nb, **kw)
         ref = run_open("reference", reqs, cfg, nb, **kw)
     problems = compare_runs(fast, ref)
     assert not problems, ("fast and reference disagree:\n  " + "\n  ".join(problems[:12]) + "\nreproduction: "
                           + describe(reqs, cfg, nb, H=H, budgets=budgets, cancels=cancels, cm=cmk,
-                                     window_blocks=windows))
+                                     windows=windows))
     for run in (fast, ref):       # every block given back, windows too, once every request has ended
         assert all(not r.running and r.kv_used_now(r.env.now) == 0 for r in run.pool.replicas)
+
+
+class Audited:
+    """Checks what prompts hold in the sliding-window groups after every plan."""
+
+    def _boundary(self, _ev=None) -> None:
+        self.chunks_planned: list = []
+        super()._boundary(_ev)
+        check_prompt_windows(self, {id(s): c for s, c in self.chunks_planned}, "after _boundary")
+        assert 0 <= self.kv_used_now(self.env.now) <= self.num_blocks
+
+    def _plan(self, now):
+        planned = super()._plan(now)
+        self.chunks_planned = planned[0]
+        return planned
+
+
+class WindowsAudited(Audited, FastReplica):
+    pass
+
+
+class ReferenceWindowsAudited(Audited, ReferenceReplica):
+    pass
+
+
+@st.composite
+def chunked_vllm(draw) -> EngineConfig:
+    """vLLM V1's scheduling in miniature: prompts chunked beside the decodes in a small token
+    budget, their KV chunk by chunk (or whole), a preempted request's blocks kept in the prefix
+    cache or not, new requests joining the iteration after next or the next."""
+    seqs = draw(st.integers(1, 16))
+    return EngineConfig(chunked_prefill=True, max_num_seqs=seqs, block_size=draw(st.sampled_from([4, 16])),
+                        max_num_batched_tokens=draw(st.integers(max(seqs, 16), 300)),
+                        prompt_kv=draw(st.sampled_from(["per_chunk", "per_chunk", "whole"])),
+                        cache_preempted_output=draw(st.booleans()), schedule_ahead=draw(st.booleans()))
+
+
+def alone(r: Request, windows: SlidingGroups) -> int:
+    """Blocks ``r`` needs to run alone: its KV and window, and its admission gate readmitted
+    with all but its last token to recompute (``ReplicaBase.can_ever_serve``)."""
+    bs, longest = windows.block_size, max(r.input_tokens + r.output_tokens - 1, r.input_tokens)
+    return max(-(-longest // bs) + windows.steady, -(-longest // bs) + windows.admission(longest, 0))
+
+
+@settings(max_examples=60, **SETTINGS)
+@given(data=st.data())
+def test_prompt_windows_over_chunks_hits_and_preemption_match_reference(data):
+    """Long prompts over several chunks, each chunk holding the window behind it and itself in
+    the sliding-window groups while it runs, prefix hits that skip the groups' blocks below their
+    window, and preemptions a chunk's blocks set off, drawn together: both engines audit their
+    blocks at every boundary (``check_prompt_windows``), agree request by request, and end with
+    every block back."""
+    cfg = data.draw(chunked_vllm(), label="cfg")
+    H = cfg.block_size * data.draw(st.sampled_from([1, 2]), label="ids per KV block")
+    reqs = data.draw(prefixed(H, max_out=600), label="requests")
+    windows = data.draw(sliding_windows(cfg.block_size, none=False), label="windows")
+    biggest = max(alone(r, windows) for r in reqs)     # from some rejected to a few side by side
+    nb = data.draw(st.one_of(st.integers(max(1, biggest // 2), biggest), st.integers(biggest, biggest * 5 // 4),
+                             st.integers(biggest, 2 * biggest)), label="num_blocks")
+    with mock.patch.dict(fleet.ENGINES, {"fast": WindowsAudited, "reference": ReferenceWindowsAudited}):
+        fast = run_open("fast", reqs, cfg, nb, id_block_tokens=H, windows=windows)
+        ref = run_open("reference", reqs, cfg, nb, id_block_tokens=H, windows=windows)
+    for run in (fast, ref):     # every request ended, every block given back
+        assert all(r.status in (Status.FINISHED, Status.REJECTED) for r in run.requests)
+        assert all(not r.running and r.kv_used_now(r.env.now) == 0 for r in run.pool.replicas)
+    problems = compare_runs(fast, ref)
+    assert not problems, ("fast and reference disagree:\n  " + "\n  ".join(problems[:12]) + "\nreproduction: "
+                          + describe(reqs, cfg, nb, H=H, windows=windows))
+    done = [r for r in ref.requests if r.status is Status.FINISHED]
+    event("preempted: " + str(any(r.preemptions for r in done)))
+    event("a prompt past its window over several chunks: " + str(any(
+        r.input_tokens - r.cached_tokens > cfg.max_num_batched_tokens and r.input_tokens > windows.window
+        for r in done)))
+    event("a hit past the window: " + str(any(r.cached_tokens >= windows.window for r in done)))
+
+
+class Probe:
+    """Records the free blocks after each plan (during the iteration it launched)."""
+
+    def _boundary(self, _ev=None) -> None:
+        super()._boundary(_ev)
+        self.free_log.append((self.env.now, self.num_blocks - self.kv_used_now(self.env.now)))
+
+
+class FastProbe(Probe, FastReplica):
+    free_log: list = []
+
+
+class ReferenceProbe(Probe, ReferenceReplica):
+    free_log: list = []
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_long_prompt_of_gpt_oss_waits_for_twice_its_blocks(engine):
+    """gpt-oss-120b in 16-token blocks: one sliding-window group of 18 layers beside 18
+    full-attention ones, a 128-token window, nine blocks a decoding request. On 1,100 blocks a
+    1,600-token prompt decoding 1,000 tokens holds 101 + 9 of them, so 990 at most are free, but an
+    8,000-token prompt asks 500 blocks in each group, 1,000 (vLLM's can_fit_full_sequence):
+    it waits for the first to finish, where a window's charge (500 + 9) would have let it in.
+    Then its four chunks of 2,048 tokens hold 128, 256, 384 and 500 blocks of their own and, in
+    the sliding-window group, the window behind each chunk and the chunk: 128, 256 − 120 = 136,
+    384 − 248 = 136 and 500 − 376 = 124 (1,100 less both: 844, 708, 580 and 476 free), given back
+    when the iteration ends; its first decode holds 501 + 9 (590 free)."""
+    windows = sliding_groups(load_model("gpt-oss-120b"), 16)
+    assert windows == SlidingGroups(128, 16, 18, 18) and windows.steady == 9
+    cfg = EngineConfig(chunked_prefill=True, max_num_batched_tokens=2048, max_num_seqs=8, block_size=16,
+                       prompt_kv="per_chunk", prefix_cache=False)
+    reqs = [Request(0, 0.0, 1600, 1000), Request(1, 0.0, 8000, 3)]
+    probe = {"fast": FastProbe, "reference": ReferenceProbe}[engine]
+    probe.free_log = []
+    with mock.patch.dict(fleet.ENGINES, {engine: probe}):
+        run = run_open(engine, reqs, cfg, 1100, cm=cost_model("gpt-oss-120b", "h100-sxm"), windows=windows)
+    first, long = run.requests
+    assert long.admitted == first.finish and long.preemptions == 0
+    free = dict(probe.free_log)
+    assert free[first.admitted] == 1100 - 100 - 100     # its one chunk: 100 blocks, 100 in the group
+    assert max(f for t, f in probe.free_log if first.admitted < t < first.finish) == 990   # < 1,000
+    after = [f for t, f in probe.free_log if t >= long.admitted]
+    assert after[:5] == [844, 708, 580, 476, 590]
+    assert run.pool.replicas[0].window_extra == 0

@@ -196,10 +196,10 @@ def test_eviction_order_is_that_of_one_lru_heap(ops, sizes):
 
 # --- workloads with shared prefixes ----------------------------------------------
 @st.composite
-def prefixed(draw, H: int, max_n: int = 40):
+def prefixed(draw, H: int, max_n: int = 40, max_out: int = 120):
     """Requests with chained ids: a head shared with other requests of the
     same app, then ids of their own over prompt ++ output."""
-    reqs = draw(workloads(min_n=3, max_n=max_n, max_in=1500, max_out=120))
+    reqs = draw(workloads(min_n=3, max_n=max_n, max_in=1500, max_out=max_out))
     apps = draw(st.integers(1, 3))
     fresh = itertools.count(10_000)
     heads = [tuple(next(fresh) for _ in range(64)) for _ in range(apps)]

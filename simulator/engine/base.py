@@ -16,6 +16,7 @@ from simpy.events import NORMAL
 
 from ..costmodel import CostModel
 from ..costmodel.speculative import SpeculativeCostModel
+from ..hybrid_kv import SlidingGroups
 from ..metrics.gaps import GapLog
 from .blocks import ceil_div
 from .config import EngineConfig
@@ -80,7 +81,7 @@ class ReplicaBase:
                  gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None, max_model_len: int | None = None,
                  id_block_tokens: int | None = None, kv_budgets: Optional[dict[str, int]] = None,
                  offload: Optional[OffloadPlan] = None, lora: Optional[LoraPlan] = None,
-                 rank_tokens: Optional[int] = None, window_blocks: int = 0):
+                 rank_tokens: Optional[int] = None, windows: Optional[SlidingGroups] = None):
         self.env = env
         self.index = index
         # A speculative pool's mixed iterations draft as the engine's stack does (EngineConfig.mixed_step_drafts).
@@ -95,10 +96,18 @@ class ReplicaBase:
         self.draft_slots: int = cfg.draft_slots_per_request
         self.bs = cfg.block_size
         self.num_blocks = num_blocks
-        # Blocks each running sequence's sliding-window layers hold of the shared pool beside
-        # its own (vLLM's hybrid KV cache: simulator.hybrid_kv), taken at admission and given
-        # back when it stops running: a window, recycled as it slides, the same for every sequence.
-        self.window_blocks = window_blocks
+        # Blocks each running sequence's sliding-window layers hold of the shared pool beside its
+        # own (vLLM's hybrid KV cache: simulator.hybrid_kv), taken at admission and given back when
+        # it stops running: a window, recycled as it slides, the same for every sequence.
+        self.window_blocks: int = 0 if windows is None else windows.steady
+        # The groups those windows are in, where vLLM's allocator (paged, on demand) charges a
+        # prompt's blocks in them too; None otherwise (the other admissions are other stacks',
+        # whose pools hold no shared windows: a window a sequence).
+        self.windows = windows if cfg.kv_admission == "on_demand" and not cfg.contiguous else None
+        # What prompts hold in those groups beyond their windows (Σ Seq.window_extra): a chunk's
+        # blocks and the window behind it while its iteration runs (prompt_kv: whole, the whole
+        # prompt's until it completes).
+        self.window_extra = 0
         self.max_model_len = max_model_len or cfg.longest_request(cm.model)
         self.gaps = gaps
         self.on_done = on_done
@@ -218,6 +227,12 @@ class ReplicaBase:
         if self.kv_budgets is not None:       # nor past its class's KV cap
             cap = self.kv_budgets.get(req.klass)
             if cap is not None and self._footprint(req) > cap:
+                return False
+        if self.windows is not None:
+            # nor past the admission gate's windows when it is readmitted with all but its last
+            # token to recompute, after a preemption: vLLM would wait for them forever
+            longest = max(req.input_tokens + req.output_tokens - 1, req.input_tokens)
+            if ceil_div(longest, self.bs) + self._gate_windows(longest, 0) > self.num_blocks:
                 return False
         return blocks + self.window_blocks <= self.num_blocks
 
@@ -459,16 +474,59 @@ class ReplicaBase:
         """(blocks admitting ``s`` would take from free memory, its windows'
         included, blocks of its KV, cache match): a hit on entries other
         sequences already pin is free."""
-        w = self.window_blocks
         if self.contiguous:     # no prefix cache: paging is what lets requests share KV
             r = self._reserved_blocks(s.req)
-            return r + w, r, None
+            return r + self.window_blocks, r, None
         total = ceil_div(s.prompt + (s.req.output_tokens if reserve_output else 0), self.bs)
         ids = s.req.blocks
         if self.cache is None or not ids:
-            return total + w, total, None
+            return total + self._prompt_windows(s, None), total, None
         m = self.cache.match(ids, s.prompt)
-        return total - m.pinned_blocks + w, total, m
+        return total - m.pinned_blocks + self._prompt_windows(s, m), total, m
+
+    def _prompt_windows(self, s: Seq, m: Optional[Match]) -> int:
+        """Blocks admitting ``s`` with cache match ``m`` asks of the sliding-window groups
+        (``_gate_windows``; a window's where the pool has none)."""
+        if self.windows is None:
+            return self.window_blocks
+        return self._gate_windows(s.prompt, s.prompt - self._uncached(s, m))
+
+    def _gate_windows(self, prompt: int, computed: int) -> int:
+        """Blocks the sliding-window groups must have free to admit a prompt of ``prompt``
+        tokens whose first ``computed`` are cached (``SlidingGroups.admission``): what
+        vLLM's whole-prompt gate asks of them, and with ``prompt_kv: whole`` what the
+        prompt then holds in them until it completes, as a prompt not chunked does."""
+        assert self.windows is not None
+        return self.windows.admission(prompt, computed)
+
+    def _window_change(self, s: Seq, upto: int) -> int:
+        """Blocks ``s``'s sliding-window groups take (negative: give back) when its prompt's
+        slots reach token ``upto``: what ``allocate_slots`` leaves them beyond the window
+        held for it (``SlidingGroups.held`` from its computed tokens), less what they
+        held beyond it already."""
+        assert self.windows is not None
+        return max(0, self.windows.held(s.done, upto) - self.window_blocks) - s.window_extra
+
+    def _hold_windows(self, s: Seq, upto: int) -> int:
+        """Apply :meth:`_window_change`; returns the blocks taken from free memory."""
+        change = self._window_change(s, upto)
+        s.window_extra += change
+        self.window_extra += change
+        return change
+
+    def _drop_windows(self, s: Seq) -> None:
+        """``s``'s sliding-window groups give back what they held beyond its window: the
+        iteration of its chunk ended (the request's next allocation frees the blocks below
+        the window, ``remove_skipped_blocks``), or it stopped running."""
+        self.window_extra -= s.window_extra
+        s.window_extra = 0
+
+    def _chunks_ended(self, chunks: list) -> None:
+        """The iteration that ran ``chunks`` ended (before their ``done`` moves on): each
+        chunk's windows back to a window, under ``prompt_kv: whole`` only a prompt's last."""
+        for s, c in chunks:
+            if s.window_extra and (self.per_chunk or s.done + c == s.prompt):
+                self._drop_windows(s)
 
     def _attach(self, s: Seq, total: int, m: Optional[Match]) -> int:
         """Give an admitted sequence its KV: the cached prefix (shared, its
@@ -503,6 +561,8 @@ class ReplicaBase:
             self._charge(s)
         if self.no_evict:
             self.reserved += self._footprint(s.req) - s.pin_blocks
+        if self.windows is not None and not self.per_chunk:
+            taken += self._hold_windows(s, s.prompt)    # (chunk by chunk: _take_chunk)
         return taken + self.window_blocks
 
     def _no_room(self, s: Seq, need: int, total: int, free: int) -> bool:
@@ -748,6 +808,8 @@ class ReplicaBase:
         cached only as far as it was computed."""
         if self.lora is not None:
             self.lora.leave(s.req.adapter, self.iterations)
+        if s.window_extra:
+            self._drop_windows(s)
         if self.kv_budgets is not None:
             self.kv_charged[s.req.klass] -= self._footprint(s.req)
         if self.no_evict:
@@ -875,6 +937,8 @@ class ReplicaBase:
         admitted after a preemption). ``decoding``: the iteration runs the
         decodes, whose next blocks are already taken."""
         need = ceil_div(s.done + c, self.bs) - s.blocks - s.pin_blocks
+        if self.windows is not None:
+            need += self._window_change(s, s.done + c)
         while need > self._free_for_chunk(decoding):
             v = self._preempt_victim()
             victims.append(v)
@@ -905,6 +969,8 @@ class ReplicaBase:
             taken = cache.pinned - p0
         grown = ceil_div(upto, self.bs) - s.pin_blocks - s.blocks
         self._hold(s, grown)
+        if self.windows is not None:
+            taken += self._hold_windows(s, upto)
         return taken + grown
 
     def _hold(self, s: Seq, blocks: int) -> None:

@@ -25,7 +25,7 @@ class ReferenceReplica(ReplicaBase):
         """Blocks neither held by a sequence (its own, its windows) nor pinned in
         the cache for one (unreferenced cache entries count as free: they are
         evicted on demand)."""
-        return (self.num_blocks - self.own - self.window_blocks * len(self.running)
+        return (self.num_blocks - self.own - self.window_blocks * len(self.running) - self.window_extra
                 - (self.cache.pinned if self.cache is not None else 0))
 
     def kv_used_now(self, now: float) -> int:
@@ -238,6 +238,8 @@ class ReferenceReplica(ReplicaBase):
     def _end(self, chunks, decodes, dt: float, held: int, filled: int) -> None:
         now = self.env.now
         self.iterations += 1
+        if self.window_extra:
+            self._chunks_ended(chunks)
         for s in decodes:
             self.gaps.add(now - s.last_token, now - s.last_token, 1)
             s.last_token = now

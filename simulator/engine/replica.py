@@ -27,6 +27,7 @@ from mypy_extensions import mypyc_attr
 
 from ..costmodel import CostModel
 from ..costmodel.speculative import SpeculativeCostModel
+from ..hybrid_kv import SlidingGroups
 from ..metrics.gaps import GapLog
 from .base import ReplicaBase, StepCost
 from .blocks import BlockDemand, ceil_div
@@ -47,9 +48,10 @@ class FastReplica(ReplicaBase):
                  gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None,
                  max_model_len: Optional[int] = None, id_block_tokens: Optional[int] = None,
                  kv_budgets: Optional[dict[str, int]] = None, offload: Optional[OffloadPlan] = None,
-                 lora: Optional[LoraPlan] = None, rank_tokens: Optional[int] = None, window_blocks: int = 0) -> None:
+                 lora: Optional[LoraPlan] = None, rank_tokens: Optional[int] = None,
+                 windows: Optional[SlidingGroups] = None) -> None:
         super().__init__(env, index, cm, cfg, num_blocks, gaps, on_done, max_model_len, id_block_tokens,
-                         kv_budgets, offload, lora, rank_tokens, window_blocks)
+                         kv_budgets, offload, lora, rank_tokens, windows)
         self.running: dict[Seq, None] = {}   # admission order; newest last
         self.prefilling: dict[Seq, None] = {}
         # Decoders the token budget leaves out of the iteration being planned, in running
@@ -92,8 +94,9 @@ class FastReplica(ReplicaBase):
         return used if self.cache is None else used + self.cache.pinned
 
     def _windows(self) -> int:
-        """Blocks the running sequences' sliding-window layers hold (fixed while they run)."""
-        return self.window_blocks * len(self.running)
+        """Blocks the running sequences' sliding-window layers hold: a window each, fixed while
+        they run, and what prompt chunks hold beyond it (none through a decode stretch)."""
+        return self.window_blocks * len(self.running) + self.window_extra
 
     def kv_used_now(self, now: float) -> int:
         return self.used_blocks(self.G + self._inflight(now) if self.seg is not None else None)
@@ -776,6 +779,8 @@ class FastReplica(ReplicaBase):
 
     def _end_mixed(self, chunks, decoding: bool, dt: float, held: int, filled: int) -> None:
         now = self.env.now
+        if self.window_extra:
+            self._chunks_ended(chunks)
         tokens = sum(c for _, c in chunks) + (self.B if decoding else 0)
         self.iterations += 1
         if decoding:

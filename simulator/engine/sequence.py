@@ -21,7 +21,7 @@ class Seq:
 
     __slots__ = ("req", "order", "prompt", "done", "generated", "kv", "blocks", "state", "c", "gf", "z", "zg",
                  "last_token", "epoch",
-                 "pin", "pin_ids", "pin_blocks", "cancel")
+                 "pin", "pin_ids", "pin_blocks", "cancel", "window_extra")
 
     def __init__(self, req: Request) -> None:
         self.req = req
@@ -42,6 +42,7 @@ class Seq:
         self.pin_ids = 0         # ids on that path
         self.pin_blocks = 0      # KV blocks of those (shared; ``blocks`` counts only its own)
         self.cancel = False      # cancelled while running: leaves at the end of the iteration
+        self.window_extra = 0    # blocks its prompt holds in the sliding-window groups beyond a window
 
     def reset_for_recompute(self) -> None:
         self.prompt = self.req.input_tokens + self.generated

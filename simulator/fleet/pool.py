@@ -29,6 +29,7 @@ from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
 from ..engine.reference import ReferenceReplica
 from ..engine.replica import FastReplica
+from ..hybrid_kv import SlidingGroups
 from .routing import Router
 from ..metrics.gaps import GapLog
 from .ingest import FrontEnd
@@ -99,7 +100,7 @@ class Pool:
                  admission: Optional[dict[str, Admission]] = None, warm: int = 0,
                  offload: Optional[OffloadPlan] = None, lora: Optional[LoraPlan] = None,
                  adapters: Optional[Callable[[Request], None]] = None, rank_tokens: Optional[int] = None,
-                 window_blocks: int = 0) -> None:
+                 windows: Optional[SlidingGroups] = None) -> None:
         self.env = env
         self.name = name
         self.router = router
@@ -107,7 +108,7 @@ class Pool:
         self.rank_tokens = rank_tokens
         self._make = lambda i: ENGINES[engine](env, i, cm, cfg, num_blocks, gaps, self._ended, max_model_len,
                                                id_block_tokens, kv_budgets, offload, lora, rank_tokens,
-                                               window_blocks)
+                                               windows)
         self.adapters = adapters     # gives a request its LoRA adapter (fleet/lora.py LoraPool.assign)
         self.on_done = on_done
         self.num_blocks = num_blocks
