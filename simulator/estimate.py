@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING
 
 from .costmodel import CostModel
 from .dtypes import compute_dtype, gemm_scheme
+from .hybrid_kv import admission_cap
 from .kv_memory import swa_window_share
 from .memory import MemoryPlan, context_room, plan_memory
 from .parallelism import kv_copies
@@ -87,6 +88,9 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
     # keeps every token, SGLang 0.8 of them)
     window = (mem.window_blocks * mem.block_size * kv_tok if share is None
               else kv_tok * tokens * share / (1.0 - share))
+    # the blocks a sliding-window group's admission asks at most, as the pool's engine caps them
+    cap = 0 if mem.windows is None or engine is None else admission_cap(mem.windows, engine,
+                                                                         engine.longest_request(m))
     out = {
         "gpu": cm.gpu.name,
         "model": cm.model.name,
@@ -116,7 +120,7 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "kv_window_bytes": mem.kv_window_bytes,
         "kv_capacity_bytes": mem.kv_capacity_bytes,
         "kv_capacity_tokens": mem.kv_capacity_tokens,
-        "max_concurrent_requests": mem.max_concurrent(input_tokens + output_tokens, input_tokens),
+        "max_concurrent_requests": mem.max_concurrent(input_tokens + output_tokens, input_tokens, cap),
         "total_memory_bytes": mem.total_bytes,
     }
     if mfu is not None:

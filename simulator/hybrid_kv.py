@@ -31,9 +31,12 @@ end, a prompt's chunks what they hold beyond them while they run.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Optional
+from typing import TYPE_CHECKING, Optional
 
 from .profiles.model import ModelProfile
+
+if TYPE_CHECKING:
+    from .engine.config import EngineConfig
 
 
 @dataclass(frozen=True)
@@ -74,12 +77,28 @@ class SlidingGroups:
         the prompt it is what ``can_fit_full_sequence`` asks of the groups."""
         return self.pool_blocks(-(-upto // self.block_size) - self.skipped(computed))
 
-    def admission(self, prompt: int, computed: int) -> int:
+    def request_bound(self, in_flight: int, max_model_len: int) -> int:
+        """The most blocks a request holds in one group, with ``in_flight`` tokens allocated
+        beyond those computed: its window, the tokens in flight and a block the window
+        straddles, cdiv(min(window − 1 + in_flight, max_model_len), block_size) + 1
+        (kv_cache_interface.py ``SlidingWindowSpec.max_memory_usage_bytes``, from 0.20
+        ``max_admission_blocks_per_request``)."""
+        return -(-min(self.window - 1 + in_flight, max_model_len) // self.block_size) + 1
+
+    def admission(self, prompt: int, computed: int, cap: int = 0) -> int:
         """Pool blocks the groups must have free to admit a prompt of ``prompt`` tokens whose
-        first ``computed`` are cached: every block of it past the window of those
-        (``can_fit_full_sequence``, :meth:`held`), and at least the window it holds once it
-        decodes, which llmsim charges a running request whatever its length."""
-        return max(self.steady, self.held(computed, prompt))
+        first ``computed`` are cached (``can_fit_full_sequence``, from 0.22 ``allocate_slots``'
+        ``full_sequence_must_fit``): in each group ``get_num_blocks_to_allocate``'s count of
+        the prompt's blocks, capped at ``cap`` where given (from 0.20: :meth:`request_bound`),
+        less those the hit covers, and the hit's blocks inside the window, which the request
+        takes; at least the window it holds once it decodes, which llmsim charges a running
+        request whatever its length. Uncapped, the prompt's blocks past the window
+        (:meth:`held`)."""
+        required = -(-prompt // self.block_size)
+        if cap:
+            required = min(required, cap)
+        hit, skipped = computed // self.block_size, self.skipped(computed)
+        return max(self.steady, self.pool_blocks(max(required - hit, 0) + hit - skipped))
 
 
 def sliding_groups(model: ModelProfile, block_size: int) -> Optional[SlidingGroups]:
@@ -101,3 +120,13 @@ def window_blocks(model: ModelProfile, block_size: int) -> int:
     (:attr:`SlidingGroups.steady`; 0 for a model without both kinds of layer)."""
     groups = sliding_groups(model, block_size)
     return 0 if groups is None else groups.steady
+
+
+def admission_cap(groups: SlidingGroups, cfg: EngineConfig, max_model_len: int) -> int:
+    """The blocks per group vLLM's whole-prompt gate asks at most under ``cfg``
+    (``sliding_window_kv: capped``, from 0.20: :meth:`SlidingGroups.request_bound`);
+    0 where it asks for the whole prompt or admits no prompt on its whole length
+    (``prompt_kv: whole``)."""
+    if not cfg.per_chunk_kv or cfg.sliding_window_kv == "prompt":
+        return 0
+    return groups.request_bound(cfg.max_num_batched_tokens, max_model_len)

@@ -103,15 +103,16 @@ class MemoryPlan:
     def kv_capacity_tokens(self) -> int:
         return self.num_blocks * self.block_size
 
-    def max_concurrent(self, tokens_per_request: int, prompt_tokens: int = 0) -> int:
+    def max_concurrent(self, tokens_per_request: int, prompt_tokens: int = 0, cap: int = 0) -> int:
         """Requests of ``tokens_per_request`` tokens that run at once, each holding its blocks and
         windows: where sliding-window groups share the pool, the last is admitted only once its
-        uncached prompt of ``prompt_tokens`` fits in every group beside the others at their
-        largest (vLLM's admission gate, :meth:`.hybrid_kv.SlidingGroups.admission`), as a run admits it."""
+        uncached prompt of ``prompt_tokens`` fits in every group (at most ``cap`` blocks a group
+        where given) beside the others at their largest (vLLM's admission gate,
+        :meth:`.hybrid_kv.SlidingGroups.admission`), as a run admits it."""
         blocks = math.ceil(tokens_per_request / self.block_size) + self.window_blocks
         n = self.num_blocks // blocks if blocks else 0
         if self.windows is not None and prompt_tokens:
-            gate = math.ceil(prompt_tokens / self.block_size) + self.windows.admission(prompt_tokens, 0)
+            gate = math.ceil(prompt_tokens / self.block_size) + self.windows.admission(prompt_tokens, 0, cap)
             n = min(n, 0 if gate > self.num_blocks else 1 + (self.num_blocks - gate) // blocks)
         return n
 

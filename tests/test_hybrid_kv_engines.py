@@ -16,6 +16,7 @@ from helpers_engine import COST_MODELS, compare_runs, cost_model, describe, run_
 from simulator.engine.config import EngineConfig
 from simulator.engine.reference import ReferenceReplica
 from simulator.engine.replica import FastReplica
+from simulator.engine.sequence import Seq
 from simulator.fleet import pool as fleet
 from simulator.hybrid_kv import SlidingGroups, sliding_groups
 from simulator.profiles import load_model
@@ -85,12 +86,13 @@ def chunked_vllm(draw) -> EngineConfig:
     return EngineConfig(chunked_prefill=True, max_num_seqs=seqs, block_size=draw(st.sampled_from([4, 16])),
                         max_num_batched_tokens=draw(st.integers(max(seqs, 16), 300)),
                         prompt_kv=draw(st.sampled_from(["per_chunk", "per_chunk", "whole"])),
+                        sliding_window_kv=draw(st.sampled_from(["prompt", "capped"])),
                         cache_preempted_output=draw(st.booleans()), schedule_ahead=draw(st.booleans()))
 
 
 def alone(r: Request, windows: SlidingGroups) -> int:
-    """Blocks ``r`` needs to run alone: its KV and window, and its admission gate readmitted
-    with all but its last token to recompute (``ReplicaBase.can_ever_serve``)."""
+    """Blocks ``r`` needs to run alone: its KV and window, and its uncapped admission gate
+    readmitted with all but its last token to recompute (``ReplicaBase.can_ever_serve``)."""
     bs, longest = windows.block_size, max(r.input_tokens + r.output_tokens - 1, r.input_tokens)
     return max(-(-longest // bs) + windows.steady, -(-longest // bs) + windows.admission(longest, 0))
 
@@ -171,3 +173,40 @@ def test_a_long_prompt_of_gpt_oss_waits_for_twice_its_blocks(engine):
     after = [f for t, f in probe.free_log if t >= long.admitted]
     assert after[:5] == [844, 708, 580, 476, 590]
     assert run.pool.replicas[0].window_extra == 0
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_from_0_20_the_gate_asks_a_group_no_more_than_a_request_holds(engine):
+    """sliding_window_kv: capped (vLLM 0.20 on): with a 2,048-token budget a request holds at most
+    cdiv(127 + 2,048, 16) + 1 = 137 blocks in the sliding-window group, so the gate asks the
+    8,000-token prompt for 500 + 137 = 637 blocks: it takes what the first prompt's iteration
+    leaves of the budget at once, where the whole prompt's gate kept it out until the first ended."""
+    windows = sliding_groups(load_model("gpt-oss-120b"), 16)
+    assert windows.request_bound(2048, 16384) == 137
+    cfg = EngineConfig(chunked_prefill=True, max_num_batched_tokens=2048, max_num_seqs=8, block_size=16,
+                       prompt_kv="per_chunk", prefix_cache=False, sliding_window_kv="capped", max_model_len=16384)
+    reqs = [Request(0, 0.0, 1600, 1000), Request(1, 0.0, 8000, 3)]
+    run = run_open(engine, reqs, cfg, 1100, cm=cost_model("gpt-oss-120b", "h100-sxm"), windows=windows)
+    first, long = run.requests
+    assert long.admitted == first.admitted == 0.0 and long.preemptions == 0
+
+
+def test_a_long_hit_past_a_capped_gate_waits_for_its_first_chunk():
+    """A capped gate asks little of a prompt whose cache hit passes the cap: 8,000 tokens of
+    gpt-oss-120b of which 7,936 are cached (496 blocks) ask max(137 − 496, 0) new blocks and the
+    hit's 8 inside the window (blocks 488-495), 9 with the window charged, beside its 500 of the
+    full-attention layers: 509. But allocate_slots then tests its one 64-token chunk, which holds
+    the window behind it and itself, blocks 488-499: 12, so it waits for 512, as the uncapped gate
+    (cdiv(8,000, 16) − 488 = 12) asks."""
+    windows = sliding_groups(load_model("gpt-oss-120b"), 16)
+    ids = tuple(range(500))
+    reqs = [Request(0, 0.0, 8000, 1, blocks=ids)]
+    need = {}
+    for mode in ("capped", "prompt"):
+        cfg = EngineConfig(chunked_prefill=True, max_num_batched_tokens=2048, max_num_seqs=8, block_size=16,
+                           prompt_kv="per_chunk", sliding_window_kv=mode, max_model_len=16384)
+        run = run_open("reference", reqs, cfg, 1100, id_block_tokens=16, windows=windows)
+        rep = run.pool.replicas[0]      # its cache holds the first prompt, unreferenced
+        s = Seq(Request(1, 1.0, 8000, 1, blocks=ids[:496] + (1000, 1001, 1002, 1003)))
+        need[mode] = (rep._admission(s)[0], rep._admission(s, budget=2048)[0])
+    assert need == {"capped": (509, 512), "prompt": (512, 512)}

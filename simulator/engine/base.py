@@ -16,7 +16,7 @@ from simpy.events import NORMAL
 
 from ..costmodel import CostModel
 from ..costmodel.speculative import SpeculativeCostModel
-from ..hybrid_kv import SlidingGroups
+from ..hybrid_kv import SlidingGroups, admission_cap
 from ..metrics.gaps import GapLog
 from .blocks import ceil_div
 from .config import EngineConfig
@@ -109,6 +109,9 @@ class ReplicaBase:
         # prompt's until it completes).
         self.window_extra = 0
         self.max_model_len = max_model_len or cfg.longest_request(cm.model)
+        # From vLLM 0.20 (sliding_window_kv: capped) the gate asks a group for no more blocks than a
+        # request holds in it, and then tests the prompt's first chunk apart; 0: the whole prompt.
+        self.window_cap = 0 if self.windows is None else admission_cap(self.windows, cfg, self.max_model_len)
         self.gaps = gaps
         self.on_done = on_done
         self.waiting = WaitQueue()
@@ -470,19 +473,22 @@ class ReplicaBase:
         if c is not None and not c.unbounded and (c.evictable > free or (c.cap is not None and c.evictable > c.cap)):
             c.trim(free)
 
-    def _admission(self, s: Seq, reserve_output: bool = False) -> tuple[int, int, Optional[Match]]:
+    def _admission(self, s: Seq, reserve_output: bool = False, budget: int = 0) -> tuple[int, int, Optional[Match]]:
         """(blocks admitting ``s`` would take from free memory, its windows'
         included, blocks of its KV, cache match): a hit on entries other
-        sequences already pin is free."""
+        sequences already pin is free. ``budget``: the tokens left for its
+        first chunk, whose own blocks a capped gate lets exceed it."""
         if self.contiguous:     # no prefix cache: paging is what lets requests share KV
             r = self._reserved_blocks(s.req)
             return r + self.window_blocks, r, None
         total = ceil_div(s.prompt + (s.req.output_tokens if reserve_output else 0), self.bs)
         ids = s.req.blocks
-        if self.cache is None or not ids:
-            return total + self._prompt_windows(s, None), total, None
-        m = self.cache.match(ids, s.prompt)
-        return total - m.pinned_blocks + self._prompt_windows(s, m), total, m
+        m = None if self.cache is None or not ids else self.cache.match(ids, s.prompt)
+        shared = 0 if m is None else m.pinned_blocks
+        need = total - shared + self._prompt_windows(s, m)
+        if budget and self.window_cap:
+            need = max(need, self._first_chunk_need(s, m, shared, budget))
+        return need, total, m
 
     def _prompt_windows(self, s: Seq, m: Optional[Match]) -> int:
         """Blocks admitting ``s`` with cache match ``m`` asks of the sliding-window groups
@@ -497,7 +503,17 @@ class ReplicaBase:
         vLLM's whole-prompt gate asks of them, and with ``prompt_kv: whole`` what the
         prompt then holds in them until it completes, as a prompt not chunked does."""
         assert self.windows is not None
-        return self.windows.admission(prompt, computed)
+        return self.windows.admission(prompt, computed, self.window_cap)
+
+    def _first_chunk_need(self, s: Seq, m: Optional[Match], shared: int, budget: int) -> int:
+        """Blocks the first chunk ``budget`` leaves ``s`` takes from free memory with its
+        windows: past a capped gate ``allocate_slots`` still tests the chunk's slots in
+        every group, which with a long hit ask more of the sliding-window groups than the
+        gate (the window behind the hit and the chunk against a cap the hit exceeds)."""
+        assert self.windows is not None
+        computed = s.prompt - self._uncached(s, m)
+        upto = computed + self._chunk_of(s.prompt - computed, budget)
+        return ceil_div(upto, self.bs) - shared + max(self.window_blocks, self.windows.held(computed, upto))
 
     def _window_change(self, s: Seq, upto: int) -> int:
         """Blocks ``s``'s sliding-window groups take (negative: give back) when its prompt's
@@ -908,7 +924,7 @@ class ReplicaBase:
             s = self._next_waiting(skipped)
             if s is None or self._over_budget(s):
                 break
-            need, total, m = self._admission(s)
+            need, total, m = self._admission(s, budget=budget if self.per_chunk else 0)
             if left is not None and chunks and self._uncached(s, m) >= left:
                 break
             if self._no_room(s, need, total, free):
@@ -1009,10 +1025,14 @@ class ReplicaBase:
         return max(1, budget // each)
 
     def _chunk(self, s: Seq, budget: int) -> int:
-        """The prompt tokens of ``s`` an iteration with ``budget`` tokens left
-        takes: at most its rank's budget, in both less the draft slots the
+        """The prompt tokens of ``s`` an iteration with ``budget`` tokens left takes (``_chunk_of``)."""
+        return self._chunk_of(s.prompt - s.done, budget)
+
+    def _chunk_of(self, left: int, budget: int) -> int:
+        """The tokens of a prompt with ``left`` to prefill an iteration with ``budget``
+        tokens left takes: at most its rank's budget, in both less the draft slots the
         request is charged beside them (vLLM's ``input_budget - draft_slots``)."""
-        return min(s.prompt - s.done, budget - self.draft_slots, self.rank_tokens - self.draft_slots)
+        return min(left, budget - self.draft_slots, self.rank_tokens - self.draft_slots)
 
     def _uncached(self, s: Seq, m: Optional[Match]) -> int:
         """The prompt tokens of ``s`` admitting it with cache match ``m`` leaves to prefill."""

@@ -230,6 +230,20 @@ class EngineConfig(BaseModel):
                     "prompt before its last chunk; TensorRT-LLM allocates a prompt's context blocks at once "
                     "(kvCacheManager.cpp KVCacheManager::addSequence; its capacity scheduler charges a first "
                     "context chunk the whole prompt, getNeededBlocksOneStep)")
+    sliding_window_kv: Literal["prompt", "capped"] = Field(
+        default="prompt",
+        description="what vLLM's admission gate (prompt_kv: per_chunk) asks of a model's sliding-window "
+                    "layers, which share its KV pool (their windows' blocks beside each running request's own). "
+                    "prompt (0.19): every sliding-window group's blocks of the whole prompt past the window of "
+                    "its cached tokens, as many again as its full-attention layers' for a fresh prompt "
+                    "(v1/core/kv_cache_manager.py can_fit_full_sequence). capped (from 0.20): no more than a "
+                    "request holds in a group, cdiv(min(window - 1 + max_num_batched_tokens, max_model_len), "
+                    "block_size) + 1 blocks less those its hit covers (single_type_kv_cache_manager.py "
+                    "get_num_blocks_to_allocate, apply_admission_cap: SlidingWindowSpec."
+                    "max_admission_blocks_per_request), and the prompt's first chunk must fit too "
+                    "(allocate_slots' own test). Either way a prompt's chunk holds the window behind it and the "
+                    "chunk in every group while it runs. No effect on a model without sliding-window layers or "
+                    "a pool split by a ratio (SGLang, TensorRT-LLM)")
     new_token_ratio_init: Optional[float] = Field(
         default=None, gt=0, le=1,
         description="expected_output: the share of running requests' remaining output admission expects them "

@@ -516,7 +516,9 @@ class FastReplica(ReplicaBase):
             return False
         if self.expects_output or self.reserves_decode:
             return True     # its KV test is _first_admissible's, iteration by iteration
-        need, total, _ = self._admission(head)
+        # (its first chunk's budget: what the stretch's decodes leave; no prompt is part-way)
+        budget = self._after_decodes(self.B) if cfg.mixes_prefill else cfg.max_num_batched_tokens
+        need, total, _ = self._admission(head, budget=budget if self.per_chunk else 0)
         return not self._no_room(head, need, total, self.num_blocks - self.used_blocks(self.G + 1))
 
     def _block_boundary(self, g: int) -> int:
