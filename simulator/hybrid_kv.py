@@ -122,11 +122,22 @@ def window_blocks(model: ModelProfile, block_size: int) -> int:
     return 0 if groups is None else groups.steady
 
 
+def frees_when_processed(cfg: EngineConfig) -> bool:
+    """Whether a request's blocks below the window go back only once the tokens before them
+    are processed, not when they are scheduled (``sliding_window_kv: processed``, from
+    0.26: ``allocate_slots`` frees up to ``num_computed_tokens - num_in_flight_tokens``),
+    which differs where the next iteration is scheduled while one runs (async scheduling:
+    its batch queue holds the previous step, whose tokens are in flight)."""
+    return cfg.sliding_window_kv == "processed" and cfg.plans_ahead
+
+
 def admission_cap(groups: SlidingGroups, cfg: EngineConfig, max_model_len: int) -> int:
     """The blocks per group vLLM's whole-prompt gate asks at most under ``cfg``
-    (``sliding_window_kv: capped``, from 0.20: :meth:`SlidingGroups.request_bound`);
-    0 where it asks for the whole prompt or admits no prompt on its whole length
-    (``prompt_kv: whole``)."""
+    (``sliding_window_kv: capped``, from 0.20: :meth:`SlidingGroups.request_bound` with a
+    budget of tokens in flight; from 0.26 one a batch in flight, two under async
+    scheduling: ``VllmConfig.max_in_flight_tokens``); 0 where it asks for the whole prompt
+    or admits no prompt on its whole length (``prompt_kv: whole``)."""
     if not cfg.per_chunk_kv or cfg.sliding_window_kv == "prompt":
         return 0
-    return groups.request_bound(cfg.max_num_batched_tokens, max_model_len)
+    batches = 2 if frees_when_processed(cfg) else 1
+    return groups.request_bound(batches * cfg.max_num_batched_tokens, max_model_len)

@@ -295,8 +295,8 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None, admission=None) 
     if (scheduler == "continuous" and chunked and not contiguous and "kv_admission" not in extra
             and draw(st.booleans())):
         extra["prompt_kv"] = "per_chunk"
-        # from vLLM 0.20 the gate caps a sliding-window group's blocks (a model with windows: sliding_windows)
-        extra["sliding_window_kv"] = draw(st.sampled_from(["prompt", "capped"]))
+        # from vLLM 0.20 the gate caps a sliding-window group's blocks, from 0.26 they go back once processed
+        extra["sliding_window_kv"] = draw(st.sampled_from(["prompt", "capped", "processed"]))
     # vLLM 0.6's multi-step scheduling: prefill-only steps between decode blocks.
     if (scheduler == "continuous" and not chunked and not mixed
             and extra.get("kv_admission") not in ("expected_output", "decode_reservation") and draw(st.booleans())):

@@ -166,12 +166,16 @@ def check_prompt_windows(rep, planned: dict, where: str) -> None:
     assert rep.window_extra == sum(s.window_extra for s in rep.running), where
     w = rep.windows
     for s in rep.running:
+        # (freed once processed, sliding_window_kv: processed: from the window of the last chunk's start)
+        base, lag = (s.done, False) if s.window_from < 0 else (s.window_from, True)
         if s.state != PREFILL:
-            assert s.window_extra == 0, where
+            want = max(0, w.held(base, s.prompt + 1) - rep.window_blocks) if lag else 0
         elif rep.per_chunk:
             c = planned.get(id(s), 0)
-            want = max(0, w.held(s.done, s.done + c) - rep.window_blocks) if w is not None and c else 0
-            assert s.window_extra == want, f"{where}: {s.window_extra} window blocks beyond a window, not {want}"
+            want = max(0, w.held(base, s.done + c) - rep.window_blocks) if w is not None and (c or lag) else 0
+        else:
+            continue
+        assert s.window_extra == want, f"{where}: {s.window_extra} window blocks beyond a window, not {want}"
 
 
 @contextmanager

@@ -62,6 +62,8 @@ class Audited:
         super()._boundary(_ev)
         check_prompt_windows(self, {id(s): c for s, c in self.chunks_planned}, "after _boundary")
         assert 0 <= self.kv_used_now(self.env.now) <= self.num_blocks
+        if getattr(self, "seg", None) is not None and self.lingering:    # kept one iteration, not a stretch
+            assert self.seg[1] == 1, "a decode stretch holds a chunk's windows past its first iteration"
 
     def _plan(self, now):
         planned = super()._plan(now)
@@ -86,7 +88,7 @@ def chunked_vllm(draw) -> EngineConfig:
     return EngineConfig(chunked_prefill=True, max_num_seqs=seqs, block_size=draw(st.sampled_from([4, 16])),
                         max_num_batched_tokens=draw(st.integers(max(seqs, 16), 300)),
                         prompt_kv=draw(st.sampled_from(["per_chunk", "per_chunk", "whole"])),
-                        sliding_window_kv=draw(st.sampled_from(["prompt", "capped"])),
+                        sliding_window_kv=draw(st.sampled_from(["prompt", "capped", "processed"])),
                         cache_preempted_output=draw(st.booleans()), schedule_ahead=draw(st.booleans()))
 
 
@@ -210,3 +212,26 @@ def test_a_long_hit_past_a_capped_gate_waits_for_its_first_chunk():
         s = Seq(Request(1, 1.0, 8000, 1, blocks=ids[:496] + (1000, 1001, 1002, 1003)))
         need[mode] = (rep._admission(s)[0], rep._admission(s, budget=2048)[0])
     assert need == {"capped": (509, 512), "prompt": (512, 512)}
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("mode, free", [("prompt", [844, 708, 580, 476, 590]),
+                                        ("processed", [844, 588, 452, 348, 474, 590])])
+def test_from_0_26_a_chunks_windows_go_back_once_it_is_processed(engine, mode, free):
+    """An 8,000-token prompt of gpt-oss-120b alone in 2,048-token chunks, the next iteration
+    scheduled while one runs. Freed as scheduled (0.19-0.25) each chunk holds the window behind
+    it and itself in the sliding-window group: 1,100 blocks less 128 + 128, 256 + 136, 384 + 136,
+    500 + 124, then 501 + 9 as it decodes. Freed once processed (0.26 on) a chunk keeps the
+    window behind the previous chunk and that chunk, the previous chunk's tokens being in
+    flight: 256 + 256, 384 + (384 − 120), 500 + (500 − 248), and its first decode the last
+    chunk's, 501 + (501 − 376), before 501 + 9."""
+    windows = sliding_groups(load_model("gpt-oss-120b"), 16)
+    cfg = EngineConfig(chunked_prefill=True, max_num_batched_tokens=2048, max_num_seqs=8, block_size=16,
+                       prompt_kv="per_chunk", prefix_cache=False, sliding_window_kv=mode, schedule_ahead=True,
+                       max_model_len=16384)
+    probe = {"fast": FastProbe, "reference": ReferenceProbe}[engine]
+    probe.free_log = []
+    with mock.patch.dict(fleet.ENGINES, {engine: probe}):
+        run_open(engine, [Request(0, 0.0, 8000, 3)], cfg, 1100, cm=cost_model("gpt-oss-120b", "h100-sxm"),
+                 windows=windows)
+    assert [f for _, f in probe.free_log][:len(free)] == free

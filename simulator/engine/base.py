@@ -16,7 +16,7 @@ from simpy.events import NORMAL
 
 from ..costmodel import CostModel
 from ..costmodel.speculative import SpeculativeCostModel
-from ..hybrid_kv import SlidingGroups, admission_cap
+from ..hybrid_kv import SlidingGroups, admission_cap, frees_when_processed
 from ..metrics.gaps import GapLog
 from .blocks import ceil_div
 from .config import EngineConfig
@@ -112,6 +112,11 @@ class ReplicaBase:
         # From vLLM 0.20 (sliding_window_kv: capped) the gate asks a group for no more blocks than a
         # request holds in it, and then tests the prompt's first chunk apart; 0: the whole prompt.
         self.window_cap = 0 if self.windows is None else admission_cap(self.windows, cfg, self.max_model_len)
+        # From vLLM 0.26 under async scheduling (sliding_window_kv: processed) a chunk's blocks below
+        # the window go back one iteration later: those whose chunks ran in the iteration that ended,
+        # kept through the next (Seq.window_from).
+        self.window_lag = self.windows is not None and frees_when_processed(cfg)
+        self.lingering: list[Seq] = []
         self.gaps = gaps
         self.on_done = on_done
         self.waiting = WaitQueue()
@@ -521,7 +526,8 @@ class ReplicaBase:
         held for it (``SlidingGroups.held`` from its computed tokens), less what they
         held beyond it already."""
         assert self.windows is not None
-        return max(0, self.windows.held(s.done, upto) - self.window_blocks) - s.window_extra
+        computed = s.done if s.window_from < 0 else s.window_from
+        return max(0, self.windows.held(computed, upto) - self.window_blocks) - s.window_extra
 
     def _hold_windows(self, s: Seq, upto: int) -> int:
         """Apply :meth:`_window_change`; returns the blocks taken from free memory."""
@@ -536,13 +542,29 @@ class ReplicaBase:
         the window, ``remove_skipped_blocks``), or it stopped running."""
         self.window_extra -= s.window_extra
         s.window_extra = 0
+        s.window_from = -1
 
     def _chunks_ended(self, chunks: list) -> None:
         """The iteration that ran ``chunks`` ended (before their ``done`` moves on): each
-        chunk's windows back to a window, under ``prompt_kv: whole`` only a prompt's last."""
-        for s, c in chunks:
-            if s.window_extra and (self.per_chunk or s.done + c == s.prompt):
+        chunk's windows back to a window, under ``prompt_kv: whole`` only a prompt's last;
+        where they go back once processed (``window_lag``), those of the chunks before
+        now, and these keep what the next allocation leaves them, from the window of
+        the chunk's first token to its last (a completed prompt's first decode's slot too)."""
+        if self.window_lag:
+            for s in self.lingering:
                 self._drop_windows(s)
+            self.lingering.clear()
+        for s, c in chunks:
+            last = s.done + c == s.prompt
+            if not (self.per_chunk or last):
+                continue
+            if s.window_extra:
+                self._drop_windows(s)
+            if self.window_lag:
+                upto = s.done + c + (1 if last else 0)
+                s.window_from = s.done
+                self._hold_windows(s, upto)
+                self.lingering.append(s)
 
     def _attach(self, s: Seq, total: int, m: Optional[Match]) -> int:
         """Give an admitted sequence its KV: the cached prefix (shared, its

@@ -230,7 +230,7 @@ class EngineConfig(BaseModel):
                     "prompt before its last chunk; TensorRT-LLM allocates a prompt's context blocks at once "
                     "(kvCacheManager.cpp KVCacheManager::addSequence; its capacity scheduler charges a first "
                     "context chunk the whole prompt, getNeededBlocksOneStep)")
-    sliding_window_kv: Literal["prompt", "capped"] = Field(
+    sliding_window_kv: Literal["prompt", "capped", "processed"] = Field(
         default="prompt",
         description="what vLLM's admission gate (prompt_kv: per_chunk) asks of a model's sliding-window "
                     "layers, which share its KV pool (their windows' blocks beside each running request's own). "
@@ -241,9 +241,14 @@ class EngineConfig(BaseModel):
                     "block_size) + 1 blocks less those its hit covers (single_type_kv_cache_manager.py "
                     "get_num_blocks_to_allocate, apply_admission_cap: SlidingWindowSpec."
                     "max_admission_blocks_per_request), and the prompt's first chunk must fit too "
-                    "(allocate_slots' own test). Either way a prompt's chunk holds the window behind it and the "
-                    "chunk in every group while it runs. No effect on a model without sliding-window layers or "
-                    "a pool split by a ratio (SGLang, TensorRT-LLM)")
+                    "(allocate_slots' own test). processed (from 0.26): capped, and the blocks below the window "
+                    "go back only once the tokens before them are processed (allocate_slots: remove_skipped_blocks"
+                    "(num_computed_tokens - num_in_flight_tokens)): with async scheduling the next iteration is "
+                    "scheduled while one runs, so a chunk keeps the window behind the previous chunk and that "
+                    "chunk's blocks, a completed prompt its last chunk's through its first decode, and the cap "
+                    "counts two budgets in flight (VllmConfig.max_in_flight_tokens). Every mode holds a prompt's "
+                    "chunk and the window behind it in every group while it runs. No effect on a model without "
+                    "sliding-window layers or a pool split by a ratio (SGLang, TensorRT-LLM)")
     new_token_ratio_init: Optional[float] = Field(
         default=None, gt=0, le=1,
         description="expected_output: the share of running requests' remaining output admission expects them "

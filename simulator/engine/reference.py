@@ -238,7 +238,7 @@ class ReferenceReplica(ReplicaBase):
     def _end(self, chunks, decodes, dt: float, held: int, filled: int) -> None:
         now = self.env.now
         self.iterations += 1
-        if self.window_extra:
+        if self.window_extra or self.window_lag:
             self._chunks_ended(chunks)
         for s in decodes:
             self.gaps.add(now - s.last_token, now - s.last_token, 1)

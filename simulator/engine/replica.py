@@ -460,7 +460,7 @@ class FastReplica(ReplicaBase):
         gf = self._next_finish()
         assert gf is not None   # decoding sequences are on the heap
         n = gf - G0
-        if preempted:
+        if preempted or self.lingering:   # (a chunk's windows go back after the first iteration)
             n = 1
         elif n > 1 and self.cfg.num_scheduler_steps > 1 and self.waiting and self._head_admissible():
             n = min(n, self._block_boundary(G0 + 1) - G0)    # the head joins at the next decision
@@ -765,6 +765,8 @@ class FastReplica(ReplicaBase):
             pinned = 0 if self.cache is None else self.cache.pinned
             kv_area = self._stretch_kv_area(n, K, b, B, self.fixed_blocks + self._windows() + pinned)
         kv_peak = self.used_blocks(self.G + n)
+        if self.lingering:
+            self._chunks_ended([])
         self._decode_gaps(n, K + b * B, K + b * B * n, K + 2 * b * B)
         if self.expects_output:
             self.ratio_steps += n - 1     # the first was counted when the stretch was planned
@@ -781,7 +783,7 @@ class FastReplica(ReplicaBase):
 
     def _end_mixed(self, chunks, decoding: bool, dt: float, held: int, filled: int) -> None:
         now = self.env.now
-        if self.window_extra:
+        if self.window_extra or self.window_lag:
             self._chunks_ended(chunks)
         tokens = sum(c for _, c in chunks) + (self.B if decoding else 0)
         self.iterations += 1

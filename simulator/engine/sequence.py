@@ -21,7 +21,7 @@ class Seq:
 
     __slots__ = ("req", "order", "prompt", "done", "generated", "kv", "blocks", "state", "c", "gf", "z", "zg",
                  "last_token", "epoch",
-                 "pin", "pin_ids", "pin_blocks", "cancel", "window_extra")
+                 "pin", "pin_ids", "pin_blocks", "cancel", "window_extra", "window_from")
 
     def __init__(self, req: Request) -> None:
         self.req = req
@@ -43,6 +43,7 @@ class Seq:
         self.pin_blocks = 0      # KV blocks of those (shared; ``blocks`` counts only its own)
         self.cancel = False      # cancelled while running: leaves at the end of the iteration
         self.window_extra = 0    # blocks its prompt holds in the sliding-window groups beyond a window
+        self.window_from = -1    # tokens whose window those groups keep while its last chunk is in flight
 
     def reset_for_recompute(self) -> None:
         self.prompt = self.req.input_tokens + self.generated
