@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 
 from .costmodel import CostModel
 from .dtypes import compute_dtype, gemm_scheme
-from .hybrid_kv import admission_cap
+from .hybrid_kv import admission_cap, in_flight_tokens
 from .kv_memory import swa_window_share
 from .memory import MemoryPlan, context_room, plan_memory
 from .parallelism import kv_copies
@@ -88,9 +88,10 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
     # keeps every token, SGLang 0.8 of them)
     window = (mem.window_blocks * mem.block_size * kv_tok if share is None
               else kv_tok * tokens * share / (1.0 - share))
+    # the engine as it runs the request, its budget the one given
+    eng = None if engine is None else engine.model_copy(update={"max_num_batched_tokens": max_num_batched_tokens})
     # the blocks a sliding-window group's admission asks at most, as the pool's engine caps them
-    cap = 0 if mem.windows is None or engine is None else admission_cap(mem.windows, engine,
-                                                                         engine.longest_request(m))
+    cap = 0 if mem.windows is None or eng is None else admission_cap(mem.windows, eng, eng.longest_request(m))
     out = {
         "gpu": cm.gpu.name,
         "model": cm.model.name,
@@ -129,8 +130,8 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         out["mfu_prefill_ms"] = 2.0 * cm.model.active_params * input_tokens / (peak * mfu) * 1e3
         out["mfu_prefill_tokens_per_s"] = peak * mfu / (2.0 * cm.model.active_params)
     # a pool its stack would not start (no request of the server's longest fits its KV): a run refuses it
-    start = None if engine is None else context_room(mem, engine.kv_memory, cm.model, cm.gpu.name, cm.gpus,
-                                                     engine.longest_request(cm.model))
+    start = None if eng is None else context_room(mem, eng.kv_memory, cm.model, cm.gpu.name, cm.gpus,
+                                                  eng.longest_request(cm.model), in_flight_tokens(eng))
     if start is not None:
         out["warnings"] = [start]
     return out

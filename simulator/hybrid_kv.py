@@ -139,5 +139,11 @@ def admission_cap(groups: SlidingGroups, cfg: EngineConfig, max_model_len: int) 
     or admits no prompt on its whole length (``prompt_kv: whole``)."""
     if not cfg.per_chunk_kv or cfg.sliding_window_kv == "prompt":
         return 0
-    batches = 2 if frees_when_processed(cfg) else 1
-    return groups.request_bound(batches * cfg.max_num_batched_tokens, max_model_len)
+    return groups.request_bound(in_flight_tokens(cfg), max_model_len)
+
+
+def in_flight_tokens(cfg: EngineConfig) -> int:
+    """The tokens a request may have allocated past its window: a budget's, two from 0.26
+    under async scheduling (``VllmConfig.max_in_flight_tokens``), where
+    :meth:`SlidingGroups.request_bound` reads them."""
+    return (2 if frees_when_processed(cfg) else 1) * cfg.max_num_batched_tokens

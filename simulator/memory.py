@@ -304,7 +304,7 @@ def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight
 
 
 def context_room(mem: MemoryPlan, kv_memory: Optional[KvMemory], model: ModelProfile, gpu: str, gpus: int,
-                 max_model_len: int) -> Optional[str]:
+                 max_model_len: int, in_flight: int) -> Optional[str]:
     """Why the stack would not start because one request of ``max_model_len``
     tokens does not fit an attention rank's KV pool, in its terms, or None: a
     rule that starts anyway (:attr:`~.kv_memory.KvRule.needs_one_context`), or
@@ -312,18 +312,31 @@ def context_room(mem: MemoryPlan, kv_memory: Optional[KvMemory], model: ModelPro
     does but is no vLLM server that would refuse to start).
     vLLM checks it once the pool is sized, whatever the traffic: a deployment
     whose model's context does not fit sets ``--max-model-len``. The request's
-    sliding-window layers take their windows from the same pool
-    (:attr:`MemoryPlan.window_blocks`)."""
+    sliding-window layers take their blocks from the same pool, as many as it
+    can hold in them with ``in_flight`` tokens allocated past the window
+    (kv_cache_utils.py ``_max_memory_usage_bytes_from_groups`` over each group's
+    ``max_memory_usage_bytes``: :meth:`.hybrid_kv.SlidingGroups.request_bound`)."""
     if kv_memory is None or not RULES[kv_memory.rule].needs_one_context:
         return None
-    rank_blocks = mem.num_blocks // mem.dp - mem.window_blocks
-    need = math.ceil(max_model_len / mem.block_size)
+    rank_blocks = mem.num_blocks // mem.dp
+    windows = mem.windows
+
+    def blocks(tokens: int) -> int:
+        own = math.ceil(tokens / mem.block_size)
+        return own if windows is None else own + windows.pool_blocks(windows.request_bound(in_flight, tokens))
+
+    need = blocks(max_model_len)
     if need <= rank_blocks:
         return None
-    held = max(rank_blocks, 0) * mem.block_size
+    # the longest that fits, as vLLM's estimate_max_model_len searches for it
+    lo, hi = 0, max_model_len
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if blocks(mid) <= rank_blocks else (lo, mid - 1)
+    held = lo
     per_rank = "" if mem.dp == 1 else " per attention rank"
     gb = lambda tokens: f"{tokens * mem.kv_bytes_per_token / 1e9:,.2f} GB"  # noqa: E731
-    beside = " beside its sliding-window layers' windows" if mem.window_blocks else ""
+    beside = " beside what its sliding-window layers hold of it" if windows is not None else ""
     return (f"{model.name}'s {max_model_len:,}-token context{DOES_NOT_FIT}{gpus}× {gpu} as vLLM sizes its KV "
             f"cache: one request of max_model_len needs {gb(need * mem.block_size)} of KV{per_rank}, the pool "
             f"holds {held:,} tokens ({gb(held)}){beside}, "

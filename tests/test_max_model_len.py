@@ -1,10 +1,12 @@
 """``engine.max_model_len``: the longest request a server takes, and vLLM's
 refusal to start when one request of it does not fit an attention rank's KV
 pool (v1/core/kv_cache_utils.py ``check_enough_kv_cache_memory``). gpt-oss-120b
-on one H100 at vLLM's defaults leaves it 0.71 GB of KV, 19,280 tokens beside
-its sliding-window layers' windows (of the 79.22 GiB CUDA reports, beside the
-65.3 GiB its Triton MoE kernels hold the MXFP4 experts in), short of its
-131,072-token context: the server does not start, and a plan must not buy it."""
+on one H100 at vLLM's defaults leaves it 0.71 GB of KV (of the 79.22 GiB CUDA
+reports, beside the 65.3 GiB its Triton MoE kernels hold the MXFP4 experts in),
+1,214 blocks, of which its sliding-window layers may hold a window and a budget
+of tokens in flight, 521 (kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes):
+11,088 tokens, short of its 131,072-token context. The server does not start,
+and a plan must not buy it."""
 from __future__ import annotations
 
 import json
@@ -42,7 +44,7 @@ def test_vllm_refuses_a_pool_that_holds_no_request_of_its_context(cli, tmp_path)
     r = cli("run", _scenario(tmp_path), "-o", tmp_path / "out")
     assert r.code == 2 and "Traceback" not in r.err
     assert "pools[0].engine.max_model_len" in r.err and "131,072-token context does not fit on 1× h100-sxm" in r.err
-    assert "at most 19,280" in " ".join(r.err.split())
+    assert "at most 11,088" in " ".join(r.err.split())
     assert not (tmp_path / "out").exists()
 
 
@@ -54,19 +56,23 @@ def test_a_max_model_len_the_pool_holds_runs(cli, tmp_path):
 
 
 def test_the_pool_vllm_refuses_is_one_held_one_token_short():
-    """The check is in blocks of one attention rank, the request's windows taken from the same pool:
-    the largest max_model_len the refusal names runs."""
+    """The check is in blocks of one attention rank, the request's sliding-window layers' taken from the
+    same pool, a window and the tokens in flight (cdiv(127 + 8,192, 16) + 1 = 521 blocks; from 0.26 under
+    async scheduling two budgets in flight, 1,033): the largest max_model_len the refusal names runs."""
     model, gpu = load_model("gpt-oss-120b"), load_hardware("h100-sxm")
     vllm = KvMemory(rule="vllm")
     mem = plan_memory(model, gpu, 1, "mxfp4", "bf16", 0.9, 8192, 1024, 16, kv_memory=vllm)
-    held = (mem.num_blocks - mem.window_blocks) * mem.block_size
-    assert context_room(mem, vllm, model, gpu.name, 1, held) is None
-    why = context_room(mem, vllm, model, gpu.name, 1, held + 1)
-    assert why is not None and does_not_fit(why)       # a plan's infeasible candidate, not bad input
-    assert context_room(mem, None, model, gpu.name, 1, held + 1) is None     # llmsim's generic engine starts
+    for in_flight, windows in ((8192, 521), (2 * 8192, 1033)):
+        assert mem.windows.request_bound(in_flight, 10**6) == windows
+        held = (mem.num_blocks - windows) * mem.block_size
+        assert context_room(mem, vllm, model, gpu.name, 1, held, in_flight) is None
+        why = context_room(mem, vllm, model, gpu.name, 1, held + 1, in_flight)
+        assert why is not None and does_not_fit(why)       # a plan's infeasible candidate, not bad input
+        assert f"at most {held:,}" in why
+    assert context_room(mem, None, model, gpu.name, 1, held + 1, 8192) is None     # llmsim's generic engine starts
     for rule in ("sglang", "trtllm"):   # they cap a prompt at the pool instead of refusing to start
         other = plan_memory(model, gpu, 2, "mxfp4", "bf16", 0.9, 8192, 1024, 16, kv_memory=KvMemory(rule=rule))
-        assert context_room(other, KvMemory(rule=rule), model, gpu.name, 2, 10**9) is None
+        assert context_room(other, KvMemory(rule=rule), model, gpu.name, 2, 10**9, 8192) is None
 
 
 def test_tensor_parallel_gpus_hold_the_context(cli, tmp_path):

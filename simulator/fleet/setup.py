@@ -17,6 +17,7 @@ from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
+from ..hybrid_kv import in_flight_tokens
 from ..memory import MemoryPlan, context_room, has_full_attention, plan_memory, prefill_graph_tokens
 from ..pipeline import Pipeline, plan_pipeline_memory
 from .pp_refusals import refusal
@@ -230,7 +231,7 @@ def _holds_one_context(e: EngineConfig, model: ModelProfile, gpu: HardwareProfil
         raise LlmsimError(f"max_model_len {e.max_model_len:,} exceeds {model.name}'s context of {ctx:,} tokens "
                           f"(the stacks refuse it unless told to ignore the model's limit)", source=source,
                           key_path=f"{where}.engine.max_model_len")
-    why = context_room(mem, e.kv_memory, model, gpu.name, gpus, e.longest_request(model))
+    why = context_room(mem, e.kv_memory, model, gpu.name, gpus, e.longest_request(model), in_flight_tokens(e))
     if why is not None:
         raise LlmsimError(why, source=source, key_path=f"{where}.engine.max_model_len")
 
