@@ -38,7 +38,7 @@ from typing import Optional
 
 from .errors import LlmsimError
 from .kv_memory import GpuShare, KvMemory, draft_in_reserve, kv_budget, rank_token_cap
-from .memory import (DOES_NOT_FIT, MemoryPlan, activation_bytes_per_token, sglang_prefill_graph_blockers,
+from .memory import (DOES_NOT_FIT, MemoryPlan, activation_bytes_per_token, deployment_graph_blockers,
                      sglang_prefill_graph_kind)
 from .parallelism import Parallelism, replica_kv_bytes_per_token, tp_whole_weight_bytes
 from .profiles.hardware import HardwareProfile
@@ -106,7 +106,7 @@ def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp:
     per_token = activation_bytes_per_token(model, tp)
     kv_token = replica_kv_bytes_per_token(model, Parallelism(tp), kv_dtype)    # whole model, one tp group
     blocks, shares = None, []
-    blockers = sglang_prefill_graph_blockers(model) | {"pp"}
+    blockers = deployment_graph_blockers(model, pp=pp)
     for s, n in enumerate(pipe.layers):
         last = s == pp - 1
         weights = (body * n / L + (embed if s == 0 else 0.0) + (head if last else 0.0)) / tp + whole * n / L
