@@ -33,7 +33,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Optional
 
-from .profiles.model import ModelProfile
+from .profiles.model import ModelProfile, window_span_blocks
 
 if TYPE_CHECKING:
     from .engine.config import EngineConfig
@@ -66,7 +66,7 @@ class SlidingGroups:
     def steady(self) -> int:
         """Pool blocks a decoding request's windows hold: cdiv(window − 1, block_size) + 1
         a group, where the window straddles a block more than it fills."""
-        return self.pool_blocks(-(-(self.window - 1) // self.block_size) + 1)
+        return self.pool_blocks(window_span_blocks(self.window, self.block_size))
 
     def held(self, computed: int, upto: int) -> int:
         """Pool blocks the groups hold for a request allocated slots up to token
@@ -110,16 +110,7 @@ def sliding_groups(model: ModelProfile, block_size: int) -> Optional[SlidingGrou
     group = min(sliding, full)
     if max(sliding, full) < group * 1.5:
         group = max(sliding, full)
-    window = min(model.sliding_window or model.max_position_embeddings, model.max_position_embeddings)
-    return SlidingGroups(window, block_size, -(-sliding // group) * group, full)
-
-
-def window_blocks(model: ModelProfile, block_size: int) -> int:
-    """Pool blocks (of the full-attention layers' ``block_size`` tokens) that one
-    decoding request's sliding-window layers hold in vLLM's shared pool
-    (:attr:`SlidingGroups.steady`; 0 for a model without both kinds of layer)."""
-    groups = sliding_groups(model, block_size)
-    return 0 if groups is None else groups.steady
+    return SlidingGroups(model.window_tokens, block_size, -(-sliding // group) * group, full)
 
 
 def frees_when_processed(cfg: EngineConfig) -> bool:

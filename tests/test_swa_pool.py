@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import pytest
 
-from simulator.hybrid_kv import window_blocks
+from simulator.hybrid_kv import sliding_groups
 from simulator.kv_memory import GpuShare, KvMemory, kv_budget
 from simulator.memory import activation_bytes_per_token, plan_memory
 from simulator.parallelism import Parallelism, weight_bytes_per_gpu
@@ -73,7 +73,7 @@ def test_vllms_groups_set_a_windows_blocks_in_the_pool(sliding, full, blocks):
     base = load_model("gpt-oss-120b")
     m = base.model_copy(update={"num_hidden_layers": sliding + full,
                                 "layer_types": ("sliding_attention",) * sliding + ("full_attention",) * full})
-    assert window_blocks(m, 16) == blocks
+    assert sliding_groups(m, 16).steady == blocks
 
 
 def test_releases_before_0_5_9_keep_every_layer_for_every_token():

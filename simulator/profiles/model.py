@@ -53,6 +53,14 @@ _FP32_ROUTER_FAMILIES = {"minimax_m2"}
 _TP_QK_NORM_FAMILIES = {"minimax_m2"}
 
 
+
+def window_span_blocks(window: int, block_size: int) -> int:
+    """The ``block_size``-token blocks a decoding sequence's ``window`` spans: cdiv(window − 1,
+    block_size) + 1, the window's last window − 1 tokens and the one it writes, a block more where
+    the window does not start on a block boundary (the window itself in blocks of one token)."""
+    return -(-(window - 1) // block_size) + 1
+
+
 class ModelProfile(BaseModel):
     """A decoder-only transformer: dense (Llama family and look-alikes), with
     mixture-of-experts MLPs, multi-head latent attention (MLA) and
@@ -415,11 +423,15 @@ class ModelProfile(BaseModel):
         held = self.window_blocks_held(block_size) * block_size
         return float(self.num_sliding_layers * self.kv_elements_per_layer * held) * BYTES[kv_dtype]
 
+    @property
+    def window_tokens(self) -> int:
+        """The tokens a sliding-window layer attends to: its window, or the whole context where that is shorter."""
+        return min(self.sliding_window or self.max_position_embeddings, self.max_position_embeddings)
+
     def window_blocks_held(self, block_size: int) -> int:
         """The ``block_size``-token blocks one decoding sequence's window spans in a sliding-window
-        layer: cdiv(window − 1, block_size) + 1 (the window itself in blocks of one token)."""
-        window = min(self.sliding_window or self.max_position_embeddings, self.max_position_embeddings)
-        return -(-(window - 1) // block_size) + 1
+        layer (:func:`window_span_blocks`)."""
+        return window_span_blocks(self.window_tokens, block_size)
 
     def summary(self) -> dict:
         out = {
