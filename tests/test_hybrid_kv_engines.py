@@ -93,8 +93,8 @@ def chunked_vllm(draw) -> EngineConfig:
 
 
 def alone(r: Request, windows: SlidingGroups) -> int:
-    """Blocks ``r`` needs to run alone: its KV and window, and its uncapped admission gate
-    readmitted with all but its last token to recompute (``ReplicaBase.can_ever_serve``)."""
+    """Blocks ``r`` needs to run alone and, preempted, be readmitted with no prefix cache: its KV
+    and window, and its uncapped admission gate with all but its last token to recompute."""
     bs, longest = windows.block_size, max(r.input_tokens + r.output_tokens - 1, r.input_tokens)
     return max(-(-longest // bs) + windows.steady, -(-longest // bs) + windows.admission(longest, 0))
 
@@ -235,3 +235,40 @@ def test_from_0_26_a_chunks_windows_go_back_once_it_is_processed(engine, mode, f
         run_open(engine, [Request(0, 0.0, 8000, 3)], cfg, 1100, cm=cost_model("gpt-oss-120b", "h100-sxm"),
                  windows=windows)
     assert [f for _, f in probe.free_log][:len(free)] == free
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_prompt_whose_gate_fits_is_served_though_its_readmission_would_not_fit(engine):
+    """gpt-oss-120b on 1,214 blocks (one H100 at vLLM 0.19.1's defaults): a 9,000-token prompt
+    asks 563 blocks in each group (1,126) and fits; readmitted after a preemption with its
+    1,000-token output it would ask 625 in each (1,250), past the pool. Alone it is never
+    preempted, so vLLM serves it: it is not rejected on arrival. A prompt whose own gate exceeds
+    the pool (10,000 tokens: 625 × 2) never is, and is rejected."""
+    windows = sliding_groups(load_model("gpt-oss-120b"), 16)
+    cfg = EngineConfig(chunked_prefill=True, max_num_batched_tokens=2048, max_num_seqs=8, block_size=16,
+                       prompt_kv="per_chunk", prefix_cache=False, max_model_len=11088)
+    reqs = [Request(0, 0.0, 9000, 1000), Request(1, 100.0, 10000, 10)]
+    run = run_open(engine, reqs, cfg, 1214, cm=cost_model("gpt-oss-120b", "h100-sxm"), windows=windows)
+    served, too_long = run.requests
+    assert served.status is Status.FINISHED and served.preemptions == 0
+    assert too_long.status is Status.REJECTED
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_preempted_request_the_gate_never_readmits_ends_stranded_once_the_pool_drains(engine):
+    """A 16-token prompt decoding 1,100 tokens, then a 500-token one decoding 400, on 90 blocks of 16
+    tokens (a 128-token window, one group as many layers as the full-attention ones): the second's
+    gate asks 32 + 32 blocks and both run until their growth preempts it, some 800 tokens long.
+    Readmitted with its output so far and no prefix cache, its gate asks past the 90 blocks, which
+    vLLM 0.19 would wait for forever: it ends STRANDED once nothing else runs, the first finished, having
+    been admitted and streamed (never REJECTED, which says a request was never admitted)."""
+    windows = SlidingGroups(128, 16, 1, 1)
+    cfg = EngineConfig(chunked_prefill=True, max_num_batched_tokens=2048, max_num_seqs=8, block_size=16,
+                       prompt_kv="per_chunk", prefix_cache=False)
+    reqs = [Request(0, 0.0, 16, 1100), Request(1, 0.001, 500, 400)]
+    run = run_open(engine, reqs, cfg, 90, windows=windows)
+    first, second = run.requests
+    assert first.status is Status.FINISHED
+    assert second.preemptions >= 1 and second.status is Status.STRANDED and second.finish >= first.finish
+    assert second.admitted < second.first_token < second.finish
+    assert all(not r.running and r.kv_used_now(r.env.now) == 0 for r in run.pool.replicas)

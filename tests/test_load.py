@@ -103,6 +103,19 @@ def test_the_verdict_counts_what_was_not_served_and_shedding_is_overload():
     assert "shed by the fleet" in b["verdict"]
 
 
+def test_one_stranded_request_is_overload_and_the_verdict_says_why():
+    """A request preempted and never readmittable would hang the real server: one is enough to fail
+    the fleet, however level its queue, and the verdict names it (not as shed: it was admitted)."""
+    t = np.arange(0, 100, 0.1)
+    kinds = np.array([int(Status.FINISHED)] * t.size)
+    b = load_block(_records(t, t, t + 1.0, kinds), 100.0)
+    assert not b["overloaded"] and b["stranded"] == 0
+    kinds[500] = int(Status.STRANDED)
+    b = load_block(_records(t, t, t + 1.0, kinds), 100.0)
+    assert b["overloaded"] and b["stranded"] == 1 and b["shed"] == 0
+    assert b["verdict"].startswith("OVERLOADED: 1 request was preempted and could never be readmitted")
+
+
 def test_a_queue_growing_behind_cancelled_requests_is_overload():
     """An editor supersedes most completions (95 % cancelled, ending as they arrive): the other 5 % (5 req/s)
     queue behind a fleet serving 2.5 req/s of them. The growth was held against 5 % of all arrivals and read

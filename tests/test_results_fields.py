@@ -1,12 +1,13 @@
 """The results.json field reference is the writers' own declarations, and real runs match it both ways.
 
-Three small runs between them switch on every block the reference lists:
+Four small runs between them switch on every block the reference lists:
 a plain one-pool run (where every key not marked "only when" must appear),
 a one-pool run with every per-request feature (classes, regions, a gateway
 that refuses, autoscaling, speculative decoding, a host KV tier, input-length
 buckets, API pricing, a power bill, replicates), and a four-pool fleet
 (MoE with expert parallelism, LoRA on a GPU without power data, pipeline
-stages, contiguous KV, an hourly month, shards). No run may write a key the
+stages, contiguous KV, an hourly month, shards), and a request stranded after a
+preemption (vLLM's sliding-window gate). No run may write a key the
 reference lacks, and every key the reference lists must appear in one of them.
 """
 from __future__ import annotations
@@ -95,6 +96,20 @@ pools:
 cost: {monthly: {method: peak_window}}
 """
 
+# gpt-oss-120b on one H100 at vLLM 0.19's defaults (1,214 blocks): the second request is preempted some
+# 9,900 tokens long and its readmission gate asks more blocks than the pool has: it ends stranded.
+STRANDED = """\
+name: stranded
+seed: 1
+workload:
+  arrival: {type: trace, path: TRACE, format: llmsim}
+pools:
+  - name: main
+    model: gpt-oss-120b
+    gpu: h100-sxm
+    engine: {backend: vllm, prefix_cache: false, max_model_len: 11088}
+"""
+
 
 def _run(folder: Path, name: str, text: str, *options: str) -> dict:
     (folder / f"{name}.yaml").write_text(text)
@@ -119,7 +134,16 @@ def runs(tmp_path_factory) -> dict[str, dict]:
         "features": _run(folder, "features", FEATURES, "--replicates", "2", "--workers", "1"),
         "fleet": _run(folder, "fleet", FLEET.replace("GPU_FILE", str(folder / "no-power-gpu.yaml")),
                       "--shards", "2", "--workers", "1"),
+        "stranded": _stranded(folder),
     }
+
+
+def _stranded(folder: Path) -> dict:
+    trace = folder / "stranded.csv"
+    trace.write_text("timestamp,input_tokens,output_tokens\n0.0,16,10000\n0.01,600,10000\n")
+    res = _run(folder, "stranded", STRANDED.replace("TRACE", str(trace)))
+    assert res["llmsim"]["request_status"]["stranded"] == 1, res["llmsim"]["request_status"]
+    return res
 
 
 def test_the_page_is_generated_from_the_declarations():
@@ -129,7 +153,7 @@ def test_the_page_is_generated_from_the_declarations():
         f"{results_reference.PAGE} is stale: run `python -m simulator.report.results_reference`"
 
 
-@pytest.mark.parametrize("name", ["plain", "features", "fleet"])
+@pytest.mark.parametrize("name", ["plain", "features", "fleet", "stranded"])
 def test_a_run_writes_no_key_the_reference_lacks(runs, name):
     assert undeclared(runs[name], RESULTS) == []
 

@@ -19,6 +19,9 @@ class Status(IntEnum):
     REJECTED = 2
     CANCELLED = 3
     RATE_LIMITED = 4    # answered 429 by the gateway: never reached a pool
+    # admitted and streaming, then preempted, and its readmission can never fit the KV pool: the
+    # server would hold it at the head of its queue forever (vLLM's sliding-window gate)
+    STRANDED = 5
 
 
 class Request:

@@ -236,13 +236,36 @@ class ReplicaBase:
             cap = self.kv_budgets.get(req.klass)
             if cap is not None and self._footprint(req) > cap:
                 return False
-        if self.windows is not None:
-            # nor past the admission gate's windows when it is readmitted with all but its last
-            # token to recompute, after a preemption: vLLM would wait for them forever
-            longest = max(req.input_tokens + req.output_tokens - 1, req.input_tokens)
-            if ceil_div(longest, self.bs) + self._gate_windows(longest, 0) > self.num_blocks:
+        if self.windows is not None:    # nor past the admission gate's windows: vLLM would wait forever
+            own = blocks if self.cfg.scheduler == "static" or self.no_evict else ceil_div(req.input_tokens, self.bs)
+            if self._gate_alone(req.input_tokens, own) > self.num_blocks:
                 return False
         return blocks + self.window_blocks <= self.num_blocks
+
+    def _gate_alone(self, prompt: int, own: int) -> int:
+        """Blocks a prompt of ``prompt`` tokens, none cached, whose admission reserves ``own``
+        blocks of its own asks of an empty pool with sliding-window groups: the gate's and,
+        past a capped gate, its first chunk's (``_admission``). The prompt's: its readmission
+        after a preemption asks more, but a request never preempted is served
+        (``_never_readmitted``)."""
+        assert self.windows is not None
+        need = own + self._gate_windows(prompt, 0)
+        if self.window_cap:
+            upto = self._chunk_of(prompt, self.cfg.max_num_batched_tokens)
+            need = max(need, ceil_div(upto, self.bs) + max(self.window_blocks, self.windows.held(0, upto)))
+        return need
+
+    def _never_readmitted(self, s: Seq) -> bool:
+        """Whether the waiting ``s``, preempted, can never pass the admission gate again: its
+        prompt and output so far, with what its prefix cache still holds, ask more than the
+        pool's blocks with nothing else running (they only shrink as others evict them). vLLM
+        would wait for it at the head of its queue forever, the requests behind it too; it ends
+        STRANDED instead, counted apart (``request_status.stranded``, the load verdict), and
+        those behind it are served."""
+        if self.windows is None or self._batch_len() or not s.req.preemptions:
+            return False
+        return self._admission(s, budget=self.cfg.max_num_batched_tokens if self.per_chunk else 0)[0] \
+            > self.num_blocks
 
     def _reserved_blocks(self, req: Request) -> int:
         """Contiguous KV: the blocks ``req`` holds from admission to its end,
@@ -297,6 +320,11 @@ class ReplicaBase:
         w, lora = self.waiting, self.lora
         while w:
             s = w[0]
+            if self._never_readmitted(s):
+                w.popleft()
+                self.queue_len.set(self.env.now, self.queued())
+                self._end_request(s, self.env.now, Status.STRANDED)
+                continue
             if lora is None or not lora.blocked(s.req.adapter):
                 return s
             skipped.append(w.popleft())

@@ -28,7 +28,8 @@ cancelled or the gateway refused are not counted, or an editor's
 superseded completions, 96 % of an autocomplete fleet's arrivals, would
 hide a queue that doubled) and more than three of a queue of that size's
 noise (3·√(queued at T/2 + 1)); so a longer window tells a smaller
-shortfall. Also when requests never ended, or when the fleet shed
+shortfall. Also when requests never ended (or were stranded: preempted,
+their readmission could never fit again), or when the fleet shed
 more than 5 % of its requests: a fleet that turns load away does not keep
 up with it, however short its queue. Rate-limited requests are the
 gateway's quota, a product decision rather than a shortfall of GPUs, and
@@ -56,7 +57,8 @@ SHED_FRACTION = 0.05
 
 #: ``llmsim.load`` (definitions in the module docstring).
 FIELDS = {
-    "overloaded": leaf("bool", "the fleet did not keep up: its queue grew, requests never ended, or it shed over 5 %"),
+    "overloaded": leaf("bool", "the fleet did not keep up: its queue grew, requests never ended or were stranded, "
+                               "or it shed over 5 %"),
     "window_s": leaf("s", "the arrival window T: workload.duration_s, else (and for a trace) the last arrival"),
     "offered_rps": leaf("req/s", "requests that arrived by T, per second of T"),
     "completed_rps": leaf("req/s", "requests finished by T, per second of T"),
@@ -66,6 +68,8 @@ FIELDS = {
     "running_at_end": leaf("count", "requests admitted and not yet ended at T"),
     "queue_growth_rps": leaf("req/s", "(queued_at_end − queued_at_mid) / (T/2)"),
     "unfinished": leaf("count", "requests still pending when the run stopped"),
+    "stranded": leaf("count", "requests preempted after streaming whose readmission could never fit the KV pool "
+                              "again: the server would have held them, and those queued behind them, forever"),
     "shed": leaf("count", "requests the fleet turned away (rejected on admission or never fitting its KV)"),
     "too_long": leaf("count", "requests longer than their pool's server takes (engine.max_model_len), rejected "
                               "as the stack rejects bad input: not shed, since more GPUs would not serve them"),
@@ -118,6 +122,7 @@ def load_block(rec: Records, window_s: Optional[float], too_long: Optional[np.nd
     second_half = int(np.count_nonzero(arrived & (arrival > mid) & ~withdrawn))
     growth = q_end - q_mid
     unfinished = int(np.count_nonzero(status == int(Status.PENDING)))
+    stranded = int(np.count_nonzero(status == int(Status.STRANDED)))
     refused = status == int(Status.REJECTED)
     invalid = refused & too_long if too_long is not None else np.zeros_like(refused)
     rejected = int(np.count_nonzero(refused & ~invalid))
@@ -125,7 +130,7 @@ def load_block(rec: Records, window_s: Optional[float], too_long: Optional[np.nd
     cancelled = int(np.count_nonzero(status == int(Status.CANCELLED)))
     growing = growth > growth_noise(second_half, q_mid)
     shedding = rejected > SHED_FRACTION * len(rec)
-    overloaded = bool(growing or unfinished or shedding)
+    overloaded = bool(growing or unfinished or stranded or shedding)
     per_s = (lambda n: n / t) if t > 0 else (lambda n: None)
     ended = end[np.isfinite(end)]
     out = {
@@ -139,6 +144,7 @@ def load_block(rec: Records, window_s: Optional[float], too_long: Optional[np.nd
         "running_at_end": running,
         "queue_growth_rps": growth / mid if mid > 0 else None,
         "unfinished": unfinished,
+        "stranded": stranded,
         "shed": rejected,
         "shed_fraction": rejected / len(rec),
         "too_long": int(np.count_nonzero(invalid)),
@@ -193,6 +199,10 @@ def _verdict(b: dict[str, Any]) -> str:
     why = [f"the queue grew by {_rps(b['queue_growth_rps'])} req/s"] if b["queued_at_end"] > b["queued_at_mid"] else []
     if b["unfinished"]:
         why.append(f"{b['unfinished']:,} requests never finished")
+    if b["stranded"]:
+        n = b["stranded"]
+        why.append(f"{n:,} request{' was' if n == 1 else 's were'} preempted and could never be readmitted (the "
+                   f"server would have held {'it' if n == 1 else 'them'} forever)")
     if b["shed_fraction"] > SHED_FRACTION:
         why.append(f"it shed {100 * b['shed_fraction']:.1f} % of the requests")
     tail = f"; the backlog took {b['drain_s']:,.0f} s to drain" if b["drain_s"] else ""

@@ -46,7 +46,7 @@ __all__ = ["compute_results", "jsonable", "write_results", "FIELDS", "SLO_FIELDS
 
 
 #: What vLLM's bench would count as a failed request: refused (400, or 429 at a rate limit) or never answered.
-_FAILED = [int(Status.REJECTED), int(Status.RATE_LIMITED), int(Status.PENDING)]
+_FAILED = [int(Status.REJECTED), int(Status.RATE_LIMITED), int(Status.PENDING), int(Status.STRANDED)]
 
 
 def _ratio(num: float, den: float | None) -> float | None:
@@ -153,10 +153,12 @@ FIELDS = {
 
 _STATUS = {"pending": "still in flight when the run stopped", "finished": "served to their last token",
            "rejected": "shed on admission, or too long ever to fit", "cancelled": "withdrawn by their client",
-           "rate_limited": "answered 429 by the gateway's rate limit"}
+           "rate_limited": "answered 429 by the gateway's rate limit",
+           "stranded": "preempted after streaming and never readmitted (the KV admission gate could not fit "
+                       "them again: the server would have held them forever)"}
 #: ``llmsim.request_status``: every request once, by how it ended (a status with no meaning here fails on import).
-STATUS_FIELDS = {s.name.lower(): leaf("count", f"requests {_STATUS[s.name.lower()]}",
-                                      when="a class has a rate_limit" if s is Status.RATE_LIMITED else None)
+_WHEN = {Status.RATE_LIMITED: "a class has a rate_limit", Status.STRANDED: "a request was stranded"}
+STATUS_FIELDS = {s.name.lower(): leaf("count", f"requests {_STATUS[s.name.lower()]}", when=_WHEN.get(s))
                  for s in Status}
 
 
@@ -213,8 +215,9 @@ def compute_results(requests: Iterable[Request], gaps: GapLog | GapGrid | None, 
         res["slo"] = _slo_block(spec, samples, itl, good, tpot_or_zero)
 
     status = {s.name.lower(): int(np.count_nonzero(a.status == int(s))) for s in Status}
-    if not status["rate_limited"]:     # only a gateway with rate limits answers 429
-        del status["rate_limited"]
+    for rare in ("rate_limited", "stranded"):    # only a gateway with rate limits answers 429; only a pool
+        if not status[rare]:                     # whose readmission asks more than admission strands
+            del status[rare]
     block = dict(llmsim or {})
     block.setdefault("request_status", status)
     res["llmsim"] = block

@@ -11,7 +11,7 @@ OK, FAIL = "[green]✓[/]", "[red]✗[/]"
 #: Why requests failed (``llmsim.request_status`` keys), shown under the failed count: vLLM lumps them
 #: together, a capacity plan must not (shed is capacity, 429 a rate limit, unfinished a short window).
 FAILED_PARTS = (("rejected", "rejected (shed or never fits)"), ("rate_limited", "rate-limited (429 at the gateway)"),
-                ("pending", "unfinished at the end"))
+                ("pending", "unfinished at the end"), ("stranded", "stranded (preempted, never readmitted)"))
 
 
 def gpu_hours(gh: float) -> str:
