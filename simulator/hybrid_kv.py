@@ -122,19 +122,23 @@ def frees_when_processed(cfg: EngineConfig) -> bool:
     return cfg.sliding_window_kv == "processed" and cfg.plans_ahead
 
 
-def admission_cap(groups: SlidingGroups, cfg: EngineConfig, max_model_len: int) -> int:
+def admission_cap(groups: SlidingGroups, cfg: EngineConfig, max_model_len: int, rank_tokens: int = 0) -> int:
     """The blocks per group vLLM's whole-prompt gate asks at most under ``cfg``
     (``sliding_window_kv: capped``, from 0.20: :meth:`SlidingGroups.request_bound` with a
     budget of tokens in flight; from 0.26 one a batch in flight, two under async
     scheduling: ``VllmConfig.max_in_flight_tokens``); 0 where it asks for the whole prompt
-    or admits no prompt on its whole length (``prompt_kv: whole``)."""
+    or admits no prompt on its whole length (``prompt_kv: whole``). ``rank_tokens`` as in
+    :func:`in_flight_tokens`."""
     if not cfg.per_chunk_kv or cfg.sliding_window_kv == "prompt":
         return 0
-    return groups.request_bound(in_flight_tokens(cfg), max_model_len)
+    return groups.request_bound(in_flight_tokens(cfg, rank_tokens), max_model_len)
 
 
-def in_flight_tokens(cfg: EngineConfig) -> int:
+def in_flight_tokens(cfg: EngineConfig, rank_tokens: int = 0) -> int:
     """The tokens a request may have allocated past its window: a budget's, two from 0.26
     under async scheduling (``VllmConfig.max_in_flight_tokens``), where
-    :meth:`SlidingGroups.request_bound` reads them."""
-    return (2 if frees_when_processed(cfg) else 1) * cfg.max_num_batched_tokens
+    :meth:`SlidingGroups.request_bound` reads them. The budget is one attention-DP rank's,
+    ``rank_tokens`` where given: a replica of dp ranks runs on their summed budget
+    (``fleet.setup.rank_limits``), but each rank's engine core sizes its groups from its own
+    ``max_num_batched_tokens``."""
+    return (2 if frees_when_processed(cfg) else 1) * (rank_tokens or cfg.max_num_batched_tokens)

@@ -272,3 +272,30 @@ def test_a_preempted_request_the_gate_never_readmits_ends_stranded_once_the_pool
     assert second.preemptions >= 1 and second.status is Status.STRANDED and second.finish >= first.finish
     assert second.admitted < second.first_token < second.finish
     assert all(not r.running and r.kv_used_now(r.env.now) == 0 for r in run.pool.replicas)
+
+
+def test_attention_dp_ranks_cap_the_gate_at_one_ranks_budget(engine):
+    """Each of vLLM's attention-DP engine cores sizes its sliding-window groups from its own
+    max_num_batched_tokens, which a replica of two ranks doubles (4,096 for two of 2,048): the
+    gate asks the 8,000-token prompt for 500 + 137 blocks as on one rank, not 500 + 265
+    (cdiv(127 + 4,096, 16) + 1). On 900 blocks the first prompt's chunk leaves 700 free (100 of
+    its own, 100 in the group), so the long prompt joins it at once; at 265 it waited for the
+    first's iteration to end."""
+    windows = sliding_groups(load_model("gpt-oss-120b"), 16)
+    cfg = EngineConfig(chunked_prefill=True, max_num_batched_tokens=4096, max_num_seqs=8, block_size=16,
+                       prompt_kv="per_chunk", prefix_cache=False, sliding_window_kv="capped", max_model_len=16384)
+    reqs = [Request(0, 0.0, 1600, 1000), Request(1, 0.0, 8000, 3)]
+    with mock.patch.object(fleet.Pool, "__init__", _with_rank_tokens(2048)):
+        run = run_open(engine, reqs, cfg, 900, cm=cost_model("gpt-oss-120b", "h100-sxm"), windows=windows)
+    assert run.pool.replicas[0].window_cap == 137 == windows.request_bound(2048, 16384)
+    first, long = run.requests
+    assert long.admitted == first.admitted == 0.0
+
+
+def _with_rank_tokens(rank_tokens: int):
+    """Pool.__init__ given one attention rank's budget, as fleet.setup passes a dp > 1 pool's."""
+    init = fleet.Pool.__init__
+
+    def patched(self, *args, **kw):
+        init(self, *args, **{**kw, "rank_tokens": rank_tokens})
+    return patched

@@ -111,7 +111,8 @@ class ReplicaBase:
         self.max_model_len = max_model_len or cfg.longest_request(cm.model)
         # From vLLM 0.20 (sliding_window_kv: capped) the gate asks a group for no more blocks than a
         # request holds in it, and then tests the prompt's first chunk apart; 0: the whole prompt.
-        self.window_cap = 0 if self.windows is None else admission_cap(self.windows, cfg, self.max_model_len)
+        self.window_cap = 0 if self.windows is None else admission_cap(self.windows, cfg, self.max_model_len,
+                                                                        self.rank_tokens)
         # From vLLM 0.26 under async scheduling (sliding_window_kv: processed) a chunk's blocks below
         # the window go back one iteration later: those whose chunks ran in the iteration that ended,
         # kept through the next (Seq.window_from).
