@@ -10,6 +10,7 @@ before 0.5.9 kept every layer's KV for every token (over 2).
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from simulator.hybrid_kv import sliding_groups
 from simulator.kv_memory import GpuShare, KvMemory, kv_budget
@@ -148,3 +149,40 @@ def test_tensorrt_llm_keeps_every_layers_kv_for_every_token():
     assert mem.kv_window_bytes == pytest.approx(mem.kv_capacity_bytes)    # the other 18 layers' share
     with pytest.raises(ValueError, match="swa_full_tokens_ratio is read only by rule sglang"):
         KvMemory(rule="trtllm", swa_full_tokens_ratio=0.5)
+
+
+
+def _connected(pre: str, dec: str | None, offload: bool) -> dict:
+    """A scenario of gpt-oss-120b on vLLM ``pre`` with KV offload, or prefilling for a pool on ``dec``."""
+    def pool(name: str, version: str) -> dict:
+        engine = {"backend": "vllm", "backend_version": version, "max_model_len": 16384,
+                  **({"kv_memory": {"cuda_graph_gib": 0.5}} if version != "0.19.1" else {}),
+                  **({"kv_offload": {"host_gb": 100}} if offload else {})}
+        return {"name": name, "model": "gpt-oss-120b", "gpu": "h100-sxm", "tp": 2, "replicas": 1, "engine": engine}
+    pools = [pool("pre", pre)]
+    if dec is not None:
+        pools[0]["disaggregation"] = {"decode_pool": "dec", "link": {"preset": "infiniband"}}
+        pools.append(pool("dec", dec))
+    return {"name": "goss", "classes": [{"name": "all", "pool": "pre"}], "pools": pools,
+            "workload": {"arrival": {"type": "poisson", "rate_per_s": 1}, "duration_s": 2,
+                         "input_tokens": {"dist": "fixed", "value": 1000},
+                         "output_tokens": {"dist": "fixed", "value": 10}}}
+
+
+@pytest.mark.parametrize("pre, dec, offload, key", [
+    ("0.19.1", None, True, "pools[0].engine.kv_offload"),
+    ("0.21.0", "0.22.0", False, "pools[0].disaggregation"),
+    ("0.22.0", "0.21.0", False, "pools[1].engine.backend_version"),
+    ("0.22.0", "0.22.0", False, None),
+    ("0.34.0", None, True, None)])
+def test_a_connector_that_turns_vllms_windows_off_is_refused(cli, tmp_path, pre, dec, offload, key):
+    """vLLM before 0.22.0 turns its hybrid KV cache manager off for any KV connector (KV offload, a
+    disaggregated pair's), each sliding-window layer then holding the whole context; llmsim's pool
+    holds windows, so such a pool is refused, naming the key, and a pair runs from 0.22.0."""
+    path = tmp_path / "s.yaml"
+    path.write_text(yaml.safe_dump(_connected(pre, dec, offload)))
+    r = cli("run", path, "-o", tmp_path / "out")
+    if key is None:
+        assert r.code == 0, r.err
+    else:
+        assert r.code == 2 and f"{key}:" in r.err and "hybrid KV cache manager off" in r.err, r.err

@@ -109,6 +109,16 @@ class EngineConfig(BaseModel):
                     "arg_groups/speculative_hook.py; the sglang backend sets it), so a pool that sets "
                     "mixed_prefill: true beside speculative is refused rather than run as the stack never runs it. "
                     "Pools without speculative ignore it")
+    connector_keeps_windows: bool = Field(
+        default=True,
+        description="false: a KV connector (kv_offload, disaggregation) turns vLLM's hybrid KV cache manager "
+                    "off, so every sliding-window layer holds a request's whole context like a full-attention "
+                    "one, which llmsim does not model: a pool of a sliding-window model that sets either is "
+                    "refused. vLLM 0.19-0.21 turn it off for any connector unless launched with "
+                    "--no-disable-hybrid-kv-cache-manager (vllm/config/vllm.py VllmConfig.__post_init__, "
+                    "'turn HMA off for connector unless specifically enabled'); from 0.22 only for one that "
+                    "does not subclass SupportsHMA (NixlConnector and the native OffloadingConnector do; the "
+                    "in-tree LMCacheConnectorV1 does not). The vllm backend sets it")
     dp_limits: Literal["per_rank", "split"] = Field(
         default="per_rank",
         description="how the two limits above apply to a replica of dp > 1 attention data-parallel ranks, each of "

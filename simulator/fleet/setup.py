@@ -111,6 +111,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
                           "(engine.mixed_beside_draft: false), so none of its iterations prefills beside the decodes; "
                           "remove mixed_prefill, or use a release and draft that keep mixed chunks",
                           source=source, key_path=f"{where}.engine.mixed_prefill")
+    _windows_beside_connector(spec, model, mem, role, where, source)
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative,
                                                                           e.mixed_step_drafts))
@@ -128,6 +129,28 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     replica = rank_limits(drafting_budget(admission, cm, spec, where, source), spec.dp)
     return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source),
                      engine=None if replica is e else replica, lora=lora)
+
+
+def _windows_beside_connector(spec: PoolSpec, model: ModelProfile, mem: MemoryPlan, role: str, where: str,
+                              source: str | Path | None) -> None:
+    """Refuse sliding-window groups in a shared pool (:mod:`simulator.hybrid_kv`) beside a KV
+    connector where the release turns vLLM's hybrid KV cache manager off for it
+    (``engine.connector_keeps_windows: false``): every sliding-window layer would then hold the
+    whole context, a pool llmsim does not model."""
+    e = spec.engine
+    if mem.windows is None or e.connector_keeps_windows or not (e.kv_offload is not None or role):
+        return
+    key = "engine.kv_offload" if e.kv_offload is not None else \
+        "disaggregation" if role == "prefill" else "engine.backend_version"
+    what = "kv_offload" if e.kv_offload is not None else "disaggregation (its prefill pool's decode_pool)" \
+        if role == "decode" else "disaggregation"
+    stack = " ".join(x for x in (e.backend, e.backend_version) if x)
+    raise LlmsimError(f"{what} with {model.name}'s sliding-window layers is not modelled on {stack}: its KV "
+                      "connector turns vLLM's hybrid KV cache manager off (engine.connector_keeps_windows: "
+                      "false, vLLM before 0.22.0), so each sliding-window layer holds the whole context where "
+                      f"llmsim's pool holds a window; use backend_version 0.22.0 or later"
+                      f"{'' if key == 'engine.backend_version' else ', or remove ' + key}",
+                      source=source, key_path=f"{where}.{key}")
 
 
 def expected_output_admission(e: EngineConfig, dp: int, decodes_for_another: bool) -> EngineConfig:
