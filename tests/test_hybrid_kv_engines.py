@@ -274,6 +274,7 @@ def test_a_preempted_request_the_gate_never_readmits_ends_stranded_once_the_pool
     assert all(not r.running and r.kv_used_now(r.env.now) == 0 for r in run.pool.replicas)
 
 
+@pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_attention_dp_ranks_cap_the_gate_at_one_ranks_budget(engine):
     """Each of vLLM's attention-DP engine cores sizes its sliding-window groups from its own
     max_num_batched_tokens, which a replica of two ranks doubles (4,096 for two of 2,048): the
