@@ -244,15 +244,16 @@ def sglang_prefill_graph_sizes(max_tokens: int) -> list[int]:
 
 def sglang_prefill_graph_mib(kind: str, top: int) -> float:
     """What SGLang's default reserve sets aside for its piecewise prefill CUDA graphs
-    (server_args.py ``_handle_gpu_memory_settings``, 0.5.10-0.5.13): 1.5 GiB with MLA
-    attention ("the memory overhead is much higher than expected with fa3"), else 8 MiB of
-    non-torch memory per size captured up to ``top`` tokens (:func:`sglang_prefill_graph_top`);
-    nothing where ``kind`` is "" or ``top`` 0 (none captured)."""
-    if not kind or top <= 0:
+    (server_args.py ``_handle_gpu_memory_settings``, 0.5.10-0.5.13; arg_groups/memory_hook.py
+    ``reserve_for_graph_mb`` from 0.5.19): 1.5 GiB with MLA attention ("the memory overhead is
+    much higher than expected with fa3") whatever it captures, even no size at all, else 8 MiB
+    of non-torch memory per size captured up to ``top`` tokens (:func:`sglang_prefill_graph_top`);
+    nothing where ``kind`` is "" (the graphs off: :func:`sglang_prefill_graph_kind_on`)."""
+    if not kind:
         return 0.0
     if kind == "mla":
         return 1.5 * 1024
-    return 8.0 * len(sglang_prefill_graph_sizes(top))
+    return 8.0 * len(sglang_prefill_graph_sizes(top)) if top > 0 else 0.0
 
 
 # What can turn SGLang's prefill CUDA graphs off, for kv_memory.prefill_graphs_off to list those a
@@ -339,7 +340,7 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
             bs = min(bs, g.max_seqs * g.dp)
         chunk = _sglang_chunk(spec, g)
         role = g.role if spec.role_reserve else ""
-        pieces = sglang_prefill_graph_mib(g.prefill_graphs, sglang_prefill_graph_top(g, spec))
+        pieces = sglang_prefill_graph_mib(sglang_prefill_graph_kind_on(g, spec), sglang_prefill_graph_top(g, spec))
         # --max-running-requests counts every attention-DP rank's requests
         running = g.max_seqs * g.dp if spec.decode_activation_to_running_requests else None
         frac, reserved = sglang_mem_fraction_static(mib, g.gpus * g.stages, g.dp, chunk, bs, g.speculative,
@@ -358,26 +359,37 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     return KvBudget(usable - g.weights, frac, usable, 0.0, "mem_fraction_static", why)
 
 
+def sglang_prefill_graph_kind_on(g: GpuShare, spec: KvMemory) -> str:
+    """The kind of piecewise prefill graphs SGLang keeps on for this deployment
+    (:attr:`GpuShare.prefill_graphs`), "" where its prefill graph backend is off: the release keeps
+    them off (``piecewise_cuda_graph`` false, as to 0.5.9) or turns them off for this deployment
+    (``prefill_graphs_off``), or the pool is a decode server. On, the backend is reserved for even
+    where it captures no size (arg_groups/memory_hook.py ``reserve_for_graph_mb`` reads the
+    backend, not the sizes)."""
+    role = g.role if spec.role_reserve else ""
+    if (not spec.piecewise_cuda_graph or role == "decode"
+            or g.prefill_graph_blockers & set(spec.prefill_graphs_off)):
+        return ""
+    return g.prefill_graphs
+
+
 def sglang_prefill_graph_top(g: GpuShare, spec: KvMemory) -> int:
     """The most tokens of a prefill batch SGLang captures a piecewise CUDA graph for (0: none): its
     prefill chunk, an MLA model's ``mla_prefill_graph_tokens`` below it, Llama-2's 4,096, a
     --max-total-tokens cap below either (server_args.py ``piecewise_cuda_graph_max_tokens``,
-    0.5.9-0.5.18; arg_groups/memory_hook.py's prefill ``max_bs`` from 0.5.19). None where the release
-    keeps them off (``piecewise_cuda_graph`` false, as to 0.5.9) or turns them off for this deployment
-    (``prefill_graphs_off``), on a decode server, nor without a chunk but for an MLA model
-    (--chunked-prefill-size -1 is then the top, and no size is at most -1). The reserve for them
-    (:func:`sglang_prefill_graph_mib`) and the prefills replayed (:func:`sglang_prefill_graph_tokens`)
-    follow it."""
-    role = g.role if spec.role_reserve else ""
-    if (not spec.piecewise_cuda_graph or not g.prefill_graphs or role == "decode"
-            or g.prefill_graph_blockers & set(spec.prefill_graphs_off)):
+    0.5.9-0.5.18; arg_groups/memory_hook.py's prefill ``max_bs`` from 0.5.19). None where the graphs
+    are off (:func:`sglang_prefill_graph_kind_on`), nor without a chunk (--chunked-prefill-size -1
+    is then the top, and no size is at most -1) but for an MLA model in a release whose MLA cap
+    does not read the chunk (``mla_prefill_graphs_need_chunk`` false: 2,048 to 0.5.22). The reserve
+    for them (:func:`sglang_prefill_graph_mib`) and the prefills replayed
+    (:func:`sglang_prefill_graph_tokens`) follow it."""
+    kind = sglang_prefill_graph_kind_on(g, spec)
+    if not kind or (not g.chunked and (kind != "mla" or spec.mla_prefill_graphs_need_chunk)):
         return 0
     top = _sglang_chunk(spec, g)
-    if g.prefill_graphs == "mla":
+    if kind == "mla":
         top = min(top, spec.mla_prefill_graph_tokens)
-    elif not g.chunked:
-        return 0
-    elif g.prefill_graphs == "llama-2":
+    elif kind == "llama-2":
         top = min(top, 4096)
     return top if spec.max_tokens is None else min(top, spec.max_tokens)
 
@@ -464,7 +476,8 @@ RULES: dict[str, KvRule] = {
                                       "swa_full_tokens_ratio", "piecewise_cuda_graph", "draft_reserve_gib",
                                       "prefill_graphs_off", "role_reserve", "gpu_tiers",
                                       "graphs_to_running_requests", "decode_activation_to_running_requests",
-                                      "mla_prefill_graph_tokens", "prefill_graphs_eager_beside"}),
+                                      "mla_prefill_graph_tokens", "mla_prefill_graphs_need_chunk",
+                                      "prefill_graphs_eager_beside"}),
                      # (piecewise_cuda_graph and prefill_graphs_off size the reserve, and decide which
                      # prefills the cost model replays as graphs whatever the fraction)
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "role_reserve", "gpu_tiers",
@@ -592,6 +605,14 @@ class KvMemory(BaseModel):
                     "piecewise cuda graph will influence the kernel dispatch' of MLA, server_args.py), 8,192 from "
                     "0.5.23 (arg_groups/memory_hook.py); a longer prefill runs eagerly (engine.eager_launch_us); "
                     + _read_by("mla_prefill_graph_tokens") + "; default: 2048")
+    mla_prefill_graphs_need_chunk: bool = Field(
+        default=False,
+        description="SGLang caps an MLA model's piecewise prefill graphs by the prefill chunk as any other "
+                    "model's, so captures none where prompts run whole (engine.chunked_prefill false, "
+                    "--chunked-prefill-size -1), its flat 1.5 GiB reserved all the same: 0.5.23 "
+                    "(arg_groups/memory_hook.py handle_gpu_memory_settings: min(8192, chunked_prefill_size)); "
+                    "to 0.5.22 an MLA model's graphs went to 2,048 tokens whatever the chunk; the sglang "
+                    "backend's releases set it; " + _read_by("mla_prefill_graphs_need_chunk") + "; default: false")
     prefill_graphs_off: tuple[PrefillGraphBlocker, ...] = Field(
         default=SGLANG_TC_PIECEWISE_GRAPHS_OFF,
         description="what SGLang captures no prefill CUDA graphs for, and so reserves none: any of speculative (a "

@@ -194,3 +194,20 @@ def test_sglang_without_a_prefill_chunk_captures_no_prefill_graphs():
     mla = pool("deepseek-v3", 8, backend_version="0.5.18", chunked_prefill=False)
     assert mla.cm.graph_max_tokens == 2048
     assert mla.memory.fraction == pool("deepseek-v3", 8, backend_version="0.5.18").memory.fraction
+
+
+def test_sglang_0_5_23_captures_no_mla_prefill_graphs_without_a_chunk():
+    """0.5.23 caps an MLA model's prefill graphs at min(8,192, chunked_prefill_size)
+    (arg_groups/memory_hook.py handle_gpu_memory_settings), so --chunked-prefill-size -1 captures
+    no size, where 0.5.22 captured up to 2,048 whatever the chunk; reserve_for_graph_mb still adds
+    MLA's 1.5 GiB for the backend left on, so the pool does not move."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    def pool(version: str, **engine):
+        return setup_pool(PoolSpec.model_validate({"model": "deepseek-v3", "gpu": H200, "tp": 8, "engine": {
+            "backend": "sglang", "backend_version": version, "max_num_batched_tokens": 16384, **engine}}), 0)
+    whole, chunked = pool("0.5.23", chunked_prefill=False), pool("0.5.23")
+    assert (whole.cm.graph_max_tokens, chunked.cm.graph_max_tokens) == (0, 8192)
+    assert pool("0.5.22", chunked_prefill=False).cm.graph_max_tokens == 2048
+    assert whole.memory.fraction == chunked.memory.fraction

@@ -432,7 +432,7 @@ KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 10
                "piecewise_cuda_graph": True, "draft_reserve_gib": 9.0, "prefill_graphs_off": ("mla",),
                "role_reserve": True, "cuda_graphs_in_pool": True, "gpu_tiers": "0.5.20",
                "graphs_to_running_requests": True, "decode_activation_to_running_requests": True,
-               "persistent_logit_bytes": 4.25, "mla_prefill_graph_tokens": 4096,
+               "persistent_logit_bytes": 4.25, "mla_prefill_graph_tokens": 4096, "mla_prefill_graphs_need_chunk": True,
                "prefill_graphs_eager_beside": ("eagle",),
                "extensible_margin_gib": 20.0}  # more than the 10 % a fraction of 0.9 leaves
 
@@ -491,16 +491,17 @@ def test_a_knobs_description_names_the_rules_that_read_it_once(knob):
 def _graph_tokens(kv: KvMemory, knob: str = "") -> int:
     """The prefill graphs a knob is read on (SGLang's, which the cost model replays whatever the
     fraction): an MLA model's cap with the graphs captured, the blockers and the drafts they cannot
-    serve with a draft beside (captured for it)."""
+    serve with a draft beside (captured for it), and whether they need a chunk with prompts run whole."""
     from simulator.memory import prefill_graph_tokens
 
-    if knob in ("prefill_graphs_off", "mla_prefill_graph_tokens", "prefill_graphs_eager_beside"):
+    mla = knob in ("mla_prefill_graph_tokens", "mla_prefill_graphs_need_chunk")
+    if knob in ("prefill_graphs_off", "prefill_graphs_eager_beside") or mla:
         kv = kv.model_copy(update={"piecewise_cuda_graph": True})
     if knob == "prefill_graphs_eager_beside":
         kv = kv.model_copy(update={"prefill_graphs_off": ()})
-    model = "deepseek-v3" if knob == "mla_prefill_graph_tokens" else "llama-3.1-8b"
-    return prefill_graph_tokens(load_model(model), load_hardware("h100-sxm"), kv, 8192, 8,
-                                speculative=knob in ("prefill_graphs_off", "prefill_graphs_eager_beside"))
+    return prefill_graph_tokens(load_model("deepseek-v3" if mla else "llama-3.1-8b"), load_hardware("h100-sxm"), kv,
+                                8192, 8, speculative=knob in ("prefill_graphs_off", "prefill_graphs_eager_beside"),
+                                chunked_prefill=knob != "mla_prefill_graphs_need_chunk")
 
 
 @pytest.mark.parametrize("fraction", [None, 0.85])

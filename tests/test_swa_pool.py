@@ -84,7 +84,7 @@ def test_releases_before_0_5_9_keep_every_layer_for_every_token():
                                 "graphs_to_running_requests": False, "decode_activation_to_running_requests": False,
                                 "prefill_graphs_off": ["speculative", "dp_attention", "pp", "disaggregated",
                                                        "listed_architecture", "multimodal"],
-                                "mla_prefill_graph_tokens": 2048}
+                                "mla_prefill_graph_tokens": 2048, "mla_prefill_graphs_need_chunk": False}
     new = apply_backend({"backend": "sglang", "backend_version": "0.5.11"}, "h200")
     assert "swa_full_tokens_ratio" not in new["kv_memory"]
     mine = apply_backend({"backend": "sglang", "backend_version": "0.5.6",
