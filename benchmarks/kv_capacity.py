@@ -93,8 +93,8 @@ CASES = [
          "h100-sxm", 1, "mxfp4", "kv_gib_per_gpu", 1.71,
          {"gpu_memory_utilization": 0.95, "max_num_batched_tokens": 1024}, release="0.11.0"),
     # Same deployment at vLLM 0.10.1's defaults (0.9, 8,192 tokens, 1,024 sequences): "Model loading
-    # took 65.9651 GiB" (Marlin MXFP4 backend; llmsim's Marlin layout: 65.82 GiB, without the experts'
-    # bf16 biases), "Available KV cache memory: -2.14 GiB": vLLM refuses it.
+    # took 65.9651 GiB" (Marlin MXFP4 backend; llmsim's Marlin layout: 65.90 GiB, the experts' bf16
+    # biases included), "Available KV cache memory: -2.14 GiB": vLLM refuses it.
     Case("vLLM gpt-oss-120b 1×H100 (0.9)", "github.com/vllm-project/vllm/issues/23278", "gpt-oss-120b",
          "h100-sxm", 1, "mxfp4", "kv_gib_per_gpu", -2.14, release="0.10.1"),
 ]

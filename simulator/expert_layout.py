@@ -11,7 +11,10 @@ loaded scales beside the swizzled ones). SGLang's quant method does the
 same with the triton_kernels tree its sgl-kernel wheel pins, so its layout
 moves with that pin rather than with SGLang's own code. What the GPU then
 holds is what the stacks count as weights before sizing the KV pool, not
-the checkpoint's size.
+the checkpoint's size. gpt-oss's experts carry bf16 biases, which the quant
+methods create at the padded width and the Triton and FlashInfer TRT-LLM
+runners turn to fp32 after loading (SGLang's ``process_weights_after_loading``,
+vLLM's ``convert_to_mxfp4_moe_kernel_format``).
 """
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ from pydantic import BaseModel, ConfigDict, Field
 #: Weights one MXFP4 scale covers along the reduction, and a weight's bytes.
 MX_BLOCK = 32
 VALUE_BYTES = 0.5
+#: Bytes of an expert's bias value in the checkpoint (gpt-oss's are bf16).
+CHECKPOINT_BIAS_BYTES = 2.0
 
 
 def _up(n: int, align: int) -> int:
@@ -53,6 +58,12 @@ class ExpertLayout(BaseModel):
                                               "kernel's layout, a multiple of this")
     scale_copies: int = Field(default=1, ge=1, le=2, description="2: the loaded scales stay beside the kernel's "
                                                                  "re-laid copy")
+    bias_bytes: float = Field(default=CHECKPOINT_BIAS_BYTES, ge=1, le=4,
+                              description="bytes the stack holds each value of an expert's biases in, at the "
+                                          "created (padded) width (ModelProfile.expert_bias_params): 2, the "
+                                          "checkpoint's bf16 (vLLM's MARLIN); 4 where the runner turns them to "
+                                          "fp32 after loading (SGLang's triton_kernel and flashinfer_mxfp4, "
+                                          "vLLM's TRITON)")
     without_ep: bool = Field(default=False, description="the stack holds the experts so only without expert "
                                                         "parallelism (SGLang's triton_kernel runner, which gpt-oss's "
                                                         "override picks where ep_size is 1; above it the experts "
@@ -65,13 +76,21 @@ class ExpertLayout(BaseModel):
         scales = _up(rows, self.scale_rows_align) * _up(cols, self.scale_cols_align) // MX_BLOCK
         return values + scales + (self.scale_copies - 1) * rows * cols // MX_BLOCK
 
-    def stored_bytes(self, hidden: int, intermediate: int, gated: bool) -> float:
+    def stored_bytes(self, hidden: int, intermediate: int, gated: bool, biased: bool = False) -> float:
         """Bytes one expert shard of ``intermediate`` width takes on the GPU: gate and up
-        projections (one matrix, ``2 x width`` rows when gated), then down."""
+        projections (one matrix, ``2 x width`` rows when gated), then down, and where ``biased``
+        a bias per row of each, created at the padded width as the weights are (SGLang's and
+        vLLM's ``Mxfp4MoEMethod.create_weights``)."""
         width, h = _up(intermediate, self.intermediate_align), _up(hidden, self.hidden_align)
-        return self._matrix((2 if gated else 1) * width, h) + self._matrix(h, width)
+        rows = (2 if gated else 1) * width
+        biases = (rows + h) * self.bias_bytes if biased else 0.0
+        return self._matrix(rows, h) + self._matrix(h, width) + biases
 
-    def storage_scale(self, hidden: int, intermediate: int, gated: bool) -> float:
-        """The shard's bytes on the GPU against the checkpoint's (4-bit weights and their scales)."""
-        weights = ((2 if gated else 1) + 1) * hidden * intermediate
-        return self.stored_bytes(hidden, intermediate, gated) / (weights * (VALUE_BYTES + 1 / MX_BLOCK))
+    def storage_scale(self, hidden: int, intermediate: int, gated: bool, biased: bool = False) -> float:
+        """The shard's bytes on the GPU against the checkpoint's (4-bit weights and their scales,
+        and where ``biased`` their bf16 biases)."""
+        rows = (2 if gated else 1) * intermediate
+        checkpoint = (rows + intermediate) * hidden * (VALUE_BYTES + 1 / MX_BLOCK)
+        if biased:
+            checkpoint += (rows + hidden) * CHECKPOINT_BIAS_BYTES
+        return self.stored_bytes(hidden, intermediate, gated, biased) / checkpoint

@@ -1,11 +1,11 @@
 """``engine.max_model_len``: the longest request a server takes, and vLLM's
 refusal to start when one request of it does not fit an attention rank's KV
 pool (v1/core/kv_cache_utils.py ``check_enough_kv_cache_memory``). gpt-oss-120b
-on one H100 at vLLM's defaults leaves it 0.71 GB of KV (of the 79.22 GiB CUDA
-reports, beside the 65.3 GiB its Triton MoE kernels hold the MXFP4 experts in),
-1,214 blocks, of which its sliding-window layers may hold a window and a budget
-of tokens in flight, 521 (kv_cache_interface.py SlidingWindowSpec.max_memory_usage_bytes):
-11,088 tokens, short of its 131,072-token context. The server does not start,
+on one H100 at vLLM's defaults leaves it 0.56 GB of KV (of the 79.22 GiB CUDA
+reports, beside the 65.5 GiB its Triton MoE kernels hold the MXFP4 experts and
+their fp32 biases in), 944 blocks, of which its sliding-window layers may hold a
+window and a budget of tokens in flight (kv_cache_interface.py
+SlidingWindowSpec.max_memory_usage_bytes): 7,536 tokens, short of its 131,072-token context. The server does not start,
 and a plan must not buy it."""
 from __future__ import annotations
 
@@ -44,7 +44,7 @@ def test_vllm_refuses_a_pool_that_holds_no_request_of_its_context(cli, tmp_path)
     r = cli("run", _scenario(tmp_path), "-o", tmp_path / "out")
     assert r.code == 2 and "Traceback" not in r.err
     assert "pools[0].engine.max_model_len" in r.err and "131,072-token context does not fit on 1× h100-sxm" in r.err
-    assert "at most 11,088" in " ".join(r.err.split())
+    assert "at most 7,536" in " ".join(r.err.split())
     assert not (tmp_path / "out").exists()
 
 

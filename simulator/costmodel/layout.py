@@ -166,7 +166,8 @@ class LayoutOps:
         self.expert_storage = 1.0
         layout = cm.mxfp4_expert_layout
         if self.moe is not None and cm.weight_dtype == "mxfp4" and layout is not None:
-            self.expert_storage = layout.storage_scale(h, self.moe.local_intermediate, m.is_gated)
+            self.expert_storage = layout.storage_scale(h, self.moe.local_intermediate, m.is_gated,
+                                                       bool(m.expert_bias_params))
         elif self.moe is not None and cm.weight_dtype in EXPERT_ONLY_DTYPES:
             stored = gpu.calibration.moe_for(self.fmt, par.ep) or _same_capability_kernel(gpu, self.fmt, par.ep)
             self.expert_storage = self.moe.stored_scale(stored) if stored is not None else 1.0
@@ -442,8 +443,8 @@ class LayoutOps:
         per weight per token."""
         m, cm = self.model, self.cm
         r = self.rank(tokens) if r is None else r
-        experts = m.num_moe_layers * (m.num_experts or 0) * m.expert_params
-        rest = m.linear_params - experts
+        # the experts' biases apart (a few values per expert), neither read with the rest nor priced
+        rest = m.linear_params - m.num_moe_layers * (m.num_experts or 0) * m.expert_params - m.expert_biases
         per_gpu_expert = m.expert_params / self.moe_tp
         active = float(expected_active_experts(tokens, m.num_experts, m.topk)) / self.ep if m.is_moe else 0.0
         flops = 2.0 * (r * rest / self.tp

@@ -50,6 +50,10 @@ _GATED_GELU_FAMILIES = {"gemma", "gemma2", "gemma3"}
 # (MiniMaxText01RMSNormTP.forward_qk: one all-reduce of both, fp32; SGLang's
 # MiniMaxM2QKRMSNorm all-reduces the two sums of squares the same way).
 _FP32_ROUTER_FAMILIES = {"minimax_m2"}
+# Families whose routed experts add a bias to each projection's output, which no config key states:
+# gpt-oss (transformers' GptOssExperts gate_up_proj_bias and down_proj_bias, bf16 beside the MXFP4
+# blocks in the checkpoint; 116.83B parameters with them, as its model card counts).
+_EXPERT_BIAS_FAMILIES = {"gpt_oss"}
 _TP_QK_NORM_FAMILIES = {"minimax_m2"}
 
 
@@ -245,11 +249,27 @@ class ModelProfile(BaseModel):
         return self.mlp_params(self.expert_ffn)
 
     @property
+    def expert_bias_params(self) -> int:
+        """One routed expert's biases, a value per output of its gate and up projections and of its
+        down projection, in the families that have them (``_EXPERT_BIAS_FAMILIES``), else 0. They
+        stay 16-bit whatever format quantises the weights, and go with their expert wherever it is
+        held, so they are counted apart from :attr:`expert_params`."""
+        if self.model_type not in _EXPERT_BIAS_FAMILIES:
+            return 0
+        return (2 if self.is_gated else 1) * self.expert_ffn + self.hidden_size
+
+    @property
+    def expert_biases(self) -> int:
+        """Every routed expert's biases, all MoE layers."""
+        return self.num_moe_layers * (self.num_experts or 0) * self.expert_bias_params
+
+    @property
     def moe_layer_params(self) -> int:
-        """Routed experts, shared expert(s) and router of one MoE layer (a
+        """Routed experts (their biases too), shared expert(s) and router of one MoE layer (a
         single expert needs no router: every token goes to it)."""
         experts = self.num_experts or 0
-        return experts * self.expert_params + self.mlp_params(self.shared_ffn) + self.router_params_per_layer
+        return (experts * (self.expert_params + self.expert_bias_params) + self.mlp_params(self.shared_ffn)
+                + self.router_params_per_layer)
 
     @property
     def router_params_per_layer(self) -> int:
@@ -320,7 +340,8 @@ class ModelProfile(BaseModel):
     @property
     def idle_expert_params(self) -> int:
         """Routed-expert weights a token does not use: (experts − top-k) per MoE layer."""
-        return self.num_moe_layers * max(0, (self.num_experts or 0) - self.topk) * self.expert_params
+        idle = max(0, (self.num_experts or 0) - self.topk)
+        return self.num_moe_layers * idle * (self.expert_params + self.expert_bias_params)
 
     @property
     def active_params(self) -> int:
@@ -383,17 +404,19 @@ class ModelProfile(BaseModel):
         """Bytes of all weights. Quantisation applies to the transformer's
         linear layers; embeddings, LM head and norms stay 16-bit, as in vLLM's
         fp8/int8/AWQ checkpoints. An experts-only format (MXFP4) quantises the
-        routed experts alone."""
+        routed experts alone. The experts' biases stay 16-bit (:attr:`expert_bias_params`)."""
         if weight_dtype in EXPERT_ONLY_DTYPES:
             experts = self.num_moe_layers * (self.num_experts or 0) * self.expert_params
             return experts * BYTES[weight_dtype] + (self.num_params - experts) * 2.0
-        quantized = self.linear_params
+        quantized = self.linear_params - self.expert_biases
         rest = self.num_params - quantized
         return quantized * BYTES[weight_dtype] + rest * 2.0
 
     def expert_weight_bytes(self, weight_dtype: str = "bf16") -> float:
-        """Bytes of the routed experts (all MoE layers), the part expert parallelism splits."""
-        return self.num_moe_layers * (self.num_experts or 0) * self.expert_params * BYTES[weight_dtype]
+        """Bytes of the routed experts (all MoE layers), the part expert parallelism splits:
+        their weights in ``weight_dtype``, their 16-bit biases."""
+        matrices = self.num_moe_layers * (self.num_experts or 0) * self.expert_params
+        return matrices * BYTES[weight_dtype] + self.expert_biases * 2.0
 
     @property
     def kv_elements_per_layer(self) -> int:
