@@ -458,6 +458,9 @@ class KvRule:
     # flag: where the pool leaves that key to the backend (its default, its speculative cap), the
     # launch gives no flag and the knob is off (backend_defaults_beside).
     given_knobs: tuple[tuple[str, str], ...] = ()
+    # Those of ``default_knobs`` that something else reads too, and why that reading adds nothing
+    # beside kv_memory.fraction, which KvMemory's refusal then says instead of "nothing reads it".
+    default_knobs_also_read: tuple[tuple[str, str], ...] = ()
 
     def reads(self, fraction_set: bool) -> frozenset[str]:
         """The knobs its accounting reads, with kv_memory.fraction set or not (the one place that
@@ -483,7 +486,13 @@ RULES: dict[str, KvRule] = {
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "role_reserve", "gpu_tiers",
                                               "graphs_to_running_requests", "decode_activation_to_running_requests"}),
                      given_knobs=(("graphs_to_running_requests", "max_num_seqs"),
-                                  ("decode_activation_to_running_requests", "max_num_seqs"))),
+                                  ("decode_activation_to_running_requests", "max_num_seqs")),
+                     # sglang_prefill_graph_top reads the chunk; a prefill never outgrows the engine's
+                     # budget, SGLang's chunk (per attention-DP rank), so a chunk at or above it replays
+                     # the same prefills, and one below it is a launch the engine does not run
+                     default_knobs_also_read=(("chunked_prefill_size", (
+                         "the piecewise prefill graphs it also caps follow the engine's token budget "
+                         "(max_num_batched_tokens), SGLang's chunk, without it")),)),
     "trtllm": KvRule(_trtllm, swa_ratio=TRTLLM_SWA_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "cuda_graph_gib", "sampler_logit_bytes"}))}
 
@@ -704,8 +713,9 @@ class KvMemory(BaseModel):
                 problems.append(f"{name} is read only by rule{'s' if len(readers) > 1 else ''} "
                                 f"{' and '.join(readers)}; rule {self.rule} sizes its KV pool without it: remove it")
             elif name not in rule.reads(self.fraction is not None):
-                problems.append(f"{name} only sizes rule {self.rule}'s default fraction, which "
-                                f"kv_memory.fraction replaces, so nothing reads it: remove one of the two")
+                also = dict(rule.default_knobs_also_read).get(name)
+                problems.append(f"{name} only sizes rule {self.rule}'s default fraction, which kv_memory.fraction "
+                                f"replaces, {'and ' + also if also else 'so nothing reads it'}: remove one of the two")
         if problems:
             raise ValueError("; ".join(problems))
         return self

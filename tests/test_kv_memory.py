@@ -971,3 +971,30 @@ def test_vllm_0_33_and_0_34_pools_follow_their_sampler_and_extensible_cache():
     for version in ("0.33.0", "0.34.0"):
         with pytest.raises(ValidationError, match=r"set kv_memory.cuda_graph_gib to the 'Estimated CUDA graph"):
             memory(version)
+
+
+def test_a_chunk_beside_a_fixed_fraction_is_refused_for_what_it_would_not_move():
+    """With mem_fraction_static fixed, SGLang's chunk still caps its prefill graphs
+    (sglang_prefill_graph_top), but the engine's budget is that chunk: the refusal says so, not
+    that nothing reads the key."""
+    with pytest.raises(ValidationError) as err:
+        KvMemory(rule="sglang", fraction=0.8, chunked_prefill_size=4096)
+    message = " ".join(str(err.value).split())
+    assert "chunked_prefill_size" in message and "kv_memory.fraction replaces" in message
+    assert "nothing reads it" not in message and "max_num_batched_tokens" in message
+
+
+@settings(max_examples=60, deadline=None)
+@given(budget=st.integers(1, 40_000), over=st.integers(0, 40_000), kind=st.sampled_from(["mha", "mla", "llama-2"]),
+       cap=st.one_of(st.none(), st.integers(1, 40_000)), chunked=st.booleans())
+def test_a_chunk_at_or_above_the_budget_replays_the_prefills_the_budget_does(budget, over, kind, cap, chunked):
+    """Why the chunk is refused beside a fixed fraction: every prefill the engine runs (at most its
+    budget) replays a graph with the chunk set exactly where it does with the budget in its place."""
+    from simulator.kv_memory import sglang_prefill_graph_tokens
+
+    share = GpuShare(141 * GIB, 0.0, 0.0, 1, 1, budget, 256, prefill_graphs=kind, chunked=chunked)
+    base = KvMemory(rule="sglang", piecewise_cuda_graph=True, prefill_graphs_off=(), max_tokens=cap,
+                    mla_prefill_graphs_need_chunk=True, mla_prefill_graph_tokens=8192)
+    chunk = base.model_copy(update={"chunked_prefill_size": budget + over})
+    assert min(sglang_prefill_graph_tokens(share, chunk), budget) == min(sglang_prefill_graph_tokens(share, base),
+                                                                          budget)
