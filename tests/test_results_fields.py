@@ -96,8 +96,9 @@ pools:
 cost: {monthly: {method: peak_window}}
 """
 
-# gpt-oss-120b on one H100 at vLLM 0.19's defaults (1,214 blocks): the second request is preempted some
-# 9,900 tokens long and its readmission gate asks more blocks than the pool has: it ends stranded.
+# gpt-oss-120b on one H100 at vLLM 0.19's defaults with a 2,048-token budget (1,770 blocks): the second
+# request is preempted some 15,000 tokens long, where its readmission gate asks more blocks than the pool
+# has: it ends stranded once the first finishes.
 STRANDED = """\
 name: stranded
 seed: 1
@@ -107,7 +108,7 @@ pools:
   - name: main
     model: gpt-oss-120b
     gpu: h100-sxm
-    engine: {backend: vllm, prefix_cache: false, max_model_len: 11088}
+    engine: {backend: vllm, prefix_cache: false, max_model_len: 26000, max_num_batched_tokens: 2048}
 """
 
 
@@ -140,7 +141,7 @@ def runs(tmp_path_factory) -> dict[str, dict]:
 
 def _stranded(folder: Path) -> dict:
     trace = folder / "stranded.csv"
-    trace.write_text("timestamp,input_tokens,output_tokens\n0.0,16,10000\n0.01,600,10000\n")
+    trace.write_text("timestamp,input_tokens,output_tokens\n0.0,16,25000\n0.01,2000,20000\n")
     res = _run(folder, "stranded", STRANDED.replace("TRACE", str(trace)))
     assert res["llmsim"]["request_status"]["stranded"] == 1, res["llmsim"]["request_status"]
     return res
