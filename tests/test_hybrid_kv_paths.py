@@ -67,7 +67,9 @@ def _run_both(data, path: str):
         ref = run_open("reference", reqs, cfg, nb, **kw)
     for run in (fast, ref):
         check_run(run)
-        assert all(r.status in (Status.FINISHED, Status.REJECTED) for r in run.requests)
+        # stranded only once preempted: its readmission gate, output included, outgrew the pool
+        assert all(r.status in (Status.FINISHED, Status.REJECTED) or (r.status is Status.STRANDED and r.preemptions)
+                   for r in run.requests)
         assert all(rep.window_extra == 0 and not any(s.window_extra for s in rep.lingering)
                    for rep in run.pool.replicas)
     problems = compare_runs(fast, ref)
