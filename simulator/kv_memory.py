@@ -340,7 +340,7 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
             bs = min(bs, g.max_seqs * g.dp)
         chunk = _sglang_chunk(spec, g)
         role = g.role if spec.role_reserve else ""
-        pieces = sglang_prefill_graph_mib(sglang_prefill_graph_kind_on(g, spec), sglang_prefill_graph_top(g, spec))
+        pieces = sglang_prefill_graph_mib(sglang_prefill_graph_kind_on(g, spec), _sglang_reserved_graph_top(g, spec))
         # --max-running-requests counts every attention-DP rank's requests
         running = g.max_seqs * g.dp if spec.decode_activation_to_running_requests else None
         frac, reserved = sglang_mem_fraction_static(mib, g.gpus * g.stages, g.dp, chunk, bs, g.speculative,
@@ -374,15 +374,23 @@ def sglang_prefill_graph_kind_on(g: GpuShare, spec: KvMemory) -> str:
 
 
 def sglang_prefill_graph_top(g: GpuShare, spec: KvMemory) -> int:
-    """The most tokens of a prefill batch SGLang captures a piecewise CUDA graph for (0: none): its
-    prefill chunk, an MLA model's ``mla_prefill_graph_tokens`` below it, Llama-2's 4,096, a
-    --max-total-tokens cap below either (server_args.py ``piecewise_cuda_graph_max_tokens``,
-    0.5.9-0.5.18; arg_groups/memory_hook.py's prefill ``max_bs`` from 0.5.19). None where the graphs
-    are off (:func:`sglang_prefill_graph_kind_on`), nor without a chunk (--chunked-prefill-size -1
-    is then the top, and no size is at most -1) but for an MLA model in a release whose MLA cap
-    does not read the chunk (``mla_prefill_graphs_need_chunk`` false: 2,048 to 0.5.22). The reserve
-    for them (:func:`sglang_prefill_graph_mib`) and the prefills replayed
-    (:func:`sglang_prefill_graph_tokens`) follow it."""
+    """The most tokens of a prefill batch SGLang captures a piecewise CUDA graph for (0: none): those
+    its reserve made room for (:func:`_sglang_reserved_graph_top`), none where it turns the graphs off
+    after sizing that reserve (``prefill_graphs_off_after_reserve``: arg_groups/cuda_graph_hook.py
+    ``disable_prefill_cuda_graph_for_deepseek_trtllm_mla`` runs after handle_gpu_memory_settings, so
+    the reserve stays). The prefills replayed (:func:`sglang_prefill_graph_tokens`) follow it."""
+    return 0 if spec.prefill_graphs_off_after_reserve else _sglang_reserved_graph_top(g, spec)
+
+
+def _sglang_reserved_graph_top(g: GpuShare, spec: KvMemory) -> int:
+    """The most tokens of a prefill batch SGLang's default reserve makes room for a piecewise CUDA
+    graph of (0: none): its prefill chunk, an MLA model's ``mla_prefill_graph_tokens`` below it,
+    Llama-2's 4,096, a --max-total-tokens cap below either (server_args.py
+    ``piecewise_cuda_graph_max_tokens``, 0.5.9-0.5.18; arg_groups/memory_hook.py's prefill ``max_bs``
+    from 0.5.19). None where the graphs are off (:func:`sglang_prefill_graph_kind_on`), nor without a
+    chunk (--chunked-prefill-size -1 is then the top, and no size is at most -1) but for an MLA model
+    in a release whose MLA cap does not read the chunk (``mla_prefill_graphs_need_chunk`` false: 2,048
+    to 0.5.22). The reserve for them (:func:`sglang_prefill_graph_mib`) follows it."""
     kind = sglang_prefill_graph_kind_on(g, spec)
     if not kind or (not g.chunked and (kind != "mla" or spec.mla_prefill_graphs_need_chunk)):
         return 0
@@ -480,7 +488,7 @@ RULES: dict[str, KvRule] = {
                                       "prefill_graphs_off", "role_reserve", "gpu_tiers",
                                       "graphs_to_running_requests", "decode_activation_to_running_requests",
                                       "mla_prefill_graph_tokens", "mla_prefill_graphs_need_chunk",
-                                      "prefill_graphs_eager_beside"}),
+                                      "prefill_graphs_eager_beside", "prefill_graphs_off_after_reserve"}),
                      # (piecewise_cuda_graph and prefill_graphs_off size the reserve, and decide which
                      # prefills the cost model replays as graphs whatever the fraction)
                      default_knobs=frozenset({"chunked_prefill_size", "cuda_graph_max_bs", "role_reserve", "gpu_tiers",
@@ -622,6 +630,14 @@ class KvMemory(BaseModel):
                     "(arg_groups/memory_hook.py handle_gpu_memory_settings: min(8192, chunked_prefill_size)); "
                     "to 0.5.22 an MLA model's graphs went to 2,048 tokens whatever the chunk; the sglang "
                     "backend's releases set it; " + _read_by("mla_prefill_graphs_need_chunk") + "; default: false")
+    prefill_graphs_off_after_reserve: bool = Field(
+        default=False,
+        description="SGLang turns its piecewise prefill CUDA graphs off once its default reserve has made room for "
+                    "them, which stays: it captures and replays none (DeepSeek-V3 and Kimi K2, "
+                    "DeepseekV3ForCausalLM, on the trtllm_mla attention it picks on compute capability 10.x, "
+                    "0.5.18-0.5.23: cuda_graph_hook.py disable_prefill_cuda_graph_for_deepseek_trtllm_mla, run "
+                    "after handle_gpu_memory_settings); the sglang backend's attention_kernels rules set it; "
+                    + _read_by("prefill_graphs_off_after_reserve") + "; default: false")
     prefill_graphs_off: tuple[PrefillGraphBlocker, ...] = Field(
         default=SGLANG_TC_PIECEWISE_GRAPHS_OFF,
         description="what SGLang captures no prefill CUDA graphs for, and so reserves none: any of speculative (a "

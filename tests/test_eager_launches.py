@@ -131,7 +131,7 @@ def test_sglang_prefill_graphs_follow_the_release_and_the_deployment():
     assert _sglang_graphs("deepseek-v3", version="0.5.12") == 2048        # MLA's cap
     assert _sglang_graphs("qwen3-235b-a22b-fp8", version="0.5.12") == 8192   # H200's chunk
     assert _sglang_graphs("deepseek-v3") == 8192                          # 0.5.23: min(8,192, chunk)
-    assert _sglang_graphs("deepseek-v3", "b200") == 8192                  # B200's chunk is 16,384
+    assert _sglang_graphs("deepseek-v3", "b200") == 0                     # off on trtllm_mla (below)
     assert _sglang_graphs("qwen3-235b-a22b-fp8", "b200") == 16384
     assert _sglang_graphs("deepseek-v3", version="0.5.16") == 0           # the breakable backend refused MLA
     assert _sglang_graphs("qwen3-235b-a22b-fp8", version="0.5.12", tp=4, dp=2) == 0   # DP attention (tc_piecewise)
@@ -211,3 +211,27 @@ def test_sglang_0_5_23_captures_no_mla_prefill_graphs_without_a_chunk():
     assert (whole.cm.graph_max_tokens, chunked.cm.graph_max_tokens) == (0, 8192)
     assert pool("0.5.22", chunked_prefill=False).cm.graph_max_tokens == 2048
     assert whole.memory.fraction == chunked.memory.fraction
+
+
+@pytest.mark.parametrize("version,h200,b200", [
+    (None, 8192, 0), ("0.5.22", 2048, 0), ("0.5.19", 2048, 0), ("0.5.18", 2048, 0), ("0.5.14", 2048, 2048)])
+def test_sglang_drops_deepseek_v3s_prefill_graphs_on_trtllm_mla_after_reserving_for_them(version: str | None,
+                                                                                          h200: int, b200: int):
+    """From 0.5.18 SGLang turns the prefill CUDA graphs of DeepseekV3ForCausalLM off where it runs
+    trtllm_mla, its default on compute capability 10.x (cuda_graph_hook.py
+    disable_prefill_cuda_graph_for_deepseek_trtllm_mla), after handle_gpu_memory_settings reserved
+    MLA's 1.5 GiB for them: a B200 replays none, and its pool is the one that keeps them, whatever
+    the fraction; Hopper (fa3) keeps them, as 0.5.14 did on both."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    assert (_sglang_graphs("deepseek-v3", version=version), _sglang_graphs("deepseek-v3", "b200", version=version)) \
+        == (h200, b200)
+
+    def pool(**kv):
+        return setup_pool(PoolSpec.model_validate({"model": "deepseek-v3", "gpu": "b200", "tp": 8, "engine": {
+            "backend": "sglang", **({"backend_version": version} if version else {}), "kv_memory": kv}}), 0)
+    for kv in ({}, {"fraction": 0.85}):
+        dropped, kept = pool(**kv), pool(**kv, prefill_graphs_off_after_reserve=False)
+        assert (dropped.cm.graph_max_tokens, kept.cm.graph_max_tokens > 0) == (b200, True)
+        assert (dropped.memory.fraction, dropped.memory.num_blocks) == (kept.memory.fraction, kept.memory.num_blocks)

@@ -433,7 +433,7 @@ KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 10
                "role_reserve": True, "cuda_graphs_in_pool": True, "gpu_tiers": "0.5.20",
                "graphs_to_running_requests": True, "decode_activation_to_running_requests": True,
                "persistent_logit_bytes": 4.25, "mla_prefill_graph_tokens": 4096, "mla_prefill_graphs_need_chunk": True,
-               "prefill_graphs_eager_beside": ("eagle",),
+               "prefill_graphs_eager_beside": ("eagle",), "prefill_graphs_off_after_reserve": True,
                "extensible_margin_gib": 20.0}  # more than the 10 % a fraction of 0.9 leaves
 
 
@@ -491,10 +491,11 @@ def test_a_knobs_description_names_the_rules_that_read_it_once(knob):
 def _graph_tokens(kv: KvMemory, knob: str = "") -> int:
     """The prefill graphs a knob is read on (SGLang's, which the cost model replays whatever the
     fraction): an MLA model's cap with the graphs captured, the blockers and the drafts they cannot
-    serve with a draft beside (captured for it), and whether they need a chunk with prompts run whole."""
+    serve with a draft beside (captured for it), whether they need a chunk with prompts run whole, and
+    whether they are turned off after the reserve (an MLA model's, captured)."""
     from simulator.memory import prefill_graph_tokens
 
-    mla = knob in ("mla_prefill_graph_tokens", "mla_prefill_graphs_need_chunk")
+    mla = knob in ("mla_prefill_graph_tokens", "mla_prefill_graphs_need_chunk", "prefill_graphs_off_after_reserve")
     if knob in ("prefill_graphs_off", "prefill_graphs_eager_beside") or mla:
         kv = kv.model_copy(update={"piecewise_cuda_graph": True})
     if knob == "prefill_graphs_eager_beside":

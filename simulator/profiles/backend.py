@@ -130,6 +130,10 @@ class KernelRule(_Strict):
                                                                          "does not take runs another of the "
                                                                          "stack's kernels if a multiple of this "
                                                                          "(vLLM's Triton MLA); else refused")
+    prefill_graphs_off_after_reserve: bool = Field(
+        default=False, description="the stack turns its piecewise prefill CUDA graphs off on this kernel once its "
+                                   "default reserve has made room for them (SGLang's DeepSeek-V3 on trtllm_mla): "
+                                   "sets kv_memory.prefill_graphs_off_after_reserve")
     source: str = ""
 
     @model_validator(mode="after")
@@ -635,7 +639,9 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
     if draft == "draft":
         merged = refine(merged, prof.draft_model_keys(keys))
     if model is not None:
-        merged = _kernel_block_size(merged, engine, prof, keys, gpu, model, bool(draft))
+        kernel = kernel_rule([*keys.get("attention_kernels", ()), *prof.attention_kernels], gpu, model, bool(draft),
+                             _kv_dtype(merged, engine))
+        merged = _kernel_prefill_graphs(_kernel_block_size(merged, engine, prof, kernel, gpu, model), kernel)
         merged = _stack_prefix_cache(merged, engine, prof, gpu, model, bool(draft))
     if engine.get("weight_dtype", getattr(model, "checkpoint_dtype", None)) == "mxfp4":   # the layout of its experts
         layout = expert_layout_rule([*keys.get("mxfp4_expert_layouts", ()), *prof.mxfp4_expert_layouts], gpu)
@@ -663,13 +669,10 @@ def _kv_dtype(merged: Mapping[str, Any], engine: Mapping[str, Any]) -> str:
 
 
 def _kernel_block_size(merged: dict[str, Any], engine: Mapping[str, Any], prof: BackendProfile,
-                       keys: Mapping[str, Any], gpu: HardwareProfile, model: ModelProfile,
-                       speculative: bool) -> dict[str, Any]:
+                       rule: Optional[KernelRule], gpu: HardwareProfile, model: ModelProfile) -> dict[str, Any]:
     """``merged`` with the block size the attention kernel the stack picks for ``model`` on ``gpu``
-    forces (its ``attention_kernels``, a release's first); a block size the pool sets itself stays,
-    unless the stack would not run it (refused, naming the sizes it takes)."""
-    rule = kernel_rule([*keys.get("attention_kernels", ()), *prof.attention_kernels], gpu, model, speculative,
-                       _kv_dtype(merged, engine))
+    (``rule``: its ``attention_kernels``' match, a release's first) forces; a block size the pool sets
+    itself stays, unless the stack would not run it (refused, naming the sizes it takes)."""
     if rule is None:
         return merged
     default = rule.chosen(merged.get("block_size", 16))
@@ -686,6 +689,15 @@ def _kernel_block_size(merged: dict[str, Any], engine: Mapping[str, Any], prof: 
                          f"{gpu.name}, takes blocks of {rule.sizes_text()} tokens{other}; set {allowed}, or leave "
                          f"block_size unset ({default})")
     return merged
+
+
+def _kernel_prefill_graphs(merged: dict[str, Any], rule: Optional[KernelRule]) -> dict[str, Any]:
+    """``merged`` telling the KV accounting that the stack drops its prefill graphs on the attention
+    kernel of ``rule`` after its reserve made room for them: the kernel is picked after the memory
+    settings (SGLang's arg_groups/pipeline.py), so the reserve cannot know, and the cost model must."""
+    if rule is None or not rule.prefill_graphs_off_after_reserve or not isinstance(merged.get("kv_memory"), dict):
+        return merged
+    return {**merged, "kv_memory": {**merged["kv_memory"], "prefill_graphs_off_after_reserve": True}}
 
 
 def _stack_prefix_cache(merged: dict[str, Any], engine: Mapping[str, Any], prof: BackendProfile,
