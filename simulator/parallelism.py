@@ -138,10 +138,11 @@ def weight_bytes_per_gpu(model: ModelProfile, par: Parallelism, weight_dtype: st
     the same; the routed experts are split over all tp·dp GPUs (ep by
     expert, moe_tp by width), each shard ``expert_storage`` times its
     checkpoint size where the stack stores it padded to its kernel's layout
-    (:attr:`simulator.costmodel.step.CostModel.expert_storage`).
+    (:attr:`simulator.costmodel.step.CostModel.expert_storage`), every width
+    shard with its expert's whole down-projection bias.
     """
-    experts = model.expert_weight_bytes(weight_dtype)
-    rest = model.weight_bytes(weight_dtype) - experts
+    rest = model.weight_bytes(weight_dtype) - model.expert_weight_bytes(weight_dtype)
+    experts = model.expert_weight_bytes(weight_dtype, par.moe_tp)
     counted, held = tp_whole_weight_bytes(model, par.tp, weight_dtype)
     return rest / par.tp + (held - counted / par.tp), experts * expert_storage / par.gpus
 

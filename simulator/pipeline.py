@@ -99,8 +99,9 @@ def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp:
     L = model.num_hidden_layers
     embed = model.embedding_params * 2.0
     head = model.vocab_size * model.hidden_size * 2.0      # the LM head (a tied one is the embedding, copied)
+    # a stage's experts are split tp ways by width, each shard with its whole down-projection bias
     body = (model.weight_bytes(weight_dtype) - embed - model.lm_head_params * 2.0
-            + model.expert_weight_bytes(weight_dtype) * (expert_storage - 1.0))
+            - model.expert_weight_bytes(weight_dtype) + model.expert_weight_bytes(weight_dtype, tp) * expert_storage)
     counted, held = tp_whole_weight_bytes(model, tp, weight_dtype)
     whole = held - counted / tp     # per GPU beyond the tp-th: K/V heads fewer than tp
     per_token = activation_bytes_per_token(model, tp)

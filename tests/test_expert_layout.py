@@ -127,6 +127,22 @@ def test_the_experts_biases_are_held_at_the_padded_width(backend: str, gpu: str,
     assert _weights_gib(gpu, e) == pytest.approx(without + biases, rel=1e-9)
 
 
+@pytest.mark.parametrize("backend,gpu", [("sglang", "h200"), ("sglang", "b200"), ("vllm", "h200"),
+                                         ("vllm", "a100-sxm-80gb")])
+@pytest.mark.parametrize("tp,ep", [(8, 1), (4, 1), (2, 1), (8, 8), (8, 2)])
+def test_each_width_shard_holds_its_experts_whole_down_bias(backend: str, gpu: str, tp: int, ep: int) -> None:
+    """Split by width (moe_tp = tp / ep), every GPU holds its experts' shards of the weights and the
+    gate_up bias, and the whole hidden-sized down-projection bias (mxfp4.py create_weights: w2's bias
+    num_local_experts x hidden_size, zeroed beyond the first width rank by gpt_oss.py's loaders):
+    a GPU's experts take their count times the shard's stored bytes, the bias whole in it."""
+    m, layout = load_model("gpt-oss-120b"), _engine(gpu, backend=backend).mxfp4_expert_layout
+    par = Parallelism(tp, 1, ep)
+    width = m.expert_ffn // par.moe_tp
+    _, experts = weight_bytes_per_gpu(m, par, "mxfp4", layout.storage_scale(m.hidden_size, width, True, True))
+    held = m.num_moe_layers * m.num_experts // ep * layout.stored_bytes(m.hidden_size, width, True, True)
+    assert experts == pytest.approx(held, rel=1e-12)
+
+
 def test_sglang_gives_other_formats_no_layout() -> None:
     assert _engine("h100-sxm", backend="sglang", weight_dtype="bf16").mxfp4_expert_layout is None
 

@@ -257,18 +257,20 @@ def test_ep_and_dp_conserve_weights(data, name, wd):
     m = load_model(name)
     par = data.draw(st.sampled_from(_layouts(m, 72)))
     rest, experts = weight_bytes_per_gpu(m, par, wd)
-    # Summed over the replica: every expert once, the split rest once per dp
-    # rank, and what a GPU keeps whole (routers, MLA down-projections) once per GPU.
+    # Summed over the replica: every expert once (a down-projection bias once per width shard), the
+    # split rest once per dp rank, and what a GPU keeps whole (routers, MLA down-projections) once per GPU.
     total = (rest + experts) * par.gpus
     counted, held = tp_whole_weight_bytes(m, par.tp, wd)
     split = m.weight_bytes(wd) - m.expert_weight_bytes(wd) - counted
-    expected = par.dp * split + par.gpus * held + m.expert_weight_bytes(wd)
+    expected = par.dp * split + par.gpus * held + m.expert_weight_bytes(wd, par.moe_tp)
     assert total == pytest.approx(expected, rel=1e-12)
     assert replica_weight_bytes(m, par, wd) == pytest.approx(expected, rel=1e-12)
-    # ep only moves experts between GPUs: the replica holds the same bytes.
+    # ep only moves experts between GPUs, and keeps fewer copies of their down-projection biases.
     flat = Parallelism(par.tp, par.dp, 1)
     if flat.moe_tp <= 72 and m.expert_ffn % flat.moe_tp == 0:
-        assert replica_weight_bytes(m, flat, wd) == pytest.approx(total, rel=1e-12)
+        copies = m.expert_weight_bytes(wd, flat.moe_tp) - m.expert_weight_bytes(wd, par.moe_tp)
+        assert copies == 2.0 * m.num_moe_layers * m.num_experts * m.expert_down_bias_params * (flat.moe_tp - par.moe_tp)
+        assert replica_weight_bytes(m, flat, wd) == pytest.approx(total + copies, rel=1e-12)
 
 
 @PROPS

@@ -256,7 +256,13 @@ class ModelProfile(BaseModel):
         held, so they are counted apart from :attr:`expert_params`."""
         if self.model_type not in _EXPERT_BIAS_FAMILIES:
             return 0
-        return (2 if self.is_gated else 1) * self.expert_ffn + self.hidden_size
+        return (2 if self.is_gated else 1) * self.expert_ffn + self.expert_down_bias_params
+
+    @property
+    def expert_down_bias_params(self) -> int:
+        """Of :attr:`expert_bias_params`, the down projection's: one value per hidden unit, which a
+        width split cannot divide, so every width shard of the expert keeps all of it."""
+        return self.hidden_size if self.model_type in _EXPERT_BIAS_FAMILIES else 0
 
     @property
     def expert_biases(self) -> int:
@@ -412,11 +418,16 @@ class ModelProfile(BaseModel):
         rest = self.num_params - quantized
         return quantized * BYTES[weight_dtype] + rest * 2.0
 
-    def expert_weight_bytes(self, weight_dtype: str = "bf16") -> float:
+    def expert_weight_bytes(self, weight_dtype: str = "bf16", moe_tp: int = 1) -> float:
         """Bytes of the routed experts (all MoE layers), the part expert parallelism splits:
-        their weights in ``weight_dtype``, their 16-bit biases."""
+        their weights in ``weight_dtype``, their 16-bit biases. Split ``moe_tp`` ways by width,
+        each shard holds its expert's whole down-projection bias (SGLang's and vLLM's
+        ``Mxfp4MoEMethod.create_weights`` make w2's bias experts x hidden on every GPU, and
+        gpt_oss.py's weight loaders zero it beyond the first width rank rather than split it), so
+        the replica holds ``moe_tp`` copies of it."""
         matrices = self.num_moe_layers * (self.num_experts or 0) * self.expert_params
-        return matrices * BYTES[weight_dtype] + self.expert_biases * 2.0
+        copies = self.num_moe_layers * (self.num_experts or 0) * self.expert_down_bias_params * (moe_tp - 1)
+        return matrices * BYTES[weight_dtype] + (self.expert_biases + copies) * 2.0
 
     @property
     def kv_elements_per_layer(self) -> int:
