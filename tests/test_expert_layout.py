@@ -53,6 +53,30 @@ def test_the_kernel_each_release_holds_them_in_on_hopper(version: str, kernel: s
     assert layout is not None and (layout.kernel, layout.scale_copies) == (kernel, copies)
 
 
+TRTLLM = "FLASHINFER_TRTLLM_MXFP4_BF16"
+
+
+@pytest.mark.parametrize("version,gpu,kernel,width_align", [
+    (None, "b200", TRTLLM, 256), (None, "gb300-nvl72", TRTLLM, 256), ("0.10.1", "b300", "MARLIN", 128),
+    ("0.11.0", "b200", "MARLIN", 128), ("0.11.2", "b200", TRTLLM, 256), ("0.11.2", "b300", "MARLIN", 128),
+    ("0.12.0", "b300", None, 0), ("0.13.0", "b300", TRTLLM, 256), ("0.26.0", "b200", TRTLLM, 256),
+    ("0.27.0", "gb200-nvl72", TRTLLM, 128), ("0.34.0", "b200", TRTLLM, 128)])
+def test_the_kernel_each_release_holds_them_in_on_blackwell(version: str | None, gpu: str, kernel: str | None,
+                                                            width_align: int) -> None:
+    """FlashInfer's TRT-LLM kernel wherever FlashInfer is installed (a requirement from 0.11.1) and the
+    GPU is one it tests for (10.0 alone to 0.12.0, the 10.x family from 0.13.0), created 256 x 256
+    to 0.26.0 and 128 wide from 0.27.0, with fp32 biases; Marlin without it where the wheel brings
+    no triton_kernels (to 0.11.2); a 10.3 GPU under 0.12.0 runs triton_kernels' Blackwell layouts,
+    which llmsim has not read, and keeps the calibrated padding."""
+    graphs = {"kv_memory": {"cuda_graph_gib": 1.0}} if version and version >= "0.20" else {}
+    layout = _engine(gpu, version, **graphs).mxfp4_expert_layout
+    if kernel is None:
+        assert layout is None
+        return
+    assert (layout.kernel, layout.intermediate_align, layout.hidden_align, layout.bias_bytes) == \
+        (kernel, width_align, 256, 4.0 if kernel == TRTLLM else 2.0)
+
+
 def test_the_default_release_on_hopper_holds_more_than_the_checkpoint() -> None:
     """The checkpoint counts the experts' bf16 biases: 116,829,156,672 parameters in
     openai/gpt-oss-120b's safetensors, less its routers' biases and attention sinks (128 and 64 a
@@ -65,7 +89,7 @@ def test_the_default_release_on_hopper_holds_more_than_the_checkpoint() -> None:
 
 def test_only_mxfp4_pools_and_ampere_to_hopper_get_a_layout() -> None:
     assert _engine("h100-sxm", weight_dtype="bf16").mxfp4_expert_layout is None
-    assert _engine("b200").mxfp4_expert_layout is None          # the calibrated FlashInfer padding holds
+    assert _engine("b200", "0.10.1").mxfp4_expert_layout is None   # not read: the calibrated padding holds
     assert _engine("a100-sxm-80gb").mxfp4_expert_layout.kernel == "MARLIN"
 
 
@@ -107,7 +131,8 @@ def test_the_weights_sglang_holds_for_gpt_oss_120b_on_one_gpu(gpu: str, version:
 
 
 @pytest.mark.parametrize("backend,gpu,fp32", [("sglang", "h200", True), ("sglang", "b200", True),
-                                               ("vllm", "h200", True), ("vllm", "a100-sxm-80gb", False)])
+                                               ("vllm", "h200", True), ("vllm", "b200", True),
+                                               ("vllm", "a100-sxm-80gb", False)])
 def test_the_experts_biases_are_held_at_the_padded_width(backend: str, gpu: str, fp32: bool) -> None:
     """gpt-oss's expert biases, created at the experts' padded width (mxfp4.py create_weights:
     w13_weight_bias 2 x width, w2_weight_bias hidden), turned to fp32 by SGLang's triton_kernel and
@@ -128,7 +153,7 @@ def test_the_experts_biases_are_held_at_the_padded_width(backend: str, gpu: str,
 
 
 @pytest.mark.parametrize("backend,gpu", [("sglang", "h200"), ("sglang", "b200"), ("vllm", "h200"),
-                                         ("vllm", "a100-sxm-80gb")])
+                                         ("vllm", "b200"), ("vllm", "a100-sxm-80gb")])
 @pytest.mark.parametrize("tp,ep", [(8, 1), (4, 1), (2, 1), (8, 8), (8, 2)])
 def test_each_width_shard_holds_its_experts_whole_down_bias(backend: str, gpu: str, tp: int, ep: int) -> None:
     """Split by width (moe_tp = tp / ep), every GPU holds its experts' shards of the weights and the

@@ -195,7 +195,9 @@ class ExpertLayoutRule(_Strict):
     wins, and sets ``engine.mxfp4_expert_layout`` unless the pool sets it itself."""
 
     when: GpuCondition = GpuCondition()
-    layout: ExpertLayout
+    # None: a layout llmsim does not read there, which leaves the experts to the calibrated MoE
+    # kernel's padding, as on a GPU no rule holds for (a release's rule that ends a later one's reach)
+    layout: Optional[ExpertLayout]
     source: str = ""
 
 
@@ -645,7 +647,7 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
         merged = _stack_prefix_cache(merged, engine, prof, gpu, model, bool(draft))
     if engine.get("weight_dtype", getattr(model, "checkpoint_dtype", None)) == "mxfp4":   # the layout of its experts
         layout = expert_layout_rule([*keys.get("mxfp4_expert_layouts", ()), *prof.mxfp4_expert_layouts], gpu)
-        if layout is not None:
+        if layout is not None and layout.layout is not None:
             merged["mxfp4_expert_layout"] = layout.layout.model_dump()
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
     return _prompt_kv_beside(refine(backend_defaults_beside(merged, engine), engine), engine)
