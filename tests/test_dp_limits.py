@@ -15,6 +15,7 @@ from simulator.engine.config import EngineConfig
 from simulator.fleet.setup import rank_limits, setup_pool
 from simulator.runner import simulate
 from simulator.scenario.schema import Scenario
+from workloads.request import Status
 
 
 @settings(max_examples=40, deadline=None)
@@ -90,3 +91,29 @@ def test_sglang_under_aiconfigurators_launch_chunks_at_a_ranks_share_of_the_chun
     short = engine_keys("aiconfigurator", "sglang", 64, 1024, prefill_chunk=8192)
     assert (short["max_num_batched_tokens"], short["max_prefill_tokens"]) == (8192, 2524)
     assert "dp_limits" not in engine_keys("aiconfigurator", "vllm", 64, 8192, dp=8, prefill_chunk=16384)
+
+
+def _capped(backend: str, isl: int) -> Scenario:
+    """Two prompts on one replica of two attention-DP ranks, each rank's pool capped at 8,192
+    tokens (SGLang's --max-total-tokens, TensorRT-LLM's KvCacheConfig.max_tokens)."""
+    return Scenario.model_validate({
+        "name": "dp-pool", "workload": {"num_requests": 2, "arrival": {"type": "concurrency", "concurrency": 1},
+                                        "input_tokens": {"dist": "fixed", "value": isl},
+                                        "output_tokens": {"dist": "fixed", "value": 4}},
+        "pools": [{"model": "mixtral-8x7b", "gpu": "h100-sxm", "tp": 2, "dp": 2, "ep": 2,
+                   "engine": {"backend": backend, "max_num_batched_tokens": 2048, "max_num_seqs": 8,
+                              "prefix_cache": False, "kv_memory": {"max_tokens": 8192}}}]})
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("backend", ["sglang", "trtllm"])
+def test_a_request_must_fit_one_ranks_pool(backend, engine):
+    """A request lives on one rank and only that rank's pool holds its KV: a 10,000-token prompt
+    fits the replica's two 8,192-token pools together but neither alone, so it is rejected on
+    arrival (SGLang caps a prompt at its rank's max_total_num_tokens, TensorRT-LLM its max_seq_len
+    at the rank's blocks), where one of 7,000 tokens is served."""
+    setup = setup_pool(_capped(backend, 10_000).pools[0], 0)
+    assert setup.rank_blocks * setup.memory.block_size == 8192
+    assert setup.memory.num_blocks == 2 * setup.rank_blocks
+    assert {r.status for r in simulate(_capped(backend, 10_000), engine=engine).requests} == {Status.REJECTED}
+    assert {r.status for r in simulate(_capped(backend, 7_000), engine=engine).requests} == {Status.FINISHED}

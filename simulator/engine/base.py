@@ -81,7 +81,8 @@ class ReplicaBase:
                  gaps: GapLog, on_done: Optional[Callable[[Request], None]] = None, max_model_len: int | None = None,
                  id_block_tokens: int | None = None, kv_budgets: Optional[dict[str, int]] = None,
                  offload: Optional[OffloadPlan] = None, lora: Optional[LoraPlan] = None,
-                 rank_tokens: Optional[int] = None, windows: Optional[SlidingGroups] = None):
+                 rank_tokens: Optional[int] = None, windows: Optional[SlidingGroups] = None,
+                 rank_blocks: Optional[int] = None):
         self.env = env
         self.index = index
         # A speculative pool's mixed iterations draft as the engine's stack does (EngineConfig.mixed_step_drafts).
@@ -96,6 +97,11 @@ class ReplicaBase:
         self.draft_slots: int = cfg.draft_slots_per_request
         self.bs = cfg.block_size
         self.num_blocks = num_blocks
+        # The most one request can ever hold: its attention-DP rank's pool (PoolSetup.rank_blocks),
+        # else the replica's. Each rank of vLLM, SGLang and TensorRT-LLM has its own KV pool and a
+        # request stays on its rank, so the replica's other ranks never lend it blocks; llmsim keeps
+        # one pool of the dp ranks' blocks for everything but this bound.
+        self.rank_blocks: int = rank_blocks or num_blocks
         # Blocks each running sequence's sliding-window layers hold of the shared pool beside its
         # own (vLLM's hybrid KV cache: simulator.hybrid_kv), taken at admission and given back when
         # it stops running: a window, recycled as it slides, the same for every sequence.
@@ -212,7 +218,8 @@ class ReplicaBase:
     # --- arrivals ----------------------------------------------------------
     def can_ever_serve(self, req: Request) -> bool:
         """A request that could not complete even alone on this replica is
-        rejected on arrival rather than left to starve the queue."""
+        rejected on arrival rather than left to starve the queue: alone on its
+        attention rank, whose pool (``rank_blocks``) is all it can hold."""
         if req.input_tokens + req.output_tokens > self.max_model_len:
             return False
         if self.contiguous:
@@ -230,7 +237,7 @@ class ReplicaBase:
             # server beside its reserve: a block's slack more than the whole request bounds both.
             if self.retracts:
                 reserve = self.reserve_tokens if self.reserves_decode else 0
-                if req.input_tokens + req.output_tokens + reserve + self.bs > (self.num_blocks - self.window_blocks) \
+                if req.input_tokens + req.output_tokens + reserve + self.bs > (self.rank_blocks - self.window_blocks) \
                         * self.bs:
                     return False
         if self.kv_budgets is not None:       # nor past its class's KV cap
@@ -239,9 +246,9 @@ class ReplicaBase:
                 return False
         if self.windows is not None:    # nor past the admission gate's windows: vLLM would wait forever
             own = blocks if self.cfg.scheduler == "static" or self.no_evict else ceil_div(req.input_tokens, self.bs)
-            if self._gate_alone(req.input_tokens, own) > self.num_blocks:
+            if self._gate_alone(req.input_tokens, own) > self.rank_blocks:
                 return False
-        return blocks + self.window_blocks <= self.num_blocks
+        return blocks + self.window_blocks <= self.rank_blocks
 
     def _gate_alone(self, prompt: int, own: int) -> int:
         """Blocks a prompt of ``prompt`` tokens, none cached, whose admission reserves ``own``
@@ -266,7 +273,7 @@ class ReplicaBase:
         if self.windows is None or self._batch_len() or not s.req.preemptions:
             return False
         return self._admission(s, budget=self.cfg.max_num_batched_tokens if self.per_chunk else 0)[0] \
-            > self.num_blocks
+            > self.rank_blocks
 
     def _reserved_blocks(self, req: Request) -> int:
         """Contiguous KV: the blocks ``req`` holds from admission to its end,

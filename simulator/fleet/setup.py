@@ -48,6 +48,13 @@ class PoolSetup:
         None for a single rank."""
         return self.engine_config.max_num_batched_tokens // self.spec.dp if self.spec.dp > 1 else None
 
+    @property
+    def rank_blocks(self) -> Optional[int]:
+        """One attention-DP rank's KV blocks (the replica's pool over its dp ranks, as
+        ``kv_tokens_per_rank`` states them), the most one request can ever hold; None for a
+        single rank. The replica's engine schedules one pool of all the ranks' blocks."""
+        return self.memory.num_blocks // self.memory.dp if self.memory.dp > 1 else None
+
 
 def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: EngineConfig, dp: int = 1,
                       ep: int = 1, speculative: bool | str = False, role: str = "") -> CostModel:
