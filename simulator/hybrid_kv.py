@@ -85,6 +85,23 @@ class SlidingGroups:
         ``max_admission_blocks_per_request``)."""
         return -(-min(self.window - 1 + in_flight, max_model_len) // self.block_size) + 1
 
+    @property
+    def handoff_tokens(self) -> int:
+        """The most tokens of each sliding-window layer a P/D hand-off moves: the last
+        cdiv(window, block_size) + 1 blocks of the group (vLLM's NIXL connector with the hybrid
+        manager, 0.22-0.26 nixl/scheduler.py, base_scheduler.py from 0.26,
+        ``get_sw_clipped_blocks`` over ``blocks_per_sw``), whatever the prompt's length."""
+        return (-(-self.window // self.block_size) + 1) * self.block_size
+
+    def reloaded(self, local: int, cached: int) -> int:
+        """Blocks per group a reload from the offload tiers copies for a prompt whose first
+        ``local`` tokens the GPU cache holds and the tiers the rest up to ``cached``: the
+        group's blocks within the window of ``cached`` (those below it are null placeholders)
+        past the local hit's (vLLM's OffloadingConnector, offloading/scheduler.py
+        ``update_state_after_alloc``: a group's pending blocks start at the first non-null
+        block without a hash, 0.22-0.26)."""
+        return max(0, -(-cached // self.block_size) - max(local // self.block_size, self.skipped(cached)))
+
     def admission(self, prompt: int, computed: int, cap: int = 0) -> int:
         """Pool blocks the groups must have free to admit a prompt of ``prompt`` tokens whose
         first ``computed`` are cached (``can_fit_full_sequence``, from 0.22 ``allocate_slots``'
@@ -111,6 +128,13 @@ def sliding_groups(model: ModelProfile, block_size: int) -> Optional[SlidingGrou
     if max(sliding, full) < group * 1.5:
         group = max(sliding, full)
     return SlidingGroups(model.window_tokens, block_size, -(-sliding // group) * group, full)
+
+
+def window_share(model: ModelProfile) -> float:
+    """KV bytes a token adds to a model's sliding-window layers per byte it adds to its
+    full-attention ones (each layer's K and V alike): what a connector moves of the window
+    beside the full-attention bytes llmsim's pool and links count."""
+    return model.num_sliding_layers / model.num_full_attention_layers if model.num_sliding_layers else 0.0
 
 
 def frees_when_processed(cfg: EngineConfig) -> bool:

@@ -634,7 +634,7 @@ def test_an_mla_hand_off_moves_the_whole_latent_over_each_link():
         prefill = PoolSpec(name="p", model=model, gpu="h200", tp=tp, disaggregation={"decode_pool": "d"}, **extra)
         decode = PoolSpec(name="d", model=model, gpu="h200", tp=tp, **extra)
         (pair,) = _pairs([setup_pool(prefill, 0), setup_pool(decode, 1, decodes_for_another=True)])
-        return pair.link_bytes_per_token
+        return pair.link_bytes.full
 
     from simulator.profiles import load_model
     assert link_bytes("deepseek-v3", 8, engine={"weight_dtype": "fp8"}) == 61 * 576 * 2
@@ -642,6 +642,27 @@ def test_an_mla_hand_off_moves_the_whole_latent_over_each_link():
     assert link_bytes("qwen3-235b-a22b-fp8", 8) == pytest.approx(qwen.kv_bytes_per_token("bf16") / 4)
     llama = load_model("llama-3.1-70b")
     assert link_bytes("llama-3.1-70b", 8) == pytest.approx(llama.kv_bytes_per_token("bf16") / 8)
+
+
+def test_a_gpt_oss_hand_off_moves_the_sliding_window_layers_last_blocks():
+    """vLLM's NIXL connector with the hybrid KV cache manager (0.22 on) sends each sliding-window
+    group's last cdiv(window, block_size) + 1 blocks beside every full-attention block
+    (get_sw_clipped_blocks): gpt-oss-120b's 18 sliding-window layers send 9 blocks of 16 tokens
+    of their 128-token window, as many bytes a token as its 18 full-attention layers, where
+    llmsim sent the full-attention bytes alone."""
+    from simulator.scenario.compile import _pairs
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    engine = {"backend": "vllm", "backend_version": "0.26.0", "kv_memory": {"cuda_graph_gib": 1.0}}
+    prefill = PoolSpec(name="p", model="gpt-oss-120b", gpu="h100-sxm", disaggregation={"decode_pool": "d"},
+                       engine=engine)
+    decode = PoolSpec(name="d", model="gpt-oss-120b", gpu="h100-sxm", engine=engine)
+    (pair,) = _pairs([setup_pool(prefill, 0), setup_pool(decode, 1, decodes_for_another=True)])
+    per_token = 18 * 2 * 8 * 64 * 2
+    assert pair.link_bytes.full == pair.link_bytes.window == per_token
+    assert pair.link_bytes.of(1000) == (1000 + 144) * per_token
+    assert pair.link_bytes.of(100) == 200 * per_token      # a prompt shorter than the window: all of it
 
 
 def test_sglangs_decode_server_streams_the_prefills_token_without_a_forward_pass():

@@ -24,6 +24,7 @@ from simulator.engine.reference import ReferenceReplica
 from simulator.engine.replica import FastReplica
 from simulator.errors import LlmsimError
 from simulator.fleet.offload import plan_offload
+from simulator.hybrid_kv import SlidingGroups
 from simulator.memory import plan_memory
 from simulator.profiles import load_hardware, load_model
 from test_prefix_cache import SETTINGS, _run_pair, cache_configs, check, prefixed
@@ -146,6 +147,49 @@ def test_reload_delays_the_first_chunk_by_bytes_over_bandwidth():
         assert r.first_token - r.admitted == pytest.approx(cm.step_time([(32, 1024)], 0, 0, 1) + reload, rel=1e-9)
         waits.append(r.first_token - r.admitted - cm.step_time([(32, 1024)], 0, 0, 1))
     assert waits[0] == pytest.approx(2 * waits[1], rel=1e-6)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_reload_copies_the_sliding_window_at_the_hits_end(engine):
+    """vLLM's OffloadingConnector copies a sliding-window group's blocks within the window of
+    the hit's end beside every full-attention block (update_state_after_alloc: the blocks below
+    it are null placeholders): the 1,024-token head above, under a 128-token window of 16-token
+    blocks, reloads 64 full-attention blocks and 1,024/16 - (1,024 - 127) // 16 = 8 of the
+    group's, at the host tier's bandwidth. llmsim reloaded the 64 alone."""
+    cm = cost_model()
+    cfg = EngineConfig(max_num_seqs=4, block_size=16)
+    head = tuple(range(100, 164))
+    first = Request(0, 0.0, 1024 + 16, 1, blocks=head + (900,))
+    flood = [Request(1 + i, 1.0 + i, 2000, 1, blocks=tuple(range(10_000 * (i + 1), 10_000 * (i + 1) + 125)))
+             for i in range(3)]
+    again = Request(9, 10.0, 1024 + 32, 1, blocks=head + (901, 902))
+    windows = SlidingGroups(window=128, block_size=16, layers=2, full=2)
+    plan = OffloadPlan(16 * 1000.0, (("host", 10_000, 1e10),), window_block_bytes=16 * 500.0)
+    # the gate asks a 2,000-token prompt's blocks of every group too: 250 blocks admit the flood
+    run = run_open(engine, [first, *flood, again], cfg, 250, cm=cm, id_block_tokens=16,
+                   offload=plan, windows=windows)
+    tier = run.stats()[0]["prefix_cache"]["offload"]["host"]
+    assert run.requests[-1].cached_tokens == 1024 and tier["reloaded_blocks"] == 64
+    assert windows.reloaded(0, 1024) == 8
+    assert tier["reloaded_bytes"] == 64 * 16 * 1000.0 + 8 * 16 * 500.0
+    assert tier["reload_s"] == pytest.approx(tier["reloaded_bytes"] / 1e10, rel=1e-12)
+
+
+@settings(max_examples=200, deadline=None)
+@given(window=st.integers(1, 300), bs=st.sampled_from([1, 4, 16, 32]), local=st.integers(0, 2000),
+       extra=st.integers(1, 2000))
+def test_a_reload_copies_the_groups_blocks_the_window_reaches_past_the_local_hit(window, bs, local, extra):
+    """Block by block: those from the local hit's on whose end passes the tokens the window of
+    the hit's end skips; a block-aligned hit's never more than cdiv(window, block_size), as
+    vLLM asserts (num_pending_gpu_blocks <= sliding_window_size_in_chunks × blocks_per_chunk)."""
+    local -= local % bs
+    cached = local + extra
+    groups = SlidingGroups(window=window, block_size=bs, layers=1, full=1)
+    skipped = max(0, cached - window + 1)
+    oracle = sum(1 for j in range(local // bs, -(-cached // bs)) if (j + 1) * bs > skipped)
+    assert groups.reloaded(local, cached) == oracle
+    if cached % bs == 0:
+        assert oracle <= -(-window // bs)
 
 
 # --- engines -------------------------------------------------------------------

@@ -621,7 +621,9 @@ class ReplicaBase:
                 c.record(m, ids, s.prompt, cached)
             if m.lower is not None:   # copied back from the offload tiers before its first chunk runs
                 assert c.tiers is not None   # a lower hit came from them
-                self.reload_s += c.tiers.reload(m.lower, m.tokens + m.lower.total - cached, first)
+                end = m.tokens + m.lower.total
+                window = 0 if self.windows is None else self.windows.reloaded(m.tokens, end)
+                self.reload_s += c.tiers.reload(m.lower, end - cached, first, window)
             s.done = max(cached, self._preloaded(s))
             p0 = c.pinned
             # (chunk by chunk, only the hit is pinned now: _take_chunk enters the rest as it is allocated)

@@ -41,7 +41,10 @@ the transfer does not overlap with that iteration's compute and every
 request in the iteration waits for it. Layerwise loading, which overlaps
 each layer's copy with the previous layer's compute, is not modelled.
 Copies to the tiers (device to host at eviction) are not charged: they run
-on a separate stream while the GPU computes.
+on a separate stream while the GPU computes. A model's sliding-window layers
+reload only the blocks within the window of the hit's end (vLLM's
+OffloadingConnector: :meth:`simulator.hybrid_kv.SlidingGroups.reloaded`),
+copied from the tier of the hit's last id, beside every full-attention block.
 """
 from __future__ import annotations
 
@@ -63,7 +66,7 @@ class Tier:
     (id → tokens, least recently offloaded first), and what passed through."""
 
     __slots__ = ("name", "capacity", "bytes_per_s", "entries", "used", "offloaded", "dropped",
-                 "hit_requests", "hit_tokens", "reloaded", "reload_s")
+                 "hit_requests", "hit_tokens", "reloaded", "window_bytes", "reload_s")
 
     def __init__(self, name: str, capacity_blocks: int, bytes_per_s: float) -> None:
         self.name = name
@@ -76,16 +79,19 @@ class Tier:
         self.hit_requests = 0    # first admissions that reloaded from it
         self.hit_tokens = 0      # prompt tokens those reloaded from it
         self.reloaded = 0        # KV blocks reloaded from it (every admission)
+        self.window_bytes = 0.0  # sliding-window layers' bytes reloaded beside them
         self.reload_s = 0.0      # seconds spent reloading them
 
 
 class KvTiers:
     """The offload tiers of one replica, fastest first (host, then disk)."""
 
-    def __init__(self, id_block_tokens: int, kv_block_size: int, block_bytes: float, tiers: list[Tier]) -> None:
+    def __init__(self, id_block_tokens: int, kv_block_size: int, block_bytes: float, tiers: list[Tier],
+                 window_block_bytes: float = 0.0) -> None:
         self.H = id_block_tokens
         self.bs = kv_block_size
         self.block_bytes = block_bytes   # bytes one KV block moves (all layers, every GPU holding it)
+        self.window_block_bytes = window_block_bytes   # bytes a block of every sliding-window layer moves
         self.tiers = tiers
 
     def blocks(self, tokens: int) -> int:
@@ -166,11 +172,20 @@ class KvTiers:
                     used -= self.blocks(t)
             tier.used = used
 
-    def reload(self, lower: "Lower", capped: int, first: bool) -> float:
+    def reload(self, lower: "Lower", capped: int, first: bool, window_blocks: int = 0) -> float:
         """Seconds to copy a hit's blocks back to the GPU, counted per tier;
         on a ``first`` admission also its tokens (``capped`` of them are
-        computed anyway: the prompt's last token, see ``usable``)."""
+        computed anyway: the prompt's last token, see ``usable``).
+        ``window_blocks``: those of each sliding-window group it copies too,
+        the window at the hit's end, from the tier of its last id."""
         total = 0.0
+        if window_blocks:
+            tier = self.tiers[lower.last]
+            w = window_blocks * self.window_block_bytes
+            s = w / tier.bytes_per_s
+            tier.window_bytes += w
+            tier.reload_s += s
+            total += s
         for i, b in enumerate(lower.blocks):
             if not b:
                 continue
@@ -194,22 +209,25 @@ class KvTiers:
     def stats(self) -> dict:
         return {t.name: {"capacity_blocks": t.capacity, "offloaded_blocks": t.offloaded,
                          "dropped_blocks": t.dropped, "hit_requests": t.hit_requests, "hit_tokens": t.hit_tokens,
-                         "reloaded_blocks": t.reloaded, "reloaded_bytes": t.reloaded * self.block_bytes,
+                         "reloaded_blocks": t.reloaded, "reloaded_bytes": t.reloaded * self.block_bytes + t.window_bytes,
                          "reload_s": t.reload_s, "blocks_at_end": t.used} for t in self.tiers}
 
 
 class OffloadPlan:
     """A pool's tiers, per replica: bytes one KV block moves, and (name,
     capacity in KV blocks, bytes/s of a reload) per tier, fastest first
-    (sized by :func:`simulator.fleet.offload.plan_offload`)."""
+    (sized by :func:`simulator.fleet.offload.plan_offload`); and the bytes a
+    block of every sliding-window layer moves, 0 where none is reloaded apart."""
 
-    __slots__ = ("block_bytes", "tiers")
+    __slots__ = ("block_bytes", "tiers", "window_block_bytes")
 
-    def __init__(self, block_bytes: float, tiers: tuple[tuple[str, int, float], ...]) -> None:
+    def __init__(self, block_bytes: float, tiers: tuple[tuple[str, int, float], ...],
+                 window_block_bytes: float = 0.0) -> None:
         self.block_bytes = block_bytes
         self.tiers = tiers
+        self.window_block_bytes = window_block_bytes
 
     def make(self, id_block_tokens: int, kv_block_size: int) -> KvTiers:
         """Empty tiers for a new replica."""
         return KvTiers(id_block_tokens, kv_block_size, self.block_bytes,
-                       [Tier(name, blocks, rate) for name, blocks, rate in self.tiers])
+                       [Tier(name, blocks, rate) for name, blocks, rate in self.tiers], self.window_block_bytes)

@@ -18,7 +18,7 @@ already holds and is sent only the others, choosing the replica first. So
   samples its own (vLLM runs the prefill leg with ``max_tokens=1``).
 
 The transfer takes ``latency + KV bytes on the busiest link / per-GPU
-bandwidth``: each GPU sends (or receives) what it holds over its own link,
+bandwidth`` (:class:`HandoffBytes`): each GPU sends (or receives) what it holds over its own link,
 so with heads split over TP a shard's slice, over the smaller of the two
 pools' TP (a decode GPU receiving four prefill shards takes them over its
 one link), and with MLA the whole latent, which every GPU keeps
@@ -39,6 +39,7 @@ shared by a node's 8 GPUs, RoCE at ~95%).
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -87,14 +88,31 @@ class DisaggregationSpec(BaseModel):
         return self
 
 
+@dataclass(frozen=True)
+class HandoffBytes:
+    """What a hand-off moves over the busiest link: ``full`` bytes for every prompt token
+    sent (the full-attention layers'), and ``window`` bytes a token for the sliding-window
+    layers' last ``window_tokens`` at most, which vLLM's NIXL connector moves with the hybrid
+    KV cache manager on where the rest of those layers' prompt has left the window
+    (:attr:`simulator.hybrid_kv.SlidingGroups.handoff_tokens`); 0 for a model without them
+    or a pool that does not model the window apart (SGLang's and TensorRT-LLM's ratio pools)."""
+
+    full: float
+    window: float = 0.0
+    window_tokens: int = 0
+
+    def of(self, tokens: int) -> float:
+        return tokens * self.full + min(tokens, self.window_tokens) * self.window
+
+
 class PrefillDecode:
     """A prefill pool and a decode pool acting as one pool to the front end."""
 
-    def __init__(self, env, prefill, decode, link_bytes_per_token: float, link: KvLinkSpec) -> None:
+    def __init__(self, env, prefill, decode, link_bytes: HandoffBytes, link: KvLinkSpec) -> None:
         self.env = env
         self.prefill = prefill
         self.decode = decode
-        self.bytes_per_token = link_bytes_per_token
+        self.link_bytes = link_bytes
         self.bandwidth, self.latency = link.numbers()
         self.first_token_from_prefill = decode.cfg.first_token_from_prefill
         self.decode_prefix_reuse = decode.cfg.decode_prefix_reuse and decode.cfg.prefix_cache
@@ -107,7 +125,7 @@ class PrefillDecode:
         decode.on_done = lambda r: self._decoded(r) if r.id in self.legs else decode_done(r)
 
     def transfer_s(self, tokens: int) -> float:
-        return self.latency + tokens * self.bytes_per_token / self.bandwidth
+        return self.latency + self.link_bytes.of(tokens) / self.bandwidth
 
     def submit(self, req: Request) -> None:
         leg = Request(req.id, req.arrival, req.input_tokens, 1, req.session, req.klass, req.priority, req.blocks,

@@ -23,9 +23,12 @@ MAX_HOST_GB_PER_GPU = 2048
 
 
 def plan_offload(e: EngineConfig, gpu: HardwareProfile, mem: MemoryPlan, tp: int, gpus: int,
-                 where: str, source: object = None) -> Optional[OffloadPlan]:
+                 where: str, source: object = None, window_share: float = 0.0) -> Optional[OffloadPlan]:
     """The offload tiers of one replica of ``gpus`` GPUs whose sequences each
-    live on ``tp`` of them (None: no ``kv_offload``).
+    live on ``tp`` of them (None: no ``kv_offload``). ``window_share``: the
+    sliding-window layers' bytes per full-attention byte
+    (:func:`simulator.hybrid_kv.window_share`), whose windows a reload copies
+    where the pool holds them apart (``mem.windows``).
 
     A block's KV is spread over the tp GPUs holding its sequence (MLA's
     latent copied on each, as in HBM), and each copies its part over its
@@ -73,4 +76,4 @@ def plan_offload(e: EngineConfig, gpu: HardwareProfile, mem: MemoryPlan, tp: int
                               source=source, key_path=f"{key}.disk_gb")
         read = figure(o.disk_gb_per_s, gpu.nvme_read_gb_s_per_gpu, "disk_gb_per_s", "nvme_read_gb_s_per_gpu")
         tiers.append(("disk", int(o.disk_gb * 1e9 // block_bytes), min(read * 1e9 * tp, link)))
-    return OffloadPlan(block_bytes, tuple(tiers))
+    return OffloadPlan(block_bytes, tuple(tiers), 0.0 if mem.windows is None else block_bytes * window_share)

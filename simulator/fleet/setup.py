@@ -17,7 +17,7 @@ from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
-from ..hybrid_kv import in_flight_tokens
+from ..hybrid_kv import in_flight_tokens, window_share
 from ..memory import MemoryPlan, context_room, has_full_attention, plan_memory, prefill_graph_tokens
 from ..pipeline import Pipeline, plan_pipeline_memory
 from .pp_refusals import refusal
@@ -134,7 +134,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     except LlmsimError as err:
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{err.key_path}") from None
     replica = rank_limits(drafting_budget(admission, cm, spec, where, source), spec.dp)
-    return PoolSetup(spec, cm, mem, plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source),
+    offload = plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source, window_share(model))
+    return PoolSetup(spec, cm, mem, offload,
                      engine=None if replica is e else replica, lora=lora)
 
 

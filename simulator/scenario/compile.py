@@ -27,10 +27,11 @@ import numpy as np
 from ..fleet.routing import Router, make_router
 from ..errors import LlmsimError
 from ..fleet.classes import ClassSpec
-from ..fleet.disaggregation import KvLinkSpec
+from ..fleet.disaggregation import HandoffBytes, KvLinkSpec
 from ..fleet.pool import Admission
 from ..fleet.regions import RegionTable
 from ..fleet.setup import PoolSetup, setup_pool
+from ..hybrid_kv import window_share
 from ..metrics.monthly import MonthRule
 from ..metrics.slo import SloSpec
 from ..fleet.pp_refusals import check_pp_pairs
@@ -72,7 +73,7 @@ class PairPlan:
 
     prefill: str
     decode: str
-    link_bytes_per_token: float    # KV bytes per prompt token the busiest link of the hand-off carries
+    link_bytes: HandoffBytes       # KV bytes the busiest link of the hand-off carries
     link: KvLinkSpec
 
 
@@ -223,15 +224,23 @@ def _pairs(setups: list[PoolSetup]) -> list[PairPlan]:
     latent is whole on every GPU (vLLM's NIXL connector: "MLA is always replicated", each decode GPU
     reads it from one prefill GPU: kv_connector/utils.py TpKVTopology), and GQA heads fewer than tp are
     held twice or more (:func:`simulator.parallelism.kv_copies`): a DeepSeek-V3 hand-off at tp 8 moves
-    the whole latent per link, 8× what a 1/tp slice would."""
+    the whole latent per link, 8× what a 1/tp slice would. A sliding-window layer sends its window's
+    last blocks alone, where the prefill pool models vLLM's hybrid pool (:class:`HandoffBytes`)."""
     by_name = {ps.spec.name: ps for ps in setups}
 
-    def per_gpu(ps: PoolSetup, kv_dtype: str) -> float:      # the KV dtype the prefill side sends
-        return ps.cm.model.kv_bytes_per_token(kv_dtype) * kv_copies(ps.cm.model, ps.spec.tp) / ps.spec.tp
+    def per_gpu(ps: PoolSetup) -> float:      # the share of a token's KV one GPU holds
+        return kv_copies(ps.cm.model, ps.spec.tp) / ps.spec.tp
 
-    return [PairPlan(ps.spec.name, d.decode_pool, max(per_gpu(ps, kv), per_gpu(by_name[d.decode_pool], kv)), d.link)
-            for ps in setups if (d := ps.spec.disaggregation) is not None
-            for kv in (ps.spec.engine.kv_dtype,)]
+    def handoff(ps: PoolSetup, decode: PoolSetup) -> HandoffBytes:
+        model, windows = ps.cm.model, ps.memory.windows
+        # the KV dtype the prefill side sends
+        full = model.kv_bytes_per_token(ps.spec.engine.kv_dtype) * max(per_gpu(ps), per_gpu(decode))
+        if windows is None:
+            return HandoffBytes(full)
+        return HandoffBytes(full, full * window_share(model), windows.handoff_tokens)
+
+    return [PairPlan(ps.spec.name, d.decode_pool, handoff(ps, by_name[d.decode_pool]), d.link)
+            for ps in setups if (d := ps.spec.disaggregation) is not None]
 
 
 def _max_length(dist) -> int | None:
