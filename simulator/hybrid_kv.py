@@ -102,6 +102,20 @@ class SlidingGroups:
         block without a hash, 0.22-0.26)."""
         return max(0, -(-cached // self.block_size) - max(local // self.block_size, self.skipped(cached)))
 
+    @property
+    def stored_share(self) -> float:
+        """What an offload tier stores of a token's sliding-window layers per byte of its
+        full-attention ones: every group's chunk of a stored block, each a group of
+        ``layers / groups`` layers however many it holds (the padding too). vLLM's
+        OffloadingConnector keys a chunk by its hash and group (offloading/scheduler.py
+        ``_build_store_jobs``) and skips only the null blocks below the window, which a chunk
+        just computed has none of; ``alignment_chunk_count`` (0.26) and 0.34's
+        ``SlidingWindowManager.reachable_block_mask`` drop none where the groups' block sizes
+        match; and every key takes one host block of the pool's bytes per block
+        (offloading/config.py: the KV tensors' bytes over ``num_blocks``, one layer of each
+        group per tensor; kv_offload/cpu/spec.py ``CPUOffloadingSpec``)."""
+        return self.layers / self.full
+
     def admission(self, prompt: int, computed: int, cap: int = 0) -> int:
         """Pool blocks the groups must have free to admit a prompt of ``prompt`` tokens whose
         first ``computed`` are cached (``can_fit_full_sequence``, from 0.22 ``allocate_slots``'

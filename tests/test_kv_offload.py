@@ -8,6 +8,7 @@ engine equals the reference with tiers on.
 """
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from unittest import mock
 
@@ -290,6 +291,22 @@ def test_capacities_and_bandwidths_come_from_the_profile():
     assert hr == hw.host_link_gb_s * 1e9 * 2 and dr == min(hw.nvme_read_gb_s_per_gpu * 2, hw.host_link_gb_s * 2) * 1e9
     p, _, _ = _plan("h100-sxm", host_gb=10, host_gb_per_s=25)
     assert p.tiers == (("host", int(10e9 // block), 50e9),)
+
+
+def test_a_tier_of_a_sliding_window_model_holds_every_groups_chunk():
+    """vLLM's OffloadingConnector stores each block's chunk of every sliding-window group beside
+    the full-attention one, each a host block of the pool's bytes per block: gpt-oss-120b's 18
+    sliding-window layers beside 18 full-attention ones halve the tokens a tier holds (100 GB:
+    169,542 -> 84,771 blocks of 16 tokens). A pool without shared windows stores the block alone."""
+    hw = load_hardware("h100-sxm")
+    e = EngineConfig(kv_offload={"host_gb": 100, "disk_gb": 1000})
+    mem = plan_memory(load_model("gpt-oss-120b"), hw, 1, weight_dtype="mxfp4")
+    assert mem.windows is not None and mem.windows.stored_share == 1.0
+    block = mem.kv_bytes_per_token * mem.block_size
+    p = plan_offload(e, hw, mem, 1, 1, "pools[0]")
+    assert [t[1] for t in p.tiers] == [int(100e9 // (2 * block)), int(1000e9 // (2 * block))] == [84_771, 847_710]
+    apart = plan_offload(e, hw, dataclasses.replace(mem, windows=None), 1, 1, "pools[0]")
+    assert [t[1] for t in apart.tiers] == [169_542, 1_695_421]
 
 
 @pytest.mark.parametrize("gpu, offload, key, words", [

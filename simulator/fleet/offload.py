@@ -28,7 +28,9 @@ def plan_offload(e: EngineConfig, gpu: HardwareProfile, mem: MemoryPlan, tp: int
     live on ``tp`` of them (None: no ``kv_offload``). ``window_share``: the
     sliding-window layers' bytes per full-attention byte
     (:func:`simulator.hybrid_kv.window_share`), whose windows a reload copies
-    where the pool holds them apart (``mem.windows``).
+    where the pool holds them apart (``mem.windows``); there the tiers' capacities
+    count the windows' chunks they store beside each block
+    (:attr:`simulator.hybrid_kv.SlidingGroups.stored_share`).
 
     A block's KV is spread over the tp GPUs holding its sequence (MLA's
     latent copied on each, as in HBM), and each copies its part over its
@@ -48,6 +50,8 @@ def plan_offload(e: EngineConfig, gpu: HardwareProfile, mem: MemoryPlan, tp: int
         return profile
 
     block_bytes = mem.kv_bytes_per_token * mem.block_size
+    # a tier holds a block's sliding-window chunks beside it where vLLM's pool shares them
+    stored = block_bytes * (1 + (0.0 if mem.windows is None else mem.windows.stored_share))
     tiers: list[tuple[str, int, float]] = []
     link = figure(o.host_gb_per_s, gpu.host_link_gb_s, "host_gb_per_s", "host_link_gb_s") * 1e9 * tp
     host_share = None if gpu.host_memory_gb_per_gpu is None else gpu.host_memory_gb_per_gpu * gpus
@@ -63,7 +67,7 @@ def plan_offload(e: EngineConfig, gpu: HardwareProfile, mem: MemoryPlan, tp: int
                           f"{gpu.name} ({gpu.host_memory_gb_per_gpu:g} GB per GPU in its profile)",
                           source=source, key_path=f"{key}.host_gb")
     if host_gb > 0:
-        tiers.append(("host", int(host_gb * 1e9 // block_bytes), link))
+        tiers.append(("host", int(host_gb * 1e9 // stored), link))
     if o.disk_gb > 0:
         disk_share = None if gpu.nvme_gb_per_gpu is None else gpu.nvme_gb_per_gpu * gpus
         if disk_share is None:
@@ -75,5 +79,5 @@ def plan_offload(e: EngineConfig, gpu: HardwareProfile, mem: MemoryPlan, tp: int
                               f"{gpus} × {gpu.name} ({gpu.nvme_gb_per_gpu:g} GB per GPU in its profile)",
                               source=source, key_path=f"{key}.disk_gb")
         read = figure(o.disk_gb_per_s, gpu.nvme_read_gb_s_per_gpu, "disk_gb_per_s", "nvme_read_gb_s_per_gpu")
-        tiers.append(("disk", int(o.disk_gb * 1e9 // block_bytes), min(read * 1e9 * tp, link)))
+        tiers.append(("disk", int(o.disk_gb * 1e9 // stored), min(read * 1e9 * tp, link)))
     return OffloadPlan(block_bytes, tuple(tiers), 0.0 if mem.windows is None else block_bytes * window_share)
