@@ -783,6 +783,29 @@ def test_a_block_count_past_the_gpus_memory_is_refused(pp):
     assert e.value.key_path == "pools[0].engine.num_gpu_blocks_override" and "at most" in e.value.message
 
 
+def test_each_dp_rank_takes_the_block_count_it_is_given():
+    """Each of vLLM's DP engine cores applies num_gpu_blocks_override to its own pool and the client
+    sums them: a replica of 2 ranks holds twice the blocks, one rank the blocks given, and a rank
+    is held to its own GPUs' memory. llmsim gave the whole replica the override."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    def pool(blocks: int, dp: int = 2):
+        return setup_pool(PoolSpec.model_validate({"model": "mixtral-8x7b", "gpu": "h100-sxm", "tp": 2, "dp": dp,
+                                                   "engine": {"num_gpu_blocks_override": blocks}}), 0, source="s")
+
+    two = pool(1000)
+    assert (two.memory.num_blocks, two.rank_blocks) == (2000, 1000)
+    assert pool(1000, dp=1).memory.num_blocks == 1000
+    m = pool(1).memory
+    rank_most = int((m.total_bytes - m.weights_bytes) / 2 // (m.block_size * m.kv_bytes_per_token))
+    assert pool(rank_most).memory.num_blocks == 2 * rank_most
+    with pytest.raises(LlmsimError) as e:
+        pool(rank_most + 1)
+    assert e.value.key_path == "pools[0].engine.num_gpu_blocks_override"
+    assert "on each of the 2 attention-DP ranks" in e.value.message
+
+
 def test_a_pools_draft_kind_reaches_sglangs_reserve():
     """The reserve a pool's SGLang to 0.5.13 takes for its draft follows the draft's kind: 6 GiB for a separate
     model, where every draft was reserved an EAGLE head's 2 GiB (Llama-3.1-70B on 4 H100s with a

@@ -379,7 +379,9 @@ class EngineConfig(BaseModel):
         default=0.0, ge=0, le=1000, description="front-end tokenisation per prompt token, one request at a time")
     response_ms: float = Field(
         default=0.0, ge=0, le=10000, description="engine to client per streamed token (detokenise, HTTP)")
-    num_gpu_blocks_override: Optional[int] = Field(default=None, ge=1, description="force the KV capacity in blocks")
+    num_gpu_blocks_override: Optional[int] = Field(
+        default=None, ge=1, description="force the KV capacity in blocks, of each attention-DP rank (vLLM's DP engine "
+                                        "cores each apply it to their own pool)")
     prefix_cache: bool = Field(
         default=True, description="reuse cached KV of a shared prompt prefix (vLLM v1's default); needs "
                                   "requests with block ids (sessions, system prompts, Mooncake traces)")

@@ -237,18 +237,23 @@ def _blocks_override(e: EngineConfig, mem: MemoryPlan, where: str, source: str |
     """``num_gpu_blocks_override`` (vLLM's flag: the profiling run's block
     count replaced) as the pool's KV capacity, within what the GPUs hold
     beside the weights: vLLM allocates the blocks it is told, and more than
-    the memory has fails at start-up, not as a larger cache."""
+    the memory has fails at start-up, not as a larger cache. Each attention-DP
+    rank's engine core applies it to its own pool (v1/engine/core.py
+    ``_initialize_kv_caches``, kv_cache_utils.py ``may_override_num_blocks``) and the
+    client sums the ranks' blocks (core_client.py), so a replica holds it × dp."""
     n = e.num_gpu_blocks_override
     if not n:
         return mem
     per_block = mem.block_size * mem.kv_bytes_per_token
-    room = mem.total_bytes - mem.weights_bytes
+    room = (mem.total_bytes - mem.weights_bytes) / mem.dp   # one rank's GPUs
     if n * per_block > room:
-        raise LlmsimError(f"{n:,} blocks of {mem.block_size} tokens hold {n * per_block / 1e9:,.1f} GB of KV, more "
-                          f"than the {room / 1e9:,.1f} GB the replica's GPUs have beside its weights (at most "
+        each, whose = ((f" on each of the {mem.dp} attention-DP ranks", "a rank's") if mem.dp > 1
+                       else ("", "the replica's"))
+        raise LlmsimError(f"{n:,} blocks of {mem.block_size} tokens{each} hold {n * per_block / 1e9:,.1f} GB of KV, "
+                          f"more than the {room / 1e9:,.1f} GB {whose} GPUs have beside its weights (at most "
                           f"{int(room // per_block):,} blocks)", source=source,
                           key_path=f"{where}.engine.num_gpu_blocks_override")
-    return replace(mem, num_blocks=n)
+    return replace(mem, num_blocks=n * mem.dp)
 
 
 def _holds_one_context(e: EngineConfig, model: ModelProfile, gpu: HardwareProfile, mem: MemoryPlan, gpus: int,
