@@ -58,7 +58,7 @@ TRTLLM = "FLASHINFER_TRTLLM_MXFP4_BF16"
 
 @pytest.mark.parametrize("version,gpu,kernel,width_align", [
     (None, "b200", TRTLLM, 256), (None, "gb300-nvl72", TRTLLM, 256), ("0.10.1", "b300", "MARLIN", 128),
-    ("0.11.0", "b200", "MARLIN", 128), ("0.11.2", "b200", TRTLLM, 256), ("0.11.2", "b300", "MARLIN", 128),
+    ("0.10.2", "b200", "MARLIN", 128), ("0.11.0", "b200", "MARLIN", 128), ("0.11.2", "b200", TRTLLM, 256), ("0.11.2", "b300", "MARLIN", 128),
     ("0.12.0", "b300", None, 0), ("0.13.0", "b300", TRTLLM, 256), ("0.26.0", "b200", TRTLLM, 256),
     ("0.27.0", "gb200-nvl72", TRTLLM, 128), ("0.34.0", "b200", TRTLLM, 128)])
 def test_the_kernel_each_release_holds_them_in_on_blackwell(version: str | None, gpu: str, kernel: str | None,
@@ -66,7 +66,8 @@ def test_the_kernel_each_release_holds_them_in_on_blackwell(version: str | None,
     """FlashInfer's TRT-LLM kernel wherever FlashInfer is installed (a requirement from 0.11.1) and the
     GPU is one it tests for (10.0 alone to 0.12.0, the 10.x family from 0.13.0), created 256 x 256
     to 0.26.0 and 128 wide from 0.27.0, with fp32 biases; Marlin without it where the wheel brings
-    no triton_kernels (to 0.11.2); a 10.3 GPU under 0.12.0 runs triton_kernels' Blackwell layouts,
+    no triton_kernels (to 0.11.2; on a B200 from 0.10.2, whose get_mxfp4_backend first falls back to
+    it there); a 10.3 GPU under 0.12.0 runs triton_kernels' Blackwell layouts,
     which llmsim has not read, and keeps the calibrated padding."""
     graphs = {"kv_memory": {"cuda_graph_gib": 1.0}} if version and version >= "0.20" else {}
     layout = _engine(gpu, version, **graphs).mxfp4_expert_layout
