@@ -69,6 +69,11 @@ class ExpertLayout(BaseModel):
                                                         "override picks where ep_size is 1; above it the experts "
                                                         "are upcast to bf16, which llmsim does not model): a pool "
                                                         "with ep > 1 is refused")
+    missing: str = Field(default="", max_length=400,
+                         description="what the kernel needs that the stack's install does not bring, so the "
+                                     "server does not start with these experts (vLLM 0.10.1 on a B200 without "
+                                     "its flashinfer extra: triton_kernels): a pool is refused, naming "
+                                     "engine.backend_version")
 
     def _matrix(self, rows: int, cols: int) -> float:
         """Bytes of one weight matrix of ``rows`` outputs over ``cols`` (created) reduction weights."""

@@ -90,7 +90,7 @@ def test_the_default_release_on_hopper_holds_more_than_the_checkpoint() -> None:
 
 def test_only_mxfp4_pools_and_ampere_to_hopper_get_a_layout() -> None:
     assert _engine("h100-sxm", weight_dtype="bf16").mxfp4_expert_layout is None
-    assert _engine("b200", "0.10.1").mxfp4_expert_layout is None   # not read: the calibrated padding holds
+    assert _engine("b300", "0.12.0").mxfp4_expert_layout is None   # not read: the calibrated padding holds
     assert _engine("a100-sxm-80gb").mxfp4_expert_layout.kernel == "MARLIN"
 
 
@@ -173,21 +173,39 @@ def test_sglang_gives_other_formats_no_layout() -> None:
     assert _engine("h100-sxm", backend="sglang", weight_dtype="bf16").mxfp4_expert_layout is None
 
 
+def _check_gpt_oss_pool(gpu: str, ep: int, engine: dict, refusal: str | None, key: str) -> None:
+    """gpt-oss-120b on 8 ``gpu`` at ``ep``: refused naming ``key`` with a message that says
+    ``refusal``, or (None) held in a layout above the checkpoint's."""
+    from simulator.errors import LlmsimError
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    pool = PoolSpec.model_validate({"model": "gpt-oss-120b", "gpu": gpu, "tp": 8, "ep": ep, "engine": engine})
+    if refusal is None:
+        assert setup_pool(pool, 0).cm.expert_storage > 1.0
+        return
+    with pytest.raises(LlmsimError, match=refusal) as err:
+        setup_pool(pool, 0)
+    assert err.value.key_path == f"pools[0].{key}"
+
+
 @pytest.mark.parametrize("gpu,ep,refused", [("h200", 8, True), ("a100-sxm-80gb", 8, True), ("h200", 1, False),
                                             ("b200", 8, False)])
 def test_sglang_upcasts_the_experts_with_ep_on_its_triton_kernel_gpus(gpu: str, ep: int, refused: bool) -> None:
     """gpt-oss's override picks SGLang's triton_kernel MoE runner only where ep_size is 1; with --ep above
     it the quant method upcasts the experts to bf16, which no layout describes: such a pool is refused,
     naming ep, not priced in the layout it would not hold (Blackwell's FlashInfer runner holds at any ep)."""
-    from simulator.errors import LlmsimError
-    from simulator.fleet.setup import setup_pool
-    from simulator.scenario.schema import PoolSpec
+    _check_gpt_oss_pool(gpu, ep, {"backend": "sglang"}, "bf16" if refused else None, "ep")
 
-    pool = PoolSpec.model_validate({"model": "gpt-oss-120b", "gpu": gpu, "tp": 8, "ep": ep,
-                                    "engine": {"backend": "sglang"}})
-    if not refused:
-        assert setup_pool(pool, 0).cm.expert_storage > 1.0
-        return
-    with pytest.raises(LlmsimError, match="bf16") as err:
-        setup_pool(pool, 0)
-    assert err.value.key_path == "pools[0].ep"
+
+@pytest.mark.parametrize("version,gpu,ep,refused", [
+    ("0.10.1", "b200", 1, True), ("0.10.1", "gb200-nvl72", 8, True), ("0.10.0", "b200", 1, True),
+    ("0.10.1", "b300", 1, False), ("0.10.1", "h200", 8, False), ("0.10.2", "b200", 8, False),
+    ("0.11.2", "b200", 8, False), ("0.19.1", "b200", 8, False)])
+def test_vllm_0_10_1_does_not_start_gpt_oss_on_a_b200(version: str, gpu: str, ep: int, refused: bool) -> None:
+    """vLLM 0.10.1 on compute capability 10.0 takes neither Marlin nor, without the flashinfer extra,
+    FlashInfer, and its Triton path imports triton_kernels, which the wheel lacks; with the extra its
+    TRT-LLM path asserts no expert parallelism. Such a pool is refused naming backend_version, at any
+    ep; 0.10.2 (Marlin) and FlashInfer's kernel from 0.11 (local_expert_offset) run with ep."""
+    _check_gpt_oss_pool(gpu, ep, {"backend": "vllm", "backend_version": version},
+                        "triton_kernels" if refused else None, "engine.backend_version")

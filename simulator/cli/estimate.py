@@ -172,7 +172,8 @@ def _cost_model(gpu: str, m: ModelProfile, tp: int, weight_dtype: str, kv_dtype:
             return engine_cost_model(m, g, tp, engine, dp, ep)
         return CostModel(m, g, tp, weight_dtype, kv_dtype, roofline=roofline, dp=dp, ep=ep, kernels=kernels)
     except LlmsimError as e:   # name the flag, not the scenario key
-        flag = {"engine.weight_dtype": "--weight-dtype", "engine.backend": "--backend" if engine else "--kernels"}.get(
+        flag = {"engine.weight_dtype": "--weight-dtype", "engine.backend": "--backend" if engine else "--kernels",
+                "engine.backend_version": "--backend-version"}.get(
             e.key_path or "", f"--{e.key_path}")
         raise LlmsimError(e.message, key_path=flag if e.key_path else None) from None
 

@@ -94,6 +94,10 @@ class CostModel:
             raise LlmsimError(f"ep {ep} with MXFP4 experts held by {mxfp4_expert_layout.kernel}: the stack runs that "
                               "kernel only without expert parallelism and upcasts the experts to bf16 otherwise, "
                               "which llmsim does not model; set ep: 1", key_path="ep")
+        if mxfp4_expert_layout is not None and mxfp4_expert_layout.missing and weight_dtype == "mxfp4":
+            raise LlmsimError(f"the stack does not start with MXFP4 experts on {gpu.name}: "
+                              f"{mxfp4_expert_layout.missing}; name another backend_version",
+                              key_path="engine.backend_version")
         self.model, self.gpu, self.tp, self.dp, self.ep = model, gpu, tp, dp, ep
         self.gpus = self.par.gpus
         self.weight_dtype, self.kv_dtype = weight_dtype, kv_dtype

@@ -104,8 +104,9 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     role = "decode" if decodes_for_another else "prefill" if spec.disaggregation is not None else ""
     try:
         cm = engine_cost_model(model, gpu, spec.tp, e, spec.dp, spec.ep, draft, role)
-    except LlmsimError as err:   # the pool key the rule concerns (tp, dp, ep, engine.weight_dtype), else tp
-        key = err.key_path if err.key_path in ("tp", "dp", "ep", "engine.weight_dtype") else "tp"
+    except LlmsimError as err:   # the pool key the rule concerns (tp, dp, ep, engine.*), else tp
+        key = err.key_path if err.key_path in ("tp", "dp", "ep", "engine.weight_dtype", "engine.backend_version") \
+            else "tp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
     mem = at("engine", lambda: plan_memory(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
                                            e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
