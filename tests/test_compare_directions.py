@@ -66,7 +66,7 @@ KNOWN = {
     "completed": -1, "llmsim.request_status.finished": -1, "llmsim.load.served_fraction": -1,
     "failed": 1, "cancelled": 1, "llmsim.load.shed": 1, "llmsim.request_status.rejected": 1,
     "llmsim.classes.<class>.rejected_fraction": 1, "llmsim.load.queue_growth_rps": 1, "llmsim.preemptions": 1,
-    "llmsim.mean_queue_depth": 1,
+    "llmsim.mean_queue_depth": 1, "llmsim.request_status.stranded": 1, "llmsim.load.stranded": 1,
     # verdicts and attainments
     "slo.met": -1, "slo.targets.<target>.met": -1, "slo.goodput.attainment.<metric>": -1, "llmsim.load.overloaded": 1,
     "llmsim.autoscaling.ttft_attainment_under_provisioned": -1, "llmsim.replicates.slo_targets_met.<target>": -1,
@@ -136,7 +136,7 @@ def test_every_declared_figure_has_a_sane_direction():
             wrong.append((path, f.unit, d, "an input has no direction"))
         elif f.unit in diff.UNIT_DIRECTION and leaf not in diff.BY_KEY_NAME and d != diff.UNIT_DIRECTION[f.unit]:
             wrong.append((path, f.unit, d, "the unit says otherwise"))
-        elif re.search(r"(^|_)(failed|rejected|shed|preemptions)($|_)", leaf) and d != 1:
+        elif re.search(r"(^|_)(failed|rejected|shed|stranded|preemptions)($|_)", leaf) and d != 1:
             wrong.append((path, f.unit, d, "a failure should be worse up"))
         elif re.search(r"(^|_)(completed|finished|attainment|hit_rate)($|_)", leaf) and d != -1:
             wrong.append((path, f.unit, d, "a success should be worse down"))

@@ -80,7 +80,7 @@ BY_KEY_NAME: Mapping[str, int] = {
 }
 
 _WORSE_UP = re.compile(r"(^|_)(failed|rejected|cancelled|pending|preemptions|shed|unfinished|queued|queue_depth|"
-                       r"evicted|dropped|rate_limited|under_provisioned|overloaded|drain)($|_)")
+                       r"evicted|dropped|rate_limited|stranded|under_provisioned|overloaded|drain)($|_)")
 _WORSE_DOWN = re.compile(r"(^|_)(completed|finished|served|good_requests|good_fraction|attainment|hit_rate|"
                          r"met)($|_)")
 # Undeclared keys, by name alone: latencies end in _ms, except the settings
