@@ -13,6 +13,7 @@ reference lacks, and every key the reference lists must appear in one of them.
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -196,3 +197,12 @@ def test_every_figure_a_run_writes_can_be_tracked_by_check(runs, name):
     assert len(figures) > 100
     named = {k: lookup(k, RESULTS)[0] for k in figures}
     assert [k for k, f in named.items() if f is None or f.keys is not None] == []
+
+
+@pytest.mark.parametrize("name", ["plain", "features", "stranded"])
+def test_failed_is_the_statuses_its_description_names(runs, name):
+    """The failed count's meaning names the request_status keys it sums, so a status added to
+    the count is added to the words (stranded was counted and not said)."""
+    words = set(re.findall(r"\w+", RESULTS["failed"].meaning))
+    status = runs[name]["llmsim"]["request_status"]
+    assert runs[name]["failed"] == sum(n for key, n in status.items() if key in words)

@@ -132,11 +132,17 @@ SLO_FIELDS = {
     }, when="the SLO sets per-request thresholds (ttft_ms, tpot_ms...)"),
 }
 
+_STATUS = {"pending": "still in flight when the run stopped", "finished": "served to their last token",
+           "rejected": "shed on admission, or too long ever to fit", "cancelled": "withdrawn by their client",
+           "rate_limited": "answered 429 by the gateway's rate limit",
+           "stranded": "preempted after streaming and never readmitted, the KV admission gate never fitting "
+                       "them again: the server would have held them forever"}
+
 #: results.json's top level (the ``llmsim`` block is the fleet report's: ``fleet_report.FIELDS``).
 FIELDS = {
     "completed": leaf("count", "requests served to their last token (vLLM's completed)"),
-    "failed": leaf("count", "requests the fleet did not serve: rejected (shed, or too long ever to fit), answered "
-                              "429 by the gateway's rate limit, or still in flight when the run stopped"),
+    "failed": leaf("count", "requests the fleet did not serve, by their llmsim.request_status: "
+                   + "; ".join(f"{Status(s).name.lower()} ({_STATUS[Status(s).name.lower()]})" for s in _FAILED)),
     "cancelled": leaf("count", "requests their clients withdrew (llmsim's key; vLLM never cancels)"),
     "duration": leaf("s", "benchmark time: simulation start (after a closed loop's warm-up, its first counted "
                           "request) to the latest finish or rejection"),
@@ -151,11 +157,6 @@ FIELDS = {
     "slo": block("the scenario's SLO, judged", SLO_FIELDS, when="the scenario declares an slo"),
 }
 
-_STATUS = {"pending": "still in flight when the run stopped", "finished": "served to their last token",
-           "rejected": "shed on admission, or too long ever to fit", "cancelled": "withdrawn by their client",
-           "rate_limited": "answered 429 by the gateway's rate limit",
-           "stranded": "preempted after streaming and never readmitted (the KV admission gate could not fit "
-                       "them again: the server would have held them forever)"}
 #: ``llmsim.request_status``: every request once, by how it ended (a status with no meaning here fails on import).
 _WHEN = {Status.RATE_LIMITED: "a class has a rate_limit", Status.STRANDED: "a request was stranded"}
 STATUS_FIELDS = {s.name.lower(): leaf("count", f"requests {_STATUS[s.name.lower()]}", when=_WHEN.get(s))
