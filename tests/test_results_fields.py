@@ -99,7 +99,7 @@ cost: {monthly: {method: peak_window}}
 
 # gpt-oss-120b on one H100 at vLLM 0.19's defaults with a 2,048-token budget (1,770 blocks): the second
 # request is preempted some 15,000 tokens long, where its readmission gate asks more blocks than the pool
-# has: it ends stranded once the first finishes.
+# has: it ends stranded once the first finishes. One class and one region, to show it there too.
 STRANDED = """\
 name: stranded
 seed: 1
@@ -110,6 +110,8 @@ pools:
     model: gpt-oss-120b
     gpu: h100-sxm
     engine: {backend: vllm, prefix_cache: false, max_model_len: 26000, max_num_batched_tokens: 2048}
+classes: [{name: chat, share: 1}]
+regions: [{name: us, share: 1}]
 """
 
 
@@ -206,3 +208,12 @@ def test_failed_is_the_statuses_its_description_names(runs, name):
     words = set(re.findall(r"\w+", RESULTS["failed"].meaning))
     status = runs[name]["llmsim"]["request_status"]
     assert runs[name]["failed"] == sum(n for key, n in status.items() if key in words)
+
+
+@pytest.mark.parametrize("block, keys", [("classes", ("completed", "rejected", "cancelled", "rate_limited", "stranded")),
+                                         ("regions", ("completed", "rejected", "cancelled", "stranded"))])
+def test_a_class_and_a_region_count_each_request_once_by_how_it_ended(runs, block, keys):
+    """A stranded request was admitted, so neither shed nor cancelled: without a count of its own
+    a class or region missing it looked whole but for its completed count."""
+    for name, b in runs["stranded"]["llmsim"][block].items():
+        assert sum(b.get(k) or 0 for k in keys) == b["requests"], (name, b)

@@ -29,6 +29,8 @@ FIELDS = {
     "rejected": leaf("count", "shed by the fleet"), "cancelled": leaf("count", "withdrawn by their clients"),
     "rejected_fraction": leaf("fraction", "rejected / requests"),
     "rate_limited": leaf("count", "answered 429 by the gateway", when="the class has a rate_limit"),
+    "stranded": leaf("count", "preempted and never readmitted (llmsim.request_status.stranded)",
+                     when="a request of the class was stranded"),
     **{k: f for k, f in latency_fields(_KEYS, "the class's completed requests").items()},
     "request_throughput": leaf("req/s", "the class's completed requests / the window"),
     "slo": block("the class's own SLO (else the scenario's), judged", SLO_FIELDS,
@@ -67,6 +69,8 @@ def class_block(requests: "Records | Sequence[Request]", classes: Sequence, clas
         }
         if c is not None and c.rate_limit is not None:
             block["rate_limited"] = n[Status.RATE_LIMITED]
+        if n[Status.STRANDED]:     # admitted, so neither shed nor cancelled: counted nowhere else
+            block["stranded"] = n[Status.STRANDED]
         block.update({k: res.get(k) for k in _KEYS})
         if "slo" in res:
             if len(reqs):

@@ -28,6 +28,8 @@ FIELDS = {
     "sessions": leaf("count", "its sessions"), "requests": leaf("count", "its requests"),
     "completed": leaf("count", "finished"), "rejected": leaf("count", "shed by the fleet"),
     "cancelled": leaf("count", "withdrawn by their clients"),
+    "stranded": leaf("count", "preempted and never readmitted (llmsim.request_status.stranded)",
+                     when="a request of the region was stranded"),
     **latency_fields(_KEYS, "the region's completed requests"),
     "mean_network_ms": leaf("ms", "mean ingress + egress of its finished requests"),
 }
@@ -51,6 +53,8 @@ def region_block(requests: "Records | Sequence[Request]", regions: Sequence, dur
             "rejected": reqs.count(Status.REJECTED),
             "cancelled": reqs.count(Status.CANCELLED),
         }
+        if stranded := reqs.count(Status.STRANDED):    # admitted, so neither shed nor cancelled
+            block["stranded"] = stranded
         block.update({k: res.get(k) for k in _KEYS})
         block["mean_network_ms"] = (float(np.mean(reqs.net_in[done] + reqs.net_out[done])) * 1e3
                                     if done.any() else None)
