@@ -278,6 +278,27 @@ def test_a_preempted_request_the_gate_never_readmits_ends_stranded_once_the_pool
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_readmission_past_one_dp_ranks_pool_waits_and_strands_whatever_the_other_ranks_hold(engine):
+    """The windows of the stranded test above on a replica of two attention-DP ranks of 90 blocks
+    (180 in the engine's one pool): six requests, three preempted as the decodes grow. Requests 3 and
+    4, readmitted with their output so far, ask 94 and 112 blocks, more than their rank holds; the
+    other rank's free blocks once let them back in and they finished, where vLLM's rank would have
+    held them at the head of its queue forever. They wait, and end STRANDED once nothing runs."""
+    windows = SlidingGroups(128, 16, 1, 1)
+    cfg = EngineConfig(chunked_prefill=True, max_num_batched_tokens=2048, max_num_seqs=8, block_size=16,
+                       prompt_kv="per_chunk", prefix_cache=False)
+    arrivals = [0.0097, 0.0245, 0.0408, 0.0417, 0.0822, 0.0992]
+    shapes = [(16, 1100), (200, 200), (200, 800), (16, 800), (500, 400), (16, 800)]
+    reqs = [Request(i, t, p, o) for i, (t, (p, o)) in enumerate(zip(arrivals, shapes))]
+    with mock.patch.object(fleet.Pool, "__init__", _with_pool_keys(rank_blocks=90)):
+        run = run_open(engine, reqs, cfg, 180, windows=windows)
+    ends = [(r.status, r.preemptions) for r in run.requests]
+    assert ends[3] == ends[4] == (Status.STRANDED, 1)
+    assert [s for s, _ in ends[:3]] + [ends[5][0]] == [Status.FINISHED] * 4
+    assert all(not r.running and r.kv_used_now(r.env.now) == 0 for r in run.pool.replicas)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_attention_dp_ranks_cap_the_gate_at_one_ranks_budget(engine):
     """Each of vLLM's attention-DP engine cores sizes its sliding-window groups from its own
     max_num_batched_tokens, which a replica of two ranks doubles (4,096 for two of 2,048): the
@@ -298,8 +319,14 @@ def test_attention_dp_ranks_cap_the_gate_at_one_ranks_budget(engine):
 
 def _with_rank_tokens(rank_tokens: int):
     """Pool.__init__ given one attention rank's budget, as fleet.setup passes a dp > 1 pool's."""
+    return _with_pool_keys(rank_tokens=rank_tokens)
+
+
+def _with_pool_keys(**keys):
+    """Pool.__init__ given one attention rank's limits (rank_tokens, rank_blocks), as fleet.setup
+    passes a dp > 1 pool's."""
     init = fleet.Pool.__init__
 
     def patched(self, *args, **kw):
-        init(self, *args, **{**kw, "rank_tokens": rank_tokens})
+        init(self, *args, **{**kw, **keys})
     return patched

@@ -1,6 +1,6 @@
 """vLLM's sliding-window groups (:mod:`simulator.hybrid_kv`) beside the paths the other window
 tests leave out: KV offload tiers under the prefix cache, speculative decoding (draft tokens in
-the budget, a draft model's slots), attention-DP ranks (a rank's budget below the replica's) and
+the budget, a draft model's slots), attention-DP ranks (a rank's budget and pool below the replica's) and
 a disaggregated decode leg (its prompt's KV arrived with it). On each, both engines audit their
 blocks and windows at every boundary, never use more than the pool, give every block back by
 the end and agree request by request; a slip in how a path frees or charges the windows moves
@@ -20,18 +20,28 @@ from simulator.engine.reference import ReferenceReplica
 from simulator.engine.replica import FastReplica
 from simulator.fleet import pool as fleet
 from test_engine_properties import check_run
-from test_hybrid_kv_engines import Audited, _with_rank_tokens, alone, chunked_vllm
+from test_hybrid_kv_engines import Audited, _with_pool_keys, alone, chunked_vllm
 from test_kv_offload import _CheckTiers, offload_plans
 from test_prefix_cache import SETTINGS, prefixed
 from test_speculative import SPEC, _spec_cm
 from workloads.request import Status
 
 
-class Fast(_CheckTiers, Audited, FastReplica):
+class RankBound:
+    """Admits nothing that asks more than one attention-DP rank's pool (``rank_blocks``), whatever
+    the replica's other ranks have free: a rank's engine core could not."""
+
+    def _no_room(self, s, need: int, total: int, free: int) -> bool:
+        refused = super()._no_room(s, need, total, free)
+        assert refused or need <= self.rank_blocks, (s.req.id, need, self.rank_blocks)
+        return refused
+
+
+class Fast(_CheckTiers, Audited, RankBound, FastReplica):
     pass
 
 
-class Reference(_CheckTiers, Audited, ReferenceReplica):
+class Reference(_CheckTiers, Audited, RankBound, ReferenceReplica):
     pass
 
 
@@ -44,7 +54,7 @@ def _run_both(data, path: str):
     reqs = data.draw(prefixed(H, max_n=n, max_out=out), label="requests")
     windows = data.draw(sliding_windows(cfg.block_size, none=False), label="windows")
     kw: dict = dict(id_block_tokens=H, windows=windows)
-    rank = None
+    rank, dp = None, 1
     if path == "offload":
         kw["offload"] = data.draw(offload_plans(), label="offload")
     elif path == "speculative":
@@ -60,8 +70,11 @@ def _run_both(data, path: str):
         for r in reqs:
             r.preloaded = r.input_tokens if whole else r.input_tokens - 1
     biggest = max(alone(r, windows) for r in reqs)
+    # (on dp ranks: a rank's pool, the engine's one pool holding dp of them)
     nb = data.draw(st.integers(max(1, biggest // 2), 2 * biggest), label="num_blocks")
-    ranks = nullcontext() if rank is None else mock.patch.object(fleet.Pool, "__init__", _with_rank_tokens(rank))
+    ranks = nullcontext() if rank is None else \
+        mock.patch.object(fleet.Pool, "__init__", _with_pool_keys(rank_tokens=rank, rank_blocks=nb))
+    nb *= dp
     with mock.patch.dict(fleet.ENGINES, {"fast": Fast, "reference": Reference}), ranks:
         fast = run_open("fast", reqs, cfg, nb, **kw)
         ref = run_open("reference", reqs, cfg, nb, **kw)

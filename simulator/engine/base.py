@@ -647,7 +647,12 @@ class ReplicaBase:
         ``free`` ones, or, reserving outputs, its whole final KV does not fit
         beside what the running sequences will hold when they finish, or,
         expecting outputs, its prompt and expected output are not less than
-        what the running ones are expected to leave free."""
+        what the running ones are expected to leave free. Never past one
+        attention-DP rank's pool (``rank_blocks``), whatever the other ranks
+        have free: a preempted request whose readmission gate outgrows it
+        waits, and ends STRANDED once nothing runs (``_never_readmitted``)."""
+        if need > self.rank_blocks:
+            return True
         if self.reserves_decode:
             if self.ret_now < 0:
                 self.ret_now, self.top_now = self._retractable()
