@@ -69,7 +69,8 @@ class Source(Protocol):
         """Schedule the first arrivals; called once, before the simulation runs."""
 
     def on_done(self, req: Request) -> None:
-        """The fleet calls this when ``req`` ends (FINISHED, REJECTED or CANCELLED)."""
+        """The fleet calls this when ``req`` ends, whatever its status (finished, rejected, cancelled,
+        rate-limited or stranded): where a closed loop or a session sends its next request."""
 
 
 def fire(env: simpy.Environment, delay: float, callback) -> None:
