@@ -100,10 +100,12 @@ def ladder_table(title: str, rows: Sequence[Mapping[str, Any]], columns: tuple =
                  counts: bool = True, width: int = UNBOUNDED) -> Table:
     """One row per step, its verdict beside its name; headers wrap, values never shrink."""
     columns = columns or _columns(rows)
+    # the stranded count only where a step stranded a request (a ladder.json from before it has none)
+    unserved = ("rejected", "cancelled", *(("stranded",) if any(r.get("stranded") for r in rows) else ()))
     cells = [[r["step"], mark(r),
               *(_cell(r.get(k), fmt) for k, _, fmt in columns)]
-             + ([f"{_cell(r['rejected'], _count)} / {_cell(r['cancelled'], _count)}"] if counts else []) for r in rows]
-    headers = ["step", "SLO", *(h for _, h, _ in columns)] + (["rejected / cancelled"] if counts else [])
+             + ([" / ".join(_cell(r.get(k), _count) for k in unserved)] if counts else []) for r in rows]
+    headers = ["step", "SLO", *(h for _, h, _ in columns)] + ([" / ".join(unserved)] if counts else [])
     return fitted_table(title, headers, cells, width, keep=2, left=[0], header=0)   # headers are words: they wrap
 
 

@@ -56,6 +56,7 @@ _FROM_RESULTS = (
     ("completed", ("completed",)),
     ("rejected", ("llmsim", "request_status", "rejected")),
     ("cancelled", ("llmsim", "request_status", "cancelled")),
+    ("stranded", ("llmsim", "request_status", "stranded")),
     ("gpus", ("llmsim", "gpus")),
     ("usd_per_request", ("llmsim", "cost", "usd_per_request")),
     ("monthly_usd", ("llmsim", "cost", "monthly_usd")),
@@ -63,8 +64,8 @@ _FROM_RESULTS = (
     ("product_monthly_usd", ("llmsim", "product", "monthly_usd")),
 )
 LADDER_COLUMNS = ("step", "variants", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
-                  "tokens_per_s_per_request", "max_batch_size", "completed", "rejected", "cancelled", "gpus",
-                  "usd_per_request", "monthly_usd", "slo_met", "overloaded", "load", "product_gpus",
+                  "tokens_per_s_per_request", "max_batch_size", "completed", "rejected", "cancelled", "stranded",
+                  "gpus", "usd_per_request", "monthly_usd", "slo_met", "overloaded", "load", "product_gpus",
                   "product_monthly_usd")
 
 
@@ -87,6 +88,9 @@ def tokens_per_s_per_request(requests: Iterable) -> Optional[float]:
 def ladder_row(step: str, variants: Sequence[str], results: Mapping[str, Any], requests: Iterable) -> dict[str, Any]:
     row: dict[str, Any] = {"step": step, "variants": list(variants)}
     row.update({key: _get(results, path) for key, path in _FROM_RESULTS})
+    # written only when a request was stranded; the row counts it as it counts the rejected
+    if row["stranded"] is None and _get(results, ("llmsim", "request_status")) is not None:
+        row["stranded"] = 0
     # every SLO the step is judged on and its load kept up with, as llmsim run judges it
     row["slo_met"] = fleet_met(results)
     row.update(load_columns(results))

@@ -192,7 +192,8 @@ _LADDER_COLS = (("product_gpus", "product GPUs", whole), ("product_monthly_usd",
                 ("gpus", "GPUs (peak)", whole), ("monthly_usd", "$/month", money),
                 ("ttft_p50_ms", "TTFT p50 (ms)", whole), ("ttft_p99_ms", "TTFT p99 (ms)", whole),
                 ("tpot_p99_ms", "TPOT p99 (ms)", lambda v: "—" if v is None else f"{v:,.2f}"),
-                ("completed", "completed", whole), ("rejected", "shed", whole), ("cancelled", "cancelled", whole))
+                ("completed", "completed", whole), ("rejected", "shed", whole), ("cancelled", "cancelled", whole),
+                ("stranded", "stranded", whole))
 
 
 def _ladder_body(folder: Path) -> tuple[str, str]:
@@ -205,7 +206,9 @@ def _ladder_body(folder: Path) -> tuple[str, str]:
     base = steps[0] if steps else {}
     first = rows[0] if rows else {}
     sliced = any(r.get("product_gpus") not in (None, r.get("gpus")) for r in rows)
-    cols = [c for c in _LADDER_COLS if sliced or not c[0].startswith("product_")]
+    stranded = any(r.get("stranded") for r in rows)     # a column only where a step stranded a request
+    cols = [c for c in _LADDER_COLS if (sliced or not c[0].startswith("product_"))
+            and (stranded or c[0] != "stranded")]
     parts = [figure("steps.0.product_gpus", first.get("product_gpus"), whole(first.get("product_gpus")),
                     "GPUs at peak, the baseline's product"),
              figure("steps.0.product_monthly_usd", first.get("product_monthly_usd"),

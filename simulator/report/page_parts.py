@@ -11,7 +11,7 @@ import html
 import json
 from typing import Any, Iterable, Mapping, Optional, Sequence
 from ..metrics.verdict import class_p99, measured, owner, slo_blocks, slo_met
-from .summary_format import FAILED_PARTS, class_verdict, rate_limited_shown, stack_served, usd, weights_served
+from .summary_format import FAILED_PARTS, class_verdict, rare_counts_shown, stack_served, usd, weights_served
 
 __all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
            "slo_table", "cost_table", "money", "whole", "interval_text"]
@@ -198,14 +198,14 @@ def classes_table(llmsim: Mapping[str, Any]) -> str:
     classes = llmsim.get("classes")
     if not classes:
         return ""
-    limited = rate_limited_shown(classes)
+    rare = rare_counts_shown(classes)
     rows = [[name, c.get("pool"), c.get("priority"), c.get("completed"), c.get("rejected"), c.get("cancelled"),
-             *([c.get("rate_limited") or 0] if limited else []),
+             *(c.get(key) or 0 for key, _, _ in rare),
              _ms(c.get("median_ttft_ms")), class_p99(c, "ttft", _digits(c.get("p99_ttft_ms") or 0)),
              class_p99(c, "tpot", _digits(c.get("p99_tpot_ms") or 0)),
              class_verdict(c, "✓", "✗")] for name, c in classes.items()]
     return "<h3>Classes</h3>" + table(["class", "pool", "priority", "completed", "shed", "cancelled",
-                                       *(["rate-limited (429)"] if limited else []), "TTFT p50 (ms)",
+                                       *(header for _, header, _ in rare), "TTFT p50 (ms)",
                                        "TTFT p99 (ms)", "TPOT p99 (ms)", "SLO"], rows,
                                       caption="SLO in (): the scenario's targets over the class, for information")
 

@@ -141,7 +141,8 @@ _FLEET_FIGURES = ("product_gpus", "product_monthly_usd", "gpus", "monthly_usd", 
 #: results.json, is checked as a run folder besides.
 LADDER_SHAPE: tuple[tuple[str, _Kind], ...] = (
     ("steps", _STEPS), ("steps.*", _ITEM), ("steps.*.step", _STEP), ("steps.*.slo_met", _NEEDED_FLAG),
-    *((f"steps.*.{k}", _NUMBER) for k in (*_FLEET_FIGURES, "ttft_p50_ms", "completed", "rejected", "cancelled")),
+    *((f"steps.*.{k}", _NUMBER) for k in (*_FLEET_FIGURES, "ttft_p50_ms", "completed", "rejected", "cancelled",
+                                                "stranded")),
     ("scenario", _NEEDED_TEXT), ("ladder", _NEEDED_TEXT),
 )
 

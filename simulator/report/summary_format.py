@@ -78,7 +78,13 @@ def class_verdict(c: Mapping[str, Any], ok: str = OK, fail: str = FAIL) -> str:
     return mark if c.get("slo_declared", True) else f"({mark})"
 
 
-def rate_limited_shown(classes: Mapping[str, Mapping[str, Any]]) -> bool:
-    """Whether a class table carries a 429 column: a class has a rate limit (its ``rate_limited`` count),
-    whose refusals are neither shed nor cancelled and would otherwise leave a class looking whole."""
-    return any("rate_limited" in c for c in classes.values())
+#: A class's counts that take a column only where some class carries one: a rate limit's 429s (each class
+#: with a rate limit has ``rate_limited``) and stranded requests (``stranded``, written only when non-zero).
+#: Neither is shed nor cancelled, so without its column the class's row would not add up to its requests.
+#: (key, the page's header, the terminal's header)
+RARE_CLASS_COUNTS = (("rate_limited", "rate-limited (429)", "429"), ("stranded", "stranded", "stranded"))
+
+
+def rare_counts_shown(classes: Mapping[str, Mapping[str, Any]]) -> list[tuple[str, str, str]]:
+    """The :data:`RARE_CLASS_COUNTS` a class table carries: those some class of ``classes`` has."""
+    return [count for count in RARE_CLASS_COUNTS if any(count[0] in c for c in classes.values())]
