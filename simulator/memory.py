@@ -304,7 +304,7 @@ def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight
 
 
 def context_room(mem: MemoryPlan, kv_memory: Optional[KvMemory], model: ModelProfile, gpu: str, gpus: int,
-                 max_model_len: int, in_flight: int) -> Optional[str]:
+                 max_model_len: int, in_flight: int, *, overridden: bool = False) -> Optional[str]:
     """Why the stack would not start because one request of ``max_model_len``
     tokens does not fit an attention rank's KV pool, in its terms, or None: a
     rule that starts anyway (:attr:`~.kv_memory.KvRule.needs_one_context`), or
@@ -315,7 +315,9 @@ def context_room(mem: MemoryPlan, kv_memory: Optional[KvMemory], model: ModelPro
     sliding-window layers take their blocks from the same pool, as many as it
     can hold in them with ``in_flight`` tokens allocated past the window
     (kv_cache_utils.py ``_max_memory_usage_bytes_from_groups`` over each group's
-    ``max_memory_usage_bytes``: :meth:`.hybrid_kv.SlidingGroups.request_bound`)."""
+    ``max_memory_usage_bytes``: :meth:`.hybrid_kv.SlidingGroups.request_bound`).
+    ``overridden``: the pool is ``num_gpu_blocks_override``'s (:attr:`.EngineConfig.override_checked`),
+    which more GPUs or memory would not grow, so the message asks for more blocks instead."""
     if kv_memory is None or not RULES[kv_memory.rule].needs_one_context:
         return None
     rank_blocks = mem.num_blocks // mem.dp
@@ -341,8 +343,9 @@ def context_room(mem: MemoryPlan, kv_memory: Optional[KvMemory], model: ModelPro
             f"cache: one request of max_model_len needs {gb(need * mem.block_size)} of KV{per_rank}, the pool "
             f"holds {held:,} tokens ({gb(held)}){beside}, "
             f"and vLLM refuses to start ('To serve at least one request with the model's max seq len'); set "
-            f"engine.max_model_len (vLLM's --max-model-len) to at most {held:,}, or use more GPUs, an fp8 "
-            f"engine.kv_dtype or a larger gpu_memory_utilization")
+            f"engine.max_model_len (vLLM's --max-model-len) to at most {held:,}, or "
+            + ("raise engine.num_gpu_blocks_override, the pool vLLM checks" if overridden else
+               "use more GPUs, an fp8 engine.kv_dtype or a larger gpu_memory_utilization"))
 
 
 def activation_bytes_per_token(model: ModelProfile, tp: int) -> float:

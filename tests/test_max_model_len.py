@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from simulator.memory import context_room, does_not_fit, plan_memory
 from simulator.kv_memory import KvMemory
 from simulator.profiles import load_hardware, load_model
@@ -127,7 +129,7 @@ def test_estimate_says_vllm_would_not_start(cli):
 
 
 def test_vllm_checks_the_pool_it_measured_before_num_gpu_blocks_override(cli, tmp_path):
-    """vLLM's check runs on the profiled pool, then the override applies (kv_cache_utils.py
+    """vLLM to 0.20.0 checks the profiled pool, then the override applies (kv_cache_utils.py
     get_kv_cache_configs): a small override still starts, a large one does not rescue a short pool."""
     small = cli("run", _scenario(tmp_path, extra=", max_model_len: 4096, num_gpu_blocks_override: 100"),
                 "-o", tmp_path / "a")
@@ -135,6 +137,27 @@ def test_vllm_checks_the_pool_it_measured_before_num_gpu_blocks_override(cli, tm
     big = cli("run", _scenario(tmp_path, extra=", max_model_len: 80000, num_gpu_blocks_override: 100000"),
               "-o", tmp_path / "b")
     assert big.code == 2 and "80,000-token context does not fit" in big.err
+
+
+@pytest.mark.parametrize("release, utilization", [("0.20.1", 0.92), ("0.26.0", 0.86)])
+def test_vllm_checks_the_pool_num_gpu_blocks_override_gives(cli, tmp_path, release, utilization):
+    """From 0.20.1 get_kv_cache_configs turns the override into the available memory before the check,
+    so 100 blocks with a 4,096-token max_model_len do not start and 10,000 start an 80,000-token context
+    the measured pool does not hold (23,792 tokens on 0.20.1, 12,704 on 0.26.0 at 86 % of the GPU),
+    where 0.20.0 started the first and refused the second."""
+    stated = (f", backend_version: '{release}', kv_memory: {{cuda_graph_gib: 1.0}}, "
+              f"gpu_memory_utilization: {utilization}")
+    small = cli("run", _scenario(tmp_path, extra=stated + ", max_model_len: 4096, num_gpu_blocks_override: 100"),
+                "-o", tmp_path / "a")
+    assert small.code == 2 and "pools[0].engine.max_model_len" in small.err
+    said = " ".join(small.err.split())
+    assert "4,096-token context does not fit" in said and "at most 784" in said
+    assert "raise engine.num_gpu_blocks_override" in said and "gpu_memory_utilization" not in said
+    big = cli("run", _scenario(tmp_path, extra=stated + ", max_model_len: 80000, num_gpu_blocks_override: 10000"),
+              "-o", tmp_path / "b")
+    assert big.code in (0, 1) and "does not fit" not in big.err, big.err
+    measured = cli("run", _scenario(tmp_path, extra=stated + ", max_model_len: 80000"), "-o", tmp_path / "c")
+    assert measured.code == 2 and "80,000-token context does not fit" in measured.err
 
 
 def test_requests_past_max_model_len_are_not_load_turned_away(tmp_path):

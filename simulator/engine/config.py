@@ -382,6 +382,15 @@ class EngineConfig(BaseModel):
     num_gpu_blocks_override: Optional[int] = Field(
         default=None, ge=1, description="force the KV capacity in blocks, of each attention-DP rank (vLLM's DP engine "
                                         "cores each apply it to their own pool)")
+    override_checked: bool = Field(
+        default=False,
+        description="true: vLLM's start-up check that one request of max_model_len fits runs on the pool "
+                    "num_gpu_blocks_override gives, so a small override with a long max_model_len does not start "
+                    "and a large one starts a pool too short as measured; false: on the pool it measured, the "
+                    "override applied after it (vLLM to 0.20.0). From 0.20.1 get_kv_cache_configs "
+                    "(v1/core/kv_cache_utils.py, kv_cache_planning.py from 0.33.0) turns the override into the "
+                    "available memory before _check_enough_kv_cache_memory. The vllm backend sets it; pools "
+                    "without num_gpu_blocks_override ignore it")
     prefix_cache: bool = Field(
         default=True, description="reuse cached KV of a shared prompt prefix (vLLM v1's default); needs "
                                   "requests with block ids (sessions, system prompts, Mooncake traces)")

@@ -126,10 +126,13 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     lora = None
     if spec.lora:   # the adapters' GPU slots come out of the KV cache
         lora, mem = lora_setup(spec, cm, mem, gpu, where, source)
-    # vLLM checks the pool it measured, then applies num_gpu_blocks_override (kv_cache_utils.py
-    # get_kv_cache_configs, then get_kv_cache_config_from_groups), as this order does
+    # vLLM to 0.20.0 checks the pool it measured, then applies num_gpu_blocks_override (kv_cache_utils.py
+    # get_kv_cache_configs, then get_kv_cache_config_from_groups); from 0.20.1 it checks the override's pool
+    if e.override_checked:
+        mem = _blocks_override(e, mem, where, source)
     _holds_one_context(e, model, gpu, mem, spec.tp * spec.dp, where, source)
-    mem = _blocks_override(e, mem, where, source)
+    if not e.override_checked:
+        mem = _blocks_override(e, mem, where, source)
     try:
         admission = expected_output_admission(e, spec.dp, decodes_for_another)
     except LlmsimError as err:
@@ -268,7 +271,8 @@ def _holds_one_context(e: EngineConfig, model: ModelProfile, gpu: HardwareProfil
         raise LlmsimError(f"max_model_len {e.max_model_len:,} exceeds {model.name}'s context of {ctx:,} tokens "
                           f"(the stacks refuse it unless told to ignore the model's limit)", source=source,
                           key_path=f"{where}.engine.max_model_len")
-    why = context_room(mem, e.kv_memory, model, gpu.name, gpus, e.longest_request(model), in_flight_tokens(e))
+    why = context_room(mem, e.kv_memory, model, gpu.name, gpus, e.longest_request(model), in_flight_tokens(e),
+                       overridden=bool(e.num_gpu_blocks_override and e.override_checked))
     if why is not None:
         raise LlmsimError(why, source=source, key_path=f"{where}.engine.max_model_len")
 
