@@ -71,8 +71,8 @@ class ExpertLayout(BaseModel):
                                                         "with ep > 1 is refused")
     missing: str = Field(default="", max_length=400,
                          description="what the kernel needs that the stack's install does not bring, so the "
-                                     "server does not start with these experts (vLLM 0.10.1 on a B200 without "
-                                     "its flashinfer extra: triton_kernels): a pool is refused, naming "
+                                     "server does not start with these experts (vLLM 0.10.1 on compute capability 10.0 "
+                                     "without its flashinfer extra: triton_kernels): a pool is refused, naming "
                                      "engine.backend_version")
 
     def _matrix(self, rows: int, cols: int) -> float:

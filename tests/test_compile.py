@@ -21,7 +21,8 @@ def test_the_plan_resolves_routes_pairs_budgets_and_admission():
     decode = plan.pools[1]
     assert (pair.prefill, pair.decode) == ("chat", "decode")
     assert (chat.setup.spec.tp, decode.setup.spec.tp) == (8, 4)
-    assert pair.link_bytes_per_token == chat.setup.cm.model.kv_bytes_per_token("fp8") / 4
+    assert pair.link_bytes.full == chat.setup.cm.model.kv_bytes_per_token("fp8") / 4
+    assert pair.link_bytes.window == 0.0 and pair.link_bytes.window_tokens == 0   # no sliding-window layers
     assert chat.admission["chat"].max_wait_s == 1.0 and plan.pools[1].admission == {}
     assert plan.slo.thresholds == {"ttft": 500.0}
 
