@@ -259,8 +259,7 @@ class ReplicaBase:
         assert self.windows is not None
         need = own + self._gate_windows(prompt, 0)
         if self.window_cap:
-            upto = self._chunk_of(prompt, self.cfg.max_num_batched_tokens)
-            need = max(need, ceil_div(upto, self.bs) + max(self.window_blocks, self.windows.held(0, upto)))
+            need = max(need, self._first_chunk_need(prompt, 0, 0, self.cfg.max_num_batched_tokens))
         return need
 
     def _never_readmitted(self, s: Seq) -> bool:
@@ -528,7 +527,7 @@ class ReplicaBase:
         shared = 0 if m is None else m.pinned_blocks
         need = total - shared + self._prompt_windows(s, m)
         if budget and self.window_cap:
-            need = max(need, self._first_chunk_need(s, m, shared, budget))
+            need = max(need, self._first_chunk_need(s.prompt, s.prompt - self._uncached(s, m), shared, budget))
         return need, total, m
 
     def _prompt_windows(self, s: Seq, m: Optional[Match]) -> int:
@@ -546,14 +545,14 @@ class ReplicaBase:
         assert self.windows is not None
         return self.windows.admission(prompt, computed, self.window_cap)
 
-    def _first_chunk_need(self, s: Seq, m: Optional[Match], shared: int, budget: int) -> int:
-        """Blocks the first chunk ``budget`` leaves ``s`` takes from free memory with its
-        windows: past a capped gate ``allocate_slots`` still tests the chunk's slots in
+    def _first_chunk_need(self, prompt: int, computed: int, shared: int, budget: int) -> int:
+        """Blocks the first chunk ``budget`` leaves a prompt of ``prompt`` tokens, the first
+        ``computed`` cached (``shared`` of its blocks pinned by others), takes from free memory
+        with its windows: past a capped gate ``allocate_slots`` still tests the chunk's slots in
         every group, which with a long hit ask more of the sliding-window groups than the
         gate (the window behind the hit and the chunk against a cap the hit exceeds)."""
         assert self.windows is not None
-        computed = s.prompt - self._uncached(s, m)
-        upto = computed + self._chunk_of(s.prompt - computed, budget)
+        upto = computed + self._chunk_of(prompt - computed, budget)
         return ceil_div(upto, self.bs) - shared + max(self.window_blocks, self.windows.held(computed, upto))
 
     def _window_change(self, s: Seq, upto: int) -> int:
