@@ -94,6 +94,12 @@ class MemoryPlan:
         return 0 if self.windows is None else self.windows.steady
 
     @property
+    def rank_blocks(self) -> int:
+        """One attention-DP rank's blocks: each rank holds its own pool and a request stays on
+        its rank, so this is the most one request can hold (``kv_tokens_per_rank`` in blocks)."""
+        return self.num_blocks // self.dp
+
+    @property
     def reserve_bytes(self) -> float:
         """Everything that is neither weights nor KV (the full-attention pool or the
         sliding-window layers'): the unused (1 − util) share, activations and non-torch memory."""
@@ -320,7 +326,7 @@ def context_room(mem: MemoryPlan, kv_memory: Optional[KvMemory], model: ModelPro
     which more GPUs or memory would not grow, so the message asks for more blocks instead."""
     if kv_memory is None or not RULES[kv_memory.rule].needs_one_context:
         return None
-    rank_blocks = mem.num_blocks // mem.dp
+    rank_blocks = mem.rank_blocks
     windows = mem.windows
 
     def blocks(tokens: int) -> int:

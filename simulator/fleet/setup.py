@@ -53,7 +53,7 @@ class PoolSetup:
         """One attention-DP rank's KV blocks (the replica's pool over its dp ranks, as
         ``kv_tokens_per_rank`` states them), the most one request can ever hold; None for a
         single rank. The replica's engine schedules one pool of all the ranks' blocks."""
-        return self.memory.num_blocks // self.memory.dp if self.memory.dp > 1 else None
+        return self.memory.rank_blocks if self.memory.dp > 1 else None
 
 
 def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: EngineConfig, dp: int = 1,
