@@ -444,7 +444,7 @@ class LayoutOps:
         m, cm = self.model, self.cm
         r = self.rank(tokens) if r is None else r
         # the experts' biases apart (a few values per expert), neither read with the rest nor priced
-        rest = m.linear_params - m.num_moe_layers * (m.num_experts or 0) * m.expert_params - m.expert_biases
+        rest = m.linear_params - m.expert_matrix_params - m.expert_biases
         per_gpu_expert = m.expert_params / self.moe_tp
         active = float(expected_active_experts(tokens, m.num_experts, m.topk)) / self.ep if m.is_moe else 0.0
         flops = 2.0 * (r * rest / self.tp

@@ -265,9 +265,19 @@ class ModelProfile(BaseModel):
         return self.hidden_size if self.model_type in _EXPERT_BIAS_FAMILIES else 0
 
     @property
+    def routed_experts(self) -> int:
+        """Routed experts over all MoE layers, each layer's its own (0 for a dense model)."""
+        return self.num_moe_layers * (self.num_experts or 0)
+
+    @property
+    def expert_matrix_params(self) -> int:
+        """Every routed expert's weight matrices, all MoE layers: what an expert format quantises."""
+        return self.routed_experts * self.expert_params
+
+    @property
     def expert_biases(self) -> int:
         """Every routed expert's biases, all MoE layers."""
-        return self.num_moe_layers * (self.num_experts or 0) * self.expert_bias_params
+        return self.routed_experts * self.expert_bias_params
 
     @property
     def moe_layer_params(self) -> int:
@@ -412,7 +422,7 @@ class ModelProfile(BaseModel):
         fp8/int8/AWQ checkpoints. An experts-only format (MXFP4) quantises the
         routed experts alone. The experts' biases stay 16-bit (:attr:`expert_bias_params`)."""
         if weight_dtype in EXPERT_ONLY_DTYPES:
-            experts = self.num_moe_layers * (self.num_experts or 0) * self.expert_params
+            experts = self.expert_matrix_params
             return experts * BYTES[weight_dtype] + (self.num_params - experts) * 2.0
         quantized = self.linear_params - self.expert_biases
         rest = self.num_params - quantized
@@ -425,9 +435,8 @@ class ModelProfile(BaseModel):
         ``Mxfp4MoEMethod.create_weights`` make w2's bias experts x hidden on every GPU, and
         gpt_oss.py's weight loaders zero it beyond the first width rank rather than split it), so
         the replica holds ``moe_tp`` copies of it."""
-        matrices = self.num_moe_layers * (self.num_experts or 0) * self.expert_params
-        copies = self.num_moe_layers * (self.num_experts or 0) * self.expert_down_bias_params * (moe_tp - 1)
-        return matrices * BYTES[weight_dtype] + (self.expert_biases + copies) * 2.0
+        copies = self.routed_experts * self.expert_down_bias_params * (moe_tp - 1)
+        return self.expert_matrix_params * BYTES[weight_dtype] + (self.expert_biases + copies) * 2.0
 
     @property
     def kv_elements_per_layer(self) -> int:
