@@ -158,6 +158,8 @@ FIELDS = {
 }
 
 #: ``llmsim.request_status``: every request once, by how it ended (a status with no meaning here fails on import).
+#: The statuses written only when some request ended so (only a gateway with rate limits answers 429;
+#: only a pool whose readmission asks more than its admission strands a request), and when that is.
 _WHEN = {Status.RATE_LIMITED: "a class has a rate_limit", Status.STRANDED: "a request was stranded"}
 STATUS_FIELDS = {s.name.lower(): leaf("count", f"requests {_STATUS[s.name.lower()]}", when=_WHEN.get(s))
                  for s in Status}
@@ -216,9 +218,9 @@ def compute_results(requests: Iterable[Request], gaps: GapLog | GapGrid | None, 
         res["slo"] = _slo_block(spec, samples, itl, good, tpot_or_zero)
 
     status = {s.name.lower(): int(np.count_nonzero(a.status == int(s))) for s in Status}
-    for rare in ("rate_limited", "stranded"):    # only a gateway with rate limits answers 429; only a pool
-        if not status[rare]:                     # whose readmission asks more than admission strands
-            del status[rare]
+    for rare in _WHEN:
+        if not status[rare.name.lower()]:
+            del status[rare.name.lower()]
     block = dict(llmsim or {})
     block.setdefault("request_status", status)
     res["llmsim"] = block
