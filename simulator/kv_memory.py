@@ -480,7 +480,7 @@ class KvRule:
 RULES: dict[str, KvRule] = {
     "vllm": KvRule(_vllm, engine_knob="gpu_memory_utilization",
                    knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes", "cuda_graphs_in_pool",
-                                    "persistent_logit_bytes", "extensible_margin_gib"}),
+                                    "persistent_logit_bytes", "extensible_margin_gib", "null_block_held"}),
                    needs_one_context=True),
     "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=SGLANG_SWA_FULL_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
@@ -599,6 +599,15 @@ class KvMemory(BaseModel):
         "captured: kv_memory.cuda_graph_gib) capped by the whole GPU less max(this, 0.75 x the activation peak); "
         f"the vllm backend's releases set it; {_read_by('extensible_margin_gib')}; default: unset (sized from "
         "the profiling estimate)"))
+    null_block_held: bool = Field(
+        default=False,
+        description="the start-up check that one request of max_model_len fits a rank's pool holds back the "
+                    "block the block pool keeps as its null block, never a request's (v1/core/block_pool.py "
+                    "BlockPool.__init__ takes it off the free queue in every release), so a max_model_len of the "
+                    "pool's last block is refused: vLLM from 0.29.0 (get_kv_cache_configs and "
+                    "check_enough_kv_cache_memory: 'Reserve the null block BlockPool permanently holds back', "
+                    "kv_cache_utils.py, kv_cache_planning.py from 0.33.0), where 0.28.0 checks every block; the "
+                    "vllm backend's releases set it; " + _read_by("null_block_held") + "; default: false")
     persistent_logit_bytes: float = Field(
         default=0.0, ge=0, le=64,
         description="bytes the model runner keeps on each sampling GPU for the server's life per vocabulary "

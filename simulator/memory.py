@@ -323,10 +323,12 @@ def context_room(mem: MemoryPlan, kv_memory: Optional[KvMemory], model: ModelPro
     (kv_cache_utils.py ``_max_memory_usage_bytes_from_groups`` over each group's
     ``max_memory_usage_bytes``: :meth:`.hybrid_kv.SlidingGroups.request_bound`).
     ``overridden``: the pool is ``num_gpu_blocks_override``'s (:attr:`.EngineConfig.override_checked`),
-    which more GPUs or memory would not grow, so the message asks for more blocks instead."""
+    which more GPUs or memory would not grow, so the message asks for more blocks instead.
+    A release that holds the null block back (:attr:`.kv_memory.KvMemory.null_block_held`)
+    checks one block fewer than the pool has."""
     if kv_memory is None or not RULES[kv_memory.rule].needs_one_context:
         return None
-    rank_blocks = mem.rank_blocks
+    rank_blocks = mem.rank_blocks - int(kv_memory.null_block_held)
     windows = mem.windows
 
     def blocks(tokens: int) -> int:
@@ -345,6 +347,7 @@ def context_room(mem: MemoryPlan, kv_memory: Optional[KvMemory], model: ModelPro
     per_rank = "" if mem.dp == 1 else " per attention rank"
     gb = lambda tokens: f"{tokens * mem.kv_bytes_per_token / 1e9:,.2f} GB"  # noqa: E731
     beside = " beside what its sliding-window layers hold of it" if windows is not None else ""
+    beside += " beside the null block vLLM holds back" if kv_memory.null_block_held else ""
     return (f"{model.name}'s {max_model_len:,}-token context{DOES_NOT_FIT}{gpus}× {gpu} as vLLM sizes its KV "
             f"cache: one request of max_model_len needs {gb(need * mem.block_size)} of KV{per_rank}, the pool "
             f"holds {held:,} tokens ({gb(held)}){beside}, "

@@ -14,7 +14,7 @@ from simulator.errors import LlmsimError
 from simulator.kv_memory import (MIB, GpuShare, KvMemory, kv_budget, sglang_chunked_prefill_size,
                                  sglang_graph_max_bs, sglang_prefill_graph_mib, sglang_prefill_graph_sizes,
                                  sglang_prefill_graph_top, sglang_mem_fraction_static)
-from simulator.memory import plan_memory
+from simulator.memory import context_room, plan_memory
 from simulator.parallelism import Parallelism, replica_kv_bytes_per_token
 from simulator.profiles import load_hardware, load_model
 from simulator.profiles.hardware import GIB
@@ -434,7 +434,8 @@ KNOB_VALUES = {"fraction": 0.7, "max_tokens": 10_000, "chunked_prefill_size": 10
                "graphs_to_running_requests": True, "decode_activation_to_running_requests": True,
                "persistent_logit_bytes": 4.25, "mla_prefill_graph_tokens": 4096, "mla_prefill_graphs_need_chunk": True,
                "prefill_graphs_eager_beside": ("eagle",), "prefill_graphs_off_after_reserve": True,
-               "extensible_margin_gib": 20.0}  # more than the 10 % a fraction of 0.9 leaves
+               "extensible_margin_gib": 20.0,  # more than the 10 % a fraction of 0.9 leaves
+               "null_block_held": True}
 
 
 def _kv_bytes(kv: KvMemory, knob: str = "") -> float:
@@ -488,6 +489,13 @@ def test_a_knobs_description_names_the_rules_that_read_it_once(knob):
     assert said in text, text
 
 
+def _starts(kv: KvMemory) -> bool:
+    """Whether the stack starts Llama-3.1-8B on one H100 with a max_model_len of its whole pool."""
+    model = load_model("llama-3.1-8b")
+    mem = plan_memory(model, load_hardware("h100-sxm"), kv_memory=kv)
+    return context_room(mem, kv, model, "h100-sxm", 1, mem.rank_blocks * mem.block_size, 0) is None
+
+
 def _graph_tokens(kv: KvMemory, knob: str = "") -> int:
     """The prefill graphs a knob is read on (SGLang's, which the cost model replays whatever the
     fraction): an MLA model's cap with the graphs captured, the blockers and the drafts they cannot
@@ -522,6 +530,9 @@ def test_a_knob_is_accepted_exactly_where_its_rule_reads_it(rule, knob, fraction
     if knob == "cuda_graphs_in_pool":     # read as a demand, not a size: the pool must state its graphs
         from simulator.kv_memory import graphs_unstated
         read = graphs_unstated(KvMemory.model_construct(**{**base, knob: value})) is not None
+    elif knob == "null_block_held":       # read by the start-up check: a context of the pool's last block
+        read = _starts(KvMemory.model_construct(**{**KvMemory(**base).model_dump(), knob: value})) \
+            != _starts(KvMemory(**base))
     else:
         knobbed = KvMemory.model_construct(**{**KvMemory(**base).model_dump(), knob: value})
         read = (_kv_bytes(knobbed, knob) != _kv_bytes(KvMemory(**base), knob)

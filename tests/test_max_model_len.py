@@ -160,6 +160,30 @@ def test_vllm_checks_the_pool_num_gpu_blocks_override_gives(cli, tmp_path, relea
     assert measured.code == 2 and "80,000-token context does not fit" in measured.err
 
 
+@pytest.mark.parametrize("release, starts", [("0.28.0", True), ("0.29.0", False)])
+def test_vllm_holds_the_null_block_back_from_its_start_up_check_from_0_29_0(cli, tmp_path, release, starts):
+    """From 0.29.0 get_kv_cache_configs takes one block off the memory it checks ('Reserve the null block
+    BlockPool permanently holds back'): Llama-3.1-8B on 100 overridden blocks of 16 tokens starts a
+    1,600-token max_model_len on 0.28.0 and is refused it on 0.29.0, which starts 1,584."""
+    stated = f", backend_version: '{release}', kv_memory: {{cuda_graph_gib: 1.0}}, num_gpu_blocks_override: 100"
+
+    def run(max_model_len: int, out: str):
+        p = tmp_path / f"{out}.yaml"
+        p.write_text(SCENARIO.format(backend="vllm", extra=f"{stated}, max_model_len: {max_model_len}", isl=1000)
+                     .replace("gpt-oss-120b", "llama-3.1-8b"))
+        return cli("run", p, "-o", tmp_path / out)
+
+    whole = run(1600, "whole")
+    said = " ".join(whole.err.split())
+    if starts:
+        assert whole.code in (0, 1) and "does not fit" not in said, said
+    else:
+        assert whole.code == 2 and "pools[0].engine.max_model_len" in said and "at most 1,584" in said
+        assert "null block" in said
+    shorter = run(1584, "shorter")
+    assert shorter.code in (0, 1) and "does not fit" not in shorter.err, shorter.err
+
+
 def test_requests_past_max_model_len_are_not_load_turned_away(tmp_path):
     """Rejected as the stack rejects bad input, they are counted apart from shed: an idle fleet read
     OVERLOADED ("it shed 7.7 % of the requests") and exited 1."""
