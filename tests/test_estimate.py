@@ -126,6 +126,59 @@ def test_request_from_hf_config_json(cli, tmp_path, hf_llama3_8b_config):
         assert via_json[k] == via_dir[k] == builtin[k]
 
 
+def _backend_with_override(tmp_path, blocks: int):
+    """The vllm backend as a file whose engine sets num_gpu_blocks_override."""
+    from simulator.profiles.loader import resolve
+
+    p = tmp_path / "mine.yaml"
+    p.write_text(resolve("backend_profiles", "vllm").read_text().replace(
+        "\nengine:\n", f"\nengine:\n  num_gpu_blocks_override: {blocks}\n", 1))
+    return p
+
+
+def test_request_holds_the_pool_a_backends_num_gpu_blocks_override_gives_as_a_run_does(cli, tmp_path):
+    """The pool of 1,000 blocks of 16 tokens a run of Llama-3.1-8B on one H100 holds, not the
+    424,720 tokens vLLM's memory would give without the override."""
+    backend = _backend_with_override(tmp_path, 1000)
+    est = request(cli, "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--input", "1000", "--output", "100",
+                  "--backend", backend)
+    scenario = tmp_path / "s.yaml"
+    scenario.write_text(f"""\
+name: override
+workload:
+  arrival: {{type: poisson, rate_per_s: 2}}
+  duration_s: 5
+  input_tokens: {{dist: fixed, value: 1000}}
+  output_tokens: {{dist: fixed, value: 100}}
+pools:
+  - {{name: main, model: llama-3.1-8b, gpu: h100-sxm, tp: 1, replicas: 1, engine: {{backend: '{backend}'}}}}
+""")
+    r = cli("run", scenario, "-o", tmp_path / "out")
+    assert r.code == 0, r.err
+    ran = json.loads((tmp_path / "out" / "results.json").read_text())["llmsim"]["pools"]["main"]
+    assert est["kv_capacity_tokens"] == ran["kv_tokens_per_replica"] == 16_000
+    assert est["max_concurrent_requests"] == 1000 // 69     # 1,100 tokens in 69 blocks
+
+
+@pytest.mark.parametrize("release, refused", [("0.20.0", False), ("0.20.1", True)])
+def test_request_checks_the_pool_its_release_checks(cli, tmp_path, release, refused):
+    """vLLM from 0.20.1 checks Llama-3.1-8B's 131,072-token context against the override's 16,000
+    tokens (EngineConfig.override_checked); 0.20.0 against the 424,720 it measured."""
+    out = request(cli, "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--input", "1000", "--output", "100",
+                  "--backend", _backend_with_override(tmp_path, 1000), "--backend-version", release,
+                  "--cuda-graph-gib", "1")
+    said = " ".join(out.get("warnings", []))
+    assert ("at most 16,000, or raise engine.num_gpu_blocks_override" in said) == refused, said
+
+
+def test_request_refuses_an_override_past_the_gpus_as_a_run_does(cli, tmp_path):
+    r = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--input", "1000",
+            "--output", "100", "--backend", _backend_with_override(tmp_path, 10_000_000))
+    said = " ".join(r.err.split())
+    assert r.code == 2 and "--backend" in said and "engine.num_gpu_blocks_override" in said
+    assert "at most 33,122 blocks" in said
+
+
 def test_roofline_request_is_no_slower(cli):
     args = ("--gpu", "h100-sxm", "--model", "llama-3-70b", "--tp", "4", "--input", "3000", "--output", "200")
     cal = request(cli, *args)
