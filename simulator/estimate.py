@@ -11,13 +11,14 @@ is reported beside it, so a reader can see both.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Callable, Optional
+from typing import TYPE_CHECKING, Callable
 
 from .costmodel import CostModel
 from .dtypes import compute_dtype, gemm_scheme
+from .errors import LlmsimError
 from .hybrid_kv import admission_cap, in_flight_tokens
 from .kv_memory import swa_window_share
-from .memory import MemoryPlan, context_room, plan_memory
+from .memory import MemoryPlan, context_room, plan_memory, startup_pool
 from .parallelism import kv_copies
 
 if TYPE_CHECKING:
@@ -50,22 +51,32 @@ def replica_memory(cm: CostModel, engine: EngineConfig | None = None, gpu_memory
                        expert_storage=cm.expert_storage, chunked_prefill=engine.chunked_prefill)
 
 
-#: ``engine.num_gpu_blocks_override`` applied to a measured pool as a run applies it (the fleet's
-#: rule, which this layer cannot import: the caller hands it down).
-BlocksOverride = Callable[[MemoryPlan], MemoryPlan]
+def engine_pool(cm: CostModel, engine: EngineConfig | None, gpu_memory_utilization: float = 0.9,
+                max_num_batched_tokens: int = 8192, block_size: int = 16,
+                check: Callable[[MemoryPlan], None] = lambda pool: None) -> MemoryPlan:
+    """The pool a run of ``engine`` holds: the measured pool with the engine's
+    ``num_gpu_blocks_override`` applied as ``llmsim run`` applies it, ``check`` called on the
+    pool the release's start-up check reads (:func:`simulator.memory.startup_pool`); a
+    refusal names ``--backend``, the flag that brought the override."""
+    measured = replica_memory(cm, engine, gpu_memory_utilization, max_num_batched_tokens, block_size)
+    if engine is None:
+        check(measured)
+        return measured
+    try:
+        return startup_pool(measured, engine.num_gpu_blocks_override, engine.override_checked, check)
+    except LlmsimError as e:
+        raise LlmsimError(f"{engine.backend}: engine.num_gpu_blocks_override: {e.message}",
+                          key_path="--backend") from None
 
 
 def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: float | None = None,
                      max_num_batched_tokens: int = 8192, gpu_memory_utilization: float = 0.9,
-                     block_size: int = 16, engine: EngineConfig | None = None,
-                     blocks_override: Optional[BlocksOverride] = None) -> dict:
+                     block_size: int = 16, engine: EngineConfig | None = None) -> dict:
     """``engine``: the pool's engine when a serving backend is named; its
     front-end terms join the TTFT (the request's hand-off and tokenisation
     before the prefill, the first token's way back after it, as a lone
-    request meets them in a run) and its memory rule divides the GPU.
-    ``blocks_override``: the engine's ``num_gpu_blocks_override`` as a run applies it, so the
-    capacity and concurrency are the pool a run of this engine holds, and the start-up check
-    reads the pool the release checks (:attr:`EngineConfig.override_checked`)."""
+    request meets them in a run) and its memory rule divides the GPU, with its
+    ``num_gpu_blocks_override`` applied as a run applies it (:func:`engine_pool`)."""
     prefill_s = 0.0
     done = 0
     budget = _rank_budget(engine, max_num_batched_tokens, cm.dp)
@@ -84,8 +95,8 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         tpot_s = 0.0
     front_s = 0.0 if engine is None else \
         (engine.request_ms + engine.response_ms + engine.tokenize_us_per_token * input_tokens * 1e-3) * 1e-3
-    measured = replica_memory(cm, engine, gpu_memory_utilization, max_num_batched_tokens, block_size)
-    mem = measured if blocks_override is None else blocks_override(measured)
+    checked: list[MemoryPlan] = []     # the pool the start-up check reads
+    mem = engine_pool(cm, engine, gpu_memory_utilization, max_num_batched_tokens, block_size, checked.append)
     figures = model_figures(cm)
     kv_tok = figures["kv_bytes_per_token"]
     tokens = input_tokens + output_tokens
@@ -140,10 +151,10 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         out["mfu_prefill_ms"] = 2.0 * cm.model.active_params * input_tokens / (peak * mfu) * 1e3
         out["mfu_prefill_tokens_per_s"] = peak * mfu / (2.0 * cm.model.active_params)
     # a pool its stack would not start (no request of the server's longest fits its KV): a run refuses it
-    checked = mem if eng is not None and eng.override_checked else measured
-    start = None if eng is None else context_room(checked, eng.kv_memory, cm.model, cm.gpu.name, cm.gpus,
+    start = None if eng is None else context_room(checked[0], eng.kv_memory, cm.model, cm.gpu.name, cm.gpus,
                                                   eng.longest_request(cm.model), in_flight_tokens(eng),
-                                                  overridden=checked is not measured)
+                                                  overridden=bool(eng.num_gpu_blocks_override
+                                                                  and eng.override_checked))
     if start is not None:
         out["warnings"] = [start]
     return out

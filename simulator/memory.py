@@ -13,8 +13,8 @@ measurements.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
-from typing import Optional
+from dataclasses import dataclass, replace
+from typing import Callable, Optional
 
 from .errors import LlmsimError
 from .kv_memory import (RULES, RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, draft_in_reserve, kv_budget,
@@ -307,6 +307,46 @@ def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight
     knob = "gpu_memory_utilization" if b.knob == "gpu_memory_utilization" else f"kv_memory.fraction ({b.knob})"
     return (f"{model.name}{DOES_NOT_FIT}{shape} {gpu.name} as {rule} sizes its KV cache: {what}; use more "
             f"GPUs (tp, dp with ep), a smaller weight dtype, a larger GPU or a larger engine.{knob}")
+
+
+def blocks_override(mem: MemoryPlan, blocks: Optional[int]) -> MemoryPlan:
+    """``num_gpu_blocks_override`` (vLLM's flag: the profiling run's block
+    count replaced) as the pool's KV capacity, within what the GPUs hold
+    beside the weights: vLLM allocates the blocks it is told, and more than
+    the memory has fails at start-up, not as a larger cache. Each attention-DP
+    rank's engine core applies it to its own pool (v1/engine/core.py
+    ``_initialize_kv_caches``, kv_cache_utils.py ``may_override_num_blocks``) and the
+    client sums the ranks' blocks (core_client.py), so a replica holds it × dp.
+    The pool's bytes are the blocks' own: memory the override leaves unallocated
+    is no KV (it joins :attr:`MemoryPlan.reserve_bytes`)."""
+    if not blocks:
+        return mem
+    per_block = mem.block_size * mem.kv_bytes_per_token
+    room = (mem.total_bytes - mem.weights_bytes) / mem.dp   # one rank's GPUs
+    if blocks * per_block > room:
+        each, whose = ((f" on each of the {mem.dp} attention-DP ranks", "a rank's") if mem.dp > 1
+                       else ("", "the replica's"))
+        raise LlmsimError(f"{blocks:,} blocks of {mem.block_size} tokens{each} hold {blocks * per_block / 1e9:,.1f} GB "
+                          f"of KV, more than the {room / 1e9:,.1f} GB {whose} GPUs have beside its weights (at most "
+                          f"{int(room // per_block):,} blocks)", key_path="engine.num_gpu_blocks_override")
+    return replace(mem, num_blocks=blocks * mem.dp, kv_capacity_bytes=blocks * mem.dp * per_block)
+
+
+def startup_pool(mem: MemoryPlan, blocks: Optional[int], override_checked: bool,
+                 check: Callable[[MemoryPlan], None]) -> MemoryPlan:
+    """The pool a run holds, from the measured pool ``mem`` and ``num_gpu_blocks_override``,
+    with ``check`` (the start-up check, which may refuse) called on the pool the release
+    checks and in its order: vLLM to 0.20.0 checks the pool it measured, then applies the
+    override (kv_cache_utils.py ``get_kv_cache_configs``, then
+    ``get_kv_cache_config_from_groups``), so a context too long is refused before an
+    override too large; from 0.20.1 it checks the override's pool
+    (:attr:`.EngineConfig.override_checked`). ``run`` and ``estimate`` both go through it."""
+    if override_checked:
+        mem = blocks_override(mem, blocks)
+        check(mem)
+        return mem
+    check(mem)
+    return blocks_override(mem, blocks)
 
 
 def context_room(mem: MemoryPlan, kv_memory: Optional[KvMemory], model: ModelProfile, gpu: str, gpus: int,

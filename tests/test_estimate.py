@@ -158,6 +158,8 @@ pools:
     ran = json.loads((tmp_path / "out" / "results.json").read_text())["llmsim"]["pools"]["main"]
     assert est["kv_capacity_tokens"] == ran["kv_tokens_per_replica"] == 16_000
     assert est["max_concurrent_requests"] == 1000 // 69     # 1,100 tokens in 69 blocks
+    # the pool's bytes are the override's blocks (128 KiB a token), not the memory vLLM measured
+    assert est["kv_capacity_bytes"] == ran["kv_memory"]["kv_gb"] * 1e9 == pytest.approx(16_000 * 131_072)
 
 
 @pytest.mark.parametrize("release, refused", [("0.20.0", False), ("0.20.1", True)])

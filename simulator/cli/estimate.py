@@ -17,8 +17,6 @@ from .options import check_cuda_graph_gib, check_version_flag, cuda_graph_gib_op
 if TYPE_CHECKING:   # the cost model on first use: `llmsim --help` imports this module
     from ..costmodel import CostModel
     from ..engine.config import EngineConfig
-    from ..estimate import BlocksOverride
-    from ..memory import MemoryPlan
     from ..profiles.model import ModelProfile
 
 estimate_app = typer.Typer(help="Back-of-envelope numbers from the calibrated cost model.", no_args_is_help=True)
@@ -321,33 +319,13 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
             console.print(f"[yellow]note:[/] {escape(note)}")
 
 
-def _blocks_override(engine: Optional[EngineConfig]) -> Optional[BlocksOverride]:
-    """The engine's ``num_gpu_blocks_override`` (a backend file's) as ``llmsim run`` applies it
-    (:func:`simulator.fleet.setup._blocks_override`, the one copy of the rule), its refusal
-    naming the flag that brought it; None where the engine sets none."""
-    if engine is None or not engine.num_gpu_blocks_override:
-        return None
-    from ..fleet.setup import _blocks_override as run_applies
-
-    def apply(mem: MemoryPlan) -> MemoryPlan:
-        try:
-            return run_applies(engine, mem, "", None)
-        except LlmsimError as e:   # the backend file's key, as the file spells it
-            raise LlmsimError(f"{engine.backend}: engine.num_gpu_blocks_override: {e.message}",
-                              key_path="--backend") from None
-    return apply
-
-
 def _step_room(cm, engine, kv_tokens: int) -> str:
     """Why no replica could run the step priced (its weights, or its
     sequences' KV, exceed the GPUs' memory as the stack divides it), or ""."""
-    from ..estimate import replica_memory
+    from ..estimate import engine_pool
 
     try:
-        mem = replica_memory(cm, engine)
-        override = _blocks_override(engine)
-        if override is not None:
-            mem = override(mem)
+        mem = engine_pool(cm, engine)
     except LlmsimError as e:
         return e.message
     if kv_tokens > mem.kv_capacity_tokens:
@@ -407,7 +385,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
 
     mp = cm.model.max_position_embeddings
     out = request_estimate(cm, input, output, mfu, max_num_batched_tokens, gpu_memory_utilization,
-                           engine.block_size if engine is not None else 16, engine, _blocks_override(engine))
+                           engine.block_size if engine is not None else 16, engine)
     notes = out.pop("warnings", [])     # the estimate's own: a pool its stack would not start
     if input + output > mp:
         # An estimate is arithmetic, not a run: say so, but still answer (the

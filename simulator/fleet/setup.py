@@ -5,7 +5,7 @@ pool (KV blocks, cold-start bytes, step times) without simulating it.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Optional
 
@@ -18,7 +18,7 @@ from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
 from ..hybrid_kv import in_flight_tokens, window_share
-from ..memory import MemoryPlan, context_room, has_full_attention, plan_memory, prefill_graph_tokens
+from ..memory import MemoryPlan, context_room, has_full_attention, plan_memory, prefill_graph_tokens, startup_pool
 from ..pipeline import Pipeline, plan_pipeline_memory
 from .pp_refusals import refusal
 from ..profiles import load_hardware, load_model
@@ -126,13 +126,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     lora = None
     if spec.lora:   # the adapters' GPU slots come out of the KV cache
         lora, mem = lora_setup(spec, cm, mem, gpu, where, source)
-    # vLLM to 0.20.0 checks the pool it measured, then applies num_gpu_blocks_override (kv_cache_utils.py
-    # get_kv_cache_configs, then get_kv_cache_config_from_groups); from 0.20.1 it checks the override's pool
-    if e.override_checked:
-        mem = _blocks_override(e, mem, where, source)
-    _holds_one_context(e, model, gpu, mem, spec.tp * spec.dp, where, source)
-    if not e.override_checked:
-        mem = _blocks_override(e, mem, where, source)
+    mem = _startup_pool(e, model, gpu, mem, spec.tp * spec.dp, where, source)
     try:
         admission = expected_output_admission(e, spec.dp, decodes_for_another)
     except LlmsimError as err:
@@ -237,27 +231,18 @@ def drafting_budget(e: EngineConfig, cm: StepCost, spec: PoolSpec, where: str,
     return e.model_copy(update={"max_num_batched_tokens": e.max_num_batched_tokens - kept}) if kept else e
 
 
-def _blocks_override(e: EngineConfig, mem: MemoryPlan, where: str, source: str | Path | None) -> MemoryPlan:
-    """``num_gpu_blocks_override`` (vLLM's flag: the profiling run's block
-    count replaced) as the pool's KV capacity, within what the GPUs hold
-    beside the weights: vLLM allocates the blocks it is told, and more than
-    the memory has fails at start-up, not as a larger cache. Each attention-DP
-    rank's engine core applies it to its own pool (v1/engine/core.py
-    ``_initialize_kv_caches``, kv_cache_utils.py ``may_override_num_blocks``) and the
-    client sums the ranks' blocks (core_client.py), so a replica holds it × dp."""
-    n = e.num_gpu_blocks_override
-    if not n:
-        return mem
-    per_block = mem.block_size * mem.kv_bytes_per_token
-    room = (mem.total_bytes - mem.weights_bytes) / mem.dp   # one rank's GPUs
-    if n * per_block > room:
-        each, whose = ((f" on each of the {mem.dp} attention-DP ranks", "a rank's") if mem.dp > 1
-                       else ("", "the replica's"))
-        raise LlmsimError(f"{n:,} blocks of {mem.block_size} tokens{each} hold {n * per_block / 1e9:,.1f} GB of KV, "
-                          f"more than the {room / 1e9:,.1f} GB {whose} GPUs have beside its weights (at most "
-                          f"{int(room // per_block):,} blocks)", source=source,
-                          key_path=f"{where}.engine.num_gpu_blocks_override")
-    return replace(mem, num_blocks=n * mem.dp)
+def _startup_pool(e: EngineConfig, model: ModelProfile, gpu: HardwareProfile, mem: MemoryPlan, gpus: int,
+                  where: str, source: str | Path | None) -> MemoryPlan:
+    """The pool the replica runs: ``num_gpu_blocks_override`` applied and the start-up
+    check of :func:`_holds_one_context` made, in the release's order
+    (:func:`simulator.memory.startup_pool`)."""
+    try:
+        return startup_pool(mem, e.num_gpu_blocks_override, e.override_checked,
+                            lambda pool: _holds_one_context(e, model, gpu, pool, gpus, where, source))
+    except LlmsimError as err:
+        if err.key_path != "engine.num_gpu_blocks_override":      # the check's own refusal, already placed
+            raise
+        raise LlmsimError(err.message, source=source, key_path=f"{where}.{err.key_path}") from None
 
 
 def _holds_one_context(e: EngineConfig, model: ModelProfile, gpu: HardwareProfile, mem: MemoryPlan, gpus: int,
@@ -328,7 +313,6 @@ def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, w
     except LlmsimError as err:
         key = err.key_path if err.key_path in ("tp", "pp", "engine.weight_dtype", "engine.backend") else "pp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
-    _holds_one_context(e, model, gpu, mem, spec.tp * spec.pp, where, source)
-    mem = _blocks_override(e, mem, where, source)
+    mem = _startup_pool(e, model, gpu, mem, spec.tp * spec.pp, where, source)
     return PoolSetup(spec, cm, mem, None, engine=rounds)
 
