@@ -746,18 +746,26 @@ class KvMemory(BaseModel):
         return self
 
 
-def swa_window_share(spec: Optional[KvMemory], sliding_layers: int, full_layers: int) -> Optional[float]:
-    """The share of a GPU's KV bytes its sliding-window layers take where the stack splits the pool
-    by a ratio (``KvRule.swa_ratio``: a full-attention token costs ``full_layers`` layers, its
-    sliding-window share ``ratio · sliding_layers``, every layer's token being the same size); None
-    where each running sequence holds its windows in the shared pool instead (vLLM:
-    :mod:`simulator.hybrid_kv`), or the model has no sliding-window layers."""
+def swa_tokens_ratio(spec: Optional[KvMemory], sliding_layers: int) -> Optional[float]:
+    """The tokens a sliding-window layer holds per full-attention token where the stack splits the
+    pool by a ratio (``KvRule.swa_ratio``, or SGLang's ``swa_full_tokens_ratio`` knob where the rule
+    reads it): 1 where every layer keeps every token (TensorRT-LLM's one pool, SGLang's
+    --disable-hybrid-swa-memory); None where each running sequence holds its windows in the shared
+    pool instead (vLLM: :mod:`simulator.hybrid_kv`), or the model has no sliding-window layers."""
     rule = RULES[spec.rule] if spec is not None else None
     if rule is None or rule.swa_ratio is None or not sliding_layers:
         return None
     # the knob where the rule reads it (SGLang's flag); TensorRT-LLM's ratio is no launch flag
-    ratio = (spec.swa_full_tokens_ratio if "swa_full_tokens_ratio" in rule.knobs else None) or rule.swa_ratio
-    return ratio * sliding_layers / (full_layers + ratio * sliding_layers)
+    return (spec.swa_full_tokens_ratio if "swa_full_tokens_ratio" in rule.knobs else None) or rule.swa_ratio
+
+
+def swa_window_share(spec: Optional[KvMemory], sliding_layers: int, full_layers: int) -> Optional[float]:
+    """The share of a GPU's KV bytes its sliding-window layers take where the stack splits the pool
+    by a ratio (:func:`swa_tokens_ratio`: a full-attention token costs ``full_layers`` layers, its
+    sliding-window share ``ratio · sliding_layers``, every layer's token being the same size); None
+    where it does not."""
+    ratio = swa_tokens_ratio(spec, sliding_layers)
+    return None if ratio is None else ratio * sliding_layers / (full_layers + ratio * sliding_layers)
 
 
 def named_rule(kv_memory: Mapping[str, Any]) -> Optional[KvRule]:

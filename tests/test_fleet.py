@@ -665,6 +665,72 @@ def test_a_gpt_oss_hand_off_moves_the_sliding_window_layers_last_blocks():
     assert pair.link_bytes.of(100) == 200 * per_token      # a prompt shorter than the window: all of it
 
 
+def _gpt_oss_pair(backend: str, version: str, gpu: str, **keys):
+    from simulator.scenario.compile import _pairs
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    engine = {"backend": backend, "backend_version": version, **keys}
+    prefill = PoolSpec(name="p", model="gpt-oss-120b", gpu=gpu, disaggregation={"decode_pool": "d"}, engine=engine)
+    decode = PoolSpec(name="d", model="gpt-oss-120b", gpu=gpu, engine=engine)
+    (pair,) = _pairs([setup_pool(prefill, 0), setup_pool(decode, 1, decodes_for_another=True)])
+    return pair
+
+
+@pytest.mark.parametrize("backend, version, gpu, layers_of_1000, layers_of_100", [
+    # SGLang's hybrid SWA pool (0.5.9 on): the full-attention pages and the SWA pages from the window's
+    # start floored to a page: 128 tokens in pages of 1 (H100), 3 pages of 64 (B200's trtllm_mha)
+    ("sglang", "0.5.11", "h100-sxm", 18 * 1000 + 18 * 128, 36 * 100),
+    ("sglang", "0.5.23", "b200", 18 * 1000 + 18 * 192, 36 * 100),
+    # one pool keeping every layer's every token: SGLang's gpt-oss to 0.5.8, TensorRT-LLM
+    ("sglang", "0.5.4", "h100-sxm", 36 * 1000, 36 * 100),
+    ("trtllm", "1.2.0", "h100-sxm", 36 * 1000, 36 * 100),
+])
+def test_a_gpt_oss_hand_off_moves_what_the_stacks_pool_keeps_of_its_sliding_window_layers(
+        backend, version, gpu, layers_of_1000, layers_of_100):
+    """SGLang's hybrid SWA pool sends every full-attention page and, as the request's state, the SWA
+    pages from max(0, len − window) floored to a page (disaggregation/prefill.py send_kv_chunk); a pool
+    that keeps every layer's every token sends them all (TensorRT-LLM's cacheFormatter.cpp
+    getBlockRangeForSending with one window; SGLang's --disable-hybrid-swa-memory). llmsim sent the
+    full-attention layers' bytes alone on both stacks."""
+    layer_token = 2 * 8 * 64 * 2
+    pair = _gpt_oss_pair(backend, version, gpu)
+    assert pair.link_bytes.of(1000) == layers_of_1000 * layer_token
+    assert pair.link_bytes.of(100) == layers_of_100 * layer_token
+
+
+@pytest.mark.parametrize("page", [1, 16, 32, 64])
+def test_an_sglang_hand_off_charges_the_most_window_pages_any_prompt_length_sends(page):
+    """SGLang's prefill and decode servers both take a request's SWA pages from
+    max(0, len − window) floored to the page on, which holds from window to window + page − 1
+    tokens by where the prompt ends; llmsim charges each hand-off the most of them."""
+    pair = _gpt_oss_pair("sglang", "0.5.11", "h100-sxm", block_size=page)
+    window = 128
+
+    def sent(tokens: int) -> int:           # SGLang's window pages, in tokens
+        return (-(-tokens // page) - max(0, tokens - window) // page) * page
+
+    assert pair.link_bytes.window_tokens == max(sent(n) for n in range(window, window + 2 * page + 1))
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_an_sglang_gpt_oss_request_waits_its_window_pages_on_the_link(engine):
+    """A 1,000-token gpt-oss-120b prompt handed from an SGLang 0.5.11 prefill server to its decode
+    server takes the link's latency and 18 full-attention layers' 1,000 tokens with 18 sliding-window
+    layers' 128 (pages of 1 on an H100) at 45 GB/s, under both engines."""
+    d = scenario(workload={"num_requests": 3, "arrival": {"type": "poisson", "rate_per_s": 1},
+                           "input_tokens": {"dist": "fixed", "value": 1000},
+                           "output_tokens": {"dist": "fixed", "value": 4}})
+    engine_keys = {"backend": "sglang", "backend_version": "0.5.11", "prefix_cache": False}
+    d["pools"] = [{"name": "prefill", "model": "gpt-oss-120b", "gpu": "h100-sxm", "replicas": 1, "engine": engine_keys,
+                   "disaggregation": {"decode_pool": "decode", "link": {"preset": "infiniband"}}},
+                  {"name": "decode", "model": "gpt-oss-120b", "gpu": "h100-sxm", "replicas": 1, "engine": engine_keys}]
+    d["classes"] = [{"name": "chat", "pool": "prefill"}]
+    out = run(d, engine)
+    moved = (18 * 1000 + 18 * 128) * 2 * 8 * 64 * 2
+    assert [r.kv_transfer for r in out.requests] == [pytest.approx(20e-6 + moved / 45e9)] * 3
+
+
 def test_sglangs_decode_server_streams_the_prefills_token_without_a_forward_pass():
     """SGLang's decode server takes the prefill server's sampled token with the KV and streams it as
     its prebuilt batch joins the running one (disaggregation/decode.py process_prebuilt), computing

@@ -91,11 +91,12 @@ class DisaggregationSpec(BaseModel):
 @dataclass(frozen=True)
 class HandoffBytes:
     """What a hand-off moves over the busiest link: ``full`` bytes for every prompt token
-    sent (the full-attention layers'), and ``window`` bytes a token for the sliding-window
-    layers' last ``window_tokens`` at most, which vLLM's NIXL connector moves with the hybrid
-    KV cache manager on where the rest of those layers' prompt has left the window
-    (:attr:`simulator.hybrid_kv.SlidingGroups.handoff_tokens`); 0 for a model without them
-    or a pool that does not model the window apart (SGLang's and TensorRT-LLM's ratio pools)."""
+    sent (the layers the pool keeps every token of: the full-attention ones, and the
+    sliding-window ones too where it keeps their every token, as TensorRT-LLM's one pool does),
+    and ``window`` bytes a token for the sliding-window layers' last ``window_tokens`` at most,
+    which vLLM's NIXL connector with the hybrid KV cache manager on and SGLang's hybrid SWA pool
+    move where the rest of those layers' prompt has left the window
+    (:func:`simulator.scenario.compile._handoff_bytes`); 0 for a model without them."""
 
     full: float
     window: float = 0.0

@@ -32,10 +32,12 @@ from ..fleet.pool import Admission
 from ..fleet.regions import RegionTable
 from ..fleet.setup import PoolSetup, setup_pool
 from ..hybrid_kv import window_share
+from ..kv_memory import swa_tokens_ratio
 from ..metrics.monthly import MonthRule
 from ..metrics.slo import SloSpec
 from ..fleet.pp_refusals import check_pp_pairs
 from ..parallelism import kv_copies
+from ..profiles.model import window_span_blocks
 from ..runsize import check_run_size
 from .schema import PoolSpec, Scenario
 from workloads.spec import MAX_PAGED_BLOCK_TOKENS, paged_block_tokens
@@ -225,22 +227,45 @@ def _pairs(setups: list[PoolSetup]) -> list[PairPlan]:
     reads it from one prefill GPU: kv_connector/utils.py TpKVTopology), and GQA heads fewer than tp are
     held twice or more (:func:`simulator.parallelism.kv_copies`): a DeepSeek-V3 hand-off at tp 8 moves
     the whole latent per link, 8× what a 1/tp slice would. A sliding-window layer sends its window's
-    last blocks alone, where the prefill pool models vLLM's hybrid pool (:class:`HandoffBytes`)."""
+    last blocks alone where the pool keeps a window of it (vLLM's hybrid pool, SGLang's hybrid SWA pool:
+    :func:`_handoff_bytes`), every token where it keeps every one."""
     by_name = {ps.spec.name: ps for ps in setups}
 
     def per_gpu(ps: PoolSetup) -> float:      # the share of a token's KV one GPU holds
         return kv_copies(ps.cm.model, ps.spec.tp) / ps.spec.tp
 
-    def handoff(ps: PoolSetup, decode: PoolSetup) -> HandoffBytes:
-        model, windows = ps.cm.model, ps.memory.windows
-        # the KV dtype the prefill side sends
-        full = model.kv_bytes_per_token(ps.spec.engine.kv_dtype) * max(per_gpu(ps), per_gpu(decode))
-        if windows is None:
-            return HandoffBytes(full)
-        return HandoffBytes(full, full * window_share(model), windows.handoff_tokens)
-
-    return [PairPlan(ps.spec.name, d.decode_pool, handoff(ps, by_name[d.decode_pool]), d.link)
+    return [PairPlan(ps.spec.name, d.decode_pool, _handoff_bytes(ps, max(per_gpu(ps), per_gpu(by_name[d.decode_pool]))),
+                     d.link)
             for ps in setups if (d := ps.spec.disaggregation) is not None]
+
+
+def _handoff_bytes(ps: PoolSetup, per_gpu: float) -> HandoffBytes:
+    """What a hand-off from prefill pool ``ps`` moves over a link carrying ``per_gpu`` of a token's KV.
+    A sliding-window layer moves what the pool keeps of it. vLLM's hybrid pool: the last blocks of the
+    window (:attr:`~simulator.hybrid_kv.SlidingGroups.handoff_tokens`). SGLang's hybrid SWA pool
+    (``swa_full_tokens_ratio`` below 1): every full-attention page of the prompt and, as the request's
+    state, the SWA pool's pages from the window's start rounded down to a page
+    (disaggregation/prefill.py ``send_kv_chunk``, its ``_swa_payload`` from 0.5.14, inline before:
+    ``window_start = max(0, seq_len - window_size)`` floored to ``page_size``; decode.py the same for the
+    pages it receives; read in 0.5.4, 0.5.9, 0.5.11, 0.5.14, 0.5.18, 0.5.20-0.5.23), at most
+    cdiv(window − 1, page) + 1 pages. A pool that keeps every layer's every token (ratio 1: TensorRT-LLM's one window, whose
+    cache formatter sends every block of the request's one pool, cacheFormatter.cpp
+    ``getBlockRangeForSending``: ``windowsMetadata.size() == 1`` returns ``fromAllBlockIds``; SGLang's
+    --disable-hybrid-swa-memory, gpt-oss to 0.5.8, whose one MHA pool's buffers are all it registers)
+    moves every sliding-window layer's token as a full-attention one."""
+    model = ps.cm.model
+    # the KV dtype the prefill side sends
+    full = model.kv_bytes_per_token(ps.spec.engine.kv_dtype) * per_gpu
+    window = full * window_share(model)
+    if ps.memory.windows is not None:
+        return HandoffBytes(full, window, ps.memory.windows.handoff_tokens)
+    ratio = swa_tokens_ratio(ps.spec.engine.kv_memory, model.num_sliding_layers)
+    if ratio is None:
+        return HandoffBytes(full)
+    if ratio >= 1:
+        return HandoffBytes(full + window)
+    block = ps.memory.block_size
+    return HandoffBytes(full, window, window_span_blocks(model.window_tokens, block) * block)
 
 
 def _max_length(dist) -> int | None:
