@@ -713,20 +713,37 @@ def test_an_sglang_hand_off_charges_the_most_window_pages_any_prompt_length_send
     assert pair.link_bytes.window_tokens == max(sent(n) for n in range(window, window + 2 * page + 1))
 
 
+def _gpt_oss_pd(version: str, prefill_tp: int, decode_tp: int, **kv_memory) -> dict:
+    engine = {"backend": "sglang", "backend_version": version, **({"kv_memory": kv_memory} if kv_memory else {})}
+    d = scenario(workload={"num_requests": 3, "arrival": {"type": "poisson", "rate_per_s": 1},
+                           "input_tokens": {"dist": "fixed", "value": 1000},
+                           "output_tokens": {"dist": "fixed", "value": 4}})
+    d["pools"] = [{"name": "prefill", "model": "gpt-oss-120b", "gpu": "h200", "replicas": 1, "tp": prefill_tp,
+                   "engine": engine, "disaggregation": {"decode_pool": "decode", "link": {"preset": "infiniband"}}},
+                  {"name": "decode", "model": "gpt-oss-120b", "gpu": "h200", "replicas": 1, "tp": decode_tp,
+                   "engine": engine}]
+    d["classes"] = [{"name": "chat", "pool": "prefill"}]
+    return d
+
+
+def test_sglang_before_0_5_22_refuses_a_hybrid_swa_hand_off_between_pools_of_different_tp(tmp_path, capsys):
+    """SGLang 0.5.9-0.5.21's prefill server raises 'PD Disaggregation does NOT support PD different
+    TP sizes for non-MLA SWA hybrid models yet' as it sends the SWA state to a decode server of
+    another attention tp (disaggregation/mooncake/conn.py and nixl/conn.py); 0.5.22 slices the
+    heads (_send_swa_state_slice). A pool without the hybrid pool sends no such state."""
+    err = cli_error(tmp_path, _gpt_oss_pd("0.5.21", 1, 2), capsys)
+    assert "pools[0].tp" in err and "engine.swa_handoff_across_tp" in err
+    for ok in (_gpt_oss_pd("0.5.22", 1, 2), _gpt_oss_pd("0.5.21", 2, 2), _gpt_oss_pd("0.5.8", 1, 2),
+               _gpt_oss_pd("0.5.21", 1, 2, swa_full_tokens_ratio=1.0)):
+        assert len(run(ok).requests) == 3
+
+
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_an_sglang_gpt_oss_request_waits_its_window_pages_on_the_link(engine):
     """A 1,000-token gpt-oss-120b prompt handed from an SGLang 0.5.11 prefill server to its decode
     server takes the link's latency and 18 full-attention layers' 1,000 tokens with 18 sliding-window
-    layers' 128 (pages of 1 on an H100) at 45 GB/s, under both engines."""
-    d = scenario(workload={"num_requests": 3, "arrival": {"type": "poisson", "rate_per_s": 1},
-                           "input_tokens": {"dist": "fixed", "value": 1000},
-                           "output_tokens": {"dist": "fixed", "value": 4}})
-    engine_keys = {"backend": "sglang", "backend_version": "0.5.11", "prefix_cache": False}
-    d["pools"] = [{"name": "prefill", "model": "gpt-oss-120b", "gpu": "h100-sxm", "replicas": 1, "engine": engine_keys,
-                   "disaggregation": {"decode_pool": "decode", "link": {"preset": "infiniband"}}},
-                  {"name": "decode", "model": "gpt-oss-120b", "gpu": "h100-sxm", "replicas": 1, "engine": engine_keys}]
-    d["classes"] = [{"name": "chat", "pool": "prefill"}]
-    out = run(d, engine)
+    layers' 128 (pages of 1 on an H200) at 45 GB/s, under both engines."""
+    out = run(_gpt_oss_pd("0.5.11", 1, 1), engine)
     moved = (18 * 1000 + 18 * 128) * 2 * 8 * 64 * 2
     assert [r.kv_transfer for r in out.requests] == [pytest.approx(20e-6 + moved / 45e9)] * 3
 

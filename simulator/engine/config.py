@@ -119,6 +119,14 @@ class EngineConfig(BaseModel):
                     "'turn HMA off for connector unless specifically enabled'); from 0.22 only for one that "
                     "does not subclass SupportsHMA (NixlConnector and the native OffloadingConnector do; the "
                     "in-tree LMCacheConnectorV1 does not). The vllm backend sets it")
+    swa_handoff_across_tp: bool = Field(
+        default=True,
+        description="false: the prefill server sends a hybrid sliding-window pool's window (SGLang's SWA state, "
+                    "kv_memory.swa_full_tokens_ratio below 1) only to a decode server of its own tp and fails the "
+                    "transfer otherwise, so a disaggregated pair of such a pool at different tp is refused. SGLang "
+                    "0.5.9-0.5.21 (disaggregation/mooncake/conn.py and nixl/conn.py: 'PD Disaggregation does NOT "
+                    "support PD different TP sizes for non-MLA SWA hybrid models yet'; 0.5.22 slices the heads, "
+                    "_send_swa_state_slice); the sglang backend sets it. Pools without such a pool ignore it")
     dp_limits: Literal["per_rank", "split"] = Field(
         default="per_rank",
         description="how the two limits above apply to a replica of dp > 1 attention data-parallel ranks, each of "

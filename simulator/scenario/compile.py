@@ -374,6 +374,13 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
             raise LlmsimError(f"the KV of {a.model.name} ({p.engine.kv_dtype}) cannot be decoded by pool "
                               f"{q.name!r} ({b.model.name}, {q.engine.kv_dtype}): both pools need the same model "
                               f"and kv_dtype", source=source, key_path=key)
+        if p.tp != q.tp and _window_state_same_tp(setups[i]):
+            raise LlmsimError(f"pool {p.name!r} prefills {a.model.name} at tp {p.tp} for pool {q.name!r} at tp "
+                              f"{q.tp}: {_stack(setups[i].spec)} sends its hybrid pool's "
+                              f"sliding-window state only between equal tp and fails the transfer "
+                              f"(engine.swa_handoff_across_tp: false); set tp alike on both, use a release that "
+                              f"sends it across tp, or kv_memory.swa_full_tokens_ratio: 1 "
+                              f"(--disable-hybrid-swa-memory)", source=source, key_path=f"pools[{i}].tp")
         if p.engine.block_size != q.engine.block_size and _same_pages_stack(p, q):
             # SGLang's decode server refuses a prefill server of another page size as it connects
             # (disaggregation/common/conn.py: "Page size mismatch ... Both servers must use the same
@@ -382,6 +389,18 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
                               f"{q.name!r} decodes in {q.engine.block_size}-token pages; SGLang's decode server "
                               f"refuses a prefill server of another page size: set engine.block_size alike on "
                               f"both", source=source, key_path=key)
+
+
+def _stack(spec: PoolSpec) -> str:
+    return " ".join(x for x in (spec.engine.backend, spec.engine.backend_version) if x)
+
+
+def _window_state_same_tp(ps: PoolSetup) -> bool:
+    """Whether a prefill pool hands its sliding-window layers' window over as a state that its stack
+    sends only to a decode pool of its own tp (SGLang's hybrid SWA pool before 0.5.22:
+    ``engine.swa_handoff_across_tp``); a pool keeping every layer's every token sends none."""
+    ratio = swa_tokens_ratio(ps.spec.engine.kv_memory, ps.cm.model.num_sliding_layers)
+    return not ps.spec.engine.swa_handoff_across_tp and ratio is not None and ratio < 1
 
 
 def _same_pages_stack(p: PoolSpec, q: PoolSpec) -> bool:
