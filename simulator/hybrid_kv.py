@@ -99,7 +99,8 @@ class SlidingGroups:
         group's blocks within the window of ``cached`` (those below it are null placeholders)
         past the local hit's (vLLM's OffloadingConnector, offloading/scheduler.py
         ``update_state_after_alloc``: a group's pending blocks start at the first non-null
-        block without a hash, 0.22-0.26)."""
+        block without a hash, 0.22-0.34). ``cached`` is the hit as capped: ``_lookup`` stops
+        a model with sliding-window groups at the prompt's last token but one."""
         return max(0, -(-cached // self.block_size) - max(local // self.block_size, self.skipped(cached)))
 
     @property

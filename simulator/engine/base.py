@@ -621,7 +621,7 @@ class ReplicaBase:
             if m.lower is not None:   # copied back from the offload tiers before its first chunk runs
                 assert c.tiers is not None   # a lower hit came from them
                 end = m.tokens + m.lower.total
-                window = 0 if self.windows is None else self.windows.reloaded(m.tokens, end)
+                window = 0 if self.windows is None else self.windows.reloaded(m.tokens, cached)
                 self.reload_s += c.tiers.reload(m.lower, end - cached, first, window)
             s.done = max(cached, self._preloaded(s))
             p0 = c.pinned

@@ -42,9 +42,10 @@ request in the iteration waits for it. Layerwise loading, which overlaps
 each layer's copy with the previous layer's compute, is not modelled.
 Copies to the tiers (device to host at eviction) are not charged: they run
 on a separate stream while the GPU computes. A model's sliding-window layers
-reload only the blocks within the window of the hit's end (vLLM's
-OffloadingConnector: :meth:`simulator.hybrid_kv.SlidingGroups.reloaded`),
-copied from the tier of the hit's last id, beside every full-attention block.
+reload only the blocks within the window of the hit's end, the prompt's last
+token but one where the hit covers it all (vLLM's OffloadingConnector:
+:meth:`simulator.hybrid_kv.SlidingGroups.reloaded`), copied from the tier of
+the hit's last id, beside every full-attention block.
 """
 from __future__ import annotations
 
@@ -177,7 +178,7 @@ class KvTiers:
         on a ``first`` admission also its tokens (``capped`` of them are
         computed anyway: the prompt's last token, see ``usable``).
         ``window_blocks``: those of each sliding-window group it copies too,
-        the window at the hit's end, from the tier of its last id."""
+        the window at the capped hit's end, from the tier of its last id."""
         total = 0.0
         if window_blocks:
             tier = self.tiers[lower.last]
