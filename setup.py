@@ -22,6 +22,7 @@ from setuptools import find_packages, setup
 COMPILED = [
     "simulator/engine/blocks.py",
     "simulator/engine/sequence.py",
+    "simulator/engine/dp_placement.py",
     "simulator/engine/wait_queue.py",
     "simulator/engine/prefix_cache.py",
     "simulator/engine/kv_tiers.py",

@@ -114,7 +114,7 @@ def _build_pool(env, p: PoolPlan, gaps: GapLog, engine: str, rng, id_block_token
     return Pool(env, p.setup.cm, p.setup.engine_config, p.setup.memory.num_blocks, spec.replicas, p.router(rng), gaps,
                 engine, id_block_tokens=id_block_tokens, name=spec.name, kv_budgets=p.kv_budgets or None,
                 admission=p.admission, warm=p.warm, offload=p.setup.offload, lora=p.setup.lora,
-                rank_tokens=p.setup.rank_tokens, rank_blocks=p.setup.rank_blocks,
+                rank_tokens=p.setup.rank_tokens, rank_blocks=p.setup.rank_blocks, dp=spec.dp,
                 windows=p.setup.memory.windows,
                 adapters=None if spec.lora is None else LoraPool(spec.lora, draws).assign)
 

@@ -72,7 +72,7 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
              env: Optional[simpy.Environment] = None,
              on_done: Optional[Callable[[Request], None]] = None, id_block_tokens: Optional[int] = None,
              cancels: Sequence[tuple[float, int]] = (), kv_budgets: Optional[dict[str, int]] = None,
-             offload=None, lora=None, windows: Optional[SlidingGroups] = None) -> Run:
+             offload=None, lora=None, windows: Optional[SlidingGroups] = None, dp: int = 1) -> Run:
     """Run fresh copies of ``requests`` (open loop) through a pool; each
     ``(t, id)`` in ``cancels`` cancels request ``id`` at time t (if it has arrived)."""
     reqs = clone(requests)
@@ -88,7 +88,7 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
     pool = Pool(env, cm or cost_model(), cfg, num_blocks, replicas,
                 make_router(router, np.random.default_rng(router_seed)), gaps, engine, done,
                 id_block_tokens=id_block_tokens, kv_budgets=kv_budgets, offload=offload, lora=lora,
-                windows=windows)
+                windows=windows, dp=dp)
     OpenLoop(reqs).start(env, pool.submit, pool.cancel)
     for t, i in cancels:   # client events, URGENT like arrivals
         ev = simpy.Event(env)

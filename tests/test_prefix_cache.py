@@ -20,6 +20,7 @@ from hypothesis import strategies as st
 from helpers_engine import (COST_MODELS, check_reservation, close, compare_runs, cost_model, describe, make_requests,
                             run_open, workloads)
 from simulator.engine.config import EngineConfig
+from simulator.engine.dp_placement import RULES
 from simulator.engine.prefix_cache import PrefixCache
 from simulator.engine.replica import FastReplica
 from simulator.engine.reference import ReferenceReplica
@@ -247,13 +248,17 @@ def _run_pair(data, with_cancels: bool, offload=None):
     replicas = data.draw(st.integers(1, 3), label="replicas")
     cmk = data.draw(st.sampled_from(COST_MODELS), label="cost model")
     router = data.draw(st.sampled_from(["least_outstanding", "prefix_aware", "session_affinity"]), label="router")
+    # attention-DP ranks, each with its own prefix cache, placed on by each stack's rule
+    dp = data.draw(st.sampled_from([1, 1, 2, 4]), label="dp")
+    if dp > 1:
+        cfg = cfg.model_copy(update={"dp_placement": data.draw(st.sampled_from(RULES), label="dp_placement")})
     kw = dict(replicas=replicas, router=router, cm=cost_model(*cmk), id_block_tokens=H,
-              cancels=cancels, offload=offload)
+              cancels=cancels, offload=offload, dp=dp)
     fast = run_open("fast", reqs, cfg, nb, **kw)
     ref = run_open("reference", reqs, cfg, nb, **kw)
     problems = compare_runs(fast, ref)
     assert not problems, ("fast and reference disagree:\n  " + "\n  ".join(problems[:12]) + "\nreproduction: "
-                          + describe(reqs, cfg, nb, H=H, cancels=cancels, replicas=replicas, cm=cmk))
+                          + describe(reqs, cfg, nb, H=H, cancels=cancels, replicas=replicas, cm=cmk, dp=dp))
     if currently_in_test_context():   # --hypothesis-show-statistics: are the paths hit?
         pc = [s["prefix_cache"] for s in ref.stats()]
         event("hits: " + str(any(p and p["hit_tokens"] for p in pc)))
@@ -318,7 +323,7 @@ def _pins_held(replica) -> None:
     c = replica.cache
     for s in replica.running:
         if s.pin is not None:
-            assert cached(c, s.req.blocks) >= s.pin_ids, "a running request's cached block was evicted"
+            assert cached(c, s.ids) >= s.pin_ids, "a running request's cached block was evicted"
     check(c)
 
 

@@ -20,6 +20,7 @@ from ..hybrid_kv import SlidingGroups, admission_cap, frees_when_processed
 from ..metrics.gaps import GapLog
 from .blocks import ceil_div
 from .config import EngineConfig
+from .dp_placement import RankPlacement, rank_ids
 from .kv_tiers import OffloadPlan
 from .lora import AdapterSlots, LoraPlan
 from .prefix_cache import Match, PrefixCache
@@ -82,7 +83,7 @@ class ReplicaBase:
                  id_block_tokens: int | None = None, kv_budgets: Optional[dict[str, int]] = None,
                  offload: Optional[OffloadPlan] = None, lora: Optional[LoraPlan] = None,
                  rank_tokens: Optional[int] = None, windows: Optional[SlidingGroups] = None,
-                 rank_blocks: Optional[int] = None):
+                 rank_blocks: Optional[int] = None, dp: int = 1):
         self.env = env
         self.index = index
         # A speculative pool's mixed iterations draft as the engine's stack does (EngineConfig.mixed_step_drafts).
@@ -100,7 +101,8 @@ class ReplicaBase:
         # The most one request can ever hold: its attention-DP rank's pool (PoolSetup.rank_blocks),
         # else the replica's. Each rank of vLLM, SGLang and TensorRT-LLM has its own KV pool and a
         # request stays on its rank, so the replica's other ranks never lend it blocks; llmsim keeps
-        # one pool of the dp ranks' blocks for everything but this bound.
+        # one pool of the dp ranks' blocks for everything but this bound and the ranks' prefix
+        # caches (``placement``).
         self.rank_blocks: int = rank_blocks or num_blocks
         # Blocks each running sequence's sliding-window layers hold of the shared pool beside its
         # own (vLLM's hybrid KV cache: simulator.hybrid_kv), taken at admission and given back when
@@ -195,6 +197,10 @@ class ReplicaBase:
                 self.cache.track_owners()   # an unbounded cache lives outside KV memory: nothing to charge
             if offload is not None:
                 self.cache.tiers = offload.make(id_block_tokens, self.bs)
+        # With dp > 1 attention-DP ranks each keeps its own prefix cache and the stack's DP front end
+        # places each arrival on one rank (engine/dp_placement.py); None: one rank, or no cache to split.
+        self.placement: Optional[RankPlacement] = \
+            RankPlacement(cfg.dp_placement, dp) if dp > 1 and self.cache is not None else None
         # Seconds of KV reloads from the offload tiers that the next iteration
         # waits for (admissions add them, the iteration they start takes them).
         self.reload_s: float = 0.0
@@ -294,6 +300,11 @@ class ReplicaBase:
         self.outstanding += 1
         self.outstanding_tokens += req.input_tokens
         seq = Seq(req)
+        p = self.placement
+        if p is not None:
+            seq.rank = p.place(req.input_tokens, self._kv_usage(now) if p.reads_usage else 0.0)
+            if req.blocks:
+                seq.ids = rank_ids(req.blocks, seq.rank, p.dp)
         self.seqs[req.id] = seq
         if self.in_flight and self.plans_ahead:
             self.held.append(seq)
@@ -455,6 +466,8 @@ class ReplicaBase:
         self._remove_running(v)
         self._release_cache(v, self._computed_on_preemption(v))
         v.reset_for_recompute()
+        if self.placement is not None:
+            self.placement.preempted(v.rank)
         self.preemptions += 1
         self.retracted = self.expects_output
         return v
@@ -472,18 +485,34 @@ class ReplicaBase:
     # --- prefix cache --------------------------------------------------------
     def cached_prefix_tokens(self, req: Request) -> int:
         """Prompt tokens of ``req`` this replica would serve from its cache now
-        (what a cache-aware router asks)."""
+        (what a cache-aware router asks): with attention-DP ranks, from the
+        cache of the rank its DP front end would place it on now, the hit it
+        would get if sent here (a router sees the replica, not its ranks)."""
         if self.cache is None or not req.blocks:
             return 0
         self._sync_cache(self.env.now)
+        p = self.placement
+        if p is not None:
+            rank = p.peek(self._kv_usage(self.env.now) if p.reads_usage else 0.0)
+            return self.cache.cached_tokens(rank_ids(req.blocks, rank, p.dp), req.input_tokens)
         return self.cache.cached_tokens(req.blocks, req.input_tokens)
+
+    def _kv_usage(self, now: float) -> float:
+        """The KV usage a DP front end reads (vLLM's kv_cache_usage: blocks in use over the
+        pool, cached ones no request holds counting as free), the replica's pooled one for
+        each rank's."""
+        return self.kv_used_now(now) / self.num_blocks
 
     @property
     def cache_block_tokens(self) -> Optional[int]:
         """Tokens per prompt block id in the prefix cache (None: no cache, or
         one with offload tiers: their flat maps of ids give a router's bound
-        on cached prefixes no chains to rebuild from, so it asks every replica)."""
-        return None if self.cache is None or self.cache.tiers is not None else self.cache.H
+        on cached prefixes no chains to rebuild from, so it asks every replica;
+        nor one split among attention-DP ranks, whose tree holds rank-keyed
+        ids a bound over the requests' own could not find)."""
+        if self.cache is None or self.cache.tiers is not None or self.placement is not None:
+            return None
+        return self.cache.H
 
     @property
     def cache_tree(self) -> object:
@@ -522,7 +551,7 @@ class ReplicaBase:
             r = self._reserved_blocks(s.req)
             return r + self.window_blocks, r, None
         total = ceil_div(s.prompt + (s.req.output_tokens if reserve_output else 0), self.bs)
-        ids = s.req.blocks
+        ids = s.ids
         m = None if self.cache is None or not ids else self.cache.match(ids, s.prompt)
         shared = 0 if m is None else m.pinned_blocks
         need = total - shared + self._prompt_windows(s, m)
@@ -611,7 +640,7 @@ class ReplicaBase:
             taken = s.blocks
         else:
             c = self.cache
-            ids = s.req.blocks
+            ids = s.ids
             assert c is not None and ids is not None   # a match needs both
             cached = m.usable(s.prompt)
             first = math.isnan(s.req.admitted)
@@ -895,8 +924,8 @@ class ReplicaBase:
         if self.no_evict:
             self.reserved -= self._footprint(s.req) - s.pin_blocks
         if s.pin is not None:
-            assert self.cache is not None and s.req.blocks is not None   # a pin came from both
-            self.cache.release(s.pin, s.req.blocks, s.pin_ids, kv_tokens, s.req.klass,
+            assert self.cache is not None and s.ids is not None   # a pin came from both
+            self.cache.release(s.pin, s.ids, s.pin_ids, kv_tokens, s.req.klass,
                                s.done // self.cache.H if s.state == PREFILL and s.done < s.prompt else -1)
             if self.kv_budgets is not None:
                 self._hold_caps()
@@ -912,6 +941,8 @@ class ReplicaBase:
         self._end_request(seq, now, Status.FINISHED)
 
     def _end_request(self, seq: Seq, now: float, status: Status) -> None:
+        if self.placement is not None:
+            self.placement.ended(seq.rank, seq.req.input_tokens, seq.state == WAITING)
         finish(seq, now, status)
         self.t_end = now
         del self.seqs[seq.req.id]
@@ -1042,9 +1073,9 @@ class ReplicaBase:
         taken = 0
         cache = self.cache
         if s.pin is not None:
-            assert cache is not None and s.req.blocks is not None   # a pin came from both
+            assert cache is not None and s.ids is not None   # a pin came from both
             p0 = cache.pinned
-            s.pin, s.pin_ids, s.pin_blocks = cache.extend(s.pin, s.pin_ids, s.pin_blocks, s.req.blocks, upto,
+            s.pin, s.pin_ids, s.pin_blocks = cache.extend(s.pin, s.pin_ids, s.pin_blocks, s.ids, upto,
                                                           s.req.input_tokens, s.req.klass)
             taken = cache.pinned - p0
         grown = ceil_div(upto, self.bs) - s.pin_blocks - s.blocks
@@ -1123,6 +1154,8 @@ class ReplicaBase:
     def _admit_stamp(self, seq: Seq, now: float) -> None:
         if math.isnan(seq.req.admitted):
             seq.req.admitted = now
+        if self.placement is not None:
+            self.placement.admitted(seq.rank)
         seq.order = self.next_order
         self.next_order += 1
 

@@ -49,9 +49,9 @@ class FastReplica(ReplicaBase):
                  max_model_len: Optional[int] = None, id_block_tokens: Optional[int] = None,
                  kv_budgets: Optional[dict[str, int]] = None, offload: Optional[OffloadPlan] = None,
                  lora: Optional[LoraPlan] = None, rank_tokens: Optional[int] = None,
-                 windows: Optional[SlidingGroups] = None, rank_blocks: Optional[int] = None) -> None:
+                 windows: Optional[SlidingGroups] = None, rank_blocks: Optional[int] = None, dp: int = 1) -> None:
         super().__init__(env, index, cm, cfg, num_blocks, gaps, on_done, max_model_len, id_block_tokens,
-                         kv_budgets, offload, lora, rank_tokens, windows, rank_blocks)
+                         kv_budgets, offload, lora, rank_tokens, windows, rank_blocks, dp)
         self.running: dict[Seq, None] = {}   # admission order; newest last
         self.prefilling: dict[Seq, None] = {}
         # Decoders the token budget leaves out of the iteration being planned, in running

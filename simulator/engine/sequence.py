@@ -21,7 +21,7 @@ class Seq:
 
     __slots__ = ("req", "order", "prompt", "done", "generated", "kv", "blocks", "state", "c", "gf", "z", "zg",
                  "last_token", "epoch",
-                 "pin", "pin_ids", "pin_blocks", "cancel", "window_extra", "window_from")
+                 "pin", "pin_ids", "pin_blocks", "cancel", "window_extra", "window_from", "rank", "ids")
 
     def __init__(self, req: Request) -> None:
         self.req = req
@@ -44,6 +44,8 @@ class Seq:
         self.cancel = False      # cancelled while running: leaves at the end of the iteration
         self.window_extra = 0    # blocks its prompt holds in the sliding-window groups beyond a window
         self.window_from = -1    # tokens whose window those groups keep while its last chunk is in flight
+        self.rank = 0            # its attention-DP rank (engine/dp_placement.py; 0 with one rank)
+        self.ids: Optional[tuple] = req.blocks   # its block ids as its rank's prefix cache keys them
 
     def reset_for_recompute(self) -> None:
         self.prompt = self.req.input_tokens + self.generated

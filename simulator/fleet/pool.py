@@ -100,7 +100,7 @@ class Pool:
                  admission: Optional[dict[str, Admission]] = None, warm: int = 0,
                  offload: Optional[OffloadPlan] = None, lora: Optional[LoraPlan] = None,
                  adapters: Optional[Callable[[Request], None]] = None, rank_tokens: Optional[int] = None,
-                 windows: Optional[SlidingGroups] = None, rank_blocks: Optional[int] = None) -> None:
+                 windows: Optional[SlidingGroups] = None, rank_blocks: Optional[int] = None, dp: int = 1) -> None:
         self.env = env
         self.name = name
         self.router = router
@@ -108,7 +108,7 @@ class Pool:
         self.rank_tokens = rank_tokens
         self._make = lambda i: ENGINES[engine](env, i, cm, cfg, num_blocks, gaps, self._ended, max_model_len,
                                                id_block_tokens, kv_budgets, offload, lora, rank_tokens,
-                                               windows, rank_blocks)
+                                               windows, rank_blocks, dp)
         self.adapters = adapters     # gives a request its LoRA adapter (fleet/lora.py LoraPool.assign)
         self.on_done = on_done
         self.num_blocks = num_blocks

@@ -1,0 +1,137 @@
+"""Which attention-DP rank of a replica a request runs on, and the rank's own prefix cache.
+
+In vLLM, SGLang and TensorRT-LLM each attention data-parallel rank of a
+replica is a scheduler with its own KV pool and its own prefix (radix)
+cache, and the stack's DP front end hands each arriving request to one rank
+for its whole life, by load or in turn, not by what the ranks have cached.
+So a system prompt is computed and held once per rank, and a session's next
+turn finds its history only when it lands on the rank the last turn ran on
+(about 1/dp of the time). llmsim keeps one pool of the replica's blocks and
+one radix tree, but a request's block ids are keyed by its rank
+(:func:`rank_ids`): the tree splits into dp disjoint subtrees, requests on
+one rank share exactly as before and requests on different ranks never do,
+while eviction stays the pooled memory's global LRU.
+
+The rules (``engine.dp_placement``), one request at a time on its arrival:
+
+* ``round_robin``: SGLang's default (server_args.py ``load_balance_method:
+  auto`` resolves to round_robin outside a PD prefill server,
+  ``_handle_load_balance_method`` to 0.5.9, arg_groups/serving_hook.py
+  ``handle_load_balance_method`` in 0.5.20;
+  data_parallel_controller.py ``DataParallelController.round_robin_scheduler``);
+* vLLM's internal DP load balancer (v1/engine/core_client.py
+  ``DPLBAsyncMPClient.get_core_engine_for_request``, one API server), its
+  chosen rank's waiting count raised at once, in three forms:
+  ``queue_score`` (to 0.24), the rank of least 4 x waiting + running, the
+  lowest on a tie, so an idle replica sends everything to rank 0;
+  ``queue_score_rotating`` (0.25, 0.26), the same score with the scan's
+  start (``eng_start_index``) moved on by one each request, so ties go in
+  turn; ``kv_weighted_load`` (from 0.27), max(in flight, waiting + running)
+  + 6 x waiting x max(0, KV usage - 0.5), the same rotating scan (in
+  flight, what the client sent and has not seen end, is waiting + running
+  here; the usage is the replica's pooled one, ``kv_used_now`` over its
+  blocks, as every rank's). vLLM reads waiting, running and usage from the
+  DP coordinator's stats, published at most every 100 ms
+  (v1/engine/coordinator.py ``min_stats_update_interval_ms``); here they are
+  the ones at the arrival (read in the 0.14.0, 0.20.0, 0.24.0-0.27.0,
+  0.31.0 and 0.34.0 wheels);
+* ``active_tokens``: TensorRT-LLM's ``DefaultADPRouter`` (executor_request_queue.py
+  ``_schedule_attention_dp_requests`` / ``_balance_requests_across_ranks``
+  in 1.0, scheduler/adp_router.py later): among the ranks holding fewer than
+  max(ceil((active + new) / dp), the most any holds) requests, the least
+  (Σ prompt tokens of its active requests, its active requests, rank).
+  TensorRT-LLM assigns the requests it fetches each iteration, longest
+  first; here each is assigned as it arrives, over the requests placed and
+  not ended.
+"""
+from __future__ import annotations
+
+from typing import Optional, Sequence
+
+#: engine.dp_placement's values (EngineConfig).
+RULES = ("round_robin", "queue_score", "queue_score_rotating", "kv_weighted_load", "active_tokens")
+
+
+def rank_ids(ids: Sequence[int], rank: int, dp: int) -> tuple[int, ...]:
+    """A request's block ids as its rank's cache knows them: id x becomes
+    x·dp + rank, one-to-one within a rank and never equal across two, so one
+    radix tree holds dp caches that share nothing; chains stay chains."""
+    return tuple(x * dp + rank for x in ids)
+
+
+class RankPlacement:
+    """One replica's DP front end: the rank each request is placed on, and the
+    per-rank counts its rule reads (requests waiting, running, and prompt
+    tokens of those placed and not ended)."""
+
+    __slots__ = ("rule", "dp", "turn", "waiting", "running", "tokens")
+
+    def __init__(self, rule: str, dp: int) -> None:
+        if rule not in RULES:
+            raise ValueError(f"engine.dp_placement: unknown rule {rule!r} (one of {', '.join(RULES)})")
+        self.rule = rule
+        self.dp = dp
+        self.turn = 0
+        self.waiting = [0] * dp
+        self.running = [0] * dp
+        self.tokens = [0] * dp
+
+    @property
+    def reads_usage(self) -> bool:
+        """Whether :meth:`peek` needs the replica's KV usage."""
+        return self.rule == "kv_weighted_load"
+
+    def peek(self, usage: float = 0.0) -> int:
+        """The rank the next arrival would be placed on now (what a router asking this replica's
+        cache is answered for: the hit the request would get if sent here); ``usage``: the
+        replica's KV blocks in use over its pool, read where :attr:`reads_usage`."""
+        dp = self.dp
+        rule = self.rule
+        if rule == "round_robin":
+            return self.turn
+        waiting, running = self.waiting, self.running
+        if rule != "active_tokens":
+            start = 0 if rule == "queue_score" else self.turn
+            pressure = 6.0 * max(0.0, usage - 0.5)
+            best = start
+            low = -1.0
+            for i in range(dp):
+                r = (start + i) % dp
+                if rule == "kv_weighted_load":
+                    score = float(waiting[r] + running[r]) + (waiting[r] * pressure if waiting[r] else 0.0)
+                else:
+                    score = float(4 * waiting[r] + running[r])
+                if low < 0.0 or score < low:
+                    best, low = r, score
+            return best
+        best = 0
+        active = [waiting[r] + running[r] for r in range(dp)]
+        expected = max(-(-(sum(active) + 1) // dp), max(active))
+        key: Optional[tuple[int, int]] = None
+        for r in range(dp):
+            if active[r] < expected and (key is None or (self.tokens[r], active[r]) < key):
+                best, key = r, (self.tokens[r], active[r])
+        return best
+
+    def place(self, prompt: int, usage: float = 0.0) -> int:
+        """Place an arrival of ``prompt`` tokens (``usage`` as in :meth:`peek`); it waits on its rank."""
+        r = self.peek(usage)
+        self.turn = (self.turn + 1) % self.dp
+        self.waiting[r] += 1
+        self.tokens[r] += prompt
+        return r
+
+    def admitted(self, rank: int) -> None:
+        self.waiting[rank] -= 1
+        self.running[rank] += 1
+
+    def preempted(self, rank: int) -> None:
+        self.running[rank] -= 1
+        self.waiting[rank] += 1
+
+    def ended(self, rank: int, prompt: int, waiting: bool) -> None:
+        if waiting:
+            self.waiting[rank] -= 1
+        else:
+            self.running[rank] -= 1
+        self.tokens[rank] -= prompt
