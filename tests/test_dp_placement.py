@@ -12,7 +12,8 @@ from hypothesis import strategies as st
 
 from helpers_engine import run_open
 from simulator.engine.config import EngineConfig
-from simulator.engine.dp_placement import RULES, RankPlacement, rank_ids
+from simulator.engine.dp_placement import RULES, RankPlacement, rank_ids, room
+from simulator.fleet.setup import prefill_placement
 from workloads.request import Request
 
 H = 16
@@ -75,8 +76,8 @@ def test_a_router_is_answered_for_the_rank_the_request_would_go_to():
     run = run_open("reference", reqs, EngineConfig(dp_placement="round_robin"), 5000, id_block_tokens=H, dp=2)
     rep = run.pool.replicas[0]
     probe = Request(1, 0.0, 1100, 10, blocks=head + (6000,) * 5)
-    assert rep.placement.peek() == 1 and rep.cached_prefix_tokens(probe) == 0
-    rep.placement.place(1100)                 # the next arrival would now go to rank 0, which holds the head
+    assert rep.placement.peek(1) == 1 and rep.cached_prefix_tokens(probe) == 0
+    rep.placement.place(7, 1100)              # the next arrival would now go to rank 0, which holds the head
     assert rep.cached_prefix_tokens(probe) == 1024
     assert rep.cache_block_tokens is None     # no bound over the requests' own ids: ask every replica
 
@@ -85,12 +86,12 @@ def test_vllm_takes_the_least_queue_score_and_counts_its_pick_at_once():
     p = RankPlacement("queue_score", 3)
     p.running = [2, 0, 1]
     p.waiting = [0, 1, 0]
-    assert p.peek() == 2                       # scores 2, 4, 1
-    assert p.place(10) == 2 and p.waiting == [0, 1, 1]
-    assert p.place(10) == 0                    # 2, 4, 5: the lowest rank on a tie
+    assert p.peek(0) == 2                      # scores 2, 4, 1
+    assert p.place(0, 10) == 2 and p.waiting == [0, 1, 1]
+    assert p.place(0, 10) == 0                 # 2, 4, 5: the lowest rank on a tie
     p.running = [0, 0, 0]
     p.waiting = [0, 0, 0]
-    assert p.peek() == 0                       # idle: rank 0 every time
+    assert p.peek(0) == 0                      # idle: rank 0 every time
 
 
 @pytest.mark.parametrize("rule", ["queue_score", "active_tokens"])
@@ -102,7 +103,7 @@ def test_load_rules_keep_an_idle_replicas_sessions_on_rank_0_and_spread_a_burst(
     one = hit_rate(run_open("fast", reqs, cfg, 20000, id_block_tokens=H))
     assert hit_rate(run_open("fast", reqs, cfg, 20000, id_block_tokens=H, dp=4)) == one
     p = RankPlacement(rule, 4)
-    assert sorted(p.place(1000) for _ in range(8)) == [0, 0, 1, 1, 2, 2, 3, 3]
+    assert sorted(p.place(0, 1000) for _ in range(8)) == [0, 0, 1, 1, 2, 2, 3, 3]
 
 
 def test_tensorrt_llm_takes_the_fewest_active_tokens_below_an_even_share():
@@ -110,12 +111,12 @@ def test_tensorrt_llm_takes_the_fewest_active_tokens_below_an_even_share():
     p.running = [1, 3]
     p.tokens = [5000, 300]
     # expected = max(ceil((4 + 1) / 2), 3) = 3: rank 1 is full, rank 0 takes it though it holds more tokens
-    assert p.peek() == 0
+    assert p.peek(0) == 0
     p.running = [3, 3]
-    assert p.peek() == 1                       # both below expected = 4: fewest tokens
+    assert p.peek(0) == 1                      # both below expected = 4: fewest tokens
     p.tokens = [300, 300]
     p.waiting = [1, 0]
-    assert p.peek() == 1                       # a token tie goes to fewer requests
+    assert p.peek(0) == 1                      # a token tie goes to fewer requests
 
 
 def test_the_engine_key_offers_every_rule_and_no_other():
@@ -127,16 +128,33 @@ def test_vllm_from_0_25_breaks_ties_in_turn_and_from_0_27_weighs_waiting_by_kv_p
         p = RankPlacement(rule, 3)
         got = []
         for _ in range(3):                                     # each ends before the next arrives
-            got.append(p.place(10))
+            got.append(p.place(0, 10))
             p.ended(got[-1], 10, True)
         assert got == ranks
     p = RankPlacement("kv_weighted_load", 2)
     p.waiting, p.running = [1, 0], [0, 3]
-    assert p.peek(0.5) == 0                                    # 1 < 3: no pressure at half full
-    assert p.peek(0.9) == 1                                    # 1 + 6 x 0.4 = 3.4 > 3
+    assert p.peek(0, 0.5) == 0                                 # 1 < 3: no pressure at half full
+    assert p.peek(0, 0.9) == 1                                 # 1 + 6 x 0.4 = 3.4 > 3
     p.turn = 1
     p.waiting, p.running = [0, 0], [2, 2]
-    assert p.peek(0.9) == 1                                    # a tie: from the rotating start
+    assert p.peek(0, 0.9) == 1                                 # a tie: from the rotating start
+
+
+def test_sglangs_prefill_server_places_by_the_routers_random_room():
+    """A disaggregated SGLang prefill pool resolves load_balance_method auto to follow_bootstrap_room:
+    bootstrap_room % dp, the room drawn at random per request, so the ranks are taken evenly and a
+    session's next turn lands on its last turn's rank 1 time in dp, as under round robin."""
+    sglang = EngineConfig(kv_admission="expected_output", dp_placement="round_robin")
+    assert prefill_placement(sglang, 4, True).dp_placement == "bootstrap_room"
+    assert prefill_placement(sglang, 4, False) is sglang                      # not a prefill server
+    assert prefill_placement(sglang, 1, True) is sglang                       # one rank: nothing to place
+    vllm = EngineConfig(dp_placement="queue_score")
+    assert prefill_placement(vllm, 4, True) is vllm
+    p = RankPlacement("bootstrap_room", 4)
+    ranks = [p.place(i, 100) for i in range(8000)]
+    assert all(abs(ranks.count(r) - 2000) < 150 for r in range(4))           # 4 sigma of a fair draw
+    assert [p.peek(i) for i in range(50)] == ranks[:50]                       # a request's room is its own
+    assert 0 <= min(map(room, range(1000))) and max(map(room, range(1000))) < 2**63
 
 
 def test_an_unknown_rule_is_refused_by_its_key():

@@ -302,7 +302,7 @@ class ReplicaBase:
         seq = Seq(req)
         p = self.placement
         if p is not None:
-            seq.rank = p.place(req.input_tokens, self._kv_usage(now) if p.reads_usage else 0.0)
+            seq.rank = p.place(req.id, req.input_tokens, self._kv_usage(now) if p.reads_usage else 0.0)
             if req.blocks:
                 seq.ids = rank_ids(req.blocks, seq.rank, p.dp)
         self.seqs[req.id] = seq
@@ -493,7 +493,7 @@ class ReplicaBase:
         self._sync_cache(self.env.now)
         p = self.placement
         if p is not None:
-            rank = p.peek(self._kv_usage(self.env.now) if p.reads_usage else 0.0)
+            rank = p.peek(req.id, self._kv_usage(self.env.now) if p.reads_usage else 0.0)
             return self.cache.cached_tokens(rank_ids(req.blocks, rank, p.dp), req.input_tokens)
         return self.cache.cached_tokens(req.blocks, req.input_tokens)
 

@@ -133,18 +133,20 @@ class EngineConfig(BaseModel):
                     "which schedules its own batch: per_rank, each rank has both (vLLM's DP engine cores, "
                     "TensorRT-LLM's attention DP: the replica runs dp times each); split, each rank has "
                     "max_num_seqs and 1/dp of the token budget (SGLang divides chunked_prefill_size by dp)")
-    dp_placement: Literal["round_robin", "queue_score", "queue_score_rotating", "kv_weighted_load",
-                          "active_tokens"] = Field(
+    dp_placement: Literal["round_robin", "bootstrap_room", "queue_score", "queue_score_rotating",
+                          "kv_weighted_load", "active_tokens"] = Field(
         default="round_robin",
         description="which rank of a replica of dp > 1 attention data-parallel ranks an arriving request runs on; "
                     "each rank keeps its own prefix cache, so a request hits only what requests placed on its rank "
                     "cached. round_robin: in turn (SGLang's default load_balance_method, "
-                    "DataParallelController.round_robin_scheduler); queue_score: the rank of least 4 x waiting + "
-                    "running requests, the lowest on a tie (vLLM to 0.24, DPLBAsyncMPClient."
-                    "get_core_engine_for_request); queue_score_rotating: the same, ties in turn (vLLM 0.25, "
-                    "0.26); kv_weighted_load: least waiting + running + 6 x waiting x max(0, KV usage - 0.5), ties "
-                    "in turn (vLLM from 0.27); active_tokens: the rank whose requests hold the fewest prompt "
-                    "tokens, then the fewest requests, among those below an even share (TensorRT-LLM's "
+                    "DataParallelController.round_robin_scheduler; an SGLang prefill pool of a disaggregated pair "
+                    "runs bootstrap_room instead); bootstrap_room: the rank bootstrap_room % dp of a room the "
+                    "router draws at random for each request (follow_bootstrap_room_scheduler); queue_score: the "
+                    "rank of least 4 x waiting + running requests, the lowest on a tie (vLLM to 0.24, "
+                    "DPLBAsyncMPClient.get_core_engine_for_request); queue_score_rotating: the same, ties in turn "
+                    "(vLLM 0.25, 0.26); kv_weighted_load: least waiting + running + 6 x waiting x max(0, KV usage "
+                    "- 0.5), ties in turn (vLLM from 0.27); active_tokens: the rank whose requests hold the fewest "
+                    "prompt tokens, then the fewest requests, among those below an even share (TensorRT-LLM's "
                     "DefaultADPRouter). None looks at the ranks' caches")
     chunked_prefill: bool = Field(
         default=True, description="split prompts at the token budget: a prompt longer than it runs over several "

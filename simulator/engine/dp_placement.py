@@ -19,6 +19,12 @@ The rules (``engine.dp_placement``), one request at a time on its arrival:
   ``_handle_load_balance_method`` to 0.5.9, arg_groups/serving_hook.py
   ``handle_load_balance_method`` in 0.5.20;
   data_parallel_controller.py ``DataParallelController.round_robin_scheduler``);
+* ``bootstrap_room``: SGLang's PD prefill server, where ``auto`` resolves to
+  follow_bootstrap_room (0.5.9 maps a prefill server's round_robin to it
+  too): ``follow_bootstrap_room_scheduler`` takes ``bootstrap_room % dp``,
+  the room the router draws for each request uniformly from [0, 2^63).
+  Here the draw is a fixed mix of the request's id (:func:`room`), so both
+  engines and every rerun place a request alike;
 * vLLM's internal DP load balancer (v1/engine/core_client.py
   ``DPLBAsyncMPClient.get_core_engine_for_request``, one API server), its
   chosen rank's waiting count raised at once, in three forms:
@@ -49,7 +55,19 @@ from __future__ import annotations
 from typing import Optional, Sequence
 
 #: engine.dp_placement's values (EngineConfig).
-RULES = ("round_robin", "queue_score", "queue_score_rotating", "kv_weighted_load", "active_tokens")
+RULES = ("round_robin", "bootstrap_room", "queue_score", "queue_score_rotating", "kv_weighted_load",
+         "active_tokens")
+
+MASK64 = (1 << 64) - 1
+
+
+def room(key: int) -> int:
+    """A request's bootstrap room: splitmix64 of its id, top 63 bits (the router's draw
+    from [0, 2^63), made a function of the request so that no random stream moves)."""
+    z = (key * 0x9E3779B97F4A7C15 + 0x9E3779B97F4A7C15) & MASK64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+    return (z ^ (z >> 31)) >> 1
 
 
 def rank_ids(ids: Sequence[int], rank: int, dp: int) -> tuple[int, ...]:
@@ -81,14 +99,17 @@ class RankPlacement:
         """Whether :meth:`peek` needs the replica's KV usage."""
         return self.rule == "kv_weighted_load"
 
-    def peek(self, usage: float = 0.0) -> int:
-        """The rank the next arrival would be placed on now (what a router asking this replica's
-        cache is answered for: the hit the request would get if sent here); ``usage``: the
-        replica's KV blocks in use over its pool, read where :attr:`reads_usage`."""
+    def peek(self, key: int, usage: float = 0.0) -> int:
+        """The rank request ``key`` (its id) would be placed on if it arrived now (what a router
+        asking this replica's cache is answered for: the hit the request would get if sent
+        here); ``usage``: the replica's KV blocks in use over its pool, read where
+        :attr:`reads_usage`."""
         dp = self.dp
         rule = self.rule
         if rule == "round_robin":
             return self.turn
+        if rule == "bootstrap_room":
+            return room(key) % dp
         waiting, running = self.waiting, self.running
         if rule != "active_tokens":
             start = 0 if rule == "queue_score" else self.turn
@@ -107,15 +128,15 @@ class RankPlacement:
         best = 0
         active = [waiting[r] + running[r] for r in range(dp)]
         expected = max(-(-(sum(active) + 1) // dp), max(active))
-        key: Optional[tuple[int, int]] = None
+        least: Optional[tuple[int, int]] = None
         for r in range(dp):
-            if active[r] < expected and (key is None or (self.tokens[r], active[r]) < key):
-                best, key = r, (self.tokens[r], active[r])
+            if active[r] < expected and (least is None or (self.tokens[r], active[r]) < least):
+                best, least = r, (self.tokens[r], active[r])
         return best
 
-    def place(self, prompt: int, usage: float = 0.0) -> int:
-        """Place an arrival of ``prompt`` tokens (``usage`` as in :meth:`peek`); it waits on its rank."""
-        r = self.peek(usage)
+    def place(self, key: int, prompt: int, usage: float = 0.0) -> int:
+        """Place arrival ``key`` of ``prompt`` tokens (``usage`` as in :meth:`peek`); it waits on its rank."""
+        r = self.peek(key, usage)
         self.turn = (self.turn + 1) % self.dp
         self.waiting[r] += 1
         self.tokens[r] += prompt

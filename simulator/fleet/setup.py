@@ -128,7 +128,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
         lora, mem = lora_setup(spec, cm, mem, gpu, where, source)
     mem = _startup_pool(e, model, gpu, mem, spec.tp * spec.dp, where, source)
     try:
-        admission = expected_output_admission(e, spec.dp, decodes_for_another)
+        admission = expected_output_admission(prefill_placement(e, spec.dp, spec.disaggregation is not None),
+                                              spec.dp, decodes_for_another)
     except LlmsimError as err:
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{err.key_path}") from None
     replica = rank_limits(drafting_budget(admission, cm, spec, where, source), spec.dp)
@@ -157,6 +158,18 @@ def _windows_beside_connector(spec: PoolSpec, model: ModelProfile, mem: MemoryPl
                       f"llmsim's pool holds a window; use backend_version 0.22.0 or later"
                       f"{'' if key == 'engine.backend_version' else ', or remove ' + key}",
                       source=source, key_path=f"{where}.{key}")
+
+
+def prefill_placement(e: EngineConfig, dp: int, prefills_for_another: bool) -> EngineConfig:
+    """The DP front end of a pool that prefills for another: SGLang's prefill server resolves
+    ``--load-balance-method auto`` to follow_bootstrap_room, not round_robin (server_args.py
+    ``_handle_load_balance_method`` in 0.5.9, which maps a prefill server's round_robin there too;
+    arg_groups/serving_hook.py ``handle_load_balance_method`` in 0.5.20), so its ranks are the
+    router's random rooms, ``dp_placement: bootstrap_room``. SGLang is the stack whose admission
+    expects outputs (``kv_admission: expected_output``)."""
+    if dp > 1 and prefills_for_another and e.expects_output and e.dp_placement == "round_robin":
+        return e.model_copy(update={"dp_placement": "bootstrap_room"})
+    return e
 
 
 def expected_output_admission(e: EngineConfig, dp: int, decodes_for_another: bool) -> EngineConfig:
