@@ -448,6 +448,11 @@ class EngineConfig(BaseModel):
         return max(1, self.max_num_batched_tokens // dp)
 
     @property
+    def stack_label(self) -> str:
+        """The backend and release a refusal names ("sglang 0.5.20"; "" for llmsim's generic engine)."""
+        return " ".join(x for x in (self.backend, self.backend_version) if x)
+
+    @property
     def draft_slots_per_request(self) -> int:
         """Budget tokens each scheduled request costs beside its own: the draft
         model's slots where the scheduler charges them request by request, else

@@ -114,7 +114,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
                                            speculative=draft, expert_storage=cm.expert_storage, role=role,
                                            chunked_prefill=e.chunked_prefill))
     if spec.speculative and e.mixes_prefill and not e.mixed_beside_draft:
-        stack = " ".join(x for x in (e.backend, e.backend_version) if x) or "this engine"
+        stack = e.stack_label or "this engine"
         raise LlmsimError(f"mixed_prefill: true beside a draft: {stack} turns mixed chunks off under this draft "
                           "(engine.mixed_beside_draft: false), so none of its iterations prefills beside the decodes; "
                           "remove mixed_prefill, or use a release and draft that keep mixed chunks",
@@ -151,7 +151,7 @@ def _windows_beside_connector(spec: PoolSpec, model: ModelProfile, mem: MemoryPl
         "disaggregation" if role == "prefill" else "engine.backend_version"
     what = "kv_offload" if e.kv_offload is not None else "disaggregation (its prefill pool's decode_pool)" \
         if role == "decode" else "disaggregation"
-    stack = " ".join(x for x in (e.backend, e.backend_version) if x)
+    stack = e.stack_label
     raise LlmsimError(f"{what} with {model.name}'s sliding-window layers is not modelled on {stack}: its KV "
                       "connector turns vLLM's hybrid KV cache manager off (engine.connector_keeps_windows: "
                       "false, vLLM before 0.22.0), so each sliding-window layer holds the whole context where "

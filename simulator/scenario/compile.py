@@ -376,7 +376,7 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
                               f"and kv_dtype", source=source, key_path=key)
         if p.tp != q.tp and _window_state_same_tp(setups[i]):
             raise LlmsimError(f"pool {p.name!r} prefills {a.model.name} at tp {p.tp} for pool {q.name!r} at tp "
-                              f"{q.tp}: {_stack(setups[i].spec)} sends its hybrid pool's "
+                              f"{q.tp}: {setups[i].spec.engine.stack_label} sends its hybrid pool's "
                               f"sliding-window state only between equal tp and fails the transfer "
                               f"(engine.swa_handoff_across_tp: false); set tp alike on both, use a release that "
                               f"sends it across tp, or kv_memory.swa_full_tokens_ratio: 1 "
@@ -389,10 +389,6 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
                               f"{q.name!r} decodes in {q.engine.block_size}-token pages; SGLang's decode server "
                               f"refuses a prefill server of another page size: set engine.block_size alike on "
                               f"both", source=source, key_path=key)
-
-
-def _stack(spec: PoolSpec) -> str:
-    return " ".join(x for x in (spec.engine.backend, spec.engine.backend_version) if x)
 
 
 def _window_state_same_tp(ps: PoolSetup) -> bool:
