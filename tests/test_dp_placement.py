@@ -3,18 +3,25 @@ on one rank (simulator/engine/dp_placement.py): hits fall with dp where placemen
 from __future__ import annotations
 
 import itertools
+from typing import Optional
 from typing import get_args
 
 import numpy as np
 import pytest
+import simpy
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from helpers_engine import run_open
+from helpers_engine import cost_model, run_open
+from workloads.drivers import OpenLoop
 from simulator.engine.config import EngineConfig
 from simulator.engine.dp_placement import RULES, RankPlacement, rank_ids, room
+from simulator.fleet.disaggregation import HandoffBytes, KvLinkSpec, PrefillDecode
+from simulator.fleet.pool import Pool
+from simulator.fleet.routing import make_router
 from simulator.fleet.setup import prefill_placement
-from workloads.request import Request
+from simulator.metrics.gaps import GapLog
+from workloads.request import Request, Status
 
 H = 16
 
@@ -176,3 +183,68 @@ def test_every_placed_request_is_counted_off_its_rank_when_it_ends(rule, dp, see
     for engine in ("fast", "reference"):
         p = run_open(engine, reqs, cfg, 160, id_block_tokens=H, dp=dp).pool.replicas[0].placement
         assert p.waiting == [0] * dp and p.running == [0] * dp and p.tokens == [0] * dp
+
+
+def _hand_offs(engine: str, reqs: list[Request], cancel_at: Optional[tuple[float, int]] = None):
+    """``reqs`` through a prefill replica and a decode replica of two attention-DP ranks with a prefix
+    cache (vLLM's NIXL decode side, queue_score_rotating), over a link of 1 MB a token at 3 GB/s
+    (a 16-token hand-off takes 5 ms, a 64-token one 21 ms). Returns the pair and every decode leg."""
+    env = simpy.Environment()
+    make = lambda cfg, dp: Pool(env, cost_model(), cfg, 5000, 1, make_router("round_robin", np.random.default_rng(0)),  # noqa: E731
+                                GapLog(), engine, id_block_tokens=H, dp=dp)
+    prefill = make(EngineConfig(), 1)
+    decode = make(EngineConfig(dp_placement="queue_score_rotating"), 2)
+    pd = PrefillDecode(env, prefill, decode, HandoffBytes(1e6), KvLinkSpec(preset="ethernet", latency_ms=0.0))
+    legs: list[Request] = []
+    ended: list[Request] = []
+    decoded = pd._decoded
+    pd._decoded = lambda dec: (legs.append(dec), decoded(dec))[1]
+    pd.on_done = ended.append
+    OpenLoop(reqs).start(env, pd.submit, pd.cancel)
+    if cancel_at is not None:
+        env.process(_cancel(env, pd, reqs, *cancel_at))
+    env.run()
+    return pd, legs, ended
+
+
+def _cancel(env, pd, reqs, t: float, i: int):
+    yield env.timeout(t)
+    pd.cancel(reqs[i])
+
+
+def _shared_prompt_requests() -> list[Request]:
+    """A (a 64-id prompt) decodes on rank 0, B (another) on rank 1; then C (A's prompt and 4 ids more)
+    and D (one id of its own) prefill in one iteration: C's hand-off moves its 4 new blocks and
+    D's 1, so D reaches the decode replica first."""
+    head = tuple(range(64))
+    return [Request(0, 0.0, 64 * H, 2, blocks=head),
+            Request(1, 5.0, 64 * H, 2, blocks=tuple(range(5000, 5064))),
+            Request(2, 10.0, 68 * H, 2, blocks=head + (9000, 9001, 9002, 9003)),
+            Request(3, 10.0, H, 2, blocks=(7000,))]
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_decode_leg_runs_on_the_rank_whose_cache_its_hand_off_counted(engine):
+    """A decode server's DP front end places a handed-over request on its rank as it arrives, before
+    the KV is pulled, and the rank's scheduler pulls what its own cache lacks (vLLM's NIXL connector:
+    get_num_new_matched_tokens). llmsim read the hit on the rank the request would go to at the
+    hand-off's start, then placed it anew when the KV arrived, after D had taken that rank: C moved
+    4 blocks for a prompt its rank held none of."""
+    pd, legs, ended = _hand_offs(engine, _shared_prompt_requests())
+    sent = {r.id: r.kv_transfer for r in ended}
+    assert {r.id: r.cached_tokens for r in legs} == {0: 0, 1: 0, 2: 64 * H, 3: 0}
+    assert all(sent[r.id] == pytest.approx(pd.transfer_s(r.input_tokens - r.cached_tokens)) for r in legs)
+    p = pd.decode.replicas[0].placement
+    assert p.waiting == p.running == p.tokens == [0, 0]
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_leg_cancelled_on_the_link_leaves_the_rank_it_was_placed_on(engine):
+    """Placed ahead, a decode leg counts on its rank from the hand-off's start; cancelled while its
+    KV is on the link, it never arrives, and the rank's counts let it go."""
+    _, _, ended = _hand_offs(engine, _shared_prompt_requests())
+    c = next(r for r in ended if r.id == 2)
+    pd, legs, ended = _hand_offs(engine, _shared_prompt_requests(), (c.prefill_done + c.kv_transfer / 2, 2))
+    assert next(r for r in ended if r.id == 2).status == Status.CANCELLED and 2 not in {r.id for r in legs}
+    p = pd.decode.replicas[0].placement
+    assert p.waiting == p.running == p.tokens == [0, 0] and not pd.decode.replicas[0].ahead

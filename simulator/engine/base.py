@@ -201,6 +201,8 @@ class ReplicaBase:
         # places each arrival on one rank (engine/dp_placement.py); None: one rank, or no cache to split.
         self.placement: Optional[RankPlacement] = \
             RankPlacement(cfg.dp_placement, dp) if dp > 1 and self.cache is not None else None
+        # Ranks of the requests placed before they arrive (:meth:`place_ahead`), by id.
+        self.ahead: dict[int, int] = {}
         # Seconds of KV reloads from the offload tiers that the next iteration
         # waits for (admissions add them, the iteration they start takes them).
         self.reload_s: float = 0.0
@@ -291,6 +293,7 @@ class ReplicaBase:
         now = self.env.now
         req.replica = self.index
         if not self.can_ever_serve(req):
+            self.unplace(req)
             req.status = Status.REJECTED
             req.finish = now
             self.t_end = max(self.t_end, now)
@@ -302,7 +305,9 @@ class ReplicaBase:
         seq = Seq(req)
         p = self.placement
         if p is not None:
-            seq.rank = p.place(req.id, req.input_tokens, self._kv_usage(now) if p.reads_usage else 0.0)
+            rank = self.ahead.pop(req.id, -1)
+            seq.rank = rank if rank >= 0 else p.place(req.id, req.input_tokens,
+                                                      self._kv_usage(now) if p.reads_usage else 0.0)
             if req.blocks:
                 seq.ids = rank_ids(req.blocks, seq.rank, p.dp)
         self.seqs[req.id] = seq
@@ -488,14 +493,40 @@ class ReplicaBase:
         (what a cache-aware router asks): with attention-DP ranks, from the
         cache of the rank its DP front end would place it on now, the hit it
         would get if sent here (a router sees the replica, not its ranks)."""
+        p = self.placement
+        if p is None:
+            return self._rank_hit(req, 0)
+        return self._rank_hit(req, p.peek(req.id, self._kv_usage(self.env.now) if p.reads_usage else 0.0))
+
+    def place_ahead(self, req: Request) -> int:
+        """Place ``req``, whose KV is on its way here (a disaggregated decode leg), on its rank
+        now, and return the prompt tokens that rank's cache holds: the decode server's DP front
+        end places a request as it arrives, before its KV is pulled, and the rank pulls only what
+        its own cache lacks (vLLM's NIXL connector, ``get_num_new_matched_tokens``). Read at the
+        arrival of the KV instead, the rank could be another, taken meanwhile, whose cache the
+        hand-off never counted. :meth:`submit` keeps the rank; :meth:`unplace` forgets it."""
+        p = self.placement
+        if p is None:
+            return self._rank_hit(req, 0)
+        rank = self.ahead[req.id] = p.place(req.id, req.input_tokens,
+                                            self._kv_usage(self.env.now) if p.reads_usage else 0.0)
+        return self._rank_hit(req, rank)
+
+    def unplace(self, req: Request) -> None:
+        """Forget a request placed ahead that will not be submitted here (cancelled on the link,
+        rejected, or sent to another replica): its rank's counts drop it."""
+        rank = self.ahead.pop(req.id, -1)
+        if rank >= 0 and self.placement is not None:
+            self.placement.ended(rank, req.input_tokens, True)
+
+    def _rank_hit(self, req: Request, rank: int) -> int:
+        """Prompt tokens of ``req`` the prefix cache of attention-DP rank ``rank`` serves now."""
         if self.cache is None or not req.blocks:
             return 0
         self._sync_cache(self.env.now)
         p = self.placement
-        if p is not None:
-            rank = p.peek(req.id, self._kv_usage(self.env.now) if p.reads_usage else 0.0)
-            return self.cache.cached_tokens(rank_ids(req.blocks, rank, p.dp), req.input_tokens)
-        return self.cache.cached_tokens(req.blocks, req.input_tokens)
+        ids = req.blocks if p is None else rank_ids(req.blocks, rank, p.dp)
+        return self.cache.cached_tokens(ids, req.input_tokens)
 
     def _kv_usage(self, now: float) -> float:
         """The KV usage a DP front end reads (vLLM's kv_cache_usage: blocks in use over the

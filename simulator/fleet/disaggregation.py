@@ -8,7 +8,8 @@ token the client sees) and decodes the rest, as vLLM's connectors do; under
 KV with the prefill's sampled token and streams that token as the request
 joins its batch, computing nothing for it. A decode replica with a prefix
 cache (vLLM's, ``engine.decode_prefix_reuse``) shares the prompt blocks it
-already holds and is sent only the others, choosing the replica first. So
+already holds and is sent only the others, choosing the replica (and the
+attention-DP rank whose cache that is) first. So
 
 * TTFT = queue + prefill on the prefill pool + KV transfer + the decode
   replica's wait and first step (``ttft_budget`` shows each part);
@@ -40,7 +41,7 @@ shared by a node's 8 GPUs, RoCE at ~95%).
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -119,7 +120,8 @@ class PrefillDecode:
         self.decode_prefix_reuse = decode.cfg.decode_prefix_reuse and decode.cfg.prefix_cache
         self.on_done: Optional[Callable[[Request], None]] = None
         self.legs: dict[int, tuple[Request, Request]] = {}     # id -> (client request, leg in flight)
-        self.on_link: set[int] = set()                          # ids whose KV is in transfer
+        # ids whose KV is in transfer -> the decode replica it was placed on ahead (place_ahead), or None
+        self.on_link: dict[int, Optional[Any]] = {}
         self.decoding: set[int] = set()                         # ids on the decode pool
         prefill.on_done = self._prefilled
         decode_done = decode.on_done
@@ -141,7 +143,9 @@ class PrefillDecode:
             return
         req, leg = pair
         if req.id in self.on_link:              # its KV is on the link: it ends now
-            self.on_link.discard(req.id)
+            target = self.on_link.pop(req.id)
+            if target is not None:
+                target.unplace(leg)
             self._end(req, leg, Status.CANCELLED, self.env.now)
         else:
             (self.decode if req.id in self.decoding else self.prefill).cancel(leg)
@@ -165,18 +169,19 @@ class PrefillDecode:
         # prefill's token and emits it as the request joins its batch (SGLang: a prompt chunk of none)
         dec.preloaded = req.input_tokens - (0 if self.first_token_from_prefill else 1)
         # a decode replica that keeps a prefix cache pulls only the blocks it lacks (vLLM's NIXL
-        # connector: get_num_new_matched_tokens counts its local hit), so it is chosen first
+        # connector: get_num_new_matched_tokens counts its local hit), so it is chosen first, and
+        # the request placed on one of its attention-DP ranks, whose cache that hit is
         target = self.decode.route(dec) if reuse else None
-        held = target.cached_prefix_tokens(dec) if target is not None else 0
+        held = target.place_ahead(dec) if target is not None else 0
         req.kv_transfer = self.transfer_s(req.input_tokens - held)
         self.legs[req.id] = (req, dec)
-        self.on_link.add(req.id)
+        self.on_link[req.id] = target
         ev = self.env.timeout(req.kv_transfer)
         ev.callbacks.append(lambda _ev: self._arrived(dec, target))
 
     def _arrived(self, dec: Request, target=None) -> None:
         if dec.id in self.on_link:
-            self.on_link.discard(dec.id)
+            del self.on_link[dec.id]
             dec.queued = self.env.now
             self.decoding.add(dec.id)
             self.decode.submit(dec, target)

@@ -226,8 +226,11 @@ class Pool:
         if self.adapters is not None:
             self.adapters(req)
         r = replica if replica is not None and replica in self.ready else self.ready[self.router.choose(req, self.ready)]
+        if replica is not None and r is not replica:
+            replica.unplace(req)          # placed on a rank of it ahead (place_ahead), sent elsewhere
         adm = self.admission.get(req.klass)
         if adm is not None and adm.rejects(req, r, self.front_ends.get(r.index), self.prefill_tokens_per_s()):
+            r.unplace(req)
             self.reject(req)
             return
         if self.cfg.front_end_busy:
@@ -275,6 +278,7 @@ class Pool:
         for fe in self.front_ends.values():     # still in a front end: it ends here
             if fe.holds(req):
                 fe.drop(req)
+                fe.replica.unplace(req)
                 self._stop_if_drained(fe.replica)
                 req.status = Status.CANCELLED
                 req.finish = self.env.now
