@@ -720,8 +720,8 @@ class KvMemory(BaseModel):
         default=None, gt=0, le=1,
         description="SGLang's --swa-full-tokens-ratio: the tokens each sliding-window layer holds per "
                     "full-attention token in its hybrid pool; 1 is also the pool of a release or launch that "
-                    "keeps every layer's KV for every token (--disable-hybrid-swa-memory; gpt-oss before 0.5.9, "
-                    "whose server_args forced it, and 0.5.9 on Blackwell's trtllm_mha attention); "
+                    "keeps every layer's KV for every token (--disable-hybrid-swa-memory; gpt-oss before 0.5.8, "
+                    "whose server_args forced it, and 0.5.8-0.5.10 on Blackwell's trtllm_mha attention); "
                     + _read_by("swa_full_tokens_ratio") + f"; default: {SGLANG_SWA_FULL_TOKENS_RATIO}")
 
     @model_validator(mode="after")

@@ -682,7 +682,7 @@ def _gpt_oss_pair(backend: str, version: str, gpu: str, **keys):
     # start floored to a page: 128 tokens in pages of 1 (H100), 3 pages of 64 (B200's trtllm_mha)
     ("sglang", "0.5.11", "h100-sxm", 18 * 1000 + 18 * 128, 36 * 100),
     ("sglang", "0.5.23", "b200", 18 * 1000 + 18 * 192, 36 * 100),
-    # one pool keeping every layer's every token: SGLang's gpt-oss to 0.5.8, TensorRT-LLM
+    # one pool keeping every layer's every token: SGLang's gpt-oss to 0.5.7, TensorRT-LLM
     ("sglang", "0.5.4", "h100-sxm", 36 * 1000, 36 * 100),
     ("trtllm", "1.2.0", "h100-sxm", 36 * 1000, 36 * 100),
 ])
@@ -727,13 +727,14 @@ def _gpt_oss_pd(version: str, prefill_tp: int, decode_tp: int, **kv_memory) -> d
 
 
 def test_sglang_before_0_5_22_refuses_a_hybrid_swa_hand_off_between_pools_of_different_tp(tmp_path, capsys):
-    """SGLang 0.5.9-0.5.21's prefill server raises 'PD Disaggregation does NOT support PD different
+    """SGLang 0.5.8-0.5.21's prefill server raises 'PD Disaggregation does NOT support PD different
     TP sizes for non-MLA SWA hybrid models yet' as it sends the SWA state to a decode server of
     another attention tp (disaggregation/mooncake/conn.py and nixl/conn.py); 0.5.22 slices the
     heads (_send_swa_state_slice). A pool without the hybrid pool sends no such state."""
-    err = cli_error(tmp_path, _gpt_oss_pd("0.5.21", 1, 2), capsys)
-    assert "pools[0].tp" in err and "engine.swa_handoff_across_tp" in err
-    for ok in (_gpt_oss_pd("0.5.22", 1, 2), _gpt_oss_pd("0.5.21", 2, 2), _gpt_oss_pd("0.5.8", 1, 2),
+    for version in ("0.5.21", "0.5.8"):   # 0.5.8 runs gpt-oss in the hybrid pool on Hopper (fa3)
+        err = cli_error(tmp_path, _gpt_oss_pd(version, 1, 2), capsys)
+        assert "pools[0].tp" in err and "engine.swa_handoff_across_tp" in err
+    for ok in (_gpt_oss_pd("0.5.22", 1, 2), _gpt_oss_pd("0.5.21", 2, 2), _gpt_oss_pd("0.5.7", 1, 2),
                _gpt_oss_pd("0.5.21", 1, 2, swa_full_tokens_ratio=1.0)):
         assert len(run(ok).requests) == 3
 

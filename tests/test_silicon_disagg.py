@@ -90,7 +90,7 @@ def test_each_role_captures_cuda_graphs_up_to_its_own_batch(tmp_path):
     assert (prefill.engine.kv_memory.cuda_graph_max_bs, decode.engine.kv_memory.cuda_graph_max_bs) == (1, 4)
     assert scenario_for(rows["agg"]).pools[0].engine.kv_memory.cuda_graph_max_bs == 8
     # the release's memory default refines the launch's flags rather than replacing them
-    assert decode.engine.kv_memory.swa_full_tokens_ratio == 1.0
+    assert decode.engine.kv_memory.draft_reserve_gib == 2
     assert decode.speculative is not None and not decode.engine.output_after_next_launch
 
 
@@ -219,9 +219,9 @@ def test_a_row_replayed_where_nothing_reads_sglangs_memory_flags_keeps_none(tmp_
             kv = pool.engine.kv_memory
             assert kv is not None and kv.rule == rule
             assert (kv.cuda_graph_max_bs, kv.chunked_prefill_size) == (None, None)
-            # the release's own memory default (SGLang before 0.5.9 keeps every layer's KV for every
-            # token) is a knob like the launch's: kept where SGLang's rule reads it, dropped elsewhere
-            assert kv.swa_full_tokens_ratio == (1.0 if rule == "sglang" else None)
+            # the release's own memory default (SGLang to 0.5.9 reserves 2 GiB for an EAGLE-style
+            # draft) is a knob like the launch's: kept where SGLang's rule reads it, dropped elsewhere
+            assert kv.draft_reserve_gib == (2 if rule == "sglang" else None)
 
 
 def test_a_releases_defaults_stay_with_its_own_stack(tmp_path):

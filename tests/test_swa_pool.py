@@ -5,7 +5,7 @@ holds ``swa_full_tokens_ratio`` (0.8) tokens per full-attention token (0.5.9
 ``set_num_tokens_hybrid_swa``; 0.5.13+ ``HybridSWAPoolConfigurator``: a token
 costs ``F·n_full + ratio·S·n_swa`` bytes). gpt-oss-120b has 18 of each, so
 its full-attention tokens are the budget over 1.8 full-layer tokens; releases
-before 0.5.9 kept every layer's KV for every token (over 2).
+before 0.5.8 kept every layer's KV for every token (over 2).
 """
 from __future__ import annotations
 
@@ -77,7 +77,9 @@ def test_vllms_groups_set_a_windows_blocks_in_the_pool(sliding, full, blocks):
     assert sliding_groups(m, 16).steady == blocks
 
 
-def test_releases_before_0_5_9_keep_every_layer_for_every_token():
+def test_releases_before_0_5_8_keep_every_layer_for_every_token():
+    """server_args.py to 0.5.7 turns the hybrid pool off for gpt-oss whatever its attention; 0.5.8
+    only for trtllm_mha (Blackwell's default) or a draft, so Hopper's fa3 runs the hybrid pool."""
     old = apply_backend({"backend": "sglang", "backend_version": "0.5.6"}, "h200")
     assert old["kv_memory"] == {"rule": "sglang", "swa_full_tokens_ratio": 1.0, "piecewise_cuda_graph": False,
                                 "draft_reserve_gib": 2, "role_reserve": False, "gpu_tiers": "0.5",
@@ -85,8 +87,11 @@ def test_releases_before_0_5_9_keep_every_layer_for_every_token():
                                 "prefill_graphs_off": ["speculative", "dp_attention", "pp", "disaggregated",
                                                        "listed_architecture", "multimodal"],
                                 "mla_prefill_graph_tokens": 2048, "mla_prefill_graphs_need_chunk": False}
-    new = apply_backend({"backend": "sglang", "backend_version": "0.5.11"}, "h200")
-    assert "swa_full_tokens_ratio" not in new["kv_memory"]
+    assert apply_backend({"backend": "sglang", "backend_version": "0.5.7"}, "h200")["kv_memory"][
+        "swa_full_tokens_ratio"] == 1.0
+    for version in ("0.5.8", "0.5.8.post1", "0.5.11"):
+        assert "swa_full_tokens_ratio" not in apply_backend({"backend": "sglang", "backend_version": version},
+                                                            "h200")["kv_memory"]
     mine = apply_backend({"backend": "sglang", "backend_version": "0.5.6",
                           "kv_memory": {"swa_full_tokens_ratio": 0.5}}, "h200")
     assert mine["kv_memory"]["swa_full_tokens_ratio"] == 0.5

@@ -124,7 +124,7 @@ class EngineConfig(BaseModel):
         description="false: the prefill server sends a hybrid sliding-window pool's window (SGLang's SWA state, "
                     "kv_memory.swa_full_tokens_ratio below 1) only to a decode server of its own tp and fails the "
                     "transfer otherwise, so a disaggregated pair of such a pool at different tp is refused. SGLang "
-                    "0.5.9-0.5.21 (disaggregation/mooncake/conn.py and nixl/conn.py: 'PD Disaggregation does NOT "
+                    "0.5.8-0.5.21 (disaggregation/mooncake/conn.py and nixl/conn.py: 'PD Disaggregation does NOT "
                     "support PD different TP sizes for non-MLA SWA hybrid models yet'; 0.5.22 slices the heads, "
                     "_send_swa_state_slice); the sglang backend sets it. Pools without such a pool ignore it")
     dp_limits: Literal["per_rank", "split"] = Field(

@@ -251,7 +251,7 @@ def _handoff_bytes(ps: PoolSetup, per_gpu: float) -> HandoffBytes:
     cdiv(window − 1, page) + 1 pages. A pool that keeps every layer's every token (ratio 1: TensorRT-LLM's one window, whose
     cache formatter sends every block of the request's one pool, cacheFormatter.cpp
     ``getBlockRangeForSending``: ``windowsMetadata.size() == 1`` returns ``fromAllBlockIds``; SGLang's
-    --disable-hybrid-swa-memory, gpt-oss to 0.5.8, whose one MHA pool's buffers are all it registers)
+    --disable-hybrid-swa-memory, gpt-oss to 0.5.7, whose one MHA pool's buffers are all it registers)
     moves every sliding-window layer's token as a full-attention one."""
     model = ps.cm.model
     # the KV dtype the prefill side sends
