@@ -173,6 +173,18 @@ def test_request_checks_the_pool_its_release_checks(cli, tmp_path, release, refu
     assert ("at most 16,000, or raise engine.num_gpu_blocks_override" in said) == refused, said
 
 
+@pytest.mark.parametrize("release, needs_graphs", [("0.20.0", True), ("0.20.1", False)])
+def test_an_override_the_start_up_check_reads_needs_no_cuda_graph_figure(cli, tmp_path, release, needs_graphs):
+    """From vLLM 0.20.1 num_gpu_blocks_override replaces the measured pool before the start-up check
+    reads it, so the CUDA graphs' figure that pool needs sizes nothing; 0.20.0 checks the measured pool."""
+    r = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--input", "1000",
+            "--output", "100", "--backend", _backend_with_override(tmp_path, 1000), "--backend-version", release,
+            "--json")
+    assert (r.code == 2 and "--cuda-graph-gib" in r.err) == needs_graphs, r.err
+    if not needs_graphs:
+        assert json.loads(r.out)["kv_capacity_tokens"] == 16_000
+
+
 def test_request_refuses_an_override_past_the_gpus_as_a_run_does(cli, tmp_path):
     r = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--input", "1000",
             "--output", "100", "--backend", _backend_with_override(tmp_path, 10_000_000))

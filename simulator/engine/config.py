@@ -533,10 +533,12 @@ class EngineConfig(BaseModel):
     @model_validator(mode="after")
     def _graphs_stated(self) -> "EngineConfig":
         # A backend's release (not a profile's rule checked on its own) that sizes its pool after
-        # an estimate llmsim cannot derive needs the pool to state it.
+        # an estimate llmsim cannot derive needs the pool to state it, unless num_gpu_blocks_override
+        # replaces that pool before anything reads it (override_checked: the start-up check too).
         from ..kv_memory import GraphsUnstated, graphs_unstated
 
-        why = graphs_unstated(self.kv_memory) if self.backend is not None else None
+        measured_unused = bool(self.num_gpu_blocks_override) and self.override_checked
+        why = graphs_unstated(self.kv_memory) if self.backend is not None and not measured_unused else None
         if why:
             raise GraphsUnstated(why)
         return self
