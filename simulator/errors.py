@@ -11,7 +11,7 @@ import errno
 import math
 import re
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any, Callable, Iterable, Sequence
 
 __all__ = ["LlmsimError", "KeyRefusal", "format_key_path", "from_validation_error", "error_loc", "user_loc",
            "os_reason", "first_few", "nearest", "shortened", "set_flag"]
@@ -86,9 +86,13 @@ def first_few(items: Sequence[str], most: int) -> str:
 
 def nearest(word: str, names: Sequence[str]) -> str:
     """`` (did you mean chat?)`` for the name nearest a mistyped one, "" when none is near: a name that
-    addresses nothing is a slip of a letter more often than not."""
+    addresses nothing is a slip of a letter more often than not, or the start of a longer one (``h100``
+    for ``h100-pcie`` or ``h100-sxm``, which a letter's distance would answer with ``h200``)."""
     import difflib
 
+    longer = [n for n in names if n.startswith(word) and n != word] if word else []
+    if 0 < len(longer) <= 3:
+        return f" (did you mean {' or '.join(longer)}?)"
     near = difflib.get_close_matches(word, list(names), n=1)
     return f" (did you mean {near[0]}?)" if near else ""
 
@@ -173,39 +177,97 @@ def set_flag(override: str) -> str:
     return f"--set {shortened(override, 80)}"
 
 
-def from_validation_error(err: Any, source: str | Path | None, data: Any = None) -> LlmsimError:
+def from_validation_error(err: Any, source: str | Path | None, data: Any = None,
+                          keys_at: Callable[[tuple], Sequence[str]] | None = None) -> LlmsimError:
     """Turn a pydantic ValidationError into one readable LlmsimError.
 
     All problems are listed (a user fixing a scenario wants every typo at
-    once), each as ``key.path: what was expected``.
+    once), each as ``key.path: what was expected``. ``keys_at`` gives the keys
+    the mapping at a path may hold, so that a misspelt key is answered with the
+    nearest one.
     """
     by_path: dict[str, list[str]] = {}
     got: dict[str, str] = {}
+    hints: dict[str, str] = {}
     errors = err.errors()
     locs = [error_loc(e) for e in errors]
     for e, loc in zip(errors, locs):
         # a list left too short because one of its items was refused: that item's line says it
         if e.get("type") == "too_short" and any(len(o) > len(loc) and o[:len(loc)] == loc for o in locs):
             continue
-        path = format_key_path(user_loc(loc, data) if data is not None else loc)
+        written = user_loc(loc, data) if data is not None else list(loc)
+        path = format_key_path(written)
         # a value the user wrote may hold a newline: kept on the problem's one line, escaped
-        msg = _CONTROL.sub(_escaped, e.get("msg", "invalid value"))
-        if e.get("type") == "value_error":          # pydantic's "Value error, " before our validators' words
-            msg = msg.removeprefix("Value error, ")
-        if e.get("type") == "int_parsing_size":     # pydantic: "Unable to parse input string as an integer, ..."
-            msg = "expected a whole number, and this one is past any integer llmsim takes"
+        msg = _CONTROL.sub(_escaped, _plain(e))
         if e.get("type") == "extra_forbidden":
-            msg = "unknown key (check the spelling; see `llmsim schema`)"
-        elif "input" in e and e.get("type") not in ("missing",) and not isinstance(e["input"], (dict, list)):
+            near = nearest(str(written[-1]), keys_at(tuple(written[:-1]))) if keys_at and written else ""
+            msg = f"unknown key ({near[2:-1] + ' ' if near else 'check the spelling; '}see `llmsim schema`)"
+        elif "input" in e and e.get("type") not in ("missing",) and not isinstance(e["input"], (dict, list)) \
+                and f"the text {e['input']!r}" not in msg:
             got[path] = f" (got {_shown(e['input'])})"
+        hints[path] = hints.get(path) or _near_choice(e)
         if msg not in by_path.setdefault(path, []):
             by_path[path].append(msg)
     # the members of a union each refuse the value: one line per key, "A, or b"
     lines = []
     for path, msgs in by_path.items():
         either = ", or ".join([msgs[0], *(m[:1].lower() + m[1:] for m in msgs[1:])])
-        lines.append(f"{path}: {either}{got.get(path, '')}")
+        lines.append(f"{path}: {either}{got.get(path, '')}{hints[path]}")
     if len(lines) == 1:
         key, _, msg = lines[0].partition(": ")
         return LlmsimError(msg, source=source, key_path=key)
     return LlmsimError("invalid input:\n  " + "\n  ".join(lines), source=source)
+
+
+#: A number written with its unit or a percent sign (``10s``, ``5 min``, ``90%``): the number and the rest.
+_WITH_UNIT = re.compile(r"\s*([-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S.*?)\s*")
+
+
+def _plain(e: dict) -> str:
+    """One pydantic error in the words a user acts on: pydantic's own where they are plain, rewritten
+    where they name a Python class (``instance of EngineConfig``), quote a tag's key as code or leave
+    out what would fix the value (a unit written after a number, a percentage where a fraction goes)."""
+    kind, msg, ctx, value = e.get("type"), e.get("msg", "invalid value"), e.get("ctx") or {}, e.get("input")
+    if kind == "value_error":          # pydantic's "Value error, " before our validators' words
+        return msg.removeprefix("Value error, ")
+    if kind == "int_parsing_size":     # pydantic: "Unable to parse input string as an integer, ..."
+        return "expected a whole number, and this one is past any integer llmsim takes"
+    if kind in ("model_type", "dict_type"):
+        return "expected a mapping of keys to values ({key: value, ...} or one 'key: value' per line)"
+    if kind == "union_tag_invalid":
+        tags = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected_tags", ""))))
+        return f"unknown {str(ctx.get('discriminator', 'type')).strip(chr(39))} {ctx.get('tag')!r} (valid: {tags})"
+    if kind in ("int_parsing", "float_parsing") and isinstance(value, str):
+        m = _WITH_UNIT.fullmatch(value)
+        whole = "a whole number" if kind == "int_parsing" else "a number"
+        if m and m.group(2) == "%":
+            return (f"expected {whole}, got the text {value!r}: a percentage is written as a fraction "
+                    f"({_fraction(m.group(1))} for {m.group(1)}%)")
+        if m:
+            return (f"expected {whole}, got the text {value!r}: write the number alone ({m.group(1)}); "
+                    f"the key's name gives its unit (_s seconds, _ms milliseconds, _gb gigabytes)")
+    if kind == "less_than_equal" and ctx.get("le") == 1 and isinstance(value, (int, float)) \
+            and not isinstance(value, bool) and 1 < value <= 100:
+        return f"{msg}, a fraction: {value / 100:g} for {value:g}%"
+    return msg
+
+
+def _fraction(percent: str) -> str:
+    try:
+        return f"{float(percent.replace('_', '')) / 100:g}"
+    except ValueError:
+        return "0.9"
+
+
+def _near_choice(e: dict) -> str:
+    """`` (did you mean fixed?)`` for a name that is none of the choices a pydantic error lists."""
+    kind, ctx, value = e.get("type"), e.get("ctx") or {}, e.get("input")
+    if kind == "union_tag_invalid":
+        return nearest(str(ctx.get("tag")), re.findall(r"'([^']*)'", str(ctx.get("expected_tags", ""))))
+    if not isinstance(value, str):
+        return ""
+    if kind in ("literal_error", "enum"):
+        return nearest(value, re.findall(r"'([^']*)'", str(ctx.get("expected", ""))))
+    if isinstance(ctx.get("valid"), str):      # llmsim's registries: unknown_router, unknown_arrival
+        return nearest(value, ctx["valid"].split(", "))
+    return ""

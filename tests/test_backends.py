@@ -265,7 +265,8 @@ def test_sglang_profile_chunks_in_prefill_only_batches():
     assert e.chunked_prefill and not e.mixes_prefill
 
 
-@pytest.mark.parametrize("gpu, says", [("h100", "pools[0].gpu: unknown GPU 'h100'; valid names: "),
+@pytest.mark.parametrize("gpu, says", [("h100", "pools[0].gpu: unknown GPU 'h100' (did you mean h100-pcie or h100-sxm?); "
+                                                 "valid names: "),
                                        ("nope.yaml", "pools[0].gpu: nope.yaml: file not found")])
 def test_a_bad_gpu_under_a_named_backend_is_the_gpu_keys_fault(tmp_path, cli, gpu, says):
     """The backend's defaults read the pool's GPU first; its failure was reported as the backend's

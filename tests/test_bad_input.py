@@ -1001,3 +1001,47 @@ def test_a_shortened_value_is_never_longer_than_the_value(text):
 
     out = shortened(text)
     assert len(out) <= len(text) and (out == text or "characters)…" in out)
+
+
+# --- a slip a new user makes: the message says what was meant -------------------------------------------------
+def _edited(where: tuple, value) -> dict:
+    data = yaml.safe_load(yaml.safe_dump(SCENARIO))
+    node = data
+    for k in where[:-1]:
+        node = node[k]
+    node[where[-1]] = value
+    return data
+
+
+@pytest.mark.parametrize("where, value, says", [
+    # a misspelt name or key: pydantic's words listed the choices (or none) and left the user to spot the one meant
+    (("pools", 0, "model"), "llama-3-8bb", "pools[0].model: unknown model 'llama-3-8bb' (did you mean llama-3-8b?)"),
+    (("pools", 0, "gpu"), "h100", "unknown GPU 'h100' (did you mean h100-pcie or h100-sxm?)"),   # not h200
+    (("pools", 0, "engine"), {"backend": "vlm"}, "unknown serving backend 'vlm' (did you mean vllm?)"),
+    (("pools", 0, "router"), "round_robbin", "(got 'round_robbin') (did you mean round_robin?)"),
+    (("workload", "arrival", "type"), "poison", "(did you mean poisson?)"),
+    (("workload", "input_tokens", "dist"), "lognormall",
+     "workload.input_tokens: unknown dist 'lognormall' (valid: fixed, uniform, normal, lognormal, empirical, "
+     "sharegpt) (did you mean lognormal?)"),
+    (("pools", 0, "engine"), {"kv_dtype": "fp4"}, "(got 'fp4') (did you mean fp8?)"),
+    (("pools", 0, "replica"), 2, "pools[0].replica: unknown key (did you mean replicas? see `llmsim schema`)"),
+    (("workload", "input_tokens", "maen"), 100, "workload.input_tokens.maen: unknown key (did you mean mean?"),
+    (("workload", "arrival", "rate_per_sec"), 1, "workload.arrival.rate_per_sec: unknown key (did you mean rate_per_s?"),
+    # a unit or a percent sign after a number: pydantic said only "unable to parse string as a number"
+    (("workload", "num_requests"), "40 requests", "expected a whole number, got the text '40 requests': write the "
+                                                  "number alone (40)"),
+    (("workload", "arrival", "rate_per_s"), "60/s", "write the number alone (60); the key's name gives its unit"),
+    (("pools", 0, "engine"), {"gpu_memory_utilization": "90%"}, "a percentage is written as a fraction (0.9 for 90%)"),
+    (("pools", 0, "engine"), {"gpu_memory_utilization": 90}, "less than or equal to 1, a fraction: 0.9 for 90% "
+                                                             "(got 90)"),
+    # a Python class name where a mapping goes
+    (("pools", 0, "engine"), "vllm", "pools[0].engine: expected a mapping of keys to values"),
+])
+def test_a_slip_is_answered_with_what_was_meant(tmp_path, cli, where, value, says):
+    path = write_yaml(tmp_path / "s.yaml", _edited(where, value))
+    r = cli("run", path, "-o", tmp_path / "out")
+    one_line_error(r, "s.yaml", says)
+    line = r.err.strip()
+    assert "\n" not in line and not (tmp_path / "out").exists(), line
+    assert "instance of" not in line and "Input tag" not in line and "unable to parse" not in line, line
+

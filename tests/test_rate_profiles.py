@@ -273,7 +273,7 @@ def test_chat_session_starts_follow_the_profile():
     ({"profile": {"type": "sinusoid", "peak_to_trough": math.inf}}, "arrival.profile.peak_to_trough: Input should be a finite"),
     ({"profile": {"type": "sinusoid", "peak_to_trough": 2, "period_s": 0}}, "arrival.profile.period_s"),
     ({"profile": {"type": "sinusoid", "peak_to_trough": 2, "peak_at_s": -1}}, "arrival.profile.peak_at_s"),
-    ({"profile": {"type": "sine", "peak_to_trough": 2}}, "arrival.profile: Input tag 'sine'"),
+    ({"profile": {"type": "sine", "peak_to_trough": 2}}, "arrival.profile: unknown type 'sine' (valid: hourly, sinusoid)"),
     ({"spikes": [{"start_s": 1, "duration_s": 1, "multiplier": 2}, {"start_s": 1, "duration_s": 1, "multiplier": 0}]},
      "arrival.spikes[1].multiplier: Input should be greater than 0"),
     ({"spikes": [{"start_s": -1, "duration_s": 1, "multiplier": 2}]}, "arrival.spikes[0].start_s"),

@@ -52,8 +52,8 @@ def show_profile(name: str = typer.Argument(..., help="a name `llmsim profiles l
     Installed with pip, the profiles live inside the package; a new GPU or
     model starts from the nearest one's file (docs/how-to/add-a-gpu.md).
     """
-    from ..errors import LlmsimError
-    from ..profiles.loader import named_profile
+    from ..errors import LlmsimError, nearest
+    from ..profiles.loader import list_profiles, named_profile
 
     if kind is not None and kind not in _KINDS:
         raise LlmsimError(f"expected one of {', '.join(_KINDS)} (got {kind!r})", key_path="--kind")
@@ -64,8 +64,9 @@ def show_profile(name: str = typer.Argument(..., help="a name `llmsim profiles l
     kinds = list(found)
     if not kinds:
         where = {"gpu": "GPU"}.get(kind, kind) if kind else "GPU, model or backend"
-        raise LlmsimError(f"no {where} profile named {name!r}; `llmsim profiles list` shows the names",
-                          key_path="NAME")
+        names = [n for k, folder in _KINDS.items() if kind is None or k == kind for n in list_profiles(folder)]
+        raise LlmsimError(f"no {where} profile named {name!r}{nearest(name.lower(), names)}; `llmsim profiles list` "
+                          f"shows the names", key_path="NAME")
     if len(kinds) > 1:
         raise LlmsimError(f"{name!r} is a {' and a '.join(kinds)} profile: give --kind {' or --kind '.join(kinds)}",
                           key_path="NAME")

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel
 
-from ..errors import LlmsimError, os_reason, shortened
+from ..errors import LlmsimError, nearest, os_reason, shortened
 from ..reads import MAX_TEXT_BYTES, input_file, note_read
 from ..plugins import profile_files
 from ..structured import parse_json, parse_yaml
@@ -127,9 +127,9 @@ def _resolve(kind: str, name_or_path: str) -> Path:
     named = named_profile(kind, name_or_path)
     if named is not None:
         return named
-    valid = ", ".join(list_profiles(kind))
-    raise LlmsimError(f"unknown {noun} {shortened(repr(name_or_path))}; valid names: {valid} (or a path to a YAML/JSON "
-                      f"file)")
+    names = list_profiles(kind)
+    raise LlmsimError(f"unknown {noun} {shortened(repr(name_or_path))}{nearest(name_or_path.lower(), names)}; "
+                      f"valid names: {', '.join(names)} (or a path to a YAML/JSON file)")
 
 
 def named_profile(kind: str, name: str) -> Path | None:

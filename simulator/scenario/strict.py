@@ -18,13 +18,16 @@ from __future__ import annotations
 
 import copy
 import math
-from typing import Any, Iterator, TypeVar
+import types
+import typing
+from typing import Any, Iterator, Literal, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from ..errors import LlmsimError, user_loc, format_key_path
 
-__all__ = ["validate_strict", "refuse_coerced", "refuse_coerced_behind", "refuse_past_any_number", "leaves"]
+__all__ = ["validate_strict", "refuse_coerced", "refuse_coerced_behind", "refuse_past_any_number", "leaves",
+           "keys_at"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -44,7 +47,7 @@ def validate_strict(cls: type[M], data: Any, source: Any = None, *, whole_number
         model = cls.model_validate(data)
     except ValidationError as e:
         refuse_coerced_behind(data, cls, source)
-        raise from_validation_error(e, source, data) from None
+        raise from_validation_error(e, source, data, keys_at=lambda path: keys_at(cls, data, path)) from None
     refuse_coerced(data, model, source)
     return model
 
@@ -166,3 +169,74 @@ def _field_name(cls: type[BaseModel], key: Any) -> str | None:
         if f.alias == key or f.validation_alias == key:
             return name
     return None
+
+
+def keys_at(cls: type[BaseModel], data: Any, path: tuple) -> list[str]:
+    """The keys a file may write in the mapping at ``path`` of ``data`` (validated as ``cls``), so that
+    a misspelt one is answered with the nearest (``replica``: did you mean ``replicas``?); [] where the
+    schema does not say (a mapping of free keys, a value a validator builds). The data chooses among a
+    union's models by the tag it writes (``dist: lognormal``), as validation does."""
+    node_cls: Any = cls
+    node: Any = data
+    for part in path:
+        node_cls = _model_of(node_cls, node)
+        if isinstance(node_cls, type) and issubclass(node_cls, BaseModel):
+            name = _field_name(node_cls, part)
+            if name is None or not isinstance(node, dict) or part not in node:
+                return []
+            node_cls, node = node_cls.model_fields[name].annotation, node[part]
+        elif typing.get_origin(node_cls) in (list, tuple) and isinstance(node, list) and isinstance(part, int) \
+                and 0 <= part < len(node):
+            node_cls, node = (typing.get_args(node_cls) or (Any,))[0], node[part]
+        else:
+            return []
+    node_cls = _model_of(node_cls, node)
+    if not (isinstance(node_cls, type) and issubclass(node_cls, BaseModel)):
+        return []
+    return [f.alias or name for name, f in node_cls.model_fields.items()]
+
+
+def _model_of(annotation: Any, node: Any) -> Any:
+    """``annotation`` with Optional, Annotated and a tagged union resolved for the value ``node``: a
+    union's member, or the registered kind of a base model (an arrival process, a router) the tag names."""
+    while True:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel) and isinstance(node, dict):
+            kinds = [m for m in _subclasses(annotation) if _tagged(m, node)]
+            return kinds[0] if len(kinds) == 1 else annotation
+        origin = typing.get_origin(annotation)
+        if origin is typing.Annotated:
+            annotation = typing.get_args(annotation)[0]
+        elif origin in (typing.Union, types.UnionType):
+            members = [a for a in typing.get_args(annotation) if a is not type(None)]
+            models = [m for m in members if isinstance(m, type) and issubclass(m, BaseModel)]
+            if len(members) == 1:
+                annotation = members[0]
+            elif isinstance(node, dict) and models:
+                tagged = [m for m in models if _tagged(m, node)]
+                if len(tagged) != 1:
+                    return None
+                annotation = tagged[0]
+            elif isinstance(node, list):
+                lists = [m for m in members if typing.get_origin(m) in (list, tuple)]
+                return lists[0] if len(lists) == 1 else None
+            else:
+                return None
+        else:
+            return annotation
+
+
+def _subclasses(cls: type) -> list[type]:
+    out = []
+    for sub in cls.__subclasses__():
+        out += [sub, *_subclasses(sub)]
+    return out
+
+
+def _tagged(model: type[BaseModel], node: dict) -> bool:
+    """Whether ``node`` writes the tag (a one-value Literal field, ``dist: fixed``) that selects ``model``."""
+    for name, f in model.model_fields.items():
+        if typing.get_origin(f.annotation) is Literal and len(typing.get_args(f.annotation)) == 1:
+            key = f.alias or name
+            if node.get(key, f.default) == typing.get_args(f.annotation)[0]:
+                return True
+    return False
