@@ -1045,3 +1045,21 @@ def test_a_slip_is_answered_with_what_was_meant(tmp_path, cli, where, value, say
     assert "\n" not in line and not (tmp_path / "out").exists(), line
     assert "instance of" not in line and "Input tag" not in line and "unable to parse" not in line, line
 
+
+@pytest.mark.parametrize("key, value, says", [
+    ("num_key_value_heads", 5, "num_key_value_heads: 5 does not divide num_attention_heads 32"),
+    ("num_experts_per_tok", 10, "num_experts_per_tok: 10 exceeds the 8 experts"),
+])
+def test_a_model_shape_that_does_not_hold_together_names_its_key(tmp_path, key, value, says):
+    """Said of the model's top level ('(top level): num_attention_heads must be a multiple of
+    num_key_value_heads'), without the numbers."""
+    from simulator.profiles.model import load_model
+
+    config = {"model_type": "mixtral", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 32000,
+              "max_position_embeddings": 32768, "num_local_experts": 8, "num_experts_per_tok": 2, key: value}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(LlmsimError) as e:
+        load_model(str(path))
+    assert says in e.value.render() and "(top level)" not in e.value.render()

@@ -234,7 +234,7 @@ for _name, _base in (("m.yaml", MODEL), ("config.json", _LLAMA3_8B_CONFIG)):
                             ("num_hidden_layers", "32", "got the text"),
                             ("hidden_size", "4096", "got the text"), ("hidden_size", 4097, "not a multiple"),
                             ("num_attention_heads", 1.5, "num_attention_heads"),
-                            ("num_key_value_heads", 7, "multiple of num_key_value_heads"),
+                            ("num_key_value_heads", 7, "num_key_value_heads: 7 does not divide num_attention_heads 32"),
                             ("vocab_size", 10**12, "vocab_size"), ("intermediate_size", -1, "intermediate_size"),
                             ("max_position_embeddings", 10**12, "max_position_embeddings"),
                             ("num_hidden_layers", True, "got True")]:

@@ -159,7 +159,7 @@ def test_layout_keys_say_which_layers_are_moe():
     assert ModelProfile(**base, decoder_sparse_step=3).num_moe_layers == 4
     assert ModelProfile(**base, mlp_only_layers=(0, 11)).num_moe_layers == 10
     assert ModelProfile(**base, interleave_moe_layer_step=2).num_moe_layers == 6
-    with pytest.raises(ValueError, match="num_experts_per_tok"):
+    with pytest.raises(ValueError, match="num_experts 8 needs it"):
         ModelProfile(**{**base, "num_experts_per_tok": None})
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from ..errors import KeyRefusal
+
 if TYPE_CHECKING:
     from .model import ModelProfile
 
@@ -35,20 +37,23 @@ def check_layout(m: "ModelProfile") -> None:
     sliding-window layout that does not hold together."""
     if m.num_experts:
         if not m.num_experts_per_tok:
-            raise ValueError(f"num_experts {m.num_experts} needs num_experts_per_tok (the experts each token uses)")
+            raise KeyRefusal("num_experts_per_tok", f"missing: num_experts {m.num_experts} needs it (the experts "
+                             "each token uses)")
         if m.num_experts_per_tok > m.num_experts:
-            raise ValueError(f"num_experts_per_tok {m.num_experts_per_tok} exceeds the {m.num_experts} experts")
+            raise KeyRefusal("num_experts_per_tok", f"{m.num_experts_per_tok} exceeds the {m.num_experts} experts "
+                             "(num_experts): a token cannot use more experts than a layer has")
         if not m.num_moe_layers:
             raise ValueError("num_experts is set but the layer layout (first_k_dense_replace, moe_layer_freq, "
                              "decoder_sparse_step, mlp_only_layers) leaves no MoE layer")
     else:
         for key in _MOE_ONLY + ("n_shared_experts",):
             if getattr(m, key):
-                raise ValueError(f"{key} describes MoE layers but the model has no num_experts "
+                raise KeyRefusal(key, "describes MoE layers but the model has no num_experts "
                                  "(num_local_experts / n_routed_experts)")
     bad = [i for i in m.mlp_only_layers if not 0 <= i < m.num_hidden_layers]
     if bad:
-        raise ValueError(f"mlp_only_layers {bad} are not layers of a {m.num_hidden_layers}-layer model")
+        raise KeyRefusal("mlp_only_layers", f"{bad} are not layers of a {m.num_hidden_layers}-layer model "
+                         f"(0 to {m.num_hidden_layers - 1})")
     if m.kv_lora_rank is not None:
         missing = [k for k in _MLA_KEYS if getattr(m, k) is None]
         if missing:
@@ -57,9 +62,10 @@ def check_layout(m: "ModelProfile") -> None:
         raise ValueError("q_lora_rank without kv_lora_rank: MLA needs kv_lora_rank")
     if m.layer_types is not None:
         if len(m.layer_types) != m.num_hidden_layers:
-            raise ValueError(f"layer_types lists {len(m.layer_types)} layers, the model has {m.num_hidden_layers}")
+            raise KeyRefusal("layer_types", f"lists {len(m.layer_types)} layers, the model has {m.num_hidden_layers} "
+                             "(num_hidden_layers)")
         if "sliding_attention" in m.layer_types and not m.sliding_window:
-            raise ValueError("layer_types has sliding_attention layers but no sliding_window")
+            raise KeyRefusal("sliding_window", "missing: layer_types has sliding_attention layers")
     if m.num_nextn_predict_layers and not m.is_mla:
         raise ValueError("num_nextn_predict_layers (MTP) is modelled for DeepSeek-style (MLA) models only")
 

@@ -14,7 +14,7 @@ from typing import Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..dtypes import BYTES, EXPERT_ONLY_DTYPES, WEIGHT_DTYPES, checkpoint_weight_dtype
-from ..errors import LlmsimError
+from ..errors import KeyRefusal, LlmsimError
 from .hf_config import ALIASES, model_type_fault, normalize
 from .layout import check_layout, is_moe_layer, layout_text, mla_params
 from .loader import read_structured, resolve
@@ -137,9 +137,10 @@ class ModelProfile(BaseModel):
     @model_validator(mode="after")
     def _check_shape(self) -> "ModelProfile":
         if self.num_attention_heads % self.kv_heads != 0:
-            raise ValueError("num_attention_heads must be a multiple of num_key_value_heads")
+            raise KeyRefusal("num_key_value_heads", f"{self.kv_heads} does not divide num_attention_heads "
+                             f"{self.num_attention_heads}: each KV head serves an equal group of query heads")
         if self.head_dim is None and not self.is_mla and self.hidden_size % self.num_attention_heads != 0:
-            raise ValueError(f"hidden_size {self.hidden_size} is not a multiple of num_attention_heads "
+            raise KeyRefusal("hidden_size", f"{self.hidden_size} is not a multiple of num_attention_heads "
                              f"{self.num_attention_heads}: give head_dim (each head's width)")
         check_layout(self)
         return self
