@@ -156,12 +156,42 @@ def test_every_gpu_states_what_cuda_reports_at_most_nvidia_smis_total():
 
 def test_a_cuda_total_above_nvidia_smis_or_far_below_is_refused():
     gpu = load_hardware("h100-sxm")
-    with pytest.raises(ValidationError, match="cuda_total_gib 80.0 is above hbm_gib 79.65"):
+    with pytest.raises(ValidationError, match="80.0 is above hbm_gib 79.65"):
         type(gpu).model_validate({**gpu.model_dump(), "cuda_total_gib": 80.0})
     # a copy given a larger hbm_gib and the old cuda_total_gib would size its pools from the old GPU's memory
-    with pytest.raises(ValidationError, match="cuda_total_gib 79.22 is far below hbm_gib 96.0.*set it with hbm_gib"):
+    with pytest.raises(ValidationError, match="79.22 is far below hbm_gib 96.0.*set it with hbm_gib"):
         type(gpu).model_validate({**gpu.model_dump(), "hbm_gib": 96.0})
     assert type(gpu).model_validate({**gpu.model_dump(), "cuda_total_gib": None}).cuda_total_bytes == gpu.hbm_bytes
+
+
+@pytest.mark.parametrize("edit, says", [
+    # a figure in the base unit or the next one down ran a GPU a thousand (or 10^12) times too fast, without a word
+    (("peak_tflops: {bf16: 1200", "peak_tflops: {bf16: 1200e12"),
+     "peak_tflops.bf16: 1.2e+15 TFLOP/s is more than any GPU has (at most 100,000 TFLOP/s): the key is in TFLOP/s"),
+    (("hbm_bandwidth_tb_s: 4.0", "hbm_bandwidth_tb_s: 4000"),
+     "hbm_bandwidth_tb_s: more than any GPU has (at most 100 TB/s): the key is in TB/s (3.35, not 3350 or "
+     "3.35e12) (got 4000)"),
+    (("bandwidth_gb_s: 600", "bandwidth_gb_s: 600e9"), "interconnect.bandwidth_gb_s: more than any GPU has"),
+    (("host_link_gb_s: 64", "host_link_gb_s: 64e9"), "host_link_gb_s: more than any GPU has (at most 10,000 GB/s)"),
+    # said of the profile's "(top level)"
+    (("hbm_gib: 96", "hbm_gib: 96\ncuda_total_gib: 100"), "acme-x1.yaml: cuda_total_gib: 100.0 is above hbm_gib 96.0"),
+])
+def test_a_gpu_figure_in_the_wrong_unit_is_refused_naming_the_unit(cli, tmp_path, edit, says):
+    path = tmp_path / "acme-x1.yaml"
+    assert edit[0] in GPU
+    path.write_text(GPU.replace(*edit))
+    r = cli("estimate", "request", "--gpu", path, "--model", "llama-3-8b", "--input", "100", "--output", "10")
+    assert r.code == 2 and "Traceback" not in r.err and r.err.strip().startswith("error:"), r.err
+    assert says in r.err.replace("\n", ""), r.err
+
+
+def test_every_shipped_gpu_is_within_the_unit_bounds():
+    from simulator.profiles.hardware import UNIT_BOUNDS
+
+    for name, gpu in builtin_hardware().items():
+        for peak in gpu.peak_tflops.values():
+            assert peak <= UNIT_BOUNDS["peak_tflops"][0] / 5, name      # headroom for the next generations
+        assert gpu.hbm_bandwidth_tb_s <= UNIT_BOUNDS["hbm_bandwidth_tb_s"][0] / 5, name
 
 
 def test_an_xgmi_mesh_gives_a_group_its_peer_links_only():

@@ -15,6 +15,7 @@ from typing import Annotated, Literal, Optional
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ..dtypes import QUANT_FORMATS, quant_format_name
+from ..errors import KeyRefusal
 from .loader import load_profile
 from ..fields import leaf
 
@@ -279,6 +280,37 @@ class Interconnect(_Strict):
     scale_out_latency_us: float = Field(default=0.0, ge=0, le=1e6,
                                         description="one all-to-all's latency floor across it")
 
+    @field_validator("bandwidth_gb_s", "scale_out_gb_s")
+    @classmethod
+    def _in_gb_s(cls, v: Optional[float], info) -> Optional[float]:
+        return within_unit(v, info.field_name)
+
+
+#: The most each rate of a GPU profile takes, in its key's unit, and the figure written right beside a slip:
+#: ten times past the fastest GPU of 2025 or more, so a figure in the wrong unit (989e12 FLOP/s for 989
+#: TFLOP/s, 3350 GB/s for 3.35 TB/s), which would run a GPU a thousand times too fast without a word, is refused.
+UNIT_BOUNDS: dict[str, tuple[float, str, str]] = {
+    "peak_tflops": (100_000, "TFLOP/s", "989, not 989e12"),
+    "hbm_bandwidth_tb_s": (100, "TB/s", "3.35, not 3350 or 3.35e12"),
+    "bandwidth_gb_s": (100_000, "GB/s", "450, not 450e9"),
+    "scale_out_gb_s": (100_000, "GB/s", "50, not 50e9"),
+    "host_link_gb_s": (10_000, "GB/s", "64, not 64e9"),
+    "nvme_read_gb_s_per_gpu": (10_000, "GB/s", "6.9, not 6.9e9"),
+}
+
+
+def within_unit(v: Optional[float], key: str, entry: Optional[str] = None) -> Optional[float]:
+    """``v``, refused past :data:`UNIT_BOUNDS`' bound for ``key``, the unit and a real GPU's figure named;
+    an ``entry`` of a mapping (``peak_tflops.bf16``) is refused as its own key, its value in the words (the
+    message's "got" names only a key's own value)."""
+    most, unit, example = UNIT_BOUNDS[key]
+    if v is not None and v > most:
+        why = f"more than any GPU has (at most {most:,g} {unit}): the key is in {unit} ({example})"
+        if entry is not None:
+            raise KeyRefusal(entry, f"{v:g} {unit} is {why}")
+        raise ValueError(why)
+    return v
+
 
 #: Dearest GPU-hour accepted (a price is a rate: a digit slip of 10³⁰⁰ would make every cost infinite).
 MAX_USD_PER_GPU_HOUR = 1_000_000.0
@@ -445,7 +477,14 @@ class HardwareProfile(_Strict):
         if "bf16" not in v:
             raise ValueError("needs a bf16 entry (the dense bf16 tensor-core peak, TFLOP/s): every compute dtype "
                              "without a peak of its own runs at it")
+        for dtype, peak in v.items():
+            within_unit(peak, "peak_tflops", dtype)
         return v
+
+    @field_validator("hbm_bandwidth_tb_s", "host_link_gb_s", "nvme_read_gb_s_per_gpu")
+    @classmethod
+    def _in_unit(cls, v: Optional[float], info) -> Optional[float]:
+        return within_unit(v, info.field_name)
 
     @model_validator(mode="after")
     def _cuda_within_hbm(self) -> "HardwareProfile":
@@ -453,7 +492,7 @@ class HardwareProfile(_Strict):
         # measured is a profile copied with a new hbm_gib and the old cuda_total_gib
         gap = None if self.cuda_total_gib is None else self.hbm_gib - self.cuda_total_gib
         if gap is not None and not 0 <= gap <= MAX_DRIVER_RESERVE_GIB:
-            raise ValueError(f"cuda_total_gib {self.cuda_total_gib} is {'above' if gap < 0 else 'far below'} "
+            raise KeyRefusal("cuda_total_gib", f"{self.cuda_total_gib} is {'above' if gap < 0 else 'far below'} "
                              f"hbm_gib {self.hbm_gib}: CUDA reports the memory nvidia-smi counts less what the driver "
                              f"keeps (0.4-0.7 GiB on the GPUs measured, at most {MAX_DRIVER_RESERVE_GIB} taken); "
                              "set it with hbm_gib, or remove it to take hbm_gib")
