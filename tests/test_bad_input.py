@@ -779,6 +779,29 @@ def test_a_sweeps_missing_base_names_the_sweep_file(tmp_path, cli):
     one_line_error(cli("sweep", sweep), "sw.yaml: base", "nosuch.yaml")
 
 
+@pytest.mark.parametrize("command", [["run"], ["check"], ["plan", "--vary", f"pools.{POOL}.replicas=1..2"],
+                                     ["sweep"]])
+def test_a_sweep_file_for_a_scenario_and_a_scenario_for_a_sweep_file_say_so(tmp_path, cli, command):
+    """Each was refused key by key: 'name: Field required ... base: unknown key', five lines for one mistake."""
+    scenario = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "grid": {"seed": [1, 2]}})
+    if command == ["sweep"]:
+        r, says = cli("sweep", scenario, "-o", tmp_path / "out"), "s.yaml: is a scenario, not a sweep file"
+    else:
+        out = [] if command == ["check"] else ["-o", tmp_path / "out"]
+        r, says = cli(*command[:1], sweep, *command[1:], *out), "sw.yaml: is a sweep file"
+    one_line_error(r, says)
+    assert len(r.err.strip().splitlines()) == 1 and not (tmp_path / "out").exists(), r.err
+
+
+def test_a_sweep_engine_that_does_not_exist_lists_the_two_that_do(tmp_path, cli):
+    """Said as a regular expression: "String should match pattern '^(fast|reference)$'"."""
+    write_yaml(tmp_path / "s.yaml", SCENARIO)
+    sweep = write_yaml(tmp_path / "sw.yaml", {"base": "s.yaml", "grid": {"seed": [1]}, "engine": "fastest"})
+    one_line_error(cli("sweep", sweep, "-o", tmp_path / "out"),
+                   "sw.yaml: engine: Input should be 'fast' or 'reference' (got 'fastest') (did you mean fast?)")
+
+
 @pytest.mark.parametrize("engine, says", [
     ({"backend": "vlm"}, "pools[0].engine.backend: unknown serving backend 'vlm'"),
     ({"backend": "{tmp}/nope.yaml"}, "pools[0].engine.backend: {tmp}/nope.yaml: file not found"),

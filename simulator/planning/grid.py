@@ -19,7 +19,7 @@ from __future__ import annotations
 import itertools
 import math
 from pathlib import Path
-from typing import Any, Mapping, Optional
+from typing import Any, Literal, Mapping, Optional
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -46,7 +46,7 @@ class SweepFile(BaseModel):
     description: str = ""
     grid: dict[str, list[Any]] = Field(default_factory=dict, description="key path -> values, crossed")
     points: Optional[list[Overrides]] = Field(default=None, description="override mappings, each one run")
-    engine: str = Field(default="fast", pattern="^(fast|reference)$")
+    engine: Literal["fast", "reference"] = "fast"
 
 
 def expand(sweep: SweepFile) -> list[Overrides]:
@@ -79,6 +79,9 @@ def load_sweep(path: str | Path, sets: Mapping[str, Any] | None = None, max_runs
     data = read_structured(path, what="sweep file")
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping with base and grid and/or points", source=path)
+    if "base" not in data and {"workload", "pools"} & set(data):
+        raise LlmsimError("is a scenario, not a sweep file: `llmsim run` runs it, or a sweep file names it "
+                          f"(base: {path.name}) beside grid and/or points", source=path)
     sweep = validate_strict(SweepFile, data, path)
     _check_not_empty(sweep, path)
     runs = len(sweep.points or [{}]) * math.prod(len(v) for v in sweep.grid.values())

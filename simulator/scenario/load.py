@@ -32,6 +32,9 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
     data = read_structured(path, what="scenario file")
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping with name, workload and pools", source=path)
+    if "base" in data and {"grid", "points"} & set(data) and not {"workload", "pools"} & set(data):
+        raise LlmsimError("is a sweep file, not a scenario: `llmsim sweep` runs it (its base: names the scenario)",
+                          source=path)
     check = data.get("check")
     # other steps the file can run: its ladder's variants, the fast settings `llmsim check` runs
     steps = data.get("variants") or (isinstance(check, dict) and check.get("set"))
