@@ -308,7 +308,7 @@ CASES.append(("bench-json-fifo", {"bench.json": lambda p: os.mkfifo(p)}, VALIDAT
 VALIDATE_CSV = ["validate", "rows.csv", "--workers", "1", "--csv", "out/errors.csv"]
 for _cid, _text, _frag in [("empty", "", "not a readable CSV"), ("no-columns", "a,b\n1,2\n", "missing column"),
                            ("binary", b"\x00\xff\xfe" * 40, "rows.csv"),
-                           ("no-metric", "engine,model,gpu,isl_mean,osl_mean\nvllm,llama-3-8b,h100,100,10\n",
+                           ("no-metric", "engine,model,gpu,tp,isl_mean,osl_mean\nvllm,llama-3-8b,h100,1,100,10\n",
                             "no measured metric")]:
     CASES.append((f"bench-csv-{_cid}", {"rows.csv": _text}, VALIDATE_CSV, ["rows.csv", _frag]))
 CASES.append(("bench-csv-fifo", {"rows.csv": lambda p: os.mkfifo(p)}, VALIDATE_CSV, ["rows.csv", "not a regular"]))

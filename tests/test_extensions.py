@@ -277,9 +277,9 @@ def test_an_installed_stack_is_known_to_validation_and_calibration(tmp_path, mon
     try:
         assert kernel_stacks() == ["vllm", "demo-serve", "sglang", "trtllm"]
         csv = tmp_path / "bench.csv"
-        csv.write_text("engine,model,gpu,isl_mean,osl_mean,concurrency,ttft_mean_ms\n"
-                       "demo-serve 1.0,llama-3-8b,h100-sxm,512,128,8,40\n"
-                       "other-serve,llama-3-8b,h100-sxm,512,128,8,40\n")
+        csv.write_text("engine,model,gpu,tp,isl_mean,osl_mean,concurrency,ttft_mean_ms\n"
+                       "demo-serve 1.0,llama-3-8b,h100-sxm,1,512,128,8,40\n"
+                       "other-serve,llama-3-8b,h100-sxm,1,512,128,8,40\n")
         known, unknown = rows_from_csv(csv)
         assert known.stack == "demo-serve" and known.skip == ""
         assert unknown.skip == "stack 'other-serve' is not one of demo-serve, sglang, trtllm, vllm"

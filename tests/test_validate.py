@@ -66,7 +66,10 @@ def test_fit_recovers_known_overheads():
 
 @pytest.mark.parametrize("text, expect", [
     ("engine,model\nvllm,x\n", "missing column"),
-    ("engine,model,gpu,isl_mean,osl_mean\nvllm,x,h100,1,1\n", "no measured metric"),
+    ("engine,model,gpu,tp,isl_mean,osl_mean\nvllm,x,h100,1,1,1\n", "no measured metric"),
+    # replayed at tp 1 whatever the deployment measured: 339 % off on a TP-2 row, the fault seemingly llmsim's
+    ("engine,model,gpu,isl_mean,osl_mean,concurrency,ttft_mean_ms\nvllm,llama-3-8b,h100,100,10,8,50\n",
+     "missing column(s) tp;"),
     ("\x00\x01\x02", "missing column(s) engine"),
     ("id,silicon_ttft_ms\nx,1\n", "missing column(s) silicon_data_source"),   # AIConfigurator's layout, cut
 ])
@@ -407,6 +410,16 @@ def _table(tmp_path, *rows: str):
     path = tmp_path / "m.csv"
     path.write_text(_HEADER + "".join(lines))
     return path
+
+
+def test_a_row_whose_tp_is_empty_is_left_out_not_replayed_at_tp_1(tmp_path):
+    from simulator.validation.rows import rows_from_csv
+
+    path = _table(tmp_path, "ok,512,32,fixed,2,20,3", "blank,512,32,fixed,2,20,3")
+    path.write_text(path.read_text().replace("blank,vllm,meta-llama/Llama-3.2-1B,H100-SXM5-80GB,1,",
+                                             "blank,vllm,meta-llama/Llama-3.2-1B,H100-SXM5-80GB,,"))
+    rows = {r.id: r for r in rows_from_csv(path)}
+    assert rows["ok"].skip == "" and rows["blank"].skip.startswith("tp is empty")
 
 
 def test_a_fixed_length_that_is_not_a_whole_number_of_tokens_leaves_its_row_out(tmp_path, cli):

@@ -47,7 +47,7 @@ METRICS = {
     "e2e_p50_ms": "median_e2el_ms",
     "throughput_req_s": "request_throughput",
 }
-_REQUIRED = ("engine", "model", "gpu", "isl_mean", "osl_mean")
+_REQUIRED = ("engine", "model", "gpu", "tp", "isl_mean", "osl_mean")
 
 # Hugging Face model ids and GPU names as benchmarks write them -> built-in profiles.
 _MODELS = [
@@ -401,6 +401,8 @@ def _why_not(row: Row, raw: dict, stack, model, gpu) -> str:
         return f"model {raw['model']!r} has no built-in profile (give --model)"
     if gpu is None:
         return f"GPU {raw['gpu']!r} has no built-in profile (give --gpu)"
+    if _num(raw.get("tp")) is None:
+        return "tp is empty: the row does not say how many GPUs its tensor-parallel group spans"
     if _num(raw.get("pp")) not in (None, 1.0):
         return "pipeline parallelism is not modelled"
     if str(raw.get("isl_dist", "fixed")).lower() not in ("fixed", "nan") or \
