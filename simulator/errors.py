@@ -246,8 +246,8 @@ def _plain(e: dict) -> str:
         if m:
             return (f"expected {whole}, got the text {value!r}: write the number alone ({m.group(1)}); "
                     f"the key's name gives its unit (_s seconds, _ms milliseconds, _gb gigabytes)")
-    if kind == "less_than_equal" and ctx.get("le") == 1 and isinstance(value, (int, float)) \
-            and not isinstance(value, bool) and 1 < value <= 100:
+    if kind in ("less_than_equal", "less_than") and 1 in (ctx.get("le"), ctx.get("lt")) \
+            and isinstance(value, (int, float)) and not isinstance(value, bool) and 1 < value <= 100:
         return f"{msg}, a fraction: {value / 100:g} for {value:g}%"
     return msg
 

@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["parse_yaml", "parse_json", "MAX_DEPTH", "MAX_NODES"]
+__all__ = ["parse_yaml", "parse_flag_value", "parse_json", "MAX_DEPTH", "MAX_NODES"]
 
 #: Deepest nesting accepted (the deepest scenario key path is under 10).
 MAX_DEPTH = 64
@@ -188,6 +188,20 @@ def parse_yaml(text: str) -> Any:
             while len(_PARSED) > _PARSED_ENTRIES:
                 _PARSED.popitem(last=False)
     return value
+
+
+def parse_flag_value(raw: str) -> Any:
+    """A value given on the command line (``--set``, ``--vary``) read as YAML, or the text itself where
+    YAML reads none (``@home``: a word). Raises ValueError for a mapping or list left unclosed or with a
+    comma lost (``{backend: vllm``), which as text would be refused as no mapping, the slip unnamed."""
+    try:
+        return parse_yaml(raw)
+    except yaml.YAMLError as e:
+        if raw.lstrip().startswith(("{", "[")):
+            why = getattr(e, "problem", None) or "not valid YAML"
+            raise ValueError(f"not a YAML mapping or list ({why}): write {{key: value, ...}} or [a, b, ...], "
+                             "closed") from None
+        return raw
 
 
 def _parse_yaml(text: str) -> Any:

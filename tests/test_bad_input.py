@@ -1086,3 +1086,22 @@ def test_a_model_shape_that_does_not_hold_together_names_its_key(tmp_path, key, 
     with pytest.raises(LlmsimError) as e:
         load_model(str(path))
     assert says in e.value.render() and "(top level)" not in e.value.render()
+
+
+@pytest.mark.parametrize("flag, value, says", [
+    # read as the text '{backend: vllm' and refused as no mapping, the missing brace unnamed
+    ("--set", f"pools.{POOL}.engine={{backend: vllm", "not a YAML mapping or list (expected ',' or '}'"),
+    ("--set", f"pools.{POOL}.lora=[1, 2", "not a YAML mapping or list (expected ',' or ']'"),
+    ("--vary", f"pools.{POOL}.engine={{backend: vllm", "--vary value '{backend: vllm': not a YAML mapping"),
+    # a percentage where a fraction below 1 goes
+    ("--set", f"pools.{POOL}.speculative={{draft_model: mtp, k: 3, acceptance_rate: 70}}",
+     "acceptance_rate: Input should be less than 1, a fraction: 0.7 for 70% (got 70)"),
+])
+def test_a_flag_value_that_is_not_what_was_meant_says_so(tmp_path, cli, flag, value, says):
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    if flag == "--vary":
+        r = cli("plan", path, "--vary", value, "--vary", f"pools.{POOL}.replicas=1..2", "-o", tmp_path / "out")
+    else:
+        r = cli("run", path, flag, value, "-o", tmp_path / "out")
+    one_line_error(r, says)
+    assert not (tmp_path / "out").exists()

@@ -12,13 +12,12 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Mapping, Sequence
 
-import yaml
 
 from ..errors import LlmsimError
 from ..scenario.load import load_scenario
 from ..scenario.overrides import key_fault, repeated
 from ..scenario.variants import merge_overlays, overlay_assignments, yaml_text
-from ..structured import parse_yaml
+from ..structured import parse_flag_value
 from .point import check_overrides
 from .precheck import Run
 
@@ -45,9 +44,7 @@ class Axis:
 
 def _value(raw: str) -> Any:
     try:
-        return parse_yaml(raw)
-    except yaml.YAMLError:
-        return raw
+        return parse_flag_value(raw)
     except ValueError as e:
         raise LlmsimError(f"--vary value {raw!r}: {e}", key_path="--vary") from None
 

@@ -23,12 +23,11 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Optional, Sequence
 
-import yaml
 from pydantic import BaseModel, BeforeValidator, PlainValidator, WrapValidator
 from pydantic.fields import FieldInfo
 
 from ..errors import LlmsimError, nearest
-from ..structured import parse_yaml
+from ..structured import parse_flag_value
 
 
 def parse_assignment(assignment: str) -> tuple[str, Any]:
@@ -37,9 +36,7 @@ def parse_assignment(assignment: str) -> tuple[str, Any]:
     if not sep or not key:
         raise LlmsimError(f"--set expects key.path=value (got {assignment!r})")
     try:
-        return key, parse_yaml(raw)
-    except yaml.YAMLError:
-        return key, raw
+        return key, parse_flag_value(raw)
     except ValueError as e:
         raise LlmsimError(f"--set {key}: {e}") from None
 
