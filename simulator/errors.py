@@ -232,6 +232,11 @@ def _plain(e: dict) -> str:
         return msg.removeprefix("Value error, ")
     if kind == "int_parsing_size":     # pydantic: "Unable to parse input string as an integer, ..."
         return "expected a whole number, and this one is past any integer llmsim takes"
+    if kind in ("too_short", "too_long") and "actual_length" in ctx:     # pydantic: "... after validation, not 3"
+        bound = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
+        things = "item" if bound == 1 else "items"
+        most = "at least" if kind == "too_short" else "at most"
+        return f"expected {most} {bound} {things}, got {ctx['actual_length']}"
     if kind in ("model_type", "dict_type"):
         return "expected a mapping of keys to values ({key: value, ...} or one 'key: value' per line)"
     if kind == "union_tag_invalid":

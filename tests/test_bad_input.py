@@ -1059,6 +1059,9 @@ def _edited(where: tuple, value) -> dict:
                                                              "(got 90)"),
     # a Python class name where a mapping goes
     (("pools", 0, "engine"), "vllm", "pools[0].engine: expected a mapping of keys to values"),
+    # "List should have at least 1 item after validation, not 0"
+    (("workload", "input_tokens"), {"dist": "empirical", "values": []},
+     "workload.input_tokens.values: expected at least 1 item, got 0"),
 ])
 def test_a_slip_is_answered_with_what_was_meant(tmp_path, cli, where, value, says):
     path = write_yaml(tmp_path / "s.yaml", _edited(where, value))

@@ -261,8 +261,8 @@ def test_chat_session_starts_follow_the_profile():
 # --- validation -----------------------------------------------------------------------------
 
 @pytest.mark.parametrize("arrival, must_mention", [
-    ({"profile": {"type": "hourly", "values": [1] * 23}}, "arrival.profile.values: List should have at least 24"),
-    ({"profile": {"type": "hourly", "values": [1] * 25}}, "arrival.profile.values: List should have at most 24"),
+    ({"profile": {"type": "hourly", "values": [1] * 23}}, "arrival.profile.values: expected at least 24 items, got 23"),
+    ({"profile": {"type": "hourly", "values": [1] * 25}}, "arrival.profile.values: expected at most 24 items, got 25"),
     ({"profile": {"type": "hourly", "values": [0] * 24}}, "arrival.profile.values: all 24 values are 0"),
     ({"profile": {"type": "hourly", "values": [1] * 23 + [-1]}}, "arrival.profile.values[23]: Input should be greater"),
     ({"profile": {"type": "hourly", "values": [1] * 23 + [math.nan]}}, "arrival.profile.values[23]"),
