@@ -59,6 +59,24 @@ SPLITWISE = "arrived_at,num_prefill_tokens,num_decode_tokens,pd_ratio\n0.5,100,1
 # ------------------------------------------------------------------ formats
 
 
+@pytest.mark.parametrize("name, text, fmt, says", [
+    ("t.csv", AZURE, "mooncake", "line 1: invalid JSON at column 1: Expecting value (the scenario's format is "
+                                 "mooncake, and the file's header reads as azure: set format: azure or auto)"),
+    ("t.jsonl", jsonl(MOONCAKE), "llmsim", "(the scenario's format is llmsim, and the file's header reads as "
+                                           "mooncake: set format: mooncake or auto)"),
+    ("t.csv", AZURE, "splitwise", "missing column 'arrived_at' (found: TIMESTAMP, ContextTokens, GeneratedTokens) "
+                                  "(the scenario's format is splitwise"),
+])
+def test_a_format_that_is_not_the_files_says_which_the_file_is(tmp_path, name, text, fmt, says):
+    """A CSV read as format: mooncake was refused as broken JSON on its line 1, the real slip unnamed."""
+    assert says in error_of(write(tmp_path, name, text), format=fmt)
+
+
+def test_a_file_broken_in_its_own_format_is_not_blamed_on_the_format(tmp_path):
+    text = jsonl(MOONCAKE) + "{not json\n"
+    assert "(the scenario's format" not in error_of(write(tmp_path, "t.jsonl", text), format="mooncake")
+
+
 def test_azure_parses_datetimes_relative_to_first_row(tmp_path):
     reqs = load(write(tmp_path, "a.csv", AZURE), format="azure")
     assert [r.id for r in reqs] == [0, 1, 2]

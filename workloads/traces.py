@@ -188,6 +188,25 @@ def load_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = N
     return read_trace(spec, base_dir, rng).requests
 
 
+def _read_as(reader: Any, path: Path, fmt: str) -> RawTrace:
+    """The file read by ``fmt``'s reader. A format named in the scenario that is not the file's
+    (format: mooncake on a CSV) fails on the first line in the reader's words ("invalid JSON"), as if
+    the file were broken: the refusal then says which format the file's header reads as."""
+    try:
+        return reader(path)
+    except LlmsimError as e:
+        if fmt == "auto":
+            raise
+        try:
+            found = detect_format(path)
+        except LlmsimError:
+            raise e from None
+        if found == fmt:
+            raise
+        raise LlmsimError(f"{e.message} (the scenario's format is {fmt}, and the file's header reads as {found}: "
+                          f"set format: {found} or auto)", source=e.source, key_path=e.key_path) from None
+
+
 def read_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = None) -> Trace:
     """Like :func:`load_trace`, also returning the block size and the file's extent."""
     if isinstance(spec, dict):
@@ -197,7 +216,7 @@ def read_trace(spec: TraceSpec, base_dir: str | Path | None = None, rng: Any = N
     reader = READERS.get(fmt)
     if reader is None:  # only reachable when the spec bypassed validation
         raise LlmsimError(f"unknown trace format {fmt!r} (valid: {', '.join(TRACE_FORMATS)}, auto)", source=path)
-    raw = reader(path)
+    raw = _read_as(reader, path, spec.format)
     block_size = spec.block_size or raw.block_size
     _validate(raw, path, block_size)
 
