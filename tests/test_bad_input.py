@@ -1108,3 +1108,29 @@ def test_a_flag_value_that_is_not_what_was_meant_says_so(tmp_path, cli, flag, va
         r = cli("run", path, flag, value, "-o", tmp_path / "out")
     one_line_error(r, says)
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("args, says", [
+    # a file of another kind was refused key by key: a dozen "unknown key" lines (and a required key missing)
+    (["estimate", "request", "--gpu", "h100-sxm", "--model", "{repo}/hardware_profiles/h100-sxm.yaml"],
+     "h100-sxm.yaml: is a GPU profile, not a model profile: a pool's gpu or --gpu takes it"),
+    (["estimate", "request", "--gpu", "{repo}/model_profiles/llama-3-8b.yaml", "--model", "llama-3-8b"],
+     "llama-3-8b.yaml: is a model profile, not a GPU profile: a pool's model or --model takes it"),
+    (["estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3-8b", "--backend",
+      "{repo}/hardware_profiles/h100-sxm.yaml"], "is a GPU profile, not a serving backend profile"),
+    (["run", "{repo}/model_profiles/llama-3-8b.yaml"], "is a model profile, not a scenario"),
+    (["estimate", "request", "--gpu", "h100-sxm", "--model", "{scenario}"], "s.yaml: is a scenario, not a model"),
+    # a name of another kind: "unknown GPU 'llama-3-8b'; valid names: ..."
+    (["run", "{scenario}", "--set", f"pools.{POOL}.gpu=llama-3-8b"],
+     "pools[0].gpu: 'llama-3-8b' is a model profile, not a GPU profile: a pool's model or --model takes it"),
+    (["run", "{scenario}", "--set", f"pools.{POOL}.model=vllm"],
+     "pools[0].model: 'vllm' is a serving backend profile, not a model profile"),
+])
+def test_a_file_or_name_of_another_kind_says_what_it_is(tmp_path, cli, repo_root, args, says):
+    scenario = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    args = [a.format(repo=repo_root, scenario=scenario) for a in args]
+    if args[0] == "run":
+        args += ["-o", str(tmp_path / "out")]
+    r = cli(*args, "--input", "100", "--output", "10") if args[0] == "estimate" else cli(*args)
+    one_line_error(r, says)
+    assert len(r.err.strip().splitlines()) == 1 and not (tmp_path / "out").exists(), r.err

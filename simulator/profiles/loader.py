@@ -127,6 +127,9 @@ def _resolve(kind: str, name_or_path: str) -> Path:
     named = named_profile(kind, name_or_path)
     if named is not None:
         return named
+    for other, (_, what, where) in _MARKS.items():
+        if other != kind and other != "scenarios" and named_profile(other, name_or_path) is not None:
+            raise LlmsimError(f"{name_or_path!r} is {what}, not {_MARKS[kind][1]}: {where}")
     names = list_profiles(kind)
     raise LlmsimError(f"unknown {noun} {shortened(repr(name_or_path))}{nearest(name_or_path.lower(), names)}; "
                       f"valid names: {', '.join(names)} (or a path to a YAML/JSON file)")
@@ -166,20 +169,46 @@ def load_profile(kind: str, name_or_path: str, cls: type[P], noun: str) -> P:
     try:
         st = path.stat()
     except OSError:       # read_structured says why, in one line
-        return _parse_profile(path, cls, noun)
-    return _parsed_profile(path, st.st_mtime_ns, st.st_size, cls, noun)
+        return _parse_profile(path, cls, noun, kind)
+    return _parsed_profile(path, st.st_mtime_ns, st.st_size, cls, noun, kind)
 
 
 @lru_cache(maxsize=256)
-def _parsed_profile(path: Path, _mtime_ns: int, _size: int, cls: type[P], noun: str) -> P:
-    return _parse_profile(path, cls, noun)
+def _parsed_profile(path: Path, _mtime_ns: int, _size: int, cls: type[P], noun: str, kind: str) -> P:
+    return _parse_profile(path, cls, noun, kind)
 
 
-def _parse_profile(path: Path, cls: type[P], noun: str) -> P:
+#: Keys that mark a file as one kind's (at least two present; a scenario's both), what that kind is called
+#: and where it goes: a GPU file given as a model was refused key by key, a dozen "unknown key" lines.
+_MARKS: dict[str, tuple[frozenset[str], str, str]] = {
+    "hardware_profiles": (frozenset({"hbm_gib", "hbm_bandwidth_tb_s", "peak_tflops", "interconnect"}),
+                          "a GPU profile", "a pool's gpu or --gpu takes it"),
+    "model_profiles": (frozenset({"num_hidden_layers", "num_attention_heads", "hidden_size", "vocab_size"}),
+                       "a model profile", "a pool's model or --model takes it"),
+    "backend_profiles": (frozenset({"stack", "default_release", "newest_release", "engine"}),
+                         "a serving backend profile", "a pool's engine.backend or --backend takes it"),
+    "scenarios": (frozenset({"workload", "pools"}), "a scenario", "`llmsim run` runs it"),
+}
+
+
+def refuse_other_kind(kind: str, data: dict, path: Path) -> None:
+    """Refuse ``data`` read as ``kind`` (a key of :data:`_MARKS`) where it is plainly another kind's file
+    and none of its own: one line saying what the file is and where it goes."""
+    own = _MARKS[kind][0]
+    if own & set(data):
+        return
+    for other, (marks, what, where) in _MARKS.items():
+        if other != kind and len(marks & set(data)) >= 2:
+            raise LlmsimError(f"is {what}, not {_MARKS[kind][1]}: {where}", source=path)
+
+
+def _parse_profile(path: Path, cls: type[P], noun: str, kind: str) -> P:
     from ..scenario.strict import validate_strict
 
     data = read_structured(path)
     if not isinstance(data, dict):
         raise LlmsimError(f"expected a mapping of {noun} keys", source=path)
+    if kind in _MARKS:
+        refuse_other_kind(kind, data, path)
     data.setdefault("name", path.stem)
     return validate_strict(cls, data, path)

@@ -17,7 +17,7 @@ from ..dtypes import BYTES, EXPERT_ONLY_DTYPES, WEIGHT_DTYPES, checkpoint_weight
 from ..errors import KeyRefusal, LlmsimError
 from .hf_config import ALIASES, model_type_fault, normalize
 from .layout import check_layout, is_moe_layer, layout_text, mla_params
-from .loader import read_structured, resolve
+from .loader import read_structured, refuse_other_kind, resolve
 
 #: Physical bounds on a decoder's shape, each far beyond any published model
 #: (the deepest has ~130 layers, the widest a hidden size of ~25,000, the
@@ -520,6 +520,8 @@ def load_model(name_or_path: str) -> ModelProfile:
     data = read_structured(path)
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping of model keys", source=path)
+    if "text_config" not in data:       # a multimodal checkpoint's keys are under it
+        refuse_other_kind("model_profiles", data, path)
     if "text_config" in data and not isinstance(data["text_config"], dict):
         raise LlmsimError("expected a mapping (a multimodal checkpoint's language model)", source=path,
                           key_path="text_config")

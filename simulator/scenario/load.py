@@ -13,7 +13,7 @@ from ..errors import LlmsimError, set_flag
 from ..fields import declared_results
 from .ci import check_metric_names
 from .slo import parse_slo
-from ..profiles.loader import read_structured, resolve
+from ..profiles.loader import read_structured, refuse_other_kind, resolve
 from .overrides import apply_override, key_fault
 from .schema import Scenario
 from .strict import validate_strict
@@ -32,6 +32,7 @@ def load_scenario(name_or_path: str | Path, overrides: list[str] | None = None,
     data = read_structured(path, what="scenario file")
     if not isinstance(data, dict):
         raise LlmsimError("expected a mapping with name, workload and pools", source=path)
+    refuse_other_kind("scenarios", data, path)
     if "base" in data and {"grid", "points"} & set(data) and not {"workload", "pools"} & set(data):
         raise LlmsimError("is a sweep file, not a scenario: `llmsim sweep` runs it (its base: names the scenario)",
                           source=path)
