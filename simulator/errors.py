@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
 __all__ = ["LlmsimError", "KeyRefusal", "format_key_path", "from_validation_error", "error_loc", "user_loc",
-           "os_reason", "first_few", "nearest", "shortened", "set_flag"]
+           "os_reason", "first_few", "nearest", "near_names", "shortened", "set_flag"]
 
 
 class LlmsimError(Exception):
@@ -88,13 +88,19 @@ def nearest(word: str, names: Sequence[str]) -> str:
     """`` (did you mean chat?)`` for the name nearest a mistyped one, "" when none is near: a name that
     addresses nothing is a slip of a letter more often than not, or the start of a longer one (``h100``
     for ``h100-pcie`` or ``h100-sxm``, which a letter's distance would answer with ``h200``)."""
+    near = near_names(word, names)
+    return f" (did you mean {' or '.join(near)}?)" if near else ""
+
+
+def near_names(word: str, names: Sequence[str]) -> list[str]:
+    """The names :func:`nearest` offers for ``word``: those it begins, if a few, else the one a letter's
+    slip away, else none."""
     import difflib
 
     longer = [n for n in names if n.startswith(word) and n != word] if word else []
     if 0 < len(longer) <= 3:
-        return f" (did you mean {' or '.join(longer)}?)"
-    near = difflib.get_close_matches(word, list(names), n=1)
-    return f" (did you mean {near[0]}?)" if near else ""
+        return longer
+    return difflib.get_close_matches(word, list(names), n=1)
 
 
 def os_reason(e: OSError) -> str:

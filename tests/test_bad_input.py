@@ -1134,3 +1134,17 @@ def test_a_file_or_name_of_another_kind_says_what_it_is(tmp_path, cli, repo_root
     r = cli(*args, "--input", "100", "--output", "10") if args[0] == "estimate" else cli(*args)
     one_line_error(r, says)
     assert len(r.err.strip().splitlines()) == 1 and not (tmp_path / "out").exists(), r.err
+
+
+def test_a_misspelt_file_name_is_answered_with_the_file_beside_it(tmp_path, cli):
+    """'s.yml: file not found' with s.yaml one letter away; scenarios/chatbt.yaml, which the shipped
+    chatbot.yaml answers from any folder."""
+    write_yaml(tmp_path / "s.yaml", SCENARIO)
+    one_line_error(cli("run", tmp_path / "s.yml", "-o", tmp_path / "out"),
+                   f"s.yml: file not found (did you mean {tmp_path / 's.yaml'}?)")
+    one_line_error(cli("run", "scenarios/chatbt.yaml", "-o", tmp_path / "out"),
+                   "file not found (did you mean scenarios/chatbot.yaml?)")
+    r = cli("run", tmp_path / "zzzz.yaml", "-o", tmp_path / "out")
+    one_line_error(r, "zzzz.yaml: file not found")
+    assert "did you mean" not in r.err
+    assert not (tmp_path / "out").exists()

@@ -18,7 +18,7 @@ from typing import Any, TypeVar
 import yaml
 from pydantic import BaseModel
 
-from ..errors import LlmsimError, nearest, os_reason, shortened
+from ..errors import LlmsimError, near_names, nearest, os_reason, shortened
 from ..reads import MAX_TEXT_BYTES, input_file, note_read
 from ..plugins import profile_files
 from ..structured import parse_json, parse_yaml
@@ -122,7 +122,7 @@ def _resolve(kind: str, name_or_path: str) -> Path:
             shipped = builtin_dir(kind) / p.name
             if (p.parent.name == kind or p.parent == Path(".")) and shipped.exists():
                 return shipped
-            raise LlmsimError("file not found", source=p)
+            raise LlmsimError(f"file not found{_near_file(p, kind)}", source=p)
         return p
     named = named_profile(kind, name_or_path)
     if named is not None:
@@ -133,6 +133,22 @@ def _resolve(kind: str, name_or_path: str) -> Path:
     names = list_profiles(kind)
     raise LlmsimError(f"unknown {noun} {shortened(repr(name_or_path))}{nearest(name_or_path.lower(), names)}; "
                       f"valid names: {', '.join(names)} (or a path to a YAML/JSON file)")
+
+
+def _near_file(p: Path, kind: str) -> str:
+    """`` (did you mean scenarios/chatbot.yaml?)`` for a file name one slip from a file beside it, or from a
+    shipped one where the path would have reached it (``scenarios/chatbt.yaml``); "" when none is near."""
+    names = []
+    try:
+        if p.parent.is_dir():
+            names += [f.name for f in p.parent.iterdir() if f.suffix in (".yaml", ".yml", ".json") and f.is_file()]
+    except OSError:
+        pass
+    if p.parent.name == kind or p.parent == Path("."):
+        names += [f"{n}.yaml" for n in list_builtin(kind)]
+    by_stem = {Path(n).stem: n for n in sorted(set(names))}     # by stem: a shared .yaml is no likeness
+    near = [str(p.parent / by_stem[n]) for n in near_names(p.stem, sorted(by_stem))]
+    return f" (did you mean {' or '.join(near)}?)" if near else ""
 
 
 def named_profile(kind: str, name: str) -> Path | None:
