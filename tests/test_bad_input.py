@@ -1148,3 +1148,12 @@ def test_a_misspelt_file_name_is_answered_with_the_file_beside_it(tmp_path, cli)
     one_line_error(r, "zzzz.yaml: file not found")
     assert "did you mean" not in r.err
     assert not (tmp_path / "out").exists()
+
+
+def test_a_misspelt_trace_path_is_answered_with_the_trace_beside_it(tmp_path, cli):
+    (tmp_path / "tr").mkdir()
+    (tmp_path / "tr" / "day.csv").write_text("timestamp,input_tokens,output_tokens\n0,100,10\n1,200,20\n")
+    data = {**SCENARIO, "workload": {"arrival": {"type": "trace", "path": "tr/day.cvs"}}}
+    one_line_error(cli("run", write_yaml(tmp_path / "s.yaml", data), "-o", tmp_path / "out"),
+                   "workload.arrival.path: tr/day.cvs: file not found (did you mean tr/day.csv?) (read as ")
+    assert not (tmp_path / "out").exists()

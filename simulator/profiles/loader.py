@@ -13,7 +13,7 @@ import json
 import time
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any, Sequence, TypeVar
 
 import yaml
 from pydantic import BaseModel
@@ -138,17 +138,23 @@ def _resolve(kind: str, name_or_path: str) -> Path:
 def _near_file(p: Path, kind: str) -> str:
     """`` (did you mean scenarios/chatbot.yaml?)`` for a file name one slip from a file beside it, or from a
     shipped one where the path would have reached it (``scenarios/chatbt.yaml``); "" when none is near."""
-    names = []
+    shipped = [f"{n}.yaml" for n in list_builtin(kind)] if p.parent.name == kind or p.parent == Path(".") else []
+    near = [str(p.parent / n) for n in near_files(p, (".yaml", ".yml", ".json"), shipped)]
+    return f" (did you mean {' or '.join(near)}?)" if near else ""
+
+
+def near_files(p: Path, suffixes: tuple[str, ...] | None = None, more: Sequence[str] = ()) -> list[str]:
+    """The names of the files in ``p``'s folder (of ``suffixes``, if given) and of ``more`` nearest ``p``'s
+    name, compared by stem (a shared suffix is no likeness): what a misspelt path most likely meant."""
+    names = list(more)
     try:
         if p.parent.is_dir():
-            names += [f.name for f in p.parent.iterdir() if f.suffix in (".yaml", ".yml", ".json") and f.is_file()]
+            names += [f.name for f in p.parent.iterdir()
+                      if (suffixes is None or f.suffix in suffixes) and f.is_file()]
     except OSError:
         pass
-    if p.parent.name == kind or p.parent == Path("."):
-        names += [f"{n}.yaml" for n in list_builtin(kind)]
-    by_stem = {Path(n).stem: n for n in sorted(set(names))}     # by stem: a shared .yaml is no likeness
-    near = [str(p.parent / by_stem[n]) for n in near_names(p.stem, sorted(by_stem))]
-    return f" (did you mean {' or '.join(near)}?)" if near else ""
+    by_stem = {Path(n).stem: n for n in sorted(set(names))}
+    return [by_stem[n] for n in near_names(Path(p).stem, sorted(by_stem))]
 
 
 def named_profile(kind: str, name: str) -> Path | None:
