@@ -209,7 +209,7 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None,
             near = nearest(str(written[-1]), keys_at(tuple(written[:-1]))) if keys_at and written else ""
             msg = f"unknown key ({near[2:-1] + ' ' if near else 'check the spelling; '}see `llmsim schema`)"
         elif "input" in e and e.get("type") not in ("missing",) and not isinstance(e["input"], (dict, list)) \
-                and f"the text {e['input']!r}" not in msg:
+                and f"the text {e['input']!r}" not in msg and not msg.startswith("has no value"):
             got[path] = f" (got {_shown(e['input'])})"
         hints[path] = hints.get(path) or _near_choice(e)
         if msg not in by_path.setdefault(path, []):
@@ -225,6 +225,12 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None,
     return LlmsimError("invalid input:\n  " + "\n  ".join(lines), source=source)
 
 
+#: What each pydantic type error expected, in a user's words.
+_TYPE_WORDS = {"string_type": "a text", "int_type": "a whole number", "float_type": "a number",
+               "bool_type": "true or false", "model_type": "a mapping of keys to values",
+               "dict_type": "a mapping of keys to values", "list_type": "a list"}
+
+
 #: A number written with its unit or a percent sign (``10s``, ``5 min``, ``90%``): the number and the rest.
 _WITH_UNIT = re.compile(r"\s*([-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S.*?)\s*")
 
@@ -238,6 +244,8 @@ def _plain(e: dict) -> str:
         return msg.removeprefix("Value error, ")
     if kind == "int_parsing_size":     # pydantic: "Unable to parse input string as an integer, ..."
         return "expected a whole number, and this one is past any integer llmsim takes"
+    if value is None and "input" in e and kind in _TYPE_WORDS:      # `model:` with nothing after it
+        return f"has no value (left empty, or null): expected {_TYPE_WORDS[kind]}"
     if kind in ("too_short", "too_long") and "actual_length" in ctx:     # pydantic: "... after validation, not 3"
         bound = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
         things = "item" if bound == 1 else "items"

@@ -1059,6 +1059,9 @@ def _edited(where: tuple, value) -> dict:
                                                              "(got 90)"),
     # a Python class name where a mapping goes
     (("pools", 0, "engine"), "vllm", "pools[0].engine: expected a mapping of keys to values"),
+    # `model:` or `engine:` with nothing after it: "Input should be a valid string (got None)"
+    (("pools", 0, "model"), None, "pools[0].model: has no value (left empty, or null): expected a text"),
+    (("pools", 0, "engine"), None, "pools[0].engine: has no value (left empty, or null): expected a mapping"),
     # "List should have at least 1 item after validation, not 0"
     (("workload", "input_tokens"), {"dist": "empirical", "values": []},
      "workload.input_tokens.values: expected at least 1 item, got 0"),
