@@ -1075,6 +1075,21 @@ def test_a_slip_is_answered_with_what_was_meant(tmp_path, cli, where, value, say
     assert "instance of" not in line and "Input tag" not in line and "unable to parse" not in line, line
 
 
+@pytest.mark.parametrize("typo, meant", [("num_hidden_layer", "num_hidden_layers"),
+                                         ("num_attention_head", "num_attention_heads")])
+def test_a_misspelt_key_of_a_config_json_names_the_key_meant(tmp_path, typo, meant):
+    """Refused as "unknown key 'num_hidden_layer' may change the architecture", the slip unnamed."""
+    from simulator.profiles.model import load_model
+
+    config = {"model_type": "llama", "hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32,
+              "num_key_value_heads": 8, "num_hidden_layers": 32, "vocab_size": 32000, typo: 32}
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps(config))
+    with pytest.raises(LlmsimError) as e:
+        load_model(str(path))
+    assert f"unknown key {typo!r} (did you mean {meant}?) may change the architecture" in e.value.render()
+
+
 @pytest.mark.parametrize("key, value, says", [
     ("num_key_value_heads", 5, "num_key_value_heads: 5 does not divide num_attention_heads 32"),
     ("num_experts_per_tok", 10, "num_experts_per_tok: 10 exceeds the 8 experts"),

@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from ..errors import LlmsimError
+from ..errors import LlmsimError, nearest
 
 # Other spellings of the profile's fields.
 ALIASES: dict[str, str] = {
@@ -146,8 +146,10 @@ def normalize(data: dict[str, Any], path, fields: set[str], strict: bool) -> dic
         elif strict:
             out[key] = value   # the profile's validation names the unknown key
         elif _ARCHITECTURE_WORDS.search(key) and value not in (None, False, [], {}):
-            raise LlmsimError(f"unknown key {key!r} may change the architecture and llmsim does not model it "
-                              "(it reads the keys listed in docs/scenarios.md, 'MoE and MLA models')",
+            # a slip of a key llmsim reads (num_hidden_layer) is named as one, not as unknown architecture
+            near = nearest(key, sorted(fields | set(ALIASES)))
+            raise LlmsimError(f"unknown key {key!r}{near} may change the architecture and llmsim does not model "
+                              "it (it reads the keys listed in docs/scenarios.md, 'MoE and MLA models')",
                               source=path, key_path=key)
     if data.get("use_sliding_window") is False:   # Qwen2-style: the window is switched off
         out.pop("sliding_window", None)
