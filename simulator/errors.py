@@ -129,8 +129,8 @@ def user_loc(loc: Iterable[Any], data: Any) -> list:
         elif isinstance(node, list) and isinstance(part, int) and 0 <= part < len(node):
             out.append(part)
             node = node[part]
-        elif node is not None and not isinstance(node, (dict, list)) and isinstance(part, str):
-            continue    # a scalar has no keys: the part names a union member tried on it
+        elif node is not None and not isinstance(node, dict) and isinstance(part, str):
+            continue    # a scalar or a list has no keys: the part names a union member tried on it
         else:
             out.append(part)
             node = None
@@ -246,6 +246,8 @@ def _plain(e: dict) -> str:
         return "expected a whole number, and this one is past any integer llmsim takes"
     if value is None and "input" in e and kind in _TYPE_WORDS:      # `model:` with nothing after it
         return f"has no value (left empty, or null): expected {_TYPE_WORDS[kind]}"
+    if isinstance(value, (list, dict)) and kind in _TYPE_WORDS and kind not in ("model_type", "dict_type"):
+        return f"expected {_TYPE_WORDS[kind]}, got a {'list' if isinstance(value, list) else 'mapping'}"
     if kind in ("too_short", "too_long") and "actual_length" in ctx:     # pydantic: "... after validation, not 3"
         bound = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
         things = "item" if bound == 1 else "items"

@@ -1062,6 +1062,11 @@ def _edited(where: tuple, value) -> dict:
     # `model:` or `engine:` with nothing after it: "Input should be a valid string (got None)"
     (("pools", 0, "model"), None, "pools[0].model: has no value (left empty, or null): expected a text"),
     (("pools", 0, "engine"), None, "pools[0].engine: has no value (left empty, or null): expected a mapping"),
+    # a list where a number goes: "network.ingress_ms.number: Input should be a valid number", a union member's tag
+    # in the key path
+    (("classes",), [{"name": "all", "network": {"ingress_ms": [1]}}],
+     "classes[0].network.ingress_ms: expected a number, got a list"),
+    (("pools", 0, "replicas"), {"n": 2}, "pools[0].replicas: expected a whole number, got a mapping"),
     # "List should have at least 1 item after validation, not 0"
     (("workload", "input_tokens"), {"dist": "empirical", "values": []},
      "workload.input_tokens.values: expected at least 1 item, got 0"),
