@@ -564,3 +564,14 @@ def test_a_vllm_release_that_sizes_its_pool_after_its_graphs_takes_them_as_a_fla
     v2_sampler = 1024 * load_model("llama-3-8b").vocab_size * (14 - 6.012)
     assert stated["kv_capacity_bytes"] == pytest.approx(
         v19["kv_capacity_bytes"] + 0.02 * load_hardware("h100-sxm").cuda_total_bytes - 1.5 * 2**30 + v2_sampler)
+
+
+@pytest.mark.parametrize("sizes", [("--decode-batch", "4", "--decode-context", "100000"),
+                                   ("--prefill-tokens", "4096", "--prefill-context", "6000")])
+def test_a_step_past_the_models_context_is_priced_with_a_warning(cli, sizes):
+    """A sequence longer than llama-3-8b's 8,192-token context, as `estimate request` warns of one."""
+    r = cli("estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-8b", *sizes, "--json")
+    assert r.code == 0 and "exceeds llama-3-8b's context of 8,192" in r.json()["warnings"][0], r.err
+    inside = cli("estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-8b", "--decode-batch", "4",
+                 "--decode-context", "8191", "--json")
+    assert inside.code == 0 and "warnings" not in inside.json()

@@ -303,11 +303,14 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
     kernels = engine.kernels if engine is not None else kernels
     out = {**cm.describe(), **({"backend": backend} if backend else {}), **({"kernels": kernels} if kernels else {}),
            **model_figures(cm), **b.as_ms()}
-    note = _step_room(cm, engine, prefill_tokens + prefill_context + decode_batch * (decode_context + 1))
-    if note:
+    notes = [n for n in (_past_context(cm, prefill_tokens, prefill_context, decode_batch, decode_context),
+                         _step_room(cm, engine, prefill_tokens + prefill_context
+                                    + decode_batch * (decode_context + 1))) if n]
+    if notes:
         # An estimate is arithmetic, not a run (as `estimate request` past the context): say so, still answer.
-        out["warnings"] = [note]
-        warn(note)
+        out["warnings"] = notes
+        for note in notes:
+            warn(note)
     if json:
         print_json(out)
         return
@@ -317,6 +320,14 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
     if not roofline:
         for note in provenance_notes({cm.gpu.name: cm.gpu.provenance()}):
             console.print(f"[yellow]note:[/] {escape(note)}")
+
+
+def _past_context(cm, prefill_tokens: int, prefill_context: int, decode_batch: int, decode_context: int) -> str:
+    """Why the step's longest sequence is past the model's context, or "": the stacks refuse a
+    request that long, as ``estimate request`` warns of its input + output."""
+    longest = max(prefill_context + prefill_tokens, decode_context + 1 if decode_batch else 0)
+    mp = cm.model.max_position_embeddings
+    return f"a sequence of {longest:,} tokens exceeds {cm.model.name}'s context of {mp:,}" if longest > mp else ""
 
 
 def _step_room(cm, engine, kv_tokens: int) -> str:
