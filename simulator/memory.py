@@ -305,8 +305,11 @@ def _no_room(model: ModelProfile, gpu: HardwareProfile, par: Parallelism, weight
                 f"{left / 1e9:.1f} GB of {n} × {g.cuda_total / 1e9:.1f} GB CUDA reports, of which "
                 f"free_gpu_memory_fraction {b.fraction} goes to the KV cache")
     knob = "gpu_memory_utilization" if b.knob == "gpu_memory_utilization" else f"kv_memory.fraction ({b.knob})"
+    # The profiling run's activations alone past the GPU: the token budget is the slip, not the fleet.
+    budget = (f"; the {g.budget:,}-token budget's activations alone take {g.activation * n / 1e9:,.1f} GB: "
+              f"lower engine.max_num_batched_tokens" if g.activation > g.cuda_total else "")
     return (f"{model.name}{DOES_NOT_FIT}{shape} {gpu.name} as {rule} sizes its KV cache: {what}; use more "
-            f"GPUs (tp, dp with ep), a smaller weight dtype, a larger GPU or a larger engine.{knob}")
+            f"GPUs (tp, dp with ep), a smaller weight dtype, a larger GPU or a larger engine.{knob}{budget}")
 
 
 def blocks_override(mem: MemoryPlan, blocks: Optional[int]) -> MemoryPlan:

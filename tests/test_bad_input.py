@@ -1180,3 +1180,15 @@ def test_a_misspelt_trace_path_is_answered_with_the_trace_beside_it(tmp_path, cl
     one_line_error(cli("run", write_yaml(tmp_path / "s.yaml", data), "-o", tmp_path / "out"),
                    "workload.arrival.path: tr/day.cvs: file not found (did you mean tr/day.csv?) (read as ")
     assert not (tmp_path / "out").exists()
+
+
+def test_a_token_budget_whose_activations_outgrow_the_gpu_names_the_budget(cli):
+    """A slip of the budget (a hundred million tokens) is the budget's fault, not the fleet's: the refusal says
+    so beside its usual advice to add GPUs."""
+    r = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--input", "100", "--output", "10",
+            "--backend", "vllm", "--max-num-batched-tokens", "100000000")
+    said = " ".join(r.err.split())
+    assert r.code == 2 and "100,000,000-token budget's activations alone take" in said, r.err
+    ok = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3.1-70b", "--input", "100",
+             "--output", "10", "--backend", "vllm")
+    assert ok.code == 2 and "budget's activations" not in " ".join(ok.err.split()), ok.err
