@@ -29,6 +29,7 @@ from .fleet.setup import PoolSetup, setup_pool  # noqa: F401  (re-exported: note
 from .metrics.derive import RequestArrays
 from .metrics.records import Records
 from .fleet.timeline import Timeline
+from .fleet.window import open_window
 from .gcpause import without_gc
 from .report.fleet_report import llmsim_block, timing_block
 from .scenario.compile import FleetPlan, PoolPlan, compile_scenario
@@ -86,14 +87,23 @@ class RunOutput:
         return f"RunOutput({', '.join(shown)})"
 
 
-def _counted_span(records: Records, warmup: int) -> Optional[float]:
+def _counted_span(records: Records, warmup: int, warm_start: bool = False) -> Optional[float]:
     """The benchmark's duration after a closed loop's warm-up: from the first counted request to the
     last stamp, as vllm bench's and AIPerf's clocks start once the warm-up is done (from t = 0 the
     warm-up's time stayed in every rate: 400 requests at 16.4 req/s read 14.8); None (from t = 0)
-    without one."""
-    if not warmup or not len(records):
+    without one, and after a warm start's lead-in, whose window opens at t = 0 itself."""
+    if not warmup or not len(records) or warm_start:
         return None
     return max(RequestArrays(records).last_stamp() - float(records.arrival.min()), 0.0)
+
+
+def _open_window(pools: Mapping[str, Pool], gaps: GapLog, start_timeline: Callable[[], None]) -> None:
+    """t = 0 after a warm start's lead-in: the pools' logs and counters, the gaps ITL reads and the
+    timeline start there, as a cold run's do at its start."""
+    for pool in pools.values():
+        open_window(pool)
+    gaps.clear()
+    start_timeline()
 
 
 def _router_rng(seed: int, pool: str, shard: tuple[int, ...] = ()) -> np.random.Generator:
@@ -140,9 +150,10 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         scenario, source = load_scenario(scenario)
     sc = scenario
     plan = compile_scenario(sc, source)     # the run's size checked too
-    env = simpy.Environment()
-    gaps = GapLog()
     wl = sc.workload
+    # a warm start's lead-in runs before t = 0, so that the window's times read as a cold run's
+    env = simpy.Environment(initial_time=-wl.warm_start_s) if wl.warm_start_s else simpy.Environment()
+    gaps = GapLog()
     seeds = np.random.SeedSequence(sc.seed).spawn(8)
     done = [0]
     wall = time.perf_counter()
@@ -180,8 +191,15 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
             scaler = scalers[p.name] = Autoscaler(pools[p.name], a, p.cold_start_s)
             clock.every(a.interval_s, scaler.tick)
     timeline = Timeline(pools, {p.name: p.spec.gpus_per_replica for p in plan.pools})
-    timeline.sample()
-    clock.every(sc.timeline_interval_s, timeline.sample)
+
+    def start_timeline() -> None:
+        timeline.start()
+        clock.every(sc.timeline_interval_s, timeline.sample)
+
+    if not wl.warm_start_s:
+        start_timeline()
+    else:    # the window opens at t = 0
+        env.timeout(wl.warm_start_s).callbacks.append(lambda ev: _open_window(pools, gaps, start_timeline))
     if progress is not None:
         reqs = src.requests
         horizon = wl.duration_s or (reqs[-1].arrival if reqs and src.expected_total == len(reqs) else 1.0)
@@ -193,7 +211,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     except LlmsimError as e:   # a limit met while running (the clock's ticks): name the scenario
         raise LlmsimError(e.message, source=e.source or source, key_path=e.key_path) from None
     wall = time.perf_counter() - wall
-    # A closed loop's warm-up requests ran (they shaped the queue) but, as in
+    # A closed loop's warm-up requests and a warm start's lead-in ran (they shaped the queue) but, as in
     # a benchmark, are not counted.
     warmup = getattr(src, "warmup", 0)
     requests = src.requests[warmup:]
@@ -207,7 +225,8 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         llmsim = llmsim_block(plan, pools, end, engine, records, scalers)
     except LlmsimError as e:     # a figure the scenario asked for cannot be read off what ran (cost.monthly)
         raise LlmsimError(e.message, source=e.source or source, key_path=e.key_path) from None
-    results = compute_results(records, gaps, slo=plan.slo, llmsim=llmsim, duration=_counted_span(records, warmup))
+    results = compute_results(records, gaps, slo=plan.slo, llmsim=llmsim,
+                              duration=_counted_span(records, warmup, bool(wl.warm_start_s)))
     return RunOutput(sc, requests, gaps, results, pools, plan.setups, tl, scalers,
                      timing_block(wall, len(records)), plan)
 

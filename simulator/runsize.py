@@ -77,14 +77,20 @@ def estimate_run_size(sc) -> RunSize:
         count = wl.num_sessions
     else:
         count = wl.num_requests
+    if wl.warm_start_s is not None:       # the lead-in's starts and time come first
+        lead_starts, lead_s = arrival.lead_in_count(wl.warm_start_s), wl.warm_start_s
+    else:
+        lead_starts, lead_s = 0.0, 0.0
     if count is not None:
         starts, span = float(count), count / rate if rate > 0 else None
         key = "workload.arrival.rate_per_s"
     else:
         starts, span = float(arrival.expected_count(wl.duration_s)), wl.duration_s
         key = "workload.duration_s"
+    starts += lead_starts
     if span is None:
         return RunSize(starts * per_start, None)
+    span += lead_s
     return RunSize(starts * per_start, span + length, "workload.session" if length > span else key)
 
 

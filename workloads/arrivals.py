@@ -42,7 +42,7 @@ from __future__ import annotations
 
 import math
 from functools import cached_property
-from typing import Annotated, ClassVar, Literal, Optional
+from typing import Annotated, Callable, ClassVar, Literal, Optional
 
 import numpy as np
 from pydantic import Field, model_validator
@@ -115,6 +115,27 @@ class OpenLoopArrival(ArrivalProcess):
         """Coefficient of variation of a gap (sizes the batches in duration mode)."""
         return 1.0
 
+    def _lead_in(self, span_s: float) -> tuple[float, Callable[[np.ndarray], np.ndarray]]:
+        """Operational time at ``-span_s`` (≤ 0; 0 at t = 0) and its map back to seconds, for the process
+        before the run: the profile continues back in time (a day or a period repeats) and spikes, which
+        start at t ≥ 0, do not reach it. RateSchedule's own Λ starts at 0, hence the shape's integral here."""
+        shape = self.profile
+        if shape is None:
+            return -span_s * self.rate_per_s, lambda op: op / self.rate_per_s
+        lo = float(self.rate_per_s * shape.integral(np.float64(-span_s)))
+        return lo, lambda op: shape.inverse(op / self.rate_per_s)
+
+    def lead_in_count(self, span_s: float) -> float:
+        """Expected arrivals over [-span_s, 0): what a warm start adds to the run."""
+        return -self._lead_in(span_s)[0]
+
+    def lead_in_times(self, rng: np.random.Generator, span_s: float) -> np.ndarray:
+        """Sorted arrival times in [-span_s, 0): the same process run for ``span_s`` seconds before the
+        window (``workload.warm_start_s``), its first arrival one gap after -span_s."""
+        lo, to_time = self._lead_in(span_s)
+        t = np.clip(to_time(self._operational(rng, lo, 0.0)), -span_s, np.nextafter(0.0, -1.0))
+        return np.maximum.accumulate(t) if t.size else t
+
     def times(self, rng: np.random.Generator, n: Optional[int] = None,
               duration_s: Optional[float] = None) -> np.ndarray:
         """Sorted arrival times in seconds: the first ``n`` arrivals, or every
@@ -134,18 +155,21 @@ class OpenLoopArrival(ArrivalProcess):
             return self._to_time(np.cumsum(self._unit_gaps(rng, int(n))))
         if not (duration_s >= 0 and math.isfinite(duration_s)):
             raise ValueError(f"duration_s must be a finite number ≥ 0, got {duration_s}")
-        horizon = self._horizon(duration_s)
+        return self._to_time(self._operational(rng, 0.0, self._horizon(duration_s)))
+
+    def _operational(self, rng: np.random.Generator, start: float, stop: float) -> np.ndarray:
+        """The arrivals' operational times in (``start``, ``stop``): unit-rate gaps summed from ``start``."""
         chunks: list[np.ndarray] = []
-        last = 0.0
-        while last < horizon:
+        last = start
+        while last < stop:
             # Expected count plus ~6 standard deviations: usually one batch.
-            remaining = horizon - last
+            remaining = stop - last
             size = int(remaining + 6.0 * self._cv * math.sqrt(remaining) + 16)
             op = last + np.cumsum(self._unit_gaps(rng, size))
             chunks.append(op)
             last = float(op[-1])
         op = np.concatenate(chunks) if chunks else np.empty(0)
-        return self._to_time(op[: np.searchsorted(op, horizon, side="left")])
+        return op[: np.searchsorted(op, stop, side="left")]
 
 
 @register_arrival("poisson")

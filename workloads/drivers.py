@@ -18,6 +18,7 @@ when they are sent), and ``requests`` lists them by id.
 """
 from __future__ import annotations
 
+from bisect import bisect_left
 from pathlib import Path
 from typing import Callable, Iterable, Optional, Protocol, TypeVar, Union
 
@@ -73,6 +74,12 @@ class Source(Protocol):
         rate-limited or stranded): where a closed loop or a session sends its next request."""
 
 
+def sent_before_window(requests: list[Request]) -> int:
+    """How many of ``requests`` a warm start's lead-in sent (``workload.warm_start_s``: before t = 0): served,
+    not counted. Ids follow sending order, so they are the first ones, as a closed loop's warm-up is."""
+    return bisect_left(requests, 0.0, key=lambda r: r.arrival)
+
+
 def fire(env: simpy.Environment, delay: float, callback) -> None:
     """Run ``callback`` after ``delay`` as a client event (URGENT, like arrivals):
     no timeout object, and it precedes an iteration boundary at the same time."""
@@ -115,6 +122,10 @@ class OpenLoop:
             attach(i, reqs[i])
             submit(reqs[i])
         _at_times(env, range(len(reqs)), lambda i: reqs[i].arrival, arrive)
+
+    @property
+    def warmup(self) -> int:
+        return sent_before_window(self.requests)
 
     def on_done(self, req: Request) -> None:
         pass
@@ -202,6 +213,10 @@ class _Sessions:
         self.submit = submit
         self.cancel = cancel
         _at_times(env, self.sids, self.starts.__getitem__, self._begin)
+
+    @property
+    def warmup(self) -> int:
+        return sent_before_window(self.requests)
 
     def _document(self, sid: int, app: int) -> tuple[Document, int]:
         """The session's token stream, starting with its app's system prompt; and that prompt's length."""

@@ -41,6 +41,8 @@ from .lengths import LengthDist
 from .request import Request
 from .system_prompts import Apps, SystemPromptSpec
 from .traces import TraceSpec, trace_block_tokens
+from simulator.errors import KeyRefusal
+from simulator.runsize import MAX_SPAN_S
 
 __all__ = ["DEFAULT_BLOCK_TOKENS", "MAX_PAGED_BLOCK_TOKENS", "paged_block_tokens", "WorkloadSpec", "SessionSpec",
            "Streams", "SeedLike", "spawn_streams", "LoneRows"]
@@ -80,6 +82,7 @@ class Streams(NamedTuple):
     edits: np.random.Generator           # autocomplete keystrokes per burst and keystroke gaps
     adapters: np.random.Generator        # each session's or lone request's LoRA adapter (workloads.adapters)
     agents: np.random.Generator          # agentic sessions' fan-out: which calls spawn sub-agents, and their draws
+    lead_in: np.random.Generator         # arrivals (or session starts) before the window (warm_start_s)
 
 
 # The first three streams are the seed sequence's children 0-2, as they always
@@ -160,9 +163,20 @@ class WorkloadSpec(BaseModel):
         default=None, description="apps whose system prompt starts every prompt (and session) of the app")
     session: Optional[SessionSpec] = Field(
         default=None, description="requests come in sessions: the arrival process gives session starts")
+    warm_start_s: Optional[float] = Field(
+        default=None, ge=0, le=MAX_SPAN_S, allow_inf_nan=False,
+        description="run the arrival process (session starts) this many seconds before the window, so that it "
+                    "opens mid-stream: sessions in progress, queues, caches and autoscalers filled; requests "
+                    "arriving before t = 0 are served but not counted, nor is their time billed "
+                    "(open-loop poisson or gamma arrivals only; 0: a cold start, as unset)")
 
     @model_validator(mode="after")
     def _consistent(self) -> "WorkloadSpec":
+        if self.warm_start_s is not None and (self.is_trace or self.closed_loop):
+            raise KeyRefusal("warm_start_s", f"runs the arrival process before the window, and a "
+                             f"{self.arrival.type!r} arrival has none of its own to run (a trace's times are the "
+                             f"file's; a closed loop sends as requests finish: use arrival.warmup_requests); "
+                             f"remove it or use a poisson or gamma arrival")
         if isinstance(self.arrival, TraceSpec):
             extra = [k for k in ("input_tokens", "output_tokens", "num_sessions", "system_prompt", "session")
                      if getattr(self, k) is not None]
@@ -276,7 +290,10 @@ class WorkloadSpec(BaseModel):
         if self.is_trace:
             raise ValueError("a trace workload's times come from its file (use workloads.drivers.make_source)")
         n = self.num_sessions if self.session is not None else self.num_requests
-        return self.arrival.times(s.arrivals, n=n, duration_s=self.duration_s)
+        window = self.arrival.times(s.arrivals, n=n, duration_s=self.duration_s)
+        if self.warm_start_s is None:
+            return window
+        return np.concatenate([self.arrival.lead_in_times(s.lead_in, self.warm_start_s), window])
 
     def draw_apps(self, s: Streams) -> Optional[Apps]:
         """The apps of ``system_prompt`` (drawn from the apps stream), or None."""

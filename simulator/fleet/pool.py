@@ -33,6 +33,7 @@ from ..hybrid_kv import SlidingGroups
 from .routing import Router
 from ..metrics.gaps import GapLog
 from .ingest import FrontEnd
+from .window import since_window
 from workloads.request import Request, Status
 
 ENGINES = {"fast": FastReplica, "reference": ReferenceReplica}
@@ -122,6 +123,8 @@ class Pool:
         self.serving: list[tuple[float, int]] = []   # (time, ready replicas from then on)
         self.working: list[tuple[float, int]] = []   # (time, ready + draining: replicas that may iterate)
         self.t_rejected = 0.0
+        self.window_start = env.now         # where the reported window opens (fleet/window.py: a warm start's 0)
+        self.at_window: dict[int, dict] = {}   # replica index -> its stats there
         self.arrivals = 0                   # requests submitted (for rate metrics)
         self.rejected = 0
         self.warm: list[int] = []
@@ -285,6 +288,11 @@ class Pool:
                 if self.on_done:
                     self.on_done(req)
                 return
+
+    def replica_stats(self, replica, now: float) -> dict:
+        """``replica.stats(now)`` over the reported window (all of the run but a warm start's lead-in)."""
+        return since_window(replica.stats(now), self.at_window.get(replica.index), now, replica.t0,
+                            self.window_start)
 
     def end_time(self) -> float:
         """When the last request ended: the end of the simulated span. The

@@ -21,6 +21,12 @@ class Timeline:
         self.rows: list[tuple] = []
         self._last = {name: (p.env.now, p.arrivals) for name, p in pools.items()}
 
+    def start(self) -> None:
+        """The first sample, now: t = 0, where the window opens (after a warm start's lead-in, whose
+        arrivals no row's rate counts)."""
+        self._last = {name: (p.env.now, p.arrivals) for name, p in self.pools.items()}
+        self.sample()
+
     def sample(self) -> None:
         for name, p in self.pools.items():
             now = p.env.now

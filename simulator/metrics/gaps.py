@@ -56,6 +56,12 @@ class GapLog:
         self.hi.extend(other.hi)
         self.weight.extend(other.weight)
 
+    def clear(self) -> None:
+        """Forget every gap logged so far: a warm start's lead-in (simulator/fleet/window.py), whose
+        requests ITL does not count; a step in progress at the window's start is logged after it, whole."""
+        for a in (self.lo, self.hi, self.weight):
+            del a[:]
+
     def __len__(self) -> int:
         return len(self.weight)
 

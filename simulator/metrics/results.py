@@ -145,7 +145,7 @@ FIELDS = {
                    + "; ".join(f"{Status(s).name.lower()} ({_STATUS[Status(s).name.lower()]})" for s in _FAILED)),
     "cancelled": leaf("count", "requests their clients withdrew (llmsim's key; vLLM never cancels)"),
     "duration": leaf("s", "benchmark time: simulation start (after a closed loop's warm-up, its first counted "
-                          "request) to the latest finish or rejection"),
+                          "request; after a warm start's lead-in, t = 0) to the latest finish or rejection"),
     "total_input_tokens": leaf("tokens", "prompt tokens of completed requests"),
     "total_output_tokens": leaf("tokens", "output tokens of completed requests"),
     "request_throughput": leaf("req/s", "completed / duration"),

@@ -310,7 +310,7 @@ def _pool_power(ps: PoolSetup, pool: Pool, gpu_seconds: float, now: float) -> Po
     """A pool's activity while iterating: FLOPs = tokens × 2 × active
     parameters; HBM bytes = iterations × (the weights + the KV blocks held,
     averaged over the busy time)."""
-    stats = [r.stats(now) for r in pool.replicas]
+    stats = [pool.replica_stats(r, now) for r in pool.replicas]
     busy = sum(s["busy_time"] for s in stats)
     held = sum(s["kv_used_area"] for s in stats) / busy if busy > 0 else 0.0
     mem, gpu = ps.memory, ps.cm.gpu
@@ -342,7 +342,8 @@ def _merge_steps(logs: list[list[tuple[float, int]]]) -> list[tuple[float, int]]
 def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optional[Records],
                 ttft_ms: float | None) -> dict:
     reps = pool.replicas
-    stats = [r.stats(now) for r in reps]
+    stats = [pool.replica_stats(r, now) for r in reps]
+    lived = [now - max(r.t0, pool.window_start) for r in reps]   # each replica's part of the window
     nb = ps.memory.num_blocks
     serving = max(replica_seconds(pool.serving, now), 1e-12)
     working = max(replica_seconds(pool.working, now), 1e-12)     # draining replicas still iterate
@@ -371,9 +372,9 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "max_kv_utilization": max(s["kv_used_max"] for s in stats) / nb,
         "preemptions": sum(s["preemptions"] for s in stats),
         "rejected_on_admission": pool.rejected,
-        "mean_queue_depth": sum(s["queue_mean"] * (now - r.t0) for s, r in zip(stats, reps)) / max(now, 1e-12),
+        "mean_queue_depth": sum(s["queue_mean"] * d for s, d in zip(stats, lived)) / max(now, 1e-12),
         "max_queue_depth_per_replica": max(s["queue_max"] for s in stats),
-        "mean_batch_size": sum(s["batch_mean"] * (now - r.t0) for s, r in zip(stats, reps)) / working,
+        "mean_batch_size": sum(s["batch_mean"] * d for s, d in zip(stats, lived)) / working,
         "max_batch_size": max(s["batch_max"] for s in stats),
         "gpu_busy_fraction": sum(s["busy_time"] for s in stats) / working,
         # model FLOPs utilisation: what an SM-activity dashboard would show
@@ -441,7 +442,9 @@ def _scaling_block(pool: Pool, scaler, now: float, requests: Records, ttft_ms: f
     TTFT SLO attainment of the requests that arrived then against the rest."""
     windows = []
     ticks = scaler.decisions
+    start = pool.window_start     # a decision of a warm start's lead-in holds into the window until the next
     for (t, want, _), nxt in zip(ticks, [*(d[0] for d in ticks[1:]), now]):
+        t = max(t, start)
         ready = 0
         for tt, k in pool.serving:
             if tt > t:
@@ -451,7 +454,7 @@ def _scaling_block(pool: Pool, scaler, now: float, requests: Records, ttft_ms: f
             windows.append((t, min(nxt, now)))
     under = sum(b - a for a, b in windows)
     out = {"metric": scaler.spec.metric, "target": scaler.spec.target, "cold_start_s": scaler.cold_start_s,
-           "evaluations": len(ticks), "under_provisioned_s": under,
+           "evaluations": sum(1 for d in ticks if d[0] >= start), "under_provisioned_s": under,
            "under_provisioned_fraction": under / now if now > 0 else None}
     if ttft_ms is not None:
         starts = [a for a, _ in windows]

@@ -82,6 +82,11 @@ class PoolRecord:
     def ready(self) -> list:
         return [None] * self.ready_at_end
 
+    window_start = 0.0     # a sharded run has no warm start (sharding/split.py refuses one)
+
+    def replica_stats(self, replica: ReplicaRecord, now: float) -> dict:
+        return replica.stats(now)
+
     def flops_per_token(self) -> float:
         return self.flops
 

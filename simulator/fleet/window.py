@@ -1,0 +1,64 @@
+"""Where a warm start's window opens: t = 0, after ``workload.warm_start_s`` of lead-in.
+
+A run with a warm start begins at ``-warm_start_s`` on the simulation clock
+so that the window's own times (arrivals, stamps, the timeline, the bill)
+read from 0 as a cold run's do. The lead-in fills the fleet (sessions in
+progress, queues, prefix caches, autoscaled replicas) and is then forgotten
+by what reports the window: its requests are left out as a closed loop's
+warm-up is (the runner's ``src.requests[warmup:]``), and at t = 0 each pool
+restarts its logs and counters here. A replica's counters keep running in
+the compiled engine, so the pool keeps what they read at t = 0 and the
+report subtracts it (:func:`since_window`): a replica's counters are
+accounted per engine step (per segment in the fast engine), so the step
+in progress at t = 0 is counted whole in the window. Maxima (the most KV
+held, the longest queue) cannot be split so and cover the lead-in too.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+__all__ = ["COUNTERS", "CACHE_COUNTERS", "open_window", "since_window"]
+
+#: A replica's ``stats`` entries that only grow: the window's share is their growth since t = 0.
+COUNTERS = ("preemptions", "busy_time", "tokens_processed", "iterations", "kv_used_area", "kv_filled_area")
+#: The prefix cache's (hit rates are read from them); ``cached_blocks`` is a level, kept as it stands.
+CACHE_COUNTERS = ("lookups", "hit_requests", "hit_tokens", "prompt_tokens", "hit_ids", "prompt_ids",
+                  "evicted_blocks", "evicted_by_class_cap_blocks")
+#: Time averages over the replica's life: turned into the window's by their areas.
+_AVERAGES = ("queue_mean", "batch_mean")
+
+
+def open_window(pool) -> None:
+    """Start ``pool``'s window now: its replica-count logs restart at their current values (the bill,
+    GPU counts and replica figures integrate from here), admission rejections count from zero, and
+    every replica's counters are kept to be subtracted (:func:`since_window`)."""
+    now = pool.env.now
+    pool.window_start = now
+    pool.at_window = {r.index: r.stats(now) for r in pool.replicas}
+    pool.rejected = 0
+    for log in (pool.billing, pool.serving, pool.working):
+        before = [step for step in log if step[0] < now]
+        after = log[len(before):]
+        if before:   # the step in force now starts now; what came before is the lead-in's
+            log[:] = after if after and after[0][0] == now else [(now, before[-1][1])] + after
+
+
+def since_window(stats: dict, base: Optional[dict], now: float, t0: float, start: float) -> dict:
+    """A replica's ``stats`` at ``now`` over the window alone: counters less what they read at its
+    start (``base``, None for a replica started after it), and the queue and batch means over
+    [``start``, now] of a replica alive since ``t0``."""
+    if base is None:
+        return stats
+    out: dict[str, Any] = dict(stats)
+    for k in COUNTERS:
+        if k in out:
+            out[k] = out[k] - base[k]
+    if start > t0:
+        span = now - start
+        for k in _AVERAGES:
+            area = stats[k] * (now - t0) - base[k] * (start - t0)
+            out[k] = area / span if span > 0 else 0.0
+    pc, pc0 = stats.get("prefix_cache"), base.get("prefix_cache")
+    if pc is not None and pc0 is not None:
+        out["prefix_cache"] = {**pc, **{k: pc[k] - pc0[k] for k in CACHE_COUNTERS if k in pc}}
+    return out

@@ -1,0 +1,163 @@
+"""workload.warm_start_s: the window opens mid-stream, and the lead-in before it counts nowhere."""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import yaml
+from hypothesis import given, settings, strategies as st
+
+from simulator.errors import LlmsimError
+from simulator.profiles import load_hardware
+from simulator.runner import simulate
+from simulator.runsize import estimate_run_size
+from simulator.scenario.schema import Scenario
+from simulator.sharding.split import plan_shards
+from tests.test_bad_input import one_line_error
+from tests.test_results_reference import results_digest
+from tests.test_sweep import TINY
+from workloads.arrivals import PoissonArrival
+from workloads.rate_profiles import HourlyProfile, SinusoidProfile
+from workloads.spec import spawn_streams
+
+CHAT = {
+    "name": "chat",
+    "seed": 5,
+    "workload": {
+        "duration_s": 600,
+        "arrival": {"type": "poisson", "rate_per_s": 3.0},
+        "system_prompt": {"apps": 2, "tokens": {"dist": "uniform", "min": 250, "max": 450}},
+        "session": {"type": "chat", "turns": {"dist": "uniform", "min": 3, "max": 8},
+                    "think_time_s": {"dist": "lognormal", "mean": 30, "std": 20}},
+        "input_tokens": {"dist": "lognormal", "mean": 250, "std": 150, "min": 8, "max": 2000},
+        "output_tokens": {"dist": "lognormal", "mean": 300, "std": 200, "min": 8, "max": 1200},
+    },
+    "classes": [{"name": "free", "share": 0.8}, {"name": "paid", "share": 0.2}],
+    "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm", "replicas": 3,
+               "router": "session_affinity"}],
+    "timeline_interval_s": 30,
+}
+
+AGENTIC = {**CHAT, "name": "agents", "workload": {
+    "duration_s": 60, "arrival": {"type": "poisson", "rate_per_s": 0.5},
+    "session": {"type": "agentic", "turns": {"dist": "uniform", "min": 2, "max": 5},
+                "pause_s": {"dist": "exponential", "mean": 2}, "tool_result_tokens": {"dist": "fixed", "value": 200}},
+    "input_tokens": {"dist": "fixed", "value": 500}, "output_tokens": {"dist": "fixed", "value": 100}}}
+
+
+def scenario(body: dict, **workload) -> Scenario:
+    return Scenario.model_validate({**body, "workload": {**body["workload"], **workload}})
+
+
+def counted_rates(out) -> tuple[float, float]:
+    """Counted requests per second over [0, 300) and [300, 600)."""
+    a = np.array([r.arrival for r in out.requests])
+    return float((a < 300).sum() / 300), float(((a >= 300) & (a < 600)).sum() / 300)
+
+
+@pytest.fixture(scope="module")
+def chat_runs():
+    return {w: simulate(scenario(CHAT, **({} if w is None else {"warm_start_s": w}))) for w in (None, 600.0)}
+
+
+# --- a warm start of 0 s is the cold start, figure for figure ----------------------------------------------
+@pytest.mark.parametrize("body,workload", [
+    (CHAT, {"duration_s": 60}), (AGENTIC, {}), (TINY, {}), (TINY, {"arrival": {"type": "gamma", "rate_per_s": 60,
+                                                                                 "burstiness": 0.5}})])
+@pytest.mark.parametrize("seed", [0, 11])
+def test_a_warm_start_of_zero_is_todays_run(body, workload, seed):
+    cold = simulate(scenario({**body, "seed": seed}, **workload))
+    zero = simulate(scenario({**body, "seed": seed}, **workload, warm_start_s=0))
+    assert results_digest(zero.results) == results_digest(cold.results)
+    assert zero.timeline.equals(cold.timeline)
+    assert [r.arrival for r in zero.requests] == [r.arrival for r in cold.requests]
+
+
+# --- the window opens at the steady rate --------------------------------------------------------------------
+def test_a_warm_start_opens_the_window_at_its_steady_rate(chat_runs):
+    first, steady = counted_rates(chat_runs[None])
+    assert first / steady < 0.75          # cold: sessions still piling up (about 2/3)
+    first, steady = counted_rates(chat_runs[600.0])
+    assert first / steady == pytest.approx(1.0, abs=0.06)
+
+
+# --- what came before the window counts nowhere ------------------------------------------------------------
+def test_lead_in_requests_are_served_but_counted_nowhere(chat_runs):
+    out = chat_runs[600.0]
+    r, llmsim = out.results, out.results["llmsim"]
+    arrivals = np.array([q.arrival for q in out.requests])
+    ids = np.array([q.id for q in out.requests])
+    assert arrivals.min() >= 0.0
+    assert ids[0] > 0 and (np.diff(ids) == 1).all()        # the lead-in's requests, ids 0.., are dropped whole
+    lead_in = len(PoissonArrival(rate_per_s=3.0).lead_in_times(spawn_streams(5).lead_in, 600.0))
+    assert min(q.session for q in out.requests) < lead_in   # ... but a lead-in session's later turns count
+    assert r["completed"] + r["failed"] == len(out.requests)
+    assert sum(c["requests"] for c in llmsim["classes"].values()) == len(out.requests)
+    # the bill, the GPU figures and the timeline are the window's: 3 GPUs from t = 0 to the end
+    end = llmsim["simulated_seconds"]
+    assert llmsim["gpu_hours"] == pytest.approx(3 * end / 3600)
+    price = load_hardware("h100-sxm").price.usd_per_gpu_hour
+    assert llmsim["cost"]["window_usd"] == pytest.approx(3 * end / 3600 * price)
+    assert out.timeline["time_s"].min() == 0.0
+    assert r["duration"] == pytest.approx(end)
+    pool = llmsim["pools"]["main"]
+    assert pool["replicas_mean"] == pytest.approx(3.0)
+    assert 0 < pool["gpu_busy_fraction"] <= 1.0
+    # the engine's counters are the window's: the prompts the prefix cache looked up are the counted ones
+    # (and those of lead-in requests still waiting at t = 0), not the lead-in's too, about as many again
+    counted = sum(q.input_tokens for q in out.requests)
+    assert pool["prefix_cache"]["prompt_tokens"] == pytest.approx(counted, rel=0.03)
+
+
+
+# --- where it means nothing, it is refused -----------------------------------------------------------------
+def test_a_warm_start_is_refused_where_there_is_no_arrival_process(tmp_path, cli):
+    closed = tmp_path / "closed.yaml"
+    closed.write_text(yaml.safe_dump({**TINY, "workload": {**TINY["workload"],
+                                                           "arrival": {"type": "concurrency", "concurrency": 4}}}))
+    one_line_error(cli("run", closed, "--set", "workload.warm_start_s=60"), "closed.yaml",
+                   "workload.warm_start_s", "'concurrency' arrival", "warmup_requests")
+    (tmp_path / "t.csv").write_text("timestamp,input_length,output_length\n0,10,10\n1000,10,10\n")
+    trace = tmp_path / "trace.yaml"
+    trace.write_text(yaml.safe_dump({**TINY, "workload": {"arrival": {"type": "trace", "path": "t.csv"}}}))
+    one_line_error(cli("run", trace, "--set", "workload.warm_start_s=60"), "trace.yaml",
+                   "workload.warm_start_s", "'trace' arrival")
+    with pytest.raises(LlmsimError, match="warm start") as e:
+        plan_shards(scenario(CHAT, warm_start_s=60), 2)
+    assert e.value.key_path == "workload.warm_start_s"
+
+
+# --- the lead-in's arrivals ---------------------------------------------------------------------------------
+PROFILES = st.one_of(
+    st.none(),
+    st.builds(SinusoidProfile, period_s=st.floats(600, 86400), peak_to_trough=st.floats(1, 20),
+              peak_at_s=st.floats(0, 86400)),
+    st.builds(HourlyProfile, values=st.lists(st.floats(0, 10), min_size=24, max_size=24).filter(lambda v: max(v) > 0),
+              start_hour=st.floats(0, 23.99)))
+
+
+@settings(max_examples=60, deadline=None)
+@given(rate=st.floats(0.01, 50), profile=PROFILES, span=st.floats(0.1, 7200), seed=st.integers(0, 2**16))
+def test_lead_in_arrivals_fall_before_the_window_in_order(rate, profile, span, seed):
+    a = PoissonArrival(rate_per_s=rate, profile=profile)
+    t = a.lead_in_times(np.random.default_rng(seed), span)
+    assert ((t >= -span) & (t < 0)).all() and (np.diff(t) >= 0).all()
+    assert a.lead_in_count(span) >= 0
+
+
+def test_the_lead_in_follows_the_profile_back_in_time():
+    """A sinusoid peaking 1 h before the window: the lead-in's busiest hour is that one, at the rate the
+    profile gives then, and the expected count is what the run's size check adds."""
+    a = PoissonArrival(rate_per_s=10.0, profile=SinusoidProfile(period_s=86400, peak_to_trough=10,
+                                                                peak_at_s=86400 - 3600))
+    t = a.lead_in_times(np.random.default_rng(1), 4 * 3600.0)
+    hours = np.histogram(t, bins=np.arange(-4, 1) * 3600.0)[0] / 3600.0
+    expected = [a.lead_in_count(3600.0 * (k + 1)) - a.lead_in_count(3600.0 * k) for k in (3, 2, 1, 0)]
+    assert np.argmax(hours) in (2, 3)
+    assert hours == pytest.approx(np.array(expected) / 3600.0, rel=0.05)
+    assert len(t) == pytest.approx(a.lead_in_count(4 * 3600.0), rel=0.02)
+    cold, warm = (estimate_run_size(scenario(CHAT, **w)) for w in ({}, {"warm_start_s": 600}))
+    assert warm.requests == pytest.approx(cold.requests * 2)
+    assert warm.span_s == pytest.approx(cold.span_s + 600)
+    assert math.isfinite(warm.requests)
