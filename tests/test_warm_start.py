@@ -161,3 +161,14 @@ def test_the_lead_in_follows_the_profile_back_in_time():
     assert warm.requests == pytest.approx(cold.requests * 2)
     assert warm.span_s == pytest.approx(cold.span_s + 600)
     assert math.isfinite(warm.requests)
+
+
+def test_a_front_end_serves_the_lead_in_before_the_window():
+    """A serial front end (engine.request_ms) made before t = 0 is free from when it is made: one
+    free from t = 0 held every lead-in request until the window opened."""
+    body = {**CHAT, "pools": [{**CHAT["pools"][0], "engine": {"request_ms": 1.0}}]}
+    ended = []
+    simulate(scenario(body, duration_s=30, warm_start_s=60), on_end=ended.append)
+    lead_in = [r for r in ended if r.arrival < 0]
+    assert lead_in and all(r.first_token - r.arrival < 1.0 for r in lead_in if r.first_token < -1.0)
+    assert min(r.first_token for r in lead_in) < -50

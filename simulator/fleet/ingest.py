@@ -39,7 +39,7 @@ class FrontEnd:
         self.replica = replica
         self.per_request_s = request_ms * 1e-3
         self.per_token_s = tokenize_us_per_token * 1e-6
-        self.free_at = 0.0
+        self.free_at = env.now   # a warm start's lead-in runs before t = 0
         self.inside: dict[int, Request] = {}   # requests still in the front end, by id, in entry order
         self.by_priority: dict[int, int] = {}   # how many of them each priority has (admission counts them per arrival)
 
