@@ -21,23 +21,36 @@ class Clock:
         self.env = env
         self.tasks: list[list] = []      # [next due, interval, fn, counted]
         self.armed = False
+        self.armed_at = 0.0              # when the armed timer fires
+        self.timer = 0                   # the armed timer's number: an earlier one, superseded, does nothing
+        self.superseded = 0              # superseded timers still in the event queue: none keeps a run alive
         self.ticks = 0
         self.max_ticks = max_ticks
 
     def every(self, interval: float, fn: Callable[[], None], counted: bool = True) -> None:
         """Call ``fn`` at ``interval``, 2·``interval``, … while the run lasts.
         ``counted`` False: a display task (progress), not part of the run's
-        work, left out of the tick limit."""
-        self.tasks.append([self.env.now + interval, interval, fn, counted])
-        if not self.armed:
+        work, left out of the tick limit. A task due before the armed timer
+        re-arms it: else its first calls would wait for the timer of a task
+        with a longer interval and all run at that instant."""
+        due = self.env.now + interval
+        self.tasks.append([due, interval, fn, counted])
+        if not self.armed or due < self.armed_at - 1e-12:
             self._arm()
 
     def _arm(self) -> None:
         due = min(t[0] for t in self.tasks)
+        self.superseded += self.armed     # the timer armed now, if any, will fire for nothing
         self.armed = True
-        self.env.timeout(max(due - self.env.now, 0.0)).callbacks.append(self._fire)
+        self.armed_at = due
+        self.timer += 1
+        timer = self.timer
+        self.env.timeout(max(due - self.env.now, 0.0)).callbacks.append(lambda ev: self._fire(timer))
 
-    def _fire(self, _ev) -> None:
+    def _fire(self, timer: int) -> None:
+        if timer != self.timer:      # superseded by a timer armed for an earlier task
+            self.superseded -= 1
+            return
         now = self.env.now
         for task in self.tasks:
             if task[0] <= now + 1e-12:
@@ -53,5 +66,5 @@ class Clock:
                               f"delay, think time, debounce or pause)",
                               key_path="timeline_interval_s")
         self.armed = False
-        if self.env._queue:          # something can still happen
+        if len(self.env._queue) > self.superseded:          # something can still happen
             self._arm()
