@@ -73,7 +73,9 @@ def room(key: int) -> int:
 def rank_ids(ids: Sequence[int], rank: int, dp: int) -> tuple[int, ...]:
     """A request's block ids as its rank's cache knows them: id x becomes
     x·dp + rank, one-to-one within a rank and never equal across two, so one
-    radix tree holds dp caches that share nothing; chains stay chains."""
+    radix tree holds dp caches that share nothing; chains stay chains. A keyed
+    id may pass 2^63 (a workload's ids fit an int64, :mod:`workloads.block_ids`):
+    only the replica's cache and tier maps hold them, as Python ints."""
     return tuple(x * dp + rank for x in ids)
 
 
