@@ -172,3 +172,27 @@ def test_a_front_end_serves_the_lead_in_before_the_window():
     lead_in = [r for r in ended if r.arrival < 0]
     assert lead_in and all(r.first_token - r.arrival < 1.0 for r in lead_in if r.first_token < -1.0)
     assert min(r.first_token for r in lead_in) < -50
+
+
+@pytest.mark.parametrize("engine,key", [({"kv_offload": {"host_gb": 20}, "gpu_memory_utilization": 0.3}, "offload"),
+                                        ({}, "lora")])
+def test_lora_and_offload_counters_are_the_windows(engine, key):
+    """A LoRA pool's admissions and an offload tier's hits are counted from t = 0, as the prefix cache's
+    are: both kept the lead-in's, so that 120 s of it before a 30 s window read about four times the
+    window's admissions, and a host tier's token hit rate could pass 1 (its hit tokens the lead-in's too,
+    the prompt tokens not: 1.15 in a chat of 300 s of lead-in and 60 s of window)."""
+    pool = {"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm", "replicas": 1, "engine": engine}
+    if key == "lora":
+        pool["lora"] = {"max_loras": 2, "max_lora_rank": 16, "max_cpu_loras": 4, "adapters": 50}
+    body = {**CHAT, "seed": 3, "pools": [pool]}
+    out = simulate(scenario(body, duration_s=30, warm_start_s=120, arrival={"type": "poisson", "rate_per_s": 0.5}))
+    block = out.results["llmsim"]["pools"]["main"]
+    cache = block["prefix_cache"]
+    assert block["preemptions"] == 0
+    if key == "lora":     # one admission each, as the prefix cache's lookups count them
+        p, end = out.pools["main"], out.results["llmsim"]["simulated_seconds"]
+        lookups = sum(p.replica_stats(r, end)["prefix_cache"]["lookups"] for r in p.replicas)
+        assert block["lora"]["admissions"] == lookups
+    else:                 # every block the cache evicts goes to the tier
+        host = cache["offload"]["host"]
+        assert host["hit_requests"] > 0 and host["offloaded_blocks"] == cache["evicted_blocks"]

@@ -17,13 +17,18 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
-__all__ = ["COUNTERS", "CACHE_COUNTERS", "open_window", "since_window"]
+__all__ = ["COUNTERS", "CACHE_COUNTERS", "TIER_COUNTERS", "LORA_COUNTERS", "open_window", "since_window"]
 
 #: A replica's ``stats`` entries that only grow: the window's share is their growth since t = 0.
 COUNTERS = ("preemptions", "busy_time", "tokens_processed", "iterations", "kv_used_area", "kv_filled_area")
 #: The prefix cache's (hit rates are read from them); ``cached_blocks`` is a level, kept as it stands.
 CACHE_COUNTERS = ("lookups", "hit_requests", "hit_tokens", "prompt_tokens", "hit_ids", "prompt_ids",
                   "evicted_blocks", "evicted_by_class_cap_blocks")
+#: An offload tier's (``prefix_cache.offload.<tier>``); its capacity and ``blocks_at_end`` are levels.
+TIER_COUNTERS = ("offloaded_blocks", "dropped_blocks", "hit_requests", "hit_tokens", "reloaded_blocks",
+                 "reloaded_bytes", "reload_s")
+#: How admissions found their LoRA adapter (``lora``).
+LORA_COUNTERS = ("hits", "host_loads", "disk_loads", "load_s")
 #: Time averages over the replica's life: turned into the window's by their areas.
 _AVERAGES = ("queue_mean", "batch_mean")
 
@@ -60,5 +65,15 @@ def since_window(stats: dict, base: Optional[dict], now: float, t0: float, start
             out[k] = area / span if span > 0 else 0.0
     pc, pc0 = stats.get("prefix_cache"), base.get("prefix_cache")
     if pc is not None and pc0 is not None:
-        out["prefix_cache"] = {**pc, **{k: pc[k] - pc0[k] for k in CACHE_COUNTERS if k in pc}}
+        out["prefix_cache"] = _less(pc, pc0, CACHE_COUNTERS)
+        if "offload" in pc:
+            out["prefix_cache"]["offload"] = {t: _less(v, pc0["offload"][t], TIER_COUNTERS)
+                                              for t, v in pc["offload"].items()}
+    if "lora" in stats:
+        out["lora"] = _less(stats["lora"], base["lora"], LORA_COUNTERS)
     return out
+
+
+def _less(now: dict, then: dict, counters: tuple[str, ...]) -> dict:
+    """``now`` with each of ``counters`` less what it read ``then``; levels as they stand."""
+    return {**now, **{k: now[k] - then[k] for k in counters if k in now}}
