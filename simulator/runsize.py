@@ -77,7 +77,7 @@ def estimate_run_size(sc) -> RunSize:
         count = wl.num_sessions
     else:
         count = wl.num_requests
-    if wl.warm_start_s is not None:       # the lead-in's starts and time come first
+    if wl.warm_start_s:       # the lead-in's starts and time come first
         lead_starts, lead_s = arrival.lead_in_count(wl.warm_start_s), wl.warm_start_s
     else:
         lead_starts, lead_s = 0.0, 0.0

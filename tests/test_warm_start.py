@@ -128,6 +128,19 @@ def test_a_warm_start_is_refused_where_there_is_no_arrival_process(tmp_path, cli
     assert e.value.key_path == "workload.warm_start_s"
 
 
+def test_a_warm_start_of_zero_is_taken_wherever_the_cold_start_is(tmp_path):
+    """0 is the cold start, as unset: a closed loop, a trace and a sharded run take it and run as without
+    it (they refused it as a warm start, so a --vary of warm_start_s=0,600 could not keep 0 there)."""
+    closed = {**TINY, "workload": {**TINY["workload"], "arrival": {"type": "concurrency", "concurrency": 4}}}
+    cold, zero = simulate(scenario(closed)), simulate(scenario(closed, warm_start_s=0))
+    assert results_digest(zero.results) == results_digest(cold.results)
+    (tmp_path / "t.csv").write_text("timestamp,input_tokens,output_tokens\n0,10,10\n1000,10,10\n")
+    trace = Scenario.model_validate({**TINY, "workload": {"arrival": {"type": "trace", "path": str(tmp_path / "t.csv")},
+                                                          "warm_start_s": 0}})
+    assert simulate(trace).results["completed"] == 2
+    assert plan_shards(scenario(CHAT, warm_start_s=0), 2).replicas == plan_shards(scenario(CHAT), 2).replicas
+
+
 # --- the lead-in's arrivals ---------------------------------------------------------------------------------
 PROFILES = st.one_of(
     st.none(),

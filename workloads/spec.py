@@ -172,7 +172,7 @@ class WorkloadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "WorkloadSpec":
-        if self.warm_start_s is not None and (self.is_trace or self.closed_loop):
+        if self.warm_start_s and (self.is_trace or self.closed_loop):    # 0: the cold start, as unset
             raise KeyRefusal("warm_start_s", f"runs the arrival process before the window, and a "
                              f"{self.arrival.type!r} arrival has none of its own to run (a trace's times are the "
                              f"file's; a closed loop sends as requests finish: use arrival.warmup_requests); "
@@ -291,7 +291,7 @@ class WorkloadSpec(BaseModel):
             raise ValueError("a trace workload's times come from its file (use workloads.drivers.make_source)")
         n = self.num_sessions if self.session is not None else self.num_requests
         window = self.arrival.times(s.arrivals, n=n, duration_s=self.duration_s)
-        if self.warm_start_s is None:
+        if not self.warm_start_s:
             return window
         return np.concatenate([self.arrival.lead_in_times(s.lead_in, self.warm_start_s), window])
 
