@@ -220,6 +220,11 @@ class ReplicaBase:
         self.plans_ahead = cfg.plans_ahead
         self.held: list[Seq] = []
         self.in_flight = False      # an iteration (or decode stretch) is running
+        # The one iteration in flight: its start, and the KV blocks it holds and (contiguous) fills, for
+        # the share of it a warm start's lead-in keeps (``done_before``).
+        self.step_t0 = 0.0
+        self.step_held = 0
+        self.step_filled = 0
         # LoRA adapters (engine/lora.py): the batch's, and the GPU and host caches.
         self.lora: Optional[AdapterSlots] = None if lora is None else AdapterSlots(lora)
 
@@ -1206,6 +1211,19 @@ class ReplicaBase:
         self.kv_filled_area += area
         if peak > self.kv_filled_max:
             self.kv_filled_max = peak
+
+    def done_before(self, now: float) -> dict:
+        """The share of the work in flight at ``now`` that ran before it: the time iterating and the KV held
+        meanwhile, and the iterations (and their tokens) that ended by then. A warm start's window opens at
+        ``now`` (fleet/window.py), and the counters account an iteration only at its end, so without this
+        the lead-in's part of it counted in the window (a saturated pool read busy more than all its time)."""
+        if not self.in_flight:
+            return {}
+        d = now - self.step_t0
+        out: dict = {"busy_time": d, "kv_used_area": d * self.step_held}
+        if self.contiguous:
+            out["kv_filled_area"] = d * self.step_filled
+        return out
 
     def stats(self, now: float) -> dict:
         out = {

@@ -438,6 +438,7 @@ class FastReplica(ReplicaBase):
             g = self.G + 1 if decoding else self.G
             held = self.used_blocks(g)
             filled = self.fixed_filled + self.demand.at(g) if self.contiguous else 0
+            self.step_t0, self.step_held, self.step_filled = now, held, filled
 
             def end_mixed(_ev: object) -> None:
                 if gen == self.gen:
@@ -670,6 +671,25 @@ class FastReplica(ReplicaBase):
         while k < n and self._elapsed(k, K, b, B) < dt:
             k += 1
         return k
+
+    def done_before(self, now: float) -> dict:
+        """As the base's, and of a decode stretch in flight its iterations ended by ``now`` and the KV they
+        held (``_end_decode`` accounts the stretch whole at its end), as the reference engine counts them."""
+        if self.seg is None:
+            return ReplicaBase.done_before(self, now)
+        t0, _, K, b, B = self.seg
+        k = self._inflight(now)
+        done = k - 1
+        part = now - t0 - self._elapsed(done, K, b, B)     # of the k-th iteration, in flight
+        out: dict = {"iterations": done, "tokens_processed": done * B, "busy_time": now - t0}
+        if self.contiguous:
+            out["kv_used_area"] = (self.fixed_blocks + self._windows()) * (now - t0)
+            out["kv_filled_area"] = (self._stretch_kv_area(done, K, b, B, self.fixed_filled)
+                                     + part * (self.fixed_filled + self.demand.at(self.G + k)))
+        else:
+            fixed = self.fixed_blocks + self._windows() + (0 if self.cache is None else self.cache.pinned)
+            out["kv_used_area"] = self._stretch_kv_area(done, K, b, B, fixed) + part * (fixed + self.demand.at(self.G + k))
+        return out
 
     def _cut(self, now: float) -> None:
         """End the decode stretch in flight at the end of its current iteration."""

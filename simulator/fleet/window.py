@@ -8,10 +8,13 @@ by what reports the window: its requests are left out as a closed loop's
 warm-up is (the runner's ``src.requests[warmup:]``), and at t = 0 each pool
 restarts its logs and counters here. A replica's counters keep running in
 the compiled engine, so the pool keeps what they read at t = 0 and the
-report subtracts it (:func:`since_window`): a replica's counters are
-accounted per engine step (per segment in the fast engine), so the step
-in progress at t = 0 is counted whole in the window. Maxima (the most KV
-held, the longest queue) cannot be split so and cover the lead-in too.
+report subtracts it (:func:`since_window`). A replica's counters take in
+an engine step (a decode stretch in the fast engine) at its end, so the
+one in flight at t = 0 is split there (``done_before``): its time busy
+and KV held by the clock, its iterations and tokens by where each ends,
+alike in both engines. Maxima (the most KV held, the longest queue)
+cannot be split so and cover the lead-in too; the ITL gaps of a fast
+decode stretch in flight at t = 0 are logged at its end, whole.
 """
 from __future__ import annotations
 
@@ -39,13 +42,22 @@ def open_window(pool) -> None:
     every replica's counters are kept to be subtracted (:func:`since_window`)."""
     now = pool.env.now
     pool.window_start = now
-    pool.at_window = {r.index: r.stats(now) for r in pool.replicas}
+    pool.at_window = {r.index: _stats_at(r, now) for r in pool.replicas}
     pool.rejected = 0
     for log in (pool.billing, pool.serving, pool.working):
         before = [step for step in log if step[0] < now]
         after = log[len(before):]
         if before:   # the step in force now starts now; what came before is the lead-in's
             log[:] = after if after and after[0][0] == now else [(now, before[-1][1])] + after
+
+
+def _stats_at(replica, now: float) -> dict:
+    """``replica``'s stats as of ``now`` exactly: with the part of the iteration (or decode stretch) in flight
+    that ran before it, which its counters take in only at its end."""
+    stats = replica.stats(now)
+    for k, v in replica.done_before(now).items():
+        stats[k] += v
+    return stats
 
 
 def since_window(stats: dict, base: Optional[dict], now: float, t0: float, start: float) -> dict:
