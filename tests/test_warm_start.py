@@ -159,6 +159,15 @@ def test_lead_in_arrivals_fall_before_the_window_in_order(rate, profile, span, s
     assert a.lead_in_count(span) >= 0
 
 
+def test_a_lead_in_of_hours_at_rate_zero_expects_no_arrivals():
+    """The hour before the window at rate 0 beside an hour of a tiny rate: the shape's integral rounded
+    to +2e-106 over it, and the expected count read -2e-106 (the hypothesis test above found it)."""
+    values = [0.0] * 22 + [1.0, 5.632681824048084e-110]
+    a = PoissonArrival(rate_per_s=1.0, profile=HourlyProfile(values=values, start_hour=0.0))
+    assert a.lead_in_count(1.0) == 0.0
+    assert len(a.lead_in_times(np.random.default_rng(0), 1.0)) == 0
+
+
 def test_the_lead_in_follows_the_profile_back_in_time():
     """A sinusoid peaking 1 h before the window: the lead-in's busiest hour is that one, at the rate the
     profile gives then, and the expected count is what the run's size check adds."""

@@ -122,7 +122,8 @@ class OpenLoopArrival(ArrivalProcess):
         shape = self.profile
         if shape is None:
             return -span_s * self.rate_per_s, lambda op: op / self.rate_per_s
-        lo = float(self.rate_per_s * shape.integral(np.float64(-span_s)))
+        # min: an integral over hours of rate 0 can round to a hair above 0 (+2e-106), a negative count
+        lo = min(float(self.rate_per_s * shape.integral(np.float64(-span_s))), 0.0)
         return lo, lambda op: shape.inverse(op / self.rate_per_s)
 
     def lead_in_count(self, span_s: float) -> float:
