@@ -193,15 +193,21 @@ def parse_yaml(text: str) -> Any:
 def parse_flag_value(raw: str) -> Any:
     """A value given on the command line (``--set``, ``--vary``) read as YAML, or the text itself where
     YAML reads none (``@home``: a word). Raises ValueError for a mapping or list left unclosed or with a
-    comma lost (``{backend: vllm``), which as text would be refused as no mapping, the slip unnamed."""
+    comma lost (``{backend: vllm``), which as text would be refused as no mapping, the slip unnamed; a
+    closed one with words after it (``name=[exp] base``) is a text, as YAML's own plain scalars are."""
     try:
         return parse_yaml(raw)
     except yaml.YAMLError as e:
-        if raw.lstrip().startswith(("{", "[")):
+        if raw.lstrip().startswith(("{", "[")) and getattr(e, "problem", None) != _WORDS_AFTER:
             why = getattr(e, "problem", None) or "not valid YAML"
             raise ValueError(f"not a YAML mapping or list ({why}): write {{key: value, ...}} or [a, b, ...], "
                              "closed") from None
         return raw
+
+
+#: PyYAML's word for a document that goes on past its first node with a plain word: a closed flow
+#: collection with text after it (``[exp] base``), where a slip leaves a bracket (``[1, 2] [3]``, ``{a: 1}}``).
+_WORDS_AFTER = "expected '<document start>', but found '<scalar>'"
 
 
 def _parse_yaml(text: str) -> Any:

@@ -1133,6 +1133,19 @@ def test_a_flag_value_that_is_not_what_was_meant_says_so(tmp_path, cli, flag, va
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("value, name", [("[exp] base", "[exp] base"), ("{draft} run 2", "{draft} run 2"),
+                                         ("'[exp]'", "[exp]")])
+def test_a_flag_text_that_opens_with_a_bracket_is_the_text(tmp_path, value, name):
+    """A closed bracket with words after it is a text, as it was before unclosed ones were refused:
+    `--set 'name=[exp] base'` was refused as "not a YAML mapping or list (expected '<document start>',
+    but found '<scalar>')", a name llmsim took before; a bracket a slip leaves stays refused."""
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    assert load_scenario(path, [f"name={value}"])[0].name == name
+    for slip in ("[1, 2] [3]", "{a: 1}}", "[exp base"):
+        with pytest.raises(LlmsimError, match="not a YAML mapping or list"):
+            load_scenario(path, [f"name={slip}"])
+
+
 @pytest.mark.parametrize("args, says", [
     # a file of another kind was refused key by key: a dozen "unknown key" lines (and a required key missing)
     (["estimate", "request", "--gpu", "h100-sxm", "--model", "{repo}/hardware_profiles/h100-sxm.yaml"],
