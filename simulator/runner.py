@@ -97,6 +97,12 @@ def _counted_span(records: Records, warmup: int, warm_start: bool = False) -> Op
     return max(RequestArrays(records).last_stamp() - float(records.arrival.min()), 0.0)
 
 
+def _sessions_begun(lead_in: Sequence[Request]) -> list[int]:
+    """The sessions a warm start's lead-in began (a request of theirs arrived before t = 0): active from the
+    window's opening, where their first counted request may come a think time later."""
+    return sorted({r.session for r in lead_in if r.session >= 0})
+
+
 def _open_window(pools: Mapping[str, Pool], gaps: GapLog, start_timeline: Callable[[], None]) -> None:
     """t = 0 after a warm start's lead-in: the pools' logs and counters, the gaps ITL reads and the
     timeline start there, as a cold run's do at its start."""
@@ -222,7 +228,8 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         return RunOutput(sc, requests, gaps, {}, pools, plan.setups, tl, scalers,
                          timing_block(wall, len(requests)), plan)
     try:
-        llmsim = llmsim_block(plan, pools, end, engine, records, scalers)
+        llmsim = llmsim_block(plan, pools, end, engine, records, scalers,
+                              began_before=_sessions_begun(src.requests[:warmup]) if wl.warm_start_s else ())
     except LlmsimError as e:     # a figure the scenario asked for cannot be read off what ran (cost.monthly)
         raise LlmsimError(e.message, source=e.source or source, key_path=e.key_path) from None
     results = compute_results(records, gaps, slo=plan.slo, llmsim=llmsim,

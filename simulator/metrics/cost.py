@@ -44,7 +44,8 @@ Definitions:
 * **sessions** (requests with ``session ≥ 0``): a session is active from its
   first request's arrival to its last request's end (its finish stamp; a
   request still in flight counts until the window's end), as a half-open
-  interval clipped to the window. ``mean_active`` and ``mean_per_gpu`` read
+  interval clipped to the window (a session a warm start's lead-in began
+  is active from t = 0). ``mean_active`` and ``mean_per_gpu`` read
   the arrival span: its session-seconds over its length, and over the
   GPU-seconds billed at the window's mean rate for it; ``peak_per_gpu`` the most sessions active at once over
   the pools' configured GPUs (exact for fixed pools; an autoscaled pool will
@@ -174,12 +175,14 @@ class SessionLoad:
 
 def session_load(requests: "Records | Iterable[Request]", window_s: float,
                  gpu_timeline: Optional[Sequence[tuple[float, int]]] = None,
-                 span_s: Optional[float] = None) -> SessionLoad:
+                 span_s: Optional[float] = None, began_before: Sequence[int] = ()) -> SessionLoad:
     """Active-session intervals (see the module docstring) and their overlap;
     with a GPU-count timeline, ``peak_active`` is replaced by the peak of
     active sessions per GPU × GPUs at that moment (returned as ``peak_per_gpu``).
     With ``span_s``, the active time within [0, ``span_s``] too: the mean is read
-    over the arrival span, as the drain after it has sessions ending and none starting."""
+    over the arrival span, as the drain after it has sessions ending and none starting.
+    A session of ``began_before`` had a request before t = 0 (a warm start's lead-in, not among
+    ``requests``): it is active from 0, not from its first request here, a think time into the window."""
     rec = Records.of(requests)
     mine = rec.session >= 0
     sid, arrival, finish = rec.session[mine], rec.arrival[mine], rec.finish[mine]
@@ -189,6 +192,8 @@ def session_load(requests: "Records | Iterable[Request]", window_s: float,
     hi = np.full(sessions.size, -np.inf)
     np.minimum.at(lo, inverse, arrival)
     np.maximum.at(hi, inverse, end)
+    if len(began_before):
+        lo[np.isin(sessions, np.asarray(began_before))] = 0.0
     served = np.unique(sid[rec.status[mine] == int(Status.FINISHED)]).size
     order = np.argsort(first_seen, kind="stable")   # sessions in order of first appearance, as summed before
     lo, hi = np.maximum(lo[order], 0.0), np.minimum(hi[order], window_s)
@@ -292,11 +297,13 @@ FIELDS = {
 def cost_block(pools: Sequence[PoolBilling], requests: "Records | Sequence[Request]", window_s: float,
                output_weight: float = DEFAULT_OUTPUT_WEIGHT,
                gpu_timeline: Optional[Sequence[tuple[float, int]]] = None,
-               monthly: Optional[MonthRule] = None, arrivals_s: Optional[float] = None) -> dict[str, Any]:
+               monthly: Optional[MonthRule] = None, arrivals_s: Optional[float] = None,
+               began_before: Sequence[int] = ()) -> dict[str, Any]:
     """The ``llmsim.cost`` block: per-pool bills and the fleet's totals over
     the window [0, ``window_s``] (definitions in the module docstring);
     ``monthly`` is the scenario's extrapolation (default: ``auto``);
-    ``arrivals_s`` the last arrival, for a workload without a duration."""
+    ``arrivals_s`` the last arrival, for a workload without a duration;
+    ``began_before`` the sessions a warm start's lead-in began (:func:`session_load`)."""
     if output_weight <= 0:
         raise ValueError(f"output_weight must be > 0, got {output_weight}")
     usd = sum(p.usd for p in pools)
@@ -315,7 +322,7 @@ def cost_block(pools: Sequence[PoolBilling], requests: "Records | Sequence[Reque
     billed = month["monthly_usd"] / factor if month.get("monthly_usd") is not None and factor else usd
     span_gpu_s = gpu_s * span / window_s if window_s > 0 else gpu_s
     unit = _per(billed, tin + output_weight * tout, 1e6)
-    sl = session_load(rec, window_s, gpu_timeline, span)
+    sl = session_load(rec, window_s, gpu_timeline, span, began_before)
     peak_per_gpu = sl.peak_per_gpu if sl.peak_per_gpu is not None else _per(sl.peak_active, gpus)
     sessions = None if not sl.sessions else {
         "count": sl.sessions,

@@ -7,7 +7,7 @@ actually served (an autoscaled pool's replicas come and go).
 from __future__ import annotations
 
 from dataclasses import replace
-from typing import Optional
+from typing import Optional, Sequence
 
 import numpy as np
 
@@ -225,7 +225,8 @@ def _arrival_span(requests: Records) -> Optional[float]:
 
 
 def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
-                 engine: str, requests: "Records | list[Request]", scalers: dict) -> dict:
+                 engine: str, requests: "Records | list[Request]", scalers: dict,
+                 began_before: Sequence[int] = ()) -> dict:
     sc, setups = plan.scenario, plan.setups
     requests = Records.of(requests)
     ttft_ms = plan.slo.thresholds.get("ttft")
@@ -266,7 +267,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         "regions": region_block(requests, sc.regions, now) if sc.regions else None,
         "ttft_budget": ttft_budget(requests, response_s=plan.response_s),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
-                           monthly=plan.month, arrivals_s=arrivals),
+                           monthly=plan.month, arrivals_s=arrivals, began_before=began_before),
         "load": load_block(requests, _load_window(sc.workload), _too_long(requests, setups)),
         "simulated_seconds": now,
     })
