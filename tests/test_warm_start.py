@@ -262,3 +262,23 @@ def test_a_session_begun_in_the_lead_in_is_active_from_the_window_on():
     every = session_load(ended, out.results["llmsim"]["simulated_seconds"], span_s=120.0)
     assert sessions["mean_active"] == pytest.approx(every.span_seconds / 120.0, rel=0.005)
     assert sessions["peak_active"] == every.peak_active
+
+
+def test_replicas_the_lead_in_stopped_are_not_the_windows():
+    """An autoscaled pool that scaled up for a peak in the lead-in and back down before t = 0 counted
+    the replica it stopped there among the window's replicas_created (3 where the window saw 2)."""
+    body = {"name": "auto", "seed": 9,
+            "workload": {"duration_s": 60, "arrival": {"type": "poisson", "rate_per_s": 20, "profile": {
+                "type": "sinusoid", "period_s": 600, "peak_to_trough": 10, "peak_at_s": 450}},
+                "input_tokens": {"dist": "lognormal", "mean": 600, "std": 300, "min": 32, "max": 3000},
+                "output_tokens": {"dist": "lognormal", "mean": 200, "std": 60, "min": 8, "max": 400}},
+            "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm", "replicas": 1, "autoscaling": {
+                "metric": "concurrency", "target": 20, "max_replicas": 8, "interval_s": 15,
+                "scale_down_window_s": 30, "boot_s": 20}}]}
+    out = simulate(scenario(body, warm_start_s=400))
+    pool, first = out.pools["main"], out.timeline.iloc[0]
+    assert first["time_s"] == 0.0
+    at_window = int(first["ready"] + first["starting"] + first["draining"] + first["warm"])
+    started_since = sum(1 for r in pool.replicas if r.t0 >= 0)
+    assert len(pool.replicas) > at_window + started_since      # the lead-in stopped one
+    assert out.results["llmsim"]["pools"]["main"]["replicas_created"] == at_window + started_since

@@ -125,6 +125,7 @@ class Pool:
         self.t_rejected = 0.0
         self.window_start = env.now         # where the reported window opens (fleet/window.py: a warm start's 0)
         self.at_window: dict[int, dict] = {}   # replica index -> its stats there
+        self.stopped_before_window = 0      # replicas a warm start's lead-in started and stopped
         self.arrivals = 0                   # requests submitted (for rate metrics)
         self.rejected = 0
         self.warm: list[int] = []

@@ -38,11 +38,15 @@ _AVERAGES = ("queue_mean", "batch_mean")
 
 def open_window(pool) -> None:
     """Start ``pool``'s window now: its replica-count logs restart at their current values (the bill,
-    GPU counts and replica figures integrate from here), admission rejections count from zero, and
-    every replica's counters are kept to be subtracted (:func:`since_window`)."""
+    GPU counts and replica figures integrate from here), admission rejections count from zero, the
+    replicas already stopped are no longer the window's, and every replica's counters are kept to be
+    subtracted (:func:`since_window`)."""
+    from .pool import State    # (pool.py imports this module)
+
     now = pool.env.now
     pool.window_start = now
     pool.at_window = {r.index: _stats_at(r, now) for r in pool.replicas}
+    pool.stopped_before_window = sum(1 for s in pool.state if s is State.STOPPED)
     pool.rejected = 0
     for log in (pool.billing, pool.serving, pool.working):
         before = [step for step in log if step[0] < now]

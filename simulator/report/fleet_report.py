@@ -365,7 +365,7 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "replicas_min": min(counts),
         "replicas_mean": mean_ready,
         "replicas_max": max(counts),
-        "replicas_created": len(reps),
+        "replicas_created": len(reps) - pool.stopped_before_window,   # the window's: none a lead-in stopped
         "kv_blocks_per_replica": nb,
         "kv_tokens_per_replica": nb * ps.memory.block_size,
         "kv_memory": ps.memory.describe(),

@@ -83,6 +83,7 @@ class PoolRecord:
         return [None] * self.ready_at_end
 
     window_start = 0.0     # a sharded run has no warm start (sharding/split.py refuses one)
+    stopped_before_window = 0
 
     def replica_stats(self, replica: ReplicaRecord, now: float) -> dict:
         return replica.stats(now)
