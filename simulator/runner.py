@@ -158,7 +158,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     plan = compile_scenario(sc, source)     # the run's size checked too
     wl = sc.workload
     # a warm start's lead-in runs before t = 0, so that the window's times read as a cold run's
-    env = simpy.Environment(initial_time=-wl.warm_start_s) if wl.warm_start_s else simpy.Environment()
+    env = simpy.Environment(initial_time=-wl.lead_in_s) if wl.lead_in_s else simpy.Environment()
     gaps = GapLog()
     seeds = np.random.SeedSequence(sc.seed).spawn(8)
     done = [0]
@@ -202,10 +202,10 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         timeline.start()
         clock.every(sc.timeline_interval_s, timeline.sample)
 
-    if not wl.warm_start_s:
+    if not wl.lead_in_s:
         start_timeline()
     else:    # the window opens at t = 0
-        env.timeout(wl.warm_start_s).callbacks.append(lambda ev: _open_window(pools, gaps, start_timeline))
+        env.timeout(wl.lead_in_s).callbacks.append(lambda ev: _open_window(pools, gaps, start_timeline))
     if progress is not None:
         reqs = src.requests
         horizon = wl.duration_s or (reqs[-1].arrival if reqs and src.expected_total == len(reqs) else 1.0)
@@ -229,11 +229,11 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
                          timing_block(wall, len(requests)), plan)
     try:
         llmsim = llmsim_block(plan, pools, end, engine, records, scalers,
-                              began_before=_sessions_begun(src.requests[:warmup]) if wl.warm_start_s else ())
+                              began_before=_sessions_begun(src.requests[:warmup]) if wl.lead_in_s else ())
     except LlmsimError as e:     # a figure the scenario asked for cannot be read off what ran (cost.monthly)
         raise LlmsimError(e.message, source=e.source or source, key_path=e.key_path) from None
     results = compute_results(records, gaps, slo=plan.slo, llmsim=llmsim,
-                              duration=_counted_span(records, warmup, bool(wl.warm_start_s)))
+                              duration=_counted_span(records, warmup, bool(wl.lead_in_s)))
     return RunOutput(sc, requests, gaps, results, pools, plan.setups, tl, scalers,
                      timing_block(wall, len(records)), plan)
 

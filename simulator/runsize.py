@@ -77,8 +77,8 @@ def estimate_run_size(sc) -> RunSize:
         count = wl.num_sessions
     else:
         count = wl.num_requests
-    if wl.warm_start_s:       # the lead-in's starts and time come first
-        lead_starts, lead_s = arrival.lead_in_count(wl.warm_start_s), wl.warm_start_s
+    if wl.lead_in_s:       # the lead-in's starts and time come first
+        lead_starts, lead_s = arrival.lead_in_count(wl.lead_in_s), wl.lead_in_s
     else:
         lead_starts, lead_s = 0.0, 0.0
     if count is not None:

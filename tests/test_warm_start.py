@@ -1,4 +1,4 @@
-"""workload.warm_start_s: the window opens mid-stream, and the lead-in before it counts nowhere."""
+"""workload.lead_in_s: the window opens mid-stream, and the lead-in before it counts nowhere."""
 from __future__ import annotations
 
 import math
@@ -58,7 +58,7 @@ def counted_rates(out) -> tuple[float, float]:
 
 @pytest.fixture(scope="module")
 def chat_runs():
-    return {w: simulate(scenario(CHAT, **({} if w is None else {"warm_start_s": w}))) for w in (None, 600.0)}
+    return {w: simulate(scenario(CHAT, **({} if w is None else {"lead_in_s": w}))) for w in (None, 600.0)}
 
 
 # --- a warm start of 0 s is the cold start, figure for figure ----------------------------------------------
@@ -68,7 +68,7 @@ def chat_runs():
 @pytest.mark.parametrize("seed", [0, 11])
 def test_a_warm_start_of_zero_is_todays_run(body, workload, seed):
     cold = simulate(scenario({**body, "seed": seed}, **workload))
-    zero = simulate(scenario({**body, "seed": seed}, **workload, warm_start_s=0))
+    zero = simulate(scenario({**body, "seed": seed}, **workload, lead_in_s=0))
     assert results_digest(zero.results) == results_digest(cold.results)
     assert zero.timeline.equals(cold.timeline)
     assert [r.arrival for r in zero.requests] == [r.arrival for r in cold.requests]
@@ -116,29 +116,29 @@ def test_a_warm_start_is_refused_where_there_is_no_arrival_process(tmp_path, cli
     closed = tmp_path / "closed.yaml"
     closed.write_text(yaml.safe_dump({**TINY, "workload": {**TINY["workload"],
                                                            "arrival": {"type": "concurrency", "concurrency": 4}}}))
-    one_line_error(cli("run", closed, "--set", "workload.warm_start_s=60"), "closed.yaml",
-                   "workload.warm_start_s", "'concurrency' arrival", "warmup_requests")
+    one_line_error(cli("run", closed, "--set", "workload.lead_in_s=60"), "closed.yaml",
+                   "workload.lead_in_s", "'concurrency' arrival", "warmup_requests")
     (tmp_path / "t.csv").write_text("timestamp,input_length,output_length\n0,10,10\n1000,10,10\n")
     trace = tmp_path / "trace.yaml"
     trace.write_text(yaml.safe_dump({**TINY, "workload": {"arrival": {"type": "trace", "path": "t.csv"}}}))
-    one_line_error(cli("run", trace, "--set", "workload.warm_start_s=60"), "trace.yaml",
-                   "workload.warm_start_s", "'trace' arrival")
+    one_line_error(cli("run", trace, "--set", "workload.lead_in_s=60"), "trace.yaml",
+                   "workload.lead_in_s", "'trace' arrival")
     with pytest.raises(LlmsimError, match="warm start") as e:
-        plan_shards(scenario(CHAT, warm_start_s=60), 2)
-    assert e.value.key_path == "workload.warm_start_s"
+        plan_shards(scenario(CHAT, lead_in_s=60), 2)
+    assert e.value.key_path == "workload.lead_in_s"
 
 
 def test_a_warm_start_of_zero_is_taken_wherever_the_cold_start_is(tmp_path):
     """0 is the cold start, as unset: a closed loop, a trace and a sharded run take it and run as without
-    it (they refused it as a warm start, so a --vary of warm_start_s=0,600 could not keep 0 there)."""
+    it (they refused it as a warm start, so a --vary of lead_in_s=0,600 could not keep 0 there)."""
     closed = {**TINY, "workload": {**TINY["workload"], "arrival": {"type": "concurrency", "concurrency": 4}}}
-    cold, zero = simulate(scenario(closed)), simulate(scenario(closed, warm_start_s=0))
+    cold, zero = simulate(scenario(closed)), simulate(scenario(closed, lead_in_s=0))
     assert results_digest(zero.results) == results_digest(cold.results)
     (tmp_path / "t.csv").write_text("timestamp,input_tokens,output_tokens\n0,10,10\n1000,10,10\n")
     trace = Scenario.model_validate({**TINY, "workload": {"arrival": {"type": "trace", "path": str(tmp_path / "t.csv")},
-                                                          "warm_start_s": 0}})
+                                                          "lead_in_s": 0}})
     assert simulate(trace).results["completed"] == 2
-    assert plan_shards(scenario(CHAT, warm_start_s=0), 2).replicas == plan_shards(scenario(CHAT), 2).replicas
+    assert plan_shards(scenario(CHAT, lead_in_s=0), 2).replicas == plan_shards(scenario(CHAT), 2).replicas
 
 
 # --- the lead-in's arrivals ---------------------------------------------------------------------------------
@@ -179,7 +179,7 @@ def test_the_lead_in_follows_the_profile_back_in_time():
     assert np.argmax(hours) in (2, 3)
     assert hours == pytest.approx(np.array(expected) / 3600.0, rel=0.05)
     assert len(t) == pytest.approx(a.lead_in_count(4 * 3600.0), rel=0.02)
-    cold, warm = (estimate_run_size(scenario(CHAT, **w)) for w in ({}, {"warm_start_s": 600}))
+    cold, warm = (estimate_run_size(scenario(CHAT, **w)) for w in ({}, {"lead_in_s": 600}))
     assert warm.requests == pytest.approx(cold.requests * 2)
     assert warm.span_s == pytest.approx(cold.span_s + 600)
     assert math.isfinite(warm.requests)
@@ -190,7 +190,7 @@ def test_a_front_end_serves_the_lead_in_before_the_window():
     free from t = 0 held every lead-in request until the window opened."""
     body = {**CHAT, "pools": [{**CHAT["pools"][0], "engine": {"request_ms": 1.0}}]}
     ended = []
-    simulate(scenario(body, duration_s=30, warm_start_s=60), on_end=ended.append)
+    simulate(scenario(body, duration_s=30, lead_in_s=60), on_end=ended.append)
     lead_in = [r for r in ended if r.arrival < 0]
     assert lead_in and all(r.first_token - r.arrival < 1.0 for r in lead_in if r.first_token < -1.0)
     assert min(r.first_token for r in lead_in) < -50
@@ -207,7 +207,7 @@ def test_lora_and_offload_counters_are_the_windows(engine, key):
     if key == "lora":
         pool["lora"] = {"max_loras": 2, "max_lora_rank": 16, "max_cpu_loras": 4, "adapters": 50}
     body = {**CHAT, "seed": 3, "pools": [pool]}
-    out = simulate(scenario(body, duration_s=30, warm_start_s=120, arrival={"type": "poisson", "rate_per_s": 0.5}))
+    out = simulate(scenario(body, duration_s=30, lead_in_s=120, arrival={"type": "poisson", "rate_per_s": 0.5}))
     block = out.results["llmsim"]["pools"]["main"]
     cache = block["prefix_cache"]
     assert block["preemptions"] == 0
@@ -238,7 +238,7 @@ def test_the_step_in_flight_at_the_window_is_split_there_alike_in_both_engines()
     busy 1.0018 of its time in the fast engine (a stretch of many iterations) and 1.00003 in the reference
     one, and their iterations differed (7,183 against 7,171). Its time and KV are split at t = 0, its
     iterations and tokens by where each ends: the engines agree as they do cold, and busy stays <= 1."""
-    fast, ref = (simulate(scenario(DISAGG, warm_start_s=60), engine=e).results["llmsim"]
+    fast, ref = (simulate(scenario(DISAGG, lead_in_s=60), engine=e).results["llmsim"]
                  for e in ("fast", "reference"))
     for name in ("prefill", "decode"):
         f, r = fast["pools"][name], ref["pools"][name]
@@ -257,7 +257,7 @@ def test_a_session_begun_in_the_lead_in_is_active_from_the_window_on():
     from simulator.metrics.cost import session_load
 
     ended = []
-    out = simulate(scenario(CHAT, duration_s=120, warm_start_s=300), on_end=ended.append)
+    out = simulate(scenario(CHAT, duration_s=120, lead_in_s=300), on_end=ended.append)
     sessions = out.results["llmsim"]["cost"]["sessions"]
     every = session_load(ended, out.results["llmsim"]["simulated_seconds"], span_s=120.0)
     assert sessions["mean_active"] == pytest.approx(every.span_seconds / 120.0, rel=0.005)
@@ -275,7 +275,7 @@ def test_replicas_the_lead_in_stopped_are_not_the_windows():
             "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm", "replicas": 1, "autoscaling": {
                 "metric": "concurrency", "target": 20, "max_replicas": 8, "interval_s": 15,
                 "scale_down_window_s": 30, "boot_s": 20}}]}
-    out = simulate(scenario(body, warm_start_s=400))
+    out = simulate(scenario(body, lead_in_s=400))
     pool, first = out.pools["main"], out.timeline.iloc[0]
     assert first["time_s"] == 0.0
     at_window = int(first["ready"] + first["starting"] + first["draining"] + first["warm"])

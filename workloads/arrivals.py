@@ -132,7 +132,7 @@ class OpenLoopArrival(ArrivalProcess):
 
     def lead_in_times(self, rng: np.random.Generator, span_s: float) -> np.ndarray:
         """Sorted arrival times in [-span_s, 0): the same process run for ``span_s`` seconds before the
-        window (``workload.warm_start_s``), its first arrival one gap after -span_s."""
+        window (``workload.lead_in_s``), its first arrival one gap after -span_s."""
         lo, to_time = self._lead_in(span_s)
         t = np.clip(to_time(self._operational(rng, lo, 0.0)), -span_s, np.nextafter(0.0, -1.0))
         return np.maximum.accumulate(t) if t.size else t

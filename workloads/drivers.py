@@ -75,7 +75,7 @@ class Source(Protocol):
 
 
 def sent_before_window(requests: list[Request]) -> int:
-    """How many of ``requests`` a warm start's lead-in sent (``workload.warm_start_s``: before t = 0): served,
+    """How many of ``requests`` a warm start's lead-in sent (``workload.lead_in_s``: before t = 0): served,
     not counted. Ids follow sending order, so they are the first ones, as a closed loop's warm-up is."""
     return bisect_left(requests, 0.0, key=lambda r: r.arrival)
 

@@ -11,7 +11,7 @@ workload its session starts) may carry a ``profile`` and ``spikes``::
       spikes: [{start_s: 3600, duration_s: 300, multiplier: 3}]
 
 The rate at time t (seconds on the simulation clock, t = 0 at the start of
-the run, or of its window after a ``warm_start_s`` lead-in) is
+the run, or of its window after a ``lead_in_s`` lead-in) is
 ``λ(t) = rate_per_s · shape(t) · spikes(t)``; before t = 0 the shape repeats
 back in time and no spike reaches (:meth:`workloads.arrivals.OpenLoopArrival.lead_in_times`):
 

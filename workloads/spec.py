@@ -82,7 +82,7 @@ class Streams(NamedTuple):
     edits: np.random.Generator           # autocomplete keystrokes per burst and keystroke gaps
     adapters: np.random.Generator        # each session's or lone request's LoRA adapter (workloads.adapters)
     agents: np.random.Generator          # agentic sessions' fan-out: which calls spawn sub-agents, and their draws
-    lead_in: np.random.Generator         # arrivals (or session starts) before the window (warm_start_s)
+    lead_in: np.random.Generator         # arrivals (or session starts) before the window (lead_in_s)
 
 
 # The first three streams are the seed sequence's children 0-2, as they always
@@ -163,7 +163,7 @@ class WorkloadSpec(BaseModel):
         default=None, description="apps whose system prompt starts every prompt (and session) of the app")
     session: Optional[SessionSpec] = Field(
         default=None, description="requests come in sessions: the arrival process gives session starts")
-    warm_start_s: Optional[float] = Field(
+    lead_in_s: Optional[float] = Field(
         default=None, ge=0, le=MAX_SPAN_S, allow_inf_nan=False,
         description="run the arrival process (session starts) this many seconds before the window, so that it "
                     "opens mid-stream: sessions in progress, queues, caches and autoscalers filled; requests "
@@ -172,8 +172,8 @@ class WorkloadSpec(BaseModel):
 
     @model_validator(mode="after")
     def _consistent(self) -> "WorkloadSpec":
-        if self.warm_start_s and (self.is_trace or self.closed_loop):    # 0: the cold start, as unset
-            raise KeyRefusal("warm_start_s", f"runs the arrival process before the window, and a "
+        if self.lead_in_s and (self.is_trace or self.closed_loop):    # 0: the cold start, as unset
+            raise KeyRefusal("lead_in_s", f"runs the arrival process before the window, and a "
                              f"{self.arrival.type!r} arrival has none of its own to run (a trace's times are the "
                              f"file's; a closed loop sends as requests finish: use arrival.warmup_requests); "
                              f"remove it or use a poisson or gamma arrival")
@@ -291,9 +291,9 @@ class WorkloadSpec(BaseModel):
             raise ValueError("a trace workload's times come from its file (use workloads.drivers.make_source)")
         n = self.num_sessions if self.session is not None else self.num_requests
         window = self.arrival.times(s.arrivals, n=n, duration_s=self.duration_s)
-        if not self.warm_start_s:
+        if not self.lead_in_s:
             return window
-        return np.concatenate([self.arrival.lead_in_times(s.lead_in, self.warm_start_s), window])
+        return np.concatenate([self.arrival.lead_in_times(s.lead_in, self.lead_in_s), window])
 
     def draw_apps(self, s: Streams) -> Optional[Apps]:
         """The apps of ``system_prompt`` (drawn from the apps stream), or None."""

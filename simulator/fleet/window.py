@@ -1,6 +1,6 @@
-"""Where a warm start's window opens: t = 0, after ``workload.warm_start_s`` of lead-in.
+"""Where a warm start's window opens: t = 0, after ``workload.lead_in_s`` of lead-in.
 
-A run with a warm start begins at ``-warm_start_s`` on the simulation clock
+A run with a warm start begins at ``-lead_in_s`` on the simulation clock
 so that the window's own times (arrivals, stamps, the timeline, the bill)
 read from 0 as a cold run's do. The lead-in fills the fleet (sessions in
 progress, queues, prefix caches, autoscaled replicas) and is then forgotten

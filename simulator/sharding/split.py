@@ -190,10 +190,10 @@ def plan_shards(sc: Scenario, n: int, source: Optional[Path] = None) -> ShardPla
         raise LlmsimError(f"--shards {n}: a closed-loop workload (arrival concurrency) cannot be sharded: its "
                           "users share one request total, so the shards would not be independent",
                           key_path="workload.arrival", source=source)
-    if sc.workload.warm_start_s:     # 0 is the cold start, sharded as ever
-        raise LlmsimError(f"--shards {n}: a warm start (workload.warm_start_s) is not sharded yet: a shard's "
+    if sc.workload.lead_in_s:     # 0 is the cold start, sharded as ever
+        raise LlmsimError(f"--shards {n}: a warm start (workload.lead_in_s) is not sharded yet: a shard's "
                           "records do not keep where the window opened; run it unsharded",
-                          key_path="workload.warm_start_s", source=source)
+                          key_path="workload.lead_in_s", source=source)
     for i, c in enumerate(sc.classes):
         if c.rate_limit is not None:
             raise LlmsimError(f"--shards {n}: class {c.name!r} has a gateway rate limit, one bucket for all its "
