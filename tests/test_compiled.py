@@ -104,7 +104,11 @@ def _skip_unless_mypyc_fell_back(installed: str) -> None:
     passes every other test: a non-editable install on a machine with a C
     toolchain must therefore be the compiled one, or this test fails.
     """
-    plain_install = installed.endswith(".py") and not Path(installed).resolve().is_relative_to(REPO_ROOT)
+    # An install is whatever sits in a site-packages folder, even one inside the checkout (.ci/run's
+    # .ci/venv), where a fallback had been taken for the checkout's own plain modules and skipped.
+    path = Path(installed).resolve()
+    plain_install = installed.endswith(".py") and ("site-packages" in path.parts
+                                                   or not path.is_relative_to(REPO_ROOT))
     if plain_install and os.environ.get("LLMSIM_COMPILE", "1") != "0" and _c_toolchain():
         pytest.fail(f"the installed llmsim ({installed}) is plain Python although a C compiler and Python's "
                     "headers are present: mypyc refused the compiled modules (`pip install -v .` prints "
