@@ -1212,6 +1212,14 @@ class ReplicaBase:
         if peak > self.kv_filled_max:
             self.kv_filled_max = peak
 
+    def _step_started(self, now: float, held: int, filled: int) -> None:
+        """Keep the iteration now starting for :meth:`done_before`. Set here, in the class that declares the
+        attributes: set from a subclass's method, mypyc 1.13's code generator fails on them under some hash
+        seeds ("value is not in list" in emit_attr_bitmap_set), and the install falls back to plain Python."""
+        self.step_t0 = now
+        self.step_held = held
+        self.step_filled = filled
+
     def done_before(self, now: float) -> dict:
         """The share of the work in flight at ``now`` that ran before it: the time iterating and the KV held
         meanwhile, and the iterations (and their tokens) that ended by then. A warm start's window opens at

@@ -222,7 +222,7 @@ class ReferenceReplica(ReplicaBase):
         self._release_outputs(dt if chunks else 0.0)
         held = self.num_blocks - self.free
         filled = self._filled(decodes) if self.contiguous else 0
-        self.step_t0, self.step_held, self.step_filled = now, held, filled
+        self._step_started(now, held, filled)
         self._schedule(dt, lambda ev: self._end(chunks, decodes, dt, held, filled))
         if self.held:
             self._take_in(now)

@@ -438,7 +438,7 @@ class FastReplica(ReplicaBase):
             g = self.G + 1 if decoding else self.G
             held = self.used_blocks(g)
             filled = self.fixed_filled + self.demand.at(g) if self.contiguous else 0
-            self.step_t0, self.step_held, self.step_filled = now, held, filled
+            self._step_started(now, held, filled)
 
             def end_mixed(_ev: object) -> None:
                 if gen == self.gen:
