@@ -88,7 +88,11 @@ def nearest(word: str, names: Sequence[str]) -> str:
     """`` (did you mean chat?)`` for the name nearest a mistyped one, "" when none is near: a name that
     addresses nothing is a slip of a letter more often than not, or the start of a longer one (``h100``
     for ``h100-pcie`` or ``h100-sxm``, which a letter's distance would answer with ``h200``)."""
-    near = near_names(word, names)
+    return did_you_mean(near_names(word, names))
+
+
+def did_you_mean(near: Sequence[str]) -> str:
+    """`` (did you mean a or b?)`` offering ``near``, "" for none: one wording for every slip's hint."""
     return f" (did you mean {' or '.join(near)}?)" if near else ""
 
 

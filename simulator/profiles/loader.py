@@ -18,7 +18,7 @@ from typing import Any, Sequence, TypeVar
 import yaml
 from pydantic import BaseModel
 
-from ..errors import LlmsimError, near_names, nearest, os_reason, shortened
+from ..errors import LlmsimError, did_you_mean, near_names, nearest, os_reason, shortened
 from ..reads import MAX_TEXT_BYTES, input_file, note_read
 from ..plugins import profile_files
 from ..structured import parse_json, parse_yaml
@@ -139,8 +139,7 @@ def _near_file(p: Path, kind: str) -> str:
     """`` (did you mean scenarios/chatbot.yaml?)`` for a file name one slip from a file beside it, or from a
     shipped one where the path would have reached it (``scenarios/chatbt.yaml``); "" when none is near."""
     shipped = [f"{n}.yaml" for n in list_builtin(kind)] if p.parent.name == kind or p.parent == Path(".") else []
-    near = [str(p.parent / n) for n in near_files(p, (".yaml", ".yml", ".json"), shipped)]
-    return f" (did you mean {' or '.join(near)}?)" if near else ""
+    return did_you_mean([str(p.parent / n) for n in near_files(p, (".yaml", ".yml", ".json"), shipped)])
 
 
 def near_files(p: Path, suffixes: tuple[str, ...] | None = None, more: Sequence[str] = ()) -> list[str]:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from workloads.traces import TraceSpec, existing_trace_file, resolve_trace_path
 
-from ..errors import LlmsimError
+from ..errors import LlmsimError, did_you_mean
 from ..profiles.loader import near_files
 from .schema import Scenario
 
@@ -30,6 +30,6 @@ def check_trace_path(sc: Scenario, source: str | Path | None, folder: Path | Non
         relative = folder is not None and not Path(spec.path).expanduser().is_absolute()
         where = f" (read as {path}, relative to the scenario's folder)" if relative else ""
         expected = "; expected the path of a trace file to replay" if e.message == "file not found" else ""
-        near = [str(Path(spec.path).parent / n) for n in near_files(path)] if e.message == "file not found" else []
-        meant = f" (did you mean {' or '.join(near)}?)" if near else ""
+        meant = did_you_mean([str(Path(spec.path).parent / n) for n in near_files(path)]
+                             if e.message == "file not found" else [])
         raise LlmsimError(f"{spec.path}: {e.message}{meant}{where}{expected}", source=source, key_path=KEY) from None
