@@ -137,9 +137,10 @@ def close(x: float, y: float, rel: float = 1e-7, abs_: float = 1e-9) -> bool:
 STAMPS = ("admitted", "first_token", "finish")
 
 
-def compare_runs(fast: Run, ref: Run) -> list[str]:
+def compare_runs(fast: Run, ref: Run, kv_used: bool = True) -> list[str]:
     """Every disagreement between two runs of the same workload, as text
-    (empty when they agree); the first few per kind are enough to debug."""
+    (empty when they agree); the first few per kind are enough to debug.
+    ``kv_used``: compare the blocks held too (not where the runs allocate differently by design)."""
     problems: list[str] = []
     if len(fast.requests) != len(ref.requests):
         return [f"request count {len(fast.requests)} != {len(ref.requests)}"]
@@ -175,13 +176,12 @@ def compare_runs(fast: Run, ref: Run) -> list[str]:
         for k in ("queue_max", "batch_max"):
             if sa[k] != sb[k]:
                 problems.append(f"replica {i}: {k} {sa[k]!r} != {sb[k]!r}")
-        if "kv_filled_area" in sa or "kv_filled_area" in sb:
-            # Contiguous KV: blocks reserved (kv_used_*) and filled by tokens.
-            for k in ("kv_used", "kv_filled"):
-                if sa.get(k + "_max") != sb.get(k + "_max"):
-                    problems.append(f"replica {i}: {k}_max {sa.get(k + '_max')!r} != {sb.get(k + '_max')!r}")
-                if not close(sa.get(k + "_area", math.nan), sb.get(k + "_area", math.nan), rel=1e-6):
-                    problems.append(f"replica {i}: {k}_area {sa.get(k + '_area')!r} != {sb.get(k + '_area')!r}")
+        # Blocks held (reserved, with contiguous KV or static batching) and, with contiguous KV, filled by tokens.
+        for k in (("kv_used",) if kv_used else ()) + (("kv_filled",) if "kv_filled_area" in sa or "kv_filled_area" in sb else ()):
+            if sa.get(k + "_max") != sb.get(k + "_max"):
+                problems.append(f"replica {i}: {k}_max {sa.get(k + '_max')!r} != {sb.get(k + '_max')!r}")
+            if not close(sa.get(k + "_area", math.nan), sb.get(k + "_area", math.nan), rel=1e-6):
+                problems.append(f"replica {i}: {k}_area {sa.get(k + '_area')!r} != {sb.get(k + '_area')!r}")
     wa, wb = sum(fast.gaps.weight), sum(ref.gaps.weight)
     if wa != wb:
         problems.append(f"ITL sample count {wa} != {wb}")

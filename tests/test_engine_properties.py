@@ -72,6 +72,8 @@ class CheckedFast(FastReplica):
             assert all(s.blocks == self._reserved_blocks(s.req) for s in self.running), where
             assert self.fixed_filled == sum(ceil_div(s.prompt, bs) for s in prefilling), where
             assert self.fixed_filled + self.demand.at(G) <= self.fixed_blocks, where
+        elif self.reserves:   # static batching: every running sequence holds its prompt + output
+            assert self.fixed_blocks == sum(s.blocks for s in self.running), where
         else:
             assert self.fixed_blocks == sum(s.blocks for s in prefilling), where
         check_prompt_blocks(self, prefilling, self._planned[0] if hasattr(self, "_planned") else [], where)

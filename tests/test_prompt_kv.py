@@ -102,7 +102,7 @@ def test_where_kv_never_binds_timings_equal_whole_prompt_allocation():
     for engine in ("fast", "reference"):
         a = run_open(engine, reqs, EngineConfig(**cfg), 10_000)
         b = run_open(engine, reqs, EngineConfig(prompt_kv="per_chunk", **cfg), 10_000)
-        assert not compare_runs(a, b)
+        assert not compare_runs(a, b, kv_used=False)   # (per_chunk holds less: below)
         held = [r.stats(a.pool.end_time())["kv_used_area"] for r in a.pool.replicas]
         assert [r.stats(b.pool.end_time())["kv_used_area"] for r in b.pool.replicas][0] < held[0]
 

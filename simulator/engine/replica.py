@@ -57,7 +57,11 @@ class FastReplica(ReplicaBase):
         # Decoders the token budget leaves out of the iteration being planned, in running
         # order (``_park``): out of the decoding batch's aggregates, their blocks held as fixed.
         self.parked: dict[Seq, None] = {}
-        self.fixed_blocks = 0                # held by sequences not decoding (contiguous KV: by all)
+        # Whether a decoder's blocks stay reserved for its whole sequence while it decodes (contiguous
+        # KV, and static batching, which reserves prompt + output at admission): they stay among the
+        # fixed, and the decoders' growing token counts take no blocks of their own.
+        self.reserves = self.contiguous or cfg.scheduler == "static"
+        self.fixed_blocks = 0                # held by sequences not decoding (reserved KV: by all)
         self.fixed_filled = 0                # contiguous KV: blocks prefilling sequences' prompts fill
         self.demand = BlockDemand(self.bs)   # decoding sequences' blocks
         self.G = 0                           # decode iterations so far
@@ -88,8 +92,8 @@ class FastReplica(ReplicaBase):
     def used_blocks(self, g: int | None = None) -> int:
         """Blocks held at decode counter g: sequences' own and their windows,
         plus cache entries they pin (contiguous KV: the reservations, whatever g)."""
-        if self.contiguous:
-            return self.fixed_blocks + self._windows()
+        if self.reserves:
+            return self.fixed_blocks + self._windows() + (self.cache.pinned if self.cache is not None else 0)
         used = self.fixed_blocks + self._windows() + self.demand.at(self.G if g is None else g)
         return used if self.cache is None else used + self.cache.pinned
 
@@ -107,7 +111,7 @@ class FastReplica(ReplicaBase):
         s.zg = self.G
         if self.contiguous:      # the reservation stays put; its tokens now grow with the decoders'
             self.fixed_filled -= ceil_div(s.prompt, self.bs)
-        else:
+        elif not self.reserves:
             self.fixed_blocks -= s.blocks
         self._enter_batch(s)
 
@@ -131,7 +135,7 @@ class FastReplica(ReplicaBase):
 
     def _leave_decode(self, s: Seq) -> None:
         self.demand.remove(s.c - s.pin_blocks * self.bs)
-        if self.contiguous:
+        if self.reserves:
             self.fixed_blocks -= s.blocks
         self.C -= s.c
         key = self._cohort(s)
@@ -266,9 +270,10 @@ class FastReplica(ReplicaBase):
             s.last_token = max(s.last_token, self.t_last_decode)
         self._leave_decode(s)
         s.epoch += 1     # its finish on the heap moves
-        if self.contiguous:
+        if self.reserves:
             self.fixed_blocks += s.blocks
-            self.fixed_filled += ceil_div(s.kv, self.bs)
+            if self.contiguous:
+                self.fixed_filled += ceil_div(s.kv, self.bs)
         else:
             s.blocks = ceil_div(s.kv - s.pin_blocks * self.bs, self.bs)
             self.fixed_blocks += s.blocks
@@ -286,7 +291,7 @@ class FastReplica(ReplicaBase):
         (cohort Z − the time since it); else (re-planned) as they were."""
         for s in self.parked:
             self._drop_parked(s)
-            if self.contiguous:
+            if self.reserves:
                 self.fixed_blocks += s.blocks     # a decoder's reservation stays among the fixed
             if waited:
                 s.z = self.Z - (now - s.last_token)
@@ -682,11 +687,12 @@ class FastReplica(ReplicaBase):
         done = k - 1
         part = now - t0 - self._elapsed(done, K, b, B)     # of the k-th iteration, in flight
         out: dict = {"iterations": done, "tokens_processed": done * B, "busy_time": now - t0}
+        if self.reserves:
+            out["kv_used_area"] = self.used_blocks() * (now - t0)
         if self.contiguous:
-            out["kv_used_area"] = (self.fixed_blocks + self._windows()) * (now - t0)
             out["kv_filled_area"] = (self._stretch_kv_area(done, K, b, B, self.fixed_filled)
                                      + part * (self.fixed_filled + self.demand.at(self.G + k)))
-        else:
+        elif not self.reserves:
             fixed = self.fixed_blocks + self._windows() + (0 if self.cache is None else self.cache.pinned)
             out["kv_used_area"] = self._stretch_kv_area(done, K, b, B, fixed) + part * (fixed + self.demand.at(self.G + k))
         return out
@@ -777,10 +783,11 @@ class FastReplica(ReplicaBase):
         assert self.seg is not None
         t0, _, K, b, B = self.seg
         self.iterations += n
-        if self.contiguous:    # reservations are fixed through the stretch; their tokens grow
-            kv_area = (self.fixed_blocks + self._windows()) * (now - t0)
-            self._account_filled(self._stretch_kv_area(n, K, b, B, self.fixed_filled),
-                                 self.fixed_filled + self.demand.at(self.G + n))
+        if self.reserves:    # reservations are fixed through the stretch; their tokens grow
+            kv_area = self.used_blocks() * (now - t0)
+            if self.contiguous:
+                self._account_filled(self._stretch_kv_area(n, K, b, B, self.fixed_filled),
+                                     self.fixed_filled + self.demand.at(self.G + n))
         else:
             pinned = 0 if self.cache is None else self.cache.pinned
             kv_area = self._stretch_kv_area(n, K, b, B, self.fixed_blocks + self._windows() + pinned)
