@@ -49,6 +49,9 @@ class Run:
     pool: Pool
     env: simpy.Environment
     done_calls: dict[int, int] = field(default_factory=dict)
+    # Each replica's KV blocks in use (kv_used_now) as each request arrived: what an autoscaler
+    # watching KV and vLLM's kv_weighted_load DP placement read mid-iteration.
+    kv_at_arrivals: list[tuple[int, ...]] = field(default_factory=list)
 
     def stats(self) -> list[dict]:
         return [r.stats(self.pool.end_time()) for r in self.pool.replicas]
@@ -89,14 +92,19 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
                 make_router(router, np.random.default_rng(router_seed)), gaps, engine, done,
                 id_block_tokens=id_block_tokens, kv_budgets=kv_budgets, offload=offload, lora=lora,
                 windows=windows, dp=dp)
-    OpenLoop(reqs).start(env, pool.submit, pool.cancel)
+    kv_log: list[tuple[int, ...]] = []
+
+    def submit(req: Request) -> None:
+        kv_log.append(tuple(r.kv_used_now(env.now) for r in pool.replicas))
+        pool.submit(req)
+    OpenLoop(reqs).start(env, submit, pool.cancel)
     for t, i in cancels:   # client events, URGENT like arrivals
         ev = simpy.Event(env)
         ev._ok, ev._value = True, None
         ev.callbacks.append(lambda ev, req=reqs[i]: pool.cancel(req))
         env.schedule(ev, URGENT, t)
     env.run()
-    return Run(reqs, gaps, pool, env, calls)
+    return Run(reqs, gaps, pool, env, calls, kv_log)
 
 
 def run_closed(engine: str, concurrency: int, inputs: Sequence[int], outputs: Sequence[int], cfg: EngineConfig,
@@ -182,6 +190,11 @@ def compare_runs(fast: Run, ref: Run, kv_used: bool = True) -> list[str]:
                 problems.append(f"replica {i}: {k}_max {sa.get(k + '_max')!r} != {sb.get(k + '_max')!r}")
             if not close(sa.get(k + "_area", math.nan), sb.get(k + "_area", math.nan), rel=1e-6):
                 problems.append(f"replica {i}: {k}_area {sa.get(k + '_area')!r} != {sb.get(k + '_area')!r}")
+    if kv_used:
+        for k, (a, b) in enumerate(zip(fast.kv_at_arrivals, ref.kv_at_arrivals)):
+            if a != b:
+                problems.append(f"KV blocks in use at arrival {k}: fast {a} != reference {b}")
+                break
     wa, wb = sum(fast.gaps.weight), sum(ref.gaps.weight)
     if wa != wb:
         problems.append(f"ITL sample count {wa} != {wb}")

@@ -65,6 +65,9 @@ class FastReplica(ReplicaBase):
         self.fixed_filled = 0                # contiguous KV: blocks prefilling sequences' prompts fill
         self.demand = BlockDemand(self.bs)   # decoding sequences' blocks
         self.G = 0                           # decode iterations so far
+        # The decode counter the blocks of the mixed iteration in flight are held at (G + 1 where it
+        # decodes: each decoder's next token's block is taken as it is planned, as the reference does).
+        self.mixed_g = 0
         # Multi-step scheduling: decisions only at G ≡ anchor (mod steps);
         # the anchor moves when the decoding batch empties.
         self.block_anchor = 0
@@ -103,7 +106,9 @@ class FastReplica(ReplicaBase):
         return self.window_blocks * len(self.running) + self.window_extra
 
     def kv_used_now(self, now: float) -> int:
-        return self.used_blocks(self.G + self._inflight(now) if self.seg is not None else None)
+        if self.seg is not None:
+            return self.used_blocks(self.G + self._inflight(now))
+        return self.used_blocks(self.mixed_g if self.in_flight else None)
 
     def _join_decode(self, s: Seq) -> None:
         s.state = DECODE
@@ -440,7 +445,7 @@ class FastReplica(ReplicaBase):
             self.seg = None
             self.gen += 1
             gen = self.gen
-            g = self.G + 1 if decoding else self.G
+            g = self.mixed_g = self.G + 1 if decoding else self.G
             held = self.used_blocks(g)
             filled = self.fixed_filled + self.demand.at(g) if self.contiguous else 0
             self._step_started(now, held, filled)
