@@ -124,9 +124,14 @@ def run_closed(engine: str, concurrency: int, inputs: Sequence[int], outputs: Se
                 gaps, engine, done, windows=windows)
     loop = ClosedLoop(concurrency, len(inputs), lambda i, now: Request(i, now, int(inputs[i]), int(outputs[i])))
     holder.append(loop)
-    loop.start(env, pool.submit, pool.cancel)
+    kv_log: list[tuple[int, ...]] = []
+
+    def submit(req: Request) -> None:   # (a closed loop's arrivals come as a request ends, mid-iteration's end)
+        kv_log.append(tuple(r.kv_used_now(env.now) for r in pool.replicas))
+        pool.submit(req)
+    loop.start(env, submit, pool.cancel)
     env.run()
-    return Run(loop.requests, gaps, pool, env, calls)
+    return Run(loop.requests, gaps, pool, env, calls, kv_log)
 
 
 def mean_itl(gaps: GapLog) -> float:
