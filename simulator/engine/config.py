@@ -151,7 +151,23 @@ class EngineConfig(BaseModel):
     chunked_prefill: bool = Field(
         default=True, description="split prompts at the token budget: a prompt longer than it runs over several "
                                   "iterations, and the last prompt of an iteration is cut where the budget ends; "
-                                  "false: whole prompts only (one alone may exceed the budget)")
+                                  "false: whole prompts only (one alone may exceed the budget, unless the "
+                                  "stack refuses it: budget_covers_context, rejects_prompt_over_budget)")
+    budget_covers_context: bool = Field(
+        default=False,
+        description="true: without chunked_prefill the server refuses to start with a token budget below the "
+                    "longest request it takes (max_num_batched_tokens under max_model_len, else the model's "
+                    "context: 'This effectively limits the maximum sequence length to max_num_batched_tokens'), "
+                    "and with any budget below max_num_seqs; a budget left unset then defaults to "
+                    "max(max_model_len, the stack's default) (vLLM: config/scheduler.py "
+                    "SchedulerConfig.verify_max_model_len, engine/arg_utils.py "
+                    "_set_default_max_num_seqs_and_batched_tokens_args, 0.19.1-0.34.0). The vllm backend sets it")
+    rejects_prompt_over_budget: bool = Field(
+        default=False,
+        description="true: without chunked_prefill a request whose prompt is longer than one rank's token budget "
+                    "is answered with an error on arrival, not run alone (TensorRT-LLM's PyTorch backend: "
+                    "llmapi/llm.py _check_arguments, 'The sum of prompt length (...), query length (...) should "
+                    "not exceed max_num_tokens', unless enable_chunked_prefill). The trtllm backend sets it")
     mixed_prefill: Optional[bool] = Field(
         default=None, description="prefills share iterations with decodes; default: as chunked_prefill (vLLM "
                                   "mixes chunks; SGLang runs its prefill batches alone, chunked unless "
@@ -438,6 +454,13 @@ class EngineConfig(BaseModel):
         """The longest request, prompt and output, this engine's server takes: ``max_model_len``, else the
         model's context, as the stacks default to it."""
         return self.max_model_len or model.max_position_embeddings
+
+    def longest_prompt(self, dp: int = 1) -> Optional[int]:
+        """The longest prompt the server takes below its context, where it answers a longer one with an
+        error (``rejects_prompt_over_budget`` without chunked prefill: one rank's budget); None: no such cap."""
+        if self.chunked_prefill or not self.rejects_prompt_over_budget:
+            return None
+        return self.rank_tokens(dp)
 
     def rank_tokens(self, dp: int) -> int:
         """One attention-DP rank's token budget in a replica of ``dp`` ranks: the

@@ -98,6 +98,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
         wd = at("engine.weight_dtype", model.served_weight_dtype)
         spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"weight_dtype": wd})})
     e = spec.engine
+    _budget_at_start(e, model, where, source)
     if spec.pp > 1:
         return _pipeline_setup(spec, model, gpu, where, source)
     draft = draft_kind(spec.speculative.draft_model if spec.speculative else None)
@@ -197,6 +198,31 @@ def expected_output_admission(e: EngineConfig, dp: int, decodes_for_another: boo
     if dp > 1 and e.new_token_ratio_init is None:
         return e.model_copy(update={"new_token_ratio_init": 0.7 * 0.3})
     return e
+
+
+def _budget_at_start(e: EngineConfig, model: ModelProfile, where: str, source: str | Path | None) -> None:
+    """A token budget the stack refuses to start with (``engine.budget_covers_context``: vLLM's
+    ``SchedulerConfig.verify_max_model_len``): below the longest request without chunked prefill,
+    where no longer prompt could ever be scheduled, or below ``max_num_seqs``. A budget the pool
+    leaves unset already covers the context there (:func:`simulator.profiles.backend.apply_backend`)."""
+    if not e.budget_covers_context:
+        return
+    budget, longest = e.max_num_batched_tokens, e.longest_request(model)
+    key = f"{where}.engine.max_num_batched_tokens"
+    stack = e.stack_label or "the stack"
+    if not e.chunked_prefill and budget < longest:
+        limit = "engine.max_model_len" if e.max_model_len else f"{model.name}'s context"
+        raise LlmsimError(
+            f"{budget:,} tokens is less than the longest request the server takes ({longest:,}: {limit}) "
+            f"without chunked prefill, and {stack} refuses to start so ('max_num_batched_tokens ({budget}) is "
+            f"smaller than max_model_len ({longest})': no longer prompt could ever be scheduled); leave "
+            f"max_num_batched_tokens unset (it then defaults to {longest:,}), raise it, set engine.max_model_len "
+            f"to at most {budget:,}, or set engine.chunked_prefill: true", source=source, key_path=key)
+    if budget < e.max_num_seqs:
+        raise LlmsimError(
+            f"{budget:,} tokens is less than engine.max_num_seqs ({e.max_num_seqs:,}), and {stack} refuses to "
+            f"start so ('max_num_batched_tokens ({budget}) must be greater than or equal to max_num_seqs "
+            f"({e.max_num_seqs})'); raise it or lower engine.max_num_seqs", source=source, key_path=key)
 
 
 def drafting_budget(e: EngineConfig, cm: StepCost, spec: PoolSpec, where: str,

@@ -71,8 +71,10 @@ FIELDS = {
     "stranded": leaf("count", "requests preempted after streaming whose readmission could never fit the KV pool "
                               "again: the server would have held them, and those queued behind them, forever"),
     "shed": leaf("count", "requests the fleet turned away (rejected on admission or never fitting its KV)"),
-    "too_long": leaf("count", "requests longer than their pool's server takes (engine.max_model_len), rejected "
-                              "as the stack rejects bad input: not shed, since more GPUs would not serve them"),
+    "too_long": leaf("count", "requests longer than their pool's server takes (engine.max_model_len, or a prompt "
+                              "over the token budget a stack without chunked prefill refuses: "
+                              "engine.rejects_prompt_over_budget), rejected as the stack rejects bad input: not shed, "
+                              "since more GPUs would not serve them"),
     "too_long_fraction": leaf("fraction", "too_long / all requests"),
     "shed_fraction": leaf("fraction", "shed / all requests"),
     "rate_limited": leaf("count", "requests the gateway answered 429"),
@@ -212,7 +214,7 @@ def _verdict(b: dict[str, Any]) -> str:
 def _unserved(b: dict[str, Any]) -> str:
     """The requests that ended without an answer, each with its cause and share."""
     parts = [(b["shed"], b["shed_fraction"], "shed by the fleet"),
-             (b["too_long"], b["too_long_fraction"], "longer than the server takes (max_model_len)"),
+             (b["too_long"], b["too_long_fraction"], "longer than the server takes (max_model_len, or an unchunked prompt over the budget)"),
              (b["rate_limited"], b["rate_limited_fraction"], "rate-limited (429) by the gateway"),
              (b["cancelled"], b["cancelled_fraction"], "cancelled by their clients")]
     return ", ".join(f"{n:,} requests ({100 * f:.1f} %) {what}" for n, f, what in parts if n)

@@ -650,7 +650,22 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
         if layout is not None and layout.layout is not None:
             merged["mxfp4_expert_layout"] = layout.layout.model_dump()
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
-    return _prompt_kv_beside(refine(backend_defaults_beside(merged, engine), engine), engine)
+    out = _prompt_kv_beside(refine(backend_defaults_beside(merged, engine), engine), engine)
+    return out if model is None else _budget_covering_context(out, engine, model)
+
+
+def _budget_covering_context(out: dict[str, Any], engine: Mapping[str, Any], model: ModelProfile) -> dict[str, Any]:
+    """Without chunked prefill vLLM raises a budget the launch leaves unset to the longest request it
+    takes (``budget_covers_context``; engine/arg_utils.py: ``max(max_model_len, default)``), where its
+    default would refuse to start; one the pool sets is checked, not raised
+    (:func:`simulator.fleet.setup.setup_pool`)."""
+    if not out.get("budget_covers_context") or out.get("chunked_prefill", True) is not False \
+            or "max_num_batched_tokens" in engine:
+        return out
+    longest, budget = out.get("max_model_len") or model.max_position_embeddings, out.get("max_num_batched_tokens")
+    if isinstance(longest, int) and isinstance(budget, int) and budget < longest:
+        return {**out, "max_num_batched_tokens": longest}
+    return out
 
 
 def _prompt_kv_beside(out: dict[str, Any], engine: Mapping[str, Any]) -> dict[str, Any]:

@@ -286,11 +286,18 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
 
 def _too_long(requests: Records, setups: list) -> np.ndarray:
     """Each request longer than its pool's server takes (``engine.max_model_len``, else the model's
-    context): rejected on arrival as the stack rejects bad input."""
+    context, and an unchunked prompt over the budget where the stack refuses it:
+    :meth:`~simulator.engine.config.EngineConfig.longest_prompt`): rejected on arrival as the stack
+    rejects bad input."""
     tokens, pool = requests.input_tokens + requests.output_tokens, requests.pool
     out = np.zeros(len(requests), dtype=bool)
     for ps in setups:
-        out |= (pool == ps.spec.name) & (tokens > ps.spec.engine.longest_request(ps.cm.model))
+        e = ps.spec.engine
+        mine = pool == ps.spec.name
+        out |= mine & (tokens > e.longest_request(ps.cm.model))
+        prompt = e.longest_prompt(ps.spec.dp)
+        if prompt is not None:
+            out |= mine & (requests.input_tokens > prompt)
     return out
 
 
