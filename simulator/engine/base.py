@@ -235,8 +235,9 @@ class ReplicaBase:
         attention rank, whose pool (``rank_blocks``) is all it can hold."""
         if req.input_tokens + req.output_tokens > self.max_model_len:
             return False
-        if self.cfg.rejects_prompt_over_budget and not self.cfg.chunked_prefill and req.input_tokens > self.rank_tokens:
-            return False       # TensorRT-LLM answers 400: its prompt must fit max_num_tokens unchunked
+        if (self.cfg.rejects_prompt_over_budget and not self.cfg.chunked_prefill and not req.preloaded
+                and req.input_tokens > self.rank_tokens):
+            return False       # TensorRT-LLM answers 400 (a generation-only request, prefilled elsewhere, passes)
         if self.contiguous:
             limit = self.cfg.max_new_tokens
             if limit is not None and req.output_tokens > limit:

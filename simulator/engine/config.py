@@ -157,8 +157,8 @@ class EngineConfig(BaseModel):
         default=False,
         description="true: without chunked_prefill the server refuses to start with a token budget below the "
                     "longest request it takes (max_num_batched_tokens under max_model_len, else the model's "
-                    "context: 'This effectively limits the maximum sequence length to max_num_batched_tokens'), "
-                    "and with any budget below max_num_seqs; a budget left unset then defaults to "
+                    "context: 'This effectively limits the maximum sequence length to max_num_batched_tokens'); "
+                    "a budget left unset then defaults to "
                     "max(max_model_len, the stack's default) (vLLM: config/scheduler.py "
                     "SchedulerConfig.verify_max_model_len, engine/arg_utils.py "
                     "_set_default_max_num_seqs_and_batched_tokens_args, 0.19.1-0.34.0). The vllm backend sets it")

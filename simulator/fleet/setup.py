@@ -203,8 +203,9 @@ def expected_output_admission(e: EngineConfig, dp: int, decodes_for_another: boo
 def _budget_at_start(e: EngineConfig, model: ModelProfile, where: str, source: str | Path | None) -> None:
     """A token budget the stack refuses to start with (``engine.budget_covers_context``: vLLM's
     ``SchedulerConfig.verify_max_model_len``): below the longest request without chunked prefill,
-    where no longer prompt could ever be scheduled, or below ``max_num_seqs``. A budget the pool
-    leaves unset already covers the context there (:func:`simulator.profiles.backend.apply_backend`)."""
+    where no longer prompt could ever be scheduled (its other check, a budget below ``max_num_seqs``,
+    every engine refuses). A budget the pool leaves unset already covers the context there
+    (:func:`simulator.profiles.backend.apply_backend`)."""
     if not e.budget_covers_context:
         return
     budget, longest = e.max_num_batched_tokens, e.longest_request(model)
@@ -218,11 +219,6 @@ def _budget_at_start(e: EngineConfig, model: ModelProfile, where: str, source: s
             f"smaller than max_model_len ({longest})': no longer prompt could ever be scheduled); leave "
             f"max_num_batched_tokens unset (it then defaults to {longest:,}), raise it, set engine.max_model_len "
             f"to at most {budget:,}, or set engine.chunked_prefill: true", source=source, key_path=key)
-    if budget < e.max_num_seqs:
-        raise LlmsimError(
-            f"{budget:,} tokens is less than engine.max_num_seqs ({e.max_num_seqs:,}), and {stack} refuses to "
-            f"start so ('max_num_batched_tokens ({budget}) must be greater than or equal to max_num_seqs "
-            f"({e.max_num_seqs})'); raise it or lower engine.max_num_seqs", source=source, key_path=key)
 
 
 def drafting_budget(e: EngineConfig, cm: StepCost, spec: PoolSpec, where: str,

@@ -291,12 +291,13 @@ def _too_long(requests: Records, setups: list) -> np.ndarray:
     rejects bad input."""
     tokens, pool = requests.input_tokens + requests.output_tokens, requests.pool
     out = np.zeros(len(requests), dtype=bool)
+    decoders = {ps.spec.disaggregation.decode_pool for ps in setups if ps.spec.disaggregation is not None}
     for ps in setups:
         e = ps.spec.engine
         mine = pool == ps.spec.name
         out |= mine & (tokens > e.longest_request(ps.cm.model))
         prompt = e.longest_prompt(ps.spec.dp)
-        if prompt is not None:
+        if prompt is not None and ps.spec.name not in decoders:     # (a decode leg's prompt came prefilled)
             out |= mine & (requests.input_tokens > prompt)
     return out
 

@@ -143,6 +143,13 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
             fail(f"input ({mi}) + output ({mo}) tokens can exceed {whose} of {ctx} tokens"
                  + ("" if limit else f" (pool {names[i]!r})"),
                  "workload.output_tokens" if mo > ctx else "workload.input_tokens")
+        cap = sc.pools[i].engine.longest_prompt(sc.pools[i].dp)
+        if mi is not None and cap is not None and mi > cap:
+            fail(f"input ({mi}) tokens can exceed pool {names[i]!r}'s token budget of {cap} "
+                 f"(engine.max_num_batched_tokens{' per attention-DP rank' if sc.pools[i].dp > 1 else ''}), and "
+                 f"{sc.pools[i].engine.stack_label or 'its stack'} without chunked prefill answers a longer prompt "
+                 "with an error; bound the prompts, raise the budget, or set engine.chunked_prefill: true",
+                 "workload.input_tokens")
         _check_session_lengths(sc, ctx, names[i], source)
     ids = sc.workload.id_block_tokens(base_dir(source))
     for i, p in enumerate(sc.pools):

@@ -1,0 +1,101 @@
+"""Token budgets without chunked prefill, as each stack takes them.
+
+vLLM refuses to start on a ``max_num_batched_tokens`` below ``max_model_len`` when it does not chunk
+prompts (no longer prompt could ever be scheduled), and raises a budget the launch leaves unset to the
+longest request (config/scheduler.py ``verify_max_model_len``,
+engine/arg_utils.py). TensorRT-LLM answers a prompt longer than ``max_num_tokens`` with an error
+unless ``enable_chunked_prefill`` (llmapi/llm.py ``_check_arguments``); a generation-only request,
+prefilled on another server, is not checked.
+"""
+from __future__ import annotations
+
+import pytest
+
+from simulator.scenario.load import load_scenario
+from workloads.request import Status
+
+SCENARIO = """\
+name: budgets
+workload:
+  arrival: {{type: poisson, rate_per_s: 4}}
+  duration_s: 10
+  input_tokens: {input}
+  output_tokens: {{dist: fixed, value: 20}}
+pools:
+  - name: main
+    model: llama-3.1-8b
+    gpu: h100-sxm
+    engine: {{backend: {backend}{extra}}}
+"""
+UNBOUNDED = "{dist: lognormal, mean: 3000, std: 3000}"
+
+
+def _write(tmp_path, backend: str, extra: str = "", input: str = "{dist: fixed, value: 1000}"):
+    p = tmp_path / f"{backend}.yaml"
+    p.write_text(SCENARIO.format(backend=backend, extra=extra, input=input))
+    return p
+
+
+def test_vllm_refuses_an_unchunked_budget_below_the_context(cli, tmp_path):
+    r = cli("run", _write(tmp_path, "vllm", ", chunked_prefill: false, max_num_batched_tokens: 4096"),
+            "-o", tmp_path / "out")
+    said = " ".join(r.err.split())
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    assert "pools[0].engine.max_num_batched_tokens" in said and "(131,072: llama-3.1-8b's context)" in said
+    assert "'max_num_batched_tokens (4096) is smaller than max_model_len (131072)'" in said
+    assert not (tmp_path / "out").exists()
+    # what the message offers runs: a max_model_len within the budget, or chunking
+    for extra in (", chunked_prefill: false, max_num_batched_tokens: 4096, max_model_len: 4096",
+                  ", chunked_prefill: true, max_num_batched_tokens: 4096"):
+        ok = cli("run", _write(tmp_path, "vllm", extra), "-o", tmp_path / "ok", "--overwrite")
+        assert ok.code == 0, ok.err
+
+
+@pytest.mark.parametrize("extra, budget", [(", chunked_prefill: false", 131072),
+                                           (", chunked_prefill: false, max_model_len: 20000", 20000),
+                                           (", chunked_prefill: false, max_model_len: 4000", 8192),
+                                           ("", 8192)])
+def test_vllm_takes_the_context_for_an_unset_unchunked_budget(tmp_path, extra, budget):
+    """max(max_model_len, the default: 8,192 on an H100); chunked, the default stands."""
+    sc, _ = load_scenario(_write(tmp_path, "vllm", extra))
+    assert sc.pools[0].engine.max_num_batched_tokens == budget
+
+
+def test_trtllm_answers_an_unchunked_prompt_over_max_num_tokens_with_an_error(tmp_path):
+    from simulator.runner import simulate
+
+    out = simulate(_write(tmp_path, "trtllm", ", max_num_batched_tokens: 4096", UNBOUNDED))
+    long = [r for r in out.requests if r.input_tokens > 4096]
+    short = [r for r in out.requests if r.input_tokens <= 4096]
+    assert long and short
+    assert all(r.status == Status.REJECTED for r in long)
+    assert all(r.status == Status.FINISHED for r in short)
+    load = out.results["llmsim"]["load"]
+    assert load["too_long"] == len(long) and load["shed"] == 0 and not load["overloaded"]
+    assert "an unchunked prompt over the budget" in load["verdict"]
+    # chunked, TensorRT-LLM takes them; the generic engine runs a long prompt alone
+    for backend, extra in (("trtllm", ", max_num_batched_tokens: 4096, chunked_prefill: true"),
+                           ("vllm", ", max_num_batched_tokens: 4096")):
+        out = simulate(_write(tmp_path, backend, extra, UNBOUNDED))
+        assert all(r.status == Status.FINISHED for r in out.requests), backend
+
+
+def test_trtllm_refuses_a_bounded_workload_whose_prompts_outgrow_its_budget(cli, tmp_path):
+    r = cli("run", _write(tmp_path, "trtllm", ", max_num_batched_tokens: 2048",
+                          "{dist: uniform, min: 1000, max: 3000}"), "-o", tmp_path / "out")
+    said = " ".join(r.err.split())
+    assert r.code == 2 and "workload.input_tokens" in said and "token budget of 2048" in said, r.err
+
+
+def test_a_trtllm_generation_server_takes_prompts_prefilled_elsewhere(tmp_path):
+    """The check skips generation-only requests: a decode pool's legs carry prompts past its budget."""
+    from simulator.runner import simulate
+
+    p = tmp_path / "pd.yaml"
+    p.write_text(SCENARIO.format(backend="trtllm", extra=", chunked_prefill: true", input="{dist: fixed, value: 6000}")
+                 .replace("    engine:", "    disaggregation: {decode_pool: gen}\n    engine:")
+                 .replace("pools:\n", "classes: [{name: all, pool: main}]\npools:\n")
+                 + "  - name: gen\n    model: llama-3.1-8b\n    gpu: h100-sxm\n"
+                   "    engine: {backend: trtllm, max_num_batched_tokens: 4096}\n")
+    out = simulate(p)
+    assert out.requests and all(r.status == Status.FINISHED for r in out.requests)
