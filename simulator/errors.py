@@ -210,8 +210,14 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None,
         # a value the user wrote may hold a newline: kept on the problem's one line, escaped
         msg = _CONTROL.sub(_escaped, _plain(e))
         if e.get("type") == "extra_forbidden":
-            near = nearest(str(written[-1]), keys_at(tuple(written[:-1]))) if keys_at and written else ""
-            msg = f"unknown key ({near[2:-1] + ' ' if near else 'check the spelling; '}see `llmsim schema`)"
+            key = str(written[-1]) if written else ""
+            head, colon, value = key.partition(":")
+            if colon and value and keys_at and head in keys_at(tuple(written[:-1])):
+                # YAML reads `{host_gb:100}` as one key: a colon without a space after it separates nothing
+                msg = f"unknown key: YAML needs a space after the colon ({head}: {value}, not {key})"
+            else:
+                near = nearest(key, keys_at(tuple(written[:-1]))) if keys_at and written else ""
+                msg = f"unknown key ({near[2:-1] + ' ' if near else 'check the spelling; '}see `llmsim schema`)"
         elif "input" in e and e.get("type") not in ("missing",) and not isinstance(e["input"], (dict, list)) \
                 and f"the text {e['input']!r}" not in msg and not msg.startswith("has no value"):
             got[path] = f" (got {_shown(e['input'])})"

@@ -108,6 +108,20 @@ def test_sglang_chunk_follows_the_gpu(gpu, chunk):
     assert e.max_num_batched_tokens == chunk and not e.mixes_prefill
 
 
+@pytest.mark.parametrize("own", [{"scheduler": "static"}, {"kv_allocation": "contiguous", "prefix_cache": False}])
+def test_a_pools_whole_reservation_takes_the_place_of_the_stacks_admission(own):
+    """TensorRT-LLM's output-reserving admission and vLLM's chunk-by-chunk prompt KV give way where the
+    pool reserves each request's maximum itself (static batching: TensorRT-LLM's STATIC_BATCH policy);
+    a pool's own admission beside it stays refused."""
+    for backend in ("trtllm", "vllm"):
+        e = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "h100-sxm",
+                                     "engine": {"backend": backend, **own}}).engine
+        assert (e.kv_admission, e.prompt_kv) == ("on_demand", "whole")
+    with pytest.raises(Exception, match="kv_admission: reserve_output applies to paged KV"):
+        PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "h100-sxm",
+                                 "engine": {"backend": "trtllm", "kv_admission": "reserve_output", **own}})
+
+
 def test_trtllm_mixes_whole_prompts():
     e = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "h100-sxm", "engine": {"backend": "trtllm"}}).engine
     assert not e.chunked_prefill and e.mixes_prefill

@@ -1050,6 +1050,10 @@ def _edited(where: tuple, value) -> dict:
     (("pools", 0, "replica"), 2, "pools[0].replica: unknown key (did you mean replicas? see `llmsim schema`)"),
     (("workload", "input_tokens", "maen"), 100, "workload.input_tokens.maen: unknown key (did you mean mean?"),
     (("workload", "arrival", "rate_per_sec"), 1, "workload.arrival.rate_per_sec: unknown key (did you mean rate_per_s?"),
+    # `{host_gb:100}`: YAML reads one key 'host_gb:100' (no space after the colon), answered as a misspelt key
+    (("pools", 0, "engine"), {"kv_offload": {"host_gb:100": None}},
+     "pools[0].engine.kv_offload.host_gb:100: unknown key: YAML needs a space after the colon (host_gb: 100, not "
+     "host_gb:100)"),
     # a unit or a percent sign after a number: pydantic said only "unable to parse string as a number"
     (("workload", "num_requests"), "40 requests", "expected a whole number, got the text '40 requests': write the "
                                                   "number alone (40)"),

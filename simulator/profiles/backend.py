@@ -669,9 +669,13 @@ def _budget_covering_context(out: dict[str, Any], engine: Mapping[str, Any], mod
 
 
 def _prompt_kv_beside(out: dict[str, Any], engine: Mapping[str, Any]) -> dict[str, Any]:
-    """The stack's ``prompt_kv`` gives way where the pool's own keys describe another server's KV
-    (static batching, contiguous KV, an admission reserving more than the prompt): vLLM's chunk-by-chunk
-    allocation means nothing there. Set by the pool itself beside them, it is refused."""
+    """The stack's ``prompt_kv`` and ``kv_admission`` give way where the pool's own keys describe another
+    server's KV (static batching, contiguous KV, and for ``prompt_kv`` an admission reserving more than
+    the prompt): vLLM's chunk-by-chunk allocation and TensorRT-LLM's output reservation mean nothing
+    where each request's maximum is reserved at admission. Set by the pool itself beside them, they are
+    refused."""
+    if "kv_admission" not in engine and (out.get("scheduler") == "static" or out.get("kv_allocation") == "contiguous"):
+        out.pop("kv_admission", None)
     if "prompt_kv" not in engine and (out.get("scheduler") == "static" or out.get("kv_allocation") == "contiguous"
                                       or out.get("kv_admission", "on_demand") != "on_demand"):
         out.pop("prompt_kv", None)
