@@ -80,6 +80,8 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
     prefill_s = 0.0
     done = 0
     budget = _rank_budget(engine, max_num_batched_tokens, cm.dp)
+    if engine is not None and not engine.chunked_prefill:
+        budget = max(budget, input_tokens)      # a stack that does not chunk prefills the prompt whole
     while done < input_tokens:
         chunk = min(budget, input_tokens - done)
         last = done + chunk >= input_tokens
@@ -155,8 +157,14 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
                                                   eng.longest_request(cm.model), in_flight_tokens(eng),
                                                   overridden=bool(eng.num_gpu_blocks_override
                                                                   and eng.override_checked))
-    if start is not None:
-        out["warnings"] = [start]
+    warnings = [] if start is None else [start]
+    cap = None if eng is None else eng.longest_prompt(cm.dp)
+    if cap is not None and input_tokens > cap:     # a run counts it too_long (TensorRT-LLM without chunking)
+        warnings.append(f"{eng.stack_label} answers a {input_tokens:,}-token prompt with an error: without chunked "
+                        f"prefill a prompt must fit its token budget of {cap:,} (max_num_tokens; "
+                        f"--max-num-batched-tokens {input_tokens} or more takes it)")
+    if warnings:
+        out["warnings"] = warnings
     return out
 
 

@@ -99,3 +99,12 @@ def test_a_trtllm_generation_server_takes_prompts_prefilled_elsewhere(tmp_path):
                    "    engine: {backend: trtllm, max_num_batched_tokens: 4096}\n")
     out = simulate(p)
     assert out.requests and all(r.status == Status.FINISHED for r in out.requests)
+
+
+def test_estimate_says_trtllm_answers_the_prompt_with_an_error(cli):
+    args = ("estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--input", "20000", "--output", "100",
+            "--backend", "trtllm", "--json")
+    r = cli(*args)
+    assert r.code == 0 and any("answers a 20,000-token prompt with an error" in w for w in r.json()["warnings"])
+    assert "warnings" not in cli(*args, "--max-num-batched-tokens", "20000").json()
+    assert "warnings" not in cli(*args[:-3], "--backend", "vllm", "--json").json()
