@@ -58,7 +58,8 @@ SHED_FRACTION = 0.05
 #: ``llmsim.load`` (definitions in the module docstring).
 FIELDS = {
     "overloaded": leaf("bool", "the fleet did not keep up: its queue grew, requests never ended or were stranded, "
-                               "or it shed over 5 %"),
+                               "it shed over 5 %, or its stack answered prompts over its unchunked token budget "
+                               "with an error (over_budget)"),
     "window_s": leaf("s", "the arrival window T: workload.duration_s, else (and for a trace) the last arrival"),
     "offered_rps": leaf("req/s", "requests that arrived by T, per second of T"),
     "completed_rps": leaf("req/s", "requests finished by T, per second of T"),
@@ -71,10 +72,12 @@ FIELDS = {
     "stranded": leaf("count", "requests preempted after streaming whose readmission could never fit the KV pool "
                               "again: the server would have held them, and those queued behind them, forever"),
     "shed": leaf("count", "requests the fleet turned away (rejected on admission or never fitting its KV)"),
-    "too_long": leaf("count", "requests longer than their pool's server takes (engine.max_model_len, or a prompt "
-                              "over the token budget a stack without chunked prefill refuses: "
-                              "engine.rejects_prompt_over_budget), rejected as the stack rejects bad input: not shed, "
-                              "since more GPUs would not serve them"),
+    "too_long": leaf("count", "requests longer than their pool's server takes (engine.max_model_len), rejected "
+                              "as the stack rejects bad input: not shed, since more GPUs would not serve them"),
+    "over_budget": leaf("count", "requests whose prompt is longer than the token budget their pool's stack takes "
+                                 "without chunked prefill (engine.rejects_prompt_over_budget), answered with an error: "
+                                 "the configuration refuses them, which fails the fleet as stranded requests do"),
+    "over_budget_fraction": leaf("fraction", "over_budget / all requests"),
     "too_long_fraction": leaf("fraction", "too_long / all requests"),
     "shed_fraction": leaf("fraction", "shed / all requests"),
     "rate_limited": leaf("count", "requests the gateway answered 429"),
@@ -103,10 +106,13 @@ def _queued(rec: Records, end: np.ndarray, t: float) -> int:
     return int(np.count_nonzero(waiting))
 
 
-def load_block(rec: Records, window_s: Optional[float], too_long: Optional[np.ndarray] = None) -> dict[str, Any]:
+def load_block(rec: Records, window_s: Optional[float], too_long: Optional[np.ndarray] = None,
+               over_budget: Optional[np.ndarray] = None) -> dict[str, Any]:
     """The ``llmsim.load`` verdict (definitions in the module docstring). ``too_long``: the requests longer
     than their pool's server takes (``engine.max_model_len``), whose rejection is the client's input
-    error, not load turned away: more GPUs would not serve them."""
+    error, not load turned away: more GPUs would not serve them. ``over_budget``: those whose prompt
+    their stack refuses without chunked prefill: the pool's configuration turns them away, a failure
+    of the fleet (as a stranded request is), though not one more GPUs would mend."""
     rec = Records.of(rec)
     arrival = rec.arrival
     if not len(rec):
@@ -127,12 +133,14 @@ def load_block(rec: Records, window_s: Optional[float], too_long: Optional[np.nd
     stranded = int(np.count_nonzero(status == int(Status.STRANDED)))
     refused = status == int(Status.REJECTED)
     invalid = refused & too_long if too_long is not None else np.zeros_like(refused)
-    rejected = int(np.count_nonzero(refused & ~invalid))
+    over = refused & over_budget & ~invalid if over_budget is not None else np.zeros_like(refused)
+    n_over = int(np.count_nonzero(over))
+    rejected = int(np.count_nonzero(refused & ~invalid & ~over))
     limited = int(np.count_nonzero(status == int(Status.RATE_LIMITED)))
     cancelled = int(np.count_nonzero(status == int(Status.CANCELLED)))
     growing = growth > growth_noise(second_half, q_mid)
     shedding = rejected > SHED_FRACTION * len(rec)
-    overloaded = bool(growing or unfinished or stranded or shedding)
+    overloaded = bool(growing or unfinished or stranded or shedding or n_over)
     per_s = (lambda n: n / t) if t > 0 else (lambda n: None)
     ended = end[np.isfinite(end)]
     out = {
@@ -151,6 +159,8 @@ def load_block(rec: Records, window_s: Optional[float], too_long: Optional[np.nd
         "shed_fraction": rejected / len(rec),
         "too_long": int(np.count_nonzero(invalid)),
         "too_long_fraction": int(np.count_nonzero(invalid)) / len(rec),
+        "over_budget": n_over,
+        "over_budget_fraction": n_over / len(rec),
         "rate_limited": limited,
         "rate_limited_fraction": limited / len(rec),
         "cancelled": cancelled,
@@ -205,6 +215,12 @@ def _verdict(b: dict[str, Any]) -> str:
         n = b["stranded"]
         why.append(f"{n:,} request{' was' if n == 1 else 's were'} preempted and could never be readmitted (the "
                    f"server would have held {'it' if n == 1 else 'them'} forever)")
+    if b.get("over_budget"):
+        n = b["over_budget"]
+        why.append(f"{n:,} request{'' if n == 1 else 's'} ({100 * b['over_budget_fraction']:.1f} %) answered with an "
+                   "error: a prompt longer than the token budget its stack takes without chunked prefill "
+                   "(engine.chunked_prefill: true, or a larger max_num_batched_tokens, serves "
+                   f"{'it' if n == 1 else 'them'})")
     if b["shed_fraction"] > SHED_FRACTION:
         why.append(f"it shed {100 * b['shed_fraction']:.1f} % of the requests")
     tail = f"; the backlog took {b['drain_s']:,.0f} s to drain" if b["drain_s"] else ""
@@ -214,7 +230,7 @@ def _verdict(b: dict[str, Any]) -> str:
 def _unserved(b: dict[str, Any]) -> str:
     """The requests that ended without an answer, each with its cause and share."""
     parts = [(b["shed"], b["shed_fraction"], "shed by the fleet"),
-             (b["too_long"], b["too_long_fraction"], "longer than the server takes (max_model_len, or an unchunked prompt over the budget)"),
+             (b["too_long"], b["too_long_fraction"], "longer than the server takes (max_model_len)"),
              (b["rate_limited"], b["rate_limited_fraction"], "rate-limited (429) by the gateway"),
              (b["cancelled"], b["cancelled_fraction"], "cancelled by their clients")]
     return ", ".join(f"{n:,} requests ({100 * f:.1f} %) {what}" for n, f, what in parts if n)

@@ -268,7 +268,8 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         "ttft_budget": ttft_budget(requests, response_s=plan.response_s),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
                            monthly=plan.month, arrivals_s=arrivals, began_before=began_before),
-        "load": load_block(requests, _load_window(sc.workload), _too_long(requests, setups)),
+        "load": load_block(requests, _load_window(sc.workload), _too_long(requests, setups),
+                           _over_budget(requests, setups)),
         "simulated_seconds": now,
     })
     out["energy"] = _energy(plan, pools, bills, now, requests)
@@ -286,19 +287,24 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
 
 def _too_long(requests: Records, setups: list) -> np.ndarray:
     """Each request longer than its pool's server takes (``engine.max_model_len``, else the model's
-    context, and an unchunked prompt over the budget where the stack refuses it:
-    :meth:`~simulator.engine.config.EngineConfig.longest_prompt`): rejected on arrival as the stack
-    rejects bad input."""
+    context): rejected on arrival as the stack rejects bad input."""
     tokens, pool = requests.input_tokens + requests.output_tokens, requests.pool
+    out = np.zeros(len(requests), dtype=bool)
+    for ps in setups:
+        out |= (pool == ps.spec.name) & (tokens > ps.spec.engine.longest_request(ps.cm.model))
+    return out
+
+
+def _over_budget(requests: Records, setups: list) -> np.ndarray:
+    """Each request whose prompt is longer than its pool's stack takes without chunked prefill
+    (:meth:`~simulator.engine.config.EngineConfig.longest_prompt`), answered with an error on arrival;
+    a decode pool's legs come prefilled and pass."""
     out = np.zeros(len(requests), dtype=bool)
     decoders = {ps.spec.disaggregation.decode_pool for ps in setups if ps.spec.disaggregation is not None}
     for ps in setups:
-        e = ps.spec.engine
-        mine = pool == ps.spec.name
-        out |= mine & (tokens > e.longest_request(ps.cm.model))
-        prompt = e.longest_prompt(ps.spec.dp)
-        if prompt is not None and ps.spec.name not in decoders:     # (a decode leg's prompt came prefilled)
-            out |= mine & (requests.input_tokens > prompt)
+        cap = ps.spec.engine.longest_prompt(ps.spec.dp)
+        if cap is not None and ps.spec.name not in decoders:
+            out |= (requests.pool == ps.spec.name) & (requests.input_tokens > cap)
     return out
 
 
