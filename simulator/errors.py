@@ -201,11 +201,16 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None,
     hints: dict[str, str] = {}
     errors = err.errors()
     locs = [error_loc(e) for e in errors]
-    for e, loc in zip(errors, locs):
+    written_at = [user_loc(loc, data) if data is not None else list(loc) for loc in locs]
+    # `{k:1}` without a space after the colon: the key k it meant is then also reported missing
+    slipped = {(*w[:-1], str(w[-1]).partition(":")[0]) for e, w in zip(errors, written_at)
+               if e.get("type") == "extra_forbidden" and w and ":" in str(w[-1])}
+    for e, loc, written in zip(errors, locs, written_at):
         # a list left too short because one of its items was refused: that item's line says it
         if e.get("type") == "too_short" and any(len(o) > len(loc) and o[:len(loc)] == loc for o in locs):
             continue
-        written = user_loc(loc, data) if data is not None else list(loc)
+        if e.get("type") == "missing" and tuple(written) in slipped:
+            continue
         path = format_key_path(written)
         # a value the user wrote may hold a newline: kept on the problem's one line, escaped
         msg = _CONTROL.sub(_escaped, _plain(e))

@@ -1084,6 +1084,16 @@ def test_a_slip_is_answered_with_what_was_meant(tmp_path, cli, where, value, say
     assert "instance of" not in line and "Input tag" not in line and "unable to parse" not in line, line
 
 
+def test_a_required_key_written_without_its_space_is_not_also_missing(tmp_path, cli):
+    """`{draft_model:mtp, k:2, ...}` is three keys YAML reads whole: each is named as the slip it is, and
+    draft_model, k and acceptance_rate are not listed again as required and missing."""
+    path = write_yaml(tmp_path / "s.yaml", _edited(("pools", 0, "speculative"),
+                                                   {"draft_model:mtp": None, "k:2": None, "acceptance_rate:0.7": None}))
+    r = cli("run", path, "-o", tmp_path / "out")
+    assert r.code == 2 and "Field required" not in r.err and "missing" not in r.err, r.err
+    assert r.err.count("YAML needs a space after the colon") == 3, r.err
+
+
 @pytest.mark.parametrize("typo, meant", [("num_hidden_layer", "num_hidden_layers"),
                                          ("num_attention_head", "num_attention_heads")])
 def test_a_misspelt_key_of_a_config_json_names_the_key_meant(tmp_path, typo, meant):
