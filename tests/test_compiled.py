@@ -34,13 +34,13 @@ RUNS = [
     ("chatbot", [], ["workload.duration_s=120", "classes.free.kv_budget_fraction=0.05"], "fast", None),
     ("ttft-program", [], ["workload.duration_s=300", "workload.arrival.rate_per_s=4",   # preempts
                           "pools.chat.engine.prefix_cache=true", "pools.chat.router=prefix_aware",
-                          "pools.chat.engine.gpu_memory_utilization=0.45"], "fast", None),
+                          "pools.chat.engine.gpu_memory_utilization=0.55"], "fast", None),
     ("ttft-program", [], ["workload.duration_s=300", "workload.arrival.rate_per_s=4",   # reserves outputs
                           "pools.chat.engine.prefix_cache=true", "pools.chat.router=prefix_aware",
-                          "pools.chat.engine.gpu_memory_utilization=0.45",
+                          "pools.chat.engine.gpu_memory_utilization=0.55",
                           "pools.chat.engine.kv_admission=reserve_output"], "fast", None),
     ("ttft-program", [], ["workload.duration_s=300", "workload.arrival.rate_per_s=4",   # expects outputs
-                          "pools.chat.engine.gpu_memory_utilization=0.45",
+                          "pools.chat.engine.gpu_memory_utilization=0.55",
                           "pools.chat.engine.kv_admission=expected_output"], "fast", None),
     ("ttft-program", ["prefix-cache", "chunked-prefill", "admission", "fp8-kv", "disaggregation"],
      ["workload.duration_s=300"], "fast", None),

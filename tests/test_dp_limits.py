@@ -71,7 +71,8 @@ def test_sglang_splits_its_budget_among_the_ranks():
 
 @pytest.mark.parametrize("backend", ["vllm", "sglang", "trtllm"])
 def test_both_engines_schedule_attention_dp_alike(backend):
-    sc = _burst(4, backend, isl=3000)
+    # prompts past the 2,048-token budget, which TensorRT-LLM without chunking answers with an error
+    sc = _burst(4, backend, isl=2048 if backend == "trtllm" else 3000)
     fast, ref = simulate(sc), simulate(sc, engine="reference")
     assert [r.first_token for r in fast.requests] == pytest.approx([r.first_token for r in ref.requests])
     assert [r.finish for r in fast.requests] == pytest.approx([r.finish for r in ref.requests])
@@ -95,14 +96,15 @@ def test_sglang_under_aiconfigurators_launch_chunks_at_a_ranks_share_of_the_chun
 
 def _capped(backend: str, isl: int) -> Scenario:
     """Two prompts on one replica of two attention-DP ranks, each rank's pool capped at 8,192
-    tokens (SGLang's --max-total-tokens, TensorRT-LLM's KvCacheConfig.max_tokens)."""
+    tokens (SGLang's --max-total-tokens, TensorRT-LLM's KvCacheConfig.max_tokens); TensorRT-LLM's
+    budget holds the prompts whole (it answers a longer one with an error without chunking)."""
     return Scenario.model_validate({
         "name": "dp-pool", "workload": {"num_requests": 2, "arrival": {"type": "concurrency", "concurrency": 1},
                                         "input_tokens": {"dist": "fixed", "value": isl},
                                         "output_tokens": {"dist": "fixed", "value": 4}},
         "pools": [{"model": "mixtral-8x7b", "gpu": "h100-sxm", "tp": 2, "dp": 2, "ep": 2,
-                   "engine": {"backend": backend, "max_num_batched_tokens": 2048, "max_num_seqs": 8,
-                              "prefix_cache": False, "kv_memory": {"max_tokens": 8192}}}]})
+                   "engine": {"backend": backend, "max_num_batched_tokens": 16384 if backend == "trtllm" else 2048,
+                              "max_num_seqs": 8, "prefix_cache": False, "kv_memory": {"max_tokens": 8192}}}]})
 
 
 @pytest.mark.parametrize("engine", ["fast", "reference"])
