@@ -110,3 +110,21 @@ def test_estimate_says_trtllm_answers_the_prompt_with_an_error(cli):
     assert r.code == 0 and any("answers a 20,000-token prompt with an error" in w for w in r.json()["warnings"])
     assert "warnings" not in cli(*args, "--max-num-batched-tokens", "20000").json()
     assert "warnings" not in cli(*args[:-3], "--backend", "vllm", "--json").json()
+
+
+@pytest.mark.parametrize("version, refused", [("0.10.0", True), ("0.11.0", True), ("0.11.1", False)])
+def test_vllm_before_0_11_1_chunks_every_prompt(cli, tmp_path, version, refused):
+    """vLLM 0.10.0-0.11.0 set enable_chunked_prefill = True for every generation model whatever the launch
+    said (engine/arg_utils.py _set_default_args_v1 / _set_default_args: 'V1 always uses chunked prefills'):
+    such a server neither refuses a budget below the context nor runs a prompt whole, so an unchunked pool of
+    those releases is refused on engine.chunked_prefill, not on the budget; 0.11.1 takes the flag."""
+    extra = f", backend_version: '{version}', chunked_prefill: false, max_num_batched_tokens: 4096"
+    r = cli("run", _write(tmp_path, "vllm", extra), "-o", tmp_path / "out")
+    said = " ".join(r.err.split())
+    assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
+    if refused:
+        assert "pools[0].engine.chunked_prefill" in said and f"vllm {version} chunks every prompt" in said, said
+        ok = cli("run", _write(tmp_path, "vllm", extra.replace("false", "true")), "-o", tmp_path / "ok")
+        assert ok.code == 0, ok.err
+    else:
+        assert "pools[0].engine.max_num_batched_tokens" in said, said

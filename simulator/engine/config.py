@@ -162,6 +162,12 @@ class EngineConfig(BaseModel):
                     "max(max_model_len, the stack's default) (vLLM: config/scheduler.py "
                     "SchedulerConfig.verify_max_model_len, engine/arg_utils.py "
                     "_set_default_max_num_seqs_and_batched_tokens_args, 0.19.1-0.34.0). The vllm backend sets it")
+    chunks_every_prompt: bool = Field(
+        default=False,
+        description="true: the stack chunks every prompt whatever the launch asks, so chunked_prefill: false is "
+                    "refused (vLLM 0.10.0-0.11.0: engine/arg_utils.py _set_default_args sets "
+                    "enable_chunked_prefill = True for a generation model, 'V1 always uses chunked prefills'). "
+                    "The vllm backend sets it for those releases")
     rejects_prompt_over_budget: bool = Field(
         default=False,
         description="true: without chunked_prefill a request whose prompt is longer than one rank's token budget "

@@ -98,6 +98,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
         wd = at("engine.weight_dtype", model.served_weight_dtype)
         spec = spec.model_copy(update={"engine": spec.engine.model_copy(update={"weight_dtype": wd})})
     e = spec.engine
+    _chunking_at_start(e, where, source)
     _budget_at_start(e, model, where, source)
     if spec.pp > 1:
         return _pipeline_setup(spec, model, gpu, where, source)
@@ -198,6 +199,19 @@ def expected_output_admission(e: EngineConfig, dp: int, decodes_for_another: boo
     if dp > 1 and e.new_token_ratio_init is None:
         return e.model_copy(update={"new_token_ratio_init": 0.7 * 0.3})
     return e
+
+
+def _chunking_at_start(e: EngineConfig, where: str, source: str | Path | None) -> None:
+    """``chunked_prefill: false`` on a release that chunks every prompt anyway
+    (``engine.chunks_every_prompt``: vLLM 0.10.0-0.11.0 overwrite the launch's flag): that
+    server neither runs a prompt whole nor refuses a budget below the context, so neither
+    unchunked rule applies, and running it chunked would silently drop what the pool wrote."""
+    if e.chunks_every_prompt and not e.chunked_prefill:
+        raise LlmsimError(
+            f"{e.stack_label or 'the stack'} chunks every prompt of a generation model whatever the launch asks "
+            "(engine/arg_utils.py _set_default_args: 'V1 always uses chunked prefills', --no-enable-chunked-prefill "
+            "is overwritten); set engine.chunked_prefill: true (what it runs), or a backend_version from 0.11.1",
+            source=source, key_path=f"{where}.engine.chunked_prefill")
 
 
 def _budget_at_start(e: EngineConfig, model: ModelProfile, where: str, source: str | Path | None) -> None:
