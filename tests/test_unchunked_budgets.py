@@ -128,3 +128,15 @@ def test_vllm_before_0_11_1_chunks_every_prompt(cli, tmp_path, version, refused)
         assert ok.code == 0, ok.err
     else:
         assert "pools[0].engine.max_num_batched_tokens" in said, said
+
+
+def test_trtllm_refuses_a_system_prompt_that_takes_prompts_past_its_budget(cli, tmp_path):
+    """The prompt TensorRT-LLM checks is the whole prompt, system prompt and all, as the context check
+    counts it: 2,000 + 3,000 tokens outgrow a 4,096-token budget at load, not in a run of errors."""
+    p = _write(tmp_path, "trtllm", ", max_num_batched_tokens: 4096", "{dist: fixed, value: 3000}")
+    p.write_text(p.read_text().replace("pools:", "  system_prompt: {apps: 1, tokens: {dist: fixed, value: 2000}}\npools:"))
+    r = cli("run", p, "-o", tmp_path / "out")
+    said = " ".join(r.err.split())
+    assert r.code == 2 and "workload.system_prompt.tokens" in said and "token budget of 4096" in said, r.err
+    p.write_text(p.read_text().replace("value: 2000", "value: 1000"))
+    assert cli("run", p, "-o", tmp_path / "ok").code == 0

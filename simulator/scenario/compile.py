@@ -143,13 +143,7 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
             fail(f"input ({mi}) + output ({mo}) tokens can exceed {whose} of {ctx} tokens"
                  + ("" if limit else f" (pool {names[i]!r})"),
                  "workload.output_tokens" if mo > ctx else "workload.input_tokens")
-        cap = sc.pools[i].engine.longest_prompt(sc.pools[i].dp)
-        if mi is not None and cap is not None and mi > cap:
-            fail(f"input ({mi}) tokens can exceed pool {names[i]!r}'s token budget of {cap} "
-                 f"(engine.max_num_batched_tokens{' per attention-DP rank' if sc.pools[i].dp > 1 else ''}), and "
-                 f"{sc.pools[i].engine.stack_label or 'its stack'} without chunked prefill answers a longer prompt "
-                 "with an error; bound the prompts, raise the budget, or set engine.chunked_prefill: true",
-                 "workload.input_tokens")
+        _check_prompt_budget(sc, sc.pools[i], mi, fail)
         _check_session_lengths(sc, ctx, names[i], source)
     ids = sc.workload.id_block_tokens(base_dir(source))
     for i, p in enumerate(sc.pools):
@@ -296,6 +290,23 @@ def _min_length(dist) -> int:
     if getattr(dist, "dist", None) == "empirical":
         return int(min(dist.values))
     return int(getattr(dist, "min", None) or 1)
+
+
+def _check_prompt_budget(sc: Scenario, pool: PoolSpec, mi: Optional[int], fail: Callable[[str, str], NoReturn]) -> None:
+    """A bounded workload whose prompts can outgrow the token budget ``pool``'s stack takes without chunked
+    prefill (:meth:`~simulator.engine.config.EngineConfig.longest_prompt`) is refused, as one past the
+    context is: the prompt the stack checks is the whole of it, a system prompt before the input too."""
+    cap = pool.engine.longest_prompt(pool.dp)
+    sp = sc.workload.system_prompt
+    sp_max = _max_length(sp.tokens) if sp else 0
+    if mi is None or sp_max is None or cap is None or sp_max + mi <= cap:
+        return
+    what = f"input ({mi})" if not sp_max else f"a system prompt of up to {sp_max} and input ({mi})"
+    fail(f"{what} tokens can exceed pool {pool.name!r}'s token budget of {cap} "
+         f"(engine.max_num_batched_tokens{' per attention-DP rank' if pool.dp > 1 else ''}), and "
+         f"{pool.engine.stack_label or 'its stack'} without chunked prefill answers a longer prompt "
+         "with an error; bound the prompts, raise the budget, or set engine.chunked_prefill: true",
+         "workload.input_tokens" if mi > cap or not sp_max else "workload.system_prompt.tokens")
 
 
 def _check_session_lengths(sc: Scenario, ctx: int, pool: str, source) -> None:
