@@ -140,3 +140,25 @@ def test_trtllm_refuses_a_system_prompt_that_takes_prompts_past_its_budget(cli, 
     assert r.code == 2 and "workload.system_prompt.tokens" in said and "token budget of 4096" in said, r.err
     p.write_text(p.read_text().replace("value: 2000", "value: 1000"))
     assert cli("run", p, "-o", tmp_path / "ok").code == 0
+
+
+def test_a_decode_pool_serving_a_class_of_its_own_counts_its_errors_over_budget(tmp_path):
+    """A pool that decodes for a prefill pool and serves a class directly: its direct prompts past its
+    budget end in errors (over_budget, failing the run), not as load shed; its decode legs, recorded
+    under the prefill pool the class routes to, pass."""
+    from simulator.runner import simulate
+
+    p = tmp_path / "pd.yaml"
+    p.write_text(SCENARIO.format(backend="trtllm", extra=", chunked_prefill: true", input=UNBOUNDED)
+                 .replace("rate_per_s: 4", "rate_per_s: 6")
+                 .replace("    engine:", "    disaggregation: {decode_pool: gen}\n    engine:")
+                 .replace("pools:\n", "classes: [{name: a, pool: main, share: 0.5}, {name: b, pool: gen, share: 0.5}]"
+                                      "\npools:\n")
+                 + "  - name: gen\n    model: llama-3.1-8b\n    gpu: h100-sxm\n"
+                   "    engine: {backend: trtllm, max_num_batched_tokens: 4096}\n")
+    out = simulate(p)
+    long = [r for r in out.requests if r.klass == "b" and r.input_tokens > 4096]
+    assert long and all(r.status == Status.REJECTED for r in long)
+    assert all(r.status == Status.FINISHED for r in out.requests if r.klass == "a")
+    load = out.results["llmsim"]["load"]
+    assert load["over_budget"] == len(long) and load["shed"] == 0 and load["overloaded"]

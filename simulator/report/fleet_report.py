@@ -297,13 +297,13 @@ def _too_long(requests: Records, setups: list) -> np.ndarray:
 
 def _over_budget(requests: Records, setups: list) -> np.ndarray:
     """Each request whose prompt is longer than its pool's stack takes without chunked prefill
-    (:meth:`~simulator.engine.config.EngineConfig.longest_prompt`), answered with an error on arrival;
-    a decode pool's legs come prefilled and pass."""
+    (:meth:`~simulator.engine.config.EngineConfig.longest_prompt`), answered with an error on arrival.
+    A disaggregated request is recorded under the prefill pool its class routes to, so a decode pool's
+    requests are those a class sends it directly, held to its budget as any; its legs pass unrecorded."""
     out = np.zeros(len(requests), dtype=bool)
-    decoders = {ps.spec.disaggregation.decode_pool for ps in setups if ps.spec.disaggregation is not None}
     for ps in setups:
         cap = ps.spec.engine.longest_prompt(ps.spec.dp)
-        if cap is not None and ps.spec.name not in decoders:
+        if cap is not None:
             out |= (requests.pool == ps.spec.name) & (requests.input_tokens > cap)
     return out
 
