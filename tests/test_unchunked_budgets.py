@@ -162,3 +162,13 @@ def test_a_decode_pool_serving_a_class_of_its_own_counts_its_errors_over_budget(
     assert all(r.status == Status.FINISHED for r in out.requests if r.klass == "a")
     load = out.results["llmsim"]["load"]
     assert load["over_budget"] == len(long) and load["shed"] == 0 and load["overloaded"]
+
+
+def test_vllm_mixes_whole_prompts_with_decodes_without_chunking(tmp_path):
+    """V1 schedules the running decodes first and then whole waiting prompts in the same iteration
+    (Scheduler.schedule breaks at the first prompt past the budget left): never V0's prefill-only
+    iterations. A pool's own mixed_prefill: false (TGI's prefill batches) stays."""
+    sc, _ = load_scenario(_write(tmp_path, "vllm", ", chunked_prefill: false"))
+    assert sc.pools[0].engine.mixes_prefill and not sc.pools[0].engine.chunked_prefill
+    sc, _ = load_scenario(_write(tmp_path, "vllm", ", chunked_prefill: false, mixed_prefill: false"))
+    assert not sc.pools[0].engine.mixes_prefill
