@@ -1080,9 +1080,9 @@ def ttft_differences(r: Runner) -> str:
         f"- **Chunked prefill takes the p99 from {p99['prefix-cache']} to {p99['chunked-prefill']} ms** (TPOT p99 "
         f"{tpot99['prefix-cache']} → {tpot99['chunked-prefill']} ms): without it vLLM's token budget is "
         "the whole 131,072-token context (it refuses to start on less), so one iteration prefills every waiting "
-        "prompt whole, a history re-send of 15–30K tokens and the turns queued behind it together, while every "
-        "decode waits; an 8,192-token budget cuts prompts into chunks that share iterations with the decodes, "
-        "though a prompt's later chunks still go before newly arrived prompts.",
+        "prompt whole, a history re-send of 15–30K tokens and the turns queued behind it together, and every "
+        "decode in it waits that long; an 8,192-token budget bounds each iteration's prompt tokens, though a "
+        "prompt's later chunks still go before newly arrived prompts.",
         f"- **Admission control only sheds**: {p99['chunked-prefill']} → {p99['admission']} ms by shedding "
         f"{count(shed['rejected'])} turns ({100 * shed['rejected'] / sum(shed.values()):.1f} %) that would have "
         "queued behind more than 1 s of prompts.",
