@@ -51,6 +51,17 @@ def test_vllm_refuses_an_unchunked_budget_below_the_context(cli, tmp_path):
         assert ok.code == 0, ok.err
 
 
+@pytest.mark.parametrize("backend, extra, budget", [("sglang", ", chunked_prefill: false", 16384),
+                                                    ("sglang", "", 8192),
+                                                    ("sglang", ", chunked_prefill: false, max_num_batched_tokens: 4096",
+                                                     4096)])
+def test_sglang_takes_its_prefill_cap_for_an_unset_unchunked_budget(tmp_path, backend, extra, budget):
+    """--chunked-prefill-size -1: SGLang's prefill batch is capped by --max-prefill-tokens (16,384), not
+    by the chunk its GPU would take (8,192 on an H100)."""
+    sc, _ = load_scenario(_write(tmp_path, backend, extra))
+    assert sc.pools[0].engine.max_num_batched_tokens == budget
+
+
 @pytest.mark.parametrize("extra, budget", [(", chunked_prefill: false", 131072),
                                            (", chunked_prefill: false, max_model_len: 20000", 20000),
                                            (", chunked_prefill: false, max_model_len: 4000", 8192),

@@ -152,16 +152,17 @@ class EngineConfig(BaseModel):
         default=True, description="split prompts at the token budget: a prompt longer than it runs over several "
                                   "iterations, and the last prompt of an iteration is cut where the budget ends; "
                                   "false: whole prompts only (one alone may exceed the budget, unless the "
-                                  "stack refuses it: budget_covers_context, rejects_prompt_over_budget)")
-    budget_covers_context: bool = Field(
-        default=False,
-        description="true: without chunked_prefill the server refuses to start with a token budget below the "
-                    "longest request it takes (max_num_batched_tokens under max_model_len, else the model's "
-                    "context: 'This effectively limits the maximum sequence length to max_num_batched_tokens'); "
-                    "a budget left unset then defaults to "
-                    "max(max_model_len, the stack's default) (vLLM: config/scheduler.py "
-                    "SchedulerConfig.verify_max_model_len, engine/arg_utils.py "
-                    "_set_default_max_num_seqs_and_batched_tokens_args, 0.19.1-0.34.0). The vllm backend sets it")
+                                  "stack refuses it: unchunked_budget, rejects_prompt_over_budget)")
+    unchunked_budget: Union[Literal["context"], int, None] = Field(
+        default=None,
+        description="the token budget the stack takes without chunked_prefill where the pool sets none. context: "
+                    "max(max_model_len, its default), and a budget set below the longest request refused as the "
+                    "server refuses to start ('This effectively limits the maximum sequence length to "
+                    "max_num_batched_tokens'; vLLM: config/scheduler.py SchedulerConfig.verify_max_model_len, "
+                    "engine/arg_utils.py _set_default_max_num_seqs_and_batched_tokens_args, 0.19.1-0.34.0); a "
+                    "number: that many tokens (SGLang: its prefill batch is capped by --max-prefill-tokens, 16,384 "
+                    "by default, not the chunk size, once --chunked-prefill-size is -1: PrefillAdder's "
+                    "rem_input_tokens); unset: the budget as with chunking. The vllm and sglang backends set it")
     chunks_every_prompt: bool = Field(
         default=False,
         description="true: the stack chunks every prompt whatever the launch asks, so chunked_prefill: false is "

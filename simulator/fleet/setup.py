@@ -215,12 +215,12 @@ def _chunking_at_start(e: EngineConfig, where: str, source: str | Path | None) -
 
 
 def _budget_at_start(e: EngineConfig, model: ModelProfile, where: str, source: str | Path | None) -> None:
-    """A token budget the stack refuses to start with (``engine.budget_covers_context``: vLLM's
+    """A token budget the stack refuses to start with (``engine.unchunked_budget: context``: vLLM's
     ``SchedulerConfig.verify_max_model_len``): below the longest request without chunked prefill,
     where no longer prompt could ever be scheduled (its other check, a budget below ``max_num_seqs``,
     every engine refuses). A budget the pool leaves unset already covers the context there
     (:func:`simulator.profiles.backend.apply_backend`)."""
-    if not e.budget_covers_context:
+    if e.unchunked_budget != "context":
         return
     budget, longest = e.max_num_batched_tokens, e.longest_request(model)
     key = f"{where}.engine.max_num_batched_tokens"

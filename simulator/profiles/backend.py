@@ -655,17 +655,20 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
 
 
 def _budget_covering_context(out: dict[str, Any], engine: Mapping[str, Any], model: ModelProfile) -> dict[str, Any]:
-    """Without chunked prefill vLLM raises a budget the launch leaves unset to the longest request it
-    takes (``budget_covers_context``; engine/arg_utils.py: ``max(max_model_len, default)``), where its
-    default would refuse to start; one the pool sets is checked, not raised
-    (:func:`simulator.fleet.setup.setup_pool`)."""
-    if not out.get("budget_covers_context") or out.get("chunked_prefill", True) is not False \
-            or "max_num_batched_tokens" in engine:
+    """The budget a stack takes without chunked prefill where the launch sets none (``unchunked_budget``):
+    vLLM raises its default to the longest request it takes (engine/arg_utils.py: ``max(max_model_len,
+    default)``), where the default would refuse to start, and one the pool sets is checked, not raised
+    (:func:`simulator.fleet.setup.setup_pool`); SGLang's prefill batch is capped by --max-prefill-tokens
+    instead of the chunk size."""
+    rule = out.get("unchunked_budget")
+    if rule is None or out.get("chunked_prefill", True) is not False or "max_num_batched_tokens" in engine:
         return out
-    longest, budget = out.get("max_model_len") or model.max_position_embeddings, out.get("max_num_batched_tokens")
-    if isinstance(longest, int) and isinstance(budget, int) and budget < longest:
-        return {**out, "max_num_batched_tokens": longest}
-    return out
+    budget = out.get("max_num_batched_tokens")
+    if rule == "context":
+        longest = out.get("max_model_len") or model.max_position_embeddings
+        return {**out, "max_num_batched_tokens": longest} if isinstance(longest, int) and isinstance(budget, int) \
+            and budget < longest else out
+    return {**out, "max_num_batched_tokens": rule} if isinstance(rule, int) else out
 
 
 def _prompt_kv_beside(out: dict[str, Any], engine: Mapping[str, Any]) -> dict[str, Any]:
