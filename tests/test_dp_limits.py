@@ -78,6 +78,15 @@ def test_both_engines_schedule_attention_dp_alike(backend):
     assert [r.finish for r in fast.requests] == pytest.approx([r.finish for r in ref.requests])
 
 
+def test_sglang_keeps_its_unchunked_prefill_cap_whole_on_every_rank():
+    """_handle_data_parallelism divides chunked_prefill_size by dp, not max_prefill_tokens: with
+    --chunked-prefill-size -1 each rank's prefill batch takes up to 16,384 tokens."""
+    sc = _burst(4, "sglang")
+    engine = sc.pools[0].engine.model_copy(update={"chunked_prefill": False, "max_num_batched_tokens": 16384})
+    setup = setup_pool(sc.pools[0].model_copy(update={"engine": engine}), 0)
+    assert (setup.rank_tokens, setup.engine_config.max_num_batched_tokens) == (16384, 4 * 16384)
+
+
 def test_sglang_under_aiconfigurators_launch_chunks_at_a_ranks_share_of_the_chunk():
     """The generator sets --max-prefill-tokens ISL + 1,500 and keeps SGLang's GPU default chunk,
     which SGLang divides among the attention-DP ranks: the chunk is each rank's budget (decodes

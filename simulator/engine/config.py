@@ -472,8 +472,9 @@ class EngineConfig(BaseModel):
     def rank_tokens(self, dp: int) -> int:
         """One attention-DP rank's token budget in a replica of ``dp`` ranks: the
         stack's whole flag (``dp_limits: per_rank``) or 1/dp of it (``split``:
-        SGLang's ``_handle_data_parallelism`` divides ``chunked_prefill_size`` by dp)."""
-        if dp <= 1 or self.dp_limits == "per_rank":
+        SGLang's ``_handle_data_parallelism`` divides ``chunked_prefill_size`` by dp). Unchunked,
+        the budget is SGLang's ``max_prefill_tokens``, which it leaves whole on every rank."""
+        if dp <= 1 or self.dp_limits == "per_rank" or not self.chunked_prefill:
             return self.max_num_batched_tokens
         return max(1, self.max_num_batched_tokens // dp)
 
