@@ -94,10 +94,10 @@ class FastReplica(ReplicaBase):
 
     def used_blocks(self, g: int | None = None) -> int:
         """Blocks held at decode counter g: sequences' own and their windows,
-        plus cache entries they pin (contiguous KV: the reservations, whatever g)."""
-        if self.reserves:
-            return self.fixed_blocks + self._windows() + (self.cache.pinned if self.cache is not None else 0)
-        used = self.fixed_blocks + self._windows() + self.demand.at(self.G if g is None else g)
+        plus cache entries they pin (reserved KV, contiguous or static: the reservations, whatever g)."""
+        used = self.fixed_blocks + self._windows()
+        if not self.reserves:
+            used += self.demand.at(self.G if g is None else g)
         return used if self.cache is None else used + self.cache.pinned
 
     def _windows(self) -> int:
@@ -694,12 +694,12 @@ class FastReplica(ReplicaBase):
         out: dict = {"iterations": done, "tokens_processed": done * B, "busy_time": now - t0}
         if self.reserves:
             out["kv_used_area"] = self.used_blocks() * (now - t0)
+        else:
+            fixed = self.fixed_blocks + self._windows() + (0 if self.cache is None else self.cache.pinned)
+            out["kv_used_area"] = self._stretch_kv_area(done, K, b, B, fixed) + part * (fixed + self.demand.at(self.G + k))
         if self.contiguous:
             out["kv_filled_area"] = (self._stretch_kv_area(done, K, b, B, self.fixed_filled)
                                      + part * (self.fixed_filled + self.demand.at(self.G + k)))
-        elif not self.reserves:
-            fixed = self.fixed_blocks + self._windows() + (0 if self.cache is None else self.cache.pinned)
-            out["kv_used_area"] = self._stretch_kv_area(done, K, b, B, fixed) + part * (fixed + self.demand.at(self.G + k))
         return out
 
     def _cut(self, now: float) -> None:
