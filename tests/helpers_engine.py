@@ -70,6 +70,16 @@ def clone(requests: Sequence[Request]) -> list[Request]:
     return out
 
 
+def _logging_kv(pool: Pool) -> tuple[Callable[[Request], None], list[tuple[int, ...]]]:
+    """``pool.submit`` that first logs each replica's KV blocks in use (``Run.kv_at_arrivals``), and the log."""
+    log: list[tuple[int, ...]] = []
+
+    def submit(req: Request) -> None:
+        log.append(tuple(r.kv_used_now(pool.env.now) for r in pool.replicas))
+        pool.submit(req)
+    return submit, log
+
+
 def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_blocks: int, *, replicas: int = 1,
              router: str = "round_robin", router_seed: int = 0, cm: Optional[CostModel] = None,
              env: Optional[simpy.Environment] = None,
@@ -92,11 +102,7 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
                 make_router(router, np.random.default_rng(router_seed)), gaps, engine, done,
                 id_block_tokens=id_block_tokens, kv_budgets=kv_budgets, offload=offload, lora=lora,
                 windows=windows, dp=dp)
-    kv_log: list[tuple[int, ...]] = []
-
-    def submit(req: Request) -> None:
-        kv_log.append(tuple(r.kv_used_now(env.now) for r in pool.replicas))
-        pool.submit(req)
+    submit, kv_log = _logging_kv(pool)
     OpenLoop(reqs).start(env, submit, pool.cancel)
     for t, i in cancels:   # client events, URGENT like arrivals
         ev = simpy.Event(env)
@@ -124,11 +130,7 @@ def run_closed(engine: str, concurrency: int, inputs: Sequence[int], outputs: Se
                 gaps, engine, done, windows=windows)
     loop = ClosedLoop(concurrency, len(inputs), lambda i, now: Request(i, now, int(inputs[i]), int(outputs[i])))
     holder.append(loop)
-    kv_log: list[tuple[int, ...]] = []
-
-    def submit(req: Request) -> None:   # (a closed loop's arrivals come as a request ends, mid-iteration's end)
-        kv_log.append(tuple(r.kv_used_now(env.now) for r in pool.replicas))
-        pool.submit(req)
+    submit, kv_log = _logging_kv(pool)   # (a closed loop's arrivals come as a request ends, in an iteration's end)
     loop.start(env, submit, pool.cancel)
     env.run()
     return Run(loop.requests, gaps, pool, env, calls, kv_log)

@@ -220,19 +220,18 @@ def _budget_at_start(e: EngineConfig, model: ModelProfile, where: str, source: s
     where no longer prompt could ever be scheduled (its other check, a budget below ``max_num_seqs``,
     every engine refuses). A budget the pool leaves unset already covers the context there
     (:func:`simulator.profiles.backend.apply_backend`)."""
-    if e.unchunked_budget != "context":
-        return
     budget, longest = e.max_num_batched_tokens, e.longest_request(model)
-    key = f"{where}.engine.max_num_batched_tokens"
+    if e.unchunked_budget != "context" or e.chunked_prefill or budget >= longest:
+        return
+    limit = "engine.max_model_len" if e.max_model_len else f"{model.name}'s context"
     stack = e.stack_label or "the stack"
-    if not e.chunked_prefill and budget < longest:
-        limit = "engine.max_model_len" if e.max_model_len else f"{model.name}'s context"
-        raise LlmsimError(
-            f"{budget:,} tokens is less than the longest request the server takes ({longest:,}: {limit}) "
-            f"without chunked prefill, and {stack} refuses to start so ('max_num_batched_tokens ({budget}) is "
-            f"smaller than max_model_len ({longest})': no longer prompt could ever be scheduled); leave "
-            f"max_num_batched_tokens unset (it then defaults to {longest:,}), raise it, set engine.max_model_len "
-            f"to at most {budget:,}, or set engine.chunked_prefill: true", source=source, key_path=key)
+    raise LlmsimError(
+        f"{budget:,} tokens is less than the longest request the server takes ({longest:,}: {limit}) "
+        f"without chunked prefill, and {stack} refuses to start so ('max_num_batched_tokens ({budget}) is "
+        f"smaller than max_model_len ({longest})': no longer prompt could ever be scheduled); leave "
+        f"max_num_batched_tokens unset (it then defaults to {longest:,}), raise it, set engine.max_model_len "
+        f"to at most {budget:,}, or set engine.chunked_prefill: true",
+        source=source, key_path=f"{where}.engine.max_num_batched_tokens")
 
 
 def drafting_budget(e: EngineConfig, cm: StepCost, spec: PoolSpec, where: str,

@@ -651,10 +651,10 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
             merged["mxfp4_expert_layout"] = layout.layout.model_dump()
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
     out = _prompt_kv_beside(refine(backend_defaults_beside(merged, engine), engine), engine)
-    return out if model is None else _budget_covering_context(out, engine, model)
+    return out if model is None else _unchunked_budget(out, engine, model)
 
 
-def _budget_covering_context(out: dict[str, Any], engine: Mapping[str, Any], model: ModelProfile) -> dict[str, Any]:
+def _unchunked_budget(out: dict[str, Any], engine: Mapping[str, Any], model: ModelProfile) -> dict[str, Any]:
     """The budget a stack takes without chunked prefill where the launch sets none (``unchunked_budget``):
     vLLM raises its default to the longest request it takes (engine/arg_utils.py: ``max(max_model_len,
     default)``), where the default would refuse to start, and one the pool sets is checked, not raised
@@ -665,9 +665,9 @@ def _budget_covering_context(out: dict[str, Any], engine: Mapping[str, Any], mod
         return out
     budget = out.get("max_num_batched_tokens")
     if rule == "context":
-        longest = out.get("max_model_len") or model.max_position_embeddings
-        return {**out, "max_num_batched_tokens": longest} if isinstance(longest, int) and isinstance(budget, int) \
-            and budget < longest else out
+        rule = out.get("max_model_len") or model.max_position_embeddings
+        if isinstance(budget, int) and isinstance(rule, int) and budget >= rule:
+            return out
     return {**out, "max_num_batched_tokens": rule} if isinstance(rule, int) else out
 
 
