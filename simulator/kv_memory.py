@@ -457,6 +457,12 @@ class KvRule:
     # max_req_input_len = min(context_len - 1, max_total_num_tokens - 1)), and TensorRT-LLM shortens
     # max_seq_len to the blocks it got; llmsim rejects such a request on arrival for both.
     needs_one_context: bool = False
+    # Blocks of each attention rank's pool the stack keeps for itself, never a request's: vLLM's
+    # BlockPool takes its null block (the placeholder of skipped sliding-window and padded slots)
+    # off the free queue in every V1 release (v1/core/block_pool.py BlockPool.__init__:
+    # 'self.null_block = self.free_block_queue.popleft()'), yet logs and counts it in the pool's
+    # size. SGLang's slot 0 and TensorRT-LLM's pools are allocated beside the size they log.
+    null_blocks: int = 0
     # The tokens a sliding-window layer holds per full-attention token where the stack shares one
     # pool between them by a ratio (swa_window_share: SGLang's hybrid pool, whose
     # swa_full_tokens_ratio knob replaces it; TensorRT-LLM's single pool, every layer every token);
@@ -481,7 +487,7 @@ RULES: dict[str, KvRule] = {
     "vllm": KvRule(_vllm, engine_knob="gpu_memory_utilization",
                    knobs=frozenset({"fraction", "cuda_graph_gib", "sampler_logit_bytes", "cuda_graphs_in_pool",
                                     "persistent_logit_bytes", "extensible_margin_gib", "null_block_held"}),
-                   needs_one_context=True),
+                   needs_one_context=True, null_blocks=1),
     "sglang": KvRule(_sglang, draft_in_reserve=True, swa_ratio=SGLANG_SWA_FULL_TOKENS_RATIO,
                      knobs=frozenset({"fraction", "max_tokens", "chunked_prefill_size", "cuda_graph_max_bs",
                                       "swa_full_tokens_ratio", "piecewise_cuda_graph", "draft_reserve_gib",

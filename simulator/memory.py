@@ -87,6 +87,19 @@ class MemoryPlan:
     # The sliding-window groups that draw their blocks from the pool beside the full-attention
     # layers (vLLM's shared pool: hybrid_kv); None where none or a ratio splits the pool.
     windows: Optional[SlidingGroups] = None
+    # Blocks of each attention rank's pool its stack keeps back from requests (KvRule.null_blocks:
+    # vLLM's null block), counted in num_blocks as the stack logs its pool.
+    null_blocks: int = 0
+
+    @property
+    def usable_blocks(self) -> int:
+        """The replica's blocks requests can hold: its pool less what each rank keeps back."""
+        return self.num_blocks - self.dp * self.null_blocks
+
+    @property
+    def usable_rank_blocks(self) -> int:
+        """The most one request can hold: its attention rank's pool less what the rank keeps back."""
+        return self.rank_blocks - self.null_blocks
 
     @property
     def window_blocks(self) -> int:
@@ -116,10 +129,11 @@ class MemoryPlan:
         where given) beside the others at their largest (vLLM's admission gate,
         :meth:`.hybrid_kv.SlidingGroups.admission`), as a run admits it."""
         blocks = math.ceil(tokens_per_request / self.block_size) + self.window_blocks
-        n = self.num_blocks // blocks if blocks else 0
+        pool = self.usable_blocks
+        n = pool // blocks if blocks else 0
         if self.windows is not None and prompt_tokens:
             gate = math.ceil(prompt_tokens / self.block_size) + self.windows.admission(prompt_tokens, 0, cap)
-            n = min(n, 0 if gate > self.num_blocks else 1 + (self.num_blocks - gate) // blocks)
+            n = min(n, 0 if gate > pool else 1 + (pool - gate) // blocks)
         return n
 
     def describe(self) -> dict:
@@ -227,7 +241,13 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
     return MemoryPlan(gpu.hbm_bytes * gpus, budget.usable * gpus, share.weights * gpus, budget.activation * gpus,
                       share.runtime * gpus, kv_cap, kv_per_token, block_size, num_blocks, window * gpus,
                       (kv_memory or KvMemory()).rule, budget.fraction, budget.knob, dp, draft_in_reserve(kv_memory),
-                      sliding_groups(model, block_size) if swa is None else None)
+                      sliding_groups(model, block_size) if swa is None else None, null_blocks(kv_memory))
+
+
+def null_blocks(kv_memory: Optional[KvMemory]) -> int:
+    """Blocks of each rank's pool the named stack keeps back (none for llmsim's generic engine,
+    which sizes its pool as vLLM does but keeps no null block)."""
+    return 0 if kv_memory is None else RULES[kv_memory.rule].null_blocks
 
 
 # Model types of the architectures SGLang's torch.compile prefill graphs (0.5.10-0.5.14) list as

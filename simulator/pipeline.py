@@ -39,7 +39,7 @@ from typing import Optional
 from .errors import LlmsimError
 from .kv_memory import GpuShare, KvMemory, draft_in_reserve, kv_budget, rank_token_cap
 from .memory import (DOES_NOT_FIT, MemoryPlan, activation_bytes_per_token, deployment_graph_blockers,
-                     sglang_prefill_graph_kind)
+                     null_blocks, sglang_prefill_graph_kind)
 from .parallelism import Parallelism, replica_kv_bytes_per_token, tp_whole_weight_bytes
 from .profiles.hardware import HardwareProfile
 from .profiles.model import ModelProfile
@@ -138,5 +138,6 @@ def plan_pipeline_memory(model: ModelProfile, gpu: HardwareProfile, tp: int, pp:
     return MemoryPlan(gpu.hbm_bytes * gpus, sum(b.usable for _, b in shares) * tp, weights,
                       sum(b.activation for _, b in shares) * tp, sum(s.runtime for s, _ in shares) * tp,
                       blocks * block_size * kv_token, kv_token, block_size, blocks, 0.0,
-                      (kv_memory or KvMemory()).rule, first.fraction, first.knob, 1, draft_in_reserve(kv_memory))
+                      (kv_memory or KvMemory()).rule, first.fraction, first.knob, 1, draft_in_reserve(kv_memory),
+                      null_blocks=null_blocks(kv_memory))
 

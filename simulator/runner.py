@@ -127,7 +127,7 @@ def _shard(subset) -> tuple[int, ...]:
 
 def _build_pool(env, p: PoolPlan, gaps: GapLog, engine: str, rng, id_block_tokens, draws) -> Pool:
     spec = p.spec
-    return Pool(env, p.setup.cm, p.setup.engine_config, p.setup.memory.num_blocks, spec.replicas, p.router(rng), gaps,
+    return Pool(env, p.setup.cm, p.setup.engine_config, p.setup.memory.usable_blocks, spec.replicas, p.router(rng), gaps,
                 engine, id_block_tokens=id_block_tokens, name=spec.name, kv_budgets=p.kv_budgets or None,
                 admission=p.admission, warm=p.warm, offload=p.setup.offload, lora=p.setup.lora,
                 rank_tokens=p.setup.rank_tokens, rank_blocks=p.setup.rank_blocks, dp=spec.dp,

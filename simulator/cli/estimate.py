@@ -339,9 +339,10 @@ def _step_room(cm, engine, kv_tokens: int) -> str:
         mem = engine_pool(cm, engine)
     except LlmsimError as e:
         return e.message
-    if kv_tokens > mem.kv_capacity_tokens:
-        return (f"the step's sequences hold {kv_tokens:,} tokens of KV, more than the {mem.kv_capacity_tokens:,} "
-                f"one replica's KV pool holds: no replica runs this step")
+    room = mem.usable_blocks * mem.block_size
+    if kv_tokens > room:
+        return (f"the step's sequences hold {kv_tokens:,} tokens of KV, more than the {room:,} "
+                f"one replica's KV pool holds for requests: no replica runs this step")
     return ""
 
 

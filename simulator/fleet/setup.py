@@ -50,10 +50,11 @@ class PoolSetup:
 
     @property
     def rank_blocks(self) -> Optional[int]:
-        """One attention-DP rank's KV blocks (the replica's pool over its dp ranks, as
-        ``kv_tokens_per_rank`` states them), the most one request can ever hold; None for a
-        single rank. The replica's engine schedules one pool of all the ranks' blocks."""
-        return self.memory.rank_blocks if self.memory.dp > 1 else None
+        """One attention-DP rank's KV blocks requests can hold (the replica's pool over its dp
+        ranks, as ``kv_tokens_per_rank`` states them, less the blocks the rank keeps back), the
+        most one request can ever hold; None for a single rank. The replica's engine schedules one
+        pool of all the ranks' blocks."""
+        return self.memory.usable_rank_blocks if self.memory.dp > 1 else None
 
 
 def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: EngineConfig, dp: int = 1,

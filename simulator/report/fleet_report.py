@@ -112,11 +112,13 @@ POOL_FIELDS = {
     "replicas": leaf("count", "most replicas serving at once"), "replicas_min": leaf("count", "fewest serving"),
     "replicas_mean": leaf("count", "replica-seconds serving / the run"), "replicas_max": leaf("count", "most serving"),
     "replicas_created": leaf("count", "replicas started over the run"),
-    "kv_blocks_per_replica": leaf("blocks", "a replica's KV pool"),
+    "kv_blocks_per_replica": leaf("blocks", "a replica's KV pool, as its stack logs it (vLLM's counts the null "
+                                            "block each attention rank keeps back from requests)"),
     "kv_tokens_per_replica": leaf("tokens", "the same in tokens"),
     "kv_memory": block("how the KV pool was sized", KV_MEMORY_FIELDS),
-    "mean_kv_utilization": leaf("fraction", "KV blocks in use / the pool, over working replica time"),
-    "max_kv_utilization": leaf("fraction", "the most in use at once on a replica / the pool"),
+    "mean_kv_utilization": leaf("fraction", "KV blocks in use / the blocks requests can hold, over working replica "
+                                            "time"),
+    "max_kv_utilization": leaf("fraction", "the most in use at once on a replica / the blocks requests can hold"),
     "preemptions": leaf("count", "sequences preempted for want of KV"),
     "rejected_on_admission": leaf("count", "requests the pool's admission control shed"),
     "mean_queue_depth": leaf("requests", "waiting requests, time-averaged, summed over replicas"),
@@ -360,6 +362,7 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
     stats = [pool.replica_stats(r, now) for r in reps]
     lived = [now - max(r.t0, pool.window_start) for r in reps]   # each replica's part of the window
     nb = ps.memory.num_blocks
+    usable = ps.memory.usable_blocks     # utilisation is of what requests can hold
     serving = max(replica_seconds(pool.serving, now), 1e-12)
     working = max(replica_seconds(pool.working, now), 1e-12)     # draining replicas still iterate
     counts = [k for _, k in pool.serving] or [0]
@@ -383,8 +386,8 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "kv_blocks_per_replica": nb,
         "kv_tokens_per_replica": nb * ps.memory.block_size,
         "kv_memory": ps.memory.describe(),
-        "mean_kv_utilization": sum(s["kv_used_area"] for s in stats) / (working * nb),
-        "max_kv_utilization": max(s["kv_used_max"] for s in stats) / nb,
+        "mean_kv_utilization": sum(s["kv_used_area"] for s in stats) / (working * usable),
+        "max_kv_utilization": max(s["kv_used_max"] for s in stats) / usable,
         "preemptions": sum(s["preemptions"] for s in stats),
         "rejected_on_admission": pool.rejected,
         "mean_queue_depth": sum(s["queue_mean"] * d for s, d in zip(stats, lived)) / max(now, 1e-12),
@@ -434,7 +437,7 @@ def _contiguous_block(ps: PoolSetup, stats: list[dict], working: float) -> dict:
     reservations allow (with max_model_len reserved, a fixed count, each
     sequence's sliding-window blocks beside its reservation as the engines
     charge them: :attr:`simulator.memory.MemoryPlan.window_blocks`)."""
-    nb = ps.memory.num_blocks
+    nb = ps.memory.usable_blocks
     cfg = ps.spec.engine
     reserved = sum(s["kv_used_area"] for s in stats)
     filled = sum(s["kv_filled_area"] for s in stats)

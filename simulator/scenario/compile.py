@@ -210,7 +210,7 @@ def _pool_plan(ps: PoolSetup, index: int, source, mine: list[ClassSpec], holding
     """``mine``: the classes routed to the pool (its admission limits); ``holding``: those whose KV it
     holds, which under disaggregation include the classes of the prefill pools it decodes for (their
     kv_budget_fraction capped the prefill pool alone, where a request's KV stays for one prompt)."""
-    budgets = {c.name: max(1, int(c.kv_budget_fraction * ps.memory.num_blocks))
+    budgets = {c.name: max(1, int(c.kv_budget_fraction * ps.memory.usable_blocks))
                for c in holding if c.kv_budget_fraction is not None}
     admission = {c.name: Admission(c.admission.max_queue_per_replica, c.admission.max_wait_s)
                  for c in mine if c.admission is not None}
