@@ -85,7 +85,8 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
              env: Optional[simpy.Environment] = None,
              on_done: Optional[Callable[[Request], None]] = None, id_block_tokens: Optional[int] = None,
              cancels: Sequence[tuple[float, int]] = (), kv_budgets: Optional[dict[str, int]] = None,
-             offload=None, lora=None, windows: Optional[SlidingGroups] = None, dp: int = 1) -> Run:
+             offload=None, lora=None, windows: Optional[SlidingGroups] = None, dp: int = 1,
+             admission: Optional[dict] = None) -> Run:
     """Run fresh copies of ``requests`` (open loop) through a pool; each
     ``(t, id)`` in ``cancels`` cancels request ``id`` at time t (if it has arrived)."""
     reqs = clone(requests)
@@ -101,7 +102,7 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
     pool = Pool(env, cm or cost_model(), cfg, num_blocks, replicas,
                 make_router(router, np.random.default_rng(router_seed)), gaps, engine, done,
                 id_block_tokens=id_block_tokens, kv_budgets=kv_budgets, offload=offload, lora=lora,
-                windows=windows, dp=dp)
+                windows=windows, dp=dp, admission=admission)
     submit, kv_log = _logging_kv(pool)
     OpenLoop(reqs).start(env, submit, pool.cancel)
     for t, i in cancels:   # client events, URGENT like arrivals
@@ -164,6 +165,8 @@ def compare_runs(fast: Run, ref: Run, kv_used: bool = True) -> list[str]:
             problems.append(f"req {a.id}: arrival {a.arrival!r} != {b.arrival!r}")
         if a.status != b.status:
             problems.append(f"req {a.id}: status {a.status.name} != {b.status.name}")
+        if a.reject_reason != b.reject_reason:
+            problems.append(f"req {a.id}: reject_reason {a.reject_reason!r} != {b.reject_reason!r}")
         if a.replica != b.replica:
             problems.append(f"req {a.id}: replica {a.replica} != {b.replica}")
         if a.preemptions != b.preemptions:

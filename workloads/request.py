@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import math
 from enum import IntEnum
-from typing import Sequence
+from typing import Optional, Sequence
+
+from .rejection import Rejection
 
 NAN = math.nan
 
@@ -30,7 +32,7 @@ class Request:
     __slots__ = ("id", "arrival", "input_tokens", "output_tokens", "session", "klass", "priority",
                  "admitted", "first_token", "finish", "status", "replica", "preemptions", "cached_tokens",
                  "blocks", "pool", "queued", "net_in", "net_out", "prefill_done", "kv_transfer",
-                 "preloaded", "region", "shared_ids", "adapter")
+                 "preloaded", "region", "shared_ids", "adapter", "reject_reason")
 
     def __init__(self, id: int, arrival: float, input_tokens: int, output_tokens: int,
                  session: int = -1, klass: str = "default", priority: int = 0, blocks: tuple | None = None,
@@ -68,6 +70,14 @@ class Request:
         self.preloaded = 0       # prompt tokens whose KV arrives with it (disaggregated decode)
         self.region = ""         # the client's region (scenario regions), "" when none are declared
         self.adapter = -1        # the LoRA adapter it asks for (a LoRA pool draws it), -1 = the base model
+        self.reject_reason: Optional[Rejection] = None     # why it ended REJECTED (None: it was not)
+
+    def reject(self, why: Rejection, now: float) -> None:
+        """End it REJECTED at ``now``, saying why: the one way a request is rejected, so that no
+        rejected request goes without its reason (the report reads it instead of guessing)."""
+        self.status = Status.REJECTED
+        self.reject_reason = why
+        self.finish = now
 
     @property
     def ttft(self) -> float:
@@ -84,4 +94,4 @@ class Request:
 
 RECORD_COLUMNS = ["id", "arrival", "admitted", "first_token", "finish", "input_tokens", "output_tokens",
                   "status", "replica", "preemptions", "cached_tokens", "session", "klass", "pool", "queued",
-                  "net_in", "net_out", "prefill_done", "kv_transfer", "region"]
+                  "net_in", "net_out", "prefill_done", "kv_transfer", "region", "reject_reason"]

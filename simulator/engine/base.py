@@ -27,6 +27,7 @@ from .prefix_cache import Match, PrefixCache
 from .sequence import DECODE, DONE, PREFILL, WAITING, Seq, finish
 from .wait_queue import WaitQueue
 from .wake import call_later
+from workloads.rejection import Rejection
 from workloads.request import Request, Status
 
 
@@ -93,6 +94,9 @@ class ReplicaBase:
         # The most one sequence's prompt advances in an iteration: its attention-DP rank's token
         # budget (EngineConfig.rank_tokens), else the replica's.
         self.rank_tokens: int = rank_tokens or cfg.max_num_batched_tokens
+        # The longest prompt the stack takes, where it answers a longer one with an error (TensorRT-LLM
+        # without chunked prefill: its rank's budget); None: no such cap.
+        self.longest_prompt: Optional[int] = cfg.prompt_cap(self.rank_tokens)
         # Budget tokens a separate draft model takes beside each request an iteration schedules
         # (vLLM from 0.28, EngineConfig.draft_budget_per); 0 where none is charged so.
         self.draft_slots: int = cfg.draft_slots_per_request
@@ -229,19 +233,21 @@ class ReplicaBase:
         self.lora: Optional[AdapterSlots] = None if lora is None else AdapterSlots(lora)
 
     # --- arrivals ----------------------------------------------------------
-    def can_ever_serve(self, req: Request) -> bool:
-        """A request that could not complete even alone on this replica is
-        rejected on arrival rather than left to starve the queue: alone on its
-        attention rank, whose pool (``rank_blocks``) is all it can hold."""
+    def can_ever_serve(self, req: Request) -> Optional[Rejection]:
+        """Why a request could not complete even alone on this replica (None: it could), which
+        is then rejected on arrival rather than left to starve the queue: alone on its
+        attention rank, whose pool (``rank_blocks``) is all it can hold. The first reason
+        found is the one given, those no capacity mends (the request's, the configuration's)
+        first."""
         if req.input_tokens + req.output_tokens > self.max_model_len:
-            return False
-        if (self.cfg.rejects_prompt_over_budget and not self.cfg.chunked_prefill and not req.preloaded
-                and req.input_tokens > self.rank_tokens):
-            return False       # TensorRT-LLM answers 400 (a generation-only request, prefilled elsewhere, passes)
+            return Rejection.TOO_LONG
+        longest = self.longest_prompt     # a generation-only request, prefilled elsewhere, passes
+        if longest is not None and not req.preloaded and req.input_tokens > longest:
+            return Rejection.OVER_BUDGET       # TensorRT-LLM answers 400
         if self.contiguous:
             limit = self.cfg.max_new_tokens
             if limit is not None and req.output_tokens > limit:
-                return False       # asks for more than the server reserves (TGI answers 422)
+                return Rejection.OUTPUT_OVER_LIMIT     # more than the server reserves (TGI answers 422)
             blocks = self._reserved_blocks(req)
         else:
             need = req.input_tokens + req.output_tokens - 1
@@ -255,16 +261,16 @@ class ReplicaBase:
                 reserve = self.reserve_tokens if self.reserves_decode else 0
                 if req.input_tokens + req.output_tokens + reserve + self.bs > (self.rank_blocks - self.window_blocks) \
                         * self.bs:
-                    return False
+                    return Rejection.EXCEEDS_KV
         if self.kv_budgets is not None:       # nor past its class's KV cap
             cap = self.kv_budgets.get(req.klass)
             if cap is not None and self._footprint(req) > cap:
-                return False
+                return Rejection.OVER_CLASS_KV_CAP
         if self.windows is not None:    # nor past the admission gate's windows: vLLM would wait forever
             own = blocks if self.cfg.scheduler == "static" or self.no_evict else ceil_div(req.input_tokens, self.bs)
             if self._gate_alone(req.input_tokens, own) > self.rank_blocks:
-                return False
-        return blocks + self.window_blocks <= self.rank_blocks
+                return Rejection.WINDOW_GATE
+        return None if blocks + self.window_blocks <= self.rank_blocks else Rejection.EXCEEDS_KV
 
     def _gate_alone(self, prompt: int, own: int) -> int:
         """Blocks a prompt of ``prompt`` tokens, none cached, whose admission reserves ``own``
@@ -300,10 +306,10 @@ class ReplicaBase:
     def submit(self, req: Request) -> None:
         now = self.env.now
         req.replica = self.index
-        if not self.can_ever_serve(req):
+        why = self.can_ever_serve(req)
+        if why is not None:
             self.unplace(req)
-            req.status = Status.REJECTED
-            req.finish = now
+            req.reject(why, now)
             self.t_end = max(self.t_end, now)
             if self.on_done:
                 self.on_done(req)

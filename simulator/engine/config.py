@@ -465,9 +465,15 @@ class EngineConfig(BaseModel):
     def longest_prompt(self, dp: int = 1) -> Optional[int]:
         """The longest prompt the server takes below its context, where it answers a longer one with an
         error (``rejects_prompt_over_budget`` without chunked prefill: one rank's budget); None: no such cap."""
+        return self.prompt_cap(self.rank_tokens(dp))
+
+    def prompt_cap(self, rank_tokens: int) -> Optional[int]:
+        """:meth:`longest_prompt` for a rank whose budget is ``rank_tokens``: a replica's engine asks with
+        its own rank's, since the config it runs carries the replica's budget, dp ranks' worth
+        (:func:`~simulator.fleet.setup.rank_limits`), from which ``rank_tokens(dp)`` would not recover it."""
         if self.chunked_prefill or not self.rejects_prompt_over_budget:
             return None
-        return self.rank_tokens(dp)
+        return rank_tokens
 
     def rank_tokens(self, dp: int) -> int:
         """One attention-DP rank's token budget in a replica of ``dp`` ranks: the

@@ -197,6 +197,7 @@ class PrefillDecode:
         self.decoding.discard(req.id)
         leg.status = status
         req.status = status
+        req.reject_reason = leg.reject_reason      # a leg's pool refused it: the request's reason
         req.finish = t
         if self.on_done:
             self.on_done(req)

@@ -34,6 +34,7 @@ from .routing import Router
 from ..metrics.gaps import GapLog
 from .ingest import FrontEnd
 from .window import since_window
+from workloads.rejection import Rejection
 from workloads.request import Request, Status
 
 ENGINES = {"fast": FastReplica, "reference": ReferenceReplica}
@@ -68,18 +69,20 @@ class Admission:
         self.max_queue = max_queue
         self.max_wait_s = max_wait_s
 
-    def rejects(self, req: Request, replica, front_end: Optional[FrontEnd], prefill_tokens_per_s: float) -> bool:
+    def rejects(self, req: Request, replica, front_end: Optional[FrontEnd],
+                prefill_tokens_per_s: float) -> Optional[Rejection]:
+        """Which limit sheds ``req`` (None: it is admitted)."""
         p = req.priority
         if self.max_queue is not None:    # counted, not listed: this runs on every arrival
             entering = front_end.count_ahead(p) if front_end is not None else 0
             if replica.queued_count_ahead(p) + entering >= self.max_queue:
-                return True
+                return Rejection.QUEUE_FULL
         if self.max_wait_s is not None:
             entering_tokens = sum(r.input_tokens for r in front_end.ahead(p)) if front_end is not None else 0
             ahead = sum(s.prompt - s.done for s in replica.queued_ahead(p)) + entering_tokens
             if ahead / prefill_tokens_per_s > self.max_wait_s:
-                return True
-        return False
+                return Rejection.WAIT_TOO_LONG
+        return None
 
 
 def _step(log: list[tuple[float, int]], now: float, n: int) -> None:
@@ -233,9 +236,11 @@ class Pool:
         if replica is not None and r is not replica:
             replica.unplace(req)          # placed on a rank of it ahead (place_ahead), sent elsewhere
         adm = self.admission.get(req.klass)
-        if adm is not None and adm.rejects(req, r, self.front_ends.get(r.index), self.prefill_tokens_per_s()):
+        shed = None if adm is None else adm.rejects(req, r, self.front_ends.get(r.index), self.prefill_tokens_per_s())
+        if shed is not None:
             r.unplace(req)
-            self.reject(req)
+            # one the replica could never serve is recorded as such: no capacity would have served it
+            self.reject(req, r.can_ever_serve(req) or shed)
             return
         if self.cfg.front_end_busy:
             fe = self.front_ends.get(r.index)
@@ -249,13 +254,13 @@ class Pool:
     def can_hold(self, req: Request) -> bool:
         """Whether a replica of this pool could serve ``req`` at all (its
         context and KV capacity, its class's KV cap), asked by a router choosing among pools."""
-        return not self.replicas or self.replicas[0].can_ever_serve(req)
+        return not self.replicas or self.replicas[0].can_ever_serve(req) is None
 
-    def reject(self, req: Request) -> None:
+    def reject(self, req: Request, why: Rejection) -> None:
         """Shed ``req`` on arrival: it ends REJECTED, once, and is reported."""
         self.rejected += 1
-        req.status = Status.REJECTED
-        req.finish = self.t_rejected = self.env.now
+        req.reject(why, self.env.now)
+        self.t_rejected = self.env.now
         if self.on_done:
             self.on_done(req)
 

@@ -19,6 +19,7 @@ from typing import Any, Iterable, Iterator, Mapping
 
 import numpy as np
 
+from workloads.rejection import Rejection
 from workloads.request import RECORD_COLUMNS, Request, Status
 
 from .column_files import ColumnFiles
@@ -31,8 +32,10 @@ _TIME = ("arrival", "admitted", "first_token", "finish", "queued", "net_in", "ne
          "kv_transfer")
 _TEXT = ("klass", "pool", "region")
 _WIDE = ("id", "session")       # may exceed 2^31 over a long trace; the other counts never do
+#: Enums kept as their int8 codes (a reason's 0: the request was not rejected).
+_CODES = ("status", "reject_reason")
 DTYPES: dict[str, Any] = {**{c: np.float64 for c in _TIME}, **{c: object for c in _TEXT},
-                          **{c: np.int64 for c in _WIDE}, "status": np.int8}
+                          **{c: np.int64 for c in _WIDE}, **{c: np.int8 for c in _CODES}}
 
 
 #: What the latency figures read (metrics.derive.RequestArrays; the per-class and per-region blocks).
@@ -61,7 +64,9 @@ class Records:
         cols = {}
         for c in COLUMNS:   # map(attrgetter) runs in C: a shard's 280k requests, 20 columns
             values = map(attrgetter(c), reqs)
-            if c == "status":
+            if c == "reject_reason":
+                cols[c] = np.fromiter((0 if v is None else v for v in values), dtype=np.int8, count=len(reqs))
+            elif c == "status":
                 cols[c] = np.fromiter(map(int, values), dtype=np.int8, count=len(reqs))
             elif c in _TEXT:
                 cols[c] = np.array(list(values), dtype=object)
@@ -129,5 +134,6 @@ class Records:
                 for n, v in zip(names, row):
                     setattr(r, n, v)
                 r.status = Status(r.status)
+                r.reject_reason = Rejection(r.reject_reason) if getattr(r, "reject_reason", 0) else None
                 r.blocks = None
                 yield r

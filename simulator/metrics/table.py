@@ -15,6 +15,7 @@ from typing import Iterable
 
 import numpy as np
 
+from workloads.rejection import REASON_NAMES
 from workloads.request import RECORD_COLUMNS, Request, Status
 
 from .derive import RequestArrays
@@ -23,17 +24,18 @@ from .records import Records
 __all__ = ["request_table", "write_requests"]
 
 DERIVED_COLUMNS = ("ttft_ms", "tpot_ms", "e2el_ms")
-_TEXT = ("status", "klass", "pool", "region")
+_TEXT = ("status", "klass", "pool", "region", "reject_reason")
 _SUFFIXES = (".parquet", ".csv")
 _ROWS = 1 << 20
 
 
 def request_table(requests: "Records | Iterable[Request]") -> dict[str, np.ndarray]:
-    """The columns of ``RECORD_COLUMNS`` (status by name) plus ttft_ms,
+    """The columns of ``RECORD_COLUMNS`` (status and reject_reason by name) plus ttft_ms,
     tpot_ms, e2el_ms (NaN where undefined); ``pandas.DataFrame(request_table(r))``."""
     rec = Records.of(requests)
-    names = np.array([s.name.lower() for s in sorted(Status)], dtype=object)
-    cols = {c: names[rec.status] if c == "status" else rec.columns[c] for c in RECORD_COLUMNS}
+    names = {"status": np.array([s.name.lower() for s in sorted(Status)], dtype=object),
+             "reject_reason": np.array(REASON_NAMES, dtype=object)}
+    cols = {c: names[c][rec.columns[c]] if c in names else rec.columns[c] for c in RECORD_COLUMNS}
     derived = RequestArrays(rec)
     for name in DERIVED_COLUMNS:
         cols[name] = getattr(derived, name)
