@@ -9,6 +9,7 @@ import pytest
 
 from simulator.metrics.load import load_block
 from simulator.metrics.records import Records
+from workloads.rejection import Rejection
 from workloads.request import Status
 
 SCENARIO = """\
@@ -58,10 +59,14 @@ def test_an_overloaded_fleet_says_so_and_check_fails_it_without_an_slo(tmp_path,
     assert ok.code == 0 and "keeps up" in ok.out
 
 
-def _records(arrival, admitted, finish, status) -> Records:
+def _records(arrival, admitted, finish, status, reasons=None) -> Records:
+    """Records of these columns; a rejected request shed by admission control unless ``reasons`` says why."""
     n = len(arrival)
+    status = np.array(status, np.int8)
+    shed = np.where(status == int(Status.REJECTED), int(Rejection.QUEUE_FULL), 0)
     cols = {"arrival": np.array(arrival, float), "admitted": np.array(admitted, float),
-            "finish": np.array(finish, float), "status": np.array(status, np.int8)}
+            "finish": np.array(finish, float), "status": status,
+            "reject_reason": shed.astype(np.int8) if reasons is None else np.array(reasons, np.int8)}
     assert all(len(v) == n for v in cols.values())
     return Records(cols)
 
@@ -101,6 +106,29 @@ def test_the_verdict_counts_what_was_not_served_and_shedding_is_overload():
     assert b["shed"] == int(np.count_nonzero(kinds == int(Status.REJECTED))) > 0.05 * t.size
     assert b["overloaded"] and b["verdict"].startswith("OVERLOADED: it shed 6.")
     assert "shed by the fleet" in b["verdict"]
+
+
+def test_the_load_block_counts_each_rejection_by_the_reason_it_was_given():
+    """Too long and over the budget come from the records' reasons, not the pools' settings: the same
+    rejected requests are shed, too long or over budget as their reason says, and nothing else moves."""
+    t = np.arange(0, 100, 0.1)
+    fin, rej = int(Status.FINISHED), int(Status.REJECTED)
+    kinds = np.where(np.arange(t.size) % 50 == 0, rej, fin)       # 2 %: shed would not fail the fleet
+    reasons = np.zeros(t.size, np.int8)
+    refused = np.flatnonzero(kinds == rej)
+    reasons[refused[0::3]] = Rejection.TOO_LONG
+    reasons[refused[1::3]] = Rejection.OVER_BUDGET
+    reasons[refused[2::3]] = Rejection.EXCEEDS_KV
+    served = kinds == fin
+    b = load_block(_records(t, np.where(served, t, np.nan), np.where(served, t + 1.0, t), kinds, reasons), 100.0)
+    n = refused.size
+    assert (b["too_long"], b["over_budget"], b["shed"]) == (len(refused[0::3]), len(refused[1::3]),
+                                                             len(refused[2::3]))
+    assert b["too_long"] + b["over_budget"] + b["shed"] == n
+    assert b["overloaded"] and "answered with an error" in b["verdict"]     # over budget fails the fleet
+    reasons[refused] = Rejection.TOO_LONG                                   # the client's error alone does not
+    b = load_block(_records(t, np.where(served, t, np.nan), np.where(served, t + 1.0, t), kinds, reasons), 100.0)
+    assert (b["too_long"], b["over_budget"], b["shed"]) == (n, 0, 0) and not b["overloaded"]
 
 
 def test_one_stranded_request_is_overload_and_the_verdict_says_why():

@@ -2,7 +2,7 @@
 
 Whoever turns a request away stamps the reason (a replica that could never serve it, a pool's
 admission control), both engines stamp the same one, and a request that was not rejected has
-none. Here each one is triggered.
+none. The load verdict reads these reasons (tests/test_load.py); here each one is triggered.
 """
 from __future__ import annotations
 
@@ -97,7 +97,8 @@ pools:
 
 def test_a_disaggregated_request_carries_the_reason_its_decode_leg_was_refused(tmp_path):
     """The prefill pool takes the long prompts; the decode pool, serving at most 4,096 tokens, refuses them:
-    the client's request is recorded under the prefill pool with the decode pool's reason."""
+    the client's request is recorded under the prefill pool with the decode pool's reason, and the load
+    verdict counts it as too long (the client's error), not as load shed."""
     from simulator.runner import simulate
 
     p = tmp_path / "pd.yaml"
@@ -107,3 +108,5 @@ def test_a_disaggregated_request_carries_the_reason_its_decode_leg_was_refused(t
     assert long and all(r.status == Status.REJECTED and r.reject_reason is Rejection.TOO_LONG for r in long)
     assert all(r.pool == "main" for r in long)
     assert all(r.reject_reason is None for r in out.requests if r.status != Status.REJECTED)
+    load = out.results["llmsim"]["load"]
+    assert load["too_long"] == len(long) and load["shed"] == 0

@@ -46,6 +46,7 @@ from typing import Any, Optional
 
 import numpy as np
 
+from workloads.rejection import Rejection
 from workloads.request import Status
 from .records import Records
 from ..fields import leaf
@@ -106,13 +107,13 @@ def _queued(rec: Records, end: np.ndarray, t: float) -> int:
     return int(np.count_nonzero(waiting))
 
 
-def load_block(rec: Records, window_s: Optional[float], too_long: Optional[np.ndarray] = None,
-               over_budget: Optional[np.ndarray] = None) -> dict[str, Any]:
-    """The ``llmsim.load`` verdict (definitions in the module docstring). ``too_long``: the requests longer
-    than their pool's server takes (``engine.max_model_len``), whose rejection is the client's input
-    error, not load turned away: more GPUs would not serve them. ``over_budget``: those whose prompt
-    their stack refuses without chunked prefill: the pool's configuration turns them away, a failure
-    of the fleet (as a stranded request is), though not one more GPUs would mend."""
+def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
+    """The ``llmsim.load`` verdict (definitions in the module docstring). Of the rejected requests (their
+    ``reject_reason``, stamped by whoever refused them), those longer than their pool's server takes
+    (``engine.max_model_len``) are the client's input error, not load turned away: more GPUs would not
+    serve them. Those whose prompt their stack refuses without chunked prefill (over its budget) are
+    the pool's configuration turning them away, a failure of the fleet (as a stranded request is),
+    though not one more GPUs would mend. Every other rejection is load shed."""
     rec = Records.of(rec)
     arrival = rec.arrival
     if not len(rec):
@@ -132,8 +133,8 @@ def load_block(rec: Records, window_s: Optional[float], too_long: Optional[np.nd
     unfinished = int(np.count_nonzero(status == int(Status.PENDING)))
     stranded = int(np.count_nonzero(status == int(Status.STRANDED)))
     refused = status == int(Status.REJECTED)
-    invalid = refused & too_long if too_long is not None else np.zeros_like(refused)
-    over = refused & over_budget & ~invalid if over_budget is not None else np.zeros_like(refused)
+    invalid = refused & (rec.reject_reason == int(Rejection.TOO_LONG))
+    over = refused & (rec.reject_reason == int(Rejection.OVER_BUDGET))
     n_over = int(np.count_nonzero(over))
     rejected = int(np.count_nonzero(refused & ~invalid & ~over))
     limited = int(np.count_nonzero(status == int(Status.RATE_LIMITED)))

@@ -270,8 +270,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         "ttft_budget": ttft_budget(requests, response_s=plan.response_s),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
                            monthly=plan.month, arrivals_s=arrivals, began_before=began_before),
-        "load": load_block(requests, _load_window(sc.workload), _too_long(requests, setups),
-                           _over_budget(requests, setups)),
+        "load": load_block(requests, _load_window(sc.workload)),
         "simulated_seconds": now,
     })
     out["energy"] = _energy(plan, pools, bills, now, requests)
@@ -285,29 +284,6 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     # The answer first: the product's fleet and bill, then whether it keeps up.
     product = product_block(sc.product.slices if sc.product else 1, out)
     return {"product": product, "load": out.pop("load"), **out}
-
-
-def _too_long(requests: Records, setups: list) -> np.ndarray:
-    """Each request longer than its pool's server takes (``engine.max_model_len``, else the model's
-    context): rejected on arrival as the stack rejects bad input."""
-    tokens, pool = requests.input_tokens + requests.output_tokens, requests.pool
-    out = np.zeros(len(requests), dtype=bool)
-    for ps in setups:
-        out |= (pool == ps.spec.name) & (tokens > ps.spec.engine.longest_request(ps.cm.model))
-    return out
-
-
-def _over_budget(requests: Records, setups: list) -> np.ndarray:
-    """Each request whose prompt is longer than its pool's stack takes without chunked prefill
-    (:meth:`~simulator.engine.config.EngineConfig.longest_prompt`), answered with an error on arrival.
-    A disaggregated request is recorded under the prefill pool its class routes to, so a decode pool's
-    requests are those a class sends it directly, held to its budget as any; its legs pass unrecorded."""
-    out = np.zeros(len(requests), dtype=bool)
-    for ps in setups:
-        cap = ps.spec.engine.longest_prompt(ps.spec.dp)
-        if cap is not None:
-            out |= (requests.pool == ps.spec.name) & (requests.input_tokens > cap)
-    return out
 
 
 def _energy(plan: FleetPlan, pools: dict[str, Pool], bills: list, now: float, requests: Records) -> dict:
