@@ -86,7 +86,7 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
              on_done: Optional[Callable[[Request], None]] = None, id_block_tokens: Optional[int] = None,
              cancels: Sequence[tuple[float, int]] = (), kv_budgets: Optional[dict[str, int]] = None,
              offload=None, lora=None, windows: Optional[SlidingGroups] = None, dp: int = 1,
-             admission: Optional[dict] = None) -> Run:
+             admission: Optional[dict] = None, rank_blocks: Optional[int] = None) -> Run:
     """Run fresh copies of ``requests`` (open loop) through a pool; each
     ``(t, id)`` in ``cancels`` cancels request ``id`` at time t (if it has arrived)."""
     reqs = clone(requests)
@@ -102,7 +102,7 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
     pool = Pool(env, cm or cost_model(), cfg, num_blocks, replicas,
                 make_router(router, np.random.default_rng(router_seed)), gaps, engine, done,
                 id_block_tokens=id_block_tokens, kv_budgets=kv_budgets, offload=offload, lora=lora,
-                windows=windows, dp=dp, admission=admission)
+                windows=windows, dp=dp, admission=admission, rank_blocks=rank_blocks)
     submit, kv_log = _logging_kv(pool)
     OpenLoop(reqs).start(env, submit, pool.cancel)
     for t, i in cancels:   # client events, URGENT like arrivals

@@ -55,3 +55,53 @@ def test_a_request_needing_the_whole_rank_pool_is_never_served(cli, tmp_path, dp
         assert res["pools"]["main"]["kv_blocks_per_replica"] == blocks * dp      # the pool as vLLM logs it
         statuses[blocks] = (r.code, res["request_status"]["rejected"], res["request_status"]["finished"])
     assert statuses == {64: (1, 4, 0), 65: (0, 0, 4)}, statuses
+
+
+@pytest.mark.parametrize("dp", [1, 2])
+def test_a_rank_of_one_block_serves_nothing_and_its_utilisation_is_zero(cli, tmp_path, dp):
+    """num_gpu_blocks_override: 1 on vLLM 0.28.0 (whose start-up check counts the null block) starts
+    a server whose ranks hold no block a request can have: every request is rejected on arrival as
+    exceeding the KV pool, and the KV usage is 0, as vLLM's BlockPool.get_usage answers a pool of
+    no blocks but the null one, not a division by zero."""
+    p = tmp_path / "one.yaml"
+    p.write_text(SCENARIO.format(dp=dp, blocks=1).replace("value: 1000", "value: 4").replace("value: 24", "value: 4")
+                 .replace("max_model_len: 1024", "max_model_len: 16"))
+    out = tmp_path / "out"
+    r = cli("run", p, "-o", out)
+    assert r.code == 1, r.err                       # overloaded: everything shed
+    res = json.loads((out / "results.json").read_text())["llmsim"]
+    main = res["pools"]["main"]
+    assert main["kv_blocks_per_replica"] == dp
+    assert (main["mean_kv_utilization"], main["max_kv_utilization"]) == (0.0, 0.0)
+    assert res["request_status"]["rejected"] == 4
+    import pandas as pd
+
+    assert set(pd.read_parquet(out / "requests.parquet")["reject_reason"]) == {"exceeds_kv"}
+
+
+def test_a_rank_whose_only_block_is_the_null_block_holds_no_request():
+    """Three blocks over two ranks: each rank has one, its null block, so a rank holds nothing for a
+    request (PoolSetup.rank_blocks 0) while the replica's pooled count is 1. A rank bound of 0 is
+    a bound, not 'no dp': the one-block request is rejected, by both engines."""
+    from helpers_engine import compare_runs, make_requests, run_open
+    from simulator.engine.config import EngineConfig
+    from workloads.rejection import Rejection
+
+    reqs = make_requests([0.0], [8], [4])
+    runs = [run_open(engine, reqs, EngineConfig(), 1, dp=2, rank_blocks=0) for engine in ("fast", "reference")]
+    assert compare_runs(*runs) == []
+    assert runs[0].requests[0].reject_reason is Rejection.EXCEEDS_KV
+
+
+def test_a_contiguous_pool_of_no_usable_block_reports_zero_utilisation(cli, tmp_path):
+    """The same pool under contiguous KV with vLLM's memory rule: its kv_allocation figures are 0 too."""
+    p = tmp_path / "contiguous.yaml"
+    p.write_text(SCENARIO.format(dp=1, blocks=1).replace("value: 1000", "value: 4").replace("value: 24", "value: 4")
+                 .replace('backend: vllm, backend_version: "0.28.0"',
+                          "kv_allocation: contiguous, prefix_cache: false, kv_memory: {rule: vllm}")
+                 .replace("max_model_len: 1024", "max_model_len: 16"))
+    out = tmp_path / "out"
+    r = cli("run", p, "-o", out)
+    assert r.code == 1, r.err
+    alloc = json.loads((out / "results.json").read_text())["llmsim"]["pools"]["main"]["kv_allocation"]
+    assert alloc["mean_reserved_utilization"] == alloc["max_filled_utilization"] == 0.0

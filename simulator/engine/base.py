@@ -18,7 +18,7 @@ from ..costmodel import CostModel
 from ..costmodel.speculative import SpeculativeCostModel
 from ..hybrid_kv import SlidingGroups, admission_cap, frees_when_processed
 from ..metrics.gaps import GapLog
-from .blocks import ceil_div
+from .blocks import ceil_div, kv_usage
 from .config import EngineConfig
 from .dp_placement import RankPlacement, rank_ids
 from .kv_tiers import OffloadPlan
@@ -107,7 +107,8 @@ class ReplicaBase:
         # request stays on its rank, so the replica's other ranks never lend it blocks; llmsim keeps
         # one pool of the dp ranks' blocks for everything but this bound and the ranks' prefix
         # caches (``placement``).
-        self.rank_blocks: int = rank_blocks or num_blocks
+        # (0 is a bound: a rank whose only block is vLLM's null block holds nothing for a request)
+        self.rank_blocks: int = rank_blocks if rank_blocks is not None else num_blocks
         # Blocks each running sequence's sliding-window layers hold of the shared pool beside its
         # own (vLLM's hybrid KV cache: simulator.hybrid_kv), taken at admission and given back when
         # it stops running: a window, recycled as it slides, the same for every sequence.
@@ -546,7 +547,7 @@ class ReplicaBase:
         """The KV usage a DP front end reads (vLLM's kv_cache_usage: blocks in use over the
         pool, cached ones no request holds counting as free), the replica's pooled one for
         each rank's."""
-        return self.kv_used_now(now) / self.num_blocks
+        return kv_usage(self.kv_used_now(now), self.num_blocks)
 
     @property
     def cache_block_tokens(self) -> Optional[int]:

@@ -17,6 +17,14 @@ def ceil_div(a: int, b: int) -> int:
     return -(-a // b)
 
 
+def kv_usage(used: float, blocks: float) -> float:
+    """``used`` blocks over a pool of ``blocks`` that requests can hold, 0 for a pool of none:
+    vLLM's null block can be a rank's only block (num_gpu_blocks_override: 1 starts on releases
+    whose start-up check counts it), and BlockPool.get_usage answers such a pool 0, not a
+    division by zero."""
+    return used / blocks if blocks > 0 else 0.0
+
+
 def _divmod(a: int, b: int) -> tuple[int, int]:
     """``divmod`` on ints: compiled, the builtin boxes both and builds a
     tuple; this is two native operations (floor semantics, as divmod)."""

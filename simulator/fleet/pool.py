@@ -24,6 +24,7 @@ import simpy
 
 from ..costmodel import CostModel
 from ..dtypes import compute_dtype
+from ..engine.blocks import kv_usage
 from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
@@ -314,7 +315,7 @@ class Pool:
         if not self.ready:
             return 0.0
         now = self.env.now
-        return sum(r.kv_used_now(now) for r in self.ready) / (len(self.ready) * self.num_blocks)
+        return kv_usage(sum(r.kv_used_now(now) for r in self.ready), len(self.ready) * self.num_blocks)
 
     def busy_time(self) -> float:
         return sum(r.busy_time for r in self.replicas)

@@ -12,6 +12,7 @@ from typing import Optional, Sequence
 import numpy as np
 
 from .. import __version__
+from ..engine.blocks import kv_usage
 from ..fleet.lora import lora_block
 from ..fleet.pool import Pool
 from ..fleet.setup import PoolSetup
@@ -362,8 +363,8 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "kv_blocks_per_replica": nb,
         "kv_tokens_per_replica": nb * ps.memory.block_size,
         "kv_memory": ps.memory.describe(),
-        "mean_kv_utilization": sum(s["kv_used_area"] for s in stats) / (working * usable),
-        "max_kv_utilization": max(s["kv_used_max"] for s in stats) / usable,
+        "mean_kv_utilization": kv_usage(sum(s["kv_used_area"] for s in stats), working * usable),
+        "max_kv_utilization": kv_usage(max(s["kv_used_max"] for s in stats), usable),
         "preemptions": sum(s["preemptions"] for s in stats),
         "rejected_on_admission": pool.rejected,
         "mean_queue_depth": sum(s["queue_mean"] * d for s, d in zip(stats, lived)) / max(now, 1e-12),
@@ -423,9 +424,9 @@ def _contiguous_block(ps: PoolSetup, stats: list[dict], working: float) -> dict:
         "reserved_tokens_per_request": per_request if per_request is not None else f"prompt + {cfg.max_new_tokens}",
         "max_sequences_per_replica": None if per_request is None
         else nb // (-(-per_request // cfg.block_size) + ps.memory.window_blocks),
-        "mean_reserved_utilization": reserved / (working * nb),
-        "mean_filled_utilization": filled / (working * nb),
-        "max_filled_utilization": max(s["kv_filled_max"] for s in stats) / nb,
+        "mean_reserved_utilization": kv_usage(reserved, working * nb),
+        "mean_filled_utilization": kv_usage(filled, working * nb),
+        "max_filled_utilization": kv_usage(max(s["kv_filled_max"] for s in stats), nb),
         "filled_fraction_of_reserved": filled / reserved if reserved > 0 else None,
     }
 
