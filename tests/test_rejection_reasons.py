@@ -110,3 +110,15 @@ def test_a_disaggregated_request_carries_the_reason_its_decode_leg_was_refused(t
     assert all(r.reject_reason is None for r in out.requests if r.status != Status.REJECTED)
     load = out.results["llmsim"]["load"]
     assert load["too_long"] == len(long) and load["shed"] == 0
+
+
+@pytest.mark.parametrize("cfg", [EngineConfig(), EngineConfig(kv_admission="expected_output")], ids=["vllm", "sglang"])
+def test_a_request_past_the_whole_pool_exceeds_the_kv_whatever_its_class_cap(cfg):
+    """A class's KV cap is a fraction of the pool, so a request the whole pool cannot hold passes it too;
+    no kv_budget_fraction would serve it, more KV would: its reason is exceeds_kv, on every admission
+    rule (SGLang's retraction check had said so already, vLLM's said over_class_kv_cap). One that fits the
+    pool but not its class's share is over_class_kv_cap."""
+    reqs = make_requests([0.0, 0.01], [200, 100], [10, 10])
+    runs = [run_open(engine, reqs, cfg, 10, kv_budgets={"default": 5}) for engine in ("fast", "reference")]
+    assert compare_runs(*runs) == []
+    assert [r.reject_reason for r in runs[0].requests] == [Rejection.EXCEEDS_KV, Rejection.OVER_CLASS_KV_CAP]

@@ -239,7 +239,7 @@ class ReplicaBase:
         is then rejected on arrival rather than left to starve the queue: alone on its
         attention rank, whose pool (``rank_blocks``) is all it can hold. The first reason
         found is the one given, those no capacity mends (the request's, the configuration's)
-        first."""
+        first, and the pool's before its class's share of it."""
         if req.input_tokens + req.output_tokens > self.max_model_len:
             return Rejection.TOO_LONG
         longest = self.longest_prompt     # a generation-only request, prefilled elsewhere, passes
@@ -263,15 +263,19 @@ class ReplicaBase:
                 if req.input_tokens + req.output_tokens + reserve + self.bs > (self.rank_blocks - self.window_blocks) \
                         * self.bs:
                     return Rejection.EXCEEDS_KV
-        if self.kv_budgets is not None:       # nor past its class's KV cap
-            cap = self.kv_budgets.get(req.klass)
-            if cap is not None and self._footprint(req) > cap:
-                return Rejection.OVER_CLASS_KV_CAP
         if self.windows is not None:    # nor past the admission gate's windows: vLLM would wait forever
             own = blocks if self.cfg.scheduler == "static" or self.no_evict else ceil_div(req.input_tokens, self.bs)
             if self._gate_alone(req.input_tokens, own) > self.rank_blocks:
                 return Rejection.WINDOW_GATE
-        return None if blocks + self.window_blocks <= self.rank_blocks else Rejection.EXCEEDS_KV
+        if blocks + self.window_blocks > self.rank_blocks:
+            return Rejection.EXCEEDS_KV
+        # nor past its class's KV cap, a share of the pool: asked last, as a request the pool
+        # cannot hold passes its share too and no share would serve it
+        if self.kv_budgets is not None:
+            cap = self.kv_budgets.get(req.klass)
+            if cap is not None and self._footprint(req) > cap:
+                return Rejection.OVER_CLASS_KV_CAP
+        return None
 
     def _gate_alone(self, prompt: int, own: int) -> int:
         """Blocks a prompt of ``prompt`` tokens, none cached, whose admission reserves ``own``
