@@ -46,7 +46,8 @@ KV_MEMORY_FIELDS = {
     "rule": leaf("text", "whose accounting sized the KV pool (a stack's name)"),
     "<knob>": leaf("fraction", "the fraction of GPU memory the rule applied, under the stack's own name for it "
                                "(vLLM's gpu_memory_utilization, SGLang's mem_fraction_static...)"),
-    "kv_tokens_per_rank": leaf("tokens", "KV capacity of one attention rank"),
+    "kv_tokens_per_rank": leaf("tokens", "KV capacity of one attention rank, as its stack logs it (vLLM's "
+                                         "counts the null block no request holds)"),
     "kv_bytes_per_token": leaf("bytes", "KV bytes per token per replica"),
     "weights_gb": leaf("GB", "weights per replica"), "kv_gb": leaf("GB", "KV pool per replica"),
     "total_gb": leaf("GB", "the replica's GPU memory"),
