@@ -238,11 +238,19 @@ def plan_memory(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_d
         kv_cap = min(kv_cap, cap_tokens * dp * kv_per_token)
     if kv_cap <= kv_per_token * block_size:
         raise LlmsimError(_no_room(model, gpu, par, weight_dtype, share, budget))
-    num_blocks = int(kv_cap // (kv_per_token * block_size))
+    num_blocks = pool_blocks(kv_cap, kv_per_token * block_size, dp)
     return MemoryPlan(gpu.hbm_bytes * gpus, budget.usable * gpus, share.weights * gpus, budget.activation * gpus,
                       share.runtime * gpus, kv_cap, kv_per_token, block_size, num_blocks, window * gpus,
                       (kv_memory or KvMemory()).rule, budget.fraction, budget.knob, dp, draft_in_reserve(kv_memory),
                       sliding_groups(model, block_size) if swa is None else None, null_blocks(kv_memory))
+
+
+def pool_blocks(kv_bytes: float, block_bytes: float, dp: int) -> int:
+    """A replica's KV blocks from its pool's bytes: each of its ``dp`` attention ranks cuts its own
+    share into whole blocks (vLLM's engine cores, SGLang's and TensorRT-LLM's ranks each size their
+    own pool), so the replica holds dp whole pools, not its summed bytes cut once (up to dp - 1
+    blocks more)."""
+    return dp * int(kv_bytes / dp // block_bytes)
 
 
 def null_blocks(kv_memory: Optional[KvMemory]) -> int:

@@ -105,3 +105,14 @@ def test_a_contiguous_pool_of_no_usable_block_reports_zero_utilisation(cli, tmp_
     assert r.code == 1, r.err
     alloc = json.loads((out / "results.json").read_text())["llmsim"]["pools"]["main"]["kv_allocation"]
     assert alloc["mean_reserved_utilization"] == alloc["max_filled_utilization"] == 0.0
+
+
+@pytest.mark.parametrize("dp", [1, 2, 3, 8])
+def test_each_rank_cuts_its_own_pool_into_whole_blocks(dp):
+    """A replica of dp ranks holds dp times one rank's whole blocks: the summed bytes cut once
+    would count up to dp - 1 blocks no rank has."""
+    mem = plan_memory(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), tp=1, dp=dp,
+                      kv_memory=KvMemory(rule="vllm"))
+    block = mem.kv_bytes_per_token * mem.block_size
+    assert mem.num_blocks == dp * int(mem.kv_capacity_bytes / dp // block)
+    assert mem.num_blocks % dp == 0 and mem.rank_blocks * dp == mem.num_blocks

@@ -98,7 +98,7 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ..dtypes import linear_dtype
 from ..errors import LlmsimError
-from ..memory import MemoryPlan
+from ..memory import MemoryPlan, pool_blocks
 from ..parallelism import replica_kv_bytes_per_token, replica_weight_bytes
 from ..profiles.model import ModelProfile, load_model
 from . import components as C
@@ -338,7 +338,7 @@ def speculative_memory(mem: MemoryPlan, scm: SpeculativeCostModel) -> MemoryPlan
         raise LlmsimError(f"the draft model {draft.name} ({weights / 1e9:.1f} GB of weights) leaves no KV memory "
                           f"beside {scm.model.name} on {scm.tp}× {scm.gpu.name}")
     return replace(mem, weights_bytes=mem.weights_bytes + weights, kv_capacity_bytes=kv_cap,
-                   kv_bytes_per_token=per_token, num_blocks=int(kv_cap // (per_token * mem.block_size)))
+                   kv_bytes_per_token=per_token, num_blocks=pool_blocks(kv_cap, per_token * mem.block_size, mem.dp))
 
 
 def speculative_setup(cm: CostModel, mem: MemoryPlan, spec: SpeculativeSpec, mixed_step_drafts: bool = True

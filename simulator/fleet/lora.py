@@ -34,7 +34,7 @@ from ..costmodel.lora import RANKS, LoraCost, adapter_bytes, adapter_shard_bytes
 from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
 from ..kv_memory import KvMemory
-from ..memory import MemoryPlan
+from ..memory import MemoryPlan, pool_blocks
 from ..profiles.backend import load_backend
 from ..profiles.hardware import HardwareProfile
 from workloads.request import Request
@@ -187,7 +187,7 @@ def lora_setup(spec, cm: CostModel, mem: MemoryPlan, gpu: HardwareProfile, where
     plan = LoraPlan(lo.max_loras, lo.cpu_loras, adapter_shard_bytes(model, rank, tp) / (host * 1e9),
                     whole / (disk * 1e9))
     mem = replace(mem, weights_bytes=mem.weights_bytes + slots, kv_capacity_bytes=kv_cap,
-                  num_blocks=int(kv_cap // (mem.kv_bytes_per_token * mem.block_size)))
+                  num_blocks=pool_blocks(kv_cap, mem.kv_bytes_per_token * mem.block_size, mem.dp))
     return plan, mem
 
 
