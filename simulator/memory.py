@@ -128,14 +128,16 @@ class MemoryPlan:
         windows: where sliding-window groups share the pool, the last is admitted only once its
         uncached prompt of ``prompt_tokens`` fits in every group (at most ``cap`` blocks a group
         where given) beside the others at their largest (vLLM's admission gate,
-        :meth:`.hybrid_kv.SlidingGroups.admission`), as a run admits it."""
+        :meth:`.hybrid_kv.SlidingGroups.admission`), as a run admits it. Each attention-DP rank
+        holds its own requests in its own pool, so the replica runs dp times what one rank's
+        usable blocks hold."""
         blocks = math.ceil(tokens_per_request / self.block_size) + self.window_blocks
-        pool = self.usable_blocks
+        pool = self.usable_rank_blocks
         n = pool // blocks if blocks else 0
         if self.windows is not None and prompt_tokens:
             gate = math.ceil(prompt_tokens / self.block_size) + self.windows.admission(prompt_tokens, 0, cap)
             n = min(n, 0 if gate > pool else 1 + (pool - gate) // blocks)
-        return n
+        return n * self.dp
 
     def describe(self) -> dict:
         """How the pool was sized, as results.json states it beside ``kv_tokens_per_replica``:

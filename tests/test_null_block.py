@@ -116,3 +116,13 @@ def test_each_rank_cuts_its_own_pool_into_whole_blocks(dp):
     block = mem.kv_bytes_per_token * mem.block_size
     assert mem.num_blocks == dp * int(mem.kv_capacity_bytes / dp // block)
     assert mem.num_blocks % dp == 0 and mem.rank_blocks * dp == mem.num_blocks
+
+
+def test_attention_dp_concurrency_is_per_rank():
+    """Each rank holds its own requests: a replica runs dp times what one rank's usable blocks hold,
+    never a request split over two ranks' leftovers."""
+    one = plan_memory(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), tp=1, dp=1, kv_memory=KvMemory(rule="vllm"))
+    four = plan_memory(load_model("llama-3.1-8b"), load_hardware("h100-sxm"), tp=1, dp=4, kv_memory=KvMemory(rule="vllm"))
+    tokens = (one.usable_blocks // 3 + 1) * one.block_size    # three fit one rank's pool whole: two do
+    assert one.max_concurrent(tokens) == 2
+    assert four.max_concurrent(tokens) == 4 * (four.usable_rank_blocks // -(-tokens // four.block_size))
