@@ -192,6 +192,11 @@ class ReplicaBase:
         self.retracts = cfg.expects_output or cfg.reserves_decode    # SGLang's retraction order
         self.newest_first = cfg.retraction_order == "newest"
         self.reserve_tokens = cfg.reserved_decode_tokens
+        # SGLang serves a request longer than its rank's pool with the output cut to it
+        # (EngineConfig.clips_output): the longest request it serves, its max_req_len (0: no cut),
+        # and how many outputs were cut.
+        self.request_cap = min(self.max_model_len - 1, self.rank_blocks * self.bs - 1) if cfg.clips_output else 0
+        self.outputs_clipped = 0
         self.ret_now = -1
         self.top_now = 0
         if cfg.prefix_cache and id_block_tokens:
@@ -242,25 +247,28 @@ class ReplicaBase:
         first, and the pool's before its class's share of it."""
         if req.input_tokens + req.output_tokens > self.max_model_len:
             return Rejection.TOO_LONG
+        if self.request_cap and req.input_tokens >= self.request_cap - 5:
+            return Rejection.TOO_LONG          # SGLang's validate_input_length answers with an error
+        output = self.served_output(req)
         longest = self.longest_prompt     # a generation-only request, prefilled elsewhere, passes
         if longest is not None and not req.preloaded and req.input_tokens > longest:
             return Rejection.OVER_BUDGET       # TensorRT-LLM answers 400
         if self.contiguous:
             limit = self.cfg.max_new_tokens
-            if limit is not None and req.output_tokens > limit:
+            if limit is not None and output > limit:
                 return Rejection.OUTPUT_OVER_LIMIT     # more than the server reserves (TGI answers 422)
             blocks = self._reserved_blocks(req)
         else:
-            need = req.input_tokens + req.output_tokens - 1
+            need = req.input_tokens + output - 1
             if self.cfg.scheduler == "static" or self.no_evict:
-                need = req.input_tokens + req.output_tokens
+                need = req.input_tokens + output
             blocks = ceil_div(max(need, 1), self.bs)
             # Alone on the replica, its prompt (or, readmitted, prompt and output so far, in
             # whole blocks) and expected output must be less than the pool, on the decode
             # server beside its reserve: a block's slack more than the whole request bounds both.
             if self.retracts:
                 reserve = self.reserve_tokens if self.reserves_decode else 0
-                if req.input_tokens + req.output_tokens + reserve + self.bs > (self.rank_blocks - self.window_blocks) \
+                if req.input_tokens + output + reserve + self.bs > (self.rank_blocks - self.window_blocks) \
                         * self.bs:
                     return Rejection.EXCEEDS_KV
         if self.windows is not None:    # nor past the admission gate's windows: vLLM would wait forever
@@ -273,9 +281,23 @@ class ReplicaBase:
         # cannot hold passes its share too and no share would serve it
         if self.kv_budgets is not None:
             cap = self.kv_budgets.get(req.klass)
-            if cap is not None and self._footprint(req) > cap:
+            if cap is not None and self._footprint(req, output) > cap:
                 return Rejection.OVER_CLASS_KV_CAP
         return None
+
+    def served_output(self, req: Request) -> int:
+        """The output tokens ``req`` is served: all of them, but on a stack that cuts a request to its
+        rank's pool (SGLang's max_new_tokens = min(max_new_tokens, max_req_len - prompt - 1)) no more
+        than the pool holds beside the prompt. Where llmsim's own bound for such a stack (its
+        retraction's, a block's slack beside the decode reserve) is tighter, that bound: by at most a
+        page of output."""
+        if not self.request_cap:
+            return req.output_tokens
+        room = self.request_cap - req.input_tokens - 1
+        if self.retracts:
+            reserve = self.reserve_tokens if self.reserves_decode else 0
+            room = min(room, (self.rank_blocks - self.window_blocks) * self.bs - reserve - self.bs - req.input_tokens)
+        return max(1, min(req.output_tokens, room))
 
     def _gate_alone(self, prompt: int, own: int) -> int:
         """Blocks a prompt of ``prompt`` tokens, none cached, whose admission reserves ``own``
@@ -319,6 +341,10 @@ class ReplicaBase:
             if self.on_done:
                 self.on_done(req)
             return
+        served = self.served_output(req)
+        if served < req.output_tokens:
+            req.output_tokens = served
+            self.outputs_clipped += 1
         self.outstanding += 1
         self.outstanding_tokens += req.input_tokens
         seq = Seq(req)
@@ -940,12 +966,13 @@ class ReplicaBase:
             return None
         return sum(e * n for e, n in sorted(counts.items())) / sum(counts.values())
 
-    def _footprint(self, req: Request) -> int:
+    def _footprint(self, req: Request, output: int = -1) -> int:
         """Blocks a request's class is charged while it runs: its final KV, or
-        what a contiguous allocation reserves for it, and its windows."""
+        what a contiguous allocation reserves for it, and its windows; ``output``:
+        the output it will be served, if not yet cut to it (:meth:`served_output`)."""
         if self.contiguous:
             return self._reserved_blocks(req) + self.window_blocks
-        return ceil_div(req.input_tokens + req.output_tokens, self.bs) + self.window_blocks
+        return ceil_div(req.input_tokens + (req.output_tokens if output < 0 else output), self.bs) + self.window_blocks
 
     def _over_budget(self, s: Seq) -> bool:
         """Would admitting ``s`` take its class past its KV cap even after
@@ -1250,6 +1277,7 @@ class ReplicaBase:
     def stats(self, now: float) -> dict:
         out = {
             "preemptions": self.preemptions,
+            "outputs_clipped": self.outputs_clipped,
             "busy_time": self.busy_time,
             "tokens_processed": self.tokens_processed,
             "iterations": self.iterations,

@@ -175,6 +175,14 @@ class EngineConfig(BaseModel):
                     "is answered with an error on arrival, not run alone (TensorRT-LLM's PyTorch backend: "
                     "llmapi/llm.py _check_arguments, 'The sum of prompt length (...), query length (...) should "
                     "not exceed max_num_tokens', unless enable_chunked_prefill). The trtllm backend sets it")
+    clips_output: bool = Field(
+        default=False,
+        description="true: a request longer than one rank's KV pool holds is served with its output cut to what "
+                    "the pool holds, and only a prompt within 5 tokens of it is answered with an error (SGLang: "
+                    "scheduler.py max_req_len = min(context_len - 1, max_total_num_tokens - 1), max_new_tokens = "
+                    "min(max_new_tokens, max_req_len - prompt - 1), max_req_input_len = max_req_len - 5 checked by "
+                    "validate_input_length); false: such a request is rejected on arrival (exceeds_kv). The sglang "
+                    "backend sets it")
     mixed_prefill: Optional[bool] = Field(
         default=None, description="prefills share iterations with decodes; default: as chunked_prefill (vLLM "
                                   "mixes chunks; SGLang runs its prefill batches alone, chunked unless "

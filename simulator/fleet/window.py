@@ -23,7 +23,7 @@ from typing import Any, Optional
 __all__ = ["COUNTERS", "CACHE_COUNTERS", "TIER_COUNTERS", "LORA_COUNTERS", "open_window", "since_window"]
 
 #: A replica's ``stats`` entries that only grow: the window's share is their growth since t = 0.
-COUNTERS = ("preemptions", "busy_time", "tokens_processed", "iterations", "kv_used_area", "kv_filled_area")
+COUNTERS = ("preemptions", "outputs_clipped", "busy_time", "tokens_processed", "iterations", "kv_used_area", "kv_filled_area")
 #: The prefix cache's (hit rates are read from them); ``cached_blocks`` is a level, kept as it stands.
 CACHE_COUNTERS = ("lookups", "hit_requests", "hit_tokens", "prompt_tokens", "hit_ids", "prompt_ids",
                   "evicted_blocks", "evicted_by_class_cap_blocks")

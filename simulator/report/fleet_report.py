@@ -121,6 +121,8 @@ POOL_FIELDS = {
                                             "time"),
     "max_kv_utilization": leaf("fraction", "the most in use at once on a replica / the blocks requests can hold"),
     "preemptions": leaf("count", "sequences preempted for want of KV"),
+    "outputs_clipped": leaf("count", "requests longer than an attention rank's KV pool served with their output cut "
+                                    "to what it holds", when="the pool's stack cuts them (engine.clips_output: SGLang)"),
     "rejected_on_admission": leaf("count", "requests the pool's admission control shed"),
     "mean_queue_depth": leaf("requests", "waiting requests, time-averaged, summed over replicas"),
     "max_queue_depth_per_replica": leaf("requests", "the longest queue on a replica"),
@@ -366,6 +368,7 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "mean_kv_utilization": kv_usage(sum(s["kv_used_area"] for s in stats), working * usable),
         "max_kv_utilization": kv_usage(max(s["kv_used_max"] for s in stats), usable),
         "preemptions": sum(s["preemptions"] for s in stats),
+        **({"outputs_clipped": sum(s["outputs_clipped"] for s in stats)} if ps.engine_config.clips_output else {}),
         "rejected_on_admission": pool.rejected,
         "mean_queue_depth": sum(s["queue_mean"] * d for s, d in zip(stats, lived)) / max(now, 1e-12),
         "max_queue_depth_per_replica": max(s["queue_max"] for s in stats),

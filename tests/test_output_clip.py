@@ -1,0 +1,64 @@
+"""SGLang serves a request longer than a rank's KV pool with its output cut to the pool.
+
+Its scheduler caps ``max_new_tokens`` at ``max_req_len - prompt - 1``, where ``max_req_len =
+min(context_len - 1, max_total_num_tokens - 1)`` (scheduler.py), and answers only a prompt of
+``max_req_len - 5`` tokens or more with an error (``validate_input_length``). llmsim had rejected
+every such request on arrival as not fitting the pool.
+"""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+import pytest
+
+SCENARIO = """\
+name: clip
+workload:
+  arrival: {{type: poisson, rate_per_s: 2}}
+  num_requests: 6
+  input_tokens: {{dist: fixed, value: {prompt}}}
+  output_tokens: {{dist: fixed, value: 2000}}
+pools:
+  - name: main
+    model: llama-3.1-8b
+    gpu: h100-sxm
+    dp: {dp}
+    engine: {{backend: {backend}, kv_memory: {{max_tokens: 4096}}}}
+"""
+
+
+def _run(cli, tmp_path, engine: str, prompt: int = 3000, backend: str = "sglang", dp: int = 1):
+    p = tmp_path / f"{backend}-{engine}-{prompt}-{dp}.yaml"
+    p.write_text(SCENARIO.format(prompt=prompt, backend=backend, dp=dp))
+    out = tmp_path / p.stem
+    cli("run", p, "-o", out, "--engine", engine)
+    res = json.loads((out / "results.json").read_text())["llmsim"]
+    return res, pd.read_parquet(out / "requests.parquet")
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("dp", [1, 2])
+def test_sglang_serves_a_request_past_its_pool_with_the_output_cut(cli, tmp_path, engine, dp):
+    """4,096 tokens a rank: max_req_len 4,095, so 3,000 prompt tokens get 1,094 output tokens."""
+    res, rows = _run(cli, tmp_path, engine, dp=dp)
+    assert res["request_status"]["finished"] == 6 and res["request_status"]["rejected"] == 0
+    assert (rows.output_tokens == 4095 - 3000 - 1).all()
+    assert res["pools"]["main"]["outputs_clipped"] == 6
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_sglang_answers_a_prompt_within_5_tokens_of_its_pool_with_an_error(cli, tmp_path, engine):
+    res, rows = _run(cli, tmp_path, engine, prompt=4090)
+    assert res["request_status"]["rejected"] == 6
+    assert set(rows.reject_reason) == {"too_long"}
+    assert res["pools"]["main"]["outputs_clipped"] == 0
+    res, rows = _run(cli, tmp_path, engine, prompt=4089)      # one token shorter: served, one output token
+    assert res["request_status"]["finished"] == 6 and (rows.output_tokens == 5).all()
+
+
+def test_other_stacks_still_refuse_it(cli, tmp_path):
+    """TensorRT-LLM takes a request past its pool no further: rejected on arrival, no cut counted."""
+    res, rows = _run(cli, tmp_path, "fast", backend="trtllm")
+    assert res["request_status"]["rejected"] == 6 and "outputs_clipped" not in res["pools"]["main"]
+    assert set(rows.reject_reason) == {"exceeds_kv"}
