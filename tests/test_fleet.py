@@ -739,6 +739,43 @@ def test_sglang_before_0_5_22_refuses_a_hybrid_swa_hand_off_between_pools_of_dif
         assert len(run(ok).requests) == 3
 
 
+def _llama_pd(prefill: dict, decode: dict) -> dict:
+    d = scenario(workload={"num_requests": 3, "arrival": {"type": "poisson", "rate_per_s": 1},
+                           "input_tokens": {"dist": "fixed", "value": 1000},
+                           "output_tokens": {"dist": "fixed", "value": 4}})
+    d["pools"] = [{"name": "prefill", "model": "llama-3.1-8b", "gpu": "h200", "engine": prefill,
+                   "disaggregation": {"decode_pool": "decode"}},
+                  {"name": "decode", "model": "llama-3.1-8b", "gpu": "h200", "engine": decode}]
+    d["classes"] = [{"name": "chat", "pool": "prefill"}]
+    return d
+
+
+def test_a_prefill_pool_hands_its_kv_only_to_a_decode_pool_of_its_own_stack(tmp_path, capsys):
+    """No stack's prefill server hands KV to another stack's decode server (SGLang's bootstrap
+    server and transfer engine, vLLM's KV connector, TensorRT-LLM's cache transceiver each
+    talk to their own kind): a pair of two stacks is refused, not run half one way, half the other."""
+    for a, b in (("sglang", "vllm"), ("vllm", "trtllm")):
+        err = cli_error(tmp_path, _llama_pd({"backend": a}, {"backend": b}), capsys)
+        assert "pools[0].disaggregation.decode_pool" in err and f"runs {a}" in err and f"runs {b}" in err
+    assert len(run(_llama_pd({"backend": "sglang"}, {"backend": "sglang"})).requests) == 3
+    assert len(run(_llama_pd({}, {"backend": "vllm"})).requests) == 3     # llmsim's generic engine beside one
+
+
+def test_vllm_hands_kv_over_only_between_servers_of_one_release(tmp_path, capsys):
+    """vLLM's NIXL handshake refuses a peer of another vLLM version from 0.13.0 ('NIXL compatibility
+    hash mismatch ... different vLLM versions': nixl_connector.py compute_nixl_compatibility_hash
+    hashes vllm.__version__, enforce_handshake_compat on by default; read in the 0.13.0, 0.14.0,
+    0.19.1 and 0.34.0 wheels); a pool naming no release runs the profile's default one."""
+    err = cli_error(tmp_path, _llama_pd({"backend": "vllm"}, {"backend": "vllm", "backend_version": "0.18.0"}), capsys)
+    assert "pools[0].disaggregation.decode_pool" in err and "0.19.1" in err and "0.18.0" in err
+    err = cli_error(tmp_path, _llama_pd({"backend": "vllm", "backend_version": "0.12.0"},
+                                        {"backend": "vllm", "backend_version": "0.13.0"}), capsys)
+    assert "0.12.0" in err and "0.13.0" in err
+    assert len(run(_llama_pd({"backend": "vllm", "backend_version": "0.19.1"}, {"backend": "vllm"})).requests) == 3
+    # SGLang's hand-off compares no release
+    assert len(run(_llama_pd({"backend": "sglang", "backend_version": "0.5.9"}, {"backend": "sglang"})).requests) == 3
+
+
 @pytest.mark.parametrize("engine", ["fast", "reference"])
 def test_an_sglang_gpt_oss_request_waits_its_window_pages_on_the_link(engine):
     """A 1,000-token gpt-oss-120b prompt handed from an SGLang 0.5.11 prefill server to its decode

@@ -384,6 +384,10 @@ class BackendProfile(_Strict):
                                   "newest_release")
     lora_modelled: bool = Field(default=False, description="llmsim models this stack's LoRA serving (vLLM's "
                                                             "adapter batch limit and cache); else pools[].lora is refused")
+    handoff_same_release_since: Optional[str] = Field(
+        default=None, description="the release from which a disaggregated pair's decode server refuses a prefill "
+                                  "server of another release as they connect (vLLM's NIXL handshake: "
+                                  "'NIXL compatibility hash mismatch', from 0.13.0); unset: no release is compared")
     pp_modelled: bool = Field(default=True, description="llmsim models this stack's pipeline-parallel loop (vLLM V1's "
                                                         "and SGLang's micro-batches); else pp > 1 is refused")
     speculative_engine: dict[str, Any] = Field(
@@ -395,7 +399,8 @@ class BackendProfile(_Strict):
 
     @model_validator(mode="after")
     def _newest_a_release(self) -> "BackendProfile":
-        for key, v in (("newest_release", self.newest_release), ("default_release", self.default_release)):
+        for key, v in (("newest_release", self.newest_release), ("default_release", self.default_release),
+                       ("handoff_same_release_since", self.handoff_same_release_since)):
             if v is not None and version_number(v) is None:
                 raise KeyRefusal(key, f"{v!r} is not a release number such as 0.5.13")
         return self
@@ -475,6 +480,18 @@ class BackendProfile(_Strict):
         """The release whose defaults a pool naming ``version`` (None: it names none) runs, so a
         run can say which it assumed; None when a profile file names no release at all."""
         return version or self.default_release or self.newest_release
+
+    def refuses_handoff(self, prefill: Optional[str], decode: Optional[str]) -> bool:
+        """Whether this stack's decode server, running release ``decode``, refuses to take KV from a
+        prefill server running ``prefill`` (the releases the two pools run, :meth:`release_run`; None
+        where a profile file names none): its handshake compares the two (``handoff_same_release_since``)
+        from a release on, and a release on either side from then on sends or checks the comparison.
+        A nightly, whose number says nothing, counts as another release wherever its text differs."""
+        if self.handoff_same_release_since is None or prefill == decode or prefill is None or decode is None:
+            return False
+        since = version_number(self.handoff_same_release_since)
+        assert since is not None        # checked on load
+        return any((n := version_number(v)) is None or n >= since for v in (prefill, decode))
 
     def newer_than_described(self, version: str) -> bool:
         """Whether ``version`` (a checked release or nightly) came after the newest release

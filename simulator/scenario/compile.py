@@ -392,6 +392,9 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
             raise LlmsimError(f"the KV of {a.model.name} ({p.engine.kv_dtype}) cannot be decoded by pool "
                               f"{q.name!r} ({b.model.name}, {q.engine.kv_dtype}): both pools need the same model "
                               f"and kv_dtype", source=source, key_path=key)
+        refusal = _handoff_refusal(p, q)
+        if refusal:
+            raise LlmsimError(refusal, source=source, key_path=key)
         if p.tp != q.tp and _window_state_same_tp(setups[i]):
             raise LlmsimError(f"pool {p.name!r} prefills {a.model.name} at tp {p.tp} for pool {q.name!r} at tp "
                               f"{q.tp}: {setups[i].spec.engine.stack_label} sends its hybrid pool's "
@@ -407,6 +410,28 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
                               f"{q.name!r} decodes in {q.engine.block_size}-token pages; SGLang's decode server "
                               f"refuses a prefill server of another page size: set engine.block_size alike on "
                               f"both", source=source, key_path=key)
+
+
+def _handoff_refusal(p: PoolSpec, q: PoolSpec) -> str:
+    """Why prefill pool ``p``'s stack could not hand its KV to decode pool ``q``'s ("" if it could):
+    each stack's hand-off speaks only to its own kind (SGLang's bootstrap server and transfer engine,
+    vLLM's KV connector, TensorRT-LLM's cache transceiver), and vLLM's decode server refuses a
+    prefill server of another release (``handoff_same_release_since``). llmsim's generic engine,
+    a stack of none, pairs with any."""
+    from ..profiles.backend import load_backend
+
+    if p.engine.backend is None or q.engine.backend is None:
+        return ""
+    a, b = load_backend(p.engine.backend), load_backend(q.engine.backend)
+    if a.stack != b.stack:
+        return (f"pool {p.name!r} runs {a.stack} and pool {q.name!r} runs {b.stack}: a prefill server hands its "
+                f"KV only to a decode server of its own stack; set engine.backend alike on both")
+    ra, rb = a.release_run(p.engine.backend_version), b.release_run(q.engine.backend_version)
+    if b.refuses_handoff(ra, rb):
+        return (f"pool {p.name!r} runs {a.stack} {ra} and pool {q.name!r} {b.stack} {rb}: {b.stack}'s decode "
+                f"server refuses a prefill server of another release as they connect (from "
+                f"{b.handoff_same_release_since}); set engine.backend_version alike on both")
+    return ""
 
 
 def _window_state_same_tp(ps: PoolSetup) -> bool:
