@@ -209,7 +209,38 @@ def test_an_sglang_pair_pages_alike():
     assert "in 1-token pages" in e.value.message and "in 64-token pages" in e.value.message
     compile_scenario(Scenario.model_validate(_pair("h200", "b200", "sglang", block_size=64)), "s.yaml")
     compile_scenario(Scenario.model_validate(_pair("b200", "b200", "sglang")), "s.yaml")
-    compile_scenario(Scenario.model_validate(_pair("h200", "b200", "vllm")), "s.yaml")
+    compile_scenario(Scenario.model_validate(_pair("h200", "h100-sxm", "vllm", block_size=32)), "s.yaml")
+
+
+@pytest.mark.parametrize("model, prefill_gpu, decode_gpu, kernels", [
+    ("llama-3.1-8b", "h200", "b200", ("FLASH_ATTN", "FLASHINFER")),
+    ("llama-3.1-8b", "gb200-nvl72", "a100-sxm-80gb", ("FLASHINFER", "FLASH_ATTN")),
+    ("deepseek-v3", "h200", "b200", ("FLASH_ATTN_MLA", "FLASHINFER_MLA")),
+    ("deepseek-v3", "gb200-nvl72", "h200", ("FLASHINFER_MLA", "FLASH_ATTN_MLA")),
+])
+def test_a_vllm_pair_on_gpus_of_two_attention_kernels_is_refused(model, prefill_gpu, decode_gpu, kernels):
+    """vLLM's NIXL handshake hashes the attention backend each side runs and refuses a peer whose hash
+    differs ('NIXL compatibility hash mismatch', nixl_connector.py compute_nixl_compatibility_hash,
+    0.13.0-0.34.0), and vLLM picks FlashInfer first on compute capability 10.x, FlashAttention elsewhere
+    (platforms/cuda.py _get_backend_priorities; MLA: FLASHINFER_MLA, FLASH_ATTN_MLA on 9.x, TRITON_MLA on
+    8.x): a Hopper prefill pool beside a Blackwell decode pool never connects. Ampere beside Hopper runs
+    FLASH_ATTN on both (FlashAttention 2 and 3 alike)."""
+    from simulator.errors import LlmsimError
+    from simulator.scenario.compile import compile_scenario
+
+    data = _pair(prefill_gpu, decode_gpu, "vllm")
+    for pool in data["pools"]:
+        pool.update(model=model, tp=8 if model == "deepseek-v3" else 1)
+    with pytest.raises(LlmsimError) as e:
+        compile_scenario(Scenario.model_validate(data), "s.yaml")
+    assert e.value.key_path == "pools[0].disaggregation.decode_pool"
+    assert all(k in e.value.message for k in kernels)
+    older = _pair(prefill_gpu, decode_gpu, "vllm", backend_version="0.12.0")    # sends no hash
+    for pool in older["pools"]:
+        pool.update(model=model, tp=8 if model == "deepseek-v3" else 1)
+    if model != "deepseek-v3":
+        compile_scenario(Scenario.model_validate(older), "s.yaml")
+    compile_scenario(Scenario.model_validate(_pair("a100-sxm-80gb", "h100-sxm", "vllm")), "s.yaml")
 
 
 # A replayed row (llmsim validate, benchmarks/holdout_silicon.py) runs its release's kernel rules as a pool

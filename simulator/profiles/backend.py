@@ -201,6 +201,15 @@ class ExpertLayoutRule(_Strict):
     source: str = ""
 
 
+class HandoffKernel(_Strict):
+    """The attention kernel a stack runs by default where ``when`` holds, which its disaggregated
+    hand-off compares between the two servers (vLLM's NIXL compatibility hash)."""
+
+    when: KernelCondition = KernelCondition()
+    kernel: str = Field(min_length=1, description="the stack's name for the kernel")
+    source: str = ""
+
+
 def expert_layout_rule(rules: Sequence[ExpertLayoutRule], gpu: HardwareProfile) -> Optional[ExpertLayoutRule]:
     """The first of ``rules`` that holds on ``gpu`` (None: none does)."""
     return next((r for r in rules if r.when.holds(gpu)), None)
@@ -384,10 +393,15 @@ class BackendProfile(_Strict):
                                   "newest_release")
     lora_modelled: bool = Field(default=False, description="llmsim models this stack's LoRA serving (vLLM's "
                                                             "adapter batch limit and cache); else pools[].lora is refused")
-    handoff_same_release_since: Optional[str] = Field(
+    handoff_hash_since: Optional[str] = Field(
         default=None, description="the release from which a disaggregated pair's decode server refuses a prefill "
-                                  "server of another release as they connect (vLLM's NIXL handshake: "
-                                  "'NIXL compatibility hash mismatch', from 0.13.0); unset: no release is compared")
+                                  "server of another release, or running another attention kernel "
+                                  "(handoff_kernels), as they connect (vLLM's NIXL handshake: 'NIXL compatibility "
+                                  "hash mismatch', from 0.13.0); unset: nothing is compared")
+    handoff_kernels: list[HandoffKernel] = Field(
+        default_factory=list, description="the attention kernel the stack runs by default, which its hand-off "
+                                          "handshake compares from handoff_hash_since, first match on the "
+                                          "pool's GPU and model wins")
     pp_modelled: bool = Field(default=True, description="llmsim models this stack's pipeline-parallel loop (vLLM V1's "
                                                         "and SGLang's micro-batches); else pp > 1 is refused")
     speculative_engine: dict[str, Any] = Field(
@@ -400,7 +414,7 @@ class BackendProfile(_Strict):
     @model_validator(mode="after")
     def _newest_a_release(self) -> "BackendProfile":
         for key, v in (("newest_release", self.newest_release), ("default_release", self.default_release),
-                       ("handoff_same_release_since", self.handoff_same_release_since)):
+                       ("handoff_hash_since", self.handoff_hash_since)):
             if v is not None and version_number(v) is None:
                 raise KeyRefusal(key, f"{v!r} is not a release number such as 0.5.13")
         return self
@@ -481,17 +495,15 @@ class BackendProfile(_Strict):
         run can say which it assumed; None when a profile file names no release at all."""
         return version or self.default_release or self.newest_release
 
-    def refuses_handoff(self, prefill: Optional[str], decode: Optional[str]) -> bool:
-        """Whether this stack's decode server, running release ``decode``, refuses to take KV from a
-        prefill server running ``prefill`` (the releases the two pools run, :meth:`release_run`; None
-        where a profile file names none): its handshake compares the two (``handoff_same_release_since``)
-        from a release on, and a release on either side from then on sends or checks the comparison.
-        A nightly, whose number says nothing, counts as another release wherever its text differs."""
-        if self.handoff_same_release_since is None or prefill == decode or prefill is None or decode is None:
+    def hashes_handoff(self, release: Optional[str]) -> bool:
+        """Whether a server of ``release`` (:meth:`release_run`; None where a profile file names none)
+        sends or checks the hand-off's compatibility hash (``handoff_hash_since``): a nightly, whose
+        number says nothing, is taken to."""
+        if self.handoff_hash_since is None or release is None:
             return False
-        since = version_number(self.handoff_same_release_since)
+        since, n = version_number(self.handoff_hash_since), version_number(release)
         assert since is not None        # checked on load
-        return any((n := version_number(v)) is None or n >= since for v in (prefill, decode))
+        return n is None or n >= since
 
     def newer_than_described(self, version: str) -> bool:
         """Whether ``version`` (a checked release or nightly) came after the newest release

@@ -392,7 +392,7 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
             raise LlmsimError(f"the KV of {a.model.name} ({p.engine.kv_dtype}) cannot be decoded by pool "
                               f"{q.name!r} ({b.model.name}, {q.engine.kv_dtype}): both pools need the same model "
                               f"and kv_dtype", source=source, key_path=key)
-        refusal = _handoff_refusal(p, q)
+        refusal = _handoff_refusal(setups[i], setups[j])
         if refusal:
             raise LlmsimError(refusal, source=source, key_path=key)
         if p.tp != q.tp and _window_state_same_tp(setups[i]):
@@ -412,14 +412,15 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
                               f"both", source=source, key_path=key)
 
 
-def _handoff_refusal(p: PoolSpec, q: PoolSpec) -> str:
-    """Why prefill pool ``p``'s stack could not hand its KV to decode pool ``q``'s ("" if it could):
-    each stack's hand-off speaks only to its own kind (SGLang's bootstrap server and transfer engine,
+def _handoff_refusal(prefill: PoolSetup, decode: PoolSetup) -> str:
+    """Why a prefill pool's stack could not hand its KV to its decode pool's ("" if it could): each
+    stack's hand-off speaks only to its own kind (SGLang's bootstrap server and transfer engine,
     vLLM's KV connector, TensorRT-LLM's cache transceiver), and vLLM's decode server refuses a
-    prefill server of another release (``handoff_same_release_since``). llmsim's generic engine,
-    a stack of none, pairs with any."""
-    from ..profiles.backend import load_backend
+    prefill server whose release or attention kernel differs (``handoff_hash_since``,
+    ``handoff_kernels``). llmsim's generic engine, a stack of none, pairs with any."""
+    from ..profiles.backend import kernel_rule, load_backend
 
+    p, q = prefill.spec, decode.spec
     if p.engine.backend is None or q.engine.backend is None:
         return ""
     a, b = load_backend(p.engine.backend), load_backend(q.engine.backend)
@@ -427,10 +428,18 @@ def _handoff_refusal(p: PoolSpec, q: PoolSpec) -> str:
         return (f"pool {p.name!r} runs {a.stack} and pool {q.name!r} runs {b.stack}: a prefill server hands its "
                 f"KV only to a decode server of its own stack; set engine.backend alike on both")
     ra, rb = a.release_run(p.engine.backend_version), b.release_run(q.engine.backend_version)
-    if b.refuses_handoff(ra, rb):
-        return (f"pool {p.name!r} runs {a.stack} {ra} and pool {q.name!r} {b.stack} {rb}: {b.stack}'s decode "
-                f"server refuses a prefill server of another release as they connect (from "
-                f"{b.handoff_same_release_since}); set engine.backend_version alike on both")
+    if not (a.hashes_handoff(ra) or b.hashes_handoff(rb)):
+        return ""
+    why = f"{b.stack}'s decode server refuses a prefill server of another"
+    if ra != rb:
+        return (f"pool {p.name!r} runs {a.stack} {ra} and pool {q.name!r} {b.stack} {rb}: {why} release as they "
+                f"connect (from {b.handoff_hash_since}); set engine.backend_version alike on both")
+    ka, kb = (kernel_rule(prof.handoff_kernels, ps.cm.gpu, ps.cm.model, ps.spec.speculative is not None,
+                          ps.spec.engine.kv_dtype) for prof, ps in ((a, prefill), (b, decode)))
+    if ka is not None and kb is not None and ka.kernel != kb.kernel:
+        return (f"pool {p.name!r} runs {a.stack}'s {ka.kernel} attention on {p.gpu} and pool {q.name!r} "
+                f"{kb.kernel} on {q.gpu}: {why} attention kernel as they connect (from {b.handoff_hash_since}); "
+                f"pair GPUs on which the stack runs one kernel")
     return ""
 
 
