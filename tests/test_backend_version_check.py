@@ -109,6 +109,25 @@ def test_a_scenarios_release_past_the_profile_is_refused_under_its_key(tmp_path,
               "leave backend_version out")
 
 
+@pytest.mark.parametrize("stack, older, oldest", [("vllm", "0.5.9", "0.10.0"), ("vllm", "0.9.2", "0.10.0"),
+                                                   ("sglang", "0.3.6", "0.4.0"), ("trtllm", "0.21.0", "1.0.0")])
+def test_a_scenarios_release_before_the_profile_is_refused_under_its_key(tmp_path, cli, stack, older, oldest):
+    """A release before the oldest the profile describes ran defaults its rules do not know (vLLM's V0
+    engine before 0.10, TensorRT-LLM's TensorRT engines before 1.0's PyTorch backend; an SGLang
+    backend_version left over on a pool switched to vLLM): it was run on the oldest rules, as another
+    stack than the one named. The release the profile starts from still runs."""
+    sc = write_scenario(tmp_path)
+    r = cli("run", sc, "-o", tmp_path / "out", "--set", f"pools.main.engine.backend={stack}",
+            "--set", f"pools.main.engine.backend_version='{older}'")
+    _one_line(r, str(sc), f"pools[0].engine.backend_version: '{older}' is older than the {stack} releases",
+              f"from {oldest}")
+    assert not (tmp_path / "out").exists()
+    r = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3.2-1b", "--input", "100", "--output",
+            "10", "--backend", stack, "--backend-version", older)
+    assert r.code == 2 and "is older than" in r.err and "Traceback" not in r.err
+    assert load_backend(stack).older_than_described(oldest) is False
+
+
 def test_a_version_without_its_backend_is_refused_for_its_spelling_first(tmp_path, cli):
     """Told to add a backend, the user would come back to be told the version is no release."""
     sc = write_scenario(tmp_path)

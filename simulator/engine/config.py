@@ -57,8 +57,8 @@ class EngineConfig(BaseModel):
     backend_version: Optional[str] = Field(
         default=None, description="the serving stack's release (such as 0.19.0, or a nightly dated YYYYMMDD): its "
                                   "defaults that changed between releases apply (the backend profile's by_version "
-                                  "rules: vLLM schedules asynchronously from 0.14); none: the profile's own "
-                                  "versions")
+                                  "rules: vLLM schedules asynchronously from 0.14), a release before or after those "
+                                  "the profile describes refused; none: the profile's own versions")
     max_num_seqs: int = Field(default=256, ge=1, description="max sequences in a batch (of each attention-DP "
                                                               "rank where dp > 1)")
     max_num_batched_tokens: int = Field(default=8192, ge=1, description="token budget of one iteration (of each "
@@ -566,6 +566,10 @@ class EngineConfig(BaseModel):
             prof = load_backend(self.backend)
         except (LlmsimError, OSError):
             return self        # the backend itself is refused where it is loaded, naming its fault
+        if prof.older_than_described(self.backend_version):
+            raise KeyRefusal("backend_version", f"{self.backend_version!r} is older than the {prof.name} releases "
+                             f"llmsim describes (from {prof.oldest_release}): its defaults are unknown; name "
+                             f"{prof.oldest_release} or a later release")
         if prof.newer_than_described(self.backend_version):
             default = prof.default_release or prof.newest_release
             raise KeyRefusal("backend_version", f"{self.backend_version!r} is newer than the {prof.name} releases "

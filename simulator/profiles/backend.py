@@ -386,6 +386,10 @@ class BackendProfile(_Strict):
     newest_release: Optional[str] = Field(
         default=None, description="the newest release whose source the profile's keys and rules were read from: "
                                   "a later backend_version is refused (its defaults are unknown); unset: not checked")
+    oldest_release: Optional[str] = Field(
+        default=None, description="the oldest release whose defaults the profile's keys and by_version rules "
+                                  "describe: an earlier backend_version is refused (it ran defaults, or an "
+                                  "engine, the rules do not know); unset: not checked")
     default_release: Optional[str] = Field(
         default=None, description="the release whose defaults the profile's own keys are, which a pool naming no "
                                   "backend_version runs, where it is not newest_release (vLLM's 0.19.1: later "
@@ -414,6 +418,7 @@ class BackendProfile(_Strict):
     @model_validator(mode="after")
     def _newest_a_release(self) -> "BackendProfile":
         for key, v in (("newest_release", self.newest_release), ("default_release", self.default_release),
+                       ("oldest_release", self.oldest_release),
                        ("handoff_hash_since", self.handoff_hash_since)):
             if v is not None and version_number(v) is None:
                 raise KeyRefusal(key, f"{v!r} is not a release number such as 0.5.13")
@@ -521,6 +526,19 @@ class BackendProfile(_Strict):
             return Version(version) > Version(self.newest_release)
         day, last = self.released(version), self.releases.get(self.newest_release)
         return day is not None and last is not None and day > last
+
+    def older_than_described(self, version: str) -> bool:
+        """Whether ``version`` (a checked release or nightly) came before the oldest release this
+        profile's rules describe (``oldest_release``), so its defaults are not the ones they give."""
+        if self.oldest_release is None:
+            return False
+        number = version_number(version)
+        if number is not None:
+            oldest = version_number(self.oldest_release)
+            assert oldest is not None       # checked on load
+            return number < oldest
+        day, first = self.released(version), self.releases.get(self.oldest_release)
+        return day is not None and first is not None and day < first
 
     def _before_until(self, rule: VersionRule, day: str) -> bool:
         """Whether every release out by ``day`` (a measurement day) falls inside ``rule``."""
