@@ -349,6 +349,25 @@ def test_bad_speculative_input_is_one_clear_error(case, tmp_path, cli):
     assert not (tmp_path / "out").exists()
 
 
+@pytest.mark.parametrize("backend", ["vllm", "sglang"])
+def test_a_batch_threshold_the_stack_has_no_flag_for_is_refused(backend, tmp_path, cli):
+    """vLLM V1 never turns speculation off by batch size: 0.10-0.14 take speculative_config's
+    disable_by_batch_size and read it nowhere (config/speculative.py alone), later releases refuse the
+    key (SpeculativeConfig is a config of extra='forbid'; read in the 0.10.0, 0.11.0, 0.14.0, 0.19.1 and
+    0.34.0 wheels); SGLang has no such flag (server_args.py 0.5.9, 0.5.23). TensorRT-LLM's decoding
+    config has one (max_concurrency, Drafter.should_use_spec_decode), and llmsim's generic engine too."""
+    data = _scenario_data({**SPEC.model_dump(exclude_none=True), "disable_above_batch": 8}, n=4)
+    data["pools"][0]["engine"] = {"backend": backend}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump(data))
+    _check_bad(cli("run", path, "-o", tmp_path / "out"), path,
+               ["pools[0].speculative.disable_above_batch", backend])
+    assert not (tmp_path / "out").exists()
+    for engine in ({"backend": "trtllm"}, {}):
+        data["pools"][0]["engine"] = engine
+        assert len(simulate(Scenario.model_validate(data)).requests) == 4
+
+
 def test_vocab_mismatch_in_a_real_process(tmp_path, cli_subprocess):
     name, change, fragments = BAD[0]
     path = _scenario_file(tmp_path, change)

@@ -134,7 +134,9 @@ class SpeculativeSpec(BaseModel):
     acceptance_rate: float = Field(gt=0, lt=1, allow_inf_nan=False,
                                    description="α: probability that the target accepts a draft token")
     disable_above_batch: Optional[int] = Field(
-        default=None, ge=1, description="plain decoding while more sequences than this decode (throughput at peak)")
+        default=None, ge=1, description="plain decoding while more sequences than this decode (throughput at peak; "
+                                                  "TensorRT-LLM's max_concurrency; refused under the vllm and sglang "
+                                                  "backends, whose stacks have no such setting)")
 
 
 def expected_tokens_per_step(k: int, alpha: float) -> float:

@@ -22,6 +22,7 @@ from ..memory import MemoryPlan, context_room, has_full_attention, plan_memory, 
 from ..pipeline import Pipeline, plan_pipeline_memory
 from .pp_refusals import refusal
 from ..profiles import load_hardware, load_model
+from ..profiles.backend import load_backend
 from ..profiles.hardware import HardwareProfile
 from ..profiles.model import ModelProfile
 from ..scenario.schema import PoolSpec
@@ -122,6 +123,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
                           "(engine.mixed_beside_draft: false), so none of its iterations prefills beside the decodes; "
                           "remove mixed_prefill, or use a release and draft that keep mixed chunks",
                           source=source, key_path=f"{where}.engine.mixed_prefill")
+    _batch_limit_beside_stack(spec, where, source)
     _windows_beside_connector(spec, model, mem, role, where, source)
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative,
@@ -139,6 +141,19 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     offload = plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source, window_share(model))
     return PoolSetup(spec, cm, mem, offload,
                      engine=None if replica is e else replica, lora=lora)
+
+
+def _batch_limit_beside_stack(spec: PoolSpec, where: str, source) -> None:
+    """A speculation cut-off by batch size on a stack that has none to set (vLLM V1, SGLang) would be
+    modelled as the stack never runs: refused (``speculation_batch_limit``)."""
+    e = spec.engine
+    if spec.speculative is None or spec.speculative.disable_above_batch is None or e.backend is None:
+        return
+    if not load_backend(e.backend).speculation_batch_limit:
+        raise LlmsimError(f"{e.stack_label} has no setting that turns speculation off above a batch size (vLLM "
+                          f"V1 takes speculative_config's disable_by_batch_size unread to 0.14 and refuses it by "
+                          f"0.19; SGLang has none): every batch speculates there; remove disable_above_batch",
+                          source=source, key_path=f"{where}.speculative.disable_above_batch")
 
 
 def _windows_beside_connector(spec: PoolSpec, model: ModelProfile, mem: MemoryPlan, role: str, where: str,

@@ -406,6 +406,10 @@ class BackendProfile(_Strict):
         default_factory=list, description="the attention kernel the stack runs by default, which its hand-off "
                                           "handshake compares from handoff_hash_since, first match on the "
                                           "pool's GPU and model wins")
+    speculation_batch_limit: bool = Field(
+        default=False, description="a launch can turn the stack's speculation off above a batch size "
+                                   "(TensorRT-LLM's decoding config max_concurrency), which "
+                                   "pools[].speculative.disable_above_batch models; else that key is refused")
     pp_modelled: bool = Field(default=True, description="llmsim models this stack's pipeline-parallel loop (vLLM V1's "
                                                         "and SGLang's micro-batches); else pp > 1 is refused")
     speculative_engine: dict[str, Any] = Field(
