@@ -49,6 +49,32 @@ def test_named_weights_are_what_the_pool_serves():
     assert _setup(model="deepseek-v3", gpu="h200", tp=8, engine={"backend": "sglang"}).memory.kv_capacity_tokens > 0
 
 
+@pytest.mark.parametrize("model, gpu, tp", [("llama-3.1-8b", "a100-sxm-80gb", 1),
+                                             ("qwen3-30b-a3b", "a100-sxm-80gb", 1),
+                                             ("qwen3-235b-a22b-fp8", "a100-sxm-80gb", 8)])   # its checkpoint's fp8
+def test_tensorrt_llm_runs_no_fp8_weights_on_a_gpu_without_fp8_units(model, gpu, tp):
+    """vLLM and SGLang run fp8 weights weight-only on an A100 (FP8 Marlin: vLLM's Fp8LinearMethod,
+    SGLang's can_auto_enable_marlin_fp8, 0.5.4-0.5.23), so the pool is W8A16 there; TensorRT-LLM's PyTorch
+    backend has no such path (_torch/modules/linear.py get_quant_method: FP8QDQLinearMethod quantises the
+    activations and multiplies in cublas_scaled_mm, fp8 GEMMs compute capability 8.9 and later run; its docs:
+    'supports FP4 and FP8 quantization on the latest Blackwell and Hopper GPUs'): refused, not run as W8A16."""
+    engine = {"backend": "trtllm", **({} if model.endswith("fp8") else {"weight_dtype": "fp8"})}
+    with pytest.raises(LlmsimError) as e:
+        _setup(model=model, gpu=gpu, tp=tp, engine=engine)
+    assert e.value.key_path == "pools[0].engine.weight_dtype" and "trtllm" in e.value.message
+    assert "a100-sxm-80gb" in e.value.message
+    for stack in ("vllm", "sglang"):
+        assert _setup(model=model, gpu=gpu, tp=tp, engine={**engine, "backend": stack}).cm.weight_dtype == "fp8"
+    assert _setup(model="llama-3.1-8b", gpu="l40s", engine={"backend": "trtllm", "weight_dtype": "fp8"})
+
+
+def test_the_estimate_refuses_what_the_run_refuses_for_tensorrt_llms_fp8(cli):
+    for what in (["request", "--input", "100", "--output", "10"], ["step", "--decode-batch", "4"]):
+        r = cli("estimate", *what, "--gpu", "a100-sxm-80gb", "--model", "llama-3.1-8b", "--backend", "trtllm",
+                "--weight-dtype", "fp8")
+        assert r.code == 2 and "Traceback" not in r.err and r.err.startswith("error: --weight-dtype: trtllm"), r.err
+
+
 def _awq3(tmp_path: Path, hf_config: dict) -> Path:
     path = tmp_path / "config.json"
     path.write_text(json.dumps({**hf_config, "quantization_config": {"quant_method": "awq", "bits": 3}}))

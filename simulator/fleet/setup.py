@@ -65,6 +65,7 @@ def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: Eng
     eager launches), so ``llmsim estimate --backend`` prices what a pool runs.
     ``speculative`` and ``role`` (:func:`~simulator.memory.plan_memory`'s) decide,
     with the release, which prefills SGLang replays as CUDA graphs."""
+    _fp8_without_units(e, gpu)
     graphs = e.graph_max_tokens
     if graphs is None:
         graphs = prefill_graph_tokens(model, gpu, e.kv_memory, e.max_num_batched_tokens, tp, dp, speculative, role,
@@ -74,6 +75,16 @@ def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: Eng
                      mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
                      kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=graphs,
                      mxfp4_expert_layout=e.mxfp4_expert_layout)
+
+
+def _fp8_without_units(e: EngineConfig, gpu: HardwareProfile) -> None:
+    """fp8 weights on a GPU without fp8 tensor cores run weight-only (W8A16) where the stack has such a
+    kernel; a stack without one (``fp8_weight_only``) would not run the pool as llmsim prices it."""
+    if e.weight_dtype != "fp8" or gpu.has_unit("fp8") or e.backend is None or load_backend(e.backend).fp8_weight_only:
+        return
+    raise LlmsimError(f"{e.stack_label} runs fp8 weights with fp8 activations alone (no weight-only fp8 kernel), "
+                      f"which {gpu.name} has no tensor cores for: serve 16-bit or int4 weights there, or use a "
+                      f"GPU with fp8 units", key_path="engine.weight_dtype")
 
 
 def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,

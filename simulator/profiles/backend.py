@@ -406,6 +406,11 @@ class BackendProfile(_Strict):
         default_factory=list, description="the attention kernel the stack runs by default, which its hand-off "
                                           "handshake compares from handoff_hash_since, first match on the "
                                           "pool's GPU and model wins")
+    fp8_weight_only: bool = Field(
+        default=True, description="on a GPU without fp8 tensor cores the stack runs fp8 weights weight-only "
+                                  "(W8A16: vLLM's and SGLang's FP8 Marlin); false: it multiplies fp8 "
+                                  "activations alone (TensorRT-LLM's FP8QDQLinearMethod), so such a pool is "
+                                  "refused")
     speculation_batch_limit: bool = Field(
         default=False, description="a launch can turn the stack's speculation off above a batch size "
                                    "(TensorRT-LLM's decoding config max_concurrency), which "
