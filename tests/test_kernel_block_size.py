@@ -70,6 +70,8 @@ VLLM_034 = {"backend_version": "0.34.0", "kv_memory": {"cuda_graph_gib": 2.0}}
     ("sglang", "llama-3.1-8b", "b200", {"block_size": 16}, 16),
     ("sglang", "deepseek-v3", "b200", {"block_size": 32}, 32),
     ("vllm", "deepseek-v3", "b200", {"block_size": 16}, 16),       # vLLM runs TRITON_MLA for it
+    ("vllm", "llama-3.1-8b", "h100-sxm", {"block_size": 32}, 32),  # FLASH_ATTN takes a multiple of 16
+    ("vllm", "llama-3.1-8b", "b200", {"block_size": 48}, 48),      # FLASHINFER too
     # TensorRT-LLM: FlashMLA on compute capability 9.0 only
     ("trtllm", "deepseek-v3", "h200", {}, 64),
     ("trtllm", "deepseek-v3", "b200", {}, 32),
@@ -103,6 +105,12 @@ def test_sglang_without_trtllm_mha_under_a_draft_keeps_page_1():
     ("vllm", "deepseek-v3", "h200", {"block_size": 128, "backend_version": "0.11.0"}, "takes blocks of 64 tokens"),
     ("vllm", "deepseek-v3", "b200", {"block_size": 64, "backend_version": "0.14.0"}, "CUTLASS_MLA attention"),
     ("trtllm", "deepseek-v3", "h200", {"block_size": 32}, "FlashMLA attention"),
+    # vLLM's GQA kernels take multiples of 16: another size falls to FLEX_ATTENTION, which llmsim does not price
+    ("vllm", "llama-3.1-8b", "h100-sxm", {"block_size": 8},
+     "8 tokens: vllm's FLASH_ATTN attention, which it runs for llama-3.1-8b on h100-sxm, takes blocks of a "
+     "multiple of 16 tokens; set a multiple of 16, or leave block_size unset (16)"),
+    ("vllm", "llama-3.1-8b", "b200", {"block_size": 24}, "FLASHINFER attention"),
+    ("vllm", "llama-3.1-8b", "a100-sxm-80gb", {"block_size": 1, "backend_version": "0.12.0"}, "FLASH_ATTN attention"),
 ])
 def test_a_size_the_stack_would_not_run_is_refused_naming_the_key(backend, model, gpu, engine, says):
     data = {"name": "s", "workload": {"arrival": {"type": "poisson", "rate_per_s": 1.0}, "duration_s": 10,
