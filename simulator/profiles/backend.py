@@ -201,15 +201,6 @@ class ExpertLayoutRule(_Strict):
     source: str = ""
 
 
-class HandoffKernel(_Strict):
-    """The attention kernel a stack runs by default where ``when`` holds, which its disaggregated
-    hand-off compares between the two servers (vLLM's NIXL compatibility hash)."""
-
-    when: KernelCondition = KernelCondition()
-    kernel: str = Field(min_length=1, description="the stack's name for the kernel")
-    source: str = ""
-
-
 def expert_layout_rule(rules: Sequence[ExpertLayoutRule], gpu: HardwareProfile) -> Optional[ExpertLayoutRule]:
     """The first of ``rules`` that holds on ``gpu`` (None: none does)."""
     return next((r for r in rules if r.when.holds(gpu)), None)
@@ -400,12 +391,8 @@ class BackendProfile(_Strict):
     handoff_hash_since: Optional[str] = Field(
         default=None, description="the release from which a disaggregated pair's decode server refuses a prefill "
                                   "server of another release, or running another attention kernel "
-                                  "(handoff_kernels), as they connect (vLLM's NIXL handshake: 'NIXL compatibility "
+                                  "(attention_kernels), as they connect (vLLM's NIXL handshake: 'NIXL compatibility "
                                   "hash mismatch', from 0.13.0); unset: nothing is compared")
-    handoff_kernels: list[HandoffKernel] = Field(
-        default_factory=list, description="the attention kernel the stack runs by default, which its hand-off "
-                                          "handshake compares from handoff_hash_since, first match on the "
-                                          "pool's GPU and model wins")
     fp8_weight_only: bool = Field(
         default=True, description="on a GPU without fp8 tensor cores the stack runs fp8 weights weight-only "
                                   "(W8A16: vLLM's and SGLang's FP8 Marlin); false: it multiplies fp8 "
@@ -508,6 +495,14 @@ class BackendProfile(_Strict):
         """The release whose defaults a pool naming ``version`` (None: it names none) runs, so a
         run can say which it assumed; None when a profile file names no release at all."""
         return version or self.default_release or self.newest_release
+
+    def attention_kernel(self, release: Mapping[str, Any], gpu: HardwareProfile, model: ModelProfile,
+                         speculative: bool, kv_dtype: str) -> Optional[KernelRule]:
+        """The attention kernel the stack runs by default for ``model`` on ``gpu`` in the release whose
+        keys are ``release`` (:meth:`version_keys`' answer; empty: the profile's own): that release's
+        ``attention_kernels`` first, then the profile's; None where no rule says."""
+        return kernel_rule([*release.get("attention_kernels", ()), *self.attention_kernels], gpu, model,
+                           speculative, kv_dtype)
 
     def hashes_handoff(self, release: Optional[str]) -> bool:
         """Whether a server of ``release`` (:meth:`release_run`; None where a profile file names none)
@@ -697,8 +692,7 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
     if draft == "draft":
         merged = refine(merged, prof.draft_model_keys(keys))
     if model is not None:
-        kernel = kernel_rule([*keys.get("attention_kernels", ()), *prof.attention_kernels], gpu, model, bool(draft),
-                             _kv_dtype(merged, engine))
+        kernel = prof.attention_kernel(keys, gpu, model, bool(draft), _kv_dtype(merged, engine))
         merged = _kernel_prefill_graphs(_kernel_block_size(merged, engine, prof, kernel, gpu, model), kernel)
         merged = _stack_prefix_cache(merged, engine, prof, gpu, model, bool(draft))
     if engine.get("weight_dtype", getattr(model, "checkpoint_dtype", None)) == "mxfp4":   # the layout of its experts

@@ -37,6 +37,7 @@ from ..metrics.monthly import MonthRule
 from ..metrics.slo import SloSpec
 from ..fleet.pp_refusals import check_pp_pairs
 from ..parallelism import kv_copies
+from ..profiles.backend import BackendProfile
 from ..profiles.model import window_span_blocks
 from ..runsize import check_run_size
 from .schema import PoolSpec, Scenario
@@ -417,8 +418,8 @@ def _handoff_refusal(prefill: PoolSetup, decode: PoolSetup) -> str:
     stack's hand-off speaks only to its own kind (SGLang's bootstrap server and transfer engine,
     vLLM's KV connector, TensorRT-LLM's cache transceiver), and vLLM's decode server refuses a
     prefill server whose release or attention kernel differs (``handoff_hash_since``,
-    ``handoff_kernels``). llmsim's generic engine, a stack of none, pairs with any."""
-    from ..profiles.backend import kernel_rule, load_backend
+    ``attention_kernels``). llmsim's generic engine, a stack of none, pairs with any."""
+    from ..profiles.backend import load_backend
 
     p, q = prefill.spec, decode.spec
     if p.engine.backend is None or q.engine.backend is None:
@@ -434,13 +435,19 @@ def _handoff_refusal(prefill: PoolSetup, decode: PoolSetup) -> str:
     if ra != rb:
         return (f"pool {p.name!r} runs {a.stack} {ra} and pool {q.name!r} {b.stack} {rb}: {why} release as they "
                 f"connect (from {b.handoff_hash_since}); set engine.backend_version alike on both")
-    ka, kb = (kernel_rule(prof.handoff_kernels, ps.cm.gpu, ps.cm.model, ps.spec.speculative is not None,
-                          ps.spec.engine.kv_dtype) for prof, ps in ((a, prefill), (b, decode)))
+    ka, kb = (prof.attention_kernel(_release_keys(prof, ps.spec.engine.backend_version), ps.cm.gpu, ps.cm.model,
+                                    ps.spec.speculative is not None, ps.spec.engine.kv_dtype)
+              for prof, ps in ((a, prefill), (b, decode)))
     if ka is not None and kb is not None and ka.kernel != kb.kernel:
         return (f"pool {p.name!r} runs {a.stack}'s {ka.kernel} attention on {p.gpu} and pool {q.name!r} "
                 f"{kb.kernel} on {q.gpu}: {why} attention kernel as they connect (from {b.handoff_hash_since}); "
                 f"pair GPUs on which the stack runs one kernel")
     return ""
+
+
+def _release_keys(prof: BackendProfile, version: Optional[str]) -> dict:
+    """The keys of the release a pool names (none: the profile's own, an empty mapping)."""
+    return (prof.version_keys(version) or {}) if version else {}
 
 
 def _window_state_same_tp(ps: PoolSetup) -> bool:
