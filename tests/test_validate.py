@@ -590,3 +590,16 @@ def test_rows_replayed_with_another_backend_say_so(tmp_path, cli):
     assert r.code == 0 and "every row replayed with --backend vllm" in r.out, r.out + r.err
     js = cli("validate", tmp_path / "own.csv", "--backend", "vllm", "--workers", "1", "--json").json()
     assert js["replayed_with"] == "vllm" and {e["stack"] for e in js["errors"]} == {"sglang"}
+
+
+def test_a_concurrency_cap_that_leaves_no_row_says_so(tmp_path, cli):
+    """--max-concurrency below every measured row's concurrency left no row to replay, and the refusal
+    named only the reasons of rows the cap kept (a row of unknown concurrency: 'disaggregated row
+    without prefill/decode worker counts'), not the cap that dropped the rest."""
+    head = "row_id,engine,engine_version,model,gpu,tp,isl_mean,osl_mean,concurrency,ttft_mean_ms,scenario\n"
+    rows = [f"r{c},vllm,0.19.1,meta-llama/Llama-3.2-1B,H100-SXM5-80GB,1,512,64,{c},20.0,\n" for c in (4, 8)]
+    csv = tmp_path / "rows.csv"
+    csv.write_text(head + "".join(rows))
+    r = cli("validate", csv, "--max-concurrency", "2", "--workers", "1")
+    assert r.code == 2 and "Traceback" not in r.err and len(r.err.strip().splitlines()) == 1, r.err
+    assert "no row can be replayed: 2 rows above --max-concurrency 2" in r.err, r.err

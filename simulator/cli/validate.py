@@ -176,11 +176,14 @@ def validate(
     check_cuda_graph_gib(cuda_graph_gib)
     with recorded_reads() as read:        # every file the rows and profiles come from
         rows = _load_rows(inputs, backend, model, gpu, tp, weight_dtype, kv_dtype, model_configs, version)
+        read_rows = len(rows)
         if max_concurrency is not None:
             rows = [r for r in rows if r.concurrency is None or r.concurrency <= max_concurrency]
         usable = [r for r in rows if not r.skip]
         if not usable:
-            why = sorted({r.skip for r in rows})
+            above = read_rows - len(rows)
+            why = ([f"{above} row{'s' if above != 1 else ''} above --max-concurrency {max_concurrency}"]
+                   if above else []) + sorted({r.skip for r in rows})
             raise LlmsimError("no row can be replayed" + (f": {'; '.join(why)}" if why else ""), source=inputs[0])
         from ..profiles.backend import backend_names, load_backend
 
