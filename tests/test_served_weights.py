@@ -68,6 +68,18 @@ def test_tensorrt_llm_runs_no_fp8_weights_on_a_gpu_without_fp8_units(model, gpu,
     assert _setup(model="llama-3.1-8b", gpu="l40s", engine={"backend": "trtllm", "weight_dtype": "fp8"})
 
 
+def test_tensorrt_llm_runs_no_w8a8_int8():
+    """llmsim's int8 is W8A8 (SmoothQuant: vLLM's compressed-tensors, SGLang's w8a8_int8); TensorRT-LLM's
+    PyTorch backend has no such linear method (_torch/modules/linear.py get_quant_method: int8 weights
+    only as WeightOnlyQuantLinearMethod, W8A16, else 'unsupported quant mode'): refused, not priced on
+    int8 tensor cores."""
+    with pytest.raises(LlmsimError) as e:
+        _setup(model="llama-3.1-8b", gpu="h100-sxm", engine={"backend": "trtllm", "weight_dtype": "int8"})
+    assert e.value.key_path == "pools[0].engine.weight_dtype" and "W8A8" in e.value.message
+    for stack in ("vllm", "sglang"):
+        assert _setup(model="llama-3.1-8b", gpu="h100-sxm", engine={"backend": stack, "weight_dtype": "int8"})
+
+
 def test_the_estimate_refuses_what_the_run_refuses_for_tensorrt_llms_fp8(cli):
     for what in (["request", "--input", "100", "--output", "10"], ["step", "--decode-batch", "4"]):
         r = cli("estimate", *what, "--gpu", "a100-sxm-80gb", "--model", "llama-3.1-8b", "--backend", "trtllm",

@@ -65,7 +65,7 @@ def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: Eng
     eager launches), so ``llmsim estimate --backend`` prices what a pool runs.
     ``speculative`` and ``role`` (:func:`~simulator.memory.plan_memory`'s) decide,
     with the release, which prefills SGLang replays as CUDA graphs."""
-    _fp8_without_units(e, gpu)
+    _weights_the_stack_runs(e, gpu)
     graphs = e.graph_max_tokens
     if graphs is None:
         graphs = prefill_graph_tokens(model, gpu, e.kv_memory, e.max_num_batched_tokens, tp, dp, speculative, role,
@@ -77,14 +77,21 @@ def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: Eng
                      mxfp4_expert_layout=e.mxfp4_expert_layout)
 
 
-def _fp8_without_units(e: EngineConfig, gpu: HardwareProfile) -> None:
-    """fp8 weights on a GPU without fp8 tensor cores run weight-only (W8A16) where the stack has such a
-    kernel; a stack without one (``fp8_weight_only``) would not run the pool as llmsim prices it."""
-    if e.weight_dtype != "fp8" or gpu.has_unit("fp8") or e.backend is None or load_backend(e.backend).fp8_weight_only:
+def _weights_the_stack_runs(e: EngineConfig, gpu: HardwareProfile) -> None:
+    """Weights the pool's stack would run otherwise than llmsim prices them are refused: fp8 on a GPU
+    without fp8 tensor cores runs weight-only (W8A16) only where the stack has such a kernel
+    (``fp8_weight_only``), and int8, which llmsim prices as W8A8, only where it runs int8 activations
+    (``w8a8_int8``)."""
+    if e.backend is None or e.weight_dtype not in ("fp8", "int8"):
         return
-    raise LlmsimError(f"{e.stack_label} runs fp8 weights with fp8 activations alone (no weight-only fp8 kernel), "
-                      f"which {gpu.name} has no tensor cores for: serve 16-bit or int4 weights there, or use a "
-                      f"GPU with fp8 units", key_path="engine.weight_dtype")
+    prof = load_backend(e.backend)
+    if e.weight_dtype == "fp8" and not gpu.has_unit("fp8") and not prof.fp8_weight_only:
+        raise LlmsimError(f"{e.stack_label} runs fp8 weights with fp8 activations alone (no weight-only fp8 "
+                          f"kernel), which {gpu.name} has no tensor cores for: serve 16-bit or int4 weights there, "
+                          f"or use a GPU with fp8 units", key_path="engine.weight_dtype")
+    if e.weight_dtype == "int8" and not prof.w8a8_int8:
+        raise LlmsimError(f"int8 is W8A8 (SmoothQuant) to llmsim, which {e.stack_label} does not run (its int8 "
+                          f"weights are weight-only); serve fp8, int4 or 16-bit weights", key_path="engine.weight_dtype")
 
 
 def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,

@@ -398,6 +398,11 @@ class BackendProfile(_Strict):
                                   "(W8A16: vLLM's and SGLang's FP8 Marlin); false: it multiplies fp8 "
                                   "activations alone (TensorRT-LLM's FP8QDQLinearMethod), so such a pool is "
                                   "refused")
+    w8a8_int8: bool = Field(
+        default=True, description="the stack runs int8 weights with int8 activations (W8A8, SmoothQuant: vLLM's "
+                                  "compressed-tensors, SGLang's w8a8_int8), llmsim's int8; false: its linear "
+                                  "layers take int8 weights only weight-only (TensorRT-LLM's PyTorch backend), so "
+                                  "weight_dtype int8 is refused")
     speculation_batch_limit: bool = Field(
         default=False, description="a launch can turn the stack's speculation off above a batch size "
                                    "(TensorRT-LLM's decoding config max_concurrency), which "
