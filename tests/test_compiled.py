@@ -45,7 +45,7 @@ RUNS = [
     ("ttft-program", ["prefix-cache", "chunked-prefill", "admission", "fp8-kv", "disaggregation"],
      ["workload.duration_s=300"], "fast", None),
     ("ttft-program", ["disaggregation"], ["workload.duration_s=300", "pools.decode.replicas=1",   # decode reservation
-                                          "pools.decode.engine.backend=sglang",
+                                          "pools.chat.engine.backend=sglang", "pools.decode.engine.backend=sglang",
                                           "pools.decode.engine.kv_memory.fraction=0.6"], "fast", None),
     ("ttft-program", ["prefix-cache", "chunked-prefill", "admission", "host-tier"],   # KV offload tiers
      ["workload.duration_s=300", "pools.chat.engine.gpu_memory_utilization=0.6", "pools.chat.engine.prefix_cache=true",
