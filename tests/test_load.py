@@ -109,23 +109,29 @@ def test_the_verdict_counts_what_was_not_served_and_shedding_is_overload():
 
 
 def test_the_load_block_counts_each_rejection_by_the_reason_it_was_given():
-    """Too long and over the budget come from the records' reasons, not the pools' settings: the same
-    rejected requests are shed, too long or over budget as their reason says, and nothing else moves."""
+    """Too long, over the budget and never fitting come from the records' reasons, not the pools'
+    settings: the same rejected requests are shed, too long, over budget or never fitting as their
+    reason says, and nothing else moves."""
     t = np.arange(0, 100, 0.1)
     fin, rej = int(Status.FINISHED), int(Status.REJECTED)
     kinds = np.where(np.arange(t.size) % 50 == 0, rej, fin)       # 2 %: shed would not fail the fleet
     reasons = np.zeros(t.size, np.int8)
     refused = np.flatnonzero(kinds == rej)
-    reasons[refused[0::3]] = Rejection.TOO_LONG
-    reasons[refused[1::3]] = Rejection.OVER_BUDGET
-    reasons[refused[2::3]] = Rejection.EXCEEDS_KV
+    reasons[refused[0::4]] = Rejection.TOO_LONG
+    reasons[refused[1::4]] = Rejection.OVER_BUDGET
+    reasons[refused[2::4]] = Rejection.EXCEEDS_KV
+    reasons[refused[3::4]] = Rejection.QUEUE_FULL
     served = kinds == fin
     b = load_block(_records(t, np.where(served, t, np.nan), np.where(served, t + 1.0, t), kinds, reasons), 100.0)
     n = refused.size
-    assert (b["too_long"], b["over_budget"], b["shed"]) == (len(refused[0::3]), len(refused[1::3]),
-                                                             len(refused[2::3]))
-    assert b["too_long"] + b["over_budget"] + b["shed"] == n
+    assert (b["too_long"], b["over_budget"], b["never_fit"], b["shed"]) == (
+        len(refused[0::4]), len(refused[1::4]), len(refused[2::4]), len(refused[3::4]))
+    assert b["too_long"] + b["over_budget"] + b["never_fit"] + b["shed"] == n
     assert b["overloaded"] and "answered with an error" in b["verdict"]     # over budget fails the fleet
+    assert "could never fit a replica's KV pool" in b["verdict"]           # so does a request no replica holds
+    reasons[refused] = Rejection.EXCEEDS_KV
+    b = load_block(_records(t, np.where(served, t, np.nan), np.where(served, t + 1.0, t), kinds, reasons), 100.0)
+    assert (b["never_fit"], b["shed"]) == (n, 0) and b["overloaded"] and "more replicas would not" in b["verdict"]
     reasons[refused] = Rejection.TOO_LONG                                   # the client's error alone does not
     b = load_block(_records(t, np.where(served, t, np.nan), np.where(served, t + 1.0, t), kinds, reasons), 100.0)
     assert (b["too_long"], b["over_budget"], b["shed"]) == (n, 0, 0) and not b["overloaded"]

@@ -14,9 +14,13 @@ else, and always for a trace, whose ``duration_s`` only cuts the replay, the las
 * ``unfinished``: requests that never ended (still pending when the run stopped);
 * ``drain_s``: from T to the last request's end;
 * ``shed`` / ``rate_limited`` / ``cancelled``: requests the fleet turned
-  away (rejected on admission, or never fitting), the gateway answered
-  429, and their clients gave up on, counted over the whole run; each
-  with its fraction of all requests (``shed_fraction``...).
+  away for load (its admission control), the gateway answered 429, and
+  their clients gave up on, counted over the whole run; each with its
+  fraction of all requests (``shed_fraction``...);
+* ``never_fit``: requests no replica of their pool could hold even alone
+  (its attention rank's KV pool, vLLM's sliding-window gate, their
+  class's KV share), rejected on arrival: more replicas of the same
+  layout would not serve them, more KV per replica would.
 
 ``overloaded`` when the queue grew over the window's second half by more
 than chance allows a fleet that keeps up (a fleet that keeps up holds its
@@ -54,13 +58,17 @@ from ..fields import leaf
 __all__ = ["SHED_FRACTION", "load_block"]
 
 SHED_FRACTION = 0.05
+#: Rejections that are the request's error, as the stack answers bad input (more GPUs would not serve them).
+_INVALID = np.array([int(Rejection.TOO_LONG), int(Rejection.OUTPUT_OVER_LIMIT)])
+#: Rejections of a request no replica of its pool could hold even alone (its configuration, not its load).
+_NEVER_FIT = np.array([int(Rejection.EXCEEDS_KV), int(Rejection.WINDOW_GATE), int(Rejection.OVER_CLASS_KV_CAP)])
 
 
 #: ``llmsim.load`` (definitions in the module docstring).
 FIELDS = {
     "overloaded": leaf("bool", "the fleet did not keep up: its queue grew, requests never ended or were stranded, "
-                               "it shed over 5 %, or its stack answered prompts over its unchunked token budget "
-                               "with an error (over_budget)"),
+                               "it shed over 5 %, its stack answered prompts over its unchunked token budget "
+                               "with an error (over_budget), or a replica could never hold some (never_fit)"),
     "window_s": leaf("s", "the arrival window T: workload.duration_s, else (and for a trace) the last arrival"),
     "offered_rps": leaf("req/s", "requests that arrived by T, per second of T"),
     "completed_rps": leaf("req/s", "requests finished by T, per second of T"),
@@ -72,9 +80,15 @@ FIELDS = {
     "unfinished": leaf("count", "requests still pending when the run stopped"),
     "stranded": leaf("count", "requests preempted after streaming whose readmission could never fit the KV pool "
                               "again: the server would have held them, and those queued behind them, forever"),
-    "shed": leaf("count", "requests the fleet turned away (rejected on admission or never fitting its KV)"),
-    "too_long": leaf("count", "requests longer than their pool's server takes (engine.max_model_len), rejected "
-                              "as the stack rejects bad input: not shed, since more GPUs would not serve them"),
+    "shed": leaf("count", "requests the fleet's admission control turned away for load (queue_full, "
+                          "wait_too_long)"),
+    "never_fit": leaf("count", "requests no replica of their pool could hold even alone (exceeds_kv, window_gate, "
+                               "over_class_kv_cap), rejected on arrival: more KV per replica, not more replicas, "
+                               "serves them; fails the fleet as stranded requests do"),
+    "never_fit_fraction": leaf("fraction", "never_fit / all requests"),
+    "too_long": leaf("count", "requests longer than their pool's server takes (engine.max_model_len; a contiguous "
+                              "pool's max_new_tokens), rejected as the stack rejects bad input: not shed, since more "
+                              "GPUs would not serve them"),
     "over_budget": leaf("count", "requests whose prompt is longer than the token budget their pool's stack takes "
                                  "without chunked prefill (engine.rejects_prompt_over_budget), answered with an error: "
                                  "the configuration refuses them, which fails the fleet as stranded requests do"),
@@ -110,10 +124,12 @@ def _queued(rec: Records, end: np.ndarray, t: float) -> int:
 def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
     """The ``llmsim.load`` verdict (definitions in the module docstring). Of the rejected requests (their
     ``reject_reason``, stamped by whoever refused them), those longer than their pool's server takes
-    (``engine.max_model_len``) are the client's input error, not load turned away: more GPUs would not
-    serve them. Those whose prompt their stack refuses without chunked prefill (over its budget) are
-    the pool's configuration turning them away, a failure of the fleet (as a stranded request is),
-    though not one more GPUs would mend. Every other rejection is load shed."""
+    (``engine.max_model_len``; a contiguous pool's ``max_new_tokens``) are the client's input error, not
+    load turned away: more GPUs would not serve them. Those whose prompt their stack refuses without
+    chunked prefill (over its budget), and those no replica could ever hold (its KV pool, vLLM's
+    sliding-window gate, their class's KV share), are the pool's configuration turning them away, a
+    failure of the fleet (as a stranded request is), though not one more replicas would mend. Only
+    admission control's rejections are load shed."""
     rec = Records.of(rec)
     arrival = rec.arrival
     if not len(rec):
@@ -133,15 +149,17 @@ def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
     unfinished = int(np.count_nonzero(status == int(Status.PENDING)))
     stranded = int(np.count_nonzero(status == int(Status.STRANDED)))
     refused = status == int(Status.REJECTED)
-    invalid = refused & (rec.reject_reason == int(Rejection.TOO_LONG))
-    over = refused & (rec.reject_reason == int(Rejection.OVER_BUDGET))
-    n_over = int(np.count_nonzero(over))
-    rejected = int(np.count_nonzero(refused & ~invalid & ~over))
+    reason = rec.reject_reason
+    invalid = refused & np.isin(reason, _INVALID)
+    over = refused & (reason == int(Rejection.OVER_BUDGET))
+    unfit = refused & np.isin(reason, _NEVER_FIT)
+    n_over, n_unfit = int(np.count_nonzero(over)), int(np.count_nonzero(unfit))
+    rejected = int(np.count_nonzero(refused & ~invalid & ~over & ~unfit))
     limited = int(np.count_nonzero(status == int(Status.RATE_LIMITED)))
     cancelled = int(np.count_nonzero(status == int(Status.CANCELLED)))
     growing = growth > growth_noise(second_half, q_mid)
     shedding = rejected > SHED_FRACTION * len(rec)
-    overloaded = bool(growing or unfinished or stranded or shedding or n_over)
+    overloaded = bool(growing or unfinished or stranded or shedding or n_over or n_unfit)
     per_s = (lambda n: n / t) if t > 0 else (lambda n: None)
     ended = end[np.isfinite(end)]
     out = {
@@ -162,6 +180,8 @@ def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
         "too_long_fraction": int(np.count_nonzero(invalid)) / len(rec),
         "over_budget": n_over,
         "over_budget_fraction": n_over / len(rec),
+        "never_fit": n_unfit,
+        "never_fit_fraction": n_unfit / len(rec),
         "rate_limited": limited,
         "rate_limited_fraction": limited / len(rec),
         "cancelled": cancelled,
@@ -193,7 +213,8 @@ def _verdict(b: dict[str, Any]) -> str:
     offered = rates
     if unserved:
         rates += f" ({unserved})"
-    refused = b["shed_fraction"] + b["too_long_fraction"] + b["rate_limited_fraction"] + b["cancelled_fraction"]
+    refused = (b["shed_fraction"] + b["too_long_fraction"] + b.get("never_fit_fraction", 0.0)
+               + b["rate_limited_fraction"] + b["cancelled_fraction"])
     if not b["overloaded"] and not b["completed_rps"] and refused >= 1.0 - 1e-9:
         # nothing reached a GPU: a longer window would not help; the limits that ended every request would
         return (f"cannot tell: every request ended unserved ({unserved}), so the fleet carried no load; "
@@ -222,6 +243,11 @@ def _verdict(b: dict[str, Any]) -> str:
                    "error: a prompt longer than the token budget its stack takes without chunked prefill "
                    "(engine.chunked_prefill: true, or a larger max_num_batched_tokens, serves "
                    f"{'it' if n == 1 else 'them'})")
+    if b.get("never_fit"):
+        n = b["never_fit"]
+        why.append(f"{n:,} request{'' if n == 1 else 's'} ({100 * b['never_fit_fraction']:.1f} %) could never fit a "
+                   "replica's KV pool (larger or more GPUs a replica, an fp8 KV cache or a larger KV share would "
+                   f"hold {'it' if n == 1 else 'them'}; more replicas would not)")
     if b["shed_fraction"] > SHED_FRACTION:
         why.append(f"it shed {100 * b['shed_fraction']:.1f} % of the requests")
     tail = f"; the backlog took {b['drain_s']:,.0f} s to drain" if b["drain_s"] else ""
@@ -232,6 +258,7 @@ def _unserved(b: dict[str, Any]) -> str:
     """The requests that ended without an answer, each with its cause and share."""
     parts = [(b["shed"], b["shed_fraction"], "shed by the fleet"),
              (b["too_long"], b["too_long_fraction"], "longer than the server takes (max_model_len)"),
+             (b.get("never_fit", 0), b.get("never_fit_fraction", 0.0), "never fitting a replica's KV pool"),
              (b["rate_limited"], b["rate_limited_fraction"], "rate-limited (429) by the gateway"),
              (b["cancelled"], b["cancelled_fraction"], "cancelled by their clients")]
     return ", ".join(f"{n:,} requests ({100 * f:.1f} %) {what}" for n, f, what in parts if n)
