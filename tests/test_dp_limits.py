@@ -12,6 +12,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.engine.config import EngineConfig
+from simulator.errors import LlmsimError
 from simulator.fleet.setup import rank_limits, setup_pool
 from simulator.runner import simulate
 from simulator.scenario.schema import Scenario
@@ -128,3 +129,30 @@ def test_a_request_must_fit_one_ranks_pool(backend, engine):
     assert setup.memory.num_blocks == 2 * setup.rank_blocks
     assert {r.status for r in simulate(_capped(backend, 10_000), engine=engine).requests} == {Status.REJECTED}
     assert {r.status for r in simulate(_capped(backend, 7_000), engine=engine).requests} == {Status.FINISHED}
+
+
+def _ep_pool(backend: str, ep: int) -> Scenario:
+    return Scenario.model_validate({
+        "name": "ep", "workload": {"num_requests": 1, "arrival": {"type": "concurrency", "concurrency": 1},
+                                   "input_tokens": {"dist": "fixed", "value": 100},
+                                   "output_tokens": {"dist": "fixed", "value": 4}},
+        "pools": [{"model": "deepseek-v3", "gpu": "h200", "tp": 1, "dp": 8, "ep": ep,
+                   "engine": {"backend": backend}}]})
+
+
+@pytest.mark.parametrize("ep", [2, 4])
+def test_vllm_has_no_expert_parallel_group_smaller_than_the_replica(ep, cli):
+    """vLLM's --enable-expert-parallel makes ep_size tp × dp and the MoE tp 1 (FusedMoEParallelConfig.make,
+    read in the 0.19.1 and 0.34.0 wheels), with no flag for a smaller group: a pool with 1 < ep < tp × dp
+    is refused on its ep, not priced as experts split ep ways and by width, which vLLM cannot launch.
+    SGLang's --ep-size and TensorRT-LLM's moe_expert_parallel_size take any divisor."""
+    with pytest.raises(LlmsimError) as e:
+        setup_pool(_ep_pool("vllm", ep).pools[0], 0)
+    assert e.value.key_path == "pools[0].ep" and "set ep to 1 or 8" in e.value.message
+    for backend in ("sglang", "trtllm"):
+        assert setup_pool(_ep_pool(backend, ep).pools[0], 0).cm.par.ep == ep
+    for ok in (1, 8):
+        assert setup_pool(_ep_pool("vllm", ok).pools[0], 0).cm.par.ep == ok
+    r = cli("estimate", "request", "--gpu", "h200", "--model", "deepseek-v3", "--dp", "8", "--ep", str(ep),
+            "--input", "100", "--output", "10", "--backend", "vllm")
+    assert r.code == 2 and "Traceback" not in r.err and r.err.startswith("error: --ep: ep="), r.err

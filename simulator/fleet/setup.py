@@ -66,6 +66,7 @@ def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: Eng
     ``speculative`` and ``role`` (:func:`~simulator.memory.plan_memory`'s) decide,
     with the release, which prefills SGLang replays as CUDA graphs."""
     _weights_the_stack_runs(e, gpu)
+    _experts_the_stack_splits(e, tp * dp, ep)
     graphs = e.graph_max_tokens
     if graphs is None:
         graphs = prefill_graph_tokens(model, gpu, e.kv_memory, e.max_num_batched_tokens, tp, dp, speculative, role,
@@ -75,6 +76,17 @@ def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: Eng
                      mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
                      kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=graphs,
                      mxfp4_expert_layout=e.mxfp4_expert_layout)
+
+
+def _experts_the_stack_splits(e: EngineConfig, gpus: int, ep: int) -> None:
+    """A stack whose expert parallelism spans the whole replica (``ep_spans_replica``: vLLM) has no
+    launch that splits the experts ``ep`` ways and each by width over the rest: it would run ep = tp × dp
+    with whole experts, another layout than the one llmsim would price."""
+    if e.backend is None or ep in (1, gpus) or not load_backend(e.backend).ep_spans_replica:
+        return
+    raise LlmsimError(f"ep={ep}: {e.stack_label}'s expert parallelism spans the whole replica "
+                      f"(--enable-expert-parallel makes ep = tp × dp = {gpus}, each GPU holding whole experts), "
+                      f"so it has no launch with ep={ep}: set ep to 1 or {gpus}", key_path="ep")
 
 
 def _weights_the_stack_runs(e: EngineConfig, gpu: HardwareProfile) -> None:

@@ -403,6 +403,12 @@ class BackendProfile(_Strict):
                                   "compressed-tensors, SGLang's w8a8_int8), llmsim's int8; false: its linear "
                                   "layers take int8 weights only weight-only (TensorRT-LLM's PyTorch backend), so "
                                   "weight_dtype int8 is refused")
+    ep_spans_replica: bool = Field(
+        default=False, description="expert parallelism, when on, spans the whole replica: each GPU holds whole "
+                                   "experts and none is split by width (vLLM's --enable-expert-parallel: "
+                                   "FusedMoEParallelConfig.make sets ep_size to tp × dp and the MoE tp to 1), so "
+                                   "ep is 1 or tp × dp and any other ep is refused; false: ep may be any divisor "
+                                   "of tp × dp (SGLang's --ep-size, TensorRT-LLM's moe_expert_parallel_size)")
     speculation_batch_limit: bool = Field(
         default=False, description="a launch can turn the stack's speculation off above a batch size "
                                    "(TensorRT-LLM's decoding config max_concurrency), which "
