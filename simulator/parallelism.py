@@ -44,8 +44,9 @@ class Parallelism:
     def check(self, model: ModelProfile, gpu: HardwareProfile) -> None:
         """One clear error for a combination the replica cannot run."""
         tp, dp, ep, domain = self.tp, self.dp, self.ep, gpu.interconnect.max_tp
-        if min(tp, dp, ep) < 1:
-            raise LlmsimError(f"tp, dp and ep must be ≥ 1 (got tp={tp}, dp={dp}, ep={ep})", key_path="tp")
+        low = next((k for k, v in (("tp", tp), ("dp", dp), ("ep", ep)) if v < 1), None)
+        if low is not None:     # named by the key that is below one, as the user set it
+            raise LlmsimError(f"tp, dp and ep must be ≥ 1 (got tp={tp}, dp={dp}, ep={ep})", key_path=low)
         if model.num_attention_heads % tp:
             raise LlmsimError(f"tp={tp} must divide the {model.num_attention_heads} attention heads of {model.name}",
                               key_path="tp")

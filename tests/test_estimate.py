@@ -575,3 +575,11 @@ def test_a_step_past_the_models_context_is_priced_with_a_warning(cli, sizes):
     inside = cli("estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-8b", "--decode-batch", "4",
                  "--decode-context", "8191", "--json")
     assert inside.code == 0 and "warnings" not in inside.json()
+
+
+@pytest.mark.parametrize("flag", ["--tp", "--dp", "--ep"])
+def test_a_layout_flag_below_one_is_named_as_the_flag_given(cli, flag):
+    """--dp 0 or --ep 0 was blamed on --tp, which the user had left at 1."""
+    for what in (["request", "--input", "100", "--output", "10"], ["step", "--decode-batch", "4"]):
+        r = cli("estimate", *what, "--gpu", "h200", "--model", "deepseek-v3", flag, "0")
+        assert r.code == 2 and "Traceback" not in r.err and r.err.startswith(f"error: {flag}: "), r.err
