@@ -263,14 +263,8 @@ class ReplicaBase:
             if self.cfg.scheduler == "static" or self.no_evict:
                 need = req.input_tokens + output
             blocks = ceil_div(max(need, 1), self.bs)
-            # Alone on the replica, its prompt (or, readmitted, prompt and output so far, in
-            # whole blocks) and expected output must be less than the pool, on the decode
-            # server beside its reserve: a block's slack more than the whole request bounds both.
-            if self.retracts:
-                reserve = self.reserve_tokens if self.reserves_decode else 0
-                if req.input_tokens + output + reserve + self.bs > (self.rank_blocks - self.window_blocks) \
-                        * self.bs:
-                    return Rejection.EXCEEDS_KV
+            if self.retracts and output > self._retraction_room(req.input_tokens):
+                return Rejection.EXCEEDS_KV
         if self.windows is not None:    # nor past the admission gate's windows: vLLM would wait forever
             own = blocks if self.cfg.scheduler == "static" or self.no_evict else ceil_div(req.input_tokens, self.bs)
             if self._gate_alone(req.input_tokens, own) > self.rank_blocks:
@@ -295,9 +289,16 @@ class ReplicaBase:
             return req.output_tokens
         room = self.request_cap - req.input_tokens - 1
         if self.retracts:
-            reserve = self.reserve_tokens if self.reserves_decode else 0
-            room = min(room, (self.rank_blocks - self.window_blocks) * self.bs - reserve - self.bs - req.input_tokens)
+            room = min(room, self._retraction_room(req.input_tokens))
         return max(1, min(req.output_tokens, room))
+
+    def _retraction_room(self, prompt: int) -> int:
+        """The most output a request of ``prompt`` tokens can reach alone on its rank where the stack
+        retracts (SGLang): its prompt (or, readmitted, prompt and output so far, in whole blocks) and
+        expected output must be less than the pool, on the decode server beside its reserve, so a
+        block's slack more than the whole request bounds both."""
+        reserve = self.reserve_tokens if self.reserves_decode else 0
+        return (self.rank_blocks - self.window_blocks) * self.bs - reserve - self.bs - prompt
 
     def _gate_alone(self, prompt: int, own: int) -> int:
         """Blocks a prompt of ``prompt`` tokens, none cached, whose admission reserves ``own``
