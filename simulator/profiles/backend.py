@@ -531,29 +531,31 @@ class BackendProfile(_Strict):
         said to hold for it."""
         if self.newest_release is None:
             return False
-        number = version_number(version)
-        if number is not None:
-            newest = version_number(self.newest_release)
-            if number != newest:
-                return number > newest
+        order = self._release_order(version, self.newest_release)
+        if order == 0 and version_number(version) is not None:
             # the same release line, whose candidates and patches came out in PEP 440 order
             # (TensorRT-LLM's 1.3.0rc22 after 1.3.0rc15), which the release number alone cannot tell
             return Version(version) > Version(self.newest_release)
-        day, last = self.released(version), self.releases.get(self.newest_release)
-        return day is not None and last is not None and day > last
+        return order == 1
+
+    def _release_order(self, version: str, bound: str) -> Optional[int]:
+        """-1, 0 or 1 as ``version`` (a checked release or nightly) comes before, with or after the
+        release ``bound``: by release number (0: the same line), a nightly by the day ``bound`` came
+        out; None where neither can tell (a nightly beside a release with no known day)."""
+        number = version_number(version)
+        if number is not None:
+            limit = version_number(bound)
+            assert limit is not None        # checked on load
+            return (number > limit) - (number < limit)
+        day, out = self.released(version), self.releases.get(bound)
+        if day is None or out is None:
+            return None
+        return (day > out) - (day < out)
 
     def older_than_described(self, version: str) -> bool:
         """Whether ``version`` (a checked release or nightly) came before the oldest release this
         profile's rules describe (``oldest_release``), so its defaults are not the ones they give."""
-        if self.oldest_release is None:
-            return False
-        number = version_number(version)
-        if number is not None:
-            oldest = version_number(self.oldest_release)
-            assert oldest is not None       # checked on load
-            return number < oldest
-        day, first = self.released(version), self.releases.get(self.oldest_release)
-        return day is not None and first is not None and day < first
+        return self.oldest_release is not None and self._release_order(version, self.oldest_release) == -1
 
     def _before_until(self, rule: VersionRule, day: str) -> bool:
         """Whether every release out by ``day`` (a measurement day) falls inside ``rule``."""
