@@ -213,7 +213,7 @@ def _verdict(b: dict[str, Any]) -> str:
     offered = rates
     if unserved:
         rates += f" ({unserved})"
-    refused = (b["shed_fraction"] + b["too_long_fraction"] + b.get("never_fit_fraction", 0.0)
+    refused = (b["shed_fraction"] + b["too_long_fraction"] + b["never_fit_fraction"]
                + b["rate_limited_fraction"] + b["cancelled_fraction"])
     if not b["overloaded"] and not b["completed_rps"] and refused >= 1.0 - 1e-9:
         # nothing reached a GPU: a longer window would not help; the limits that ended every request would
@@ -243,7 +243,7 @@ def _verdict(b: dict[str, Any]) -> str:
                    "error: a prompt longer than the token budget its stack takes without chunked prefill "
                    "(engine.chunked_prefill: true, or a larger max_num_batched_tokens, serves "
                    f"{'it' if n == 1 else 'them'})")
-    if b.get("never_fit"):
+    if b["never_fit"]:
         n = b["never_fit"]
         why.append(f"{n:,} request{'' if n == 1 else 's'} ({100 * b['never_fit_fraction']:.1f} %) could never fit a "
                    "replica's KV pool (larger or more GPUs a replica, an fp8 KV cache or a larger KV share would "
@@ -258,7 +258,7 @@ def _unserved(b: dict[str, Any]) -> str:
     """The requests that ended without an answer, each with its cause and share."""
     parts = [(b["shed"], b["shed_fraction"], "shed by the fleet"),
              (b["too_long"], b["too_long_fraction"], "longer than the server takes (max_model_len)"),
-             (b.get("never_fit", 0), b.get("never_fit_fraction", 0.0), "never fitting a replica's KV pool"),
+             (b["never_fit"], b["never_fit_fraction"], "never fitting a replica's KV pool"),
              (b["rate_limited"], b["rate_limited_fraction"], "rate-limited (429) by the gateway"),
              (b["cancelled"], b["cancelled_fraction"], "cancelled by their clients")]
     return ", ".join(f"{n:,} requests ({100 * f:.1f} %) {what}" for n, f, what in parts if n)
