@@ -172,16 +172,37 @@ def test_validate_refuses_a_version_a_csvs_rows_would_drop(tmp_path, cli, flag):
                   flag, "0.19.0", "--workers", "1"), "replay the JSON results apart from")
 
 
-@pytest.mark.parametrize("stack, newer, newest", [("sglang", "0.9.9", "0.5.23"), ("vllm", "9.9", "0.34.0")])
-def test_validate_refuses_a_release_past_the_profile_as_a_scenario_does(tmp_path, cli, stack, newer, newest):
-    """A release after the newest the profile was read from has unknown defaults: a scenario naming it is
-    refused, and a replay of it would run the newest release's defaults and report their error as llmsim's."""
+@pytest.mark.parametrize("stack, version, said", [("sglang", "0.9.9", "newer than the sglang releases llmsim has "
+                                                                     "read (to 0.5.23)"),
+                                                  ("vllm", "9.9", "newer than the vllm releases llmsim has read (to "
+                                                                  "0.34.0)"),
+                                                  ("vllm", "0.5.9", "older than the vllm releases llmsim has read "
+                                                                    "(from 0.10.0)"),
+                                                  ("sglang", "0.3.0", "older than the sglang releases llmsim has read "
+                                                                      "(from 0.4.0)")])
+def test_validate_refuses_a_release_outside_the_profile_as_a_scenario_does(tmp_path, cli, stack, version, said):
+    """A release the profile was not read from has unknown defaults: a scenario naming it is refused, and a
+    replay of it would run the newest (or the oldest) release's defaults and report their error as llmsim's."""
     bench = tmp_path / "run.json"
     bench.write_text(json.dumps(BENCH))
     r = cli("validate", bench, "--backend", stack, "--model", "llama-3.2-1b", "--gpu", "h100-sxm", "--workers", "1",
-            "--backend-version", newer)
-    _one_line(r, "no row can be replayed", f"{stack} {newer} is newer than the {stack} releases llmsim has read "
-                                           f"(to {newest})")
+            "--backend-version", version)
+    _one_line(r, "no row can be replayed", f"{stack} {version} is {said}")
+
+
+def test_a_dynamo_runtime_tag_names_no_stack_release():
+    """AIConfigurator's silicon rows served by Dynamo's runtime containers give either the stack's release inside
+    the container or the container's own tag: the tag is Dynamo's release (0.5.1 is no SGLang 0.5.1, 0.8.1 no
+    TensorRT-LLM release older than 1.0), so such a row names none and its measurement day decides."""
+    from simulator.validation.deployment import stack_release
+
+    dynamo = "db-dump/2026-04-27; measured=2026-02-05; nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:{}"
+    assert stack_release(dynamo.format("0.8.1.post2"), "0.8.1.post2") == ""
+    assert stack_release(dynamo.format("0.8.1"), "1.3.0rc5") == "1.3.0rc5"
+    assert stack_release("model=x; image=nvcr.io/nvidia/ai-dynamo/sglang-runtime:0.5.1-rc0.pre1",
+                         "0.5.1-rc0.pre1") == ""
+    assert stack_release("image=lmsysorg/sglang:v0.5.9-cu130", "0.5.9") == "0.5.9"
+    assert stack_release("", "0.19.0") == "0.19.0"
 
 
 ROWS = "row_id,engine,engine_version,model,gpu,tp,isl_mean,osl_mean,concurrency,ttft_mean_ms\n"

@@ -299,14 +299,36 @@ def released(stack: str, version: str) -> str | None:
 
 def release_unread(stack: str, version: str) -> str:
     """Why a row naming ``version`` of ``stack`` cannot be replayed ("" when it can): a release
-    after the newest the stack's profile was read from has unknown defaults, which a scenario
+    outside those the stack's profile was read from has unknown defaults, which a scenario
     naming it as ``engine.backend_version`` is refused for; replayed, it would run the newest
-    release's defaults unannounced and its error be read as llmsim's."""
+    (or the oldest) release's defaults unannounced and its error be read as llmsim's."""
     prof = stack_profile(stack)
-    if prof is None or not version or not prof.newer_than_described(version):
+    if prof is None or not version:
         return ""
-    return (f"{stack} {version} is newer than the {stack} releases llmsim has read (to {prof.newest_release}): "
-            "its defaults are unknown")
+    if prof.newer_than_described(version):
+        return (f"{stack} {version} is newer than the {stack} releases llmsim has read (to {prof.newest_release}): "
+                "its defaults are unknown")
+    if prof.older_than_described(version):
+        return (f"{stack} {version} is older than the {stack} releases llmsim has read (from "
+                f"{prof.oldest_release}): its defaults are unknown")
+    return ""
+
+
+# The container a silicon row's notes name (``image=...`` or a bare ``registry/name:tag``).
+_DYNAMO_RUNTIME = re.compile(r"ai-dynamo/[\w.-]+-runtime:([\w.+-]+)")
+
+
+def stack_release(notes: str, version: str) -> str:
+    """The stack release a silicon row's ``backend_version`` names ("" for none). AIConfigurator's
+    rows served by NVIDIA Dynamo's runtime containers (``ai-dynamo/<stack>-runtime:<tag>``) give
+    either the stack's release inside the container (tensorrtllm-runtime:0.8.1 beside 1.3.0rc5,
+    sglang-runtime:0.8.0 beside 0.5.6.post2) or the container's own tag, Dynamo's release
+    (tensorrtllm-runtime:0.8.1.post2 beside 0.8.1.post2, sglang-runtime:0.5.1-rc0.pre1 beside
+    0.5.1-rc0.pre1): read as the stack's, Dynamo 0.5.1 would run SGLang 0.5.1's defaults and
+    Dynamo 0.8.1 be a TensorRT-LLM release older than 1.0. Such a tag names no stack release, so
+    the row is unversioned and its measurement day decides (:func:`version_keys`)."""
+    image = _DYNAMO_RUNTIME.search(notes)
+    return "" if image is not None and image.group(1) == version else version
 
 
 def version_keys(stack: str, version: str, measured: Optional[str] = None) -> dict[str, Any]:

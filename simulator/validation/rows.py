@@ -34,7 +34,7 @@ from ..profiles.hardware import builtin_hardware, match_benchmark_gpu
 from ..profiles.model import MAX_CONTEXT
 from ..runsize import MAX_REQUESTS
 from .deployment import (AIC_UNVERSIONED_MEASURED_BY, kv_dtype, measured_day, of_source, release_unread,
-                         version_keys)
+                         stack_release, version_keys)
 
 #: Measured metrics llmsim predicts: column -> results.json key.
 METRICS = {
@@ -539,6 +539,7 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
     for i, r in enumerate(df.to_dict("records")):
         notes = str(r.get("silicon_data_source", ""))
         stack = _stack(r["backend"], names)
+        version = stack_release(notes, _text(r, "backend_version") or "")
         m, prof = profiles.model(str(r["model_path"]), model)
         g = gpu or match_benchmark_gpu(str(r["system"]), gpus)
         tp = int(_num(r.get("tp_size")) or 1)
@@ -561,16 +562,16 @@ def rows_from_silicon_sample(df: pd.DataFrame, model: Optional[str] = None, gpu:
         measured, unmeasured = _figures({"ttft_mean_ms": ttft, "tpot_mean_ms": tpot}, _SILICON_METRICS)
         if conc and len(measured) == 2 and min(measured.values()) > 0 and osl > 0:
             measured["throughput_output_tok_s"] = conc * osl / ((ttft + (osl - 1) * tpot) * 1e-3)
-        dep = of_source(_SILICON_SOURCE, notes, stack or "", _text(r, "backend_version") or "")
+        dep = of_source(_SILICON_SOURCE, notes, stack or "", version)
         kv = kv_dtype(dep, stack or "", _text(r, "precision") or "")
         row = Row(_text(r, "id") or f"row{i + 1}", stack or str(r["backend"]),
                   m or str(r["model_path"]), g or str(r["system"]), tp, wd or "bf16", kv, isl, osl,
                   dp=dp if moe else 1, ep=ep if moe else 1, concurrency=conc, measured=measured,
                   unmeasured=unmeasured, throughput_identity=True, deployment=dep,
-                  version_keys=version_keys(stack or "", _text(r, "backend_version") or "", measured_day(notes)),
+                  version_keys=version_keys(stack or "", version, measured_day(notes)),
                   mode="disagg" if disagg else "agg", prefill=prefill, decode=decode)
         row.skip = (why_roles or _silicon_why_not(row, r, stack, prof, g, why_dtype, profiles, moe)
-                    or release_unread(stack or "", _text(r, "backend_version") or ""))
+                    or release_unread(stack or "", version))
         if not row.skip:
             layouts = [("prefill ", prefill), ("decode ", decode)] if disagg else [("", row)]
             role = ""           # which pool's layout a refusal is about (a disaggregated row's)
