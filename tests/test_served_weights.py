@@ -42,11 +42,13 @@ def test_a_pool_naming_no_weights_serves_the_checkpoint(model, gpu, tp, served):
 
 
 def test_named_weights_are_what_the_pool_serves():
-    """16-bit DeepSeek-V3 does not fit on eight H200s; its fp8 checkpoint does."""
+    """16-bit Llama-3.1-405B does not fit on eight H100s; in fp8 it does (a profile naming no checkpoint
+    format stands for the checkpoint in the weights the pool names)."""
     with pytest.raises(LlmsimError) as e:
-        _setup(model="deepseek-v3", gpu="h200", tp=8, engine={"backend": "sglang", "weight_dtype": "bf16"})
+        _setup(model="llama-3.1-405b", gpu="h100-sxm", tp=8, engine={"backend": "sglang", "weight_dtype": "bf16"})
     assert "does not fit" in e.value.message and e.value.key_path == "pools[0].engine"
-    assert _setup(model="deepseek-v3", gpu="h200", tp=8, engine={"backend": "sglang"}).memory.kv_capacity_tokens > 0
+    fp8 = _setup(model="llama-3.1-405b", gpu="h100-sxm", tp=8, engine={"backend": "sglang", "weight_dtype": "fp8"})
+    assert fp8.memory.kv_capacity_tokens > 0
 
 
 @pytest.mark.parametrize("model, gpu, tp", [("llama-3.1-8b", "a100-sxm-80gb", 1),

@@ -160,6 +160,7 @@ def _cost_model(gpu: str, m: ModelProfile, tp: int, weight_dtype: str, kv_dtype:
     from ..fleet.setup import engine_cost_model
     from ..profiles import load_hardware
     from ..profiles.backend import check_serving_stack
+    from ..profiles.checkpoint_weights import check_checkpoint_weights
 
     if kernels is not None:
         try:
@@ -170,7 +171,9 @@ def _cost_model(gpu: str, m: ModelProfile, tp: int, weight_dtype: str, kv_dtype:
     try:
         if engine is not None:
             return engine_cost_model(m, g, tp, engine, dp, ep)
-        return CostModel(m, g, tp, weight_dtype, kv_dtype, roofline=roofline, dp=dp, ep=ep, kernels=kernels)
+        cm = CostModel(m, g, tp, weight_dtype, kv_dtype, roofline=roofline, dp=dp, ep=ep, kernels=kernels)
+        check_checkpoint_weights(m, cm.weight_dtype)
+        return cm
     except LlmsimError as e:   # name the flag, not the scenario key
         flag = {"engine.weight_dtype": "--weight-dtype", "engine.backend": "--backend" if engine else "--kernels",
                 "engine.backend_version": "--backend-version"}.get(

@@ -210,7 +210,8 @@ class EngineConfig(BaseModel):
         default=None, description="the weights the pool serves; default: the checkpoint's format, as the stacks load "
                                   "it (fp8 for DeepSeek-V3's and the Qwen3 -FP8 releases' block fp8, mxfp4 for "
                                   "gpt-oss, bf16 for a 16-bit checkpoint: `llmsim profiles list` shows it as "
-                                  "`serves`); fp8 of a 16-bit checkpoint is the stack's online per-tensor fp8")
+                                  "`serves`); fp8 of a 16-bit checkpoint is the stack's online per-tensor fp8 "
+                                  "(vLLM, SGLang); any other format than a checkpoint's config declares is refused")
     kv_dtype: Literal["bf16", "fp16", "fp8"] = "bf16"
     mxfp4_activation: Optional[Literal["bf16", "mxfp8"]] = Field(
         default=None, description="activations of MXFP4 experts on GPUs with FP4 tensor cores: bf16 (W4A16, "

@@ -23,6 +23,7 @@ from ..pipeline import Pipeline, plan_pipeline_memory
 from .pp_refusals import refusal
 from ..profiles import load_hardware, load_model
 from ..profiles.backend import load_backend
+from ..profiles.checkpoint_weights import check_checkpoint_weights
 from ..profiles.hardware import HardwareProfile
 from ..profiles.model import ModelProfile
 from ..scenario.schema import PoolSpec
@@ -71,11 +72,14 @@ def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: Eng
     if graphs is None:
         graphs = prefill_graph_tokens(model, gpu, e.kv_memory, e.max_num_batched_tokens, tp, dp, speculative, role,
                                       chunked_prefill=e.chunked_prefill)
-    return CostModel(model, gpu, tp, e.weight_dtype, e.kv_dtype, iteration_overhead_ms=e.iteration_overhead_ms,
-                     iteration_us_per_seq=e.iteration_us_per_seq, dp=dp, ep=ep,
-                     mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
-                     kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=graphs,
-                     mxfp4_expert_layout=e.mxfp4_expert_layout)
+    cm = CostModel(model, gpu, tp, e.weight_dtype, e.kv_dtype, iteration_overhead_ms=e.iteration_overhead_ms,
+                   iteration_us_per_seq=e.iteration_us_per_seq, dp=dp, ep=ep,
+                   mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
+                   kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=graphs,
+                   mxfp4_expert_layout=e.mxfp4_expert_layout)
+    # after the GPU's refusals (no FP4 units...), which hold whatever the checkpoint
+    check_checkpoint_weights(model, cm.weight_dtype, e.backend, e.stack_label)
+    return cm
 
 
 def _experts_the_stack_splits(e: EngineConfig, gpus: int, ep: int) -> None:

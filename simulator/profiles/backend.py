@@ -403,6 +403,17 @@ class BackendProfile(_Strict):
                                   "compressed-tensors, SGLang's w8a8_int8), llmsim's int8; false: its linear "
                                   "layers take int8 weights only weight-only (TensorRT-LLM's PyTorch backend), so "
                                   "weight_dtype int8 is refused")
+    online_fp8: bool = Field(
+        default=True, description="the stack quantises a 16-bit checkpoint to fp8 as it loads it (vLLM's "
+                                  "Fp8Config with is_checkpoint_fp8_serialized false, SGLang's --quantization "
+                                  "fp8); false: it serves fp8 only from a checkpoint already in fp8 (TensorRT-LLM's "
+                                  "PyTorch backend reads a ModelOpt export's quantization), so a 16-bit "
+                                  "checkpoint served as fp8 is refused")
+    upcasts_checkpoints: tuple[str, ...] = Field(
+        default=(), description="quantised checkpoint formats whose weights the stack can serve in 16 bits, "
+                                "upcasting them as it loads (SGLang's Mxfp4MoEMethod.process_weights_after_loading "
+                                "turns MXFP4 experts to bf16 where its MoE runner has no MXFP4 kernel); a pool "
+                                "naming 16-bit weights for any other quantised checkpoint is refused")
     ep_spans_replica: bool = Field(
         default=False, description="expert parallelism, when on, spans the whole replica: each GPU holds whole "
                                    "experts and none is split by width (vLLM's --enable-expert-parallel: "

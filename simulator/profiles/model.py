@@ -11,7 +11,7 @@ import re
 from pathlib import Path
 from typing import Literal, Optional
 
-from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, PrivateAttr, field_validator, model_validator
 
 from ..dtypes import BYTES, EXPERT_ONLY_DTYPES, WEIGHT_DTYPES, checkpoint_weight_dtype
 from ..errors import KeyRefusal, LlmsimError
@@ -116,6 +116,9 @@ class ModelProfile(BaseModel):
     # The weight format the checkpoint declares (quantization_config); a
     # pool's engine.weight_dtype says what it runs.
     checkpoint_dtype: Optional[str] = None
+    # Whether the description is a checkpoint's own config.json (or a copy of one), set by
+    # load_model: there no quantization_config means 16-bit weights, not an unstated format.
+    _from_checkpoint_config: bool = PrivateAttr(default=False)
 
     @field_validator("hidden_act")
     @classmethod
@@ -400,6 +403,16 @@ class ModelProfile(BaseModel):
             return f"none declared, though its name says {named.group(1)}"
         return self.checkpoint_dtype
 
+    @property
+    def checkpoint_weights(self) -> Optional[str]:
+        """The weights the checkpoint's files hold, where its description says: the format its
+        quantization_config declares, or 16 bits for a checkpoint's own config.json declaring none.
+        None where it does not say (a hand-written profile without checkpoint_dtype stands for the
+        checkpoint in whichever weights a pool names) or declares a format llmsim does not model."""
+        if self.checkpoint_dtype is None and not self._from_checkpoint_config:
+            return None
+        return checkpoint_weight_dtype(self.published_format)
+
     def served_weight_dtype(self) -> str:
         """The weights a pool serves this model in when it names none: the
         checkpoint's format, as the stacks load it (:func:`checkpoint_weight_dtype`).
@@ -536,7 +549,8 @@ def load_model(name_or_path: str) -> ModelProfile:
     # A downloaded config.json carries many keys llmsim does not need
     # (rope_scaling, torch_dtype, ...); hf_config says which are dropped
     # and refuses those that change the architecture.
-    data = normalize(data, path, set(ModelProfile.model_fields), strict=not is_json and "model" not in data)
+    checkpoint_config = is_json or "model" in data    # a config.json, or the shared corpus's copy of one
+    data = normalize(data, path, set(ModelProfile.model_fields), strict=not checkpoint_config)
     if is_json:
         data.setdefault("name", path.parent.name or path.stem)
     else:
@@ -546,12 +560,14 @@ def load_model(name_or_path: str) -> ModelProfile:
     from ..scenario.strict import validate_strict
 
     try:
-        return validate_strict(ModelProfile, data, path)
+        profile = validate_strict(ModelProfile, data, path)
     except LlmsimError as e:
         field, dot, rest = (e.key_path or "").partition(".")
         if field not in spelled:
             raise
         raise LlmsimError(e.message, source=path, key_path=spelled[field] + dot + rest) from None
+    profile._from_checkpoint_config = checkpoint_config
+    return profile
 
 
 def _modelopt_quantization(path: Path) -> Optional[dict]:

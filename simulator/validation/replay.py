@@ -60,6 +60,7 @@ from pydantic import ValidationError
 from ..costmodel import CostModel
 from ..errors import LlmsimError, from_validation_error
 from ..profiles import load_hardware, load_model
+from ..profiles.checkpoint_weights import measured_checkpoints
 from ..scenario.schema import RELEASE_CONTEXT, Scenario
 from . import deployment
 from .rows import METRICS, RoleLayout, Row
@@ -371,6 +372,11 @@ _UNION = {"mean_ttft_ms": ("ttft_ms", np.nanmean), "median_ttft_ms": ("ttft_ms",
 
 
 def _results(row: Row, s: ReplaySettings) -> dict[str, Any]:
+    with measured_checkpoints():
+        return _replayed(row, s)
+
+
+def _replayed(row: Row, s: ReplaySettings) -> dict[str, Any]:
     from ..metrics.derive import RequestArrays
     from ..runner import simulate
 
@@ -407,7 +413,8 @@ def refusals(rows: list[Row], s: ReplaySettings = ReplaySettings()) -> dict[str,
         key = sc.model_dump_json(include={"pools", "classes", "workload"}, exclude={"workload": {"num_requests"}})
         if key not in seen:
             try:
-                compile_scenario(sc)
+                with measured_checkpoints():
+                    compile_scenario(sc)
                 seen[key] = None
             except LlmsimError as e:
                 seen[key] = e.render()
