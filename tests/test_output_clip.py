@@ -1,9 +1,11 @@
-"""SGLang serves a request longer than a rank's KV pool with its output cut to the pool.
+"""SGLang and TensorRT-LLM serve a request longer than a rank's KV pool with its output cut to the pool.
 
-Its scheduler caps ``max_new_tokens`` at ``max_req_len - prompt - 1``, where ``max_req_len =
+SGLang's scheduler caps ``max_new_tokens`` at ``max_req_len - prompt - 1``, where ``max_req_len =
 min(context_len - 1, max_total_num_tokens - 1)`` (scheduler.py), and answers only a prompt of
-``max_req_len - 5`` tokens or more with an error (``validate_input_length``). llmsim had rejected
-every such request on arrival as not fitting the pool.
+``max_req_len - 5`` tokens or more with an error (``validate_input_length``). TensorRT-LLM's KV cache
+manager lowers ``max_seq_len`` to the pool's tokens and its worker cuts ``max_tokens`` to
+``max_seq_len - prompt`` (``_deduce_max_tokens``), answering only a prompt that leaves no token with an
+error. llmsim had rejected every such request on arrival as not fitting the pool.
 """
 from __future__ import annotations
 
@@ -24,13 +26,13 @@ pools:
     model: llama-3.1-8b
     gpu: h100-sxm
     dp: {dp}
-    engine: {{backend: {backend}, kv_memory: {{max_tokens: 4096}}}}
+    engine: {{backend: {backend}, kv_memory: {{max_tokens: 4096}}{extra}}}
 """
 
 
-def _run(cli, tmp_path, engine: str, prompt: int = 3000, backend: str = "sglang", dp: int = 1):
-    p = tmp_path / f"{backend}-{engine}-{prompt}-{dp}.yaml"
-    p.write_text(SCENARIO.format(prompt=prompt, backend=backend, dp=dp))
+def _run(cli, tmp_path, engine: str, prompt: int = 3000, backend: str = "sglang", dp: int = 1, extra: str = ""):
+    p = tmp_path / f"{backend}-{engine}-{prompt}-{dp}{len(extra)}.yaml"
+    p.write_text(SCENARIO.format(prompt=prompt, backend=backend, dp=dp, extra=extra))
     out = tmp_path / p.stem
     cli("run", p, "-o", out, "--engine", engine)
     res = json.loads((out / "results.json").read_text())["llmsim"]
@@ -57,8 +59,25 @@ def test_sglang_answers_a_prompt_within_5_tokens_of_its_pool_with_an_error(cli, 
     assert res["request_status"]["finished"] == 6 and (rows.output_tokens == 5).all()
 
 
-def test_other_stacks_still_refuse_it(cli, tmp_path):
-    """TensorRT-LLM takes a request past its pool no further: rejected on arrival, no cut counted."""
-    res, rows = _run(cli, tmp_path, "fast", backend="trtllm")
+@pytest.mark.parametrize("engine,dp", [("fast", 1), ("reference", 2)])
+def test_trtllm_cuts_the_output_to_max_seq_len_lowered_to_its_pool(cli, tmp_path, engine, dp):
+    """4,096 tokens a rank: max_seq_len 4,096, so 3,000 prompt tokens get 1,096 output tokens, the whole
+    pool, which its GUARANTEED_NO_EVICT admission reserves."""
+    res, rows = _run(cli, tmp_path, engine, backend="trtllm", dp=dp)
+    assert res["request_status"]["finished"] == 6 and res["request_status"]["rejected"] == 0
+    assert (rows.output_tokens == 4096 - 3000).all()
+    assert res["pools"]["main"]["outputs_clipped"] == 6
+
+
+def test_trtllm_answers_a_prompt_that_leaves_no_output_token_with_an_error(cli, tmp_path):
+    res, rows = _run(cli, tmp_path, "fast", prompt=4096, backend="trtllm")
+    assert res["request_status"]["rejected"] == 6 and set(rows.reject_reason) == {"exceeds_kv"}
+    res, rows = _run(cli, tmp_path, "fast", prompt=4095, backend="trtllm")     # one token of output left
+    assert res["request_status"]["finished"] == 6 and (rows.output_tokens == 1).all()
+
+
+def test_a_stack_that_does_not_cut_refuses_it(cli, tmp_path):
+    """clips_output: false takes a request past its pool no further: rejected on arrival, no cut counted."""
+    res, rows = _run(cli, tmp_path, "fast", backend="trtllm", extra=", clips_output: false")
     assert res["request_status"]["rejected"] == 6 and "outputs_clipped" not in res["pools"]["main"]
     assert set(rows.reject_reason) == {"exceeds_kv"}

@@ -192,10 +192,14 @@ class ReplicaBase:
         self.retracts = cfg.expects_output or cfg.reserves_decode    # SGLang's retraction order
         self.newest_first = cfg.retraction_order == "newest"
         self.reserve_tokens = cfg.reserved_decode_tokens
-        # SGLang serves a request longer than its rank's pool with the output cut to it
-        # (EngineConfig.clips_output): the longest request it serves, its max_req_len (0: no cut),
-        # and how many outputs were cut.
-        self.request_cap = min(self.max_model_len - 1, self.rank_blocks * self.bs - 1) if cfg.clips_output else 0
+        # SGLang and TensorRT-LLM serve a request longer than its rank's pool with the output cut to it
+        # (EngineConfig.clips_output): the longest request it serves (0: no cut), SGLang's max_req_len or
+        # TensorRT-LLM's max_seq_len as its KV cache manager lowers it to the pool, and how many outputs
+        # were cut.
+        self.cuts_to_seq_len = cfg.clips_output == "max_seq_len"
+        pool_tokens = self.rank_blocks * self.bs
+        self.request_cap = (min(self.max_model_len, pool_tokens) if self.cuts_to_seq_len
+                            else min(self.max_model_len - 1, pool_tokens - 1) if cfg.clips_output else 0)
         self.outputs_clipped = 0
         self.ret_now = -1
         self.top_now = 0
@@ -245,9 +249,12 @@ class ReplicaBase:
         attention rank, whose pool (``rank_blocks``) is all it can hold. The first reason
         found is the one given, those no capacity mends (the request's, the configuration's)
         first, and the pool's before its class's share of it."""
-        if req.input_tokens + req.output_tokens > self.max_model_len:
+        if self.cuts_to_seq_len:
+            if req.input_tokens >= self.max_model_len:
+                return Rejection.TOO_LONG      # TensorRT-LLM: no output token left below max_seq_len, an error
+        elif req.input_tokens + req.output_tokens > self.max_model_len:
             return Rejection.TOO_LONG
-        if self.request_cap and req.input_tokens >= self.request_cap - 5:
+        elif self.request_cap and req.input_tokens >= self.request_cap - 5:
             return Rejection.TOO_LONG          # SGLang's validate_input_length answers with an error
         output = self.served_output(req)
         longest = self.longest_prompt     # a generation-only request, prefilled elsewhere, passes
@@ -281,13 +288,15 @@ class ReplicaBase:
 
     def served_output(self, req: Request) -> int:
         """The output tokens ``req`` is served: all of them, but on a stack that cuts a request to its
-        rank's pool (SGLang's max_new_tokens = min(max_new_tokens, max_req_len - prompt - 1)) no more
-        than the pool holds beside the prompt. Where llmsim's own bound for such a stack (its
-        retraction's, a block's slack beside the decode reserve) is tighter, that bound: by at most a
-        page of output."""
+        rank's pool (SGLang's max_new_tokens = min(max_new_tokens, max_req_len - prompt - 1),
+        TensorRT-LLM's max_tokens = min(max_tokens, max_seq_len - prompt)) no more than the pool holds
+        beside the prompt. Where llmsim's own bound for such a stack (its retraction's, a block's slack
+        beside the decode reserve) is tighter, that bound: by at most a page of output. A prompt the
+        cut leaves no output is given one token, so that the pool's check refuses it (exceeds_kv), as
+        the stack answers it with an error."""
         if not self.request_cap:
             return req.output_tokens
-        room = self.request_cap - req.input_tokens - 1
+        room = self.request_cap - req.input_tokens - (0 if self.cuts_to_seq_len else 1)
         if self.retracts:
             room = min(room, self._retraction_room(req.input_tokens))
         return max(1, min(req.output_tokens, room))

@@ -175,14 +175,19 @@ class EngineConfig(BaseModel):
                     "is answered with an error on arrival, not run alone (TensorRT-LLM's PyTorch backend: "
                     "llmapi/llm.py _check_arguments, 'The sum of prompt length (...), query length (...) should "
                     "not exceed max_num_tokens', unless enable_chunked_prefill). The trtllm backend sets it")
-    clips_output: bool = Field(
+    clips_output: Literal[False, "max_req_len", "max_seq_len"] = Field(
         default=False,
-        description="true: a request longer than one rank's KV pool holds is served with its output cut to what "
-                    "the pool holds, and only a prompt within 5 tokens of it is answered with an error (SGLang: "
-                    "scheduler.py max_req_len = min(context_len - 1, max_total_num_tokens - 1), max_new_tokens = "
-                    "min(max_new_tokens, max_req_len - prompt - 1), max_req_input_len = max_req_len - 5 checked by "
-                    "validate_input_length); false: such a request is rejected on arrival (exceeds_kv). The sglang "
-                    "backend sets it")
+        description="whether a request longer than one rank's KV pool holds is served with its output cut to what "
+                    "the pool holds, and by whose rule. max_req_len (SGLang: scheduler.py max_req_len = "
+                    "min(context_len - 1, max_total_num_tokens - 1), max_new_tokens = min(max_new_tokens, "
+                    "max_req_len - prompt - 1), and a prompt of max_req_len - 5 tokens or more is answered with an "
+                    "error by validate_input_length); max_seq_len (TensorRT-LLM's PyTorch backend: the KV cache "
+                    "manager lowers max_seq_len to the tokens its pool holds, _torch/pyexecutor/resource_manager.py "
+                    "KVCacheManager._validate_and_adjust_attention_windows, and the executor worker cuts max_tokens "
+                    "to max_seq_len - prompt, executor/base_worker.py _deduce_max_tokens, so a request past "
+                    "max_model_len is cut too, not rejected, and only a prompt of max_seq_len tokens or more is "
+                    "answered with an error); false: such a request is rejected on arrival (exceeds_kv). The "
+                    "sglang and trtllm backends set it")
     mixed_prefill: Optional[bool] = Field(
         default=None, description="prefills share iterations with decodes; default: as chunked_prefill (vLLM "
                                   "mixes chunks; SGLang runs its prefill batches alone, chunked unless "

@@ -122,7 +122,7 @@ POOL_FIELDS = {
     "max_kv_utilization": leaf("fraction", "the most in use at once on a replica / the blocks requests can hold"),
     "preemptions": leaf("count", "sequences preempted for want of KV"),
     "outputs_clipped": leaf("count", "requests longer than an attention rank's KV pool served with their output cut "
-                                    "to what it holds", when="the pool's stack cuts them (engine.clips_output: SGLang)"),
+                                    "to what it holds", when="the pool's stack cuts them (engine.clips_output: SGLang, TensorRT-LLM)"),
     "rejected_on_admission": leaf("count", "requests the pool's admission control shed"),
     "mean_queue_depth": leaf("requests", "waiting requests, time-averaged, summed over replicas"),
     "max_queue_depth_per_replica": leaf("requests", "the longest queue on a replica"),
