@@ -669,7 +669,7 @@ def dau_differences(r: Runner) -> str:
         f"before any prefill chunk joins it (`{DAU_STEP}`), against the {sc.slo['tpot_p99_ms']:g} ms TPOT p99 "
         "target, and every step that also carries a slice of the 2,000 uncached prompt tokens per request is "
         f"longer; the sized shard runs a mean batch of {base['llmsim']['mean_batch_size']:.0f} per node. The "
-        f"node's KV memory holds {count(fit['max_concurrent_requests'])} requests of "
+        f"node's KV memory holds {count(fit['kv_concurrent_requests'])} requests of "
         f"{(fit['input_tokens'] + fit['output_tokens']) / 1e3:.1f}K tokens (`{DAU_FIT}`): "
         f"the case study's ~{DAU_PER_NODE} is of the order of that memory bound, not a batch the TPOT target "
         "sets.",

@@ -34,6 +34,26 @@ def _rank_budget(engine: EngineConfig | None, budget: int, dp: int) -> int:
     return engine.model_copy(update={"max_num_batched_tokens": budget}).rank_tokens(dp)
 
 
+#: Each stack's name for the most requests one attention-DP rank's scheduler runs at once, which
+#: llmsim's engines read as ``max_num_seqs``.
+SEQUENCE_CAP_FLAG = {"vllm": "max_num_seqs", "sglang": "max_running_requests", "trtllm": "max_batch_size"}
+
+
+def scheduler_cap(engine: EngineConfig | None, dp: int) -> tuple[int, str]:
+    """The most requests a replica runs at once whatever its KV holds, and the flag that sets it: every
+    attention-DP rank schedules its own batch of ``max_num_seqs`` (vLLM's DP engine cores, SGLang's DP
+    schedulers, TensorRT-LLM's ranks: :func:`~simulator.fleet.setup.rank_limits`), so dp times it; without
+    a backend, llmsim's own engine's default, as a run takes it."""
+    from .engine.config import EngineConfig
+    from .profiles.backend import load_backend
+
+    if engine is None:
+        return EngineConfig.model_fields["max_num_seqs"].default * dp, "max_num_seqs"
+    flag = SEQUENCE_CAP_FLAG.get(load_backend(engine.backend).stack, "max_num_seqs") if engine.backend \
+        else "max_num_seqs"
+    return engine.max_num_seqs * dp, flag
+
+
 def replica_memory(cm: CostModel, engine: EngineConfig | None = None, gpu_memory_utilization: float | None = None,
                    max_num_batched_tokens: int | None = None, block_size: int | None = None) -> MemoryPlan:
     """How one replica's GPUs divide between weights, reserves and KV: by
@@ -115,6 +135,8 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
     eng = None if engine is None else engine.model_copy(update={"max_num_batched_tokens": max_num_batched_tokens})
     # the blocks a sliding-window group's admission asks at most, as the pool's engine caps them
     cap = 0 if mem.windows is None or eng is None else admission_cap(mem.windows, eng, eng.longest_request(m))
+    kv_fit = mem.max_concurrent(input_tokens + output_tokens, input_tokens, cap)
+    seqs, flag = scheduler_cap(engine, cm.dp)
     out = {
         "gpu": cm.gpu.name,
         "model": cm.model.name,
@@ -144,7 +166,12 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "kv_window_bytes": mem.kv_window_bytes,
         "kv_capacity_bytes": mem.kv_capacity_bytes,
         "kv_capacity_tokens": mem.kv_capacity_tokens,
-        "max_concurrent_requests": mem.max_concurrent(input_tokens + output_tokens, input_tokens, cap),
+        # what runs at once: what the KV pool holds, held to the scheduler's cap, and which of the two binds
+        "max_concurrent_requests": min(kv_fit, seqs),
+        "kv_concurrent_requests": kv_fit,
+        "scheduler_concurrent_requests": seqs,
+        "scheduler_cap_flag": flag,
+        "concurrency_bound": "kv" if kv_fit <= seqs else "scheduler",
         "total_memory_bytes": mem.total_bytes,
     }
     if mfu is not None:

@@ -98,7 +98,8 @@ def test_6k_context_llama3_8b_kv(cli):
 def test_8xh100_node_holds_300_to_340_4k_requests(cli, model):
     """Case study: an 8×H100 node serving 70B bf16 holds 300–340 concurrent 4K-token requests."""
     out = request(cli, "--gpu", "h100-sxm", "--model", model, "--tp", "8", "--input", "4000", "--output", "96")
-    assert 300 <= out["max_concurrent_requests"] <= 340
+    assert 300 <= out["kv_concurrent_requests"] <= 340
+    assert out["max_concurrent_requests"] == 256 and out["concurrency_bound"] == "scheduler"    # max_num_seqs
     assert out["weights_bytes"] / 1e9 == pytest.approx(2 * (69.0 if model == "llama-2-70b" else 70.6), rel=0.01)
     total = out["total_memory_bytes"]
     assert out["weights_bytes"] + out["kv_capacity_bytes"] + out["reserve_bytes"] == pytest.approx(total)
@@ -209,10 +210,10 @@ def test_request_table_shows_the_json_figures(cli):
     assert r.code == 0, r.err
     rows = table_rows(r.out)
     for label, key in [("TTFT (ms)", "ttft_ms"), ("TPOT (ms)", "tpot_ms"), ("prefill tokens/s", "prefill_tokens_per_s"),
-                       ("prefill at 40% MFU (ms)", "mfu_prefill_ms"), ("concurrent requests that fit",
-                                                                      "max_concurrent_requests"),
-                       ("KV capacity (tokens)", "kv_capacity_tokens")]:
+                       ("prefill at 40% MFU (ms)", "mfu_prefill_ms"), ("KV capacity (tokens)", "kv_capacity_tokens")]:
         assert rows[label] == fmt(out[key]), label
+    assert rows["concurrent requests that fit"] == f"{out['max_concurrent_requests']:,}: the KV binds"
+    assert rows["scheduler's cap (requests)"] == "256 (max_num_seqs)"
     assert rows["KV per token"] == "128 KiB"
     assert rows["KV capacity"] == f"{out['kv_capacity_bytes'] / 1e9:.2f} GB"
 
@@ -531,7 +532,7 @@ def test_a_sliding_window_models_request_kv_is_on_its_capacitys_basis(cli):
     # 18 of 36 layers slide over 128 tokens, held in 16-token blocks: cdiv(127, 16) + 1 = 9 of them
     assert out["kv_window_bytes_per_request"] == 144 * out["kv_bytes_per_token"]
     fits = out["kv_capacity_bytes"] / (out["kv_bytes_per_request"] + out["kv_window_bytes_per_request"])
-    assert out["max_concurrent_requests"] <= fits < out["max_concurrent_requests"] + 16   # blocks of 16 tokens
+    assert out["kv_concurrent_requests"] <= fits < out["kv_concurrent_requests"] + 16   # blocks of 16 tokens
     table = cli("estimate", "request", "--gpu", "h200", "--model", "gpt-oss-120b", "--backend", "vllm",
                 "--input", "1000", "--output", "100")
     assert "sliding-window KV per request" in table.out
@@ -545,7 +546,7 @@ def test_a_short_requests_windows_are_what_its_vllm_pool_charges(cli):
               "--input", "40", "--output", "10", "--json").json()
     window = out["kv_window_bytes_per_request"] / out["kv_bytes_per_token"]
     assert window == 144
-    assert out["max_concurrent_requests"] == out["kv_capacity_tokens"] // (64 + window)   # 50 tokens in 4 blocks
+    assert out["kv_concurrent_requests"] == out["kv_capacity_tokens"] // (64 + window)   # 50 tokens in 4 blocks
 
 
 def test_a_vllm_release_that_sizes_its_pool_after_its_graphs_takes_them_as_a_flag(cli):
@@ -583,3 +584,20 @@ def test_a_layout_flag_below_one_is_named_as_the_flag_given(cli, flag):
     for what in (["request", "--input", "100", "--output", "10"], ["step", "--decode-batch", "4"]):
         r = cli("estimate", *what, "--gpu", "h200", "--model", "deepseek-v3", flag, "0")
         assert r.code == 2 and "Traceback" not in r.err and r.err.startswith(f"error: {flag}: "), r.err
+
+
+@pytest.mark.parametrize("backend,flag,per_rank", [("vllm", "max_num_seqs", 1024), ("sglang", "max_running_requests", 2048),
+                                                   ("trtllm", "max_batch_size", 2048)])
+def test_concurrency_is_held_to_the_schedulers_cap_of_every_rank(cli, backend, flag, per_rank):
+    """DeepSeek-V3 at dp 8 read 11,368 concurrent short requests on vLLM, what the KV pools hold, past the
+    8 × 1,024 its DP engine cores run at once: the figure is the smaller of the two, and says which binds."""
+    args = ("estimate", "request", "--gpu", "h200", "--model", "deepseek-v3", "--tp", "1", "--dp", "8", "--ep", "8",
+            "--weight-dtype", "fp8", "--backend", backend, "--input", "16", "--output", "16")
+    out = cli(*args, "--json").json()
+    assert out["scheduler_concurrent_requests"] == 8 * per_rank and out["scheduler_cap_flag"] == flag
+    assert out["kv_concurrent_requests"] > 8 * per_rank
+    assert out["max_concurrent_requests"] == 8 * per_rank and out["concurrency_bound"] == "scheduler"
+    rows = table_rows(cli(*args).out)
+    assert rows["concurrent requests the KV holds"] == f"{out['kv_concurrent_requests']:,}"
+    assert rows["scheduler's cap (requests)"] == f"8 × {per_rank:,} ({flag})"
+    assert rows["concurrent requests that fit"] == f"{8 * per_rank:,}: the scheduler's cap binds"

@@ -349,6 +349,17 @@ def _step_room(cm, engine, kv_tokens: int) -> str:
     return ""
 
 
+def _concurrency(out: dict, dp: int) -> list[tuple[str, object]]:
+    """How many requests run at once: what the KV pool holds, the scheduler's cap on running requests (dp
+    ranks of it, under the stack's own flag), and the smaller of the two, saying which binds."""
+    seqs = out["scheduler_concurrent_requests"]
+    cap = f"{seqs:,}" if dp == 1 else f"{dp} × {seqs // dp:,}"
+    binds = "the KV binds" if out["concurrency_bound"] == "kv" else "the scheduler's cap binds"
+    return [("concurrent requests the KV holds", out["kv_concurrent_requests"]),
+            ("scheduler's cap (requests)", f"{cap} ({out['scheduler_cap_flag']})"),
+            ("concurrent requests that fit", f"{out['max_concurrent_requests']:,}: {binds}")]
+
+
 @estimate_app.command("request", epilog=epilog("estimate request"))
 def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int = EP,
             input: int = typer.Option(..., "--input", help="prompt tokens"),
@@ -434,5 +445,5 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
              ("KV capacity", _gb(out["kv_capacity_bytes"])),
              # the figure the stacks' start-up logs give (vLLM's "GPU KV cache size: N tokens")
              ("KV capacity (tokens)", out["kv_capacity_tokens"]),
-             ("concurrent requests that fit", out["max_concurrent_requests"])]
+             *_concurrency(out, dp)]
     console.print(_table(f"{model} on {_replica(tp, dp, ep)} {gpu}: {input} in / {output} out", rows))
