@@ -138,10 +138,28 @@ def le(a: float, b: float) -> bool:
 
 # --- monotonicity ------------------------------------------------------------
 
+def same_expert_tiles(cm, lo: int, hi: int) -> bool:
+    """Whether a step of ``lo`` and one of ``hi`` tokens run the MoE layers' row-padding kernels at
+    the same row block. The launcher picks its block from the pairs per expert it expects
+    (:func:`simulator.costmodel.moe.row_block`: FlashInfer's TRT-LLM-gen token tiles, matmul_ogs'
+    BLOCK_M), and a taller block wastes fewer per-tile costs: DeepSeek-V3 on a B200 computes 1,025
+    tokens' experts faster than 1,000's (tile 32 against 16), as the real kernel does. Monotonicity
+    is the property of one kernel configuration."""
+    from simulator.costmodel.moe import row_block
+
+    ops = cm.ops
+    if ops is None or ops.moe is None or not getattr(ops.moe_params, "row_padding", False):
+        return True
+    tiles = ops.moe_params.token_tiles
+    k, local = ops.moe.topk, ops.moe.local_experts
+    return float(row_block(lo * k, local, tiles)) == float(row_block(hi * k, local, tiles))
+
+
 @PROPS
 @given(cm=cost_models(max_eta=1.5), p=ordered(tokens), cached=contexts, decode=st.integers(0, 64))
 def test_nondecreasing_in_prefill_tokens(cm, p, cached, decode):
     lo, hi = p
+    assume(same_expert_tiles(cm, lo + decode, hi + decode))
     ctx = decode * 2048.0
     assert le(cm.step_time([(lo, cached)], decode, ctx), cm.step_time([(hi, cached)], decode, ctx))
 
@@ -157,6 +175,7 @@ def test_nondecreasing_in_prefill_context(cm, new, c):
 @given(cm=cost_models(max_eta=1.5), b=ordered(batches), per_seq=st.integers(1, 32768))
 def test_nondecreasing_in_decode_batch(cm, b, per_seq):
     lo, hi = b
+    assume(same_expert_tiles(cm, lo, hi))
     assert le(cm.step_time((), lo, lo * per_seq), cm.step_time((), hi, hi * per_seq))
 
 
