@@ -145,6 +145,24 @@ def test_per_unit_prices_bill_the_arrival_span_as_the_month_does():
     assert cost_block([b], reqs, 120.0)["usd_per_request"] == pytest.approx(0.80 / 2)   # no arrival span given
 
 
+def test_a_light_load_is_priced_over_its_whole_duration_not_the_runs_end():
+    """Two requests offered over a 500 s duration, the last ended at 470 s: the month's usage is read over the
+    500 s they were offered in (the run's end cut it to 470 s, each price 6 % low); a trace's duration_s
+    only cuts the replay, so its traffic arrived by its last arrival."""
+    from types import SimpleNamespace
+
+    from simulator.metrics.monthly import MonthRule
+
+    reqs = [req(0, 0.0, 10.0), req(1, 460.0, 470.0)]
+    b = pool_billing(pool(replicas=1, usd_per_gpu_hour=3.6), H100, [(0.0, 1)], 470.0)
+    poisson = MonthRule(workload=SimpleNamespace(duration_s=500.0, is_trace=False))
+    c = cost_block([b], reqs, 470.0, monthly=poisson, arrivals_s=460.0)
+    assert c["usd_per_request"] == pytest.approx(3.6 / 3600 * 500 / 2)
+    trace = MonthRule(workload=SimpleNamespace(duration_s=7200.0, is_trace=True))
+    c = cost_block([b], reqs, 470.0, monthly=trace, arrivals_s=460.0)
+    assert c["usd_per_request"] == pytest.approx(3.6 / 3600 * 460 / 2)
+
+
 # -- sessions ------------------------------------------------------------------------
 
 def hand_sessions() -> list[Request]:

@@ -210,12 +210,17 @@ class MonthRule:
 
 
 def arrival_span(rule: "MonthRule", window_s: float, arrivals_s: Optional[float] = None) -> Optional[float]:
-    """The part of the window [0, ``window_s``] the traffic arrived in: the workload's duration, else
-    ``arrivals_s`` (the last arrival); None when there is none. The month's usage and every per-unit
-    figure are read over it, so that the drain after it does not count as time the load was offered."""
+    """The time the traffic arrived over: the workload's duration, else ``arrivals_s`` (the last
+    arrival; for a trace, whose ``duration_s`` only cuts the replay, always); None when there is none.
+    The month's usage and every per-unit figure are read over it, so that the drain after it does not
+    count as time the load was offered. It is not cut at the run's end: a light load whose last request
+    ended before its duration was offered over the whole duration (5 requests over 500 s read their
+    price 6 % low over the 468 s the run lasted)."""
     if window_s <= 0:
         return None
-    span = min(getattr(rule.workload, "duration_s", None) or arrivals_s or window_s, window_s)
+    workload = rule.workload
+    stated = None if getattr(workload, "is_trace", False) else getattr(workload, "duration_s", None)
+    span = stated or arrivals_s or window_s
     return span if span > 0 else None
 
 
