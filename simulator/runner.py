@@ -229,7 +229,8 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
                          timing_block(wall, len(requests)), plan)
     try:
         llmsim = llmsim_block(plan, pools, end, engine, records, scalers,
-                              began_before=_sessions_begun(src.requests[:warmup]) if wl.lead_in_s else ())
+                              began_before=_sessions_begun(src.requests[:warmup]) if wl.lead_in_s else (),
+                              replay_s=getattr(src, "window_s", None))
     except LlmsimError as e:     # a figure the scenario asked for cannot be read off what ran (cost.monthly)
         raise LlmsimError(e.message, source=e.source or source, key_path=e.key_path) from None
     results = compute_results(records, gaps, slo=plan.slo, llmsim=llmsim,

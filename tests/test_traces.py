@@ -451,6 +451,39 @@ def test_trace_workload_is_cut_by_num_requests_and_duration(tmp_path):
     assert cut.block_tokens is None and trace_workload(arrival={"path": p.name}).id_block_tokens(tmp_path) is None
 
 
+def test_a_trace_is_offered_over_its_replay_window_not_to_its_last_arrival(tmp_path):
+    """Rows each second for 10 s, then one at 200 s: a 60 s window is 60 s though its last arrival is at 9 s
+    (Azure's code trace has 63 rows in its first 60 s, the last at 39 s, and read 53 % more load than it
+    offered); a window past the file ends with its last row; a cut by count ends with the last kept."""
+    rows = "".join(f"{t},500,20\n" for t in [*range(10), 200])
+    p = write(tmp_path, "t.csv", "timestamp,input_tokens,output_tokens\n" + rows)
+
+    def window(num_requests=None, duration_s=None, **arrival):
+        wl = {"num_requests": num_requests} if num_requests else {}
+        if duration_s:
+            wl["duration_s"] = duration_s
+        return make_source(trace_workload(arrival={"path": p.name, **arrival}, **wl), 0, tmp_path).window_s
+
+    assert window() == 200.0 and window(duration_s=60.0) == 60.0
+    assert window(end_s=60.0) == 60.0 and window(end_s=60.0, time_scale=2.0) == 30.0
+    assert window(start_s=5.0, end_s=500.0) == 195.0                  # the file ends at 200 s
+    assert window(end_s=60.0, max_requests=4) == 3.0 and window(end_s=60.0, num_requests=4) == 3.0
+    assert window(end_s=60.0, num_requests=50) == 60.0
+
+
+def test_a_trace_windows_load_and_prices_are_read_over_its_window(tmp_path):
+    from simulator.runner import simulate
+    from simulator.scenario.schema import Scenario
+
+    rows = "".join(f"{t},500,20\n" for t in [*range(10), 200])      # 10 requests in the first 10 s of 60
+    (tmp_path / "t.csv").write_text("timestamp,input_tokens,output_tokens\n" + rows)
+    sc = {"name": "quiet", "workload": {"arrival": {"type": "trace", "path": str(tmp_path / "t.csv"), "end_s": 60}},
+          "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm", "usd_per_gpu_hour": 3.6}]}
+    llmsim = simulate(Scenario.model_validate(sc)).results["llmsim"]
+    assert llmsim["load"]["window_s"] == 60.0 and llmsim["load"]["offered_rps"] == pytest.approx(10 / 60)
+    assert llmsim["cost"]["usd_per_request"] == pytest.approx(3.6 / 3600 * 60 / 10)
+
+
 def test_trace_rate_scale_draws_from_the_seed(tmp_path):
     p = grid_trace(tmp_path, n=200)
     spec = trace_workload(arrival={"path": p.name, "rate_scale": 0.5, "jitter_s": 1.0})

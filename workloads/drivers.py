@@ -106,11 +106,14 @@ class OpenLoop:
     """
 
     def __init__(self, requests: list[Request], block_tokens: Optional[int] = None,
-                 attach: Optional[Callable[[int, Request], None]] = None):
+                 attach: Optional[Callable[[int, Request], None]] = None, window_s: Optional[float] = None):
         self.requests = requests
         self.expected_total: Optional[int] = len(requests)
         self.block_tokens = block_tokens
         self.attach = attach
+        # the time the traffic was offered over where neither the workload's duration nor the requests
+        # tell it: a trace's replay window, which its quiet stretches run past its last arrival
+        self.window_s = window_s
 
     def start(self, env: simpy.Environment, submit: Submit, cancel: Submit) -> None:
         reqs, attach = self.requests, self.attach
@@ -497,14 +500,16 @@ def _closed_loop(workload: WorkloadSpec, s: Streams, block_tokens: Optional[int]
 def _trace_source(workload: WorkloadSpec, s: Streams, base_dir, subset: Optional[Subset] = None) -> OpenLoop:
     """A trace replayed open loop, cut short by ``duration_s`` and ``num_requests`` when given."""
     trace = read_trace(workload.arrival, base_dir, s.arrivals)
-    requests = trace.requests
+    requests, window = trace.requests, trace.window_s
     if workload.duration_s is not None:
         requests = [r for r in requests if r.arrival < workload.duration_s]
-    if workload.num_requests is not None:
+        window = min(window, workload.duration_s)
+    if workload.num_requests is not None and len(requests) > workload.num_requests:
         requests = requests[: workload.num_requests]
+        window = requests[-1].arrival
     if subset is not None and requests:
         sid = np.fromiter((r.session for r in requests), dtype=np.int64, count=len(requests))
         rid = np.fromiter((r.id for r in requests), dtype=np.int64, count=len(requests))
         keep = np.where(sid >= 0, subset.sessions(np.maximum(sid, 0)), subset.requests(rid))
         requests = [r for r, k in zip(requests, keep.tolist()) if k]
-    return OpenLoop(requests, trace.block_size)
+    return OpenLoop(requests, trace.block_size, window_s=window)

@@ -30,7 +30,8 @@ Definitions:
 * **per-unit prices** ($ per token, request, session) are the monthly bill
   over the month's usage: the window's usage extrapolated by the same
   ``cost.monthly`` rule over the **arrival span** (the workload's duration,
-  or the last arrival), as ``cost.api`` extrapolates it, not over the drain
+  a trace's replay window, or the last arrival), as ``cost.api``
+  extrapolates it, not over the drain
   after it. A price × the month's usage is then ``monthly_usd``. Under
   ``window`` and ``day`` this is the window's cost per hour × the arrival
   span ÷ its usage; divided by the whole window's bill instead, a 60 s load
@@ -276,7 +277,7 @@ FIELDS = {
                                                       "basis of usd_per_million_tokens"),
     "usd_per_million_tokens": leaf("USD/Mtok", "monthly_usd per million tokens of the month's usage, input and output "
                                                "alike: the finished tokens extrapolated as the bill is, over the "
-                                               "arrival span (the workload's duration, or the last arrival; not the "
+                                               "arrival span (the workload's duration, a trace's replay window, or the last arrival; not the "
                                                "drain after it), as cost.api's are; under window and day, the "
                                                "window's cost per hour × the arrival span / its tokens. monthly_usd "
                                                "null: window_usd / the tokens"),

@@ -3,7 +3,8 @@
 Percentiles alone cannot say it: a fleet offered twice what it serves still
 prints a latency table, its TTFT the time requests spent queueing behind a
 backlog that grew all run. Over the arrival window [0, T] (``workload.duration_s``,
-else, and always for a trace, whose ``duration_s`` only cuts the replay, the last arrival):
+else the last arrival; for a trace, whose ``duration_s`` only cuts the replay, the window it
+replays, which its last arrival may end well before: ``workloads.traces._replay_window``):
 
 * ``offered_rps``: requests that arrived by T, per second of T;
 * ``completed_rps``: requests finished by T, per second of T;
@@ -69,7 +70,9 @@ FIELDS = {
     "overloaded": leaf("bool", "the fleet did not keep up: its queue grew, requests never ended or were stranded, "
                                "it shed over 5 %, its stack answered prompts over its unchunked token budget "
                                "with an error (over_budget), or a replica could never hold some (never_fit)"),
-    "window_s": leaf("s", "the arrival window T: workload.duration_s, else (and for a trace) the last arrival"),
+    "window_s": leaf("s", "the arrival window T: workload.duration_s, else the last arrival; for a trace its replay "
+                          "window (arrival.start_s to end_s, ended early by the file's last row, by duration_s or, "
+                          "where max_requests or num_requests cut it, by the last request kept)"),
     "offered_rps": leaf("req/s", "requests that arrived by T, per second of T"),
     "completed_rps": leaf("req/s", "requests finished by T, per second of T"),
     "served_fraction": leaf("fraction", "requests finished by T / requests arrived by T"),

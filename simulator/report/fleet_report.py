@@ -204,12 +204,14 @@ def timing_block(wall: float, requests: int) -> dict:
     return {"wall_time_s": wall, "sim_requests_per_wall_s": requests / wall if wall > 0 else None}
 
 
-def _load_window(workload) -> Optional[float]:
+def _load_window(workload, replay_s: Optional[float] = None) -> Optional[float]:
     """The arrival window the load verdict reads: the workload's ``duration_s``, except for a trace,
-    whose window ends with its last replayed arrival (None: load_block takes it). On a trace
-    ``duration_s`` only cuts the replay, and one longer than it divided a 60 s burst's rates over
-    7,200 s and read its queue at 3,600 s, long drained: an overloaded fleet passed."""
-    return None if getattr(workload.arrival, "type", None) == "trace" else workload.duration_s
+    whose window is its replay's (``replay_s``: the spec's start_s to end_s within the file's rows, or
+    to its last replayed arrival where max_requests or num_requests cut it; None: load_block takes the
+    last arrival). On a trace ``duration_s`` only cuts the replay, and one longer than it divided a
+    60 s burst's rates over 7,200 s and read its queue at 3,600 s, long drained: an overloaded fleet
+    passed."""
+    return replay_s if getattr(workload.arrival, "type", None) == "trace" else workload.duration_s
 
 
 def _arrival_span(requests: Records) -> Optional[float]:
@@ -231,7 +233,9 @@ def _arrival_span(requests: Records) -> Optional[float]:
 
 def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
                  engine: str, requests: "Records | list[Request]", scalers: dict,
-                 began_before: Sequence[int] = ()) -> dict:
+                 began_before: Sequence[int] = (), replay_s: Optional[float] = None) -> dict:
+    """``replay_s``: a trace's replay window (:attr:`workloads.drivers.OpenLoop.window_s`), the time
+    its traffic was offered over, which the load verdict and the per-unit prices read."""
     sc, setups = plan.scenario, plan.setups
     requests = Records.of(requests)
     ttft_ms = plan.slo.thresholds.get("ttft")
@@ -249,7 +253,8 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     fleet = gpu_count(gpu_timeline, now)
     first = blocks[setups[0].spec.name]
     single = len(setups) == 1
-    arrivals = _arrival_span(requests)
+    load_window = _load_window(sc.workload, replay_s)
+    arrivals = load_window if sc.workload.is_trace and load_window else _arrival_span(requests)
     out = {
         "version": __version__,
         "seed": sc.seed,
@@ -273,7 +278,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         "ttft_budget": ttft_budget(requests, response_s=plan.response_s),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
                            monthly=plan.month, arrivals_s=arrivals, began_before=began_before),
-        "load": load_block(requests, _load_window(sc.workload)),
+        "load": load_block(requests, load_window),
         "simulated_seconds": now,
     })
     out["energy"] = _energy(plan, pools, bills, now, requests)

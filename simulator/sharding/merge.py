@@ -60,9 +60,14 @@ def run_sharded(sc: Scenario, shards: int, *, source: Optional[Path] = None, eng
     for bit, memory is bounded by a few columns instead of the table."""
     wall = time.perf_counter()
     compiled = compile_scenario(sc, source)    # the run's size checked before the lone requests are drawn
-    if sc.workload.is_trace and shards > 1:
-        # a shard checks only the rows it keeps: the whole trace is held to the run's limits here, once
-        check_source(sc, make_source(sc.workload, sc.seed, compiled.folder), source, compiled.folder)
+    replay_s = None
+    if sc.workload.is_trace:     # the whole trace's replay window, which no shard's rows tell
+        whole = make_source(sc.workload, sc.seed, compiled.folder)
+        replay_s = whole.window_s
+        if shards > 1:
+            # a shard checks only the rows it keeps: the whole trace is held to the run's limits here, once
+            check_source(sc, whole, source, compiled.folder)
+        del whole
     plan = plan_shards(sc, shards, source)
     rows = dealt_rows(sc, plan.subsets)
 
@@ -87,7 +92,8 @@ def run_sharded(sc: Scenario, shards: int, *, source: Optional[Path] = None, eng
     finally:
         if own:
             ex.close()
-    return merge_outcomes(plan, outcomes, source=source, engine=engine, started=wall, compiled=compiled)
+    return merge_outcomes(plan, outcomes, source=source, engine=engine, started=wall, compiled=compiled,
+                          replay_s=replay_s)
 
 
 def merge_columns(plan: ShardPlan, outcomes: list[ShardOutcome]) -> "MutableMapping[str, np.ndarray]":
@@ -178,9 +184,10 @@ def _merge_timeline(frames: list, end: float):
 
 def merge_outcomes(plan: ShardPlan, outcomes: list[ShardOutcome], *, source: Optional[Path] = None,
                    engine: str = "fast", started: Optional[float] = None,
-                   compiled: Optional[FleetPlan] = None) -> RunOutput:
+                   compiled: Optional[FleetPlan] = None, replay_s: Optional[float] = None) -> RunOutput:
     """One run's output from the shards' (see the module docstring);
-    ``compiled``: the whole scenario's plan, when the caller has it."""
+    ``compiled``: the whole scenario's plan, when the caller has it; ``replay_s``: a trace's replay
+    window (:func:`~simulator.report.fleet_report.llmsim_block`)."""
     sc = plan.scenario
     outcomes = sorted(outcomes, key=lambda o: o.index)
     compiled = compile_scenario(sc, source) if compiled is None else compiled
@@ -191,7 +198,7 @@ def merge_outcomes(plan: ShardPlan, outcomes: list[ShardOutcome], *, source: Opt
     requests = Records(merge_columns(plan, outcomes))
     gaps = GapGrid.merge(o.gaps for o in outcomes)
     wall = time.perf_counter() - started if started is not None else sum(o.wall_s for o in outcomes)
-    llmsim = llmsim_block(compiled, pools, end, engine, requests, scalers)
+    llmsim = llmsim_block(compiled, pools, end, engine, requests, scalers, replay_s=replay_s)
     llmsim["shards"] = {**plan.describe(),
                         "requests_per_shard": per_shard,
                         "simulated_seconds_per_shard": [o.end for o in outcomes]}
