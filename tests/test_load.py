@@ -88,6 +88,32 @@ def test_a_steady_queue_is_not_overload_and_a_growing_one_is():
     assert load_block(pending, 100.0)["overloaded"]
 
 
+def test_a_closed_loops_warm_up_is_not_in_its_load_window(tmp_path):
+    """A closed loop's counted requests start after its warm-up, whose requests are in no figure: counted from
+    t = 0, 200 requests at ~10 req/s after 200 of warm-up read 'offered 5.03 req/s over the 40 s arrival
+    window' beside a request throughput of 9.44, and each was priced at twice the loop without warm-up's."""
+    t = np.arange(50, 100, 0.1)          # counted from 50 s on, at 10 req/s
+    fin = int(Status.FINISHED)
+    b = load_block(_records(t, t + 0.5, t + 1.0, [fin] * t.size), None, 50.0)
+    assert b["window_s"] == pytest.approx(49.9) and b["offered_rps"] == pytest.approx(10, rel=0.01)
+    from simulator.runner import simulate
+    from simulator.scenario.schema import Scenario
+
+    def run(warmup: int) -> dict:
+        sc = {"name": "loop", "seed": 1,
+              "workload": {"num_requests": 24, "input_tokens": {"dist": "fixed", "value": 500},
+                           "output_tokens": {"dist": "fixed", "value": 30},
+                           "arrival": {"type": "concurrency", "concurrency": 4, "warmup_requests": warmup}},
+              "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm"}]}
+        return simulate(Scenario.model_validate(sc)).results
+
+    cold, warm = run(0), run(24)
+    assert warm["llmsim"]["load"]["offered_rps"] == pytest.approx(cold["llmsim"]["load"]["offered_rps"], rel=0.1)
+    assert warm["llmsim"]["load"]["completed_rps"] == pytest.approx(warm["request_throughput"], rel=0.1)
+    assert warm["llmsim"]["cost"]["usd_per_request"] == pytest.approx(cold["llmsim"]["cost"]["usd_per_request"],
+                                                                      rel=0.1)
+
+
 def test_the_verdict_counts_what_was_not_served_and_shedding_is_overload():
     t = np.arange(0, 100, 0.1)          # 1,000 requests at 10 req/s, each served in 1 s
     fin, nan = int(Status.FINISHED), np.nan

@@ -72,14 +72,15 @@ FIELDS = {
                                "with an error (over_budget), or a replica could never hold some (never_fit)"),
     "window_s": leaf("s", "the arrival window T: workload.duration_s, else the last arrival; for a trace its replay "
                           "window (arrival.start_s to end_s, ended early by the file's last row, by duration_s or, "
-                          "where max_requests or num_requests cut it, by the last request kept)"),
+                          "where max_requests or num_requests cut it, by the last request kept); after a closed loop's "
+                          "warm-up, from its first counted request to the last"),
     "offered_rps": leaf("req/s", "requests that arrived by T, per second of T"),
     "completed_rps": leaf("req/s", "requests finished by T, per second of T"),
     "served_fraction": leaf("fraction", "requests finished by T / requests arrived by T"),
-    "queued_at_mid": leaf("count", "requests arrived but neither admitted nor ended at T/2"),
+    "queued_at_mid": leaf("count", "requests arrived but neither admitted nor ended at the window's middle (T/2)"),
     "queued_at_end": leaf("count", "requests arrived but neither admitted nor ended at T"),
     "running_at_end": leaf("count", "requests admitted and not yet ended at T"),
-    "queue_growth_rps": leaf("req/s", "(queued_at_end − queued_at_mid) / (T/2)"),
+    "queue_growth_rps": leaf("req/s", "(queued_at_end − queued_at_mid) / (window_s / 2)"),
     "unfinished": leaf("count", "requests still pending when the run stopped"),
     "stranded": leaf("count", "requests preempted after streaming whose readmission could never fit the KV pool "
                               "again: the server would have held them, and those queued behind them, forever"),
@@ -124,8 +125,10 @@ def _queued(rec: Records, end: np.ndarray, t: float) -> int:
     return int(np.count_nonzero(waiting))
 
 
-def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
-    """The ``llmsim.load`` verdict (definitions in the module docstring). Of the rejected requests (their
+def load_block(rec: Records, window_s: Optional[float], opens_s: float = 0.0) -> dict[str, Any]:
+    """The ``llmsim.load`` verdict (definitions in the module docstring) over the window from ``opens_s``
+    (a closed loop's first counted request: its warm-up's time, whose requests are not in ``rec``, halved
+    every rate and read the queue's middle at the warm-up's end) to T. Of the rejected requests (their
     ``reject_reason``, stamped by whoever refused them), those longer than their pool's server takes
     (``engine.max_model_len``; a contiguous pool's ``max_new_tokens``) are the client's input error, not
     load turned away: more GPUs would not serve them. Those whose prompt their stack refuses without
@@ -138,12 +141,13 @@ def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
     if not len(rec):
         return {"overloaded": False, "window_s": 0.0, "verdict": "no requests"}
     t = float(window_s) if window_s else float(np.max(arrival))
+    span = t - opens_s
     status = rec.status
     end = np.where(np.isfinite(rec.finish), rec.finish, np.inf)
     arrived = arrival <= t
     finished = (status == int(Status.FINISHED)) & (end <= t)
     offered = int(np.count_nonzero(arrived))
-    mid = t / 2.0
+    mid = opens_s + span / 2.0
     q_mid, q_end = _queued(rec, end, mid), _queued(rec, end, t)
     running = int(np.count_nonzero(arrived & (rec.admitted <= t) & ~(end <= t)))
     withdrawn = (status == int(Status.CANCELLED)) | (status == int(Status.RATE_LIMITED))
@@ -163,18 +167,18 @@ def load_block(rec: Records, window_s: Optional[float]) -> dict[str, Any]:
     growing = growth > growth_noise(second_half, q_mid)
     shedding = rejected > SHED_FRACTION * len(rec)
     overloaded = bool(growing or unfinished or stranded or shedding or n_over or n_unfit)
-    per_s = (lambda n: n / t) if t > 0 else (lambda n: None)
+    per_s = (lambda n: n / span) if span > 0 else (lambda n: None)
     ended = end[np.isfinite(end)]
     out = {
         "overloaded": overloaded,
-        "window_s": t,
+        "window_s": span,
         "offered_rps": per_s(offered),
         "completed_rps": per_s(int(np.count_nonzero(finished))),
         "served_fraction": int(np.count_nonzero(finished)) / offered if offered else None,
         "queued_at_mid": q_mid,
         "queued_at_end": q_end,
         "running_at_end": running,
-        "queue_growth_rps": growth / mid if mid > 0 else None,
+        "queue_growth_rps": growth / (span / 2.0) if span > 0 else None,
         "unfinished": unfinished,
         "stranded": stranded,
         "shed": rejected,

@@ -214,6 +214,17 @@ def _load_window(workload, replay_s: Optional[float] = None) -> Optional[float]:
     return replay_s if getattr(workload.arrival, "type", None) == "trace" else workload.duration_s
 
 
+def _counted_from(workload, requests: Records) -> float:
+    """Where the counted traffic starts: a closed loop's first counted request, after its warm-up
+    (``arrival.warmup_requests``), whose requests are left out of every figure; else t = 0. Counted
+    from t = 0, 200 requests at 10 req/s after 200 of warm-up read as offered at 5 req/s, and each
+    priced twice what it costs (the per-unit prices' arrival span, :func:`_arrival_span`, is then
+    counted from here too; the bill's window still runs from t = 0)."""
+    if not getattr(workload.arrival, "warmup_requests", 0) or not len(requests):
+        return 0.0
+    return float(requests.arrival.min())
+
+
 def _arrival_span(requests: Records) -> Optional[float]:
     """How long the traffic took to arrive where the workload states no duration: the last request's
     arrival, a session counting from its start (its later turns follow the traffic, they do not extend
@@ -254,7 +265,10 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     first = blocks[setups[0].spec.name]
     single = len(setups) == 1
     load_window = _load_window(sc.workload, replay_s)
+    opens = _counted_from(sc.workload, requests)
     arrivals = load_window if sc.workload.is_trace and load_window else _arrival_span(requests)
+    if arrivals is not None:
+        arrivals -= opens
     out = {
         "version": __version__,
         "seed": sc.seed,
@@ -278,7 +292,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         "ttft_budget": ttft_budget(requests, response_s=plan.response_s),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
                            monthly=plan.month, arrivals_s=arrivals, began_before=began_before),
-        "load": load_block(requests, load_window),
+        "load": load_block(requests, load_window, opens),
         "simulated_seconds": now,
     })
     out["energy"] = _energy(plan, pools, bills, now, requests)
