@@ -82,6 +82,7 @@ from .trace_formats import MOONCAKE_BLOCK_SIZE, READERS, TRACE_FORMATS, RawTrace
 from .trace_stats import TraceStats, ideal_block_hit_rate, trace_stats
 
 __all__ = ["TraceSpec", "Trace", "TRACE_FORMATS", "load_trace", "read_trace", "parse_trace_spec", "seeds_alike",
+           "copies_in_step",
            "resolve_trace_path", "existing_trace_file", "trace_block_tokens", "TraceStats", "trace_stats",
            "ideal_block_hit_rate"]
 
@@ -99,7 +100,8 @@ class TraceSpec(ArrivalProcess):
     time_scale: float = Field(default=1.0, gt=0, description="replay speed-up: timestamps are divided by it")
     rate_scale: float = Field(default=1.0, gt=0, le=1e8,
                               description="request-volume multiplier on the trace's own clock "
-                                          "(thinning below 1, superposed copies above; at most 10⁸, the most "
+                                          "(thinning below 1, superposed copies above, each at its row's own "
+                                          "timestamp unless jitter_s spreads them; at most 10⁸, the most "
                                           "requests a run holds, as one row replayed)")
     start_s: float = Field(default=0.0, ge=0, description="window start, seconds after the first row")
     end_s: Optional[float] = Field(default=None, gt=0, description="window end (exclusive), same clock")
@@ -410,3 +412,16 @@ def seeds_alike(arrival: object, seeds: int) -> Optional[str]:
     return (f"the trace {arrival.path} draws nothing at random, so its {seeds} seeds replay the same requests "
             f"and their spread is zero, not the traffic's; set workload.arrival.jitter_s (seconds added to each "
             f"timestamp at random) or a fractional rate_scale for draws that differ")
+
+
+def copies_in_step(arrival: object) -> Optional[str]:
+    """A warning where rate_scale above 1 replays each row's copies at the row's own timestamp (no
+    jitter_s): they arrive together, a burst of identical prompts, not as the independent users more
+    traffic brings (Azure's code trace at rate_scale 4 on 6 H100s read a TTFT p50 of 121 ms, 69 ms with
+    the copies spread over 2 s); None otherwise."""
+    if not isinstance(arrival, TraceSpec) or arrival.rate_scale <= 1 or arrival.jitter_s > 0:
+        return None
+    return (f"rate_scale {arrival.rate_scale:g} replays each row of the trace {arrival.path} as up to "
+            f"{math.ceil(arrival.rate_scale)} requests at the row's own timestamp, so the copies arrive together "
+            f"as one burst rather than as independent users; set workload.arrival.jitter_s (seconds added to each "
+            f"timestamp at random) to spread them")

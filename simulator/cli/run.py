@@ -15,7 +15,7 @@ from .output import console, print_json, provenance_notes
 from .progress import simulate_shown
 from .rundir import output_folder, output_path, write_run_files
 from .examples import epilog
-from workloads.traces import seeds_alike
+from workloads.traces import copies_in_step, seeds_alike
 from .options import (Address, ConnectTimeout, ExecutorName, Workers, check_connect_timeout, one_value_per_key,
                     open_executor)
 
@@ -123,6 +123,9 @@ def run(ctx: typer.Context,
     chosen = select_variants(sc.variants, variant, path)
     if chosen:
         sc = load_with_variants(path, chosen, set_)
+    in_step = copies_in_step(sc.workload.arrival)
+    if in_step:
+        warn(in_step)
     with output_folder(output, overwrite=overwrite, inputs=[path]) as stage:
         with blamed_on(path, variant_overlays(chosen), set_):
             if replicates > 1:

@@ -32,7 +32,7 @@ from ..scenario.overlays import overlaid, variant_overlays
 from ..scenario.overrides import Given, given_sets, refuse_overlaps
 from ..scenario.variants import Variant, merge_overlays, overlay_assignments, select_variants, yaml_text
 from ..validation.error_model import ErrorModel
-from workloads.traces import seeds_alike
+from workloads.traces import copies_in_step, seeds_alike
 from .batch import run_points
 from .confidence import judge_at_confidence
 from .executors import Executor
@@ -302,7 +302,8 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
     return Plan(str(path), "max_rate" if max_rate else "min", searched, [sc.seed + k for k in range(seeds)],
                 _ranked(candidates, max_rate), probes, list(variants), cli, confidence,
                 {g: load_hardware(g).provenance() for g in sorted(gpus)}, varied, pinned,
-                [w for w in [seeds_alike(sc.workload.arrival, seeds), _bound_note(bounds_hit, max_rate, key)] if w])
+                [w for w in [seeds_alike(sc.workload.arrival, seeds), copies_in_step(sc.workload.arrival),
+                             _bound_note(bounds_hit, max_rate, key)] if w])
 
 
 def _bound_note(hit: list[str], max_rate: bool, key: str) -> str:
