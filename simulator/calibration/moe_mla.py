@@ -201,16 +201,48 @@ def load(data_dir: Path, gpus: dict[str, HardwareProfile], moe_formats: tuple[st
         df = df[df["profile"].isin(gpus)].copy()
         kern = df[df["table"].isin(["context_mla_perf", "generation_mla_perf"])
                   & (df["framework_version"].astype(str) == MLA_KERNEL_VERSION)]
-        mod = df[df["table"].isin(["mla_context_module_perf", "mla_generation_module_perf"])
-                 & (df["framework_version"].astype(str) == MLA_MODULE_VERSION)]
-        keys = ["profile", "table", "kv_cache_dtype", "gemm_type", "num_heads_per_gpu", "batch_size", "isl", "kv_len"]
-        mod = mod.loc[mod.groupby(keys, dropna=False)["t_s"].idxmin()]
-        mla = pd.concat([kern, mod]).reset_index(drop=True)
-        mla["kv_bytes"] = mla["kv_cache_dtype"].map(_KV)
-        if mla["kv_bytes"].isna().any():
-            raise LlmsimError(f"MLA rows with unknown kv_cache_dtype {sorted(set(mla.loc[mla.kv_bytes.isna(), 'kv_cache_dtype']))}",
-                              source=mla_path)
+        mod = fastest_modules(df[df["table"].isin(MODULE_TABLES)
+                                 & (df["framework_version"].astype(str) == MLA_MODULE_VERSION)])
+        mla = _with_kv_bytes(pd.concat([kern, mod]).reset_index(drop=True), mla_path)
     return MoeMlaData(moe, mla, excluded)
+
+
+MODULE_TABLES = ("mla_context_module_perf", "mla_generation_module_perf")
+# The stacks whose own MLA module rows ``kernels/mla_more.csv.gz`` holds, and
+# the release they were timed on. SGLang is not one: its rows there are
+# kernel-only (context_mla_perf, generation_mla_perf, mla_bmm_perf), the
+# attention kernel without the module's projections and per-call costs, while
+# the profile's mla_decode is fitted inside the module (it absorbs those), so
+# no SGLang row compares with what the profile prices.
+STACK_MODULE_VERSIONS = {"trtllm": "1.3.0rc20"}
+
+
+def fastest_modules(df: pd.DataFrame) -> pd.DataFrame:
+    """Each module configuration's fastest row: the collector times every attention backend, and a tuned
+    deployment runs the fastest."""
+    keys = ["profile", "table", "kv_cache_dtype", "gemm_type", "num_heads_per_gpu", "batch_size", "isl", "kv_len"]
+    return df.loc[df.groupby(keys, dropna=False)["t_s"].idxmin()]
+
+
+def _with_kv_bytes(df: pd.DataFrame, path: Path) -> pd.DataFrame:
+    df = df.assign(kv_bytes=df["kv_cache_dtype"].map(_KV))
+    if df["kv_bytes"].isna().any():
+        raise LlmsimError(f"MLA rows with unknown kv_cache_dtype {sorted(set(df.loc[df.kv_bytes.isna(), 'kv_cache_dtype']))}",
+                          source=path)
+    return df
+
+
+def stack_generation_modules(data_dir: Path, gpus: dict[str, HardwareProfile], stack: str) -> pd.DataFrame:
+    """``stack``'s own MLA generation-module rows on ``gpus`` (:data:`STACK_MODULE_VERSIONS`), empty
+    when the table or the stack's rows are missing."""
+    path = data_dir / "kernels" / "mla_more.csv.gz"
+    version = STACK_MODULE_VERSIONS.get(stack)
+    if version is None or not path.is_file():
+        return pd.DataFrame(columns=["profile"])
+    df = _read(path, data_name_map("system", gpus))
+    df = df[(df["framework"] == stack) & (df["framework_version"].astype(str) == version)
+            & (df["table"] == "mla_generation_module_perf") & df["profile"].isin(gpus)]
+    return _with_kv_bytes(fastest_modules(df).reset_index(drop=True), path)
 
 
 def measured(data_dir: Path, gpus: dict[str, HardwareProfile]) -> list[str]:

@@ -11,6 +11,14 @@ the median ratio of the stack's time to the default stack's. Beyond
 profile's parameters. The all-reduce override refits only the custom
 kernel's bandwidth and latency (the NCCL regime is the same library), and
 the fp8 GEMM override only ``fp8_gemm_efficiency``.
+
+MLA decode (``mla_decode``) is compared on module rows, not kernel rows:
+the profile's MLA parameters are fitted on vLLM's generation modules
+(:mod:`.moe_mla`), so a stack's own module rows are compared with what
+those parameters price them at, and refitted with the profile's
+projection GEMMs kept (:func:`compare_mla`; the stacks with module rows
+are :data:`.moe_mla.STACK_MODULE_VERSIONS`, which says why SGLang is not
+one).
 """
 from __future__ import annotations
 
@@ -19,10 +27,11 @@ from dataclasses import dataclass
 import numpy as np
 import pandas as pd
 
-from ..profiles.hardware import AllReduceParams, FitError, HardwareProfile, StackKernels
-from . import evaluate, quantised_gemm
+from ..costmodel.moe import moe_dtype
+from ..profiles.hardware import AllReduceParams, FitError, HardwareProfile, RooflineParams, StackKernels
+from . import evaluate, moe_mla, quantised_gemm
 from .data import ATTENTION_SHAPE, DEFAULT_STACK, FP8_GEMM, KernelData, kernel_stacks
-from .fit import ape, fields_space, fit_family, fit_params
+from .fit import ape, fields_space, fit_family, fit_params, space
 
 # A stack's kernels get their own parameters when its median time on the
 # shared shapes differs from the default stack's by more than this.
@@ -32,6 +41,10 @@ FAMILIES = ("gemm", FP8_GEMM, "attention_prefill", "attention_decode", "allreduc
 _KEYS = {"gemm": ["m", "n", "k"], FP8_GEMM: ["m", "n", "k"], "attention_prefill": ATTENTION_SHAPE,
          "attention_decode": ATTENTION_SHAPE, "allreduce": ["num_gpus", "message_bytes"]}
 _CUSTOM_AR = ("custom_eta_bandwidth", "custom_latency_us")
+MLA_DECODE = "mla_decode"
+# The module rows an MLA decode override is compared and fitted on: the bf16
+# projections (each format's projection GEMMs are the profile's own).
+_MLA_FORMAT = "bf16"
 
 
 @dataclass(frozen=True)
@@ -88,6 +101,43 @@ def compare(kd: KernelData, profile: str) -> list[Comparison]:
     return out
 
 
+def _mla_rows(rows: pd.DataFrame, gpu: HardwareProfile) -> pd.DataFrame:
+    return rows[(rows["profile"] == gpu.name) & (rows["gemm_type"] == "bfloat16")]
+
+
+def _mla_predict(rows: pd.DataFrame, gpu: HardwareProfile, decode: RooflineParams, fmt: str = _MLA_FORMAT
+                 ) -> np.ndarray:
+    cal = gpu.calibration
+    return moe_mla.predict_module(rows, gpu, cal.mla_prefill, decode, cal.mla_projection[fmt])
+
+
+def compare_mla(rows: pd.DataFrame, gpu: HardwareProfile, stack: str) -> list[Comparison]:
+    """``stack``'s MLA generation modules on ``gpu`` (:func:`.moe_mla.stack_generation_modules`)
+    against the profile's parameters: the default stack's time is what they price (they are
+    fitted on its module rows), so the ratio is the stack's measured time over that. Empty
+    where ``gpu`` has no MLA calibration or no such rows."""
+    rows = _mla_rows(rows, gpu)
+    if not len(rows) or _MLA_FORMAT not in gpu.calibration.mla_projection:
+        return []
+    r = rows["t_s"].to_numpy() / _mla_predict(rows, gpu, gpu.calibration.mla_decode)
+    return [Comparison(gpu.name, stack, MLA_DECODE, len(r), float(np.median(r)), float(np.percentile(r, 10)),
+                       float(np.percentile(r, 90)))]
+
+
+def _fit_mla_decode(rows: pd.DataFrame, gpu: HardwareProfile) -> tuple[RooflineParams, dict[str, FitError]]:
+    """The decode kernel refitted on the stack's bf16 modules (prefill and projections kept), and its
+    error on each projection format's rows."""
+    sub = moe_mla.fit_subset(_mla_rows(rows, gpu))
+    p = fit_params(MLA_DECODE, space(MLA_DECODE, sub), lambda q: _mla_predict(sub, gpu, q),
+                   sub["t_s"].to_numpy()).params
+    errors = {}
+    for gt, d in rows[rows["profile"] == gpu.name].groupby("gemm_type"):
+        fmt = moe_dtype(str(gt))
+        if fmt in gpu.calibration.mla_projection:
+            errors[f"mla_generation_module {fmt}"] = _error(_mla_predict(d, gpu, p, fmt), d["t_s"].to_numpy())
+    return p, errors
+
+
 def _error(pred: np.ndarray, t: np.ndarray) -> FitError:
     e = ape(pred, t)
     return FitError(median_ape=round(float(np.median(e)), 2), p90_ape=round(float(np.percentile(e, 90)), 2), n=len(e))
@@ -99,9 +149,12 @@ def _fit_allreduce(rows: pd.DataFrame, gpu: HardwareProfile, base: AllReducePara
     return AllReduceParams.model_validate(fit.params.model_dump())
 
 
-def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison]) -> dict[str, StackKernels]:
+def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison],
+              mla: dict[str, pd.DataFrame] | None = None) -> dict[str, StackKernels]:
     """The ``calibration.stacks`` block of ``gpu`` (already calibrated on the
-    default stack): one entry per stack with at least one material family."""
+    default stack): one entry per stack with at least one material family.
+    ``mla``: each stack's MLA generation-module rows, which a material
+    ``mla_decode`` comparison is refitted on."""
     cal = gpu.calibration
     out: dict[str, StackKernels] = {}
     for stack in kernel_stacks():
@@ -112,7 +165,7 @@ def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison
         errors: dict[str, FitError] = {}
         notes = []
         for c in material:
-            rows = grid_rows(kd, stack, c.family, gpu.name)
+            rows = grid_rows(kd, stack, c.family, gpu.name) if c.family != MLA_DECODE else (mla or {})[stack]
             t = rows["t_s"].to_numpy()
             if c.family == FP8_GEMM:
                 all_rows = kd.stack(stack, FP8_GEMM, gpu.name)
@@ -122,6 +175,9 @@ def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison
                 fields["fp8_gemm_efficiency"] = f.efficiency
                 errors[FP8_GEMM] = f.all_rows
                 errors[f"{FP8_GEMM} compute-bound"] = f.compute_bound
+            elif c.family == MLA_DECODE:
+                fields[MLA_DECODE], mla_errors = _fit_mla_decode(rows, gpu)
+                errors.update(mla_errors)
             elif c.family == "allreduce":
                 fields["allreduce"] = _fit_allreduce(rows, gpu, cal.allreduce)
                 errors["allreduce custom"] = _error(evaluate.allreduce(rows, gpu, fields["allreduce"]), t)
@@ -134,8 +190,27 @@ def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison
                     f"{DEFAULT_STACK}'s by more than {MATERIAL:.0%} at the median ({', '.join(notes)}); refitted "
                     f"on its fit-grid rows" + (" (all-reduce: custom-kernel bandwidth and latency only)"
                                                 if "allreduce" in fields else "")
-                    + (" (fp8: the efficiency only, compute-bound rows)" if "fp8_gemm_efficiency" in fields else ""))
+                    + (" (fp8: the efficiency only, compute-bound rows)" if "fp8_gemm_efficiency" in fields else "")
+                    + (" (mla_decode: its generation-module rows against the profile's MLA parameters, the decode "
+                       "kernel refitted with the projections kept)" if MLA_DECODE in fields else ""))
             out[stack] = StackKernels(rule=rule, error=errors, **fields)
+    return out
+
+
+def mla_error_rows(gpu: HardwareProfile, mla: dict[str, pd.DataFrame]) -> list[dict]:
+    """:func:`error_rows` of ``gpu``'s ``mla_decode`` overrides, on each stack's bf16 MLA
+    generation-module rows (``mla``)."""
+    cal, out = gpu.calibration, []
+    for stack, over in cal.stacks.items():
+        if over.mla_decode is None or stack not in mla:
+            continue
+        rows = _mla_rows(mla[stack], gpu)
+        t = rows["t_s"].to_numpy()
+        base, e1 = _mla_predict(rows, gpu, cal.mla_decode), ape(_mla_predict(rows, gpu, over.mla_decode), t)
+        out.append(dict(gpu=gpu.name, stack=stack, family=f"{MLA_DECODE} (bf16 modules)", n=len(t),
+                        default_median=float(np.median(ape(base, t))),
+                        default_signed=float(np.median(base / t - 1) * 100),
+                        own_median=float(np.median(e1)), own_p90=float(np.percentile(e1, 90))))
     return out
 
 

@@ -17,7 +17,7 @@ import yaml
 
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError, os_reason
-from ..profiles.hardware import AllReduceParams, Calibration, HardwareProfile, MoeParams, RooflineParams
+from ..profiles.hardware import STACK_PARAMS, AllReduceParams, Calibration, HardwareProfile, MoeParams, RooflineParams
 
 MARKER = "# --- calibration: written by `llmsim calibrate` (see docs/calibration.md); edits below are overwritten ---"
 
@@ -86,7 +86,7 @@ def render(cal: Calibration) -> str:
             lines.append(f"    {stack}:")
             if over.rule:
                 lines.append(f"      rule: {_str(over.rule)}")
-            for fam in ("gemm", "attention_prefill", "attention_decode", "allreduce"):
+            for fam in STACK_PARAMS:
                 p = getattr(over, fam)
                 if p is not None:
                     lines.append(f"      {fam}: {_params(p)}")

@@ -209,9 +209,16 @@ class StackKernels(_Strict):
     gemm: Optional[RooflineParams] = None
     attention_prefill: Optional[RooflineParams] = None
     attention_decode: Optional[RooflineParams] = None
+    # DeepSeek MLA's decode attention kernel, fitted on the stack's own
+    # generation-module rows with the profile's projection GEMMs kept.
+    mla_decode: Optional[RooflineParams] = None
     allreduce: Optional[AllReduceParams] = None
     fp8_gemm_efficiency: Optional[float] = Field(default=None, gt=0, le=1)
     error: dict[str, FitError] = {}
+
+
+#: The parameter sets a stack override may replace, each named as the calibration field it replaces.
+STACK_PARAMS = ("gemm", "attention_prefill", "attention_decode", "mla_decode", "allreduce")
 
 
 class Calibration(_Strict):
@@ -517,9 +524,7 @@ class HardwareProfile(_Strict):
         mla = self.mla_prefill_efficiency.get(stack) if stack else None
         if over is None and mla is None:
             return self
-        fields = {} if over is None else {f: getattr(over, f) for f in ("gemm", "attention_prefill",
-                                                                         "attention_decode", "allreduce")
-                                          if getattr(over, f) is not None}
+        fields = {} if over is None else {f: getattr(over, f) for f in STACK_PARAMS if getattr(over, f) is not None}
         if "gemm" in fields:   # the clocks under load are the GPU's, read over every stack's rows
             fields["gemm"] = fields["gemm"].model_copy(update={"sustained": self.calibration.gemm.sustained})
         if mla is not None:
