@@ -201,6 +201,14 @@ def test_a_gpu_profile_without_power_leaves_the_block_empty_and_says_why(tmp_pat
     ll = simulate(sc).results["llmsim"]
     assert "no power block" in ll["energy"]["why_none"] and "nopower" in ll["energy"]["why_none"]
     assert "power" not in ll["cost"]
+    # the terminal summary says so where the energy line would be, not only results.json
+    from rich.console import Console
+
+    from simulator.report.summary import summary_table
+
+    console = Console(width=200, record=True)
+    console.print(summary_table({"llmsim": ll}))
+    assert "energy a month: none" in (text := console.export_text()) and "no power block" in text and "nopower" in text
 
 
 def test_a_plan_weighs_the_power_it_is_given_a_price_for():

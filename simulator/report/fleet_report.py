@@ -313,7 +313,8 @@ def _energy(plan: FleetPlan, pools: dict[str, Pool], bills: list, now: float, re
     iterations and KV held (:mod:`simulator.metrics.energy`)."""
     missing = sorted({ps.cm.gpu.name for ps in plan.setups if ps.cm.gpu.power is None})
     if missing:
-        return {"why_none": f"no power block (idle_w, tdp_w) in the GPU profile of {', '.join(missing)}"}
+        return {"why_none": f"no power block (idle_w, tdp_w) in the GPU profile of {', '.join(missing)}: add "
+                            "`power: {tdp_w: W, idle_w: W, source: ...}` to it for energy figures and a power price"}
     powers = [_pool_power(ps, pools[ps.spec.name], b.gpu_seconds, now) for ps, b in zip(plan.setups, bills)]
     done = requests.finished
     out_tok, in_tok = int(requests.output_tokens[done].sum()), int(requests.input_tokens[done].sum())

@@ -9,6 +9,7 @@ import re
 from typing import Any, Mapping, Optional
 
 from rich.console import Group
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -149,6 +150,9 @@ def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[st
         t.add_row("Sessions per GPU (mean / peak)",
                   f"{_num(sessions.get('mean_per_gpu'))} / {_num(sessions.get('peak_per_gpu'))}")
     notes = [f"month: {cost.get('monthly_basis')}", f"tokens: {cost.get('token_split')}"]
+    if (energy or {}).get("why_none"):
+        # said under the bill: else a scenario's energy block (its usd_per_kwh too) vanishes unremarked
+        notes.append(f"[yellow]energy a month: none, {escape(energy['why_none'])}[/]")
     notes += [f"pool {p['name']}: {_serves(pools.get(p['name'], {}))}peak {p['gpus']:,} × {p['gpu']}"
               + (f", mean {pools[p['name']]['gpus_mean']:,.2f}" if "gpus_mean" in pools.get(p["name"], {}) else "")
               + f", {gpu_hours(p['gpu_hours'])} GPU-h at ${p['usd_per_gpu_hour']:,.2f}/GPU-h from the {p['price_source']}"
