@@ -266,6 +266,31 @@ def test_missing_file_names_it(tmp_path):
     assert str(p) in str(e.value)
 
 
+def test_a_scenario_pool_file_kept_beside_it_says_where_it_was_looked_for(tmp_path, monkeypatch):
+    """A pool's GPU file is read from the current directory (a trace from the scenario's folder): run from
+    elsewhere, 'l4.yaml: file not found' alone left the user looking beside the scenario, where it is."""
+    from simulator.scenario.compile import compile_scenario
+    from simulator.scenario.load import load_scenario
+
+    (tmp_path / "sc").mkdir()
+    (tmp_path / "sc" / "l4.yaml").write_text(_builtin_yaml("hardware_profiles", "l40s").replace("name: l40s", "name: l4"))
+    (tmp_path / "sc" / "s.yaml").write_text(yaml.safe_dump({
+        "name": "s", "workload": {"num_requests": 5, "arrival": {"type": "poisson", "rate_per_s": 1},
+                                 "input_tokens": {"dist": "fixed", "value": 8},
+                                 "output_tokens": {"dist": "fixed", "value": 8}},
+        "pools": [{"model": "llama-3.2-1b", "gpu": "l4.yaml"}]}))
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(LlmsimError) as e:
+        compile_scenario(*load_scenario("sc/s.yaml"))
+    said = e.value.render()
+    assert "pools[0].gpu: l4.yaml: file not found" in said and f"(read from the current directory, {tmp_path})" in said
+    monkeypatch.chdir(tmp_path / "sc")
+    assert load_hardware("l4.yaml").name == "l4"          # from the scenario's folder it is found
+    with pytest.raises(LlmsimError) as e:        # an absolute path names itself: nothing to add
+        load_hardware(str(tmp_path / "nope.yaml"))
+    assert "current directory" not in e.value.render()
+
+
 def _builtin_yaml(kind: str, name: str) -> str:
     return (builtin_dir(kind) / f"{name}.yaml").read_text()
 

@@ -122,7 +122,7 @@ def _resolve(kind: str, name_or_path: str) -> Path:
             shipped = builtin_dir(kind) / p.name
             if (p.parent.name == kind or p.parent == Path(".")) and shipped.exists():
                 return shipped
-            raise LlmsimError(f"file not found{_near_file(p, kind)}", source=p)
+            raise LlmsimError(f"file not found{_near_file(p, kind)}{_read_from(p)}", source=p)
         return p
     named = named_profile(kind, name_or_path)
     if named is not None:
@@ -133,6 +133,13 @@ def _resolve(kind: str, name_or_path: str) -> Path:
     names = list_profiles(kind)
     raise LlmsimError(f"unknown {noun} {shortened(repr(name_or_path))}{nearest(name_or_path.lower(), names)}; "
                       f"valid names: {', '.join(names)} (or a path to a YAML/JSON file)")
+
+
+def _read_from(p: Path) -> str:
+    """Where a relative path was looked for. A scenario's trace is read from the scenario's folder, its
+    pools' GPU, model and backend files from where the command runs: a file kept beside the scenario
+    and run from elsewhere is not found, and the refusal must say where it looked."""
+    return "" if p.is_absolute() else f" (read from the current directory, {Path.cwd()})"
 
 
 def _near_file(p: Path, kind: str) -> str:
