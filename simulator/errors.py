@@ -187,8 +187,14 @@ def set_flag(override: str) -> str:
     return f"--set {shortened(override, 80)}"
 
 
+#: Where an unknown key's refusal sends the user for the keys a file takes, unless its model names its own
+#: (``KEYS_SHOWN_BY``: ``llmsim schema`` prints a scenario's keys, not a GPU or backend profile's).
+SCHEMA_COMMAND = "`llmsim schema`"
+
+
 def from_validation_error(err: Any, source: str | Path | None, data: Any = None,
-                          keys_at: Callable[[tuple], Sequence[str]] | None = None) -> LlmsimError:
+                          keys_at: Callable[[tuple], Sequence[str]] | None = None,
+                          keys_shown_by: str = SCHEMA_COMMAND) -> LlmsimError:
     """Turn a pydantic ValidationError into one readable LlmsimError.
 
     All problems are listed (a user fixing a scenario wants every typo at
@@ -222,7 +228,7 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None,
                 msg = f"unknown key: YAML needs a space after the colon ({head}: {value}, not {key})"
             else:
                 near = nearest(key, keys_at(tuple(written[:-1]))) if keys_at and written else ""
-                msg = f"unknown key ({near[2:-1] + ' ' if near else 'check the spelling; '}see `llmsim schema`)"
+                msg = f"unknown key ({near[2:-1] + ' ' if near else 'check the spelling; '}see {keys_shown_by})"
         elif "input" in e and e.get("type") not in ("missing",) and not isinstance(e["input"], (dict, list)) \
                 and f"the text {e['input']!r}" not in msg and not msg.startswith("has no value"):
             got[path] = f" (got {_shown(e['input'])})"

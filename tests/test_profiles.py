@@ -291,6 +291,23 @@ def test_a_scenario_pool_file_kept_beside_it_says_where_it_was_looked_for(tmp_pa
     assert "current directory" not in e.value.render()
 
 
+@pytest.mark.parametrize("kind, name, slip, shown_by", [
+    ("hardware_profiles", "l40s", ("num_sms:", "num_sm:"), "`llmsim profiles show h100-sxm`"),
+    ("backend_profiles", "vllm", ("\noverheads:", "\noverhead:"), "`llmsim profiles show vllm --kind backend`")])
+def test_an_unknown_key_in_a_profile_points_at_a_file_that_lists_its_keys(tmp_path, kind, name, slip, shown_by):
+    """`llmsim schema` prints a scenario's keys, none of a GPU's or a backend profile's own: sent there, a
+    newcomer with a misspelt profile key found nothing."""
+    from simulator.profiles.backend import load_backend
+
+    text = _builtin_yaml(kind, name)
+    assert slip[0] in text
+    p = tmp_path / "mine.yaml"
+    p.write_text(text.replace(slip[0], slip[1], 1))
+    with pytest.raises(LlmsimError) as e:
+        (load_hardware if kind == "hardware_profiles" else load_backend)(str(p))
+    assert "unknown key" in (said := e.value.render()) and shown_by in said and "llmsim schema" not in said, said
+
+
 def _builtin_yaml(kind: str, name: str) -> str:
     return (builtin_dir(kind) / f"{name}.yaml").read_text()
 

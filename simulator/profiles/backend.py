@@ -24,7 +24,7 @@ import datetime
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Optional, Protocol, Sequence, TypeVar
+from typing import Any, ClassVar, Mapping, Optional, Protocol, Sequence, TypeVar
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -352,6 +352,9 @@ class GeneratedLaunch(_Strict):
 
 
 class BackendProfile(_Strict):
+    # `llmsim schema` lists only its engine keys (pools[].engine): its own are a built-in's
+    KEYS_SHOWN_BY: ClassVar[str] = "a built-in stack's file, `llmsim profiles show vllm --kind backend`"
+
     name: str
     stack: str = Field(description="vllm, sglang or trtllm")
     versions: str = ""

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 import re
-from typing import Annotated, Literal, Optional
+from typing import Annotated, ClassVar, Literal, Optional
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
@@ -399,6 +399,9 @@ MAX_DRIVER_RESERVE_GIB = 2.0
 
 
 class HardwareProfile(_Strict):
+    # `llmsim schema` is a scenario's: a GPU file's keys are a built-in's
+    KEYS_SHOWN_BY: ClassVar[str] = "a built-in GPU's file, `llmsim profiles show h100-sxm`"
+
     name: str
     display_name: str = ""
     source: str = ""

@@ -39,7 +39,7 @@ def validate_strict(cls: type[M], data: Any, source: Any = None, *, whole_number
     range (:func:`refuse_past_any_number`); False for a measurement file,
     whose figures are what a stack wrote (a benchmark's request rate of
     2**63 means all at once, as infinity does)."""
-    from ..errors import from_validation_error
+    from ..errors import SCHEMA_COMMAND, from_validation_error
 
     if whole_numbers_bounded:
         refuse_past_any_number(data, source)
@@ -47,7 +47,8 @@ def validate_strict(cls: type[M], data: Any, source: Any = None, *, whole_number
         model = cls.model_validate(data)
     except ValidationError as e:
         refuse_coerced_behind(data, cls, source)
-        raise from_validation_error(e, source, data, keys_at=lambda path: keys_at(cls, data, path)) from None
+        raise from_validation_error(e, source, data, keys_at=lambda path: keys_at(cls, data, path),
+                                    keys_shown_by=getattr(cls, "KEYS_SHOWN_BY", SCHEMA_COMMAND)) from None
     refuse_coerced(data, model, source)
     return model
 
