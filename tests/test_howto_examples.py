@@ -95,3 +95,18 @@ def test_the_arrival_settings_are_checked_with_their_key_path(weibull, tmp_path)
     with pytest.raises(LlmsimError) as refused:
         _arrivals(tmp_path, {"type": "weibull", "rate_per_s": 20, "shape": 0})
     assert "workload.arrival.shape" in str(refused.value.render())
+
+
+def test_the_gpu_of_the_page_keeps_its_sibling_s_fp8_rate_and_states_its_power(tmp_path):
+    """docs/how-to/add-a-gpu.md's profile is "H100's compute and faster HBM": it loads, and its fp8 GEMMs
+    run at its sibling's measured rate, not the whole datasheet peak (which left out, the example did,
+    prefilling fp8 weights ~20 % faster than H100 at the same compute); its power gives a run energy."""
+    from simulator.profiles import load_hardware
+
+    text = (REPO_ROOT / "docs" / "how-to" / "add-a-gpu.md").read_text()
+    (block,) = re.findall(r"^```yaml\n(# my-gpu\.yaml.*?)^```", text, re.S | re.M)
+    (tmp_path / "my-gpu.yaml").write_text(block)
+    gpu, sibling = load_hardware(str(tmp_path / "my-gpu.yaml")), load_hardware("h100-sxm")
+    assert gpu.transfer is not None and gpu.transfer.sibling == sibling.name
+    assert gpu.peak_tflops == sibling.peak_tflops and gpu.fp8_gemm_efficiency == sibling.fp8_gemm_efficiency
+    assert gpu.power is not None
