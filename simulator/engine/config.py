@@ -237,6 +237,15 @@ class EngineConfig(BaseModel):
     scheduler: Literal["continuous", "static"] = Field(
         default="continuous",
         description="continuous: iteration-level batching (vLLM); static: a batch runs to completion (old TGI/FT)")
+    priority_scheduling: bool = Field(
+        default=True,
+        description="the replica serves its waiting requests by class priority, the larger first and first come, "
+                    "first served among equals, and preempts the lowest first (vLLM's --scheduling-policy "
+                    "priority, SGLang's --enable-priority-scheduling); false: first come, first served, as every "
+                    "stack is launched by default (the vllm, sglang and trtllm backends set it), and classes of "
+                    "different priorities sharing the pool are refused rather than served in an order they did "
+                    "not ask for. true is refused on trtllm, and on sglang where the pool's class priorities "
+                    "differ by more than 10 (see classes[].priority); none: llmsim's generic engine keeps true")
     kv_allocation: Literal["paged", "contiguous"] = Field(
         default="paged",
         description="paged: KV blocks allocated as a sequence grows (vLLM's PagedAttention); contiguous: each "

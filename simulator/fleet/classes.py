@@ -133,10 +133,11 @@ class ClassSpec(BaseModel):
     share: float = Field(default=1.0, gt=0, allow_inf_nan=False,
                          description="relative weight of the class in the workload (sessions keep their class)")
     priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1,
-                          description="larger is served first in replica queues (a 32-bit integer), as a stack "
-                                      "launched with priority scheduling serves them (vLLM's --scheduling-policy "
-                                      "priority, SGLang's --enable-priority-scheduling); both default to first "
-                                      "come, first served, which classes of one priority model")
+                          description="larger is served first in replica queues (a 32-bit integer) of a pool whose "
+                                      "engine.priority_scheduling is true (vLLM's --scheduling-policy priority, "
+                                      "SGLang's --enable-priority-scheduling); classes of different priorities "
+                                      "sharing a pool where it is false (the backends' default: first come, first "
+                                      "served) are refused")
     pool: Optional[str] = Field(default=None, description="the pool that serves it (optional with one pool)")
     pool_by_input_length: Optional[list[LengthRoute]] = Field(
         default=None, min_length=2,

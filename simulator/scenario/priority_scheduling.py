@@ -1,0 +1,113 @@
+"""Whether a pool serves its request classes by priority as its stack would be launched.
+
+A replica's waiting queue (:mod:`simulator.engine.wait_queue`) serves the
+larger ``classes[].priority`` first and preempts the lowest first. Every
+stack llmsim models serves first come, first served unless launched
+otherwise, so classes of different priorities sharing a pool whose
+``engine.priority_scheduling`` is false are refused, not served first come,
+first served: a scenario that gives its classes different priorities means
+them to be served so, and serving it otherwise would drop what it asked for
+without a word. With one priority per pool the queue is first come, first
+served whatever the key says.
+
+Each stack's own order, onto which llmsim's "larger first" maps:
+
+* vLLM V1 (``--scheduling-policy priority``; 0.11.0 to 0.34.0,
+  ``v1/core/sched/request_queue.py`` PriorityRequestQueue) serves the
+  *smaller* request priority first, the earlier arrival among equals, and
+  preempts ``max(running, key=(priority, arrival_time))``
+  (``v1/core/sched/scheduler.py`` Scheduler.schedule): a class of priority
+  p is a request sent with priority −p.
+* SGLang (``--enable-priority-scheduling``; 0.5.4 to 0.5.23) serves the
+  larger value first, as llmsim does, unless
+  ``--schedule-low-priority-values-first`` (then send −p), sorting its
+  queue by (priority, entry time) (``schedule_policy.py``
+  _sort_by_priority_and_fcfs). It also preempts running requests for a
+  waiting one more than ``--priority-scheduling-preemption-threshold``
+  (10) above them (PrefillAdder.preempt_to_schedule), which llmsim does not
+  model: a pool whose classes' priorities differ by more is refused (only
+  their order counts here, so priorities within 10 say the same).
+* TensorRT-LLM's PyTorch backend queues first come, first served
+  (FCFSWaitingQueue ignores a request's priority); its priority queue is
+  not modelled, so priority scheduling there is refused.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Optional
+
+from ..errors import LlmsimError
+from ..fleet.classes import DEFAULT, ClassSpec
+from ..profiles.backend import load_backend
+from .schema import Scenario
+
+
+@dataclass(frozen=True)
+class StackPriorities:
+    """How a stack is launched to serve by priority, and what of it llmsim leaves out."""
+
+    flag: str                           # the launch flag that turns priority scheduling on
+    send: str                           # the request priority a class of priority p is sent with
+    preemption_threshold: Optional[int]  # a waiting request more than this above a running one preempts it
+
+
+STACKS = {
+    "vllm": StackPriorities("--scheduling-policy priority", "−p (vLLM serves the smaller value first)", None),
+    "sglang": StackPriorities("--enable-priority-scheduling", "p (without --schedule-low-priority-values-first)", 10),
+}
+
+#: Why a stack's priority scheduling is not modelled.
+UNMODELLED = {
+    "trtllm": "TensorRT-LLM's PyTorch backend queues first come, first served (scheduler_config."
+              "waiting_queue_policy fcfs) and llmsim does not model its priority waiting queue",
+}
+
+
+def _reaching(sc: Scenario, pool: str, decodes_on: dict[str, str]) -> list[tuple[int, ClassSpec]]:
+    """The classes (with their index) whose requests ``pool`` queues: routed to it, by prompt length
+    to it among other pools, or to a pool it decodes for."""
+    classes = sc.classes or [DEFAULT]
+    out = []
+    for j, c in enumerate(classes):
+        entered = ([st.pool for st in c.pool_by_input_length] if c.pool_by_input_length
+                   else [c.pool or sc.pools[0].name])
+        if pool in entered or pool in (decodes_on.get(p) for p in entered):
+            out.append((j, c))
+    return out
+
+
+def check_priority_scheduling(sc: Scenario, decodes_on: dict[str, str], source: str | Path | None) -> None:
+    """Refuse a pool whose classes' priorities its engine would not serve as the scenario says."""
+    for i, p in enumerate(sc.pools):
+        e = p.engine
+        stack = load_backend(e.backend).stack if e.backend is not None else None
+        key = f"pools[{i}].engine.priority_scheduling"
+        if e.priority_scheduling and stack is not None and stack not in STACKS:
+            why = UNMODELLED.get(stack, f"llmsim does not model {stack}'s priority scheduling")
+            raise LlmsimError(f"pool {p.name!r}: {why}; set priority_scheduling: false and give the classes "
+                              "sharing the pool one priority", source=source, key_path=key)
+        classes = _reaching(sc, p.name, decodes_on)
+        low = min(classes, key=lambda jc: jc[1].priority)
+        high = max(classes, key=lambda jc: jc[1].priority)
+        spread = high[1].priority - low[1].priority
+        if spread == 0:
+            continue
+        pair = (f"classes {low[1].name!r} (priority {low[1].priority}) and {high[1].name!r} "
+                f"(priority {high[1].priority}) share pool {p.name!r}")
+        if not e.priority_scheduling:
+            s = STACKS.get(stack or "")
+            launch = (f"{stack} serves first come, first served unless launched with {s.flag}" if s
+                      else UNMODELLED.get(stack or "", "its engine serves first come, first served"))
+            how = ("set priority_scheduling: true to model that launch, or " if s or stack is None
+                   else "")
+            raise LlmsimError(f"{pair}, but {launch}: {how}give the pool's classes one priority",
+                              source=source, key_path=key)
+        s = STACKS.get(stack or "")
+        t = s.preemption_threshold if s else None
+        if s and t is not None and spread > t:
+            raise LlmsimError(f"{pair}, {spread} apart: {stack} launched with {s.flag} preempts "
+                              f"running requests for a waiting one more than {t} above them "
+                              "(--priority-scheduling-preemption-threshold), which llmsim does not model; only "
+                              f"the order of priorities counts here, so give them priorities within {t} of each "
+                              "other", source=source, key_path=f"classes[{high[0]}].priority")
