@@ -109,3 +109,16 @@ def test_a_decode_pool_queues_the_classes_of_the_prefill_pool_it_serves():
         c["pool"] = "prefill"
     e = _refusal(d)
     assert e.key_path == "pools[1].engine.priority_scheduling" and "share pool 'decode'" in e.message
+
+
+def test_a_backend_profile_without_the_key_runs_its_stacks_fcfs_launch(tmp_path):
+    """A copy of a built-in profile written before the key existed (``llmsim validate --fit``) keeps
+    the stack's first come, first served launch, not the generic engine's true."""
+    from simulator.profiles.loader import resolve
+
+    text = resolve("backend_profiles", "vllm").read_text()
+    assert "  priority_scheduling: false\n" in text
+    path = tmp_path / "fitted.yaml"
+    path.write_text(text.replace("  priority_scheduling: false\n", "").replace("name: vllm", "name: fitted", 1))
+    e = _refusal(_scenario(str(path)))
+    assert e.key_path == "pools[0].engine.priority_scheduling" and "--scheduling-policy priority" in e.message

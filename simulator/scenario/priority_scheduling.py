@@ -77,13 +77,21 @@ def _reaching(sc: Scenario, pool: str, decodes_on: dict[str, str]) -> list[tuple
     return out
 
 
+def _serves_by_priority(value: bool, stack: Optional[str], written: bool) -> bool:
+    """The key's value, where the pool or its backend profile wrote it; a backend profile written
+    before the key existed (a copy ``llmsim validate --fit`` made of a built-in) runs its stack's
+    default launch, first come, first served, not the generic engine's true."""
+    return value if written or stack is None else False
+
+
 def check_priority_scheduling(sc: Scenario, decodes_on: dict[str, str], source: str | Path | None) -> None:
     """Refuse a pool whose classes' priorities its engine would not serve as the scenario says."""
     for i, p in enumerate(sc.pools):
         e = p.engine
         stack = load_backend(e.backend).stack if e.backend is not None else None
         key = f"pools[{i}].engine.priority_scheduling"
-        if e.priority_scheduling and stack is not None and stack not in STACKS:
+        on = _serves_by_priority(e.priority_scheduling, stack, "priority_scheduling" in e.model_fields_set)
+        if on and stack is not None and stack not in STACKS:
             why = UNMODELLED.get(stack, f"llmsim does not model {stack}'s priority scheduling")
             raise LlmsimError(f"pool {p.name!r}: {why}; set priority_scheduling: false and give the classes "
                               "sharing the pool one priority", source=source, key_path=key)
@@ -95,7 +103,7 @@ def check_priority_scheduling(sc: Scenario, decodes_on: dict[str, str], source: 
             continue
         pair = (f"classes {low[1].name!r} (priority {low[1].priority}) and {high[1].name!r} "
                 f"(priority {high[1].priority}) share pool {p.name!r}")
-        if not e.priority_scheduling:
+        if not on:
             s = STACKS.get(stack or "")
             launch = (f"{stack} serves first come, first served unless launched with {s.flag}" if s
                       else UNMODELLED.get(stack or "", "its engine serves first come, first served"))
