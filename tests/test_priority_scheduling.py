@@ -122,3 +122,11 @@ def test_a_backend_profile_without_the_key_runs_its_stacks_fcfs_launch(tmp_path)
     path.write_text(text.replace("  priority_scheduling: false\n", "").replace("name: vllm", "name: fitted", 1))
     e = _refusal(_scenario(str(path)))
     assert e.key_path == "pools[0].engine.priority_scheduling" and "--scheduling-policy priority" in e.message
+
+
+@pytest.mark.parametrize("backend, old, read", [("vllm", "0.10.1", "0.11.0"), ("sglang", "0.5.3", "0.5.4")])
+def test_priority_scheduling_on_a_release_older_than_those_read_is_refused(backend, old, read):
+    compile_scenario(Scenario.model_validate(_scenario(backend, priority_scheduling=True, backend_version=read)),
+                     "s.yaml")
+    e = _refusal(_scenario(backend, priority_scheduling=True, backend_version=old))
+    assert e.key_path == "pools[0].engine.priority_scheduling" and f"from {read}" in e.message

@@ -244,8 +244,9 @@ class EngineConfig(BaseModel):
                     "priority, SGLang's --enable-priority-scheduling); false: first come, first served, as every "
                     "stack is launched by default (the vllm, sglang and trtllm backends set it), and classes of "
                     "different priorities sharing the pool are refused rather than served in an order they did "
-                    "not ask for. true is refused on trtllm, and on sglang where the pool's class priorities "
-                    "differ by more than 10 (see classes[].priority); none: llmsim's generic engine keeps true")
+                    "not ask for. true is refused on trtllm, on a backend_version before the first release read (vLLM 0.11.0, "
+                    "SGLang 0.5.4), and on sglang where the pool's class priorities differ by more than 10; none: "
+                    "llmsim's generic engine keeps true")
     kv_allocation: Literal["paged", "contiguous"] = Field(
         default="paged",
         description="paged: KV blocks allocated as a sequence grows (vLLM's PagedAttention); contiguous: each "

@@ -569,7 +569,12 @@ class BackendProfile(_Strict):
     def older_than_described(self, version: str) -> bool:
         """Whether ``version`` (a checked release or nightly) came before the oldest release this
         profile's rules describe (``oldest_release``), so its defaults are not the ones they give."""
-        return self.oldest_release is not None and self._release_order(version, self.oldest_release) == -1
+        return self.oldest_release is not None and self.came_before(version, self.oldest_release)
+
+    def came_before(self, version: str, bound: str) -> bool:
+        """Whether ``version`` (a checked release or nightly) came out before the release ``bound``
+        (a nightly whose day is unknown is not said to)."""
+        return self._release_order(version, bound) == -1
 
     def _before_until(self, rule: VersionRule, day: str) -> bool:
         """Whether every release out by ``day`` (a measurement day) falls inside ``rule``."""

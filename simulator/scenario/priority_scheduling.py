@@ -27,6 +27,8 @@ Each stack's own order, onto which llmsim's "larger first" maps:
   (10) above them (PrefillAdder.preempt_to_schedule), which llmsim does not
   model: a pool whose classes' priorities differ by more is refused (only
   their order counts here, so priorities within 10 say the same).
+* A ``backend_version`` before the oldest release read here (vLLM 0.11.0,
+  SGLang 0.5.4) is refused with the key set: what it did is not known.
 * TensorRT-LLM's PyTorch backend queues first come, first served
   (FCFSWaitingQueue ignores a request's priority); its priority queue is
   not modelled, so priority scheduling there is refused.
@@ -50,11 +52,13 @@ class StackPriorities:
     flag: str                           # the launch flag that turns priority scheduling on
     send: str                           # the request priority a class of priority p is sent with
     preemption_threshold: Optional[int]  # a waiting request more than this above a running one preempts it
+    since: str                          # the oldest release whose priority scheduling was read
 
 
 STACKS = {
-    "vllm": StackPriorities("--scheduling-policy priority", "−p (vLLM serves the smaller value first)", None),
-    "sglang": StackPriorities("--enable-priority-scheduling", "p (without --schedule-low-priority-values-first)", 10),
+    "vllm": StackPriorities("--scheduling-policy priority", "−p (vLLM serves the smaller value first)", None, "0.11.0"),
+    "sglang": StackPriorities("--enable-priority-scheduling", "p (without --schedule-low-priority-values-first)", 10,
+                              "0.5.4"),
 }
 
 #: Why a stack's priority scheduling is not modelled.
@@ -95,6 +99,13 @@ def check_priority_scheduling(sc: Scenario, decodes_on: dict[str, str], source: 
             why = UNMODELLED.get(stack, f"llmsim does not model {stack}'s priority scheduling")
             raise LlmsimError(f"pool {p.name!r}: {why}; set priority_scheduling: false and give the classes "
                               "sharing the pool one priority", source=source, key_path=key)
+        s = STACKS.get(stack or "")
+        if on and s and e.backend_version is not None and load_backend(e.backend or "").came_before(
+                e.backend_version, s.since):
+            raise LlmsimError(f"pool {p.name!r}: llmsim follows {stack}'s priority scheduling ({s.flag}) as "
+                              f"releases from {s.since} run it, and backend_version {e.backend_version} is older; "
+                              "set priority_scheduling: false (and one priority for the pool's classes), or a "
+                              f"backend_version from {s.since}", source=source, key_path=key)
         classes = _reaching(sc, p.name, decodes_on)
         low = min(classes, key=lambda jc: jc[1].priority)
         high = max(classes, key=lambda jc: jc[1].priority)
@@ -104,14 +115,12 @@ def check_priority_scheduling(sc: Scenario, decodes_on: dict[str, str], source: 
         pair = (f"classes {low[1].name!r} (priority {low[1].priority}) and {high[1].name!r} "
                 f"(priority {high[1].priority}) share pool {p.name!r}")
         if not on:
-            s = STACKS.get(stack or "")
             launch = (f"{stack} serves first come, first served unless launched with {s.flag}" if s
                       else UNMODELLED.get(stack or "", "its engine serves first come, first served"))
             how = ("set priority_scheduling: true to model that launch, or " if s or stack is None
                    else "")
             raise LlmsimError(f"{pair}, but {launch}: {how}give the pool's classes one priority",
                               source=source, key_path=key)
-        s = STACKS.get(stack or "")
         t = s.preemption_threshold if s else None
         if s and t is not None and spread > t:
             raise LlmsimError(f"{pair}, {spread} apart: {stack} launched with {s.flag} preempts "
