@@ -81,3 +81,28 @@ def test_a_stack_that_does_not_cut_refuses_it(cli, tmp_path):
     res, rows = _run(cli, tmp_path, "fast", backend="trtllm", extra=", clips_output: false")
     assert res["request_status"]["rejected"] == 6 and "outputs_clipped" not in res["pools"]["main"]
     assert set(rows.reject_reason) == {"exceeds_kv"}
+
+
+@pytest.mark.parametrize("backend, prompt, refused", [("trtllm", 3000, False), ("trtllm", 4095, False),
+                                                      ("trtllm", 4096, True), ("vllm", 3000, True)])
+def test_a_bounded_workload_past_max_model_len_is_refused_only_where_the_stack_would_refuse_it(backend, prompt,
+                                                                                               refused):
+    """TensorRT-LLM serves prompt + output past max_seq_len with the output cut (as a run of lengths drawn
+    from an unbounded distribution did), so the scenario's load-time check refuses only a prompt that
+    leaves no output token; it had refused 3,000 + 2,000 fixed tokens at max_model_len 4,096 on every stack."""
+    from simulator.errors import LlmsimError
+    from simulator.scenario.compile import compile_scenario
+    from simulator.scenario.schema import Scenario
+
+    sc = Scenario.model_validate({
+        "name": "clip", "workload": {"arrival": {"type": "poisson", "rate_per_s": 2}, "num_requests": 2,
+                                     "input_tokens": {"dist": "fixed", "value": prompt},
+                                     "output_tokens": {"dist": "fixed", "value": 2000}},
+        "pools": [{"name": "main", "model": "llama-3.1-8b", "gpu": "h100-sxm",
+                   "engine": {"backend": backend, "max_model_len": 4096}}]})
+    if refused:
+        with pytest.raises(LlmsimError) as e:
+            compile_scenario(sc)
+        assert e.value.key_path == "workload.input_tokens" and "4096" in e.value.message
+    else:
+        compile_scenario(sc)

@@ -140,13 +140,19 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
     for i in sorted(served):
         limit = sc.pools[i].engine.max_model_len
         ctx = sc.pools[i].engine.longest_request(setups[i].cm.model)
-        if mi is not None and mo is not None and mi + mo > ctx:
-            whose = f"pool {names[i]!r}'s engine.max_model_len" if limit else f"{setups[i].cm.model.name}'s context"
+        # TensorRT-LLM cuts the output to max_seq_len - prompt (engine.clips_output: max_seq_len): only a
+        # prompt that leaves no output token is refused, as the replica does (ReplicaBase.can_ever_serve)
+        cuts = sc.pools[i].engine.clips_output == "max_seq_len"
+        whose = f"pool {names[i]!r}'s engine.max_model_len" if limit else f"{setups[i].cm.model.name}'s context"
+        if cuts and mi is not None and mi >= ctx:
+            fail(f"input ({mi}) tokens can reach {whose} of {ctx} tokens, leaving no output token"
+                 + ("" if limit else f" (pool {names[i]!r})"), "workload.input_tokens")
+        if not cuts and mi is not None and mo is not None and mi + mo > ctx:
             fail(f"input ({mi}) + output ({mo}) tokens can exceed {whose} of {ctx} tokens"
                  + ("" if limit else f" (pool {names[i]!r})"),
                  "workload.output_tokens" if mo > ctx else "workload.input_tokens")
         _check_prompt_budget(sc, sc.pools[i], mi, fail)
-        _check_session_lengths(sc, ctx, names[i], source)
+        _check_session_lengths(sc, ctx, names[i], source, output_cut=cuts)
     ids = sc.workload.id_block_tokens(base_dir(source))
     for i, p in enumerate(sc.pools):
         bs = p.engine.block_size
@@ -312,16 +318,20 @@ def _check_prompt_budget(sc: Scenario, pool: PoolSpec, mi: Optional[int], fail: 
          "workload.input_tokens" if mi > cap or not sp_max else "workload.system_prompt.tokens")
 
 
-def _check_session_lengths(sc: Scenario, ctx: int, pool: str, source) -> None:
+def _check_session_lengths(sc: Scenario, ctx: int, pool: str, source, output_cut: bool = False) -> None:
     """Prompts the workload builds beyond ``input_tokens`` held to the context as ``input_tokens`` is
     (a request that can exceed it is refused): a system prompt, an edited file and its typing, and
     sessions' turns, which end once the history passes the context. Unchecked, a system prompt longer
     than the context only simulated refusals, and an autocomplete session inserting a billion tokens a
-    keystroke, or a chat of a million turns, built prompts for minutes before any refusal."""
+    keystroke, or a chat of a million turns, built prompts for minutes before any refusal.
+    ``output_cut``: the pool's stack cuts the output to the context (TensorRT-LLM), so a prompt need
+    leave room for one output token only."""
     wl, s = sc.workload, sc.workload.session
     sp = wl.system_prompt
     sp_max, sp_min = (_max_length(sp.tokens), _min_length(sp.tokens)) if sp else (0, 0)
     mo, out_min = _max_length(wl.output_tokens) or 0, _min_length(wl.output_tokens)
+    if output_cut:
+        mo = 1
     where = f"the {ctx:,}-token context of pool {pool!r}"
 
     def refuse(msg: str, key: str):
