@@ -88,6 +88,19 @@ def test_a_steady_queue_is_not_overload_and_a_growing_one_is():
     assert load_block(pending, 100.0)["overloaded"]
 
 
+def _closed_loop(warmup: int, requests: int, output: int) -> dict:
+    """The results of a closed loop of 4 on one H100: ``requests`` counted after ``warmup`` of warm-up."""
+    from simulator.runner import simulate
+    from simulator.scenario.schema import Scenario
+
+    sc = {"name": "loop", "seed": 1,
+          "workload": {"num_requests": requests, "input_tokens": {"dist": "fixed", "value": 500},
+                       "output_tokens": {"dist": "fixed", "value": output},
+                       "arrival": {"type": "concurrency", "concurrency": 4, "warmup_requests": warmup}},
+          "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm"}]}
+    return simulate(Scenario.model_validate(sc)).results
+
+
 def test_a_closed_loops_warm_up_is_not_in_its_load_window(tmp_path):
     """A closed loop's counted requests start after its warm-up, whose requests are in no figure: counted from
     t = 0, 200 requests at ~10 req/s after 200 of warm-up read 'offered 5.03 req/s over the 40 s arrival
@@ -96,18 +109,7 @@ def test_a_closed_loops_warm_up_is_not_in_its_load_window(tmp_path):
     fin = int(Status.FINISHED)
     b = load_block(_records(t, t + 0.5, t + 1.0, [fin] * t.size), None, 50.0)
     assert b["window_s"] == pytest.approx(49.9) and b["offered_rps"] == pytest.approx(10, rel=0.01)
-    from simulator.runner import simulate
-    from simulator.scenario.schema import Scenario
-
-    def run(warmup: int) -> dict:
-        sc = {"name": "loop", "seed": 1,
-              "workload": {"num_requests": 24, "input_tokens": {"dist": "fixed", "value": 500},
-                           "output_tokens": {"dist": "fixed", "value": 30},
-                           "arrival": {"type": "concurrency", "concurrency": 4, "warmup_requests": warmup}},
-              "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm"}]}
-        return simulate(Scenario.model_validate(sc)).results
-
-    cold, warm = run(0), run(24)
+    cold, warm = _closed_loop(0, 24, 30), _closed_loop(24, 24, 30)
     assert warm["llmsim"]["load"]["offered_rps"] == pytest.approx(cold["llmsim"]["load"]["offered_rps"], rel=0.1)
     assert warm["llmsim"]["load"]["completed_rps"] == pytest.approx(warm["request_throughput"], rel=0.1)
     assert warm["llmsim"]["cost"]["usd_per_request"] == pytest.approx(cold["llmsim"]["cost"]["usd_per_request"],
@@ -227,3 +229,13 @@ def test_a_fleet_a_few_percent_short_is_overloaded_on_a_long_enough_window():
         start = np.maximum(served, t)
         b = load_block(_records(t, start, start + 0.1, [fin] * t.size), 2000.0)
         assert b["overloaded"] is overloaded, (rate, b["verdict"])
+
+
+def test_a_closed_loops_counted_requests_sent_at_once_are_priced_over_the_run_after_its_warm_up():
+    """4 counted requests at concurrency 4 after 8 of warm-up all arrive together: their arrival span is 0,
+    and the per-unit prices' fallback, the whole window from t = 0, priced the warm-up's time too (11× the
+    loop without warm-up at 40 requests of it). Now the run after the warm-up, as a burst at t = 0 is."""
+    def price(warmup: int) -> float:
+        return _closed_loop(warmup, 4, 100)["llmsim"]["cost"]["usd_per_request"]
+
+    assert price(8) == pytest.approx(price(0), rel=0.05)

@@ -269,6 +269,10 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     arrivals = load_window if sc.workload.is_trace and load_window else _arrival_span(requests)
     if arrivals is not None:
         arrivals -= opens
+        if opens and not arrivals > 0:
+            # the counted requests all sent at once: read over the run after the warm-up, as a burst at t = 0
+            # is over the run (arrival_span's fallback, which counted from t = 0 would price the warm-up)
+            arrivals = now - opens
     out = {
         "version": __version__,
         "seed": sc.seed,
