@@ -106,3 +106,26 @@ def test_a_bounded_workload_past_max_model_len_is_refused_only_where_the_stack_w
         assert e.value.key_path == "workload.input_tokens" and "4096" in e.value.message
     else:
         compile_scenario(sc)
+
+
+@pytest.mark.parametrize("backend, served", [("trtllm", 4096 - 3000), ("sglang", None)])
+def test_a_disaggregated_decode_pools_cut_is_the_output_the_client_receives(backend, served):
+    """A decode pool that cuts the output to its pool (4,096 tokens) counted the cut, but the client's
+    request kept its 2,000 output tokens: TPOT and output throughput were read over tokens never
+    decoded (TensorRT-LLM: TPOT 3.9 ms for 7.1)."""
+    from simulator.runner import simulate
+    from simulator.scenario.schema import Scenario
+
+    pool = {"model": "llama-3.1-8b", "gpu": "h100-sxm"}
+    sc = Scenario.model_validate({
+        "name": "pd", "classes": [{"name": "all", "pool": "pre"}],
+        "workload": {"arrival": {"type": "poisson", "rate_per_s": 2}, "num_requests": 2,
+                     "input_tokens": {"dist": "fixed", "value": 3000},
+                     "output_tokens": {"dist": "fixed", "value": 2000}},
+        "pools": [{"name": "pre", **pool, "engine": {"backend": backend},
+                   "disaggregation": {"decode_pool": "dec", "link": {"preset": "nvlink"}}},
+                  {"name": "dec", **pool, "engine": {"backend": backend, "kv_memory": {"max_tokens": 4096}}}]})
+    out = simulate(sc)
+    assert out.results["llmsim"]["pools"]["dec"]["outputs_clipped"] == 2
+    (tokens,) = {r.output_tokens for r in out.requests}
+    assert tokens < 2000 and tokens == (served or tokens)

@@ -189,6 +189,7 @@ class PrefillDecode:
     def _decoded(self, dec: Request) -> None:
         req, _ = self.legs[dec.id]
         req.first_token = dec.first_token
+        req.output_tokens = dec.output_tokens      # as the decode pool served it: its stack may cut it to its pool
         req.preemptions += dec.preemptions
         self._end(req, dec, dec.status, dec.finish)
 
