@@ -16,8 +16,10 @@ COLUMNS = ["id", "silicon_data_source", "backend", "backend_version", "model_pat
            "attention_dp_size", "moe_tp_size", "moe_ep_size",
            *(f"{role}_{k}" for role in ("prefill", "decode") for k in ROLE_KEYS), "silicon_ttft_ms", "silicon_tpot_ms"]
 # DeepSeek-R1 on B200 with TensorRT-LLM, as the file's generated deployments run it: one wide-EP
-# prefill worker (attention DP 8) and two decode workers of tp 8 / ep 8.
-DSR1 = {"id": "dis", "silicon_data_source": "db-dump; silicon_concurrency=8; measured=2026-03-23T00:00:00Z",
+# prefill worker (attention DP 8) and two decode workers of tp 8 / ep 8, in Dynamo's runtime container,
+# whose tag the file gives as backend_version (validation.deployment.stack_release: no stack release).
+DYNAMO = "nvcr.io/nvidia/ai-dynamo/tensorrtllm-runtime:0.8.1.post2"
+DSR1 = {"id": "dis", "silicon_data_source": "db-dump; silicon_concurrency=8; measured=2026-03-23T00:00:00Z; " + DYNAMO,
         "backend": "trtllm", "backend_version": "0.8.1.post2", "model_path": "deepseek-ai/DeepSeek-R1",
         "system": "b200_sxm", "precision": "fp8", "mode": "disagg", "isl": 1024, "osl": 64,
         "gemm_quant_mode": "fp8", "moe_quant_mode": "fp8",
@@ -128,7 +130,8 @@ def test_a_disaggregated_row_llmsim_cannot_model_is_refused_with_its_reason(tmp_
 
 
 def test_without_silicon_concurrency_the_decode_batches_give_it(tmp_path):
-    r = _rows(tmp_path, {**DSR1, "silicon_data_source": "measured=2026-03-23", "decode_batch_size": 3})["dis"]
+    notes = "measured=2026-03-23; " + DYNAMO
+    r = _rows(tmp_path, {**DSR1, "silicon_data_source": notes, "decode_batch_size": 3})["dis"]
     assert r.concurrency == 3 * 1 * 2          # decode_batch_size × attention DP × decode workers
     assert r.skip == ""
 
