@@ -292,7 +292,7 @@ def test_a_scenario_pool_file_kept_beside_it_says_where_it_was_looked_for(tmp_pa
 
 
 @pytest.mark.parametrize("kind, name, slip, shown_by", [
-    ("hardware_profiles", "l40s", ("num_sms:", "num_sm:"), "`llmsim profiles show h100-sxm`"),
+    ("hardware_profiles", "l40s", ("num_sms:", "num_sm:"), "`llmsim profiles show NAME` for a GPU"),
     ("backend_profiles", "vllm", ("\noverheads:", "\noverhead:"), "`llmsim profiles show vllm --kind backend`")])
 def test_an_unknown_key_in_a_profile_points_at_a_file_that_lists_its_keys(tmp_path, kind, name, slip, shown_by):
     """`llmsim schema` prints a scenario's keys, none of a GPU's or a backend profile's own: sent there, a

@@ -399,8 +399,10 @@ MAX_DRIVER_RESERVE_GIB = 2.0
 
 
 class HardwareProfile(_Strict):
-    # `llmsim schema` is a scenario's: a GPU file's keys are a built-in's
-    KEYS_SHOWN_BY: ClassVar[str] = "a built-in GPU's file, `llmsim profiles show h100-sxm`"
+    # `llmsim schema` is a scenario's: a GPU file's keys are a built-in's (named by none here: GPU names
+    # live in the profiles, tests/test_gpu_profiles.py)
+    KEYS_SHOWN_BY: ClassVar[str] = ("a built-in GPU's file, `llmsim profiles show NAME` for a GPU "
+                                    "`llmsim profiles list` shows")
 
     name: str
     display_name: str = ""
