@@ -3,20 +3,18 @@
     python benchmarks/moe_stack_kernels.py [--data DIR] [--markdown docs/calibration-moe-engine.md]
 
 A hardware profile has one MoE parameter set per format and side, fitted
-on vLLM's measured kernels (``moe_mla_calibration.py``), and every stack
-uses it: the per-stack overrides (``calibration.stacks``) cover GEMM,
-attention and all-reduce, not MoE. SGLang and TensorRT-LLM run kernels of
-their own, so a plan on them carries, in its MoE time, the gap between
-their kernel and vLLM's. The shared data times those kernels too
-(``kernels/moe_more.csv.gz``: SGLang 0.5.14 and TensorRT-LLM 1.3.0rc20,
-timed by the same collector on the same shapes as vLLM's
-``kernels/moe.csv.gz``), so the gap can be measured rather than guessed: for each GPU, format and side (tp: no expert
+on vLLM's measured kernels (``moe_mla_calibration.py``); a stack whose own
+kernel rows differ from what those price gets sets of its own
+(``calibration.stacks.<stack>.moe`` / ``moe_ep``, :mod:`simulator.calibration.moe_stacks`).
+This script compares the kernels themselves, vLLM's rows against each
+stack's (``kernels/moe_more.csv.gz``: SGLang 0.5.14 and TensorRT-LLM
+1.3.0rc20, timed by the same collector on the same shapes as vLLM's
+``kernels/moe.csv.gz``): for each GPU, format and side (tp: no expert
 parallelism, ep: with it) each stack's kernel is chosen by the rule that
 chooses vLLM's (:func:`moe_mla.engine_kernels`, the kernel most model
 shapes ran), and its time is divided by vLLM's on the same shape, layout
 and token count, balanced router only. Nothing here runs the engine: it is
-kernel data against kernel data, the part of a stack's MoE time llmsim
-cannot see.
+kernel data against kernel data.
 """
 from __future__ import annotations
 

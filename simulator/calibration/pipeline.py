@@ -17,7 +17,7 @@ from ..profiles import load_hardware
 from ..profiles.hardware import (CALIBRATION_DATA_NAMES, Calibration, DataNames, HardwareProfile, builtin_hardware,
                                  fit_figure_differences, shared_data_names)
 from ..profiles.loader import builtin_dir, resolve
-from . import ceilings, data, quantised_gemm, report, siblings, stacks, sustained, tables, transfer
+from . import ceilings, data, moe_stacks, quantised_gemm, report, siblings, stacks, sustained, tables, transfer
 from . import moe_mla as moe_mla_fit
 from .assumptions import ITERATION_OVERHEAD_MS, ITERATION_OVERHEAD_NOTE, OTHER_NOTE, SUSTAINED_NOTE, other_params
 from .fit import FamilyFit, ONESHOT_MAX_BYTES, fit_family
@@ -265,21 +265,24 @@ def _with_calibration(gpu: HardwareProfile, cal: Calibration, path: Path | None)
         raise from_validation_error(e, path or builtin_dir("hardware_profiles") / f"{gpu.name}.yaml") from None
 
 
-def _mla_stacks(kd: data.KernelData, gpus: dict[str, HardwareProfile], comparisons: list[stacks.Comparison],
-                out: dict[str, HardwareProfile]) -> tuple[list[stacks.Comparison], dict[str, pd.DataFrame]]:
-    """Each stack's MLA decode against ``gpus``' final MLA parameters (fitted or kept, so after the
-    MoE/MLA step), their ``calibration.stacks`` redone in ``out`` where one is material; the
-    comparisons made and the stacks' module rows."""
+def _module_stacks(kd: data.KernelData, gpus: dict[str, HardwareProfile], comparisons: list[stacks.Comparison],
+                   out: dict[str, HardwareProfile]
+                   ) -> tuple[list[stacks.Comparison], dict[str, pd.DataFrame], dict[str, pd.DataFrame]]:
+    """Each stack's MLA decode and MoE experts against ``gpus``' final MLA and MoE parameters
+    (fitted or kept, so after the MoE/MLA step), their ``calibration.stacks`` redone in ``out``
+    where one is material; the comparisons made, the stacks' MLA module rows and MoE rows."""
     mla = {s: moe_mla_fit.stack_generation_modules(kd.data_dir, gpus, s) for s in moe_mla_fit.STACK_MODULE_VERSIONS}
+    moe = {s: moe_stacks.stack_rows(kd.data_dir, gpus, s) for s in moe_stacks.STACK_MOE_VERSIONS}
     made = []
     for name, gpu in gpus.items():
         cmp = [c for s, rows in mla.items() for c in stacks.compare_mla(rows, gpu, s)]
+        cmp += [c for s, rows in moe.items() for c in stacks.compare_moe(rows, gpu, s)]
         made += cmp
         if any(c.material for c in cmp):
             mine = [c for c in comparisons if c.gpu == name] + cmp
-            cal = gpu.calibration.model_copy(update={"stacks": stacks.overrides(kd, gpu, mine, mla)})
+            cal = gpu.calibration.model_copy(update={"stacks": stacks.overrides(kd, gpu, mine, mla, moe)})
             out[name] = gpu.model_copy(update={"calibration": Calibration.model_validate(cal.model_dump())})
-    return made, mla
+    return made, mla, moe
 
 
 def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_mla: bool = False,
@@ -403,8 +406,8 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
             keep = out[sib].calibration.model_copy(update={"error": {}}) if sib in moe_targets \
                 else profiles[name].calibration
             out[name] = gpu.model_copy(update={"calibration": moe_mla_fit.keep_current(gpu.calibration, keep)})
-    mla_cmp, mla_rows = _mla_stacks(kd, {n: out[n] for n in fitted if n in out}, comparisons, out)
-    comparisons += mla_cmp
+    module_cmp, mla_rows, moe_rows = _module_stacks(kd, {n: out[n] for n in fitted if n in out}, comparisons, out)
+    comparisons += module_cmp
 
     for name, sib in copies.items():
         if name in wanted:
@@ -435,7 +438,8 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
         fp8_lines=fp8_lines,
         stacks=[c for c in comparisons if c.gpu in wanted],
         stack_errors=pd.DataFrame([r for n, g in shown.items() for r in stacks.error_rows(kd, g)
-                                   + (stacks.mla_error_rows(out[n], mla_rows) if n in out else [])]),
+                                   + (stacks.mla_error_rows(out[n], mla_rows) + stacks.moe_error_rows(out[n], moe_rows)
+                                      if n in out else [])]),
         sustained=[r for r in sustained_rows if r.gpu in wanted],
         renamed=renamed,
         notes=_source_notes(given, asked, measured, renamed, moe_targets),

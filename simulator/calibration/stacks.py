@@ -19,6 +19,14 @@ those parameters price them at, and refitted with the profile's
 projection GEMMs kept (:func:`compare_mla`; the stacks with module rows
 are :data:`.moe_mla.STACK_MODULE_VERSIONS`, which says why SGLang is not
 one).
+
+MoE experts (``moe`` / ``moe_ep``, per format) are compared the same way:
+the profile's sets are fitted on vLLM's kernel rows, so each stack's own
+rows (:mod:`.moe_stacks`, which says which kernel each stack runs) are
+compared with what those sets price them at through the engine's function,
+per format and expert-parallel regime (:func:`compare_moe`), and a material
+one is refitted on the stack's rows of that regime with the fit the
+profile's sets come from (:func:`.moe_mla.fit_moe`).
 """
 from __future__ import annotations
 
@@ -29,7 +37,7 @@ import pandas as pd
 
 from ..costmodel.moe import moe_dtype
 from ..profiles.hardware import AllReduceParams, FitError, HardwareProfile, RooflineParams, StackKernels
-from . import evaluate, moe_mla, quantised_gemm
+from . import evaluate, moe_mla, moe_stacks, quantised_gemm
 from .data import ATTENTION_SHAPE, DEFAULT_STACK, FP8_GEMM, KernelData, kernel_stacks
 from .fit import ape, fields_space, fit_family, fit_params, space
 
@@ -124,6 +132,25 @@ def compare_mla(rows: pd.DataFrame, gpu: HardwareProfile, stack: str) -> list[Co
                        float(np.percentile(r, 90)))]
 
 
+def compare_moe(rows: pd.DataFrame, gpu: HardwareProfile, stack: str) -> list[Comparison]:
+    """``stack``'s MoE rows on ``gpu`` (:func:`.moe_stacks.stack_rows`) against what the profile's
+    sets price them at (:func:`.moe_mla.predict_priced`, the layout's set as a replica runs it),
+    one comparison per format the profile calibrates and regime (family ``moe <fmt>`` without
+    expert parallelism, ``moe_ep <fmt>`` with it; ``n``: rows)."""
+    out = []
+    for fmt, d in rows[rows["profile"] == gpu.name].groupby("moe_dtype"):
+        if str(fmt) not in gpu.calibration.moe:
+            continue
+        d = d.reset_index(drop=True)
+        r = d["t_s"].to_numpy() / moe_mla.predict_priced(d, gpu)
+        for regime in moe_stacks.REGIMES:
+            sel = (d["regime"] == regime).to_numpy()
+            if sel.any():
+                out.append(Comparison(gpu.name, stack, f"{regime} {fmt}", int(sel.sum()), float(np.median(r[sel])),
+                                      float(np.percentile(r[sel], 10)), float(np.percentile(r[sel], 90))))
+    return out
+
+
 def _fit_mla_decode(rows: pd.DataFrame, gpu: HardwareProfile) -> tuple[RooflineParams, dict[str, FitError]]:
     """The decode kernel refitted on the stack's bf16 modules (prefill and projections kept), and its
     error on each projection format's rows."""
@@ -150,11 +177,13 @@ def _fit_allreduce(rows: pd.DataFrame, gpu: HardwareProfile, base: AllReducePara
 
 
 def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison],
-              mla: dict[str, pd.DataFrame] | None = None) -> dict[str, StackKernels]:
+              mla: dict[str, pd.DataFrame] | None = None,
+              moe: dict[str, pd.DataFrame] | None = None) -> dict[str, StackKernels]:
     """The ``calibration.stacks`` block of ``gpu`` (already calibrated on the
     default stack): one entry per stack with at least one material family.
     ``mla``: each stack's MLA generation-module rows, which a material
-    ``mla_decode`` comparison is refitted on."""
+    ``mla_decode`` comparison is refitted on; ``moe``: each stack's MoE rows
+    (:func:`compare_moe`), which a material format and regime is refitted on."""
     cal = gpu.calibration
     out: dict[str, StackKernels] = {}
     for stack in kernel_stacks():
@@ -165,7 +194,12 @@ def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison
         errors: dict[str, FitError] = {}
         notes = []
         for c in material:
-            rows = grid_rows(kd, stack, c.family, gpu.name) if c.family != MLA_DECODE else (mla or {})[stack]
+            if c.family == MLA_DECODE:
+                rows = (mla or {})[stack]
+            elif moe_stacks.is_moe_family(c.family):
+                rows = moe_stacks.family_rows((moe or {})[stack], gpu.name, c.family)
+            else:
+                rows = grid_rows(kd, stack, c.family, gpu.name)
             t = rows["t_s"].to_numpy()
             if c.family == FP8_GEMM:
                 all_rows = kd.stack(stack, FP8_GEMM, gpu.name)
@@ -178,6 +212,11 @@ def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison
             elif c.family == MLA_DECODE:
                 fields[MLA_DECODE], mla_errors = _fit_mla_decode(rows, gpu)
                 errors.update(mla_errors)
+            elif moe_stacks.is_moe_family(c.family):
+                regime, fmt = c.family.split()
+                p = moe_mla.fit_moe(rows, gpu).params
+                fields.setdefault(regime, {})[fmt] = p
+                errors[c.family] = _error(moe_mla.predict_moe(rows, gpu, p), t)
             elif c.family == "allreduce":
                 fields["allreduce"] = _fit_allreduce(rows, gpu, cal.allreduce)
                 errors["allreduce custom"] = _error(evaluate.allreduce(rows, gpu, fields["allreduce"]), t)
@@ -192,7 +231,10 @@ def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison
                                                 if "allreduce" in fields else "")
                     + (" (fp8: the efficiency only, compute-bound rows)" if "fp8_gemm_efficiency" in fields else "")
                     + (" (mla_decode: its generation-module rows against the profile's MLA parameters, the decode "
-                       "kernel refitted with the projections kept)" if MLA_DECODE in fields else ""))
+                       "kernel refitted with the projections kept)" if MLA_DECODE in fields else "")
+                    + (" (moe, moe_ep: its default kernel's rows, kernels/moe_more.csv.gz, against the profile's "
+                       "sets as the engine prices them, each format and regime refitted on its own)"
+                       if "moe" in fields or "moe_ep" in fields else ""))
             out[stack] = StackKernels(rule=rule, error=errors, **fields)
     return out
 
@@ -211,6 +253,27 @@ def mla_error_rows(gpu: HardwareProfile, mla: dict[str, pd.DataFrame]) -> list[d
                         default_median=float(np.median(ape(base, t))),
                         default_signed=float(np.median(base / t - 1) * 100),
                         own_median=float(np.median(e1)), own_p90=float(np.percentile(e1, 90))))
+    return out
+
+
+def moe_error_rows(gpu: HardwareProfile, moe: dict[str, pd.DataFrame]) -> list[dict]:
+    """:func:`error_rows` of ``gpu``'s MoE overrides, on each stack's rows of the format and regime
+    (``moe``: :func:`.moe_stacks.stack_rows`)."""
+    cal, out = gpu.calibration, []
+    for stack, over in cal.stacks.items():
+        for regime in moe_stacks.REGIMES:
+            for fmt, own in getattr(over, regime).items():
+                if stack not in moe:
+                    continue
+                family = f"{regime} {fmt}"
+                rows = moe_stacks.family_rows(moe[stack], gpu.name, family)
+                t = rows["t_s"].to_numpy()
+                base = moe_mla.predict_priced(rows, gpu)
+                e1 = ape(moe_mla.predict_moe(rows, gpu, own), t)
+                out.append(dict(gpu=gpu.name, stack=stack, family=family, n=len(t),
+                                default_median=float(np.median(ape(base, t))),
+                                default_signed=float(np.median(base / t - 1) * 100),
+                                own_median=float(np.median(e1)), own_p90=float(np.percentile(e1, 90))))
     return out
 
 

@@ -62,6 +62,13 @@ def _str(s: str) -> str:
     return json.dumps(s, ensure_ascii=False)
 
 
+def _table(name: str, table: dict, indent: str) -> list[str]:
+    """A per-format parameter table's lines (none when it is empty)."""
+    if not table:
+        return []
+    return [f"{indent}{name}:", *(f"{indent}  {k}: {_params(p)}" for k, p in table.items())]
+
+
 def render(cal: Calibration) -> str:
     """The block as YAML text, starting with the marker line."""
     lines = [MARKER, "calibration:", f"  status: {cal.status}"]
@@ -73,10 +80,7 @@ def render(cal: Calibration) -> str:
         lines.append(f"  {fam}: {_params(getattr(cal, fam))}")
     lines.append(f"  iteration_overhead_ms: {_num(cal.iteration_overhead_ms)}")
     for fam in ("moe", "moe_ep", "mla_projection"):
-        table = getattr(cal, fam)
-        if table:
-            lines.append(f"  {fam}:")
-            lines.extend(f"    {k}: {_params(p)}" for k, p in table.items())
+        lines += _table(fam, getattr(cal, fam), "  ")
     for fam in ("mla_prefill", "mla_decode"):
         if getattr(cal, fam) != RooflineParams():
             lines.append(f"  {fam}: {_params(getattr(cal, fam))}")
@@ -92,6 +96,8 @@ def render(cal: Calibration) -> str:
                     lines.append(f"      {fam}: {_params(p)}")
             if over.fp8_gemm_efficiency is not None:
                 lines.append(f"      fp8_gemm_efficiency: {_num(over.fp8_gemm_efficiency)}")
+            for fam in ("moe", "moe_ep"):
+                lines += _table(fam, getattr(over, fam), "      ")
             if over.error:
                 lines.append("      error:")
                 lines.extend(f"        {fam}: {_flow(e.model_dump())}" for fam, e in over.error.items())

@@ -199,6 +199,14 @@ class FitError(_Strict):
     n: int
 
 
+def _known_format_keys(v: dict) -> dict:
+    unknown = [k for k in v if quant_format_name(k) != k]
+    if unknown:
+        raise ValueError(f"unknown quantisation format(s) {', '.join(map(str, unknown))}; "
+                         f"expected one of {', '.join(QUANT_FORMATS)}")
+    return v
+
+
 class StackKernels(_Strict):
     """One serving stack's kernels on this GPU where they differ from the
     profile's own (vLLM's) by more than the calibration's materiality rule:
@@ -214,7 +222,18 @@ class StackKernels(_Strict):
     mla_decode: Optional[RooflineParams] = None
     allreduce: Optional[AllReduceParams] = None
     fp8_gemm_efficiency: Optional[float] = Field(default=None, gt=0, le=1)
+    # The stack's own MoE experts per format, without (``moe``) and with
+    # (``moe_ep``) expert parallelism, each replacing the profile's set for
+    # that regime only (:meth:`Calibration.moe_for` of the result): a regime
+    # within the rule keeps what the profile prices it with.
+    moe: dict[str, MoeParams] = {}
+    moe_ep: dict[str, MoeParams] = {}
     error: dict[str, FitError] = {}
+
+    @field_validator("moe", "moe_ep")
+    @classmethod
+    def _known_formats(cls, v: dict) -> dict:
+        return _known_format_keys(v)
 
 
 #: The parameter sets a stack override may replace, each named as the calibration field it replaces.
@@ -259,11 +278,17 @@ class Calibration(_Strict):
     @field_validator("moe", "moe_ep", "mla_projection")
     @classmethod
     def _known_formats(cls, v: dict) -> dict:
-        unknown = [k for k in v if quant_format_name(k) != k]
-        if unknown:
-            raise ValueError(f"unknown quantisation format(s) {', '.join(map(str, unknown))}; "
-                             f"expected one of {', '.join(QUANT_FORMATS)}")
-        return v
+        return _known_format_keys(v)
+
+    def with_moe(self, moe: dict[str, MoeParams], moe_ep: dict[str, MoeParams]) -> dict[str, dict[str, MoeParams]]:
+        """``moe`` and ``moe_ep`` fields with these sets in place of this calibration's, each regime
+        on its own: a format given only for ep = 1 keeps the set ep > 1 ran (its ``moe_ep``, or
+        the ``moe`` it fell back to), and one given only for ep > 1 keeps its ``moe``."""
+        spread = dict(self.moe_ep)
+        for fmt in moe:
+            if fmt not in moe_ep and fmt not in spread and fmt in self.moe:
+                spread[fmt] = self.moe[fmt]
+        return {"moe": {**self.moe, **moe}, "moe_ep": {**spread, **moe_ep}}
 
     def moe_for(self, fmt: str, ep: int) -> Optional[MoeParams]:
         """The parameter set a replica whose experts are split ``ep`` ways
@@ -530,6 +555,8 @@ class HardwareProfile(_Strict):
         if over is None and mla is None:
             return self
         fields = {} if over is None else {f: getattr(over, f) for f in STACK_PARAMS if getattr(over, f) is not None}
+        if over is not None and (over.moe or over.moe_ep):
+            fields.update(self.calibration.with_moe(over.moe, over.moe_ep))
         if "gemm" in fields:   # the clocks under load are the GPU's, read over every stack's rows
             fields["gemm"] = fields["gemm"].model_copy(update={"sustained": self.calibration.gemm.sustained})
         if mla is not None:
