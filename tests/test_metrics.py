@@ -173,7 +173,10 @@ def test_percentile_targets_goodput_and_attainment():
     slo = r["slo"]
     t = slo["targets"]
     assert t["ttft_p99_ms"] == {"metric": "ttft", "percentile": 99.0, "target_ms": 400.0,
-                                "measured_ms": approx(495), "attainment": approx(2 / 3), "met": False}
+                                "measured_ms": approx(495), "attainment": approx(2 / 3), "met": False,
+                                # three requests are too few for a p99 to have one above it: said, not hidden
+                                "few_samples": {"samples": 3, "needed": 100}}
+    assert t["tpot_p99_ms"]["few_samples"] == {"samples": 2, "needed": 100}   # B's one token has no TPOT
     assert t["tpot_p99_ms"]["measured_ms"] == approx(248.75) and t["tpot_p99_ms"]["met"] is True
     assert t["tpot_p99_ms"]["attainment"] == 1.0  # B's one token counts as TPOT 0, as in vLLM's goodput
     assert t["e2el_p99_ms"]["met"] is True and t["e2el_p99_ms"]["attainment"] == 1.0

@@ -41,6 +41,7 @@ from .derive import RequestArrays
 from .gaps import GapGrid, GapLog
 from .percentiles import DEFAULT_PERCENTILES, UniformMixture, percentile_key, sample_percentile, sample_stats
 from .slo import LATENCY_METRICS, SloSpec
+from .tail_samples import few_samples
 
 __all__ = ["compute_results", "jsonable", "write_results", "FIELDS", "SLO_FIELDS", "latency_fields"]
 
@@ -75,12 +76,17 @@ def _slo_block(spec: SloSpec, samples: Mapping[str, np.ndarray], itl: UniformMix
         if metric == "itl":
             measured = itl.percentiles([pct])[0]
             attainment = itl.cdf(target)
+            count = int(itl.total)
         else:
             measured = sample_percentile(samples[metric], pct)
             values = tpot_or_zero if metric == "tpot" else samples[metric]
             attainment = _fraction(values <= target)
+            count = samples[metric].size
         targets[key] = {"metric": metric, "percentile": pct, "target_ms": target, "measured_ms": measured,
                         "attainment": attainment, "met": measured is not None and measured <= target}
+        few = few_samples(count, pct)
+        if few:     # a percentile past the sample's slowest values: said, not passed off as a tail
+            targets[key]["few_samples"] = few
     block: dict[str, Any] = {"met": all(t["met"] for t in targets.values()), "targets": targets}
     if good is not None:
         block["goodput"] = {
@@ -122,6 +128,11 @@ SLO_FIELDS = {
             "measured_ms": leaf("ms", "the run's value at that percentile; null when nothing was measured"),
             "attainment": leaf("fraction", "share of the values at or under the target"),
             "met": leaf("bool", "measured_ms ≤ target_ms (a target with nothing measured is not met)"),
+            "few_samples": block("too few samples for the percentile to have one above it: measured_ms is "
+                                 "about the slowest sample's value, not a measured tail", {
+                "samples": leaf("count", "the values the percentile was taken over"),
+                "needed": leaf("count", "the fewest that put one above it (100 for a p99)"),
+            }, when="the percentile rests on fewer samples than that"),
         })}),
     "goodput": block("vLLM's goodput: requests within every per-request threshold", {
         "thresholds_ms": block("the per-request thresholds", {"<metric>": leaf("ms", "the metric's threshold")}),

@@ -28,8 +28,10 @@ def slo_targets_text(results: Mapping[str, Any]) -> Optional[str]:
     blocks = slo_blocks(results)
     if not blocks:
         return None
+    # few_samples only where flagged (metrics.tail_samples): a plan says which answers rest on a thin tail
     return json.dumps([[label, {"targets": {k: {f: t.get(f) for f in ("metric", "percentile", "target_ms",
-                                                                       "measured_ms", "met")}
+                                                                       "measured_ms", "met", "few_samples")
+                                                if f in t or f != "few_samples"}
                                             for k, t in (b.get("targets") or {}).items()},
                                 **({"mean_input_tokens": b["mean_input_tokens"]} if "mean_input_tokens" in b else {})}]
                        for label, b in blocks], sort_keys=True)

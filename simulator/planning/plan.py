@@ -17,6 +17,7 @@ fair as their prices (:mod:`.prices`).
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -25,6 +26,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..errors import LlmsimError, first_few
 from ..memory import does_not_fit
 from ..metrics.intervals import check_confidence
+from ..metrics.tail_samples import few_samples_note
 from ..profiles.hardware import load_hardware
 from ..runsize import check_run_count
 from ..scenario.load import load_scenario, resolve_scenario
@@ -281,7 +283,7 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
         key, searched = axis.key, {"key": axis.key, "range": list(axis.bounds)}
         answers = drive_all({i: smallest_passing(*axis.bounds) for i in range(len(combos))},
                             prober.judge(combos, key))
-    candidates, bounds_hit = [], []
+    candidates, bounds_hit, thin = [], [], []
     for i, combo in enumerate(combos):
         tried = [v for (j, v) in prober.rows if j == i]
         value = answers[i]
@@ -296,6 +298,8 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
                 "usd_per_gpu_hour": {name: p.usd_per_gpu_hour for name, p in prices.of(overrides).items()}}
         if max_rate:
             cand["max_rate_per_s"] = value
+        if cand["slo_met"]:
+            thin += [(overrides, note) for note in _few_samples(prober.rows[(i, at)])]
         candidates.append(cand)
     probes = [{"overrides": {**combos[i], key: v}, **prober.figures(i, v)} for (i, v) in prober.rows]
     gpus = {p.gpu for run in priced for p in run.values()}   # however an axis spells the GPU
@@ -303,7 +307,22 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
                 _ranked(candidates, max_rate), probes, list(variants), cli, confidence,
                 {g: load_hardware(g).provenance() for g in sorted(gpus)}, varied, pinned,
                 [w for w in [seeds_alike(sc.workload.arrival, seeds), copies_in_step(sc.workload.arrival),
-                             _bound_note(bounds_hit, max_rate, key)] if w])
+                             _bound_note(bounds_hit, max_rate, key), _thin_note(thin)] if w])
+
+
+def _few_samples(rows: Sequence[Mapping[str, Any]]) -> list[str]:
+    """What :func:`~simulator.metrics.tail_samples.few_samples_note` says of each seed's run of a probe."""
+    notes = [few_samples_note(json.loads(r["slo_targets"])) for r in rows if r.get("slo_targets")]
+    return [n for n in notes if n][:1]
+
+
+def _thin_note(thin: list[tuple[dict[str, Any], str]]) -> str:
+    """Where a fleet the plan answers with passed on a percentile of too few requests: its verdict is
+    the slowest few requests', which another seed or a longer window can turn."""
+    if not thin:
+        return ""
+    which = first_few([f"({_overrides_text(o)})" if len(o) > 1 else _overrides_text(o) for o, _ in thin], 3)
+    return f"the SLO verdict of {which} rests on too few samples: {thin[0][1]}"
 
 
 def _bound_note(hit: list[str], max_rate: bool, key: str) -> str:

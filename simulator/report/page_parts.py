@@ -10,6 +10,7 @@ from __future__ import annotations
 import html
 import json
 from typing import Any, Iterable, Mapping, Optional, Sequence
+from ..metrics.tail_samples import few_samples_note
 from ..metrics.verdict import class_p99, measured, owner, slo_blocks, slo_met
 from .summary_format import FAILED_PARTS, class_verdict, rare_counts_shown, stack_served, usd, weights_served
 
@@ -123,7 +124,7 @@ def slo_table(results: Mapping[str, Any]) -> str:
                          (_slo_interval(intervals, key, t) if not whose else None) or "—",
                          "—" if att is None else f"{100 * att:.1f} %"])
     return table(["verdict", "target", "limit", "simulated (ms)", "interval (ms)", "within the limit"], rows,
-                 cls="slo")
+                 cls="slo", caption=few_samples_note(slo_blocks(results)) or "")
 
 
 def run_answer(results: Mapping[str, Any]) -> str:

@@ -13,6 +13,7 @@ from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
+from ..metrics.tail_samples import few_samples_note
 from ..metrics.verdict import measured, owner, slo_blocks, slo_met
 from .fleet_summary import classes_table, headline, pools_table, ttft_budget_table
 
@@ -98,6 +99,9 @@ def _slo(results: Mapping[str, Any]) -> Optional[Table]:
         limits = ", ".join(f"{m.upper()} ≤ {_num(v)}" for m, v in goodput["thresholds_ms"].items())
         t.add_row("", "goodput", limits + " ms", f"{goodput['good_requests']:,} req",
                   "—" if frac is None else f"{100 * frac:.1f}%")
+    few = few_samples_note(slo_blocks(results))
+    if few:
+        t.caption, t.caption_justify = f"note: {few}", "left"
     return t
 
 
