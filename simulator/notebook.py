@@ -36,6 +36,7 @@ from .metrics.table import request_table
 from .planning.executors import ExecutorOptions, make_executor
 from .planning.plan import Plan, plan_fleet
 from .planning.vary import parse_vary
+from .report.intervals import annotate, shipped_model
 from .report.ladder import ladder_runs
 from .report.plots import _log_ms_axis
 from .report.results_reference import RESULTS
@@ -80,21 +81,28 @@ def _load(scenario: str | Path, overrides: dict[str, Any],
 
 
 def run(scenario: str | Path | Scenario, overrides: Overrides = None, variants: Names = (),
-        engine: str = "fast") -> RunOutput:
-    """Simulate as ``llmsim run SCENARIO --variant V... --set K=V...`` would.
+        engine: str = "fast", confidence: float = 0.9) -> RunOutput:
+    """Simulate as ``llmsim run SCENARIO --variant V... --set K=V... --confidence C`` would.
 
     ``scenario`` may also be a :class:`Scenario` already loaded (and perhaps
     edited with ``model_copy``): it has no file, so a relative trace path in
     it is read from the current folder. ``.results`` is the results.json
-    dict, ``.timeline`` the timeline table, :func:`requests_frame` the
-    request records as a DataFrame."""
+    dict, llmsim's intervals at ``confidence`` included (``llmsim.intervals``,
+    ``llmsim.error_model``: what the command prints under its SLO table),
+    ``.timeline`` the timeline table, :func:`requests_frame` the request
+    records as a DataFrame."""
     checked_engine(engine, "engine")
+    check_confidence(confidence, "confidence")
     sets, names = _mapping(overrides, "overrides"), _names(variants, "variants")
     if isinstance(scenario, Scenario):
-        return simulate(_overlaid(scenario, sets, names), engine=engine)
-    sc, path, chosen = _load(_file(scenario, "run"), sets, names)
-    with blamed_on(path, variant_overlays(chosen), overlay_assignments(sets)):
-        return simulate(sc, engine=engine, source=path)
+        sc = _overlaid(scenario, sets, names)
+        out = simulate(sc, engine=engine)
+    else:
+        sc, path, chosen = _load(_file(scenario, "run"), sets, names)
+        with blamed_on(path, variant_overlays(chosen), overlay_assignments(sets)):
+            out = simulate(sc, engine=engine, source=path)
+    annotate(out.results, sc, [out.results], confidence, shipped_model()[0])
+    return out
 
 
 def _overlaid(sc: Scenario, overrides: dict[str, Any], variants: list[str]) -> Scenario:

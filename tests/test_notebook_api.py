@@ -222,3 +222,20 @@ def test_a_run_is_judged_by_every_slo_and_its_load_as_llmsim_run_judges_it():
     paid = {"slo": {"met": True}, "llmsim": {"classes": {"paid": {"slo_declared": True, "slo": {"met": False}}}}}
     assert nb.met(paid) is False
     assert nb.met({"slo": {"met": True}, "llmsim": {"load": {"overloaded": True}}}) is False
+
+
+def test_a_run_carries_the_intervals_llmsim_run_writes(tmp_path, cli):
+    """nb.run's results lacked llmsim.intervals and llmsim.error_model, which llmsim run prints under its
+    SLO table and writes to results.json: a what-if reading the 90 % bound got a KeyError."""
+    import json
+
+    from test_sweep import write_tiny_scenario
+
+    scenario = write_tiny_scenario(tmp_path)
+    cli("run", scenario, "-o", tmp_path / "out", "--no-plots", "--confidence", "0.8")
+    written = json.loads((tmp_path / "out" / "results.json").read_text())["llmsim"]
+    got = nb.run(scenario, confidence=0.8).results["llmsim"]
+    assert got["intervals"] == written["intervals"] and got["intervals"]["p99_ttft_ms"]["confidence"] == 0.8
+    assert got["error_model"] == written["error_model"]
+    with pytest.raises(LlmsimError, match=r"confidence: must be a probability"):
+        nb.run(scenario, confidence=1.5)

@@ -21,7 +21,6 @@ from .options import (Address, ConnectTimeout, ExecutorName, Workers, check_conn
 
 if TYPE_CHECKING:   # scenarios and the runner on first use: `llmsim --help` imports this module
     from ..runner import RunOutput
-    from ..validation.error_model import ErrorModel
 
 
 def _plots_wanted(plots: Optional[bool], output: Optional[Path]) -> bool:
@@ -89,7 +88,7 @@ def run(ctx: typer.Context,
     from ..metrics.intervals import check_confidence
     from ..planning.executors.base import ExecutorOptions, check_executor
     from ..replicates import check_replicates
-    from ..report.intervals import annotate
+    from ..report.intervals import annotate, shipped_model
     from ..scenario.load import load_scenario, resolve_scenario
     from ..scenario.overlays import blamed_on, load_with_variants, overlaid, variant_overlays
     from ..scenario.overrides import given_sets, refuse_overlaps
@@ -141,7 +140,7 @@ def run(ctx: typer.Context,
 
                 with open_executor(executor, workers, address, connect_timeout) as ex:
                     out = run_sharded(sc, shards, source=path, engine=engine, executor=ex)
-        model, model_note = _error_model()
+        model, model_note = shipped_model()
         annotate(out.results, sc, reps if replicates > 1 else [out.results], confidence, model)
         if stage is not None:
             write_run_files(stage, out, plots=draw)
@@ -181,16 +180,6 @@ def _replicated(sc, n: int, ex, path: Path, engine: str) -> tuple[RunOutput, lis
     first = outs[0]
     return (RunOutput(sc, Records(first.columns), None, first.results, timeline=first.timeline, timing=first.timing),
             [o.results for o in outs])
-
-
-def _error_model() -> tuple[Optional[ErrorModel], Optional[str]]:
-    """The shipped error model, or None and why (intervals are then the replicates' spread alone)."""
-    from ..validation.error_model import load_error_model
-
-    try:
-        return load_error_model(), None
-    except LlmsimError as e:
-        return None, e.render()
 
 
 def _print_run(results: dict, model_note: Optional[str]) -> None:

@@ -12,11 +12,20 @@ from typing import Any, Mapping, Optional, Sequence
 
 from rich.table import Table
 
+from ..errors import LlmsimError
 from ..metrics.intervals import intervals_block, slo_key, spread_block
-from ..validation.error_model import ErrorModel, regime_of_run
+from ..validation.error_model import ErrorModel, load_error_model, regime_of_run
 from .summary_format import FAIL, OK, num
 
-__all__ = ["annotate", "intervals_table", "widened_notes", "intervals_figure", "write_intervals_plot"]
+__all__ = ["shipped_model", "annotate", "intervals_table", "widened_notes", "intervals_figure", "write_intervals_plot"]
+
+
+def shipped_model() -> tuple[Optional[ErrorModel], Optional[str]]:
+    """The shipped error model, or None and why (intervals are then the replicates' spread alone)."""
+    try:
+        return load_error_model(), None
+    except LlmsimError as e:
+        return None, e.render()
 
 
 def annotate(results: dict[str, Any], scenario: Any, replicates: Sequence[Mapping[str, Any]],
