@@ -47,3 +47,10 @@ def test_a_plan_answered_on_a_thin_tail_warns(tmp_path):
     assert any("pools.chat.replicas=2 rests on too few samples" in w and "40 samples of the 100" in w
                for w in plan.warnings), plan.warnings
     assert json.loads(json.dumps(plan.to_json()))["warnings"] == plan.warnings
+
+
+def test_llmsim_check_says_a_pass_rests_on_too_few_samples(tmp_path, cli):
+    scenario = write_tiny_scenario(tmp_path)
+    r = cli("check", scenario, "--set", "workload.num_requests=30")
+    assert "note: TTFT p99 (30 samples of the 100 a p99 needs)" in words(r.out), r.out
+    assert "samples of the" not in cli("check", scenario).out

@@ -242,6 +242,9 @@ def _verdict_row(v: Verdict, t: Table, job: _Job) -> None:
 
 
 def _report(job: _Job, results: dict[str, Any], tracked: dict[str, Any], tolerance: float) -> Table:
+    from ..metrics.tail_samples import few_samples_note
+    from ..metrics.verdict import slo_blocks
+
     t = Table(title_justify="left")
     for col, justify in (("metric", "left"), ("baseline", "right"), ("now", "right"), ("change", "right"),
                          ("verdict", "left")):
@@ -258,6 +261,9 @@ def _report(job: _Job, results: dict[str, Any], tracked: dict[str, Any], toleran
                            in_baseline=m in job.baseline), t, job)
     verdict = "[bold red]FAIL[/]" if job.failures else "[green]PASS[/]"
     t.title = f"{verdict} {job.scenario.name} ({job.path})"
+    few = few_samples_note(slo_blocks(results))
+    if few:     # a pass on the slowest few requests' value is not one on a tail: said under the table
+        t.caption, t.caption_justify = f"note: {few}", "left"
     return t
 
 
