@@ -226,3 +226,21 @@ def test_a_big_request_table_is_sampled_not_read_whole(scenario, tmp_path, cli, 
     part, k = page._requests(out)
     assert k in (4, 5) and len(part) <= len(full) // 4 + k
     assert "charts drawn from every" in page.report_html(out)
+
+
+def test_a_replicated_runs_page_says_how_many_seeds_met_the_slo(tmp_path):
+    """With --replicates the page is the first seed's: its "SLO met" alone hid the seeds that missed,
+    which the terminal counts ("met by 3 of 4"); the answer and the SLO table now say it."""
+    from simulator.notebook import run as simulate_run
+    from simulator.report.page_parts import run_answer
+    from test_sweep import write_tiny_scenario
+
+    results = simulate_run(write_tiny_scenario(tmp_path), {"pools.chat.replicas": 4}).results
+    assert results["llmsim"]["slo_met"] is True
+    results["llmsim"]["replicates"] = {"count": 4, "seeds": [3, 4, 5, 6], "slo_met": 3,
+                                       "slo_targets_met": {"ttft_p99_ms": 4, "tpot_p99_ms": 3}}
+    page = run_answer(results)
+    assert "seed 3's run, and 3 of 4 seeds (3, 4, 5, 6) met it" in page
+    assert "<th>seeds met</th>" in page and "<td>3 of 4</td>" in page and "<td>4 of 4</td>" in page
+    del results["llmsim"]["replicates"]     # one seed: no count to give
+    assert "seeds" not in run_answer(results)

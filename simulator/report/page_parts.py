@@ -113,6 +113,8 @@ def slo_table(results: Mapping[str, Any]) -> str:
     """Every target the run is judged on (:func:`~simulator.metrics.verdict.slo_blocks`), a class's or
     prompt-length bucket's named before its metric; the intervals are the fleet's figures'."""
     intervals = _intervals(results.get("llmsim") or {})
+    reps = (results.get("llmsim") or {}).get("replicates") or {}
+    n, seeds_met = len(reps.get("seeds") or []), reps.get("slo_targets_met") or {}
     rows = []
     for label, block in slo_blocks(results):
         whose = owner(label, ": ")
@@ -122,8 +124,10 @@ def slo_table(results: Mapping[str, Any]) -> str:
             rows.append([verdict, f"{whose}{t['metric'].upper()} p{t['percentile']:g}",
                          f"≤ {t['target_ms']:,g} ms", measured(t, _digits(t.get("measured_ms") or 0)),
                          (_slo_interval(intervals, key, t) if not whose else None) or "—",
-                         "—" if att is None else f"{100 * att:.1f} %"])
-    return table(["verdict", "target", "limit", "simulated (ms)", "interval (ms)", "within the limit"], rows,
+                         "—" if att is None else f"{100 * att:.1f} %",
+                         *([f"{seeds_met[key]} of {n}" if not whose and key in seeds_met else "—"] if n > 1 else [])])
+    return table(["verdict", "target", "limit", "simulated (ms)", "interval (ms)", "within the limit",
+                  *(["seeds met"] if n > 1 else [])], rows,
                  cls="slo", caption=few_samples_note(slo_blocks(results)) or "")
 
 
@@ -149,7 +153,7 @@ def run_answer(results: Mapping[str, Any]) -> str:
         key = "llmsim.slo_met" if "slo_met" in llmsim else "slo.met"
         parts.append(figure(key, met, "SLO met" if met else "SLO missed",
                             "every target the run is judged on: the scenario's slo, each class's and "
-                            "prompt-length bucket's own", "ok" if met else "bad"))
+                            "prompt-length bucket's own" + _seeds_met(llmsim), "ok" if met else "bad"))
     if load:
         over = load.get("overloaded")
         parts.append(figure("llmsim.load.overloaded", over, "OVERLOADED" if over else "keeps up",
@@ -169,6 +173,16 @@ def run_answer(results: Mapping[str, Any]) -> str:
     return ('<section id="answer"><div class="figures">' + "".join(parts) + "</div>"
             + "".join(f"<p>{esc(line)}</p>" for line in lines)
             + (slo_table(results) if met is not None else "") + _intervals_table(llmsim) + "</section>")
+
+
+def _seeds_met(llmsim: Mapping[str, Any]) -> str:
+    """With --replicates, whose run the verdict is and how many seeds met the SLO: the page is the first
+    seed's, and its "SLO met" alone hid the seeds that missed (the terminal's "met by 3 of 4")."""
+    reps = llmsim.get("replicates") or {}
+    seeds, met = reps.get("seeds") or [], reps.get("slo_met")
+    if len(seeds) < 2 or met is None:
+        return ""
+    return f"; seed {seeds[0]}'s run, and {met} of {len(seeds)} seeds ({', '.join(map(str, seeds))}) met it"
 
 
 def _intervals_table(llmsim: Mapping[str, Any]) -> str:

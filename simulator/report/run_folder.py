@@ -109,7 +109,11 @@ RESULTS_SHAPE: tuple[tuple[str, _Kind], ...] = (
     ("slo", _BLOCK), ("slo.targets", _BLOCK), ("slo.targets.*", _ITEM),
     ("slo.targets.*.metric", _NEEDED_TEXT), ("slo.targets.*.percentile", _NEEDED_NUMBER),
     ("slo.targets.*.target_ms", _NEEDED_NUMBER), ("slo.targets.*.measured_ms", _NUMBER),
-    ("slo.targets.*.attainment", _NUMBER),
+    ("slo.targets.*.attainment", _NUMBER), ("slo.targets.*.few_samples", _BLOCK),
+    ("slo.targets.*.few_samples.samples", _NEEDED_NUMBER), ("slo.targets.*.few_samples.needed", _NEEDED_NUMBER),
+    # --replicates: how many seeds met the SLO, beside the first seed's verdict
+    ("llmsim.replicates", _BLOCK), ("llmsim.replicates.seeds", _LIST), ("llmsim.replicates.slo_met", _NUMBER),
+    ("llmsim.replicates.slo_targets_met", _BLOCK), ("llmsim.replicates.slo_targets_met.*", _NUMBER),
     ("llmsim.simulated_seconds", _NUMBER), ("llmsim.product.slices", _SLICES),
     *((f"llmsim.product.{k}", _NUMBER) for k in ("gpus", "gpus_mean", "monthly_usd", "standby_gpus", "pooled_gpus",
                                                  "kwh_per_month", "co2e_kg_per_month")),
