@@ -244,3 +244,24 @@ def test_a_replicated_runs_page_says_how_many_seeds_met_the_slo(tmp_path):
     assert "<th>seeds met</th>" in page and "<td>3 of 4</td>" in page and "<td>4 of 4</td>" in page
     del results["llmsim"]["replicates"]     # one seed: no count to give
     assert "seeds" not in run_answer(results)
+
+
+def test_a_plan_of_a_whole_fleet_names_the_fleet_not_a_product(tmp_path):
+    """The plan and ladder pages called every headline figure "the product"'s, also where the scenario
+    simulates the whole fleet (no product: slices), as the run page does not."""
+    from simulator.planning.executors import ExecutorOptions, make_executor
+    from simulator.planning.plan import plan_fleet
+    from simulator.planning.vary import parse_vary
+    from simulator.report.page import report_html
+    from test_sweep import write_tiny_scenario
+
+    plan = plan_fleet(write_tiny_scenario(tmp_path), [parse_vary("pools.chat.replicas=3..4")],
+                      make_executor("local", ExecutorOptions(workers=1)))
+    (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
+    page = report_html(tmp_path)
+    assert "GPUs at peak, the fleet" in page and "the product" not in page
+    data = plan.to_json()
+    for row in (data["best"], *data["candidates"]):     # the same fleet as a slice of 64
+        row["product_gpus"], row["product_monthly_usd"] = 64 * row["gpus"], 64 * row["monthly_usd"]
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    assert "GPUs at peak, the product" in report_html(tmp_path)

@@ -210,9 +210,9 @@ def _ladder_body(folder: Path) -> tuple[str, str]:
     cols = [c for c in _LADDER_COLS if (sliced or not c[0].startswith("product_"))
             and (stranded or c[0] != "stranded")]
     parts = [figure("steps.0.product_gpus", first.get("product_gpus"), whole(first.get("product_gpus")),
-                    "GPUs at peak, the baseline's product"),
+                    f"GPUs at peak, the baseline's {_whole_of(sliced)}"),
              figure("steps.0.product_monthly_usd", first.get("product_monthly_usd"),
-                    money(first.get("product_monthly_usd")), "per month, the baseline's product")]
+                    money(first.get("product_monthly_usd")), f"per month, the baseline's {_whole_of(sliced)}")]
     met = [r["step"] for r in rows if r.get("slo_met")]
     tab = table(["step", "SLO", *(h for _, h, _ in cols)],
                 [[r["step"], mark(r),
@@ -240,6 +240,12 @@ def _fleet_rows(rows: list[Mapping[str, Any]], keys: list[str], extra: tuple = (
     return table([*keys, "SLO", *(h for _, h, _ in cols), *(h for _, h in extra)], shown)
 
 
+def _whole_of(sliced: bool) -> str:
+    """What a headline figure counts: the product where the scenario simulates a slice of one, else the
+    simulated fleet itself, as a run's page says it ("the product" of an unsliced plan named none)."""
+    return "product" if sliced else "fleet"
+
+
 def _plan_body(folder: Path) -> tuple[str, str]:
     plan = _read_json(folder / "plan.json")
     check_plan(plan, folder / "plan.json")
@@ -248,10 +254,11 @@ def _plan_body(folder: Path) -> tuple[str, str]:
     keys = list(dict.fromkeys(k for c in cands for k in c.get("overrides", {})))
     name = Path(str(plan.get("scenario"))).stem
     if best:
+        whose = _whole_of(best.get("product_gpus") not in (None, best.get("gpus")))
         parts = [figure("best.product_gpus", best.get("product_gpus", best.get("gpus")),
-                        whole(best.get("product_gpus", best.get("gpus"))), "GPUs at peak, the product"),
+                        whole(best.get("product_gpus", best.get("gpus"))), f"GPUs at peak, the {whose}"),
                  figure("best.product_monthly_usd", best.get("product_monthly_usd", best.get("monthly_usd")),
-                        money(best.get("product_monthly_usd", best.get("monthly_usd"))), "per month, the product"),
+                        money(best.get("product_monthly_usd", best.get("monthly_usd"))), f"per month, the {whose}"),
                  figure("best.slo_met", True, "SLO met", "by the cheapest fleet found", "ok")]
         what = "Cheapest fleet meeting the SLO: " + ", ".join(f"{k}={v}" for k, v in best["overrides"].items())
         if best.get("product_gpus") not in (None, best.get("gpus")):

@@ -173,9 +173,9 @@ def cost_breakdown(llmsim: Mapping[str, Any]) -> list[tuple[str, Figure]]:
 
 def _money_axis(rows: Sequence[Mapping[str, Any]]) -> tuple[Callable[[Mapping[str, Any]], Optional[float]], str]:
     """(a row's month, axis title): the month plans rank by (``month_with_power``), the product's when
-    the rows carry it, its power added where energy is priced. The GPU bill alone drew a B200 fleet
-    left of an H100 one that the plan ranked cheaper with its watts."""
-    product = any(r.get("product_monthly_usd") is not None for r in rows)
+    the rows carry one apart from the fleet's (a slice of it), its power added where energy is priced.
+    The GPU bill alone drew a B200 fleet left of an H100 one that the plan ranked cheaper with its watts."""
+    product = any(r.get("product_monthly_usd") not in (None, r.get("monthly_usd")) for r in rows)
     powered = any(r.get("product_power_monthly_usd" if product else "power_monthly_usd") is not None for r in rows)
     return ((lambda r: month_with_power(r, product)),
             f"monthly cost{', the product' if product else ''}{', power included' if powered else ''} (USD)")
