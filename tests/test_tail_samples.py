@@ -11,7 +11,7 @@ from simulator.planning.executors import make_executor
 from simulator.planning.plan import plan_fleet
 from simulator.planning.vary import parse_vary
 from simulator.report.page_parts import slo_table
-from test_sweep import write_tiny_scenario, words
+from test_sweep import write_sweep, write_tiny_scenario, words
 
 
 @pytest.mark.parametrize("pct, needed", [(99, 100), (95, 20), (90, 10), (99.9, 1000), (50, 2), (100, None)])
@@ -54,3 +54,11 @@ def test_llmsim_check_says_a_pass_rests_on_too_few_samples(tmp_path, cli):
     r = cli("check", scenario, "--set", "workload.num_requests=30")
     assert "note: TTFT p99 (30 samples of the 100 a p99 needs)" in words(r.out), r.out
     assert "samples of the" not in cli("check", scenario).out
+
+
+def test_a_sweep_says_which_points_judge_the_slo_on_too_few_samples(tmp_path, cli):
+    sweep = write_sweep(tmp_path, {"grid": {"pools.chat.replicas": [2, 3]}, "points": [{"workload.num_requests": 40}]})
+    r = cli("sweep", sweep, "-o", tmp_path / "out", "--workers", "1")
+    assert r.code == 0, r.err
+    assert ("warning: 2 of 2 points judge the SLO on too few samples; the first, workload.num_requests=40, "
+            "pools.chat.replicas=2: TPOT p99 (40 samples of the 100 a p99 needs)") in words(r.err), r.err

@@ -62,9 +62,13 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
         where = f"{executor} ({used} worker{'s' if used != 1 else ''})"
     wall = time.perf_counter() - wall
     from ..planning.prices import sweep_pinned_prices
+    from ..planning.sweep import few_samples_warning
 
     for pinned in sweep_pinned_prices(points):
         warn(pinned["warning"])
+    few = few_samples_warning(run.rows, override_keys(points))
+    if few:
+        warn(few)
     keys = override_keys(points)
     # a point that does not keep up says so beside its verdict: without an SLO there is no verdict to carry it
     shown = [c for c in _SHOWN if c != "overloaded" or any(r.get(c) for r in run.rows)]

@@ -12,10 +12,11 @@ as measured: the flag says how far to trust it.
 """
 from __future__ import annotations
 
+import json
 import math
 from typing import Any, Iterable, Mapping, Optional
 
-__all__ = ["samples_needed", "few_samples", "few_samples_note"]
+__all__ = ["samples_needed", "few_samples", "few_samples_note", "row_few_samples_note"]
 
 
 def samples_needed(percentile: float) -> Optional[int]:
@@ -57,3 +58,10 @@ def few_samples_note(blocks: Iterable[tuple[str, Mapping[str, Any]]]) -> Optiona
     return (f"{'; '.join(flagged)}: too few for one to lie above the percentile, so the value is about the "
             f"slowest sample's, not a measured tail; simulate more requests (workload.num_requests or "
             f"workload.duration_s)")
+
+
+def row_few_samples_note(row: Mapping[str, Any]) -> Optional[str]:
+    """:func:`few_samples_note` of a plan's or sweep's row (``slo_targets``: its SLO blocks as JSON text,
+    written by ``planning.confidence.slo_targets_text``); None for a row without one (a failed point)."""
+    text = row.get("slo_targets")
+    return few_samples_note(json.loads(text)) if isinstance(text, str) else None

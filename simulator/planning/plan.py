@@ -17,7 +17,6 @@ fair as their prices (:mod:`.prices`).
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,7 +25,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..errors import LlmsimError, first_few
 from ..memory import does_not_fit
 from ..metrics.intervals import check_confidence
-from ..metrics.tail_samples import few_samples_note
+from ..metrics.tail_samples import row_few_samples_note
 from ..profiles.hardware import load_hardware
 from ..runsize import check_run_count
 from ..scenario.load import load_scenario, resolve_scenario
@@ -311,8 +310,9 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
 
 
 def _few_samples(rows: Sequence[Mapping[str, Any]]) -> list[str]:
-    """What :func:`~simulator.metrics.tail_samples.few_samples_note` says of each seed's run of a probe."""
-    notes = [few_samples_note(json.loads(r["slo_targets"])) for r in rows if r.get("slo_targets")]
+    """What :func:`~simulator.metrics.tail_samples.few_samples_note` says of the first of a probe's seeds it
+    has something to say of."""
+    notes = [row_few_samples_note(r) for r in rows]
     return [n for n in notes if n][:1]
 
 

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
 
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError
+from ..metrics.tail_samples import row_few_samples_note
 from ..scenario.variants import merge_overlays
 from .batch import run_points
 from .executors import Executor
@@ -26,7 +27,7 @@ from .grid import load_sweep
 from .point import Point
 from .store import PointStore
 
-__all__ = ["SweepRun", "plan_sweep", "run_sweep", "override_keys", "write_table"]
+__all__ = ["SweepRun", "plan_sweep", "run_sweep", "override_keys", "write_table", "few_samples_warning"]
 
 OnRow = Callable[[Point, dict[str, Any], bool], None]
 
@@ -124,3 +125,15 @@ def _scalar_column(col: "pd.Series") -> "pd.Series":
     if len(kinds) > 1 and not kinds <= {int, float}:
         col = col.map(lambda v: None if v is None else str(v))
     return col
+
+
+def few_samples_warning(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> Optional[str]:
+    """Which points' SLO verdicts rest on a percentile over too few requests (their ``slo_met`` is the
+    slowest few requests', :mod:`simulator.metrics.tail_samples`), the first one's targets named; None
+    when every point's rest on enough."""
+    thin = [(r, note) for r in rows if (note := row_few_samples_note(r))]
+    if not thin:
+        return None
+    first, note = thin[0]
+    named = ", ".join(f"{k}={first.get(k)}" for k in keys) or "the point"
+    return f"{len(thin)} of {len(rows)} points judge the SLO on too few samples; the first, {named}: {note}"
