@@ -222,3 +222,14 @@ def test_a_missed_value_never_reads_as_its_target():
     row = next(line for line in console.export_text().splitlines() if "paid" in line)
     assert "2,000.04" in row and "60.004" in row
     assert ">2,000.04<" in page_classes_table({"classes": {"paid": klass}})
+
+
+def test_a_replicated_run_passes_only_if_every_seed_meets_the_slo():
+    """llmsim run --replicates 4 exited 0 on the first seed's pass while another seed missed (the table
+    said "met by 3 of 4"); plan --seeds calls such a fleet failing, and run's exit now does too."""
+    ok = {"slo": {"met": True, "targets": {}}, "llmsim": {"slo_met": True}}
+    assert failures(ok) == []
+    three = {**ok, "llmsim": {"slo_met": True, "replicates": {"count": 4, "seeds": [3, 4, 5, 6], "slo_met": 3}}}
+    assert failures(three) == ["SLO met by 3 of 4 seeds (3, 4, 5, 6): a fleet passes only if every seed meets it"]
+    every = {**ok, "llmsim": {"slo_met": True, "replicates": {"count": 2, "seeds": [3, 4], "slo_met": 2}}}
+    assert failures(every) == []

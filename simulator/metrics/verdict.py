@@ -123,4 +123,11 @@ def failures(results: Mapping[str, Any]) -> list[str]:
                 measured = target.get("measured_ms")
                 got = "no samples" if measured is None else ms_past(measured, target["target_ms"])
                 out.append(f"{label} {key} missed: simulated {got}, target ≤ {target['target_ms']:,g} ms")
+    # --replicates: the figures are the first seed's, but a fleet passes only if every seed does, as
+    # plan --seeds judges it (one seed's pass alone exited 0 on a fleet three seeds in four missed with)
+    reps = (results.get("llmsim") or {}).get("replicates") or {}
+    seeds, met = reps.get("seeds") or [], reps.get("slo_met")
+    if met is not None and met < len(seeds):
+        out.append(f"SLO met by {met} of {len(seeds)} seeds ({', '.join(map(str, seeds))}): a fleet passes only "
+                   f"if every seed meets it")
     return out
