@@ -105,7 +105,7 @@ def main(argv: list[str] | None = None) -> int:
             if not value and not current:
                 continue
             note = (f"{REFERENCE}'s MLA prefill kernel time over each stack's on {source}'s compute-bound calls, by "
-                    "`python benchmarks/mla_stack_kernels.py --write` (docs/calibration-moe-engine.md)")
+                    "`python benchmarks/mla_stack_kernels.py --write` (docs/calibration-moe-stacks.md)")
             flow = "{" + ", ".join(f"{k}: {v:g}" for k, v in sorted(value.items())) + "}"
             write(flow, (prof,), note, key=KEY)
     return 0

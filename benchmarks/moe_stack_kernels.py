@@ -1,6 +1,6 @@
 """How far is each stack's own MoE kernel from the vLLM kernel llmsim prices it with?
 
-    python benchmarks/moe_stack_kernels.py [--data DIR] [--markdown docs/calibration-moe-engine.md]
+    python benchmarks/moe_stack_kernels.py [--data DIR] [--markdown docs/calibration-moe-stacks.md]
 
 A hardware profile has one MoE parameter set per format and side, fitted
 on vLLM's measured kernels (``moe_mla_calibration.py``); a stack whose own
