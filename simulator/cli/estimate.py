@@ -37,6 +37,8 @@ KERNELS = typer.Option(None, "--kernels", help="whose kernels the GPU runs: a se
 BACKEND = typer.Option(None, "--backend", help="price as this serving backend runs: its kernels, iteration "
                                                "overheads, eager launches, front-end terms and defaults (vllm, "
                                                "sglang, trtllm or a profile file); default: the kernels alone")
+MOE_BACKEND = typer.Option(None, "--moe-backend", help="TensorRT-LLM's MoE backend (engine.moe_backend, with "
+                                                       "--backend trtllm): cutlass (its default), trtllm, deepgemm")
 VERSION = typer.Option(None, "--backend-version", help="the backend's release whose defaults apply (with --backend)")
 GRAPHS = cuda_graph_gib_option()
 
@@ -100,9 +102,9 @@ def _model(name: str, weight_dtype: Optional[str]) -> tuple[ModelProfile, str]:
 
 def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, kernels: Optional[str],
             backend: Optional[str], version: Optional[str], roofline: bool,
-            graphs: Optional[float] = None) -> Optional[EngineConfig]:
+            graphs: Optional[float] = None, moe_backend: Optional[str] = None) -> Optional[EngineConfig]:
     """The engine a pool of ``model`` naming ``backend`` on ``gpu`` runs (None without one), as a scenario
-    builds it; ``graphs``: its ``kv_memory.cuda_graph_gib``."""
+    builds it; ``graphs``: its ``kv_memory.cuda_graph_gib``; ``moe_backend``: its ``moe_backend``."""
     if version is not None:
         check_version_flag(version)
     check_cuda_graph_gib(graphs)
@@ -113,6 +115,8 @@ def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, ker
         if graphs is not None:
             raise LlmsimError("the CUDA graphs of the backend given with --backend; give --backend too",
                               key_path="--cuda-graph-gib")
+        if moe_backend is not None:
+            raise LlmsimError("selects TensorRT-LLM's MoE backend; give --backend trtllm too", key_path="--moe-backend")
         return None
     if roofline:
         raise LlmsimError("--roofline prices the physical limit, without any stack's costs; give --roofline or "
@@ -125,6 +129,7 @@ def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, ker
     raw = {"backend": backend, "weight_dtype": weight_dtype, "kv_dtype": kv_dtype,
            **({"backend_version": version} if version is not None else {}),
            **({"kernels": kernels} if kernels is not None else {}),
+           **({"moe_backend": moe_backend} if moe_backend is not None else {}),
            **({"kv_memory": {"cuda_graph_gib": graphs}} if graphs is not None else {})}
     try:
         return EngineConfig(**apply_backend(raw, gpu, model=model))
@@ -149,6 +154,8 @@ def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, ker
         if loc == ("backend_version",):     # the scenario's key, given here as a flag
             raise LlmsimError(msg.replace("backend_version", "--backend-version"),
                               key_path="--backend-version") from None
+        if loc == ("moe_backend",):
+            raise LlmsimError(msg, key_path="--moe-backend") from None
         raise LlmsimError(f"{where + ': ' if where else ''}{msg}", key_path="--backend") from None
 
 
@@ -176,7 +183,7 @@ def _cost_model(gpu: str, m: ModelProfile, tp: int, weight_dtype: str, kv_dtype:
         return cm
     except LlmsimError as e:   # name the flag, not the scenario key
         flag = {"engine.weight_dtype": "--weight-dtype", "engine.backend": "--backend" if engine else "--kernels",
-                "engine.backend_version": "--backend-version"}.get(
+                "engine.backend_version": "--backend-version", "engine.moe_backend": "--moe-backend"}.get(
             e.key_path or "", f"--{e.key_path}")
         raise LlmsimError(e.message, key_path=flag if e.key_path else None) from None
 
@@ -282,7 +289,7 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
          decode_context: int = typer.Option(0, help="context length of each decoding sequence"),
          roofline: bool = ROOF, kernels: Optional[str] = KERNELS, backend: Optional[str] = BACKEND,
          backend_version: Optional[str] = VERSION, cuda_graph_gib: Optional[float] = GRAPHS,
-         json: bool = JSON) -> None:
+         moe_backend: Optional[str] = MOE_BACKEND, json: bool = JSON) -> None:
     """Time of one engine iteration, by component."""
     from ..profiles.model import MAX_CONTEXT
 
@@ -297,7 +304,8 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
     weight_dtype, kv_dtype = _dtypes(weight_dtype, kv_dtype)
     m, weight_dtype = _model(model, weight_dtype)
     _gpu(gpu)
-    engine = _engine(gpu, m, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline, cuda_graph_gib)
+    engine = _engine(gpu, m, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline, cuda_graph_gib,
+                     moe_backend)
     cm = _cost_model(gpu, m, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels, engine)
     chunks = [(prefill_tokens, prefill_context)] if prefill_tokens else []
     b = cm.step(chunks, decode_batch, float(decode_batch * decode_context))
@@ -372,7 +380,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
                 None, help="as in vLLM; default: --backend's, else 0.9"),
             kernels: Optional[str] = KERNELS, backend: Optional[str] = BACKEND,
             backend_version: Optional[str] = VERSION, cuda_graph_gib: Optional[float] = GRAPHS,
-            json: bool = JSON) -> None:
+            moe_backend: Optional[str] = MOE_BACKEND, json: bool = JSON) -> None:
     """No-load TTFT and TPOT of one request, and the replica's memory division."""
     if input < 1 or output < 1:
         raise LlmsimError("--input and --output must be ≥ 1")
@@ -381,7 +389,8 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     weight_dtype, kv_dtype = _dtypes(weight_dtype, kv_dtype)
     m, weight_dtype = _model(model, weight_dtype)
     _gpu(gpu)
-    engine = _engine(gpu, m, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline, cuda_graph_gib)
+    engine = _engine(gpu, m, weight_dtype, kv_dtype, kernels, backend, backend_version, roofline, cuda_graph_gib,
+                     moe_backend)
     if max_num_batched_tokens is None:
         max_num_batched_tokens = engine.max_num_batched_tokens if engine is not None else 8192
     rule = engine.kv_memory.rule if engine is not None and engine.kv_memory is not None else "vllm"

@@ -20,6 +20,7 @@ from ..expert_layout import ExpertLayout
 from ..parallelism import Parallelism
 from ..profiles.hardware import Calibration, HardwareProfile
 from ..profiles.model import ModelProfile
+from ..profiles.moe_backend import expert_kernel_refusal
 from . import components as C
 from . import scalar
 from .layout import LayoutOps, check_weight_dtype, gemm_format, needs_layout
@@ -65,13 +66,14 @@ class CostModel:
                  kv_dtype: str = "bf16", roofline: bool = False, iteration_overhead_ms: float | None = None,
                  iteration_us_per_seq: float = 0.0, dp: int = 1, ep: int = 1, mxfp4_activation: str | None = None,
                  async_scheduling: bool = False, kernels: str | None = None, eager_launch_us: float = 0.0,
-                 graph_max_tokens: int = 0, mxfp4_expert_layout: ExpertLayout | None = None):
+                 graph_max_tokens: int = 0, mxfp4_expert_layout: ExpertLayout | None = None,
+                 moe_backend: str | None = None):
         if kernels is not None and gpu.serving_stacks is not None and kernels not in gpu.serving_stacks:
             raise LlmsimError(f"the {kernels} serving stack does not run on {gpu.name} (its profile's "
                               f"serving_stacks: {', '.join(gpu.serving_stacks)}); llmsim cannot model it there",
                               key_path="engine.backend")
         # A stack's own kernels where the GPU profile measured them apart.
-        gpu = gpu.for_kernels(kernels)
+        gpu = gpu.for_kernels(kernels, moe_backend)
         weight_dtype, kv_dtype = normalize(weight_dtype), normalize(kv_dtype)
         if weight_dtype not in WEIGHT_DTYPES:
             raise LlmsimError(f"unknown weight dtype {weight_dtype!r}; expected {', '.join(WEIGHT_DTYPES)}")
@@ -80,6 +82,10 @@ class CostModel:
             raise LlmsimError(f"weight_dtype {weight_dtype} quantises the routed experts of a MoE model only (the "
                               f"stacks run every other linear layer unquantised); {model.name} has no experts",
                               key_path="engine.weight_dtype")
+        if moe_backend is not None and model.is_moe:
+            fmt = gemm_format(weight_dtype, model.checkpoint_dtype, gpu.has_unit("fp4"), mxfp4_activation)
+            if (why := expert_kernel_refusal(moe_backend, fmt, gpu.name, gpu.sm_version)) is not None:
+                raise LlmsimError(why, key_path="engine.moe_backend")
         if kv_dtype not in ("bf16", "fp16", "fp8"):
             raise LlmsimError(f"unknown KV dtype {kv_dtype!r}; expected bf16, fp16 or fp8")
         # Linear layers other than the routed experts (those follow

@@ -234,6 +234,14 @@ class EngineConfig(BaseModel):
         default=None, description="whose kernels the GPU runs: a stack name (vllm, sglang, trtllm) selecting the "
                                   "hardware profile's per-stack overrides (calibration.stacks) where it has them; "
                                   "none or a stack without overrides: the profile's own (vLLM's) kernels")
+    moe_backend: Optional[str] = Field(
+        default=None, description="TensorRT-LLM's MoE backend (the extra LLM API options' moe_config.backend, "
+                                  "lower case; the trtllm backend sets cutlass). cutlass: the stack's own expert "
+                                  "kernels; trtllm: the TRT-LLM-gen kernels on compute capability 10.x, priced "
+                                  "by the GPU profile's own MoE parameters (fitted on the same kernels in vLLM) "
+                                  "for block fp8, nvfp4 and mxfp4 experts, other formats running CUTLASS as the "
+                                  "stack does; deepgemm: block fp8 on 10.x. wideep, cutedsl, triton and vanilla "
+                                  "are refused (no kernel rows of them), as is the key on any other stack")
     scheduler: Literal["continuous", "static"] = Field(
         default="continuous",
         description="continuous: iteration-level batching (vLLM); static: a batch runs to completion (old TGI/FT)")
@@ -629,6 +637,18 @@ class EngineConfig(BaseModel):
             check_serving_stack(self.kernels)
         except ValueError as e:
             raise KeyRefusal("kernels", str(e)) from None
+        return self
+
+    @model_validator(mode="after")
+    def _moe_backend_priced(self) -> "EngineConfig":
+        if self.moe_backend is None:
+            return self
+        from ..profiles.moe_backend import check_moe_backend
+
+        try:
+            check_moe_backend(self.moe_backend, self.kernels)
+        except ValueError as e:
+            raise KeyRefusal("moe_backend", str(e)) from None
         return self
 
     @model_validator(mode="after")

@@ -76,7 +76,7 @@ def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: Eng
                    iteration_us_per_seq=e.iteration_us_per_seq, dp=dp, ep=ep,
                    mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
                    kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=graphs,
-                   mxfp4_expert_layout=e.mxfp4_expert_layout)
+                   mxfp4_expert_layout=e.mxfp4_expert_layout, moe_backend=e.moe_backend)
     # after the GPU's refusals (no FP4 units...), which hold whatever the checkpoint
     check_checkpoint_weights(model, cm.weight_dtype, e.backend, e.stack_label)
     return cm
@@ -143,8 +143,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     try:
         cm = engine_cost_model(model, gpu, spec.tp, e, spec.dp, spec.ep, draft, role)
     except LlmsimError as err:   # the pool key the rule concerns (tp, dp, ep, engine.*), else tp
-        key = err.key_path if err.key_path in ("tp", "dp", "ep", "engine.weight_dtype", "engine.backend_version") \
-            else "tp"
+        key = err.key_path if err.key_path in ("tp", "dp", "ep", "engine.weight_dtype", "engine.backend_version",
+                                               "engine.moe_backend") else "tp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
     mem = at("engine", lambda: plan_memory(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
                                            e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
@@ -409,7 +409,8 @@ def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, w
                                    e.max_num_batched_tokens, e.max_num_seqs, e.block_size, e.kv_memory,
                                    stage.expert_storage)
     except LlmsimError as err:
-        key = err.key_path if err.key_path in ("tp", "pp", "engine.weight_dtype", "engine.backend") else "pp"
+        key = err.key_path if err.key_path in ("tp", "pp", "engine.weight_dtype", "engine.backend",
+                                               "engine.moe_backend") else "pp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
     mem = _startup_pool(e, model, gpu, mem, spec.tp * spec.pp, where, source)
     return PoolSetup(spec, cm, mem, None, engine=rounds)

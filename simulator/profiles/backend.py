@@ -36,6 +36,7 @@ from .hardware import HardwareProfile
 from .loader import list_profiles, load_profile, resolve
 from .model import ModelProfile
 from .model_rules import ModelCondition, ModelRule, model_rule_keys
+from .moe_backend import check_moe_backend
 
 
 class _Strict(BaseModel):
@@ -629,8 +630,14 @@ def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
                 ("aiconfigurator.engine", prof.aiconfigurator.engine),
                 ("aiconfigurator.prefill_engine", prof.aiconfigurator.prefill_engine)]
     for where, mapping in mappings:
-        # `kernels` is checked against the built-in profiles' stacks, which would load this one again
-        settings = {k: v for k, v in mapping.items() if k != "kernels"}
+        # `kernels` is checked against the built-in profiles' stacks, which would load this one again;
+        # `moe_backend` against the stack's kernels (the profile's where the mapping names none)
+        settings = {k: v for k, v in mapping.items() if k not in ("kernels", "moe_backend")}
+        if "moe_backend" in mapping:
+            try:
+                check_moe_backend(mapping["moe_backend"], mapping.get("kernels", prof.engine.get("kernels")))
+            except ValueError as e:
+                raise LlmsimError(str(e), source=path, key_path=f"{where}.moe_backend") from None
         try:
             validate_strict(EngineConfig, settings, path)
         except LlmsimError as e:

@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, field_validator, model_valida
 from ..dtypes import QUANT_FORMATS, quant_format_name
 from ..errors import KeyRefusal
 from .loader import load_profile
+from .moe_backend import own_sets_replace
 from ..fields import leaf
 
 GIB = 2**30
@@ -545,18 +546,22 @@ class HardwareProfile(_Strict):
             raise ValueError(f"calibration.moe.{tiled[0]}.tile_us needs num_sms (the tile grid spreads over the SMs)")
         return self
 
-    def for_kernels(self, stack: Optional[str]) -> "HardwareProfile":
+    def for_kernels(self, stack: Optional[str], moe_backend: Optional[str] = None) -> "HardwareProfile":
         """This GPU as ``stack``'s kernels run on it: its per-stack overrides
         applied (``calibration.stacks``) and its MLA prefill rate folded into
         ``calibration.mla_prefill`` (then dropped, so a copy made from it does
-        not scale twice); itself when it has none for ``stack``."""
+        not scale twice); itself when it has none for ``stack``. The stack's
+        MoE sets apply to the formats its ``moe_backend`` runs on the kernels
+        they were fitted on (:func:`.moe_backend.own_sets_replace`)."""
         over = self.calibration.stacks.get(stack) if stack else None
         mla = self.mla_prefill_efficiency.get(stack) if stack else None
         if over is None and mla is None:
             return self
         fields = {} if over is None else {f: getattr(over, f) for f in STACK_PARAMS if getattr(over, f) is not None}
         if over is not None and (over.moe or over.moe_ep):
-            fields.update(self.calibration.with_moe(over.moe, over.moe_ep))
+            moe, moe_ep = ({f: p for f, p in sets.items() if own_sets_replace(moe_backend, f)}
+                           for sets in (over.moe, over.moe_ep))
+            fields.update(self.calibration.with_moe(moe, moe_ep))
         if "gemm" in fields:   # the clocks under load are the GPU's, read over every stack's rows
             fields["gemm"] = fields["gemm"].model_copy(update={"sustained": self.calibration.gemm.sustained})
         if mla is not None:
