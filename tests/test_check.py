@@ -492,3 +492,13 @@ def test_an_index_on_a_figure_is_refused_as_the_scenario_loads(tmp_path, cli):
 def test_a_scenario_given_twice_is_said_so(tmp_path, cli, scenario):
     r = cli("check", scenario, scenario)
     assert r.code == 2 and f"{scenario}: is given twice; list each scenario once" in r.err, r.err
+
+
+def test_the_load_row_says_cannot_tell_as_run_does(tmp_path, cli):
+    """30 requests that all outlast their 0.5 s window: run reads the load as "cannot tell", and
+    check's row read "keeps up" beside "completed 0 req/s"."""
+    sc = write_scenario(tmp_path, CHECK.replace("num_requests: 120", "num_requests: 30"))
+    r = cli("check", sc, "--set", "workload.arrival.rate_per_s=60",
+            "--set", "workload.output_tokens={dist: uniform, min: 400, max: 500}")
+    row = next(line for line in r.out.splitlines() if line.strip("│ ").startswith("load"))
+    assert "completed 0 of" in row and row.rstrip(" │").endswith("cannot tell"), row

@@ -220,9 +220,12 @@ def _load_row(results: dict[str, Any], t: Table, job: _Job) -> None:
     load = (results.get("llmsim") or {}).get("load")
     if not load:
         return
+    from ..metrics.load import undetermined
+
     over = load["overloaded"]
+    outcome = "OVERLOADED" if over else "cannot tell" if undetermined(load) else "keeps up"
     t.add_row("load", "keeps up", f"completed {_val(load.get('completed_rps'))} of {_val(load.get('offered_rps'))} req/s",
-              "—", "OVERLOADED" if over else "keeps up", style="bold red" if over else None)
+              "—", outcome, style="bold red" if over else None)
     job.judged("load", load["verdict"] if over else None, load["verdict"])
 
 

@@ -47,7 +47,7 @@ outlasts it) cannot tell, and the verdict says so.
 from __future__ import annotations
 
 import math
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import numpy as np
 
@@ -211,6 +211,21 @@ def _rps(x: float) -> str:
     return f"{x:,.2f}" if abs(x) < 1e9 else f"{x:.3g}"
 
 
+def _refused_share(b: Mapping[str, Any]) -> float:
+    return (b["shed_fraction"] + b["too_long_fraction"] + b["never_fit_fraction"]
+            + b["rate_limited_fraction"] + b["cancelled_fraction"])
+
+
+def undetermined(b: Mapping[str, Any]) -> bool:
+    """Whether the block cannot tell whether the fleet keeps up: it is not overloaded and nothing
+    finished within the window, because every request ended unserved or every one outlasts the
+    window. Every reader of the block (run's summary, ``check``'s load row) says "cannot tell" then,
+    never "keeps up" beside "completed 0 req/s"."""
+    if b.get("overloaded") or "completed_rps" not in b or b["completed_rps"]:
+        return False
+    return _refused_share(b) >= 1.0 - 1e-9 or bool(b["offered_rps"])
+
+
 def _verdict(b: dict[str, Any]) -> str:
     rates = (f"offered {_rps(b['offered_rps'])} req/s, completed {_rps(b['completed_rps'])} req/s over the "
              f"{b['window_s']:,.0f} s arrival window" if b["offered_rps"] is not None else "no arrival window")
@@ -220,13 +235,11 @@ def _verdict(b: dict[str, Any]) -> str:
     offered = rates
     if unserved:
         rates += f" ({unserved})"
-    refused = (b["shed_fraction"] + b["too_long_fraction"] + b["never_fit_fraction"]
-               + b["rate_limited_fraction"] + b["cancelled_fraction"])
-    if not b["overloaded"] and not b["completed_rps"] and refused >= 1.0 - 1e-9:
+    if undetermined(b) and _refused_share(b) >= 1.0 - 1e-9:
         # nothing reached a GPU: a longer window would not help; the limits that ended every request would
         return (f"cannot tell: every request ended unserved ({unserved}), so the fleet carried no load; "
                 f"{offered}")
-    if not b["overloaded"] and b["offered_rps"] and not b["completed_rps"]:
+    if undetermined(b):
         # nothing finished by T: a queue that held level says nothing of a fleet whose every request outlasts T
         return (f"cannot tell: no request finished within the arrival window ({rates}; {queue}); simulate a "
                 f"window longer than a request takes (workload.duration_s, num_requests)")
