@@ -72,6 +72,12 @@ class Comparison:
         return abs(self.median_ratio - 1.0) > MATERIAL
 
 
+def _comparison(gpu: str, stack: str, family: str, r: np.ndarray) -> Comparison:
+    """One comparison from the stack's time over the default's, one ratio a shape or row."""
+    return Comparison(gpu, stack, family, len(r), float(np.median(r)), float(np.percentile(r, 10)),
+                      float(np.percentile(r, 90)))
+
+
 def grid_rows(kd: KernelData, stack: str, family: str, profile: str) -> pd.DataFrame:
     """``stack``'s rows of ``family`` on ``profile`` that the stacks are compared on: the fit grid
     (the custom all-reduce only; compute-bound rows only for fp8 GEMMs)."""
@@ -103,9 +109,7 @@ def compare(kd: KernelData, profile: str) -> list[Comparison]:
             j = pd.concat([other.groupby(keys)["t_s"].mean().rename("other"), base], axis=1, join="inner")
             if not len(j):
                 continue
-            r = (j["other"] / j["base"]).to_numpy()
-            out.append(Comparison(profile, stack, family, len(r), float(np.median(r)),
-                                  float(np.percentile(r, 10)), float(np.percentile(r, 90))))
+            out.append(_comparison(profile, stack, family, (j["other"] / j["base"]).to_numpy()))
     return out
 
 
@@ -127,9 +131,8 @@ def compare_mla(rows: pd.DataFrame, gpu: HardwareProfile, stack: str) -> list[Co
     rows = _mla_rows(rows, gpu)
     if not len(rows) or _MLA_FORMAT not in gpu.calibration.mla_projection:
         return []
-    r = rows["t_s"].to_numpy() / _mla_predict(rows, gpu, gpu.calibration.mla_decode)
-    return [Comparison(gpu.name, stack, MLA_DECODE, len(r), float(np.median(r)), float(np.percentile(r, 10)),
-                       float(np.percentile(r, 90)))]
+    return [_comparison(gpu.name, stack, MLA_DECODE,
+                        rows["t_s"].to_numpy() / _mla_predict(rows, gpu, gpu.calibration.mla_decode))]
 
 
 def compare_moe(rows: pd.DataFrame, gpu: HardwareProfile, stack: str) -> list[Comparison]:
@@ -146,8 +149,7 @@ def compare_moe(rows: pd.DataFrame, gpu: HardwareProfile, stack: str) -> list[Co
         for regime in moe_stacks.REGIMES:
             sel = (d["regime"] == regime).to_numpy()
             if sel.any():
-                out.append(Comparison(gpu.name, stack, f"{regime} {fmt}", int(sel.sum()), float(np.median(r[sel])),
-                                      float(np.percentile(r[sel], 10)), float(np.percentile(r[sel], 90))))
+                out.append(_comparison(gpu.name, stack, f"{regime} {fmt}", r[sel]))
     return out
 
 
@@ -239,6 +241,16 @@ def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison
     return out
 
 
+def _error_row(gpu: HardwareProfile, stack: str, family: str, base: np.ndarray, own: np.ndarray,
+               t: np.ndarray) -> dict:
+    """One :func:`error_rows` row: the profile's own (``base``) and the stack's own (``own``) prices of
+    the stack's rows ``t`` against them."""
+    e1 = ape(own, t)
+    return dict(gpu=gpu.name, stack=stack, family=family, n=len(t), default_median=float(np.median(ape(base, t))),
+                default_signed=float(np.median(base / t - 1) * 100), own_median=float(np.median(e1)),
+                own_p90=float(np.percentile(e1, 90)))
+
+
 def mla_error_rows(gpu: HardwareProfile, mla: dict[str, pd.DataFrame]) -> list[dict]:
     """:func:`error_rows` of ``gpu``'s ``mla_decode`` overrides, on each stack's bf16 MLA
     generation-module rows (``mla``)."""
@@ -247,12 +259,8 @@ def mla_error_rows(gpu: HardwareProfile, mla: dict[str, pd.DataFrame]) -> list[d
         if over.mla_decode is None or stack not in mla:
             continue
         rows = _mla_rows(mla[stack], gpu)
-        t = rows["t_s"].to_numpy()
-        base, e1 = _mla_predict(rows, gpu, cal.mla_decode), ape(_mla_predict(rows, gpu, over.mla_decode), t)
-        out.append(dict(gpu=gpu.name, stack=stack, family=f"{MLA_DECODE} (bf16 modules)", n=len(t),
-                        default_median=float(np.median(ape(base, t))),
-                        default_signed=float(np.median(base / t - 1) * 100),
-                        own_median=float(np.median(e1)), own_p90=float(np.percentile(e1, 90))))
+        out.append(_error_row(gpu, stack, f"{MLA_DECODE} (bf16 modules)", _mla_predict(rows, gpu, cal.mla_decode),
+                              _mla_predict(rows, gpu, over.mla_decode), rows["t_s"].to_numpy()))
     return out
 
 
@@ -261,19 +269,14 @@ def moe_error_rows(gpu: HardwareProfile, moe: dict[str, pd.DataFrame]) -> list[d
     (``moe``: :func:`.moe_stacks.stack_rows`)."""
     cal, out = gpu.calibration, []
     for stack, over in cal.stacks.items():
+        if stack not in moe:
+            continue
         for regime in moe_stacks.REGIMES:
             for fmt, own in getattr(over, regime).items():
-                if stack not in moe:
-                    continue
                 family = f"{regime} {fmt}"
                 rows = moe_stacks.family_rows(moe[stack], gpu.name, family)
-                t = rows["t_s"].to_numpy()
-                base = moe_mla.predict_priced(rows, gpu)
-                e1 = ape(moe_mla.predict_moe(rows, gpu, own), t)
-                out.append(dict(gpu=gpu.name, stack=stack, family=family, n=len(t),
-                                default_median=float(np.median(ape(base, t))),
-                                default_signed=float(np.median(base / t - 1) * 100),
-                                own_median=float(np.median(e1)), own_p90=float(np.percentile(e1, 90))))
+                out.append(_error_row(gpu, stack, family, moe_mla.predict_priced(rows, gpu),
+                                      moe_mla.predict_moe(rows, gpu, own), rows["t_s"].to_numpy()))
     return out
 
 
@@ -287,20 +290,14 @@ def error_rows(kd: KernelData, gpu: HardwareProfile) -> list[dict]:
             if own is None:
                 continue
             rows = grid_rows(kd, stack, family, gpu.name)
-            t = rows["t_s"].to_numpy()
-            base = evaluate.PREDICT[family](rows, gpu, getattr(cal, family))
-            e0, e1 = ape(base, t), ape(evaluate.PREDICT[family](rows, gpu, own), t)
-            out.append(dict(gpu=gpu.name, stack=stack, family=family, n=len(t),
-                            default_median=float(np.median(e0)), default_signed=float(np.median(base / t - 1) * 100),
-                            own_median=float(np.median(e1)), own_p90=float(np.percentile(e1, 90))))
+            predict = evaluate.PREDICT[family]
+            out.append(_error_row(gpu, stack, family, predict(rows, gpu, getattr(cal, family)),
+                                  predict(rows, gpu, own), rows["t_s"].to_numpy()))
         if over.fp8_gemm_efficiency is not None:
             rows = kd.stack(stack, FP8_GEMM, gpu.name)
             rows = rows[quantised_gemm.compute_bound(rows)]
-            t = rows["t_s"].to_numpy()
-            base = quantised_gemm.predict(rows, gpu, cal.gemm, gpu.fp8_gemm_efficiency)
-            e1 = ape(quantised_gemm.predict(rows, gpu, cal.gemm, over.fp8_gemm_efficiency), t)
-            out.append(dict(gpu=gpu.name, stack=stack, family=f"{FP8_GEMM} (compute-bound)", n=len(t),
-                            default_median=float(np.median(ape(base, t))),
-                            default_signed=float(np.median(base / t - 1) * 100),
-                            own_median=float(np.median(e1)), own_p90=float(np.percentile(e1, 90))))
+            out.append(_error_row(gpu, stack, f"{FP8_GEMM} (compute-bound)",
+                                  quantised_gemm.predict(rows, gpu, cal.gemm, gpu.fp8_gemm_efficiency),
+                                  quantised_gemm.predict(rows, gpu, cal.gemm, over.fp8_gemm_efficiency),
+                                  rows["t_s"].to_numpy()))
     return out
