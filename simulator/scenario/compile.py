@@ -167,7 +167,7 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
     # a class routed to a prefill pool holds its KV on that pool's decode pool too, longest there
     decodes_on = {p.name: p.disaggregation.decode_pool for p in sc.pools if p.disaggregation is not None}
     _check_every_pool_serves(sc, routes, decodes_on, source)
-    check_priority_scheduling(sc, decodes_on, source)
+    check_priority_scheduling(sc, routes, decodes_on, source)
     check_pp_pairs(sc.pools, source)
     class_slos, bucket_slos = _check_classes(sc, routes, source)
     setups = _class_speculation(setups, sc.classes, routes, source)

@@ -68,14 +68,16 @@ UNMODELLED = {
 }
 
 
-def _reaching(sc: Scenario, pool: str, decodes_on: dict[str, str]) -> list[tuple[int, ClassSpec]]:
-    """The classes (with their index) whose requests ``pool`` queues: routed to it, by prompt length
-    to it among other pools, or to a pool it decodes for."""
+def _reaching(sc: Scenario, pool: str, routes: dict[str, str], decodes_on: dict[str, str]
+              ) -> list[tuple[int, ClassSpec]]:
+    """The classes (with their index) whose requests ``pool`` queues: routed to it (``routes``,
+    :func:`.compile.class_routes`), by prompt length to it among other pools, or to a pool it
+    decodes for."""
     classes = sc.classes or [DEFAULT]
     out = []
     for j, c in enumerate(classes):
         entered = ([st.pool for st in c.pool_by_input_length] if c.pool_by_input_length
-                   else [c.pool or sc.pools[0].name])
+                   else [routes[c.name]])
         if pool in entered or pool in (decodes_on.get(p) for p in entered):
             out.append((j, c))
     return out
@@ -88,8 +90,10 @@ def _serves_by_priority(value: bool, stack: Optional[str], written: bool) -> boo
     return value if written or stack is None else False
 
 
-def check_priority_scheduling(sc: Scenario, decodes_on: dict[str, str], source: str | Path | None) -> None:
-    """Refuse a pool whose classes' priorities its engine would not serve as the scenario says."""
+def check_priority_scheduling(sc: Scenario, routes: dict[str, str], decodes_on: dict[str, str],
+                              source: str | Path | None) -> None:
+    """Refuse a pool whose classes' priorities its engine would not serve as the scenario says
+    (``routes``: each class's pool, :func:`.compile.class_routes`)."""
     for i, p in enumerate(sc.pools):
         e = p.engine
         stack = load_backend(e.backend).stack if e.backend is not None else None
@@ -106,7 +110,7 @@ def check_priority_scheduling(sc: Scenario, decodes_on: dict[str, str], source: 
                               f"releases from {s.since} run it, and backend_version {e.backend_version} is older; "
                               "set priority_scheduling: false (and one priority for the pool's classes), or a "
                               f"backend_version from {s.since}", source=source, key_path=key)
-        classes = _reaching(sc, p.name, decodes_on)
+        classes = _reaching(sc, p.name, routes, decodes_on)
         low = min(classes, key=lambda jc: jc[1].priority)
         high = max(classes, key=lambda jc: jc[1].priority)
         spread = high[1].priority - low[1].priority
