@@ -17,6 +17,7 @@ from simulator.calibration import data as cdata
 from simulator.calibration import evaluate, pipeline, report
 from simulator.calibration import write as cwrite
 from simulator.errors import LlmsimError
+from simulator.calibration.fit import FamilyFit, settled
 from simulator.calibration.write import MARKER, render, rendered_profile, replace_block, write_profiles
 from simulator.costmodel import components as C
 from simulator.profiles import list_builtin, load_hardware
@@ -136,6 +137,32 @@ def test_committed_profiles_are_what_a_fresh_fit_gives(committed, fresh):
     for name in FRESH:
         for fam, err in fresh.profiles[name].calibration.error.items():
             assert committed[name].calibration.error[fam].median_ape == pytest.approx(err.median_ape, abs=0.5)
+
+
+def test_a_rerun_writes_nothing(fresh, repo_root):
+    """docs/calibration.md: re-running calibrate on the same data writes nothing, on any machine: a
+    refit that prices every row as the stored parameters do keeps them (fit.settled), though its
+    unidentified directions (decode attention's compute efficiency) land elsewhere on another CPU."""
+    for name in FRESH:
+        path = repo_root / "hardware_profiles" / f"{name}.yaml"
+        assert rendered_profile(path, fresh.profiles[name].calibration, fresh.fp8_lines.get(name)) is None, name
+
+
+def test_settled_keeps_stored_parameters_only_where_they_price_the_same():
+    """A memory-bound row set cannot tell two compute efficiencies apart: the stored one stays;
+    a stored memory efficiency that prices the rows differently is replaced, and the kept fit is
+    scored on its own prices."""
+    measured = np.array([1.0, 2.0, 4.0])
+
+    def predict(p):
+        return measured / p.eta_memory          # memory-bound: eta_compute moves no price
+
+    new = FamilyFit("attention_decode", RooflineParams(eta_compute=0.2, eta_memory=0.8), "cauchy", 25.0, 25.0, 3)
+    same = RooflineParams(eta_compute=0.99, eta_memory=0.8)
+    kept = settled(same, new, predict, measured)
+    assert kept.params is same and kept.median_ape == pytest.approx(25.0)
+    assert settled(RooflineParams(eta_compute=0.2, eta_memory=0.7), new, predict, measured) is new
+    assert settled(None, new, predict, measured) is new
 
 
 def test_every_other_profile_is_transferred_from_a_measured_sibling(committed):

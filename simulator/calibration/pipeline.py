@@ -17,10 +17,10 @@ from ..profiles import load_hardware
 from ..profiles.hardware import (CALIBRATION_DATA_NAMES, Calibration, DataNames, HardwareProfile, builtin_hardware,
                                  fit_figure_differences, shared_data_names)
 from ..profiles.loader import builtin_dir, resolve
-from . import ceilings, data, moe_stacks, quantised_gemm, report, siblings, stacks, sustained, tables, transfer
+from . import ceilings, data, evaluate, moe_stacks, quantised_gemm, report, siblings, stacks, sustained, tables, transfer
 from . import moe_mla as moe_mla_fit
 from .assumptions import ITERATION_OVERHEAD_MS, ITERATION_OVERHEAD_NOTE, OTHER_NOTE, SUSTAINED_NOTE, other_params
-from .fit import FamilyFit, ONESHOT_MAX_BYTES, fit_family
+from .fit import FamilyFit, ONESHOT_MAX_BYTES, fit_family, settled
 from .progress import Progress, Silent
 
 FP8_NOTE = ("fitted by `llmsim calibrate` on {n} measured compute-bound per-tensor fp8 GEMMs of the "
@@ -66,7 +66,8 @@ def _calibrated(kd: data.KernelData, gpu: HardwareProfile,
         rows = kd.family(fam, gpu.name)
         if progress is not None:
             progress.step(f"fitting {gpu.name} {fam} ({len(rows):,} rows)")
-        fits[fam] = fit_family(fam, rows, gpu)
+        fits[fam] = settled(getattr(gpu.calibration, fam, None), fit_family(fam, rows, gpu),
+                            evaluate.evaluator(fam, rows, gpu), rows["t_s"].to_numpy())
     counts = ", ".join(f"{fam} {f.n}" for fam, f in fits.items())
     on_grid = " (the shapes of gemm.csv and attention.csv; the table's other shapes are scored held out)" \
         if kd.files.get(gpu.name, "").startswith(data.STACK_FILES["gemm"]) else ""
@@ -359,7 +360,8 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
             prog.step(f"comparing {name}'s stacks with {data.DEFAULT_STACK}'s kernels")
             cmp = stacks.compare(kd, name)
             comparisons += cmp
-            cal = cal.model_copy(update={"stacks": stacks.overrides(kd, gpu, cmp)})
+            cal = cal.model_copy(update={"stacks": stacks.overrides(kd, gpu, cmp,
+                                                                    stored=profiles[name].calibration.stacks)})
             gpu = gpu.model_copy(update={"calibration": cal})
         fitted[name] = gpu
     prog.step("scoring the fits")

@@ -39,7 +39,7 @@ from ..costmodel.moe import moe_dtype
 from ..profiles.hardware import AllReduceParams, FitError, HardwareProfile, RooflineParams, StackKernels
 from . import evaluate, moe_mla, moe_stacks, quantised_gemm
 from .data import ATTENTION_SHAPE, DEFAULT_STACK, FP8_GEMM, KernelData, kernel_stacks
-from .fit import ape, fields_space, fit_family, fit_params, space
+from .fit import ape, fields_space, fit_family, fit_params, settled, space
 
 # A stack's kernels get their own parameters when its median time on the
 # shared shapes differs from the default stack's by more than this.
@@ -180,13 +180,17 @@ def _fit_allreduce(rows: pd.DataFrame, gpu: HardwareProfile, base: AllReducePara
 
 def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison],
               mla: dict[str, pd.DataFrame] | None = None,
-              moe: dict[str, pd.DataFrame] | None = None) -> dict[str, StackKernels]:
+              moe: dict[str, pd.DataFrame] | None = None,
+              stored: dict[str, StackKernels] | None = None) -> dict[str, StackKernels]:
     """The ``calibration.stacks`` block of ``gpu`` (already calibrated on the
     default stack): one entry per stack with at least one material family.
     ``mla``: each stack's MLA generation-module rows, which a material
     ``mla_decode`` comparison is refitted on; ``moe``: each stack's MoE rows
-    (:func:`compare_moe`), which a material format and regime is refitted on."""
+    (:func:`compare_moe`), which a material format and regime is refitted on; ``stored``: the
+    overrides the profile held (default: ``gpu``'s), kept where a refit prices the same
+    (:func:`.fit.settled`)."""
     cal = gpu.calibration
+    stored = cal.stacks if stored is None else stored
     out: dict[str, StackKernels] = {}
     for stack in kernel_stacks():
         material = [c for c in comparisons if c.stack == stack and c.material]
@@ -223,7 +227,9 @@ def overrides(kd: KernelData, gpu: HardwareProfile, comparisons: list[Comparison
                 fields["allreduce"] = _fit_allreduce(rows, gpu, cal.allreduce)
                 errors["allreduce custom"] = _error(evaluate.allreduce(rows, gpu, fields["allreduce"]), t)
             else:
-                fields[c.family] = fit_family(c.family, rows, gpu).params
+                held = stored[stack] if stack in stored else None
+                fields[c.family] = settled(getattr(held, c.family, None), fit_family(c.family, rows, gpu),
+                                           evaluate.evaluator(c.family, rows, gpu), t).params
                 errors[c.family] = _error(evaluate.PREDICT[c.family](rows, gpu, fields[c.family]), t)
             notes.append(f"{c.family} × {c.median_ratio:.3f}")
         if fields:
