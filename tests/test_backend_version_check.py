@@ -16,7 +16,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from helpers_whatif import write_scenario
-from simulator.profiles.backend import backend_names, check_backend_version, load_backend, version_number
+from simulator.profiles.backend import (BackendProfile, VersionRule, backend_names, check_backend_version, load_backend,
+                                       version_number)
 
 # Spellings the shared data's version columns and the stacks' own tags use.
 REAL = ["0.19.0", "0.5.10.post1", "1.2.0rc6.post3", "1.0.0rc3", "0.5.5.post2", "1.1.0-dev.2", "v0.19.0",
@@ -264,3 +265,15 @@ def test_validate_says_which_rows_its_cuda_graph_figure_reached(tmp_path, cli):
     out = cli("validate", csv, "--workers", "1", "--cuda-graph-gib", "1.5", "--json").json()
     assert out["cuda_graph_gib_rows"] == ["new"] and out["replayed"] == 3
     assert "cuda_graph_gib_rows" not in cli("validate", bench, *base[2:-2], "--json").json()
+
+
+@pytest.mark.parametrize("version,inside", [("1.2.1", True), ("1.3.0rc1", True), ("1.3.0rc1.post1", True),
+                                            ("1.3.0rc2", False), ("1.3.0rc5.post1", False), ("1.3.0", False),
+                                            ("1.4.0rc0", False)])
+def test_a_rule_bound_naming_a_candidate_splits_its_line(version, inside):
+    # TensorRT-LLM ships months of main as 1.3.0rc1..rcN: a change between two candidates is bounded there
+    rule = VersionRule(since="0.0.0", until="1.3.0rc2", set={"max_num_seqs": 8})
+    prof = BackendProfile(name="x", stack="trtllm", by_version=[rule])
+    assert (prof.version_keys(version) == {"max_num_seqs": 8}) is inside
+    line = BackendProfile(name="x", stack="trtllm", by_version=[rule.model_copy(update={"until": "1.3.0"})])
+    assert (line.version_keys(version) == {"max_num_seqs": 8}) is (version < "1.3")   # a line's bound: all of it

@@ -1,7 +1,9 @@
-"""TensorRT-LLM's MoE backend (``engine.moe_backend``): ``cutlass`` (the trtllm backend's default)
-prices the stack's own expert kernels, ``trtllm`` the TRT-LLM-gen kernels with the Blackwell
-profile's own (vLLM FlashInfer TRT-LLM) parameters; refused where the stack does not run it, where
-no rows price it, and on any other stack."""
+"""TensorRT-LLM's MoE backend (``engine.moe_backend``): ``cutlass`` (the trtllm backend's default to
+1.3.0rc1) prices the stack's own expert kernels, ``trtllm`` the TRT-LLM-gen kernels with the Blackwell
+profile's own (vLLM FlashInfer TRT-LLM) parameters, ``auto`` (the default from 1.3.0rc2) whichever
+TensorRT-LLM picks for the model and GPU; refused where the stack does not run it, where no rows
+price it (auto's pick included), and on any other stack. AIConfigurator's replayed deployments name
+CUTLASS, as its templates wrote it."""
 from __future__ import annotations
 
 import pytest
@@ -10,7 +12,11 @@ from simulator.costmodel.step import CostModel
 from simulator.engine.config import EngineConfig
 from simulator.errors import LlmsimError
 from simulator.profiles import load_hardware, load_model
+from simulator.fleet.setup import setup_pool
 from simulator.profiles.backend import load_backend
+from simulator.profiles.moe_backend import AUTO_SINCE, auto_backend
+from simulator.scenario.schema import PoolSpec
+from simulator.validation.deployment import engine_keys
 
 
 def _routed_ms(gpu: str, weight_dtype: str, kernels: str, moe_backend: str | None, tokens: int = 16) -> float:
@@ -29,8 +35,50 @@ def test_trtllm_prices_the_profiles_own_kernels_and_cutlass_the_stacks(weight_dt
     assert abs(cutlass / trtllm - 1) > 0.1   # a decode batch: 1.15x (fp8_block), 1.32x (nvfp4)
 
 
-def test_the_trtllm_backend_defaults_to_cutlass():
-    assert load_backend("trtllm").engine["moe_backend"] == "cutlass"
+@pytest.mark.parametrize("version,backend", [
+    ("1.0.0rc3", "cutlass"), ("1.2.0rc6.post3", "cutlass"), ("1.2.1", "cutlass"), ("1.3.0rc1", "cutlass"),
+    ("v1.3.0rc1", "cutlass"), ("1.3.0rc1 (notes)", "cutlass"),
+    ("1.3.0rc2", "auto"), ("1.3.0rc5.post1", "auto"), ("1.3.0rc15", "auto"), (None, "auto"),
+])
+def test_the_default_follows_the_release(version, backend):
+    # llm_args.py MoeConfig.backend: CUTLASS until #11074 (merged after 1.3.0rc1), AUTO from then on
+    prof = load_backend("trtllm")
+    keys = prof.version_keys(version) if version else {}
+    assert {**prof.engine, **keys}["moe_backend"] == backend
+
+
+def test_auto_is_refused_on_a_release_without_it():
+    # MoeConfig.backend's Literal gains AUTO with #11074, where the profile's CUTLASS rule ends
+    assert load_backend("trtllm").by_version[0].until == AUTO_SINCE
+    with pytest.raises(ValueError, match="'auto' is no moe_config.backend of trtllm 1.2.1.*set cutlass"):
+        EngineConfig(backend="trtllm", backend_version="1.2.1", kernels="trtllm", moe_backend="auto")
+    assert EngineConfig(backend="trtllm", backend_version=AUTO_SINCE, kernels="trtllm", moe_backend="auto")
+
+
+def test_auto_runs_what_tensorrt_llm_picks():
+    # _torch/model_config.py resolve_moe_backend: CUTLASS but for gpt-oss (TRTLLM on 10.x)
+    assert _routed_ms("b200", "nvfp4", "trtllm", "auto") == _routed_ms("b200", "nvfp4", "trtllm", "cutlass")
+    assert auto_backend("gpt_oss", 100) == auto_backend("gpt_oss", 103) == "trtllm"
+    assert auto_backend("gpt_oss", 90) == "triton"
+    assert auto_backend("gpt_oss", 89) == auto_backend("gpt_oss", 120) == auto_backend("deepseek_v3", 100) == "cutlass"
+
+
+def test_auto_refused_where_it_picks_an_unpriced_backend():
+    # gpt-oss on Hopper: AUTO runs TRITON, which no kernel rows time; cutlass, said explicitly, runs
+    pool = {"model": "gpt-oss-120b", "gpu": "h200", "tp": 1, "engine": {"backend": "trtllm"}}
+    with pytest.raises(LlmsimError, match="runs TRITON for gpt_oss on h200.*set engine.moe_backend to cutlass") as e:
+        setup_pool(PoolSpec.model_validate(pool), 0)
+    assert e.value.key_path == "pools[0].engine.moe_backend"
+    for engine in ({"moe_backend": "cutlass"}, {"backend_version": "1.3.0rc1"}):
+        setup = setup_pool(PoolSpec.model_validate({**pool, "engine": {"backend": "trtllm", **engine}}), 0)
+        assert setup.engine_config.moe_backend == "cutlass"
+
+
+@pytest.mark.parametrize("deployment", ["aiconfigurator", "aic-eval", "aic-genai-perf"])
+def test_aiconfigurator_replays_name_cutlass(deployment):
+    # its templates write moe_config.backend default('CUTLASS'), whatever the release's default
+    assert engine_keys(deployment, "trtllm", 64, 1024)["moe_backend"] == "cutlass"
+    assert "moe_backend" not in engine_keys("defaults", "trtllm", 64, 1024)
 
 
 def test_formats_trtllm_gen_does_not_take_keep_cutlass():
@@ -59,7 +107,7 @@ def test_deepgemm_prices_blackwell_block_fp8_as_the_stacks_own():
     (dict(backend="vllm", moe_backend="trtllm"), "vllm stack's default MoE runner"),
     (dict(backend="sglang", moe_backend="trtllm"), "sglang stack's default MoE runner"),
     (dict(backend="trtllm", moe_backend="wideep"), "no kernel rows of it"),
-    (dict(backend="trtllm", moe_backend="TRTLLM"), "expected one of cutlass"),
+    (dict(backend="trtllm", moe_backend="TRTLLM"), "expected one of auto, cutlass"),
 ])
 def test_key_refused_off_trtllm_and_where_no_rows_price_it(engine, words):
     kernels = load_backend(engine["backend"]).engine["kernels"]

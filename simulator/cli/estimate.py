@@ -38,7 +38,8 @@ BACKEND = typer.Option(None, "--backend", help="price as this serving backend ru
                                                "overheads, eager launches, front-end terms and defaults (vllm, "
                                                "sglang, trtllm or a profile file); default: the kernels alone")
 MOE_BACKEND = typer.Option(None, "--moe-backend", help="TensorRT-LLM's MoE backend (engine.moe_backend, with "
-                                                       "--backend trtllm): cutlass (its default), trtllm, deepgemm")
+                                                       "--backend trtllm): auto (its default from 1.3.0rc2), "
+                                                       "cutlass (before), trtllm, deepgemm")
 VERSION = typer.Option(None, "--backend-version", help="the backend's release whose defaults apply (with --backend)")
 GRAPHS = cuda_graph_gib_option()
 

@@ -20,7 +20,7 @@ from ..expert_layout import ExpertLayout
 from ..parallelism import Parallelism
 from ..profiles.hardware import Calibration, HardwareProfile
 from ..profiles.model import ModelProfile
-from ..profiles.moe_backend import expert_kernel_refusal
+from ..profiles.moe_backend import expert_kernel_refusal, resolved_backend
 from . import components as C
 from . import scalar
 from .layout import LayoutOps, check_weight_dtype, gemm_format, needs_layout
@@ -72,6 +72,10 @@ class CostModel:
             raise LlmsimError(f"the {kernels} serving stack does not run on {gpu.name} (its profile's "
                               f"serving_stacks: {', '.join(gpu.serving_stacks)}); llmsim cannot model it there",
                               key_path="engine.backend")
+        try:    # what TensorRT-LLM's AUTO runs for this model on this GPU
+            moe_backend = resolved_backend(moe_backend, model.model_type, gpu.name, gpu.sm_version)
+        except ValueError as e:
+            raise LlmsimError(str(e), key_path="engine.moe_backend") from None
         # A stack's own kernels where the GPU profile measured them apart.
         gpu = gpu.for_kernels(kernels, moe_backend)
         weight_dtype, kv_dtype = normalize(weight_dtype), normalize(kv_dtype)

@@ -236,8 +236,11 @@ class EngineConfig(BaseModel):
                                   "none or a stack without overrides: the profile's own (vLLM's) kernels")
     moe_backend: Optional[str] = Field(
         default=None, description="TensorRT-LLM's MoE backend (the extra LLM API options' moe_config.backend, "
-                                  "lower case; the trtllm backend sets cutlass). cutlass: the stack's own expert "
-                                  "kernels; trtllm: the TRT-LLM-gen kernels on compute capability 10.x, priced "
+                                  "lower case; the trtllm backend sets the release's default: cutlass to "
+                                  "1.3.0rc1, auto from 1.3.0rc2). auto: what TensorRT-LLM picks as the model "
+                                  "loads, trtllm for gpt-oss on compute capability 10.x and cutlass for every "
+                                  "other model (gpt-oss on Hopper runs triton: refused). cutlass: the stack's own "
+                                  "expert kernels; trtllm: the TRT-LLM-gen kernels on compute capability 10.x, priced "
                                   "by the GPU profile's own MoE parameters (fitted on the same kernels in vLLM) "
                                   "for block fp8, nvfp4 and mxfp4 experts, other formats running CUTLASS as the "
                                   "stack does; deepgemm: block fp8 on 10.x. wideep, cutedsl, triton and vanilla "
@@ -649,6 +652,25 @@ class EngineConfig(BaseModel):
             check_moe_backend(self.moe_backend, self.kernels)
         except ValueError as e:
             raise KeyRefusal("moe_backend", str(e)) from None
+        return self._auto_in_release()
+
+    def _auto_in_release(self) -> "EngineConfig":
+        # AUTO came with the default it is (#11074): a release whose own default is another backend
+        # has no AUTO, and its MoeConfig refuses the value at launch.
+        from ..profiles.moe_backend import AUTO, AUTO_SINCE
+        if self.moe_backend != AUTO or self.backend is None or self.backend_version is None:
+            return self
+        from ..errors import LlmsimError
+        from ..profiles.backend import load_backend
+        try:
+            prof = load_backend(self.backend)
+        except (LlmsimError, OSError):
+            return self        # the backend itself is refused where it is loaded, naming its fault
+        default = {**prof.engine, **(prof.version_keys(self.backend_version) or {})}.get("moe_backend")
+        if default not in (None, AUTO):
+            raise KeyRefusal("moe_backend", f"'auto' is no moe_config.backend of {self.stack_label}, whose "
+                             f"MoeConfig.backend takes AUTO from {AUTO_SINCE} (llm_args.py) and defaults to "
+                             f"{default}: set {default}, or name a backend_version from {AUTO_SINCE}")
         return self
 
     @model_validator(mode="after")

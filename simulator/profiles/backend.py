@@ -210,7 +210,10 @@ def expert_layout_rule(rules: Sequence[ExpertLayoutRule], gpu: HardwareProfile) 
 class VersionRule(_Strict):
     """Engine keys a range of releases ran by default where the profile's own
     keys differ: from ``since`` (the first release with them) up to, not
-    including, ``until``."""
+    including, ``until``. A bound names a release line (``0.14.0``: its
+    candidates and patches too), or one candidate of it (``1.3.0rc2``) where
+    a change landed between the candidates of a line: TensorRT-LLM numbers a
+    release line's months of work as ``1.3.0rc1`` to ``rc29``."""
 
     since: str
     until: Optional[str] = None
@@ -238,7 +241,7 @@ class VersionRule(_Strict):
         for v in (self.since, self.until):
             if v is not None and version_number(v) is None:
                 raise ValueError(f"{v!r} is not a release number such as 0.14.0")
-        if self.until is not None and version_number(self.until) <= version_number(self.since):
+        if self.until is not None and _bound(self.until) <= _bound(self.since):
             raise ValueError(f"since {self.since} is not before until {self.until}: the rule would hold for no "
                              f"release")
         return self
@@ -264,6 +267,28 @@ def version_number(version: str) -> Optional[tuple[int, ...]]:
     if parsed.epoch or len(parsed.release) < 2:
         return None
     return parsed.release + (0,) * (3 - len(parsed.release))
+
+
+def _bound(bound: str) -> Version:
+    """A version rule's bound (checked a release number on load) in PEP 440 order."""
+    return Version(bound)
+
+
+def _reached(version: str, number: tuple[int, ...], bound: str) -> bool:
+    """Whether the release ``version`` (release number ``number``) is ``bound`` or later: by release
+    number, and within ``bound``'s own line by candidate where ``bound`` names one (``1.3.0rc1`` is
+    before ``1.3.0rc2``, ``1.3.0rc5.post1`` after it); a bound naming the line alone holds for all
+    of it. A label that is no PEP 440 release (a row's ``1.3.0rc1 (notes)``) is read by its
+    leading release."""
+    limit = version_number(bound)
+    assert limit is not None        # checked on load
+    if number != limit or _bound(bound).pre is None:
+        return number >= limit
+    m = re.match(r"\s*(v?[\w.+!-]+)", version)
+    try:
+        return Version(m.group(1) if m else version) >= _bound(bound)
+    except InvalidVersion:
+        return True
 
 
 def _label_number(label: str) -> Optional[tuple[int, ...]]:
@@ -326,8 +351,12 @@ class GeneratedLaunch(_Strict):
     gets a batch of C and a token budget of C + ISL + 1,500 (one prompt beside
     the running decodes); these are the ways a stack's launch differs."""
 
-    engine: dict[str, Any] = Field(default_factory=dict, description="engine keys its rule sets besides the "
-                                                                     "batch and budget (SGLang: mixed chunks)")
+    engine: dict[str, Any] = Field(default_factory=dict, description="engine keys its rules and templates set "
+                                                                     "besides the batch and budget (SGLang: mixed "
+                                                                     "chunks; TensorRT-LLM: the CUTLASS MoE "
+                                                                     "backend), in the evaluation pipeline too "
+                                                                     "where it wrote the engine config "
+                                                                     "(in_evaluation)")
     prefill_engine: dict[str, Any] = Field(default_factory=dict, description="engine keys its rule sets on a "
                                                                              "disaggregated prefill worker alone "
                                                                              "(TensorRT-LLM: no overlap scheduler)")
@@ -497,9 +526,8 @@ class BackendProfile(_Strict):
         keys: dict[str, Any] = {}
         for rule in self.by_version:
             if number is not None:
-                since, until = version_number(rule.since), version_number(rule.until) if rule.until else None
-                assert since is not None and (rule.until is None or until is not None)  # checked on load
-                inside = number >= since and (until is None or number < until)
+                inside = _reached(version, number, rule.since) and (rule.until is None
+                                                                   or not _reached(version, number, rule.until))
             else:
                 first, last = self.releases.get(rule.since), self.releases.get(rule.until) if rule.until else None
                 inside = (first is not None and day >= first) and (last is None or day < last)

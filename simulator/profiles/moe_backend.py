@@ -1,11 +1,15 @@
 """TensorRT-LLM's MoE backend (``moe_config.backend``) and which measured kernel prices it.
 
 TensorRT-LLM picks the routed experts' kernel at launch: ``MoeConfig.backend``
-in tensorrt_llm/llmapi/llm_args.py takes CUTLASS (the default to 1.2),
-CUTEDSL, WIDEEP, TRTLLM, DEEPGEMM, VANILLA and TRITON, and
+in tensorrt_llm/llmapi/llm_args.py takes CUTLASS, CUTEDSL, WIDEEP, TRTLLM,
+DEEPGEMM, VANILLA and TRITON, and
 tensorrt_llm/_torch/modules/fused_moe/create_moe.py ``get_moe_cls`` maps
-each to its module. llmsim can price a backend only where kernel rows time
-it (``kernels/moe.csv.gz``, ``kernels/moe_more.csv.gz``):
+each to its module. CUTLASS was the default through 1.3.0rc1; pull request
+#11074 (merged 2026-01-30, so from 1.3.0rc2) added AUTO and made it the
+default, which _torch/model_config.py ``ModelConfig.resolve_moe_backend``
+turns into a backend per model and GPU as the model loads
+(:func:`auto_backend`). llmsim can price a backend only where kernel rows
+time it (``kernels/moe.csv.gz``, ``kernels/moe_more.csv.gz``):
 
 * ``cutlass``: the stack's own parameters (``calibration.stacks.trtllm``,
   fitted on the CUTLASS rows, and DeepGEMM's for Blackwell block fp8:
@@ -27,14 +31,18 @@ it (``kernels/moe.csv.gz``, ``kernels/moe_more.csv.gz``):
 * ``deepgemm``: DeepGemmFusedMoE, block fp8 on the SM100 family: the rows
   the stack's own fp8_block set is fitted on there.
 * ``wideep``, ``cutedsl``, ``triton``, ``vanilla``: no row in the shared
-  kernel tables times them; refused.
+  kernel tables times them; refused, and so is ``auto`` where it picks one.
 """
 from __future__ import annotations
 
 from typing import Optional
 
+#: ``moe_config.backend`` AUTO: TensorRT-LLM picks the backend as the model loads (:func:`auto_backend`).
+AUTO = "auto"
+#: The first release with AUTO, its default (the trtllm backend profile's rule ends CUTLASS there).
+AUTO_SINCE = "1.3.0rc2"
 #: The values of ``moe_config.backend`` (llm_args.py MoeConfig), as ``engine.moe_backend`` spells them.
-TRTLLM_MOE_BACKENDS = ("cutlass", "trtllm", "deepgemm", "wideep", "cutedsl", "triton", "vanilla")
+TRTLLM_MOE_BACKENDS = (AUTO, "cutlass", "trtllm", "deepgemm", "wideep", "cutedsl", "triton", "vanilla")
 #: Formats TRTLLMGenFusedMoE runs (create_moe.py get_moe_cls), named as the calibration's MoE keys.
 TRTLLM_GEN_FORMATS = frozenset({"fp8_block", "nvfp4", "w4a16_mxfp4", "w4a8"})
 #: What the shared data lacks for each backend llmsim cannot price.
@@ -65,6 +73,34 @@ def check_moe_backend(value: str, kernels: Optional[str]) -> None:
                          f"{', '.join(TRTLLM_MOE_BACKENDS)} (llm_args.py MoeConfig.backend, lower case)")
     if value in UNPRICED:
         raise ValueError(f"{value!r}: llmsim cannot price {UNPRICED[value]}; use cutlass, trtllm or deepgemm")
+
+
+def auto_backend(model_type: str, sm_version: Optional[int]) -> str:
+    """The backend AUTO runs, as ``ModelConfig.resolve_moe_backend`` reads the architecture and the
+    compute capability (#11074, as every release llmsim describes has it, to 1.3.0rc15): gpt-oss
+    (GptOssForCausalLM) on TRT-LLM-gen from 10.0 to 11.x and on Triton on Hopper, its fastest
+    kernels there, and every other model on CUTLASS, the old default."""
+    if model_type == "gpt_oss" and sm_version is not None:
+        if 100 <= sm_version < 120:
+            return "trtllm"
+        if 90 <= sm_version < 100:
+            return "triton"
+    return "cutlass"
+
+
+def resolved_backend(backend: Optional[str], model_type: str, gpu_name: str, sm_version: Optional[int]) -> Optional[str]:
+    """``backend`` with ``auto`` replaced by what TensorRT-LLM runs for the model on this GPU; a
+    ValueError where that is a backend llmsim cannot price, which a launch would run unasked."""
+    if backend != AUTO:
+        return backend
+    picked = auto_backend(model_type, sm_version)
+    if picked in UNPRICED:
+        raise ValueError(f"moe_backend auto (TensorRT-LLM's moe_config.backend default from {AUTO_SINCE}) runs "
+                         f"{picked.upper()} for {model_type} on {gpu_name}, compute capability {sm_version} "
+                         f"(_torch/model_config.py resolve_moe_backend), and llmsim cannot price {UNPRICED[picked]}: "
+                         f"set engine.moe_backend to cutlass (moe_config.backend: CUTLASS in the launch), or name a "
+                         f"backend_version before {AUTO_SINCE}")
+    return picked
 
 
 def expert_kernel_refusal(backend: Optional[str], fmt: str, gpu_name: str, sm_version: Optional[int]) -> Optional[str]:

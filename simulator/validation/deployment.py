@@ -30,6 +30,9 @@ one:
       when a worker parameter sets them, and no rule does), so its default
       memory reserve is sized for the GPU's default chunk (16,384 tokens on
       a B200), not for the prompt cap;
+    - TensorRT-LLM: a MoE model's ``moe_config.backend`` written out as
+      ``CUTLASS`` (``backend_templates/trtllm/extra_engine_args.*.yaml.j2``
+      to the sample's 2026-04-27 dump), whatever the release's default;
     - a model with DeepSeek's next-token-prediction (MTP) layers decodes
       speculatively with one draft token (:func:`speculative`);
     - AIPerf at concurrency C with ``ignore_eos``, ``2·C`` warm-up
@@ -57,7 +60,9 @@ one:
     (``generator/backends/trtllm.py`` and
     ``templates/trtllm/extra_engine_args.*.yaml.j2`` as of 2025-10), on
     ``max_num_tokens = max_batch_size + ISL + 1500`` with a batch of the
-    sweep's largest concurrency and block reuse off. The sweep's
+    sweep's largest concurrency, block reuse off and, as in the generator's
+    own deployments, ``moe_config.backend: CUTLASS`` (not the AUTO default of
+    releases from 1.3.0rc2). The sweep's
     concurrencies are fractions of that batch, so the replay takes the
     row's own C, which changes the budget by less than a prompt's worth
     and the batch cap not at all in a closed loop of C. Without it an
@@ -174,7 +179,7 @@ def engine_keys(deployment: str, stack: str, concurrency: int, isl: int, dp: int
     keys: dict[str, Any] = {"max_num_seqs": batch,
                             "max_num_batched_tokens": -(-budget // launch.budget_block) * launch.budget_block}
     if deployment in _EVAL:
-        return {**keys, "prefix_cache": False}
+        return {**keys, **launch.engine, "prefix_cache": False}
     keys.update(launch.engine)
     if launch.max_len_to_request and osl is not None:
         keys["max_model_len"] = isl + osl + _AIC_HEADROOM
