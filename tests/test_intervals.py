@@ -172,15 +172,69 @@ def test_the_runs_interval_table_judges_a_target_as_check_and_plan_do():
 def test_a_prompt_length_buckets_targets_are_judged_in_its_own_band():
     """A run of short prompts (regime <=1k) with a bucket of long ones: the bucket's TTFT target takes
     the long prompts' bias, the fleet's the short ones'."""
-    table = residual_table({("vllm", "h100-sxm"): 0.0, ("vllm", "b200"): 0.0, ("vllm", "h200"): 0.0})
-    table.loc[table.isl > 1024, "measured"] *= np.exp(0.5)
-    model = build(table, prior_groups=1.0)
+    model = _long_prompts_read_low()
     target = {"ttft_p99_ms": {"metric": "ttft", "percentile": 99, "target_ms": 130.0, "measured_ms": 100.0,
                               "met": True}}
     blocks = [("SLO", {"targets": target}), ("SLO input 1024+", {"targets": target, "mean_input_tokens": 2048.0})]
     fleet, bucket = targets_at_confidence([blocks], Regime("vllm", "hopper", "dense", "9-32", "<=1k"), model, 0.5)
     assert fleet["met"] and fleet["bound_ms"] < 115                 # short prompts: read about right
     assert not bucket["met"] and bucket["bound_ms"] > 150           # long prompts: read 40 % low
+
+
+def _long_prompts_read_low() -> ErrorModel:
+    """vLLM residuals where prompts over 1K tokens read 40 % low and shorter ones about right."""
+    table = residual_table({("vllm", "h100-sxm"): 0.0, ("vllm", "b200"): 0.0, ("vllm", "h200"): 0.0})
+    table.loc[table.isl > 1024, "measured"] *= np.exp(0.5)
+    return build(table, prior_groups=1.0)
+
+
+def test_the_runs_interval_table_shows_each_class_and_buckets_own_targets_as_check_judges_them():
+    """run's table and results.json held the fleet's targets' intervals alone, while check and plan
+    --confidence judged a class's and a prompt-length bucket's own targets by bounds no run showed."""
+    from rich.console import Console
+
+    from simulator.metrics.intervals import intervals_block, slo_intervals_block, target_name
+    from simulator.metrics.verdict import slo_blocks
+    from simulator.report.intervals import intervals_table
+    from simulator.report.summary_format import num
+
+    def targets(ms):
+        return {"met": True, "targets": {"ttft_p99_ms": {"metric": "ttft", "percentile": 99, "target_ms": 130.0,
+                                                         "measured_ms": ms, "met": True}}}
+    res = {"p99_ttft_ms": 100.0, "slo": targets(100.0),
+           "llmsim": {"classes": {"paid": {"slo_declared": True, "slo": targets(90.0)},
+                                  "free": {"slo_declared": False, "slo": targets(95.0)}},     # information only
+                      "by_input_length": {"buckets": {"1024+": {"mean_input_tokens": 2048.0, "slo": targets(100.0)},
+                                                      "0-1024": {"mean_input_tokens": 500.0}}}}}
+    model, regime = _long_prompts_read_low(), Regime("vllm", "hopper", "dense", "9-32", "<=1k")
+    res["llmsim"]["intervals"], _ = intervals_block([res], regime, model, 0.5)
+    own = res["llmsim"]["slo_intervals"] = slo_intervals_block([res], regime, model, 0.5)
+    assert set(own) == {"paid", "input 1024+"} and "replicates_met" not in own["paid"]["ttft_p99_ms"]
+    checked = {target_name(t["label"], t["key"]): t["bound_ms"]
+               for t in targets_at_confidence([slo_blocks(res)], regime, model, 0.5)}
+    assert own["paid"]["ttft_p99_ms"]["bound"] == checked["SLO paid ttft_p99_ms"]
+    assert own["input 1024+"]["ttft_p99_ms"]["bound"] == checked["SLO input 1024+ ttft_p99_ms"] > 150  # its own band
+    console = Console(width=200, record=True, color_system=None)
+    console.print(intervals_table(res))
+    rows = {line.split("│")[2].strip(): line for line in console.export_text().splitlines() if "ttft_p99_ms" in line}
+    assert set(rows) == {"ttft_p99_ms", "paid: ttft_p99_ms", "input 1024+: ttft_p99_ms"}
+    assert "✓" in rows["paid: ttft_p99_ms"] and num(checked["SLO paid ttft_p99_ms"]) in rows["paid: ttft_p99_ms"]
+    bucket = rows["input 1024+: ttft_p99_ms"]
+    assert "✗" in bucket and num(checked["SLO input 1024+ ttft_p99_ms"]) in bucket
+    i = own["input 1024+"]["ttft_p99_ms"]
+    assert f"{num(i['lo'])} – {num(i['hi'])}" in bucket
+
+
+def test_a_runs_results_json_holds_its_classes_and_buckets_intervals(tmp_path, cli):
+    scenario = write_tiny_scenario(
+        tmp_path, classes=[{"name": "paid", "share": 0.5, "slo": {"ttft_p99_ms": 5000}}, {"name": "free", "share": 0.5}],
+        input_length_buckets={"edges": [1000], "slo": {"1000+": {"ttft_p99_ms": 5000}}})
+    r = cli("run", scenario, "--json", "--exit-zero", "--confidence", "0.8")
+    assert r.code == 0, r.err
+    own = json.loads(r.out)["llmsim"]["slo_intervals"]
+    assert set(own) == {"paid", "input 1000+"}
+    for i in (own["paid"]["ttft_p99_ms"], own["input 1000+"]["ttft_p99_ms"]):
+        assert i["lo"] <= i["bound"] <= i["hi"] and i["confidence"] == 0.8 and i["model"] == "ttft"
 
 
 def _meeting_its_slo(folder):

@@ -30,10 +30,11 @@ import numpy as np
 from ..errors import LlmsimError
 from ..validation.error_model import ErrorModel, Lookup, Regime, isl_band, residual_metric
 from ..fields import block, leaf
-from .verdict import slo_met
+from .verdict import owner, slo_blocks, slo_met
 
-__all__ = ["check_confidence", "mixture", "interval", "upper_bound", "interval_keys", "intervals_block",
-           "slo_key", "targets_at_confidence", "spread_block"]
+__all__ = ["check_confidence", "mixture", "interval", "upper_bound", "interval_entry", "interval_keys",
+           "intervals_block", "slo_key", "targets_at_confidence", "target_name", "slo_intervals_block",
+           "spread_block"]
 
 #: Probabilities at which a cell's residual distribution is sampled (midpoints: no 0 or 1).
 _GRID = (np.arange(400) + 0.5) / 400
@@ -43,15 +44,27 @@ _RATES = ("request_throughput", "output_throughput", "total_token_throughput")
 
 _FIGURE = "<figure>"   # a vLLM-keyed latency statistic or rate: p99_ttft_ms, request_throughput...
 
-#: ``llmsim.intervals``: per figure, the range llmsim's measured error puts the real value in.
-INTERVAL_FIELDS = {_FIGURE: block("one figure of the top level (a latency statistic, a rate, an SLO's statistic)", {
+#: One figure's interval (:func:`interval_entry`).
+_INTERVAL = {
     "lo": leaf("as the figure", "the interval's low end"), "hi": leaf("as the figure", "its high end"),
     "confidence": leaf("fraction", "the interval's confidence (--confidence)"),
     "bound": leaf("as the figure", "the one-sided bound the real value stays under with that confidence: what "
                                    "check and plan --confidence judge a latency target by (hi is the two-sided "
                                    "interval's, a stricter bound)", when="the figure is a latency (…_ms)"),
     "model": leaf("text", "the error model's metric the interval was drawn from; null without one"),
-})}
+}
+
+#: ``llmsim.intervals``: per figure, the range llmsim's measured error puts the real value in.
+INTERVAL_FIELDS = {_FIGURE: block("one figure of the top level (a latency statistic, a rate, an SLO's statistic)",
+                                  _INTERVAL)}
+
+#: ``llmsim.slo_intervals``: the same for the targets of each class and prompt-length bucket that declares its own.
+SLO_INTERVAL_FIELDS = {"<owner>": block("a class (its name) or a prompt-length bucket (input <bucket>) that "
+                                        "declares its own slo", {
+    "<target>": block("one of its targets (ttft_p99_ms), judged as check --confidence judges it; a bucket's in "
+                      "the band of its own mean prompt", {
+        **_INTERVAL, "replicates_met": leaf("count", "seeds whose run met the target",
+                                            when="`llmsim run --replicates N`, N > 1")})})}
 
 #: ``llmsim.error_model``: which measured residuals judged the run.
 ERROR_MODEL_FIELDS = {
@@ -121,6 +134,19 @@ def upper_bound(values: Sequence[float], lookup: Optional[Lookup], confidence: f
     return float(np.quantile(s, confidence if higher_is_worse else 1 - confidence))
 
 
+def interval_entry(values: Sequence[float], lookup: Optional[Lookup], confidence: float,
+                   latency: bool = True) -> Optional[dict[str, Any]]:
+    """One figure's ``llmsim.intervals`` entry: :func:`interval`, and for a latency :func:`upper_bound`,
+    the bound a target is judged by. The fleet's figures and every class's and bucket's targets take
+    theirs from here, so a table of one never disagrees with check's verdict on the other."""
+    iv = interval(values, lookup, confidence)
+    if iv is None:
+        return None
+    return {"lo": iv[0], "hi": iv[1], "confidence": confidence,
+            **({"bound": upper_bound(values, lookup, confidence)} if latency else {}),
+            "model": lookup.metric if lookup is not None else None}
+
+
 def slo_key(metric: str, percentile: float) -> str:
     """The results.json key of an SLO target's statistic (``ttft``, 99 -> ``p99_ttft_ms``)."""
     return f"median_{metric}_ms" if percentile == 50 else f"p{percentile:g}_{metric}_ms"
@@ -161,12 +187,9 @@ def intervals_block(replicates: Sequence[Mapping[str, Any]], regime: Regime, mod
         if metric is not None and metric not in lookups:
             lookups[metric] = model.lookup(metric, regime) if model is not None else None
         lk = lookups.get(metric) if metric else None
-        values = _values(replicates, key)
-        iv = interval(values, lk, confidence)
-        if iv is not None:
-            out[key] = {"lo": iv[0], "hi": iv[1], "confidence": confidence,
-                        **({"bound": upper_bound(values, lk, confidence)} if key.endswith("_ms") else {}),
-                        "model": lk.metric if lk is not None else None}
+        entry = interval_entry(_values(replicates, key), lk, confidence, latency=key.endswith("_ms"))
+        if entry is not None:
+            out[key] = entry
     used = {"regime": {d: getattr(regime, d) for d in ("stack", "family", "moe", "load", "isl")},
             "source": model.source if model is not None else None,
             "metrics": {m: (lk.as_dict() if lk is not None else None) for m, lk in lookups.items()},
@@ -178,9 +201,9 @@ def targets_at_confidence(blocks: Sequence[Sequence[tuple[str, Mapping[str, Any]
                           model: Optional[ErrorModel], confidence: float) -> list[dict[str, Any]]:
     """Each SLO target judged at ``confidence`` over the replicates: ``blocks[i]`` is replicate i's
     (label, slo block) list, in the same order for every replicate. A target holds when its one-sided
-    bound meets it; a target some replicate could not measure does not hold. A prompt-length bucket's
-    block (one carrying ``mean_input_tokens``) is judged in the band of its own mean prompt, the
-    regime's other dimensions kept."""
+    bound meets it; a target some replicate could not measure does not hold (and has no ``interval``).
+    A prompt-length bucket's block (one carrying ``mean_input_tokens``) is judged in the band of its
+    own mean prompt, the regime's other dimensions kept."""
     out = []
     for j, (label, slo) in enumerate(blocks[0]):
         where = regime
@@ -191,10 +214,31 @@ def targets_at_confidence(blocks: Sequence[Sequence[tuple[str, Mapping[str, Any]
             vals = [b[j][1]["targets"][key].get("measured_ms") for b in blocks]
             metric = residual_metric(slo_key(t["metric"], t["percentile"]))
             lk = model.lookup(metric, where) if model is not None and metric else None
-            bound = None if any(v is None for v in vals) else upper_bound(vals, lk, confidence)
+            entry = None if any(v is None for v in vals) else interval_entry(vals, lk, confidence)
+            bound = entry["bound"] if entry is not None else None
             out.append({"label": label, "key": key, "target_ms": t["target_ms"], "bound_ms": bound,
-                        "met": bound is not None and bound <= t["target_ms"],
+                        "met": bound is not None and bound <= t["target_ms"], "interval": entry,
                         "replicates_met": sum(1 for b in blocks if b[j][1]["targets"][key].get("met"))})
+    return out
+
+
+def target_name(label: str, key: str) -> str:
+    """A judged target's name where a plan or ladder lists bounds: the fleet's by its key
+    (``ttft_p99_ms``), a class's or bucket's after its label (``SLO paid ttft_p99_ms``)."""
+    return key if label == "SLO" else f"{label} {key}"
+
+
+def slo_intervals_block(replicates: Sequence[Mapping[str, Any]], regime: Regime, model: Optional[ErrorModel],
+                        confidence: float) -> dict[str, Any]:
+    """``llmsim.slo_intervals``: each class's and prompt-length bucket's own targets with their
+    interval, judged by :func:`targets_at_confidence` as check and plan --confidence judge them (the
+    fleet's targets are figures of the top level, in ``llmsim.intervals``)."""
+    judged = targets_at_confidence([slo_blocks(r) for r in replicates], regime, model, confidence)
+    out: dict[str, Any] = {}
+    for t in judged:
+        if t["label"] != "SLO" and t["interval"] is not None:
+            seeds = {"replicates_met": t["replicates_met"]} if len(replicates) > 1 else {}
+            out.setdefault(owner(t["label"], ""), {})[t["key"]] = {**t["interval"], **seeds}
     return out
 
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ..metrics.intervals import targets_at_confidence
+from ..metrics.intervals import target_name, targets_at_confidence
 from ..metrics.verdict import load_failure, ms_past, owner, slo_blocks
 from ..validation.error_model import ErrorModel, Regime
 from .pareto import month_with_power
@@ -51,7 +51,7 @@ def judge_at_confidence(rows: Sequence[Mapping[str, Any]], confidence: float,
         return False, "no SLO targets in the run's results", {}
     blocks = [json.loads(r["slo_targets"]) for r in rows]
     judged = targets_at_confidence(blocks, Regime.parse(rows[0].get("regime")), model, confidence)
-    bounds = {(t["key"] if t["label"] == "SLO" else f"{t['label']} {t['key']}"): t["bound_ms"] for t in judged}
+    bounds = {target_name(t["label"], t["key"]): t["bound_ms"] for t in judged}
     misses = [f"{owner(t['label'])}{t['key']} "
               f"{'unmeasured' if t['bound_ms'] is None else ms_past(t['bound_ms'], t['target_ms'], grouped=False)} at "
               f"{100 * confidence:g} % > {t['target_ms']:g} ms" for t in judged if not t["met"]]

@@ -39,7 +39,7 @@ from ..fleet.lora import LORA_FIELDS
 from ..memory import KV_MEMORY_FIELDS
 from ..metrics import by_input_length, classes, cost, energy, gpu_counts, load, metering, product, regions, results
 from ..metrics import ttft_budget as ttft_budget_fields
-from ..metrics.intervals import ERROR_MODEL_FIELDS, INTERVAL_FIELDS, REPLICATE_FIELDS
+from ..metrics.intervals import ERROR_MODEL_FIELDS, INTERVAL_FIELDS, REPLICATE_FIELDS, SLO_INTERVAL_FIELDS
 from ..profiles.hardware import PROVENANCE_FIELDS
 
 
@@ -181,6 +181,9 @@ FIELDS = {
     "request_status": block("every request once, by how it ended", results.STATUS_FIELDS),
     "intervals": block("where the real value of each figure lies, from llmsim's measured error",
                        INTERVAL_FIELDS, when="`llmsim run` writes the file"),
+    "slo_intervals": block("the same for each class's and prompt-length bucket's own SLO targets",
+                           SLO_INTERVAL_FIELDS, when="`llmsim run` writes the file and a class or prompt-length "
+                                                     "bucket declares its own slo"),
     "error_model": block("which measured residuals judged the run", ERROR_MODEL_FIELDS,
                          when="`llmsim run` writes the file"),
     "replicates": block("the spread over seeds", REPLICATE_FIELDS, when="`llmsim run --replicates N`, N > 1"),

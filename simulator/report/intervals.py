@@ -13,11 +13,13 @@ from typing import Any, Mapping, Optional, Sequence
 from rich.table import Table
 
 from ..errors import LlmsimError
-from ..metrics.intervals import intervals_block, slo_key, spread_block
+from ..metrics.intervals import intervals_block, slo_intervals_block, slo_key, spread_block
+from ..metrics.verdict import owner, slo_blocks
 from ..validation.error_model import ErrorModel, load_error_model, regime_of_run
 from .summary_format import FAIL, OK, num
 
-__all__ = ["shipped_model", "annotate", "intervals_table", "widened_notes", "intervals_figure", "write_intervals_plot"]
+__all__ = ["shipped_model", "annotate", "slo_interval", "intervals_table", "widened_notes", "intervals_figure",
+           "write_intervals_plot"]
 
 
 def shipped_model() -> tuple[Optional[ErrorModel], Optional[str]]:
@@ -30,30 +32,50 @@ def shipped_model() -> tuple[Optional[ErrorModel], Optional[str]]:
 
 def annotate(results: dict[str, Any], scenario: Any, replicates: Sequence[Mapping[str, Any]],
              confidence: float, model: Optional[ErrorModel]) -> dict[str, Any]:
-    """Add ``llmsim.intervals``, ``llmsim.error_model`` and (for several replicates)
-    ``llmsim.replicates`` to ``results`` (replicate 0's), in place; returns it."""
+    """Add ``llmsim.intervals``, ``llmsim.error_model``, ``llmsim.slo_intervals`` (where a class or
+    prompt-length bucket declares its own SLO) and (for several replicates) ``llmsim.replicates`` to
+    ``results`` (replicate 0's), in place; returns it."""
     regime = regime_of_run(scenario, results)
     block = results.setdefault("llmsim", {})
     block["intervals"], block["error_model"] = intervals_block(replicates, regime, model, confidence)
+    own = slo_intervals_block(replicates, regime, model, confidence)
+    if own:
+        block["slo_intervals"] = own
     if len(replicates) > 1:
         seeds = [(r.get("llmsim") or {}).get("seed") for r in replicates]
         block["replicates"] = spread_block(replicates, seeds)
     return results
 
 
-def _rows(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any]]]:
-    """(SLO key, its target, its interval) for each SLO target with an interval."""
-    iv = (results.get("llmsim") or {}).get("intervals") or {}
+def slo_interval(results: Mapping[str, Any], label: str, key: str,
+                 target: Mapping[str, Any]) -> Optional[Mapping[str, Any]]:
+    """The interval of an SLO target of :func:`~simulator.metrics.verdict.slo_blocks` (``label``,
+    ``key``): the fleet's is its statistic's in ``llmsim.intervals``, a class's or bucket's its own in
+    ``llmsim.slo_intervals``; None where the run has none (a results.json written before them)."""
+    def within(node: Any, key: str) -> Any:      # a page reads any results.json: a wrong shape is none
+        return node.get(key) if isinstance(node, Mapping) else None
+    llmsim = results.get("llmsim")
+    if label == "SLO":
+        return within(within(llmsim, "intervals"), slo_key(target["metric"], target["percentile"]))
+    return within(within(within(llmsim, "slo_intervals"), owner(label, "")), key)
+
+
+def _rows(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any], Optional[int]]]:
+    """(name, target, interval, seeds that met it) for each SLO target the run is judged on that has an
+    interval: the fleet's by its key, a class's or bucket's after its name ("paid: ttft_p99_ms")."""
+    met = ((results.get("llmsim") or {}).get("replicates") or {}).get("slo_targets_met") or {}
     out = []
-    for key, t in ((results.get("slo") or {}).get("targets") or {}).items():
-        k = slo_key(t["metric"], t["percentile"])
-        if k in iv:
-            out.append((key, t, iv[k]))
+    for label, block in slo_blocks(results):
+        for key, t in (block.get("targets") or {}).items():
+            i = slo_interval(results, label, key, t)
+            if i is not None:
+                out.append((owner(label, ": ") + key, t, i, met.get(key) if label == "SLO" else i.get("replicates_met")))
     return out
 
 
 def intervals_table(results: Mapping[str, Any]) -> Optional[Table]:
-    """Each SLO target's interval, and with replicates how many met it. ✓/✗ is the one-sided bound's verdict,
+    """Each SLO target's interval (the fleet's, each class's and prompt-length bucket's own), and with
+    replicates how many met it. ✓/✗ is the one-sided bound's verdict,
     as check and plan --confidence give it: the two-sided interval's high end is a stricter bound, and a
     target between the two passed there and showed ✗ here."""
     rows = _rows(results)
@@ -72,14 +94,13 @@ def intervals_table(results: Mapping[str, Any]) -> Optional[Table]:
                           ("interval", "right"), (f"{100 * conf:g} % bound", "right")) \
             + ((("replicates met", "right"),) if n else ()):
         t.add_column(name, justify=justify)
-    met = reps.get("slo_targets_met") or {}
-    for key, target, i in rows:
+    for key, target, i, met in rows:
         bound = i.get("bound")      # None: a results.json written before bounds were stored
         mark = "—" if bound is None else OK if bound <= target["target_ms"] else FAIL
         cells = [mark, key, f"≤ {num(target['target_ms'])} ms", num(target.get("measured_ms")),
                  f"{num(i['lo'])} – {num(i['hi'])}", num(bound)]
         if n:
-            cells.append(f"{met.get(key, 0)} of {n}")
+            cells.append(f"{met or 0} of {n}")
         t.add_row(*cells)
     return t
 
@@ -151,14 +172,14 @@ def intervals_figure(results: Mapping[str, Any], title: str = ""):
 
     fig = Figure(figsize=(6.4, 0.7 + 0.6 * len(rows)), layout="constrained")
     ax = fig.add_subplot()
-    for y, (key, target, i) in enumerate(rows):
+    for y, (key, target, i, _) in enumerate(rows):
         ax.barh(y, i["hi"] - i["lo"], left=i["lo"], height=0.5, color="tab:blue", alpha=0.3,
                 label=f"{100 * i['confidence']:g} % interval" if y == 0 else None)
         if target.get("measured_ms") is not None:
             ax.plot([target["measured_ms"]], [y], "o", color="tab:blue", label="simulated" if y == 0 else None)
         ax.plot([target["target_ms"]] * 2, [y - 0.35, y + 0.35], color="tab:red", lw=2,
                 label="target" if y == 0 else None)
-    ax.set_yticks(range(len(rows)), [k for k, _, _ in rows])
+    ax.set_yticks(range(len(rows)), [k for k, _, _, _ in rows])
     ax.set_xscale("log")
     ax.set_xlabel("ms")
     ax.legend(loc="best", fontsize="small")
