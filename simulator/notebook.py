@@ -142,17 +142,22 @@ class LadderRun:
         return f"LadderRun(step={self.step!r}, output={self.output!r})"
 
 
-def ladder(scenario: str | Path, overrides: Overrides = None, engine: str = "fast") -> list[LadderRun]:
+def ladder(scenario: str | Path, overrides: Overrides = None, engine: str = "fast",
+           confidence: float = 0.9) -> list[LadderRun]:
     """Every step of the scenario's ladder (baseline first), as ``llmsim run
-    SCENARIO --ladder`` runs them (cumulative or independent, as the file
-    says); ``overrides`` apply to every step, as ``--set`` does."""
+    SCENARIO --ladder --confidence C`` runs them (cumulative or independent, as
+    the file says); ``overrides`` apply to every step, as ``--set`` does. Each
+    step's results carry its intervals at ``confidence``, its row each SLO
+    target's bound (``slo_bounds_ms``)."""
     checked_engine(engine, "engine")
+    check_confidence(confidence, "confidence")
     path = load_scenario(_file(scenario, "ladder"))[1]
     sets = overlay_assignments(_mapping(overrides, "overrides"))
     sc = load_with_variants(path, (), sets)
     return [LadderRun(step.name, step.description, row, out)
             for step, out, row in ladder_runs(sc, path, sets,
-                                              lambda i, step, ssc: simulate(ssc, engine=engine, source=path))]
+                                              lambda i, step, ssc: simulate(ssc, engine=engine, source=path),
+                                              confidence, shipped_model()[0])]
 
 
 def plan(scenario: str | Path, vary: Names, *, sets: Overrides = None, variants: Names = (),

@@ -12,7 +12,10 @@ import json
 import pytest
 
 from helpers_whatif import VARIANTS, write_scenario
+from simulator.metrics.intervals import target_name, targets_at_confidence
+from simulator.metrics.verdict import slo_blocks
 from simulator.scenario.variants import Variant, ladder_steps, overlay_assignments
+from simulator.validation.error_model import Regime, load_error_model
 
 
 # --- the model --------------------------------------------------------------------
@@ -68,6 +71,17 @@ def test_ladder_rows_are_the_runs_the_variants_give(tmp_path, cli):
         table = list(csv.DictReader(f))
     assert [t["step"] for t in table] == list(rows) and table[2]["variants"] == "two-replicas+tp2"
     assert not list(out.glob("*.png")) and not list(out.glob("*/*.png"))
+    # each step's SLO bounds at the ladder's confidence (run's default, 0.9), as check --confidence judges them;
+    # its results.json carries the intervals a plain run's does
+    assert doc["confidence"] == 0.9 and "SLO bounds at 90 %" in " ".join(r.out.split())
+    regime = Regime(**step["llmsim"]["error_model"]["regime"])
+    checked = {target_name(t["label"], t["key"]): t["bound_ms"]
+               for t in targets_at_confidence([slo_blocks(step)], regime, load_error_model(), 0.9)}
+    assert rows["tp2"]["slo_bounds_ms"] == checked and set(checked) == {"ttft_p99_ms", "tpot_p99_ms"}
+    assert step["llmsim"]["intervals"]["p99_ttft_ms"]["bound"] == checked["ttft_p99_ms"]
+    assert f"tp2: bounds (ms): tpot_p99_ms {checked['tpot_p99_ms']:,.1f}, ttft_p99_ms " \
+           f"{checked['ttft_p99_ms']:,.1f}" in " ".join(r.out.split())
+    assert json.loads(table[2]["slo_bounds_ms"]) == checked
 
 
 def test_tokens_per_second_is_the_mean_over_requests(tmp_path, cli):

@@ -12,6 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
 
+from rich.markup import escape
 from rich.table import Table
 from rich.text import Text
 
@@ -27,7 +28,7 @@ if TYPE_CHECKING:   # scenarios and the runner on first use: `llmsim --help` imp
     from ..scenario.schema import Scenario
     from ..scenario.variants import Step
 
-__all__ = ["run_ladder", "ladder_table", "ladder_tables"]
+__all__ = ["run_ladder", "ladder_table", "ladder_tables", "bounds_lines"]
 
 _ms2, _count, _whole = "{:,.2f}".format, "{:,}".format, "{:,.0f}".format
 
@@ -109,12 +110,26 @@ def ladder_table(title: str, rows: Sequence[Mapping[str, Any]], columns: tuple =
     return fitted_table(title, headers, cells, width, keep=2, left=[0], header=0)   # headers are words: they wrap
 
 
+def bounds_lines(rows: Sequence[Mapping[str, Any]], confidence: float) -> list[str]:
+    """Each step's SLO bounds at ``confidence``, as a plan at that confidence lists its answer's; none
+    for a scenario without an SLO."""
+    from ..planning.confidence import bounds_text
+
+    shown = [(r["step"], bounds_text(r.get("slo_bounds_ms"))) for r in rows]
+    if not any(b for _, b in shown):
+        return []
+    return [f"SLO bounds at {100 * confidence:g} %: each target's one-sided bound under llmsim's error model, as "
+            f"check and plan --confidence judge it (--confidence sets it; the SLO column is the simulated values' "
+            f"verdict)"] + [f"{step}: {b or 'no bounds'}" for step, b in shown]
+
+
 def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, output: Path | None, *,
-               plots: bool, json: bool, overwrite: bool = False) -> None:
+               plots: bool, json: bool, confidence: float, overwrite: bool = False) -> None:
     if not sc.variants:
         raise LlmsimError("the scenario declares no variants, so there is no ladder to run; add "
                           "`variants: [{name: ..., set: {key.path: value}}]`", source=path, key_path="variants")
-    from ..report.ladder import ladder_runs, write_ladder
+    from ..report.intervals import shipped_model
+    from ..report.ladder import ladder_document, ladder_runs, write_ladder
     from ..runsize import check_run_count
     from ..scenario.variants import ladder_steps
 
@@ -127,15 +142,16 @@ def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, outpu
         return simulate_shown(ssc, engine, path, show=False if json else None,
                               label=f"step {i + 1}/{len(steps)} {step.name}")
 
+    model, model_note = shipped_model()
     with output_folder(output, overwrite=overwrite, inputs=[path]) as tmp:
-        for i, (step, out, row) in enumerate(ladder_runs(sc, path, sets, shown)):
+        for i, (step, out, row) in enumerate(ladder_runs(sc, path, sets, shown, confidence, model)):
             if i == 0:
                 baseline_slo = out.results.get("slo")     # the targets the ladder is drawn against
             rows.append(row)
             if tmp is not None:
                 write_run_files(tmp / step.name, out, plots=plots)
         if tmp is not None:
-            write_ladder(rows, tmp, scenario=sc.name, mode=sc.ladder)
+            write_ladder(rows, tmp, scenario=sc.name, mode=sc.ladder, confidence=confidence)
             if plots:
                 from ..report.plots import write_ladder_plot
 
@@ -144,10 +160,14 @@ def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, outpu
                 write_ladder_plot(tmp, rows, baseline_slo, title=f"{sc.name}: what-if ladder", mode=sc.ladder)
                 write_report(tmp)
     if json:
-        print_json({"scenario": sc.name, "ladder": sc.ladder, "steps": rows})
+        print_json(ladder_document(rows, scenario=sc.name, mode=sc.ladder, confidence=confidence))
         return
     for table in ladder_tables(f"{sc.name}: {sc.ladder} ladder ({len(steps)} steps)", rows, console.width):
         console.print(table)
+    for line in bounds_lines(rows, confidence):
+        console.print(line, markup=False)
+    if model_note:
+        console.print(f"[yellow]note:[/] no error model, so the bounds are the simulated values: {escape(model_note)}")
     for step in steps[1:]:
         applied = " + ".join(v.name for v in step.variants)
         console.print(Text(f"{step.name}: {step.description or '(no description)'} — baseline + {applied}", "dim"))

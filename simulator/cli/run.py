@@ -75,7 +75,8 @@ def run(ctx: typer.Context,
                                        help="run N seeds (seed, seed+1, ...) on the executor and report each "
                                             "figure's spread; files and plots are the first seed's"),
         confidence: float = typer.Option(0.9, "--confidence",
-                                         help="confidence of the intervals in results.json (llmsim.intervals)"),
+                                         help="confidence of the intervals in results.json (llmsim.intervals) "
+                                              "and of a ladder's SLO bounds"),
         executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
         connect_timeout: ConnectTimeout = 10.0,
         exit_zero: bool = typer.Option(False, "--exit-zero",
@@ -117,7 +118,7 @@ def run(ctx: typer.Context,
         refuse_overlaps(given_sets(set_), overlaid(file), source=file)      # pools.0 is pools.NAME
     sc, path = load_scenario(scenario, [] if variant else set_)
     if ladder:
-        run_ladder(sc, path, set_, engine, output, plots=draw, json=json, overwrite=overwrite)
+        run_ladder(sc, path, set_, engine, output, plots=draw, json=json, confidence=confidence, overwrite=overwrite)
         return
     chosen = select_variants(sc.variants, variant, path)
     if chosen:

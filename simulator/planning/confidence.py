@@ -19,7 +19,7 @@ from ..metrics.verdict import load_failure, ms_past, owner, slo_blocks
 from ..validation.error_model import ErrorModel, Regime
 from .pareto import month_with_power
 
-__all__ = ["slo_targets_text", "judge_at_confidence"]
+__all__ = ["slo_targets_text", "judge_at_confidence", "bounds_text"]
 
 
 def slo_targets_text(results: Mapping[str, Any]) -> Optional[str]:
@@ -58,6 +58,13 @@ def judge_at_confidence(rows: Sequence[Mapping[str, Any]], confidence: float,
     return not misses, "; ".join(misses) or None, bounds
 
 
+def bounds_text(bounds: Optional[Mapping[str, Optional[float]]]) -> str:
+    """Each target's bound as a plan's answer and a ladder's steps list them ("bounds (ms): tpot_p99_ms
+    36.4, ttft_p99_ms 960.4"); "" without any."""
+    shown = ", ".join(f"{k} {'unmeasured' if v is None else f'{v:,.1f}'}" for k, v in sorted((bounds or {}).items()))
+    return f"bounds (ms): {shown}" if shown else ""
+
+
 def by_confidence(plans: Mapping[float, Any]) -> dict[str, Any]:
     """plan.json's ``by_confidence``: the best fleet and bill at each confidence planned (0.5 and the
     asked one), and what the higher confidence costs a month over 0.5; for a sliced scenario the
@@ -92,9 +99,8 @@ def confidence_text(block: Mapping[str, Any], answer: Callable[[Mapping[str, Any
         if not level["met"]:
             return f"at {100 * level['confidence']:g} %: no fleet in the range meets the SLO"
         fleet = ", ".join(f"{k}={v}" for k, v in level["overrides"].items())
-        bounds = ", ".join(f"{k} {v:,.1f}" for k, v in sorted((level.get("slo_bounds_ms") or {}).items()))
-        return f"at {100 * level['confidence']:g} %: {fleet}  ({answer(level)})" + \
-            (f"; bounds (ms): {bounds}" if bounds else "")
+        bounds = bounds_text(level.get("slo_bounds_ms"))
+        return f"at {100 * level['confidence']:g} %: {fleet}  ({answer(level)})" + (f"; {bounds}" if bounds else "")
     # A plan's confidence is one-sided (each target at or under its bound with that probability), where a
     # run's interval is two-sided: said once, so a reader does not take one 90 % for the other.
     lines = ["confidence: the probability that every SLO target holds, from llmsim's error model (one-sided "

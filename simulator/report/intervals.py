@@ -13,12 +13,12 @@ from typing import Any, Mapping, Optional, Sequence
 from rich.table import Table
 
 from ..errors import LlmsimError
-from ..metrics.intervals import intervals_block, slo_intervals_block, slo_key, spread_block
+from ..metrics.intervals import intervals_block, slo_intervals_block, slo_key, spread_block, target_name
 from ..metrics.verdict import owner, slo_blocks
 from ..validation.error_model import ErrorModel, load_error_model, regime_of_run
 from .summary_format import FAIL, OK, num
 
-__all__ = ["shipped_model", "annotate", "slo_interval", "intervals_table", "widened_notes", "intervals_figure",
+__all__ = ["shipped_model", "annotate", "slo_interval", "slo_bounds", "intervals_table", "widened_notes", "intervals_figure",
            "write_intervals_plot"]
 
 
@@ -58,6 +58,21 @@ def slo_interval(results: Mapping[str, Any], label: str, key: str,
     if label == "SLO":
         return within(within(llmsim, "intervals"), slo_key(target["metric"], target["percentile"]))
     return within(within(within(llmsim, "slo_intervals"), owner(label, "")), key)
+
+
+def slo_bounds(results: Mapping[str, Any]) -> Optional[dict[str, Optional[float]]]:
+    """Each SLO target's one-sided bound (:func:`slo_interval`), named as plan.json's ``slo_bounds_ms``
+    names them (:func:`~simulator.metrics.intervals.target_name`); null for a target without one (no
+    samples); None for a run that declares no SLO."""
+    blocks = slo_blocks(results)
+    if not blocks:
+        return None
+    out: dict[str, Optional[float]] = {}
+    for label, block in blocks:
+        for key, t in (block.get("targets") or {}).items():
+            i = slo_interval(results, label, key, t)
+            out[target_name(label, key)] = i.get("bound") if isinstance(i, Mapping) else None
+    return out
 
 
 def _rows(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any], Optional[int]]]:

@@ -3,8 +3,13 @@
 The row is read from the step's results plus one figure results.json does
 not carry: the decode speed a user watches stream, tokens/s per request,
 taken per request (1000 / its TPOT) and averaged, since 1000 / mean TPOT
-would let a few slow requests hide behind many fast ones. ladder.json keeps
-every row with its variants; ladder.csv the same flat, for a spreadsheet.
+would let a few slow requests hide behind many fast ones. Each step's results
+carry their intervals as a plain run's do (:func:`.intervals.annotate`), and
+its row each SLO target's one-sided bound at the ladder's confidence
+(``slo_bounds_ms``, named and judged as a plan at ``--confidence`` gives them),
+so a step that meets its SLO only on llmsim's uncorrected estimate is seen to.
+ladder.json keeps every row with its variants and the confidence; ladder.csv
+the same flat, for a spreadsheet (the bounds as JSON text).
 """
 from __future__ import annotations
 
@@ -22,18 +27,22 @@ from ..metrics.verdict import fleet_met, load_columns
 from ..scenario.overlays import blamed_on, load_with_variants, variant_overlays
 from ..scenario.schema import Scenario
 from ..scenario.variants import Step, ladder_steps
+from .intervals import annotate, slo_bounds
 
 if TYPE_CHECKING:
     from ..runner import RunOutput
+    from ..validation.error_model import ErrorModel
 
-__all__ = ["LADDER_COLUMNS", "ladder_runs", "ladder_row", "tokens_per_s_per_request", "write_ladder"]
+__all__ = ["LADDER_COLUMNS", "ladder_runs", "ladder_row", "tokens_per_s_per_request", "ladder_document",
+           "write_ladder"]
 
 
 def ladder_runs(sc: Scenario, path: Path, sets: Sequence[str],
-                simulate_step: Callable[[int, Step, Scenario], "RunOutput"]
-                ) -> Iterator[tuple[Step, "RunOutput", dict[str, Any]]]:
+                simulate_step: Callable[[int, Step, Scenario], "RunOutput"], confidence: float,
+                model: Optional["ErrorModel"]) -> Iterator[tuple[Step, "RunOutput", dict[str, Any]]]:
     """Each step of ``sc``'s ladder (``sc`` as loaded from ``path`` with
-    ``sets``), run by ``simulate_step(i, step, scenario)``, with its row.
+    ``sets``), run by ``simulate_step(i, step, scenario)`` and given its
+    intervals at ``confidence`` under the error model ``model``, with its row.
 
     Every step is built, and so validated, before the first one runs, so a
     bad last step costs seconds; a user error from a run names the step's
@@ -44,6 +53,7 @@ def ladder_runs(sc: Scenario, path: Path, sets: Sequence[str],
     for i, (step, ssc) in enumerate(zip(steps, scenarios)):
         with blamed_on(path, variant_overlays(step.variants), sets):
             out = simulate_step(i, step, ssc)
+        annotate(out.results, ssc, [out.results], confidence, model)
         yield step, out, ladder_row(step.name, [v.name for v in step.variants], out.results, out.requests)
 
 #: (row key, where it comes from in results.json) for the figures copied as they are.
@@ -66,7 +76,7 @@ _FROM_RESULTS = (
 LADDER_COLUMNS = ("step", "variants", "ttft_p50_ms", "ttft_p95_ms", "ttft_p99_ms", "tpot_p50_ms", "tpot_p99_ms",
                   "tokens_per_s_per_request", "max_batch_size", "completed", "rejected", "cancelled", "stranded",
                   "gpus", "usd_per_request", "monthly_usd", "slo_met", "overloaded", "load", "product_gpus",
-                  "product_monthly_usd")
+                  "product_monthly_usd", "slo_bounds_ms")
 
 
 def _get(results: Mapping[str, Any], path: Sequence[str]) -> Any:
@@ -93,6 +103,7 @@ def ladder_row(step: str, variants: Sequence[str], results: Mapping[str, Any], r
         row["stranded"] = 0
     # every SLO the step is judged on and its load kept up with, as llmsim run judges it
     row["slo_met"] = fleet_met(results)
+    row["slo_bounds_ms"] = slo_bounds(results)      # at the ladder's confidence (ladder.json's)
     row.update(load_columns(results))
     row["tokens_per_s_per_request"] = tokens_per_s_per_request(requests)
     batches = [p.get("max_batch_size") for p in (_get(results, ("llmsim", "pools")) or {}).values()]
@@ -100,11 +111,19 @@ def ladder_row(step: str, variants: Sequence[str], results: Mapping[str, Any], r
     return {c: row[c] for c in LADDER_COLUMNS}
 
 
-def write_ladder(rows: Sequence[Mapping[str, Any]], folder: Path, *, scenario: str, mode: str) -> list[Path]:
-    """ladder.json (the rows, with the scenario and ladder mode) and ladder.csv."""
+def ladder_document(rows: Sequence[Mapping[str, Any]], *, scenario: str, mode: str,
+                    confidence: float) -> dict[str, Any]:
+    """ladder.json's contents (``llmsim run --ladder --json`` prints the same): the rows, with the
+    scenario, the ladder mode and the confidence of the rows' bounds."""
+    return {"scenario": scenario, "ladder": mode, "confidence": confidence, "steps": list(rows)}
+
+
+def write_ladder(rows: Sequence[Mapping[str, Any]], folder: Path, *, scenario: str, mode: str,
+                 confidence: float) -> list[Path]:
+    """ladder.json (:func:`ladder_document`) and ladder.csv."""
     folder = Path(folder)
-    text = json.dumps(jsonable({"scenario": scenario, "ladder": mode, "steps": list(rows)}), indent=2,
-                      allow_nan=False) + "\n"
+    text = json.dumps(jsonable(ladder_document(rows, scenario=scenario, mode=mode, confidence=confidence)),
+                      indent=2, allow_nan=False) + "\n"
     js = write_atomic(folder / "ladder.json", lambda tmp: tmp.write_text(text))
 
     def table(tmp: Path) -> None:
@@ -112,6 +131,8 @@ def write_ladder(rows: Sequence[Mapping[str, Any]], folder: Path, *, scenario: s
             w = csv.DictWriter(f, fieldnames=LADDER_COLUMNS)
             w.writeheader()
             for r in rows:
-                w.writerow({**r, "variants": "+".join(r["variants"])})
+                bounds = r.get("slo_bounds_ms")
+                w.writerow({**r, "variants": "+".join(r["variants"]),
+                            "slo_bounds_ms": "" if bounds is None else json.dumps(bounds, sort_keys=True)})
 
     return [js, write_atomic(folder / "ladder.csv", table)]
