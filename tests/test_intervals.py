@@ -225,6 +225,23 @@ def test_the_runs_interval_table_shows_each_class_and_buckets_own_targets_as_che
     assert f"{num(i['lo'])} – {num(i['hi'])}" in bucket
 
 
+def test_a_class_absent_from_a_seed_is_judged_over_the_seeds_it_sent_requests_in():
+    """Seed 0 sent class a no request (no block: its run does not judge a). Matched by place, b's bound
+    took a's values from seed 1 (and a's ran off the end of seed 0's list: run --replicates and plan
+    --seeds --confidence ended in a traceback)."""
+    model = build(residual_table({("vllm", "h100-sxm"): 0.0}, spread=0.2))
+
+    def block(ms, met=True):
+        return {"targets": {"ttft_p99_ms": {"metric": "ttft", "percentile": 99, "target_ms": 130.0,
+                                            "measured_ms": ms, "met": met}}}
+    seeds = [[("SLO", block(100.0)), ("SLO b", block(100.0))],
+             [("SLO", block(110.0)), ("SLO a", block(500.0, False)), ("SLO b", block(110.0))]]
+    judged = {t["label"]: t for t in targets_at_confidence(seeds, Regime("vllm"), model, 0.9)}
+    assert judged["SLO b"]["bound_ms"] == judged["SLO"]["bound_ms"]           # b's values, both seeds
+    [alone] = targets_at_confidence([seeds[1][1:2]], Regime("vllm"), model, 0.9)
+    assert judged["SLO a"]["bound_ms"] == alone["bound_ms"] and judged["SLO a"]["replicates_met"] == 0
+
+
 def test_a_runs_results_json_holds_its_classes_and_buckets_intervals(tmp_path, cli):
     scenario = write_tiny_scenario(
         tmp_path, classes=[{"name": "paid", "share": 0.5, "slo": {"ttft_p99_ms": 5000}}, {"name": "free", "share": 0.5}],

@@ -200,25 +200,30 @@ def intervals_block(replicates: Sequence[Mapping[str, Any]], regime: Regime, mod
 def targets_at_confidence(blocks: Sequence[Sequence[tuple[str, Mapping[str, Any]]]], regime: Regime,
                           model: Optional[ErrorModel], confidence: float) -> list[dict[str, Any]]:
     """Each SLO target judged at ``confidence`` over the replicates: ``blocks[i]`` is replicate i's
-    (label, slo block) list, in the same order for every replicate. A target holds when its one-sided
-    bound meets it; a target some replicate could not measure does not hold (and has no ``interval``).
-    A prompt-length bucket's block (one carrying ``mean_input_tokens``) is judged in the band of its
-    own mean prompt, the regime's other dimensions kept."""
+    (label, slo block) list. A target holds when its one-sided bound meets it; a target some
+    replicate could not measure does not hold (and has no ``interval``). A block is matched across
+    replicates by its label, not its place: a class that sent no request in one seed has no block
+    there (that seed's run does not judge it), and is judged over the seeds that do, where matching
+    by place read another class's values for it, or ran off the end of the list. A prompt-length
+    bucket's block (one carrying ``mean_input_tokens``) is judged in the band of its own mean prompt,
+    the regime's other dimensions kept."""
+    by_label = [dict(b) for b in blocks]
     out = []
-    for j, (label, slo) in enumerate(blocks[0]):
+    for label in dict.fromkeys(label for b in blocks for label, _ in b):
+        slos = [d[label] for d in by_label if label in d]
         where = regime
-        if "mean_input_tokens" in slo:    # a prompt-length bucket's targets: judged in its own band
-            means = [b[j][1].get("mean_input_tokens") for b in blocks]
+        if "mean_input_tokens" in slos[0]:    # a prompt-length bucket's targets: judged in its own band
+            means = [s.get("mean_input_tokens") for s in slos]
             where = replace(regime, isl=None if any(m is None for m in means) else isl_band(float(np.mean(means))))
-        for key, t in (slo.get("targets") or {}).items():
-            vals = [b[j][1]["targets"][key].get("measured_ms") for b in blocks]
+        for key, t in (slos[0].get("targets") or {}).items():
+            vals = [s["targets"][key].get("measured_ms") for s in slos]
             metric = residual_metric(slo_key(t["metric"], t["percentile"]))
             lk = model.lookup(metric, where) if model is not None and metric else None
             entry = None if any(v is None for v in vals) else interval_entry(vals, lk, confidence)
             bound = entry["bound"] if entry is not None else None
             out.append({"label": label, "key": key, "target_ms": t["target_ms"], "bound_ms": bound,
                         "met": bound is not None and bound <= t["target_ms"], "interval": entry,
-                        "replicates_met": sum(1 for b in blocks if b[j][1]["targets"][key].get("met"))})
+                        "replicates_met": sum(1 for s in slos if s["targets"][key].get("met"))})
     return out
 
 
