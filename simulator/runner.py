@@ -31,7 +31,7 @@ from .metrics.records import Records
 from .fleet.timeline import Timeline
 from .fleet.window import open_window
 from .gcpause import without_gc
-from .report.fleet_report import llmsim_block, timing_block
+from .report.fleet_report import arrival_window, llmsim_block, timing_block
 from .scenario.compile import FleetPlan, PoolPlan, compile_scenario
 from .metrics.gaps import GapGrid, GapLog
 from .metrics.results import compute_results
@@ -45,13 +45,16 @@ from workloads.drivers import make_source
 from workloads.request import Request
 
 
-def run_end(pools: Mapping[str, Pool], requests: Sequence[Request]) -> float:
+def run_end(pools: Mapping[str, Pool], requests: Sequence[Request], window_s: Optional[float] = None) -> float:
     """When the run's window ends: the pools' last event, and no earlier than the last request's
     arrival, one the gateway refused (429) included: with the last requests refused no pool saw
-    them, and the window (and the bill) ended early; with every request refused it read 0 s. A
-    shard's window ends so too (``--shards 1`` is the plain run)."""
+    them, and the window (and the bill) ended early; with every request refused it read 0 s. Nor
+    earlier than the arrival window the scenario states (``window_s``: :func:`arrival_window`):
+    the fleet stands, and is paid for, until then, whether or not traffic still comes (a load
+    that fell quiet after 360 s of a 3,600 s hour billed 360 s; no arrival at all read $—/month).
+    A shard's window ends so too (``--shards 1`` is the plain run)."""
     end = max(p.end_time() for p in pools.values())
-    return max(end, max((r.arrival for r in requests), default=end))
+    return max(end, max((r.arrival for r in requests), default=end), window_s or 0.0)
 
 
 @dataclass
@@ -70,6 +73,7 @@ class RunOutput:
     scalers: dict = field(default_factory=dict)   # pool name -> its Autoscaler
     timing: dict = field(default_factory=dict)    # run.json: wall-clock measurements (fleet_report.timing_block)
     plan: Optional[FleetPlan] = None              # the compiled scenario the run was wired from
+    end_s: Optional[float] = None                 # the window's end (:func:`run_end`)
 
     @property
     def pool(self) -> Pool:
@@ -212,6 +216,9 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
         clock.every(max(horizon / 50.0, 1e-3),
                     lambda: progress(env.now, done[0], src.expected_total or len(src.requests)), counted=False)
     src.start(env, fleet.submit, fleet.cancel)
+    window = arrival_window(wl, getattr(src, "window_s", None))
+    if window is not None and window > env.now:
+        env.timeout(window - env.now)    # the run lasts the window: autoscalers and the timeline tick to its end
     try:
         run_events(env)   # env.run(), compiled
     except LlmsimError as e:   # a limit met while running (the clock's ticks): name the scenario
@@ -221,12 +228,12 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     # a benchmark, are not counted.
     warmup = getattr(src, "warmup", 0)
     requests = src.requests[warmup:]
-    end = run_end(pools, requests)
+    end = run_end(pools, requests, window)
     records = Records.of(requests) if summarize else None
     tl = timeline.frame(end)
     if records is None:
         return RunOutput(sc, requests, gaps, {}, pools, plan.setups, tl, scalers,
-                         timing_block(wall, len(requests)), plan)
+                         timing_block(wall, len(requests)), plan, end)
     try:
         llmsim = llmsim_block(plan, pools, end, engine, records, scalers,
                               began_before=_sessions_begun(src.requests[:warmup]) if wl.lead_in_s else (),
@@ -236,6 +243,6 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     results = compute_results(records, gaps, slo=plan.slo, llmsim=llmsim,
                               duration=_counted_span(records, warmup, bool(wl.lead_in_s)))
     return RunOutput(sc, requests, gaps, results, pools, plan.setups, tl, scalers,
-                     timing_block(wall, len(records)), plan)
+                     timing_block(wall, len(records)), plan, end)
 
 

@@ -275,6 +275,40 @@ def test_simulate_with_a_scenario_price_and_no_sessions():
     assert "an assumption" in render(summary_table(c.results))
 
 
+def _quiet_tail(rate: float, duration_s: float = 3600, **pool_kw) -> Scenario:
+    """An hour whose traffic stops after 360 s (hour 0 of the profile holds 0.1 h of it, the rest are 0)."""
+    return Scenario.model_validate({
+        "name": "quiet-tail", "seed": 1,
+        "workload": {"duration_s": duration_s, "arrival": {"type": "poisson", "rate_per_s": rate,
+                                                           "profile": {"type": "hourly", "values": [1] + [0] * 23,
+                                                                       "start_hour": 0.9}},
+                     "input_tokens": {"dist": "fixed", "value": 32}, "output_tokens": {"dist": "fixed", "value": 4}},
+        "pools": [{"model": "llama-3-8b", "gpu": "h100-sxm", "usd_per_gpu_hour": 3.6, **pool_kw}]})
+
+
+def test_the_bill_runs_to_the_end_of_the_stated_window_not_the_last_request():
+    """The traffic of a 3,600 s window stops at 360 s: the fleet stands, and is paid, for the hour (it billed
+    the 352 s to the last request's end); an autoscaled pool at the one replica its autoscaler keeps in the
+    quiet, which it reaches by ticking on through it (its month read $7,326 for $3,088)."""
+    out = simulate(_quiet_tail(0.2, replicas=3, autoscaling={"metric": "concurrency", "target": 4,
+                                                               "min_replicas": 1, "max_replicas": 3}))
+    ll, c = out.results["llmsim"], out.results["llmsim"]["cost"]
+    assert max(r.finish for r in out.requests) < 360 < ll["simulated_seconds"] == c["window_s"] == 3600
+    steps = c["gpu_timeline"]
+    assert steps[-1][1] == 1 and steps[0] == [0, 3]
+    billed = sum(n * (b - a) for (a, n), (b, _) in zip(steps, [*steps[1:], [3600.0, 0]]))
+    assert c["pools"][0]["replica_seconds"] == pytest.approx(billed)
+    assert c["monthly_usd"] == pytest.approx(billed / 3600 * 3.6 * 730)
+
+
+def test_a_window_no_request_reached_is_billed_for_the_fleet_that_stood():
+    """No arrival in 60 s read '$—/month' (a 0 s window): two replicas stood for the minute."""
+    out = simulate(_quiet_tail(1e-4, duration_s=60, replicas=2))
+    c = out.results["llmsim"]["cost"]
+    assert len(out.requests) == 0 and c["window_s"] == 60
+    assert c["window_usd"] == pytest.approx(2 * 3.6 / 60) and c["monthly_usd"] == pytest.approx(2 * 3.6 * 730)
+
+
 def test_method_day_on_less_than_a_day_is_refused_even_without_a_duration():
     """A run sized by num_requests spans what it spans: 11 s read as a whole day would price 0.000127 days × 30.42.
     (A scenario with a duration_s under a day is refused before it runs: scenario/cost.py.)"""

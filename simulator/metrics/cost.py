@@ -15,8 +15,12 @@ Definitions:
   (``price_source: scenario``), else the GPU profile's ``price`` (``profile``);
   a profile price whose ``source`` says it is an assumption (or gives no
   source) is flagged ``price_assumed``.
-* **window**: simulation time 0 to the end of the last request
-  (``llmsim.simulated_seconds``), the span every pool is billed for.
+* **window**: simulation time 0 to the end of the last request, or to the
+  end of the arrival window the scenario states (``duration_s``, a trace's
+  replay window) where that is later (``llmsim.simulated_seconds``,
+  :func:`simulator.runner.run_end`): the span every pool is billed for. A
+  fleet stands, and is paid for, through a quiet end of its window; an
+  autoscaled pool at the replicas its autoscaler keeps then.
 * **monthly cost**: as the scenario's ``cost.monthly`` says
   (:mod:`simulator.metrics.monthly`): by default the window's cost per hour
   × 730 h/month (the same load all month), or for a window of a day or more
@@ -264,7 +268,8 @@ _SESSIONS = {
 FIELDS = {
     "pools": block("each pool's bill", _POOL_BILL, unit="list of objects"),
     "price_assumed": leaf("bool", "a pool's price is an assumption"),
-    "window_s": leaf("s", "the billed window: simulation start to the last request's end"),
+    "window_s": leaf("s", "the billed window: simulation start to the last request's end, or to the end of the "
+                          "stated arrival window (duration_s, a trace's replay window) where that is later"),
     "gpu_hours": leaf("GPU-h", "GPU-hours billed over the window"),
     "window_usd": leaf("USD", "the window's bill"),
     "usd_per_hour": leaf("USD/h", "window_usd per hour of the window"),

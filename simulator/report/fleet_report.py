@@ -176,7 +176,8 @@ FIELDS = {
     "ttft_budget": block("where TTFT goes; null when no request finished", ttft_budget_fields.FIELDS),
     "cost": block("the bill", {**cost.FIELDS, "power": block("the energy's bill", energy.POWER_FIELDS,
                                                              when="energy.usd_per_kwh is set")}),
-    "simulated_seconds": leaf("s", "simulation time at the last request's end"),
+    "simulated_seconds": leaf("s", "simulation time at the window's end: the last request's end, or the end of the "
+                                   "stated arrival window (duration_s, a trace's replay window) where that is later"),
     "energy": block("energy and emissions", energy.FIELDS),
     "request_status": block("every request once, by how it ended", results.STATUS_FIELDS),
     "intervals": block("where the real value of each figure lies, from llmsim's measured error",
@@ -207,8 +208,9 @@ def timing_block(wall: float, requests: int) -> dict:
     return {"wall_time_s": wall, "sim_requests_per_wall_s": requests / wall if wall > 0 else None}
 
 
-def _load_window(workload, replay_s: Optional[float] = None) -> Optional[float]:
-    """The arrival window the load verdict reads: the workload's ``duration_s``, except for a trace,
+def arrival_window(workload, replay_s: Optional[float] = None) -> Optional[float]:
+    """The arrival window the scenario states, which the load verdict reads and the run lasts at least
+    (:func:`simulator.runner.run_end`): the workload's ``duration_s``, except for a trace,
     whose window is its replay's (``replay_s``: the spec's start_s to end_s within the file's rows, or
     to its last replayed arrival where max_requests or num_requests cut it; None: load_block takes the
     last arrival). On a trace ``duration_s`` only cuts the replay, and one longer than it divided a
@@ -267,7 +269,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     fleet = gpu_count(gpu_timeline, now)
     first = blocks[setups[0].spec.name]
     single = len(setups) == 1
-    load_window = _load_window(sc.workload, replay_s)
+    load_window = arrival_window(sc.workload, replay_s)
     opens = _counted_from(sc.workload, requests)
     arrivals = load_window if sc.workload.is_trace and load_window else _arrival_span(requests)
     if arrivals is not None:

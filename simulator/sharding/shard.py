@@ -127,12 +127,13 @@ class ShardOutcome:
 @without_gc
 def run_shard(job: ShardJob) -> ShardOutcome:
     """Simulate one shard (its scenario and workload subset)."""
-    from ..runner import run_end, simulate  # heavy; imported in the worker
+    from ..runner import simulate  # heavy; imported in the worker
 
     wall = time.perf_counter()
     out = simulate(job.scenario, engine=job.engine, source=Path(job.source) if job.source else None,
                    subset=job.subset, summarize=False)
-    end = run_end(out.pools, out.requests)
+    end = out.end_s
+    assert end is not None
     pools = {name: PoolRecord.of(p, end) for name, p in out.pools.items()}
     scalers = {name: _scaler_record(out, name) for name in out.scalers}
     gaps = GapGrid.of(out.gaps)
