@@ -270,6 +270,31 @@ def test_a_knob_that_stretches_the_run_past_its_limits_is_refused_on_itself(tmp_
     assert says in r.err, r.err
 
 
+_STEP = "{min_replicas: 1, max_replicas: 2, metric: concurrency, target: 4, schedule: [{at_s: %s, min_replicas: 2}]}"
+
+
+@pytest.mark.parametrize("key, value, says", [
+    ("workload.arrival.spikes", "[{start_s: 0.5, duration_s: 5, multiplier: 2}, {start_s: 2, duration_s: 1, multiplier: 9}]",
+     "workload.arrival.spikes[1].start_s: 2 s is at or after the window's end (duration_s: 2 s)"),
+    (f"pools.{POOL}.autoscaling", _STEP % 3600,
+     "pools[0].autoscaling.schedule[0].at_s: 3600 s is at or after the window's end (workload.duration_s: 2 s)"),
+])
+def test_a_spike_or_a_schedule_step_after_the_window_is_refused(tmp_path, cli, key, value, says):
+    """Arrivals stop at duration_s: a spike or a raised floor from then on changed nothing, without a word
+    (a spike written in minutes for seconds, a step in seconds of a day run for two)."""
+    timed = {**SCENARIO, "workload": {**{k: v for k, v in SCENARIO["workload"].items() if k != "num_requests"},
+                                      "duration_s": 2}}
+    path = write_yaml(tmp_path / "s.yaml", timed)
+    r = cli("run", path, "--set", f"{key}={value}", "-o", tmp_path / "out")
+    one_line_error(r, "s.yaml", says)
+    assert not (tmp_path / "out").exists()
+    # in a run sized by its count, which may reach them, they stand
+    from simulator.scenario.compile import compile_scenario
+
+    sc, source = load_scenario(write_yaml(tmp_path / "n.yaml", SCENARIO), [f"{key}={value}"])
+    compile_scenario(sc, source)
+
+
 def test_a_pool_whose_ceiling_and_warm_standbys_together_pass_the_replica_limit_is_refused(tmp_path, cli):
     """Each count is under the limit, but the standbys are built beside the serving replicas."""
     ceiling, warm = MAX_REPLICAS // 2 + 1, MAX_REPLICAS // 2

@@ -33,6 +33,8 @@ back in time and no spike reaches (:meth:`workloads.arrivals.OpenLoopArrival.lea
 * ``spikes`` multiply the rate by ``multiplier`` on
   ``[start_s, start_s + duration_s)``, once (they do not repeat with the
   profile); overlapping spikes multiply, and a multiplier below 1 is a dip.
+  A spike starting at or after ``duration_s`` would change nothing (no
+  arrival is drawn after it) and is refused (:class:`workloads.spec.WorkloadSpec`).
   They come on top of the peak: during a spike λ may exceed ``rate_per_s``.
 
 Sampling (:class:`RateSchedule`) is the time-change of
@@ -230,7 +232,9 @@ class _Flat:
 class Spike(_Model):
     """A one-off burst (or dip): the rate times ``multiplier`` on ``[start_s, start_s + duration_s)``."""
 
-    start_s: float = Field(ge=0, **_Finite, description="when it starts, on the simulation clock")
+    start_s: float = Field(ge=0, **_Finite, description="when it starts, on the simulation clock; before "
+                                                        "workload.duration_s where it is set (a spike from then "
+                                                        "on meets no arrival and is refused)")
     duration_s: float = Field(gt=0, **_Finite, description="how long it lasts")
     multiplier: float = Field(gt=0, **_Finite, description="rate factor while it lasts (< 1 is a dip)")
 

@@ -177,6 +177,7 @@ class WorkloadSpec(BaseModel):
                              f"{self.arrival.type!r} arrival has none of its own to run (a trace's times are the "
                              f"file's; a closed loop sends as requests finish: use arrival.warmup_requests); "
                              f"remove it or use a poisson or gamma arrival")
+        self._spikes_inside_the_window()
         if isinstance(self.arrival, TraceSpec):
             extra = [k for k in ("input_tokens", "output_tokens", "num_sessions", "system_prompt", "session")
                      if getattr(self, k) is not None]
@@ -199,6 +200,18 @@ class WorkloadSpec(BaseModel):
         elif (self.num_requests is None) == (self.duration_s is None):
             raise ValueError("give exactly one of num_requests or duration_s")
         return self
+
+    def _spikes_inside_the_window(self) -> None:
+        """A spike from ``duration_s`` on multiplies a rate no arrival is drawn from (arrivals, or session
+        starts, stop there): it would change nothing, so it is a slip of units or of the window, refused.
+        Without a duration a spike is reached, or not, by the count of arrivals."""
+        spikes, d = getattr(self.arrival, "spikes", ()), self.duration_s
+        for i, spike in enumerate(spikes if d is not None else ()):
+            if spike.start_s >= d:
+                raise KeyRefusal(("arrival", "spikes", i, "start_s"),
+                                 f"{spike.start_s:g} s is at or after the window's end (duration_s: {d:g} s): no "
+                                 f"arrival is drawn after it, so the spike would change nothing; start it inside "
+                                 f"the window or remove it")
 
     def _check_session(self) -> None:
         kind = self.session.type

@@ -74,7 +74,10 @@ class ScheduleStep(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    at_s: float = Field(ge=0, allow_inf_nan=False, description="simulated seconds")
+    at_s: float = Field(ge=0, allow_inf_nan=False,
+                        description="simulated seconds; before workload.duration_s where it is set (a step from "
+                                    "then on meets no arrival and is refused), except under sessions, whose "
+                                    "later turns arrive after it")
     min_replicas: int = Field(ge=1)
 
 

@@ -162,6 +162,7 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
         if a is not None and not a.min_replicas <= p.replicas <= a.max_replicas:
             fail(f"replicas ({p.replicas}) must lie within autoscaling's min_replicas..max_replicas "
                  f"({a.min_replicas}..{a.max_replicas})", f"pools[{i}].replicas")
+        _check_schedule_in_window(sc, i, fail)
     _check_system_prompt(sc, source)
     _check_disaggregation(sc, setups, source)
     # a class routed to a prefill pool holds its KV on that pool's decode pool too, longest there
@@ -178,6 +179,22 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
              for i, ps in enumerate(setups)]
     return FleetPlan(sc, source, pools, routes, _pairs(setups), RegionTable(sc.regions, sc.seed),
                      parse_slo(sc.slo), class_slos, bucket_slos, month)
+
+
+def _check_schedule_in_window(sc: Scenario, i: int, fail: Callable[[str, str], NoReturn]) -> None:
+    """A floor raised at or after the window's end (``duration_s``, where arrivals stop) meets no arrival:
+    the replicas it adds serve nothing, the router having placed every request already, and are only
+    billed while the earlier ones drain. A slip of units or of the window, refused. Without a duration
+    the run's span is the count's, and a step is reached or not; a session workload's duration ends its
+    session starts, and their later turns still arrive after it."""
+    a, d = sc.pools[i].autoscaling, sc.workload.duration_s
+    if a is None or d is None or sc.workload.session is not None:
+        return
+    for j, step in enumerate(a.schedule):
+        if step.at_s >= d:
+            fail(f"{step.at_s:g} s is at or after the window's end (workload.duration_s: {d:g} s): no request "
+                 f"arrives after it, so the replicas the step keeps would serve none; schedule it inside the "
+                 f"window or remove it", f"pools[{i}].autoscaling.schedule[{j}].at_s")
 
 
 def _refuse_id_blocks(sc: Scenario, i: int, ids: int, fail: Callable[[str, str], NoReturn]) -> NoReturn:
