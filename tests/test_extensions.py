@@ -14,6 +14,7 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
 import pyarrow.parquet as pq
 import pytest
 import yaml
@@ -187,6 +188,55 @@ def test_an_installed_arrival_process_sets_the_arrivals(tmp_path):
     assert sorted(arrivals) == pytest.approx([0.1 * (i + 1) for i in range(120)])
     schema = _llmsim(site, "schema", cwd=tmp_path)
     assert schema.returncode == 0 and '"even"' in schema.stdout
+
+
+@pytest.mark.parametrize("gaps, says", [
+    (lambda size: np.full(size, 2.0), "draws gaps of mean 2 over 65,536, where _unit_gaps must return gaps of mean 1"),
+    (lambda size: np.full(size, np.nan), "returned gaps that are negative or not finite"),
+    (lambda size: np.ones(3), "returned gaps of shape (3,) for 65,536 asked"),
+])
+def test_an_arrival_process_whose_gaps_break_the_unit_mean_is_refused_naming_it(tmp_path, cli, monkeypatch, gaps,
+                                                                                  says):
+    """rate_per_s is the rate only if the gaps have mean 1: gaps of mean 2 ran the scenario at half its load,
+    unsaid. Checked on a sample of the plug-in's own law as the scenario is read."""
+    from typing import Literal
+
+    from workloads.arrivals import ARRIVALS, OpenLoopArrival
+
+    class Slow(OpenLoopArrival):
+        type: Literal["slow"] = "slow"
+
+        def _unit_gaps(self, rng, size):
+            return gaps(size)
+
+    monkeypatch.setitem(ARRIVALS, "slow", Slow)
+    (tmp_path / "sc.yaml").write_text(EVEN.replace("type: even", "type: slow"))
+    r = cli("run", tmp_path / "sc.yaml", "-o", tmp_path / "out")
+    assert r.code == 2 and "Traceback" not in r.err, r.err
+    assert "sc.yaml" in r.err and "workload.arrival" in r.err and "'slow' arrival process" in r.err
+    assert "Slow" in r.err and says in r.err, r.err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("shape", [0.3, 0.7, 4.0])
+def test_a_law_of_mean_one_passes_the_check_however_heavy_its_tail(monkeypatch, shape):
+    """The how-to's Weibull gaps, their mean 1 by construction: a shape of 0.3 (a sample's CV 5.4) draws a
+    mean 0.9 % off, inside its standard errors, and is not refused."""
+    import math
+    from typing import Literal
+
+    from workloads.arrival_registry import arrival_spec
+    from workloads.arrivals import ARRIVALS, OpenLoopArrival
+
+    class Weibull(OpenLoopArrival):
+        type: Literal["weibull"] = "weibull"
+        shape: float = 0.7
+
+        def _unit_gaps(self, rng, size):
+            return rng.weibull(self.shape, size) / math.gamma(1 + 1 / self.shape)
+
+    monkeypatch.setitem(ARRIVALS, "weibull", Weibull)
+    assert arrival_spec({"type": "weibull", "rate_per_s": 5, "shape": shape}).shape == shape
 
 
 def test_a_broken_plugin_is_named_in_one_line(tmp_path):

@@ -15,7 +15,8 @@ the schema. Registering one::
             return np.ones(size)          # gaps of mean 1: the process's shape, not its rate
 
 An open-loop process (:class:`workloads.arrivals.OpenLoopArrival`) only
-turns unit-rate gaps into times, so ``rate_per_s``, ``profile`` and
+draws gaps of mean 1 (checked on a sample as a scenario names it), which
+llmsim turns into times, so ``rate_per_s``, ``profile`` and
 ``spikes``, ``num_requests`` and ``duration_s`` and sessions all work for it
 unchanged. An installed package's processes (``llmsim.arrivals`` entry
 points, :mod:`simulator.plugins`) are imported the first time a name is not

@@ -100,6 +100,17 @@ class OpenLoopArrival(ArrivalProcess):
         """Inter-arrival gaps with mean 1 (the process's shape, not its rate)."""
         raise NotImplementedError
 
+    @model_validator(mode="after")
+    def _gaps_of_mean_one(self) -> "OpenLoopArrival":
+        # rate_per_s is only the rate if the gaps have mean 1: a plug-in's of mean 2 would halve the load
+        # unsaid. The built-in laws have mean 1 by their parameters; another process is sampled once per
+        # setting (:func:`_gap_fault`).
+        if type(self)._unit_gaps not in _MEAN_ONE_BY_LAW:
+            fault = _gap_fault(self)
+            if fault:
+                raise ValueError(fault)
+        return self
+
     def _to_time(self, op: np.ndarray) -> np.ndarray:
         if self.time_varying:
             return self.schedule.inverse(op)
@@ -202,6 +213,42 @@ class GammaArrival(OpenLoopArrival):
     @property
     def _cv(self) -> float:
         return 1.0 / math.sqrt(self.burstiness)
+
+
+#: The built-in gap laws, whose mean is 1 by their parameters (not sampled).
+_MEAN_ONE_BY_LAW = {PoissonArrival._unit_gaps, GammaArrival._unit_gaps}
+#: Gaps a plug-in's law is checked on: its mean to within 1 %, or 6 standard errors of so many.
+GAP_SAMPLE = 65_536
+_GAP_FAULTS: dict[tuple, str] = {}
+
+
+def _gap_fault(process: OpenLoopArrival) -> str:
+    """Why ``process``'s ``_unit_gaps`` breaks the contract rate_per_s relies on ("" when it keeps it):
+    :data:`GAP_SAMPLE` gaps drawn from a fixed seed must be finite, ≥ 0 and of mean 1, to within 1 %
+    or 6 standard errors (a heavy tail's sample mean wanders). Once per class and settings."""
+    cls = type(process)
+    key = (cls, process.model_dump_json(exclude={"rate_per_s", "profile", "spikes"}))
+    if key in _GAP_FAULTS:
+        return _GAP_FAULTS[key]
+    who = f"the {process.type!r} arrival process ({cls.__module__}.{cls.__qualname__})"
+    try:
+        gaps = np.asarray(process._unit_gaps(np.random.default_rng(0), GAP_SAMPLE), dtype=float)
+    except Exception as e:      # a plug-in's own fault, named with it
+        fault = f"{who} failed to draw its gaps: {type(e).__name__}: {e}"
+    else:
+        if gaps.shape != (GAP_SAMPLE,):
+            fault = f"{who} returned gaps of shape {gaps.shape} for {GAP_SAMPLE:,} asked"
+        elif not (np.isfinite(gaps).all() and (gaps >= 0).all()):
+            fault = f"{who} returned gaps that are negative or not finite"
+        else:
+            mean, spread = float(gaps.mean()), float(gaps.std()) / math.sqrt(GAP_SAMPLE)
+            fault = ""
+            if abs(mean - 1.0) > max(0.01, 6.0 * spread):
+                fault = (f"{who} draws gaps of mean {mean:.4g} over {GAP_SAMPLE:,}, where _unit_gaps must return "
+                         f"gaps of mean 1 (the process's shape; rate_per_s sets the rate): its arrivals would come "
+                         + (f"at {1.0 / mean:.3g} × rate_per_s" if mean > 0 else "all at once"))
+    _GAP_FAULTS[key] = fault
+    return fault
 
 
 @register_arrival("concurrency")
