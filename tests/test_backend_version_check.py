@@ -129,6 +129,31 @@ def test_a_scenarios_release_before_the_profile_is_refused_under_its_key(tmp_pat
     assert load_backend(stack).older_than_described(oldest) is False
 
 
+def test_a_release_on_a_profile_file_that_describes_none_is_refused(tmp_path, cli):
+    """The how-to's own stack file names no release: backend_version 0.5.0 ran its keys, and results.json said
+    backend_release 0.5.0. Once the file states the release its keys were read from, that release runs and a
+    later one is refused as on a built-in profile."""
+    import yaml
+
+    stack = {"name": "my-stack", "stack": "vllm", "versions": "2.3",
+             "engine": {**load_backend("vllm").engine}, "overheads": {"iteration_overhead_ms": 2.0}}
+    (tmp_path / "my-stack.yaml").write_text(yaml.safe_dump(stack))
+    sc = write_scenario(tmp_path)
+    at = ["--set", f"pools.main.engine.backend={tmp_path / 'my-stack.yaml'}"]
+    r = cli("run", sc, "-o", tmp_path / "out", *at, "--set", "pools.main.engine.backend_version='0.5.0'")
+    _one_line(r, str(sc), "pools[0].engine.backend_version: '0.5.0' names a release, and the backend profile",
+              "describes none", "leave backend_version out")
+    assert not (tmp_path / "out").exists()
+    r = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3.2-1b", "--input", "100", "--output",
+            "10", "--backend", str(tmp_path / "my-stack.yaml"), "--backend-version", "0.5.0")
+    assert r.code == 2 and "describes none" in r.err and "Traceback" not in r.err
+    (tmp_path / "my-stack.yaml").write_text(yaml.safe_dump({**stack, "newest_release": "2.3"}))
+    assert load_backend(str(tmp_path / "my-stack.yaml")).describes_releases
+    r = cli("run", sc, "-o", tmp_path / "out", *at, "--set", "pools.main.engine.backend_version='2.4'")
+    _one_line(r, "'2.4' is newer than the my-stack releases")
+    assert load_backend("vllm").describes_releases
+
+
 def test_a_version_without_its_backend_is_refused_for_its_spelling_first(tmp_path, cli):
     """Told to add a backend, the user would come back to be told the version is no release."""
     sc = write_scenario(tmp_path)

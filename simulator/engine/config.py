@@ -58,7 +58,8 @@ class EngineConfig(BaseModel):
         default=None, description="the serving stack's release (such as 0.19.0, or a nightly dated YYYYMMDD): its "
                                   "defaults that changed between releases apply (the backend profile's by_version "
                                   "rules: vLLM schedules asynchronously from 0.14), a release before or after those "
-                                  "the profile describes refused; none: the profile's own versions")
+                                  "the profile describes refused, and any release on a profile file that describes "
+                                  "none; none: the profile's own versions")
     max_num_seqs: int = Field(default=256, ge=1, description="max sequences in a batch (of each attention-DP "
                                                               "rank where dp > 1)")
     max_num_batched_tokens: int = Field(default=8192, ge=1, description="token budget of one iteration (of each "
@@ -593,6 +594,12 @@ class EngineConfig(BaseModel):
             prof = load_backend(self.backend)
         except (LlmsimError, OSError):
             return self        # the backend itself is refused where it is loaded, naming its fault
+        if not prof.describes_releases:
+            raise KeyRefusal("backend_version", f"{self.backend_version!r} names a release, and the backend profile "
+                             f"{self.backend!r} describes none (no newest_release, oldest_release, default_release "
+                             f"or by_version rule): its keys are the one set of defaults it runs, whatever release "
+                             f"is named; leave backend_version out, or state in the profile the release its keys "
+                             f"were read from (newest_release)")
         if prof.older_than_described(self.backend_version):
             raise KeyRefusal("backend_version", f"{self.backend_version!r} is older than the {prof.name} releases "
                              f"llmsim describes (from {prof.oldest_release}): its defaults are unknown; name "

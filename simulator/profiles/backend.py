@@ -595,6 +595,14 @@ class BackendProfile(_Strict):
             return None
         return (day > out) - (day < out)
 
+    @property
+    def describes_releases(self) -> bool:
+        """Whether the profile places any release: one its keys were read from (newest_release,
+        default_release), a bound (oldest_release) or a rule by release (by_version). Without any, its
+        keys are its one set of defaults, and a backend_version could only relabel them."""
+        return bool(self.by_version) or any(r is not None for r in (self.newest_release, self.oldest_release,
+                                                                     self.default_release))
+
     def older_than_described(self, version: str) -> bool:
         """Whether ``version`` (a checked release or nightly) came before the oldest release this
         profile's rules describe (``oldest_release``), so its defaults are not the ones they give."""
