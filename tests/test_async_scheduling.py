@@ -212,7 +212,7 @@ def test_sglang_schedules_a_speculative_pool_as_its_eagle_path_does(engine, runn
     ("vllm", "0.34.0", ("0.34.0", "0.33.0", "0.32.0", "0.30.0", "0.28.0", "0.27.1", "0.20.0", "0.19.1", "0.14.1",
                         "nightly-20260801", "nightly-20261110"),
      ("0.34.1", "0.35.0", "1.0.0", "nightly-20261120")),
-    ("trtllm", "1.3.0rc15", ("1.0.0rc3", "1.3.0rc5", "1.3.0rc5.post2", "1.3.0rc15", "nightly-20260520"),
+    ("trtllm", "1.3.0rc15", ("1.0.0", "1.1.0rc2.post2", "1.3.0rc5", "1.3.0rc5.post2", "1.3.0rc15", "nightly-20260520"),
      ("1.3.0rc22", "1.3.0rc29", "1.4.0rc1", "nightly-20260701")),
 ])
 def test_a_release_past_the_profile_is_refused(stack, newest, accepted, refused):

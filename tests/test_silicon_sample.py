@@ -16,10 +16,10 @@ BASE = {"id": "x", "silicon_data_source": "silicon_concurrency=8", "backend": "v
         "isl": 1024, "osl": 128, "gemm_quant_mode": None, "moe_quant_mode": None, "batch_size": 8, "tp_size": 1,
         "pp_size": 1, "attention_dp_size": 1, "moe_tp_size": 1, "moe_ep_size": 1,
         "silicon_ttft_ms": 100.0, "silicon_tpot_ms": 10.0}
-# BASE's 0.11.0 is a vLLM release: a TensorRT-LLM row names one of its own (the file's most common), as
-# TensorRT-LLM 0.11.0 is older than the releases llmsim describes (validation.deployment.release_unread)
+# BASE's 0.11.0 is a vLLM release: a TensorRT-LLM row names one of its own that llmsim describes, as
+# TensorRT-LLM 0.11.0 (and 1.0.0rc3, before 1.0.0) is older than those (validation.deployment.release_unread)
 DSR1 = {"model_path": "deepseek-ai/DeepSeek-R1", "system": "b200_sxm", "backend": "trtllm", "precision": "fp4",
-        "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "backend_version": "1.0.0rc3"}
+        "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "backend_version": "1.1.0rc2.post2"}
 
 
 def _write(tmp_path, *rows: dict):
@@ -37,7 +37,7 @@ def test_rows_carry_the_configuration_in_llmsims_terms(tmp_path):
         {"id": "moe", "silicon_data_source": "source_file=a.csv; measured=2025-11-04", **DSR1, "tp_size": 1,
          "attention_dp_size": 8, "moe_tp_size": 1, "moe_ep_size": 8, "batch_size": 32},
         {"id": "oss", "model_path": "openai/gpt-oss-120b", "system": "h200_sxm", "backend": "tensorrt_llm",
-         "backend_version": "1.0.0rc3", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"},
+         "backend_version": "1.1.0rc2.post2", "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4"},
         {"id": "fp8block", "model_path": "Qwen/Qwen3-235B-A22B-FP8", "gemm_quant_mode": "fp8",
          "moe_quant_mode": "fp8_block", "tp_size": 4, "moe_tp_size": 1, "moe_ep_size": 4},
         {"id": "gb", "system": "gb200"})

@@ -20,7 +20,7 @@ def _prefix_cache(backend: str, model: str, gpu: str, **engine) -> bool:
 
 @pytest.mark.parametrize("backend, model, gpu, engine, cached", [
     ("trtllm", "deepseek-v3", "a100-sxm-80gb", {}, False),
-    ("trtllm", "deepseek-v3", "l40s", {"backend_version": "1.0.0rc3"}, False),
+    ("trtllm", "deepseek-v3", "l40s", {"backend_version": "1.0.0"}, False),
     ("trtllm", "deepseek-v3", "a100-sxm-80gb", {"prefix_cache": False}, False),
     ("trtllm", "deepseek-v3", "h200", {}, True),
     ("trtllm", "deepseek-v3", "b200", {}, True),

@@ -572,14 +572,18 @@ class BackendProfile(_Strict):
         """Whether ``version`` (a checked release or nightly) came after the newest release
         this profile's rules were read from (``newest_release``), so none of them can be
         said to hold for it."""
-        if self.newest_release is None:
-            return False
-        order = self._release_order(version, self.newest_release)
+        return self.newest_release is not None and self._read_order(version, self.newest_release) == 1
+
+    def _read_order(self, version: str, read: str) -> Optional[int]:
+        """:meth:`_release_order` against a release the profile was read from (``newest_release``,
+        ``oldest_release``): within one release line its candidates and patches came out in PEP 440
+        order (TensorRT-LLM's 1.0.0rc3 before 1.0.0, 1.3.0rc22 after 1.3.0rc15), which the release
+        number alone cannot tell, and the release read is that one build, not its line."""
+        order = self._release_order(version, read)
         if order == 0 and version_number(version) is not None:
-            # the same release line, whose candidates and patches came out in PEP 440 order
-            # (TensorRT-LLM's 1.3.0rc22 after 1.3.0rc15), which the release number alone cannot tell
-            return Version(version) > Version(self.newest_release)
-        return order == 1
+            mine, theirs = Version(version), Version(read)
+            return (mine > theirs) - (mine < theirs)
+        return order
 
     def _release_order(self, version: str, bound: str) -> Optional[int]:
         """-1, 0 or 1 as ``version`` (a checked release or nightly) comes before, with or after the
@@ -606,7 +610,7 @@ class BackendProfile(_Strict):
     def older_than_described(self, version: str) -> bool:
         """Whether ``version`` (a checked release or nightly) came before the oldest release this
         profile's rules describe (``oldest_release``), so its defaults are not the ones they give."""
-        return self.oldest_release is not None and self.came_before(version, self.oldest_release)
+        return self.oldest_release is not None and self._read_order(version, self.oldest_release) == -1
 
     def came_before(self, version: str, bound: str) -> bool:
         """Whether ``version`` (a checked release or nightly) came out before the release ``bound``
