@@ -252,9 +252,10 @@ def test_a_users_sglang_fraction_replaces_the_releases_inputs():
 def test_only_vllm_changes_its_scheduling_defaults_for_a_draft_model():
     """TensorRT-LLM's profile names no draft-model defaults and SGLang's only that a separate draft
     model (its STANDALONE, which supports_mixed_chunk leaves out) turns mixed chunks off whatever the
-    launch asks: its other speculative keys hold for every draft. Async scheduling is vLLM's own rule."""
+    launch asks, and that its tokenizer counts no draft slots against the context for it (from 0.5.8):
+    its other speculative keys hold for every draft. Async scheduling is vLLM's own rule."""
     assert load_backend("vllm").draft_model_engine == {"async_scheduling": False}
-    assert load_backend("sglang").draft_model_engine == {"mixed_beside_draft": False}
+    assert load_backend("sglang").draft_model_engine == {"mixed_beside_draft": False, "context_counts_drafts": False}
     assert load_backend("trtllm").draft_model_engine == {}
 
 

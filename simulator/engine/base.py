@@ -24,6 +24,7 @@ from .dp_placement import RankPlacement, rank_ids
 from .kv_tiers import OffloadPlan
 from .lora import AdapterSlots, LoraPlan
 from .prefix_cache import Match, PrefixCache
+from .request_length import longest_total
 from .sequence import DECODE, DONE, PREFILL, WAITING, Seq, finish
 from .wait_queue import WaitQueue
 from .wake import call_later
@@ -195,8 +196,11 @@ class ReplicaBase:
         # SGLang and TensorRT-LLM serve a request longer than its rank's pool with the output cut to it
         # (EngineConfig.clips_output): the longest request it serves (0: no cut), SGLang's max_req_len or
         # TensorRT-LLM's max_seq_len as its KV cache manager lowers it to the pool, and how many outputs
-        # were cut.
+        # were cut. A stack that refuses a longer request takes prompt + output up to longest_total,
+        # SGLang's draft slots counted (engine/request_length.py).
         self.cuts_to_seq_len = cfg.clips_output == "max_seq_len"
+        drafts = cm.spec if isinstance(cm, SpeculativeCostModel) else None
+        self.longest_total = longest_total(cfg, drafts, self.max_model_len)
         pool_tokens = self.rank_blocks * self.bs
         self.request_cap = (min(self.max_model_len, pool_tokens) if self.cuts_to_seq_len
                             else min(self.max_model_len - 1, pool_tokens - 1) if cfg.clips_output else 0)
@@ -252,7 +256,7 @@ class ReplicaBase:
         if self.cuts_to_seq_len:
             if req.input_tokens >= self.max_model_len:
                 return Rejection.TOO_LONG      # TensorRT-LLM: no output token left below max_seq_len, an error
-        elif req.input_tokens + req.output_tokens > self.max_model_len:
+        elif req.input_tokens + req.output_tokens > self.longest_total:
             return Rejection.TOO_LONG
         elif self.request_cap and req.input_tokens >= self.request_cap - 5:
             return Rejection.TOO_LONG          # SGLang's validate_input_length answers with an error

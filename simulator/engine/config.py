@@ -189,6 +189,22 @@ class EngineConfig(BaseModel):
                     "max_model_len is cut too, not rejected, and only a prompt of max_seq_len tokens or more is "
                     "answered with an error); false: such a request is rejected on arrival (exceeds_kv). The "
                     "sglang and trtllm backends set it")
+    context_counts_drafts: bool = Field(
+        default=False,
+        description="true: the server holds a request to its context with the speculative draft's slots counted "
+                    "into the prompt, k + 1 for a chain of k, as SGLang's tokenizer does because its EAGLE worker "
+                    "keeps the draft tokens in the output's slots (tokenizer_manager.py _validate_one_request: "
+                    "num_reserved_tokens = max(top-k x steps, draft tokens) for EAGLE, EAGLE3 and NEXTN/MTP from "
+                    "0.5.8; to 0.5.7 reserve_input_token_num = speculative_num_draft_tokens for any draft, a "
+                    "separate draft model's too): a request whose prompt, slots and output pass the context is "
+                    "rejected (too_long); the scheduler's output cut (clips_output: max_req_len) does not count "
+                    "them. The sglang backend sets it by release and draft")
+    refuses_full_context: bool = Field(
+        default=False,
+        description="true: a request whose prompt (with its draft slots) and output come to the whole context is "
+                    "rejected too, not only a longer one (SGLang to 0.5.10: tokenizer_manager.py "
+                    "_validate_one_request, max_new_tokens + input >= context_len; from 0.5.11 >). The sglang "
+                    "backend sets it by release")
     mixed_prefill: Optional[bool] = Field(
         default=None, description="prefills share iterations with decodes; default: as chunked_prefill (vLLM "
                                   "mixes chunks; SGLang runs its prefill batches alone, chunked unless "

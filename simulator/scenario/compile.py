@@ -47,6 +47,7 @@ from .cost import month_rule
 from .priority_scheduling import check_priority_scheduling
 from .slo import parse_slo
 from .trace_path import check_trace_path
+from ..engine.request_length import longest_total, what_shortens
 
 __all__ = ["FleetPlan", "PoolPlan", "PairPlan", "compile_scenario", "class_routes", "base_dir"]
 
@@ -147,10 +148,14 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
         if cuts and mi is not None and mi >= ctx:
             fail(f"input ({mi}) tokens can reach {whose} of {ctx} tokens, leaving no output token"
                  + ("" if limit else f" (pool {names[i]!r})"), "workload.input_tokens")
-        if not cuts and mi is not None and mo is not None and mi + mo > ctx:
+        # a stack may count more than the prompt and output against it (SGLang's draft slots)
+        total = longest_total(sc.pools[i].engine, sc.pools[i].speculative, ctx)
+        if not cuts and mi is not None and mo is not None and mi + mo > total:
+            why = what_shortens(sc.pools[i].engine, sc.pools[i].speculative)
             fail(f"input ({mi}) + output ({mo}) tokens can exceed {whose} of {ctx} tokens"
-                 + ("" if limit else f" (pool {names[i]!r})"),
-                 "workload.output_tokens" if mo > ctx else "workload.input_tokens")
+                 + ("" if limit else f" (pool {names[i]!r})")
+                 + (f", of which a request takes {total} ({why})" if why else ""),
+                 "workload.output_tokens" if mo > total else "workload.input_tokens")
         _check_prompt_budget(sc, sc.pools[i], mi, fail)
         _check_session_lengths(sc, ctx, names[i], source, output_cut=cuts)
     ids = sc.workload.id_block_tokens(base_dir(source))

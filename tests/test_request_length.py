@@ -1,0 +1,90 @@
+"""A request held to its deployment's length limit as the stack counts it (engine/request_length.py).
+
+SGLang's tokenizer adds an EAGLE-style draft's slots, k + 1 for a chain of k, to the prompt before it
+compares prompt + max_new_tokens with the context (tokenizer_manager.py _validate_one_request,
+num_reserved_tokens; to 0.5.7 any draft's speculative_num_draft_tokens), and to 0.5.10 it refuses a
+request of the whole context too (>= context_len, > from 0.5.11). llmsim compared prompt + output
+with the context alone, so such requests were served.
+"""
+from __future__ import annotations
+
+import pytest
+
+from simulator.costmodel.speculative import SpeculativeSpec
+from simulator.scenario.schema import PoolSpec
+
+POOL = {"model": "llama-3.1-8b", "gpu": "h100-sxm"}
+DRAFT = {"draft_model": "llama-3.2-1b", "k": 3, "acceptance_rate": 0.7}
+MTP = {"draft_model": "mtp", "k": 3, "acceptance_rate": 0.7}
+
+
+def _engine(version: str, speculative: dict | None = None):
+    pool = {**POOL, "engine": {"backend": "sglang", "backend_version": version}}
+    return PoolSpec.model_validate({**pool, **({"speculative": speculative} if speculative else {})}).engine
+
+
+@pytest.mark.parametrize("version, speculative, slots, whole", [
+    ("0.5.4", MTP, 4, True), ("0.5.7", DRAFT, 4, True),      # to 0.5.7: any draft's draft tokens
+    ("0.5.8", DRAFT, 0, True), ("0.5.8", MTP, 4, True),      # from 0.5.8: EAGLE-style only, not STANDALONE
+    ("0.5.10", None, 0, True), ("0.5.11", MTP, 4, False), ("0.5.23", DRAFT, 0, False), ("0.5.23", None, 0, False)])
+def test_sglang_counts_what_its_release_counts_against_the_context(version, speculative, slots, whole):
+    from simulator.engine.request_length import draft_slots, longest_total
+
+    e = _engine(version, speculative)
+    spec = SpeculativeSpec(**speculative) if speculative else None
+    assert draft_slots(e, spec) == slots and e.refuses_full_context is whole
+    assert longest_total(e, spec, 4096) == 4096 - slots - whole
+
+
+def _statuses(version: str, speculative: dict | None) -> dict[bool, set[str]]:
+    """Each request's end (finished, or rejected and why) by whether its 3,000 + output tokens pass
+    what ``longest_total`` gives the pool: outputs drawn around 1,094 straddle every boundary below."""
+    from simulator.engine.request_length import longest_total
+    from simulator.runner import simulate
+    from simulator.scenario.schema import Scenario
+
+    pool = {"name": "main", **POOL, "engine": {"backend": "sglang", "backend_version": version, "max_model_len": 4096}}
+    sc = Scenario.model_validate({
+        "name": "len", "seed": 3, "workload": {
+            "arrival": {"type": "poisson", "rate_per_s": 2}, "num_requests": 40,
+            "input_tokens": {"dist": "fixed", "value": 3000},
+            "output_tokens": {"dist": "normal", "mean": 1094, "std": 3}},
+        "pools": [{**pool, **({"speculative": speculative} if speculative else {})}]})
+    e = sc.pools[0].engine
+    longest = longest_total(e, SpeculativeSpec(**speculative) if speculative else None, 4096)
+    out: dict[bool, set[str]] = {True: set(), False: set()}
+    for r in simulate(sc).requests:
+        out[3000 + r.output_tokens > longest].add(r.reject_reason.name.lower() if r.reject_reason else r.status.name)
+    return out
+
+
+@pytest.mark.parametrize("version, speculative, longest", [
+    ("0.5.7", DRAFT, 4091), ("0.5.8", DRAFT, 4095), ("0.5.8", None, 4095), ("0.5.11", None, 4096)])
+def test_a_request_past_what_sglang_takes_is_rejected_on_arrival(version, speculative, longest):
+    """Past 3,000 + 1,091 tokens on 0.5.7 beside a draft model (its 4 slots, and a request of the
+    whole 4,096-token context refused), past 3,000 + 1,095 on 0.5.8-0.5.10, past 3,000 + 1,096 from
+    0.5.11, a request is rejected as too long; the shorter ones finish."""
+    from simulator.engine.request_length import longest_total
+
+    spec = SpeculativeSpec(**speculative) if speculative else None
+    assert longest_total(_engine(version, speculative), spec, 4096) == longest
+    assert _statuses(version, speculative) == {True: {"too_long"}, False: {"FINISHED"}}
+
+
+def test_a_bounded_workload_sglang_would_refuse_names_the_draft_slots():
+    from simulator.errors import LlmsimError
+    from simulator.scenario.compile import compile_scenario
+    from simulator.scenario.schema import Scenario
+
+    sc = Scenario.model_validate({
+        "name": "len", "workload": {"arrival": {"type": "poisson", "rate_per_s": 2}, "num_requests": 2,
+                                    "input_tokens": {"dist": "fixed", "value": 3000},
+                                    "output_tokens": {"dist": "fixed", "value": 1094}},
+        "pools": [{"name": "main", **POOL, "speculative": DRAFT,
+                   "engine": {"backend": "sglang", "backend_version": "0.5.7", "max_model_len": 4096}}]})
+    with pytest.raises(LlmsimError) as e:
+        compile_scenario(sc)
+    assert e.value.key_path == "workload.input_tokens"
+    assert "of which a request takes 4091 (the draft's 4 slots counted with the prompt; a request of the " \
+           "whole context refused)" in e.value.message
+    compile_scenario(sc.model_copy(update={"pools": [sc.pools[0].model_copy(update={"speculative": None})]}))
