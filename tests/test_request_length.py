@@ -5,6 +5,11 @@ compares prompt + max_new_tokens with the context (tokenizer_manager.py _validat
 num_reserved_tokens; to 0.5.7 any draft's speculative_num_draft_tokens), and to 0.5.10 it refuses a
 request of the whole context too (>= context_len, > from 0.5.11). llmsim compared prompt + output
 with the context alone, so such requests were served.
+
+TensorRT-LLM's executor runs max_seq_len + 1 under its overlap scheduler, and under speculative decoding
+adds the draft tokens (twice with the overlap scheduler) and an MTP chain's extra KV tokens
+(py_executor_creator.py create_py_executor); its worker cuts an output to that max_seq_len - prompt
+(base_worker.py _deduce_max_tokens). llmsim cut it at the launch's max_seq_len.
 """
 from __future__ import annotations
 
@@ -88,3 +93,35 @@ def test_a_bounded_workload_sglang_would_refuse_names_the_draft_slots():
     assert "of which a request takes 4091 (the draft's 4 slots counted with the prompt; a request of the " \
            "whole context refused)" in e.value.message
     compile_scenario(sc.model_copy(update={"pools": [sc.pools[0].model_copy(update={"speculative": None})]}))
+
+
+@pytest.mark.parametrize("speculative, prefill, seq_len", [
+    (None, False, 4097), (DRAFT, False, 4096 + 1 + 3 + 3), (MTP, False, 4096 + 1 + 3 + 2 + 3),
+    (DRAFT, True, 4096 + 3), (None, True, 4096)])
+def test_trtllms_executor_lengthens_max_seq_len_for_its_overlap_scheduler_and_drafts(speculative, prefill, seq_len):
+    """A disaggregated context server runs without the overlap scheduler (the trtllm backend's
+    prefill_engine: schedule_ahead false)."""
+    from simulator.engine.request_length import executor_seq_len
+
+    e = PoolSpec.model_validate({**POOL, "engine": {"backend": "trtllm"}}).engine
+    if prefill:
+        e = e.model_copy(update={"schedule_ahead": False})
+    assert executor_seq_len(e, SpeculativeSpec(**speculative) if speculative else None, 4096) == seq_len
+
+
+@pytest.mark.parametrize("speculative, served", [(DRAFT, 4103 - 3000), (None, 4097 - 3000)])
+def test_trtllm_cuts_the_output_at_the_executors_max_seq_len(speculative, served):
+    """3,000 + 2,000 tokens at max_seq_len 4,096: beside a 3-token draft model the executor runs
+    4,103, so the worker grants 1,103 output tokens, where llmsim cut them to 1,096."""
+    from simulator.runner import simulate
+    from simulator.scenario.schema import Scenario
+
+    sc = Scenario.model_validate({
+        "name": "len", "workload": {"arrival": {"type": "poisson", "rate_per_s": 2}, "num_requests": 2,
+                                    "input_tokens": {"dist": "fixed", "value": 3000},
+                                    "output_tokens": {"dist": "fixed", "value": 2000}},
+        "pools": [{"name": "main", **POOL, **({"speculative": speculative} if speculative else {}),
+                   "engine": {"backend": "trtllm", "max_model_len": 4096}}]})
+    out = simulate(sc)
+    assert {r.output_tokens for r in out.requests} == {served}
+    assert out.results["llmsim"]["pools"]["main"]["outputs_clipped"] == 2

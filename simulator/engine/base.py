@@ -24,7 +24,7 @@ from .dp_placement import RankPlacement, rank_ids
 from .kv_tiers import OffloadPlan
 from .lora import AdapterSlots, LoraPlan
 from .prefix_cache import Match, PrefixCache
-from .request_length import longest_total
+from .request_length import executor_seq_len, longest_total
 from .sequence import DECODE, DONE, PREFILL, WAITING, Seq, finish
 from .wait_queue import WaitQueue
 from .wake import call_later
@@ -195,14 +195,17 @@ class ReplicaBase:
         self.reserve_tokens = cfg.reserved_decode_tokens
         # SGLang and TensorRT-LLM serve a request longer than its rank's pool with the output cut to it
         # (EngineConfig.clips_output): the longest request it serves (0: no cut), SGLang's max_req_len or
-        # TensorRT-LLM's max_seq_len as its KV cache manager lowers it to the pool, and how many outputs
-        # were cut. A stack that refuses a longer request takes prompt + output up to longest_total,
-        # SGLang's draft slots counted (engine/request_length.py).
+        # TensorRT-LLM's max_seq_len (seq_len) as its executor lengthens it for its overlap scheduler and
+        # drafts and its KV cache manager lowers it to the pool, and how many outputs were cut. A stack
+        # that refuses a longer request takes prompt + output up to longest_total, SGLang's draft slots
+        # counted (engine/request_length.py).
         self.cuts_to_seq_len = cfg.clips_output == "max_seq_len"
         drafts = cm.spec if isinstance(cm, SpeculativeCostModel) else None
         self.longest_total = longest_total(cfg, drafts, self.max_model_len)
+        self.seq_len = (executor_seq_len(cfg, drafts, self.max_model_len) if self.cuts_to_seq_len
+                        else self.max_model_len)
         pool_tokens = self.rank_blocks * self.bs
-        self.request_cap = (min(self.max_model_len, pool_tokens) if self.cuts_to_seq_len
+        self.request_cap = (min(self.seq_len, pool_tokens) if self.cuts_to_seq_len
                             else min(self.max_model_len - 1, pool_tokens - 1) if cfg.clips_output else 0)
         self.outputs_clipped = 0
         self.ret_now = -1
@@ -254,7 +257,7 @@ class ReplicaBase:
         found is the one given, those no capacity mends (the request's, the configuration's)
         first, and the pool's before its class's share of it."""
         if self.cuts_to_seq_len:
-            if req.input_tokens >= self.max_model_len:
+            if req.input_tokens >= self.seq_len:
                 return Rejection.TOO_LONG      # TensorRT-LLM: no output token left below max_seq_len, an error
         elif req.input_tokens + req.output_tokens > self.longest_total:
             return Rejection.TOO_LONG

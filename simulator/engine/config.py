@@ -185,8 +185,10 @@ class EngineConfig(BaseModel):
                     "error by validate_input_length); max_seq_len (TensorRT-LLM's PyTorch backend: the KV cache "
                     "manager lowers max_seq_len to the tokens its pool holds, _torch/pyexecutor/resource_manager.py "
                     "KVCacheManager._validate_and_adjust_attention_windows, and the executor worker cuts max_tokens "
-                    "to max_seq_len - prompt, executor/base_worker.py _deduce_max_tokens, so a request past "
-                    "max_model_len is cut too, not rejected, and only a prompt of max_seq_len tokens or more is "
+                    "to max_seq_len - prompt, executor/base_worker.py _deduce_max_tokens, max_seq_len as the "
+                    "executor runs it, + 1 under its overlap scheduler and + the draft tokens under speculative "
+                    "decoding (py_executor_creator.py create_py_executor), so a request past max_model_len is "
+                    "cut too, not rejected, and only a prompt of max_seq_len tokens or more is "
                     "answered with an error); false: such a request is rejected on arrival (exceeds_kv). The "
                     "sglang and trtllm backends set it")
     context_counts_drafts: bool = Field(

@@ -4,14 +4,16 @@ A deployment's length limit (vLLM's ``--max-model-len``, SGLang's ``--context-le
 TensorRT-LLM's ``max_seq_len``: ``engine.max_model_len``, else the model's context) is not
 always compared with the prompt and output alone: under speculative decoding SGLang's
 tokenizer counts an EAGLE-style draft's slots into the prompt, and some releases refuse a
-request of the whole context. The replica's arrival check and the scenario's workload check
-both ask here, so that they count alike."""
+request of the whole context; TensorRT-LLM's executor lengthens ``max_seq_len`` by the draft
+tokens (and by one for its overlap scheduler) before its worker cuts an output to it. The
+replica's arrival check and output cut and the scenario's workload check all ask here, so that
+they count alike."""
 
 from __future__ import annotations
 
 from typing import Optional
 
-from ..costmodel.speculative import SpeculativeSpec
+from ..costmodel.speculative import MTP, SpeculativeSpec, draft_kind
 from .config import EngineConfig
 
 
@@ -36,3 +38,16 @@ def what_shortens(cfg: EngineConfig, spec: Optional[SpeculativeSpec]) -> str:
     slots = draft_slots(cfg, spec)
     said = [f"the draft's {slots} slots counted with the prompt"] if slots else []
     return "; ".join(said + (["a request of the whole context refused"] if cfg.refuses_full_context else []))
+
+
+def executor_seq_len(cfg: EngineConfig, spec: Optional[SpeculativeSpec], limit: int) -> int:
+    """The max_seq_len TensorRT-LLM's executor runs for a launch's ``limit``, which its worker cuts
+    an output to (before its KV cache manager lowers it to a rank's pool): one more under the
+    overlap scheduler (``plans_ahead``), and under speculative decoding the k draft tokens, again
+    under the overlap scheduler, and an MTP chain's k - 1 extra KV tokens
+    (_torch/pyexecutor/py_executor_creator.py create_py_executor: max_seq_len + 1 + max_draft_len
+    with the overlap scheduler, + get_num_extra_kv_tokens + max_draft_len with a draft)."""
+    k = spec.k if spec is not None else 0
+    overlap = 1 + k if cfg.plans_ahead else 0
+    extra = k - 1 if spec is not None and draft_kind(spec.draft_model) == MTP else 0
+    return limit + overlap + extra + k

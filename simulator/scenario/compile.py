@@ -47,7 +47,7 @@ from .cost import month_rule
 from .priority_scheduling import check_priority_scheduling
 from .slo import parse_slo
 from .trace_path import check_trace_path
-from ..engine.request_length import longest_total, what_shortens
+from ..engine.request_length import executor_seq_len, longest_total, what_shortens
 
 __all__ = ["FleetPlan", "PoolPlan", "PairPlan", "compile_scenario", "class_routes", "base_dir"]
 
@@ -145,9 +145,12 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
         # prompt that leaves no output token is refused, as the replica does (ReplicaBase.can_ever_serve)
         cuts = sc.pools[i].engine.clips_output == "max_seq_len"
         whose = f"pool {names[i]!r}'s engine.max_model_len" if limit else f"{setups[i].cm.model.name}'s context"
-        if cuts and mi is not None and mi >= ctx:
-            fail(f"input ({mi}) tokens can reach {whose} of {ctx} tokens, leaving no output token"
-                 + ("" if limit else f" (pool {names[i]!r})"), "workload.input_tokens")
+        seq = executor_seq_len(sc.pools[i].engine, sc.pools[i].speculative, ctx)
+        if cuts and mi is not None and mi >= seq:
+            fail(f"input ({mi}) tokens can reach {whose} of {ctx} tokens"
+                 + ("" if limit else f" (pool {names[i]!r})")
+                 + (f" (the executor's max_seq_len {seq})" if seq != ctx else "") + ", leaving no output token",
+                 "workload.input_tokens")
         # a stack may count more than the prompt and output against it (SGLang's draft slots)
         total = longest_total(sc.pools[i].engine, sc.pools[i].speculative, ctx)
         if not cuts and mi is not None and mo is not None and mi + mo > total:
