@@ -23,6 +23,7 @@ from .parallelism import kv_copies
 
 if TYPE_CHECKING:
     from .engine.config import EngineConfig
+    from .profiles.model import ModelProfile
 
 
 def _rank_budget(engine: EngineConfig | None, budget: int, dp: int) -> int:
@@ -39,19 +40,20 @@ def _rank_budget(engine: EngineConfig | None, budget: int, dp: int) -> int:
 SEQUENCE_CAP_FLAG = {"vllm": "max_num_seqs", "sglang": "max_running_requests", "trtllm": "max_batch_size"}
 
 
-def scheduler_cap(engine: EngineConfig | None, dp: int) -> tuple[int, str]:
+def scheduler_cap(engine: EngineConfig | None, mem: MemoryPlan, model: ModelProfile) -> tuple[int, str]:
     """The most requests a replica runs at once whatever its KV holds, and the flag that sets it: every
     attention-DP rank schedules its own batch of ``max_num_seqs`` (vLLM's DP engine cores, SGLang's DP
-    schedulers, TensorRT-LLM's ranks: :func:`~simulator.fleet.setup.rank_limits`), so dp times it; without
+    schedulers, TensorRT-LLM's ranks: :func:`~simulator.fleet.setup.rank_limits`), so dp times it, as
+    the stack sizes it from a rank's pool (SGLang: :meth:`EngineConfig.rank_running_requests`); without
     a backend, llmsim's own engine's default, as a run takes it."""
     from .engine.config import EngineConfig
     from .profiles.backend import load_backend
 
     if engine is None:
-        return EngineConfig.model_fields["max_num_seqs"].default * dp, "max_num_seqs"
+        return EngineConfig.model_fields["max_num_seqs"].default * mem.dp, "max_num_seqs"
     flag = SEQUENCE_CAP_FLAG.get(load_backend(engine.backend).stack, "max_num_seqs") if engine.backend \
         else "max_num_seqs"
-    return engine.max_num_seqs * dp, flag
+    return engine.rank_running_requests(mem.kv_capacity_tokens // mem.dp, engine.longest_request(model)) * mem.dp, flag
 
 
 def replica_memory(cm: CostModel, engine: EngineConfig | None = None, gpu_memory_utilization: float | None = None,
@@ -136,7 +138,7 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
     # the blocks a sliding-window group's admission asks at most, as the pool's engine caps them
     cap = 0 if mem.windows is None or eng is None else admission_cap(mem.windows, eng, eng.longest_request(m))
     kv_fit = mem.max_concurrent(input_tokens + output_tokens, input_tokens, cap)
-    seqs, flag = scheduler_cap(engine, cm.dp)
+    seqs, flag = scheduler_cap(engine, mem, cm.model)
     out = {
         "gpu": cm.gpu.name,
         "model": cm.model.name,

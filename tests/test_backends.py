@@ -58,7 +58,9 @@ def test_a_backend_only_sets_what_it_documents(backend, gpu, user):
     is the profile's or llmsim's default; nothing else moves, but for a
     kv_memory knob about a launch flag the user's keys do not give
     (KvRule.given_knobs: SGLang's decode graphs and an explicit
-    --max-running-requests), which is off."""
+    --max-running-requests), which is off, and a running-request cap the
+    stack sizes from its pool, which a max_num_seqs set caps instead
+    (running_cap: given)."""
     from simulator.kv_memory import RULES
 
     from simulator.profiles import load_model
@@ -81,6 +83,8 @@ def test_a_backend_only_sets_what_it_documents(backend, gpu, user):
     if isinstance(kv, dict):
         documented["kv_memory"] = {**kv, **{k: False for k, key in RULES[kv["rule"]].given_knobs
                                             if k in kv and key not in user}}
+    if documented.get("running_cap") == "pool" and "max_num_seqs" in user:
+        documented["running_cap"] = "given"
     expected = EngineConfig.model_validate({**documented, **user, "backend": backend})
     assert pool.engine == expected
     for k, v in user.items():

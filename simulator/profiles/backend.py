@@ -779,7 +779,8 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
         if layout is not None and layout.layout is not None:
             merged["mxfp4_expert_layout"] = layout.layout.model_dump()
     # A mapping set beside the backend (kv_memory: {fraction: 0.8}) refines the profile's, key by key.
-    out = _prompt_kv_beside(refine(backend_defaults_beside(merged, engine), engine), engine)
+    out = _running_cap_beside(_prompt_kv_beside(refine(backend_defaults_beside(merged, engine), engine), engine),
+                              engine)
     return out if model is None else _unchunked_budget(out, engine, model)
 
 
@@ -798,6 +799,14 @@ def _unchunked_budget(out: dict[str, Any], engine: Mapping[str, Any], model: Mod
         if isinstance(budget, int) and isinstance(rule, int) and budget >= rule:
             return out
     return {**out, "max_num_batched_tokens": rule} if isinstance(rule, int) else out
+
+
+def _running_cap_beside(out: dict[str, Any], engine: Mapping[str, Any]) -> dict[str, Any]:
+    """A stack that derives its running-request cap from the pool unless the launch gives one (SGLang's
+    --max-running-requests) caps the pool's own ``max_num_seqs`` instead (``running_cap: given``)."""
+    if out.get("running_cap") == "pool" and "max_num_seqs" in engine and "running_cap" not in engine:
+        return {**out, "running_cap": "given"}
+    return out
 
 
 def _prompt_kv_beside(out: dict[str, Any], engine: Mapping[str, Any]) -> dict[str, Any]:

@@ -1,0 +1,49 @@
+"""SGLang sizes its running-request cap from each attention rank's KV pool (EngineConfig.rank_running_requests).
+
+Its model runner takes min(clamp(KV tokens / context x 512, 2,048, 4,096), KV tokens / 2) requests a rank,
+and min(--max-running-requests, the clamp) where the launch gives the flag (model_runner.py to 0.5.9,
+_resolve_max_num_reqs 0.5.10-0.5.14, pool_configurator.py 0.5.18-0.5.23). llmsim held every SGLang
+rank at 2,048, the clamp's floor, so a large pool ran up to half the requests SGLang runs at once.
+"""
+from __future__ import annotations
+
+import pytest
+
+from simulator.scenario.schema import PoolSpec
+
+POOL = {"model": "llama-3.1-8b", "gpu": "h200"}
+
+
+def _engine(**engine):
+    return PoolSpec.model_validate({**POOL, "engine": {"backend": "sglang", **engine}}).engine
+
+
+@pytest.mark.parametrize("engine, tokens, context, cap", [
+    ({}, 896_234, 131_072, 3500),          # an 8B model's pool on an H200 at its 131,072-token context
+    ({}, 896_234, 8192, 4096),             # the clamp's ceiling
+    ({}, 6000, 131_072, 2048),             # the clamp's floor
+    ({}, 3000, 131_072, 1500),             # half a small pool
+    ({"max_num_seqs": 256}, 896_234, 131_072, 256),      # the launch's flag, under the clamp
+    ({"max_num_seqs": 8192, "max_num_batched_tokens": 16384}, 896_234, 8192, 4096),   # held to it
+    ({"max_num_seqs": 256}, 3000, 131_072, 256)])        # a flag given is not halved with the pool
+def test_sglang_sizes_its_running_requests_from_the_pool(engine, tokens, context, cap):
+    assert _engine(**engine).rank_running_requests(tokens, context) == cap
+
+
+def test_a_run_and_an_estimate_hold_sglangs_cap_for_the_pool():
+    """A replica of an attention-DP rank or two runs what SGLang would on its pool; vLLM keeps its flag,
+    and an EAGLE-style draft SGLang's 48."""
+    from simulator.estimate import scheduler_cap
+    from simulator.fleet.setup import setup_pool
+
+    for extra, per_rank in [({}, 3500), ({"tp": 1, "dp": 2}, 3452)]:
+        s = setup_pool(PoolSpec.model_validate({**POOL, **extra, "engine": {"backend": "sglang"}}), 0, None)
+        dp = extra.get("dp", 1)
+        assert s.memory.kv_capacity_tokens // dp * 512 // 131_072 == per_rank
+        assert s.engine_config.max_num_seqs == dp * per_rank
+        assert scheduler_cap(s.spec.engine, s.memory, s.cm.model) == (dp * per_rank, "max_running_requests")
+    vllm = setup_pool(PoolSpec.model_validate({**POOL, "engine": {"backend": "vllm"}}), 0, None)
+    assert vllm.engine_config.max_num_seqs == vllm.spec.engine.max_num_seqs
+    mtp = PoolSpec.model_validate({"model": "deepseek-v3", "gpu": "h200", "tp": 8, "engine": {"backend": "sglang"},
+                                   "speculative": {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.8}})
+    assert mtp.engine.running_cap == "given" and setup_pool(mtp, 0, None).engine_config.max_num_seqs == 48
