@@ -30,9 +30,23 @@ def test_sglang_sizes_its_running_requests_from_the_pool(engine, tokens, context
     assert _engine(**engine).rank_running_requests(tokens, context) == cap
 
 
+@pytest.mark.parametrize("dp, cap", [(1, 48), (2, 24), (8, 6), (64, 1)])
+def test_the_48_of_sglangs_drafts_is_split_among_its_attention_ranks(dp, cap):
+    """SGLang sets --max-running-requests 48 beside an EAGLE-style draft, a server's flag, which each
+    attention-DP rank takes its share of (max_running_requests // dp_size); llmsim gave every rank 48.
+    A pool's own max_num_seqs stays a rank's."""
+    mtp = {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.8}
+    e = PoolSpec.model_validate({"model": "deepseek-v3", "gpu": "h200", "tp": 8, "engine": {"backend": "sglang"},
+                                 "speculative": mtp}).engine
+    assert e.running_cap == "server" and e.rank_running_requests(900_000, 163_840, dp) == cap
+    given = PoolSpec.model_validate({"model": "deepseek-v3", "gpu": "h200", "tp": 8, "speculative": mtp,
+                                     "engine": {"backend": "sglang", "max_num_seqs": 48}}).engine
+    assert given.running_cap == "given" and given.rank_running_requests(900_000, 163_840, dp) == 48
+
+
 def test_a_run_and_an_estimate_hold_sglangs_cap_for_the_pool():
     """A replica of an attention-DP rank or two runs what SGLang would on its pool; vLLM keeps its flag,
-    and an EAGLE-style draft SGLang's 48."""
+    and an EAGLE-style draft SGLang's 48 a server, 6 a rank of 8."""
     from simulator.estimate import scheduler_cap
     from simulator.fleet.setup import setup_pool
 
@@ -44,6 +58,8 @@ def test_a_run_and_an_estimate_hold_sglangs_cap_for_the_pool():
         assert scheduler_cap(s.spec.engine, s.memory, s.cm.model) == (dp * per_rank, "max_running_requests")
     vllm = setup_pool(PoolSpec.model_validate({**POOL, "engine": {"backend": "vllm"}}), 0, None)
     assert vllm.engine_config.max_num_seqs == vllm.spec.engine.max_num_seqs
-    mtp = PoolSpec.model_validate({"model": "deepseek-v3", "gpu": "h200", "tp": 8, "engine": {"backend": "sglang"},
-                                   "speculative": {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.8}})
-    assert mtp.engine.running_cap == "given" and setup_pool(mtp, 0, None).engine_config.max_num_seqs == 48
+    mtp = {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.8}
+    for layout, seqs in [({"tp": 8}, 48), ({"tp": 1, "dp": 8, "ep": 8}, 48)]:    # 8 ranks of 6
+        pool = PoolSpec.model_validate({"model": "deepseek-v3", "gpu": "h200", **layout, "speculative": mtp,
+                                        "engine": {"backend": "sglang", "weight_dtype": "fp8"}})
+        assert setup_pool(pool, 0, None).engine_config.max_num_seqs == seqs

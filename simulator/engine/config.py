@@ -191,15 +191,17 @@ class EngineConfig(BaseModel):
                     "cut too, not rejected, and only a prompt of max_seq_len tokens or more is "
                     "answered with an error); false: such a request is rejected on arrival (exceeds_kv). The "
                     "sglang and trtllm backends set it")
-    running_cap: Literal["as_set", "given", "pool"] = Field(
+    running_cap: Literal["as_set", "given", "server", "pool"] = Field(
         default="as_set",
         description="how each attention-DP rank's running-request cap follows its KV pool of T tokens. as_set: "
                     "max_num_seqs. pool (SGLang without --max-running-requests): min(clamp(T / context x 512, "
-                    "2,048, 4,096), T / 2), max_num_seqs unread; given (SGLang with it, or the 48 its EAGLE-style "
-                    "drafts set): min(max_num_seqs, that clamp) (model_runner.py / model_runner_kv_cache_mixin.py "
-                    "init_memory_pool, _resolve_max_num_reqs from 0.5.10, pool_configurator.py from 0.5.18; read "
-                    "in 0.5.4-0.5.23; context: max_model_len, else the model's). The sglang backend sets pool, "
-                    "and given where the pool sets max_num_seqs")
+                    "2,048, 4,096), T / 2), max_num_seqs unread; given (SGLang with it): min(max_num_seqs, that "
+                    "clamp); server (the 48 SGLang's EAGLE-style drafts set as the server's flag): "
+                    "min(max_num_seqs // attention-DP ranks, that clamp), at least 1 (model_runner.py / "
+                    "model_runner_kv_cache_mixin.py init_memory_pool, max_running_requests // dp_size under DP "
+                    "attention, _resolve_max_num_reqs from 0.5.10, pool_configurator.py from 0.5.18; read in "
+                    "0.5.4-0.5.23; context: max_model_len, else the model's). The sglang backend sets pool, "
+                    "server under a draft, and given where the pool sets max_num_seqs")
     context_counts_drafts: bool = Field(
         default=False,
         description="true: the server holds a request to its context with the speculative draft's slots counted "
@@ -525,16 +527,18 @@ class EngineConfig(BaseModel):
         model's context, as the stacks default to it."""
         return self.max_model_len or model.max_position_embeddings
 
-    def rank_running_requests(self, tokens: int, context: int) -> int:
-        """How many requests an attention rank runs at once (``max_num_seqs``) as ``running_cap`` sizes
-        it from the rank's pool of ``tokens`` KV tokens and the server's ``context``: SGLang's model
-        runner sizes its request pool after its KV pool, clamp(tokens / context x 512, 2,048, 4,096),
-        so a large pool runs up to 4,096 requests a rank, and without --max-running-requests no more
-        than half the pool's tokens."""
+    def rank_running_requests(self, tokens: int, context: int, dp: int = 1) -> int:
+        """How many requests an attention rank of ``dp`` runs at once (``max_num_seqs``) as ``running_cap``
+        sizes it from the rank's pool of ``tokens`` KV tokens and the server's ``context``: SGLang's
+        model runner sizes its request pool after its KV pool, clamp(tokens / context x 512, 2,048,
+        4,096), so a large pool runs up to 4,096 requests a rank, without --max-running-requests no
+        more than half the pool's tokens, and a server-wide flag is split among the ranks."""
         if self.running_cap == "as_set":
             return self.max_num_seqs
         clamp = max(min(int(tokens / context * 512), 4096), 2048)
-        return max(min(self.max_num_seqs, clamp) if self.running_cap == "given" else min(clamp, tokens // 2), 1)
+        if self.running_cap == "pool":
+            return max(min(clamp, tokens // 2), 1)
+        return max(min(self.max_num_seqs // (dp if self.running_cap == "server" else 1), clamp), 1)
 
     def longest_prompt(self, dp: int = 1) -> Optional[int]:
         """The longest prompt the server takes below its context, where it answers a longer one with an

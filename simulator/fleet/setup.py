@@ -172,7 +172,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     except LlmsimError as err:
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{err.key_path}") from None
     # each rank's running requests as its stack sizes them from its pool (SGLang's, engine.running_cap)
-    seqs = admission.rank_running_requests(mem.kv_capacity_tokens // mem.dp, e.longest_request(model))
+    seqs = admission.rank_running_requests(mem.kv_capacity_tokens // mem.dp, e.longest_request(model), mem.dp)
     capped = admission if seqs == admission.max_num_seqs else admission.model_copy(update={"max_num_seqs": seqs})
     replica = rank_limits(drafting_budget(capped, cm, spec, where, source), spec.dp)
     offload = plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source, window_share(model))

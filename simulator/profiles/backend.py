@@ -803,8 +803,9 @@ def _unchunked_budget(out: dict[str, Any], engine: Mapping[str, Any], model: Mod
 
 def _running_cap_beside(out: dict[str, Any], engine: Mapping[str, Any]) -> dict[str, Any]:
     """A stack that derives its running-request cap from the pool unless the launch gives one (SGLang's
-    --max-running-requests) caps the pool's own ``max_num_seqs`` instead (``running_cap: given``)."""
-    if out.get("running_cap") == "pool" and "max_num_seqs" in engine and "running_cap" not in engine:
+    --max-running-requests, or the one it sets itself beside a draft) caps the pool's own ``max_num_seqs``
+    instead (``running_cap: given``), a rank's as the pool states it."""
+    if out.get("running_cap") in ("pool", "server") and "max_num_seqs" in engine and "running_cap" not in engine:
         return {**out, "running_cap": "given"}
     return out
 
