@@ -242,6 +242,37 @@ def test_a_class_absent_from_a_seed_is_judged_over_the_seeds_it_sent_requests_in
     assert judged["SLO a"]["bound_ms"] == alone["bound_ms"] and judged["SLO a"]["replicates_met"] == 0
 
 
+def test_replicates_met_counts_a_class_over_the_seeds_that_sent_it():
+    """Seed 4 sent class a no request: "1 of 2" in run's table and the page read as a miss in a seed
+    that never judged a."""
+    from rich.console import Console
+
+    from simulator.metrics.intervals import intervals_block, slo_intervals_block, spread_block
+    from simulator.report.intervals import intervals_table
+    from simulator.report.page_parts import slo_table
+
+    def block(ms):
+        return {"met": True, "targets": {"ttft_p99_ms": {"metric": "ttft", "percentile": 99, "target_ms": 130.0,
+                                                         "measured_ms": ms, "met": True}}}
+
+    def seed(s, *classes):
+        return {"p99_ttft_ms": 100.0, "slo": block(100.0),
+                "llmsim": {"seed": s, "classes": {c: {"slo_declared": True, "slo": block(90.0)} for c in classes}}}
+    reps = [seed(3, "a", "b"), seed(4, "b")]
+    model, regime = build(residual_table({("vllm", "h100-sxm"): 0.0})), Regime("vllm")
+    res = reps[0]
+    res["llmsim"]["intervals"], _ = intervals_block(reps, regime, model, 0.9)
+    res["llmsim"]["slo_intervals"] = slo_intervals_block(reps, regime, model, 0.9)
+    res["llmsim"]["replicates"] = spread_block(reps, [3, 4])
+    assert res["llmsim"]["slo_intervals"]["a"]["ttft_p99_ms"]["replicates_judged"] == 1
+    console = Console(width=200, record=True, color_system=None)
+    console.print(intervals_table(res))
+    rows = {line.split("│")[2].strip(): line for line in console.export_text().splitlines() if "ttft_p99_ms" in line}
+    assert "1 of 1 that sent it" in rows["a: ttft_p99_ms"] and "2 of 2" in rows["b: ttft_p99_ms"]
+    page = slo_table(res)
+    assert "1 of 1 that sent it" in page and "of 2" in page
+
+
 def test_a_runs_results_json_holds_its_classes_and_buckets_intervals(tmp_path, cli):
     scenario = write_tiny_scenario(
         tmp_path, classes=[{"name": "paid", "share": 0.5, "slo": {"ttft_p99_ms": 5000}}, {"name": "free", "share": 0.5}],

@@ -64,7 +64,10 @@ SLO_INTERVAL_FIELDS = {"<owner>": block("a class (its name) or a prompt-length b
     "<target>": block("one of its targets (ttft_p99_ms), judged as check --confidence judges it; a bucket's in "
                       "the band of its own mean prompt", {
         **_INTERVAL, "replicates_met": leaf("count", "seeds whose run met the target",
-                                            when="`llmsim run --replicates N`, N > 1")})})}
+                                            when="`llmsim run --replicates N`, N > 1"),
+        "replicates_judged": leaf("count", "seeds whose run judged the target: a class's, those that sent it a "
+                                           "request (a seed that sent it none neither meets nor misses it)",
+                                  when="`llmsim run --replicates N`, N > 1")})})}
 
 #: ``llmsim.error_model``: which measured residuals judged the run.
 ERROR_MODEL_FIELDS = {
@@ -223,7 +226,8 @@ def targets_at_confidence(blocks: Sequence[Sequence[tuple[str, Mapping[str, Any]
             bound = entry["bound"] if entry is not None else None
             out.append({"label": label, "key": key, "target_ms": t["target_ms"], "bound_ms": bound,
                         "met": bound is not None and bound <= t["target_ms"], "interval": entry,
-                        "replicates_met": sum(1 for s in slos if s["targets"][key].get("met"))})
+                        "replicates_met": sum(1 for s in slos if s["targets"][key].get("met")),
+                        "replicates_judged": len(slos)})
     return out
 
 
@@ -242,7 +246,7 @@ def slo_intervals_block(replicates: Sequence[Mapping[str, Any]], regime: Regime,
     out: dict[str, Any] = {}
     for t in judged:
         if t["label"] != "SLO" and t["interval"] is not None:
-            seeds = {"replicates_met": t["replicates_met"]} if len(replicates) > 1 else {}
+            seeds = {k: t[k] for k in ("replicates_met", "replicates_judged")} if len(replicates) > 1 else {}
             out.setdefault(owner(t["label"], ""), {})[t["key"]] = {**t["interval"], **seeds}
     return out
 

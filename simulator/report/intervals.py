@@ -18,7 +18,7 @@ from ..metrics.verdict import owner, slo_blocks
 from ..validation.error_model import ErrorModel, load_error_model, regime_of_run
 from .summary_format import FAIL, OK, num
 
-__all__ = ["shipped_model", "annotate", "slo_interval", "slo_bounds", "intervals_table", "widened_notes", "intervals_figure",
+__all__ = ["shipped_model", "annotate", "slo_interval", "slo_bounds", "seeds_met", "intervals_table", "widened_notes", "intervals_figure",
            "write_intervals_plot"]
 
 
@@ -75,16 +75,31 @@ def slo_bounds(results: Mapping[str, Any]) -> Optional[dict[str, Optional[float]
     return out
 
 
-def _rows(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any], Optional[int]]]:
-    """(name, target, interval, seeds that met it) for each SLO target the run is judged on that has an
-    interval: the fleet's by its key, a class's or bucket's after its name ("paid: ttft_p99_ms")."""
-    met = ((results.get("llmsim") or {}).get("replicates") or {}).get("slo_targets_met") or {}
+def seeds_met(results: Mapping[str, Any], label: str, key: str, interval: Optional[Mapping[str, Any]]) -> str:
+    """How many of the replicates met an SLO target ("3 of 4"). A class some seed sent no request is
+    judged by the seeds that sent it one (its ``replicates_judged``), and counted over them alone:
+    over all, "1 of 2" read as a miss in a seed that never judged it."""
+    reps = (results.get("llmsim") or {}).get("replicates") or {}
+    n = len(reps.get("seeds") or []) or reps.get("count")
+    if label == "SLO":
+        met = (reps.get("slo_targets_met") or {}).get(key)
+    else:
+        met = interval.get("replicates_met") if isinstance(interval, Mapping) else None
+        judged = interval.get("replicates_judged") if isinstance(interval, Mapping) else None
+        if isinstance(judged, int) and isinstance(n, int) and judged < n:
+            return f"{met or 0} of {judged} that sent it"
+    return "—" if met is None else f"{met} of {n}"
+
+
+def _rows(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any], str]]:
+    """(name, target, interval, how many seeds met it) for each SLO target the run is judged on that has
+    an interval: the fleet's by its key, a class's or bucket's after its name ("paid: ttft_p99_ms")."""
     out = []
     for label, block in slo_blocks(results):
         for key, t in (block.get("targets") or {}).items():
             i = slo_interval(results, label, key, t)
             if i is not None:
-                out.append((owner(label, ": ") + key, t, i, met.get(key) if label == "SLO" else i.get("replicates_met")))
+                out.append((owner(label, ": ") + key, t, i, seeds_met(results, label, key, i)))
     return out
 
 
@@ -115,7 +130,7 @@ def intervals_table(results: Mapping[str, Any]) -> Optional[Table]:
         cells = [mark, key, f"≤ {num(target['target_ms'])} ms", num(target.get("measured_ms")),
                  f"{num(i['lo'])} – {num(i['hi'])}", num(bound)]
         if n:
-            cells.append(f"{met or 0} of {n}")
+            cells.append(met)
         t.add_row(*cells)
     return t
 

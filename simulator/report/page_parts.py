@@ -12,7 +12,7 @@ import json
 from typing import Any, Iterable, Mapping, Optional, Sequence
 from ..metrics.tail_samples import few_samples_note
 from ..metrics.verdict import class_p99, measured, owner, slo_blocks, slo_met
-from .intervals import slo_interval
+from .intervals import seeds_met, slo_interval
 from .summary_format import FAILED_PARTS, class_verdict, rare_counts_shown, stack_served, usd, weights_served
 
 __all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
@@ -115,21 +115,19 @@ def slo_table(results: Mapping[str, Any]) -> str:
     prompt-length bucket's named before its metric, each with its interval (:func:`.intervals.slo_interval`)."""
     intervals = _intervals(results.get("llmsim") or {})
     reps = (results.get("llmsim") or {}).get("replicates") or {}
-    n, seeds_met = len(reps.get("seeds") or []), reps.get("slo_targets_met") or {}
+    n = len(reps.get("seeds") or [])
     rows = []
     for label, block in slo_blocks(results):
         whose = owner(label, ": ")
         for key, t in (block.get("targets") or {}).items():
             att = t.get("attainment")
             verdict = "✓ met" if t.get("met") else "✗ missed"
-            # a class's or bucket's own interval carries its seeds; the fleet's are in llmsim.replicates
             own = slo_interval(results, label, key, t) if whose else None
-            met = seeds_met.get(key) if not whose else own.get("replicates_met") if isinstance(own, Mapping) else None
             rows.append([verdict, f"{whose}{t['metric'].upper()} p{t['percentile']:g}",
                          f"≤ {t['target_ms']:,g} ms", measured(t, _digits(t.get("measured_ms") or 0)),
                          (interval_text(own) if whose else _slo_interval(intervals, key, t)) or "—",
                          "—" if att is None else f"{100 * att:.1f} %",
-                         *([f"{met} of {n}" if met is not None else "—"] if n > 1 else [])])
+                         *([seeds_met(results, label, key, own)] if n > 1 else [])])
     return table(["verdict", "target", "limit", "simulated (ms)", "interval (ms)", "within the limit",
                   *(["seeds met"] if n > 1 else [])], rows,
                  cls="slo", caption=few_samples_note(slo_blocks(results)) or "")
