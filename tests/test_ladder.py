@@ -82,6 +82,12 @@ def test_ladder_rows_are_the_runs_the_variants_give(tmp_path, cli):
     assert f"tp2: bounds (ms): tpot_p99_ms {checked['tpot_p99_ms']:,.1f}, ttft_p99_ms " \
            f"{checked['ttft_p99_ms']:,.1f}" in " ".join(r.out.split())
     assert json.loads(table[2]["slo_bounds_ms"]) == checked
+    # the page lists them as the terminal does (it showed the steps' simulated verdicts alone)
+    from simulator.report.page import _ladder_body
+
+    page = _ladder_body(out)[1]
+    assert "SLO bounds at 90 %" in page and f"<li>tp2: bounds (ms): tpot_p99_ms {checked['tpot_p99_ms']:,.1f}, " \
+                                            f"ttft_p99_ms {checked['ttft_p99_ms']:,.1f}</li>" in page
 
 
 def test_tokens_per_second_is_the_mean_over_requests(tmp_path, cli):

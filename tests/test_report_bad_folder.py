@@ -319,6 +319,10 @@ FOLDER_CASES = [
      "steps[0].tpot_p99_ms", "number"),
     ("ladder-slo-met-text", "ladder", _edit_json("ladder.json", _set("steps.0.slo_met", "no")), "ladder.json",
      "steps[0].slo_met", "true, false or null"),
+    ("ladder-bound-text", "ladder", _edit_json("ladder.json", _set("steps.1.slo_bounds_ms.ttft_p99_ms", "x")),
+     "ladder.json", "steps[1].slo_bounds_ms.ttft_p99_ms", "number"),
+    ("ladder-confidence-percent", "ladder", _edit_json("ladder.json", _set("confidence", 90)), "ladder.json",
+     "confidence", "probability"),
     ("ladder-baseline-results", "ladder", _edit_json("baseline/results.json",
                                                      _set("slo.targets.ttft_p99_ms.target_ms", "x")),
      "baseline/results.json", "slo.targets.ttft_p99_ms.target_ms", "number"),
@@ -417,7 +421,7 @@ def test_what_the_pages_read_is_declared(made_folders):
     assert {f"candidates.*.{k}" for k, _, _ in page._PLAN_COLS} <= {k for k, _ in PLAN_SHAPE}
     assert {k for k, _, _ in page._PLAN_COLS} <= set(SWEEP_COLUMNS)
     step = json.loads((made_folders["ladder"] / "ladder.json").read_text())["steps"][0]
-    assert {k.split(".")[-1] for k in ladder if k.startswith("steps.*.")} <= set(step)
+    assert {k.split(".")[2] for k in ladder if k.startswith("steps.*.")} <= set(step)
     assert set(SWEEP_COLUMNS) <= set(pd.read_parquet(made_folders["sweep"] / "sweep.parquet").columns)
 
 

@@ -28,7 +28,7 @@ if TYPE_CHECKING:   # scenarios and the runner on first use: `llmsim --help` imp
     from ..scenario.schema import Scenario
     from ..scenario.variants import Step
 
-__all__ = ["run_ladder", "ladder_table", "ladder_tables", "bounds_lines"]
+__all__ = ["run_ladder", "ladder_table", "ladder_tables"]
 
 _ms2, _count, _whole = "{:,.2f}".format, "{:,}".format, "{:,.0f}".format
 
@@ -110,25 +110,12 @@ def ladder_table(title: str, rows: Sequence[Mapping[str, Any]], columns: tuple =
     return fitted_table(title, headers, cells, width, keep=2, left=[0], header=0)   # headers are words: they wrap
 
 
-def bounds_lines(rows: Sequence[Mapping[str, Any]], confidence: float) -> list[str]:
-    """Each step's SLO bounds at ``confidence``, as a plan at that confidence lists its answer's; none
-    for a scenario without an SLO."""
-    from ..planning.confidence import bounds_text
-
-    shown = [(r["step"], bounds_text(r.get("slo_bounds_ms"))) for r in rows]
-    if not any(b for _, b in shown):
-        return []
-    return [f"SLO bounds at {100 * confidence:g} %: each target's one-sided bound under llmsim's error model, as "
-            f"check and plan --confidence judge it (--confidence sets it; the SLO column is the simulated values' "
-            f"verdict)"] + [f"{step}: {b or 'no bounds'}" for step, b in shown]
-
-
 def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, output: Path | None, *,
                plots: bool, json: bool, confidence: float, overwrite: bool = False) -> None:
     if not sc.variants:
         raise LlmsimError("the scenario declares no variants, so there is no ladder to run; add "
                           "`variants: [{name: ..., set: {key.path: value}}]`", source=path, key_path="variants")
-    from ..report.intervals import shipped_model
+    from ..report.intervals import shipped_model, steps_bounds_lines
     from ..report.ladder import ladder_document, ladder_runs, write_ladder
     from ..runsize import check_run_count
     from ..scenario.variants import ladder_steps
@@ -164,7 +151,7 @@ def run_ladder(sc: Scenario, path: Path, sets: Sequence[str], engine: str, outpu
         return
     for table in ladder_tables(f"{sc.name}: {sc.ladder} ladder ({len(steps)} steps)", rows, console.width):
         console.print(table)
-    for line in bounds_lines(rows, confidence):
+    for line in steps_bounds_lines(rows, confidence):
         console.print(line, markup=False)
     if model_note:
         console.print(f"[yellow]note:[/] no error model, so the bounds are the simulated values: {escape(model_note)}")

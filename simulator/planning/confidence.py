@@ -16,10 +16,11 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..metrics.intervals import target_name, targets_at_confidence
 from ..metrics.verdict import load_failure, ms_past, owner, slo_blocks
+from ..report.intervals import bounds_text
 from ..validation.error_model import ErrorModel, Regime
 from .pareto import month_with_power
 
-__all__ = ["slo_targets_text", "judge_at_confidence", "bounds_text"]
+__all__ = ["slo_targets_text", "judge_at_confidence"]
 
 
 def slo_targets_text(results: Mapping[str, Any]) -> Optional[str]:
@@ -56,13 +57,6 @@ def judge_at_confidence(rows: Sequence[Mapping[str, Any]], confidence: float,
               f"{'unmeasured' if t['bound_ms'] is None else ms_past(t['bound_ms'], t['target_ms'], grouped=False)} at "
               f"{100 * confidence:g} % > {t['target_ms']:g} ms" for t in judged if not t["met"]]
     return not misses, "; ".join(misses) or None, bounds
-
-
-def bounds_text(bounds: Optional[Mapping[str, Optional[float]]]) -> str:
-    """Each target's bound as a plan's answer and a ladder's steps list them ("bounds (ms): tpot_p99_ms
-    36.4, ttft_p99_ms 960.4"); "" without any."""
-    shown = ", ".join(f"{k} {'unmeasured' if v is None else f'{v:,.1f}'}" for k, v in sorted((bounds or {}).items()))
-    return f"bounds (ms): {shown}" if shown else ""
 
 
 def by_confidence(plans: Mapping[float, Any]) -> dict[str, Any]:

@@ -18,7 +18,8 @@ from ..metrics.verdict import owner, slo_blocks
 from ..validation.error_model import ErrorModel, load_error_model, regime_of_run
 from .summary_format import FAIL, OK, num
 
-__all__ = ["shipped_model", "annotate", "slo_interval", "slo_bounds", "seeds_met", "intervals_table", "widened_notes", "intervals_figure",
+__all__ = ["shipped_model", "annotate", "slo_interval", "slo_bounds", "bounds_text", "steps_bounds_lines",
+           "seeds_met", "intervals_table", "widened_notes", "intervals_figure",
            "write_intervals_plot"]
 
 
@@ -73,6 +74,25 @@ def slo_bounds(results: Mapping[str, Any]) -> Optional[dict[str, Optional[float]
             i = slo_interval(results, label, key, t)
             out[target_name(label, key)] = i.get("bound") if isinstance(i, Mapping) else None
     return out
+
+
+def bounds_text(bounds: Optional[Mapping[str, Optional[float]]]) -> str:
+    """Each target's bound (:func:`slo_bounds`) as a plan's answer and a ladder's steps list them, in the
+    terminal and on the ladder's page ("bounds (ms): tpot_p99_ms 36.4, ttft_p99_ms 960.4"); "" without any."""
+    shown = ", ".join(f"{k} {'unmeasured' if v is None else f'{v:,.1f}'}" for k, v in sorted((bounds or {}).items()))
+    return f"bounds (ms): {shown}" if shown else ""
+
+
+def steps_bounds_lines(rows: Sequence[Mapping[str, Any]], confidence: Optional[float]) -> list[str]:
+    """Each ladder step's SLO bounds at ``confidence`` (ladder.json's), as a plan at that confidence lists
+    its answer's: a heading line, then one per step; none for a scenario without an SLO."""
+    shown = [(r["step"], bounds_text(r.get("slo_bounds_ms"))) for r in rows]
+    if not any(b for _, b in shown):
+        return []
+    at = "" if confidence is None else f" at {100 * confidence:g} %"
+    return [f"SLO bounds{at}: each target's one-sided bound under llmsim's error model, as check and plan "
+            f"--confidence judge it (--confidence sets it; the SLO column is the simulated values' verdict)"] \
+        + [f"{step}: {b or 'no bounds'}" for step, b in shown]
 
 
 def seeds_met(results: Mapping[str, Any], label: str, key: str, interval: Optional[Mapping[str, Any]]) -> str:

@@ -22,6 +22,7 @@ from ..errors import LlmsimError
 from ..metrics.verdict import mark
 from ..planning.pareto import month_with_power, point_label
 from . import page_charts as charts
+from .intervals import steps_bounds_lines
 from .page_parts import classes_table, cost_table, esc, figure, latency_table, money, pools_table, run_answer, \
     table, whole
 from .run_folder import check_columns, check_ladder, check_optional, check_plan, check_results, check_rows, \
@@ -219,9 +220,12 @@ def _ladder_body(folder: Path) -> tuple[str, str]:
                   *(fmt(r.get(k)) for k, _, fmt in cols)] for r in rows])
     links = "".join(f'<li><a href="{esc(r["step"])}/report.html">{esc(r["step"])}</a>: its own page</li>'
                     for r in rows if (folder / r["step"] / "report.html").is_file())
+    bounds = steps_bounds_lines(rows, lad.get("confidence"))
     body = ['<section id="answer"><div class="figures">', *parts, "</div>",
             f"<p>{len(rows)} steps ({esc(lad.get('ladder'))} ladder); the SLO is met by: "
             f"{esc(', '.join(met) or 'none')}.</p></section>", "<h2>Steps</h2>", tab,
+            f'<p>{esc(bounds[0])}</p><ul>' + "".join(f"<li>{esc(b)}</li>" for b in bounds[1:]) + "</ul>"
+            if bounds else "",
             _charts(charts.ladder_charts(rows, base.get("slo"))), f"<ul>{links}</ul>" if links else "",
             _scenario_section(folder / rows[0]["step"], "The baseline's scenario") if rows else ""]
     return f"llmsim ladder: {lad.get('scenario')}", "".join(body)

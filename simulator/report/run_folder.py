@@ -87,6 +87,7 @@ _NEEDED_NUMBER = _Kind("a number", _number, needed=True)
 _NEEDED_TEXT = _Kind("text", lambda v: isinstance(v, str), needed=True)
 _NEEDED = _Kind("a value (not null)", lambda v: v is not None, needed=True)
 _NEEDED_FIGURE = _Kind("a number or null", _NUMBER.ok, needed=True)
+_PROBABILITY = _Kind("a probability between 0 and 1 or null", lambda v: v is None or (_number(v) and 0 < v < 1))
 _FLAG = _Kind("true, false or null", lambda v: v is None or isinstance(v, bool))
 _STEP = _Kind("a step's folder name (text, not a path)",
               lambda v: isinstance(v, str) and v.strip() not in ("", ".", "..") and not {"/", "\\"} & set(v),
@@ -147,7 +148,8 @@ LADDER_SHAPE: tuple[tuple[str, _Kind], ...] = (
     ("steps", _STEPS), ("steps.*", _ITEM), ("steps.*.step", _STEP), ("steps.*.slo_met", _NEEDED_FLAG),
     *((f"steps.*.{k}", _NUMBER) for k in (*_FLEET_FIGURES, "ttft_p50_ms", "completed", "rejected", "cancelled",
                                                 "stranded")),
-    ("scenario", _NEEDED_TEXT), ("ladder", _NEEDED_TEXT),
+    ("steps.*.slo_bounds_ms", _BLOCK), ("steps.*.slo_bounds_ms.*", _NUMBER),
+    ("scenario", _NEEDED_TEXT), ("ladder", _NEEDED_TEXT), ("confidence", _PROBABILITY),
 )
 
 #: The plan.json keys the plan page reads: the best fleet (null: none meets the SLO), the candidates' table, the
