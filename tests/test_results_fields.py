@@ -217,3 +217,23 @@ def test_a_class_and_a_region_count_each_request_once_by_how_it_ended(runs, bloc
     a class or region missing it looked whole but for its completed count."""
     for name, b in runs["stranded"]["llmsim"][block].items():
         assert sum(b.get(k) or 0 for k in keys) == b["requests"], (name, b)
+
+
+def test_planning_md_names_every_key_of_the_blocks_replicates_add():
+    """docs/planning.md lists llmsim.intervals', .slo_intervals', .error_model's and .replicates' keys by
+    hand: its intervals entry lacked bound, the one check and plan --confidence judge by."""
+    text = (REPO_ROOT / "docs" / "planning.md").read_text()
+    section = text[text.index("### Replicates"):text.index("### The error model")]
+    bullets = {m.group(1): b for b in re.split(r"\n(?=\* )", section) if (m := re.match(r"\* `(llmsim\.\w+)", b))}
+    assert set(bullets) == {"llmsim.replicates", "llmsim.intervals", "llmsim.slo_intervals", "llmsim.error_model"}
+
+    def keys(prefix: str) -> set[str]:
+        """Every key named below ``prefix``, at any depth (not the placeholders: ``<figure>``)."""
+        return {p.rsplit(".", 1)[1] for p, _ in flatten(RESULTS) if p.startswith(prefix) and not p.endswith(">")}
+    figure = keys("llmsim.intervals.<figure>.")
+    for name, bullet in bullets.items():
+        named = set(re.findall(r"\w+", " ".join(re.findall(r"`([^`]*)`", bullet))))
+        # a class's or bucket's entry is "the same" as a figure's: its own keys are the rest
+        declared = keys(name + ".") - (figure if name == "llmsim.slo_intervals" else set())
+        assert declared - named == set(), name
+    assert figure == {"lo", "hi", "confidence", "bound", "model"}
