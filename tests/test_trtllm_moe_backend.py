@@ -47,12 +47,27 @@ def test_the_default_follows_the_release(version, backend):
     assert {**prof.engine, **keys}["moe_backend"] == backend
 
 
+@pytest.mark.parametrize("version,measured,backend", [
+    ("nightly-20251201", None, "cutlass"), ("nightly-20260129", None, "cutlass"),
+    ("nightly-20260130", None, "auto"), ("nightly-dev-20260301-d3bae71e", None, "auto"),
+    ("", "2026-01-29", "cutlass"), ("", "2026-01-30", "auto"),
+])
+def test_a_nightly_or_a_row_without_a_release_follows_the_day_auto_landed(version, measured, backend):
+    """The rule's ends had no day (releases lacked 0.0.0 and 1.3.0rc2): a nightly built, or a row
+    naming no release measured, before #11074 merged ran auto. A row measured from that day may have
+    run either, and keeps the profile's own (auto), as any version llmsim cannot place does."""
+    prof = load_backend("trtllm")
+    assert {**prof.engine, **prof.version_keys(version, measured)}["moe_backend"] == backend
+
+
 def test_auto_is_refused_on_a_release_without_it():
     # MoeConfig.backend's Literal gains AUTO with #11074, where the profile's CUTLASS rule ends
     assert load_backend("trtllm").by_version[0].until == AUTO_SINCE
     with pytest.raises(ValueError, match="'auto' is no moe_config.backend of trtllm 1.2.1.*set cutlass"):
         EngineConfig(backend="trtllm", backend_version="1.2.1", kernels="trtllm", moe_backend="auto")
     assert EngineConfig(backend="trtllm", backend_version=AUTO_SINCE, kernels="trtllm", moe_backend="auto")
+    with pytest.raises(ValueError, match="'auto' is no moe_config.backend of trtllm nightly-20260129"):
+        EngineConfig(backend="trtllm", backend_version="nightly-20260129", kernels="trtllm", moe_backend="auto")
 
 
 def test_auto_runs_what_tensorrt_llm_picks():
