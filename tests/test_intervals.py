@@ -242,14 +242,10 @@ def test_a_class_absent_from_a_seed_is_judged_over_the_seeds_it_sent_requests_in
     assert judged["SLO a"]["bound_ms"] == alone["bound_ms"] and judged["SLO a"]["replicates_met"] == 0
 
 
-def test_replicates_met_counts_a_class_over_the_seeds_that_sent_it():
-    """Seed 4 sent class a no request: "1 of 2" in run's table and the page read as a miss in a seed
-    that never judged a."""
-    from rich.console import Console
-
+def _two_seeds_one_without_class_a(first: int) -> dict:
+    """Seeds 3 and 4 of a fleet with classes a and b, seed 4 sending a no request; the results.json
+    run --replicates 2 writes with seed ``first``'s run shown."""
     from simulator.metrics.intervals import intervals_block, slo_intervals_block, spread_block
-    from simulator.report.intervals import intervals_table
-    from simulator.report.page_parts import slo_table
 
     def block(ms):
         return {"met": True, "targets": {"ttft_p99_ms": {"metric": "ttft", "percentile": 99, "target_ms": 130.0,
@@ -258,19 +254,35 @@ def test_replicates_met_counts_a_class_over_the_seeds_that_sent_it():
     def seed(s, *classes):
         return {"p99_ttft_ms": 100.0, "slo": block(100.0),
                 "llmsim": {"seed": s, "classes": {c: {"slo_declared": True, "slo": block(90.0)} for c in classes}}}
-    reps = [seed(3, "a", "b"), seed(4, "b")]
+    reps = [seed(3, "a", "b"), seed(4, "b")][::1 if first == 3 else -1]
     model, regime = build(residual_table({("vllm", "h100-sxm"): 0.0})), Regime("vllm")
     res = reps[0]
     res["llmsim"]["intervals"], _ = intervals_block(reps, regime, model, 0.9)
     res["llmsim"]["slo_intervals"] = slo_intervals_block(reps, regime, model, 0.9)
-    res["llmsim"]["replicates"] = spread_block(reps, [3, 4])
-    assert res["llmsim"]["slo_intervals"]["a"]["ttft_p99_ms"]["replicates_judged"] == 1
+    res["llmsim"]["replicates"] = spread_block(reps, [r["llmsim"]["seed"] for r in reps])
+    return res
+
+
+@pytest.mark.parametrize("first", [3, 4])
+def test_replicates_met_counts_a_class_over_the_seeds_that_sent_it(first):
+    """Seed 4 sent class a no request: "1 of 2" in run's table and the page read as a miss in a seed
+    that never judged a; and where seed 4's run is the one shown, a was in neither (run exits 1 where a
+    misses in seed 3 alone)."""
+    from rich.console import Console
+
+    from simulator.report.intervals import intervals_table
+    from simulator.report.page_parts import slo_table
+
+    res = _two_seeds_one_without_class_a(first)
+    a = res["llmsim"]["slo_intervals"]["a"]["ttft_p99_ms"]
+    assert a["replicates_judged"] == 1 and a["target_ms"] == 130.0
     console = Console(width=200, record=True, color_system=None)
     console.print(intervals_table(res))
     rows = {line.split("│")[2].strip(): line for line in console.export_text().splitlines() if "ttft_p99_ms" in line}
     assert "1 of 1 that sent it" in rows["a: ttft_p99_ms"] and "2 of 2" in rows["b: ttft_p99_ms"]
+    assert "130.00" in rows["a: ttft_p99_ms"] and ("90.00" in rows["a: ttft_p99_ms"]) is (first == 3)
     page = slo_table(res)
-    assert "1 of 1 that sent it" in page and "of 2" in page
+    assert "1 of 1 that sent it" in page and "a: TTFT p99" in page and ("none sent" in page) is (first == 4)
 
 
 def test_a_runs_results_json_holds_its_classes_and_buckets_intervals(tmp_path, cli):

@@ -63,7 +63,9 @@ SLO_INTERVAL_FIELDS = {"<owner>": block("a class (its name) or a prompt-length b
                                         "declares its own slo", {
     "<target>": block("one of its targets (ttft_p99_ms), judged as check --confidence judges it; a bucket's in "
                       "the band of its own mean prompt", {
-        **_INTERVAL, "replicates_met": leaf("count", "seeds whose run met the target",
+        **_INTERVAL, "target_ms": leaf("ms", "the target, as declared: a class a run's first seed sent no request "
+                                             "has no slo block there, and is shown from this entry"),
+        "replicates_met": leaf("count", "seeds whose run met the target",
                                             when="`llmsim run --replicates N`, N > 1"),
         "replicates_judged": leaf("count", "seeds whose run judged the target: a class's, those that sent it a "
                                            "request (a seed that sent it none neither meets nor misses it)",
@@ -247,7 +249,7 @@ def slo_intervals_block(replicates: Sequence[Mapping[str, Any]], regime: Regime,
     for t in judged:
         if t["label"] != "SLO" and t["interval"] is not None:
             seeds = {k: t[k] for k in ("replicates_met", "replicates_judged")} if len(replicates) > 1 else {}
-            out.setdefault(owner(t["label"], ""), {})[t["key"]] = {**t["interval"], **seeds}
+            out.setdefault(owner(t["label"], ""), {})[t["key"]] = {**t["interval"], "target_ms": t["target_ms"], **seeds}
     return out
 
 

@@ -19,7 +19,7 @@ from ..validation.error_model import ErrorModel, load_error_model, regime_of_run
 from .summary_format import FAIL, OK, num
 
 __all__ = ["shipped_model", "annotate", "slo_interval", "slo_bounds", "bounds_text", "steps_bounds_lines",
-           "seeds_met", "intervals_table", "widened_notes", "intervals_figure",
+           "seeds_met", "unsent_targets", "intervals_table", "widened_notes", "intervals_figure",
            "write_intervals_plot"]
 
 
@@ -111,15 +111,40 @@ def seeds_met(results: Mapping[str, Any], label: str, key: str, interval: Option
     return "—" if met is None else f"{met} of {n}"
 
 
+def unsent_targets(results: Mapping[str, Any]) -> list[tuple[str, str, dict[str, Any], Mapping[str, Any]]]:
+    """(label, key, target, interval) of each class target other seeds judged that this run's seed,
+    having sent the class no request, has no slo block for: without them a class that missed in every
+    seed but the first was in no table, while run exited 1 on it. ``target`` holds what a
+    ``targets`` entry does but the measurement (this seed has none)."""
+    from ..scenario.slo import parse_slo
+
+    own = (results.get("llmsim") or {}).get("slo_intervals")
+    shown = {(owner(label, ""), key) for label, block in slo_blocks(results) for key in block.get("targets") or {}}
+    out = []
+    for name, targets in (own.items() if isinstance(own, Mapping) else ()):
+        for key, i in (targets.items() if isinstance(targets, Mapping) else ()):
+            if (name, key) in shown or not isinstance(i, Mapping) or not isinstance(i.get("target_ms"), (int, float)):
+                continue
+            try:
+                [(_, metric, pct, ms)] = parse_slo({key: i["target_ms"]}).targets
+            except (LlmsimError, ValueError):      # a page reads any results.json: a foreign key is none
+                continue
+            out.append((f"SLO {name}", key, {"metric": metric, "percentile": pct, "target_ms": ms}, i))
+    return out
+
+
 def _rows(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], Mapping[str, Any], str]]:
     """(name, target, interval, how many seeds met it) for each SLO target the run is judged on that has
-    an interval: the fleet's by its key, a class's or bucket's after its name ("paid: ttft_p99_ms")."""
+    an interval: the fleet's by its key, a class's or bucket's after its name ("paid: ttft_p99_ms"),
+    then those of a class other seeds sent requests and this one none (:func:`unsent_targets`)."""
     out = []
     for label, block in slo_blocks(results):
         for key, t in (block.get("targets") or {}).items():
             i = slo_interval(results, label, key, t)
             if i is not None:
                 out.append((owner(label, ": ") + key, t, i, seeds_met(results, label, key, i)))
+    for label, key, t, i in unsent_targets(results):
+        out.append((owner(label, ": ") + key, t, i, seeds_met(results, label, key, i)))
     return out
 
 

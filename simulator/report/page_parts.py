@@ -12,7 +12,7 @@ import json
 from typing import Any, Iterable, Mapping, Optional, Sequence
 from ..metrics.tail_samples import few_samples_note
 from ..metrics.verdict import class_p99, measured, owner, slo_blocks, slo_met
-from .intervals import seeds_met, slo_interval
+from .intervals import seeds_met, slo_interval, unsent_targets
 from .summary_format import FAILED_PARTS, class_verdict, rare_counts_shown, stack_served, usd, weights_served
 
 __all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
@@ -112,22 +112,23 @@ def _slo_interval(intervals: Mapping[str, Any], key: str, target: Mapping[str, A
 
 def slo_table(results: Mapping[str, Any]) -> str:
     """Every target the run is judged on (:func:`~simulator.metrics.verdict.slo_blocks`), a class's or
-    prompt-length bucket's named before its metric, each with its interval (:func:`.intervals.slo_interval`)."""
+    prompt-length bucket's named before its metric, each with its interval (:func:`.intervals.slo_interval`),
+    then a class's that only other seeds sent requests (:func:`.intervals.unsent_targets`)."""
     intervals = _intervals(results.get("llmsim") or {})
     reps = (results.get("llmsim") or {}).get("replicates") or {}
     n = len(reps.get("seeds") or [])
+    judged = [(label, key, t, slo_interval(results, label, key, t) if label != "SLO" else None)
+              for label, block in slo_blocks(results) for key, t in (block.get("targets") or {}).items()]
     rows = []
-    for label, block in slo_blocks(results):
-        whose = owner(label, ": ")
-        for key, t in (block.get("targets") or {}).items():
-            att = t.get("attainment")
-            verdict = "✓ met" if t.get("met") else "✗ missed"
-            own = slo_interval(results, label, key, t) if whose else None
-            rows.append([verdict, f"{whose}{t['metric'].upper()} p{t['percentile']:g}",
-                         f"≤ {t['target_ms']:,g} ms", measured(t, _digits(t.get("measured_ms") or 0)),
-                         (interval_text(own) if whose else _slo_interval(intervals, key, t)) or "—",
-                         "—" if att is None else f"{100 * att:.1f} %",
-                         *([seeds_met(results, label, key, own)] if n > 1 else [])])
+    for label, key, t, own in judged + unsent_targets(results):
+        whose, att = owner(label, ": "), t.get("attainment")
+        verdict = ("— none sent" if "measured_ms" not in t and "met" not in t
+                   else "✓ met" if t.get("met") else "✗ missed")
+        rows.append([verdict, f"{whose}{t['metric'].upper()} p{t['percentile']:g}",
+                     f"≤ {t['target_ms']:,g} ms", measured(t, _digits(t.get("measured_ms") or 0)),
+                     (interval_text(own) if whose else _slo_interval(intervals, key, t)) or "—",
+                     "—" if att is None else f"{100 * att:.1f} %",
+                     *([seeds_met(results, label, key, own)] if n > 1 else [])])
     return table(["verdict", "target", "limit", "simulated (ms)", "interval (ms)", "within the limit",
                   *(["seeds met"] if n > 1 else [])], rows,
                  cls="slo", caption=few_samples_note(slo_blocks(results)) or "")
