@@ -14,9 +14,10 @@ from test_sweep import write_tiny_scenario
 
 
 def _text(html: str) -> str:
+    import html as h
     import re
 
-    return " ".join(re.sub(r"<[^>]+>", " ", html).split())
+    return " ".join(h.unescape(re.sub(r"<[^>]+>", " ", html)).split())
 
 
 def test_a_seed_grid_shows_its_seeds_and_no_slo_means_no_verdict(cli, tmp_path):
@@ -40,6 +41,9 @@ def test_a_plan_at_a_confidence_says_so_and_shows_its_warnings(cli, tmp_path):
     half = plan["by_confidence"]["levels"]["0.5"]
     if half["met"]:     # the fleet's GPUs (a level's product_gpus is None: the page showed "None GPUs")
         assert f"{half['gpus']:,} GPUs" in text
+    asked = plan["by_confidence"]["levels"]["0.9"]
+    if asked["met"]:    # the bounds the terminal's answer gives (plan --confidence), on the page too
+        assert f"The answer's bounds (ms): tpot_p99_ms {asked['slo_bounds_ms']['tpot_p99_ms']:,.1f}" in text
     for w in plan["warnings"]:
         assert " ".join(w.split()) in text
 

@@ -22,7 +22,7 @@ from ..errors import LlmsimError
 from ..metrics.verdict import mark
 from ..planning.pareto import month_with_power, point_label
 from . import page_charts as charts
-from .intervals import steps_bounds_lines
+from .intervals import bounds_text, steps_bounds_lines
 from .page_parts import classes_table, cost_table, esc, figure, latency_table, money, pools_table, run_answer, \
     table, whole
 from .run_folder import check_columns, check_ladder, check_optional, check_plan, check_results, check_rows, \
@@ -289,15 +289,21 @@ def _confidence_note(confidence: float, by_confidence: Mapping[str, Any]) -> str
     """What a plan at a confidence judged, and the answer at 50 % (the bias-corrected prediction) beside
     it, as the terminal says them: without it a page reading "no fleet" hides the fleet that meets the
     SLO at 50 %."""
+    levels = by_confidence.get("levels") or {}
     note = (f"Judged at {100 * confidence:g} % confidence: every SLO target's bound under llmsim's measured "
             f"error must meet it.")
-    half = (by_confidence.get("levels") or {}).get("0.5")
+    asked = levels.get(f"{confidence:g}") or {}
+    if bounds := bounds_text(asked.get("slo_bounds_ms")):
+        note += f" The answer's {bounds}."
+    half = levels.get("0.5")
     if half and confidence != 0.5:
         fleet = ", ".join(f"{k}={v}" for k, v in (half.get("overrides") or {}).items())
         # a level carries product_* as None where the scenario is not a slice: the fleet's own then
         gpus = whole(half.get("product_gpus") or half.get("gpus"))
         usd = money(half.get("product_monthly_usd") or half.get("monthly_usd"))
-        note += (f" At 50 % (the bias-corrected prediction): {fleet}, {gpus} GPUs, {usd}/month."
+        half_bounds = bounds_text(half.get("slo_bounds_ms"))
+        note += (f" At 50 % (the bias-corrected prediction): {fleet}, {gpus} GPUs, {usd}/month"
+                 + (f"; {half_bounds}." if half_bounds else ".")
                  if half.get("met") else " At 50 % (the bias-corrected prediction) no fleet searched meets it "
                                          "either.")
     return note
