@@ -26,12 +26,11 @@ from .fleet.frontend import Fleet
 from .fleet.lora import LoraPool
 from .fleet.pool import Pool
 from .fleet.setup import PoolSetup, setup_pool  # noqa: F401  (re-exported: notebooks size pools with it)
-from .metrics.derive import RequestArrays
 from .metrics.records import Records
 from .fleet.timeline import Timeline
 from .fleet.window import open_window
 from .gcpause import without_gc
-from .report.fleet_report import arrival_window, llmsim_block, timing_block
+from .report.fleet_report import arrival_window, benchmark_duration, llmsim_block, timing_block
 from .scenario.compile import FleetPlan, PoolPlan, compile_scenario
 from .metrics.gaps import GapGrid, GapLog
 from .metrics.results import compute_results
@@ -89,16 +88,6 @@ class RunOutput:
         shown = [f"scenario={self.scenario.name!r}", f"requests={len(self.requests)}"]
         shown += [f"{k}={round(v, 2) if isinstance(v, float) else v!r}" for k, v in figures.items() if v is not None]
         return f"RunOutput({', '.join(shown)})"
-
-
-def _counted_span(records: Records, warmup: int, warm_start: bool = False) -> Optional[float]:
-    """The benchmark's duration after a closed loop's warm-up: from the first counted request to the
-    last stamp, as vllm bench's and AIPerf's clocks start once the warm-up is done (from t = 0 the
-    warm-up's time stayed in every rate: 400 requests at 16.4 req/s read 14.8); None (from t = 0)
-    without one, and after a warm start's lead-in, whose window opens at t = 0 itself."""
-    if not warmup or not len(records) or warm_start:
-        return None
-    return max(RequestArrays(records).last_stamp() - float(records.arrival.min()), 0.0)
 
 
 def _sessions_begun(lead_in: Sequence[Request]) -> list[int]:
@@ -234,14 +223,14 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     if records is None:
         return RunOutput(sc, requests, gaps, {}, pools, plan.setups, tl, scalers,
                          timing_block(wall, len(requests)), plan, end)
+    duration = benchmark_duration(wl, records)
     try:
         llmsim = llmsim_block(plan, pools, end, engine, records, scalers,
                               began_before=_sessions_begun(src.requests[:warmup]) if wl.lead_in_s else (),
-                              replay_s=getattr(src, "window_s", None))
+                              replay_s=getattr(src, "window_s", None), duration=duration)
     except LlmsimError as e:     # a figure the scenario asked for cannot be read off what ran (cost.monthly)
         raise LlmsimError(e.message, source=e.source or source, key_path=e.key_path) from None
-    results = compute_results(records, gaps, slo=plan.slo, llmsim=llmsim,
-                              duration=_counted_span(records, warmup, bool(wl.lead_in_s)))
+    results = compute_results(records, gaps, slo=plan.slo, llmsim=llmsim, duration=duration)
     return RunOutput(sc, requests, gaps, results, pools, plan.setups, tl, scalers,
                      timing_block(wall, len(records)), plan, end)
 

@@ -309,6 +309,28 @@ def test_a_window_no_request_reached_is_billed_for_the_fleet_that_stood():
     assert c["window_usd"] == pytest.approx(2 * 3.6 / 60) and c["monthly_usd"] == pytest.approx(2 * 3.6 * 730)
 
 
+_CLOSED_LOOP_AFTER_A_WARM_UP = {"duration_s": None, "num_requests": 24,
+                                "arrival": {"type": "concurrency", "concurrency": 4, "warmup_requests": 16}}
+
+
+@pytest.mark.parametrize("workload", [{}, _CLOSED_LOOP_AFTER_A_WARM_UP], ids=["quiet tail", "after a warm-up"])
+def test_the_classes_throughputs_read_the_fleets_duration_and_add_up_to_its(workload):
+    """Each class's request_throughput divides by results.json's duration, as the fleet's does (vllm bench's
+    clock: to the last request's end, from the first counted request after a closed loop's warm-up), not by
+    the run's window: on an hour whose traffic stops at 360 s a class read its requests over 3,600 s, after a
+    warm-up over the warm-up too, and the classes' figures summed to less than the fleet's."""
+    d = _quiet_tail(0.2).model_dump(exclude_none=True)
+    d["classes"] = [{"name": "free", "share": 0.6}, {"name": "paid", "share": 0.4}]
+    d["workload"] = {k: v for k, v in {**d["workload"], **workload}.items() if v is not None}
+    r = simulate(Scenario.model_validate(d)).results
+    classes = r["llmsim"]["classes"].values()
+    assert all(c["completed"] for c in classes)
+    assert r["duration"] < 0.8 * r["llmsim"]["simulated_seconds"]    # a quiet tail, or the warm-up's time
+    for c in classes:
+        assert c["request_throughput"] == pytest.approx(c["completed"] / r["duration"])
+    assert sum(c["request_throughput"] for c in classes) == pytest.approx(r["request_throughput"])
+
+
 def test_method_day_on_less_than_a_day_is_refused_even_without_a_duration():
     """A run sized by num_requests spans what it spans: 11 s read as a whole day would price 0.000127 days × 30.42.
     (A scenario with a duration_s under a day is refused before it runs: scenario/cost.py.)"""

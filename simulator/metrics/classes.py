@@ -32,7 +32,8 @@ FIELDS = {
     "stranded": leaf("count", "preempted and never readmitted (llmsim.request_status.stranded)",
                      when="a request of the class was stranded"),
     **{k: f for k, f in latency_fields(_KEYS, "the class's completed requests").items()},
-    "request_throughput": leaf("req/s", "the class's completed requests / the window"),
+    "request_throughput": leaf("req/s", "the class's completed requests / duration (the run's, as the top "
+                                        "level's request_throughput: the classes' add up to it)"),
     "slo": block("the class's own SLO (else the scenario's), judged", SLO_FIELDS,
                  when="an SLO applies and the class sent requests in the window"),
     "slo_declared": leaf("bool", "the class declares its own SLO, which the run is judged on (llmsim run's exit "
@@ -45,6 +46,9 @@ FIELDS = {
 def class_block(requests: "Records | Sequence[Request]", classes: Sequence, class_slos: Mapping[str, SloSpec],
                 default_slo: SloSpec, duration: float, routes: Mapping[str, str]) -> dict[str, Any]:
     """Each class's figures, judged by its own SLO (``class_slos``, parsed) or else the scenario's.
+
+    ``duration``: the run's (:func:`simulator.report.fleet_report.benchmark_duration`), not the
+    class's own span: its requests were offered on the fleet's clock.
 
     ``routes`` (class → pool, the compiled plan's) names the pool of a class
     that sent nothing in the window: its own ``pool`` key is unset where the

@@ -17,7 +17,16 @@ import numpy as np
 from workloads.request import Request, Status
 from .records import Records
 
-__all__ = ["RequestArrays"]
+__all__ = ["RequestArrays", "last_stamp"]
+
+
+def last_stamp(requests: "Records | Iterable[Request]") -> float:
+    """The latest timestamp of any kind, where the benchmark's clock stops: a request rejected on
+    arrival has no finish stamp but still ended at its arrival; 0 over no stamp."""
+    cols = Records.of(requests).columns
+    last = max(_finite_max(cols[c]) for c in ("arrival", "first_token", "finish", "admitted"))
+    return last if last > -np.inf else 0.0
+
 
 class RequestArrays:
     """The fields metrics need, plus derived latencies (ms).
@@ -36,7 +45,8 @@ class RequestArrays:
                  "tpot_or_zero_ms", "_last")
 
     def __init__(self, requests: "Records | Iterable[Request]") -> None:
-        cols = Records.of(requests).columns
+        records = Records.of(requests)
+        cols = records.columns
         self.status, self.input_tokens, self.output_tokens = (cols[c] for c in ("status", "input_tokens",
                                                                                   "output_tokens"))
         finished = self.finished = self.status == int(Status.FINISHED)
@@ -44,7 +54,6 @@ class RequestArrays:
         first = cols["first_token"]
         bad = finished & ~np.isfinite(first)
         ttft_s = first - arrival
-        last = max(_finite_max(arrival), _finite_max(first))
         del first
         finish = cols["finish"]
         bad |= finished & ~np.isfinite(finish)
@@ -53,8 +62,8 @@ class RequestArrays:
             raise ValueError(f"finished request(s) {ids} lack a first_token or finish stamp "
                              "(an engine bug: every finished request must carry both)")
         e2el_s = np.where(finished, finish - arrival, np.nan)
-        self._last = max(last, _finite_max(finish), _finite_max(cols["admitted"]))
         del finish, arrival
+        self._last = last_stamp(records)
         multi = finished & (self.output_tokens > 1)
         with np.errstate(divide="ignore", invalid="ignore"):
             tpot_s = np.where(multi, (e2el_s - ttft_s) / (self.output_tokens - 1), np.nan)
@@ -69,9 +78,8 @@ class RequestArrays:
         return int(self.status.size)
 
     def last_stamp(self) -> float:
-        """The latest timestamp of any kind: a request rejected on arrival
-        has no finish stamp but still ended at its arrival."""
-        return self._last if self._last > -np.inf else 0.0
+        """:func:`last_stamp` of these requests."""
+        return self._last
 
 
 def _finite_max(a: np.ndarray) -> float:

@@ -156,7 +156,9 @@ FIELDS = {
                    + "; ".join(f"{Status(s).name.lower()} ({_STATUS[Status(s).name.lower()]})" for s in _FAILED)),
     "cancelled": leaf("count", "requests their clients withdrew (llmsim's key; vLLM never cancels)"),
     "duration": leaf("s", "benchmark time: simulation start (after a closed loop's warm-up, its first counted "
-                          "request; after a warm start's lead-in, t = 0) to the latest finish or rejection"),
+                          "request; after a warm start's lead-in, t = 0) to the latest finish or rejection, not "
+                          "to the end of a quiet workload.duration_s, which the run lasts and the bill reads: a "
+                          "benchmark stops once its requests are answered"),
     "total_input_tokens": leaf("tokens", "prompt tokens of completed requests"),
     "total_output_tokens": leaf("tokens", "output tokens of completed requests"),
     "request_throughput": leaf("req/s", "completed / duration"),

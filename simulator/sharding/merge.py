@@ -26,7 +26,7 @@ import numpy as np
 
 from workloads.drivers import make_source
 
-from ..report.fleet_report import _merge_steps, llmsim_block, timing_block
+from ..report.fleet_report import _merge_steps, benchmark_duration, llmsim_block, timing_block
 from ..metrics.column_files import ColumnFiles
 from ..metrics.gaps import GapGrid
 from ..metrics.records import Records
@@ -198,11 +198,12 @@ def merge_outcomes(plan: ShardPlan, outcomes: list[ShardOutcome], *, source: Opt
     requests = Records(merge_columns(plan, outcomes))
     gaps = GapGrid.merge(o.gaps for o in outcomes)
     wall = time.perf_counter() - started if started is not None else sum(o.wall_s for o in outcomes)
-    llmsim = llmsim_block(compiled, pools, end, engine, requests, scalers, replay_s=replay_s)
+    duration = benchmark_duration(sc.workload, requests)
+    llmsim = llmsim_block(compiled, pools, end, engine, requests, scalers, replay_s=replay_s, duration=duration)
     llmsim["shards"] = {**plan.describe(),
                         "requests_per_shard": per_shard,
                         "simulated_seconds_per_shard": [o.end for o in outcomes]}
-    results = compute_results(requests, gaps, slo=compiled.slo, llmsim=llmsim)
+    results = compute_results(requests, gaps, slo=compiled.slo, llmsim=llmsim, duration=duration)
     timing = {**timing_block(wall, len(requests)), "wall_time_s_per_shard": [o.wall_s for o in outcomes]}
     return RunOutput(sc, requests, gaps, results, pools, compiled.setups, _merge_timeline([o.timeline for o in outcomes], end),
                      timing=timing, plan=compiled)
