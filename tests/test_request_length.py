@@ -125,3 +125,56 @@ def test_trtllm_cuts_the_output_at_the_executors_max_seq_len(speculative, served
     out = simulate(sc)
     assert {r.output_tokens for r in out.requests} == {served}
     assert out.results["llmsim"]["pools"]["main"]["outputs_clipped"] == 2
+
+
+def _compiled(pool: dict, speculative: dict | None = None, **workload):
+    """compile_scenario's refusal (its key path and message), or None where it compiles."""
+    from simulator.errors import LlmsimError
+    from simulator.scenario.compile import compile_scenario
+    from simulator.scenario.schema import Scenario
+
+    sc = Scenario.model_validate({
+        "name": "len", "workload": {"arrival": {"type": "poisson", "rate_per_s": 2}, **workload},
+        "pools": [{"name": "main", **POOL, **pool, **({"speculative": speculative} if speculative else {})}]})
+    try:
+        compile_scenario(sc)
+    except LlmsimError as e:
+        return e.key_path, e.message
+    return None
+
+
+@pytest.mark.parametrize("version, speculative, second_turn, refused", [
+    ("0.5.11", None, 4096, False), ("0.5.10", None, 4096, True), ("0.5.7", None, 4093, False),
+    ("0.5.7", DRAFT, 4093, True)])
+def test_a_sessions_turns_are_held_to_what_sglang_takes(version, speculative, second_turn, refused):
+    """A chat's second turn (a system prompt, two turns of 2,020 + 20 tokens) of the whole 4,096-token
+    context is taken from 0.5.11, refused to 0.5.10; one of 4,093 is taken on 0.5.7, but not beside a draft
+    model, whose 4 slots it counts with the prompt. The session check held the turns to the bare 4,096."""
+    pool = {"engine": {"backend": "sglang", "backend_version": version, "max_model_len": 4096}}
+    said = _compiled(pool, speculative, num_sessions=2,
+                     session={"type": "chat", "turns": {"dist": "fixed", "value": 2},
+                              "think_time_s": {"dist": "fixed", "value": 1.0}},
+                     system_prompt={"apps": 1, "tokens": {"dist": "fixed", "value": second_turn - 2 * 2040}},
+                     input_tokens={"dist": "fixed", "value": 2020}, output_tokens={"dist": "fixed", "value": 20})
+    if not refused:
+        assert said is None
+        return
+    assert said is not None and said[0] == "workload.session.turns"
+    assert "history passes the 4,096-token context of pool 'main', of which a request takes " \
+           f"{4091 if speculative else 4095} (" in said[1] and "after at most 1 turns" in said[1]
+    assert ("the draft's 4 slots" in said[1]) is (speculative is not None)
+
+
+@pytest.mark.parametrize("system_prompt, refused", [(3996, False), (3997, True)])
+def test_a_system_prompt_is_held_to_trtllms_executor_max_seq_len(system_prompt, refused):
+    """A 4,096-token prompt (system prompt and input) leaves TensorRT-LLM's executor, at max_seq_len 4,096 + 1
+    under its overlap scheduler, one output token, which it serves (the session check refused it, holding the
+    prompt and one token to the launch's 4,096); a prompt of 4,097 leaves none."""
+    pool = {"engine": {"backend": "trtllm", "max_model_len": 4096}}
+    said = _compiled(pool, num_requests=2, system_prompt={"apps": 1, "tokens": {"dist": "fixed", "value": system_prompt}},
+                     input_tokens={"dist": "fixed", "value": 100}, output_tokens={"dist": "fixed", "value": 20})
+    if not refused:
+        assert said is None
+        return
+    assert said is not None and said[0] == "workload.system_prompt.tokens"
+    assert "context of pool 'main' (the executor's max_seq_len 4097)" in said[1]

@@ -11,6 +11,7 @@ they count alike."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Optional
 
 from ..costmodel.speculative import MTP, SpeculativeSpec, draft_kind
@@ -51,3 +52,40 @@ def executor_seq_len(cfg: EngineConfig, spec: Optional[SpeculativeSpec], limit: 
     overlap = 1 + k if cfg.plans_ahead else 0
     extra = k - 1 if spec is not None and draft_kind(spec.draft_model) == MTP else 0
     return limit + overlap + extra + k
+
+
+@dataclass(frozen=True)
+class LengthLimit:
+    """What the workload check holds a request to on a pool, counted as its stack counts it, so that
+    a single request and a session's turns are held alike: ``tokens`` of prompt and ``counted`` output.
+    Where the stack cuts the output to the limit (``cuts_output``: TensorRT-LLM, to its executor's
+    max_seq_len) a prompt is refused only when it leaves no output token, so one output token counts."""
+
+    tokens: int
+    cuts_output: bool
+    limit: int      # the launch's: max_model_len, else the model's context
+    why: str        # why ``tokens`` differs from ``limit``, for a message ("" where it does not)
+
+    def counted(self, output: int) -> int:
+        """The output tokens held to ``tokens`` beside the prompt."""
+        return 1 if self.cuts_output else output
+
+    def exceeded(self, prompt: float, output: int) -> bool:
+        return prompt + self.counted(output) > self.tokens
+
+    @property
+    def said(self) -> str:
+        """Appended to a message naming ``limit``."""
+        if not self.why:
+            return ""
+        return f" ({self.why})" if self.cuts_output else f", of which a request takes {self.tokens} ({self.why})"
+
+
+def length_limit(cfg: EngineConfig, spec: Optional[SpeculativeSpec], limit: int) -> LengthLimit:
+    """:class:`LengthLimit` of a pool whose launch sets ``limit``: TensorRT-LLM's executor max_seq_len
+    (:func:`executor_seq_len`) where it cuts the output (``engine.clips_output: max_seq_len``), else
+    :func:`longest_total`, as the replica's arrival check (``ReplicaBase.can_ever_serve``) reads them."""
+    if cfg.clips_output == "max_seq_len":
+        seq = executor_seq_len(cfg, spec, limit)
+        return LengthLimit(seq, True, limit, f"the executor's max_seq_len {seq}" if seq != limit else "")
+    return LengthLimit(longest_total(cfg, spec, limit), False, limit, what_shortens(cfg, spec))

@@ -47,7 +47,7 @@ from .cost import month_rule
 from .priority_scheduling import check_priority_scheduling
 from .slo import parse_slo
 from .trace_path import check_trace_path
-from ..engine.request_length import executor_seq_len, longest_total, what_shortens
+from ..engine.request_length import LengthLimit, length_limit
 
 __all__ = ["FleetPlan", "PoolPlan", "PairPlan", "compile_scenario", "class_routes", "base_dir"]
 
@@ -142,25 +142,20 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
         limit = sc.pools[i].engine.max_model_len
         ctx = sc.pools[i].engine.longest_request(setups[i].cm.model)
         # TensorRT-LLM cuts the output to max_seq_len - prompt (engine.clips_output: max_seq_len): only a
-        # prompt that leaves no output token is refused, as the replica does (ReplicaBase.can_ever_serve)
-        cuts = sc.pools[i].engine.clips_output == "max_seq_len"
-        whose = f"pool {names[i]!r}'s engine.max_model_len" if limit else f"{setups[i].cm.model.name}'s context"
-        seq = executor_seq_len(sc.pools[i].engine, sc.pools[i].speculative, ctx)
-        if cuts and mi is not None and mi >= seq:
-            fail(f"input ({mi}) tokens can reach {whose} of {ctx} tokens"
-                 + ("" if limit else f" (pool {names[i]!r})")
-                 + (f" (the executor's max_seq_len {seq})" if seq != ctx else "") + ", leaving no output token",
-                 "workload.input_tokens")
+        # prompt that leaves no output token is refused, as the replica does (ReplicaBase.can_ever_serve);
         # a stack may count more than the prompt and output against it (SGLang's draft slots)
-        total = longest_total(sc.pools[i].engine, sc.pools[i].speculative, ctx)
-        if not cuts and mi is not None and mo is not None and mi + mo > total:
-            why = what_shortens(sc.pools[i].engine, sc.pools[i].speculative)
+        lim = length_limit(sc.pools[i].engine, sc.pools[i].speculative, ctx)
+        whose = f"pool {names[i]!r}'s engine.max_model_len" if limit else f"{setups[i].cm.model.name}'s context"
+        if lim.cuts_output and mi is not None and lim.exceeded(mi, 1):
+            fail(f"input ({mi}) tokens can reach {whose} of {ctx} tokens"
+                 + ("" if limit else f" (pool {names[i]!r})") + lim.said + ", leaving no output token",
+                 "workload.input_tokens")
+        if not lim.cuts_output and mi is not None and mo is not None and lim.exceeded(mi, mo):
             fail(f"input ({mi}) + output ({mo}) tokens can exceed {whose} of {ctx} tokens"
-                 + ("" if limit else f" (pool {names[i]!r})")
-                 + (f", of which a request takes {total} ({why})" if why else ""),
-                 "workload.output_tokens" if mo > total else "workload.input_tokens")
+                 + ("" if limit else f" (pool {names[i]!r})") + lim.said,
+                 "workload.output_tokens" if mo > lim.tokens else "workload.input_tokens")
         _check_prompt_budget(sc, sc.pools[i], mi, fail)
-        _check_session_lengths(sc, ctx, names[i], source, output_cut=cuts)
+        _check_session_lengths(sc, lim, names[i], source)
     ids = sc.workload.id_block_tokens(base_dir(source))
     for i, p in enumerate(sc.pools):
         bs = p.engine.block_size
@@ -343,53 +338,56 @@ def _check_prompt_budget(sc: Scenario, pool: PoolSpec, mi: Optional[int], fail: 
          "workload.input_tokens" if mi > cap or not sp_max else "workload.system_prompt.tokens")
 
 
-def _check_session_lengths(sc: Scenario, ctx: int, pool: str, source, output_cut: bool = False) -> None:
-    """Prompts the workload builds beyond ``input_tokens`` held to the context as ``input_tokens`` is
-    (a request that can exceed it is refused): a system prompt, an edited file and its typing, and
-    sessions' turns, which end once the history passes the context. Unchecked, a system prompt longer
-    than the context only simulated refusals, and an autocomplete session inserting a billion tokens a
-    keystroke, or a chat of a million turns, built prompts for minutes before any refusal.
-    ``output_cut``: the pool's stack cuts the output to the context (TensorRT-LLM), so a prompt need
-    leave room for one output token only."""
+def _check_session_lengths(sc: Scenario, lim: LengthLimit, pool: str, source) -> None:
+    """Prompts the workload builds beyond ``input_tokens`` held to the pool's length limit as
+    ``input_tokens`` is (a request that can exceed it is refused), counted as its stack counts it
+    (``lim``: SGLang's draft slots, TensorRT-LLM's executor max_seq_len and output cut): a system
+    prompt, an edited file and its typing, and sessions' turns, which end once the history passes
+    it. Unchecked, a system prompt longer than the context only simulated refusals, and an
+    autocomplete session inserting a billion tokens a keystroke, or a chat of a million turns,
+    built prompts for minutes before any refusal; held to the bare context, a session SGLang
+    refuses beside a draft passed, and one TensorRT-LLM serves was refused."""
     wl, s = sc.workload, sc.workload.session
     sp = wl.system_prompt
     sp_max, sp_min = (_max_length(sp.tokens), _min_length(sp.tokens)) if sp else (0, 0)
-    mo, out_min = _max_length(wl.output_tokens) or 0, _min_length(wl.output_tokens)
-    if output_cut:
-        mo = 1
-    where = f"the {ctx:,}-token context of pool {pool!r}"
+    mo, out_min = lim.counted(_max_length(wl.output_tokens) or 0), _min_length(wl.output_tokens)
+    where = f"the {lim.limit:,}-token context of pool {pool!r}{lim.said}"
 
     def refuse(msg: str, key: str):
         raise LlmsimError(f"{msg} can exceed {where}", source=source, key_path=key)
 
     if getattr(s, "type", None) == "autocomplete":
-        if s.tokens_per_keystroke > ctx:
+        if lim.exceeded(s.tokens_per_keystroke, mo):
             refuse(f"one keystroke's {s.tokens_per_keystroke:,.0f} tokens", "workload.session.tokens_per_keystroke")
         file_max = _max_length(s.file_tokens)
         typed = (_max_length(s.bursts) or 0) * (_max_length(s.keystrokes) or 0) * s.tokens_per_keystroke
         if file_max is None or sp_max is None:
             return
-        if sp_max + file_max + mo > ctx:
+        if lim.exceeded(sp_max + file_max, mo):
             refuse(f"a file of up to {file_max:,} tokens (with the system prompt and output)",
                    "workload.session.file_tokens")
-        if sp_max + file_max + typed + mo > ctx:
+        if lim.exceeded(sp_max + file_max + typed, mo):
             refuse(f"a file of up to {file_max:,} tokens and the {typed:,.0f} its typing adds",
                    "workload.session.tokens_per_keystroke")
         return
     mi = _max_length(wl.input_tokens)
-    if sp_max and mi is not None and sp_max + mi + mo > ctx:
+    if sp_max and mi is not None and lim.exceeded(sp_max + mi, mo):
         refuse(f"a system prompt of up to {sp_max:,} tokens, input ({mi:,}) and output ({mo:,})",
                "workload.system_prompt.tokens")
     turns = getattr(s, "turns", None)
     if turns is None or _max_length(turns) is None:
         return
-    cap = min(ctx, getattr(s, "max_context_tokens", None) or ctx)
     grows = (_min_length(s.tool_result_tokens) if s.type == "agentic" else _min_length(wl.input_tokens)) + out_min
-    first = sp_min + _min_length(wl.input_tokens) + out_min
-    fit = 1 + max(0, cap - first) // max(grows, 1)
+    prompt = sp_min + _min_length(wl.input_tokens)     # the first turn's, the least it can be
+    # a session ends at the turn the stack refuses, or the client's max_context_tokens stops (prompt + output)
+    ends = [(lim.tokens, lim.counted(out_min), where)]
+    client_cap = getattr(s, "max_context_tokens", None)
+    if client_cap:
+        ends.append((client_cap, out_min, f"{client_cap:,} tokens (session.max_context_tokens)"))
+    fit, what = min((1 + max(0, cap - prompt - last) // max(grows, 1), what) for cap, last, what in ends)
     if _max_length(turns) > fit:
         raise LlmsimError(f"up to {_max_length(turns):,} turns, but a session ends when its history passes "
-                          f"{cap:,} tokens, after at most {fit:,} turns of at least {grows:,} tokens each",
+                          f"{what}, after at most {fit:,} turns of at least {grows:,} tokens each",
                           source=source, key_path="workload.session.turns")
 
 
