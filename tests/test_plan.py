@@ -130,6 +130,22 @@ def test_more_seeds_never_give_a_smaller_fleet(tmp_path):
         assert same[0]["ttft_p99_ms"] >= one.best["ttft_p99_ms"]
 
 
+def test_a_plan_answered_by_a_fleet_whose_load_it_cannot_tell_warns(tmp_path):
+    # every request outlasts the 0.3 s window (300 output tokens): the fleets pass on latencies of a fleet
+    # still filling up, and a plan that said nothing answered a reasoning product with a third of the GPUs
+    scenario = write_tiny_scenario(tmp_path)
+    sets = {"workload.num_requests": 20, "workload.output_tokens": {"dist": "fixed", "value": 300}}
+    plan = plan_fleet(scenario, [parse_vary("pools.chat.replicas=2..3")], make_executor("local"), sets=sets)
+    assert plan.best is not None
+    (note,) = [w for w in plan.warnings if "too short to tell" in w]
+    assert note.startswith("pools.chat.replicas=2 met the SLO on a window too short to tell whether it keeps up")
+    assert "cannot tell: no request finished within the arrival window" in note
+    assert "workload.duration_s" in note
+    # a window the requests finish in: no such warning
+    plain = plan_fleet(scenario, [parse_vary("pools.chat.replicas=2..3")], make_executor("local"))
+    assert not any("too short to tell" in w for w in plain.warnings), plain.warnings
+
+
 def test_no_feasible_point_says_which_slo_failed(tmp_path, cli):
     # 2 replicas sit at ~25 ms p99 TPOT: an SLO of 20 ms fails them by a margin
     # no recalibration of the GPU profile closes (the tiny scenario's 25 ms is on the edge).

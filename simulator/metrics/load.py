@@ -204,6 +204,10 @@ def load_block(rec: Records, window_s: Optional[float], opens_s: float = 0.0) ->
 #: one however well the fleet serves (cancelled, shed and rate-limited requests are not in flight).
 STEADY_SHARE = 0.5
 
+#: How a verdict that cannot tell whether the fleet keeps up begins (:func:`undetermined`): readers of a
+#: row that holds the verdict alone (a plan's probes) recognise it by these words.
+CANNOT_TELL = "cannot tell"
+
 
 def _rps(x: float) -> str:
     """A rate as the verdict writes it: to the cent, or in powers of ten past a billion (requests that all
@@ -237,11 +241,11 @@ def _verdict(b: dict[str, Any]) -> str:
         rates += f" ({unserved})"
     if undetermined(b) and _refused_share(b) >= 1.0 - 1e-9:
         # nothing reached a GPU: a longer window would not help; the limits that ended every request would
-        return (f"cannot tell: every request ended unserved ({unserved}), so the fleet carried no load; "
+        return (f"{CANNOT_TELL}: every request ended unserved ({unserved}), so the fleet carried no load; "
                 f"{offered}")
     if undetermined(b):
         # nothing finished by T: a queue that held level says nothing of a fleet whose every request outlasts T
-        return (f"cannot tell: no request finished within the arrival window ({rates}; {queue}); simulate a "
+        return (f"{CANNOT_TELL}: no request finished within the arrival window ({rates}; {queue}); simulate a "
                 f"window longer than a request takes (workload.duration_s, num_requests)")
     if not b["overloaded"]:
         in_flight = b["queued_at_end"] + b["running_at_end"]
