@@ -38,3 +38,14 @@ def test_the_plan_paragraph_quotes_the_plan_table():
     assert f"six L40S at {_ms(l40s[tpot])}" in prose
     first_token = float(l40s[ttft].replace(",", "")) / 1000
     assert re.search(rf"p99 first token, {first_token:.1f} s\b", prose), prose
+
+
+def test_the_interval_paragraph_quotes_the_runs_interval():
+    text = PAGE.read_text()
+    block = text[text.index("$ llmsim run assistant.yaml -o out/assistant"):]
+    block = block[:block.index("```")]
+    (row,) = [line for line in block.splitlines() if line.startswith("│") and "tpot_p99_ms" in line]
+    high = float(row.strip("│").split("│")[4].split("–")[1].replace(",", ""))   # the interval column
+    after = text[text.index("The last table is a warning worth reading"):]
+    prose = " ".join(after[:after.index("\n\n")].split())
+    assert f"p99 reaches {high:.1f} ms" in prose, prose
