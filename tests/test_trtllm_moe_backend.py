@@ -128,3 +128,25 @@ def test_key_refused_off_trtllm_and_where_no_rows_price_it(engine, words):
     kernels = load_backend(engine["backend"]).engine["kernels"]
     with pytest.raises(ValueError, match=words):
         EngineConfig(kernels=kernels, **{k: v for k, v in engine.items() if k != "backend"})
+
+
+@pytest.mark.parametrize("flags,remedy", [
+    # auto's pick on Hopper, with no --moe-backend given: the remedy is the flag, not a scenario key
+    ([], "give --moe-backend cutlass (moe_config.backend: CUTLASS in the launch), or give a --backend-version "
+         "before 1.3.0rc2"),
+    (["--backend-version", "1.2.1", "--moe-backend", "auto"], "give --moe-backend cutlass, or a --backend-version "
+                                                              "from 1.3.0rc2"),
+])
+def test_estimate_names_its_flags_in_a_refusals_remedy(cli, flags, remedy):
+    for command in (["request", "--input", "4000", "--output", "100"], ["step", "--decode-batch", "8"]):
+        r = cli("estimate", *command, "--gpu", "h200", "--model", "gpt-oss-120b", "--backend", "trtllm", *flags)
+        assert r.code == 2, r.out
+        said = " ".join(r.err.split())
+        assert remedy in said and "engine.moe_backend" not in said and "name a backend_version" not in said, said
+
+
+def test_estimate_off_trtllm_names_the_flags_to_drop_or_give(cli):
+    r = cli("estimate", "request", "--input", "4000", "--output", "100", "--gpu", "h200", "--model",
+            "gpt-oss-120b", "--backend", "sglang", "--moe-backend", "cutlass")
+    assert r.code == 2
+    assert "drop --moe-backend, or give --backend trtllm" in " ".join(r.err.split()), r.err

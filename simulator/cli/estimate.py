@@ -1,6 +1,7 @@
 """``llmsim estimate step|request``: the cost model without a simulation."""
 from __future__ import annotations
 
+import re
 from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import typer
@@ -101,6 +102,22 @@ def _model(name: str, weight_dtype: Optional[str]) -> tuple[ModelProfile, str]:
         raise LlmsimError(e.message, source=e.source, key_path="--weight-dtype") from None
 
 
+#: The remedies a refusal of TensorRT-LLM's MoE backend names as a scenario's keys, as this command's flags
+#: take them (a user told to "set engine.moe_backend" here has no scenario to set it in).
+_MOE_REMEDIES_AS_FLAGS = (
+    (r"set engine\.moe_backend to (\w+)", r"give --moe-backend \1"),
+    (r"\bset (\w+), or name a backend_version", r"give --moe-backend \1, or a --backend-version"),
+    (r"or name a backend_version", r"or give a --backend-version"),
+    (r"remove moe_backend, or set backend: (\w+)", r"drop --moe-backend, or give --backend \1"))
+
+
+def _moe_remedies_as_flags(message: str) -> str:
+    """``message`` with its remedies in this command's flags (:data:`_MOE_REMEDIES_AS_FLAGS`)."""
+    for pattern, flags in _MOE_REMEDIES_AS_FLAGS:
+        message = re.sub(pattern, flags, message)
+    return message
+
+
 def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, kernels: Optional[str],
             backend: Optional[str], version: Optional[str], roofline: bool,
             graphs: Optional[float] = None, moe_backend: Optional[str] = None) -> Optional[EngineConfig]:
@@ -156,7 +173,7 @@ def _engine(gpu: str, model: ModelProfile, weight_dtype: str, kv_dtype: str, ker
             raise LlmsimError(msg.replace("backend_version", "--backend-version"),
                               key_path="--backend-version") from None
         if loc == ("moe_backend",):
-            raise LlmsimError(msg, key_path="--moe-backend") from None
+            raise LlmsimError(_moe_remedies_as_flags(msg), key_path="--moe-backend") from None
         raise LlmsimError(f"{where + ': ' if where else ''}{msg}", key_path="--backend") from None
 
 
@@ -186,7 +203,8 @@ def _cost_model(gpu: str, m: ModelProfile, tp: int, weight_dtype: str, kv_dtype:
         flag = {"engine.weight_dtype": "--weight-dtype", "engine.backend": "--backend" if engine else "--kernels",
                 "engine.backend_version": "--backend-version", "engine.moe_backend": "--moe-backend"}.get(
             e.key_path or "", f"--{e.key_path}")
-        raise LlmsimError(e.message, key_path=flag if e.key_path else None) from None
+        message = _moe_remedies_as_flags(e.message) if e.key_path == "engine.moe_backend" else e.message
+        raise LlmsimError(message, key_path=flag if e.key_path else None) from None
 
 
 def _replica(tp: int, dp: int, ep: int) -> str:
