@@ -154,6 +154,7 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
         "output_tokens": output_tokens,
         **({} if engine is None else {"backend": engine.backend, "prefill_ms": prefill_s * 1e3,
                                       "front_end_ms": front_s * 1e3}),
+        **({"moe_backend": cm.moe_backend} if cm.moe_backend is not None else {}),
         "ttft_ms": (front_s + prefill_s) * 1e3,
         "tpot_ms": tpot_s * 1e3,
         "e2e_ms": (front_s + prefill_s + tpot_s * max(output_tokens - 1, 0)) * 1e3,

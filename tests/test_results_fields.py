@@ -5,7 +5,7 @@ a plain one-pool run (where every key not marked "only when" must appear),
 a one-pool run with every per-request feature (classes, regions, a gateway
 that refuses, autoscaling, speculative decoding, a host KV tier, input-length
 buckets, API pricing, a power bill, replicates), and a four-pool fleet
-(MoE with expert parallelism, LoRA on a GPU without power data, pipeline
+(MoE with expert parallelism on TensorRT-LLM, LoRA on a GPU without power data, pipeline
 stages, contiguous KV, an hourly month, shards), and a request stranded after a
 preemption (vLLM's sliding-window gate). No run may write a key the
 reference lacks, and every key the reference lists must appear in one of them.
@@ -83,7 +83,7 @@ classes:
   - {name: swa, share: 1, pool: swa}
   - {name: swa-vllm, share: 1, pool: swa-vllm}
 pools:
-  - {name: moe, model: qwen3-30b-a3b, gpu: h100-sxm, replicas: 2, tp: 1, dp: 2, ep: 2}
+  - {name: moe, model: qwen3-30b-a3b, gpu: h100-sxm, replicas: 2, tp: 1, dp: 2, ep: 2, engine: {backend: trtllm}}
   - name: lora
     model: llama-3-8b
     gpu: GPU_FILE

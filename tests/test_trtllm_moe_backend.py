@@ -150,3 +150,29 @@ def test_estimate_off_trtllm_names_the_flags_to_drop_or_give(cli):
             "gpt-oss-120b", "--backend", "sglang", "--moe-backend", "cutlass")
     assert r.code == 2
     assert "drop --moe-backend, or give --backend trtllm" in " ".join(r.err.split()), r.err
+
+
+@pytest.mark.parametrize("model,weights,gpu,setting,said", [
+    ("gpt-oss-120b", "mxfp4", "b200", "auto", "trtllm (auto)"),       # auto's pick differs by model and GPU
+    ("deepseek-v3", "fp8", "b200", "auto", "cutlass (auto)"),
+    ("gpt-oss-120b", "mxfp4", "h200", "cutlass", "cutlass"),
+    ("qwen3-30b-a3b", "bf16", "b200", "trtllm", "cutlass (trtllm falls back to it for these experts)"),
+])
+def test_the_pool_and_the_estimate_say_which_moe_backend_runs(model, weights, gpu, setting, said):
+    cm = CostModel(load_model(model), load_hardware(gpu), 8 if model == "deepseek-v3" else 1, weights, "bf16",
+                   kernels="trtllm", moe_backend=setting)
+    assert cm.describe()["moe_backend"] == cm.moe_backend == said
+    assert "moe_backend" not in CostModel(load_model(model), load_hardware(gpu), cm.tp, cm.weight_dtype,
+                                          "bf16", kernels="trtllm").describe()
+    assert CostModel(load_model("llama-3-8b"), load_hardware(gpu), 1, kernels="trtllm",
+                     moe_backend=setting).moe_backend is None      # no experts, no MoE backend
+
+
+def test_a_runs_pool_line_and_estimate_request_name_autos_pick(cli):
+    from simulator.report.summary import _assumed
+    assert "served by trtllm 1.3.0rc15 (its default release), MoE backend trtllm (auto), 1,000 KV tokens" in \
+        _assumed({"backend": "trtllm", "backend_release": "1.3.0rc15", "moe_backend": "trtllm (auto)",
+                  "kv_tokens_per_replica": 1000})
+    r = cli("estimate", "request", "--input", "4000", "--output", "100", "--gpu", "b200", "--model",
+            "gpt-oss-120b", "--backend", "trtllm", "--json")
+    assert '"moe_backend": "trtllm (auto)"' in r.out, r.out

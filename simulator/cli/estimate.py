@@ -243,6 +243,7 @@ def _table(title: str, rows: list[tuple[str, object]]) -> Table:
 #: and ep are in the title.
 _STEP_ROWS: dict[str, tuple[str, Callable[[Any], Any]]] = {
     "mode": ("mode", str), "backend": ("backend", str), "kernels": ("kernels", str),
+    "moe_backend": ("MoE backend", str),
     "weight_dtype": ("weight format", str), "kv_dtype": ("KV cache format", str),
     "params_b": ("parameters (B)", float), "active_params_b": ("active per token (B)", float),
     "layout": ("layout", str), "kv_bytes_per_token": ("KV per token", _kib),
@@ -456,7 +457,8 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
 
     rows = [("mode", out["mode"]), ("parameters (B)", out["params_b"]), ("active per token (B)", out["active_params_b"]),
             ("layout", out["layout"]),
-            *((("backend", out["backend"]), ("prefill (ms)", out["prefill_ms"]), ("front end (ms)", out["front_end_ms"]))
+            *((("backend", out["backend"]), *([("MoE backend", out["moe_backend"])] if "moe_backend" in out else []),
+               ("prefill (ms)", out["prefill_ms"]), ("front end (ms)", out["front_end_ms"]))
               if engine is not None else ()),
             ("TTFT (ms)", out["ttft_ms"]), ("TPOT (ms)", out["tpot_ms"]),
             ("prefill tokens/s", out["prefill_tokens_per_s"]), ("decode tokens/s", out["decode_tokens_per_s"])]

@@ -20,7 +20,7 @@ from ..expert_layout import ExpertLayout
 from ..parallelism import Parallelism
 from ..profiles.hardware import Calibration, HardwareProfile
 from ..profiles.model import ModelProfile
-from ..profiles.moe_backend import expert_kernel_refusal, resolved_backend
+from ..profiles.moe_backend import backend_text, expert_backend, expert_kernel_refusal, resolved_backend
 from . import components as C
 from . import scalar
 from .layout import LayoutOps, check_weight_dtype, gemm_format, needs_layout
@@ -72,6 +72,7 @@ class CostModel:
             raise LlmsimError(f"the {kernels} serving stack does not run on {gpu.name} (its profile's "
                               f"serving_stacks: {', '.join(gpu.serving_stacks)}); llmsim cannot model it there",
                               key_path="engine.backend")
+        setting = moe_backend
         try:    # what TensorRT-LLM's AUTO runs for this model on this GPU
             moe_backend = resolved_backend(moe_backend, model.model_type, gpu.name, gpu.sm_version)
         except ValueError as e:
@@ -86,10 +87,13 @@ class CostModel:
             raise LlmsimError(f"weight_dtype {weight_dtype} quantises the routed experts of a MoE model only (the "
                               f"stacks run every other linear layer unquantised); {model.name} has no experts",
                               key_path="engine.weight_dtype")
+        # what the experts run, said where the stack picks it: auto's choice varies by model and GPU
+        self.moe_backend: str | None = None
         if moe_backend is not None and model.is_moe:
             fmt = gemm_format(weight_dtype, model.checkpoint_dtype, gpu.has_unit("fp4"), mxfp4_activation)
             if (why := expert_kernel_refusal(moe_backend, fmt, gpu.name, gpu.sm_version)) is not None:
                 raise LlmsimError(why, key_path="engine.moe_backend")
+            self.moe_backend = backend_text(setting or moe_backend, expert_backend(moe_backend, fmt))
         if kv_dtype not in ("bf16", "fp16", "fp8"):
             raise LlmsimError(f"unknown KV dtype {kv_dtype!r}; expected bf16, fp16 or fp8")
         # Linear layers other than the routed experts (those follow
@@ -409,5 +413,7 @@ class CostModel:
                "mode": "roofline" if self.roofline else self.cal.status}
         if self.gpus != self.tp or self.ep > 1:
             out.update(dp=self.dp, ep=self.ep)
+        if self.moe_backend is not None:
+            out["moe_backend"] = self.moe_backend
         return out
 

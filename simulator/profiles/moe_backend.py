@@ -114,6 +114,23 @@ def expert_kernel_refusal(backend: Optional[str], fmt: str, gpu_name: str, sm_ve
     return None
 
 
+def expert_backend(backend: str, fmt: str) -> str:
+    """The backend the routed experts of format ``fmt`` run under ``backend`` (``auto`` resolved):
+    ``get_moe_cls`` gives TRTLLM's other formats to CutlassFusedMoE, so a launch naming it runs CUTLASS
+    there, which a reader of the pool must be told rather than see the backend it named."""
+    return "cutlass" if backend == "trtllm" and fmt not in TRTLLM_GEN_FORMATS else backend
+
+
+def backend_text(setting: str, runs: str) -> str:
+    """How a pool's MoE backend reads: what runs, and the setting that chose it where that is another
+    word (``trtllm (auto)``: the release's default picked it for the model and GPU)."""
+    if setting == AUTO:
+        return f"{runs} (auto)"
+    if setting != runs:
+        return f"{runs} ({setting} falls back to it for these experts)"
+    return runs
+
+
 def own_sets_replace(backend: Optional[str], fmt: str) -> bool:
     """Does the stack's own MoE set of ``fmt`` price ``backend``? False where the
     profile's own (vLLM's FlashInfer TRT-LLM) set does: ``trtllm`` on its formats."""

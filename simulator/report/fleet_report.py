@@ -105,6 +105,10 @@ POOL_FIELDS = {
                                     "the profile's default release; null when a profile file names none"),
         ("backend_release_given", "bool", "whether the scenario named that release (engine.backend_version) "
                                           "rather than taking the profile's default"))},
+    "moe_backend": leaf("text", "TensorRT-LLM's MoE backend its routed experts ran: engine.moe_backend as the stack "
+                                "resolves it for the model and GPU, the setting beside it where that is another "
+                                "word (trtllm (auto): the release's default auto picked TRT-LLM-gen)",
+                        when="a MoE model on TensorRT-LLM"),
     "dp": leaf("ranks", "attention data parallelism", when=_DP), "ep": leaf("GPUs", "expert parallelism", when=_DP),
     "pp": leaf("stages", "pipeline stages", when=_PP), "stage_layers": leaf("list", "layers per stage", when=_PP),
     "gpus_per_replica": leaf("GPUs", "tp × pp × dp", when=_PP),
@@ -399,6 +403,7 @@ def _pool_block(ps: PoolSetup, pool: Pool, now: float, scaler, requests: Optiona
         "kv_dtype": ps.spec.engine.kv_dtype,
         "tp": ps.spec.tp,
         **_serving_stack(ps.spec.engine.backend, ps.spec.engine.backend_version),
+        **({"moe_backend": moe} if (moe := ps.cm.describe().get("moe_backend")) else {}),
         **({"dp": ps.spec.dp, "ep": ps.spec.ep} if ps.spec.dp > 1 or ps.spec.ep > 1 else {}),
         **({"pp": ps.spec.pp, "stage_layers": list(ps.cm.pipe.layers), "gpus_per_replica": ps.spec.gpus_per_replica,
             "pp_scheduling": ps.cm.describe()["pp_scheduling"]} if ps.spec.pp > 1 else {}),

@@ -115,10 +115,12 @@ def _serves(pool: Mapping[str, Any]) -> str:
 
 
 def _assumed(pool: Mapping[str, Any]) -> str:
-    """The line under a pool's price: the stack and release whose defaults it ran, and the KV pool
-    they gave a replica, which the figures hang on and a scenario naming neither leaves unsaid."""
-    stack, kv = stack_served(pool), pool.get("kv_tokens_per_replica")
-    parts = ([f"served by {stack}"] if stack else []) + ([f"{kv:,} KV tokens a replica"] if kv is not None else [])
+    """The line under a pool's price: the stack and release whose defaults it ran, the MoE backend
+    TensorRT-LLM picked, and the KV pool they gave a replica, which the figures hang on and a scenario
+    naming none of them leaves unsaid."""
+    stack, kv, moe = stack_served(pool), pool.get("kv_tokens_per_replica"), pool.get("moe_backend")
+    parts = ([f"served by {stack}"] if stack else []) + ([f"MoE backend {moe}"] if moe else []) \
+        + ([f"{kv:,} KV tokens a replica"] if kv is not None else [])
     return "\n  " + ", ".join(parts) if parts else ""
 
 
