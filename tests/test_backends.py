@@ -296,6 +296,17 @@ def test_a_bad_gpu_under_a_named_backend_is_the_gpu_keys_fault(tmp_path, cli, gp
     assert r.code == 2 and says in r.err and "engine.backend 'vllm'" not in r.err, r.err
 
 
+def test_a_stack_that_does_not_run_on_the_gpu_is_the_backend_keys_fault():
+    """TensorRT-LLM on an MI300X was refused as pools[0].tp's fault, a key the user had not set."""
+    from simulator.errors import LlmsimError
+    from simulator.fleet.setup import setup_pool
+
+    pool = {"name": "p", "model": "llama-3-8b", "gpu": "mi300x", "engine": {"backend": "trtllm"}}
+    with pytest.raises(LlmsimError, match="the trtllm serving stack does not run on mi300x") as e:
+        setup_pool(PoolSpec.model_validate(pool), 0)
+    assert e.value.key_path == "pools[0].engine.backend"
+
+
 @pytest.mark.parametrize("rule", [[], {"a": 1}, 3])
 def test_a_profiles_kv_memory_rule_that_is_no_name_is_refused_naming_the_key(tmp_path, rule):
     """A kv_memory rule written as a list or a mapping reached a lookup by name before KvMemory read

@@ -143,8 +143,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     try:
         cm = engine_cost_model(model, gpu, spec.tp, e, spec.dp, spec.ep, draft, role)
     except LlmsimError as err:   # the pool key the rule concerns (tp, dp, ep, engine.*), else tp
-        key = err.key_path if err.key_path in ("tp", "dp", "ep", "engine.weight_dtype", "engine.backend_version",
-                                               "engine.moe_backend") else "tp"
+        key = err.key_path if err.key_path in ("tp", "dp", "ep", "engine.weight_dtype", "engine.backend",
+                                               "engine.backend_version", "engine.moe_backend") else "tp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
     mem = at("engine", lambda: plan_memory(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
                                            e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
