@@ -166,6 +166,12 @@ def test_what_a_confidence_costs_counts_the_power_where_it_is_priced():
         "at 90 %: pools.chat.replicas=3  (the fleet: 3 GPUs, $6,548/month + $1,500 power)"
 
 
+def test_a_one_gpu_fleet_is_one_gpu():
+    assert fleet_answer({"gpus": 1, "monthly_usd": 4380.0}) == "the fleet: 1 GPU, $4,380/month"
+    assert fleet_answer({"gpus": 2, "monthly_usd": 8760.0, "product_gpus": 1, "product_monthly_usd": 4380.0}) == \
+        "the product: 1 GPU, $4,380/month; the simulated slice: 2 GPUs, $8,760/month"
+
+
 def test_each_level_gives_its_bounds_and_the_lines_say_the_confidence_is_one_sided():
     """A run's 90 % interval is two-sided, a plan's 90 % one-sided: the plan says which, and each level
     gives the bounds it judged the targets by (they were only in plan.json)."""

@@ -94,7 +94,7 @@ def fleet_answer(row: dict[str, Any]) -> str:
         g = "—" if gpus is None else f"{gpus:,}"
         m = "—" if usd is None else f"${usd:,.0f}"
         # where energy is priced apart, plans rank by the bill with its power: shown beside it
-        return f"{g} GPUs, {m}/month" + ("" if power is None else f" + ${power:,.0f} power")
+        return f"{g} GPU{'' if gpus == 1 else 's'}, {m}/month" + ("" if power is None else f" + ${power:,.0f} power")
     whole = part(row.get("gpus"), row.get("monthly_usd"), row.get("power_monthly_usd"))
     if row.get("product_gpus") in (None, row.get("gpus")):
         return f"the fleet: {whole}"
