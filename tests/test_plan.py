@@ -130,7 +130,7 @@ def test_more_seeds_never_give_a_smaller_fleet(tmp_path):
         assert same[0]["ttft_p99_ms"] >= one.best["ttft_p99_ms"]
 
 
-def test_a_plan_answered_by_a_fleet_whose_load_it_cannot_tell_warns(tmp_path):
+def test_a_plan_answered_by_a_fleet_on_a_window_its_requests_outlast_warns(tmp_path):
     # every request outlasts the 0.3 s window (300 output tokens): the fleets pass on latencies of a fleet
     # still filling up, and a plan that said nothing answered a reasoning product with a third of the GPUs
     scenario = write_tiny_scenario(tmp_path)
@@ -138,11 +138,13 @@ def test_a_plan_answered_by_a_fleet_whose_load_it_cannot_tell_warns(tmp_path):
     plan = plan_fleet(scenario, [parse_vary("pools.chat.replicas=2..3")], make_executor("local"), sets=sets)
     assert plan.best is not None
     (note,) = [w for w in plan.warnings if "too short to tell" in w]
-    assert note.startswith("pools.chat.replicas=2 met the SLO on a window too short to tell whether it keeps up")
+    assert note.startswith("pools.chat.replicas=2 met the SLO on a window its requests outlast, too short to tell")
     assert "cannot tell: no request finished within the arrival window" in note
     assert "workload.duration_s" in note
-    # a window the requests finish in: no such warning
-    plain = plan_fleet(scenario, [parse_vary("pools.chat.replicas=2..3")], make_executor("local"))
+    # a window the requests finish in (20 s of arrivals, each done in a few seconds): no such warning
+    plain = plan_fleet(scenario, [parse_vary("pools.chat.replicas=2..3")], make_executor("local"),
+                       sets={"workload.arrival.rate_per_s": 10})
+    assert plain.best is not None
     assert not any("too short to tell" in w for w in plain.warnings), plain.warnings
 
 
@@ -380,3 +382,26 @@ def test_the_pools_a_plans_own_statements_price():
     assert priced_by([{"pools.code": {"gpu": "h200", "usd_per_gpu_hour": 5.0}}], names) == {"code"}
     assert priced_by([{"pools": [{"name": "chat", "usd_per_gpu_hour": 1.0}, {"name": "code"}]}], names) == {"chat"}
     assert priced_by([{"pools.chat.replicas": 3, "workload.duration_s": 9}], names) == frozenset()
+
+
+def test_a_load_verdict_on_a_window_the_requests_outlast_is_unsure():
+    from simulator.metrics.load import CANNOT_TELL, SHORT_WINDOW
+    from simulator.metrics.verdict import load_unsure
+    assert load_unsure({"overloaded": False, "load": f"{CANNOT_TELL}: no request finished within the window"})
+    assert load_unsure({"overloaded": False, "load": f"{SHORT_WINDOW}: offered 1.95 req/s, completed 0.03 req/s"})
+    assert not load_unsure({"overloaded": False, "load": "keeps up: offered 1.95 req/s, completed 1.94 req/s"})
+    assert not load_unsure({"overloaded": True, "load": "OVERLOADED: the queue grew by 1.9 req/s"})
+    assert not load_unsure({})
+
+
+def test_a_sweep_says_which_points_ran_a_window_their_requests_outlast(tmp_path, cli):
+    from test_sweep import write_sweep
+    sweep = write_sweep(tmp_path, {"grid": {"pools.chat.replicas": [2, 3]},
+                                   "points": [{"workload.num_requests": 20,
+                                               "workload.output_tokens": {"dist": "fixed", "value": 300}}]})
+    r = cli("sweep", sweep, "-o", tmp_path / "out", "--workers", "1")
+    assert r.code == 0, r.err
+    said = words(r.err)
+    assert ("warning: 2 of 2 points ran a window their requests outlast, too short to tell whether the fleet keeps "
+            "up, so their slo_met can pass a fleet smaller than the load needs; the first, workload.num_requests=20, "
+            "workload.output_tokens={'dist': 'fixed', 'value': 300}, pools.chat.replicas=2: cannot tell: ") in said, said

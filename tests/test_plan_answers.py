@@ -16,6 +16,8 @@ from test_sweep import TINY, words, write_tiny_scenario
 GPUS = "pools.chat.gpu=h100-sxm,a100-sxm-80gb"
 # a few probes, each a fraction of a second; 100 requests, so a p99 has one above it (no few-samples warning)
 SMALL = ("--set", "workload.num_requests=100", "--workers", "1")
+# the same 100 requests over 10 s, a window they finish in: no warning of a window too short to judge the load
+HELD = ("--set", "workload.arrival.rate_per_s=10")
 
 
 def headers(printed: str) -> list[str]:
@@ -32,7 +34,7 @@ def pinned_scenario(folder, price=3.0, **top):
 def test_a_pinned_price_meeting_a_gpu_axis_is_said_and_recorded(tmp_path, cli):
     out = tmp_path / "plan"
     r = cli("plan", pinned_scenario(tmp_path), "-o", out, "--vary", "pools.chat.replicas=1..4", "--vary", GPUS,
-            *SMALL)
+            *SMALL, *HELD)
     assert r.code == 0, r.err
     warning = words(r.err)
     assert warning.startswith("warning: pool chat's price is pinned at $3.00/GPU-h"), r.err
@@ -52,7 +54,7 @@ def test_a_pinned_price_meeting_a_gpu_axis_is_said_and_recorded(tmp_path, cli):
 def test_each_gpu_at_its_own_price_or_a_price_the_user_sets_draws_no_warning(tmp_path, cli):
     scenario = pinned_scenario(tmp_path)
     r = cli("plan", scenario, "-o", tmp_path / "own", "--vary", "pools.chat.replicas=1..4", "--vary", GPUS,
-            "--set", "pools.chat.usd_per_gpu_hour=null", *SMALL)
+            "--set", "pools.chat.usd_per_gpu_hour=null", *SMALL, *HELD)
     assert r.code == 0 and "warning" not in r.err, r.err
     plan = json.loads((tmp_path / "own" / "plan.json").read_text())
     assert plan["pinned_prices"] == [] and plan["warnings"] == []
@@ -61,7 +63,7 @@ def test_each_gpu_at_its_own_price_or_a_price_the_user_sets_draws_no_warning(tmp
     # the command line's own price is the user's statement, not a default met by surprise
     plain = write_tiny_scenario(tmp_path)
     r = cli("plan", plain, "-o", tmp_path / "set", "--vary", "pools.chat.replicas=1..4", "--vary", GPUS,
-            "--set", "pools.chat.usd_per_gpu_hour=2.5", *SMALL)
+            "--set", "pools.chat.usd_per_gpu_hour=2.5", *SMALL, *HELD)
     assert r.code == 0 and "warning" not in r.err, r.err
 
 

@@ -62,13 +62,14 @@ def sweep(sweep_file: Path = typer.Argument(..., help="sweep YAML: base, grid an
         where = f"{executor} ({used} worker{'s' if used != 1 else ''})"
     wall = time.perf_counter() - wall
     from ..planning.prices import sweep_pinned_prices
-    from ..planning.sweep import few_samples_warning
+    from ..planning.sweep import few_samples_warning, short_window_warning
 
     for pinned in sweep_pinned_prices(points):
         warn(pinned["warning"])
-    few = few_samples_warning(run.rows, override_keys(points))
-    if few:
-        warn(few)
+    for warning in (few_samples_warning(run.rows, override_keys(points)),
+                    short_window_warning(run.rows, override_keys(points))):
+        if warning:
+            warn(warning)
     keys = override_keys(points)
     # a point that does not keep up says so beside its verdict: without an SLO there is no verdict to carry it
     shown = [c for c in _SHOWN if c != "overloaded" or any(r.get(c) for r in run.rows)]

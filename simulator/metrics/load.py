@@ -204,9 +204,11 @@ def load_block(rec: Records, window_s: Optional[float], opens_s: float = 0.0) ->
 #: one however well the fleet serves (cancelled, shed and rate-limited requests are not in flight).
 STEADY_SHARE = 0.5
 
-#: How a verdict that cannot tell whether the fleet keeps up begins (:func:`undetermined`): readers of a
-#: row that holds the verdict alone (a plan's probes) recognise it by these words.
+#: How a verdict that cannot tell whether the fleet keeps up begins (:func:`undetermined`), and one that
+#: says it does on a window most requests outlast: readers of a row that holds the verdict alone (a plan's
+#: probes, a sweep's points) recognise them by these words.
 CANNOT_TELL = "cannot tell"
+SHORT_WINDOW = "keeps up, on a short window"
 
 
 def _rps(x: float) -> str:
@@ -251,7 +253,7 @@ def _verdict(b: dict[str, Any]) -> str:
         in_flight = b["queued_at_end"] + b["running_at_end"]
         if b["offered_rps"] and in_flight > STEADY_SHARE * b["offered_rps"] * b["window_s"]:
             # most of the window's requests were still in flight at its end: it is shorter than they are
-            return (f"keeps up, on a short window: {rates}; {queue}; most requests outlast the window, so a "
+            return (f"{SHORT_WINDOW}: {rates}; {queue}; most requests outlast the window, so a "
                     f"longer one (workload.duration_s, num_requests) makes the verdict surer")
         return f"keeps up: {rates}; {queue}"
     why = [f"the queue grew by {_rps(b['queue_growth_rps'])} req/s"] if b["queued_at_end"] > b["queued_at_mid"] else []

@@ -12,7 +12,7 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from .by_input_length import bucket_slo_blocks
-from .load import CANNOT_TELL
+from .load import CANNOT_TELL, SHORT_WINDOW
 
 __all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "fleet_met", "load_columns", "load_failure", "mark", "owner",
            "failures", "past", "ms_past", "measured", "class_p99"]
@@ -105,10 +105,11 @@ def load_failure(row: Mapping[str, Any]) -> Optional[str]:
     return f"load {row['load']}" if row.get("overloaded") else None
 
 
-def load_untold(row: Mapping[str, Any]) -> bool:
-    """Whether a row's fleet passed without a load verdict (:func:`load_columns`): nothing finished within
-    its window, so its latencies are those of a fleet still filling, not of one serving the load for long."""
-    return not row.get("overloaded") and str(row.get("load") or "").startswith(CANNOT_TELL)
+def load_unsure(row: Mapping[str, Any]) -> bool:
+    """Whether a row's fleet was judged on a window its requests outlast (:func:`load_columns`): nothing
+    finished within it, or most of its requests were still in flight at its end. Its latencies are then
+    those of a fleet still filling up, not of one serving the load for long, and pass a fleet too small."""
+    return not row.get("overloaded") and str(row.get("load") or "").startswith((CANNOT_TELL, SHORT_WINDOW))
 
 
 def mark(row: Mapping[str, Any]) -> str:

@@ -25,7 +25,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 from ..errors import LlmsimError, first_few
 from ..memory import does_not_fit
 from ..metrics.intervals import check_confidence
-from ..metrics.verdict import load_untold
+from ..metrics.verdict import load_unsure
 from ..metrics.tail_samples import row_few_samples_note
 from ..profiles.hardware import load_hardware
 from ..runsize import check_run_count
@@ -283,7 +283,7 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
         key, searched = axis.key, {"key": axis.key, "range": list(axis.bounds)}
         answers = drive_all({i: smallest_passing(*axis.bounds) for i in range(len(combos))},
                             prober.judge(combos, key))
-    candidates, bounds_hit, thin, untold = [], [], [], []
+    candidates, bounds_hit, thin, short = [], [], [], []
     for i, combo in enumerate(combos):
         tried = [v for (j, v) in prober.rows if j == i]
         value = answers[i]
@@ -300,7 +300,7 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
             cand["max_rate_per_s"] = value
         if cand["slo_met"]:
             thin += [(overrides, note) for note in _few_samples(prober.rows[(i, at)])]
-            untold += [(overrides, r["load"]) for r in prober.rows[(i, at)] if load_untold(r)][:1]
+            short += [(overrides, r["load"]) for r in prober.rows[(i, at)] if load_unsure(r)][:1]
         candidates.append(cand)
     probes = [{"overrides": {**combos[i], key: v}, **prober.figures(i, v)} for (i, v) in prober.rows]
     gpus = {p.gpu for run in priced for p in run.values()}   # however an axis spells the GPU
@@ -308,7 +308,7 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
                 _ranked(candidates, max_rate), probes, list(variants), cli, confidence,
                 {g: load_hardware(g).provenance() for g in sorted(gpus)}, varied, pinned,
                 [w for w in [seeds_alike(sc.workload.arrival, seeds), copies_in_step(sc.workload.arrival),
-                             _bound_note(bounds_hit, max_rate, key), _thin_note(thin), _untold_note(untold)] if w])
+                             _bound_note(bounds_hit, max_rate, key), _thin_note(thin), _short_window_note(short)] if w])
 
 
 def _few_samples(rows: Sequence[Mapping[str, Any]]) -> list[str]:
@@ -327,15 +327,15 @@ def _thin_note(thin: list[tuple[dict[str, Any], str]]) -> str:
     return f"the SLO verdict of {which} rests on too few samples: {thin[0][1]}"
 
 
-def _untold_note(untold: list[tuple[dict[str, Any], str]]) -> str:
-    """Where a fleet the plan answers with passed without a load verdict: nothing finished within its
-    window (requests that outlast it, as long reasoning outputs do), so its latencies are those of a
-    fleet still filling up; the same fleet serving the load for longer may fall behind it."""
-    if not untold:
+def _short_window_note(short: list[tuple[dict[str, Any], str]]) -> str:
+    """Where a fleet the plan answers with passed on a window its requests outlast (long reasoning
+    outputs): its latencies are those of a fleet still filling up, and the same fleet serving the load
+    for longer may fall behind it."""
+    if not short:
         return ""
-    which = first_few([f"({_overrides_text(o)})" if len(o) > 1 else _overrides_text(o) for o, _ in untold], 3)
-    return (f"{which} met the SLO on a window too short to tell whether it keeps up with the load, so a "
-            f"smaller fleet than the load needs can pass: {untold[0][1]}")
+    which = first_few([f"({_overrides_text(o)})" if len(o) > 1 else _overrides_text(o) for o, _ in short], 3)
+    return (f"{which} met the SLO on a window its requests outlast, too short to tell whether it keeps up with "
+            f"the load, so a smaller fleet than the load needs can pass: {short[0][1]}")
 
 
 def _bound_note(hit: list[str], max_rate: bool, key: str) -> str:

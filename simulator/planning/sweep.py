@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError
 from ..metrics.tail_samples import row_few_samples_note
+from ..metrics.verdict import load_unsure
 from ..scenario.variants import merge_overlays
 from .batch import run_points
 from .executors import Executor
@@ -27,7 +28,8 @@ from .grid import load_sweep
 from .point import Point
 from .store import PointStore
 
-__all__ = ["SweepRun", "plan_sweep", "run_sweep", "override_keys", "write_table", "few_samples_warning"]
+__all__ = ["SweepRun", "plan_sweep", "run_sweep", "override_keys", "write_table", "few_samples_warning",
+           "short_window_warning"]
 
 OnRow = Callable[[Point, dict[str, Any], bool], None]
 
@@ -131,9 +133,24 @@ def few_samples_warning(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) 
     """Which points' SLO verdicts rest on a percentile over too few requests (their ``slo_met`` is the
     slowest few requests', :mod:`simulator.metrics.tail_samples`), the first one's targets named; None
     when every point's rest on enough."""
-    thin = [(r, note) for r in rows if (note := row_few_samples_note(r))]
-    if not thin:
+    return _points_warning(rows, keys, row_few_samples_note, "judge the SLO on too few samples")
+
+
+def short_window_warning(rows: Sequence[Mapping[str, Any]], keys: Sequence[str]) -> Optional[str]:
+    """Which points ran a window their requests outlast (:func:`~simulator.metrics.verdict.load_unsure`):
+    their ``slo_met`` is a fleet's still filling up, which can pass a fleet far smaller than the load
+    needs; None when every point's window held its requests."""
+    return _points_warning(rows, keys, lambda r: r["load"] if load_unsure(r) else None,
+                           "ran a window their requests outlast, too short to tell whether the fleet keeps up, "
+                           "so their slo_met can pass a fleet smaller than the load needs")
+
+
+def _points_warning(rows: Sequence[Mapping[str, Any]], keys: Sequence[str],
+                    note_of: Callable[[Mapping[str, Any]], Optional[str]], says: str) -> Optional[str]:
+    """How many points ``note_of`` has something to say of, and what it says of the first, by its overrides."""
+    flagged = [(r, note) for r in rows if (note := note_of(r))]
+    if not flagged:
         return None
-    first, note = thin[0]
+    first, note = flagged[0]
     named = ", ".join(f"{k}={first.get(k)}" for k in keys) or "the point"
-    return f"{len(thin)} of {len(rows)} points judge the SLO on too few samples; the first, {named}: {note}"
+    return f"{len(flagged)} of {len(rows)} points {says}; the first, {named}: {note}"
