@@ -13,6 +13,8 @@ import re
 from pathlib import Path
 from typing import Any, Callable, Iterable, Sequence
 
+from .stack_names import stack_name
+
 __all__ = ["LlmsimError", "KeyRefusal", "format_key_path", "from_validation_error", "error_loc", "user_loc",
            "os_reason", "first_few", "nearest", "near_names", "shortened", "set_flag"]
 
@@ -227,8 +229,12 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None,
                 # YAML reads `{host_gb:100}` as one key: a colon without a space after it separates nothing
                 msg = f"unknown key: YAML needs a space after the colon ({head}: {value}, not {key})"
             else:
-                near = nearest(key, keys_at(tuple(written[:-1]))) if keys_at and written else ""
-                msg = f"unknown key ({near[2:-1] + ' ' if near else 'check the spelling; '}see {keys_shown_by})"
+                keys = keys_at(tuple(written[:-1])) if keys_at and written else []
+                near = nearest(key, keys)
+                hint = near[2:-1] + " " if near else "check the spelling; "
+                if (named := stack_name(key, keys)) is not None:    # a launch's name, not a slip of a letter
+                    hint = f"{named[1]} is {named[0]} here; "
+                msg = f"unknown key ({hint}see {keys_shown_by})"
         elif "input" in e and e.get("type") not in ("missing",) and not isinstance(e["input"], (dict, list)) \
                 and f"the text {e['input']!r}" not in msg and not msg.startswith("has no value"):
             got[path] = f" (got {_shown(e['input'])})"

@@ -17,7 +17,7 @@ from simulator.scenario.load import load_scenario
 from simulator.scenario.overrides import _nothing_at, key_fault, no_item
 import test_plan_bad_choices
 from test_plan_bad_choices import refused
-from test_sweep import write_tiny_scenario
+from test_sweep import TINY, write_tiny_scenario
 
 no_runs = test_plan_bad_choices.no_runs     # the fixture that fails a test if any point is simulated
 
@@ -148,3 +148,19 @@ def test_a_fault_every_choice_shares_shows_the_axis_as_given(tmp_path, cli, no_r
     assert r.code == 2 and says in r.err, r.err
     one = cli("plan", sc, "--vary", "pools.chat.replicas=1..2", "--vary", "pools.chat.tp=2,3", "-o", tmp_path / "o")
     assert one.code == 2 and "(--vary pools.chat.tp=3): pools[0].tp: tp=3 must divide" in one.err, one.err
+
+
+def test_a_serving_stacks_own_name_for_an_engine_key_is_answered_with_llmsims(tmp_path, cli):
+    # a letter's distance answered free_gpu_memory_fraction with gpu_memory_utilization, vLLM's, which a
+    # TensorRT-LLM pool then refuses
+    path = write_tiny_scenario(tmp_path)
+    r = cli("run", path, "--set", "pools.chat.engine.free_gpu_memory_fraction=0.8")
+    assert r.code == 2
+    assert ("pools[0].engine.free_gpu_memory_fraction: unknown key (TensorRT-LLM's kv_cache_config."
+            "free_gpu_memory_fraction is pools.chat.engine.kv_memory.fraction here;") in " ".join(r.err.split()), r.err
+    assert "gpu_memory_utilization" not in r.err
+    pool = {**TINY["pools"][0], "engine": {"backend": "sglang", "max_running_requests": 64, "page_size": 16}}
+    r = cli("run", write_tiny_scenario(tmp_path, pools=[pool]))
+    said = " ".join(r.err.split())
+    assert "pools[0].engine.max_running_requests: unknown key (SGLang's --max-running-requests is max_num_seqs here;" \
+        in said and "pools[0].engine.page_size: unknown key (SGLang's --page-size is block_size here;" in said, said

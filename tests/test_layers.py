@@ -39,7 +39,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     # what everything uses and which uses nothing of llmsim: errors, strict parsing,
     # reading input files, plug-in discovery, the run-size limits, SimPy's loop, executors, results.json's field declarations
     ("base", ("simulator", "simulator.__version__", "simulator.errors", "simulator.structured", "simulator.dtypes",
-              "simulator.fields",
+              "simulator.fields", "simulator.stack_names",
               "simulator.atomic_write", "simulator.plugins", "simulator.runsize", "simulator.gcpause",
               "simulator.reads", "simulator.scenario.strict", "simulator.engine.wake", "simulator.planning.executors",
               "simulator.planning.pareto")),

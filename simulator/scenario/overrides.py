@@ -27,6 +27,7 @@ from pydantic import BaseModel, BeforeValidator, PlainValidator, WrapValidator
 from pydantic.fields import FieldInfo
 
 from ..errors import LlmsimError, nearest
+from ..stack_names import stack_name
 from ..structured import parse_flag_value
 
 
@@ -136,6 +137,8 @@ def _nothing_at(scenario: BaseModel, key: str) -> Optional[LlmsimError]:
         if part not in names:
             near = difflib.get_close_matches(part, list(names), n=1)
             hint = f"did you mean {'.'.join([*parts[:i], near[0]])}? " if near else "check the spelling; "
+            if (named := stack_name(part, list(names))) is not None:     # a launch's name, not a slip
+                hint = f"{named[1]} is {'.'.join([*parts[:i], named[0]])} here; "
             return LlmsimError(f"unknown key ({hint}see `llmsim schema`)", key_path=".".join([*shown, part]))
         shown.append(part)
         if cls is None:
