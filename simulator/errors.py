@@ -196,13 +196,15 @@ SCHEMA_COMMAND = "`llmsim schema`"
 
 def from_validation_error(err: Any, source: str | Path | None, data: Any = None,
                           keys_at: Callable[[tuple], Sequence[str]] | None = None,
-                          keys_shown_by: str = SCHEMA_COMMAND) -> LlmsimError:
+                          keys_shown_by: str = SCHEMA_COMMAND,
+                          deeper_at: Callable[[tuple, str], str | None] | None = None) -> LlmsimError:
     """Turn a pydantic ValidationError into one readable LlmsimError.
 
     All problems are listed (a user fixing a scenario wants every typo at
     once), each as ``key.path: what was expected``. ``keys_at`` gives the keys
     the mapping at a path may hold, so that a misspelt key is answered with the
-    nearest one.
+    nearest one; ``deeper_at`` the key of a mapping a level down that an unknown key names
+    (``engine.weight_dtype`` for a pool's ``weight_dtype``), which answers it before the nearest.
     """
     by_path: dict[str, list[str]] = {}
     got: dict[str, str] = {}
@@ -234,6 +236,8 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None,
                 hint = near[2:-1] + " " if near else "check the spelling; "
                 if (named := stack_name(key, keys)) is not None:    # a launch's name, not a slip of a letter
                     hint = f"{named[1]} is {named[0]} here; "
+                elif deeper_at is not None and written and (deeper := deeper_at(tuple(written[:-1]), key)):
+                    hint = f"did you mean {deeper}? "                 # written a level too high
                 msg = f"unknown key ({hint}see {keys_shown_by})"
         elif "input" in e and e.get("type") not in ("missing",) and not isinstance(e["input"], (dict, list)) \
                 and f"the text {e['input']!r}" not in msg and not msg.startswith("has no value"):

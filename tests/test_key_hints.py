@@ -164,3 +164,29 @@ def test_a_serving_stacks_own_name_for_an_engine_key_is_answered_with_llmsims(tm
     said = " ".join(r.err.split())
     assert "pools[0].engine.max_running_requests: unknown key (SGLang's --max-running-requests is max_num_seqs here;" \
         in said and "pools[0].engine.page_size: unknown key (SGLang's --page-size is block_size here;" in said, said
+
+
+def test_an_engine_key_written_on_the_pool_is_answered_with_its_place_under_engine(tmp_path, cli):
+    # a pool's weight_dtype, backend or kv_dtype is no slip of a letter: "check the spelling" sent the user
+    # hunting for a typo that was not there
+    path = write_tiny_scenario(tmp_path)
+    r = cli("run", path, "--set", "pools.chat.weight_dtype=fp8")
+    assert r.code == 2
+    assert "pools[0].weight_dtype: unknown key (did you mean pools.chat.engine.weight_dtype?" in r.err, r.err
+    (tmp_path / "high").mkdir()
+    r = cli("run", write_tiny_scenario(tmp_path / "high", pools=[{**TINY["pools"][0], "backend": "vllm",
+                                                                  "kv_dtype": "fp8"}]))
+    said = " ".join(r.err.split())
+    assert "pools[0].backend: unknown key (did you mean engine.backend?" in said, said
+    assert "pools[0].kv_dtype: unknown key (did you mean engine.kv_dtype?" in said, said
+    # a slip of a letter keeps its nearest key
+    assert "did you mean pools.chat.replicas?" in cli("run", path, "--set", "pools.chat.replica=2").err
+
+
+def test_a_key_a_level_down_is_named_only_where_one_mapping_takes_it():
+    from simulator.scenario.schema import PoolSpec, Scenario
+    from simulator.scenario.strict import deeper_key
+    assert deeper_key(PoolSpec, "weight_dtype") == "engine.weight_dtype"
+    assert deeper_key(PoolSpec, "replicas") is None              # a key of the pool itself
+    assert deeper_key(PoolSpec, "zzzz") is None
+    assert deeper_key(Scenario, "duration_s") == "workload.duration_s"

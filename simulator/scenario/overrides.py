@@ -28,6 +28,7 @@ from pydantic.fields import FieldInfo
 
 from ..errors import LlmsimError, nearest
 from ..stack_names import stack_name
+from .strict import deeper_key
 from ..structured import parse_flag_value
 
 
@@ -139,6 +140,8 @@ def _nothing_at(scenario: BaseModel, key: str) -> Optional[LlmsimError]:
             hint = f"did you mean {'.'.join([*parts[:i], near[0]])}? " if near else "check the spelling; "
             if (named := stack_name(part, list(names))) is not None:     # a launch's name, not a slip
                 hint = f"{named[1]} is {'.'.join([*parts[:i], named[0]])} here; "
+            elif (deeper := deeper_key(model, part)) is not None:          # written a level too high
+                hint = f"did you mean {'.'.join([*parts[:i], deeper])}? "
             return LlmsimError(f"unknown key ({hint}see `llmsim schema`)", key_path=".".join([*shown, part]))
         shown.append(part)
         if cls is None:

@@ -20,14 +20,14 @@ import copy
 import math
 import types
 import typing
-from typing import Any, Iterator, Literal, TypeVar
+from typing import Any, Iterator, Literal, Optional, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
 from ..errors import LlmsimError, user_loc, format_key_path
 
 __all__ = ["validate_strict", "refuse_coerced", "refuse_coerced_behind", "refuse_past_any_number", "leaves",
-           "keys_at"]
+           "keys_at", "deeper_key", "deeper_key_at"]
 
 M = TypeVar("M", bound=BaseModel)
 
@@ -48,6 +48,7 @@ def validate_strict(cls: type[M], data: Any, source: Any = None, *, whole_number
     except ValidationError as e:
         refuse_coerced_behind(data, cls, source)
         raise from_validation_error(e, source, data, keys_at=lambda path: keys_at(cls, data, path),
+                                    deeper_at=lambda path, key: deeper_key_at(cls, data, path, key),
                                     keys_shown_by=getattr(cls, "KEYS_SHOWN_BY", SCHEMA_COMMAND)) from None
     refuse_coerced(data, model, source)
     return model
@@ -177,6 +178,19 @@ def keys_at(cls: type[BaseModel], data: Any, path: tuple) -> list[str]:
     a misspelt one is answered with the nearest (``replica``: did you mean ``replicas``?); [] where the
     schema does not say (a mapping of free keys, a value a validator builds). The data chooses among a
     union's models by the tag it writes (``dist: lognormal``), as validation does."""
+    node_cls = _model_at(cls, data, path)
+    if node_cls is None:
+        return []
+    return [f.alias or name for name, f in node_cls.model_fields.items()]
+
+
+def deeper_key_at(cls: type[BaseModel], data: Any, path: tuple, key: str) -> Optional[str]:
+    """:func:`deeper_key` of the mapping at ``path`` of ``data`` (validated as ``cls``)."""
+    return deeper_key(_model_at(cls, data, path), key)
+
+
+def _model_at(cls: type[BaseModel], data: Any, path: tuple) -> Optional[type[BaseModel]]:
+    """The model the mapping at ``path`` of ``data`` is validated as; None where the schema does not say."""
     node_cls: Any = cls
     node: Any = data
     for part in path:
@@ -184,17 +198,34 @@ def keys_at(cls: type[BaseModel], data: Any, path: tuple) -> list[str]:
         if isinstance(node_cls, type) and issubclass(node_cls, BaseModel):
             name = _field_name(node_cls, part)
             if name is None or not isinstance(node, dict) or part not in node:
-                return []
+                return None
             node_cls, node = node_cls.model_fields[name].annotation, node[part]
         elif typing.get_origin(node_cls) in (list, tuple) and isinstance(node, list) and isinstance(part, int) \
                 and 0 <= part < len(node):
             node_cls, node = (typing.get_args(node_cls) or (Any,))[0], node[part]
         else:
-            return []
+            return None
     node_cls = _model_of(node_cls, node)
-    if not (isinstance(node_cls, type) and issubclass(node_cls, BaseModel)):
-        return []
-    return [f.alias or name for name, f in node_cls.model_fields.items()]
+    return node_cls if isinstance(node_cls, type) and issubclass(node_cls, BaseModel) else None
+
+
+def deeper_key(model: Any, key: str) -> Optional[str]:
+    """``field.key`` where ``key`` is no key of ``model`` but a key of the one model a field of it holds
+    (a pool's ``weight_dtype`` for its ``engine.weight_dtype``): written a level too high, it is no slip
+    of a letter, and the nearest key of the level it was written at is no answer. None where no field's
+    model takes it, or more than one's does."""
+    if not (isinstance(model, type) and issubclass(model, BaseModel)):
+        return None
+    keys = {f.alias or name for name, f in model.model_fields.items()}
+    if key in keys:
+        return None
+    found = []
+    for name, f in model.model_fields.items():
+        sub = _model_of(f.annotation, {})
+        if isinstance(sub, type) and issubclass(sub, BaseModel) and sub.model_config.get("extra") == "forbid" \
+                and key in {g.alias or n for n, g in sub.model_fields.items()}:
+            found.append(f"{f.alias or name}.{key}")
+    return found[0] if len(found) == 1 else None
 
 
 def _model_of(annotation: Any, node: Any) -> Any:
