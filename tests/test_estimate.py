@@ -361,6 +361,9 @@ def test_profiles_list_json(cli):
     assert by_name["llama-3-8b"]["kv_kib_per_token_bf16"] == 128
     assert by_name["llama-2-70b"]["kv_kib_per_token_bf16"] == 320
     assert all(g["calibration"] in ("calibrated", "transferred", "roofline") for g in out["gpus"])
+    # the release a pool naming no backend_version runs, for every stack (vLLM's alone was in its text)
+    releases = {b["name"]: b["default_release"] for b in out["backends"]}
+    assert releases == {"sglang": "0.5.23", "trtllm": "1.3.0rc15", "vllm": "0.19.1"}
 
 
 def test_profiles_list_table(cli):

@@ -632,7 +632,10 @@ class BackendProfile(_Strict):
 
     def summary(self) -> dict:
         o = self.overheads
+        # the release a pool naming no backend_version runs, whose defaults (TensorRT-LLM's MoE backend,
+        # vLLM's async scheduling) a plan assumes: said beside the range, not only after a run
         return {"name": self.name, "stack": self.stack, "versions": self.versions,
+                "default_release": self.release_run(None),
                 "chunked_prefill": self.engine.get("chunked_prefill"),
                 "mixed_prefill": self.engine.get("mixed_prefill"),
                 "async_scheduling": bool(self.engine.get("async_scheduling", False)),
