@@ -200,6 +200,9 @@ def test_a_window_in_which_nothing_finished_cannot_tell():
     b = load_block(_records(t, t, t + 20.0, [int(Status.FINISHED)] * t.size), 1.0)
     assert not b["overloaded"] and b["completed_rps"] == 0
     assert b["verdict"].startswith("cannot tell: no request finished within the arrival window")
+    t = np.arange(0, 0.3, 0.05)     # a short test's window under a second: it read "over the 0 s arrival window"
+    brief = load_block(_records(t, t, t + 20.0, [int(Status.FINISHED)] * t.size), 0.3)
+    assert "over the 0.3 s arrival window" in brief["verdict"], brief["verdict"]
     served = load_block(_records(t, t, t + 0.01, [int(Status.FINISHED)] * t.size), 1.0)
     assert served["verdict"].startswith("keeps up")
 

@@ -211,6 +211,12 @@ CANNOT_TELL = "cannot tell"
 SHORT_WINDOW = "keeps up, on a short window"
 
 
+def window_text(seconds: float) -> str:
+    """A simulated window's length as the verdicts write it: whole seconds, or two significant figures
+    under ten (a 0.3 s window of a short test read "over the 0 s arrival window")."""
+    return f"{seconds:,.0f} s" if seconds >= 9.5 else f"{seconds:.2g} s"
+
+
 def _rps(x: float) -> str:
     """A rate as the verdict writes it: to the cent, or in powers of ten past a billion (requests that all
     arrive in one instant make a rate of 10³⁰⁰, 300 digits written out)."""
@@ -234,7 +240,7 @@ def undetermined(b: Mapping[str, Any]) -> bool:
 
 def _verdict(b: dict[str, Any]) -> str:
     rates = (f"offered {_rps(b['offered_rps'])} req/s, completed {_rps(b['completed_rps'])} req/s over the "
-             f"{b['window_s']:,.0f} s arrival window" if b["offered_rps"] is not None else "no arrival window")
+             f"{window_text(b['window_s'])} arrival window" if b["offered_rps"] is not None else "no arrival window")
     queue = (f"queue {b['queued_at_mid']:,} at its middle, {b['queued_at_end']:,} at its end "
              f"({b['running_at_end']:,} running)")
     unserved = _unserved(b)

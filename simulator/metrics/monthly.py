@@ -49,6 +49,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from workloads.rate_profiles import HourlyProfile, RateProfile, RateSchedule, SinusoidProfile
 from ..errors import LlmsimError
 from ..fields import block, leaf
+from .load import window_text
 
 __all__ = ["HOURS_PER_MONTH", "DAYS_PER_MONTH", "MonthlySpec", "DailyLoad", "MonthRule", "daily_load",
            "monthly_cost", "peak_window_month", "day_shape", "arrival_span", "usage_factor"]
@@ -172,7 +173,7 @@ def monthly_cost(window_usd: float, window_s: float, method: Method = "auto") ->
         return (window_usd / days * DAYS_PER_MONTH,
                 f"mean day of the simulated {days:g}-day window × {DAYS_PER_MONTH:.2f} days/month (730 h)")
     return (window_usd / window_s * HOURS_PER_MONTH * 3600.0,
-            f"simulated {window_s:,.0f} s window extrapolated to {HOURS_PER_MONTH:g} h/month at the same load")
+            f"simulated {window_text(window_s)} window extrapolated to {HOURS_PER_MONTH:g} h/month at the same load")
 
 
 class MonthRule:
@@ -200,7 +201,7 @@ class MonthRule:
         usd, hourly = peak_window_month(pools, daily, window_s)
         m = daily.multipliers
         busier = sum(1 for x in m if x > 1 + _ROUND_TOL)
-        basis = (f"peak window: the simulated {window_s:,.0f} s window's fleet scaled to each hour of the day by "
+        basis = (f"peak window: the simulated {window_text(window_s)} window's fleet scaled to each hour of the day by "
                  f"{source} (hour load / window load {min(m):.2f}–{max(m):.2f}); autoscaled pools at their mean "
                  f"serving replicas × that plus their warm standbys, floored at min_replicas + warm_pool; fixed pools resized hourly to whole "
                  f"replicas (≥ 1); the day × {DAYS_PER_MONTH:.2f} days/month (730 h); assumes capacity ∝ load")
