@@ -220,6 +220,17 @@ def test_plan_needs_an_slo_and_max_rate_needs_a_rate(tmp_path, cli):
     assert r.code == 2 and f"--max-rate varies {RATE_KEY}" in r.err and "concurrency" in r.err
 
 
+def test_max_rate_refuses_a_fixed_number_of_sessions(tmp_path, cli, repo_root):
+    # 4 B200s "sustained" 1,638 coding-agent sessions a second: a higher rate only started the same 60
+    # sessions sooner, and every rate passed
+    r = cli("plan", repo_root / "scenarios" / "coding-agent.yaml", "--max-rate", "-o", tmp_path / "p")
+    said = " ".join(r.err.split())
+    assert r.code == 2 and "workload.num_sessions: --max-rate raises workload.arrival.rate_per_s" in said, said
+    assert "starts a fixed 240 sessions" in said and "--set workload.num_sessions=null --set workload.duration_s=" \
+        in said
+    assert not (tmp_path / "p").exists()
+
+
 
 def test_set_changes_the_scenario_every_probe_starts_from(tmp_path, cli):
     scenario = write_tiny_scenario(tmp_path)

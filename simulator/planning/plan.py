@@ -248,6 +248,16 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
         if getattr(sc.workload.arrival, "rate_per_s", None) is None:
             raise LlmsimError(f"--max-rate varies {RATE_KEY}, but this arrival ({sc.workload.arrival.type}) "
                               f"has no rate", source=path, key_path="workload.arrival")
+        if sc.workload.num_sessions is not None:
+            # the same sessions start sooner: once they all overlap the load stops growing, and every rate
+            # passed (4 B200s "sustained" 1,638 coding-agent sessions a second)
+            n = sc.workload.num_sessions
+            raise LlmsimError(f"--max-rate raises {RATE_KEY}, the rate sessions start at, but this workload starts "
+                              f"a fixed {n:,} sessions: a higher rate starts the same {n:,} sooner, and once they "
+                              f"all overlap the load stops growing, so every rate passes; size the workload by time "
+                              f"(--set workload.num_sessions=null --set workload.duration_s=SECONDS: sessions keep "
+                              f"starting at the searched rate for that long)", source=path,
+                              key_path="workload.num_sessions")
         # however spelt, or by a key holding it (--vary workload.arrival={...})
         refuse_overlaps([Given(RATE_KEY, "--max-rate", "searched", "--max-rate"),
                          *(Given(a.key, f"--vary {a.text()}", "varied", "--vary") for a in axes)],
