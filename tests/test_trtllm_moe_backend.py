@@ -78,15 +78,26 @@ def test_auto_runs_what_tensorrt_llm_picks():
     assert auto_backend("gpt_oss", 89) == auto_backend("gpt_oss", 120) == auto_backend("deepseek_v3", 100) == "cutlass"
 
 
-def test_auto_refused_where_it_picks_an_unpriced_backend():
-    # gpt-oss on Hopper: AUTO runs TRITON, which no kernel rows time; cutlass, said explicitly, runs
+def test_triton_prices_gpt_oss_on_hopper_with_the_kernel_vllm_runs_there():
+    """AUTO gives gpt-oss on Hopper to TritonFusedMoE: triton_kernels' matmul_ogs, which vLLM's Hopper
+    gpt-oss rows time and the profile's own w4a16_mxfp4 set is fitted on; it ran refused before."""
     pool = {"model": "gpt-oss-120b", "gpu": "h200", "tp": 1, "engine": {"backend": "trtllm"}}
-    with pytest.raises(LlmsimError, match="runs TRITON for gpt_oss on h200.*set engine.moe_backend to cutlass") as e:
-        setup_pool(PoolSpec.model_validate(pool), 0)
-    assert e.value.key_path == "pools[0].engine.moe_backend"
+    setup = setup_pool(PoolSpec.model_validate(pool), 0)
+    assert setup.engine_config.moe_backend == "auto"
+    assert load_hardware("h200").for_kernels("trtllm", "triton").calibration.moe["w4a16_mxfp4"] == \
+        load_hardware("h200").calibration.moe["w4a16_mxfp4"]
     for engine in ({"moe_backend": "cutlass"}, {"backend_version": "1.3.0rc1"}):
         setup = setup_pool(PoolSpec.model_validate({**pool, "engine": {"backend": "trtllm", **engine}}), 0)
         assert setup.engine_config.moe_backend == "cutlass"
+
+
+@pytest.mark.parametrize("model,gpu,weight_dtype", [("deepseek-v3", "h200", "fp8"), ("gpt-oss-120b", "b200", "mxfp4")])
+def test_triton_is_refused_where_no_rows_time_it(model, gpu, weight_dtype):
+    # DeepSeek's block fp8 on Hopper, gpt-oss on Blackwell: no row times TritonFusedMoE there
+    with pytest.raises(LlmsimError, match="timed only for gpt-oss's MXFP4 experts on Hopper") as e:
+        CostModel(load_model(model), load_hardware(gpu), 8, weight_dtype, "fp8", kernels="trtllm",
+                  moe_backend="triton")
+    assert e.value.key_path == "engine.moe_backend"
 
 
 @pytest.mark.parametrize("deployment", ["aiconfigurator", "aic-eval", "aic-genai-perf"])
@@ -130,10 +141,22 @@ def test_key_refused_off_trtllm_and_where_no_rows_price_it(engine, words):
         EngineConfig(kernels=kernels, **{k: v for k, v in engine.items() if k != "backend"})
 
 
+def test_auto_picking_a_backend_no_rows_price_is_refused_naming_the_remedy(monkeypatch):
+    """No release's AUTO picks such a backend today (gpt-oss on Hopper runs Triton, which vLLM's rows
+    price); should one (WIDEEP), the launch relying on the default is refused, and estimate names its
+    flags in the remedy."""
+    from simulator.cli.estimate import _moe_remedies_as_flags
+    from simulator.profiles import moe_backend
+
+    monkeypatch.setattr(moe_backend, "auto_backend", lambda model_type, sm: "wideep")
+    with pytest.raises(ValueError, match="runs WIDEEP for deepseek_v3 on b200") as e:
+        moe_backend.resolved_backend("auto", "deepseek_v3", "b200", 100)
+    said = _moe_remedies_as_flags(str(e.value))
+    assert "give --moe-backend cutlass (moe_config.backend: CUTLASS in the launch), or give a --backend-version " \
+           "before 1.3.0rc2" in " ".join(said.split())
+
+
 @pytest.mark.parametrize("flags,remedy", [
-    # auto's pick on Hopper, with no --moe-backend given: the remedy is the flag, not a scenario key
-    ([], "give --moe-backend cutlass (moe_config.backend: CUTLASS in the launch), or give a --backend-version "
-         "before 1.3.0rc2"),
     (["--backend-version", "1.2.1", "--moe-backend", "auto"], "give --moe-backend cutlass, or a --backend-version "
                                                               "from 1.3.0rc2"),
 ])

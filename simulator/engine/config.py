@@ -268,13 +268,15 @@ class EngineConfig(BaseModel):
         default=None, description="TensorRT-LLM's MoE backend (the extra LLM API options' moe_config.backend, "
                                   "lower case; the trtllm backend sets the release's default: cutlass to "
                                   "1.3.0rc1, auto from 1.3.0rc2). auto: what TensorRT-LLM picks as the model "
-                                  "loads, trtllm for gpt-oss on compute capability 10.x and cutlass for every "
-                                  "other model (gpt-oss on Hopper runs triton: refused). cutlass: the stack's own "
+                                  "loads, trtllm for gpt-oss on compute capability 10.x, triton for gpt-oss on "
+                                  "Hopper and cutlass for every other model. cutlass: the stack's own "
                                   "expert kernels; trtllm: the TRT-LLM-gen kernels on compute capability 10.x, priced "
                                   "by the GPU profile's own MoE parameters (fitted on the same kernels in vLLM) "
                                   "for block fp8, nvfp4 and mxfp4 experts, other formats running CUTLASS as the "
-                                  "stack does; deepgemm: block fp8 on 10.x. wideep, cutedsl, triton and vanilla "
-                                  "are refused (no kernel rows of them), as is the key on any other stack")
+                                  "stack does; deepgemm: block fp8 on 10.x; triton: gpt-oss's MXFP4 experts on "
+                                  "Hopper, priced by the profile's own parameters (fitted on vLLM's rows of the same "
+                                  "triton_kernels matmul_ogs). wideep, cutedsl and vanilla are refused (no kernel "
+                                  "rows of them), as is the key on any other stack")
     scheduler: Literal["continuous", "static"] = Field(
         default="continuous",
         description="continuous: iteration-level batching (vLLM); static: a batch runs to completion (old TGI/FT)")

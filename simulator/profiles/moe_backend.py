@@ -30,8 +30,14 @@ time it (``kernels/moe.csv.gz``, ``kernels/moe_more.csv.gz``):
   the layer a default TRTLLM launch runs.
 * ``deepgemm``: DeepGemmFusedMoE, block fp8 on the SM100 family: the rows
   the stack's own fp8_block set is fitted on there.
-* ``wideep``, ``cutedsl``, ``triton``, ``vanilla``: no row in the shared
-  kernel tables times them; refused, and so is ``auto`` where it picks one.
+* ``triton``: TritonFusedMoE, OpenAI's triton_kernels ``matmul_ogs``, the
+  kernel vLLM runs gpt-oss's MXFP4 experts with on Hopper (``kernel_source``
+  ``vllm_gptossmxfp4moe_triton_oaitritonmxfp4expertsmonolithic``, the rows
+  the Hopper profiles' own ``w4a16_mxfp4`` sets are fitted on), so those
+  sets price it there: the pick AUTO makes for gpt-oss on Hopper. Other
+  formats and GPUs have no rows of it; refused.
+* ``wideep``, ``cutedsl``, ``vanilla``: no row in the shared kernel tables
+  times them; refused, and so is ``auto`` where it picks one.
 """
 from __future__ import annotations
 
@@ -45,15 +51,21 @@ AUTO_SINCE = "1.3.0rc2"
 TRTLLM_MOE_BACKENDS = (AUTO, "cutlass", "trtllm", "deepgemm", "wideep", "cutedsl", "triton", "vanilla")
 #: Formats TRTLLMGenFusedMoE runs (create_moe.py get_moe_cls), named as the calibration's MoE keys.
 TRTLLM_GEN_FORMATS = frozenset({"fp8_block", "nvfp4", "w4a16_mxfp4", "w4a8"})
+#: Formats TritonFusedMoE runs whose kernel rows llmsim has: gpt-oss's MXFP4 experts on Hopper (``matmul_ogs``,
+#: which vLLM's Hopper rows time).
+TRITON_FORMATS = frozenset({"w4a16_mxfp4"})
 #: What the shared data lacks for each backend llmsim cannot price.
 UNPRICED = {
     "wideep": "WideEPMoE (its own all-to-all and load balancer): no kernel rows of it in the shared data "
               "(kernels/moe_more.csv.gz times CUTLASS, DeepGEMM and TRT-LLM-gen min-latency only)",
     "cutedsl": "CuteDslFusedMoE: no kernel rows of it in the shared data",
-    "triton": "TritonFusedMoE: no kernel rows of it in the shared data (TensorRT-LLM's; vLLM's Triton rows "
-              "are another kernel)",
     "vanilla": "VanillaMoE (one GEMM per expert): no kernel rows of it in the shared data",
 }
+
+
+def hopper(sm_version: Optional[int]) -> bool:
+    """Compute capability 9.x, where AUTO gives gpt-oss to TritonFusedMoE (``resolve_moe_backend``)."""
+    return sm_version is not None and 90 <= sm_version < 100
 
 
 def sm100_family(sm_version: Optional[int]) -> bool:
@@ -72,7 +84,8 @@ def check_moe_backend(value: str, kernels: Optional[str]) -> None:
         raise ValueError(f"{value!r} is not a TensorRT-LLM MoE backend; expected one of "
                          f"{', '.join(TRTLLM_MOE_BACKENDS)} (llm_args.py MoeConfig.backend, lower case)")
     if value in UNPRICED:
-        raise ValueError(f"{value!r}: llmsim cannot price {UNPRICED[value]}; use cutlass, trtllm or deepgemm")
+        raise ValueError(f"{value!r}: llmsim cannot price {UNPRICED[value]}; use cutlass, trtllm, deepgemm or "
+                         "triton")
 
 
 def auto_backend(model_type: str, sm_version: Optional[int]) -> str:
@@ -83,7 +96,7 @@ def auto_backend(model_type: str, sm_version: Optional[int]) -> str:
     if model_type == "gpt_oss" and sm_version is not None:
         if 100 <= sm_version < 120:
             return "trtllm"
-        if 90 <= sm_version < 100:
+        if hopper(sm_version):
             return "triton"
     return "cutlass"
 
@@ -108,6 +121,10 @@ def expert_kernel_refusal(backend: Optional[str], fmt: str, gpu_name: str, sm_ve
     if backend == "trtllm" and fmt in TRTLLM_GEN_FORMATS and not sm100_family(sm_version):
         return (f"moe_backend trtllm runs TRTLLMGenFusedMoE for {fmt} experts, whose kernels TensorRT-LLM builds "
                 f"for compute capability 10.0 and 10.3 only (is_sm_100f); {gpu_name} is {sm_version}: use cutlass")
+    if backend == "triton" and (fmt not in TRITON_FORMATS or not hopper(sm_version)):
+        return (f"moe_backend triton: TritonFusedMoE (triton_kernels matmul_ogs) is timed only for gpt-oss's "
+                f"MXFP4 experts on Hopper, by vLLM's rows of the same kernel; {fmt} experts on {gpu_name} have "
+                "none: use cutlass")
     if backend == "deepgemm" and (fmt != "fp8_block" or not sm100_family(sm_version)):
         return (f"moe_backend deepgemm: DeepGemmFusedMoE runs block-fp8 experts on compute capability 10.x, the "
                 f"only rows of it in the shared data; {fmt} experts on {gpu_name} have none: use cutlass")
@@ -133,5 +150,7 @@ def backend_text(setting: str, runs: str) -> str:
 
 def own_sets_replace(backend: Optional[str], fmt: str) -> bool:
     """Does the stack's own MoE set of ``fmt`` price ``backend``? False where the
-    profile's own (vLLM's FlashInfer TRT-LLM) set does: ``trtllm`` on its formats."""
-    return not (backend == "trtllm" and fmt in TRTLLM_GEN_FORMATS)
+    profile's own set was fitted on the kernel the backend runs: ``trtllm`` on its
+    formats (vLLM's FlashInfer TRT-LLM rows), ``triton`` on gpt-oss's MXFP4
+    (vLLM's Hopper ``matmul_ogs`` rows)."""
+    return not ((backend == "trtllm" and fmt in TRTLLM_GEN_FORMATS) or (backend == "triton" and fmt in TRITON_FORMATS))
