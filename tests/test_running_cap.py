@@ -1,7 +1,7 @@
 """SGLang sizes its running-request cap from each attention rank's KV pool (EngineConfig.rank_running_requests).
 
 Its model runner takes min(clamp(KV tokens / context x 512, 2,048, 4,096), KV tokens / 2) requests a rank,
-and min(--max-running-requests, the clamp) where the launch gives the flag (model_runner.py to 0.5.9,
+and min(--max-running-requests, KV tokens / 2) where the launch gives the flag, unclamped (model_runner.py to 0.5.9,
 _resolve_max_num_reqs 0.5.10-0.5.14, pool_configurator.py 0.5.18-0.5.23). llmsim held every SGLang
 rank at 2,048, the clamp's floor, so a large pool ran up to half the requests SGLang runs at once.
 """
@@ -24,8 +24,10 @@ def _engine(**engine):
     ({}, 6000, 131_072, 2048),             # the clamp's floor
     ({}, 3000, 131_072, 1500),             # half a small pool
     ({"max_num_seqs": 256}, 896_234, 131_072, 256),      # the launch's flag, under the clamp
-    ({"max_num_seqs": 8192, "max_num_batched_tokens": 16384}, 896_234, 8192, 4096),   # held to it
-    ({"max_num_seqs": 256}, 3000, 131_072, 256)])        # a flag given is not halved with the pool
+    ({"max_num_seqs": 8192, "max_num_batched_tokens": 16384}, 896_234, 8192, 8192),   # not held to it
+    ({"max_num_seqs": 3000}, 896_234, 262_144, 3000),    # nor to its floor-bound 2,048
+    ({"max_num_seqs": 3000}, 4000, 131_072, 2000),       # half the pool (_resolve_max_num_reqs)
+    ({"max_num_seqs": 256}, 3000, 131_072, 256)])        # a flag under half the pool stands
 def test_sglang_sizes_its_running_requests_from_the_pool(engine, tokens, context, cap):
     assert _engine(**engine).rank_running_requests(tokens, context) == cap
 

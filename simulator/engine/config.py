@@ -195,9 +195,10 @@ class EngineConfig(BaseModel):
         default="as_set",
         description="how each attention-DP rank's running-request cap follows its KV pool of T tokens. as_set: "
                     "max_num_seqs. pool (SGLang without --max-running-requests): min(clamp(T / context x 512, "
-                    "2,048, 4,096), T / 2), max_num_seqs unread; given (SGLang with it): min(max_num_seqs, that "
-                    "clamp); server (the 48 SGLang's EAGLE-style drafts set as the server's flag): "
-                    "min(max_num_seqs // attention-DP ranks, that clamp), at least 1 (model_runner.py / "
+                    "2,048, 4,096), T / 2), max_num_seqs unread; given (SGLang with it): min(max_num_seqs, T / 2), "
+                    "the clamp unread (it sizes the pool only without the flag); server (the 48 SGLang's "
+                    "EAGLE-style drafts set as the server's flag): min(max_num_seqs // attention-DP ranks, "
+                    "T / 2), at least 1 (model_runner.py / "
                     "model_runner_kv_cache_mixin.py init_memory_pool, max_running_requests // dp_size under DP "
                     "attention, _resolve_max_num_reqs from 0.5.10, pool_configurator.py from 0.5.18; read in "
                     "0.5.4-0.5.23; context: max_model_len, else the model's). The sglang backend sets pool, "
@@ -534,13 +535,16 @@ class EngineConfig(BaseModel):
         sizes it from the rank's pool of ``tokens`` KV tokens and the server's ``context``: SGLang's
         model runner sizes its request pool after its KV pool, clamp(tokens / context x 512, 2,048,
         4,096), so a large pool runs up to 4,096 requests a rank, without --max-running-requests no
-        more than half the pool's tokens, and a server-wide flag is split among the ranks."""
+        more than half the pool's tokens, and a server-wide flag is split among the ranks. A flag the
+        launch gives is not held to that clamp, which sizes the pool only where no flag does (0.5.14
+        _resolve_max_num_reqs: min(flag // dp_size, tokens // 2); to 0.5.9 the request pool is the
+        flag's size): --max-running-requests 8,192 runs 8,192 a rank on a large pool."""
         if self.running_cap == "as_set":
             return self.max_num_seqs
-        clamp = max(min(int(tokens / context * 512), 4096), 2048)
         if self.running_cap == "pool":
+            clamp = max(min(int(tokens / context * 512), 4096), 2048)
             return max(min(clamp, tokens // 2), 1)
-        return max(min(self.max_num_seqs // (dp if self.running_cap == "server" else 1), clamp), 1)
+        return max(min(self.max_num_seqs // (dp if self.running_cap == "server" else 1), tokens // 2), 1)
 
     def longest_prompt(self, dp: int = 1) -> Optional[int]:
         """The longest prompt the server takes below its context, where it answers a longer one with an
