@@ -238,3 +238,23 @@ def test_a_releases_defaults_stay_with_its_own_stack(tmp_path):
     other = scenario_for(row, ReplaySettings(backend="trtllm")).pools[0].engine
     assert other.kv_memory.rule == "trtllm" and other.kv_memory.sampler_logit_bytes is None
     assert other.pp_async != "one_batch"
+
+
+def test_a_drafting_sglang_decode_pool_keeps_its_launchs_cap_a_rank(tmp_path):
+    """SGLang's 48 beside a draft is split among the attention ranks (running_cap: server); a
+    replay whose launch sets the cap (⌈C/dp⌉ a rank) keeps it a rank's: 4,096 at once over 32
+    ranks, where the 48's rule left 128 (4 a rank)."""
+    from simulator.scenario.schema import PoolSpec
+
+    row = {**DSR1, "id": "sgl", "backend": "sglang", "backend_version": "0.5.8.post1",
+           "model_path": "deepseek-ai/DeepSeek-V3", "system": "gb300", "precision": "fp4",
+           "gemm_quant_mode": "nvfp4", "moe_quant_mode": "nvfp4", "osl": 1024,
+           "silicon_data_source": "db-dump; silicon_concurrency=4096; measured=2026-02-12T00:00:00Z; "
+                                  "lmsysorg/sglang:v0.5.8.post1-cu130-runtime",
+           "prefill_num_workers": 4, "prefill_attention_dp_size": 4, "prefill_moe_ep_size": 4,
+           "decode_batch_size": 128, "decode_num_workers": 1, "decode_tp_size": 1,
+           "decode_attention_dp_size": 32, "decode_moe_ep_size": 32}
+    decode = scenario_for(_rows(tmp_path, row)["sgl"]).pools[1]
+    assert decode.speculative is not None and (decode.dp, decode.engine.max_num_seqs) == (32, 128)
+    engine = PoolSpec.model_validate(decode.model_dump(exclude_unset=True)).engine
+    assert engine.running_cap == "given" and engine.rank_running_requests(10**6, 2048, 32) == 128

@@ -285,10 +285,13 @@ def _engine(row: Row, s: ReplaySettings, keys: Mapping[str, Any], speculative: b
     engine.update(keys)
     if speculative:
         # the stack's own switches under speculation, over the launch's flags; a batch cap the launch
-        # sets (--max-running-requests) stays, as the flag overrides SGLang's 48
+        # sets (--max-running-requests) stays, as the flag overrides SGLang's 48, and stays a rank's
+        # (the keys' max_num_seqs is ⌈C/dp⌉ a rank): the 48's running_cap (server, split among the
+        # ranks) goes with it, else a decode pool of 32 ranks ran C/32 requests at once, not C
         spec = deployment.speculative_engine_keys(row.stack, release)
         if "max_num_seqs" in keys:
             spec.pop("max_num_seqs", None)
+            spec.pop("running_cap", None)
         engine.update(spec)
     engine.update(s.engine or {})
     if launch is not None and engine.get("kv_memory") is launch:
