@@ -65,3 +65,14 @@ def test_a_run_and_an_estimate_hold_sglangs_cap_for_the_pool():
         pool = PoolSpec.model_validate({"model": "deepseek-v3", "gpu": "h200", **layout, "speculative": mtp,
                                         "engine": {"backend": "sglang", "weight_dtype": "fp8"}})
         assert setup_pool(pool, 0, None).engine_config.max_num_seqs == seqs
+
+
+def test_a_pipeline_pool_holds_sglangs_cap_for_its_pool_too():
+    """A pp pool ran SGLang's unread max_num_seqs default (2,048) where its pool sizes the cap: 1.9M
+    KV tokens of an 8B model over two stages of an H200 run 4,096 at once (the clamp's ceiling)."""
+    from simulator.fleet.setup import setup_pool
+
+    pool = PoolSpec.model_validate({**POOL, "pp": 2, "engine": {"backend": "sglang", "mixed_prefill": True}})
+    s = setup_pool(pool, 0, None)
+    tokens = s.memory.kv_capacity_tokens
+    assert tokens > 8 * 131_072 and s.engine_config.max_num_seqs == 4096

@@ -171,10 +171,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
                                               spec.dp, decodes_for_another)
     except LlmsimError as err:
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{err.key_path}") from None
-    # each rank's running requests as its stack sizes them from its pool (SGLang's, engine.running_cap)
-    seqs = admission.rank_running_requests(mem.kv_capacity_tokens // mem.dp, e.longest_request(model), mem.dp)
-    capped = admission if seqs == admission.max_num_seqs else admission.model_copy(update={"max_num_seqs": seqs})
-    replica = rank_limits(drafting_budget(capped, cm, spec, where, source), spec.dp)
+    replica = rank_limits(drafting_budget(running_cap(admission, model, mem), cm, spec, where, source), spec.dp)
     offload = plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source, window_share(model))
     return PoolSetup(spec, cm, mem, offload,
                      engine=None if replica is e else replica, lora=lora)
@@ -416,5 +413,14 @@ def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, w
                                                "engine.moe_backend") else "pp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
     mem = _startup_pool(e, model, gpu, mem, spec.tp * spec.pp, where, source)
-    return PoolSetup(spec, cm, mem, None, engine=rounds)
+    return PoolSetup(spec, cm, mem, None, engine=running_cap(rounds, model, mem))
+
+
+def running_cap(e: EngineConfig, model: ModelProfile, mem: MemoryPlan) -> EngineConfig:
+    """``e`` with each attention rank's running requests as its stack sizes them from the rank's KV
+    pool (SGLang's, ``engine.running_cap``: :meth:`EngineConfig.rank_running_requests`), a pipeline's
+    too, whose stages hold the same requests' KV (SGLang takes the smallest stage's tokens): without
+    it a pp pool ran SGLang's unread max_num_seqs default, 2,048, where the pool sizes 4,096."""
+    seqs = e.rank_running_requests(mem.kv_capacity_tokens // mem.dp, e.longest_request(model), mem.dp)
+    return e if seqs == e.max_num_seqs else e.model_copy(update={"max_num_seqs": seqs})
 
