@@ -76,3 +76,20 @@ def test_a_pipeline_pool_holds_sglangs_cap_for_its_pool_too():
     s = setup_pool(pool, 0, None)
     tokens = s.memory.kv_capacity_tokens
     assert tokens > 8 * 131_072 and s.engine_config.max_num_seqs == 4096
+
+
+def test_sglang_refuses_a_separate_draft_model_beside_attention_dp():
+    """SGLang raises "standalone speculative decoding does not support dp attention" at launch (0.5.4-
+    0.5.23): a pool of dp 2 with a draft model ran as if the server split its 48 among the ranks; it is
+    refused on dp, while an MTP draft at dp 2 and a draft model at dp 1 still run."""
+    from simulator.errors import LlmsimError
+    from simulator.fleet.setup import setup_pool
+
+    draft = {"draft_model": "llama-3.2-1b", "k": 3, "acceptance_rate": 0.7}
+    pool = {"model": "llama-3.1-70b", "gpu": "h200", "tp": 2, "engine": {"backend": "sglang"}, "speculative": draft}
+    with pytest.raises(LlmsimError) as e:
+        setup_pool(PoolSpec.model_validate({**pool, "dp": 2}), 0, None)
+    assert e.value.key_path == "pools[0].dp" and "standalone speculative decoding" in e.value.message
+    assert setup_pool(PoolSpec.model_validate(pool), 0, None).engine_config.max_num_seqs == 48
+    vllm = {**pool, "dp": 2, "engine": {"backend": "vllm"}}
+    assert setup_pool(PoolSpec.model_validate(vllm), 0, None)

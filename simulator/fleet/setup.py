@@ -158,6 +158,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
                           "remove mixed_prefill, or use a release and draft that keep mixed chunks",
                           source=source, key_path=f"{where}.engine.mixed_prefill")
     _batch_limit_beside_stack(spec, where, source)
+    _draft_model_beside_dp(spec, where, source)
     _windows_beside_connector(spec, model, mem, role, where, source)
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative,
@@ -188,6 +189,21 @@ def _batch_limit_beside_stack(spec: PoolSpec, where: str, source) -> None:
                           f"V1 takes speculative_config's disable_by_batch_size unread to 0.14 and refuses it by "
                           f"0.19; SGLang has none): every batch speculates there; remove disable_above_batch",
                           source=source, key_path=f"{where}.speculative.disable_above_batch")
+
+
+def _draft_model_beside_dp(spec: PoolSpec, where: str, source) -> None:
+    """A separate draft model beside attention DP on a stack that cannot launch it (SGLang refuses
+    STANDALONE with --enable-dp-attention: ``draft_model_beside_dp``) would be modelled as a server
+    that never starts: refused on ``dp``."""
+    e = spec.engine
+    if spec.speculative is None or spec.dp == 1 or e.backend is None \
+            or draft_kind(spec.speculative.draft_model) != "draft" or load_backend(e.backend).draft_model_beside_dp:
+        return
+    raise LlmsimError(f"{e.stack_label} does not run a separate draft model ({spec.speculative.draft_model}) beside "
+                      f"attention data parallelism (dp {spec.dp}): its launch is refused (\"standalone speculative "
+                      f"decoding does not support dp attention\"); use dp 1 (more replicas or tp instead), or an "
+                      f"MTP draft (draft_model: mtp) where the model has MTP layers",
+                      source=source, key_path=f"{where}.dp")
 
 
 def _windows_beside_connector(spec: PoolSpec, model: ModelProfile, mem: MemoryPlan, role: str, where: str,

@@ -457,6 +457,10 @@ class BackendProfile(_Strict):
         default=False, description="a launch can turn the stack's speculation off above a batch size "
                                    "(TensorRT-LLM's decoding config max_concurrency), which "
                                    "pools[].speculative.disable_above_batch models; else that key is refused")
+    draft_model_beside_dp: bool = Field(
+        default=True, description="a separate draft model (pools[].speculative naming a model) runs beside "
+                                  "attention data parallelism (dp > 1); false: such a pool is refused, as "
+                                  "SGLang refuses its launch (STANDALONE with --enable-dp-attention)")
     pp_modelled: bool = Field(default=True, description="llmsim models this stack's pipeline-parallel loop (vLLM V1's "
                                                         "and SGLang's micro-batches); else pp > 1 is refused")
     speculative_engine: dict[str, Any] = Field(
