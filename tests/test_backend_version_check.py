@@ -51,6 +51,25 @@ def test_anything_else_is_refused_with_an_example(version):
 
 
 @pytest.mark.parametrize("stack", backend_names())
+def test_every_release_a_rule_starts_or_ends_at_is_dated(stack):
+    """A nightly is placed against a rule by the days of its bounds: an undated until held every nightly
+    after its since inside (an SGLang nightly of 2026-06 ran 0.5.1's DeepSeek attention kernel on B200),
+    and an undated since held none."""
+    prof = load_backend(stack)
+    bounds = {b for r in prof.by_version for b in (r.since, r.until) if b}
+    assert sorted(b for b in bounds if b not in prof.releases) == []
+
+
+def test_a_nightly_after_a_rules_end_runs_without_it():
+    prof = load_backend("sglang")
+    late = prof.version_keys("nightly-dev-20260601-d3bae71e")
+    early = prof.version_keys("nightly-dev-20250901-d3bae71e")
+    assert late is not None and early is not None
+    kernel = [k for k in early.get("attention_kernels", ()) if k.kernel == "flashinfer"]
+    assert kernel and kernel[0] not in late.get("attention_kernels", ())
+
+
+@pytest.mark.parametrize("stack", backend_names())
 def test_every_release_a_profile_dates_is_a_version_the_check_takes(stack):
     """A profile's ``releases`` are what its stack tagged; a user naming one must get its defaults."""
     for release in load_backend(stack).releases:
