@@ -9,6 +9,7 @@ from rich.console import Console
 
 from simulator.metrics.cost import (DEFAULT_OUTPUT_WEIGHT, cost_block, monthly_cost, pool_billing, pool_price,
                                     replica_seconds, session_load)
+from simulator.metrics.load import window_text
 from simulator.report.summary import summary_table
 from simulator.errors import LlmsimError
 from simulator.profiles import load_hardware
@@ -232,7 +233,7 @@ def test_simulate_writes_a_consistent_cost_block():
     assert p["replica_seconds"] == pytest.approx(2 * span)
     assert c["window_usd"] == pytest.approx(4 * span / 3600 * H100.price.usd_per_gpu_hour) == pytest.approx(p["usd"])
     assert c["monthly_usd"] == pytest.approx(4 * 730 * H100.price.usd_per_gpu_hour)
-    assert f"{span:,.0f} s window" in c["monthly_basis"]
+    assert f"simulated {window_text(span)} window" in c["monthly_basis"]
     # Per-unit prices bill the arrival span (the last session's start: no duration_s), not the drain after it.
     starts: dict[int, float] = {}
     for r in out.requests:
