@@ -2,7 +2,7 @@
 
 Its model runner takes min(clamp(KV tokens / context x 512, 2,048, 4,096), KV tokens / 2) requests a rank,
 and min(--max-running-requests, KV tokens / 2) where the launch gives the flag, unclamped (model_runner.py to 0.5.9,
-_resolve_max_num_reqs 0.5.10-0.5.14, pool_configurator.py 0.5.18-0.5.23). llmsim held every SGLang
+_resolve_max_num_reqs 0.5.14, pool_configurator.py 0.5.18-0.5.23; 0.5.10-0.5.13 hold it to the clamp). llmsim held every SGLang
 rank at 2,048, the clamp's floor, so a large pool ran up to half the requests SGLang runs at once.
 """
 from __future__ import annotations
@@ -93,3 +93,13 @@ def test_sglang_refuses_a_separate_draft_model_beside_attention_dp():
     assert setup_pool(PoolSpec.model_validate(pool), 0, None).engine_config.max_num_seqs == 48
     vllm = {**pool, "dp": 2, "engine": {"backend": "vllm"}}
     assert setup_pool(PoolSpec.model_validate(vllm), 0, None)
+
+
+@pytest.mark.parametrize("version, cap", [("0.5.9", 8192), ("0.5.10", 4096), ("0.5.13.post1", 4096),
+                                          ("0.5.14", 8192), ("0.5.23", 8192)])
+def test_releases_0_5_10_to_0_5_13_hold_the_flag_to_the_clamp(version, cap):
+    """_resolve_max_num_reqs of 0.5.10-0.5.13 takes min(flag // dp_size, clamp(T / context x 512, 2,048,
+    4,096)); 0.5.14 min(flag // dp_size, T / 2), and to 0.5.9 the request pool is the flag's size: llmsim ran
+    every release's flag unclamped, 8,192 a rank where those four ran 4,096."""
+    e = _engine(max_num_seqs=8192, max_num_batched_tokens=16384, backend_version=version)
+    assert e.rank_running_requests(896_234, 8192) == cap

@@ -203,6 +203,15 @@ class EngineConfig(BaseModel):
                     "attention, _resolve_max_num_reqs from 0.5.10, pool_configurator.py from 0.5.18; read in "
                     "0.5.4-0.5.23; context: max_model_len, else the model's). The sglang backend sets pool, "
                     "server under a draft, and given where the pool sets max_num_seqs")
+    flag_held_to_clamp: bool = Field(
+        default=False,
+        description="true: a running_cap given or server (the launch's --max-running-requests) is held to "
+                    "clamp(T / context x 512, 2,048, 4,096), the bound the pool's own cap is sized by, not to "
+                    "T / 2: min(max_num_seqs, that clamp) a rank, so a flag of 8,192 runs 4,096 (SGLang "
+                    "0.5.10-0.5.13, model_runner_kv_cache_mixin.py _resolve_max_num_reqs: "
+                    "min(max_running_requests // dp_size, estimated); 0.5.14 takes min(.., token_capacity // 2) "
+                    "instead, and to 0.5.9 the request pool is the flag's size). The sglang backend sets it "
+                    "for those releases")
     context_counts_drafts: bool = Field(
         default=False,
         description="true: the server holds a request to its context with the speculative draft's slots counted "
@@ -538,13 +547,17 @@ class EngineConfig(BaseModel):
         more than half the pool's tokens, and a server-wide flag is split among the ranks. A flag the
         launch gives is not held to that clamp, which sizes the pool only where no flag does (0.5.14
         _resolve_max_num_reqs: min(flag // dp_size, tokens // 2); to 0.5.9 the request pool is the
-        flag's size): --max-running-requests 8,192 runs 8,192 a rank on a large pool."""
+        flag's size): --max-running-requests 8,192 runs 8,192 a rank on a large pool. Releases 0.5.10 to
+        0.5.13 hold it to the clamp (``flag_held_to_clamp``: min(flag // dp_size, clamp)), where 8,192
+        ran 4,096."""
         if self.running_cap == "as_set":
             return self.max_num_seqs
+        clamp = max(min(int(tokens / context * 512), 4096), 2048)
         if self.running_cap == "pool":
-            clamp = max(min(int(tokens / context * 512), 4096), 2048)
             return max(min(clamp, tokens // 2), 1)
-        return max(min(self.max_num_seqs // (dp if self.running_cap == "server" else 1), tokens // 2), 1)
+        # 0.5.10-0.5.13 held the flag to the clamp instead (flag_held_to_clamp)
+        bound = clamp if self.flag_held_to_clamp else tokens // 2
+        return max(min(self.max_num_seqs // (dp if self.running_cap == "server" else 1), bound), 1)
 
     def longest_prompt(self, dp: int = 1) -> Optional[int]:
         """The longest prompt the server takes below its context, where it answers a longer one with an
