@@ -30,8 +30,14 @@ STACK_NAMES: dict[str, tuple[str, str]] = {
 }
 
 
+#: The engine keys the stacks' names stand for: a mapping holding every one of them is an engine's.
+ENGINE_KEYS = frozenset(llmsim.partition(".")[0] for llmsim, _ in STACK_NAMES.values())
+
+
 def stack_name(key: str, keys: Sequence[str]) -> Optional[tuple[str, str]]:
-    """(llmsim's key, whose name ``key`` is) where ``key`` is a stack's name for a key of the mapping
-    whose keys are ``keys`` (an engine's: the key it stands for is among them); None otherwise."""
+    """(llmsim's key, whose name ``key`` is) where ``key`` is a stack's name for an engine key and the
+    mapping whose keys are ``keys`` is an engine's (it holds every key of :data:`ENGINE_KEYS`); None
+    otherwise. Another mapping may hold a key of the same spelling meaning something else (a trace's
+    ``block_size``, its hash blocks' tokens), which no stack's ``page_size`` stands for."""
     hit = STACK_NAMES.get(key)
-    return hit if hit is not None and hit[0].partition(".")[0] in keys and key not in keys else None
+    return hit if hit is not None and ENGINE_KEYS <= set(keys) and key not in keys else None

@@ -190,3 +190,15 @@ def test_a_key_a_level_down_is_named_only_where_one_mapping_takes_it():
     assert deeper_key(PoolSpec, "replicas") is None              # a key of the pool itself
     assert deeper_key(PoolSpec, "zzzz") is None
     assert deeper_key(Scenario, "duration_s") == "workload.duration_s"
+
+
+def test_a_stacks_name_is_answered_only_in_an_engine(tmp_path, cli):
+    # a trace's block_size is its hash blocks' tokens (Mooncake's 512), not SGLang's --page-size nor
+    # TensorRT-LLM's tokens_per_block: "SGLang's --page-size is workload.arrival.block_size here" sent the
+    # user to the wrong key
+    from simulator.stack_names import stack_name
+    from workloads.traces import TraceSpec
+    assert stack_name("page_size", [f.alias or n for n, f in TraceSpec.model_fields.items()]) is None
+    trace = {"type": "trace", "path": "t.csv", "tokens_per_block": 16}
+    r = cli("run", write_tiny_scenario(tmp_path, workload={"arrival": trace}))
+    assert r.code == 2 and "tokens_per_block: unknown key" in r.err and "TensorRT-LLM" not in r.err, r.err
