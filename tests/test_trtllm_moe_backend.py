@@ -199,3 +199,19 @@ def test_a_runs_pool_line_and_estimate_request_name_autos_pick(cli):
     r = cli("estimate", "request", "--input", "4000", "--output", "100", "--gpu", "b200", "--model",
             "gpt-oss-120b", "--backend", "trtllm", "--json")
     assert '"moe_backend": "trtllm (auto)"' in r.out, r.out
+
+
+def test_autos_pick_that_no_rows_price_is_refused_as_autos():
+    """gpt-oss's 16-bit experts on Hopper: AUTO picks TRITON there whatever the format, and no row times
+    TritonFusedMoE on bf16 experts. The refusal read 'moe_backend triton: ...: use cutlass' for a pool that
+    never named triton, without the key to set (and estimate's remedy stayed in scenario words)."""
+    from simulator.cli.estimate import _moe_remedies_as_flags
+    with pytest.raises(LlmsimError) as e:
+        CostModel(load_model("gpt-oss-120b"), load_hardware("h100-sxm"), 1, "bf16", "bf16", kernels="trtllm",
+                  moe_backend="auto")
+    said = " ".join(e.value.message.split())
+    assert e.value.key_path == "engine.moe_backend"
+    assert said.startswith(f"moe_backend auto (TensorRT-LLM's moe_config.backend default from {AUTO_SINCE}) runs "
+                           "TRITON for gpt_oss on h100-sxm"), said
+    assert "bf16 experts on h100-sxm have none: set engine.moe_backend to cutlass" in said, said
+    assert "give --moe-backend cutlass" in _moe_remedies_as_flags(said)

@@ -91,7 +91,8 @@ class CostModel:
         self.moe_backend: str | None = None
         if moe_backend is not None and model.is_moe:
             fmt = gemm_format(weight_dtype, model.checkpoint_dtype, gpu.has_unit("fp4"), mxfp4_activation)
-            if (why := expert_kernel_refusal(moe_backend, fmt, gpu.name, gpu.sm_version)) is not None:
+            if (why := expert_kernel_refusal(moe_backend, fmt, gpu.name, gpu.sm_version, setting,
+                                             model.model_type)) is not None:
                 raise LlmsimError(why, key_path="engine.moe_backend")
             self.moe_backend = backend_text(setting or moe_backend, expert_backend(moe_backend, fmt))
         if kv_dtype not in ("bf16", "fp16", "fp8"):

@@ -108,26 +108,49 @@ def resolved_backend(backend: Optional[str], model_type: str, gpu_name: str, sm_
         return backend
     picked = auto_backend(model_type, sm_version)
     if picked in UNPRICED:
-        raise ValueError(f"moe_backend auto (TensorRT-LLM's moe_config.backend default from {AUTO_SINCE}) runs "
-                         f"{picked.upper()} for {model_type} on {gpu_name}, compute capability {sm_version} "
-                         f"(_torch/model_config.py resolve_moe_backend), and llmsim cannot price {UNPRICED[picked]}: "
-                         f"set engine.moe_backend to cutlass (moe_config.backend: CUTLASS in the launch), or name a "
-                         f"backend_version before {AUTO_SINCE}")
+        raise ValueError(f"{_auto_runs(picked, model_type, gpu_name, sm_version)}, and llmsim cannot price "
+                         f"{UNPRICED[picked]}: {_AUTO_REMEDY}")
     return picked
 
 
-def expert_kernel_refusal(backend: Optional[str], fmt: str, gpu_name: str, sm_version: Optional[int]) -> Optional[str]:
-    """Why ``backend`` cannot run or be priced for experts of format ``fmt`` on this GPU; None where it can."""
+#: What to do where the backend AUTO picks cannot be priced: the user never named it, so "use cutlass" alone
+#: left them without the key (and without the release that runs no AUTO).
+_AUTO_REMEDY = (f"set engine.moe_backend to cutlass (moe_config.backend: CUTLASS in the launch), or name a "
+                f"backend_version before {AUTO_SINCE}")
+
+
+def _auto_runs(picked: str, model_type: Optional[str], gpu_name: str, sm_version: Optional[int]) -> str:
+    """What AUTO ran, for a refusal of it: the backend the user never named, and why the stack picked it."""
+    return (f"moe_backend auto (TensorRT-LLM's moe_config.backend default from {AUTO_SINCE}) runs "
+            f"{picked.upper()} for {model_type} on {gpu_name}, compute capability {sm_version} "
+            f"(_torch/model_config.py resolve_moe_backend)")
+
+
+def expert_kernel_refusal(backend: Optional[str], fmt: str, gpu_name: str, sm_version: Optional[int],
+                          setting: Optional[str] = None, model_type: Optional[str] = None) -> Optional[str]:
+    """Why ``backend`` cannot run or be priced for experts of format ``fmt`` on this GPU; None where it can.
+    ``setting``: what the pool set, ``auto`` where the stack picked ``backend`` (then said, as the pool
+    never named it: gpt-oss's bf16 experts on Hopper, which AUTO gives TRITON), for ``model_type``."""
+    gap = _kernel_gap(backend, fmt, gpu_name, sm_version)
+    if gap is None or backend is None:
+        return None
+    if setting == AUTO:
+        return f"{_auto_runs(backend, model_type, gpu_name, sm_version)}, and {gap}: {_AUTO_REMEDY}"
+    return f"{gap}: use cutlass"
+
+
+def _kernel_gap(backend: Optional[str], fmt: str, gpu_name: str, sm_version: Optional[int]) -> Optional[str]:
+    """What the shared data or the stack lacks for ``backend`` on experts of ``fmt`` on this GPU."""
     if backend == "trtllm" and fmt in TRTLLM_GEN_FORMATS and not sm100_family(sm_version):
         return (f"moe_backend trtllm runs TRTLLMGenFusedMoE for {fmt} experts, whose kernels TensorRT-LLM builds "
-                f"for compute capability 10.0 and 10.3 only (is_sm_100f); {gpu_name} is {sm_version}: use cutlass")
+                f"for compute capability 10.0 and 10.3 only (is_sm_100f); {gpu_name} is {sm_version}")
     if backend == "triton" and (fmt not in TRITON_FORMATS or not hopper(sm_version)):
         return (f"moe_backend triton: TritonFusedMoE (triton_kernels matmul_ogs) is timed only for gpt-oss's "
                 f"MXFP4 experts on Hopper, by vLLM's rows of the same kernel; {fmt} experts on {gpu_name} have "
-                "none: use cutlass")
+                "none")
     if backend == "deepgemm" and (fmt != "fp8_block" or not sm100_family(sm_version)):
         return (f"moe_backend deepgemm: DeepGemmFusedMoE runs block-fp8 experts on compute capability 10.x, the "
-                f"only rows of it in the shared data; {fmt} experts on {gpu_name} have none: use cutlass")
+                f"only rows of it in the shared data; {fmt} experts on {gpu_name} have none")
     return None
 
 
