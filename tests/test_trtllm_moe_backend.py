@@ -215,3 +215,13 @@ def test_autos_pick_that_no_rows_price_is_refused_as_autos():
                            "TRITON for gpt_oss on h100-sxm"), said
     assert "bf16 experts on h100-sxm have none: set engine.moe_backend to cutlass" in said, said
     assert "give --moe-backend cutlass" in _moe_remedies_as_flags(said)
+
+
+def test_estimates_help_names_every_backend_llmsim_prices():
+    # triton became priceable (gpt-oss on Hopper) while --moe-backend's help still listed auto, cutlass,
+    # trtllm and deepgemm alone
+    import re
+    from simulator.cli.estimate import MOE_BACKEND
+    from simulator.profiles.moe_backend import TRTLLM_MOE_BACKENDS, UNPRICED
+    named = set(re.findall(r"\w+", MOE_BACKEND.help))
+    assert [b for b in TRTLLM_MOE_BACKENDS if b not in UNPRICED and b not in named] == []

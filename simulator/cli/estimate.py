@@ -40,7 +40,7 @@ BACKEND = typer.Option(None, "--backend", help="price as this serving backend ru
                                                "sglang, trtllm or a profile file); default: the kernels alone")
 MOE_BACKEND = typer.Option(None, "--moe-backend", help="TensorRT-LLM's MoE backend (engine.moe_backend, with "
                                                        "--backend trtllm): auto (its default from 1.3.0rc2), "
-                                                       "cutlass (before), trtllm, deepgemm")
+                                                       "cutlass (before), trtllm, deepgemm, triton (gpt-oss on Hopper)")
 VERSION = typer.Option(None, "--backend-version", help="the backend's release whose defaults apply (with --backend)")
 GRAPHS = cuda_graph_gib_option()
 
