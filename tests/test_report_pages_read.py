@@ -86,3 +86,12 @@ def test_a_class_not_judged_shows_its_verdict_in_parentheses(cli, tmp_path):
     assert res["llmsim"]["classes"]["paid"]["slo_declared"] is False
     assert res["llmsim"]["classes"]["paid"]["slo"]["met"] is False
     assert "(✗)" in r.out and "(✗)" in (tmp_path / "o" / "report.html").read_text()
+
+
+def test_a_one_gpu_answer_reads_one_gpu_on_the_page():
+    # the terminal's answer read "1 GPU" (fleet_answer) while the page's confidence note said "1 GPUs"
+    from simulator.report.page import _confidence_note
+    levels = {"0.5": {"met": True, "overrides": {"pools.chat.replicas": 1}, "gpus": 1, "monthly_usd": 2183.0},
+              "0.9": {"met": True, "overrides": {"pools.chat.replicas": 2}, "gpus": 2, "monthly_usd": 4366.0}}
+    note = _confidence_note(0.9, {"levels": levels})
+    assert "pools.chat.replicas=1, 1 GPU, $2,183/month" in note, note

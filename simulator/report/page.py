@@ -23,8 +23,8 @@ from ..metrics.verdict import mark
 from ..planning.pareto import month_with_power, point_label
 from . import page_charts as charts
 from .intervals import bounds_text, steps_bounds_lines
-from .page_parts import classes_table, cost_table, esc, figure, latency_table, money, pools_table, run_answer, \
-    table, whole
+from .page_parts import classes_table, cost_table, esc, figure, gpus_text, latency_table, money, pools_table, \
+    run_answer, table, whole
 from .run_folder import check_columns, check_ladder, check_optional, check_plan, check_results, check_rows, \
     check_sweep, check_values, folder_kinds, kinds_text
 
@@ -266,7 +266,7 @@ def _plan_body(folder: Path) -> tuple[str, str]:
                  figure("best.slo_met", True, "SLO met", "by the cheapest fleet found", "ok")]
         what = "Cheapest fleet meeting the SLO: " + ", ".join(f"{k}={v}" for k, v in best["overrides"].items())
         if best.get("product_gpus") not in (None, best.get("gpus")):
-            what += (f" (the simulated slice: {whole(best.get('gpus'))} GPUs, {money(best.get('monthly_usd'))}"
+            what += (f" (the simulated slice: {gpus_text(best.get('gpus'))}, {money(best.get('monthly_usd'))}"
                      f"/month)")
     else:
         parts = [figure("best", None, "no fleet", "of those searched meets the SLO", "bad")]
@@ -299,10 +299,10 @@ def _confidence_note(confidence: float, by_confidence: Mapping[str, Any]) -> str
     if half and confidence != 0.5:
         fleet = ", ".join(f"{k}={v}" for k, v in (half.get("overrides") or {}).items())
         # a level carries product_* as None where the scenario is not a slice: the fleet's own then
-        gpus = whole(half.get("product_gpus") or half.get("gpus"))
+        gpus = gpus_text(half.get("product_gpus") or half.get("gpus"))
         usd = money(half.get("product_monthly_usd") or half.get("monthly_usd"))
         half_bounds = bounds_text(half.get("slo_bounds_ms"))
-        note += (f" At 50 % (the bias-corrected prediction): {fleet}, {gpus} GPUs, {usd}/month"
+        note += (f" At 50 % (the bias-corrected prediction): {fleet}, {gpus}, {usd}/month"
                  + (f"; {half_bounds}." if half_bounds else ".")
                  if half.get("met") else " At 50 % (the bias-corrected prediction) no fleet searched meets it "
                                          "either.")

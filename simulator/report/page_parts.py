@@ -16,7 +16,7 @@ from .intervals import seeds_met, slo_interval, unsent_targets
 from .summary_format import FAILED_PARTS, class_verdict, rare_counts_shown, stack_served, usd, weights_served
 
 __all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
-           "slo_table", "cost_table", "money", "whole", "interval_text"]
+           "slo_table", "cost_table", "money", "whole", "gpus_text", "interval_text"]
 
 
 def esc(v: Any) -> str:
@@ -25,6 +25,12 @@ def esc(v: Any) -> str:
 
 def whole(v: Any) -> str:
     return "—" if v is None else f"{v:,.0f}"
+
+
+def gpus_text(v: Any) -> str:
+    """A GPU count in a sentence, as the terminal's plan answer words it: "1 GPU", "104 GPUs" (a
+    one-GPU plan's page read "1 GPUs" after the terminal's was mended)."""
+    return f"{whole(v)} GPU{'' if v == 1 else 's'}"
 
 
 def money(v: Any) -> str:
