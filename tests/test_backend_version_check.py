@@ -348,3 +348,15 @@ def test_a_rule_bound_naming_a_candidate_splits_its_line(version, inside):
     assert (prof.version_keys(version) == {"max_num_seqs": 8}) is inside
     line = BackendProfile(name="x", stack="trtllm", by_version=[rule.model_copy(update={"until": "1.3.0"})])
     assert (line.version_keys(version) == {"max_num_seqs": 8}) is (version < "1.3")   # a line's bound: all of it
+
+
+@pytest.mark.parametrize("stack", ["vllm", "sglang"])
+def test_the_release_priority_scheduling_starts_at_is_dated(stack):
+    """A nightly is held to priority scheduling's first release (scenario.priority_scheduling) by that
+    release's day: undated (vLLM 0.11.0, SGLang 0.5.4), a nightly built a year before it was never
+    refused."""
+    from simulator.scenario.priority_scheduling import STACKS
+    prof = load_backend(stack)
+    since = STACKS[stack].since
+    assert since in prof.releases
+    assert prof.came_before("nightly-20250101", since) and not prof.came_before("nightly-20260101", since)
