@@ -57,6 +57,7 @@ def test_every_release_a_rule_starts_or_ends_at_is_dated(stack):
     and an undated since held none."""
     prof = load_backend(stack)
     bounds = {b for r in prof.by_version for b in (r.since, r.until) if b}
+    bounds |= {b for b in (prof.newest_release, prof.oldest_release, prof.default_release) if b}
     assert sorted(b for b in bounds if b not in prof.releases) == []
 
 
