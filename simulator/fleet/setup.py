@@ -59,6 +59,12 @@ class PoolSetup:
         return self.memory.usable_rank_blocks if self.memory.dp > 1 else None
 
 
+#: The pool keys a cost model's refusal may name (its ``key_path``, pool-relative); any other is reported
+#: against the layout key the pool's setup chose it for (tp, or pp for a pipeline).
+COST_MODEL_KEYS = frozenset({"tp", "dp", "ep", "engine.weight_dtype", "engine.backend", "engine.backend_version",
+                             "engine.moe_backend"})
+
+
 def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: EngineConfig, dp: int = 1,
                       ep: int = 1, speculative: bool | str = False, role: str = "") -> CostModel:
     """The cost model a replica of engine ``e`` prices its iterations with: the
@@ -143,8 +149,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     try:
         cm = engine_cost_model(model, gpu, spec.tp, e, spec.dp, spec.ep, draft, role)
     except LlmsimError as err:   # the pool key the rule concerns (tp, dp, ep, engine.*), else tp
-        key = err.key_path if err.key_path in ("tp", "dp", "ep", "engine.weight_dtype", "engine.backend",
-                                               "engine.backend_version", "engine.moe_backend") else "tp"
+        key = err.key_path if err.key_path in COST_MODEL_KEYS else "tp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
     mem = at("engine", lambda: plan_memory(model, gpu, spec.tp, e.weight_dtype, e.kv_dtype,
                                            e.gpu_memory_utilization, e.max_num_batched_tokens, e.max_num_seqs,
@@ -425,8 +430,7 @@ def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, w
                                    e.max_num_batched_tokens, e.max_num_seqs, e.block_size, e.kv_memory,
                                    stage.expert_storage)
     except LlmsimError as err:
-        key = err.key_path if err.key_path in ("tp", "pp", "engine.weight_dtype", "engine.backend",
-                                               "engine.moe_backend") else "pp"
+        key = err.key_path if err.key_path in COST_MODEL_KEYS | {"pp"} else "pp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
     mem = _startup_pool(e, model, gpu, mem, spec.tp * spec.pp, where, source)
     return PoolSetup(spec, cm, mem, None, engine=running_cap(rounds, model, mem))
