@@ -24,7 +24,7 @@ from .dp_placement import RankPlacement, rank_ids
 from .kv_tiers import OffloadPlan
 from .lora import AdapterSlots, LoraPlan
 from .prefix_cache import Match, PrefixCache
-from .request_length import executor_seq_len, longest_total
+from .request_length import LengthLimit, length_limit
 from .sequence import DECODE, DONE, PREFILL, WAITING, Seq, finish
 from .wait_queue import WaitQueue
 from .wake import call_later
@@ -196,16 +196,14 @@ class ReplicaBase:
         # SGLang and TensorRT-LLM serve a request longer than its rank's pool with the output cut to it
         # (EngineConfig.clips_output): the longest request it serves (0: no cut), SGLang's max_req_len or
         # TensorRT-LLM's max_seq_len (seq_len) as its executor lengthens it for its overlap scheduler and
-        # drafts and its KV cache manager lowers it to the pool, and how many outputs were cut. A stack
-        # that refuses a longer request takes prompt + output up to longest_total, SGLang's draft slots
-        # counted (engine/request_length.py).
-        self.cuts_to_seq_len = cfg.clips_output == "max_seq_len"
+        # drafts and its KV cache manager lowers it to the pool, and how many outputs were cut. The
+        # length a request is held to, counted as the stack counts it, is the scenario's workload
+        # check's (engine/request_length.py: SGLang's draft slots, TensorRT-LLM's executor max_seq_len).
         drafts = cm.spec if isinstance(cm, SpeculativeCostModel) else None
-        self.longest_total = longest_total(cfg, drafts, self.max_model_len)
-        self.seq_len = (executor_seq_len(cfg, drafts, self.max_model_len) if self.cuts_to_seq_len
-                        else self.max_model_len)
+        self.length: LengthLimit = length_limit(cfg, drafts, self.max_model_len)
+        self.cuts_to_seq_len = self.length.cuts_output
         pool_tokens = self.rank_blocks * self.bs
-        self.request_cap = (min(self.seq_len, pool_tokens) if self.cuts_to_seq_len
+        self.request_cap = (min(self.length.tokens, pool_tokens) if self.cuts_to_seq_len
                             else min(self.max_model_len - 1, pool_tokens - 1) if cfg.clips_output else 0)
         self.outputs_clipped = 0
         self.ret_now = -1
@@ -256,12 +254,9 @@ class ReplicaBase:
         attention rank, whose pool (``rank_blocks``) is all it can hold. The first reason
         found is the one given, those no capacity mends (the request's, the configuration's)
         first, and the pool's before its class's share of it."""
-        if self.cuts_to_seq_len:
-            if req.input_tokens >= self.seq_len:
-                return Rejection.TOO_LONG      # TensorRT-LLM: no output token left below max_seq_len, an error
-        elif req.input_tokens + req.output_tokens > self.longest_total:
-            return Rejection.TOO_LONG
-        elif self.request_cap and req.input_tokens >= self.request_cap - 5:
+        if self.length.exceeded(req.input_tokens, req.output_tokens):
+            return Rejection.TOO_LONG          # (TensorRT-LLM: no output token left below max_seq_len, an error)
+        if not self.cuts_to_seq_len and self.request_cap and req.input_tokens >= self.request_cap - 5:
             return Rejection.TOO_LONG          # SGLang's validate_input_length answers with an error
         output = self.served_output(req)
         longest = self.longest_prompt     # a generation-only request, prefilled elsewhere, passes
