@@ -494,11 +494,17 @@ def test_a_scenario_given_twice_is_said_so(tmp_path, cli, scenario):
     assert r.code == 2 and f"{scenario}: is given twice; list each scenario once" in r.err, r.err
 
 
-def test_the_load_row_says_cannot_tell_as_run_does(tmp_path, cli):
+def test_the_load_row_says_cannot_tell_as_run_does_and_fails(tmp_path, cli):
     """30 requests that all outlast their 0.5 s window: run reads the load as "cannot tell", and
-    check's row read "keeps up" beside "completed 0 req/s"."""
+    check's row read "keeps up" beside "completed 0 req/s", then passed the fleet."""
     sc = write_scenario(tmp_path, CHECK.replace("num_requests: 120", "num_requests: 30"))
     r = cli("check", sc, "--set", "workload.arrival.rate_per_s=60",
             "--set", "workload.output_tokens={dist: uniform, min: 400, max: 500}")
     row = next(line for line in r.out.splitlines() if line.strip("│ ").startswith("load"))
     assert "completed 0 of" in row and row.rstrip(" │").endswith("cannot tell"), row
+    # and a gate does not pass a fleet it did not judge: it passed, exit 0, on "cannot tell"
+    said = " ".join(r.out.split())
+    assert r.code == 1 and "check failed" in said, said
+    assert "load cannot tell: no request finished within the arrival window" in said, said
+    assert "a check does not pass a fleet whose load it could not judge (the scenario's check.set and --set " \
+           "size the window the check runs)" in said, said

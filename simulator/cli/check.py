@@ -2,9 +2,11 @@
 
 Each scenario runs at its fast settings (``check.set`` and ``--set``). It
 fails when the fleet is overloaded (``llmsim.load``: its queue grew through
-the run, SLO or not), when an SLO it declares is missed, or when a tracked metric moves
-beyond its tolerance against ``DIR/<scenario name>.json`` (see
-``report.regression`` for what counts). Failing is exit code 1, a result
+the run, SLO or not) or its load cannot be judged (nothing finished within
+the window: a gate must not pass what it did not test), when an SLO it
+declares is missed, or when a tracked metric moves beyond its tolerance
+against ``DIR/<scenario name>.json`` (see ``report.regression`` for what
+counts). Failing is exit code 1, a result
 rather than bad input (that stays exit 2), so CI can tell "the fleet got
 worse" from "the check is broken". Every file is read and every variant
 built before the first run, so a typo costs seconds, not a CI slot.
@@ -222,11 +224,19 @@ def _load_row(results: dict[str, Any], t: Table, job: _Job) -> None:
         return
     from ..metrics.load import undetermined
 
-    over = load["overloaded"]
-    outcome = "OVERLOADED" if over else "cannot tell" if undetermined(load) else "keeps up"
+    over, unjudged = load["overloaded"], undetermined(load)
+    outcome = "OVERLOADED" if over else "cannot tell" if unjudged else "keeps up"
     t.add_row("load", "keeps up", f"completed {_val(load.get('completed_rps'))} of {_val(load.get('offered_rps'))} req/s",
-              "—", outcome, style="bold red" if over else None)
-    job.judged("load", load["verdict"] if over else None, load["verdict"])
+              "—", outcome, style="bold red" if over or unjudged else None)
+    failure = load["verdict"] if over else _unjudged(load["verdict"]) if unjudged else None
+    job.judged("load", failure, load["verdict"])
+
+
+def _unjudged(verdict: str) -> str:
+    """Why a fleet whose load could not be judged fails the gate: a check that passed it would vouch
+    for a fleet nothing tested, its latencies those of a fleet still filling up (or of none at all)."""
+    return (f"load {verdict}; a check does not pass a fleet whose load it could not judge (the scenario's "
+            f"check.set and --set size the window the check runs)")
 
 
 def _verdict_row(v: Verdict, t: Table, job: _Job) -> None:
@@ -298,7 +308,8 @@ def check(scenarios: List[str] = typer.Argument(..., help="scenario YAML files (
               None, "--junit", help="also write the verdicts as a JUnit XML test report (a suite per scenario, "
                                     "a test case per SLO target and tracked metric) for CI systems to show"),
           ) -> None:
-    """Run scenarios at their fast settings; exit 1 if an SLO is missed or a tracked metric regressed."""
+    """Run scenarios at their fast settings; exit 1 if an SLO is missed, the fleet is overloaded or its load
+    cannot be judged, or a tracked metric regressed."""
     checked_engine(engine)
     if not math.isfinite(tolerance):
         raise LlmsimError(f"expected a finite relative move such as 0.05 (got {tolerance!r}); to stop tracking "
