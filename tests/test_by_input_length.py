@@ -11,6 +11,7 @@ from pydantic import ValidationError
 from helpers_whatif import SCENARIO, write_scenario
 from simulator.metrics.by_input_length import InputLengthBuckets, input_length_block
 from simulator.metrics.records import Records
+from simulator.metrics.verdict import failures
 from simulator.planning.point import summarize
 from simulator.runner import simulate
 from simulator.scenario.load import load_scenario
@@ -74,13 +75,16 @@ def test_results_carry_percentiles_per_bucket_and_longer_prompts_wait_longer(tmp
 
 def test_plan_and_check_require_every_bucket_slo(tmp_path, cli):
     """The fleet-wide SLO holds; the long bucket's target of 1 ms does not:
-    plan's row is not met, and check fails naming the bucket."""
+    plan's row is not met, and check fails naming the bucket, by the name run gives it (plan and check
+    once wrote "input 500+ ttft_p99_ms" where run wrote "input 500+: ttft_p99_ms")."""
     sc, path = load_scenario(write_scenario(tmp_path, buckets(5000, 1)))
     res = simulate(sc, source=path).results
     assert res["slo"]["met"]
     row = summarize(res)
-    assert row["slo_met"] is False and "input 500+ ttft_p99_ms" in row["slo_failed"]
+    name = "input 500+: ttft_p99_ms"
+    assert row["slo_failed"].startswith(f"{name} ") and row["slo_met"] is False, row["slo_failed"]
+    assert [f.split(" missed")[0] for f in failures(res)] == [f"SLO {name}"]       # run's exit line
     r = cli("check", write_scenario(tmp_path, buckets(5000, 1) + CHECK, name="b.yaml"))
-    assert r.code == 1 and "SLO input 500+" in r.out.split("check failed")[1]
+    assert r.code == 1 and f"small: SLO {name} missed: simulated" in r.out.split("check failed")[1], r.out
     ok = cli("check", write_scenario(tmp_path, buckets(5000, 5000) + CHECK, name="c.yaml"))
     assert ok.code == 0, ok.out

@@ -136,7 +136,7 @@ def test_a_class_that_misses_its_own_slo_fails(tmp_path, cli):
     r = cli("check", write_scenario(tmp_path, CHECK + classes))
     assert r.code == 1
     failures = r.out.split("check failed")[1]
-    assert "SLO paid ttft_p99_ms" in failures and "SLO free" not in r.out
+    assert "SLO paid: ttft_p99_ms missed: simulated" in failures and "SLO free" not in r.out
     assert "SLO ttft_p99_ms" in r.out and "small: SLO ttft_p99_ms" not in failures
 
 
@@ -396,7 +396,7 @@ def test_an_slo_with_no_samples_says_so(tmp_path, cli):
     sc = write_scenario(tmp_path, CHECK)
     r = cli("check", sc, "--set", "workload.output_tokens={dist: uniform, min: 1, max: 1}")
     failures = " ".join(r.out.split("check failed")[1].split())
-    assert r.code == 1 and "SLO tpot_p99_ms: no samples, target ≤ 100 ms" in failures, r.out
+    assert r.code == 1 and "SLO tpot_p99_ms missed: no samples, target ≤ 100 ms" in failures, r.out
     assert "│ no samples │ — │ VIOLATED" in " ".join(r.out.split())
 
 
@@ -449,7 +449,7 @@ def test_a_junit_path_that_cannot_be_written_is_refused_before_any_run(tmp_path,
 def test_confidence_on_an_slo_with_no_samples_is_a_verdict_not_a_traceback(tmp_path, cli):
     sc = write_scenario(tmp_path, CHECK)
     r = cli("check", sc, "--set", "workload.output_tokens={dist: uniform, min: 1, max: 1}", "--confidence", "0.9")
-    assert r.code == 1 and "SLO tpot_p99_ms: no samples, target ≤ 100 ms" in " ".join(r.out.split()), r.out + r.err
+    assert r.code == 1 and "SLO tpot_p99_ms missed: no samples, target ≤ 100 ms" in " ".join(r.out.split()), r.out + r.err
 
 
 @pytest.mark.parametrize("edit, key", [

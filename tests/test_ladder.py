@@ -12,8 +12,8 @@ import json
 import pytest
 
 from helpers_whatif import VARIANTS, write_scenario
-from simulator.metrics.intervals import target_name, targets_at_confidence
-from simulator.metrics.verdict import slo_blocks
+from simulator.metrics.intervals import targets_at_confidence
+from simulator.metrics.verdict import slo_blocks, target_name
 from simulator.scenario.variants import Variant, ladder_steps, overlay_assignments
 from simulator.validation.error_model import Regime, load_error_model
 

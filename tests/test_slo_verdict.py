@@ -46,7 +46,7 @@ def test_a_class_missing_its_own_target_fails_the_run_everywhere_it_is_shown(cli
     assert res["llmsim"]["classes"]["a"]["slo_declared"] is True and res["llmsim"]["classes"]["a"]["slo"]["met"] is False
     assert res["llmsim"]["classes"]["b"]["slo_declared"] is False
     assert res["llmsim"]["slo_met"] is False and slo_met(res) is False
-    assert r.code == 1 and "SLO a ttft_p99_ms missed" in r.err
+    assert r.code == 1 and "SLO a: ttft_p99_ms missed" in r.err
     out = " ".join(r.out.split())
     assert "SLO ✗ missed" in out and "a: TTFT p99" in out and "SLO ✓ met" not in out
     page = (tmp_path / "out" / "report.html").read_text()
@@ -70,7 +70,7 @@ def test_plan_and_sweep_judge_class_targets(cli, tmp_path):
     best = plan["best"]
     assert best is not None and best["overrides"]["pools.main.replicas"] >= 2
     one = [p for p in plan["probes"] if p["overrides"]["pools.main.replicas"] == 1]
-    assert one and not one[0]["slo_met"] and one[0]["failed_slo"].startswith("a ttft_p99_ms")
+    assert one and not one[0]["slo_met"] and one[0]["failed_slo"].startswith("a: ttft_p99_ms")
     # the fleet the plan picked meets every target when run
     run = cli("run", p, "--set", f"pools.main.replicas={best['overrides']['pools.main.replicas']}", "-o", tmp_path / "run")
     assert run.code == 0, run.err
@@ -79,7 +79,7 @@ def test_plan_and_sweep_judge_class_targets(cli, tmp_path):
     s = cli("sweep", sweep, "-o", tmp_path / "sw")
     assert s.code == 0, s.err
     row = pd.read_parquet(tmp_path / "sw" / "sweep.parquet").iloc[0]
-    assert bool(row["slo_met"]) is False and "a ttft_p99_ms" in row["slo_failed"]
+    assert bool(row["slo_met"]) is False and "a: ttft_p99_ms" in row["slo_failed"]
 
 
 def test_compare_leads_with_the_one_verdict():

@@ -187,7 +187,7 @@ def _pct(rel: Optional[float], tolerance: Optional[float] = None) -> str:
 
 def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
     from ..metrics.intervals import targets_at_confidence
-    from ..metrics.verdict import slo_blocks
+    from ..metrics.verdict import slo_blocks, target_name
     from ..validation.error_model import regime_of_run
 
     blocks = slo_blocks(results)      # the blocks llmsim run judges
@@ -208,11 +208,12 @@ def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
                 bound = f" (≤ {_past(j['bound_ms'], limit, met)} at {100 * job.confidence:g}%)"
             # a missed target's value with the decimals it takes to read past it, as llmsim run writes it
             measured = _past(value, limit, met or bool(bound))
-            t.add_row(f"{label} {key}", f"≤ {limit:,g}", measured + bound,
+            name = f"SLO {target_name(label, key)}"     # "SLO" apart from the tracked metrics beside it
+            t.add_row(name, f"≤ {limit:,g}", measured + bound,
                       "—" if att is None else f"{100 * att:.1f}% within", "met" if met else "VIOLATED",
                       style=None if met else "bold red")
             got = "no samples" if value is None else f"simulated {measured} ms{bound.replace(' at', ' ms at')}"
-            job.judged(f"{label} {key}", None if met else f"{label} {key}: {got}, target ≤ {limit:,g} ms",
+            job.judged(name, None if met else f"{name} missed: {got}, target ≤ {limit:,g} ms",
                        f"{got}, target ≤ {limit:,g} ms")
 
 

@@ -33,7 +33,7 @@ from ..fields import block, leaf
 from .verdict import owner, slo_blocks, slo_met
 
 __all__ = ["check_confidence", "mixture", "interval", "upper_bound", "interval_entry", "interval_keys",
-           "intervals_block", "slo_key", "targets_at_confidence", "target_name", "slo_intervals_block",
+           "intervals_block", "slo_key", "targets_at_confidence", "slo_intervals_block",
            "spread_block"]
 
 #: Probabilities at which a cell's residual distribution is sampled (midpoints: no 0 or 1).
@@ -231,12 +231,6 @@ def targets_at_confidence(blocks: Sequence[Sequence[tuple[str, Mapping[str, Any]
                         "replicates_met": sum(1 for s in slos if s["targets"][key].get("met")),
                         "replicates_judged": len(slos)})
     return out
-
-
-def target_name(label: str, key: str) -> str:
-    """A judged target's name where a plan or ladder lists bounds: the fleet's by its key
-    (``ttft_p99_ms``), a class's or bucket's after its label (``SLO paid ttft_p99_ms``)."""
-    return key if label == "SLO" else f"{label} {key}"
 
 
 def slo_intervals_block(replicates: Sequence[Mapping[str, Any]], regime: Regime, model: Optional[ErrorModel],

@@ -15,7 +15,7 @@ from .by_input_length import bucket_slo_blocks
 from .load import CANNOT_TELL, SHORT_WINDOW
 
 __all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "fleet_met", "load_columns", "load_failure", "mark", "owner",
-           "failures", "past", "ms_past", "measured", "class_p99"]
+           "target_name", "failures", "past", "ms_past", "measured", "class_p99"]
 
 #: Exit code of ``llmsim run`` and ``llmsim check`` for a result that fails
 #: (bad input stays 2): CI can tell "the fleet got worse" from "the check is broken".
@@ -70,6 +70,14 @@ def owner(label: str, sep: str = " ") -> str:
     """Whose targets a :func:`slo_blocks` label holds, as a prefix for a target's name: "" for the
     scenario's (``SLO``), else the class or bucket followed by ``sep`` ("paid ", "paid: ")."""
     return "" if label == "SLO" else label.removeprefix("SLO ") + sep
+
+
+def target_name(label: str, key: str) -> str:
+    """A declared SLO target's name wherever one is shown or keyed (run's tables and exit line, check's rows,
+    a plan's misses and bounds): the fleet's by its key (``ttft_p99_ms``), a class's or prompt-length
+    bucket's after its owner and a colon (``paid: ttft_p99_ms``, ``input 32000-64000: ttft_p99_ms``), the
+    colon ending a name that has spaces of its own. Each command once spelt it its own way."""
+    return owner(label, ": ") + key
 
 
 def slo_met(results: Mapping[str, Any]) -> Optional[bool]:
@@ -130,7 +138,7 @@ def failures(results: Mapping[str, Any]) -> list[str]:
             if not target.get("met"):
                 measured = target.get("measured_ms")
                 got = "no samples" if measured is None else ms_past(measured, target["target_ms"])
-                out.append(f"{label} {key} missed: simulated {got}, target ≤ {target['target_ms']:,g} ms")
+                out.append(f"SLO {target_name(label, key)} missed: simulated {got}, target ≤ {target['target_ms']:,g} ms")
     # --replicates: the figures are the first seed's, but a fleet passes only if every seed does, as
     # plan --seeds judges it (one seed's pass alone exited 0 on a fleet three seeds in four missed with)
     reps = (results.get("llmsim") or {}).get("replicates") or {}

@@ -14,8 +14,8 @@ from __future__ import annotations
 import json
 from typing import Any, Callable, Mapping, Optional, Sequence
 
-from ..metrics.intervals import target_name, targets_at_confidence
-from ..metrics.verdict import load_failure, ms_past, owner, slo_blocks
+from ..metrics.intervals import targets_at_confidence
+from ..metrics.verdict import load_failure, ms_past, slo_blocks, target_name
 from ..report.intervals import bounds_text
 from ..validation.error_model import ErrorModel, Regime
 from .pareto import month_with_power
@@ -53,7 +53,7 @@ def judge_at_confidence(rows: Sequence[Mapping[str, Any]], confidence: float,
     blocks = [json.loads(r["slo_targets"]) for r in rows]
     judged = targets_at_confidence(blocks, Regime.parse(rows[0].get("regime")), model, confidence)
     bounds = {target_name(t["label"], t["key"]): t["bound_ms"] for t in judged}
-    misses = [f"{owner(t['label'])}{t['key']} "
+    misses = [f"{target_name(t['label'], t['key'])} "
               f"{'unmeasured' if t['bound_ms'] is None else ms_past(t['bound_ms'], t['target_ms'], grouped=False)} at "
               f"{100 * confidence:g} % > {t['target_ms']:g} ms" for t in judged if not t["met"]]
     return not misses, "; ".join(misses) or None, bounds

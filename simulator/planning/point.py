@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import LlmsimError
-from ..metrics.verdict import fleet_met, load_columns, load_failure, ms_past, owner, slo_blocks
+from ..metrics.verdict import fleet_met, load_columns, load_failure, ms_past, slo_blocks, target_name
 from ..inputs import code_digest, file_digest
 from ..reads import recorded_reads
 from .confidence import slo_targets_text
@@ -184,7 +184,7 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     row.update(load_columns(results))
     load = load_failure(row)
     missed = [load] if load and row["slo_met"] is False else []
-    missed += [f"{owner(label)}{_miss(k, t)}" for label, block in slo_blocks(results)
+    missed += [f"{target_name(label, k)} {_miss(t)}" for label, block in slo_blocks(results)
                for k, t in (block.get("targets") or {}).items() if not t.get("met")]
     row["slo_failed"] = "; ".join(missed) or None
     for k, t in targets.items():
@@ -205,7 +205,7 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     return row
 
 
-def _miss(key: str, target: Mapping[str, Any]) -> str:
+def _miss(target: Mapping[str, Any]) -> str:
     measured = target.get("measured_ms")
     got = "no samples" if measured is None else ms_past(measured, target.get("target_ms"), grouped=False)
-    return f"{key} {got} > {target.get('target_ms'):g} ms"
+    return f"{got} > {target.get('target_ms'):g} ms"

@@ -13,8 +13,8 @@ from typing import Any, Mapping, Optional, Sequence
 from rich.table import Table
 
 from ..errors import LlmsimError
-from ..metrics.intervals import intervals_block, slo_intervals_block, slo_key, spread_block, target_name
-from ..metrics.verdict import owner, slo_blocks
+from ..metrics.intervals import intervals_block, slo_intervals_block, slo_key, spread_block
+from ..metrics.verdict import owner, slo_blocks, target_name
 from ..validation.error_model import ErrorModel, load_error_model, regime_of_run
 from .summary_format import FAIL, OK, num
 
@@ -63,7 +63,7 @@ def slo_interval(results: Mapping[str, Any], label: str, key: str,
 
 def slo_bounds(results: Mapping[str, Any]) -> Optional[dict[str, Optional[float]]]:
     """Each SLO target's one-sided bound (:func:`slo_interval`), named as plan.json's ``slo_bounds_ms``
-    names them (:func:`~simulator.metrics.intervals.target_name`); null for a target without one (no
+    names them (:func:`~simulator.metrics.verdict.target_name`); null for a target without one (no
     samples); None for a run that declares no SLO."""
     blocks = slo_blocks(results)
     if not blocks:
@@ -142,9 +142,9 @@ def _rows(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], Mapp
         for key, t in (block.get("targets") or {}).items():
             i = slo_interval(results, label, key, t)
             if i is not None:
-                out.append((owner(label, ": ") + key, t, i, seeds_met(results, label, key, i)))
+                out.append((target_name(label, key), t, i, seeds_met(results, label, key, i)))
     for label, key, t, i in unsent_targets(results):
-        out.append((owner(label, ": ") + key, t, i, seeds_met(results, label, key, i)))
+        out.append((target_name(label, key), t, i, seeds_met(results, label, key, i)))
     return out
 
 
