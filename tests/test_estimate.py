@@ -538,7 +538,30 @@ def test_a_sliding_window_models_request_kv_is_on_its_capacitys_basis(cli):
     assert out["kv_concurrent_requests"] <= fits < out["kv_concurrent_requests"] + 16   # blocks of 16 tokens
     table = cli("estimate", "request", "--gpu", "h200", "--model", "gpt-oss-120b", "--backend", "vllm",
                 "--input", "1000", "--output", "100")
-    assert "sliding-window KV per request" in table.out
+    said = _words(table.out)
+    assert "KV per request 0.05 GB (full-attention layers 0.04 GB + sliding-window layers 0.01 GB)" in said, said
+    assert f"KV capacity {out['kv_capacity_bytes'] / 1e9:.2f} GB KV capacity (tokens)" in said   # one pool holds both
+
+
+def _words(table: str) -> str:
+    """A table's text without its borders, one space apart: a cell wrapped onto a second line at 80
+    columns reads on, its label's column empty there."""
+    return " ".join(w for w in table.split() if w not in "│┃")
+
+
+def test_a_pool_split_for_the_windows_shows_its_whole_and_both_parts(cli):
+    """TensorRT-LLM keeps gpt-oss's sliding-window layers in a pool of their own, as large as the
+    full-attention one: the table read "KV capacity 51.77 GB" beside "sliding-window KV 51.77 GB" of a
+    103.5 GB pool, and "KV per request" was the full-attention layers' alone."""
+    args = ("--gpu", "b200", "--model", "gpt-oss-120b", "--backend", "trtllm", "--input", "2000", "--output", "200")
+    out = request(cli, *args)
+    said = _words(cli("estimate", "request", *args).out)
+    assert "KV capacity 103.54 GB (full-attention layers 51.77 GB + sliding-window layers 51.77 GB)" in said, said
+    assert "KV per request 0.16 GB (full-attention layers 0.08 GB + sliding-window layers 0.08 GB)" in said
+    assert "KV per token (full-attention layers) 36 KiB" in said and "sliding-window KV 51.77" not in said
+    # weights, reserve and both pools are the GPU
+    assert out["weights_bytes"] + out["reserve_bytes"] + out["kv_capacity_bytes"] + out["kv_window_bytes"] \
+        == pytest.approx(out["total_memory_bytes"])
 
 
 def test_a_short_requests_windows_are_what_its_vllm_pool_charges(cli):

@@ -225,6 +225,17 @@ def _gb(n_bytes: float) -> str:
     return f"{n_bytes / 1e9:.2f} GB"
 
 
+def _kv_gb(full: float, window: float) -> str:
+    """A KV figure whose sliding-window layers' part is counted apart (a request's windows, a pool split
+    by a ratio): the whole, then its two parts by whose they are, so that weights, reserve and KV add up
+    to the GPU and capacity / per request to the concurrency. Each part alone once read as the whole:
+    "KV capacity 51.77 GB" beside "sliding-window KV 51.77 GB" of a 103.5 GB pool."""
+    if not window:
+        return _gb(full)
+    whole = round(full / 1e9, 2) + round(window / 1e9, 2)      # the parts as shown, so that they add up
+    return f"{_gb(whole * 1e9)} (full-attention layers {_gb(full)} + sliding-window layers {_gb(window)})"
+
+
 def _tflop(flops: float) -> str:
     return f"{flops / 1e12:,.4g} TFLOP"
 
@@ -255,15 +266,16 @@ _STEP_ROWS: dict[str, tuple[str, Callable[[Any], Any]]] = {
 _IN_TITLE = ("gpu", "model", "tp", "dp", "ep")
 
 
-def kv_per_token_label(copies: float, is_mla: bool) -> str:
+def kv_per_token_label(copies: float, is_mla: bool, sliding: bool = False) -> str:
     """The KV-per-token row's label, saying why a replica holds more than one
     copy of a token's KV (the figure is on the replica's basis, as the
-    capacity beside it is)."""
+    capacity beside it is) and, for a model with sliding-window layers, that
+    it is its full-attention layers' (the windows' are counted apart)."""
+    layers = "full-attention layers" if sliding else ""
     if copies <= 1:
-        return "KV per token"
-    if is_mla:
-        return f"KV per token ({copies:g} copies: MLA's latent on each GPU)"
-    return f"KV per token ({copies:g}× its share: fewer KV heads than GPUs)"
+        return f"KV per token ({layers})" if layers else "KV per token"
+    why = "MLA's latent on each GPU" if is_mla else "fewer KV heads than GPUs"
+    return f"KV per token ({copies:g}{' copies' if is_mla else '× its share'}: {why}{'; ' + layers if layers else ''})"
 
 
 def step_rows(out: dict[str, Any], prefill_tokens: int, prefill_context: int, decode_batch: int,
@@ -465,14 +477,12 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     if mfu is not None:
         rows += [(f"prefill at {mfu:.0%} MFU (ms)", out["mfu_prefill_ms"]),
                  (f"tokens/s at {mfu:.0%} MFU", out["mfu_prefill_tokens_per_s"])]
-    rows += [(kv_per_token_label(out["kv_copies"], cm.model.is_mla), _kib(out["kv_bytes_per_token"])),
-             ("KV per request", _gb(out["kv_bytes_per_request"])),
-             *([("sliding-window KV per request", _gb(out["kv_window_bytes_per_request"]))]
-               if out.get("kv_window_bytes_per_request") else []),
+    sliding = cm.model.num_sliding_layers > 0
+    rows += [(kv_per_token_label(out["kv_copies"], cm.model.is_mla, sliding), _kib(out["kv_bytes_per_token"])),
+             ("KV per request", _kv_gb(out["kv_bytes_per_request"], out.get("kv_window_bytes_per_request", 0.0))),
              ("weights", f"{_gb(out['weights_bytes'])} ({weights_served(out, noted='{weights}; {note}')})"),
              ("reserve", _gb(out["reserve_bytes"])),
-             *([("sliding-window KV", _gb(out["kv_window_bytes"]))] if out["kv_window_bytes"] else []),
-             ("KV capacity", _gb(out["kv_capacity_bytes"])),
+             ("KV capacity", _kv_gb(out["kv_capacity_bytes"], out["kv_window_bytes"])),
              # the figure the stacks' start-up logs give (vLLM's "GPU KV cache size: N tokens")
              ("KV capacity (tokens)", out["kv_capacity_tokens"]),
              *_concurrency(out, dp)]
