@@ -175,6 +175,22 @@ def test_a_folder_without_results_is_refused(tmp_path, cli):
                                            "of its steps' folders)")
 
 
+@pytest.mark.parametrize("kind, files", [("plan", ("plan.json", "pareto.png", "report.html")),
+                                         ("sweep", ("sweep.csv", "report.html"))])
+def test_a_plans_or_sweeps_folder_is_said_to_be_one(tmp_path, cli, kind, files):
+    """It read "a folder without results.json", as if a run had failed to write one: the folder is a plan's
+    (or a sweep's), whose files hold a row per fleet, and two runs of its fleets are what compare takes."""
+    good = _folder(tmp_path, "good")
+    folder = tmp_path / kind
+    (folder / "points").mkdir(parents=True)
+    for name in files:
+        (folder / name).write_text("{}")
+    _refused(cli("compare", good, folder),
+             f"{folder}: a {kind}'s folder (it holds {', '.join(files)}, points/: a row of figures for each fleet "
+             f"the {kind} simulated, no run's results.json); compare takes two runs: run the fleets to compare, "
+             f"each with its overrides from {files[0]} (`llmsim run SCENARIO --set KEY=VALUE -o DIR`)")
+
+
 @pytest.mark.parametrize("text, fragment", [
     ("name: [unclosed\n", "invalid YAML at line"),
     ("- a\n- b\n", "expected the scenario as run (a mapping of scenario keys, as `llmsim run -o` writes it), got list"),
