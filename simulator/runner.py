@@ -157,7 +157,7 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     done = [0]
     wall = time.perf_counter()
     src = make_source(wl, sc.seed, plan.folder, subset)
-    check_source(sc, src, source, plan.folder)
+    check_source(sc, src, source, plan.folder, whole=subset is None)
     draws = AdapterDraws(wl, sc.seed) if any(p.spec.lora for p in plan.pools) else None
     # each pool's router draws from a stream of its own, keyed by the pool's name: one stream shared by
     # every pool made a what-if on one pool's router move another pool's latencies

@@ -274,8 +274,13 @@ _STEP = "{min_replicas: 1, max_replicas: 2, metric: concurrency, target: 4, sche
 
 
 @pytest.mark.parametrize("key, value, says", [
-    ("workload.arrival.spikes", "[{start_s: 0.5, duration_s: 5, multiplier: 2}, {start_s: 2, duration_s: 1, multiplier: 9}]",
+    ("workload.arrival.spikes", "[{start_s: 0.5, duration_s: 1, multiplier: 2}, {start_s: 2, duration_s: 1, multiplier: 9}]",
      "workload.arrival.spikes[1].start_s: 2 s is at or after the window's end (duration_s: 2 s)"),
+    # one that starts inside the window and runs past its end was cut there without a word
+    ("workload.arrival.spikes", "[{start_s: 0.5, duration_s: 1.5, multiplier: 2}, {start_s: 1.5, duration_s: 5, multiplier: 9}]",
+     "workload.arrival.spikes[1].duration_s: 5 s from 1.5 s runs to 6.5 s, past the window's end (duration_s: 2 s): "
+     "no arrival is drawn after it, so its last 4.5 s would change nothing; end it by the window's end (at most "
+     "0.5 s) or lengthen the window"),
     (f"pools.{POOL}.autoscaling", _STEP % 3600,
      "pools[0].autoscaling.schedule[0].at_s: 3600 s is at or after the window's end (workload.duration_s: 2 s)"),
 ])
@@ -293,6 +298,23 @@ def test_a_spike_or_a_schedule_step_after_the_window_is_refused(tmp_path, cli, k
 
     sc, source = load_scenario(write_yaml(tmp_path / "n.yaml", SCENARIO), [f"{key}={value}"])
     compile_scenario(sc, source)
+
+
+def test_a_spike_after_a_counted_runs_last_arrival_is_refused(tmp_path, cli):
+    """A run sized by num_requests stops drawing at its last arrival: a spike starting after it changed
+    nothing, without a word (the duration_s check above does not reach a run sized by its count)."""
+    path = write_yaml(tmp_path / "s.yaml", SCENARIO)
+    late = "[{start_s: 0.1, duration_s: 5, multiplier: 2}, {start_s: 3600, duration_s: 60, multiplier: 3}]"
+    r = cli("run", path, "--set", f"workload.arrival.spikes={late}", "-o", tmp_path / "out")
+    one_line_error(r, "s.yaml", "workload.arrival.spikes[1].start_s: 3600 s is at or after the last arrival: the 40 "
+                   f"arrivals (workload.num_requests) drawn at seed {SCENARIO['seed']} end at ",
+                   "so no arrival meets the spike and it would change nothing; start it before then, or raise "
+                   "workload.num_requests")
+    assert not (tmp_path / "out").exists()
+    # one the arrivals reach runs
+    r = cli("run", path, "--set", "workload.arrival.spikes=[{start_s: 0.1, duration_s: 60, multiplier: 2}]",
+            "--json")
+    assert r.code == 0, r.err
 
 
 def test_a_pool_whose_ceiling_and_warm_standbys_together_pass_the_replica_limit_is_refused(tmp_path, cli):

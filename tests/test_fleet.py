@@ -373,6 +373,7 @@ def test_every_request_ends_once_under_scaling_draining_and_shedding(seed, metri
     d = ramp(metric=metric, target=target, warm_pool=warm)
     d["seed"] = seed
     d["workload"]["duration_s"] = 150
+    d["workload"]["arrival"]["spikes"][0]["duration_s"] = 50    # the ramp's spike up to the window's end
     d["classes"] = copy.deepcopy(TIERS)
     d["classes"][0]["admission"]["max_queue_per_replica"] = limit
     d["classes"][1]["admission"]["max_queue_per_replica"] = limit * 4

@@ -33,8 +33,10 @@ back in time and no spike reaches (:meth:`workloads.arrivals.OpenLoopArrival.lea
 * ``spikes`` multiply the rate by ``multiplier`` on
   ``[start_s, start_s + duration_s)``, once (they do not repeat with the
   profile); overlapping spikes multiply, and a multiplier below 1 is a dip.
-  A spike starting at or after ``duration_s`` would change nothing (no
-  arrival is drawn after it) and is refused (:class:`workloads.spec.WorkloadSpec`).
+  A spike starting at or after ``duration_s``, or running past it, would
+  change nothing there (no arrival is drawn after it) and is refused
+  (:class:`workloads.spec.WorkloadSpec`); so is one starting after a
+  count-sized run's last arrival (:mod:`simulator.scenario.drawn`).
   They come on top of the peak: during a spike λ may exceed ``rate_per_s``.
 
 Sampling (:class:`RateSchedule`) is the time-change of
@@ -233,9 +235,11 @@ class Spike(_Model):
     """A one-off burst (or dip): the rate times ``multiplier`` on ``[start_s, start_s + duration_s)``."""
 
     start_s: float = Field(ge=0, **_Finite, description="when it starts, on the simulation clock; before "
-                                                        "workload.duration_s where it is set (a spike from then "
-                                                        "on meets no arrival and is refused)")
-    duration_s: float = Field(gt=0, **_Finite, description="how long it lasts")
+                                                        "workload.duration_s where it is set, else before the "
+                                                        "last arrival the count reaches (a spike from then on "
+                                                        "meets no arrival and is refused)")
+    duration_s: float = Field(gt=0, **_Finite, description="how long it lasts; ending by workload.duration_s "
+                                                           "where it is set (a part past it is refused)")
     multiplier: float = Field(gt=0, **_Finite, description="rate factor while it lasts (< 1 is a dip)")
 
 

@@ -203,8 +203,10 @@ class WorkloadSpec(BaseModel):
 
     def _spikes_inside_the_window(self) -> None:
         """A spike from ``duration_s`` on multiplies a rate no arrival is drawn from (arrivals, or session
-        starts, stop there): it would change nothing, so it is a slip of units or of the window, refused.
-        Without a duration a spike is reached, or not, by the count of arrivals."""
+        starts, stop there): it would change nothing, so it is a slip of units or of the window, refused;
+        so is one that starts inside the window and runs past its end, whose part past it was cut without
+        a word (a burst of 10 minutes run as 2). Without a duration a spike is reached, or not, by the
+        count of arrivals (:func:`simulator.scenario.drawn.check_source` refuses one none reaches)."""
         spikes, d = getattr(self.arrival, "spikes", ()), self.duration_s
         for i, spike in enumerate(spikes if d is not None else ()):
             if spike.start_s >= d:
@@ -212,6 +214,13 @@ class WorkloadSpec(BaseModel):
                                  f"{spike.start_s:g} s is at or after the window's end (duration_s: {d:g} s): no "
                                  f"arrival is drawn after it, so the spike would change nothing; start it inside "
                                  f"the window or remove it")
+            end = spike.start_s + spike.duration_s
+            if end > d * (1 + 1e-12):
+                raise KeyRefusal(("arrival", "spikes", i, "duration_s"),
+                                 f"{spike.duration_s:g} s from {spike.start_s:g} s runs to {end:g} s, past the "
+                                 f"window's end (duration_s: {d:g} s): no arrival is drawn after it, so its last "
+                                 f"{end - d:g} s would change nothing; end it by the window's end (at most "
+                                 f"{d - spike.start_s:g} s) or lengthen the window")
 
     def _check_session(self) -> None:
         kind = self.session.type

@@ -22,13 +22,43 @@ from workloads.traces import resolve_trace_path
 __all__ = ["check_source"]
 
 
-def check_source(sc: Scenario, src: Source, source: str | Path | None, folder: Optional[Path]) -> None:
-    """Refuse arrivals ``sc`` cannot run: past the run-size limits, or a
-    trace naming classes the scenario does not declare. ``source`` (the
-    scenario file) and ``folder`` (its folder, where a relative trace path
-    resolves) are what the errors name."""
+def check_source(sc: Scenario, src: Source, source: str | Path | None, folder: Optional[Path],
+                 whole: bool = True) -> None:
+    """Refuse arrivals ``sc`` cannot run: past the run-size limits, a
+    trace naming classes the scenario does not declare, or a spike no
+    arrival reaches. ``source`` (the scenario file) and ``folder`` (its
+    folder, where a relative trace path resolves) are what the errors name;
+    ``whole``: ``src`` holds every arrival, not a shard's share of them,
+    whose last may come before the whole's."""
     _check_drawn(sc, src, source)
     _check_trace_classes(sc, src, folder)
+    if whole:
+        _check_spikes_reached(sc, src, source)
+
+
+def _check_spikes_reached(sc: Scenario, src: Source, source: str | Path | None) -> None:
+    """A workload sized by its count (``num_requests``, ``num_sessions``) stops drawing at its last
+    arrival: a spike starting after it multiplies a rate nothing is drawn from, and changed nothing
+    without a word, as one past ``duration_s`` would (:class:`workloads.spec.WorkloadSpec` refuses that
+    one before any draw; this one is known only once the arrivals are)."""
+    wl = sc.workload
+    spikes = getattr(wl.arrival, "spikes", ())
+    if not spikes or wl.duration_s is not None or wl.closed_loop or wl.is_trace:
+        return
+    starts = getattr(src, "starts", None)
+    times = starts if starts is not None else [r.arrival for r in src.requests]
+    if not times:
+        return
+    last, sessions = times[-1], starts is not None
+    key, what = ("num_sessions", "session start") if sessions else ("num_requests", "arrival")
+    for i, spike in enumerate(spikes):
+        if spike.start_s >= last:
+            raise LlmsimError(
+                f"{spike.start_s:g} s is at or after the last {what}: the {len(times):,} {what}s "
+                f"(workload.{key}) drawn at seed {sc.seed} end at {last:,.4g} s, so no {what} meets the spike and "
+                f"it would change nothing; start it before then, or raise workload.{key} (or size the run by "
+                f"time, workload.duration_s) to reach it", source=source,
+                key_path=f"workload.arrival.spikes[{i}].start_s")
 
 
 def _check_drawn(sc: Scenario, src: Source, source: str | Path | None) -> None:
