@@ -124,3 +124,26 @@ def test_per_region_latency_without_regions(tmp_path, capsys):
 ])
 def test_bad_regions(tmp_path, capsys, regions, key):
     assert key in cli_error(tmp_path, scenario(regions=regions), capsys)
+
+
+def test_the_region_and_bucket_blocks_read_over_the_fleets_duration(monkeypatch):
+    """The classes read over results.json's ``duration`` (to the last request's end), the regions and
+    prompt-length buckets over the run's end: two clocks in one report, for blocks that keep no rate
+    today, so nothing moved, but a throughput added to either would not add up to the fleet's."""
+    from simulator.metrics import by_input_length, regions, results
+
+    read = []
+
+    def noted(*args, duration=None, **kw):
+        read.append(duration)
+        return results.compute_results(*args, duration=duration, **kw)
+
+    monkeypatch.setattr(regions, "compute_results", noted)
+    monkeypatch.setattr(by_input_length, "compute_results", noted)
+    # traffic that goes quiet 4 s before the window's end: the run lasts to 10 s, its requests end before
+    quiet = {**LIGHT["arrival"], "spikes": [{"start_s": 6, "duration_s": 4, "multiplier": 1e-6}]}
+    w = {**{k: v for k, v in scenario()["workload"].items() if k != "num_requests"}, "duration_s": 10,
+         "arrival": quiet}
+    out = run(scenario(workload=w, regions=REGIONS, input_length_buckets={"edges": [500]})).results
+    assert out["duration"] < out["llmsim"]["simulated_seconds"] == 10
+    assert len(read) == 4 and set(read) == {out["duration"]}, (read, out["duration"])

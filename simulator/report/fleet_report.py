@@ -307,17 +307,20 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     }
     if single:     # the one pool's figures at the top level, as before pools could be several
         out.update({k: v for k, v in first.items() if k not in out and k not in ("usd", "gpu_hours")})
+    # every block's rates over the one duration the fleet's own read (results.json's top level): the
+    # buckets and regions once read over the run's end, drain included, so their throughputs did not add
+    # up to the fleet's
+    span = benchmark_duration(sc.workload, requests) if duration is None else duration
     if sc.input_length_buckets is not None:
-        out["by_input_length"] = input_length_block(requests, sc.input_length_buckets, now, plan.bucket_slos)
+        out["by_input_length"] = input_length_block(requests, sc.input_length_buckets, span, plan.bucket_slos)
     if any(c.rate_limit is not None for c in sc.classes):
         out["gateway"] = gateway_block(requests, sc.classes, {b.name: b.usd for b in bills},
                                        {p.name: p.disaggregation.decode_pool for p in sc.pools if p.disaggregation})
     out.update({
         "pools": blocks,
-        "classes": class_block(requests, sc.classes, plan.class_slos, plan.slo,
-                               benchmark_duration(sc.workload, requests) if duration is None else duration,
-                               plan.routes) if sc.classes else None,
-        "regions": region_block(requests, sc.regions, now) if sc.regions else None,
+        "classes": class_block(requests, sc.classes, plan.class_slos, plan.slo, span, plan.routes)
+        if sc.classes else None,
+        "regions": region_block(requests, sc.regions, span) if sc.regions else None,
         "ttft_budget": ttft_budget(requests, response_s=plan.response_s),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
                            monthly=plan.month, arrivals_s=arrivals, began_before=began_before),
