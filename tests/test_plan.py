@@ -5,6 +5,7 @@ import json
 import math
 
 import pytest
+import yaml
 from hypothesis import example, given, strategies as st
 
 from simulator.planning.executors import make_executor
@@ -228,6 +229,18 @@ def test_max_rate_refuses_a_fixed_number_of_sessions(tmp_path, cli, repo_root):
     assert r.code == 2 and "workload.num_sessions: --max-rate raises workload.arrival.rate_per_s" in said, said
     assert "starts a fixed 240 sessions" in said and "--set workload.num_sessions=null --set workload.duration_s=" \
         in said
+    assert not (tmp_path / "p").exists()
+    # nor can a --vary size it so: read before the choices, the refusal would miss one, but each choice
+    # must make a valid scenario alone, where a count beside the duration is refused
+    timed = yaml.safe_load((repo_root / "scenarios" / "coding-agent.yaml").read_text())
+    timed["workload"] = {**{k: v for k, v in timed["workload"].items() if k != "num_sessions"}, "duration_s": 60}
+    timed.pop("check")     # its fast settings count sessions too
+    path = tmp_path / "timed.yaml"
+    path.write_text(yaml.safe_dump(timed))
+    r = cli("plan", path, "--max-rate", "--vary", "workload.num_sessions=30,60", "-o", tmp_path / "p")
+    said = " ".join(r.err.split())
+    assert r.code == 2 and "(--vary workload.num_sessions=30,60): workload: give exactly one of num_sessions or " \
+        "duration_s" in said, said
     assert not (tmp_path / "p").exists()
 
 
