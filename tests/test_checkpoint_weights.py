@@ -68,6 +68,23 @@ def test_sglang_alone_upcasts_mxfp4_experts_to_bf16():
         _setup("gpt-oss-120b", "vllm", "bf16", tp=4)
 
 
+def test_the_checkpoint_is_refused_before_the_expert_kernel_its_wrong_format_would_pick(cli):
+    """TensorRT-LLM's AUTO gives gpt-oss's experts TRITON on Hopper, unpriced for bf16 experts; but the
+    checkpoint holds MXFP4 experts, which no launch serves as bf16: that refusal is the one to read."""
+    with pytest.raises(LlmsimError) as e:
+        _setup("gpt-oss-120b", "trtllm", "bf16", gpu="h100-sxm", tp=4)
+    assert e.value.key_path == "pools[0].engine.weight_dtype", e.value.message
+    assert "checkpoint holds mxfp4 weights" in e.value.message
+    r = cli("estimate", "step", "--gpu", "h100-sxm", "--model", "gpt-oss-120b", "--tp", "4", "--weight-dtype",
+            "bf16", "--backend", "trtllm", "--decode-batch", "1")
+    assert r.code == 2 and r.err.startswith("error: --weight-dtype: ") and "checkpoint holds mxfp4" in r.err, r.err
+    pool = {"model": "gpt-oss-120b", "gpu": "h100-sxm", "tp": 4,       # its own weights meet the backend's refusal
+            "engine": {"backend": "trtllm", "weight_dtype": "mxfp4", "moe_backend": "trtllm", "max_model_len": 4096}}
+    with pytest.raises(LlmsimError) as e:
+        setup_pool(PoolSpec.model_validate(pool), 0, source="s.yaml")
+    assert e.value.key_path == "pools[0].engine.moe_backend", e.value.message
+
+
 def test_a_profile_naming_no_checkpoint_format_is_served_as_the_pool_names(bf16_config):
     assert _setup("llama-3.1-8b", "vllm", "nvfp4").cm.weight_dtype == "nvfp4"
 

@@ -12,6 +12,7 @@ from typing import Optional
 from ..costmodel import CostModel
 from ..costmodel.pipeline import PipelineCostModel
 from ..costmodel.speculative import MTP, SpeculativeCostModel, draft_kind, speculative_setup
+from ..dtypes import WEIGHT_DTYPES
 from ..engine.base import StepCost, decode_budget_tokens
 from ..engine.config import EngineConfig
 from ..engine.kv_tiers import OffloadPlan
@@ -78,11 +79,18 @@ def engine_cost_model(model: ModelProfile, gpu: HardwareProfile, tp: int, e: Eng
     if graphs is None:
         graphs = prefill_graph_tokens(model, gpu, e.kv_memory, e.max_num_batched_tokens, tp, dp, speculative, role,
                                       chunked_prefill=e.chunked_prefill)
-    cm = CostModel(model, gpu, tp, e.weight_dtype, e.kv_dtype, iteration_overhead_ms=e.iteration_overhead_ms,
-                   iteration_us_per_seq=e.iteration_us_per_seq, dp=dp, ep=ep,
-                   mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
-                   kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=graphs,
-                   mxfp4_expert_layout=e.mxfp4_expert_layout, moe_backend=e.moe_backend)
+    try:
+        cm = CostModel(model, gpu, tp, e.weight_dtype, e.kv_dtype, iteration_overhead_ms=e.iteration_overhead_ms,
+                       iteration_us_per_seq=e.iteration_us_per_seq, dp=dp, ep=ep,
+                       mxfp4_activation=e.mxfp4_activation, async_scheduling=e.async_scheduling,
+                       kernels=e.kernels, eager_launch_us=e.eager_launch_us, graph_max_tokens=graphs,
+                       mxfp4_expert_layout=e.mxfp4_expert_layout, moe_backend=e.moe_backend)
+    except LlmsimError as err:
+        # The experts' kernel is chosen for weights the pool names; where the checkpoint holds none such (gpt-oss's
+        # MXFP4 experts named bf16), no kernel would load them, and that is the refusal to read first.
+        if err.key_path == "engine.moe_backend" and e.weight_dtype in WEIGHT_DTYPES:
+            check_checkpoint_weights(model, e.weight_dtype, e.backend, e.stack_label)
+        raise
     # after the GPU's refusals (no FP4 units...), which hold whatever the checkpoint
     check_checkpoint_weights(model, cm.weight_dtype, e.backend, e.stack_label)
     return cm
