@@ -178,3 +178,30 @@ def test_a_system_prompt_is_held_to_trtllms_executor_max_seq_len(system_prompt, 
         return
     assert said is not None and said[0] == "workload.system_prompt.tokens"
     assert "context of pool 'main' (the executor's max_seq_len 4097)" in said[1]
+
+
+@pytest.mark.parametrize("prompt, refused", [(4089, False), (4090, True)])
+def test_the_workload_check_refuses_a_prompt_within_five_tokens_of_sglangs_max_req_len(prompt, refused):
+    """SGLang answers a prompt of max_req_len - 5 tokens or more with an error, max_req_len being the
+    context less one (tp_worker.py get_worker_info; managers/utils.py validate_input_length), as the
+    replica rejects it on arrival; the workload check passed a 4,090-token prompt with 2 output tokens,
+    below the 4,096-token context, and so did the session check a second turn of such a prompt."""
+    pool = {"engine": {"backend": "sglang", "backend_version": "0.5.11", "max_model_len": 4096}}
+    said = _compiled(pool, num_requests=2, input_tokens={"dist": "fixed", "value": prompt},
+                     output_tokens={"dist": "fixed", "value": 2})
+    assert (said is not None) is refused
+    if refused:
+        assert said[0] == "workload.input_tokens"
+        assert "a prompt of more than 4,089 tokens is refused (SGLang's max_req_len 4,095 less 5)" in said[1]
+    said = _compiled(pool, num_sessions=2, session={"type": "chat", "turns": {"dist": "fixed", "value": 2},
+                                                    "think_time_s": {"dist": "fixed", "value": 1.0}},
+                     system_prompt={"apps": 1, "tokens": {"dist": "fixed", "value": prompt - 2 * 2000 - 2}},
+                     input_tokens={"dist": "fixed", "value": 2000}, output_tokens={"dist": "fixed", "value": 2})
+    assert (said is not None) is refused
+    if refused:
+        assert said[0] == "workload.session.turns" and "after at most 1 turns" in said[1]
+    from simulator.engine.request_length import length_limit
+
+    lim = length_limit(_engine("0.5.11"), None, 4096)      # the replica's arrival check asks the same rule
+    assert lim.prompt_refused(prompt) is refused     # and below a rank's pool, against the pool's max_req_len
+    assert lim.prompt_refused(4084, 4089) and not lim.prompt_refused(4083, 4089)

@@ -256,7 +256,7 @@ class ReplicaBase:
         first, and the pool's before its class's share of it."""
         if self.length.exceeded(req.input_tokens, req.output_tokens):
             return Rejection.TOO_LONG          # (TensorRT-LLM: no output token left below max_seq_len, an error)
-        if not self.cuts_to_seq_len and self.request_cap and req.input_tokens >= self.request_cap - 5:
+        if self.length.prompt_refused(req.input_tokens, self.request_cap):
             return Rejection.TOO_LONG          # SGLang's validate_input_length answers with an error
         output = self.served_output(req)
         longest = self.longest_prompt     # a generation-only request, prefilled elsewhere, passes

@@ -54,31 +54,54 @@ def executor_seq_len(cfg: EngineConfig, spec: Optional[SpeculativeSpec], limit: 
     return limit + overlap + extra + k
 
 
+#: SGLang answers a prompt of its max_req_len less this many tokens, or more, with an error, whatever
+#: the output (managers/utils.py validate_input_length: len(origin_input_ids) >= max_req_input_len;
+#: tp_worker.py get_worker_info: max_req_input_len = max_req_len - 5; 0.5.4 to 0.5.23).
+PROMPT_MARGIN = 5
+
+
 @dataclass(frozen=True)
 class LengthLimit:
     """What the workload check holds a request to on a pool, counted as its stack counts it, so that
     a single request and a session's turns are held alike: ``tokens`` of prompt and ``counted`` output.
     Where the stack cuts the output to the limit (``cuts_output``: TensorRT-LLM, to its executor's
-    max_seq_len) a prompt is refused only when it leaves no output token, so one output token counts."""
+    max_seq_len) a prompt is refused only when it leaves no output token, so one output token counts.
+    Where it cuts the output to its max_req_len (``max_req_len``: SGLang, the limit less one) it also
+    refuses a prompt that comes within :data:`PROMPT_MARGIN` tokens of it, however short the output."""
 
     tokens: int
     cuts_output: bool
     limit: int      # the launch's: max_model_len, else the model's context
     why: str        # why ``tokens`` differs from ``limit``, for a message ("" where it does not)
+    max_req_len: int = 0    # SGLang's before its KV pool is sized: min(context_len - 1, pool - 1); 0: no such rule
 
     def counted(self, output: int) -> int:
         """The output tokens held to ``tokens`` beside the prompt."""
         return 1 if self.cuts_output else output
 
+    def longest_prompt(self, max_req_len: Optional[int] = None) -> Optional[int]:
+        """The longest prompt SGLang's input check passes (None: no such check), against ``max_req_len``
+        where a rank's pool has lowered it (the replica's), else against the launch's."""
+        cap = (max_req_len or self.max_req_len) if self.max_req_len else 0
+        return cap - PROMPT_MARGIN - 1 if cap else None
+
+    def prompt_refused(self, prompt: float, max_req_len: Optional[int] = None) -> bool:
+        longest = self.longest_prompt(max_req_len)
+        return longest is not None and prompt > longest
+
     def exceeded(self, prompt: float, output: int) -> bool:
-        return prompt + self.counted(output) > self.tokens
+        return prompt + self.counted(output) > self.tokens or self.prompt_refused(prompt)
 
     @property
     def said(self) -> str:
         """Appended to a message naming ``limit``."""
+        longest = self.longest_prompt()
+        prompts = (f"; a prompt of more than {longest:,} tokens is refused (SGLang's max_req_len {self.max_req_len:,} "
+                   f"less {PROMPT_MARGIN})" if longest is not None else "")
         if not self.why:
-            return ""
-        return f" ({self.why})" if self.cuts_output else f", of which a request takes {self.tokens} ({self.why})"
+            return prompts
+        return (f" ({self.why})" if self.cuts_output
+                else f", of which a request takes {self.tokens} ({self.why})") + prompts
 
 
 def length_limit(cfg: EngineConfig, spec: Optional[SpeculativeSpec], limit: int) -> LengthLimit:
@@ -88,4 +111,5 @@ def length_limit(cfg: EngineConfig, spec: Optional[SpeculativeSpec], limit: int)
     if cfg.clips_output == "max_seq_len":
         seq = executor_seq_len(cfg, spec, limit)
         return LengthLimit(seq, True, limit, f"the executor's max_seq_len {seq}" if seq != limit else "")
-    return LengthLimit(longest_total(cfg, spec, limit), False, limit, what_shortens(cfg, spec))
+    return LengthLimit(longest_total(cfg, spec, limit), False, limit, what_shortens(cfg, spec),
+                       limit - 1 if cfg.clips_output == "max_req_len" else 0)

@@ -381,6 +381,8 @@ def _check_session_lengths(sc: Scenario, lim: LengthLimit, pool: str, source) ->
     prompt = sp_min + _min_length(wl.input_tokens)     # the first turn's, the least it can be
     # a session ends at the turn the stack refuses, or the client's max_context_tokens stops (prompt + output)
     ends = [(lim.tokens, lim.counted(out_min), where)]
+    if (longest := lim.longest_prompt()) is not None:      # and at the turn whose prompt SGLang's input check refuses
+        ends.append((longest, 0, where))
     client_cap = getattr(s, "max_context_tokens", None)
     if client_cap:
         ends.append((client_cap, out_min, f"{client_cap:,} tokens (session.max_context_tokens)"))
