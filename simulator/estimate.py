@@ -53,8 +53,7 @@ def scheduler_cap(engine: EngineConfig | None, mem: MemoryPlan, model: ModelProf
         return EngineConfig.model_fields["max_num_seqs"].default * mem.dp, "max_num_seqs"
     flag = SEQUENCE_CAP_FLAG.get(load_backend(engine.backend).stack, "max_num_seqs") if engine.backend \
         else "max_num_seqs"
-    per_rank = engine.rank_running_requests(mem.kv_capacity_tokens // mem.dp, engine.longest_request(model), mem.dp)
-    return per_rank * mem.dp, flag
+    return mem.rank_running_requests(engine, model) * mem.dp, flag
 
 
 def replica_memory(cm: CostModel, engine: EngineConfig | None = None, gpu_memory_utilization: float | None = None,

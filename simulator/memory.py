@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, replace
-from typing import Callable, Optional
+from typing import TYPE_CHECKING, Callable, Optional
 
 from .errors import LlmsimError
 from .kv_memory import (RULES, RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, draft_in_reserve, kv_budget,
@@ -24,6 +24,9 @@ from .parallelism import Parallelism, replica_kv_bytes_per_token, weight_bytes_p
 from .profiles.hardware import HardwareProfile
 from .fields import leaf
 from .profiles.model import ModelProfile
+
+if TYPE_CHECKING:
+    from .engine.config import EngineConfig
 
 # The runtime (CUDA context, NCCL, CUDA-graph pools) per GPU: kv_memory's estimate.
 NON_TORCH_BYTES_PER_GPU = RUNTIME_BYTES_PER_GPU
@@ -122,6 +125,13 @@ class MemoryPlan:
     @property
     def kv_capacity_tokens(self) -> int:
         return self.num_blocks * self.block_size
+
+    def rank_running_requests(self, engine: EngineConfig, model: ModelProfile) -> int:
+        """How many requests each attention rank of this pool runs at once, as ``engine``'s stack sizes
+        them from the rank's share of the pool and its longest request (SGLang's request pool:
+        :meth:`EngineConfig.rank_running_requests`), so that a pool's setup and the estimate's scheduler
+        cap read one figure."""
+        return engine.rank_running_requests(self.kv_capacity_tokens // self.dp, engine.longest_request(model), self.dp)
 
     def max_concurrent(self, tokens_per_request: int, prompt_tokens: int = 0, cap: int = 0) -> int:
         """Requests of ``tokens_per_request`` tokens that run at once, each holding its blocks and

@@ -58,6 +58,7 @@ def test_a_run_and_an_estimate_hold_sglangs_cap_for_the_pool():
         assert s.memory.kv_capacity_tokens // dp * 512 // 131_072 == per_rank
         assert s.engine_config.max_num_seqs == dp * per_rank
         assert scheduler_cap(s.spec.engine, s.memory, s.cm.model) == (dp * per_rank, "max_running_requests")
+        assert s.memory.rank_running_requests(s.spec.engine, s.cm.model) == per_rank    # the one rule both read
     vllm = setup_pool(PoolSpec.model_validate({**POOL, "engine": {"backend": "vllm"}}), 0, None)
     assert vllm.engine_config.max_num_seqs == vllm.spec.engine.max_num_seqs
     mtp = {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.8}

@@ -449,6 +449,6 @@ def running_cap(e: EngineConfig, model: ModelProfile, mem: MemoryPlan) -> Engine
     pool (SGLang's, ``engine.running_cap``: :meth:`EngineConfig.rank_running_requests`), a pipeline's
     too, whose stages hold the same requests' KV (SGLang takes the smallest stage's tokens): without
     it a pp pool ran SGLang's unread max_num_seqs default, 2,048, where the pool sizes 4,096."""
-    seqs = e.rank_running_requests(mem.kv_capacity_tokens // mem.dp, e.longest_request(model), mem.dp)
+    seqs = mem.rank_running_requests(e, model)
     return e if seqs == e.max_num_seqs else e.model_copy(update={"max_num_seqs": seqs})
 
