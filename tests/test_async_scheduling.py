@@ -508,6 +508,7 @@ def test_a_release_rules_draft_model_keys_are_checked_as_engine_keys(tmp_path):
 
     prof = yaml.safe_load(open("backend_profiles/vllm.yaml"))
     prof["by_version"].append({"since": "0.28.0", "draft_model_engine": {"async_schedulin": True}})
+    prof["releases"].setdefault("0.28.0", "2026-09-01")      # a bound's day (a nightly is placed by it)
     p = tmp_path / "mine.yaml"
     p.write_text(yaml.safe_dump(prof))
     with pytest.raises(LlmsimError) as e:

@@ -169,6 +169,11 @@ def test_a_release_on_a_profile_file_that_describes_none_is_refused(tmp_path, cl
             "10", "--backend", str(tmp_path / "my-stack.yaml"), "--backend-version", "0.5.0")
     assert r.code == 2 and "describes none" in r.err and "Traceback" not in r.err
     (tmp_path / "my-stack.yaml").write_text(yaml.safe_dump({**stack, "newest_release": "2.3"}))
+    r = cli("run", sc, "-o", tmp_path / "out", *at)      # undated, no nightly could be placed against it
+    _one_line(r, "my-stack.yaml", "newest_release: release 2.3 has no day in releases",
+              "give the release's upload day, e.g. releases:")
+    (tmp_path / "my-stack.yaml").write_text(yaml.safe_dump({**stack, "newest_release": "2.3",
+                                                            "releases": {"2.3": "2026-01-30"}}))
     assert load_backend(str(tmp_path / "my-stack.yaml")).describes_releases
     r = cli("run", sc, "-o", tmp_path / "out", *at, "--set", "pools.main.engine.backend_version='2.4'")
     _one_line(r, "'2.4' is newer than the my-stack releases")

@@ -284,7 +284,12 @@ for _cid, _p, _bad, _frag in [("engine-text", ("engine", "block_size"), "16", "e
                               ("version-range-empty", ("by_version", 0, "until"), "0.0.0", "is not before until 0.0.0"),
                               ("release-day-not-a-day", ("releases", "0.14.0"), "not-a-date", "releases.0.14.0"),
                               ("prefill-worker-text", ("aiconfigurator", "prefill_engine"),
-                               {"schedule_ahead": "nope"}, "aiconfigurator.prefill_engine.schedule_ahead")]:
+                               {"schedule_ahead": "nope"}, "aiconfigurator.prefill_engine.schedule_ahead"),
+                              # a nightly is placed against a rule by its bounds' days
+                              ("rule-bound-undated", ("by_version", 0, "until"), "0.10.9",
+                               "by_version[0].until: release 0.10.9 has no day in releases"),
+                              ("newest-undated", ("newest_release",), "0.99.0",
+                               "newest_release: release 0.99.0 has no day")]:
     profile_case("backend", _cid, "b.yaml", _set({**BACKEND, "name": "b"}, _p, _bad), _frag, key="engine.backend")
 
 

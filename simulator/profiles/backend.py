@@ -650,8 +650,27 @@ class BackendProfile(_Strict):
 @lru_cache(maxsize=64)
 def _load(path: Path, mtime: float) -> BackendProfile:
     prof = load_profile("backend_profiles", str(path), BackendProfile, "backend")
+    _check_dated_bounds(prof, path)
     _check_engine_keys(prof, path)
     return prof
+
+
+def _check_dated_bounds(prof: BackendProfile, path: Path) -> None:
+    """Every release a rule or a range starts or ends at has its day in ``releases``: a nightly
+    (``backend_version: nightly-...-YYYYMMDD``) is placed against them by day alone, so beside an undated
+    ``until`` every later nightly was held inside the rule, beside an undated ``since`` none reached it,
+    and an undated newest or oldest release refused no nightly however far outside."""
+    bounds = [*((f"by_version[{i}].{end}", b) for i, r in enumerate(prof.by_version)
+                for end, b in (("since", r.since), ("until", r.until)) if b),
+              *((key, b) for key, b in (("newest_release", prof.newest_release),
+                                        ("oldest_release", prof.oldest_release),
+                                        ("default_release", prof.default_release)) if b)]
+    for key, release in bounds:
+        if release not in prof.releases:
+            raise LlmsimError(f"release {release} has no day in releases, so a nightly build cannot be placed "
+                              f"before or after it; give the release's upload day, e.g. releases: "
+                              f"{{\"{release}\": \"2026-01-30\"}} (its first upload to the package index)",
+                              source=path, key_path=key)
 
 
 def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
