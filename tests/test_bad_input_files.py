@@ -178,6 +178,13 @@ CASES.append(("scenario-kv-memory-set-flag", {"s.yaml": SCENARIO},
               [*RUN, "--set", f"pools.{POOL}.engine.kv_memory.sampler_logit_bytes=28",
                "--set", f"pools.{POOL}.engine.backend=sglang"],
               ["s.yaml", "pools[0].engine.kv_memory", "sampler_logit_bytes is read only by rules vllm and trtllm"]))
+# a TensorRT-LLM context server refuses its requests under the overlap scheduler
+_pre = {**_set(SCENARIO, ("pools", 0, "engine"), {"backend": "trtllm", "schedule_ahead": True})["pools"][0],
+        "disaggregation": {"decode_pool": "dec"}}
+scenario_case("trtllm-prefill-overlap",
+              {**SCENARIO, "classes": [{"name": "all", "pool": _pre["name"]}],
+               "pools": [_pre, {**_pre, "name": "dec", "engine": {"backend": "trtllm"}, "disaggregation": None}]},
+              "pools[0].engine.schedule_ahead", "true on a disaggregated prefill pool", "Context only requests")
 # structure and resource bombs
 scenario_case("alias-bomb", BOMB + yaml.safe_dump(SCENARIO), "aliases")
 scenario_case("deep-block", DEEP_BLOCK, "64 levels")

@@ -100,13 +100,36 @@ def test_a_bounded_workload_sglang_would_refuse_names_the_draft_slots():
     (DRAFT, True, 4096 + 3), (None, True, 4096)])
 def test_trtllms_executor_lengthens_max_seq_len_for_its_overlap_scheduler_and_drafts(speculative, prefill, seq_len):
     """A disaggregated context server runs without the overlap scheduler (the trtllm backend's
-    prefill_engine: schedule_ahead false)."""
+    prefill_server: schedule_ahead false), so its executor adds neither the overlap's token nor the
+    drafts again; a prefill pool had kept them."""
     from simulator.engine.request_length import executor_seq_len
 
-    e = PoolSpec.model_validate({**POOL, "engine": {"backend": "trtllm"}}).engine
-    if prefill:
-        e = e.model_copy(update={"schedule_ahead": False})
+    role = {"disaggregation": {"decode_pool": "dec"}} if prefill else {}
+    e = PoolSpec.model_validate({**POOL, **role, "engine": {"backend": "trtllm"}}).engine
+    assert e.plans_ahead is not prefill
     assert executor_seq_len(e, SpeculativeSpec(**speculative) if speculative else None, 4096) == seq_len
+
+
+@pytest.mark.parametrize("prompt, refused", [(4095, False), (4096, True)])
+def test_a_trtllm_prefill_pool_holds_a_prompt_to_the_context_servers_max_seq_len(prompt, refused):
+    """TensorRT-LLM's worker refuses a context-only request under the overlap scheduler (1.0-era
+    base_worker.py _enqueue_request), so a context server runs without it, at the launch's max_seq_len:
+    a 4,096-token prompt leaves no output token there; the prefill pool kept the overlap's 4,097 and
+    passed it. A pool asking for the overlap scheduler there is refused, naming its key."""
+    from pydantic import ValidationError
+    from simulator.errors import error_loc
+
+    pool = {"engine": {"backend": "trtllm", "max_model_len": 4096}, "disaggregation": {"decode_pool": "dec"}}
+    said = _compiled(pool, num_requests=2, input_tokens={"dist": "fixed", "value": prompt},
+                     output_tokens={"dist": "fixed", "value": 20})
+    assert (said is not None) is refused
+    if refused:
+        assert said[0] == "workload.input_tokens" and "leaving no output token" in said[1]
+    with pytest.raises(ValidationError) as e:
+        _compiled({**pool, "engine": {**pool["engine"], "schedule_ahead": True}}, num_requests=2,
+                  input_tokens={"dist": "fixed", "value": 100}, output_tokens={"dist": "fixed", "value": 20})
+    (err,) = e.value.errors()
+    assert error_loc(err) == ("pools", 0, "engine", "schedule_ahead") and "Context only requests" in err["msg"]
 
 
 @pytest.mark.parametrize("speculative, served", [(DRAFT, 4103 - 3000), (None, 4097 - 3000)])
@@ -133,9 +156,11 @@ def _compiled(pool: dict, speculative: dict | None = None, **workload):
     from simulator.scenario.compile import compile_scenario
     from simulator.scenario.schema import Scenario
 
+    dec = [{"name": "dec", **POOL, "engine": pool["engine"]}] if "disaggregation" in pool else []
     sc = Scenario.model_validate({
         "name": "len", "workload": {"arrival": {"type": "poisson", "rate_per_s": 2}, **workload},
-        "pools": [{"name": "main", **POOL, **pool, **({"speculative": speculative} if speculative else {})}]})
+        **({"classes": [{"name": "all", "pool": "main"}]} if dec else {}),
+        "pools": [{"name": "main", **POOL, **pool, **({"speculative": speculative} if speculative else {})}, *dec]})
     try:
         compile_scenario(sc)
     except LlmsimError as e:

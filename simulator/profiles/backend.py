@@ -21,6 +21,7 @@ releases their defaults.
 from __future__ import annotations
 
 import datetime
+import json
 import re
 from functools import lru_cache
 from pathlib import Path
@@ -187,6 +188,17 @@ class PrefixCacheRule(_Strict):
     when: KernelCondition = KernelCondition()
     prefix_cache: bool = Field(description="whether the stack keeps its prefix cache there")
     why: str = Field(default="", description="what the stack says when it turns the cache off, for the refusal")
+    source: str = ""
+
+
+class PrefillServerRule(_Strict):
+    """Engine keys a disaggregated prefill (context) server of the stack runs, whatever its own defaults:
+    a pool with ``disaggregation`` takes them, and one that sets such a key otherwise is refused with
+    ``why``, as the stack refuses that server's requests (TensorRT-LLM's worker, a context-only request
+    under its overlap scheduler)."""
+
+    set: dict[str, Any] = Field(description="engine keys the prefill server runs")
+    why: str = Field(description="why another value is refused, for the refusal")
     source: str = ""
 
 
@@ -469,6 +481,9 @@ class BackendProfile(_Strict):
         default_factory=dict, description="engine defaults the stack changes when a separate draft model (not the "
                                           "model's own MTP layers) speculates; keys the pool writes win")
     aiconfigurator: GeneratedLaunch = GeneratedLaunch()
+    prefill_server: Optional[PrefillServerRule] = Field(
+        default=None, description="engine keys a disaggregated prefill (context) server runs, which a pool with "
+                                  "disaggregation takes and may not set otherwise; unset: its own defaults")
 
     @model_validator(mode="after")
     def _newest_a_release(self) -> "BackendProfile":
@@ -634,6 +649,19 @@ class BackendProfile(_Strict):
         out.update(self.overheads.model_dump())
         return out
 
+    def prefill_server_keys(self, merged: dict[str, Any], written: Mapping[str, Any]) -> dict[str, Any]:
+        """``merged`` (a pool's engine with this stack's defaults) as a disaggregated prefill server of
+        the stack runs it (``prefill_server``); a key the pool wrote (``written``) otherwise is refused."""
+        rule = self.prefill_server
+        if rule is None:
+            return merged
+        for key, value in rule.set.items():
+            if key in written and written[key] != value:
+                raise KeyRefusal(f"engine.{key}", f"{json.dumps(written[key])} on a disaggregated prefill pool: "
+                                                  f"{rule.why}; remove it (a prefill pool of {self.name} runs "
+                                                  f"{key}: {json.dumps(value)})")
+        return {**merged, **rule.set}
+
     def summary(self) -> dict:
         o = self.overheads
         # the release a pool naming no backend_version runs, whose defaults (TensorRT-LLM's MoE backend,
@@ -694,7 +722,8 @@ def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
                   for i, r in enumerate(prof.by_version) for j, m in enumerate(r.engine_by_model)),
                 ("speculative_engine", prof.speculative_engine), ("draft_model_engine", prof.draft_model_engine),
                 ("aiconfigurator.engine", prof.aiconfigurator.engine),
-                ("aiconfigurator.prefill_engine", prof.aiconfigurator.prefill_engine)]
+                ("aiconfigurator.prefill_engine", prof.aiconfigurator.prefill_engine),
+                *((("prefill_server.set", prof.prefill_server.set),) if prof.prefill_server else ())]
     for where, mapping in mappings:
         # `kernels` is checked against the built-in profiles' stacks, which would load this one again;
         # `moe_backend` against the stack's kernels (the profile's where the mapping names none)

@@ -107,6 +107,8 @@ class PoolSpec(BaseModel):
         except LlmsimError as e:
             where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
             raise KeyRefusal("engine.backend", f"{where + ': ' if where else ''}{e.message}") from None
+        if data.get("disaggregation") is not None:     # a prefill (context) server runs what its stack runs there
+            merged = load_backend(engine["backend"]).prefill_server_keys(merged, engine)
         pp = data.get("pp", 1)
         if (isinstance(pp, int) and pp > 1 and merged.get("pp_async", "unsupported") == "unsupported"
                 and "async_scheduling" not in engine):
