@@ -167,6 +167,23 @@ def test_the_deployment_changes_ttft_and_replays_to_zero_under_itself(tmp_path, 
         assert (err < 1e-6) == zero
 
 
+def test_a_rate_driven_row_is_not_replayed_under_a_launch_sized_by_concurrency():
+    """AIConfigurator's launches size their batch and budget by the client's concurrency (and set keys
+    beside them: TensorRT-LLM's CUTLASS experts, a context server without the overlap scheduler); a row
+    driven by a request rate had none of them replayed, its stack's defaults standing in unannounced.
+    Refused with the reason; under the stacks' defaults it replays."""
+    from simulator.validation.replay import refusals
+
+    for stack in ("vllm", "trtllm"):
+        row = Row("r", stack, "llama-3.2-1b", "h100-sxm", 1, "bf16", "bf16", 512, 32, rate=2.0, num_requests=4,
+                  measured={"ttft_mean_ms": 1.0})
+        said = refusals([row], ReplaySettings(deployment="aiconfigurator"))
+        assert "sized by the client's concurrency" in said["r"] and "request rate" in said["r"]
+        assert refusals([row], ReplaySettings(deployment="defaults")) == {}
+        # the evaluation pipeline launched TensorRT-LLM alone, vLLM with its defaults
+        assert ("r" in refusals([row], ReplaySettings(deployment="aic-eval"))) is (stack == "trtllm")
+
+
 def test_an_unknown_deployment_is_one_line(tmp_path, cli):
     rows = _rows(ReplaySettings())[:1]
     _csv(rows, tmp_path / "own.csv")

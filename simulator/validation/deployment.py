@@ -153,6 +153,16 @@ AIPERF_EVAL_CLIENT = Client(warmup_rounds=2, counted_rounds=10, drain=True, lock
 GENAI_PERF_EVAL_CLIENT = Client(warmup_rounds=2, counted_rounds=10, drain=True)
 
 
+def sized_by_concurrency(deployment: str, stack: str) -> bool:
+    """Whether the deployment launches ``stack`` with keys of its own (:func:`engine_keys`), which it
+    sizes by the client's concurrency (a batch of C, a budget of C + ISL + 1,500): a rate-driven row
+    has none to size them by. The stacks' defaults, and a stack the evaluation pipeline left to them,
+    set nothing."""
+    if deployment not in DEPLOYMENTS:
+        raise ValueError(f"unknown deployment {deployment!r}")
+    return not (deployment == "defaults" or (deployment in _EVAL and not _launch(stack).in_evaluation))
+
+
 def engine_keys(deployment: str, stack: str, concurrency: int, isl: int, dp: int = 1,
                 prefill_chunk: Optional[int] = None, osl: Optional[int] = None) -> dict[str, Any]:
     """Engine keys the deployment sets on top of the stack's defaults; how the
@@ -169,11 +179,9 @@ def engine_keys(deployment: str, stack: str, concurrency: int, isl: int, dp: int
     prompt must fit under to join a batch (``max_prefill_tokens``). A stack
     whose rule sets its longest request (``max_len_to_request``: vLLM) gets
     ISL + OSL + 1,500 as ``max_model_len`` where the row's ``osl`` is known."""
-    if deployment not in DEPLOYMENTS:
-        raise ValueError(f"unknown deployment {deployment!r}")
-    launch = _launch(stack)
-    if deployment == "defaults" or (deployment in _EVAL and not launch.in_evaluation):
+    if not sized_by_concurrency(deployment, stack):
         return {}
+    launch = _launch(stack)
     batch = -(-concurrency // dp)
     budget = batch + isl + _AIC_HEADROOM
     keys: dict[str, Any] = {"max_num_seqs": batch,

@@ -185,6 +185,11 @@ def scenario_for(row: Row, s: ReplaySettings = ReplaySettings(), mode: Optional[
     if row.skip:
         raise LlmsimError(f"row {row.id} cannot be replayed: {row.skip}")
     dep = s.deployment or row.deployment
+    if row.concurrency is None and deployment.sized_by_concurrency(dep, row.stack):
+        # its launch (batch, token budget, and the keys beside them) would be the stack's defaults unannounced
+        raise LlmsimError(f"row {row.id} cannot be replayed: the {dep} deployment launches {row.stack} with a "
+                          f"batch and token budget sized by the client's concurrency, and the row is driven by "
+                          f"a request rate; replay it as --deployment defaults if its servers ran the defaults")
     spec = deployment.speculative(dep, load_model(row.model).num_nextn_predict_layers)
     keys = deployment.engine_keys(dep, row.stack, row.concurrency, row.isl, row.dp, _prefill_chunk(row),
                                   osl=row.osl) if row.concurrency is not None else {}
@@ -356,6 +361,7 @@ def _disaggregated_pools(row: Row, s: ReplaySettings, dep: str, pool: dict) -> l
     assert row.prefill is not None and row.decode is not None
     out = []
     for name, lay in (("prefill", row.prefill), ("decode", row.decode)):
+        # without a concurrency the deployment sets no keys (scenario_for refuses one that would)
         keys = {} if row.concurrency is None else deployment.role_engine_keys(
             dep, row.stack, row.concurrency, row.isl, lay.batch, lay.dp, prefill=name == "prefill",
             prefill_chunk=_prefill_chunk(row))
