@@ -496,15 +496,39 @@ def test_a_scenario_given_twice_is_said_so(tmp_path, cli, scenario):
 
 def test_the_load_row_says_cannot_tell_as_run_does_and_fails(tmp_path, cli):
     """30 requests that all outlast their 0.5 s window: run reads the load as "cannot tell", and
-    check's row read "keeps up" beside "completed 0 req/s", then passed the fleet."""
+    check's row read "keeps up" beside "completed 0 req/s", then passed the fleet. Run's exit code,
+    which its help called check's rule, still passed it (exit 0) once check failed it."""
     sc = write_scenario(tmp_path, CHECK.replace("num_requests: 120", "num_requests: 30"))
-    r = cli("check", sc, "--set", "workload.arrival.rate_per_s=60",
+    sets = ("--set", "workload.num_requests=30", "--set", "workload.arrival.rate_per_s=60",
             "--set", "workload.output_tokens={dist: uniform, min: 400, max: 500}")
+    r = cli("check", sc, *sets[2:])
     row = next(line for line in r.out.splitlines() if line.strip("│ ").startswith("load"))
     assert "completed 0 of" in row and row.rstrip(" │").endswith("cannot tell"), row
     # and a gate does not pass a fleet it did not judge: it passed, exit 0, on "cannot tell"
     said = " ".join(r.out.split())
     assert r.code == 1 and "check failed" in said, said
     assert "load cannot tell: no request finished within the arrival window" in said, said
-    assert "a check does not pass a fleet whose load it could not judge (the scenario's check.set and --set " \
+    assert "a fleet whose load could not be judged does not pass (the scenario's check.set and --set " \
            "size the window the check runs)" in said, said
+    ran = cli("run", sc, *sets)
+    assert ran.code == 1 and "exit 1: load cannot tell: no request finished" in " ".join(ran.err.split()), ran.err
+    assert cli("run", sc, *sets, "--exit-zero").code == 0
+
+
+def test_a_fleet_keeping_up_on_a_short_window_passes_and_its_load_row_says_so(tmp_path, cli):
+    """Requests of 200 to 1,000 tokens over a 10 s window, most still running at its end, some finished:
+    the fleet was judged, so check and run pass it, but check's row read a bare "keeps up", hiding what
+    the verdict says of it."""
+    sc = write_scenario(tmp_path, CHECK)
+    sets = ("--set", "pools.main.engine.max_num_seqs=256",
+            "--set", "workload.output_tokens={dist: uniform, min: 200, max: 1000}")
+    r = cli("check", sc, *sets)
+    lines = r.out.splitlines()
+    at = next(i for i, line in enumerate(lines) if line.strip("│ ").startswith("load"))
+    # the row's last cell, over the lines a narrow terminal wraps it onto
+    rest = [line.split("│") for line in lines[at + 1:]]
+    wrapped = [cells for cells in rest[:next((i for i, c in enumerate(rest) if len(c) < 3 or c[1].strip()), None)]]
+    outcome = " ".join(c[-2].strip() for c in [lines[at].split("│"), *wrapped])
+    assert outcome == "keeps up, on a short window", lines[at:at + 3]
+    assert r.code == 0, r.out
+    assert cli("run", sc, *sets).code == 0

@@ -219,25 +219,22 @@ def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
 
 def _load_row(results: dict[str, Any], t: Table, job: _Job) -> None:
     """An overloaded fleet fails whether or not the scenario declares an SLO:
-    its percentiles measure a backlog that grew all run, not the fleet."""
+    its percentiles measure a backlog that grew all run, not the fleet; so does one whose load
+    cannot be judged (:func:`~simulator.metrics.verdict.load_gate`)."""
     load = (results.get("llmsim") or {}).get("load")
     if not load:
         return
-    from ..metrics.load import undetermined
+    from ..metrics.load import SHORT_WINDOW, undetermined
+    from ..metrics.verdict import load_gate
 
     over, unjudged = load["overloaded"], undetermined(load)
-    outcome = "OVERLOADED" if over else "cannot tell" if unjudged else "keeps up"
+    # "keeps up, on a short window" passes (metrics.verdict.load_gate says why), but the row says it
+    outcome = ("OVERLOADED" if over else "cannot tell" if unjudged
+               else SHORT_WINDOW if load["verdict"].startswith(SHORT_WINDOW) else "keeps up")
     t.add_row("load", "keeps up", f"completed {_val(load.get('completed_rps'))} of {_val(load.get('offered_rps'))} req/s",
               "—", outcome, style="bold red" if over or unjudged else None)
-    failure = load["verdict"] if over else _unjudged(load["verdict"]) if unjudged else None
-    job.judged("load", failure, load["verdict"])
-
-
-def _unjudged(verdict: str) -> str:
-    """Why a fleet whose load could not be judged fails the gate: a check that passed it would vouch
-    for a fleet nothing tested, its latencies those of a fleet still filling up (or of none at all)."""
-    return (f"load {verdict}; a check does not pass a fleet whose load it could not judge (the scenario's "
-            f"check.set and --set size the window the check runs)")
+    job.judged("load", load_gate(load, " (the scenario's check.set and --set size the window the check runs)"),
+               load["verdict"])
 
 
 def _verdict_row(v: Verdict, t: Table, job: _Job) -> None:

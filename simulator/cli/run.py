@@ -80,12 +80,14 @@ def run(ctx: typer.Context,
         executor: ExecutorName = "local", workers: Workers = None, address: Address = None,
         connect_timeout: ConnectTimeout = 10.0,
         exit_zero: bool = typer.Option(False, "--exit-zero",
-                                       help="exit 0 even when the SLO is missed or the fleet is overloaded"),
+                                       help="exit 0 even when the SLO is missed, the fleet is overloaded or its "
+                                            "load cannot be judged"),
         ) -> None:
     """Replay a scenario's traffic through its fleet and report latency percentiles.
 
-    Exit code 1 when an SLO the scenario declares is missed or the fleet is
-    overloaded (the rule of llmsim check; --exit-zero turns it off), 2 for bad input."""
+    Exit code 1 when an SLO the scenario declares is missed, the fleet is
+    overloaded or its load cannot be judged (nothing finished within the window;
+    the rule of llmsim check; --exit-zero turns it off), 2 for bad input."""
     from ..metrics.intervals import check_confidence
     from ..planning.executors.base import ExecutorOptions, check_executor
     from ..replicates import check_replicates
@@ -162,7 +164,8 @@ def run(ctx: typer.Context,
 
 
 def _exit_on_verdict(results: dict, exit_zero: bool) -> None:
-    """A missed SLO or an overloaded fleet ends in exit code 1, as in ``llmsim check``."""
+    """A missed SLO, an overloaded fleet or a load that cannot be judged ends in exit code 1, as in
+    ``llmsim check`` (:func:`~simulator.metrics.verdict.failures`)."""
     from ..metrics.verdict import EXIT_MISSED, failures
 
     why = failures(results)

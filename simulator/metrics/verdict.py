@@ -1,7 +1,9 @@
 """Pass or fail for a run, as a script needs it: the rule ``llmsim check`` and ``llmsim run`` share.
 
 A run fails when its fleet is overloaded (``llmsim.load``: its percentiles
-then measure a backlog, not the fleet) or when an SLO the scenario
+then measure a backlog, not the fleet), when its load cannot be judged (no
+request finished within the window: whatever its latencies read, nothing
+said the fleet keeps up, and an exit code of 0 would vouch for it) or when an SLO the scenario
 declares is missed: the scenario's over all traffic, each class that
 declares its own, each prompt-length bucket that declares its own. A class
 without targets of its own is held to the scenario's only over all
@@ -12,10 +14,10 @@ from __future__ import annotations
 from typing import Any, Mapping, Optional
 
 from .by_input_length import bucket_slo_blocks
-from .load import CANNOT_TELL, SHORT_WINDOW
+from .load import CANNOT_TELL, SHORT_WINDOW, undetermined
 
-__all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "fleet_met", "load_columns", "load_failure", "mark", "owner",
-           "target_name", "failures", "past", "ms_past", "measured", "class_p99"]
+__all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "fleet_met", "load_columns", "load_failure", "load_gate", "mark",
+           "owner", "target_name", "failures", "past", "ms_past", "measured", "class_p99"]
 
 #: Exit code of ``llmsim run`` and ``llmsim check`` for a result that fails
 #: (bad input stays 2): CI can tell "the fleet got worse" from "the check is broken".
@@ -93,7 +95,9 @@ def fleet_met(results: Mapping[str, Any]) -> Optional[bool]:
     """Whether a fleet passes as ``llmsim run`` judges it, for choosing among fleets (plans, sweeps,
     ladders): every SLO it is judged on holds and it keeps up with its load. A fleet that sheds or
     falls behind meets its latency targets on the requests it serves, and run exits 1 on it, so a
-    plan must not buy it; None when the run declares no SLO."""
+    plan must not buy it; None when the run declares no SLO. A load that cannot be judged, on which
+    run exits 1 too (:func:`load_gate`), is not a failure here: every fleet of a plan runs the same
+    window, which would fail them all alike, and the plan warns of it instead (:func:`load_unsure`)."""
     met = slo_met(results)
     if met and ((results.get("llmsim") or {}).get("load") or {}).get("overloaded"):
         return False
@@ -111,6 +115,20 @@ def load_failure(row: Mapping[str, Any]) -> Optional[str]:
     """The load's reason for failing a fleet ("load OVERLOADED: …"), or None when it keeps up; ``row``
     holds :func:`load_columns`."""
     return f"load {row['load']}" if row.get("overloaded") else None
+
+
+def load_gate(load: Mapping[str, Any], sized_by: str = "") -> Optional[str]:
+    """Why a run's load fails it (``llmsim.load``), for ``run``'s exit code and ``check``'s load row
+    alike: an overloaded fleet, or one whose load could not be judged (:func:`~simulator.metrics.load.undetermined`:
+    nothing finished within the window), which a script reading exit 0 would take for one that keeps
+    up; None otherwise. ``sized_by``: what sizes the window, said after the reason. A fleet that keeps
+    up on a short window passes: requests finished and the queue's trend was read, and the verdict's
+    words say how far to trust it (plans and sweeps warn on them, :func:`load_unsure`)."""
+    if load.get("overloaded"):
+        return f"load {load['verdict']}"
+    if undetermined(load):
+        return f"load {load['verdict']}; a fleet whose load could not be judged does not pass{sized_by}"
+    return None
 
 
 def load_unsure(row: Mapping[str, Any]) -> bool:
@@ -131,7 +149,7 @@ def mark(row: Mapping[str, Any]) -> str:
 
 def failures(results: Mapping[str, Any]) -> list[str]:
     """Why the run fails, one line per reason; empty when it passes."""
-    load = load_failure(load_columns(results))
+    load = load_gate((results.get("llmsim") or {}).get("load") or {})
     out = [load] if load else []
     for label, block in slo_blocks(results):
         for key, target in (block.get("targets") or {}).items():
