@@ -296,7 +296,15 @@ for _cid, _p, _bad, _frag in [("engine-text", ("engine", "block_size"), "16", "e
                               ("rule-bound-undated", ("by_version", 0, "until"), "0.10.9",
                                "by_version[0].until: release 0.10.9 has no day in releases"),
                               ("newest-undated", ("newest_release",), "0.99.0",
-                               "newest_release: release 0.99.0 has no day")]:
+                               "newest_release: release 0.99.0 has no day"),
+                              ("prefill-lift-undated", ("prefill_server",),
+                               {"set": {"schedule_ahead": False}, "why": "w",
+                                "lifted": {"since": "0.10.9", "where": {"prefix_cache": False}}},
+                               "prefill_server.lifted.since: release 0.10.9 has no day"),
+                              ("prefill-lift-key", ("prefill_server",),
+                               {"set": {"schedule_ahead": False}, "why": "w",
+                                "lifted": {"since": "0.0.0", "where": {"prefix_cach": False}}},
+                               "prefill_server.lifted.where")]:
     profile_case("backend", _cid, "b.yaml", _set({**BACKEND, "name": "b"}, _p, _bad), _frag, key="engine.backend")
 
 

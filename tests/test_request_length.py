@@ -132,6 +132,27 @@ def test_a_trtllm_prefill_pool_holds_a_prompt_to_the_context_servers_max_seq_len
     assert error_loc(err) == ("pools", 0, "engine", "schedule_ahead") and "Context only requests" in err["msg"]
 
 
+@pytest.mark.parametrize("engine, plans_ahead", [
+    ({"prefix_cache": False, "schedule_ahead": True}, True),
+    ({"prefix_cache": False}, True),            # the stack's default, which its server takes there
+    ({"prefix_cache": False, "schedule_ahead": True, "backend_version": "1.3.0rc1"}, None),
+    ({"prefix_cache": False, "backend_version": "1.2.1"}, False),
+    ({"schedule_ahead": True, "backend_version": "1.3.0rc15"}, None),     # beside block reuse: refused
+    ({}, False)])
+def test_a_trtllm_context_server_overlaps_from_10755_on_without_block_reuse(engine, plans_ahead):
+    """#10755 (1.3.0rc2 on) refuses a context-only request under the overlap scheduler only with KV
+    block reuse on (executor/base_worker.py _enqueue_request): a launch with it off runs the context
+    server overlapped, its default, which the prefill pool had refused (when asked) or turned off."""
+    from pydantic import ValidationError
+
+    pool = {**POOL, "disaggregation": {"decode_pool": "dec"}, "engine": {"backend": "trtllm", **engine}}
+    if plans_ahead is None:
+        with pytest.raises(ValidationError, match="Context only requests"):
+            PoolSpec.model_validate(pool)
+    else:
+        assert PoolSpec.model_validate(pool).engine.plans_ahead is plans_ahead
+
+
 @pytest.mark.parametrize("speculative, served", [(DRAFT, 4103 - 3000), (None, 4097 - 3000)])
 def test_trtllm_cuts_the_output_at_the_executors_max_seq_len(speculative, served):
     """3,000 + 2,000 tokens at max_seq_len 4,096: beside a 3-token draft model the executor runs

@@ -191,14 +191,32 @@ class PrefixCacheRule(_Strict):
     source: str = ""
 
 
+class PrefillServerLift(_Strict):
+    """Where a stack's context server takes its own defaults after all: from release ``since`` on,
+    beside the engine keys ``where`` (TensorRT-LLM from #10755: its overlap scheduler with KV block
+    reuse off). Refusing there would refuse a launch the stack serves, and setting the rule's keys
+    would run another than the one it serves."""
+
+    since: str = Field(description="the first release whose context server takes the launch")
+    where: dict[str, Any] = Field(default_factory=dict, description="engine keys the launch must run beside")
+    source: str = ""
+
+    @model_validator(mode="after")
+    def _number(self) -> "PrefillServerLift":
+        if version_number(self.since) is None:
+            raise ValueError(f"{self.since!r} is not a release number such as 1.3.0rc1")
+        return self
+
+
 class PrefillServerRule(_Strict):
     """Engine keys a disaggregated prefill (context) server of the stack runs, whatever its own defaults:
     a pool with ``disaggregation`` takes them, and one that sets such a key otherwise is refused with
     ``why``, as the stack refuses that server's requests (TensorRT-LLM's worker, a context-only request
-    under its overlap scheduler)."""
+    under its overlap scheduler); except where ``lifted`` holds."""
 
     set: dict[str, Any] = Field(description="engine keys the prefill server runs")
     why: str = Field(description="why another value is refused, for the refusal")
+    lifted: Optional[PrefillServerLift] = Field(default=None, description="where the rule does not hold")
     source: str = ""
 
 
@@ -544,15 +562,20 @@ class BackendProfile(_Strict):
             return decided
         keys: dict[str, Any] = {}
         for rule in self.by_version:
-            if number is not None:
-                inside = _reached(version, number, rule.since) and (rule.until is None
-                                                                   or not _reached(version, number, rule.until))
-            else:
-                first, last = self.releases.get(rule.since), self.releases.get(rule.until) if rule.until else None
-                inside = (first is not None and day >= first) and (last is None or day < last)
-            if inside:
+            if self.reached(version, rule.since) and (rule.until is None or not self.reached(version, rule.until)):
                 keys = _with_rule(keys, rule)
         return keys
+
+    def reached(self, version: str, bound: str) -> bool:
+        """Whether ``version`` (a release, a measured row's label or a dated nightly) is the release
+        ``bound`` or later, as a rule's ``since`` holds for it and its ``until`` no longer does: by
+        release number and candidate (:func:`_reached`), a nightly by the day ``bound`` came out (not
+        where that day is unknown)."""
+        number = _label_number(version)
+        if number is not None:
+            return _reached(version, number, bound)
+        day, out = self.released(version), self.releases.get(bound)
+        return day is not None and out is not None and day >= out
 
     def speculative_keys(self, version_keys: Mapping[str, Any]) -> dict[str, Any]:
         """Engine keys the stack changes when it decodes speculatively, in the release
@@ -649,11 +672,21 @@ class BackendProfile(_Strict):
         out.update(self.overheads.model_dump())
         return out
 
-    def prefill_server_keys(self, merged: dict[str, Any], written: Mapping[str, Any]) -> dict[str, Any]:
+    def prefill_server_keys(self, merged: dict[str, Any], written: Mapping[str, Any],
+                            replayed: bool = False) -> dict[str, Any]:
         """``merged`` (a pool's engine with this stack's defaults) as a disaggregated prefill server of
-        the stack runs it (``prefill_server``); a key the pool wrote (``written``) otherwise is refused."""
+        the stack runs it (``prefill_server``); a key the pool wrote (``written``) otherwise is refused,
+        unless the release it runs (:meth:`release_run` of its ``backend_version``) takes the launch
+        (``prefill_server.lifted``). A ``replayed`` row's release, known by its keys alone, is not
+        placed against ``lifted.since`` unless the pool names one."""
         rule = self.prefill_server
         if rule is None:
+            return merged
+        lift, version = rule.lifted, written.get("backend_version")
+        named = version if isinstance(version, str) and _names_a_release(version) else None
+        release = self.release_run(named) if named or not replayed else None
+        if (lift is not None and release is not None and self.reached(release, lift.since)
+                and all(merged.get(k) == v for k, v in lift.where.items())):
             return merged
         for key, value in rule.set.items():
             if key in written and written[key] != value:
@@ -688,8 +721,10 @@ def _check_dated_bounds(prof: BackendProfile, path: Path) -> None:
     (``backend_version: nightly-...-YYYYMMDD``) is placed against them by day alone, so beside an undated
     ``until`` every later nightly was held inside the rule, beside an undated ``since`` none reached it,
     and an undated newest or oldest release refused no nightly however far outside."""
+    lift = prof.prefill_server.lifted if prof.prefill_server else None
     bounds = [*((f"by_version[{i}].{end}", b) for i, r in enumerate(prof.by_version)
                 for end, b in (("since", r.since), ("until", r.until)) if b),
+              *((("prefill_server.lifted.since", lift.since),) if lift else ()),
               *((key, b) for key, b in (("newest_release", prof.newest_release),
                                         ("oldest_release", prof.oldest_release),
                                         ("default_release", prof.default_release)) if b)]
@@ -708,6 +743,7 @@ def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
     from ..engine.config import EngineConfig
     from ..scenario.strict import validate_strict
 
+    lift = prof.prefill_server.lifted if prof.prefill_server else None
     mappings = [("engine", prof.engine), *((f"engine_by_gpu[{i}].set", r.set) for i, r in enumerate(prof.engine_by_gpu)),
                 # a release's mapping refines the profile's own (kv_memory: a knob under its rule)
                 *((f"by_version[{i}].set", _release_engine(prof.engine, r.set))
@@ -723,7 +759,8 @@ def _check_engine_keys(prof: BackendProfile, path: Path) -> None:
                 ("speculative_engine", prof.speculative_engine), ("draft_model_engine", prof.draft_model_engine),
                 ("aiconfigurator.engine", prof.aiconfigurator.engine),
                 ("aiconfigurator.prefill_engine", prof.aiconfigurator.prefill_engine),
-                *((("prefill_server.set", prof.prefill_server.set),) if prof.prefill_server else ())]
+                *((("prefill_server.set", prof.prefill_server.set),) if prof.prefill_server else ()),
+                *((("prefill_server.lifted.where", lift.where),) if lift else ())]
     for where, mapping in mappings:
         # `kernels` is checked against the built-in profiles' stacks, which would load this one again;
         # `moe_backend` against the stack's kernels (the profile's where the mapping names none)

@@ -108,7 +108,7 @@ class PoolSpec(BaseModel):
             where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
             raise KeyRefusal("engine.backend", f"{where + ': ' if where else ''}{e.message}") from None
         if data.get("disaggregation") is not None:     # a prefill (context) server runs what its stack runs there
-            merged = load_backend(engine["backend"]).prefill_server_keys(merged, engine)
+            merged = load_backend(engine["backend"]).prefill_server_keys(merged, engine, release_of(info) is not None)
         pp = data.get("pp", 1)
         if (isinstance(pp, int) and pp > 1 and merged.get("pp_async", "unsupported") == "unsupported"
                 and "async_scheduling" not in engine):
