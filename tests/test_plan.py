@@ -244,6 +244,20 @@ def test_max_rate_refuses_a_fixed_number_of_sessions(tmp_path, cli, repo_root):
     assert not (tmp_path / "p").exists()
 
 
+def test_max_rate_refuses_spikes_on_a_fixed_number_of_requests(tmp_path, cli):
+    """200 requests at 20 req/s end near 10 s, reaching a spike at 8 s: a probe at twice the rate ends
+    them near 5 s, before it, and the plan stopped there (exit 2 from that probe's run, after the first
+    had run and been kept)."""
+    spiked = {**TINY["workload"], "arrival": {"type": "poisson", "rate_per_s": 20,
+                                              "spikes": [{"start_s": 8, "duration_s": 1, "multiplier": 2}]}}
+    path = write_tiny_scenario(tmp_path, workload=spiked)
+    r = cli("plan", path, "--max-rate", "-o", tmp_path / "p")
+    said = " ".join(r.err.split())
+    assert r.code == 2 and "workload.arrival.spikes: --max-rate raises workload.arrival.rate_per_s" in said, said
+    assert "--set workload.num_requests=null --set workload.duration_s=" in said
+    assert not (tmp_path / "p").exists()
+
+
 
 def test_set_changes_the_scenario_every_probe_starts_from(tmp_path, cli):
     scenario = write_tiny_scenario(tmp_path)

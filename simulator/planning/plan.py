@@ -258,6 +258,17 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
                               f"(--set workload.num_sessions=null --set workload.duration_s=SECONDS: sessions keep "
                               f"starting at the searched rate for that long)", source=path,
                               key_path="workload.num_sessions")
+        spikes = getattr(sc.workload.arrival, "spikes", None)
+        if spikes and sc.workload.duration_s is None:
+            # a fixed count of requests ends sooner at a higher rate, so a spike at a fixed time is met at
+            # some probed rates and not at others: the probes would not run the same traffic's shape, and
+            # the run of one past the count's last arrival is refused (simulator/scenario/drawn.py)
+            n = sc.workload.num_requests
+            raise LlmsimError(f"--max-rate raises {RATE_KEY}, but this workload draws a fixed {n:,} requests, which a "
+                              f"higher rate draws sooner, so its spikes (at fixed times) fall inside the arrivals at "
+                              f"some rates and after the last one at others; size the workload by time (--set "
+                              f"workload.num_requests=null --set workload.duration_s=SECONDS: arrivals keep coming "
+                              f"at the searched rate for that long)", source=path, key_path="workload.arrival.spikes")
         # however spelt, or by a key holding it (--vary workload.arrival={...})
         refuse_overlaps([Given(RATE_KEY, "--max-rate", "searched", "--max-rate"),
                          *(Given(a.key, f"--vary {a.text()}", "varied", "--vary") for a in axes)],
