@@ -599,7 +599,7 @@ def _accepting_non_finite() -> Iterator[str]:
 CHECKED_ELSEWHERE = {"Scenario.slo", "ClassSpec.slo", "Variant.set", "CheckSpec.set", "BackendProfile.engine",
                      "BackendProfile.speculative_engine", "BackendProfile.draft_model_engine",
                      "GeneratedLaunch.engine", "GeneratedLaunch.prefill_engine", "GpuRule.set", "ModelRule.set",
-                     "VersionRule.set",
+                     "VersionRule.set", "PrefillServerRule.set", "PrefillServerLift.where",
                      "VersionRule.speculative_engine", "VersionRule.draft_model_engine",
                      "RooflineParams.sharpness", "MoeParams.sharpness"}
 
