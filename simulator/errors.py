@@ -223,7 +223,7 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None,
             continue
         path = format_key_path(written)
         # a value the user wrote may hold a newline: kept on the problem's one line, escaped
-        msg = _CONTROL.sub(_escaped, _plain(e))
+        msg = _CONTROL.sub(_escaped, _plain(e, str(written[-1]) if written else ""))
         if e.get("type") == "extra_forbidden":
             key = str(written[-1]) if written else ""
             head, colon, value = key.partition(":")
@@ -266,7 +266,7 @@ _TYPE_WORDS = {"string_type": "a text", "int_type": "a whole number", "float_typ
 _WITH_UNIT = re.compile(r"\s*([-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S.*?)\s*")
 
 
-def _plain(e: dict) -> str:
+def _plain(e: dict, key: str = "") -> str:
     """One pydantic error in the words a user acts on: pydantic's own where they are plain, rewritten
     where they name a Python class (``instance of EngineConfig``), quote a tag's key as code or leave
     out what would fix the value (a unit written after a number, a percentage where a fraction goes)."""
@@ -296,12 +296,46 @@ def _plain(e: dict) -> str:
             return (f"expected {whole}, got the text {value!r}: a percentage is written as a fraction "
                     f"({_fraction(m.group(1))} for {m.group(1)}%)")
         if m:
-            return (f"expected {whole}, got the text {value!r}: write the number alone ({m.group(1)}); "
-                    f"the key's name gives its unit (_s seconds, _ms milliseconds, _gb gigabytes)")
+            return f"expected {whole}, got the text {value!r}: {_in_key_unit(m.group(1), m.group(2), key)}"
     if kind in ("less_than_equal", "less_than") and 1 in (ctx.get("le"), ctx.get("lt")) \
             and isinstance(value, (int, float)) and not isinstance(value, bool) and 1 < value <= 100:
         return f"{msg}, a fraction: {value / 100:g} for {value:g}%"
     return msg
+
+
+#: The units a key's name ends in, and what one of each unit a user may write after a number is in it.
+#: Longest suffix first: ``rate_per_s`` is a rate, not a time, and ``link_gb_s`` neither.
+_KEY_UNITS: tuple[tuple[str, str, dict[str, float]], ...] = (
+    ("_gb_s", "in gigabytes per second", {"gb/s": 1.0}),
+    ("_tb_s", "in terabytes per second", {"tb/s": 1.0}),
+    ("_per_s", "as a rate per second", {"/s": 1.0, "/sec": 1.0, "per s": 1.0, "per second": 1.0, "rps": 1.0, "qps": 1.0,
+                              "req/s": 1.0, "/min": 1 / 60, "per minute": 1 / 60, "rpm": 1 / 60, "req/min": 1 / 60,
+                              "/h": 1 / 3600, "/hr": 1 / 3600, "/hour": 1 / 3600, "per hour": 1 / 3600}),
+    ("_ms", "in milliseconds", {"ms": 1.0, "s": 1e3, "sec": 1e3, "us": 1e-3, "µs": 1e-3}),
+    ("_us", "in microseconds", {"us": 1.0, "µs": 1.0, "ms": 1e3, "ns": 1e-3}),
+    ("_s", "in seconds", {"s": 1.0, "sec": 1.0, "secs": 1.0, "seconds": 1.0, "ms": 1e-3, "min": 60.0, "mins": 60.0,
+                       "minutes": 60.0, "h": 3600.0, "hr": 3600.0, "hours": 3600.0}),
+    ("_gib", "in GiB", {"gib": 1.0, "gb": 1e9 / 2 ** 30}),
+    ("_gb", "in gigabytes", {"gb": 1.0, "tb": 1e3, "mb": 1e-3, "gib": 2 ** 30 / 1e9}),
+)
+
+
+def _in_key_unit(number: str, unit: str, key: str) -> str:
+    """The number to write for ``30/min`` or ``2 min`` in a key whose name gives another unit: the number
+    alone would be read in the key's unit (30 requests a second for 30 a minute), so the hint converts
+    it, or names the key's unit when it cannot."""
+    for suffix, name, factors in _KEY_UNITS:
+        if key.endswith(suffix):
+            factor = factors.get(unit.lower())
+            if factor is None:
+                return f"write the number alone, {name} (the key's name, {key}, gives its unit)"
+            try:
+                value = f"{float(number.replace('_', '')) * factor:.6g}"
+            except ValueError:
+                value = number
+            return f"write the number alone, {name} (the key's name, {key}, gives its unit): {value}"
+    return (f"write the number alone ({number}); the key's name gives its unit (_s seconds, _ms milliseconds, "
+            f"_gb gigabytes)")
 
 
 def _fraction(percent: str) -> str:

@@ -1104,7 +1104,15 @@ def _edited(where: tuple, value) -> dict:
     # a unit or a percent sign after a number: pydantic said only "unable to parse string as a number"
     (("workload", "num_requests"), "40 requests", "expected a whole number, got the text '40 requests': write the "
                                                   "number alone (40)"),
-    (("workload", "arrival", "rate_per_s"), "60/s", "write the number alone (60); the key's name gives its unit"),
+    (("workload", "arrival", "rate_per_s"), "60/s", "write the number alone, as a rate per second (the key's name, "
+                                                    "rate_per_s, gives its unit): 60"),
+    # a unit other than the key's: the number alone would be read in the key's unit (30 a second for 30 a minute)
+    (("workload", "arrival", "rate_per_s"), "30/min", "as a rate per second (the key's name, rate_per_s, gives its "
+                                                      "unit): 0.5"),
+    (("workload", "duration_s"), "2 min", "write the number alone, in seconds (the key's name, duration_s, gives its "
+                                          "unit): 120"),
+    (("workload", "duration_s"), "60 furlongs", "got the text '60 furlongs': write the number alone, in seconds (the "
+                                                "key's name, duration_s, gives its unit)"),
     (("pools", 0, "engine"), {"gpu_memory_utilization": "90%"}, "a percentage is written as a fraction (0.9 for 90%)"),
     (("pools", 0, "engine"), {"gpu_memory_utilization": 90}, "less than or equal to 1, a fraction: 0.9 for 90% "
                                                              "(got 90)"),
