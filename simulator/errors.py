@@ -265,6 +265,9 @@ _TYPE_WORDS = {"string_type": "a text", "int_type": "a whole number", "float_typ
 #: A number written with its unit or a percent sign (``10s``, ``5 min``, ``90%``): the number and the rest.
 _WITH_UNIT = re.compile(r"\s*([-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(\S.*?)\s*")
 
+#: A price written with its currency's sign first (``$6``, ``€2.5/h``): the sign, the number and the rest.
+_PRICE = re.compile(r"\s*([$€£])\s*([-+]?(?:\d[\d_]*\.?\d*|\.\d+)(?:[eE][-+]?\d+)?)\s*(.*?)\s*")
+
 
 def _plain(e: dict, key: str = "") -> str:
     """One pydantic error in the words a user acts on: pydantic's own where they are plain, rewritten
@@ -297,6 +300,9 @@ def _plain(e: dict, key: str = "") -> str:
                     f"({_fraction(m.group(1))} for {m.group(1)}%)")
         if m:
             return f"expected {whole}, got the text {value!r}: {_in_key_unit(m.group(1), m.group(2), key)}"
+        if p := _PRICE.fullmatch(value):
+            return (f"expected {whole}, got the text {value!r}: "
+                    f"{_in_key_unit(p.group(2), p.group(1) + p.group(3), key)}")
     if kind in ("less_than_equal", "less_than") and 1 in (ctx.get("le"), ctx.get("lt")) \
             and isinstance(value, (int, float)) and not isinstance(value, bool) and 1 < value <= 100:
         return f"{msg}, a fraction: {value / 100:g} for {value:g}%"
@@ -324,7 +330,8 @@ def _in_key_unit(number: str, unit: str, key: str) -> str:
     """The number to write for ``30/min`` or ``2 min`` in a key whose name gives another unit: the number
     alone would be read in the key's unit (30 requests a second for 30 a minute), so the hint converts
     it, or names the key's unit when it cannot."""
-    for suffix, name, factors in _KEY_UNITS:
+    dollars = ("", "in US dollars", {"$": 1.0, "usd": 1.0, "us$": 1.0})
+    for suffix, name, factors in ((dollars,) if "usd" in key.split("_") else _KEY_UNITS):
         if key.endswith(suffix):
             factor = factors.get(unit.lower())
             if factor is None:

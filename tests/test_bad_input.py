@@ -1113,6 +1113,11 @@ def _edited(where: tuple, value) -> dict:
                                           "unit): 120"),
     (("workload", "duration_s"), "60 furlongs", "got the text '60 furlongs': write the number alone, in seconds (the "
                                                 "key's name, duration_s, gives its unit)"),
+    # a price with its currency's sign: pydantic said "unable to parse string as a number"
+    (("pools", 0, "usd_per_gpu_hour"), "$6", "got the text '$6': write the number alone, in US dollars (the key's "
+                                             "name, usd_per_gpu_hour, gives its unit): 6"),
+    (("pools", 0, "usd_per_gpu_hour"), "€6", "got the text '€6': write the number alone, in US dollars (the key's "
+                                             "name, usd_per_gpu_hour, gives its unit)"),
     (("pools", 0, "engine"), {"gpu_memory_utilization": "90%"}, "a percentage is written as a fraction (0.9 for 90%)"),
     (("pools", 0, "engine"), {"gpu_memory_utilization": 90}, "less than or equal to 1, a fraction: 0.9 for 90% "
                                                              "(got 90)"),
