@@ -38,6 +38,7 @@ SCENARIOS = sorted((Path(__file__).resolve().parents[1] / "scenarios").glob("*.y
      ["(--vary workload.input_tokens.maen=100,200)", "workload.input_tokens.maen: unknown key "
                                                      "(did you mean workload.input_tokens.mean?"]),
     ("pools.chat.zzzz=1..2", ["(--vary pools.chat.zzzz=1..2)", "pools[0].zzzz: unknown key (check the spelling; "]),
+    ("pools[0].replicas=1..2", ["(--vary pools[0].replicas=1..2)", "by position or name: pools.0.replicas;"]),
 ])
 def test_a_varied_key_that_names_nothing_shows_the_axis_and_the_nearest_key(tmp_path, cli, no_runs, vary, fragments):
     out = tmp_path / "plan"
@@ -108,6 +109,11 @@ def test_no_key_a_scenario_has_is_called_unknown(path):
 @pytest.mark.parametrize("key, fragments", [
     ("pools.chat.replica=2", ["pools[0].replica: unknown key (did you mean pools.chat.replicas?"]),
     ("workload.arrivl.rate_per_s=2", ["workload.arrivl: unknown key (did you mean workload.arrival?"]),
+    # a list item written as error messages and the key reference print it
+    ("pools[0].replicas=2", ["pools[0]: unknown key (a list's item is addressed after a dot, by position or name: "
+                             "pools.0.replicas;"]),
+    ("pools[].engine.backend=vllm", ["pools[]: unknown key (a list's item is addressed after a dot, by position or "
+                                     "name: pools.0.engine.backend;"]),
 ])
 def test_a_set_key_that_names_nothing_gets_the_nearest_key_as_vary_does(tmp_path, cli, key, fragments):
     """`--set` words a misspelt key as `--vary` does, after the file alone validates; a bad value at a

@@ -18,6 +18,7 @@ its error names the nearest key or item that exists (:func:`no_item`,
 from __future__ import annotations
 
 import difflib
+import re
 import types
 import typing
 from dataclasses import dataclass
@@ -107,6 +108,10 @@ def key_fault(scenario: BaseModel, key: str, err: LlmsimError) -> Optional[Llmsi
     return wrong if wrong.key_path in about else None
 
 
+#: ``pools[0]``: a list item as validation's key paths show it, which a key to set does not spell.
+_BRACKETED = re.compile(r"(\w+)\[\s*(\d*)\s*\]")
+
+
 def _nothing_at(scenario: BaseModel, key: str) -> Optional[LlmsimError]:
     """What is wrong with ``key`` if it names nothing in ``scenario``, keyed
     by the path validation would name (``pools[0].replica``); None if it
@@ -138,7 +143,10 @@ def _nothing_at(scenario: BaseModel, key: str) -> Optional[LlmsimError]:
         if part not in names:
             near = difflib.get_close_matches(part, list(names), n=1)
             hint = f"did you mean {'.'.join([*parts[:i], near[0]])}? " if near else "check the spelling; "
-            if (named := stack_name(part, list(names))) is not None:     # a launch's name, not a slip
+            if (item := _BRACKETED.fullmatch(part)) and item.group(1) in names:    # as errors print it
+                dotted = ".".join([*parts[:i], item.group(1), item.group(2) or "0", *parts[i + 1:]])
+                hint = f"a list's item is addressed after a dot, by position or name: {dotted}; "
+            elif (named := stack_name(part, list(names))) is not None:     # a launch's name, not a slip
                 hint = f"{named[1]} is {'.'.join([*parts[:i], named[0]])} here; "
             elif (deeper := deeper_key(model, part)) is not None:          # written a level too high
                 hint = f"did you mean {'.'.join([*parts[:i], deeper])}? "
