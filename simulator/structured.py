@@ -24,7 +24,7 @@ from typing import Any
 
 import yaml
 
-__all__ = ["parse_yaml", "parse_flag_value", "parse_json", "MAX_DEPTH", "MAX_NODES"]
+__all__ = ["parse_yaml", "parse_flag_value", "parse_json", "AmbiguousNumber", "MAX_DEPTH", "MAX_NODES"]
 
 #: Deepest nesting accepted (the deepest scenario key path is under 10).
 MAX_DEPTH = 64
@@ -123,6 +123,40 @@ for _loader in (_StrictLoader,) if _CParser is None else (_StrictLoader, _FastSt
         list("-+0123456789"))
 
 
+class AmbiguousNumber(yaml.constructor.ConstructorError):
+    """A number two YAML readers read differently: PyYAML (YAML 1.1) reads ``010`` as octal 8 and
+    ``1:30`` as base 60 (90), YAML 1.2 and JSON as 10 and text. Either reading would be a guess at
+    what was meant (a zero-padded count, minutes and seconds), so the value is refused."""
+
+
+def _plain_int(loader: Any, node: yaml.ScalarNode) -> Any:
+    text = str(node.value)
+    digits = text.replace("_", "").lstrip("+-")
+    read = yaml.constructor.SafeConstructor.construct_yaml_int(loader, node)
+    if ":" in digits:
+        raise AmbiguousNumber(None, None, f"{text!r} is a number in base 60 to YAML 1.1 ({read}) and text to "
+                                          f"YAML 1.2; write the number alone, in the key's unit", node.start_mark)
+    if digits.isdigit() and read != int(text.replace("_", "")):     # 010: octal 8, or 10 (007 is 7 either way)
+        raise AmbiguousNumber(None, None, f"{text!r} has a leading zero, which YAML 1.1 reads as octal ({read}) "
+                                          f"and YAML 1.2 as {int(text.replace('_', ''))}; write the number without it",
+                              node.start_mark)
+    return read
+
+
+def _plain_float(loader: Any, node: yaml.ScalarNode) -> Any:
+    if ":" in str(node.value):
+        raise AmbiguousNumber(None, None, f"{node.value!r} is a number in base 60 to YAML 1.1 "
+                                          f"({yaml.constructor.SafeConstructor.construct_yaml_float(loader, node)}) "
+                                          f"and text to YAML 1.2; write the number alone, in the key's unit",
+                              node.start_mark)
+    return yaml.constructor.SafeConstructor.construct_yaml_float(loader, node)
+
+
+for _loader in (_StrictLoader,) if _CParser is None else (_StrictLoader, _FastStrictLoader):
+    _loader.add_constructor("tag:yaml.org,2002:int", _plain_int)
+    _loader.add_constructor("tag:yaml.org,2002:float", _plain_float)
+
+
 def _expanded_size(node: yaml.Node, memo: dict[int, tuple[int, int]]) -> tuple[int, int]:
     """(values, depth) a composed node stands for with every alias expanded;
     each distinct node is visited once, so a bomb is measured in microseconds."""
@@ -197,6 +231,8 @@ def parse_flag_value(raw: str) -> Any:
     closed one with words after it (``name=[exp] base``) is a text, as YAML's own plain scalars are."""
     try:
         return parse_yaml(raw)
+    except AmbiguousNumber as e:
+        raise ValueError(e.problem) from None
     except yaml.YAMLError as e:
         if raw.lstrip().startswith(("{", "[")) and getattr(e, "problem", None) != _WORDS_AFTER:
             why = getattr(e, "problem", None) or "not valid YAML"

@@ -80,6 +80,22 @@ def test_a_key_given_twice_is_refused(tmp_path, cli):
     one_line_error(cli("run", path), "dup.yaml", "'replicas' given twice")
 
 
+@pytest.mark.parametrize("written, says", [
+    ("010", "'010' has a leading zero, which YAML 1.1 reads as octal (8) and YAML 1.2 as 10"),
+    ("1:30", "'1:30' is a number in base 60 to YAML 1.1 (90) and text to YAML 1.2"),
+])
+def test_a_number_yaml_readers_read_apart_is_refused(tmp_path, cli, written, says):
+    """PyYAML read `replicas: 010` as 8 and `1:30` as 90 without a word."""
+    text = yaml.safe_dump(SCENARIO, sort_keys=False)
+    line = next(ln for ln in text.splitlines() if ln.strip().startswith("replicas: "))
+    path = tmp_path / "s.yaml"
+    path.write_text(text.replace(line, f"{line.partition(':')[0]}: {written}"))
+    one_line_error(cli("run", path, "-o", tmp_path / "out"), "s.yaml", says)
+    one_line_error(cli("run", write_yaml(tmp_path / "t.yaml", SCENARIO), "--set", f"pools.{POOL}.replicas={written}",
+                       "-o", tmp_path / "out"), f"--set pools.{POOL}.replicas: {says}")
+    assert not (tmp_path / "out").exists()
+
+
 def test_true_for_a_number_and_a_negative_index_are_refused(tmp_path, cli):
     path = write_yaml(tmp_path / "s.yaml", SCENARIO)
     one_line_error(cli("run", path, "--set", f"pools.{POOL}.replicas=true"), "pools[0].replicas", "got True")

@@ -42,3 +42,11 @@ def test_a_bad_document_is_worded_by_the_pure_python_loader():
     with pytest.raises(yaml.YAMLError) as slow:
         S._load(S._StrictLoader(text))
     assert str(fast.value) == str(slow.value)
+
+
+@pytest.mark.parametrize("text", ["n: 010\n", "t: 1:30\n", "t: 1:30.5\n", "[1, 017]\n"])
+def test_both_loaders_refuse_a_number_yaml_readers_read_apart(text):
+    for loader in (S._FastStrictLoader, S._StrictLoader):
+        with pytest.raises(S.AmbiguousNumber):
+            S._load(loader(text))
+    assert S._parse_yaml("[007, 0, -0, 0x10, 1_000]\n") == [7, 0, 0, 16, 1000]     # one reading only
