@@ -407,6 +407,9 @@ CASES.append(("sweep-max-runs-zero", {"s.yaml": SCENARIO, "sw.yaml": {"base": "s
 PLAN = ["plan", "s.yaml", "-o", "out", "--workers", "1"]
 for _cid, _flags, _frag in [("range-not-numbers", ["--vary", f"pools.{POOL}.replicas=a..b"], "not a range of whole"),
                             ("empty-range", ["--vary", f"pools.{POOL}.replicas=9..2"], "empty range"),
+                            ("dashed-range", ["--vary", f"pools.{POOL}.replicas=1-6"],
+                             "'1-6' is not a range llmsim reads: a range is written LO..HI (1..6)"),
+                            ("worded-range", ["--vary", f"pools.{POOL}.replicas=2 to 8"], "written LO..HI (2..8)"),
                             ("past-limit", ["--vary", f"pools.{POOL}.replicas=1..100000", "--vary",
                                             f"pools.{POOL}.tp=1,2,4,8", "--seeds", "20"], "more than the 1,000"),
                             ("unknown-key", ["--vary", f"pools.{POOL}.replicaz=1..4"], "replicaz"),

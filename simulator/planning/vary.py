@@ -24,6 +24,8 @@ from .precheck import Run
 __all__ = ["Axis", "parse_vary", "choices", "check_axes", "runs_to_check"]
 
 _RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*$")
+#: A range written the way other tools write one (``1-6``, ``1:6``, ``1...6``, ``1 to 6``).
+_OTHER_RANGE = re.compile(r"^\s*(\d+)\s*(?:-|:|\.\.\.|…|\s+to\s+)\s*(\d+)\s*$")
 
 
 @dataclass(frozen=True)
@@ -58,6 +60,10 @@ def parse_vary(text: str) -> Axis:
     if not sep or not key or not raw.strip():
         raise LlmsimError(f"--vary expects key.path=LO..HI or key.path=a,b,c (got {text!r})", key_path="--vary")
     m = _RANGE.match(raw)
+    if slip := _OTHER_RANGE.match(raw):
+        # read as one choice, the text '1-6' left the plan no range: "exactly one range axis, got 0"
+        raise LlmsimError(f"{raw.strip()!r} is not a range llmsim reads: a range is written LO..HI "
+                          f"({slip.group(1)}..{slip.group(2)})", key_path=f"--vary {key}")
     if not m and ".." in raw and "," not in raw:
         lo, _, hi = raw.partition("..")
         raise LlmsimError(f"{raw.strip()!r} is not a range of whole numbers: expected LO..HI such as 1..64 "
