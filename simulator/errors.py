@@ -259,7 +259,16 @@ def from_validation_error(err: Any, source: str | Path | None, data: Any = None,
 #: What each pydantic type error expected, in a user's words.
 _TYPE_WORDS = {"string_type": "a text", "int_type": "a whole number", "float_type": "a number",
                "bool_type": "true or false", "model_type": "a mapping of keys to values",
-               "dict_type": "a mapping of keys to values", "list_type": "a list"}
+               "dict_type": "a mapping of keys to values", "model_attributes_type": "a mapping of keys to values",
+               "list_type": "a list"}
+
+
+#: Pydantic's kinds of "not a mapping" (a model's, a dict's, a tagged union's whose input has no tag).
+_MAPPING_TYPES = ("model_type", "dict_type", "model_attributes_type")
+#: The keys whose value is a length or duration distribution (``output_tokens``, ``turns``, ``pause_s``):
+#: a number written there is most often a length meant to be fixed. tests/test_bad_input.py holds every
+#: scenario key matching this to a distribution.
+_DISTRIBUTION_KEY = re.compile(r"(?:^|_)(?:tokens|turns|count|bursts|keystrokes)$|_s$")
 
 
 #: A number written with its unit or a percent sign (``10s``, ``5 min``, ``90%``): the number and the rest.
@@ -280,14 +289,17 @@ def _plain(e: dict, key: str = "") -> str:
         return "expected a whole number, and this one is past any integer llmsim takes"
     if value is None and "input" in e and kind in _TYPE_WORDS:      # `model:` with nothing after it
         return f"has no value (left empty, or null): expected {_TYPE_WORDS[kind]}"
-    if isinstance(value, (list, dict)) and kind in _TYPE_WORDS and kind not in ("model_type", "dict_type"):
+    if isinstance(value, (list, dict)) and kind in _TYPE_WORDS and kind not in _MAPPING_TYPES:
         return f"expected {_TYPE_WORDS[kind]}, got a {'list' if isinstance(value, list) else 'mapping'}"
     if kind in ("too_short", "too_long") and "actual_length" in ctx:     # pydantic: "... after validation, not 3"
         bound = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
         things = "item" if bound == 1 else "items"
         most = "at least" if kind == "too_short" else "at most"
         return f"expected {most} {bound} {things}, got {ctx['actual_length']}"
-    if kind in ("model_type", "dict_type"):
+    if kind in _MAPPING_TYPES:
+        if isinstance(value, (int, float)) and not isinstance(value, bool) and _DISTRIBUTION_KEY.search(key):
+            return (f"expected a distribution, a mapping with a `dist` key; a value that never varies is "
+                    f"{{dist: fixed, value: {value}}}")
         return "expected a mapping of keys to values ({key: value, ...} or one 'key: value' per line)"
     if kind == "union_tag_invalid":
         tags = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected_tags", ""))))

@@ -1137,6 +1137,16 @@ def _edited(where: tuple, value) -> dict:
     (("pools", 0, "engine"), {"gpu_memory_utilization": "90%"}, "a percentage is written as a fraction (0.9 for 90%)"),
     (("pools", 0, "engine"), {"gpu_memory_utilization": 90}, "less than or equal to 1, a fraction: 0.9 for 90% "
                                                              "(got 90)"),
+    # a number where a length or duration distribution goes: pydantic said "a valid dictionary or object to
+    # extract fields from"
+    (("workload", "output_tokens"), 2000, "workload.output_tokens: expected a distribution, a mapping with a `dist` "
+                                          "key; a value that never varies is {dist: fixed, value: 2000}"),
+    (("workload",), {**SCENARIO["workload"], "num_requests": None, "num_sessions": 4,
+                     "session": {"type": "chat", "turns": 3, "think_time_s": {"dist": "fixed", "value": 1.0}}},
+     "workload.session.turns: expected a distribution, a mapping with a `dist` key; a value that never varies is "
+     "{dist: fixed, value: 3}"),
+    (("workload",), {**SCENARIO["workload"], "num_requests": None, "num_sessions": 4,
+                     "session": [{"type": "chat"}]}, "workload.session: expected a mapping of keys to values"),
     # a Python class name where a mapping goes
     (("pools", 0, "engine"), "vllm", "pools[0].engine: expected a mapping of keys to values"),
     # `model:` or `engine:` with nothing after it: "Input should be a valid string (got None)"
@@ -1158,6 +1168,40 @@ def test_a_slip_is_answered_with_what_was_meant(tmp_path, cli, where, value, say
     line = r.err.strip()
     assert "\n" not in line and not (tmp_path / "out").exists(), line
     assert "instance of" not in line and "Input tag" not in line and "unable to parse" not in line, line
+
+
+def test_every_key_the_distribution_hint_names_holds_a_distribution():
+    """The hint `{dist: fixed, value: N}` is given by the key's name; every scenario key of that name that
+    holds a mapping holds a length or duration distribution, so the hint is never a wrong one."""
+    import typing
+
+    from pydantic import BaseModel
+
+    from simulator.errors import _DISTRIBUTION_KEY
+    from simulator.scenario.schema import Scenario
+    from workloads.durations import FixedDuration
+    from workloads.lengths import FixedLength
+
+    def models(annotation) -> list:
+        if isinstance(annotation, type) and issubclass(annotation, BaseModel):
+            return [annotation]
+        return [m for a in typing.get_args(annotation) for m in models(a)]
+
+    seen, named = set(), {}
+    todo = [Scenario]
+    while todo:
+        model = todo.pop()
+        if model in seen:
+            continue
+        seen.add(model)
+        for name, field in model.model_fields.items():
+            inner = models(field.annotation)
+            if inner and _DISTRIBUTION_KEY.search(field.alias or name):
+                named[field.alias or name] = inner
+            todo += inner
+    assert {"output_tokens", "turns", "pause_s", "tool_result_tokens"} <= set(named)
+    for key, inner in named.items():
+        assert FixedLength in inner or FixedDuration in inner, (key, inner)
 
 
 def test_a_required_key_written_without_its_space_is_not_also_missing(tmp_path, cli):
