@@ -265,3 +265,21 @@ def test_a_plan_of_a_whole_fleet_names_the_fleet_not_a_product(tmp_path):
         row["product_gpus"], row["product_monthly_usd"] = 64 * row["gpus"], 64 * row["monthly_usd"]
     (tmp_path / "plan.json").write_text(json.dumps(data))
     assert "GPUs at peak, the product" in report_html(tmp_path)
+
+
+def test_an_slo_label_on_a_log_axis_sits_at_its_target():
+    """Plotly places an annotation on a log axis at the log of its value, a shape at the value: the label of
+    a 2,000 ms TTFT limit was drawn at 10^2000 ms, off the chart, beside a line in its place."""
+    from simulator.report.page_charts import latency_cdfs
+
+    n = 200
+    requests = pd.DataFrame({"status": ["finished"] * n, "ttft_ms": [10.0 + 10 * i for i in range(n)],
+                             "tpot_ms": [7.0 + 0.01 * i for i in range(n)], "e2el_ms": [1e3 + i for i in range(n)]})
+    slo = {"targets": {f"{m}_p99_ms": {"metric": m, "percentile": 99, "target_ms": ms}
+                       for m, ms in (("ttft", 2000), ("tpot", 30))}}
+    charts = dict(latency_cdfs(requests, slo))
+    ttft, tpot = charts["cdf-ttft"]["layout"], charts["cdf-tpot"]["layout"]
+    assert ttft["xaxis"]["type"] == "log" and tpot["xaxis"]["type"] == "linear"
+    assert [a["x"] for a in ttft["annotations"]] == [pytest.approx(3.30103)]
+    assert {s["x0"] for s in ttft["shapes"] if s["xref"] == "x"} == {2000}
+    assert [a["x"] for a in tpot["annotations"]] == [30]

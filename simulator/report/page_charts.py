@@ -9,6 +9,7 @@ only in a hover.
 """
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Mapping, Optional, Sequence
 
 import numpy as np
@@ -73,6 +74,9 @@ def latency_cdfs(requests: Optional[Any], slo: Optional[Mapping[str, Any]]) -> l
             traces.append({"type": "scatter", "mode": "lines", "name": label, "x": x, "y": y,
                            "line": {"width": 3 if label == "all requests" else 1.5},
                            "hovertemplate": f"{label}: %{{y:.1f}} % ≤ %{{x:,.1f}} ms<extra></extra>"})
+        vals = done[col].to_numpy(float)
+        vals = vals[np.isfinite(vals) & (vals > 0)]
+        log = vals.size > 0 and np.quantile(vals, 0.999) > 30 * max(np.quantile(vals, 0.01), 1e-9)
         shapes, notes = [], []
         for t in targets:
             if t.get("metric") != key:
@@ -80,14 +84,13 @@ def latency_cdfs(requests: Optional[Any], slo: Optional[Mapping[str, Any]]) -> l
             pct = t["percentile"]
             shapes.append({"type": "line", "xref": "x", "yref": "paper", "x0": t["target_ms"], "x1": t["target_ms"],
                            "y0": 0, "y1": 1, "line": {"color": _SLO_COLOUR, "dash": "dash", "width": 2}})
-            notes.append({"x": t["target_ms"], "y": 1, "xref": "x", "yref": "paper", "yanchor": "bottom",
+            # an annotation on a log axis is placed at the log of its value (a shape at the value itself)
+            notes.append({"x": math.log10(t["target_ms"]) if log else t["target_ms"], "y": 1, "xref": "x",
+                          "yref": "paper", "yanchor": "bottom",
                           "showarrow": False, "font": {"color": _SLO_COLOUR},
                           "text": f"SLO p{pct:g} ≤ {t['target_ms']:,g} ms"})
             shapes.append({"type": "line", "xref": "paper", "yref": "y", "x0": 0, "x1": 1, "y0": pct, "y1": pct,
                            "line": {"color": _SLO_COLOUR, "dash": "dot", "width": 1}})
-        vals = done[col].to_numpy(float)
-        vals = vals[np.isfinite(vals) & (vals > 0)]
-        log = vals.size > 0 and np.quantile(vals, 0.999) > 30 * max(np.quantile(vals, 0.01), 1e-9)
         out.append((f"cdf-{key}", {"data": traces, "layout": _layout(
             f"{name}: share of finished requests within a latency",
             xaxis={"title": {"text": f"{name} (ms)"}, "type": "log" if log else "linear"},
