@@ -263,6 +263,8 @@ _TYPE_WORDS = {"string_type": "a text", "int_type": "a whole number", "float_typ
                "list_type": "a list"}
 
 
+#: ``1..8``: a plan's range, written where a list of values goes.
+_RANGE_TEXT = re.compile(r"\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*")
 #: Pydantic's kinds of "not a mapping" (a model's, a dict's, a tagged union's whose input has no tag).
 _MAPPING_TYPES = ("model_type", "dict_type", "model_attributes_type")
 #: The keys whose value is a length or duration distribution (``output_tokens``, ``turns``, ``pause_s``):
@@ -291,6 +293,13 @@ def _plain(e: dict, key: str = "") -> str:
         return f"has no value (left empty, or null): expected {_TYPE_WORDS[kind]}"
     if isinstance(value, (list, dict)) and kind in _TYPE_WORDS and kind not in _MAPPING_TYPES:
         return f"expected {_TYPE_WORDS[kind]}, got a {'list' if isinstance(value, list) else 'mapping'}"
+    if kind == "list_type" and isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        if isinstance(value, str) and (r := _RANGE_TEXT.fullmatch(value)) and 0 <= int(r[2]) - int(r[1]) < 32:
+            listed = ", ".join(str(v) for v in range(int(r[1]), int(r[2]) + 1))
+            return (f"expected a list, got the text {value!r}: LO..HI is a range only to `llmsim plan --vary`; "
+                    f"here list the values ([{listed}])")
+        one = shortened(value) if isinstance(value, str) else _shown(value)
+        return f"expected a list, a single value written as a list of one ([{one}])"
     if kind in ("too_short", "too_long") and "actual_length" in ctx:     # pydantic: "... after validation, not 3"
         bound = ctx.get("min_length") if kind == "too_short" else ctx.get("max_length")
         things = "item" if bound == 1 else "items"

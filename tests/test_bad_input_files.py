@@ -397,6 +397,12 @@ for _cid, _sweep, _frag in [("too-many-runs", {"base": "s.yaml", "grid": {"seed"
                             ("typo", {"base": "s.yaml", "gird": {"seed": [1]}}, "gird"),
                             ("engine-text", {"base": "s.yaml", "grid": {"seed": [1]}, "engine": 5}, "engine"),
                             ("grid-value-text", {"base": "s.yaml", "grid": {f"pools.{POOL}.tp": ["2"]}}, "got the text"),
+                            # a plan's range, or one value, where a grid lists its values
+                            ("grid-range", {"base": "s.yaml", "grid": {f"pools.{POOL}.replicas": "1..3"}},
+                             "expected a list, got the text '1..3': LO..HI is a range only to `llmsim plan --vary`; "
+                             "here list the values ([1, 2, 3])"),
+                            ("grid-one-value", {"base": "s.yaml", "grid": {f"pools.{POOL}.gpu": "h200"}},
+                             "expected a list, a single value written as a list of one ([h200])"),
                             ("empty-grid", {"base": "s.yaml", "grid": {"seed": []}}, "grid.seed"),
                             ("alias-bomb", BOMB + "base: s.yaml\ngrid: {seed: [1]}\n", "aliases")]:
     CASES.append((f"sweep-{_cid}", {"s.yaml": SCENARIO, "sw.yaml": _sweep}, SWEEP, ["sw.yaml", _frag]))

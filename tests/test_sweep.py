@@ -154,7 +154,7 @@ def test_a_points_key_ignores_override_order_but_not_the_engine(overrides):
     ({"points": [{"pools.chat.tp": 1}, {"workload.nope": 1}]}, "points[1]"),
     ({"grid": {"pools.chat.tp": [1]}, "points": [{"pools.chat.tp": 2}]}, "points[0]: pools.chat.tp is both swept and set"),
     ({"grd": {"pools.chat.replicas": [1]}}, "grd: unknown key"),
-    ({"grid": {"pools.chat.replicas": 4}}, "valid list"),
+    ({"grid": {"pools.chat.replicas": 4}}, "expected a list, a single value written as a list of one ([4])"),
 ])
 def test_bad_sweep_files_are_one_clear_error(tmp_path, cli, body, message):
     r = cli("sweep", write_sweep(tmp_path, body), "-o", tmp_path / "out")
