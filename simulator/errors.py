@@ -16,7 +16,7 @@ from typing import Any, Callable, Iterable, Sequence
 from .stack_names import stack_name
 
 __all__ = ["LlmsimError", "KeyRefusal", "format_key_path", "from_validation_error", "error_loc", "user_loc",
-           "os_reason", "first_few", "nearest", "near_names", "shortened", "set_flag"]
+           "os_reason", "first_few", "nearest", "near_names", "shortened", "set_flag", "unit_slip"]
 
 
 class LlmsimError(Exception):
@@ -313,17 +313,8 @@ def _plain(e: dict, key: str = "") -> str:
     if kind == "union_tag_invalid":
         tags = ", ".join(re.findall(r"'([^']*)'", str(ctx.get("expected_tags", ""))))
         return f"unknown {str(ctx.get('discriminator', 'type')).strip(chr(39))} {ctx.get('tag')!r} (valid: {tags})"
-    if kind in ("int_parsing", "float_parsing") and isinstance(value, str):
-        m = _WITH_UNIT.fullmatch(value)
-        whole = "a whole number" if kind == "int_parsing" else "a number"
-        if m and m.group(2) == "%":
-            return (f"expected {whole}, got the text {value!r}: a percentage is written as a fraction "
-                    f"({_fraction(m.group(1))} for {m.group(1)}%)")
-        if m:
-            return f"expected {whole}, got the text {value!r}: {_in_key_unit(m.group(1), m.group(2), key)}"
-        if p := _PRICE.fullmatch(value):
-            return (f"expected {whole}, got the text {value!r}: "
-                    f"{_in_key_unit(p.group(2), p.group(1) + p.group(3), key)}")
+    if kind in ("int_parsing", "float_parsing") and isinstance(value, str) and (slip := unit_slip(value, key)):
+        return f"expected {'a whole number' if kind == 'int_parsing' else 'a number'}, got the text {value!r}: {slip}"
     if kind in ("less_than_equal", "less_than") and 1 in (ctx.get("le"), ctx.get("lt")) \
             and isinstance(value, (int, float)) and not isinstance(value, bool) and 1 < value <= 100:
         return f"{msg}, a fraction: {value / 100:g} for {value:g}%"
@@ -345,6 +336,18 @@ _KEY_UNITS: tuple[tuple[str, str, dict[str, float]], ...] = (
     ("_gib", "in GiB", {"gib": 1.0, "gb": 1e9 / 2 ** 30}),
     ("_gb", "in gigabytes", {"gb": 1.0, "tb": 1e3, "mb": 1e-3, "gib": 2 ** 30 / 1e9}),
 )
+
+
+def unit_slip(value: str, key: str) -> str | None:
+    """What to write for a number given with a unit, a percent sign or a currency sign (``2s``, ``90%``,
+    ``$6``) at ``key``, in the unit the key's name gives; None for text that is no such number."""
+    if m := _WITH_UNIT.fullmatch(value):
+        if m.group(2) == "%":
+            return f"a percentage is written as a fraction ({_fraction(m.group(1))} for {m.group(1)}%)"
+        return _in_key_unit(m.group(1), m.group(2), key)
+    if p := _PRICE.fullmatch(value):
+        return _in_key_unit(p.group(2), p.group(1) + p.group(3), key)
+    return None
 
 
 def _in_key_unit(number: str, unit: str, key: str) -> str:

@@ -1129,6 +1129,8 @@ def _edited(where: tuple, value) -> dict:
                                           "unit): 120"),
     (("workload", "duration_s"), "60 furlongs", "got the text '60 furlongs': write the number alone, in seconds (the "
                                                 "key's name, duration_s, gives its unit)"),
+    (("slo", "ttft_p99_ms"), "2s", "slo.ttft_p99_ms: expected a number of milliseconds, got the text '2s': write the "
+                                   "number alone, in milliseconds (the key's name, ttft_p99_ms, gives its unit): 2000"),
     # a price with its currency's sign: pydantic said "unable to parse string as a number"
     (("pools", 0, "usd_per_gpu_hour"), "$6", "got the text '$6': write the number alone, in US dollars (the key's "
                                              "name, usd_per_gpu_hour, gives its unit): 6"),

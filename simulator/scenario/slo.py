@@ -11,7 +11,7 @@ import math
 import re
 from typing import Any, Mapping
 
-from ..errors import LlmsimError
+from ..errors import LlmsimError, unit_slip
 from ..metrics.slo import PER_REQUEST_METRICS, SloSpec
 from ..runsize import MAX_SPAN_S
 
@@ -28,7 +28,9 @@ _PLAIN = re.compile(r"^(ttft|tpot|e2el)_ms$")
 def _number(key: str, value: Any) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         text = "the text " if isinstance(value, str) else ""
-        raise LlmsimError(f"expected a number of milliseconds, got {text}{value!r}", key_path=f"slo.{key}")
+        slip = unit_slip(value, str(key)) if isinstance(value, str) else None
+        raise LlmsimError(f"expected a number of milliseconds, got {text}{value!r}{': ' + slip if slip else ''}",
+                          key_path=f"slo.{key}")
     v = float(value)
     if not math.isfinite(v) or v <= 0:
         raise LlmsimError(f"expected a finite, positive number of milliseconds, got {value!r} (no request takes "
