@@ -91,7 +91,8 @@ def test_max_model_len_past_the_models_context_is_refused(cli, tmp_path):
 
 def test_a_workload_longer_than_max_model_len_is_refused_at_load(cli, tmp_path):
     r = cli("run", _scenario(tmp_path, extra=", max_model_len: 4096", isl=4000), "-o", tmp_path / "out")
-    assert r.code == 2 and "workload.input_tokens" in r.err and "engine.max_model_len of 4096" in r.err
+    assert r.code == 2 and "workload.input_tokens" in r.err and "engine.max_model_len (pool 'main') of 4096" in r.err
+    assert "''s" not in r.err, r.err         # "pool 'main''s engine.max_model_len"
 
 
 def test_requests_longer_than_max_model_len_are_rejected_on_arrival(tmp_path):

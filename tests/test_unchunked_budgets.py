@@ -98,6 +98,7 @@ def test_trtllm_refuses_a_bounded_workload_whose_prompts_outgrow_its_budget(cli,
                           "{dist: uniform, min: 1000, max: 3000}"), "-o", tmp_path / "out")
     said = " ".join(r.err.split())
     assert r.code == 2 and "workload.input_tokens" in said and "token budget of 2048" in said, r.err
+    assert "''s" not in said, said         # "pool 'chat''s token budget"
 
 
 def test_a_trtllm_generation_server_takes_prompts_prefilled_elsewhere(tmp_path):

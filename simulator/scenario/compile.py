@@ -145,7 +145,7 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
         # prompt that leaves no output token is refused, as the replica does (ReplicaBase.can_ever_serve);
         # a stack may count more than the prompt and output against it (SGLang's draft slots)
         lim = length_limit(sc.pools[i].engine, sc.pools[i].speculative, ctx)
-        whose = f"pool {names[i]!r}'s engine.max_model_len" if limit else f"{setups[i].cm.model.name}'s context"
+        whose = f"engine.max_model_len (pool {names[i]!r})" if limit else f"{setups[i].cm.model.name}'s context"
         if lim.cuts_output and mi is not None and lim.exceeded(mi, 1):
             fail(f"input ({mi}) tokens can reach {whose} of {ctx} tokens"
                  + ("" if limit else f" (pool {names[i]!r})") + lim.said + ", leaving no output token",
@@ -331,7 +331,7 @@ def _check_prompt_budget(sc: Scenario, pool: PoolSpec, mi: Optional[int], fail: 
     if mi is None or sp_max is None or cap is None or sp_max + mi <= cap:
         return
     what = f"input ({mi})" if not sp_max else f"a system prompt of up to {sp_max} and input ({mi})"
-    fail(f"{what} tokens can exceed pool {pool.name!r}'s token budget of {cap} "
+    fail(f"{what} tokens can exceed the token budget of {cap} in pool {pool.name!r} "
          f"(engine.max_num_batched_tokens{' per attention-DP rank' if pool.dp > 1 else ''}), and "
          f"{pool.engine.stack_label or 'its stack'} without chunked prefill answers a longer prompt "
          "with an error; bound the prompts, raise the budget, or set engine.chunked_prefill: true",
