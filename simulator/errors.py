@@ -263,6 +263,8 @@ _TYPE_WORDS = {"string_type": "a text", "int_type": "a whole number", "float_typ
                "list_type": "a list"}
 
 
+#: ``1,000``, ``12,500.5``: a number with its thousands separated by commas.
+_THOUSANDS = re.compile(r"\s*[-+]?\d{1,3}(?:,\d{3})+(?:\.\d+)?\s*")
 #: ``1..8``: a plan's range, written where a list of values goes.
 _RANGE_TEXT = re.compile(r"\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*")
 #: Pydantic's kinds of "not a mapping" (a model's, a dict's, a tagged union's whose input has no tag).
@@ -341,6 +343,11 @@ _KEY_UNITS: tuple[tuple[str, str, dict[str, float]], ...] = (
 def unit_slip(value: str, key: str) -> str | None:
     """What to write for a number given with a unit, a percent sign or a currency sign (``2s``, ``90%``,
     ``$6``) at ``key``, in the unit the key's name gives; None for text that is no such number."""
+    if _THOUSANDS.fullmatch(value):
+        return f"write the number without its thousands separators ({value.strip().replace(',', '')})"
+    if "," in value:
+        return ("one value goes here; several are tried by `llmsim plan --vary key=a,b` or a sweep's grid, "
+                "one run each")
     if m := _WITH_UNIT.fullmatch(value):
         if m.group(2) == "%":
             return f"a percentage is written as a fraction ({_fraction(m.group(1))} for {m.group(1)}%)"

@@ -1131,6 +1131,11 @@ def _edited(where: tuple, value) -> dict:
                                                 "key's name, duration_s, gives its unit)"),
     (("slo", "ttft_p99_ms"), "2s", "slo.ttft_p99_ms: expected a number of milliseconds, got the text '2s': write the "
                                    "number alone, in milliseconds (the key's name, ttft_p99_ms, gives its unit): 2000"),
+    # commas: a number's thousands, or several values; "write the number alone (1)" took the first digits
+    (("workload", "num_requests"), "1,000", "got the text '1,000': write the number without its thousands "
+                                            "separators (1000)"),
+    (("pools", 0, "replicas"), "2,4", "got the text '2,4': one value goes here; several are tried by `llmsim plan "
+                                      "--vary key=a,b` or a sweep's grid"),
     # a price with its currency's sign: pydantic said "unable to parse string as a number"
     (("pools", 0, "usd_per_gpu_hour"), "$6", "got the text '$6': write the number alone, in US dollars (the key's "
                                              "name, usd_per_gpu_hour, gives its unit): 6"),
