@@ -208,3 +208,10 @@ def test_a_stacks_name_is_answered_only_in_an_engine(tmp_path, cli):
     trace = {"type": "trace", "path": "t.csv", "tokens_per_block": 16}
     r = cli("run", write_tiny_scenario(tmp_path, workload={"arrival": trace}))
     assert r.code == 2 and "tokens_per_block: unknown key" in r.err and "TensorRT-LLM" not in r.err, r.err
+
+
+def test_a_set_key_with_spaces_around_the_equals_sign_is_the_key(tmp_path):
+    """`--set "key = value"` named `key ` (its space kept) and was answered "pools[0].replicas : unknown key
+    (did you mean replicas?)", where --vary and the overlap check read the same text as the key."""
+    sc, _ = load_scenario(write_tiny_scenario(tmp_path), ["pools.chat.replicas = 1"])
+    assert sc.pools[0].replicas == 1

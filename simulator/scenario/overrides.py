@@ -36,6 +36,7 @@ from ..structured import parse_flag_value
 def parse_assignment(assignment: str) -> tuple[str, Any]:
     """``key.path=value`` as (key, value), the value read as YAML."""
     key, sep, raw = assignment.partition("=")
+    key = key.strip()       # `key = value`, as --vary and the overlap check (given_sets) read it
     if not sep or not key:
         raise LlmsimError(f"--set expects key.path=value (got {assignment!r})")
     try:
