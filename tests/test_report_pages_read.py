@@ -95,3 +95,17 @@ def test_a_one_gpu_answer_reads_one_gpu_on_the_page():
               "0.9": {"met": True, "overrides": {"pools.chat.replicas": 2}, "gpus": 2, "monthly_usd": 4366.0}}
     note = _confidence_note(0.9, {"levels": levels})
     assert "pools.chat.replicas=1, 1 GPU, $2,183/month" in note, note
+
+
+def test_a_one_gpu_fleet_reads_one_gpu_in_the_run_headline():
+    # `llmsim run` opened with "Fleet: 1 GPUs at peak", and a product's slice of one GPU with "1 GPUs at peak"
+    from simulator.report.fleet_summary import headline
+    from simulator.report.page_parts import run_answer
+
+    pools = {"chat": {"gpus": 1, "gpu": "h100-sxm"}}
+    fleet = {"slices": 1, "gpus": 1, "gpus_mean": 1.0, "monthly_usd": 2183.0}
+    assert str(headline({"product": fleet, "pools": pools})).startswith("Fleet: 1 GPU at peak (chat 1 × h100-sxm")
+    product = {"slices": 4, "gpus": 4, "gpus_mean": 4.0, "monthly_usd": 8732.0, "scaling": "× 4",
+               "slice": {"gpus": 1, "monthly_usd": 2183.0}}
+    assert "simulated slice, 1/4 of the traffic: 1 GPU at peak" in str(headline({"product": product, "pools": pools}))
+    assert "1/4 of the traffic: 1 GPU at peak" in str(run_answer({"llmsim": {"product": product, "pools": pools}}))

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..metrics.verdict import class_p99
-from .summary_format import class_verdict, num, rare_counts_shown
+from .summary_format import class_verdict, gpus_text, num, rare_counts_shown
 
 
 def _whole(v: Any) -> str:
@@ -39,11 +39,11 @@ def headline(llmsim: Mapping[str, Any]) -> Optional[Text]:
                if n > 1 and prod.get("standby_gpus") else "")
     power = (f" + ${_whole(prod['power_monthly_usd'])}/month of power (energy.usd_per_kwh)"
              if prod.get("power_monthly_usd") is not None else "")
-    lines = [f"[bold]{what}: {prod['gpus']:,} GPUs at peak ({escape(pool_gpus(pools, n))}; mean "
+    lines = [f"[bold]{what}: {gpus_text(prod['gpus'])} at peak ({escape(pool_gpus(pools, n))}; mean "
              f"{prod['gpus_mean']:,.1f}{standby}), ${_whole(prod['monthly_usd'])}/month{power}[/]"]
     if n > 1:
         s = prod["slice"]
-        lines.append(f"  simulated slice, 1/{n:,} of the traffic: {s['gpus']:,} GPUs at peak ({pool_gpus(pools)}), "
+        lines.append(f"  simulated slice, 1/{n:,} of the traffic: {gpus_text(s['gpus'])} at peak ({pool_gpus(pools)}), "
                      f"${_whole(s['monthly_usd'])}/month")
         if prod.get("pooled"):
             lines.append(f"  per-slice figures: {escape(prod['pooled'])}")

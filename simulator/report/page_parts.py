@@ -13,7 +13,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from ..metrics.tail_samples import few_samples_note
 from ..metrics.verdict import class_p99, measured, owner, slo_blocks, slo_met
 from .intervals import seeds_met, slo_interval, unsent_targets
-from .summary_format import FAILED_PARTS, class_verdict, rare_counts_shown, stack_served, usd, weights_served
+from .summary_format import FAILED_PARTS, class_verdict, gpus_text, rare_counts_shown, stack_served, usd, \
+    weights_served
 
 __all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
            "slo_table", "cost_table", "money", "whole", "gpus_text", "interval_text"]
@@ -25,12 +26,6 @@ def esc(v: Any) -> str:
 
 def whole(v: Any) -> str:
     return "—" if v is None else f"{v:,.0f}"
-
-
-def gpus_text(v: Any) -> str:
-    """A GPU count in a sentence, as the terminal's plan answer words it: "1 GPU", "104 GPUs" (a
-    one-GPU plan's page read "1 GPUs" after the terminal's was mended)."""
-    return f"{whole(v)} GPU{'' if v == 1 else 's'}"
 
 
 def money(v: Any) -> str:
@@ -173,7 +168,7 @@ def run_answer(results: Mapping[str, Any]) -> str:
     lines.append(f"Peak GPUs by pool: {per_pool}; mean {prod.get('gpus_mean') or 0:,.1f}.")
     if n > 1:
         s = prod.get("slice") or {}
-        lines.append(f"Simulated slice, 1/{n:,} of the traffic: {whole(s.get('gpus'))} GPUs at peak, "
+        lines.append(f"Simulated slice, 1/{n:,} of the traffic: {gpus_text(s.get('gpus'))} at peak, "
                      f"{money(s.get('monthly_usd'))}/month. Scaling: {prod.get('scaling', '')}.")
     if prod.get("pooled"):
         lines.append(prod["pooled"])

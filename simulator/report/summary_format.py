@@ -22,6 +22,12 @@ def gpu_hours(gh: float) -> str:
     return f"{gh:,.{max(0, 2 - math.floor(math.log10(abs(gh))))}f}"
 
 
+def gpus_text(v: Any) -> str:
+    """A GPU count in a sentence, as the terminal's plan answer words it: "1 GPU", "104 GPUs" (the run's
+    headline and the plan's page once read "1 GPUs")."""
+    return f"{'—' if v is None else f'{v:,.0f}'} GPU{'' if v == 1 else 's'}"
+
+
 def usd(v: Any) -> str:
     """Dollars to four significant digits (cents and fractions of a cent
     alike), without exponents: a request's $0.00008361, not 8.361e-05."""
