@@ -111,7 +111,11 @@ for _p in [("nmae",), ("workload", "num_request"), ("workload", "arrival", "rate
     scenario_case(f"typo-{_key(_p)}", _set(SCENARIO, _p, 1), _key(_p), "unknown key")
 scenario_case("typo-engine", _set(SCENARIO, ("pools", 0, "engine"), {"max_num_seq": 64}),
               "pools[0].engine.max_num_seq", "unknown key")
-scenario_case("typo-slo", _set(SCENARIO, ("slo", "ttft_p99"), 5), "slo.ttft_p99", "unknown SLO key")
+scenario_case("typo-slo", _set(SCENARIO, ("slo", "ttft_p99"), 5), "slo.ttft_p99",
+              "unknown SLO key (did you mean ttft_p99_ms?)")
+# results.json's (and vLLM's) order of the words
+scenario_case("slo-results-order", _set(SCENARIO, ("slo", "p99_tpot_ms"), 50), "slo.p99_tpot_ms",
+              "unknown SLO key (did you mean tpot_p99_ms?)")
 scenario_case("variant-typo", {**SCENARIO, "variants": [{"name": "v", "set": {f"pools.{POOL}.replicaz": 3}}]},
               "variants.v.set", "replicaz", "unknown key")
 scenario_case("variant-no-pool", {**SCENARIO, "variants": [{"name": "v", "set": {"pools.nope.tp": 2}}]},

@@ -43,6 +43,16 @@ def _number(key: str, value: Any) -> float:
     return v
 
 
+def _meant(key: str) -> str | None:
+    """The target a near miss meant: results.json's and vLLM's order (``p99_ttft_ms``), the unit or the
+    ``p`` left out (``ttft_p99``, ``ttft_99_ms``), capitals; None when it is none of these."""
+    k = key.strip().lower().replace("-", "_")
+    k = re.sub(r"^p(\d+(?:\.\d+)?)_(ttft|tpot|itl|e2el)", r"\2_p\1", k)
+    k = re.sub(r"^(ttft|tpot|itl|e2el)_(\d)", r"\1_p\2", k)
+    k = k if k.endswith("_ms") else k + "_ms"
+    return k if k != key and _TARGET.match(k) else None
+
+
 def parse_slo(slo: Mapping[str, Any] | None) -> SloSpec:
     """Validate an SLO mapping; unknown keys are user errors, not ignored,
     since a misspelt target would otherwise pass every check silently."""
@@ -66,9 +76,10 @@ def parse_slo(slo: Mapping[str, Any] | None) -> SloSpec:
         if m:
             plain[m.group(1)] = _number(key, value)
             continue
-        raise LlmsimError("unknown SLO key; expected <metric>_p<percentile>_ms (metric one of "
-                          "ttft, tpot, itl, e2el; e.g. ttft_p99_ms) or a per-request threshold "
-                          "ttft_ms / tpot_ms / e2el_ms", key_path=f"slo.{key}")
+        meant = _meant(str(key))
+        raise LlmsimError(f"unknown SLO key{f' (did you mean {meant}?)' if meant else ''}; expected "
+                          "<metric>_p<percentile>_ms (metric one of ttft, tpot, itl, e2el; e.g. ttft_p99_ms) or a "
+                          "per-request threshold ttft_ms / tpot_ms / e2el_ms", key_path=f"slo.{key}")
     _refuse_inverted(spec.targets)
     for metric in PER_REQUEST_METRICS:
         if metric in plain:
