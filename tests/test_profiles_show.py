@@ -59,3 +59,10 @@ def test_a_name_reaching_another_kinds_folder_is_not_a_profile(cli, tmp_path, ke
     r = cli("run", sc, "--set", f"pools.chat.{key}={value}", "-o", tmp_path / "out")
     noun = {"gpu": "GPU", "model": "model"}[key]
     assert r.code == 2 and f"unknown {noun} '{value}'" in r.err and "Traceback" not in r.err, r.err
+
+
+def test_the_group_names_every_kind_it_lists_and_shows(cli):
+    """`llmsim profiles --help` said "hardware and model profiles" above a `list` and a `show` of GPUs, models
+    and serving backends."""
+    r = cli("profiles", "--help")
+    assert r.code == 0 and "GPU, model and serving-backend profiles" in r.out, r.out

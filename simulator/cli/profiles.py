@@ -10,7 +10,7 @@ from .app import app
 from .output import console, fitted_table, print_json
 from .examples import epilog
 
-profiles_app = typer.Typer(help="Built-in hardware and model profiles.", no_args_is_help=True)
+profiles_app = typer.Typer(help="Built-in GPU, model and serving-backend profiles.", no_args_is_help=True)
 app.add_typer(profiles_app, name="profiles")
 
 
