@@ -109,3 +109,20 @@ def test_a_one_gpu_fleet_reads_one_gpu_in_the_run_headline():
                "slice": {"gpus": 1, "monthly_usd": 2183.0}}
     assert "simulated slice, 1/4 of the traffic: 1 GPU at peak" in str(headline({"product": product, "pools": pools}))
     assert "1/4 of the traffic: 1 GPU at peak" in str(run_answer({"llmsim": {"product": product, "pools": pools}}))
+
+
+def test_a_plans_page_is_titled_by_the_scenarios_name(tmp_path):
+    # a scenario `name: reasoning-agent` in agent.yaml: its run's page read "llmsim run: reasoning-agent", its
+    # plan's "llmsim plan: agent", the file's name
+    from simulator.planning.plan import Plan
+    from simulator.report.page import _plan_body
+
+    missed = {"overrides": {"pools.p.replicas": 2}, "slo_met": False, "ttft_p99_ms": 900.0, "gpus": 2,
+              "monthly_usd": 8760.0, "failed_slo": "ttft_p99_ms 900 ms > 500 ms"}
+    plan = Plan("/somewhere/agent.yaml", "min", {"key": "pools.p.replicas", "range": [1, 2]}, [1], [missed],
+                name="reasoning-agent")
+    (tmp_path / "plan.json").write_text(json.dumps(plan.to_json()))
+    assert _plan_body(tmp_path)[0] == "llmsim plan: reasoning-agent"
+    older = {k: v for k, v in plan.to_json().items() if k != "name"}      # written before plan.json named it
+    (tmp_path / "plan.json").write_text(json.dumps(older))
+    assert _plan_body(tmp_path)[0] == "llmsim plan: agent"

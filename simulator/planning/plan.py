@@ -80,6 +80,8 @@ class Plan:
     pinned_prices: list[dict[str, Any]] = field(default_factory=list)
     # other warnings about what the plan's figures rest on (seeds that replay one trace alike)
     notes: list[str] = field(default_factory=list)
+    # the scenario's own name (its file may be named otherwise), which the run's page is titled by
+    name: str = ""
 
     @property
     def best(self) -> Optional[dict[str, Any]]:
@@ -98,7 +100,7 @@ class Plan:
         return [p["warning"] for p in self.pinned_prices] + self.notes
 
     def to_json(self) -> dict[str, Any]:
-        return {"scenario": self.scenario, "variants": self.variants, "set": self.sets, "mode": self.mode,
+        return {"scenario": self.scenario, "name": self.name, "variants": self.variants, "set": self.sets, "mode": self.mode,
                 "searched": self.searched, "seeds": self.seeds,
                 "rank_by": ("" if self.mode == "min" else "max_rate_per_s, then ") + self._month_key,
                 "confidence": self.confidence, "calibration": self.calibration, "warnings": self.warnings,
@@ -329,7 +331,8 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
                 _ranked(candidates, max_rate), probes, list(variants), cli, confidence,
                 {g: load_hardware(g).provenance() for g in sorted(gpus)}, varied, pinned,
                 [w for w in [seeds_alike(sc.workload.arrival, seeds), copies_in_step(sc.workload.arrival),
-                             _bound_note(bounds_hit, max_rate, key), _thin_note(thin), _short_window_note(short)] if w])
+                             _bound_note(bounds_hit, max_rate, key), _thin_note(thin), _short_window_note(short)] if w],
+                sc.name)
 
 
 def _few_samples(rows: Sequence[Mapping[str, Any]]) -> list[str]:

@@ -256,7 +256,7 @@ def _plan_body(folder: Path) -> tuple[str, str]:
     best = plan.get("best")
     cands = plan.get("candidates") or []
     keys = list(dict.fromkeys(k for c in cands for k in c.get("overrides", {})))
-    name = Path(str(plan.get("scenario"))).stem
+    name = plan.get("name") or Path(str(plan.get("scenario"))).stem     # a plan.json older than "name"
     if best:
         whose = _whole_of(best.get("product_gpus") not in (None, best.get("gpus")))
         parts = [figure("best.product_gpus", best.get("product_gpus", best.get("gpus")),
