@@ -355,6 +355,40 @@ def test_a_plugin_without_settings_is_built_with_the_rng_alone():
         del ROUTERS["rng_only_test"]
 
 
+@pytest.mark.parametrize("answer", [-1, 4, 1.0, True, "0", None])
+def test_a_plugin_routers_answer_must_be_a_position_in_the_list(plugin_router, answer):
+    """A plug-in router answering -1 silently sent every request to the last replica (Python's index from the
+    end); 4 of 4, a float or a replica ended the run in a traceback from the pool."""
+    router = make_router({"type": "sticky_test"}, np.random.default_rng(0))
+    router.router.choose = lambda req, replicas: answer
+    with pytest.raises(LlmsimError, match=r"router 'sticky_test' \(.*Sticky\): choose returned .* for 4 replicas; "
+                                          r"expected the position of one in the list it was given, an int from 0 to 3"):
+        router.choose(req(0), fleet([0] * 4))
+    router.router.choose = lambda req, replicas: np.int64(3)
+    assert router.choose(req(0), fleet([0] * 4)) == 3
+
+
+def test_a_plugin_router_that_cannot_be_built_as_registered_is_refused():
+    """Registered with params= but written as __init__(self, params), the router ended the run in a TypeError."""
+    class NoRngParams(RouterParams):
+        """A test router's settings."""
+
+    @register_router("no_rng_test", params=NoRngParams)
+    class NoRng:
+        def __init__(self, params):
+            self.params = params
+
+        def choose(self, req, replicas):
+            return 0
+
+    try:
+        with pytest.raises(LlmsimError, match=r"router 'no_rng_test' .* is built as .*NoRng\(rng, params\), as it was "
+                                              r"registered with params=, and its __init__ does not take that"):
+            make_router("no_rng_test", np.random.default_rng(0))
+    finally:
+        del ROUTERS["no_rng_test"]
+
+
 def test_params_must_subclass_router_params():
     with pytest.raises(TypeError):
         register_router("bad_test", params=dict)

@@ -32,6 +32,7 @@ block id, the cache's radix tree, and the ids of the requests it holds: what
 """
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass
 from typing import Annotated, Any, Callable, Mapping, Protocol, Sequence
 
@@ -158,4 +159,52 @@ def make_router(spec: Any, rng: np.random.Generator) -> Router:
     except PydanticCustomError as e:
         raise LlmsimError(f"{e.message()} (got {spec!r})") from None
     entry = ROUTERS[params.type]
-    return entry.factory(rng) if entry.params is RouterParams else entry.factory(rng, params)
+    args = (rng,) if entry.params is RouterParams else (rng, params)
+    if _builtin(entry.factory):
+        return entry.factory(*args)
+    what = _plugin_name(params.type, entry.factory)
+    try:
+        inspect.signature(entry.factory).bind(*args)
+    except TypeError:
+        raise LlmsimError(f"{what} is built as {_qualname(entry.factory)}("
+                          f"{'rng' if len(args) == 1 else 'rng, params'}), as it was registered "
+                          f"{'without' if len(args) == 1 else 'with'} params=, and its __init__ does not take that "
+                          f"({_qualname(entry.factory)}{inspect.signature(entry.factory)})") from None
+    except ValueError:      # a factory without a signature Python can read: called as it is
+        pass
+    return CheckedRouter(entry.factory(*args), what)
+
+
+def _builtin(factory: Callable) -> bool:
+    return getattr(factory, "__module__", "").startswith(__package__ + ".")
+
+
+def _qualname(factory: Callable) -> str:
+    return getattr(factory, "__qualname__", repr(factory))
+
+
+def _plugin_name(name: str, factory: Callable) -> str:
+    return f"router {name!r} ({getattr(factory, '__module__', '?')}.{_qualname(factory)})"
+
+
+class CheckedRouter:
+    """A plug-in's router, whose every answer is held to the contract the
+    pool indexes its ready replicas with: a position in the list it was
+    given. An answer out of range, or not a position (a replica, a float),
+    would otherwise end the run in a traceback from the pool, and a negative
+    one would silently pick a replica counted from the end."""
+
+    def __init__(self, router: Router, what: str):
+        self.router = router
+        self.what = what
+
+    def choose(self, req, replicas: Sequence) -> int:
+        i = self.router.choose(req, replicas)
+        if type(i) is not int and not isinstance(i, np.integer) or not 0 <= i < len(replicas):
+            raise LlmsimError(f"{self.what}: choose returned {i!r} for {len(replicas)} replica"
+                              f"{'s' if len(replicas) != 1 else ''}; expected the position of one in the list it "
+                              f"was given, an int from 0 to {len(replicas) - 1}")
+        return int(i)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.router, name)
