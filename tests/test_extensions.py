@@ -239,6 +239,26 @@ def test_a_law_of_mean_one_passes_the_check_however_heavy_its_tail(monkeypatch, 
     assert arrival_spec({"type": "weibull", "rate_per_s": 5, "shape": shape}).shape == shape
 
 
+def test_an_open_loop_process_without_its_gaps_method_is_told_which_it_lacks(monkeypatch):
+    """A process whose method was named unit_gaps (the how-to's _unit_gaps without its underscore) was refused
+    with "failed to draw its gaps: NotImplementedError: " and nothing after it."""
+    from typing import Literal
+
+    from workloads.arrival_registry import arrival_spec
+    from workloads.arrivals import ARRIVALS, OpenLoopArrival
+
+    class Gapless(OpenLoopArrival):
+        type: Literal["gapless"] = "gapless"
+
+        def unit_gaps(self, rng, size):
+            return np.ones(size)
+
+    monkeypatch.setitem(ARRIVALS, "gapless", Gapless)
+    with pytest.raises(Exception, match=r"failed to draw its gaps: NotImplementedError: .*Gapless defines no "
+                                        r"_unit_gaps\(self, rng, size\)"):
+        arrival_spec({"type": "gapless", "rate_per_s": 5})
+
+
 def test_a_broken_plugin_is_named_in_one_line(tmp_path):
     site = _package(tmp_path / "site")
     (site / "demo_ext" / "last_replica.py").write_text("raise ImportError('needs torch')\n")

@@ -98,7 +98,8 @@ class OpenLoopArrival(ArrivalProcess):
 
     def _unit_gaps(self, rng: np.random.Generator, size: int) -> np.ndarray:
         """Inter-arrival gaps with mean 1 (the process's shape, not its rate)."""
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__qualname__} defines no _unit_gaps(self, rng, size), the method an "
+                                  "open-loop process draws its gaps of mean 1 with")
 
     @model_validator(mode="after")
     def _gaps_of_mean_one(self) -> "OpenLoopArrival":
