@@ -153,13 +153,31 @@ def test_hf_config_json_loads_as_is(tmp_path, hf_llama3_8b_config):
     assert m.max_position_embeddings == 8192
 
 
-def test_hf_config_with_null_model_type_and_no_kv_heads(tmp_path, hf_llama3_8b_config):
+def test_hf_config_with_no_kv_heads(tmp_path, hf_llama3_8b_config):
     cfg = {k: v for k, v in hf_llama3_8b_config.items() if k != "num_key_value_heads"}
-    cfg["model_type"] = None
     p = tmp_path / "config.json"
     p.write_text(json.dumps(cfg))
     m = load_model(str(p))
     assert m.model_type == "llama" and m.kv_heads == 32
+
+
+@pytest.mark.parametrize("text_config", [False, True])
+@pytest.mark.parametrize("model_type", ["absent", None])
+def test_a_config_json_without_model_type_is_refused_not_run_as_llama(tmp_path, hf_llama3_8b_config, model_type,
+                                                                     text_config):
+    """A config.json without model_type (or with null) ran as Llama, its family's MLP, router and stack defaults
+    taken unsaid; transformers' AutoConfig, which vLLM's get_config calls, refuses it."""
+    cfg = {k: v for k, v in hf_llama3_8b_config.items() if k != "model_type"}
+    if model_type is None:
+        cfg["model_type"] = None
+    if text_config:
+        cfg = {"architectures": ["LlavaForConditionalGeneration"], "model_type": "llava", "text_config": cfg}
+    p = tmp_path / "config.json"
+    p.write_text(json.dumps(cfg))
+    with pytest.raises(LlmsimError) as e:
+        load_model(str(p))
+    assert e.value.source == str(p) and e.value.key_path == ("text_config." if text_config else "") + "model_type"
+    assert e.value.message.startswith("missing: a checkpoint's config.json names its family"), e.value.message
 
 
 @pytest.mark.parametrize("family, says", [

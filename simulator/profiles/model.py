@@ -543,7 +543,8 @@ def load_model(name_or_path: str) -> ModelProfile:
         modelopt = _modelopt_quantization(path.parent / "hf_quant_config.json")
         if modelopt is not None:
             data = {**data, "quantization_config": modelopt}
-    if "text_config" in data:
+    inner = "text_config." if "text_config" in data else ""
+    if inner:
         data = _language_model(data, path)
     spelled = {ALIASES[k]: k for k in data if k in ALIASES}     # profile field -> the key the file wrote
     # A downloaded config.json carries many keys llmsim does not need
@@ -556,6 +557,13 @@ def load_model(name_or_path: str) -> ModelProfile:
     else:
         data.setdefault("name", path.stem)
     if data.get("model_type") is None:
+        if checkpoint_config:
+            # transformers' AutoConfig (which vLLM's get_config calls) refuses a config.json without one; run as
+            # Llama, its MLP gating, router precision and a stack's per-family defaults would be Llama's unsaid
+            raise LlmsimError("missing: a checkpoint's config.json names its family (llama, mixtral, "
+                              "qwen3_moe, ...), which sets how llmsim and the serving stacks read its other keys; "
+                              "give the model_type of the checkpoint it was copied from", source=path,
+                              key_path=inner + "model_type")
         data.pop("model_type", None)
     from ..scenario.strict import validate_strict
 
