@@ -157,7 +157,8 @@ def test_a_release_on_a_profile_file_that_describes_none_is_refused(tmp_path, cl
     import yaml
 
     stack = {"name": "my-stack", "stack": "vllm", "versions": "2.3",
-             "engine": {**load_backend("vllm").engine}, "overheads": {"iteration_overhead_ms": 2.0}}
+             "engine": {**load_backend("vllm").engine, "max_num_batched_tokens": 8192, "max_num_seqs": 1024},
+             "overheads": {**load_backend("vllm").overheads.model_dump(), "iteration_overhead_ms": 2.0}}
     (tmp_path / "my-stack.yaml").write_text(yaml.safe_dump(stack))
     sc = write_scenario(tmp_path)
     at = ["--set", f"pools.main.engine.backend={tmp_path / 'my-stack.yaml'}"]

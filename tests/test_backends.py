@@ -323,3 +323,34 @@ def test_a_profiles_kv_memory_rule_that_is_no_name_is_refused_naming_the_key(tmp
     with pytest.raises(LlmsimError) as e:
         load_backend(str(tmp_path / "b.yaml"))
     assert "engine.kv_memory.rule" in e.value.render()
+
+
+def _doc_stack_file() -> str:
+    from conftest import REPO_ROOT
+
+    page = (REPO_ROOT / "docs" / "how-to" / "add-a-serving-stack.md").read_text()
+    return page.split("```yaml\n", 1)[1].split("```", 1)[0]
+
+
+@pytest.mark.parametrize("drop, says", [
+    ("  async_scheduling: true\n", "(engine async_scheduling)"),
+    ("  priority_scheduling: false\n", "(engine priority_scheduling)"),
+    ("  max_num_seqs: 512\n", "(engine max_num_seqs)"),
+    ("  eager_launch_us: 60\n", "(overheads eager_launch_us)"),
+])
+def test_a_stack_file_that_leaves_out_its_stacks_keys_is_refused_naming_them(tmp_path, drop, says):
+    """The how-to's own vLLM fork, which wrote the keys it changed, ran at llmsim's defaults for the rest:
+    priority scheduling, no async scheduling, no CPU time per eager launch, reported as served by the fork."""
+    from simulator.errors import LlmsimError
+
+    text = _doc_stack_file()
+    mine = tmp_path / "my-stack.yaml"
+    mine.write_text(text)
+    assert load_backend(str(mine)).engine["max_num_batched_tokens"] == 4096      # the page's file loads
+    assert drop in text
+    mine.write_text(text.replace(drop, ""))
+    with pytest.raises(LlmsimError) as e:
+        load_backend(str(mine))
+    assert e.value.source == str(mine) and e.value.key_path == says[1:].split()[0], e.value.render()
+    assert says in e.value.message and "not vllm's" in e.value.message, e.value.message
+    assert "`llmsim profiles show vllm --kind backend`" in e.value.message

@@ -111,17 +111,21 @@ def test_a_decode_pool_queues_the_classes_of_the_prefill_pool_it_serves():
     assert e.key_path == "pools[1].engine.priority_scheduling" and "share pool 'decode'" in e.message
 
 
-def test_a_backend_profile_without_the_key_runs_its_stacks_fcfs_launch(tmp_path):
-    """A copy of a built-in profile written before the key existed (``llmsim validate --fit``) keeps
-    the stack's first come, first served launch, not the generic engine's true."""
+def test_a_backend_profile_without_the_key_is_refused_naming_it(tmp_path):
+    """A copy of a built-in profile written before the key existed (``llmsim validate --fit``) does not
+    run the generic engine's true: the file is refused naming the key its stack's profile sets
+    (simulator/profiles/stack_file.py)."""
+    from pydantic import ValidationError
+
     from simulator.profiles.loader import resolve
 
     text = resolve("backend_profiles", "vllm").read_text()
     assert "  priority_scheduling: false\n" in text
     path = tmp_path / "fitted.yaml"
     path.write_text(text.replace("  priority_scheduling: false\n", "").replace("name: vllm", "name: fitted", 1))
-    e = _refusal(_scenario(str(path)))
-    assert e.key_path == "pools[0].engine.priority_scheduling" and "--scheduling-policy priority" in e.message
+    with pytest.raises(ValidationError, match=r"engine: leaves out what vllm's profile sets \(engine "
+                                              r"priority_scheduling\)"):
+        Scenario.model_validate(_scenario(str(path)))
 
 
 @pytest.mark.parametrize("backend, old, read", [("vllm", "0.10.1", "0.11.0"), ("sglang", "0.5.3", "0.5.4")])

@@ -38,6 +38,7 @@ from .loader import list_profiles, load_profile, resolve
 from .model import ModelProfile
 from .model_rules import ModelCondition, ModelRule, model_rule_keys
 from .moe_backend import check_moe_backend
+from .stack_file import check_stack_keys
 
 
 class _Strict(BaseModel):
@@ -713,6 +714,7 @@ def _load(path: Path, mtime: float) -> BackendProfile:
     prof = load_profile("backend_profiles", str(path), BackendProfile, "backend")
     _check_dated_bounds(prof, path)
     _check_engine_keys(prof, path)
+    check_stack_keys(prof, path)
     return prof
 
 
