@@ -259,6 +259,26 @@ def test_an_open_loop_process_without_its_gaps_method_is_told_which_it_lacks(mon
         arrival_spec({"type": "gapless", "rate_per_s": 5})
 
 
+def test_a_plugin_may_not_take_a_built_in_arrival_process_name():
+    """A plug-in registering poisson replaced the built-in for every scenario naming it, unsaid."""
+    from typing import Literal
+
+    from workloads.arrivals import ARRIVALS, OpenLoopArrival, register_arrival
+
+    built_in = ARRIVALS["poisson"]
+
+    class Poisson(OpenLoopArrival):
+        type: Literal["poisson"] = "poisson"
+
+        def _unit_gaps(self, rng, size):
+            return np.ones(size)
+
+    with pytest.raises(TypeError, match=r"arrival process 'poisson' is workloads\..*'s; register "
+                                        r".*test_extensions.*Poisson under a name of its own"):
+        register_arrival("poisson")(Poisson)
+    assert ARRIVALS["poisson"] is built_in
+
+
 def test_a_broken_plugin_is_named_in_one_line(tmp_path):
     site = _package(tmp_path / "site")
     (site / "demo_ext" / "last_replica.py").write_text("raise ImportError('needs torch')\n")

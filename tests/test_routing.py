@@ -389,6 +389,25 @@ def test_a_plugin_router_that_cannot_be_built_as_registered_is_refused():
         del ROUTERS["no_rng_test"]
 
 
+def test_a_plugin_may_not_take_a_built_in_routers_name():
+    """A plug-in registering round_robin replaced the built-in for every pool naming it, unsaid."""
+    built_in = ROUTERS["round_robin"]
+
+    class RoundRobin:
+        def __init__(self, rng):
+            pass
+
+        def choose(self, req, replicas):
+            return 0
+
+    with pytest.raises(TypeError, match=r"router 'round_robin' is simulator\.fleet\.routing\.load\.RoundRobin's; "
+                                        r"register .*test_routing.*RoundRobin under a name of its own"):
+        register_router("round_robin")(RoundRobin)
+    assert ROUTERS["round_robin"] is built_in
+    register_router("round_robin")(built_in.factory)       # the same code registered again is no clash
+    assert ROUTERS["round_robin"].factory is built_in.factory
+
+
 def test_params_must_subclass_router_params():
     with pytest.raises(TypeError):
         register_router("bad_test", params=dict)

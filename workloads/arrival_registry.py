@@ -67,9 +67,19 @@ def register_arrival(name: str):
         default = cls.model_fields["type"].default
         if isinstance(default, str) and default != name:
             raise TypeError(f"arrival process {name!r}: its type field defaults to {default!r}")
+        taken = ARRIVALS.get(name)
+        if taken is not None and _where(taken) != _where(cls):
+            # a plug-in reusing a name would silently swap the arrivals of every scenario that names it
+            raise TypeError(f"arrival process {name!r} is {_where(taken)}'s; register {_where(cls)} under a name "
+                            "of its own")
         ARRIVALS[name] = cls
         return cls
     return deco
+
+
+def _where(cls: type) -> str:
+    """``module.Class``: where a registered process's code is."""
+    return f"{cls.__module__}.{cls.__qualname__}"
 
 
 def _known(name: object) -> bool:

@@ -86,9 +86,19 @@ def register_router(name: str, params: type[RouterParams] = RouterParams):
         raise TypeError(f"router {name!r}: params must subclass RouterParams (got {params!r})")
 
     def deco(factory):
+        taken = ROUTERS.get(name)
+        if taken is not None and _where(taken.factory) != _where(factory):
+            # a plug-in reusing a name would silently swap the router of every pool that names it
+            raise TypeError(f"router {name!r} is {_where(taken.factory)}'s; register {_where(factory)} "
+                            "under a name of its own")
         ROUTERS[name] = RouterEntry(factory, params)
         return factory
     return deco
+
+
+def _where(factory: Callable) -> str:
+    """``module.Class``: where a registered router's code is."""
+    return f"{getattr(factory, '__module__', '?')}.{_qualname(factory)}"
 
 
 def _known(name: object) -> bool:
@@ -184,7 +194,7 @@ def _qualname(factory: Callable) -> str:
 
 
 def _plugin_name(name: str, factory: Callable) -> str:
-    return f"router {name!r} ({getattr(factory, '__module__', '?')}.{_qualname(factory)})"
+    return f"router {name!r} ({_where(factory)})"
 
 
 class CheckedRouter:
