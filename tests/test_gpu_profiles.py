@@ -93,6 +93,23 @@ def test_a_gpu_without_a_rule_or_with_an_unmeasured_sibling_is_refused(cli, acme
     assert r.code == 2 and "no transfer rule" in r.err
 
 
+def test_an_unknown_sibling_is_refused_offering_the_measured_gpus_alone(tmp_path):
+    """A sibling misspelt (b100) was answered with every profile as a valid name, the GPU itself and the
+    unmeasured ones among them, which calibrate refuses as siblings in turn."""
+    from simulator.calibration.pipeline import _sibling
+    from simulator.errors import LlmsimError
+    from simulator.profiles.hardware import Transfer
+
+    profiles = builtin_hardware()
+    gpu = profiles["h100-pcie"].model_copy(update={"transfer": Transfer(sibling="b100")})
+    measured = ["a100-sxm-80gb", "b200", "h100-sxm"]
+    with pytest.raises(LlmsimError) as e:
+        _sibling("h100-pcie", gpu, profiles, measured, tmp_path, {"h100-pcie": tmp_path / "g.yaml"})
+    assert e.value.key_path == "transfer.sibling" and e.value.source == str(tmp_path / "g.yaml")
+    assert e.value.message == ("h100-pcie is transferred from b100, which is no GPU profile (did you mean b200?); "
+                               "name a measured GPU (a100-sxm-80gb, b200, h100-sxm)")
+
+
 @pytest.mark.parametrize("name", NEW)
 def test_new_profiles_run_and_say_they_are_transferred(cli, tmp_path, name):
     gpu = load_hardware(name)

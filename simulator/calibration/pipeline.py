@@ -12,7 +12,7 @@ from pathlib import Path
 import pandas as pd
 from pydantic import ValidationError
 
-from ..errors import LlmsimError, from_validation_error
+from ..errors import LlmsimError, from_validation_error, nearest
 from ..profiles import load_hardware
 from ..profiles.hardware import (CALIBRATION_DATA_NAMES, Calibration, DataNames, HardwareProfile, builtin_hardware,
                                  fit_figure_differences, shared_data_names)
@@ -228,8 +228,9 @@ def _sibling(name: str, gpu: HardwareProfile, profiles: dict[str, HardwareProfil
         raise LlmsimError(f"{name} cannot be transferred from itself: name a measured GPU ("
                           f"{', '.join(measured)})", source=source, key_path="transfer.sibling")
     if sib not in profiles:
-        raise LlmsimError(f"{name} is transferred from {sib}, which is no GPU profile (valid names: "
-                          f"{', '.join(sorted(profiles))})", source=source, key_path="transfer.sibling")
+        # only a measured GPU can be a sibling: listing every profile offered this one and unmeasured ones
+        raise LlmsimError(f"{name} is transferred from {sib}, which is no GPU profile{nearest(sib, measured)}; "
+                          f"name a measured GPU ({', '.join(measured)})", source=source, key_path="transfer.sibling")
     if sib not in measured:
         raise LlmsimError(f"{name} is transferred from {sib}, which has no rows in {where} (measured: "
                           f"{', '.join(measured)})", source=source, key_path="transfer.sibling")
