@@ -110,6 +110,21 @@ def test_an_unknown_sibling_is_refused_offering_the_measured_gpus_alone(tmp_path
                                "name a measured GPU (a100-sxm-80gb, b200, h100-sxm)")
 
 
+def test_a_gpu_no_calibrate_has_run_on_says_it_runs_at_its_peaks_and_what_to_run(acme):
+    """A new GPU's file run before `llmsim calibrate` (the how-to's step 3) ran at η = 1, far faster
+    than its transfer would make it, under a note that only called it "roofline"."""
+    from simulator.cli.output import provenance_notes
+
+    roofline = load_hardware(str(acme))
+    assert roofline.calibration.status == "roofline"
+    note, = provenance_notes({"acme-x1": roofline.provenance()})
+    assert note == ("acme-x1 cost model is roofline, not fitted to its own measurements: no calibration, so its "
+                    "kernels run at the datasheet peaks (η = 1, no fixed costs), faster than any measured GPU; "
+                    "`llmsim calibrate --gpu FILE` writes one")
+    note, = provenance_notes({"mi300x": load_hardware("mi300x").provenance()})
+    assert note == "mi300x cost model is transferred from h200, not fitted to its own measurements"
+
+
 @pytest.mark.parametrize("name", NEW)
 def test_new_profiles_run_and_say_they_are_transferred(cli, tmp_path, name):
     gpu = load_hardware(name)

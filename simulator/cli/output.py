@@ -160,7 +160,11 @@ def provenance_notes(gpus: dict[str, dict]) -> list[str]:
     for gpu, c in gpus.items():
         if not c["calibrated"]:
             src = f" from {c['transferred_from']}" if c.get("transferred_from") else ""
-            notes.append(f"{gpu} cost model is {c['status']}{src}, not fitted to its own measurements")
+            # a profile no `llmsim calibrate` has run on (a new GPU's file before its step 3) runs at its
+            # datasheet peaks, far faster than any measured GPU: said, not only named
+            why = (": no calibration, so its kernels run at the datasheet peaks (η = 1, no fixed costs), faster than "
+                   "any measured GPU; `llmsim calibrate --gpu FILE` writes one" if c["status"] == "roofline" else "")
+            notes.append(f"{gpu} cost model is {c['status']}{src}, not fitted to its own measurements{why}")
     return notes
 
 
