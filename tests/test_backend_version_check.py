@@ -156,7 +156,7 @@ def test_a_release_on_a_profile_file_that_describes_none_is_refused(tmp_path, cl
     later one is refused as on a built-in profile."""
     import yaml
 
-    stack = {"name": "my-stack", "stack": "vllm", "versions": "2.3",
+    stack = {"name": "my-stack", "stack": "vllm", "versions": "2.3", "lora_modelled": True, "ep_spans_replica": True,
              "engine": {**load_backend("vllm").engine, "max_num_batched_tokens": 8192, "max_num_seqs": 1024},
              "overheads": {**load_backend("vllm").overheads.model_dump(), "iteration_overhead_ms": 2.0}}
     (tmp_path / "my-stack.yaml").write_text(yaml.safe_dump(stack))

@@ -332,15 +332,17 @@ def _doc_stack_file() -> str:
     return page.split("```yaml\n", 1)[1].split("```", 1)[0]
 
 
-@pytest.mark.parametrize("drop, says", [
-    ("  async_scheduling: true\n", "(engine async_scheduling)"),
-    ("  priority_scheduling: false\n", "(engine priority_scheduling)"),
-    ("  max_num_seqs: 512\n", "(engine max_num_seqs)"),
-    ("  eager_launch_us: 60\n", "(overheads eager_launch_us)"),
+@pytest.mark.parametrize("drop, says, key", [
+    ("  async_scheduling: true\n", "(engine async_scheduling)", "engine"),
+    ("  priority_scheduling: false\n", "(engine priority_scheduling)", "engine"),
+    ("  max_num_seqs: 512\n", "(engine max_num_seqs)", "engine"),
+    ("  eager_launch_us: 60\n", "(overheads eager_launch_us)", "overheads"),
+    ("\nep_spans_replica: true", "(flags ep_spans_replica)", "ep_spans_replica"),
 ])
-def test_a_stack_file_that_leaves_out_its_stacks_keys_is_refused_naming_them(tmp_path, drop, says):
+def test_a_stack_file_that_leaves_out_its_stacks_keys_is_refused_naming_them(tmp_path, drop, says, key):
     """The how-to's own vLLM fork, which wrote the keys it changed, ran at llmsim's defaults for the rest:
-    priority scheduling, no async scheduling, no CPU time per eager launch, reported as served by the fork."""
+    no async scheduling, no CPU time per eager launch, an ep vLLM has no launch for, reported as served by
+    the fork."""
     from simulator.errors import LlmsimError
 
     text = _doc_stack_file()
@@ -351,6 +353,6 @@ def test_a_stack_file_that_leaves_out_its_stacks_keys_is_refused_naming_them(tmp
     mine.write_text(text.replace(drop, ""))
     with pytest.raises(LlmsimError) as e:
         load_backend(str(mine))
-    assert e.value.source == str(mine) and e.value.key_path == says[1:].split()[0], e.value.render()
+    assert e.value.source == str(mine) and e.value.key_path == key, e.value.render()
     assert says in e.value.message and "not vllm's" in e.value.message, e.value.message
     assert "`llmsim profiles show vllm --kind backend`" in e.value.message
