@@ -44,6 +44,7 @@ from .schema import PoolSpec, Scenario
 from workloads.spec import MAX_PAGED_BLOCK_TOKENS, paged_block_tokens
 from workloads.traces import TraceSpec
 from .cost import month_rule
+from .nvlink_handoff import nvlink_refusal
 from .priority_scheduling import check_priority_scheduling
 from .slo import parse_slo
 from .trace_path import check_trace_path
@@ -433,6 +434,9 @@ def _check_disaggregation(sc: Scenario, setups: list[PoolSetup], source) -> None
         refusal = _handoff_refusal(setups[i], setups[j])
         if refusal:
             raise LlmsimError(refusal, source=source, key_path=key)
+        refusal = nvlink_refusal(p, q, a.gpu, b.gpu)
+        if refusal:
+            raise LlmsimError(refusal, source=source, key_path=f"pools[{i}].disaggregation.link.preset")
         if p.tp != q.tp and _window_state_same_tp(setups[i]):
             raise LlmsimError(f"pool {p.name!r} prefills {a.model.name} at tp {p.tp} for pool {q.name!r} at tp "
                               f"{q.tp}: {setups[i].spec.engine.stack_label} sends its hybrid pool's "

@@ -1,0 +1,67 @@
+"""A disaggregated pair's ``link.preset: nvlink`` holds only where both pools, at their largest, share
+one NVLink domain: two 8-GPU H200 replicas hand their KV over the nodes' NICs, not NVLink."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from simulator.errors import LlmsimError
+from simulator.scenario.compile import compile_scenario
+from simulator.scenario.schema import Scenario
+
+
+def _pair(gpu: str = "h200", tp: int = 4, decode_replicas: int = 1, **link) -> dict:
+    pool = {"model": "llama-3.1-70b", "gpu": gpu, "tp": tp}
+    return {
+        "name": "pd", "workload": {"num_requests": 4, "arrival": {"type": "poisson", "rate_per_s": 2},
+                                   "input_tokens": {"dist": "fixed", "value": 1000},
+                                   "output_tokens": {"dist": "fixed", "value": 50}},
+        "classes": [{"name": "all", "pool": "prefill"}],
+        "pools": [{"name": "prefill", **pool,
+                   "disaggregation": {"decode_pool": "decode", "link": {"preset": "nvlink", **link}}},
+                  {"name": "decode", **pool, "replicas": decode_replicas}]}
+
+
+def _refusal(d: dict) -> LlmsimError:
+    with pytest.raises(LlmsimError) as err:
+        compile_scenario(Scenario.model_validate(d), "s.yaml")
+    return err.value
+
+
+def test_a_pair_inside_one_node_hands_off_over_nvlink():
+    compile_scenario(Scenario.model_validate(_pair()), "s.yaml")               # 4 + 4 GPUs of one HGX node
+    compile_scenario(Scenario.model_validate(_pair("gb200-nvl72", 8, 4)), "s.yaml")   # 8 + 32 of 72
+
+
+def test_a_pair_beyond_one_nvlink_domain_is_refused():
+    e = _refusal(_pair(decode_replicas=2))                                     # 4 + 2 × 4 GPUs > 8
+    assert e.key_path == "pools[0].disaggregation.link.preset"
+    assert "12 GPUs" in e.message and "h200's domain holds 8" in e.message and "infiniband" in e.message
+
+
+def test_an_autoscaled_decode_pool_counts_its_ceiling_and_standby():
+    d = _pair()
+    d["pools"][1]["autoscaling"] = {"metric": "concurrency", "target": 8, "max_replicas": 1, "warm_pool": 1}
+    assert "pool 'decode' up to 2 × 4 GPUs" in _refusal(d).message
+
+
+def test_gpus_without_one_nvlink_between_them_are_refused():
+    d = _pair()
+    d["pools"][1]["gpu"] = "h100-sxm"
+    assert "which no NVLink connects" in _refusal(d).message
+    assert "has none (interconnect pcie)" in _refusal(_pair("h100-pcie", 2)).message
+
+
+def test_a_link_given_by_its_numbers_is_taken_as_given():
+    compile_scenario(Scenario.model_validate(_pair(decode_replicas=2, bandwidth_gb_per_s=40, latency_ms=0.02)),
+                     "s.yaml")
+
+
+def test_the_cli_refuses_it_on_one_line(tmp_path, cli):
+    path = tmp_path / "pd.yaml"
+    path.write_text(yaml.safe_dump(_pair(decode_replicas=2)))
+    r = cli("run", path, "--output", tmp_path / "out")
+    msg = r.err.strip()
+    assert r.code == 2 and "\n" not in msg and "Traceback" not in msg, msg
+    assert str(path) in msg and "pools[0].disaggregation.link.preset" in msg
+    assert not (tmp_path / "out").exists()
