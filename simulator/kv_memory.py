@@ -345,18 +345,29 @@ def _sglang(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
         running = g.max_seqs * g.dp if spec.decode_activation_to_running_requests else None
         frac, reserved = sglang_mem_fraction_static(mib, g.gpus * g.stages, g.dp, chunk, bs, g.speculative,
                                                     pieces, spec.draft_reserve_gib, role, running)
-        why = (f"SGLang's default for a {g.hbm / GIB:.0f} GiB GPU: {reserved / 1024:.1f} GiB reserved for a "
-               f"{chunk:,}-token prefill chunk, CUDA graphs up to batch {bs}"
+        why = (f"SGLang's default for a {g.hbm / GIB:.0f} GiB GPU: {reserved / 1024:.1f} GiB reserved for "
+               + _sglang_reserve_terms(role, chunk, bs, running)
                + (", piecewise prefill graphs" if pieces else "")
                + f", {g.gpus * g.stages} GPU{'s' * (g.gpus * g.stages != 1)}"
                + (f" as a {role} server" if role else "")
-               + (f" of {running:,} running requests" if running and role == "decode" else "")
                + (" and a draft" if g.speculative and spec.draft_reserve_gib is not None else ""))
     # free_at_start × fraction holds weights and KV; the runtime is taken before start-up is measured,
     # and free memory is CUDA's (get_available_gpu_memory), while the default fraction above follows
     # nvidia-smi's total (get_nvgpu_memory_capacity).
     usable = frac * (g.cuda_total - g.runtime)
     return KvBudget(usable - g.weights, frac, usable, 0.0, "mem_fraction_static", why)
+
+
+def _sglang_reserve_terms(role: str, chunk: int, graph_max_bs: int, running: Optional[int]) -> str:
+    """What SGLang's default reserve was sized for, as :func:`sglang_mem_fraction_static` sizes it for the
+    server's role: a decode server's activations follow its running requests (or its CUDA-graph batch),
+    not the prefill chunk it never runs, and a prefill server captures no decode graphs."""
+    if role == "decode":
+        whose = f"{running:,} running requests" if running else f"CUDA-graph batch of {graph_max_bs}"
+        activations = f"{max(running or graph_max_bs, 2048):,} tokens of activations (its {whose}, at least 2,048)"
+    else:
+        activations = f"a {chunk:,}-token prefill chunk"
+    return activations + ("" if role == "prefill" else f", CUDA graphs up to batch {graph_max_bs}")
 
 
 def sglang_prefill_graph_kind_on(g: GpuShare, spec: KvMemory) -> str:

@@ -244,6 +244,23 @@ def test_sglang_reserve_follows_a_disaggregated_pools_role_from_0_5_15():
     assert fr[True, "decode"] == sglang_mem_fraction_static(l40s, 1, 1, 4096, 32, role="decode")[0] > fr[True, ""]
 
 
+def test_sglang_reserve_names_what_each_role_reserved_for():
+    """The refusal's account of SGLang's default reserve follows the role it was sized by: a decode
+    server reserved for its running requests' activations (never a prefill chunk it does not run),
+    a prefill server for its chunk and no decode graphs."""
+    h200 = 143771
+    g = GpuShare(hbm=h200 * 2**20, weights=80 * GIB, activation=0.0, gpus=4, dp=1, budget=8192, max_seqs=4096)
+    spec = KvMemory(rule="sglang", role_reserve=True, cuda_graph_max_bs=512)
+    why = {role: kv_budget(replace(g, role=role), spec).why for role in ("", "prefill", "decode")}
+    assert "8,192-token prefill chunk, CUDA graphs up to batch 512, 4 GPUs;" in why[""] + ";"
+    assert "8,192-token prefill chunk, 4 GPUs as a prefill server" in why["prefill"]
+    assert "2,048 tokens of activations (its CUDA-graph batch of 512, at least 2,048), CUDA graphs up to batch " \
+           "512, 4 GPUs as a decode server" in why["decode"] and "prefill chunk" not in why["decode"]
+    running = kv_budget(replace(g, role="decode"), spec.model_copy(update={"decode_activation_to_running_requests":
+                                                                           True})).why
+    assert "4,096 tokens of activations (its 4,096 running requests, at least 2,048)" in running
+
+
 def test_the_sglang_backends_releases_gate_prefill_graphs_and_size_by_role():
     """The sglang backend's releases: to 0.5.14 a disaggregated pool reserves no prefill graphs
     (nor, to 0.5.10, a speculative one) and a decode pool reserves for a prefill chunk; MLA's 1.5 GiB for them is
