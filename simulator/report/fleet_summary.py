@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..metrics.verdict import class_p99
-from .summary_format import class_verdict, gpus_text, num, rare_counts_shown
+from .summary_format import class_verdict, gpus_text, num, rare_counts_shown, replica_layout
 
 
 def _whole(v: Any) -> str:
@@ -68,7 +68,7 @@ def pools_table(llmsim: Mapping[str, Any]) -> Optional[Table]:
     for name, p in pools.items():
         a = p.get("autoscaling")
         under = "—" if not a else f"{a['under_provisioned_s']:,.0f} s"
-        t.add_row(name, f"{p['model']}/tp{p['tp']}",
+        t.add_row(name, f"{p['model']}/{replica_layout(p)}",
                   f"{p['replicas_min']}/{p['replicas_mean']:.1f}/{p['replicas_max']}",
                   _whole(p.get("kv_tokens_per_replica")), num(p.get("gpu_hours")),
                   num(p.get("usd")), f"{100 * p['mean_kv_utilization']:.0f}%",

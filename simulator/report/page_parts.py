@@ -13,8 +13,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from ..metrics.tail_samples import few_samples_note
 from ..metrics.verdict import class_p99, measured, owner, slo_blocks, slo_met
 from .intervals import seeds_met, slo_interval, unsent_targets
-from .summary_format import FAILED_PARTS, class_verdict, gpus_text, rare_counts_shown, stack_served, usd, \
-    weights_served
+from .summary_format import (FAILED_PARTS, class_verdict, gpus_text, rare_counts_shown, replica_layout, stack_served,
+                             usd, weights_served)
 
 __all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
            "slo_table", "cost_table", "money", "whole", "gpus_text", "interval_text"]
@@ -201,13 +201,13 @@ def pools_table(llmsim: Mapping[str, Any]) -> str:
     pools = llmsim.get("pools") or {}
     n = (llmsim.get("product") or {}).get("slices") or 1
     rows = [[name, p.get("model"), f"{weights_served(p)} / {p.get('kv_dtype') or '—'}", stack_served(p) or "—",
-             p.get("gpu"), p.get("tp"), whole(p.get("kv_tokens_per_replica")),
+             p.get("gpu"), replica_layout(p), whole(p.get("kv_tokens_per_replica")),
              f"{p['replicas_min']}/{p['replicas_mean']:.1f}/{p['replicas_max']}", p.get("gpus"),
              n * p["gpus"] if n > 1 else "—", round(p.get("gpu_hours") or 0, 3), money(p.get("usd")),
              f"{100 * p['mean_kv_utilization']:.0f} %", f"{100 * p['gpu_busy_fraction']:.0f} %",
              f"{p['mean_batch_size']:,.1f} / {p['max_batch_size']:,}", p.get("rejected_on_admission", 0)]
             for name, p in pools.items()]
-    return table(["pool", "model", "weights / KV", "serving stack", "GPU", "TP", "KV tokens a replica",
+    return table(["pool", "model", "weights / KV", "serving stack", "GPU", "replica", "KV tokens a replica",
                   "replicas min/mean/max", "GPUs at peak (slice)",
                   "GPUs at peak (product)", "GPU-h", "window $", "KV used", "busy", "batch mean / max", "shed"],
                  rows, caption="KV used and busy: mean fractions over the replicas' time; shed: rejected on admission")

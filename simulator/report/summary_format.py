@@ -73,6 +73,13 @@ def stack_served(pool: Mapping[str, Any]) -> str:
     return f"{backend} {release}" + ("" if pool.get("backend_release_given") else " (its default release)")
 
 
+def replica_layout(pool: Mapping[str, Any]) -> str:
+    """How a pool's replica is split (``tp8``, ``tp1·dp8·ep8``, ``tp4·pp2``): a replica of eight
+    attention-DP ranks read ``tp1`` alone, as if it were one GPU, beside a GPU count eight times that."""
+    parts = [("tp", pool.get("tp")), ("dp", pool.get("dp")), ("ep", pool.get("ep")), ("pp", pool.get("pp"))]
+    return "·".join(f"{name}{n}" for name, n in parts if n is not None and (name == "tp" or n > 1))
+
+
 def class_verdict(c: Mapping[str, Any], ok: str = OK, fail: str = FAIL) -> str:
     """A class's SLO mark: its own targets' verdict, or, for a class the run is not judged on (its slo
     block the scenario's targets over its requests, ``slo_declared`` false), that verdict in
