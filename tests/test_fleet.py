@@ -549,6 +549,40 @@ def test_disaggregation_removes_prefill_stalls_from_tpot(pd_runs):
     assert pd.results["llmsim"]["gpus"] == colo.results["llmsim"]["gpus"] == 2
 
 
+def test_a_prefill_pool_states_the_kv_it_hands_over(pd_runs):
+    """results.json's handoff block: the link as run, a prompt token's bytes on the busiest link and what
+    crossed it, read back from the transfers' times; the decode pool has none."""
+    _, ib, eth = pd_runs
+    kv_per_token = 128 * 1024                      # llama-3.1-8b, bf16, one GPU
+    for out, (preset, gb, ms) in ((ib, ("infiniband", 45.0, 0.02)), (eth, ("ethernet", 3.0, 0.1))):
+        pools = out.results["llmsim"]["pools"]
+        h = pools["prefill"]["handoff"]
+        moved = [r for r in out.requests if r.kv_transfer > 0]
+        assert h["decode_pool"] == "decode" and "handoff" not in pools["decode"]
+        assert h["link"] == {"preset": preset, "gb_per_s": gb, "latency_ms": pytest.approx(ms)}
+        assert h["bytes_per_token"] == kv_per_token and h["handoffs"] == len(moved) == 300
+        assert h["gb_moved"] == pytest.approx(sum(r.input_tokens for r in moved) * kv_per_token / 1e9, rel=1e-6)
+        assert h["mean_ms"] == pytest.approx(1e3 * sum(r.kv_transfer for r in moved) / len(moved), rel=1e-9)
+        assert h["mean_ms"] < h["p99_ms"]
+
+
+def test_the_summary_and_the_page_state_the_hand_off(pd_runs):
+    import io
+
+    from rich.console import Console
+
+    from simulator.report.page_parts import pools_table
+    from simulator.report.summary import summary_table
+
+    results = pd_runs[1].results
+    said = (f"hands its KV to decode over infiniband (45 GB/s a GPU, 0.02 ms): 131,072 bytes a prompt token on the "
+            f"busiest link, {results['llmsim']['pools']['prefill']['handoff']['mean_ms']:,.1f} ms a hand-off on average")
+    console = Console(width=100, record=True, file=io.StringIO())
+    console.print(summary_table(results))
+    assert said in " ".join(console.export_text().split())
+    assert f"<p>Pool prefill {said}.</p>" in pools_table(results["llmsim"])
+
+
 def test_disaggregated_ttft_includes_the_kv_transfer(pd_runs):
     _, ib, eth = pd_runs
     kv_per_token = 128 * 1024                      # llama-3-8b, bf16: 128 KiB

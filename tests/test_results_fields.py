@@ -82,6 +82,7 @@ classes:
   - {name: tgi, share: 1, pool: tgi}
   - {name: swa, share: 1, pool: swa}
   - {name: swa-vllm, share: 1, pool: swa-vllm}
+  - {name: pd, share: 1, pool: pd}
 pools:
   - {name: moe, model: qwen3-30b-a3b, gpu: h100-sxm, replicas: 2, tp: 1, dp: 2, ep: 2, engine: {backend: trtllm}}
   - name: lora
@@ -94,6 +95,8 @@ pools:
      engine: {kv_allocation: contiguous, prefix_cache: false, scheduler: continuous, chunked_prefill: false}}
   - {name: swa, model: gpt-oss-120b, gpu: h200, replicas: 2, engine: {backend: sglang}}
   - {name: swa-vllm, model: gpt-oss-120b, gpu: h200, replicas: 2, engine: {backend: vllm}}
+  - {name: pd, model: llama-3-8b, gpu: h100-sxm, replicas: 2, disaggregation: {decode_pool: pd-decode}}
+  - {name: pd-decode, model: llama-3-8b, gpu: h100-sxm, replicas: 2}
 cost: {monthly: {method: peak_window}}
 """
 

@@ -23,6 +23,7 @@ from ..metrics.api_pricing import api_block
 from ..metrics.by_input_length import input_length_block
 from ..metrics.classes import class_block
 from ..metrics.gpu_counts import gpu_count
+from ..metrics.handoff import FIELDS as HANDOFF_FIELDS, handoff_block
 from ..metrics.load import load_block
 from ..metrics.metering import gateway_block
 from ..metrics.product import product_block
@@ -150,6 +151,7 @@ POOL_FIELDS = {
     "lora": block("multi-LoRA serving", LORA_FIELDS, when="the pool sets lora"),
     **gpu_counts.FIELDS,
     "usd": leaf("USD", "the pool's bill for the window"),
+    "handoff": block("the KV it hands its decode pool", HANDOFF_FIELDS, when="the pool prefills for a decode pool (disaggregation)"),
 }
 
 _ONE_POOL = "the fleet has one pool"
@@ -283,6 +285,9 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     for b in bills:
         blocks[b.name].update(gpu_count(gpu_logs[b.name], now).as_dict())
         blocks[b.name]["usd"] = b.usd
+    for pair in plan.pairs:
+        blocks[pair.prefill]["handoff"] = handoff_block(requests, pair.prefill, pair.decode, pair.link.preset,
+                                                        *pair.link.numbers(), pair.link_bytes.full)
     gpu_timeline = _merge_steps(list(gpu_logs.values()))
     fleet = gpu_count(gpu_timeline, now)
     first = blocks[setups[0].spec.name]

@@ -13,8 +13,8 @@ from typing import Any, Iterable, Mapping, Optional, Sequence
 from ..metrics.tail_samples import few_samples_note
 from ..metrics.verdict import class_p99, measured, owner, slo_blocks, slo_met
 from .intervals import seeds_met, slo_interval, unsent_targets
-from .summary_format import (FAILED_PARTS, class_verdict, gpus_text, rare_counts_shown, replica_layout, stack_served,
-                             usd, weights_served)
+from .summary_format import (FAILED_PARTS, class_verdict, gpus_text, handoff_text, rare_counts_shown, replica_layout,
+                             stack_served, usd, weights_served)
 
 __all__ = ["esc", "figure", "table", "kv_rows", "run_answer", "pools_table", "classes_table", "latency_table",
            "slo_table", "cost_table", "money", "whole", "gpus_text", "interval_text"]
@@ -210,7 +210,9 @@ def pools_table(llmsim: Mapping[str, Any]) -> str:
     return table(["pool", "model", "weights / KV", "serving stack", "GPU", "replica", "KV tokens a replica",
                   "replicas min/mean/max", "GPUs at peak (slice)",
                   "GPUs at peak (product)", "GPU-h", "window $", "KV used", "busy", "batch mean / max", "shed"],
-                 rows, caption="KV used and busy: mean fractions over the replicas' time; shed: rejected on admission")
+                 rows, caption="KV used and busy: mean fractions over the replicas' time; shed: rejected on admission") \
+        + "".join(f"<p>Pool {esc(name)} {esc(text)}.</p>" for name, p in pools.items()
+                  if (text := handoff_text(p.get("handoff"))))
 
 
 def classes_table(llmsim: Mapping[str, Any]) -> str:

@@ -33,7 +33,8 @@ _COUNTS = (
 )
 _LATENCIES = (("ttft", "TTFT"), ("tpot", "TPOT"), ("itl", "ITL"), ("e2el", "E2EL"))
 _PCT = re.compile(r"^p(\d+(?:\.\d+)?)_ttft_ms$")
-from .summary_format import FAIL, FAILED_PARTS, OK, gpu_hours, num as _num, stack_served, usd, weights_served
+from .summary_format import (FAIL, FAILED_PARTS, OK, gpu_hours, handoff_text, num as _num, stack_served, usd,
+                             weights_served)
 
 
 def _counts(results: Mapping[str, Any]) -> Table:
@@ -121,7 +122,8 @@ def _assumed(pool: Mapping[str, Any]) -> str:
     stack, kv, moe = stack_served(pool), pool.get("kv_tokens_per_replica"), pool.get("moe_backend")
     parts = ([f"served by {stack}"] if stack else []) + ([f"MoE backend {moe}"] if moe else []) \
         + ([f"{kv:,} KV tokens a replica"] if kv is not None else [])
-    return "\n  " + ", ".join(parts) if parts else ""
+    handoff = handoff_text(pool.get("handoff"))
+    return ("\n  " + ", ".join(parts) if parts else "") + (f"\n  {handoff}" if handoff else "")
 
 
 def _cost(cost: Mapping[str, Any], pools: Mapping[str, Any], product: Mapping[str, Any],

@@ -80,6 +80,19 @@ def replica_layout(pool: Mapping[str, Any]) -> str:
     return "·".join(f"{name}{n}" for name, n in parts if n is not None and (name == "tp" or n > 1))
 
 
+def handoff_text(h: Mapping[str, Any] | None) -> str:
+    """A prefill pool's KV hand-off (``llmsim.pools.<pool>.handoff``) in words, "" for another pool: the
+    link and what one prompt token puts on it, which the TTFT budget's transfer time hangs on and the
+    scenario's preset alone does not show."""
+    if not h:
+        return ""
+    link, mean = h["link"], h.get("mean_ms")
+    took = f", {mean:,.1f} ms a hand-off on average" if mean is not None else ""
+    return (f"hands its KV to {h['decode_pool']} over {link['preset']} ({link['gb_per_s']:g} GB/s a GPU, "
+            f"{link['latency_ms']:g} ms): {h['bytes_per_token']:,.0f} bytes a prompt token on the busiest link"
+            + took)
+
+
 def class_verdict(c: Mapping[str, Any], ok: str = OK, fail: str = FAIL) -> str:
     """A class's SLO mark: its own targets' verdict, or, for a class the run is not judged on (its slo
     block the scenario's targets over its requests, ``slo_declared`` false), that verdict in
