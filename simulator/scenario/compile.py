@@ -44,6 +44,7 @@ from .schema import PoolSpec, Scenario
 from workloads.spec import MAX_PAGED_BLOCK_TOKENS, paged_block_tokens
 from workloads.traces import TraceSpec
 from .cost import month_rule
+from .decode_servers import check_direct_decode_routes
 from .nvlink_handoff import nvlink_refusal
 from .priority_scheduling import check_priority_scheduling
 from .slo import parse_slo
@@ -172,6 +173,7 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
     # a class routed to a prefill pool holds its KV on that pool's decode pool too, longest there
     decodes_on = {p.name: p.disaggregation.decode_pool for p in sc.pools if p.disaggregation is not None}
     _check_every_pool_serves(sc, routes, decodes_on, source)
+    check_direct_decode_routes(sc, decodes_on, source)
     check_priority_scheduling(sc, routes, decodes_on, source)
     check_pp_pairs(sc.pools, source)
     class_slos, bucket_slos = _check_classes(sc, routes, source)

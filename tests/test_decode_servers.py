@@ -1,0 +1,50 @@
+"""A class sent straight to a pool that decodes for a prefill pool: a vLLM decode instance serves it as
+any server would; SGLang's disaggregated servers refuse a request no prefill server bootstraps, so the
+scenario is refused, not served as if it were colocated."""
+from __future__ import annotations
+
+import pytest
+import yaml
+
+from simulator.errors import LlmsimError
+from simulator.scenario.compile import compile_scenario
+from simulator.scenario.schema import Scenario
+
+
+def _pair(backend: str, direct: dict) -> dict:
+    pool = {"model": "llama-3.1-8b", "gpu": "h100-sxm", "engine": {"backend": backend}}
+    return {
+        "name": "pd", "workload": {"num_requests": 4, "arrival": {"type": "poisson", "rate_per_s": 2},
+                                   "input_tokens": {"dist": "fixed", "value": 1000},
+                                   "output_tokens": {"dist": "fixed", "value": 50}},
+        "classes": [{"name": "paired", "pool": "prefill"}, {"name": "direct", **direct}],
+        "pools": [{"name": "prefill", **pool, "disaggregation": {"decode_pool": "decode"}},
+                  {"name": "decode", **pool}] + ([{"name": "own", **pool}] if "pool_by_input_length" in direct else [])}
+
+
+DIRECT = {"pool": "decode"}
+BY_LENGTH = {"pool_by_input_length": [{"pool": "own", "below_tokens": 500}, {"pool": "decode"}]}
+
+
+@pytest.mark.parametrize("direct, key", [(DIRECT, "classes[1].pool"),
+                                         (BY_LENGTH, "classes[1].pool_by_input_length[1].pool")])
+def test_sglang_refuses_a_class_sent_straight_to_its_decode_server(direct, key):
+    with pytest.raises(LlmsimError) as err:
+        compile_scenario(Scenario.model_validate(_pair("sglang", direct)), "s.yaml")
+    e = err.value
+    assert e.key_path == key and "decodes for pool 'prefill'" in e.message and "bootstrap room" in e.message
+
+
+@pytest.mark.parametrize("direct", [DIRECT, BY_LENGTH])
+def test_a_vllm_decode_instance_serves_a_class_of_its_own(direct):
+    compile_scenario(Scenario.model_validate(_pair("vllm", direct)), "s.yaml")
+
+
+def test_the_cli_refuses_it_on_one_line(tmp_path, cli):
+    path = tmp_path / "pd.yaml"
+    path.write_text(yaml.safe_dump(_pair("sglang", DIRECT)))
+    r = cli("run", path, "--output", tmp_path / "out")
+    msg = r.err.strip()
+    assert r.code == 2 and "\n" not in msg and "Traceback" not in msg, msg
+    assert str(path) in msg and "classes[1].pool" in msg
+    assert not (tmp_path / "out").exists()
