@@ -56,7 +56,7 @@ UNIT_DIRECTION: Mapping[str, int] = {
 NO_DIRECTION_UNITS = frozenset({
     "setting", "as given", "as the metric", "USD/GPU-h", "USD/kWh", "g CO2e/kWh", "percent", "ratio", "int",
     "text", "object", "list", "[tokens, tokens]", "[s, GPUs]", "tokens", "sessions", "sequences", "GB", "bytes",
-    "ranks", "stages", "h",
+    "ranks", "stages", "h", "GB/s",
 })
 #: Units whose keys mean what their name says: a count of failed requests
 #: and one of completed requests go opposite ways (:data:`_WORSE_UP`, :data:`_WORSE_DOWN`).
@@ -71,6 +71,7 @@ _AS_THE_FIGURE = "as the figure"
 BY_KEY_NAME: Mapping[str, int] = {
     "target_ms": 0, "thresholds_ms": 0, "ttft_slo_ms": 0,
     "tp": 0, "ep": 0, "gpus_per_replica": 0,
+    "latency_ms": 0,                               # a disaggregated pair's link, as set
     "idle_w": 0, "tdp_w": 0,
     "offered_rps": 0,
     "window_usd_without_caching": 0, "window_usd_with_caching": 0,
