@@ -163,3 +163,27 @@ def test_a_disaggregated_fleets_decode_bill_is_metered_to_its_tenants():
     bills = {name: p["usd"] for name, p in res["pools"].items()}
     assert bills["dec"] > 0.3 * sum(bills.values())
     assert sum(c["usd"] for c in gw.values()) == pytest.approx(sum(bills.values()))
+
+
+def test_every_tenant_has_its_bill_rate_limit_or_not():
+    """llmsim.classes.<class>.usd: each class's share of the pools' bills by the tokens it completed, the
+    gateway's rule, written whether or not any class has a rate limit (a tenant's cost was in
+    llmsim.gateway alone, which only a rate limit writes); the classes' add up to both pools' bills."""
+    d = {"name": "tenants", "seed": 1,
+         "workload": {"duration_s": 4, "arrival": {"type": "poisson", "rate_per_s": 8},
+                      "input_tokens": {"dist": "fixed", "value": 2000},
+                      "output_tokens": {"dist": "fixed", "value": 100}},
+         "pools": [{"name": "pre", "model": "llama-3.1-8b", "gpu": "h100-sxm", "replicas": 1,
+                    "disaggregation": {"decode_pool": "dec"}},
+                   {"name": "dec", "model": "llama-3.1-8b", "gpu": "h200", "replicas": 2}],
+         "classes": [{"name": "a", "share": 0.25, "pool": "pre"}, {"name": "b", "share": 0.75, "pool": "pre"}]}
+    res = simulate(Scenario.model_validate(d)).results["llmsim"]
+    assert "gateway" not in res
+    classes, bills = res["classes"], sum(p["usd"] for p in res["pools"].values())
+    assert sum(c["usd"] for c in classes.values()) == pytest.approx(bills)
+    share = classes["a"]["completed"] / (classes["a"]["completed"] + classes["b"]["completed"])
+    assert classes["a"]["usd"] == pytest.approx(share * bills)      # one length: by completed requests
+    d["classes"][0]["rate_limit"] = {"tokens_per_min": 1e8}
+    res = simulate(Scenario.model_validate(d)).results["llmsim"]
+    assert {k: c["usd"] for k, c in res["classes"].items()} == \
+        {k: c["usd"] for k, c in res["gateway"]["classes"].items()}

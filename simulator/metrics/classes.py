@@ -34,6 +34,10 @@ FIELDS = {
     **{k: f for k, f in latency_fields(_KEYS, "the class's completed requests").items()},
     "request_throughput": leaf("req/s", "the class's completed requests / duration (the run's, as the top "
                                         "level's request_throughput: the classes' add up to it)"),
+    "usd": leaf("USD", "the class's share of the window's GPU bill: each pool's bill shared over the requests it "
+                       "completed by their input and output tokens alike (a disaggregated prefill pool's requests "
+                       "share its decode pool's too), so the classes' add up to the bills of the pools that "
+                       "completed any; what a tenant costs, rate limit or not (llmsim.gateway's usd per class)"),
     "slo": block("the class's own SLO (else the scenario's), judged", SLO_FIELDS,
                  when="an SLO applies and the class sent requests in the window"),
     "slo_declared": leaf("bool", "the class declares its own SLO, which the run is judged on (llmsim run's exit "
@@ -44,7 +48,8 @@ FIELDS = {
 
 
 def class_block(requests: "Records | Sequence[Request]", classes: Sequence, class_slos: Mapping[str, SloSpec],
-                default_slo: SloSpec, duration: float, routes: Mapping[str, str]) -> dict[str, Any]:
+                default_slo: SloSpec, duration: float, routes: Mapping[str, str],
+                usd: Mapping[str, float] | None = None) -> dict[str, Any]:
     """Each class's figures, judged by its own SLO (``class_slos``, parsed) or else the scenario's.
 
     ``duration``: the run's (:func:`simulator.report.fleet_report.benchmark_duration`), not the
@@ -52,7 +57,9 @@ def class_block(requests: "Records | Sequence[Request]", classes: Sequence, clas
 
     ``routes`` (class → pool, the compiled plan's) names the pool of a class
     that sent nothing in the window: its own ``pool`` key is unset where the
-    scenario has one pool, or routes by prompt length."""
+    scenario has one pool, or routes by prompt length.
+
+    ``usd``: each class's share of the bill (:func:`simulator.metrics.metering.class_usd`)."""
     by = Records.of(requests).select(*LATENCY, "klass", "pool").groups("klass", [c.name for c in classes])
     out: dict[str, Any] = {}
     specs = {c.name: c for c in classes}
@@ -76,6 +83,7 @@ def class_block(requests: "Records | Sequence[Request]", classes: Sequence, clas
         if n[Status.STRANDED]:     # admitted, so neither shed nor cancelled: counted nowhere else
             block["stranded"] = n[Status.STRANDED]
         block.update({k: res.get(k) for k in _KEYS})
+        block["usd"] = (usd or {}).get(name, 0.0)
         if "slo" in res:
             if len(reqs):
                 # a class that sent nothing in the window has nothing to judge: its targets read "no samples",

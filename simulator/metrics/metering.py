@@ -35,13 +35,12 @@ FIELDS = {"classes": block("per class", {"<class>": block("one class", {
 })})}
 
 
-def gateway_block(requests: Records, classes: Sequence, pool_usd: Mapping[str, float],
-                  decode_pools: Mapping[str, str] | None = None) -> dict[str, Any]:
-    """``decode_pools``: each disaggregated prefill pool's decode pool, whose bill its requests share
-    (a request's record names the pool it arrived at)."""
-    r = requests.select("klass", "pool", "arrival", "status", "input_tokens", "output_tokens")
-    done = r.finished
-    tokens = (r.input_tokens + r.output_tokens) * done
+def request_usd(r: Records, pool_usd: Mapping[str, float], decode_pools: Mapping[str, str] | None = None
+                ) -> np.ndarray:
+    """Each request's share of the bills of the pools that served it, by the tokens it completed (input and
+    output alike). ``decode_pools``: each disaggregated prefill pool's decode pool, whose bill its requests
+    share (a request's record names the pool it arrived at)."""
+    tokens = (r.input_tokens + r.output_tokens) * r.finished
     decode_pools = decode_pools or {}
     usd = np.zeros(len(r))
     for pool, bill in pool_usd.items():
@@ -49,6 +48,23 @@ def gateway_block(requests: Records, classes: Sequence, pool_usd: Mapping[str, f
         total = float(tokens[served].sum())
         if total:
             usd += np.where(served, tokens * (bill / total), 0.0)
+    return usd
+
+
+def class_usd(requests: Records, pool_usd: Mapping[str, float],
+              decode_pools: Mapping[str, str] | None = None) -> dict[str, float]:
+    """Each class's share of the window's GPU bill (:func:`request_usd` summed over its requests)."""
+    r = requests.select("klass", "pool", "status", "input_tokens", "output_tokens")
+    usd = request_usd(r, pool_usd, decode_pools)
+    return {str(k): float(usd[r.klass == k].sum()) for k in dict.fromkeys(r.klass.tolist())}
+
+
+def gateway_block(requests: Records, classes: Sequence, pool_usd: Mapping[str, float],
+                  decode_pools: Mapping[str, str] | None = None) -> dict[str, Any]:
+    """``decode_pools``: as :func:`request_usd` takes them."""
+    r = requests.select("klass", "pool", "arrival", "status", "input_tokens", "output_tokens")
+    done = r.finished
+    usd = request_usd(r, pool_usd, decode_pools)
     hour = (r.arrival // HOUR_S).astype(np.int64) if len(r) else np.zeros(0, dtype=np.int64)
     limited = r.status == int(Status.RATE_LIMITED)
     out: dict[str, Any] = {}

@@ -25,7 +25,7 @@ from ..metrics.classes import class_block
 from ..metrics.gpu_counts import gpu_count
 from ..metrics.handoff import FIELDS as HANDOFF_FIELDS, handoff_block
 from ..metrics.load import load_block
-from ..metrics.metering import gateway_block
+from ..metrics.metering import class_usd, gateway_block
 from ..metrics.product import product_block
 from ..metrics.cost import cost_block, pool_billing, replica_seconds
 from ..metrics.derive import last_stamp
@@ -318,13 +318,13 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
     span = benchmark_duration(sc.workload, requests) if duration is None else duration
     if sc.input_length_buckets is not None:
         out["by_input_length"] = input_length_block(requests, sc.input_length_buckets, span, plan.bucket_slos)
+    pool_usd, decode_pools = {b.name: b.usd for b in bills}, {p.prefill: p.decode for p in plan.pairs}
     if any(c.rate_limit is not None for c in sc.classes):
-        out["gateway"] = gateway_block(requests, sc.classes, {b.name: b.usd for b in bills},
-                                       {p.name: p.disaggregation.decode_pool for p in sc.pools if p.disaggregation})
+        out["gateway"] = gateway_block(requests, sc.classes, pool_usd, decode_pools)
     out.update({
         "pools": blocks,
-        "classes": class_block(requests, sc.classes, plan.class_slos, plan.slo, span, plan.routes)
-        if sc.classes else None,
+        "classes": class_block(requests, sc.classes, plan.class_slos, plan.slo, span, plan.routes,
+                               class_usd(requests, pool_usd, decode_pools)) if sc.classes else None,
         "regions": region_block(requests, sc.regions, span) if sc.regions else None,
         "ttft_budget": ttft_budget(requests, response_s=plan.response_s),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,

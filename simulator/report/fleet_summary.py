@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..metrics.verdict import class_p99
-from .summary_format import class_verdict, gpus_text, num, rare_counts_shown, replica_layout
+from .summary_format import class_verdict, gpus_text, num, rare_counts_shown, replica_layout, usd
 
 
 def _whole(v: Any) -> str:
@@ -84,18 +84,19 @@ def classes_table(llmsim: Mapping[str, Any]) -> Optional[Table]:
     classes = llmsim.get("classes")
     if not classes:
         return None
-    t = Table(title="Classes", title_justify="left", caption="TTFT, TPOT in ms; SLO in (): the scenario's targets, "
-                                                            "for information", caption_justify="left")
+    t = Table(title="Classes", title_justify="left", caption="TTFT, TPOT in ms; $: the class's share of the window's "
+                                                            "GPU bill, by its completed tokens; SLO in (): the "
+                                                            "scenario's targets, for information", caption_justify="left")
     rare = rare_counts_shown(classes)
     for col in ("class", "pool", "prio", "done", "shed", "cancel", *(short for _, _, short in rare), "TTFT50", "TTFT99",
-                "TPOT99", "SLO"):
+                "TPOT99", "$", "SLO"):
         t.add_column(col, justify="left" if col in ("class", "pool") else "right", no_wrap=True)
     for name, c in classes.items():
         verdict = class_verdict(c)
         t.add_row(name, str(c.get("pool")), str(c.get("priority")), num(c["completed"], "int"),
                   num(c["rejected"], "int"), num(c["cancelled"], "int"),
                   *(num(c.get(key) or 0, "int") for key, _, _ in rare), _ms(c.get("median_ttft_ms")),
-                  class_p99(c, "ttft", 0), class_p99(c, "tpot", 1), verdict)
+                  class_p99(c, "ttft", 0), class_p99(c, "tpot", 1), usd(c.get("usd")), verdict)
     return t
 
 

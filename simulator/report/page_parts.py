@@ -223,12 +223,14 @@ def classes_table(llmsim: Mapping[str, Any]) -> str:
     rows = [[name, c.get("pool"), c.get("priority"), c.get("completed"), c.get("rejected"), c.get("cancelled"),
              *(c.get(key) or 0 for key, _, _ in rare),
              _ms(c.get("median_ttft_ms")), class_p99(c, "ttft", _digits(c.get("p99_ttft_ms") or 0)),
-             class_p99(c, "tpot", _digits(c.get("p99_tpot_ms") or 0)),
+             class_p99(c, "tpot", _digits(c.get("p99_tpot_ms") or 0)), money(c.get("usd")),
              class_verdict(c, "✓", "✗")] for name, c in classes.items()]
     return "<h3>Classes</h3>" + table(["class", "pool", "priority", "completed", "shed", "cancelled",
                                        *(header for _, header, _ in rare), "TTFT p50 (ms)",
-                                       "TTFT p99 (ms)", "TPOT p99 (ms)", "SLO"], rows,
-                                      caption="SLO in (): the scenario's targets over the class, for information")
+                                       "TTFT p99 (ms)", "TPOT p99 (ms)", "window $", "SLO"], rows,
+                                      caption="window $: the class's share of the window's GPU bill, by the "
+                                              "tokens it completed; SLO in (): the scenario's targets over the "
+                                              "class, for information")
 
 
 def latency_table(results: Mapping[str, Any]) -> str:
