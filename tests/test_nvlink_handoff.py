@@ -52,6 +52,12 @@ def test_gpus_without_one_nvlink_between_them_are_refused():
     assert "has none (interconnect pcie)" in _refusal(_pair("h100-pcie", 2)).message
 
 
+def test_an_xgmi_mesh_is_no_nvlink():
+    e = _refusal(_pair("mi300x", 2))                                           # 2 + 2 GPUs of one node
+    assert "xGMI mesh" in e.message and "448 / 7 = 64 GB/s" in e.message and "bandwidth_gb_per_s" in e.message
+    compile_scenario(Scenario.model_validate(_pair("mi300x", 2, bandwidth_gb_per_s=64, latency_ms=0.01)), "s.yaml")
+
+
 def test_a_link_given_by_its_numbers_is_taken_as_given():
     compile_scenario(Scenario.model_validate(_pair(decode_replicas=2, bandwidth_gb_per_s=40, latency_ms=0.02)),
                      "s.yaml")

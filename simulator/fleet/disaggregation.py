@@ -58,8 +58,8 @@ class KvLinkSpec(BaseModel):
     preset: Literal["nvlink", "infiniband", "ethernet"] = Field(
         default="infiniband", description="nvlink only where both pools run one GPU and, at their most replicas "
                                           "(autoscaling's max_replicas + warm_pool), fit in one NVLink domain of it "
-                                          "(8 on HGX boards, 72 on an NVL72 rack), unless bandwidth_gb_per_s and "
-                                          "latency_ms are both given")
+                                          "(8 on HGX boards, 72 on an NVL72 rack; not AMD's xGMI mesh), unless "
+                                          "bandwidth_gb_per_s and latency_ms are both given")
     # Bounded as the network delays are (an hour; 10 MB/s, slower than any datacenter link): past them
     # a hand-off stretched the run for minutes before the clock's limit stopped it, on another key.
     bandwidth_gb_per_s: Optional[float] = Field(default=None, ge=0.01, allow_inf_nan=False,

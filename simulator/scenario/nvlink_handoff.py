@@ -1,12 +1,15 @@
 """Whether a disaggregated pair can hand its KV over NVLink at all.
 
 The ``nvlink`` link preset prices every hand-off at NVLink's bandwidth, which
-only GPUs of one scale-up domain (an HGX node's eight, an NVL72 rack's 72, an
-xGMI node's eight) share: between two 8-GPU H200 replicas the KV crosses
+only GPUs of one NVLink domain (an HGX node's eight, an NVL72 rack's 72)
+share: between two 8-GPU H200 replicas the KV crosses
 the nodes' NICs, whatever the scenario calls the link. llmsim's front end
 sends a prompt prefilled on any prefill replica to any decode replica, so the
 preset holds only where both pools, at their largest, sit in one domain.
-Anything larger is refused rather than priced at a bandwidth it cannot have.
+Anything larger is refused rather than priced at a bandwidth it cannot have,
+and so are AMD's xGMI nodes: their GPUs form a mesh, each peer reached over
+one link of the GPU's xGMI bandwidth / its links (448 / 7 = 64 GB/s on an
+MI300X), not NVLink's switched 400 GB/s; such a link is given by its numbers.
 """
 from __future__ import annotations
 
@@ -32,10 +35,15 @@ def nvlink_refusal(prefill: PoolSpec, decode: PoolSpec, gpu_p: Any, gpu_d: Any) 
     if gpu_p.name != gpu_d.name:
         return (f"link preset nvlink joins GPUs of one NVLink domain, but pool {prefill.name!r} runs "
                 f"{gpu_p.name} and pool {decode.name!r} {gpu_d.name}, which no NVLink connects; {fix}")
-    domain = gpu_p.interconnect.max_tp if gpu_p.interconnect.kind in ("nvlink", "xgmi") else 0
+    ic = gpu_p.interconnect
+    if ic.kind == "xgmi":
+        peer = ic.bandwidth_gb_s / (ic.peer_links or 1)
+        return (f"link preset nvlink prices NVLink's switched bandwidth, and {gpu_p.name}'s GPUs are an xGMI mesh "
+                f"that reaches a peer over one link ({ic.bandwidth_gb_s:g} / {ic.peer_links or 1} = {peer:.0f} GB/s); "
+                f"give the link's bandwidth_gb_per_s and latency_ms, or {fix}")
+    domain = ic.max_tp if ic.kind == "nvlink" else 0
     if not domain:
-        return (f"link preset nvlink needs a scale-up domain, and {gpu_p.name} has none (interconnect "
-                f"{gpu_p.interconnect.kind}); {fix}")
+        return f"link preset nvlink needs an NVLink domain, and {gpu_p.name} has none (interconnect {ic.kind}); {fix}"
     sizes = [(p.name, most_replicas(p), p.gpus_per_replica) for p in (prefill, decode)]
     total = sum(n * g for _, n, g in sizes)
     if total <= domain:
