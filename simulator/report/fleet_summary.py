@@ -88,11 +88,15 @@ def classes_table(llmsim: Mapping[str, Any]) -> Optional[Table]:
                                                             "GPU bill, by its completed tokens; SLO in (): the "
                                                             "scenario's targets, for information", caption_justify="left")
     rare = rare_counts_shown(classes)
+    verdicts = {name: class_verdict(c) for name, c in classes.items()}
     for col in ("class", "pool", "prio", "done", "shed", "cancel", *(short for _, _, short in rare), "TTFT50", "TTFT99",
                 "TPOT99", "$", "SLO"):
-        t.add_column(col, justify="left" if col in ("class", "pool") else "right", no_wrap=True)
+        # the verdict is the column a narrow terminal must not cut to "(…": the others give way first
+        t.add_column(col, justify="left" if col in ("class", "pool") else "right", no_wrap=True,
+                     min_width=max((Text.from_markup(v).cell_len for v in verdicts.values()), default=0)
+                     if col == "SLO" else None)
     for name, c in classes.items():
-        verdict = class_verdict(c)
+        verdict = verdicts[name]
         t.add_row(name, str(c.get("pool")), str(c.get("priority")), num(c["completed"], "int"),
                   num(c["rejected"], "int"), num(c["cancelled"], "int"),
                   *(num(c.get(key) or 0, "int") for key, _, _ in rare), _ms(c.get("median_ttft_ms")),
