@@ -248,3 +248,21 @@ def test_a_leg_cancelled_on_the_link_leaves_the_rank_it_was_placed_on(engine):
     assert next(r for r in ended if r.id == 2).status == Status.CANCELLED and 2 not in {r.id for r in legs}
     p = pd.decode.replicas[0].placement
     assert p.waiting == p.running == p.tokens == [0, 0] and not pd.decode.replicas[0].ahead
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_replica_without_a_prefix_cache_still_places_each_request_on_a_rank(engine):
+    """The DP front end places every arrival on one rank, cache or none: the rank's pool and
+    scheduler run it whether or not a prefix cache exists to split."""
+    env = simpy.Environment()
+    pool = Pool(env, cost_model(), EngineConfig(dp_placement="round_robin"), 1000, 1,
+                make_router("round_robin", np.random.default_rng(0)), GapLog(), engine, dp=2)
+    reqs = [Request(i, 0.0, 100, 5) for i in range(4)]
+    for r in reqs:
+        pool.submit(r)
+    rep = pool.replicas[0]
+    assert rep.cache is None
+    assert [rep.seqs[r.id].rank for r in reqs] == [0, 1, 0, 1]
+    env.run()
+    assert all(r.status is Status.FINISHED for r in reqs)
+    assert rep.placement.waiting == [0, 0] and rep.placement.running == [0, 0]

@@ -216,10 +216,10 @@ class ReplicaBase:
                 self.cache.track_owners()   # an unbounded cache lives outside KV memory: nothing to charge
             if offload is not None:
                 self.cache.tiers = offload.make(id_block_tokens, self.bs)
-        # With dp > 1 attention-DP ranks each keeps its own prefix cache and the stack's DP front end
-        # places each arrival on one rank (engine/dp_placement.py); None: one rank, or no cache to split.
-        self.placement: Optional[RankPlacement] = \
-            RankPlacement(cfg.dp_placement, dp) if dp > 1 and self.cache is not None else None
+        # With dp > 1 the stack's DP front end places each arrival on one attention-DP rank for its
+        # whole life (engine/dp_placement.py), whose prefix cache it uses and whose prompt chunks and
+        # decodes it runs, cache or none; None: one rank.
+        self.placement: Optional[RankPlacement] = RankPlacement(cfg.dp_placement, dp) if dp > 1 else None
         # Ranks of the requests placed before they arrive (:meth:`place_ahead`), by id.
         self.ahead: dict[int, int] = {}
         # Seconds of KV reloads from the offload tiers that the next iteration
@@ -365,7 +365,7 @@ class ReplicaBase:
             rank = self.ahead.pop(req.id, -1)
             seq.rank = rank if rank >= 0 else p.place(req.id, req.input_tokens,
                                                       self._kv_usage(now) if p.reads_usage else 0.0)
-            if req.blocks:
+            if req.blocks and self.cache is not None:
                 seq.ids = rank_ids(req.blocks, seq.rank, p.dp)
         self.seqs[req.id] = seq
         if self.in_flight and self.plans_ahead:
@@ -551,7 +551,7 @@ class ReplicaBase:
         cache of the rank its DP front end would place it on now, the hit it
         would get if sent here (a router sees the replica, not its ranks)."""
         p = self.placement
-        if p is None:
+        if p is None or self.cache is None:
             return self._rank_hit(req, 0)
         return self._rank_hit(req, p.peek(req.id, self._kv_usage(self.env.now) if p.reads_usage else 0.0))
 
