@@ -266,3 +266,36 @@ def test_a_replica_without_a_prefix_cache_still_places_each_request_on_a_rank(en
     env.run()
     assert all(r.status is Status.FINISHED for r in reqs)
     assert rep.placement.waiting == [0, 0] and rep.placement.running == [0, 0]
+
+
+def _moe_dp2():
+    from simulator.costmodel import CostModel
+    from simulator.profiles import load_hardware, load_model
+    return CostModel(load_model("mixtral-8x7b"), load_hardware("h100-sxm"), 1, dp=2, ep=2)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_two_prompts_placed_on_one_rank_take_longer_than_on_two(engine):
+    """Each rank prefills the prompts placed on it: two prompts SGLang's prefill-server rule puts
+    on rank 0 (their rooms are both even) run through that rank's layers together, while in turn
+    they run side by side on both ranks, so the step, and the first tokens, take longer."""
+    reqs = [Request(1, 0.0, 2000, 2), Request(3, 0.0, 2000, 2)]
+    assert [room(r.id) % 2 for r in reqs] == [0, 0]
+    cm = _moe_dp2()
+    piled = run_open(engine, reqs, EngineConfig(dp_placement="bootstrap_room"), 4000, cm=cm, dp=2)
+    spread = run_open(engine, reqs, EngineConfig(dp_placement="round_robin"), 4000, cm=cm, dp=2)
+    assert piled.requests[0].first_token == piled.requests[1].first_token    # one iteration either way
+    assert piled.requests[0].first_token > 1.1 * spread.requests[0].first_token   # 0.130 s against 0.114 s
+
+
+def test_both_engines_price_each_ranks_own_decodes_alike():
+    """Uneven ranks (requests of different lengths end at different times, so one rank decodes
+    more than the other): the fast engine's decode stretches price the busiest rank's decodes as
+    the reference's iterations do."""
+    rng = np.random.default_rng(5)
+    reqs = [Request(i, float(t), int(x), int(y)) for i, (t, x, y) in
+            enumerate(zip(np.cumsum(rng.exponential(0.05, 24)), rng.integers(50, 600, 24), rng.integers(5, 120, 24)))]
+    cfg = EngineConfig(dp_placement="round_robin", max_num_seqs=16)
+    fast, ref = (run_open(e, reqs, cfg, 3000, cm=_moe_dp2(), dp=2) for e in ("fast", "reference"))
+    assert [r.finish for r in fast.requests] == pytest.approx([r.finish for r in ref.requests], rel=1e-9)
+    assert [r.first_token for r in fast.requests] == pytest.approx([r.first_token for r in ref.requests], rel=1e-9)

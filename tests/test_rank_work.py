@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from simulator.costmodel import scalar
+from simulator.costmodel.rank_load import RankLoad
 from simulator.costmodel.scalar import window_pairs
 from simulator.costmodel.step import CostModel
 from simulator.profiles import load_hardware
@@ -29,6 +30,25 @@ def test_the_busiest_rank_holds_whole_chunks_dealt_round_robin(wide_ep):
     assert wide_ep.busiest_rank([(1000, 0)] * 9, 0) == 2000             # rank 0 draws chunks 0 and 8
     assert wide_ep.busiest_rank([], 64) is None                          # decodes alone spread evenly
     assert CostModel(load_model("llama-3.1-8b"), load_hardware("h200")).busiest_rank([(8192, 0)], 4) is None
+
+
+def test_the_busiest_rank_is_the_one_the_engine_placed_the_work_on(wide_ep):
+    """Given where the engine placed each chunk and decode, the step prices the rank holding the
+    most, not an even deal: four prompts on one rank cost more than one on each of four."""
+    chunks = [(2048, 0)] * 4
+    idle = [0] * 8
+    piled = RankLoad([0, 0, 0, 0], idle)
+    spread = RankLoad([0, 1, 2, 3], idle)
+    assert wide_ep.busiest_rank(chunks, 0, piled) == 8192 and wide_ep.busiest_rank(chunks, 0, spread) == 2048
+    assert wide_ep.step_time(chunks, load=piled) > wide_ep.step_time(chunks, load=spread) * 1.5
+    assert wide_ep.step_time(chunks, load=spread) == pytest.approx(wide_ep.step_time(chunks))   # the even deal
+    # decodes: the rank running 40 of 64 sets the step, and a stretch's coefficients price it alike
+    uneven = RankLoad([], [40, 24] + [0] * 6)
+    assert wide_ep.busiest_rank([], 64, uneven) == 40
+    a, b = wide_ep.decode_coefficients(64, busiest=40)
+    assert wide_ep.step_time((), 64, 64 * 3000.0, load=uneven) == pytest.approx(a + b * 64 * 3000.0, rel=1e-12)
+    even_a, even_b = wide_ep.decode_coefficients(64)
+    assert a + b * 64 * 3000.0 > even_a + even_b * 64 * 3000.0
 
 
 def test_one_prompt_on_one_rank_costs_its_whole_chunk_in_the_rank_layers(wide_ep):

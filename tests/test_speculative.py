@@ -154,8 +154,8 @@ class _Recorded(SpeculativeCostModel):
         self.mixed: list[tuple[list, int, float, int, float]] = []   # shared by the engine's copy
 
     def step_time(self, prefill_chunks=(), decode_batch=0, decode_context=0.0, sampling_seqs=None,
-                  tokens_per_step=None):
-        dt = super().step_time(prefill_chunks, decode_batch, decode_context, sampling_seqs, tokens_per_step)
+                  tokens_per_step=None, load=None):
+        dt = super().step_time(prefill_chunks, decode_batch, decode_context, sampling_seqs, tokens_per_step, load)
         if prefill_chunks and decode_batch:
             self.mixed.append((list(prefill_chunks), decode_batch, decode_context, sampling_seqs, dt))
         return dt

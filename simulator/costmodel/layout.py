@@ -19,9 +19,11 @@ layer kind, with the same memoised-per-token-count structure:
   layer's reduction over ``moe_tp``; for ``ep > 1`` the all-to-all dispatch
   and combine (:mod:`.alltoall`);
 * **attention kernels**: each dp rank attends only its own sequences
-  (the busiest rank sets the time: ⌈B/dp⌉ of a decode batch of B
-  sequences, with their share of its context; prefill chunks are dealt
-  round-robin); a sliding-window layer's query attends at most
+  (the busiest rank sets the time: the most decodes any rank runs, with
+  their share of the batch's context, and the prompt chunks of the rank
+  whose chunks take longest, each chunk on the rank its request was placed
+  on, :class:`.rank_load.RankLoad`; without a placement, ⌈B/dp⌉ decodes and
+  chunks dealt round-robin); a sliding-window layer's query attends at most
   ``sliding_window`` keys, in a prompt's chunk as in decode (decode charges
   each sequence a full window, exact once its context exceeds it); MLA prefill
   up-projects the cached latent (:func:`.mla.mla_prefill_flops_bytes`),
@@ -33,8 +35,8 @@ step lasts as long as its busiest rank: a decode batch's share is rounded
 up, ⌈B/dp⌉, and a prompt's chunk runs whole on the rank that holds its
 request (each rank schedules its own requests: vLLM's DP engine cores,
 SGLang's DP schedulers, TensorRT-LLM's attention-DP ranks), so the rank
-that drew the largest chunks carries them through every non-expert layer
-and sends their routed copies (:meth:`LayoutOps.busiest_tokens`); an
+with the most tokens carries them through every non-expert layer and sends
+their routed copies (:meth:`LayoutOps.busiest_tokens`); an
 even split ⌈tokens/dp⌉ priced one 8,192-token DeepSeek-V3 prompt on
 8 ranks as 1,024 tokens a rank.
 """
@@ -49,6 +51,7 @@ from ..profiles.model import ModelProfile
 from . import components as C
 from . import scalar
 from .alltoall import alltoall_time
+from .rank_load import RankLoad
 from .mla import (MlaShape, mla_decode_fixed, mla_decode_per_context, mla_decode_per_seq, mla_decode_time,
                   mla_module_decode_time, mla_prefill_flops_bytes, mla_token_time, mla_projection_time)
 from .moe import MoeShape, dtype_info, expected_active_experts, moe_layer_time, running_max_layer_time
@@ -208,14 +211,21 @@ class LayoutOps:
         """The busiest dp rank's share of ``count`` tokens or sequences spread evenly."""
         return -(-count // self.dp)
 
-    def dealt(self, chunks: Sequence[tuple[int, int]]) -> list[Sequence[tuple[int, int]]]:
-        """A step's prompt chunks by dp rank, each whole on one, dealt round-robin (the ranks that draw
-        one; none for a step without chunks): every per-rank price of a step reads this one deal."""
+    def dealt(self, chunks: Sequence[tuple[int, int]], load: RankLoad | None = None
+              ) -> list[Sequence[tuple[int, int]]]:
+        """A step's prompt chunks by dp rank, each whole on one (the ranks that hold one; none for a
+        step without chunks): on the rank ``load`` places it, else dealt round-robin (a step priced
+        without the engine's placement). Every per-rank price of a step reads this one deal."""
+        if load is not None:
+            return list(load.chunks_by_rank(chunks))
         return [chunks[i::self.dp] for i in range(min(self.dp, len(chunks)))]
 
-    def busiest_tokens(self, chunks: Sequence[tuple[int, int]], decode_batch: int) -> int:
-        """The tokens of the busiest dp rank of a step: the prompt chunks as :meth:`dealt` deals them,
-        plus its share of the decodes, ⌈B/dp⌉ (every rank decodes its own requests)."""
+    def busiest_tokens(self, chunks: Sequence[tuple[int, int]], decode_batch: int,
+                       load: RankLoad | None = None) -> int:
+        """The tokens of the busiest dp rank of a step: with ``load``, the most any rank runs of its
+        own chunks and decodes; else the chunks as :meth:`dealt` deals them plus ⌈B/dp⌉ decodes."""
+        if load is not None:
+            return load.busiest_tokens(chunks)
         prefill = max((sum(c[0] for c in rank) for rank in self.dealt(chunks)), default=0)
         return prefill + self.rank(decode_batch)
 
@@ -297,10 +307,10 @@ class LayoutOps:
         return self.rank(seqs)
 
     # --- attention ---------------------------------------------------------------
-    def prefill_attention_time(self, chunks: Sequence[tuple[int, int]]) -> float:
+    def prefill_attention_time(self, chunks: Sequence[tuple[int, int]], load: RankLoad | None = None) -> float:
         if self.dp == 1 or len(chunks) == 1:
             return self._prefill_rank(chunks)
-        return max(self._prefill_rank(rank) for rank in self.dealt(chunks))
+        return max(self._prefill_rank(rank) for rank in self.dealt(chunks, load))
 
     def _prefill_rank(self, chunks: Sequence[tuple[int, int]]) -> float:
         cm = self.cm
@@ -350,31 +360,35 @@ class LayoutOps:
         per_seq = L * p.per_seq_us * _US + self.n_slide * rate * self.window
         return self.n_full * rate, per_seq, L * p.fixed_us * _US
 
-    def decode_share(self, batch: int) -> float:
-        """The busiest dp rank's share of a decode batch: ⌈B/dp⌉ of its B
-        sequences (with their share of Σcontext). 1/dp when dp divides B; a
-        batch smaller than dp leaves one sequence per busy rank."""
-        return self.rank(batch) / batch if batch > 0 else 1.0 / self.dp
+    def decode_share(self, batch: int, busiest: int = 0) -> float:
+        """The busiest dp rank's share of a decode batch (with that share of Σcontext): its
+        ``busiest`` sequences, the most any rank decodes where the engine placed them; else
+        ⌈B/dp⌉ of its B, 1/dp when dp divides B (a batch smaller than dp leaves one sequence
+        per busy rank)."""
+        if batch <= 0:
+            return 1.0 / self.dp
+        return (busiest or self.rank(batch)) / batch
 
-    def decode_coefficients(self, batch: int) -> tuple[float, float]:
-        """(rest, rate): decode attention of ``batch`` sequences = rest + rate · Σcontext."""
-        s = self.decode_share(batch)
+    def decode_coefficients(self, batch: int, busiest: int = 0) -> tuple[float, float]:
+        """(rest, rate): decode attention of ``batch`` sequences = rest + rate · Σcontext, ``busiest``
+        of them on the busiest rank (0: ⌈B/dp⌉, :meth:`decode_share`)."""
+        s = self.decode_share(batch, busiest)
         rate, per_seq, fixed = self.decode_rate, self.decode_per_seq, self.decode_fixed
-        return s * per_seq * batch + fixed + self.decode_extra(batch), s * rate
+        return s * per_seq * batch + fixed + self.decode_extra(busiest or self.rank(batch)), s * rate
 
-    def decode_extra(self, batch: int) -> float:
-        """Per-step decode work that depends on the batch only: MLA's two
+    def decode_extra(self, b: int) -> float:
+        """Per-step decode work that depends on the busiest rank's ``b`` decodes only: MLA's two
         absorbed batched GEMMs per layer (memoised)."""
-        if self.mla is None or batch <= 0:
+        if self.mla is None or b <= 0:
             return 0.0
-        t = self._decode_extra.get(batch)
+        t = self._decode_extra.get(b)
         if t is None:
-            cm, s, b = self.cm, self.mla, self.rank(batch)
+            cm, s = self.cm, self.mla
             module = mla_module_decode_time(b, 0.0, s, cm.gpu, self.mla_decode, self.mla_proj, cm.kv_bytes,
                                             self.proj_fmt)
             parts = (mla_projection_time(b, s, cm.gpu, self.mla_proj, self.proj_fmt)
                      + mla_decode_time(b, 0.0, s, cm.gpu, self.mla_decode, cm.kv_bytes))
-            t = self._decode_extra[batch] = self.layers * float(module - parts)
+            t = self._decode_extra[b] = self.layers * float(module - parts)
         return t
 
     def extend_parts(self, queries: int) -> tuple[float, float, float]:

@@ -80,6 +80,7 @@ from typing import Sequence
 
 from ..errors import LlmsimError
 from ..pipeline import ACTIVATION_BYTES, STAGE_TENSORS, Pipeline
+from .rank_load import RankLoad
 from .step import CostModel
 
 _US = 1e-6
@@ -175,9 +176,12 @@ class PipelineCostModel(CostModel):
         return m * self._stage_eager_s
 
     def step_time(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
-                  decode_context: float = 0.0, sampling_seqs: int | None = None) -> float:
+                  decode_context: float = 0.0, sampling_seqs: int | None = None, adapters: int = 0,
+                  load: RankLoad | None = None) -> float:
         """Seconds of one round: the walk of its largest micro-batch, which
-        carries ``n/tokens`` of the round's attention work."""
+        carries ``n/tokens`` of the round's attention work (one attention rank
+        and no adapters: a pipeline's set-up refuses dp and LoRA, so ``load``
+        and ``adapters`` are never given)."""
         tokens = decode_batch + sum(c[0] for c in prefill_chunks)
         if tokens == 0:
             return 0.0
@@ -198,8 +202,8 @@ class PipelineCostModel(CostModel):
         gpu += self.token_return_time()
         return gpu + self.exposed_cpu(gpu - self._decode_context_time(decode_batch, decode_context), seqs)
 
-    def decode_coefficients(self, batch: int) -> tuple[float, float]:
-        """(a, b) with step_time(decode only, batch, S) == a + b·S."""
+    def decode_coefficients(self, batch: int, adapters: int = 0, busiest: int = 0) -> tuple[float, float]:
+        """(a, b) with step_time(decode only, batch, S) == a + b·S (one rank, no adapters: ``step_time``)."""
         m = self.micro_batches((), batch)
         n = -(-batch // m)
         f = self._stretch(batch, n)

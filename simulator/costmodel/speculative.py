@@ -102,6 +102,7 @@ from ..memory import MemoryPlan, pool_blocks
 from ..parallelism import replica_kv_bytes_per_token, replica_weight_bytes
 from ..profiles.model import ModelProfile, load_model
 from . import components as C
+from .rank_load import RankLoad
 from .roofline import blend
 from .step import CostModel
 
@@ -228,7 +229,7 @@ class SpeculativeCostModel:
         t, n = self.target, batch * (self.k + 1)
         attention = self._verify_rate * (context - batch) + self._verify_per_seq * batch + self._verify_fixed
         # MLA's absorbed batched GEMMs run per query token, as in a decode of n tokens.
-        tokens = t.token_time(n) + t.lm_head_time(n) + (t.ops.decode_extra(n) if t.ops is not None else 0.0)
+        tokens = t.token_time(n) + t.lm_head_time(n) + (t.ops.decode_extra(t.ops.rank(n)) if t.ops is not None else 0.0)
         if not t.async_scheduling:
             return tokens + attention + t.overhead_s + t.overhead_per_seq_s * batch
         fixed = tokens + self._verify_per_seq * batch + self._verify_fixed
@@ -246,12 +247,15 @@ class SpeculativeCostModel:
             c = self._step_coef[batch] = (a, r)
         return c
 
-    def decode_coefficients(self, batch: int, tokens_per_step: float | None = None) -> tuple[float, float]:
+    def decode_coefficients(self, batch: int, tokens_per_step: float | None = None,
+                            busiest: int = 0) -> tuple[float, float]:
         """(a, r) with a decode-only iteration taking a + r·S, S the total
         context: a step over E tokens per sequence (the pool's E, or the
-        batch's mean ``tokens_per_step`` with per-class α)."""
+        batch's mean ``tokens_per_step`` with per-class α). ``busiest``: the
+        most decodes one attention-DP rank runs, read where the draft does not
+        run (a drafting step's halves split the batch evenly over the ranks)."""
         if batch <= 0 or not self.speculates(batch):
-            return self.target.decode_coefficients(batch)
+            return self.target.decode_coefficients(batch, busiest=busiest)
         if tokens_per_step is not None and tokens_per_step != self.tokens_per_step:
             a, r = self.step_coefficients(batch)
             return a / tokens_per_step, r / tokens_per_step
@@ -263,16 +267,19 @@ class SpeculativeCostModel:
 
     def step_time(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
                   decode_context: float = 0.0, sampling_seqs: int | None = None,
-                  tokens_per_step: float | None = None) -> float:
+                  tokens_per_step: float | None = None, load: RankLoad | None = None) -> float:
         """Seconds for one iteration, decode tokens at their amortised
-        speculative cost (``tokens_per_step``: as in :meth:`decode_coefficients`)."""
+        speculative cost (``tokens_per_step``: as in :meth:`decode_coefficients`);
+        ``load``: the attention-DP rank each chunk and decode runs on (None: spread
+        evenly), read by the target's and the draft's passes over the prompt chunks
+        and by the target's decodes where the draft does not run."""
         t, b = self.target, decode_batch
         if not self.speculates(b, bool(prefill_chunks) and b > 0):
-            plain = t.step_time(prefill_chunks, b, decode_context, sampling_seqs)
+            plain = t.step_time(prefill_chunks, b, decode_context, sampling_seqs, load=load)
             if not self.speculates(b):   # above disable_above_batch the draft does not run at all
                 return plain
             # A mixed iteration whose decodes do not draft: the draft extends over its tokens all the same.
-            return plain + self.draft.step_time(prefill_chunks, b, decode_context, sampling_seqs)
+            return plain + self.draft.step_time(prefill_chunks, b, decode_context, sampling_seqs, load=load)
         if sampling_seqs is None:
             sampling_seqs = b + len(prefill_chunks)
         total = 0.0
@@ -280,9 +287,10 @@ class SpeculativeCostModel:
             a, r = self.decode_coefficients(b, tokens_per_step)
             total = a + r * decode_context
         if prefill_chunks:
-            plain_decode = t.step_time((), b, decode_context, b) if b > 0 else 0.0
-            total += t.step_time(prefill_chunks, b, decode_context, sampling_seqs) - plain_decode
-            total += self.draft.step_time(prefill_chunks, 0, 0.0, sampling_seqs - b)
+            plain_decode = t.step_time((), b, decode_context, b, load=load) if b > 0 else 0.0
+            total += t.step_time(prefill_chunks, b, decode_context, sampling_seqs, load=load) - plain_decode
+            total += self.draft.step_time(prefill_chunks, 0, 0.0, sampling_seqs - b,
+                                          load=None if load is None else load.prompts_only())
         return total
 
     def describe(self) -> dict:

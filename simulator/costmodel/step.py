@@ -26,6 +26,7 @@ from . import scalar
 from .layout import LayoutOps, check_weight_dtype, gemm_format, needs_layout
 from .mla import format_linear_time
 from .eager import launches_per_forward
+from .rank_load import RankLoad
 from .lora import LoraCost
 
 ROOFLINE = Calibration(status="roofline")
@@ -250,28 +251,31 @@ class CostModel:
             self._token_cache[key] = t
         return t
 
-    def busiest_rank(self, prefill_chunks: Sequence[tuple[int, int]], decode_batch: int) -> int | None:
-        """The busiest attention-DP rank's tokens in a step with prompt chunks (each runs whole on its
-        request's rank); None where the step is spread evenly (one rank, or decodes alone)."""
-        if self.ops is None or self.ops.dp == 1 or not prefill_chunks:
+    def busiest_rank(self, prefill_chunks: Sequence[tuple[int, int]], decode_batch: int,
+                     load: RankLoad | None = None) -> int | None:
+        """The busiest attention-DP rank's tokens in a step: by the ranks ``load`` places its chunks and
+        decodes on, else with each chunk whole on a rank dealt in turn; None where the step is spread
+        evenly (one rank, or decodes alone without a ``load``)."""
+        if self.ops is None or self.ops.dp == 1 or not (prefill_chunks or load is not None):
             return None
-        return self.ops.busiest_tokens(prefill_chunks, decode_batch)
+        return self.ops.busiest_tokens(prefill_chunks, decode_batch, load)
 
-    def prefill_attention_time(self, chunks: Sequence[tuple[int, int]]) -> float:
+    def prefill_attention_time(self, chunks: Sequence[tuple[int, int]], load: RankLoad | None = None) -> float:
         if not chunks:
             return 0.0
         if self.ops is not None:
-            return self.ops.prefill_attention_time(chunks)
+            return self.ops.prefill_attention_time(chunks, load)
         p = self.cal.attention_prefill
         t = scalar.prefill_attention(chunks, self.heads, self.kv_heads, self.head_dim, self.kv_bytes,
                                      self.peak_attn * p.eta_compute, self.hbm_bw * p.eta_memory, p.sharpness)
         return self.layers * (t + p.fixed_us * _US)
 
-    def decode_attention_time(self, batch: int, total_context: float) -> float:
+    def decode_attention_time(self, batch: int, total_context: float, busiest: int = 0) -> float:
+        """``busiest``: the most of the ``batch`` decodes one attention-DP rank runs (0: ⌈B/dp⌉)."""
         if batch <= 0:
             return 0.0
         if self.ops is not None:
-            rest, rate = self.ops.decode_coefficients(batch)
+            rest, rate = self.ops.decode_coefficients(batch, busiest)
             return rest + rate * total_context
         return self.decode_rate * total_context + self.decode_per_seq * batch + self.decode_fixed
 
@@ -299,11 +303,11 @@ class CostModel:
             return 0.0
         return max(0.0, self.eager_s - gpu_s)
 
-    def _decode_context_time(self, batch: int, context: float) -> float:
+    def _decode_context_time(self, batch: int, context: float, busiest: int = 0) -> float:
         """The part of decode attention that grows with the attended context."""
         if batch <= 0:
             return 0.0
-        rate = self.ops.decode_coefficients(batch)[1] if self.ops is not None else self.decode_rate
+        rate = self.ops.decode_coefficients(batch, busiest)[1] if self.ops is not None else self.decode_rate
         return rate * context
 
     def lora_time(self, tokens: int, adapters: int) -> float:
@@ -311,20 +315,23 @@ class CostModel:
         return 0.0 if self.lora is None else self.lora.time(tokens, adapters)
 
     def step_time(self, prefill_chunks: Sequence[tuple[int, int]] = (), decode_batch: int = 0,
-                  decode_context: float = 0.0, sampling_seqs: int | None = None, adapters: int = 0) -> float:
+                  decode_context: float = 0.0, sampling_seqs: int | None = None, adapters: int = 0,
+                  load: RankLoad | None = None) -> float:
         """Seconds for one iteration. ``decode_context`` is the total number of
         KV tokens the decode tokens attend to (Σ context over the batch);
-        ``adapters``: distinct LoRA adapters of the batch."""
+        ``adapters``: distinct LoRA adapters of the batch; ``load``: the
+        attention-DP rank each chunk and decode runs on (None: spread evenly)."""
         tokens = decode_batch + sum(c[0] for c in prefill_chunks)
         if tokens == 0:
             return 0.0
         if sampling_seqs is None:
             sampling_seqs = decode_batch + len(prefill_chunks)
         seqs = decode_batch + len(prefill_chunks)
-        rank = self.busiest_rank(prefill_chunks, decode_batch)
+        rank = self.busiest_rank(prefill_chunks, decode_batch, load)
+        busiest = 0 if load is None else load.busiest_decodes
         gpu = (self.token_time(tokens, rank) + self.lm_head_time(sampling_seqs)
-               + self.prefill_attention_time(prefill_chunks)
-               + self.decode_attention_time(decode_batch, decode_context))
+               + self.prefill_attention_time(prefill_chunks, load)
+               + self.decode_attention_time(decode_batch, decode_context, busiest))
         if adapters:
             gpu += self.lora_time(tokens, adapters)
         gpu += self.launch_wait(gpu, prefill_chunks, tokens)
@@ -333,18 +340,19 @@ class CostModel:
         # the last bit and the stored reference results (bit for bit) move.
         if not self.async_scheduling:
             return gpu + self.overhead_s + self.overhead_per_seq_s * seqs
-        return gpu + self.exposed_cpu(gpu - self._decode_context_time(decode_batch, decode_context), seqs)
+        return gpu + self.exposed_cpu(gpu - self._decode_context_time(decode_batch, decode_context, busiest), seqs)
 
-    def decode_coefficients(self, batch: int, adapters: int = 0) -> tuple[float, float]:
-        """(a, b) with step_time(decode only, batch, S) == a + b·S exactly."""
+    def decode_coefficients(self, batch: int, adapters: int = 0, busiest: int = 0) -> tuple[float, float]:
+        """(a, b) with step_time(decode only, batch, S) == a + b·S exactly; ``busiest``: the
+        most of them one attention-DP rank runs, as a ``load`` gives step_time (0: none given)."""
         if adapters:   # (LoRA pools are plain dense transformers: no layout ops)
             gpu = (self.token_time(batch) + self.lora_time(batch, adapters) + self.lm_head_time(batch)
                    + self.decode_per_seq * batch + self.decode_fixed)
             return gpu + (self.exposed_cpu(gpu, batch) if self.async_scheduling
                           else self.overhead_s + self.overhead_per_seq_s * batch), self.decode_rate
         if self.ops is not None:
-            rest, rate = self.ops.decode_coefficients(batch)
-            gpu = self.token_time(batch) + self.lm_head_time(batch) + rest
+            rest, rate = self.ops.decode_coefficients(batch, busiest)
+            gpu = self.token_time(batch, busiest or None) + self.lm_head_time(batch) + rest
             if not self.async_scheduling:
                 return gpu + self.overhead_s + self.overhead_per_seq_s * batch, rate
             return gpu + self.exposed_cpu(gpu, batch), rate

@@ -15,6 +15,7 @@ from mypy_extensions import mypyc_attr
 from simpy.events import NORMAL
 
 from ..costmodel import CostModel
+from ..costmodel.rank_load import RankLoad
 from ..costmodel.speculative import SpeculativeCostModel
 from ..hybrid_kv import SlidingGroups, admission_cap, frees_when_processed
 from ..metrics.gaps import GapLog
@@ -424,11 +425,21 @@ class ReplicaBase:
         return None
 
     def _lora_step_time(self, prefill: list[tuple[int, int]], decode_batch: int, context: float,
-                        sampling: int) -> float:
+                        sampling: int, load: Optional[RankLoad]) -> float:
         """An iteration's time with the LoRA kernels over the batch's adapters."""
         cm = self.cm
         assert isinstance(cm, CostModel) and self.lora is not None   # LoRA pools do not speculate
-        return cm.step_time(prefill, decode_batch, context, sampling, adapters=self.lora.distinct)
+        return cm.step_time(prefill, decode_batch, context, sampling, adapters=self.lora.distinct, load=load)
+
+    def _step_load(self, chunks: list, decodes: list[int]) -> Optional[RankLoad]:
+        """Where an iteration's work sits among the attention-DP ranks, each prompt chunk on its
+        request's rank and ``decodes[r]`` decodes on rank r, for the cost model to price the
+        busiest rank (None: one rank). Each rank schedules only the requests placed on it: vLLM's
+        DP engine cores, SGLang's DP schedulers (data_parallel_controller.py), TensorRT-LLM's
+        attention-DP ranks (executor_request_queue.py), stepping together through the MoE layers."""
+        if self.placement is None:
+            return None
+        return RankLoad([s.rank for s, _ in chunks], decodes)
 
     def queued(self) -> int:
         """Requests waiting for a batch slot, those not yet taken in included."""

@@ -211,13 +211,17 @@ class ReferenceReplica(ReplicaBase):
         prefill = [(c, s.done) for s, c in chunks]
         sampling = len(decodes) + sum(1 for s, c in chunks if s.done + c == s.prompt)
         ctx = sum(s.kv + 1 for s in decodes)
+        per_rank = [0] * (1 if self.placement is None else self.placement.dp)
+        for s in decodes:
+            per_rank[s.rank] += 1
+        load = self._step_load(chunks, per_rank)
         if self.lora is not None:
-            dt = self._lora_step_time(prefill, len(decodes), ctx, sampling)
+            dt = self._lora_step_time(prefill, len(decodes), ctx, sampling, load)
         elif self.class_tokens_per_step is None:
-            dt = self.cm.step_time(prefill, len(decodes), ctx, sampling)
+            dt = self.cm.step_time(prefill, len(decodes), ctx, sampling, load=load)
         else:   # per-class α: the step over the decoding sequences' mean E
             e = self._mean_tokens_per_step(Counter(map(self._tokens_per_step, decodes)))
-            dt = self.cm.step_time(prefill, len(decodes), ctx, sampling, tokens_per_step=e)
+            dt = self.cm.step_time(prefill, len(decodes), ctx, sampling, tokens_per_step=e, load=load)
         dt += self._take_reload()
         self._release_outputs(dt if chunks else 0.0)
         held = self.num_blocks - self.free

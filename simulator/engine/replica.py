@@ -72,6 +72,9 @@ class FastReplica(ReplicaBase):
         # the anchor moves when the decoding batch empties.
         self.block_anchor = 0
         self.C = 0                           # Σ c_i over decoding sequences
+        # Decoding sequences by attention-DP rank (one entry with one rank): the busiest rank's
+        # decodes price an iteration (ReplicaBase._step_load).
+        self.rank_decoding: list[int] = [0] * dp
         self.heap: list[tuple[int, int, int, Seq]] = []
         self.rates: dict[float, int] = {}    # decoding sequences by speculative E (per-class α only)
         # Stall clock: total time of iterations in which decoders sat idle
@@ -126,6 +129,7 @@ class FastReplica(ReplicaBase):
         s.gf = self.G + s.req.output_tokens - s.generated
         self.demand.add(s.c - s.pin_blocks * self.bs)
         self.C += s.c
+        self.rank_decoding[s.rank] += 1
         key = self._cohort(s)
         self.cohorts[key] = self.cohorts.get(key, 0) + 1
         heapq.heappush(self.heap, (s.gf, s.order, s.epoch, s))
@@ -143,6 +147,7 @@ class FastReplica(ReplicaBase):
         if self.reserves:
             self.fixed_blocks -= s.blocks
         self.C -= s.c
+        self.rank_decoding[s.rank] -= 1
         key = self._cohort(s)
         n = self.cohorts[key] - 1
         if n:
@@ -432,14 +437,15 @@ class FastReplica(ReplicaBase):
             sampling = (B if decoding else 0) + sum(1 for s, c in chunks if s.done + c == s.prompt)
             ctx = (self.C + B * (self.G + 1)) if decoding else 0
             cm = self.cm
+            load = self._step_load(chunks, self.rank_decoding if decoding else [0] * len(self.rank_decoding))
             if self.lora is not None:
-                dt = self._lora_step_time(prefill, B if decoding else 0, ctx, sampling)
+                dt = self._lora_step_time(prefill, B if decoding else 0, ctx, sampling, load)
             elif self.class_tokens_per_step is None:
-                dt = cm.step_time(prefill, B if decoding else 0, ctx, sampling)
+                dt = cm.step_time(prefill, B if decoding else 0, ctx, sampling, load=load)
             else:
                 assert isinstance(cm, SpeculativeCostModel)   # per-class α is speculative decoding's
                 dt = cm.step_time(prefill, B if decoding else 0, ctx, sampling,
-                                  tokens_per_step=self._mean_tokens_per_step(self.rates))
+                                  tokens_per_step=self._mean_tokens_per_step(self.rates), load=load)
             dt += self._take_reload()   # (a base-class float read here crashes mypyc 1.13's codegen)
             self._release_outputs(dt if chunks else 0.0)
             self.seg = None
@@ -459,14 +465,16 @@ class FastReplica(ReplicaBase):
             return
         # A decode-only stretch: how many iterations until something changes?
         cm = self.cm
+        # the busiest attention-DP rank's decodes (0: one rank), fixed through the stretch
+        busiest = max(self.rank_decoding) if self.placement is not None else 0
         if self.lora is not None:   # the LoRA kernels over the batch's adapters (fixed through the stretch)
             assert isinstance(cm, CostModel)
-            a, b = cm.decode_coefficients(B, self.lora.distinct)
+            a, b = cm.decode_coefficients(B, self.lora.distinct, busiest)
         elif self.class_tokens_per_step is None:
-            a, b = cm.decode_coefficients(B)
+            a, b = cm.decode_coefficients(B, busiest=busiest)
         else:   # one E for the stretch: its decoding set is fixed
             assert isinstance(cm, SpeculativeCostModel)
-            a, b = cm.decode_coefficients(B, self._mean_tokens_per_step(self.rates))
+            a, b = cm.decode_coefficients(B, self._mean_tokens_per_step(self.rates), busiest)
         G0 = self.G
         gf = self._next_finish()
         assert gf is not None   # decoding sequences are on the heap
