@@ -346,14 +346,16 @@ def check_reservation(rep, where: str) -> None:
     """Reserving outputs: the running sequences' final KV (their own blocks and
     windows plus the cache entries they pin) fits the capacity, so nothing is
     ever preempted."""
-    if not rep.no_evict:
-        assert rep.reserved == 0, where
-        return
-    own_final = sum(ceil_div(s.req.input_tokens + s.req.output_tokens, rep.bs) + rep.window_blocks - s.pin_blocks
-                    for s in rep.running)
-    assert rep.reserved == own_final, where
     pinned = rep.cache.pinned if rep.cache is not None else 0
-    assert pinned + rep.reserved <= rep.num_blocks, f"{where}: reservations exceed the KV capacity"
+    assert sum(rep.rank_pinned) == pinned, f"{where}: the ranks' pinned blocks are not the cache's"
+    if not rep.no_evict:
+        assert rep.reserved == [0] * rep.dp, where
+        return
+    for r in range(rep.dp):     # each attention-DP rank's own pool
+        own_final = sum(ceil_div(s.req.input_tokens + s.req.output_tokens, rep.bs) + rep.window_blocks - s.pin_blocks
+                        for s in rep.running if s.rank == r)
+        assert rep.reserved[r] == own_final, where
+        assert rep.rank_pinned[r] + rep.reserved[r] <= rep.rank_pool, f"{where}: reservations exceed the KV capacity"
     assert rep.preemptions == 0, f"{where}: a sequence was preempted though outputs are reserved"
 
 

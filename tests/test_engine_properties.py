@@ -79,6 +79,14 @@ class CheckedFast(FastReplica):
         check_prompt_blocks(self, prefilling, self._planned[0] if hasattr(self, "_planned") else [], where)
         assert 0 <= self.used_blocks() <= nb, f"{where}: {self.used_blocks()} blocks used of {nb}"
         assert len(self.running) <= self.cfg.max_num_seqs, where
+        # each attention-DP rank's tallies add up to the replica's, and its pool holds them
+        assert sum(self.rank_fixed) == self.fixed_blocks and sum(self.rank_decoding) == self.B, where
+        for r in range(self.dp):
+            mine = [s for s in decoding if s.rank == r]
+            assert self.rank_demand[r].at(G) == sum(ceil_div(s.c + G, bs) for s in mine), where
+            assert self.rank_decoding[r] == len(mine), where
+            assert self._rank_used(r, G) <= self.rank_pool, f"{where}: rank {r} over its pool"
+            assert sum(1 for s in self.running if s.rank == r) <= self.rank_seqs, where
         check_reservation(self, where)
         type(self).checks += 1
 
@@ -98,8 +106,10 @@ class CheckedFast(FastReplica):
         if self.seg is not None:
             n = self.seg[1]
             assert self.used_blocks(self.G + n) <= self.num_blocks, "a decode stretch runs out of KV"
+            assert not self._rank_over(self.G + n), "a decode stretch runs out of a rank's KV"
         elif decoding:
             assert self.used_blocks(self.G + 1) <= self.num_blocks, "a mixed iteration runs out of KV"
+            assert not self._rank_over(self.G + 1), "a mixed iteration runs out of a rank's KV"
         slots = self.draft_slots     # a separate draft model's budget slots per scheduled request
         budget = sum(c + slots for _, c in chunks) + (self.B * (1 + slots) if decoding else 0)
         if self.cfg.chunked_prefill and self.cfg.scheduler == "continuous":
@@ -134,6 +144,10 @@ class CheckedReference(ReferenceReplica):
         assert nb - self.free == sum(s.blocks + self.window_blocks + s.window_extra for s in self.running), \
             "allocated + free != total"
         assert len(self.running) <= self.cfg.max_num_seqs
+        for r in range(self.dp):    # each attention-DP rank's own pool and sequences
+            mine = [s for s in self.running if s.rank == r]
+            assert self.rank_own[r] == sum(s.blocks for s in mine) and 0 <= self._rank_free(r)
+            assert len(mine) <= self.rank_seqs
         for s in self.running:
             if s.state == DECODE:
                 assert s.blocks >= ceil_div(s.kv, bs)

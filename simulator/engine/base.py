@@ -106,11 +106,24 @@ class ReplicaBase:
         self.num_blocks = num_blocks
         # The most one request can ever hold: its attention-DP rank's pool (PoolSetup.rank_blocks),
         # else the replica's. Each rank of vLLM, SGLang and TensorRT-LLM has its own KV pool and a
-        # request stays on its rank, so the replica's other ranks never lend it blocks; llmsim keeps
-        # one pool of the dp ranks' blocks for everything but this bound and the ranks' prefix
-        # caches (``placement``).
+        # request stays on its rank, so the replica's other ranks never lend it blocks.
         # (0 is a bound: a rank whose only block is vLLM's null block holds nothing for a request)
-        self.rank_blocks: int = rank_blocks if rank_blocks is not None else num_blocks
+        self.rank_blocks: int = rank_blocks if rank_blocks is not None else num_blocks // dp
+        # Each attention-DP rank is a scheduler of its own (SGLang's DP schedulers, vLLM's DP engine
+        # cores, TensorRT-LLM's attention-DP ranks) over its own share of the replica's blocks, its
+        # pool: it admits, grows and preempts the requests placed on it against that pool alone,
+        # under its own share of the sequence and token limits (fleet/setup.py rank_limits gives the
+        # replica dp times a rank's). The blocks its requests pin in the prefix cache, hold in the
+        # sliding-window groups beyond their windows and reserve for their outputs are counted by
+        # rank; the rest of a rank's usage is the engine's (``_rank_free``).
+        self.dp = dp
+        self.rank_pool: int = num_blocks // dp
+        self.rank_seqs: int = max(1, cfg.max_num_seqs // dp)
+        self.rank_budget: int = cfg.max_num_batched_tokens // dp
+        self.rank_prefill_cap: Optional[int] = None if cfg.max_prefill_tokens is None \
+            else cfg.max_prefill_tokens // dp
+        self.rank_pinned: list[int] = [0] * dp
+        self.rank_window_extra: list[int] = [0] * dp
         # Blocks each running sequence's sliding-window layers hold of the shared pool beside its
         # own (vLLM's hybrid KV cache: simulator.hybrid_kv), taken at admission and given back when
         # it stops running: a window, recycled as it slides, the same for every sequence.
@@ -169,7 +182,7 @@ class ReplicaBase:
         # own when they finish. With the blocks they pin in the prefix cache it
         # never exceeds num_blocks, so decode growth always fits.
         self.no_evict = cfg.reserves_output
-        self.reserved = 0
+        self.reserved: list[int] = [0] * dp      # by attention-DP rank
         # vLLM V1's prompt KV (prompt_kv: per_chunk): admitted on its whole prompt's blocks, a chunked
         # prompt holds only those of the chunks scheduled so far (``_chunk_kv``).
         self.per_chunk = cfg.per_chunk_kv
@@ -184,8 +197,10 @@ class ReplicaBase:
         self.ratio_base: float = self.ratio_init
         self.ratio_steps = 0
         self.clip = cfg.output_estimate_clip
-        self.pass_reserved = 0      # outputs of the prompts the plan being made completes (unscaled)
-        self.left_now = -1          # Σ min(remaining output, clip) over the decoders this plan; -1: not yet summed
+        # By attention-DP rank: outputs of the prompts the plan being made completes (unscaled), and
+        # Σ min(remaining output, clip) over the decoders this plan (-1: not yet summed).
+        self.pass_reserved: list[int] = [0] * dp
+        self.left_now: list[int] = [-1] * dp
         self.retracted = False      # the plan being made preempted
         # SGLang's decode server (kv_admission: decode_reservation): reserve_tokens
         # of KV kept per running request; the running requests' Σ prompt + output
@@ -207,8 +222,8 @@ class ReplicaBase:
         self.request_cap = (min(self.length.tokens, pool_tokens) if self.cuts_to_seq_len
                             else min(self.max_model_len - 1, pool_tokens - 1) if cfg.clips_output else 0)
         self.outputs_clipped = 0
-        self.ret_now = -1
-        self.top_now = 0
+        self.ret_now: list[int] = [-1] * dp      # by attention-DP rank
+        self.top_now: list[int] = [0] * dp
         if cfg.prefix_cache and id_block_tokens:
             cap = cfg.prefix_cache_capacity_tokens
             self.cache = PrefixCache(id_block_tokens, self.bs, cap if isinstance(cap, int) else None,
@@ -331,7 +346,7 @@ class ReplicaBase:
         would wait for it at the head of its queue forever, the requests behind it too; it ends
         STRANDED instead, counted apart (``request_status.stranded``, the load verdict), and
         those behind it are served."""
-        if self.windows is None or self._batch_len() or not s.req.preemptions:
+        if self.windows is None or self._rank_len(s.rank) or not s.req.preemptions:
             return False
         return self._admission(s, budget=self.cfg.max_num_batched_tokens if self.per_chunk else 0)[0] \
             > self.rank_blocks
@@ -380,10 +395,11 @@ class ReplicaBase:
         if not self.busy:
             self.busy = True
             self._schedule(0.0, self._boundary)
-        elif self.waiting[0] is seq or self._unblocked(seq):
+        elif self.waiting[0] is seq or self._unblocked(seq) or self.dp > 1:
             # Only a new head of the queue can change the plan: behind a
             # waiting head nothing is admitted before it (unless the head
-            # waits for its LoRA adapter, which the scheduler skips).
+            # waits for its LoRA adapter, which the scheduler skips, or it
+            # waits on another attention-DP rank, whose scheduler is another).
             self._on_arrival_while_busy(now)
 
     def _on_arrival_while_busy(self, now: float) -> None:
@@ -394,13 +410,19 @@ class ReplicaBase:
         """A LoRA request whose adapter the batch has room for (False without LoRA)."""
         return self.lora is not None and not self.lora.blocked(s.req.adapter)
 
-    def _next_waiting(self, skipped: list[Seq]) -> Optional[Seq]:
+    def _next_waiting(self, skipped: list[Seq], closed: list[bool]) -> Optional[Seq]:
         """The waiting sequence the scheduler tries next. vLLM skips one whose
         LoRA adapter would take the batch past ``max_loras``: it is moved to
-        ``skipped`` and put back in its place by :meth:`_unskip`."""
+        ``skipped`` and put back in its place by :meth:`_unskip`; so is one
+        whose attention-DP rank admits nothing more this plan (``closed``: its
+        own scheduler stopped at an earlier request of its, FCFS within a rank,
+        while the other ranks' schedulers go on)."""
         w, lora = self.waiting, self.lora
         while w:
             s = w[0]
+            if closed[s.rank]:
+                skipped.append(w.popleft())
+                continue
             if self._never_readmitted(s):
                 w.popleft()
                 self.queue_len.set(self.env.now, self.queued())
@@ -467,7 +489,7 @@ class ReplicaBase:
         held, self.held = self.held, []
         for s in held:
             self.waiting.append(s)
-        if self.waiting[0] is not head or any(map(self._unblocked, held)):
+        if self.waiting[0] is not head or any(map(self._unblocked, held)) or self.dp > 1:
             self._on_arrival_while_busy(now)
 
     def _boundary(self, _ev: object = None) -> None:
@@ -527,8 +549,9 @@ class ReplicaBase:
         """Engine-specific: take a running sequence out of the batch and free its own blocks."""
         raise NotImplementedError
 
-    def _preempt_victim(self) -> Seq:
-        """Engine-specific: preempt the running sequence KV pressure takes first (``_preempt``) and return it."""
+    def _preempt_victim(self, rank: int) -> Seq:
+        """Engine-specific: preempt the running sequence of attention-DP rank ``rank`` KV pressure on
+        that rank's pool takes first (``_preempt``) and return it."""
         raise NotImplementedError
 
     def _preempt(self, v: Seq) -> Seq:
@@ -697,6 +720,7 @@ class ReplicaBase:
         change = self._window_change(s, upto)
         s.window_extra += change
         self.window_extra += change
+        self.rank_window_extra[s.rank] += change
         return change
 
     def _drop_windows(self, s: Seq) -> None:
@@ -704,6 +728,7 @@ class ReplicaBase:
         iteration of its chunk ended (the request's next allocation frees the blocks below
         the window, ``remove_skipped_blocks``), or it stopped running."""
         self.window_extra -= s.window_extra
+        self.rank_window_extra[s.rank] -= s.window_extra
         s.window_extra = 0
         s.window_from = -1
 
@@ -758,12 +783,13 @@ class ReplicaBase:
                                                        m.ids if self.per_chunk else -1)
             s.blocks = 0 if self.per_chunk else total - s.pin_blocks
             taken = s.blocks + c.pinned - p0
+            self.rank_pinned[s.rank] += c.pinned - p0
         if self.lora is not None:   # a cold adapter's load delays the iteration it joins
             self.reload_s += self.lora.enter(s.req.adapter)
         if self.kv_budgets is not None:
             self._charge(s)
         if self.no_evict:
-            self.reserved += self._footprint(s.req) - s.pin_blocks
+            self.reserved[s.rank] += self._footprint(s.req) - s.pin_blocks
         if self.windows is not None and not self.per_chunk:
             taken += self._hold_windows(s, s.prompt)    # (chunk by chunk: _take_chunk)
         return taken + self.window_blocks
@@ -780,24 +806,25 @@ class ReplicaBase:
         waits, and ends STRANDED once nothing runs (``_never_readmitted``)."""
         if need > self.rank_blocks:
             return True
+        r = s.rank
         if self.reserves_decode:
-            if self.ret_now < 0:
-                self.ret_now, self.top_now = self._retractable()
+            if self.ret_now[r] < 0:
+                self.ret_now[r], self.top_now[r] = self._retractable(r)
             # (a retracted request's test leaves out its last token, which the resume allocates
             # with the rest: its blocks must be free too, else the pool would overflow by one)
             return need > free or not self._reservation_fits(
                 self._decode_kv(s, need, total), self._decode_estimate(s), free * self.bs, self.reserve_tokens,
-                self._batch_len(), self.ret_now, self.top_now)
+                self._rank_len(r), self.ret_now[r], self.top_now[r])
         if self.expects_output:
-            if self.left_now < 0:
-                self.left_now = self._outputs_left()
+            if self.left_now[r] < 0:
+                self.left_now[r] = self._outputs_left(r)
             return not self._expected_fits(need * self.bs + self._output_estimate(s), free * self.bs,
-                                           self._ratio(self.ratio_steps), self.left_now, self.pass_reserved)
+                                           self._ratio(self.ratio_steps), self.left_now[r], self.pass_reserved[r])
         if not self.no_evict:
             return need > free
-        pinned = self.cache.pinned if self.cache is not None else 0
         # (its windows are in both need and its footprint)
-        return need + self._footprint(s.req) - total - self.window_blocks > self.num_blocks - pinned - self.reserved
+        return need + self._footprint(s.req) - total - self.window_blocks > \
+            self.rank_pool - self.rank_pinned[r] - self.reserved[r]
 
     # --- SGLang's decode server (kv_admission: decode_reservation) ------------------
     @staticmethod
@@ -831,9 +858,9 @@ class ReplicaBase:
         clip), the whole output; -1 for a request retracted here, which resumes by its own test."""
         return -1 if s.req.preemptions > 0 else min(s.req.output_tokens, self.clip)
 
-    def _retractable(self) -> tuple[int, int]:
-        """Engine-specific: over the running sequences, (Σ prompt + output so far,
-        the largest prompt + min(output, clip); 0 when none runs)."""
+    def _retractable(self, rank: int) -> tuple[int, int]:
+        """Engine-specific: over the sequences running on attention-DP rank ``rank``, (Σ prompt +
+        output so far, the largest prompt + min(output, clip); 0 when none runs)."""
         raise NotImplementedError
 
     # --- SGLang's expected-output admission (kv_admission: expected_output) --------
@@ -862,12 +889,13 @@ class ReplicaBase:
         min(max_new_tokens, clip) for it (whole, not less what it wrote before a
         preemption) to the rest of the pass; a prompt cut short is charged nothing."""
         if self.expects_output and s.done + chunk == s.prompt:
-            self.pass_reserved += min(s.req.output_tokens, self.clip)
+            self.pass_reserved[s.rank] += min(s.req.output_tokens, self.clip)
 
     def _start_plan(self) -> None:
-        self.pass_reserved = 0
-        self.left_now = -1
-        self.ret_now = -1
+        for r in range(self.dp):
+            self.pass_reserved[r] = 0
+            self.left_now[r] = -1
+            self.ret_now[r] = -1
 
     def _track_ratio(self, chunks: bool, decoding: bool) -> None:
         """The ratio after the plan just made: set from the decoders left after a
@@ -885,8 +913,8 @@ class ReplicaBase:
             self.ratio_base = self.ratio_init
             self.ratio_steps = 0
 
-    def _outputs_left(self) -> int:
-        """Engine-specific: Σ min(remaining output, clip) over the decoding sequences."""
+    def _outputs_left(self, rank: int) -> int:
+        """Engine-specific: Σ min(remaining output, clip) over the sequences decoding on attention-DP rank ``rank``."""
         raise NotImplementedError
 
     def _decoder_totals(self) -> tuple[int, int, int]:
@@ -1022,11 +1050,13 @@ class ReplicaBase:
         if self.kv_budgets is not None:
             self.kv_charged[s.req.klass] -= self._footprint(s.req)
         if self.no_evict:
-            self.reserved -= self._footprint(s.req) - s.pin_blocks
+            self.reserved[s.rank] -= self._footprint(s.req) - s.pin_blocks
         if s.pin is not None:
             assert self.cache is not None and s.ids is not None   # a pin came from both
+            p0 = self.cache.pinned
             self.cache.release(s.pin, s.ids, s.pin_ids, kv_tokens, s.req.klass,
                                s.done // self.cache.H if s.state == PREFILL and s.done < s.prompt else -1)
+            self.rank_pinned[s.rank] += self.cache.pinned - p0
             if self.kv_budgets is not None:
                 self._hold_caps()
         s.pin = None
@@ -1076,65 +1106,105 @@ class ReplicaBase:
             if self.on_done:
                 self.on_done(req)
 
-    def _admit_whole(self, now: float, free: int, reserve_output: bool, decoding: int = 0) -> list:
-        """Admit waiting prompts whole, FCFS, while sequences, the token budget
-        (a single prompt may exceed it when alone in its iteration) and
-        ``free`` blocks allow. ``decoding`` sequences share the iteration and
-        its budget (whole prompts in flight with decodes, as TensorRT-LLM
-        schedules without chunking). Static batching reserves blocks for the
-        output too. Each engine's ``_admit`` does its own block bookkeeping."""
+    def _admit_whole(self, now: float, free: list[int], reserve_output: bool,
+                     decoding: Optional[list[int]] = None, closed: Optional[list[bool]] = None) -> list:
+        """Admit waiting prompts whole, FCFS on each attention-DP rank, while its
+        sequences, its token budget (a single prompt may exceed it when alone in its
+        iteration) and its ``free`` blocks allow. ``decoding[r]`` sequences share
+        rank r's iteration and budget (whole prompts in flight with decodes, as
+        TensorRT-LLM schedules without chunking); ``closed`` ranks admit nothing.
+        Static batching reserves blocks for the output too. Each engine's
+        ``_admit`` does its own block bookkeeping."""
         chunks: list = []
-        budget = self._after_decodes(decoding)
+        dp = self.dp
+        budget = [self._after_decodes(0 if decoding is None else decoding[r]) for r in range(dp)]
+        busy = [decoding is not None and decoding[r] > 0 for r in range(dp)]    # decodes or a prompt already
+        closed = [False] * dp if closed is None else list(closed)
         slots = self.draft_slots
         skipped: list[Seq] = []
-        while self._batch_len() < self.cfg.max_num_seqs:
-            s = self._next_waiting(skipped)
-            if s is None or self._over_budget(s):
+        while not all(closed):
+            s = self._next_waiting(skipped, closed)
+            if s is None:
                 break
+            r = s.rank
+            if self._rank_len(r) >= self.rank_seqs or self._over_budget(s):
+                self._close(r, closed, skipped)
+                continue
             need, total, m = self._admission(s, reserve_output)
             new = self._uncached(s, m)
-            if (((chunks or decoding) and new > min(budget, self.rank_tokens) - slots)
-                    or self._no_room(s, need, total, free)):
-                break
-            free -= self._admit(s, total, m, now)
-            self._trim_cache(free)
+            if ((busy[r] and new > min(budget[r], self.rank_tokens) - slots)
+                    or self._no_room(s, need, total, free[r])):
+                self._close(r, closed, skipped)
+                continue
+            free[r] -= self._admit(s, total, m, now)
+            self._trim_cache(sum(free))
             self._reserve_output(s, s.prompt - s.done)
             chunks.append((s, s.prompt - s.done))
-            budget -= s.prompt - s.done + slots
+            budget[r] -= s.prompt - s.done + slots
+            busy[r] = True
         self._unskip(skipped)
         return chunks
 
-    def _admit_chunked(self, now: float, free: int, budget: int, chunks: list) -> None:
-        """Admit waiting prompts FCFS while a sequence slot, token budget and
-        ``free`` blocks allow, each with a first chunk that fits the budget.
-        Under a ``max_prefill_tokens`` cap (SGLang's rem_input_tokens) a prompt
-        joins an iteration that already holds prompt tokens only if its
-        uncached tokens are fewer than what the iteration leaves of the cap;
+    @staticmethod
+    def _stopped(victims: list[Seq], closed: list[bool]) -> list[bool]:
+        """``closed`` and the attention-DP ranks of ``victims`` closed too: a rank that preempted
+        in this plan admits nothing new in it (its scheduler's own rule, vLLM's and SGLang's)."""
+        out = list(closed)
+        for v in victims:
+            out[v.rank] = True
+        return out
+
+    def _close(self, rank: int, closed: list[bool], skipped: list[Seq]) -> None:
+        """Attention-DP rank ``rank``'s scheduler stops at the head of the queue, one of its
+        requests: the rank admits nothing more this plan, and the request keeps its place."""
+        closed[rank] = True
+        skipped.append(self.waiting.popleft())
+
+    def _admit_chunked(self, now: float, free: list[int], budget: list[int], chunks: list,
+                       closed: Optional[list[bool]] = None) -> None:
+        """Admit waiting prompts FCFS on each attention-DP rank while a sequence
+        slot, its token budget and its ``free`` blocks allow, each with a first
+        chunk that fits the budget (``closed`` ranks admit nothing). Under a
+        ``max_prefill_tokens`` cap (SGLang's rem_input_tokens) a prompt joins an
+        iteration whose rank already holds prompt tokens only if its uncached
+        tokens are fewer than what the iteration leaves of the rank's cap;
         whatever the budget already carries (decodes sharing the iteration,
         prompts being continued) counts against it."""
-        cap = self.cfg.max_prefill_tokens
-        left = None if cap is None else cap - (self.cfg.max_num_batched_tokens - budget)
+        dp, slots = self.dp, self.draft_slots
+        cap = self.rank_prefill_cap
+        left = None if cap is None else [cap - (self.rank_budget - budget[r]) for r in range(dp)]
+        prompts = [False] * dp
+        for s, _ in chunks:
+            prompts[s.rank] = True
+        closed = [budget[r] <= slots or (closed is not None and closed[r]) for r in range(dp)]
         skipped: list[Seq] = []
-        while budget > self.draft_slots and self._batch_len() < self.cfg.max_num_seqs:
-            s = self._next_waiting(skipped)
-            if s is None or self._over_budget(s):
+        while not all(closed):
+            s = self._next_waiting(skipped, closed)
+            if s is None:
                 break
-            need, total, m = self._admission(s, budget=budget if self.per_chunk else 0)
-            if left is not None and chunks and self._uncached(s, m) >= left:
-                break
-            if self._no_room(s, need, total, free):
-                break
-            free -= self._admit(s, total, m, now)
-            self._trim_cache(free)
-            c = self._chunk(s, budget)
+            r = s.rank
+            if self._rank_len(r) >= self.rank_seqs or self._over_budget(s):
+                self._close(r, closed, skipped)
+                continue
+            need, total, m = self._admission(s, budget=budget[r] if self.per_chunk else 0)
+            if ((left is not None and prompts[r] and self._uncached(s, m) >= left[r])
+                    or self._no_room(s, need, total, free[r])):
+                self._close(r, closed, skipped)
+                continue
+            free[r] -= self._admit(s, total, m, now)
+            self._trim_cache(sum(free))
+            c = self._chunk(s, budget[r])
             if self.per_chunk:      # the gate above held its whole prompt's blocks free: its first chunk's fit
-                free -= self._take_chunk(s, c)
-                self._trim_cache(free)
+                free[r] -= self._take_chunk(s, c)
+                self._trim_cache(sum(free))
             self._reserve_output(s, c)
             chunks.append((s, c))
-            budget -= c + self.draft_slots
+            prompts[r] = True
+            budget[r] -= c + slots
             if left is not None:
-                left -= c
+                left[r] -= c
+            if budget[r] <= slots:
+                closed[r] = True
         self._unskip(skipped)
 
     def _chunk_kv(self, s: Seq, c: int, chunks: list, victims: list[Seq], decoding: bool) -> bool:
@@ -1150,8 +1220,8 @@ class ReplicaBase:
         need = ceil_div(s.done + c, self.bs) - s.blocks - s.pin_blocks
         if self.windows is not None:
             need += self._window_change(s, s.done + c)
-        while need > self._free_for_chunk(decoding):
-            v = self._preempt_victim()
+        while need > self._free_for_chunk(decoding, s.rank):
+            v = self._preempt_victim(s.rank)
             victims.append(v)
             for i in range(len(chunks)):
                 if chunks[i][0] is v:
@@ -1161,7 +1231,7 @@ class ReplicaBase:
             if v is s:
                 return False
         self._take_chunk(s, c)
-        self._trim_cache(self._free_for_chunk(decoding))
+        self._trim_cache(self._free_blocks(decoding))
         return True
 
     def _take_chunk(self, s: Seq, c: int) -> int:
@@ -1178,6 +1248,7 @@ class ReplicaBase:
             s.pin, s.pin_ids, s.pin_blocks = cache.extend(s.pin, s.pin_ids, s.pin_blocks, s.ids, upto,
                                                           s.req.input_tokens, s.req.klass)
             taken = cache.pinned - p0
+            self.rank_pinned[s.rank] += taken
         grown = ceil_div(upto, self.bs) - s.pin_blocks - s.blocks
         self._hold(s, grown)
         if self.windows is not None:
@@ -1188,14 +1259,27 @@ class ReplicaBase:
         """Engine-specific: ``blocks`` more (or fewer) of its own for the prefilling ``s``."""
         raise NotImplementedError
 
-    def _free_for_chunk(self, decoding: bool) -> int:
-        """Engine-specific: the blocks free while the plan gives prompt chunks theirs."""
+    def _free_for_chunk(self, decoding: bool, rank: int) -> int:
+        """Engine-specific: the blocks of attention-DP rank ``rank``'s pool free while the plan
+        gives prompt chunks theirs."""
         raise NotImplementedError
 
+    def _free_blocks(self, decoding_next: bool) -> int:
+        """Engine-specific: the replica's blocks free (every rank's), the decodes' next ones
+        taken where ``decoding_next``: what the prefix cache's unreferenced entries must fit."""
+        raise NotImplementedError
+
+    def _rank_len(self, rank: int) -> int:
+        """Sequences running on attention-DP rank ``rank`` (the batch, with one rank)."""
+        p = self.placement
+        return self._batch_len() if p is None else p.running[rank]
+
     def _after_decodes(self, decoding: int) -> int:
-        """The token budget ``decoding`` sequences leave an iteration (vLLM's
-        input_budget from 0.28): :func:`decode_budget_tokens`."""
-        return self.cfg.max_num_batched_tokens - decode_budget_tokens(self.cfg, self.cm, decoding)
+        """The token budget ``decoding`` sequences leave an attention-DP rank's iteration (vLLM's
+        input_budget from 0.28): :func:`decode_budget_tokens`. Each rank's scheduler has its own
+        budget (vLLM's DP engine cores and TensorRT-LLM's ranks the flag, SGLang's its dp-th share of
+        its chunk: fleet/setup.py rank_limits)."""
+        return self.rank_budget - decode_budget_tokens(self.cfg, self.cm, decoding)
 
     def _decodes_in_budget(self, decoding: int) -> int:
         """How many of ``decoding`` running decodes, oldest first, an iteration
@@ -1210,7 +1294,7 @@ class ReplicaBase:
         pool's set-up refuses a budget below one decode's tokens, so at least
         one always runs."""
         cfg = self.cfg
-        budget = cfg.max_num_batched_tokens
+        budget = self.rank_budget
         taken = decode_budget_tokens(cfg, self.cm, decoding)
         if taken <= budget:
             return decoding

@@ -6,11 +6,12 @@ cache, and the stack's DP front end hands each arriving request to one rank
 for its whole life, by load or in turn, not by what the ranks have cached.
 So a system prompt is computed and held once per rank, and a session's next
 turn finds its history only when it lands on the rank the last turn ran on
-(about 1/dp of the time). llmsim keeps one pool of the replica's blocks and
-one radix tree, but a request's block ids are keyed by its rank
-(:func:`rank_ids`): the tree splits into dp disjoint subtrees, requests on
-one rank share exactly as before and requests on different ranks never do,
-while eviction stays the pooled memory's global LRU.
+(about 1/dp of the time). Each rank's scheduler admits, grows and preempts
+its requests against its own pool (engine/base.py). llmsim keeps one radix
+tree, but a request's block ids are keyed by its rank (:func:`rank_ids`):
+the tree splits into dp disjoint subtrees, requests on one rank share exactly
+as before and requests on different ranks never do, while eviction of the
+entries no request holds stays one LRU over the replica's free blocks.
 
 The rules (``engine.dp_placement``), one request at a time on its arrival:
 

@@ -7,6 +7,7 @@ disagree, this one is right. Keep it free of cleverness.
 from __future__ import annotations
 
 from collections import Counter
+from typing import Optional
 
 from .base import ReplicaBase
 from .blocks import ceil_div
@@ -18,6 +19,7 @@ class ReferenceReplica(ReplicaBase):
         super().__init__(*args, **kwargs)
         self.running: list[Seq] = []      # admission order
         self.own = 0                      # blocks sequences hold privately
+        self.rank_own = [0] * self.dp     # the same by attention-DP rank
         self.block_left = 0               # multi-step: decode iterations left in the current block
 
     @property
@@ -28,6 +30,22 @@ class ReferenceReplica(ReplicaBase):
         return (self.num_blocks - self.own - self.window_blocks * len(self.running) - self.window_extra
                 - (self.cache.pinned if self.cache is not None else 0))
 
+    def _rank_free(self, r: int) -> int:
+        """The blocks of attention-DP rank ``r``'s pool neither held by its sequences nor pinned for them."""
+        return (self.rank_pool - self.rank_own[r] - self.window_blocks * self._rank_len(r)
+                - self.rank_window_extra[r] - self.rank_pinned[r])
+
+    def _frees(self) -> list[int]:
+        return [self._rank_free(r) for r in range(self.dp)]
+
+    def _free_blocks(self, decoding_next: bool) -> int:
+        return self.free    # (the decodes' blocks were given first)
+
+    def _own(self, s: Seq, blocks: int) -> None:
+        self.own += blocks
+        self.rank_own[s.rank] += blocks
+        s.blocks += blocks
+
     def kv_used_now(self, now: float) -> int:
         return self.num_blocks - self.free
 
@@ -37,43 +55,50 @@ class ReferenceReplica(ReplicaBase):
     # --- planning one iteration ----------------------------------------------
     def _remove_running(self, v: Seq) -> None:
         self.running.remove(v)
-        self.own -= v.blocks
-        v.blocks = 0
+        self._own(v, -v.blocks)
 
-    def _preempt_victim(self) -> Seq:
+    def _preempt_victim(self, rank: int) -> Seq:
+        mine = [s for s in self.running if s.rank == rank]
         if self.retracts:   # SGLang retracts decoding requests alone, by its own order
-            return self._preempt(min((s for s in self.running if s.state == DECODE),
+            return self._preempt(min((s for s in mine if s.state == DECODE),
                                      key=lambda s: self._retraction_key(s.generated, s)))
         # The lowest class priority, the newest among equals (min keeps the first of equals).
-        return self._preempt(min(reversed(self.running), key=lambda s: s.req.priority))
+        return self._preempt(min(reversed(mine), key=lambda s: s.req.priority))
 
-    def _outputs_left(self) -> int:
+    def _outputs_left(self, rank: int) -> int:
         clip = self.clip
-        return sum(min(s.req.output_tokens - s.generated, clip) for s in self.running if s.state == DECODE)
+        return sum(min(s.req.output_tokens - s.generated, clip) for s in self.running
+                   if s.state == DECODE and s.rank == rank)
 
-    def _retractable(self) -> tuple[int, int]:
+    def _retractable(self, rank: int) -> tuple[int, int]:
         clip = self.clip
-        held = sum(s.req.input_tokens + s.generated for s in self.running)
-        top = max((s.req.input_tokens + min(s.req.output_tokens, clip) for s in self.running), default=0)
+        mine = [s for s in self.running if s.rank == rank]
+        held = sum(s.req.input_tokens + s.generated for s in mine)
+        top = max((s.req.input_tokens + min(s.req.output_tokens, clip) for s in mine), default=0)
         return held, top
 
     def _decoder_totals(self) -> tuple[int, int, int]:
         decoding = [s for s in self.running if s.state == DECODE]
         return len(decoding), sum(s.generated for s in decoding), sum(s.req.output_tokens for s in decoding)
 
-    def _allocate_decodes(self, limit: int = -1) -> tuple[list[Seq], list[Seq]]:
-        """Blocks for the next token of the running decodes, the first ``limit``
-        of them (-1: all), preempting from the tail where they do not fit."""
+    def _allocate_decodes(self, limit: Optional[list[int]] = None) -> tuple[list[Seq], list[Seq]]:
+        """Blocks for the next token of the running decodes, on each attention-DP rank r the
+        first ``limit[r]`` of its decodes (None: all; -1: none of that rank's), preempting from
+        the tail of the rank where they do not fit its pool."""
         decodes, victims = [], []
-        stepping = [s for s in self.running if s.state == DECODE]
-        for s in stepping if limit < 0 else stepping[:limit]:
+        seen = [0] * self.dp
+        for s in [s for s in self.running if s.state == DECODE]:
+            r = s.rank
+            seen[r] += 1
+            if limit is not None and seen[r] > limit[r]:
+                continue
             if s not in self.running:
                 continue
             # (none when a contiguous reservation already holds the token)
             need = max(0, ceil_div(s.kv + 1 - s.pin_blocks * self.bs, self.bs) - s.blocks)
             preempted_self = False
-            while need > self.free:
-                v = self._preempt_victim()
+            while need > self._rank_free(r):
+                v = self._preempt_victim(r)
                 victims.append(v)
                 if v is s:
                     preempted_self = True
@@ -82,23 +107,22 @@ class ReferenceReplica(ReplicaBase):
                     decodes.remove(v)
             if preempted_self:
                 continue
-            self.own += need
-            s.blocks += need
+            self._own(s, need)
             decodes.append(s)
         self._requeue(victims)
         return decodes, victims
 
     def _hold(self, s: Seq, blocks: int) -> None:
-        s.blocks += blocks
-        self.own += blocks
+        self._own(s, blocks)
 
-    def _free_for_chunk(self, decoding: bool) -> int:
-        return self.free    # (the decodes' blocks were given first)
+    def _free_for_chunk(self, decoding: bool, rank: int) -> int:
+        return self._rank_free(rank)    # (the decodes' blocks were given first)
 
     def _admit(self, s: Seq, total: int, m, now: float) -> int:
         self.waiting.popleft()
         taken = self._attach(s, total, m)
         self.own += s.blocks
+        self.rank_own[s.rank] += s.blocks
         s.state = PREFILL
         self._admit_stamp(s, now)
         self.running.append(s)
@@ -106,13 +130,12 @@ class ReferenceReplica(ReplicaBase):
 
     def _plan(self, now: float):
         cfg = self.cfg
-        budget = cfg.max_num_batched_tokens
         chunks: list[tuple[Seq, int]] = []
         decodes: list[Seq] = []
         self._start_plan()
         if cfg.scheduler == "static":
             if not self.running:
-                chunks = self._admit_whole(now, self.free, reserve_output=True)
+                chunks = self._admit_whole(now, self._frees(), reserve_output=True)
             else:
                 # Blocks for the whole sequence were reserved at admission.
                 decodes = [s for s in self.running if s.state == DECODE]
@@ -121,8 +144,8 @@ class ReferenceReplica(ReplicaBase):
             # Whole prompts in flight with the decodes (TensorRT-LLM without chunking).
             decodes, victims, deferred = self._decodes_within_budget()
             self._trim_cache(self.free)
-            if not victims and not deferred:
-                chunks = self._admit_whole(now, self.free, False, len(decodes))
+            chunks = self._admit_whole(now, self._frees(), False, self._by_rank(decodes),
+                                       self._stopped(victims, deferred))
             return chunks, decodes
         if not cfg.chunked_prefill:
             # vLLM v0 without chunking: a prefill-only iteration whenever a
@@ -130,7 +153,7 @@ class ReferenceReplica(ReplicaBase):
             # multi-step scheduling only between blocks of decode iterations.
             if self.block_left == 0 or not any(s.state == DECODE for s in self.running):
                 self.block_left = 0
-                chunks = self._admit_whole(now, self.free, reserve_output=False)
+                chunks = self._admit_whole(now, self._frees(), reserve_output=False)
                 if chunks:
                     return chunks, []
             decodes, _ = self._allocate_decodes()
@@ -142,9 +165,10 @@ class ReferenceReplica(ReplicaBase):
             # Chunks in prefill-only iterations (SGLang without --enable-mixed-chunk).
             self._trim_cache(self.free)
             late: list[Seq] = []
-            budget = self._continue_prefills(budget, chunks, late, False)
-            if not late:
-                self._admit_chunked(now, self.free, budget, chunks)
+            budget = [self.rank_budget] * self.dp
+            closed = [False] * self.dp
+            self._continue_prefills(budget, chunks, late, False, closed)
+            self._admit_chunked(now, self._frees(), budget, chunks, self._stopped(late, closed))
             if chunks:
                 return chunks, []
             decodes, _ = self._allocate_decodes()
@@ -152,44 +176,66 @@ class ReferenceReplica(ReplicaBase):
             return [], decodes
         decodes, victims, deferred = self._decodes_within_budget()
         self._trim_cache(self.free)
-        if deferred:
-            return chunks, decodes
         late = []
-        budget = self._continue_prefills(self._after_decodes(len(decodes)), chunks, late, True)
+        closed = list(deferred)     # (a rank whose budget left decodes waiting schedules no prompt tokens)
+        budget = [self._after_decodes(n) for n in self._by_rank(decodes)]
+        self._continue_prefills(budget, chunks, late, True, closed)
         if late:    # a prompt's chunk preempted: the decodes it took lose their tokens
             decodes = [s for s in decodes if s.state == DECODE]
-        elif not victims:
-            self._admit_chunked(now, self.free, budget, chunks)
+        self._admit_chunked(now, self._frees(), budget, chunks, self._stopped(victims + late, closed))
         return chunks, decodes
 
-    def _decodes_within_budget(self) -> tuple[list[Seq], list[Seq], bool]:
-        """(decodes the iteration runs, preempted, whether the budget left decodes
-        for the next iteration): the oldest the budget holds (``_decodes_in_budget``),
-        given their blocks; if preemption took every one of them, the budget is
-        dealt again over the decodes left (vLLM's priority policy hands a
-        preempted request's tokens back to the walk)."""
-        victims: list[Seq] = []
-        while True:
-            decoding = sum(1 for s in self.running if s.state == DECODE)
-            limit = self._decodes_in_budget(decoding)
-            decodes, v = self._allocate_decodes(limit)
-            victims += v
-            if decodes or limit == decoding or not any(s.state == DECODE for s in self.running):
-                return decodes, victims, limit < decoding
+    def _by_rank(self, seqs: list[Seq]) -> list[int]:
+        """How many of ``seqs`` each attention-DP rank runs."""
+        out = [0] * self.dp
+        for s in seqs:
+            out[s.rank] += 1
+        return out
 
-    def _continue_prefills(self, budget: int, chunks: list, late: list[Seq], decoding: bool) -> int:
-        """Add the next chunk of each partly prefilled prompt to ``chunks`` while
-        ``budget`` lasts, with its blocks chunk by chunk (``_chunk_kv``, whose
-        preemptions go to ``late``); the budget left."""
+    def _decodes_within_budget(self) -> tuple[list[Seq], list[Seq], list[bool]]:
+        """(decodes the iteration runs, preempted, by attention-DP rank whether its budget
+        left decodes for the next iteration): on each rank the oldest its budget holds
+        (``_decodes_in_budget``), given their blocks; if preemption took every one of a
+        rank's, its budget is dealt again over the decodes it has left (vLLM's priority
+        policy hands a preempted request's tokens back to the walk)."""
+        victims: list[Seq] = []
+        decodes: list[Seq] = []
+        dp = self.dp
+        todo = [True] * dp
+        deferred = [False] * dp
+        while True:
+            decoding = self._by_rank([s for s in self.running if s.state == DECODE])
+            limit = [self._decodes_in_budget(decoding[r]) if todo[r] else -1 for r in range(dp)]
+            d, v = self._allocate_decodes(limit)
+            decodes += d
+            victims += v
+            got = self._by_rank(d)
+            left = self._by_rank([s for s in self.running if s.state == DECODE])
+            redo = False
+            for r in range(dp):
+                if todo[r]:
+                    deferred[r] = limit[r] < decoding[r]
+                    todo[r] = not got[r] and limit[r] != decoding[r] and left[r] > 0
+                    redo = redo or todo[r]
+            if not redo:
+                return decodes, victims, deferred
+
+    def _continue_prefills(self, budget: list[int], chunks: list, late: list[Seq], decoding: bool,
+                           closed: list[bool]) -> None:
+        """Add the next chunk of each partly prefilled prompt to ``chunks`` while its
+        attention-DP rank's ``budget`` lasts, with its blocks chunk by chunk (``_chunk_kv``,
+        whose preemptions go to ``late``; a rank that cannot give a chunk its blocks stops
+        there, ``closed``)."""
         for s in [s for s in self.running if s.state == PREFILL]:
-            if s.state == PREFILL and budget > self.draft_slots:
-                c = self._chunk(s, budget)
+            r = s.rank
+            if s.state == PREFILL and not closed[r] and budget[r] > self.draft_slots:
+                c = self._chunk(s, budget[r])
                 if self.per_chunk and not self._chunk_kv(s, c, chunks, late, decoding):
-                    break
+                    closed[r] = True
+                    continue
                 self._reserve_output(s, c)
                 chunks.append((s, c))
-                budget -= c + self.draft_slots
-        return budget
+                budget[r] -= c + self.draft_slots
 
     # --- the iteration loop ----------------------------------------------------
     def _boundary(self, _ev=None) -> None:

@@ -64,6 +64,10 @@ class FastReplica(ReplicaBase):
         self.fixed_blocks = 0                # held by sequences not decoding (reserved KV: by all)
         self.fixed_filled = 0                # contiguous KV: blocks prefilling sequences' prompts fill
         self.demand = BlockDemand(self.bs)   # decoding sequences' blocks
+        # The same two by attention-DP rank (one entry with one rank): each rank's pool admits, grows
+        # and preempts its own requests (``_rank_used``).
+        self.rank_fixed: list[int] = [0] * dp
+        self.rank_demand: list[BlockDemand] = [BlockDemand(self.bs) for _ in range(dp)]
         self.G = 0                           # decode iterations so far
         # The decode counter the blocks of the mixed iteration in flight are held at (G + 1 where it
         # decodes: each decoder's next token's block is taken as it is planned, as the reference does).
@@ -108,6 +112,27 @@ class FastReplica(ReplicaBase):
         they run, and what prompt chunks hold beyond it (none through a decode stretch)."""
         return self.window_blocks * len(self.running) + self.window_extra
 
+    def _rank_used(self, r: int, g: int) -> int:
+        """Blocks of attention-DP rank ``r``'s pool held at decode counter ``g``, as :meth:`used_blocks`
+        counts the replica's: its sequences' own and their windows, and the cache entries they pin."""
+        used = self.rank_fixed[r] + self.window_blocks * self._rank_len(r) + self.rank_window_extra[r] \
+            + self.rank_pinned[r]
+        if not self.reserves:
+            used += self.rank_demand[r].at(g)
+        return used
+
+    def _rank_over(self, g: int) -> bool:
+        """Whether some attention-DP rank's sequences hold more than its pool at decode counter ``g``."""
+        for r in range(self.dp):
+            if self._rank_used(r, g) > self.rank_pool:
+                return True
+        return False
+
+    def _fix(self, s: Seq, blocks: int) -> None:
+        """``blocks`` more (or fewer) held as fixed by ``s``, on the replica and on its rank."""
+        self.fixed_blocks += blocks
+        self.rank_fixed[s.rank] += blocks
+
     def kv_used_now(self, now: float) -> int:
         if self.seg is not None:
             return self.used_blocks(self.G + self._inflight(now))
@@ -120,7 +145,7 @@ class FastReplica(ReplicaBase):
         if self.contiguous:      # the reservation stays put; its tokens now grow with the decoders'
             self.fixed_filled -= ceil_div(s.prompt, self.bs)
         elif not self.reserves:
-            self.fixed_blocks -= s.blocks
+            self._fix(s, -s.blocks)
         self._enter_batch(s)
 
     def _enter_batch(self, s: Seq) -> None:
@@ -128,6 +153,7 @@ class FastReplica(ReplicaBase):
         s.c = s.kv - self.G
         s.gf = self.G + s.req.output_tokens - s.generated
         self.demand.add(s.c - s.pin_blocks * self.bs)
+        self.rank_demand[s.rank].add(s.c - s.pin_blocks * self.bs)
         self.C += s.c
         self.rank_decoding[s.rank] += 1
         key = self._cohort(s)
@@ -144,8 +170,9 @@ class FastReplica(ReplicaBase):
 
     def _leave_decode(self, s: Seq) -> None:
         self.demand.remove(s.c - s.pin_blocks * self.bs)
+        self.rank_demand[s.rank].remove(s.c - s.pin_blocks * self.bs)
         if self.reserves:
-            self.fixed_blocks -= s.blocks
+            self._fix(s, -s.blocks)
         self.C -= s.c
         self.rank_decoding[s.rank] -= 1
         key = self._cohort(s)
@@ -177,11 +204,11 @@ class FastReplica(ReplicaBase):
 
     def _drop_prefilling(self, s: Seq) -> None:
         """A sequence that has not decoded gives back its blocks."""
-        self.fixed_blocks -= s.blocks
+        self._fix(s, -s.blocks)
         if self.contiguous:
             self.fixed_filled -= ceil_div(s.prompt, self.bs)
 
-    def _victim(self) -> Seq:
+    def _victim(self, rank: int) -> Seq:
         """The running sequence KV pressure preempts: the lowest class
         priority, the newest among equals. The waiting queue serves classes
         as vLLM's ``--scheduling-policy priority`` does, and that policy's
@@ -194,10 +221,13 @@ class FastReplica(ReplicaBase):
 
         Among equals the newest admitted goes, where vLLM's priority policy
         takes the latest arrival: they differ only for a preempted request
-        readmitted behind later arrivals."""
+        readmitted behind later arrivals. Only a sequence of attention-DP rank
+        ``rank``, whose pool is short, is taken."""
         lowest = self.waiting.lowest_priority()
         best: Optional[Seq] = None
         for s in reversed(self.running):
+            if s.rank != rank:
+                continue
             p = s.req.priority
             if p == lowest:
                 return s
@@ -206,16 +236,16 @@ class FastReplica(ReplicaBase):
         assert best is not None, "preemption with nothing running"
         return best
 
-    def _preempt_victim(self) -> Seq:
-        return self._preempt(self._retraction_victim() if self.retracts else self._victim())
+    def _preempt_victim(self, rank: int) -> Seq:
+        return self._preempt(self._retraction_victim(rank) if self.retracts else self._victim(rank))
 
-    def _retraction_victim(self) -> Seq:
-        """SGLang's next decoding request to retract (see ``_retraction_key``)."""
+    def _retraction_victim(self, rank: int) -> Seq:
+        """SGLang's next decoding request of attention-DP rank ``rank`` to retract (see ``_retraction_key``)."""
         G = self.G
         best: Optional[Seq] = None
         best_key = (0, 0, 0)
         for s in self.running:
-            if s.state != DECODE:
+            if s.state != DECODE or s.rank != rank:
                 continue
             key = self._retraction_key(s.req.output_tokens - (s.gf - G), s)
             if best is None or key < best_key:
@@ -223,18 +253,20 @@ class FastReplica(ReplicaBase):
         assert best is not None, "preemption with nothing decoding"
         return best
 
-    def _outputs_left(self) -> int:
+    def _outputs_left(self, rank: int) -> int:
         G, clip = self.G, self.clip
-        return sum(min(s.gf - G, clip) for s in self.running if s.state == DECODE)
+        return sum(min(s.gf - G, clip) for s in self.running if s.state == DECODE and s.rank == rank)
 
-    def _retractable(self) -> tuple[int, int]:
-        return self._retractable_at(self.G)
+    def _retractable(self, rank: int) -> tuple[int, int]:
+        return self._retractable_at(self.G, rank)
 
-    def _retractable_at(self, g: int) -> tuple[int, int]:
+    def _retractable_at(self, g: int, rank: int = 0) -> tuple[int, int]:
         """``_retractable`` at decode counter ``g`` of the stretch being planned."""
         clip = self.clip
         held = top = 0
         for s in self.running:
+            if s.rank != rank:
+                continue
             inp = s.req.input_tokens
             held += inp + (s.req.output_tokens - (s.gf - g) if s.state == DECODE else s.generated)
             top = max(top, inp + min(s.req.output_tokens, clip))
@@ -250,25 +282,36 @@ class FastReplica(ReplicaBase):
         return self.B + len(self.parked), decoded, outputs     # (parked: while the plan is made)
 
     # --- decodes past the token budget -------------------------------------------
-    def _decodes_within_budget(self) -> tuple[list[Seq], bool]:
-        """(preempted, whether the budget left decodes for the next iteration):
-        the reference engine's ``_decodes_within_budget``. The decoders past the
-        budget are parked for the iteration, so this one runs alone (no stretch)."""
+    def _decodes_within_budget(self) -> tuple[list[Seq], list[bool]]:
+        """(preempted, by attention-DP rank whether its budget left decodes for the next
+        iteration): the reference engine's ``_decodes_within_budget``. The decoders past
+        their rank's budget are parked for the iteration, so this one runs alone (no stretch)."""
         victims: list[Seq] = []
+        dp = self.dp
+        todo = [True] * dp
+        deferred = [False] * dp
         while True:
-            decoding = self.B
-            limit = self._decodes_in_budget(decoding)
-            if limit < decoding:
-                seen = 0
-                for s in self.running:
-                    if s.state == DECODE:
-                        seen += 1
-                        if seen > limit:
-                            self._park(s)
+            decoding = list(self.rank_decoding)
+            limit = [self._decodes_in_budget(decoding[r]) for r in range(dp)]
+            seen = [0] * dp
+            for s in list(self.running):
+                r = s.rank
+                if s.state == DECODE and todo[r] and limit[r] < decoding[r]:
+                    seen[r] += 1
+                    if seen[r] > limit[r]:
+                        self._park(s)
             victims += self._make_room_for_decodes()
-            if self.B or limit == decoding or not self.parked:
-                return victims, limit < decoding
-            self._unpark(self.env.now, False)   # preemption took every decode the budget held
+            redo = False
+            for r in range(dp):
+                if todo[r]:
+                    deferred[r] = limit[r] < decoding[r]
+                    # preemption took every decode the budget held: deal the budget again
+                    todo[r] = not self.rank_decoding[r] and deferred[r] and any(p.rank == r for p in self.parked)
+                    if todo[r]:
+                        self._unpark(self.env.now, False, r)
+                        redo = True
+            if not redo:
+                return victims, deferred
 
     def _park(self, s: Seq) -> None:
         """Take decoder ``s`` out of the batch's aggregates for one iteration: its
@@ -281,38 +324,40 @@ class FastReplica(ReplicaBase):
         self._leave_decode(s)
         s.epoch += 1     # its finish on the heap moves
         if self.reserves:
-            self.fixed_blocks += s.blocks
+            self._fix(s, s.blocks)
             if self.contiguous:
                 self.fixed_filled += ceil_div(s.kv, self.bs)
         else:
             s.blocks = ceil_div(s.kv - s.pin_blocks * self.bs, self.bs)
-            self.fixed_blocks += s.blocks
+            self._fix(s, s.blocks)
         self.parked[s] = None
 
     def _drop_parked(self, s: Seq) -> None:
         """A parked decoder leaves: its fixed blocks go."""
-        self.fixed_blocks -= s.blocks
+        self._fix(s, -s.blocks)
         if self.contiguous:
             self.fixed_filled -= ceil_div(s.kv, self.bs)
 
-    def _unpark(self, now: float, waited: bool) -> None:
-        """The parked decoders back in the batch: after the iteration they ``waited``
-        through, as if they had joined now with their last token's gap running
-        (cohort Z − the time since it); else (re-planned) as they were."""
-        for s in self.parked:
+    def _unpark(self, now: float, waited: bool, rank: int = -1) -> None:
+        """The parked decoders (of attention-DP rank ``rank``; -1: all) back in the batch:
+        after the iteration they ``waited`` through, as if they had joined now with their
+        last token's gap running (cohort Z − the time since it); else (re-planned) as they were."""
+        for s in [s for s in self.parked if rank < 0 or s.rank == rank]:
             self._drop_parked(s)
             if self.reserves:
-                self.fixed_blocks += s.blocks     # a decoder's reservation stays among the fixed
+                self._fix(s, s.blocks)     # a decoder's reservation stays among the fixed
             if waited:
                 s.z = self.Z - (now - s.last_token)
                 s.zg = self.G
             self._enter_batch(s)
-        self.parked.clear()
+            del self.parked[s]
 
     def _make_room_for_decodes(self) -> list[Seq]:
+        """Preempt on each attention-DP rank until its decodes' next blocks fit its pool."""
         victims = []
-        while self.demand.count and self.used_blocks(self.G + 1) > self.num_blocks:
-            victims.append(self._preempt_victim())
+        for r in range(self.dp):
+            while self.rank_decoding[r] and self._rank_used(r, self.G + 1) > self.rank_pool:
+                victims.append(self._preempt_victim(r))
         self._requeue(victims)
         return victims
 
@@ -322,7 +367,7 @@ class FastReplica(ReplicaBase):
     def _admit(self, s: Seq, total: int, m: Optional[Match], now: float) -> int:
         self.waiting.popleft()
         taken = self._attach(s, total, m)
-        self.fixed_blocks += s.blocks
+        self._fix(s, s.blocks)
         if self.contiguous:
             self.fixed_filled += ceil_div(s.prompt, self.bs)
         s.state = PREFILL
@@ -333,38 +378,41 @@ class FastReplica(ReplicaBase):
 
     def _hold(self, s: Seq, blocks: int) -> None:
         s.blocks += blocks
-        self.fixed_blocks += blocks
+        self._fix(s, blocks)
 
-    def _free_for_chunk(self, decoding: bool) -> int:
-        return self._free_blocks(decoding)
+    def _free_for_chunk(self, decoding: bool, rank: int) -> int:
+        return self.rank_pool - self._rank_used(rank, self.G + 1 if decoding else self.G)
 
     def _free_blocks(self, decoding_next: bool) -> int:
         return self.num_blocks - self.used_blocks(self.G + 1 if decoding_next else self.G)
+
+    def _frees(self, decoding_next: bool) -> list[int]:
+        """Each attention-DP rank's free blocks, the decodes' next ones taken where ``decoding_next``."""
+        g = self.G + 1 if decoding_next else self.G
+        return [self.rank_pool - self._rank_used(r, g) for r in range(self.dp)]
 
     # --- planning ----------------------------------------------------------
     def _plan(self, now: float):
         """Returns (chunks, decoding?, preempted?) with the reference engine's decisions."""
         cfg = self.cfg
-        budget = cfg.max_num_batched_tokens
         chunks: list[tuple[Seq, int]] = []
         self._start_plan()
         if cfg.scheduler == "static":
             if not self.running:
-                return self._admit_whole(now, self._free_blocks(False), reserve_output=True), False, False
+                return self._admit_whole(now, self._frees(False), reserve_output=True), False, False
             return chunks, self.B > 0, False
         if not cfg.chunked_prefill and cfg.mixes_prefill:
             # Whole prompts in flight with the decodes (TensorRT-LLM without chunking).
             victims, deferred = self._decodes_within_budget()
-            free = self._free_blocks(self.B > 0)
-            self._trim_cache(free)
-            if not victims and not deferred:
-                chunks = self._admit_whole(now, free, False, self.B)
+            self._trim_cache(self._free_blocks(self.B > 0))
+            chunks = self._admit_whole(now, self._frees(self.B > 0), False, list(self.rank_decoding),
+                                       self._stopped(victims, deferred))
             return chunks, self.B > 0, bool(victims)
         if not cfg.chunked_prefill:
             if self.B == 0:
                 self.block_anchor = self.G
             if (self.G - self.block_anchor) % cfg.num_scheduler_steps == 0:
-                chunks = self._admit_whole(now, self._free_blocks(False), reserve_output=False)
+                chunks = self._admit_whole(now, self._frees(False), reserve_output=False)
                 if chunks:
                     return chunks, False, False
             # A victim's blocks may let a request of a higher class, ahead of it in the queue,
@@ -378,41 +426,43 @@ class FastReplica(ReplicaBase):
             # the decodes wait for any prefill batch.
             self._trim_cache(self._free_blocks(False))
             late: list[Seq] = []
-            budget = self._continue_prefills(budget, chunks, late, False)
-            if not late:
-                self._admit_chunked(now, self._free_blocks(False), budget, chunks)
+            budget = [self.rank_budget] * self.dp
+            closed = [False] * self.dp
+            self._continue_prefills(budget, chunks, late, False, closed)
+            self._admit_chunked(now, self._frees(False), budget, chunks, self._stopped(late, closed))
             if chunks:
                 return chunks, False, False
             victims = self._make_room_for_decodes()   # (as without chunking: the stretch ends after one)
             self._trim_cache(self._free_blocks(self.B > 0))
             return [], self.B > 0, bool(victims or late)
         victims, deferred = self._decodes_within_budget()
-        free = self._free_blocks(self.B > 0)
-        self._trim_cache(free)
-        if deferred:
-            return chunks, self.B > 0, bool(victims)
+        self._trim_cache(self._free_blocks(self.B > 0))
         late = []
-        budget = self._continue_prefills(self._after_decodes(self.B), chunks, late, True)
-        if not victims and not late:
-            self._admit_chunked(now, self._free_blocks(self.B > 0), budget, chunks)
+        closed = list(deferred)     # (a rank whose budget left decodes waiting schedules no prompt tokens)
+        budget = [self._after_decodes(d) for d in self.rank_decoding]
+        self._continue_prefills(budget, chunks, late, True, closed)
+        self._admit_chunked(now, self._frees(self.B > 0), budget, chunks, self._stopped(victims + late, closed))
         return chunks, self.B > 0, bool(victims or late)
 
-    def _continue_prefills(self, budget: int, chunks: list, late: list[Seq], decoding: bool) -> int:
-        """Add the next chunk of each partly prefilled prompt to ``chunks`` while
-        ``budget`` lasts, with its blocks chunk by chunk (``_chunk_kv``, whose
-        preemptions go to ``late``); the budget left."""
+    def _continue_prefills(self, budget: list[int], chunks: list, late: list[Seq], decoding: bool,
+                           closed: list[bool]) -> None:
+        """Add the next chunk of each partly prefilled prompt to ``chunks`` while its
+        attention-DP rank's ``budget`` lasts, with its blocks chunk by chunk (``_chunk_kv``,
+        whose preemptions go to ``late``; a rank that cannot give a chunk its blocks stops
+        there, ``closed``)."""
         for s in list(self.prefilling):
             if s.state != PREFILL:
                 continue    # preempted by an earlier prompt's chunk
-            if budget <= self.draft_slots:
-                break
-            c = self._chunk(s, budget)
+            r = s.rank
+            if closed[r] or budget[r] <= self.draft_slots:
+                continue
+            c = self._chunk(s, budget[r])
             if self.per_chunk and not self._chunk_kv(s, c, chunks, late, decoding):
-                break
+                closed[r] = True
+                continue
             self._reserve_output(s, c)
             chunks.append((s, c))
-            budget -= c + self.draft_slots
-        return budget
+            budget[r] -= c + self.draft_slots
 
     # --- the loop ----------------------------------------------------------
     def _boundary(self, _ev: object = None) -> None:
@@ -481,11 +531,14 @@ class FastReplica(ReplicaBase):
         n = gf - G0
         if preempted or self.lingering:   # (a chunk's windows go back after the first iteration)
             n = 1
+        elif self.dp > 1 and self.waiting:
+            n = 1     # each attention-DP rank's scheduler tries its own waiting requests at every boundary
         elif n > 1 and self.cfg.num_scheduler_steps > 1 and self.waiting and self._head_admissible():
             n = min(n, self._block_boundary(G0 + 1) - G0)    # the head joins at the next decision
-        if n > 1 and self.used_blocks(G0 + n) > self.num_blocks:
-            # used(G0+1) fits, used(G0+n) does not: the stretch ends before the first overflow
-            n = self._first_true(lambda j: self.used_blocks(G0 + j) > self.num_blocks, 1, n) - 1
+        if n > 1 and self._rank_over(G0 + n):
+            # every rank's used(G0+1) fits, some rank's used(G0+n) does not: the stretch ends before the
+            # first overflow (each rank's usage only grows through it)
+            n = self._first_true(lambda j: self._rank_over(G0 + j), 1, n) - 1
         if n > 1 and (self.expects_output or self.reserves_decode) and self.waiting and not preempted:
             n = self._first_admissible(1, n)   # the head may pass as the ratio decays and outputs shrink
         K = a + b * (self.C + B * G0)
@@ -659,6 +712,9 @@ class FastReplica(ReplicaBase):
 
     def _on_arrival_while_busy(self, now: float) -> None:
         if self.seg is None or not self.seg_cuttable or self.seg[1] <= 1:
+            return
+        if self.dp > 1:     # its rank's scheduler tries it at the first decision after the iteration in flight
+            self._end_stretch_after(self._block_boundary(self.G + self._inflight(now)) - self.G, now)
             return
         if self.expects_output or self.reserves_decode:
             self._end_stretch_after(self._first_admissible(self._inflight(now), self.seg[1]), now)

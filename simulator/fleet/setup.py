@@ -55,8 +55,8 @@ class PoolSetup:
     def rank_blocks(self) -> Optional[int]:
         """One attention-DP rank's KV blocks requests can hold (the replica's pool over its dp
         ranks, as ``kv_tokens_per_rank`` states them, less the blocks the rank keeps back), the
-        most one request can ever hold; None for a single rank. The replica's engine schedules one
-        pool of all the ranks' blocks."""
+        most one request can ever hold; None for a single rank. Each rank's scheduler admits its
+        own requests against its own pool of these blocks (engine/base.py)."""
         return self.memory.usable_rank_blocks if self.memory.dp > 1 else None
 
 
