@@ -115,3 +115,24 @@ def test_a_sliding_window_models_reservations_count_its_windows(tmp_path):
     windows = out["kv_memory"]["window_blocks_per_sequence"]
     assert windows == 9
     assert out["kv_allocation"]["max_sequences_per_replica"] == out["kv_blocks_per_replica"] // (256 + windows)
+
+
+def test_each_attention_dp_rank_holds_whole_reservations_of_its_own():
+    """Two attention-DP ranks of 46,734 usable blocks each hold 24 reservations of 30,000 tokens
+    (1,875 blocks) apiece, 48 a replica: their pooled 93,468 blocks would count 49, one that no
+    rank's pool holds (a request stays on its rank)."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.report.fleet_report import _contiguous_block
+    from simulator.scenario.schema import Scenario
+
+    sc = Scenario.model_validate({
+        "name": "dp-contiguous", "workload": {"num_requests": 1, "arrival": {"type": "concurrency", "concurrency": 1},
+                                             "input_tokens": {"dist": "fixed", "value": 16},
+                                             "output_tokens": {"dist": "fixed", "value": 4}},
+        "pools": [{"model": "mixtral-8x7b", "gpu": "h100-sxm", "tp": 2, "dp": 2, "ep": 4,
+                   "engine": {"backend": "vllm", "kv_allocation": "contiguous", "prefix_cache": False,
+                              "max_model_len": 30_000}}]})
+    ps = setup_pool(sc.pools[0], 0)
+    assert (ps.memory.usable_rank_blocks, ps.memory.usable_blocks, ps.memory.block_size) == (46_734, 93_468, 16)
+    stats = [{"kv_used_area": 0.0, "kv_filled_area": 0.0, "kv_filled_max": 0}]
+    assert _contiguous_block(ps, stats, 1.0)["max_sequences_per_replica"] == 2 * (46_734 // 1875) == 48

@@ -474,7 +474,9 @@ def _contiguous_block(ps: PoolSetup, stats: list[dict], working: float) -> dict:
     filled (what paging would have held), and the concurrency the
     reservations allow (with max_model_len reserved, a fixed count, each
     sequence's sliding-window blocks beside its reservation as the engines
-    charge them: :attr:`simulator.memory.MemoryPlan.window_blocks`)."""
+    charge them: :attr:`simulator.memory.MemoryPlan.window_blocks`; each
+    attention-DP rank holds whole reservations in its own pool, so the
+    replica's count is dp times one rank's, not its pooled blocks')."""
     nb = ps.memory.usable_blocks
     cfg = ps.spec.engine
     reserved = sum(s["kv_used_area"] for s in stats)
@@ -484,7 +486,7 @@ def _contiguous_block(ps: PoolSetup, stats: list[dict], working: float) -> dict:
         "mode": "contiguous",
         "reserved_tokens_per_request": per_request if per_request is not None else f"prompt + {cfg.max_new_tokens}",
         "max_sequences_per_replica": None if per_request is None
-        else nb // (-(-per_request // cfg.block_size) + ps.memory.window_blocks),
+        else ps.memory.max_concurrent(per_request),
         "mean_reserved_utilization": kv_usage(reserved, working * nb),
         "mean_filled_utilization": kv_usage(filled, working * nb),
         "max_filled_utilization": kv_usage(max(s["kv_filled_max"] for s in stats), nb),
