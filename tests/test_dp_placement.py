@@ -140,11 +140,11 @@ def test_vllm_from_0_25_breaks_ties_in_turn_and_from_0_27_weighs_waiting_by_kv_p
         assert got == ranks
     p = RankPlacement("kv_weighted_load", 2)
     p.waiting, p.running = [1, 0], [0, 3]
-    assert p.peek(0, 0.5) == 0                                 # 1 < 3: no pressure at half full
-    assert p.peek(0, 0.9) == 1                                 # 1 + 6 x 0.4 = 3.4 > 3
+    assert p.peek(0, [0.5, 0.9]) == 0                          # 1 < 3: no pressure at half full
+    assert p.peek(0, [0.9, 0.0]) == 1                          # 1 + 6 x 0.4 = 3.4 > 3
     p.turn = 1
     p.waiting, p.running = [0, 0], [2, 2]
-    assert p.peek(0, 0.9) == 1                                 # a tie: from the rotating start
+    assert p.peek(0, [0.9, 0.9]) == 1                          # a tie: from the rotating start
 
 
 def test_sglangs_prefill_server_places_by_the_routers_random_room():

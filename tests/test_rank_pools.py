@@ -78,3 +78,19 @@ def test_both_engines_run_the_ranks_pools_alike(dp, admission, chunked, mixed, r
     assert [r.finish for r in fast] == pytest.approx([r.finish for r in ref], rel=1e-9, abs=1e-12)
     assert [r.first_token for r in fast] == pytest.approx([r.first_token for r in ref], rel=1e-9, nan_ok=True)
     assert [r.preemptions for r in fast] == [r.preemptions for r in ref]
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_vllms_kv_weighted_load_reads_each_ranks_own_usage(engine):
+    """vLLM's coordinator publishes each engine core's KV usage: rank 0, its pool 88 % held by a
+    1,400-token prompt and another such prompt waiting for room, scores 2 running + 1 waiting +
+    6 x 0.4 for it, and the seventh arrival goes to rank 1 (3 running) and starts at once; read as
+    the replica's pooled 45 % (no pressure), the tie would send it behind the wait on rank 0."""
+    reqs = [Request(0, 0.00, 1400, 150), Request(1, 0.01, 16, 200), Request(2, 0.02, 16, 30),
+            Request(3, 0.03, 16, 200), Request(4, 0.04, 1400, 20), Request(5, 0.05, 16, 200),
+            Request(6, 0.06, 16, 20)]
+    cfg = EngineConfig(dp_placement="kv_weighted_load", block_size=16, max_num_seqs=32, max_num_batched_tokens=8192)
+    run = run_open(engine, reqs, cfg, 200, dp=2)
+    held, late = run.requests[4], run.requests[6]
+    assert held.admitted > 1.0                                  # rank 0's waiting prompt: until the first ends
+    assert late.first_token < 0.1

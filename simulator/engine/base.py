@@ -380,7 +380,7 @@ class ReplicaBase:
         if p is not None:
             rank = self.ahead.pop(req.id, -1)
             seq.rank = rank if rank >= 0 else p.place(req.id, req.input_tokens,
-                                                      self._kv_usage(now) if p.reads_usage else 0.0)
+                                                      self._kv_usage(now) if p.reads_usage else None)
             if req.blocks and self.cache is not None:
                 seq.ids = rank_ids(req.blocks, seq.rank, p.dp)
         self.seqs[req.id] = seq
@@ -587,7 +587,7 @@ class ReplicaBase:
         p = self.placement
         if p is None or self.cache is None:
             return self._rank_hit(req, 0)
-        return self._rank_hit(req, p.peek(req.id, self._kv_usage(self.env.now) if p.reads_usage else 0.0))
+        return self._rank_hit(req, p.peek(req.id, self._kv_usage(self.env.now) if p.reads_usage else None))
 
     def place_ahead(self, req: Request) -> int:
         """Place ``req``, whose KV is on its way here (a disaggregated decode leg), on its rank
@@ -600,7 +600,7 @@ class ReplicaBase:
         if p is None:
             return self._rank_hit(req, 0)
         rank = self.ahead[req.id] = p.place(req.id, req.input_tokens,
-                                            self._kv_usage(self.env.now) if p.reads_usage else 0.0)
+                                            self._kv_usage(self.env.now) if p.reads_usage else None)
         return self._rank_hit(req, rank)
 
     def unplace(self, req: Request) -> None:
@@ -619,11 +619,16 @@ class ReplicaBase:
         ids = req.blocks if p is None else rank_ids(req.blocks, rank, p.dp)
         return self.cache.cached_tokens(ids, req.input_tokens)
 
-    def _kv_usage(self, now: float) -> float:
-        """The KV usage a DP front end reads (vLLM's kv_cache_usage: blocks in use over the
-        pool, cached ones no request holds counting as free), the replica's pooled one for
-        each rank's."""
-        return kv_usage(self.kv_used_now(now), self.num_blocks)
+    def _kv_usage(self, now: float) -> list[float]:
+        """The KV usage a DP front end reads of each attention-DP rank (vLLM's kv_cache_usage:
+        blocks in use over the pool, cached ones no request holds counting as free): each
+        engine core reports its own block pool's, so a full rank weighs its waiting requests
+        while the replica's other ranks are idle."""
+        return [kv_usage(used, self.rank_pool) for used in self._rank_used_now(now)]
+
+    def _rank_used_now(self, now: float) -> list[int]:
+        """Engine-specific: each attention-DP rank's blocks in use at ``now`` (``kv_used_now``'s, by rank)."""
+        raise NotImplementedError
 
     @property
     def cache_block_tokens(self) -> Optional[int]:

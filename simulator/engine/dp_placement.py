@@ -36,8 +36,8 @@ The rules (``engine.dp_placement``), one request at a time on its arrival:
   turn; ``kv_weighted_load`` (from 0.27), max(in flight, waiting + running)
   + 6 x waiting x max(0, KV usage - 0.5), the same rotating scan (in
   flight, what the client sent and has not seen end, is waiting + running
-  here; the usage is the replica's pooled one, ``kv_used_now`` over its
-  blocks, as every rank's). vLLM reads waiting, running and usage from the
+  here; the usage is the rank's own, its pool's blocks in use over the
+  pool, as each engine core's block pool reports it). vLLM reads waiting, running and usage from the
   DP coordinator's stats, published at most every 100 ms
   (v1/engine/coordinator.py ``min_stats_update_interval_ms``); here they are
   the ones at the arrival (read in the 0.14.0, 0.20.0, 0.24.0-0.27.0,
@@ -99,14 +99,15 @@ class RankPlacement:
 
     @property
     def reads_usage(self) -> bool:
-        """Whether :meth:`peek` needs the replica's KV usage."""
+        """Whether :meth:`peek` needs the ranks' KV usage."""
         return self.rule == "kv_weighted_load"
 
-    def peek(self, key: int, usage: float = 0.0) -> int:
+    def peek(self, key: int, usage: Optional[list[float]] = None) -> int:
         """The rank request ``key`` (its id) would be placed on if it arrived now (what a router
         asking this replica's cache is answered for: the hit the request would get if sent
-        here); ``usage``: the replica's KV blocks in use over its pool, read where
-        :attr:`reads_usage`."""
+        here); ``usage``: each rank's KV blocks in use over its own pool (vLLM's coordinator
+        publishes every engine core's block pool usage, v1/engine/core_client.py
+        ``lb_engines``), read where :attr:`reads_usage`."""
         dp = self.dp
         rule = self.rule
         if rule == "round_robin":
@@ -116,12 +117,12 @@ class RankPlacement:
         waiting, running = self.waiting, self.running
         if rule != "active_tokens":
             start = 0 if rule == "queue_score" else self.turn
-            pressure = 6.0 * max(0.0, usage - 0.5)
             best = start
             low = -1.0
             for i in range(dp):
                 r = (start + i) % dp
                 if rule == "kv_weighted_load":
+                    pressure = 0.0 if usage is None else 6.0 * max(0.0, usage[r] - 0.5)
                     score = float(waiting[r] + running[r]) + (waiting[r] * pressure if waiting[r] else 0.0)
                 else:
                     score = float(4 * waiting[r] + running[r])
@@ -137,7 +138,7 @@ class RankPlacement:
                 best, least = r, (self.tokens[r], active[r])
         return best
 
-    def place(self, key: int, prompt: int, usage: float = 0.0) -> int:
+    def place(self, key: int, prompt: int, usage: Optional[list[float]] = None) -> int:
         """Place arrival ``key`` of ``prompt`` tokens (``usage`` as in :meth:`peek`); it waits on its rank."""
         r = self.peek(key, usage)
         self.turn = (self.turn + 1) % self.dp

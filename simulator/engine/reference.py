@@ -49,6 +49,9 @@ class ReferenceReplica(ReplicaBase):
     def kv_used_now(self, now: float) -> int:
         return self.num_blocks - self.free
 
+    def _rank_used_now(self, now: float) -> list[int]:
+        return [self.rank_pool - self._rank_free(r) for r in range(self.dp)]
+
     def _batch_len(self) -> int:
         return len(self.running)
 

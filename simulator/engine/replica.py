@@ -134,9 +134,17 @@ class FastReplica(ReplicaBase):
         self.rank_fixed[s.rank] += blocks
 
     def kv_used_now(self, now: float) -> int:
+        return self.used_blocks(self._g_now(now))
+
+    def _rank_used_now(self, now: float) -> list[int]:
+        g = self._g_now(now)
+        return [self._rank_used(r, g) for r in range(self.dp)]
+
+    def _g_now(self, now: float) -> int:
+        """The decode counter whose blocks are held at ``now``: the iteration in flight's."""
         if self.seg is not None:
-            return self.used_blocks(self.G + self._inflight(now))
-        return self.used_blocks(self.mixed_g if self.in_flight else None)
+            return self.G + self._inflight(now)
+        return self.mixed_g if self.in_flight else self.G
 
     def _join_decode(self, s: Seq) -> None:
         s.state = DECODE
