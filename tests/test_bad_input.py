@@ -329,7 +329,7 @@ def test_a_spike_after_a_counted_runs_last_arrival_is_refused(tmp_path, cli):
     assert not (tmp_path / "out").exists()
     # one the arrivals reach runs
     r = cli("run", path, "--set", "workload.arrival.spikes=[{start_s: 0.1, duration_s: 60, multiplier: 2}]",
-            "--json")
+            "--json", "--exit-zero")     # the tiny run's load is not judged (a short window): not what is tested
     assert r.code == 0, r.err
 
 
@@ -594,7 +594,7 @@ def test_a_full_disk_under_a_sweep_is_one_line(tmp_path, cli, monkeypatch):
 def test_an_empty_output_folder_is_used(tmp_path, cli):
     path = write_yaml(tmp_path / "s.yaml", SCENARIO)
     (tmp_path / "out").mkdir()
-    assert cli("run", path, "-o", tmp_path / "out", "--no-plots").code == 0
+    assert cli("run", path, "-o", tmp_path / "out", "--no-plots", "--exit-zero").code == 0
     assert (tmp_path / "out" / "results.json").is_file()
 
 
@@ -713,7 +713,7 @@ def test_overwrite_replaces_the_folder_whole(tmp_path, cli):
     (out / "notes.md").write_text("mine")        # ... and a file llmsim never writes: kept, and refused
     one_line_error(cli("run", path, "-o", out, "--overwrite"), "llmsim did not write (notes.md)")
     (out / "notes.md").unlink()
-    assert cli("run", path, "-o", out, "--overwrite", "--no-plots").code == 0
+    assert cli("run", path, "-o", out, "--overwrite", "--no-plots", "--exit-zero").code == 0
     assert sorted(p.name for p in out.iterdir()) == ["requests.parquet", "results.json", "run.json",
                                                      "scenario.yaml", "timeline.csv"]
     for f in out.iterdir():
