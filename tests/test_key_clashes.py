@@ -141,6 +141,8 @@ def test_a_key_both_set_and_varied_or_varied_twice_is_refused(tmp_path, cli, no_
     ("pools.chat.tp=1,1,2", "--vary pools.chat.tp: 1 is given twice in 1,1,2; give each choice once"),
     ("pools.chat.tp=1,2,1.0", "--vary pools.chat.tp: 1.0 repeats 1 in 1,2,1.0; give each choice once"),
     ("pools.chat.gpu=h100-sxm,h200,h100-sxm", "h100-sxm is given twice in h100-sxm,h200,h100-sxm"),
+    # the loader reads a profile's name whatever its case: H200 is h200's file, the same fleet again
+    ("pools.chat.gpu=h200,H200", "--vary pools.chat.gpu: H200 repeats h200 in h200,H200; give each choice once"),
 ])
 def test_a_choice_given_twice_is_refused(tmp_path, cli, no_runs, choice, fragment):
     refused(cli(*_command("plan", tmp_path, "--vary", choice)), fragment)
@@ -179,6 +181,8 @@ def test_max_rate_refuses_a_vary_of_its_rate_however_spelt(tmp_path, cli, no_run
      ["points[0]: pools.chat.tp is set twice (points[0].pools.0.tp and points[0].pools.chat.tp: pools.0 is pools.chat)"]),
     ({"grid": {"pools.chat.replicas": [1, 2, 1]}}, [],
      ["sweep.yaml: grid.pools.chat.replicas: 1 is given twice; give each value once"]),
+    ({"grid": {"pools.chat.gpu": ["h200", "H200"]}}, [],
+     ["sweep.yaml: grid.pools.chat.gpu: 'H200' repeats 'h200'; give each value once"]),
     ({"grid": {"seed": [1, 2]}, "points": [{"pools.0.tp": 1}, {"pools.chat.tp": 2}, {"pools.chat.tp": 1}]}, [],
      ["sweep.yaml: points: points[2] repeats points[0] (the same keys and values); give each point once"]),
     ({"points": [{"pools.0.tp": 1}, {"pools.chat.tp": 2}]}, ["pools.chat.tp=4"],

@@ -28,7 +28,7 @@ from ..profiles.loader import read_structured
 from ..runsize import check_run_count
 from ..scenario.load import resolve_scenario
 from ..scenario.overlays import overlaid
-from ..scenario.overrides import Given, given_sets, refuse_overlaps, repeated, resolved_key
+from ..scenario.overrides import Given, as_loaded, given_sets, refuse_overlaps, repeated, resolved_key
 from ..scenario.strict import validate_strict
 from ..scenario.variants import overlay_assignments
 from .point import check_overrides
@@ -130,7 +130,7 @@ def _check_keys_apart(sweep: SweepFile, path: Path, base: Path, sets: Mapping[st
     grid = [Given(k, f"grid.{k}", "swept", f"grid.{k}") for k in sweep.grid]
     refuse_overlaps([*cli, *grid], data, source=path)
     for key, values in sweep.grid.items():
-        twice = repeated(values, [repr(v) for v in values])
+        twice = repeated([as_loaded(key, v) for v in values], [repr(v) for v in values])
         if twice:
             raise LlmsimError(f"{twice}; give each value once", source=path, key_path=f"grid.{key}")
     resolved = []

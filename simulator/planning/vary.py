@@ -15,7 +15,7 @@ from typing import Any, Mapping, Sequence
 
 from ..errors import LlmsimError
 from ..scenario.load import load_scenario
-from ..scenario.overrides import key_fault, repeated
+from ..scenario.overrides import as_loaded, key_fault, repeated
 from ..scenario.variants import merge_overlays, overlay_assignments, yaml_text
 from ..structured import parse_flag_value
 from .point import check_overrides
@@ -78,7 +78,7 @@ def parse_vary(text: str) -> Axis:
     values = tuple(_value(v) for v in pieces)
     if any(v is None or v == "" for v in values):
         raise LlmsimError(f"an empty choice in {raw!r}", key_path=f"--vary {key}")
-    twice = repeated(values, pieces)
+    twice = repeated([as_loaded(key, v) for v in values], pieces)
     if twice:     # the same choice planned again: its runs and its row twice, one answer
         raise LlmsimError(f"{twice} in {raw.strip()}; give each choice once", key_path=f"--vary {key}")
     return Axis(key, values=values)

@@ -28,6 +28,7 @@ from pydantic import BaseModel, BeforeValidator, PlainValidator, WrapValidator
 from pydantic.fields import FieldInfo
 
 from ..errors import LlmsimError, nearest
+from ..profiles.loader import named_profile
 from ..stack_names import stack_name
 from .strict import deeper_key
 from ..structured import parse_flag_value
@@ -260,6 +261,21 @@ def _overlap_message(a: Given, b: Given, pa: tuple[str, ...], pb: tuple[str, ...
     notes = f": {', '.join(same)}" if same else ""
     return f"{subject} is {verbs} ({texts[0]}{',' if texts[0] != a.text else ''} and {texts[1]}{notes}); " \
            "give each key once"
+
+
+#: The keys whose value names a profile, and the kind of profile: the loader reads a name whatever its case.
+_PROFILE_KEYS = {"gpu": "hardware_profiles", "model": "model_profiles", "draft_model": "model_profiles",
+                 "backend": "backend_profiles"}
+
+
+def as_loaded(key: str, value: Any) -> Any:
+    """``value`` of ``key`` as the loader reads it, for :func:`repeated`: on a key naming a profile,
+    ``B200`` and ``b200`` are one file (:func:`~..profiles.loader.named_profile`), so two choices
+    spelt so would run the same fleet twice."""
+    kind = _PROFILE_KEYS.get(key.rpartition(".")[2])
+    if kind is None or not isinstance(value, str):
+        return value
+    return named_profile(kind, value) or value
 
 
 def repeated(values: Sequence[Any], shown: Sequence[str]) -> Optional[str]:
