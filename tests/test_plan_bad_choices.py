@@ -92,3 +92,12 @@ def test_a_fleet_missing_its_slo_or_its_memory_is_still_a_plan_result(tmp_path, 
     assert by[(2000, 0.9)]["slo_met"] and plan["best"] == by[(2000, 0.9)]
     assert not by[(1, 0.9)]["slo_met"] and "ttft_p99_ms" in by[(1, 0.9)]["failed_slo"]
     assert not by[(2000, 0.2)]["slo_met"] and "does not fit" in by[(2000, 0.2)]["failed_slo"]
+
+
+def test_the_default_folder_is_named_as_the_help_says(tmp_path, monkeypatch, cli, no_runs):
+    """The folder is named after the scenario's file, not its ``name:`` key, and the help says so."""
+    write_tiny_scenario(tmp_path, name="chatbot")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "plan-tiny").write_text("in the way")        # the default folder, taken by a file
+    refused(cli("plan", "tiny.yaml", "--vary", "pools.chat.replicas=1..2"), "-o plan-tiny: exists and is not a folder")
+    assert "./plan-<scenario file name without .yaml>" in " ".join(cli("plan", "--help").out.replace("│", "").split())

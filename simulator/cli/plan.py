@@ -29,8 +29,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
          variant: List[str] = typer.Option([], "--variant", help="plan the scenario's variant of this name "
                                                                  "(repeatable, applied in order before --set)"),
          output: Optional[str] = typer.Option(None, "-o", "--output",
-                                               help="folder for plan.json and pareto.png "
-                                                    "(default: ./plan-<scenario name>)"),
+                                               help="folder for plan.json, pareto.png and report.html "
+                                                    "(default: ./plan-<scenario file name without .yaml>)"),
          engine: str = typer.Option("fast", "--engine", help="fast (default) or reference"),
          confidence: Optional[float] = typer.Option(
              None, "--confidence", help="plan for an SLO that holds with this probability (at least 0.5, "
