@@ -337,6 +337,8 @@ _KEY_UNITS: tuple[tuple[str, str, dict[str, float]], ...] = (
                        "minutes": 60.0, "h": 3600.0, "hr": 3600.0, "hours": 3600.0}),
     ("_gib", "in GiB", {"gib": 1.0, "gb": 1e9 / 2 ** 30}),
     ("_gb", "in gigabytes", {"gb": 1.0, "tb": 1e3, "mb": 1e-3, "gib": 2 ** 30 / 1e9}),
+    # a count written as ``30k``: the whole number, not 30 tokens
+    ("tokens", "as a whole number of tokens", {"k": 1e3, "m": 1e6, "tokens": 1.0, "tok": 1.0}),
 )
 
 
@@ -357,6 +359,14 @@ def unit_slip(value: str, key: str) -> str | None:
     return None
 
 
+def in_key_unit(value: str, key: str) -> str | None:
+    """The number ``value`` written with a unit (``30k``, ``2 min``) stands for in ``key``'s unit, as
+    :func:`unit_slip` converts it; None where it is no such number or its unit is not the key's."""
+    m = _WITH_UNIT.fullmatch(value)
+    said = _in_key_unit(m.group(1), m.group(2), key) if m and m.group(2) != "%" else ""
+    return said.rpartition("): ")[2] if "): " in said else None
+
+
 def _in_key_unit(number: str, unit: str, key: str) -> str:
     """The number to write for ``30/min`` or ``2 min`` in a key whose name gives another unit: the number
     alone would be read in the key's unit (30 requests a second for 30 a minute), so the hint converts
@@ -368,7 +378,8 @@ def _in_key_unit(number: str, unit: str, key: str) -> str:
             if factor is None:
                 return f"write the number alone, {name} (the key's name, {key}, gives its unit)"
             try:
-                value = f"{float(number.replace('_', '')) * factor:.6g}"
+                x = float(number.replace('_', '')) * factor
+                value = f"{x:.0f}" if x.is_integer() else f"{x:.6g}"
             except ValueError:
                 value = number
             return f"write the number alone, {name} (the key's name, {key}, gives its unit): {value}"

@@ -188,11 +188,6 @@ def request_estimate(cm: CostModel, input_tokens: int, output_tokens: int, mfu: 
                                                   overridden=bool(eng.num_gpu_blocks_override
                                                                   and eng.override_checked))
     warnings = [] if start is None else [start]
-    cap = None if eng is None else eng.longest_prompt(cm.dp)
-    if cap is not None and input_tokens > cap:     # a run counts it over_budget (TensorRT-LLM without chunking)
-        warnings.append(f"{eng.stack_label} answers a {input_tokens:,}-token prompt with an error: without chunked "
-                        f"prefill a prompt must fit its token budget of {cap:,} (max_num_tokens; "
-                        f"--max-num-batched-tokens {input_tokens} or more takes it)")
     if warnings:
         out["warnings"] = warnings
     return out

@@ -627,3 +627,21 @@ def test_concurrency_is_held_to_the_schedulers_cap_of_every_rank(cli, backend, f
     assert rows["concurrent requests the KV holds"] == f"{out['kv_concurrent_requests']:,}"
     assert rows["scheduler's cap (requests)"] == f"8 × {per_rank:,} ({flag})"
     assert rows["concurrent requests that fit"] == f"{8 * per_rank:,}: the scheduler's cap binds"
+
+
+@pytest.mark.parametrize("length, said", [
+    # TensorRT-LLM cuts the output to its executor's max_seq_len: only a prompt leaving no output token is refused
+    (("--input", "200000", "--output", "10", "--backend", "trtllm"),
+     "error: --input: input (200000) tokens can reach llama-3.1-8b's context of 131072 tokens (the executor's "
+     "max_seq_len 131073), leaving no output token"),
+    (("--input", "131000", "--output", "1000", "--backend", "vllm"),
+     "error: --input: input (131000) + output (1000) tokens can exceed llama-3.1-8b's context of 131072 tokens"),
+    (("--input", "30k", "--output", "10"), "error: --input: '30k' is not a whole number of tokens; write 30000"),
+    (("--input", "100", "--output", "1.5M"), "error: --output: '1.5M' is not a whole number of tokens; write 1500000"),
+])
+def test_a_request_a_run_refuses_is_refused_in_its_words(cli, length, said):
+    """Priced, a request past the context gave a TTFT the server never reaches; a count written 30k got
+    the option parser's words."""
+    r = cli("estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", *length, "--json")
+    assert r.code == 2 and r.out == "" and "Traceback" not in r.err, r.err
+    assert " ".join(r.err.split()) == said

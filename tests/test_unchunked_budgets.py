@@ -115,13 +115,19 @@ def test_a_trtllm_generation_server_takes_prompts_prefilled_elsewhere(tmp_path):
     assert out.requests and all(r.status == Status.FINISHED for r in out.requests)
 
 
-def test_estimate_says_trtllm_answers_the_prompt_with_an_error(cli):
+def test_estimate_refuses_the_prompt_trtllm_answers_with_an_error(cli):
+    """A run refuses a prompt past a TensorRT-LLM pool's budget without chunked prefill: the estimate
+    refuses it in the run's words, rather than pricing a prefill the server never runs."""
     args = ("estimate", "request", "--gpu", "h100-sxm", "--model", "llama-3.1-8b", "--input", "20000", "--output", "100",
             "--backend", "trtllm", "--json")
     r = cli(*args)
-    assert r.code == 0 and any("answers a 20,000-token prompt with an error" in w for w in r.json()["warnings"])
-    assert "warnings" not in cli(*args, "--max-num-batched-tokens", "20000").json()
-    assert "warnings" not in cli(*args[:-3], "--backend", "vllm", "--json").json()
+    assert r.code == 2 and r.out == "" and "Traceback" not in r.err, r.err
+    assert " ".join(r.err.split()) == (
+        "error: --input: input (20000) tokens can exceed the token budget of 8192 (--max-num-batched-tokens), and "
+        "trtllm without chunked prefill answers a longer prompt with an error; raise --max-num-batched-tokens or "
+        "shorten the prompt")
+    assert cli(*args, "--max-num-batched-tokens", "20000").code == 0
+    assert cli(*args[:-3], "--backend", "vllm", "--json").code == 0
 
 
 @pytest.mark.parametrize("version, refused", [("0.10.0", True), ("0.11.0", True), ("0.11.1", False)])

@@ -9,7 +9,8 @@ from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
-from ..errors import LlmsimError, error_loc
+from ..engine.request_length import length_limit, over_budget, too_long
+from ..errors import LlmsimError, error_loc, in_key_unit, unit_slip
 from .app import app, warn
 from .output import console, kv_table, print_json, provenance_notes
 from .examples import epilog
@@ -400,10 +401,39 @@ def _concurrency(out: dict, dp: int) -> list[tuple[str, object]]:
             ("concurrent requests that fit", f"{out['max_concurrent_requests']:,}: {binds}")]
 
 
+def _token_count(flag: str, text: str) -> int:
+    """``text`` as a whole number of tokens, or a refusal saying what to write (``30k``: 30000)."""
+    try:
+        return int(text.strip().replace("_", ""))
+    except ValueError:
+        number = in_key_unit(text, "tokens")
+        slip = f"write {number}" if number else None if re.fullmatch(r"[-+.\deE\s]*", text) else unit_slip(text, "tokens")
+        raise LlmsimError(f"{text!r} is not a whole number of tokens" + (f"; {slip}" if slip else ""),
+                          key_path=flag) from None
+
+
+def _refuse_as_run_does(engine: EngineConfig, cm: Any, prompt: int, output: int, budget: int,
+                        backend: Optional[str]) -> None:
+    """A request ``llmsim run`` refuses on this backend's pool is refused here in the run's words, not
+    priced: one past the launch's length limit (engine/request_length.py, counted as the stack counts
+    it), and a prompt past the token budget of a stack that does not chunk it (TensorRT-LLM)."""
+    limit = engine.longest_request(cm.model)
+    whose = f"engine.max_model_len (--backend {backend})" if engine.max_model_len else f"{cm.model.name}'s context"
+    refusal = too_long(length_limit(engine, None, limit), prompt, output, whose)
+    if refusal is not None:
+        raise LlmsimError(refusal[0], key_path=f"--{refusal[1]}")
+    cap = engine.model_copy(update={"max_num_batched_tokens": budget}).longest_prompt(cm.dp)
+    if cap is not None and prompt > cap:
+        per_rank = " per attention-DP rank" if cm.dp > 1 else ""
+        raise LlmsimError(over_budget(f"input ({prompt})", cap, f"(--max-num-batched-tokens{per_rank})",
+                                      engine.stack_label, "raise --max-num-batched-tokens or shorten the prompt"),
+                          key_path="--input")
+
+
 @estimate_app.command("request", epilog=epilog("estimate request"))
 def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int = EP,
-            input: int = typer.Option(..., "--input", help="prompt tokens"),
-            output: int = typer.Option(..., "--output", help="generated tokens"),
+            input_text: str = typer.Option(..., "--input", help="prompt tokens", metavar="<int>"),
+            output_text: str = typer.Option(..., "--output", help="generated tokens", metavar="<int>"),
             mfu: Optional[float] = typer.Option(None, help="also give 2·params·I/(peak·tp·MFU)"),
             weight_dtype: Optional[str] = WD, kv_dtype: str = KD, roofline: bool = ROOF,
             max_num_batched_tokens: Optional[int] = typer.Option(
@@ -414,6 +444,7 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
             backend_version: Optional[str] = VERSION, cuda_graph_gib: Optional[float] = GRAPHS,
             moe_backend: Optional[str] = MOE_BACKEND, json: bool = JSON) -> None:
     """No-load TTFT and TPOT of one request, and the replica's memory division."""
+    input, output = _token_count("--input", input_text), _token_count("--output", output_text)
     if input < 1 or output < 1:
         raise LlmsimError("--input and --output must be ≥ 1")
     if mfu is not None and not 0 < mfu <= 1:
@@ -451,6 +482,8 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     from ..estimate import request_estimate
 
     mp = cm.model.max_position_embeddings
+    if engine is not None:
+        _refuse_as_run_does(engine, cm, input, output, max_num_batched_tokens, backend)
     out = request_estimate(cm, input, output, mfu, max_num_batched_tokens, gpu_memory_utilization,
                            engine.block_size if engine is not None else 16, engine)
     notes = out.pop("warnings", [])     # the estimate's own: a pool its stack would not start

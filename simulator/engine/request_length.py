@@ -104,6 +104,27 @@ class LengthLimit:
                 else f", of which a request takes {self.tokens} ({self.why})") + prompts
 
 
+def too_long(lim: LengthLimit, prompt: int, output: int, whose: str, where: str = "") -> Optional[tuple[str, str]]:
+    """Why a request of ``prompt`` and ``output`` tokens is refused against ``lim`` (``whose``: what
+    sets the limit, ``where``: the pool, after the limit's figure), and whether the input or the output
+    is to blame; None where it is served. A scenario's longest lengths and ``estimate request``'s
+    flags are refused in these words, as the replica refuses such a request in a run."""
+    if lim.cuts_output and lim.exceeded(prompt, 1):
+        return (f"input ({prompt}) tokens can reach {whose} of {lim.limit} tokens{where}{lim.said}, "
+                f"leaving no output token", "input")
+    if not lim.cuts_output and lim.exceeded(prompt, output):
+        return (f"input ({prompt}) + output ({output}) tokens can exceed {whose} of {lim.limit} tokens{where}"
+                f"{lim.said}", "output" if output > lim.tokens else "input")
+    return None
+
+
+def over_budget(what: str, cap: int, where: str, stack: str, remedy: str) -> str:
+    """Why a prompt (``what``) longer than the token budget ``cap`` a stack without chunked prefill takes
+    is refused: the stack answers it with an error (``where``: the budget's key; ``remedy``: how to serve it)."""
+    return (f"{what} tokens can exceed the token budget of {cap} {where}, and {stack or 'its stack'} without "
+            f"chunked prefill answers a longer prompt with an error; {remedy}")
+
+
 def length_limit(cfg: EngineConfig, spec: Optional[SpeculativeSpec], limit: int) -> LengthLimit:
     """:class:`LengthLimit` of a pool whose launch sets ``limit``: TensorRT-LLM's executor max_seq_len
     (:func:`executor_seq_len`) where it cuts the output (``engine.clips_output: max_seq_len``), else

@@ -49,7 +49,7 @@ from .nvlink_handoff import nvlink_refusal
 from .priority_scheduling import check_priority_scheduling
 from .slo import parse_slo
 from .trace_path import check_trace_path
-from ..engine.request_length import LengthLimit, length_limit
+from ..engine.request_length import LengthLimit, length_limit, over_budget, too_long
 
 __all__ = ["FleetPlan", "PoolPlan", "PairPlan", "compile_scenario", "class_routes", "base_dir"]
 
@@ -148,14 +148,10 @@ def compile_scenario(sc: Scenario, source: str | Path | None = None) -> FleetPla
         # a stack may count more than the prompt and output against it (SGLang's draft slots)
         lim = length_limit(sc.pools[i].engine, sc.pools[i].speculative, ctx)
         whose = f"engine.max_model_len (pool {names[i]!r})" if limit else f"{setups[i].cm.model.name}'s context"
-        if lim.cuts_output and mi is not None and lim.exceeded(mi, 1):
-            fail(f"input ({mi}) tokens can reach {whose} of {ctx} tokens"
-                 + ("" if limit else f" (pool {names[i]!r})") + lim.said + ", leaving no output token",
-                 "workload.input_tokens")
-        if not lim.cuts_output and mi is not None and mo is not None and lim.exceeded(mi, mo):
-            fail(f"input ({mi}) + output ({mo}) tokens can exceed {whose} of {ctx} tokens"
-                 + ("" if limit else f" (pool {names[i]!r})") + lim.said,
-                 "workload.output_tokens" if mo > lim.tokens else "workload.input_tokens")
+        refusal = too_long(lim, mi, mo if mo is not None else 1, whose, "" if limit else f" (pool {names[i]!r})") \
+            if mi is not None and (mo is not None or lim.cuts_output) else None
+        if refusal is not None:
+            fail(refusal[0], f"workload.{refusal[1]}_tokens")
         _check_prompt_budget(sc, sc.pools[i], mi, fail)
         _check_session_lengths(sc, lim, names[i], source)
     ids = sc.workload.id_block_tokens(base_dir(source))
@@ -334,10 +330,9 @@ def _check_prompt_budget(sc: Scenario, pool: PoolSpec, mi: Optional[int], fail: 
     if mi is None or sp_max is None or cap is None or sp_max + mi <= cap:
         return
     what = f"input ({mi})" if not sp_max else f"a system prompt of up to {sp_max} and input ({mi})"
-    fail(f"{what} tokens can exceed the token budget of {cap} in pool {pool.name!r} "
-         f"(engine.max_num_batched_tokens{' per attention-DP rank' if pool.dp > 1 else ''}), and "
-         f"{pool.engine.stack_label or 'its stack'} without chunked prefill answers a longer prompt "
-         "with an error; bound the prompts, raise the budget, or set engine.chunked_prefill: true",
+    fail(over_budget(what, cap, f"in pool {pool.name!r} (engine.max_num_batched_tokens"
+                                f"{' per attention-DP rank' if pool.dp > 1 else ''})", pool.engine.stack_label,
+                     "bound the prompts, raise the budget, or set engine.chunked_prefill: true"),
          "workload.input_tokens" if mi > cap or not sp_max else "workload.system_prompt.tokens")
 
 
