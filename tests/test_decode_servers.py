@@ -48,3 +48,25 @@ def test_the_cli_refuses_it_on_one_line(tmp_path, cli):
     assert r.code == 2 and "\n" not in msg and "Traceback" not in msg, msg
     assert str(path) in msg and "classes[1].pool" in msg
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize("backend, decode_cache", [("sglang", False), ("vllm", True)])
+def test_an_sglang_decode_server_runs_no_prefix_cache(tmp_path, backend, decode_cache):
+    """SGLang forces its decode server to a chunk cache (without --disaggregation-decode-enable-radix-cache),
+    whatever prefix_cache says: its pool was reported enabled, with no lookup ever made; vLLM's keeps its own."""
+    from simulator.runner import simulate
+
+    doc = _pair(backend, DIRECT)
+    doc["classes"] = doc["classes"][:1]
+    for p in doc["pools"]:
+        p["engine"]["prefix_cache"] = True
+    path = tmp_path / "pd.yaml"
+    path.write_text(yaml.safe_dump(doc))
+    out = simulate(path)
+    decode = next(p for p in out.plan.pools if p.spec.name == "decode")
+    assert decode.setup.engine_config.prefix_cache is decode_cache and decode.setup.spec.engine.prefix_cache
+    if not decode_cache:      # and results.json says why, with no cache's stats
+        from simulator.report.fleet_report import _prefix_cache_block
+        assert _prefix_cache_block(decode.setup, [{"prefix_cache": None}]) == {
+            "enabled": False, "capacity_tokens": None,
+            "why_off": "SGLang's decode server runs a chunk cache, no radix tree (engine.decode_prefix_reuse: false)"}

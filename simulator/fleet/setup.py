@@ -186,9 +186,21 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     except LlmsimError as err:
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{err.key_path}") from None
     replica = rank_limits(drafting_budget(running_cap(admission, model, mem), cm, spec, where, source), spec.dp)
+    if decodes_for_another and chunk_cache_on_decode(replica):
+        replica = replica.model_copy(update={"prefix_cache": False})
     offload = plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source, window_share(model))
     return PoolSetup(spec, cm, mem, offload,
                      engine=None if replica is e else replica, lora=lora)
+
+
+def chunk_cache_on_decode(e: EngineConfig) -> bool:
+    """Whether a decode server of this engine runs no prefix cache whatever ``prefix_cache`` says:
+    SGLang forces its decode server's KV to a chunk cache unless launched with
+    --disaggregation-decode-enable-radix-cache (server_args.py _handle_pd_disaggregation, 0.5.4 to
+    0.5.9: "KV cache is forced as chunk cache for decode server"; arg_groups/pd_disaggregation_hook.py
+    handle_pd_disaggregation, 0.5.14 to 0.5.23), which ``decode_prefix_reuse: true`` stands for."""
+    return e.prefix_cache and not e.decode_prefix_reuse and e.backend is not None \
+        and load_backend(e.backend).stack == "sglang"
 
 
 def _batch_limit_beside_stack(spec: PoolSpec, where: str, source) -> None:

@@ -538,6 +538,8 @@ def _prefix_cache_block(ps: PoolSetup, stats: list[dict]) -> dict:
     out: dict = {"enabled": bool(pcs), "capacity_tokens": e.prefix_cache_capacity_tokens}
     if not pcs:
         out["why_off"] = ("prefix_cache: false" if not e.prefix_cache
+                          else "SGLang's decode server runs a chunk cache, no radix tree "
+                               "(engine.decode_prefix_reuse: false)" if not ps.engine_config.prefix_cache
                           else "no request carries block ids (add sessions, system prompts or a trace with ids)")
         return out
     tot = {k: sum(p[k] for p in pcs) for k in pcs[0] if k != "offload"}
