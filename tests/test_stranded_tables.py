@@ -54,9 +54,9 @@ def test_the_class_tables_count_the_stranded_request(results):
     """Both class tables showed chat as 1 completed, 0 shed, 0 cancelled of its 2 requests."""
     llmsim = results["llmsim"]
     page = dict(_cells(page_classes_table(llmsim), "chat"))
-    assert [page[h] for h in ("completed", "shed", "cancelled", "stranded")] == ["1", "0", "0", "1"]
+    assert [page[h] for h in ("completed", "rejected", "cancelled", "stranded")] == ["1", "0", "0", "1"]
     terminal = _terminal(classes_table(llmsim))
-    assert [terminal[h] for h in ("done", "shed", "cancel", "stranded")] == ["1", "0", "0", "1"]
+    assert [terminal[h] for h in ("done", "rejected", "cancel", "stranded")] == ["1", "0", "0", "1"]
     whole = {**llmsim, "classes": {n: {k: v for k, v in c.items() if k != "stranded"}
                                    for n, c in llmsim["classes"].items()}}
     assert "stranded" not in page_classes_table(whole) and "stranded" not in _terminal(classes_table(whole))

@@ -26,7 +26,7 @@ _KEYS = ("median_ttft_ms", "p95_ttft_ms", "p99_ttft_ms", "median_tpot_ms", "p95_
 FIELDS = {
     "pool": leaf("text", "the pool the class routes to"), "priority": leaf("int", "its priority"),
     "requests": leaf("count", "its requests"), "completed": leaf("count", "finished"),
-    "rejected": leaf("count", "shed by the fleet"), "cancelled": leaf("count", "withdrawn by their clients"),
+    "rejected": leaf("count", "refused by the fleet: shed by admission control, too long for its pool's server or its prompt budget, or never fitting a replica (llmsim.load counts each kind)"), "cancelled": leaf("count", "withdrawn by their clients"),
     "rejected_fraction": leaf("fraction", "rejected / requests"),
     "rate_limited": leaf("count", "answered 429 by the gateway", when="the class has a rate_limit"),
     "stranded": leaf("count", "preempted and never readmitted (llmsim.request_status.stranded)",

@@ -26,7 +26,7 @@ FIELDS = {
     "share": leaf("fraction", "the region's declared share, normalised"),
     "request_fraction": leaf("fraction", "its share of the requests as drawn"),
     "sessions": leaf("count", "its sessions"), "requests": leaf("count", "its requests"),
-    "completed": leaf("count", "finished"), "rejected": leaf("count", "shed by the fleet"),
+    "completed": leaf("count", "finished"), "rejected": leaf("count", "refused by the fleet: shed by admission control, too long for its pool's server or its prompt budget, or never fitting a replica (llmsim.load counts each kind)"),
     "cancelled": leaf("count", "withdrawn by their clients"),
     "stranded": leaf("count", "preempted and never readmitted (llmsim.request_status.stranded)",
                      when="a request of the region was stranded"),

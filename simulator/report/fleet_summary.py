@@ -89,7 +89,7 @@ def classes_table(llmsim: Mapping[str, Any]) -> Optional[Table]:
                                                             "scenario's targets, for information", caption_justify="left")
     rare = rare_counts_shown(classes)
     verdicts = {name: class_verdict(c) for name, c in classes.items()}
-    for col in ("class", "pool", "prio", "done", "shed", "cancel", *(short for _, _, short in rare), "TTFT50", "TTFT99",
+    for col in ("class", "pool", "prio", "done", "rejected", "cancel", *(short for _, _, short in rare), "TTFT50", "TTFT99",
                 "TPOT99", "$", "SLO"):
         # the verdict is the column a narrow terminal must not cut to "(…": the others give way first
         t.add_column(col, justify="left" if col in ("class", "pool") else "right", no_wrap=True,

@@ -193,7 +193,7 @@ _LADDER_COLS = (("product_gpus", "product GPUs", whole), ("product_monthly_usd",
                 ("gpus", "GPUs (peak)", whole), ("monthly_usd", "$/month", money),
                 ("ttft_p50_ms", "TTFT p50 (ms)", whole), ("ttft_p99_ms", "TTFT p99 (ms)", whole),
                 ("tpot_p99_ms", "TPOT p99 (ms)", lambda v: "—" if v is None else f"{v:,.2f}"),
-                ("completed", "completed", whole), ("rejected", "shed", whole), ("cancelled", "cancelled", whole),
+                ("completed", "completed", whole), ("rejected", "rejected", whole), ("cancelled", "cancelled", whole),
                 ("stranded", "stranded", whole))
 
 

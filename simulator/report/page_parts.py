@@ -225,7 +225,7 @@ def classes_table(llmsim: Mapping[str, Any]) -> str:
              _ms(c.get("median_ttft_ms")), class_p99(c, "ttft", _digits(c.get("p99_ttft_ms") or 0)),
              class_p99(c, "tpot", _digits(c.get("p99_tpot_ms") or 0)), money(c.get("usd")),
              class_verdict(c, "✓", "✗")] for name, c in classes.items()]
-    return "<h3>Classes</h3>" + table(["class", "pool", "priority", "completed", "shed", "cancelled",
+    return "<h3>Classes</h3>" + table(["class", "pool", "priority", "completed", "rejected", "cancelled",
                                        *(header for _, header, _ in rare), "TTFT p50 (ms)",
                                        "TTFT p99 (ms)", "TPOT p99 (ms)", "window $", "SLO"], rows,
                                       caption="window $: the class's share of the window's GPU bill, by the "
