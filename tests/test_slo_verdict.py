@@ -233,3 +233,25 @@ def test_a_replicated_run_passes_only_if_every_seed_meets_the_slo():
     assert failures(three) == ["SLO met by 3 of 4 seeds (3, 4, 5, 6): a fleet passes only if every seed meets it"]
     every = {**ok, "llmsim": {"slo_met": True, "replicates": {"count": 2, "seeds": [3, 4], "slo_met": 2}}}
     assert failures(every) == []
+
+
+def test_an_slo_is_not_met_beside_refused_requests():
+    """A TensorRT-LLM run refusing 37.7 % of its requests as too long read "SLO ✓ met": the targets are
+    measured over the requests served. Run, check and plan (slo_met, failures) now fail it, saying why."""
+    from simulator.report.summary import _slo as slo_table
+
+    met = {"met": True, "targets": {"ttft_p99_ms": {"metric": "ttft", "percentile": 99.0, "target_ms": 500.0,
+                                                    "measured_ms": 100.0, "attainment": 1.0, "met": True}}}
+    results = {"completed": 48, "failed": 29, "cancelled": 0, "slo": met,
+               "llmsim": {"request_status": {"finished": 48, "rejected": 29}, "load": {"shed": 0, "too_long": 29}}}
+    assert slo_met(results) is False
+    assert failures(results) == ["SLO missed: 29 requests (37.7 % of 77) refused by the fleet (too long for the "
+                                 "stack or its prompt budget, never fitting a replica, or stranded: llmsim.load "
+                                 "says which), none served within the SLO"]
+    assert "missed" in slo_table(results).title
+    served = {**results, "failed": 0, "llmsim": {"request_status": {"finished": 48, "rejected": 0}}}
+    assert slo_met(served) is True and failures(served) == []
+    # requests a class's admission control shed are its declared policy, which the load's verdict judges
+    shed = {**results, "llmsim": {"request_status": {"finished": 48, "rejected": 2}, "load": {"shed": 2}}}
+    assert slo_met(shed) is True
+    assert slo_met({**results, "slo": None}) is None        # no SLO declared: nothing to miss

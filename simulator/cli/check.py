@@ -187,7 +187,7 @@ def _pct(rel: Optional[float], tolerance: Optional[float] = None) -> str:
 
 def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
     from ..metrics.intervals import targets_at_confidence
-    from ..metrics.verdict import slo_blocks, target_name
+    from ..metrics.verdict import refused, refused_line, slo_blocks, target_name
     from ..validation.error_model import regime_of_run
 
     blocks = slo_blocks(results)      # the blocks llmsim run judges
@@ -215,6 +215,10 @@ def _slo_rows(results: dict[str, Any], t: Table, job: _Job) -> None:
             got = "no samples" if value is None else f"simulated {measured} ms{bound.replace(' at', ' ms at')}"
             job.judged(name, None if met else f"{name} missed: {got}, target ≤ {limit:,g} ms",
                        f"{got}, target ≤ {limit:,g} ms")
+    line = refused_line(results) if blocks else None
+    if line:       # the targets read over the requests served: a refused one was served within no SLO
+        t.add_row("SLO refused requests", "0", f"{refused(results):,}", "—", "VIOLATED", style="bold red")
+        job.judged("SLO refused requests", line, line)
 
 
 def _load_row(results: dict[str, Any], t: Table, job: _Job) -> None:

@@ -48,6 +48,8 @@ __all__ = ["compute_results", "jsonable", "write_results", "FIELDS", "SLO_FIELDS
 
 #: What vLLM's bench would count as a failed request: refused (400, or 429 at a rate limit) or never answered.
 _FAILED = [int(Status.REJECTED), int(Status.RATE_LIMITED), int(Status.PENDING), int(Status.STRANDED)]
+#: The unserved requests goodput counts against the fleet: all it failed but the gateway's quota (a product's choice).
+_UNSERVED = [s for s in _FAILED if s != int(Status.RATE_LIMITED)]
 
 
 def _ratio(num: float, den: float | None) -> float | None:
@@ -68,7 +70,7 @@ def _duration(arrays: RequestArrays, duration: float | None) -> float:
 
 
 def _slo_block(spec: SloSpec, samples: Mapping[str, np.ndarray], itl: UniformMixture,
-               good: np.ndarray | None, tpot_or_zero: np.ndarray) -> dict[str, Any]:
+               good: np.ndarray | None, tpot_or_zero: np.ndarray, offered: int = 0) -> dict[str, Any]:
     """Per-target attainment and pass/fail; a target that cannot be measured
     (no samples) is not met: CI must not pass a run that proved nothing."""
     targets: dict[str, Any] = {}
@@ -94,7 +96,10 @@ def _slo_block(spec: SloSpec, samples: Mapping[str, np.ndarray], itl: UniformMix
             "attainment": {m: _fraction((tpot_or_zero if m == "tpot" else samples[m]) <= thr)
                            for m, thr in spec.thresholds.items()},
             "good_requests": int(np.count_nonzero(good)),
-            "good_fraction": _fraction(good),
+            # over every request the fleet was asked to serve: one it refused or never finished was not
+            # served within the SLO (a fraction of the completed alone read 100 % beside a third refused)
+            "offered_requests": offered,
+            "good_fraction": int(np.count_nonzero(good)) / offered if offered else None,
         }
     return block
 
@@ -139,7 +144,10 @@ SLO_FIELDS = {
         "attainment": block("per metric, the share of completed requests within its threshold",
                             {"<metric>": leaf("fraction", "the share within the metric's threshold")}),
         "good_requests": leaf("count", "completed requests within every threshold"),
-        "good_fraction": leaf("fraction", "good_requests / completed"),
+        "offered_requests": leaf("count", "the requests the fleet was asked to serve: completed, rejected (shed, "
+                                 "too long, never fitting), stranded or unfinished; not those their clients "
+                                 "cancelled or the gateway rate-limited"),
+        "good_fraction": leaf("fraction", "good_requests / offered_requests; null over none"),
     }, when="the SLO sets per-request thresholds (ttft_ms, tpot_ms...)"),
 }
 
@@ -228,7 +236,8 @@ def compute_results(requests: Iterable[Request], gaps: GapLog | GapGrid | None, 
         for stat, value in stats.items():
             res[f"{stat}_{metric}_ms"] = value
     if spec:
-        res["slo"] = _slo_block(spec, samples, itl, good, tpot_or_zero)
+        offered = completed + int(np.count_nonzero(np.isin(a.status, _UNSERVED)))
+        res["slo"] = _slo_block(spec, samples, itl, good, tpot_or_zero, offered)
 
     status = {s.name.lower(): int(np.count_nonzero(a.status == int(s))) for s in Status}
     for rare in _WHEN:

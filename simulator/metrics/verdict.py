@@ -8,6 +8,9 @@ declares is missed: the scenario's over all traffic, each class that
 declares its own, each prompt-length bucket that declares its own. A class
 without targets of its own is held to the scenario's only over all
 traffic, as declared (its ``slo`` block in results.json is informative).
+A request the fleet refused (too long, never fitting, stranded) was served
+within no SLO: a run that declares one does not meet it beside such a request
+(shedding is a class's declared ``admission`` policy, which the load judges).
 """
 from __future__ import annotations
 
@@ -16,7 +19,7 @@ from typing import Any, Mapping, Optional
 from .by_input_length import bucket_slo_blocks
 from .load import CANNOT_TELL, SHORT_WINDOW, undetermined
 
-__all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "fleet_met", "load_columns", "load_failure", "load_gate", "mark",
+__all__ = ["EXIT_MISSED", "slo_blocks", "slo_met", "refused", "refused_line", "fleet_met", "load_columns", "load_failure", "load_gate", "mark",
            "owner", "target_name", "failures", "past", "ms_past", "measured", "class_p99"]
 
 #: Exit code of ``llmsim run`` and ``llmsim check`` for a result that fails
@@ -82,13 +85,38 @@ def target_name(label: str, key: str) -> str:
     return owner(label, ": ") + key
 
 
+def refused(results: Mapping[str, Any]) -> int:
+    """Requests the fleet refused or stranded that no scenario key accepts (``llmsim.request_status``'s
+    rejected, less those its admission control shed, and stranded): too long for the stack or its prompt
+    budget, never fitting a replica. None was served within any SLO, so an SLO is not met beside one.
+    Shedding is the policy a class's ``admission`` declares, held to :data:`~.load.SHED_FRACTION` by the
+    load's verdict; rate-limited and cancelled requests are the product's and the clients' choices."""
+    llmsim = results.get("llmsim") or {}
+    status, load = llmsim.get("request_status") or {}, llmsim.get("load") or {}
+    return (int(status.get("rejected") or 0) - int(load.get("shed") or 0)) + int(status.get("stranded") or 0)
+
+
+def refused_line(results: Mapping[str, Any]) -> Optional[str]:
+    """Why the SLO fails on refused requests, in the words ``run``, ``check`` and the pages give; None
+    when none was refused."""
+    n = refused(results)
+    if not n:
+        return None
+    offered = int(results.get("completed") or 0) + int(results.get("failed") or 0) + int(results.get("cancelled") or 0)
+    share = f" ({100 * n / offered:.1f} % of {offered:,})" if offered else ""
+    return (f"SLO missed: {n:,} request{'' if n == 1 else 's'}{share} refused by the fleet (too long for the stack "
+            f"or its prompt budget, never fitting a replica, or stranded: llmsim.load says which), none served "
+            f"within the SLO")
+
+
 def slo_met(results: Mapping[str, Any]) -> Optional[bool]:
-    """Whether every SLO the run is judged on holds (:func:`slo_blocks`);
-    None when it declares none. The one verdict ``run``, ``plan``,
-    ``sweep``, ``check`` and the pages give: the scenario's ``slo.met``
-    alone passed a fleet whose paid class missed its own target."""
+    """Whether every SLO the run is judged on holds (:func:`slo_blocks`) and no request was refused
+    (:func:`refused`: the targets are measured over the requests served, and a fleet refusing a third of
+    its requests met them); None when it declares none. The one verdict ``run``, ``plan``, ``sweep``,
+    ``check`` and the pages give: the scenario's ``slo.met`` alone passed a fleet whose paid class
+    missed its own target."""
     blocks = slo_blocks(results)
-    return all(bool(b.get("met")) for _, b in blocks) if blocks else None
+    return all(bool(b.get("met")) for _, b in blocks) and not refused(results) if blocks else None
 
 
 def fleet_met(results: Mapping[str, Any]) -> Optional[bool]:
@@ -157,6 +185,9 @@ def failures(results: Mapping[str, Any]) -> list[str]:
                 measured = target.get("measured_ms")
                 got = "no samples" if measured is None else ms_past(measured, target["target_ms"])
                 out.append(f"SLO {target_name(label, key)} missed: simulated {got}, target ≤ {target['target_ms']:,g} ms")
+    line = refused_line(results) if slo_blocks(results) else None
+    if line:
+        out.append(line)
     # --replicates: the figures are the first seed's, but a fleet passes only if every seed does, as
     # plan --seeds judges it (one seed's pass alone exited 0 on a fleet three seeds in four missed with)
     reps = (results.get("llmsim") or {}).get("replicates") or {}

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any, Mapping, Sequence
 
 from ..errors import LlmsimError
-from ..metrics.verdict import fleet_met, load_columns, load_failure, ms_past, slo_blocks, target_name
+from ..metrics.verdict import fleet_met, load_columns, load_failure, ms_past, refused_line, slo_blocks, target_name
 from ..inputs import code_digest, file_digest
 from ..reads import recorded_reads
 from .confidence import slo_targets_text
@@ -186,6 +186,8 @@ def summarize(results: Mapping[str, Any]) -> dict[str, Any]:
     missed = [load] if load and row["slo_met"] is False else []
     missed += [f"{target_name(label, k)} {_miss(t)}" for label, block in slo_blocks(results)
                for k, t in (block.get("targets") or {}).items() if not t.get("met")]
+    refusal = refused_line(results) if slo_blocks(results) else None
+    missed += [refusal] if refusal else []
     row["slo_failed"] = "; ".join(missed) or None
     for k, t in targets.items():
         row[f"attainment_{k}"] = t.get("attainment")

@@ -14,7 +14,7 @@ from rich.table import Table
 from rich.text import Text
 
 from ..metrics.tail_samples import few_samples_note
-from ..metrics.verdict import measured, owner, slo_blocks, slo_met
+from ..metrics.verdict import measured, owner, refused, refused_line, slo_blocks, slo_met
 from .fleet_summary import classes_table, headline, pools_table, ttft_budget_table
 
 __all__ = ["summary_table"]
@@ -100,6 +100,8 @@ def _slo(results: Mapping[str, Any]) -> Optional[Table]:
         limits = ", ".join(f"{m.upper()} ≤ {_num(v)}" for m, v in goodput["thresholds_ms"].items())
         t.add_row("", "goodput", limits + " ms", f"{goodput['good_requests']:,} req",
                   "—" if frac is None else f"{100 * frac:.1f}%")
+    if refused_line(results):      # the targets read over the requests served: the verdict counts the refused too
+        t.add_row(FAIL, "refused", "0 req", f"{refused(results):,} req", "—")
     few = few_samples_note(slo_blocks(results))
     if few:
         t.caption, t.caption_justify = f"note: {few}", "left"
