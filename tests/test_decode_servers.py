@@ -70,3 +70,26 @@ def test_an_sglang_decode_server_runs_no_prefix_cache(tmp_path, backend, decode_
         assert _prefix_cache_block(decode.setup, [{"prefix_cache": None}]) == {
             "enabled": False, "capacity_tokens": None,
             "why_off": "SGLang's decode server runs a chunk cache, no radix tree (engine.decode_prefix_reuse: false)"}
+
+
+@pytest.mark.parametrize("version, draft, refused", [
+    ("0.5.9", False, "SGLang 0.5.9 has no --disaggregation-decode-enable-radix-cache"),
+    (None, True, "SGLang refuses --disaggregation-decode-enable-radix-cache with speculative decoding"),
+    (None, False, None)])
+def test_an_sglang_decode_radix_cache_is_the_flag_its_release_takes(version, draft, refused):
+    """decode_prefix_reuse: true stands for --disaggregation-decode-enable-radix-cache: refused where the
+    release has no such flag (0.5.9) and beside a draft, which the flag refuses; kept where it runs."""
+    doc = _pair("sglang", DIRECT)
+    doc["classes"] = doc["classes"][:1]
+    decode = doc["pools"][1]
+    decode["engine"] = {"backend": "sglang", "prefix_cache": True, "decode_prefix_reuse": True,
+                        **({"backend_version": version} if version else {})}
+    if draft:
+        decode["speculative"] = {"draft_model": "llama-3.2-1b", "k": 3, "acceptance_rate": 0.7}
+    if refused is None:
+        plan = compile_scenario(Scenario.model_validate(doc), "s.yaml")
+        assert next(p for p in plan.pools if p.spec.name == "decode").setup.engine_config.prefix_cache
+        return
+    with pytest.raises(LlmsimError) as e:
+        compile_scenario(Scenario.model_validate(doc), "s.yaml")
+    assert refused in e.value.message and e.value.key_path == "pools[1].engine.decode_prefix_reuse", e.value.render()

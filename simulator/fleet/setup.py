@@ -23,7 +23,7 @@ from ..memory import MemoryPlan, context_room, has_full_attention, plan_memory, 
 from ..pipeline import Pipeline, plan_pipeline_memory
 from .pp_refusals import refusal
 from ..profiles import load_hardware, load_model
-from ..profiles.backend import load_backend
+from ..profiles.backend import load_backend, version_number
 from ..profiles.checkpoint_weights import check_checkpoint_weights
 from ..profiles.hardware import HardwareProfile
 from ..profiles.model import ModelProfile
@@ -188,6 +188,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
     replica = rank_limits(drafting_budget(running_cap(admission, model, mem), cm, spec, where, source), spec.dp)
     if decodes_for_another and chunk_cache_on_decode(replica):
         replica = replica.model_copy(update={"prefix_cache": False})
+    elif decodes_for_another:
+        _decode_radix_cache(spec, where, source)
     offload = plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source, window_share(model))
     return PoolSetup(spec, cm, mem, offload,
                      engine=None if replica is e else replica, lora=lora)
@@ -201,6 +203,32 @@ def chunk_cache_on_decode(e: EngineConfig) -> bool:
     handle_pd_disaggregation, 0.5.14 to 0.5.23), which ``decode_prefix_reuse: true`` stands for."""
     return e.prefix_cache and not e.decode_prefix_reuse and e.backend is not None \
         and load_backend(e.backend).stack == "sglang"
+
+
+#: The first SGLang release known to take --disaggregation-decode-enable-radix-cache (read in 0.5.11,
+#: 0.5.14 and 0.5.23 server_args.py; 0.5.9's has no such flag; 0.5.10's not read).
+DECODE_RADIX_SINCE = (0, 5, 10)
+
+
+def _decode_radix_cache(spec: PoolSpec, where: str, source) -> None:
+    """An SGLang decode pool that keeps a radix cache (``decode_prefix_reuse: true`` with prefix_cache)
+    is launched with --disaggregation-decode-enable-radix-cache: refused where the release has no such
+    flag, and beside a draft, which the flag refuses ("incompatible with speculative decoding":
+    server_args.py _handle_pd_disaggregation, 0.5.11; arg_groups/pd_disaggregation_hook.py, 0.5.14 to 0.5.23)."""
+    e = spec.engine
+    if not (e.prefix_cache and e.decode_prefix_reuse and e.backend is not None
+            and load_backend(e.backend).stack == "sglang"):
+        return
+    number = version_number(e.backend_version) if e.backend_version else None
+    if number is not None and number < DECODE_RADIX_SINCE:
+        raise LlmsimError(f"SGLang {e.backend_version} has no --disaggregation-decode-enable-radix-cache: its decode "
+                          f"server runs a chunk cache (server_args.py: 'KV cache is forced as chunk cache for "
+                          f"decode server'); set decode_prefix_reuse: false, or a release from 0.5.10",
+                          source=source, key_path=f"{where}.engine.decode_prefix_reuse")
+    if spec.speculative is not None:
+        raise LlmsimError("SGLang refuses --disaggregation-decode-enable-radix-cache with speculative decoding "
+                          "(a decode radix cache beside a draft); set decode_prefix_reuse: false, or drop the draft",
+                          source=source, key_path=f"{where}.engine.decode_prefix_reuse")
 
 
 def _batch_limit_beside_stack(spec: PoolSpec, where: str, source) -> None:
