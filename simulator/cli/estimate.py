@@ -9,7 +9,6 @@ from rich.cells import cell_len
 from rich.markup import escape
 from rich.table import Table
 
-from ..engine.request_length import length_limit, over_budget, too_long
 from ..errors import LlmsimError, error_loc, in_key_unit, unit_slip
 from .app import app, warn
 from .output import console, kv_table, print_json, provenance_notes
@@ -417,6 +416,9 @@ def _refuse_as_run_does(engine: EngineConfig, cm: Any, prompt: int, output: int,
     """A request ``llmsim run`` refuses on this backend's pool is refused here in the run's words, not
     priced: one past the launch's length limit (engine/request_length.py, counted as the stack counts
     it), and a prompt past the token budget of a stack that does not chunk it (TensorRT-LLM)."""
+    # imported here: the engine's modules load the cost model, which the CLI's start must not (test_cli_plain)
+    from ..engine.request_length import length_limit, over_budget, too_long
+
     limit = engine.longest_request(cm.model)
     whose = f"engine.max_model_len (--backend {backend})" if engine.max_model_len else f"{cm.model.name}'s context"
     refusal = too_long(length_limit(engine, None, limit), prompt, output, whose)
