@@ -157,25 +157,22 @@ def results_file(path: Path) -> Path:
 
     kinds = folder_kinds(path)
     ladder = " (a ladder's folder: name one of its steps' folders)" if "ladder" in kinds else ""
-    table = next((kinds[k] for k in ("plan", "sweep") if k in kinds), None)
-    if table is not None:
-        raise LlmsimError(_fleets_folder(path, table), source=path)
+    kind = next((k for k in _ALSO_HELD if k in kinds), None)
+    if kind is not None:
+        raise LlmsimError(_fleets_folder(path, kind, kinds[kind]), source=path)
     raise LlmsimError(f"a folder without results.json{ladder}; expected a run folder (`llmsim run -o DIR`) "
                       "or a results.json file", source=path)
 
 
-#: What a plan's or a sweep's folder holds, by the file that marks it (``-o`` of each command).
-_FLEETS_FOLDERS = {"plan.json": ("plan", ("plan.json", "pareto.png", "report.html", "points/")),
-                   "sweep.parquet": ("sweep", ("sweep.parquet", "report.html", "points/")),
-                   "sweep.csv": ("sweep", ("sweep.csv", "report.html", "points/"))}
+#: What a plan's or a sweep's folder holds beside the file that marks it (report.run_folder.FOLDER_KINDS).
+_ALSO_HELD = {"plan": ("pareto.png", "report.html", "points/"), "sweep": ("report.html", "points/")}
 
 
-def _fleets_folder(path: Path, marker: str) -> str:
+def _fleets_folder(path: Path, kind: str, marker: str) -> str:
     """Why a plan's or a sweep's folder is no run to compare: it holds a row of figures per fleet it
     simulated, not any fleet's results.json; said with what it holds and what to give instead (it read
     "a folder without results.json", as if the run had failed)."""
-    kind, names = _FLEETS_FOLDERS[marker]
-    held = [n for n in names if (path / n.rstrip("/")).exists()]
+    held = [marker, *(n for n in _ALSO_HELD[kind] if (path / n.rstrip("/")).exists())]
     return (f"a {kind}'s folder (it holds {', '.join(held)}: a row of figures for each fleet the {kind} simulated, "
             f"no run's results.json); compare takes two runs: run the fleets to compare, each with its overrides "
             f"from {marker} (`llmsim run SCENARIO --set KEY=VALUE -o DIR`), and give their folders or their "
