@@ -255,3 +255,9 @@ def test_an_slo_is_not_met_beside_refused_requests():
     shed = {**results, "llmsim": {"request_status": {"finished": 48, "rejected": 2}, "load": {"shed": 2}}}
     assert slo_met(shed) is True
     assert slo_met({**results, "slo": None}) is None        # no SLO declared: nothing to miss
+    # the share is over the requests offered, as goodput's offered_requests counts them: not those the
+    # clients cancelled or the gateway rate-limited (it read 29 of 97 here)
+    gated = {**results, "failed": 39, "cancelled": 10,
+             "llmsim": {"request_status": {"finished": 48, "rejected": 29, "rate_limited": 10, "cancelled": 10},
+                        "load": {"shed": 0, "too_long": 29}}}
+    assert "(37.7 % of 77)" in failures(gated)[0]

@@ -102,7 +102,10 @@ def refused_line(results: Mapping[str, Any]) -> Optional[str]:
     n = refused(results)
     if not n:
         return None
-    offered = int(results.get("completed") or 0) + int(results.get("failed") or 0) + int(results.get("cancelled") or 0)
+    rate_limited = int(((results.get("llmsim") or {}).get("request_status") or {}).get("rate_limited") or 0)
+    # over the requests the fleet was asked to serve, as goodput's offered_requests counts them: those the
+    # clients withdrew or the gateway's quota answered 429 were never the fleet's to refuse
+    offered = int(results.get("completed") or 0) + int(results.get("failed") or 0) - rate_limited
     share = f" ({100 * n / offered:.1f} % of {offered:,})" if offered else ""
     return (f"SLO missed: {n:,} request{'' if n == 1 else 's'}{share} refused by the fleet (too long for the stack "
             f"or its prompt budget, never fitting a replica, or stranded: llmsim.load says which), none served "
