@@ -194,7 +194,7 @@ def _hand_offs(engine: str, reqs: list[Request], cancel_at: Optional[tuple[float
                                 GapLog(), engine, id_block_tokens=H, dp=dp)
     prefill = make(EngineConfig(), 1)
     decode = make(EngineConfig(dp_placement="queue_score_rotating"), 2)
-    pd = PrefillDecode(env, prefill, decode, HandoffBytes(1e6), KvLinkSpec(preset="ethernet", latency_ms=0.0))
+    pd = PrefillDecode(env, prefill, decode, HandoffBytes(1e6), KvLinkSpec(preset="ethernet", latency_ms=0.0).numbers(()))
     legs: list[Request] = []
     ended: list[Request] = []
     decoded = pd._decoded

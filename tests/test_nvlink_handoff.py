@@ -71,3 +71,22 @@ def test_the_cli_refuses_it_on_one_line(tmp_path, cli):
     assert r.code == 2 and "\n" not in msg and "Traceback" not in msg, msg
     assert str(path) in msg and "pools[0].disaggregation.link.preset" in msg
     assert not (tmp_path / "out").exists()
+
+
+def _numbers(d: dict) -> tuple[float, float]:
+    return compile_scenario(Scenario.model_validate(d), "s.yaml").pairs[0].link_numbers
+
+
+def test_each_preset_reads_the_pairs_gpus():
+    """A 400 GB/s NVLink read off H100 priced B200's NVLink 5 at half its rate, and every GPU's NIC as
+    one NDR HCA: each preset is now 90 % of the pair's own link (the slower GPU's), as the profile states."""
+    assert _numbers(_pair("h100-sxm")) == pytest.approx((405e9, 1e-5))
+    assert _numbers(_pair("b200")) == pytest.approx((810e9, 1e-5))
+    assert _numbers(_pair("gb300-nvl72", 8, preset="infiniband")) == pytest.approx((90e9, 2e-5))
+    assert _numbers(_pair("a100-sxm-80gb", preset="infiniband")) == pytest.approx((22.5e9, 2e-5))
+    assert _numbers(_pair("h100-pcie", preset="infiniband")) == pytest.approx((45e9, 2e-5))   # no NIC stated
+    mixed = _pair("h100-sxm", preset="infiniband")
+    mixed["pools"][1]["gpu"] = "gb300-nvl72"
+    assert _numbers(mixed) == pytest.approx((45e9, 2e-5))
+    assert _numbers(_pair("b200", preset="ethernet")) == pytest.approx((3e9, 1e-4))
+    assert _numbers(_pair("b200", bandwidth_gb_per_s=100, latency_ms=0.5)) == pytest.approx((100e9, 5e-4))

@@ -32,22 +32,42 @@ a handed-over request only beside a reserve of decode tokens per running
 request, after the transfer where SGLang allocates before the prefill. The link itself is not a queue: concurrent
 transfers do not slow each other (stated limitation).
 
-Presets (per GPU, effective, assumptions stated here):
-``nvlink`` 400 GB/s and 10 µs (H100 NVLink 4: 450 GB/s per direction, NCCL
-reaches ~90%); ``infiniband`` 45 GB/s and 20 µs (one NDR 400 Gb/s HCA per
-GPU as in DGX H100, at ~90%); ``ethernet`` 3 GB/s and 100 µs (a 200 GbE NIC
-shared by a node's 8 GPUs, RoCE at ~95%).
+Presets (per GPU, effective, assumptions stated here), read from the pair's
+GPU profiles so a preset means that hardware's link: ``nvlink`` 90 % of the
+GPU's NVLink bandwidth per direction (``interconnect.bandwidth_gb_s``: 405
+GB/s on H100, 810 on B200 and GB200, 270 on A100; NCCL reaches ~90 %) and
+10 µs; ``infiniband`` 90 % of its scale-out NIC (``interconnect.scale_out_gb_s``:
+45 GB/s for one NDR 400 Gb/s HCA per GPU as in DGX H100 and B200, 90 for
+ConnectX-8's 800 Gb/s on B300 and GB300, 22.5 for DGX A100's HDR) and 20 µs,
+one NDR HCA's where the profile states no NIC; ``ethernet`` 3 GB/s and 100
+µs (a 200 GbE NIC shared by a node's 8 GPUs, RoCE at ~95 %). Between pools
+of two GPUs the slower side's link bounds the transfer.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable, Literal, Optional
+from typing import Any, Callable, Literal, Optional, Sequence
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workloads.request import Request, Status
 
-PRESETS = {"nvlink": (400.0, 0.010), "infiniband": (45.0, 0.020), "ethernet": (3.0, 0.100)}
+#: The share of a link's line rate a KV transfer reaches (NCCL's and NIXL's bulk copies, ~90 %).
+LINK_EFFICIENCY = 0.9
+#: One NDR 400 Gb/s HCA per GPU (DGX H100), for a GPU whose profile states no scale-out NIC.
+NDR_GB_S = 50.0
+#: Each preset's latency (ms) and, for ethernet, its bandwidth (GB/s per GPU, a shared 200 GbE NIC).
+LATENCY_MS = {"nvlink": 0.010, "infiniband": 0.020, "ethernet": 0.100}
+ETHERNET_GB_S = 3.0
+
+
+def preset_gb_s(preset: str, gpus: Sequence[Any]) -> float:
+    """A preset's bandwidth per GPU over the pair's GPUs (the slower side bounds the transfer)."""
+    if preset == "ethernet":
+        return ETHERNET_GB_S
+    if preset == "nvlink":
+        return LINK_EFFICIENCY * min(g.interconnect.bandwidth_gb_s for g in gpus)
+    return LINK_EFFICIENCY * min(g.interconnect.scale_out_gb_s or NDR_GB_S for g in gpus)
 
 
 class KvLinkSpec(BaseModel):
@@ -59,7 +79,10 @@ class KvLinkSpec(BaseModel):
         default="infiniband", description="nvlink only where both pools run one GPU and, at their most replicas "
                                           "(autoscaling's max_replicas + warm_pool), fit in one NVLink domain of it "
                                           "(8 on HGX boards, 72 on an NVL72 rack; not AMD's xGMI mesh), unless "
-                                          "bandwidth_gb_per_s and latency_ms are both given")
+                                          "bandwidth_gb_per_s and latency_ms are both given. Each reads the pair's GPU "
+                                          "profiles: nvlink 90 % of interconnect.bandwidth_gb_s and 10 µs, infiniband "
+                                          "90 % of interconnect.scale_out_gb_s (of 50 GB/s where unstated) and 20 µs, "
+                                          "ethernet 3 GB/s and 100 µs; between two GPUs, the slower one's")
     # Bounded as the network delays are (an hour; 10 MB/s, slower than any datacenter link): past them
     # a hand-off stretched the run for minutes before the clock's limit stopped it, on another key.
     bandwidth_gb_per_s: Optional[float] = Field(default=None, ge=0.01, allow_inf_nan=False,
@@ -68,13 +91,11 @@ class KvLinkSpec(BaseModel):
     latency_ms: Optional[float] = Field(default=None, ge=0, le=3_600_000, allow_inf_nan=False,
                                         description="per hand-off, at most an hour")
 
-    def numbers(self) -> tuple[float, float]:
-        """(bytes per second per GPU, latency seconds)."""
-        bw, lat = PRESETS[self.preset]
-        if self.bandwidth_gb_per_s is not None:
-            bw = self.bandwidth_gb_per_s
-        if self.latency_ms is not None:
-            lat = self.latency_ms
+    def numbers(self, gpus: Sequence[Any]) -> tuple[float, float]:
+        """(bytes per second per GPU, latency seconds) between pools on ``gpus`` (their GPU profiles):
+        a 400 GB/s NVLink figure read off H100 priced B200's NVLink 5 at half its rate."""
+        bw = self.bandwidth_gb_per_s if self.bandwidth_gb_per_s is not None else preset_gb_s(self.preset, gpus)
+        lat = self.latency_ms if self.latency_ms is not None else LATENCY_MS[self.preset]
         return bw * 1e9, lat / 1000.0
 
 
@@ -114,12 +135,12 @@ class HandoffBytes:
 class PrefillDecode:
     """A prefill pool and a decode pool acting as one pool to the front end."""
 
-    def __init__(self, env, prefill, decode, link_bytes: HandoffBytes, link: KvLinkSpec) -> None:
+    def __init__(self, env, prefill, decode, link_bytes: HandoffBytes, link: tuple[float, float]) -> None:
         self.env = env
         self.prefill = prefill
         self.decode = decode
         self.link_bytes = link_bytes
-        self.bandwidth, self.latency = link.numbers()
+        self.bandwidth, self.latency = link     # KvLinkSpec.numbers: bytes/s per GPU, seconds
         self.first_token_from_prefill = decode.cfg.first_token_from_prefill
         self.decode_prefix_reuse = decode.cfg.decode_prefix_reuse and decode.cfg.prefix_cache
         self.on_done: Optional[Callable[[Request], None]] = None

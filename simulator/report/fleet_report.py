@@ -287,7 +287,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         blocks[b.name]["usd"] = b.usd
     for pair in plan.pairs:
         blocks[pair.prefill]["handoff"] = handoff_block(requests, pair.prefill, pair.decode, pair.link.preset,
-                                                        *pair.link.numbers(), pair.link_bytes.full)
+                                                        *pair.link_numbers, pair.link_bytes.full)
     gpu_timeline = _merge_steps(list(gpu_logs.values()))
     fleet = gpu_count(gpu_timeline, now)
     first = blocks[setups[0].spec.name]

@@ -82,6 +82,7 @@ class PairPlan:
     decode: str
     link_bytes: HandoffBytes       # KV bytes the busiest link of the hand-off carries
     link: KvLinkSpec
+    link_numbers: tuple[float, float]   # its bytes/s per GPU and latency (s), from the pair's GPUs
 
 
 @dataclass(frozen=True)
@@ -263,9 +264,13 @@ def _pairs(setups: list[PoolSetup]) -> list[PairPlan]:
     def per_gpu(ps: PoolSetup) -> float:      # the share of a token's KV one GPU holds
         return kv_copies(ps.cm.model, ps.spec.tp) / ps.spec.tp
 
-    return [PairPlan(ps.spec.name, d.decode_pool, _handoff_bytes(ps, max(per_gpu(ps), per_gpu(by_name[d.decode_pool]))),
-                     d.link)
-            for ps in setups if (d := ps.spec.disaggregation) is not None]
+    pairs = []
+    for ps in setups:
+        if (d := ps.spec.disaggregation) is not None:
+            dec = by_name[d.decode_pool]
+            pairs.append(PairPlan(ps.spec.name, d.decode_pool, _handoff_bytes(ps, max(per_gpu(ps), per_gpu(dec))),
+                                  d.link, d.link.numbers((ps.cm.gpu, dec.cm.gpu))))
+    return pairs
 
 
 def _handoff_bytes(ps: PoolSetup, per_gpu: float) -> HandoffBytes:

@@ -9,7 +9,7 @@ preset holds only where both pools, at their largest, sit in one domain.
 Anything larger is refused rather than priced at a bandwidth it cannot have,
 and so are AMD's xGMI nodes: their GPUs form a mesh, each peer reached over
 one link of the GPU's xGMI bandwidth / its links (448 / 7 = 64 GB/s on an
-MI300X), not NVLink's switched 400 GB/s; such a link is given by its numbers.
+MI300X), not NVLink's switched bandwidth; such a link is given by its numbers.
 """
 from __future__ import annotations
 
