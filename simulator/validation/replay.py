@@ -44,8 +44,8 @@ client's first token comes from the decode worker once the KV has arrived
 KV is in, then streams the tokens; ai-dynamo/dynamo
 ``components/backends/sglang/docs/sglang-kv-transfer-explainer.md``), so
 TTFT holds the prefill, the transfer and the decode worker's first
-iteration. The KV moves over the default link (``infiniband``, one NDR HCA
-per GPU); a DeepSeek-V3 prompt of 8K tokens in fp8 takes a few
+iteration. The KV moves over the default link (``infiniband``: 90 % of each GPU's
+scale-out NIC, 45 GB/s for one NDR HCA, 90 on GB300's ConnectX-8); a DeepSeek-V3 prompt of 8K tokens in fp8 takes a few
 milliseconds on it, so the choice of link hardly moves TTFT.
 """
 from __future__ import annotations
