@@ -76,3 +76,15 @@ def test_the_ladder_counts_the_stranded_request(results, tmp_path):
     assert "stranded" not in text and cell == "0 / 0"
     (tmp_path / "ladder.json").write_text(json.dumps({"scenario": "stranded", "ladder": "each", "steps": [whole]}))
     assert "stranded" not in dict(_cells(_ladder_body(tmp_path)[1], "base"))
+
+
+def test_a_class_beside_its_refused_request_misses_its_slo(results):
+    """A class's ✓ counted only the requests it served: chat, its second request stranded, read met where
+    the fleet's verdict (slo_met) did not. Its block counts the refusal and both tables mark it ✗."""
+    from simulator.report.summary_format import class_verdict
+
+    chat = results["llmsim"]["classes"]["chat"]
+    assert chat["refused"] == 1
+    met = {**chat, "slo": {"met": True, "targets": {}}, "slo_declared": True}
+    assert class_verdict(met, "✓", "✗") == "✗"
+    assert class_verdict({k: v for k, v in met.items() if k != "refused"}, "✓", "✗") == "✓"

@@ -13,6 +13,7 @@ from typing import Any, Mapping, Sequence
 
 from workloads.request import Request, Status
 from .records import LATENCY, Records
+from .load import refused_count
 from .results import compute_results
 from .slo import SloSpec
 from .results import SLO_FIELDS, latency_fields
@@ -31,6 +32,9 @@ FIELDS = {
     "rate_limited": leaf("count", "answered 429 by the gateway", when="the class has a rate_limit"),
     "stranded": leaf("count", "preempted and never readmitted (llmsim.request_status.stranded)",
                      when="a request of the class was stranded"),
+    "refused": leaf("count", "requests of the class the fleet refused as too long, over their budget or never "
+                             "fitting, or stranded (not those its admission control shed): its SLO is missed "
+                             "beside any, as the fleet's is", when="a request of the class was refused"),
     **{k: f for k, f in latency_fields(_KEYS, "the class's completed requests").items()},
     "request_throughput": leaf("req/s", "the class's completed requests / duration (the run's, as the top "
                                         "level's request_throughput: the classes' add up to it)"),
@@ -60,7 +64,7 @@ def class_block(requests: "Records | Sequence[Request]", classes: Sequence, clas
     scenario has one pool, or routes by prompt length.
 
     ``usd``: each class's share of the bill (:func:`simulator.metrics.metering.class_usd`)."""
-    by = Records.of(requests).select(*LATENCY, "klass", "pool").groups("klass", [c.name for c in classes])
+    by = Records.of(requests).select(*LATENCY, "klass", "pool", "reject_reason").groups("klass", [c.name for c in classes])
     out: dict[str, Any] = {}
     specs = {c.name: c for c in classes}
     for name, reqs in by.items():
@@ -82,6 +86,8 @@ def class_block(requests: "Records | Sequence[Request]", classes: Sequence, clas
             block["rate_limited"] = n[Status.RATE_LIMITED]
         if n[Status.STRANDED]:     # admitted, so neither shed nor cancelled: counted nowhere else
             block["stranded"] = n[Status.STRANDED]
+        if refused := refused_count(reqs):
+            block["refused"] = refused
         block.update({k: res.get(k) for k in _KEYS})
         block["usd"] = (usd or {}).get(name, 0.0)
         if "slo" in res:

@@ -56,13 +56,24 @@ from workloads.request import Status
 from .records import Records
 from ..fields import leaf
 
-__all__ = ["SHED_FRACTION", "load_block"]
+__all__ = ["SHED_FRACTION", "load_block", "refused_count"]
 
 SHED_FRACTION = 0.05
 #: Rejections that are the request's error, as the stack answers bad input (more GPUs would not serve them).
 _INVALID = np.array([int(Rejection.TOO_LONG), int(Rejection.OUTPUT_OVER_LIMIT)])
 #: Rejections of a request no replica of its pool could hold even alone (its configuration, not its load).
 _NEVER_FIT = np.array([int(Rejection.EXCEEDS_KV), int(Rejection.WINDOW_GATE), int(Rejection.OVER_CLASS_KV_CAP)])
+
+
+def refused_count(rec: Records) -> int:
+    """Requests refused as too long, over their budget or never fitting, and those stranded: the ones
+    no scenario key accepts (:func:`simulator.metrics.verdict.refused` reads the fleet's from this
+    block), counted for a part of the requests, a class's, whose own verdict must not read met beside
+    them. Shedding is a class's declared admission policy, judged by the load's rule instead."""
+    status, reason = rec.status, rec.reject_reason
+    refused = (status == int(Status.REJECTED)) & (np.isin(reason, _INVALID) | np.isin(reason, _NEVER_FIT)
+                                                 | (reason == int(Rejection.OVER_BUDGET)))
+    return int(np.count_nonzero(refused | (status == int(Status.STRANDED))))
 
 
 #: ``llmsim.load`` (definitions in the module docstring).

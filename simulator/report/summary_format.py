@@ -96,11 +96,13 @@ def handoff_text(h: Mapping[str, Any] | None) -> str:
 def class_verdict(c: Mapping[str, Any], ok: str = OK, fail: str = FAIL) -> str:
     """A class's SLO mark: its own targets' verdict, or, for a class the run is not judged on (its slo
     block the scenario's targets over its requests, ``slo_declared`` false), that verdict in
-    parentheses, for information (a bare ✗ beside "SLO met" read as a miss the run ignored)."""
+    parentheses, for information (a bare ✗ beside "SLO met" read as a miss the run ignored). A class
+    whose requests the fleet refused misses it (its ``refused``), as the fleet's verdict does: its
+    targets are measured over the requests served."""
     slo = c.get("slo")
     if not slo:
         return "—" if c.get("slo_declared") else ""     # targets of its own, and no request to judge them on
-    mark = ok if slo.get("met") else fail
+    mark = ok if slo.get("met") and not c.get("refused") else fail
     return mark if c.get("slo_declared", True) else f"({mark})"
 
 
