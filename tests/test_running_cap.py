@@ -104,3 +104,24 @@ def test_releases_0_5_10_to_0_5_13_hold_the_flag_to_the_clamp(version, cap):
     every release's flag unclamped, 8,192 a rank where those four ran 4,096."""
     e = _engine(max_num_seqs=8192, max_num_batched_tokens=16384, backend_version=version)
     assert e.rank_running_requests(896_234, 8192) == cap
+
+
+@pytest.mark.parametrize("version, per_rank", [("0.5.22", None), ("0.5.9", None), ("0.5.23", 1)])
+def test_sglang_before_0_5_23_refuses_to_start_a_48_split_to_nothing(version, per_rank):
+    """48 // dp_size is 0 a rank past 48 attention ranks: TpModelWorker asserts 'max_running_request is zero'
+    at start-up to 0.5.22 (resolve_max_num_reqs: max_running_requests // attn_dp_size), 0.5.23 takes max(1, ..).
+    llmsim ran every release at one a rank; a release that never starts is refused on dp."""
+    from simulator.errors import LlmsimError
+    from simulator.fleet.setup import setup_pool
+
+    mtp = {"draft_model": "mtp", "k": 1, "acceptance_rate": 0.8}
+    engine = {"backend": "sglang", "weight_dtype": "fp8", "backend_version": version,
+              "kv_memory": {"rule": "sglang", "fraction": 0.85}}
+    pool = PoolSpec.model_validate({"model": "deepseek-v3", "gpu": "h200", "tp": 1, "dp": 64, "ep": 64,
+                                    "speculative": mtp, "engine": engine})
+    if per_rank is not None:
+        assert setup_pool(pool, 0, None).engine_config.max_num_seqs == 64 * per_rank
+        return
+    with pytest.raises(LlmsimError) as e:
+        setup_pool(pool, 0, None)
+    assert e.value.key_path == "pools[0].dp" and "48 // 64 = 0" in e.value.message

@@ -212,6 +212,15 @@ class EngineConfig(BaseModel):
                     "min(max_running_requests // dp_size, estimated); 0.5.14 takes min(.., token_capacity // 2) "
                     "instead, and to 0.5.9 the request pool is the flag's size). The sglang backend sets it "
                     "for those releases")
+    empty_share_refused: bool = Field(
+        default=False,
+        description="true: a running_cap server whose flag, split among the attention-DP ranks, leaves a rank no "
+                    "request (max_num_seqs // dp = 0: the 48 SGLang sets beside a draft over more than 48 ranks) is "
+                    "refused, as the server refuses to start ('max_running_request is zero': tp_worker.py "
+                    "TpModelWorker, model_runner.py / _resolve_max_num_reqs / kv_cache_configurator.py "
+                    "resolve_max_num_reqs taking max_running_requests // dp_size; read in 0.5.4-0.5.22); false: "
+                    "each rank runs at least one (0.5.23's resolve_max_num_reqs: max(1, max_running_requests // "
+                    "attn_dp_size)). The sglang backend sets it for the releases to 0.5.22")
     context_counts_drafts: bool = Field(
         default=False,
         description="true: the server holds a request to its context with the speculative draft's slots counted "

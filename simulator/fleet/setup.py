@@ -172,6 +172,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
                           source=source, key_path=f"{where}.engine.mixed_prefill")
     _batch_limit_beside_stack(spec, where, source)
     _draft_model_beside_dp(spec, where, source)
+    _rank_share_at_start(spec, where, source)
     _windows_beside_connector(spec, model, mem, role, where, source)
     if spec.speculative:  # the draft's share of each token's time and of the GPU memory
         cm, mem = at("speculative.draft_model", lambda: speculative_setup(cm, mem, spec.speculative,
@@ -257,6 +258,21 @@ def _draft_model_beside_dp(spec: PoolSpec, where: str, source) -> None:
                       f"decoding does not support dp attention\"); use dp 1 (more replicas or tp instead), or an "
                       f"MTP draft (draft_model: mtp) where the model has MTP layers",
                       source=source, key_path=f"{where}.dp")
+
+
+def _rank_share_at_start(spec: PoolSpec, where: str, source: str | Path | None) -> None:
+    """A server-wide running-request flag split among more attention-DP ranks than it holds requests
+    (``running_cap: server``, SGLang's 48 beside a draft over more than 48 ranks) leaves each rank none;
+    a release that refuses to start so (``engine.empty_share_refused``) is refused on ``dp`` rather
+    than run with the one a rank a later release clamps to."""
+    e = spec.engine
+    if e.running_cap != "server" or not e.empty_share_refused or e.max_num_seqs // spec.dp > 0:
+        return
+    raise LlmsimError(f"{e.stack_label} splits its --max-running-requests {e.max_num_seqs} (set beside the draft) "
+                      f"among the {spec.dp} attention-DP ranks, {e.max_num_seqs} // {spec.dp} = 0 a rank, and "
+                      f"refuses to start ('max_running_request is zero'); use dp {e.max_num_seqs} or fewer, set "
+                      f"engine.max_num_seqs (each rank's share of the flag), or backend_version 0.5.23 or later "
+                      f"(at least one a rank)", source=source, key_path=f"{where}.dp")
 
 
 def _windows_beside_connector(spec: PoolSpec, model: ModelProfile, mem: MemoryPlan, role: str, where: str,
