@@ -912,15 +912,16 @@ def test_a_backend_profiles_check_across_keys_names_its_key_in_the_key_path(tmp_
 
 
 def _sglang_budget_below_its_batch(folder: Path) -> Path:
-    """SGLang's profile with an H100 rule whose token budget (1,024) is below the profile's batch (2,048):
-    each mapping loads on its own, the merge for an H100 pool is refused."""
+    """SGLang's profile, mixing its chunks with the decodes, with an H100 rule whose token budget (1,024) is
+    below the profile's batch (2,048): each mapping loads on its own, the merge for an H100 pool is refused."""
     from simulator.profiles.loader import builtin_dir
 
     text = (builtin_dir("backend_profiles") / "sglang.yaml").read_text()
-    assert "    set: {max_num_batched_tokens: 8192}\n" in text
+    assert "    set: {max_num_batched_tokens: 8192}\n" in text and "\n  mixed_prefill: false\n" in text
     folder.mkdir(parents=True, exist_ok=True)
     (folder / "sglang.yaml").write_text(text.replace("    set: {max_num_batched_tokens: 8192}\n",
-                                                     "    set: {max_num_batched_tokens: 1024}\n"))
+                                                     "    set: {max_num_batched_tokens: 1024}\n")
+                                        .replace("\n  mixed_prefill: false\n", "\n  mixed_prefill: true\n"))
     return folder / "sglang.yaml"
 
 
@@ -934,7 +935,7 @@ def test_a_backend_profiles_rules_refused_together_name_the_profile(tmp_path, cl
     one_line_error(cli("estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3.2-1b", "--backend", broken,
                        "--decode-batch", "8"), f"--backend: {broken}: its defaults for llama-3.2-1b on h100-sxm")
     # the pool's own keys at fault are named as before: the profile is not blamed for them
-    pool["engine"] = {"backend": "sglang", "max_num_seqs": 99_999}
+    pool["engine"] = {"backend": "sglang", "max_num_seqs": 99_999, "mixed_prefill": True}
     one_line_error(cli("run", write_yaml(tmp_path / "own.yaml", {**SCENARIO, "pools": [pool]}), "-o", tmp_path / "o"),
                    "pools[0].engine: max_num_batched_tokens (8192) must be ≥ max_num_seqs (99999)")
 

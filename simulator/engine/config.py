@@ -849,8 +849,25 @@ class EngineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _budget_holds_a_batch(self) -> "EngineConfig":
-        if self.max_num_batched_tokens < self.max_num_seqs and self.scheduler == "continuous":
+        if self.max_num_batched_tokens < self.max_num_seqs and self.scheduler == "continuous" \
+                and not self._decodes_apart_from_budget():
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be ≥ max_num_seqs "
                 f"({self.max_num_seqs}): every running sequence needs one token per iteration")
         return self
+
+    def _decodes_apart_from_budget(self) -> bool:
+        """Whether the stack runs its decodes in batches of their own, outside the prefill token budget,
+        and starts with a budget below its running requests: SGLang without mixed chunks (its decode batch,
+        scheduler.py update_running_batch, takes every running request; the chunk caps only the prefill
+        batch, schedule_policy.py PrefillAdder), and whose server_args.py holds --chunked-prefill-size to no
+        --max-running-requests (0.5.4-0.5.23). vLLM refuses such a launch (SchedulerConfig), and a mixed
+        iteration's decodes take the budget's tokens."""
+        if self.mixes_prefill or self.backend is None:
+            return False
+        from ..errors import LlmsimError
+        from ..profiles.backend import load_backend
+        try:
+            return load_backend(self.backend).stack == "sglang"
+        except (LlmsimError, OSError):
+            return False    # the backend itself is refused where it is loaded, naming its fault
