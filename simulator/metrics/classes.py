@@ -40,7 +40,8 @@ FIELDS = {
                                         "level's request_throughput: the classes' add up to it)"),
     "usd": leaf("USD", "the class's share of the window's GPU bill: each pool's bill shared over the requests it "
                        "completed by their input and output tokens alike (a disaggregated prefill pool's requests "
-                       "share its decode pool's too), so the classes' add up to the bills of the pools that "
+                       "share its decode pool's too; its own bill by their input tokens, the only ones it "
+                       "computes), so the classes' add up to the bills of the pools that "
                        "completed any; what a tenant costs, rate limit or not (llmsim.gateway's usd per class)"),
     "slo": block("the class's own SLO (else the scenario's), judged", SLO_FIELDS,
                  when="an SLO applies and the class sent requests in the window"),

@@ -5,8 +5,11 @@ of arrival, the requests it sent, those answered 429, and the input and
 output tokens of its completed requests. Their cost is the GPU bill of the
 pools that served them shared out by tokens (each pool's dollars over the
 input and output tokens of the requests it completed, alike; a prefill
-pool's requests are served by its decode pool too), so the classes'
-dollars add up to the fleet's bill for the work completed.
+pool's requests are served by its decode pool too, and a disaggregated
+prefill pool's own bill is shared by input tokens alone, the only ones it
+computes: by both, a tenant of short prompts and long answers paid for
+prefill GPUs it hardly used), so the classes' dollars add up to the fleet's
+bill for the work completed.
 """
 from __future__ import annotations
 
@@ -24,7 +27,7 @@ HOUR_S = 3600.0
 _USAGE = {"requests": leaf("count", "requests sent"), "rate_limited": leaf("count", "answered 429"),
           "input_tokens": leaf("tokens", "prompt tokens served"), "output_tokens": leaf("tokens", "output tokens served"),
           "usd": leaf("USD", "the class's share of the bills of the pools that served it, by the tokens they "
-                             "completed (input and output alike)")}
+                             "completed (input and output alike; a disaggregated prefill pool's by input tokens)")}
 
 #: ``llmsim.gateway``: what a metering gateway would log per class.
 FIELDS = {"classes": block("per class", {"<class>": block("one class", {
@@ -38,13 +41,16 @@ FIELDS = {"classes": block("per class", {"<class>": block("one class", {
 def request_usd(r: Records, pool_usd: Mapping[str, float], decode_pools: Mapping[str, str] | None = None
                 ) -> np.ndarray:
     """Each request's share of the bills of the pools that served it, by the tokens it completed (input and
-    output alike). ``decode_pools``: each disaggregated prefill pool's decode pool, whose bill its requests
-    share (a request's record names the pool it arrived at)."""
-    tokens = (r.input_tokens + r.output_tokens) * r.finished
+    output alike, but a disaggregated prefill pool's by input tokens: it computes no others). ``decode_pools``:
+    each disaggregated prefill pool's decode pool, whose bill its requests share (a request's record names
+    the pool it arrived at)."""
+    both = (r.input_tokens + r.output_tokens) * r.finished
+    prompts = r.input_tokens * r.finished
     decode_pools = decode_pools or {}
     usd = np.zeros(len(r))
     for pool, bill in pool_usd.items():
         served = (r.pool == pool) | np.isin(r.pool, [p for p, d in decode_pools.items() if d == pool])
+        tokens = prompts if pool in decode_pools else both
         total = float(tokens[served].sum())
         if total:
             usd += np.where(served, tokens * (bill / total), 0.0)
