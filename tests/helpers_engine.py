@@ -224,6 +224,17 @@ def compare_runs(fast: Run, ref: Run, kv_used: bool = True) -> list[str]:
     return problems
 
 
+def most_decoding(reqs: Sequence[Request]) -> int:
+    """The most requests between their first token and their end at once (the largest decode batch
+    a run held, were every such request in it)."""
+    events = sorted([(r.first_token, 1) for r in reqs] + [(r.finish, -1) for r in reqs])
+    decoding = peak = 0
+    for _, step in events:
+        decoding += step
+        peak = max(peak, decoding)
+    return peak
+
+
 def finished(reqs: Sequence[Request]) -> list[Request]:
     return [r for r in reqs if r.status == Status.FINISHED]
 

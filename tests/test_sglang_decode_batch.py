@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 from pydantic import ValidationError
 
-from helpers_engine import compare_runs, make_requests, run_open
+from helpers_engine import compare_runs, make_requests, most_decoding, run_open
 from simulator.engine.config import EngineConfig
 from simulator.scenario.schema import PoolSpec
 from workloads.request import Status
@@ -37,9 +37,5 @@ def test_more_decodes_than_the_chunk_run_together_in_both_engines():
     fast, ref = run_open("fast", reqs, cfg, 20_000), run_open("reference", reqs, cfg, 20_000)
     assert compare_runs(fast, ref) == []
     assert all(r.status == Status.FINISHED for r in fast.requests)
-    events = sorted([(r.first_token, 1) for r in fast.requests] + [(r.finish, -1) for r in fast.requests])
-    decoding = peak = 0
-    for _, step in events:
-        decoding += step
-        peak = max(peak, decoding)
+    peak = most_decoding(fast.requests)
     assert peak > cfg.max_num_batched_tokens

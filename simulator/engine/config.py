@@ -850,24 +850,28 @@ class EngineConfig(BaseModel):
     @model_validator(mode="after")
     def _budget_holds_a_batch(self) -> "EngineConfig":
         if self.max_num_batched_tokens < self.max_num_seqs and self.scheduler == "continuous" \
-                and not self._decodes_apart_from_budget():
+                and not self._starts_below_running_requests():
             raise ValueError(
                 f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be ≥ max_num_seqs "
                 f"({self.max_num_seqs}): every running sequence needs one token per iteration")
         return self
 
-    def _decodes_apart_from_budget(self) -> bool:
-        """Whether the stack runs its decodes in batches of their own, outside the prefill token budget,
-        and starts with a budget below its running requests: SGLang without mixed chunks (its decode batch,
-        scheduler.py update_running_batch, takes every running request; the chunk caps only the prefill
-        batch, schedule_policy.py PrefillAdder), and whose server_args.py holds --chunked-prefill-size to no
-        --max-running-requests (0.5.4-0.5.23). vLLM refuses such a launch (SchedulerConfig), and a mixed
-        iteration's decodes take the budget's tokens."""
-        if self.mixes_prefill or self.backend is None:
+    def _starts_below_running_requests(self) -> bool:
+        """Whether the stack launches with a token budget below its running requests, which llmsim then
+        runs as the stack does. SGLang without mixed chunks runs its decodes in batches of their own,
+        outside the prefill token budget: its decode batch (scheduler.py update_running_batch) takes every
+        running request, the chunk caps only the prefill batch (schedule_policy.py PrefillAdder), and
+        server_args.py holds --chunked-prefill-size to no --max-running-requests (0.5.4-0.5.23).
+        TensorRT-LLM's llm_args.py holds max_num_tokens to no max_batch_size either (1.0 to main), and its
+        micro-batch scheduler leaves the generation requests past max_num_tokens for a later iteration
+        (microBatchScheduler.cpp operator(): break; ``budget_boundary: stop``). vLLM refuses such a
+        launch (SchedulerConfig), as does llmsim's generic engine."""
+        if self.backend is None:
             return False
         from ..errors import LlmsimError
         from ..profiles.backend import load_backend
         try:
-            return load_backend(self.backend).stack == "sglang"
+            stack = load_backend(self.backend).stack
         except (LlmsimError, OSError):
             return False    # the backend itself is refused where it is loaded, naming its fault
+        return stack == "trtllm" or (stack == "sglang" and not self.mixes_prefill)
