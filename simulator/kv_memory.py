@@ -126,6 +126,10 @@ class GpuShare:
     # Bytes CUDA reports as total (torch.cuda.mem_get_info), which every stack applies its fraction
     # to: nvidia-smi's less the driver's reservation (HardwareProfile.cuda_total_gib); None: ``hbm``.
     cuda: Optional[float] = None
+    # The bytes per token TensorRT-LLM's KV-size estimate divides its budget by, against those the
+    # pool's tokens take on this GPU (parallelism.unrounded_kv_share): below one where a tp group
+    # replicates its KV heads.
+    kv_estimate_share: float = 1.0
 
     @property
     def cuda_total(self) -> float:
@@ -439,6 +443,14 @@ def _trtllm(g: GpuShare, spec: KvMemory, utilization: float) -> KvBudget:
     reserve = act + g.runtime + spec.cuda_graph_gib * GIB
     free = g.cuda_total - g.weights - reserve
     kv = frac * free
+    if g.kv_estimate_share < 1:
+        # The estimate's token cap (KvCacheCreator.configure_kv_cache_capacity: the budget over
+        # get_cache_size_per_token, which splits the KV heads tp ways unrounded) then exceeds what the
+        # budget holds, and the pool is the KV cache manager's own cap: the fraction of the memory
+        # free as it is built, the profiling run's activations released (torch.cuda.empty_cache)
+        # (resource_manager.py KVCacheManager.calculate_max_num_blocks: min(max_tokens,
+        # free_gpu_memory_fraction x free memory / the bytes a token takes)).
+        kv = min(kv / g.kv_estimate_share, frac * (free + act))
     return KvBudget(kv, frac, g.weights + kv, 0.0, "free_gpu_memory_fraction", activation=act)
 
 

@@ -20,7 +20,7 @@ from .errors import LlmsimError
 from .kv_memory import (RULES, RUNTIME_BYTES_PER_GPU, GpuShare, KvBudget, KvMemory, draft_in_reserve, kv_budget,
                         rank_token_cap, sglang_prefill_graph_tokens, swa_window_share)
 from .hybrid_kv import SlidingGroups, sliding_groups
-from .parallelism import Parallelism, replica_kv_bytes_per_token, weight_bytes_per_gpu
+from .parallelism import Parallelism, replica_kv_bytes_per_token, unrounded_kv_share, weight_bytes_per_gpu
 from .profiles.hardware import HardwareProfile
 from .fields import leaf
 from .profiles.model import ModelProfile
@@ -173,7 +173,9 @@ def gpu_share(model: ModelProfile, gpu: HardwareProfile, tp: int = 1, weight_dty
     return GpuShare(gpu.hbm_bytes, rest + experts, activations, par.gpus, dp,
                     max_num_batched_tokens, max_num_seqs, speculative, vocab=model.vocab_size,
                     prefill_graphs=sglang_prefill_graph_kind(model), prefill_graph_blockers=blockers, role=role,
-                    chunked=chunked_prefill, cuda=gpu.cuda_total_bytes)
+                    chunked=chunked_prefill, cuda=gpu.cuda_total_bytes,
+                    # (under attention DP TensorRT-LLM's estimate splits no heads: tp_size 1 there)
+                    kv_estimate_share=unrounded_kv_share(model, tp) if dp == 1 else 1.0)
 
 
 def deployment_graph_blockers(model: ModelProfile, speculative: bool | str = False, dp: int = 1, role: str = "",

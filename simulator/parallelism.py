@@ -156,6 +156,18 @@ def replica_weight_bytes(model: ModelProfile, par: Parallelism, weight_dtype: st
     return (rest + experts) * par.gpus
 
 
+def unrounded_kv_share(model: ModelProfile, tp: int) -> float:
+    """What a GPU's KV bytes per token come to when its tp group's KV heads are split without
+    rounding up to whole heads (head_dim x kv_heads // tp elements of K and of V a layer), against
+    the :func:`kv_heads_per_gpu` heads it holds: below one where heads are replicated (Qwen3-235B's
+    4 KV heads at tp 8: a half). TensorRT-LLM's KV-size estimate divides so
+    (_torch/pyexecutor/resource_manager.py KVCacheManager.get_cache_size_per_token); MLA's latent
+    is not split."""
+    if model.is_mla:
+        return 1.0
+    return model.dim_head * model.kv_heads // tp / (kv_heads_per_gpu(model, tp) * model.dim_head)
+
+
 def kv_copies(model: ModelProfile, tp: int) -> float:
     """How many times one attention rank stores each token's KV, against
     one copy of all its heads. MLA's latent has no heads to split: every

@@ -15,7 +15,7 @@ from simulator.kv_memory import (MIB, GpuShare, KvMemory, kv_budget, sglang_chun
                                  sglang_graph_max_bs, sglang_prefill_graph_mib, sglang_prefill_graph_sizes,
                                  sglang_prefill_graph_top, sglang_mem_fraction_static)
 from simulator.memory import context_room, plan_memory
-from simulator.parallelism import Parallelism, replica_kv_bytes_per_token
+from simulator.parallelism import Parallelism, replica_kv_bytes_per_token, unrounded_kv_share
 from simulator.profiles import load_hardware, load_model
 from simulator.profiles.hardware import GIB
 from simulator.runner import simulate
@@ -353,6 +353,27 @@ def test_sglang_takes_its_fraction_of_cudas_free_memory_and_its_default_from_nvi
 def test_trtllm_takes_its_fraction_of_what_cudas_total_leaves():
     # _util.py configure_kv_cache_capacity: (total from torch.cuda.mem_get_info - peak) x fraction
     assert kv_budget(_h100(), KvMemory(rule="trtllm")).kv_bytes == pytest.approx(0.9 * (CUDA - 45 * GIB))
+
+
+def test_trtllm_pool_of_replicated_kv_heads_is_its_kv_cache_managers_own_cap():
+    """Where a tp group replicates its KV heads, TensorRT-LLM's estimate divides the budget by the heads
+    split unrounded (get_cache_size_per_token), a token cap the budget cannot hold, so the pool is the
+    manager's own: the fraction of what is free as it is built, the profiling run's activations released
+    (KVCacheManager.calculate_max_num_blocks)."""
+    assert kv_budget(_h100(kv_estimate_share=0.5), KvMemory(rule="trtllm")).kv_bytes == \
+        pytest.approx(0.9 * (CUDA - 42 * GIB))
+    assert kv_budget(_h100(kv_estimate_share=0.96), KvMemory(rule="trtllm")).kv_bytes == \
+        pytest.approx(0.9 * (CUDA - 45 * GIB) / 0.96)     # the estimate's cap, where it binds
+    qwen, gpu = load_model("qwen3-235b-a22b-fp8"), load_hardware("h100-sxm")
+    assert [unrounded_kv_share(qwen, tp) for tp in (4, 8)] == [1.0, 0.5]
+    assert unrounded_kv_share(load_model("deepseek-v3"), 8) == 1.0      # MLA's latent is not split
+    mem = plan_memory(qwen, gpu, 8, "fp8", "bf16", max_num_batched_tokens=8192, max_num_seqs=2048,
+                      block_size=32, kv_memory=KvMemory(rule="trtllm"))
+    assert mem.kv_capacity_bytes / 8 == pytest.approx(0.9 * (gpu.cuda_total_bytes - (mem.weights_bytes
+                                                                                     + mem.non_torch_bytes) / 8))
+    dp = plan_memory(qwen, gpu, 1, "fp8", "bf16", max_num_batched_tokens=8192, max_num_seqs=2048, block_size=32,
+                     dp=8, ep=8, kv_memory=KvMemory(rule="trtllm"))
+    assert dp.kv_capacity_bytes / 8 < 0.9 * (gpu.cuda_total_bytes - (dp.weights_bytes + dp.non_torch_bytes) / 8)
 
 
 def test_a_gpus_cuda_total_sizes_the_pool_and_nvidia_smis_the_plans_total():
