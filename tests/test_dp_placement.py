@@ -126,6 +126,52 @@ def test_tensorrt_llm_takes_the_fewest_active_tokens_below_an_even_share():
     assert p.peek(0) == 1                      # a token tie goes to fewer requests
 
 
+def test_tensorrt_llm_assigns_a_fetched_batch_longest_first():
+    """Requests fetched together go longest first, each to the rank of least (prompt tokens,
+    active requests) below the even share: 900 and 100 to rank 0, 500 and 300 to rank 1 (one at a
+    time in arrival order they would have gone 100, 500 to rank 0 and 900, 300 to rank 1)."""
+    p = RankPlacement("active_tokens", 2)
+    assert p.assign([100, 900, 500, 300]) == [(1, 0), (2, 1), (3, 1), (0, 0)]
+    assert p.waiting == [2, 2] and p.tokens == [1000, 800]
+    q = RankPlacement("active_tokens", 2)
+    assert [q.place(i, n) for i, n in enumerate([100, 900, 500, 300])] == [0, 1, 0, 1]
+    p = RankPlacement("active_tokens", 3)
+    p.running = [2, 0, 0]
+    assert [r for _, r in p.assign([10, 10])] == [1, 2]     # an even share of 2 leaves rank 0 out
+    # a share of 3: rank 0, holding no prompt tokens counted, takes one first, then ranks 1, 2, 1
+    assert [r for _, r in p.assign([10, 10, 10, 10])] == [0, 1, 2, 1]
+
+
+def test_tensorrt_llm_fetches_at_most_dp_times_the_batch_less_the_active():
+    p = RankPlacement("active_tokens", 2)
+    p.running = [3, 1]
+    p.waiting = [0, 2]
+    assert p.fetch_limit(4) == 2 and p.fetch_limit(3) == 0
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_tensorrt_llm_holds_an_arrival_in_one_queue_until_a_rank_has_room(engine):
+    """Two ranks of one sequence each, both busy: request 2 waits in the replica's queue
+    (fetching it would pass dp x max_batch_size) and is fetched when request 1 ends, to the rank
+    that freed, long before request 0 ends. Placed on its arrival it went to the rank of fewer
+    prompt tokens, request 0's, and waited there for its 200 tokens."""
+    reqs = [Request(0, 0.0, 100, 200), Request(1, 0.0, 1000, 5), Request(2, 0.001, 100, 5)]
+    run = run_open(engine, reqs, EngineConfig(dp_placement="active_tokens", max_num_seqs=2), 5000, dp=2)
+    a, b, c = run.requests
+    assert b.finish <= c.admitted and c.finish < a.first_token + (a.finish - a.first_token) / 4
+    p = run.pool.replicas[0].placement
+    assert p.waiting == [0, 0] and p.running == [0, 0] and p.tokens == [0, 0]
+
+
+def test_a_request_cancelled_in_the_replicas_queue_leaves_no_rank_count():
+    reqs = [Request(0, 0.0, 100, 200), Request(1, 0.0, 100, 200), Request(2, 0.001, 100, 5)]
+    run = run_open("reference", reqs, EngineConfig(dp_placement="active_tokens", max_num_seqs=2), 5000, dp=2,
+                   cancels=[(0.002, 2)])
+    assert run.requests[2].status is Status.CANCELLED
+    rep = run.pool.replicas[0]
+    assert rep.placement.waiting == [0, 0] and rep.placement.tokens == [0, 0] and not rep.central
+
+
 def test_the_engine_key_offers_every_rule_and_no_other():
     assert get_args(EngineConfig.model_fields["dp_placement"].annotation) == RULES
 

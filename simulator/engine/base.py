@@ -236,6 +236,10 @@ class ReplicaBase:
         # whole life (engine/dp_placement.py), whose prefix cache it uses and whose prompt chunks and
         # decodes it runs, cache or none; None: one rank.
         self.placement: Optional[RankPlacement] = RankPlacement(cfg.dp_placement, dp) if dp > 1 else None
+        # Where the front end does not place on arrival (TensorRT-LLM, ``placement.fetches``), the
+        # requests no rank has fetched yet, in the replica's one queue (``_fetch``); their rank is -1.
+        self.central = WaitQueue()
+        self._fetches = self.placement is not None and self.placement.fetches
         # Ranks of the requests placed before they arrive (:meth:`place_ahead`), by id.
         self.ahead: dict[int, int] = {}
         # Seconds of KV reloads from the offload tiers that the next iteration
@@ -379,10 +383,9 @@ class ReplicaBase:
         p = self.placement
         if p is not None:
             rank = self.ahead.pop(req.id, -1)
-            seq.rank = rank if rank >= 0 else p.place(req.id, req.input_tokens,
-                                                      self._kv_usage(now) if p.reads_usage else None)
-            if req.blocks and self.cache is not None:
-                seq.ids = rank_ids(req.blocks, seq.rank, p.dp)
+            if rank < 0 and not p.fetches:
+                rank = p.place(req.id, req.input_tokens, self._kv_usage(now) if p.reads_usage else None)
+            self._on_rank(seq, rank)
         self.seqs[req.id] = seq
         if self.in_flight and self.plans_ahead:
             self.held.append(seq)
@@ -390,17 +393,52 @@ class ReplicaBase:
             if len(self.held) == 1:
                 self._cut(now)      # the scheduler takes it in at the end of the iteration in flight
             return
-        self.waiting.append(seq)
+        self._enqueue(seq)
         self.queue_len.set(now, self.queued())
         if not self.busy:
             self.busy = True
             self._schedule(0.0, self._boundary)
-        elif self.waiting[0] is seq or self._unblocked(seq) or self.dp > 1:
+        elif self.dp > 1 or self.waiting[0] is seq or self._unblocked(seq):
             # Only a new head of the queue can change the plan: behind a
             # waiting head nothing is admitted before it (unless the head
             # waits for its LoRA adapter, which the scheduler skips, or it
-            # waits on another attention-DP rank, whose scheduler is another).
+            # waits on another attention-DP rank, whose scheduler is another,
+            # or for a rank to fetch it).
             self._on_arrival_while_busy(now)
+
+    def _on_rank(self, seq: Seq, rank: int) -> None:
+        """``seq`` is on attention-DP rank ``rank`` (-1: in the replica's queue, no rank yet):
+        its block ids become the ones that rank's cache knows."""
+        seq.rank = rank
+        if rank >= 0 and seq.req.blocks and self.cache is not None:
+            seq.ids = rank_ids(seq.req.blocks, rank, self.dp)
+
+    def _enqueue(self, seq: Seq) -> None:
+        """Queue an arrival: on its rank, or in the replica's queue until fetched (``_fetch``)."""
+        (self.central if seq.rank < 0 else self.waiting).append(seq)
+
+    def _fetch(self) -> None:
+        """TensorRT-LLM's attention-DP fetch at the start of an iteration (executor_request_queue.py
+        ``_fetch_new_requests_attention_dp`` / ``_fetch_and_process_requests``, py_executor.py
+        ``_fetch_new_requests``): the replica's queue hands over, in its order, at most dp x
+        max_num_active_requests less every rank's active requests (``fetch_limit``), and those
+        are assigned to ranks together, longest first (``RankPlacement.assign``), each joining
+        its rank's queue; the rest wait for a later iteration."""
+        p, central = self.placement, self.central
+        if p is None or not central:
+            return
+        n = min(len(central), p.fetch_limit(self.rank_seqs))
+        if n <= 0:
+            return
+        fetched = [central.popleft() for _ in range(n)]
+        for i, r in p.assign([s.req.input_tokens for s in fetched]):
+            self._on_rank(fetched[i], r)
+            self.waiting.append(fetched[i])
+
+    def _fetchable(self) -> bool:
+        """Whether the next iteration's fetch would take a request from the replica's queue."""
+        p = self.placement
+        return bool(self.central) and p is not None and p.fetch_limit(self.rank_seqs) > 0
 
     def _on_arrival_while_busy(self, now: float) -> None:
         """Hook for the fast engine to cut a skipped stretch short."""
@@ -465,7 +503,7 @@ class ReplicaBase:
 
     def queued(self) -> int:
         """Requests waiting for a batch slot, those not yet taken in included."""
-        return len(self.waiting) + len(self.held)
+        return len(self.waiting) + len(self.held) + len(self.central)
 
     def queued_ahead(self, priority: int) -> list[Seq]:
         """The queued requests a new arrival of ``priority`` would be served
@@ -473,11 +511,13 @@ class ReplicaBase:
         waiting or held for the next plan (async scheduling takes the held in
         at the end of the iteration in flight, before anything later)."""
         return [s for s in self.held if s.req.priority >= priority] + [
-            s for s in self.waiting if s.req.priority >= priority]
+            s for s in self.waiting if s.req.priority >= priority] + [
+            s for s in self.central if s.req.priority >= priority]
 
     def queued_count_ahead(self, priority: int) -> int:
         """``len(queued_ahead(priority))`` without listing the waiting queue."""
-        return self.waiting.count_at_least(priority) + sum(1 for s in self.held if s.req.priority >= priority)
+        return (self.waiting.count_at_least(priority) + self.central.count_at_least(priority)
+                + sum(1 for s in self.held if s.req.priority >= priority))
 
     def _take_in(self, now: float) -> None:
         """Move the requests held while an iteration was in flight into the
@@ -488,8 +528,8 @@ class ReplicaBase:
         head = self.waiting[0] if self.waiting else None
         held, self.held = self.held, []
         for s in held:
-            self.waiting.append(s)
-        if self.waiting[0] is not head or any(map(self._unblocked, held)) or self.dp > 1:
+            self._enqueue(s)
+        if self.dp > 1 or self.waiting[0] is not head or any(map(self._unblocked, held)):
             self._on_arrival_while_busy(now)
 
     def _boundary(self, _ev: object = None) -> None:
@@ -520,6 +560,8 @@ class ReplicaBase:
         if s.state == WAITING:
             if s in self.held:
                 self.held.remove(s)
+            elif s.rank < 0:
+                self.central.remove(s)
             else:
                 self.waiting.remove(s)
             self.queue_len.set(now, self.queued())
@@ -609,6 +651,8 @@ class ReplicaBase:
         rank = self.ahead.pop(req.id, -1)
         if rank >= 0 and self.placement is not None:
             self.placement.ended(rank, req.input_tokens, True)
+            if self._fetchable():
+                self._cut(self.env.now)     # its room goes to the replica's queue at the next fetch
 
     def _rank_hit(self, req: Request, rank: int) -> int:
         """Prompt tokens of ``req`` the prefix cache of attention-DP rank ``rank`` serves now."""
@@ -897,6 +941,7 @@ class ReplicaBase:
             self.pass_reserved[s.rank] += min(s.req.output_tokens, self.clip)
 
     def _start_plan(self) -> None:
+        self._fetch()
         for r in range(self.dp):
             self.pass_reserved[r] = 0
             self.left_now[r] = -1
@@ -1076,7 +1121,7 @@ class ReplicaBase:
         self._end_request(seq, now, Status.FINISHED)
 
     def _end_request(self, seq: Seq, now: float, status: Status) -> None:
-        if self.placement is not None:
+        if self.placement is not None and seq.rank >= 0:
             self.placement.ended(seq.rank, seq.req.input_tokens, seq.state == WAITING)
         finish(seq, now, status)
         self.t_end = now

@@ -146,9 +146,12 @@ class EngineConfig(BaseModel):
                     "rank of least 4 x waiting + running requests, the lowest on a tie (vLLM to 0.24, "
                     "DPLBAsyncMPClient.get_core_engine_for_request); queue_score_rotating: the same, ties in turn "
                     "(vLLM 0.25, 0.26); kv_weighted_load: least waiting + running + 6 x waiting x max(0, KV usage "
-                    "- 0.5), ties in turn (vLLM from 0.27); active_tokens: the rank whose requests hold the fewest "
-                    "prompt tokens, then the fewest requests, among those below an even share (TensorRT-LLM's "
-                    "DefaultADPRouter). None looks at the ranks' caches")
+                    "- 0.5), ties in turn (vLLM from 0.27); active_tokens: TensorRT-LLM's, which places "
+                    "none on arrival: requests wait in the replica's one queue, each iteration's fetch takes at most "
+                    "dp x max_num_seqs less the requests the ranks hold, and hands them out longest first, each to "
+                    "the rank whose requests hold the fewest prompt tokens, then the fewest requests, among those "
+                    "below an even share (executor_request_queue.py, DefaultADPRouter). None looks at the ranks' "
+                    "caches")
     chunked_prefill: bool = Field(
         default=True, description="split prompts at the token budget: a prompt longer than it runs over several "
                                   "iterations, and the last prompt of an iteration is cut where the budget ends; "

@@ -2,8 +2,9 @@
 
 In vLLM, SGLang and TensorRT-LLM each attention data-parallel rank of a
 replica is a scheduler with its own KV pool and its own prefix (radix)
-cache, and the stack's DP front end hands each arriving request to one rank
-for its whole life, by load or in turn, not by what the ranks have cached.
+cache, and the stack's DP front end hands each request to one rank for its
+whole life, by load or in turn, not by what the ranks have cached: vLLM and
+SGLang as it arrives, TensorRT-LLM as the ranks fetch it (below).
 So a system prompt is computed and held once per rank, and a session's next
 turn finds its history only when it lands on the rank the last turn ran on
 (about 1/dp of the time). Each rank's scheduler admits, grows and preempts
@@ -13,7 +14,7 @@ the tree splits into dp disjoint subtrees, requests on one rank share exactly
 as before and requests on different ranks never do, while eviction of the
 entries no request holds stays one LRU over the replica's free blocks.
 
-The rules (``engine.dp_placement``), one request at a time on its arrival:
+The rules (``engine.dp_placement``), all but the last one request at a time on its arrival:
 
 * ``round_robin``: SGLang's default (server_args.py ``load_balance_method:
   auto`` resolves to round_robin outside a PD prefill server,
@@ -42,17 +43,30 @@ The rules (``engine.dp_placement``), one request at a time on its arrival:
   (v1/engine/coordinator.py ``min_stats_update_interval_ms``); here they are
   the ones at the arrival (read in the 0.14.0, 0.20.0, 0.24.0-0.27.0,
   0.31.0 and 0.34.0 wheels);
-* ``active_tokens``: TensorRT-LLM's ``DefaultADPRouter`` (executor_request_queue.py
-  ``_schedule_attention_dp_requests`` / ``_balance_requests_across_ranks``
-  in 1.0, scheduler/adp_router.py later): among the ranks holding fewer than
-  max(ceil((active + new) / dp), the most any holds) requests, the least
-  (Σ prompt tokens of its active requests, its active requests, rank).
-  TensorRT-LLM assigns the requests it fetches each iteration, longest
-  first; here each is assigned as it arrives, over the requests placed and
-  not ended.
+* ``active_tokens``: TensorRT-LLM's attention DP, which places nothing on
+  arrival. Requests wait in the executor's one queue; at the start of every
+  iteration the ranks fetch from it, in its order, at most dp x
+  max_num_active_requests (a rank's max_batch_size x pp: ``max_num_seqs``
+  per rank here) less the requests the ranks hold, waiting or running (their
+  active requests), and assign those together, longest prompt first, each to
+  the rank of least (Σ prompt tokens of its active requests, its active
+  requests, rank) among those holding fewer than max(ceil((active +
+  fetched) / dp), the most any holds), a rank dropping out on reaching that
+  count (executor_request_queue.py ``_fetch_new_requests_attention_dp``,
+  ``_fetch_and_process_requests``, ``_schedule_attention_dp_requests``,
+  ``_balance_requests_across_ranks`` in 1.0 and 1.1; scheduler/adp_router.py
+  ``DefaultADPRouter.route_requests`` later, the even share also capped at
+  max_num_active_requests, which the fetch limit already keeps). So a
+  request waits for a rank with room rather than behind a busy rank's
+  queue (``ReplicaBase._fetch``). ``attention_dp_config`` keeps its defaults:
+  ``enable_balance`` off (its ``timeout_iters`` and ``batching_wait_iters``
+  unused) and, where it exists, ``enable_kv_cache_aware_routing`` off; no
+  scenario key sets them. A disaggregated decode leg is still placed as it
+  is handed over (:meth:`ReplicaBase.place_ahead`), not at a fetch.
 """
 from __future__ import annotations
 
+import heapq
 from typing import Optional, Sequence
 
 #: engine.dp_placement's values (EngineConfig).
@@ -103,9 +117,9 @@ class RankPlacement:
         return self.rule == "kv_weighted_load"
 
     def peek(self, key: int, usage: Optional[list[float]] = None) -> int:
-        """The rank request ``key`` (its id) would be placed on if it arrived now (what a router
-        asking this replica's cache is answered for: the hit the request would get if sent
-        here); ``usage``: each rank's KV blocks in use over its own pool (vLLM's coordinator
+        """The rank request ``key`` (its id) would be placed on if it arrived now, or under
+        :attr:`fetches` if a fetch now took it alone (what a router asking this replica's cache
+        is answered for: the hit the request would get if sent here); ``usage``: each rank's KV blocks in use over its own pool (vLLM's coordinator
         publishes every engine core's block pool usage, v1/engine/core_client.py
         ``lb_engines``), read where :attr:`reads_usage`."""
         dp = self.dp
@@ -129,17 +143,51 @@ class RankPlacement:
                 if low < 0.0 or score < low:
                     best, low = r, score
             return best
-        best = 0
-        active = [waiting[r] + running[r] for r in range(dp)]
-        expected = max(-(-(sum(active) + 1) // dp), max(active))
-        least: Optional[tuple[int, int]] = None
-        for r in range(dp):
-            if active[r] < expected and (least is None or (self.tokens[r], active[r]) < least):
-                best, least = r, (self.tokens[r], active[r])
-        return best
+        return self._balance([0])[0][1]    # (one request alone: its length does not count)
+
+    @property
+    def fetches(self) -> bool:
+        """Whether requests wait in the replica's one queue until the ranks fetch them
+        (TensorRT-LLM's executor) rather than on a rank from their arrival."""
+        return self.rule == "active_tokens"
+
+    def fetch_limit(self, per_rank: int) -> int:
+        """How many requests of the replica's queue the next iteration fetches at most:
+        dp x ``per_rank`` (TensorRT-LLM's max_num_active_requests, a rank's max_batch_size
+        x pp) less the requests every rank holds, waiting or running (its active requests)."""
+        return self.dp * per_rank - sum(self.waiting) - sum(self.running)
+
+    def _balance(self, prompts: Sequence[int]) -> list[tuple[int, int]]:
+        """(index into ``prompts``, rank) for requests fetched together, in the order they are
+        assigned: longest prompt first (a stable sort), each to the rank of least (Σ prompt
+        tokens of its active requests, its active requests, rank) among those holding fewer
+        than max(ceil((active + fetched) / dp), the most any holds) (a min-heap, a rank leaving
+        it on reaching that count)."""
+        dp = self.dp
+        active = [self.waiting[r] + self.running[r] for r in range(dp)]
+        expected = max(-(-(sum(active) + len(prompts)) // dp), max(active))
+        heap = [(self.tokens[r], active[r], r) for r in range(dp) if active[r] < expected]
+        heapq.heapify(heap)
+        out: list[tuple[int, int]] = []
+        for i in sorted(range(len(prompts)), key=lambda j: prompts[j], reverse=True):
+            tokens, n, r = heapq.heappop(heap)
+            out.append((i, r))
+            if n + 1 < expected:
+                heapq.heappush(heap, (tokens + prompts[i], n + 1, r))
+        return out
+
+    def assign(self, prompts: Sequence[int]) -> list[tuple[int, int]]:
+        """Assign requests fetched together, of ``prompts`` tokens, to ranks (:meth:`_balance`'s
+        pairs, in its order); each waits on its rank."""
+        out = self._balance(prompts)
+        for i, r in out:
+            self.waiting[r] += 1
+            self.tokens[r] += prompts[i]
+        return out
 
     def place(self, key: int, prompt: int, usage: Optional[list[float]] = None) -> int:
-        """Place arrival ``key`` of ``prompt`` tokens (``usage`` as in :meth:`peek`); it waits on its rank."""
+        """Place arrival ``key`` of ``prompt`` tokens (``usage`` as in :meth:`peek`); it waits on its rank.
+        Under :attr:`fetches` only a disaggregated decode leg is placed so (:meth:`assign` the rest)."""
         r = self.peek(key, usage)
         self.turn = (self.turn + 1) % self.dp
         self.waiting[r] += 1

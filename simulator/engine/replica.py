@@ -539,7 +539,7 @@ class FastReplica(ReplicaBase):
         n = gf - G0
         if preempted or self.lingering:   # (a chunk's windows go back after the first iteration)
             n = 1
-        elif self.dp > 1 and self.waiting:
+        elif self.dp > 1 and (self.waiting or self._fetchable()):
             n = 1     # each attention-DP rank's scheduler tries its own waiting requests at every boundary
         elif n > 1 and self.cfg.num_scheduler_steps > 1 and self.waiting and self._head_admissible():
             n = min(n, self._block_boundary(G0 + 1) - G0)    # the head joins at the next decision
@@ -556,8 +556,9 @@ class FastReplica(ReplicaBase):
         gen = self.gen
         self.seg = (now, n, K, b, B)
         # An arrival can only change the plan if it could be admitted at a
-        # boundary (the base calls the hook only for a new head of the queue).
-        self.seg_cuttable = self.cfg.scheduler != "static"
+        # boundary (the base calls the hook only for a new head of the queue), or, in the replica's
+        # queue, be fetched to a rank there (by the counts then, static batching or not).
+        self.seg_cuttable = self.cfg.scheduler != "static" or self._fetches
         # Will decode growth evict cache entries before the stretch ends? If
         # not, a router's mid-stretch lookup needs no catching up.
         c = self.cache
