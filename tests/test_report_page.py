@@ -196,6 +196,28 @@ def test_intervals_are_shown_beside_the_slo_when_results_carry_them():
     assert "<td>monthly_usd</td><td>[90, 110]</td>" in html
 
 
+def test_the_page_says_what_its_intervals_cover():
+    """The terminal titles its interval table with what the intervals hold (llmsim's error alone for one
+    seed, the seeds' spread too with --replicates); the page showed the same brackets unexplained, so a
+    single seed's narrow interval read as covering the traffic's noise too."""
+    from simulator.report.page_parts import run_answer
+
+    target = {"metric": "ttft", "percentile": 99.0, "target_ms": 2000.0, "measured_ms": 151.2, "attainment": 1.0,
+              "met": True}
+    iv = {"lo": 140.0, "hi": 165.0, "confidence": 0.9, "bound": 160.0, "model": "ttft"}
+    results = {"slo": {"met": True, "targets": {"ttft_p99_ms": target}},
+               "llmsim": {"product": {"slices": 1, "gpus": 4, "gpus_mean": 4.0, "monthly_usd": 100.0},
+                          "intervals": {"p99_ttft_ms": iv}}}
+    captions = re.findall(r"<caption>(.*?)</caption>", run_answer(results))
+    one = "90 % interval from llmsim&#x27;s error (one replicate: --replicates N adds the run-to-run spread)"
+    assert captions == [one, one]          # the SLO table's and the intervals table's
+    results["llmsim"]["replicates"] = {"count": 3, "seeds": [1, 2, 3], "slo_met": 3}
+    assert re.findall(r"<caption>(.*?)</caption>", run_answer(results)) == [
+        "90 % interval over 3 replicates and llmsim&#x27;s error"] * 2
+    del results["llmsim"]["intervals"]     # none: nothing to explain
+    assert "<caption>" not in run_answer(results)
+
+
 def test_the_page_writes_money_as_the_terminal_does():
     """A request's cost showed as $8.361e-05 on the page where the terminal printed 0.00008361: every money
     figure of the cost table is the terminal's (summary_format.usd), whole from $100 as its monthly bill."""

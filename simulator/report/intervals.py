@@ -19,7 +19,7 @@ from ..validation.error_model import ErrorModel, load_error_model, regime_of_run
 from .summary_format import FAIL, OK, num
 
 __all__ = ["shipped_model", "annotate", "slo_interval", "slo_bounds", "bounds_text", "steps_bounds_lines",
-           "seeds_met", "unsent_targets", "intervals_table", "widened_notes", "intervals_figure",
+           "seeds_met", "unsent_targets", "interval_scope", "intervals_table", "widened_notes", "intervals_figure",
            "write_intervals_plot"]
 
 
@@ -148,6 +148,16 @@ def _rows(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], Mapp
     return out
 
 
+def interval_scope(confidence: float, replicates: Optional[int]) -> str:
+    """What a run's intervals cover, said wherever they are shown: one seed's interval holds llmsim's
+    error alone and is narrower than the run-to-run spread would make it, which a reader betting on
+    its high end must know (the terminal said so, the report page did not)."""
+    level = f"{100 * confidence:g} % interval"
+    if replicates and replicates > 1:
+        return f"{level} over {replicates} replicates and llmsim's error"
+    return f"{level} from llmsim's error (one replicate: --replicates N adds the run-to-run spread)"
+
+
 def intervals_table(results: Mapping[str, Any]) -> Optional[Table]:
     """Each SLO target's interval (the fleet's, each class's and prompt-length bucket's own), and with
     replicates how many met it. ✓/✗ is the one-sided bound's verdict,
@@ -159,11 +169,7 @@ def intervals_table(results: Mapping[str, Any]) -> Optional[Table]:
     conf = rows[0][2]["confidence"]
     reps = (results.get("llmsim") or {}).get("replicates") or {}
     n = reps.get("count")
-    title = f"SLO metrics, {100 * conf:g} % interval"
-    if n:
-        title += f" over {n} replicates and llmsim's error (met by {reps.get('slo_met')} of {n})"
-    else:
-        title += " from llmsim's error (one replicate: --replicates N adds the run-to-run spread)"
+    title = f"SLO metrics, {interval_scope(conf, n)}" + (f" (met by {reps.get('slo_met')} of {n})" if n else "")
     t = Table(title=title, title_justify="left")
     for name, justify in (("", "center"), ("target", "left"), ("limit", "right"), ("simulated", "right"),
                           ("interval", "right"), (f"{100 * conf:g} % bound", "right")) \

@@ -12,7 +12,7 @@ import json
 from typing import Any, Iterable, Mapping, Optional, Sequence
 from ..metrics.tail_samples import few_samples_note
 from ..metrics.verdict import class_p99, measured, owner, slo_blocks, slo_met
-from .intervals import seeds_met, slo_interval, unsent_targets
+from .intervals import interval_scope, seeds_met, slo_interval, unsent_targets
 from .summary_format import (FAILED_PARTS, class_verdict, gpus_text, handoff_text, rare_counts_shown, replica_layout,
                              stack_served, usd, weights_served)
 
@@ -100,6 +100,16 @@ def _intervals(llmsim: Mapping[str, Any]) -> Mapping[str, Any]:
     return iv if isinstance(iv, Mapping) else {}
 
 
+def _scope(llmsim: Mapping[str, Any]) -> str:
+    """What the page's intervals cover (:func:`.intervals.interval_scope`), as the terminal's title says
+    it; empty where the run has none, or they carry no level (another tool's file)."""
+    levels = [v.get("confidence") for v in _intervals(llmsim).values() if isinstance(v, Mapping)]
+    conf = next((c for c in levels if isinstance(c, (int, float)) and not isinstance(c, bool)), None)
+    reps = llmsim.get("replicates")
+    n = reps.get("count") if isinstance(reps, Mapping) else None
+    return "" if conf is None else interval_scope(conf, n if isinstance(n, int) else None)
+
+
 def _slo_interval(intervals: Mapping[str, Any], key: str, target: Mapping[str, Any]) -> Optional[str]:
     pct = target.get("percentile")
     stat = "median" if pct == 50 else f"p{pct:g}" if isinstance(pct, (int, float)) else None
@@ -132,7 +142,8 @@ def slo_table(results: Mapping[str, Any]) -> str:
                      *([seeds_met(results, label, key, own)] if n > 1 else [])])
     return table(["verdict", "target", "limit", "simulated (ms)", "interval (ms)", "within the limit",
                   *(["seeds met"] if n > 1 else [])], rows,
-                 cls="slo", caption=few_samples_note(slo_blocks(results)) or "")
+                 cls="slo", caption="; ".join(filter(None, (_scope(results.get("llmsim") or {}),
+                                                             few_samples_note(slo_blocks(results))))))
 
 
 def run_answer(results: Mapping[str, Any]) -> str:
@@ -194,7 +205,7 @@ def _intervals_table(llmsim: Mapping[str, Any]) -> str:
     shown = [(k, t) for k, t in shown if t]
     if not shown:
         return ""
-    return "<h3>Intervals</h3>" + table(["figure", "interval"], shown, cls="intervals")
+    return "<h3>Intervals</h3>" + table(["figure", "interval"], shown, cls="intervals", caption=_scope(llmsim))
 
 
 def pools_table(llmsim: Mapping[str, Any]) -> str:
