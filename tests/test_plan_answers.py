@@ -144,13 +144,13 @@ def _level(replicas, gpus, usd, slices):
 def test_the_confidence_lines_give_the_product_as_the_best_line_does():
     block = by_confidence({0.5: _level(12, 96, 210_240.0, 64), 0.9: _level(13, 104, 227_760.0, 64)})
     assert block["product_monthly_difference_usd"] == 64 * 17_520.0
-    lines = confidence_text(block, fleet_answer).splitlines()[1:]       # after the line saying what a level means
+    lines = confidence_text(block, fleet_answer, 1).splitlines()[1:]       # after the line saying what a level means
     assert lines[0] == ("at 50 %: pools.chat.replicas=12  (the product: 6,144 GPUs, $13,455,360/month; "
                         "the simulated slice: 96 GPUs, $210,240/month)")
     assert lines[2] == ("the higher confidence costs the product $1,121,280/month more "
                         "(the simulated slice $17,520/month)")
     whole = confidence_text(by_confidence({0.5: _level(2, 2, 4365.0, 1), 0.9: _level(3, 3, 6548.0, 1)}),
-                            fleet_answer).splitlines()[1:]
+                            fleet_answer, 1).splitlines()[1:]
     assert whole == ["at 50 %: pools.chat.replicas=2  (the fleet: 2 GPUs, $4,365/month)",
                      "at 90 %: pools.chat.replicas=3  (the fleet: 3 GPUs, $6,548/month)",
                      "the higher confidence costs $2,183/month more"]
@@ -164,7 +164,7 @@ def test_what_a_confidence_costs_counts_the_power_where_it_is_priced():
     block = by_confidence({0.5: lo, 0.9: hi})
     assert block["monthly_difference_usd"] == 6548.0 + 1500.0 - 4365.0 - 1000.0
     assert block["levels"]["0.9"]["power_monthly_usd"] == 1500.0
-    assert confidence_text(block, fleet_answer).splitlines()[2] == \
+    assert confidence_text(block, fleet_answer, 1).splitlines()[2] == \
         "at 90 %: pools.chat.replicas=3  (the fleet: 3 GPUs, $6,548/month + $1,500 power)"
 
 
@@ -179,9 +179,21 @@ def test_each_level_gives_its_bounds_and_the_lines_say_the_confidence_is_one_sid
     gives the bounds it judged the targets by (they were only in plan.json)."""
     level = _level(3, 3, 6548.0, 1)
     level.best["slo_bounds_ms"] = {"ttft_p99_ms": 147.23, "tpot_p99_ms": 19.51}
-    lines = confidence_text(by_confidence({0.9: level}), fleet_answer).splitlines()
-    assert "one-sided" in lines[0] and "50 % is the bias-corrected prediction" in lines[0]
+    lines = confidence_text(by_confidence({0.9: level}), fleet_answer, 1).splitlines()
+    assert "one-sided" in lines[0] and "50 % being the bias-corrected prediction" in lines[0]
     assert lines[1].endswith("; bounds (ms): tpot_p99_ms 19.5, ttft_p99_ms 147.2")
+
+
+def test_the_confidence_line_claims_each_target_not_all_together_and_names_the_seeds():
+    """Each target is judged at its own bound (metrics.intervals.targets_at_confidence): "the probability
+    that every SLO target holds" claimed a joint probability, lower than any one target's where several
+    bind, and did not say whether the bounds spanned the traffic's spread (--seeds) or not."""
+    block = by_confidence({0.9: _level(3, 3, 6548.0, 1)})
+    one = confidence_text(block, fleet_answer, 1).splitlines()[0]
+    assert "each SLO target holds, judged one target at a time (not all together)" in one
+    assert "every SLO target holds" not in one
+    assert "one seed's traffic (--seeds N adds the traffic's spread)" in one
+    assert "and the spread of 3 seeds' traffic" in confidence_text(block, fleet_answer, 3).splitlines()[0]
 
 
 def test_a_sliced_plan_at_a_confidence_prints_the_products_bill(tmp_path, cli):

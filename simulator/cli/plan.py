@@ -112,9 +112,9 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
         console.print(f"note: {note}", markup=False)
     if confidence is None:
         console.print("note: judged on the simulated figures, with no margin for llmsim's prediction error; "
-                      "--confidence 0.9 plans for every SLO target holding with 90 % probability", markup=False)
+                      "--confidence 0.9 plans for each SLO target holding with 90 % probability", markup=False)
     else:
-        console.print(confidence_text(doc["by_confidence"], fleet_answer), markup=False)
+        console.print(confidence_text(doc["by_confidence"], fleet_answer, len(result.seeds)), markup=False)
     for warning in result.warnings:
         warn(warning)
     if result.best is None:

@@ -85,10 +85,11 @@ _BILL = ("gpus", "monthly_usd", "power_monthly_usd", "product_gpus", "product_mo
          "product_power_monthly_usd")
 
 
-def confidence_text(block: Mapping[str, Any], answer: Callable[[Mapping[str, Any]], str]) -> str:
+def confidence_text(block: Mapping[str, Any], answer: Callable[[Mapping[str, Any]], str], seeds: int) -> str:
     """The printed answer: each confidence's fleet and bill, and the difference. ``answer`` words a
     fleet's bill as the command's ``best:`` line does, so a sliced scenario's lines lead with the
-    product there too, not with a slice's figures a reader would take for the fleet's."""
+    product there too, not with a slice's figures a reader would take for the fleet's. ``seeds``: how
+    many traffic draws each bound spans, which the first line says beside what a level means."""
     def one(level: Mapping[str, Any]) -> str:
         if not level["met"]:
             return f"at {100 * level['confidence']:g} %: no fleet in the range meets the SLO"
@@ -96,9 +97,14 @@ def confidence_text(block: Mapping[str, Any], answer: Callable[[Mapping[str, Any
         bounds = bounds_text(level.get("slo_bounds_ms"))
         return f"at {100 * level['confidence']:g} %: {fleet}  ({answer(level)})" + (f"; {bounds}" if bounds else "")
     # A plan's confidence is one-sided (each target at or under its bound with that probability), where a
-    # run's interval is two-sided: said once, so a reader does not take one 90 % for the other.
-    lines = ["confidence: the probability that every SLO target holds, from llmsim's error model (one-sided "
-             "bounds; 50 % is the bias-corrected prediction)"]
+    # run's interval is two-sided: said once, so a reader does not take one 90 % for the other. Each target
+    # is judged on its own (targets_at_confidence): "every target holds" with that probability claimed a
+    # joint probability the plan never computes, which is lower where several targets bind.
+    traffic = (f"and the spread of {seeds} seeds' traffic" if seeds > 1
+               else "on one seed's traffic (--seeds N adds the traffic's spread)")
+    lines = [f"confidence: the probability that each SLO target holds, judged one target at a time (not all "
+             f"together), from llmsim's error model {traffic}; one-sided bounds, 50 % being the "
+             f"bias-corrected prediction"]
     lines += [one(level) for level in block["levels"].values()]
     diff, whole = block["monthly_difference_usd"], block.get("product_monthly_difference_usd")
     if diff is not None and len(block["levels"]) > 1:
