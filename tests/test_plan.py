@@ -97,6 +97,8 @@ def test_plan_finds_the_cheapest_fleet(tmp_path, cli):
     assert "searched pools.chat.replicas" in words(r.out)
     plan = json.loads((out / "plan.json").read_text())
     best, cands = plan["best"], plan["candidates"]
+    probes = sum(c["probes"] for c in cands)
+    assert f"; {probes} runs ({probes} probes × 1 seed) in " in words(r.out)
     assert len(cands) == 2 and best == cands[0]
     for c in cands:
         assert set(c) >= {"overrides", "monthly_usd", "slo_met", "ttft_p99_ms", "tpot_p99_ms", "e2el_p99_ms",
@@ -115,6 +117,14 @@ def test_plan_finds_the_cheapest_fleet(tmp_path, cli):
                 "--vary", "pools.chat.gpu=h100-sxm,a100-sxm-80gb")
     assert json.loads((out / "plan.json").read_text())["best"] == best
     assert len(list((out / "points").glob("*.json"))) == stored and again.code == 0
+
+
+def test_the_run_count_is_probes_times_seeds():
+    """It read "3 runs (3 seed(s) each)" for one probe at three seeds: three runs, not three of three."""
+    from simulator.cli.plan import runs_text
+
+    assert runs_text(1, 3) == "3 runs (1 probe × 3 seeds)"
+    assert runs_text(16, 2) == "32 runs (16 probes × 2 seeds)" and runs_text(4, 1) == "4 runs (4 probes × 1 seed)"
 
 
 def test_more_seeds_never_give_a_smaller_fleet(tmp_path):

@@ -105,9 +105,8 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
     console.print(rows_table(f"plan {planned}: {what}", shown, [*lead, *figures],
                              keep=sum(any(r.get(c) is not None for r in shown) for c in lead),
                              elsewhere=f"a wider terminal shows them; {out / 'plan.json'} holds every figure"))
-    runs = sum(c["probes"] for c in result.candidates) * len(result.seeds)
-    console.print(f"searched {key}; {runs} runs ({len(result.seeds)} seed(s) each) in {wall:.1f} s; "
-                  f"wrote {', '.join(map(str, written))}", markup=False)
+    console.print(f"searched {key}; {runs_text(sum(c['probes'] for c in result.candidates), len(result.seeds))} "
+                  f"in {wall:.1f} s; wrote {', '.join(map(str, written))}", markup=False)
     for note in provenance_notes(result.calibration):
         console.print(f"note: {note}", markup=False)
     if confidence is None:
@@ -122,3 +121,11 @@ def plan(scenario: str = typer.Argument(..., help="scenario YAML (or a built-in 
         raise typer.Exit(EXIT_MISSED)
     best = ", ".join(f"{k}={v}" for k, v in result.best["overrides"].items())
     console.print(Text.assemble(("best: ", "bold"), f"{best}  ({fleet_answer(result.best)})"))
+
+
+def runs_text(probes: int, seeds: int) -> str:
+    """How many simulations a plan ran, as probes × seeds: "3 runs (3 seed(s) each)" read as nine
+    simulations where one probe had run at three seeds."""
+    def many(n: int, what: str) -> str:
+        return f"{n} {what}{'' if n == 1 else 's'}"
+    return f"{probes * seeds} runs ({many(probes, 'probe')} × {many(seeds, 'seed')})"
