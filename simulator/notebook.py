@@ -52,7 +52,7 @@ from .validation.error_model import load_error_model
 if TYPE_CHECKING:
     import pandas as pd
 
-__all__ = ["LadderRun", "PlanWarning", "load", "run", "ladder", "plan", "requests_frame", "log_ms_axis"]
+__all__ = ["LadderRun", "PlanWarning", "load", "run", "ladder", "plan", "met", "requests_frame", "log_ms_axis"]
 
 Overrides = Optional[Mapping[str, Any]]
 Names = str | Sequence[str]

@@ -239,3 +239,17 @@ def test_a_run_carries_the_intervals_llmsim_run_writes(tmp_path, cli):
     assert got["error_model"] == written["error_model"]
     with pytest.raises(LlmsimError, match=r"confidence: must be a probability"):
         nb.run(scenario, confidence=1.5)
+
+
+def test_every_function_the_notebooks_call_is_public():
+    """The notebooks judge their runs with nb.met, which __all__ left out: help(simulator.notebook) did not
+    list it, and ``from simulator.notebook import *`` did not bring it, so a notebook written from the
+    module's public names could not judge a run as llmsim run does."""
+    import json
+
+    used = set()
+    for path in sorted((REPO_ROOT / "notebooks").glob("*.ipynb")):
+        cells = json.loads(path.read_text())["cells"]
+        used |= {m for c in cells if c["cell_type"] == "code" for m in re.findall(r"\bnb\.(\w+)", "".join(c["source"]))}
+    assert "met" in used and used <= set(nb.__all__), used - set(nb.__all__)
+
