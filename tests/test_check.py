@@ -532,3 +532,33 @@ def test_a_fleet_keeping_up_on_a_short_window_passes_and_its_load_row_says_so(tm
     assert outcome == "keeps up, on a short window", lines[at:at + 3]
     assert r.code == 0, r.out
     assert cli("run", sc, *sets).code == 0
+
+
+def test_the_load_row_says_why_requests_went_unanswered():
+    """Autocomplete on A100s: check's row read "completed 26.52 of 437.9 req/s" beside "keeps up", a
+    contradiction to whoever reads the gate, where 92.5 % of the requests were cancelled by their clients
+    (only the JUnit text, the load verdict, said so). The row names each cause with its share."""
+    from pathlib import Path
+
+    from rich.console import Console
+    from rich.table import Table
+
+    from simulator.cli.check import _Job, _load_row
+
+    zero = {k: 0 for k in ("shed", "too_long", "never_fit", "rate_limited", "cancelled")}
+    load = {"overloaded": False, "window_s": 120.0, "offered_rps": 437.9, "completed_rps": 26.52,
+            "queued_at_mid": 7, "queued_at_end": 7, "running_at_end": 77, "unfinished": 0,
+            **zero, **{f"{k}_fraction": 0.0 for k in zero}, "cancelled": 55_347, "cancelled_fraction": 0.925,
+            "verdict": "keeps up: ..."}
+
+    def row(block: dict) -> str:
+        t = Table()
+        for _ in range(5):
+            t.add_column()
+        _load_row({"llmsim": {"load": block}}, t, _Job(Path("s.yaml"), None, None, None, None, False))
+        console = Console(width=300, record=True)
+        console.print(t)
+        return " ".join(console.export_text().split())
+
+    assert "completed 26.52 of 437.9 req/s (55,347 requests (92.5 %) cancelled by their clients)" in row(load)
+    assert "completed 26.52 of 437.9 req/s │" in row({**load, "cancelled": 0, "cancelled_fraction": 0.0})

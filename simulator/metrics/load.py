@@ -56,7 +56,7 @@ from workloads.request import Status
 from .records import Records
 from ..fields import leaf
 
-__all__ = ["SHED_FRACTION", "load_block", "refused_count"]
+__all__ = ["SHED_FRACTION", "load_block", "refused_count", "unserved_text"]
 
 SHED_FRACTION = 0.05
 #: Rejections that are the request's error, as the stack answers bad input (more GPUs would not serve them).
@@ -254,7 +254,7 @@ def _verdict(b: dict[str, Any]) -> str:
              f"{window_text(b['window_s'])} arrival window" if b["offered_rps"] is not None else "no arrival window")
     queue = (f"queue {b['queued_at_mid']:,} at its middle, {b['queued_at_end']:,} at its end "
              f"({b['running_at_end']:,} running)")
-    unserved = _unserved(b)
+    unserved = unserved_text(b)
     offered = rates
     if unserved:
         rates += f" ({unserved})"
@@ -297,8 +297,9 @@ def _verdict(b: dict[str, Any]) -> str:
     return f"OVERLOADED: {'; '.join(why)}; {rates}; {queue}{tail}"
 
 
-def _unserved(b: dict[str, Any]) -> str:
-    """The requests that ended without an answer, each with its cause and share."""
+def unserved_text(b: Mapping[str, Any]) -> str:
+    """The requests that ended without an answer, each with its cause and share: what makes "completed
+    130 of 438 req/s" read as a fleet that keeps up (clients cancelling) rather than one falling behind."""
     parts = [(b["shed"], b["shed_fraction"], "shed by the fleet"),
              (b["too_long"], b["too_long_fraction"], "longer than the server takes (max_model_len)"),
              (b["never_fit"], b["never_fit_fraction"], "never fitting a replica's KV pool"),
