@@ -287,6 +287,12 @@ def test_a_plan_of_a_whole_fleet_names_the_fleet_not_a_product(tmp_path):
         row["product_gpus"], row["product_monthly_usd"] = 64 * row["gpus"], 64 * row["monthly_usd"]
     (tmp_path / "plan.json").write_text(json.dumps(data))
     assert "GPUs at peak, the product" in report_html(tmp_path)
+    # the candidates' probes, as the terminal's table names them: the page headed them "runs", where the
+    # terminal's runs are the probes times the seeds ("3 runs (1 probe × 3 seeds)" beside a page's 1 run)
+    assert "<th>probes</th>" in page and "<th>runs</th>" not in page
+    data["seeds"] = [1, 2, 3]
+    (tmp_path / "plan.json").write_text(json.dumps(data))
+    assert "<th>probes (× 3 seeds)</th>" in report_html(tmp_path)
 
 
 def test_an_slo_label_on_a_log_axis_sits_at_its_target():

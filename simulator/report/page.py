@@ -277,12 +277,21 @@ def _plan_body(folder: Path) -> tuple[str, str]:
     points = plan.get("probes") or cands
     body = ['<section id="answer"><div class="figures">', *parts, f"</div><p>{esc(what)}</p>",
             *(f"<p>{esc(n)}</p>" for n in notes), "</section>",
-            "<h2>Candidates</h2>", _fleet_rows(cands, keys, (("probes", "runs"), ("failed_slo", "missed"))),
+            "<h2>Candidates</h2>",
+            _fleet_rows(cands, keys, (("probes", _probes_header(plan)), ("failed_slo", "missed"))),
             _charts(charts.pareto_chart(points, best, f"{name}: cost against p99 TTFT of every fleet simulated")),
             "<h2>The search</h2><pre>" + esc(json.dumps({k: plan.get(k) for k in ("scenario", "variants", "set",
                                                                                   "mode", "searched", "seeds",
                                                                                   "rank_by")}, indent=2)) + "</pre>"]
     return f"llmsim plan: {name}", "".join(body)
+
+
+def _probes_header(plan: Mapping[str, Any]) -> str:
+    """The candidates' count of values tried, named as the terminal's table and plan.json name it: the
+    page headed it "runs", where the terminal's runs are these probes times the seeds ("3 runs (1 probe ×
+    3 seeds)" beside a page reading 1 run)."""
+    n = len(plan.get("seeds") or [])
+    return "probes" if n <= 1 else f"probes (× {n} seeds)"
 
 
 def _confidence_note(confidence: float, by_confidence: Mapping[str, Any]) -> str:
