@@ -93,8 +93,19 @@ def test_a_one_gpu_answer_reads_one_gpu_on_the_page():
     from simulator.report.page import _confidence_note
     levels = {"0.5": {"met": True, "overrides": {"pools.chat.replicas": 1}, "gpus": 1, "monthly_usd": 2183.0},
               "0.9": {"met": True, "overrides": {"pools.chat.replicas": 2}, "gpus": 2, "monthly_usd": 4366.0}}
-    note = _confidence_note(0.9, {"levels": levels})
+    note = _confidence_note(0.9, {"levels": levels}, 1)
     assert "pools.chat.replicas=1, 1 GPU, $2,183/month" in note, note
+
+
+def test_the_plan_pages_confidence_says_what_traffic_its_bounds_span():
+    """The page said "under llmsim's measured error" alone, whether the plan ran one seed (its bounds
+    hold none of the traffic's spread) or several, which the terminal's confidence line now says."""
+    from simulator.report.page import _confidence_note
+    levels = {"0.9": {"met": True, "overrides": {"pools.chat.replicas": 2}, "gpus": 2, "monthly_usd": 4366.0}}
+    one = _confidence_note(0.9, {"levels": levels}, 1)
+    assert "under llmsim's error model on one seed's traffic (--seeds N adds the traffic's spread)" in one, one
+    assert "each target on its own" in one
+    assert "and the spread of 3 seeds' traffic, must meet it" in _confidence_note(0.9, {"levels": levels}, 3)
 
 
 def test_a_one_gpu_fleet_reads_one_gpu_in_the_run_headline():

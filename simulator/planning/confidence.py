@@ -16,7 +16,7 @@ from typing import Any, Callable, Mapping, Optional, Sequence
 
 from ..metrics.intervals import targets_at_confidence
 from ..metrics.verdict import load_failure, ms_past, slo_blocks, target_name
-from ..report.intervals import bounds_text
+from ..report.intervals import bounds_text, traffic_text
 from ..validation.error_model import ErrorModel, Regime
 from .pareto import month_with_power
 
@@ -100,10 +100,8 @@ def confidence_text(block: Mapping[str, Any], answer: Callable[[Mapping[str, Any
     # run's interval is two-sided: said once, so a reader does not take one 90 % for the other. Each target
     # is judged on its own (targets_at_confidence): "every target holds" with that probability claimed a
     # joint probability the plan never computes, which is lower where several targets bind.
-    traffic = (f"and the spread of {seeds} seeds' traffic" if seeds > 1
-               else "on one seed's traffic (--seeds N adds the traffic's spread)")
     lines = [f"confidence: the probability that each SLO target holds, judged one target at a time (not all "
-             f"together), from llmsim's error model {traffic}; one-sided bounds, 50 % being the "
+             f"together), from llmsim's error model {traffic_text(seeds)}; one-sided bounds, 50 % being the "
              f"bias-corrected prediction"]
     lines += [one(level) for level in block["levels"].values()]
     diff, whole = block["monthly_difference_usd"], block.get("product_monthly_difference_usd")

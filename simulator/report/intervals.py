@@ -19,8 +19,8 @@ from ..validation.error_model import ErrorModel, load_error_model, regime_of_run
 from .summary_format import FAIL, OK, num
 
 __all__ = ["shipped_model", "annotate", "slo_interval", "slo_bounds", "bounds_text", "steps_bounds_lines",
-           "seeds_met", "unsent_targets", "interval_scope", "intervals_table", "widened_notes", "intervals_figure",
-           "write_intervals_plot"]
+           "seeds_met", "unsent_targets", "traffic_text", "interval_scope", "intervals_table", "widened_notes",
+           "intervals_figure", "write_intervals_plot"]
 
 
 def shipped_model() -> tuple[Optional[ErrorModel], Optional[str]]:
@@ -146,6 +146,13 @@ def _rows(results: Mapping[str, Any]) -> list[tuple[str, Mapping[str, Any], Mapp
     for label, key, t, i in unsent_targets(results):
         out.append((target_name(label, key), t, i, seeds_met(results, label, key, i)))
     return out
+
+
+def traffic_text(seeds: int) -> str:
+    """What traffic a plan's bounds span, after "llmsim's error model": one seed's draw holds none of the
+    traffic's own spread, which a reader betting on the bound must know."""
+    return (f"and the spread of {seeds} seeds' traffic" if seeds > 1
+            else "on one seed's traffic (--seeds N adds the traffic's spread)")
 
 
 def interval_scope(confidence: float, replicates: Optional[int]) -> str:

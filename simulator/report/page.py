@@ -22,7 +22,7 @@ from ..errors import LlmsimError
 from ..metrics.verdict import mark
 from ..planning.pareto import month_with_power, point_label
 from . import page_charts as charts
-from .intervals import bounds_text, steps_bounds_lines
+from .intervals import bounds_text, steps_bounds_lines, traffic_text
 from .page_parts import classes_table, cost_table, esc, figure, gpus_text, latency_table, money, pools_table, \
     run_answer, table, whole
 from .run_folder import check_columns, check_ladder, check_optional, check_plan, check_results, check_rows, \
@@ -272,7 +272,8 @@ def _plan_body(folder: Path) -> tuple[str, str]:
         parts = [figure("best", None, "no fleet", "of those searched meets the SLO", "bad")]
         what = "No combination meets the SLO in the range searched."
     confidence = plan.get("confidence")
-    notes = [] if confidence is None else [_confidence_note(confidence, plan.get("by_confidence") or {})]
+    notes = [] if confidence is None else [_confidence_note(confidence, plan.get("by_confidence") or {},
+                                                            len(plan.get("seeds") or []))]
     notes += [f"warning: {w}" for w in plan.get("warnings") or []]
     points = plan.get("probes") or cands
     body = ['<section id="answer"><div class="figures">', *parts, f"</div><p>{esc(what)}</p>",
@@ -294,13 +295,13 @@ def _probes_header(plan: Mapping[str, Any]) -> str:
     return "probes" if n <= 1 else f"probes (× {n} seeds)"
 
 
-def _confidence_note(confidence: float, by_confidence: Mapping[str, Any]) -> str:
-    """What a plan at a confidence judged, and the answer at 50 % (the bias-corrected prediction) beside
-    it, as the terminal says them: without it a page reading "no fleet" hides the fleet that meets the
-    SLO at 50 %."""
+def _confidence_note(confidence: float, by_confidence: Mapping[str, Any], seeds: int) -> str:
+    """What a plan at a confidence judged, over what traffic (the seeds), and the answer at 50 % (the
+    bias-corrected prediction) beside it, as the terminal says them: without it a page reading "no fleet"
+    hides the fleet that meets the SLO at 50 %."""
     levels = by_confidence.get("levels") or {}
-    note = (f"Judged at {100 * confidence:g} % confidence: every SLO target's bound under llmsim's measured "
-            f"error must meet it.")
+    note = (f"Judged at {100 * confidence:g} % confidence: every SLO target's bound, under llmsim's error model "
+            f"{traffic_text(seeds)}, must meet it, each target on its own.")
     asked = levels.get(f"{confidence:g}") or {}
     if bounds := bounds_text(asked.get("slo_bounds_ms")):
         note += f" The answer's {bounds}."
