@@ -453,3 +453,19 @@ def test_a_sweep_says_which_points_ran_a_window_their_requests_outlast(tmp_path,
     assert ("warning: 2 of 2 points ran a window their requests outlast, too short to tell whether the fleet keeps "
             "up, so their slo_met can pass a fleet smaller than the load needs; the first, workload.num_requests=20, "
             "workload.output_tokens={'dist': 'fixed', 'value': 300}, pools.chat.replicas=2: cannot tell: ") in said, said
+
+
+def test_a_low_end_the_scenario_allows_nothing_under_is_not_called_a_bound(tmp_path):
+    """On the chatbot (the free pool starting at 2 replicas) plan --vary ...max_replicas=2..8 warned that a
+    smaller value may pass and to widen the range, and 1..8 was then refused: max_replicas under the
+    starting replicas. The warning is kept for a low end with a smaller value the scenario accepts."""
+    scaled = [{**TINY["pools"][0], "autoscaling": {"metric": "concurrency", "target": 64, "max_replicas": 4}}]
+    (tmp_path / "scaled").mkdir()
+    sets = {"workload.num_requests": 40, "workload.arrival.rate_per_s": 10}
+    capped = plan_fleet(write_tiny_scenario(tmp_path / "scaled", pools=scaled),
+                        [parse_vary("pools.chat.autoscaling.max_replicas=2..3")], make_executor("local"), sets=sets)
+    assert capped.best is not None and capped.best["overrides"]["pools.chat.autoscaling.max_replicas"] == 2
+    assert not any("low end" in w for w in capped.warnings), capped.warnings
+    free = plan_fleet(write_tiny_scenario(tmp_path), [parse_vary("pools.chat.replicas=2..3")], make_executor("local"),
+                      sets=sets)
+    assert any("the range's low end passed" in w for w in free.warnings), free.warnings
