@@ -291,12 +291,17 @@ def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict:
     return out
 
 
-def parse_json(text: str) -> Any:
-    """Parse JSON; raises ``json.JSONDecodeError`` or ``ValueError``."""
-    _check_depth(text)
+def parse_json(text: str, *, scan_depth: bool = True) -> Any:
+    """Parse JSON; raises ``json.JSONDecodeError`` or ``ValueError``. ``scan_depth=False`` (each line of a
+    JSON Lines trace) skips the bracket scan, which would double a trace's read time, and lets Python's
+    recursion limit stop a line nested too deep instead."""
+    if scan_depth:
+        _check_depth(text)
     try:
         return json.loads(text, object_pairs_hook=_no_duplicates)
     except json.JSONDecodeError:
         raise
+    except RecursionError:
+        raise ValueError("nested too deep") from None
     except ValueError as e:
         raise _past_any_number(e) from None

@@ -352,6 +352,14 @@ for _cid, _trace, _frag in [
         ("tokens-past-any-context", "timestamp,input_tokens,output_tokens\n0,100,1000000000000\n",
          "past any model's context")]:
     CASES.append((f"trace-{_cid}", {"s.yaml": TRACE_SCENARIO, "t.csv": _trace}, RUN, ["t.csv", _frag]))
+# a JSON Lines trace's line is read as every JSON input is: a key twice, a number past any, a bracket tower
+_JSONL_TRACE = _set(TRACE_SCENARIO, ("workload", "arrival", "path"), "t.jsonl")
+_FIRST_ROW = '{"timestamp": 0, "input_tokens": 5, "output_tokens": 5}\n'
+for _cid, _line, _frag in [
+        ("key-twice", '{"timestamp": 1, "input_tokens": 5, "output_tokens": 5, "input_tokens": 9}', "line 2: invalid JSON: key 'input_tokens' given twice"),
+        ("number-past-any", '{"timestamp": 1, "input_tokens": ' + "9" * 5000 + ', "output_tokens": 5}', "line 2: invalid JSON: a whole number of more than 4,300 digits"),
+        ("nested-too-deep", '{"timestamp": 1, "input_tokens": 5, "output_tokens": 5, "x": ' + "[" * 10**5 + "]" * 10**5 + "}", "line 2: invalid JSON: nested too deep")]:
+    CASES.append((f"trace-jsonl-{_cid}", {"s.yaml": _JSONL_TRACE, "t.jsonl": _FIRST_ROW + _line + "\n"}, RUN, ["t.jsonl", _frag]))
 CASES.append(("trace-gz-bomb", {"s.yaml": _set(TRACE_SCENARIO, ("workload", "arrival", "path"), "t.csv.gz"),
                                 "t.csv.gz": lambda p: p.write_bytes(gzip.compress(b"0" * 2**22))}, RUN,
               ["t.csv.gz", "decompresses to more than"]))

@@ -243,6 +243,20 @@ def _llmsim_csv(path: Path) -> RawTrace:
 # ------------------------------------------------------------------------- JSONL
 
 
+def _json_line(path: Path, text: str, line: int) -> Any:
+    """One line's JSON, read as every other JSON input is (:func:`simulator.structured.parse_json`): a key
+    written twice would otherwise let its later value replace the first without a word, and a number of
+    more than 4,300 digits or brackets nested past Python's recursion limit end in a traceback."""
+    from simulator.structured import parse_json
+
+    try:
+        return parse_json(text, scan_depth=False)
+    except json.JSONDecodeError as e:
+        raise trace_error(path, f"invalid JSON at column {e.colno}: {e.msg}", line) from None
+    except ValueError as e:
+        raise trace_error(path, f"invalid JSON: {e}", line) from None
+
+
 def _json_number(path: Path, obj: dict, key: str, line: int) -> float:
     v = obj[key]
     if isinstance(v, bool) or not isinstance(v, (int, float)):
@@ -274,10 +288,7 @@ def _read_jsonl(path: Path, t_key: str, in_key: str, out_key: str, *, t_unit: fl
             for n, text in enumerate(fh, start=1):
                 if not text.strip():
                     continue
-                try:
-                    obj = json.loads(text)
-                except json.JSONDecodeError as e:
-                    raise trace_error(path, f"invalid JSON at column {e.colno}: {e.msg}", n) from None
+                obj = _json_line(path, text, n)
                 if not isinstance(obj, dict):
                     raise trace_error(path, f"expected a JSON object, got {type(obj).__name__}", n)
                 for key in required:
@@ -408,7 +419,7 @@ def detect_format(path: Path) -> str:
     if first.startswith("{") or _strip_gz(path) in (".jsonl", ".json", ".ndjson"):
         try:
             keys = set(json.loads(first))
-        except (json.JSONDecodeError, TypeError):
+        except (ValueError, TypeError, RecursionError):     # ValueError: JSONDecodeError, or past 4,300 digits
             raise trace_error(path, "cannot tell the trace format: the first line is not a JSON object; "
                                     f"set format to one of {valid}", 1) from None
         if {"input_length", "output_length"} <= keys or "hash_ids" in keys:
