@@ -19,12 +19,12 @@ import os
 import stat
 from contextlib import contextmanager
 from pathlib import Path
-from typing import IO, Iterator
+from typing import IO, Any, Iterable, Iterator
 
 from .errors import LlmsimError
 
-__all__ = ["note_read", "recorded_reads", "input_file", "open_text", "MAX_TEXT_BYTES", "MAX_TABLE_BYTES",
-           "MAX_TRACE_BYTES"]
+__all__ = ["note_read", "recorded_reads", "input_file", "open_text", "repeated_columns", "MAX_TEXT_BYTES",
+           "MAX_TABLE_BYTES", "MAX_TRACE_BYTES"]
 
 #: YAML and JSON files (scenarios, profiles, sweep files, results.json; the
 #: largest shipped one is 10 KB, a results.json a few MB).
@@ -106,6 +106,30 @@ def open_text(path: Path, max_bytes: int, what: str) -> IO[str]:
         raw = _Bounded(gzip.open(path, "rb"), max_bytes, Path(path), what)
         return io.TextIOWrapper(io.BufferedReader(raw), encoding="utf-8-sig")
     return open(path, encoding="utf-8-sig")
+
+
+def repeated_columns(path: Path, columns: Iterable, max_bytes: int, what: str, *,
+                     fold_case: bool = False) -> dict[str, str]:
+    """The names a CSV's header line writes more than once, each with the words refusing it. pandas renames a
+    repeat (``ttft_ms.1``), so a reader finding a column by name would read one of the two and drop the
+    other without a word. ``columns``: the names pandas read, which tell whether to look at the line
+    itself; ``fold_case``: names compared as a reader ignoring case and spaces matches them."""
+    import csv
+    import re
+
+    def name(c: Any) -> str:
+        return str(c).strip().lower() if fold_case else str(c)
+
+    columns = list(columns)
+    if len({re.sub(r"\.\d+$", "", name(c)) for c in columns}) == len(columns):
+        return {}       # no name that pandas renamed, nor two spellings of one
+    with open_text(path, max_bytes, what) as fh:
+        header = next((row for row in csv.reader(fh, skipinitialspace=True) if any(c.strip() for c in row)), [])
+    where: dict[str, list[int]] = {}
+    for i, c in enumerate(header, start=1):
+        where.setdefault(name(c), []).append(i)
+    return {c: f"column '{c}' is named {len(at)} times (columns {', '.join(map(str, at))}); which one to read is "
+               "ambiguous: keep one" for c, at in where.items() if len(at) > 1}
 
 
 @contextmanager

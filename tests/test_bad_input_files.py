@@ -335,6 +335,9 @@ for _cid, _text, _frag in [("empty", "", "not a readable CSV"), ("no-columns", "
                            ("no-metric", "engine,model,gpu,tp,isl_mean,osl_mean\nvllm,llama-3-8b,h100,1,100,10\n",
                             "no measured metric")]:
     CASES.append((f"bench-csv-{_cid}", {"rows.csv": _text}, VALIDATE_CSV, ["rows.csv", _frag]))
+CASES.append(("bench-csv-column-twice", {"rows.csv": "engine,model,gpu,tp,isl_mean,osl_mean,ttft_ms,ttft_ms\n"
+                                                    "vllm,llama-3-8b,h100,1,100,10,50,70\n"}, VALIDATE_CSV,
+              ["rows.csv", "column 'ttft_ms' is named 2 times (columns 7, 8)"]))
 CASES.append(("bench-csv-fifo", {"rows.csv": lambda p: os.mkfifo(p)}, VALIDATE_CSV, ["rows.csv", "not a regular"]))
 CASES.append(("bench-csv-gz-bomb", {"rows.csv.gz": lambda p: p.write_bytes(gzip.compress(b"a,b\n" + b"0" * 2**22))},
               ["validate", "rows.csv.gz", "--workers", "1"], ["rows.csv.gz", "decompresses to more than"]))
@@ -360,6 +363,11 @@ for _cid, _line, _frag in [
         ("number-past-any", '{"timestamp": 1, "input_tokens": ' + "9" * 5000 + ', "output_tokens": 5}', "line 2: invalid JSON: a whole number of more than 4,300 digits"),
         ("nested-too-deep", '{"timestamp": 1, "input_tokens": 5, "output_tokens": 5, "x": ' + "[" * 10**5 + "]" * 10**5 + "}", "line 2: invalid JSON: nested too deep")]:
     CASES.append((f"trace-jsonl-{_cid}", {"s.yaml": _JSONL_TRACE, "t.jsonl": _FIRST_ROW + _line + "\n"}, RUN, ["t.jsonl", _frag]))
+# a CSV trace naming a column it reads twice (as written, or in another case): which one is read is not said
+for _cid, _header in [("column-twice", "timestamp,input_tokens,output_tokens,input_tokens"),
+                      ("column-twice-in-another-case", "timestamp,input_tokens,output_tokens,INPUT_TOKENS")]:
+    CASES.append((f"trace-{_cid}", {"s.yaml": TRACE_SCENARIO, "t.csv": _header + "\n0,5,5,7\n1,6,6,8\n"}, RUN,
+                  ["t.csv", "line 1: column 'input_tokens' is named 2 times (columns 2, 4)"]))
 CASES.append(("trace-gz-bomb", {"s.yaml": _set(TRACE_SCENARIO, ("workload", "arrival", "path"), "t.csv.gz"),
                                 "t.csv.gz": lambda p: p.write_bytes(gzip.compress(b"0" * 2**22))}, RUN,
               ["t.csv.gz", "decompresses to more than"]))

@@ -95,6 +95,7 @@ def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {
     try:
         with _open_text(path) as fh:
             header = pd.read_csv(fh, nrows=0, skipinitialspace=True).columns
+        _refuse_repeated_columns(path, header, [*required.values(), *optional.values()])
         text = {c: str for c in header if str(c).strip().lower() in _TEXT_COLUMNS}
         with _open_text(path) as fh:
             # only an empty cell is missing: "nan", "NA" or "null" written in a cell is refused as what it says
@@ -140,6 +141,16 @@ def _read_csv(path: Path, required: dict[str, str], optional: dict[str, str] = {
         df = df.loc[~blank]
     lines = df.index.to_numpy(dtype=np.int64) + 2
     return df, cols, lines
+
+
+def _refuse_repeated_columns(path: Path, header, read: list[str]) -> None:
+    """Raise if a column the format reads is named twice (as written, or in two cases: the format's names
+    match either way); repeats of columns it does not read are left alone."""
+    from simulator.reads import MAX_TRACE_BYTES, repeated_columns
+
+    for name, refusal in repeated_columns(path, header, MAX_TRACE_BYTES, "trace", fold_case=True).items():
+        if name in {r.lower() for r in read}:
+            raise trace_error(path, refusal, 1)
 
 
 def _csv_numeric(path: Path, series, column: str, lines: np.ndarray) -> np.ndarray:

@@ -243,16 +243,20 @@ def _parallel(r: dict, name: str, *aliases: str) -> int:
 
 def read_table(path: Path) -> pd.DataFrame:
     """A CSV file (or .csv.gz), checked before it is read; every read/parse problem one LlmsimError."""
-    from ..reads import MAX_TABLE_BYTES, input_file, open_text
+    from ..reads import MAX_TABLE_BYTES, input_file, open_text, repeated_columns
 
     input_file(path, MAX_TABLE_BYTES, "benchmark CSV")
     try:
         with open_text(path, MAX_TABLE_BYTES, "benchmark CSV") as fh:
-            return pd.read_csv(fh)
+            df = pd.read_csv(fh)
+        repeated = repeated_columns(path, df.columns, MAX_TABLE_BYTES, "benchmark CSV")
     except FileNotFoundError:
         raise LlmsimError("file not found", source=path) from None
     except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError, OSError, EOFError, zlib.error) as e:
         raise LlmsimError(f"not a readable CSV ({str(e).splitlines()[0]})", source=path) from None
+    for refusal in repeated.values():
+        raise LlmsimError(refusal, source=path)
+    return df
 
 
 def rows_from_csv(path: Path, model: Optional[str] = None, gpu: Optional[str] = None,
