@@ -158,6 +158,8 @@ def test_command_line_set_reaches_a_pool_a_variant_adds(tmp_path, cli):
     ("variants: [{name: a, sett: {}}]\n", [], ["variants[0].sett", "unknown key"]),
     ("ladder: sideways\n", [], ["ladder"]),
     ("", ["--plots"], ["-o DIR"]),
+    ("", ["--overwrite"], ["--overwrite", "-o DIR"]),
+    (VARIANTS, ["--ladder", "--overwrite"], ["--overwrite", "-o DIR"]),
 ])
 def test_bad_variant_input_is_one_clear_error(tmp_path, cli, extra, args, fragments):
     sc = write_scenario(tmp_path, extra)
@@ -166,7 +168,7 @@ def test_bad_variant_input_is_one_clear_error(tmp_path, cli, extra, args, fragme
     assert "Traceback" not in r.err and r.err.startswith("error:")
     for f in fragments:
         assert f in r.err, (f, r.err)
-    about_flags = "--plots" in args or ("--ladder" in args and "--variant" in args)
+    about_flags = "--plots" in args or "--overwrite" in args or ("--ladder" in args and "--variant" in args)
     assert (str(sc) in r.err) != about_flags, r.err
 
 

@@ -113,6 +113,8 @@ def run(ctx: typer.Context,
         _refuse_executor_flags(ctx, ladder)
     output = output_path(output_)
     draw = _plots_wanted(plots, output)
+    if overwrite and output is None:     # read by the -o folder alone: without one it would be ignored
+        raise LlmsimError("--overwrite replaces the contents of the results folder: give -o DIR as well")
     # With --variant, the --set overrides go on after the variants (a variant may add the pool a --set
     # addresses), so the file is read here without them.
     if set_ and not variant:
