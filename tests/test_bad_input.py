@@ -102,6 +102,33 @@ def test_true_for_a_number_and_a_negative_index_are_refused(tmp_path, cli):
     one_line_error(cli("run", path, "--set", "pools.-1.tp=2"), "negative index -1")
 
 
+@pytest.mark.parametrize("kind, key, written", [
+    ("scenario", f"pools.{POOL}.engine.prefix_cache", "0"), ("scenario", f"pools.{POOL}.engine.chunked_prefill", "'yes'"),
+    ("scenario", f"pools.{POOL}.engine.clips_output", "0"), ("model", "tie_word_embeddings", "1"),
+    ("gpu", "calibration.gemm.waves", "'false'")])
+def test_a_number_or_a_text_where_true_or_false_goes_is_refused(tmp_path, kind, key, written):
+    """The mirror of a true/false where a number goes: pydantic reads 0, 1 and "yes"/"off" as true/false."""
+    from simulator.profiles.hardware import load_hardware
+    from simulator.profiles.model import load_model
+
+    value = yaml.safe_load(written)
+    if kind == "scenario":
+        with pytest.raises(LlmsimError) as e:
+            load_scenario(write_yaml(tmp_path / "s.yaml", SCENARIO), [f"{key}={written}"])
+    else:
+        folder, name = {"model": ("model_profiles", "llama-3-8b"), "gpu": ("hardware_profiles", "h100-sxm")}[kind]
+        data = {**yaml.safe_load((Path(__file__).parent.parent / folder / f"{name}.yaml").read_text()), "name": "x"}
+        *parents, last = key.split(".")
+        node = data
+        for part in parents:
+            node = node[part]
+        assert isinstance(node.get(last, False), bool)
+        node[last] = value
+        with pytest.raises(LlmsimError) as e:
+            (load_model if kind == "model" else load_hardware)(str(write_yaml(tmp_path / f"{kind}.yaml", data)))
+    assert f"{value!r} would be read as" in e.value.message and key.split(".")[-1] in str(e.value)
+
+
 @FUZZ
 @given(leaf=st.sampled_from(NUMERIC), flag=st.booleans())
 def test_fuzz_a_true_or_false_where_a_number_goes_is_refused(leaf, flag):

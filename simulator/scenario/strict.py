@@ -4,10 +4,12 @@ Pydantic accepts ``true`` for a number field and stores 1, and ``"2"``
 and stores 2, so ``--set pools.main.replicas=true`` (or ``replicas: yes``
 in a file) would run one replica without a word, and ``tp: "2"`` a number
 the user quoted as text (a template's unfilled slot, a spreadsheet's
-export) would pass as if typed. The schemas keep lax mode (it lets ``2``
-stand for ``2.0`` and a string name pick an enum member); this walk
-compares the validated model with the data it came from and refuses a
-true/false or a text the model holds as a number. When validation fails,
+export) would pass as if typed; the other way round, ``prefix_cache: 0``
+or a quoted ``"false"`` would pass as true/false. The schemas keep lax
+mode (it lets ``2`` stand for ``2.0`` and a string name pick an enum
+member); this walk compares the validated model with the data it came
+from and refuses a true/false or a text the model holds as a number, and
+a number or a text it holds as true/false. When validation fails,
 such a value may be behind the failure ("min (16) must be ≤ max (1)" for
 ``max: true``), so each is probed first: put a word in its place, and if
 the schema then wants a number there, that is the error to report.
@@ -69,7 +71,9 @@ def refuse_past_any_number(data: Any, source: Any = None) -> None:
                               key_path=format_key_path(path))
 
 
-def _refusal(got: Any) -> str:
+def _refusal(got: Any, value: Any = None) -> str:
+    if isinstance(value, bool):
+        return f"{got!r} would be read as {str(value).lower()}: write true or false itself, without quotes"
     if isinstance(got, bool):
         return f"expected a number, got {got!r} (true/false is not a count or a quantity)"
     try:
@@ -82,11 +86,12 @@ def _refusal(got: Any) -> str:
 
 
 def refuse_coerced(data: Any, model: BaseModel, source: Any = None) -> None:
-    """Raise LlmsimError at the first key whose true/false or text became a number."""
+    """Raise LlmsimError at the first key whose true/false or text became a number, or whose number or text
+    became true/false."""
     where = _first_coerced(data, model, ())
     if where is not None:
-        path, got = where
-        raise LlmsimError(_refusal(got), source=source, key_path=format_key_path(path))
+        path, got, became = where
+        raise LlmsimError(_refusal(got, became), source=source, key_path=format_key_path(path))
 
 
 _NUMBER_ERRORS = frozenset({"int_parsing", "float_parsing", "int_type", "float_type", "decimal_parsing"})
@@ -136,10 +141,13 @@ def leaves(data: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
         yield path, data
 
 
-def _first_coerced(data: Any, value: Any, path: tuple) -> tuple[tuple, Any] | None:
+def _first_coerced(data: Any, value: Any, path: tuple) -> tuple[tuple, Any, Any] | None:
+    """(key path, value written, value read) of the first conversion :func:`refuse_coerced` refuses."""
+    if isinstance(value, bool) and not isinstance(data, bool):
+        return path, data, value       # 0, 1 or a text ("yes", "off") read as true/false
     if isinstance(data, (bool, str)):
         if isinstance(value, (int, float)) and not isinstance(value, bool):
-            return path, data
+            return path, data, value
         return None
     if isinstance(data, dict):
         for k, v in data.items():
