@@ -102,6 +102,20 @@ def test_true_for_a_number_and_a_negative_index_are_refused(tmp_path, cli):
     one_line_error(cli("run", path, "--set", "pools.-1.tp=2"), "negative index -1")
 
 
+def test_a_pool_named_as_another_pools_position_is_not_set_by_it(tmp_path):
+    """``pools.0`` reads 0 as a position first: with a pool named "0" at position 1, the key set the other pool."""
+    pools = [{**SCENARIO["pools"][0], "name": "1"}, {**SCENARIO["pools"][0], "name": "0"}]
+    classes = [{"name": "a", "pool": "1"}, {"name": "b", "pool": "0"}]
+    path = write_yaml(tmp_path / "s.yaml", {**SCENARIO, "pools": pools, "classes": classes})
+    with pytest.raises(LlmsimError) as e:
+        load_scenario(path, ["pools.0.replicas=3"])
+    assert e.value.key_path == "pools.0" and "0 is the position of item 0 and the name of item 1" in e.value.message
+    pools[0]["name"] = classes[0]["pool"] = "7"       # a name past every position says which pool it is
+    sc, _ = load_scenario(write_yaml(tmp_path / "s.yaml", {**SCENARIO, "pools": pools, "classes": classes}),
+                          ["pools.7.replicas=3"])
+    assert [p.replicas for p in sc.pools] == [3, pools[1]["replicas"]]
+
+
 @pytest.mark.parametrize("kind, key, written", [
     ("scenario", f"pools.{POOL}.engine.prefix_cache", "0"), ("scenario", f"pools.{POOL}.engine.chunked_prefill", "'yes'"),
     ("scenario", f"pools.{POOL}.engine.clips_output", "0"), ("model", "tie_word_embeddings", "1"),

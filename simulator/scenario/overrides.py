@@ -79,6 +79,11 @@ def _list_index(node: list, part: str, where: str) -> int:
         raise LlmsimError(f"negative index {part}: address a list item by its position from 0 "
                           f"(0..{len(node) - 1}) or by its name", key_path=where)
     idx = _item_index(node, part)
+    named = _named(node, part)
+    if named is not None and named != idx:
+        # a whole number is read as a position first: the item of that name would not be the one set
+        raise LlmsimError(f"{part} is the position of item {idx} and the name of item {named}, so the key does "
+                          "not say which it sets; give that item a name that is not a whole number", key_path=where)
     if idx is not None:
         return idx
     if part.isdigit():
@@ -190,13 +195,15 @@ def _plain_model(field: FieldInfo) -> Optional[type[BaseModel]]:
 
 
 def _item_index(node: list, part: str) -> Optional[int]:
-    """The item ``part`` addresses, by position or by ``name``; None if none."""
-    if part.isdigit():
-        return int(part) if int(part) < len(node) else None
-    for j, item in enumerate(node):
-        if isinstance(item, dict) and item.get("name") == part:
-            return j
-    return None
+    """The item ``part`` addresses, by position (a whole number within the list) or by ``name``; None if none."""
+    if part.isdigit() and int(part) < len(node):
+        return int(part)
+    return _named(node, part)
+
+
+def _named(node: list, part: str) -> Optional[int]:
+    """The item whose ``name`` is ``part`` (a name written as a number, ``name: 1``, included); None if none."""
+    return next((j for j, it in enumerate(node) if isinstance(it, dict) and str(it.get("name")) == part), None)
 
 
 def resolved_key(data: Any, key: str) -> tuple[str, ...]:
