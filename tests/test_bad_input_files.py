@@ -310,6 +310,13 @@ for _cid, _p, _bad, _frag in [("engine-text", ("engine", "block_size"), "16", "e
                                 "lifted": {"since": "0.0.0", "where": {"prefix_cach": False}}},
                                "prefill_server.lifted.where")]:
     profile_case("backend", _cid, "b.yaml", _set({**BACKEND, "name": "b"}, _p, _bad), _frag, key="engine.backend")
+# a GPU condition no GPU can hold would turn its rule off without a word
+_GPU_WHEN = ("by_version", 2, "attention_kernels", 0, "when", "gpu")
+for _cid, _bad, _frag in [("sm-version-negative", {"sm_versions": [-100]}, "sm_versions[0]: Input should be greater than or equal to 10"),
+                          ("hbm-bounds-crossed", {"min_hbm_gib": 200, "max_hbm_gib": 100},
+                           "min_hbm_gib (200) is above max_hbm_gib (100)")]:
+    profile_case("backend", f"gpu-condition-{_cid}", "b.yaml", _set({**BACKEND, "name": "b"}, _GPU_WHEN, _bad),
+                 "by_version[2].attention_kernels[0].when.gpu", _frag, key="engine.backend")
 
 
 # benchmark JSON (`llmsim validate`)

@@ -25,7 +25,7 @@ import json
 import re
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, ClassVar, Mapping, Optional, Protocol, Sequence, TypeVar
+from typing import Annotated, Any, ClassVar, Mapping, Optional, Protocol, Sequence, TypeVar
 
 from packaging.version import InvalidVersion, Version
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -76,7 +76,15 @@ class GpuCondition(_Strict):
     sm_family: Optional[int] = Field(default=None, ge=10)
     # the compute capability is one of these exactly (100: 10.0 alone), as vLLM's
     # is_device_capability tests it where a release did not yet test the family
-    sm_versions: Optional[tuple[int, ...]] = Field(default=None, min_length=1)
+    sm_versions: Optional[tuple[Annotated[int, Field(ge=10)], ...]] = Field(default=None, min_length=1)
+
+    @model_validator(mode="after")
+    def _some_gpu_may_hold(self) -> "GpuCondition":
+        """A bound no GPU meets would turn the rule off without a word."""
+        if self.min_hbm_gib is not None and self.max_hbm_gib is not None and self.min_hbm_gib > self.max_hbm_gib:
+            raise ValueError(f"min_hbm_gib ({self.min_hbm_gib:g}) is above max_hbm_gib ({self.max_hbm_gib:g}): "
+                             "no GPU holds the condition")
+        return self
 
     def holds(self, gpu: HardwareProfile) -> bool:
         if self.gpu_name_contains is not None and self.gpu_name_contains.lower() not in gpu.name.lower():
