@@ -224,6 +224,11 @@ for _p in [("hbm_gib",), ("hbm_bandwidth_tb_s",), ("num_sms",), ("host_link_gb_s
     profile_case("gpu", f"text-{_key(_p)}", "g.yaml", _set(GPU, _p, str(_v)), _key(_p), "got the text")
     profile_case("gpu", f"negative-{_key(_p)}", "g.yaml", _set(GPU, _p, -_v), _key(_p))
     profile_case("gpu", f"bool-{_key(_p)}", "g.yaml", _set(GPU, _p, True), _key(_p))
+# an MoE kernel's tile ladder: a tile of no rows, or a ladder out of order, priced the step without a word
+for _cid, _tiles, _frag in [("negative", [-128], "greater than or equal to 1"), ("zero", [0], "greater than or equal to 1"),
+                            ("unsorted", [256, 64, 128], "token tiles must ascend")]:
+    profile_case("gpu", f"token-tiles-{_cid}", "g.yaml", _set(GPU, ("calibration", "moe", "fp8", "token_tiles"), _tiles),
+                 "calibration.moe.fp8.token_tiles", _frag)
 profile_case("gpu", "no-bf16", "g.yaml", _set(GPU, ("peak_tflops", "bf16"), _DELETE), "peak_tflops", "bf16 entry")
 profile_case("gpu", "idle-above-tdp", "g.yaml", _set(GPU, ("power", "idle_w"), 800), "power", "below tdp_w")
 profile_case("gpu", "typo", "g.yaml", _set(GPU, ("hbm_gb",), 80), "hbm_gb", "unknown key")

@@ -150,11 +150,19 @@ class MoeParams(RooflineParams):
     width_align: int = Field(default=1, ge=1, le=1 << 18)
     hidden_align: int = Field(default=1, ge=1, le=1 << 18)
     row_padding: bool = False
-    token_tiles: tuple[int, ...] = ()
+    token_tiles: tuple[Annotated[int, Field(ge=1, le=1 << 18)], ...] = ()
     tile_n: int = Field(default=256, ge=1, le=1 << 18)
     ep_routing_us: float = Field(default=0.0, ge=0, le=1e6)
     local_pair_traffic: float = Field(default=0.0, ge=0, le=1e6)
     pad_row_cost: float = Field(default=0.0, ge=0, le=1e6)
+
+    @field_validator("token_tiles")
+    @classmethod
+    def _ascending(cls, v: tuple[int, ...]) -> tuple[int, ...]:
+        """row_block picks its tile by a binary search of the ladder: out of order, it would pick another."""
+        if any(a >= b for a, b in zip(v, v[1:])):
+            raise ValueError(f"token tiles must ascend, each entry larger than the one before (got {list(v)})")
+        return v
 
 
 class AllReduceParams(_Strict):
