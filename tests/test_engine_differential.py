@@ -245,6 +245,22 @@ def test_a_static_batch_fetches_arrivals_at_the_next_boundary():
     check_equal(fast, ref, reqs, cfg, 318, **kw)
 
 
+def test_multi_step_blocks_fetch_arrivals_at_the_next_iteration():
+    """vLLM 0.6's multi-step blocks beside TensorRT-LLM's central queue (dp_placement active_tokens):
+    the reference fetches an arrival as the iteration in flight ends, within a block too, by the counts
+    then; the fast engine's stretch ran on to the block's end and fetched it by later counts onto other
+    ranks (request 5, preempted in its run alone, finished 8 ms later)."""
+    rows = [(0.0, 1, 1)] * 4 + [(0.0, 1, 132), (0.0078125, 41, 261)] + [(0.015625, 1, 1)] * 6 + [(0.015625, 42, 1)]
+    reqs = [Request(i, a, n, o) for i, (a, n, o) in enumerate(rows)]
+    cfg = EngineConfig(max_num_seqs=10, max_num_batched_tokens=20, dp_placement="active_tokens", chunked_prefill=False,
+                       num_scheduler_steps=2, block_size=1)
+    kw = dict(cm=cost_model("llama-3-8b", "h100-sxm", 1, False), dp=2,
+              cancels=[(0.0, 1), (0.0, 2), (0.0, 4), (0.015625, 10), (0.015625, 12)])
+    fast = run_open("fast", reqs, cfg, 602, **kw)
+    ref = run_open("reference", reqs, cfg, 602, **kw)
+    check_equal(fast, ref, reqs, cfg, 602, **kw)
+
+
 def test_differential_exercises_preemption_and_rejection():
     """Guard against the strategies going soft: a typical tight workload does
     preempt and reject, and both engines agree on that too."""

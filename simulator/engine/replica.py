@@ -722,6 +722,9 @@ class FastReplica(ReplicaBase):
     def _on_arrival_while_busy(self, now: float) -> None:
         if self.seg is None or not self.seg_cuttable or self.seg[1] <= 1:
             return
+        if self._fetches:   # the ranks fetch it from the replica's queue as the iteration in flight ends,
+            self._cut(now)  # within a multi-step block too (_start_plan: _fetch), not at the block's end
+            return
         if self.dp > 1:     # its rank's scheduler tries it at the first decision after the iteration in flight
             self._end_stretch_after(self._block_boundary(self.G + self._inflight(now)) - self.G, now)
             return
