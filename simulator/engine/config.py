@@ -852,29 +852,38 @@ class EngineConfig(BaseModel):
 
     @model_validator(mode="after")
     def _budget_holds_a_batch(self) -> "EngineConfig":
-        if self.max_num_batched_tokens < self.max_num_seqs and self.scheduler == "continuous" \
-                and not self._starts_below_running_requests():
-            raise ValueError(
-                f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be ≥ max_num_seqs "
-                f"({self.max_num_seqs}): every running sequence needs one token per iteration")
-        return self
+        """A token budget below the running requests is refused where decodes share it and llmsim
+        cannot run it as the stack does. SGLang without mixed chunks runs its decodes in batches of
+        their own, outside the prefill token budget: its decode batch (scheduler.py
+        update_running_batch) takes every running request, the chunk caps only the prefill batch
+        (schedule_policy.py PrefillAdder), and server_args.py holds --chunked-prefill-size to no
+        --max-running-requests (0.5.4-0.5.23). TensorRT-LLM's llm_args.py holds max_num_tokens to no
+        max_batch_size either (1.0 to main), and its micro-batch scheduler leaves the generation
+        requests past max_num_tokens for a later iteration (microBatchScheduler.cpp operator(): break;
+        ``budget_boundary: stop``). vLLM refuses such a launch (SchedulerConfig), as does llmsim's
+        generic engine. SGLang with mixed chunks launches it too, but takes the running batch off the
+        chunk (PrefillAdder: rem_chunk_tokens -= the running requests) and decodes them all, prompt or
+        none, where llmsim's mixed iteration holds its decodes to the budget: refused, saying so."""
+        if self.max_num_batched_tokens >= self.max_num_seqs or self.scheduler != "continuous":
+            return self
+        stack = self._stack()
+        if stack == "trtllm" or (stack == "sglang" and not self.mixes_prefill):
+            return self
+        why = ("llmsim holds a mixed iteration's decodes to the chunk, where SGLang decodes every running request "
+               "and runs no prompt once they pass it (schedule_policy.py PrefillAdder); set mixed_prefill: false, "
+               "or max_num_seqs at most the chunk" if stack == "sglang"
+               else "every running sequence needs one token per iteration")
+        raise ValueError(f"max_num_batched_tokens ({self.max_num_batched_tokens}) must be ≥ max_num_seqs "
+                         f"({self.max_num_seqs}): {why}")
 
-    def _starts_below_running_requests(self) -> bool:
-        """Whether the stack launches with a token budget below its running requests, which llmsim then
-        runs as the stack does. SGLang without mixed chunks runs its decodes in batches of their own,
-        outside the prefill token budget: its decode batch (scheduler.py update_running_batch) takes every
-        running request, the chunk caps only the prefill batch (schedule_policy.py PrefillAdder), and
-        server_args.py holds --chunked-prefill-size to no --max-running-requests (0.5.4-0.5.23).
-        TensorRT-LLM's llm_args.py holds max_num_tokens to no max_batch_size either (1.0 to main), and its
-        micro-batch scheduler leaves the generation requests past max_num_tokens for a later iteration
-        (microBatchScheduler.cpp operator(): break; ``budget_boundary: stop``). vLLM refuses such a
-        launch (SchedulerConfig), as does llmsim's generic engine."""
+    def _stack(self) -> Optional[str]:
+        """The serving stack the backend profile models; None for llmsim's generic engine, or a profile
+        that does not load (refused where it is loaded, naming its fault)."""
         if self.backend is None:
-            return False
+            return None
         from ..errors import LlmsimError
         from ..profiles.backend import load_backend
         try:
-            stack = load_backend(self.backend).stack
+            return load_backend(self.backend).stack
         except (LlmsimError, OSError):
-            return False    # the backend itself is refused where it is loaded, naming its fault
-        return stack == "trtllm" or (stack == "sglang" and not self.mixes_prefill)
+            return None
