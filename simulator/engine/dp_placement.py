@@ -119,9 +119,9 @@ class RankPlacement:
     def peek(self, key: int, usage: Optional[list[float]] = None) -> int:
         """The rank request ``key`` (its id) would be placed on if it arrived now, or under
         :attr:`fetches` if a fetch now took it alone (what a router asking this replica's cache
-        is answered for: the hit the request would get if sent here); ``usage``: each rank's KV blocks in use over its own pool (vLLM's coordinator
-        publishes every engine core's block pool usage, v1/engine/core_client.py
-        ``lb_engines``), read where :attr:`reads_usage`."""
+        is answered for: the hit the request would get if sent here); ``usage``: each rank's KV
+        blocks in use over its own pool (vLLM's coordinator publishes every engine core's block
+        pool usage, v1/engine/core_client.py ``lb_engines``), read where :attr:`reads_usage`."""
         dp = self.dp
         rule = self.rule
         if rule == "round_robin":
