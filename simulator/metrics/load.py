@@ -65,15 +65,21 @@ _INVALID = np.array([int(Rejection.TOO_LONG), int(Rejection.OUTPUT_OVER_LIMIT)])
 _NEVER_FIT = np.array([int(Rejection.EXCEEDS_KV), int(Rejection.WINDOW_GATE), int(Rejection.OVER_CLASS_KV_CAP)])
 
 
+def _refusals(status: np.ndarray, reason: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Masks of the requests refused as too long, over their budget and never fitting: the refusals
+    no scenario key accepts, as against those a class's admission control shed."""
+    refused = status == int(Status.REJECTED)
+    return (refused & np.isin(reason, _INVALID), refused & (reason == int(Rejection.OVER_BUDGET)),
+            refused & np.isin(reason, _NEVER_FIT))
+
+
 def refused_count(rec: Records) -> int:
     """Requests refused as too long, over their budget or never fitting, and those stranded: the ones
     no scenario key accepts (:func:`simulator.metrics.verdict.refused` reads the fleet's from this
     block), counted for a part of the requests, a class's, whose own verdict must not read met beside
     them. Shedding is a class's declared admission policy, judged by the load's rule instead."""
-    status, reason = rec.status, rec.reject_reason
-    refused = (status == int(Status.REJECTED)) & (np.isin(reason, _INVALID) | np.isin(reason, _NEVER_FIT)
-                                                 | (reason == int(Rejection.OVER_BUDGET)))
-    return int(np.count_nonzero(refused | (status == int(Status.STRANDED))))
+    invalid, over, unfit = _refusals(rec.status, rec.reject_reason)
+    return int(np.count_nonzero(invalid | over | unfit | (rec.status == int(Status.STRANDED))))
 
 
 #: ``llmsim.load`` (definitions in the module docstring).
@@ -167,10 +173,7 @@ def load_block(rec: Records, window_s: Optional[float], opens_s: float = 0.0) ->
     unfinished = int(np.count_nonzero(status == int(Status.PENDING)))
     stranded = int(np.count_nonzero(status == int(Status.STRANDED)))
     refused = status == int(Status.REJECTED)
-    reason = rec.reject_reason
-    invalid = refused & np.isin(reason, _INVALID)
-    over = refused & (reason == int(Rejection.OVER_BUDGET))
-    unfit = refused & np.isin(reason, _NEVER_FIT)
+    invalid, over, unfit = _refusals(status, rec.reject_reason)
     n_over, n_unfit = int(np.count_nonzero(over)), int(np.count_nonzero(unfit))
     rejected = int(np.count_nonzero(refused & ~invalid & ~over & ~unfit))
     limited = int(np.count_nonzero(status == int(Status.RATE_LIMITED)))
