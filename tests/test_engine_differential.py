@@ -226,6 +226,32 @@ def test_tensorrt_llm_attention_dp_matches_reference(cfg_kw):
     assert ref.pool.replicas[0].queue_len.max > 6     # more waited than the ranks fetch at once
 
 
+@pytest.mark.parametrize("dp", [2, 3, 4])
+@pytest.mark.parametrize("cfg_kw, nb", [
+    (dict(kv_admission="expected_output", max_num_batched_tokens=256), 240),
+    (dict(kv_admission="expected_output", max_num_batched_tokens=256, new_token_ratio_init=0.05), 100),
+    (dict(kv_admission="expected_output", chunked_prefill=False, max_num_batched_tokens=4096), 240),
+], ids=["chunked", "chunked-retracting", "whole-prompts"])
+def test_sglang_attention_dp_ranks_pick_their_own_iterations(cfg_kw, nb, dp):
+    """SGLang's prefill-only iterations under attention DP: a rank with a prompt chunk prefills while
+    the ranks without one decode, and with a tight pool retract within their rank; both engines
+    plan, retract and stamp alike."""
+    import numpy as np
+    rng = np.random.default_rng(11 + dp)
+    n = 30
+    arrivals = np.round(np.cumsum(rng.exponential(0.01, n)), 4)
+    inputs = np.where(rng.random(n) < 0.3, rng.integers(600, 1200, n), rng.integers(8, 120, n))
+    reqs = _case(arrivals.tolist(), inputs.tolist(), rng.integers(50, 300, n).tolist())
+    cfg = EngineConfig(backend="sglang", mixed_prefill=False, dp_placement="round_robin", max_num_seqs=8 * dp,
+                       block_size=16, **cfg_kw)
+    nb *= dp
+    fast = run_open("fast", reqs, cfg, nb, dp=dp)
+    ref = run_open("reference", reqs, cfg, nb, dp=dp)
+    check_equal(fast, ref, reqs, cfg, nb, dp=dp)
+    if nb == 100 * dp:
+        assert sum(r.preemptions for r in ref.requests) > 0
+
+
 def test_a_static_batch_fetches_arrivals_at_the_next_boundary():
     """Static batching on two attention-DP ranks: requests arriving while a batch decodes are fetched
     at the next iteration's start, by the counts then, as the reference fetches them, not at the

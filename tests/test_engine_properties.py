@@ -60,7 +60,9 @@ class CheckedFast(FastReplica):
 
     def _audit(self, where: str) -> None:
         G, bs, nb = self.G, self.bs, self.num_blocks
-        decoding = [s for s in self.running if s.state == DECODE]
+        # (decoders parked for the iteration, past the budget or on a rank that prefills, are out of the batch)
+        decoding = [s for s in self.running if s.state == DECODE and s not in self.parked]
+        parked = [s for s in self.running if s in self.parked]
         prefilling = [s for s in self.running if s.state == PREFILL]
         assert list(self.prefilling) == prefilling, where
         assert self.demand.count == len(decoding), where
@@ -70,12 +72,13 @@ class CheckedFast(FastReplica):
         if self.contiguous:   # every running sequence holds its reservation; prompts fill their blocks
             assert self.fixed_blocks == sum(s.blocks for s in self.running), where
             assert all(s.blocks == self._reserved_blocks(s.req) for s in self.running), where
-            assert self.fixed_filled == sum(ceil_div(s.prompt, bs) for s in prefilling), where
+            assert self.fixed_filled == (sum(ceil_div(s.prompt, bs) for s in prefilling)
+                                         + sum(ceil_div(s.kv, bs) for s in parked)), where
             assert self.fixed_filled + self.demand.at(G) <= self.fixed_blocks, where
         elif self.reserves:   # static batching: every running sequence holds its prompt + output
             assert self.fixed_blocks == sum(s.blocks for s in self.running), where
         else:
-            assert self.fixed_blocks == sum(s.blocks for s in prefilling), where
+            assert self.fixed_blocks == sum(s.blocks for s in prefilling + parked), where
         check_prompt_blocks(self, prefilling, self._planned[0] if hasattr(self, "_planned") else [], where)
         assert 0 <= self.used_blocks() <= nb, f"{where}: {self.used_blocks()} blocks used of {nb}"
         assert len(self.running) <= self.cfg.max_num_seqs, where
@@ -111,7 +114,9 @@ class CheckedFast(FastReplica):
             assert self.used_blocks(self.G + 1) <= self.num_blocks, "a mixed iteration runs out of KV"
             assert not self._rank_over(self.G + 1), "a mixed iteration runs out of a rank's KV"
         slots = self.draft_slots     # a separate draft model's budget slots per scheduled request
-        budget = sum(c + slots for _, c in chunks) + (self.B * (1 + slots) if decoding else 0)
+        # (without mixed chunks the decodes run in a batch of their own, outside the prefill budget)
+        budget = sum(c + slots for _, c in chunks) + (self.B * (1 + slots) if decoding and self.cfg.mixes_prefill
+                                                      else 0)
         if self.cfg.chunked_prefill and self.cfg.scheduler == "continuous":
             assert budget <= self.cfg.max_num_batched_tokens, "token budget exceeded"
         for s, c in chunks:

@@ -122,6 +122,14 @@ class ReplicaBase:
         self.rank_budget: int = cfg.max_num_batched_tokens // dp
         self.rank_prefill_cap: Optional[int] = None if cfg.max_prefill_tokens is None \
             else cfg.max_prefill_tokens // dp
+        # Where prompts run in iterations of their own (SGLang without --enable-mixed-chunk), whether each
+        # rank picks its own: a rank with a prompt to run prefills while the others decode, the ranks
+        # joining only in the MoE layers (scheduler.py get_next_batch_to_run, then
+        # prepare_mlp_sync_batch gathering every rank's tokens and forward mode; 0.5.4-0.5.23). Not
+        # under speculative decoding, where a rank with no prompt runs an idle batch while any rank
+        # prefills ("prefill and decode batches will not be mixed when spec and dp-attn is enabled"),
+        # nor under multi-step scheduling, which decides for the replica between blocks of decodes.
+        self.own_modes: bool = dp > 1 and not isinstance(cm, SpeculativeCostModel) and cfg.num_scheduler_steps == 1
         self.rank_pinned: list[int] = [0] * dp
         self.rank_window_extra: list[int] = [0] * dp
         # Blocks each running sequence's sliding-window layers hold of the shared pool beside its

@@ -158,7 +158,7 @@ class ReferenceReplica(ReplicaBase):
                 self.block_left = 0
                 chunks = self._admit_whole(now, self._frees(), reserve_output=False)
                 if chunks:
-                    return chunks, []
+                    return chunks, self._decodes_beside(chunks)
             decodes, _ = self._allocate_decodes()
             self._trim_cache(self.free)
             if decodes:
@@ -173,7 +173,7 @@ class ReferenceReplica(ReplicaBase):
             self._continue_prefills(budget, chunks, late, False, closed)
             self._admit_chunked(now, self._frees(), budget, chunks, self._stopped(late, closed))
             if chunks:
-                return chunks, []
+                return chunks, self._decodes_beside(chunks)
             decodes, _ = self._allocate_decodes()
             self._trim_cache(self.free)
             return [], decodes
@@ -187,6 +187,16 @@ class ReferenceReplica(ReplicaBase):
             decodes = [s for s in decodes if s.state == DECODE]
         self._admit_chunked(now, self._frees(), budget, chunks, self._stopped(victims + late, closed))
         return chunks, decodes
+
+    def _decodes_beside(self, chunks: list[tuple[Seq, int]]) -> list[Seq]:
+        """In a prefill-only iteration, the decodes of the attention-DP ranks that hold no prompt chunk,
+        given their blocks on their own rank's pool (``own_modes``; none where the ranks step alike)."""
+        if not self.own_modes:
+            return []
+        limit = [-1 if n else len(self.running) for n in self._by_rank([s for s, _ in chunks])]
+        decodes, _ = self._allocate_decodes(limit)
+        self._trim_cache(self.free)
+        return decodes
 
     def _by_rank(self, seqs: list[Seq]) -> list[int]:
         """How many of ``seqs`` each attention-DP rank runs."""

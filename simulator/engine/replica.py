@@ -422,7 +422,7 @@ class FastReplica(ReplicaBase):
             if (self.G - self.block_anchor) % cfg.num_scheduler_steps == 0:
                 chunks = self._admit_whole(now, self._frees(False), reserve_output=False)
                 if chunks:
-                    return chunks, False, False
+                    return self._decodes_beside(chunks)
             # A victim's blocks may let a request of a higher class, ahead of it in the queue,
             # in at the next boundary: the stretch ends there (preempted).
             victims = self._make_room_for_decodes()
@@ -431,7 +431,7 @@ class FastReplica(ReplicaBase):
         if not cfg.mixes_prefill:
             # Chunks in prefill-only iterations (SGLang without --enable-mixed-chunk): the
             # prompt being chunked goes first, then waiting prompts while the budget lasts;
-            # the decodes wait for any prefill batch.
+            # the decodes wait for a prefill batch on their own rank (``_decodes_beside``).
             self._trim_cache(self._free_blocks(False))
             late: list[Seq] = []
             budget = [self.rank_budget] * self.dp
@@ -439,7 +439,7 @@ class FastReplica(ReplicaBase):
             self._continue_prefills(budget, chunks, late, False, closed)
             self._admit_chunked(now, self._frees(False), budget, chunks, self._stopped(late, closed))
             if chunks:
-                return chunks, False, False
+                return self._decodes_beside(chunks)
             victims = self._make_room_for_decodes()   # (as without chunking: the stretch ends after one)
             self._trim_cache(self._free_blocks(self.B > 0))
             return [], self.B > 0, bool(victims or late)
@@ -451,6 +451,24 @@ class FastReplica(ReplicaBase):
         self._continue_prefills(budget, chunks, late, True, closed)
         self._admit_chunked(now, self._frees(self.B > 0), budget, chunks, self._stopped(victims + late, closed))
         return chunks, self.B > 0, bool(victims or late)
+
+    def _decodes_beside(self, chunks: list[tuple[Seq, int]]) -> tuple[list[tuple[Seq, int]], bool, bool]:
+        """A prefill-only iteration's plan: the reference engine's ``_decodes_beside``, the decoders of
+        the attention-DP ranks that hold a chunk parked for the iteration (``_park``) and those of the
+        others given their next blocks on their own rank's pool."""
+        if not self.own_modes:
+            return chunks, False, False
+        prefilling = [False] * self.dp
+        for s, _ in chunks:
+            prefilling[s.rank] = True
+        if not any(self.rank_decoding[r] and not prefilling[r] for r in range(self.dp)):
+            return chunks, False, False     # every rank with decodes prefills
+        for s in list(self.running):
+            if s.state == DECODE and prefilling[s.rank]:
+                self._park(s)
+        victims = self._make_room_for_decodes()
+        self._trim_cache(self._free_blocks(self.B > 0))
+        return chunks, self.B > 0, bool(victims)
 
     def _continue_prefills(self, budget: list[int], chunks: list, late: list[Seq], decoding: bool,
                            closed: list[bool]) -> None:

@@ -1,0 +1,49 @@
+"""Each SGLang attention-DP rank picks its own iteration: prefill where it has a prompt, else decode.
+
+Without --enable-mixed-chunk a rank runs its prompts in prefill batches of their own, but the choice
+is the rank's scheduler's (scheduler.py get_next_batch_to_run); the ranks then meet only in the MoE
+layers (prepare_mlp_sync_batch). A long prompt arriving on one rank must not stall the decodes of
+the others, except under speculative decoding, where SGLang keeps prefill and decode apart across
+the ranks.
+"""
+from __future__ import annotations
+
+import pytest
+
+from helpers_engine import compare_runs, cost_model, make_requests, run_open
+from simulator.engine.config import EngineConfig
+
+CFG = EngineConfig(backend="sglang", mixed_prefill=False, kv_admission="expected_output",
+                   dp_placement="round_robin", max_num_batched_tokens=512, block_size=16)
+
+
+def _long_prompt_beside_decodes(engine: str, cm=None):
+    """Rank 0 serves a one-token request, rank 1 a 200-token answer; then rank 0 gets a prompt of
+    eight of its chunks (its rank's budget is 256) while rank 1 decodes."""
+    reqs = make_requests([0.0, 0.0, 0.02], [16, 16, 2048], [1, 200, 1])
+    return run_open(engine, reqs, CFG, 4000, dp=2, cm=cm)
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_rank_decodes_while_another_prefills(engine):
+    run = _long_prompt_beside_decodes(engine)
+    _, decoding, prompt = run.requests
+    prefill = prompt.first_token - prompt.admitted
+    assert decoding.first_token < prompt.admitted < prompt.first_token < decoding.finish
+    # every gap of rank 1's decodes is about one iteration, none the prompt's eight chunks
+    assert max(run.gaps.hi) < prefill / 4
+
+
+def test_both_engines_agree_on_a_rank_decoding_beside_a_prefill():
+    assert compare_runs(_long_prompt_beside_decodes("fast"), _long_prompt_beside_decodes("reference")) == []
+
+
+def test_speculative_decoding_keeps_every_rank_out_of_decode_while_one_prefills():
+    from simulator.costmodel.speculative import SpeculativeSpec, speculative_cost_model
+
+    spec = speculative_cost_model(cost_model(), SpeculativeSpec(draft_model="llama-3.2-1b", k=3,
+                                                                  acceptance_rate=0.8))
+    run = _long_prompt_beside_decodes("fast", spec)
+    _, decoding, prompt = run.requests
+    assert max(run.gaps.hi) >= prompt.first_token - prompt.admitted
+    assert not run.pool.replicas[0].own_modes
