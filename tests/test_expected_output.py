@@ -87,8 +87,8 @@ def test_the_ratio_resets_only_with_nothing_waiting(data):
     waiting_at_reset: list[int] = []
     track = ReplicaBase._track_ratio
 
-    def watch(self, chunks: bool, decoding: bool) -> None:
-        if not (self.retracted or chunks or decoding):
+    def watch(self, chunks: list, decoding: list[int]) -> None:
+        if not (any(self.retracted) or chunks or any(decoding)):
             waiting_at_reset.append(self.queued())
         track(self, chunks, decoding)
 
@@ -105,12 +105,12 @@ def test_the_ratio_after_a_preemption_is_the_kept_batch_s_progress(monkeypatch):
     seen: list[tuple[float, list[tuple[int, int]], list[int]]] = []
     track = ReplicaBase._track_ratio
 
-    def watch(self, chunks: bool, decoding: bool) -> None:
-        retracted = self.retracted
+    def watch(self, chunks: list, decoding: list[int]) -> None:
+        retracted = any(self.retracted)
         track(self, chunks, decoding)
         if retracted:
             kept = [(s.generated, s.req.output_tokens) for s in self.running if s.state == DECODE]
-            seen.append((self.ratio_base, kept, [s.req.id for s in self.waiting]))
+            seen.append((self.ratio_base[0], kept, [s.req.id for s in self.waiting]))
 
     monkeypatch.setattr(ReplicaBase, "_track_ratio", watch)
     # A ratio of 0.1 lets B in beside A long before A's output is written; 150 tokens hold A's 10 + 100

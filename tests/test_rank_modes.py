@@ -47,3 +47,23 @@ def test_speculative_decoding_keeps_every_rank_out_of_decode_while_one_prefills(
     _, decoding, prompt = run.requests
     assert max(run.gaps.hi) >= prompt.first_token - prompt.admitted
     assert not run.pool.replicas[0].own_modes
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_each_rank_decays_its_own_new_token_ratio(engine, monkeypatch):
+    """Each DP scheduler keeps its own new_token_ratio, decayed by its own decode batches: rank 1's
+    decays through all 199 of the 200-token answer's decodes, those beside rank 0's prefill
+    included; rank 0, which never decodes, keeps its initial ratio."""
+    from simulator.engine.base import ReplicaBase
+
+    seen: list[list[int]] = []
+    track = ReplicaBase._track_ratio
+
+    def watch(self, chunks: list, decoding: list[int]) -> None:
+        seen.append(list(self.ratio_steps))     # (before the reset once the replica idles)
+        track(self, chunks, decoding)
+
+    monkeypatch.setattr(ReplicaBase, "_track_ratio", watch)
+    _long_prompt_beside_decodes(engine)
+    assert max(s[1] for s in seen) == 199
+    assert max(s[0] for s in seen) == 0

@@ -197,19 +197,22 @@ class ReplicaBase:
         # SGLang's admission on the running requests' expected output
         # (kv_admission: expected_output): the ratio is ratio_base after
         # ratio_steps decode-only iterations, kept as the pair so that both
-        # engines, one stepping and one skipping, compute the same float.
+        # engines, one stepping and one skipping, compute the same float. By
+        # attention-DP rank: each DP scheduler keeps its own (scheduler.py
+        # new_token_ratio, 0.5.22 NewTokenRatioTracker), decayed by its own decode
+        # batches and set by its own retractions.
         self.expects_output = cfg.expects_output
         self.ratio_init: float = 0.7 if cfg.new_token_ratio_init is None else cfg.new_token_ratio_init
         self.ratio_min: float = min(self.ratio_init * cfg.new_token_ratio_min_factor, 1.0)
         self.ratio_decay: float = (self.ratio_init - self.ratio_min) / cfg.new_token_ratio_decay_steps
-        self.ratio_base: float = self.ratio_init
-        self.ratio_steps = 0
+        self.ratio_base: list[float] = [self.ratio_init] * dp
+        self.ratio_steps: list[int] = [0] * dp
         self.clip = cfg.output_estimate_clip
         # By attention-DP rank: outputs of the prompts the plan being made completes (unscaled), and
         # Σ min(remaining output, clip) over the decoders this plan (-1: not yet summed).
         self.pass_reserved: list[int] = [0] * dp
         self.left_now: list[int] = [-1] * dp
-        self.retracted = False      # the plan being made preempted
+        self.retracted: list[bool] = [False] * dp      # by attention-DP rank: the plan being made preempted there
         # SGLang's decode server (kv_admission: decode_reservation): reserve_tokens
         # of KV kept per running request; the running requests' Σ prompt + output
         # so far and largest prompt + expected output, summed once a plan (-1: not yet).
@@ -609,13 +612,13 @@ class ReplicaBase:
         stays cached, evictable, but no further than it computed: a prompt
         preempted part-way holds ids it never filled) and will re-prefill
         input + generated."""
+        self.retracted[v.rank] = self.expects_output
         self._remove_running(v)
         self._release_cache(v, self._computed_on_preemption(v))
         v.reset_for_recompute()
         if self.placement is not None:
             self.placement.preempted(v.rank)
         self.preemptions += 1
-        self.retracted = self.expects_output
         return v
 
     def _computed_on_preemption(self, v: Seq) -> int:
@@ -876,7 +879,7 @@ class ReplicaBase:
             if self.left_now[r] < 0:
                 self.left_now[r] = self._outputs_left(r)
             return not self._expected_fits(need * self.bs + self._output_estimate(s), free * self.bs,
-                                           self._ratio(self.ratio_steps), self.left_now[r], self.pass_reserved[r])
+                                           self._ratio(r, self.ratio_steps[r]), self.left_now[r], self.pass_reserved[r])
         if not self.no_evict:
             return need > free
         # (its windows are in both need and its footprint)
@@ -930,12 +933,13 @@ class ReplicaBase:
         ``left`` output and the ``reserved`` outputs of prompts completing this pass."""
         return cost < free_tokens - ratio * left - reserved
 
-    def _ratio(self, steps: int) -> float:
-        """new_token_ratio after ``steps`` decays from ``ratio_base``; a closed form
-        rather than repeated subtraction, so a skipped stretch lands on the same float."""
+    def _ratio(self, rank: int, steps: int) -> float:
+        """Attention-DP rank ``rank``'s new_token_ratio after ``steps`` decays from its ``ratio_base``; a
+        closed form rather than repeated subtraction, so a skipped stretch lands on the same float."""
+        base = self.ratio_base[rank]
         if steps == 0:
-            return self.ratio_base
-        return max(self.ratio_base - steps * self.ratio_decay, self.ratio_min)
+            return base
+        return max(base - steps * self.ratio_decay, self.ratio_min)
 
     def _output_estimate(self, s: Seq) -> int:
         """What admitting ``s`` expects it to still write (add_one_req's max_new)."""
@@ -955,28 +959,40 @@ class ReplicaBase:
             self.left_now[r] = -1
             self.ret_now[r] = -1
 
-    def _track_ratio(self, chunks: bool, decoding: bool) -> None:
-        """The ratio after the plan just made: set from the decoders left after a
-        preemption (``estimate_new_token_ratio_after_retract`` over the batch
-        retract_decode keeps), else one decay for a decode-only iteration
-        (scheduler.py update_running_batch), back at its start when idle."""
-        if self.retracted:
-            self.retracted = False
-            n, decoded, outputs = self._decoder_totals()
-            self.ratio_base = min(1.0, (decoded + self.cfg.retract_decode_steps * n) / (outputs + 1))
-            self.ratio_steps = 0
-        elif not chunks and decoding:
-            self.ratio_steps += 1
-        elif not chunks:
-            self.ratio_base = self.ratio_init
-            self.ratio_steps = 0
+    def _track_ratio(self, chunks: list, decoding: list[int]) -> None:
+        """Each attention-DP rank's ratio after the plan just made, ``chunks`` and ``decoding[r]``
+        decodes on rank r: set from the rank's decoders left after a preemption
+        (``estimate_new_token_ratio_after_retract`` over the batch retract_decode keeps), else one
+        decay where the rank runs a decode batch (scheduler.py update_running_batch), back at its
+        start when the replica idles (a rank idle beside busy ones runs an idle batch)."""
+        prefilling = self._by_rank([s for s, _ in chunks])
+        idle = not chunks and not any(decoding)
+        for r in range(self.dp):
+            if self.retracted[r]:
+                self.retracted[r] = False
+                n, decoded, outputs = self._decoder_totals(r)
+                self.ratio_base[r] = min(1.0, (decoded + self.cfg.retract_decode_steps * n) / (outputs + 1))
+                self.ratio_steps[r] = 0
+            elif decoding[r] and not prefilling[r]:
+                self.ratio_steps[r] += 1
+            elif idle:
+                self.ratio_base[r] = self.ratio_init
+                self.ratio_steps[r] = 0
+
+    def _by_rank(self, seqs: list[Seq]) -> list[int]:
+        """How many of ``seqs`` each attention-DP rank runs."""
+        out = [0] * self.dp
+        for s in seqs:
+            out[s.rank] += 1
+        return out
 
     def _outputs_left(self, rank: int) -> int:
         """Engine-specific: Σ min(remaining output, clip) over the sequences decoding on attention-DP rank ``rank``."""
         raise NotImplementedError
 
-    def _decoder_totals(self) -> tuple[int, int, int]:
-        """Engine-specific: (decoding sequences, Σ their output so far, Σ their output lengths)."""
+    def _decoder_totals(self, rank: int) -> tuple[int, int, int]:
+        """Engine-specific: over the sequences decoding on attention-DP rank ``rank``, (their number,
+        Σ their output so far, Σ their output lengths)."""
         raise NotImplementedError
 
     def _requeue(self, victims: list[Seq]) -> None:

@@ -80,8 +80,8 @@ class ReferenceReplica(ReplicaBase):
         top = max((s.req.input_tokens + min(s.req.output_tokens, clip) for s in mine), default=0)
         return held, top
 
-    def _decoder_totals(self) -> tuple[int, int, int]:
-        decoding = [s for s in self.running if s.state == DECODE]
+    def _decoder_totals(self, rank: int) -> tuple[int, int, int]:
+        decoding = [s for s in self.running if s.state == DECODE and s.rank == rank]
         return len(decoding), sum(s.generated for s in decoding), sum(s.req.output_tokens for s in decoding)
 
     def _allocate_decodes(self, limit: Optional[list[int]] = None) -> tuple[list[Seq], list[Seq]]:
@@ -198,13 +198,6 @@ class ReferenceReplica(ReplicaBase):
         self._trim_cache(self.free)
         return decodes
 
-    def _by_rank(self, seqs: list[Seq]) -> list[int]:
-        """How many of ``seqs`` each attention-DP rank runs."""
-        out = [0] * self.dp
-        for s in seqs:
-            out[s.rank] += 1
-        return out
-
     def _decodes_within_budget(self) -> tuple[list[Seq], list[Seq], list[bool]]:
         """(decodes the iteration runs, preempted, by attention-DP rank whether its budget
         left decodes for the next iteration): on each rank the oldest its budget holds
@@ -258,7 +251,7 @@ class ReferenceReplica(ReplicaBase):
             self._take_in(now)      # nothing in flight to plan ahead of
             chunks, decodes = self._plan(now)
         if self.expects_output:
-            self._track_ratio(bool(chunks), bool(decodes))
+            self._track_ratio(chunks, self._by_rank(decodes))
         self.queue_len.set(now, self.queued())
         self.in_flight = bool(chunks or decodes)
         if not chunks and not decodes:

@@ -280,14 +280,15 @@ class FastReplica(ReplicaBase):
             top = max(top, inp + min(s.req.output_tokens, clip))
         return held, top
 
-    def _decoder_totals(self) -> tuple[int, int, int]:
+    def _decoder_totals(self, rank: int) -> tuple[int, int, int]:
         G = self.G
         decoded = outputs = 0
         for s in self.running:
-            if s.state == DECODE:
+            if s.state == DECODE and s.rank == rank:
                 decoded += s.req.output_tokens - (s.gf - G)
                 outputs += s.req.output_tokens
-        return self.B + len(self.parked), decoded, outputs     # (parked: while the plan is made)
+        # (parked: while the plan is made)
+        return self.rank_decoding[rank] + sum(1 for s in self.parked if s.rank == rank), decoded, outputs
 
     # --- decodes past the token budget -------------------------------------------
     def _decodes_within_budget(self) -> tuple[list[Seq], list[bool]]:
@@ -458,9 +459,7 @@ class FastReplica(ReplicaBase):
         others given their next blocks on their own rank's pool."""
         if not self.own_modes:
             return chunks, False, False
-        prefilling = [False] * self.dp
-        for s, _ in chunks:
-            prefilling[s.rank] = True
+        prefilling = self._by_rank([s for s, _ in chunks])
         if not any(self.rank_decoding[r] and not prefilling[r] for r in range(self.dp)):
             return chunks, False, False     # every rank with decodes prefills
         for s in list(self.running):
@@ -498,7 +497,7 @@ class FastReplica(ReplicaBase):
             self._take_in(now)      # nothing in flight to plan ahead of
             chunks, decoding, preempted = self._plan(now)
         if self.expects_output:
-            self._track_ratio(bool(chunks), decoding)
+            self._track_ratio(chunks, self.rank_decoding if decoding else [0] * self.dp)
         self.queue_len.set(now, self.queued())
         self.batch_size.set(now, len(self.running))
         self.in_flight = bool(chunks) or decoding
@@ -651,14 +650,15 @@ class FastReplica(ReplicaBase):
         for r in rs:
             sums.append(sums[-1] + r)
         B = len(rs)
-        steps = self.ratio_steps - 1    # decays planned before the stretch's first iteration
+        rank = max(head.rank, 0)
+        steps = self.ratio_steps[rank] - 1    # decays planned before the stretch's first iteration
 
         def left(j: int) -> int:
             m = bisect_left(rs, j + clip)
             return sums[m] - m * j + clip * (B - m)
 
         def weighted(j: int) -> float:
-            return self._ratio(steps + j) * left(j)
+            return self._ratio(rank, steps + j) * left(j)
 
         while k < n:
             free = bs * (self.num_blocks - self.used_blocks(G0 + k + after))
@@ -666,7 +666,7 @@ class FastReplica(ReplicaBase):
             if target <= 0:
                 return n
             if weighted(k) < target:
-                if self._expected_fits(cost, free, self._ratio(steps + k), left(k), 0):
+                if self._expected_fits(cost, free, self._ratio(rank, steps + k), left(k), 0):
                     return k
                 k += 1
                 continue
@@ -895,7 +895,9 @@ class FastReplica(ReplicaBase):
             self._chunks_ended([])
         self._decode_gaps(n, K + b * B, K + b * B * n, K + 2 * b * B)
         if self.expects_output:
-            self.ratio_steps += n - 1     # the first was counted when the stretch was planned
+            for r in range(self.dp):     # the first was counted when the stretch was planned
+                if self.rank_decoding[r]:
+                    self.ratio_steps[r] += n - 1
         self.G += n
         self.t_last_decode = now
         if self.cfg.scheduler != "static":
