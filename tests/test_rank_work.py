@@ -85,3 +85,19 @@ def test_the_itemised_step_reads_mlas_latent_not_per_head_keys():
     base, ctx = cm.step(decode_batch=64), cm.step(decode_batch=64, decode_context=64 * 2000.0)
     latent = cm.layers * s.latent_dim * cm.kv_bytes * 64 * 2000.0
     assert ctx.bytes - base.bytes == pytest.approx(latent)
+
+
+def test_a_rank_that_prefills_beside_ranks_that_decode_takes_the_longer_attention(wide_ep):
+    """SGLang's attention-DP ranks pick their own batches: one rank prefills a chunk while the others
+    decode. Each attends only its own sequences, so the step's attention is the slower rank's, not the
+    prefilling rank's and a decoding rank's summed; on one rank holding both it is their sum."""
+    chunks, ctx = [(2048, 0)], 56 * 3000.0
+    apart = RankLoad([0], [0] + [8] * 7)
+    together = RankLoad([1], [0] + [8] * 7)
+    prefill = wide_ep.prefill_attention_time(chunks, apart)
+    decode = wide_ep.decode_attention_time(56, ctx, 8)
+    assert wide_ep.ops.rank_attention_time(chunks, 56, ctx, apart) == max(prefill, decode)
+    assert wide_ep.ops.rank_attention_time(chunks, 56, ctx, together) == pytest.approx(prefill + decode)
+    # (together, the prefilling rank also runs 8 more tokens through its layers)
+    assert (wide_ep.step_time(chunks, 56, ctx, load=together) - wide_ep.step_time(chunks, 56, ctx, load=apart)
+            >= min(prefill, decode) > 0.001)

@@ -312,6 +312,25 @@ class LayoutOps:
             return self._prefill_rank(chunks)
         return max(self._prefill_rank(rank) for rank in self.dealt(chunks, load))
 
+    def rank_attention_time(self, chunks: Sequence[tuple[int, int]], batch: int, context: float,
+                            load: RankLoad) -> float:
+        """The attention kernels of a step whose ``batch`` decodes (``context`` attended in all) and
+        prompt chunks ``load`` places by rank: the rank whose own chunks and decodes, with its share
+        of the context, take longest. Each rank attends only its own sequences, so where one rank
+        prefills while others decode (SGLang's prefill-only batches under attention DP) the step
+        waits for the longer of the two, not for both."""
+        groups: dict[int, list[tuple[int, int]]] = {}
+        for c, r in zip(chunks, load.chunk_ranks):
+            groups.setdefault(r, []).append(c)
+        worst = 0.0
+        for r, decodes in enumerate(load.decodes):
+            t = self._prefill_rank(groups[r]) if r in groups else 0.0
+            if decodes:
+                rest, rate = self.decode_coefficients(batch, decodes)
+                t += rest + rate * context
+            worst = max(worst, t)
+        return worst
+
     def _prefill_rank(self, chunks: Sequence[tuple[int, int]]) -> float:
         cm = self.cm
         if self.mla is not None:

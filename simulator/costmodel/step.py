@@ -329,9 +329,13 @@ class CostModel:
         seqs = decode_batch + len(prefill_chunks)
         rank = self.busiest_rank(prefill_chunks, decode_batch, load)
         busiest = 0 if load is None else load.busiest_decodes
-        gpu = (self.token_time(tokens, rank) + self.lm_head_time(sampling_seqs)
-               + self.prefill_attention_time(prefill_chunks, load)
-               + self.decode_attention_time(decode_batch, decode_context, busiest))
+        gpu = self.token_time(tokens, rank) + self.lm_head_time(sampling_seqs)
+        if load is not None and self.ops is not None and self.ops.dp > 1 and prefill_chunks and decode_batch:
+            # chunks and decodes by rank: the slowest rank's attention, not the busiest of each summed
+            gpu += self.ops.rank_attention_time(prefill_chunks, decode_batch, decode_context, load)
+        else:   # (summed in this order, as the stored reference results were)
+            gpu = gpu + self.prefill_attention_time(prefill_chunks, load) + self.decode_attention_time(
+                decode_batch, decode_context, busiest)
         if adapters:
             gpu += self.lora_time(tokens, adapters)
         gpu += self.launch_wait(gpu, prefill_chunks, tokens)
