@@ -332,7 +332,10 @@ class EngineConfig(BaseModel):
                     "new_token_ratio_init, falls by (init − min) / new_token_ratio_decay_steps each decode-only "
                     "iteration to init × new_token_ratio_min_factor, is back at init whenever the replica goes "
                     "idle, and after a preemption is (Σ decoded + retract_decode_steps × n) / (Σ outputs + 1), "
-                    "at most 1, over the n requests still decoding. When decodes do not fit, the decoding request "
+                    "at most 1, over the n requests still decoding. With dp > 1 attention ranks each rank tests "
+                    "its own pool and decoding requests with its own ratio, which falls in the iterations the "
+                    "rank decodes without a prompt chunk and is set by the rank's own preemptions over its own "
+                    "decoding requests. When decodes do not fit, the decoding request "
                     "with the fewest output tokens (the longest prompt among equals, then the newest) is preempted "
                     "first, whatever its class, and goes to the back of its class's queue. A request's output "
                     "length stands for its max_new_tokens (a benchmark client sending max_tokens = its output "
@@ -352,8 +355,8 @@ class EngineConfig(BaseModel):
                     "host memory and back) and recomputes its last token only. Not modelled: SGLang allocates "
                     "before the prefill runs, and the prefill server sends a request on only once its decode KV "
                     "is allocated, so there a request waits before its prefill, here after its transfer (the "
-                    "prefill pool is not held back); the host copies' time; a replica of dp > 1 attention ranks is held to the sum of its "
-                    "ranks' tests")
+                    "prefill pool is not held back); the host copies' time. With dp > 1 attention ranks each rank "
+                    "tests its own pool and running requests")
     prompt_kv: Literal["whole", "per_chunk"] = Field(
         default="whole",
         description="when a chunked prompt's KV blocks are allocated. whole: all of them at admission. per_chunk "
