@@ -34,8 +34,21 @@ def test_a_rank_decodes_while_another_prefills(engine):
     assert max(run.gaps.hi) < prefill / 4
 
 
-def test_both_engines_agree_on_a_rank_decoding_beside_a_prefill():
-    assert compare_runs(_long_prompt_beside_decodes("fast"), _long_prompt_beside_decodes("reference")) == []
+@pytest.mark.parametrize("ranked", [False, True], ids=["one-rank-prices", "rank-prices"])
+def test_both_engines_agree_on_a_rank_decoding_beside_a_prefill(ranked):
+    """Also with a cost model of the replica's two ranks, which prices each step by where its chunks
+    and decodes sit (RankLoad: the slowest rank's attention, the busiest rank's tokens), where a
+    one-rank model reads no placement."""
+    cm = _two_rank_moe() if ranked else None
+    fast, ref = _long_prompt_beside_decodes("fast", cm), _long_prompt_beside_decodes("reference", cm)
+    assert compare_runs(fast, ref) == []
+
+
+def _two_rank_moe():
+    from simulator.costmodel.step import CostModel
+    from simulator.profiles.hardware import load_hardware
+    from simulator.profiles.model import load_model
+    return CostModel(load_model("qwen3-30b-a3b"), load_hardware("h100-sxm"), 1, dp=2, ep=2)
 
 
 def test_speculative_decoding_keeps_every_rank_out_of_decode_while_one_prefills():
