@@ -338,6 +338,9 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None, admission=None) 
     # SGLang's --max-prefill-tokens beside its chunk: a second prompt joins only under what is left of it.
     if scheduler == "continuous" and chunked and draw(st.sampled_from([False, False, True])):
         extra["max_prefill_tokens"] = draw(st.integers(1, 600))
+    # TensorRT-LLM's chunks cut to whole blocks (a budget of at least one block).
+    if chunked and budget >= bs and draw(st.sampled_from([False, False, True])):
+        extra["chunks_whole_blocks"] = True
     # vLLM from 0.28 beside a separate draft model: each request an iteration schedules takes a
     # budget slot beside its tokens (a budget holding every sequence's decode and slot).
     if (scheduler == "continuous" and "max_prefill_tokens" not in extra and budget >= 2 * seqs

@@ -1261,7 +1261,9 @@ class ReplicaBase:
                 self._close(r, closed, skipped)
                 continue
             need, total, m = self._admission(s, budget=budget[r] if self.per_chunk else 0)
-            if ((left is not None and prompts[r] and self._uncached(s, m) >= left[r])
+            new = self._uncached(s, m)
+            if ((left is not None and prompts[r] and new >= left[r])
+                    or self._chunk_of(new, budget[r]) == 0 < new      # (no whole block: chunks_whole_blocks)
                     or self._no_room(s, need, total, free[r])):
                 self._close(r, closed, skipped)
                 continue
@@ -1384,8 +1386,13 @@ class ReplicaBase:
     def _chunk_of(self, left: int, budget: int) -> int:
         """The tokens of a prompt with ``left`` to prefill an iteration with ``budget``
         tokens left takes: at most its rank's budget, in both less the draft slots the
-        request is charged beside them (vLLM's ``input_budget - draft_slots``)."""
-        return min(left, budget - self.draft_slots, self.rank_tokens - self.draft_slots)
+        request is charged beside them (vLLM's ``input_budget - draft_slots``). A chunk cut short
+        ends on a whole block where ``chunks_whole_blocks`` (TensorRT-LLM), so its next chunk
+        starts on one; 0 where the budget left holds none."""
+        c = min(left, budget - self.draft_slots, self.rank_tokens - self.draft_slots)
+        if c < left and self.cfg.chunks_whole_blocks:
+            return c // self.bs * self.bs
+        return c
 
     def _uncached(self, s: Seq, m: Optional[Match]) -> int:
         """The prompt tokens of ``s`` admitting it with cache match ``m`` leaves to prefill."""

@@ -157,6 +157,13 @@ class EngineConfig(BaseModel):
                                   "iterations, and the last prompt of an iteration is cut where the budget ends; "
                                   "false: whole prompts only (one alone may exceed the budget, unless the "
                                   "stack refuses it: unchunked_budget, rejects_prompt_over_budget)")
+    chunks_whole_blocks: bool = Field(
+        default=False,
+        description="true: a prompt chunk the token budget cuts short ends on a whole KV block, its size rounded "
+                    "down to a multiple of block_size (the prompt's last chunk is not rounded; a rank whose "
+                    "budget left holds no whole block runs no new chunk of that prompt in the iteration). "
+                    "TensorRT-LLM's FCFS context chunking (microBatchScheduler.cpp setCtxRequestsChunkSize "
+                    "kFIRST_COME_FIRST_SERVED, chunk unit tokens_per_block). The trtllm backend sets it")
     unchunked_budget: Union[Literal["context"], int, None] = Field(
         default=None,
         description="the token budget the stack takes without chunked_prefill where the pool sets none. context: "
@@ -834,6 +841,16 @@ class EngineConfig(BaseModel):
             raise KeyRefusal("prompt_kv", f"per_chunk (vLLM V1's allocation) needs paged KV, continuous batching "
                              f"and kv_admission: on_demand; {held} reserves a prompt's KV whole at admission "
                              "(set prompt_kv: whole)")
+        return self
+
+    @model_validator(mode="after")
+    def _chunk_holds_a_block(self) -> "EngineConfig":
+        """Chunks cut to whole blocks under a budget below one block would never give a prompt longer
+        than the budget a chunk (setCtxRequestsChunkSize rounds it to 0 every iteration): refused."""
+        if self.chunks_whole_blocks and self.chunked_prefill and self.max_num_batched_tokens < self.block_size:
+            raise KeyRefusal("max_num_batched_tokens",
+                             f"{self.max_num_batched_tokens} is below one KV block ({self.block_size} tokens): "
+                             "chunks are cut to whole blocks, so a longer prompt would never be given a chunk")
         return self
 
     @model_validator(mode="after")

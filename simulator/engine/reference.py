@@ -236,6 +236,8 @@ class ReferenceReplica(ReplicaBase):
             r = s.rank
             if s.state == PREFILL and not closed[r] and budget[r] > self.draft_slots:
                 c = self._chunk(s, budget[r])
+                if c == 0 < s.prompt - s.done:
+                    continue    # (the budget left holds no whole block of it)
                 if self.per_chunk and not self._chunk_kv(s, c, chunks, late, decoding):
                     closed[r] = True
                     continue

@@ -482,6 +482,8 @@ class FastReplica(ReplicaBase):
             if closed[r] or budget[r] <= self.draft_slots:
                 continue
             c = self._chunk(s, budget[r])
+            if c == 0 < s.prompt - s.done:
+                continue    # (the budget left holds no whole block of it)
             if self.per_chunk and not self._chunk_kv(s, c, chunks, late, decoding):
                 closed[r] = True
                 continue
