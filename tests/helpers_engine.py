@@ -338,6 +338,9 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None, admission=None) 
     # SGLang's --max-prefill-tokens beside its chunk: a second prompt joins only under what is left of it.
     if scheduler == "continuous" and chunked and draw(st.sampled_from([False, False, True])):
         extra["max_prefill_tokens"] = draw(st.integers(1, 600))
+    # TensorRT-LLM before #11490 / #11637: a prefix-cache hit spares no blocks, or no budget tokens.
+    if not contiguous and draw(st.sampled_from([False, False, True])):
+        extra["prefix_reuse_credit"] = draw(st.sampled_from(["blocks", "none"]))
     # TensorRT-LLM's chunks cut to whole blocks (a budget of at least one block).
     if chunked and budget >= bs and draw(st.sampled_from([False, False, True])):
         extra["chunks_whole_blocks"] = True

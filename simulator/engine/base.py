@@ -735,7 +735,7 @@ class ReplicaBase:
         total = ceil_div(s.prompt + (s.req.output_tokens if reserve_output else 0), self.bs)
         ids = s.ids
         m = None if self.cache is None or not ids else self.cache.match(ids, s.prompt)
-        shared = 0 if m is None else m.pinned_blocks
+        shared = 0 if m is None or self.cfg.prefix_reuse_credit == "none" else m.pinned_blocks
         need = total - shared + self._prompt_windows(s, m)
         if budget and self.window_cap:
             need = max(need, self._first_chunk_need(s.prompt, s.prompt - self._uncached(s, m), shared, budget))
@@ -1205,8 +1205,8 @@ class ReplicaBase:
                 self._close(r, closed, skipped)
                 continue
             need, total, m = self._admission(s, reserve_output)
-            new = self._uncached(s, m)
-            if ((busy[r] and new > min(budget[r], self.rank_tokens) - slots)
+            charged = self._budget_charge(s, self._uncached(s, m))
+            if ((busy[r] and charged > min(budget[r], self.rank_tokens) - slots)
                     or self._no_room(s, need, total, free[r])):
                 self._close(r, closed, skipped)
                 continue
@@ -1214,7 +1214,7 @@ class ReplicaBase:
             self._trim_cache(sum(free))
             self._reserve_output(s, s.prompt - s.done)
             chunks.append((s, s.prompt - s.done))
-            budget[r] -= s.prompt - s.done + slots
+            budget[r] -= charged + slots
             busy[r] = True
         self._unskip(skipped)
         return chunks
@@ -1262,21 +1262,22 @@ class ReplicaBase:
                 continue
             need, total, m = self._admission(s, budget=budget[r] if self.per_chunk else 0)
             new = self._uncached(s, m)
+            charged = self._chunk_of(self._budget_charge(s, new), budget[r])
             if ((left is not None and prompts[r] and new >= left[r])
-                    or self._chunk_of(new, budget[r]) == 0 < new      # (no whole block: chunks_whole_blocks)
+                    or charged == 0 < new      # (no whole block: chunks_whole_blocks)
                     or self._no_room(s, need, total, free[r])):
                 self._close(r, closed, skipped)
                 continue
             free[r] -= self._admit(s, total, m, now)
             self._trim_cache(sum(free))
-            c = self._chunk(s, budget[r])
+            c = min(charged, s.prompt - s.done)
             if self.per_chunk:      # the gate above held its whole prompt's blocks free: its first chunk's fit
                 free[r] -= self._take_chunk(s, c)
                 self._trim_cache(sum(free))
             self._reserve_output(s, c)
             chunks.append((s, c))
             prompts[r] = True
-            budget[r] -= c + slots
+            budget[r] -= charged + slots
             if left is not None:
                 left[r] -= c
             if budget[r] <= slots:
@@ -1393,6 +1394,16 @@ class ReplicaBase:
         if c < left and self.cfg.chunks_whole_blocks:
             return c // self.bs * self.bs
         return c
+
+    def _budget_charge(self, s: Seq, uncached: int) -> int:
+        """The prompt tokens admitting ``s``, ``uncached`` of them to compute, charges the token
+        budget: those alone, or where ``prefix_reuse_credit`` gives its hit no credit on the budget
+        (TensorRT-LLM before its micro-batch scheduler read estimatedReusableTokens) every token
+        it would compute uncached, the cached chunk's window shifting past the hit after
+        scheduling (``setPrepopulatedPromptLen``)."""
+        if self.cfg.prefix_reuse_credit == "blocks_and_tokens":
+            return uncached
+        return s.prompt - self._preloaded(s)
 
     def _uncached(self, s: Seq, m: Optional[Match]) -> int:
         """The prompt tokens of ``s`` admitting it with cache match ``m`` leaves to prefill."""

@@ -164,6 +164,17 @@ class EngineConfig(BaseModel):
                     "budget left holds no whole block runs no new chunk of that prompt in the iteration). "
                     "TensorRT-LLM's FCFS context chunking (microBatchScheduler.cpp setCtxRequestsChunkSize "
                     "kFIRST_COME_FIRST_SERVED, chunk unit tokens_per_block). The trtllm backend sets it")
+    prefix_reuse_credit: Literal["blocks_and_tokens", "blocks", "none"] = Field(
+        default="blocks_and_tokens",
+        description="what a prompt's prefix-cache hit spares it at admission. blocks_and_tokens: the token budget "
+                    "is charged its uncached tokens alone, and the KV test asks only for the blocks other "
+                    "requests do not already hold (vLLM, SGLang; TensorRT-LLM from its capacity scheduler's "
+                    "getRemainingBlocksToCompletion, from 1.3.0rc5, and micro-batch scheduler's "
+                    "estimatedReusableTokens, taken as from 1.3.0rc7); blocks: the KV test as that, but the token "
+                    "budget charged the whole prompt (TensorRT-LLM between the two); none: the whole prompt on the budget and every "
+                    "block of it in the KV test, as if nothing were cached (TensorRT-LLM before both: "
+                    "microBatchScheduler.cpp getNumTokens(0), capacityScheduler.cpp GuaranteedNoEvictScheduler). "
+                    "The cached part is still not computed. The trtllm backend sets it by release")
     unchunked_budget: Union[Literal["context"], int, None] = Field(
         default=None,
         description="the token budget the stack takes without chunked_prefill where the pool sets none. context: "
