@@ -242,3 +242,13 @@ def test_a_closed_loops_counted_requests_sent_at_once_are_priced_over_the_run_af
         return _closed_loop(warmup, 4, 100)["llmsim"]["cost"]["usd_per_request"]
 
     assert price(8) == pytest.approx(price(0), rel=0.05)
+
+
+def test_a_window_no_request_reached_has_nothing_unanswered():
+    """check's load row read every cause's count from the load block, and a window no request reached
+    ("no requests") holds none: `llmsim check scenarios/*.yaml` at smoke size ended in a KeyError."""
+    from simulator.metrics.load import unserved_text
+
+    assert unserved_text({"overloaded": False, "window_s": 0.0, "verdict": "no requests"}) == ""
+    said = unserved_text({"shed": 0, "shed_fraction": 0.0, "cancelled": 3, "cancelled_fraction": 0.75})
+    assert said == "3 requests (75.0 %) cancelled by their clients"

@@ -303,9 +303,11 @@ def _verdict(b: dict[str, Any]) -> str:
 def unserved_text(b: Mapping[str, Any]) -> str:
     """The requests that ended without an answer, each with its cause and share: what makes "completed
     130 of 438 req/s" read as a fleet that keeps up (clients cancelling) rather than one falling behind."""
-    parts = [(b["shed"], b["shed_fraction"], "shed by the fleet"),
-             (b["too_long"], b["too_long_fraction"], "longer than the server takes (max_model_len)"),
-             (b["never_fit"], b["never_fit_fraction"], "never fitting a replica's KV pool"),
-             (b["rate_limited"], b["rate_limited_fraction"], "rate-limited (429) by the gateway"),
-             (b["cancelled"], b["cancelled_fraction"], "cancelled by their clients")]
-    return ", ".join(f"{n:,} requests ({100 * f:.1f} %) {what}" for n, f, what in parts if n)
+    # a window no request reached has none of these counts ("no requests"): nothing went unanswered
+    parts = [(key, what) for key, what in (("shed", "shed by the fleet"),
+                                           ("too_long", "longer than the server takes (max_model_len)"),
+                                           ("never_fit", "never fitting a replica's KV pool"),
+                                           ("rate_limited", "rate-limited (429) by the gateway"),
+                                           ("cancelled", "cancelled by their clients"))]
+    return ", ".join(f"{b[key]:,} requests ({100 * b[key + '_fraction']:.1f} %) {what}" for key, what in parts
+                     if b.get(key))
