@@ -80,3 +80,28 @@ def test_each_rank_decays_its_own_new_token_ratio(engine, monkeypatch):
     _long_prompt_beside_decodes(engine)
     assert max(s[1] for s in seen) == 199
     assert max(s[0] for s in seen) == 0
+
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_handed_over_prompt_costs_the_decodes_beside_it_nothing(engine):
+    """A decode server's handed-over request (its KV arrived whole; SGLang merges it into the running
+    batch without a forward, process_prebuilt) entered the iteration as a prompt chunk of no tokens,
+    which parked its rank's decodes and was priced as a prefill over its 8,000-token context beside
+    the other ranks' decodes: a DeepSeek-V3 dp 8 decode gap of 49 ms read 188 ms (a decode server's
+    TPOT 44 → 53 ms held out). It computes nothing and costs nothing."""
+    from simulator.costmodel.step import CostModel
+    from simulator.profiles.hardware import load_hardware
+    from simulator.profiles.model import load_model
+
+    cm = CostModel(load_model("deepseek-v3"), load_hardware("h200"), 1, dp=8, ep=8)
+    cfg = CFG.model_copy(update={"first_token_from_prefill": True})
+    alone = run_open(engine, make_requests([0.0] * 32, [16] * 32, [100] * 32), cfg, 40000, cm=cm, dp=8)
+    reqs = make_requests([0.0] * 32 + [0.05 + 0.01 * k for k in range(16)], [16] * 32 + [8000] * 16,
+                         [100] * 32 + [2] * 16)
+    for r in reqs[32:]:
+        r.preloaded = r.input_tokens
+    joined = run_open(engine, reqs, cfg, 40000, cm=cm, dp=8)
+    assert max(joined.gaps.hi) < 1.1 * max(alone.gaps.hi)
+    if engine == "fast":
+        assert compare_runs(joined, run_open("reference", reqs, cfg, 40000, cm=cm, dp=8)) == []

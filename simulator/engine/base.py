@@ -502,6 +502,14 @@ class ReplicaBase:
         assert isinstance(cm, CostModel) and self.lora is not None   # LoRA pools do not speculate
         return cm.step_time(prefill, decode_batch, context, sampling, adapters=self.lora.distinct, load=load)
 
+    @staticmethod
+    def _computed(chunks: list) -> list:
+        """The prompt chunks an iteration prices: not one of no tokens, a decode server's handed-over
+        prompt whose KV arrived whole (SGLang merges such a request into its running batch without a
+        forward, ``process_prebuilt``): priced as a prefill over its whole context, it cost each
+        iteration it joined a mixed step's price (a DeepSeek-R1 decode server's TPOT 44 → 53 ms)."""
+        return [(s, c) for s, c in chunks if c]
+
     def _step_load(self, chunks: list, decodes: list[int]) -> Optional[RankLoad]:
         """Where an iteration's work sits among the attention-DP ranks, each prompt chunk on its
         request's rank and ``decodes[r]`` decodes on rank r, for the cost model to price the

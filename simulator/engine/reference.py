@@ -190,10 +190,12 @@ class ReferenceReplica(ReplicaBase):
 
     def _decodes_beside(self, chunks: list[tuple[Seq, int]]) -> list[Seq]:
         """In a prefill-only iteration, the decodes of the attention-DP ranks that hold no prompt chunk,
-        given their blocks on their own rank's pool (``own_modes``; none where the ranks step alike)."""
+        given their blocks on their own rank's pool (``own_modes``; none where the ranks step alike).
+        A chunk of no tokens (a decode server's handed-over prompt, its KV arrived whole) computes
+        nothing, so its rank decodes."""
         if not self.own_modes:
             return []
-        limit = [-1 if n else len(self.running) for n in self._by_rank([s for s, _ in chunks])]
+        limit = [-1 if n else len(self.running) for n in self._by_rank([s for s, c in chunks if c])]
         decodes, _ = self._allocate_decodes(limit)
         self._trim_cache(self.free)
         return decodes
@@ -262,13 +264,14 @@ class ReferenceReplica(ReplicaBase):
             self._release_outputs(0.0)
             return
         self.batch_size.set(now, len(self.running))
-        prefill = [(c, s.done) for s, c in chunks]
+        computed = self._computed(chunks)
+        prefill = [(c, s.done) for s, c in computed]
         sampling = len(decodes) + sum(1 for s, c in chunks if s.done + c == s.prompt)
         ctx = sum(s.kv + 1 for s in decodes)
         per_rank = [0] * (1 if self.placement is None else self.placement.dp)
         for s in decodes:
             per_rank[s.rank] += 1
-        load = self._step_load(chunks, per_rank)
+        load = self._step_load(computed, per_rank)
         if self.lora is not None:
             dt = self._lora_step_time(prefill, len(decodes), ctx, sampling, load)
         elif self.class_tokens_per_step is None:

@@ -459,7 +459,7 @@ class FastReplica(ReplicaBase):
         others given their next blocks on their own rank's pool."""
         if not self.own_modes:
             return chunks, False, False
-        prefilling = self._by_rank([s for s, _ in chunks])
+        prefilling = self._by_rank([s for s, c in chunks if c])     # (a chunk of no tokens computes nothing)
         if not any(self.rank_decoding[r] and not prefilling[r] for r in range(self.dp)):
             return chunks, False, False     # every rank with decodes prefills
         for s in list(self.running):
@@ -510,11 +510,12 @@ class FastReplica(ReplicaBase):
             return
         B = self.B
         if chunks or self.parked:    # one iteration: prompt chunks, or decodes past the budget waiting
-            prefill = [(c, s.done) for s, c in chunks]
+            computed = self._computed(chunks)
+            prefill = [(c, s.done) for s, c in computed]
             sampling = (B if decoding else 0) + sum(1 for s, c in chunks if s.done + c == s.prompt)
             ctx = (self.C + B * (self.G + 1)) if decoding else 0
             cm = self.cm
-            load = self._step_load(chunks, self.rank_decoding if decoding else [0] * len(self.rank_decoding))
+            load = self._step_load(computed, self.rank_decoding if decoding else [0] * len(self.rank_decoding))
             if self.lora is not None:
                 dt = self._lora_step_time(prefill, B if decoding else 0, ctx, sampling, load)
             elif self.class_tokens_per_step is None:
