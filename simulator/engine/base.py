@@ -973,7 +973,7 @@ class ReplicaBase:
         (``estimate_new_token_ratio_after_retract`` over the batch retract_decode keeps), else one
         decay where the rank runs a decode batch (scheduler.py update_running_batch), back at its
         start when the replica idles (a rank idle beside busy ones runs an idle batch)."""
-        prefilling = self._by_rank([s for s, _ in chunks])
+        prefilling = self._prefilling(chunks)
         idle = not chunks and not any(decoding)
         for r in range(self.dp):
             if self.retracted[r]:
@@ -986,6 +986,12 @@ class ReplicaBase:
             elif idle:
                 self.ratio_base[r] = self.ratio_init
                 self.ratio_steps[r] = 0
+
+    def _prefilling(self, chunks: list) -> list[int]:
+        """By attention-DP rank, the prompt chunks of an iteration that compute something
+        (:meth:`_computed`): a rank holding one prefills; one holding only a handed-over prompt
+        whose KV arrived whole decodes."""
+        return self._by_rank([s for s, _ in self._computed(chunks)])
 
     def _by_rank(self, seqs: list[Seq]) -> list[int]:
         """How many of ``seqs`` each attention-DP rank runs."""

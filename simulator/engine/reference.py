@@ -195,7 +195,7 @@ class ReferenceReplica(ReplicaBase):
         nothing, so its rank decodes."""
         if not self.own_modes:
             return []
-        limit = [-1 if n else len(self.running) for n in self._by_rank([s for s, c in chunks if c])]
+        limit = [-1 if n else len(self.running) for n in self._prefilling(chunks)]
         decodes, _ = self._allocate_decodes(limit)
         self._trim_cache(self.free)
         return decodes
@@ -254,8 +254,9 @@ class ReferenceReplica(ReplicaBase):
         if not chunks and not decodes and self.held:
             self._take_in(now)      # nothing in flight to plan ahead of
             chunks, decodes = self._plan(now)
+        per_rank = self._by_rank(decodes)
         if self.expects_output:
-            self._track_ratio(chunks, self._by_rank(decodes))
+            self._track_ratio(chunks, per_rank)
         self.queue_len.set(now, self.queued())
         self.in_flight = bool(chunks or decodes)
         if not chunks and not decodes:
@@ -268,9 +269,6 @@ class ReferenceReplica(ReplicaBase):
         prefill = [(c, s.done) for s, c in computed]
         sampling = len(decodes) + sum(1 for s, c in chunks if s.done + c == s.prompt)
         ctx = sum(s.kv + 1 for s in decodes)
-        per_rank = [0] * (1 if self.placement is None else self.placement.dp)
-        for s in decodes:
-            per_rank[s.rank] += 1
         load = self._step_load(computed, per_rank)
         if self.lora is not None:
             dt = self._lora_step_time(prefill, len(decodes), ctx, sampling, load)

@@ -459,7 +459,7 @@ class FastReplica(ReplicaBase):
         others given their next blocks on their own rank's pool."""
         if not self.own_modes:
             return chunks, False, False
-        prefilling = self._by_rank([s for s, c in chunks if c])     # (a chunk of no tokens computes nothing)
+        prefilling = self._prefilling(chunks)
         if not any(self.rank_decoding[r] and not prefilling[r] for r in range(self.dp)):
             return chunks, False, False     # every rank with decodes prefills
         for s in list(self.running):
