@@ -304,10 +304,11 @@ def unserved_text(b: Mapping[str, Any]) -> str:
     """The requests that ended without an answer, each with its cause and share: what makes "completed
     130 of 438 req/s" read as a fleet that keeps up (clients cancelling) rather than one falling behind."""
     # a window no request reached has none of these counts ("no requests"): nothing went unanswered
-    parts = [(key, what) for key, what in (("shed", "shed by the fleet"),
-                                           ("too_long", "longer than the server takes (max_model_len)"),
-                                           ("never_fit", "never fitting a replica's KV pool"),
-                                           ("rate_limited", "rate-limited (429) by the gateway"),
-                                           ("cancelled", "cancelled by their clients"))]
-    return ", ".join(f"{b[key]:,} requests ({100 * b[key + '_fraction']:.1f} %) {what}" for key, what in parts
+    return ", ".join(f"{b[key]:,} requests ({100 * b[key + '_fraction']:.1f} %) {what}" for key, what in _UNSERVED
                      if b.get(key))
+
+
+#: The causes of an unanswered request, by their count's key in the load block.
+_UNSERVED = (("shed", "shed by the fleet"), ("too_long", "longer than the server takes (max_model_len)"),
+             ("never_fit", "never fitting a replica's KV pool"), ("rate_limited", "rate-limited (429) by the gateway"),
+             ("cancelled", "cancelled by their clients"))
