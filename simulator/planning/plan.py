@@ -40,11 +40,11 @@ from .confidence import judge_at_confidence
 from .executors import Executor
 from .pareto import month_with_power
 from .point import LATENCY_COLUMNS, Point, check_overrides
-from .precheck import Run, check_runs
+from .precheck import check_runs
 from .prices import Prices, gpu_varied_pools, pinned_prices, priced_by
 from .search import drive_all, largest_passing, most_probes_largest, most_probes_smallest, smallest_passing
 from .store import PointStore
-from .vary import Axis, check_axes, choices, runs_to_check
+from .vary import Axis, check_axes, choices, runs_to_check, vary_run
 
 __all__ = ["Plan", "plan_fleet", "RATE_KEY", "infeasible_message"]
 
@@ -314,7 +314,7 @@ def plan_fleet(scenario: str | Path, axes: Sequence[Axis], executor: Executor, *
         # halving's run may hold no request at all, whose "no samples" would hide what missed
         at = value if value is not None else (tried[0] if max_rate else max(tried))
         if value is not None and value == (max(tried) if max_rate else searched["range"][0]) \
-                and (max_rate or value > 1) and (max_rate or not _below_refused(path, sets, combo, key, value)):
+                and (max_rate or (value > 1 and not _below_refused(path, sets, combo, key, value))):
             bounds_hit.append(", ".join(f"{k}={yaml_text(v)}" for k, v in combo.items()) or "the scenario")
         overrides = {**combo, key: at}
         cand = {"overrides": overrides, **prober.figures(i, at), "probes": len(tried),
@@ -366,9 +366,8 @@ def _below_refused(path: Path, sets: Mapping[str, Any], combo: Mapping[str, Any]
     """Whether the scenario refuses the value under the range's low end (an autoscaler's max_replicas
     under its pool's starting replicas): the low end is then the smallest value there is, and the
     advice to widen the range led to a refusal."""
-    below = {**combo, key: low - 1}
     try:
-        check_runs(path, [Run(below, {k: f"--vary {k}={yaml_text(v)}" for k, v in below.items()})], sets)
+        check_runs(path, [vary_run({**combo, key: low - 1})], sets)
     except LlmsimError:
         return True
     return False

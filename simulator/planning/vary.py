@@ -124,8 +124,12 @@ def runs_to_check(axes: Sequence[Axis]) -> list[Run]:
     ends = [{a.key: v} for a in axes if a.is_range
             for v in (range(a.bounds[0], a.bounds[1] + 1) if a.bounds[1] - a.bounds[0] < CHECKED_RANGE
                       else a.bounds)] or [{}]
-    runs = [{**combo, **end} for combo in choices(axes) for end in ends]
-    return [Run(r, {k: f"--vary {k}={yaml_text(v)}" for k, v in r.items()}) for r in runs]
+    return [vary_run({**combo, **end}) for combo in choices(axes) for end in ends]
+
+
+def vary_run(overrides: Mapping[str, Any]) -> Run:
+    """A run of a plan's values, each key's named as the ``--vary`` it came from."""
+    return Run(overrides, {k: f"--vary {k}={yaml_text(v)}" for k, v in overrides.items()})
 
 
 def check_axes(scenario: str | Path, axes: Sequence[Axis], sets: Mapping[str, Any] | None = None) -> None:
