@@ -341,6 +341,9 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None, admission=None) 
     # TensorRT-LLM before #11490 / #11637: a prefix-cache hit spares no blocks, or no budget tokens.
     if not contiguous and draw(st.sampled_from([False, False, True])):
         extra["prefix_reuse_credit"] = draw(st.sampled_from(["blocks", "none"]))
+    # TensorRT-LLM's capacity scheduler: a prompt computing another's first new block waits a pass.
+    if not contiguous and draw(st.sampled_from([False, False, True])):
+        extra["defers_shared_context"] = True
     # TensorRT-LLM's chunks cut to whole blocks (a budget of at least one block).
     if chunked and budget >= bs and draw(st.sampled_from([False, False, True])):
         extra["chunks_whole_blocks"] = True

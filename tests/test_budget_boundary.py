@@ -91,8 +91,11 @@ def test_decodes_past_the_budget_wait_and_the_engines_agree(data):
     budget = data.draw(st.integers(1 + k + slots, max(1 + k + slots, cfg.max_num_seqs * (1 + k + slots))),
                        label="max_num_batched_tokens")
     boundary = data.draw(st.sampled_from(["trim_draft", "stop"]), label="budget_boundary")
+    budget = max(budget, cfg.max_num_seqs)
+    # (a budget below one block holds no whole-block chunk: such a config is refused)
     cfg = cfg.model_copy(update={"draft_tokens_in_budget": True, "budget_boundary": boundary,
-                                 "max_num_batched_tokens": max(budget, cfg.max_num_seqs)})
+                                 "max_num_batched_tokens": budget,
+                                 "chunks_whole_blocks": cfg.chunks_whole_blocks and budget >= cfg.block_size})
     cfg = EngineConfig.model_validate(cfg.model_dump())
     nb = data.draw(capacities(reqs, cfg), label="num_blocks")
     cm = _spec_cm(k, data.draw(st.sampled_from([None, 2, 16]), label="disable_above_batch"))

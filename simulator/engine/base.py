@@ -243,6 +243,12 @@ class ReplicaBase:
                 self.cache.track_owners()   # an unbounded cache lives outside KV memory: nothing to charge
             if offload is not None:
                 self.cache.tiers = offload.make(id_block_tokens, self.bs)
+        # TensorRT-LLM's capacity scheduler holds a prompt back a pass where it would compute the blocks
+        # a prompt admitted before it in the pass is computing (EngineConfig.defers_shared_context); its
+        # check is off for a model whose layers attend over more than one window (isVariableWindow).
+        model = cm.model
+        self.defers_shared: bool = (cfg.defers_shared_context and self.cache is not None
+                                    and not (model.num_sliding_layers and model.num_full_attention_layers))
         # With dp > 1 the stack's DP front end places each arrival on one attention-DP rank for its
         # whole life (engine/dp_placement.py), whose prefix cache it uses and whose prompt chunks and
         # decodes it runs, cache or none; None: one rank.
@@ -1210,6 +1216,8 @@ class ReplicaBase:
         closed = [False] * dp if closed is None else list(closed)
         slots = self.draft_slots
         skipped: list[Seq] = []
+        # (static batching: TensorRT-LLM's StaticBatchScheduler holds none back)
+        firsts = self._pass_firsts() if not reserve_output else None
         while not all(closed):
             s = self._next_waiting(skipped, closed)
             if s is None:
@@ -1219,6 +1227,9 @@ class ReplicaBase:
                 self._close(r, closed, skipped)
                 continue
             need, total, m = self._admission(s, reserve_output)
+            if firsts is not None and self._defers(s, m, firsts):
+                skipped.append(self.waiting.popleft())
+                continue
             charged = self._budget_charge(s, self._uncached(s, m))
             if ((busy[r] and charged > min(budget[r], self.rank_tokens) - slots)
                     or self._no_room(s, need, total, free[r])):
@@ -1241,6 +1252,32 @@ class ReplicaBase:
         for v in victims:
             out[v.rank] = True
         return out
+
+    def _pass_firsts(self) -> Optional[list[set[int]]]:
+        """Per attention-DP rank, the first new block ids of the prompts a scheduling pass has
+        admitted so far (empty at its start), where it holds back the prompts that would
+        compute one of them (``defers_shared``); None where it does not."""
+        return [set() for _ in range(self.dp)] if self.defers_shared else None
+
+    def _defers(self, s: Seq, m: Optional[Match], firsts: list[set[int]]) -> bool:
+        """Whether the pass holds ``s`` back, its cache match ``m``: its first block the prefix
+        cache held before the pass is the first new block of a prompt admitted before it in the
+        pass (TensorRT-LLM's beneficialToSkip; the blocks that prompt entered are in ``m`` now,
+        the ids agreeing up to there). Otherwise its own first new block, a whole KV block of its
+        prompt, joins ``firsts``. Where the prompt's ids are coarser than KV blocks, two prompts
+        that part inside a block of ids are not held back, as a KV-block key might be."""
+        ids = s.ids
+        if m is None or ids is None:
+            return False
+        seen = m.ids + (0 if m.lower is None else m.lower.ids)
+        mine = firsts[s.rank]
+        if mine and not mine.isdisjoint(ids[:seen]):
+            return True
+        cache = self.cache
+        assert cache is not None   # a match came from it
+        if seen < len(ids) and seen * cache.H + self.bs <= s.prompt:
+            mine.add(ids[seen])
+        return False
 
     def _close(self, rank: int, closed: list[bool], skipped: list[Seq]) -> None:
         """Attention-DP rank ``rank``'s scheduler stops at the head of the queue, one of its
@@ -1266,6 +1303,7 @@ class ReplicaBase:
             prompts[s.rank] = True
         closed = [budget[r] <= slots or (closed is not None and closed[r]) for r in range(dp)]
         skipped: list[Seq] = []
+        firsts = self._pass_firsts()
         while not all(closed):
             s = self._next_waiting(skipped, closed)
             if s is None:
@@ -1275,6 +1313,9 @@ class ReplicaBase:
                 self._close(r, closed, skipped)
                 continue
             need, total, m = self._admission(s, budget=budget[r] if self.per_chunk else 0)
+            if firsts is not None and self._defers(s, m, firsts):
+                skipped.append(self.waiting.popleft())
+                continue
             new = self._uncached(s, m)
             charged = self._chunk_of(self._budget_charge(s, new), budget[r])
             if ((left is not None and prompts[r] and new >= left[r])

@@ -175,6 +175,15 @@ class EngineConfig(BaseModel):
                     "block of it in the KV test, as if nothing were cached (TensorRT-LLM before both: "
                     "microBatchScheduler.cpp getNumTokens(0), capacityScheduler.cpp GuaranteedNoEvictScheduler). "
                     "The cached part is still not computed. The trtllm backend sets it by release")
+    defers_shared_context: bool = Field(
+        default=False,
+        description="true: a waiting prompt whose first block not yet in its rank's prefix cache is the first new "
+                    "block of a prompt admitted before it in the same scheduling pass waits for the next pass, its "
+                    "place kept and the prompts after it still tried, and then finds those blocks cached instead "
+                    "of computing them beside it. TensorRT-LLM's capacity scheduler (capacityScheduler.cpp "
+                    "GuaranteedNoEvictScheduler, beneficialToSkip), which its PyTorch executor runs by default; "
+                    "only with the prefix cache, and not for a model of sliding-window and full-attention layers "
+                    "(isVariableWindow) nor under static batching. The trtllm backend sets it")
     unchunked_budget: Union[Literal["context"], int, None] = Field(
         default=None,
         description="the token budget the stack takes without chunked_prefill where the pool sets none. context: "

@@ -1,0 +1,51 @@
+"""TensorRT-LLM holds a prompt back a pass rather than compute blocks another prompt is computing.
+
+Its capacity scheduler (capacityScheduler.cpp GuaranteedNoEvictScheduler, beneficialToSkip) skips a
+context request whose first block not in the reuse tree is the first new block of one it took earlier
+in the same pass, and goes on with the requests behind it; the skipped one reuses those blocks later.
+"""
+from __future__ import annotations
+
+from helpers_engine import compare_runs, run_open
+from simulator.scenario.schema import PoolSpec
+from workloads.request import Request
+
+
+def _cfg(**engine):
+    return PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "h200", "engine": {
+        "backend": "trtllm", **engine}}).engine
+
+
+def _requests() -> list[Request]:
+    """Two prompts of the same 256 tokens (eight 32-token blocks of ids) and a third of others,
+    all arriving together."""
+    same = tuple(range(8))
+    return [Request(0, 0.0, 256, 4, blocks=same), Request(1, 0.0, 256, 4, blocks=same),
+            Request(2, 0.0, 256, 4, blocks=tuple(range(100, 108)))]
+
+
+def test_a_prompt_computing_anothers_new_blocks_waits_a_pass_in_both_engines():
+    cfg = _cfg()
+    assert cfg.defers_shared_context
+    fast = run_open("fast", _requests(), cfg, 2_000, id_block_tokens=32)
+    ref = run_open("reference", _requests(), cfg, 2_000, id_block_tokens=32)
+    assert compare_runs(fast, ref) == []
+    a, b, c = fast.requests
+    assert a.cached_tokens == 0 and c.cached_tokens == 0
+    assert c.admitted == a.admitted          # the third, behind the held one, is still taken
+    assert b.admitted > a.admitted and b.cached_tokens == 255   # a pass later, on the first's blocks
+
+
+def test_without_it_both_run_in_the_same_pass():
+    cfg = _cfg(defers_shared_context=False)
+    a, b, _ = run_open("fast", _requests(), cfg, 2_000, id_block_tokens=32).requests
+    assert b.admitted == a.admitted
+
+
+def test_a_prompt_whose_blocks_are_all_cached_is_not_held_back():
+    """Nothing new to compute (all its whole blocks cached before the pass): no first new block."""
+    cfg = _cfg()
+    reqs = [Request(0, 0.0, 256, 4, blocks=tuple(range(8))), Request(1, 1.0, 256, 4, blocks=tuple(range(8))),
+            Request(2, 1.0, 256, 4, blocks=tuple(range(8)))]
+    _, b, c = run_open("fast", reqs, cfg, 2_000, id_block_tokens=32).requests
+    assert b.admitted == c.admitted and b.cached_tokens == c.cached_tokens == 255
