@@ -93,3 +93,22 @@ def test_an_sglang_decode_radix_cache_is_the_flag_its_release_takes(version, dra
     with pytest.raises(LlmsimError) as e:
         compile_scenario(Scenario.model_validate(doc), "s.yaml")
     assert refused in e.value.message and e.value.key_path == "pools[1].engine.decode_prefix_reuse", e.value.render()
+
+
+@pytest.mark.parametrize("dp, reuse, refused", [(2, True, True), (2, False, False), (1, True, False)])
+def test_a_trtllm_decode_pool_fetching_on_its_ranks_reads_no_cache_hit_at_the_hand_off(dp, reuse, refused):
+    """TensorRT-LLM's generation server takes a handed-over request in through its executor's one queue,
+    its attention-DP rank chosen as the ranks fetch it (executor_request_queue.py
+    _fetch_new_requests_attention_dp): a decode cache hit read on a rank chosen at the hand-off
+    (decode_prefix_reuse) is refused there; without it the leg waits for that fetch."""
+    doc = _pair("trtllm", DIRECT)
+    doc["classes"] = doc["classes"][:1]
+    decode = doc["pools"][1]
+    decode["dp"] = dp
+    decode["engine"] = {"backend": "trtllm", "prefix_cache": True, "decode_prefix_reuse": reuse}
+    if not refused:
+        compile_scenario(Scenario.model_validate(doc), "s.yaml")
+        return
+    with pytest.raises(LlmsimError) as e:
+        compile_scenario(Scenario.model_validate(doc), "s.yaml")
+    assert e.value.key_path == "pools[1].engine.decode_prefix_reuse" and "fetch" in e.value.message, e.value.render()

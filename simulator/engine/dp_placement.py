@@ -61,8 +61,11 @@ The rules (``engine.dp_placement``), all but the last one request at a time on i
   queue (``ReplicaBase._fetch``). ``attention_dp_config`` keeps its defaults:
   ``enable_balance`` off (its ``timeout_iters`` and ``batching_wait_iters``
   unused) and, where it exists, ``enable_kv_cache_aware_routing`` off; no
-  scenario key sets them. A disaggregated decode leg is still placed as it
-  is handed over (:meth:`ReplicaBase.place_ahead`), not at a fetch.
+  scenario key sets them. A disaggregated decode leg (a generation-only
+  request) waits in that queue and is fetched like any other, its rank
+  chosen then; a decode pool that would read its cache hit at the hand-off
+  (``decode_prefix_reuse``, :meth:`ReplicaBase.place_ahead`) is refused
+  beside this rule (fleet/setup.py).
 """
 from __future__ import annotations
 

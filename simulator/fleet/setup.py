@@ -15,6 +15,7 @@ from ..costmodel.speculative import MTP, SpeculativeCostModel, draft_kind, specu
 from ..dtypes import WEIGHT_DTYPES
 from ..engine.base import StepCost, decode_budget_tokens
 from ..engine.config import EngineConfig
+from ..engine.dp_placement import RankPlacement
 from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
@@ -191,6 +192,7 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
         replica = replica.model_copy(update={"prefix_cache": False})
     elif decodes_for_another:
         _decode_radix_cache(spec, where, source)
+        _decode_reuse_beside_fetch(replica, spec.dp, where, source)
     offload = plan_offload(e, gpu, mem, spec.tp, spec.tp * spec.dp, where, source, window_share(model))
     return PoolSetup(spec, cm, mem, offload,
                      engine=None if replica is e else replica, lora=lora)
@@ -229,6 +231,22 @@ def _decode_radix_cache(spec: PoolSpec, where: str, source) -> None:
     if spec.speculative is not None:
         raise LlmsimError("SGLang refuses --disaggregation-decode-enable-radix-cache with speculative decoding "
                           "(a decode radix cache beside a draft); set decode_prefix_reuse: false, or drop the draft",
+                          source=source, key_path=f"{where}.engine.decode_prefix_reuse")
+
+
+def _decode_reuse_beside_fetch(e: EngineConfig, dp: int, where: str, source) -> None:
+    """A decode pool whose attention-DP ranks fetch requests from the replica's one queue
+    (TensorRT-LLM's executor: dp_placement active_tokens) cannot read a decode cache hit at the hand-off:
+    its generation server takes a handed-over (generation-only) request in through that queue like any
+    other, the rank chosen as the ranks fetch it (executor_request_queue.py
+    _fetch_new_requests_attention_dp, _schedule_attention_dp_requests; trtllm-serve sets no
+    attention_dp_rank), after the request has reached it, while ``decode_prefix_reuse`` picks the rank
+    as the transfer starts, to send only what that rank's cache lacks."""
+    if dp > 1 and e.prefix_cache and e.decode_prefix_reuse and RankPlacement(e.dp_placement, dp).fetches:
+        raise LlmsimError(f"decode_prefix_reuse: true beside {dp} attention-DP ranks that fetch their requests "
+                          f"(dp_placement: {e.dp_placement}): the server gives a handed-over request its rank "
+                          "only as the ranks fetch it from its queue, after the transfer llmsim sizes by that "
+                          "rank's cache; set decode_prefix_reuse: false (the trtllm backend's), or dp: 1",
                           source=source, key_path=f"{where}.engine.decode_prefix_reuse")
 
 
