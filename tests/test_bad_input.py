@@ -116,6 +116,17 @@ def test_a_pool_named_as_another_pools_position_is_not_set_by_it(tmp_path):
     assert [p.replicas for p in sc.pools] == [3, pools[1]["replicas"]]
 
 
+def test_an_item_without_a_name_is_not_addressed_as_none():
+    """A list of unnamed items (a class's pool_by_input_length steps): ``.None.`` read an item's missing name
+    as the text "None" and set the first step without a word."""
+    from simulator.scenario.overrides import apply_override
+
+    data = {"classes": [{"name": "c", "pool_by_input_length": [{"pool": "a", "below_tokens": 100}, {"pool": "b"}]}]}
+    with pytest.raises(LlmsimError, match="no item named 'None'"):
+        apply_override(data, "classes.c.pool_by_input_length.None.pool=z")
+    assert data["classes"][0]["pool_by_input_length"][0]["pool"] == "a"
+
+
 @pytest.mark.parametrize("kind, key, written", [
     ("scenario", f"pools.{POOL}.engine.prefix_cache", "0"), ("scenario", f"pools.{POOL}.engine.chunked_prefill", "'yes'"),
     ("scenario", f"pools.{POOL}.engine.clips_output", "0"), ("model", "tie_word_embeddings", "1"),

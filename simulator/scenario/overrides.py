@@ -202,8 +202,10 @@ def _item_index(node: list, part: str) -> Optional[int]:
 
 
 def _named(node: list, part: str) -> Optional[int]:
-    """The item whose ``name`` is ``part`` (a name written as a number, ``name: 1``, included); None if none."""
-    return next((j for j, it in enumerate(node) if isinstance(it, dict) and str(it.get("name")) == part), None)
+    """The item whose ``name`` is ``part`` (a name written as a number, ``name: 1``, included); None if none.
+    An item without a name has none to match: read as the text "None", it answered ``.None.``."""
+    return next((j for j, it in enumerate(node)
+                 if isinstance(it, dict) and it.get("name") is not None and str(it["name"]) == part), None)
 
 
 def resolved_key(data: Any, key: str) -> tuple[str, ...]:
