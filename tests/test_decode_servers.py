@@ -99,8 +99,10 @@ def test_an_sglang_decode_radix_cache_is_the_flag_its_release_takes(version, dra
 def test_a_trtllm_decode_pool_fetching_on_its_ranks_reads_no_cache_hit_at_the_hand_off(dp, reuse, refused):
     """TensorRT-LLM's generation server takes a handed-over request in through its executor's one queue,
     its attention-DP rank chosen as the ranks fetch it (executor_request_queue.py
-    _fetch_new_requests_attention_dp): a decode cache hit read on a rank chosen at the hand-off
-    (decode_prefix_reuse) is refused there; without it the leg waits for that fetch."""
+    _fetch_new_requests_attention_dp), and that rank then reuses its cached blocks and has only the
+    rest sent (selective cache transfer): a decode cache hit read on a rank chosen at the hand-off
+    (decode_prefix_reuse) is refused there, the message saying why; without it the leg waits for that
+    fetch, its whole prompt sent."""
     doc = _pair("trtllm", DIRECT)
     doc["classes"] = doc["classes"][:1]
     decode = doc["pools"][1]
@@ -112,3 +114,4 @@ def test_a_trtllm_decode_pool_fetching_on_its_ranks_reads_no_cache_hit_at_the_ha
     with pytest.raises(LlmsimError) as e:
         compile_scenario(Scenario.model_validate(doc), "s.yaml")
     assert e.value.key_path == "pools[1].engine.decode_prefix_reuse" and "fetch" in e.value.message, e.value.render()
+    assert "lacks sent" in e.value.message and "the whole prompt sent" in e.value.message, e.value.render()

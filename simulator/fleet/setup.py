@@ -236,17 +236,22 @@ def _decode_radix_cache(spec: PoolSpec, where: str, source) -> None:
 
 def _decode_reuse_beside_fetch(e: EngineConfig, dp: int, where: str, source) -> None:
     """A decode pool whose attention-DP ranks fetch requests from the replica's one queue
-    (TensorRT-LLM's executor: dp_placement active_tokens) cannot read a decode cache hit at the hand-off:
-    its generation server takes a handed-over (generation-only) request in through that queue like any
+    (TensorRT-LLM's executor: dp_placement active_tokens) cannot read a decode cache hit at the hand-off.
+    Its generation server takes a handed-over (generation-only) request in through that queue like any
     other, the rank chosen as the ranks fetch it (executor_request_queue.py
     _fetch_new_requests_attention_dp, _schedule_attention_dp_requests; trtllm-serve sets no
-    attention_dp_rank), after the request has reached it, while ``decode_prefix_reuse`` picks the rank
-    as the transfer starts, to send only what that rank's cache lacks."""
+    attention_dp_rank); only then does that rank allocate its KV, reusing the blocks its cache holds
+    (py_executor.py _prepare_disagg_gen_init -> KVCacheManager.prepare_resources -> add_sequence), and
+    ask the context server for the rest (dataTransceiver.cpp sendRequestInfo sends the hashes of
+    BlockRange::fromNewlyAllocatedBlockIds, cacheFormatter.cpp getBlockRangeForSending sends those:
+    selective cache transfer, with one KV pool, unless TRTLLM_DISABLE_SELECTIVE_CACHE_TRANSFER). So the transfer follows the fetch, while
+    llmsim sends the KV before it, sized by a rank ``decode_prefix_reuse`` picks as the transfer starts."""
     if dp > 1 and e.prefix_cache and e.decode_prefix_reuse and RankPlacement(e.dp_placement, dp).fetches:
         raise LlmsimError(f"decode_prefix_reuse: true beside {dp} attention-DP ranks that fetch their requests "
                           f"(dp_placement: {e.dp_placement}): the server gives a handed-over request its rank "
-                          "only as the ranks fetch it from its queue, after the transfer llmsim sizes by that "
-                          "rank's cache; set decode_prefix_reuse: false (the trtllm backend's), or dp: 1",
+                          "as the ranks fetch it from its queue and only then has the blocks that rank's cache "
+                          "lacks sent, while llmsim sends the KV before that fetch; set decode_prefix_reuse: "
+                          "false (the trtllm backend's: the whole prompt sent, none reused), or dp: 1",
                           source=source, key_path=f"{where}.engine.decode_prefix_reuse")
 
 
