@@ -344,6 +344,7 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None, admission=None) 
     # TensorRT-LLM's capacity scheduler: a prompt computing another's first new block waits a pass.
     if not contiguous and draw(st.sampled_from([False, False, True])):
         extra["defers_shared_context"] = True
+        extra["defers_behind_chunks"] = True    # ... and behind a prompt being chunked, as its newest releases
     # TensorRT-LLM's chunks cut to whole blocks (a budget of at least one block).
     if chunked and budget >= bs and draw(st.sampled_from([False, False, True])):
         extra["chunks_whole_blocks"] = True

@@ -49,3 +49,28 @@ def test_a_prompt_whose_blocks_are_all_cached_is_not_held_back():
             Request(2, 1.0, 256, 4, blocks=tuple(range(8)))]
     _, b, c = run_open("fast", reqs, cfg, 2_000, id_block_tokens=32).requests
     assert b.admitted == c.admitted and b.cached_tokens == c.cached_tokens == 255
+
+
+def _behind_a_chunked_prompt(**engine):
+    """A 4,096-token prompt chunked at a 1,536-token budget, and the same prompt arriving during its
+    first chunk: its last chunk leaves the budget room for the second, whose blocks are all cached."""
+    cfg = _cfg(chunked_prefill=True, max_num_batched_tokens=1536, **engine)
+    same = tuple(range(128))
+    reqs = [Request(0, 0.0, 4096, 4, blocks=same), Request(1, 0.001, 4096, 4, blocks=same)]
+    fast = run_open("fast", reqs, cfg, 4_000, id_block_tokens=32)
+    assert compare_runs(fast, run_open("reference", reqs, cfg, 4_000, id_block_tokens=32)) == []
+    return fast.requests
+
+
+def test_a_prompt_still_being_chunked_holds_back_one_sharing_its_next_block():
+    """prefillWithChunkedContextsAlreadyExecuting registers the block a running chunked context
+    computes next (its computed blocks stored as each chunk ends, from 1.3.0rc11): the second prompt
+    waits for the first's last chunk to run rather than join it."""
+    a, b = _behind_a_chunked_prompt()
+    assert b.cached_tokens == 4095 and b.admitted >= a.first_token
+
+
+def test_before_chunks_stored_their_computed_blocks_it_joins_the_last_chunk():
+    """Before, each chunk's end stored the whole prompt's blocks: the running context registered none."""
+    a, b = _behind_a_chunked_prompt(backend_version="1.3.0rc10")
+    assert b.cached_tokens == 4095 and b.admitted < a.first_token

@@ -249,6 +249,7 @@ class ReplicaBase:
         model = cm.model
         self.defers_shared: bool = (cfg.defers_shared_context and self.cache is not None
                                     and not (model.num_sliding_layers and model.num_full_attention_layers))
+        self.defers_behind_chunks: bool = self.defers_shared and cfg.defers_behind_chunks
         # With dp > 1 the stack's DP front end places each arrival on one attention-DP rank for its
         # whole life (engine/dp_placement.py), whose prefix cache it uses and whose prompt chunks and
         # decodes it runs, cache or none; None: one rank.
@@ -1217,7 +1218,7 @@ class ReplicaBase:
         slots = self.draft_slots
         skipped: list[Seq] = []
         # (static batching: TensorRT-LLM's StaticBatchScheduler holds none back)
-        firsts = self._pass_firsts() if not reserve_output else None
+        firsts = self._pass_firsts([]) if not reserve_output else None
         while not all(closed):
             s = self._next_waiting(skipped, closed)
             if s is None:
@@ -1253,19 +1254,40 @@ class ReplicaBase:
             out[v.rank] = True
         return out
 
-    def _pass_firsts(self) -> Optional[list[set[int]]]:
+    def _pass_firsts(self, running: list) -> Optional[list[set[int]]]:
         """Per attention-DP rank, the first new block ids of the prompts a scheduling pass has
-        admitted so far (empty at its start), where it holds back the prompts that would
-        compute one of them (``defers_shared``); None where it does not."""
-        return [set() for _ in range(self.dp)] if self.defers_shared else None
+        checked so far, where it holds back the prompts that would compute one of them
+        (``defers_shared``); None where it does not. With ``defers_behind_chunks`` it starts with
+        those of the prompts ``running`` continues past a first chunk, the block past their
+        computed tokens (TensorRT-LLM's prefillWithChunkedContextsAlreadyExecuting, its chunks'
+        blocks stored as each ends)."""
+        if not self.defers_shared:
+            return None
+        firsts: list[set[int]] = [set() for _ in range(self.dp)]
+        if self.defers_behind_chunks:
+            for s, _ in running:
+                if s.done > 0 and s.ids is not None:
+                    self._contributes(s, s.done - s.done % self.bs, firsts[s.rank])
+        return firsts
+
+    def _contributes(self, s: Seq, start: int, mine: set[int]) -> None:
+        """``s``'s block from prompt token ``start`` joins ``mine`` where it is a whole KV block of
+        its prompt (TensorRT-LLM keys only whole blocks: findNewContextBlock)."""
+        ids = s.ids
+        cache = self.cache
+        assert ids is not None and cache is not None
+        if start // cache.H < len(ids) and start + self.bs <= s.prompt:
+            mine.add(ids[start // cache.H])
 
     def _defers(self, s: Seq, m: Optional[Match], firsts: list[set[int]]) -> bool:
         """Whether the pass holds ``s`` back, its cache match ``m``: its first block the prefix
         cache held before the pass is the first new block of a prompt admitted before it in the
-        pass (TensorRT-LLM's beneficialToSkip; the blocks that prompt entered are in ``m`` now,
-        the ids agreeing up to there). Otherwise its own first new block, a whole KV block of its
-        prompt, joins ``firsts``. Where the prompt's ids are coarser than KV blocks, two prompts
-        that part inside a block of ids are not held back, as a KV-block key might be."""
+        pass or still being chunked (TensorRT-LLM's beneficialToSkip; the blocks that prompt
+        entered are in ``m`` now, the ids agreeing up to there). Otherwise its own first new block
+        joins ``firsts`` before the budget and KV tests, as in TensorRT-LLM (a prompt they refuse
+        ends its rank's pass, as it ends both its schedulers' loops). Where the prompt's ids are
+        coarser than KV blocks, two prompts that part inside a block of ids are not held back, as
+        a KV-block key might be."""
         ids = s.ids
         if m is None or ids is None:
             return False
@@ -1275,8 +1297,7 @@ class ReplicaBase:
             return True
         cache = self.cache
         assert cache is not None   # a match came from it
-        if seen < len(ids) and seen * cache.H + self.bs <= s.prompt:
-            mine.add(ids[seen])
+        self._contributes(s, seen * cache.H, mine)
         return False
 
     def _close(self, rank: int, closed: list[bool], skipped: list[Seq]) -> None:
@@ -1303,7 +1324,7 @@ class ReplicaBase:
             prompts[s.rank] = True
         closed = [budget[r] <= slots or (closed is not None and closed[r]) for r in range(dp)]
         skipped: list[Seq] = []
-        firsts = self._pass_firsts()
+        firsts = self._pass_firsts(chunks)
         while not all(closed):
             s = self._next_waiting(skipped, closed)
             if s is None:

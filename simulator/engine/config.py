@@ -184,6 +184,14 @@ class EngineConfig(BaseModel):
                     "GuaranteedNoEvictScheduler, beneficialToSkip), which its PyTorch executor runs by default; "
                     "only with the prefix cache, and not for a model of sliding-window and full-attention layers "
                     "(isVariableWindow) nor under static batching. The trtllm backend sets it")
+    defers_behind_chunks: bool = Field(
+        default=False,
+        description="with defers_shared_context: a prompt being chunked that has run a chunk also holds back, "
+                    "each pass, a waiting prompt whose first block not in its rank's prefix cache is the block "
+                    "that prompt's next chunk computes, until its last chunk has run (TensorRT-LLM's "
+                    "prefillWithChunkedContextsAlreadyExecuting, its computed blocks stored for reuse as each "
+                    "chunk ends: BlockManager::storeContextBlocks up to getContextCurrentPosition). The trtllm "
+                    "backend sets it by release")
     unchunked_budget: Union[Literal["context"], int, None] = Field(
         default=None,
         description="the token budget the stack takes without chunked_prefill where the pool sets none. context: "
