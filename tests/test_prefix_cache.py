@@ -229,9 +229,13 @@ def cache_configs(draw):
     # vLLM V1: a chunked prompt's blocks (and the cache entries they fill) as its chunks are scheduled.
     prompt_kv = draw(st.sampled_from(["whole", "per_chunk"])) if chunked and admission == "on_demand" \
         and sched == "continuous" else "whole"
+    # SGLang: a prompt enters the cache once computed, planning ahead or not.
+    entry = draw(st.sampled_from(["allocated", "computed"])) if prompt_kv == "whole" else "allocated"
+    ahead = draw(st.booleans())
     return EngineConfig(chunked_prefill=chunked, max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=bs,
                         prefix_cache_capacity_tokens=cap, scheduler=sched, kv_admission=admission,
-                        cache_preempted_output=keep, prompt_kv=prompt_kv)
+                        cache_preempted_output=keep, prompt_kv=prompt_kv, prompt_cached=entry,
+                        schedule_ahead=ahead)
 
 
 def _run_pair(data, with_cancels: bool, offload=None):
@@ -460,3 +464,48 @@ def test_a_prompt_cancelled_part_way_is_cached_only_as_far_as_it_was_computed(en
     assert r.requests[0].status == Status.CANCELLED
     assert r.requests[1].cached_tokens == 256
     assert r.pool.replicas[0].stats(r.pool.end_time())["tokens_processed"] == 256 + 2048 - 256 + 3
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("entry, ahead, hits", [
+    ("allocated", False, [0, 255, 255, 255]),
+    ("computed", False, [0, 0, 255, 255]),     # the first batch's two compute it each
+    ("computed", True, [0, 0, 0, 0]),         # planned ahead: the second batch before the first is entered
+])
+def test_a_prompt_is_a_hit_once_it_is_entered(engine, entry, ahead, hits):
+    """Four identical prompts, two to a prefill batch: SGLang enters a prompt in its radix tree only
+    after its batch ran (and, planning ahead, after the next batch was planned); vLLM as it allocates."""
+    reqs = [Request(i, 0.0, 256, 20, blocks=tuple(range(17))) for i in range(4)]
+    cfg = EngineConfig(max_num_batched_tokens=512, mixed_prefill=False, block_size=16, prompt_cached=entry,
+                       schedule_ahead=ahead)
+    run = run_open(engine, reqs, cfg, 500, id_block_tokens=16)
+    assert [r.cached_tokens for r in run.requests] == hits
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_prompt_being_chunked_is_a_hit_as_far_as_it_was_computed(engine):
+    """SGLang stashes the part of its chunked request computed so far in the tree before each plan: an
+    identical prompt admitted beside its last chunk hits its first chunk, not its whole prompt."""
+    reqs = [Request(i, 0.0, 768, 20, blocks=tuple(range(49))) for i in range(2)]
+    cfg = EngineConfig(max_num_batched_tokens=512, mixed_prefill=False, block_size=16, prompt_cached="computed",
+                       schedule_ahead=True)
+    run = run_open(engine, reqs, cfg, 500, id_block_tokens=16)
+    assert [r.cached_tokens for r in run.requests] == [0, 512]
+
+
+def test_computed_entry_needs_whole_prompt_kv():
+    with pytest.raises(ValueError, match="prompt_cached"):
+        EngineConfig(prompt_kv="per_chunk", prompt_cached="computed")
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_handed_over_prompt_enters_the_decode_server_s_cache_as_it_is_taken_in(engine):
+    """SGLang's decode server (with its radix cache) enters a transferred prompt as it builds the batch
+    that takes it in (process_prebuilt): the next identical one, taken in beside it, finds it."""
+    reqs = [Request(i, 0.0, 256, 20, blocks=tuple(range(17))) for i in range(2)]
+    for r in reqs:
+        r.preloaded = r.input_tokens
+    cfg = EngineConfig(max_num_batched_tokens=512, mixed_prefill=False, block_size=16, prompt_cached="computed",
+                       schedule_ahead=True)
+    run = run_open(engine, reqs, cfg, 500, id_block_tokens=16)
+    assert [r.cached_tokens for r in run.requests] == [0, 255]

@@ -250,6 +250,12 @@ class ReplicaBase:
         self.defers_shared: bool = (cfg.defers_shared_context and self.cache is not None
                                     and not (model.num_sliding_layers and model.num_full_attention_layers))
         self.defers_behind_chunks: bool = self.defers_shared and cfg.defers_behind_chunks
+        # Where a prompt enters the prefix cache only once computed (prompt_cached: computed, SGLang's
+        # radix tree), admission pins its hit alone and the rest stays its own until entered
+        # (``_enter_computed``); the prompts the last iteration completed, entered once the next plan
+        # is made where the stack plans ahead (``_enter_completed``).
+        self.enters_computed: bool = self.cache is not None and cfg.prompt_cached == "computed"
+        self.completed: list[Seq] = []
         # With dp > 1 the stack's DP front end places each arrival on one attention-DP rank for its
         # whole life (engine/dp_placement.py), whose prefix cache it uses and whose prompt chunks and
         # decodes it runs, cache or none; None: one rank.
@@ -855,7 +861,7 @@ class ReplicaBase:
             p0 = c.pinned
             # (chunk by chunk, only the hit is pinned now: _take_chunk enters the rest as it is allocated)
             s.pin, s.pin_ids, s.pin_blocks = c.acquire(ids, m, s.req.input_tokens, s.req.klass,
-                                                       m.ids if self.per_chunk else -1)
+                                                       m.ids if self.per_chunk or self._enters_later(s) else -1)
             s.blocks = 0 if self.per_chunk else total - s.pin_blocks
             taken = s.blocks + c.pinned - p0
             self.rank_pinned[s.rank] += c.pinned - p0
@@ -1410,6 +1416,60 @@ class ReplicaBase:
 
     def _hold(self, s: Seq, blocks: int) -> None:
         """Engine-specific: ``blocks`` more (or fewer) of its own for the prefilling ``s``."""
+        raise NotImplementedError
+
+    def _chunks_computed(self, chunks: list) -> None:
+        """Where prompts enter the prefix cache once computed (``enters_computed``), after an
+        iteration's ``chunks`` ran: a prompt still being chunked enters what it computed before the
+        next plan (SGLang stashes its chunked request first thing, stash_chunked_request); a completed
+        one waits for ``_enter_completed``. Those that ended meanwhile released their pins."""
+        if not self.enters_computed:
+            return
+        for s, _ in chunks:
+            if s.pin is None or not self._enters_later(s):
+                continue
+            if s.done < s.prompt:
+                self._enter_computed(s, s.done)
+            else:
+                self.completed.append(s)
+
+    def _enters_later(self, s: Seq) -> bool:
+        """Whether ``s``'s prompt enters the prefix cache once computed rather than at admission: where
+        the stack enters computed prompts, all but a handed-over one on a decode server, whose prompt
+        SGLang enters as it builds the batch that takes it in (disaggregation/decode_schedule_batch_mixin.py
+        process_prebuilt, cache_unfinished_req / checkpoint_kv_cache)."""
+        return self.enters_computed and not s.req.preloaded
+
+    def _enter_completed(self) -> bool:
+        """The prompts the last iteration completed enter the prefix cache: SGLang inserts them as it
+        processes that iteration's result, before planning the next one, or, planning ahead (its overlap
+        loop), right after (call before and after the plan: one of them finds them). Returns whether
+        one did, after which a waiting request may hit it or fit the blocks its copies gave back."""
+        done, self.completed = self.completed, []
+        entered = False
+        for s in done:
+            if s.pin is not None and s.state == DECODE:     # (not retracted, cancelled or finished since)
+                self._enter_computed(s, s.prompt)
+                entered = True
+        return entered
+
+    def _enter_computed(self, s: Seq, upto: int) -> None:
+        """Enter the first ``upto`` computed tokens of ``s``'s prompt in the prefix cache: what it
+        computed becomes an entry on its pinned path, and where another prompt entered the same blocks
+        first, its own copies are given back (SGLang's cache_unfinished_req frees them)."""
+        cache = self.cache
+        assert cache is not None and s.ids is not None and s.pin is not None   # enters_computed: a pin
+        p0, b0 = cache.pinned, s.pin_blocks
+        s.pin, s.pin_ids, s.pin_blocks = cache.extend(s.pin, s.pin_ids, s.pin_blocks, s.ids, upto,
+                                                      s.req.input_tokens, s.req.klass)
+        self.rank_pinned[s.rank] += cache.pinned - p0
+        if self.no_evict:
+            self.reserved[s.rank] -= s.pin_blocks - b0
+        self._shared(s, s.pin_blocks - b0)
+
+    def _shared(self, s: Seq, blocks: int) -> None:
+        """Engine-specific: ``blocks`` of the running ``s``'s own are on its cache path now (its
+        ``pin_blocks`` already counts them)."""
         raise NotImplementedError
 
     def _free_for_chunk(self, decoding: bool, rank: int) -> int:

@@ -576,6 +576,20 @@ class EngineConfig(BaseModel):
                     "get_computed_blocks; the vllm backend sets it); needs block ids over the output (sessions, "
                     "system prompts); false: only its prompt's blocks stay cached (SGLang's "
                     "release_kv_cache(..., is_insert=False))")
+    prompt_cached: Literal["allocated", "computed"] = Field(
+        default="allocated",
+        description="with prefix_cache, when a prompt's blocks become a hit for other requests. allocated: as "
+                    "they are allocated, so a prompt admitted after another in the same iteration shares the "
+                    "blocks the first is computing (vLLM V1 caches a request's full blocks in allocate_slots, "
+                    "cache_blocks, as it schedules them). computed (SGLang 0.5.4-0.5.23): only once the "
+                    "iteration computing them has run, the part of a prompt still being chunked before the next "
+                    "plan (scheduler.py get_next_batch_to_run, stash_chunked_request) and a completed prompt "
+                    "when its iteration's result is processed (process_batch_result_prefill, "
+                    "cache_unfinished_req, checkpoint_kv_cache from 0.5.22), which under schedule_ahead comes "
+                    "after the next iteration is planned (event_loop_overlap); so prompts sharing a prefix "
+                    "admitted together, or under schedule_ahead in the next iteration, each compute it, and "
+                    "the copies are freed as they enter the cache (radix_cache.py cache_unfinished_req). Only "
+                    "with prompt_kv: whole")
     prefix_cache_capacity_tokens: Union[int, Literal["unbounded"], None] = Field(
         default=None, description="cap on cached tokens no running request uses; default: whatever KV memory "
                                   "running requests leave free; 'unbounded': an idealised cache beyond GPU memory")
@@ -869,6 +883,10 @@ class EngineConfig(BaseModel):
             raise KeyRefusal("prompt_kv", f"per_chunk (vLLM V1's allocation) needs paged KV, continuous batching "
                              f"and kv_admission: on_demand; {held} reserves a prompt's KV whole at admission "
                              "(set prompt_kv: whole)")
+        if self.per_chunk_kv and self.prompt_cached == "computed":
+            raise KeyRefusal("prompt_cached", "computed (SGLang's radix cache) holds a prompt's KV whole from "
+                             "admission; prompt_kv: per_chunk (vLLM V1) caches each chunk's blocks as it allocates "
+                             "them (set prompt_cached: allocated)")
         return self
 
     @model_validator(mode="after")

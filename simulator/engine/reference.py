@@ -118,6 +118,9 @@ class ReferenceReplica(ReplicaBase):
     def _hold(self, s: Seq, blocks: int) -> None:
         self._own(s, blocks)
 
+    def _shared(self, s: Seq, blocks: int) -> None:
+        self._own(s, -blocks)
+
     def _free_for_chunk(self, decoding: bool, rank: int) -> int:
         return self._rank_free(rank)    # (the decodes' blocks were given first)
 
@@ -250,7 +253,10 @@ class ReferenceReplica(ReplicaBase):
     # --- the iteration loop ----------------------------------------------------
     def _boundary(self, _ev=None) -> None:
         now = self.env.now
+        if not self.plans_ahead:
+            self._enter_completed()
         chunks, decodes = self._plan(now)
+        self._enter_completed()
         if not chunks and not decodes and self.held:
             self._take_in(now)      # nothing in flight to plan ahead of
             chunks, decodes = self._plan(now)
@@ -312,6 +318,7 @@ class ReferenceReplica(ReplicaBase):
                 s.state = DECODE
                 if s.generated >= s.req.output_tokens:
                     self._retire(s, now)
+        self._chunks_computed(chunks)
         self._drop_cancelled(now)
         self._account(dt, dt * held, held, len(decodes) + sum(c for _, c in chunks))
         if self.contiguous:

@@ -389,6 +389,19 @@ class FastReplica(ReplicaBase):
         s.blocks += blocks
         self._fix(s, blocks)
 
+    def _shared(self, s: Seq, blocks: int) -> None:
+        if s.state != DECODE or s in self.parked:
+            self._hold(s, -blocks)
+            return
+        # a decoder's own blocks are its demand's: its tokens less those on its cache path
+        bs = self.bs
+        old, new = s.c - (s.pin_blocks - blocks) * bs, s.c - s.pin_blocks * bs
+        for d in (self.demand, self.rank_demand[s.rank]):
+            d.remove(old)
+            d.add(new)
+        if self.reserves:
+            self._hold(s, -blocks)
+
     def _free_for_chunk(self, decoding: bool, rank: int) -> int:
         return self.rank_pool - self._rank_used(rank, self.G + 1 if decoding else self.G)
 
@@ -494,7 +507,10 @@ class FastReplica(ReplicaBase):
     # --- the loop ----------------------------------------------------------
     def _boundary(self, _ev: object = None) -> None:
         now = self.env.now
+        if not self.plans_ahead:
+            self._enter_completed()
         chunks, decoding, preempted = self._plan(now)
+        entered = self._enter_completed()
         if not chunks and not decoding and self.held:
             self._take_in(now)      # nothing in flight to plan ahead of
             chunks, decoding, preempted = self._plan(now)
@@ -557,8 +573,8 @@ class FastReplica(ReplicaBase):
         gf = self._next_finish()
         assert gf is not None   # decoding sequences are on the heap
         n = gf - G0
-        if preempted or self.lingering:   # (a chunk's windows go back after the first iteration)
-            n = 1
+        if preempted or self.lingering or (entered and self.waiting):
+            n = 1     # (a chunk's windows go back after the first iteration; prompts entered after the plan)
         elif self.dp > 1 and (self.waiting or self._fetchable()):
             n = 1     # each attention-DP rank's scheduler tries its own waiting requests at every boundary
         elif n > 1 and self.cfg.num_scheduler_steps > 1 and self.waiting and self._head_admissible():
@@ -937,6 +953,7 @@ class FastReplica(ReplicaBase):
                     self._finish_request(s, now)
                 else:
                     self._join_decode(s)
+        self._chunks_computed(chunks)
         if self.cancelled:
             self._drop_cancelled(now)
         self._account(dt, dt * held, held, tokens)
