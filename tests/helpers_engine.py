@@ -321,7 +321,8 @@ def engine_configs(draw, scheduler=None, chunked=None, kv=None, admission=None) 
             extra.update(new_token_ratio_init=draw(st.sampled_from([None, 0.3, 1.0])),
                          new_token_ratio_decay_steps=draw(st.sampled_from([3, 40, 600])),
                          output_estimate_clip=draw(st.sampled_from([50, 4096])),
-                         retract_decode_steps=draw(st.sampled_from([0, 20])))
+                         retract_decode_steps=draw(st.sampled_from([0, 20])),
+                         full_until_leave=draw(st.booleans()))
         if admission == "decode_reservation":
             extra.update(reserved_decode_tokens=draw(st.sampled_from([0, 16, 512])),
                          output_estimate_clip=draw(st.sampled_from([50, 4096])))

@@ -63,6 +63,19 @@ def test_a_request_waits_for_the_running_output_its_prompt_alone_would_not(engin
 
 
 @pytest.mark.parametrize("engine", ENGINES)
+def test_a_rank_held_full_admits_nothing_until_a_request_leaves(engine):
+    # 520 tokens of KV. A (100 in, 200 out) and C (100 in, 20 out) pass at 0 (300, then 120 < 220); B
+    # (100 in, 100 out) fails beside them (200 < 100 does not). Tried again at the next plan, without
+    # the pass's charges, it joins after the prefill batch; SGLang, its batch_is_full set by that
+    # failure, tries again only once C has left.
+    reqs = make_requests([0.0, 0.0, 0.0], [100, 100, 100], [200, 20, 100])
+    a, c, b = run_open(engine, reqs, sglang_engine(), 520).requests
+    assert b.admitted == a.first_token < c.finish
+    a, c, b = run_open(engine, reqs, sglang_engine(full_until_leave=True), 520).requests
+    assert b.admitted == c.finish
+
+
+@pytest.mark.parametrize("engine", ENGINES)
 def test_the_ratio_is_back_at_its_start_when_the_replica_idles(engine):
     # The same pair again at t = 100, after the first has ended: B waits the same three decodes.
     # Had the ratio stayed at its floor (0.25), B' would pass at once: 90 > 0.25 × 199.

@@ -235,7 +235,7 @@ def cache_configs(draw):
     return EngineConfig(chunked_prefill=chunked, max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=bs,
                         prefix_cache_capacity_tokens=cap, scheduler=sched, kv_admission=admission,
                         cache_preempted_output=keep, prompt_kv=prompt_kv, prompt_cached=entry,
-                        schedule_ahead=ahead)
+                        schedule_ahead=ahead, full_until_leave=admission == "expected_output" and draw(st.booleans()))
 
 
 def _run_pair(data, with_cancels: bool, offload=None):

@@ -213,6 +213,10 @@ class ReplicaBase:
         self.pass_reserved: list[int] = [0] * dp
         self.left_now: list[int] = [-1] * dp
         self.retracted: list[bool] = [False] * dp      # by attention-DP rank: the plan being made preempted there
+        # By attention-DP rank: a waiting request failed the KV test since one of the rank's running
+        # requests last left (SGLang's batch_is_full, EngineConfig.full_until_leave): it admits nothing new.
+        self.full_until_leave = cfg.full_until_leave and cfg.expects_output
+        self.kv_full: list[bool] = [False] * dp
         # SGLang's decode server (kv_admission: decode_reservation): reserve_tokens
         # of KV kept per running request; the running requests' Σ prompt + output
         # so far and largest prompt + expected output, summed once a plan (-1: not yet).
@@ -1146,6 +1150,7 @@ class ReplicaBase:
         cached only as far as it was computed."""
         if self.lora is not None:
             self.lora.leave(s.req.adapter, self.iterations)
+        self.kv_full[s.rank] = False    # (its rank's batch shrank: SGLang's batch_is_full cleared)
         if s.window_extra:
             self._drop_windows(s)
         if self.kv_budgets is not None:
@@ -1220,7 +1225,7 @@ class ReplicaBase:
         dp = self.dp
         budget = [self._after_decodes(0 if decoding is None else decoding[r]) for r in range(dp)]
         busy = [decoding is not None and decoding[r] > 0 for r in range(dp)]    # decodes or a prompt already
-        closed = [False] * dp if closed is None else list(closed)
+        closed = self._full_ranks([False] * dp if closed is None else closed)
         slots = self.draft_slots
         skipped: list[Seq] = []
         # (static batching: TensorRT-LLM's StaticBatchScheduler holds none back)
@@ -1238,8 +1243,8 @@ class ReplicaBase:
                 skipped.append(self.waiting.popleft())
                 continue
             charged = self._budget_charge(s, self._uncached(s, m))
-            if ((busy[r] and charged > min(budget[r], self.rank_tokens) - slots)
-                    or self._no_room(s, need, total, free[r])):
+            if self._kv_refused(s, need, total, free[r]) or (busy[r] and charged > min(budget[r], self.rank_tokens)
+                                                             - slots):
                 self._close(r, closed, skipped)
                 continue
             free[r] -= self._admit(s, total, m, now)
@@ -1250,6 +1255,26 @@ class ReplicaBase:
             busy[r] = True
         self._unskip(skipped)
         return chunks
+
+    def _kv_refused(self, s: Seq, need: int, total: int, free: int) -> bool:
+        """``_no_room``, which on a stack that then holds its rank full (``full_until_leave``) marks it so."""
+        if not self._no_room(s, need, total, free):
+            return False
+        if self.full_until_leave:
+            self.kv_full[s.rank] = True
+        return True
+
+    def _full_ranks(self, closed: list[bool]) -> list[bool]:
+        """``closed`` and the attention-DP ranks held full since a request failed their KV test
+        (``kv_full``): SGLang's batch_is_full, which a rank running nothing clears."""
+        if not self.full_until_leave:
+            return list(closed)
+        out = list(closed)
+        for r in range(self.dp):
+            if self.kv_full[r] and self._rank_len(r) == 0:
+                self.kv_full[r] = False
+            out[r] = out[r] or self.kv_full[r]
+        return out
 
     @staticmethod
     def _stopped(victims: list[Seq], closed: list[bool]) -> list[bool]:
@@ -1328,7 +1353,7 @@ class ReplicaBase:
         prompts = [False] * dp
         for s, _ in chunks:
             prompts[s.rank] = True
-        closed = [budget[r] <= slots or (closed is not None and closed[r]) for r in range(dp)]
+        closed = self._full_ranks([budget[r] <= slots or (closed is not None and closed[r]) for r in range(dp)])
         skipped: list[Seq] = []
         firsts = self._pass_firsts(chunks)
         while not all(closed):
@@ -1345,9 +1370,9 @@ class ReplicaBase:
                 continue
             new = self._uncached(s, m)
             charged = self._chunk_of(self._budget_charge(s, new), budget[r])
-            if ((left is not None and prompts[r] and new >= left[r])
-                    or charged == 0 < new      # (no whole block: chunks_whole_blocks)
-                    or self._no_room(s, need, total, free[r])):
+            if (self._kv_refused(s, need, total, free[r])    # (SGLang: NO_TOKEN before rem_input_tokens)
+                    or (left is not None and prompts[r] and new >= left[r])
+                    or charged == 0 < new):    # (no whole block: chunks_whole_blocks)
                 self._close(r, closed, skipped)
                 continue
             free[r] -= self._admit(s, total, m, now)
@@ -1419,10 +1444,16 @@ class ReplicaBase:
         raise NotImplementedError
 
     def _chunks_computed(self, chunks: list) -> None:
-        """Where prompts enter the prefix cache once computed (``enters_computed``), after an
-        iteration's ``chunks`` ran: a prompt still being chunked enters what it computed before the
-        next plan (SGLang stashes its chunked request first thing, stash_chunked_request); a completed
-        one waits for ``_enter_completed``. Those that ended meanwhile released their pins."""
+        """After an iteration's ``chunks`` ran. A prompt left part-way clears its rank's ``kv_full``
+        (SGLang's filter of the last prefill batch drops its chunked request, and a batch that shrank
+        is no longer full). Where prompts enter the prefix cache once computed (``enters_computed``), a
+        prompt still being chunked enters what it computed before the next plan (SGLang stashes its
+        chunked request first thing, stash_chunked_request); a completed one waits for
+        ``_enter_completed``. Those that ended meanwhile released their pins."""
+        if self.full_until_leave:
+            for s, _ in chunks:
+                if s.state == PREFILL:
+                    self.kv_full[s.rank] = False
         if not self.enters_computed:
             return
         for s, _ in chunks:

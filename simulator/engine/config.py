@@ -392,6 +392,22 @@ class EngineConfig(BaseModel):
                     "is allocated, so there a request waits before its prefill, here after its transfer (the "
                     "prefill pool is not held back); the host copies' time. With dp > 1 attention ranks each rank "
                     "tests its own pool and running requests")
+    full_until_leave: bool = Field(
+        default=False,
+        description="with kv_admission: expected_output, once a waiting request fails the KV test an "
+                    "attention-DP rank admits nothing new until one of its running requests leaves (finishes, "
+                    "is retracted or cancelled), an iteration leaves a prompt part-way, or it runs nothing: "
+                    "SGLang's batch_is_full, set on NO_TOKEN (scheduler.py get_new_batch_prefill, "
+                    "schedule_policy.py PrefillAdder.add_one_req) and cleared as its running batch shrinks "
+                    "(update_running_batch; get_next_batch_to_run's filter of the last prefill batch, which "
+                    "drops the chunked request), 0.5.4-0.5.23; so the head is not tried again as "
+                    "new_token_ratio decays. false: the head is tried at every plan. The backend sglang sets it; "
+                    "read with kv_admission: expected_output alone (SGLang's decode server, decode_reservation, "
+                    "admits from its own queue, disaggregation/decode.py DecodePreallocQueue). "
+                    "Not modelled: to 0.5.22 the flag is cleared only in a decode plan, so the head is tried "
+                    "one iteration after a request leaves, not at once (0.5.23 filters the running batch at "
+                    "every plan); the flag an admitted request sets when it leaves no KV budget with no request "
+                    "behind it (budget_state)")
     prompt_kv: Literal["whole", "per_chunk"] = Field(
         default="whole",
         description="when a chunked prompt's KV blocks are allocated. whole: all of them at admission. per_chunk "

@@ -629,8 +629,8 @@ class FastReplica(ReplicaBase):
         head = self._first_candidate()   # (a waiting LoRA request may be skipped for its adapter)
         if (head is None or len(self.running) >= cfg.max_num_seqs
                 or (cfg.chunked_prefill and cfg.mixes_prefill and self._after_decodes(self.B) <= self.draft_slots)
-                or self._over_budget(head)):
-            return False
+                or self._over_budget(head) or self.kv_full[max(head.rank, 0)]):
+            return False    # (a rank held full stays so until one of its requests leaves: a finish)
         if self.expects_output or self.reserves_decode:
             return True     # its KV test is _first_admissible's, iteration by iteration
         # (its first chunk's budget: what the stretch's decodes leave; no prompt is part-way)
@@ -656,6 +656,8 @@ class FastReplica(ReplicaBase):
         pass rather than one per iteration."""
         if not self._head_admissible():
             return n        # a slot, the budget or its class cap is missing until a finish
+        if self.full_until_leave:
+            return k        # tried once, at the next plan: it joins, or holds its rank full until a leave
         if self.reserves_decode:
             return self._first_reservable(k, n)
         head = self._first_candidate()
