@@ -9,6 +9,7 @@ from __future__ import annotations
 import pytest
 
 from helpers_engine import compare_runs, make_requests, run_open
+from simulator.engine.config import EngineConfig
 from simulator.scenario.schema import PoolSpec
 
 POOL = {"model": "llama-3.1-8b", "gpu": "h200"}
@@ -37,3 +38,36 @@ def test_a_cut_chunk_ends_on_a_block_in_both_engines():
 def test_a_budget_below_a_block_is_refused():
     with pytest.raises(ValueError, match="below one KV block"):
         _cfg(16)
+
+
+def _behind_a_prompt_with_no_chunk(seqs: int = 8, blocks: int = 1_000):
+    """Prompts of 1,000, 500 and 3 tokens (and one output token: 32, 16 and 1 blocks reserved)
+    arriving together under a 100-token budget: the first takes 96, the second rounds to no whole
+    block of the 4 left, the third fits them whole."""
+    cfg = EngineConfig(max_num_batched_tokens=100, max_num_seqs=seqs, block_size=32, chunks_whole_blocks=True,
+                       kv_admission="reserve_output")
+    reqs = make_requests([0.0, 0.0, 0.0], [1000, 500, 3], [1, 1, 1])
+    fast, ref = run_open("fast", reqs, cfg, blocks), run_open("reference", reqs, cfg, blocks)
+    assert compare_runs(fast, ref) == []
+    return fast.requests
+
+
+def test_a_prompt_given_no_chunk_keeps_its_place_and_those_behind_it_are_tried():
+    """setCtxRequestsChunkSize<kFIRST_COME_FIRST_SERVED> goes on past a context whose chunk rounds to 0."""
+    a, b, c = _behind_a_prompt_with_no_chunk()
+    assert a.admitted == c.admitted == 0.0 < b.admitted
+    assert c.first_token < a.first_token     # the third ran in the first iteration
+    a, b, c = _behind_a_prompt_with_no_chunk(blocks=49)
+    assert a.admitted == c.admitted == 0.0 < b.admitted
+
+
+def test_a_prompt_given_no_chunk_still_holds_its_sequence_slot_in_the_pass():
+    """The capacity scheduler took it (max requests 2), so the third is not: it waits as the second does."""
+    a, b, c = _behind_a_prompt_with_no_chunk(seqs=2)
+    assert a.admitted == 0.0 < b.admitted <= c.admitted
+
+
+def test_a_prompt_given_no_chunk_still_holds_its_blocks_in_the_pass():
+    """... and reserved its blocks: with 48, none is left for the third."""
+    a, b, c = _behind_a_prompt_with_no_chunk(blocks=48)
+    assert a.admitted == 0.0 < b.admitted <= c.admitted

@@ -879,7 +879,7 @@ class ReplicaBase:
             taken += self._hold_windows(s, s.prompt)    # (chunk by chunk: _take_chunk)
         return taken + self.window_blocks
 
-    def _no_room(self, s: Seq, need: int, total: int, free: int) -> bool:
+    def _no_room(self, s: Seq, need: int, total: int, free: int, kept: int = 0) -> bool:
         """Whether the waiting ``s`` cannot be admitted now: its ``need``
         blocks (of ``total`` for its prompt, see ``_admission``) exceed the
         ``free`` ones, or, reserving outputs, its whole final KV does not fit
@@ -888,9 +888,11 @@ class ReplicaBase:
         what the running ones are expected to leave free. Never past one
         attention-DP rank's pool (``rank_blocks``), whatever the other ranks
         have free: a preempted request whose readmission gate outgrows it
-        waits, and ends STRANDED once nothing runs (``_never_readmitted``)."""
+        waits, and ends STRANDED once nothing runs (``_never_readmitted``). ``kept``: the blocks
+        the pass's test already counts for the prompts it keeps without a chunk (``_kept_blocks``)."""
         if need > self.rank_blocks:
             return True
+        free -= kept
         r = s.rank
         if self.reserves_decode:
             if self.ret_now[r] < 0:
@@ -907,9 +909,17 @@ class ReplicaBase:
                                            self._ratio(r, self.ratio_steps[r]), self.left_now[r], self.pass_reserved[r])
         if not self.no_evict:
             return need > free
-        # (its windows are in both need and its footprint)
-        return need + self._footprint(s.req) - total - self.window_blocks > \
-            self.rank_pool - self.rank_pinned[r] - self.reserved[r]
+        return self._kept_blocks(s, need, total) > self.rank_pool - self.rank_pinned[r] - self.reserved[r] - kept
+
+    def _kept_blocks(self, s: Seq, need: int, total: int) -> int:
+        """The blocks the KV test charges ``s`` (``need`` of its ``total`` taken from free memory),
+        which it goes on counting against the prompts after it in the pass where it passes the test
+        but gets no chunk: TensorRT-LLM's capacity scheduler schedules it, decrementing its reserved
+        blocks and counting it against max requests, before the micro-batch scheduler sizes chunks
+        (capacityScheduler.cpp GuaranteedNoEvictScheduler::impl)."""
+        if not self.no_evict:
+            return need
+        return need + self._footprint(s.req) - total - self.window_blocks    # (its windows in both)
 
     # --- SGLang's decode server (kv_admission: decode_reservation) ------------------
     @staticmethod
@@ -1256,9 +1266,9 @@ class ReplicaBase:
         self._unskip(skipped)
         return chunks
 
-    def _kv_refused(self, s: Seq, need: int, total: int, free: int) -> bool:
+    def _kv_refused(self, s: Seq, need: int, total: int, free: int, kept: int = 0) -> bool:
         """``_no_room``, which on a stack that then holds its rank full (``full_until_leave``) marks it so."""
-        if not self._no_room(s, need, total, free):
+        if not self._no_room(s, need, total, free, kept):
             return False
         if self.full_until_leave:
             self.kv_full[s.rank] = True
@@ -1346,7 +1356,12 @@ class ReplicaBase:
         iteration whose rank already holds prompt tokens only if its uncached
         tokens are fewer than what the iteration leaves of the rank's cap;
         whatever the budget already carries (decodes sharing the iteration,
-        prompts being continued) counts against it."""
+        prompts being continued) counts against it. A prompt that passes the KV test but whose
+        chunk rounds to no whole block (``chunks_whole_blocks``) keeps its place, its sequence slot
+        and its blocks in the test of those after it, which are still tried: TensorRT-LLM sizes the
+        chunks of every context its capacity scheduler took, in order, each taking what the budget
+        has left, whole if its rest fits (setCtxRequestsChunkSize<kFIRST_COME_FIRST_SERVED>), and
+        runs those given more than 0."""
         dp, slots = self.dp, self.draft_slots
         cap = self.rank_prefill_cap
         left = None if cap is None else [cap - (self.rank_budget - budget[r]) for r in range(dp)]
@@ -1356,12 +1371,14 @@ class ReplicaBase:
         closed = self._full_ranks([budget[r] <= slots or (closed is not None and closed[r]) for r in range(dp)])
         skipped: list[Seq] = []
         firsts = self._pass_firsts(chunks)
+        kept = [0] * dp         # prompts given no chunk (chunks_whole_blocks) and the KV blocks they hold
+        kept_kv = [0] * dp
         while not all(closed):
             s = self._next_waiting(skipped, closed)
             if s is None:
                 break
             r = s.rank
-            if self._rank_len(r) >= self.rank_seqs or self._over_budget(s):
+            if self._rank_len(r) + kept[r] >= self.rank_seqs or self._over_budget(s):
                 self._close(r, closed, skipped)
                 continue
             need, total, m = self._admission(s, budget=budget[r] if self.per_chunk else 0)
@@ -1370,10 +1387,14 @@ class ReplicaBase:
                 continue
             new = self._uncached(s, m)
             charged = self._chunk_of(self._budget_charge(s, new), budget[r])
-            if (self._kv_refused(s, need, total, free[r])    # (SGLang: NO_TOKEN before rem_input_tokens)
-                    or (left is not None and prompts[r] and new >= left[r])
-                    or charged == 0 < new):    # (no whole block: chunks_whole_blocks)
+            if (self._kv_refused(s, need, total, free[r], kept_kv[r])    # (SGLang: NO_TOKEN before rem_input_tokens)
+                    or (left is not None and prompts[r] and new >= left[r])):
                 self._close(r, closed, skipped)
+                continue
+            if charged == 0 < new:      # (no whole block of it left in the budget: chunks_whole_blocks)
+                kept[r] += 1
+                kept_kv[r] += self._kept_blocks(s, need, total)
+                skipped.append(self.waiting.popleft())
                 continue
             free[r] -= self._admit(s, total, m, now)
             self._trim_cache(sum(free))

@@ -160,8 +160,10 @@ class EngineConfig(BaseModel):
     chunks_whole_blocks: bool = Field(
         default=False,
         description="true: a prompt chunk the token budget cuts short ends on a whole KV block, its size rounded "
-                    "down to a multiple of block_size (the prompt's last chunk is not rounded; a rank whose "
-                    "budget left holds no whole block runs no new chunk of that prompt in the iteration). "
+                    "down to a multiple of block_size (the prompt's last chunk is not rounded). A waiting prompt "
+                    "whose chunk rounds to no whole block of what the budget has left runs none in the iteration "
+                    "but keeps its place, and its sequence slot and KV blocks in the admission tests of the "
+                    "prompts after it, which still join where their rest fits the budget whole. "
                     "TensorRT-LLM's FCFS context chunking (microBatchScheduler.cpp setCtxRequestsChunkSize "
                     "kFIRST_COME_FIRST_SERVED, chunk unit tokens_per_block). The trtllm backend sets it")
     prefix_reuse_credit: Literal["blocks_and_tokens", "blocks", "none"] = Field(
