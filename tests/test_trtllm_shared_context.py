@@ -74,3 +74,23 @@ def test_before_chunks_stored_their_computed_blocks_it_joins_the_last_chunk():
     """Before, each chunk's end stored the whole prompt's blocks: the running context registered none."""
     a, b = _behind_a_chunked_prompt(backend_version="1.3.0rc10")
     assert b.cached_tokens == 4095 and b.admitted < a.first_token
+
+
+def test_a_handed_over_request_is_not_held_back_on_a_decode_server():
+    """GuaranteedNoEvictScheduler::impl asks beneficialToSkip only of requests not in
+    isDisaggGenerationInitState: two handed-over requests of the same prompt, arriving while a decode
+    runs on a decode pool that reuses its cache (decode_prefix_reuse), join the same iteration."""
+    cfg = _cfg(decode_prefix_reuse=True)
+    assert cfg.defers_shared_context and cfg.prefix_cache
+
+    def handed_over() -> list[Request]:
+        reqs = [Request(0, 0.0, 256, 200, blocks=tuple(range(50, 58))),
+                Request(1, 0.05, 256, 4, blocks=tuple(range(8))), Request(2, 0.05, 256, 4, blocks=tuple(range(8)))]
+        for r in reqs:
+            r.preloaded = 256
+        return reqs
+    fast = run_open("fast", handed_over(), cfg, 2_000, id_block_tokens=32)
+    ref = run_open("reference", handed_over(), cfg, 2_000, id_block_tokens=32)
+    assert compare_runs(fast, ref) == []
+    _, b, c = fast.requests
+    assert b.admitted == c.admitted > 0.05 and c.cached_tokens == 255

@@ -1328,9 +1328,11 @@ class ReplicaBase:
         joins ``firsts`` before the budget and KV tests, as in TensorRT-LLM (a prompt they refuse
         ends its rank's pass, as it ends both its schedulers' loops). Where the prompt's ids are
         coarser than KV blocks, two prompts that part inside a block of ids are not held back, as
-        a KV-block key might be."""
+        a KV-block key might be. A request whose prompt's KV arrived with it (a disaggregated
+        decode server's) is neither held back nor registers a block: TensorRT-LLM takes its
+        generation-only requests (isDisaggGenerationInitState) past beneficialToSkip."""
         ids = s.ids
-        if m is None or ids is None:
+        if m is None or ids is None or self._preloaded(s):
             return False
         seen = m.ids + (0 if m.lower is None else m.lower.ids)
         mine = firsts[s.rank]

@@ -184,8 +184,9 @@ class EngineConfig(BaseModel):
                     "place kept and the prompts after it still tried, and then finds those blocks cached instead "
                     "of computing them beside it. TensorRT-LLM's capacity scheduler (capacityScheduler.cpp "
                     "GuaranteedNoEvictScheduler, beneficialToSkip), which its PyTorch executor runs by default; "
-                    "only with the prefix cache, and not for a model of sliding-window and full-attention layers "
-                    "(isVariableWindow) nor under static batching. The trtllm backend sets it")
+                    "only with the prefix cache, not for a request whose KV a prefill pool handed over (a generation-only "
+                    "request: isDisaggGenerationInitState), nor for a model of sliding-window and full-attention "
+                    "layers (isVariableWindow) nor under static batching. The trtllm backend sets it")
     defers_behind_chunks: bool = Field(
         default=False,
         description="with defers_shared_context: a prompt being chunked that has run a chunk also holds back, "
