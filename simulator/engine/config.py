@@ -184,9 +184,10 @@ class EngineConfig(BaseModel):
                     "place kept and the prompts after it still tried, and then finds those blocks cached instead "
                     "of computing them beside it. TensorRT-LLM's capacity scheduler (capacityScheduler.cpp "
                     "GuaranteedNoEvictScheduler, beneficialToSkip), which its PyTorch executor runs by default; "
-                    "only with the prefix cache, not for a request whose KV a prefill pool handed over (a generation-only "
-                    "request: isDisaggGenerationInitState), nor for a model of sliding-window and full-attention "
-                    "layers (isVariableWindow) nor under static batching. The trtllm backend sets it")
+                    "not for a request whose KV a prefill pool handed over (a generation-only request: "
+                    "isDisaggGenerationInitState), nor for a model of sliding-window and full-attention layers "
+                    "(isVariableWindow). The trtllm backend sets it. Pools without the prefix cache, and under "
+                    "static batching (TensorRT-LLM's StaticBatchScheduler holds none back), ignore it")
     defers_behind_chunks: bool = Field(
         default=False,
         description="with defers_shared_context: a prompt being chunked that has run a chunk also holds back, "
@@ -194,7 +195,7 @@ class EngineConfig(BaseModel):
                     "that prompt's next chunk computes, until its last chunk has run (TensorRT-LLM's "
                     "prefillWithChunkedContextsAlreadyExecuting, its computed blocks stored for reuse as each "
                     "chunk ends: BlockManager::storeContextBlocks up to getContextCurrentPosition). The trtllm "
-                    "backend sets it by release")
+                    "backend sets it by release. Pools without defers_shared_context or chunked_prefill ignore it")
     unchunked_budget: Union[Literal["context"], int, None] = Field(
         default=None,
         description="the token budget the stack takes without chunked_prefill where the pool sets none. context: "
