@@ -1307,40 +1307,44 @@ class ReplicaBase:
         firsts: list[set[int]] = [set() for _ in range(self.dp)]
         if self.defers_behind_chunks:
             for s, _ in running:
-                if s.done > 0 and s.ids is not None:
-                    self._contributes(s, s.done - s.done % self.bs, firsts[s.rank])
+                block = self._whole_block(s, s.done - s.done % self.bs) if s.done > 0 else None
+                if block is not None:
+                    firsts[s.rank].add(block)
         return firsts
 
-    def _contributes(self, s: Seq, start: int, mine: set[int]) -> None:
-        """``s``'s block from prompt token ``start`` joins ``mine`` where it is a whole KV block of
-        its prompt (TensorRT-LLM keys only whole blocks: findNewContextBlock)."""
+    def _whole_block(self, s: Seq, start: int) -> Optional[int]:
+        """The id of ``s``'s block from prompt token ``start`` where it is a whole KV block of its
+        prompt, else None (TensorRT-LLM keys only whole blocks: findNewContextBlock)."""
         ids = s.ids
         cache = self.cache
-        assert ids is not None and cache is not None
-        if start // cache.H < len(ids) and start + self.bs <= s.prompt:
-            mine.add(ids[start // cache.H])
+        if ids is None or cache is None or start // cache.H >= len(ids) or start + self.bs > s.prompt:
+            return None
+        return ids[start // cache.H]
 
     def _defers(self, s: Seq, m: Optional[Match], firsts: list[set[int]]) -> bool:
         """Whether the pass holds ``s`` back, its cache match ``m``: its first block the prefix
         cache held before the pass is the first new block of a prompt admitted before it in the
-        pass or still being chunked (TensorRT-LLM's beneficialToSkip; the blocks that prompt
-        entered are in ``m`` now, the ids agreeing up to there). Otherwise its own first new block
-        joins ``firsts`` before the budget and KV tests, as in TensorRT-LLM (a prompt they refuse
-        ends its rank's pass, as it ends both its schedulers' loops). Where the prompt's ids are
-        coarser than KV blocks, two prompts that part inside a block of ids are not held back, as
-        a KV-block key might be. A request whose prompt's KV arrived with it (a disaggregated
-        decode server's) is neither held back nor registers a block: TensorRT-LLM takes its
-        generation-only requests (isDisaggGenerationInitState) past beneficialToSkip."""
+        pass or still being chunked (TensorRT-LLM's beneficialToSkip: the blocks that prompt
+        entered at admission are in ``m`` now, the ids agreeing up to there; where prompts enter
+        the cache once computed, ``prompt_cached: computed``, that block is ``s``'s own first new
+        one). Otherwise its own first new block joins ``firsts`` before the budget and KV tests, as
+        in TensorRT-LLM (a prompt they refuse ends its rank's pass, as it ends both its schedulers'
+        loops). Where the prompt's ids are coarser than KV blocks, two prompts that part inside a
+        block of ids are not held back, as a KV-block key might be. A request whose prompt's KV
+        arrived with it (a disaggregated decode server's) is neither held back nor registers a
+        block: TensorRT-LLM takes its generation-only requests (isDisaggGenerationInitState) past
+        beneficialToSkip."""
         ids = s.ids
         if m is None or ids is None or self._preloaded(s):
             return False
         seen = m.ids + (0 if m.lower is None else m.lower.ids)
         mine = firsts[s.rank]
-        if mine and not mine.isdisjoint(ids[:seen]):
+        assert self.cache is not None   # a match came from it
+        new = self._whole_block(s, seen * self.cache.H)
+        if mine and (new in mine or not mine.isdisjoint(ids[:seen])):
             return True
-        cache = self.cache
-        assert cache is not None   # a match came from it
-        self._contributes(s, seen * cache.H, mine)
+        if new is not None:
+            mine.add(new)
         return False
 
     def _close(self, rank: int, closed: list[bool], skipped: list[Seq]) -> None:
