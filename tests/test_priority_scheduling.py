@@ -37,6 +37,10 @@ def _scenario(backend: str | None = "vllm", priorities: tuple[int, int] = (0, 1)
     return d
 
 
+#: SGLang launched with --enable-priority-scheduling: its full batch is not held until a request leaves
+SGLANG_PRIORITY = {"priority_scheduling": True, "full_until_leave": False}
+
+
 def _refusal(d: dict) -> LlmsimError:
     with pytest.raises(LlmsimError) as err:
         compile_scenario(Scenario.model_validate(d), "s.yaml")
@@ -89,8 +93,8 @@ def test_classes_in_pools_of_their_own_need_no_priority_scheduling():
 
 
 def test_sglang_priorities_further_apart_than_its_preemption_threshold_are_refused():
-    compile_scenario(Scenario.model_validate(_scenario("sglang", (0, 10), priority_scheduling=True)), "s.yaml")
-    e = _refusal(_scenario("sglang", (0, 11), priority_scheduling=True))
+    compile_scenario(Scenario.model_validate(_scenario("sglang", (0, 10), **SGLANG_PRIORITY)), "s.yaml")
+    e = _refusal(_scenario("sglang", (0, 11), **SGLANG_PRIORITY))
     assert e.key_path == "classes[1].priority" and "--priority-scheduling-preemption-threshold" in e.message
 
 
@@ -130,7 +134,19 @@ def test_a_backend_profile_without_the_key_is_refused_naming_it(tmp_path):
 
 @pytest.mark.parametrize("backend, old, read", [("vllm", "0.10.1", "0.11.0"), ("sglang", "0.5.3", "0.5.4")])
 def test_priority_scheduling_on_a_release_older_than_those_read_is_refused(backend, old, read):
-    compile_scenario(Scenario.model_validate(_scenario(backend, priority_scheduling=True, backend_version=read)),
-                     "s.yaml")
-    e = _refusal(_scenario(backend, priority_scheduling=True, backend_version=old))
+    on = SGLANG_PRIORITY if backend == "sglang" else {"priority_scheduling": True}
+    compile_scenario(Scenario.model_validate(_scenario(backend, backend_version=read, **on)), "s.yaml")
+    e = _refusal(_scenario(backend, backend_version=old, **on))
     assert e.key_path == "pools[0].engine.priority_scheduling" and f"from {read}" in e.message
+
+
+@pytest.mark.parametrize("version", ["0.5.4", "0.5.23"])
+def test_sglang_priority_scheduling_does_not_hold_a_full_batch(version):
+    """Launched with --enable-priority-scheduling SGLang clears batch_is_full at every plan (scheduler.py
+    get_new_batch_prefill: try_preemption to 0.5.9, enable_priority_preemption from 0.5.14), so the
+    backend's full_until_leave: true is refused beside it, one priority or two."""
+    e = _refusal(_scenario("sglang", (0, 0), priority_scheduling=True, backend_version=version))
+    assert e.key_path == "pools[0].engine.full_until_leave" and "set full_until_leave: false" in e.message
+    compile_scenario(Scenario.model_validate(_scenario("sglang", (0, 0), backend_version=version, **SGLANG_PRIORITY)),
+                     "s.yaml")
+    compile_scenario(Scenario.model_validate(_scenario("sglang", (0, 0), backend_version=version)), "s.yaml")

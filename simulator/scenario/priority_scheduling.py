@@ -26,7 +26,14 @@ Each stack's own order, onto which llmsim's "larger first" maps:
   waiting one more than ``--priority-scheduling-preemption-threshold``
   (10) above them (PrefillAdder.preempt_to_schedule), which llmsim does not
   model: a pool whose classes' priorities differ by more is refused (only
-  their order counts here, so priorities within 10 say the same).
+  their order counts here, so priorities within 10 say the same). To try
+  that preemption it clears its batch_is_full at every plan (scheduler.py
+  get_new_batch_prefill: ``try_preemption`` in 0.5.4 and 0.5.9,
+  ``enable_priority_preemption`` in 0.5.14-0.5.23), so a request that failed
+  the KV test is tried again at the next plan: ``full_until_leave: true``
+  (the sglang backend's, a full batch held until a request leaves) is
+  refused beside it, as is the launch that keeps it
+  (``--disable-priority-preemption``, read from 0.5.14), not modelled.
 * A ``backend_version`` before the oldest release read here (vLLM 0.11.0,
   SGLang 0.5.4) is refused with the key set: what it did is not known.
 * TensorRT-LLM's PyTorch backend queues first come, first served
@@ -53,12 +60,13 @@ class StackPriorities:
     send: str                           # the request priority a class of priority p is sent with
     preemption_threshold: Optional[int]  # a waiting request more than this above a running one preempts it
     since: str                          # the oldest release whose priority scheduling was read
+    clears_full: bool = False           # a full batch (EngineConfig.full_until_leave) is cleared at every plan
 
 
 STACKS = {
     "vllm": StackPriorities("--scheduling-policy priority", "−p (vLLM serves the smaller value first)", None, "0.11.0"),
     "sglang": StackPriorities("--enable-priority-scheduling", "p (without --schedule-low-priority-values-first)", 10,
-                              "0.5.4"),
+                              "0.5.4", clears_full=True),
 }
 
 #: Why a stack's priority scheduling is not modelled.
@@ -110,6 +118,13 @@ def check_priority_scheduling(sc: Scenario, routes: dict[str, str], decodes_on: 
                               f"releases from {s.since} run it, and backend_version {e.backend_version} is older; "
                               "set priority_scheduling: false (and one priority for the pool's classes), or a "
                               f"backend_version from {s.since}", source=source, key_path=key)
+        if on and s and s.clears_full and e.full_until_leave and e.expects_output:
+            raise LlmsimError(f"pool {p.name!r}: {stack} launched with {s.flag} clears batch_is_full at every "
+                              "plan to try preempting for the head of its queue, so a request that failed the KV "
+                              "test is tried again at the next plan (full_until_leave: true, which the backend "
+                              "sets, holds the rank full until a request leaves: --disable-priority-preemption, "
+                              "not modelled); set full_until_leave: false",
+                              source=source, key_path=f"pools[{i}].engine.full_until_leave")
         classes = _reaching(sc, p.name, routes, decodes_on)
         low = min(classes, key=lambda jc: jc[1].priority)
         high = max(classes, key=lambda jc: jc[1].priority)
