@@ -60,13 +60,15 @@ shapes = st.sampled_from([(8, 2), (16, 1), (128, 8), (256, 8), (512, 22), (160, 
        st.integers(0, 2**31))
 @settings(max_examples=120, deadline=None)
 def test_power_law_counts_are_the_collectors(shape, tokens, alpha, seed):
+    """Three draws at once are the collector's three draws one after another."""
     num_experts, topk, ep = shape
-    fast = R._power_law_counts(tokens, num_experts, topk, ep, alpha, np.random.default_rng(seed))
-    slow = _collector_counts(tokens, num_experts, topk, ep, alpha, np.random.default_rng(seed))
+    fast = R._power_law_counts(tokens, num_experts, topk, ep, alpha, np.random.default_rng(seed), draws=3)
+    rng = np.random.default_rng(seed)
+    slow = [_collector_counts(tokens, num_experts, topk, ep, alpha, rng) for _ in range(3)]
     assert np.array_equal(fast, slow)
-    assert fast.sum() == tokens * topk and fast.max() <= tokens          # each token takes an expert once
-    per_rank = fast.reshape(ep, -1).sum(axis=1)
-    assert per_rank[0] == per_rank.max()                                 # rank 0 is the busiest
+    assert (fast.sum(axis=1) == tokens * topk).all() and fast.max() <= tokens   # each token takes an expert once
+    per_rank = fast.reshape(3, ep, -1).sum(axis=2)
+    assert (per_rank[:, 0] == per_rank.max(axis=1)).all()                     # rank 0 is the busiest
 
 
 @given(shapes, st.sampled_from([1, 2, 5, 64, 700]), st.sampled_from(["balanced", "power_law_1.01", "power_law_1.2"]))
@@ -103,7 +105,7 @@ def grouped_topk(ids: np.ndarray, num_experts: int, topk: int, groups: tuple[int
 def test_grouped_router_keeps_k_distinct_experts_in_topk_groups(tokens, dist, ep):
     ids = R._balanced_ids(tokens, 256, 8)
     if dist != "balanced":
-        counts = R._power_law_counts(tokens, 256, 8, ep, 1.2, np.random.default_rng(tokens))
+        counts = R._power_law_counts(tokens, 256, 8, ep, 1.2, np.random.default_rng(tokens))[0]
         ids = R._assign(counts, tokens, 8)
         assert np.array_equal(np.bincount(ids.ravel(), minlength=256), counts)
     g = grouped_topk(ids, 256, 8, (8, 4))
@@ -111,18 +113,22 @@ def test_grouped_router_keeps_k_distinct_experts_in_topk_groups(tokens, dist, ep
     assert all(len(set(row)) == 8 and len(set(row // 32)) <= 4 for row in g)
 
 
-@given(st.lists(st.integers(0, 50), min_size=1, max_size=40), st.integers(0, 400), st.integers(0, 60))
+@given(st.integers(1, 40).flatmap(lambda n: st.lists(st.lists(st.integers(0, 50), min_size=n, max_size=n),
+                                                     min_size=1, max_size=4)),
+       st.integers(0, 400), st.integers(0, 60))
 @settings(max_examples=200, deadline=None)
-def test_water_fill_is_one_increment_at_a_time(c, q, ub):
+def test_water_fill_is_one_increment_at_a_time(rows, q, ub):
     """The closed-form level equals q single increments, each to the lowest
-    entry below ub, the first on ties (the collector's argmin loop)."""
-    c = np.minimum(np.array(c, dtype=np.int64), ub)
+    entry below ub, the first on ties (the collector's argmin loop), in each
+    row (a rank's experts) on its own."""
+    c = np.minimum(np.array(rows, dtype=np.int64), ub)
     slow = c.copy()
-    for _ in range(q):
-        below = np.nonzero(slow < ub)[0]
-        if not len(below):
-            break
-        slow[below[np.argmin(slow[below])]] += 1
+    for row in slow:
+        for _ in range(q):
+            below = np.nonzero(row < ub)[0]
+            if not len(below):
+                break
+            row[below[np.argmin(row[below])]] += 1
     assert np.array_equal(R._water_fill(c, q, ub), slow)
 
 

@@ -52,20 +52,21 @@ def _balanced_ids(tokens: int, num_experts: int, topk: int) -> np.ndarray:
 
 
 def _water_fill(c: np.ndarray, q: int, ub: int) -> np.ndarray:
-    """``c`` after ``q`` single increments, each to its lowest entry below ``ub``,
-    the first such entry on ties (``torch.argmin``)."""
-    s = np.sort(c)
+    """Each row of ``c`` after ``q`` single increments, each to the row's lowest
+    entry below ``ub``, the first such entry on ties (``torch.argmin``). Rows
+    at once: a rank by rank loop of these was most of a power-law draw."""
+    s = np.sort(c, axis=-1)
     # The highest level the q units reach everywhere: filling the k lowest
     # entries to level L costs k L − (their sum), so with k filled the level
     # is (q + their sum) // k, capped at the next entry and at ub; the best k's.
-    k = np.arange(1, len(s) + 1)
-    level = np.minimum((q + np.cumsum(s)) // k, np.append(s[1:], ub))
-    level = np.minimum(level, ub)
-    lo = int(max(s[0], level[level >= s].max(initial=s[0])))
+    k = np.arange(1, s.shape[-1] + 1)
+    above = np.concatenate([s[..., 1:], np.full(s.shape[:-1] + (1,), ub, dtype=s.dtype)], axis=-1)
+    level = np.minimum(np.minimum((q + np.cumsum(s, axis=-1)) // k, above), ub)
+    lo = np.where(level >= s, level, s[..., :1]).max(axis=-1, keepdims=True)
     out = np.maximum(c, lo)
-    left = q - int((out - c).sum())
-    at = np.nonzero((out == lo) & (out < ub))[0][:left]
-    out[at] += 1
+    left = q - (out - c).sum(axis=-1, keepdims=True)      # never negative: the level's cost is at most q
+    at = (out == lo) & (out < ub)
+    out += at & (np.cumsum(at, axis=-1) <= left)
     return out
 
 
@@ -84,44 +85,46 @@ def _round_robin(counts: np.ndarray, remaining: int, step: int, ub: int) -> np.n
         full = remaining // len(ranks)
         if step > 0 and full:
             # `full` whole rounds: each rank water-fills its own experts.
-            for r in ranks:
-                before = int(c[r].sum())
-                c[r] = _water_fill(c[r], full, ub)
-                remaining -= int(c[r].sum()) - before
+            before = c[ranks]
+            c[ranks] = after = _water_fill(before, full, ub)
+            remaining -= int((after - before).sum())
             continue
-        for r in ranks[:remaining] if step > 0 else ranks:
-            if remaining == 0:
-                break
-            row = np.where(valid[r], c[r], np.iinfo(np.int64).max if step > 0 else -1)
-            c[r, int(np.argmin(row) if step > 0 else np.argmax(row))] += step
-            remaining -= 1
+        # one unit to each of the first `remaining` ranks (each rank's unit is its own)
+        rows = ranks[:remaining]
+        masked = np.where(valid[rows], c[rows], np.iinfo(np.int64).max if step > 0 else -1)
+        c[rows, np.argmin(masked, axis=1) if step > 0 else np.argmax(masked, axis=1)] += step
+        remaining -= len(rows)
     return c
 
 
 def _power_law_counts(tokens: int, num_experts: int, topk: int, ep: int, alpha: float,
-                      rng: np.random.Generator) -> np.ndarray:
-    """Pairs per expert of one power-law draw (``_generate_power_law_distribution``),
-    the busiest rank's experts first."""
+                      rng: np.random.Generator, draws: int = 1) -> np.ndarray:
+    """Pairs per expert of ``draws`` successive power-law draws
+    (``_generate_power_law_distribution``), one row each, the busiest rank's
+    experts first. The draws' loads are drawn and rounded at once (the same
+    numbers as one draw after another); only the round robin is per draw."""
     if tokens * topk > num_experts:
         xmin, xmax = 1.0, tokens * 0.8
     else:
         xmin, xmax = 0.01, 2.0
-    u = rng.random(num_experts)
+    u = rng.random((draws, num_experts))
     a1 = 1.0 - alpha
     load = ((xmax ** a1 - xmin ** a1) * u + xmin ** a1) ** (1.0 / a1)
     target = tokens * topk
-    counts = np.round(load / load.sum() * target).astype(np.int64)
+    counts = np.round(load / load.sum(axis=1, keepdims=True) * target).astype(np.int64)
     # A token takes an expert at most once: no expert holds more than `tokens`.
-    overflow = int(np.clip(counts - tokens, 0, None).sum())
-    counts = np.minimum(counts, tokens).reshape(ep, num_experts // ep)
-    if overflow:
-        counts = _round_robin(counts, overflow, +1, tokens)
-    delta = target - int(counts.sum())
-    if delta:
-        counts = _round_robin(counts, abs(delta), 1 if delta > 0 else -1, tokens)
-    top = int(np.argmax(counts.sum(axis=1)))
-    counts[[0, top]] = counts[[top, 0]]
-    return counts.reshape(-1)
+    overflow = np.clip(counts - tokens, 0, None).sum(axis=1)
+    counts = np.minimum(counts, tokens).reshape(draws, ep, num_experts // ep)
+    for d, c in enumerate(counts):
+        if overflow[d]:
+            c = _round_robin(c, int(overflow[d]), +1, tokens)
+        delta = target - int(c.sum())
+        if delta:
+            c = _round_robin(c, abs(delta), 1 if delta > 0 else -1, tokens)
+        top = int(np.argmax(c.sum(axis=1)))
+        c[[0, top]] = c[[top, 0]]
+        counts[d] = c
+    return counts.reshape(draws, num_experts)
 
 
 def _assign(counts: np.ndarray, tokens: int, topk: int) -> np.ndarray:
@@ -138,10 +141,19 @@ def _kept_groups(ids: np.ndarray, num_experts: int, groups: tuple[int, int]) -> 
     router keeps it (groups ranked by the sum of their two best scores)."""
     n_group, topk_group = groups
     per = num_experts // n_group
-    held = (ids[:, :, None] // per == np.arange(n_group)).sum(axis=1, dtype=np.int8)
+    cell = (np.arange(ids.shape[0])[:, None] * n_group + ids // per).ravel()
+    held = np.bincount(cell, minlength=ids.shape[0] * n_group).reshape(-1, n_group).astype(np.int8)
     kept = np.zeros(held.shape, dtype=bool)
     np.put_along_axis(kept, np.argsort(-np.minimum(held, 2), axis=1, kind="stable")[:, :topk_group], True, axis=1)
     return held, kept
+
+
+def _first_experts(groups: np.ndarray, per: int, m: int) -> np.ndarray:
+    """Per token, the ``m`` lowest-indexed experts of its marked groups (each
+    row marks as many groups, holding at least ``m`` experts)."""
+    marked = np.nonzero(groups)[1].reshape(groups.shape[0], -1)      # ascending, row by row
+    j = np.arange(m)
+    return marked[:, j // per] * per + j % per
 
 
 def _grouped_local_counts(ids: np.ndarray, num_experts: int, topk: int, groups: tuple[int, int],
@@ -160,30 +172,34 @@ def _grouped_local_counts(ids: np.ndarray, num_experts: int, topk: int, groups: 
     about the kernels' tie order, borne out by the rows: the balanced
     DeepSeek rows at ep 64 run 14× what an even split predicts).
 
-    Rank 0's experts are the lowest-indexed, so its picks are the chosen
-    experts of kept groups, then the lowest-indexed other experts of kept
-    groups, then of dropped ones, while k is not reached: running counts over
-    rank 0's columns decide them without sorting every token's experts (the
-    router's sort itself is the tests' reference). The annotation of the
-    fit's rows spends most of its time here."""
+    So a token's picks are its chosen experts in kept groups, then the
+    lowest-indexed other experts of kept groups, then of dropped ones, while
+    k is not reached. With c chosen experts in kept groups, the k − c ties
+    it takes there lie among the first k experts of those groups (only the c
+    are passed over), and any further ones among the first k of its dropped
+    groups: k candidates per token decide them, where a token-by-expert table
+    cost most of the annotation's time (the router's sort itself is the
+    tests' reference). Rank 0's experts are the lowest-indexed
+    ``num_experts // ep``."""
     n_group, topk_group = groups
     per, local = num_experts // n_group, num_experts // ep
     held, kept = _kept_groups(ids, num_experts, groups)
-    chosen = np.zeros((ids.shape[0], local), dtype=bool)
-    rows, cols = np.nonzero(ids < local)
-    chosen[rows, ids[rows, cols]] = True
-    in_kept = np.repeat(kept[:, :-(-local // per)], per, axis=1)[:, :local]
+    in_kept = np.take_along_axis(kept, ids // per, axis=1)
     picked = (held * kept).sum(axis=1, dtype=np.int32)
-    counts = (chosen & in_kept).sum(axis=0)
+    picks = [ids[in_kept]]
     need = topk - picked                                   # ties to fill, per token
-    # the kept groups' other experts, then the dropped groups' (the sort's order)
-    for ties, total in ((in_kept & ~chosen, topk_group * per - picked), (~in_kept, (n_group - topk_group) * per)):
-        if not need.any():
-            break
-        fill = ties & (np.cumsum(ties, axis=1, dtype=np.int32) <= need[:, None])
-        counts = counts + fill.sum(axis=0)
-        need = need - np.minimum(total, need)
-    return counts
+    if need.any():
+        # the kept groups' other experts, by index
+        cand = _first_experts(kept, per, min(topk, topk_group * per))
+        free = ~(cand[:, :, None] == ids[:, None, :]).any(axis=2)
+        picks.append(cand[free & (np.cumsum(free, axis=1) <= need[:, None])])
+        need = need - np.minimum(topk_group * per - picked, need)
+    if need.any():
+        # then the dropped groups' experts, by index
+        cand = _first_experts(~kept, per, min(topk, (n_group - topk_group) * per))
+        picks.append(cand[np.arange(cand.shape[1]) < need[:, None]])
+    picked_ids = np.concatenate(picks)
+    return np.bincount(picked_ids[picked_ids < local], minlength=local)
 
 
 def _local_counts(ids: np.ndarray, num_experts: int, ep: int) -> np.ndarray:
@@ -206,14 +222,11 @@ def rank0_counts(tokens: int, num_experts: int, topk: int, ep: int, distribution
     alpha = float(distribution.removeprefix("power_law_"))
     seed = zlib.crc32(repr((tokens, num_experts, topk, ep, distribution)).encode())
     rng = np.random.default_rng(np.random.SeedSequence(seed))
-    draws = []
-    for _ in range(_DRAWS):
-        counts = _power_law_counts(tokens, num_experts, topk, ep, alpha, rng)
-        if groups:
-            draws.append(_grouped_local_counts(_assign(counts, tokens, topk), num_experts, topk, groups, ep))
-        else:
-            draws.append(counts[:num_experts // ep])
-    return draws
+    draws = _power_law_counts(tokens, num_experts, topk, ep, alpha, rng, _DRAWS)
+    if groups:
+        return [_grouped_local_counts(_assign(counts, tokens, topk), num_experts, topk, groups, ep)
+                for counts in draws]
+    return list(draws[:, :num_experts // ep])
 
 
 # Every row block a row-padding kernel runs (matmul_ogs: powers of two
