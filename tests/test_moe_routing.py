@@ -90,9 +90,12 @@ def test_one_token_spreads_over_the_ranks_like_the_balanced_router():
 
 def grouped_topk(ids: np.ndarray, num_experts: int, topk: int, groups: tuple[int, int]) -> np.ndarray:
     """The experts vLLM's group-limited router picks, by its sort: kept groups' chosen experts, then
-    their others, then the dropped groups', each by index (the reference the annotation's running
-    counts, ``R._grouped_local_counts``, are held to)."""
-    _, kept = R._kept_groups(ids, num_experts, groups)
+    their others, then the dropped groups', each by index (the reference the annotation's counts,
+    ``R._grouped_local_counts``, are held to)."""
+    n_group, topk_group = groups
+    held = (ids[:, :, None] // (num_experts // n_group) == np.arange(n_group)).sum(axis=1)
+    kept = np.zeros(held.shape, dtype=bool)      # groups by the sum of their two best scores, stable on ties
+    np.put_along_axis(kept, np.argsort(-np.minimum(held, 2), axis=1, kind="stable")[:, :topk_group], True, axis=1)
     chosen = np.zeros((ids.shape[0], num_experts), dtype=bool)
     np.put_along_axis(chosen, ids, True, axis=1)
     rank = np.where(np.repeat(kept, num_experts // groups[0], axis=1), np.where(chosen, -2, -1), 0)

@@ -143,9 +143,10 @@ def _kept_groups(ids: np.ndarray, num_experts: int, groups: tuple[int, int]) -> 
     per = num_experts // n_group
     cell = (np.arange(ids.shape[0])[:, None] * n_group + ids // per).ravel()
     held = np.bincount(cell, minlength=ids.shape[0] * n_group).reshape(-1, n_group).astype(np.int8)
-    kept = np.zeros(held.shape, dtype=bool)
-    np.put_along_axis(kept, np.argsort(-np.minimum(held, 2), axis=1, kind="stable")[:, :topk_group], True, axis=1)
-    return held, kept
+    # a group's rank: its score, then the lower index on ties (a stable sort's order), one key each
+    key = np.minimum(held, 2).astype(np.int32) * n_group + np.arange(n_group - 1, -1, -1)
+    least = np.partition(key, n_group - topk_group, axis=1)[:, n_group - topk_group:n_group - topk_group + 1]
+    return held, key >= least
 
 
 def _first_experts(groups: np.ndarray, per: int, m: int) -> np.ndarray:
