@@ -283,13 +283,18 @@ def _shape(heads) -> A.MlaShape:
     return A.MlaShape(num_heads=int(heads), **DSV3)
 
 
-def _per_heads(df: pd.DataFrame, fn: Callable[[pd.DataFrame, A.MlaShape], np.ndarray]) -> np.ndarray:
+def _by_groups(df: pd.DataFrame, keys: list[str], fn: Callable[[tuple, np.ndarray], np.ndarray]) -> np.ndarray:
+    """``fn(key, positions)`` for each group of rows sharing ``keys``, into one array. One grouping per
+    call: a fit prices its rows a few hundred times, and selecting them as data frames, head count by
+    head count and then table by table, was most of that."""
     out = np.empty(len(df))
-    heads = df["num_heads_per_gpu"].to_numpy()
-    for h in np.unique(heads):
-        sel = heads == h
-        out[sel] = fn(df[sel], _shape(h))
+    for key, idx in df.groupby(keys).indices.items():
+        out[idx] = fn(key if isinstance(key, tuple) else (key,), idx)
     return out
+
+
+def _per_heads(df: pd.DataFrame, fn: Callable[[pd.DataFrame, A.MlaShape], np.ndarray]) -> np.ndarray:
+    return _by_groups(df, ["num_heads_per_gpu"], lambda key, idx: fn(df.iloc[idx], _shape(key[0])))
 
 
 def predict_priced(df: pd.DataFrame, gpu: HardwareProfile) -> np.ndarray:
@@ -307,45 +312,41 @@ def predict_priced(df: pd.DataFrame, gpu: HardwareProfile) -> np.ndarray:
 
 def predict_mla_prefill(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:
     """``batch`` prompts of ``isl`` tokens, no prefix: FLOPs and bytes summed, one blend."""
-    def one(d: pd.DataFrame, s: A.MlaShape) -> np.ndarray:
-        b = d["batch_size"].to_numpy()
-        f, nb = A.mla_prefill_flops_bytes(d["isl"].to_numpy(), 0.0, s, d["kv_bytes"].to_numpy())
+    batch, isl, kv_bytes = (df[c].to_numpy() for c in ("batch_size", "isl", "kv_bytes"))
+
+    def one(key: tuple, i: np.ndarray) -> np.ndarray:
+        b = batch[i]
+        f, nb = A.mla_prefill_flops_bytes(isl[i], 0.0, _shape(key[0]), kv_bytes[i])
         return np.asarray(blend(b * f / (gpu.peak_flops("bf16") * p.eta_compute),
                                 b * nb / (gpu.hbm_bandwidth * p.eta_memory), p.sharpness)) + p.fixed_us * 1e-6
-    return _per_heads(df, one)
+    return _by_groups(df, ["num_heads_per_gpu"], one)
 
 
 def predict_mla_decode(df: pd.DataFrame, gpu: HardwareProfile, p: RooflineParams) -> np.ndarray:
     """Σcontext = batch · (cached + 1), as the engine counts it."""
-    def one(d: pd.DataFrame, s: A.MlaShape) -> np.ndarray:
-        out = np.empty(len(d))
-        kvb = d["kv_bytes"].to_numpy()
-        for k in np.unique(kvb):
-            sel = kvb == k
-            dd = d[sel]
-            b = dd["batch_size"].to_numpy()
-            out[sel] = A.mla_decode_time(b, b * (dd["kv_len"].to_numpy() + 1.0), s, gpu, p, float(k))
-        return out
-    return _per_heads(df, one)
+    batch, kv_len = df["batch_size"].to_numpy(), df["kv_len"].to_numpy()
+
+    def one(key: tuple, i: np.ndarray) -> np.ndarray:
+        heads, kvb = key
+        b = batch[i]
+        return A.mla_decode_time(b, b * (kv_len[i] + 1.0), _shape(heads), gpu, p, float(kvb))
+    return _by_groups(df, ["num_heads_per_gpu", "kv_bytes"], one)
 
 
 def predict_module(df: pd.DataFrame, gpu: HardwareProfile, attn_prefill: RooflineParams,
                    attn_decode: RooflineParams, proj: RooflineParams) -> np.ndarray:
     """Module rows of one gemm_type: context (batch × isl new tokens) or generation (batch, kv_len)."""
-    def one(d: pd.DataFrame, s: A.MlaShape) -> np.ndarray:
-        out = np.empty(len(d))
-        for (table, kvb, gt), idx in d.groupby(["table", "kv_bytes", "gemm_type"]).groups.items():
-            dd = d.loc[idx]
-            sel = d.index.isin(idx)
-            b = dd["batch_size"].to_numpy()
-            if table == "mla_context_module_perf":
-                out[sel] = A.mla_module_prefill_time(dd["isl"].to_numpy(), 0.0, s, gpu, attn_prefill, proj, kvb,
-                                                     M.moe_dtype(gt), sequences=b)
-            else:
-                out[sel] = A.mla_module_decode_time(b, b * (dd["kv_len"].to_numpy() + 1.0), s, gpu, attn_decode,
-                                                    proj, kvb, M.moe_dtype(gt))
-        return out
-    return _per_heads(df, one)
+    col = {c: df[c].to_numpy() for c in ("batch_size", "isl", "kv_len") if c in df}   # isl: context rows' only
+
+    def one(key: tuple, i: np.ndarray) -> np.ndarray:
+        heads, table, kvb, gt = key
+        b, s = col["batch_size"][i], _shape(heads)
+        if table == "mla_context_module_perf":
+            return A.mla_module_prefill_time(col["isl"][i], 0.0, s, gpu, attn_prefill, proj, kvb, M.moe_dtype(gt),
+                                             sequences=b)
+        return A.mla_module_decode_time(b, b * (col["kv_len"][i] + 1.0), s, gpu, attn_decode, proj, kvb,
+                                        M.moe_dtype(gt))
+    return _by_groups(df, ["num_heads_per_gpu", "table", "kv_bytes", "gemm_type"], one)
 
 
 # ---- fitting ----
