@@ -232,8 +232,10 @@ def cache_configs(draw):
     # SGLang: a prompt enters the cache once computed, planning ahead or not.
     entry = draw(st.sampled_from(["allocated", "computed"])) if prompt_kv == "whole" else "allocated"
     ahead = draw(st.booleans())
+    # TensorRT-LLM: a prompt computing another's first new block waits a pass, whenever prompts enter.
+    defers = draw(st.sampled_from([False, False, True]))
     return EngineConfig(chunked_prefill=chunked, max_num_seqs=seqs, max_num_batched_tokens=budget, block_size=bs,
-                        prefix_cache_capacity_tokens=cap, scheduler=sched, kv_admission=admission,
+                        defers_shared_context=defers, defers_behind_chunks=defers, prefix_cache_capacity_tokens=cap, scheduler=sched, kv_admission=admission,
                         cache_preempted_output=keep, prompt_kv=prompt_kv, prompt_cached=entry,
                         schedule_ahead=ahead, full_until_leave=admission == "expected_output" and draw(st.booleans()))
 
