@@ -229,8 +229,8 @@ def cache_configs(draw):
     # vLLM V1: a chunked prompt's blocks (and the cache entries they fill) as its chunks are scheduled.
     prompt_kv = draw(st.sampled_from(["whole", "per_chunk"])) if chunked and admission == "on_demand" \
         and sched == "continuous" else "whole"
-    # SGLang: a prompt enters the cache once computed, planning ahead or not.
-    entry = draw(st.sampled_from(["allocated", "computed"])) if prompt_kv == "whole" else "allocated"
+    # SGLang: a prompt enters the cache once computed, planning ahead or not; TensorRT-LLM to 1.0 as it ends.
+    entry = draw(st.sampled_from(["allocated", "computed", "released"])) if prompt_kv == "whole" else "allocated"
     ahead = draw(st.booleans())
     # TensorRT-LLM: a prompt computing another's first new block waits a pass, whenever prompts enter.
     defers = draw(st.sampled_from([False, False, True]))
@@ -511,3 +511,18 @@ def test_a_handed_over_prompt_enters_the_decode_server_s_cache_as_it_is_taken_in
                        schedule_ahead=True)
     run = run_open(engine, reqs, cfg, 500, id_block_tokens=16)
     assert [r.cached_tokens for r in run.requests] == [0, 255]
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+@pytest.mark.parametrize("entry, hits", [("allocated", [0, 255, 255]), ("computed", [0, 255, 255]),
+                                         ("released", [0, 0, 255])])
+def test_a_prompt_entered_as_its_request_ends_is_no_hit_while_it_runs(engine, entry, hits):
+    """TensorRT-LLM before #6683 stored a sequence's blocks for reuse only as it was removed
+    (removeSequence -> releaseBlocks): the same prompt arriving while the first decodes computes it
+    again, one arriving after it ended reuses it."""
+    reqs = [Request(0, 0.0, 256, 200, blocks=tuple(range(17))), Request(1, 0.5, 256, 20, blocks=tuple(range(17))),
+            Request(2, 100.0, 256, 20, blocks=tuple(range(17)))]
+    cfg = EngineConfig(max_num_batched_tokens=512, block_size=16, prompt_cached=entry)
+    run = run_open(engine, reqs, cfg, 500, id_block_tokens=16)
+    assert run.requests[1].admitted < run.requests[0].finish < 100.0     # the second arrives while it decodes
+    assert [r.cached_tokens for r in run.requests] == hits

@@ -259,6 +259,9 @@ class ReplicaBase:
         # (``_enter_computed``); the prompts the last iteration completed, entered once the next plan
         # is made where the stack plans ahead (``_enter_completed``).
         self.enters_computed: bool = self.cache is not None and cfg.prompt_cached == "computed"
+        # Where it enters only as its request ends (prompt_cached: released, TensorRT-LLM before #6683), the
+        # same pin, and what it computed is entered as its pin is released (``_release_cache``).
+        self.enters_on_release: bool = self.cache is not None and cfg.prompt_cached == "released"
         self.completed: list[Seq] = []
         # With dp > 1 the stack's DP front end places each arrival on one attention-DP rank for its
         # whole life (engine/dp_placement.py), whose prefix cache it uses and whose prompt chunks and
@@ -614,7 +617,7 @@ class ReplicaBase:
         for s in self.cancelled:
             if s.state != DONE:
                 self._remove_running(s)
-                self._release_cache(s)
+                self._release_cache(s, self._computed_on_release(s))
                 self._end_request(s, now, Status.CANCELLED)
         self.cancelled.clear()
 
@@ -646,15 +649,25 @@ class ReplicaBase:
         self.preemptions += 1
         return v
 
+    def _computed_on_release(self, s: Seq) -> int:
+        """Tokens of ``s``, stopping before it finished (cancelled or preempted), whose full blocks
+        enter the prefix cache as it stops: where prompts enter only as their request ends
+        (``enters_on_release``), what it computed (TensorRT-LLM's removeSequence -> releaseBlocks
+        stores a removed sequence's blocks for reuse); 0 elsewhere, its prompt entered before."""
+        return self._kv_tokens(s) if self.enters_on_release and self._enters_later(s) else 0
+
     def _computed_on_preemption(self, v: Seq) -> int:
         """Tokens of ``v`` whose KV its full blocks keep in the prefix cache
         when it is preempted (``cache_preempted_output``: vLLM keeps the
-        hashes of every full block it computed, output included); 0: only
-        the prompt's stay, as entered at admission. Read after
-        ``_remove_running``, which brings a decoder's count up to date."""
-        if not self.cfg.cache_preempted_output:
-            return 0
-        return v.req.input_tokens + v.generated - 1 if v.state == DECODE else v.done
+        hashes of every full block it computed, output included); otherwise
+        what ``_computed_on_release`` enters."""
+        return self._kv_tokens(v) if self.cfg.cache_preempted_output else self._computed_on_release(v)
+
+    @staticmethod
+    def _kv_tokens(s: Seq) -> int:
+        """Tokens whose KV ``s`` has computed. Read after ``_remove_running``, which brings a
+        decoder's count up to date."""
+        return s.req.input_tokens + s.generated - 1 if s.state == DECODE else s.done
 
     # --- prefix cache --------------------------------------------------------
     def cached_prefix_tokens(self, req: Request) -> int:
@@ -1492,11 +1505,12 @@ class ReplicaBase:
                 self.completed.append(s)
 
     def _enters_later(self, s: Seq) -> bool:
-        """Whether ``s``'s prompt enters the prefix cache once computed rather than at admission: where
-        the stack enters computed prompts, all but a handed-over one on a decode server, whose prompt
-        SGLang enters as it builds the batch that takes it in (disaggregation/decode_schedule_batch_mixin.py
-        process_prebuilt, cache_unfinished_req / checkpoint_kv_cache)."""
-        return self.enters_computed and not s.req.preloaded
+        """Whether ``s``'s prompt enters the prefix cache once computed or once its request ends rather
+        than at admission: where the stack enters prompts so, all but a handed-over one on a decode
+        server, whose prompt SGLang enters as it builds the batch that takes it in
+        (disaggregation/decode_schedule_batch_mixin.py process_prebuilt, cache_unfinished_req /
+        checkpoint_kv_cache)."""
+        return (self.enters_computed or self.enters_on_release) and not s.req.preloaded
 
     def _enter_completed(self) -> bool:
         """The prompts the last iteration completed enter the prefix cache: SGLang inserts them as it

@@ -598,7 +598,7 @@ class EngineConfig(BaseModel):
                     "get_computed_blocks; the vllm backend sets it); needs block ids over the output (sessions, "
                     "system prompts); false: only its prompt's blocks stay cached (SGLang's "
                     "release_kv_cache(..., is_insert=False))")
-    prompt_cached: Literal["allocated", "computed"] = Field(
+    prompt_cached: Literal["allocated", "computed", "released"] = Field(
         default="allocated",
         description="with prefix_cache, when a prompt's blocks become a hit for other requests. allocated: as "
                     "they are allocated, so a prompt admitted after another in the same iteration shares the "
@@ -611,7 +611,10 @@ class EngineConfig(BaseModel):
                     "after the next iteration is planned (event_loop_overlap); so prompts sharing a prefix "
                     "admitted together, or under schedule_ahead in the next iteration, each compute it, and "
                     "the copies are freed as they enter the cache (radix_cache.py cache_unfinished_req). Only "
-                    "with prompt_kv: whole")
+                    "with prompt_kv: whole. released (TensorRT-LLM before 1.1.0rc0): only as the request ends, "
+                    "whatever it computed (kvCacheManager.cpp removeSequence -> releaseBlocks stores the "
+                    "sequence's blocks for reuse; none stored after the context phase), so a prompt "
+                    "sharing a prefix with a running one computes it too")
     prefix_cache_capacity_tokens: Union[int, Literal["unbounded"], None] = Field(
         default=None, description="cap on cached tokens no running request uses; default: whatever KV memory "
                                   "running requests leave free; 'unbounded': an idealised cache beyond GPU memory")
@@ -905,10 +908,10 @@ class EngineConfig(BaseModel):
             raise KeyRefusal("prompt_kv", f"per_chunk (vLLM V1's allocation) needs paged KV, continuous batching "
                              f"and kv_admission: on_demand; {held} reserves a prompt's KV whole at admission "
                              "(set prompt_kv: whole)")
-        if self.per_chunk_kv and self.prompt_cached == "computed":
-            raise KeyRefusal("prompt_cached", "computed (SGLang's radix cache) holds a prompt's KV whole from "
-                             "admission; prompt_kv: per_chunk (vLLM V1) caches each chunk's blocks as it allocates "
-                             "them (set prompt_cached: allocated)")
+        if self.per_chunk_kv and self.prompt_cached != "allocated":
+            raise KeyRefusal("prompt_cached", f"{self.prompt_cached} (SGLang's radix cache, TensorRT-LLM's reuse "
+                             "tree) holds a prompt's KV whole from admission; prompt_kv: per_chunk (vLLM V1) caches "
+                             "each chunk's blocks as it allocates them (set prompt_cached: allocated)")
         return self
 
     @model_validator(mode="after")
