@@ -33,7 +33,8 @@ def test_a_prompt_computing_anothers_new_blocks_waits_a_pass_in_both_engines():
     a, b, c = fast.requests
     assert a.cached_tokens == 0 and c.cached_tokens == 0
     assert c.admitted == a.admitted          # the third, behind the held one, is still taken
-    assert b.admitted > a.admitted and b.cached_tokens == 255   # a pass later, on the first's blocks
+    # a pass later, and the overlap loop stores the first's blocks only after that pass is scheduled
+    assert b.admitted > a.admitted and b.cached_tokens == 0
 
 
 def test_without_it_both_run_in_the_same_pass():
@@ -67,13 +68,23 @@ def test_a_prompt_still_being_chunked_holds_back_one_sharing_its_next_block():
     computes next (its computed blocks stored as each chunk ends, from 1.3.0rc11): the second prompt
     waits for the first's last chunk to run rather than join it."""
     a, b = _behind_a_chunked_prompt()
-    assert b.cached_tokens == 4095 and b.admitted >= a.first_token
+    # admitted at the pass after the last chunk, before the overlap loop stores that chunk's blocks
+    assert b.cached_tokens == 3072 and b.admitted >= a.first_token
 
 
 def test_before_chunks_stored_their_computed_blocks_it_joins_the_last_chunk():
     """Before, each chunk's end stored the whole prompt's blocks: the running context registered none."""
     a, b = _behind_a_chunked_prompt(backend_version="1.3.0rc10")
-    assert b.cached_tokens == 4095 and b.admitted < a.first_token
+    assert b.admitted < a.first_token
+
+
+def test_before_1_1_a_prompt_is_reused_only_once_its_request_ended():
+    """The 1.0 line stored a sequence's blocks for reuse only as it was removed (releaseBlocks)."""
+    a, b, c = run_open("fast", _requests(), _cfg(backend_version="1.0.0"), 2_000, id_block_tokens=32).requests
+    assert b.admitted > a.admitted and b.cached_tokens == 0
+    reqs = [Request(0, 0.0, 256, 4, blocks=tuple(range(8))), Request(1, 1.0, 256, 4, blocks=tuple(range(8)))]
+    assert [r.cached_tokens for r in run_open("fast", reqs, _cfg(backend_version="1.0.0"), 2_000,
+                                              id_block_tokens=32).requests] == [0, 255]
 
 
 def test_a_handed_over_request_is_not_held_back_on_a_decode_server():
