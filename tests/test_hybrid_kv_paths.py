@@ -31,8 +31,8 @@ class RankBound:
     """Admits nothing that asks more than one attention-DP rank's pool (``rank_blocks``), whatever
     the replica's other ranks have free: a rank's engine core could not."""
 
-    def _no_room(self, s, need: int, total: int, free: int) -> bool:
-        refused = super()._no_room(s, need, total, free)
+    def _no_room(self, s, need: int, total: int, free: int, kept: int = 0) -> bool:
+        refused = super()._no_room(s, need, total, free, kept)
         assert refused or need <= self.rank_blocks, (s.req.id, need, self.rank_blocks)
         return refused
 
