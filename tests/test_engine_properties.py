@@ -234,9 +234,14 @@ def check_run(run, reqs_in=None) -> None:
             assert rep.free == rep.num_blocks
     # FCFS within a class: on one replica, first admissions of one priority follow
     # submission order (a preempted sequence goes back to the head but keeps its first stamp).
+    # TensorRT-LLM's rules step past the head on purpose: a prompt its chunk sizing gives no whole
+    # block waits while later ones run (chunks_whole_blocks), one its beneficialToSkip holds back
+    # waits a pass (defers_shared_context).
+    out_of_order = {i for i, rep in enumerate(run.pool.replicas)
+                    if rep.cfg.chunks_whole_blocks or getattr(rep, "defers_shared", False)}
     by_rep: dict[tuple[int, int], list] = {}
     for r in reqs:
-        if r.status == Status.FINISHED:
+        if r.status == Status.FINISHED and r.replica not in out_of_order:
             by_rep.setdefault((r.replica, r.priority), []).append(r)
     for rs in by_rep.values():
         adm = [r.admitted for r in rs]
