@@ -498,18 +498,6 @@ def test_a_prompt_being_chunked_is_a_hit_as_far_as_it_was_computed(engine):
     assert [r.cached_tokens for r in run.requests] == [0, 512]
 
 
-@pytest.mark.parametrize("engine", ["fast", "reference"])
-def test_a_prompt_only_request_letting_go_of_the_last_free_blocks_lets_the_queue_on(engine):
-    """Planning ahead, a request that ended with its prompt holds its blocks through the next plan; where
-    that plan admits nothing for want of them and nothing runs, the replica plans again once they are
-    back (SGLang's loop processes the result, then plans), rather than idling with the queue stuck."""
-    reqs = [Request(i, 0.0, n, 1, blocks=tuple(range(100 * i, 100 * i + n))) for i, n in enumerate([1, 1, 48, 1])]
-    cfg = EngineConfig(max_num_seqs=1, max_num_batched_tokens=1, chunked_prefill=False, block_size=4,
-                       scheduler="static", schedule_ahead=True, prompt_cached="computed")
-    run = run_open(engine, reqs, cfg, 13, id_block_tokens=4)
-    assert all(r.status == Status.FINISHED for r in run.requests)
-
-
 def test_computed_entry_needs_whole_prompt_kv():
     with pytest.raises(ValueError, match="prompt_cached"):
         EngineConfig(prompt_kv="per_chunk", prompt_cached="computed")

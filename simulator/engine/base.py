@@ -1165,14 +1165,13 @@ class ReplicaBase:
         cap = b.get(s.req.klass)
         return cap is not None and self.kv_charged.get(s.req.klass, 0) + self._footprint(s.req) > cap
 
-    def _release_cache(self, s: Seq, kv_tokens: int = 0, left_batch: bool = False) -> None:
+    def _release_cache(self, s: Seq, kv_tokens: int = 0) -> None:
         """Unreference a sequence's cached entries (a finished one also enters
         its output blocks), and give back its class's KV charge: every way a
         running sequence stops (finish, cancel, preemption) passes here. A
         prompt stopped part-way (preempted or cancelled mid-prefill) stays
-        cached only as far as it was computed. ``left_batch``: its adapter already
-        left the batch (``_finish_prompt``, whose KV is let go a plan later)."""
-        if self.lora is not None and not left_batch:
+        cached only as far as it was computed."""
+        if self.lora is not None:
             self.lora.leave(s.req.adapter, self.iterations)
         self.kv_full[s.rank] = False    # (its rank's batch shrank: SGLang's batch_is_full cleared)
         if s.window_extra:
@@ -1206,8 +1205,6 @@ class ReplicaBase:
         the next plan neither hits it nor has its blocks: ``_chunks_computed`` lists it and
         ``_enter_completed`` lets it go. Elsewhere it goes now, as a request finishing in decode does."""
         if self.enters_computed and self.plans_ahead and s.pin is not None and self._enters_later(s):
-            if self.lora is not None:   # (out of the next batch all the same: its adapter leaves now)
-                self.lora.leave(s.req.adapter, self.iterations)
             self._end_request(s, now, Status.FINISHED)
             return
         self._drop_finished(s)
@@ -1546,7 +1543,7 @@ class ReplicaBase:
                 continue
             if s.state == DONE:     # ended with its prompt (``_finish_prompt``): entered as it lets go
                 self._drop_finished(s)
-                self._release_cache(s, s.req.input_tokens + s.req.output_tokens - 1, left_batch=True)
+                self._release_cache(s, s.req.input_tokens + s.req.output_tokens - 1)
                 entered = True
             elif s.state == DECODE:
                 self._enter_computed(s, s.prompt)

@@ -259,11 +259,10 @@ class ReferenceReplica(ReplicaBase):
         if not self.plans_ahead:
             self._enter_completed()
         chunks, decodes = self._plan(now)
-        entered = self._enter_completed()
-        if not chunks and not decodes and (self.held or entered):
-            if self.held:
-                self._take_in(now)      # nothing in flight to plan ahead of
-            chunks, decodes = self._plan(now)   # (or a prompt that let go gave its blocks back)
+        self._enter_completed()
+        if not chunks and not decodes and self.held:
+            self._take_in(now)      # nothing in flight to plan ahead of
+            chunks, decodes = self._plan(now)
         per_rank = self._by_rank(decodes)
         if self.expects_output:
             self._track_ratio(chunks, per_rank)

@@ -515,10 +515,9 @@ class FastReplica(ReplicaBase):
             self._enter_completed()
         chunks, decoding, preempted = self._plan(now)
         entered = self._enter_completed()
-        if not chunks and not decoding and (self.held or entered):
-            if self.held:
-                self._take_in(now)      # nothing in flight to plan ahead of
-            chunks, decoding, preempted = self._plan(now)   # (or a prompt that let go gave its blocks back)
+        if not chunks and not decoding and self.held:
+            self._take_in(now)      # nothing in flight to plan ahead of
+            chunks, decoding, preempted = self._plan(now)
         if self.expects_output:
             self._track_ratio(chunks, self.rank_decoding if decoding else [0] * self.dp)
         self.queue_len.set(now, self.queued())
