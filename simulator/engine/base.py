@@ -1195,25 +1195,6 @@ class ReplicaBase:
     def _schedule(self, delay: float, callback) -> None:
         call_later(self.env, delay, NORMAL, callback)
 
-    def _finish_prompt(self, s: Seq, now: float) -> None:
-        """``s``, out of the batch, ended with its prompt: its one output token came with it, as on every
-        disaggregated prefill leg. Where a prompt enters the prefix cache once computed and the stack plans
-        ahead, it enters, and the request's KV goes back, only as that iteration's result is processed,
-        after the next plan (SGLang's overlap loop: process_batch_result_prefill -> release_kv_cache,
-        disaggregation/prefill.py process_batch_result_disagg_prefill -> cache_unfinished_req, from 0.5.22
-        checkpoint_disagg_prefill; TensorRT-LLM's _executor_loop_overlap -> _process_previous_batch), so
-        the next plan neither hits it nor has its blocks: ``_chunks_computed`` lists it and
-        ``_enter_completed`` lets it go. Elsewhere it goes now, as a request finishing in decode does."""
-        if self.enters_computed and self.plans_ahead and s.pin is not None and self._enters_later(s):
-            self._end_request(s, now, Status.FINISHED)
-            return
-        self._drop_finished(s)
-        self._finish_request(s, now)
-
-    def _drop_finished(self, s: Seq) -> None:
-        """Engine-specific: the finished ``s``, out of the batch, gives back the blocks of its own."""
-        raise NotImplementedError
-
     def _finish_request(self, seq: Seq, now: float) -> None:
         self._release_cache(seq, seq.req.input_tokens + seq.req.output_tokens - 1)
         self._end_request(seq, now, Status.FINISHED)
@@ -1539,13 +1520,7 @@ class ReplicaBase:
         done, self.completed = self.completed, []
         entered = False
         for s in done:
-            if s.pin is None:       # (retracted, cancelled or finished in decode since)
-                continue
-            if s.state == DONE:     # ended with its prompt (``_finish_prompt``): entered as it lets go
-                self._drop_finished(s)
-                self._release_cache(s, s.req.input_tokens + s.req.output_tokens - 1)
-                entered = True
-            elif s.state == DECODE:
+            if s.pin is not None and s.state == DECODE:     # (not retracted, cancelled or finished since)
                 self._enter_computed(s, s.prompt)
                 entered = True
         return entered

@@ -121,9 +121,6 @@ class ReferenceReplica(ReplicaBase):
     def _shared(self, s: Seq, blocks: int) -> None:
         self._own(s, -blocks)
 
-    def _drop_finished(self, s: Seq) -> None:
-        self._own(s, -s.blocks)
-
     def _free_for_chunk(self, decoding: bool, rank: int) -> int:
         return self._rank_free(rank)    # (the decodes' blocks were given first)
 
@@ -320,8 +317,7 @@ class ReferenceReplica(ReplicaBase):
             if self._prefill_chunk_done(s, c, now):
                 s.state = DECODE
                 if s.generated >= s.req.output_tokens:
-                    self.running.remove(s)
-                    self._finish_prompt(s, now)
+                    self._retire(s, now)
         self._chunks_computed(chunks)
         self._drop_cancelled(now)
         self._account(dt, dt * held, held, len(decodes) + sum(c for _, c in chunks))

@@ -210,10 +210,6 @@ class FastReplica(ReplicaBase):
             del self.prefilling[v]
             self._drop_prefilling(v)
 
-    def _drop_finished(self, s: Seq) -> None:
-        self._drop_prefilling(s)
-        s.blocks = 0
-
     def _drop_prefilling(self, s: Seq) -> None:
         """A sequence that has not decoded gives back its blocks."""
         self._fix(s, -s.blocks)
@@ -954,7 +950,9 @@ class FastReplica(ReplicaBase):
                 del self.prefilling[s]
                 if s.generated >= s.req.output_tokens:
                     del self.running[s]
-                    self._finish_prompt(s, now)
+                    self._drop_prefilling(s)
+                    s.blocks = 0
+                    self._finish_request(s, now)
                 else:
                     self._join_decode(s)
         self._chunks_computed(chunks)
