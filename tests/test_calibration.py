@@ -200,6 +200,7 @@ def _a_calibration() -> Calibration:
                        allreduce=AllReduceParams(eta_bandwidth=0.7, eta_by_gpus={2: 0.7, 8: 0.95},
                                                  custom_max_bytes=8.0 * 2**20, custom_eta_bandwidth=0.6,
                                                  oneshot_max_bytes=262144.0),
+                       attention_prefill=RooflineParams(eta_compute=0.7), other=RooflineParams(eta_memory=0.9),
                        attention_decode=RooflineParams(sharpness=math.inf), iteration_overhead_ms=1.0,
                        error={"gemm": {"median_ape": 3.6, "p90_ape": 12.1, "n": 10}})
 

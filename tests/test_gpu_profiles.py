@@ -217,6 +217,37 @@ def test_a_gpu_figure_in_the_wrong_unit_is_refused_naming_the_unit(cli, tmp_path
     assert says in r.err.replace("\n", ""), r.err
 
 
+@pytest.mark.parametrize("status", ["calibrated", "transferred"])
+@pytest.mark.parametrize("cut, key", [
+    ("  attention_decode:", "calibration.attention_decode: missing"),
+    ("  other:", "calibration.other: missing"),
+    ("  iteration_overhead_ms:", "calibration.iteration_overhead_ms: missing"),
+    ("  gemm: {eta_compute: 0.871, ", "calibration.gemm.eta_compute: missing"),
+], ids=["attention_decode", "other", "iteration_overhead_ms", "gemm.eta_compute"])
+def test_a_fitted_calibration_missing_a_family_is_refused_not_run_at_the_roofline(cli, tmp_path, status, cut, key,
+                                                                                  repo_root):
+    """A family left out took RooflineParams()'s η = 1 while every report still said measured (a user's
+    h100-sxm copy without attention_decode ran TPOT 6.97 ms against the profile's 7.28 under
+    "mode calibrated")."""
+    text = (repo_root / "hardware_profiles" / "h100-sxm.yaml").read_text()
+    lines = text.splitlines(keepends=True)
+    hit = [i for i, line in enumerate(lines) if line.startswith(cut)]
+    assert len(hit) == 1, cut
+    # a line cut, or a family whose η the line's head gave, given the rest of its parameters
+    lines[hit[0]] = "" if cut.endswith(":") else lines[hit[0]].replace(cut, cut.split("{")[0] + "{")
+    path = tmp_path / "my-h100.yaml"
+    path.write_text("".join(lines).replace("name: h100-sxm", "name: my-h100")
+                    .replace("status: calibrated", f"status: {status}"))
+    r = cli("estimate", "request", "--gpu", path, "--model", "llama-3-8b", "--input", "100", "--output", "10")
+    assert r.code == 2 and "Traceback" not in r.err and r.err.strip().startswith("error:"), r.err
+    err = r.err.replace("\n", "")
+    assert f"{path}: {key}: a calibration whose status is {status}" in err, r.err
+    # the same file at roofline status says so and runs: the refusal is of the claim, not of the defaults
+    path.write_text(path.read_text().replace(f"status: {status}", "status: roofline"))
+    assert cli("estimate", "request", "--gpu", path, "--model", "llama-3-8b", "--input", "100",
+               "--output", "10").code == 0
+
+
 def test_every_shipped_gpu_is_within_the_unit_bounds():
     from simulator.profiles.hardware import UNIT_BOUNDS
 

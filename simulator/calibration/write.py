@@ -17,12 +17,12 @@ import yaml
 
 from ..atomic_write import write_atomic
 from ..errors import LlmsimError, os_reason
-from ..profiles.hardware import STACK_PARAMS, AllReduceParams, Calibration, HardwareProfile, MoeParams, RooflineParams
+from ..profiles.hardware import (FITTED_ETAS, FITTED_FAMILIES, STACK_PARAMS, AllReduceParams, Calibration,
+                                 HardwareProfile, MoeParams, RooflineParams)
 
 MARKER = "# --- calibration: written by `llmsim calibrate` (see docs/calibration.md); edits below are overwritten ---"
 
 _TOP_KEY = re.compile(r"^[A-Za-z_][\w-]*\s*:")
-_ALWAYS = ("eta_compute", "eta_memory")
 
 
 def _num(v: float | int) -> str:
@@ -54,7 +54,7 @@ def _params(p: RooflineParams | MoeParams | AllReduceParams) -> str:
     """Non-default fields only (plus the two η's), so each line reads as what was fitted."""
     data = p.model_dump(exclude_defaults=True)
     if isinstance(p, RooflineParams):
-        data = {**{k: getattr(p, k) for k in _ALWAYS}, **data}
+        data = {**{k: getattr(p, k) for k in FITTED_ETAS}, **data}
     return _flow(data) if data else "{}"
 
 
@@ -76,7 +76,7 @@ def render(cal: Calibration) -> str:
         v = getattr(cal, key)
         if v:
             lines.append(f"  {key}: {_str(v)}")
-    for fam in ("gemm", "attention_prefill", "attention_decode", "allreduce", "other"):
+    for fam in FITTED_FAMILIES:
         lines.append(f"  {fam}: {_params(getattr(cal, fam))}")
     lines.append(f"  iteration_overhead_ms: {_num(cal.iteration_overhead_ms)}")
     for fam in ("moe", "moe_ep", "mla_projection"):

@@ -248,6 +248,15 @@ class StackKernels(_Strict):
 #: The parameter sets a stack override may replace, each named as the calibration field it replaces.
 STACK_PARAMS = ("gemm", "attention_prefill", "attention_decode", "mla_decode", "allreduce")
 
+#: The families every fit or transfer gives a value (``llmsim calibrate`` writes each, whatever it
+#: fitted): their defaults are the roofline's (η = 1, no fixed cost), so a calibrated or transferred
+#: block without one would price that family at the datasheet peak under a status that says measured.
+#: MoE and MLA sets are apart: a format without one is refused where it runs, and MLA falls back to
+#: the fitted attention on purpose.
+FITTED_FAMILIES = ("gemm", "attention_prefill", "attention_decode", "allreduce", "other")
+#: The η's every roofline family of such a block states, even where a fit lands on 1.
+FITTED_ETAS = ("eta_compute", "eta_memory")
+
 
 class Calibration(_Strict):
     status: Literal["calibrated", "transferred", "roofline"] = "roofline"
@@ -288,6 +297,34 @@ class Calibration(_Strict):
     @classmethod
     def _known_formats(cls, v: dict) -> dict:
         return _known_format_keys(v)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _fitted_whole(cls, data: object) -> object:
+        """A family left out of a fitted block would take the roofline's default without a word, and
+        every report would still call the GPU measured: refused, so a hand-edited or truncated block
+        is caught where it is read. The η's are held to it where a family is read from a file: a fit
+        in code leaves an η it did not move at its default, and the writer states it."""
+        if not isinstance(data, dict) or data.get("status") not in ("calibrated", "transferred"):
+            return data
+        status = data["status"]
+        for fam in (*FITTED_FAMILIES, "iteration_overhead_ms"):
+            if fam not in data:
+                raise KeyRefusal(fam, f"missing: a calibration whose status is {status} gives every fitted "
+                                      f"family ({', '.join(FITTED_FAMILIES)}, iteration_overhead_ms), as "
+                                      "`llmsim calibrate` writes them, else that one would silently run at the "
+                                      "roofline's default; give it, or remove the calibration block and run "
+                                      "`llmsim calibrate --gpu FILE` to write it whole")
+        for fam in FITTED_FAMILIES:
+            given = data[fam]
+            missing = [k for k in FITTED_ETAS if fam != "allreduce" and isinstance(given, dict) and k not in given]
+            if missing:
+                raise KeyRefusal((fam, missing[0]),
+                                 f"missing: a calibration whose status is {status} states both η's of each "
+                                 f"fitted family ({', '.join(FITTED_ETAS)}), else it would silently be 1, "
+                                 "the roofline's; give it, or remove the calibration block and run "
+                                 "`llmsim calibrate --gpu FILE` to write it whole")
+        return data
 
     def with_moe(self, moe: dict[str, MoeParams], moe_ep: dict[str, MoeParams]) -> dict[str, dict[str, MoeParams]]:
         """``moe`` and ``moe_ep`` fields with these sets in place of this calibration's, each regime
