@@ -368,6 +368,27 @@ def test_a_spike_or_a_schedule_step_after_the_window_is_refused(tmp_path, cli, k
     compile_scenario(sc, source)
 
 
+@pytest.mark.parametrize("name", ["", "   ", "\t"], ids=["empty", "spaces", "tab"])
+@pytest.mark.parametrize("key", ["name", "pools[0].name", "classes[0].name", "regions[0].name"])
+def test_a_name_of_nothing_is_refused(tmp_path, cli, name, key):
+    """A pool, class, region or scenario named "" or "  " was taken: no key can name it, results keyed a
+    block by it, a pool so named surfaced as another key's routing error and a scenario so named filed
+    its baseline as .json."""
+    named = {**SCENARIO, "classes": [{"name": "chat", "pool": POOL}], "regions": [{"name": "eu", "share": 1}]}
+    if key == "name":
+        named["name"] = name
+    elif key == "pools[0].name":
+        named["pools"] = [{**SCENARIO["pools"][0], "name": name}]
+        named["classes"] = [{"name": "chat", "pool": name}]
+    else:
+        block = key.split("[")[0]
+        named[block] = [{**named[block][0], "name": name}]
+    path = write_yaml(tmp_path / "s.yaml", named)
+    r = cli("run", path, "-o", tmp_path / "out")
+    one_line_error(r, "s.yaml", f"{key}: names nothing: expected at least one visible character")
+    assert not (tmp_path / "out").exists()
+
+
 def test_a_spike_after_a_counted_runs_last_arrival_is_refused(tmp_path, cli):
     """A run sized by num_requests stops drawing at its last arrival: a spike starting after it changed
     nothing, without a word (the duration_s check above does not reach a run sized by its count)."""

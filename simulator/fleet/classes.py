@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Discriminator, Field
 
 from workloads.durations import ExponentialDuration, FixedDuration, LognormalDuration, UniformDuration
 from workloads.request import Request
+from .names import Name
 from .ratelimit import RateLimitSpec
 from .split import ShareSplit
 
@@ -129,7 +130,7 @@ class ClassSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str
+    name: Name
     share: float = Field(default=1.0, gt=0, allow_inf_nan=False,
                          description="relative weight of the class in the workload (sessions keep their class)")
     priority: int = Field(default=0, ge=-(2**31), le=2**31 - 1,

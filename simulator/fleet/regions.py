@@ -16,6 +16,7 @@ from typing import Sequence
 from pydantic import BaseModel, ConfigDict, Field
 
 from workloads.request import Request
+from .names import Name
 from .split import ShareSplit
 
 _REGION_SALT = 0x9E6C63D0676A9A99
@@ -26,7 +27,7 @@ class RegionSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    name: str = Field(description="what classes[].network.regions and results call it")
+    name: Name = Field(description="what classes[].network.regions and results call it")
     share: float = Field(gt=0, allow_inf_nan=False,
                          description="relative weight of the region's users (normalised over the regions; "
                                      "sessions keep their region)")

@@ -19,6 +19,7 @@ from ..fleet.autoscaler import AutoscalingSpec
 from ..fleet.classes import ClassSpec
 from ..fleet.disaggregation import DisaggregationSpec
 from ..fleet.lora import LoraSpec
+from ..fleet.names import Name
 from ..fleet.regions import RegionSpec
 from ..metrics.by_input_length import InputLengthBuckets
 from ..metrics.cost import CostSpec
@@ -46,7 +47,7 @@ class PoolSpec(BaseModel):
 
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    name: str = "main"
+    name: Name = "main"
     model: str = Field(description="built-in model name, model YAML or config.json path")
     gpu: str = Field(description="built-in GPU name or hardware YAML path")
     tp: int = Field(default=1, ge=1, description="attention tensor-parallel GPUs (one data-parallel rank)")
@@ -148,7 +149,7 @@ class PoolSpec(BaseModel):
 class Scenario(BaseModel):
     model_config = ConfigDict(extra="forbid", allow_inf_nan=False)
 
-    name: str = Field(description="shown in reports")
+    name: Name = Field(description="shown in reports")
     description: str = ""
     seed: int = Field(default=0, ge=0, description="all randomness derives from it: same seed, same results")
     workload: WorkloadSpec = Field(description="the traffic")
