@@ -55,11 +55,14 @@ def test_request_json_keys(cli):
 def test_7b_on_one_h100_at_40pct_mfu(cli):
     """Case study: a 7B model at 40% MFU on one H100 prefills ~28,000 tokens/s,
     so a 6,000-token prompt takes ~212 ms. (The case study counts 7.0B
-    parameters; Llama-2-7B has 6.74B, hence ~4% faster here.)"""
-    out = request(cli, "--gpu", "h100-sxm", "--model", "llama-2-7b", "--input", "6000", "--output", "1",
+    parameters; Llama-2-7B has 6.74B, hence ~4% faster here.) Priced at
+    4,000 tokens, within Llama-2-7B's 4,096-token context (a 6,000-token
+    request is refused, as a run refuses it); the arithmetic is linear in
+    the prompt, so 6,000 tokens take 1.5 times as long."""
+    out = request(cli, "--gpu", "h100-sxm", "--model", "llama-2-7b", "--input", "4000", "--output", "1",
                   "--mfu", "0.4")
     assert out["mfu_prefill_tokens_per_s"] == pytest.approx(28_000, rel=0.06)
-    assert out["mfu_prefill_ms"] == pytest.approx(212, rel=0.06)
+    assert out["mfu_prefill_ms"] * 6000 / 4000 == pytest.approx(212, rel=0.06)
     # The cost model's own TTFT is not the MFU arithmetic, but it must imply
     # a physical MFU (no faster than 100%, not absurdly slow).
     implied_mfu = out["mfu_prefill_ms"] * 0.4 / out["ttft_ms"]
@@ -106,12 +109,36 @@ def test_8xh100_node_holds_300_to_340_4k_requests(cli, model):
     assert out["kv_capacity_tokens"] * out["kv_bytes_per_token"] <= out["kv_capacity_bytes"]
 
 
-def test_request_past_context_window_warns_but_answers(cli):
+def test_a_request_past_the_context_is_refused_without_a_backend_as_a_run_refuses_it(cli, tmp_path):
+    """Without --backend a request past the model's context was priced with a warning and exit 0, while
+    `llmsim run` refuses it on a pool naming no backend: both refuse it now, in the same words."""
+    said = "input (6000) + output (100) tokens can exceed llama-2-7b's context of 4096 tokens"
     r = cli("estimate", "request", "--json", "--gpu", "h100-sxm", "--model", "llama-2-7b",
             "--input", "6000", "--output", "100")
-    out = r.json()
-    assert "warnings" in out and "4096" in out["warnings"][0]
-    assert "warning" in r.err
+    assert r.code == 2 and r.out == "" and "Traceback" not in r.err, r.err
+    assert " ".join(r.err.split()) == f"error: --input: {said}"
+    scenario = tmp_path / "long.yaml"
+    scenario.write_text("name: long\nworkload: {num_requests: 5, arrival: {type: poisson, rate_per_s: 1},\n"
+                        "  input_tokens: {dist: fixed, value: 6000}, output_tokens: {dist: fixed, value: 100}}\n"
+                        "pools: [{name: p, model: llama-2-7b, gpu: h100-sxm}]\n")
+    run = cli("run", scenario, "-o", tmp_path / "out")
+    assert run.code == 2 and said in " ".join(run.err.split()), run.err
+    # at the context, it is priced
+    assert cli("estimate", "request", "--json", "--gpu", "h100-sxm", "--model", "llama-2-7b",
+               "--input", "3996", "--output", "100").code == 0
+
+
+def test_a_request_whose_output_trtllm_cuts_is_priced_saying_so(cli):
+    """TensorRT-LLM cuts the output at its executor's max_seq_len rather than refuse the request: the
+    estimate prices the output asked for and says the run's stops there."""
+    r = cli("estimate", "request", "--json", "--gpu", "h100-sxm", "--model", "llama-3-8b",
+            "--input", "8000", "--output", "500", "--backend", "trtllm")
+    assert r.code == 0, r.err
+    assert r.json()["warnings"][0] == ("input + output = 8,500 tokens exceeds llama-3-8b's context of 8,192 (the "
+                                       "executor's max_seq_len 8193): trtllm cuts the output there in a run, and "
+                                       "this estimate prices all 500 output tokens asked for")
+    assert "warnings" not in request(cli, "--gpu", "h100-sxm", "--model", "llama-3-8b", "--input", "8000",
+                                     "--output", "193", "--backend", "trtllm")
 
 
 def test_request_from_hf_config_json(cli, tmp_path, hf_llama3_8b_config):
@@ -490,7 +517,7 @@ def test_a_release_past_the_profile_is_refused_under_the_flag_that_named_it(cli,
 
 
 def test_a_step_no_replica_could_run_is_priced_with_a_warning(cli):
-    """As `estimate request` past the model's context: arithmetic still answers, and says the step cannot run."""
+    """A step past the model's context: arithmetic still answers, and says the step cannot run."""
     args = ["estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-8b", "--decode-context", "1000", "--json"]
     fits, huge = cli(*args, "--decode-batch", "8"), cli(*args, "--decode-batch", "100000")
     assert fits.code == huge.code == 0 and "warnings" not in fits.json()
@@ -596,7 +623,7 @@ def test_a_vllm_release_that_sizes_its_pool_after_its_graphs_takes_them_as_a_fla
 @pytest.mark.parametrize("sizes", [("--decode-batch", "4", "--decode-context", "100000"),
                                    ("--prefill-tokens", "4096", "--prefill-context", "6000")])
 def test_a_step_past_the_models_context_is_priced_with_a_warning(cli, sizes):
-    """A sequence longer than llama-3-8b's 8,192-token context, as `estimate request` warns of one."""
+    """A sequence longer than llama-3-8b's 8,192-token context, which no run holds: priced, with a warning."""
     r = cli("estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-8b", *sizes, "--json")
     assert r.code == 0 and "exceeds llama-3-8b's context of 8,192" in r.json()["warnings"][0], r.err
     inside = cli("estimate", "step", "--gpu", "h100-sxm", "--model", "llama-3-8b", "--decode-batch", "4",

@@ -350,7 +350,8 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
                          _step_room(cm, engine, prefill_tokens + prefill_context
                                     + decode_batch * (decode_context + 1))) if n]
     if notes:
-        # An estimate is arithmetic, not a run (as `estimate request` past the context): say so, still answer.
+        # A step is arithmetic on sizes, not a request a server takes or refuses (`estimate request` refuses
+        # one past the context, as a run does): say so, still answer.
         out["warnings"] = notes
         for note in notes:
             warn(note)
@@ -367,7 +368,7 @@ def step(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: int
 
 def _past_context(cm, prefill_tokens: int, prefill_context: int, decode_batch: int, decode_context: int) -> str:
     """Why the step's longest sequence is past the model's context, or "": the stacks refuse a
-    request that long, as ``estimate request`` warns of its input + output."""
+    request that long, as ``estimate request`` refuses its input + output."""
     longest = max(prefill_context + prefill_tokens, decode_context + 1 if decode_batch else 0)
     mp = cm.model.max_position_embeddings
     return f"a sequence of {longest:,} tokens exceeds {cm.model.name}'s context of {mp:,}" if longest > mp else ""
@@ -411,17 +412,22 @@ def _token_count(flag: str, text: str) -> int:
                           key_path=flag) from None
 
 
-def _refuse_as_run_does(engine: EngineConfig, cm: Any, prompt: int, output: int, budget: int,
-                        backend: Optional[str]) -> None:
-    """A request ``llmsim run`` refuses on this backend's pool is refused here in the run's words, not
-    priced: one past the launch's length limit (engine/request_length.py, counted as the stack counts
-    it), and a prompt past the token budget of a stack that does not chunk it (TensorRT-LLM)."""
+def _refuse_as_run_does(engine: Optional[EngineConfig], cm: Any, prompt: int, output: int, budget: int,
+                        backend: Optional[str]) -> Optional[str]:
+    """A request ``llmsim run`` refuses on this backend's pool (without one, on llmsim's own engine, as a
+    pool naming none runs) is refused here in the run's words, not priced: one past the launch's length
+    limit (engine/request_length.py, counted as the stack counts it), and a prompt past the token budget
+    of a stack that does not chunk it (TensorRT-LLM). Priced, it gave a TTFT no server reaches. Returns
+    why the run serves fewer output tokens than asked where the stack cuts them at its limit, else None."""
     # imported here: the engine's modules load the cost model, which the CLI's start must not (test_cli_plain)
+    from ..engine.config import EngineConfig
     from ..engine.request_length import length_limit, over_budget, too_long
 
+    engine = engine if engine is not None else EngineConfig()
     limit = engine.longest_request(cm.model)
     whose = f"engine.max_model_len (--backend {backend})" if engine.max_model_len else f"{cm.model.name}'s context"
-    refusal = too_long(length_limit(engine, None, limit), prompt, output, whose)
+    lim = length_limit(engine, None, limit)
+    refusal = too_long(lim, prompt, output, whose)
     if refusal is not None:
         raise LlmsimError(refusal[0], key_path=f"--{refusal[1]}")
     cap = engine.model_copy(update={"max_num_batched_tokens": budget}).longest_prompt(cm.dp)
@@ -430,6 +436,11 @@ def _refuse_as_run_does(engine: EngineConfig, cm: Any, prompt: int, output: int,
         raise LlmsimError(over_budget(f"input ({prompt})", cap, f"(--max-num-batched-tokens{per_rank})",
                                       engine.stack_label, "raise --max-num-batched-tokens or shorten the prompt"),
                           key_path="--input")
+    if lim.cuts_output and prompt + output > lim.tokens:
+        return (f"input + output = {prompt + output:,} tokens exceeds {whose} of {limit:,}{lim.said}: "
+                f"{engine.stack_label} cuts the output there in a run, and this estimate prices all {output:,} "
+                "output tokens asked for")
+    return None
 
 
 @estimate_app.command("request", epilog=epilog("estimate request"))
@@ -483,16 +494,12 @@ def request(gpu: str = GPU, model: str = MODEL, tp: int = TP, dp: int = DP, ep: 
     cm = _cost_model(gpu, m, tp, weight_dtype, kv_dtype, roofline, dp, ep, kernels, engine)
     from ..estimate import request_estimate
 
-    mp = cm.model.max_position_embeddings
-    if engine is not None:
-        _refuse_as_run_does(engine, cm, input, output, max_num_batched_tokens, backend)
+    cut = _refuse_as_run_does(engine, cm, input, output, max_num_batched_tokens, backend)
     out = request_estimate(cm, input, output, mfu, max_num_batched_tokens, gpu_memory_utilization,
                            engine.block_size if engine is not None else 16, engine)
     notes = out.pop("warnings", [])     # the estimate's own: a pool its stack would not start
-    if input + output > mp:
-        # An estimate is arithmetic, not a run: say so, but still answer (the
-        # case studies quote generic "7B" numbers past Llama-2's 4K window).
-        notes.insert(0, f"input + output = {input + output} tokens exceeds {cm.model.name}'s context of {mp}")
+    if cut is not None:
+        notes.insert(0, cut)
     if notes:
         out["warnings"] = notes
         for note in notes:
