@@ -189,6 +189,23 @@ def test_a_plans_or_sweeps_folder_is_said_to_be_one(tmp_path, cli, kind, files):
              f"{folder}: a {kind}'s folder (it holds {', '.join(files)}, points/: a row of figures for each fleet "
              f"the {kind} simulated, no run's results.json); compare takes two runs: run the fleets to compare, "
              f"each with its overrides from {files[0]} (`llmsim run SCENARIO --set KEY=VALUE -o DIR`)")
+    # the file the folder is known by, named itself, read "not a results file: no 'completed' key"
+    _refused(cli("compare", folder / files[0], good),
+             f"{folder / files[0]}: a {kind}'s {files[0]} (a row of figures for each fleet the {kind} simulated, "
+             f"no run's results); compare takes two runs")
+
+
+def test_a_ladders_table_is_said_to_be_one(tmp_path, cli):
+    good = _folder(tmp_path, "good")
+    (tmp_path / "ladder").mkdir()
+    (tmp_path / "ladder" / "ladder.json").write_text("{}")
+    _refused(cli("compare", good, tmp_path / "ladder" / "ladder.json"),
+             f"{tmp_path / 'ladder' / 'ladder.json'}: a ladder's ladder.json (its steps' table); name one of its "
+             "steps' folders or their results.json")
+    # any other JSON file without a count of requests is refused as before
+    other = tmp_path / "other.json"
+    other.write_text("{}")
+    _refused(cli("compare", good, other), f"{other}: not a results file: no 'completed' key")
 
 
 @pytest.mark.parametrize("text, fragment", [

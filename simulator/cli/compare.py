@@ -149,12 +149,19 @@ def results_file(path: Path) -> Path:
     if not path.exists() and path.suffix.lower() != ".json":    # a missing .json: "file not found", on reading
         raise LlmsimError("no such file or folder; expected a run folder (`llmsim run -o DIR`) or a results.json "
                           "file", source=path)
+    from ..report.run_folder import folder_kinds
+
     if not path.is_dir():
+        # the file a plan's, sweep's or ladder's folder is known by read "no 'completed' key": said as its folder is
+        kind = {name: k for k, name in folder_kinds(path.parent).items()}.get(path.name)
+        if kind in _ALSO_HELD:
+            raise LlmsimError(_fleets_folder(path.parent, kind, path.name, named_file=True), source=path)
+        if kind == "ladder":
+            raise LlmsimError("a ladder's ladder.json (its steps' table); name one of its steps' folders or their "
+                              "results.json", source=path)
         return path
     if (path / "results.json").is_file():
         return path / "results.json"
-    from ..report.run_folder import folder_kinds
-
     kinds = folder_kinds(path)
     ladder = " (a ladder's folder: name one of its steps' folders)" if "ladder" in kinds else ""
     kind = next((k for k in _ALSO_HELD if k in kinds), None)
@@ -168,15 +175,16 @@ def results_file(path: Path) -> Path:
 _ALSO_HELD = {"plan": ("pareto.png", "report.html", "points/"), "sweep": ("report.html", "points/")}
 
 
-def _fleets_folder(path: Path, kind: str, marker: str) -> str:
-    """Why a plan's or a sweep's folder is no run to compare: it holds a row of figures per fleet it
-    simulated, not any fleet's results.json; said with what it holds and what to give instead (it read
-    "a folder without results.json", as if the run had failed)."""
+def _fleets_folder(path: Path, kind: str, marker: str, named_file: bool = False) -> str:
+    """Why a plan's or a sweep's folder (or, ``named_file``, the file it is known by) is no run to compare:
+    it holds a row of figures per fleet it simulated, not any fleet's results.json; said with what it holds
+    and what to give instead (it read "a folder without results.json", as if the run had failed)."""
     held = [marker, *(n for n in _ALSO_HELD[kind] if (path / n.rstrip("/")).exists())]
-    return (f"a {kind}'s folder (it holds {', '.join(held)}: a row of figures for each fleet the {kind} simulated, "
-            f"no run's results.json); compare takes two runs: run the fleets to compare, each with its overrides "
-            f"from {marker} (`llmsim run SCENARIO --set KEY=VALUE -o DIR`), and give their folders or their "
-            f"results.json")
+    what = (f"a {kind}'s {marker} (a row of figures for each fleet the {kind} simulated, no run's results)"
+            if named_file else f"a {kind}'s folder (it holds {', '.join(held)}: a row of figures for each fleet "
+                               f"the {kind} simulated, no run's results.json)")
+    return (f"{what}; compare takes two runs: run the fleets to compare, each with its overrides from {marker} "
+            "(`llmsim run SCENARIO --set KEY=VALUE -o DIR`), and give their folders or their results.json")
 
 
 def read_compared(path: Path) -> dict[str, Any]:
