@@ -179,7 +179,8 @@ def simulate(scenario: Scenario | str | Path, engine: str = "fast", source: str 
     for pool in pools.values():
         pool.on_done = fleet.done
     for pair in plan.pairs:
-        pd = PrefillDecode(env, pools[pair.prefill], pools[pair.decode], pair.link_bytes, pair.link_numbers)
+        pd = PrefillDecode(env, pools[pair.prefill], pools[pair.decode], pair.link_bytes, pair.link_numbers,
+                           pair.link_shares)
         pd.on_done = fleet.done
         targets[pair.prefill] = pd
     clock = Clock(env)

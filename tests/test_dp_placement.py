@@ -232,13 +232,14 @@ def test_every_placed_request_is_counted_off_its_rank_when_it_ends(rule, dp, see
 
 
 def _hand_offs(engine: str, reqs: list[Request], cancel_at: Optional[tuple[float, int]] = None):
-    """``reqs`` through a prefill replica and a decode replica of two attention-DP ranks with a prefix
-    cache (vLLM's NIXL decode side, queue_score_rotating), over a link of 1 MB a token at 3 GB/s
-    (a 16-token hand-off takes 5 ms, a 64-token one 21 ms). Returns the pair and every decode leg."""
+    """``reqs`` through a prefill replica and a decode replica of two attention-DP ranks each, the decode
+    one with a prefix cache (vLLM's NIXL decode side, queue_score_rotating), over a link of 1 MB a token at
+    3 GB/s (a 16-token hand-off takes 5 ms, a 64-token one 21 ms; two ranks' links a side, so two
+    hand-offs at once do not wait for each other). Returns the pair and every decode leg."""
     env = simpy.Environment()
     make = lambda cfg, dp: Pool(env, cost_model(), cfg, 5000, 1, make_router("round_robin", np.random.default_rng(0)),  # noqa: E731
                                 GapLog(), engine, id_block_tokens=H, dp=dp)
-    prefill = make(EngineConfig(), 1)
+    prefill = make(EngineConfig(), 2)
     decode = make(EngineConfig(dp_placement="queue_score_rotating"), 2)
     pd = PrefillDecode(env, prefill, decode, HandoffBytes(1e6), KvLinkSpec(preset="ethernet", latency_ms=0.0).numbers(()))
     legs: list[Request] = []
@@ -280,6 +281,7 @@ def test_a_decode_leg_runs_on_the_rank_whose_cache_its_hand_off_counted(engine):
     sent = {r.id: r.kv_transfer for r in ended}
     assert {r.id: r.cached_tokens for r in legs} == {0: 0, 1: 0, 2: 64 * H, 3: 0}
     assert all(sent[r.id] == pytest.approx(pd.transfer_s(r.input_tokens - r.cached_tokens)) for r in legs)
+    assert all(r.kv_wait == 0.0 for r in ended)
     p = pd.decode.replicas[0].placement
     assert p.waiting == p.running == p.tokens == [0, 0]
 

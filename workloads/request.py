@@ -31,7 +31,7 @@ class Request:
 
     __slots__ = ("id", "arrival", "input_tokens", "output_tokens", "session", "klass", "priority",
                  "admitted", "first_token", "finish", "status", "replica", "preemptions", "cached_tokens",
-                 "blocks", "pool", "queued", "net_in", "net_out", "prefill_done", "kv_transfer",
+                 "blocks", "pool", "queued", "net_in", "net_out", "prefill_done", "kv_transfer", "kv_wait",
                  "preloaded", "region", "shared_ids", "adapter", "reject_reason")
 
     def __init__(self, id: int, arrival: float, input_tokens: int, output_tokens: int,
@@ -67,6 +67,7 @@ class Request:
         self.net_out = 0.0
         self.prefill_done = NAN
         self.kv_transfer = 0.0
+        self.kv_wait = 0.0       # of kv_transfer, the time its KV waited for the pair's links (fleet/kv_link.py)
         self.preloaded = 0       # prompt tokens whose KV arrives with it (disaggregated decode)
         self.region = ""         # the client's region (scenario regions), "" when none are declared
         self.adapter = -1        # the LoRA adapter it asks for (a LoRA pool draws it), -1 = the base model
@@ -94,4 +95,4 @@ class Request:
 
 RECORD_COLUMNS = ["id", "arrival", "admitted", "first_token", "finish", "input_tokens", "output_tokens",
                   "status", "replica", "preemptions", "cached_tokens", "session", "klass", "pool", "queued",
-                  "net_in", "net_out", "prefill_done", "kv_transfer", "region", "reject_reason"]
+                  "net_in", "net_out", "prefill_done", "kv_transfer", "kv_wait", "region", "reject_reason"]

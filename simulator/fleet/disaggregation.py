@@ -29,8 +29,11 @@ decode replica preempted by recompute prefills the whole prompt locally
 decode_reservation``, which an SGLang decode pool runs) keeps a retracted
 request's KV in host memory and recomputes its last token only, and admits
 a handed-over request only beside a reserve of decode tokens per running
-request, after the transfer where SGLang allocates before the prefill. The link itself is not a queue: concurrent
-transfers do not slow each other (stated limitation).
+request, after the transfer where SGLang allocates before the prefill. The links are a queue
+(:mod:`simulator.fleet.kv_link`): hand-offs out of one prefill rank or into one decode rank take turns, so
+the decode replica is chosen as the prompt finishes (the pair's router has chosen it by then; here the
+decode pool's, on its load with the hand-offs already on their way to each replica counted), and a
+hand-off's time is its wait for the links, the move and the latency.
 
 Presets (per GPU, effective, assumptions stated here), read from the pair's
 GPU profiles so a preset means that hardware's link: ``nvlink`` 90 % of the
@@ -51,6 +54,8 @@ from typing import Any, Callable, Literal, Optional, Sequence
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from workloads.request import Request, Status
+
+from .kv_link import KvLinks
 
 #: The share of a link's line rate a KV transfer reaches (NCCL's and NIXL's bulk copies, ~90 %).
 LINK_EFFICIENCY = 0.9
@@ -135,12 +140,14 @@ class HandoffBytes:
 class PrefillDecode:
     """A prefill pool and a decode pool acting as one pool to the front end."""
 
-    def __init__(self, env, prefill, decode, link_bytes: HandoffBytes, link: tuple[float, float]) -> None:
+    def __init__(self, env, prefill, decode, link_bytes: HandoffBytes, link: tuple[float, float],
+                 link_shares: tuple[float, float] = (1.0, 1.0)) -> None:
         self.env = env
         self.prefill = prefill
         self.decode = decode
         self.link_bytes = link_bytes
         self.bandwidth, self.latency = link     # KvLinkSpec.numbers: bytes/s per GPU, seconds
+        self.links = KvLinks(link_shares)
         self.first_token_from_prefill = decode.cfg.first_token_from_prefill
         self.decode_prefix_reuse = decode.cfg.decode_prefix_reuse and decode.cfg.prefix_cache
         self.on_done: Optional[Callable[[Request], None]] = None
@@ -153,6 +160,7 @@ class PrefillDecode:
         decode.on_done = lambda r: self._decoded(r) if r.id in self.legs else decode_done(r)
 
     def transfer_s(self, tokens: int) -> float:
+        """A hand-off of ``tokens`` prompt tokens on free links: the move and the latency."""
         return self.latency + self.link_bytes.of(tokens) / self.bandwidth
 
     def submit(self, req: Request) -> None:
@@ -171,6 +179,7 @@ class PrefillDecode:
             target = self.on_link.pop(req.id)
             if target is not None:
                 target.unplace(leg)
+                self.decode.landed(target, leg)
             self._end(req, leg, Status.CANCELLED, self.env.now)
         else:
             (self.decode if req.id in self.decoding else self.prefill).cancel(leg)
@@ -193,12 +202,16 @@ class PrefillDecode:
         # the decode replica computes the last prompt token to sample the first (vLLM), or takes the
         # prefill's token and emits it as the request joins its batch (SGLang: a prompt chunk of none)
         dec.preloaded = req.input_tokens - (0 if self.first_token_from_prefill else 1)
-        # a decode replica that keeps a prefix cache pulls only the blocks it lacks (vLLM's NIXL
-        # connector: get_num_new_matched_tokens counts its local hit), so it is chosen first, and
-        # the request placed on one of its attention-DP ranks, whose cache that hit is
-        target = self.decode.route(dec) if reuse else None
-        held = target.place_ahead(dec) if target is not None else 0
-        req.kv_transfer = self.transfer_s(req.input_tokens - held)
+        # the decode replica is chosen before the KV moves, whose links it takes turns on; one that keeps
+        # a prefix cache pulls only the blocks it lacks (vLLM's NIXL connector: get_num_new_matched_tokens
+        # counts its local hit), the request placed on one of its attention-DP ranks, whose cache that hit is
+        target = self.decode.route(dec)
+        held = target.place_ahead(dec) if target is not None and reuse else 0
+        move = self.link_bytes.of(req.input_tokens - held) / self.bandwidth
+        req.kv_wait = self.links.book(self.env.now, self.prefill.replicas[leg.replica], target, move)
+        req.kv_transfer = req.kv_wait + move + self.latency
+        if target is not None:
+            self.decode.expect(target, dec)
         self.legs[req.id] = (req, dec)
         self.on_link[req.id] = target
         ev = self.env.timeout(req.kv_transfer)
@@ -207,6 +220,8 @@ class PrefillDecode:
     def _arrived(self, dec: Request, target=None) -> None:
         if dec.id in self.on_link:
             del self.on_link[dec.id]
+            if target is not None:
+                self.decode.landed(target, dec)
             dec.queued = self.env.now
             self.decoding.add(dec.id)
             self.decode.submit(dec, target)

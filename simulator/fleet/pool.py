@@ -227,6 +227,20 @@ class Pool:
         """The ready replica the router sends ``req`` to (None: none is ready)."""
         return self.ready[self.router.choose(req, self.ready)] if self.ready else None
 
+    def expect(self, replica, req: Request) -> None:
+        """``req`` was sent to ``replica`` ahead of its arrival (a hand-off's KV on its way there):
+        it counts in the replica's load from now, as one inside its front end does, or every hand-off
+        of a burst would be routed to the replica that looked idlest before the first of them landed."""
+        replica.outstanding += 1
+        replica.outstanding_tokens += req.input_tokens
+
+    def landed(self, replica, req: Request) -> None:
+        """``req``, expected on ``replica``, arrived (or was cancelled on its way): :meth:`submit` counts it
+        from here; a draining replica it alone kept busy stops."""
+        replica.outstanding -= 1
+        replica.outstanding_tokens -= req.input_tokens
+        self._stop_if_drained(replica)
+
     def submit(self, req: Request, replica=None) -> None:
         """Take ``req`` in on ``replica`` when it was chosen beforehand (:meth:`route`) and still
         serves, else on the replica the router chooses now."""

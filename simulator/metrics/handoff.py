@@ -30,23 +30,30 @@ FIELDS = {
                                      "alone where the pool keeps a window)"),
     "handoffs": leaf("count", "prompts whose KV crossed the link (or took its latency)"),
     "gb_moved": leaf("GB", "bytes the busiest link carried over the run, all hand-offs"),
-    "mean_ms": leaf("ms", "a hand-off's mean time on the link"),
+    "mean_ms": leaf("ms", "a hand-off's mean time, from its prompt's end to its KV's arrival: the wait for the "
+                          "links, the move and the latency"),
     "p99_ms": leaf("ms", "its 99th percentile"),
+    "wait_mean_ms": leaf("ms", "of that time, the mean wait for the links: hand-offs out of one prefill rank or "
+                               "into one decode rank take turns"),
+    "wait_p99_ms": leaf("ms", "the wait's 99th percentile"),
 }
 
 
 def handoff_block(requests: Records, prefill: str, decode: str, preset: str, bytes_per_s: float,
                   latency_s: float, bytes_per_token: float) -> dict[str, Any]:
     """``prefill``'s hand-offs to ``decode`` over a link of ``bytes_per_s`` a GPU and ``latency_s``."""
-    r = requests.select("pool", "kv_transfer")
-    took = r.kv_transfer[(r.pool == prefill) & (r.kv_transfer > 0)]
+    r = requests.select("pool", "kv_transfer", "kv_wait")
+    mine = (r.pool == prefill) & (r.kv_transfer > 0)
+    took, wait = r.kv_transfer[mine], r.kv_wait[mine]
     n = int(took.size)
     return {
         "decode_pool": decode,
         "link": {"preset": preset, "gb_per_s": bytes_per_s / 1e9, "latency_ms": latency_s * 1e3},
         "bytes_per_token": bytes_per_token,
         "handoffs": n,
-        "gb_moved": float(np.maximum(took - latency_s, 0.0).sum() * bytes_per_s / 1e9),
+        "gb_moved": float(np.maximum(took - wait - latency_s, 0.0).sum() * bytes_per_s / 1e9),
         "mean_ms": float(took.mean() * 1e3) if n else None,
         "p99_ms": float(np.percentile(took, 99) * 1e3) if n else None,
+        "wait_mean_ms": float(wait.mean() * 1e3) if n else None,
+        "wait_p99_ms": float(np.percentile(wait, 99) * 1e3) if n else None,
     }

@@ -29,7 +29,7 @@ __all__ = ["Records", "COLUMNS", "LATENCY"]
 #: Every column a metric or the per-request table reads.
 COLUMNS = (*RECORD_COLUMNS, "priority", "preloaded")
 _TIME = ("arrival", "admitted", "first_token", "finish", "queued", "net_in", "net_out", "prefill_done",
-         "kv_transfer")
+         "kv_transfer", "kv_wait")
 _TEXT = ("klass", "pool", "region")
 _WIDE = ("id", "session")       # may exceed 2^31 over a long trace; the other counts never do
 #: Enums kept as their int8 codes (a reason's 0: the request was not rejected).

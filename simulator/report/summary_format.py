@@ -86,8 +86,10 @@ def handoff_text(h: Mapping[str, Any] | None) -> str:
     scenario's preset alone does not show."""
     if not h:
         return ""
-    link, mean = h["link"], h.get("mean_ms")
+    link, mean, wait = h["link"], h.get("mean_ms"), h.get("wait_mean_ms")
     took = f", {mean:,.1f} ms a hand-off on average" if mean is not None else ""
+    if wait:        # hand-offs took turns on the links: how much of that was the queue
+        took += f" ({wait:,.1f} ms of it waiting for the links)"
     return (f"hands its KV to {h['decode_pool']} over {link['preset']} ({link['gb_per_s']:g} GB/s a GPU, "
             f"{link['latency_ms']:g} ms): {h['bytes_per_token']:,.0f} bytes a prompt token on the busiest link"
             + took)

@@ -83,6 +83,8 @@ class PairPlan:
     link_bytes: HandoffBytes       # KV bytes the busiest link of the hand-off carries
     link: KvLinkSpec
     link_numbers: tuple[float, float]   # its bytes/s per GPU and latency (s), from the pair's GPUs
+    # the share of a move each side's links are held for, (prefill, decode): the busier side 1 (fleet/kv_link.py)
+    link_shares: tuple[float, float] = (1.0, 1.0)
 
 
 @dataclass(frozen=True)
@@ -268,8 +270,10 @@ def _pairs(setups: list[PoolSetup]) -> list[PairPlan]:
     for ps in setups:
         if (d := ps.spec.disaggregation) is not None:
             dec = by_name[d.decode_pool]
-            pairs.append(PairPlan(ps.spec.name, d.decode_pool, _handoff_bytes(ps, max(per_gpu(ps), per_gpu(dec))),
-                                  d.link, d.link.numbers((ps.cm.gpu, dec.cm.gpu))))
+            sides = per_gpu(ps), per_gpu(dec)
+            busiest = max(sides)
+            pairs.append(PairPlan(ps.spec.name, d.decode_pool, _handoff_bytes(ps, busiest), d.link,
+                                  d.link.numbers((ps.cm.gpu, dec.cm.gpu)), (sides[0] / busiest, sides[1] / busiest)))
     return pairs
 
 

@@ -1,0 +1,75 @@
+"""The links a disaggregated pair's KV crosses, as the queue they are.
+
+Every GPU of a replica has its own link (a scale-out NIC, or its NVLink
+ports), and an attention-DP rank's ``tp`` GPUs each move their share of a
+hand-off over their own at once, so a rank's links act as one server: a
+hand-off holds the sending rank's links and the receiving rank's for as long
+as the busier side takes. Two hand-offs out of one prefill rank, or into one
+decode rank, share those links. They are served one after the other, in
+the order their prompts finished: the transfer engines (NIXL, Mooncake's)
+pipeline concurrent reads over a NIC, which splits its bandwidth between
+them and ends the last when one after the other would, so first come, first
+served keeps the link's throughput and its wait; only which of two
+overlapping hand-offs ends first differs.
+
+A hand-off starts once a link of the sending replica and one of the
+receiving replica are both free (each replica has one per attention-DP rank,
+the earliest free taken), holds each for its own side's share of the move
+(the side whose GPUs each hold more of a token's KV is the busiest link and
+is held for the whole move; the other for its smaller share: a TP-8 prefill
+rank sending GQA heads to a TP-4 decode rank holds its links half as long),
+and the link's latency follows. Without this a decode replica could take in
+any number of prompts' KV at once, each at the full rate: an ``ethernet``
+pair or a long-prompt burst read fast hand-offs whose sum the link could
+never carry.
+"""
+from __future__ import annotations
+
+from typing import Any, Optional
+
+
+class RankLinks:
+    """The links of one replica's attention-DP ranks on one side of a pair: when each is next free."""
+
+    __slots__ = ("free",)
+
+    def __init__(self, ranks: int) -> None:
+        self.free = [0.0] * max(ranks, 1)
+
+    def next_free(self) -> float:
+        return min(self.free)
+
+    def hold(self, start: float, seconds: float) -> None:
+        """Take the earliest free rank's links from ``start`` (no earlier than it frees) for ``seconds``."""
+        i = self.free.index(min(self.free))
+        self.free[i] = start + seconds
+
+
+class KvLinks:
+    """Both sides' links of a prefill → decode pair, per replica, created as replicas first hand off."""
+
+    def __init__(self, shares: tuple[float, float]) -> None:
+        # the share of a move each side's links are held for: (sending, receiving), the busier one 1
+        self.shares = shares
+        # by the replica's id, beside the replica itself: holding it keeps its id from being reused
+        self.sending: dict[int, tuple[Any, RankLinks]] = {}
+        self.receiving: dict[int, tuple[Any, RankLinks]] = {}
+
+    def book(self, now: float, sender: Any, receiver: Optional[Any], move_s: float) -> float:
+        """Book a hand-off of ``move_s`` on the busiest link out of ``sender`` into ``receiver`` (a
+        replica, or None where no decode replica is ready to take it: then its own links are not
+        counted), and return how long it waits for them."""
+        out = self._links(self.sending, sender)
+        into = None if receiver is None else self._links(self.receiving, receiver)
+        start = max(now, out.next_free(), now if into is None else into.next_free())
+        out.hold(start, move_s * self.shares[0])
+        if into is not None:
+            into.hold(start, move_s * self.shares[1])
+        return start - now
+
+    @staticmethod
+    def _links(side: dict[int, tuple[Any, RankLinks]], replica: Any) -> RankLinks:
+        held = side.get(id(replica))
+        if held is None:
+            held = side[id(replica)] = (replica, RankLinks(getattr(replica, "dp", 1)))
+        return held[1]
