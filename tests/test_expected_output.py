@@ -75,6 +75,34 @@ def test_a_rank_held_full_admits_nothing_until_a_request_leaves(engine):
     assert b.admitted == c.finish
 
 
+@pytest.mark.parametrize(("model", "version", "held"), [
+    ("gpt-oss-120b", "0.5.11", True), ("gpt-oss-120b", "0.5.12", False), ("gpt-oss-120b", "0.5.23", False),
+    ("llama-3.1-8b", "0.5.12", True), ("llama-3.1-8b", "0.5.23", True)])
+def test_a_hybrid_swa_pool_clears_the_full_flag_at_every_plan_from_0_5_12(model, version, held):
+    """SGLang's get_new_batch_prefill resets batch_is_full at every plan for a hybrid-SWA pool from 0.5.12
+    ('if self.enable_priority_preemption or self.is_hybrid_swa'; priority preemption alone in 0.5.10 and
+    0.5.11): gpt-oss, whose pool splits into full-attention and sliding-window parts, then tries its head
+    again each plan, as full_until_leave: false runs; a model without sliding-window layers does not."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    spec = PoolSpec.model_validate({"name": "p", "model": model, "gpu": "h200", "replicas": 1,
+                                    "engine": {"backend": "sglang", "backend_version": version}})
+    ps = setup_pool(spec, 0)
+    assert (ps.engine or ps.spec.engine).full_until_leave is held
+
+
+def test_a_pool_that_keeps_every_window_token_holds_its_flag():
+    """--disable-hybrid-swa-memory (swa_full_tokens_ratio 1: every layer keeps every token) is no hybrid pool."""
+    from simulator.fleet.setup import setup_pool
+    from simulator.scenario.schema import PoolSpec
+
+    spec = PoolSpec.model_validate({"name": "p", "model": "gpt-oss-120b", "gpu": "h200", "replicas": 1,
+                                    "engine": {"backend": "sglang", "kv_memory": {"swa_full_tokens_ratio": 1.0}}})
+    ps = setup_pool(spec, 0)
+    assert (ps.engine or ps.spec.engine).full_until_leave is True
+
+
 @pytest.mark.parametrize("engine", ENGINES)
 def test_the_ratio_is_back_at_its_start_when_the_replica_idles(engine):
     # The same pair again at t = 100, after the first has ended: B waits the same three decodes.

@@ -414,6 +414,15 @@ class EngineConfig(BaseModel):
                     "one iteration after a request leaves, not at once (0.5.23 filters the running batch at "
                     "every plan); the flag an admitted request sets when it leaves no KV budget with no request "
                     "behind it (budget_state)")
+    full_cleared_beside_swa: bool = Field(
+        default=False,
+        description="with full_until_leave, a pool whose KV splits into full-attention and sliding-window "
+                    "parts (SGLang's hybrid SWA pool: kv_memory.swa_full_tokens_ratio below 1) clears the "
+                    "flag at every plan, as priority scheduling does, so it runs as full_until_leave: false "
+                    "(scheduler.py get_new_batch_prefill: 'if self.enable_priority_preemption or "
+                    "self.is_hybrid_swa', from 0.5.12; 0.5.10 and 0.5.11 clear it for priority preemption "
+                    "alone; model_config.py is_hybrid_swa: a hybrid-SWA architecture without "
+                    "--disable-hybrid-swa-memory). The backend sglang sets it by release")
     prompt_kv: Literal["whole", "per_chunk"] = Field(
         default="whole",
         description="when a chunked prompt's KV blocks are allocated. whole: all of them at admission. per_chunk "

@@ -20,6 +20,7 @@ from ..engine.kv_tiers import OffloadPlan
 from ..engine.lora import LoraPlan
 from ..errors import LlmsimError
 from ..hybrid_kv import in_flight_tokens, window_share
+from ..kv_memory import swa_tokens_ratio
 from ..memory import MemoryPlan, context_room, has_full_attention, plan_memory, prefill_graph_tokens, startup_pool
 from ..pipeline import Pipeline, plan_pipeline_memory
 from .pp_refusals import refusal
@@ -187,7 +188,8 @@ def setup_pool(spec: PoolSpec, index: int, source: str | Path | None = None,
                                               spec.dp, decodes_for_another)
     except LlmsimError as err:
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{err.key_path}") from None
-    replica = rank_limits(drafting_budget(running_cap(admission, model, mem), cm, spec, where, source), spec.dp)
+    replica = rank_limits(drafting_budget(running_cap(full_batch_rule(admission, model), model, mem), cm, spec,
+                                          where, source), spec.dp)
     if decodes_for_another and chunk_cache_on_decode(replica):
         replica = replica.model_copy(update={"prefix_cache": False})
     elif decodes_for_another:
@@ -359,6 +361,16 @@ def expected_output_admission(e: EngineConfig, dp: int, decodes_for_another: boo
     return e
 
 
+def full_batch_rule(e: EngineConfig, model: ModelProfile) -> EngineConfig:
+    """``full_until_leave`` as the pool runs it: SGLang from 0.5.12 clears ``batch_is_full`` at every plan
+    in a hybrid-SWA pool (``full_cleared_beside_swa``), whose sliding-window part a retraction or a
+    finishing window may free at any plan, so such a pool tries its head again each plan."""
+    if not (e.full_until_leave and e.full_cleared_beside_swa):
+        return e
+    ratio = swa_tokens_ratio(e.kv_memory, model.num_sliding_layers)
+    return e.model_copy(update={"full_until_leave": False}) if ratio is not None and ratio < 1 else e
+
+
 def _chunking_at_start(e: EngineConfig, where: str, source: str | Path | None) -> None:
     """``chunked_prefill: false`` on a release that chunks every prompt anyway
     (``engine.chunks_every_prompt``: vLLM 0.10.0-0.11.0 overwrite the launch's flag): that
@@ -520,7 +532,7 @@ def _pipeline_setup(spec: PoolSpec, model: ModelProfile, gpu: HardwareProfile, w
         key = err.key_path if err.key_path in COST_MODEL_KEYS | {"pp"} else "pp"
         raise LlmsimError(err.message, source=source, key_path=f"{where}.{key}") from None
     mem = _startup_pool(e, model, gpu, mem, spec.tp * spec.pp, where, source)
-    return PoolSetup(spec, cm, mem, None, engine=running_cap(rounds, model, mem))
+    return PoolSetup(spec, cm, mem, None, engine=running_cap(full_batch_rule(rounds, model), model, mem))
 
 
 def running_cap(e: EngineConfig, model: ModelProfile, mem: MemoryPlan) -> EngineConfig:
