@@ -1642,8 +1642,6 @@ def coding_agent_differences(r: Runner) -> str:
     pd_plan = r.plan("llmsim plan scenarios/coding-agent.yaml --variant cache-aware --variant host-tier --variant "
                      "disaggregation --vary pools.decode.replicas=6..10 --vary pools.agents.replicas=1,2 --seeds 3")
     pd_best = pd_plan["best"]
-    pd_next = min((c for c in pd_plan["candidates"] if c["gpus"] > pd_best["gpus"]), key=lambda c: c["gpus"],
-                  default=None)
     price = ca7["llmsim"]["cost"]["pools"][0]["usd_per_gpu_hour"]
     per_gpu = plan_ca["monthly_usd"] / plan_ca["gpus"]
     kv = tier6[0]["llmsim"]["pools"]["agents"]["kv_tokens_per_replica"]
@@ -1695,9 +1693,7 @@ def coding_agent_differences(r: Runner) -> str:
         f"pools.decode.replicas=6..10 --vary pools.agents.replicas=1,2 --seeds 3` finds "
         f"{pd_best['overrides']['pools.agents.replicas']} + {pd_best['overrides']['pools.decode.replicas']}, "
         f"{pd_best['gpus']} GPUs and {usd(pd_best['monthly_usd'])} a month"
-        + (f" ({pd_next['overrides']['pools.agents.replicas']} + {pd_next['overrides']['pools.decode.replicas']}: "
-           f"{pd_next['gpus']} GPUs, {usd(pd_next['monthly_usd'])})" if pd_next else "")
-        + f", and the ladder's last step runs 2 + 8 (p99 {secs(last['p99_ttft_ms'])}). It buys TPOT (p99 "
+        f", and the ladder's last step runs 2 + 8 (p99 {secs(last['p99_ttft_ms'])}). It buys TPOT (p99 "
         f"{tpot(ladder['host-tier']['p99_tpot_ms'], 1)} → {tpot(last['p99_tpot_ms'], 1)} ms) with "
         f"{pd_best['gpus']} GPUs where {plan_tier['gpus']} collocated ones meet the target. The prefill pool "
         f"reloads {min(pd_tier):.0f}–{max(pd_tier):.0f} % of its prompt tokens from the host tier: with one or "
