@@ -251,6 +251,9 @@ def _hand_offs(engine: str, reqs: list[Request], cancel_at: Optional[tuple[float
     if cancel_at is not None:
         env.process(_cancel(env, pd, reqs, *cancel_at))
     env.run()
+    # a hand-off counts in its decode replica's load from its start (Pool.expect) to its landing or
+    # cancellation (Pool.landed): none is left counted once all have ended
+    assert [(r.outstanding, r.outstanding_tokens) for r in prefill.replicas + decode.replicas] == [(0, 0)] * 2
     return pd, legs, ended
 
 
