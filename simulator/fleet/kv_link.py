@@ -6,11 +6,11 @@ hand-off over their own at once, so a rank's links act as one server: a
 hand-off holds the sending rank's links and the receiving rank's for as long
 as the busier side takes. Two hand-offs out of one prefill rank, or into one
 decode rank, share those links. They are served one after the other, in
-the order their prompts finished: the transfer engines (NIXL, Mooncake's)
-pipeline concurrent reads over a NIC, which splits its bandwidth between
-them and ends the last when one after the other would, so first come, first
-served keeps the link's throughput and its wait; only which of two
-overlapping hand-offs ends first differs.
+the order their prompts finished. The transfer engines (NIXL, Mooncake's)
+pipeline concurrent reads over a NIC, splitting its bandwidth between them,
+which ends the last of them when one after the other would: first come,
+first served keeps the link's throughput, and of two overlapping hand-offs
+ends the first earlier and the second as late as sharing would.
 
 A hand-off starts once a link of the sending replica and one of the
 receiving replica are both free (each replica has one per attention-DP rank,

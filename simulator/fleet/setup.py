@@ -363,8 +363,9 @@ def expected_output_admission(e: EngineConfig, dp: int, decodes_for_another: boo
 
 def full_batch_rule(e: EngineConfig, model: ModelProfile) -> EngineConfig:
     """``full_until_leave`` as the pool runs it: SGLang from 0.5.12 clears ``batch_is_full`` at every plan
-    in a hybrid-SWA pool (``full_cleared_beside_swa``), whose sliding-window part a retraction or a
-    finishing window may free at any plan, so such a pool tries its head again each plan."""
+    in a hybrid-SWA pool (``full_cleared_beside_swa``) as under priority preemption ("to try preemption
+    with a prefill adder", its comment says), so such a pool tries its head again each plan: the
+    backend's flag alone would hold a gpt-oss pool full that the server does not."""
     if not (e.full_until_leave and e.full_cleared_beside_swa):
         return e
     ratio = swa_tokens_ratio(e.kv_memory, model.num_sliding_layers)
