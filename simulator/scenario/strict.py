@@ -18,7 +18,6 @@ model, backend profile) is validated.
 """
 from __future__ import annotations
 
-import copy
 import math
 import types
 import typing
@@ -116,17 +115,24 @@ def refuse_coerced_behind(data: Any, cls: type[BaseModel], source: Any = None) -
         return      # a strict model converts nothing: its own errors say what is wrong
     suspects = [(path, v) for path, v in leaves(data) if _suspect(v)]
     for path, v in suspects[:50]:     # each probe validates the whole document again
-        probe = copy.deepcopy(data)
-        node = probe
-        for part in path[:-1]:
-            node = node[part]
-        node[path[-1]] = "a word, not true/false"
+        probe = _replaced(data, path, "a word, not true/false")
         try:
             cls.model_validate(probe)
         except ValidationError as e:
             for problem in e.errors():
                 if problem.get("type") in _NUMBER_ERRORS and tuple(user_loc(problem["loc"], probe)) == path:
                     raise LlmsimError(_refusal(v), source=source, key_path=format_key_path(path)) from None
+
+
+def _replaced(data: Any, path: tuple, value: Any) -> Any:
+    """``data`` with ``value`` at ``path``, sharing every branch off the path: validation reads the
+    nodes it is given and changes none, so the fifty probes of a backend profile need not copy its
+    thousands of nodes fifty times."""
+    if not path:
+        return value
+    out = list(data) if isinstance(data, list) else dict(data)
+    out[path[0]] = _replaced(data[path[0]], path[1:], value)
+    return out
 
 
 def leaves(data: Any, path: tuple = ()) -> Iterator[tuple[tuple, Any]]:
