@@ -290,6 +290,7 @@ class VersionRule(_Strict):
 _NIGHTLY = re.compile(r"(20\d{2})(\d{2})(\d{2})")
 
 
+@lru_cache(maxsize=4096)    # every backend profile validated reads each rule's bounds, and a run validates several
 def version_number(version: str) -> Optional[tuple[int, ...]]:
     """The release number (major, minor, patch[, ...]) of a release as the
     stacks spell them, PEP 440 with an optional ``v`` (``0.14.1``,
@@ -308,6 +309,7 @@ def version_number(version: str) -> Optional[tuple[int, ...]]:
     return parsed.release + (0,) * (3 - len(parsed.release))
 
 
+@lru_cache(maxsize=4096)
 def _bound(bound: str) -> Version:
     """A version rule's bound (checked a release number on load) in PEP 440 order."""
     return Version(bound)
