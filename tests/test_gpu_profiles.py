@@ -331,3 +331,19 @@ def test_a_json_gpu_file_is_calibrated_dry_but_not_written(cli, tmp_path, shared
     r = cli("calibrate", "--data", shared_data, "--gpu", path, "--quiet")
     assert r.code == 2 and "YAML" in r.err and "Traceback" not in r.err
     assert json.loads(path.read_text()) == yaml.safe_load(GPU)
+
+
+def test_a_json_gpu_file_is_refused_before_the_fit(cli, tmp_path, monkeypatch):
+    """Written into as YAML, a JSON profile is refused before the minute-long fit, not after it."""
+    import yaml
+
+    from simulator.calibration import pipeline
+
+    def fit(*args, **kwargs):
+        raise AssertionError("the fit ran")
+
+    monkeypatch.setattr(pipeline, "run", fit)
+    path = tmp_path / "acme.json"
+    path.write_text(json.dumps(yaml.safe_load(GPU)))
+    r = cli("calibrate", "--gpu", path, "--quiet")
+    assert r.code == 2 and "is JSON" in r.err and str(path) in r.err and "Traceback" not in r.err

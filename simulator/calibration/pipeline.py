@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Iterable
 
 import pandas as pd
 from pydantic import ValidationError
@@ -451,16 +452,22 @@ def run(data_dir: str | Path | None = None, gpus: list[str] | None = None, moe_m
     return result
 
 
+def refuse_json(paths: Iterable[Path]) -> None:
+    """Raise for a JSON profile among the user's files: its calibration block is written as YAML in
+    place. ``llmsim calibrate`` asks before the fit, which would otherwise run a minute to be refused."""
+    for path in paths:
+        if path.suffix == ".json":
+            raise LlmsimError("llmsim calibrate writes its calibration: block into a YAML profile, and this one "
+                              "is JSON: give the profile as YAML, or add --dry-run", source=path)
+
+
 def write(result: Result) -> list[Path]:
     """Write each profile's calibration block, and its fp8_gemm_efficiency line where the run gives
     one, into its YAML (built-in or the user's), all of them or none."""
     from .write import rendered_profile, write_profiles
 
     d = builtin_dir("hardware_profiles")
-    for path in result.paths.values():      # before any file is written
-        if path.suffix == ".json":
-            raise LlmsimError("llmsim calibrate writes its calibration: block into a YAML profile, and this one "
-                              "is JSON: give the profile as YAML, or add --dry-run", source=path)
+    refuse_json(result.paths.values())      # before any file is written
     texts = {}     # every profile rendered and read back before any is written
     for name, gpu in result.profiles.items():
         path = result.paths.get(name) or d / f"{name}.yaml"

@@ -64,6 +64,8 @@ def calibrate(
 
     data_dir = data if data is not None else default_data_dir()
     refuse_overwriting_input_files({"--report-md": report_md}, _inputs(data_dir, gpu or []))   # before the fit
+    if not dry_run:
+        pipeline.refuse_json(Path(g).expanduser() for g in gpu or [])     # before the fit too
     result = pipeline.run(data_dir, gpu or None, moe_mla=moe_mla, progress=Silent() if quiet else Progress([]))
     if len(result.errors):
         console.print(rich_table(result.errors, "calibrated model vs measured kernels (APE = |model/measured − 1|)"))
