@@ -3,13 +3,11 @@ as `llmsim check` does, running it once per suite, and loading every ladder step
 from __future__ import annotations
 
 import dataclasses
-import fcntl
-import os
 import pickle
 from functools import lru_cache
 from pathlib import Path
 
-from conftest import RUN_CACHE_ENV
+from helpers_shared import suite_lock
 from simulator.runner import RunOutput, simulate
 from simulator.scenario.load import load_scenario
 from simulator.scenario.overlays import load_with_overlays, load_with_variants
@@ -44,13 +42,11 @@ def run(name: str, *variants: str) -> RunOutput:
     wait for its pickle; each process reads its own copy. What is shared is the
     run's record, without the live fleet (``pools``, ``scalers``, ``plan``,
     which hold closures): a test that inspects those simulates its own run."""
-    folder = os.environ.get(RUN_CACHE_ENV)
-    if not folder:
-        return simulate(at_check_settings(name, *variants), source=path_of(name))
     stem = "+".join((name, *variants))
-    stored = Path(folder) / f"{stem}.pickle"
-    with open(Path(folder) / f"{stem}.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
+    with suite_lock(stem) as folder:
+        if folder is None:
+            return simulate(at_check_settings(name, *variants), source=path_of(name))
+        stored = folder / f"{stem}.pickle"
         if not stored.exists():
             out = simulate(at_check_settings(name, *variants), source=path_of(name))
             record = dataclasses.replace(out, pools={}, scalers={}, plan=None)

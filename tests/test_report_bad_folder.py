@@ -20,6 +20,8 @@ from typing import Any, Callable
 import pandas as pd
 import pytest
 
+from helpers_shared import built_once
+
 SCENARIO = """\
 name: tiny
 seed: 3
@@ -258,13 +260,9 @@ grid:
 """
 
 
-@pytest.fixture(scope="module")
-def made_folders(tmp_path_factory) -> dict[str, Path]:
-    """A ladder, a plan and a sweep folder as ``llmsim run --ladder``, ``plan`` and ``sweep`` write them
-    (written once for the module), each with its report.html."""
+def _write_folders(here: Path) -> None:
     from simulator.cli.app import main
 
-    here = tmp_path_factory.mktemp("report_bad_folders")
     (here / "s.yaml").write_text(LADDER_SCENARIO)
     (here / "sw.yaml").write_text(SWEEP)
     for args in (["run", here / "s.yaml", "--ladder", "-o", here / "ladder", "--exit-zero"],
@@ -274,6 +272,14 @@ def made_folders(tmp_path_factory) -> dict[str, Path]:
             main([str(a) for a in args])
         except SystemExit as e:
             assert not e.code, f"llmsim {args[0]} exited {e.code}"
+
+
+@pytest.fixture(scope="module")
+def made_folders(tmp_path_factory) -> dict[str, Path]:
+    """A ladder, a plan and a sweep folder as ``llmsim run --ladder``, ``plan`` and ``sweep`` write them,
+    each with its report.html: written once for the session (tests/test_report_needed_keys.py reads
+    them too), and copied by each test that changes one."""
+    here = built_once("report-folders", _write_folders, tmp_path_factory.mktemp("report_bad_folders"))
     for name in ("ladder", "plan", "sweep"):
         assert (here / name / "report.html").is_file(), name
     return {name: here / name for name in ("ladder", "plan", "sweep")}
