@@ -181,7 +181,7 @@ workload:
 pools:
   - {{name: main, model: llama-3.1-8b, gpu: h100-sxm, tp: 1, replicas: 1, engine: {{backend: '{backend}'}}}}
 """)
-    r = cli("run", scenario, "-o", tmp_path / "out")
+    r = cli("run", scenario, "--no-plots", "-o", tmp_path / "out")
     assert r.code == 0, r.err
     ran = json.loads((tmp_path / "out" / "results.json").read_text())["llmsim"]["pools"]["main"]
     assert est["kv_capacity_tokens"] == ran["kv_tokens_per_replica"] == 16_000

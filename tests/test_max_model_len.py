@@ -43,7 +43,7 @@ def _scenario(tmp_path, backend: str = "vllm", extra: str = "", isl: int = 1000)
 
 
 def test_vllm_refuses_a_pool_that_holds_no_request_of_its_context(cli, tmp_path):
-    r = cli("run", _scenario(tmp_path), "-o", tmp_path / "out")
+    r = cli("run", _scenario(tmp_path), "--no-plots", "-o", tmp_path / "out")
     assert r.code == 2 and "Traceback" not in r.err
     assert "pools[0].engine.max_model_len" in r.err and "131,072-token context does not fit on 1× h100-sxm" in r.err
     assert "at most 7,536" in " ".join(r.err.split())
@@ -51,7 +51,7 @@ def test_vllm_refuses_a_pool_that_holds_no_request_of_its_context(cli, tmp_path)
 
 
 def test_a_max_model_len_the_pool_holds_runs(cli, tmp_path):
-    r = cli("run", _scenario(tmp_path, extra=", max_model_len: 4096"), "-o", tmp_path / "out")
+    r = cli("run", _scenario(tmp_path, extra=", max_model_len: 4096"), "--no-plots", "-o", tmp_path / "out")
     assert r.code == 0, r.err
     res = json.loads((tmp_path / "out" / "results.json").read_text())
     assert res["completed"] > 0 and res["failed"] == 0
@@ -80,17 +80,17 @@ def test_the_pool_vllm_refuses_is_one_held_one_token_short():
 def test_tensor_parallel_gpus_hold_the_context(cli, tmp_path):
     """The same model on two H100s holds 131,072 tokens, so vLLM starts without a max_model_len."""
     p = _scenario(tmp_path)
-    r = cli("run", p, "--set", "pools.main.tp=2", "-o", tmp_path / "out")
+    r = cli("run", p, "--set", "pools.main.tp=2", "--no-plots", "-o", tmp_path / "out")
     assert r.code == 0, r.err
 
 
 def test_max_model_len_past_the_models_context_is_refused(cli, tmp_path):
-    r = cli("run", _scenario(tmp_path, extra=", max_model_len: 200000"), "-o", tmp_path / "out")
+    r = cli("run", _scenario(tmp_path, extra=", max_model_len: 200000"), "--no-plots", "-o", tmp_path / "out")
     assert r.code == 2 and "pools[0].engine.max_model_len" in r.err and "context of 131,072" in r.err
 
 
 def test_a_workload_longer_than_max_model_len_is_refused_at_load(cli, tmp_path):
-    r = cli("run", _scenario(tmp_path, extra=", max_model_len: 4096", isl=4000), "-o", tmp_path / "out")
+    r = cli("run", _scenario(tmp_path, extra=", max_model_len: 4096", isl=4000), "--no-plots", "-o", tmp_path / "out")
     assert r.code == 2 and "workload.input_tokens" in r.err and "engine.max_model_len (pool 'main') of 4096" in r.err
     assert "''s" not in r.err, r.err         # "pool 'main''s engine.max_model_len"
 
@@ -133,10 +133,10 @@ def test_vllm_checks_the_pool_it_measured_before_num_gpu_blocks_override(cli, tm
     """vLLM to 0.20.0 checks the profiled pool, then the override applies (kv_cache_utils.py
     get_kv_cache_configs): a small override still starts, a large one does not rescue a short pool."""
     small = cli("run", _scenario(tmp_path, extra=", max_model_len: 4096, num_gpu_blocks_override: 100"),
-                "-o", tmp_path / "a")
+                "--no-plots", "-o", tmp_path / "a")
     assert small.code in (0, 1) and "does not fit" not in small.err, small.err
     big = cli("run", _scenario(tmp_path, extra=", max_model_len: 80000, num_gpu_blocks_override: 100000"),
-              "-o", tmp_path / "b")
+              "--no-plots", "-o", tmp_path / "b")
     assert big.code == 2 and "80,000-token context does not fit" in big.err
 
 
@@ -149,15 +149,16 @@ def test_vllm_checks_the_pool_num_gpu_blocks_override_gives(cli, tmp_path, relea
     stated = (f", backend_version: '{release}', kv_memory: {{cuda_graph_gib: 1.0}}, "
               f"gpu_memory_utilization: {utilization}")
     small = cli("run", _scenario(tmp_path, extra=stated + ", max_model_len: 4096, num_gpu_blocks_override: 100"),
-                "-o", tmp_path / "a")
+                "--no-plots", "-o", tmp_path / "a")
     assert small.code == 2 and "pools[0].engine.max_model_len" in small.err
     said = " ".join(small.err.split())
     assert "4,096-token context does not fit" in said and "at most 784" in said
     assert "raise engine.num_gpu_blocks_override" in said and "gpu_memory_utilization" not in said
     big = cli("run", _scenario(tmp_path, extra=stated + ", max_model_len: 80000, num_gpu_blocks_override: 10000"),
-              "-o", tmp_path / "b")
+              "--no-plots", "-o", tmp_path / "b")
     assert big.code in (0, 1) and "does not fit" not in big.err, big.err
-    measured = cli("run", _scenario(tmp_path, extra=stated + ", max_model_len: 80000"), "-o", tmp_path / "c")
+    measured = cli("run", _scenario(tmp_path, extra=stated + ", max_model_len: 80000"), "--no-plots",
+                   "-o", tmp_path / "c")
     assert measured.code == 2 and "80,000-token context does not fit" in measured.err
 
 
@@ -172,7 +173,7 @@ def test_vllm_holds_the_null_block_back_from_its_start_up_check_from_0_29_0(cli,
         p = tmp_path / f"{out}.yaml"
         p.write_text(SCENARIO.format(backend="vllm", extra=f"{stated}, max_model_len: {max_model_len}", isl=1000)
                      .replace("gpt-oss-120b", "llama-3.1-8b"))
-        return cli("run", p, "-o", tmp_path / out)
+        return cli("run", p, "--no-plots", "-o", tmp_path / out)
 
     whole = run(1600, "whole")
     said = " ".join(whole.err.split())

@@ -50,7 +50,7 @@ def test_a_request_needing_the_whole_rank_pool_is_never_served(cli, tmp_path, dp
         p = tmp_path / f"b{blocks}.yaml"
         p.write_text(SCENARIO.format(dp=dp, blocks=blocks))
         out = tmp_path / f"out{blocks}"
-        r = cli("run", p, "-o", out)
+        r = cli("run", p, "--no-plots", "-o", out)
         res = json.loads((out / "results.json").read_text())["llmsim"]
         assert res["pools"]["main"]["kv_blocks_per_replica"] == blocks * dp      # the pool as vLLM logs it
         statuses[blocks] = (r.code, res["request_status"]["rejected"], res["request_status"]["finished"])
@@ -67,7 +67,7 @@ def test_a_rank_of_one_block_serves_nothing_and_its_utilisation_is_zero(cli, tmp
     p.write_text(SCENARIO.format(dp=dp, blocks=1).replace("value: 1000", "value: 4").replace("value: 24", "value: 4")
                  .replace("max_model_len: 1024", "max_model_len: 16"))
     out = tmp_path / "out"
-    r = cli("run", p, "-o", out)
+    r = cli("run", p, "--no-plots", "-o", out)
     assert r.code == 1, r.err                       # overloaded: everything shed
     res = json.loads((out / "results.json").read_text())["llmsim"]
     main = res["pools"]["main"]
@@ -101,7 +101,7 @@ def test_a_contiguous_pool_of_no_usable_block_reports_zero_utilisation(cli, tmp_
                           "kv_allocation: contiguous, prefix_cache: false, kv_memory: {rule: vllm}")
                  .replace("max_model_len: 1024", "max_model_len: 16"))
     out = tmp_path / "out"
-    r = cli("run", p, "-o", out)
+    r = cli("run", p, "--no-plots", "-o", out)
     assert r.code == 1, r.err
     alloc = json.loads((out / "results.json").read_text())["llmsim"]["pools"]["main"]["kv_allocation"]
     assert alloc["mean_reserved_utilization"] == alloc["max_filled_utilization"] == 0.0

@@ -34,7 +34,7 @@ def _run(cli, tmp_path, engine: str, prompt: int = 3000, backend: str = "sglang"
     p = tmp_path / f"{backend}-{engine}-{prompt}-{dp}{len(extra)}.yaml"
     p.write_text(SCENARIO.format(prompt=prompt, backend=backend, dp=dp, extra=extra))
     out = tmp_path / p.stem
-    cli("run", p, "-o", out, "--engine", engine)
+    cli("run", p, "--no-plots", "-o", out, "--engine", engine)
     res = json.loads((out / "results.json").read_text())["llmsim"]
     return res, pd.read_parquet(out / "requests.parquet")
 

@@ -268,7 +268,8 @@ def test_results_count_and_bill_every_stages_gpus(tmp_path, cli):
     sc = {**TINY, "workload": {**TINY["workload"], "num_requests": 30},
           "pools": [{**TINY["pools"][0], "tp": 2, "pp": 2, "replicas": 2, "engine": {"backend": "vllm"}}]}
     path = write_yaml(tmp_path / "pp.yaml", sc)
-    r = cli("run", path, "-o", tmp_path / "out", "--json", "--exit-zero")   # 30 requests: a load not judged
+    # 30 requests: a load not judged
+    r = cli("run", path, "--no-plots", "-o", tmp_path / "out", "--json", "--exit-zero")
     assert r.code == 0, r.err
     import json
     res = json.loads((tmp_path / "out" / "results.json").read_text())

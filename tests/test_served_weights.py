@@ -153,7 +153,7 @@ def test_a_run_reports_the_weights_it_served(cli, tmp_path):
                                           "output_tokens": {"dist": "fixed", "value": 8}},
                 "pools": [{"name": "p", "model": "gpt-oss-120b", "gpu": "h100-sxm", "engine": {"kv_dtype": "fp8"}}]}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
-    assert cli("run", tmp_path / "s.yaml", "-o", tmp_path / "out").code == 0
+    assert cli("run", tmp_path / "s.yaml", "--no-plots", "-o", tmp_path / "out").code == 0
     pool = json.loads((tmp_path / "out" / "results.json").read_text())["llmsim"]["pools"]["p"]
     assert (pool["weight_dtype"], pool["kv_dtype"]) == ("mxfp4", "fp8")
 

@@ -72,7 +72,8 @@ def test_plan_and_sweep_judge_class_targets(cli, tmp_path):
     one = [p for p in plan["probes"] if p["overrides"]["pools.main.replicas"] == 1]
     assert one and not one[0]["slo_met"] and one[0]["failed_slo"].startswith("a: ttft_p99_ms")
     # the fleet the plan picked meets every target when run
-    run = cli("run", p, "--set", f"pools.main.replicas={best['overrides']['pools.main.replicas']}", "-o", tmp_path / "run")
+    run = cli("run", p, "--set", f"pools.main.replicas={best['overrides']['pools.main.replicas']}", "--no-plots",
+              "-o", tmp_path / "run")
     assert run.code == 0, run.err
     sweep = tmp_path / "sweep.yaml"
     sweep.write_text(f"base: {p.name}\ngrid:\n  pools.main.replicas: [1]\n")
@@ -118,7 +119,7 @@ def test_a_plan_does_not_buy_a_fleet_that_sheds_its_load(cli, tmp_path):
     it serves; llmsim run exits 1 on it (OVERLOADED), so the plan must not call it the answer."""
     p = tmp_path / "shedding.yaml"
     p.write_text(SHEDDING)
-    run = cli("run", p, "--set", "pools.chat.replicas=1", "-o", tmp_path / "run")
+    run = cli("run", p, "--set", "pools.chat.replicas=1", "--no-plots", "-o", tmp_path / "run")
     assert run.code == 1 and "OVERLOADED" in run.out + run.err
     r = cli("plan", p, "--vary", "pools.chat.replicas=1..3", "-o", tmp_path / "plan")
     assert r.code == 0, r.err

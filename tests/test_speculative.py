@@ -377,7 +377,7 @@ def test_vocab_mismatch_in_a_real_process(tmp_path, cli_subprocess):
 
 
 def test_a_good_speculative_scenario_runs_from_the_cli(tmp_path, cli):
-    res = cli("run", _scenario_file(tmp_path), "-o", tmp_path / "out", "--json").json()
+    res = cli("run", _scenario_file(tmp_path), "--no-plots", "-o", tmp_path / "out", "--json").json()
     assert res["completed"] == 24 and math.isfinite(res["mean_tpot_ms"])
 
 

@@ -186,7 +186,7 @@ def test_a_connector_that_turns_vllms_windows_off_is_refused(cli, tmp_path, pre,
     holds windows, so such a pool is refused, naming the key, and a pair runs from 0.22.0."""
     path = tmp_path / "s.yaml"
     path.write_text(yaml.safe_dump(_connected(pre, dec, offload)))
-    r = cli("run", path, "-o", tmp_path / "out")
+    r = cli("run", path, "--no-plots", "-o", tmp_path / "out")
     if key is None:
         assert r.code == 0, r.err
     else:

@@ -581,12 +581,12 @@ def test_a_trace_naming_a_class_the_scenario_does_not_declare_is_refused(tmp_pat
                 "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm"}],
                 "classes": [{"name": n, "share": 1 / len(declared)} for n in declared]}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
-    r = cli("run", tmp_path / "s.yaml", "-o", tmp_path / "out")
+    r = cli("run", tmp_path / "s.yaml", "--no-plots", "-o", tmp_path / "out")
     assert r.code == 2 and "Traceback" not in r.err and not (tmp_path / "out").exists()
     assert "t.csv: class: 2 row(s) name class 'gold'" in r.err and "silver" in r.err
     scenario["classes"] = [{"name": n, "share": 1 / (len(declared) + 1)} for n in [*declared, "gold"]]
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
-    assert cli("run", tmp_path / "s.yaml", "-o", tmp_path / "out").code == 0
+    assert cli("run", tmp_path / "s.yaml", "--no-plots", "-o", tmp_path / "out").code == 0
     res = json.loads((tmp_path / "out" / "results.json").read_text())["llmsim"]["classes"]
     assert res["gold"]["completed"] >= 2 and res["silver"]["completed"] >= 1   # the unnamed row by share
 
@@ -618,7 +618,7 @@ def test_a_trace_naming_classes_in_a_scenario_declaring_none_is_refused(tmp_path
     scenario = {"name": "c", "workload": {"arrival": {"type": "trace", "path": name}},
                 "pools": [{"name": "main", "model": "llama-3-8b", "gpu": "h100-sxm"}]}
     (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
-    r = cli("run", tmp_path / "s.yaml", "-o", tmp_path / "out")
+    r = cli("run", tmp_path / "s.yaml", "--no-plots", "-o", tmp_path / "out")
     assert r.code == 2 and "Traceback" not in r.err and not (tmp_path / "out").exists()
     assert len(r.err.strip().splitlines()) == 1
     assert f"{name}: class: 3 row(s) name a class ('gold', 'silver'), but the scenario declares no classes" in r.err
@@ -628,7 +628,7 @@ def test_a_trace_naming_classes_in_a_scenario_declaring_none_is_refused(tmp_path
     for plain in ("t.csv", "e.csv"):
         scenario["workload"]["arrival"]["path"] = plain
         (tmp_path / "s.yaml").write_text(yaml.safe_dump(scenario))
-        ok = cli("run", tmp_path / "s.yaml", "-o", tmp_path / f"out-{plain}")
+        ok = cli("run", tmp_path / "s.yaml", "--no-plots", "-o", tmp_path / f"out-{plain}")
         assert ok.code == 0, ok.err
         assert json.loads((tmp_path / f"out-{plain}" / "results.json").read_text())["completed"] == 2
 

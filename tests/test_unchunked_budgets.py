@@ -38,7 +38,7 @@ def _write(tmp_path, backend: str, extra: str = "", input: str = "{dist: fixed, 
 
 def test_vllm_refuses_an_unchunked_budget_below_the_context(cli, tmp_path):
     r = cli("run", _write(tmp_path, "vllm", ", chunked_prefill: false, max_num_batched_tokens: 4096"),
-            "-o", tmp_path / "out")
+            "--no-plots", "-o", tmp_path / "out")
     said = " ".join(r.err.split())
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
     assert "pools[0].engine.max_num_batched_tokens" in said and "(131,072: llama-3.1-8b's context)" in said
@@ -47,7 +47,7 @@ def test_vllm_refuses_an_unchunked_budget_below_the_context(cli, tmp_path):
     # what the message offers runs: a max_model_len within the budget, or chunking
     for extra in (", chunked_prefill: false, max_num_batched_tokens: 4096, max_model_len: 4096",
                   ", chunked_prefill: true, max_num_batched_tokens: 4096"):
-        ok = cli("run", _write(tmp_path, "vllm", extra), "-o", tmp_path / "ok", "--overwrite")
+        ok = cli("run", _write(tmp_path, "vllm", extra), "--no-plots", "-o", tmp_path / "ok", "--overwrite")
         assert ok.code == 0, ok.err
 
 
@@ -95,7 +95,7 @@ def test_trtllm_answers_an_unchunked_prompt_over_max_num_tokens_with_an_error(tm
 
 def test_trtllm_refuses_a_bounded_workload_whose_prompts_outgrow_its_budget(cli, tmp_path):
     r = cli("run", _write(tmp_path, "trtllm", ", max_num_batched_tokens: 2048",
-                          "{dist: uniform, min: 1000, max: 3000}"), "-o", tmp_path / "out")
+                          "{dist: uniform, min: 1000, max: 3000}"), "--no-plots", "-o", tmp_path / "out")
     said = " ".join(r.err.split())
     assert r.code == 2 and "workload.input_tokens" in said and "token budget of 2048" in said, r.err
     assert "''s" not in said, said         # "pool 'chat''s token budget"
@@ -137,12 +137,12 @@ def test_vllm_before_0_11_1_chunks_every_prompt(cli, tmp_path, version, refused)
     such a server neither refuses a budget below the context nor runs a prompt whole, so an unchunked pool of
     those releases is refused on engine.chunked_prefill, not on the budget; 0.11.1 takes the flag."""
     extra = f", backend_version: '{version}', chunked_prefill: false, max_num_batched_tokens: 4096"
-    r = cli("run", _write(tmp_path, "vllm", extra), "-o", tmp_path / "out")
+    r = cli("run", _write(tmp_path, "vllm", extra), "--no-plots", "-o", tmp_path / "out")
     said = " ".join(r.err.split())
     assert r.code == 2 and len(r.err.strip().splitlines()) == 1, r.err
     if refused:
         assert "pools[0].engine.chunked_prefill" in said and f"vllm {version} chunks every prompt" in said, said
-        ok = cli("run", _write(tmp_path, "vllm", extra.replace("false", "true")), "-o", tmp_path / "ok")
+        ok = cli("run", _write(tmp_path, "vllm", extra.replace("false", "true")), "--no-plots", "-o", tmp_path / "ok")
         assert ok.code == 0, ok.err
     else:
         assert "pools[0].engine.max_num_batched_tokens" in said, said
@@ -153,11 +153,11 @@ def test_trtllm_refuses_a_system_prompt_that_takes_prompts_past_its_budget(cli, 
     counts it: 2,000 + 3,000 tokens outgrow a 4,096-token budget at load, not in a run of errors."""
     p = _write(tmp_path, "trtllm", ", max_num_batched_tokens: 4096", "{dist: fixed, value: 3000}")
     p.write_text(p.read_text().replace("pools:", "  system_prompt: {apps: 1, tokens: {dist: fixed, value: 2000}}\npools:"))
-    r = cli("run", p, "-o", tmp_path / "out")
+    r = cli("run", p, "--no-plots", "-o", tmp_path / "out")
     said = " ".join(r.err.split())
     assert r.code == 2 and "workload.system_prompt.tokens" in said and "token budget of 4096" in said, r.err
     p.write_text(p.read_text().replace("value: 2000", "value: 1000"))
-    assert cli("run", p, "-o", tmp_path / "ok").code == 0
+    assert cli("run", p, "--no-plots", "-o", tmp_path / "ok").code == 0
 
 
 def test_a_decode_pool_serving_a_class_of_its_own_counts_its_errors_over_budget(tmp_path):
