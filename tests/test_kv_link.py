@@ -65,4 +65,5 @@ def test_no_link_carries_two_hand_offs_at_once_and_none_waits_for_nothing(bookin
     for (side, _), spans in held.items():
         ranks = dp_p if side == "out" else dp_d
         for t in {a for a, _ in spans}:         # at any start, no more hand-offs in flight than ranks
-            assert sum(a <= t < b for a, b in spans) <= ranks
+            # (a start is rebuilt as now + wait, which may land an ulp before the link it waited for frees)
+            assert sum(a <= t + 1e-9 and t < b - 1e-9 for a, b in spans) <= ranks
