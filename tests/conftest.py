@@ -91,6 +91,16 @@ def shared_data() -> Path:
     return SHARED_DATA
 
 
+@pytest.fixture(scope="session")
+def kernel_tables(shared_data):
+    """The measured kernel tables as calibration reads them (``calibration.data.load``), read once per
+    process: the calibration, hold-out and per-format fits of several modules read the same tables
+    (about a second each time) and none changes them."""
+    from simulator.calibration import data
+
+    return data.load(shared_data)
+
+
 def _exit_code(e: SystemExit) -> int:
     if e.code is None:
         return 0

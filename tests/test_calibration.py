@@ -37,8 +37,8 @@ DOC_TOLERANCE_PP = 0.5
 
 
 @pytest.fixture(scope="module")
-def kernels(shared_data):
-    return cdata.load(shared_data)
+def kernels(kernel_tables):
+    return kernel_tables
 
 
 @pytest.fixture(scope="module")

@@ -418,7 +418,7 @@ def test_low_precision_gemm_efficiency_scales_the_compute_bound_regime(dtype, fi
 
 
 @pytest.mark.parametrize("name", ["b200", "gb200-nvl72"])
-def test_nvfp4_dense_layers_run_at_the_fp4_efficiency_the_measured_nvfp4_gemms_give(name, shared_data):
+def test_nvfp4_dense_layers_run_at_the_fp4_efficiency_the_measured_nvfp4_gemms_give(name, kernel_tables):
     """The FP4 datasheet peak is 4× bf16; the profile's efficiency is the median
     of the stacks' fits on the measured compute-bound NVFP4 GEMMs, within 15 %
     median of each stack's rows, and brings a compute-bound NVFP4 prefill's
@@ -426,7 +426,7 @@ def test_nvfp4_dense_layers_run_at_the_fp4_efficiency_the_measured_nvfp4_gemms_g
     from simulator.calibration import data, quantised_gemm
 
     gpu = GPUS[name]
-    kd = data.load(shared_data)
+    kd = kernel_tables
     effs = []
     for stack in ("vllm", "sglang", "trtllm"):
         rows = kd.stack(stack, data.FP4_GEMM, name)

@@ -97,11 +97,10 @@ LOMO_MEDIAN_BOUND = {"h100-sxm": 6.0, "a100-sxm-80gb": 6.0}
 
 
 @pytest.mark.parametrize("gpu_name", sorted(LOMO_MEDIAN_BOUND))
-def test_leave_one_model_out_gemm_error_holds(shared_data, gpu_name):
-    from simulator.calibration import data, holdout
+def test_leave_one_model_out_gemm_error_holds(kernel_tables, gpu_name):
+    from simulator.calibration import holdout
     from simulator.profiles import load_hardware
 
-    kd = data.load(shared_data)
-    s = holdout.leave_one_group_out(kd.family("gemm", gpu_name), load_hardware(gpu_name), "model")
+    s = holdout.leave_one_group_out(kernel_tables.family("gemm", gpu_name), load_hardware(gpu_name), "model")
     assert s.groups >= 5
     assert s.median_ape < LOMO_MEDIAN_BOUND[gpu_name], s

@@ -62,15 +62,12 @@ def test_factor_is_the_median_over_stacks_at_most_one():
     assert sustained.factor([]) == 1.0
 
 
-def test_the_shipped_factors_are_what_the_rows_read(shared_data):
+def test_the_shipped_factors_are_what_the_rows_read(kernel_tables):
     """Hopper and Blackwell GEMMs slow under sustained load and A100's do not; every profile that
     was fitted carries the factor its rows give (calibration writes it; nothing hand-set)."""
-    from simulator.calibration import data as cdata
-
-    kd = cdata.load(shared_data)
     for name, lo, hi in (("a100-sxm-80gb", 0.97, 1.0), ("h100-sxm", 0.85, 0.95), ("h200", 0.8, 0.93)):
         g = load_hardware(name)
-        f = sustained.factor(sustained.stack_ratios(kd, g))
+        f = sustained.factor(sustained.stack_ratios(kernel_tables, g))
         assert lo <= f <= hi, (name, f)
         assert g.calibration.gemm.sustained == f
 
