@@ -18,6 +18,7 @@ from __future__ import annotations
 import itertools
 from unittest import mock
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
@@ -142,7 +143,16 @@ def _same_requests(a, b):
     assert len({r.replica for r in a.requests}) > 1
 
 
-def test_lone_requests_route_as_if_all_their_ids_were_shared():
+@pytest.fixture(scope="module")
+def dau_runs():
+    """Each DAU window (:func:`_dau_windows`) with its run as llmsim runs it, which both tests below
+    compare a changed run against (they only read it)."""
+    from simulator.runner import simulate
+
+    return [(sc, path, simulate(sc, source=path)) for sc, path in _dau_windows()]
+
+
+def test_lone_requests_route_as_if_all_their_ids_were_shared(dau_runs):
     """Leaving a lone request's own ids out of the tree changes no decision:
     the DAU windows end request for request as when every id is entered."""
     from simulator.runner import simulate
@@ -154,8 +164,7 @@ def test_lone_requests_route_as_if_all_their_ids_were_shared():
         real(self, req, app)
         req.shared_ids = None
 
-    for sc, path in _dau_windows():
-        own = simulate(sc, source=path)
+    for sc, path, own in dau_runs:
         with mock.patch.object(Apps, "attach", all_shared):
             shared = simulate(sc, source=path)
         _same_requests(own, shared)
@@ -163,7 +172,7 @@ def test_lone_requests_route_as_if_all_their_ids_were_shared():
         assert own.pool.router.bound.size < 500 < shared.pool.router.bound.size
 
 
-def test_placeholder_ids_change_nothing():
+def test_placeholder_ids_change_nothing(dau_runs):
     """A lone request's own ids past the first are shared placeholders
     (workloads.block_ids.own_ids); with a unique id for every block instead,
     the DAU windows end request for request the same, with the same cache
@@ -174,8 +183,7 @@ def test_placeholder_ids_change_nothing():
     def unique(base, start, n):
         return tuple(range(base, base + max(n, 0)))
 
-    for sc, path in _dau_windows():
-        held = simulate(sc, source=path)
+    for sc, path, held in dau_runs:
         with mock.patch.object(system_prompts, "own_ids", unique):
             distinct = simulate(sc, source=path)
         _same_requests(held, distinct)
