@@ -22,11 +22,14 @@ benchmark runs for minutes.
 from __future__ import annotations
 
 import glob
+import io
 import json
+import os
 import re
+import runpy
 import shlex
-import subprocess
 import sys
+from contextlib import redirect_stderr, redirect_stdout
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -224,15 +227,40 @@ def accepted(subcommand: str, r) -> bool:
 _checkout = doc_transcripts.checkout
 
 
-def _benchmark_flags_exist(text: str, cwd: Path) -> None:
+def _help(script: Path, monkeypatch) -> tuple[int, str, str]:
+    """``python SCRIPT --help`` run in this process, as ``__main__`` (runpy), from the current folder: its
+    exit code, stdout and stderr. A process of its own for each of the pages' two dozen benchmark lines
+    cost an interpreter's start and the script's imports (0.1-1 s of CPU each). What the script changes
+    is put back: argv, sys.path, the environment, and the modules of its folder it imported (a test
+    that loads one later gets its own, as helpers_bench.load_benchmark registers it)."""
+    out, err = io.StringIO(), io.StringIO()
+    environ, modules = dict(os.environ), set(sys.modules)
+    with monkeypatch.context() as m, redirect_stdout(out), redirect_stderr(err):
+        m.setattr(sys, "argv", [str(script), "--help"])
+        m.setattr(sys, "path", [str(script.parent), *sys.path])     # as `python SCRIPT` puts its folder first
+        try:
+            runpy.run_path(str(script), run_name="__main__")
+            code = 0
+        except SystemExit as e:
+            code = e.code if isinstance(e.code, int) else int(e.code is not None)
+        finally:
+            os.environ.clear()
+            os.environ.update(environ)
+            folder = script.parent.resolve()
+            for name in set(sys.modules) - modules:
+                if Path(getattr(sys.modules[name], "__file__", None) or "/").resolve().parent == folder:
+                    del sys.modules[name]
+    return code, out.getvalue(), err.getvalue()
+
+
+def _benchmark_flags_exist(text: str, cwd: Path, monkeypatch) -> None:
     args = shlex.split(text)
     script = cwd / args[1]
     assert script.is_file(), f"{text}: no {args[1]}"
-    out = subprocess.run([sys.executable, str(script), "--help"], capture_output=True, text=True, cwd=cwd,
-                         timeout=120)
-    assert out.returncode == 0, f"{text}: --help failed: {out.stderr[-500:]}"
+    code, out, err = _help(script, monkeypatch)
+    assert code == 0, f"{text}: --help failed: {err[-500:]}"
     for flag in (a.split("=")[0] for a in args[2:] if a.startswith("--")):
-        assert flag in out.stdout, f"{text}: {args[1]} has no {flag}"
+        assert flag in out, f"{text}: {args[1]} has no {flag}"
 
 
 def _to_run(page: Path) -> list[str]:
@@ -273,7 +301,7 @@ def test_every_command_on_the_page_runs(page, tmp_path, monkeypatch, cli, smoke)
             continue
         seen.add(body)
         if body.startswith("python "):
-            _benchmark_flags_exist(body, work)     # a benchmark's run is its own: its flags must exist
+            _benchmark_flags_exist(body, work, monkeypatch)     # a benchmark's run is its own: its flags must exist
             ran += 1
             continue
         words = shlex.split(body)
