@@ -86,9 +86,12 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
              on_done: Optional[Callable[[Request], None]] = None, id_block_tokens: Optional[int] = None,
              cancels: Sequence[tuple[float, int]] = (), kv_budgets: Optional[dict[str, int]] = None,
              offload=None, lora=None, windows: Optional[SlidingGroups] = None, dp: int = 1,
-             admission: Optional[dict] = None, rank_blocks: Optional[int] = None) -> Run:
+             admission: Optional[dict] = None, rank_blocks: Optional[int] = None,
+             handoff_s: Optional[Callable[[Request], float]] = None) -> Run:
     """Run fresh copies of ``requests`` (open loop) through a pool; each
-    ``(t, id)`` in ``cancels`` cancels request ``id`` at time t (if it has arrived)."""
+    ``(t, id)`` in ``cancels`` cancels request ``id`` at time t (if it has arrived). With
+    ``handoff_s`` the pool is a pair's prefill pool: a finished request's KV is held for
+    ``handoff_s(request)`` seconds after it ends (its hand-off), as :class:`PrefillDecode` holds it."""
     reqs = clone(requests)
     env = env or simpy.Environment()
     gaps = GapLog()
@@ -96,6 +99,9 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
 
     def done(req: Request) -> None:
         calls[req.id] = calls.get(req.id, 0) + 1
+        if handoff_s is not None:
+            env.timeout(handoff_s(req) if req.status is Status.FINISHED else 0.0).callbacks.append(
+                lambda _ev: pool.release_handoff(req))
         if on_done is not None:
             on_done(req)
 
@@ -103,6 +109,8 @@ def run_open(engine: str, requests: Sequence[Request], cfg: EngineConfig, num_bl
                 make_router(router, np.random.default_rng(router_seed)), gaps, engine, done,
                 id_block_tokens=id_block_tokens, kv_budgets=kv_budgets, offload=offload, lora=lora,
                 windows=windows, dp=dp, admission=admission, rank_blocks=rank_blocks)
+    if handoff_s is not None:
+        pool.hold_handoffs()
     submit, kv_log = _logging_kv(pool)
     OpenLoop(reqs).start(env, submit, pool.cancel)
     for t, i in cancels:   # client events, URGENT like arrivals

@@ -90,6 +90,34 @@ def test_kv_pressure_matches_reference(data):
     check_equal(fast, ref, reqs, cfg, nb, windows=wb)
 
 
+@pytest.mark.slow     # 150 drawn pools
+@settings(max_examples=150, **SETTINGS)
+@given(data=st.data())
+def test_handoff_holds_match_reference(data):
+    """A pair's prefill pool keeps each finished request's KV through its hand-off: both engines
+    count the held blocks alike and take a waiting prompt in once a hand-off gives them back
+    (prompt-only legs as a prefill pool runs them, or any outputs; prefixes shared in one draw in two)."""
+    reqs = data.draw(workloads(min_n=5, max_n=40, max_in=600), label="requests")
+    if data.draw(st.booleans(), label="prompt-only legs"):
+        for r in reqs:
+            r.output_tokens = 1
+    cfg = data.draw(engine_configs(), label="cfg")
+    bt = cfg.block_size if cfg.prefix_cache and data.draw(st.booleans(), label="shared prefixes") else None
+    if bt is not None:      # every other request opens with one shared prefix
+        for r in reqs:
+            n = -(-r.input_tokens // bt)
+            r.blocks = (tuple(range(8)) * (r.id % 2) + tuple(1000 * (r.id + 1) + j for j in range(n)))[:n]
+    nb = data.draw(capacities(reqs, cfg), label="num_blocks")
+    holds = data.draw(st.lists(st.sampled_from([0.0, 1e-3, 0.05, 0.5, 3.0]), min_size=len(reqs), max_size=len(reqs)),
+                      label="hand-off seconds")
+    kw = dict(replicas=data.draw(st.integers(1, 2), label="replicas"), id_block_tokens=bt)
+    fast = run_open("fast", reqs, cfg, nb, handoff_s=lambda r: holds[r.id], **kw)
+    ref = run_open("reference", reqs, cfg, nb, handoff_s=lambda r: holds[r.id], **kw)
+    check_equal(fast, ref, reqs, cfg, nb, handoffs=holds, **kw)
+    for run in (fast, ref):
+        assert all(not r.handing and r.handing_blocks == 0 for r in run.pool.replicas)
+
+
 @settings(max_examples=150, **SETTINGS)
 @given(data=st.data())
 def test_decode_reservation_matches_reference(data):

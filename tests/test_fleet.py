@@ -310,7 +310,8 @@ def _bare_pool(ready: int, warm: int) -> fleet_pool.Pool:
 
     p = fleet_pool.Pool.__new__(fleet_pool.Pool)
     p.env = simpy.Environment()
-    p._make = lambda i: SimpleNamespace(index=i, outstanding=0)
+    p._make = lambda i: SimpleNamespace(index=i, outstanding=0, handing={})
+    p.holds_handoffs = False
     p.replicas, p.state, p.ready, p.warm = [], [], [], []
     p.billing, p.serving, p.working = [], [], []
     p.on_ready = None
@@ -604,7 +605,9 @@ def test_a_link_slower_than_the_prompts_it_carries_queues_them(pd_runs):
     """Over ethernet (3 GB/s a GPU) an 8K-token llama-3.1-8b prompt's KV takes about 0.35 s, and 6
     prompts a second need 2 s of link a second: the hand-offs take turns on the one decode rank's links
     (no two moves overlap), and wait for them, where a link read as free bandwidth moved every prompt
-    at once and kept TTFT at the prefill's."""
+    at once and kept TTFT at the prefill's. The prefill replica keeps each prompt's KV until its
+    hand-off ends, so the waiting hand-offs fill its pool and prompts queue there for memory, where
+    over InfiniBand its KV stays nearly empty."""
     _, ib, eth = pd_runs
     lat = 100e-6
     moves = sorted((r.prefill_done + r.kv_wait, r.prefill_done + r.kv_transfer - lat) for r in eth.requests)
@@ -612,6 +615,13 @@ def test_a_link_slower_than_the_prompts_it_carries_queues_them(pd_runs):
     h = eth.results["llmsim"]["pools"]["prefill"]["handoff"]
     assert h["wait_mean_ms"] > 1000 > ib.results["llmsim"]["pools"]["prefill"]["handoff"]["wait_mean_ms"]
     assert eth.results["mean_ttft_ms"] > 3 * ib.results["mean_ttft_ms"]
+    kv = lambda o: o.results["llmsim"]["pools"]["prefill"]["max_kv_utilization"]  # noqa: E731
+    assert kv(eth) > 0.95 and kv(ib) < 0.2
+    held = [(r.prefill_done, r.prefill_done + r.kv_transfer, r.input_tokens) for r in eth.requests]
+    pool_tokens = eth.results["llmsim"]["pools"]["prefill"]["kv_tokens_per_replica"]
+    for r in eth.requests:       # a prompt admitted while others' hand-offs held its replica's KV fit beside them
+        beside = sum(n for t0, t1, n in held if t0 <= r.admitted < t1)
+        assert beside + r.input_tokens <= pool_tokens
 
 
 def test_the_kv_hand_off_runs_over_the_narrower_sides_links():

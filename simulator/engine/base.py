@@ -132,6 +132,20 @@ class ReplicaBase:
         self.own_modes: bool = dp > 1 and not isinstance(cm, SpeculativeCostModel) and cfg.num_scheduler_steps == 1
         self.rank_pinned: list[int] = [0] * dp
         self.rank_window_extra: list[int] = [0] * dp
+        # A disaggregated pair's prefill replica keeps a finished prompt's KV until the decode side has
+        # read it (vLLM's NIXL connector: request_finished's delay_free_blocks, freed on the decode
+        # side's notice; SGLang: disagg_prefill_inflight_queue, release_kv_cache on KVPoll.Success;
+        # TensorRT-LLM: DISAGG_CONTEXT_TRANS_IN_PROGRESS until the transfer completes), so a hand-off
+        # waiting for its link holds prefill memory: by request id, the sequence (its cache pin kept)
+        # and the blocks it held of its own, given back by ``release_handoff``.
+        self.holds_handoffs: bool = False
+        self.handing: dict[int, tuple[Seq, int, int]] = {}
+        self.rank_handing: list[int] = [0] * dp
+        self.handing_blocks: int = 0
+        # Hand-offs read while an iteration ran: their blocks come back as the scheduler next plans
+        # (vLLM's update_from_output takes finished_sending then; SGLang's loop polls its inflight
+        # queue once an iteration).
+        self.read: list[int] = []
         # Blocks each running sequence's sliding-window layers hold of the shared pool beside its
         # own (vLLM's hybrid KV cache: simulator.hybrid_kv), taken at admission and given back when
         # it stops running: a window, recycled as it slides, the same for every sequence.
@@ -922,7 +936,8 @@ class ReplicaBase:
                                            self._ratio(r, self.ratio_steps[r]), self.left_now[r], self.pass_reserved[r])
         if not self.no_evict:
             return need > free
-        return self._kept_blocks(s, need, total) > self.rank_pool - self.rank_pinned[r] - self.reserved[r] - kept
+        return self._kept_blocks(s, need, total) > (self.rank_pool - self.rank_pinned[r] - self.rank_handing[r]
+                                                    - self.reserved[r] - kept)
 
     def _kept_blocks(self, s: Seq, need: int, total: int) -> int:
         """The blocks the KV test charges ``s`` (``need`` of its ``total`` taken from free memory),
@@ -1171,15 +1186,25 @@ class ReplicaBase:
         running sequence stops (finish, cancel, preemption) passes here. A
         prompt stopped part-way (preempted or cancelled mid-prefill) stays
         cached only as far as it was computed."""
+        self._leave_batch(s)
+        self._unpin(s, kv_tokens)
+
+    def _leave_batch(self, s: Seq) -> None:
+        """What a sequence gives back as it stops running: its adapter slot, its rank's full flag, its
+        windows' extra blocks and its contiguous reservation."""
         if self.lora is not None:
             self.lora.leave(s.req.adapter, self.iterations)
         self.kv_full[s.rank] = False    # (its rank's batch shrank: SGLang's batch_is_full cleared)
         if s.window_extra:
             self._drop_windows(s)
-        if self.kv_budgets is not None:
-            self.kv_charged[s.req.klass] -= self._footprint(s.req)
         if self.no_evict:
             self.reserved[s.rank] -= self._footprint(s.req) - s.pin_blocks
+
+    def _unpin(self, s: Seq, kv_tokens: int) -> None:
+        """What a sequence gives back once its KV is no longer read: its class's KV charge and its
+        cache pin (what it computed entered as the stack enters it)."""
+        if self.kv_budgets is not None:
+            self.kv_charged[s.req.klass] -= self._footprint(s.req)
         if s.pin is not None:
             assert self.cache is not None and s.ids is not None   # a pin came from both
             p0 = self.cache.pinned
@@ -1196,8 +1221,50 @@ class ReplicaBase:
         call_later(self.env, delay, NORMAL, callback)
 
     def _finish_request(self, seq: Seq, now: float) -> None:
-        self._release_cache(seq, seq.req.input_tokens + seq.req.output_tokens - 1)
+        kv_tokens = seq.req.input_tokens + seq.req.output_tokens - 1
+        if self.holds_handoffs:
+            self._hold_for_handoff(seq, kv_tokens)
+        else:
+            self._release_cache(seq, kv_tokens)
         self._end_request(seq, now, Status.FINISHED)
+
+    def _hold_for_handoff(self, seq: Seq, kv_tokens: int) -> None:
+        """Keep a finished prompt's KV for its hand-off: the blocks it held of its own (its prompt's
+        beyond its cache pin, its windows and their extra) stay taken on its rank and its pin stays,
+        so its cached blocks are not evicted, until ``release_handoff``."""
+        own = self._footprint(seq.req, 0) - seq.pin_blocks + seq.window_extra
+        self._leave_batch(seq)
+        self.handing[seq.req.id] = (seq, own, kv_tokens)
+        self.rank_handing[seq.rank] += own
+        self.handing_blocks += own
+
+    def release_handoff(self, req_id: int) -> None:
+        """The decode side has read request ``req_id``'s KV (or the request ended before its hand-off):
+        its blocks go back as the scheduler next plans (at the end of the iteration in flight, or now
+        if none is), and a prompt waiting for them may then be admitted."""
+        if req_id not in self.handing:
+            return
+        if self.in_flight:
+            self.read.append(req_id)
+            self._cut(self.env.now)
+            return
+        self._give_back(req_id)
+        if (self.waiting or self.central or self.held) and not self.busy:
+            self.busy = True
+            self._schedule(0.0, self._boundary)
+
+    def _take_back_read(self) -> None:
+        """At an iteration boundary, before the plan: the blocks of the hand-offs read meanwhile."""
+        if self.read:
+            read, self.read = self.read, []
+            for req_id in read:
+                self._give_back(req_id)
+
+    def _give_back(self, req_id: int) -> None:
+        seq, own, kv_tokens = self.handing.pop(req_id)
+        self.rank_handing[seq.rank] -= own
+        self.handing_blocks -= own
+        self._unpin(seq, kv_tokens)
 
     def _end_request(self, seq: Seq, now: float, status: Status) -> None:
         if self.placement is not None and seq.rank >= 0:

@@ -28,12 +28,12 @@ class ReferenceReplica(ReplicaBase):
         the cache for one (unreferenced cache entries count as free: they are
         evicted on demand)."""
         return (self.num_blocks - self.own - self.window_blocks * len(self.running) - self.window_extra
-                - (self.cache.pinned if self.cache is not None else 0))
+                - (self.cache.pinned if self.cache is not None else 0) - self.handing_blocks)
 
     def _rank_free(self, r: int) -> int:
         """The blocks of attention-DP rank ``r``'s pool neither held by its sequences nor pinned for them."""
         return (self.rank_pool - self.rank_own[r] - self.window_blocks * self._rank_len(r)
-                - self.rank_window_extra[r] - self.rank_pinned[r])
+                - self.rank_window_extra[r] - self.rank_pinned[r] - self.rank_handing[r])
 
     def _frees(self) -> list[int]:
         return [self._rank_free(r) for r in range(self.dp)]
@@ -253,6 +253,7 @@ class ReferenceReplica(ReplicaBase):
     # --- the iteration loop ----------------------------------------------------
     def _boundary(self, _ev=None) -> None:
         now = self.env.now
+        self._take_back_read()
         if not self.plans_ahead:
             self._enter_completed()
         chunks, decodes = self._plan(now)

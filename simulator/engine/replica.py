@@ -100,9 +100,10 @@ class FastReplica(ReplicaBase):
         return self.demand.count
 
     def used_blocks(self, g: int | None = None) -> int:
-        """Blocks held at decode counter g: sequences' own and their windows,
-        plus cache entries they pin (reserved KV, contiguous or static: the reservations, whatever g)."""
-        used = self.fixed_blocks + self._windows()
+        """Blocks held at decode counter g: sequences' own and their windows, finished prompts' awaiting
+        their hand-off, plus cache entries they pin (reserved KV, contiguous or static: the reservations,
+        whatever g)."""
+        used = self.fixed_blocks + self._windows() + self.handing_blocks
         if not self.reserves:
             used += self.demand.at(self.G if g is None else g)
         return used if self.cache is None else used + self.cache.pinned
@@ -116,7 +117,7 @@ class FastReplica(ReplicaBase):
         """Blocks of attention-DP rank ``r``'s pool held at decode counter ``g``, as :meth:`used_blocks`
         counts the replica's: its sequences' own and their windows, and the cache entries they pin."""
         used = self.rank_fixed[r] + self.window_blocks * self._rank_len(r) + self.rank_window_extra[r] \
-            + self.rank_pinned[r]
+            + self.rank_pinned[r] + self.rank_handing[r]
         if not self.reserves:
             used += self.rank_demand[r].at(g)
         return used
@@ -507,6 +508,7 @@ class FastReplica(ReplicaBase):
     # --- the loop ----------------------------------------------------------
     def _boundary(self, _ev: object = None) -> None:
         now = self.env.now
+        self._take_back_read()
         if not self.plans_ahead:
             self._enter_completed()
         chunks, decoding, preempted = self._plan(now)
@@ -810,7 +812,8 @@ class FastReplica(ReplicaBase):
         if self.reserves:
             out["kv_used_area"] = self.used_blocks() * (now - t0)
         else:
-            fixed = self.fixed_blocks + self._windows() + (0 if self.cache is None else self.cache.pinned)
+            fixed = (self.fixed_blocks + self._windows() + self.handing_blocks
+                     + (0 if self.cache is None else self.cache.pinned))
             out["kv_used_area"] = self._stretch_kv_area(done, K, b, B, fixed) + part * (fixed + self.demand.at(self.G + k))
         if self.contiguous:
             out["kv_filled_area"] = (self._stretch_kv_area(done, K, b, B, self.fixed_filled)
@@ -910,7 +913,8 @@ class FastReplica(ReplicaBase):
                                      self.fixed_filled + self.demand.at(self.G + n))
         else:
             pinned = 0 if self.cache is None else self.cache.pinned
-            kv_area = self._stretch_kv_area(n, K, b, B, self.fixed_blocks + self._windows() + pinned)
+            kv_area = self._stretch_kv_area(n, K, b, B, self.fixed_blocks + self._windows() + self.handing_blocks
+                                            + pinned)
         kv_peak = self.used_blocks(self.G + n)
         if self.lingering:
             self._chunks_ended([])

@@ -33,7 +33,11 @@ request, after the transfer where SGLang allocates before the prefill. The links
 (:mod:`simulator.fleet.kv_link`): hand-offs out of one prefill rank or into one decode rank take turns, so
 the decode replica is chosen as the prompt finishes (the pair's router has chosen it by then; here the
 decode pool's, on its load with the hand-offs already on their way to each replica counted), and a
-hand-off's time is its wait for the links, the move and the latency.
+hand-off's time is its wait for the links, the move and the latency. The prefill replica keeps the
+prompt's KV until then (the engine's ``holds_handoffs``: vLLM's NIXL connector frees the blocks on the
+decode side's notice, SGLang's prefill server once the transfer polls ``Success``, TensorRT-LLM's
+context server once it completed), so a congested link fills the prefill pool's memory and holds
+back the prompts behind it, as it does the stacks'.
 
 Presets (per GPU, effective, assumptions stated here), read from the pair's
 GPU profiles so a preset means that hardware's link: ``nvlink`` 90 % of the
@@ -156,6 +160,7 @@ class PrefillDecode:
         self.on_link: dict[int, Optional[Any]] = {}
         self.decoding: set[int] = set()                         # ids on the decode pool
         prefill.on_done = self._prefilled
+        prefill.hold_handoffs()
         decode_done = decode.on_done
         decode.on_done = lambda r: self._decoded(r) if r.id in self.legs else decode_done(r)
 
@@ -180,6 +185,7 @@ class PrefillDecode:
             if target is not None:
                 target.unplace(leg)
                 self.decode.landed(target, leg)
+            self.prefill.release_handoff(req)
             self._end(req, leg, Status.CANCELLED, self.env.now)
         else:
             (self.decode if req.id in self.decoding else self.prefill).cancel(leg)
@@ -193,6 +199,7 @@ class PrefillDecode:
             return
         req.prefill_done = leg.first_token
         if req.output_tokens == 1:              # nothing left to decode: the prefill's token is the answer
+            self.prefill.release_handoff(req)
             req.first_token = leg.first_token
             self._end(req, leg, Status.FINISHED, leg.finish)
             return
@@ -220,6 +227,7 @@ class PrefillDecode:
     def _arrived(self, dec: Request, target=None) -> None:
         if dec.id in self.on_link:
             del self.on_link[dec.id]
+            self.prefill.release_handoff(self.legs[dec.id][0])     # the prefill replica's copy is read
             if target is not None:
                 self.decode.landed(target, dec)
             dec.queued = self.env.now

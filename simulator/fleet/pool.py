@@ -135,6 +135,7 @@ class Pool:
         self.warm: list[int] = []
         self.on_ready: Optional[Callable[[], None]] = None
         self.front_ends: dict[int, FrontEnd] = {}   # replica index -> its serial front end (serving backends)
+        self.holds_handoffs = False     # a disaggregated pair's prefill pool: prompts' KV kept for their hand-offs
         for _ in range(replicas):
             self._new(State.READY)
         for _ in range(warm):
@@ -144,6 +145,7 @@ class Pool:
     # --- lifecycle -----------------------------------------------------------
     def _new(self, state: State):
         r = self._make(len(self.replicas))
+        r.holds_handoffs = self.holds_handoffs
         self.replicas.append(r)
         self.state.append(state)
         if state is State.READY:
@@ -217,8 +219,22 @@ class Pool:
         self._stop_if_drained(r)
         self._bill()
 
+    def hold_handoffs(self) -> None:
+        """Make this a pair's prefill pool: each replica keeps a finished prompt's KV until
+        :meth:`release_handoff` (the engine's ``holds_handoffs``)."""
+        self.holds_handoffs = True
+        for r in self.replicas:
+            r.holds_handoffs = True
+
+    def release_handoff(self, req: Request) -> None:
+        """``req``'s KV left the replica that prefilled it (or is no longer wanted): its blocks go back,
+        and a draining replica that only held them stops."""
+        r = self.replicas[req.replica]
+        r.release_handoff(req.id)
+        self._stop_if_drained(r)
+
     def _stop_if_drained(self, r) -> None:
-        if self.state[r.index] is State.DRAINING and r.outstanding == 0:
+        if self.state[r.index] is State.DRAINING and r.outstanding == 0 and not r.handing:
             self.state[r.index] = State.STOPPED
             self._bill()
 
