@@ -55,7 +55,7 @@ LAYERS: list[tuple[str, tuple[str, ...]]] = [
     ("engine", ("simulator.engine",)),
     # the fleet and the specs it is built from (the scenario's schema)
     ("fleet", ("simulator.fleet", "simulator.scenario.schema", "simulator.scenario.ci",
-               "simulator.scenario.variants")),
+               "simulator.scenario.variants", "simulator.scenario.inert_keys")),
     # loading, overriding and compiling a scenario
     ("scenario", ("simulator.scenario",)),
     ("report", ("simulator.report",)),

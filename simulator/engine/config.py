@@ -313,7 +313,9 @@ class EngineConfig(BaseModel):
         default=None, description="activations of MXFP4 experts on GPUs with FP4 tensor cores: bf16 (W4A16, "
                                   "vLLM's FlashInfer MXFP4×BF16 kernels without VLLM_USE_FLASHINFER_MOE_MXFP4_MXFP8) or "
                                   "mxfp8 (W4A8, TensorRT-LLM's, and vLLM's with that variable as its gpt-oss recipe sets it); "
-                                  "default: mxfp8, the vllm backend bf16. Without FP4 units MXFP4 experts always compute in bf16")
+                                  "default: mxfp8, the vllm backend bf16. Without FP4 units MXFP4 experts always compute in bf16; "
+                                  "a pool stating another value than its backend's without MXFP4 experts or FP4 units, "
+                                  "where it does nothing, is refused")
     mxfp4_expert_layout: Optional[ExpertLayout] = Field(
         default=None, description="how the stack holds MXFP4 experts on the GPU, which its weights count: the "
                                   "padding its quant method creates them with, the tiles its kernel re-lays weights "
@@ -546,7 +548,8 @@ class EngineConfig(BaseModel):
                     "does in turn (vLLM 0.15). run_ahead: every running request is in every batch, the last stage "
                     "hands the sampled tokens to the first over the GPUs and the CPU prepares the next batches "
                     "while the GPUs run: a round is one walk of the whole batch, with the CPU time showing only "
-                    "where it outlasts the walk (vLLM 0.16.0 and later, mp executor)")
+                    "where it outlasts the walk (vLLM 0.16.0 and later, mp executor). A pool of pp 1 stating another "
+                    "value than its backend's, where it does nothing, is refused")
     schedule_ahead: Optional[bool] = Field(
         default=None,
         description="the scheduler plans iteration N+1 while the GPU runs N and only then takes in new requests, "

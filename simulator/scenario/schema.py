@@ -28,6 +28,7 @@ from ..metrics.product import ProductSpec
 from ..profiles.hardware import MAX_USD_PER_GPU_HOUR
 from workloads.spec import WorkloadSpec
 from .ci import CheckSpec
+from .inert_keys import refuse_inert_keys, without_inert_keys
 from .variants import LadderMode, Variants
 
 
@@ -81,6 +82,8 @@ class PoolSpec(BaseModel):
         if not isinstance(data, dict):
             return data
         engine = data.get("engine")
+        if isinstance(engine, dict) and engine.get("backend") is None:
+            refuse_inert_keys(data, engine, dict)        # the pool runs EngineConfig's defaults
         if not isinstance(engine, dict) or engine.get("backend") is None or not isinstance(data.get("gpu"), str):
             return data
         from ..profiles import load_hardware, load_model
@@ -103,8 +106,11 @@ class PoolSpec(BaseModel):
         try:
             spec = data.get("speculative")
             draft = spec.get("draft_model") if isinstance(spec, dict) else getattr(spec, "draft_model", None)
-            merged = apply_backend(engine, data["gpu"], draft_kind(draft) if spec is not None else "", model,
-                                   release_of(info))
+            kind = draft_kind(draft) if spec is not None else ""
+            merged = apply_backend(engine, data["gpu"], kind, model, release_of(info))
+            # the pool's own keys against what its backend runs without them
+            refuse_inert_keys(data, engine, lambda: apply_backend(without_inert_keys(engine), data["gpu"], kind,
+                                                                  model, release_of(info)))
         except LlmsimError as e:
             where = ": ".join(str(x) for x in (e.source, e.key_path) if x)
             raise KeyRefusal("engine.backend", f"{where + ': ' if where else ''}{e.message}") from None
