@@ -81,6 +81,15 @@ def test_the_block_size_is_the_kernels(backend, model, gpu, engine, block):
     assert _block(backend, model, gpu, **engine) == block
 
 
+@pytest.mark.parametrize("gpu, version, size", [
+    ("h100-sxm", "0.11.1", 256), ("h100-sxm", "0.18.0", 48), ("h100-sxm", None, 48), ("mi300x", None, 32),
+    ("mi355x", "0.14.0", 64), ("b200", "0.17.1", 128),
+])
+def test_a_size_the_release_and_its_kernel_take_is_kept(gpu, version, size):
+    engine = {"block_size": size, **({"backend_version": version} if version else {})}
+    assert _block("vllm", "llama-3.1-8b", gpu, **engine) == size
+
+
 def test_sglang_without_trtllm_mha_under_a_draft_keeps_page_1():
     """A draft with no --speculative-eagle-topk makes SGLang pick flashinfer for an MHA model on Blackwell."""
     pool = PoolSpec.model_validate({"model": "llama-3.1-8b", "gpu": "b200", "engine": {"backend": "sglang"},
@@ -111,6 +120,19 @@ def test_sglang_without_trtllm_mha_under_a_draft_keeps_page_1():
      "multiple of 16 tokens; set a multiple of 16, or leave block_size unset (16)"),
     ("vllm", "llama-3.1-8b", "b200", {"block_size": 24}, "FLASHINFER attention"),
     ("vllm", "llama-3.1-8b", "a100-sxm-80gb", {"block_size": 1, "backend_version": "0.12.0"}, "FLASH_ATTN attention"),
+    # ROCm: ROCM_ATTN (TRITON_ATTN before 0.19.0) and TRITON_MLA take multiples of 16 too
+    ("vllm", "llama-3.1-8b", "mi300x", {"block_size": 17},
+     "17 tokens: vllm's ROCM_ATTN attention, which it runs for llama-3.1-8b on mi300x, takes blocks of a multiple "
+     "of 16 tokens; set a multiple of 16, or leave block_size unset (16)"),
+    ("vllm", "llama-3.1-8b", "mi355x", {"block_size": 24, "backend_version": "0.14.0"}, "TRITON_ATTN attention"),
+    ("vllm", "deepseek-v3", "mi300x", {"block_size": 8}, "TRITON_MLA attention"),
+    # before 0.18.0 the launch offers --block-size only from CacheConfig's BlockSize Literal
+    ("vllm", "llama-3.1-8b", "h100-sxm", {"block_size": 48, "backend_version": "0.11.0"},
+     "48 tokens: vllm 0.11.0's launch takes --block-size 1, 8, 16, 32, 64 or 128 only (its CacheConfig "
+     "BlockSize), of which its FLASH_ATTN attention runs 16, 32, 64 or 128; set 16, 32, 64 or 128, or leave "
+     "block_size unset (16)"),
+    ("vllm", "llama-3.1-8b", "h100-sxm", {"block_size": 256, "backend_version": "0.10.2"}, "64 or 128 only"),
+    ("vllm", "llama-3.1-8b", "mi300x", {"block_size": 80, "backend_version": "0.17.1"}, "64, 128 or 256 only"),
 ])
 def test_a_size_the_stack_would_not_run_is_refused_naming_the_key(backend, model, gpu, engine, says):
     data = {"name": "s", "workload": {"arrival": {"type": "poisson", "rate_per_s": 1.0}, "duration_s": 10,
@@ -225,6 +247,7 @@ def test_an_sglang_pair_pages_alike():
     ("llama-3.1-8b", "gb200-nvl72", "a100-sxm-80gb", ("FLASHINFER", "FLASH_ATTN")),
     ("deepseek-v3", "h200", "b200", ("FLASH_ATTN_MLA", "FLASHINFER_MLA")),
     ("deepseek-v3", "gb200-nvl72", "h200", ("FLASHINFER_MLA", "FLASH_ATTN_MLA")),
+    ("llama-3.1-8b", "mi300x", "h200", ("ROCM_ATTN", "FLASH_ATTN")),
 ])
 def test_a_vllm_pair_on_gpus_of_two_attention_kernels_is_refused(model, prefill_gpu, decode_gpu, kernels):
     """vLLM's NIXL handshake hashes the attention backend each side runs and refuses a peer whose hash

@@ -77,6 +77,9 @@ class GpuCondition(_Strict):
     # the compute capability is one of these exactly (100: 10.0 alone), as vLLM's
     # is_device_capability tests it where a release did not yet test the family
     sm_versions: Optional[tuple[Annotated[int, Field(ge=10)], ...]] = Field(default=None, min_length=1)
+    # the hardware profile's architecture is one of these (cdna3, cdna4: AMD Instinct GPUs, which have no
+    # compute capability and run the stacks' ROCm kernels)
+    architectures: Optional[tuple[str, ...]] = Field(default=None, min_length=1)
 
     @model_validator(mode="after")
     def _some_gpu_may_hold(self) -> "GpuCondition":
@@ -92,6 +95,8 @@ class GpuCondition(_Strict):
         if self.sm_family is not None and (gpu.sm_version is None or gpu.sm_version // 10 != self.sm_family // 10):
             return False
         if self.sm_versions is not None and gpu.sm_version not in self.sm_versions:
+            return False
+        if self.architectures is not None and gpu.architecture not in self.architectures:
             return False
         if self.min_hbm_gib is not None and gpu.hbm_gib < self.min_hbm_gib:
             return False
@@ -169,8 +174,7 @@ class KernelRule(_Strict):
         return self.takes(size) or (self.other_kernels is not None and size % self.other_kernels == 0)
 
     def sizes_text(self) -> str:
-        *rest, last = [str(b) for b in self.block_sizes]
-        sizes = f"{', '.join(rest)} or {last}" if rest else last
+        sizes = _either(self.block_sizes)
         return f"a multiple of {sizes}" if self.multiples else sizes
 
 
@@ -273,6 +277,9 @@ class VersionRule(_Strict):
     # the MXFP4 expert layouts those releases hold where they differ: tried before the profile's
     # ``mxfp4_expert_layouts`` (a later rule's before an earlier one's), first match wins
     mxfp4_expert_layouts: list[ExpertLayoutRule] = Field(default_factory=list)
+    # the block sizes those releases' launch takes at all, whatever the kernel (vLLM's --block-size choices,
+    # its CacheConfig BlockSize Literal); a later rule's replace an earlier one's; none: any the kernel runs
+    launch_block_sizes: Optional[tuple[Annotated[int, Field(ge=1)], ...]] = Field(default=None, min_length=1)
     source: str = ""
 
     @model_validator(mode="after")
@@ -877,6 +884,7 @@ def apply_backend(engine: dict[str, Any], gpu_name: str, draft: str = "",
     if model is not None:
         kernel = prof.attention_kernel(keys, gpu, model, bool(draft), _kv_dtype(merged, engine))
         merged = _kernel_prefill_graphs(_kernel_block_size(merged, engine, prof, kernel, gpu, model), kernel)
+        _launch_block_size(engine, keys, prof, kernel, merged)
         merged = _stack_prefix_cache(merged, engine, prof, gpu, model, bool(draft))
     if engine.get("weight_dtype", getattr(model, "checkpoint_dtype", None)) == "mxfp4":   # the layout of its experts
         layout = expert_layout_rule([*keys.get("mxfp4_expert_layouts", ()), *prof.mxfp4_expert_layouts], gpu)
@@ -958,6 +966,29 @@ def _kernel_block_size(merged: dict[str, Any], engine: Mapping[str, Any], prof: 
     return merged
 
 
+def _launch_block_size(engine: Mapping[str, Any], keys: Mapping[str, Any], prof: BackendProfile,
+                       rule: Optional[KernelRule], merged: Mapping[str, Any]) -> None:
+    """Refuse a block size the pool sets that its release's launch does not take at all (``keys``'
+    ``launch_block_sizes``: vLLM before 0.18.0 offers --block-size only from its CacheConfig BlockSize
+    Literal, so argparse refuses 48 though FlashAttention runs any multiple of 16), naming the sizes both
+    the launch and the kernel (``rule``) take."""
+    taken, own = keys.get("launch_block_sizes"), engine.get("block_size")
+    if taken is None or not isinstance(own, int) or isinstance(own, bool) or own < 1 or own in taken:
+        return
+    runs = [b for b in taken if rule is None or rule.runs(b)] or list(taken)
+    default = merged.get("block_size", 16) if rule is None else rule.chosen(merged.get("block_size", 16))
+    release = engine.get("backend_version") or "this release"
+    kernel = "" if rule is None else f", of which its {rule.kernel} attention runs {_either(runs)}"
+    raise KeyRefusal("engine.block_size",
+                     f"{own} tokens: {prof.stack} {release}'s launch takes --block-size {_either(taken)} only (its "
+                     f"CacheConfig BlockSize){kernel}; set {_either(runs)}, or leave block_size unset ({default})")
+
+
+def _either(sizes: Sequence[int]) -> str:
+    *rest, last = [str(b) for b in sizes]
+    return f"{', '.join(rest)} or {last}" if rest else last
+
+
 def _kernel_prefill_graphs(merged: dict[str, Any], rule: Optional[KernelRule]) -> dict[str, Any]:
     """``merged`` telling the KV accounting that the stack drops its prefill graphs on the attention
     kernel of ``rule`` after its reserve made room for them: the kernel is picked after the memory
@@ -1009,13 +1040,16 @@ def _with_rule(keys: Mapping[str, Any], rule: VersionRule) -> dict[str, Any]:
     for rules in ("engine_by_gpu", "engine_by_model", "attention_kernels", "mxfp4_expert_layouts"):
         if getattr(rule, rules):
             out[rules] = [*getattr(rule, rules), *keys.get(rules, [])]
+    if rule.launch_block_sizes is not None:
+        out["launch_block_sizes"] = rule.launch_block_sizes
     return out
 
 
 #: What a release's keys (:meth:`BackendProfile.version_keys`) hold beside engine keys: its
-#: defaults under speculation, under a separate draft model, on particular GPUs and for particular models.
+#: defaults under speculation, under a separate draft model, on particular GPUs and for particular models,
+#: and the block sizes its launch takes.
 RELEASE_MAPPINGS = ("speculative_engine", "draft_model_engine", "engine_by_gpu", "engine_by_model",
-                    "attention_kernels", "mxfp4_expert_layouts")
+                    "attention_kernels", "mxfp4_expert_layouts", "launch_block_sizes")
 
 
 def _rule_keys(rule: VersionRule) -> dict[str, Any]:
