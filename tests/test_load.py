@@ -252,3 +252,47 @@ def test_a_window_no_request_reached_has_nothing_unanswered():
     assert unserved_text({"overloaded": False, "window_s": 0.0, "verdict": "no requests"}) == ""
     said = unserved_text({"shed": 0, "shed_fraction": 0.0, "cancelled": 3, "cancelled_fraction": 0.75})
     assert said == "3 requests (75.0 %) cancelled by their clients"
+
+
+def _sessions(starts, turns: int, gap: float) -> Records:
+    """Sessions of ``turns`` requests ``gap`` s apart from each start, each served in 0.5 s."""
+    arrival = np.concatenate([s + gap * np.arange(turns) for s in starts])
+    session = np.repeat(np.arange(len(starts)), turns)
+    rec = _records(arrival, arrival, arrival + 0.5, [int(Status.FINISHED)] * arrival.size)
+    return Records({**rec.columns, "session": session})
+
+
+def test_a_window_whose_sessions_load_still_rises_cannot_tell():
+    """Sessions start at 1/s from none, each sending a request every 10 s for 200 s: over a 60 s window the
+    offered rate climbs to 6 req/s of the 20 it settles at, and the fleet "kept up" with that."""
+    starts = np.arange(0, 60, 1.0)
+    b = load_block(_sessions(starts, 20, 10.0), 60.0)
+    assert not b["overloaded"] and b["completed_rps"] > 0
+    # a start at s sends floor((60 - s) / 10) + 1 of its 20 requests by 60 s: 216 of 1,200
+    assert b["offered_share"] == pytest.approx(216 / 1200)
+    assert b["verdict"].startswith("cannot tell: its sessions' load was still rising: the 60 sessions begun in the "
+                                   "window sent 984 requests after it, against the 216 that arrived within it")
+    assert "workload.lead_in_s" in b["verdict"]
+    # the same window opened on sessions a lead-in began (at 1/s since -200 s): their load is steady
+    warm = _sessions(np.arange(-200, 60, 1.0), 20, 10.0)
+    kept = warm.where(warm.arrival >= 0)
+    b = load_block(kept, 60.0, began_before=list(range(200)))
+    assert "offered_share" not in b and b["verdict"].startswith("keeps up: ")
+    # short sessions (two requests 1 s apart) reach their steady rate within the window
+    b = load_block(_sessions(starts, 2, 1.0), 60.0)
+    assert "offered_share" not in b and b["verdict"].startswith("keeps up: ")
+
+
+def test_run_exits_1_on_sessions_still_ramping_and_a_lead_in_settles_them(tmp_path, cli):
+    extra = ("  session: {{type: chat, turns: {{dist: uniform, min: 30, max: 30}}, "
+             "think_time_s: {{dist: fixed, value: 10}}}}\n")
+    text = SCENARIO.replace("  output_tokens: {{dist: uniform, min: 100, max: 400}}\n",
+                            "  output_tokens: {{dist: uniform, min: 10, max: 40}}\n" + extra)
+    p = tmp_path / "ramp.yaml"
+    p.write_text(text.format(name="ramp", rate=0.2, extra=""))
+    r = cli("run", p, "--json")
+    load = json.loads(r.out)["llmsim"]["load"]
+    assert r.code == 1 and load["offered_share"] < 0.5 and load["verdict"].startswith("cannot tell: its sessions'")
+    warm = cli("run", p, "--json", "--set", "workload.lead_in_s=400")
+    load = json.loads(warm.out)["llmsim"]["load"]
+    assert warm.code == 0 and "offered_share" not in load and load["verdict"].startswith("keeps up")

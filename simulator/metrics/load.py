@@ -42,12 +42,19 @@ cancelled ones are the clients' (an editor superseding a completion):
 neither makes a fleet overloaded, but the verdict counts both, so that
 "keeps up" is never read beside a large share of offered load unserved;
 nor beside none of it served: a window in which no request finished (each
-outlasts it) cannot tell, and the verdict says so.
+outlasts it) cannot tell, and the verdict says so. Nor can a window whose
+sessions' load was still rising: sessions started from none (a cold start, or
+a lead-in shorter than they last) offer the window only part of the rate they
+settle at, and a fleet that keeps up with that part may not keep up with the
+whole. Sessions run to their end past T, so the requests of the sessions
+begun in the window, after T too, are what the window's starts offer at their
+steady rate; where fewer than half of them arrived by T (``offered_share``),
+the verdict cannot tell, and points at ``workload.lead_in_s``.
 """
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping, Optional
+from typing import Any, Mapping, Optional, Sequence
 
 import numpy as np
 
@@ -121,9 +128,14 @@ FIELDS = {
     "cancelled": leaf("count", "requests their clients gave up on"),
     "cancelled_fraction": leaf("fraction", "cancelled / all requests"),
     "drain_s": leaf("s", "from T to the last request's end"),
+    "offered_share": leaf("fraction", "requests arrived by T / the window's requests at its sessions' steady rate: "
+                                      "those arrived by T outside sessions begun in it, and every request of the "
+                                      "sessions begun in it, after T too (a warm start's lead-in sessions are not "
+                                      "begun in it); under 0.5 their load was still rising, and the verdict cannot "
+                                      "tell", when="it is under 0.5"),
     "verdict": leaf("text", "the above in one sentence: keeps up (on a short window when most of the window's "
                                 "requests were still in flight at its end), OVERLOADED and why, or cannot tell "
-                                "(nothing finished within the window)"),
+                                "(nothing finished within the window, or its sessions' load was still rising)"),
 }
 
 
@@ -142,7 +154,32 @@ def _queued(rec: Records, end: np.ndarray, t: float) -> int:
     return int(np.count_nonzero(waiting))
 
 
-def load_block(rec: Records, window_s: Optional[float], opens_s: float = 0.0) -> dict[str, Any]:
+def _session_ramp(rec: Records, t: float, offered: int, began_before: Sequence[int]) -> tuple[float, int, int, float]:
+    """(offered_share, the sessions begun by ``t``, their requests after it, the 90th percentile of their
+    length, first request to last end, in s) of a
+    window whose ``offered`` requests arrived by ``t``; ``began_before``: the sessions a warm start's lead-in
+    began, whose requests in the window are the steady load's, not a start's (module docstring)."""
+    session = getattr(rec, "session", None)       # records built without the column have no sessions
+    if session is None or not (session >= 0).any():
+        return 1.0, 0, 0, 0.0
+    own = session >= 0
+    if len(began_before):
+        own &= ~np.isin(session, np.asarray(began_before))
+    arrival, finish = rec.arrival[own], rec.finish[own]
+    ids, which = np.unique(session[own], return_inverse=True)
+    first = np.full(len(ids), np.inf)
+    np.minimum.at(first, which, arrival)
+    last = np.full(len(ids), -np.inf)
+    np.maximum.at(last, which, np.where(np.isfinite(finish), finish, arrival))
+    begun = first <= t
+    after = int(np.count_nonzero(begun[which] & (arrival > t)))
+    share = offered / (offered + after) if offered + after else 1.0
+    length = float(np.percentile(last[begun] - first[begun], 90)) if begun.any() else 0.0
+    return share, int(np.count_nonzero(begun)), after, length
+
+
+def load_block(rec: Records, window_s: Optional[float], opens_s: float = 0.0,
+               began_before: Sequence[int] = ()) -> dict[str, Any]:
     """The ``llmsim.load`` verdict (definitions in the module docstring) over the window from ``opens_s``
     (a closed loop's first counted request: its warm-up's time, whose requests are not in ``rec``, halved
     every rate and read the queue's middle at the warm-up's end) to T. Of the rejected requests (their
@@ -152,7 +189,8 @@ def load_block(rec: Records, window_s: Optional[float], opens_s: float = 0.0) ->
     chunked prefill (over its budget), and those no replica could ever hold (its KV pool, vLLM's
     sliding-window gate, their class's KV share), are the pool's configuration turning them away, a
     failure of the fleet (as a stranded request is), though not one more replicas would mend. Only
-    admission control's rejections are load shed."""
+    admission control's rejections are load shed. ``began_before``: the sessions a warm start's lead-in
+    began (:func:`_session_ramp`)."""
     rec = Records.of(rec)
     arrival = rec.arrival
     if not len(rec):
@@ -209,7 +247,14 @@ def load_block(rec: Records, window_s: Optional[float], opens_s: float = 0.0) ->
         "cancelled_fraction": cancelled / len(rec),
         "drain_s": max(0.0, float(ended.max()) - t) if ended.size else None,
     }
-    out["verdict"] = _verdict(out)
+    share, sessions, after, length = _session_ramp(rec, t, offered, began_before)
+    ramp = None
+    if share < RAMP_SHARE and not overloaded:
+        out["offered_share"] = share
+        ramp = (f"its sessions' load was still rising: the {sessions:,} sessions begun in the window sent "
+                f"{after:,} requests after it, against the {offered:,} that arrived within it; one in ten lasts "
+                f"over {window_text(length)}")
+    out["verdict"] = _verdict(out, ramp)
     return out
 
 
@@ -217,6 +262,10 @@ def load_block(rec: Records, window_s: Optional[float], opens_s: float = 0.0) ->
 #: said to rest on a window shorter than the requests: the completed rate then reads far below the offered
 #: one however well the fleet serves (cancelled, shed and rate-limited requests are not in flight).
 STEADY_SHARE = 0.5
+
+#: Below this share of its sessions' steady load arrived within the window (``offered_share``), the verdict
+#: cannot tell whether the fleet keeps up: most of the load the window's sessions offer came after it.
+RAMP_SHARE = 0.5
 
 #: How a verdict that cannot tell whether the fleet keeps up begins (:func:`undetermined`), and one that
 #: says it does on a window most requests outlast: readers of a row that holds the verdict alone (a plan's
@@ -246,13 +295,19 @@ def undetermined(b: Mapping[str, Any]) -> bool:
     """Whether the block cannot tell whether the fleet keeps up: it is not overloaded and nothing
     finished within the window, because every request ended unserved or every one outlasts the
     window. Every reader of the block (run's summary, ``check``'s load row) says "cannot tell" then,
-    never "keeps up" beside "completed 0 req/s"."""
-    if b.get("overloaded") or "completed_rps" not in b or b["completed_rps"]:
+    never "keeps up" beside "completed 0 req/s"; nor where its sessions' load was still rising
+    (``offered_share``, present under :data:`RAMP_SHARE`)."""
+    if b.get("overloaded") or "completed_rps" not in b:
+        return False
+    if b.get("offered_share") is not None:
+        return True
+    if b["completed_rps"]:
         return False
     return _refused_share(b) >= 1.0 - 1e-9 or bool(b["offered_rps"])
 
 
-def _verdict(b: dict[str, Any]) -> str:
+def _verdict(b: dict[str, Any], ramp: Optional[str] = None) -> str:
+    """The block's verdict; ``ramp``: why its sessions' load was still rising, where it was."""
     rates = (f"offered {_rps(b['offered_rps'])} req/s, completed {_rps(b['completed_rps'])} req/s over the "
              f"{window_text(b['window_s'])} arrival window" if b["offered_rps"] is not None else "no arrival window")
     queue = (f"queue {b['queued_at_mid']:,} at its middle, {b['queued_at_end']:,} at its end "
@@ -265,6 +320,10 @@ def _verdict(b: dict[str, Any]) -> str:
         # nothing reached a GPU: a longer window would not help; the limits that ended every request would
         return (f"{CANNOT_TELL}: every request ended unserved ({unserved}), so the fleet carried no load; "
                 f"{offered}")
+    if ramp is not None:
+        # the queue held level under part of the load the window's sessions settle at
+        return (f"{CANNOT_TELL}: {ramp} ({rates}; {queue}); a warm start about as long as the sessions "
+                f"(workload.lead_in_s) opens the window on their steady load")
     if undetermined(b):
         # nothing finished by T: a queue that held level says nothing of a fleet whose every request outlasts T
         return (f"{CANNOT_TELL}: no request finished within the arrival window ({rates}; {queue}); simulate a "

@@ -329,7 +329,7 @@ def llmsim_block(plan: FleetPlan, pools: dict[str, Pool], now: float,
         "ttft_budget": ttft_budget(requests, response_s=plan.response_s),
         "cost": cost_block(bills, requests, now, gpu_timeline=gpu_timeline,
                            monthly=plan.month, arrivals_s=arrivals, began_before=began_before),
-        "load": load_block(requests, load_window, opens),
+        "load": load_block(requests, load_window, opens, began_before),
         "simulated_seconds": now,
     })
     out["energy"] = _energy(plan, pools, bills, now, requests)
