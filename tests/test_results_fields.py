@@ -1,13 +1,14 @@
 """The results.json field reference is the writers' own declarations, and real runs match it both ways.
 
-Four small runs between them switch on every block the reference lists:
+Five small runs between them switch on every block the reference lists:
 a plain one-pool run (where every key not marked "only when" must appear),
 a one-pool run with every per-request feature (classes, regions, a gateway
 that refuses, autoscaling, speculative decoding, a host KV tier, input-length
 buckets, API pricing, a power bill, replicates), and a four-pool fleet
 (MoE with expert parallelism on TensorRT-LLM, LoRA on a GPU without power data, pipeline
-stages, contiguous KV, an hourly month, shards), and a request stranded after a
-preemption (vLLM's sliding-window gate). No run may write a key the
+stages, contiguous KV, an hourly month, shards), a request stranded after a
+preemption (vLLM's sliding-window gate), and a window whose sessions' load is
+still rising (the load block's offered share). No run may write a key the
 reference lacks, and every key the reference lists must appear in one of them.
 """
 from __future__ import annotations
@@ -36,6 +37,19 @@ workload:
   output_tokens: {dist: uniform, min: 1, max: 64}
 pools:
   - {name: main, model: llama-3-8b, gpu: h100-sxm, replicas: 2}
+"""
+
+RAMP = """\
+name: ramp
+seed: 3
+workload:
+  duration_s: 20
+  arrival: {type: poisson, rate_per_s: 0.5}
+  session: {type: chat, turns: {dist: uniform, min: 30, max: 30}, think_time_s: {dist: fixed, value: 10}}
+  input_tokens: {dist: uniform, min: 16, max: 200}
+  output_tokens: {dist: uniform, min: 1, max: 16}
+pools:
+  - {name: main, model: llama-3-8b, gpu: h100-sxm, replicas: 1}
 """
 
 FEATURES = """\
@@ -142,6 +156,7 @@ def runs(tmp_path_factory) -> dict[str, dict]:
         "fleet": _run(folder, "fleet", FLEET.replace("GPU_FILE", str(folder / "no-power-gpu.yaml")),
                       "--shards", "2", "--workers", "1"),
         "stranded": _stranded(folder),
+        "ramp": _run(folder, "ramp", RAMP),
     }
 
 
@@ -160,7 +175,7 @@ def test_the_page_is_generated_from_the_declarations():
         f"{results_reference.PAGE} is stale: run `python -m simulator.report.results_reference`"
 
 
-@pytest.mark.parametrize("name", ["plain", "features", "fleet", "stranded"])
+@pytest.mark.parametrize("name", ["plain", "features", "fleet", "stranded", "ramp"])
 def test_a_run_writes_no_key_the_reference_lacks(runs, name):
     assert undeclared(runs[name], RESULTS) == []
 
