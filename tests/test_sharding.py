@@ -23,7 +23,7 @@ WALL = {"shards"}   # what differs by design between a sharded and a plain run
 #: a small static fleet with prefix-aware routing (open loop, no sessions)
 DAU = ["workload.duration_s=8", "pools.chat.replicas=4"]
 #: chat sessions on session_affinity, two pools, classes, no autoscaling
-CHAT = ["workload.duration_s=60", "pools.free.autoscaling=null", "pools.paid.autoscaling=null",
+CHAT = ["workload.duration_s=60", "workload.lead_in_s=0", "pools.free.autoscaling=null", "pools.paid.autoscaling=null",
         "pools.free.replicas=4", "pools.paid.replicas=2"]
 
 
@@ -54,7 +54,7 @@ LIMITED = ["workload.duration_s=8", "pools.chat.replicas=4", "workload.arrival.r
            "workload.output_tokens={dist: fixed, value: 4}"]
 
 
-@pytest.mark.parametrize("name, sets", [("dau-10m", DAU), ("chatbot", ["workload.duration_s=60"]),
+@pytest.mark.parametrize("name, sets", [("dau-10m", DAU), ("chatbot", ["workload.duration_s=60", "workload.lead_in_s=0"]),
                                         ("dau-10m", LIMITED)])
 def test_one_shard_is_the_plain_run_bit_for_bit(name, sets):
     sc, path = load_scenario(name, sets)
@@ -219,7 +219,8 @@ def test_replicas_are_divided_and_an_uneven_split_is_said():
 
 @pytest.mark.parametrize("name, sets, n, where", [
     ("dau-10m", ["pools.chat.replicas=13"], 14, "pools[0].replicas"),
-    ("chatbot", [], 2, "pools[0].autoscaling"),
+    ("chatbot", ["workload.lead_in_s=0"], 2, "pools[0].autoscaling"),
+    ("chatbot", [], 2, "workload.lead_in_s"),
     ("dau-10m", ["workload.duration_s=null", "workload.num_requests=10",
                  "workload.arrival={type: concurrency, concurrency: 4}"], 2, "workload.arrival"),
     ("dau-10m", [], 0, "--shards"),
