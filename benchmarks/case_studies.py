@@ -1367,6 +1367,35 @@ def chatbot_regions(r: Runner) -> str:
     return table(["region", "sessions", "requests", "TTFT p50", "TTFT p99", "E2E p50"], rows, {1, 2, 3, 4, 5})
 
 
+CHATBOT_WARM = "llmsim run scenarios/chatbot.yaml --set workload.duration_s=600"
+#: the chatbot's 600 s window opened on no session, after half its scenario's lead-in, and after all of it
+CHATBOT_STARTS = [("cold", CHATBOT_WARM + " --set workload.lead_in_s=0"),
+                  ("`lead_in_s: 300`", CHATBOT_WARM + " --set workload.lead_in_s=300"),
+                  ("`lead_in_s: {lead:g}` (the scenario's)", CHATBOT_WARM)]
+
+
+def chatbot_warm_start(r: Runner) -> str:
+    """The chatbot's 600 s window opened cold, after a lead-in shorter than its autoscaler's window, and
+    after its scenario's: the requests it counts, their rate over each half (``requests.parquet``'s
+    arrivals), TTFT, and the free pool's prefix-cache hits."""
+    lead = _scenario("chatbot").workload.lead_in_s
+    rows: list[list[str]] = [[], [], [], []]
+    for _, cmd in CHATBOT_STARTS:
+        res, arrival = r.results(cmd), r.requests(cmd)["arrival"]
+        half = res["llmsim"]["load"]["window_s"] / 2
+        rates = [((arrival >= a) & (arrival < a + half)).sum() / half for a in (0.0, half)]
+        for row, cell in zip(rows, (count(len(arrival)), " / ".join(f"{x:.1f}" for x in rates),
+                                    f"{ms(res['median_ttft_ms'])} / {ms(res['p99_ttft_ms'])}",
+                                    pct(res["llmsim"]["pools"]["free"]["prefix_cache"]["token_hit_rate"]))):
+            row.append(cell)
+    labels = ["requests counted", "req/s over the window's first / second half", "TTFT p50 / p99 (ms)",
+              "free pool's prefix-cache token hit rate"]
+    heads = [label.format(lead=lead) for label, _ in CHATBOT_STARTS]
+    commands = "; ".join(f"{h}: `{cmd}`" for h, (_, cmd) in zip(heads, CHATBOT_STARTS))
+    return (commands + "\n\n"
+            + table(["", *heads], [[label, *row] for label, row in zip(labels, rows)], {1, 2, 3}))
+
+
 _CHATBOT_TIER_TARGET = 64      # the free pool's autoscaling target on the generic engine
 CHATBOT_TIER_TARGET = f" --set pools.free.autoscaling.target={_CHATBOT_TIER_TARGET}"
 #: (row, the variants, whether the autoscaled target is set) of the chatbot's host-tier table; `static` removes
@@ -1760,6 +1789,7 @@ BLOCKS = [
     Block("dau-prefix-breakage-plan", SCENARIOS, dau_prefix_breakage_plan),
     Block("ttft-program-buckets", SCENARIOS, ttft_buckets),
     Block("quickcode-kv", SCENARIOS, quickcode_kv),
+    Block("chatbot-warm-start", SCENARIOS, chatbot_warm_start),
     Block("chatbot-host-tier", SCENARIOS, chatbot_host_tier),
     Block("ttft-program-host-tier", SCENARIOS, ttft_host_tier),
     Block("ttft-program-mixed-fleet", SCENARIOS, ttft_mixed),

@@ -158,6 +158,8 @@ def smoke_sized(wl, seconds: float = SMOKE_SECONDS, arrivals: int = SMOKE_ARRIVA
         update["num_requests"] = min(wl.num_requests, SMOKE_REQUESTS)
     if getattr(wl, "num_sessions", None) is not None:
         update["num_sessions"] = min(wl.num_sessions, SMOKE_SESSIONS)
+    if getattr(wl, "lead_in_s", 0):     # a warm start, as short as the window
+        update["lead_in_s"] = min(wl.lead_in_s, seconds)
     return wl.model_copy(update=update)
 
 
