@@ -40,3 +40,23 @@ def test_held_blocks_count_as_used_until_the_hand_off_ends(engine):
     assert [used for (used,) in run.kv_at_arrivals] == [0, 4, 4, 0]
     rep = run.pool.replicas[0]
     assert not rep.handing and rep.handing_blocks == 0 and not rep.read
+
+
+@pytest.mark.parametrize("engine", ["fast", "reference"])
+def test_a_hand_off_names_the_attention_dp_rank_that_holds_its_kv(engine, monkeypatch):
+    """With two attention-DP ranks (round robin), each finished prompt's KV is held on the rank that
+    computed it, which its hand-off leaves from (fleet/kv_link.py), and on no rank once given back."""
+    import helpers_engine
+
+    pools: list = []
+    make_pool = helpers_engine.Pool
+    monkeypatch.setattr(helpers_engine, "Pool", lambda *a, **k: pools.append(make_pool(*a, **k)) or pools[-1])
+    ranks: dict[int, int] = {}
+
+    def done(req) -> None:      # the pool calls it as the request ends, its KV held from then on
+        ranks[req.id] = pools[0].replicas[0].handoff_rank(req.id)
+
+    reqs = make_requests([0.0] * 4, [64] * 4, [1] * 4)
+    run = run_open(engine, reqs, CFG, 40, handoff_s=lambda r: 1.0, dp=2, on_done=done)
+    assert sorted(ranks.values()) == [0, 0, 1, 1]
+    assert all(run.pool.replicas[0].handoff_rank(r.id) == -1 for r in run.requests)

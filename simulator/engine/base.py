@@ -1238,6 +1238,11 @@ class ReplicaBase:
         self.rank_handing[seq.rank] += own
         self.handing_blocks += own
 
+    def handoff_rank(self, req_id: int) -> int:
+        """The attention-DP rank holding request ``req_id``'s KV for its hand-off (-1: none held)."""
+        held = self.handing.get(req_id)
+        return -1 if held is None else held[0].rank
+
     def release_handoff(self, req_id: int) -> None:
         """The decode side has read request ``req_id``'s KV (or the request ended before its hand-off):
         its blocks go back as the scheduler next plans (at the end of the iteration in flight, or now

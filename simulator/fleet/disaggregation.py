@@ -213,9 +213,15 @@ class PrefillDecode:
         # a prefix cache pulls only the blocks it lacks (vLLM's NIXL connector: get_num_new_matched_tokens
         # counts its local hit), the request placed on one of its attention-DP ranks, whose cache that hit is
         target = self.decode.route(dec)
-        held = target.place_ahead(dec) if target is not None and reuse else 0
-        move = self.link_bytes.of(req.input_tokens - held) / self.bandwidth
-        req.kv_wait = self.links.book(self.env.now, self.prefill.replicas[leg.replica], target, move)
+        # its rank too, where the decode replica's DP front end places on arrival (not where its ranks
+        # fetch from a central queue as they free up, TensorRT-LLM's): the move lands in that rank's
+        # memory over its links, out of the links of the prefill rank that holds the KV
+        ahead = target is not None and target.placement is not None and not target.placement.fetches
+        held = target.place_ahead(dec) if target is not None and (reuse or ahead) else 0
+        move = self.link_bytes.of(req.input_tokens - (held if reuse else 0)) / self.bandwidth
+        sender = self.prefill.replicas[leg.replica]
+        req.kv_wait = self.links.book(self.env.now, sender, target, move, sender.handoff_rank(leg.id),
+                                      target.ahead.get(dec.id, -1) if ahead else -1)
         req.kv_transfer = req.kv_wait + move + self.latency
         if target is not None:
             self.decode.expect(target, dec)

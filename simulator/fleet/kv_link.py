@@ -12,9 +12,10 @@ which ends the last of them when one after the other would: first come,
 first served keeps the link's throughput, and of two overlapping hand-offs
 ends the first earlier and the second as late as sharing would.
 
-A hand-off starts once a link of the sending replica and one of the
-receiving replica are both free (each replica has one per attention-DP rank,
-the earliest free taken), holds each for its own side's share of the move
+A hand-off starts once the links of the rank that holds the prompt's KV and of
+the rank it is placed on are both free (each replica has one per attention-DP
+rank; where the receiving rank is not known yet, as when TensorRT-LLM's ranks
+fetch from a central queue, the earliest free), holds each for its own side's share of the move
 (the side whose GPUs each hold more of a token's KV is the busiest link and
 is held for the whole move; the other for its smaller share: a TP-8 prefill
 rank sending GQA heads to a TP-4 decode rank holds its links half as long),
@@ -36,13 +37,13 @@ class RankLinks:
     def __init__(self, ranks: int) -> None:
         self.free = [0.0] * max(ranks, 1)
 
-    def next_free(self) -> float:
-        return min(self.free)
+    def rank(self, rank: int) -> int:
+        """``rank`` where it is known (0 or more), else the one whose links free up first."""
+        return rank if rank >= 0 else self.free.index(min(self.free))
 
-    def hold(self, start: float, seconds: float) -> None:
-        """Take the earliest free rank's links from ``start`` (no earlier than it frees) for ``seconds``."""
-        i = self.free.index(min(self.free))
-        self.free[i] = start + seconds
+    def hold(self, rank: int, start: float, seconds: float) -> None:
+        """Take rank ``rank``'s links from ``start`` (no earlier than they free) for ``seconds``."""
+        self.free[rank] = start + seconds
 
 
 class KvLinks:
@@ -55,16 +56,21 @@ class KvLinks:
         self.sending: dict[int, tuple[Any, RankLinks]] = {}
         self.receiving: dict[int, tuple[Any, RankLinks]] = {}
 
-    def book(self, now: float, sender: Any, receiver: Optional[Any], move_s: float) -> float:
-        """Book a hand-off of ``move_s`` on the busiest link out of ``sender`` into ``receiver`` (a
-        replica, or None where no decode replica is ready to take it: then its own links are not
-        counted), and return how long it waits for them."""
+    def book(self, now: float, sender: Any, receiver: Optional[Any], move_s: float,
+             send_rank: int = -1, receive_rank: int = -1) -> float:
+        """Book a hand-off of ``move_s`` on the busiest link out of ``sender``'s rank ``send_rank`` into
+        ``receiver``'s rank ``receive_rank`` (-1: the rank whose links free up first; ``receiver`` None
+        where no decode replica is ready to take it: then its own links are not counted), and return
+        how long it waits for them."""
         out = self._links(self.sending, sender)
-        into = None if receiver is None else self._links(self.receiving, receiver)
-        start = max(now, out.next_free(), now if into is None else into.next_free())
-        out.hold(start, move_s * self.shares[0])
-        if into is not None:
-            into.hold(start, move_s * self.shares[1])
+        i = out.rank(send_rank)
+        start = max(now, out.free[i])
+        if receiver is not None:
+            into = self._links(self.receiving, receiver)
+            j = into.rank(receive_rank)
+            start = max(start, into.free[j])
+            into.hold(j, start, move_s * self.shares[1])
+        out.hold(i, start, move_s * self.shares[0])
         return start - now
 
     @staticmethod
