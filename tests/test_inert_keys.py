@@ -23,6 +23,10 @@ def _scenario(**pool) -> dict:
      "pools[0].engine.pp_async: one_batch: pp_async says how async scheduling runs between pipeline stages; "
      "this pool runs pp 1"),
     ({}, "pp_async", "one_batch", "this pool runs pp 1"),        # no backend: EngineConfig's own default
+    ({"pp": 2, "engine": {"backend": "vllm", "async_scheduling": False}}, "pp_async", "one_batch",
+     "pools[0].engine.pp_async: one_batch: pp_async says how async scheduling runs between pipeline stages; "
+     "this pool schedules in turn (async_scheduling: false)"),
+    ({"pp": 2}, "pp_async", "run_ahead", "this pool schedules in turn"),   # EngineConfig's own: in turn
     ({"engine": {"backend": "vllm"}}, "mxfp4_activation", "mxfp8",
      "pools[0].engine.mxfp4_activation: mxfp8: mxfp4_activation sets the activations of MXFP4 experts; this "
      "pool serves llama-3-8b in bf16, which has no MXFP4 experts"),
@@ -60,6 +64,8 @@ def test_a_run_folders_scenario_loads_back(tmp_path, cli):
     {"engine": {"backend": "trtllm", "mxfp4_activation": "mxfp8"}},
     {"engine": {"pp_async": "unsupported"}},
     {"model": "llama-3-8b", "pp": 2, "engine": {"backend": "vllm", "pp_async": "one_batch"}},
+    {"pp": 2, "engine": {"backend": "vllm", "async_scheduling": False, "pp_async": "unsupported"}},
+    {"pp": 2, "engine": {"async_scheduling": True, "pp_async": "run_ahead"}},
     {"model": "gpt-oss-120b", "gpu": "b200", "engine": {"backend": "vllm", "mxfp4_activation": "mxfp8"}},
     {"model": "gpt-oss-120b", "gpu": "b200", "engine": {"backend": "trtllm", "mxfp4_activation": "bf16"}},
 ])

@@ -548,8 +548,9 @@ class EngineConfig(BaseModel):
                     "does in turn (vLLM 0.15). run_ahead: every running request is in every batch, the last stage "
                     "hands the sampled tokens to the first over the GPUs and the CPU prepares the next batches "
                     "while the GPUs run: a round is one walk of the whole batch, with the CPU time showing only "
-                    "where it outlasts the walk (vLLM 0.16.0 and later, mp executor). A pool of pp 1 stating another "
-                    "value than its backend's, where it does nothing, is refused")
+                    "where it outlasts the walk (vLLM 0.16.0 and later, mp executor). A pool stating another value "
+                    "than its backend's where it does nothing is refused: at pp 1, and one_batch or run_ahead "
+                    "under async_scheduling: false")
     schedule_ahead: Optional[bool] = Field(
         default=None,
         description="the scheduler plans iteration N+1 while the GPU runs N and only then takes in new requests, "

@@ -1,6 +1,7 @@
 """Engine keys a pool states that would change nothing on it.
 
-``engine.pp_async`` on a pool of one pipeline stage, or
+``engine.pp_async`` on a pool of one pipeline stage or of several scheduled in turn
+(``async_scheduling: false``; ``unsupported``, which turns async scheduling off, acts there), or
 ``engine.mxfp4_activation`` on a pool whose experts are not MXFP4, describes
 a server the pool does not run: the run is the same with or without the key,
 and its results would be read as the knob's. Such a key is refused where the
@@ -52,11 +53,20 @@ def refuse_inert_keys(pool: Mapping[str, Any], engine: Mapping[str, Any],
     itself wrong is left to the message naming that key."""
     pp_async = _stated(engine, "pp_async")
     pp = pool.get("pp", 1)
-    if (pp_async is not None and isinstance(pp, (int, float)) and not isinstance(pp, bool) and pp == 1
+    if (pp_async is not None and isinstance(pp, (int, float)) and not isinstance(pp, bool)
             and pp_async != _default(unstated, "pp_async")):
-        raise KeyRefusal("engine.pp_async",
-                         f"{pp_async}: pp_async says how async scheduling runs between pipeline stages; this pool "
-                         "runs pp 1, a single stage, where it does nothing; remove engine.pp_async or set pp above 1")
+        if pp == 1:
+            raise KeyRefusal("engine.pp_async",
+                             f"{pp_async}: pp_async says how async scheduling runs between pipeline stages; this "
+                             "pool runs pp 1, a single stage, where it does nothing; remove engine.pp_async or set "
+                             "pp above 1")
+        asynchronous = engine.get("async_scheduling")
+        if pp_async != "unsupported" and (asynchronous is False or (
+                asynchronous is None and _default(unstated, "async_scheduling") is False)):
+            raise KeyRefusal("engine.pp_async",
+                             f"{pp_async}: pp_async says how async scheduling runs between pipeline stages; this "
+                             "pool schedules in turn (async_scheduling: false), where it does nothing; remove "
+                             "engine.pp_async or set engine.async_scheduling: true")
     why = _why_activation_does_nothing(pool, engine)
     if why is not None and engine["mxfp4_activation"] != _default(unstated, "mxfp4_activation"):
         raise KeyRefusal("engine.mxfp4_activation", f"{engine['mxfp4_activation']}: {why}")
