@@ -346,9 +346,11 @@ def write_run_files(folder: Path, out: RunOutput, *, plots: bool) -> None:
 
 def write_scenario(sc: Scenario, path: Path) -> None:
     """The scenario as run (variants and --set applied), in the file's own
-    terms: what was set, without the defaults llmsim filled in. It loads
-    back to the same scenario (paths inside it are relative to the original
-    file's folder)."""
+    terms: what was set, and each pool's engine settings as its backend
+    profile gave them (they are set on the pool as it loads: the release's
+    settings stay pinned should the profile change), without llmsim's other
+    defaults. It loads back to the same scenario (paths inside it are
+    relative to the original file's folder)."""
     import yaml
 
     text = yaml.safe_dump(sc.model_dump(mode="json", exclude_unset=True), sort_keys=False, allow_unicode=True)
