@@ -70,7 +70,7 @@ from workloads.request import Request, Status
 from .api_pricing import ApiPricingSpec
 from .monthly import (DAYS_PER_MONTH, HOURS_PER_MONTH, MonthlySpec, MonthRule, arrival_span, monthly_cost,
                       usage_factor)
-from .records import Records
+from .records import Records, session_spans
 from ..fields import block, leaf
 from . import api_pricing, monthly
 
@@ -192,11 +192,7 @@ def session_load(requests: "Records | Iterable[Request]", window_s: float,
     mine = rec.session >= 0
     sid, arrival, finish = rec.session[mine], rec.arrival[mine], rec.finish[mine]
     end = np.where(np.isfinite(finish), finish, window_s)
-    sessions, first_seen, inverse = np.unique(sid, return_index=True, return_inverse=True)
-    lo = np.full(sessions.size, np.inf)
-    hi = np.full(sessions.size, -np.inf)
-    np.minimum.at(lo, inverse, arrival)
-    np.maximum.at(hi, inverse, end)
+    sessions, first_seen, _, lo, hi = session_spans(sid, arrival, end)
     if len(began_before):
         lo[np.isin(sessions, np.asarray(began_before))] = 0.0
     served = np.unique(sid[rec.status[mine] == int(Status.FINISHED)]).size

@@ -60,7 +60,7 @@ import numpy as np
 
 from workloads.rejection import Rejection
 from workloads.request import Status
-from .records import Records
+from .records import Records, session_spans
 from ..fields import leaf
 
 __all__ = ["SHED_FRACTION", "load_block", "refused_count", "unserved_text"]
@@ -166,11 +166,7 @@ def _session_ramp(rec: Records, t: float, offered: int, began_before: Sequence[i
     if len(began_before):
         own &= ~np.isin(session, np.asarray(began_before))
     arrival, finish = rec.arrival[own], rec.finish[own]
-    ids, which = np.unique(session[own], return_inverse=True)
-    first = np.full(len(ids), np.inf)
-    np.minimum.at(first, which, arrival)
-    last = np.full(len(ids), -np.inf)
-    np.maximum.at(last, which, np.where(np.isfinite(finish), finish, arrival))
+    _, _, which, first, last = session_spans(session[own], arrival, np.where(np.isfinite(finish), finish, arrival))
     begun = first <= t
     after = int(np.count_nonzero(begun[which] & (arrival > t)))
     share = offered / (offered + after) if offered + after else 1.0

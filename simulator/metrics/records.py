@@ -15,7 +15,7 @@ its int8 code, and text columns hold shared str objects.
 from __future__ import annotations
 
 from operator import attrgetter
-from typing import Any, Iterable, Iterator, Mapping
+from typing import Any, Iterable, Iterator, Mapping, NamedTuple, Optional
 
 import numpy as np
 
@@ -24,7 +24,7 @@ from workloads.request import RECORD_COLUMNS, Request, Status
 
 from .column_files import ColumnFiles
 
-__all__ = ["Records", "COLUMNS", "LATENCY"]
+__all__ = ["Records", "COLUMNS", "LATENCY", "SessionSpans", "session_spans"]
 
 #: Every column a metric or the per-request table reads.
 COLUMNS = (*RECORD_COLUMNS, "priority", "preloaded")
@@ -137,3 +137,27 @@ class Records:
                 r.reject_reason = Rejection(r.reject_reason) if getattr(r, "reject_reason", 0) else None
                 r.blocks = None
                 yield r
+
+
+class SessionSpans(NamedTuple):
+    """Requests grouped by session (:func:`session_spans`)."""
+
+    ids: np.ndarray          # the sessions, sorted
+    first_seen: np.ndarray   # each session's first row
+    which: np.ndarray        # each row's index into ``ids``
+    first: np.ndarray        # each session's earliest arrival
+    last: Optional[np.ndarray]   # each session's latest end, where ends were given
+
+
+def session_spans(session: np.ndarray, arrival: np.ndarray, end: Optional[np.ndarray] = None) -> SessionSpans:
+    """Group rows of session ids ``session`` (every one a session's: leave out the rows of none) in one pass
+    of ``np.unique``: each session's first arrival and, with ``end``, its last end."""
+    ids, first_seen, which = np.unique(session, return_index=True, return_inverse=True)
+    first = np.full(ids.size, np.inf)
+    np.minimum.at(first, which, arrival)
+    last = None
+    if end is not None:
+        last = np.full(ids.size, -np.inf)
+        np.maximum.at(last, which, end)
+    return SessionSpans(ids, first_seen, which, first, last)
+

@@ -31,7 +31,7 @@ from ..metrics.cost import cost_block, pool_billing, replica_seconds
 from ..metrics.derive import last_stamp
 from ..metrics.energy import PoolPower, activity, energy_block, monthly_kwh, power_cost
 from ..metrics.monthly import usage_factor
-from ..metrics.records import Records
+from ..metrics.records import Records, session_spans
 from ..metrics.regions import region_block
 from ..metrics.ttft_budget import ttft_budget
 from ..fields import AS_GIVEN, block, leaf, of_model
@@ -258,10 +258,7 @@ def _arrival_span(requests: Records) -> Optional[float]:
     alone = r.session < 0
     span = float(r.arrival[alone].max()) if alone.any() else 0.0
     if not alone.all():
-        ids, which = np.unique(r.session[~alone], return_inverse=True)
-        starts = np.full(len(ids), np.inf)
-        np.minimum.at(starts, which, r.arrival[~alone])
-        span = max(span, float(starts.max()))
+        span = max(span, float(session_spans(r.session[~alone], r.arrival[~alone]).first.max()))
     return span
 
 
