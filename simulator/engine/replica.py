@@ -100,12 +100,17 @@ class FastReplica(ReplicaBase):
         return self.demand.count
 
     def used_blocks(self, g: int | None = None) -> int:
-        """Blocks held at decode counter g: sequences' own and their windows, finished prompts' awaiting
-        their hand-off, plus cache entries they pin (reserved KV, contiguous or static: the reservations,
-        whatever g)."""
-        used = self.fixed_blocks + self._windows() + self.handing_blocks
+        """Blocks held at decode counter g: :meth:`_held_fixed` and the decoders' own (reserved KV,
+        contiguous or static: the reservations, whatever g)."""
+        used = self._held_fixed()
         if not self.reserves:
             used += self.demand.at(self.G if g is None else g)
+        return used
+
+    def _held_fixed(self) -> int:
+        """Blocks held whatever the decode counter: the sequences' that are not decoding (reserved KV: all of
+        theirs), their windows, finished prompts' awaiting their hand-off and the cache entries pinned."""
+        used = self.fixed_blocks + self._windows() + self.handing_blocks
         return used if self.cache is None else used + self.cache.pinned
 
     def _windows(self) -> int:
@@ -812,8 +817,7 @@ class FastReplica(ReplicaBase):
         if self.reserves:
             out["kv_used_area"] = self.used_blocks() * (now - t0)
         else:
-            fixed = (self.fixed_blocks + self._windows() + self.handing_blocks
-                     + (0 if self.cache is None else self.cache.pinned))
+            fixed = self._held_fixed()
             out["kv_used_area"] = self._stretch_kv_area(done, K, b, B, fixed) + part * (fixed + self.demand.at(self.G + k))
         if self.contiguous:
             out["kv_filled_area"] = (self._stretch_kv_area(done, K, b, B, self.fixed_filled)
@@ -912,9 +916,7 @@ class FastReplica(ReplicaBase):
                 self._account_filled(self._stretch_kv_area(n, K, b, B, self.fixed_filled),
                                      self.fixed_filled + self.demand.at(self.G + n))
         else:
-            pinned = 0 if self.cache is None else self.cache.pinned
-            kv_area = self._stretch_kv_area(n, K, b, B, self.fixed_blocks + self._windows() + self.handing_blocks
-                                            + pinned)
+            kv_area = self._stretch_kv_area(n, K, b, B, self._held_fixed())
         kv_peak = self.used_blocks(self.G + n)
         if self.lingering:
             self._chunks_ended([])

@@ -217,8 +217,8 @@ class PrefillDecode:
         # fetch from a central queue as they free up, TensorRT-LLM's): the move lands in that rank's
         # memory over its links, out of the links of the prefill rank that holds the KV
         ahead = target is not None and target.placement is not None and not target.placement.fetches
-        held = target.place_ahead(dec) if target is not None and (reuse or ahead) else 0
-        move = self.link_bytes.of(req.input_tokens - (held if reuse else 0)) / self.bandwidth
+        held = target.place_ahead(dec) if target is not None and (reuse or ahead) else 0   # (none without blocks)
+        move = self.link_bytes.of(req.input_tokens - held) / self.bandwidth
         sender = self.prefill.replicas[leg.replica]
         req.kv_wait = self.links.book(self.env.now, sender, target, move, sender.handoff_rank(leg.id),
                                       target.ahead.get(dec.id, -1) if ahead else -1)
